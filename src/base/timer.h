@@ -1,0 +1,8 @@
+// timer.h - monotonic wall clock.
+#ifndef KVT_TIMER_H
+#define KVT_TIMER_H
+#include <stdint.h>
+// Nanoseconds since an arbitrary epoch (CLOCK_MONOTONIC).
+int64_t kvt_time_ns(void);
+static inline double kvt_time_ms(void) { return (double)kvt_time_ns() / 1e6; }
+#endif

@@ -1,0 +1,212 @@
+// cmd_bench.c - `kvtier bench`: llama-bench style throughput of prompt
+// processing (ppN: N tokens in one batch from an empty cache) and generation
+// (tgN: N tokens one at a time), mean +- stddev over -r repetitions after a
+// warm-up, plus the weight bytes streamed per generated token as GB/s next
+// to this machine's measured read bandwidth.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../base/json.h"
+#include "../base/membw.h"
+#include "../base/timer.h"
+#include "commands.h"
+#include "common.h"
+
+typedef struct {
+    const char *name; // "pp" or "tg"
+    int64_t n_prompt, n_gen;
+    double *ns;       // [reps] nanoseconds per repetition
+} bench_test;
+
+// Weight bytes one decode step reads: every layer matrix and the output matrix.
+static int64_t bytes_per_token(const kvt_model *m) {
+    int64_t b = kvt_row_size(m->output.type, m->output.cols) * m->output.rows;
+    for (int32_t i = 0; i < m->hp.n_layer; i++) {
+        const kvt_layer *L = &m->layers[i];
+        const kvt_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) b += kvt_row_size(w[k]->type, w[k]->cols) * w[k]->rows;
+    }
+    return b;
+}
+
+static bool run_once(kvt_context *ctx, const bench_test *t, const int32_t *toks, kvt_err *err) {
+    kvt_context_truncate(ctx, 0);
+    if (t->n_prompt > 0) return kvt_decode(ctx, toks, t->n_prompt, false, err) == KVT_OK;
+    for (int64_t i = 0; i < t->n_gen; i++) {
+        if (kvt_decode(ctx, &toks[i], 1, false, err)) return false;
+    }
+    return true;
+}
+
+static void stats(const double *ns, int n, int64_t n_tok, double *avg_ns, double *sd_ns, double *avg_ts, double *sd_ts) {
+    double s = 0, st = 0;
+    for (int i = 0; i < n; i++) {
+        s += ns[i];
+        st += (double)n_tok * 1e9 / ns[i];
+    }
+    *avg_ns = s / n;
+    *avg_ts = st / n;
+    double v = 0, vt = 0;
+    for (int i = 0; i < n; i++) {
+        v += (ns[i] - *avg_ns) * (ns[i] - *avg_ns);
+        double ts = (double)n_tok * 1e9 / ns[i];
+        vt += (ts - *avg_ts) * (ts - *avg_ts);
+    }
+    *sd_ns = n > 1 ? sqrt(v / (n - 1)) : 0;
+    *sd_ts = n > 1 ? sqrt(vt / (n - 1)) : 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    kvt_args a = {"bench", argc, argv, 0};
+    const char *model_path = NULL, *out_fmt = "md";
+    int64_t n_prompt = 512, n_gen = 128, reps = 5;
+    kvt_context_params cp = kvt_context_params_default();
+    const char *flag;
+    while (kvt_args_next(&a, &flag)) {
+        int e = cli_engine_flag(&a, flag, &cp);
+        if (e < 0) return 2;
+        if (e > 0) continue;
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
+            printf("usage: kvtier bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [-o md|json]\n"
+                   "  -p N   prompt tokens of the pp test (0: skip)\n"
+                   "  -n N   generated tokens of the tg test (0: skip)\n"
+                   "  -r N   repetitions (after one warm-up run)\n%s",
+                   cli_engine_help);
+            return 0;
+        } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
+            if (!(model_path = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "-p") || !strcmp(flag, "--n-prompt")) {
+            if (!kvt_args_int(&a, flag, 0, 1 << 20, &n_prompt)) return 2;
+        } else if (!strcmp(flag, "-n") || !strcmp(flag, "--n-gen")) {
+            if (!kvt_args_int(&a, flag, 0, 1 << 20, &n_gen)) return 2;
+        } else if (!strcmp(flag, "-r") || !strcmp(flag, "--repetitions")) {
+            if (!kvt_args_int(&a, flag, 1, 1000, &reps)) return 2;
+        } else if (!strcmp(flag, "-o") || !strcmp(flag, "--output")) {
+            if (!(out_fmt = kvt_args_value(&a, flag))) return 2;
+            if (strcmp(out_fmt, "md") && strcmp(out_fmt, "json")) {
+                fprintf(stderr, "kvtier bench: -o: '%s' is not md or json\n", out_fmt);
+                return 2;
+            }
+        } else {
+            kvt_args_unknown(&a, flag);
+            return 2;
+        }
+    }
+    kvt_model *m;
+    if (!cli_load_model("bench", model_path, false, &m, NULL)) return 1;
+    int rc = 1;
+    kvt_context *ctx = NULL;
+    int64_t need = n_prompt > n_gen ? n_prompt : n_gen;
+    if (cp.n_ctx <= 0) cp.n_ctx = need > 0 ? need : 1;
+    int32_t *toks = malloc((size_t)(need + 1) * sizeof *toks);
+    bench_test tests[2];
+    int n_tests = 0;
+    double *ns = calloc((size_t)(2 * reps), sizeof *ns);
+    kvt_err err = {0};
+    if (!toks || !ns) goto done;
+    if (need > cp.n_ctx) {
+        fprintf(stderr, "kvtier bench: %lld tokens exceed the context size %lld\n", (long long)need, (long long)cp.n_ctx);
+        goto done;
+    }
+    if (kvt_context_init(m, &cp, &ctx, &err)) {
+        fprintf(stderr, "kvtier bench: %s\n", err.msg);
+        goto done;
+    }
+    uint64_t r = 12345;
+    for (int64_t i = 0; i < need; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((r >> 33) % (uint64_t)m->hp.n_vocab);
+    }
+    if (n_prompt > 0) tests[n_tests++] = (bench_test){"pp", n_prompt, 0, ns};
+    if (n_gen > 0) tests[n_tests++] = (bench_test){"tg", 0, n_gen, ns + reps};
+    for (int ti = 0; ti < n_tests; ti++) {
+        bench_test *t = &tests[ti];
+        if (!run_once(ctx, t, toks, &err)) goto fail; // warm-up
+        for (int64_t k = 0; k < reps; k++) {
+            int64_t t0 = kvt_time_ns();
+            if (!run_once(ctx, t, toks, &err)) goto fail;
+            t->ns[k] = (double)(kvt_time_ns() - t0);
+        }
+    }
+    const int64_t bpt = bytes_per_token(m);
+    kvt_threadpool *pool = NULL;
+    double mem_bw = 0;
+    if (n_gen > 0 && kvt_threadpool_init(kvt_context_n_threads(ctx), &pool, NULL) == KVT_OK) {
+        mem_bw = kvt_measure_read_bw(pool, (int64_t)512 << 20, 3);
+        kvt_threadpool_free(pool);
+    }
+    const char *fname = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
+    char type_desc[64];
+    snprintf(type_desc, sizeof type_desc, "%s %s", kvt_arch_name(m->hp.arch), kvt_type_name(m->layers[0].wq.type));
+    if (!strcmp(out_fmt, "json")) {
+        kvt_json j;
+        kvt_json_init(&j, stdout);
+        kvt_json_arr_begin(&j);
+        for (int ti = 0; ti < n_tests; ti++) {
+            bench_test *t = &tests[ti];
+            int64_t n_tok = t->n_prompt + t->n_gen;
+            double an, sn, at, st;
+            stats(t->ns, (int)reps, n_tok, &an, &sn, &at, &st);
+            kvt_json_obj_begin(&j);
+            kvt_json_kv_str(&j, "build_commit", "kvtier");
+            kvt_json_kv_str(&j, "cpu_info", "cpu");
+            kvt_json_kv_str(&j, "backends", "CPU");
+            kvt_json_kv_str(&j, "model_filename", fname);
+            kvt_json_kv_str(&j, "model_type", type_desc);
+            kvt_json_kv_int(&j, "model_size", m->weight_bytes);
+            kvt_json_kv_int(&j, "model_n_params", m->n_params);
+            kvt_json_kv_int(&j, "n_batch", cp.n_ubatch);
+            kvt_json_kv_int(&j, "n_ubatch", cp.n_ubatch);
+            kvt_json_kv_int(&j, "n_threads", kvt_context_n_threads(ctx));
+            kvt_json_kv_str(&j, "type_k", kvt_type_name(cp.kv_type));
+            kvt_json_kv_str(&j, "type_v", kvt_type_name(cp.kv_type));
+            kvt_json_kv_int(&j, "n_prompt", t->n_prompt);
+            kvt_json_kv_int(&j, "n_gen", t->n_gen);
+            kvt_json_kv_int(&j, "avg_ns", (int64_t)an);
+            kvt_json_kv_int(&j, "stddev_ns", (int64_t)sn);
+            kvt_json_kv_num(&j, "avg_ts", at);
+            kvt_json_kv_num(&j, "stddev_ts", st);
+            if (t->n_gen) {
+                kvt_json_kv_num(&j, "gbps", (double)bpt * at / 1e9);
+                kvt_json_kv_num(&j, "mem_read_gbps", mem_bw / 1e9);
+            }
+            kvt_json_key(&j, "samples_ns");
+            kvt_json_arr_begin(&j);
+            for (int64_t k = 0; k < reps; k++) kvt_json_int(&j, (int64_t)t->ns[k]);
+            kvt_json_arr_end(&j);
+            kvt_json_key(&j, "samples_ts");
+            kvt_json_arr_begin(&j);
+            for (int64_t k = 0; k < reps; k++) kvt_json_num(&j, (double)n_tok * 1e9 / t->ns[k]);
+            kvt_json_arr_end(&j);
+            kvt_json_obj_end(&j);
+        }
+        kvt_json_arr_end(&j);
+    } else {
+        printf("| model | size | params | backend | threads | test | t/s | GB/s |\n");
+        printf("| ----- | ---: | -----: | ------- | ------: | ---: | --: | ---: |\n");
+        for (int ti = 0; ti < n_tests; ti++) {
+            bench_test *t = &tests[ti];
+            int64_t n_tok = t->n_prompt + t->n_gen;
+            double an, sn, at, st;
+            stats(t->ns, (int)reps, n_tok, &an, &sn, &at, &st);
+            char gb[64] = "";
+            if (t->n_gen) snprintf(gb, sizeof gb, "%.1f of %.1f", (double)bpt * at / 1e9, mem_bw / 1e9);
+            printf("| %s | %.2f MiB | %.2f M | CPU | %d | %s%lld | %.2f ± %.2f | %s |\n", type_desc,
+                   m->weight_bytes / 1048576.0, m->n_params / 1e6, kvt_context_n_threads(ctx), t->name,
+                   (long long)n_tok, at, st, gb);
+        }
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "kvtier bench: %s\n", err.msg);
+done:
+    kvt_context_free(ctx);
+    free(toks);
+    free(ns);
+    kvt_model_free(m);
+    return rc;
+}

@@ -1,0 +1,213 @@
+// cmd_generate.c - `kvtier generate`: prompt in, continuation out.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/json.h"
+#include "../sched/generate.h"
+#include "commands.h"
+#include "common.h"
+
+static const char *k_help =
+    "usage: kvtier generate -m MODEL (-p PROMPT | -f FILE) [options]\n"
+    "  -n N                 tokens to generate (default 128)\n"
+    "  --temp T             temperature, 0 = greedy (default 0.8)\n"
+    "  --seed S             sampling seed (default 1)\n"
+    "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N\n"
+    "  --ignore-eos         do not stop at end-of-generation tokens\n"
+    "  --no-special         do not parse special-token text (e.g. <|im_start|>) in the prompt\n"
+    "  --json               print one JSON object (ids, text, timings) instead of the text\n"
+    "  --dump-logits FILE   write the logits after the last prompt token, one per line\n";
+
+typedef struct {
+    const kvt_tokenizer *tok;
+    bool stream;
+} stream_ctx;
+
+static bool on_token(void *user, int32_t id) {
+    stream_ctx *s = user;
+    if (!s->stream) return true;
+    char buf[256];
+    int64_t n = kvt_token_to_piece(s->tok, id, buf, sizeof buf);
+    if (n > (int64_t)sizeof buf) n = sizeof buf;
+    fwrite(buf, 1, (size_t)n, stdout);
+    fflush(stdout);
+    return true;
+}
+
+static bool write_logits(const char *path, const float *l, int32_t n) {
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    for (int32_t i = 0; i < n; i++) fprintf(f, "%.6f\n", l[i]);
+    return fclose(f) == 0;
+}
+
+int cmd_generate(int argc, char **argv) {
+    kvt_args a = {"generate", argc, argv, 0};
+    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *dump = NULL;
+    bool json = false, parse_special = true;
+    kvt_context_params cp = kvt_context_params_default();
+    kvt_generate_params gp = kvt_generate_params_default();
+    gp.sampling.seed = 1;
+    const char *flag;
+    int64_t iv;
+    double fv;
+    bool ctx_given = false;
+    while (kvt_args_next(&a, &flag)) {
+        int e = cli_engine_flag(&a, flag, &cp);
+        if (e < 0) return 2;
+        if (e > 0) {
+            ctx_given |= !strcmp(flag, "-c") || !strcmp(flag, "--ctx-size");
+            continue;
+        }
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
+            printf("%s%s", k_help, cli_engine_help);
+            return 0;
+        } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
+            if (!(model_path = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "-p") || !strcmp(flag, "--prompt")) {
+            if (!(prompt = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "-f") || !strcmp(flag, "--file")) {
+            if (!(prompt_file = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "-n") || !strcmp(flag, "--n-predict")) {
+            if (!kvt_args_int(&a, flag, 0, 1 << 24, &iv)) return 2;
+            gp.n_predict = iv;
+        } else if (!strcmp(flag, "--temp")) {
+            if (!kvt_args_float(&a, flag, 0, 100, &fv)) return 2;
+            gp.sampling.temp = (float)fv;
+        } else if (!strcmp(flag, "--seed")) {
+            if (!kvt_args_int(&a, flag, 0, INT64_MAX, &iv)) return 2;
+            gp.sampling.seed = (uint64_t)iv;
+        } else if (!strcmp(flag, "--top-k")) {
+            if (!kvt_args_int(&a, flag, 0, 1 << 30, &iv)) return 2;
+            gp.sampling.top_k = (int32_t)iv;
+        } else if (!strcmp(flag, "--top-p")) {
+            if (!kvt_args_float(&a, flag, 0, 1, &fv)) return 2;
+            gp.sampling.top_p = (float)fv;
+        } else if (!strcmp(flag, "--min-p")) {
+            if (!kvt_args_float(&a, flag, 0, 1, &fv)) return 2;
+            gp.sampling.min_p = (float)fv;
+        } else if (!strcmp(flag, "--repeat-penalty")) {
+            if (!kvt_args_float(&a, flag, 0.01, 100, &fv)) return 2;
+            gp.sampling.repeat_penalty = (float)fv;
+        } else if (!strcmp(flag, "--repeat-last-n")) {
+            if (!kvt_args_int(&a, flag, 0, 1 << 20, &iv)) return 2;
+            gp.sampling.penalty_last_n = (int32_t)iv;
+        } else if (!strcmp(flag, "--ignore-eos")) {
+            gp.stop_at_eog = false;
+        } else if (!strcmp(flag, "--no-special")) {
+            parse_special = false;
+        } else if (!strcmp(flag, "--json")) {
+            json = true;
+        } else if (!strcmp(flag, "--dump-logits")) {
+            if (!(dump = kvt_args_value(&a, flag))) return 2;
+        } else {
+            kvt_args_unknown(&a, flag);
+            return 2;
+        }
+    }
+    if (!prompt && !prompt_file) {
+        fprintf(stderr, "kvtier generate: a prompt is required (-p PROMPT or -f FILE)\n");
+        return 2;
+    }
+    char *file_text = NULL;
+    size_t plen = prompt ? strlen(prompt) : 0;
+    if (prompt_file) {
+        if (!(file_text = kvt_read_file("generate", prompt_file, &plen))) return 1;
+        prompt = file_text;
+    }
+    kvt_model *model;
+    kvt_tokenizer *tok;
+    if (!cli_load_model("generate", model_path, false, &model, &tok)) {
+        free(file_text);
+        return 1;
+    }
+    int rc = 1;
+    int64_t n_prompt = 0;
+    int32_t *ids = cli_tokenize("generate", tok, prompt, plen, true, parse_special, &n_prompt);
+    int32_t *out = malloc((size_t)(gp.n_predict + 1) * sizeof *out);
+    float *plogits = malloc((size_t)model->hp.n_vocab * sizeof(float));
+    kvt_context *ctx = NULL;
+    kvt_err err = {0};
+    if (!ids || !out || !plogits) goto done;
+    if (n_prompt == 0) {
+        fprintf(stderr, "kvtier generate: the prompt has no tokens\n");
+        goto done;
+    }
+    if (!ctx_given) {
+        // enough for prompt + generation, rounded up, within the training context
+        int64_t need = (n_prompt + gp.n_predict + 255) / 256 * 256;
+        cp.n_ctx = need < model->hp.n_ctx_train ? need : model->hp.n_ctx_train;
+        if (cp.n_ctx < n_prompt + gp.n_predict) cp.n_ctx = n_prompt + gp.n_predict;
+    }
+    if (n_prompt + gp.n_predict > cp.n_ctx) {
+        fprintf(stderr, "kvtier generate: prompt of %lld tokens + %lld to generate exceed the context size %lld (-c)\n",
+                (long long)n_prompt, (long long)gp.n_predict, (long long)cp.n_ctx);
+        goto done;
+    }
+    if (kvt_context_init(model, &cp, &ctx, &err)) {
+        fprintf(stderr, "kvtier generate: %s\n", err.msg);
+        goto done;
+    }
+    stream_ctx sc = {tok, !json};
+    kvt_generate_stats stats;
+    if (!json) {
+        fwrite(prompt, 1, plen, stdout);
+        fflush(stdout);
+    }
+    if (kvt_generate(ctx, tok, ids, n_prompt, &gp, out, plogits, on_token, &sc, &stats, &err)) {
+        fprintf(stderr, "\nkvtier generate: %s\n", err.msg);
+        goto done;
+    }
+    if (dump && !write_logits(dump, plogits, model->hp.n_vocab)) {
+        fprintf(stderr, "kvtier generate: cannot write logits to %s\n", dump);
+        goto done;
+    }
+    double prefill_tps = stats.prefill_ms > 0 ? (double)n_prompt / (stats.prefill_ms / 1e3) : 0;
+    int64_t n_dec = stats.n_gen > 1 ? stats.n_gen - 1 : 0;
+    double decode_tps = stats.decode_ms > 0 && n_dec ? (double)n_dec / (stats.decode_ms / 1e3) : 0;
+    if (json) {
+        int64_t cap = 64 + stats.n_gen * 64;
+        char *text = malloc((size_t)cap);
+        int64_t tl = text ? kvt_detokenize(tok, out, stats.n_gen, text, cap) : 0;
+        if (tl > cap) tl = cap;
+        kvt_json j;
+        kvt_json_init(&j, stdout);
+        kvt_json_obj_begin(&j);
+        kvt_json_key(&j, "prompt_ids");
+        kvt_json_arr_begin(&j);
+        for (int64_t i = 0; i < n_prompt; i++) kvt_json_int(&j, ids[i]);
+        kvt_json_arr_end(&j);
+        kvt_json_key(&j, "ids");
+        kvt_json_arr_begin(&j);
+        for (int64_t i = 0; i < stats.n_gen; i++) kvt_json_int(&j, out[i]);
+        kvt_json_arr_end(&j);
+        kvt_json_key(&j, "text");
+        kvt_json_strn(&j, text ? text : "", (size_t)(text ? tl : 0));
+        kvt_json_kv_int(&j, "n_prompt", n_prompt);
+        kvt_json_kv_int(&j, "n_gen", stats.n_gen);
+        kvt_json_kv_bool(&j, "stopped_at_eog", stats.hit_eog);
+        kvt_json_kv_num(&j, "prefill_ms", stats.prefill_ms);
+        kvt_json_kv_num(&j, "decode_ms", stats.decode_ms);
+        kvt_json_kv_num(&j, "prefill_tok_s", prefill_tps);
+        kvt_json_kv_num(&j, "decode_tok_s", decode_tps);
+        kvt_json_kv_int(&j, "n_threads", kvt_context_n_threads(ctx));
+        kvt_json_kv_int(&j, "n_ctx", kvt_context_n_ctx(ctx));
+        kvt_json_obj_end(&j);
+        free(text);
+    } else {
+        printf("\n");
+        fprintf(stderr, "\nkvtier: prompt %lld tokens in %.1f ms (%.2f tok/s), generated %lld tokens, %.2f tok/s\n",
+                (long long)n_prompt, stats.prefill_ms, prefill_tps, (long long)stats.n_gen, decode_tps);
+    }
+    rc = 0;
+done:
+    kvt_context_free(ctx);
+    free(ids);
+    free(out);
+    free(plogits);
+    kvt_tokenizer_free(tok);
+    kvt_model_free(model);
+    free(file_text);
+    return rc;
+}

@@ -1,0 +1,26 @@
+// common.h - what several subcommands share: loading a model with its
+// tokenizer, and the engine flags (-t, -c, --kv-type, --ubatch).
+#ifndef KVT_CLI_COMMON_H
+#define KVT_CLI_COMMON_H
+
+#include <stdbool.h>
+
+#include "../exec/context.h"
+#include "../model/model.h"
+#include "../model/tokenizer.h"
+#include "args.h"
+
+// Loads model (and its tokenizer when tok != NULL); prints one error line on failure.
+bool cli_load_model(const char *cmd, const char *path, bool vocab_only, kvt_model **model, kvt_tokenizer **tok);
+
+// Parses an engine flag into p if `flag` is one (-t, -c, --ctx-size, --kv-type, --ubatch, --kv-block);
+// returns 1 if consumed, 0 if not an engine flag, -1 on a bad value (message printed).
+int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p);
+// Help text of the engine flags.
+extern const char *const cli_engine_help;
+
+// Tokenizes text into a malloc'ed array; NULL on error (message printed).
+int32_t *cli_tokenize(const char *cmd, const kvt_tokenizer *tok, const char *text, size_t len, bool add_special,
+                      bool parse_special, int64_t *n);
+
+#endif

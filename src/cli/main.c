@@ -1,0 +1,43 @@
+// main.c - the `kvtier` command: dispatch to subcommands.
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} command;
+
+static const command k_commands[] = {
+    {"generate", cmd_generate, "generate text from a prompt"},
+    {"tokenize", cmd_tokenize, "print the token ids of a file's text"},
+    {"perplexity", cmd_perplexity, "perplexity of a text, as llama-perplexity computes it"},
+    {"bench", cmd_bench, "prompt processing and generation speed (llama-bench style)"},
+    {"info", cmd_info, "model shapes, types, sizes and memory needs"},
+    {"mkmodel", cmd_mkmodel, "write a random-weight GGUF of a named or given shape"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kvtier <command> [options]   (kvtier <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++) {
+        fprintf(f, "  %-11s %s\n", k_commands[i].name, k_commands[i].help);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof k_commands / sizeof k_commands[0]; i++) {
+        if (!strcmp(argv[1], k_commands[i].name)) return k_commands[i].fn(argc - 2, argv + 2);
+    }
+    fprintf(stderr, "kvtier: unknown command '%s' (kvtier --help lists the commands)\n", argv[1]);
+    return 2;
+}

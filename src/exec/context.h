@@ -1,0 +1,48 @@
+// context.h - an inference context: a model, a KV cache, a thread pool and
+// the scratch buffers of the CPU forward pass.
+#ifndef KVT_CONTEXT_H
+#define KVT_CONTEXT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "../base/threadpool.h"
+#include "../kv/kv.h"
+#include "../model/model.h"
+
+typedef struct {
+    int64_t n_ctx;        // maximum positions (0: the model's training context)
+    int32_t n_threads;    // 0: physical cores
+    int64_t n_ubatch;     // tokens per forward micro-batch (bounds activation memory)
+    kvt_type kv_type;     // F16 (default, as llama.cpp) or F32
+    int64_t kv_block;     // positions per KV block
+} kvt_context_params;
+
+kvt_context_params kvt_context_params_default(void);
+
+typedef struct kvt_context kvt_context;
+
+// The model is borrowed (must outlive the context).
+kvt_status kvt_context_init(const kvt_model *model, const kvt_context_params *p, kvt_context **out, kvt_err *err);
+void kvt_context_free(kvt_context *ctx);
+
+// Runs tokens at positions [n_past, n_past + n) of the sequence and appends
+// their K/V. With all_logits, logits of every token are kept ([n, n_vocab]),
+// else only of the last one ([1, n_vocab]). Positions past n_ctx give
+// KVT_ERR_BUDGET and change nothing.
+kvt_status kvt_decode(kvt_context *ctx, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err);
+// Logits of the last kvt_decode: [n_out, n_vocab] f32, valid until the next call.
+const float *kvt_context_logits(const kvt_context *ctx);
+int64_t kvt_context_n_past(const kvt_context *ctx);
+int64_t kvt_context_n_ctx(const kvt_context *ctx);
+int kvt_context_n_threads(const kvt_context *ctx);
+// Forgets positions >= n_keep.
+void kvt_context_truncate(kvt_context *ctx, int64_t n_keep);
+const kvt_model *kvt_context_model(const kvt_context *ctx);
+kvt_kv *kvt_context_kv(kvt_context *ctx);
+// Bytes of scratch (activations) and of the KV cache.
+int64_t kvt_context_scratch_bytes(const kvt_context *ctx);
+int64_t kvt_context_kv_bytes(const kvt_context *ctx);
+
+#endif

@@ -1,0 +1,291 @@
+// forward.c - the CPU forward pass of llama / qwen2 / qwen3 over a micro-batch.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../attn/attention.h"
+#include "../kernels/matmul.h"
+#include "../kernels/quant.h"
+#include "../kernels/vec.h"
+#include "context.h"
+
+struct kvt_context {
+    const kvt_model *m;
+    kvt_context_params p;
+    kvt_threadpool *pool;
+    kvt_kv *kv;
+    int64_t n_past;
+    // activations for a micro-batch of ub = p.n_ubatch tokens
+    float *x;      // [ub, n_embd] residual stream
+    float *xn;     // [ub, n_embd] normed input
+    float *q;      // [ub, n_head*head_dim]
+    float *k;      // [ub, n_head_kv*head_dim]
+    float *v;      // [ub, n_head_kv*head_dim_v]
+    float *att;    // [ub, n_head*head_dim_v]
+    float *gate;   // [ub, n_ff]
+    float *up;     // [ub, n_ff]
+    float *tmp;    // [ub, n_embd] projection output
+    void *qact;    // [ub, max_width] activations in a weight's dot type
+    float *rope_cs;// [ub, n_rot] cos/sin per token
+    float *logits; // [n_ctx or 1, n_vocab]
+    int64_t logits_rows;
+    int64_t n_out;
+    void **attn_scratch; // [n_threads] -> kvt_attn_scratch_bytes
+    int64_t scratch_bytes;
+};
+
+kvt_context_params kvt_context_params_default(void) {
+    kvt_context_params p = {0};
+    p.n_ctx = 0;
+    p.n_threads = 0;
+    p.n_ubatch = 512;
+    p.kv_type = KVT_TYPE_F16;
+    p.kv_block = 256;
+    return p;
+}
+
+static void *xalloc(kvt_context *c, size_t bytes, bool *ok) {
+    void *p = NULL;
+    bytes = (bytes + 63) / 64 * 64;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+        *ok = false;
+        return NULL;
+    }
+    c->scratch_bytes += (int64_t)bytes;
+    return p;
+}
+
+kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kvt_context **out, kvt_err *err) {
+    *out = NULL;
+    const kvt_hparams *hp = &m->hp;
+    kvt_context *c = calloc(1, sizeof *c);
+    if (!c) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    c->m = m;
+    c->p = *pp;
+    if (c->p.n_ctx <= 0) c->p.n_ctx = hp->n_ctx_train;
+    if (c->p.n_threads <= 0) c->p.n_threads = kvt_physical_cores();
+    if (c->p.n_ubatch <= 0) c->p.n_ubatch = 512;
+    if (c->p.n_ubatch > c->p.n_ctx) c->p.n_ubatch = c->p.n_ctx;
+    if (c->p.kv_block <= 0) c->p.kv_block = 256;
+    kvt_status st = kvt_threadpool_init(c->p.n_threads, &c->pool, err);
+    if (st) {
+        free(c);
+        return st;
+    }
+    kvt_kv_params kp = {c->p.kv_type, hp->n_layer, hp->n_head_kv, hp->head_dim, hp->head_dim_v, c->p.n_ctx, c->p.kv_block};
+    if ((st = kvt_kv_contig_init(&kp, &c->kv, err))) {
+        kvt_context_free(c);
+        return st;
+    }
+    const int64_t ub = c->p.n_ubatch, E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim,
+                  K = (int64_t)hp->n_head_kv * hp->head_dim, V = (int64_t)hp->n_head_kv * hp->head_dim_v,
+                  A = (int64_t)hp->n_head * hp->head_dim_v, F = hp->n_ff;
+    int64_t wmax = E;
+    if (F > wmax) wmax = F;
+    if (A > wmax) wmax = A;
+    bool ok = true;
+    c->x = xalloc(c, (size_t)(ub * E) * 4, &ok);
+    c->xn = xalloc(c, (size_t)(ub * E) * 4, &ok);
+    c->q = xalloc(c, (size_t)(ub * Q) * 4, &ok);
+    c->k = xalloc(c, (size_t)(ub * K) * 4, &ok);
+    c->v = xalloc(c, (size_t)(ub * V) * 4, &ok);
+    c->att = xalloc(c, (size_t)(ub * A) * 4, &ok);
+    c->gate = xalloc(c, (size_t)(ub * F) * 4, &ok);
+    c->up = xalloc(c, (size_t)(ub * F) * 4, &ok);
+    c->tmp = xalloc(c, (size_t)(ub * E) * 4, &ok);
+    c->qact = xalloc(c, (size_t)(ub * wmax) * 4 + 1024, &ok); // f32 is the widest dot type
+    c->rope_cs = xalloc(c, (size_t)(ub * hp->n_rot) * 4, &ok);
+    c->attn_scratch = calloc((size_t)c->p.n_threads, sizeof(void *));
+    if (!c->attn_scratch) ok = false;
+    for (int i = 0; ok && i < c->p.n_threads; i++) {
+        c->attn_scratch[i] = xalloc(c, (size_t)kvt_attn_scratch_bytes(c->kv), &ok);
+    }
+    c->logits_rows = 1;
+    c->logits = xalloc(c, (size_t)hp->n_vocab * 4, &ok);
+    if (!ok) {
+        kvt_context_free(c);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for activations (n_ubatch %lld)", (long long)ub);
+    }
+    *out = c;
+    return KVT_OK;
+}
+
+void kvt_context_free(kvt_context *c) {
+    if (!c) return;
+    kvt_threadpool_free(c->pool);
+    kvt_kv_free(c->kv);
+    free(c->x);
+    free(c->xn);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->gate);
+    free(c->up);
+    free(c->tmp);
+    free(c->qact);
+    free(c->rope_cs);
+    if (c->attn_scratch) {
+        for (int i = 0; i < c->p.n_threads; i++) free(c->attn_scratch[i]);
+    }
+    free(c->attn_scratch);
+    free(c->logits);
+    free(c);
+}
+
+// --- threaded matmul: y[n, w->rows] = x[n, w->cols] . W^T ----------------------
+
+typedef struct {
+    const kvt_weight *w;
+    const float *x;
+    void *xq;
+    int64_t n;
+    float *y;
+    int64_t ldy;
+    int64_t chunk;
+    const kvt_type_ops *dot_ops;
+    int64_t xq_row;
+} mm_job;
+
+static void mm_quant_task(void *vj, int64_t t, int thread) {
+    (void)thread;
+    mm_job *J = vj;
+    J->dot_ops->from_float(J->x + t * J->w->cols, (uint8_t *)J->xq + t * J->xq_row, J->w->cols);
+}
+
+static void mm_task(void *vj, int64_t t, int thread) {
+    (void)thread;
+    mm_job *J = vj;
+    int64_t r0 = t * J->chunk, r1 = r0 + J->chunk;
+    if (r1 > J->w->rows) r1 = J->w->rows;
+    kvt_matmul_rows(J->w->type, J->w->cols, J->w->data, r0, r1, J->xq, J->n, J->y, J->ldy);
+}
+
+static void matmul(kvt_context *c, const kvt_weight *w, const float *x, int64_t n, float *y) {
+    const kvt_type_ops *ops = kvt_type_ops_get(w->type);
+    mm_job J = {w, x, c->qact, n, y, w->rows, 0, kvt_type_ops_get(ops->vec_dot_type), 0};
+    J.xq_row = kvt_row_size(ops->vec_dot_type, w->cols);
+    kvt_threadpool_run(c->pool, mm_quant_task, &J, n);
+    // enough chunks to balance threads, each a multiple of 16 rows
+    const int nt = kvt_threadpool_n_threads(c->pool);
+    int64_t chunk = w->rows / ((int64_t)nt * 8);
+    chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16;
+    J.chunk = chunk;
+    kvt_threadpool_run(c->pool, mm_task, &J, (w->rows + chunk - 1) / chunk);
+}
+
+static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
+    if (!b) return;
+    for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(y + t * width, b, width);
+}
+
+// Per-head RMS norm (qwen3) then rope, for n tokens of `heads` heads.
+static void qk_finish(kvt_context *c, float *x, int64_t n, int32_t heads, const float *norm) {
+    const kvt_hparams *hp = &c->m->hp;
+    kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
+                          c->m->rope_freqs};
+    for (int64_t t = 0; t < n; t++) {
+        for (int32_t h = 0; h < heads; h++) {
+            float *xh = x + (t * heads + h) * (int64_t)hp->head_dim;
+            if (norm) kvt_rmsnorm_f32(xh, xh, norm, hp->head_dim, hp->rms_eps);
+            kvt_rope_apply(&rp, c->rope_cs + t * hp->n_rot, xh);
+        }
+    }
+}
+
+// One micro-batch of n tokens at positions [pos0, pos0+n).
+static kvt_status forward_ubatch(kvt_context *c, const int32_t *tokens, int64_t n, int64_t pos0, bool all_logits,
+                                 float *logits, kvt_err *err) {
+    const kvt_model *m = c->m;
+    const kvt_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    const kvt_type_ops *eops = kvt_type_ops_get(m->tok_embd.type);
+    const int64_t erow = kvt_row_size(m->tok_embd.type, E);
+    for (int64_t t = 0; t < n; t++) {
+        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab) {
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "token id %d out of range (vocabulary %d)", tokens[t], hp->n_vocab);
+        }
+        eops->to_float((const uint8_t *)m->tok_embd.data + tokens[t] * erow, c->x + t * E, E);
+    }
+    kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
+                          m->rope_freqs};
+    for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, pos0 + t, c->rope_cs + t * hp->n_rot);
+    kvt_attn_params ap = {hp->n_head, 1.0f / sqrtf((float)hp->head_dim)};
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const kvt_layer *L = &m->layers[il];
+        for (int64_t t = 0; t < n; t++) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, L->attn_norm, E, hp->rms_eps);
+        matmul(c, &L->wq, c->xn, n, c->q);
+        matmul(c, &L->wk, c->xn, n, c->k);
+        matmul(c, &L->wv, c->xn, n, c->v);
+        add_bias(c->q, L->bq, n, L->wq.rows);
+        add_bias(c->k, L->bk, n, L->wk.rows);
+        add_bias(c->v, L->bv, n, L->wv.rows);
+        qk_finish(c, c->q, n, hp->n_head, L->q_norm);
+        qk_finish(c, c->k, n, hp->n_head_kv, L->k_norm);
+        kvt_status st = c->kv->ops->append(c->kv, 0, il, pos0, n, c->k, c->v, err);
+        if (st) return st;
+        st = kvt_attention(c->kv, 0, il, &ap, c->q, pos0, n, c->att, c->pool, c->attn_scratch, err);
+        if (st) return st;
+        matmul(c, &L->wo, c->att, n, c->tmp);
+        for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
+        for (int64_t t = 0; t < n; t++) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, L->ffn_norm, E, hp->rms_eps);
+        matmul(c, &L->w_gate, c->xn, n, c->gate);
+        matmul(c, &L->w_up, c->xn, n, c->up);
+        kvt_swiglu_f32(c->gate, c->up, n * hp->n_ff);
+        matmul(c, &L->w_down, c->gate, n, c->tmp);
+        for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
+    }
+    // logits of every token, or of the last only
+    const int64_t first = all_logits ? 0 : n - 1;
+    for (int64_t t = first; t < n; t++) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
+    matmul(c, &m->output, c->xn + first * E, n - first, logits);
+    return KVT_OK;
+}
+
+kvt_status kvt_decode(kvt_context *c, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err) {
+    const kvt_hparams *hp = &c->m->hp;
+    if (n <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "decode needs at least one token");
+    if (c->n_past + n > c->p.n_ctx) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "context full: %lld + %lld tokens exceed n_ctx %lld", (long long)c->n_past,
+                          (long long)n, (long long)c->p.n_ctx);
+    }
+    int64_t rows = all_logits ? n : 1;
+    if (rows > c->logits_rows) {
+        float *l = realloc(c->logits, (size_t)(rows * hp->n_vocab) * sizeof(float));
+        if (!l) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %lld x %d logits", (long long)rows, hp->n_vocab);
+        c->logits = l;
+        c->logits_rows = rows;
+    }
+    for (int64_t i = 0; i < n; i += c->p.n_ubatch) {
+        int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
+        float *dst = all_logits ? c->logits + i * hp->n_vocab : c->logits;
+        kvt_status st = forward_ubatch(c, tokens + i, nb, c->n_past + i, all_logits, dst, err);
+        if (st) {
+            c->kv->ops->truncate(c->kv, 0, c->n_past);
+            return st;
+        }
+    }
+    c->n_past += n;
+    c->n_out = rows;
+    return KVT_OK;
+}
+
+const float *kvt_context_logits(const kvt_context *c) { return c->logits; }
+int64_t kvt_context_n_past(const kvt_context *c) { return c->n_past; }
+int64_t kvt_context_n_ctx(const kvt_context *c) { return c->p.n_ctx; }
+int kvt_context_n_threads(const kvt_context *c) { return c->p.n_threads; }
+const kvt_model *kvt_context_model(const kvt_context *c) { return c->m; }
+kvt_kv *kvt_context_kv(kvt_context *c) { return c->kv; }
+int64_t kvt_context_scratch_bytes(const kvt_context *c) { return c->scratch_bytes; }
+int64_t kvt_context_kv_bytes(const kvt_context *c) {
+    kvt_kv_params kp = {c->p.kv_type, c->m->hp.n_layer, c->m->hp.n_head_kv, c->m->hp.head_dim, c->m->hp.head_dim_v,
+                        c->p.n_ctx, c->p.kv_block};
+    return kvt_kv_contig_bytes(&kp);
+}
+
+void kvt_context_truncate(kvt_context *c, int64_t n_keep) {
+    if (n_keep < c->n_past) {
+        c->n_past = n_keep < 0 ? 0 : n_keep;
+        c->kv->ops->truncate(c->kv, 0, c->n_past);
+    }
+}

@@ -1,0 +1,118 @@
+// matmul.c - row-range matrix product driver: picks the kernels of the
+// running CPU and blocks the loops; the arithmetic lives in quant*.c and
+// matmul_*.c.
+//
+// SIMD path: activation rows are first converted into the kernel's private
+// layout (scales as floats, f16 -> f32, ...), then the kernel runs over a
+// strip of weight rows that stays in L2, 4 activation rows at a time, decoding
+// each weight block once for all 4. Decode (n_tok == 1) prepares its single row
+// once and streams the weights through.
+// Fallback path (types without a matmul kernel, e.g. K-quants, or scalar):
+// the same blocking with kvt_type_ops.vec_dot_multi on the raw activations.
+#include "matmul.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define STRIP_BYTES (256 * 1024) // weight rows per strip (L2)
+#define TOK_BLOCK_BYTES (32 * 1024) // activation rows per token block (L1)
+#define STACK_SCRATCH (32 * 1024)
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static int64_t strip_rows(int64_t wrs) {
+    const int64_t s = STRIP_BYTES / (wrs > 0 ? wrs : 1);
+    return s < 4 ? 4 : s;
+}
+
+// Tokens per block: a multiple of KVT_DOT_MULTI_MAX fitting in TOK_BLOCK_BYTES.
+static int64_t token_block(int64_t row_bytes, int64_t n_tok) {
+    int64_t tb = TOK_BLOCK_BYTES / (row_bytes > 0 ? row_bytes : 1);
+    tb = tb / KVT_DOT_MULTI_MAX * KVT_DOT_MULTI_MAX;
+    if (tb < KVT_DOT_MULTI_MAX) tb = KVT_DOT_MULTI_MAX;
+    return min64(tb, n_tok);
+}
+
+static void run_rows(const kvt_mm_kernel *mm, int64_t n, const char *w, int64_t wrs, int64_t rs, int64_t re,
+                     const char *P, int64_t prs, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
+    for (int64_t t = t0; t < t1; t += KVT_DOT_MULTI_MAX) {
+        const int nt = (int)min64(t1 - t, KVT_DOT_MULTI_MAX);
+        mm->rows(n, w + rs * wrs, (size_t)wrs, re - rs, P + (t - t0) * prs, (size_t)prs, nt, Y + t * ldy + rs, ldy);
+    }
+}
+
+// Returns 0 if scratch memory could not be had (caller falls back).
+static int matmul_kernel(const kvt_mm_kernel *mm, int64_t n, const char *w, int64_t wrs, int64_t r0, int64_t r1,
+                         const char *x, int64_t xrs, int64_t n_tok, float *Y, int64_t ldy) {
+    const int64_t prs = mm->prep_size(n);
+    const int64_t tb = token_block(prs, n_tok);
+    _Alignas(64) char stack_buf[STACK_SCRATCH];
+    char *heap = NULL, *P = stack_buf;
+    if (tb * prs > STACK_SCRATCH) {
+        heap = malloc((size_t)(tb * prs + 64));
+        if (!heap) return 0;
+        P = (char *)(((uintptr_t)heap + 63) & ~(uintptr_t)63);
+    }
+    const int64_t strip = strip_rows(wrs);
+    if (tb == n_tok) { // all tokens prepared once (always the case for decode)
+        for (int64_t t = 0; t < n_tok; t++) mm->prep(n, x + t * xrs, P + t * prs);
+        for (int64_t rs = r0; rs < r1; rs += strip)
+            run_rows(mm, n, w, wrs, rs, min64(rs + strip, r1), P, prs, 0, n_tok, Y, ldy);
+    } else {
+        for (int64_t rs = r0; rs < r1; rs += strip) {
+            const int64_t re = min64(rs + strip, r1);
+            for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
+                const int64_t t1 = min64(t0 + tb, n_tok);
+                for (int64_t t = t0; t < t1; t++) mm->prep(n, x + t * xrs, P + (t - t0) * prs);
+                run_rows(mm, n, w, wrs, rs, re, P, prs, t0, t1, Y, ldy);
+            }
+        }
+    }
+    free(heap);
+    return 1;
+}
+
+static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, int64_t wrs, int64_t r0, int64_t r1,
+                           const char *x, int64_t xrs, int64_t n_tok, float *Y, int64_t ldy) {
+    if (n_tok == 1) {
+        for (int64_t r = r0; r < r1; r++) ops->vec_dot(n, Y + r, w + r * wrs, x);
+        return;
+    }
+    const int64_t strip = strip_rows(wrs), tb = token_block(xrs, n_tok);
+    for (int64_t rs = r0; rs < r1; rs += strip) {
+        const int64_t re = min64(rs + strip, r1);
+        for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
+            const int64_t t1 = min64(t0 + tb, n_tok);
+            for (int64_t r = rs; r < re; r++)
+                for (int64_t t = t0; t < t1; t += KVT_DOT_MULTI_MAX) {
+                    const int nt = (int)min64(t1 - t, KVT_DOT_MULTI_MAX);
+                    ops->vec_dot_multi(n, w + r * wrs, x + t * xrs, (size_t)xrs, nt, Y + t * ldy + r, ldy);
+                }
+        }
+    }
+}
+
+void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
+                         const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
+    if (isa > kvt_kernels_isa()) isa = KVT_ISA_SCALAR;
+    const kvt_type_ops *ops = kvt_type_ops_isa(wt, isa);
+    if (!ops) ops = kvt_type_ops_ref(wt);
+    const int64_t wrs = kvt_row_size(wt, n);
+    const int64_t xrs = ops && ops->vec_dot ? kvt_row_size(ops->vec_dot_type, n) : -1;
+    if (!ops || !ops->vec_dot || wrs < 0 || xrs < 0) {
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t r = r0; r < r1; r++) Y[t * ldy + r] = NAN;
+        return;
+    }
+    if (r0 >= r1 || n_tok <= 0) return;
+    const kvt_mm_kernel *mm = isa == KVT_ISA_AVX512 ? kvt_mm_kernel_avx512(wt)
+                              : isa == KVT_ISA_AVX2 ? kvt_mm_kernel_avx2(wt)
+                                                    : NULL;
+    if (mm && matmul_kernel(mm, n, W, wrs, r0, r1, Xq, xrs, n_tok, Y, ldy)) return;
+    matmul_generic(ops, n, W, wrs, r0, r1, Xq, xrs, n_tok, Y, ldy);
+}
+
+void kvt_matmul_rows(kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq,
+                     int64_t n_tok, float *Y, int64_t ldy) {
+    kvt_matmul_rows_isa(kvt_kernels_isa(), wt, n, W, r0, r1, Xq, n_tok, Y, ldy);
+}

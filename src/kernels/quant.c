@@ -1,0 +1,635 @@
+// quant.c - scalar reference kernels for every computable type, the quantizers
+// used to write model files, and the runtime choice of SIMD tables.
+//
+// Reference kernels favour clarity; the SIMD versions in quant_avx2.c must
+// agree with them (bit-exactly for quantizers of activations, to float
+// rounding for dot products).
+#include "quant.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "f16.h"
+
+// Round to nearest, ties to even, for |f| < 2^22 (no libm, no rounding-mode
+// dependence beyond the default).
+static inline int nearest_int(float f) {
+    const float v = f + 12582912.f; // 1.5 * 2^23
+    return (int)(kvt_f32_to_bits(v) & 0x7fffffu) - 0x400000;
+}
+
+static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+// ---------------------------------------------------------------- float types
+
+static void f32_to_float(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+static void f32_from_float(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+static void f32_dot(int64_t n, float *s, const void *x, const void *y) {
+    const float *a = x, *b = y;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)a[i] * b[i];
+    *s = (float)sum;
+}
+
+static void f16_to_float(const void *src, float *dst, int64_t n) {
+    const uint16_t *h = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = kvt_f16_to_f32(h[i]);
+}
+static void f16_from_float(const float *src, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = kvt_f32_to_f16(src[i]);
+}
+static void f16_dot(int64_t n, float *s, const void *x, const void *y) {
+    const uint16_t *a = x, *b = y;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)kvt_f16_to_f32(a[i]) * kvt_f16_to_f32(b[i]);
+    *s = (float)sum;
+}
+
+static void bf16_to_float(const void *src, float *dst, int64_t n) {
+    const uint16_t *h = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = kvt_bf16_to_f32(h[i]);
+}
+static void bf16_from_float(const float *src, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++) h[i] = kvt_f32_to_bf16(src[i]);
+}
+static void bf16_dot(int64_t n, float *s, const void *x, const void *y) {
+    const uint16_t *a = x, *b = y;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)kvt_bf16_to_f32(a[i]) * kvt_bf16_to_f32(b[i]);
+    *s = (float)sum;
+}
+
+// ------------------------------------------------------- 32-element block types
+
+static void q4_0_to_float(const void *src, float *dst, int64_t n) {
+    const kvt_block_q4_0 *b = src;
+    for (int64_t i = 0; i < n / KVT_QK; i++, dst += KVT_QK) {
+        const float d = kvt_f16_to_f32(b[i].d);
+        for (int j = 0; j < KVT_QK / 2; j++) {
+            dst[j] = d * (float)((b[i].qs[j] & 0xF) - 8);
+            dst[j + KVT_QK / 2] = d * (float)((b[i].qs[j] >> 4) - 8);
+        }
+    }
+}
+// The element of largest magnitude maps to -8 (the asymmetric end).
+static void q4_0_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q4_0 *b = dst;
+    for (int64_t i = 0; i < n / KVT_QK; i++, src += KVT_QK) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < KVT_QK; j++)
+            if (fabsf(src[j]) > amax) amax = fabsf(src[j]), max = src[j];
+        const float d = max / -8.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        b[i].d = kvt_f32_to_f16(d);
+        for (int j = 0; j < KVT_QK / 2; j++) {
+            const int q0 = clampi((int)(src[j] * id + 8.5f), 0, 15);
+            const int q1 = clampi((int)(src[j + KVT_QK / 2] * id + 8.5f), 0, 15);
+            b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+static void q4_0_dot(int64_t n, float *s, const void *x, const void *y) {
+    const kvt_block_q4_0 *a = x;
+    const kvt_block_q8_0 *b = y;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KVT_QK; i++) {
+        int isum = 0;
+        for (int j = 0; j < KVT_QK / 2; j++) {
+            isum += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j];
+            isum += ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + KVT_QK / 2];
+        }
+        sum += (float)isum * kvt_f16_to_f32(a[i].d) * kvt_f16_to_f32(b[i].d);
+    }
+    *s = sum;
+}
+
+static void q4_1_to_float(const void *src, float *dst, int64_t n) {
+    const kvt_block_q4_1 *b = src;
+    for (int64_t i = 0; i < n / KVT_QK; i++, dst += KVT_QK) {
+        const float d = kvt_f16_to_f32(b[i].d), m = kvt_f16_to_f32(b[i].m);
+        for (int j = 0; j < KVT_QK / 2; j++) {
+            dst[j] = d * (float)(b[i].qs[j] & 0xF) + m;
+            dst[j + KVT_QK / 2] = d * (float)(b[i].qs[j] >> 4) + m;
+        }
+    }
+}
+static void q4_1_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q4_1 *b = dst;
+    for (int64_t i = 0; i < n / KVT_QK; i++, src += KVT_QK) {
+        float mn = src[0], mx = src[0];
+        for (int j = 1; j < KVT_QK; j++) {
+            if (src[j] < mn) mn = src[j];
+            if (src[j] > mx) mx = src[j];
+        }
+        const float d = (mx - mn) / 15.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        b[i].d = kvt_f32_to_f16(d);
+        b[i].m = kvt_f32_to_f16(mn);
+        for (int j = 0; j < KVT_QK / 2; j++) {
+            const int q0 = clampi((int)((src[j] - mn) * id + 0.5f), 0, 15);
+            const int q1 = clampi((int)((src[j + KVT_QK / 2] - mn) * id + 0.5f), 0, 15);
+            b[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+static void q4_1_dot(int64_t n, float *s, const void *x, const void *y) {
+    const kvt_block_q4_1 *a = x;
+    const kvt_block_q8_1 *b = y;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KVT_QK; i++) {
+        int isum = 0;
+        for (int j = 0; j < KVT_QK / 2; j++) {
+            isum += (a[i].qs[j] & 0xF) * b[i].qs[j];
+            isum += (a[i].qs[j] >> 4) * b[i].qs[j + KVT_QK / 2];
+        }
+        sum += (float)isum * kvt_f16_to_f32(a[i].d) * kvt_f16_to_f32(b[i].d) +
+               kvt_f16_to_f32(a[i].m) * kvt_f16_to_f32(b[i].s);
+    }
+    *s = sum;
+}
+
+static void q8_0_to_float(const void *src, float *dst, int64_t n) {
+    const kvt_block_q8_0 *b = src;
+    for (int64_t i = 0; i < n / KVT_QK; i++, dst += KVT_QK) {
+        const float d = kvt_f16_to_f32(b[i].d);
+        for (int j = 0; j < KVT_QK; j++) dst[j] = d * (float)b[i].qs[j];
+    }
+}
+// Symmetric: d = max|x| / 127, q = round-half-even(x / d). The SIMD version
+// computes the same expressions and so produces identical bytes.
+static void q8_0_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q8_0 *b = dst;
+    for (int64_t i = 0; i < n / KVT_QK; i++, src += KVT_QK) {
+        float amax = 0;
+        for (int j = 0; j < KVT_QK; j++) amax = fmaxf(amax, fabsf(src[j]));
+        const float d = amax / 127.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        b[i].d = kvt_f32_to_f16(d);
+        for (int j = 0; j < KVT_QK; j++) b[i].qs[j] = (int8_t)nearest_int(src[j] * id);
+    }
+}
+static void q8_0_dot(int64_t n, float *s, const void *x, const void *y) {
+    const kvt_block_q8_0 *a = x, *b = y;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KVT_QK; i++) {
+        int isum = 0;
+        for (int j = 0; j < KVT_QK; j++) isum += a[i].qs[j] * b[i].qs[j];
+        sum += (float)isum * kvt_f16_to_f32(a[i].d) * kvt_f16_to_f32(b[i].d);
+    }
+    *s = sum;
+}
+
+static void q8_1_to_float(const void *src, float *dst, int64_t n) {
+    const kvt_block_q8_1 *b = src;
+    for (int64_t i = 0; i < n / KVT_QK; i++, dst += KVT_QK) {
+        const float d = kvt_f16_to_f32(b[i].d);
+        for (int j = 0; j < KVT_QK; j++) dst[j] = d * (float)b[i].qs[j];
+    }
+}
+static void q8_1_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q8_1 *b = dst;
+    for (int64_t i = 0; i < n / KVT_QK; i++, src += KVT_QK) {
+        float amax = 0;
+        for (int j = 0; j < KVT_QK; j++) amax = fmaxf(amax, fabsf(src[j]));
+        const float d = amax / 127.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        int sum = 0;
+        for (int j = 0; j < KVT_QK; j++) {
+            b[i].qs[j] = (int8_t)nearest_int(src[j] * id);
+            sum += b[i].qs[j];
+        }
+        b[i].d = kvt_f32_to_f16(d);
+        b[i].s = kvt_f32_to_f16((float)sum * d);
+    }
+}
+
+// --------------------------------------------------------------------- q8_K
+
+static void q8_K_to_float(const void *src, float *dst, int64_t n) {
+    const kvt_block_q8_K *b = src;
+    for (int64_t i = 0; i < n / KVT_QK_K; i++, dst += KVT_QK_K)
+        for (int j = 0; j < KVT_QK_K; j++) dst[j] = b[i].d * (float)b[i].qs[j];
+}
+// The element of largest magnitude maps to -127 * sign (d = max / -127).
+static void q8_K_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q8_K *b = dst;
+    for (int64_t i = 0; i < n / KVT_QK_K; i++, src += KVT_QK_K) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < KVT_QK_K; j++)
+            if (fabsf(src[j]) > amax) amax = fabsf(src[j]), max = src[j];
+        if (amax == 0) {
+            memset(&b[i], 0, sizeof b[i]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < KVT_QK_K; j++) {
+            const int v = nearest_int(iscale * src[j]);
+            b[i].qs[j] = (int8_t)(v > 127 ? 127 : v);
+        }
+        for (int g = 0; g < KVT_QK_K / 16; g++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++) sum += b[i].qs[16 * g + j];
+            b[i].bsums[g] = (int16_t)sum;
+        }
+        b[i].d = 1.f / iscale;
+    }
+}
+
+// ------------------------------------------------------------ q4_K and q5_K
+
+// Least-squares fit of x[0..n) ~ a * q + c with integer q in [0, nmax], a >= 0
+// and c <= 0 (the format stores -c as an unsigned min). Tries a small range of
+// grid spacings, refits (a, c) for each assignment, keeps the best.
+// Returns a; writes -c to *neg_min and the assignment to L.
+static float fit_scale_min(int n, int nmax, const float *x, uint8_t *L, float *neg_min) {
+    float xmin = x[0], xmax = x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < xmin) xmin = x[i];
+        if (x[i] > xmax) xmax = x[i];
+    }
+    if (xmin > 0) xmin = 0;
+    if (xmax <= xmin) {
+        memset(L, 0, (size_t)n);
+        *neg_min = -xmin;
+        return 0;
+    }
+    float best_a = (xmax - xmin) / (float)nmax, best_c = xmin, best_err = INFINITY;
+    uint8_t Lt[KVT_QK];
+    for (int k = -6; k <= 12; k++) {
+        const float iscale = ((float)nmax + 0.1f * (float)k) / (xmax - xmin);
+        float sq = 0, sqq = 0, sx = 0, sqx = 0;
+        for (int i = 0; i < n; i++) {
+            const int q = clampi(nearest_int(iscale * (x[i] - xmin)), 0, nmax);
+            Lt[i] = (uint8_t)q;
+            sq += (float)q, sqq += (float)(q * q), sx += x[i], sqx += (float)q * x[i];
+        }
+        const float det = (float)n * sqq - sq * sq;
+        if (det <= 0) continue;
+        float a = ((float)n * sqx - sq * sx) / det;
+        float c = (sqq * sx - sq * sqx) / det;
+        if (c > 0) c = 0, a = sqx / sqq;
+        if (a <= 0) continue;
+        float err = 0;
+        for (int i = 0; i < n; i++) {
+            const float e = a * (float)Lt[i] + c - x[i];
+            err += e * e;
+        }
+        if (err < best_err) {
+            best_err = err, best_a = a, best_c = c;
+            memcpy(L, Lt, (size_t)n);
+        }
+    }
+    if (best_err == INFINITY) { // degenerate: fall back to the plain grid
+        for (int i = 0; i < n; i++) L[i] = (uint8_t)clampi(nearest_int((x[i] - xmin) / best_a), 0, nmax);
+    }
+    *neg_min = -best_c;
+    return best_a;
+}
+
+// Shared quantizer of q4_K (nmax 15) and q5_K (nmax 31): fits each sub-block,
+// stores 6-bit scales/mins relative to the super-block's d/dmin, then
+// requantizes with the stored (rounded) values. Writes d, dmin, scales and the
+// values L[0..256).
+static void quantize_k_superblock(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out,
+                                  uint8_t scales[12], uint8_t L[KVT_QK_K]) {
+    float a[8], mn[8], max_a = 0, max_m = 0;
+    for (int j = 0; j < 8; j++) {
+        a[j] = fit_scale_min(32, nmax, x + 32 * j, L + 32 * j, &mn[j]);
+        if (a[j] > max_a) max_a = a[j];
+        if (mn[j] > max_m) max_m = mn[j];
+    }
+    const float inv_a = max_a > 0 ? 63.f / max_a : 0.f;
+    const float inv_m = max_m > 0 ? 63.f / max_m : 0.f;
+    memset(scales, 0, 12);
+    for (int j = 0; j < 8; j++) {
+        const int ls = clampi(nearest_int(inv_a * a[j]), 0, 63);
+        const int lm = clampi(nearest_int(inv_m * mn[j]), 0, 63);
+        if (j < 4) {
+            scales[j] = (uint8_t)ls;
+            scales[j + 4] = (uint8_t)lm;
+        } else {
+            scales[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+            scales[j - 4] |= (uint8_t)((ls >> 4) << 6);
+            scales[j] |= (uint8_t)((lm >> 4) << 6);
+        }
+    }
+    *d_out = kvt_f32_to_f16(max_a / 63.f);
+    *dmin_out = kvt_f32_to_f16(max_m / 63.f);
+    const float d = kvt_f16_to_f32(*d_out), dmin = kvt_f16_to_f32(*dmin_out);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        kvt_k_scale_min(j, scales, &sc, &m);
+        const float ds = d * sc, dm = dmin * m;
+        for (int i = 0; i < 32; i++)
+            L[32 * j + i] = ds > 0 ? (uint8_t)clampi(nearest_int((x[32 * j + i] + dm) / ds), 0, nmax) : 0;
+    }
+}
+
+static void q4_K_to_float(const void *src, float *dst, int64_t n) {
+    const kvt_block_q4_K *b = src;
+    for (int64_t i = 0; i < n / KVT_QK_K; i++) {
+        const float d = kvt_f16_to_f32(b[i].d), dmin = kvt_f16_to_f32(b[i].dmin);
+        for (int c = 0; c < 4; c++) {
+            uint8_t sc0, m0, sc1, m1;
+            kvt_k_scale_min(2 * c, b[i].scales, &sc0, &m0);
+            kvt_k_scale_min(2 * c + 1, b[i].scales, &sc1, &m1);
+            const uint8_t *q = b[i].qs + 32 * c;
+            for (int l = 0; l < 32; l++) {
+                *dst++ = d * sc0 * (float)(q[l] & 0xF) - dmin * m0;
+            }
+            for (int l = 0; l < 32; l++) {
+                *dst++ = d * sc1 * (float)(q[l] >> 4) - dmin * m1;
+            }
+        }
+    }
+}
+static void q4_K_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q4_K *b = dst;
+    uint8_t L[KVT_QK_K];
+    for (int64_t i = 0; i < n / KVT_QK_K; i++, src += KVT_QK_K) {
+        quantize_k_superblock(src, 15, &b[i].d, &b[i].dmin, b[i].scales, L);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++)
+                b[i].qs[32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+    }
+}
+static void q4_K_dot(int64_t n, float *s, const void *x, const void *y) {
+    const kvt_block_q4_K *a = x;
+    const kvt_block_q8_K *b = y;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KVT_QK_K; i++) {
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            kvt_k_scale_min(j, a[i].scales, &sc, &m);
+            const uint8_t *q = a[i].qs + 32 * (j / 2);
+            const int shift = 4 * (j & 1);
+            int isum = 0;
+            for (int l = 0; l < 32; l++) isum += ((q[l] >> shift) & 0xF) * b[i].qs[32 * j + l];
+            sumi += sc * isum;
+            summ += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        sum += b[i].d * (kvt_f16_to_f32(a[i].d) * (float)sumi - kvt_f16_to_f32(a[i].dmin) * (float)summ);
+    }
+    *s = sum;
+}
+
+static void q5_K_to_float(const void *src, float *dst, int64_t n) {
+    const kvt_block_q5_K *b = src;
+    for (int64_t i = 0; i < n / KVT_QK_K; i++) {
+        const float d = kvt_f16_to_f32(b[i].d), dmin = kvt_f16_to_f32(b[i].dmin);
+        for (int c = 0; c < 4; c++) {
+            uint8_t sc0, m0, sc1, m1;
+            kvt_k_scale_min(2 * c, b[i].scales, &sc0, &m0);
+            kvt_k_scale_min(2 * c + 1, b[i].scales, &sc1, &m1);
+            const uint8_t *q = b[i].qs + 32 * c;
+            for (int l = 0; l < 32; l++) {
+                const int v = (q[l] & 0xF) | (((b[i].qh[l] >> (2 * c)) & 1) << 4);
+                *dst++ = d * sc0 * (float)v - dmin * m0;
+            }
+            for (int l = 0; l < 32; l++) {
+                const int v = (q[l] >> 4) | (((b[i].qh[l] >> (2 * c + 1)) & 1) << 4);
+                *dst++ = d * sc1 * (float)v - dmin * m1;
+            }
+        }
+    }
+}
+static void q5_K_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q5_K *b = dst;
+    uint8_t L[KVT_QK_K];
+    for (int64_t i = 0; i < n / KVT_QK_K; i++, src += KVT_QK_K) {
+        quantize_k_superblock(src, 31, &b[i].d, &b[i].dmin, b[i].scales, L);
+        memset(b[i].qh, 0, sizeof b[i].qh);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 32; l++) {
+                const int lo = L[64 * c + l], hi = L[64 * c + 32 + l];
+                b[i].qs[32 * c + l] = (uint8_t)((lo & 0xF) | ((hi & 0xF) << 4));
+                b[i].qh[l] |= (uint8_t)(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+            }
+    }
+}
+static void q5_K_dot(int64_t n, float *s, const void *x, const void *y) {
+    const kvt_block_q5_K *a = x;
+    const kvt_block_q8_K *b = y;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KVT_QK_K; i++) {
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            kvt_k_scale_min(j, a[i].scales, &sc, &m);
+            const uint8_t *q = a[i].qs + 32 * (j / 2);
+            const int shift = 4 * (j & 1);
+            int isum = 0;
+            for (int l = 0; l < 32; l++) {
+                const int v = ((q[l] >> shift) & 0xF) | (((a[i].qh[l] >> j) & 1) << 4);
+                isum += v * b[i].qs[32 * j + l];
+            }
+            sumi += sc * isum;
+            summ += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        sum += b[i].d * (kvt_f16_to_f32(a[i].d) * (float)sumi - kvt_f16_to_f32(a[i].dmin) * (float)summ);
+    }
+    *s = sum;
+}
+
+// ---------------------------------------------------------------------- q6_K
+
+// Unsigned 6-bit value (0..63) of element e (0..255) of a q6_K block.
+static inline int q6_K_value(const kvt_block_q6_K *b, int e) {
+    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    const uint8_t lo = b->ql[64 * h + l + 32 * (k & 1)];
+    const int low = k < 2 ? (lo & 0xF) : (lo >> 4);
+    return low | (((b->qh[32 * h + l] >> (2 * k)) & 3) << 4);
+}
+
+static void q6_K_to_float(const void *src, float *dst, int64_t n) {
+    const kvt_block_q6_K *b = src;
+    for (int64_t i = 0; i < n / KVT_QK_K; i++, dst += KVT_QK_K) {
+        const float d = kvt_f16_to_f32(b[i].d);
+        for (int e = 0; e < KVT_QK_K; e++) dst[e] = d * b[i].scales[e / 16] * (float)(q6_K_value(&b[i], e) - 32);
+    }
+}
+
+// Fit x[0..16) ~ s * q with integer q in [-32, 31]: tries grid spacings around
+// "largest magnitude maps to -32", least-squares scale for each assignment.
+static float fit_scale_sym16(const float *x) {
+    float amax = 0, max = 0;
+    for (int i = 0; i < 16; i++)
+        if (fabsf(x[i]) > amax) amax = fabsf(x[i]), max = x[i];
+    if (amax == 0) return 0;
+    float best_s = max / -32.f, best_score = -1;
+    for (int k = -8; k <= 8; k++) {
+        const float iscale = -(32.f + 0.25f * (float)k) / max;
+        float sxq = 0, sqq = 0;
+        for (int i = 0; i < 16; i++) {
+            const int q = clampi(nearest_int(iscale * x[i]), -32, 31);
+            sxq += x[i] * (float)q, sqq += (float)(q * q);
+        }
+        // error = sum x^2 - sxq^2 / sqq; maximise the second term
+        if (sqq > 0 && sxq * sxq / sqq > best_score) best_score = sxq * sxq / sqq, best_s = sxq / sqq;
+    }
+    return best_s;
+}
+
+static void q6_K_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q6_K *b = dst;
+    for (int64_t i = 0; i < n / KVT_QK_K; i++, src += KVT_QK_K) {
+        float s[16], smax = 0, samax = 0;
+        for (int g = 0; g < 16; g++) {
+            s[g] = fit_scale_sym16(src + 16 * g);
+            if (fabsf(s[g]) > samax) samax = fabsf(s[g]), smax = s[g];
+        }
+        memset(b[i].ql, 0, sizeof b[i].ql);
+        memset(b[i].qh, 0, sizeof b[i].qh);
+        const float dsup = smax / -128.f;
+        b[i].d = kvt_f32_to_f16(dsup);
+        const float d = kvt_f16_to_f32(b[i].d);
+        const float id = d != 0 ? 1.f / d : 0.f;
+        for (int g = 0; g < 16; g++) b[i].scales[g] = (int8_t)clampi(nearest_int(id * s[g]), -128, 127);
+        for (int e = 0; e < KVT_QK_K; e++) {
+            const float ds = d * b[i].scales[e / 16];
+            const int q = ds != 0 ? clampi(nearest_int(src[e] / ds), -32, 31) + 32 : 32;
+            const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+            b[i].ql[64 * h + l + 32 * (k & 1)] |= (uint8_t)((q & 0xF) << (k < 2 ? 0 : 4));
+            b[i].qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
+        }
+    }
+}
+static void q6_K_dot(int64_t n, float *s, const void *x, const void *y) {
+    const kvt_block_q6_K *a = x;
+    const kvt_block_q8_K *b = y;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KVT_QK_K; i++) {
+        int sumi = 0;
+        for (int g = 0; g < 16; g++) {
+            int isum = 0;
+            for (int l = 0; l < 16; l++) isum += (q6_K_value(&a[i], 16 * g + l) - 32) * b[i].qs[16 * g + l];
+            sumi += a[i].scales[g] * isum;
+        }
+        sum += kvt_f16_to_f32(a[i].d) * b[i].d * (float)sumi;
+    }
+    *s = sum;
+}
+
+// --------------------------------------------------------------- ops tables
+
+// Generic multi-row dot built from the single-row dot of one type.
+#define DEFINE_MULTI(name)                                                                          \
+    static void name##_multi(int64_t n, const void *x, const void *y, size_t y_stride, int nt,        \
+                             float *s, int64_t s_stride) {                                           \
+        for (int t = 0; t < nt; t++) name##_dot(n, s + t * s_stride, x, (const char *)y + t * y_stride); \
+    }
+DEFINE_MULTI(f32)
+DEFINE_MULTI(f16)
+DEFINE_MULTI(bf16)
+DEFINE_MULTI(q4_0)
+DEFINE_MULTI(q4_1)
+DEFINE_MULTI(q8_0)
+DEFINE_MULTI(q4_K)
+DEFINE_MULTI(q5_K)
+DEFINE_MULTI(q6_K)
+
+#define OPS(name, vt) {name##_to_float, name##_from_float, name##_dot, vt, name##_multi}
+#define OPS_ACT(name, vt) {name##_to_float, name##_from_float, NULL, vt, NULL}
+
+static const kvt_type_ops k_ref_ops[KVT_TYPE_COUNT] = {
+    [KVT_TYPE_F32] = OPS(f32, KVT_TYPE_F32),
+    [KVT_TYPE_F16] = OPS(f16, KVT_TYPE_F16),
+    [KVT_TYPE_BF16] = OPS(bf16, KVT_TYPE_BF16),
+    [KVT_TYPE_Q4_0] = OPS(q4_0, KVT_TYPE_Q8_0),
+    [KVT_TYPE_Q4_1] = OPS(q4_1, KVT_TYPE_Q8_1),
+    [KVT_TYPE_Q8_0] = OPS(q8_0, KVT_TYPE_Q8_0),
+    [KVT_TYPE_Q8_1] = OPS_ACT(q8_1, KVT_TYPE_Q8_1),
+    [KVT_TYPE_Q4_K] = OPS(q4_K, KVT_TYPE_Q8_K),
+    [KVT_TYPE_Q5_K] = OPS(q5_K, KVT_TYPE_Q8_K),
+    [KVT_TYPE_Q6_K] = OPS(q6_K, KVT_TYPE_Q8_K),
+    [KVT_TYPE_Q8_K] = OPS_ACT(q8_K, KVT_TYPE_Q8_K),
+};
+
+const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {
+    if ((unsigned)t >= KVT_TYPE_COUNT || !k_ref_ops[t].to_float) return NULL;
+    return &k_ref_ops[t];
+}
+
+// ------------------------------------------------------------ ISA dispatch
+
+static kvt_isa detect_isa(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                     __builtin_cpu_supports("f16c");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        return KVT_ISA_AVX512;
+    if (avx2) return KVT_ISA_AVX2;
+#endif
+    return KVT_ISA_SCALAR;
+}
+
+// Detected once; concurrent first calls compute the same value, so the
+// relaxed store is benign.
+kvt_isa kvt_kernels_isa(void) {
+    static atomic_int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        v = (int)detect_isa();
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return (kvt_isa)v;
+}
+
+const char *kvt_isa_name(kvt_isa isa) {
+    switch (isa) {
+    case KVT_ISA_SCALAR: return "scalar";
+    case KVT_ISA_AVX2: return "avx2";
+    case KVT_ISA_AVX512: return "avx512";
+    }
+    return "?";
+}
+
+const kvt_type_ops *kvt_type_ops_isa(kvt_type t, kvt_isa isa) {
+    if (isa > kvt_kernels_isa()) return NULL;
+    switch (isa) {
+    case KVT_ISA_SCALAR: return kvt_type_ops_ref(t);
+    case KVT_ISA_AVX2: return kvt_type_ops_avx2_table(t);
+    case KVT_ISA_AVX512: return kvt_type_ops_avx512_table(t);
+    }
+    return NULL;
+}
+
+const kvt_type_ops *kvt_type_ops_get(kvt_type t) {
+    for (int isa = (int)kvt_kernels_isa(); isa > KVT_ISA_SCALAR; isa--) {
+        const kvt_type_ops *ops = kvt_type_ops_isa(t, (kvt_isa)isa);
+        if (ops) return ops;
+    }
+    return kvt_type_ops_ref(t);
+}
+
+// ------------------------------------------------------------ row converters
+
+void kvt_f16_to_f32_row(const uint16_t *src, float *dst, int64_t n) {
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
+        kvt_f16_to_f32_row_avx2(src, dst, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) dst[i] = kvt_f16_to_f32(src[i]);
+}
+
+void kvt_f32_to_f16_row(const float *src, uint16_t *dst, int64_t n) {
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
+        kvt_f32_to_f16_row_avx2(src, dst, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) dst[i] = kvt_f32_to_f16(src[i]);
+}
+
+void kvt_bf16_to_f32_row(const uint16_t *src, float *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = kvt_bf16_to_f32(src[i]); // compilers vectorize this
+}
+
+void kvt_f32_to_bf16_row(const float *src, uint16_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = kvt_f32_to_bf16(src[i]);
+}

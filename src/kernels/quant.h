@@ -1,0 +1,124 @@
+// quant.h - per-type row kernels: dequantize, quantize, dot product.
+//
+// Every function works on whole rows of n elements, n a multiple of the type's
+// block size (1 for f32/f16/bf16, 32 for q4_0/q4_1/q8_0/q8_1, 256 for the
+// K-quants); a row of n elements occupies kvt_row_size(t, n) bytes. Rows are
+// expected at the natural alignment of the block (2 bytes, 4 for q8_K), which
+// holds for GGUF tensor data and for buffers from malloc.
+//
+// Dot products pair a weight row of type t with an activation row of type
+// ops->vec_dot_type, as llama.cpp does (q4_0 and q8_0 with q8_0, q4_1 with
+// q8_1, K-quants with q8_K, float types with themselves), so that results
+// match llama.cpp up to float summation order.
+#ifndef KVT_QUANT_H
+#define KVT_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+
+// dst[0..n) = dequantized src (row of n elements of the table's type)
+typedef void (*kvt_to_float_fn)(const void *src, float *dst, int64_t n);
+// dst (row of n elements of the table's type) = quantized src[0..n)
+typedef void (*kvt_from_float_fn)(const float *src, void *dst, int64_t n);
+// *s = sum_i x[i] * y[i]; x: row of the table's type, y: row of vec_dot_type
+typedef void (*kvt_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+// One weight row against nt activation rows (1 <= nt <= KVT_DOT_MULTI_MAX):
+// s[t * s_stride] = dot(x, y + t * y_stride) for t in [0, nt). Loads and
+// decodes each weight block once for all nt rows (prefill micro-kernel).
+typedef void (*kvt_vec_dot_multi_fn)(int64_t n, const void *x, const void *y, size_t y_stride,
+                                     int nt, float *s, int64_t s_stride);
+#define KVT_DOT_MULTI_MAX 4
+
+typedef struct {
+    kvt_to_float_fn to_float;
+    kvt_from_float_fn from_float;
+    kvt_vec_dot_fn vec_dot;
+    kvt_type vec_dot_type;
+    kvt_vec_dot_multi_fn vec_dot_multi; // never NULL when vec_dot is not NULL
+} kvt_type_ops;
+
+// Best implementation for this CPU (detected once, thread-safe); NULL for types
+// kvtier cannot compute with. q8_1 and q8_K (activation-only types) have
+// to_float and from_float but no vec_dot.
+const kvt_type_ops *kvt_type_ops_get(kvt_type t);
+// Portable scalar reference implementation (same NULL rules).
+const kvt_type_ops *kvt_type_ops_ref(kvt_type t);
+
+// Instruction set picked by kvt_type_ops_get.
+typedef enum { KVT_ISA_SCALAR = 0, KVT_ISA_AVX2 = 1, KVT_ISA_AVX512 = 2 } kvt_isa;
+kvt_isa kvt_kernels_isa(void);
+const char *kvt_isa_name(kvt_isa isa);
+// Table of one instruction set; NULL if that ISA is not compiled in, not
+// supported by this CPU, or does not cover t. For tests and benchmarks.
+const kvt_type_ops *kvt_type_ops_isa(kvt_type t, kvt_isa isa);
+
+// ---- block layouts (facts of the GGUF format; halves stored as f16 bits) ----
+
+typedef struct { uint16_t d; uint8_t qs[KVT_QK / 2]; } kvt_block_q4_0;           // x = d * (q - 8)
+typedef struct { uint16_t d, m; uint8_t qs[KVT_QK / 2]; } kvt_block_q4_1;        // x = d * q + m
+typedef struct { uint16_t d; int8_t qs[KVT_QK]; } kvt_block_q8_0;                // x = d * q
+typedef struct { uint16_t d, s; int8_t qs[KVT_QK]; } kvt_block_q8_1;             // s = d * sum(q)
+// Nibble packing of q4_0/q4_1: element j in the low nibble of qs[j], element
+// j + 16 in the high nibble.
+
+// K-quants: 8 sub-blocks of 32 with 6-bit scale sc and min m (packed in
+// scales[12]), x = d * sc * q - dmin * m. qs[32*c + l] holds element 64c + l in
+// its low nibble and 64c + 32 + l in its high nibble; q5_K adds bit 2c of
+// qh[l] (element 64c + l) and bit 2c+1 (element 64c + 32 + l) as value 16.
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[KVT_QK_K / 2];
+} kvt_block_q4_K;
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[KVT_QK_K / 8];
+    uint8_t qs[KVT_QK_K / 2];
+} kvt_block_q5_K;
+// q6_K: 16 sub-blocks of 16 with int8 scales, x = d * scales[g] * (q - 32).
+// In each half h (128 elements): element 128h + 32k + l (k=0..3, l=0..31) takes
+// low bits from ql[64h + l + 32*(k&1)] (low nibble for k<2, high for k>=2) and
+// high bits (qh[32h + l] >> 2k) & 3.
+typedef struct {
+    uint8_t ql[KVT_QK_K / 2];
+    uint8_t qh[KVT_QK_K / 4];
+    int8_t scales[KVT_QK_K / 16];
+    uint16_t d;
+} kvt_block_q6_K;
+// q8_K: activations for K-quant dot products; bsums[g] = sum of qs[16g..16g+16).
+typedef struct {
+    float d;
+    int8_t qs[KVT_QK_K];
+    int16_t bsums[KVT_QK_K / 16];
+} kvt_block_q8_K;
+
+_Static_assert(sizeof(kvt_block_q4_0) == 18, "q4_0 layout");
+_Static_assert(sizeof(kvt_block_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(kvt_block_q8_0) == 34, "q8_0 layout");
+_Static_assert(sizeof(kvt_block_q8_1) == 36, "q8_1 layout");
+_Static_assert(sizeof(kvt_block_q4_K) == 144, "q4_K layout");
+_Static_assert(sizeof(kvt_block_q5_K) == 176, "q5_K layout");
+_Static_assert(sizeof(kvt_block_q6_K) == 210, "q6_K layout");
+_Static_assert(sizeof(kvt_block_q8_K) == 292, "q8_K layout");
+
+// 6-bit scale and min of sub-block j (0..7) of a q4_K / q5_K super-block.
+static inline void kvt_k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+// ---- internal: per-ISA tables, provided by quant_avx2.c / quant_avx512.c ----
+const kvt_type_ops *kvt_type_ops_avx2_table(kvt_type t);
+const kvt_type_ops *kvt_type_ops_avx512_table(kvt_type t);
+void kvt_f16_to_f32_row_avx2(const uint16_t *src, float *dst, int64_t n);
+void kvt_f32_to_f16_row_avx2(const float *src, uint16_t *dst, int64_t n);
+
+#endif

@@ -1,0 +1,529 @@
+// quant_avx2.c - AVX2/FMA/F16C kernels: dot products (single row and one
+// weight row against up to KVT_DOT_MULTI_MAX activation rows), activation
+// quantizers (q8_0, q8_1, q8_K) and f16 row conversion.
+//
+// Compiled with -mavx2 -mfma -mf16c (the Makefile's rule for *_avx2.c); only
+// called after runtime detection. quant_avx512.c includes this file with
+// KVT_SIMD_AVX512 defined, which switches the integer dot primitive to
+// AVX512-VNNI (256-bit, EVEX) and the float kernels to 512-bit vectors, and
+// renames the exported table.
+//
+// Every kernel is written once as an always-inline body with the number of
+// activation rows NT as a parameter; the dispatchers instantiate NT = 1..4 so
+// that accumulators live in registers.
+#include <immintrin.h>
+#include <string.h>
+
+#include "f16.h"
+#include "quant.h"
+
+#ifdef KVT_SIMD_AVX512
+#define KVT_TABLE_FN kvt_type_ops_avx512_table
+#else
+#define KVT_TABLE_FN kvt_type_ops_avx2_table
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+#define NTMAX KVT_DOT_MULTI_MAX
+// Full unrolling of the small loops over rows/tokens/blocks keeps the
+// accumulator arrays in registers.
+#define UNROLL _Pragma("GCC unroll 16")
+
+// ------------------------------------------------------------------ helpers
+
+INLINE float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+INLINE __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+
+// acc + sum of products of unsigned bytes u with signed bytes s, 4 per i32 lane.
+// The non-VNNI path goes through i16 pair sums: callers keep |u*s| pair sums
+// below 32768 (true for all formats here: u <= 128, |s| <= 127).
+INLINE __m256i dot_u8s8_acc(__m256i acc, __m256i u, __m256i s) {
+#ifdef KVT_SIMD_AVX512
+    return _mm256_dpbusd_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+
+INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
+#ifdef KVT_SIMD_AVX512
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+// Sum of products of signed bytes (x != -128).
+INLINE __m256i dot_s8s8(__m256i x_abs, __m256i x, __m256i y) {
+    return dot_u8s8(x_abs, _mm256_sign_epi8(y, x));
+}
+
+// 32 nibbles of 16 bytes: low nibbles in the low 128-bit lane, high in the high.
+INLINE __m256i unpack_nibbles16(const uint8_t *q) {
+    const __m128i v = loadu128(q);
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+#define ROW(y, t, ys) ((const void *)((const char *)(y) + (size_t)(t) * (ys)))
+
+// Instantiates the NT = 1..NTMAX dispatcher and the single-row dot of a type
+// whose body is `name##_body(n, x, y, ys, NT, s, ss)`.
+#define DEFINE_DISPATCH(name)                                                                        \
+    static void name##_multi(int64_t n, const void *x, const void *y, size_t ys, int nt, float *s,    \
+                             int64_t ss) {                                                           \
+        switch (nt) {                                                                                \
+        case 1: name##_body(n, x, y, ys, 1, s, ss); break;                                           \
+        case 2: name##_body(n, x, y, ys, 2, s, ss); break;                                           \
+        case 3: name##_body(n, x, y, ys, 3, s, ss); break;                                           \
+        default: name##_body(n, x, y, ys, 4, s, ss); break;                                          \
+        }                                                                                            \
+    }                                                                                                \
+    static void name##_dot(int64_t n, float *s, const void *x, const void *y) {                      \
+        name##_body(n, x, y, 0, 1, s, 0);                                                            \
+    }
+
+_Static_assert(NTMAX == 4, "dispatchers instantiate 1..4");
+
+// ------------------------------------------------------------- float types
+
+#ifdef KVT_SIMD_AVX512
+#define FV __m512
+#define FV_N 16
+#define fv_zero _mm512_setzero_ps
+#define fv_fma _mm512_fmadd_ps
+#define fv_add _mm512_add_ps
+#define fv_ld_f32(p) _mm512_loadu_ps(p)
+#define fv_ld_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define fv_ld_bf16(p) \
+    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
+#define fv_hsum _mm512_reduce_add_ps
+#else
+#define FV __m256
+#define FV_N 8
+#define fv_zero _mm256_setzero_ps
+#define fv_fma _mm256_fmadd_ps
+#define fv_add _mm256_add_ps
+#define fv_ld_f32(p) _mm256_loadu_ps(p)
+#define fv_ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define fv_ld_bf16(p) \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define fv_hsum hsum_ps
+#endif
+
+// Float dot bodies: 4 independent accumulators per activation row for NT=1
+// (latency bound otherwise), 2 for larger NT; scalar tail.
+#define DEFINE_FLOAT_BODY(name, ET, LD, CVT)                                                        \
+    INLINE void name##_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s,  \
+                            int64_t ss) {                                                           \
+        const ET *x = xv;                                                                           \
+        const int U = NT == 1 ? 4 : 2;                                                              \
+        FV acc[NTMAX][4];                                                                           \
+        UNROLL for (int t = 0; t < NT; t++)                                                                \
+            UNROLL for (int u = 0; u < U; u++) acc[t][u] = fv_zero();                                      \
+        int64_t i = 0;                                                                              \
+        for (; i + U * FV_N <= n; i += U * FV_N) {                                                  \
+            UNROLL for (int u = 0; u < U; u++) {                                                           \
+                const FV w = LD(x + i + u * FV_N);                                                  \
+                UNROLL for (int t = 0; t < NT; t++) {                                                      \
+                    const ET *y = ROW(yv, t, ys);                                                   \
+                    acc[t][u] = fv_fma(w, LD(y + i + u * FV_N), acc[t][u]);                         \
+                }                                                                                   \
+            }                                                                                       \
+        }                                                                                           \
+        UNROLL for (int t = 0; t < NT; t++) {                                                              \
+            const ET *y = ROW(yv, t, ys);                                                           \
+            FV a = acc[t][0];                                                                       \
+            for (int u = 1; u < U; u++) a = fv_add(a, acc[t][u]);                                   \
+            float sum = fv_hsum(a);                                                                 \
+            for (int64_t j = i; j < n; j++) sum += CVT(x[j]) * CVT(y[j]);                           \
+            s[t * ss] = sum;                                                                        \
+        }                                                                                           \
+    }
+
+#define ID_F32(v) (v)
+DEFINE_FLOAT_BODY(f32, float, fv_ld_f32, ID_F32)
+DEFINE_FLOAT_BODY(f16, uint16_t, fv_ld_f16, kvt_f16_to_f32)
+DEFINE_FLOAT_BODY(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32)
+DEFINE_DISPATCH(f32)
+DEFINE_DISPATCH(f16)
+DEFINE_DISPATCH(bf16)
+
+// ------------------------------------------- q8_0 and q4_0 (x q8_0 activations)
+
+// Signed 8-bit weights of block ib.
+INLINE __m256i q8_0_weights(const void *x, int64_t ib) {
+    return loadu256(((const kvt_block_q8_0 *)x)[ib].qs);
+}
+INLINE float q8_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_block_q8_0 *)x)[ib].d); }
+INLINE __m256i q4_0_weights(const void *x, int64_t ib) {
+    return _mm256_sub_epi8(unpack_nibbles16(((const kvt_block_q4_0 *)x)[ib].qs), _mm256_set1_epi8(8));
+}
+INLINE float q4_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_block_q4_0 *)x)[ib].d); }
+
+// Shared body of weight formats with one scale per 32 signed values, dotted
+// with q8_0 activations. Two blocks per step with separate accumulators.
+#define DEFINE_SYM32_BODY(name)                                                                     \
+    INLINE void name##_body(int64_t n, const void *x, const void *yv, size_t ys, int NT, float *s,   \
+                            int64_t ss) {                                                           \
+        const int64_t nb = n / KVT_QK;                                                              \
+        __m256 acc[NTMAX][2];                                                                       \
+        UNROLL for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();                   \
+        int64_t ib = 0;                                                                             \
+        for (; ib + 2 <= nb; ib += 2) {                                                             \
+            UNROLL for (int u = 0; u < 2; u++) {                                                           \
+                const __m256i w = name##_weights(x, ib + u);                                        \
+                const __m256i wa = _mm256_sign_epi8(w, w);                                          \
+                const float dw = name##_wscale(x, ib + u);                                          \
+                UNROLL for (int t = 0; t < NT; t++) {                                                      \
+                    const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib + u;      \
+                    const __m256i p = dot_s8s8(wa, w, loadu256(y->qs));                             \
+                    acc[t][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(y->d)), \
+                                                acc[t][u]);                                         \
+                }                                                                                   \
+            }                                                                                       \
+        }                                                                                           \
+        for (; ib < nb; ib++) {                                                                     \
+            const __m256i w = name##_weights(x, ib);                                                \
+            const __m256i wa = _mm256_sign_epi8(w, w);                                              \
+            const float dw = name##_wscale(x, ib);                                                  \
+            UNROLL for (int t = 0; t < NT; t++) {                                                          \
+                const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib;              \
+                const __m256i p = dot_s8s8(wa, w, loadu256(y->qs));                                 \
+                acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(y->d)), acc[t][0]); \
+            }                                                                                       \
+        }                                                                                           \
+        UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum_ps(_mm256_add_ps(acc[t][0], acc[t][1]));      \
+    }
+
+DEFINE_SYM32_BODY(q8_0)
+DEFINE_SYM32_BODY(q4_0)
+DEFINE_DISPATCH(q8_0)
+DEFINE_DISPATCH(q4_0)
+
+// ------------------------------------------------ q4_1 (x q8_1 activations)
+
+INLINE void q4_1_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    const kvt_block_q4_1 *x = xv;
+    const int64_t nb = n / KVT_QK;
+    __m256 acc[NTMAX][2];
+    float msum[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps(), msum[t] = 0;
+    int64_t ib = 0;
+    for (; ib < nb; ib++) {
+        const int u = (int)(ib & 1);
+        const __m256i w = unpack_nibbles16(x[ib].qs);
+        const float dw = h2f(x[ib].d), mw = h2f(x[ib].m);
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_1 *y = (const kvt_block_q8_1 *)ROW(yv, t, ys) + ib;
+            const __m256i p = dot_u8s8(w, loadu256(y->qs));
+            acc[t][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(y->d)), acc[t][u]);
+            msum[t] += mw * h2f(y->s);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum_ps(_mm256_add_ps(acc[t][0], acc[t][1])) + msum[t];
+}
+DEFINE_DISPATCH(q4_1)
+
+// ------------------------------------------------- K-quants (x q8_K activations)
+
+// Unpacks the 12 packed bytes of 6-bit scales/mins: sc[0..8) and m[0..8).
+INLINE void k_scales_unpack(const uint8_t *p, uint8_t sc[8], uint8_t m[8]) {
+    uint32_t w[3];
+    memcpy(w, p, 12);
+    const uint32_t lo6 = 0x3f3f3f3fu, hi2 = 0x03030303u, lo4 = 0x0f0f0f0fu;
+    const uint32_t s03 = w[0] & lo6, m03 = w[1] & lo6;
+    const uint32_t s47 = (w[2] & lo4) | (((w[0] >> 6) & hi2) << 4);
+    const uint32_t m47 = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & hi2) << 4);
+    memcpy(sc, &s03, 4), memcpy(sc + 4, &s47, 4);
+    memcpy(m, &m03, 4), memcpy(m + 4, &m47, 4);
+}
+
+// sum_j m[j] * (bsums[2j] + bsums[2j+1]) for one q8_K block.
+INLINE int k_min_dot(const uint8_t m[8], const kvt_block_q8_K *y) {
+    const __m128i b0 = _mm_loadu_si128((const __m128i *)y->bsums);
+    const __m128i b1 = _mm_loadu_si128((const __m128i *)y->bsums + 1);
+    const __m128i bs = _mm_hadd_epi16(b0, b1); // 8 sums of 32
+    uint64_t m64;
+    memcpy(&m64, m, 8);
+    const __m128i mv = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m64));
+    __m128i p = _mm_madd_epi16(mv, bs);
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+    return _mm_cvtsi128_si32(p);
+}
+
+// q4_K / q5_K share everything but the high bit; HB selects q5_K.
+#define DEFINE_K45_BODY(name, BT, HB)                                                               \
+    INLINE void name##_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s,  \
+                            int64_t ss) {                                                           \
+        const BT *x = xv;                                                                           \
+        const int64_t nb = n / KVT_QK_K;                                                            \
+        const __m256i m4 = _mm256_set1_epi8(0x0F);                                                  \
+        __m256 acc[NTMAX];                                                                          \
+        float macc[NTMAX];                                                                          \
+        UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps(), macc[t] = 0;                     \
+        for (int64_t ib = 0; ib < nb; ib++) {                                                       \
+            uint8_t sc[8], mn[8];                                                                   \
+            k_scales_unpack(x[ib].scales, sc, mn);                                                  \
+            const float d = h2f(x[ib].d), dmin = h2f(x[ib].dmin);                                   \
+            __m256i isum[NTMAX];                                                                    \
+            UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();                          \
+            __m256i hb = HB ? loadu256((const uint8_t *)&x[ib] + offsetof(kvt_block_q5_K, qh))      \
+                            : _mm256_setzero_si256();                                               \
+            UNROLL for (int c = 0; c < 4; c++) {                                                           \
+                const __m256i q = loadu256(x[ib].qs + 32 * c);                                      \
+                __m256i lo = _mm256_and_si256(q, m4);                                               \
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);                         \
+                if (HB) {                                                                           \
+                    const __m256i one = _mm256_set1_epi8(1);                                        \
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));      \
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4)); \
+                    hb = _mm256_srli_epi16(hb, 2);                                                  \
+                }                                                                                   \
+                const __m256i s0 = _mm256_set1_epi16(sc[2 * c]);                                    \
+                const __m256i s1 = _mm256_set1_epi16(sc[2 * c + 1]);                                \
+                UNROLL for (int t = 0; t < NT; t++) {                                                      \
+                    const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;          \
+                    const __m256i p0 = _mm256_maddubs_epi16(lo, loadu256(y->qs + 64 * c));          \
+                    const __m256i p1 = _mm256_maddubs_epi16(hi, loadu256(y->qs + 64 * c + 32));     \
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(p0, s0),  \
+                                                                         _mm256_madd_epi16(p1, s1))); \
+                }                                                                                   \
+            }                                                                                       \
+            UNROLL for (int t = 0; t < NT; t++) {                                                          \
+                const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;              \
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * y->d), acc[t]); \
+                macc[t] += dmin * y->d * (float)k_min_dot(mn, y);                                   \
+            }                                                                                       \
+        }                                                                                           \
+        UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum_ps(acc[t]) - macc[t];                         \
+    }
+
+DEFINE_K45_BODY(q4_K, kvt_block_q4_K, 0)
+DEFINE_K45_BODY(q5_K, kvt_block_q5_K, 1)
+DEFINE_DISPATCH(q4_K)
+DEFINE_DISPATCH(q5_K)
+
+// q6_K: values are used unsigned (0..63) and the offset 32 is removed with the
+// activation block sums: sum sc*(q-32)*y = sum sc*q*y - 32 * sum_g sc_g*bsum_g.
+INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    const kvt_block_q6_K *x = xv;
+    const int64_t nb = n / KVT_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    __m256 acc[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const int8_t *sc = x[ib].scales;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(sc));
+        __m256i isum[NTMAX];
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+            // start from -32 * sum_g sc_g * bsum_g
+            const __m256i off = _mm256_madd_epi16(sc16, loadu256(y->bsums));
+            isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+        }
+        UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i qa = loadu256(x[ib].ql + 64 * h);
+            const __m256i qb = loadu256(x[ib].ql + 64 * h + 32);
+            const __m256i qh = loadu256(x[ib].qh + 32 * h);
+            __m256i v[4];
+            v[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+            v[1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+            v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+            UNROLL for (int k = 0; k < 4; k++) {
+                const int g = 8 * h + 2 * k; // scale groups g (low lane) and g+1 (high lane)
+                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                UNROLL for (int t = 0; t < NT; t++) {
+                    const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+                    const __m256i p = _mm256_maddubs_epi16(v[k], loadu256(y->qs + 128 * h + 32 * k));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, scv));
+                }
+            }
+        }
+        const float d = h2f(x[ib].d);
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * y->d), acc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum_ps(acc[t]);
+}
+DEFINE_DISPATCH(q6_K)
+
+// ------------------------------------------------------ activation quantizers
+
+INLINE __m256 abs_ps(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+INLINE float hmax_ps(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+// Rounds (half to even) v[0..4) * id to int8 and stores 32 bytes in order;
+// returns the 8 partial i32 sums (lanes: elements {0..7}, ... per vector).
+INLINE __m256i round_pack32(const __m256 v[4], float id, int8_t *out) {
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i i[4];
+    UNROLL for (int k = 0; k < 4; k++)
+        i[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], idv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+    const __m256i p01 = _mm256_packs_epi32(i[0], i[1]);
+    const __m256i p23 = _mm256_packs_epi32(i[2], i[3]);
+    const __m256i p = _mm256_packs_epi16(p01, p23);
+    _mm256_storeu_si256((__m256i *)out, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    return sum;
+}
+
+static void q8_0_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q8_0 *b = dst;
+    for (int64_t i = 0; i < n / KVT_QK; i++, src += KVT_QK) {
+        __m256 v[4];
+        UNROLL for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(src + 8 * k);
+        const __m256 mx = _mm256_max_ps(_mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])), _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3])));
+        const float d = hmax_ps(mx) / 127.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        b[i].d = kvt_f32_to_f16(d);
+        (void)round_pack32(v, id, b[i].qs);
+    }
+}
+
+static void q8_1_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q8_1 *b = dst;
+    for (int64_t i = 0; i < n / KVT_QK; i++, src += KVT_QK) {
+        __m256 v[4];
+        UNROLL for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(src + 8 * k);
+        const __m256 mx = _mm256_max_ps(_mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])), _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3])));
+        const float d = hmax_ps(mx) / 127.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        const int sum = hsum_epi32(round_pack32(v, id, b[i].qs));
+        b[i].d = kvt_f32_to_f16(d);
+        b[i].s = kvt_f32_to_f16((float)sum * d);
+    }
+}
+
+static void q8_K_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q8_K *b = dst;
+    for (int64_t i = 0; i < n / KVT_QK_K; i++, src += KVT_QK_K) {
+        __m256 mx = _mm256_setzero_ps();
+        for (int k = 0; k < KVT_QK_K; k += 8) mx = _mm256_max_ps(mx, abs_ps(_mm256_loadu_ps(src + k)));
+        const float amax = hmax_ps(mx);
+        if (amax == 0) {
+            memset(&b[i], 0, sizeof b[i]);
+            continue;
+        }
+        // signed value of the first element of largest magnitude
+        float max = 0;
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int k = 0; k < KVT_QK_K; k += 8) {
+            const int mask = _mm256_movemask_ps(_mm256_cmp_ps(abs_ps(_mm256_loadu_ps(src + k)), am, _CMP_EQ_OQ));
+            if (mask) {
+                max = src[k + __builtin_ctz((unsigned)mask)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        for (int g = 0; g < KVT_QK_K / 32; g++) {
+            __m256 v[4];
+            UNROLL for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(src + 32 * g + 8 * k);
+            (void)round_pack32(v, iscale, b[i].qs + 32 * g);
+            // |iscale * x| <= 127 up to rounding, and packs saturates at 127
+            const __m256i q = loadu256(b[i].qs + 32 * g);
+            const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+            const __m256i s2 = _mm256_hadd_epi32(s4, s4);
+            const __m256i s1 = _mm256_hadd_epi32(s2, s2);
+            b[i].bsums[2 * g] = (int16_t)_mm256_extract_epi32(s1, 0);
+            b[i].bsums[2 * g + 1] = (int16_t)_mm256_extract_epi32(s1, 4);
+        }
+        b[i].d = 1.f / iscale;
+    }
+}
+
+// ------------------------------------------------------------- f16 rows
+
+#ifndef KVT_SIMD_AVX512
+void kvt_f16_to_f32_row_avx2(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(loadu128(src + i)));
+    for (; i < n; i++) dst[i] = kvt_f16_to_f32(src[i]);
+}
+
+void kvt_f32_to_f16_row_avx2(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = kvt_f32_to_f16(src[i]);
+}
+#endif
+
+static void f16_to_float(const void *src, float *dst, int64_t n) { kvt_f16_to_f32_row_avx2(src, dst, n); }
+static void f16_from_float(const float *src, void *dst, int64_t n) { kvt_f32_to_f16_row_avx2(src, dst, n); }
+
+// ------------------------------------------------------------------ table
+
+// Conversions that are not hot use the reference code.
+#define REF_TO_FLOAT(name, T)                                                                       \
+    static void name##_to_float(const void *s, float *d, int64_t n) { kvt_type_ops_ref(T)->to_float(s, d, n); }
+#define REF_FROM_FLOAT(name, T)                                                                     \
+    static void name##_from_float(const float *s, void *d, int64_t n) { kvt_type_ops_ref(T)->from_float(s, d, n); }
+REF_TO_FLOAT(f32, KVT_TYPE_F32)
+REF_FROM_FLOAT(f32, KVT_TYPE_F32)
+REF_TO_FLOAT(bf16, KVT_TYPE_BF16)
+REF_FROM_FLOAT(bf16, KVT_TYPE_BF16)
+REF_TO_FLOAT(q4_0, KVT_TYPE_Q4_0)
+REF_FROM_FLOAT(q4_0, KVT_TYPE_Q4_0)
+REF_TO_FLOAT(q4_1, KVT_TYPE_Q4_1)
+REF_FROM_FLOAT(q4_1, KVT_TYPE_Q4_1)
+REF_TO_FLOAT(q8_0, KVT_TYPE_Q8_0)
+REF_TO_FLOAT(q8_1, KVT_TYPE_Q8_1)
+REF_TO_FLOAT(q4_K, KVT_TYPE_Q4_K)
+REF_FROM_FLOAT(q4_K, KVT_TYPE_Q4_K)
+REF_TO_FLOAT(q5_K, KVT_TYPE_Q5_K)
+REF_FROM_FLOAT(q5_K, KVT_TYPE_Q5_K)
+REF_TO_FLOAT(q6_K, KVT_TYPE_Q6_K)
+REF_FROM_FLOAT(q6_K, KVT_TYPE_Q6_K)
+REF_TO_FLOAT(q8_K, KVT_TYPE_Q8_K)
+
+#define OPS(name, vt) {name##_to_float, name##_from_float, name##_dot, vt, name##_multi}
+#define OPS_ACT(name, vt) {name##_to_float, name##_from_float, NULL, vt, NULL}
+
+static const kvt_type_ops k_ops[KVT_TYPE_COUNT] = {
+    [KVT_TYPE_F32] = OPS(f32, KVT_TYPE_F32),
+    [KVT_TYPE_F16] = OPS(f16, KVT_TYPE_F16),
+    [KVT_TYPE_BF16] = OPS(bf16, KVT_TYPE_BF16),
+    [KVT_TYPE_Q4_0] = OPS(q4_0, KVT_TYPE_Q8_0),
+    [KVT_TYPE_Q4_1] = OPS(q4_1, KVT_TYPE_Q8_1),
+    [KVT_TYPE_Q8_0] = OPS(q8_0, KVT_TYPE_Q8_0),
+    [KVT_TYPE_Q8_1] = OPS_ACT(q8_1, KVT_TYPE_Q8_1),
+    [KVT_TYPE_Q4_K] = OPS(q4_K, KVT_TYPE_Q8_K),
+    [KVT_TYPE_Q5_K] = OPS(q5_K, KVT_TYPE_Q8_K),
+    [KVT_TYPE_Q6_K] = OPS(q6_K, KVT_TYPE_Q8_K),
+    [KVT_TYPE_Q8_K] = OPS_ACT(q8_K, KVT_TYPE_Q8_K),
+};
+
+const kvt_type_ops *KVT_TABLE_FN(kvt_type t) {
+    if ((unsigned)t >= KVT_TYPE_COUNT || !k_ops[t].to_float) return NULL;
+    return &k_ops[t];
+}

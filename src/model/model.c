@@ -1,0 +1,296 @@
+// model.c - read hyperparameters and map weights of llama / qwen2 / qwen3 GGUFs.
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/f16.h"
+
+static const char *k_arch_names[KVT_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
+
+const char *kvt_arch_name(kvt_arch a) { return (unsigned)a < KVT_ARCH_COUNT ? k_arch_names[a] : "?"; }
+
+// Reads "<arch>.<suffix>" as a positive int32; `required` turns absence into an error.
+static kvt_status get_arch_i32(const kvt_gguf *g, const char *arch, const char *suffix, bool required, int32_t *out,
+                               kvt_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    kvt_status st = kvt_gguf_get_i64(g, key, &v, err);
+    if (st == KVT_ERR_NOT_FOUND) {
+        if (!required) return KVT_OK;
+        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: missing metadata '%s'", kvt_gguf_path(g), key);
+    }
+    if (st) return st;
+    if (v <= 0 || v > (1 << 30)) {
+        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: metadata '%s' = %lld out of range", kvt_gguf_path(g), key, (long long)v);
+    }
+    *out = (int32_t)v;
+    return KVT_OK;
+}
+
+static kvt_status get_arch_f32(const kvt_gguf *g, const char *arch, const char *suffix, float *out, kvt_err *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    kvt_status st = kvt_gguf_get_f32(g, key, out, err);
+    return st == KVT_ERR_NOT_FOUND ? KVT_OK : st;
+}
+
+kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err) {
+    memset(hp, 0, sizeof *hp);
+    const char *path = kvt_gguf_path(g);
+    kvt_str a;
+    if (kvt_gguf_get_str(g, "general.architecture", &a, err)) {
+        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: missing metadata 'general.architecture'", path);
+    }
+    int ai = -1;
+    for (int i = 0; i < KVT_ARCH_COUNT; i++) {
+        if (kvt_str_eq(a, k_arch_names[i])) ai = i;
+    }
+    if (ai < 0) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: unsupported architecture '%.*s' (kvtier runs llama, qwen2, qwen3)",
+                          path, (int)(a.len > 64 ? 64 : a.len), a.ptr);
+    }
+    hp->arch = (kvt_arch)ai;
+    const char *an = k_arch_names[ai];
+    kvt_status st;
+    if ((st = get_arch_i32(g, an, "embedding_length", true, &hp->n_embd, err)) ||
+        (st = get_arch_i32(g, an, "block_count", true, &hp->n_layer, err)) ||
+        (st = get_arch_i32(g, an, "feed_forward_length", true, &hp->n_ff, err)) ||
+        (st = get_arch_i32(g, an, "attention.head_count", true, &hp->n_head, err))) {
+        return st;
+    }
+    hp->n_head_kv = hp->n_head;
+    hp->n_ctx_train = 2048;
+    if ((st = get_arch_i32(g, an, "attention.head_count_kv", false, &hp->n_head_kv, err)) ||
+        (st = get_arch_i32(g, an, "context_length", false, &hp->n_ctx_train, err))) {
+        return st;
+    }
+    if (hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv) {
+        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: head_count %d is not a multiple of head_count_kv %d", path, hp->n_head,
+                          hp->n_head_kv);
+    }
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if ((st = get_arch_i32(g, an, "attention.key_length", false, &hp->head_dim, err))) return st;
+    hp->head_dim_v = hp->head_dim;
+    if ((st = get_arch_i32(g, an, "attention.value_length", false, &hp->head_dim_v, err))) return st;
+    if (hp->head_dim_v != hp->head_dim) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d is not supported", path,
+                          hp->head_dim, hp->head_dim_v);
+    }
+    hp->n_rot = hp->head_dim;
+    if ((st = get_arch_i32(g, an, "rope.dimension_count", false, &hp->n_rot, err))) return st;
+    if (hp->n_rot > hp->head_dim || hp->n_rot % 2) {
+        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: rope.dimension_count %d invalid for head_dim %d", path, hp->n_rot,
+                          hp->head_dim);
+    }
+    hp->rope_type = hp->arch == KVT_ARCH_LLAMA ? KVT_ROPE_NORMAL : KVT_ROPE_NEOX;
+    hp->rope_freq_base = 10000.0f;
+    hp->rope_freq_scale = 1.0f;
+    hp->rms_eps = 1e-5f;
+    if ((st = get_arch_f32(g, an, "rope.freq_base", &hp->rope_freq_base, err)) ||
+        (st = get_arch_f32(g, an, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err))) {
+        return st;
+    }
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", an);
+    kvt_str stype;
+    if (kvt_gguf_get_str(g, key, &stype, NULL) == KVT_OK && !kvt_str_eq(stype, "none")) {
+        if (!kvt_str_eq(stype, "linear")) {
+            return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' not supported (none, linear are)", path,
+                              (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
+        }
+    }
+    float factor = 0.0f;
+    if ((st = get_arch_f32(g, an, "rope.scaling.factor", &factor, err))) return st;
+    if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
+    if (!(hp->rope_freq_base > 0.0f) || !(hp->rms_eps > 0.0f)) {
+        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: rope.freq_base / rms epsilon must be positive", path);
+    }
+    // vocabulary size: explicit key, else the token list, else the embedding
+    hp->n_vocab = 0;
+    if ((st = get_arch_i32(g, an, "vocab_size", false, &hp->n_vocab, err))) return st;
+    kvt_gguf_arr toks;
+    if (!hp->n_vocab && kvt_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, NULL) == KVT_OK) hp->n_vocab = (int32_t)toks.n;
+    const kvt_gguf_tensor *te = kvt_gguf_find_tensor(g, "token_embd.weight");
+    if (te) hp->n_vocab = (int32_t)te->ne[1];
+    if (hp->n_vocab <= 0) return kvt_errorf(err, KVT_ERR_FORMAT, "%s: cannot determine vocabulary size", path);
+    return KVT_OK;
+}
+
+int64_t kvt_hparams_kv_bytes_per_token(const kvt_hparams *hp, kvt_type kv_type) {
+    int64_t per_layer = kvt_row_size(kv_type, (int64_t)hp->n_head_kv * hp->head_dim) +
+                        kvt_row_size(kv_type, (int64_t)hp->n_head_kv * hp->head_dim_v);
+    return per_layer * hp->n_layer;
+}
+
+typedef struct {
+    kvt_model *m;
+    kvt_err *err;
+    int64_t f32_used, f32_cap;
+} loader;
+
+static kvt_status find_tensor(loader *L, const char *name, bool required, const kvt_gguf_tensor **out) {
+    *out = kvt_gguf_find_tensor(L->m->gguf, name);
+    if (!*out && required) {
+        return kvt_errorf(L->err, KVT_ERR_FORMAT, "%s: missing tensor '%s'", kvt_gguf_path(L->m->gguf), name);
+    }
+    return KVT_OK;
+}
+
+// Maps a 2-D weight and checks it is [rows, cols] of a supported type.
+static kvt_status load_weight(loader *L, const char *name, int64_t cols, int64_t rows, bool required, kvt_weight *w) {
+    const kvt_gguf_tensor *t;
+    kvt_status st = find_tensor(L, name, required, &t);
+    memset(w, 0, sizeof *w);
+    if (st || !t) return st;
+    const char *path = kvt_gguf_path(L->m->gguf);
+    if (!kvt_type_supported(t->type)) {
+        return kvt_errorf(L->err, KVT_ERR_UNSUPPORTED, "%s: unsupported type %s of tensor %s", path, kvt_type_name(t->type),
+                          name);
+    }
+    if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
+        return kvt_errorf(L->err, KVT_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld]", path,
+                          name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)cols,
+                          (long long)rows);
+    }
+    w->data = t->data;
+    w->type = t->type;
+    w->cols = cols;
+    w->rows = rows;
+    return KVT_OK;
+}
+
+// Maps a 1-D vector of n values as f32 (converting F16/BF16 into owned storage).
+static kvt_status load_vec(loader *L, const char *name, int64_t n, bool required, const float **out) {
+    const kvt_gguf_tensor *t;
+    kvt_status st = find_tensor(L, name, required, &t);
+    *out = NULL;
+    if (st || !t) return st;
+    const char *path = kvt_gguf_path(L->m->gguf);
+    if (t->ne[0] != n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        return kvt_errorf(L->err, KVT_ERR_FORMAT, "%s: tensor %s has %lld x %lld elements, expected %lld", path, name,
+                          (long long)t->ne[0], (long long)t->ne[1], (long long)n);
+    }
+    if (t->type == KVT_TYPE_F32) {
+        *out = t->data;
+        return KVT_OK;
+    }
+    if (t->type != KVT_TYPE_F16 && t->type != KVT_TYPE_BF16) {
+        return kvt_errorf(L->err, KVT_ERR_UNSUPPORTED, "%s: unsupported type %s of tensor %s", path, kvt_type_name(t->type),
+                          name);
+    }
+    if (L->f32_used + n > L->f32_cap) {
+        return kvt_errorf(L->err, KVT_ERR_FORMAT, "%s: too many converted vectors", path);
+    }
+    float *dst = L->m->f32_store + L->f32_used;
+    L->f32_used += n;
+    const uint8_t *src = t->data;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        dst[i] = t->type == KVT_TYPE_F16 ? kvt_f16_to_f32(h) : kvt_bf16_to_f32(h);
+    }
+    *out = dst;
+    return KVT_OK;
+}
+
+static kvt_status load_layer(loader *L, int il, kvt_layer *ly) {
+    const kvt_hparams *hp = &L->m->hp;
+    const int64_t E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim, K = (int64_t)hp->n_head_kv * hp->head_dim,
+                  V = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    char n[96];
+    kvt_status st;
+#define NAME(s) (snprintf(n, sizeof n, "blk.%d.%s", il, s), n)
+    if ((st = load_vec(L, NAME("attn_norm.weight"), E, true, &ly->attn_norm)) ||
+        (st = load_weight(L, NAME("attn_q.weight"), E, Q, true, &ly->wq)) ||
+        (st = load_weight(L, NAME("attn_k.weight"), E, K, true, &ly->wk)) ||
+        (st = load_weight(L, NAME("attn_v.weight"), E, V, true, &ly->wv)) ||
+        (st = load_weight(L, NAME("attn_output.weight"), (int64_t)hp->n_head * hp->head_dim_v, E, true, &ly->wo)) ||
+        (st = load_vec(L, NAME("ffn_norm.weight"), E, true, &ly->ffn_norm)) ||
+        (st = load_weight(L, NAME("ffn_gate.weight"), E, hp->n_ff, true, &ly->w_gate)) ||
+        (st = load_weight(L, NAME("ffn_up.weight"), E, hp->n_ff, true, &ly->w_up)) ||
+        (st = load_weight(L, NAME("ffn_down.weight"), hp->n_ff, E, true, &ly->w_down))) {
+        return st;
+    }
+    bool biases = hp->arch == KVT_ARCH_QWEN2;
+    if ((st = load_vec(L, NAME("attn_q.bias"), Q, biases, &ly->bq)) ||
+        (st = load_vec(L, NAME("attn_k.bias"), K, biases, &ly->bk)) ||
+        (st = load_vec(L, NAME("attn_v.bias"), V, biases, &ly->bv))) {
+        return st;
+    }
+    bool qk_norm = hp->arch == KVT_ARCH_QWEN3;
+    if ((st = load_vec(L, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &ly->q_norm)) ||
+        (st = load_vec(L, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &ly->k_norm))) {
+        return st;
+    }
+#undef NAME
+    return KVT_OK;
+}
+
+kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err *err) {
+    *out = NULL;
+    kvt_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        kvt_gguf_free(g);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    }
+    m->gguf = g;
+    kvt_status st = kvt_hparams_read(g, &m->hp, err);
+    if (st || vocab_only) {
+        if (st) kvt_model_free(m);
+        else *out = m;
+        return st;
+    }
+    const kvt_hparams *hp = &m->hp;
+    // room for every norm/bias vector converted to f32
+    int64_t cap = (int64_t)hp->n_layer * (2 * hp->n_embd + (int64_t)(hp->n_head + 2 * hp->n_head_kv) * hp->head_dim +
+                                          2 * hp->head_dim) + hp->n_embd + hp->n_rot;
+    m->f32_store = malloc((size_t)cap * sizeof(float));
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->f32_store || !m->layers) {
+        kvt_model_free(m);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for model tables");
+    }
+    loader L = {m, err, 0, cap};
+    if ((st = load_weight(&L, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd)) ||
+        (st = load_vec(&L, "output_norm.weight", hp->n_embd, true, &m->output_norm)) ||
+        (st = load_weight(&L, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output)) ||
+        (st = load_vec(&L, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs))) {
+        kvt_model_free(m);
+        return st;
+    }
+    if (!m->output.data) {
+        m->output = m->tok_embd;
+        m->tied_output = true;
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        if ((st = load_layer(&L, il, &m->layers[il]))) {
+            kvt_model_free(m);
+            return st;
+        }
+    }
+    for (int64_t i = 0; i < kvt_gguf_n_tensors(g); i++) {
+        const kvt_gguf_tensor *t = kvt_gguf_tensor_at(g, i);
+        m->weight_bytes += (int64_t)t->size;
+        m->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    }
+    *out = m;
+    return KVT_OK;
+}
+
+kvt_status kvt_model_load(const char *path, bool vocab_only, kvt_model **out, kvt_err *err) {
+    kvt_gguf *g;
+    kvt_status st = kvt_gguf_open(path, &g, err);
+    if (st) return st;
+    return kvt_model_init(g, vocab_only, out, err);
+}
+
+void kvt_model_free(kvt_model *m) {
+    if (!m) return;
+    kvt_gguf_free(m->gguf);
+    free(m->f32_store);
+    free(m->layers);
+    free(m);
+}

@@ -1,0 +1,85 @@
+// model.h - hyperparameters and weight views of a GGUF model.
+//
+// A kvt_model maps the GGUF file (weights are used in place, never copied,
+// except small norm/bias vectors converted to f32) and knows the shapes of
+// every architecture kvtier runs: llama (Llama 1/2/3, Mistral, SmolLM),
+// qwen2 (q/k/v biases) and qwen3 (per-head q/k RMS norm, free head_dim).
+#ifndef KVT_MODEL_H
+#define KVT_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "../gguf/gguf.h"
+#include "../kernels/dtype.h"
+
+typedef enum { KVT_ARCH_LLAMA, KVT_ARCH_QWEN2, KVT_ARCH_QWEN3, KVT_ARCH_COUNT } kvt_arch;
+typedef enum { KVT_ROPE_NORMAL, KVT_ROPE_NEOX } kvt_rope_type;
+
+const char *kvt_arch_name(kvt_arch a);
+
+typedef struct {
+    kvt_arch arch;
+    int32_t n_vocab;
+    int32_t n_embd;     // residual width
+    int32_t n_layer;
+    int32_t n_head;     // query heads
+    int32_t n_head_kv;  // key/value heads (GQA: n_head % n_head_kv == 0)
+    int32_t head_dim;   // per-head q/k width (qwen3: may differ from n_embd/n_head)
+    int32_t head_dim_v; // per-head v width
+    int32_t n_ff;
+    int32_t n_ctx_train;
+    int32_t n_rot;      // rotated dims per head (<= head_dim)
+    kvt_rope_type rope_type;
+    float rope_freq_base;
+    float rope_freq_scale; // 1 / linear scaling factor
+    float rms_eps;
+} kvt_hparams;
+
+// A 2-D weight used in place: [rows, cols] of `type`, rows packed, where
+// cols = GGUF ne[0] (input width) and rows = ne[1] (output width).
+typedef struct {
+    const void *data;
+    kvt_type type;
+    int64_t cols;
+    int64_t rows;
+} kvt_weight;
+
+typedef struct {
+    const float *attn_norm;                 // [n_embd] f32
+    kvt_weight wq, wk, wv, wo;              // [n_head*hd, n_embd], [n_kv*hd, n_embd], .., [n_embd, n_head*hd_v]
+    const float *bq, *bk, *bv;              // qwen2 biases or NULL
+    const float *q_norm, *k_norm;           // qwen3: [head_dim] f32 or NULL
+    const float *ffn_norm;                  // [n_embd] f32
+    kvt_weight w_gate, w_up, w_down;        // [n_ff, n_embd], [n_ff, n_embd], [n_embd, n_ff]
+} kvt_layer;
+
+typedef struct kvt_model {
+    kvt_gguf *gguf;      // owns the mapping
+    kvt_hparams hp;
+    kvt_weight tok_embd; // [n_vocab, n_embd]
+    const float *output_norm;
+    kvt_weight output;   // [n_vocab, n_embd] (tied: same data as tok_embd)
+    bool tied_output;
+    const float *rope_freqs; // [n_rot/2] frequency divisors (llama3.1) or NULL
+    kvt_layer *layers;   // [n_layer]
+    float *f32_store;    // owned storage for norms/biases converted to f32
+    int64_t weight_bytes;
+    int64_t n_params;
+} kvt_model;
+
+// Loads hyperparameters and weight views from an open GGUF (takes ownership
+// of g on success and on failure). vocab_only: check metadata only, no weights.
+kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err *err);
+// Opens and loads a file.
+kvt_status kvt_model_load(const char *path, bool vocab_only, kvt_model **out, kvt_err *err);
+void kvt_model_free(kvt_model *m);
+
+// Reads only hyperparameters (no tensors validated); for `plan` and `info`.
+kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err);
+
+// Bytes of K+V per token for a KV element type (all layers).
+int64_t kvt_hparams_kv_bytes_per_token(const kvt_hparams *hp, kvt_type kv_type);
+
+#endif

@@ -1,0 +1,53 @@
+#include "generate.h"
+
+#include <string.h>
+
+#include "../base/timer.h"
+
+kvt_generate_params kvt_generate_params_default(void) {
+    kvt_generate_params p;
+    p.n_predict = 128;
+    p.sampling = kvt_sampler_params_default();
+    p.stop_at_eog = true;
+    return p;
+}
+
+kvt_status kvt_generate(kvt_context *ctx, const kvt_tokenizer *tok, const int32_t *prompt, int64_t n_prompt,
+                        const kvt_generate_params *p, int32_t *out_ids, float *prompt_logits, kvt_token_cb cb,
+                        void *user, kvt_generate_stats *stats, kvt_err *err) {
+    memset(stats, 0, sizeof *stats);
+    stats->n_prompt = n_prompt;
+    const int32_t n_vocab = kvt_context_model(ctx)->hp.n_vocab;
+    if (n_prompt <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "empty prompt: nothing to condition on");
+    if (kvt_context_n_past(ctx) + n_prompt + p->n_predict > kvt_context_n_ctx(ctx)) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "prompt (%lld tokens) + %lld to generate exceed the context of %lld tokens",
+                          (long long)n_prompt, (long long)p->n_predict, (long long)kvt_context_n_ctx(ctx));
+    }
+    kvt_sampler *smp;
+    kvt_status st = kvt_sampler_init(&p->sampling, n_vocab, &smp, err);
+    if (st) return st;
+    for (int64_t i = 0; i < n_prompt; i++) kvt_sampler_accept(smp, prompt[i]);
+    double t0 = kvt_time_ms();
+    st = kvt_decode(ctx, prompt, n_prompt, false, err);
+    stats->prefill_ms = kvt_time_ms() - t0;
+    if (st) goto done;
+    if (prompt_logits) memcpy(prompt_logits, kvt_context_logits(ctx), (size_t)n_vocab * sizeof(float));
+    double t1 = kvt_time_ms();
+    for (int64_t i = 0; i < p->n_predict; i++) {
+        int32_t id = kvt_sampler_sample(smp, kvt_context_logits(ctx));
+        kvt_sampler_accept(smp, id);
+        out_ids[stats->n_gen++] = id;
+        bool go = cb ? cb(user, id) : true;
+        if (p->stop_at_eog && tok && kvt_token_is_eog(tok, id)) {
+            stats->hit_eog = true;
+            break;
+        }
+        if (!go || i + 1 == p->n_predict) break;
+        st = kvt_decode(ctx, &id, 1, false, err);
+        if (st) break;
+    }
+    stats->decode_ms = kvt_time_ms() - t1;
+done:
+    kvt_sampler_free(smp);
+    return st;
+}

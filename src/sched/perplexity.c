@@ -1,0 +1,52 @@
+#include "perplexity.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// log p(tok) under softmax(logits), summed in double
+static double log_softmax_at(const float *logits, int32_t n, int32_t tok) {
+    float mx = logits[0];
+    for (int32_t i = 1; i < n; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) sum += exp((double)(logits[i] - mx));
+    return (double)(logits[tok] - mx) - log(sum);
+}
+
+kvt_status kvt_perplexity(kvt_context *ctx, const int32_t *ids, int64_t n_tokens, int64_t n_ctx, int32_t bos,
+                          int64_t max_chunks, kvt_ppl_progress progress, void *user, kvt_ppl_result *out,
+                          kvt_err *err) {
+    memset(out, 0, sizeof *out);
+    if (n_ctx < 4) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "perplexity needs chunks of at least 4 tokens");
+    if (n_tokens < 2 * n_ctx) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "text has %lld tokens; at least 2*CTX = %lld are needed",
+                          (long long)n_tokens, (long long)(2 * n_ctx));
+    }
+    if (n_ctx > kvt_context_n_ctx(ctx)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "chunk of %lld tokens exceeds the context size %lld", (long long)n_ctx,
+                          (long long)kvt_context_n_ctx(ctx));
+    }
+    const int32_t n_vocab = kvt_context_model(ctx)->hp.n_vocab;
+    int64_t n_chunks = n_tokens / n_ctx;
+    if (max_chunks > 0 && max_chunks < n_chunks) n_chunks = max_chunks;
+    int32_t *chunk = malloc((size_t)n_ctx * sizeof *chunk);
+    if (!chunk) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    const int64_t first = n_ctx / 2;
+    kvt_status st = KVT_OK;
+    for (int64_t c = 0; c < n_chunks; c++) {
+        memcpy(chunk, ids + c * n_ctx, (size_t)n_ctx * sizeof *chunk);
+        if (bos >= 0) chunk[0] = bos;
+        kvt_context_truncate(ctx, 0);
+        if ((st = kvt_decode(ctx, chunk, n_ctx, true, err))) break;
+        const float *logits = kvt_context_logits(ctx);
+        for (int64_t j = first; j < n_ctx - 1; j++) {
+            out->nll -= log_softmax_at(logits + j * n_vocab, n_vocab, ids[c * n_ctx + j + 1]);
+            out->n_scored++;
+        }
+        out->n_chunks = c + 1;
+        out->ppl = exp(out->nll / (double)out->n_scored);
+        if (progress) progress(user, c, out->ppl);
+    }
+    free(chunk);
+    return st;
+}

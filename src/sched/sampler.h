@@ -1,0 +1,38 @@
+// sampler.h - token sampling from a logit vector.
+//
+// Chain (as llama.cpp's default order): repetition penalty over the last
+// `penalty_last_n` tokens -> top-k -> top-p -> min-p -> temperature -> draw.
+// temp <= 0 is greedy (argmax, ties to the lowest id). Deterministic for a
+// given seed.
+#ifndef KVT_SAMPLER_H
+#define KVT_SAMPLER_H
+
+#include <stdint.h>
+
+#include "../base/status.h"
+
+typedef struct {
+    float temp;            // <= 0: greedy
+    int32_t top_k;         // <= 0: off
+    float top_p;           // >= 1: off
+    float min_p;           // <= 0: off
+    float repeat_penalty;  // 1: off
+    int32_t penalty_last_n;
+    uint64_t seed;
+} kvt_sampler_params;
+
+kvt_sampler_params kvt_sampler_params_default(void);
+
+typedef struct kvt_sampler kvt_sampler;
+
+kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sampler **out, kvt_err *err);
+void kvt_sampler_free(kvt_sampler *s);
+// Picks a token from logits [n_vocab] (not modified).
+int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits);
+// Records a token (prompt or generated) for the repetition penalty.
+void kvt_sampler_accept(kvt_sampler *s, int32_t token);
+
+// Index of the largest logit (lowest index on ties).
+int32_t kvt_argmax(const float *logits, int64_t n);
+
+#endif

@@ -1,0 +1,99 @@
+// test_cli.c - the kvtier command end to end: outputs and clean failures on
+// bad input (one error line, non-zero exit, never a crash).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "test_util.h"
+
+// Runs a shell command; returns its exit status (-1 if killed by a signal) and its output.
+static int run(const char *cmd, char *out, size_t cap) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    if (WIFSIGNALED(st)) return -1;
+    return WEXITSTATUS(st);
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+// Expects a failure with exit code `code`, exactly one line on stderr containing `needle`.
+static void expect_error(const char *name, const char *cli, const char *args, int code, const char *needle) {
+    char cmd[2048], out[8192];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/null", cli, args);
+    int rc = run(cmd, out, sizeof out);
+    test_result(rc == code && count_lines(out) == 1 && strstr(out, needle) != NULL, name,
+                "exit %d (want %d), stderr: %s", rc, code, out);
+}
+
+void test_cli(const test_env *env) {
+    char model[1024], vocab[1024], text[1024], cmd[4096];
+    static char out[1 << 20];
+    snprintf(model, sizeof model, "%s/models/stories260K.gguf", env->shared);
+    snprintf(vocab, sizeof vocab, "%s/vectors/tokenizer/ggml-vocab-llama-spm.gguf", env->shared);
+    snprintf(text, sizeof text, "%s/vectors/text/story.txt", env->shared);
+    if (!test_file_exists(env->cli)) {
+        test_skip("cli", "kvtier binary not built");
+        return;
+    }
+    // happy paths
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' -n 8 --temp 0 --json", env->cli, model);
+    int rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "\"prompt_ids\":[1,438,113,346,318,115,265,263,260,326,104]") &&
+                    strstr(out, "\"ids\":[463,449,306,461,458,327,473,372]") && strstr(out, "\"decode_tok_s\""),
+                "cli: generate --json ids match llama.cpp", "exit %d: %.300s", rc, out);
+    char dump[] = "/tmp/kvt_logits_XXXXXX";
+    int fd = mkstemp(dump);
+    close(fd);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' -n 1 --temp 0 --dump-logits %s >/dev/null 2>&1", env->cli,
+             model, dump);
+    rc = run(cmd, out, sizeof out);
+    int64_t nl = 0;
+    float *l = test_read_floats(dump, &nl);
+    test_result(rc == 0 && nl == 512, "cli: --dump-logits writes one value per vocabulary entry", "exit %d, %lld values", rc,
+                (long long)nl);
+    free(l);
+    unlink(dump);
+    snprintf(cmd, sizeof cmd, "printf 'Hello world' > /tmp/kvt_tok.txt && %s tokenize -m %s -f /tmp/kvt_tok.txt", env->cli,
+             vocab);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && !strcmp(out, "1 15043 3186\n"), "cli: tokenize on a vocabulary-only GGUF", "exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s tokenize -m %s -f /tmp/kvt_tok.txt --no-bos", env->cli, vocab);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && !strcmp(out, "15043 3186\n"), "cli: tokenize --no-bos", "exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 32 --json", env->cli, model, text);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "\"ppl\":") && strstr(out, "\"n_chunks\":"), "cli: perplexity --json", "exit %d: %s",
+                rc, out);
+    snprintf(cmd, sizeof cmd, "%s info -m %s", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "llama") && strstr(out, "KV per token"), "cli: info", "exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 16 -n 4 -r 2 -o json", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "\"avg_ts\"") && strstr(out, "\"n_prompt\":16"), "cli: bench -o json", "exit %d: %s",
+                rc, out);
+    // bad input: one clear line, non-zero exit
+    expect_error("cli: missing model file", env->cli, "generate -m /nonexistent.gguf -p hi", 1, "/nonexistent.gguf");
+    expect_error("cli: unknown flag", env->cli, "generate --bogus", 2, "unknown flag");
+    expect_error("cli: unknown command", env->cli, "frobnicate", 2, "unknown command");
+    expect_error("cli: bad number", env->cli, "generate -n ten", 2, "not an integer");
+    snprintf(cmd, sizeof cmd, "generate -m %s -p 'Once upon a time there was a little girl' -c 8 -n 4", model);
+    expect_error("cli: prompt longer than the context", env->cli, cmd, 1, "exceed the context");
+    snprintf(cmd, sizeof cmd, "head -c 3000 %s > /tmp/kvt_trunc.gguf", model);
+    if (system(cmd) == 0) {
+        expect_error("cli: truncated GGUF", env->cli, "generate -m /tmp/kvt_trunc.gguf -p hi", 1, "/tmp/kvt_trunc.gguf");
+        unlink("/tmp/kvt_trunc.gguf");
+    }
+    snprintf(cmd, sizeof cmd, "perplexity -m %s -f %s -c 4096", model, text);
+    expect_error("cli: perplexity text too short", env->cli, cmd, 1, "at least");
+    unlink("/tmp/kvt_tok.txt");
+}

@@ -1,0 +1,222 @@
+// test_model_ref.c - the forward pass against llama.cpp's golden outputs:
+// logits after the prompt within 1% of the largest reference logit, greedy ids
+// equal while the top-two gap exceeds that tolerance, and perplexity within
+// 0.2% of llama-perplexity's.
+//
+// For the quantized SmolLM2 the golden data also hold llama.cpp's results with
+// its other attention path (flash attention off): on this model llama.cpp's
+// two paths differ by ~4% of the largest logit and ~1% in perplexity, because
+// the Q8 quantization of activations amplifies rounding differences. There the
+// tolerance is widened by llama.cpp's own spread (documented in
+// tools/golden/make_golden.sh); the F32/F16 models keep the strict bounds.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/exec/context.h"
+#include "../src/model/tokenizer.h"
+#include "../src/sched/perplexity.h"
+#include "../src/sched/sampler.h"
+#include "test.h"
+#include "test_util.h"
+
+typedef struct {
+    const char *name;     // for messages
+    const char *model;    // GGUF path
+    const char *greedy;   // *.greedy.json path
+    const char *logits;   // *.logits.txt path
+    const char *ppl;      // *.ppl.json path
+    const char *logits_alt; // llama.cpp's logits from its other attention path, or NULL
+} golden;
+
+static void check_logits_and_greedy(const golden *G, kvt_model *m, bool quick) {
+    char name[256];
+    size_t len;
+    char *js = test_read_file(G->greedy, &len);
+    int64_t n_prompt = 0, n_ref = 0, n_vocab_ref = 0;
+    int32_t *prompt = js ? test_json_int_array(js, "prompt_ids", &n_prompt) : NULL;
+    int32_t *ref_ids = js ? test_json_int_array(js, "greedy_ids", &n_ref) : NULL;
+    float *ref_logits = test_read_floats(G->logits, &n_vocab_ref);
+    snprintf(name, sizeof name, "%s: golden files", G->name);
+    if (!prompt || !ref_ids || !ref_logits) {
+        test_result(false, name, "cannot read %s / %s", G->greedy, G->logits);
+        goto out;
+    }
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    kvt_context *ctx;
+    kvt_err err = {0};
+    snprintf(name, sizeof name, "%s: context", G->name);
+    if (kvt_context_init(m, &cp, &ctx, &err)) {
+        test_result(false, name, "%s", err.msg);
+        goto out;
+    }
+    snprintf(name, sizeof name, "%s: logits after prompt within 1%% of max |logit|", G->name);
+    if (kvt_decode(ctx, prompt, n_prompt, false, &err)) {
+        test_result(false, name, "%s", err.msg);
+        kvt_context_free(ctx);
+        goto out;
+    }
+    const float *l = kvt_context_logits(ctx);
+    float maxref = 0, maxdiff = 0;
+    int64_t worst = 0;
+    for (int64_t i = 0; i < n_vocab_ref; i++) {
+        if (fabsf(ref_logits[i]) > maxref) maxref = fabsf(ref_logits[i]);
+        float d = fabsf(l[i] - ref_logits[i]);
+        if (d > maxdiff) {
+            maxdiff = d;
+            worst = i;
+        }
+    }
+    float tol = 0.01f * maxref;
+    int64_t n_alt = 0;
+    float *alt = G->logits_alt ? test_read_floats(G->logits_alt, &n_alt) : NULL;
+    if (alt && n_alt == n_vocab_ref) {
+        float spread = 0;
+        for (int64_t i = 0; i < n_alt; i++) spread = fmaxf(spread, fabsf(alt[i] - ref_logits[i]));
+        printf("     (llama.cpp's own attention paths differ by %.5f: tolerance widened to %.5f)\n", spread, tol + spread);
+        tol += spread;
+    }
+    free(alt);
+    test_result(n_vocab_ref == m->hp.n_vocab && maxdiff <= tol, name,
+                "max |diff| %.5f at id %lld (ours %.5f, ref %.5f), tolerance %.5f, vocab %lld vs %d", maxdiff,
+                (long long)worst, l[worst], ref_logits[worst], tol, (long long)n_vocab_ref, m->hp.n_vocab);
+    // greedy continuation: equal ids while our top-two gap exceeds the tolerance
+    snprintf(name, sizeof name, "%s: greedy ids match llama.cpp", G->name);
+    int64_t n_gen = quick && n_ref > 8 ? 8 : n_ref;
+    int64_t matched = 0;
+    bool ok = true, stopped = false;
+    for (int64_t i = 0; i < n_gen; i++) {
+        l = kvt_context_logits(ctx);
+        int32_t id = kvt_argmax(l, m->hp.n_vocab);
+        float best = l[id], second = -INFINITY;
+        for (int32_t k = 0; k < m->hp.n_vocab; k++) {
+            if (k != id && l[k] > second) second = l[k];
+        }
+        if (id != ref_ids[i]) {
+            // a near-tie may legitimately break the other way: accept and stop comparing
+            ok = best - second <= tol || best - l[ref_ids[i]] <= tol;
+            stopped = true;
+            if (!ok) {
+                test_result(false, name, "step %lld: ours %d, ref %d (our gap to ref %.5f > tol %.5f)", (long long)i, id,
+                            ref_ids[i], best - l[ref_ids[i]], tol);
+            }
+            break;
+        }
+        matched++;
+        if (i + 1 < n_gen && kvt_decode(ctx, &id, 1, false, &err)) {
+            ok = false;
+            test_result(false, name, "%s", err.msg);
+            break;
+        }
+    }
+    if (ok) {
+        printf("     (%lld of %lld ids equal%s)\n", (long long)matched, (long long)n_gen, stopped ? ", then a near-tie" : "");
+        test_result(true, name, "");
+    }
+    kvt_context_free(ctx);
+out:
+    free(js);
+    free(prompt);
+    free(ref_ids);
+    free(ref_logits);
+}
+
+static void check_ppl(const golden *G, kvt_model *m, const char *text_path, bool quick) {
+    char name[256];
+    size_t len, tlen;
+    char *js = test_read_file(G->ppl, &len);
+    char *text = test_read_file(text_path, &tlen);
+    kvt_tokenizer *tok = NULL;
+    kvt_err err = {0};
+    snprintf(name, sizeof name, "%s: perplexity inputs", G->name);
+    if (!js || !text || kvt_tokenizer_init(m->gguf, &tok, &err)) {
+        test_result(false, name, "cannot read %s / %s or tokenizer: %s", G->ppl, text_path, err.msg);
+        goto out;
+    }
+    int64_t cap = (int64_t)tlen + 16;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    int64_t n = kvt_tokenize(tok, text, tlen, true, false, ids, cap, &err);
+    // entries look like {"ctx": 32, "ppl": 106791.3657}
+    const char *p = js;
+    while ((p = strstr(p, "\"ctx\""))) {
+        int ctxn = atoi(strchr(p, ':') + 1);
+        const char *q = strstr(p, "\"ppl\"");
+        if (!q) break;
+        double ref = atof(strchr(q, ':') + 1), lo = ref, hi = ref;
+        const char *alt = strstr(q, "\"ppl_fa_off\"");
+        const char *next = strstr(q, "\"ctx\"");
+        if (alt && (!next || alt < next)) { // llama.cpp's other attention path: accept its band
+            double r2 = atof(strchr(alt, ':') + 1);
+            lo = fmin(ref, r2);
+            hi = fmax(ref, r2);
+        }
+        p = q;
+        if (quick && ctxn > 64) continue;
+        snprintf(name, sizeof name, "%s: perplexity at ctx %d within 0.2%% of llama.cpp", G->name, ctxn);
+        kvt_context_params cp = kvt_context_params_default();
+        cp.n_ctx = ctxn;
+        cp.n_threads = 2;
+        kvt_context *ctx;
+        kvt_ppl_result r;
+        if (n < 0 || kvt_context_init(m, &cp, &ctx, &err)) {
+            test_result(false, name, "%s", err.msg);
+            continue;
+        }
+        int32_t bos = kvt_tokenizer_add_bos(tok) ? kvt_token_bos(tok) : -1;
+        kvt_status st = kvt_perplexity(ctx, ids, n, ctxn, bos, 0, NULL, NULL, &r, &err);
+        kvt_context_free(ctx);
+        double rel = r.ppl < lo ? (lo - r.ppl) / lo : r.ppl > hi ? (r.ppl - hi) / hi : 0.0;
+        printf("     ppl ours %.4f, llama.cpp %.4f", r.ppl, ref);
+        if (hi > lo) printf(" (fa off %.4f)", lo == ref ? hi : lo);
+        printf("\n");
+        test_result(st == KVT_OK && rel <= 0.002, name, "ours %.4f, llama.cpp [%.4f, %.4f] (%.3f%% outside) %s", r.ppl, lo,
+                    hi, rel * 100, st ? err.msg : "");
+    }
+    free(ids);
+out:
+    kvt_tokenizer_free(tok);
+    free(js);
+    free(text);
+}
+
+static void run_golden(const test_env *env, const golden *G) {
+    char name[256];
+    if (!test_file_exists(G->model)) {
+        snprintf(name, sizeof name, "%s: reference checks", G->name);
+        test_skip(name, "model file not present (run `make model` to fetch SmolLM2)");
+        return;
+    }
+    kvt_model *m;
+    kvt_err err = {0};
+    snprintf(name, sizeof name, "%s: load", G->name);
+    if (kvt_model_load(G->model, false, &m, &err)) {
+        test_result(false, name, "%s", err.msg);
+        return;
+    }
+    test_result(true, name, "");
+    check_logits_and_greedy(G, m, env->quick);
+    char text[1024];
+    snprintf(text, sizeof text, "%s/vectors/text/story.txt", env->shared);
+    check_ppl(G, m, text, env->quick);
+    kvt_model_free(m);
+}
+
+void test_model_ref(const test_env *env) {
+    static const char *shared_models[] = {"stories260K", "llama-2-tiny-random", "qwen3-synth-f16"};
+    char p[4][1024];
+    for (size_t i = 0; i < sizeof shared_models / sizeof shared_models[0]; i++) {
+        const char *n = shared_models[i];
+        snprintf(p[0], sizeof p[0], "%s/models/%s.gguf", env->shared, n);
+        snprintf(p[1], sizeof p[1], "%s/vectors/reference/%s.greedy.json", env->shared, n);
+        snprintf(p[2], sizeof p[2], "%s/vectors/reference/%s.logits.txt", env->shared, n);
+        snprintf(p[3], sizeof p[3], "%s/vectors/reference/%s.ppl.json", env->shared, n);
+        golden G = {n, p[0], p[1], p[2], p[3], NULL};
+        run_golden(env, &G);
+    }
+    golden S = {"smollm2-135m-q4_1", env->smollm2, "tests/data/smollm2.greedy.json", "tests/data/smollm2.logits.txt",
+                "tests/data/smollm2.ppl.json", "tests/data/smollm2.logits-fa-off.txt"};
+    run_golden(env, &S);
+}
