@@ -1,3 +1,10 @@
+// threadpool.c - persistent workers with a generation-tagged task counter.
+//
+// A job is published by bumping `generation`; tasks are claimed by a CAS on
+// `claim` = (generation << 32 | next task), so a worker that wakes late (its
+// core was taken by another process) can never claim a task of a later job,
+// and the caller never waits for an idle worker: it claims every task nobody
+// else took and waits only for tasks already running elsewhere.
 #include "threadpool.h"
 
 #include <pthread.h>
@@ -14,21 +21,22 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define SPIN_ITERS 4096   // pause-loop iterations before yielding the core
-#define YIELD_ITERS 2000  // sched_yield rounds before sleeping on the condition variable
+#define SPIN_ITERS 20000  // pause-loop iterations before yielding the core
+#define YIELD_ITERS 200   // sched_yield rounds before sleeping on the condition variable
 
 struct kvt_threadpool {
     int n_threads;
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    // current job
-    kvt_task_fn fn;
-    void *ctx;
-    int64_t n_tasks;
-    _Atomic int64_t next_task;
-    _Atomic int pending;        // workers still busy with the current job
+    // current job (written by the caller before the generation is published)
+    _Atomic(kvt_task_fn) fn;
+    _Atomic(void *) ctx;
+    _Atomic int64_t n_tasks;
+    _Atomic uint64_t claim;      // generation << 32 | next task index
+    _Atomic int64_t done;        // tasks finished in the current job
     _Atomic uint64_t generation; // bumped to publish a job
+    _Atomic int sleeping;        // workers blocked on cv
     _Atomic int stop;
 };
 
@@ -37,11 +45,20 @@ typedef struct {
     int id;
 } worker_arg;
 
-static void drain(kvt_threadpool *p, int thread) {
+// Claims and runs tasks of job `gen` until none is left or a newer job started.
+static void drain(kvt_threadpool *p, uint64_t gen, int thread) {
+    kvt_task_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
+    void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
+    const int64_t n = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
+    uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        int64_t t = atomic_fetch_add_explicit(&p->next_task, 1, memory_order_relaxed);
-        if (t >= p->n_tasks) break;
-        p->fn(p->ctx, t, thread);
+        if ((c >> 32) != (gen & 0xffffffffu) || (int64_t)(c & 0xffffffffu) >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel, memory_order_acquire)) {
+            continue;
+        }
+        fn(ctx, (int64_t)(c & 0xffffffffu), thread);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
 }
 
@@ -58,21 +75,20 @@ static void *worker_main(void *arg) {
             if (atomic_load_explicit(&p->stop, memory_order_relaxed)) return NULL;
             if (++spins < SPIN_ITERS) {
                 CPU_RELAX();
-                continue;
+            } else if (spins < SPIN_ITERS + YIELD_ITERS) {
+                sched_yield(); // another process may want this core
+            } else {
+                pthread_mutex_lock(&p->mu);
+                atomic_fetch_add(&p->sleeping, 1);
+                while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
+                atomic_fetch_sub(&p->sleeping, 1);
+                pthread_mutex_unlock(&p->mu);
+                spins = 0;
             }
-            // another process may want this core (oversubscription): yield before sleeping
-            if (spins < SPIN_ITERS + YIELD_ITERS) {
-                sched_yield();
-                continue;
-            }
-            pthread_mutex_lock(&p->mu);
-            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
-            pthread_mutex_unlock(&p->mu);
         }
         seen = gen;
         if (atomic_load(&p->stop)) return NULL;
-        drain(p, id);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        drain(p, gen, id);
     }
 }
 
@@ -91,14 +107,8 @@ kvt_status kvt_threadpool_init(int n_threads, kvt_threadpool **out, kvt_err *err
     }
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
-        if (!wa) {
-            p->n_threads = i;
-            kvt_threadpool_free(p);
-            return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for thread pool");
-        }
-        wa->pool = p;
-        wa->id = i;
-        if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
+        if (wa) *wa = (worker_arg){p, i};
+        if (!wa || pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
             free(wa);
             p->n_threads = i;
             kvt_threadpool_free(p);
@@ -130,19 +140,22 @@ void kvt_threadpool_run(kvt_threadpool *p, kvt_task_fn fn, void *ctx, int64_t n_
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    drain(p, 0);
-    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+    const uint64_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->claim, (gen & 0xffffffffu) << 32, memory_order_release);
+    atomic_store_explicit(&p->generation, gen, memory_order_release);
+    if (atomic_load(&p->sleeping) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    drain(p, gen, 0);
+    for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks; spins++) {
         if (spins < SPIN_ITERS) CPU_RELAX();
-        else sched_yield(); // a worker was descheduled: give it the core
+        else sched_yield(); // a task is running on a descheduled worker: give it the core
     }
 }
 
@@ -152,8 +165,8 @@ int kvt_physical_cores(void) {
     int n = 0;
     if (f) {
         char line[256];
-        int phys = 0, seen_cap = 256, n_seen = 0;
-        long seen[256];
+        int phys = 0, n_seen = 0;
+        long seen[1024];
         while (fgets(line, sizeof line, f)) {
             int v;
             if (sscanf(line, "physical id : %d", &v) == 1) phys = v;
@@ -161,7 +174,7 @@ int kvt_physical_cores(void) {
                 long key = (long)phys * 100000 + v;
                 int dup = 0;
                 for (int i = 0; i < n_seen; i++) dup |= seen[i] == key;
-                if (!dup && n_seen < seen_cap) seen[n_seen++] = key;
+                if (!dup && n_seen < 1024) seen[n_seen++] = key;
             }
         }
         fclose(f);

@@ -4,10 +4,10 @@
 #include <string.h>
 
 #include "../attn/attention.h"
-#include "../kernels/matmul.h"
 #include "../kernels/quant.h"
 #include "../kernels/vec.h"
 #include "context.h"
+#include "matmul_par.h"
 
 struct kvt_context {
     const kvt_model *m;
@@ -25,7 +25,7 @@ struct kvt_context {
     float *gate;   // [ub, n_ff]
     float *up;     // [ub, n_ff]
     float *tmp;    // [ub, n_embd] projection output
-    void *qact;    // [ub, max_width] activations in a weight's dot type
+    void *qact;    // kvt_matmul_scratch_bytes(max_width, ub): activations in the weights' dot types
     float *rope_cs;// [ub, n_rot] cos/sin per token
     float *logits; // [n_ctx or 1, n_vocab]
     int64_t logits_rows;
@@ -93,7 +93,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
     c->gate = xalloc(c, (size_t)(ub * F) * 4, &ok);
     c->up = xalloc(c, (size_t)(ub * F) * 4, &ok);
     c->tmp = xalloc(c, (size_t)(ub * E) * 4, &ok);
-    c->qact = xalloc(c, (size_t)(ub * wmax) * 4 + 1024, &ok); // f32 is the widest dot type
+    c->qact = xalloc(c, (size_t)kvt_matmul_scratch_bytes(wmax, ub), &ok);
     c->rope_cs = xalloc(c, (size_t)(ub * hp->n_rot) * 4, &ok);
     c->attn_scratch = calloc((size_t)c->p.n_threads, sizeof(void *));
     if (!c->attn_scratch) ok = false;
@@ -133,45 +133,8 @@ void kvt_context_free(kvt_context *c) {
     free(c);
 }
 
-// --- threaded matmul: y[n, w->rows] = x[n, w->cols] . W^T ----------------------
-
-typedef struct {
-    const kvt_weight *w;
-    const float *x;
-    void *xq;
-    int64_t n;
-    float *y;
-    int64_t ldy;
-    int64_t chunk;
-    const kvt_type_ops *dot_ops;
-    int64_t xq_row;
-} mm_job;
-
-static void mm_quant_task(void *vj, int64_t t, int thread) {
-    (void)thread;
-    mm_job *J = vj;
-    J->dot_ops->from_float(J->x + t * J->w->cols, (uint8_t *)J->xq + t * J->xq_row, J->w->cols);
-}
-
-static void mm_task(void *vj, int64_t t, int thread) {
-    (void)thread;
-    mm_job *J = vj;
-    int64_t r0 = t * J->chunk, r1 = r0 + J->chunk;
-    if (r1 > J->w->rows) r1 = J->w->rows;
-    kvt_matmul_rows(J->w->type, J->w->cols, J->w->data, r0, r1, J->xq, J->n, J->y, J->ldy);
-}
-
 static void matmul(kvt_context *c, const kvt_weight *w, const float *x, int64_t n, float *y) {
-    const kvt_type_ops *ops = kvt_type_ops_get(w->type);
-    mm_job J = {w, x, c->qact, n, y, w->rows, 0, kvt_type_ops_get(ops->vec_dot_type), 0};
-    J.xq_row = kvt_row_size(ops->vec_dot_type, w->cols);
-    kvt_threadpool_run(c->pool, mm_quant_task, &J, n);
-    // enough chunks to balance threads, each a multiple of 16 rows
-    const int nt = kvt_threadpool_n_threads(c->pool);
-    int64_t chunk = w->rows / ((int64_t)nt * 8);
-    chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16;
-    J.chunk = chunk;
-    kvt_threadpool_run(c->pool, mm_task, &J, (w->rows + chunk - 1) / chunk);
+    kvt_matmul_par(c->pool, &w, &y, 1, x, n, c->qact);
 }
 
 static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
@@ -214,9 +177,9 @@ static kvt_status forward_ubatch(kvt_context *c, const int32_t *tokens, int64_t 
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const kvt_layer *L = &m->layers[il];
         for (int64_t t = 0; t < n; t++) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, L->attn_norm, E, hp->rms_eps);
-        matmul(c, &L->wq, c->xn, n, c->q);
-        matmul(c, &L->wk, c->xn, n, c->k);
-        matmul(c, &L->wv, c->xn, n, c->v);
+        const kvt_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_out[3] = {c->q, c->k, c->v};
+        kvt_matmul_par(c->pool, qkv, qkv_out, 3, c->xn, n, c->qact);
         add_bias(c->q, L->bq, n, L->wq.rows);
         add_bias(c->k, L->bk, n, L->wk.rows);
         add_bias(c->v, L->bv, n, L->wv.rows);
@@ -229,8 +192,9 @@ static kvt_status forward_ubatch(kvt_context *c, const int32_t *tokens, int64_t 
         matmul(c, &L->wo, c->att, n, c->tmp);
         for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
         for (int64_t t = 0; t < n; t++) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, L->ffn_norm, E, hp->rms_eps);
-        matmul(c, &L->w_gate, c->xn, n, c->gate);
-        matmul(c, &L->w_up, c->xn, n, c->up);
+        const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
+        float *gu_out[2] = {c->gate, c->up};
+        kvt_matmul_par(c->pool, gu, gu_out, 2, c->xn, n, c->qact);
         kvt_swiglu_f32(c->gate, c->up, n * hp->n_ff);
         matmul(c, &L->w_down, c->gate, n, c->tmp);
         for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);

@@ -1,0 +1,86 @@
+#include "matmul_par.h"
+
+#include "../kernels/matmul.h"
+#include "../kernels/quant.h"
+
+// Activations are converted to at most two dot types per call (e.g. Q8_K for
+// q4_K and q6_K weights share one); two buffers of the widest (f32) size.
+int64_t kvt_matmul_scratch_bytes(int64_t max_cols, int64_t n_tok) { return 2 * (max_cols * 4 + 64) * n_tok + 128; }
+
+typedef struct {
+    const kvt_weight *w;
+    float *y;
+    const void *xq;   // [n_tok, cols] in w's dot type
+    int64_t chunk;    // rows per task
+    int64_t first;    // first task index of this weight
+} mm_part;
+
+typedef struct {
+    mm_part part[KVT_MM_MAX_OUT];
+    int n_part;
+    const float *x;
+    int64_t n_tok, cols;
+    // conversion tasks (when run on the pool)
+    const kvt_type_ops *cvt_ops[2];
+    void *cvt_buf[2];
+    int64_t cvt_row[2];
+    int n_cvt;
+} mm_job;
+
+static void cvt_task(void *vj, int64_t t, int thread) {
+    (void)thread;
+    mm_job *J = vj;
+    int k = (int)(t / J->n_tok);
+    int64_t row = t % J->n_tok;
+    J->cvt_ops[k]->from_float(J->x + row * J->cols, (uint8_t *)J->cvt_buf[k] + row * J->cvt_row[k], J->cols);
+}
+
+static void mm_task(void *vj, int64_t t, int thread) {
+    (void)thread;
+    mm_job *J = vj;
+    int i = J->n_part - 1;
+    while (i > 0 && t < J->part[i].first) i--;
+    const mm_part *P = &J->part[i];
+    int64_t r0 = (t - P->first) * P->chunk, r1 = r0 + P->chunk;
+    if (r1 > P->w->rows) r1 = P->w->rows;
+    kvt_matmul_rows(P->w->type, J->cols, P->w->data, r0, r1, P->xq, J->n_tok, P->y, P->w->rows);
+}
+
+void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
+                    int64_t n_tok, void *scratch) {
+    mm_job J = {.n_part = n_out, .x = x, .n_tok = n_tok, .cols = w[0]->cols};
+    uint8_t *buf = scratch;
+    kvt_type dot_types[2];
+    for (int i = 0; i < n_out; i++) {
+        kvt_type dt = kvt_type_ops_get(w[i]->type)->vec_dot_type;
+        int k = 0;
+        while (k < J.n_cvt && dot_types[k] != dt) k++;
+        if (k == J.n_cvt) { // a new dot type: convert the input once into the next buffer
+            dot_types[k] = dt;
+            J.cvt_ops[k] = kvt_type_ops_get(dt);
+            J.cvt_row[k] = kvt_row_size(dt, J.cols);
+            J.cvt_buf[k] = buf + (size_t)k * (size_t)((J.cols * 4 + 64) * n_tok);
+            J.n_cvt++;
+        }
+        J.part[i].w = w[i];
+        J.part[i].y = y[i];
+        J.part[i].xq = J.cvt_buf[k];
+    }
+    // a few rows of decode input are converted faster here than a dispatch costs
+    if (n_tok <= 4) {
+        for (int64_t t = 0; t < (int64_t)J.n_cvt * n_tok; t++) cvt_task(&J, t, 0);
+    } else {
+        kvt_threadpool_run(pool, cvt_task, &J, (int64_t)J.n_cvt * n_tok);
+    }
+    // enough tasks to balance the threads, each a multiple of 16 rows
+    const int nt = kvt_threadpool_n_threads(pool);
+    int64_t n_tasks = 0;
+    for (int i = 0; i < n_out; i++) {
+        int64_t chunk = w[i]->rows / ((int64_t)nt * 8);
+        chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16;
+        J.part[i].chunk = chunk;
+        J.part[i].first = n_tasks;
+        n_tasks += (w[i]->rows + chunk - 1) / chunk;
+    }
+    kvt_threadpool_run(pool, mm_task, &J, n_tasks);
+}
