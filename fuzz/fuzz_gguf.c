@@ -84,6 +84,9 @@ int main(int argc, char **argv) {
         iters++;
     }
     printf("fuzz_gguf: %ld inputs, no crash\n", iters);
+    for (int i = 0; i < ns; i++) free(seeds[i]);
+    free(seeds);
+    free(lens);
     return 0;
 }
 #endif

@@ -65,17 +65,10 @@ static kvt_status rd_bytes(reader *r, void *dst, size_t n, const char *what) {
 static kvt_status rd_u32(reader *r, uint32_t *v, const char *what) { return rd_bytes(r, v, 4, what); }
 static kvt_status rd_u64(reader *r, uint64_t *v, const char *what) { return rd_bytes(r, v, 8, what); }
 
-static kvt_status rd_str(reader *r, kvt_str *s, bool v1_len32, const char *what) {
+static kvt_status rd_str(reader *r, kvt_str *s, const char *what) {
     uint64_t len = 0;
-    if (v1_len32) {
-        uint32_t l32;
-        kvt_status st = rd_u32(r, &l32, what);
-        if (st) return st;
-        len = l32;
-    } else {
-        kvt_status st = rd_u64(r, &len, what);
-        if (st) return st;
-    }
+    kvt_status st = rd_u64(r, &len, what);
+    if (st) return st;
     if (len > r->size - r->pos) {
         return kvt_errorf(r->err, KVT_ERR_FORMAT, "%s: %s at offset %zu has length %llu beyond end of file (size %zu)",
                           r->name, what, r->pos, (unsigned long long)len, r->size);
@@ -101,11 +94,11 @@ bool kvt_str_eq(kvt_str s, const char *c) {
     return s.len == n && memcmp(s.ptr, c, n) == 0;
 }
 
-static kvt_status parse_kv(reader *r, gguf_kv *kv, uint32_t version, int64_t idx) {
+static kvt_status parse_kv(reader *r, gguf_kv *kv, int64_t idx) {
     kvt_status st;
     char what[64];
     snprintf(what, sizeof what, "key of metadata entry %lld", (long long)idx);
-    if ((st = rd_str(r, &kv->key, version == 1, what))) return st;
+    if ((st = rd_str(r, &kv->key, what))) return st;
     uint32_t type;
     if ((st = rd_u32(r, &type, "metadata value type"))) return st;
     if (type >= KVT_GGUF_TYPE_COUNT) {
@@ -113,7 +106,7 @@ static kvt_status parse_kv(reader *r, gguf_kv *kv, uint32_t version, int64_t idx
                           (int)(kv->key.len > 200 ? 200 : kv->key.len), kv->key.ptr, type, r->pos - 4);
     }
     kv->type = (kvt_gguf_type)type;
-    if (kv->type == KVT_GGUF_STRING) return rd_str(r, &kv->str, version == 1, "string value");
+    if (kv->type == KVT_GGUF_STRING) return rd_str(r, &kv->str, "string value");
     if (kv->type != KVT_GGUF_ARRAY) {
         size_t n = scalar_size(kv->type);
         if (n > r->size - r->pos) return rd_fail(r, "metadata value");
@@ -128,18 +121,11 @@ static kvt_status parse_kv(reader *r, gguf_kv *kv, uint32_t version, int64_t idx
                           (int)(kv->key.len > 200 ? 200 : kv->key.len), kv->key.ptr, at);
     }
     kv->arr_type = (kvt_gguf_type)at;
-    if (version == 1) {
-        uint32_t n32;
-        if ((st = rd_u32(r, &n32, "array length"))) return st;
-        kv->arr_n = n32;
-    } else if ((st = rd_u64(r, &kv->arr_n, "array length"))) {
-        return st;
-    }
+    if ((st = rd_u64(r, &kv->arr_n, "array length"))) return st;
     kv->value = r->base + r->pos;
     if (kv->arr_type == KVT_GGUF_STRING) {
         // each string needs at least its 8-byte length: bound n before allocating
-        size_t min_each = version == 1 ? 4 : 8;
-        if (kv->arr_n > (r->size - r->pos) / min_each) {
+        if (kv->arr_n > (r->size - r->pos) / 8) { // each string needs its 8-byte length
             return kvt_errorf(r->err, KVT_ERR_FORMAT, "%s: string array '%.*s' claims %llu elements, more than the file holds",
                               r->name, (int)(kv->key.len > 200 ? 200 : kv->key.len), kv->key.ptr,
                               (unsigned long long)kv->arr_n);
@@ -149,7 +135,7 @@ static kvt_status parse_kv(reader *r, gguf_kv *kv, uint32_t version, int64_t idx
         for (uint64_t i = 0; i < kv->arr_n; i++) {
             kv->str_offsets[i] = r->pos;
             kvt_str tmp;
-            if ((st = rd_str(r, &tmp, version == 1, "string array element"))) return st;
+            if ((st = rd_str(r, &tmp, "string array element"))) return st;
         }
         return KVT_OK;
     }
@@ -162,11 +148,11 @@ static kvt_status parse_kv(reader *r, gguf_kv *kv, uint32_t version, int64_t idx
     return KVT_OK;
 }
 
-static kvt_status parse_tensor_info(reader *r, kvt_gguf_tensor *t, uint32_t version, int64_t idx) {
+static kvt_status parse_tensor_info(reader *r, kvt_gguf_tensor *t, int64_t idx) {
     kvt_status st;
     char what[64];
     snprintf(what, sizeof what, "name of tensor %lld", (long long)idx);
-    if ((st = rd_str(r, &t->name, version == 1, what))) return st;
+    if ((st = rd_str(r, &t->name, what))) return st;
     int nl = (int)(t->name.len > 200 ? 200 : t->name.len);
     if (t->name.len > GGUF_MAX_NAME) {
         return kvt_errorf(r->err, KVT_ERR_FORMAT, "%s: tensor %lld name length %llu is too long", r->name, (long long)idx,
@@ -181,13 +167,7 @@ static kvt_status parse_tensor_info(reader *r, kvt_gguf_tensor *t, uint32_t vers
     for (int d = 0; d < KVT_MAX_DIMS; d++) t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         uint64_t ne;
-        if (version == 1) {
-            uint32_t n32;
-            if ((st = rd_u32(r, &n32, "tensor dimension"))) return st;
-            ne = n32;
-        } else if ((st = rd_u64(r, &ne, "tensor dimension"))) {
-            return st;
-        }
+        if ((st = rd_u64(r, &ne, "tensor dimension"))) return st;
         if (ne == 0 || ne > (uint64_t)INT64_MAX / 8 || nel > (uint64_t)INT64_MAX / 8 / ne) {
             return kvt_errorf(r->err, KVT_ERR_FORMAT, "%s: tensor '%.*s' dimension %u has absurd size %llu", r->name, nl,
                               t->name.ptr, d, (unsigned long long)ne);
@@ -225,14 +205,7 @@ static kvt_status parse(kvt_gguf *g, kvt_err *err) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: GGUF version %u not supported (2 and 3 are)", g->path, g->version);
     }
     uint64_t n_tensors, n_kv;
-    if (g->version == 1) {
-        uint32_t a, b;
-        if ((st = rd_u32(&r, &a, "tensor count")) || (st = rd_u32(&r, &b, "metadata count"))) return st;
-        n_tensors = a;
-        n_kv = b;
-    } else if ((st = rd_u64(&r, &n_tensors, "tensor count")) || (st = rd_u64(&r, &n_kv, "metadata count"))) {
-        return st;
-    }
+    if ((st = rd_u64(&r, &n_tensors, "tensor count")) || (st = rd_u64(&r, &n_kv, "metadata count"))) return st;
     // every kv needs >= 12 bytes and every tensor info >= 24: bound counts by the file size
     if (n_kv > g->size / 12 || n_tensors > g->size / 24) {
         return kvt_errorf(err, KVT_ERR_FORMAT, "%s: header claims %llu metadata entries and %llu tensors, more than the %zu-byte file can hold",
@@ -243,7 +216,7 @@ static kvt_status parse(kvt_gguf *g, kvt_err *err) {
     if (!g->kv || !g->tensors) return kvt_errorf(err, KVT_ERR_NOMEM, "%s: out of memory for header", g->path);
     g->n_kv = (int64_t)n_kv;
     for (int64_t i = 0; i < g->n_kv; i++) {
-        if ((st = parse_kv(&r, &g->kv[i], g->version, i))) return st;
+        if ((st = parse_kv(&r, &g->kv[i], i))) return st;
     }
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     int64_t ai = kvt_gguf_find_key(g, "general.alignment");
@@ -257,7 +230,7 @@ static kvt_status parse(kvt_gguf *g, kvt_err *err) {
     }
     g->n_tensors = (int64_t)n_tensors;
     for (int64_t i = 0; i < g->n_tensors; i++) {
-        if ((st = parse_tensor_info(&r, &g->tensors[i], g->version, i))) return st;
+        if ((st = parse_tensor_info(&r, &g->tensors[i], i))) return st;
     }
     uint64_t data = (r.pos + g->alignment - 1) / g->alignment * g->alignment;
     if (g->n_tensors > 0 && data > g->size) {
@@ -456,16 +429,8 @@ kvt_str kvt_gguf_arr_str(const kvt_gguf *g, const kvt_gguf_arr *arr, uint64_t i)
     if (!kv->str_offsets || i >= kv->arr_n) return s;
     const uint8_t *p = g->base + kv->str_offsets[i];
     uint64_t len;
-    if (g->version == 1) {
-        uint32_t l32;
-        memcpy(&l32, p, 4);
-        len = l32;
-        p += 4;
-    } else {
-        memcpy(&len, p, 8);
-        p += 8;
-    }
-    s.ptr = (const char *)p;
+    memcpy(&len, p, 8);
+    s.ptr = (const char *)p + 8;
     s.len = len;
     return s;
 }
