@@ -12,6 +12,7 @@
 #include "../src/kernels/f16.h"
 #include "../src/kernels/matmul.h"
 #include "../src/kernels/quant.h"
+#include "../src/kernels/vec.h"
 
 static int g_fail;
 
@@ -314,6 +315,29 @@ static void test_matmul(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok, in
     for (int isa = -1; isa <= (int)kvt_kernels_isa(); isa++) test_matmul_isa(isa, t, n, n_rows, n_tok, r0, r1);
 }
 
+// kvt_vec_mad (SIMD when available) against a double-precision reference.
+static void test_vec_mad(void) {
+    int bad = 0;
+    for (int f16 = 0; f16 <= 1; f16++)
+        for (int64_t n = 1; n <= 70; n++) {
+            float x[70], y[70], y0[70];
+            uint16_t h[70];
+            for (int64_t i = 0; i < n; i++) {
+                x[i] = rnd_normal();
+                h[i] = kvt_f32_to_f16(x[i]);
+                if (f16) x[i] = kvt_f16_to_f32(h[i]);
+                y[i] = y0[i] = rnd_normal();
+            }
+            const float s = rnd_normal();
+            kvt_vec_mad(f16 ? KVT_TYPE_F16 : KVT_TYPE_F32, y, f16 ? (const void *)h : (const void *)x, s, n);
+            for (int64_t i = 0; i < n; i++) {
+                const double want = (double)y0[i] + (double)s * x[i];
+                if (fabs(y[i] - want) > 1e-5 * (fabs(y0[i]) + fabs(s * x[i])) + 1e-30) bad++;
+            }
+        }
+    CHECK("vec_mad_f16_f32", bad == 0, "%d elements differ", bad);
+}
+
 int test_kernels_main(void) {
     g_fail = 0;
     printf("# kernels isa: %s\n", kvt_isa_name(kvt_kernels_isa()));
@@ -335,6 +359,16 @@ int test_kernels_main(void) {
         kvt_type_layout((uint32_t)t, &blck, &bsize);
         test_matmul(t, blck == 1 ? 517 : blck == 32 ? 32 * 13 : 256 * 3, 11, 6, 0, 11); // partial groups / tails
     }
+    // every token count through the tile/tail logic of the many-token paths,
+    // with row ranges that are not multiples of the 16-row panels
+    for (size_t i = 0; i < nw; i++) {
+        const kvt_type t = k_weight_types[i].t;
+        int64_t blck = 1, bsize = 0;
+        kvt_type_layout((uint32_t)t, &blck, &bsize);
+        const int64_t n = blck == 256 ? 512 : blck == 32 ? 320 : 67;
+        for (int64_t nt = 1; nt <= 33; nt++) test_matmul(t, n, 41, nt, nt % 5, 41 - nt % 7);
+    }
+    test_vec_mad();
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_0) == NULL &&
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,
           "unsupported types must give NULL");

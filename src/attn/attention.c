@@ -8,89 +8,197 @@
 #include "../kernels/quant.h"
 #include "../kernels/vec.h"
 
-int64_t kvt_attn_scratch_bytes(const kvt_kv *kv) {
-    // scores [block_tokens] f32 + query in the K dot type [head_dim] + acc [head_dim_v] f32 + tmp row
-    return kv->block_tokens * 4 + kvt_row_size(KVT_TYPE_F32, kv->head_dim) + 2 * (int64_t)kv->head_dim_v * 4 + 64;
+// Query heads served by one block of a group.
+static int32_t group_qheads(const kvt_kv *kv, int32_t n_head) { return kv->group_heads * (n_head / kv->n_head_kv); }
+
+static int32_t tile_of(int32_t tile) { return tile > 0 ? tile : KVT_ATTN_TILE; }
+
+int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile) {
+    const int64_t qh = group_qheads(kv, n_head), T = tile_of(tile);
+    const kvt_type dt = kvt_type_ops_get(kv->type)->vec_dot_type;
+    // scores [qh, T] f32, m/l [qh] f32, acc [qh, hdv] f32, queries [qh] rows of the K dot type,
+    // gathered V rows [T, group_heads * head_dim_v] kv type
+    return qh * T * 4 + qh * 8 + qh * (int64_t)kv->head_dim_v * 4 + qh * (kvt_row_size(dt, kv->head_dim) + 64) +
+           T * kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim_v) + 256;
+}
+
+// Chunks per token: enough to give every thread work in decode (independent of block size and granularity).
+// Chunk c takes tiles c, c + C, c + 2C, ...: the C threads walk the blocks together, in schedule order.
+static int64_t n_chunks_for(int64_t n, int nt) { return n >= nt ? 1 : ((int64_t)nt + n - 1) / n; }
+
+int64_t kvt_attn_workspace_bytes(const kvt_kv *kv, int32_t n_head, int n_threads) {
+    // chunk states [n < n_threads tokens][n_head][chunks][2 + hdv] f32; n * chunks < 2 * n_threads
+    return 2 * (int64_t)n_threads * n_head * (2 + kv->head_dim_v) * 4 + 64;
 }
 
 typedef struct {
     kvt_kv *kv;
     int32_t seq, layer;
     const kvt_attn_params *p;
+    int32_t T;
     const float *q;
-    int64_t pos0, n;
+    int64_t pos0, n, n_chunk;
     float *out;
+    float *part; // [n, n_head, n_chunk, 2 + hdv] (m, l, o) per chunk, when n_chunk > 1
     void *const *scratch;
     _Atomic int failed;
     kvt_err err;
 } attn_job;
 
-// One (token, query head): stream over the blocks covering [0, pos].
+static bool fail(attn_job *J, const kvt_err *e) {
+    if (!atomic_exchange(&J->failed, 1)) J->err = *e;
+    return false;
+}
+
+// One (token t, group g, chunk c): stream over the chunk's tiles for every query head of g.
 static void attn_task(void *vctx, int64_t task, int thread) {
     attn_job *J = vctx;
     kvt_kv *kv = J->kv;
-    const int32_t H = J->p->n_head, hd = kv->head_dim, hdv = kv->head_dim_v;
-    const int64_t t = task / H;
-    const int32_t h = (int32_t)(task % H);
-    const int32_t g = h / (H / kv->n_head_kv);
+    const int32_t H = J->p->n_head, hd = kv->head_dim, hdv = kv->head_dim_v, T = J->T;
+    const int32_t qpg = H / kv->n_head_kv, qh = group_qheads(kv, H);
+    const int64_t C = J->n_chunk, t = task / (kv->n_group * C);
+    const int32_t g = (int32_t)((task / C) % kv->n_group);
+    const int64_t c = task % C;
     const int64_t pos = J->pos0 + t; // last position attended (causal)
     const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
-    uint8_t *sc = J->scratch[thread];
-    float *s = (float *)sc;                                   // [block_tokens] scores
-    float *o = s + kv->block_tokens;                          // [hdv] accumulator
-    void *qd = o + hdv;                                       // [hd] query in K's dot type
     const kvt_type_ops *qops = kvt_type_ops_get(ops->vec_dot_type);
-    qops->from_float(J->q + t * (int64_t)H * hd + (int64_t)h * hd, qd, hd);
-    memset(o, 0, (size_t)hdv * sizeof(float));
-    float m = -INFINITY, l = 0.0f;
-    const int64_t nb = kvt_kv_n_blocks(kv, pos + 1);
-    for (int64_t b = 0; b < nb; b++) {
-        if (atomic_load_explicit(&J->failed, memory_order_relaxed)) return;
-        kvt_kv_view v;
-        kvt_err e;
-        if (kv->ops->acquire(kv, J->seq, J->layer, b, &v, &e)) {
-            if (!atomic_exchange(&J->failed, 1)) J->err = e;
-            return;
-        }
-        int64_t cnt = pos + 1 - v.pos0;
-        if (cnt > v.n) cnt = v.n;
-        const uint8_t *kb = (const uint8_t *)v.k + (int64_t)g * kvt_row_size(kv->type, hd);
-        float bm = -INFINITY;
-        for (int64_t j = 0; j < cnt; j++) {
-            float d;
-            ops->vec_dot(hd, &d, kb + j * v.k_stride, qd);
-            s[j] = d * J->p->scale;
-            if (s[j] > bm) bm = s[j];
-        }
-        // merge this block into the running (m, l, o)
-        float mn = bm > m ? bm : m;
-        float corr = expf(m - mn);
-        if (corr != 1.0f) {
-            l *= corr;
-            kvt_vec_scale_f32(o, corr, hdv);
-        }
-        const uint8_t *vb = (const uint8_t *)v.v + (int64_t)g * kvt_row_size(kv->type, hdv);
-        for (int64_t j = 0; j < cnt; j++) {
-            float pj = expf(s[j] - mn);
-            l += pj;
-            kvt_vec_mad(kv->type, o, vb + j * v.v_stride, pj, hdv);
-        }
-        m = mn;
-        kv->ops->release(kv, J->seq, J->layer, b);
+    const int64_t qrow = (kvt_row_size(ops->vec_dot_type, hd) + 63) / 64 * 64;
+    const int64_t krow = kvt_row_size(kv->type, hd), vrow = kvt_row_size(kv->type, hdv);
+    const int64_t vgrow = vrow * kv->group_heads; // gathered V row: every head of the group
+    float *s = (float *)J->scratch[thread];       // [qh, T] scores
+    float *m = s + (int64_t)qh * T;               // [qh] running max
+    float *l = m + qh;                            // [qh] running sum
+    float *o = l + qh;                            // [qh, hdv] accumulators
+    uint8_t *qd = (uint8_t *)(((uintptr_t)(o + (int64_t)qh * hdv) + 63) & ~(uintptr_t)63); // [qh, qrow]
+    uint8_t *vt = qd + qh * qrow;                 // [T, vgrow] gathered V rows, kv type
+    const int32_t h0 = g * qh;                    // first query head of the group
+    for (int32_t i = 0; i < qh; i++) {
+        qops->from_float(J->q + t * (int64_t)H * hd + (int64_t)(h0 + i) * hd, qd + i * qrow, hd);
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
     }
-    float *dst = J->out + t * (int64_t)H * hdv + (int64_t)h * hdv;
-    float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int32_t i = 0; i < hdv; i++) dst[i] = o[i] * inv;
+    memset(o, 0, (size_t)qh * hdv * sizeof(float));
+    const int64_t ntile = (pos + 1 + T - 1) / T;
+    int64_t held = -1; // block currently acquired
+    kvt_kv_view v = {0};
+    kvt_err e;
+    for (int64_t tl = c; tl < ntile; tl += C) {
+        if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
+        const int64_t pa = tl * T, pb = pa + T < pos + 1 ? pa + T : pos + 1;
+        const bool direct = pa / kv->block_tokens == (pb - 1) / kv->block_tokens; // tile inside one block
+        for (int64_t p = pa; p < pb;) {
+            const int64_t b = p / kv->block_tokens;
+            if (b != held) {
+                if (held >= 0) kv->ops->release(kv, J->seq, J->layer, g, held);
+                held = -1;
+                if (kv->ops->acquire(kv, J->seq, J->layer, g, b, &v, &e)) {
+                    fail(J, &e);
+                    return;
+                }
+                held = b;
+            }
+            const int64_t off = p - v.pos0;
+            int64_t cnt = v.pos0 + v.n - p;
+            if (cnt > pb - p) cnt = pb - p;
+            if (cnt <= 0) { // the store holds fewer positions than attended: a caller error
+                kvt_errorf(&e, KVT_ERR_INVALID_ARG, "KV layer %d holds no position %lld", J->layer, (long long)p);
+                fail(J, &e);
+                break;
+            }
+            for (int32_t i = 0; i < qh; i++) {
+                const uint8_t *kb = (const uint8_t *)v.k + (i / qpg) * krow + off * v.k_stride;
+                float *si = s + (int64_t)i * T + (p - pa);
+                for (int64_t x = 0; x < cnt; x++) {
+                    float d;
+                    ops->vec_dot(hd, &d, kb + x * v.k_stride, qd + i * qrow);
+                    si[x] = d * J->p->scale;
+                }
+            }
+            if (!direct) {
+                for (int64_t x = 0; x < cnt; x++) {
+                    memcpy(vt + (p - pa + x) * vgrow, (const uint8_t *)v.v + (off + x) * v.v_stride, (size_t)vgrow);
+                }
+            }
+            p += cnt;
+        }
+        if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
+        // merge the tile into the running (m, l, o) of every head
+        const uint8_t *vbase = direct ? (const uint8_t *)v.v + (pa - v.pos0) * v.v_stride : vt;
+        const int64_t vstr = direct ? v.v_stride : vgrow;
+        const int64_t cnt = pb - pa;
+        for (int32_t i = 0; i < qh; i++) {
+            const float *si = s + (int64_t)i * T;
+            float bm = -INFINITY;
+            for (int64_t x = 0; x < cnt; x++) bm = si[x] > bm ? si[x] : bm;
+            float *oi = o + (int64_t)i * hdv;
+            float mn = bm > m[i] ? bm : m[i];
+            float corr = expf(m[i] - mn);
+            if (corr != 1.0f) {
+                l[i] *= corr;
+                kvt_vec_scale_f32(oi, corr, hdv);
+            }
+            const uint8_t *vb = vbase + (i / qpg) * vrow;
+            for (int64_t x = 0; x < cnt; x++) {
+                float pj = expf(si[x] - mn);
+                l[i] += pj;
+                kvt_vec_mad(kv->type, oi, vb + x * vstr, pj, hdv);
+            }
+            m[i] = mn;
+        }
+    }
+    if (held >= 0) kv->ops->release(kv, J->seq, J->layer, g, held);
+    if (atomic_load_explicit(&J->failed, memory_order_relaxed)) return;
+    for (int32_t i = 0; i < qh; i++) {
+        const int32_t h = h0 + i;
+        if (C == 1) {
+            float *dst = J->out + t * (int64_t)H * hdv + (int64_t)h * hdv;
+            float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+            for (int32_t x = 0; x < hdv; x++) dst[x] = o[(int64_t)i * hdv + x] * inv;
+        } else {
+            float *ps = J->part + ((t * H + h) * C + c) * (2 + hdv);
+            ps[0] = m[i];
+            ps[1] = l[i];
+            memcpy(ps + 2, o + (int64_t)i * hdv, (size_t)hdv * sizeof(float));
+        }
+    }
+}
+
+// Merges the chunk states of one (token, head) in chunk order.
+static void merge_task(void *vctx, int64_t task, int thread) {
+    (void)thread;
+    attn_job *J = vctx;
+    const int32_t H = J->p->n_head, hdv = J->kv->head_dim_v;
+    const int64_t C = J->n_chunk;
+    const float *ps = J->part + task * C * (2 + hdv);
+    float M = -INFINITY;
+    for (int64_t c = 0; c < C; c++) M = ps[c * (2 + hdv)] > M ? ps[c * (2 + hdv)] : M;
+    float *dst = J->out + (task / H) * (int64_t)H * hdv + (task % H) * (int64_t)hdv;
+    memset(dst, 0, (size_t)hdv * sizeof(float));
+    float L = 0.0f;
+    for (int64_t c = 0; c < C && M > -INFINITY; c++) {
+        const float *pc = ps + c * (2 + hdv);
+        if (pc[0] == -INFINITY) continue;
+        float w = expf(pc[0] - M);
+        L += w * pc[1];
+        for (int32_t x = 0; x < hdv; x++) dst[x] += w * pc[2 + x];
+    }
+    float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    for (int32_t x = 0; x < hdv; x++) dst[x] *= inv;
 }
 
 kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q, int64_t pos0,
-                         int64_t n, float *out, kvt_threadpool *pool, void *const *scratch, kvt_err *err) {
+                         int64_t n, float *out, kvt_threadpool *pool, void *const *scratch, void *workspace,
+                         kvt_err *err) {
     if (p->n_head % kv->n_head_kv) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "n_head %d not a multiple of n_head_kv %d", p->n_head, kv->n_head_kv);
     }
-    attn_job J = {.kv = kv, .seq = seq, .layer = layer, .p = p, .q = q, .pos0 = pos0, .n = n, .out = out, .scratch = scratch};
+    const int nt = kvt_threadpool_n_threads(pool);
+    attn_job J = {.kv = kv, .seq = seq, .layer = layer, .p = p, .T = tile_of(p->tile), .q = q, .pos0 = pos0, .n = n,
+                  .out = out, .scratch = scratch, .part = workspace};
+    J.n_chunk = workspace ? n_chunks_for(n, nt) : 1;
     atomic_init(&J.failed, 0);
-    kvt_threadpool_run(pool, attn_task, &J, n * p->n_head);
+    kvt_threadpool_run(pool, attn_task, &J, n * kv->n_group * J.n_chunk);
+    if (!atomic_load(&J.failed) && J.n_chunk > 1) kvt_threadpool_run(pool, merge_task, &J, n * p->n_head);
     if (atomic_load(&J.failed)) {
         if (err) *err = J.err;
         return J.err.status;

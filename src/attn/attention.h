@@ -2,8 +2,18 @@
 //
 // For each query token t (position pos0 + t) and query head h, attends over
 // positions [0, pos0 + t] of the sequence, reading the KV cache block by block
-// and merging partial results with the online-softmax state (m, l, o): the
-// result equals dense softmax attention whatever the block size or residency.
+// and merging partial results with the online-softmax state (m, l, o)
+// (helm.txt §4.2.3): the result equals dense softmax attention whatever the
+// block size, granularity or residency. One acquisition of a block of a shard
+// (layer, KV-head group) serves every query head of that group.
+//
+// The merge runs over fixed tiles of `tile` positions, independent of the KV
+// block size: a tile spanning two blocks has its V rows gathered in scratch.
+// So the floating-point operations, and the results, are bitwise the same for
+// every block size, granularity and tier set-up. When there are fewer tokens
+// than threads (decode), each token's tiles are dealt round-robin to chunks
+// attended by different threads (so they read the blocks together, in order) and the chunk states merged in a fixed order (the split
+// depends only on the token count and the thread count).
 #ifndef KVT_ATTENTION_H
 #define KVT_ATTENTION_H
 
@@ -16,15 +26,21 @@
 typedef struct {
     int32_t n_head;    // query heads; head h reads KV head h / (n_head / n_head_kv)
     float scale;       // usually 1/sqrt(head_dim)
+    int32_t tile;      // positions per online-softmax merge step (0: KVT_ATTN_TILE)
 } kvt_attn_params;
 
-// Per-thread scratch for kvt_attention: kvt_attn_scratch_bytes(kv) bytes each.
-int64_t kvt_attn_scratch_bytes(const kvt_kv *kv);
+#define KVT_ATTN_TILE 32
+
+// Per-thread scratch for kvt_attention: kvt_attn_scratch_bytes(kv, n_head) bytes each.
+int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile);
+// Bytes of the shared workspace for n_threads (chunk states of decode).
+int64_t kvt_attn_workspace_bytes(const kvt_kv *kv, int32_t n_head, int n_threads);
 
 // q:   [n, n_head * head_dim] f32 (already roped)
 // out: [n, n_head * head_dim_v] f32
-// scratch: n_threads buffers of kvt_attn_scratch_bytes bytes.
+// scratch: n_threads buffers of kvt_attn_scratch_bytes bytes; workspace: kvt_attn_workspace_bytes bytes.
 kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q, int64_t pos0,
-                         int64_t n, float *out, kvt_threadpool *pool, void *const *scratch, kvt_err *err);
+                         int64_t n, float *out, kvt_threadpool *pool, void *const *scratch, void *workspace,
+                         kvt_err *err);
 
 #endif

@@ -193,6 +193,7 @@ int cmd_generate(int argc, char **argv) {
         kvt_json_kv_num(&j, "decode_tok_s", decode_tps);
         kvt_json_kv_int(&j, "n_threads", kvt_context_n_threads(ctx));
         kvt_json_kv_int(&j, "n_ctx", kvt_context_n_ctx(ctx));
+        cli_json_kv_stats(&j, ctx);
         kvt_json_obj_end(&j);
         free(text);
     } else {

@@ -10,5 +10,9 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
+int cmd_dm_model(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+int cmd_kvbench(int argc, char **argv);
 
 #endif

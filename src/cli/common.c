@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kv/kv_policy.h"
+
 bool cli_load_model(const char *cmd, const char *path, bool vocab_only, kvt_model **model, kvt_tokenizer **tok) {
     kvt_err err = {0};
     *model = NULL;
@@ -31,7 +33,44 @@ const char *const cli_engine_help =
     "  -c, --ctx-size N     context size in tokens (default: the model's training context)\n"
     "  --kv-type f16|f32    KV cache element type (default f16, as llama.cpp)\n"
     "  --ubatch N           tokens per forward micro-batch (default 512)\n"
-    "  --kv-block N         positions per KV block (default 256)\n";
+    "  --kv-block N         positions per KV block (default 256)\n"
+    "  KV tiers (any of these selects the tiered paged store; BYTES take K, M, G suffixes):\n"
+    "  --kv-granularity layer|head|group:G  KV heads per shard (default layer)\n"
+    "  --kv-fast BYTES      budget of T0, the memory attention reads (default unlimited)\n"
+    "  --kv-host BYTES      budget of T1, host DRAM (default: no host tier)\n"
+    "  --kv-disk DIR        T2: a file in DIR (O_DIRECT, CRC32C per block), removed at exit\n"
+    "  --kv-disk-max BYTES  budget of T2 (default unlimited)\n"
+    "  --kv-evict lru|lfu|lookahead  eviction policy (default lru)\n"
+    "  --kv-prefetch K      blocks fetched ahead of use (default 16)\n"
+    "  --kv-keep            keep the disk file at exit\n";
+
+// "123", "64K", "1.5G", "2MiB": bytes (K = 1024). -1 on a bad value.
+static int64_t parse_bytes(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return -1;
+    double mul = 1;
+    if (*end == 'k' || *end == 'K') mul = 1024.0, end++;
+    else if (*end == 'm' || *end == 'M') mul = 1024.0 * 1024, end++;
+    else if (*end == 'g' || *end == 'G') mul = 1024.0 * 1024 * 1024, end++;
+    else if (*end == 't' || *end == 'T') mul = 1024.0 * 1024 * 1024 * 1024, end++;
+    if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
+    if (*end == 'B' && end[1] == 0) end++;
+    if (*end) return -1;
+    return (int64_t)(v * mul);
+}
+
+static int bytes_flag(kvt_args *a, const char *flag, int64_t *out) {
+    const char *s = kvt_args_value(a, flag);
+    if (!s) return -1;
+    int64_t v = parse_bytes(s);
+    if (v <= 0) {
+        fprintf(stderr, "kvtier %s: %s: '%s' is not a positive byte count (e.g. 512M)\n", a->cmd, flag, s);
+        return -1;
+    }
+    *out = v;
+    return 1;
+}
 
 int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
     int64_t v;
@@ -53,6 +92,48 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
     if (!strcmp(flag, "--kv-block")) {
         if (!kvt_args_int(a, flag, 1, 1 << 20, &v)) return -1;
         p->kv_block = v;
+        return 1;
+    }
+    if (!strcmp(flag, "--kv-fast")) return bytes_flag(a, flag, &p->kv_fast_bytes);
+    if (!strcmp(flag, "--kv-host")) return bytes_flag(a, flag, &p->kv_host_bytes);
+    if (!strcmp(flag, "--kv-disk-max")) return bytes_flag(a, flag, &p->kv_disk_max);
+    if (!strcmp(flag, "--kv-disk")) return (p->kv_disk_dir = kvt_args_value(a, flag)) ? 1 : -1;
+    if (!strcmp(flag, "--kv-keep")) {
+        p->kv_keep = true;
+        return 1;
+    }
+    if (!strcmp(flag, "--kv-prefetch")) {
+        if (!kvt_args_int(a, flag, 0, 1 << 20, &v)) return -1;
+        p->kv_prefetch = (int32_t)v;
+        return 1;
+    }
+    if (!strcmp(flag, "--kv-evict")) {
+        const char *s = kvt_args_value(a, flag);
+        if (!s) return -1;
+        if (!kvt_evict_policy_find(s)) {
+            fprintf(stderr, "kvtier %s: --kv-evict: '%s' is not %s\n", a->cmd, s, kvt_evict_policy_names());
+            return -1;
+        }
+        p->kv_evict = s;
+        return 1;
+    }
+    if (!strcmp(flag, "--kv-granularity")) {
+        const char *s = kvt_args_value(a, flag);
+        if (!s) return -1;
+        char *end = NULL;
+        long g = -1;
+        if (!strcmp(s, "layer")) g = 0;
+        else if (!strcmp(s, "head")) g = 1;
+        else if (!strncmp(s, "group:", 6)) {
+            g = strtol(s + 6, &end, 10);
+            if (end == s + 6 || *end || g < 1 || g > 1 << 20) g = -1;
+        }
+        if (g < 0) {
+            fprintf(stderr, "kvtier %s: --kv-granularity: '%s' is not layer, head or group:G\n", a->cmd, s);
+            return -1;
+        }
+        p->kv_group = (int32_t)g;
+        p->kv_paged = true;
         return 1;
     }
     if (!strcmp(flag, "--kv-type")) {
@@ -96,4 +177,42 @@ int32_t *cli_tokenize(const char *cmd, const kvt_tokenizer *tok, const char *tex
     }
     *n = k;
     return ids;
+}
+
+void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
+    kvt_kv_stats st;
+    kvt_context_kv_stats(ctx, &st);
+    kvt_json_key(j, "kv");
+    kvt_json_obj_begin(j);
+    kvt_json_kv_str(j, "store", kvt_context_kv(ctx)->ops->name);
+    kvt_json_key(j, "peak_bytes");
+    kvt_json_obj_begin(j);
+    for (int t = 0; t < KVT_TIER_COUNT; t++) kvt_json_kv_int(j, kvt_tier_name((kvt_tier)t), st.peak_bytes[t]);
+    kvt_json_obj_end(j);
+    kvt_json_key(j, "budget_bytes");
+    kvt_json_obj_begin(j);
+    for (int t = 0; t < KVT_TIER_COUNT; t++) kvt_json_kv_int(j, kvt_tier_name((kvt_tier)t), st.budget_bytes[t]);
+    kvt_json_obj_end(j);
+    int64_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        kvt_json_key(j, pass ? "transfers" : "moved_bytes");
+        kvt_json_obj_begin(j);
+        for (int a = 0; a < KVT_TIER_COUNT; a++) {
+            for (int b = 0; b < KVT_TIER_COUNT; b++) {
+                if (!st.moved_count[a][b]) continue;
+                char key[32];
+                snprintf(key, sizeof key, "%s_to_%s", kvt_tier_name((kvt_tier)a), kvt_tier_name((kvt_tier)b));
+                kvt_json_kv_int(j, key, pass ? st.moved_count[a][b] : st.moved_bytes[a][b]);
+                if (pass) total += st.moved_count[a][b];
+            }
+        }
+        kvt_json_obj_end(j);
+    }
+    kvt_json_kv_int(j, "transfers_total", total);
+    kvt_json_kv_num(j, "stall_ms", st.stall_ms);
+    kvt_json_kv_int(j, "hits", st.hits);
+    kvt_json_kv_int(j, "misses", st.misses);
+    kvt_json_kv_int(j, "prefetches", st.prefetches);
+    kvt_json_kv_int(j, "block_bytes", st.block_bytes);
+    kvt_json_obj_end(j);
 }

@@ -8,6 +8,7 @@
 #include "../exec/context.h"
 #include "../model/model.h"
 #include "../model/tokenizer.h"
+#include "../base/json.h"
 #include "args.h"
 
 // Loads model (and its tokenizer when tok != NULL); prints one error line on failure.
@@ -18,6 +19,10 @@ bool cli_load_model(const char *cmd, const char *path, bool vocab_only, kvt_mode
 int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p);
 // Help text of the engine flags.
 extern const char *const cli_engine_help;
+
+// Writes "kv": {peak_bytes {fast, host, disk}, budget_bytes, moved_bytes {SRC_to_DST}, transfers {SRC_to_DST},
+// transfers_total, stall_ms, hits, misses, prefetches, block_bytes} of the context's KV cache.
+void cli_json_kv_stats(kvt_json *j, kvt_context *ctx);
 
 // Tokenizes text into a malloc'ed array; NULL on error (message printed).
 int32_t *cli_tokenize(const char *cmd, const kvt_tokenizer *tok, const char *text, size_t len, bool add_special,

@@ -17,7 +17,22 @@ typedef struct {
     int64_t n_ubatch;     // tokens per forward micro-batch (bounds activation memory)
     kvt_type kv_type;     // F16 (default, as llama.cpp) or F32
     int64_t kv_block;     // positions per KV block
+    // KV tiers (kv_paged.h). Without any of them (the defaults) the whole cache is one contiguous
+    // allocation in T0, as in the foundation; with any, the tiered paged store holds it.
+    int32_t kv_group;          // KV heads per shard: 0 = layer-wise (all), 1 = head-wise
+    int64_t kv_fast_bytes;     // T0 budget in bytes (0: unlimited)
+    int64_t kv_host_bytes;     // T1 budget in bytes (0: no host tier)
+    const char *kv_disk_dir;   // T2 directory (NULL: no disk tier); borrowed
+    int64_t kv_disk_max;       // T2 budget in bytes (0: unlimited)
+    const char *kv_evict;      // "lru", "lfu", "lookahead" (NULL: lru)
+    int32_t kv_prefetch;       // blocks fetched ahead of use (-1: default 16)
+    bool kv_keep;              // keep the disk file at exit
+    bool kv_paged;             // use the paged store even without tier flags
+    int64_t kv_fault_read_at;  // tests: the n-th disk read fails (0: never)
 } kvt_context_params;
+
+// True if p asks for the paged store (any tier flag, granularity or kv_paged).
+bool kvt_context_params_paged(const kvt_context_params *p);
 
 kvt_context_params kvt_context_params_default(void);
 
@@ -41,6 +56,8 @@ int kvt_context_n_threads(const kvt_context *ctx);
 void kvt_context_truncate(kvt_context *ctx, int64_t n_keep);
 const kvt_model *kvt_context_model(const kvt_context *ctx);
 kvt_kv *kvt_context_kv(kvt_context *ctx);
+// Transfer accounting of the KV cache (see kv.h).
+void kvt_context_kv_stats(kvt_context *ctx, kvt_kv_stats *out);
 // Bytes of scratch (activations) and of the KV cache.
 int64_t kvt_context_scratch_bytes(const kvt_context *ctx);
 int64_t kvt_context_kv_bytes(const kvt_context *ctx);

@@ -6,6 +6,7 @@
 #include "../attn/attention.h"
 #include "../kernels/quant.h"
 #include "../kernels/vec.h"
+#include "../kv/kv_paged.h"
 #include "context.h"
 #include "matmul_par.h"
 
@@ -31,6 +32,7 @@ struct kvt_context {
     int64_t logits_rows;
     int64_t n_out;
     void **attn_scratch; // [n_threads] -> kvt_attn_scratch_bytes
+    void *attn_ws;       // kvt_attn_workspace_bytes: chunk states of decode attention
     int64_t scratch_bytes;
 };
 
@@ -41,7 +43,39 @@ kvt_context_params kvt_context_params_default(void) {
     p.n_ubatch = 512;
     p.kv_type = KVT_TYPE_F16;
     p.kv_block = 256;
+    p.kv_prefetch = -1;
     return p;
+}
+
+bool kvt_context_params_paged(const kvt_context_params *p) {
+    return p->kv_paged || p->kv_group > 0 || p->kv_fast_bytes > 0 || p->kv_host_bytes > 0 || p->kv_disk_dir;
+}
+
+static kvt_status kv_init(kvt_context *c, kvt_err *err) {
+    const kvt_hparams *hp = &c->m->hp;
+    if (!kvt_context_params_paged(&c->p)) {
+        kvt_kv_params kp = {c->p.kv_type, hp->n_layer, hp->n_head_kv, hp->head_dim, hp->head_dim_v, c->p.n_ctx, c->p.kv_block, 0};
+        return kvt_kv_contig_init(&kp, &c->kv, err);
+    }
+    kvt_kv_paged_params pp = kvt_kv_paged_params_default();
+    pp.type = c->p.kv_type;
+    pp.n_layer = hp->n_layer;
+    pp.n_head_kv = hp->n_head_kv;
+    pp.head_dim = hp->head_dim;
+    pp.head_dim_v = hp->head_dim_v;
+    pp.n_ctx = c->p.n_ctx;
+    pp.block_tokens = c->p.kv_block;
+    pp.group_heads = c->p.kv_group;
+    pp.fast_bytes = c->p.kv_fast_bytes > 0 ? c->p.kv_fast_bytes : -1;
+    pp.host_bytes = c->p.kv_host_bytes;
+    pp.disk_dir = c->p.kv_disk_dir;
+    pp.disk_max = c->p.kv_disk_max > 0 ? c->p.kv_disk_max : -1;
+    if (c->p.kv_evict) pp.evict = c->p.kv_evict;
+    if (c->p.kv_prefetch >= 0) pp.prefetch = c->p.kv_prefetch;
+    pp.n_readers = c->p.n_threads;
+    pp.keep_files = c->p.kv_keep;
+    pp.fault_read_at = c->p.kv_fault_read_at;
+    return kvt_kv_paged_init(&pp, &c->kv, err);
 }
 
 static void *xalloc(kvt_context *c, size_t bytes, bool *ok) {
@@ -72,8 +106,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
         free(c);
         return st;
     }
-    kvt_kv_params kp = {c->p.kv_type, hp->n_layer, hp->n_head_kv, hp->head_dim, hp->head_dim_v, c->p.n_ctx, c->p.kv_block};
-    if ((st = kvt_kv_contig_init(&kp, &c->kv, err))) {
+    if ((st = kv_init(c, err))) {
         kvt_context_free(c);
         return st;
     }
@@ -98,8 +131,9 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
     c->attn_scratch = calloc((size_t)c->p.n_threads, sizeof(void *));
     if (!c->attn_scratch) ok = false;
     for (int i = 0; ok && i < c->p.n_threads; i++) {
-        c->attn_scratch[i] = xalloc(c, (size_t)kvt_attn_scratch_bytes(c->kv), &ok);
+        c->attn_scratch[i] = xalloc(c, (size_t)kvt_attn_scratch_bytes(c->kv, hp->n_head, KVT_ATTN_TILE), &ok);
     }
+    c->attn_ws = xalloc(c, (size_t)kvt_attn_workspace_bytes(c->kv, hp->n_head, c->p.n_threads), &ok);
     c->logits_rows = 1;
     c->logits = xalloc(c, (size_t)hp->n_vocab * 4, &ok);
     if (!ok) {
@@ -129,6 +163,7 @@ void kvt_context_free(kvt_context *c) {
         for (int i = 0; i < c->p.n_threads; i++) free(c->attn_scratch[i]);
     }
     free(c->attn_scratch);
+    free(c->attn_ws);
     free(c->logits);
     free(c);
 }
@@ -173,7 +208,7 @@ static kvt_status forward_ubatch(kvt_context *c, const int32_t *tokens, int64_t 
     kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
                           m->rope_freqs};
     for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, pos0 + t, c->rope_cs + t * hp->n_rot);
-    kvt_attn_params ap = {hp->n_head, 1.0f / sqrtf((float)hp->head_dim)};
+    kvt_attn_params ap = {hp->n_head, 1.0f / sqrtf((float)hp->head_dim), KVT_ATTN_TILE};
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const kvt_layer *L = &m->layers[il];
         for (int64_t t = 0; t < n; t++) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, L->attn_norm, E, hp->rms_eps);
@@ -187,7 +222,7 @@ static kvt_status forward_ubatch(kvt_context *c, const int32_t *tokens, int64_t 
         qk_finish(c, c->k, n, hp->n_head_kv, L->k_norm);
         kvt_status st = c->kv->ops->append(c->kv, 0, il, pos0, n, c->k, c->v, err);
         if (st) return st;
-        st = kvt_attention(c->kv, 0, il, &ap, c->q, pos0, n, c->att, c->pool, c->attn_scratch, err);
+        st = kvt_attention(c->kv, 0, il, &ap, c->q, pos0, n, c->att, c->pool, c->attn_scratch, c->attn_ws, err);
         if (st) return st;
         matmul(c, &L->wo, c->att, n, c->tmp);
         for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
@@ -240,10 +275,11 @@ int64_t kvt_context_n_ctx(const kvt_context *c) { return c->p.n_ctx; }
 int kvt_context_n_threads(const kvt_context *c) { return c->p.n_threads; }
 const kvt_model *kvt_context_model(const kvt_context *c) { return c->m; }
 kvt_kv *kvt_context_kv(kvt_context *c) { return c->kv; }
+void kvt_context_kv_stats(kvt_context *c, kvt_kv_stats *out) { kvt_kv_get_stats(c->kv, out); }
 int64_t kvt_context_scratch_bytes(const kvt_context *c) { return c->scratch_bytes; }
 int64_t kvt_context_kv_bytes(const kvt_context *c) {
     kvt_kv_params kp = {c->p.kv_type, c->m->hp.n_layer, c->m->hp.n_head_kv, c->m->hp.head_dim, c->m->hp.head_dim_v,
-                        c->p.n_ctx, c->p.kv_block};
+                        c->p.n_ctx, c->p.kv_block, 0};
     return kvt_kv_contig_bytes(&kp);
 }
 

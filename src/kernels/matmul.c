@@ -12,6 +12,7 @@
 #include "matmul.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #define STRIP_BYTES (256 * 1024) // weight rows per strip (L2)
@@ -72,6 +73,46 @@ static int matmul_kernel(const kvt_mm_kernel *mm, int64_t n, const char *w, int6
     return 1;
 }
 
+// Per-thread scratch of the gemm paths, kept between calls (a fresh malloc of
+// a few hundred KiB per call would be mmap'ed and page-faulted every time);
+// freed by the key's destructor when the thread exits.
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static int g_scratch_ok;
+typedef struct {
+    size_t size;
+    void *raw;
+} scratch_buf;
+static void scratch_free(void *p) {
+    scratch_buf *b = p;
+    free(b->raw);
+    free(b);
+}
+static void scratch_key_init(void) { g_scratch_ok = pthread_key_create(&g_scratch_key, scratch_free) == 0; }
+
+// 64-aligned buffer of at least size bytes, valid until the thread's next call; NULL on failure.
+static void *gemm_scratch(size_t size) {
+    pthread_once(&g_scratch_once, scratch_key_init);
+    if (!g_scratch_ok) return NULL;
+    scratch_buf *b = pthread_getspecific(g_scratch_key);
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        if (!b) return NULL;
+        if (pthread_setspecific(g_scratch_key, b) != 0) {
+            free(b);
+            return NULL;
+        }
+    }
+    if (b->size < size) {
+        free(b->raw);
+        b->size = 0;
+        b->raw = malloc(size + 64);
+        if (!b->raw) return NULL;
+        b->size = size;
+    }
+    return (void *)(((uintptr_t)b->raw + 63) & ~(uintptr_t)63);
+}
+
 static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, int64_t wrs, int64_t r0, int64_t r1,
                            const char *x, int64_t xrs, int64_t n_tok, float *Y, int64_t ldy) {
     if (n_tok == 1) {
@@ -108,7 +149,14 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
     const kvt_mm_kernel *mm = isa == KVT_ISA_AVX512 ? kvt_mm_kernel_avx512(wt)
                               : isa == KVT_ISA_AVX2 ? kvt_mm_kernel_avx2(wt)
                                                     : NULL;
-    if (mm && matmul_kernel(mm, n, W, wrs, r0, r1, Xq, xrs, n_tok, Y, ldy)) return;
+    if (mm && mm->gemm && n_tok >= mm->gemm_min_tok) {
+        void *buf = gemm_scratch((size_t)mm->gemm_scratch(n, n_tok));
+        if (buf) {
+            mm->gemm(n, (const char *)W + r0 * wrs, (size_t)wrs, r1 - r0, Xq, (size_t)xrs, n_tok, Y + r0, ldy, buf);
+            return;
+        }
+    }
+    if (mm && mm->rows && matmul_kernel(mm, n, W, wrs, r0, r1, Xq, xrs, n_tok, Y, ldy)) return;
     matmul_generic(ops, n, W, wrs, r0, r1, Xq, xrs, n_tok, Y, ldy);
 }
 

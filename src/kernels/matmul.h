@@ -34,6 +34,14 @@ typedef struct {
     void (*prep)(int64_t n, const void *x, void *p);
     void (*rows)(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, int nt,
                  float *Y, int64_t ldy);
+    // Optional many-token path on the raw activations (vec_dot_type rows),
+    // used when n_tok >= gemm_min_tok: Y[t*ldy + r] for r < nr, t < n_tok,
+    // with gemm_scratch(n, n_tok) bytes of 64-aligned scratch. prep/rows may
+    // be NULL when gemm is set (then fewer tokens go the generic way).
+    int gemm_min_tok;
+    int64_t (*gemm_scratch)(int64_t n, int64_t n_tok);
+    void (*gemm)(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
+                 float *Y, int64_t ldy, void *scratch);
 } kvt_mm_kernel;
 const kvt_mm_kernel *kvt_mm_kernel_avx2(kvt_type wt);
 const kvt_mm_kernel *kvt_mm_kernel_avx512(kvt_type wt);

@@ -353,18 +353,480 @@ DEFINE_X32_ROWS(q4_0, WT_Q4_0)
 DEFINE_X32_ROWS(q4_1, WT_Q4_1)
 DEFINE_X32_ROWS(q8_0, WT_Q8_0)
 
+// ============================================ K-quant GEMM (AVX-512 VNNI only)
+//
+// For prefill a panel of GP_R = 16 weight rows is decoded once per call into
+// a row-interleaved layout (per super-block: for each group of 4 consecutive
+// k, the 4 unsigned bytes of all 16 rows = one zmm) plus per-row scales as
+// vectors, then reused for every token: VPDPBUSD of that zmm with the 4
+// activation bytes of one token broadcast (embedded broadcast) gives 16 rows'
+// partial dots at once, so no horizontal sums are needed. Tiles of GP_T
+// tokens share each weight load. The weights stay in place (no copy kept).
+//
+// Panel, per super-block (PSB bytes): qs[8 sub-blocks][8 kk][16 rows][4 bytes]
+// then per type:
+//   q4_K: int32 sc[8][16]; float mn[8][16] = dmin*m; float d[16]
+//   q6_K: int32 sc[16][16] (groups of 16); float d[16]
+// Activation side-info per token and super-block (16 x 4 bytes):
+//   q4_K: float -dy * (sum of the 32 values of sub-block j), j < 8
+//   q6_K: int32 -32 * (sum of the 16 values of group g), g < 16
+#ifdef KVT_SIMD_AVX512
+#define GP_R 16
+#define GP_T 8
+#define PSB (4096 + 1024 + 64)
+
+// Transposes 16 rows of 8 dwords (row i in in[i]) into 8 zmm of 16 dwords
+// (column kk, lane l = row l) stored at dst + 64*kk.
+INLINE void transpose16x8_store(const __m256i in[16], uint8_t *dst) {
+    // rows fed as [0-3, 8-11 | 4-7, 12-15] so that lane l ends up as row l
+    static const int ord[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+    __m512i z[8], t[8], u[8];
+    UNROLL for (int i = 0; i < 8; i++) z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(in[ord[i]]), in[ord[i + 8]], 1);
+    UNROLL for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(z[i], z[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(z[i], z[i + 1]);
+    }
+    UNROLL for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    // u[c] (c < 4): 128-bit lanes = rows ord[0..3] col c, col c+4, rows ord[8..11] col c, col c+4
+    UNROLL for (int c = 0; c < 4; c++) {
+        _mm512_store_si512((void *)(dst + 64 * c), _mm512_shuffle_i32x4(u[c], u[c + 4], 0x88));
+        _mm512_store_si512((void *)(dst + 64 * (c + 4)), _mm512_shuffle_i32x4(u[c], u[c + 4], 0xdd));
+    }
+}
+
+// Unsigned 6-bit values of sub-block j (32 elements) of a q6_K block.
+INLINE __m256i q6k_sub(const kvt_block_q6_K *b, int j) {
+    const int h = j >> 2, k = j & 3;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    const __m256i ql = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (k & 1)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+    const __m256i lo = k < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    const __m256i hi = _mm256_and_si256(k ? _mm256_srli_epi16(qh, 2 * k) : qh, m3);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
+INLINE __m256i q4k_sub(const kvt_block_q4_K *b, int j) {
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (j >> 1)));
+    return _mm256_and_si256(j & 1 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0F));
+}
+
+// Packs rows [0, nr) (nr <= 16, missing rows zero) of nb super-blocks.
+INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *pb = pan + b * PSB;
+        const char *blk[GP_R];
+        for (int r = 0; r < GP_R; r++)
+            blk[r] = W + (size_t)(r < nr ? r : 0) * wrs + b * (int64_t)(Q6 ? sizeof(kvt_block_q6_K) : sizeof(kvt_block_q4_K));
+        for (int j = 0; j < 8; j++) {
+            __m256i v[GP_R];
+            UNROLL for (int r = 0; r < GP_R; r++) {
+                v[r] = Q6 ? q6k_sub((const kvt_block_q6_K *)blk[r], j) : q4k_sub((const kvt_block_q4_K *)blk[r], j);
+                if (r >= nr) v[r] = _mm256_setzero_si256();
+            }
+            transpose16x8_store(v, pb + 512 * j);
+        }
+        int32_t *sc = (int32_t *)(pb + 4096);
+        float *d = (float *)(pb + 4096 + 1024);
+        for (int r = 0; r < GP_R; r++) {
+            if (r >= nr) {
+                for (int g = 0; g < 16; g++) sc[16 * g + r] = 0;
+                if (!Q6)
+                    for (int g = 0; g < 8; g++) ((float *)(sc + 128))[16 * g + r] = 0;
+                d[r] = 0;
+                continue;
+            }
+            if (Q6) {
+                const kvt_block_q6_K *x = (const kvt_block_q6_K *)blk[r];
+                for (int g = 0; g < 16; g++) sc[16 * g + r] = x->scales[g];
+                d[r] = kvt_f16_to_f32(x->d);
+            } else {
+                const kvt_block_q4_K *x = (const kvt_block_q4_K *)blk[r];
+                const float dmin = kvt_f16_to_f32(x->dmin);
+                float *mn = (float *)(sc + 128);
+                for (int j = 0; j < 8; j++) {
+                    uint8_t a, m;
+                    kvt_k_scale_min(j, x->scales, &a, &m);
+                    sc[16 * j + r] = a;
+                    mn[16 * j + r] = dmin * (float)m;
+                }
+                d[r] = kvt_f16_to_f32(x->d);
+            }
+        }
+    }
+}
+
+// Activation side-info (see above) of n_tok rows.
+static void kq_aux(int Q6, int64_t nb, const char *X, size_t xrs, int64_t n_tok, void *aux) {
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t b = 0; b < nb; b++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)(X + t * xrs) + b;
+            if (Q6) {
+                int32_t *o = (int32_t *)aux + (t * nb + b) * 16;
+                for (int g = 0; g < 16; g++) o[g] = -32 * y->bsums[g];
+            } else {
+                float *o = (float *)aux + (t * nb + b) * 16;
+                for (int j = 0; j < 8; j++) o[j] = -y->d * (float)(y->bsums[2 * j] + y->bsums[2 * j + 1]);
+                for (int j = 8; j < 16; j++) o[j] = 0;
+            }
+        }
+}
+
+INLINE __m512i bcast32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+// 16 packed rows x NT tokens over all nb super-blocks.
+// pf: the next panel's first weight row (16 rows of pf_wrs bytes) to prefetch, or NULL.
+INLINE void kq_prefetch(int Q6, const char *pf, size_t pf_wrs, int64_t b, int r) {
+    const size_t bs = Q6 ? sizeof(kvt_block_q6_K) : sizeof(kvt_block_q4_K);
+    const char *p = pf + (size_t)r * pf_wrs + (size_t)b * bs;
+    UNROLL for (size_t o = 0; o < bs + 63; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+INLINE void kq_tile(int Q6, int64_t nb, const uint8_t *pan, const char *X, size_t xrs, const void *aux, int NT,
+                    float *Y, int64_t ldy, __mmask16 mask, const char *pf, size_t pf_wrs) {
+    __m512 facc[GP_T];
+    UNROLL for (int t = 0; t < NT; t++) facc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pb = pan + b * PSB;
+        const kvt_block_q8_K *y[GP_T];
+        UNROLL for (int t = 0; t < NT; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + b;
+        __m512i isum[GP_T];
+        UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
+        if (Q6) {
+            const int32_t *ax = (const int32_t *)aux + b * 16;
+            for (int g = 0; g < 16; g++) {
+                if (pf) kq_prefetch(1, pf, pf_wrs, b, g);
+                __m512i p[GP_T];
+                UNROLL for (int t = 0; t < NT; t++) p[t] = _mm512_set1_epi32(ax[t * nb * 16 + g]);
+                UNROLL for (int kk = 0; kk < 4; kk++) {
+                    const __m512i w = _mm512_load_si512((const void *)(pb + 64 * (4 * g + kk)));
+                    UNROLL for (int t = 0; t < NT; t++) p[t] = _mm512_dpbusd_epi32(p[t], w, bcast32(y[t]->qs + 16 * g + 4 * kk));
+                }
+                const __m512i sc = _mm512_load_si512((const void *)(pb + 4096 + 64 * g));
+                UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(p[t], sc));
+            }
+        } else {
+            const float *ax = (const float *)aux + b * 16;
+            for (int j = 0; j < 8; j++) {
+                if (pf) kq_prefetch(0, pf, pf_wrs, b, 2 * j), kq_prefetch(0, pf, pf_wrs, b, 2 * j + 1);
+                __m512i p[GP_T];
+                UNROLL for (int t = 0; t < NT; t++) p[t] = _mm512_setzero_si512();
+                UNROLL for (int kk = 0; kk < 8; kk++) {
+                    const __m512i w = _mm512_load_si512((const void *)(pb + 64 * (8 * j + kk)));
+                    UNROLL for (int t = 0; t < NT; t++) p[t] = _mm512_dpbusd_epi32(p[t], w, bcast32(y[t]->qs + 32 * j + 4 * kk));
+                }
+                const __m512i sc = _mm512_load_si512((const void *)(pb + 4096 + 64 * j));
+                const __m512 mn = _mm512_load_ps((const void *)(pb + 4096 + 512 + 64 * j));
+                UNROLL for (int t = 0; t < NT; t++) {
+                    isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(p[t], sc));
+                    facc[t] = _mm512_fmadd_ps(mn, _mm512_set1_ps(ax[t * nb * 16 + j]), facc[t]);
+                }
+            }
+        }
+        const __m512 d = _mm512_load_ps((const void *)(pb + 4096 + 1024));
+        UNROLL for (int t = 0; t < NT; t++)
+            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, _mm512_set1_ps(y[t]->d)), facc[t]);
+    }
+    UNROLL for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(Y + t * ldy, mask, facc[t]);
+}
+
+INLINE void kq_gemm(int Q6, int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
+                    float *Y, int64_t ldy, void *scratch) {
+    const int64_t nb = n / KVT_QK_K;
+    uint8_t *pan = scratch;
+    void *aux = pan + nb * PSB;
+    kq_aux(Q6, nb, X, xrs, n_tok, aux);
+    for (int64_t r0 = 0; r0 < nr; r0 += GP_R) {
+        const int rows = (int)(nr - r0 < GP_R ? nr - r0 : GP_R);
+        kq_pack(Q6, nb, (const char *)W + r0 * (int64_t)wrs, wrs, rows, pan);
+        const __mmask16 mask = (__mmask16)((1u << rows) - 1);
+        for (int64_t t0 = 0; t0 < n_tok; t0 += GP_T) {
+            const int nt = (int)(n_tok - t0 < GP_T ? n_tok - t0 : GP_T);
+            const char *x = (const char *)X + t0 * (int64_t)xrs;
+            const char *a = (const char *)aux + t0 * nb * 64;
+            float *y = Y + t0 * ldy + r0;
+            // the first tile prefetches the next full panel
+            const char *pf = t0 == 0 && r0 + 2 * GP_R <= nr ? (const char *)W + (r0 + GP_R) * (int64_t)wrs : NULL;
+#define kq_tile(...) kq_tile(__VA_ARGS__, pf, wrs)
+            switch (nt) {
+            case 1: kq_tile(Q6, nb, pan, x, xrs, a, 1, y, ldy, mask); break;
+            case 2: kq_tile(Q6, nb, pan, x, xrs, a, 2, y, ldy, mask); break;
+            case 3: kq_tile(Q6, nb, pan, x, xrs, a, 3, y, ldy, mask); break;
+            case 4: kq_tile(Q6, nb, pan, x, xrs, a, 4, y, ldy, mask); break;
+            case 5: kq_tile(Q6, nb, pan, x, xrs, a, 5, y, ldy, mask); break;
+            case 6: kq_tile(Q6, nb, pan, x, xrs, a, 6, y, ldy, mask); break;
+            case 7: kq_tile(Q6, nb, pan, x, xrs, a, 7, y, ldy, mask); break;
+            default: kq_tile(Q6, nb, pan, x, xrs, a, 8, y, ldy, mask); break;
+            }
+#undef kq_tile
+        }
+    }
+}
+
+// ------------------------------------------------------------ f16 GEMM
+// Activations converted to f32 rows once per call; weights packed per panel
+// of FP_RP = 32 rows and FK = 256 columns into [k][32 rows] f32 (a 16x16
+// transpose per 16 rows x 16 k), then FP_TT tokens x 32 rows tiles of FMAs
+// with the activation broadcast from memory; partial sums over K blocks
+// accumulate in Y.
+#define FP_RV 2 // zmm of rows per tile
+#define FP_RP (16 * FP_RV)
+#define FP_TT 12
+#define FK 256
+
+INLINE void transpose16x16_ps(__m512 r[16]) {
+    __m512 t[16], u[16];
+    UNROLL for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    UNROLL for (int i = 0; i < 16; i += 4) {
+        u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    // u[4q + c]: 128-bit lane L holds rows 4q..4q+3 of column 4L + c
+    UNROLL for (int i = 0; i < 16; i += 8) {
+        UNROLL for (int c = 0; c < 4; c++) {
+            t[i / 2 + c] = _mm512_shuffle_f32x4(u[i + c], u[i + 4 + c], 0x88);     // cols c, 8+c (rows 4q..)
+            t[8 + i / 2 + c] = _mm512_shuffle_f32x4(u[i + c], u[i + 4 + c], 0xdd); // cols 4+c, 12+c
+        }
+    }
+    // t[c] (c<4): [rows0-3 col c, rows0-3 col 8+c, rows4-7 col c, rows4-7 col 8+c]; t[4+c] same rows 8-15
+    // t[8+c]: cols 4+c / 12+c for rows 0-7; t[12+c]: rows 8-15
+    UNROLL for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f32x4(t[c], t[4 + c], 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[4 + c], 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(t[8 + c], t[12 + c], 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(t[8 + c], t[12 + c], 0xdd);
+    }
+}
+
+// Packs rows [0, nr) (missing rows zero) x columns [k0, k0 + kl) (kl multiple of 16) into pan[k][32].
+static void f16_pack(const char *W, size_t wrs, int nr, int64_t k0, int64_t kl, float *pan) {
+    for (int h = 0; h < FP_RP; h += 16)
+        for (int64_t k = 0; k < kl; k += 16) {
+            __m512 r[16];
+            UNROLL for (int i = 0; i < 16; i++)
+                r[i] = h + i < nr ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(W + (size_t)(h + i) * wrs) + k0 + k)))
+                                  : _mm512_setzero_ps();
+            transpose16x16_ps(r);
+            UNROLL for (int i = 0; i < 16; i++) _mm512_store_ps(pan + (k + i) * FP_RP + h, r[i]);
+        }
+}
+
+// X: FP_TT activation rows of FK floats (stride FK). pf: the next weight panel
+// (32 rows of pf_wrs bytes, 512 bytes each) to prefetch while computing, or NULL.
+INLINE void fp_tile(int64_t kl, const float *pan, const float *X, int NT, int first, float *Y, int64_t ldy,
+                    const __mmask16 *m, const char *pf, size_t pf_wrs) {
+    __m512 acc[FP_TT][FP_RV];
+    UNROLL for (int t = 0; t < NT; t++)
+        UNROLL for (int v = 0; v < FP_RV; v++)
+            acc[t][v] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[v], Y + t * ldy + 16 * v);
+    for (int64_t k = 0; k < kl; k++) {
+        __m512 w[FP_RV];
+        UNROLL for (int v = 0; v < FP_RV; v++) w[v] = _mm512_load_ps(pan + k * FP_RP + 16 * v);
+        if (pf) { // lines k and k + kl of the next panel (8 lines of 512 bytes per row)
+            _mm_prefetch(pf + (size_t)(k >> 3) * pf_wrs + 64 * (size_t)(k & 7), _MM_HINT_T0);
+            if (k + kl < FP_RP * 8)
+                _mm_prefetch(pf + (size_t)((k + kl) >> 3) * pf_wrs + 64 * (size_t)(k & 7), _MM_HINT_T0);
+        }
+        UNROLL for (int t = 0; t < NT; t++) {
+            const __m512 x = _mm512_set1_ps(X[t * FK + k]);
+            UNROLL for (int v = 0; v < FP_RV; v++) acc[t][v] = _mm512_fmadd_ps(w[v], x, acc[t][v]);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++)
+        UNROLL for (int v = 0; v < FP_RV; v++) _mm512_mask_storeu_ps(Y + t * ldy + 16 * v, m[v], acc[t][v]);
+}
+
+static int64_t f16_gemm_scratch(int64_t n, int64_t n_tok) {
+    (void)n;
+    return (FK * FP_RP + n_tok * FK) * 4;
+}
+
+static void f16_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
+                     float *Y, int64_t ldy, void *scratch) {
+    float *pan = scratch;
+    float *xk = pan + FK * FP_RP; // [n_tok][FK] activation slice of the current K block
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t k0 = 0; k0 < n16; k0 += FK) {
+        const int64_t kl = n16 - k0 < FK ? n16 - k0 : FK;
+        for (int64_t t = 0; t < n_tok; t++)
+            kvt_f16_to_f32_row_avx2((const uint16_t *)((const char *)X + t * xrs) + k0, xk + t * FK, kl);
+        for (int64_t r0 = 0; r0 < nr; r0 += FP_RP) {
+            const int rows = (int)(nr - r0 < FP_RP ? nr - r0 : FP_RP);
+            __mmask16 m[FP_RV];
+            for (int v = 0; v < FP_RV; v++) {
+                const int rv = rows - 16 * v;
+                m[v] = (__mmask16)(rv >= 16 ? 0xffff : rv <= 0 ? 0 : (1u << rv) - 1);
+            }
+            f16_pack((const char *)W + r0 * (int64_t)wrs, wrs, rows, k0, kl, pan);
+            // next full panel (rows r0 + 32.. of this K block, else the next K block), prefetched by the first tile
+            const int64_t nk0 = r0 + FP_RP < nr ? k0 : k0 + FK, nr0 = r0 + FP_RP < nr ? r0 + FP_RP : 0;
+            const char *pf = kl == FK && nk0 + FK <= n16 && nr0 + FP_RP <= nr
+                                 ? (const char *)W + nr0 * (int64_t)wrs + nk0 * 2 : NULL;
+            for (int64_t t0 = 0; t0 < n_tok; t0 += FP_TT) {
+                const int nt = (int)(n_tok - t0 < FP_TT ? n_tok - t0 : FP_TT);
+                const float *x = xk + t0 * FK;
+                float *y = Y + t0 * ldy + r0;
+                const int first = k0 == 0;
+                const char *p = t0 == 0 ? pf : NULL;
+#define FP_CASE(N) case N: fp_tile(kl, pan, x, N, first, y, ldy, m, p, wrs); break;
+                switch (nt) {
+                FP_CASE(1) FP_CASE(2) FP_CASE(3) FP_CASE(4) FP_CASE(5) FP_CASE(6) FP_CASE(7) FP_CASE(8) FP_CASE(9) FP_CASE(10) FP_CASE(11)
+                default: fp_tile(kl, pan, x, FP_TT, first, y, ldy, m, p, wrs); break;
+                }
+#undef FP_CASE
+            }
+        }
+    }
+    if (n16 < n) { // columns past the last multiple of 16
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t r = 0; r < nr; r++) {
+                const uint16_t *w = (const uint16_t *)((const char *)W + r * (int64_t)wrs);
+                const uint16_t *x = (const uint16_t *)((const char *)X + t * xrs);
+                float s = n16 ? Y[t * ldy + r] : 0.f;
+                for (int64_t k = n16; k < n; k++) s += kvt_f16_to_f32(w[k]) * kvt_f16_to_f32(x[k]);
+                Y[t * ldy + r] = s;
+            }
+    }
+}
+
+// ------------------------------------------------------------ q8_0 GEMM
+// Same scheme as the K-quants with 32-blocks: panel per block = qs as
+// unsigned (xor 0x80) [8 kk][16 rows][4] + float d[16] (Q8P bytes); the
+// offset 128 is removed by starting each block's dot at -128 * sum(y).
+// Activation side-info per token and block: {int32 -128*sum(y), float dy}.
+#define Q8P (512 + 64)
+
+static void q8p_pack(int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
+    const __m256i flip = _mm256_set1_epi8(-128);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *pb = pan + b * Q8P;
+        __m256i v[GP_R];
+        float *d = (float *)(pb + 512);
+        UNROLL for (int r = 0; r < GP_R; r++) {
+            const kvt_block_q8_0 *x = (const kvt_block_q8_0 *)(W + (size_t)(r < nr ? r : 0) * wrs) + b;
+            v[r] = r < nr ? _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)x->qs), flip) : _mm256_setzero_si256();
+            d[r] = r < nr ? kvt_f16_to_f32(x->d) : 0.f;
+        }
+        transpose16x8_store(v, pb);
+    }
+}
+
+static void q8p_aux(int64_t nb, const char *X, size_t xrs, int64_t n_tok, int32_t *aux) {
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t b = 0; b < nb; b++) {
+            const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)(X + t * xrs) + b;
+            int sum = 0;
+            for (int j = 0; j < KVT_QK; j++) sum += y->qs[j];
+            const float dy = kvt_f16_to_f32(y->d);
+            aux[2 * (t * nb + b)] = -128 * sum;
+            memcpy(&aux[2 * (t * nb + b) + 1], &dy, 4);
+        }
+}
+
+INLINE void q8p_tile(int64_t nb, const uint8_t *pan, const char *X, size_t xrs, const int32_t *aux, int NT, float *Y,
+                     int64_t ldy, __mmask16 mask, const char *pf, size_t pf_wrs) {
+    __m512 facc[GP_T];
+    UNROLL for (int t = 0; t < NT; t++) facc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *pb = pan + b * Q8P;
+        if (pf && (b & 1) == 0) // 16 rows x 68 bytes every other block
+            UNROLL for (int r = 0; r < GP_R; r++) {
+                _mm_prefetch(pf + (size_t)r * pf_wrs + (size_t)b * sizeof(kvt_block_q8_0), _MM_HINT_T0);
+                _mm_prefetch(pf + (size_t)r * pf_wrs + (size_t)b * sizeof(kvt_block_q8_0) + 64, _MM_HINT_T0);
+            }
+        __m512i p[GP_T];
+        UNROLL for (int t = 0; t < NT; t++) p[t] = _mm512_set1_epi32(aux[2 * (t * nb + b)]);
+        UNROLL for (int kk = 0; kk < 8; kk++) {
+            const __m512i w = _mm512_load_si512((const void *)(pb + 64 * kk));
+            UNROLL for (int t = 0; t < NT; t++)
+                p[t] = _mm512_dpbusd_epi32(p[t], w, bcast32(((const kvt_block_q8_0 *)(X + t * xrs) + b)->qs + 4 * kk));
+        }
+        const __m512 d = _mm512_load_ps((const void *)(pb + 512));
+        UNROLL for (int t = 0; t < NT; t++) {
+            float dy;
+            memcpy(&dy, &aux[2 * (t * nb + b) + 1], 4);
+            facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[t]), _mm512_mul_ps(d, _mm512_set1_ps(dy)), facc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) _mm512_mask_storeu_ps(Y + t * ldy, mask, facc[t]);
+}
+
+static int64_t q8p_scratch(int64_t n, int64_t n_tok) { return (n / KVT_QK) * (Q8P + 8 * n_tok); }
+
+static void q8_0_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
+                      float *Y, int64_t ldy, void *scratch) {
+    const int64_t nb = n / KVT_QK;
+    uint8_t *pan = scratch;
+    int32_t *aux = (int32_t *)(pan + nb * Q8P);
+    q8p_aux(nb, X, xrs, n_tok, aux);
+    for (int64_t r0 = 0; r0 < nr; r0 += GP_R) {
+        const int rows = (int)(nr - r0 < GP_R ? nr - r0 : GP_R);
+        q8p_pack(nb, (const char *)W + r0 * (int64_t)wrs, wrs, rows, pan);
+        const __mmask16 mask = (__mmask16)((1u << rows) - 1);
+        for (int64_t t0 = 0; t0 < n_tok; t0 += GP_T) {
+            const int nt = (int)(n_tok - t0 < GP_T ? n_tok - t0 : GP_T);
+            const char *x = (const char *)X + t0 * (int64_t)xrs;
+            const int32_t *a = aux + 2 * t0 * nb;
+            float *y = Y + t0 * ldy + r0;
+            const char *pf = t0 == 0 && r0 + 2 * GP_R <= nr ? (const char *)W + (r0 + GP_R) * (int64_t)wrs : NULL;
+#define Q8_CASE(N) case N: q8p_tile(nb, pan, x, xrs, a, N, y, ldy, mask, pf, wrs); break;
+            switch (nt) {
+            Q8_CASE(1) Q8_CASE(2) Q8_CASE(3) Q8_CASE(4) Q8_CASE(5) Q8_CASE(6) Q8_CASE(7)
+            default: q8p_tile(nb, pan, x, xrs, a, GP_T, y, ldy, mask, pf, wrs); break;
+            }
+#undef Q8_CASE
+        }
+    }
+}
+
+static int64_t kq_scratch(int64_t n, int64_t n_tok) { return (n / KVT_QK_K) * (PSB + 64 * n_tok); }
+static void q4_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
+                      float *Y, int64_t ldy, void *scratch) {
+    kq_gemm(0, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
+}
+static void q6_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
+                      float *Y, int64_t ldy, void *scratch) {
+    kq_gemm(1, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
+}
+#endif
+
 // ==================================================================== table
 
 static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows},
+#ifdef KVT_SIMD_AVX512
+    [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows, 16, f16_gemm_scratch, f16_gemm},
+#else
     [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows},
+#endif
     [KVT_TYPE_BF16] = {fp_prep_size, bf16_prep, bf16_rows},
     [KVT_TYPE_Q4_0] = {x32_prep_size, q4_0_prep, q4_0_rows},
     [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows},
+#ifdef KVT_SIMD_AVX512
+    [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows, 8, q8p_scratch, q8_0_gemm},
+#else
     [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows},
+#endif
+#ifdef KVT_SIMD_AVX512
+    [KVT_TYPE_Q4_K] = {.gemm_min_tok = 4, .gemm_scratch = kq_scratch, .gemm = q4_K_gemm},
+    [KVT_TYPE_Q6_K] = {.gemm_min_tok = 4, .gemm_scratch = kq_scratch, .gemm = q6_K_gemm},
+#endif
 };
 
 const kvt_mm_kernel *KVT_MM_TABLE_FN(kvt_type t) {
-    if ((unsigned)t >= KVT_TYPE_COUNT || !k_mm[t].rows) return NULL;
+    if ((unsigned)t >= KVT_TYPE_COUNT || (!k_mm[t].rows && !k_mm[t].gemm)) return NULL;
     return &k_mm[t];
 }

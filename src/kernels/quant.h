@@ -120,5 +120,7 @@ const kvt_type_ops *kvt_type_ops_avx2_table(kvt_type t);
 const kvt_type_ops *kvt_type_ops_avx512_table(kvt_type t);
 void kvt_f16_to_f32_row_avx2(const uint16_t *src, float *dst, int64_t n);
 void kvt_f32_to_f16_row_avx2(const float *src, uint16_t *dst, int64_t n);
+// y[i] += s * x[i], x f16 (f16 != 0) or f32; for kvt_vec_mad
+void kvt_vec_mad_avx2(int f16, float *y, const void *x, float s, int64_t n);
 
 #endif

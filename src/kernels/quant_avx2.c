@@ -470,6 +470,27 @@ void kvt_f16_to_f32_row_avx2(const uint16_t *src, float *dst, int64_t n) {
     for (; i < n; i++) dst[i] = kvt_f16_to_f32(src[i]);
 }
 
+void kvt_vec_mad_avx2(int f16, float *y, const void *x, float s, int64_t n) {
+    const __m256 sv = _mm256_set1_ps(s);
+    int64_t i = 0;
+    if (f16) {
+        const uint16_t *h = x;
+        for (; i + 16 <= n; i += 16) {
+            const __m256 a = _mm256_cvtph_ps(loadu128(h + i)), b = _mm256_cvtph_ps(loadu128(h + i + 8));
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(a, sv, _mm256_loadu_ps(y + i)));
+            _mm256_storeu_ps(y + i + 8, _mm256_fmadd_ps(b, sv, _mm256_loadu_ps(y + i + 8)));
+        }
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_cvtph_ps(loadu128(h + i)), sv, _mm256_loadu_ps(y + i)));
+        for (; i < n; i++) y[i] += s * kvt_f16_to_f32(h[i]);
+    } else {
+        const float *f = x;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(f + i), sv, _mm256_loadu_ps(y + i)));
+        for (; i < n; i++) y[i] += s * f[i];
+    }
+}
+
 void kvt_f32_to_f16_row_avx2(const float *src, uint16_t *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)

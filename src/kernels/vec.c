@@ -4,12 +4,17 @@
 #include <string.h>
 
 #include "f16.h"
+#include "quant.h"
 
 void kvt_vec_scale_f32(float *y, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= s;
 }
 
 void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n) {
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
+        kvt_vec_mad_avx2(t == KVT_TYPE_F16, y, x, s, n);
+        return;
+    }
     if (t == KVT_TYPE_F16) {
         const uint16_t *h = x;
         for (int64_t i = 0; i < n; i++) y[i] += s * kvt_f16_to_f32(h[i]);

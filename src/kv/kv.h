@@ -1,12 +1,18 @@
 // kv.h - the KV cache interface that attention reads through.
 //
-// A cache holds, per sequence and layer, the K and V rows of every position,
-// grouped in blocks of `block_tokens` consecutive positions. Attention never
-// sees where a block lives: it acquires a view of block b (the block is then
-// resident and readable until released), reads it and releases it. The
-// contiguous in-memory cache (kv_contig.c) and the tiered paged store both
-// implement this table, so attention and the forward pass are unchanged when
-// KV is offloaded.
+// A cache holds, per sequence, the K and V rows of every position in shards:
+// a shard is (layer, group of `group_heads` consecutive KV heads); the group
+// size is the offload granularity (all heads of a layer down to one head,
+// headinfer.txt). Each shard is split in blocks of `block_tokens` consecutive
+// positions. Attention never sees where a block lives: it acquires a view of
+// block b of (seq, layer, group) (the block is then resident in the fast tier
+// and readable until released), reads it for every query head of the group
+// and releases it. The contiguous in-memory cache (kv_contig.c) and the tiered
+// paged store (kv_paged.c) both implement this table.
+//
+// Threading: acquire/release may be called from several threads at once;
+// append, truncate and the sequence calls from one thread, never concurrently
+// with acquire on the same sequence.
 #ifndef KVT_KV_H
 #define KVT_KV_H
 
@@ -16,29 +22,54 @@
 #include "../base/status.h"
 #include "../kernels/dtype.h"
 
-// Read view of one block of one (sequence, layer).
+// Read view of one block of one (sequence, layer, group).
 typedef struct {
     int64_t pos0;     // first position held by the block
-    int64_t n;        // valid positions in the block
-    const void *k;    // [n, n_head_kv, head_dim] of kv type, row stride k_stride bytes
-    const void *v;    // [n, n_head_kv, head_dim_v] of kv type, row stride v_stride bytes
+    int64_t n;        // valid positions in the block (attention masks positions > its query)
+    const void *k;    // [n, group_heads, head_dim] kv type, row stride k_stride bytes, tier T0
+    const void *v;    // [n, group_heads, head_dim_v] kv type, row stride v_stride bytes, tier T0
     int64_t k_stride; // bytes between positions
     int64_t v_stride;
 } kvt_kv_view;
+
+// Memory tiers, fastest first. Any of them but T0 may be absent.
+typedef enum { KVT_TIER_FAST = 0, KVT_TIER_HOST = 1, KVT_TIER_DISK = 2, KVT_TIER_COUNT = 3 } kvt_tier;
+const char *kvt_tier_name(kvt_tier t); // "fast", "host", "disk"
+
+// Transfer accounting of a cache (all counters since init).
+typedef struct {
+    int64_t budget_bytes[KVT_TIER_COUNT];   // -1: unlimited, 0: tier absent
+    int64_t peak_bytes[KVT_TIER_COUNT];     // highest bytes in use per tier
+    int64_t used_bytes[KVT_TIER_COUNT];     // bytes in use now
+    int64_t moved_bytes[KVT_TIER_COUNT][KVT_TIER_COUNT]; // [src][dst]
+    int64_t moved_count[KVT_TIER_COUNT][KVT_TIER_COUNT]; // transfers [src][dst]
+    double moved_ms[KVT_TIER_COUNT][KVT_TIER_COUNT];     // time spent copying [src][dst]
+    double stall_ms;      // time compute threads waited in acquire/append (summed over threads)
+    int64_t hits, misses; // acquires that found the block in T0 / had to wait for it
+    int64_t prefetches;   // blocks loaded ahead of use by the copy engine
+    int64_t block_bytes;  // bytes of one block (K and V)
+} kvt_kv_stats;
 
 typedef struct kvt_kv kvt_kv;
 
 typedef struct {
     const char *name;
-    // Stores K and V of positions [pos, pos+n) of (seq, layer); k: [n, n_head_kv*head_dim] f32,
-    // v: [n, n_head_kv*head_dim_v] f32 (converted to the cache's element type).
+    // Stores K and V of positions [pos, pos+n) of (seq, layer), every group; k: [n, n_head_kv*head_dim] f32,
+    // v: [n, n_head_kv*head_dim_v] f32 (converted to the cache's element type). pos may be below the
+    // positions held (the suffix is overwritten) but not above.
     kvt_status (*append)(kvt_kv *kv, int32_t seq, int32_t layer, int64_t pos, int64_t n, const float *k, const float *v,
                          kvt_err *err);
-    // Makes block b of (seq, layer) readable; positions beyond n_tokens are excluded.
-    kvt_status (*acquire)(kvt_kv *kv, int32_t seq, int32_t layer, int64_t b, kvt_kv_view *out, kvt_err *err);
-    void (*release)(kvt_kv *kv, int32_t seq, int32_t layer, int64_t b);
+    // Makes block b of (seq, layer, group) readable in T0 until release.
+    kvt_status (*acquire)(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b, kvt_kv_view *out,
+                          kvt_err *err);
+    void (*release)(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b);
     // Forgets positions >= n_keep of seq.
     void (*truncate)(kvt_kv *kv, int32_t seq, int64_t n_keep);
+    // Sequences: 0 exists from init. fork: *dst shares every block of src (reference counted; the partly
+    // filled last block is copied when either side appends). NULL where unsupported.
+    kvt_status (*seq_fork)(kvt_kv *kv, int32_t src, int32_t *dst, kvt_err *err);
+    void (*seq_free)(kvt_kv *kv, int32_t seq);
+    void (*stats)(kvt_kv *kv, kvt_kv_stats *out);
     void (*free)(kvt_kv *kv);
 } kvt_kv_ops;
 
@@ -52,6 +83,8 @@ struct kvt_kv {
     int32_t head_dim_v;
     int64_t block_tokens;  // positions per block
     int64_t n_ctx;         // maximum positions per sequence
+    int32_t group_heads;   // KV heads per shard
+    int32_t n_group;       // shards per layer (n_head_kv / group_heads)
 };
 
 static inline int64_t kvt_kv_n_blocks(const kvt_kv *kv, int64_t n_tokens) {
@@ -60,12 +93,13 @@ static inline int64_t kvt_kv_n_blocks(const kvt_kv *kv, int64_t n_tokens) {
 
 // Contiguous in-memory cache for one sequence: K and V of every layer in one
 // allocation each, [n_layer][n_ctx][n_head_kv*head_dim]. Views are slices of
-// `block_tokens` positions (the attention code streams over them either way).
+// `block_tokens` positions of one group (attention streams over them either way).
 typedef struct {
     kvt_type type;
     int32_t n_layer, n_head_kv, head_dim, head_dim_v;
     int64_t n_ctx;
     int64_t block_tokens;
+    int32_t group_heads; // 0: all KV heads of a layer
 } kvt_kv_params;
 
 kvt_status kvt_kv_contig_init(const kvt_kv_params *p, kvt_kv **out, kvt_err *err);
@@ -75,5 +109,7 @@ int64_t kvt_kv_contig_bytes(const kvt_kv_params *p);
 static inline void kvt_kv_free(kvt_kv *kv) {
     if (kv) kv->ops->free(kv);
 }
+// Fills *out (zeros where the implementation keeps no accounting).
+void kvt_kv_get_stats(kvt_kv *kv, kvt_kv_stats *out);
 
 #endif

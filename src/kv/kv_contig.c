@@ -31,28 +31,40 @@ static kvt_status contig_append(kvt_kv *kv, int32_t seq, int32_t layer, int64_t 
     return KVT_OK;
 }
 
-static kvt_status contig_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int64_t b, kvt_kv_view *out, kvt_err *err) {
+static kvt_status contig_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b, kvt_kv_view *out,
+                                 kvt_err *err) {
     kv_contig *c = (kv_contig *)kv;
     (void)seq;
+    if (group < 0 || group >= kv->n_group) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV group %d out of range", group);
     int64_t p0 = b * kv->block_tokens;
     if (b < 0 || p0 >= kv->n_ctx) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV block %lld out of range", (long long)b);
     int64_t n = kv->n_ctx - p0 < kv->block_tokens ? kv->n_ctx - p0 : kv->block_tokens;
     out->pos0 = p0;
     out->n = n;
-    out->k = c->k + ((int64_t)layer * kv->n_ctx + p0) * c->k_row;
-    out->v = c->v + ((int64_t)layer * kv->n_ctx + p0) * c->v_row;
+    const int64_t gh = kv->group_heads;
+    out->k = c->k + ((int64_t)layer * kv->n_ctx + p0) * c->k_row + group * kvt_row_size(kv->type, gh * kv->head_dim);
+    out->v = c->v + ((int64_t)layer * kv->n_ctx + p0) * c->v_row + group * kvt_row_size(kv->type, gh * kv->head_dim_v);
     out->k_stride = c->k_row;
     out->v_stride = c->v_row;
     return KVT_OK;
 }
 
-static void contig_release(kvt_kv *kv, int32_t seq, int32_t layer, int64_t b) {
-    (void)kv, (void)seq, (void)layer, (void)b;
+static void contig_release(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
+    (void)kv, (void)seq, (void)layer, (void)group, (void)b;
 }
 
 // Positions are addressed directly, so forgetting a suffix needs no work:
 // later appends overwrite it and attention never reads past its range.
 static void contig_truncate(kvt_kv *kv, int32_t seq, int64_t n_keep) { (void)kv, (void)seq, (void)n_keep; }
+
+static void contig_stats(kvt_kv *kv, kvt_kv_stats *out) {
+    kv_contig *c = (kv_contig *)kv;
+    memset(out, 0, sizeof *out);
+    int64_t b = kv->n_layer * kv->n_ctx * (c->k_row + c->v_row);
+    out->budget_bytes[KVT_TIER_FAST] = -1;
+    out->peak_bytes[KVT_TIER_FAST] = out->used_bytes[KVT_TIER_FAST] = b;
+    out->block_bytes = kv->block_tokens * (c->k_row + c->v_row);
+}
 
 static void contig_free(kvt_kv *kv) {
     kv_contig *c = (kv_contig *)kv;
@@ -61,8 +73,8 @@ static void contig_free(kvt_kv *kv) {
     free(c);
 }
 
-static const kvt_kv_ops k_contig_ops = {"contiguous", contig_append, contig_acquire, contig_release, contig_truncate,
-                                        contig_free};
+static const kvt_kv_ops k_contig_ops = {"contiguous",   contig_append, contig_acquire, contig_release, contig_truncate,
+                                        NULL,           NULL,          contig_stats,   contig_free};
 
 int64_t kvt_kv_contig_bytes(const kvt_kv_params *p) {
     return (int64_t)p->n_layer * p->n_ctx *
@@ -78,9 +90,14 @@ kvt_status kvt_kv_contig_init(const kvt_kv_params *p, kvt_kv **out, kvt_err *err
     if (p->n_ctx <= 0 || p->block_tokens <= 0) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV cache needs n_ctx > 0 and block_tokens > 0");
     }
+    const int32_t gh = p->group_heads > 0 ? p->group_heads : p->n_head_kv;
+    if (p->n_head_kv % gh) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV group of %d heads does not divide the %d KV heads", gh, p->n_head_kv);
+    }
     kv_contig *c = calloc(1, sizeof *c);
     if (!c) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
-    c->base = (kvt_kv){&k_contig_ops, p->type, p->n_layer, p->n_head_kv, p->head_dim, p->head_dim_v, p->block_tokens, p->n_ctx};
+    c->base = (kvt_kv){&k_contig_ops, p->type, p->n_layer, p->n_head_kv, p->head_dim, p->head_dim_v, p->block_tokens, p->n_ctx,
+                       gh,         p->n_head_kv / gh};
     c->k_row = kvt_row_size(p->type, (int64_t)p->n_head_kv * p->head_dim);
     c->v_row = kvt_row_size(p->type, (int64_t)p->n_head_kv * p->head_dim_v);
     size_t kb = (size_t)(p->n_layer * p->n_ctx * c->k_row), vb = (size_t)(p->n_layer * p->n_ctx * c->v_row);

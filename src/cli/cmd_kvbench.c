@@ -1,0 +1,268 @@
+// cmd_kvbench.c - `kvtier kvbench`: decode time per token (TPOT) at a long
+// context with the KV cache spread over tiers, against the all-in-memory run
+// (T_compute) and the time the links alone need (T_link = bytes moved per
+// token / bandwidth measured here), for the set-ups of docs/BENCHMARKS.md
+// ("KV tiers"): (a) fast 1/4 + disk, (b) fast 1/8 + host 1/8 + disk, per
+// eviction policy, and the granularity ablation. Prints markdown tables.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/timer.h"
+#include "../kv/kv_paged.h"
+#include "../plan/profile.h"
+#include "commands.h"
+#include "common.h"
+
+static const char *k_help =
+    "usage: kvtier kvbench -m MODEL [options]\n"
+    "  --ctx N          prompt positions before decoding (default 4096)\n"
+    "  -n N             decoded tokens timed (default 16)\n"
+    "  --dir DIR        disk tier directory (default /tmp)\n"
+    "  --only LIST      comma list of sections: base,a,b,gran (default all)\n"
+    "  --policies LIST  comma list of policies (default lru,lfu,lookahead)\n"
+    "  engine flags (-t, --kv-block, --kv-prefetch, ...) apply to every run\n";
+
+typedef struct {
+    double tpot_ms;
+    kvt_kv_stats pre, post; // after prefill, after decode
+    int32_t *ids;
+    bool ok;
+} bench_run;
+
+static double now_ms(void) { return kvt_time_ms(); }
+
+// Prefill n_prompt tokens, then decode n_gen greedily, timing the decode.
+static bool run_one(const kvt_model *m, const kvt_context_params *cp, const int32_t *prompt, int64_t n_prompt,
+                    int64_t n_gen, bench_run *r) {
+    memset(r, 0, sizeof *r);
+    kvt_err err = {0};
+    kvt_context *ctx = NULL;
+    r->ids = calloc((size_t)n_gen, sizeof *r->ids);
+    if (!r->ids || kvt_context_init(m, cp, &ctx, &err) || kvt_decode(ctx, prompt, n_prompt, false, &err)) {
+        fprintf(stderr, "kvtier kvbench: %s\n", err.msg);
+        kvt_context_free(ctx);
+        return false;
+    }
+    const int32_t V = m->hp.n_vocab;
+    kvt_context_kv_stats(ctx, &r->pre);
+    double t0 = 0;
+    for (int64_t i = 0; i < n_gen; i++) {
+        const float *l = kvt_context_logits(ctx);
+        int32_t best = 0;
+        for (int32_t j = 1; j < V; j++) best = l[j] > l[best] ? j : best;
+        r->ids[i] = best;
+        if (i == 0) { // the first decode step warms the prefetch pipeline: time from the second on
+            if (kvt_decode(ctx, &best, 1, false, &err)) break;
+            kvt_context_kv_stats(ctx, &r->pre);
+            t0 = now_ms();
+            continue;
+        }
+        if (i + 1 < n_gen && kvt_decode(ctx, &best, 1, false, &err)) break;
+    }
+    double t1 = now_ms();
+    kvt_context_kv_stats(ctx, &r->post);
+    kvt_context_free(ctx);
+    if (err.status) {
+        fprintf(stderr, "kvtier kvbench: %s\n", err.msg);
+        return false;
+    }
+    r->tpot_ms = (t1 - t0) / (double)(n_gen - 2);
+    r->ok = true;
+    return true;
+}
+
+typedef struct {
+    double mem_gbps;   // memcpy host <-> fast (both host DRAM on the CPU backend)
+    double disk_read_gbps, disk_write_gbps;
+} links;
+
+static double measure_memcpy(int64_t block) {
+    int64_t n = (int64_t)256 << 20;
+    uint8_t *a = malloc((size_t)n), *b = malloc((size_t)n);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, (size_t)n);
+    memset(b, 2, (size_t)n);
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_ms();
+        for (int64_t o = 0; o + block <= n; o += block) memcpy(b + o, a + o, (size_t)block);
+        double s = (now_ms() - t0) / 1e3;
+        double g = (double)(n / block * block) / s / 1e9;
+        if (g > best) best = g;
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+// Per-token decode traffic of a run and the time the links need for it (links in parallel: the slowest).
+static void link_time(const bench_run *r, int64_t n_tok, const links *L, double *bytes_tok, double *t_link_ms) {
+    double mem = 0, dr = 0, dw = 0, all = 0;
+    for (int a = 0; a < KVT_TIER_COUNT; a++) {
+        for (int b = 0; b < KVT_TIER_COUNT; b++) {
+            double x = (double)(r->post.moved_bytes[a][b] - r->pre.moved_bytes[a][b]) / (double)n_tok;
+            if (a == b) continue;
+            all += x;
+            if (a == KVT_TIER_DISK) dr += x;
+            else if (b == KVT_TIER_DISK) dw += x;
+            else mem += x;
+        }
+    }
+    *bytes_tok = all;
+    double tm = L->mem_gbps > 0 ? mem / (L->mem_gbps * 1e6) : 0;
+    double td = (L->disk_read_gbps > 0 ? dr / (L->disk_read_gbps * 1e6) : 0) +
+                (L->disk_write_gbps > 0 ? dw / (L->disk_write_gbps * 1e6) : 0);
+    *t_link_ms = tm > td ? tm : td;
+}
+
+static bool in_list(const char *list, const char *item) {
+    if (!list) return true;
+    size_t n = strlen(item);
+    for (const char *p = list; (p = strstr(p, item)); p += n) {
+        if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return true;
+    }
+    return false;
+}
+
+static void row(const char *label, const bench_run *r, const bench_run *base, int64_t n_tok, const links *L,
+                int64_t n_gen) {
+    double bpt, tl;
+    link_time(r, n_tok, L, &bpt, &tl);
+    double stall = (r->post.stall_ms - r->pre.stall_ms) / (double)n_tok;
+    double tc = base->tpot_ms, bound = tc > tl ? tc : tl;
+    bool same = !memcmp(r->ids, base->ids, (size_t)n_gen * sizeof(int32_t));
+    printf("| %s | %.1f | %.1f | %.1f | %.2f | %.1f (%.0f%%) | %.2f | %lld / %lld / %lld | %s |\n", label, r->tpot_ms, tc,
+           tl, r->tpot_ms / bound, stall, 100.0 * stall / r->tpot_ms, bpt / 1e6,
+           (long long)r->post.peak_bytes[0], (long long)r->post.peak_bytes[1], (long long)r->post.peak_bytes[2],
+           same ? "yes" : "NO");
+    fflush(stdout);
+}
+
+static void header(void) {
+    printf("| set-up | TPOT ms | T_compute ms | T_link ms | TPOT / max(Tc, Tl) | stall ms/token (%% of TPOT) | "
+           "MB moved / token | peak fast / host / disk bytes | ids = all-in-memory |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+}
+
+int cmd_kvbench(int argc, char **argv) {
+    kvt_args a = {"kvbench", argc, argv, 0};
+    const char *model_path = NULL, *dir = "/tmp", *only = NULL, *policies = "lru,lfu,lookahead";
+    int64_t n_ctx = 4096, n_gen = 16, iv;
+    kvt_context_params cp = kvt_context_params_default();
+    const char *flag;
+    while (kvt_args_next(&a, &flag)) {
+        int e = cli_engine_flag(&a, flag, &cp);
+        if (e < 0) return 2;
+        if (e > 0) continue;
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
+            printf("%s%s", k_help, cli_engine_help);
+            return 0;
+        } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
+            if (!(model_path = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--ctx")) {
+            if (!kvt_args_int(&a, flag, 16, 1 << 22, &n_ctx)) return 2;
+        } else if (!strcmp(flag, "-n")) {
+            if (!kvt_args_int(&a, flag, 3, 1 << 16, &iv)) return 2;
+            n_gen = iv;
+        } else if (!strcmp(flag, "--dir")) {
+            if (!(dir = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--only")) {
+            if (!(only = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--policies")) {
+            if (!(policies = kvt_args_value(&a, flag))) return 2;
+        } else {
+            kvt_args_unknown(&a, flag);
+            return 2;
+        }
+    }
+    kvt_model *m;
+    if (!cli_load_model("kvbench", model_path, false, &m, NULL)) return 1;
+    const kvt_hparams *hp = &m->hp;
+    cp.n_ctx = n_ctx + n_gen;
+    if (cp.n_threads <= 0) cp.n_threads = kvt_physical_cores();
+    int32_t *prompt = malloc((size_t)n_ctx * sizeof *prompt);
+    if (!prompt) return 1;
+    uint64_t s = 12345;
+    for (int64_t i = 0; i < n_ctx; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (int32_t)(100 + (s >> 33) % (uint64_t)(hp->n_vocab - 100));
+    }
+    const int64_t kv_bytes = (int64_t)hp->n_layer * cp.n_ctx * hp->n_head_kv * (hp->head_dim + hp->head_dim_v) *
+                             (cp.kv_type == KVT_TYPE_F16 ? 2 : 4);
+    // link bandwidths
+    links L = {0};
+    kvt_kv_paged_params pp = kvt_kv_paged_params_default();
+    pp.type = cp.kv_type;
+    pp.n_head_kv = hp->n_head_kv;
+    pp.head_dim = hp->head_dim;
+    pp.head_dim_v = hp->head_dim_v;
+    pp.block_tokens = cp.kv_block;
+    L.mem_gbps = measure_memcpy(kvt_kv_paged_block_bytes(&pp));
+    kvt_profile prof;
+    kvt_profile_init(&prof);
+    kvt_err err = {0};
+    if (kvt_profile_disk(dir, (int64_t)256 << 20, &prof, &err)) fprintf(stderr, "kvtier kvbench: %s\n", err.msg);
+    L.disk_read_gbps = prof.disk_read_gbps;
+    L.disk_write_gbps = prof.disk_write_gbps;
+    printf("model %s: %d layers, %d KV heads x %d, KV %s; context %lld + %lld decoded; KV total %.1f MB; "
+           "block %lld positions; %d threads; prefetch %d\n",
+           model_path, hp->n_layer, hp->n_head_kv, hp->head_dim, cp.kv_type == KVT_TYPE_F16 ? "f16" : "f32",
+           (long long)n_ctx, (long long)n_gen, (double)kv_bytes / 1e6, (long long)cp.kv_block, cp.n_threads,
+           cp.kv_prefetch >= 0 ? cp.kv_prefetch : kvt_kv_paged_params_default().prefetch);
+    printf("links measured here: memcpy %.2f GB/s (block-sized copies); disk %s %s: read %.2f GB/s, write %.2f GB/s "
+           "(1 MiB requests)\n\n",
+           L.mem_gbps, dir, prof.disk_o_direct ? "O_DIRECT" : "buffered", L.disk_read_gbps, L.disk_write_gbps);
+    const int64_t n_tok = n_gen - 2; // timed decode steps
+    bench_run base;
+    if (!run_one(m, &cp, prompt, n_ctx, n_gen, &base)) return 1;
+    printf("### all in memory (T_compute)\n\nTPOT %.1f ms\n\n", base.tpot_ms);
+    const char *pols[3] = {"lru", "lfu", "lookahead"};
+    for (int sec = 0; sec < 2; sec++) {
+        if (!in_list(only, sec ? "b" : "a")) continue;
+        printf(sec ? "### (b) fast 1/8 + host 1/8 + disk rest (KV = 4 x (T0 + T1))\n\n"
+                   : "### (a) RAM (fast) 1/4 + disk rest\n\n");
+        header();
+        for (int p = 0; p < 3; p++) {
+            if (!in_list(policies, pols[p])) continue;
+            kvt_context_params c = cp;
+            c.kv_fast_bytes = sec ? kv_bytes / 8 : kv_bytes / 4;
+            c.kv_host_bytes = sec ? kv_bytes / 8 : 0;
+            c.kv_disk_dir = dir;
+            c.kv_evict = pols[p];
+            bench_run r;
+            if (!run_one(m, &c, prompt, n_ctx, n_gen, &r)) return 1;
+            row(pols[p], &r, &base, n_tok, &L, n_gen);
+            free(r.ids);
+        }
+        printf("\n");
+    }
+    if (in_list(only, "gran")) {
+        printf("### granularity (fast 1/4 + disk rest, lookahead)\n\n");
+        header();
+        for (int32_t g = hp->n_head_kv; g >= 1; g--) {
+            if (hp->n_head_kv % g) continue;
+            kvt_context_params c = cp;
+            c.kv_paged = true;
+            c.kv_group = g;
+            c.kv_fast_bytes = kv_bytes / 4;
+            c.kv_disk_dir = dir;
+            c.kv_evict = "lookahead";
+            bench_run r;
+            if (!run_one(m, &c, prompt, n_ctx, n_gen, &r)) return 1;
+            char label[64];
+            snprintf(label, sizeof label, g == hp->n_head_kv ? "layer (%d heads)" : g == 1 ? "head (%d)" : "group:%d", g);
+            row(label, &r, &base, n_tok, &L, n_gen);
+            free(r.ids);
+        }
+        printf("\n");
+    }
+    free(base.ids);
+    free(prompt);
+    kvt_model_free(m);
+    return 0;
+}

@@ -1,0 +1,264 @@
+// cmd_plan.c - `kvtier plan`: where layers run, how the KV cache is split over
+// the tiers, and the predicted per-token latency; `--validate` runs the model
+// here and compares the prediction with the measurement (helm.txt §6.4.4).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/timer.h"
+#include "../plan/plan.h"
+#include "commands.h"
+#include "common.h"
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+typedef struct {
+    int64_t prompt, n_gen;
+    int reps, threads;
+    bool calibrate;
+    const char *profile_path;
+} validate_opts;
+
+// Runs the model: prefill of `prompt` tokens, then n_gen single-token decodes; medians over reps.
+static int validate(const char *model_path, kvt_profile *prof, const validate_opts *o, bool json) {
+    kvt_model *m;
+    if (!cli_load_model("plan", model_path, false, &m, NULL)) return 1;
+    kvt_err err = {0};
+    kvt_costs costs;
+    if (kvt_costs_from_gguf(m->gguf, &costs, &err)) {
+        fprintf(stderr, "kvtier plan: %s\n", err.msg);
+        kvt_model_free(m);
+        return 1;
+    }
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = o->prompt + o->n_gen + 8;
+    cp.n_threads = o->threads;
+    kvt_context *ctx;
+    if (kvt_context_init(m, &cp, &ctx, &err)) {
+        fprintf(stderr, "kvtier plan: %s\n", err.msg);
+        kvt_costs_free(&costs);
+        kvt_model_free(m);
+        return 1;
+    }
+    int64_t n_tok = o->prompt + o->n_gen;
+    int32_t *toks = malloc((size_t)n_tok * sizeof(int32_t));
+    double *pre = malloc((size_t)o->reps * sizeof(double)), *dec = malloc((size_t)o->reps * sizeof(double));
+    int rc = 0;
+    for (int64_t i = 0; i < n_tok; i++) toks[i] = (int32_t)((i * 2654435761u + 17) % (uint32_t)m->hp.n_vocab);
+    for (int r = -1; r < o->reps && !rc; r++) { // r = -1: warm-up
+        kvt_context_truncate(ctx, 0);
+        double t0 = kvt_time_ms();
+        if (kvt_decode(ctx, toks, o->prompt, false, &err)) rc = 1;
+        double t1 = kvt_time_ms();
+        for (int64_t i = 0; i < o->n_gen && !rc; i++) {
+            if (kvt_decode(ctx, &toks[o->prompt + i], 1, false, &err)) rc = 1;
+        }
+        double t2 = kvt_time_ms();
+        if (r >= 0) {
+            pre[r] = (t1 - t0) / (double)o->prompt;
+            dec[r] = (t2 - t1) / (double)o->n_gen;
+        }
+    }
+    if (rc) {
+        fprintf(stderr, "kvtier plan: %s\n", err.msg);
+    } else {
+        const double meas_pre = median(pre, o->reps), meas_dec = median(dec, o->reps);
+        kvt_plan_req req = kvt_plan_req_default();
+        req.ctx = o->prompt + o->n_gen / 2; // mean context over the decoded tokens
+        req.prompt = o->prompt;
+        kvt_profile cpu_only = *prof; // this machine runs on its CPU only
+        cpu_only.has_gpu = false;
+        const double delta_used = cpu_only.cpu_block_overhead_ms;
+        cpu_only.cpu_block_overhead_ms = 0;
+        kvt_plan pl;
+        kvt_plan_search(&costs, &cpu_only, &req, &pl, NULL);
+        const int N = costs.n_units;
+        const double t_pred = pl.roofline_ms_per_token, t_hat = t_pred + N * delta_used;
+        const double pre_pred = pl.prefill_ms_per_token, pre_hat = pre_pred + N * delta_used / (double)o->prompt;
+        const double delta_fit = (meas_dec - t_pred) / N;
+        const double e_dec = (t_hat - meas_dec) / meas_dec * 100, e_pre = (pre_hat - meas_pre) / meas_pre * 100;
+        if (json) {
+            printf("{\"model\":\"%s\",\"n_units\":%d,\"threads\":%d,\"prompt\":%lld,\"n_gen\":%lld,\"reps\":%d,"
+                   "\"delta_ms\":%.5f,\"delta_fit_ms\":%.5f,"
+                   "\"decode_pred_ms\":%.4f,\"decode_hat_ms\":%.4f,\"decode_meas_ms\":%.4f,\"decode_err_pct\":%.2f,"
+                   "\"prefill_pred_ms\":%.4f,\"prefill_hat_ms\":%.4f,\"prefill_meas_ms\":%.4f,\"prefill_err_pct\":%.2f}\n",
+                   model_path, N, kvt_context_n_threads(ctx), (long long)o->prompt, (long long)o->n_gen, o->reps, delta_used,
+                   delta_fit, t_pred, t_hat, meas_dec, e_dec, pre_pred, pre_hat, meas_pre, e_pre);
+        } else {
+            printf("validate  %s on this CPU (%d threads), %d units, prompt %lld, %lld decoded tokens, median of %d\n",
+                   model_path, kvt_context_n_threads(ctx), N, (long long)o->prompt, (long long)o->n_gen, o->reps);
+            printf("          delta (per-unit overhead, helm 6.4.4) used %.4f ms; this run alone implies %.4f ms\n", delta_used,
+                   delta_fit);
+            printf("%-9s %12s %12s %12s %8s\n", "ms/token", "roofline", "corrected", "measured", "error");
+            printf("%-9s %12.3f %12.3f %12.3f %+7.1f%%\n", "decode", t_pred, t_hat, meas_dec, e_dec);
+            printf("%-9s %12.4f %12.4f %12.4f %+7.1f%%\n", "prefill", pre_pred, pre_hat, meas_pre, e_pre);
+            printf("verdict   decode %s 15%%, prefill %s 15%%\n", e_dec < 15 && e_dec > -15 ? "within" : "NOT within",
+                   e_pre < 15 && e_pre > -15 ? "within" : "NOT within");
+        }
+        if (o->calibrate) {
+            prof->cpu_block_overhead_ms = delta_fit > 0 ? delta_fit : 0;
+            if (!o->profile_path || kvt_profile_save(prof, o->profile_path, &err)) {
+                fprintf(stderr, "kvtier plan: --calibrate needs a writable --profile FILE%s%s\n", err.msg[0] ? ": " : "", err.msg);
+                rc = 1;
+            } else {
+                fprintf(stderr, "calibrated cpu_block_overhead_ms = %.4f into %s\n", prof->cpu_block_overhead_ms, o->profile_path);
+            }
+        }
+    }
+    free(toks);
+    free(pre);
+    free(dec);
+    kvt_context_free(ctx);
+    kvt_costs_free(&costs);
+    kvt_model_free(m);
+    return rc;
+}
+
+int cmd_plan(int argc, char **argv) {
+    kvt_args a = {"plan", argc, argv, 0};
+    const char *model_path = NULL, *shape_name = NULL, *profile_path = NULL, *out_path = NULL;
+    kvt_type wt = KVT_TYPE_BF16;
+    kvt_plan_req req = kvt_plan_req_default();
+    bool json = false, do_validate = false;
+    validate_opts vo = {128, 64, 3, 0, false, NULL};
+    const char *flag;
+    while (kvt_args_next(&a, &flag)) {
+        int64_t v;
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
+            printf("usage: kvtier plan (-m MODEL.gguf | --shape NAME [--type T]) [--profile FILE] [--ctx N] [--batch B]\n"
+                   "                  [--vram BYTES] [--ram BYTES] [--disk BYTES] [--disk-dir DIR] [--json] [-o PLAN.json]\n"
+                   "       kvtier plan --validate -m MODEL.gguf [--profile FILE] [--calibrate] [-t N] [--prompt P] [-n N] [--reps R]\n"
+                   "  Chooses the CPU/GPU split (helm.txt Algorithm 1), the KV placement over fast/host/disk tiers,\n"
+                   "  granularity and block size, and predicts ms/token. -m reads GGUF metadata only. --shape uses\n"
+                   "  a named shape with weights of type T (default bf16, as helm.txt). --vram/--ram are totals (the\n"
+                   "  profile's reserves are kept free); --disk is the KV disk budget (default 0: no disk tier).\n"
+                   "  Default profile: $KVT_PROFILE, else a quick measurement of this machine. -o writes the plan\n"
+                   "  file that --plan FILE reads. --validate runs the model here and compares predicted and measured\n"
+                   "  prefill/decode ms/token; --calibrate stores the per-unit overhead delta into --profile FILE.\n");
+            return 0;
+        } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
+            if (!(model_path = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--shape")) {
+            if (!(shape_name = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--type")) {
+            const char *s = kvt_args_value(&a, flag);
+            if (!s) return 2;
+            if (!kvt_type_from_name(s, &wt)) {
+                fprintf(stderr, "kvtier plan: --type: unknown type '%s'\n", s);
+                return 2;
+            }
+        } else if (!strcmp(flag, "--profile")) {
+            if (!(profile_path = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--ctx") || !strcmp(flag, "-c")) {
+            if (!kvt_args_int(&a, flag, 1, (int64_t)1 << 30, &req.ctx)) return 2;
+        } else if (!strcmp(flag, "--batch")) {
+            if (!kvt_args_int(&a, flag, 1, 1 << 20, &req.batch)) return 2;
+        } else if (!strcmp(flag, "--vram")) {
+            if (!kvt_args_bytes(&a, flag, &req.vram_bytes)) return 2;
+        } else if (!strcmp(flag, "--ram")) {
+            if (!kvt_args_bytes(&a, flag, &req.ram_bytes)) return 2;
+        } else if (!strcmp(flag, "--disk")) {
+            if (!kvt_args_bytes(&a, flag, &req.disk_bytes)) return 2;
+        } else if (!strcmp(flag, "--disk-dir")) {
+            if (!(req.disk_dir = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--json")) {
+            json = true;
+        } else if (!strcmp(flag, "-o")) {
+            if (!(out_path = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--validate")) {
+            do_validate = true;
+        } else if (!strcmp(flag, "--calibrate")) {
+            vo.calibrate = true;
+        } else if (!strcmp(flag, "-t") || !strcmp(flag, "--threads")) {
+            if (!kvt_args_int(&a, flag, 1, 1024, &v)) return 2;
+            vo.threads = (int)v;
+        } else if (!strcmp(flag, "--prompt")) {
+            if (!kvt_args_int(&a, flag, 1, 1 << 16, &vo.prompt)) return 2;
+            req.prompt = vo.prompt;
+        } else if (!strcmp(flag, "-n")) {
+            if (!kvt_args_int(&a, flag, 1, 1 << 16, &vo.n_gen)) return 2;
+        } else if (!strcmp(flag, "--reps")) {
+            if (!kvt_args_int(&a, flag, 1, 100, &v)) return 2;
+            vo.reps = (int)v;
+        } else {
+            kvt_args_unknown(&a, flag);
+            return 2;
+        }
+    }
+    if (!model_path == !shape_name) {
+        fprintf(stderr, "kvtier plan: give exactly one of -m MODEL.gguf or --shape NAME (kvtier plan --help)\n");
+        return 2;
+    }
+    if (do_validate && !model_path) {
+        fprintf(stderr, "kvtier plan: --validate needs -m MODEL.gguf\n");
+        return 2;
+    }
+    kvt_err err = {0};
+    kvt_profile prof;
+    if (!profile_path) profile_path = getenv("KVT_PROFILE");
+    if (profile_path) {
+        if (kvt_profile_load(profile_path, &prof, &err)) {
+            fprintf(stderr, "kvtier plan: %s\n", err.msg);
+            return 1;
+        }
+    } else {
+        kvt_profile_opts po = {"/tmp", vo.threads, true, NULL};
+        fprintf(stderr, "kvtier plan: no --profile: measuring this machine (quick)\n");
+        if (kvt_profile_measure(&po, &prof, &err)) {
+            fprintf(stderr, "kvtier plan: %s\n", err.msg);
+            return 1;
+        }
+    }
+    vo.profile_path = profile_path;
+    if (do_validate) return validate(model_path, &prof, &vo, json);
+
+    kvt_costs costs;
+    if (model_path) {
+        kvt_gguf *g;
+        if (kvt_gguf_open(model_path, &g, &err) || kvt_costs_from_gguf(g, &costs, &err)) {
+            fprintf(stderr, "kvtier plan: %s\n", err.msg);
+            return 1;
+        }
+        kvt_gguf_free(g);
+    } else {
+        const kvt_shape *s = kvt_shape_find(shape_name);
+        if (!s) {
+            fprintf(stderr, "kvtier plan: --shape: unknown shape '%s' (known:", shape_name);
+            for (int i = 0; i < kvt_shape_count(); i++) fprintf(stderr, " %s", kvt_shape_at(i)->name);
+            fprintf(stderr, ")\n");
+            return 2;
+        }
+        if (kvt_costs_from_shape(s, wt, &costs, &err)) {
+            fprintf(stderr, "kvtier plan: %s\n", err.msg);
+            return 1;
+        }
+    }
+    kvt_plan *pl = malloc(sizeof *pl);
+    if (!pl) {
+        kvt_costs_free(&costs);
+        return 1;
+    }
+    kvt_status st = kvt_plan_search(&costs, &prof, &req, pl, &err);
+    if (st && st != KVT_ERR_BUDGET) {
+        fprintf(stderr, "kvtier plan: %s\n", err.msg);
+    } else {
+        if (json) kvt_plan_write_json(pl, stdout);
+        else kvt_plan_print(pl, stdout);
+        if (st) fprintf(stderr, "kvtier plan: infeasible: %s\n", pl->error);
+        if (out_path && kvt_plan_save(pl, out_path, &err)) {
+            fprintf(stderr, "kvtier plan: %s\n", err.msg);
+            st = KVT_ERR_IO;
+        }
+    }
+    free(pl);
+    kvt_costs_free(&costs);
+    return st ? 1 : 0;
+}

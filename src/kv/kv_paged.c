@@ -1,0 +1,864 @@
+// kv_paged.c - the tiered paged KV store: block tables, residency, eviction,
+// prefetch through the copy engine, transfer accounting.
+//
+// Locking: one mutex guards every table; copies run with it released while the
+// block is marked busy (nobody else moves, pins, writes or frees a busy block).
+// A block pinned by a reader stays in T0 until released.
+#include "kv_paged.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/timer.h"
+#include "../kernels/quant.h"
+#include "kv_policy.h"
+#include "kv_tier.h"
+
+typedef struct {
+    int32_t refs;       // sequences referencing the block (0: free id)
+    int32_t pins;       // readers/writers holding its T0 copy
+    int32_t layer, group;
+    int64_t index;      // block index in its shard
+    int64_t slot[KVT_TIER_COUNT]; // slot per tier, -1 absent; all present copies are equal
+    int32_t rpos[2];    // position in the resident list of T0 / T1, -1 absent
+    uint32_t crc;       // CRC32C of the disk copy
+    bool busy;          // a transfer or eviction of this block is under way
+    bool queued;        // waiting in the prefetch queue
+    uint64_t last_use, uses;
+} pblock;
+
+typedef struct {
+    int64_t n_tok;      // positions held
+    int64_t n_blk, cap; // blocks in the table
+    int64_t *ids;       // [cap] block ids
+} pshard;
+
+typedef struct {
+    bool live;
+    pshard *sh;         // [n_shard], shard = layer * n_group + group
+} pseq;
+
+typedef struct {
+    kvt_kv base;
+    kvt_kv_paged_params p;
+    const kvt_evict_policy *pol;
+    int64_t block_bytes;   // K part then V part
+    int64_t k_row, v_row;  // bytes per position of a group's K / V
+    int32_t n_shard;
+    int64_t nb_ctx;        // blocks per shard at n_ctx (schedule stride)
+    kvt_tier_store tier[KVT_TIER_COUNT];
+    int64_t *res[2];       // resident block ids of T0 / T1
+    int64_t n_res[2], cap_res[2];
+    pblock *blk;
+    int64_t n_blk, cap_blk;
+    int64_t *free_blk;
+    int64_t n_free_blk, cap_free_blk;
+    pseq *seq;
+    int32_t n_seq;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;     // block state changed (busy cleared, pin released)
+    uint64_t tick;         // logical clock: one tick per acquire
+    int64_t cursor;        // schedule key of the last acquired block
+    // copy engine
+    pthread_t *io;
+    int n_io;
+    pthread_cond_t qcv;
+    int64_t *q;            // ring of block ids to prefetch
+    int64_t q_head, q_len, q_cap;
+    bool stop;
+    void **bounce;         // free 4096-aligned buffers of the disk slot size
+    int64_t n_bounce, cap_bounce;
+    kvt_kv_stats st;
+} kv_paged;
+
+enum { T0 = KVT_TIER_FAST, T1 = KVT_TIER_HOST, T2 = KVT_TIER_DISK };
+
+kvt_kv_paged_params kvt_kv_paged_params_default(void) {
+    kvt_kv_paged_params p;
+    memset(&p, 0, sizeof p);
+    p.type = KVT_TYPE_F16;
+    p.block_tokens = 256;
+    p.fast_bytes = -1;
+    p.disk_max = -1;
+    p.evict = "lru";
+    p.prefetch = 16;
+    p.n_readers = 1;
+    p.n_io_threads = 4;
+    return p;
+}
+
+int64_t kvt_kv_paged_block_bytes(const kvt_kv_paged_params *p) {
+    int32_t gh = p->group_heads > 0 ? p->group_heads : p->n_head_kv;
+    return p->block_tokens * (kvt_row_size(p->type, (int64_t)gh * p->head_dim) + kvt_row_size(p->type, (int64_t)gh * p->head_dim_v));
+}
+
+static void block_name(const kv_paged *s, int64_t id, char *buf, size_t n) {
+    const pblock *B = &s->blk[id];
+    snprintf(buf, n, "layer %d group %d block %lld (positions %lld..%lld)", B->layer, B->group, (long long)B->index,
+             (long long)(B->index * s->base.block_tokens), (long long)((B->index + 1) * s->base.block_tokens - 1));
+}
+
+// --- resident lists ------------------------------------------------------------
+
+static bool res_add(kv_paged *s, int t, int64_t id) {
+    if (s->n_res[t] == s->cap_res[t]) {
+        int64_t cap = s->cap_res[t] ? s->cap_res[t] * 2 : 256;
+        int64_t *r = realloc(s->res[t], (size_t)cap * sizeof *r);
+        if (!r) return false;
+        s->res[t] = r;
+        s->cap_res[t] = cap;
+    }
+    s->blk[id].rpos[t] = (int32_t)s->n_res[t];
+    s->res[t][s->n_res[t]++] = id;
+    return true;
+}
+
+static void res_del(kv_paged *s, int t, int64_t id) {
+    int32_t i = s->blk[id].rpos[t];
+    if (i < 0) return;
+    int64_t last = s->res[t][--s->n_res[t]];
+    s->res[t][i] = last;
+    s->blk[last].rpos[t] = i;
+    s->blk[id].rpos[t] = -1;
+}
+
+// Drops the copy of block id in tier t.
+static void drop_copy(kv_paged *s, int64_t id, int t) {
+    pblock *B = &s->blk[id];
+    if (B->slot[t] < 0) return;
+    if (t < 2) res_del(s, t, id);
+    kvt_tier_release(&s->tier[t], B->slot[t]);
+    B->slot[t] = -1;
+}
+
+// --- schedule and policy -------------------------------------------------------
+
+static int64_t sched_key(const kv_paged *s, const pblock *B) {
+    return ((int64_t)B->layer * s->base.n_group + B->group) * s->nb_ctx + B->index;
+}
+
+static int64_t next_use(const kv_paged *s, const pblock *B) {
+    int64_t cycle = (int64_t)s->n_shard * s->nb_ctx;
+    return ((sched_key(s, B) - s->cursor) % cycle + cycle) % cycle;
+}
+
+static double evict_score(const kv_paged *s, const pblock *B) {
+    kvt_evict_info info = {B->last_use, B->uses, next_use(s, B)};
+    return s->pol->score(&info, s->tick);
+}
+
+// Best victim of tier t (not pinned, not busy); -1 if none. With limit >= 0, only blocks needed later than
+// `limit` schedule steps qualify (prefetch must not evict what is needed sooner than what it fetches).
+// Clean blocks (with a copy below) go first: evicting them costs no write.
+static int64_t pick_victim(const kv_paged *s, int t, int64_t limit) {
+    int64_t best = -1;
+    double bs = 0;
+    bool best_clean = false;
+    for (int64_t i = 0; i < s->n_res[t]; i++) {
+        int64_t id = s->res[t][i];
+        const pblock *B = &s->blk[id];
+        if (B->busy || (t == T0 && B->pins > 0)) continue;
+        if (limit >= 0 && next_use(s, B) <= limit) continue;
+        bool clean = B->slot[T2] >= 0 || (t == T0 && B->slot[T1] >= 0);
+        double sc = evict_score(s, B);
+        if (best < 0 || (clean && !best_clean) || (clean == best_clean && sc > bs)) {
+            best = id;
+            bs = sc;
+            best_clean = clean;
+        }
+    }
+    return best;
+}
+
+// --- transfers -----------------------------------------------------------------
+
+static void *bounce_get(kv_paged *s) {
+    if (s->n_bounce > 0) return s->bounce[--s->n_bounce];
+    void *p = NULL;
+    int64_t n = s->tier[T2].slot_bytes;
+    if (posix_memalign(&p, 4096, (size_t)n)) return NULL;
+    return p;
+}
+
+static void bounce_put(kv_paged *s, void *b) {
+    if (s->n_bounce == s->cap_bounce) {
+        int64_t cap = s->cap_bounce ? s->cap_bounce * 2 : 8;
+        void **nb = realloc(s->bounce, (size_t)cap * sizeof *nb);
+        if (!nb) {
+            free(b);
+            return;
+        }
+        s->bounce = nb;
+        s->cap_bounce = cap;
+    }
+    s->bounce[s->n_bounce++] = b;
+}
+
+// Copies block id from tier src to a new slot of tier dst (which must have room). The block must be busy
+// (marked by the caller). Releases the mutex during the copy.
+static kvt_status transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *err) {
+    int64_t ds = kvt_tier_alloc(&s->tier[dst]);
+    if (ds < 0) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block in the %s tier", kvt_tier_name(dst));
+    pblock *B = &s->blk[id];
+    B->slot[dst] = ds;
+    const int64_t ss = B->slot[src];
+    uint8_t *sp = src < 2 ? kvt_tier_ptr(&s->tier[src], ss) : NULL;
+    uint8_t *dp = dst < 2 ? kvt_tier_ptr(&s->tier[dst], ds) : NULL;
+    void *bounce = NULL;
+    if (src == T2 || dst == T2) {
+        if (!(bounce = bounce_get(s))) {
+            kvt_tier_release(&s->tier[dst], ds);
+            B->slot[dst] = -1;
+            return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a disk I/O buffer");
+        }
+    }
+    char what[128];
+    block_name(s, id, what, sizeof what);
+    uint32_t crc = B->crc;
+    pthread_mutex_unlock(&s->mu);
+    int64_t t0 = kvt_time_ns();
+    kvt_status st = KVT_OK;
+    if (src == T2) st = kvt_tier_disk_read(&s->tier[T2], ss, dp, bounce, crc, what, err);
+    else if (dst == T2) st = kvt_tier_disk_write(&s->tier[T2], ds, sp, bounce, &crc, what, err);
+    else memcpy(dp, sp, (size_t)s->block_bytes);
+    double ms = (double)(kvt_time_ns() - t0) / 1e6;
+    pthread_mutex_lock(&s->mu);
+    if (bounce) bounce_put(s, bounce);
+    B = &s->blk[id];
+    if (st) {
+        kvt_tier_release(&s->tier[dst], ds);
+        B->slot[dst] = -1;
+        return st;
+    }
+    if (dst == T2) B->crc = crc;
+    if (dst == T0) B->last_use = s->tick; // a load counts as a use for recency (prefetched blocks stay until read)
+    if (dst < 2 && !res_add(s, dst, id)) {
+        kvt_tier_release(&s->tier[dst], ds);
+        B->slot[dst] = -1;
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    }
+    s->st.moved_bytes[src][dst] += s->block_bytes;
+    s->st.moved_count[src][dst]++;
+    s->st.moved_ms[src][dst] += ms;
+    return KVT_OK;
+}
+
+static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err);
+
+// Makes tier t have a free slot. wait: block until a victim is available (else return 0 when none);
+// limit: see pick_victim. Returns 1 on room, 0 on none (no wait), -1 on error (err set).
+static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *err) {
+    kvt_tier_store *T = &s->tier[t];
+    while (T->n_used >= T->max_slots) {
+        if (t == T2) {
+            kvt_errorf(err, KVT_ERR_BUDGET,
+                       "KV disk tier full: --kv-disk-max %lld bytes hold %lld blocks of %lld bytes (file %s)",
+                       (long long)T->budget, (long long)T->max_slots, (long long)T->slot_bytes, T->path);
+            return -1;
+        }
+        int64_t v = pick_victim(s, t, limit);
+        if (v < 0) {
+            if (!wait) return 0;
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        if (evict(s, v, t, err)) return -1;
+    }
+    return 1;
+}
+
+// Removes block id's copy from tier t (0 or 1), first moving it down if no lower tier has a copy.
+static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
+    pblock *B = &s->blk[id];
+    B->busy = true;
+    kvt_status st = KVT_OK;
+    bool has_lower = false;
+    for (int u = t + 1; u < KVT_TIER_COUNT; u++) has_lower |= B->slot[u] >= 0;
+    int dst = -1;
+    if (t == T0 && s->tier[T1].present && B->slot[T1] < 0) {
+        // demote to the host tier if the block must be kept, or if a free slot (or a worse host block) allows
+        kvt_tier_store *H = &s->tier[T1];
+        bool room = H->n_used < H->max_slots;
+        if (!room && has_lower) {
+            int64_t hv = pick_victim(s, T1, -1);
+            if (hv >= 0 && s->blk[hv].slot[T2] >= 0 && evict_score(s, &s->blk[hv]) > evict_score(s, B)) {
+                drop_copy(s, hv, T1);
+                room = true;
+            }
+        }
+        if (room) dst = T1;
+        else if (!has_lower) {
+            if (s->tier[T2].present && s->tier[T2].n_used < s->tier[T2].max_slots) dst = T2;
+            else {
+                int r = ensure_free(s, T1, true, -1, err);
+                if (r < 0) st = err->status;
+                else dst = T1;
+            }
+        }
+    } else if (!has_lower) {
+        dst = s->tier[T2].present ? T2 : -1;
+        if (dst < 0) {
+            char what[128];
+            block_name(s, id, what, sizeof what);
+            st = kvt_errorf(err, KVT_ERR_BUDGET,
+                            "KV %s tier full (%lld bytes) and no lower tier for %s: give --kv-host or --kv-disk",
+                            kvt_tier_name(t), (long long)s->tier[t].budget, what);
+        }
+    }
+    if (!st && dst >= 0) {
+        if (ensure_free(s, dst, true, -1, err) < 0) st = err->status;
+        else st = transfer(s, id, t, dst, err);
+    }
+    B = &s->blk[id];
+    if (!st) drop_copy(s, id, t);
+    B->busy = false;
+    pthread_cond_broadcast(&s->cv);
+    return st;
+}
+
+// Loads block id (not in T0, not busy) into T0 from its fastest lower copy.
+static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool *loaded, kvt_err *err) {
+    s->blk[id].busy = true;
+    kvt_status st = KVT_OK;
+    *loaded = false;
+    int r = ensure_free(s, T0, wait, limit, err);
+    if (r < 0) st = err->status;
+    else if (r > 0) {
+        pblock *B = &s->blk[id];
+        int src = B->slot[T1] >= 0 ? T1 : T2;
+        if (B->slot[src] < 0) st = kvt_errorf(err, KVT_ERR_FORMAT, "KV block %lld has no copy in any tier", (long long)id);
+        else if (!(st = transfer(s, id, src, T0, err))) {
+            *loaded = true;
+            // without a disk copy, T0 and T1 hold a block exclusively: their budgets then add up
+            if (src == T1 && s->blk[id].slot[T2] < 0) drop_copy(s, id, T1);
+        }
+    }
+    s->blk[id].busy = false;
+    pthread_cond_broadcast(&s->cv);
+    return st;
+}
+
+// --- copy engine: prefetch workers ----------------------------------------------
+
+static void *io_main(void *arg) {
+    kv_paged *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && s->q_len == 0) pthread_cond_wait(&s->qcv, &s->mu);
+        if (s->stop) break;
+        int64_t id = s->q[s->q_head];
+        s->q_head = (s->q_head + 1) % s->q_cap;
+        s->q_len--;
+        pblock *B = &s->blk[id];
+        B->queued = false;
+        if (B->refs <= 0 || B->busy || B->slot[T0] >= 0) continue;
+        kvt_err e;
+        bool loaded;
+        // an error here is reported again by the acquire that needs the block
+        if (!load(s, id, false, next_use(s, &s->blk[id]), &loaded, &e) && loaded) s->st.prefetches++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void queue_push(kv_paged *s, int64_t id) {
+    if (s->q_len == s->q_cap) {
+        int64_t cap = s->q_cap ? s->q_cap * 2 : 64;
+        int64_t *q = malloc((size_t)cap * sizeof *q);
+        if (!q) return; // prefetch is a hint: dropping it is safe
+        for (int64_t i = 0; i < s->q_len; i++) q[i] = s->q[(s->q_head + i) % s->q_cap];
+        free(s->q);
+        s->q = q;
+        s->q_cap = cap;
+        s->q_head = 0;
+    }
+    s->q[(s->q_head + s->q_len) % s->q_cap] = id;
+    s->q_len++;
+    s->blk[id].queued = true;
+}
+
+// Queues the `prefetch` blocks that follow (layer, group, b) of seq in the decode schedule.
+static void schedule_prefetch(kv_paged *s, const pseq *q, int32_t shard, int64_t b) {
+    if (s->p.prefetch <= 0 || s->n_io == 0) return;
+    int32_t k = 0;
+    bool pushed = false;
+    for (int32_t step = 0; step <= s->n_shard && k < s->p.prefetch; step++) {
+        const pshard *sh = &q->sh[(shard + step) % s->n_shard];
+        for (int64_t i = step == 0 ? b + 1 : 0; i < sh->n_blk && k < s->p.prefetch; i++, k++) {
+            int64_t id = sh->ids[i];
+            const pblock *B = &s->blk[id];
+            if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
+            queue_push(s, id);
+            pushed = true;
+        }
+    }
+    if (pushed) pthread_cond_broadcast(&s->qcv);
+}
+
+// --- blocks and tables -----------------------------------------------------------
+
+static int64_t block_new(kv_paged *s, int32_t layer, int32_t group, int64_t index) {
+    int64_t id;
+    if (s->n_free_blk > 0) id = s->free_blk[--s->n_free_blk];
+    else {
+        if (s->n_blk == s->cap_blk) {
+            int64_t cap = s->cap_blk ? s->cap_blk * 2 : 256;
+            pblock *nb = realloc(s->blk, (size_t)cap * sizeof *nb);
+            if (!nb) return -1;
+            s->blk = nb;
+            s->cap_blk = cap;
+        }
+        id = s->n_blk++;
+    }
+    pblock *B = &s->blk[id];
+    memset(B, 0, sizeof *B);
+    B->refs = 1;
+    B->layer = layer;
+    B->group = group;
+    B->index = index;
+    for (int t = 0; t < KVT_TIER_COUNT; t++) B->slot[t] = -1;
+    B->rpos[0] = B->rpos[1] = -1;
+    return id;
+}
+
+static void block_unref(kv_paged *s, int64_t id) {
+    while (s->blk[id].busy) pthread_cond_wait(&s->cv, &s->mu);
+    pblock *B = &s->blk[id];
+    if (--B->refs > 0) return;
+    for (int t = 0; t < KVT_TIER_COUNT; t++) drop_copy(s, id, t);
+    if (s->n_free_blk == s->cap_free_blk) {
+        int64_t cap = s->cap_free_blk ? s->cap_free_blk * 2 : 256;
+        int64_t *f = realloc(s->free_blk, (size_t)cap * sizeof *f);
+        if (!f) return; // the id is lost, its memory was released
+        s->free_blk = f;
+        s->cap_free_blk = cap;
+    }
+    s->free_blk[s->n_free_blk++] = id;
+}
+
+static void shard_truncate(kv_paged *s, pshard *sh, int64_t n_keep) {
+    int64_t nb = (n_keep + s->base.block_tokens - 1) / s->base.block_tokens;
+    while (sh->n_blk > nb) block_unref(s, sh->ids[--sh->n_blk]);
+    if (sh->n_tok > n_keep) sh->n_tok = n_keep;
+}
+
+static bool shard_push(pshard *sh, int64_t id) {
+    if (sh->n_blk == sh->cap) {
+        int64_t cap = sh->cap ? sh->cap * 2 : 16;
+        int64_t *ids = realloc(sh->ids, (size_t)cap * sizeof *ids);
+        if (!ids) return false;
+        sh->ids = ids;
+        sh->cap = cap;
+    }
+    sh->ids[sh->n_blk++] = id;
+    return true;
+}
+
+static pseq *seq_get(kv_paged *s, int32_t seq, kvt_err *err) {
+    if (seq < 0 || seq >= s->n_seq || !s->seq[seq].live) {
+        kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV sequence %d does not exist", seq);
+        return NULL;
+    }
+    return &s->seq[seq];
+}
+
+// Pins block id in T0, loading it if needed. *stalled: whether the caller had to wait.
+static kvt_status pin_block(kv_paged *s, int64_t id, int64_t *stall_t0, kvt_err *err) {
+    for (;;) {
+        pblock *B = &s->blk[id];
+        if (B->busy) {
+            if (!*stall_t0) *stall_t0 = kvt_time_ns();
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        if (B->slot[T0] >= 0) {
+            B->pins++;
+            return KVT_OK;
+        }
+        if (!*stall_t0) *stall_t0 = kvt_time_ns();
+        bool loaded;
+        kvt_status st = load(s, id, true, -1, &loaded, err);
+        if (st) return st;
+    }
+}
+
+static void unpin(kv_paged *s, int64_t id) {
+    if (--s->blk[id].pins == 0) pthread_cond_broadcast(&s->cv);
+}
+
+// --- the kvt_kv_ops table ----------------------------------------------------------
+
+static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b, kvt_kv_view *out,
+                                kvt_err *err) {
+    kv_paged *s = (kv_paged *)kv;
+    pthread_mutex_lock(&s->mu);
+    kvt_status st = KVT_OK;
+    pseq *q = seq_get(s, seq, err);
+    if (!q) st = KVT_ERR_INVALID_ARG;
+    else if (layer < 0 || layer >= kv->n_layer || group < 0 || group >= kv->n_group) {
+        st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV shard (layer %d, group %d) out of range", layer, group);
+    }
+    pshard *sh = st ? NULL : &q->sh[layer * kv->n_group + group];
+    if (!st && (b < 0 || b >= sh->n_blk)) {
+        st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV block %lld of layer %d group %d not written (%lld blocks)",
+                        (long long)b, layer, group, (long long)sh->n_blk);
+    }
+    if (st) {
+        pthread_mutex_unlock(&s->mu);
+        return st;
+    }
+    int64_t id = sh->ids[b], t0 = 0;
+    if ((st = pin_block(s, id, &t0, err))) {
+        pthread_mutex_unlock(&s->mu);
+        return st;
+    }
+    pblock *B = &s->blk[id];
+    B->last_use = ++s->tick;
+    B->uses++;
+    s->cursor = sched_key(s, B);
+    if (t0) {
+        s->st.stall_ms += (double)(kvt_time_ns() - t0) / 1e6;
+        s->st.misses++;
+    } else s->st.hits++;
+    uint8_t *d = kvt_tier_ptr(&s->tier[T0], B->slot[T0]);
+    schedule_prefetch(s, q, layer * kv->n_group + group, b);
+    out->pos0 = b * kv->block_tokens;
+    out->n = sh->n_tok - out->pos0 < kv->block_tokens ? sh->n_tok - out->pos0 : kv->block_tokens;
+    out->k = d;
+    out->v = d + kv->block_tokens * s->k_row;
+    out->k_stride = s->k_row;
+    out->v_stride = s->v_row;
+    pthread_mutex_unlock(&s->mu);
+    return KVT_OK;
+}
+
+static void paged_release(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
+    kv_paged *s = (kv_paged *)kv;
+    pthread_mutex_lock(&s->mu);
+    pseq *q = seq_get(s, seq, NULL);
+    if (q) {
+        pshard *sh = &q->sh[layer * kv->n_group + group];
+        if (b >= 0 && b < sh->n_blk) unpin(s, sh->ids[b]);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+// Makes block b of shard sh writable in T0 and pinned: creates it, or copies it if shared (copy on write).
+static kvt_status writable_block(kv_paged *s, pshard *sh, int32_t layer, int32_t group, int64_t b, int64_t *out,
+                                 int64_t *stall_t0, kvt_err *err) {
+    kvt_status st;
+    if (b == sh->n_blk) {
+        if (ensure_free(s, T0, true, -1, err) < 0) return err->status;
+        int64_t id = block_new(s, layer, group, b);
+        int64_t slot = id < 0 ? -1 : kvt_tier_alloc(&s->tier[T0]);
+        if (slot < 0 || !shard_push(sh, id) || !res_add(s, T0, id)) {
+            if (slot >= 0) {
+                s->blk[id].slot[T0] = slot;
+                if (sh->n_blk > 0 && sh->ids[sh->n_blk - 1] == id) sh->n_blk--;
+            }
+            if (id >= 0) block_unref(s, id);
+            return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block");
+        }
+        s->blk[id].slot[T0] = slot;
+        s->blk[id].pins = 1;
+        *out = id;
+        return KVT_OK;
+    }
+    int64_t id = sh->ids[b];
+    if ((st = pin_block(s, id, stall_t0, err))) return st;
+    if (s->blk[id].refs == 1) {
+        *out = id;
+        return KVT_OK;
+    }
+    // shared: copy into a block of our own
+    if (ensure_free(s, T0, true, -1, err) < 0) {
+        unpin(s, id);
+        return err->status;
+    }
+    int64_t nid = block_new(s, layer, group, b);
+    int64_t slot = nid < 0 ? -1 : kvt_tier_alloc(&s->tier[T0]);
+    if (slot < 0 || !res_add(s, T0, nid)) {
+        if (nid >= 0) {
+            s->blk[nid].slot[T0] = slot;
+            block_unref(s, nid);
+        }
+        unpin(s, id);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block");
+    }
+    s->blk[nid].slot[T0] = slot;
+    s->blk[nid].pins = 1;
+    memcpy(kvt_tier_ptr(&s->tier[T0], slot), kvt_tier_ptr(&s->tier[T0], s->blk[id].slot[T0]), (size_t)s->block_bytes);
+    s->st.moved_bytes[T0][T0] += s->block_bytes;
+    s->st.moved_count[T0][T0]++;
+    unpin(s, id);
+    block_unref(s, id);
+    sh->ids[b] = nid;
+    *out = nid;
+    return KVT_OK;
+}
+
+static kvt_status paged_append(kvt_kv *kv, int32_t seq, int32_t layer, int64_t pos, int64_t n, const float *k,
+                               const float *v, kvt_err *err) {
+    kv_paged *s = (kv_paged *)kv;
+    const int64_t bt = kv->block_tokens, gh = kv->group_heads;
+    const int64_t kw = (int64_t)kv->n_head_kv * kv->head_dim, vw = (int64_t)kv->n_head_kv * kv->head_dim_v;
+    const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
+    if (layer < 0 || layer >= kv->n_layer) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV layer %d out of range", layer);
+    if (pos < 0 || n < 0 || pos + n > kv->n_ctx) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "KV cache full: positions [%lld, %lld) exceed context %lld", (long long)pos,
+                          (long long)(pos + n), (long long)kv->n_ctx);
+    }
+    pthread_mutex_lock(&s->mu);
+    kvt_status st = KVT_OK;
+    int64_t t0 = 0;
+    pseq *q = seq_get(s, seq, err);
+    if (!q) st = KVT_ERR_INVALID_ARG;
+    for (int32_t g = 0; !st && g < kv->n_group; g++) {
+        pshard *sh = &q->sh[layer * kv->n_group + g];
+        if (pos > sh->n_tok) {
+            st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV append at position %lld leaves a gap (layer %d holds %lld)",
+                            (long long)pos, layer, (long long)sh->n_tok);
+            break;
+        }
+        if (pos < sh->n_tok) shard_truncate(s, sh, pos);
+        for (int64_t off = 0; off < n;) {
+            const int64_t p = pos + off, b = p / bt, r = p % bt;
+            const int64_t cnt = n - off < bt - r ? n - off : bt - r;
+            int64_t id = -1;
+            if ((st = writable_block(s, sh, layer, g, b, &id, &t0, err))) break;
+            drop_copy(s, id, T1); // the lower copies become stale
+            drop_copy(s, id, T2);
+            uint8_t *d = kvt_tier_ptr(&s->tier[T0], s->blk[id].slot[T0]);
+            pthread_mutex_unlock(&s->mu);
+            uint8_t *kd = d + r * s->k_row, *vd = d + bt * s->k_row + r * s->v_row;
+            for (int64_t i = 0; i < cnt; i++) {
+                ops->from_float(k + (off + i) * kw + g * gh * kv->head_dim, kd + i * s->k_row, gh * kv->head_dim);
+                ops->from_float(v + (off + i) * vw + g * gh * kv->head_dim_v, vd + i * s->v_row, gh * kv->head_dim_v);
+            }
+            pthread_mutex_lock(&s->mu);
+            unpin(s, id);
+            sh->n_tok = p + cnt;
+            off += cnt;
+        }
+    }
+    if (t0) s->st.stall_ms += (double)(kvt_time_ns() - t0) / 1e6;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static void paged_truncate(kvt_kv *kv, int32_t seq, int64_t n_keep) {
+    kv_paged *s = (kv_paged *)kv;
+    pthread_mutex_lock(&s->mu);
+    pseq *q = seq_get(s, seq, NULL);
+    for (int32_t i = 0; q && i < s->n_shard; i++) shard_truncate(s, &q->sh[i], n_keep < 0 ? 0 : n_keep);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static kvt_status seq_alloc(kv_paged *s, int32_t *out, kvt_err *err) {
+    int32_t i = 0;
+    while (i < s->n_seq && s->seq[i].live) i++;
+    if (i == s->n_seq) {
+        pseq *ns = realloc(s->seq, (size_t)(s->n_seq + 1) * sizeof *ns);
+        if (!ns) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV sequence");
+        s->seq = ns;
+        s->seq[s->n_seq++] = (pseq){false, NULL};
+    }
+    pshard *sh = calloc((size_t)s->n_shard, sizeof *sh);
+    if (!sh) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV sequence");
+    s->seq[i] = (pseq){true, sh};
+    *out = i;
+    return KVT_OK;
+}
+
+static void seq_release(kv_paged *s, int32_t seq) {
+    pseq *q = &s->seq[seq];
+    for (int32_t i = 0; i < s->n_shard; i++) {
+        shard_truncate(s, &q->sh[i], 0);
+        free(q->sh[i].ids);
+    }
+    free(q->sh);
+    q->sh = NULL;
+    q->live = false;
+}
+
+static kvt_status paged_seq_fork(kvt_kv *kv, int32_t src, int32_t *dst, kvt_err *err) {
+    kv_paged *s = (kv_paged *)kv;
+    pthread_mutex_lock(&s->mu);
+    kvt_status st = KVT_OK;
+    int32_t d = -1;
+    if (!seq_get(s, src, err)) st = KVT_ERR_INVALID_ARG;
+    else st = seq_alloc(s, &d, err);
+    for (int32_t i = 0; !st && i < s->n_shard; i++) {
+        const pshard *a = &s->seq[src].sh[i];
+        pshard *b = &s->seq[d].sh[i];
+        b->ids = malloc((size_t)(a->n_blk ? a->n_blk : 1) * sizeof *b->ids);
+        if (!b->ids) {
+            st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory forking KV sequence %d", src);
+            break;
+        }
+        b->cap = a->n_blk ? a->n_blk : 1;
+        b->n_blk = a->n_blk;
+        b->n_tok = a->n_tok;
+        for (int64_t j = 0; j < a->n_blk; j++) {
+            b->ids[j] = a->ids[j];
+            s->blk[a->ids[j]].refs++;
+        }
+    }
+    if (st && d >= 0) seq_release(s, d);
+    else if (!st) *dst = d;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static void paged_seq_free(kvt_kv *kv, int32_t seq) {
+    kv_paged *s = (kv_paged *)kv;
+    pthread_mutex_lock(&s->mu);
+    if (seq_get(s, seq, NULL)) seq_release(s, seq);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void paged_stats(kvt_kv *kv, kvt_kv_stats *out) {
+    kv_paged *s = (kv_paged *)kv;
+    pthread_mutex_lock(&s->mu);
+    *out = s->st;
+    for (int t = 0; t < KVT_TIER_COUNT; t++) {
+        const kvt_tier_store *T = &s->tier[t];
+        out->budget_bytes[t] = T->present ? T->budget : 0;
+        out->peak_bytes[t] = T->peak_used * T->slot_bytes;
+        out->used_bytes[t] = T->n_used * T->slot_bytes;
+    }
+    out->block_bytes = s->block_bytes;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void paged_free(kvt_kv *kv) {
+    kv_paged *s = (kv_paged *)kv;
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_io; i++) pthread_join(s->io[i], NULL);
+    free(s->io);
+    for (int32_t i = 0; i < s->n_seq; i++) {
+        if (s->seq[i].live) seq_release(s, i);
+    }
+    free(s->seq);
+    for (int t = 0; t < KVT_TIER_COUNT; t++) kvt_tier_free(&s->tier[t]);
+    for (int64_t i = 0; i < s->n_bounce; i++) free(s->bounce[i]);
+    free(s->bounce);
+    free(s->res[0]);
+    free(s->res[1]);
+    free(s->blk);
+    free(s->free_blk);
+    free(s->q);
+    pthread_cond_destroy(&s->qcv);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static const kvt_kv_ops k_paged_ops = {"paged",        paged_append,   paged_acquire, paged_release, paged_truncate,
+                                       paged_seq_fork, paged_seq_free, paged_stats,   paged_free};
+
+kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err *err) {
+    *out = NULL;
+    if (p->type != KVT_TYPE_F16 && p->type != KVT_TYPE_F32) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "KV cache type %s not supported (f16, f32 are)", kvt_type_name(p->type));
+    }
+    if (p->n_ctx <= 0 || p->block_tokens <= 0 || p->n_layer <= 0 || p->n_head_kv <= 0) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV store needs n_ctx, block_tokens, n_layer, n_head_kv > 0");
+    }
+    const int32_t gh = p->group_heads > 0 ? p->group_heads : p->n_head_kv;
+    if (p->n_head_kv % gh) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV group of %d heads does not divide the %d KV heads", gh, p->n_head_kv);
+    }
+    const kvt_evict_policy *pol = kvt_evict_policy_find(p->evict ? p->evict : "lru");
+    if (!pol) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "unknown eviction policy '%s' (%s)", p->evict, kvt_evict_policy_names());
+    kv_paged *s = calloc(1, sizeof *s);
+    if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    s->p = *p;
+    s->pol = pol;
+    s->base = (kvt_kv){&k_paged_ops, p->type, p->n_layer, p->n_head_kv, p->head_dim, p->head_dim_v, p->block_tokens,
+                       p->n_ctx,     gh,      p->n_head_kv / gh};
+    s->k_row = kvt_row_size(p->type, (int64_t)gh * p->head_dim);
+    s->v_row = kvt_row_size(p->type, (int64_t)gh * p->head_dim_v);
+    s->block_bytes = p->block_tokens * (s->k_row + s->v_row);
+    s->n_shard = p->n_layer * s->base.n_group;
+    s->nb_ctx = (p->n_ctx + p->block_tokens - 1) / p->block_tokens;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->qcv, NULL);
+    for (int t = 0; t < KVT_TIER_COUNT; t++) s->tier[t].fd = -1;
+    kvt_status st = kvt_tier_mem_init(&s->tier[T0], KVT_TIER_FAST, p->fast_bytes, s->block_bytes, err);
+    int32_t need = p->n_readers > 2 ? p->n_readers : 2;
+    if (!st && s->tier[T0].max_slots < need) {
+        st = kvt_errorf(err, KVT_ERR_BUDGET,
+                        "--kv-fast %lld bytes hold %lld KV blocks of %lld bytes; at least %d are needed (one per "
+                        "thread reading KV, 2 for copy-on-write): raise --kv-fast or lower --kv-block",
+                        (long long)p->fast_bytes, (long long)s->tier[T0].max_slots, (long long)s->tier[T0].slot_bytes,
+                        need);
+    }
+    if (!st && p->host_bytes != 0) st = kvt_tier_mem_init(&s->tier[T1], KVT_TIER_HOST, p->host_bytes, s->block_bytes, err);
+    if (!st && p->disk_dir) {
+        st = kvt_tier_disk_init(&s->tier[T2], p->disk_dir, p->disk_max, s->block_bytes, p->keep_files, err);
+        s->tier[T2].fail_read_at = p->fault_read_at;
+    }
+    int32_t seq0;
+    if (!st) st = seq_alloc(s, &seq0, err);
+    bool lower = s->tier[T1].present || s->tier[T2].present;
+    int n_io = lower && p->prefetch > 0 ? (p->n_io_threads > 0 ? p->n_io_threads : 4) : 0;
+    if (!st && n_io > 0) {
+        s->io = calloc((size_t)n_io, sizeof *s->io);
+        if (!s->io) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+        for (int i = 0; !st && i < n_io; i++) {
+            if (pthread_create(&s->io[i], NULL, io_main, s)) st = kvt_errorf(err, KVT_ERR_NOMEM, "cannot start a KV copy thread");
+            else s->n_io++;
+        }
+    }
+    if (st) {
+        paged_free(&s->base);
+        return st;
+    }
+    *out = &s->base;
+    return KVT_OK;
+}
+
+const char *kvt_kv_paged_disk_path(kvt_kv *kv) {
+    kv_paged *s = (kv_paged *)kv;
+    return kv->ops == &k_paged_ops && s->tier[T2].present ? s->tier[T2].path : NULL;
+}
+
+int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return -1;
+    pthread_mutex_lock(&s->mu);
+    int64_t off = -1;
+    pseq *q = seq_get(s, seq, NULL);
+    if (q && layer >= 0 && layer < kv->n_layer && group >= 0 && group < kv->n_group) {
+        pshard *sh = &q->sh[layer * kv->n_group + group];
+        if (b >= 0 && b < sh->n_blk && s->blk[sh->ids[b]].slot[T2] >= 0) {
+            off = s->blk[sh->ids[b]].slot[T2] * s->tier[T2].slot_bytes;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return off;
+}
+
+void kvt_kv_paged_drop_cached(kvt_kv *kv) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return;
+    pthread_mutex_lock(&s->mu);
+    for (int t = T0; t <= T1; t++) {
+        for (int64_t i = s->n_res[t] - 1; i >= 0; i--) {
+            int64_t id = s->res[t][i];
+            const pblock *B = &s->blk[id];
+            bool lower = false;
+            for (int u = t + 1; u < KVT_TIER_COUNT; u++) lower |= B->slot[u] >= 0;
+            if (lower && !B->busy && B->pins == 0) drop_copy(s, id, t);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}

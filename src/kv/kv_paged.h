@@ -1,0 +1,52 @@
+// kv_paged.h - the tiered, paged KV store.
+//
+// Blocks of `block_tokens` positions of one shard (layer, group of KV heads)
+// live in up to three tiers with hard byte budgets: T0 fast (the memory
+// attention reads; a budgeted host arena on the CPU backend), T1 host DRAM
+// and T2 disk (a file opened O_DIRECT, CRC32C per block). A block has copies
+// in one or more tiers; all copies are equal (writing a block drops its lower
+// copies). When T0 needs room the eviction policy (kv_policy.h) chooses a
+// victim, which moves down a tier if it has no copy below. Acquire loads a
+// block into T0 if needed and asks the copy engine (worker threads) to fetch
+// the next `prefetch` blocks of the decode schedule (layer by layer, group by
+// group, block by block, wrapping to the next token's first layer), so that
+// transfers overlap compute. Every transfer is counted (kvt_kv_get_stats).
+//
+// Sequences are block tables: kvt_kv_ops.seq_fork shares blocks by reference
+// count; appending to a shared partly filled block copies it first.
+#ifndef KVT_KV_PAGED_H
+#define KVT_KV_PAGED_H
+
+#include "kv.h"
+
+typedef struct {
+    kvt_type type;          // F16 or F32
+    int32_t n_layer, n_head_kv, head_dim, head_dim_v;
+    int64_t n_ctx;          // positions per sequence at most
+    int64_t block_tokens;   // positions per block
+    int32_t group_heads;    // KV heads per shard: 0 = all of a layer, 1 = head-wise
+    int64_t fast_bytes;     // T0 budget in bytes, -1 unlimited
+    int64_t host_bytes;     // T1 budget in bytes, 0 = no host tier, -1 unlimited
+    const char *disk_dir;   // T2 directory, NULL = no disk tier
+    int64_t disk_max;       // T2 budget in bytes, -1 unlimited
+    const char *evict;      // "lru" (default), "lfu", "lookahead"
+    int32_t prefetch;       // blocks fetched ahead of use (0: none)
+    int32_t n_readers;      // threads that may hold a block at once (T0 must hold that many blocks)
+    int32_t n_io_threads;   // copy engine workers (default 4)
+    bool keep_files;        // leave the disk file at free
+    int64_t fault_read_at;  // tests: the n-th disk read fails with EIO (0: never)
+} kvt_kv_paged_params;
+
+kvt_kv_paged_params kvt_kv_paged_params_default(void);
+// Bytes of one block (K and V of block_tokens positions of group_heads heads).
+int64_t kvt_kv_paged_block_bytes(const kvt_kv_paged_params *p);
+// KVT_ERR_BUDGET if T0 cannot hold n_readers blocks (or 2), KVT_ERR_IO if the disk file cannot be created.
+kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err *err);
+// Path of the disk tier file (NULL without a disk tier); owned by the store.
+const char *kvt_kv_paged_disk_path(kvt_kv *kv);
+// Byte offset of the disk copy of block b of (seq, layer, group) in that file; -1 if it has none.
+int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b);
+// Drops every block copy in T0 and T1 that has a copy below (tests: forces reads from the lower tiers).
+void kvt_kv_paged_drop_cached(kvt_kv *kv);
+
+#endif

@@ -1,0 +1,174 @@
+// kv_tier.c - slot allocators over memory arenas and an O_DIRECT file.
+#include "kv_tier.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../base/crc32c.h"
+
+#define DISK_ALIGN 4096
+
+kvt_status kvt_tier_mem_init(kvt_tier_store *t, kvt_tier id, int64_t budget, int64_t slot_bytes, kvt_err *err) {
+    memset(t, 0, sizeof *t);
+    t->id = id;
+    t->present = true;
+    t->fd = -1;
+    t->budget = budget;
+    t->slot_bytes = (slot_bytes + 63) / 64 * 64;
+    t->data_bytes = slot_bytes;
+    t->max_slots = budget < 0 ? INT64_MAX : budget / t->slot_bytes;
+    if (t->max_slots == 0) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "KV %s tier budget (%s %lld bytes) holds no block of %lld bytes",
+                          kvt_tier_name(id), id == KVT_TIER_FAST ? "--kv-fast" : "--kv-host", (long long)budget,
+                          (long long)t->slot_bytes);
+    }
+    return KVT_OK;
+}
+
+kvt_status kvt_tier_disk_init(kvt_tier_store *t, const char *dir, int64_t budget, int64_t data_bytes, bool keep,
+                              kvt_err *err) {
+    memset(t, 0, sizeof *t);
+    t->id = KVT_TIER_DISK;
+    t->present = true;
+    t->keep = keep;
+    t->budget = budget;
+    t->data_bytes = data_bytes;
+    t->slot_bytes = (data_bytes + DISK_ALIGN - 1) / DISK_ALIGN * DISK_ALIGN;
+    t->max_slots = budget < 0 ? INT64_MAX : budget / t->slot_bytes;
+    t->fd = -1;
+    if (t->max_slots == 0) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "KV disk budget --kv-disk-max %lld bytes holds no block of %lld bytes",
+                          (long long)budget, (long long)t->slot_bytes);
+    }
+    size_t n = strlen(dir) + 32;
+    t->path = malloc(n);
+    if (!t->path) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    snprintf(t->path, n, "%s/kvtier-kv-XXXXXX", dir);
+    t->fd = mkostemp(t->path, O_DIRECT | O_CLOEXEC);
+    t->direct = t->fd >= 0;
+    if (t->fd < 0 && errno == EINVAL) { // file system without O_DIRECT (tmpfs): buffered I/O
+        snprintf(t->path, n, "%s/kvtier-kv-XXXXXX", dir);
+        t->fd = mkostemp(t->path, O_CLOEXEC);
+    }
+    if (t->fd < 0) {
+        kvt_status st = kvt_errorf(err, KVT_ERR_IO, "cannot create KV disk file in %s: %s", dir, strerror(errno));
+        free(t->path);
+        t->path = NULL;
+        return st;
+    }
+    return KVT_OK;
+}
+
+void kvt_tier_free(kvt_tier_store *t) {
+    if (t->mem) {
+        for (int64_t i = 0; i < t->n_made; i++) free(t->mem[i]);
+    }
+    free(t->mem);
+    free(t->free_ids);
+    if (t->fd >= 0) {
+        close(t->fd);
+        if (!t->keep && t->path) unlink(t->path);
+    }
+    free(t->path);
+    memset(t, 0, sizeof *t);
+    t->fd = -1;
+}
+
+int64_t kvt_tier_alloc(kvt_tier_store *t) {
+    if (t->n_used >= t->max_slots) return -1;
+    int64_t s;
+    if (t->n_free > 0) {
+        s = t->free_ids[--t->n_free];
+    } else {
+        if (t->fd < 0) { // memory tier: create the slot's buffer
+            if (t->n_made == t->cap_mem) {
+                int64_t cap = t->cap_mem ? t->cap_mem * 2 : 64;
+                uint8_t **m = realloc(t->mem, (size_t)cap * sizeof *m);
+                if (!m) return -1;
+                t->mem = m;
+                t->cap_mem = cap;
+            }
+            void *p = NULL;
+            if (posix_memalign(&p, DISK_ALIGN, (size_t)t->slot_bytes)) return -1;
+            t->mem[t->n_made] = p;
+        }
+        s = t->n_made++;
+    }
+    t->n_used++;
+    if (t->n_used > t->peak_used) t->peak_used = t->n_used;
+    return s;
+}
+
+void kvt_tier_release(kvt_tier_store *t, int64_t slot) {
+    if (t->n_free == t->cap_free) {
+        int64_t cap = t->cap_free ? t->cap_free * 2 : 64;
+        int64_t *f = realloc(t->free_ids, (size_t)cap * sizeof *f);
+        if (!f) { // cannot remember the slot: leak it (still counted as free in n_used)
+            t->n_used--;
+            return;
+        }
+        t->free_ids = f;
+        t->cap_free = cap;
+    }
+    t->free_ids[t->n_free++] = slot;
+    t->n_used--;
+}
+
+uint8_t *kvt_tier_ptr(const kvt_tier_store *t, int64_t slot) { return t->mem[slot]; }
+
+kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src, void *bounce, uint32_t *crc,
+                               const char *what, kvt_err *err) {
+    memcpy(bounce, src, (size_t)t->data_bytes);
+    if (t->slot_bytes > t->data_bytes) memset((uint8_t *)bounce + t->data_bytes, 0, (size_t)(t->slot_bytes - t->data_bytes));
+    *crc = kvt_crc32c(0, src, (size_t)t->data_bytes);
+    const off_t off = (off_t)slot * t->slot_bytes;
+    int64_t done = 0;
+    while (done < t->slot_bytes) {
+        ssize_t w = pwrite(t->fd, (uint8_t *)bounce + done, (size_t)(t->slot_bytes - done), off + done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            return kvt_errorf(err, e == ENOSPC || e == EDQUOT ? KVT_ERR_BUDGET : KVT_ERR_IO,
+                              "KV disk write of %s to %s at offset %lld failed: %s", what, t->path,
+                              (long long)(off + done), strerror(e));
+        }
+        done += w;
+    }
+    return KVT_OK;
+}
+
+kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *bounce, uint32_t crc, const char *what,
+                              kvt_err *err) {
+    const off_t off = (off_t)slot * t->slot_bytes;
+    int64_t nr = atomic_fetch_add(&t->n_reads, 1) + 1;
+    if (t->fail_read_at > 0 && nr == t->fail_read_at) {
+        return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s (injected)", what,
+                          t->path, (long long)off, strerror(EIO));
+    }
+    int64_t done = 0;
+    while (done < t->slot_bytes) {
+        ssize_t r = pread(t->fd, (uint8_t *)bounce + done, (size_t)(t->slot_bytes - done), off + done);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s", what, t->path,
+                              (long long)(off + done), strerror(errno));
+        }
+        if (r == 0) {
+            return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld: short read (%lld of %lld bytes)",
+                              what, t->path, (long long)off, (long long)done, (long long)t->slot_bytes);
+        }
+        done += r;
+    }
+    uint32_t got = kvt_crc32c(0, bounce, (size_t)t->data_bytes);
+    if (got != crc) {
+        return kvt_errorf(err, KVT_ERR_CHECKSUM,
+                          "KV disk block %s in %s at offset %lld is corrupt: CRC32C 0x%08x, expected 0x%08x", what,
+                          t->path, (long long)off, got, crc);
+    }
+    memcpy(dst, bounce, (size_t)t->data_bytes);
+    return KVT_OK;
+}

@@ -1,0 +1,60 @@
+// kv_tier.h - the storage of one memory tier of the paged KV store: a slot
+// allocator with a hard byte budget over host memory (T0 fast arena, T1 host)
+// or over a file opened with O_DIRECT (T2 disk, one CRC32C per block).
+//
+// A slot holds one KV block. Memory slots are allocated on first use and
+// reused after release, so the bytes in use (n_used * slot_bytes) never exceed
+// the budget. Not thread-safe: the store serialises alloc/release/ptr; disk
+// reads and writes of distinct slots may run concurrently.
+#ifndef KVT_KV_TIER_H
+#define KVT_KV_TIER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "kv.h"
+
+typedef struct {
+    kvt_tier id;
+    bool present;
+    int64_t budget;      // bytes; -1 unlimited
+    int64_t slot_bytes;  // bytes per slot (disk: block bytes rounded up to 4096 for O_DIRECT)
+    int64_t data_bytes;  // bytes of block data in a slot
+    int64_t max_slots;   // budget / slot_bytes (INT64_MAX when unlimited)
+    int64_t n_used, peak_used;
+    int64_t *free_ids;   // [n_free] slots released for reuse
+    int64_t n_free, cap_free;
+    int64_t n_made;      // slots created so far (slot ids are [0, n_made))
+    uint8_t **mem;       // [cap_mem] -> [slot_bytes] bytes, memory tiers (owned)
+    int64_t cap_mem;
+    int fd;              // disk tier file, -1 otherwise
+    char *path;          // disk tier file path (owned)
+    bool direct;         // opened with O_DIRECT
+    bool keep;           // leave the file at free
+    _Atomic int64_t n_reads;   // disk reads so far
+    int64_t fail_read_at;      // tests: the n-th disk read (1-based) fails with EIO; 0 never
+} kvt_tier_store;
+
+// Memory tier of `budget` bytes (-1: unlimited) with slots of slot_bytes.
+kvt_status kvt_tier_mem_init(kvt_tier_store *t, kvt_tier id, int64_t budget, int64_t slot_bytes, kvt_err *err);
+// Disk tier: a new file in dir (O_DIRECT where the file system allows it) of at most budget bytes (-1: unlimited).
+kvt_status kvt_tier_disk_init(kvt_tier_store *t, const char *dir, int64_t budget, int64_t data_bytes, bool keep,
+                              kvt_err *err);
+void kvt_tier_free(kvt_tier_store *t);
+
+// A free slot, or -1 when the budget is used up (or memory is exhausted).
+int64_t kvt_tier_alloc(kvt_tier_store *t);
+void kvt_tier_release(kvt_tier_store *t, int64_t slot);
+// Memory of a slot of a memory tier: [slot_bytes] bytes.
+uint8_t *kvt_tier_ptr(const kvt_tier_store *t, int64_t slot);
+
+// Disk I/O of data_bytes through `bounce` (4096-aligned, slot_bytes). write returns the CRC32C of the data in
+// *crc; read checks it against `crc`. `what` names the block in error messages (with file and offset).
+kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src, void *bounce, uint32_t *crc,
+                               const char *what, kvt_err *err);
+kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *bounce, uint32_t crc, const char *what,
+                              kvt_err *err);
+
+#endif

@@ -1,0 +1,103 @@
+// profile.h - a measured (or hand-written) hardware profile for the planner.
+//
+// The profile holds the device capabilities of helm.txt §4.1.2 (Eq. 4.6:
+// DeviceProfile (P_dec, P_pre, M, C_L3, B_L3) per device and LinkProfile
+// (B_link, l_link)), plus what the KV tiers need: memory sizes and the disk's
+// sequential bandwidth and latency. It is stored as one flat JSON object whose
+// key names carry the unit ("cpu_read_gbps", "l3_bytes", "h2d_latency_us"):
+//   *_gbps     10^9 bytes per second     *_gflops  10^9 floating-point ops / s
+//   *_bytes    bytes                     *_us / *_ms  microseconds / milliseconds
+// Absent keys read as 0 = unknown; the cost model then falls back (GEMV
+// bandwidth -> cpu_read_gbps, B_L3 -> 3 x M as in helm.txt). GPU keys are
+// present only when a CUDA device was measured or the file was written by hand.
+#ifndef KVT_PLAN_PROFILE_H
+#define KVT_PLAN_PROFILE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../base/status.h"
+#include "../kernels/dtype.h"
+
+typedef struct {
+    char name[96];                         // free text, e.g. "rtx4060-laptop (helm.txt)"
+    // CPU
+    int32_t cpu_threads;                   // threads used for the measurements
+    double cpu_read_gbps;                  // M: sustained multithreaded DRAM read bandwidth
+    int64_t l3_bytes;                      // C_L3 (0 unknown)
+    double l3_read_gbps;                   // B_L3 (0: 3 x cpu_read_gbps, helm.txt §4.1.2)
+    double cpu_gemv_gbps[KVT_TYPE_COUNT];  // achieved weight bytes/s of our GEMV per weight type (0 unmeasured)
+    double cpu_gemm_gflops[KVT_TYPE_COUNT];// achieved FLOP/s of our GEMM at n_tok = 128 per weight type
+    double cpu_block_overhead_ms;          // delta: fixed cost per transformer block per token (helm §6.4.4)
+    int64_t ram_bytes;                     // host DRAM size
+    int64_t ram_reserved_bytes;            // kept free for the OS and other programs
+    // disk (the KV tier T2)
+    char disk_dir[256];                    // where the disk figures were measured
+    double disk_read_gbps, disk_write_gbps;        // sequential, O_DIRECT, 1 MiB requests
+    double disk_read_latency_us, disk_write_latency_us; // one 4 KiB O_DIRECT request (write: + O_DSYNC)
+    int64_t disk_free_bytes;               // free space in disk_dir at measurement time
+    bool disk_o_direct;                    // O_DIRECT worked (false: page-cache figures)
+    // GPU (has_gpu false: all zero)
+    bool has_gpu;
+    char gpu_name[96];
+    int64_t vram_bytes;                    // device memory
+    int64_t vram_reserved_bytes;           // CUDA context, runtime, prefill activations
+    double gpu_mem_gbps;                   // M_GPU
+    double gpu_gemm_gflops;                // P_pre on GPU ((128,H) x (H,H))
+    double h2d_gbps, d2h_gbps;             // pinned memory, large copies
+    double h2d_latency_us, d2h_latency_us; // l_link: one small pinned copy
+    double gpu_block_overhead_ms;          // delta on the GPU (helm Table 6.5: 0.14 ms on the RTX 4060)
+} kvt_profile;
+
+typedef struct {
+    const char *dir;     // disk measurement directory (NULL: /tmp)
+    int n_threads;       // 0: physical cores
+    bool quick;          // smaller buffers, fewer types (seconds, not tens of seconds)
+    FILE *log;           // progress lines (NULL: silent)
+} kvt_profile_opts;
+
+void kvt_profile_init(kvt_profile *p); // zero, name "unknown"
+
+// Measures this machine (CPU, memory, disk; no GPU unless a CUDA build adds it).
+kvt_status kvt_profile_measure(const kvt_profile_opts *o, kvt_profile *p, kvt_err *err);
+// Individual measurements (also used by tests with small sizes).
+int64_t kvt_profile_l3_bytes(void);                         // from sysfs; 0 if unknown
+int64_t kvt_profile_ram_bytes(void);                        // physical memory
+// GEMV bytes/s of kvt_matmul_rows for weight type t over `bytes` of weights (n_tok = 1);
+// GEMM FLOP/s at n_tok tokens (gflops may be NULL). 0 if t cannot be computed.
+double kvt_profile_gemv_gbps(kvt_type t, int64_t bytes, int n_threads, int reps, double *gemm_gflops, int gemm_tok);
+kvt_status kvt_profile_disk(const char *dir, int64_t bytes, kvt_profile *p, kvt_err *err);
+
+// Effective GEMV bandwidth for a type: measured figure, else cpu_read_gbps.
+double kvt_profile_cpu_gemv(const kvt_profile *p, kvt_type t);
+// B_L3 with the helm default.
+double kvt_profile_l3_gbps(const kvt_profile *p);
+
+// JSON (flat object; see the header comment for units).
+void kvt_profile_write(const kvt_profile *p, FILE *f);
+kvt_status kvt_profile_save(const kvt_profile *p, const char *path, kvt_err *err);
+kvt_status kvt_profile_parse(const char *text, kvt_profile *p, kvt_err *err);
+kvt_status kvt_profile_load(const char *path, kvt_profile *p, kvt_err *err);
+
+// ---- a small JSON reader shared by the plan code (objects, arrays, numbers, strings, bools) ----
+typedef enum { KVT_JV_NULL, KVT_JV_BOOL, KVT_JV_NUM, KVT_JV_STR, KVT_JV_ARR, KVT_JV_OBJ } kvt_jv_kind;
+typedef struct kvt_jv {
+    kvt_jv_kind kind;
+    char *key;            // member name inside an object (owned), else NULL
+    double num;           // NUM, BOOL (0/1)
+    char *str;            // STR (owned, unescaped)
+    struct kvt_jv *kids;  // ARR / OBJ members (owned array)
+    int n_kids;
+} kvt_jv;
+
+// Parses text into *out (free with kvt_jv_free). Depth <= 32.
+kvt_status kvt_jv_parse(const char *text, kvt_jv *out, kvt_err *err);
+void kvt_jv_free(kvt_jv *v);
+const kvt_jv *kvt_jv_get(const kvt_jv *obj, const char *key); // member or NULL
+double kvt_jv_num(const kvt_jv *obj, const char *key, double dflt);
+const char *kvt_jv_str(const kvt_jv *obj, const char *key, const char *dflt);
+// Reads a whole file (malloc'ed, NUL-terminated).
+kvt_status kvt_read_text(const char *path, char **out, kvt_err *err);
+
+#endif

@@ -1,0 +1,426 @@
+// test_kv.c - the tiered paged KV store: exactness against the all-in-T0 run
+// for random budgets, block sizes, granularities, policies and prefetch depths;
+// fork / copy-on-write; disk integrity (CRC mismatch, injected I/O errors);
+// budget errors; the pure eviction policies; CRC32C.
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/base/crc32c.h"
+#include "../src/cli/commands.h"
+#include "../src/exec/context.h"
+#include "../src/kv/kv_paged.h"
+#include "../src/kv/kv_policy.h"
+#include "../src/model/model.h"
+#include "test.h"
+
+static uint64_t rng_next(uint64_t *s) { // splitmix64
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static int64_t rng_range(uint64_t *s, int64_t lo, int64_t hi) { // [lo, hi]
+    return lo + (int64_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
+}
+
+// --- CRC32C and policies ---------------------------------------------------------
+
+static void test_crc(void) {
+    uint8_t buf[1200];
+    uint64_t s = 7;
+    for (int i = 0; i < 1200; i++) buf[i] = (uint8_t)rng_next(&s);
+    bool ok = kvt_crc32c(0, "123456789", 9) == 0xE3069283u && kvt_crc32c_sw(0, "123456789", 9) == 0xE3069283u;
+    for (int n = 0; n < 1000 && ok; n += 37) {
+        ok = kvt_crc32c(0, buf + 3, (size_t)n) == kvt_crc32c_sw(0, buf + 3, (size_t)n);
+        ok = ok && kvt_crc32c(kvt_crc32c(0, buf, 100), buf + 100, (size_t)n) == kvt_crc32c(0, buf, 100 + (size_t)n);
+    }
+    test_result(ok, "kv: crc32c check value, hardware == table, chaining", "mismatch");
+}
+
+static void test_policies(void) {
+    // blocks: A used long ago often, B recent once, C needed farthest by the schedule
+    kvt_evict_info c[3] = {{1, 9, 5}, {10, 1, 2}, {5, 3, 50}};
+    const kvt_evict_policy *lru = kvt_evict_policy_find("lru"), *lfu = kvt_evict_policy_find("lfu"),
+                           *la = kvt_evict_policy_find("lookahead");
+    bool ok = lru && lfu && la && !kvt_evict_policy_find("fifo");
+    ok = ok && kvt_evict_pick(lru, c, 3, 11) == 0 && kvt_evict_pick(lfu, c, 3, 11) == 1 &&
+         kvt_evict_pick(la, c, 3, 11) == 2 && kvt_evict_pick(la, c, 0, 11) == -1;
+    // LFU ties are broken by recency
+    kvt_evict_info t[2] = {{8, 2, 0}, {3, 2, 0}};
+    ok = ok && kvt_evict_pick(lfu, t, 2, 10) == 1;
+    test_result(ok, "kv: eviction policies are pure functions (lru, lfu, lookahead)", "wrong victim");
+}
+
+// --- exactness against the all-in-T0 run ----------------------------------------------
+
+typedef struct {
+    int32_t *ids;   // [n_gen]
+    float *logits;  // [n_gen, n_vocab] logits that chose each id
+    kvt_kv_stats st;
+    kvt_err err;
+    kvt_status status;
+} run_out;
+
+static void run_free(run_out *r) {
+    free(r->ids);
+    free(r->logits);
+}
+
+// Greedy: prompt then n_gen tokens; records every step's logits.
+static void run_greedy(const kvt_model *m, const kvt_context_params *cp, const int32_t *prompt, int64_t n_prompt,
+                       int64_t n_gen, run_out *r) {
+    memset(r, 0, sizeof *r);
+    const int32_t V = m->hp.n_vocab;
+    r->ids = calloc((size_t)n_gen, sizeof *r->ids);
+    r->logits = calloc((size_t)(n_gen * V), sizeof *r->logits);
+    kvt_context *ctx = NULL;
+    if ((r->status = kvt_context_init(m, cp, &ctx, &r->err))) return;
+    r->status = kvt_decode(ctx, prompt, n_prompt, false, &r->err);
+    for (int64_t i = 0; !r->status && i < n_gen; i++) {
+        const float *l = kvt_context_logits(ctx);
+        memcpy(r->logits + i * V, l, (size_t)V * sizeof(float));
+        int32_t best = 0;
+        for (int32_t j = 1; j < V; j++) best = l[j] > l[best] ? j : best;
+        r->ids[i] = best;
+        if (i + 1 < n_gen) r->status = kvt_decode(ctx, &best, 1, false, &r->err);
+    }
+    kvt_context_kv_stats(ctx, &r->st);
+    kvt_context_free(ctx);
+}
+
+// max |a-b| / max |ref| over all steps
+static double rel_diff(const float *a, const float *ref, int64_t n) {
+    double md = 0, mr = 1e-30;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (d > md) md = d;
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    return md / mr;
+}
+
+static int64_t slot_bytes(int64_t block_bytes) { return (block_bytes + 63) / 64 * 64; }
+
+// Random tier configurations on one model; each must give the ids and logits of the contiguous run.
+static void property_model(const char *label, const char *path, int n_cases, uint64_t seed, bool quick) {
+    char name[160];
+    snprintf(name, sizeof name, "kv: %s: %d random tier set-ups give the all-in-T0 ids and logits (1e-5)", label,
+             n_cases);
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    if (kvt_model_load(path, false, &m, &err)) {
+        test_result(false, name, "%s", err.msg);
+        return;
+    }
+    const kvt_hparams *hp = &m->hp;
+    uint64_t s = seed;
+    const int64_t n_prompt = quick ? 40 : 70, n_gen = quick ? 6 : 12;
+    int32_t prompt[128];
+    for (int64_t i = 0; i < n_prompt; i++) prompt[i] = (int32_t)rng_range(&s, 3, hp->n_vocab - 1);
+    kvt_context_params base = kvt_context_params_default();
+    base.n_ctx = 128;
+    base.n_threads = 2;
+    base.n_ubatch = 32; // chunked prefill
+    base.kv_block = 16;
+    run_out ref;
+    run_greedy(m, &base, prompt, n_prompt, n_gen, &ref);
+    bool ok = !ref.status;
+    char why[1024] = "";
+    if (!ok) snprintf(why, sizeof why, "reference run: %s", ref.err.msg);
+    const char *pols[3] = {"lru", "lfu", "lookahead"};
+    const int64_t n_tok = n_prompt + n_gen;
+    for (int c = 0; ok && c < n_cases; c++) {
+        kvt_context_params cp = base;
+        cp.kv_paged = true;
+        cp.kv_block = rng_range(&s, 1, 40);
+        // a random divisor of n_head_kv as the group size
+        int32_t g;
+        do g = (int32_t)rng_range(&s, 1, hp->n_head_kv);
+        while (hp->n_head_kv % g);
+        cp.kv_group = g;
+        cp.kv_evict = pols[rng_range(&s, 0, 2)];
+        cp.kv_prefetch = (int32_t)rng_range(&s, 0, 6);
+        kvt_kv_paged_params pp = kvt_kv_paged_params_default();
+        pp.type = cp.kv_type;
+        pp.n_head_kv = hp->n_head_kv;
+        pp.head_dim = hp->head_dim;
+        pp.head_dim_v = hp->head_dim_v;
+        pp.block_tokens = cp.kv_block;
+        pp.group_heads = g;
+        const int64_t sb = slot_bytes(kvt_kv_paged_block_bytes(&pp));
+        const int64_t total = (int64_t)hp->n_layer * (hp->n_head_kv / g) * ((n_tok + cp.kv_block - 1) / cp.kv_block);
+        const int64_t fast = rng_range(&s, 2, total + 2);
+        cp.kv_fast_bytes = fast * sb + rng_range(&s, 0, sb - 1);
+        int kind = (int)rng_range(&s, 0, 2); // 0: host only, 1: disk only, 2: host + disk
+        if (fast >= total) kind = (int)rng_range(&s, 0, 3); // 3: T0 only
+        cp.kv_host_bytes = 0;
+        cp.kv_disk_dir = NULL;
+        if (kind == 0) cp.kv_host_bytes = (total - fast + 2 + rng_range(&s, 0, 4)) * sb;
+        if (kind == 2) cp.kv_host_bytes = rng_range(&s, 1, total) * sb;
+        if (kind == 1 || kind == 2) cp.kv_disk_dir = "/tmp";
+        run_out r;
+        run_greedy(m, &cp, prompt, n_prompt, n_gen, &r);
+        const char *cfg_fmt = "case %d (block %lld, group %d, %s, prefetch %d, fast %lld host %lld disk %s)";
+        char cfg[256];
+        snprintf(cfg, sizeof cfg, cfg_fmt, c, (long long)cp.kv_block, g, cp.kv_evict, cp.kv_prefetch,
+                 (long long)cp.kv_fast_bytes, (long long)cp.kv_host_bytes, cp.kv_disk_dir ? "yes" : "no");
+        if (r.status) {
+            ok = false;
+            snprintf(why, sizeof why, "%s: %s", cfg, r.err.msg);
+        } else {
+            double rd = rel_diff(r.logits, ref.logits, n_gen * hp->n_vocab);
+            bool same = !memcmp(r.ids, ref.ids, (size_t)n_gen * sizeof(int32_t));
+            bool within = r.st.peak_bytes[0] <= cp.kv_fast_bytes &&
+                          (!cp.kv_host_bytes || r.st.peak_bytes[1] <= cp.kv_host_bytes);
+            if (!same || rd > 1e-5 || !within) {
+                ok = false;
+                snprintf(why, sizeof why, "%s: ids %s, logits rel diff %.3g, peak fast %lld host %lld", cfg,
+                         same ? "same" : "differ", rd, (long long)r.st.peak_bytes[0], (long long)r.st.peak_bytes[1]);
+            }
+        }
+        run_free(&r);
+    }
+    test_result(ok, name, "%s", why);
+    run_free(&ref);
+    kvt_model_free(m);
+}
+
+// A synthetic llama with 6 layers, 8 query heads over 4 KV heads.
+static bool make_synth(char *path, size_t cap) {
+    snprintf(path, cap, "/tmp/kvt_test_kv_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) return false;
+    close(fd);
+    char *argv[] = {"-q", "-o", path, "--arch", "llama", "--dim", "64", "--layers", "6", "--heads", "8", "--kv-heads",
+                    "4", "--ff", "128", "--vocab", "300", "--ctx", "256", "--type", "f32", NULL};
+    return cmd_mkmodel((int)(sizeof argv / sizeof argv[0]) - 1, argv) == 0;
+}
+
+// --- fork and copy on write ----------------------------------------------------------
+
+static kvt_kv_paged_params small_params(void) {
+    kvt_kv_paged_params p = kvt_kv_paged_params_default();
+    p.type = KVT_TYPE_F32;
+    p.n_layer = 2;
+    p.n_head_kv = 2;
+    p.head_dim = 4;
+    p.head_dim_v = 4;
+    p.n_ctx = 64;
+    p.block_tokens = 4;
+    p.group_heads = 1;
+    return p;
+}
+
+// Value of K (v: V) element e of position pos, layer l, in sequence variant `tag`.
+static float kval(int tag, int l, int64_t pos, int e, int v) { return (float)(tag * 10000 + l * 1000 + pos * 10 + e) + (v ? 0.5f : 0); }
+
+static kvt_status put(kvt_kv *kv, int32_t seq, int tag, int64_t pos, int64_t n, kvt_err *err) {
+    float k[64 * 8], v[64 * 8];
+    for (int l = 0; l < kv->n_layer; l++) {
+        for (int64_t i = 0; i < n; i++) {
+            for (int e = 0; e < 8; e++) {
+                k[i * 8 + e] = kval(tag, l, pos + i, e, 0);
+                v[i * 8 + e] = kval(tag, l, pos + i, e, 1);
+            }
+        }
+        kvt_status st = kv->ops->append(kv, seq, l, pos, n, k, v, err);
+        if (st) return st;
+    }
+    return KVT_OK;
+}
+
+// Checks positions [0, n) of seq: tag_of(pos) gives the variant expected there.
+static bool check(kvt_kv *kv, int32_t seq, int64_t n, int64_t split, int tag_lo, int tag_hi) {
+    for (int l = 0; l < kv->n_layer; l++) {
+        for (int32_t g = 0; g < kv->n_group; g++) {
+            for (int64_t b = 0; b < kvt_kv_n_blocks(kv, n); b++) {
+                kvt_kv_view w;
+                kvt_err e;
+                if (kv->ops->acquire(kv, seq, l, g, b, &w, &e)) return false;
+                bool ok = true;
+                for (int64_t i = 0; i < w.n && w.pos0 + i < n; i++) {
+                    int64_t pos = w.pos0 + i;
+                    int tag = pos < split ? tag_lo : tag_hi;
+                    for (int x = 0; x < 4; x++) {
+                        float kk = ((const float *)((const uint8_t *)w.k + i * w.k_stride))[x];
+                        float vv = ((const float *)((const uint8_t *)w.v + i * w.v_stride))[x];
+                        ok = ok && kk == kval(tag, l, pos, g * 4 + x, 0) && vv == kval(tag, l, pos, g * 4 + x, 1);
+                    }
+                }
+                kv->ops->release(kv, seq, l, g, b);
+                if (!ok) return false;
+            }
+        }
+    }
+    return true;
+}
+
+static void test_fork_cow(void) {
+    const char *name = "kv: fork shares blocks, copy on write of the partly filled last block";
+    for (int variant = 0; variant < 2; variant++) {
+        kvt_kv_paged_params p = small_params();
+        if (variant) { // tiny T0 with host + disk: the shared blocks move between tiers
+            p.fast_bytes = 3 * 64 * 4;
+            p.host_bytes = 4 * 64 * 4;
+            p.disk_dir = "/tmp";
+        }
+        kvt_kv *kv = NULL;
+        kvt_err err = {0};
+        int32_t s1 = -1;
+        bool ok = !kvt_kv_paged_init(&p, &kv, &err) && !put(kv, 0, 1, 0, 10, &err);
+        kvt_kv_stats a, b;
+        if (ok) kvt_kv_get_stats(kv, &a);
+        ok = ok && !kv->ops->seq_fork(kv, 0, &s1, &err) && s1 == 1;
+        if (ok) kvt_kv_get_stats(kv, &b);
+        // forking copies nothing
+        ok = ok && b.moved_count[0][0] == a.moved_count[0][0];
+        ok = ok && !put(kv, 1, 2, 10, 5, &err) && !put(kv, 0, 3, 10, 3, &err);
+        ok = ok && check(kv, 0, 13, 10, 1, 3) && check(kv, 1, 15, 10, 1, 2);
+        kvt_kv_get_stats(kv, &b);
+        // the shared last block (positions 8..11) was copied once per shard (2 layers x 2 groups)
+        ok = ok && b.moved_count[0][0] - a.moved_count[0][0] == 4;
+        // overwrite the fork's tail (truncate + append) and free it: seq 0 unchanged
+        if (ok) kv->ops->truncate(kv, 1, 6);
+        ok = ok && !put(kv, 1, 4, 6, 2, &err) && check(kv, 1, 8, 6, 1, 4) && check(kv, 0, 13, 10, 1, 3);
+        if (ok) kv->ops->seq_free(kv, 1);
+        kvt_kv_view w;
+        ok = ok && kv->ops->acquire(kv, 1, 0, 0, 0, &w, &err) == KVT_ERR_INVALID_ARG && check(kv, 0, 13, 10, 1, 3);
+        if (ok) kvt_kv_get_stats(kv, &b);
+        // only seq 0's 4 blocks per shard remain, wherever they live
+        int64_t used = (b.used_bytes[0] + b.used_bytes[1]) / b.block_bytes;
+        ok = ok && (variant || used == 4 * 4);
+        kvt_kv_free(kv);
+        if (!ok) {
+            test_result(false, name, "variant %d: %s", variant, err.msg);
+            return;
+        }
+    }
+    test_result(true, name, "");
+}
+
+// --- disk integrity and budgets ---------------------------------------------------------
+
+// Prefill a context with everything beyond a tiny T0 on disk, then drop the cached copies.
+static kvt_context *disk_ctx(const kvt_model *m, kvt_context_params cp, kvt_err *err) {
+    kvt_context *ctx = NULL;
+    int32_t prompt[48];
+    for (int i = 0; i < 48; i++) prompt[i] = 5 + i * 7 % 200;
+    if (kvt_context_init(m, &cp, &ctx, err)) return NULL;
+    if (kvt_decode(ctx, prompt, 48, false, err)) {
+        kvt_context_free(ctx);
+        return NULL;
+    }
+    kvt_kv_paged_drop_cached(kvt_context_kv(ctx));
+    return ctx;
+}
+
+static void test_disk_integrity(const char *path) {
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    if (kvt_model_load(path, false, &m, &err)) {
+        test_result(false, "kv: disk integrity", "%s", err.msg);
+        return;
+    }
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 64;
+    cp.n_threads = 2;
+    cp.kv_block = 8;
+    cp.kv_prefetch = 0;
+    cp.kv_fast_bytes = 4 * 4096;
+    cp.kv_disk_dir = "/tmp";
+    // (1) corrupt one byte of block 2 of layer 1 group 0 on disk: decode must fail naming file and block
+    {
+        const char *name = "kv: a corrupted disk block is detected, naming file and block";
+        kvt_context *ctx = disk_ctx(m, cp, &err);
+        bool ok = ctx != NULL;
+        int64_t off = -1;
+        int bl = 0, bb = 0; // the first block with a disk copy
+        for (int x = 0; ok && off < 0 && x < 5 * 6; x++) {
+            bl = x / 6, bb = x % 6;
+            off = kvt_kv_paged_disk_offset(kvt_context_kv(ctx), 0, bl, 0, bb);
+        }
+        char want[64];
+        snprintf(want, sizeof want, "layer %d group 0 block %d", bl, bb);
+        const char *file = ok ? kvt_kv_paged_disk_path(kvt_context_kv(ctx)) : NULL;
+        char detail[800] = "";
+        if (ok && off >= 0 && file) {
+            int fd = open(file, O_RDWR);
+            uint8_t byte = 0;
+            ok = fd >= 0 && pread(fd, &byte, 1, off + 5) == 1;
+            byte ^= 0x40;
+            ok = ok && pwrite(fd, &byte, 1, off + 5) == 1 && fsync(fd) == 0;
+            if (fd >= 0) close(fd);
+            int32_t tok = 9;
+            kvt_status st = ok ? kvt_decode(ctx, &tok, 1, false, &err) : KVT_OK;
+            ok = ok && st == KVT_ERR_CHECKSUM && strstr(err.msg, file) && strstr(err.msg, want);
+            snprintf(detail, sizeof detail, "status %d: %s", st, err.msg);
+        } else {
+            ok = false;
+            snprintf(detail, sizeof detail, "no disk copy (offset %lld): %s", (long long)off, err.msg);
+        }
+        test_result(ok, name, "%s", detail);
+        kvt_context_free(ctx);
+    }
+    // (2) an injected read error ends the request with an I/O error (never a token)
+    {
+        const char *name = "kv: an injected disk read error is reported";
+        kvt_context_params c2 = cp;
+        c2.kv_fault_read_at = 3;
+        kvt_context *ctx = disk_ctx(m, c2, &err); // the failing read may come in prefill or in decode
+        int32_t tok = 9;
+        kvt_status st = ctx ? kvt_decode(ctx, &tok, 1, false, &err) : err.status;
+        test_result(st == KVT_ERR_IO && strstr(err.msg, "kvtier-kv-") && strstr(err.msg, "block"), name,
+                    "status %d: %s", st, err.msg);
+        kvt_context_free(ctx);
+    }
+    // (3) full disk budget and no lower tier: clear budget errors
+    {
+        const char *name = "kv: a full disk budget or a missing lower tier is a budget error";
+        kvt_context_params c3 = cp;
+        c3.kv_disk_max = 3 * 4096;
+        kvt_context *ctx = disk_ctx(m, c3, &err);
+        bool ok = !ctx && err.status == KVT_ERR_BUDGET && strstr(err.msg, "--kv-disk-max");
+        char m1[KVT_ERR_MSG_MAX];
+        snprintf(m1, sizeof m1, "%s", err.msg);
+        kvt_context_free(ctx);
+        c3.kv_disk_dir = NULL;
+        ctx = disk_ctx(m, c3, &err);
+        ok = ok && !ctx && err.status == KVT_ERR_BUDGET && strstr(err.msg, "--kv-disk");
+        kvt_context_free(ctx);
+        c3.kv_fast_bytes = 100; // below one block per thread
+        ctx = disk_ctx(m, c3, &err);
+        ok = ok && !ctx && err.status == KVT_ERR_BUDGET && strstr(err.msg, "--kv-fast");
+        kvt_context_free(ctx);
+        test_result(ok, name, "'%s' / '%s'", m1, err.msg);
+    }
+    kvt_model_free(m);
+}
+
+void test_kv(const test_env *env) {
+    test_crc();
+    test_policies();
+    test_fork_cow();
+    char stories[512];
+    snprintf(stories, sizeof stories, "%s/models/stories260K.gguf", env->shared);
+    char synth[64];
+    bool have_synth = make_synth(synth, sizeof synth);
+    if (!have_synth) test_result(false, "kv: synthetic model", "mkmodel failed");
+    const int n = env->quick ? 4 : 12;
+    if (test_file_exists(stories)) {
+        property_model("stories260K", stories, n, 11, env->quick);
+        test_disk_integrity(stories);
+    } else {
+        test_skip("kv: stories260K", "model file missing");
+    }
+    if (have_synth) {
+        property_model("synthetic 6-layer llama", synth, n, 23, env->quick);
+        unlink(synth);
+    }
+    char tiny[512];
+    snprintf(tiny, sizeof tiny, "%s/models/qwen3-synth-f16.gguf", env->shared);
+    if (test_file_exists(tiny)) property_model("qwen3-synth-f16", tiny, env->quick ? 2 : 6, 31, env->quick);
+}

@@ -1,0 +1,163 @@
+// test_plan.c - the planner: cost model units, the thesis' running example,
+// infeasible cases, KV placement, plan and profile file round trips.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/plan/plan.h"
+#include "test.h"
+
+static bool load_4060(kvt_profile *p) {
+    kvt_err err = {0};
+    if (kvt_profile_load("profiles/rtx4060-laptop.json", p, &err)) {
+        test_result(false, "plan: load profiles/rtx4060-laptop.json", "%s", err.msg);
+        return false;
+    }
+    return true;
+}
+
+static void test_units(void) {
+    kvt_costs c;
+    kvt_err err = {0};
+    const kvt_shape *s = kvt_shape_find("qwen3-8b");
+    bool ok = s && kvt_costs_from_shape(s, KVT_TYPE_BF16, &c, &err) == KVT_OK;
+    test_result(ok, "plan: qwen3-8b partition units", "%s", err.msg);
+    if (!ok) return;
+    // helm Eqs. 4.1-4.5: 386 MB per block, 38 units, W_kv = 4096 bytes per token per block
+    const int64_t wp = kvt_unit_read_bytes(&c.units[1]);
+    test_result(c.n_units == 38 && wp > 385000000 && wp < 387000000 && c.units[1].kv_bytes_per_tok == 4096 &&
+                    c.units[1].act_bytes == 4096 * 4,
+                "plan: W_param 386 MB, W_kv 4 KiB/token, W_act per block (Eqs. 4.3-4.5)",
+                "units %d, W_param %lld, W_kv %lld", c.n_units, (long long)wp, (long long)c.units[1].kv_bytes_per_tok);
+    kvt_costs_free(&c);
+}
+
+static void test_example(void) {
+    kvt_profile p;
+    if (!load_4060(&p)) return;
+    kvt_costs c;
+    kvt_err err = {0};
+    kvt_costs_from_shape(kvt_shape_find("qwen3-8b"), KVT_TYPE_BF16, &c, &err);
+    kvt_plan *pl = malloc(sizeof *pl);
+    kvt_plan_req r = kvt_plan_req_default();
+    kvt_status st = kvt_plan_search(&c, &p, &r, pl, &err);
+    test_result(st == KVT_OK && pl->feasible && !pl->all_gpu_feasible, "plan: qwen3-8b on rtx4060: all-GPU infeasible, a split is feasible",
+                "st %d, %s", st, err.msg);
+    test_result(pl->cpu_units >= 18 && pl->cpu_units <= 21 && pl->cpu_units + pl->gpu_units == 38,
+                "plan: qwen3-8b on rtx4060 chooses 18..21 CPU units (thesis: 21 text/Table 6.5, 18 Fig. 4.4)", "cpu %d gpu %d",
+                pl->cpu_units, pl->gpu_units);
+    test_result(pl->predicted_ms_per_token >= 186 && pl->predicted_ms_per_token <= 263.5,
+                "plan: qwen3-8b predicted ms/token within the thesis range 186..263.5", "%.1f ms", pl->predicted_ms_per_token);
+    // KV: GPU-side KV overflows the little VRAM left, streamed from host; all of it placed
+    test_result(pl->kv_fast_bytes > 0 && pl->kv_host_bytes > 0 && pl->kv_disk_bytes == 0 &&
+                    pl->kv_fast_bytes + pl->kv_host_bytes >= pl->kv_total_bytes && pl->max_ctx_fast_host >= r.ctx,
+                "plan: qwen3-8b KV placed over fast + host", "fast %lld host %lld total %lld",
+                (long long)pl->kv_fast_bytes, (long long)pl->kv_host_bytes, (long long)pl->kv_total_bytes);
+    // Figure 4.4's k = 18 comes from using the whole 8 GiB (no reserve)
+    p.vram_reserved_bytes = 0;
+    kvt_plan_search(&c, &p, &r, pl, &err);
+    test_result(pl->cpu_units == 18, "plan: qwen3-8b without the 1 GiB reserve chooses 18 CPU units (Figure 4.4)", "cpu %d",
+                pl->cpu_units);
+
+    // plan file round trip + apply
+    load_4060(&p);
+    r.disk_bytes = 16LL << 30;
+    r.disk_dir = "/tmp/kvt-disk";
+    r.ctx = 100000;
+    st = kvt_plan_search(&c, &p, &r, pl, &err);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kvt-test-plan-%d.json", (int)getpid());
+    kvt_plan *back = malloc(sizeof *back);
+    bool ok = st == KVT_OK && pl->kv_disk_bytes > 0 && kvt_plan_save(pl, path, &err) == KVT_OK &&
+              kvt_plan_load(path, back, &err) == KVT_OK;
+    unlink(path);
+    kvt_kv_settings kv;
+    memset(&kv, 0, sizeof kv);
+    if (ok) kvt_plan_apply(back, &kv);
+    test_result(ok && kv.fast_bytes == pl->kv_fast_bytes && kv.host_bytes == pl->kv_host_bytes &&
+                    kv.disk_bytes == pl->kv_disk_bytes && kv.disk_dir && !strcmp(kv.disk_dir, "/tmp/kvt-disk") &&
+                    kv.block_tokens == pl->kv_block_tokens && kv.group_heads == pl->kv_group_heads &&
+                    back->cpu_units == pl->cpu_units && fabs(back->predicted_ms_per_token - pl->predicted_ms_per_token) < 1e-3,
+                "plan: plan file round trip and kvt_plan_apply (ctx 100000 with a disk tier)", "st %d %s; disk %lld", st, err.msg,
+                (long long)pl->kv_disk_bytes);
+    free(back);
+
+    // infeasible: the KV cache of a huge context without a disk tier names host and the overflow
+    r = kvt_plan_req_default();
+    r.ctx = 4000000;
+    st = kvt_plan_search(&c, &p, &r, pl, &err);
+    test_result(st == KVT_ERR_BUDGET && strstr(pl->error, "host DRAM") && strstr(pl->error, "overflows by"),
+                "plan: KV overflow names the tier and the bytes", "st %d: %s", st, pl->error);
+    r.disk_bytes = 1LL << 30;
+    st = kvt_plan_search(&c, &p, &r, pl, &err);
+    test_result(st == KVT_ERR_BUDGET && strstr(pl->error, "disk tier") && strstr(pl->error, "overflows by"),
+                "plan: KV overflow of the disk tier", "st %d: %s", st, pl->error);
+    kvt_costs_free(&c);
+
+    // infeasible weights: qwen3-32b bf16 on the 4060 (64 GB of weights, 7.5 + 15 GB of memory)
+    kvt_costs_from_shape(kvt_shape_find("qwen3-32b"), KVT_TYPE_BF16, &c, &err);
+    r = kvt_plan_req_default();
+    st = kvt_plan_search(&c, &p, &r, pl, &err);
+    test_result(st == KVT_ERR_BUDGET && strstr(pl->error, "overflows by") && !pl->feasible,
+                "plan: qwen3-32b on the 4060 is infeasible with the overflowing tier named", "st %d: %s", st, pl->error);
+    kvt_costs_free(&c);
+
+    // CPU only: smollm2-135m fits; granularity/blocks for a small context
+    kvt_profile_init(&p);
+    p.cpu_read_gbps = 20;
+    p.ram_bytes = 8LL << 30;
+    kvt_costs_from_shape(kvt_shape_find("smollm2-135m"), KVT_TYPE_Q8_0, &c, &err);
+    r = kvt_plan_req_default();
+    r.ctx = 100;
+    st = kvt_plan_search(&c, &p, &r, pl, &err);
+    test_result(st == KVT_OK && pl->n_cand == 1 && pl->cpu_units == c.n_units && pl->kv_block_tokens == 128 &&
+                    pl->kv_group_heads == 0 && pl->kv_host_bytes == 0 && pl->kv_fast_bytes >= pl->kv_total_bytes,
+                "plan: CPU-only profile: one candidate, KV in the fast arena, layer-wise", "st %d %s block %lld", st, err.msg,
+                (long long)pl->kv_block_tokens);
+    // CPU only with tight RAM and a disk tier: KV streams from disk with host staging
+    p.ram_bytes = 200LL << 20;
+    r.ctx = 200000;
+    r.disk_bytes = 10LL << 30;
+    st = kvt_plan_search(&c, &p, &r, pl, &err);
+    test_result(st == KVT_OK && pl->kv_disk_bytes > 0 && pl->kv_host_bytes > 0 && pl->t_kv_ms > 0,
+                "plan: tight RAM spills KV to disk with staging", "st %d %s", st, err.msg);
+    kvt_costs_free(&c);
+    free(pl);
+}
+
+static void test_profile_io(void) {
+    kvt_profile p, q;
+    kvt_profile_init(&p);
+    snprintf(p.name, sizeof p.name, "t \"quoted\"");
+    p.cpu_read_gbps = 12.5;
+    p.cpu_gemv_gbps[KVT_TYPE_Q8_0] = 11.25;
+    p.cpu_gemm_gflops[KVT_TYPE_Q4_K] = 99;
+    p.l3_bytes = 1 << 25;
+    p.has_gpu = true;
+    p.vram_bytes = 1LL << 33;
+    p.gpu_mem_gbps = 200;
+    p.h2d_gbps = 10;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kvt-test-prof-%d.json", (int)getpid());
+    kvt_err err = {0};
+    bool ok = kvt_profile_save(&p, path, &err) == KVT_OK && kvt_profile_load(path, &q, &err) == KVT_OK;
+    unlink(path);
+    test_result(ok && !strcmp(q.name, p.name) && q.cpu_read_gbps == 12.5 && q.cpu_gemv_gbps[KVT_TYPE_Q8_0] == 11.25 &&
+                    q.cpu_gemm_gflops[KVT_TYPE_Q4_K] == 99 && q.has_gpu && q.vram_bytes == p.vram_bytes && q.l3_bytes == p.l3_bytes,
+                "plan: profile JSON round trip", "%s", err.msg);
+    test_result(kvt_profile_parse("{\"cpu_read_gbps\": }", &q, &err) == KVT_ERR_FORMAT &&
+                    kvt_profile_parse("{\"name\":\"x\"}", &q, &err) == KVT_ERR_FORMAT,
+                "plan: malformed and incomplete profiles are rejected", "accepted");
+    // a small GEMV measurement runs and gives a positive figure
+    double gf = 0, bw = kvt_profile_gemv_gbps(KVT_TYPE_Q8_0, 1 << 20, 1, 1, &gf, 8);
+    test_result(bw > 0 && gf > 0, "plan: GEMV/GEMM micro-benchmark", "bw %g gflops %g", bw, gf);
+}
+
+void test_plan(const test_env *env) {
+    (void)env;
+    test_units();
+    test_example();
+    test_profile_io();
+}
