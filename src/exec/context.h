@@ -47,6 +47,17 @@ void kvt_context_free(kvt_context *ctx);
 // else only of the last one ([1, n_vocab]). Positions past n_ctx give
 // KVT_ERR_BUDGET and change nothing.
 kvt_status kvt_decode(kvt_context *ctx, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err);
+// Sequences (paged store only; the contiguous cache holds sequence 0 alone).
+// kvt_decode_seq runs tokens at positions [n_past(seq), n_past(seq) + n) of seq.
+// fork gives *dst every position of src, sharing KV blocks by reference (the
+// partly filled last block is copied on write); free releases a forked seq.
+kvt_status kvt_decode_seq(kvt_context *ctx, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits,
+                          kvt_err *err);
+kvt_status kvt_context_seq_fork(kvt_context *ctx, int32_t src, int32_t *dst, kvt_err *err);
+void kvt_context_seq_free(kvt_context *ctx, int32_t seq);
+// Positions held by seq, or -1 if it does not exist.
+int64_t kvt_context_seq_n_past(const kvt_context *ctx, int32_t seq);
+void kvt_context_seq_truncate(kvt_context *ctx, int32_t seq, int64_t n_keep);
 // Logits of the last kvt_decode: [n_out, n_vocab] f32, valid until the next call.
 const float *kvt_context_logits(const kvt_context *ctx);
 int64_t kvt_context_n_past(const kvt_context *ctx);

@@ -15,7 +15,8 @@ struct kvt_context {
     kvt_context_params p;
     kvt_threadpool *pool;
     kvt_kv *kv;
-    int64_t n_past;
+    int64_t *n_past;     // [cap_seq] positions held per sequence (-1: sequence free)
+    int32_t cap_seq;
     // activations for a micro-batch of ub = p.n_ubatch tokens
     float *x;      // [ub, n_embd] residual stream
     float *xn;     // [ub, n_embd] normed input
@@ -95,6 +96,14 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
     kvt_context *c = calloc(1, sizeof *c);
     if (!c) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     c->m = m;
+    c->cap_seq = 4;
+    c->n_past = malloc((size_t)c->cap_seq * sizeof *c->n_past);
+    if (!c->n_past) {
+        free(c);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    }
+    c->n_past[0] = 0;
+    for (int32_t i = 1; i < c->cap_seq; i++) c->n_past[i] = -1;
     c->p = *pp;
     if (c->p.n_ctx <= 0) c->p.n_ctx = hp->n_ctx_train;
     if (c->p.n_threads <= 0) c->p.n_threads = kvt_physical_cores();
@@ -103,6 +112,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
     if (c->p.kv_block <= 0) c->p.kv_block = 256;
     kvt_status st = kvt_threadpool_init(c->p.n_threads, &c->pool, err);
     if (st) {
+        free(c->n_past);
         free(c);
         return st;
     }
@@ -165,6 +175,7 @@ void kvt_context_free(kvt_context *c) {
     free(c->attn_scratch);
     free(c->attn_ws);
     free(c->logits);
+    free(c->n_past);
     free(c);
 }
 
@@ -192,8 +203,8 @@ static void qk_finish(kvt_context *c, float *x, int64_t n, int32_t heads, const 
 }
 
 // One micro-batch of n tokens at positions [pos0, pos0+n).
-static kvt_status forward_ubatch(kvt_context *c, const int32_t *tokens, int64_t n, int64_t pos0, bool all_logits,
-                                 float *logits, kvt_err *err) {
+static kvt_status forward_ubatch(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, int64_t pos0,
+                                 bool all_logits, float *logits, kvt_err *err) {
     const kvt_model *m = c->m;
     const kvt_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
@@ -220,9 +231,9 @@ static kvt_status forward_ubatch(kvt_context *c, const int32_t *tokens, int64_t 
         add_bias(c->v, L->bv, n, L->wv.rows);
         qk_finish(c, c->q, n, hp->n_head, L->q_norm);
         qk_finish(c, c->k, n, hp->n_head_kv, L->k_norm);
-        kvt_status st = c->kv->ops->append(c->kv, 0, il, pos0, n, c->k, c->v, err);
+        kvt_status st = c->kv->ops->append(c->kv, seq, il, pos0, n, c->k, c->v, err);
         if (st) return st;
-        st = kvt_attention(c->kv, 0, il, &ap, c->q, pos0, n, c->att, c->pool, c->attn_scratch, c->attn_ws, err);
+        st = kvt_attention(c->kv, seq, il, &ap, c->q, pos0, n, c->att, c->pool, c->attn_scratch, c->attn_ws, err);
         if (st) return st;
         matmul(c, &L->wo, c->att, n, c->tmp);
         for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
@@ -241,11 +252,15 @@ static kvt_status forward_ubatch(kvt_context *c, const int32_t *tokens, int64_t 
     return KVT_OK;
 }
 
-kvt_status kvt_decode(kvt_context *c, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err) {
+static bool seq_valid(const kvt_context *c, int32_t seq) { return seq >= 0 && seq < c->cap_seq && c->n_past[seq] >= 0; }
+
+kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err) {
     const kvt_hparams *hp = &c->m->hp;
     if (n <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "decode needs at least one token");
-    if (c->n_past + n > c->p.n_ctx) {
-        return kvt_errorf(err, KVT_ERR_BUDGET, "context full: %lld + %lld tokens exceed n_ctx %lld", (long long)c->n_past,
+    if (!seq_valid(c, seq)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d does not exist", seq);
+    const int64_t past = c->n_past[seq];
+    if (past + n > c->p.n_ctx) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "context full: %lld + %lld tokens exceed n_ctx %lld", (long long)past,
                           (long long)n, (long long)c->p.n_ctx);
     }
     int64_t rows = all_logits ? n : 1;
@@ -258,19 +273,61 @@ kvt_status kvt_decode(kvt_context *c, const int32_t *tokens, int64_t n, bool all
     for (int64_t i = 0; i < n; i += c->p.n_ubatch) {
         int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         float *dst = all_logits ? c->logits + i * hp->n_vocab : c->logits;
-        kvt_status st = forward_ubatch(c, tokens + i, nb, c->n_past + i, all_logits, dst, err);
+        kvt_status st = forward_ubatch(c, seq, tokens + i, nb, past + i, all_logits, dst, err);
         if (st) {
-            c->kv->ops->truncate(c->kv, 0, c->n_past);
+            c->kv->ops->truncate(c->kv, seq, past);
             return st;
         }
     }
-    c->n_past += n;
+    c->n_past[seq] = past + n;
     c->n_out = rows;
     return KVT_OK;
 }
 
+kvt_status kvt_decode(kvt_context *c, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err) {
+    return kvt_decode_seq(c, 0, tokens, n, all_logits, err);
+}
+
+kvt_status kvt_context_seq_fork(kvt_context *c, int32_t src, int32_t *dst, kvt_err *err) {
+    if (!seq_valid(c, src)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d does not exist", src);
+    if (!c->kv->ops->seq_fork) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "the %s KV cache holds one sequence; forking needs the paged store",
+                          c->kv->ops->name);
+    }
+    kvt_status st = c->kv->ops->seq_fork(c->kv, src, dst, err);
+    if (st) return st;
+    if (*dst >= c->cap_seq) {
+        int32_t cap = c->cap_seq * 2 > *dst + 1 ? c->cap_seq * 2 : *dst + 1;
+        int64_t *np = realloc(c->n_past, (size_t)cap * sizeof *np);
+        if (!np) {
+            c->kv->ops->seq_free(c->kv, *dst);
+            return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for sequence table");
+        }
+        for (int32_t i = c->cap_seq; i < cap; i++) np[i] = -1;
+        c->n_past = np;
+        c->cap_seq = cap;
+    }
+    c->n_past[*dst] = c->n_past[src];
+    return KVT_OK;
+}
+
+void kvt_context_seq_free(kvt_context *c, int32_t seq) {
+    if (seq <= 0 || !seq_valid(c, seq)) return; // sequence 0 lives as long as the context
+    c->kv->ops->seq_free(c->kv, seq);
+    c->n_past[seq] = -1;
+}
+
+int64_t kvt_context_seq_n_past(const kvt_context *c, int32_t seq) { return seq_valid(c, seq) ? c->n_past[seq] : -1; }
+
+void kvt_context_seq_truncate(kvt_context *c, int32_t seq, int64_t n_keep) {
+    if (seq_valid(c, seq) && n_keep < c->n_past[seq]) {
+        c->n_past[seq] = n_keep < 0 ? 0 : n_keep;
+        c->kv->ops->truncate(c->kv, seq, c->n_past[seq]);
+    }
+}
+
 const float *kvt_context_logits(const kvt_context *c) { return c->logits; }
-int64_t kvt_context_n_past(const kvt_context *c) { return c->n_past; }
+int64_t kvt_context_n_past(const kvt_context *c) { return c->n_past[0]; }
 int64_t kvt_context_n_ctx(const kvt_context *c) { return c->p.n_ctx; }
 int kvt_context_n_threads(const kvt_context *c) { return c->p.n_threads; }
 const kvt_model *kvt_context_model(const kvt_context *c) { return c->m; }
@@ -283,9 +340,4 @@ int64_t kvt_context_kv_bytes(const kvt_context *c) {
     return kvt_kv_contig_bytes(&kp);
 }
 
-void kvt_context_truncate(kvt_context *c, int64_t n_keep) {
-    if (n_keep < c->n_past) {
-        c->n_past = n_keep < 0 ? 0 : n_keep;
-        c->kv->ops->truncate(c->kv, 0, c->n_past);
-    }
-}
+void kvt_context_truncate(kvt_context *c, int64_t n_keep) { kvt_context_seq_truncate(c, 0, n_keep); }

@@ -577,9 +577,13 @@ INLINE void kq_gemm(int Q6, int64_t n, const void *W, size_t wrs, int64_t nr, co
 // transpose per 16 rows x 16 k), then FP_TT tokens x 32 rows tiles of FMAs
 // with the activation broadcast from memory; partial sums over K blocks
 // accumulate in Y.
+#ifndef FP_RV
 #define FP_RV 2 // zmm of rows per tile
+#endif
 #define FP_RP (16 * FP_RV)
+#ifndef FP_TT
 #define FP_TT 12
+#endif
 #define FK 256
 
 INLINE void transpose16x16_ps(__m512 r[16]) {
@@ -683,7 +687,16 @@ static void f16_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const voi
                 const char *p = t0 == 0 ? pf : NULL;
 #define FP_CASE(N) case N: fp_tile(kl, pan, x, N, first, y, ldy, m, p, wrs); break;
                 switch (nt) {
-                FP_CASE(1) FP_CASE(2) FP_CASE(3) FP_CASE(4) FP_CASE(5) FP_CASE(6) FP_CASE(7) FP_CASE(8) FP_CASE(9) FP_CASE(10) FP_CASE(11)
+                FP_CASE(1) FP_CASE(2) FP_CASE(3) FP_CASE(4) FP_CASE(5) FP_CASE(6) FP_CASE(7)
+#if FP_TT > 8
+                FP_CASE(8) FP_CASE(9) FP_CASE(10) FP_CASE(11)
+#endif
+#if FP_TT > 12
+                FP_CASE(12) FP_CASE(13)
+#endif
+#if FP_TT > 16
+                FP_CASE(14) FP_CASE(15) FP_CASE(16) FP_CASE(17) FP_CASE(18) FP_CASE(19) FP_CASE(20) FP_CASE(21) FP_CASE(22) FP_CASE(23)
+#endif
                 default: fp_tile(kl, pan, x, FP_TT, first, y, ldy, m, p, wrs); break;
                 }
 #undef FP_CASE
@@ -792,6 +805,161 @@ static void q8_0_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
     }
 }
 
+// ------------------------------------------- K-quant rows (decode, few tokens)
+// One weight row at a time against up to 4 prepared activation rows, 512-bit:
+// the 4 VPDPBUSD results of a super-block (i32 lanes of 4 bytes, two
+// sub-blocks per zmm) fit in i16 (|p| <= 4 * 63 * 127), so they are packed
+// in pairs and multiplied by the scales with VPDPWSSD.
+// Prepared q8_K row, per super-block (KP bytes): int8 qs[256] (q4_K: in the
+// order of the nibble planes: sub-blocks 0,2,1,3,4,6,5,7; q6_K: natural);
+// int16 bs[8] (q4_K: sums of 32) or bs[16] (q6_K: sums of 16); float d.
+#define KP 320
+static int64_t kp_prep_size(int64_t n) { return (n / KVT_QK_K) * KP; }
+static void q4_K_prep(int64_t n, const void *x, void *p) {
+    static const int ord[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        const kvt_block_q8_K *y = (const kvt_block_q8_K *)x + b;
+        char *o = (char *)p + b * KP;
+        for (int j = 0; j < 8; j++) memcpy(o + 32 * j, y->qs + 32 * ord[j], 32);
+        int16_t bs[16] = {0};
+        for (int j = 0; j < 8; j++) bs[j] = (int16_t)(y->bsums[2 * j] + y->bsums[2 * j + 1]);
+        memcpy(o + 256, bs, 32);
+        memcpy(o + 288, &y->d, 4);
+    }
+}
+static void q6_K_prep(int64_t n, const void *x, void *p) {
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        const kvt_block_q8_K *y = (const kvt_block_q8_K *)x + b;
+        char *o = (char *)p + b * KP;
+        memcpy(o, y->qs, 256);
+        memcpy(o + 256, y->bsums, 32);
+        memcpy(o + 288, &y->d, 4);
+    }
+}
+
+INLINE __m512i ld512(const void *p) { return _mm512_loadu_si512(p); }
+
+// The 12 packed bytes of 6-bit scales/mins of a q4_K block -> sc[0..8), m[0..8).
+INLINE void k_scales_unpack(const uint8_t *p, uint8_t sc[8], uint8_t m[8]) {
+    uint32_t w[3];
+    memcpy(w, p, 12);
+    const uint32_t lo6 = 0x3f3f3f3fu, hi2 = 0x03030303u, lo4 = 0x0f0f0f0fu;
+    const uint32_t s03 = w[0] & lo6, m03 = w[1] & lo6;
+    const uint32_t s47 = (w[2] & lo4) | (((w[0] >> 6) & hi2) << 4);
+    const uint32_t m47 = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & hi2) << 4);
+    memcpy(sc, &s03, 4), memcpy(sc + 4, &s47, 4);
+    memcpy(m, &m03, 4), memcpy(m + 4, &m47, 4);
+}
+
+INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    // i16 scale patterns: lanes 0,1 take scale byte A, lanes 2,3 byte B (see packs below)
+    const __m512i shA = _mm512_set_epi8(-1, 3, -1, 3, -1, 3, -1, 3, -1, 2, -1, 2, -1, 2, -1, 2, -1, 3, -1, 3, -1, 3, -1, 3, -1, 2, -1, 2, -1, 2, -1, 2,
+                                        -1, 1, -1, 1, -1, 1, -1, 1, -1, 0, -1, 0, -1, 0, -1, 0, -1, 1, -1, 1, -1, 1, -1, 1, -1, 0, -1, 0, -1, 0, -1, 0);
+    const __m512i shB = _mm512_add_epi8(shA, _mm512_set1_epi16(4));
+    __m512 acc[NTMAX];
+    __m128 macc[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps(), macc[t] = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const kvt_block_q4_K *xb = x + b;
+        uint8_t sc[8], mn[8];
+        k_scales_unpack(xb->scales, sc, mn);
+        uint64_t sc64, mn64;
+        memcpy(&sc64, sc, 8), memcpy(&mn64, mn, 8);
+        const __m512i scb = _mm512_broadcast_i32x4(_mm_cvtsi64_si128((long long)sc64));
+        const __m512i s0 = _mm512_shuffle_epi8(scb, shA), s1 = _mm512_shuffle_epi8(scb, shB);
+        const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn64));
+        const __m512i q0 = ld512(xb->qs), q1 = ld512(xb->qs + 64);
+        const __m512i w0 = _mm512_and_si512(q0, m4), w1 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+        const __m512i w2 = _mm512_and_si512(q1, m4), w3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+        const float d = _cvtsh_ss(xb->d), dmin = _cvtsh_ss(xb->dmin);
+        UNROLL for (int t = 0; t < NT; t++) {
+            const char *y = P + t * prs + b * KP;
+            const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, ld512(y));
+            const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1, ld512(y + 64));
+            const __m512i p2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w2, ld512(y + 128));
+            const __m512i p3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w3, ld512(y + 192));
+            __m512i is = _mm512_madd_epi16(_mm512_packs_epi32(p0, p1), s0);
+            is = _mm512_dpwssd_epi32(is, _mm512_packs_epi32(p2, p3), s1);
+            float dy;
+            memcpy(&dy, y + 288, 4);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * dy), acc[t]);
+            const __m128i mp = _mm_madd_epi16(m16, _mm_loadu_si128((const __m128i *)(y + 256)));
+            macc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(mp), _mm_set1_ps(dmin * dy), macc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) {
+        __m128 m = macc[t];
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        Y[t * ldy] = _mm512_reduce_add_ps(acc[t]) - _mm_cvtss_f32(m);
+    }
+}
+
+INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+    const __m512i sh01 = _mm512_set_epi16(2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i sh23 = _mm512_add_epi16(sh01, _mm512_set1_epi16(4));
+    // i16 scale patterns (scale byte in the high byte, then >> 8 for the sign):
+    // 128-bit lane L takes group L (4 words) then group 4 + L (4 words), of half h
+    const __m512i shs = _mm512_set_epi8(7, -1, 7, -1, 7, -1, 7, -1, 3, -1, 3, -1, 3, -1, 3, -1, 6, -1, 6, -1, 6, -1, 6, -1, 2, -1, 2, -1, 2, -1, 2, -1,
+                                        5, -1, 5, -1, 5, -1, 5, -1, 1, -1, 1, -1, 1, -1, 1, -1, 4, -1, 4, -1, 4, -1, 4, -1, 0, -1, 0, -1, 0, -1, 0, -1);
+    __m512 acc[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const kvt_block_q6_K *xb = x + b;
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)xb->scales);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        const __m512i scb = _mm512_broadcast_i32x4(sc8);
+        const __m512i s0 = _mm512_srai_epi16(_mm512_shuffle_epi8(scb, shs), 8);
+        const __m512i s1 = _mm512_srai_epi16(_mm512_shuffle_epi8(scb, _mm512_add_epi8(shs, _mm512_set1_epi16(0x0800))), 8);
+        __m512i w[4];
+        UNROLL for (int h = 0; h < 2; h++) {
+            const __m512i l = ld512(xb->ql + 64 * h);
+            const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xb->qh + 32 * h)));
+            const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, sh01), m3), 4);
+            const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, sh23), m3), 4);
+            w[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), h01);
+            w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), h23);
+        }
+        const float d = _cvtsh_ss(xb->d);
+        UNROLL for (int t = 0; t < NT; t++) {
+            const char *y = P + t * prs + b * KP;
+            const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(y + 256)));
+            __m512i is = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+            UNROLL for (int h = 0; h < 2; h++) {
+                const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[2 * h], ld512(y + 128 * h));
+                const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[2 * h + 1], ld512(y + 128 * h + 64));
+                is = _mm512_dpwssd_epi32(is, _mm512_packs_epi32(p0, p1), h ? s1 : s0);
+            }
+            float dy;
+            memcpy(&dy, y + 288, 4);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * dy), acc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) Y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
+}
+
+#define DEFINE_KP_ROWS(name, BT)                                                                    \
+    static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
+                            int nt, float *Y, int64_t ldy) {                                        \
+        const int64_t nb = n / KVT_QK_K;                                                            \
+        for (int64_t r = 0; r < nr; r++) {                                                          \
+            const BT *x = (const BT *)((const char *)W + r * (int64_t)wrs);                         \
+            if (r + 2 < nr) _mm_prefetch((const char *)W + (r + 2) * (int64_t)wrs, _MM_HINT_T0);     \
+            switch (nt) {                                                                           \
+            case 1: name##_row(nb, x, P, prs, 1, Y + r, ldy); break;                                \
+            case 2: name##_row(nb, x, P, prs, 2, Y + r, ldy); break;                                \
+            case 3: name##_row(nb, x, P, prs, 3, Y + r, ldy); break;                                \
+            default: name##_row(nb, x, P, prs, 4, Y + r, ldy); break;                               \
+            }                                                                                       \
+        }                                                                                           \
+    }
+#define q4_K_row q4k_row
+#define q6_K_row q6k_row
+DEFINE_KP_ROWS(q4_K, kvt_block_q4_K)
+DEFINE_KP_ROWS(q6_K, kvt_block_q6_K)
+
 static int64_t kq_scratch(int64_t n, int64_t n_tok) { return (n / KVT_QK_K) * (PSB + 64 * n_tok); }
 static void q4_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
                       float *Y, int64_t ldy, void *scratch) {
@@ -821,8 +989,8 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows},
 #endif
 #ifdef KVT_SIMD_AVX512
-    [KVT_TYPE_Q4_K] = {.gemm_min_tok = 4, .gemm_scratch = kq_scratch, .gemm = q4_K_gemm},
-    [KVT_TYPE_Q6_K] = {.gemm_min_tok = 4, .gemm_scratch = kq_scratch, .gemm = q6_K_gemm},
+    [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows, 12, kq_scratch, q4_K_gemm},
+    [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows, 12, kq_scratch, q6_K_gemm},
 #endif
 };
 
