@@ -81,6 +81,15 @@ void test_cli(const test_env *env) {
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "\"avg_ts\"") && strstr(out, "\"n_prompt\":16"), "cli: bench -o json", "exit %d: %s",
                 rc, out);
+    // a plan file configures the KV store; ids stay those of llama.cpp
+    snprintf(cmd, sizeof cmd,
+             "%s plan -m %s --ctx 512 --profile profiles/rtx4060-laptop.json -o /tmp/kvt_plan.json >/dev/null && "
+             "%s generate -m %s -p 'Once upon a time' -n 8 --temp 0 --plan /tmp/kvt_plan.json --json",
+             env->cli, model, env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "\"ids\":[463,449,306,461,458,327,473,372]") && strstr(out, "\"store\":\"paged\""),
+                "cli: generate --plan FILE configures the paged KV store", "exit %d: %.300s", rc, out);
+    unlink("/tmp/kvt_plan.json");
     // bad input: one clear line, non-zero exit
     expect_error("cli: missing model file", env->cli, "generate -m /nonexistent.gguf -p hi", 1, "/nonexistent.gguf");
     expect_error("cli: unknown flag", env->cli, "generate --bogus", 2, "unknown flag");

@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include "../plan/plan.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +37,7 @@ const char *const cli_engine_help =
     "  --ubatch N           tokens per forward micro-batch (default 512)\n"
     "  --kv-block N         positions per KV block (default 256)\n"
     "  KV tiers (any of these selects the tiered paged store; BYTES take K, M, G suffixes):\n"
+    "  --plan FILE          KV budgets, granularity and block size from `kvtier plan --json -o FILE`\n"
     "  --kv-granularity layer|head|group:G  KV heads per shard (default layer)\n"
     "  --kv-fast BYTES      budget of T0, the memory attention reads (default unlimited)\n"
     "  --kv-host BYTES      budget of T1, host DRAM (default: no host tier)\n"
@@ -72,6 +75,32 @@ static int bytes_flag(kvt_args *a, const char *flag, int64_t *out) {
     return 1;
 }
 
+// --plan FILE: the KV part of a plan written by `kvtier plan --json` (budgets, granularity,
+// block size). Flags after --plan override it.
+static int cli_apply_plan(kvt_args *a, const char *flag, kvt_context_params *p) {
+    const char *path = kvt_args_value(a, flag);
+    if (!path) return -1;
+    kvt_plan *plan = calloc(1, sizeof *plan);
+    kvt_err err = {0};
+    if (!plan || kvt_plan_load(path, plan, &err)) {
+        fprintf(stderr, "kvtier %s: --plan: %s\n", a->cmd, plan ? err.msg : "out of memory");
+        free(plan);
+        return -1;
+    }
+    kvt_kv_settings kv = {0};
+    kvt_plan_apply(plan, &kv);
+    p->kv_fast_bytes = kv.fast_bytes > 0 ? kv.fast_bytes : 0;
+    p->kv_host_bytes = kv.host_bytes > 0 ? kv.host_bytes : 0;
+    p->kv_disk_max = kv.disk_bytes > 0 ? kv.disk_bytes : 0;
+    // the directory outlives the plan: the context borrows it for the process' lifetime
+    p->kv_disk_dir = kv.disk_dir && kv.disk_bytes > 0 ? strdup(kv.disk_dir) : NULL;
+    if (kv.block_tokens > 0) p->kv_block = kv.block_tokens;
+    p->kv_group = kv.group_heads;
+    p->kv_paged = true;
+    free(plan);
+    return 1;
+}
+
 int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
     int64_t v;
     if (!strcmp(flag, "-t") || !strcmp(flag, "--threads")) {
@@ -97,6 +126,7 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
     if (!strcmp(flag, "--kv-fast")) return bytes_flag(a, flag, &p->kv_fast_bytes);
     if (!strcmp(flag, "--kv-host")) return bytes_flag(a, flag, &p->kv_host_bytes);
     if (!strcmp(flag, "--kv-disk-max")) return bytes_flag(a, flag, &p->kv_disk_max);
+    if (!strcmp(flag, "--plan")) return cli_apply_plan(a, flag, p);
     if (!strcmp(flag, "--kv-disk")) return (p->kv_disk_dir = kvt_args_value(a, flag)) ? 1 : -1;
     if (!strcmp(flag, "--kv-keep")) {
         p->kv_keep = true;
