@@ -72,12 +72,14 @@ void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *con
     } else {
         kvt_threadpool_run(pool, cvt_task, &J, (int64_t)J.n_cvt * n_tok);
     }
-    // enough tasks to balance the threads, each a multiple of 16 rows
+    // enough tasks to balance the threads; for batches, fewer and larger tasks
+    // (each task re-lays the activations for the GEMM tiles, panels are 32 rows)
     const int nt = kvt_threadpool_n_threads(pool);
+    const int64_t per_thread = n_tok >= 16 ? 4 : 8, align = n_tok >= 16 ? 32 : 16;
     int64_t n_tasks = 0;
     for (int i = 0; i < n_out; i++) {
-        int64_t chunk = w[i]->rows / ((int64_t)nt * 8);
-        chunk = chunk < 16 ? 16 : (chunk + 15) / 16 * 16;
+        int64_t chunk = w[i]->rows / ((int64_t)nt * per_thread);
+        chunk = chunk < align ? align : (chunk + align - 1) / align * align;
         J.part[i].chunk = chunk;
         J.part[i].first = n_tasks;
         n_tasks += (w[i]->rows + chunk - 1) / chunk;

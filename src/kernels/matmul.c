@@ -7,7 +7,12 @@
 // strip of weight rows that stays in L2, 4 activation rows at a time, decoding
 // each weight block once for all 4. Decode (n_tok == 1) prepares its single row
 // once and streams the weights through.
-// Fallback path (types without a matmul kernel, e.g. K-quants, or scalar):
+// GEMM path (AVX-512: f16, q8_0, q4_K, q6_K when n_tok >= the kernel's
+// gemm_min_tok): the kernel packs panels of 16-32 weight rows into a
+// row-interleaved layout in per-thread scratch (kept between calls) and runs
+// register tiles of rows x tokens over them, so weights are decoded once per
+// call and no horizontal sums are needed; the GGUF data is only read.
+// Fallback path (types without a matmul kernel, or scalar):
 // the same blocking with kvt_type_ops.vec_dot_multi on the raw activations.
 #include "matmul.h"
 

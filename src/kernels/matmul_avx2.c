@@ -582,8 +582,9 @@ INLINE void kq_gemm(int Q6, int64_t n, const void *W, size_t wrs, int64_t nr, co
 #endif
 #define FP_RP (16 * FP_RV)
 #ifndef FP_TT
-#define FP_TT 12
+#define FP_TT 12 // tokens per tile: FP_RV * FP_TT accumulators
 #endif
+_Static_assert(FP_TT <= 14 && FP_TT > 1 && FP_RV * FP_TT <= 28, "register tile must fit 32 zmm (and UNROLL 16)");
 #define FK 256
 
 INLINE void transpose16x16_ps(__m512 r[16]) {
@@ -630,15 +631,16 @@ static void f16_pack(const char *W, size_t wrs, int nr, int64_t k0, int64_t kl, 
 
 // X: FP_TT activation rows of FK floats (stride FK). pf: the next weight panel
 // (32 rows of pf_wrs bytes, 512 bytes each) to prefetch while computing, or NULL.
+// RV <= FP_RV: zmm of rows actually computed (1 for a panel of at most 16 rows).
 INLINE void fp_tile(int64_t kl, const float *pan, const float *X, int NT, int first, float *Y, int64_t ldy,
-                    const __mmask16 *m, const char *pf, size_t pf_wrs) {
+                    const __mmask16 *m, const char *pf, size_t pf_wrs, int RV) {
     __m512 acc[FP_TT][FP_RV];
     UNROLL for (int t = 0; t < NT; t++)
-        UNROLL for (int v = 0; v < FP_RV; v++)
+        UNROLL for (int v = 0; v < RV; v++)
             acc[t][v] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[v], Y + t * ldy + 16 * v);
-    for (int64_t k = 0; k < kl; k++) {
+    _Pragma("GCC unroll 4") for (int64_t k = 0; k < kl; k++) {
         __m512 w[FP_RV];
-        UNROLL for (int v = 0; v < FP_RV; v++) w[v] = _mm512_load_ps(pan + k * FP_RP + 16 * v);
+        UNROLL for (int v = 0; v < RV; v++) w[v] = _mm512_load_ps(pan + k * FP_RP + 16 * v);
         if (pf) { // lines k and k + kl of the next panel (8 lines of 512 bytes per row)
             _mm_prefetch(pf + (size_t)(k >> 3) * pf_wrs + 64 * (size_t)(k & 7), _MM_HINT_T0);
             if (k + kl < FP_RP * 8)
@@ -646,11 +648,11 @@ INLINE void fp_tile(int64_t kl, const float *pan, const float *X, int NT, int fi
         }
         UNROLL for (int t = 0; t < NT; t++) {
             const __m512 x = _mm512_set1_ps(X[t * FK + k]);
-            UNROLL for (int v = 0; v < FP_RV; v++) acc[t][v] = _mm512_fmadd_ps(w[v], x, acc[t][v]);
+            UNROLL for (int v = 0; v < RV; v++) acc[t][v] = _mm512_fmadd_ps(w[v], x, acc[t][v]);
         }
     }
     UNROLL for (int t = 0; t < NT; t++)
-        UNROLL for (int v = 0; v < FP_RV; v++) _mm512_mask_storeu_ps(Y + t * ldy + 16 * v, m[v], acc[t][v]);
+        UNROLL for (int v = 0; v < RV; v++) _mm512_mask_storeu_ps(Y + t * ldy + 16 * v, m[v], acc[t][v]);
 }
 
 static int64_t f16_gemm_scratch(int64_t n, int64_t n_tok) {
@@ -685,7 +687,14 @@ static void f16_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const voi
                 float *y = Y + t0 * ldy + r0;
                 const int first = k0 == 0;
                 const char *p = t0 == 0 ? pf : NULL;
-#define FP_CASE(N) case N: fp_tile(kl, pan, x, N, first, y, ldy, m, p, wrs); break;
+#define FP_CASE(N)                                                                                  \
+    case N:                                                                                         \
+        if (rows <= 16) {                                                                           \
+            fp_tile(kl, pan, x, N, first, y, ldy, m, p, wrs, 1);                                    \
+        } else {                                                                                    \
+            fp_tile(kl, pan, x, N, first, y, ldy, m, p, wrs, FP_RV);                                \
+        }                                                                                           \
+        break;
                 switch (nt) {
                 FP_CASE(1) FP_CASE(2) FP_CASE(3) FP_CASE(4) FP_CASE(5) FP_CASE(6) FP_CASE(7)
 #if FP_TT > 8
@@ -694,10 +703,7 @@ static void f16_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const voi
 #if FP_TT > 12
                 FP_CASE(12) FP_CASE(13)
 #endif
-#if FP_TT > 16
-                FP_CASE(14) FP_CASE(15) FP_CASE(16) FP_CASE(17) FP_CASE(18) FP_CASE(19) FP_CASE(20) FP_CASE(21) FP_CASE(22) FP_CASE(23)
-#endif
-                default: fp_tile(kl, pan, x, FP_TT, first, y, ldy, m, p, wrs); break;
+                default: FP_CASE(FP_TT)
                 }
 #undef FP_CASE
             }
