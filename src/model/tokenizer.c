@@ -1145,3 +1145,48 @@ float kvt_token_score(const kvt_tokenizer *t, int32_t id) {
 int32_t kvt_token_lookup(const kvt_tokenizer *t, const char *text, size_t len) {
     return kvt_tok_find(t, text, len);
 }
+
+// --- the merge loop's priority queue (shared by SPM and BPE) ---------------
+
+// a pops before b: higher priority, then leftmost.
+static bool bigram_before(const kvt_bigram *a, const kvt_bigram *b) {
+    return a->priority > b->priority || (a->priority == b->priority && a->left < b->left);
+}
+
+void kvt_bigram_heap_push(kvt_bigram_heap *h, kvt_bigram x) {
+    if (h->oom) return;
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? h->cap * 2 : 64;
+        kvt_bigram *nv = realloc(h->v, nc * sizeof *nv);
+        if (!nv) {
+            h->oom = true;
+            return;
+        }
+        h->v = nv;
+        h->cap = nc;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!bigram_before(&x, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = x;
+}
+
+kvt_bigram kvt_bigram_heap_pop(kvt_bigram_heap *h) {
+    kvt_bigram top = h->v[0];
+    kvt_bigram last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c])) c++;
+        if (!bigram_before(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
+        i = c;
+    }
+    if (h->n > 0) h->v[i] = last;
+    return top;
+}

@@ -377,78 +377,12 @@ typedef struct {
     uint32_t off, n; // bytes of the encoded word
 } sym;
 
-typedef struct {
-    int32_t rank;
-    int32_t left, right;
-    uint32_t size;
-} bigram;
-
-// a pops before b: lower rank, then leftmost.
-static bool bg_before(const bigram *a, const bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-typedef struct {
-    bigram *v;
-    size_t n, cap;
-    bool oom;
-} heap;
-
-static void heap_push(heap *h, bigram x) {
-    if (h->oom) {
-        return;
-    }
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        bigram *nv = realloc(h->v, nc * sizeof *nv);
-        if (!nv) {
-            h->oom = true;
-            return;
-        }
-        h->v = nv;
-        h->cap = nc;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bg_before(&x, &h->v[p])) {
-            break;
-        }
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0];
-    bigram last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) {
-            break;
-        }
-        if (c + 1 < h->n && bg_before(&h->v[c + 1], &h->v[c])) {
-            c++;
-        }
-        if (!bg_before(&h->v[c], &last)) {
-            break;
-        }
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n > 0) {
-        h->v[i] = last;
-    }
-    return top;
-}
 
 typedef struct {
     const kvt_tokenizer *t;
     const char *w; // encoded word
     sym *s;
-    heap h;
+    kvt_bigram_heap h;
 } bpe_ctx;
 
 static void try_merge(bpe_ctx *c, int32_t l, int32_t r) {
@@ -460,8 +394,8 @@ static void try_merge(bpe_ctx *c, int32_t l, int32_t r) {
     if (rank < 0) {
         return;
     }
-    bigram g = {rank, l, r, a->n + b->n};
-    heap_push(&c->h, g);
+    kvt_bigram g = {-(float)rank, l, r, a->n + b->n};
+    kvt_bigram_heap_push(&c->h, g);
 }
 
 bool kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t n, kvt_ivec *out) {
@@ -537,7 +471,7 @@ bool kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t n, kvt_iv
             try_merge(&c, i - 1, i);
         }
         while (c.h.n > 0 && !c.h.oom) {
-            bigram g = heap_pop(&c.h);
+            kvt_bigram g = kvt_bigram_heap_pop(&c.h);
             sym *l = &syms[g.left], *r = &syms[g.right];
             if (l->n == 0 || r->n == 0 || l->n + r->n != g.size) {
                 continue; // stale

@@ -68,6 +68,26 @@ typedef struct {
 } kvt_ivec;
 void kvt_ivec_push(kvt_ivec *a, int32_t x);
 
+// A candidate merge of the adjacent symbols left and right (size: bytes of
+// both). SPM and BPE share the merge loop's priority queue: the bigram with
+// the highest priority pops first, ties to the leftmost. SPM uses the merged
+// token's score as priority, BPE the negated merge rank (ranks are < 2^24,
+// exact in a float).
+typedef struct {
+    float priority;
+    int32_t left, right;
+    uint32_t size;
+} kvt_bigram;
+
+// Binary max-heap of bigrams; oom is sticky (push drops the item).
+typedef struct {
+    kvt_bigram *v;
+    size_t n, cap;
+    bool oom;
+} kvt_bigram_heap;
+void kvt_bigram_heap_push(kvt_bigram_heap *h, kvt_bigram x);
+kvt_bigram kvt_bigram_heap_pop(kvt_bigram_heap *h); // h->n > 0
+
 // Token id with exactly this text, or -1.
 int32_t kvt_tok_find(const kvt_tokenizer *t, const char *s, size_t n);
 // Rank of merge "left right", or -1.

@@ -16,78 +16,12 @@ typedef struct {
     uint32_t off, n;
 } sym;
 
-typedef struct {
-    float score;
-    int32_t left, right;
-    uint32_t size;
-} bigram;
-
-// a pops before b: higher score, then leftmost.
-static bool bg_before(const bigram *a, const bigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-typedef struct {
-    bigram *v;
-    size_t n, cap;
-    bool oom;
-} heap;
-
-static void heap_push(heap *h, bigram x) {
-    if (h->oom) {
-        return;
-    }
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        bigram *nv = realloc(h->v, nc * sizeof *nv);
-        if (!nv) {
-            h->oom = true;
-            return;
-        }
-        h->v = nv;
-        h->cap = nc;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bg_before(&x, &h->v[p])) {
-            break;
-        }
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0];
-    bigram last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) {
-            break;
-        }
-        if (c + 1 < h->n && bg_before(&h->v[c + 1], &h->v[c])) {
-            c++;
-        }
-        if (!bg_before(&h->v[c], &last)) {
-            break;
-        }
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n > 0) {
-        h->v[i] = last;
-    }
-    return top;
-}
 
 typedef struct {
     const kvt_tokenizer *t;
     const char *text;
     sym *s;
-    heap h;
+    kvt_bigram_heap h;
 } spm_ctx;
 
 static void try_pair(spm_ctx *c, int32_t l, int32_t r) {
@@ -100,8 +34,8 @@ static void try_pair(spm_ctx *c, int32_t l, int32_t r) {
     if (id < 0) {
         return;
     }
-    bigram g = {c->t->toks[id].score, l, r, size};
-    heap_push(&c->h, g);
+    kvt_bigram g = {c->t->toks[id].score, l, r, size};
+    kvt_bigram_heap_push(&c->h, g);
 }
 
 bool kvt_spm_tokenize(const kvt_tokenizer *t, const char *text, size_t n, kvt_ivec *out) {
@@ -130,7 +64,7 @@ bool kvt_spm_tokenize(const kvt_tokenizer *t, const char *text, size_t n, kvt_iv
         try_pair(&c, i - 1, i);
     }
     while (c.h.n > 0 && !c.h.oom) {
-        bigram g = heap_pop(&c.h);
+        kvt_bigram g = kvt_bigram_heap_pop(&c.h);
         sym *l = &s[g.left], *r = &s[g.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != g.size) {
             continue; // one side already merged elsewhere
