@@ -6,24 +6,18 @@
 #include <string.h>
 
 #include "tokenizer_impl.h"
+
+#include "../base/grow.h"
 #include "unicode.h"
 
 // ---------------------------------------------------------------------------
 // small helpers
 
 void kvt_ivec_push(kvt_ivec *a, int32_t x) {
-    if (a->oom) {
+    if (a->oom) return;
+    if (!kvt_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v)) {
+        a->oom = true;
         return;
-    }
-    if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 64;
-        int32_t *nv = realloc(a->v, nc * sizeof *nv);
-        if (!nv) {
-            a->oom = true;
-            return;
-        }
-        a->v = nv;
-        a->cap = nc;
     }
     a->v[a->n++] = x;
 }
@@ -1155,15 +1149,9 @@ static bool bigram_before(const kvt_bigram *a, const kvt_bigram *b) {
 
 void kvt_bigram_heap_push(kvt_bigram_heap *h, kvt_bigram x) {
     if (h->oom) return;
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        kvt_bigram *nv = realloc(h->v, nc * sizeof *nv);
-        if (!nv) {
-            h->oom = true;
-            return;
-        }
-        h->v = nv;
-        h->cap = nc;
+    if (!kvt_grow((void **)&h->v, &h->cap, h->n + 1, sizeof *h->v)) {
+        h->oom = true;
+        return;
     }
     size_t i = h->n++;
     while (i > 0) {

@@ -10,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/grow.h"
 #include "tokenizer_impl.h"
+
+#include "../base/grow.h"
 #include "unicode.h"
 
 // ---------------------------------------------------------------------------
@@ -23,18 +26,10 @@ typedef struct {
 } lenvec;
 
 static void lv_push(lenvec *a, size_t x) {
-    if (a->oom) {
+    if (a->oom) return;
+    if (!kvt_grow((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v)) {
+        a->oom = true;
         return;
-    }
-    if (a->n == a->cap) {
-        size_t nc = a->cap ? a->cap * 2 : 64;
-        size_t *nv = realloc(a->v, nc * sizeof *nv);
-        if (!nv) {
-            a->oom = true;
-            return;
-        }
-        a->v = nv;
-        a->cap = nc;
     }
     a->v[a->n++] = x;
 }
