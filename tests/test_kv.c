@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/base/crc32c.h"
@@ -409,18 +410,23 @@ void test_kv(const test_env *env) {
     char synth[64];
     bool have_synth = make_synth(synth, sizeof synth);
     if (!have_synth) test_result(false, "kv: synthetic model", "mkmodel failed");
-    const int n = env->quick ? 4 : 12;
+    // KVT_KV_SOAK=N: N times the cases with other seeds (a soak run for races; not part of make test)
+    const char *soak_env = getenv("KVT_KV_SOAK");
+    const int soak = soak_env && atoi(soak_env) > 0 ? atoi(soak_env) : 1;
+    const uint64_t sd = soak > 1 ? (uint64_t)time(NULL) : 0;
+    if (soak > 1) printf("#    soak x%d, seed offset %llu\n", soak, (unsigned long long)sd);
+    const int n = (env->quick ? 4 : 12) * soak;
     if (test_file_exists(stories)) {
-        property_model("stories260K", stories, n, 11, env->quick);
+        property_model("stories260K", stories, n, 11 + sd, env->quick);
         test_disk_integrity(stories);
     } else {
         test_skip("kv: stories260K", "model file missing");
     }
     if (have_synth) {
-        property_model("synthetic 6-layer llama", synth, n, 23, env->quick);
+        property_model("synthetic 6-layer llama", synth, n, 23 + sd, env->quick);
         unlink(synth);
     }
     char tiny[512];
     snprintf(tiny, sizeof tiny, "%s/models/qwen3-synth-f16.gguf", env->shared);
-    if (test_file_exists(tiny)) property_model("qwen3-synth-f16", tiny, env->quick ? 2 : 6, 31, env->quick);
+    if (test_file_exists(tiny)) property_model("qwen3-synth-f16", tiny, (env->quick ? 2 : 6) * soak, 31 + sd, env->quick);
 }

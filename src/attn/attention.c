@@ -23,7 +23,9 @@ int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile) {
 }
 
 // Chunks per token: enough to give every thread work in decode (independent of block size and granularity).
-// Chunk c takes tiles c, c + C, c + 2C, ...: the C threads walk the blocks together, in schedule order.
+// Chunk c takes the contiguous tiles [c * ntile / C, (c + 1) * ntile / C): each block is read by one or two
+// chunks only, so a thread that runs several chunks (the others descheduled) still walks the blocks once,
+// in schedule order, and the paged store's frontier (the slowest reader) stays exact.
 static int64_t n_chunks_for(int64_t n, int nt) { return n >= nt ? 1 : ((int64_t)nt + n - 1) / n; }
 
 int64_t kvt_attn_workspace_bytes(const kvt_kv *kv, int32_t n_head, int n_threads) {
@@ -82,7 +84,8 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     int64_t held = -1; // block currently acquired
     kvt_kv_view v = {0};
     kvt_err e;
-    for (int64_t tl = c; tl < ntile; tl += C) {
+    const int64_t tl_end = (c + 1) * ntile / C;
+    for (int64_t tl = c * ntile / C; tl < tl_end; tl++) {
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
         const int64_t pa = tl * T, pb = pa + T < pos + 1 ? pa + T : pos + 1;
         const bool direct = pa / kv->block_tokens == (pb - 1) / kv->block_tokens; // tile inside one block

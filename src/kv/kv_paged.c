@@ -36,6 +36,11 @@ typedef struct {
 } pshard;
 
 typedef struct {
+    pthread_t tid;
+    int64_t key;        // schedule key of the block the thread holds, or of the one after its last release
+} preader;
+
+typedef struct {
     bool live;
     pshard *sh;         // [n_shard], shard = layer * n_group + group
 } pseq;
@@ -60,7 +65,10 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;     // block state changed (busy cleared, pin released)
     uint64_t tick;         // logical clock: one tick per acquire
-    int64_t cursor;        // schedule key of the last acquired block
+    int64_t cursor;        // schedule key of the decode frontier (cursor_update); next uses count from it
+    preader *rd;           // [n_rd] reader threads seen since the last append
+    int32_t n_rd, cap_rd;
+    int32_t n_leaving_t1;  // loads copying a block out of T1 that then free its T1 slot
     // copy engine
     pthread_t *io;
     int n_io;
@@ -142,6 +150,46 @@ static int64_t sched_key(const kv_paged *s, const pblock *B) {
 static int64_t next_use(const kv_paged *s, const pblock *B) {
     int64_t cycle = (int64_t)s->n_shard * s->nb_ctx;
     return ((sched_key(s, B) - s->cursor) % cycle + cycle) % cycle;
+}
+
+// The decode frontier: every reader thread's position in the schedule (the block it holds, or the one
+// after the block it released last) since the last append; the frontier is the earliest of them. Readers
+// of one attention call sit within a window far shorter than a cycle, so "earliest" is taken relative to
+// half a cycle before the old frontier. A thread ahead of the others must not make the blocks the slower
+// ones still need look just used (farthest next use) to the policy: the frontier follows the slowest.
+static void cursor_update(kv_paged *s) {
+    if (s->n_rd == 0) return;
+    const int64_t cycle = (int64_t)s->n_shard * s->nb_ctx, anchor = s->cursor - cycle / 2;
+    int64_t best = -1, bd = 0;
+    for (int32_t i = 0; i < s->n_rd; i++) {
+        int64_t d = ((s->rd[i].key - anchor) % cycle + cycle) % cycle;
+        if (best < 0 || d < bd) {
+            best = s->rd[i].key;
+            bd = d;
+        }
+    }
+    s->cursor = best;
+}
+
+// Records that the calling thread is at schedule key `key`. A reader table that cannot grow only costs
+// precision (the frontier then ignores this thread).
+static void reader_at(kv_paged *s, int64_t key) {
+    const pthread_t self = pthread_self();
+    int32_t i = 0;
+    while (i < s->n_rd && !pthread_equal(s->rd[i].tid, self)) i++;
+    if (i == s->n_rd) {
+        if (s->n_rd == s->cap_rd) {
+            int32_t cap = s->cap_rd ? s->cap_rd * 2 : 16;
+            preader *r = realloc(s->rd, (size_t)cap * sizeof *r);
+            if (!r) return;
+            s->rd = r;
+            s->cap_rd = cap;
+        }
+        if (s->n_rd == 0) s->cursor = key;
+        s->rd[s->n_rd++].tid = self;
+    }
+    s->rd[i].key = key;
+    cursor_update(s);
 }
 
 static double evict_score(const kv_paged *s, const pblock *B) {
@@ -252,6 +300,18 @@ static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err);
 static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *err) {
     kvt_tier_store *T = &s->tier[t];
     while (T->n_used >= T->max_slots) {
+        if (t == T1 && !s->tier[T2].present) {
+            // nothing below the host tier: only a load copying a block out of it frees a slot
+            if (s->n_leaving_t1 > 0) {
+                pthread_cond_wait(&s->cv, &s->mu);
+                continue;
+            }
+            kvt_errorf(err, KVT_ERR_BUDGET,
+                       "KV host tier full (%lld bytes hold %lld blocks of %lld bytes) and no disk tier below it: "
+                       "raise --kv-host or give --kv-disk",
+                       (long long)T->budget, (long long)T->max_slots, (long long)T->slot_bytes);
+            return -1;
+        }
         if (t == T2) {
             kvt_errorf(err, KVT_ERR_BUDGET,
                        "KV disk tier full: --kv-disk-max %lld bytes hold %lld blocks of %lld bytes (file %s)",
@@ -318,21 +378,80 @@ static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
     return st;
 }
 
-// Loads block id (not in T0, not busy) into T0 from its fastest lower copy.
+// Exchanges block id (in T1 only) with victim v (in T0 only, not pinned): the one slot of each tier changes
+// owner, so the exchange needs no free slot in either. Used when both tiers are full and nothing lies below.
+static kvt_status swap_t0_t1(kv_paged *s, int64_t id, int64_t v, kvt_err *err) {
+    void *tmp = malloc((size_t)s->block_bytes); // [block_bytes] the victim's data in transit
+    if (!tmp) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block exchange (%lld bytes)",
+                                (long long)s->block_bytes);
+    pblock *X = &s->blk[id], *Y = &s->blk[v];
+    Y->busy = true;
+    const int64_t xs = X->slot[T1], ys = Y->slot[T0];
+    uint8_t *xp = kvt_tier_ptr(&s->tier[T1], xs), *yp = kvt_tier_ptr(&s->tier[T0], ys);
+    pthread_mutex_unlock(&s->mu);
+    const int64_t t0 = kvt_time_ns();
+    memcpy(tmp, yp, (size_t)s->block_bytes);
+    memcpy(yp, xp, (size_t)s->block_bytes);
+    memcpy(xp, tmp, (size_t)s->block_bytes);
+    const double ms = (double)(kvt_time_ns() - t0) / 1e6;
+    pthread_mutex_lock(&s->mu);
+    free(tmp);
+    X = &s->blk[id];
+    Y = &s->blk[v];
+    res_del(s, T0, v);
+    res_del(s, T1, id);
+    X->slot[T0] = ys;
+    X->slot[T1] = -1;
+    Y->slot[T1] = xs;
+    Y->slot[T0] = -1;
+    res_add(s, T0, id); // cannot fail: each list just lost an entry
+    res_add(s, T1, v);
+    X->last_use = s->tick;
+    for (int d = 0; d < 2; d++) {
+        const int a = d ? T0 : T1, b = d ? T1 : T0;
+        s->st.moved_bytes[a][b] += s->block_bytes;
+        s->st.moved_count[a][b]++;
+        s->st.moved_ms[a][b] += ms / 2;
+    }
+    Y->busy = false;
+    return KVT_OK;
+}
+
+// Loads block id (not in T0, not busy) into T0 from its fastest lower copy. wait, limit: as ensure_free.
 static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool *loaded, kvt_err *err) {
     s->blk[id].busy = true;
     kvt_status st = KVT_OK;
     *loaded = false;
-    int r = ensure_free(s, T0, wait, limit, err);
-    if (r < 0) st = err->status;
-    else if (r > 0) {
-        pblock *B = &s->blk[id];
-        int src = B->slot[T1] >= 0 ? T1 : T2;
-        if (B->slot[src] < 0) st = kvt_errorf(err, KVT_ERR_FORMAT, "KV block %lld has no copy in any tier", (long long)id);
-        else if (!(st = transfer(s, id, src, T0, err))) {
+    const int src = s->blk[id].slot[T1] >= 0 ? T1 : T2;
+    // without a disk copy, T0 and T1 hold a block exclusively: their budgets then add up
+    const bool exclusive = src == T1 && s->blk[id].slot[T2] < 0;
+    bool room = false;
+    if (s->blk[id].slot[src] < 0) st = kvt_errorf(err, KVT_ERR_FORMAT, "KV block %lld has no copy in any tier", (long long)id);
+    while (!st && !room && !*loaded) {
+        if (s->tier[T0].n_used < s->tier[T0].max_slots) {
+            room = true;
+            break;
+        }
+        const int64_t v = pick_victim(s, T0, limit);
+        if (v < 0) {
+            if (!wait) break;
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        const pblock *Y = &s->blk[v];
+        const bool v_dirty = Y->slot[T1] < 0 && Y->slot[T2] < 0;
+        const kvt_tier_store *H = &s->tier[T1];
+        if (exclusive && v_dirty && H->n_used >= H->max_slots && !s->tier[T2].present) {
+            if (!(st = swap_t0_t1(s, id, v, err))) *loaded = true;
+        } else if (evict(s, v, T0, err)) st = err->status;
+    }
+    if (!st && room) {
+        if (exclusive) s->n_leaving_t1++;
+        st = transfer(s, id, src, T0, err);
+        if (exclusive) s->n_leaving_t1--;
+        if (!st) {
             *loaded = true;
-            // without a disk copy, T0 and T1 hold a block exclusively: their budgets then add up
-            if (src == T1 && s->blk[id].slot[T2] < 0) drop_copy(s, id, T1);
+            if (exclusive) drop_copy(s, id, T1);
         }
     }
     s->blk[id].busy = false;
@@ -517,7 +636,7 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
     pblock *B = &s->blk[id];
     B->last_use = ++s->tick;
     B->uses++;
-    s->cursor = sched_key(s, B);
+    reader_at(s, sched_key(s, B));
     if (t0) {
         s->st.stall_ms += (double)(kvt_time_ns() - t0) / 1e6;
         s->st.misses++;
@@ -540,7 +659,10 @@ static void paged_release(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group,
     pseq *q = seq_get(s, seq, NULL);
     if (q) {
         pshard *sh = &q->sh[layer * kv->n_group + group];
-        if (b >= 0 && b < sh->n_blk) unpin(s, sh->ids[b]);
+        if (b >= 0 && b < sh->n_blk) {
+            reader_at(s, sched_key(s, &s->blk[sh->ids[b]]) + 1);
+            unpin(s, sh->ids[b]);
+        }
     }
     pthread_mutex_unlock(&s->mu);
 }
@@ -615,6 +737,12 @@ static kvt_status paged_append(kvt_kv *kv, int32_t seq, int32_t layer, int64_t p
     int64_t t0 = 0;
     pseq *q = seq_get(s, seq, err);
     if (!q) st = KVT_ERR_INVALID_ARG;
+    // the decode schedule reads this layer's blocks right after the append: the frontier moves to its
+    // start and the readers that follow are tracked afresh
+    if (!st) {
+        s->cursor = (int64_t)layer * kv->n_group * s->nb_ctx;
+        s->n_rd = 0;
+    }
     for (int32_t g = 0; !st && g < kv->n_group; g++) {
         pshard *sh = &q->sh[layer * kv->n_group + g];
         if (pos > sh->n_tok) {
@@ -751,6 +879,7 @@ static void paged_free(kvt_kv *kv) {
     free(s->bounce);
     free(s->res[0]);
     free(s->res[1]);
+    free(s->rd);
     free(s->blk);
     free(s->free_blk);
     free(s->q);
