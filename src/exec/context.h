@@ -53,6 +53,11 @@ kvt_status kvt_decode(kvt_context *ctx, const int32_t *tokens, int64_t n, bool a
 // partly filled last block is copied on write); free releases a forked seq.
 kvt_status kvt_decode_seq(kvt_context *ctx, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits,
                           kvt_err *err);
+// Batched decode across sequences: token i is appended to sequence seqs[i] at its next position
+// (n_past(seqs[i])); the sequences must be distinct. One forward pass serves the whole batch (the
+// weights are read once for all n tokens), attention reads each sequence's own KV. Logits of every
+// token: [n, n_vocab] (row i for token i). On error no sequence changes.
+kvt_status kvt_decode_batch(kvt_context *ctx, const int32_t *seqs, const int32_t *tokens, int64_t n, kvt_err *err);
 kvt_status kvt_context_seq_fork(kvt_context *ctx, int32_t src, int32_t *dst, kvt_err *err);
 void kvt_context_seq_free(kvt_context *ctx, int32_t seq);
 // Positions held by seq, or -1 if it does not exist.

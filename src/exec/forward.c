@@ -202,9 +202,44 @@ static void qk_finish(kvt_context *c, float *x, int64_t n, int32_t heads, const 
     }
 }
 
-// One micro-batch of n tokens at positions [pos0, pos0+n).
-static kvt_status forward_ubatch(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, int64_t pos0,
-                                 bool all_logits, float *logits, kvt_err *err) {
+// A micro-batch of n tokens: either a run of one sequence at positions [pos0, pos0 + n) (seqs == NULL),
+// or n distinct sequences with one token each, token t at position pos[t] of sequence seqs[t].
+typedef struct {
+    const int32_t *tokens; // [n]
+    int64_t n;
+    int32_t seq;           // the sequence of a run
+    int64_t pos0;          // first position of a run
+    const int32_t *seqs;   // [n] sequences of a batch across sequences, or NULL
+    const int64_t *pos;    // [n] their positions
+} ubatch;
+
+static int64_t ub_pos(const ubatch *u, int64_t t) { return u->seqs ? u->pos[t] : u->pos0 + t; }
+
+// Appends the micro-batch's K/V of layer il and attends over each sequence's cache.
+static kvt_status attend(kvt_context *c, const ubatch *u, int32_t il, const kvt_attn_params *ap, kvt_err *err) {
+    const kvt_hparams *hp = &c->m->hp;
+    if (!u->seqs) {
+        kvt_status st = c->kv->ops->append(c->kv, u->seq, il, u->pos0, u->n, c->k, c->v, err);
+        if (st) return st;
+        return kvt_attention(c->kv, u->seq, il, ap, c->q, u->pos0, u->n, c->att, c->pool, c->attn_scratch, c->attn_ws,
+                             err);
+    }
+    const int64_t Q = (int64_t)hp->n_head * hp->head_dim, K = (int64_t)hp->n_head_kv * hp->head_dim,
+                  V = (int64_t)hp->n_head_kv * hp->head_dim_v, A = (int64_t)hp->n_head * hp->head_dim_v;
+    for (int64_t t = 0; t < u->n; t++) {
+        kvt_status st = c->kv->ops->append(c->kv, u->seqs[t], il, u->pos[t], 1, c->k + t * K, c->v + t * V, err);
+        if (st) return st;
+        st = kvt_attention(c->kv, u->seqs[t], il, ap, c->q + t * Q, u->pos[t], 1, c->att + t * A, c->pool,
+                           c->attn_scratch, c->attn_ws, err);
+        if (st) return st;
+    }
+    return KVT_OK;
+}
+
+// One micro-batch; logits of every token ([n, n_vocab]) or of the last one only.
+static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, bool all_logits, float *logits, kvt_err *err) {
+    const int32_t *tokens = u->tokens;
+    const int64_t n = u->n;
     const kvt_model *m = c->m;
     const kvt_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
@@ -218,7 +253,7 @@ static kvt_status forward_ubatch(kvt_context *c, int32_t seq, const int32_t *tok
     }
     kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
                           m->rope_freqs};
-    for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, pos0 + t, c->rope_cs + t * hp->n_rot);
+    for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, ub_pos(u, t), c->rope_cs + t * hp->n_rot);
     kvt_attn_params ap = {hp->n_head, 1.0f / sqrtf((float)hp->head_dim), KVT_ATTN_TILE};
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const kvt_layer *L = &m->layers[il];
@@ -231,9 +266,7 @@ static kvt_status forward_ubatch(kvt_context *c, int32_t seq, const int32_t *tok
         add_bias(c->v, L->bv, n, L->wv.rows);
         qk_finish(c, c->q, n, hp->n_head, L->q_norm);
         qk_finish(c, c->k, n, hp->n_head_kv, L->k_norm);
-        kvt_status st = c->kv->ops->append(c->kv, seq, il, pos0, n, c->k, c->v, err);
-        if (st) return st;
-        st = kvt_attention(c->kv, seq, il, &ap, c->q, pos0, n, c->att, c->pool, c->attn_scratch, c->attn_ws, err);
+        kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
         matmul(c, &L->wo, c->att, n, c->tmp);
         for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
@@ -254,6 +287,16 @@ static kvt_status forward_ubatch(kvt_context *c, int32_t seq, const int32_t *tok
 
 static bool seq_valid(const kvt_context *c, int32_t seq) { return seq >= 0 && seq < c->cap_seq && c->n_past[seq] >= 0; }
 
+static kvt_status logits_reserve(kvt_context *c, int64_t rows, kvt_err *err) {
+    const int32_t n_vocab = c->m->hp.n_vocab;
+    if (rows <= c->logits_rows) return KVT_OK;
+    float *l = realloc(c->logits, (size_t)(rows * n_vocab) * sizeof(float));
+    if (!l) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %lld x %d logits", (long long)rows, n_vocab);
+    c->logits = l;
+    c->logits_rows = rows;
+    return KVT_OK;
+}
+
 kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err) {
     const kvt_hparams *hp = &c->m->hp;
     if (n <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "decode needs at least one token");
@@ -264,16 +307,13 @@ kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, in
                           (long long)n, (long long)c->p.n_ctx);
     }
     int64_t rows = all_logits ? n : 1;
-    if (rows > c->logits_rows) {
-        float *l = realloc(c->logits, (size_t)(rows * hp->n_vocab) * sizeof(float));
-        if (!l) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %lld x %d logits", (long long)rows, hp->n_vocab);
-        c->logits = l;
-        c->logits_rows = rows;
-    }
+    kvt_status st0 = logits_reserve(c, rows, err);
+    if (st0) return st0;
     for (int64_t i = 0; i < n; i += c->p.n_ubatch) {
         int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         float *dst = all_logits ? c->logits + i * hp->n_vocab : c->logits;
-        kvt_status st = forward_ubatch(c, seq, tokens + i, nb, past + i, all_logits, dst, err);
+        const ubatch u = {tokens + i, nb, seq, past + i, NULL, NULL};
+        kvt_status st = forward_ubatch(c, &u, all_logits, dst, err);
         if (st) {
             c->kv->ops->truncate(c->kv, seq, past);
             return st;
@@ -282,6 +322,40 @@ kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, in
     c->n_past[seq] = past + n;
     c->n_out = rows;
     return KVT_OK;
+}
+
+kvt_status kvt_decode_batch(kvt_context *c, const int32_t *seqs, const int32_t *tokens, int64_t n, kvt_err *err) {
+    const int32_t n_vocab = c->m->hp.n_vocab;
+    if (n <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "decode needs at least one token");
+    for (int64_t i = 0; i < n; i++) {
+        if (!seq_valid(c, seqs[i])) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d does not exist", seqs[i]);
+        if (c->n_past[seqs[i]] + 1 > c->p.n_ctx) {
+            return kvt_errorf(err, KVT_ERR_BUDGET, "context full: sequence %d holds %lld tokens, n_ctx %lld", seqs[i],
+                              (long long)c->n_past[seqs[i]], (long long)c->p.n_ctx);
+        }
+        for (int64_t j = 0; j < i; j++) {
+            if (seqs[j] == seqs[i]) {
+                return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d appears twice in a batch", seqs[i]);
+            }
+        }
+    }
+    kvt_status st = logits_reserve(c, n, err);
+    if (st) return st;
+    int64_t *pos = malloc((size_t)n * sizeof *pos); // [n] position of each token
+    if (!pos) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a batch of %lld tokens", (long long)n);
+    for (int64_t i = 0; i < n; i++) pos[i] = c->n_past[seqs[i]];
+    for (int64_t i = 0; !st && i < n; i += c->p.n_ubatch) {
+        const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
+        const ubatch u = {tokens + i, nb, -1, 0, seqs + i, pos + i};
+        st = forward_ubatch(c, &u, true, c->logits + i * n_vocab, err);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (st) c->kv->ops->truncate(c->kv, seqs[i], pos[i]);
+        else c->n_past[seqs[i]] = pos[i] + 1;
+    }
+    free(pos);
+    if (!st) c->n_out = n;
+    return st;
 }
 
 kvt_status kvt_decode(kvt_context *c, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err) {
