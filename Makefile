@@ -11,7 +11,15 @@ BUILD   ?= build
 OPT     ?= -O2
 CFLAGS  ?=
 BASE_CFLAGS := -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wno-format-zero-length -D_GNU_SOURCE -pthread -fno-math-errno -MMD -MP
-LDLIBS  := -lm -pthread
+LDLIBS  := -lm -pthread -ldl
+# io_uring for the KV disk tier when liburing is installed (apt-get install liburing-dev); otherwise
+# the disk tier uses pread/pwrite on the copy engine's threads. URING=0 forces the build without it.
+URING   ?= $(shell printf '\043include <liburing.h>\nint main(void){struct io_uring r; return io_uring_queue_init(1, &r, 0);}\n' | \
+             $(CC) -x c - -luring -o /dev/null 2>/dev/null && echo 1 || echo 0)
+ifeq ($(URING),1)
+BASE_CFLAGS += -DKVT_HAVE_LIBURING
+LDLIBS      += -luring
+endif
 SHARED  ?= ../shared
 CACHE   ?= $(HOME)/.cache/kvtier
 SMOLLM2 ?= $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -29,8 +37,17 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
+# CUDA: built by nvcc into a library that kvtier loads with dlopen (no link-time CUDA dependency)
+NVCC     ?= $(shell command -v nvcc 2>/dev/null)
+CU_SRC   := $(shell find src -name '*.cu' 2>/dev/null)
+CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
+
 .PHONY: all test run asan fuzz cuda-check clean model bench-peer
-all: $(BUILD)/kvtier $(BUILD)/libkvtier.a
+all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
+
+$(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 -O2 -shared -Xcompiler -fPIC,-Wall -o $@ $(CU_SRC) -lcublas
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -87,7 +104,6 @@ fuzz: $(BUILD)/libkvtier.a
 	  ./$(BUILD)/fuzz/fuzz_gguf $${FUZZ_SECONDS:-30} $(FUZZ_SEEDS); \
 	fi
 
-CU_SRC := $(shell find src -name '*.cu' 2>/dev/null)
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
 	  for f in $(CU_SRC); do echo "nvcc -c $$f"; nvcc -std=c++17 -c $$f -o /tmp/kvt_cuda_check.o || exit 1; done; \
@@ -95,5 +111,11 @@ cuda-check:
 
 clean:
 	rm -rf build build-asan
+
+# kv_uring.c is compiled with or without liburing: rebuild it when URING changes
+URING_STAMP := $(BUILD)/.uring-$(URING)
+$(URING_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/.uring-* && touch $@
+$(BUILD)/src/kv/kv_uring.o: $(URING_STAMP)
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

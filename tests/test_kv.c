@@ -15,6 +15,7 @@
 #include "../src/exec/context.h"
 #include "../src/kv/kv_paged.h"
 #include "../src/kv/kv_policy.h"
+#include "../src/kv/kv_uring.h"
 #include "../src/model/model.h"
 #include "test.h"
 
@@ -401,6 +402,9 @@ static void test_disk_integrity(const char *path) {
     kvt_model_free(m);
 }
 
+// persistent KV (test_session.c); synth_path: a model of another shape, or NULL
+void test_session(const test_env *env, const char *synth_path);
+
 void test_kv(const test_env *env) {
     test_crc();
     test_policies();
@@ -416,16 +420,29 @@ void test_kv(const test_env *env) {
     const uint64_t sd = soak > 1 ? (uint64_t)time(NULL) : 0;
     if (soak > 1) printf("#    soak x%d, seed offset %llu\n", soak, (unsigned long long)sd);
     const int n = (env->quick ? 4 : 12) * soak;
-    if (test_file_exists(stories)) {
-        property_model("stories260K", stories, n, 11 + sd, env->quick);
-        test_disk_integrity(stories);
-    } else {
-        test_skip("kv: stories260K", "model file missing");
+    // the disk tier's tests run with each disk I/O engine: io_uring (where this build and kernel have it)
+    // and the pread/pwrite fallback (forced with KVT_NO_URING=1, as a user can)
+    const char *no_env = getenv("KVT_NO_URING");
+    const bool forced = no_env && *no_env && strcmp(no_env, "0") != 0;
+    const char *why = "";
+    kvt_uring *probe = forced ? NULL : kvt_uring_open(0, 2, &why);
+    const bool uring = probe != NULL;
+    kvt_uring_close(probe);
+    if (!uring) printf("#    io_uring not used (%s): the disk tests run with the thread-pool path only\n", forced ? "KVT_NO_URING set" : why);
+    for (int pass = 0; pass < (uring ? 2 : 1); pass++) {
+        if (pass == 1) setenv("KVT_NO_URING", "1", 1);
+        printf("#    disk I/O engine: %s\n", uring && pass == 0 ? "io_uring" : "threads (pread/pwrite)");
+        if (test_file_exists(stories)) {
+            property_model("stories260K", stories, n, 11 + sd, env->quick);
+            test_disk_integrity(stories);
+        } else {
+            test_skip("kv: stories260K", "model file missing");
+        }
+        if (pass == 1) unsetenv("KVT_NO_URING");
     }
-    if (have_synth) {
-        property_model("synthetic 6-layer llama", synth, n, 23 + sd, env->quick);
-        unlink(synth);
-    }
+    if (have_synth) property_model("synthetic 6-layer llama", synth, n, 23 + sd, env->quick);
+    test_session(env, have_synth ? synth : NULL);
+    if (have_synth) unlink(synth);
     char tiny[512];
     snprintf(tiny, sizeof tiny, "%s/models/qwen3-synth-f16.gguf", env->shared);
     if (test_file_exists(tiny)) property_model("qwen3-synth-f16", tiny, (env->quick ? 2 : 6) * soak, 31 + sd, env->quick);

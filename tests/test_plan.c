@@ -155,9 +155,33 @@ static void test_profile_io(void) {
     test_result(bw > 0 && gf > 0, "plan: GEMV/GEMM micro-benchmark", "bw %g gflops %g", bw, gf);
 }
 
+// The GPU probe is optional: without a device (or without build/libkvtier-cuda.so) the profiler gets a
+// clear "unsupported" answer and the profile stays as it was; a missing library is named.
+static void test_gpu_probe(void) {
+    const char *name = "plan: GPU probe answers cleanly with or without a CUDA device";
+    kvt_profile p;
+    kvt_profile_init(&p);
+    kvt_err err = {0};
+    kvt_status st = kvt_profile_gpu(0, true, &p, &err);
+    bool ok = st ? (st == KVT_ERR_UNSUPPORTED && !p.has_gpu && err.msg[0]) : (p.has_gpu && p.gpu_mem_gbps > 0);
+    if (st) printf("#    %s\n", err.msg);
+    const char *old = getenv("KVT_CUDA_LIB");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("KVT_CUDA_LIB", "/nonexistent/libkvtier-cuda.so", 1);
+    kvt_profile q;
+    kvt_profile_init(&q);
+    st = kvt_profile_gpu(0, true, &q, &err);
+    ok = ok && st == KVT_ERR_UNSUPPORTED && strstr(err.msg, "/nonexistent/libkvtier-cuda.so") && !q.has_gpu;
+    if (saved) setenv("KVT_CUDA_LIB", saved, 1);
+    else unsetenv("KVT_CUDA_LIB");
+    free(saved);
+    test_result(ok, name, "%s", err.msg);
+}
+
 void test_plan(const test_env *env) {
     (void)env;
     test_units();
     test_example();
     test_profile_io();
+    test_gpu_probe();
 }

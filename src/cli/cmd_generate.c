@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "../base/json.h"
+#include "../base/timer.h"
+#include "../exec/session.h"
 #include "../sched/generate.h"
 #include "commands.h"
 #include "common.h"
@@ -17,7 +19,12 @@ static const char *k_help =
     "  --ignore-eos         do not stop at end-of-generation tokens\n"
     "  --no-special         do not parse special-token text (e.g. <|im_start|>) in the prompt\n"
     "  --json               print one JSON object (ids, text, timings) instead of the text\n"
-    "  --dump-logits FILE   write the logits after the last prompt token, one per line\n";
+    "  --dump-logits FILE   write the logits after the last prompt token, one per line\n"
+    "  --kv-load FILE       before the prompt: restore the KV of a session file (kvtier's own format,\n"
+    "                       CRC32C and model identity checked); only the prompt tokens after the\n"
+    "                       saved ones are decoded. A prompt that leaves the saved tokens reuses their\n"
+    "                       common prefix and recomputes the rest (a note on stderr)\n"
+    "  --kv-save FILE       after generation: write the KV of prompt + generated tokens to FILE\n";
 
 typedef struct {
     const kvt_tokenizer *tok;
@@ -44,7 +51,8 @@ static bool write_logits(const char *path, const float *l, int32_t n) {
 
 int cmd_generate(int argc, char **argv) {
     kvt_args a = {"generate", argc, argv, 0};
-    const char *model_path = NULL, *prompt = NULL, *prompt_file = NULL, *dump = NULL;
+    cli_input in = {0};
+    const char *dump = NULL, *kv_save = NULL, *kv_load = NULL;
     bool json = false, parse_special = true;
     kvt_context_params cp = kvt_context_params_default();
     kvt_generate_params gp = kvt_generate_params_default();
@@ -52,23 +60,13 @@ int cmd_generate(int argc, char **argv) {
     const char *flag;
     int64_t iv;
     double fv;
-    bool ctx_given = false;
     while (kvt_args_next(&a, &flag)) {
-        int e = cli_engine_flag(&a, flag, &cp);
+        int e = cli_input_flag(&a, flag, &in, &cp);
         if (e < 0) return 2;
-        if (e > 0) {
-            ctx_given |= !strcmp(flag, "-c") || !strcmp(flag, "--ctx-size");
-            continue;
-        }
+        if (e > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
             printf("%s%s", k_help, cli_engine_help);
             return 0;
-        } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
-            if (!(model_path = kvt_args_value(&a, flag))) return 2;
-        } else if (!strcmp(flag, "-p") || !strcmp(flag, "--prompt")) {
-            if (!(prompt = kvt_args_value(&a, flag))) return 2;
-        } else if (!strcmp(flag, "-f") || !strcmp(flag, "--file")) {
-            if (!(prompt_file = kvt_args_value(&a, flag))) return 2;
         } else if (!strcmp(flag, "-n") || !strcmp(flag, "--n-predict")) {
             if (!kvt_args_int(&a, flag, 0, 1 << 24, &iv)) return 2;
             gp.n_predict = iv;
@@ -99,6 +97,10 @@ int cmd_generate(int argc, char **argv) {
             parse_special = false;
         } else if (!strcmp(flag, "--json")) {
             json = true;
+        } else if (!strcmp(flag, "--kv-save")) {
+            if (!(kv_save = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--kv-load")) {
+            if (!(kv_load = kvt_args_value(&a, flag))) return 2;
         } else if (!strcmp(flag, "--dump-logits")) {
             if (!(dump = kvt_args_value(&a, flag))) return 2;
         } else {
@@ -106,19 +108,13 @@ int cmd_generate(int argc, char **argv) {
             return 2;
         }
     }
-    if (!prompt && !prompt_file) {
-        fprintf(stderr, "kvtier generate: a prompt is required (-p PROMPT or -f FILE)\n");
-        return 2;
-    }
     char *file_text = NULL;
-    size_t plen = prompt ? strlen(prompt) : 0;
-    if (prompt_file) {
-        if (!(file_text = kvt_read_file("generate", prompt_file, &plen))) return 1;
-        prompt = file_text;
-    }
+    const char *prompt = NULL;
+    size_t plen = 0;
+    if (!cli_input_prompt("generate", &in, &prompt, &plen, &file_text)) return in.prompt || in.prompt_file ? 1 : 2;
     kvt_model *model;
     kvt_tokenizer *tok;
-    if (!cli_load_model("generate", model_path, false, &model, &tok)) {
+    if (!cli_load_model("generate", in.model_path, false, &model, &tok)) {
         free(file_text);
         return 1;
     }
@@ -134,7 +130,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "kvtier generate: the prompt has no tokens\n");
         goto done;
     }
-    if (!ctx_given) {
+    if (!in.ctx_given) {
         // enough for prompt + generation, rounded up, within the training context
         int64_t need = (n_prompt + gp.n_predict + 255) / 256 * 256;
         cp.n_ctx = need < model->hp.n_ctx_train ? need : model->hp.n_ctx_train;
@@ -151,19 +147,59 @@ int cmd_generate(int argc, char **argv) {
     }
     stream_ctx sc = {tok, !json};
     kvt_generate_stats stats;
+    kvt_session_info sinfo = {0, 0, 0};
+    double load_ms = 0, save_ms = 0;
+    if (kv_load) {
+        double t0 = kvt_time_ms();
+        // the last prompt token is always decoded: its logits choose the first generated token
+        if (kvt_context_kv_load(ctx, 0, kv_load, ids, n_prompt, n_prompt - 1, &sinfo, &err)) {
+            fprintf(stderr, "kvtier generate: --kv-load: %s\n", err.msg);
+            goto done;
+        }
+        load_ms = kvt_time_ms() - t0;
+        if (sinfo.n_common < sinfo.n_saved) {
+            fprintf(stderr,
+                    "kvtier generate: --kv-load: the prompt leaves the %lld saved tokens of %s at position %lld: "
+                    "reusing %lld positions, recomputing %lld\n",
+                    (long long)sinfo.n_saved, kv_load, (long long)sinfo.n_common, (long long)sinfo.n_loaded,
+                    (long long)(n_prompt - sinfo.n_loaded));
+        }
+    }
     if (!json) {
         fwrite(prompt, 1, plen, stdout);
         fflush(stdout);
     }
-    if (kvt_generate(ctx, tok, ids, n_prompt, &gp, out, plogits, on_token, &sc, &stats, &err)) {
+    int64_t ub = cp.n_ubatch > 0 ? cp.n_ubatch : 512; // the context's micro-batch (as kvt_context_init sets it)
+    if (ub > kvt_context_n_ctx(ctx)) ub = kvt_context_n_ctx(ctx);
+    if (kvt_generate_cached(ctx, tok, ids, n_prompt, sinfo.n_loaded, ub, &gp, out, plogits, on_token, &sc, &stats, &err)) {
         fprintf(stderr, "\nkvtier generate: %s\n", err.msg);
         goto done;
+    }
+    if (kv_save) {
+        // positions held: the prompt, then the generated tokens that were decoded
+        const int64_t n_held = kvt_context_n_past(ctx);
+        int32_t *all = malloc((size_t)(n_prompt + stats.n_gen + 1) * sizeof *all);
+        if (!all) {
+            fprintf(stderr, "kvtier generate: out of memory\n");
+            goto done;
+        }
+        memcpy(all, ids, (size_t)n_prompt * sizeof *all);
+        memcpy(all + n_prompt, out, (size_t)stats.n_gen * sizeof *all);
+        double t0 = kvt_time_ms();
+        kvt_status sst = kvt_context_kv_save(ctx, 0, all, n_held, kv_save, &err);
+        save_ms = kvt_time_ms() - t0;
+        free(all);
+        if (sst) {
+            fprintf(stderr, "kvtier generate: --kv-save: %s\n", err.msg);
+            goto done;
+        }
     }
     if (dump && !write_logits(dump, plogits, model->hp.n_vocab)) {
         fprintf(stderr, "kvtier generate: cannot write logits to %s\n", dump);
         goto done;
     }
-    double prefill_tps = stats.prefill_ms > 0 ? (double)n_prompt / (stats.prefill_ms / 1e3) : 0;
+    const int64_t n_prefilled = n_prompt - sinfo.n_loaded; // prompt tokens decoded here
+    double prefill_tps = stats.prefill_ms > 0 ? (double)n_prefilled / (stats.prefill_ms / 1e3) : 0;
     int64_t n_dec = stats.n_gen > 1 ? stats.n_gen - 1 : 0;
     double decode_tps = stats.decode_ms > 0 && n_dec ? (double)n_dec / (stats.decode_ms / 1e3) : 0;
     if (json) {
@@ -188,6 +224,13 @@ int cmd_generate(int argc, char **argv) {
         kvt_json_kv_int(&j, "n_gen", stats.n_gen);
         kvt_json_kv_bool(&j, "stopped_at_eog", stats.hit_eog);
         kvt_json_kv_num(&j, "prefill_ms", stats.prefill_ms);
+        kvt_json_kv_int(&j, "n_prefilled", n_prefilled);
+        if (kv_load) {
+            kvt_json_kv_int(&j, "kv_loaded_tokens", sinfo.n_loaded);
+            kvt_json_kv_int(&j, "kv_saved_tokens", sinfo.n_saved);
+            kvt_json_kv_num(&j, "kv_load_ms", load_ms);
+        }
+        if (kv_save) kvt_json_kv_num(&j, "kv_save_ms", save_ms);
         kvt_json_kv_num(&j, "decode_ms", stats.decode_ms);
         kvt_json_kv_num(&j, "prefill_tok_s", prefill_tps);
         kvt_json_kv_num(&j, "decode_tok_s", decode_tps);
@@ -199,7 +242,12 @@ int cmd_generate(int argc, char **argv) {
     } else {
         printf("\n");
         fprintf(stderr, "\nkvtier: prompt %lld tokens in %.1f ms (%.2f tok/s), generated %lld tokens, %.2f tok/s\n",
-                (long long)n_prompt, stats.prefill_ms, prefill_tps, (long long)stats.n_gen, decode_tps);
+                (long long)n_prefilled, stats.prefill_ms, prefill_tps, (long long)stats.n_gen, decode_tps);
+        if (kv_load) {
+            fprintf(stderr, "kvtier: --kv-load restored %lld of %lld saved positions in %.1f ms\n",
+                    (long long)sinfo.n_loaded, (long long)sinfo.n_saved, load_ms);
+        }
+        if (kv_save) fprintf(stderr, "kvtier: --kv-save wrote %s in %.1f ms\n", kv_save, save_ms);
     }
     rc = 0;
 done:

@@ -32,6 +32,9 @@ typedef struct {
 
 static double now_ms(void) { return kvt_time_ms(); }
 
+// Disk I/O engine of the last run with a disk tier ("io_uring" or "threads"; env KVT_NO_URING=1 forces threads).
+static const char *g_disk_engine;
+
 // Prefill n_prompt tokens, then decode n_gen greedily, timing the decode.
 static bool run_one(const kvt_model *m, const kvt_context_params *cp, const int32_t *prompt, int64_t n_prompt,
                     int64_t n_gen, bench_run *r) {
@@ -62,6 +65,8 @@ static bool run_one(const kvt_model *m, const kvt_context_params *cp, const int3
     }
     double t1 = now_ms();
     kvt_context_kv_stats(ctx, &r->post);
+    const char *eng = kvt_kv_paged_disk_engine(kvt_context_kv(ctx));
+    if (eng) g_disk_engine = eng;
     kvt_context_free(ctx);
     if (err.status) {
         fprintf(stderr, "kvtier kvbench: %s\n", err.msg);
@@ -261,6 +266,7 @@ int cmd_kvbench(int argc, char **argv) {
         }
         printf("\n");
     }
+    printf("disk I/O engine: %s\n", g_disk_engine ? g_disk_engine : "none (no run with a disk tier)");
     free(base.ids);
     free(prompt);
     kvt_model_free(m);

@@ -16,8 +16,10 @@ int cmd_profile(int argc, char **argv) {
             printf("usage: kvtier profile [-o FILE] [--dir DIR] [-t N] [--quick]\n"
                    "  measures DRAM read bandwidth, L3 size, GEMV GB/s and GEMM GFLOP/s per weight type,\n"
                    "  disk sequential read/write GB/s and 4 KiB latency with O_DIRECT in DIR (default /tmp);\n"
-                   "  writes a JSON profile (units in the key names) to FILE or stdout. No GPU figures unless\n"
-                   "  a CUDA build measures them; profiles of other machines can be written by hand (profiles/).\n"
+                   "  writes a JSON profile (units in the key names) to FILE or stdout. GPU figures (memory\n"
+                   "  bandwidth, GEMM GFLOP/s, pinned H2D/D2H GB/s and latency) when a CUDA device and\n"
+                   "  build/libkvtier-cuda.so (built when nvcc exists; $KVT_CUDA_LIB overrides) are present.\n"
+                   "  Profiles of other machines can be written by hand (profiles/).\n"
                    "  --quick   smaller buffers and four weight types (a few seconds)\n");
             return 0;
         } else if (!strcmp(flag, "-o")) {

@@ -14,5 +14,6 @@ int cmd_dm_model(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_kvbench(int argc, char **argv);
+int cmd_beam(int argc, char **argv);
 
 #endif

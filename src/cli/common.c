@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kv/kv_paged.h"
 #include "../kv/kv_policy.h"
 
 bool cli_load_model(const char *cmd, const char *path, bool vocab_only, kvt_model **model, kvt_tokenizer **tok) {
@@ -215,6 +216,8 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
     kvt_json_key(j, "kv");
     kvt_json_obj_begin(j);
     kvt_json_kv_str(j, "store", kvt_context_kv(ctx)->ops->name);
+    const char *eng = kvt_kv_paged_disk_engine(kvt_context_kv(ctx));
+    if (eng) kvt_json_kv_str(j, "disk_io", eng); // "io_uring" or "threads"
     kvt_json_key(j, "peak_bytes");
     kvt_json_obj_begin(j);
     for (int t = 0; t < KVT_TIER_COUNT; t++) kvt_json_kv_int(j, kvt_tier_name((kvt_tier)t), st.peak_bytes[t]);
@@ -245,4 +248,34 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
     kvt_json_kv_int(j, "prefetches", st.prefetches);
     kvt_json_kv_int(j, "block_bytes", st.block_bytes);
     kvt_json_obj_end(j);
+}
+
+int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_params *p) {
+    int e = cli_engine_flag(a, flag, p);
+    if (e != 0) {
+        if (e > 0) in->ctx_given |= !strcmp(flag, "-c") || !strcmp(flag, "--ctx-size");
+        return e;
+    }
+    const char **dst = NULL;
+    if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) dst = &in->model_path;
+    else if (!strcmp(flag, "-p") || !strcmp(flag, "--prompt")) dst = &in->prompt;
+    else if (!strcmp(flag, "-f") || !strcmp(flag, "--file")) dst = &in->prompt_file;
+    else return 0;
+    return (*dst = kvt_args_value(a, flag)) ? 1 : -1;
+}
+
+bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, size_t *len, char **owned) {
+    *owned = NULL;
+    if (!in->prompt && !in->prompt_file) {
+        fprintf(stderr, "kvtier %s: a prompt is required (-p PROMPT or -f FILE)\n", cmd);
+        return false;
+    }
+    if (in->prompt_file) {
+        if (!(*owned = kvt_read_file(cmd, in->prompt_file, len))) return false;
+        *text = *owned;
+        return true;
+    }
+    *text = in->prompt;
+    *len = strlen(in->prompt);
+    return true;
 }

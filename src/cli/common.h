@@ -17,6 +17,19 @@ bool cli_load_model(const char *cmd, const char *path, bool vocab_only, kvt_mode
 // Parses an engine flag into p if `flag` is one (-t, -c, --ctx-size, --kv-type, --ubatch, --kv-block);
 // returns 1 if consumed, 0 if not an engine flag, -1 on a bad value (message printed).
 int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p);
+// Model and prompt of the commands that run a prompt (generate, beam) plus the engine flags.
+typedef struct {
+    const char *model_path;  // -m, --model
+    const char *prompt;      // -p, --prompt
+    const char *prompt_file; // -f, --file
+    bool ctx_given;          // -c / --ctx-size was given
+} cli_input;
+// Consumes -m, -p, -f and the engine flags (cli_engine_flag); returns 1 if consumed, 0 if not one of
+// them, -1 on a bad value (message printed).
+int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_params *p);
+// The prompt text (-p, or the contents of -f): *text and *len; *owned is malloc'ed when a file was read
+// (free it). false with a message when no prompt was given or the file cannot be read.
+bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, size_t *len, char **owned);
 // Help text of the engine flags.
 extern const char *const cli_engine_help;
 

@@ -17,6 +17,7 @@ static const command k_commands[] = {
     {"bench", cmd_bench, "prompt processing and generation speed (llama-bench style)"},
     {"info", cmd_info, "model shapes, types, sizes and memory needs"},
     {"mkmodel", cmd_mkmodel, "write a random-weight GGUF of a named or given shape"},
+    {"beam", cmd_beam, "step-wise beam search over the tiered KV store, locality-aware schedules"},
     {"dm-model", cmd_dm_model, "beam search KV data movement: token-by-token vs beam scheduling (Eqs. 1-5)"},
     {"profile", cmd_profile, "measure this machine's bandwidths for the planner"},
     {"plan", cmd_plan, "choose layer and KV placement and predict ms/token"},

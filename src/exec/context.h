@@ -63,6 +63,9 @@ void kvt_context_seq_free(kvt_context *ctx, int32_t seq);
 // Positions held by seq, or -1 if it does not exist.
 int64_t kvt_context_seq_n_past(const kvt_context *ctx, int32_t seq);
 void kvt_context_seq_truncate(kvt_context *ctx, int32_t seq, int64_t n_keep);
+// Declares that the KV cache of seq holds positions [0, n) written directly through kvt_context_kv (a
+// restored session, src/exec/session.h). KVT_ERR_BUDGET if n exceeds n_ctx.
+kvt_status kvt_context_seq_set_n_past(kvt_context *ctx, int32_t seq, int64_t n, kvt_err *err);
 // Logits of the last kvt_decode: [n_out, n_vocab] f32, valid until the next call.
 const float *kvt_context_logits(const kvt_context *ctx);
 int64_t kvt_context_n_past(const kvt_context *ctx);

@@ -391,6 +391,15 @@ void kvt_context_seq_free(kvt_context *c, int32_t seq) {
     c->n_past[seq] = -1;
 }
 
+kvt_status kvt_context_seq_set_n_past(kvt_context *c, int32_t seq, int64_t n, kvt_err *err) {
+    if (!seq_valid(c, seq)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d does not exist", seq);
+    if (n < 0 || n > c->p.n_ctx) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "%lld positions exceed n_ctx %lld", (long long)n, (long long)c->p.n_ctx);
+    }
+    c->n_past[seq] = n;
+    return KVT_OK;
+}
+
 int64_t kvt_context_seq_n_past(const kvt_context *c, int32_t seq) { return seq_valid(c, seq) ? c->n_past[seq] : -1; }
 
 void kvt_context_seq_truncate(kvt_context *c, int32_t seq, int64_t n_keep) {

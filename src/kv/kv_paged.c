@@ -932,7 +932,7 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     }
     if (!st && p->host_bytes != 0) st = kvt_tier_mem_init(&s->tier[T1], KVT_TIER_HOST, p->host_bytes, s->block_bytes, err);
     if (!st && p->disk_dir) {
-        st = kvt_tier_disk_init(&s->tier[T2], p->disk_dir, p->disk_max, s->block_bytes, p->keep_files, err);
+        st = kvt_tier_disk_init(&s->tier[T2], p->disk_dir, p->disk_max, s->block_bytes, p->keep_files, p->no_uring, err);
         s->tier[T2].fail_read_at = p->fault_read_at;
     }
     int32_t seq0;
@@ -958,6 +958,11 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
 const char *kvt_kv_paged_disk_path(kvt_kv *kv) {
     kv_paged *s = (kv_paged *)kv;
     return kv->ops == &k_paged_ops && s->tier[T2].present ? s->tier[T2].path : NULL;
+}
+
+const char *kvt_kv_paged_disk_engine(kvt_kv *kv) {
+    kv_paged *s = (kv_paged *)kv;
+    return kv->ops == &k_paged_ops && s->tier[T2].present ? kvt_tier_disk_engine(&s->tier[T2]) : NULL;
 }
 
 int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {

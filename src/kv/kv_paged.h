@@ -35,6 +35,7 @@ typedef struct {
     int32_t n_io_threads;   // copy engine workers (default 4)
     bool keep_files;        // leave the disk file at free
     int64_t fault_read_at;  // tests: the n-th disk read fails with EIO (0: never)
+    bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)
 } kvt_kv_paged_params;
 
 kvt_kv_paged_params kvt_kv_paged_params_default(void);
@@ -44,6 +45,8 @@ int64_t kvt_kv_paged_block_bytes(const kvt_kv_paged_params *p);
 kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err *err);
 // Path of the disk tier file (NULL without a disk tier); owned by the store.
 const char *kvt_kv_paged_disk_path(kvt_kv *kv);
+// Disk I/O engine of the disk tier: "io_uring" or "threads"; NULL without a disk tier.
+const char *kvt_kv_paged_disk_engine(kvt_kv *kv);
 // Byte offset of the disk copy of block b of (seq, layer, group) in that file; -1 if it has none.
 int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b);
 // Drops every block copy in T0 and T1 that has a copy below (tests: forces reads from the lower tiers).

@@ -30,7 +30,7 @@ kvt_status kvt_tier_mem_init(kvt_tier_store *t, kvt_tier id, int64_t budget, int
 }
 
 kvt_status kvt_tier_disk_init(kvt_tier_store *t, const char *dir, int64_t budget, int64_t data_bytes, bool keep,
-                              kvt_err *err) {
+                              bool no_uring, kvt_err *err) {
     memset(t, 0, sizeof *t);
     t->id = KVT_TIER_DISK;
     t->present = true;
@@ -60,7 +60,17 @@ kvt_status kvt_tier_disk_init(kvt_tier_store *t, const char *dir, int64_t budget
         t->path = NULL;
         return st;
     }
+    t->io_why = "disabled by the caller";
+    if (!no_uring) t->ring = kvt_uring_open(t->fd, 64, &t->io_why);
     return KVT_OK;
+}
+
+const char *kvt_tier_disk_engine(const kvt_tier_store *t) { return t->ring ? "io_uring" : "threads"; }
+
+// One pread/pwrite through the ring or directly: bytes, or -1 with errno.
+static ssize_t disk_rw(kvt_tier_store *t, bool write, void *buf, size_t n, off_t off) {
+    if (t->ring) return kvt_uring_rw(t->ring, write, buf, n, off);
+    return write ? pwrite(t->fd, buf, n, off) : pread(t->fd, buf, n, off);
 }
 
 void kvt_tier_free(kvt_tier_store *t) {
@@ -69,6 +79,7 @@ void kvt_tier_free(kvt_tier_store *t) {
     }
     free(t->mem);
     free(t->free_ids);
+    kvt_uring_close(t->ring);
     if (t->fd >= 0) {
         close(t->fd);
         if (!t->keep && t->path) unlink(t->path);
@@ -128,7 +139,7 @@ kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src,
     const off_t off = (off_t)slot * t->slot_bytes;
     int64_t done = 0;
     while (done < t->slot_bytes) {
-        ssize_t w = pwrite(t->fd, (uint8_t *)bounce + done, (size_t)(t->slot_bytes - done), off + done);
+        ssize_t w = disk_rw(t, true, (uint8_t *)bounce + done, (size_t)(t->slot_bytes - done), off + done);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             int e = w < 0 ? errno : ENOSPC;
@@ -151,7 +162,7 @@ kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *
     }
     int64_t done = 0;
     while (done < t->slot_bytes) {
-        ssize_t r = pread(t->fd, (uint8_t *)bounce + done, (size_t)(t->slot_bytes - done), off + done);
+        ssize_t r = disk_rw(t, false, (uint8_t *)bounce + done, (size_t)(t->slot_bytes - done), off + done);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s", what, t->path,

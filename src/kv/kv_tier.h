@@ -15,6 +15,7 @@
 
 #include "../base/status.h"
 #include "kv.h"
+#include "kv_uring.h"
 
 typedef struct {
     kvt_tier id;
@@ -35,13 +36,18 @@ typedef struct {
     bool keep;           // leave the file at free
     _Atomic int64_t n_reads;   // disk reads so far
     int64_t fail_read_at;      // tests: the n-th disk read (1-based) fails with EIO; 0 never
+    kvt_uring *ring;           // disk I/O through io_uring, or NULL: pread/pwrite on the calling thread
+    const char *io_why;        // why ring is NULL (static string), "" otherwise
 } kvt_tier_store;
 
 // Memory tier of `budget` bytes (-1: unlimited) with slots of slot_bytes.
 kvt_status kvt_tier_mem_init(kvt_tier_store *t, kvt_tier id, int64_t budget, int64_t slot_bytes, kvt_err *err);
 // Disk tier: a new file in dir (O_DIRECT where the file system allows it) of at most budget bytes (-1: unlimited).
+// Disk I/O goes through io_uring when available (kv_uring.h) unless no_uring.
 kvt_status kvt_tier_disk_init(kvt_tier_store *t, const char *dir, int64_t budget, int64_t data_bytes, bool keep,
-                              kvt_err *err);
+                              bool no_uring, kvt_err *err);
+// "io_uring" or "threads" (pread/pwrite on the copy engine's threads).
+const char *kvt_tier_disk_engine(const kvt_tier_store *t);
 void kvt_tier_free(kvt_tier_store *t);
 
 // A free slot, or -1 when the budget is used up (or memory is exhausted).

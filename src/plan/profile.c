@@ -14,6 +14,7 @@
 #include "../base/membw.h"
 #include "../base/threadpool.h"
 #include "../base/timer.h"
+#include "../exec/matmul_par.h"
 #include "../kernels/matmul.h"
 #include "../kernels/quant.h"
 
@@ -63,21 +64,6 @@ double kvt_profile_l3_gbps(const kvt_profile *p) { return p->l3_read_gbps > 0 ? 
 
 // ---------------------------------------------------------------- GEMV / GEMM
 
-typedef struct {
-    kvt_type t;
-    int64_t n, rows, rows_per_task, n_tok;
-    const void *W, *X;
-    float *Y;
-} mm_job;
-
-static void mm_task(void *vj, int64_t task, int thread) {
-    (void)thread;
-    mm_job *J = vj;
-    int64_t r0 = task * J->rows_per_task, r1 = r0 + J->rows_per_task;
-    if (r1 > J->rows) r1 = J->rows;
-    if (r0 < r1) kvt_matmul_rows(J->t, J->n, J->W, r0, r1, J->X, J->n_tok, J->Y, J->rows);
-}
-
 // W: `rows` copies of one quantized row of n pseudo-random values.
 static void *make_rows(kvt_type t, int64_t n, int64_t rows, size_t *rs_out) {
     const kvt_type_ops *ops = kvt_type_ops_get(t);
@@ -101,49 +87,49 @@ static void *make_rows(kvt_type t, int64_t n, int64_t rows, size_t *rs_out) {
     return W;
 }
 
+// Measured through kvt_matmul_par, the dispatch the forward pass uses (activation conversion, task split,
+// GEMV or GEMM kernels of the running CPU), so that the figures are what decode and prefill achieve.
 double kvt_profile_gemv_gbps(kvt_type t, int64_t bytes, int n_threads, int reps, double *gemm_gflops, int gemm_tok) {
     if (gemm_gflops) *gemm_gflops = 0;
     const kvt_type_ops *ops = kvt_type_ops_get(t);
     if (!ops || !ops->vec_dot) return 0;
     const int64_t n = 4096; // input width (a multiple of every block size)
-    const kvt_type vdt = ops->vec_dot_type;
-    const kvt_type_ops *vops = kvt_type_ops_get(vdt);
-    int64_t rs = kvt_row_size(t, n), xs = kvt_row_size(vdt, n);
+    const int64_t rs = kvt_row_size(t, n);
     int64_t rows = bytes / rs;
     if (rows < 64) rows = 64;
-    int tok = gemm_tok > 0 ? gemm_tok : 1;
+    const int64_t tok = gemm_tok > 1 ? gemm_tok : 1;
     size_t wrs;
-    void *W = make_rows(t, n, rows, &wrs);
-    void *X = NULL;
-    float *Y = malloc((size_t)(rows * (tok > 1 ? tok : 1)) * sizeof(float));
-    float *xf = malloc((size_t)n * sizeof(float));
+    void *W = make_rows(t, n, rows, &wrs);                       // [rows, n] type t
+    float *Y = malloc((size_t)(rows > 4096 * tok ? rows : 4096 * tok) * sizeof(float)); // [tok, rows]
+    float *xf = malloc((size_t)(n * tok) * sizeof(float));      // [tok, n] f32 activations
+    void *scratch = NULL;                                        // converted activations
     kvt_threadpool *pool = NULL;
     double best = 0;
-    if (!W || !Y || !xf || posix_memalign(&X, 64, (size_t)(xs * tok)) || kvt_threadpool_init(n_threads, &pool, NULL)) goto done;
-    for (int64_t i = 0; i < n; i++) xf[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
-    for (int k = 0; k < tok; k++) vops->from_float(xf, (char *)X + k * xs, n);
-    mm_job J = {t, n, rows, 16, 1, W, X, Y};
-    int64_t n_tasks = (rows + J.rows_per_task - 1) / J.rows_per_task;
-    kvt_threadpool_run(pool, mm_task, &J, n_tasks); // warm-up (page faults)
+    if (!W || !Y || !xf || posix_memalign(&scratch, 64, (size_t)kvt_matmul_scratch_bytes(n, tok)) ||
+        kvt_threadpool_init(n_threads, &pool, NULL))
+        goto done;
+    for (int64_t i = 0; i < n * tok; i++) xf[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+    kvt_weight w = {W, t, n, rows};
+    const kvt_weight *wp = &w;
+    float *yp = Y;
+    kvt_matmul_par(pool, &wp, &yp, 1, xf, 1, scratch); // warm-up (page faults)
     for (int r = 0; r < reps; r++) {
         int64_t t0 = kvt_time_ns();
-        kvt_threadpool_run(pool, mm_task, &J, n_tasks);
-        double s = (double)(kvt_time_ns() - t0) / 1e9;
-        double bw = (double)(rows * rs) / s / 1e9;
+        kvt_matmul_par(pool, &wp, &yp, 1, xf, 1, scratch);
+        double sec = (double)(kvt_time_ns() - t0) / 1e9;
+        double bw = (double)(rows * rs) / sec / 1e9;
         if (bw > best) best = bw;
     }
-    if (gemm_gflops && gemm_tok > 1) {
+    if (gemm_gflops && tok > 1) {
         // GEMM: a (tok, n) x (n, m) product with m = min(rows, 4096) output rows.
-        J.rows = rows < 4096 ? rows : 4096;
-        J.n_tok = tok;
-        J.rows_per_task = 64;
-        n_tasks = (J.rows + J.rows_per_task - 1) / J.rows_per_task;
+        w.rows = rows < 4096 ? rows : 4096;
+        kvt_matmul_par(pool, &wp, &yp, 1, xf, tok, scratch); // warm-up (panels, scratch)
         double gbest = 0;
-        for (int r = 0; r < (reps > 1 ? 2 : 1); r++) {
+        for (int r = 0; r < (reps > 2 ? reps : 2); r++) {
             int64_t t0 = kvt_time_ns();
-            kvt_threadpool_run(pool, mm_task, &J, n_tasks);
-            double s = (double)(kvt_time_ns() - t0) / 1e9;
-            double gf = 2.0 * (double)J.rows * (double)n * tok / s / 1e9;
+            kvt_matmul_par(pool, &wp, &yp, 1, xf, tok, scratch);
+            double sec = (double)(kvt_time_ns() - t0) / 1e9;
+            double gf = 2.0 * (double)w.rows * (double)n * (double)tok / sec / 1e9;
             if (gf > gbest) gbest = gf;
         }
         *gemm_gflops = gbest;
@@ -151,7 +137,7 @@ double kvt_profile_gemv_gbps(kvt_type t, int64_t bytes, int n_threads, int reps,
 done:
     kvt_threadpool_free(pool);
     free(W);
-    free(X);
+    free(scratch);
     free(Y);
     free(xf);
     return best;
@@ -261,6 +247,16 @@ kvt_status kvt_profile_measure(const kvt_profile_opts *o, kvt_profile *p, kvt_er
         fprintf(o->log, "disk %s%s: read %.2f GB/s, write %.2f GB/s, 4 KiB latency read %.0f us, write %.0f us\n", dir,
                 p->disk_o_direct ? " (O_DIRECT)" : " (no O_DIRECT: page cache)", p->disk_read_gbps, p->disk_write_gbps,
                 p->disk_read_latency_us, p->disk_write_latency_us);
+    }
+    kvt_err gerr = {0};
+    if (kvt_profile_gpu(0, o->quick, p, &gerr)) {
+        if (o->log) fprintf(o->log, "gpu: none measured (%s)\n", gerr.msg);
+    } else if (o->log) {
+        fprintf(o->log,
+                "gpu: %s, %.2f GB VRAM, memory %.0f GB/s, GEMM %.0f GFLOP/s, H2D %.1f GB/s (%.1f us), D2H %.1f GB/s "
+                "(%.1f us)\n",
+                p->gpu_name, (double)p->vram_bytes / 1e9, p->gpu_mem_gbps, p->gpu_gemm_gflops, p->h2d_gbps,
+                p->h2d_latency_us, p->d2h_gbps, p->d2h_latency_us);
     }
     return KVT_OK;
 }

@@ -68,6 +68,10 @@ int64_t kvt_profile_ram_bytes(void);                        // physical memory
 // GEMM FLOP/s at n_tok tokens (gflops may be NULL). 0 if t cannot be computed.
 double kvt_profile_gemv_gbps(kvt_type t, int64_t bytes, int n_threads, int reps, double *gemm_gflops, int gemm_tok);
 kvt_status kvt_profile_disk(const char *dir, int64_t bytes, kvt_profile *p, kvt_err *err);
+// GPU figures of CUDA device `device` through the CUDA probe (build/libkvtier-cuda.so, loaded with dlopen:
+// $KVT_CUDA_LIB or beside the executable). KVT_ERR_UNSUPPORTED with the reason when the probe or a
+// device is absent; p is changed only on success.
+kvt_status kvt_profile_gpu(int device, bool quick, kvt_profile *p, kvt_err *err);
 
 // Effective GEMV bandwidth for a type: measured figure, else cpu_read_gbps.
 double kvt_profile_cpu_gemv(const kvt_profile *p, kvt_type t);

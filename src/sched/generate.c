@@ -15,11 +15,21 @@ kvt_generate_params kvt_generate_params_default(void) {
 kvt_status kvt_generate(kvt_context *ctx, const kvt_tokenizer *tok, const int32_t *prompt, int64_t n_prompt,
                         const kvt_generate_params *p, int32_t *out_ids, float *prompt_logits, kvt_token_cb cb,
                         void *user, kvt_generate_stats *stats, kvt_err *err) {
+    return kvt_generate_cached(ctx, tok, prompt, n_prompt, 0, 0, p, out_ids, prompt_logits, cb, user, stats, err);
+}
+
+kvt_status kvt_generate_cached(kvt_context *ctx, const kvt_tokenizer *tok, const int32_t *prompt, int64_t n_prompt,
+                               int64_t n_cached, int64_t n_align, const kvt_generate_params *p, int32_t *out_ids, float *prompt_logits,
+                               kvt_token_cb cb, void *user, kvt_generate_stats *stats, kvt_err *err) {
     memset(stats, 0, sizeof *stats);
     stats->n_prompt = n_prompt;
     const int32_t n_vocab = kvt_context_model(ctx)->hp.n_vocab;
     if (n_prompt <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "empty prompt: nothing to condition on");
-    if (kvt_context_n_past(ctx) + n_prompt + p->n_predict > kvt_context_n_ctx(ctx)) {
+    if (n_cached < 0 || n_cached >= n_prompt || kvt_context_n_past(ctx) < n_cached) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "%lld cached prompt tokens: need 0 <= n < %lld and held by the context (%lld)",
+                          (long long)n_cached, (long long)n_prompt, (long long)kvt_context_n_past(ctx));
+    }
+    if (kvt_context_n_past(ctx) - n_cached + n_prompt + p->n_predict > kvt_context_n_ctx(ctx)) {
         return kvt_errorf(err, KVT_ERR_BUDGET, "prompt (%lld tokens) + %lld to generate exceed the context of %lld tokens",
                           (long long)n_prompt, (long long)p->n_predict, (long long)kvt_context_n_ctx(ctx));
     }
@@ -28,7 +38,12 @@ kvt_status kvt_generate(kvt_context *ctx, const kvt_tokenizer *tok, const int32_
     if (st) return st;
     for (int64_t i = 0; i < n_prompt; i++) kvt_sampler_accept(smp, prompt[i]);
     double t0 = kvt_time_ms();
-    st = kvt_decode(ctx, prompt, n_prompt, false, err);
+    // the first micro-batch ends at a multiple of n_align, so that the later ones start where a run decoding
+    // the whole prompt starts them
+    int64_t first = n_prompt - n_cached;
+    if (n_align > 0 && n_cached % n_align && n_align - n_cached % n_align < first) first = n_align - n_cached % n_align;
+    st = kvt_decode(ctx, prompt + n_cached, first, false, err);
+    if (!st && n_cached + first < n_prompt) st = kvt_decode(ctx, prompt + n_cached + first, n_prompt - n_cached - first, false, err);
     stats->prefill_ms = kvt_time_ms() - t0;
     if (st) goto done;
     if (prompt_logits) memcpy(prompt_logits, kvt_context_logits(ctx), (size_t)n_vocab * sizeof(float));

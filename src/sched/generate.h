@@ -37,4 +37,15 @@ kvt_status kvt_generate(kvt_context *ctx, const kvt_tokenizer *tok, const int32_
                         const kvt_generate_params *p, int32_t *out_ids, float *prompt_logits, kvt_token_cb cb,
                         void *user, kvt_generate_stats *stats, kvt_err *err);
 
+// As kvt_generate, with the KV of prompt[0, n_cached) already in ctx (kvt_context_kv_load): only
+// prompt[n_cached, n_prompt) is decoded (0 <= n_cached < n_prompt); the sampler still sees every
+// prompt token (repeat penalty), so ids equal those of a run that decodes the whole prompt. n_align
+// (the context's n_ubatch, 0: none): the first micro-batch ends at a multiple of it, so the micro-batches
+// are those of a run that decodes the whole prompt and the logits equal its logits bit for bit (when
+// the cached KV came from such a prefill; KV of generated tokens, decoded one at a time, may differ from
+// a batched prefill in the last bits).
+kvt_status kvt_generate_cached(kvt_context *ctx, const kvt_tokenizer *tok, const int32_t *prompt, int64_t n_prompt,
+                               int64_t n_cached, int64_t n_align, const kvt_generate_params *p, int32_t *out_ids, float *prompt_logits,
+                               kvt_token_cb cb, void *user, kvt_generate_stats *stats, kvt_err *err);
+
 #endif

@@ -1,0 +1,202 @@
+// test_session.c - persistent KV (src/exec/session.h): a saved and reloaded
+// cache gives the ids and logits of a run that recomputes the prompt, across
+// the contiguous cache and the paged store; corrupted, truncated and foreign
+// files are refused with a clear error. Run from the kv suite (test_kv.c).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/exec/context.h"
+#include "../src/exec/session.h"
+#include "../src/model/model.h"
+#include "test.h"
+
+#define N_PROMPT 50
+#define N_SAVE 32 // positions saved (a prefix of the prompt, a multiple of n_ubatch: the KV rows then come from
+                  // the micro-batches of the reference run, and the logits equal its logits bit for bit)
+#define N_GEN 8
+
+// Greedy ids [N_GEN] and logits [N_GEN, n_vocab] after prompt; with `load`, positions restored from the
+// file first and only the rest of the prompt decoded. Returns the status; *n_loaded: positions restored.
+static kvt_status greedy(const kvt_model *m, const kvt_context_params *cp, const int32_t *prompt, const char *load,
+                         int32_t *ids, float *logits, int64_t *n_loaded, kvt_err *err) {
+    const int32_t V = m->hp.n_vocab;
+    kvt_context *ctx = NULL;
+    kvt_status st = kvt_context_init(m, cp, &ctx, err);
+    int64_t done = 0;
+    if (!st && load) {
+        kvt_session_info info;
+        st = kvt_context_kv_load(ctx, 0, load, prompt, N_PROMPT, N_PROMPT - 1, &info, err);
+        done = info.n_loaded;
+    }
+    if (n_loaded) *n_loaded = done;
+    // as kvt_generate_cached: the first micro-batch ends at a multiple of n_ubatch
+    const int64_t ub = cp->n_ubatch, first = done % ub ? ub - done % ub : N_PROMPT - done;
+    if (!st) st = kvt_decode(ctx, prompt + done, first, false, err);
+    if (!st && done + first < N_PROMPT) st = kvt_decode(ctx, prompt + done + first, N_PROMPT - done - first, false, err);
+    for (int i = 0; !st && i < N_GEN; i++) {
+        const float *l = kvt_context_logits(ctx);
+        memcpy(logits + (int64_t)i * V, l, (size_t)V * sizeof(float));
+        int32_t best = 0;
+        for (int32_t j = 1; j < V; j++) best = l[j] > l[best] ? j : best;
+        ids[i] = best;
+        st = kvt_decode(ctx, &best, 1, false, err);
+    }
+    kvt_context_free(ctx);
+    return st;
+}
+
+// Prefills prompt[0, N_SAVE) in a context of cp and saves it to path.
+static kvt_status save_prefix(const kvt_model *m, const kvt_context_params *cp, const int32_t *prompt, const char *path,
+                              kvt_err *err) {
+    kvt_context *ctx = NULL;
+    kvt_status st = kvt_context_init(m, cp, &ctx, err);
+    if (!st) st = kvt_decode(ctx, prompt, N_SAVE, false, err);
+    if (!st) st = kvt_context_kv_save(ctx, 0, prompt, N_SAVE, path, err);
+    kvt_context_free(ctx);
+    return st;
+}
+
+// Loads path into a fresh context of cp; returns the status (err set).
+static kvt_status try_load(const kvt_model *m, const kvt_context_params *cp, const char *path, kvt_err *err) {
+    kvt_context *ctx = NULL;
+    kvt_status st = kvt_context_init(m, cp, &ctx, err);
+    if (!st) st = kvt_context_kv_load(ctx, 0, path, NULL, 0, -1, NULL, err);
+    kvt_context_free(ctx);
+    return st;
+}
+
+static bool copy_file(const char *src, const char *dst, long cut, long flip) {
+    FILE *a = fopen(src, "rb"), *b = fopen(dst, "wb");
+    bool ok = a && b;
+    int c;
+    long i = 0;
+    while (ok && (c = fgetc(a)) != EOF) {
+        if (cut >= 0 && i >= cut) break;
+        if (i == flip) c ^= 0x10;
+        ok = fputc(c, b) != EOF;
+        i++;
+    }
+    if (a) fclose(a);
+    if (b && fclose(b) != 0) ok = false;
+    return ok;
+}
+
+static long file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+void test_session(const test_env *env, const char *synth_path) {
+    char stories[512];
+    snprintf(stories, sizeof stories, "%s/models/stories260K.gguf", env->shared);
+    if (!test_file_exists(stories)) {
+        test_skip("kv: session save/load", "stories260K model file missing");
+        return;
+    }
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    if (kvt_model_load(stories, false, &m, &err)) {
+        test_result(false, "kv: session save/load", "%s", err.msg);
+        return;
+    }
+    const int32_t V = m->hp.n_vocab;
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 3 + (i * 37 + 11) % (V - 3);
+    char path[64], bad[80];
+    snprintf(path, sizeof path, "/tmp/kvt_session_%d.kvs", (int)getpid());
+    snprintf(bad, sizeof bad, "%s.bad", path);
+    kvt_context_params contig = kvt_context_params_default();
+    contig.n_ctx = 96;
+    contig.n_threads = 2;
+    contig.n_ubatch = 16;
+    contig.kv_block = 16;
+    kvt_context_params paged = contig; // tiny T0, host and disk below, another block size, head-wise
+    paged.kv_block = 8;
+    paged.kv_group = 1;
+    paged.kv_fast_bytes = 6 * 4096;
+    paged.kv_host_bytes = 4 * 4096;
+    paged.kv_disk_dir = "/tmp";
+    int32_t ref_ids[N_GEN], ids[N_GEN];
+    float *ref_l = calloc((size_t)N_GEN * V, sizeof(float)), *l = calloc((size_t)N_GEN * V, sizeof(float));
+    kvt_status st = ref_l && l ? greedy(m, &contig, prompt, NULL, ref_ids, ref_l, NULL, &err) : KVT_ERR_NOMEM;
+    if (st) test_result(false, "kv: session reference run", "%s", err.msg);
+    // (1) round trips: contiguous -> contiguous (bitwise), contiguous -> paged and paged -> contiguous (1e-5)
+    {
+        const char *name = "kv: session save/load round trip gives the recomputed ids and logits (contig, paged)";
+        bool ok = !st;
+        char why[700] = "";
+        const kvt_context_params *from[3] = {&contig, &contig, &paged}, *to[3] = {&contig, &paged, &contig};
+        for (int c = 0; ok && c < 3; c++) {
+            int64_t n_loaded = 0;
+            kvt_status s2 = save_prefix(m, from[c], prompt, path, &err);
+            if (!s2) s2 = greedy(m, to[c], prompt, path, ids, l, &n_loaded, &err);
+            if (s2) {
+                ok = false;
+                snprintf(why, sizeof why, "case %d: %s", c, err.msg);
+                break;
+            }
+            double md = 0, mr = 1e-30;
+            for (int64_t i = 0; i < (int64_t)N_GEN * V; i++) {
+                double d = l[i] > ref_l[i] ? l[i] - ref_l[i] : ref_l[i] - l[i];
+                md = d > md ? d : md;
+                mr = ref_l[i] > mr ? ref_l[i] : -ref_l[i] > mr ? -ref_l[i] : mr;
+            }
+            bool same = !memcmp(ids, ref_ids, sizeof ids);
+            bool exact = c != 0 || !memcmp(l, ref_l, (size_t)N_GEN * V * sizeof(float));
+            if (!same || md / mr > 1e-5 || !exact || n_loaded != N_SAVE) {
+                ok = false;
+                snprintf(why, sizeof why, "case %d: ids %s, logits rel diff %.3g%s, %lld positions loaded", c,
+                         same ? "same" : "differ", md / mr, exact ? "" : " (not bitwise)", (long long)n_loaded);
+            }
+        }
+        test_result(ok, name, "%s", why);
+    }
+    // (2) a corrupted byte (in the K/V rows) -> checksum error naming the file
+    if (!st && !save_prefix(m, &contig, prompt, path, &err)) {
+        const long size = file_size(path);
+        bool ok = copy_file(path, bad, -1, size - 100);
+        kvt_status s2 = ok ? try_load(m, &contig, bad, &err) : KVT_ERR_IO;
+        test_result(ok && s2 == KVT_ERR_CHECKSUM && strstr(err.msg, bad) && strstr(err.msg, "corrupt"),
+                    "kv: session file with a corrupted byte -> checksum error", "status %d: %s", s2, err.msg);
+        // (3) truncated -> format error saying so
+        ok = copy_file(path, bad, size - 1000, -1);
+        s2 = ok ? try_load(m, &contig, bad, &err) : KVT_ERR_IO;
+        bool t1 = ok && s2 == KVT_ERR_FORMAT && strstr(err.msg, bad) && strstr(err.msg, "truncated");
+        ok = copy_file(path, bad, 20, -1);
+        s2 = ok ? try_load(m, &contig, bad, &err) : KVT_ERR_IO;
+        test_result(t1 && s2 == KVT_ERR_FORMAT && strstr(err.msg, "truncated"),
+                    "kv: truncated session file -> clear error", "status %d: %s", s2, err.msg);
+        // (4) another model (the synthetic llama: other shape), other KV type, too small a context
+        kvt_model *m2 = NULL;
+        kvt_err e2 = {0};
+        s2 = synth_path && !kvt_model_load(synth_path, false, &m2, &e2) ? try_load(m2, &contig, path, &err) : KVT_ERR_IO;
+        bool w1 = s2 == KVT_ERR_INVALID_ARG && strstr(err.msg, "another model") && strstr(err.msg, path);
+        char m1[KVT_ERR_MSG_MAX];
+        snprintf(m1, sizeof m1, "%s", m2 ? err.msg : e2.msg);
+        kvt_model_free(m2);
+        kvt_context_params f32 = contig;
+        f32.kv_type = KVT_TYPE_F32;
+        s2 = try_load(m, &f32, path, &err);
+        bool w2 = s2 == KVT_ERR_INVALID_ARG && strstr(err.msg, "KV") && strstr(err.msg, "f32");
+        test_result(w1 && w2, "kv: session file of another model or KV type -> identity error", "'%s' / '%s'", m1,
+                    err.msg);
+        kvt_context_params small = contig;
+        small.n_ctx = 16;
+        s2 = try_load(m, &small, path, &err);
+        test_result(s2 == KVT_ERR_BUDGET && strstr(err.msg, "context"), "kv: session longer than the context -> budget error",
+                    "status %d: %s", s2, err.msg);
+    } else if (!st) {
+        test_result(false, "kv: session save", "%s", err.msg);
+    }
+    unlink(path);
+    unlink(bad);
+    free(ref_l);
+    free(l);
+    kvt_model_free(m);
+}
