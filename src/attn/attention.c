@@ -13,20 +13,31 @@ static int32_t group_qheads(const kvt_kv *kv, int32_t n_head) { return kv->group
 
 static int32_t tile_of(int32_t tile) { return tile > 0 ? tile : KVT_ATTN_TILE; }
 
+// Query tokens attended together by one task in prefill: each block is acquired once per task for all of
+// them, not once per token (fewer acquisitions, and far fewer loads when the fast tier is small).
+#define ATTN_TOKENS 64
+
 int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile) {
-    const int64_t qh = group_qheads(kv, n_head), T = tile_of(tile);
+    const int64_t qh = group_qheads(kv, n_head), T = tile_of(tile), TC = ATTN_TOKENS;
     const kvt_type dt = kvt_type_ops_get(kv->type)->vec_dot_type;
-    // scores [qh, T] f32, m/l [qh] f32, acc [qh, hdv] f32, queries [qh] rows of the K dot type,
-    // gathered V rows [T, group_heads * head_dim_v] kv type
-    return qh * T * 4 + qh * 8 + qh * (int64_t)kv->head_dim_v * 4 + qh * (kvt_row_size(dt, kv->head_dim) + 64) +
+    // per token of a task: scores [qh, T] f32, m/l [qh] f32, acc [qh, hdv] f32, queries [qh] rows of the K
+    // dot type; shared: gathered V rows [T, group_heads * head_dim_v] kv type
+    return TC * (qh * T * 4 + qh * 8 + qh * (int64_t)kv->head_dim_v * 4 + qh * (kvt_row_size(dt, kv->head_dim) + 64)) +
            T * kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim_v) + 256;
 }
 
-// Chunks per token: enough to give every thread work in decode (independent of block size and granularity).
-// Chunk c takes the contiguous tiles [c * ntile / C, (c + 1) * ntile / C): each block is read by one or two
-// chunks only, so a thread that runs several chunks (the others descheduled) still walks the blocks once,
-// in schedule order, and the paged store's frontier (the slowest reader) stays exact.
+// Decode (fewer tokens than threads): each token's tiles are split into chunks attended by different
+// threads. Chunk c takes the contiguous tiles [c * ntile / C, (c + 1) * ntile / C): each block is read by
+// one or two chunks only, so a thread that runs several chunks (the others descheduled) still walks the
+// blocks once, in schedule order, and the paged store's frontier (the slowest reader) stays exact.
 static int64_t n_chunks_for(int64_t n, int nt) { return n >= nt ? 1 : ((int64_t)nt + n - 1) / n; }
+
+// Prefill: tokens per task, one task per thread up to ATTN_TOKENS tokens each: every task walks all blocks
+// of the layer, so fewer tasks read fewer blocks (and load fewer when the fast tier is small).
+static int64_t tokens_per_task(int64_t n, int nt) {
+    int64_t tc = (n + nt - 1) / nt;
+    return tc < 1 ? 1 : tc > ATTN_TOKENS ? ATTN_TOKENS : tc;
+}
 
 int64_t kvt_attn_workspace_bytes(const kvt_kv *kv, int32_t n_head, int n_threads) {
     // chunk states [n < n_threads tokens][n_head][chunks][2 + hdv] f32; n * chunks < 2 * n_threads
@@ -39,7 +50,7 @@ typedef struct {
     const kvt_attn_params *p;
     int32_t T;
     const float *q;
-    int64_t pos0, n, n_chunk;
+    int64_t pos0, n, n_chunk, n_tok; // n_tok: tokens per task (n_chunk == 1)
     float *out;
     float *part; // [n, n_head, n_chunk, 2 + hdv] (m, l, o) per chunk, when n_chunk > 1
     void *const *scratch;
@@ -52,42 +63,47 @@ static bool fail(attn_job *J, const kvt_err *e) {
     return false;
 }
 
-// One (token t, group g, chunk c): stream over the chunk's tiles for every query head of g.
+// One (tokens [t0, t1), group g, chunk c): stream over the chunk's tiles for every query head of g and every
+// token. Per token the floating-point operations are those of attending it alone, tile by tile in order.
 static void attn_task(void *vctx, int64_t task, int thread) {
     attn_job *J = vctx;
     kvt_kv *kv = J->kv;
     const int32_t H = J->p->n_head, hd = kv->head_dim, hdv = kv->head_dim_v, T = J->T;
     const int32_t qpg = H / kv->n_head_kv, qh = group_qheads(kv, H);
-    const int64_t C = J->n_chunk, t = task / (kv->n_group * C);
+    const int64_t C = J->n_chunk, n_tt = (J->n + J->n_tok - 1) / J->n_tok; // token tasks
+    const int64_t tt = task / (kv->n_group * C);
     const int32_t g = (int32_t)((task / C) % kv->n_group);
     const int64_t c = task % C;
-    const int64_t pos = J->pos0 + t; // last position attended (causal)
+    const int64_t t0 = tt * J->n_tok, t1 = tt + 1 < n_tt ? t0 + J->n_tok : J->n, nj = t1 - t0;
+    const int64_t pos_last = J->pos0 + t1 - 1; // last position attended by the last token (causal)
     const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
     const kvt_type_ops *qops = kvt_type_ops_get(ops->vec_dot_type);
     const int64_t qrow = (kvt_row_size(ops->vec_dot_type, hd) + 63) / 64 * 64;
     const int64_t krow = kvt_row_size(kv->type, hd), vrow = kvt_row_size(kv->type, hdv);
     const int64_t vgrow = vrow * kv->group_heads; // gathered V row: every head of the group
-    float *s = (float *)J->scratch[thread];       // [qh, T] scores
-    float *m = s + (int64_t)qh * T;               // [qh] running max
-    float *l = m + qh;                            // [qh] running sum
-    float *o = l + qh;                            // [qh, hdv] accumulators
-    uint8_t *qd = (uint8_t *)(((uintptr_t)(o + (int64_t)qh * hdv) + 63) & ~(uintptr_t)63); // [qh, qrow]
-    uint8_t *vt = qd + qh * qrow;                 // [T, vgrow] gathered V rows, kv type
+    float *s = (float *)J->scratch[thread];       // [nj, qh, T] scores
+    float *m = s + nj * qh * T;                   // [nj, qh] running max
+    float *l = m + nj * qh;                       // [nj, qh] running sum
+    float *o = l + nj * qh;                       // [nj, qh, hdv] accumulators
+    uint8_t *qd = (uint8_t *)(((uintptr_t)(o + nj * qh * hdv) + 63) & ~(uintptr_t)63); // [nj, qh, qrow]
+    uint8_t *vt = qd + nj * qh * qrow;            // [T, vgrow] gathered V rows, kv type
     const int32_t h0 = g * qh;                    // first query head of the group
-    for (int32_t i = 0; i < qh; i++) {
-        qops->from_float(J->q + t * (int64_t)H * hd + (int64_t)(h0 + i) * hd, qd + i * qrow, hd);
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
+    for (int64_t j = 0; j < nj; j++) {
+        for (int32_t i = 0; i < qh; i++) {
+            qops->from_float(J->q + (t0 + j) * (int64_t)H * hd + (int64_t)(h0 + i) * hd, qd + (j * qh + i) * qrow, hd);
+            m[j * qh + i] = -INFINITY;
+            l[j * qh + i] = 0.0f;
+        }
     }
-    memset(o, 0, (size_t)qh * hdv * sizeof(float));
-    const int64_t ntile = (pos + 1 + T - 1) / T;
+    memset(o, 0, (size_t)(nj * qh * hdv) * sizeof(float));
+    const int64_t ntile = (pos_last + 1 + T - 1) / T;
     int64_t held = -1; // block currently acquired
     kvt_kv_view v = {0};
     kvt_err e;
     const int64_t tl_end = (c + 1) * ntile / C;
     for (int64_t tl = c * ntile / C; tl < tl_end; tl++) {
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
-        const int64_t pa = tl * T, pb = pa + T < pos + 1 ? pa + T : pos + 1;
+        const int64_t pa = tl * T, pb = pa + T < pos_last + 1 ? pa + T : pos_last + 1;
         const bool direct = pa / kv->block_tokens == (pb - 1) / kv->block_tokens; // tile inside one block
         for (int64_t p = pa; p < pb;) {
             const int64_t b = p / kv->block_tokens;
@@ -108,13 +124,18 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 fail(J, &e);
                 break;
             }
-            for (int32_t i = 0; i < qh; i++) {
-                const uint8_t *kb = (const uint8_t *)v.k + (i / qpg) * krow + off * v.k_stride;
-                float *si = s + (int64_t)i * T + (p - pa);
-                for (int64_t x = 0; x < cnt; x++) {
-                    float d;
-                    ops->vec_dot(hd, &d, kb + x * v.k_stride, qd + i * qrow);
-                    si[x] = d * J->p->scale;
+            for (int64_t j = 0; j < nj; j++) {
+                const int64_t pos = J->pos0 + t0 + j;
+                const int64_t cj = pos + 1 - p < cnt ? pos + 1 - p : cnt; // causal: positions <= pos
+                for (int32_t i = 0; i < qh && cj > 0; i++) {
+                    const uint8_t *kb = (const uint8_t *)v.k + (i / qpg) * krow + off * v.k_stride;
+                    const uint8_t *qj = qd + (j * qh + i) * qrow;
+                    float *si = s + (j * qh + i) * T + (p - pa);
+                    for (int64_t x = 0; x < cj; x++) {
+                        float d;
+                        ops->vec_dot(hd, &d, kb + x * v.k_stride, qj);
+                        si[x] = d * J->p->scale;
+                    }
                 }
             }
             if (!direct) {
@@ -125,43 +146,52 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             p += cnt;
         }
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
-        // merge the tile into the running (m, l, o) of every head
+        // merge the tile into the running (m, l, o) of every head of every token that attends it
         const uint8_t *vbase = direct ? (const uint8_t *)v.v + (pa - v.pos0) * v.v_stride : vt;
         const int64_t vstr = direct ? v.v_stride : vgrow;
-        const int64_t cnt = pb - pa;
-        for (int32_t i = 0; i < qh; i++) {
-            const float *si = s + (int64_t)i * T;
-            float bm = -INFINITY;
-            for (int64_t x = 0; x < cnt; x++) bm = si[x] > bm ? si[x] : bm;
-            float *oi = o + (int64_t)i * hdv;
-            float mn = bm > m[i] ? bm : m[i];
-            float corr = expf(m[i] - mn);
-            if (corr != 1.0f) {
-                l[i] *= corr;
-                kvt_vec_scale_f32(oi, corr, hdv);
+        for (int64_t j = 0; j < nj; j++) {
+            const int64_t pos = J->pos0 + t0 + j;
+            if (pos < pa) continue;
+            const int64_t cnt = (pa + T < pos + 1 ? pa + T : pos + 1) - pa;
+            for (int32_t i = 0; i < qh; i++) {
+                const int64_t ji = j * qh + i;
+                const float *si = s + ji * T;
+                float bm = -INFINITY;
+                for (int64_t x = 0; x < cnt; x++) bm = si[x] > bm ? si[x] : bm;
+                float *oi = o + ji * hdv;
+                float mn = bm > m[ji] ? bm : m[ji];
+                float corr = expf(m[ji] - mn);
+                if (corr != 1.0f) {
+                    l[ji] *= corr;
+                    kvt_vec_scale_f32(oi, corr, hdv);
+                }
+                const uint8_t *vb = vbase + (i / qpg) * vrow;
+                for (int64_t x = 0; x < cnt; x++) {
+                    float pj = expf(si[x] - mn);
+                    l[ji] += pj;
+                    kvt_vec_mad(kv->type, oi, vb + x * vstr, pj, hdv);
+                }
+                m[ji] = mn;
             }
-            const uint8_t *vb = vbase + (i / qpg) * vrow;
-            for (int64_t x = 0; x < cnt; x++) {
-                float pj = expf(si[x] - mn);
-                l[i] += pj;
-                kvt_vec_mad(kv->type, oi, vb + x * vstr, pj, hdv);
-            }
-            m[i] = mn;
         }
     }
     if (held >= 0) kv->ops->release(kv, J->seq, J->layer, g, held);
     if (atomic_load_explicit(&J->failed, memory_order_relaxed)) return;
-    for (int32_t i = 0; i < qh; i++) {
-        const int32_t h = h0 + i;
-        if (C == 1) {
-            float *dst = J->out + t * (int64_t)H * hdv + (int64_t)h * hdv;
-            float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-            for (int32_t x = 0; x < hdv; x++) dst[x] = o[(int64_t)i * hdv + x] * inv;
-        } else {
-            float *ps = J->part + ((t * H + h) * C + c) * (2 + hdv);
-            ps[0] = m[i];
-            ps[1] = l[i];
-            memcpy(ps + 2, o + (int64_t)i * hdv, (size_t)hdv * sizeof(float));
+    for (int64_t j = 0; j < nj; j++) {
+        const int64_t t = t0 + j;
+        for (int32_t i = 0; i < qh; i++) {
+            const int32_t h = h0 + i;
+            const int64_t ji = j * qh + i;
+            if (C == 1) {
+                float *dst = J->out + t * (int64_t)H * hdv + (int64_t)h * hdv;
+                float inv = l[ji] > 0.0f ? 1.0f / l[ji] : 0.0f;
+                for (int32_t x = 0; x < hdv; x++) dst[x] = o[ji * hdv + x] * inv;
+            } else {
+                float *ps = J->part + ((t * H + h) * C + c) * (2 + hdv);
+                ps[0] = m[ji];
+                ps[1] = l[ji];
+                memcpy(ps + 2, o + ji * hdv, (size_t)hdv * sizeof(float));
+            }
         }
     }
 }
@@ -199,8 +229,9 @@ kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_
     attn_job J = {.kv = kv, .seq = seq, .layer = layer, .p = p, .T = tile_of(p->tile), .q = q, .pos0 = pos0, .n = n,
                   .out = out, .scratch = scratch, .part = workspace};
     J.n_chunk = workspace ? n_chunks_for(n, nt) : 1;
+    J.n_tok = J.n_chunk == 1 ? tokens_per_task(n, nt) : 1;
     atomic_init(&J.failed, 0);
-    kvt_threadpool_run(pool, attn_task, &J, n * kv->n_group * J.n_chunk);
+    kvt_threadpool_run(pool, attn_task, &J, (n + J.n_tok - 1) / J.n_tok * kv->n_group * J.n_chunk);
     if (!atomic_load(&J.failed) && J.n_chunk > 1) kvt_threadpool_run(pool, merge_task, &J, n * p->n_head);
     if (atomic_load(&J.failed)) {
         if (err) *err = J.err;

@@ -10,9 +10,11 @@
 // The merge runs over fixed tiles of `tile` positions, independent of the KV
 // block size: a tile spanning two blocks has its V rows gathered in scratch.
 // So the floating-point operations, and the results, are bitwise the same for
-// every block size, granularity and tier set-up. When there are fewer tokens
-// than threads (decode), each token's tiles are dealt round-robin to chunks
-// attended by different threads (so they read the blocks together, in order) and the chunk states merged in a fixed order (the split
+// every block size, granularity and tier set-up. In prefill, one task attends up
+// to 64 query tokens of a group together (one task per thread), so each task
+// acquires every block once for all its tokens. In decode (fewer tokens than
+// threads) each token's tiles are split into contiguous chunks attended by
+// different threads, and the chunk states merged in a fixed order (the split
 // depends only on the token count and the thread count).
 #ifndef KVT_ATTENTION_H
 #define KVT_ATTENTION_H

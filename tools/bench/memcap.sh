@@ -3,7 +3,7 @@
 # kvtier with a small fast tier and the rest of the KV on disk, both inside the same memory cgroup.
 #
 # Usage: tools/bench/memcap.sh [MODEL.gguf]
-#   Env: CAP (memory cap, default 150M), PROMPT_BYTES (prompt size in bytes of licence text, default
+#   Env: CAP (memory cap, default 128M), PROMPT_BYTES (prompt size in bytes of licence text, default
 #        30000: about 7000 SmolLM2 tokens), N (tokens generated, 16), FAST (kvtier --kv-fast, 16M),
 #        DISK (kvtier --kv-disk dir, /tmp), LLAMA_SIMPLE (/work/peer/build/bin/llama-simple).
 # Needs root and a cgroup memory controller (v1 or v2). Prints, for each run, whether it completed,
@@ -11,12 +11,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL="${1:-$HOME/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf}"
-CAP="${CAP:-150M}" PROMPT_BYTES="${PROMPT_BYTES:-30000}" N="${N:-16}" FAST="${FAST:-16M}" DISK="${DISK:-/tmp}"
+CAP="${CAP:-128M}" PROMPT_BYTES="${PROMPT_BYTES:-30000}" N="${N:-16}" FAST="${FAST:-16M}" DISK="${DISK:-/tmp}"
 LLAMA_SIMPLE="${LLAMA_SIMPLE:-/work/peer/build/bin/llama-simple}"
 KVTIER="${KVTIER:-build/kvtier}"
 [ -x "$KVTIER" ] || make -s
 tmp="$(mktemp -d)"
-cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/GPL-2 | head -c "$PROMPT_BYTES" > "$tmp/prompt.txt"
+cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/GPL-2 > "$tmp/text.txt"
+head -c "$PROMPT_BYTES" "$tmp/text.txt" > "$tmp/prompt.txt"
 to_bytes() { numfmt --from=iec "$1"; }
 cap_b="$(to_bytes "$CAP")"
 
