@@ -2,7 +2,8 @@
 // context with the KV cache spread over tiers, against the all-in-memory run
 // (T_compute) and the time the links alone need (T_link = bytes moved per
 // token / bandwidth measured here), for the set-ups of docs/BENCHMARKS.md
-// ("KV tiers"): (a) fast 1/4 + disk, (b) fast 1/8 + host 1/8 + disk, per
+// ("KV tiers"): (a) fast 1/4 + disk, (b) fast 1/8 + host 1/8 + disk, (c) fast
+// 1/4 + host rest (a link faster than compute), per
 // eviction policy, and the granularity ablation. Prints markdown tables.
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@ static const char *k_help =
     "  --ctx N          prompt positions before decoding (default 4096)\n"
     "  -n N             decoded tokens timed (default 16)\n"
     "  --dir DIR        disk tier directory (default /tmp)\n"
-    "  --only LIST      comma list of sections: base,a,b,gran (default all)\n"
+    "  --only LIST      comma list of sections: base,a,b,c,gran (default all)\n"
     "  --policies LIST  comma list of policies (default lru,lfu,lookahead)\n"
     "  engine flags (-t, --kv-block, --kv-prefetch, ...) apply to every run\n";
 
@@ -227,17 +228,20 @@ int cmd_kvbench(int argc, char **argv) {
     if (!run_one(m, &cp, prompt, n_ctx, n_gen, &base)) return 1;
     printf("### all in memory (T_compute)\n\nTPOT %.1f ms\n\n", base.tpot_ms);
     const char *pols[3] = {"lru", "lfu", "lookahead"};
-    for (int sec = 0; sec < 2; sec++) {
-        if (!in_list(only, sec ? "b" : "a")) continue;
-        printf(sec ? "### (b) fast 1/8 + host 1/8 + disk rest (KV = 4 x (T0 + T1))\n\n"
-                   : "### (a) RAM (fast) 1/4 + disk rest\n\n");
+    static const char *const sec_name[3] = {"a", "b", "c"};
+    static const char *const sec_title[3] = {
+        "### (a) RAM (fast) 1/4 + disk rest\n\n", "### (b) fast 1/8 + host 1/8 + disk rest (KV = 4 x (T0 + T1))\n\n",
+        "### (c) fast 1/4 + host rest, no disk (the link, memcpy, is faster than compute)\n\n"};
+    for (int sec = 0; sec < 3; sec++) {
+        if (!in_list(only, sec_name[sec])) continue;
+        printf("%s", sec_title[sec]);
         header();
         for (int p = 0; p < 3; p++) {
             if (!in_list(policies, pols[p])) continue;
             kvt_context_params c = cp;
-            c.kv_fast_bytes = sec ? kv_bytes / 8 : kv_bytes / 4;
-            c.kv_host_bytes = sec ? kv_bytes / 8 : 0;
-            c.kv_disk_dir = dir;
+            c.kv_fast_bytes = sec == 1 ? kv_bytes / 8 : kv_bytes / 4;
+            c.kv_host_bytes = sec == 1 ? kv_bytes / 8 : sec == 2 ? kv_bytes : 0;
+            c.kv_disk_dir = sec == 2 ? NULL : dir;
             c.kv_evict = pols[p];
             bench_run r;
             if (!run_one(m, &c, prompt, n_ctx, n_gen, &r)) return 1;

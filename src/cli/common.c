@@ -36,7 +36,7 @@ const char *const cli_engine_help =
     "  -c, --ctx-size N     context size in tokens (default: the model's training context)\n"
     "  --kv-type f16|f32    KV cache element type (default f16, as llama.cpp)\n"
     "  --ubatch N           tokens per forward micro-batch (default 512)\n"
-    "  --kv-block N         positions per KV block (default 256)\n"
+    "  --kv-block N         positions per KV block (default 512)\n"
     "  KV tiers (any of these selects the tiered paged store; BYTES take K, M, G suffixes):\n"
     "  --plan FILE          KV budgets, granularity and block size from `kvtier plan --json -o FILE`\n"
     "  --kv-granularity layer|head|group:G  KV heads per shard (default layer)\n"

@@ -43,7 +43,7 @@ kvt_context_params kvt_context_params_default(void) {
     p.n_threads = 0;
     p.n_ubatch = 512;
     p.kv_type = KVT_TYPE_F16;
-    p.kv_block = 256;
+    p.kv_block = 512; // measured: docs/BENCHMARKS.md, "Block size"
     p.kv_prefetch = -1;
     return p;
 }
@@ -109,7 +109,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
     if (c->p.n_threads <= 0) c->p.n_threads = kvt_physical_cores();
     if (c->p.n_ubatch <= 0) c->p.n_ubatch = 512;
     if (c->p.n_ubatch > c->p.n_ctx) c->p.n_ubatch = c->p.n_ctx;
-    if (c->p.kv_block <= 0) c->p.kv_block = 256;
+    if (c->p.kv_block <= 0) c->p.kv_block = 512;
     kvt_status st = kvt_threadpool_init(c->p.n_threads, &c->pool, err);
     if (st) {
         free(c->n_past);

@@ -68,7 +68,7 @@ typedef struct {
     int64_t cursor;        // schedule key of the decode frontier (cursor_update); next uses count from it
     preader *rd;           // [n_rd] reader threads seen since the last append
     int32_t n_rd, cap_rd;
-    int32_t n_leaving_t1;  // loads copying a block out of T1 that then free its T1 slot
+    int32_t n_loading_t1;  // loads copying a block out of T1 (each then leaves a droppable T1 duplicate)
     // copy engine
     pthread_t *io;
     int n_io;
@@ -87,7 +87,7 @@ kvt_kv_paged_params kvt_kv_paged_params_default(void) {
     kvt_kv_paged_params p;
     memset(&p, 0, sizeof p);
     p.type = KVT_TYPE_F16;
-    p.block_tokens = 256;
+    p.block_tokens = 512; // measured: docs/BENCHMARKS.md, "Block size"
     p.fast_bytes = -1;
     p.disk_max = -1;
     p.evict = "lru";
@@ -209,7 +209,9 @@ static int64_t pick_victim(const kv_paged *s, int t, int64_t limit) {
         const pblock *B = &s->blk[id];
         if (B->busy || (t == T0 && B->pins > 0)) continue;
         if (limit >= 0 && next_use(s, B) <= limit) continue;
-        bool clean = B->slot[T2] >= 0 || (t == T0 && B->slot[T1] >= 0);
+        // clean: another tier holds the same data, so evicting costs no write (a T1 copy of a block that is
+        // also in T0 is a duplicate)
+        bool clean = B->slot[T2] >= 0 || (t == T0 && B->slot[T1] >= 0) || (t == T1 && B->slot[T0] >= 0);
         double sc = evict_score(s, B);
         if (best < 0 || (clean && !best_clean) || (clean == best_clean && sc > bs)) {
             best = id;
@@ -295,14 +297,37 @@ static kvt_status transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *e
 
 static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err);
 
+// A T1 copy of a block that T0 also holds (not busy): dropping it loses nothing. -1 if none.
+static int64_t t1_duplicate(const kv_paged *s) {
+    int64_t best = -1;
+    double bs = 0;
+    for (int64_t i = 0; i < s->n_res[T1]; i++) {
+        const int64_t id = s->res[T1][i];
+        const pblock *B = &s->blk[id];
+        if (B->busy || B->slot[T0] < 0) continue;
+        const double sc = evict_score(s, B);
+        if (best < 0 || sc > bs) {
+            best = id;
+            bs = sc;
+        }
+    }
+    return best;
+}
+
 // Makes tier t have a free slot. wait: block until a victim is available (else return 0 when none);
 // limit: see pick_victim. Returns 1 on room, 0 on none (no wait), -1 on error (err set).
 static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *err) {
     kvt_tier_store *T = &s->tier[t];
     while (T->n_used >= T->max_slots) {
         if (t == T1 && !s->tier[T2].present) {
-            // nothing below the host tier: only a load copying a block out of it frees a slot
-            if (s->n_leaving_t1 > 0) {
+            // nothing below the host tier: only duplicates of T0 blocks can go (free), and loads in flight
+            // out of T1 will leave such duplicates
+            const int64_t dup = t1_duplicate(s);
+            if (dup >= 0) {
+                drop_copy(s, dup, T1);
+                continue;
+            }
+            if (s->n_loading_t1 > 0) {
                 pthread_cond_wait(&s->cv, &s->mu);
                 continue;
             }
@@ -332,6 +357,10 @@ static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *er
 // Removes block id's copy from tier t (0 or 1), first moving it down if no lower tier has a copy.
 static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
     pblock *B = &s->blk[id];
+    if (t == T1 && B->slot[T0] >= 0) { // a duplicate: T0 keeps the data
+        drop_copy(s, id, T1);
+        return KVT_OK;
+    }
     B->busy = true;
     kvt_status st = KVT_OK;
     bool has_lower = false;
@@ -341,6 +370,13 @@ static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
         // demote to the host tier if the block must be kept, or if a free slot (or a worse host block) allows
         kvt_tier_store *H = &s->tier[T1];
         bool room = H->n_used < H->max_slots;
+        if (!room) { // a duplicate of a T0 block goes first: dropping it loses nothing
+            const int64_t dup = t1_duplicate(s);
+            if (dup >= 0) {
+                drop_copy(s, dup, T1);
+                room = true;
+            }
+        }
         if (!room && has_lower) {
             int64_t hv = pick_victim(s, T1, -1);
             if (hv >= 0 && s->blk[hv].slot[T2] >= 0 && evict_score(s, &s->blk[hv]) > evict_score(s, B)) {
@@ -423,7 +459,8 @@ static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool *
     kvt_status st = KVT_OK;
     *loaded = false;
     const int src = s->blk[id].slot[T1] >= 0 ? T1 : T2;
-    // without a disk copy, T0 and T1 hold a block exclusively: their budgets then add up
+    // A load from T1 keeps the T1 copy (evicting the block again is then free); without a disk tier that
+    // duplicate is dropped when T1 needs the slot, so the T0 and T1 budgets add up.
     const bool exclusive = src == T1 && s->blk[id].slot[T2] < 0;
     bool room = false;
     if (s->blk[id].slot[src] < 0) st = kvt_errorf(err, KVT_ERR_FORMAT, "KV block %lld has no copy in any tier", (long long)id);
@@ -441,18 +478,15 @@ static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool *
         const pblock *Y = &s->blk[v];
         const bool v_dirty = Y->slot[T1] < 0 && Y->slot[T2] < 0;
         const kvt_tier_store *H = &s->tier[T1];
-        if (exclusive && v_dirty && H->n_used >= H->max_slots && !s->tier[T2].present) {
+        if (exclusive && v_dirty && H->n_used >= H->max_slots && !s->tier[T2].present && t1_duplicate(s) < 0) {
             if (!(st = swap_t0_t1(s, id, v, err))) *loaded = true;
         } else if (evict(s, v, T0, err)) st = err->status;
     }
     if (!st && room) {
-        if (exclusive) s->n_leaving_t1++;
+        if (src == T1) s->n_loading_t1++;
         st = transfer(s, id, src, T0, err);
-        if (exclusive) s->n_leaving_t1--;
-        if (!st) {
-            *loaded = true;
-            if (exclusive) drop_copy(s, id, T1);
-        }
+        if (src == T1) s->n_loading_t1--;
+        if (!st) *loaded = true;
     }
     s->blk[id].busy = false;
     pthread_cond_broadcast(&s->cv);
