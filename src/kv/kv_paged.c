@@ -68,6 +68,7 @@ typedef struct {
     int64_t cursor;        // schedule key of the decode frontier (cursor_update); next uses count from it
     preader *rd;           // [n_rd] reader threads seen since the last append
     int32_t n_rd, cap_rd;
+    int64_t victim_pos[2]; // start of the next victim sample window in res[T0] / res[T1]
     int32_t n_loading_t1;  // loads copying a block out of T1 (each then leaves a droppable T1 duplicate)
     // copy engine
     pthread_t *io;
@@ -82,6 +83,7 @@ typedef struct {
 } kv_paged;
 
 enum { T0 = KVT_TIER_FAST, T1 = KVT_TIER_HOST, T2 = KVT_TIER_DISK };
+#define VICTIM_SAMPLE 256 // resident blocks examined per eviction (see pick_victim)
 
 kvt_kv_paged_params kvt_kv_paged_params_default(void) {
     kvt_kv_paged_params p;
@@ -200,18 +202,26 @@ static double evict_score(const kv_paged *s, const pblock *B) {
 // Best victim of tier t (not pinned, not busy); -1 if none. With limit >= 0, only blocks needed later than
 // `limit` schedule steps qualify (prefetch must not evict what is needed sooner than what it fetches).
 // Clean blocks (with a copy below) go first: evicting them costs no write.
-static int64_t pick_victim(const kv_paged *s, int t, int64_t limit) {
+static int64_t pick_victim(kv_paged *s, int t, int64_t limit) {
     int64_t best = -1;
     double bs = 0;
     bool best_clean = false;
-    for (int64_t i = 0; i < s->n_res[t]; i++) {
-        int64_t id = s->res[t][i];
+    // Up to VICTIM_SAMPLE resident blocks are examined: all of them when there are fewer, else a window
+    // that moves on at every call (the resident list is in no particular order, so windows sample it),
+    // as approximate LRU caches do. Exhaustive scans made each eviction O(resident blocks) under the
+    // store's mutex: with thousands of small blocks resident, eviction dominated decode.
+    const int64_t n = s->n_res[t], m = n < VICTIM_SAMPLE ? n : VICTIM_SAMPLE;
+    const int64_t start = n > m ? s->victim_pos[t] % n : 0;
+    if (n > m) s->victim_pos[t] = (start + m) % n;
+    for (int64_t k = 0; k < m; k++) {
+        int64_t id = s->res[t][(start + k) % n];
         const pblock *B = &s->blk[id];
         if (B->busy || (t == T0 && B->pins > 0)) continue;
         if (limit >= 0 && next_use(s, B) <= limit) continue;
-        // clean: another tier holds the same data, so evicting costs no write (a T1 copy of a block that is
-        // also in T0 is a duplicate)
-        bool clean = B->slot[T2] >= 0 || (t == T0 && B->slot[T1] >= 0) || (t == T1 && B->slot[T0] >= 0);
+        // clean: evicting costs no disk write (a disk copy exists, or a T1 block is a duplicate of a T0 one).
+        // In T0 a host copy does not count: evicting a block without one costs only a memcpy, and preferring
+        // host-backed blocks would evict the blocks every group shares (the prompt) first.
+        bool clean = B->slot[T2] >= 0 || (t == T1 && B->slot[T0] >= 0);
         double sc = evict_score(s, B);
         if (best < 0 || (clean && !best_clean) || (clean == best_clean && sc > bs)) {
             best = id;
