@@ -1,6 +1,7 @@
 #include "status.h"
 
 #include <stdio.h>
+#include <string.h>
 
 const char *kvt_status_str(kvt_status st) {
     switch (st) {
@@ -27,4 +28,14 @@ kvt_status kvt_errorf(kvt_err *err, kvt_status st, const char *fmt, ...) {
         err->status = st;
     }
     return st;
+}
+
+void kvt_err_prefix(kvt_err *err, const char *prefix) {
+    if (!err) return;
+    char tmp[KVT_ERR_MSG_MAX];
+    memcpy(tmp, err->msg, sizeof tmp);
+    tmp[sizeof tmp - 1] = 0;
+    // the combined message is cut at KVT_ERR_MSG_MAX - 1 bytes
+    size_t n = (size_t)snprintf(err->msg, sizeof err->msg, "%s: ", prefix);
+    if (n < sizeof err->msg) snprintf(err->msg + n, sizeof err->msg - n, "%.*s", (int)(sizeof err->msg - n - 1), tmp);
 }

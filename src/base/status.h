@@ -38,4 +38,7 @@ __attribute__((format(printf, 3, 4)))
 #endif
 kvt_status kvt_errorf(kvt_err *err, kvt_status st, const char *fmt, ...);
 
+// Prepends "prefix: " to err's message (err may be NULL), e.g. the file a parse error came from.
+void kvt_err_prefix(kvt_err *err, const char *prefix);
+
 #endif

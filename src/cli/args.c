@@ -1,5 +1,7 @@
 #include "args.h"
 
+#include "../base/file.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -102,37 +104,11 @@ bool kvt_args_unknown(kvt_args *a, const char *flag) {
 }
 
 char *kvt_read_file(const char *cmd, const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "kvtier %s: %s: %s\n", cmd, path, strerror(errno));
+    char *text;
+    kvt_err err = {0};
+    if (kvt_read_text(path, &text, len, &err)) {
+        fprintf(stderr, "kvtier %s: %s\n", cmd, err.msg);
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) break;
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        free(buf);
-        fprintf(stderr, "kvtier %s: %s: read failed\n", cmd, path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
+    return text;
 }

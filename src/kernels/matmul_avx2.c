@@ -845,17 +845,6 @@ static void q6_K_prep(int64_t n, const void *x, void *p) {
 
 INLINE __m512i ld512(const void *p) { return _mm512_loadu_si512(p); }
 
-// The 12 packed bytes of 6-bit scales/mins of a q4_K block -> sc[0..8), m[0..8).
-INLINE void k_scales_unpack(const uint8_t *p, uint8_t sc[8], uint8_t m[8]) {
-    uint32_t w[3];
-    memcpy(w, p, 12);
-    const uint32_t lo6 = 0x3f3f3f3fu, hi2 = 0x03030303u, lo4 = 0x0f0f0f0fu;
-    const uint32_t s03 = w[0] & lo6, m03 = w[1] & lo6;
-    const uint32_t s47 = (w[2] & lo4) | (((w[0] >> 6) & hi2) << 4);
-    const uint32_t m47 = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & hi2) << 4);
-    memcpy(sc, &s03, 4), memcpy(sc + 4, &s47, 4);
-    memcpy(m, &m03, 4), memcpy(m + 4, &m47, 4);
-}
 
 INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -869,7 +858,7 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
     for (int64_t b = 0; b < nb; b++) {
         const kvt_block_q4_K *xb = x + b;
         uint8_t sc[8], mn[8];
-        k_scales_unpack(xb->scales, sc, mn);
+        kvt_k_scales_unpack(xb->scales, sc, mn);
         uint64_t sc64, mn64;
         memcpy(&sc64, sc, 8), memcpy(&mn64, mn, 8);
         const __m512i scb = _mm512_broadcast_i32x4(_mm_cvtsi64_si128((long long)sc64));

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dtype.h"
 
@@ -113,6 +114,18 @@ static inline void kvt_k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t
         *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
+}
+
+// All eight at once, four bytes at a time: sc[0..8) and m[0..8) from the 12 packed bytes q.
+static inline void kvt_k_scales_unpack(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
+    uint32_t w[3];
+    memcpy(w, q, 12);
+    const uint32_t lo6 = 0x3f3f3f3fu, hi2 = 0x03030303u, lo4 = 0x0f0f0f0fu;
+    const uint32_t s03 = w[0] & lo6, m03 = w[1] & lo6;
+    const uint32_t s47 = (w[2] & lo4) | (((w[0] >> 6) & hi2) << 4);
+    const uint32_t m47 = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & hi2) << 4);
+    memcpy(sc, &s03, 4), memcpy(sc + 4, &s47, 4);
+    memcpy(m, &m03, 4), memcpy(m + 4, &m47, 4);
 }
 
 // ---- internal: per-ISA tables, provided by quant_avx2.c / quant_avx512.c ----

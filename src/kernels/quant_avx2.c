@@ -243,17 +243,6 @@ DEFINE_DISPATCH(q4_1)
 
 // ------------------------------------------------- K-quants (x q8_K activations)
 
-// Unpacks the 12 packed bytes of 6-bit scales/mins: sc[0..8) and m[0..8).
-INLINE void k_scales_unpack(const uint8_t *p, uint8_t sc[8], uint8_t m[8]) {
-    uint32_t w[3];
-    memcpy(w, p, 12);
-    const uint32_t lo6 = 0x3f3f3f3fu, hi2 = 0x03030303u, lo4 = 0x0f0f0f0fu;
-    const uint32_t s03 = w[0] & lo6, m03 = w[1] & lo6;
-    const uint32_t s47 = (w[2] & lo4) | (((w[0] >> 6) & hi2) << 4);
-    const uint32_t m47 = ((w[2] >> 4) & lo4) | (((w[1] >> 6) & hi2) << 4);
-    memcpy(sc, &s03, 4), memcpy(sc + 4, &s47, 4);
-    memcpy(m, &m03, 4), memcpy(m + 4, &m47, 4);
-}
 
 // sum_j m[j] * (bsums[2j] + bsums[2j+1]) for one q8_K block.
 INLINE int k_min_dot(const uint8_t m[8], const kvt_block_q8_K *y) {
@@ -281,7 +270,7 @@ INLINE int k_min_dot(const uint8_t m[8], const kvt_block_q8_K *y) {
         UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps(), macc[t] = 0;                     \
         for (int64_t ib = 0; ib < nb; ib++) {                                                       \
             uint8_t sc[8], mn[8];                                                                   \
-            k_scales_unpack(x[ib].scales, sc, mn);                                                  \
+            kvt_k_scales_unpack(x[ib].scales, sc, mn);                                                  \
             const float d = h2f(x[ib].d), dmin = h2f(x[ib].dmin);                                   \
             __m256i isum[NTMAX];                                                                    \
             UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();                          \

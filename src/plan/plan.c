@@ -473,15 +473,11 @@ kvt_status kvt_plan_parse(const char *text, kvt_plan *pl, kvt_err *err) {
 
 kvt_status kvt_plan_load(const char *path, kvt_plan *pl, kvt_err *err) {
     char *text;
-    kvt_status st = kvt_read_text(path, &text, err);
+    kvt_status st = kvt_read_text(path, &text, NULL, err);
     if (st) return st;
     st = kvt_plan_parse(text, pl, err);
     free(text);
-    if (st && err) {
-        char tmp[KVT_ERR_MSG_MAX];
-        snprintf(tmp, sizeof tmp, "%s", err->msg);
-        kvt_errorf(err, st, "%s: %s", path, tmp);
-    }
+    if (st) kvt_err_prefix(err, path);
     return st;
 }
 

@@ -378,46 +378,15 @@ kvt_status kvt_profile_parse(const char *text, kvt_profile *p, kvt_err *err) {
 
 kvt_status kvt_profile_load(const char *path, kvt_profile *p, kvt_err *err) {
     char *text;
-    kvt_status st = kvt_read_text(path, &text, err);
+    kvt_status st = kvt_read_text(path, &text, NULL, err);
     if (st) return st;
     st = kvt_profile_parse(text, p, err);
     free(text);
-    if (st && err) {
-        char tmp[KVT_ERR_MSG_MAX];
-        snprintf(tmp, sizeof tmp, "%s", err->msg);
-        kvt_errorf(err, st, "%s: %s", path, tmp);
-    }
+    if (st) kvt_err_prefix(err, path);
     return st;
 }
 
 // ---------------------------------------------------------------- JSON reader
-
-kvt_status kvt_read_text(const char *path, char **out, kvt_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kvt_errorf(err, KVT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (len + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + len, 1, cap - 1 - len, f);
-        if (r == 0) break;
-        len += r;
-    }
-    fclose(f);
-    if (!buf) return kvt_errorf(err, KVT_ERR_NOMEM, "%s: out of memory", path);
-    buf[len] = 0;
-    *out = buf;
-    return KVT_OK;
-}
 
 typedef struct {
     const char *s;

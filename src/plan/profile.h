@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../base/file.h"
 #include "../base/status.h"
 #include "../kernels/dtype.h"
 
@@ -101,7 +102,5 @@ void kvt_jv_free(kvt_jv *v);
 const kvt_jv *kvt_jv_get(const kvt_jv *obj, const char *key); // member or NULL
 double kvt_jv_num(const kvt_jv *obj, const char *key, double dflt);
 const char *kvt_jv_str(const kvt_jv *obj, const char *key, const char *dflt);
-// Reads a whole file (malloc'ed, NUL-terminated).
-kvt_status kvt_read_text(const char *path, char **out, kvt_err *err);
 
 #endif
