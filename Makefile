@@ -41,13 +41,17 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 CU_SRC   := $(shell find src -name '*.cu' 2>/dev/null)
 CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
+# machine code for Ampere (sm_80, also runs on sm_86), Ada (sm_89: RTX 40xx) and Hopper (sm_90),
+# plus PTX that newer devices compile at load
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
+             -gencode arch=compute_90,code=[sm_90,compute_90]
 
 .PHONY: all test run asan fuzz cuda-check clean model bench-peer
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++17 -O2 -shared -Xcompiler -fPIC,-Wall -o $@ $(CU_SRC) -lcublas
+	$(NVCC) -std=c++17 -O2 $(NVCC_ARCH) -shared -Xcompiler -fPIC,-Wall -o $@ $(CU_SRC) -lcublas
 
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)

@@ -179,6 +179,51 @@ static void test_algorithm1(void) {
                 "%s", err.msg);
 }
 
+// Groups bounded by the budget on the union of their blocks (prefix), balanced sizes that
+// still fit (balanced), and the beam schedule's per-beam capacity.
+static void test_budget_groups(void) {
+    int32_t ids[64], order[8], start[9];
+    kvt_beam_blocks beams[8];
+    int64_t bytes1[16], grow0[8] = {0};
+    for (int i = 0; i < 16; i++) bytes1[i] = 1;
+    kvt_beam_groups g = {0, order, start};
+    kvt_err err = {0};
+    // Figure 8-like tree: each beam reads 4 blocks, a family of three reads 6 together.
+    kvt_beam_blocks_from_tree(k_parent6, 11, k_leaf6, 6, ids, 64, beams, NULL);
+    kvt_status st = kvt_beam_plan_groups(KVT_BEAM_SCHED_PREFIX, beams, 6, 11, bytes1, grow0, 6, &g, &err);
+    bool prefix_ok = st == KVT_OK && g.n_groups == 2 && sizes_eq(order, 6, (int32_t[]){0, 2, 4, 1, 3, 5}, 6) && start[1] == 3;
+    int32_t order_b[8], start_b[9];
+    kvt_beam_groups gb = {0, order_b, start_b};
+    st = kvt_beam_plan_groups(KVT_BEAM_SCHED_BEAM, beams, 6, 11, bytes1, grow0, 6, &gb, &err);
+    test_result(prefix_ok && st == KVT_OK && gb.n_groups == 6 &&
+                    kvt_beam_group_bytes(beams, 11, order, 3, bytes1, NULL) == 6,
+                "beam_group: prefix groups fill the budget with shared blocks counted once",
+                "prefix %d groups (want 2 of 3), beam %d groups (want 6), st %d %s", g.n_groups, gb.n_groups, st, err.msg);
+    // Six private beams of 1 block + 1 block of growth, budget 8: prefix [4,2], balanced [3,3].
+    int32_t pid[6] = {0, 1, 2, 3, 4, 5};
+    int64_t grow1[8];
+    for (int b = 0; b < 6; b++) beams[b] = (kvt_beam_blocks){pid + b, 1}, grow1[b] = 1;
+    st = kvt_beam_plan_groups(KVT_BEAM_SCHED_PREFIX, beams, 6, 6, bytes1, grow1, 8, &g, &err);
+    bool greedy = st == KVT_OK && g.n_groups == 2 && start[1] == 4;
+    st = kvt_beam_plan_groups(KVT_BEAM_SCHED_BALANCED, beams, 6, 6, bytes1, grow1, 8, &g, &err);
+    test_result(greedy && st == KVT_OK && g.n_groups == 2 && start[1] == 3, "beam_group: balanced [3,3] where the budget packs [4,2]",
+                "st %d, %d groups, first %d", st, g.n_groups, start[1]);
+    // Beam 0 is large (4 bytes), the others 1, budget 5: prefix packs [2,4]; balanced [3,3] would put
+    // 6 bytes in the first group, so balanced takes three groups [2,2,2].
+    int64_t sizes6[6] = {4, 1, 1, 1, 1, 1};
+    st = kvt_beam_plan_groups(KVT_BEAM_SCHED_PREFIX, beams, 6, 6, sizes6, grow0, 5, &g, &err);
+    bool p2 = st == KVT_OK && g.n_groups == 2 && start[1] == 2;
+    st = kvt_beam_plan_groups(KVT_BEAM_SCHED_BALANCED, beams, 6, 6, sizes6, grow0, 5, &g, &err);
+    test_result(p2 && st == KVT_OK && g.n_groups == 3 && start[1] == 2 && start[2] == 4,
+                "beam_group: balanced adds a group while an equal split exceeds the budget", "st %d, %d groups", st, g.n_groups);
+    // A beam larger than the budget runs alone (prefix) or is an error naming both sizes (beam).
+    st = kvt_beam_plan_groups(KVT_BEAM_SCHED_PREFIX, beams, 6, 6, sizes6, grow0, 3, &g, &err);
+    bool alone = st == KVT_OK && start[1] == 1;
+    st = kvt_beam_plan_groups(KVT_BEAM_SCHED_BEAM, beams, 6, 6, sizes6, grow0, 3, &g, &err);
+    test_result(alone && st == KVT_ERR_BUDGET && strstr(err.msg, "3 bytes"), "beam_group: a beam over the budget",
+                "st %d %s", st, err.msg);
+}
+
 // Per-step predictions summed over a request equal the model (private blocks,
 // no sharing), and the prefix schedules move less once beams share the prompt.
 static void test_predict(void) {
@@ -291,6 +336,7 @@ void test_beam_group(const test_env *env) {
     test_budget_errors();
     test_sizes();
     test_algorithm1();
+    test_budget_groups();
     test_predict();
     test_cli_dm_model(env);
 }

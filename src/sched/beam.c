@@ -396,28 +396,34 @@ static void step_predict(beam_run *r, const step_view *v, int64_t budget) {
     }
 }
 
-// Groups of the step (order/start into g) for the schedule; *n_groups.
-static kvt_status step_groups(beam_run *r, const step_view *v, int64_t budget, kvt_beam_groups *g, int32_t *sizes,
-                              int32_t *cap_out, kvt_err *err) {
+// Bytes beam i of the step view writes during the step: the blocks from its partly filled last
+// one (copied on write when shared) to the one holding position len + step - 1.
+static int64_t step_grow(const beam_run *r, const bcand *c) {
+    const int64_t first = c->len / r->bt, last = (c->len + r->p->step + r->bt - 1) / r->bt;
+    return (last - first) * r->lblock_bytes;
+}
+
+// Groups of the step (order/start into g) for the schedule (kvt_beam_plan_groups).
+// grow[i]: step_grow of view beam i.
+static kvt_status step_groups(beam_run *r, const step_view *v, const int64_t *grow, int64_t budget, kvt_beam_groups *g,
+                              kvt_err *err) {
     const int32_t n = v->n_act;
     kvt_beam_sched s = r->p->schedule;
-    int32_t cap = n;
-    if (s != KVT_BEAM_SCHED_LAYERWISE && budget > 0) {
-        int64_t most = 0;
-        for (int32_t i = 0; i < n; i++) {
-            int64_t end = (v->act[i]->len + r->p->step + r->bt - 1) / r->bt * r->lblock_bytes;
-            most = end > most ? end : most;
+    if (budget <= 0) s = KVT_BEAM_SCHED_LAYERWISE; // no fast budget: one group
+    kvt_err e = {0};
+    kvt_status st = kvt_beam_plan_groups(s, v->bl, n, v->n_ids, v->block_bytes, grow, budget, g, &e);
+    if (st == KVT_ERR_BUDGET) { // one beam's KV exceeds the budget: one beam at a time
+        int32_t *sizes = malloc((size_t)n * sizeof *sizes);
+        if (!sizes) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for groups");
+        else {
+            for (int32_t i = 0; i < n; i++) sizes[i] = 1;
+            st = kvt_beam_group_in_order(n, sizes, n, g, err);
         }
-        kvt_err e = {0};
-        if (kvt_beam_capacity(budget, most, n, &cap, &e)) cap = 1; // one beam over budget: one at a time
+        free(sizes);
+    } else if (st) {
+        *err = e;
     }
-    *cap_out = cap;
-    kvt_status st = kvt_beam_group_sizes(n, cap, s == KVT_BEAM_SCHED_BALANCED, sizes, &g->n_groups, err);
-    if (st) return st;
-    if (s == KVT_BEAM_SCHED_PREFIX || s == KVT_BEAM_SCHED_BALANCED) {
-        return kvt_beam_group_prefix(v->bl, n, v->n_ids, sizes, g->n_groups, g, err);
-    }
-    return kvt_beam_group_in_order(n, sizes, g->n_groups, g, err);
+    return st;
 }
 
 static kvt_status run_step(beam_run *r, bcand **conts, int32_t n_conts, int64_t budget, batch_buf *bb, int32_t *n_groups,
@@ -432,13 +438,13 @@ static kvt_status run_step(beam_run *r, bcand **conts, int32_t n_conts, int64_t 
     }
     step_predict(r, &v, budget > 0 ? budget : INT64_MAX / 4);
     const int32_t n = v.n_act;
-    int32_t *order = malloc((size_t)n * sizeof *order), *start = malloc(((size_t)n + 1) * sizeof *start),
-            *sizes = malloc((size_t)n * sizeof *sizes);
+    int32_t *order = malloc((size_t)n * sizeof *order), *start = malloc(((size_t)n + 1) * sizeof *start);
+    int64_t *grow = malloc(((size_t)n + 1) * sizeof *grow); // [n] bytes each view beam writes this step
     bcand **mem = malloc((size_t)n * sizeof *mem);
     kvt_beam_groups g = {0, order, start};
-    int32_t cap = n;
-    if (!order || !start || !sizes || !mem) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for groups");
-    if (!st) st = step_groups(r, &v, budget, &g, sizes, &cap, err);
+    if (!order || !start || !mem || !grow) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for groups");
+    for (int32_t i = 0; !st && i < n; i++) grow[i] = step_grow(r, v.act[i]);
+    if (!st) st = step_groups(r, &v, grow, budget, &g, err);
     for (int32_t i = 0; !st && i < n; i++) mem[i] = v.act[order[i]];
     for (int32_t gi = 0; !st && gi < g.n_groups; gi++) {
         bcand **cur = mem + start[gi];
@@ -447,8 +453,9 @@ static kvt_status run_step(beam_run *r, bcand **conts, int32_t n_conts, int64_t 
         memset(&pf, 0, sizeof pf);
         if (r->p->schedule == KVT_BEAM_SCHED_BALANCED && gi + 1 < g.n_groups && budget > 0) {
             // headroom: what the current group leaves of the budget at the end of the step
-            int64_t used = 0;
-            for (int32_t i = 0; i < n_cur; i++) used += (cur[i]->len + r->p->step + r->bt - 1) / r->bt * r->lblock_bytes;
+            // (shared blocks once; order[] indexes the view, as bl[] and grow[] do)
+            int64_t used = kvt_beam_group_bytes(v.bl, v.n_ids, order + start[gi], n_cur, v.block_bytes, grow);
+            if (used < 0) used = budget;
             kvt_kv_stats ks;
             kvt_context_kv_stats(r->ctx, &ks);
             int64_t room = (budget - used) / (ks.block_bytes > 0 ? ks.block_bytes : 1);
@@ -460,7 +467,7 @@ static kvt_status run_step(beam_run *r, bcand **conts, int32_t n_conts, int64_t 
     *n_groups = g.n_groups;
     free(order);
     free(start);
-    free(sizes);
+    free(grow);
     free(mem);
     step_view_free(&v);
     return st;

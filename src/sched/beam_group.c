@@ -137,6 +137,149 @@ kvt_status kvt_beam_group_prefix(const kvt_beam_blocks *beams, int32_t n_beam, i
     return KVT_OK;
 }
 
+// Bytes of the beams order[a..b): their blocks' union plus each one's growth. in_union is
+// all-zero on entry and on return.
+static int64_t group_bytes(const kvt_beam_blocks *beams, const int32_t *order, int32_t a, int32_t b,
+                           const int64_t *block_bytes, const int64_t *grow, unsigned char *in_union) {
+    int64_t total = 0;
+    for (int32_t i = a; i < b; i++) {
+        const kvt_beam_blocks *bb = &beams[order[i]];
+        total += grow ? grow[order[i]] : 0;
+        for (int32_t j = 0; j < bb->n; j++) {
+            if (!in_union[bb->ids[j]]) total += block_bytes[bb->ids[j]];
+            in_union[bb->ids[j]] = 1;
+        }
+    }
+    for (int32_t i = a; i < b; i++) {
+        const kvt_beam_blocks *bb = &beams[order[i]];
+        for (int32_t j = 0; j < bb->n; j++) in_union[bb->ids[j]] = 0;
+    }
+    return total;
+}
+
+int64_t kvt_beam_group_bytes(const kvt_beam_blocks *beams, int32_t n_ids, const int32_t *members, int32_t n,
+                             const int64_t *block_bytes, const int64_t *grow) {
+    unsigned char *in_union = calloc((size_t)n_ids + 1, 1);
+    if (!in_union) return -1;
+    const int64_t bytes = group_bytes(beams, members, 0, n, block_bytes, grow, in_union);
+    free(in_union);
+    return bytes;
+}
+
+static kvt_status check_sizes_grow(const int64_t *block_bytes, int32_t n_ids, const int64_t *grow, int32_t n_beam,
+                                   kvt_err *err) {
+    for (int32_t i = 0; i < n_ids; i++) {
+        if (block_bytes[i] < 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "beam groups: block %d has %lld bytes", i, (long long)block_bytes[i]);
+    }
+    for (int32_t b = 0; b < n_beam; b++) {
+        if (grow[b] < 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "beam groups: beam %d grows by %lld bytes", b, (long long)grow[b]);
+    }
+    return KVT_OK;
+}
+
+kvt_status kvt_beam_group_prefix_budget(const kvt_beam_blocks *beams, int32_t n_beam, int32_t n_ids,
+                                        const int64_t *block_bytes, const int64_t *grow, int64_t budget,
+                                        kvt_beam_groups *out, kvt_err *err) {
+    if (n_beam < 1 || budget < 0) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "beam groups: need n_beam >= 1 (%d) and budget >= 0 (%lld)", n_beam, (long long)budget);
+    }
+    kvt_status st = check_blocks(beams, n_beam, n_ids, err);
+    if (st || (st = check_sizes_grow(block_bytes, n_ids, grow, n_beam, err))) return st;
+    unsigned char *in_union = calloc((size_t)n_ids + 1, 1);
+    unsigned char *used = calloc((size_t)n_beam, 1);
+    if (!in_union || !used) {
+        free(in_union);
+        free(used);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "beam groups: out of memory for %d blocks", n_ids);
+    }
+    int32_t pos = 0, g = 0;
+    out->start[0] = 0;
+    while (pos < n_beam) {
+        const int32_t first = pos;
+        int64_t bytes = 0;
+        for (;;) {
+            int32_t best = -1, best_overlap = -1;
+            int64_t best_add = 0;
+            for (int32_t b = 0; b < n_beam; b++) {
+                if (used[b]) continue;
+                int32_t overlap = 0;
+                int64_t add = grow[b];
+                for (int32_t j = 0; j < beams[b].n; j++) {
+                    overlap += in_union[beams[b].ids[j]];
+                    if (!in_union[beams[b].ids[j]]) add += block_bytes[beams[b].ids[j]];
+                }
+                if (pos == first) { // a group starts with the lowest-numbered unassigned beam
+                    best = b, best_add = add;
+                    break;
+                }
+                if (overlap > best_overlap) best = b, best_overlap = overlap, best_add = add;
+            }
+            if (best < 0 || (pos > first && bytes + best_add > budget)) break;
+            used[best] = 1;
+            out->order[pos++] = best;
+            bytes += best_add;
+            for (int32_t j = 0; j < beams[best].n; j++) in_union[beams[best].ids[j]] = 1;
+        }
+        for (int32_t i = first; i < pos; i++) {
+            const kvt_beam_blocks *bb = &beams[out->order[i]];
+            for (int32_t j = 0; j < bb->n; j++) in_union[bb->ids[j]] = 0;
+        }
+        out->start[++g] = pos;
+    }
+    out->n_groups = g;
+    free(in_union);
+    free(used);
+    return KVT_OK;
+}
+
+kvt_status kvt_beam_plan_groups(kvt_beam_sched s, const kvt_beam_blocks *beams, int32_t n_beam, int32_t n_ids,
+                                const int64_t *block_bytes, const int64_t *grow, int64_t budget,
+                                kvt_beam_groups *out, kvt_err *err) {
+    if ((unsigned)s >= KVT_BEAM_SCHED_COUNT || n_beam < 1) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "beam groups: bad schedule %d or %d beams", (int)s, n_beam);
+    }
+    kvt_status st = check_blocks(beams, n_beam, n_ids, err);
+    if (st || (st = check_sizes_grow(block_bytes, n_ids, grow, n_beam, err))) return st;
+    int32_t *sizes = calloc((size_t)n_beam, sizeof(int32_t));
+    unsigned char *in_union = calloc((size_t)n_ids + 1, 1);
+    if (!sizes || !in_union) {
+        st = kvt_errorf(err, KVT_ERR_NOMEM, "beam groups: out of memory for %d beams", n_beam);
+        goto done;
+    }
+    if (s == KVT_BEAM_SCHED_LAYERWISE) { // one group: every beam advances together
+        sizes[0] = n_beam;
+        st = kvt_beam_group_in_order(n_beam, sizes, 1, out, err);
+    } else if (s == KVT_BEAM_SCHED_BEAM) {
+        int64_t most = 0;
+        for (int32_t b = 0; b < n_beam; b++) {
+            int64_t bytes = grow[b];
+            for (int32_t j = 0; j < beams[b].n; j++) bytes += block_bytes[beams[b].ids[j]];
+            most = bytes > most ? bytes : most;
+        }
+        int32_t cap, ng;
+        if (!(st = kvt_beam_capacity(budget, most > 0 ? most : 1, n_beam, &cap, err)) &&
+            !(st = kvt_beam_group_sizes(n_beam, cap, false, sizes, &ng, err))) {
+            st = kvt_beam_group_in_order(n_beam, sizes, ng, out, err);
+        }
+    } else {
+        st = kvt_beam_group_prefix_budget(beams, n_beam, n_ids, block_bytes, grow, budget, out, err);
+        for (int32_t ng = out->n_groups; !st && s == KVT_BEAM_SCHED_BALANCED && ng <= n_beam; ng++) {
+            for (int32_t i = 0; i < ng; i++) sizes[i] = n_beam / ng + (i >= ng - n_beam % ng); // larger ones last
+            if ((st = kvt_beam_group_prefix(beams, n_beam, n_ids, sizes, ng, out, err))) break;
+            bool fits = true;
+            for (int32_t gi = 0; gi < ng && fits; gi++) {
+                const int32_t a = out->start[gi], b = out->start[gi + 1];
+                fits = b - a == 1 || group_bytes(beams, out->order, a, b, block_bytes, grow, in_union) <= budget;
+            }
+            if (fits) break;
+        }
+    }
+done:
+    free(sizes);
+    free(in_union);
+    return st;
+}
+
 kvt_status kvt_beam_blocks_from_tree(const int32_t *parent, int32_t n_nodes, const int32_t *leaf, int32_t n_beam,
                                      int32_t *ids_buf, int64_t ids_cap, kvt_beam_blocks *beams, kvt_err *err) {
     int64_t used = 0;
@@ -241,13 +384,7 @@ kvt_status kvt_beam_step_predict(kvt_beam_sched s, const kvt_beam_step_in *in, k
         st = kvt_errorf(err, KVT_ERR_NOMEM, "beam step: out of memory");
         goto done;
     }
-    // Largest beam at the end of the step and the total then.
-    int64_t beam_max = 0;
-    for (int32_t b = 0; b < in->n_beam; b++) {
-        int64_t bytes = grow;
-        for (int32_t j = 0; j < in->beams[b].n; j++) bytes += in->block_bytes[in->beams[b].ids[j]];
-        if (bytes > beam_max) beam_max = bytes;
-    }
+    // the total at the end of the step
     const int64_t kv0 = all_blocks_bytes(in, share, seen), end_total = kv0 + (int64_t)in->n_beam * grow;
     if (kv0 < 0) {
         st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "beam step: KV bytes beyond int64");
@@ -260,16 +397,18 @@ kvt_status kvt_beam_step_predict(kvt_beam_sched s, const kvt_beam_step_in *in, k
         if (out->load_bytes < 0) st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "beam step: layerwise bytes beyond int64");
         goto done;
     }
-    int32_t cap, n_groups, *sizes = scratch, *order = scratch + in->n_beam, *start = scratch + 2 * in->n_beam;
-    if ((st = kvt_beam_capacity(in->budget, beam_max, in->n_beam, &cap, err)) ||
-        (st = kvt_beam_group_sizes(in->n_beam, cap, s == KVT_BEAM_SCHED_BALANCED, sizes, &n_groups, err))) {
+    int32_t *order = scratch, *start = scratch + in->n_beam;
+    int64_t *grow_b = malloc(sizeof(int64_t) * (size_t)in->n_beam);
+    if (!grow_b) {
+        st = kvt_errorf(err, KVT_ERR_NOMEM, "beam step: out of memory");
         goto done;
     }
+    for (int32_t b = 0; b < in->n_beam; b++) grow_b[b] = grow;
     kvt_beam_groups g = {0, order, start};
-    st = s == KVT_BEAM_SCHED_BEAM ? kvt_beam_group_in_order(in->n_beam, sizes, n_groups, &g, err)
-                                  : kvt_beam_group_prefix(in->beams, in->n_beam, in->n_ids, sizes, n_groups, &g, err);
+    st = kvt_beam_plan_groups(s, in->beams, in->n_beam, in->n_ids, in->block_bytes, grow_b, in->budget, &g, err);
+    free(grow_b);
     if (!st) st = kvt_beam_groups_load_bytes(in->beams, in->n_ids, in->block_bytes, &g, share, &out->load_bytes, err);
-    out->n_groups = n_groups;
+    out->n_groups = g.n_groups;
 done:
     free(seen);
     free(scratch);

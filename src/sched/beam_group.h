@@ -10,8 +10,9 @@
 //   layerwise  every beam advances token by token; KV that does not fit is
 //              offloaded per layer and reloaded for every token (Eqs. 1-3)
 //   beam       groups of `capacity` beams in beam order run the whole step (Eqs. 4-5)
-//   prefix     groups of `capacity` beams chosen by Algorithm 1 (greedy shared prefix);
-//              a block shared inside a group is loaded once
+//   prefix     groups chosen by Algorithm 1 (greedy shared prefix), each filled until
+//              its KV, shared blocks counted once, reaches the budget; a block shared
+//              inside a group is loaded once
 //   balanced   the same number of groups as `prefix`, sizes as equal as possible
 //              ([5,5,6] not [7,7,2]), members by Algorithm 1; the headroom left
 //              by a smaller group is used to prefetch the next one
@@ -68,6 +69,34 @@ kvt_status kvt_beam_group_in_order(int32_t n_beam, const int32_t *sizes, int32_t
 // (ties: lowest beam number). sizes must sum to n_beam.
 kvt_status kvt_beam_group_prefix(const kvt_beam_blocks *beams, int32_t n_beam, int32_t n_ids, const int32_t *sizes,
                                  int32_t n_groups, kvt_beam_groups *out, kvt_err *err);
+
+// Algorithm 1 bounded by the budget, as the paper states it ("add beams that maximize
+// overlap with the group's current prefix until the memory budget is reached"): a group
+// starts with the lowest-numbered unassigned beam and takes the unassigned beam with the
+// most blocks in the group's union while the group's bytes stay within `budget`; a group's
+// bytes are the union of its blocks (each shared block once) plus grow[b] for each member
+// (the blocks beam b writes during the step). A group always holds at least one beam.
+// out->order and out->start need room for n_beam and n_beam + 1 entries.
+kvt_status kvt_beam_group_prefix_budget(const kvt_beam_blocks *beams, int32_t n_beam, int32_t n_ids,
+                                        const int64_t *block_bytes, const int64_t *grow, int64_t budget,
+                                        kvt_beam_groups *out, kvt_err *err);
+
+// Bytes of the n beams members[0..n): the union of their blocks (each once) plus grow[b]
+// for each member (grow may be NULL: no growth). -1 when out of memory.
+int64_t kvt_beam_group_bytes(const kvt_beam_blocks *beams, int32_t n_ids, const int32_t *members, int32_t n,
+                             const int64_t *block_bytes, const int64_t *grow);
+
+// The groups of schedule s (beam, prefix or balanced) for one step under `budget`:
+//   beam      kvt_beam_capacity on the largest beam at the end of the step (each beam in full,
+//             the paper's Eq. 4), groups in beam order;
+//   prefix    kvt_beam_group_prefix_budget (shared blocks counted once);
+//   balanced  the number of groups prefix needs, sizes as equal as possible, members by
+//             Algorithm 1; one more group while a balanced group would exceed the budget.
+// grow[b] as above; beam schedule's per-beam size is its blocks' bytes + grow[b].
+// KVT_ERR_BUDGET when one beam alone exceeds the budget (beam schedule), else as above.
+kvt_status kvt_beam_plan_groups(kvt_beam_sched s, const kvt_beam_blocks *beams, int32_t n_beam, int32_t n_ids,
+                                const int64_t *block_bytes, const int64_t *grow, int64_t budget,
+                                kvt_beam_groups *out, kvt_err *err);
 
 // Block lists from a prefix tree given by parent pointers: node i's parent is
 // parent[i] (-1 for a root); every node is one block and its id is its index.
