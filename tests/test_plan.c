@@ -151,7 +151,7 @@ static void test_profile_io(void) {
                     kvt_profile_parse("{\"name\":\"x\"}", &q, &err) == KVT_ERR_FORMAT,
                 "plan: malformed and incomplete profiles are rejected", "accepted");
     // a small GEMV measurement runs and gives a positive figure
-    double gf = 0, bw = kvt_profile_gemv_gbps(KVT_TYPE_Q8_0, 1 << 20, 1, 1, &gf, 8);
+    double gf = 0, bw = kvt_profile_gemv_gbps(KVT_TYPE_Q8_0, 4096, 1 << 20, 1, 1, &gf, 8);
     test_result(bw > 0 && gf > 0, "plan: GEMV/GEMM micro-benchmark", "bw %g gflops %g", bw, gf);
 }
 

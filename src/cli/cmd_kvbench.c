@@ -20,7 +20,7 @@ static const char *k_help =
     "  --ctx N          prompt positions before decoding (default 4096)\n"
     "  -n N             decoded tokens timed (default 16)\n"
     "  --dir DIR        disk tier directory (default /tmp)\n"
-    "  --only LIST      comma list of sections: base,a,b,c,gran (default all)\n"
+    "  --only LIST      comma list of sections: base,a,b,c,d,gran (default all)\n"
     "  --policies LIST  comma list of policies (default lru,lfu,lookahead)\n"
     "  engine flags (-t, --kv-block, --kv-prefetch, ...) apply to every run\n";
 
@@ -228,20 +228,28 @@ int cmd_kvbench(int argc, char **argv) {
     if (!run_one(m, &cp, prompt, n_ctx, n_gen, &base)) return 1;
     printf("### all in memory (T_compute)\n\nTPOT %.1f ms\n\n", base.tpot_ms);
     const char *pols[3] = {"lru", "lfu", "lookahead"};
-    static const char *const sec_name[3] = {"a", "b", "c"};
-    static const char *const sec_title[3] = {
-        "### (a) RAM (fast) 1/4 + disk rest\n\n", "### (b) fast 1/8 + host 1/8 + disk rest (KV = 4 x (T0 + T1))\n\n",
-        "### (c) fast 1/4 + host rest, no disk (the link, memcpy, is faster than compute)\n\n"};
-    for (int sec = 0; sec < 3; sec++) {
-        if (!in_list(only, sec_name[sec])) continue;
-        printf("%s", sec_title[sec]);
+    // set-ups: fast and host budgets in eighths of the KV (host 0: no host tier), disk for the rest
+    static const struct {
+        const char *name, *title;
+        int fast8, host8;
+        bool disk;
+    } secs[] = {
+        {"a", "### (a) RAM (fast) 1/4 + disk rest\n\n", 2, 0, true},
+        {"b", "### (b) fast 1/8 + host 1/8 + disk rest (KV = 4 x (T0 + T1))\n\n", 1, 1, true},
+        {"c", "### (c) fast 1/4 + host rest, no disk (the link, memcpy, is faster than compute)\n\n", 2, 8, false},
+        {"d", "### (d) RAM (fast) 7/8 + disk rest (the disk link is faster than compute when a policy reads only the rest)\n\n", 7, 0,
+         true},
+    };
+    for (size_t sec = 0; sec < sizeof secs / sizeof secs[0]; sec++) {
+        if (!in_list(only, secs[sec].name)) continue;
+        printf("%s", secs[sec].title);
         header();
         for (int p = 0; p < 3; p++) {
             if (!in_list(policies, pols[p])) continue;
             kvt_context_params c = cp;
-            c.kv_fast_bytes = sec == 1 ? kv_bytes / 8 : kv_bytes / 4;
-            c.kv_host_bytes = sec == 1 ? kv_bytes / 8 : sec == 2 ? kv_bytes : 0;
-            c.kv_disk_dir = sec == 2 ? NULL : dir;
+            c.kv_fast_bytes = kv_bytes / 8 * secs[sec].fast8;
+            c.kv_host_bytes = kv_bytes / 8 * secs[sec].host8;
+            c.kv_disk_dir = secs[sec].disk ? dir : NULL;
             c.kv_evict = pols[p];
             bench_run r;
             if (!run_one(m, &c, prompt, n_ctx, n_gen, &r)) return 1;

@@ -163,10 +163,14 @@ kvt_device kvt_device_cpu(const kvt_profile *p) {
     d.mem_gbps = p->cpu_read_gbps;
     for (int t = 0; t < KVT_TYPE_COUNT; t++) {
         d.gemv_gbps[t] = p->cpu_gemv_gbps[t];
+        d.gemv_gbps_w[0][t] = p->cpu_gemv_gbps_1024[t];
+        d.gemv_gbps_w[1][t] = p->cpu_gemv_gbps_2048[t];
         d.prefill_gflops[t] = p->cpu_gemm_gflops[t];
         if (p->cpu_gemm_gflops[t] > d.prefill_gflops_any) d.prefill_gflops_any = p->cpu_gemm_gflops[t];
     }
-    d.attn_gflops = p->cpu_gemm_gflops[KVT_TYPE_F16] > 0 ? p->cpu_gemm_gflops[KVT_TYPE_F16] : 0;
+    // attention: our kernel's measured rate; profiles without it (hand-written) fall back to the f16 GEMM rate
+    d.attn_gflops = p->cpu_attn_gflops > 0 ? p->cpu_attn_gflops : p->cpu_gemm_gflops[KVT_TYPE_F16] > 0 ? p->cpu_gemm_gflops[KVT_TYPE_F16] : 0;
+    d.attn_prefill_gflops = p->cpu_attn_prefill_gflops > 0 ? p->cpu_attn_prefill_gflops : d.attn_gflops;
     d.l3_bytes = p->l3_bytes;
     d.l3_gbps = kvt_profile_l3_gbps(p);
     d.block_overhead_ms = p->cpu_block_overhead_ms;
@@ -181,13 +185,20 @@ kvt_device kvt_device_gpu(const kvt_profile *p) {
     d.mem_gbps = p->gpu_mem_gbps;
     d.prefill_gflops_any = p->gpu_gemm_gflops;
     d.attn_gflops = p->gpu_gemm_gflops;
+    d.attn_prefill_gflops = p->gpu_gemm_gflops;
     d.block_overhead_ms = p->gpu_block_overhead_ms;
     d.eta_m = d.eta_c = 1.0;
     return d;
 }
 
-static double part_gbps(const kvt_device *d, kvt_type t) {
-    double bw = (int)t < KVT_TYPE_COUNT && d->gemv_gbps[t] > 0 ? d->gemv_gbps[t] : d->mem_gbps;
+// GEMV bandwidth for weights of type t whose rows are `width` wide: the measured width nearest to it
+// (1024, 2048 or 4096, by ratio), else the 4096 figure, else the DRAM read figure.
+static double part_gbps(const kvt_device *d, kvt_type t, int64_t width) {
+    if ((int)t >= KVT_TYPE_COUNT) return d->mem_gbps * d->eta_m;
+    double bw = d->gemv_gbps[t];
+    if (width > 0 && width < 1448 && d->gemv_gbps_w[0][t] > 0) bw = d->gemv_gbps_w[0][t];
+    else if (width >= 1448 && width < 2896 && d->gemv_gbps_w[1][t] > 0) bw = d->gemv_gbps_w[1][t];
+    if (bw <= 0) bw = d->mem_gbps;
     return bw * d->eta_m;
 }
 
@@ -206,7 +217,7 @@ double kvt_stage_decode_ms(const kvt_costs *c, int u0, int u1, const kvt_device 
         for (int k = 0; k < u->n_parts; k++) {
             const kvt_unit_part *p = &u->parts[k];
             // Eq. 4.10: weights are read once per step for all B sequences (the embedding reads B rows)
-            mem += (double)p->bytes * (u->kind == KVT_UNIT_EMBED ? (double)B : 1.0) / part_gbps(d, p->type);
+            mem += (double)p->bytes * (u->kind == KVT_UNIT_EMBED ? (double)B : 1.0) / part_gbps(d, p->type, c->hp.n_embd);
             double pf = part_gflops(d, p->type);
             if (pf > 0) comp += 2.0 * (double)p->macs * (double)B / pf;
         }
@@ -231,7 +242,7 @@ double kvt_stage_prefill_ms(const kvt_costs *c, int u0, int u1, const kvt_device
         double mem = 0, comp = 0;
         for (int k = 0; k < u->n_parts; k++) {
             const kvt_unit_part *p = &u->parts[k];
-            mem += (double)p->bytes * (u->kind == KVT_UNIT_EMBED ? (double)n_tok : 1.0) / part_gbps(d, p->type);
+            mem += (double)p->bytes * (u->kind == KVT_UNIT_EMBED ? (double)n_tok : 1.0) / part_gbps(d, p->type, c->hp.n_embd);
             double pf = part_gflops(d, p->type);
             if (pf > 0) comp += 2.0 * (double)p->macs * (double)n_tok / pf;
         }
@@ -239,7 +250,7 @@ double kvt_stage_prefill_ms(const kvt_costs *c, int u0, int u1, const kvt_device
         // causal attention over the prompt: token i attends to i+1 positions
         f_attn += (double)u->attn_flops_per_tok * (double)n_tok * (double)(n_tok + 1) / 2.0;
     }
-    if (d->attn_gflops > 0) t += f_attn / (d->attn_gflops * d->eta_c) / 1e6;
+    if (d->attn_prefill_gflops > 0) t += f_attn / (d->attn_prefill_gflops * d->eta_c) / 1e6;
     return t;
 }
 

@@ -64,10 +64,12 @@ int64_t kvt_unit_read_bytes(const kvt_unit *u); // W_param
 typedef struct {
     bool gpu;
     double mem_gbps;                         // M
-    double gemv_gbps[KVT_TYPE_COUNT];        // achieved weight bandwidth per type (0: M)
+    double gemv_gbps[KVT_TYPE_COUNT];        // achieved weight bandwidth per type, 4096-wide rows (0: M)
+    double gemv_gbps_w[2][KVT_TYPE_COUNT];   // the same for rows of 1024 and 2048 (0: use gemv_gbps)
     double prefill_gflops[KVT_TYPE_COUNT];   // P_pre per weight type (0: use prefill_gflops_any)
     double prefill_gflops_any;               // P_pre fallback (0: no compute ceiling)
-    double attn_gflops;                      // compute ceiling of attention (0: none)
+    double attn_gflops;                      // attention FLOP/s in decode (0: no compute ceiling)
+    double attn_prefill_gflops;              // attention FLOP/s over a causal prompt (prefill)
     int64_t l3_bytes;                        // C_L3 (0: no cache blend)
     double l3_gbps;                          // B_L3
     double block_overhead_ms;                // delta per partition unit (helm §6.4.4)

@@ -28,8 +28,12 @@ typedef struct {
     double cpu_read_gbps;                  // M: sustained multithreaded DRAM read bandwidth
     int64_t l3_bytes;                      // C_L3 (0 unknown)
     double l3_read_gbps;                   // B_L3 (0: 3 x cpu_read_gbps, helm.txt §4.1.2)
-    double cpu_gemv_gbps[KVT_TYPE_COUNT];  // achieved weight bytes/s of our GEMV per weight type (0 unmeasured)
+    double cpu_gemv_gbps[KVT_TYPE_COUNT];  // achieved weight bytes/s of our GEMV per weight type, 4096-wide rows (0 unmeasured)
+    double cpu_gemv_gbps_1024[KVT_TYPE_COUNT]; // the same with 1024-wide rows (0: unmeasured, use the 4096 figure)
+    double cpu_gemv_gbps_2048[KVT_TYPE_COUNT]; // the same with 2048-wide rows
     double cpu_gemm_gflops[KVT_TYPE_COUNT];// achieved FLOP/s of our GEMM at n_tok = 128 per weight type
+    double cpu_attn_gflops;                // achieved FLOP/s of our attention, one token over 2048 positions (decode)
+    double cpu_attn_prefill_gflops;        // the same for a 128-token causal prompt (prefill)
     double cpu_block_overhead_ms;          // delta: fixed cost per transformer block per token (helm §6.4.4)
     int64_t ram_bytes;                     // host DRAM size
     int64_t ram_reserved_bytes;            // kept free for the OS and other programs
@@ -67,7 +71,14 @@ int64_t kvt_profile_l3_bytes(void);                         // from sysfs; 0 if 
 int64_t kvt_profile_ram_bytes(void);                        // physical memory
 // GEMV bytes/s of kvt_matmul_rows for weight type t over `bytes` of weights (n_tok = 1);
 // GEMM FLOP/s at n_tok tokens (gflops may be NULL). 0 if t cannot be computed.
-double kvt_profile_gemv_gbps(kvt_type t, int64_t bytes, int n_threads, int reps, double *gemm_gflops, int gemm_tok);
+// Measures cpu_attn_gflops and cpu_attn_prefill_gflops (src/plan/profile_attn.c): kvt_attention on
+// an F16 contiguous cache, 16 query heads over 4 KV heads of 64; FLOPs = 4 x heads x head_dim per
+// attended position. Best of at least reps runs and 0.2 s.
+kvt_status kvt_profile_attn(int n_threads, int reps, kvt_profile *p, kvt_err *err);
+// GEMV bandwidth of type t over rows of `width` inputs (a multiple of 256) in a buffer of about `bytes`;
+// with gemm_gflops, also the GEMM rate at gemm_tok tokens on min(rows, 4096) rows.
+double kvt_profile_gemv_gbps(kvt_type t, int64_t width, int64_t bytes, int n_threads, int reps, double *gemm_gflops,
+                             int gemm_tok);
 kvt_status kvt_profile_disk(const char *dir, int64_t bytes, kvt_profile *p, kvt_err *err);
 // GPU figures of CUDA device `device` through the CUDA probe (build/libkvtier-cuda.so, loaded with dlopen:
 // $KVT_CUDA_LIB or beside the executable). KVT_ERR_UNSUPPORTED with the reason when the probe or a

@@ -51,10 +51,11 @@ kvt_status kvt_profile_gpu(int device, bool quick, kvt_profile *p, kvt_err *err)
     p->has_gpu = true;
     snprintf(p->gpu_name, sizeof p->gpu_name, "%s", r.name);
     p->vram_bytes = r.vram_bytes;
-    // what the CUDA context and runtime already hold, plus a margin for prefill activations (helm.txt
-    // reserves about 1 GB of the RTX 4060's 8 GB)
+    // what the CUDA context and runtime already hold, plus 1 GiB for activations and workspaces
+    // (helm.txt reserves about 1 GB of the RTX 4060's 8 GB); a constant, so that `plan --vram`
+    // on a smaller card keeps the same reserve
     int64_t reserved = r.vram_bytes - r.vram_free_bytes;
-    reserved += r.vram_bytes / 16;
+    reserved += (int64_t)1 << 30;
     p->vram_reserved_bytes = reserved;
     p->gpu_mem_gbps = r.mem_gbps;
     p->gpu_gemm_gflops = r.gemm_gflops;
