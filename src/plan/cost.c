@@ -166,6 +166,8 @@ kvt_device kvt_device_cpu(const kvt_profile *p) {
         d.gemv_gbps_w[0][t] = p->cpu_gemv_gbps_1024[t];
         d.gemv_gbps_w[1][t] = p->cpu_gemv_gbps_2048[t];
         d.prefill_gflops[t] = p->cpu_gemm_gflops[t];
+        d.prefill_gflops_w[0][t] = p->cpu_gemm_gflops_1024[t];
+        d.prefill_gflops_w[1][t] = p->cpu_gemm_gflops_2048[t];
         if (p->cpu_gemm_gflops[t] > d.prefill_gflops_any) d.prefill_gflops_any = p->cpu_gemm_gflops[t];
     }
     // attention: our kernel's measured rate; profiles without it (hand-written) fall back to the f16 GEMM rate
@@ -202,8 +204,13 @@ static double part_gbps(const kvt_device *d, kvt_type t, int64_t width) {
     return bw * d->eta_m;
 }
 
-static double part_gflops(const kvt_device *d, kvt_type t) {
+// GEMM rate for weights of type t in a model `width` wide, chosen as part_gbps chooses.
+static double part_gflops(const kvt_device *d, kvt_type t, int64_t width) {
     double f = (int)t < KVT_TYPE_COUNT && d->prefill_gflops[t] > 0 ? d->prefill_gflops[t] : d->prefill_gflops_any;
+    if ((int)t < KVT_TYPE_COUNT) {
+        if (width > 0 && width < 1448 && d->prefill_gflops_w[0][t] > 0) f = d->prefill_gflops_w[0][t];
+        else if (width >= 1448 && width < 2896 && d->prefill_gflops_w[1][t] > 0) f = d->prefill_gflops_w[1][t];
+    }
     return f * d->eta_c;
 }
 
@@ -218,7 +225,7 @@ double kvt_stage_decode_ms(const kvt_costs *c, int u0, int u1, const kvt_device 
             const kvt_unit_part *p = &u->parts[k];
             // Eq. 4.10: weights are read once per step for all B sequences (the embedding reads B rows)
             mem += (double)p->bytes * (u->kind == KVT_UNIT_EMBED ? (double)B : 1.0) / part_gbps(d, p->type, c->hp.n_embd);
-            double pf = part_gflops(d, p->type);
+            double pf = part_gflops(d, p->type, c->hp.n_embd);
             if (pf > 0) comp += 2.0 * (double)p->macs * (double)B / pf;
         }
         t += max2(mem, comp) / 1e6; // bytes / (GB/s) = ns -> ms
@@ -243,8 +250,10 @@ double kvt_stage_prefill_ms(const kvt_costs *c, int u0, int u1, const kvt_device
         for (int k = 0; k < u->n_parts; k++) {
             const kvt_unit_part *p = &u->parts[k];
             mem += (double)p->bytes * (u->kind == KVT_UNIT_EMBED ? (double)n_tok : 1.0) / part_gbps(d, p->type, c->hp.n_embd);
-            double pf = part_gflops(d, p->type);
-            if (pf > 0) comp += 2.0 * (double)p->macs * (double)n_tok / pf;
+            double pf = part_gflops(d, p->type, c->hp.n_embd);
+            // the output projection runs for the last prompt token only (its logits start decoding)
+            const double toks = u->kind == KVT_UNIT_OUTPUT ? 1.0 : (double)n_tok;
+            if (pf > 0) comp += 2.0 * (double)p->macs * toks / pf;
         }
         t += max2(mem, comp) / 1e6;
         // causal attention over the prompt: token i attends to i+1 positions

@@ -67,6 +67,7 @@ typedef struct {
     double gemv_gbps[KVT_TYPE_COUNT];        // achieved weight bandwidth per type, 4096-wide rows (0: M)
     double gemv_gbps_w[2][KVT_TYPE_COUNT];   // the same for rows of 1024 and 2048 (0: use gemv_gbps)
     double prefill_gflops[KVT_TYPE_COUNT];   // P_pre per weight type (0: use prefill_gflops_any)
+    double prefill_gflops_w[2][KVT_TYPE_COUNT]; // the same for 1024- and 2048-wide models (0: use prefill_gflops)
     double prefill_gflops_any;               // P_pre fallback (0: no compute ceiling)
     double attn_gflops;                      // attention FLOP/s in decode (0: no compute ceiling)
     double attn_prefill_gflops;              // attention FLOP/s over a causal prompt (prefill)

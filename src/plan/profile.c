@@ -136,8 +136,10 @@ double kvt_profile_gemv_gbps(kvt_type t, int64_t width, int64_t bytes, int n_thr
     qsort(bws, (size_t)n_bw, sizeof bws[0], cmp_double);
     best = n_bw ? bws[n_bw / 2] : 0;
     if (gemm_gflops && tok > 1) {
-        // GEMM: a (tok, n) x (n, m) product with m = min(rows, 4096) output rows.
-        w.rows = rows < 4096 ? rows : 4096;
+        // GEMM: a (tok, n) x (n, m) product with m = min(rows, max(4096, 2n)) output rows (narrower models
+        // have smaller matrices, about 2n rows on average over attention and FFN projections)
+        const int64_t m_out = n >= 2048 ? 4096 : 2 * n;
+        w.rows = rows < m_out ? rows : m_out;
         kvt_matmul_par(pool, &wp, &yp, 1, xf, tok, scratch); // warm-up (panels, scratch)
         double gbest = 0;
         t_start = kvt_time_ns();
@@ -255,12 +257,13 @@ kvt_status kvt_profile_measure(const kvt_profile_opts *o, kvt_profile *p, kvt_er
         p->cpu_gemv_gbps[t] = kvt_profile_gemv_gbps(t, 4096, big, nt, reps, &gf, 128);
         p->cpu_gemm_gflops[t] = gf;
         if (!o->quick) { // narrower rows, as in small models: the kernels reach other rates there
-            p->cpu_gemv_gbps_1024[t] = kvt_profile_gemv_gbps(t, 1024, big, nt, reps, NULL, 1);
-            p->cpu_gemv_gbps_2048[t] = kvt_profile_gemv_gbps(t, 2048, big, nt, reps, NULL, 1);
+            p->cpu_gemv_gbps_1024[t] = kvt_profile_gemv_gbps(t, 1024, big, nt, reps, &p->cpu_gemm_gflops_1024[t], 128);
+            p->cpu_gemv_gbps_2048[t] = kvt_profile_gemv_gbps(t, 2048, big, nt, reps, &p->cpu_gemm_gflops_2048[t], 128);
         }
         if (o->log) {
-            fprintf(o->log, "cpu: %-5s GEMV %.1f GB/s (rows of 1024 / 2048: %.1f / %.1f), GEMM(n_tok=128) %.1f GFLOP/s\n",
-                    kvt_type_name(t), p->cpu_gemv_gbps[t], p->cpu_gemv_gbps_1024[t], p->cpu_gemv_gbps_2048[t], gf);
+            fprintf(o->log, "cpu: %-5s GEMV %.1f GB/s (rows of 1024 / 2048: %.1f / %.1f), GEMM(n_tok=128) %.1f GFLOP/s (%.1f / %.1f)\n",
+                    kvt_type_name(t), p->cpu_gemv_gbps[t], p->cpu_gemv_gbps_1024[t], p->cpu_gemv_gbps_2048[t], gf,
+                    p->cpu_gemm_gflops_1024[t], p->cpu_gemm_gflops_2048[t]);
         }
     }
     if ((st = kvt_profile_attn(nt, reps, p, err))) return st;
@@ -314,6 +317,8 @@ void kvt_profile_write(const kvt_profile *p, FILE *f) {
     type_map(&j, "cpu_gemv_gbps_1024", p->cpu_gemv_gbps_1024);
     type_map(&j, "cpu_gemv_gbps_2048", p->cpu_gemv_gbps_2048);
     type_map(&j, "cpu_gemm_gflops", p->cpu_gemm_gflops);
+    type_map(&j, "cpu_gemm_gflops_1024", p->cpu_gemm_gflops_1024);
+    type_map(&j, "cpu_gemm_gflops_2048", p->cpu_gemm_gflops_2048);
     kv_pos(&j, "cpu_attn_gflops", p->cpu_attn_gflops);
     kv_pos(&j, "cpu_attn_prefill_gflops", p->cpu_attn_prefill_gflops);
     kvt_json_kv_num(&j, "cpu_block_overhead_ms", p->cpu_block_overhead_ms);
@@ -379,6 +384,8 @@ kvt_status kvt_profile_parse(const char *text, kvt_profile *p, kvt_err *err) {
     type_map_read(&root, "cpu_gemv_gbps_1024", p->cpu_gemv_gbps_1024);
     type_map_read(&root, "cpu_gemv_gbps_2048", p->cpu_gemv_gbps_2048);
     type_map_read(&root, "cpu_gemm_gflops", p->cpu_gemm_gflops);
+    type_map_read(&root, "cpu_gemm_gflops_1024", p->cpu_gemm_gflops_1024);
+    type_map_read(&root, "cpu_gemm_gflops_2048", p->cpu_gemm_gflops_2048);
     p->cpu_attn_gflops = kvt_jv_num(&root, "cpu_attn_gflops", 0);
     p->cpu_attn_prefill_gflops = kvt_jv_num(&root, "cpu_attn_prefill_gflops", 0);
     p->cpu_block_overhead_ms = kvt_jv_num(&root, "cpu_block_overhead_ms", 0);

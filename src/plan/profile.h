@@ -32,6 +32,8 @@ typedef struct {
     double cpu_gemv_gbps_1024[KVT_TYPE_COUNT]; // the same with 1024-wide rows (0: unmeasured, use the 4096 figure)
     double cpu_gemv_gbps_2048[KVT_TYPE_COUNT]; // the same with 2048-wide rows
     double cpu_gemm_gflops[KVT_TYPE_COUNT];// achieved FLOP/s of our GEMM at n_tok = 128 per weight type
+    double cpu_gemm_gflops_1024[KVT_TYPE_COUNT]; // GEMM with 1024 inputs x 2048 outputs (0: use cpu_gemm_gflops)
+    double cpu_gemm_gflops_2048[KVT_TYPE_COUNT]; // GEMM with 2048 inputs x 4096 outputs
     double cpu_attn_gflops;                // achieved FLOP/s of our attention, one token over 2048 positions (decode)
     double cpu_attn_prefill_gflops;        // the same for a 128-token causal prompt (prefill)
     double cpu_block_overhead_ms;          // delta: fixed cost per transformer block per token (helm §6.4.4)
