@@ -338,6 +338,28 @@ static void test_vec_mad(void) {
     CHECK("vec_mad_f16_f32", bad == 0, "%d elements differ", bad);
 }
 
+// kvt_vec_mad_rows: bitwise equal to the row-by-row kvt_vec_mad it replaces, for both element types,
+// widths around the 64-column register block and strides wider than a row.
+static void test_vec_mad_rows(void) {
+    enum { R = 33, N = 136, S = N + 8 };
+    int bad = 0;
+    for (int f16 = 0; f16 <= 1; f16++)
+        for (int64_t n = 1; n <= N; n += (n < 70 ? 1 : 13)) {
+            static float xf[R * S], y[N], y0[N], sw[R];
+            static uint16_t xh[R * S];
+            for (int64_t i = 0; i < R * S; i++) xf[i] = rnd_normal(), xh[i] = kvt_f32_to_f16(xf[i]);
+            for (int64_t i = 0; i < n; i++) y[i] = y0[i] = rnd_normal();
+            for (int r = 0; r < R; r++) sw[r] = fabsf(rnd_normal());
+            const kvt_type t = f16 ? KVT_TYPE_F16 : KVT_TYPE_F32;
+            const void *x = f16 ? (const void *)xh : (const void *)xf;
+            const int64_t stride = S * (f16 ? 2 : 4);
+            kvt_vec_mad_rows(t, y, x, stride, sw, R, n);
+            for (int r = 0; r < R; r++) kvt_vec_mad(t, y0, (const char *)x + r * stride, sw[r], n);
+            for (int64_t i = 0; i < n; i++) bad += memcmp(&y[i], &y0[i], sizeof y[i]) != 0;
+        }
+    CHECK("vec_mad_rows_bitwise", bad == 0, "%d elements differ from row-by-row kvt_vec_mad", bad);
+}
+
 int test_kernels_main(void) {
     g_fail = 0;
     printf("# kernels isa: %s\n", kvt_isa_name(kvt_kernels_isa()));
@@ -369,6 +391,7 @@ int test_kernels_main(void) {
         for (int64_t nt = 1; nt <= 33; nt++) test_matmul(t, n, 41, nt, nt % 5, 41 - nt % 7);
     }
     test_vec_mad();
+    test_vec_mad_rows();
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_0) == NULL &&
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,
           "unsupported types must give NULL");

@@ -155,7 +155,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             const int64_t cnt = (pa + T < pos + 1 ? pa + T : pos + 1) - pa;
             for (int32_t i = 0; i < qh; i++) {
                 const int64_t ji = j * qh + i;
-                const float *si = s + ji * T;
+                float *si = s + ji * T;
                 float bm = -INFINITY;
                 for (int64_t x = 0; x < cnt; x++) bm = si[x] > bm ? si[x] : bm;
                 float *oi = o + ji * hdv;
@@ -166,11 +166,11 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                     kvt_vec_scale_f32(oi, corr, hdv);
                 }
                 const uint8_t *vb = vbase + (i / qpg) * vrow;
-                for (int64_t x = 0; x < cnt; x++) {
-                    float pj = expf(si[x] - mn);
-                    l[ji] += pj;
-                    kvt_vec_mad(kv->type, oi, vb + x * vstr, pj, hdv);
+                for (int64_t x = 0; x < cnt; x++) { // scores -> weights, in place
+                    si[x] = expf(si[x] - mn);
+                    l[ji] += si[x];
                 }
+                kvt_vec_mad_rows(kv->type, oi, vb, vstr, si, cnt, hdv);
                 m[ji] = mn;
             }
         }

@@ -135,5 +135,7 @@ void kvt_f16_to_f32_row_avx2(const uint16_t *src, float *dst, int64_t n);
 void kvt_f32_to_f16_row_avx2(const float *src, uint16_t *dst, int64_t n);
 // y[i] += s * x[i], x f16 (f16 != 0) or f32; for kvt_vec_mad
 void kvt_vec_mad_avx2(int f16, float *y, const void *x, float s, int64_t n);
+// for kvt_vec_mad_rows
+void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n);
 
 #endif

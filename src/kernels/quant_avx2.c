@@ -480,6 +480,32 @@ void kvt_vec_mad_avx2(int f16, float *y, const void *x, float s, int64_t n) {
     }
 }
 
+// y[k] += s[r] * x_r[k] for rows r = 0..n_rows-1 in order: the same FMAs, in the same order per element,
+// as n_rows calls of kvt_vec_mad_avx2, with y held in registers 64 columns at a time.
+void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n) {
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m256 acc[8];
+        UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm256_loadu_ps(y + i + 8 * k);
+        for (int64_t r = 0; r < n_rows; r++) {
+            const __m256 sv = _mm256_set1_ps(s[r]);
+            const char *row = (const char *)x + r * stride;
+            if (f16) {
+                const uint16_t *h = (const uint16_t *)row + i;
+                UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(loadu128(h + 8 * k)), sv, acc[k]);
+            } else {
+                const float *f = (const float *)row + i;
+                UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(f + 8 * k), sv, acc[k]);
+            }
+        }
+        UNROLL for (int k = 0; k < 8; k++) _mm256_storeu_ps(y + i + 8 * k, acc[k]);
+    }
+    if (i < n) { // columns past the last multiple of 64: row by row, as kvt_vec_mad_avx2 does them
+        const size_t es = f16 ? 2 : 4;
+        for (int64_t r = 0; r < n_rows; r++) kvt_vec_mad_avx2(f16, y + i, (const char *)x + r * stride + i * es, s[r], n - i);
+    }
+}
+
 void kvt_f32_to_f16_row_avx2(const float *src, uint16_t *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)

@@ -24,6 +24,14 @@ void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n) {
     }
 }
 
+void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n) {
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
+        kvt_vec_mad_rows_avx2(t == KVT_TYPE_F16, y, x, stride, s, n_rows, n);
+        return;
+    }
+    for (int64_t r = 0; r < n_rows; r++) kvt_vec_mad(t, y, (const char *)x + r * stride, s[r], n);
+}
+
 void kvt_vec_add_f32(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }

@@ -10,6 +10,10 @@
 void kvt_vec_scale_f32(float *y, float s, int64_t n);
 // y[i] += s * x[i], x of type t (F32 or F16): accumulates a V row
 void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n);
+// y[k] += s[r] * x_r[k] over rows r = 0..n_rows-1 in order, x_r = (const char *)x + r * stride bytes,
+// of type t (F32 or F16): the attention's V accumulation for a tile of positions. The result is
+// bitwise that of n_rows calls of kvt_vec_mad.
+void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n);
 // y[i] += x[i]
 void kvt_vec_add_f32(float *y, const float *x, int64_t n);
 // y = x / rms(x) * w  (w may be NULL: no weight); sum of squares in double, as llama.cpp
