@@ -183,22 +183,80 @@ static void matmul(kvt_context *c, const kvt_weight *w, const float *x, int64_t 
     kvt_matmul_par(c->pool, &w, &y, 1, x, n, c->qact);
 }
 
-static void add_bias(float *y, const float *b, int64_t n, int64_t width) {
-    if (!b) return;
-    for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(y + t * width, b, width);
-}
-
-// Per-head RMS norm (qwen3) then rope, for n tokens of `heads` heads.
-static void qk_finish(kvt_context *c, float *x, int64_t n, int32_t heads, const float *norm) {
+// Per-head RMS norm (qwen3) then rope, for one token's `heads` heads at x; cs = the token's rope table.
+static void qk_finish(const kvt_context *c, float *x, const float *cs, int32_t heads, const float *norm) {
     const kvt_hparams *hp = &c->m->hp;
     kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
                           c->m->rope_freqs};
-    for (int64_t t = 0; t < n; t++) {
-        for (int32_t h = 0; h < heads; h++) {
-            float *xh = x + (t * heads + h) * (int64_t)hp->head_dim;
-            if (norm) kvt_rmsnorm_f32(xh, xh, norm, hp->head_dim, hp->rms_eps);
-            kvt_rope_apply(&rp, c->rope_cs + t * hp->n_rot, xh);
+    for (int32_t h = 0; h < heads; h++) {
+        float *xh = x + (int64_t)h * hp->head_dim;
+        if (norm) kvt_rmsnorm_f32(xh, xh, norm, hp->head_dim, hp->rms_eps);
+        kvt_rope_apply(&rp, cs, xh);
+    }
+}
+
+// The element-wise work between the matmuls of a layer. Each token's rows are independent of the
+// others', so a micro-batch splits them over the pool by token ranges (SwiGLU by element ranges,
+// which also splits a single token's wide FFN row); each element sees the same operations in the
+// same order as on one thread, so the result is bitwise that of a serial loop.
+enum {
+    EW_ADD = 1,    // x += tmp                                  (residual)
+    EW_NORM = 2,   // xn = rmsnorm(x) * norm                    (pre-norm of the next matmul)
+    EW_QK = 4,     // q, k, v += biases; q, k: per-head norm, rope
+    EW_SWIGLU = 8, // gate = silu(gate) * up                    (alone: splits by elements)
+};
+typedef struct {
+    kvt_context *c;
+    const kvt_layer *L; // biases, q/k norms (EW_QK)
+    const float *norm;  // [n_embd] weight of EW_NORM
+    int flags;
+    int64_t n;          // tokens (elements for EW_SWIGLU)
+    int64_t per_task;   // tokens (elements) per task
+} ew_job;
+
+static void ew_range(const ew_job *j, int64_t t0, int64_t t1) {
+    kvt_context *c = j->c;
+    const kvt_hparams *hp = &c->m->hp;
+    const int64_t E = hp->n_embd;
+    if (j->flags & EW_SWIGLU) {
+        kvt_swiglu_f32(c->gate + t0, c->up + t0, t1 - t0);
+        return;
+    }
+    const kvt_layer *L = j->L;
+    const int64_t Q = L ? L->wq.rows : 0, K = L ? L->wk.rows : 0, V = L ? L->wv.rows : 0;
+    for (int64_t t = t0; t < t1; t++) {
+        if (j->flags & EW_ADD) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
+        if (j->flags & EW_NORM) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, j->norm, E, hp->rms_eps);
+        if (j->flags & EW_QK) {
+            if (L->bq) kvt_vec_add_f32(c->q + t * Q, L->bq, Q);
+            if (L->bk) kvt_vec_add_f32(c->k + t * K, L->bk, K);
+            if (L->bv) kvt_vec_add_f32(c->v + t * V, L->bv, V);
+            qk_finish(c, c->q + t * Q, c->rope_cs + t * hp->n_rot, hp->n_head, L->q_norm);
+            qk_finish(c, c->k + t * K, c->rope_cs + t * hp->n_rot, hp->n_head_kv, L->k_norm);
         }
+    }
+}
+
+static void ew_task(void *vctx, int64_t task, int thread) {
+    (void)thread;
+    const ew_job *j = vctx;
+    const int64_t t0 = task * j->per_task, t1 = t0 + j->per_task < j->n ? t0 + j->per_task : j->n;
+    ew_range(j, t0, t1);
+}
+
+// Runs the element-wise stage `flags` over n tokens (or, for EW_SWIGLU, n * n_ff elements): on the
+// pool when there is enough of it to pay for the hand-off, else on the caller.
+static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *norm, int64_t n) {
+    const int nt = kvt_threadpool_n_threads(c->pool);
+    const int64_t items = flags & EW_SWIGLU ? n * c->m->hp.n_ff : n;
+    const int64_t min_items = flags & EW_SWIGLU ? 1024 : 2; // a task's least work: ~1024 expf, or a token
+    ew_job j = {c, L, norm, flags, items, items};
+    if (nt > 1 && items >= 2 * min_items) {
+        int64_t tasks = items / min_items < nt ? items / min_items : nt;
+        j.per_task = (items + tasks - 1) / tasks;
+        kvt_threadpool_run(c->pool, ew_task, &j, (items + j.per_task - 1) / j.per_task);
+    } else {
+        ew_range(&j, 0, items);
     }
 }
 
@@ -255,28 +313,25 @@ static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, bool all_logit
                           m->rope_freqs};
     for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, ub_pos(u, t), c->rope_cs + t * hp->n_rot);
     kvt_attn_params ap = {hp->n_head, 1.0f / sqrtf((float)hp->head_dim), KVT_ATTN_TILE};
+    ew_run(c, NULL, EW_NORM, m->layers[0].attn_norm, n);
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const kvt_layer *L = &m->layers[il];
-        for (int64_t t = 0; t < n; t++) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, L->attn_norm, E, hp->rms_eps);
         const kvt_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->k, c->v};
         kvt_matmul_par(c->pool, qkv, qkv_out, 3, c->xn, n, c->qact);
-        add_bias(c->q, L->bq, n, L->wq.rows);
-        add_bias(c->k, L->bk, n, L->wk.rows);
-        add_bias(c->v, L->bv, n, L->wv.rows);
-        qk_finish(c, c->q, n, hp->n_head, L->q_norm);
-        qk_finish(c, c->k, n, hp->n_head_kv, L->k_norm);
+        ew_run(c, L, EW_QK, NULL, n);
         kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
         matmul(c, &L->wo, c->att, n, c->tmp);
-        for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
-        for (int64_t t = 0; t < n; t++) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, L->ffn_norm, E, hp->rms_eps);
+        ew_run(c, NULL, EW_ADD | EW_NORM, L->ffn_norm, n);
         const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
         float *gu_out[2] = {c->gate, c->up};
         kvt_matmul_par(c->pool, gu, gu_out, 2, c->xn, n, c->qact);
-        kvt_swiglu_f32(c->gate, c->up, n * hp->n_ff);
+        ew_run(c, NULL, EW_SWIGLU, NULL, n);
         matmul(c, &L->w_down, c->gate, n, c->tmp);
-        for (int64_t t = 0; t < n; t++) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
+        // residual, then the next layer's attention pre-norm in the same pass
+        if (il + 1 < hp->n_layer) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, n);
+        else ew_run(c, NULL, EW_ADD, NULL, n);
     }
     // logits of every token, or of the last only
     const int64_t first = all_logits ? 0 : n - 1;
