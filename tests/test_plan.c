@@ -139,13 +139,15 @@ static void test_profile_io(void) {
     p.vram_bytes = 1LL << 33;
     p.gpu_mem_gbps = 200;
     p.h2d_gbps = 10;
+    p.cpu_swiglu_gelems = 1.5;
     char path[64];
     snprintf(path, sizeof path, "/tmp/kvt-test-prof-%d.json", (int)getpid());
     kvt_err err = {0};
     bool ok = kvt_profile_save(&p, path, &err) == KVT_OK && kvt_profile_load(path, &q, &err) == KVT_OK;
     unlink(path);
     test_result(ok && !strcmp(q.name, p.name) && q.cpu_read_gbps == 12.5 && q.cpu_gemv_gbps[KVT_TYPE_Q8_0] == 11.25 &&
-                    q.cpu_gemm_gflops[KVT_TYPE_Q4_K] == 99 && q.has_gpu && q.vram_bytes == p.vram_bytes && q.l3_bytes == p.l3_bytes,
+                    q.cpu_gemm_gflops[KVT_TYPE_Q4_K] == 99 && q.has_gpu && q.vram_bytes == p.vram_bytes && q.l3_bytes == p.l3_bytes &&
+                    q.cpu_swiglu_gelems == 1.5,
                 "plan: profile JSON round trip", "%s", err.msg);
     test_result(kvt_profile_parse("{\"cpu_read_gbps\": }", &q, &err) == KVT_ERR_FORMAT &&
                     kvt_profile_parse("{\"name\":\"x\"}", &q, &err) == KVT_ERR_FORMAT,
@@ -153,6 +155,22 @@ static void test_profile_io(void) {
     // a small GEMV measurement runs and gives a positive figure
     double gf = 0, bw = kvt_profile_gemv_gbps(KVT_TYPE_Q8_0, 4096, 1 << 20, 1, 1, &gf, 8);
     test_result(bw > 0 && gf > 0, "plan: GEMV/GEMM micro-benchmark", "bw %g gflops %g", bw, gf);
+    // the SwiGLU rate: positive, and it adds n_ff elements per token per block to the prefill prediction
+    kvt_profile_init(&q);
+    ok = kvt_profile_swiglu(2, 1, &q, &err) == KVT_OK && q.cpu_swiglu_gelems > 0;
+    q.cpu_read_gbps = 10; // finite weight-streaming terms
+    kvt_costs c;
+    kvt_device d = kvt_device_cpu(&q);
+    ok = ok && kvt_costs_from_shape(kvt_shape_find("smollm2-135m"), KVT_TYPE_Q8_0, &c, &err) == KVT_OK;
+    if (ok) {
+        const double with = kvt_stage_prefill_ms(&c, 0, c.n_units, &d, 128);
+        d.swiglu_gelems = 0;
+        const double without = kvt_stage_prefill_ms(&c, 0, c.n_units, &d, 128);
+        const double expect = 30.0 * 1536 * 128 / q.cpu_swiglu_gelems / 1e6; // 30 blocks x n_ff x tokens
+        ok = fabs((with - without) - expect) < 1e-9 * (1 + expect);
+        kvt_costs_free(&c);
+    }
+    test_result(ok, "plan: SwiGLU rate measured and counted in prefill", "%s (%.3f G elements/s)", err.msg, q.cpu_swiglu_gelems);
 }
 
 // The GPU probe is optional: without a device (or without build/libkvtier-cuda.so) the profiler gets a

@@ -173,6 +173,7 @@ kvt_device kvt_device_cpu(const kvt_profile *p) {
     // attention: our kernel's measured rate; profiles without it (hand-written) fall back to the f16 GEMM rate
     d.attn_gflops = p->cpu_attn_gflops > 0 ? p->cpu_attn_gflops : p->cpu_gemm_gflops[KVT_TYPE_F16] > 0 ? p->cpu_gemm_gflops[KVT_TYPE_F16] : 0;
     d.attn_prefill_gflops = p->cpu_attn_prefill_gflops > 0 ? p->cpu_attn_prefill_gflops : d.attn_gflops;
+    d.swiglu_gelems = p->cpu_swiglu_gelems;
     d.l3_bytes = p->l3_bytes;
     d.l3_gbps = kvt_profile_l3_gbps(p);
     d.block_overhead_ms = p->cpu_block_overhead_ms;
@@ -256,6 +257,10 @@ double kvt_stage_prefill_ms(const kvt_costs *c, int u0, int u1, const kvt_device
             if (pf > 0) comp += 2.0 * (double)p->macs * toks / pf;
         }
         t += max2(mem, comp) / 1e6;
+        // the FFN's element-wise SwiGLU (an expf per element) beside the GEMMs: n_ff elements per token
+        if (u->kind == KVT_UNIT_BLOCK && d->swiglu_gelems > 0) {
+            t += (double)c->hp.n_ff * (double)n_tok / d->swiglu_gelems / 1e6;
+        }
         // causal attention over the prompt: token i attends to i+1 positions
         f_attn += (double)u->attn_flops_per_tok * (double)n_tok * (double)(n_tok + 1) / 2.0;
     }

@@ -71,6 +71,7 @@ typedef struct {
     double prefill_gflops_any;               // P_pre fallback (0: no compute ceiling)
     double attn_gflops;                      // attention FLOP/s in decode (0: no compute ceiling)
     double attn_prefill_gflops;              // attention FLOP/s over a causal prompt (prefill)
+    double swiglu_gelems;                    // FFN SwiGLU elements/s (10^9) in prefill (0: not counted)
     int64_t l3_bytes;                        // C_L3 (0: no cache blend)
     double l3_gbps;                          // B_L3
     double block_overhead_ms;                // delta per partition unit (helm §6.4.4)

@@ -267,7 +267,11 @@ kvt_status kvt_profile_measure(const kvt_profile_opts *o, kvt_profile *p, kvt_er
         }
     }
     if ((st = kvt_profile_attn(nt, reps, p, err))) return st;
-    if (o->log) fprintf(o->log, "cpu: attention (f16 KV) decode %.1f GFLOP/s, prefill %.1f GFLOP/s\n", p->cpu_attn_gflops, p->cpu_attn_prefill_gflops);
+    if ((st = kvt_profile_swiglu(nt, reps, p, err))) return st;
+    if (o->log) {
+        fprintf(o->log, "cpu: attention (f16 KV) decode %.1f GFLOP/s, prefill %.1f GFLOP/s; SwiGLU %.2f G elements/s\n",
+                p->cpu_attn_gflops, p->cpu_attn_prefill_gflops, p->cpu_swiglu_gelems);
+    }
     const char *dir = o->dir ? o->dir : "/tmp";
     st = kvt_profile_disk(dir, o->quick ? ((int64_t)64 << 20) : ((int64_t)512 << 20), p, err);
     if (st) return st;
@@ -321,6 +325,7 @@ void kvt_profile_write(const kvt_profile *p, FILE *f) {
     type_map(&j, "cpu_gemm_gflops_2048", p->cpu_gemm_gflops_2048);
     kv_pos(&j, "cpu_attn_gflops", p->cpu_attn_gflops);
     kv_pos(&j, "cpu_attn_prefill_gflops", p->cpu_attn_prefill_gflops);
+    kv_pos(&j, "cpu_swiglu_gelems", p->cpu_swiglu_gelems);
     kvt_json_kv_num(&j, "cpu_block_overhead_ms", p->cpu_block_overhead_ms);
     kvt_json_kv_int(&j, "ram_bytes", p->ram_bytes);
     kvt_json_kv_int(&j, "ram_reserved_bytes", p->ram_reserved_bytes);
@@ -388,6 +393,7 @@ kvt_status kvt_profile_parse(const char *text, kvt_profile *p, kvt_err *err) {
     type_map_read(&root, "cpu_gemm_gflops_2048", p->cpu_gemm_gflops_2048);
     p->cpu_attn_gflops = kvt_jv_num(&root, "cpu_attn_gflops", 0);
     p->cpu_attn_prefill_gflops = kvt_jv_num(&root, "cpu_attn_prefill_gflops", 0);
+    p->cpu_swiglu_gelems = kvt_jv_num(&root, "cpu_swiglu_gelems", 0);
     p->cpu_block_overhead_ms = kvt_jv_num(&root, "cpu_block_overhead_ms", 0);
     p->ram_bytes = (int64_t)kvt_jv_num(&root, "ram_bytes", 0);
     p->ram_reserved_bytes = (int64_t)kvt_jv_num(&root, "ram_reserved_bytes", 0);

@@ -36,6 +36,8 @@ typedef struct {
     double cpu_gemm_gflops_2048[KVT_TYPE_COUNT]; // GEMM with 2048 inputs x 4096 outputs
     double cpu_attn_gflops;                // achieved FLOP/s of our attention, one token over 2048 positions (decode)
     double cpu_attn_prefill_gflops;        // the same for a 128-token causal prompt (prefill)
+    double cpu_swiglu_gelems;              // SwiGLU elements/s (10^9) of our kernel over a [128, 4096] prefill
+                                           // activation, split over the threads as the forward pass splits it
     double cpu_block_overhead_ms;          // delta: fixed cost per transformer block per token (helm §6.4.4)
     int64_t ram_bytes;                     // host DRAM size
     int64_t ram_reserved_bytes;            // kept free for the OS and other programs
@@ -77,6 +79,10 @@ int64_t kvt_profile_ram_bytes(void);                        // physical memory
 // an F16 contiguous cache, 16 query heads over 4 KV heads of 64; FLOPs = 4 x heads x head_dim per
 // attended position. Best of at least reps runs and 0.2 s.
 kvt_status kvt_profile_attn(int n_threads, int reps, kvt_profile *p, kvt_err *err);
+// Measures cpu_swiglu_gelems (src/plan/profile_attn.c): kvt_swiglu_f32 over 128 x 4096 elements in
+// equal parts per thread, median of at least reps runs and 0.1 s (the expf of each element is what
+// costs; a prefill spends it once per layer per token on n_ff elements).
+kvt_status kvt_profile_swiglu(int n_threads, int reps, kvt_profile *p, kvt_err *err);
 // GEMV bandwidth of type t over rows of `width` inputs (a multiple of 256) in a buffer of about `bytes`;
 // with gemm_gflops, also the GEMM rate at gemm_tok tokens on min(rows, 4096) rows.
 double kvt_profile_gemv_gbps(kvt_type t, int64_t width, int64_t bytes, int n_threads, int reps, double *gemm_gflops,
