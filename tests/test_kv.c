@@ -334,11 +334,22 @@ static void test_disk_integrity(const char *path) {
     cp.kv_prefetch = 0;
     cp.kv_fast_bytes = 4 * 4096;
     cp.kv_disk_dir = "/tmp";
-    // (1) corrupt one byte of block 2 of layer 1 group 0 on disk: decode must fail naming file and block
-    {
-        const char *name = "kv: a corrupted disk block is detected, naming file and block";
-        kvt_context *ctx = disk_ctx(m, cp, &err);
+    // (1) corrupt one byte of the first block with a disk copy: decode must fail naming file and block.
+    // Blocks of 8 positions (1 KiB) go through a bounce buffer; blocks of 32 (4 KiB, aligned) are read
+    // straight into the fast-tier slot, and the check must hold there too.
+    for (int direct = 0; direct <= 1; direct++) {
+        const char *name = direct ? "kv: a corrupted disk block is detected, naming file and block (direct I/O)"
+                                  : "kv: a corrupted disk block is detected, naming file and block (bounce buffer)";
+        kvt_context_params c1 = cp;
+        c1.kv_block = direct ? 32 : 8;
+        kvt_context *ctx = disk_ctx(m, c1, &err);
         bool ok = ctx != NULL;
+        if (ok) {
+            kvt_kv_stats ks;
+            kvt_kv_get_stats(kvt_context_kv(ctx), &ks);
+            ok = (ks.block_bytes % 4096 == 0) == (direct != 0);
+            if (!ok) snprintf(err.msg, sizeof err.msg, "block of %lld bytes", (long long)ks.block_bytes);
+        }
         int64_t off = -1;
         int bl = 0, bb = 0; // the first block with a disk copy
         for (int x = 0; ok && off < 0 && x < 5 * 6; x++) {

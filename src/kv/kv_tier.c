@@ -131,15 +131,26 @@ void kvt_tier_release(kvt_tier_store *t, int64_t slot) {
 
 uint8_t *kvt_tier_ptr(const kvt_tier_store *t, int64_t slot) { return t->mem[slot]; }
 
+// A memory-tier block can be the O_DIRECT buffer itself (no bounce copy) when it is aligned and the
+// disk slot has no padding: memory slots are DISK_ALIGN-aligned allocations, so this holds whenever
+// the block size is a multiple of DISK_ALIGN (e.g. 512 positions of 3 x 64 f16 K or V values).
+static bool direct_ok(const kvt_tier_store *t, const void *p) {
+    return t->slot_bytes == t->data_bytes && (uintptr_t)p % DISK_ALIGN == 0;
+}
+
 kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src, void *bounce, uint32_t *crc,
                                const char *what, kvt_err *err) {
-    memcpy(bounce, src, (size_t)t->data_bytes);
-    if (t->slot_bytes > t->data_bytes) memset((uint8_t *)bounce + t->data_bytes, 0, (size_t)(t->slot_bytes - t->data_bytes));
+    const uint8_t *buf = src; // [slot_bytes] what goes to disk: the block itself when O_DIRECT can take it
+    if (!direct_ok(t, src)) {
+        memcpy(bounce, src, (size_t)t->data_bytes);
+        if (t->slot_bytes > t->data_bytes) memset((uint8_t *)bounce + t->data_bytes, 0, (size_t)(t->slot_bytes - t->data_bytes));
+        buf = bounce;
+    }
     *crc = kvt_crc32c(0, src, (size_t)t->data_bytes);
     const off_t off = (off_t)slot * t->slot_bytes;
     int64_t done = 0;
     while (done < t->slot_bytes) {
-        ssize_t w = disk_rw(t, true, (uint8_t *)bounce + done, (size_t)(t->slot_bytes - done), off + done);
+        ssize_t w = disk_rw(t, true, (uint8_t *)buf + done, (size_t)(t->slot_bytes - done), off + done);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             int e = w < 0 ? errno : ENOSPC;
@@ -160,9 +171,10 @@ kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *
         return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s (injected)", what,
                           t->path, (long long)off, strerror(EIO));
     }
+    uint8_t *buf = direct_ok(t, dst) ? dst : bounce; // [slot_bytes] read straight into the block when possible
     int64_t done = 0;
     while (done < t->slot_bytes) {
-        ssize_t r = disk_rw(t, false, (uint8_t *)bounce + done, (size_t)(t->slot_bytes - done), off + done);
+        ssize_t r = disk_rw(t, false, buf + done, (size_t)(t->slot_bytes - done), off + done);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s", what, t->path,
@@ -174,12 +186,12 @@ kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *
         }
         done += r;
     }
-    uint32_t got = kvt_crc32c(0, bounce, (size_t)t->data_bytes);
+    uint32_t got = kvt_crc32c(0, buf, (size_t)t->data_bytes);
     if (got != crc) {
         return kvt_errorf(err, KVT_ERR_CHECKSUM,
                           "KV disk block %s in %s at offset %lld is corrupt: CRC32C 0x%08x, expected 0x%08x", what,
                           t->path, (long long)off, got, crc);
     }
-    memcpy(dst, bounce, (size_t)t->data_bytes);
+    if (buf != dst) memcpy(dst, buf, (size_t)t->data_bytes);
     return KVT_OK;
 }
