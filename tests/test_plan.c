@@ -140,6 +140,7 @@ static void test_profile_io(void) {
     p.gpu_mem_gbps = 200;
     p.h2d_gbps = 10;
     p.cpu_swiglu_gelems = 1.5;
+    p.cpu_prefill_overhead_ms = 0.0125;
     char path[64];
     snprintf(path, sizeof path, "/tmp/kvt-test-prof-%d.json", (int)getpid());
     kvt_err err = {0};
@@ -147,7 +148,7 @@ static void test_profile_io(void) {
     unlink(path);
     test_result(ok && !strcmp(q.name, p.name) && q.cpu_read_gbps == 12.5 && q.cpu_gemv_gbps[KVT_TYPE_Q8_0] == 11.25 &&
                     q.cpu_gemm_gflops[KVT_TYPE_Q4_K] == 99 && q.has_gpu && q.vram_bytes == p.vram_bytes && q.l3_bytes == p.l3_bytes &&
-                    q.cpu_swiglu_gelems == 1.5,
+                    q.cpu_swiglu_gelems == 1.5 && q.cpu_prefill_overhead_ms == 0.0125,
                 "plan: profile JSON round trip", "%s", err.msg);
     test_result(kvt_profile_parse("{\"cpu_read_gbps\": }", &q, &err) == KVT_ERR_FORMAT &&
                     kvt_profile_parse("{\"name\":\"x\"}", &q, &err) == KVT_ERR_FORMAT,
@@ -171,6 +172,29 @@ static void test_profile_io(void) {
         kvt_costs_free(&c);
     }
     test_result(ok, "plan: SwiGLU rate measured and counted in prefill", "%s (%.3f G elements/s)", err.msg, q.cpu_swiglu_gelems);
+}
+
+// delta_pre (helm §6.4.4's calibration carried to prefill): each CPU unit adds it once per prompt token.
+static void test_prefill_overhead(void) {
+    kvt_profile p;
+    if (!load_4060(&p)) return;
+    p.has_gpu = false;
+    kvt_costs c = {0};
+    kvt_err err = {0};
+    bool ok = kvt_costs_from_shape(kvt_shape_find("qwen3-0.6b"), KVT_TYPE_Q8_0, &c, &err) == KVT_OK;
+    kvt_plan_req r = kvt_plan_req_default();
+    r.ctx = 256;
+    r.prompt = 128;
+    kvt_plan *a = calloc(2, sizeof *a);
+    ok = ok && a && kvt_plan_search(&c, &p, &r, &a[0], &err) == KVT_OK;
+    p.cpu_prefill_overhead_ms = 0.01;
+    ok = ok && kvt_plan_search(&c, &p, &r, &a[1], &err) == KVT_OK;
+    const double diff = ok ? a[1].prefill_ms_per_token - a[0].prefill_ms_per_token : -1;
+    ok = ok && fabs(diff - c.n_units * 0.01) < 1e-9 && a[1].predicted_ms_per_token == a[0].predicted_ms_per_token;
+    test_result(ok, "plan: delta_pre adds units x delta_pre per prompt token to prefill only", "%s (diff %g ms, %d units)",
+                err.msg, diff, c.n_units);
+    free(a);
+    if (c.units) kvt_costs_free(&c);
 }
 
 // The GPU probe is optional: without a device (or without build/libkvtier-cuda.so) the profiler gets a
@@ -201,5 +225,6 @@ void test_plan(const test_env *env) {
     test_units();
     test_example();
     test_profile_io();
+    test_prefill_overhead();
     test_gpu_probe();
 }

@@ -76,27 +76,31 @@ static int validate(const char *model_path, kvt_profile *prof, const validate_op
         req.prompt = o->prompt;
         kvt_profile cpu_only = *prof; // this machine runs on its CPU only
         cpu_only.has_gpu = false;
-        const double delta_used = cpu_only.cpu_block_overhead_ms;
-        cpu_only.cpu_block_overhead_ms = 0;
+        const double delta_used = cpu_only.cpu_block_overhead_ms, dpre_used = cpu_only.cpu_prefill_overhead_ms;
+        cpu_only.cpu_block_overhead_ms = cpu_only.cpu_prefill_overhead_ms = 0;
         kvt_plan pl;
         kvt_plan_search(&costs, &cpu_only, &req, &pl, NULL);
         const int N = costs.n_units;
         const double t_pred = pl.roofline_ms_per_token, t_hat = t_pred + N * delta_used;
-        const double pre_pred = pl.prefill_ms_per_token, pre_hat = pre_pred + N * delta_used / (double)o->prompt;
-        const double delta_fit = (meas_dec - t_pred) / N;
+        // prefill: delta once per forward call (spread over the prompt), delta_pre per unit per prompt token
+        const double pre_pred = pl.prefill_ms_per_token, pre_base = pre_pred + N * delta_used / (double)o->prompt;
+        const double pre_hat = pre_base + N * dpre_used;
+        const double delta_fit = (meas_dec - t_pred) / N, dpre_fit = (meas_pre - pre_base) / N;
         const double e_dec = (t_hat - meas_dec) / meas_dec * 100, e_pre = (pre_hat - meas_pre) / meas_pre * 100;
         if (json) {
             printf("{\"model\":\"%s\",\"n_units\":%d,\"threads\":%d,\"prompt\":%lld,\"n_gen\":%lld,\"reps\":%d,"
-                   "\"delta_ms\":%.5f,\"delta_fit_ms\":%.5f,"
+                   "\"delta_ms\":%.5f,\"delta_fit_ms\":%.5f,\"delta_prefill_ms\":%.6f,\"delta_prefill_fit_ms\":%.6f,"
                    "\"decode_pred_ms\":%.4f,\"decode_hat_ms\":%.4f,\"decode_meas_ms\":%.4f,\"decode_err_pct\":%.2f,"
                    "\"prefill_pred_ms\":%.4f,\"prefill_hat_ms\":%.4f,\"prefill_meas_ms\":%.4f,\"prefill_err_pct\":%.2f}\n",
                    model_path, N, kvt_context_n_threads(ctx), (long long)o->prompt, (long long)o->n_gen, o->reps, delta_used,
-                   delta_fit, t_pred, t_hat, meas_dec, e_dec, pre_pred, pre_hat, meas_pre, e_pre);
+                   delta_fit, dpre_used, dpre_fit, t_pred, t_hat, meas_dec, e_dec, pre_pred, pre_hat, meas_pre, e_pre);
         } else {
             printf("validate  %s on this CPU (%d threads), %d units, prompt %lld, %lld decoded tokens, median of %d\n",
                    model_path, kvt_context_n_threads(ctx), N, (long long)o->prompt, (long long)o->n_gen, o->reps);
             printf("          delta (per-unit overhead, helm 6.4.4) used %.4f ms; this run alone implies %.4f ms\n", delta_used,
                    delta_fit);
+            printf("          delta_pre (per unit per prompt token) used %.5f ms; this run alone implies %.5f ms\n", dpre_used,
+                   dpre_fit);
             printf("%-9s %12s %12s %12s %8s\n", "ms/token", "roofline", "corrected", "measured", "error");
             printf("%-9s %12.3f %12.3f %12.3f %+7.1f%%\n", "decode", t_pred, t_hat, meas_dec, e_dec);
             printf("%-9s %12.4f %12.4f %12.4f %+7.1f%%\n", "prefill", pre_pred, pre_hat, meas_pre, e_pre);
@@ -105,11 +109,13 @@ static int validate(const char *model_path, kvt_profile *prof, const validate_op
         }
         if (o->calibrate) {
             prof->cpu_block_overhead_ms = delta_fit > 0 ? delta_fit : 0;
+            prof->cpu_prefill_overhead_ms = dpre_fit > 0 ? dpre_fit : 0;
             if (!o->profile_path || kvt_profile_save(prof, o->profile_path, &err)) {
                 fprintf(stderr, "kvtier plan: --calibrate needs a writable --profile FILE%s%s\n", err.msg[0] ? ": " : "", err.msg);
                 rc = 1;
             } else {
-                fprintf(stderr, "calibrated cpu_block_overhead_ms = %.4f into %s\n", prof->cpu_block_overhead_ms, o->profile_path);
+                fprintf(stderr, "calibrated cpu_block_overhead_ms = %.4f, cpu_prefill_overhead_ms = %.5f into %s\n",
+                        prof->cpu_block_overhead_ms, prof->cpu_prefill_overhead_ms, o->profile_path);
             }
         }
     }
@@ -142,7 +148,8 @@ int cmd_plan(int argc, char **argv) {
                    "  profile's reserves are kept free); --disk is the KV disk budget (default 0: no disk tier).\n"
                    "  Default profile: $KVT_PROFILE, else a quick measurement of this machine. -o writes the plan\n"
                    "  file that --plan FILE reads. --validate runs the model here and compares predicted and measured\n"
-                   "  prefill/decode ms/token; --calibrate stores the per-unit overhead delta into --profile FILE.\n");
+                   "  prefill/decode ms/token; --calibrate stores the per-unit overheads (delta for decode, delta_pre per\n"
+                   "  prompt token for prefill) into --profile FILE.\n");
             return 0;
         } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
             if (!(model_path = kvt_args_value(&a, flag))) return 2;

@@ -177,6 +177,7 @@ kvt_device kvt_device_cpu(const kvt_profile *p) {
     d.l3_bytes = p->l3_bytes;
     d.l3_gbps = kvt_profile_l3_gbps(p);
     d.block_overhead_ms = p->cpu_block_overhead_ms;
+    d.prefill_overhead_ms = p->cpu_prefill_overhead_ms;
     d.eta_m = d.eta_c = 1.0;
     return d;
 }

@@ -75,6 +75,7 @@ typedef struct {
     int64_t l3_bytes;                        // C_L3 (0: no cache blend)
     double l3_gbps;                          // B_L3
     double block_overhead_ms;                // delta per partition unit (helm §6.4.4)
+    double prefill_overhead_ms;              // delta_pre per partition unit per prompt token
     double eta_m, eta_c;                     // efficiency coefficients (1 when figures are measured)
 } kvt_device;
 

@@ -327,6 +327,7 @@ void kvt_profile_write(const kvt_profile *p, FILE *f) {
     kv_pos(&j, "cpu_attn_prefill_gflops", p->cpu_attn_prefill_gflops);
     kv_pos(&j, "cpu_swiglu_gelems", p->cpu_swiglu_gelems);
     kvt_json_kv_num(&j, "cpu_block_overhead_ms", p->cpu_block_overhead_ms);
+    kvt_json_kv_num(&j, "cpu_prefill_overhead_ms", p->cpu_prefill_overhead_ms);
     kvt_json_kv_int(&j, "ram_bytes", p->ram_bytes);
     kvt_json_kv_int(&j, "ram_reserved_bytes", p->ram_reserved_bytes);
     if (p->disk_dir[0]) kvt_json_kv_str(&j, "disk_dir", p->disk_dir);
@@ -395,6 +396,7 @@ kvt_status kvt_profile_parse(const char *text, kvt_profile *p, kvt_err *err) {
     p->cpu_attn_prefill_gflops = kvt_jv_num(&root, "cpu_attn_prefill_gflops", 0);
     p->cpu_swiglu_gelems = kvt_jv_num(&root, "cpu_swiglu_gelems", 0);
     p->cpu_block_overhead_ms = kvt_jv_num(&root, "cpu_block_overhead_ms", 0);
+    p->cpu_prefill_overhead_ms = kvt_jv_num(&root, "cpu_prefill_overhead_ms", 0);
     p->ram_bytes = (int64_t)kvt_jv_num(&root, "ram_bytes", 0);
     p->ram_reserved_bytes = (int64_t)kvt_jv_num(&root, "ram_reserved_bytes", 0);
     snprintf(p->disk_dir, sizeof p->disk_dir, "%s", kvt_jv_str(&root, "disk_dir", ""));

@@ -39,6 +39,7 @@ typedef struct {
     double cpu_swiglu_gelems;              // SwiGLU elements/s (10^9) of our kernel over a [128, 4096] prefill
                                            // activation, split over the threads as the forward pass splits it
     double cpu_block_overhead_ms;          // delta: fixed cost per transformer block per token (helm §6.4.4)
+    double cpu_prefill_overhead_ms;        // delta_pre: the same in prefill, per partition unit per prompt token
     int64_t ram_bytes;                     // host DRAM size
     int64_t ram_reserved_bytes;            // kept free for the OS and other programs
     // disk (the KV tier T2)
