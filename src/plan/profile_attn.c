@@ -2,8 +2,8 @@
 // (src/attn/attention.c) for the planner's attention term (helm.txt Eqs. 4.11 and 4.13), and
 // the element-wise SwiGLU of the FFN for its prefill term. The attention kernel (f16 dot
 // products, online softmax with expf, f16 row accumulation) reaches a small fraction of the
-// GEMM rate, and SwiGLU's expf per element costs a prefill as much as a small model's GEMMs, so
-// timing both is the only way the model's time comes out right.
+// GEMM rate, and SwiGLU's expf per element is a tenth of a small model's prefill, so timing both
+// is the only way the model's time comes out right.
 #include <stdlib.h>
 #include <string.h>
 
