@@ -37,9 +37,14 @@ else
 fi
 
 # 3. configure (CPU only, Release, shared libs, no curl/server/tests)
+# -march=native, but without AMX: VMs whose CPU reports AMX often do not grant its tile state, and
+# llama.cpp built with it dies with SIGILL there (seen on a 2-vCPU Xeon VM).
+NOAMX=""
+if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then NOAMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"; fi
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     echo "== cmake configure"
     cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+        -DCMAKE_C_FLAGS="$NOAMX" -DCMAKE_CXX_FLAGS="$NOAMX" \
         -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF
 else
     echo "== have $BUILD/CMakeCache.txt"
