@@ -10,7 +10,9 @@
 # the prompt into beams x width continuations, so every step runs beams x width sequences.
 # Environment: BEAMS ("4 8 16 32 64"), STEPS ("32 64 128"), STEPS_PER_RUN (1: -n = step; the
 # acceptance row 32 beams x step 32 always runs 2 steps), FAST_FRAC (0.5), FAST_BYTES (overrides the
-# fraction; the fraction assumes smollm2-135m's 23040 KV bytes per token), THREADS (2).
+# fraction; the fraction assumes smollm2-135m's 23040 KV bytes per token), THREADS (2), LOWER (host:
+# the rest of the KV in an 8 GB host tier, memcpy transfers; disk: in a disk tier under DISK_DIR, /tmp,
+# O_DIRECT transfers, the CPU-only set-up).
 set -eu
 KVT=${KVT:-build/kvtier}
 MODEL=${1:-/tmp/kvt_bench_smollm2_135m_q8.gguf}
@@ -19,6 +21,12 @@ STEPS=${STEPS:-"32 64 128"}
 STEPS_PER_RUN=${STEPS_PER_RUN:-1}
 FAST_FRAC=${FAST_FRAC:-0.5}
 THREADS=${THREADS:-2}
+LOWER=${LOWER:-host}
+case "$LOWER" in
+  host) LOWER_FLAGS="--kv-host 8GB" ;;
+  disk) LOWER_FLAGS="--kv-disk ${DISK_DIR:-/tmp}" ;;
+  *) echo "beam_sched.sh: LOWER must be host or disk" >&2; exit 1 ;;
+esac
 [ -f "$MODEL" ] || "$KVT" mkmodel --shape smollm2-135m --type q8_0 -o "$MODEL" -q
 PROMPT=$(mktemp)
 trap 'rm -f "$PROMPT"' EXIT
@@ -34,7 +42,7 @@ for step in $STEPS; do
       "$KVT" beam -m "$MODEL" -f "$PROMPT" --beams "$beams" --width 2 --step "$step" -n "$n" --ignore-eos \
         --schedule "$sched" --kv-block 16 --kv-fast "${FAST_BYTES:-$(python3 -c "
 n_layer, kvtok = 30, 23040  # smollm2-135m: 30 layers x 3 KV heads x 64 x K,V x F16
-print(int(((128 + $beams * 2 * $n) * kvtok) * $FAST_FRAC))")}" --kv-host 8GB -t "$THREADS" --json |
+print(int(((128 + $beams * 2 * $n) * kvtok) * $FAST_FRAC))")}" $LOWER_FLAGS -t "$THREADS" --json |
       python3 -c "
 import json,sys
 d=json.load(sys.stdin); k=d['kv']; s='$sched'
