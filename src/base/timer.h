@@ -5,4 +5,6 @@
 // Nanoseconds since an arbitrary epoch (CLOCK_MONOTONIC).
 int64_t kvt_time_ns(void);
 static inline double kvt_time_ms(void) { return (double)kvt_time_ns() / 1e6; }
+// Sorts n timings (or rates) ascending, for medians and best-ofs.
+void kvt_sort_f64(double *v, int64_t n);
 #endif

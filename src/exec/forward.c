@@ -8,6 +8,7 @@
 #include "../kernels/vec.h"
 #include "../kv/kv_paged.h"
 #include "context.h"
+#include "ew_par.h"
 #include "matmul_par.h"
 
 struct kvt_context {
@@ -195,33 +196,28 @@ static void qk_finish(const kvt_context *c, float *x, const float *cs, int32_t h
     }
 }
 
-// The element-wise work between the matmuls of a layer. Each token's rows are independent of the
-// others', so a micro-batch splits them over the pool by token ranges (SwiGLU by element ranges,
-// which also splits a single token's wide FFN row); each element sees the same operations in the
-// same order as on one thread, so the result is bitwise that of a serial loop.
+// The per-token element-wise work between the matmuls of a layer. Each token's rows are independent
+// of the others', so a micro-batch splits them over the pool by token ranges (SwiGLU, in
+// kvt_swiglu_par, by element ranges); each element sees the same operations in the same order as
+// on one thread, so the result is bitwise that of a serial loop.
 enum {
-    EW_ADD = 1,    // x += tmp                                  (residual)
-    EW_NORM = 2,   // xn = rmsnorm(x) * norm                    (pre-norm of the next matmul)
-    EW_QK = 4,     // q, k, v += biases; q, k: per-head norm, rope
-    EW_SWIGLU = 8, // gate = silu(gate) * up                    (alone: splits by elements)
+    EW_ADD = 1,  // x += tmp                                  (residual)
+    EW_NORM = 2, // xn = rmsnorm(x) * norm                    (pre-norm of the next matmul)
+    EW_QK = 4,   // q, k, v += biases; q, k: per-head norm, rope
 };
 typedef struct {
     kvt_context *c;
     const kvt_layer *L; // biases, q/k norms (EW_QK)
     const float *norm;  // [n_embd] weight of EW_NORM
     int flags;
-    int64_t n;          // tokens (elements for EW_SWIGLU)
-    int64_t per_task;   // tokens (elements) per task
+    int64_t n;          // tokens
+    int64_t per_task;   // tokens per task
 } ew_job;
 
 static void ew_range(const ew_job *j, int64_t t0, int64_t t1) {
     kvt_context *c = j->c;
     const kvt_hparams *hp = &c->m->hp;
     const int64_t E = hp->n_embd;
-    if (j->flags & EW_SWIGLU) {
-        kvt_swiglu_f32(c->gate + t0, c->up + t0, t1 - t0);
-        return;
-    }
     const kvt_layer *L = j->L;
     const int64_t Q = L ? L->wq.rows : 0, K = L ? L->wk.rows : 0, V = L ? L->wv.rows : 0;
     for (int64_t t = t0; t < t1; t++) {
@@ -244,19 +240,17 @@ static void ew_task(void *vctx, int64_t task, int thread) {
     ew_range(j, t0, t1);
 }
 
-// Runs the element-wise stage `flags` over n tokens (or, for EW_SWIGLU, n * n_ff elements): on the
-// pool when there is enough of it to pay for the hand-off, else on the caller.
+// Runs the element-wise stage `flags` over n tokens: two tokens per task at least, on the pool when
+// there are two such tasks, else on the caller.
 static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *norm, int64_t n) {
     const int nt = kvt_threadpool_n_threads(c->pool);
-    const int64_t items = flags & EW_SWIGLU ? n * c->m->hp.n_ff : n;
-    const int64_t min_items = flags & EW_SWIGLU ? 1024 : 2; // a task's least work: ~1024 expf, or a token
-    ew_job j = {c, L, norm, flags, items, items};
-    if (nt > 1 && items >= 2 * min_items) {
-        int64_t tasks = items / min_items < nt ? items / min_items : nt;
-        j.per_task = (items + tasks - 1) / tasks;
-        kvt_threadpool_run(c->pool, ew_task, &j, (items + j.per_task - 1) / j.per_task);
+    ew_job j = {c, L, norm, flags, n, n};
+    if (nt > 1 && n >= 4) {
+        const int64_t tasks = n / 2 < nt ? n / 2 : nt;
+        j.per_task = (n + tasks - 1) / tasks;
+        kvt_threadpool_run(c->pool, ew_task, &j, (n + j.per_task - 1) / j.per_task);
     } else {
-        ew_range(&j, 0, items);
+        ew_range(&j, 0, n);
     }
 }
 
@@ -327,7 +321,7 @@ static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, bool all_logit
         const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
         float *gu_out[2] = {c->gate, c->up};
         kvt_matmul_par(c->pool, gu, gu_out, 2, c->xn, n, c->qact);
-        ew_run(c, NULL, EW_SWIGLU, NULL, n);
+        kvt_swiglu_par(c->pool, c->gate, c->up, n * hp->n_ff);
         matmul(c, &L->w_down, c->gate, n, c->tmp);
         // residual, then the next layer's attention pre-norm in the same pass
         if (il + 1 < hp->n_layer) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, n);

@@ -262,6 +262,7 @@ double kvt_stage_prefill_ms(const kvt_costs *c, int u0, int u1, const kvt_device
         if (u->kind == KVT_UNIT_BLOCK && d->swiglu_gelems > 0) {
             t += (double)c->hp.n_ff * (double)n_tok / d->swiglu_gelems / 1e6;
         }
+        t += d->prefill_overhead_ms * (double)n_tok; // delta_pre: the calibrated rest, per unit per token
         // causal attention over the prompt: token i attends to i+1 positions
         f_attn += (double)u->attn_flops_per_tok * (double)n_tok * (double)(n_tok + 1) / 2.0;
     }

@@ -87,7 +87,8 @@ kvt_device kvt_device_gpu(const kvt_profile *p); // meaningful only when p->has_
 // without the per-block overhead. Per step (B tokens), in ms.
 double kvt_stage_decode_ms(const kvt_costs *c, int u0, int u1, const kvt_device *d, int64_t B, int64_t ctx);
 // Prefill time of n_tok prompt tokens through units [u0, u1) (one sequence), in ms:
-// per unit max(2 * macs * n_tok / P_pre, W_param / M) + attention over the prompt.
+// per unit max(2 * macs * n_tok / P_pre, W_param / M) + SwiGLU at d->swiglu_gelems + d->prefill_overhead_ms
+// (delta_pre) per token, + attention over the prompt.
 double kvt_stage_prefill_ms(const kvt_costs *c, int u0, int u1, const kvt_device *d, int64_t n_tok);
 // Communication at a CPU/GPU boundary after unit u (Eq. 4.15), in ms.
 double kvt_comm_ms(const kvt_costs *c, int u, int64_t B, double link_gbps, double link_latency_us);

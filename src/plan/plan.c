@@ -296,7 +296,6 @@ kvt_status kvt_plan_search(const kvt_costs *c, const kvt_profile *p, const kvt_p
     double pre = kvt_stage_prefill_ms(c, 0, k, &cpu, pl->prompt);
     if (k < N) pre += kvt_stage_prefill_ms(c, k, N, &gpu, pl->prompt);
     pre += cd->t_comm_ms + cd->t_overhead_ms; // one forward call for the whole prompt
-    pre += (double)k * cpu.prefill_overhead_ms * (double)pl->prompt + (double)(N - k) * gpu.prefill_overhead_ms * (double)pl->prompt;
     pl->prefill_ms_per_token = pre / (double)pl->prompt;
     if (pl->error[0]) return kvt_errorf(err, KVT_ERR_BUDGET, "%s", pl->error);
     pl->feasible = true;

@@ -87,11 +87,6 @@ static void *make_rows(kvt_type t, int64_t n, int64_t rows, size_t *rs_out) {
     return W;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 // Measured through kvt_matmul_par, the dispatch the forward pass uses (activation conversion, task split,
 // GEMV or GEMM kernels of the running CPU), so that the figures are what decode and prefill achieve.
 double kvt_profile_gemv_gbps(kvt_type t, int64_t width, int64_t bytes, int n_threads, int reps, double *gemm_gflops,
@@ -133,7 +128,7 @@ double kvt_profile_gemv_gbps(kvt_type t, int64_t width, int64_t bytes, int n_thr
         double sec = (double)(kvt_time_ns() - t0) / 1e9;
         bws[n_bw++] = (double)(rows * rs) / sec / 1e9;
     }
-    qsort(bws, (size_t)n_bw, sizeof bws[0], cmp_double);
+    kvt_sort_f64(bws, n_bw);
     best = n_bw ? bws[n_bw / 2] : 0;
     if (gemm_gflops && tok > 1) {
         // GEMM: a (tok, n) x (n, m) product with m = min(rows, max(4096, 2n)) output rows (narrower models

@@ -9,7 +9,7 @@
 
 #include "../attn/attention.h"
 #include "../base/timer.h"
-#include "../kernels/vec.h"
+#include "../exec/ew_par.h"
 #include "profile.h"
 
 // A head layout typical of the small GQA models: 16 query heads over 4 KV heads of 64.
@@ -83,24 +83,6 @@ done:
 
 // --- SwiGLU ---------------------------------------------------------------------------
 
-typedef struct {
-    float *g;       // [n] gate, overwritten with silu(gate) * up
-    const float *u; // [n] up
-    int64_t n, per; // elements, elements per task
-} swiglu_job;
-
-static void swiglu_task(void *vctx, int64_t task, int thread) {
-    (void)thread;
-    const swiglu_job *j = vctx;
-    const int64_t a = task * j->per, b = a + j->per < j->n ? a + j->per : j->n;
-    kvt_swiglu_f32(j->g + a, j->u + a, b - a);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 kvt_status kvt_profile_swiglu(int n_threads, int reps, kvt_profile *p, kvt_err *err) {
     enum { N = 128 * 4096, MAX_RUNS = 512 };
     float *src = malloc(sizeof(float) * N), *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
@@ -117,16 +99,15 @@ kvt_status kvt_profile_swiglu(int n_threads, int reps, kvt_profile *p, kvt_err *
         s = s * 1664525u + 1013904223u, src[i] = ((float)(s >> 9) / 8388608.0f - 1.0f) * 4.0f;
         s = s * 1664525u + 1013904223u, u[i] = (float)(s >> 9) / 8388608.0f - 1.0f;
     }
-    swiglu_job j = {g, u, N, (N + n_threads - 1) / n_threads};
     int runs = 0;
     const int64_t t_begin = kvt_time_ns();
     for (int r = 0; r < MAX_RUNS && (r < reps + 1 || (double)(kvt_time_ns() - t_begin) / 1e9 < 0.1); r++) {
         memcpy(g, src, sizeof(float) * N); // the same input each run, outside the timed part
         const int64_t t0 = kvt_time_ns();
-        kvt_threadpool_run(pool, swiglu_task, &j, n_threads);
+        kvt_swiglu_par(pool, g, u, N); // the forward pass's own split
         if (r > 0) sec[runs++] = (double)(kvt_time_ns() - t0) / 1e9; // run 0 warms up
     }
-    qsort(sec, (size_t)runs, sizeof *sec, cmp_double);
+    kvt_sort_f64(sec, runs);
     p->cpu_swiglu_gelems = runs > 0 && sec[runs / 2] > 0 ? (double)N / sec[runs / 2] / 1e9 : 0;
 done:
     kvt_threadpool_free(pool);
