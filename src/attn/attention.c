@@ -79,14 +79,13 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
     const kvt_type_ops *qops = kvt_type_ops_get(ops->vec_dot_type);
     const int64_t qrow = (kvt_row_size(ops->vec_dot_type, hd) + 63) / 64 * 64;
-    const int64_t krow = kvt_row_size(kv->type, hd), vrow = kvt_row_size(kv->type, hdv);
-    const int64_t vgrow = vrow * kv->group_heads; // gathered V row: every head of the group
+    const int64_t vrow = kvt_row_size(kv->type, hdv);
     float *s = (float *)J->scratch[thread];       // [nj, qh, T] scores
     float *m = s + nj * qh * T;                   // [nj, qh] running max
     float *l = m + nj * qh;                       // [nj, qh] running sum
     float *o = l + nj * qh;                       // [nj, qh, hdv] accumulators
     uint8_t *qd = (uint8_t *)(((uintptr_t)(o + nj * qh * hdv) + 63) & ~(uintptr_t)63); // [nj, qh, qrow]
-    uint8_t *vt = qd + nj * qh * qrow;            // [T, vgrow] gathered V rows, kv type
+    uint8_t *vt = qd + nj * qh * qrow;            // [group_heads, T, vrow] gathered V rows, kv type
     const int32_t h0 = g * qh;                    // first query head of the group
     for (int64_t j = 0; j < nj; j++) {
         for (int32_t i = 0; i < qh; i++) {
@@ -128,7 +127,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 const int64_t pos = J->pos0 + t0 + j;
                 const int64_t cj = pos + 1 - p < cnt ? pos + 1 - p : cnt; // causal: positions <= pos
                 for (int32_t i = 0; i < qh && cj > 0; i++) {
-                    const uint8_t *kb = (const uint8_t *)v.k + (i / qpg) * krow + off * v.k_stride;
+                    const uint8_t *kb = (const uint8_t *)v.k + (i / qpg) * v.k_hstride + off * v.k_stride;
                     const uint8_t *qj = qd + (j * qh + i) * qrow;
                     float *si = s + (j * qh + i) * T + (p - pa);
                     for (int64_t x = 0; x < cj; x++) {
@@ -139,8 +138,11 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 }
             }
             if (!direct) {
-                for (int64_t x = 0; x < cnt; x++) {
-                    memcpy(vt + (p - pa + x) * vgrow, (const uint8_t *)v.v + (off + x) * v.v_stride, (size_t)vgrow);
+                for (int32_t h = 0; h < kv->group_heads; h++) {
+                    const uint8_t *src = (const uint8_t *)v.v + h * v.v_hstride + off * v.v_stride;
+                    uint8_t *dst = vt + (h * (int64_t)T + p - pa) * vrow;
+                    if (v.v_stride == vrow) memcpy(dst, src, (size_t)(cnt * vrow));
+                    else for (int64_t x = 0; x < cnt; x++) memcpy(dst + x * vrow, src + x * v.v_stride, (size_t)vrow);
                 }
             }
             p += cnt;
@@ -148,7 +150,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
         // merge the tile into the running (m, l, o) of every head of every token that attends it
         const uint8_t *vbase = direct ? (const uint8_t *)v.v + (pa - v.pos0) * v.v_stride : vt;
-        const int64_t vstr = direct ? v.v_stride : vgrow;
+        const int64_t vstr = direct ? v.v_stride : vrow, vhstr = direct ? v.v_hstride : T * vrow;
         for (int64_t j = 0; j < nj; j++) {
             const int64_t pos = J->pos0 + t0 + j;
             if (pos < pa) continue;
@@ -165,7 +167,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                     l[ji] *= corr;
                     kvt_vec_scale_f32(oi, corr, hdv);
                 }
-                const uint8_t *vb = vbase + (i / qpg) * vrow;
+                const uint8_t *vb = vbase + (i / qpg) * vhstr;
                 for (int64_t x = 0; x < cnt; x++) { // scores -> weights, in place
                     si[x] = expf(si[x] - mn);
                     l[ji] += si[x];

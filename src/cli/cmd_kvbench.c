@@ -20,13 +20,14 @@ static const char *k_help =
     "  --ctx N          prompt positions before decoding (default 4096)\n"
     "  -n N             decoded tokens timed (default 16)\n"
     "  --dir DIR        disk tier directory (default /tmp)\n"
-    "  --only LIST      comma list of sections: base,a,b,c,d,gran (default all)\n"
-    "  --policies LIST  comma list of policies (default lru,lfu,lookahead)\n"
+    "  --only LIST      comma list of sections: base,p,a,b,c,d,gran (default all)\n"
+    "  --policies LIST  comma list of policies (default lru,lfu,lookahead,spread)\n"
     "  engine flags (-t, --kv-block, --kv-prefetch, ...) apply to every run\n";
 
 typedef struct {
-    double tpot_ms;
-    kvt_kv_stats pre, post; // after prefill, after decode
+    double tpot_ms; // decode time per token (timed steps)
+    double tc_ms;   // the all-in-memory context's time per token on the same tokens, interleaved (0: none)
+    kvt_kv_stats pre, post; // after the first decode step, after decode
     int32_t *ids;
     bool ok;
 } bench_run;
@@ -36,9 +37,25 @@ static double now_ms(void) { return kvt_time_ms(); }
 // Disk I/O engine of the last run with a disk tier ("io_uring" or "threads"; env KVT_NO_URING=1 forces threads).
 static const char *g_disk_engine;
 
-// Prefill n_prompt tokens, then decode n_gen greedily, timing the decode.
+// Tokens per window of the interleaved timing (run_one).
+#define WINDOW 8
+
+// Greedy token of the current logits.
+static int32_t argmax(const kvt_context *ctx, int32_t V) {
+    const float *l = kvt_context_logits(ctx);
+    int32_t best = 0;
+    for (int32_t j = 1; j < V; j++) best = l[j] > l[best] ? j : best;
+    return best;
+}
+
+// Prefill n_prompt tokens, then decode n_gen greedily, timing every decode step but the first (which fills
+// the prefetch pipeline). With `ref` (the all-in-memory context, prefilled with the same prompt, that chose
+// `ref_ids`), every WINDOW timed steps ref decodes the same tokens at the same positions (truncated back
+// first), timed as r->tc_ms: this machine's speed drifts by up to +-25% between runs minutes apart, so
+// TPOT and T_compute are taken side by side. (The run's copy engine keeps prefetching while ref decodes:
+// at most `prefetch` blocks per window come early.) The context is returned in *keep when keep is given.
 static bool run_one(const kvt_model *m, const kvt_context_params *cp, const int32_t *prompt, int64_t n_prompt,
-                    int64_t n_gen, bench_run *r) {
+                    int64_t n_gen, kvt_context *ref, const int32_t *ref_ids, bench_run *r, kvt_context **keep) {
     memset(r, 0, sizeof *r);
     kvt_err err = {0};
     kvt_context *ctx = NULL;
@@ -49,31 +66,41 @@ static bool run_one(const kvt_model *m, const kvt_context_params *cp, const int3
         return false;
     }
     const int32_t V = m->hp.n_vocab;
-    kvt_context_kv_stats(ctx, &r->pre);
-    double t0 = 0;
-    for (int64_t i = 0; i < n_gen; i++) {
-        const float *l = kvt_context_logits(ctx);
-        int32_t best = 0;
-        for (int32_t j = 1; j < V; j++) best = l[j] > l[best] ? j : best;
-        r->ids[i] = best;
-        if (i == 0) { // the first decode step warms the prefetch pipeline: time from the second on
-            if (kvt_decode(ctx, &best, 1, false, &err)) break;
+    double run_ms = 0, ref_ms = 0;
+    int64_t pending = 0; // timed steps since ref last caught up
+    for (int64_t i = 0; i < n_gen && !err.status; i++) {
+        r->ids[i] = argmax(ctx, V);
+        if (i + 1 == n_gen) break; // the last id needs no decode
+        const double t0 = now_ms();
+        if (kvt_decode(ctx, &r->ids[i], 1, false, &err)) break;
+        const double dt = now_ms() - t0;
+        if (i == 0) {
             kvt_context_kv_stats(ctx, &r->pre);
-            t0 = now_ms();
             continue;
         }
-        if (i + 1 < n_gen && kvt_decode(ctx, &best, 1, false, &err)) break;
+        run_ms += dt;
+        pending++;
+        if (ref && (pending == WINDOW || i + 2 == n_gen)) {
+            const int64_t i0 = i + 1 - pending;
+            kvt_context_truncate(ref, n_prompt + i0);
+            for (int64_t j = i0; j <= i && !err.status; j++) {
+                const double u0 = now_ms();
+                if (!kvt_decode(ref, &ref_ids[j], 1, false, &err)) ref_ms += now_ms() - u0;
+            }
+            pending = 0;
+        }
     }
-    double t1 = now_ms();
     kvt_context_kv_stats(ctx, &r->post);
     const char *eng = kvt_kv_paged_disk_engine(kvt_context_kv(ctx));
     if (eng) g_disk_engine = eng;
-    kvt_context_free(ctx);
+    if (keep && !err.status) *keep = ctx;
+    else kvt_context_free(ctx);
     if (err.status) {
         fprintf(stderr, "kvtier kvbench: %s\n", err.msg);
         return false;
     }
-    r->tpot_ms = (t1 - t0) / (double)(n_gen - 2);
+    r->tpot_ms = run_ms / (double)(n_gen - 2);
+    r->tc_ms = ref ? ref_ms / (double)(n_gen - 2) : 0;
     r->ok = true;
     return true;
 }
@@ -140,7 +167,7 @@ static void row(const char *label, const bench_run *r, const bench_run *base, in
     double bpt, tl;
     link_time(r, n_tok, L, &bpt, &tl);
     double stall = (r->post.stall_ms - r->pre.stall_ms) / (double)n_tok;
-    double tc = base->tpot_ms, bound = tc > tl ? tc : tl;
+    double tc = r->tc_ms > 0 ? r->tc_ms : base->tpot_ms, bound = tc > tl ? tc : tl;
     bool same = !memcmp(r->ids, base->ids, (size_t)n_gen * sizeof(int32_t));
     printf("| %s | %.1f | %.1f | %.1f | %.2f | %.1f (%.0f%%) | %.2f | %lld / %lld / %lld | %s |\n", label, r->tpot_ms, tc,
            tl, r->tpot_ms / bound, stall, 100.0 * stall / r->tpot_ms, bpt / 1e6,
@@ -157,7 +184,7 @@ static void header(void) {
 
 int cmd_kvbench(int argc, char **argv) {
     kvt_args a = {"kvbench", argc, argv, 0};
-    const char *model_path = NULL, *dir = "/tmp", *only = NULL, *policies = "lru,lfu,lookahead";
+    const char *model_path = NULL, *dir = "/tmp", *only = NULL, *policies = "lru,lfu,lookahead,spread";
     int64_t n_ctx = 4096, n_gen = 16, iv;
     kvt_context_params cp = kvt_context_params_default();
     const char *flag;
@@ -225,9 +252,23 @@ int cmd_kvbench(int argc, char **argv) {
            L.mem_gbps, dir, prof.disk_o_direct ? "O_DIRECT" : "buffered", L.disk_read_gbps, L.disk_write_gbps);
     const int64_t n_tok = n_gen - 2; // timed decode steps
     bench_run base;
-    if (!run_one(m, &cp, prompt, n_ctx, n_gen, &base)) return 1;
-    printf("### all in memory (T_compute)\n\nTPOT %.1f ms\n\n", base.tpot_ms);
-    const char *pols[3] = {"lru", "lfu", "lookahead"};
+    kvt_context *ref = NULL; // the all-in-memory context: decodes beside every set-up (run_one)
+    if (!run_one(m, &cp, prompt, n_ctx, n_gen, NULL, NULL, &base, &ref)) return 1;
+    printf("### all in memory (T_compute)\n\nTPOT %.1f ms (alone). In the tables, T_compute is this context's time "
+           "per token decoding the same tokens in windows of %d interleaved with the set-up's.\n\n",
+           base.tpot_ms, WINDOW);
+    if (in_list(only, "p")) { // the paged store with no budget: what paging costs without any transfer
+        kvt_context_params c = cp;
+        c.kv_paged = true;
+        bench_run r;
+        if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) return 1;
+        printf("### paged store, everything in T0 (no transfers)\n\n");
+        header();
+        row("paged", &r, &base, n_tok, &L, n_gen);
+        printf("\n");
+        free(r.ids);
+    }
+    const char *pols[] = {"lru", "lfu", "lookahead", "spread"};
     // set-ups: fast and host budgets in eighths of the KV (host 0: no host tier), disk for the rest
     static const struct {
         const char *name, *title;
@@ -244,7 +285,7 @@ int cmd_kvbench(int argc, char **argv) {
         if (!in_list(only, secs[sec].name)) continue;
         printf("%s", secs[sec].title);
         header();
-        for (int p = 0; p < 3; p++) {
+        for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
             if (!in_list(policies, pols[p])) continue;
             kvt_context_params c = cp;
             c.kv_fast_bytes = kv_bytes / 8 * secs[sec].fast8;
@@ -252,7 +293,7 @@ int cmd_kvbench(int argc, char **argv) {
             c.kv_disk_dir = secs[sec].disk ? dir : NULL;
             c.kv_evict = pols[p];
             bench_run r;
-            if (!run_one(m, &c, prompt, n_ctx, n_gen, &r)) return 1;
+            if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) return 1;
             row(pols[p], &r, &base, n_tok, &L, n_gen);
             free(r.ids);
         }
@@ -270,7 +311,7 @@ int cmd_kvbench(int argc, char **argv) {
             c.kv_disk_dir = dir;
             c.kv_evict = "lookahead";
             bench_run r;
-            if (!run_one(m, &c, prompt, n_ctx, n_gen, &r)) return 1;
+            if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) return 1;
             char label[64];
             snprintf(label, sizeof label, g == hp->n_head_kv ? "layer (%d heads)" : g == 1 ? "head (%d)" : "group:%d", g);
             row(label, &r, &base, n_tok, &L, n_gen);
@@ -279,6 +320,7 @@ int cmd_kvbench(int argc, char **argv) {
         printf("\n");
     }
     printf("disk I/O engine: %s\n", g_disk_engine ? g_disk_engine : "none (no run with a disk tier)");
+    kvt_context_free(ref);
     free(base.ids);
     free(prompt);
     kvt_model_free(m);

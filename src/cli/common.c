@@ -44,7 +44,7 @@ const char *const cli_engine_help =
     "  --kv-host BYTES      budget of T1, host DRAM (default: no host tier)\n"
     "  --kv-disk DIR        T2: a file in DIR (O_DIRECT, CRC32C per block), removed at exit\n"
     "  --kv-disk-max BYTES  budget of T2 (default unlimited)\n"
-    "  --kv-evict lru|lfu|lookahead  eviction policy (default lru)\n"
+    "  --kv-evict lru|lfu|lookahead|spread  eviction policy (default lru)\n"
     "  --kv-prefetch K      blocks fetched ahead of use (default 16)\n"
     "  --kv-keep            keep the disk file at exit\n";
 

@@ -113,8 +113,8 @@ static kvt_status read_layer(kvt_kv *kv, int32_t seq, int32_t layer, int64_t n, 
                              kvt_err *err) {
     const int64_t kw = kvt_row_size(kv->type, (int64_t)kv->n_head_kv * kv->head_dim);
     const int64_t vw = kvt_row_size(kv->type, (int64_t)kv->n_head_kv * kv->head_dim_v);
-    const int64_t kg = kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim); // one group's slice
-    const int64_t vg = kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim_v);
+    const int64_t kh = kvt_row_size(kv->type, kv->head_dim), vh = kvt_row_size(kv->type, kv->head_dim_v); // one head
+    const int64_t gh = kv->group_heads;
     for (int32_t g = 0; g < kv->n_group; g++) {
         for (int64_t b = 0; b < kvt_kv_n_blocks(kv, n); b++) {
             kvt_kv_view w;
@@ -122,8 +122,12 @@ static kvt_status read_layer(kvt_kv *kv, int32_t seq, int32_t layer, int64_t n, 
             if (st) return st;
             for (int64_t i = 0; i < w.n && w.pos0 + i < n; i++) {
                 const int64_t p = w.pos0 + i;
-                memcpy(kb + p * kw + g * kg, (const uint8_t *)w.k + i * w.k_stride, (size_t)kg);
-                memcpy(vb + p * vw + g * vg, (const uint8_t *)w.v + i * w.v_stride, (size_t)vg);
+                for (int64_t h = 0; h < gh; h++) {
+                    memcpy(kb + p * kw + (g * gh + h) * kh, (const uint8_t *)w.k + h * w.k_hstride + i * w.k_stride,
+                           (size_t)kh);
+                    memcpy(vb + p * vw + (g * gh + h) * vh, (const uint8_t *)w.v + h * w.v_hstride + i * w.v_stride,
+                           (size_t)vh);
+                }
             }
             kv->ops->release(kv, seq, layer, g, b);
         }

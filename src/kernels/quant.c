@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "f16.h"
@@ -570,12 +571,17 @@ static kvt_isa detect_isa(void) {
 }
 
 // Detected once; concurrent first calls compute the same value, so the
-// relaxed store is benign.
+// relaxed store is benign. KVT_ISA=scalar|avx2|avx512 lowers it (never raises
+// it), to compare the kernel paths on one machine.
 kvt_isa kvt_kernels_isa(void) {
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
         v = (int)detect_isa();
+        const char *e = getenv("KVT_ISA");
+        for (int i = KVT_ISA_SCALAR; e && i < v; i++) {
+            if (!strcmp(e, kvt_isa_name((kvt_isa)i))) v = i;
+        }
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
     return (kvt_isa)v;

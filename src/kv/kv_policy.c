@@ -1,4 +1,5 @@
-// kv_policy.c - LRU, LFU and lookahead (Belady with the known schedule).
+// kv_policy.c - LRU, LFU, lookahead (Belady with the known schedule) and
+// spread (lookahead over an even partition of the schedule, see kv_policy.h).
 #include "kv_policy.h"
 
 #include <string.h>
@@ -18,10 +19,26 @@ static double lookahead_score(const kvt_evict_info *b, uint64_t now) {
     return (double)b->next_use;
 }
 
+// Shard s streams its oldest n_s blocks, n_s = floor(f * B * (s + 1)) - floor(f * B * s) for stream share f and
+// B blocks per shard: the streamed blocks add up to floor(f * B * n_shard) and lie evenly over the shards.
+bool kvt_evict_streams(const kvt_evict_info *b) {
+    const double f = b->stream_frac < 0 ? 0 : b->stream_frac > 1 ? 1 : b->stream_frac;
+    const double per = f * (double)b->shard_blocks;
+    const int64_t n = (int64_t)(per * (double)(b->shard + 1)) - (int64_t)(per * (double)b->shard);
+    return b->index < n;
+}
+
+// Streamed blocks first, each class by farthest next use. Next uses are below 2^40 for any real schedule.
+static double spread_score(const kvt_evict_info *b, uint64_t now) {
+    (void)now;
+    return (double)b->next_use + (kvt_evict_streams(b) ? 1099511627776.0 : 0.0);
+}
+
 static const kvt_evict_policy k_policies[] = {
-    {"lru", lru_score},
-    {"lfu", lfu_score},
-    {"lookahead", lookahead_score},
+    {"lru", lru_score, true},
+    {"lfu", lfu_score, true},
+    {"lookahead", lookahead_score, true},
+    {"spread", spread_score, false},
 };
 
 const kvt_evict_policy *kvt_evict_policy_find(const char *name) {
@@ -31,7 +48,7 @@ const kvt_evict_policy *kvt_evict_policy_find(const char *name) {
     return NULL;
 }
 
-const char *kvt_evict_policy_names(void) { return "lru|lfu|lookahead"; }
+const char *kvt_evict_policy_names(void) { return "lru|lfu|lookahead|spread"; }
 
 int64_t kvt_evict_pick(const kvt_evict_policy *p, const kvt_evict_info *cands, int64_t n, uint64_t now) {
     int64_t best = -1;

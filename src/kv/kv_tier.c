@@ -21,6 +21,8 @@ kvt_status kvt_tier_mem_init(kvt_tier_store *t, kvt_tier id, int64_t budget, int
     t->slot_bytes = (slot_bytes + 63) / 64 * 64;
     t->data_bytes = slot_bytes;
     t->max_slots = budget < 0 ? INT64_MAX : budget / t->slot_bytes;
+    t->chunk_slots = ((int64_t)8 << 20) / t->slot_bytes;
+    if (t->chunk_slots < 1) t->chunk_slots = 1;
     if (t->max_slots == 0) {
         return kvt_errorf(err, KVT_ERR_BUDGET, "KV %s tier budget (%s %lld bytes) holds no block of %lld bytes",
                           kvt_tier_name(id), id == KVT_TIER_FAST ? "--kv-fast" : "--kv-host", (long long)budget,
@@ -74,9 +76,8 @@ static ssize_t disk_rw(kvt_tier_store *t, bool write, void *buf, size_t n, off_t
 }
 
 void kvt_tier_free(kvt_tier_store *t) {
-    if (t->mem) {
-        for (int64_t i = 0; i < t->n_made; i++) free(t->mem[i]);
-    }
+    for (int64_t i = 0; i < t->n_chunk; i++) free(t->chunk[i]);
+    free(t->chunk);
     free(t->mem);
     free(t->free_ids);
     kvt_uring_close(t->ring);
@@ -87,6 +88,23 @@ void kvt_tier_free(kvt_tier_store *t) {
     free(t->path);
     memset(t, 0, sizeof *t);
     t->fd = -1;
+}
+
+// Adds a chunk of chunk_slots slots (fewer for the last one of a budget), see kvt_kv_arena_alloc.
+static bool chunk_new(kvt_tier_store *t) {
+    if (t->n_chunk == t->cap_chunk) {
+        int64_t cap = t->cap_chunk ? t->cap_chunk * 2 : 16;
+        uint8_t **c = realloc(t->chunk, (size_t)cap * sizeof *c);
+        if (!c) return false;
+        t->chunk = c;
+        t->cap_chunk = cap;
+    }
+    int64_t slots = t->chunk_slots;
+    if (t->max_slots - t->n_made < slots) slots = t->max_slots - t->n_made;
+    uint8_t *p = kvt_kv_arena_alloc((size_t)(slots * t->slot_bytes));
+    if (!p) return false;
+    t->chunk[t->n_chunk++] = p;
+    return true;
 }
 
 int64_t kvt_tier_alloc(kvt_tier_store *t) {
@@ -103,9 +121,9 @@ int64_t kvt_tier_alloc(kvt_tier_store *t) {
                 t->mem = m;
                 t->cap_mem = cap;
             }
-            void *p = NULL;
-            if (posix_memalign(&p, DISK_ALIGN, (size_t)t->slot_bytes)) return -1;
-            t->mem[t->n_made] = p;
+            if (t->n_made == t->n_chunk * t->chunk_slots && !chunk_new(t)) return -1;
+            const int64_t c = t->n_made / t->chunk_slots;
+            t->mem[t->n_made] = t->chunk[c] + (t->n_made - c * t->chunk_slots) * t->slot_bytes;
         }
         s = t->n_made++;
     }

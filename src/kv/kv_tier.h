@@ -2,7 +2,8 @@
 // allocator with a hard byte budget over host memory (T0 fast arena, T1 host)
 // or over a file opened with O_DIRECT (T2 disk, one CRC32C per block).
 //
-// A slot holds one KV block. Memory slots are allocated on first use and
+// A slot holds one KV block. Memory slots are carved from chunks of about
+// 8 MiB (never more slots than the budget holds), allocated on first use and
 // reused after release, so the bytes in use (n_used * slot_bytes) never exceed
 // the budget. Not thread-safe: the store serialises alloc/release/ptr; disk
 // reads and writes of distinct slots may run concurrently.
@@ -28,8 +29,10 @@ typedef struct {
     int64_t *free_ids;   // [n_free] slots released for reuse
     int64_t n_free, cap_free;
     int64_t n_made;      // slots created so far (slot ids are [0, n_made))
-    uint8_t **mem;       // [cap_mem] -> [slot_bytes] bytes, memory tiers (owned)
+    uint8_t **mem;       // [cap_mem] slot -> its [slot_bytes] bytes inside a chunk, memory tiers
     int64_t cap_mem;
+    uint8_t **chunk;     // [n_chunk] arenas of chunk_slots slots each (owned): one allocation per chunk, huge-page
+    int64_t n_chunk, cap_chunk, chunk_slots; //   aligned when large enough, so attention reads it with few TLB misses
     int fd;              // disk tier file, -1 otherwise
     char *path;          // disk tier file path (owned)
     bool direct;         // opened with O_DIRECT
