@@ -243,6 +243,7 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
     }
     kvt_json_kv_int(j, "transfers_total", total);
     kvt_json_kv_num(j, "stall_ms", st.stall_ms);
+    kvt_json_kv_num(j, "copy_cpu_ms", st.copy_cpu_ms);
     kvt_json_kv_int(j, "hits", st.hits);
     kvt_json_kv_int(j, "misses", st.misses);
     kvt_json_kv_int(j, "prefetches", st.prefetches);

@@ -54,6 +54,7 @@ typedef struct {
     int64_t moved_count[KVT_TIER_COUNT][KVT_TIER_COUNT]; // transfers [src][dst]
     double moved_ms[KVT_TIER_COUNT][KVT_TIER_COUNT];     // time spent copying [src][dst]
     double stall_ms;      // time compute threads waited in acquire/append (summed over threads)
+    double copy_cpu_ms;   // CPU time the transfers took on the threads that ran them (memcpy, CRC32C, I/O calls)
     int64_t hits, misses; // acquires that found the block in T0 / had to wait for it
     int64_t prefetches;   // blocks loaded ahead of use by the copy engine
     int64_t block_bytes;  // bytes of one block (K and V)

@@ -292,13 +292,14 @@ static kvt_status transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *e
     block_name(s, id, what, sizeof what);
     uint32_t crc = B->crc;
     pthread_mutex_unlock(&s->mu);
-    int64_t t0 = kvt_time_ns();
+    const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
     kvt_status st = KVT_OK;
     if (src == T2) st = kvt_tier_disk_read(&s->tier[T2], ss, dp, bounce, crc, what, err);
     else if (dst == T2) st = kvt_tier_disk_write(&s->tier[T2], ds, sp, bounce, &crc, what, err);
     else memcpy(dp, sp, (size_t)s->block_bytes);
-    double ms = (double)(kvt_time_ns() - t0) / 1e6;
+    const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = (double)(kvt_thread_cpu_ns() - c0) / 1e6;
     pthread_mutex_lock(&s->mu);
+    s->st.copy_cpu_ms += cpu_ms;
     if (bounce) bounce_put(s, bounce);
     B = &s->blk[id];
     if (st) {
@@ -449,12 +450,13 @@ static kvt_status swap_t0_t1(kv_paged *s, int64_t id, int64_t v, kvt_err *err) {
     const int64_t xs = X->slot[T1], ys = Y->slot[T0];
     uint8_t *xp = kvt_tier_ptr(&s->tier[T1], xs), *yp = kvt_tier_ptr(&s->tier[T0], ys);
     pthread_mutex_unlock(&s->mu);
-    const int64_t t0 = kvt_time_ns();
+    const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
     memcpy(tmp, yp, (size_t)s->block_bytes);
     memcpy(yp, xp, (size_t)s->block_bytes);
     memcpy(xp, tmp, (size_t)s->block_bytes);
     const double ms = (double)(kvt_time_ns() - t0) / 1e6;
     pthread_mutex_lock(&s->mu);
+    s->st.copy_cpu_ms += (double)(kvt_thread_cpu_ns() - c0) / 1e6;
     free(tmp);
     X = &s->blk[id];
     Y = &s->blk[v];
