@@ -30,7 +30,12 @@ int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile) {
 // threads. Chunk c takes the contiguous tiles [c * ntile / C, (c + 1) * ntile / C): each block is read by
 // one or two chunks only, so a thread that runs several chunks (the others descheduled) still walks the
 // blocks once, in schedule order, and the paged store's frontier (the slowest reader) stays exact.
-static int64_t n_chunks_for(int64_t n, int nt) { return n >= nt ? 1 : ((int64_t)nt + n - 1) / n; }
+// CHUNKS_PER_THREAD chunks per thread, claimed in order: a thread that waits for a block being loaded,
+// or is preempted by the copy engine, holds one small chunk while the other threads take the rest.
+#define CHUNKS_PER_THREAD 4
+static int64_t n_chunks_for(int64_t n, int nt) {
+    return n >= nt ? 1 : ((int64_t)nt * CHUNKS_PER_THREAD + n - 1) / n;
+}
 
 // Prefill: tokens per task, one task per thread up to ATTN_TOKENS tokens each: every task walks all blocks
 // of the layer, so fewer tasks read fewer blocks (and load fewer when the fast tier is small).
@@ -40,8 +45,8 @@ static int64_t tokens_per_task(int64_t n, int nt) {
 }
 
 int64_t kvt_attn_workspace_bytes(const kvt_kv *kv, int32_t n_head, int n_threads) {
-    // chunk states [n < n_threads tokens][n_head][chunks][2 + hdv] f32; n * chunks < 2 * n_threads
-    return 2 * (int64_t)n_threads * n_head * (2 + kv->head_dim_v) * 4 + 64;
+    // chunk states [n < n_threads tokens][n_head][chunks][2 + hdv] f32; n * chunks < 2 * n_threads * CHUNKS_PER_THREAD
+    return 2 * (int64_t)n_threads * CHUNKS_PER_THREAD * n_head * (2 + kv->head_dim_v) * 4 + 64;
 }
 
 typedef struct {
