@@ -49,7 +49,7 @@ typedef struct {
     kvt_kv base;
     kvt_kv_paged_params p;
     const kvt_evict_policy *pol;
-    int64_t block_bytes;   // K part then V part
+    int64_t block_bytes;   // K part [group_heads, block_tokens, head_dim], then V part likewise
     int64_t k_row, v_row;  // bytes per position of a group's K / V
     int64_t k_hrow, v_hrow; // bytes per position of one head's K / V (blocks are head-major)
     int32_t n_shard;
