@@ -12,6 +12,7 @@
 #include "../base/timer.h"
 #include "../kv/kv_paged.h"
 #include "../plan/profile.h"
+#include "../sched/sampler.h"
 #include "commands.h"
 #include "common.h"
 
@@ -40,14 +41,6 @@ static const char *g_disk_engine;
 // Tokens per window of the interleaved timing (run_one).
 #define WINDOW 8
 
-// Greedy token of the current logits.
-static int32_t argmax(const kvt_context *ctx, int32_t V) {
-    const float *l = kvt_context_logits(ctx);
-    int32_t best = 0;
-    for (int32_t j = 1; j < V; j++) best = l[j] > l[best] ? j : best;
-    return best;
-}
-
 // Prefill n_prompt tokens, then decode n_gen greedily, timing every decode step but the first (which fills
 // the prefetch pipeline). With `ref` (the all-in-memory context, prefilled with the same prompt, that chose
 // `ref_ids`), every WINDOW timed steps ref decodes the same tokens at the same positions (truncated back
@@ -69,7 +62,7 @@ static bool run_one(const kvt_model *m, const kvt_context_params *cp, const int3
     double run_ms = 0, ref_ms = 0;
     int64_t pending = 0; // timed steps since ref last caught up
     for (int64_t i = 0; i < n_gen && !err.status; i++) {
-        r->ids[i] = argmax(ctx, V);
+        r->ids[i] = kvt_argmax(kvt_context_logits(ctx), V);
         if (i + 1 == n_gen) break; // the last id needs no decode
         const double t0 = now_ms();
         if (kvt_decode(ctx, &r->ids[i], 1, false, &err)) break;

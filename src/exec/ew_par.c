@@ -3,28 +3,44 @@
 
 #include "../kernels/vec.h"
 
-enum { SWIGLU_MIN_TASK = 1024 }; // elements: below this the hand-off costs more than the expf it saves
+typedef struct {
+    void (*fn)(void *ctx, int64_t a, int64_t b);
+    void *ctx;
+    int64_t n, per; // items, items per task
+} ranges_job;
+
+static void ranges_task(void *vctx, int64_t task, int thread) {
+    (void)thread;
+    const ranges_job *j = vctx;
+    const int64_t a = task * j->per, b = a + j->per < j->n ? a + j->per : j->n;
+    j->fn(j->ctx, a, b);
+}
+
+void kvt_par_ranges(kvt_threadpool *pool, int64_t n, int64_t min_per_task, void (*fn)(void *ctx, int64_t a, int64_t b),
+                    void *ctx) {
+    const int nt = kvt_threadpool_n_threads(pool);
+    if (nt <= 1 || n < 2 * min_per_task) {
+        fn(ctx, 0, n);
+        return;
+    }
+    const int64_t tasks = n / min_per_task < nt ? n / min_per_task : nt;
+    ranges_job j = {fn, ctx, n, (n + tasks - 1) / tasks};
+    kvt_threadpool_run(pool, ranges_task, &j, (n + j.per - 1) / j.per);
+}
 
 typedef struct {
     float *g;       // [n]
     const float *u; // [n]
-    int64_t n, per; // elements, elements per task
 } swiglu_job;
 
-static void swiglu_task(void *vctx, int64_t task, int thread) {
-    (void)thread;
+static void swiglu_range(void *vctx, int64_t a, int64_t b) {
     const swiglu_job *j = vctx;
-    const int64_t a = task * j->per, b = a + j->per < j->n ? a + j->per : j->n;
     kvt_swiglu_f32(j->g + a, j->u + a, b - a);
 }
 
+enum { SWIGLU_MIN_TASK = 1024 }; // elements: below this the hand-off costs more than the expf it saves
+
 void kvt_swiglu_par(kvt_threadpool *pool, float *g, const float *u, int64_t n) {
-    const int nt = kvt_threadpool_n_threads(pool);
-    if (nt <= 1 || n < 2 * SWIGLU_MIN_TASK) {
-        kvt_swiglu_f32(g, u, n);
-        return;
-    }
-    const int64_t tasks = n / SWIGLU_MIN_TASK < nt ? n / SWIGLU_MIN_TASK : nt;
-    swiglu_job j = {g, u, n, (n + tasks - 1) / tasks};
-    kvt_threadpool_run(pool, swiglu_task, &j, (n + j.per - 1) / j.per);
+    swiglu_job j = {g, u};
+    kvt_par_ranges(pool, n, SWIGLU_MIN_TASK, swiglu_range, &j);
 }

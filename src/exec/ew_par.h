@@ -9,6 +9,12 @@
 
 #include "../base/threadpool.h"
 
+// Calls fn(ctx, a, b) over consecutive ranges [a, b) covering [0, n), at most one range per thread and
+// each of at least min_per_task items; on the caller (fn(ctx, 0, n)) below two such ranges or with one
+// thread. The ranges run concurrently, so fn must treat them independently.
+void kvt_par_ranges(kvt_threadpool *pool, int64_t n, int64_t min_per_task, void (*fn)(void *ctx, int64_t a, int64_t b),
+                    void *ctx);
+
 // g[i] = silu(g[i]) * u[i] for i < n (g, u: [n] f32), in element ranges of at least 1024 (one
 // expf each) per task; below two such ranges, or with one thread, on the caller. Bitwise equal
 // to kvt_swiglu_f32 over the whole array.

@@ -210,11 +210,10 @@ typedef struct {
     const kvt_layer *L; // biases, q/k norms (EW_QK)
     const float *norm;  // [n_embd] weight of EW_NORM
     int flags;
-    int64_t n;          // tokens
-    int64_t per_task;   // tokens per task
 } ew_job;
 
-static void ew_range(const ew_job *j, int64_t t0, int64_t t1) {
+static void ew_range(void *vctx, int64_t t0, int64_t t1) {
+    const ew_job *j = vctx;
     kvt_context *c = j->c;
     const kvt_hparams *hp = &c->m->hp;
     const int64_t E = hp->n_embd;
@@ -233,25 +232,11 @@ static void ew_range(const ew_job *j, int64_t t0, int64_t t1) {
     }
 }
 
-static void ew_task(void *vctx, int64_t task, int thread) {
-    (void)thread;
-    const ew_job *j = vctx;
-    const int64_t t0 = task * j->per_task, t1 = t0 + j->per_task < j->n ? t0 + j->per_task : j->n;
-    ew_range(j, t0, t1);
-}
-
 // Runs the element-wise stage `flags` over n tokens: two tokens per task at least, on the pool when
 // there are two such tasks, else on the caller.
 static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *norm, int64_t n) {
-    const int nt = kvt_threadpool_n_threads(c->pool);
-    ew_job j = {c, L, norm, flags, n, n};
-    if (nt > 1 && n >= 4) {
-        const int64_t tasks = n / 2 < nt ? n / 2 : nt;
-        j.per_task = (n + tasks - 1) / tasks;
-        kvt_threadpool_run(c->pool, ew_task, &j, (n + j.per_task - 1) / j.per_task);
-    } else {
-        ew_range(&j, 0, n);
-    }
+    ew_job j = {c, L, norm, flags};
+    kvt_par_ranges(c->pool, n, 2, ew_range, &j);
 }
 
 // A micro-batch of n tokens: either a run of one sequence at positions [pos0, pos0 + n) (seqs == NULL),

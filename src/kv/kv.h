@@ -27,9 +27,9 @@ typedef struct {
     int64_t pos0;     // first position held by the block
     int64_t n;        // valid positions in the block (attention masks positions > its query)
     // K of position i, head j of the group: k + j * k_hstride + i * k_stride ([head_dim] kv type, tier T0);
-    // V likewise. The contiguous cache is position-major (hstride = one head's row), the paged store
-    // head-major (stride = one head's row): attention walks one head over many positions, and a head-major
-    // block gives it one contiguous stream per head (20% faster decode attention than 384-byte strides).
+    // V likewise. Both stores are head-major (k_stride = one head's row): attention walks one head over
+    // many positions, and head-major memory gives it one contiguous stream per head (decode attention
+    // 20% faster than over position-major rows of all heads, docs/BENCHMARKS.md "KV tiers").
     const void *k;
     const void *v;
     int64_t k_stride, v_stride;   // bytes between positions

@@ -195,16 +195,24 @@ static void reader_at(kv_paged *s, int64_t key) {
     cursor_update(s);
 }
 
-// Share of the live blocks T0 cannot keep, with slack for the blocks readers pin and loads in flight.
-static double stream_frac(const kv_paged *s) {
+// What the policy needs to know of the whole store (kvt_evict_info), the same for every candidate of one
+// victim search: blocks per shard, and the share of the live blocks T0 cannot keep, with slack for the
+// blocks readers pin and loads in flight.
+typedef struct {
+    int64_t shard_blocks;
+    double stream_frac;
+} evict_ctx;
+
+static evict_ctx evict_ctx_now(const kv_paged *s) {
     const int64_t live = s->n_blk - s->n_free_blk, slack = s->p.n_readers + s->n_io + 1;
-    return live > 0 ? (double)(live - s->tier[T0].max_slots + slack) / (double)live : 0.0;
+    evict_ctx e = {(live + s->n_shard - 1) / s->n_shard, 0.0};
+    if (live > 0) e.stream_frac = (double)(live - s->tier[T0].max_slots + slack) / (double)live;
+    return e;
 }
 
-static double evict_score(const kv_paged *s, const pblock *B) {
-    const int64_t live = s->n_blk - s->n_free_blk;
+static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B) {
     kvt_evict_info info = {B->last_use, B->uses, next_use(s, B), (int64_t)B->layer * s->base.n_group + B->group,
-                           B->index, (live + s->n_shard - 1) / s->n_shard, stream_frac(s)};
+                           B->index, e->shard_blocks, e->stream_frac};
     return s->pol->score(&info, s->tick);
 }
 
@@ -220,6 +228,7 @@ static int64_t pick_victim(kv_paged *s, int t, int64_t limit) {
     int64_t best = -1;
     double bs = 0;
     bool best_clean = false;
+    const evict_ctx e = evict_ctx_now(s);
     // Up to VICTIM_SAMPLE resident blocks are examined: all of them when there are fewer, else a window
     // that moves on at every call (the resident list is in no particular order, so windows sample it),
     // as approximate LRU caches do. Exhaustive scans made each eviction O(resident blocks) under the
@@ -236,7 +245,7 @@ static int64_t pick_victim(kv_paged *s, int t, int64_t limit) {
         // in T0 or on disk)
         bool clean = t == T0 ? (B->slot[T2] >= 0 && B->refs <= 1) : (B->slot[T2] >= 0 || B->slot[T0] >= 0);
         if (t == T0 && !s->pol->clean_first) clean = false;
-        double sc = evict_score(s, B);
+        double sc = evict_score(s, &e, B);
         if (best < 0 || (clean && !best_clean) || (clean == best_clean && sc > bs)) {
             best = id;
             bs = sc;
@@ -326,11 +335,12 @@ static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err);
 static int64_t t1_duplicate(const kv_paged *s) {
     int64_t best = -1;
     double bs = 0;
+    const evict_ctx e = evict_ctx_now(s);
     for (int64_t i = 0; i < s->n_res[T1]; i++) {
         const int64_t id = s->res[T1][i];
         const pblock *B = &s->blk[id];
         if (B->busy || B->slot[T0] < 0) continue;
-        const double sc = evict_score(s, B);
+        const double sc = evict_score(s, &e, B);
         if (best < 0 || sc > bs) {
             best = id;
             bs = sc;
@@ -404,7 +414,8 @@ static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
         }
         if (!room && has_lower) {
             int64_t hv = pick_victim(s, T1, -1);
-            if (hv >= 0 && s->blk[hv].slot[T2] >= 0 && evict_score(s, &s->blk[hv]) > evict_score(s, B)) {
+            const evict_ctx e = evict_ctx_now(s);
+            if (hv >= 0 && s->blk[hv].slot[T2] >= 0 && evict_score(s, &e, &s->blk[hv]) > evict_score(s, &e, B)) {
                 drop_copy(s, hv, T1);
                 room = true;
             }

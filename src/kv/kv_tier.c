@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "../base/crc32c.h"
+#include "../base/grow.h"
 
 #define DISK_ALIGN 4096
 
@@ -76,7 +77,7 @@ static ssize_t disk_rw(kvt_tier_store *t, bool write, void *buf, size_t n, off_t
 }
 
 void kvt_tier_free(kvt_tier_store *t) {
-    for (int64_t i = 0; i < t->n_chunk; i++) free(t->chunk[i]);
+    for (size_t i = 0; i < t->n_chunk; i++) free(t->chunk[i]);
     free(t->chunk);
     free(t->mem);
     free(t->free_ids);
@@ -92,13 +93,7 @@ void kvt_tier_free(kvt_tier_store *t) {
 
 // Adds a chunk of chunk_slots slots (fewer for the last one of a budget), see kvt_kv_arena_alloc.
 static bool chunk_new(kvt_tier_store *t) {
-    if (t->n_chunk == t->cap_chunk) {
-        int64_t cap = t->cap_chunk ? t->cap_chunk * 2 : 16;
-        uint8_t **c = realloc(t->chunk, (size_t)cap * sizeof *c);
-        if (!c) return false;
-        t->chunk = c;
-        t->cap_chunk = cap;
-    }
+    if (!kvt_grow((void **)&t->chunk, &t->cap_chunk, t->n_chunk + 1, sizeof *t->chunk)) return false;
     int64_t slots = t->chunk_slots;
     if (t->max_slots - t->n_made < slots) slots = t->max_slots - t->n_made;
     uint8_t *p = kvt_kv_arena_alloc((size_t)(slots * t->slot_bytes));
@@ -121,7 +116,7 @@ int64_t kvt_tier_alloc(kvt_tier_store *t) {
                 t->mem = m;
                 t->cap_mem = cap;
             }
-            if (t->n_made == t->n_chunk * t->chunk_slots && !chunk_new(t)) return -1;
+            if (t->n_made == (int64_t)t->n_chunk * t->chunk_slots && !chunk_new(t)) return -1;
             const int64_t c = t->n_made / t->chunk_slots;
             t->mem[t->n_made] = t->chunk[c] + (t->n_made - c * t->chunk_slots) * t->slot_bytes;
         }

@@ -31,8 +31,11 @@ typedef struct {
     int64_t n_made;      // slots created so far (slot ids are [0, n_made))
     uint8_t **mem;       // [cap_mem] slot -> its [slot_bytes] bytes inside a chunk, memory tiers
     int64_t cap_mem;
-    uint8_t **chunk;     // [n_chunk] arenas of chunk_slots slots each (owned): one allocation per chunk, huge-page
-    int64_t n_chunk, cap_chunk, chunk_slots; //   aligned when large enough, so attention reads it with few TLB misses
+    // [n_chunk] arenas of chunk_slots slots each (owned), from kvt_kv_arena_alloc (huge-page aligned when
+    // large enough, so attention streams them with few TLB misses)
+    uint8_t **chunk;
+    size_t n_chunk, cap_chunk;
+    int64_t chunk_slots;
     int fd;              // disk tier file, -1 otherwise
     char *path;          // disk tier file path (owned)
     bool direct;         // opened with O_DIRECT

@@ -80,8 +80,8 @@ int64_t kvt_profile_ram_bytes(void);                        // physical memory
 // an F16 contiguous cache, 16 query heads over 4 KV heads of 64; FLOPs = 4 x heads x head_dim per
 // attended position. Best of at least reps runs and 0.2 s.
 kvt_status kvt_profile_attn(int n_threads, int reps, kvt_profile *p, kvt_err *err);
-// Measures cpu_swiglu_gelems (src/plan/profile_attn.c): kvt_swiglu_f32 over 128 x 4096 elements in
-// equal parts per thread, median of at least reps runs and 0.1 s (the expf of each element is what
+// Measures cpu_swiglu_gelems (src/plan/profile_attn.c): kvt_swiglu_par (the forward pass's split)
+// over 128 x 4096 elements, median of at least reps runs and 0.1 s (the expf of each element is what
 // costs; a prefill spends it once per layer per token on n_ff elements).
 kvt_status kvt_profile_swiglu(int n_threads, int reps, kvt_profile *p, kvt_err *err);
 // GEMV bandwidth of type t over rows of `width` inputs (a multiple of 256) in a buffer of about `bytes`;
