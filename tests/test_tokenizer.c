@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "../src/gguf/gguf.h"
@@ -145,8 +146,14 @@ static void vocab_file_case(const char *name, const kvt_tokenizer *t, const char
     const char *p = inp, *end = inp + ni, *o = out, *oend = out + no;
     int32_t *exp = malloc(65536 * sizeof *exp);
     while (p < end) {
+        // strings end at the separator; the last one may end at the end of the file
         const char *q = strstr(p, SEP);
-        if (!q) break;
+        if (!q) q = end;
+        if (o >= oend) {
+            snprintf(detail, sizeof detail, "%s has fewer lines than %s has strings", out_path, inp_path);
+            n_bad++;
+            break;
+        }
         const char *ol = memchr(o, '\n', (size_t)(oend - o));
         if (!ol) ol = oend;
         int64_t ne = parse_ids(o, (size_t)(ol - o), exp, 65536);
@@ -176,8 +183,12 @@ static void vocab_file_case(const char *name, const kvt_tokenizer *t, const char
         }
         free(got);
         n_str++;
-        p = q + strlen(SEP);
+        p = q < end ? q + strlen(SEP) : end;
         o = ol < oend ? ol + 1 : oend;
+    }
+    if (o < oend && n_bad == 0) {
+        snprintf(detail, sizeof detail, "%s has more lines than %s has strings", out_path, inp_path);
+        n_bad++;
     }
     free(exp);
     if (n_bad) {
@@ -475,6 +486,91 @@ void test_tokenizer(const test_env *env) {
     reference_prompt_case(shared, "qwen3-synth-f16");
 
     smollm2_cases(env->smollm2);
+}
+
+// make test-vocab: every ggml-vocab-*.gguf of llama.cpp's models/ folder
+// (folder in $KVT_VOCAB_DIR) with its .inp/.out vectors, tokenized without
+// BOS/EOS and without parsing special tokens, as llama.cpp's
+// test-tokenizer-0 does. A vocabulary whose tokenizer model is neither
+// "llama" nor "gpt2" and that the tokenizer refuses by name is a skip; a
+// refused "llama"/"gpt2" vocabulary, a load error or any id difference is a
+// failure. Vocabularies without vectors only have to load or be refused by
+// name.
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void vocab_dir_case(const char *dir, const char *file) {
+    char path[1024], inp[1100], out[1100], name[256], model[64] = "";
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    snprintf(inp, sizeof inp, "%s.inp", path);
+    snprintf(out, sizeof out, "%s.out", path);
+    // "ggml-vocab-NAME.gguf" -> "vocab.NAME"
+    snprintf(name, sizeof name, "vocab.%.*s", (int)(strlen(file) - strlen("ggml-vocab-") - strlen(".gguf")),
+             file + strlen("ggml-vocab-"));
+    bool vectors = test_file_exists(inp) && test_file_exists(out);
+    kvt_err err = {0};
+    kvt_gguf *g = NULL;
+    if (kvt_gguf_open(path, &g, &err) != KVT_OK) {
+        test_result(false, name, "%s", err.msg);
+        return;
+    }
+    kvt_str m;
+    if (kvt_gguf_get_str(g, "tokenizer.ggml.model", &m, NULL) == KVT_OK) {
+        snprintf(model, sizeof model, "%.*s", (int)(m.len < 63 ? m.len : 63), m.ptr);
+    }
+    kvt_tokenizer *t = NULL;
+    kvt_status st = kvt_tokenizer_init(g, &t, &err);
+    bool ours = !strcmp(model, "llama") || !strcmp(model, "gpt2");
+    if (st == KVT_ERR_UNSUPPORTED && !ours) {
+        char why[600];
+        snprintf(why, sizeof why, "refused: %s", err.msg);
+        test_skip(name, why);
+    } else if (st != KVT_OK) {
+        test_result(false, name, "%s", err.msg);
+    } else if (!vectors) {
+        test_skip(name, "loads; llama.cpp ships no .inp/.out vectors for it");
+    } else {
+        vocab_file_case(name, t, inp, out, false, NULL);
+    }
+    kvt_tokenizer_free(t);
+    kvt_gguf_free(g);
+}
+
+void test_vocab(const test_env *env) {
+    (void)env;
+    const char *dir = getenv("KVT_VOCAB_DIR");
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) {
+        test_skip("vocab", "no vocabulary folder: set KVT_VOCAB_DIR (make test-vocab fetches it)");
+        return;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, "ggml-vocab-", 11) != 0 || l < 16 || strcmp(e->d_name + l - 5, ".gguf") != 0) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 32;
+            char **nn = realloc(names, cap * sizeof *nn);
+            if (!nn) break;
+            names = nn;
+        }
+        names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    if (n == 0) {
+        test_result(false, "vocab", "no ggml-vocab-*.gguf in %s", dir);
+    }
+    qsort(names, n, sizeof *names, cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        vocab_dir_case(dir, names[i]);
+        free(names[i]);
+    }
+    free(names);
 }
 
 #ifdef KVT_TEST_STANDALONE
