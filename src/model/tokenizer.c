@@ -130,6 +130,8 @@ static const pre_info k_pre[] = {
     {"glm4", KVT_PRE_LLAMA3, true, true, false, true},
     {"glm5", KVT_PRE_LLAMA3, true, true, false, true},
     {"falcon", KVT_PRE_FALCON, true, false, false, false},
+    {"deepseek-llm", KVT_PRE_DEEPSEEK_LLM, false, false, false, false},
+    {"deepseek-coder", KVT_PRE_DEEPSEEK_CODER, false, false, false, false},
     {"mpt", KVT_PRE_GPT2, true, false, false, false},
     {"olmo", KVT_PRE_GPT2, true, false, false, false},
     {"jais", KVT_PRE_GPT2, true, false, false, false},

@@ -18,6 +18,9 @@ typedef enum {
     KVT_PRE_QWEN35,  // as qwen2 but letter runs include \p{M}
     KVT_PRE_SMOLLM,  // each \p{N} isolated, then gpt2
     KVT_PRE_FALCON,  // punctuation runs (with `), gpt2, ASCII digit triples
+    KVT_PRE_DEEPSEEK_LLM,   // [\r\n], letters, punctuation, trailing space, CJK, numbers
+    KVT_PRE_DEEPSEEK_CODER, // [\r\n], \s?\p{L}+, \s?\p{P}+, CJK, each \p{N}
+    KVT_PRE_GEMMA4,  // newline runs only (SentencePiece-style BPE on raw UTF-8)
 } kvt_pre_kind;
 
 typedef struct {
