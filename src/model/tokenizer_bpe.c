@@ -549,9 +549,16 @@ bool kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t n, kvt_iv
             w = nwp;
         }
         size_t wn = 0;
+        bool newlines = true; // the word is all '\n'
         for (size_t i = start; i < start + wlen; i++) {
             char u[4];
             size_t ul = kvt_utf8_encode(cp[i], u);
+            newlines = newlines && cp[i] == '\n';
+            if (t->spm_style) { // raw UTF-8
+                memcpy(w + wn, u, ul);
+                wn += ul;
+                continue;
+            }
             for (size_t k = 0; k < ul; k++) {
                 uint8_t byte = (uint8_t)u[k];
                 memcpy(w + wn, t->bpe_byte_utf8[byte], t->bpe_byte_utf8_len[byte]);
@@ -559,7 +566,8 @@ bool kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t n, kvt_iv
             }
         }
         start += wlen;
-        if (t->ignore_merges) {
+        // whole-word tokens: every word with ignore_merges, newline runs for Gemma 4
+        if (t->ignore_merges || (t->pre == KVT_PRE_GEMMA4 && newlines)) {
             int32_t id = kvt_tok_find(t, w, wn);
             if (id >= 0) {
                 kvt_ivec_push(out, id);
@@ -624,9 +632,11 @@ bool kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t n, kvt_iv
                 continue;
             }
             // no such token: one token per byte of the encoded text, where
-            // a one-byte token exists (llama.cpp drops the others)
+            // a one-byte token (<0xXX> for raw UTF-8) exists; llama.cpp
+            // drops the others
+            const int32_t *byte_tok = t->spm_style ? t->spm_byte_tok : t->raw_byte_tok;
             for (uint32_t k = 0; k < syms[i].n; k++) {
-                int32_t bid = t->raw_byte_tok[(uint8_t)w[syms[i].off + k]];
+                int32_t bid = byte_tok[(uint8_t)w[syms[i].off + k]];
                 if (bid >= 0) {
                     kvt_ivec_push(out, bid);
                 }

@@ -55,6 +55,9 @@ struct kvt_tokenizer {
     int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
 
     bool add_bos, add_eos, add_space_prefix, clean_spaces, ignore_merges;
+    // BPE on raw UTF-8 with spaces escaped to U+2581 and <0xXX> byte tokens
+    // (tokenizer model "gemma4"), instead of GPT-2's byte-level encoding
+    bool spm_style;
 
     int32_t spm_byte_tok[256]; // SPM: <0xXX> token (or the 1-byte token), -1 none
     int32_t raw_byte_tok[256]; // BPE fallback: token whose text is that one byte
