@@ -653,7 +653,7 @@ void test_vocab(const test_env *env) {
     const char *dir = getenv("KVT_VOCAB_DIR");
     DIR *d = dir ? opendir(dir) : NULL;
     if (!d) {
-        test_skip("vocab", "no vocabulary folder: set KVT_VOCAB_DIR (make test-vocab fetches it)");
+        test_skip("vocab", "no vocabulary folder (KVT_VOCAB_DIR unset or unreadable; `make test-vocab` fetches it)");
         return;
     }
     char **names = NULL;
