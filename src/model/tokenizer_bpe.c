@@ -280,16 +280,20 @@ typedef enum {
     CLS_DS_CJK,       // k_ds_cjk
 } cls_kind;
 
-static bool in_class(const span *s, size_t pos, cls_kind k) {
-    uint32_t c = s->cp[pos];
-    uint32_t f = s->fl[pos];
-    if (c >= 128 && (f & C_SPACE)) {
-        return false;
-    }
+// Inlined into each pass_class call, whose kind is a constant there, so the
+// switch folds away (the number pass runs on every SmolLM2 token).
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE bool in_class(const span *s, size_t pos, cls_kind k) {
+    const uint32_t c = s->cp[pos];
+    const uint32_t f = s->fl[pos];
+    // no \p{N} code point is white space, and white space below 128 is in
+    // none of the classes: only the other classes need the check
+    const bool wide_space = c >= 128 && (f & C_SPACE);
     switch (k) {
     case CLS_NUMBER: return (f & C_NUM) != 0;
-    case CLS_LETTER: return (f & C_LET) != 0;
-    case CLS_PUNCT: return (f & KVT_UCAT_PUNCT) != 0;
+    case CLS_LETTER: return (f & C_LET) && !wide_space;
+    case CLS_PUNCT: return (f & KVT_UCAT_PUNCT) && !wide_space;
     case CLS_PUNCT_ISO:
     case CLS_PUNCT_ISO_BT:
         if (c < 128 && strchr("$+<=>^~|", (int)c) && c != 0) {
@@ -298,11 +302,11 @@ static bool in_class(const span *s, size_t pos, cls_kind k) {
         if (k == CLS_PUNCT_ISO_BT && c == '`') {
             return true;
         }
-        return (f & KVT_UCAT_PUNCT) != 0;
+        return (f & KVT_UCAT_PUNCT) && !wide_space;
     case CLS_RN: return is_rn(c);
-    case CLS_DS_LETTER: return in_ranges(c, k_ds_letters, N_RANGES(k_ds_letters));
-    case CLS_DS_PUNCT: return in_ranges(c, k_ds_punct, N_RANGES(k_ds_punct));
-    case CLS_DS_CJK: return in_ranges(c, k_ds_cjk, N_RANGES(k_ds_cjk));
+    case CLS_DS_LETTER: return !wide_space && in_ranges(c, k_ds_letters, N_RANGES(k_ds_letters));
+    case CLS_DS_PUNCT: return !wide_space && in_ranges(c, k_ds_punct, N_RANGES(k_ds_punct));
+    case CLS_DS_CJK: return !wide_space && in_ranges(c, k_ds_cjk, N_RANGES(k_ds_cjk));
     }
     return false;
 }
@@ -310,7 +314,7 @@ static bool in_class(const span *s, size_t pos, cls_kind k) {
 // Matches are maximal runs (run = true) or single code points, with one
 // optional white-space code point in front (lead_space: "\s?[...]+"); the
 // text between matches stays as pieces of its own.
-static void pass_class(span *s, cls_kind k, bool run, bool lead_space) {
+INLINE void pass_class(span *s, cls_kind k, bool run, bool lead_space) {
     size_t pos = s->ini;
     while (pos < s->end) {
         size_t from = pos;
@@ -549,25 +553,25 @@ bool kvt_bpe_tokenize(const kvt_tokenizer *t, const char *text, size_t n, kvt_iv
             w = nwp;
         }
         size_t wn = 0;
-        bool newlines = true; // the word is all '\n'
-        for (size_t i = start; i < start + wlen; i++) {
-            char u[4];
-            size_t ul = kvt_utf8_encode(cp[i], u);
-            newlines = newlines && cp[i] == '\n';
-            if (t->spm_style) { // raw UTF-8
-                memcpy(w + wn, u, ul);
-                wn += ul;
-                continue;
+        if (t->spm_style) { // raw UTF-8
+            for (size_t i = start; i < start + wlen; i++) {
+                wn += kvt_utf8_encode(cp[i], w + wn);
             }
-            for (size_t k = 0; k < ul; k++) {
-                uint8_t byte = (uint8_t)u[k];
-                memcpy(w + wn, t->bpe_byte_utf8[byte], t->bpe_byte_utf8_len[byte]);
-                wn += t->bpe_byte_utf8_len[byte];
+        } else {
+            for (size_t i = start; i < start + wlen; i++) {
+                char u[4];
+                size_t ul = kvt_utf8_encode(cp[i], u);
+                for (size_t k = 0; k < ul; k++) {
+                    uint8_t byte = (uint8_t)u[k];
+                    memcpy(w + wn, t->bpe_byte_utf8[byte], t->bpe_byte_utf8_len[byte]);
+                    wn += t->bpe_byte_utf8_len[byte];
+                }
             }
         }
         start += wlen;
-        // whole-word tokens: every word with ignore_merges, newline runs for Gemma 4
-        if (t->ignore_merges || (t->pre == KVT_PRE_GEMMA4 && newlines)) {
+        // whole-word tokens: every word with ignore_merges, a newline run for
+        // Gemma 4 (its words are newline runs or free of newlines)
+        if (t->ignore_merges || (t->pre == KVT_PRE_GEMMA4 && w[0] == '\n')) {
             int32_t id = kvt_tok_find(t, w, wn);
             if (id >= 0) {
                 kvt_ivec_push(out, id);
