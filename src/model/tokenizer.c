@@ -162,6 +162,7 @@ static const pre_info k_pre[] = {
     {"grok-2", KVT_PRE_QWEN2, false, false, false, false},
     {"solar-open", KVT_PRE_QWEN2, false, false, false, false},
     {"qwen35", KVT_PRE_QWEN35, false, false, false, false},
+    {"gemma4", KVT_PRE_GEMMA4, true, false, false, false}, // SentencePiece-style BPE
 };
 
 // ---------------------------------------------------------------------------
@@ -656,6 +657,7 @@ kvt_status kvt_tokenizer_init(const kvt_gguf *g, kvt_tokenizer **out, kvt_err *e
                               pl, pre.ptr);
         }
         t->pre = pi->kind;
+        t->spm_style = pi->kind == KVT_PRE_GEMMA4;
         t->clean_spaces = pi->clean_spaces;
         t->ignore_merges = pi->ignore_merges;
         t->add_bos = pi->add_bos;
