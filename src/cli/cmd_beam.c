@@ -43,16 +43,6 @@ static char *unescape(const char *s) {
     return o;
 }
 
-static char *detok(const kvt_tokenizer *tok, const int32_t *ids, int64_t n, int64_t *len) {
-    int64_t cap = 64 + n * 64;
-    char *t = malloc((size_t)cap);
-    *len = 0;
-    if (!t) return NULL;
-    int64_t l = kvt_detokenize(tok, ids, n, t, cap);
-    *len = l < 0 ? 0 : l > cap ? cap : l;
-    return t;
-}
-
 static int64_t moved_total(const kvt_kv_stats *s) {
     int64_t t = 0;
     for (int a = 0; a < KVT_TIER_COUNT; a++) {
@@ -83,7 +73,7 @@ static void print_json(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_bea
         for (int64_t k = 0; k < b->n; k++) kvt_json_int(&j, b->ids[k]);
         kvt_json_arr_end(&j);
         int64_t tl;
-        char *t = detok(tok, b->ids, b->n, &tl);
+        char *t = cli_detokenize(tok, b->ids, b->n, &tl);
         kvt_json_key(&j, "text");
         kvt_json_strn(&j, t ? t : "", (size_t)(t ? tl : 0));
         free(t);
@@ -140,7 +130,7 @@ static void print_text(kvt_context *ctx, const kvt_tokenizer *tok, const char *p
     for (int32_t i = 0; i < r->n_beams; i++) {
         const kvt_beam_out *b = &r->beams[i];
         int64_t tl;
-        char *t = detok(tok, b->ids, b->n, &tl);
+        char *t = cli_detokenize(tok, b->ids, b->n, &tl);
         printf("=== beam %d  score %.4f  %lld tokens%s\n", i + 1, b->score, (long long)b->n,
                b->finished ? "" : " (unfinished)");
         fwrite(prompt, 1, plen, stdout);
@@ -248,10 +238,7 @@ int cmd_beam(int argc, char **argv) {
         cp.n_ctx = need < model->hp.n_ctx_train ? need : model->hp.n_ctx_train;
         if (cp.n_ctx < n_prompt + bp.n_tokens) cp.n_ctx = n_prompt + bp.n_tokens;
     }
-    if (kvt_context_init(model, &cp, &ctx, &err)) {
-        fprintf(stderr, "kvtier beam: %s\n", err.msg);
-        goto done;
-    }
+    if (!cli_context_init("beam", model, &cp, &ctx)) goto done;
     if (prm_path) {
         if (!cli_load_model("beam", prm_path, false, &prm_model, NULL)) goto done;
         if (prm_model->hp.n_vocab != model->hp.n_vocab) {
