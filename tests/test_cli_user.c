@@ -192,6 +192,66 @@ static void long_tokens(const char *cli, const char *dir) {
                 (long long)n_ids, (long long)n_long, (long long)json_len, (long long)stream_len, (long long)(300 * n_long));
 }
 
+// Runs `sh -c cmd` with stderr on a pseudo-terminal (stdout as cmd redirects it); what the terminal got.
+static int run_on_pty(const char *cmd, char *out, size_t cap) {
+    out[0] = 0;
+    int m = posix_openpt(O_RDWR | O_NOCTTY);
+    if (m < 0 || grantpt(m) != 0 || unlockpt(m) != 0) {
+        if (m >= 0) close(m);
+        return -2;
+    }
+    const char *sname = ptsname(m);
+    pid_t pid = sname ? fork() : -1;
+    if (pid == 0) {
+        setsid();
+        int s = open(sname, O_RDWR);
+        if (s < 0) _exit(126);
+        dup2(s, 2);
+        close(s);
+        close(m);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    size_t n = 0;
+    ssize_t r;
+    while (pid > 0 && n + 1 < cap && (r = read(m, out + n, cap - 1 - n)) > 0) n += (size_t)r; // EIO once the child exits
+    out[n] = 0;
+    int st = 0;
+    if (pid > 0) waitpid(pid, &st, 0);
+    close(m);
+    return pid > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+// Prefill progress: on stderr when it is a terminal, never with --no-progress, --json or a redirected stderr.
+static void progress(const char *cli, const char *model, const char *dir) {
+    char prompt[600], cmd[4096];
+    static char out[1 << 16];
+    snprintf(prompt, sizeof prompt, "%s/long.txt", dir);
+    FILE *f = fopen(prompt, "w");
+    for (int i = 0; f && i < 10; i++) fputs("Once upon a time there was a little girl. ", f);
+    if (f) fclose(f);
+    const char *base = "generate -m %s -f %s -n 2 --temp 0 --ubatch 32 -c 4096";
+    char gen[2048];
+    snprintf(gen, sizeof gen, base, model, prompt);
+    snprintf(cmd, sizeof cmd, "%s %s >/dev/null", cli, gen);
+    int rc = run_on_pty(cmd, out, sizeof out);
+    if (rc == -2) {
+        test_skip("cli: prefill progress", "no pseudo-terminal available");
+        return;
+    }
+    test_result(rc == 0 && strstr(out, "prefill 32/") && strstr(out, " tokens (") && strstr(out, "tok/s") && strstr(out, "\r\033[K"),
+                "cli: a long prefill shows progress (done/total, tok/s) when stderr is a terminal", "exit %d: %.300s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s %s --no-progress >/dev/null", cli, gen);
+    rc = run_on_pty(cmd, out, sizeof out);
+    test_result(rc == 0 && !strstr(out, "prefill"), "cli: --no-progress shows none", "exit %d: %.300s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s %s --json >/dev/null", cli, gen);
+    rc = run_on_pty(cmd, out, sizeof out);
+    test_result(rc == 0 && !strstr(out, "prefill"), "cli: --json shows no progress", "exit %d: %.300s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1 >/dev/null | cat >&2", cli, gen);
+    rc = run_on_pty(cmd, out, sizeof out);
+    test_result(rc == 0 && !strstr(out, "prefill"), "cli: no progress when stderr is not a terminal", "exit %d: %.300s", rc, out);
+}
+
 // One rule for byte sizes everywhere: K/M/G/T (and KiB...) are powers of 1024, KB/MB/GB/TB powers of 1000.
 static void byte_sizes(void) {
     static const struct {
@@ -274,6 +334,7 @@ void test_cli_user(const test_env *env) {
     }
 
     long_tokens(cli, dir);
+    progress(cli, model, dir);
 
     // a context past the training context warns (generate and plan)
     snprintf(args, sizeof args, "%s generate -m %s -p hi -n 1 -c 5000 --temp 0 2>&1 >/dev/null", cli, model);

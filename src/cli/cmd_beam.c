@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../base/json.h"
+#include "../base/timer.h"
 #include "../sched/beam.h"
 #include "../sched/dm_model.h"
 #include "commands.h"
@@ -26,7 +27,7 @@ static const char *k_help =
     "  --no-batch           one forward pass per continuation and token (bit-exact across schedules)\n"
     "  --ignore-eos         do not end beams at end-of-generation tokens\n"
     "  --no-special         do not parse special-token text in the prompt\n"
-    "  --json               one JSON object: beams, kv, groups_per_step, time_ms, predicted bytes\n"
+    "  --json               one JSON object: beams, kv, groups_per_step, time_ms, predicted bytes\n" CLI_PROGRESS_HELP
     "Without a KV tier flag the paged store runs with unlimited fast memory.\n";
 
 // Copies s with \n, \t, \\ replaced; malloc'ed.
@@ -238,6 +239,8 @@ int cmd_beam(int argc, char **argv) {
         cp.n_ctx = need < model->hp.n_ctx_train ? need : model->hp.n_ctx_train;
         if (cp.n_ctx < n_prompt + bp.n_tokens) cp.n_ctx = n_prompt + bp.n_tokens;
     }
+    cli_progress prog;
+    cli_progress_on(&prog, &cp, !in.no_progress && !json);
     if (!cli_context_init("beam", model, &cp, &ctx)) goto done;
     if (prm_path) {
         if (!cli_load_model("beam", prm_path, false, &prm_model, NULL)) goto done;
@@ -257,6 +260,7 @@ int cmd_beam(int argc, char **argv) {
         bp.scorer_user = prm;
     }
     bp.tok = tok;
+    prog.t0_ms = kvt_time_ms();
     if (kvt_beam_run(ctx, &bp, ids, n_prompt, &res, &err)) {
         fprintf(stderr, "kvtier beam: %s\n", err.msg);
         goto done;

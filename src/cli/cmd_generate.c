@@ -18,7 +18,7 @@ static const char *k_help =
     "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N\n"
     "  --ignore-eos         do not stop at end-of-generation tokens\n"
     "  --no-special         do not parse special-token text (e.g. <|im_start|>) in the prompt\n"
-    "  --json               print one JSON object (ids, text, timings) instead of the text\n"
+    "  --json               print one JSON object (ids, text, timings) instead of the text\n" CLI_PROGRESS_HELP
     "  --dump-logits FILE   write the logits after the last prompt token, one per line\n"
     "  --kv-load FILE       before the prompt: restore the KV of a session file (kvtier's own format,\n"
     "                       CRC32C and model identity checked); only the prompt tokens after the\n"
@@ -31,11 +31,18 @@ typedef struct {
     bool stream;
     char *piece;     // a token's bytes, grown to fit (no length limit)
     size_t cap;
+    const char *prompt; // echoed before the first token unless echoed
+    size_t plen;
+    bool echoed;
 } stream_ctx;
 
 static bool on_token(void *user, int32_t id) {
     stream_ctx *s = user;
     if (!s->stream) return true;
+    if (!s->echoed) {
+        fwrite(s->prompt, 1, s->plen, stdout);
+        s->echoed = true;
+    }
     int64_t n = cli_token_piece(s->tok, id, &s->piece, &s->cap);
     if (n < 0) return false; // out of memory: stop generating
     fwrite(s->piece, 1, (size_t)n, stdout);
@@ -126,7 +133,7 @@ int cmd_generate(int argc, char **argv) {
     float *plogits = malloc((size_t)model->hp.n_vocab * sizeof(float));
     kvt_context *ctx = NULL;
     kvt_err err = {0};
-    stream_ctx sc = {tok, false, NULL, 0};
+    stream_ctx sc = {tok, false, NULL, 0, prompt, plen, false};
     if (!ids || !out || !plogits) goto done;
     if (n_prompt == 0) {
         fprintf(stderr, "kvtier generate: the prompt has no tokens\n");
@@ -143,6 +150,8 @@ int cmd_generate(int argc, char **argv) {
                 (long long)n_prompt, (long long)gp.n_predict, (long long)cp.n_ctx);
         goto done;
     }
+    cli_progress prog;
+    cli_progress_on(&prog, &cp, !in.no_progress && !json);
     if (!cli_context_init("generate", model, &cp, &ctx)) goto done;
     sc.stream = !json;
     kvt_generate_stats stats;
@@ -164,12 +173,14 @@ int cmd_generate(int argc, char **argv) {
                     (long long)(n_prompt - sinfo.n_loaded));
         }
     }
-    if (!json) {
+    if (!json && !cp.progress) { // with a progress line the prompt is echoed after the prefill (on_token)
         fwrite(prompt, 1, plen, stdout);
         fflush(stdout);
+        sc.echoed = true;
     }
     int64_t ub = cp.n_ubatch > 0 ? cp.n_ubatch : 512; // the context's micro-batch (as kvt_context_init sets it)
     if (ub > kvt_context_n_ctx(ctx)) ub = kvt_context_n_ctx(ctx);
+    prog.t0_ms = kvt_time_ms();
     if (kvt_generate_cached(ctx, tok, ids, n_prompt, sinfo.n_loaded, ub, &gp, out, plogits, on_token, &sc, &stats, &err)) {
         fprintf(stderr, "\nkvtier generate: %s\n", err.msg);
         goto done;
@@ -241,6 +252,7 @@ int cmd_generate(int argc, char **argv) {
         kvt_json_obj_end(&j);
         free(text);
     } else {
+        if (!sc.echoed) fwrite(prompt, 1, plen, stdout); // -n 0
         printf("\n");
         fprintf(stderr, "\nkvtier: prompt %lld tokens in %.1f ms (%.2f tok/s), generated %lld tokens, %.2f tok/s\n",
                 (long long)n_prefilled, stats.prefill_ms, prefill_tps, (long long)stats.n_gen, decode_tps);

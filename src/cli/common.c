@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "../base/timer.h"
 
 #include "../kv/kv_paged.h"
 #include "../kv/kv_policy.h"
@@ -79,6 +82,33 @@ static int cli_apply_plan(kvt_args *a, const char *flag, kvt_context_params *p) 
     snprintf(p->plan_shape, sizeof p->plan_shape, "%s", plan->model_shape);
     free(plan);
     return 1;
+}
+
+static void progress_show(void *user, int64_t done, int64_t total) {
+    cli_progress *pr = user;
+    const double now = kvt_time_ms();
+    if (done <= 0 || done > total) return;
+    if (done < total && pr->shown && now - pr->last_ms < 250) return;
+    if (done == total) {
+        if (pr->shown) fputs("\r\033[K", stderr); // erase the line: the output that follows starts clean
+        pr->shown = false;
+        pr->last_ms = 0;
+        return;
+    }
+    const double s = (now - pr->t0_ms) / 1e3;
+    fprintf(stderr, "\r\033[Kkvtier: prefill %lld/%lld tokens (%.0f%%)", (long long)done, (long long)total,
+            100.0 * (double)done / (double)total);
+    if (s > 0) fprintf(stderr, ", %.1f tok/s", (double)done / s);
+    fflush(stderr);
+    pr->shown = true;
+    pr->last_ms = now;
+}
+
+void cli_progress_on(cli_progress *pr, kvt_context_params *cp, bool on) {
+    memset(pr, 0, sizeof *pr);
+    if (!on || !isatty(STDERR_FILENO)) return;
+    cp->progress = progress_show;
+    cp->progress_user = pr;
 }
 
 bool cli_context_init(const char *cmd, const kvt_model *m, const kvt_context_params *cp, kvt_context **ctx) {
@@ -288,7 +318,10 @@ int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_par
     if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) dst = &in->model_path;
     else if (!strcmp(flag, "-p") || !strcmp(flag, "--prompt")) dst = &in->prompt;
     else if (!strcmp(flag, "-f") || !strcmp(flag, "--file")) dst = &in->prompt_file;
-    else return 0;
+    else if (!strcmp(flag, "--no-progress")) {
+        in->no_progress = true;
+        return 1;
+    } else return 0;
     if (!(*dst = kvt_args_value(a, flag))) return -1;
     if (in->prompt && in->prompt_file) {
         fprintf(stderr, "kvtier %s: give the prompt with -p PROMPT or -f FILE, not both\n", a->cmd);

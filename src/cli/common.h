@@ -23,6 +23,7 @@ typedef struct {
     const char *prompt;      // -p, --prompt
     const char *prompt_file; // -f, --file
     bool ctx_given;          // -c / --ctx-size was given
+    bool no_progress;        // --no-progress
 } cli_input;
 // Consumes -m, -p, -f and the engine flags (cli_engine_flag); returns 1 if consumed, 0 if not one of
 // them, -1 on a bad value or on -p together with -f (message printed).
@@ -30,6 +31,17 @@ int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_par
 // The prompt text (-p, or the contents of -f): *text and *len; *owned is malloc'ed when a file was read
 // (free it). false with a message when no prompt was given or the file cannot be read.
 bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, size_t *len, char **owned);
+// Prefill progress on stderr ("kvtier: prefill DONE/TOTAL tokens, X tok/s", one line rewritten in place,
+// erased when done): the first micro-batch, then at most every 0.25 s. cli_progress_on sets cp->progress
+// when stderr is a terminal and on is true (callers pass false for --no-progress and --json).
+typedef struct {
+    double t0_ms, last_ms; // start of the prefill (set by the caller, kvt_time_ms); last print (0: none yet)
+    bool shown;            // a line is on the terminal
+} cli_progress;
+void cli_progress_on(cli_progress *pr, kvt_context_params *cp, bool on);
+// Help line of --no-progress.
+#define CLI_PROGRESS_HELP "  --no-progress        no prefill progress line on stderr (shown only when stderr is a terminal)\n"
+
 // kvt_context_init with the CLI's messages: the error on stderr ("kvtier CMD: ..."), and a warning when the
 // context exceeds the model's training context (as llama.cpp warns). false on error (*ctx NULL).
 bool cli_context_init(const char *cmd, const kvt_model *m, const kvt_context_params *cp, kvt_context **ctx);

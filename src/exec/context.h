@@ -34,6 +34,11 @@ typedef struct {
     const char *plan_file;     // the plan file, for messages (borrowed)
     char plan_model[128];      // the model it was made for (a GGUF path or a named shape)
     char plan_shape[192];      // that model's kvt_hparams_shape_str
+    // Progress of long decodes (a prompt's prefill): called after each micro-batch of a kvt_decode /
+    // kvt_decode_seq call of more than one micro-batch, with the call's tokens done and its total. NULL: none.
+    // The library never prints: the caller shows it (the CLI, on a terminal).
+    void (*progress)(void *user, int64_t done, int64_t total);
+    void *progress_user;
 } kvt_context_params;
 
 // True if p asks for the paged store (any tier flag, granularity or kv_paged).

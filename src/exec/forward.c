@@ -377,6 +377,7 @@ kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, in
             c->kv->ops->truncate(c->kv, seq, past);
             return st;
         }
+        if (c->p.progress && n > c->p.n_ubatch) c->p.progress(c->p.progress_user, i + nb, n);
     }
     c->n_past[seq] = past + n;
     c->n_out = rows;
