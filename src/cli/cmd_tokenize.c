@@ -34,8 +34,8 @@ int cmd_tokenize(int argc, char **argv) {
             return 2;
         }
     }
-    if (!file && !prompt) {
-        fprintf(stderr, "kvtier tokenize: -f FILE or -p TEXT is required\n");
+    if (!file == !prompt) {
+        fprintf(stderr, "kvtier tokenize: %s\n", file ? "give -f FILE or -p TEXT, not both" : "-f FILE or -p TEXT is required");
         return 2;
     }
     size_t len = prompt ? strlen(prompt) : 0;
