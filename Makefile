@@ -20,6 +20,23 @@ ifeq ($(URING),1)
 BASE_CFLAGS += -DKVT_HAVE_LIBURING
 LDLIBS      += -luring
 endif
+# kvtier serve (docs/SERVING.md): JSON with jansson, HTTP with libmicrohttpd (apt-get install
+# libjansson-dev libmicrohttpd-dev). Without jansson the request layer (src/serve/request.c,
+# response.c) is left out and `kvtier serve` says so; the rest of kvtier builds as before.
+# JANSSON=0 / MHD=0 force the build without them. (MHD is detected for the HTTP layer to come.)
+JANSSON ?= $(shell printf '\043include <jansson.h>\nint main(void){json_decref(json_object()); return 0;}\n' | \
+             $(CC) -x c - -ljansson -o /dev/null 2>/dev/null && echo 1 || echo 0)
+MHD     ?= $(shell printf '\043include <microhttpd.h>\nint main(void){return MHD_is_feature_supported(MHD_FEATURE_IPv6) < 0;}\n' | \
+             $(CC) -x c - -lmicrohttpd -o /dev/null 2>/dev/null && echo 1 || echo 0)
+SERVE_JSON_SRC := src/serve/request.c src/serve/response.c
+SERVE_SRC := $(filter-out $(if $(filter 1,$(JANSSON)),,$(SERVE_JSON_SRC)),$(wildcard src/serve/*.c))
+ifeq ($(JANSSON),1)
+BASE_CFLAGS += -DKVT_HAVE_JANSSON
+LDLIBS      += -ljansson
+endif
+ifeq ($(MHD),1)
+BASE_CFLAGS += -DKVT_HAVE_MICROHTTPD
+endif
 SHARED  ?= ../shared
 CACHE   ?= $(HOME)/.cache/kvtier
 SMOLLM2 ?= $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -29,7 +46,7 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512dq $(AVX2_FLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/model/*.c src/kernels/*.c src/kv/*.c src/attn/*.c \
-                               src/exec/*.c src/sched/*.c src/plan/*.c))
+                               src/exec/*.c src/sched/*.c src/plan/*.c $(SERVE_SRC)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 
@@ -121,5 +138,11 @@ URING_STAMP := $(BUILD)/.uring-$(URING)
 $(URING_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.uring-* && touch $@
 $(BUILD)/src/kv/kv_uring.o: $(URING_STAMP)
+
+# files compiled with or without jansson: rebuild them when JANSSON changes
+JANSSON_STAMP := $(BUILD)/.jansson-$(JANSSON)
+$(JANSSON_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/.jansson-* && touch $@
+$(BUILD)/tests/test_serve.o $(BUILD)/src/cli/cmd_serve.o: $(JANSSON_STAMP)
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
