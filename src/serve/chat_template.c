@@ -326,36 +326,23 @@ static void fmt_inst(const kvt_chat_template *t, const kvt_chat_msg *m, size_t n
                 put(b, t->eos);
             }
             break;
-        case FMT_MISTRAL_V0: // no system role in the template: folded into the first user turn
-        case FMT_MISTRAL_V1:
+        default: { // the Mistral formats differ in spacing and in where the system message goes
+            bool v1 = t->fmt == FMT_MISTRAL_V1, tekken = t->fmt == FMT_MISTRAL_V3_TEKKEN;
             if (user) {
-                put(b, t->fmt == FMT_MISTRAL_V1 ? " [INST] " : "[INST] ");
-                if (first_turn && sys) {
+                put(b, v1 ? " [INST] " : tekken ? "[INST]" : "[INST] ");
+                if (sys && (tekken ? last_turn : first_turn)) { // v0 has no system role: folded like v1
                     put(b, sys);
                     put(b, "\n\n");
                 }
                 put(b, m[i].content);
-                put(b, " [/INST]");
+                put(b, tekken ? "[/INST]" : " [/INST]");
             } else {
-                if (t->fmt == FMT_MISTRAL_V1) put(b, " ");
+                put(b, v1 ? " " : "");
                 put(b, m[i].content);
                 put(b, t->eos);
             }
             break;
-        default: // FMT_MISTRAL_V3_TEKKEN: system folded into the last message when it is a user turn
-            if (user) {
-                put(b, "[INST]");
-                if (last_turn && sys) {
-                    put(b, sys);
-                    put(b, "\n\n");
-                }
-                put(b, m[i].content);
-                put(b, "[/INST]");
-            } else {
-                put(b, m[i].content);
-                put(b, t->eos);
-            }
-            break;
+        }
         }
     }
 }

@@ -42,22 +42,18 @@ bool kvt_utf8_valid(const char *s, size_t n) {
     return true;
 }
 
-// Copies the complete characters of p[0..n) to out; returns bytes written and sets *used to the
-// bytes consumed (the rest is an incomplete character, fewer than 4 bytes).
-static size_t drain(const unsigned char *p, size_t n, char *out, size_t *used) {
+// Copies the complete characters of p[0..n) to out, starting characters only below `stop`;
+// returns bytes written and sets *used to the bytes consumed (when *used < stop, what remains
+// of p is an incomplete character, fewer than 4 bytes).
+static size_t drain(const unsigned char *p, size_t n, size_t stop, char *out, size_t *used) {
     size_t i = 0, o = 0;
-    while (i < n) {
+    while (i < n && i < stop) {
         int k = kvt_utf8_char_len(p + i, n - i);
         if (k == 0) break;
-        if (k < 0) {
-            memcpy(out + o, k_replacement, 3);
-            o += 3;
-            i += (size_t)-k;
-        } else {
-            memcpy(out + o, p + i, (size_t)k);
-            o += (size_t)k;
-            i += (size_t)k;
-        }
+        bool valid = k > 0;
+        memcpy(out + o, valid ? (const char *)p + i : k_replacement, valid ? (size_t)k : 3);
+        o += valid ? (size_t)k : 3;
+        i += valid ? (size_t)k : (size_t)-k;
     }
     *used = i;
     return o;
@@ -68,31 +64,20 @@ size_t kvt_utf8_stream_push(kvt_utf8_stream *s, const char *in, size_t n, char *
     size_t o = 0, used;
     if (s->n_pend) { // finish the held bytes, completed by at most 4 input bytes
         unsigned char tmp[8];
-        size_t np = s->n_pend, take = n < 4 ? n : 4, t = np + take, i = 0;
+        size_t np = s->n_pend, take = n < 4 ? n : 4, t = np + take;
         memcpy(tmp, s->pend, np);
         memcpy(tmp + np, p, take);
-        while (i < np) {
-            int k = kvt_utf8_char_len(tmp + i, t - i);
-            if (k == 0) { // still a prefix: then all input was taken and fewer than 4 bytes remain
-                memmove(s->pend, tmp + i, t - i);
-                s->n_pend = t - i;
-                return o;
-            }
-            if (k < 0) {
-                memcpy(out + o, k_replacement, 3);
-                o += 3;
-                i += (size_t)-k;
-            } else {
-                memcpy(out + o, tmp + i, (size_t)k);
-                o += (size_t)k;
-                i += (size_t)k;
-            }
+        o = drain(tmp, t, np, out, &used);
+        if (used < np) { // still a prefix: then all input was taken and fewer than 4 bytes remain
+            memmove(s->pend, tmp + used, t - used);
+            s->n_pend = t - used;
+            return o;
         }
         s->n_pend = 0;
-        p += i - np;
-        n -= i - np;
+        p += used - np;
+        n -= used - np;
     }
-    o += drain(p, n, out + o, &used);
+    o += drain(p, n, n, out + o, &used);
     s->n_pend = n - used;
     memcpy(s->pend, p + used, s->n_pend);
     return o;
