@@ -127,7 +127,7 @@ fuzz: $(BUILD)/libkvtier.a
 
 # ---- fuzz-request (issue 12): the OpenAI request parser, run by `make fuzz` before the GGUF target ----
 FUZZ_REQUEST_SRC := fuzz/fuzz_request.c src/serve/request.c src/serve/response.c src/serve/chat_template.c \
-                    src/serve/utf8_stream.c src/serve/sse.c src/base/status.c
+                    src/serve/utf8_stream.c src/serve/sse.c src/serve/stop.c src/base/status.c
 .PHONY: fuzz-request
 fuzz: fuzz-request
 fuzz-request:
@@ -135,12 +135,12 @@ ifeq ($(JANSSON),1)
 	@mkdir -p $(BUILD)/fuzz/corpus-request
 	cp fuzz/seeds/request/* $(BUILD)/fuzz/corpus-request/
 	if command -v clang >/dev/null 2>&1; then \
-	  clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(FUZZ_REQUEST_SRC) -ljansson \
+	  clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(FUZZ_REQUEST_SRC) -ljansson \
 	    -o $(BUILD)/fuzz/fuzz_request && \
 	  ./$(BUILD)/fuzz/fuzz_request -max_total_time=$${FUZZ_SECONDS:-30} -max_len=8192 -rss_limit_mb=2048 \
 	    $(BUILD)/fuzz/corpus-request; \
 	else \
-	  $(CC) -std=c11 -O1 -g -D_GNU_SOURCE -DKVT_FUZZ_STANDALONE -fsanitize=address,undefined $(FUZZ_REQUEST_SRC) \
+	  $(CC) -std=c11 -O1 -g -D_GNU_SOURCE -DKVT_FUZZ_STANDALONE -fsanitize=address,undefined -fno-sanitize-recover=undefined $(FUZZ_REQUEST_SRC) \
 	    -ljansson -o $(BUILD)/fuzz/fuzz_request && \
 	  ./$(BUILD)/fuzz/fuzz_request $${FUZZ_SECONDS:-30} fuzz/seeds/request/*; \
 	fi

@@ -3,7 +3,8 @@
 // The first input byte picks /v1/completions or /v1/chat/completions and a chat format; the rest
 // is the request body. Parsed requests go through the chat template and the response builder;
 // every body's bytes also go through the UTF-8 boundary buffer in pieces, whose output must be
-// valid UTF-8 with no character split (a violation traps).
+// valid UTF-8 with no character split, and the prompt through the request's stop strings (a
+// violation traps).
 // Seeds (fuzz/seeds/request) hold the selector byte first: '0' completions, '1' chat.
 // With clang: libFuzzer entry point (make fuzz). Without: KVT_FUZZ_STANDALONE builds a small
 // mutation driver: `fuzz_request SECONDS seed...`.
@@ -17,6 +18,7 @@
 #include "../src/serve/request.h"
 #include "../src/serve/response.h"
 #include "../src/serve/sse.h"
+#include "../src/serve/stop.h"
 #include "../src/serve/utf8_stream.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -36,6 +38,33 @@ static void check_utf8(const char *body, size_t n, size_t piece) {
     size_t o = kvt_utf8_stream_flush(&s, out);
     if (!kvt_utf8_valid(out, o)) __builtin_trap();
     free(out);
+}
+
+// The request's stop strings over `text` fed in pieces: what is emitted must be the text before
+// the earliest match (a violation traps).
+static void check_stop(const kvt_request_params *p, const char *text, size_t piece) {
+    kvt_stop *st = NULL;
+    if (kvt_stop_create(p->stop, p->n_stop, &st, NULL) != KVT_OK) __builtin_trap();
+    size_t n = strlen(text), want = n, got = 0;
+    for (size_t i = 0; i < p->n_stop; i++) {
+        const char *m = memmem(text, n, p->stop[i], strlen(p->stop[i]));
+        if (m && (size_t)(m - text) < want) want = (size_t)(m - text);
+    }
+    bool matched = false;
+    const char *e;
+    size_t el;
+    for (size_t i = 0; i < n && !matched; i += piece) {
+        matched = kvt_stop_feed(st, text + i, n - i < piece ? n - i : piece, &e, &el, NULL, NULL);
+        if (got + el > want || memcmp(e, text + got, el) != 0) __builtin_trap();
+        got += el;
+    }
+    if (!matched) {
+        kvt_stop_flush(st, &e, &el);
+        if (got + el > want || memcmp(e, text + got, el) != 0) __builtin_trap();
+        got += el;
+    }
+    if (got != want || matched != (want < n)) __builtin_trap();
+    kvt_stop_free(st);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -64,7 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             kvt_chat_template_free(t);
         }
     }
-    for (size_t i = 0; i < p->n_stop; i++) (void)strlen(p->stop[i]);
+    check_stop(p, text, 1 + (sel >> 2) % 7);
     kvt_resp_alt alt = {text, strlen(text) < 4 ? strlen(text) : 4, -1.0};
     kvt_resp_logprob lp = {alt, &alt, 1, 0};
     kvt_resp_choice c = {.text = text, .len = strlen(text), .finish_reason = "stop", .has_logprobs = p->logprobs,

@@ -1,11 +1,13 @@
 // test_serve.c - the serving layer without the scheduler: UTF-8 boundary buffer, SSE framing,
 // OpenAI request parsing/validation and response/chunk builders (the last two need jansson).
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../src/serve/sse.h"
+#include "../src/serve/stop.h"
 #include "../src/serve/utf8_stream.h"
 #include "test.h"
 
@@ -123,6 +125,79 @@ static void test_sse(void) {
                 "serve.sse: a multi-line payload becomes one data line per line", "%s", o ? o : err.msg);
     free(o);
     test_result(!strcmp(KVT_SSE_DONE, "data: [DONE]\n\n"), "serve.sse: the closing event", "%s", KVT_SSE_DONE);
+}
+
+// Stop strings: random texts of a few pieces (some multi-byte) fed in random whole-character
+// pieces emit exactly the text before the earliest match, never a split character.
+static void test_stop(void) {
+    static const char *atoms[] = {"a", "b", "\n", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x99\x82", "EN", "D"};
+    static const char *stop_sets[][3] = {{"\n\n", NULL, NULL},
+                                         {"END", "\xe2\x82\xac\xf0\x9f\x99\x82", NULL},
+                                         {"ab", "b\n", "\xc3\xa9\xc3\xa9"},
+                                         {NULL, NULL, NULL}};
+    uint64_t r = 12345;
+    int bad = 0, cases = 0;
+    char msg[KVT_ERR_MSG_MAX] = "";
+    for (int set = 0; set < 4; set++) {
+        size_t ns = 0;
+        while (ns < 3 && stop_sets[set][ns]) ns++;
+        for (int trial = 0; trial < 300; trial++) {
+            char text[256];
+            size_t bounds[64], nb = 0, len = 0;
+            for (int k = 0; k < 40; k++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                const char *a = atoms[(r >> 33) % 8];
+                memcpy(text + len, a, strlen(a));
+                len += strlen(a);
+                if ((r >> 20) % 3 == 0 && nb < 63) bounds[nb++] = len; // piece ends on a character boundary
+            }
+            bounds[nb++] = len;
+            size_t want = len; // the earliest match of any stop string
+            for (size_t i = 0; i < ns; i++) {
+                const char *m = memmem(text, len, stop_sets[set][i], strlen(stop_sets[set][i]));
+                if (m && (size_t)(m - text) < want) want = (size_t)(m - text);
+            }
+            kvt_stop *st = NULL;
+            kvt_err err = {0};
+            if (kvt_stop_create(stop_sets[set], ns, &st, &err) != KVT_OK) {
+                bad++;
+                snprintf(msg, sizeof msg, "%s", err.msg);
+                break;
+            }
+            char got[256];
+            size_t glen = 0, prev = 0;
+            bool matched = false, pieces_ok = true;
+            for (size_t b = 0; b < nb && !matched; b++) {
+                const char *e;
+                size_t el;
+                matched = kvt_stop_feed(st, text + prev, bounds[b] - prev, &e, &el, NULL, &err);
+                if (!kvt_utf8_valid(e, el)) pieces_ok = false;
+                memcpy(got + glen, e, el);
+                glen += el;
+                prev = bounds[b];
+            }
+            if (!matched) {
+                const char *e;
+                size_t el;
+                kvt_stop_flush(st, &e, &el);
+                memcpy(got + glen, e, el);
+                glen += el;
+            }
+            cases++;
+            if (!pieces_ok || glen != want || memcmp(got, text, want) != 0 || matched != (want < len)) {
+                if (!bad++) snprintf(msg, sizeof msg, "set %d trial %d: emitted %zu bytes, want %zu", set, trial, glen, want);
+            }
+            kvt_stop_free(st);
+        }
+    }
+    test_result(bad == 0, "serve.stop: streamed stop strings emit exactly the text before the earliest match",
+                "%d of %d cases wrong; first: %s", bad, cases, msg);
+    kvt_stop *st = NULL;
+    kvt_err err = {0};
+    const char *empty[] = {"x", ""};
+    kvt_status status = kvt_stop_create(empty, 2, &st, &err);
+    test_result(status == KVT_ERR_INVALID_ARG && strstr(err.msg, "stop[1]"), "serve.stop: an empty stop string is an error naming it",
+                "%s", err.msg);
 }
 
 #ifdef KVT_HAVE_JANSSON
@@ -408,6 +483,7 @@ void test_serve(const test_env *env) {
     test_utf8_splits();
     test_utf8_invalid();
     test_sse();
+    test_stop();
 #ifdef KVT_HAVE_JANSSON
     test_request_ok();
     test_request_errors();
