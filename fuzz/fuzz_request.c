@@ -5,7 +5,8 @@
 // every body's bytes also go through the UTF-8 boundary buffer in pieces, whose output must be
 // valid UTF-8 with no character split, and the prompt through the request's stop strings (a
 // violation traps).
-// Seeds (fuzz/seeds/request) hold the selector byte first: '0' completions, '1' chat.
+// Seeds (fuzz/seeds/request) hold the selector byte first: '0' completions, '1' chat, 0x80
+// /tokenize, 0x81 /detokenize.
 // With clang: libFuzzer entry point (make fuzz). Without: KVT_FUZZ_STANDALONE builds a small
 // mutation driver: `fuzz_request SECONDS seed...`.
 #include <stddef.h>
@@ -73,7 +74,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *body = (const char *)data + 1;
     size_t n = size - 1;
     check_utf8(body, n, 1 + sel % 5);
-    kvt_req_kind kind = (sel & 1) ? KVT_REQ_CHAT : KVT_REQ_COMPLETION;
+    kvt_req_kind kind = (sel & 0x80) ? ((sel & 1) ? KVT_REQ_DETOKENIZE : KVT_REQ_TOKENIZE)
+                        : (sel & 1)  ? KVT_REQ_CHAT
+                                     : KVT_REQ_COMPLETION;
     kvt_request *r = NULL;
     kvt_api_error ae;
     if (kvt_request_parse(body, n, kind, &r, &ae) != KVT_OK) {
@@ -83,6 +86,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     const kvt_request_params *p = kvt_request_get(r);
     const char *text = p->prompt ? p->prompt : "";
+    if (kind == KVT_REQ_TOKENIZE || kind == KVT_REQ_DETOKENIZE) {
+        const char *pieces[1] = {text};
+        size_t lens[1] = {strlen(text)};
+        char *j = NULL;
+        if (kind == KVT_REQ_TOKENIZE && kvt_resp_tokenize_json(p->prompt_ids, 0, pieces, lens, &j, NULL) == KVT_OK) free(j);
+        if (kvt_resp_detokenize_json(text, strlen(text), &j, NULL) == KVT_OK) free(j);
+        kvt_request_free(r);
+        return 0;
+    }
     char *prompt = NULL;
     if (kind == KVT_REQ_CHAT) {
         kvt_chat_template *t = NULL;
@@ -144,7 +156,7 @@ int main(int argc, char **argv) {
         }
         uint8_t *buf = malloc(n);
         memcpy(buf, seeds[s], n);
-        buf[0] = (uint8_t)((buf[0] & 1) | (iters << 1)); // keep the endpoint, vary the chat format
+        buf[0] = (uint8_t)((buf[0] & 0x81) | ((iters << 1) & 0x7e)); // keep the endpoint, vary the format
         int k = (int)((r >> 7) % 4);
         for (int j = 0; j < k; j++) {
             r = r * 6364136223846793005ull + 1442695040888963407ull;

@@ -347,6 +347,35 @@ static void test_request_errors(void) {
     free(s);
 }
 
+static void test_tokenize_requests(void) {
+    kvt_api_error e;
+    kvt_request *r = parse(KVT_REQ_TOKENIZE, "{\"content\":\"Hi <|im_end|>\",\"add_special\":true,\"with_pieces\":true}", &e);
+    const kvt_request_params *p = r ? kvt_request_get(r) : NULL;
+    test_result(p && !strcmp(p->prompt, "Hi <|im_end|>") && p->add_special && p->parse_special && p->with_pieces,
+                "serve.request: /tokenize body (content, add_special, parse_special default true, with_pieces)", "%s",
+                r ? "wrong values" : e.message);
+    kvt_request_free(r);
+    r = parse(KVT_REQ_DETOKENIZE, "{\"tokens\":[]}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(p && p->n_prompt_ids == 0, "serve.request: /detokenize with no tokens", "%s", r ? "wrong" : e.message);
+    kvt_request_free(r);
+    static const struct {
+        kvt_req_kind kind;
+        const char *body, *param;
+    } k[] = {{KVT_REQ_TOKENIZE, "{}", "content"},
+             {KVT_REQ_TOKENIZE, "{\"content\":1}", "content"},
+             {KVT_REQ_TOKENIZE, "{\"content\":\"x\",\"with_pieces\":\"yes\"}", "with_pieces"},
+             {KVT_REQ_DETOKENIZE, "{\"tokens\":\"1 2\"}", "tokens"},
+             {KVT_REQ_DETOKENIZE, "{\"tokens\":[1,2.5]}", "tokens"}};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        r = parse(k[i].kind, k[i].body, &e);
+        if (r || e.http_status != 400 || strcmp(e.param, k[i].param) != 0) bad++;
+        kvt_request_free(r);
+    }
+    test_result(bad == 0, "serve.request: bad /tokenize and /detokenize bodies are 400 naming the field", "%d wrong", bad);
+}
+
 // Builds r and parses the result back.
 static json_t *build(const kvt_resp *r) {
     char *s = NULL;
@@ -375,6 +404,38 @@ static bool jstr_is(json_t *j, const char *path, const char *want) {
 static bool jint_is(json_t *j, const char *path, long long want) {
     json_t *v = json_path(j, path);
     return json_is_integer(v) && json_integer_value(v) == want;
+}
+
+// Parses and frees *s when st is KVT_OK (a macro: *s is read after the builder ran).
+static json_t *load_owned(kvt_status st, char **s) {
+    json_t *j = st == KVT_OK ? json_loads(*s, 0, NULL) : NULL;
+    free(*s);
+    *s = NULL;
+    return j;
+}
+#define load(call, s) load_owned((call), &(s))
+
+static void test_small_responses(void) {
+    int32_t ids[2] = {17, 4};
+    const char *pieces[2] = {"Hi", "\xe2\x82"};
+    size_t lens[2] = {2, 2};
+    char *s = NULL;
+    json_t *j = load(kvt_resp_tokenize_json(ids, 2, NULL, NULL, &s, NULL), s);
+    test_result(j && jint_is(j, "tokens.0", 17) && jint_is(j, "tokens.1", 4), "serve.response: /tokenize ids", "shape differs");
+    json_decref(j);
+    j = load(kvt_resp_tokenize_json(ids, 2, pieces, lens, &s, NULL), s);
+    test_result(j && jint_is(j, "tokens.0.id", 17) && jstr_is(j, "tokens.0.piece", "Hi") &&
+                    jint_is(j, "tokens.1.piece.0", 0xe2) && jint_is(j, "tokens.1.piece.1", 0x82),
+                "serve.response: /tokenize with pieces (a partial character as its bytes)", "shape differs");
+    json_decref(j);
+    j = load(kvt_resp_detokenize_json("ok\xf0\x9f", 4, &s, NULL), s);
+    test_result(j && jstr_is(j, "content", "ok\xef\xbf\xbd"), "serve.response: /detokenize content", "shape differs");
+    json_decref(j);
+    j = load(kvt_resp_models_json("SmolLM2-135M-Instruct.Q4_1.gguf", 5, &s, NULL), s);
+    test_result(j && jstr_is(j, "object", "list") && jstr_is(j, "data.0.id", "SmolLM2-135M-Instruct.Q4_1.gguf") &&
+                    jstr_is(j, "data.0.object", "model") && jint_is(j, "data.0.created", 5),
+                "serve.response: /v1/models list", "shape differs");
+    json_decref(j);
 }
 
 static void test_response(void) {
@@ -487,7 +548,9 @@ void test_serve(const test_env *env) {
 #ifdef KVT_HAVE_JANSSON
     test_request_ok();
     test_request_errors();
+    test_tokenize_requests();
     test_response();
+    test_small_responses();
     test_serve_cli(env);
 #else
     (void)env;

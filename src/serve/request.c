@@ -139,8 +139,8 @@ static kvt_status nomem(kvt_api_error *e) {
 // A list of token ids (each in [0, 2^31)).
 static kvt_status get_ids(kvt_request *r, json_t *arr, const char *param, kvt_api_error *e) {
     size_t n = json_array_size(arr);
-    if (n == 0) return bad(e, param, "the prompt is empty");
-    r->ids = malloc(n * sizeof *r->ids);
+    if (n == 0 && r->p.kind != KVT_REQ_DETOKENIZE) return bad(e, param, "the prompt is empty");
+    r->ids = malloc((n ? n : 1) * sizeof *r->ids);
     if (!r->ids) return nomem(e);
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(arr, i);
@@ -314,6 +314,26 @@ static kvt_status parse_logprobs_stream(kvt_request *r, json_t *root, kvt_api_er
     return KVT_OK;
 }
 
+// /tokenize and /detokenize bodies.
+static kvt_status parse_tokens_req(kvt_request *r, json_t *root, kvt_api_error *e) {
+    kvt_request_params *p = &r->p;
+    if (p->kind == KVT_REQ_DETOKENIZE) {
+        json_t *v = field(root, "tokens");
+        if (!v) return bad(e, "tokens", "required");
+        if (!json_is_array(v))
+            return kvt_api_errorf(e, 400, NULL, "tokens", "tokens: must be a list of token ids, got %s", type_name(v));
+        return get_ids(r, v, "tokens", e);
+    }
+    json_t *v = field(root, "content");
+    if (!v) return bad(e, "content", "required");
+    p->parse_special = true;
+    if (check_str(v, "content", &p->prompt, e) != KVT_OK || get_bool(root, "add_special", &p->add_special, e) != KVT_OK ||
+        get_bool(root, "parse_special", &p->parse_special, e) != KVT_OK ||
+        get_bool(root, "with_pieces", &p->with_pieces, e) != KVT_OK)
+        return KVT_ERR_INVALID_ARG;
+    return KVT_OK;
+}
+
 kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kvt_request **out,
                              kvt_api_error *aerr) {
     *out = NULL;
@@ -339,10 +359,14 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
     kvt_status st = KVT_OK;
     json_t *model = field(root, "model");
     if (model) st = check_str(model, "model", &p->model, aerr);
-    if (st == KVT_OK) st = kind == KVT_REQ_CHAT ? parse_messages(r, root, aerr) : parse_prompt(r, root, aerr);
-    if (st == KVT_OK) st = parse_sampling(r, root, aerr);
-    if (st == KVT_OK) st = parse_stop(r, root, aerr);
-    if (st == KVT_OK) st = parse_logprobs_stream(r, root, aerr);
+    if (kind == KVT_REQ_TOKENIZE || kind == KVT_REQ_DETOKENIZE) {
+        if (st == KVT_OK) st = parse_tokens_req(r, root, aerr);
+    } else {
+        if (st == KVT_OK) st = kind == KVT_REQ_CHAT ? parse_messages(r, root, aerr) : parse_prompt(r, root, aerr);
+        if (st == KVT_OK) st = parse_sampling(r, root, aerr);
+        if (st == KVT_OK) st = parse_stop(r, root, aerr);
+        if (st == KVT_OK) st = parse_logprobs_stream(r, root, aerr);
+    }
     if (st != KVT_OK) {
         kvt_request_free(r);
         return st;

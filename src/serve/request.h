@@ -18,6 +18,9 @@
 //   logprobs                completions: integer 0..KVT_REQ_MAX_TOP_LOGPROBS (the number of top
 //                           alternatives); chat: boolean, with top_logprobs integer 0..20
 //   stream                  boolean; stream_options {include_usage: boolean} only with stream true
+// POST /tokenize (llama-server's shape): content string (required), add_special boolean (default
+// false), parse_special boolean (default true), with_pieces boolean (default false); the text
+// lands in prompt. POST /detokenize: tokens, a list of token ids (may be empty), in prompt_ids.
 // Numbers: integer fields accept integral JSON reals (2.0); null means "not given" everywhere.
 #ifndef KVT_REQUEST_H
 #define KVT_REQUEST_H
@@ -33,7 +36,7 @@
 #define KVT_REQ_MAX_N 64
 #define KVT_REQ_MAX_TOP_LOGPROBS 20
 
-typedef enum { KVT_REQ_COMPLETION, KVT_REQ_CHAT } kvt_req_kind;
+typedef enum { KVT_REQ_COMPLETION, KVT_REQ_CHAT, KVT_REQ_TOKENIZE, KVT_REQ_DETOKENIZE } kvt_req_kind;
 
 // An error to answer with, in the OpenAI shape (kvt_api_error_json).
 typedef struct {
@@ -63,6 +66,7 @@ typedef struct {
     bool logprobs;               // return the chosen tokens' log-probabilities
     int32_t top_logprobs;        // and this many alternatives per position
     bool stream, include_usage;
+    bool add_special, parse_special, with_pieces; // tokenize only
 } kvt_request_params;
 
 typedef struct kvt_request kvt_request; // opaque

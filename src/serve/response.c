@@ -163,3 +163,60 @@ kvt_status kvt_resp_json(const kvt_resp *r, char **out, size_t *out_len, kvt_err
     if (out_len) *out_len = strlen(s);
     return KVT_OK;
 }
+
+// Dumps root (consumed) into *out; ok false or a failed dump is out of memory.
+static kvt_status dump(json_t *root, bool ok, const char *what, char **out, kvt_err *err) {
+    *out = ok && root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    if (!*out) return kvt_errorf(err, KVT_ERR_NOMEM, "response: out of memory building %s", what);
+    return KVT_OK;
+}
+
+kvt_status kvt_resp_tokenize_json(const int32_t *ids, size_t n, const char *const *pieces, const size_t *piece_lens,
+                                  char **out, kvt_err *err) {
+    bool ok = true;
+    json_t *root = json_object(), *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) {
+        if (!pieces) {
+            append(arr, json_integer(ids[i]), &ok);
+            continue;
+        }
+        json_t *t = json_object();
+        if (t) {
+            set(t, "id", json_integer(ids[i]), &ok);
+            bool text = kvt_utf8_valid(pieces[i], piece_lens[i]);
+            set(t, "piece", text ? json_stringn(pieces[i], piece_lens[i]) : jbytes(pieces[i], piece_lens[i]), &ok);
+        }
+        append(arr, t, &ok);
+    }
+    if (root) set(root, "tokens", arr, &ok);
+    else json_decref(arr);
+    return dump(root, ok, "the tokenize answer", out, err);
+}
+
+kvt_status kvt_resp_detokenize_json(const char *text, size_t len, char **out, kvt_err *err) {
+    bool ok = true;
+    json_t *root = json_object();
+    if (root) set(root, "content", jtext(text, len), &ok);
+    return dump(root, ok, "the detokenize answer", out, err);
+}
+
+kvt_status kvt_resp_models_json(const char *model_id, int64_t created, char **out, kvt_err *err) {
+    bool ok = true;
+    json_t *root = json_object(), *data = json_array(), *m = json_object();
+    if (m) {
+        set(m, "id", jtext(model_id, strlen(model_id)), &ok);
+        set(m, "object", json_string("model"), &ok);
+        set(m, "created", json_integer(created), &ok);
+        set(m, "owned_by", json_string("kvtier"), &ok);
+    }
+    if (data) append(data, m, &ok);
+    else json_decref(m);
+    if (root) {
+        set(root, "object", json_string("list"), &ok);
+        set(root, "data", data, &ok);
+    } else {
+        json_decref(data);
+    }
+    return dump(root, ok, "the model list", out, err);
+}

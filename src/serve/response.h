@@ -57,7 +57,7 @@ typedef struct {
 } kvt_resp_usage;
 
 typedef struct {
-    kvt_req_kind kind;
+    kvt_req_kind kind;            // KVT_REQ_COMPLETION or KVT_REQ_CHAT
     bool chunk;                   // a streamed chunk instead of the whole response
     const char *id;               // e.g. "chatcmpl-42"
     const char *model;
@@ -71,5 +71,15 @@ typedef struct {
 // Builds the JSON text of r into a newly allocated NUL-terminated *out (caller frees; *out_len its
 // length, may be NULL). Errors: KVT_ERR_NOMEM.
 kvt_status kvt_resp_json(const kvt_resp *r, char **out, size_t *out_len, kvt_err *err);
+
+// POST /tokenize answer: {"tokens":[ids]} or, with pieces, {"tokens":[{"id","piece"}]} where a
+// piece is a string when its bytes are valid UTF-8, else the list of its bytes (as llama-server).
+// pieces[i]/piece_lens[i] are the raw bytes of token i (pieces NULL: ids only).
+kvt_status kvt_resp_tokenize_json(const int32_t *ids, size_t n, const char *const *pieces, const size_t *piece_lens,
+                                  char **out, kvt_err *err);
+// POST /detokenize answer: {"content": text} (invalid UTF-8 written as U+FFFD).
+kvt_status kvt_resp_detokenize_json(const char *text, size_t len, char **out, kvt_err *err);
+// GET /v1/models answer: {"object":"list","data":[{"id","object":"model","created","owned_by":"kvtier"}]}.
+kvt_status kvt_resp_models_json(const char *model_id, int64_t created, char **out, kvt_err *err);
 
 #endif
