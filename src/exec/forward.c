@@ -77,7 +77,13 @@ static kvt_status kv_init(kvt_context *c, kvt_err *err) {
     pp.n_readers = c->p.n_threads;
     pp.keep_files = c->p.kv_keep;
     pp.fault_read_at = c->p.kv_fault_read_at;
-    return kvt_kv_paged_init(&pp, &c->kv, err);
+    int32_t *win = malloc((size_t)hp->n_layer * sizeof *win); // sliding windows: the store frees what they no longer see
+    if (!win) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    for (int32_t l = 0; l < hp->n_layer; l++) win[l] = c->m->layers ? c->m->layers[l].window : 0;
+    pp.layer_window = win;
+    kvt_status st = kvt_kv_paged_init(&pp, &c->kv, err);
+    free(win);
+    return st;
 }
 
 static void *xalloc(kvt_context *c, size_t bytes, bool *ok) {
