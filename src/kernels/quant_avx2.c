@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "bits_avx2.h"
 #include "f16.h"
 #include "quant.h"
 
@@ -176,18 +177,10 @@ INLINE __m256i q4_0_weights(const void *x, int64_t ib) {
     return _mm256_sub_epi8(unpack_nibbles16(((const kvt_block_q4_0 *)x)[ib].qs), _mm256_set1_epi8(8));
 }
 INLINE float q4_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_block_q4_0 *)x)[ib].d); }
-// q5_0: the nibbles plus 16 where bit i of qh is set, minus 16. Byte i of the broadcast qh word's byte i/8
-// is tested against the bit 1 << (i % 8).
+// q5_0: the nibbles plus 16 where bit i of qh is set, minus 16.
 INLINE __m256i q5_0_weights(const void *x, int64_t ib) {
     const kvt_block_q5_0 *b = (const kvt_block_q5_0 *)x + ib;
-    uint32_t qh;
-    memcpy(&qh, b->qh, 4);
-    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
-                                              _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
-                                                                0x0101010101010101LL, 0));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
-    const __m256i q = _mm256_or_si256(unpack_nibbles16(b->qs), _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    const __m256i q = _mm256_or_si256(unpack_nibbles16(b->qs), kvt_bits32_to_0x10(b->qh));
     return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
 }
 INLINE float q5_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_block_q5_0 *)x)[ib].d); }
