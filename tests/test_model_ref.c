@@ -355,7 +355,22 @@ static void run_golden(const test_env *env, const golden *G) {
     kvt_model_free(m);
 }
 
+// The local/global layer pattern as llama.cpp reads gemma3 files: layer il is local iff il % period <
+// period - 1 (every period-th layer global), and no window at all without attention.sliding_window.
+static void check_window_pattern(void) {
+    kvt_hparams hp = {0};
+    hp.n_layer = 18;
+    hp.n_swa = 512;
+    hp.swa_period = 6;
+    bool ok = true;
+    for (int32_t l = 0; l < hp.n_layer; l++) ok = ok && kvt_hparams_layer_window(&hp, l) == (l % 6 == 5 ? 0 : 512);
+    hp.n_swa = 0;
+    ok = ok && kvt_hparams_layer_window(&hp, 0) == 0;
+    test_result(ok, "gemma3: sliding-window layer pattern (layers 5, 11, 17 of 18 global)", "wrong pattern");
+}
+
 void test_model_ref(const test_env *env) {
+    check_window_pattern();
     static const char *shared_models[] = {"stories260K", "llama-2-tiny-random", "qwen3-synth-f16"};
     char p[4][1024];
     for (size_t i = 0; i < sizeof shared_models / sizeof shared_models[0]; i++) {
