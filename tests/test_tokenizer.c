@@ -392,6 +392,8 @@ static void gemma3_cases(void) {
     }
     vocab_file_case("tokenizer.gemma3.plain", t, "tests/data/gemma3-270m.tok.inp", "tests/data/gemma3-270m.tok.out",
                     false, "tokenizer.gemma3.roundtrip");
+    vocab_file_case("tokenizer.gemma3.special", t, "tests/data/gemma3-270m.tok.inp",
+                    "tests/data/gemma3-270m.tok.special.out", true, NULL);
     const bool meta = kvt_tokenizer_type(t) == KVT_VOCAB_SPM && kvt_tokenizer_add_bos(t) && kvt_token_bos(t) == 2 &&
                       kvt_token_is_eog(t, 1) && kvt_tokenizer_n_vocab(t) == 262144;
     test_result(meta, "tokenizer.gemma3.meta", "vocabulary type, BOS or end-of-generation ids wrong");

@@ -13,6 +13,7 @@
 #     LLAMA_BUILD_DIR llama.cpp build with bin/libllama.so, bin/llama-perplexity, bin/llama-tokenize [/work/peer/build]
 #     MODEL           GGUF model  [~/.cache/kvtier/gemma-3-270m-Q4_K_M.gguf]
 #     GOLDEN_BIN_DIR  where llama_golden is built [${TMPDIR:-/tmp}/kvtier-golden]
+#     STEPS           which outputs to remake, any of "greedy ppl tok" [all three]
 #   Settings: 2 threads, F16 KV cache (llama.cpp's default), prompts tokenized with
 #   llama_tokenize(add_special=true, parse_special=true) (Gemma adds BOS).
 #
@@ -28,7 +29,7 @@
 #   .ppl.json                     llama-perplexity on gemma3-270m.long.txt at -c 128 and -c 800
 #                                 (-b = -c; 800 needs 1600 tokens), fa on and off
 #   .tok.inp / .tok.out           strings (llama.cpp's vocab-test format) and llama-tokenize's ids,
-#                                 no BOS, parse_special off
+#                                 no BOS, parse_special off; .tok.special.out the same with it on
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -41,6 +42,8 @@ P="$OUT/gemma3-270m"
 TEXT="$P.long.txt"
 BIN_DIR="${GOLDEN_BIN_DIR:-${TMPDIR:-/tmp}/kvtier-golden}"
 BIN="$BIN_DIR/llama_golden"
+STEPS="${STEPS:-greedy ppl tok}"
+step() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 PROMPT="Photosynthesis is the process by which green plants use sunlight, water and carbon dioxide to make their own food. During this process"
 
 for f in "$LLAMA_CPP_DIR/include/llama.h" "$LIBDIR/libllama.so" "$LIBDIR/llama-perplexity" \
@@ -51,6 +54,7 @@ mkdir -p "$BIN_DIR"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
+if step greedy; then
 echo "== building $BIN"
 gcc -std=c11 -O2 -Wall -Wextra -I"$LLAMA_CPP_DIR/include" -I"$LLAMA_CPP_DIR/ggml/include" \
     "$ROOT/tools/golden/llama_golden.c" -o "$BIN" -L"$LIBDIR" -Wl,-rpath,"$LIBDIR" -lllama -lggml -lggml-base
@@ -72,6 +76,9 @@ print("sparse logits: %d of %d ids" % (len(ids), len(on)))
 PY
 "$BIN" -m "$MODEL" -p "$(cat "$TEXT")" -n 16 -t 2 -c 2048 -o "$P-long.greedy.json"
 
+fi
+
+if step ppl; then
 echo "== perplexity"
 entries=()
 for c in 128 800; do
@@ -85,6 +92,9 @@ for c in 128 800; do
 done
 { printf '['; sep=''; for e in "${entries[@]}"; do printf '%s%s' "$sep" "$e"; sep=', '; done; printf ']\n'; } > "$P.ppl.json"
 
+fi
+
+if step tok; then
 echo "== tokenizer"
 SEP=$'\n__ggml_vocab_test__\n'
 strings=(
@@ -97,13 +107,17 @@ strings=(
 )
 : > "$P.tok.inp"
 : > "$P.tok.out"
+: > "$P.tok.special.out"
 i=0
 for s in "${strings[@]}"; do
     printf '%s%s' "$s" "$SEP" >> "$P.tok.inp"
     printf '%s' "$s" > "$TMP/s$i.txt"
     LD_LIBRARY_PATH="$LIBDIR" "$LIBDIR/llama-tokenize" -m "$MODEL" -f "$TMP/s$i.txt" --ids --log-disable --no-escape \
         --no-bos --no-parse-special 2>/dev/null | tail -n 1 | tr -d '[],' >> "$P.tok.out"
+    LD_LIBRARY_PATH="$LIBDIR" "$LIBDIR/llama-tokenize" -m "$MODEL" -f "$TMP/s$i.txt" --ids --log-disable --no-escape \
+        --no-bos 2>/dev/null | tail -n 1 | tr -d '[],' >> "$P.tok.special.out"
     i=$((i + 1))
 done
+fi
 echo "== outputs:"
 ls -l "$P"*
