@@ -18,7 +18,12 @@
 // 1636-token prompt (past its 512-position sliding window) equal llama.cpp's, with the contiguous cache
 // and with the paged store, whose local layers keep only the blocks their window still sees. Its
 // 262144-entry logit vectors are stored sparsely ("id value" lines: llama.cpp's top 2048 ids and every
-// 64th id) to keep the repository small; the tolerance is taken over the same ids.
+// 64th id) to keep the repository small; the tolerance is taken over the same ids. Its perplexity
+// tolerance is the 0.5% of issue 11 (llama.cpp's own paths differ by 0.25% at ctx 800; ours is 0.43%
+// above llama.cpp's at ctx 128, 0.1% at ctx 800). The model moves its logits by about 1 for any
+// rounding change (our F16 vs F32 KV cache: 1.5; our scalar vs AVX2 kernels: 1.0-1.2), so on one
+// short prompt the band is a noisy sample: on "The capital of France is" ours was 1.32 off with a
+// band of 1.10, on the 26-token prompt used here 0.79-1.10 with a band of 1.11-1.26.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +45,7 @@ typedef struct {
     const char *logits_alt; // llama.cpp's logits from its other attention path, or NULL
     const char *ppl_text; // text of the perplexity runs (NULL: the shared story.txt)
     const char *missing;  // skip reason when the model file is absent (NULL: SmolLM2's)
+    double ppl_tol;       // perplexity tolerance at least this (0: llama.cpp's spread, at least 0.2%)
 } golden;
 
 // Logits file: one value per line (dense), or "id value" per line (sparse: the ids listed only).
@@ -209,7 +215,7 @@ static void check_ppl(const golden *G, kvt_model *m, const char *text_path, bool
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     int64_t n = kvt_tokenize(tok, text, tlen, true, false, ids, cap, &err);
     // entries look like {"ctx": 32, "ppl": 106791.3657[, "ppl_fa_off": ...]}
-    double tol = 0.002; // llama.cpp's largest spread between its two paths, where the file has both
+    double tol = fmax(0.002, G->ppl_tol); // llama.cpp's largest spread between its two paths, where the file has both
     for (const char *e = strstr(js, "\"ppl\""); e; e = strstr(e + 1, "\"ppl\"")) {
         const char *alt = strstr(e, "\"ppl_fa_off\""), *next = strstr(e + 1, "\"ppl\"");
         if (!alt || (next && alt > next)) continue;
@@ -379,16 +385,16 @@ void test_model_ref(const test_env *env) {
         snprintf(p[1], sizeof p[1], "%s/vectors/reference/%s.greedy.json", env->shared, n);
         snprintf(p[2], sizeof p[2], "%s/vectors/reference/%s.logits.txt", env->shared, n);
         snprintf(p[3], sizeof p[3], "%s/vectors/reference/%s.ppl.json", env->shared, n);
-        golden G = {n, p[0], p[1], p[2], p[3], NULL, NULL, NULL};
+        golden G = {n, p[0], p[1], p[2], p[3], NULL, NULL, NULL, 0};
         run_golden(env, &G);
     }
     golden S = {"smollm2-135m-q4_1", env->smollm2, "tests/data/smollm2.greedy.json", "tests/data/smollm2.logits.txt",
-                "tests/data/smollm2.ppl.json", "tests/data/smollm2.logits-fa-off.txt", NULL, NULL};
+                "tests/data/smollm2.ppl.json", "tests/data/smollm2.logits-fa-off.txt", NULL, NULL, 0};
     run_golden(env, &S);
     const char *gemma3 = getenv("KVT_GEMMA3");
     golden G3 = {"gemma3-270m-q4_k_m", gemma3 ? gemma3 : "", "tests/data/gemma3-270m.greedy.json",
                  "tests/data/gemma3-270m.logits.txt", "tests/data/gemma3-270m.ppl.json",
                  "tests/data/gemma3-270m.logits-fa-off.txt", "tests/data/gemma3-270m.long.txt",
-                 "Gemma 3 not in cache: run `make model-gemma3`"};
+                 "Gemma 3 not in cache: run `make model-gemma3`", 0.005};
     run_golden(env, &G3);
 }
