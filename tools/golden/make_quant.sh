@@ -21,7 +21,7 @@
 #
 # Outputs (in OUTDIR): quant-TYPE.gguf (TYPE in lower case: quant-bf16, quant-q8_0, ..., quant-q6_k;
 #   quant-bf16 is mkmodel's file itself), and for each quant-TYPE.{greedy.json,logits.txt,
-#   logits-fa-off.txt,ppl.json}. `make test` (KVT_QUANT_DIR=OUTDIR) checks every file present.
+#   logits-fa-off.txt,bos-logits.txt,ppl.json}. `make test-quant` (KVT_QUANT_DIR=OUTDIR) checks every file present.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -52,7 +52,7 @@ for t in $TYPES; do
     "$ROOT/tools/golden/make_golden.sh" "$OUT/$stem.gguf" "$stem" "$OUT"
 done
 if [ "${SHIP:-0}" = 1 ]; then
-    for ext in gguf greedy.json logits.txt logits-fa-off.txt ppl.json; do
+    for ext in gguf greedy.json logits.txt logits-fa-off.txt bos-logits.txt ppl.json; do
         cp "$OUT/quant-q4_k_m.$ext" "$ROOT/tests/data/"
     done
     echo "== quant-q4_k_m copied into tests/data"
