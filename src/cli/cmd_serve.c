@@ -115,6 +115,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     int64_t ub = cp->n_ubatch > 0 ? cp->n_ubatch : 512; // the context's micro-batch, as kvt_context_init sets it
     if (ub > kvt_context_n_ctx(ctx)) ub = kvt_context_n_ctx(ctx);
     const int64_t n_ctx = kvt_context_n_ctx(ctx);
+    const int n_threads = kvt_context_n_threads(ctx);
     if (kvt_engine_fcfs_create(ctx, tok, ub, o->queue, &e, &err)) { // owns ctx from here, also on error
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         goto done;
@@ -123,7 +124,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     kvt_http_set_ready(h, e, tok, t, path_copy ? basename(path_copy) : model_path);
     free(path_copy);
     fprintf(stderr, "kvtier serve: ready: %s, chat template %s, context %lld per sequence, %d thread(s)%s\n",
-            model_path, kvt_chat_template_name(t), (long long)n_ctx, cp->n_threads,
+            model_path, kvt_chat_template_name(t), (long long)n_ctx, n_threads,
             o->n_parallel > 1 ? "; -np > 1: this engine still decodes one request at a time" : "");
     int sig = 0;
     sigwait(&sigs, &sig);

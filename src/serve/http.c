@@ -385,7 +385,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!(cn = calloc(1, sizeof *cn))) return MHD_NO;
         *con_cls = cn;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > h->p.max_body) cn->too_big = true;
+        if (cl && strtoull(cl, NULL, 10) > h->p.max_body) { // answered at once: the body is never read
+            cn->seen = true;
+            return send_error(h, c, 413, "invalid_request_error", "the request body (%s bytes) exceeds %zu bytes", cl,
+                              h->p.max_body);
+        }
         return MHD_YES;
     }
     if (*upload_size) { // a piece of the body
