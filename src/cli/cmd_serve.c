@@ -184,6 +184,7 @@ int cmd_serve(int argc, char **argv) {
         }
     }
 #ifndef KVT_HAVE_JANSSON
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics;
     (void)model_path;
     (void)tmpl_name;
     (void)prompt_file;
@@ -211,6 +212,7 @@ int cmd_serve(int argc, char **argv) {
         return rc;
     }
 #ifndef KVT_SERVE_HTTP
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics;
     fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
                     "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
     return 1;
