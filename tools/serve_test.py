@@ -484,12 +484,14 @@ def t_sigterm(kvtier, model, extra):
 
 
 def t_equal_generate(kvtier, smollm2):
-    name = "SmolLM2: temperature 0 output equals `kvtier generate` (completion text, chat-rendered prompt)"
+    name = ("SmolLM2: temperature 0 output equals `kvtier generate` (completions, one reusing the previous "
+            "prompt's KV at a prefix that is no multiple of --ubatch; the chat-rendered prompt)")
     if not smollm2 or not os.path.exists(smollm2):
         skip(name, "SmolLM2 not in the cache (make model)")
         return
     try:
-        s = Server(kvtier, smollm2, "-c", "1024")
+        flags = ["-c", "1024", "--ubatch", "8"]
+        s = Server(kvtier, smollm2, *flags)
         ok, why = True, ""
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump({"messages": CHAT}, f)
@@ -497,19 +499,25 @@ def t_equal_generate(kvtier, smollm2):
         rendered = subprocess.run([kvtier, "serve", "-m", smollm2, "--print-prompt", body_file], capture_output=True,
                                   text=True, check=True).stdout
         os.unlink(body_file)
+        a = "The long history of the printing press begins in"
+        b = a + " China, where woodblock printing was used for centuries before Gutenberg built his machine, and"
+        cached = []
         for path, body, prompt in (
-                ("/v1/completions", {"prompt": "The three primary colors are", "max_tokens": 24, "temperature": 0},
-                 "The three primary colors are"),
+                ("/v1/completions", {"prompt": a, "max_tokens": 24, "temperature": 0}, a),
+                ("/v1/completions", {"prompt": b, "max_tokens": 24, "temperature": 0}, b),
                 ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 24, "temperature": 0}, rendered)):
             _, _, r = s.post(path, body)
             c = r["choices"][0]
             text = c["message"]["content"] if "message" in c else c["text"]
+            cached.append(r["usage"]["prompt_tokens_details"]["cached_tokens"])
             g = json.loads(subprocess.run([kvtier, "generate", "-m", smollm2, "-p", prompt, "-n", "24", "--temp", "0",
-                                           "-t", "2", "-c", "1024", "--json"], capture_output=True, text=True,
+                                           "-t", "2", *flags, "--json"], capture_output=True, text=True,
                                           check=True).stdout)
-            if g["n_prompt"] != r["usage"]["prompt_tokens"] or not g["text"].startswith(text):
+            if g["n_prompt"] != r["usage"]["prompt_tokens"] or g["text"] != text:
                 ok, why = False, "%s: served %r (%d prompt tokens), generate %r (%d)" % (
                     path, text, r["usage"]["prompt_tokens"], g["text"], g["n_prompt"])
+        if ok and not (cached[1] > 0 and cached[1] % 8):
+            ok, why = False, "cached_tokens %s: the second prompt should reuse a prefix that is no multiple of 8" % cached
         report(ok, name, why)
         s.stop()
     except Exception as e:  # noqa: BLE001
