@@ -166,13 +166,29 @@ oom:
     return NULL;
 }
 
+// A streamed response's reader: the job and the client's socket.
+typedef struct {
+    kvt_http_job *job;
+    int fd;
+} stream_src;
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
-    ssize_t n = kvt_http_job_read(cls, buf, max);
+    stream_src *s = cls;
+    ssize_t n = kvt_http_job_read(s->job, s->fd, buf, max);
     return n < 0 ? MHD_CONTENT_READER_END_OF_STREAM : n;
 }
 
-static void stream_free(void *cls) { kvt_http_job_unref(cls); }
+static void stream_free(void *cls) {
+    stream_src *s = cls;
+    kvt_http_job_unref(s->job);
+    free(s);
+}
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
 
 static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, conn *cn, kvt_req_kind kind) {
     kvt_request *req = NULL;
@@ -224,11 +240,18 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     if (!stream) {
         int status;
         char *body;
-        kvt_http_job_body(j, &status, &body);
+        kvt_http_job_body(j, conn_fd(c), &status, &body);
         return send_body(h, c, status, body, k_json, NULL, NULL);
     }
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_reader, j, stream_free);
+    stream_src *src = malloc(sizeof *src);
+    struct MHD_Response *r = NULL;
+    if (src) {
+        src->job = j;
+        src->fd = conn_fd(c);
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_reader, src, stream_free);
+    }
     if (!r) {
+        free(src);
         kvt_http_job_unref(j); // the response's reference
         return MHD_NO;         // the connection closes; its end cancels the job
     }

@@ -1,6 +1,8 @@
 // http_job.c - the engine's callbacks for one request turned into OpenAI responses and stream chunks.
 #include "http_job.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +65,7 @@ struct kvt_http_job {
     int64_t created;
     kvt_engine *engine;
     uint64_t job_id;
-    bool submitted, done, failed_oom;
+    bool submitted, done, failed_oom, hung_up;
     kvt_engine_result res;
     choice *ch;
     bytes out;                     // streamed SSE bytes not yet read
@@ -334,9 +336,27 @@ kvt_engine_callbacks kvt_http_job_callbacks(kvt_http_job *j) {
     return cb;
 }
 
-ssize_t kvt_http_job_read(kvt_http_job *j, char *buf, size_t max) {
+// Waits (j->mu held) for a signal of the job; every 100 ms checks whether the client has hung up (fd < 0:
+// not watched) and then cancels the job, whose on_done follows soon.
+static void wait_or_hangup(kvt_http_job *j, int fd) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT || fd < 0 || j->hung_up) return;
+    struct pollfd pf = {fd, POLLRDHUP, 0};
+    if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        j->hung_up = true;
+        if (j->submitted && !j->done) kvt_engine_cancel(j->engine, j->job_id);
+    }
+}
+
+ssize_t kvt_http_job_read(kvt_http_job *j, int fd, char *buf, size_t max) {
     pthread_mutex_lock(&j->mu);
-    while (j->out_pos == j->out.len && !j->done) pthread_cond_wait(&j->cv, &j->mu);
+    while (j->out_pos == j->out.len && !j->done) wait_or_hangup(j, fd);
     size_t n = j->out.len - j->out_pos;
     if (n > max) n = max;
     if (n) memcpy(buf, j->out.p + j->out_pos, n);
@@ -346,9 +366,9 @@ ssize_t kvt_http_job_read(kvt_http_job *j, char *buf, size_t max) {
     return n ? (ssize_t)n : -1;
 }
 
-void kvt_http_job_body(kvt_http_job *j, int *status, char **body) {
+void kvt_http_job_body(kvt_http_job *j, int fd, int *status, char **body) {
     pthread_mutex_lock(&j->mu);
-    while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
+    while (!j->done) wait_or_hangup(j, fd);
     *body = NULL;
     if (j->res.outcome != KVT_ENGINE_DONE || j->failed_oom) {
         kvt_api_error ae;

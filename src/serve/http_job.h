@@ -31,13 +31,17 @@ void kvt_http_job_set_id(kvt_http_job *j, kvt_engine *e, uint64_t id);
 // Called when the client's connection ends: cancels the job unless it is done.
 void kvt_http_job_abandon(kvt_http_job *j);
 
+// While they wait, kvt_http_job_read and kvt_http_job_body watch the client's socket fd (-1: none) every
+// 100 ms and cancel the job when the client has hung up (so a client that leaves while its request waits
+// in the queue, or before a whole answer is ready, frees its place; a client that only shuts down its
+// sending side counts as gone).
 // Streams: copies up to max bytes of pending SSE output into buf, waiting for some; returns the number
 // copied, or -1 at the end of the stream ([DONE] sent).
-ssize_t kvt_http_job_read(kvt_http_job *j, char *buf, size_t max);
+ssize_t kvt_http_job_read(kvt_http_job *j, int fd, char *buf, size_t max);
 
 // Whole responses: waits for the end of the job; then *status is the HTTP status and *body the JSON text
 // (newly allocated; NULL when out of memory): the response, or an error object (500 when the engine failed,
 // 503 when it was cancelled by shutdown).
-void kvt_http_job_body(kvt_http_job *j, int *status, char **body);
+void kvt_http_job_body(kvt_http_job *j, int fd, int *status, char **body);
 
 #endif
