@@ -34,7 +34,6 @@ static void usage(void) {
            "  --port N              port (default 8080; 0: any free port, printed on stderr)\n"
            "  -np, --parallel N     sequences decoding at once (default 1; the current engine runs one\n"
            "                        request at a time whatever N: the batch scheduler is to come)\n"
-           "  -c, --ctx-size N      context per sequence (default: the model's training context)\n"
            "  --api-key KEY         require \"Authorization: Bearer KEY\" (all but /health)\n"
            "  --metrics             serve GET /metrics (Prometheus text)\n"
            "  --queue N             requests waiting at most; more get 503 with Retry-After (default 64)\n"
