@@ -385,7 +385,7 @@ def t_load(s):
 
     def client(k):
         for i in range(k, 100, 16):
-            body = {"prompt": "Tell me %d" % i, "max_tokens": 8 + i % 9, "stream": i % 3 == 0}
+            body = {"prompt": "Tell me %d" % i, "max_tokens": 16 + i % 17, "stream": i % 3 == 0}
             try:
                 if body["stream"]:
                     st, _, done, _ = s.stream("/v1/completions", body)
