@@ -27,19 +27,23 @@ endif
 # kvtier serve (docs/SERVING.md): JSON with jansson, HTTP with libmicrohttpd (apt-get install
 # libjansson-dev libmicrohttpd-dev). Without jansson the request layer (src/serve/request.c,
 # response.c) is left out and `kvtier serve` says so; the rest of kvtier builds as before.
-# JANSSON=0 / MHD=0 force the build without them. (MHD is detected for the HTTP layer to come.)
+# JANSSON=0 / MHD=0 force the build without them; without either, `kvtier serve` says what to install.
 JANSSON ?= $(shell printf '\043include <jansson.h>\nint main(void){json_decref(json_object()); return 0;}\n' | \
              $(CC) -x c - -ljansson -o /dev/null 2>/dev/null && echo 1 || echo 0)
 MHD     ?= $(shell printf '\043include <microhttpd.h>\nint main(void){return MHD_is_feature_supported(MHD_FEATURE_IPv6) < 0;}\n' | \
              $(CC) -x c - -lmicrohttpd -o /dev/null 2>/dev/null && echo 1 || echo 0)
 SERVE_JSON_SRC := src/serve/request.c src/serve/response.c
-SERVE_SRC := $(filter-out $(if $(filter 1,$(JANSSON)),,$(SERVE_JSON_SRC)),$(wildcard src/serve/*.c))
+# the HTTP layer (http.c, http_job.c) needs both libraries
+SERVE_HTTP_SRC := src/serve/http.c src/serve/http_job.c
+SERVE_SRC := $(filter-out $(if $(filter 1,$(JANSSON)),,$(SERVE_JSON_SRC)) \
+               $(if $(filter 11,$(JANSSON)$(MHD)),,$(SERVE_HTTP_SRC)),$(wildcard src/serve/*.c))
 ifeq ($(JANSSON),1)
 BASE_CFLAGS += -DKVT_HAVE_JANSSON
 LDLIBS      += -ljansson
 endif
 ifeq ($(MHD),1)
 BASE_CFLAGS += -DKVT_HAVE_MICROHTTPD
+LDLIBS      += -lmicrohttpd
 endif
 SHARED  ?= ../shared
 CACHE   ?= $(HOME)/.cache/kvtier
@@ -209,5 +213,10 @@ JANSSON_STAMP := $(BUILD)/.jansson-$(JANSSON)
 $(JANSSON_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.jansson-* && touch $@
 $(BUILD)/tests/test_serve.o $(BUILD)/src/cli/cmd_serve.o: $(JANSSON_STAMP)
+# and when MHD changes (cmd_serve.c and the HTTP test suite)
+MHD_STAMP := $(BUILD)/.mhd-$(MHD)
+$(MHD_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/.mhd-* && touch $@
+$(BUILD)/tests/test_serve_http.o $(BUILD)/src/cli/cmd_serve.o: $(MHD_STAMP)
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

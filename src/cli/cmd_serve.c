@@ -1,8 +1,12 @@
-// cmd_serve.c - `kvtier serve`: start-up checks of the OpenAI-compatible server (issue 12).
+// cmd_serve.c - `kvtier serve`: the OpenAI-compatible HTTP server (issue 12, docs/SERVING.md).
 //
-// The HTTP layer and the continuous-batching scheduler are not built yet (docs/SERVING.md); what
-// runs now is the start-up part: the model's chat template is recognized (or named with
-// --chat-template), and --print-prompt FILE renders a /v1/chat/completions body with it.
+// Listens first (GET /health answers 503 "loading"), then loads the model, recognizes its chat template
+// (or takes --chat-template), starts the engine (src/serve/engine.h: for now one context, one request at
+// a time, first come first served) and serves until SIGINT/SIGTERM: then it stops accepting, cancels what
+// runs, frees the context (the KV disk tier's file was unlinked at creation) and exits 0.
+// --print-prompt FILE renders a /v1/chat/completions body with the chat template instead.
+#include <libgen.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,19 +15,35 @@
 #include "../serve/chat_template.h"
 #include "args.h"
 #include "commands.h"
+#include "common.h"
 #ifdef KVT_HAVE_JANSSON
 #include "../serve/request.h"
 #endif
+#if defined(KVT_HAVE_JANSSON) && defined(KVT_HAVE_MICROHTTPD)
+#define KVT_SERVE_HTTP 1
+#include "../serve/engine.h"
+#include "../serve/http.h"
+#endif
 
 static void usage(void) {
-    printf("usage: kvtier serve -m MODEL [--chat-template NAME] [--print-prompt FILE]\n"
-           "  OpenAI-compatible server (docs/SERVING.md). Not complete yet: the HTTP layer and the scheduler\n"
-           "  are still to come; today the command checks the model's chat template at start-up.\n"
+    printf("usage: kvtier serve -m MODEL [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] [--api-key KEY]\n"
+           "                    [--metrics] [--chat-template NAME] [engine flags]\n"
+           "  OpenAI-compatible HTTP server (docs/SERVING.md): GET /health, /v1/models, /metrics;\n"
+           "  POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize.\n"
+           "  --host ADDR           address to listen on (default 127.0.0.1)\n"
+           "  --port N              port (default 8080; 0: any free port, printed on stderr)\n"
+           "  -np, --parallel N     sequences decoding at once (default 1; the current engine runs one\n"
+           "                        request at a time whatever N: the batch scheduler is to come)\n"
+           "  --api-key KEY         require \"Authorization: Bearer KEY\" (all but /health)\n"
+           "  --metrics             serve GET /metrics (Prometheus text)\n"
+           "  --queue N             requests waiting at most; more get 503 with Retry-After (default 64)\n"
+           "  --timeout S           close a connection idle for S seconds (default 600)\n"
            "  --chat-template NAME  override the format recognized from tokenizer.chat_template\n"
            "                        (%s)\n"
            "  --print-prompt FILE   render the messages of a /v1/chat/completions JSON body with the\n"
-           "                        chat template and print the prompt text\n",
-           kvt_chat_template_names());
+           "                        chat template, print the prompt text and exit\n"
+           "%s",
+           kvt_chat_template_names(), cli_engine_help);
 }
 
 #ifdef KVT_HAVE_JANSSON
@@ -55,11 +75,85 @@ static int print_prompt(const kvt_chat_template *t, const char *file) {
 }
 #endif
 
+#ifdef KVT_SERVE_HTTP
+typedef struct {
+    const char *host, *api_key;
+    int port, n_parallel, queue, timeout_s;
+    bool metrics;
+} serve_opts;
+
+// Serves until SIGINT/SIGTERM (blocked in every thread, taken here with sigwait); returns the exit status.
+static int run_server(const serve_opts *o, const char *model_path, const char *tmpl_name, kvt_context_params *cp) {
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL); // before any thread starts: they inherit the mask
+    signal(SIGPIPE, SIG_IGN);
+    kvt_http_params hp = {o->host, o->port, o->api_key, o->metrics, 0, 0, o->timeout_s};
+    kvt_http *h = NULL;
+    kvt_err err = {0};
+    if (kvt_http_start(&hp, &h, &err)) {
+        fprintf(stderr, "kvtier serve: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "kvtier serve: listening on http://%s:%d (loading %s)\n", o->host, kvt_http_port(h), model_path);
+    kvt_model *model = NULL;
+    kvt_tokenizer *tok = NULL;
+    kvt_gguf *g = NULL;
+    kvt_chat_template *t = NULL;
+    kvt_context *ctx = NULL;
+    kvt_engine *e = NULL;
+    int rc = 1;
+    if (!cli_load_model("serve", model_path, false, &model, &tok)) goto done;
+    if (kvt_gguf_open(model_path, &g, &err) || kvt_chat_template_from_gguf(g, tmpl_name, &t, &err)) {
+        fprintf(stderr, "kvtier serve: %s\n", err.msg);
+        goto done;
+    }
+    if (!cli_context_init("serve", model, cp, &ctx)) goto done;
+    int64_t ub = cp->n_ubatch > 0 ? cp->n_ubatch : 512; // the context's micro-batch, as kvt_context_init sets it
+    if (ub > kvt_context_n_ctx(ctx)) ub = kvt_context_n_ctx(ctx);
+    const int64_t n_ctx = kvt_context_n_ctx(ctx);
+    const int n_threads = kvt_context_n_threads(ctx);
+    if (kvt_engine_fcfs_create(ctx, tok, ub, o->queue, &e, &err)) { // owns ctx from here, also on error
+        fprintf(stderr, "kvtier serve: %s\n", err.msg);
+        goto done;
+    }
+    char *path_copy = strdup(model_path);
+    kvt_http_set_ready(h, e, tok, t, path_copy ? basename(path_copy) : model_path);
+    free(path_copy);
+    fprintf(stderr, "kvtier serve: ready: %s, chat template %s, context %lld per sequence, %d thread(s)%s\n",
+            model_path, kvt_chat_template_name(t), (long long)n_ctx, n_threads,
+            o->n_parallel > 1 ? "; -np > 1: this engine still decodes one request at a time" : "");
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "kvtier serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    rc = 0;
+done:
+    kvt_http_quiesce(h);                  // no new connections
+    if (e) kvt_engine_shutdown(e, true);  // running and queued requests end (cancelled)
+    kvt_http_stop(h);                     // connections close, their threads end
+    kvt_engine_free(e);                   // the worker ends; the context (and its KV tiers) is freed
+    kvt_chat_template_free(t);
+    kvt_gguf_free(g);
+    kvt_tokenizer_free(tok);
+    kvt_model_free(model);
+    return rc;
+}
+#endif
+
 int cmd_serve(int argc, char **argv) {
     kvt_args a = {"serve", argc, argv, 0};
     const char *model_path = NULL, *tmpl_name = NULL, *prompt_file = NULL;
+    kvt_context_params cp = kvt_context_params_default();
+    const char *host = "127.0.0.1", *api_key = NULL;
+    int64_t port = 8080, n_parallel = 1, queue = 64, timeout_s = 600;
+    bool metrics = false;
     const char *flag;
     while (kvt_args_next(&a, &flag)) {
+        int ef = cli_engine_flag(&a, flag, &cp);
+        if (ef < 0) return 2;
+        if (ef > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
             usage();
             return 0;
@@ -69,12 +163,27 @@ int cmd_serve(int argc, char **argv) {
             if (!(tmpl_name = kvt_args_value(&a, flag))) return 2;
         } else if (!strcmp(flag, "--print-prompt")) {
             if (!(prompt_file = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--host")) {
+            if (!(host = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--api-key")) {
+            if (!(api_key = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--port")) {
+            if (!kvt_args_int(&a, flag, 0, 65535, &port)) return 2;
+        } else if (!strcmp(flag, "-np") || !strcmp(flag, "--parallel")) {
+            if (!kvt_args_int(&a, flag, 1, 4096, &n_parallel)) return 2;
+        } else if (!strcmp(flag, "--queue")) {
+            if (!kvt_args_int(&a, flag, 1, 1 << 20, &queue)) return 2;
+        } else if (!strcmp(flag, "--timeout")) {
+            if (!kvt_args_int(&a, flag, 1, 86400, &timeout_s)) return 2;
+        } else if (!strcmp(flag, "--metrics")) {
+            metrics = true;
         } else {
             kvt_args_unknown(&a, flag);
             return 2;
         }
     }
 #ifndef KVT_HAVE_JANSSON
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics;
     (void)model_path;
     (void)tmpl_name;
     (void)prompt_file;
@@ -86,25 +195,29 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "kvtier serve: -m MODEL is required\n");
         return 2;
     }
-    kvt_gguf *g = NULL;
-    kvt_chat_template *t = NULL;
-    kvt_err err = {0};
-    if (kvt_gguf_open(model_path, &g, &err) != KVT_OK ||
-        kvt_chat_template_from_gguf(g, tmpl_name, &t, &err) != KVT_OK) {
-        fprintf(stderr, "kvtier serve: %s\n", err.msg);
-        kvt_gguf_free(g);
-        return 1;
-    }
-    kvt_gguf_free(g);
-    int rc;
     if (prompt_file) {
-        rc = print_prompt(t, prompt_file);
-    } else {
-        fprintf(stderr, "kvtier serve: chat template %s%s; the HTTP server is not built yet (docs/SERVING.md)\n",
-                kvt_chat_template_name(t), kvt_chat_template_default_system(t) ? " with a default system message" : "");
-        rc = 1;
+        kvt_gguf *g = NULL;
+        kvt_chat_template *t = NULL;
+        kvt_err err = {0};
+        if (kvt_gguf_open(model_path, &g, &err) != KVT_OK ||
+            kvt_chat_template_from_gguf(g, tmpl_name, &t, &err) != KVT_OK) {
+            fprintf(stderr, "kvtier serve: %s\n", err.msg);
+            kvt_gguf_free(g);
+            return 1;
+        }
+        kvt_gguf_free(g);
+        int rc = print_prompt(t, prompt_file);
+        kvt_chat_template_free(t);
+        return rc;
     }
-    kvt_chat_template_free(t);
-    return rc;
+#ifndef KVT_SERVE_HTTP
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics;
+    fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
+                    "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
+    return 1;
+#else
+    serve_opts o = {host, api_key, (int)port, (int)n_parallel, (int)queue, (int)timeout_s, metrics};
+    return run_server(&o, model_path, tmpl_name, &cp);
+#endif
 #endif
 }

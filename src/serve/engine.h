@@ -1,0 +1,130 @@
+// engine.h - the seam between the HTTP layer and whatever runs the sequences.
+//
+// The HTTP layer (http.c) turns a request into a job: token ids of the prompt, sampling settings, n
+// choices, callbacks. An engine runs jobs and reports every generated token and the end of every
+// choice through the callbacks, on its own thread(s). kvt_engine is a table of function pointers so
+// that the continuous-batching scheduler of src/sched (issue 12) replaces the first implementation,
+// kvt_engine_fcfs_create (one context, one job at a time, first come first served), without a change
+// to the HTTP layer.
+//
+// Contract of every implementation:
+//   - submit either refuses the job (returns non-OK; no callback is ever called for it) or accepts it
+//     and then calls on_done exactly once, last; after on_done returns the engine never touches the job
+//     or its user pointer again. Callbacks of one job are never called concurrently.
+//   - on_token returning false ends that choice (finish "stop": the caller saw a stop string, or gave up).
+//   - cancel may be called from any thread at any time, also after on_done (then it does nothing); a
+//     cancelled job ends soon with on_done(KVT_ENGINE_CANCELLED).
+//   - free (after shutdown) cancels what is queued or running, waits for the worker(s) and frees.
+#ifndef KVT_ENGINE_H
+#define KVT_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "../exec/context.h"
+#include "../kv/kv.h"
+#include "../model/tokenizer.h"
+#include "../sched/sampler.h"
+
+#define KVT_ENGINE_MAX_TOP 20
+
+// Why a choice ended.
+typedef enum {
+    KVT_FINISH_STOP,   // end-of-generation token, or on_token returned false (stop string)
+    KVT_FINISH_LENGTH, // max_tokens, or the end of the context
+} kvt_finish;
+
+// How a job ended.
+typedef enum { KVT_ENGINE_DONE, KVT_ENGINE_CANCELLED, KVT_ENGINE_FAILED } kvt_engine_outcome;
+
+// One generated token. logprob/top are filled when the job asked for logprobs (natural logarithms of
+// the softmax of the model's logits, before sampling's truncation and temperature).
+typedef struct {
+    int32_t id;
+    bool eog;                          // an end-of-generation token: it ends the choice, it has no text
+    float logprob;
+    int32_t n_top;                     // alternatives, most likely first
+    int32_t top_ids[KVT_ENGINE_MAX_TOP];
+    float top_logprobs[KVT_ENGINE_MAX_TOP];
+} kvt_engine_token;
+
+typedef struct {
+    kvt_engine_outcome outcome;
+    kvt_err err;                       // outcome FAILED: what went wrong
+    int64_t prompt_tokens;             // per choice (the prompt is counted once in usage)
+    int64_t cached_tokens;             // prompt tokens whose KV was reused instead of computed
+    int64_t completion_tokens;         // over all choices
+} kvt_engine_result;
+
+typedef struct {
+    // A token of choice `index`; return false to end that choice (finish STOP).
+    bool (*on_token)(void *user, int32_t index, const kvt_engine_token *t);
+    void (*on_finish)(void *user, int32_t index, kvt_finish why);
+    void (*on_done)(void *user, const kvt_engine_result *r);
+    void *user;
+} kvt_engine_callbacks;
+
+typedef struct {
+    const int32_t *prompt;             // copied by submit
+    int64_t n_prompt;                  // >= 1, < the context size (kvt_engine_n_ctx)
+    int64_t max_tokens;                // per choice; -1: until the end of the context
+    kvt_sampler_params sampling;       // choice i samples with seed sampling.seed + i
+    int32_t n;                         // choices (>= 1) that continue the same prompt
+    bool logprobs;
+    int32_t top_logprobs;              // 0..KVT_ENGINE_MAX_TOP alternatives per token
+} kvt_engine_job;
+
+// Counters for GET /metrics (totals since start unless said otherwise).
+typedef struct {
+    int64_t jobs_submitted, jobs_done, jobs_cancelled, jobs_failed, jobs_rejected;
+    int64_t queued, running;           // now
+    int64_t prompt_tokens, cached_tokens, generated_tokens;
+    double prompt_seconds, decode_seconds;
+    int64_t n_ctx;                     // positions per sequence
+    int32_t n_parallel;                // sequences decoding at once
+    kvt_kv_stats kv;                   // the store's counters (as of the last finished job)
+    const char *kv_store;              // the store's name
+} kvt_engine_stats;
+
+typedef struct kvt_engine kvt_engine;
+typedef struct {
+    const char *name;
+    // KVT_ERR_BUDGET when the queue is full (answer 503), KVT_ERR_INVALID_ARG for a bad job; *id the job.
+    kvt_status (*submit)(kvt_engine *e, const kvt_engine_job *job, const kvt_engine_callbacks *cb, uint64_t *id,
+                         kvt_err *err);
+    void (*cancel)(kvt_engine *e, uint64_t id);
+    void (*stats)(kvt_engine *e, kvt_engine_stats *out);
+    int64_t (*n_ctx)(const kvt_engine *e);
+    // Refuses new jobs from now on; cancel_running also cancels the queued and running ones.
+    void (*shutdown)(kvt_engine *e, bool cancel_running);
+    void (*free)(kvt_engine *e);
+} kvt_engine_ops;
+
+struct kvt_engine {
+    const kvt_engine_ops *ops;
+};
+
+static inline kvt_status kvt_engine_submit(kvt_engine *e, const kvt_engine_job *job, const kvt_engine_callbacks *cb,
+                                           uint64_t *id, kvt_err *err) {
+    return e->ops->submit(e, job, cb, id, err);
+}
+static inline void kvt_engine_cancel(kvt_engine *e, uint64_t id) { e->ops->cancel(e, id); }
+static inline void kvt_engine_stats_get(kvt_engine *e, kvt_engine_stats *out) { e->ops->stats(e, out); }
+static inline int64_t kvt_engine_n_ctx(const kvt_engine *e) { return e->ops->n_ctx(e); }
+static inline void kvt_engine_shutdown(kvt_engine *e, bool cancel_running) { e->ops->shutdown(e, cancel_running); }
+static inline void kvt_engine_free(kvt_engine *e) {
+    if (e) e->ops->free(e);
+}
+
+// The first engine: one kvt_context (ctx, owned by the engine from now on, also on error) on one worker
+// thread; jobs run one at a time in arrival order, their n choices one after the other. At most
+// max_queue jobs wait (submit beyond: KVT_ERR_BUDGET). The KV of the previous job's prompt stays in the
+// context: a job whose prompt shares a prefix with it reuses that prefix (cached_tokens), with the
+// micro-batches aligned to n_ubatch so that the logits equal those of a full prefill bit for bit (see
+// kvt_generate_cached). tok: borrowed, for end-of-generation tokens.
+kvt_status kvt_engine_fcfs_create(kvt_context *ctx, const kvt_tokenizer *tok, int64_t n_ubatch, int32_t max_queue,
+                                  kvt_engine **out, kvt_err *err);
+
+#endif

@@ -1,0 +1,559 @@
+// http.c - the OpenAI-compatible HTTP server (libmicrohttpd, one thread per connection).
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http_job.h"
+#include "request.h"
+#include "response.h"
+
+#define DEFAULT_MAX_BODY ((size_t)8 << 20)
+#define STREAM_BLOCK 4096
+
+struct kvt_http {
+    struct MHD_Daemon *d;
+    kvt_http_params p;
+    char *api_key;
+    int port;
+    int listen_fd;           // after quiesce: ours to close
+    atomic_bool ready, stopping;
+    kvt_engine *engine;      // set before ready
+    const kvt_tokenizer *tok;
+    const kvt_chat_template *tmpl;
+    char *model_id;
+    int64_t started;
+    atomic_ullong serial;
+    atomic_llong answers[6]; // responses by status class: [2] 2xx, [4] 4xx, [5] 5xx
+    atomic_llong streams_cancelled;
+};
+
+// One request on a connection (libmicrohttpd's con_cls).
+typedef struct {
+    char *body;
+    size_t len, cap;
+    bool too_big, seen;
+    kvt_http_job *job;       // a completion in flight: this connection's reference
+} conn;
+
+static const char *k_json = "application/json; charset=utf-8";
+
+static enum MHD_Result send_body(kvt_http *h, struct MHD_Connection *c, int status, char *body, const char *type,
+                                 const char *hname, const char *hval) {
+    if (!body) { // out of memory: an empty 500
+        status = 500;
+        body = strdup("");
+        if (!body) return MHD_NO;
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    if (hname) MHD_add_response_header(r, hname, hval);
+    if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (status / 100 < 6) atomic_fetch_add(&h->answers[status / 100], 1);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_api_error(kvt_http *h, struct MHD_Connection *c, const kvt_api_error *ae, const char *hname,
+                                      const char *hval) {
+    return send_body(h, c, ae->http_status, kvt_api_error_json(ae), k_json, hname, hval);
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 5, 6)))
+#endif
+static enum MHD_Result send_error(kvt_http *h, struct MHD_Connection *c, int status, const char *type, const char *fmt,
+                                  ...) {
+    kvt_api_error ae;
+    char msg[KVT_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    kvt_api_errorf(&ae, status, type, NULL, "%s", msg);
+    return send_api_error(h, c, &ae, NULL, NULL);
+}
+
+// ---- the routes ----
+
+typedef enum { R_HEALTH, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_METRICS } route_id;
+typedef struct {
+    const char *path;
+    const char *method;
+    route_id id;
+} route;
+static const route k_routes[] = {
+    {"/health", "GET", R_HEALTH},          {"/v1/health", "GET", R_HEALTH},
+    {"/v1/models", "GET", R_MODELS},       {"/models", "GET", R_MODELS},
+    {"/v1/completions", "POST", R_COMPLETIONS}, {"/completions", "POST", R_COMPLETIONS},
+    {"/v1/chat/completions", "POST", R_CHAT},   {"/chat/completions", "POST", R_CHAT},
+    {"/tokenize", "POST", R_TOKENIZE},     {"/detokenize", "POST", R_DETOKENIZE},
+    {"/metrics", "GET", R_METRICS},
+};
+
+static enum MHD_Result answer_health(kvt_http *h, struct MHD_Connection *c) {
+    if (atomic_load(&h->ready)) return send_body(h, c, 200, strdup("{\"status\":\"ok\"}"), k_json, NULL, NULL);
+    json_t *o = json_pack("{s:{s:i,s:s,s:s},s:s}", "error", "code", 503, "message", "Loading model", "type",
+                          "unavailable_error", "status", "loading");
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return send_body(h, c, 503, s, k_json, NULL, NULL);
+}
+
+// Token ids of a completion's prompt: text with BOS as the model asks and special-token parsing (as
+// `kvtier generate`), a chat's rendered prompt with special-token parsing and no BOS added (the template
+// writes it), or the given ids (checked against the vocabulary). NULL with *ae filled on error.
+static int32_t *prompt_ids(kvt_http *h, const kvt_request_params *p, int64_t *n, kvt_api_error *ae) {
+    const int32_t n_vocab = kvt_tokenizer_n_vocab(h->tok);
+    if (p->prompt_ids) {
+        for (int64_t i = 0; i < p->n_prompt_ids; i++) {
+            if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= n_vocab) {
+                kvt_api_errorf(ae, 400, "invalid_request_error", "prompt", "prompt[%lld] = %d is not a token id (0..%d)",
+                               (long long)i, p->prompt_ids[i], n_vocab - 1);
+                return NULL;
+            }
+        }
+        int32_t *ids = malloc((size_t)(p->n_prompt_ids + 1) * sizeof *ids);
+        if (!ids) goto oom;
+        memcpy(ids, p->prompt_ids, (size_t)p->n_prompt_ids * sizeof *ids);
+        *n = p->n_prompt_ids;
+        return ids;
+    }
+    char *rendered = NULL;
+    size_t len = 0;
+    const char *text = p->prompt;
+    if (p->kind == KVT_REQ_CHAT) {
+        kvt_err err = {0};
+        if (kvt_chat_template_apply(h->tmpl, p->messages, p->n_messages, true, &rendered, &len, &err)) {
+            kvt_api_errorf(ae, err.status == KVT_ERR_NOMEM ? 500 : 400, "invalid_request_error", "messages", "%s", err.msg);
+            return NULL;
+        }
+        text = rendered;
+    } else {
+        len = strlen(text);
+    }
+    const bool add_special = p->kind != KVT_REQ_CHAT;
+    kvt_err err = {0};
+    int64_t k = kvt_tokenize(h->tok, text, len, add_special, true, NULL, 0, &err);
+    int32_t *ids = k >= 0 ? malloc((size_t)(k + 1) * sizeof *ids) : NULL;
+    if (ids) k = kvt_tokenize(h->tok, text, len, add_special, true, ids, k, &err);
+    free(rendered);
+    if (k < 0) {
+        free(ids);
+        kvt_api_errorf(ae, 400, "invalid_request_error", "prompt", "cannot tokenize the prompt: %s", err.msg);
+        return NULL;
+    }
+    if (!ids) goto oom;
+    *n = k;
+    return ids;
+oom:
+    kvt_api_errorf(ae, 500, "server_error", NULL, "out of memory for the prompt");
+    return NULL;
+}
+
+// A streamed response's reader: the job and the client's socket.
+typedef struct {
+    kvt_http_job *job;
+    int fd;
+} stream_src;
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream_src *s = cls;
+    ssize_t n = kvt_http_job_read(s->job, s->fd, buf, max);
+    return n < 0 ? MHD_CONTENT_READER_END_OF_STREAM : n;
+}
+
+static void stream_free(void *cls) {
+    stream_src *s = cls;
+    kvt_http_job_unref(s->job);
+    free(s);
+}
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, conn *cn, kvt_req_kind kind) {
+    kvt_request *req = NULL;
+    kvt_api_error ae;
+    if (kvt_request_parse(cn->body ? cn->body : "", cn->len, kind, &req, &ae)) return send_api_error(h, c, &ae, NULL, NULL);
+    const kvt_request_params *p = kvt_request_get(req);
+    int64_t n_prompt = 0;
+    int32_t *ids = prompt_ids(h, p, &n_prompt, &ae);
+    if (!ids) {
+        kvt_request_free(req);
+        return send_api_error(h, c, &ae, NULL, NULL);
+    }
+    const int64_t n_ctx = kvt_engine_n_ctx(h->engine);
+    if (n_prompt < 1 || n_prompt >= n_ctx) {
+        free(ids);
+        kvt_request_free(req);
+        if (n_prompt < 1) return send_error(h, c, 400, "invalid_request_error", "the prompt has no tokens");
+        return send_error(h, c, 400, "invalid_request_error",
+                          "the prompt has %lld tokens; the context of %lld tokens (-c) holds at most %lld",
+                          (long long)n_prompt, (long long)n_ctx, (long long)(n_ctx - 1));
+    }
+    kvt_engine_job job = {ids, n_prompt, p->max_tokens, kvt_sampler_params_default(), p->n, p->logprobs, p->top_logprobs};
+    job.sampling.temp = (float)p->temperature;
+    job.sampling.top_k = p->top_k;
+    job.sampling.top_p = (float)p->top_p;
+    job.sampling.min_p = (float)p->min_p;
+    job.sampling.repeat_penalty = 1.0f;
+    job.sampling.seed = p->has_seed ? p->seed
+                                    : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull + atomic_load(&h->serial) * 7919u;
+    const bool stream = p->stream;
+    uint64_t serial = atomic_fetch_add(&h->serial, 1) + 1;
+    kvt_http_job *j = kvt_http_job_create(req, h->tok, p->model ? p->model : h->model_id, serial, stream ? 3 : 2);
+    if (!j) {
+        free(ids);
+        return send_error(h, c, 500, "server_error", "out of memory for the request");
+    }
+    kvt_engine_callbacks cb = kvt_http_job_callbacks(j);
+    uint64_t id;
+    kvt_err err = {0};
+    kvt_status st = kvt_engine_submit(h->engine, &job, &cb, &id, &err);
+    free(ids);
+    if (st) { // refused: no callback will come, drop every reference
+        for (int r = stream ? 3 : 2; r > 0; r--) kvt_http_job_unref(j);
+        return send_error(h, c, st == KVT_ERR_BUDGET ? 503 : st == KVT_ERR_INVALID_ARG ? 400 : 500,
+                          st == KVT_ERR_BUDGET ? "unavailable_error" : "invalid_request_error", "%s", err.msg);
+    }
+    kvt_http_job_set_id(j, h->engine, id);
+    cn->job = j;
+    if (!stream) {
+        int status;
+        char *body;
+        kvt_http_job_body(j, conn_fd(c), &status, &body);
+        return send_body(h, c, status, body, k_json, NULL, NULL);
+    }
+    stream_src *src = malloc(sizeof *src);
+    struct MHD_Response *r = NULL;
+    if (src) {
+        src->job = j;
+        src->fd = conn_fd(c);
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_reader, src, stream_free);
+    }
+    if (!r) {
+        free(src);
+        kvt_http_job_unref(j); // the response's reference
+        return MHD_NO;         // the connection closes; its end cancels the job
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    atomic_fetch_add(&h->answers[2], 1);
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result answer_tokenize(kvt_http *h, struct MHD_Connection *c, conn *cn, bool detok) {
+    kvt_request *req = NULL;
+    kvt_api_error ae;
+    if (kvt_request_parse(cn->body ? cn->body : "", cn->len, detok ? KVT_REQ_DETOKENIZE : KVT_REQ_TOKENIZE, &req, &ae)) {
+        return send_api_error(h, c, &ae, NULL, NULL);
+    }
+    const kvt_request_params *p = kvt_request_get(req);
+    kvt_err err = {0};
+    char *out = NULL, *text = NULL, **pieces = NULL;
+    size_t *plens = NULL;
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    if (detok) {
+        const int32_t n_vocab = kvt_tokenizer_n_vocab(h->tok);
+        for (int64_t i = 0; i < p->n_prompt_ids; i++) {
+            if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= n_vocab) {
+                kvt_request_free(req);
+                return send_error(h, c, 400, "invalid_request_error", "tokens[%lld] = %d is not a token id (0..%d)",
+                                  (long long)i, p->prompt_ids[i], n_vocab - 1);
+            }
+        }
+        int64_t len = kvt_detokenize(h->tok, p->prompt_ids, p->n_prompt_ids, NULL, 0);
+        if (len >= 0 && (text = malloc((size_t)len + 1))) {
+            kvt_detokenize(h->tok, p->prompt_ids, p->n_prompt_ids, text, len);
+            kvt_resp_detokenize_json(text, (size_t)len, &out, &err);
+        }
+    } else {
+        size_t len = strlen(p->prompt);
+        n = kvt_tokenize(h->tok, p->prompt, len, p->add_special, p->parse_special, NULL, 0, &err);
+        if (n < 0) {
+            kvt_request_free(req);
+            return send_error(h, c, 400, "invalid_request_error", "cannot tokenize: %s", err.msg);
+        }
+        bool ok = (ids = malloc((size_t)(n + 1) * sizeof *ids)) != NULL;
+        if (ok) kvt_tokenize(h->tok, p->prompt, len, p->add_special, p->parse_special, ids, n, &err);
+        if (ok && p->with_pieces) {
+            pieces = calloc((size_t)n + 1, sizeof *pieces);
+            plens = calloc((size_t)n + 1, sizeof *plens);
+            ok = pieces && plens;
+            for (int64_t i = 0; ok && i < n; i++) {
+                int64_t k = kvt_token_to_piece_ex(h->tok, ids[i], NULL, 0, 0, true);
+                ok = (pieces[i] = malloc((size_t)k + 1)) != NULL;
+                if (ok) plens[i] = (size_t)kvt_token_to_piece_ex(h->tok, ids[i], pieces[i], k, 0, true);
+            }
+        }
+        if (ok) kvt_resp_tokenize_json(ids, (size_t)n, (const char *const *)pieces, plens, &out, &err);
+    }
+    for (int64_t i = 0; pieces && i < n; i++) free(pieces[i]);
+    free(pieces);
+    free(plens);
+    free(ids);
+    free(text);
+    kvt_request_free(req);
+    if (!out) return send_error(h, c, 500, "server_error", "out of memory");
+    return send_body(h, c, 200, out, k_json, NULL, NULL);
+}
+
+static enum MHD_Result answer_models(kvt_http *h, struct MHD_Connection *c) {
+    char *out = NULL;
+    kvt_resp_models_json(h->model_id, h->started, &out, NULL);
+    return out ? send_body(h, c, 200, out, k_json, NULL, NULL) : send_error(h, c, 500, "server_error", "out of memory");
+}
+
+static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
+    if (!h->p.metrics) return send_error(h, c, 501, "not_supported_error", "metrics are off: start with --metrics");
+    kvt_engine_stats s;
+    kvt_engine_stats_get(h->engine, &s);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return send_error(h, c, 500, "server_error", "out of memory");
+#define METRIC(name, type, help) fprintf(f, "# HELP kvtier_" name " " help "\n# TYPE kvtier_" name " " type "\n")
+    METRIC("http_responses_total", "counter", "HTTP responses by status class.");
+    for (int k = 2; k < 6; k++) fprintf(f, "kvtier_http_responses_total{code=\"%dxx\"} %lld\n", k, (long long)atomic_load(&h->answers[k]));
+    METRIC("requests_total", "counter", "Completion jobs by outcome.");
+    fprintf(f, "kvtier_requests_total{outcome=\"done\"} %lld\n", (long long)s.jobs_done);
+    fprintf(f, "kvtier_requests_total{outcome=\"cancelled\"} %lld\n", (long long)s.jobs_cancelled);
+    fprintf(f, "kvtier_requests_total{outcome=\"failed\"} %lld\n", (long long)s.jobs_failed);
+    fprintf(f, "kvtier_requests_total{outcome=\"rejected\"} %lld\n", (long long)s.jobs_rejected);
+    METRIC("prompt_tokens_total", "counter", "Prompt tokens computed.");
+    fprintf(f, "kvtier_prompt_tokens_total %lld\n", (long long)s.prompt_tokens);
+    METRIC("cached_prompt_tokens_total", "counter", "Prompt tokens whose KV was reused.");
+    fprintf(f, "kvtier_cached_prompt_tokens_total %lld\n", (long long)s.cached_tokens);
+    METRIC("generated_tokens_total", "counter", "Tokens generated.");
+    fprintf(f, "kvtier_generated_tokens_total %lld\n", (long long)s.generated_tokens);
+    METRIC("prompt_seconds_total", "counter", "Time spent on prompts.");
+    fprintf(f, "kvtier_prompt_seconds_total %.6f\n", s.prompt_seconds);
+    METRIC("decode_seconds_total", "counter", "Time spent generating.");
+    fprintf(f, "kvtier_decode_seconds_total %.6f\n", s.decode_seconds);
+    METRIC("queue_length", "gauge", "Requests waiting.");
+    fprintf(f, "kvtier_queue_length %lld\n", (long long)s.queued);
+    METRIC("running_sequences", "gauge", "Sequences decoding now.");
+    fprintf(f, "kvtier_running_sequences %lld\n", (long long)s.running);
+    METRIC("kv_used_bytes", "gauge", "KV bytes in use per tier (as of the last finished request).");
+    for (int t = 0; t < KVT_TIER_COUNT; t++) fprintf(f, "kvtier_kv_used_bytes{tier=\"%s\"} %lld\n", kvt_tier_name((kvt_tier)t), (long long)s.kv.used_bytes[t]);
+    METRIC("kv_peak_bytes", "gauge", "Highest KV bytes in use per tier.");
+    for (int t = 0; t < KVT_TIER_COUNT; t++) fprintf(f, "kvtier_kv_peak_bytes{tier=\"%s\"} %lld\n", kvt_tier_name((kvt_tier)t), (long long)s.kv.peak_bytes[t]);
+    METRIC("kv_budget_bytes", "gauge", "KV budget per tier (-1 unlimited, 0 absent).");
+    for (int t = 0; t < KVT_TIER_COUNT; t++) fprintf(f, "kvtier_kv_budget_bytes{tier=\"%s\"} %lld\n", kvt_tier_name((kvt_tier)t), (long long)s.kv.budget_bytes[t]);
+    METRIC("kv_moved_bytes_total", "counter", "KV bytes moved between tiers.");
+    for (int a = 0; a < KVT_TIER_COUNT; a++) {
+        for (int b = 0; b < KVT_TIER_COUNT; b++) {
+            if (a == b) continue;
+            fprintf(f, "kvtier_kv_moved_bytes_total{from=\"%s\",to=\"%s\"} %lld\n", kvt_tier_name((kvt_tier)a),
+                    kvt_tier_name((kvt_tier)b), (long long)s.kv.moved_bytes[a][b]);
+        }
+    }
+    METRIC("kv_hits_total", "counter", "KV block acquires that found the block in the fast tier.");
+    fprintf(f, "kvtier_kv_hits_total %lld\n", (long long)s.kv.hits);
+    METRIC("kv_misses_total", "counter", "KV block acquires that waited for the block.");
+    fprintf(f, "kvtier_kv_misses_total %lld\n", (long long)s.kv.misses);
+    METRIC("kv_stall_seconds_total", "counter", "Time compute threads waited for KV blocks.");
+    fprintf(f, "kvtier_kv_stall_seconds_total %.6f\n", s.kv.stall_ms / 1e3);
+    METRIC("n_ctx", "gauge", "Positions per sequence.");
+    fprintf(f, "kvtier_n_ctx %lld\n", (long long)s.n_ctx);
+#undef METRIC
+    if (fclose(f) != 0) {
+        free(buf);
+        return send_error(h, c, 500, "server_error", "out of memory");
+    }
+    return send_body(h, c, 200, buf, "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
+}
+
+// "Authorization: Bearer KEY" (or X-Api-Key: KEY) matches the key, compared in constant time.
+static bool authorized(kvt_http *h, struct MHD_Connection *c) {
+    if (!h->api_key) return true;
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (v && !strncasecmp(v, "Bearer ", 7)) v += 7;
+    else v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+    if (!v) return false;
+    size_t a = strlen(v), b = strlen(h->api_key);
+    unsigned diff = a != b;
+    for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned char)(v[i] ^ h->api_key[i]);
+    return diff == 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    kvt_http *h = cls;
+    conn *cn = *con_cls;
+    if (!cn) { // the headers: check the declared size before any body arrives
+        if (!(cn = calloc(1, sizeof *cn))) return MHD_NO;
+        *con_cls = cn;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > h->p.max_body) { // answered at once: the body is never read
+            cn->seen = true;
+            return send_error(h, c, 413, "invalid_request_error", "the request body (%s bytes) exceeds %zu bytes", cl,
+                              h->p.max_body);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) { // a piece of the body
+        if (!cn->too_big && cn->len + *upload_size > h->p.max_body) cn->too_big = true;
+        if (!cn->too_big) {
+            if (cn->len + *upload_size + 1 > cn->cap) {
+                size_t cap = cn->cap ? cn->cap : 4096;
+                while (cap < cn->len + *upload_size + 1) cap *= 2;
+                char *b = realloc(cn->body, cap);
+                if (!b) return MHD_NO;
+                cn->body = b;
+                cn->cap = cap;
+            }
+            memcpy(cn->body + cn->len, upload, *upload_size);
+            cn->len += *upload_size;
+            cn->body[cn->len] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (cn->seen) return MHD_YES;
+    cn->seen = true;
+    const route *rt = NULL;
+    const char *allow = NULL;
+    for (size_t i = 0; i < sizeof k_routes / sizeof k_routes[0]; i++) {
+        if (strcmp(url, k_routes[i].path)) continue;
+        allow = k_routes[i].method;
+        if (!strcmp(method, k_routes[i].method)) rt = &k_routes[i];
+    }
+    if (!allow) return send_error(h, c, 404, "not_found_error", "no endpoint %s %s", method, url);
+    if (!rt) {
+        kvt_api_error ae;
+        kvt_api_errorf(&ae, 405, "invalid_request_error", NULL, "%s takes %s, not %s", url, allow, method);
+        return send_api_error(h, c, &ae, "Allow", allow);
+    }
+    if (cn->too_big) {
+        return send_error(h, c, 413, "invalid_request_error", "the request body exceeds %zu bytes", h->p.max_body);
+    }
+    if (rt->id == R_HEALTH) return answer_health(h, c);
+    if (!authorized(h, c)) {
+        kvt_api_error ae;
+        kvt_api_errorf(&ae, 401, "authentication_error", NULL, "invalid or missing API key (Authorization: Bearer KEY)");
+        return send_api_error(h, c, &ae, "WWW-Authenticate", "Bearer");
+    }
+    if (atomic_load(&h->stopping)) return send_error(h, c, 503, "unavailable_error", "the server is stopping");
+    if (!atomic_load(&h->ready)) return send_error(h, c, 503, "unavailable_error", "Loading model");
+    switch (rt->id) {
+    case R_MODELS: return answer_models(h, c);
+    case R_COMPLETIONS: return answer_completion(h, c, cn, KVT_REQ_COMPLETION);
+    case R_CHAT: return answer_completion(h, c, cn, KVT_REQ_CHAT);
+    case R_TOKENIZE: return answer_tokenize(h, c, cn, false);
+    case R_DETOKENIZE: return answer_tokenize(h, c, cn, true);
+    case R_METRICS: return answer_metrics(h, c);
+    default: return answer_health(h, c);
+    }
+}
+
+// The end of a request, however it ended: a client gone before its job finished cancels it.
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode code) {
+    kvt_http *h = cls;
+    (void)c;
+    conn *cn = *con_cls;
+    if (!cn) return;
+    if (cn->job) {
+        if (code != MHD_REQUEST_TERMINATED_COMPLETED_OK) atomic_fetch_add(&h->streams_cancelled, 1);
+        kvt_http_job_abandon(cn->job);
+        kvt_http_job_unref(cn->job);
+    }
+    free(cn->body);
+    free(cn);
+    *con_cls = NULL;
+}
+
+kvt_status kvt_http_start(const kvt_http_params *p, kvt_http **out, kvt_err *err) {
+    *out = NULL;
+    kvt_http *h = calloc(1, sizeof *h);
+    if (!h) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the server");
+    h->p = *p;
+    if (!h->p.max_body) h->p.max_body = DEFAULT_MAX_BODY;
+    if (!h->p.max_connections) h->p.max_connections = 256;
+    if (!h->p.timeout_s) h->p.timeout_s = 600;
+    h->listen_fd = -1;
+    h->started = (int64_t)time(NULL);
+    if (p->api_key && !(h->api_key = strdup(p->api_key))) {
+        free(h);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the server");
+    }
+    const char *host = p->host ? p->host : "127.0.0.1";
+    char port[16];
+    snprintf(port, sizeof port, "%d", p->port);
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int gai = getaddrinfo(host, port, &hints, &ai);
+    if (gai || !ai) {
+        free(h->api_key);
+        free(h);
+        return kvt_errorf(err, KVT_ERR_IO, "cannot resolve --host %s: %s", host, gai_strerror(gai));
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    h->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)h->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)h->p.timeout_s,
+                            MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!h->d) {
+        free(h->api_key);
+        free(h);
+        return kvt_errorf(err, KVT_ERR_IO, "cannot listen on %s:%d (address in use, or not an address of this machine?)",
+                          host, p->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : p->port;
+    *out = h;
+    return KVT_OK;
+}
+
+int kvt_http_port(const kvt_http *h) { return h->port; }
+
+void kvt_http_set_ready(kvt_http *h, kvt_engine *e, const kvt_tokenizer *tok, const kvt_chat_template *tmpl,
+                        const char *model_id) {
+    h->engine = e;
+    h->tok = tok;
+    h->tmpl = tmpl;
+    h->model_id = strdup(model_id ? model_id : "model");
+    atomic_store(&h->ready, true);
+}
+
+void kvt_http_quiesce(kvt_http *h) {
+    atomic_store(&h->stopping, true);
+    if (h->listen_fd < 0) h->listen_fd = (int)MHD_quiesce_daemon(h->d);
+}
+
+void kvt_http_stop(kvt_http *h) {
+    if (!h) return;
+    atomic_store(&h->stopping, true);
+    MHD_stop_daemon(h->d);
+    if (h->listen_fd >= 0) close(h->listen_fd);
+    free(h->api_key);
+    free(h->model_id);
+    free(h);
+}

@@ -1,0 +1,408 @@
+// http_job.c - the engine's callbacks for one request turned into OpenAI responses and stream chunks.
+#include "http_job.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "response.h"
+#include "sse.h"
+#include "stop.h"
+#include "utf8_stream.h"
+
+// A growable byte buffer.
+typedef struct {
+    char *p;
+    size_t len, cap;
+} bytes;
+
+static bool bytes_add(bytes *b, const void *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return true;
+}
+
+// One generated position of a choice with logprobs: the token's bytes and its alternatives.
+typedef struct {
+    kvt_resp_logprob lp;
+    kvt_resp_alt alts[KVT_ENGINE_MAX_TOP];
+    char *chosen_bytes;            // owned; alts[i].token are owned too
+} lp_entry;
+
+typedef struct {
+    kvt_utf8_stream u8;
+    kvt_stop *stop;
+    bool stopped;                  // a stop string matched
+    bool role_sent;                // chat stream: the first chunk carried the role
+    bytes text;                    // whole response: the choice's text
+    lp_entry *lps;                 // logprobs of the positions (whole response), or of the current chunk (stream)
+    size_t n_lps, cap_lps;
+    const char *finish;
+} choice;
+
+struct kvt_http_job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    kvt_request *req;
+    const kvt_request_params *p;
+    const kvt_tokenizer *tok;
+    char *model;
+    char id[48];
+    int64_t created;
+    kvt_engine *engine;
+    uint64_t job_id;
+    bool submitted, done, failed_oom, hung_up;
+    kvt_engine_result res;
+    choice *ch;
+    bytes out;                     // streamed SSE bytes not yet read
+    size_t out_pos;
+    char *piece;                   // scratch: a token's bytes
+    size_t piece_cap;
+};
+
+static const char *k_empty = "";
+
+static void lps_clear(choice *c) {
+    for (size_t i = 0; i < c->n_lps; i++) {
+        free(c->lps[i].chosen_bytes);
+        for (size_t k = 0; k < c->lps[i].lp.n_top; k++) free((char *)c->lps[i].alts[k].token);
+    }
+    c->n_lps = 0;
+}
+
+kvt_http_job *kvt_http_job_create(kvt_request *req, const kvt_tokenizer *tok, const char *model, uint64_t serial,
+                                  int refs) {
+    kvt_http_job *j = calloc(1, sizeof *j);
+    const kvt_request_params *p = kvt_request_get(req);
+    if (j) j->ch = calloc((size_t)p->n, sizeof *j->ch);
+    if (j) j->model = strdup(model ? model : k_empty);
+    bool ok = j && j->ch && j->model;
+    for (int32_t i = 0; ok && i < p->n; i++) ok = kvt_stop_create(p->stop, p->n_stop, &j->ch[i].stop, NULL) == KVT_OK;
+    if (!ok) {
+        if (j) {
+            for (int32_t i = 0; j->ch && i < p->n; i++) kvt_stop_free(j->ch[i].stop);
+            free(j->ch);
+            free(j->model);
+        }
+        free(j);
+        kvt_request_free(req);
+        return NULL;
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = refs;
+    j->req = req;
+    j->p = p;
+    j->tok = tok;
+    j->created = (int64_t)time(NULL);
+    snprintf(j->id, sizeof j->id, "%s-%llu", p->kind == KVT_REQ_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)serial);
+    return j;
+}
+
+void kvt_http_job_unref(kvt_http_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left > 0) return;
+    for (int32_t i = 0; i < j->p->n; i++) {
+        lps_clear(&j->ch[i]);
+        free(j->ch[i].lps);
+        free(j->ch[i].text.p);
+        kvt_stop_free(j->ch[i].stop);
+    }
+    free(j->ch);
+    free(j->out.p);
+    free(j->piece);
+    free(j->model);
+    kvt_request_free(j->req);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+const kvt_request_params *kvt_http_job_params(const kvt_http_job *j) { return j->p; }
+
+void kvt_http_job_set_id(kvt_http_job *j, kvt_engine *e, uint64_t id) {
+    pthread_mutex_lock(&j->mu);
+    j->engine = e;
+    j->job_id = id;
+    j->submitted = true;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void kvt_http_job_abandon(kvt_http_job *j) {
+    pthread_mutex_lock(&j->mu);
+    bool cancel = j->submitted && !j->done;
+    pthread_mutex_unlock(&j->mu);
+    if (cancel) kvt_engine_cancel(j->engine, j->job_id);
+}
+
+// The bytes of token id into j->piece (grown); -1 when out of memory.
+static int64_t piece_of(kvt_http_job *j, int32_t id) {
+    for (;;) {
+        int64_t n = kvt_token_to_piece(j->tok, id, j->piece, (int64_t)j->piece_cap);
+        if (n <= (int64_t)j->piece_cap) return n;
+        char *p = realloc(j->piece, (size_t)n);
+        if (!p) return -1;
+        j->piece = p;
+        j->piece_cap = (size_t)n;
+    }
+}
+
+// Appends one SSE event with r's JSON to the stream (j->mu held).
+static void stream_event(kvt_http_job *j, const kvt_resp *r) {
+    char *json = NULL, *ev = NULL;
+    size_t jl = 0, el = 0;
+    if (kvt_resp_json(r, &json, &jl, NULL) || kvt_sse_frame(json, jl, &ev, &el, NULL) || !bytes_add(&j->out, ev, el)) {
+        j->failed_oom = true;
+    }
+    free(json);
+    free(ev);
+    pthread_cond_broadcast(&j->cv);
+}
+
+static kvt_resp resp_of(const kvt_http_job *j, bool chunk, const kvt_resp_choice *choices, size_t n,
+                        const kvt_resp_usage *usage) {
+    kvt_resp r = {j->p->kind, chunk, j->id, j->model, j->created, choices, n, usage, chunk && j->p->include_usage};
+    return r;
+}
+
+// Streams text[0..n) (and the logprobs gathered since the last chunk) of choice i, with finish when non-NULL.
+static void stream_piece(kvt_http_job *j, int32_t i, const char *text, size_t n, const char *finish) {
+    choice *c = &j->ch[i];
+    bool lp = j->p->logprobs && c->n_lps > 0;
+    if (!n && !finish && !lp && (c->role_sent || j->p->kind != KVT_REQ_CHAT)) return;
+    size_t n_lps = c->n_lps;
+    kvt_resp_logprob *lps = malloc((n_lps + 1) * sizeof *lps);
+    if (!lps) {
+        j->failed_oom = true;
+        return;
+    }
+    for (size_t k = 0; k < n_lps; k++) lps[k] = c->lps[k].lp;
+    kvt_resp_choice rc = {i, text ? text : k_empty, n, finish, lp, lps, n_lps, !c->role_sent};
+    if (j->p->kind == KVT_REQ_CHAT && finish && !n) rc.text = NULL; // the closing chunk has an empty delta
+    c->role_sent = true;
+    kvt_resp r = resp_of(j, true, &rc, 1, NULL);
+    stream_event(j, &r);
+    free(lps);
+    lps_clear(c);
+}
+
+// Passes bytes of choice i through the UTF-8 buffer and the stop strings; returns false on a stop match.
+static bool emit_text(kvt_http_job *j, int32_t i, const char *s, size_t n, bool flush, const char *finish) {
+    choice *c = &j->ch[i];
+    char small[256];
+    char *u = KVT_UTF8_OUT_MAX(n) <= sizeof small ? small : malloc(KVT_UTF8_OUT_MAX(n));
+    if (!u) {
+        j->failed_oom = true;
+        return false;
+    }
+    size_t un = n ? kvt_utf8_stream_push(&c->u8, s, n, u) : 0;
+    if (flush) un += kvt_utf8_stream_flush(&c->u8, u + un);
+    const char *emit = NULL;
+    size_t elen = 0;
+    bool matched = false;
+    if (!c->stopped) {
+        kvt_err err = {0};
+        matched = kvt_stop_feed(c->stop, u, un, &emit, &elen, NULL, &err);
+        if (!matched && err.status) j->failed_oom = true;
+    }
+    bytes tail = {0};
+    if (!c->stopped && !matched && flush) { // the end: what the stop strings held back goes out too
+        const char *h;
+        size_t hl;
+        if (!bytes_add(&tail, emit, elen)) j->failed_oom = true;
+        kvt_stop_flush(c->stop, &h, &hl);
+        if (!bytes_add(&tail, h, hl)) j->failed_oom = true;
+        emit = tail.p;
+        elen = tail.len;
+    }
+    if (c->stopped) elen = 0;
+    if (matched) c->stopped = true;
+    if (j->p->stream) stream_piece(j, i, emit, elen, finish);
+    else if (!bytes_add(&c->text, emit, elen)) j->failed_oom = true;
+    free(tail.p);
+    if (u != small) free(u);
+    return !matched;
+}
+
+// A copy of the bytes of token id as an alternative.
+static bool alt_of(kvt_http_job *j, int32_t id, float logprob, kvt_resp_alt *a) {
+    int64_t n = piece_of(j, id);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!s) return false;
+    memcpy(s, j->piece, (size_t)n);
+    a->token = s;
+    a->len = (size_t)n;
+    a->logprob = logprob;
+    return true;
+}
+
+static bool record_logprobs(kvt_http_job *j, choice *c, const kvt_engine_token *t) {
+    if (c->n_lps == c->cap_lps) {
+        size_t cap = c->cap_lps ? 2 * c->cap_lps : 16;
+        lp_entry *p = realloc(c->lps, cap * sizeof *p);
+        if (!p) return false;
+        c->lps = p;
+        c->cap_lps = cap;
+    }
+    lp_entry *e = &c->lps[c->n_lps];
+    memset(e, 0, sizeof *e);
+    if (!alt_of(j, t->id, t->logprob, &e->lp.chosen)) return false;
+    e->chosen_bytes = (char *)e->lp.chosen.token;
+    for (int32_t k = 0; k < t->n_top && k < j->p->top_logprobs; k++) {
+        if (!alt_of(j, t->top_ids[k], t->top_logprobs[k], &e->alts[k])) return false;
+        e->lp.n_top++;
+    }
+    e->lp.top = e->alts;
+    e->lp.text_offset = (int64_t)c->text.len; // completions: where the token's text begins (non-stream)
+    c->n_lps++;
+    return true;
+}
+
+static bool on_token(void *user, int32_t i, const kvt_engine_token *t) {
+    kvt_http_job *j = user;
+    pthread_mutex_lock(&j->mu);
+    choice *c = &j->ch[i];
+    bool go = !c->stopped && !j->failed_oom;
+    if (go && !t->eog) {
+        if (j->p->logprobs && !record_logprobs(j, c, t)) j->failed_oom = true;
+        int64_t n = piece_of(j, t->id);
+        if (n < 0) j->failed_oom = true;
+        else go = emit_text(j, i, j->piece, (size_t)n, false, NULL);
+    }
+    go = go && !j->failed_oom;
+    pthread_mutex_unlock(&j->mu);
+    return go;
+}
+
+static void on_finish(void *user, int32_t i, kvt_finish why) {
+    kvt_http_job *j = user;
+    pthread_mutex_lock(&j->mu);
+    choice *c = &j->ch[i];
+    c->finish = why == KVT_FINISH_LENGTH && !c->stopped ? "length" : "stop";
+    emit_text(j, i, NULL, 0, true, c->finish);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void stream_error(kvt_http_job *j, int status, const char *type, const char *msg) {
+    kvt_api_error ae;
+    kvt_api_errorf(&ae, status, type, NULL, "%s", msg);
+    char *json = kvt_api_error_json(&ae), *ev = NULL;
+    size_t el = 0;
+    if (json && !kvt_sse_frame(json, strlen(json), &ev, &el, NULL)) bytes_add(&j->out, ev, el);
+    free(json);
+    free(ev);
+}
+
+static void on_done(void *user, const kvt_engine_result *r) {
+    kvt_http_job *j = user;
+    pthread_mutex_lock(&j->mu);
+    j->res = *r;
+    j->done = true;
+    if (j->p->stream) {
+        if (r->outcome == KVT_ENGINE_FAILED) stream_error(j, 500, "server_error", r->err.msg);
+        else if (r->outcome == KVT_ENGINE_CANCELLED) stream_error(j, 503, "unavailable_error", "the request was cancelled");
+        else if (j->failed_oom) stream_error(j, 500, "server_error", "out of memory while streaming");
+        else if (j->p->include_usage) {
+            kvt_resp_usage u = {r->prompt_tokens, r->completion_tokens, r->cached_tokens};
+            kvt_resp resp = resp_of(j, true, NULL, 0, &u);
+            stream_event(j, &resp);
+        }
+        bytes_add(&j->out, KVT_SSE_DONE, strlen(KVT_SSE_DONE));
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    kvt_http_job_unref(j);
+}
+
+kvt_engine_callbacks kvt_http_job_callbacks(kvt_http_job *j) {
+    kvt_engine_callbacks cb = {on_token, on_finish, on_done, j};
+    return cb;
+}
+
+// Waits (j->mu held) for a signal of the job; every 100 ms checks whether the client has hung up (fd < 0:
+// not watched) and then cancels the job, whose on_done follows soon.
+static void wait_or_hangup(kvt_http_job *j, int fd) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT || fd < 0 || j->hung_up) return;
+    struct pollfd pf = {fd, POLLRDHUP, 0};
+    if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+        j->hung_up = true;
+        if (j->submitted && !j->done) kvt_engine_cancel(j->engine, j->job_id);
+    }
+}
+
+ssize_t kvt_http_job_read(kvt_http_job *j, int fd, char *buf, size_t max) {
+    pthread_mutex_lock(&j->mu);
+    while (j->out_pos == j->out.len && !j->done) wait_or_hangup(j, fd);
+    size_t n = j->out.len - j->out_pos;
+    if (n > max) n = max;
+    if (n) memcpy(buf, j->out.p + j->out_pos, n);
+    j->out_pos += n;
+    if (j->out_pos == j->out.len) j->out_pos = j->out.len = 0;
+    pthread_mutex_unlock(&j->mu);
+    return n ? (ssize_t)n : -1;
+}
+
+void kvt_http_job_body(kvt_http_job *j, int fd, int *status, char **body) {
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) wait_or_hangup(j, fd);
+    *body = NULL;
+    if (j->res.outcome != KVT_ENGINE_DONE || j->failed_oom) {
+        kvt_api_error ae;
+        if (j->res.outcome == KVT_ENGINE_CANCELLED) {
+            kvt_api_errorf(&ae, 503, "unavailable_error", NULL, "the request was cancelled (the server is stopping)");
+        } else {
+            kvt_api_errorf(&ae, 500, "server_error", NULL, "%s",
+                           j->failed_oom ? "out of memory for the response" : j->res.err.msg);
+        }
+        *status = ae.http_status;
+        *body = kvt_api_error_json(&ae);
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+    kvt_resp_choice *rc = calloc((size_t)j->p->n, sizeof *rc);
+    kvt_resp_logprob **lps = calloc((size_t)j->p->n, sizeof *lps);
+    *status = 500;
+    if (rc && lps) {
+        bool ok = true;
+        for (int32_t i = 0; i < j->p->n; i++) {
+            choice *c = &j->ch[i];
+            lps[i] = malloc((c->n_lps + 1) * sizeof **lps);
+            ok = ok && lps[i];
+            for (size_t k = 0; ok && k < c->n_lps; k++) lps[i][k] = c->lps[k].lp;
+            kvt_resp_choice one = {i, c->text.p ? c->text.p : k_empty, c->text.len, c->finish, j->p->logprobs, lps[i],
+                                   c->n_lps, false};
+            rc[i] = one;
+        }
+        kvt_resp_usage u = {j->res.prompt_tokens, j->res.completion_tokens, j->res.cached_tokens};
+        kvt_resp r = resp_of(j, false, rc, (size_t)j->p->n, &u);
+        if (ok && !kvt_resp_json(&r, body, NULL, NULL)) *status = 200;
+        for (int32_t i = 0; i < j->p->n; i++) free(lps[i]);
+    }
+    free(rc);
+    free(lps);
+    pthread_mutex_unlock(&j->mu);
+}

@@ -1,0 +1,557 @@
+#!/usr/bin/env python3
+"""HTTP tests of `kvtier serve` (issue 12), run by tests/test_serve_http.c.
+
+Starts build/kvtier serve on free loopback ports with a small model and drives it with Python's
+http.client and raw sockets. Prints one line per case: "ok NAME", "FAIL NAME: why" or "skip NAME: why";
+exits 0 when nothing failed.
+
+usage: serve_test.py --kvtier build/kvtier --model M.gguf [--chat-template chatml] [--smollm2 S.gguf]
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+FAILED = 0
+
+
+def report(ok, name, why=""):
+    global FAILED
+    if ok:
+        print("ok   serve-http: " + name, flush=True)
+    else:
+        FAILED += 1
+        print("FAIL serve-http: %s: %s" % (name, why), flush=True)
+
+
+def skip(name, why):
+    print("skip serve-http: %s: %s" % (name, why), flush=True)
+
+
+class Server:
+    """A `kvtier serve` process on a free port (--port 0; the port is read from its stderr)."""
+
+    def __init__(self, kvtier, model, *extra):
+        self.log = tempfile.TemporaryFile()
+        self.p = subprocess.Popen([kvtier, "serve", "-m", model, "--port", "0", "-t", "2", *extra],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        line = self.p.stderr.readline().decode()
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if not m:
+            rest = self.p.stderr.read().decode() if self.p.poll() is not None else ""
+            raise RuntimeError("server did not start: %r %s" % (line, rest))
+        self.port = int(m.group(1))
+        threading.Thread(target=self._drain, daemon=True).start()
+        self.first_health = None
+        t0 = time.time()
+        while time.time() - t0 < 60:
+            try:
+                st, h, data = self.request("GET", "/health")
+            except OSError:
+                st = None
+            if st is not None and self.first_health is None:
+                self.first_health = (st, h, data)
+            if st == 200:
+                return
+            if self.p.poll() is not None:
+                time.sleep(0.2)
+                self.log.seek(0)
+                raise RuntimeError("server exited with %d while loading: %s" % (self.p.returncode,
+                                                                               self.log.read().decode().strip()))
+            time.sleep(0.05)
+        raise RuntimeError("server not ready after 60 s")
+
+    def _drain(self):
+        for line in self.p.stderr:
+            self.log.write(line)
+
+    def conn(self, timeout=60):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        c = self.conn(timeout)
+        try:
+            if body is not None and not isinstance(body, (bytes, str)):
+                body = json.dumps(body)
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            data = r.read()
+            return r.status, dict(r.getheaders()), data
+        finally:
+            c.close()
+
+    def post(self, path, obj, headers=None, timeout=60):
+        st, h, data = self.request("POST", path, obj, headers, timeout)
+        try:
+            return st, h, json.loads(data)
+        except ValueError:
+            return st, h, data
+
+    def stream(self, path, obj):
+        """POSTs a streaming request; returns (status, [parsed chunks], saw_done, raw)."""
+        c = self.conn()
+        try:
+            c.request("POST", path, body=json.dumps(obj))
+            r = c.getresponse()
+            raw = r.read().decode("utf-8")
+        finally:
+            c.close()
+        chunks, done = [], False
+        for ev in raw.split("\n\n"):
+            if not ev:
+                continue
+            assert ev.startswith("data: "), "event %r" % ev
+            payload = ev[6:]
+            if payload == "[DONE]":
+                done = True
+            else:
+                chunks.append(json.loads(payload))
+        return r.status, chunks, done, raw
+
+    def metric(self, name):
+        st, _, data = self.request("GET", "/metrics")
+        m = re.search(r"^%s (\S+)$" % re.escape(name), data.decode(), re.M)
+        return float(m.group(1)) if m else None
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+            return None
+
+
+def case(name):
+    def wrap(fn):
+        def run(*a):
+            try:
+                fn(*a)
+            except AssertionError as e:
+                report(False, name, str(e) or "assertion")
+            except Exception as e:  # noqa: BLE001 - a case that throws fails, the others go on
+                report(False, name, "%s: %s" % (type(e).__name__, e))
+            else:
+                report(True, name)
+        return run
+    return wrap
+
+
+def err_shape(obj, status):
+    assert isinstance(obj, dict) and "error" in obj, "not an error object: %r" % (obj,)
+    e = obj["error"]
+    assert e.get("code") == status and isinstance(e.get("message"), str) and isinstance(e.get("type"), str), repr(e)
+
+
+def stream_text(chunks, chat, index=0):
+    out = ""
+    for ch in chunks:
+        for c in ch["choices"]:
+            if c["index"] != index:
+                continue
+            out += (c["delta"].get("content") or "") if chat else c["text"]
+    return out
+
+
+CHAT = [{"role": "user", "content": "Write a list of fruits."}]
+
+
+@case("GET /health answers 200 {status: ok} once loaded (503 {status: loading} before)")
+def t_health(s):
+    st, _, data = s.first_health
+    if st == 503:
+        obj = json.loads(data)
+        assert obj.get("status") == "loading" and "error" in obj, obj
+    else:
+        assert st == 200, st
+    st, _, data = s.request("GET", "/health")
+    assert st == 200 and json.loads(data) == {"status": "ok"}, (st, data)
+
+
+@case("GET /v1/models lists the model")
+def t_models(s):
+    st, _, data = s.request("GET", "/v1/models")
+    obj = json.loads(data)
+    assert st == 200 and obj["object"] == "list" and obj["data"][0]["object"] == "model", obj
+
+
+@case("POST /v1/completions: text, finish_reason, usage")
+def t_completion(s):
+    st, _, r = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0})
+    assert st == 200, (st, r)
+    assert r["object"] == "text_completion" and len(r["choices"]) == 1, r
+    c = r["choices"][0]
+    assert isinstance(c["text"], str) and c["finish_reason"] in ("stop", "length"), c
+    u = r["usage"]
+    assert u["prompt_tokens"] > 0 and 1 <= u["completion_tokens"] <= 12, u
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
+    assert "cached_tokens" in u["prompt_tokens_details"], u
+
+
+@case("POST /v1/chat/completions: assistant message; a repeated prompt reports cached_tokens")
+def t_chat(s):
+    body = {"messages": CHAT, "max_tokens": 10, "temperature": 0}
+    st, _, r = s.post("/v1/chat/completions", body)
+    assert st == 200, (st, r)
+    m = r["choices"][0]["message"]
+    assert r["object"] == "chat.completion" and m["role"] == "assistant" and isinstance(m["content"], str), r
+    st, _, r2 = s.post("/v1/chat/completions", body)
+    assert r2["choices"][0]["message"] == m, "temperature 0 differs between two runs"
+    u = r2["usage"]
+    assert u["prompt_tokens_details"]["cached_tokens"] == u["prompt_tokens"] - 1, u
+
+
+@case("streaming: chunks parse, text equals the whole response, usage last (include_usage), ends with [DONE]")
+def t_stream(s):
+    for path, chat in (("/v1/chat/completions", True), ("/v1/completions", False)):
+        body = {"max_tokens": 16, "temperature": 0}
+        body.update({"messages": CHAT} if chat else {"prompt": "The sky"})
+        _, _, whole = s.post(path, body)
+        body.update({"stream": True, "stream_options": {"include_usage": True}})
+        st, chunks, done, _ = s.stream(path, body)
+        assert st == 200 and done, (st, done)
+        assert all(c["usage"] is None for c in chunks[:-1]), "usage before the last chunk"
+        u, w = dict(chunks[-1]["usage"]), dict(whole["usage"])
+        u.pop("prompt_tokens_details"), w.pop("prompt_tokens_details")  # cached_tokens differ: the second run reuses
+        assert chunks[-1]["choices"] == [] and u == w, (chunks[-1], whole["usage"])
+        ref = whole["choices"][0]["message"]["content"] if chat else whole["choices"][0]["text"]
+        assert stream_text(chunks, chat) == ref, (stream_text(chunks, chat), ref)
+        fins = [c["choices"][0]["finish_reason"] for c in chunks[:-1]]
+        assert fins[-1] == whole["choices"][0]["finish_reason"] and all(f is None for f in fins[:-1]), fins
+        if chat:
+            assert chunks[0]["choices"][0]["delta"].get("role") == "assistant", chunks[0]
+
+
+@case("stop strings end the text before the earliest match (whole and streamed)")
+def t_stop(s):
+    _, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 40, "temperature": 0})
+    text = r["choices"][0]["text"]
+    cand = [i for i in range(3, len(text) - 3) if text[i:i + 2].isascii() and text[i:i + 2].strip()]
+    assert cand, "no ASCII stop candidate in %r" % text
+    stop = text[cand[len(cand) // 2]:cand[len(cand) // 2] + 2]
+    want = text[:text.index(stop)]
+    _, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 40, "temperature": 0, "stop": [stop, "\x01zz"]})
+    c = r["choices"][0]
+    assert c["text"] == want and c["finish_reason"] == "stop", (c, stop, want)
+    st, chunks, done, _ = s.stream("/v1/completions", {"prompt": "A", "max_tokens": 40, "temperature": 0,
+                                                      "stop": stop, "stream": True})
+    assert done and stream_text(chunks, False) == want, (stream_text(chunks, False), want)
+
+
+@case("n > 1: n choices (temperature 0: identical), usage counts every choice")
+def t_n(s):
+    st, _, r = s.post("/v1/completions", {"prompt": "Hi", "max_tokens": 6, "temperature": 0, "n": 3})
+    assert st == 200 and [c["index"] for c in r["choices"]] == [0, 1, 2], r
+    assert len({c["text"] for c in r["choices"]}) == 1, r["choices"]
+    assert r["usage"]["completion_tokens"] >= 3, r["usage"]
+    st, _, r = s.post("/v1/chat/completions", {"messages": CHAT, "max_tokens": 6, "temperature": 1.0, "seed": 5,
+                                              "n": 2})
+    assert st == 200 and len(r["choices"]) == 2, r
+    st, chunks, done, _ = s.stream("/v1/completions", {"prompt": "Hi", "max_tokens": 4, "n": 2, "stream": True})
+    assert done and {c["choices"][0]["index"] for c in chunks} == {0, 1}, chunks
+
+
+@case("logprobs: chat top_logprobs and legacy completion logprobs")
+def t_logprobs(s):
+    _, _, r = s.post("/v1/chat/completions", {"messages": CHAT, "max_tokens": 4, "temperature": 0, "logprobs": True,
+                                             "top_logprobs": 3})
+    content = r["choices"][0]["logprobs"]["content"]
+    assert content and all(len(t["top_logprobs"]) == 3 and t["logprob"] <= 0 for t in content), content
+    # greedy: the chosen token is the most likely one
+    assert all(abs(t["logprob"] - t["top_logprobs"][0]["logprob"]) < 1e-4 for t in content), content
+    _, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 4, "temperature": 0, "logprobs": 2})
+    lp = r["choices"][0]["logprobs"]
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) >= 1, lp
+
+
+@case("400: malformed JSON, missing field, mistyped field, bad token id, prompt longer than the context")
+def t_400(s):
+    st, _, r = s.request("POST", "/v1/completions", "{\"prompt\": ")
+    assert st == 400, st
+    err_shape(json.loads(r), 400)
+    for path, body in (("/v1/chat/completions", {"max_tokens": 3}),
+                       ("/v1/completions", {"prompt": "x", "max_tokens": "3"}),
+                       ("/v1/completions", {"prompt": [1, 2, 10 ** 9]}),
+                       ("/v1/completions", {"prompt": "word " * 5000, "max_tokens": 2})):
+        st, _, r = s.post(path, body)
+        assert st == 400, (st, body)
+        err_shape(r, 400)
+    assert "context" in r["error"]["message"], r
+
+
+@case("404 unknown path, 405 wrong method (with Allow)")
+def t_404_405(s):
+    st, _, r = s.request("GET", "/v1/nothing")
+    assert st == 404, st
+    err_shape(json.loads(r), 404)
+    st, h, r = s.request("GET", "/v1/chat/completions")
+    assert st == 405 and h.get("Allow") == "POST", (st, h)
+    err_shape(json.loads(r), 405)
+
+
+@case("413 for a body over the limit (declared or chunked); a bad Content-Length is refused; the server goes on")
+def t_hostile(s):
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as k:  # answered before the body is read
+        k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{" % (9 << 20))
+        resp = k.recv(4096)
+    assert resp.startswith(b"HTTP/1.1 413"), resp[:80]
+    c = s.conn()
+    c.request("POST", "/v1/completions", body=iter([b"x" * (1 << 20)] * 9), encode_chunked=True)  # no length given
+    r = c.getresponse()
+    assert r.status == 413, r.status
+    err_shape(json.loads(r.read()), 413)
+    c.close()
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as k:
+        k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}")
+        resp = k.recv(4096)
+    assert resp == b"" or resp.split(b" ")[1].startswith(b"4"), resp[:80]
+    st, _, _ = s.request("GET", "/health")
+    assert st == 200, st
+
+
+@case("a slow client (half-sent request) does not hold up others")
+def t_slow(s):
+    k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+    t0 = time.time()
+    st, _, _ = s.post("/v1/completions", {"prompt": "A", "max_tokens": 2})
+    dt = time.time() - t0
+    k.close()
+    assert st == 200 and dt < 10, (st, dt)
+
+
+@case("POST /tokenize and /detokenize round-trip, with pieces")
+def t_tokenize(s):
+    st, _, r = s.post("/tokenize", {"content": "Hello world, again"})
+    ids = r["tokens"]
+    assert st == 200 and ids and all(isinstance(i, int) for i in ids), r
+    st, _, r = s.post("/detokenize", {"tokens": ids})
+    assert st == 200 and r["content"] == "Hello world, again", r
+    st, _, r = s.post("/tokenize", {"content": "Hello", "with_pieces": True})
+    assert st == 200 and "".join(t["piece"] for t in r["tokens"]).strip() == "Hello", r
+
+
+@case("a client that disconnects (mid-stream, or waiting for a whole answer) cancels its job; the server goes on")
+def t_disconnect(s):
+    for stream in (True, False):
+        before = s.metric('kvtier_requests_total{outcome="cancelled"}')
+        k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        body = json.dumps({"prompt": "A", "max_tokens": 3000, "stream": stream, "temperature": 0}).encode()  # no EOS
+        k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        if stream:
+            got = k.recv(4096)
+            assert b"200 OK" in got, got[:100]
+        else:
+            time.sleep(0.3)
+        k.close()
+        t0 = time.time()
+        while time.time() - t0 < 20:
+            if s.metric('kvtier_requests_total{outcome="cancelled"}') == before + 1:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the job was not cancelled (stream %s)" % stream)
+    st, _, _ = s.post("/v1/completions", {"prompt": "A", "max_tokens": 2})
+    assert st == 200, st
+
+
+@case("GET /metrics: Prometheus text with requests, tokens, queue, KV bytes per tier, bytes moved, seconds")
+def t_metrics(s):
+    st, h, data = s.request("GET", "/metrics")
+    text = data.decode()
+    assert st == 200 and h["Content-Type"].startswith("text/plain"), (st, h)
+    for name in ("kvtier_requests_total", "kvtier_prompt_tokens_total", "kvtier_generated_tokens_total",
+                 "kvtier_queue_length", "kvtier_kv_used_bytes{tier=\"fast\"}", "kvtier_kv_moved_bytes_total",
+                 "kvtier_prompt_seconds_total", "kvtier_decode_seconds_total"):
+        assert name in text, name
+    assert s.metric("kvtier_generated_tokens_total") > 0
+
+
+@case("load: 100 requests from 16 clients all complete (200) or are refused (503), nothing hangs, < 30 s")
+def t_load(s):
+    results = []
+    lock = threading.Lock()
+
+    def client(k):
+        for i in range(k, 100, 16):
+            body = {"prompt": "Tell me %d" % i, "max_tokens": 16 + i % 17, "stream": i % 3 == 0}
+            try:
+                if body["stream"]:
+                    st, _, done, _ = s.stream("/v1/completions", body)
+                    st = st if done or st != 200 else -1
+                else:
+                    st, _, _ = s.post("/v1/completions", body, timeout=30)
+            except Exception as e:  # noqa: BLE001
+                st = repr(e)
+            with lock:
+                results.append(st)
+
+    t0 = time.time()
+    ts = [threading.Thread(target=client, args=(k,)) for k in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    dt = time.time() - t0
+    assert len(results) == 100, "%d of 100 answered in %.1f s" % (len(results), dt)
+    bad = [r for r in results if r not in (200, 503)]
+    assert not bad and results.count(200) >= 50, (bad[:5], results.count(200))
+    assert dt < 30, "%.1f s" % dt
+    print("note serve-http: load: 100 requests, 16 clients: %d x 200, %d x 503 in %.1f s"
+          % (results.count(200), results.count(503), dt), flush=True)
+
+
+def t_queue_full(kvtier, model, extra):
+    name = "503 with Retry-After when the queue is full"
+    try:
+        s = Server(kvtier, model, "--queue", "1", *extra)
+    except RuntimeError as e:
+        report(False, name, str(e))
+        return
+    try:
+        res = []
+
+        def one():
+            res.append(s.request("POST", "/v1/completions", json.dumps({"prompt": "A", "max_tokens": 400, "temperature": 0})))
+
+        ts = [threading.Thread(target=one) for _ in range(6)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        busy = [(st, h, b) for st, h, b in res if st == 503]
+        ok = len(res) == 6 and busy and all(h.get("Retry-After") for _, h, _ in busy)
+        if ok:
+            err_shape(json.loads(busy[0][2]), 503)
+        report(ok, name, "statuses %s" % [r[0] for r in res])
+    except Exception as e:  # noqa: BLE001
+        report(False, name, repr(e))
+    s.stop()
+
+
+def t_auth(kvtier, model, extra):
+    name = "401 without or with a wrong API key, 200 with it; /health open"
+    try:
+        s = Server(kvtier, model, "--api-key", "sekret", *extra)
+        st1, _, b1 = s.post("/v1/completions", {"prompt": "A", "max_tokens": 1})
+        st2, _, _ = s.post("/v1/completions", {"prompt": "A", "max_tokens": 1}, {"Authorization": "Bearer nope"})
+        st3, _, _ = s.post("/v1/completions", {"prompt": "A", "max_tokens": 1}, {"Authorization": "Bearer sekret"})
+        st4, _, _ = s.request("GET", "/health")
+        ok = (st1, st2, st3, st4) == (401, 401, 200, 200)
+        if ok:
+            err_shape(b1, 401)
+        report(ok, name, "statuses %s" % [st1, st2, st3, st4])
+        s.stop()
+    except Exception as e:  # noqa: BLE001
+        report(False, name, repr(e))
+
+
+def t_sigterm(kvtier, model, extra):
+    name = "SIGTERM during a stream: the stream ends, the server exits 0, the KV disk directory is left empty"
+    d = tempfile.mkdtemp()
+    try:
+        s = Server(kvtier, model, "--kv-disk", d, "--kv-block", "16", "--kv-fast", "32K", *extra)
+        box = {}
+
+        def streamer():
+            try:
+                box["r"] = s.stream("/v1/completions", {"prompt": "A", "max_tokens": 3000, "stream": True,
+                                                                "temperature": 0})
+            except Exception as e:  # noqa: BLE001
+                box["r"] = e
+
+        t = threading.Thread(target=streamer)
+        t.start()
+        time.sleep(0.5)
+        rc = s.stop(signal.SIGTERM)
+        t.join(20)
+        left = os.listdir(d)
+        ok = rc == 0 and not t.is_alive() and not left
+        report(ok, name, "exit %s, stream thread alive %s, files %s" % (rc, t.is_alive(), left))
+    except Exception as e:  # noqa: BLE001
+        report(False, name, repr(e))
+    finally:
+        for f in os.listdir(d):
+            os.unlink(os.path.join(d, f))
+        os.rmdir(d)
+
+
+def t_equal_generate(kvtier, smollm2):
+    name = ("SmolLM2: temperature 0 output equals `kvtier generate` (completions, one reusing the previous "
+            "prompt's KV at a prefix that is no multiple of --ubatch; the chat-rendered prompt)")
+    if not smollm2 or not os.path.exists(smollm2):
+        skip(name, "SmolLM2 not in the cache (make model)")
+        return
+    try:
+        flags = ["-c", "1024", "--ubatch", "8"]
+        s = Server(kvtier, smollm2, *flags)
+        ok, why = True, ""
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"messages": CHAT}, f)
+            body_file = f.name
+        rendered = subprocess.run([kvtier, "serve", "-m", smollm2, "--print-prompt", body_file], capture_output=True,
+                                  text=True, check=True).stdout
+        os.unlink(body_file)
+        a = "The long history of the printing press begins in"
+        b = a + " China, where woodblock printing was used for centuries before Gutenberg built his machine, and"
+        cached = []
+        for path, body, prompt in (
+                ("/v1/completions", {"prompt": a, "max_tokens": 24, "temperature": 0}, a),
+                ("/v1/completions", {"prompt": b, "max_tokens": 24, "temperature": 0}, b),
+                ("/v1/chat/completions", {"messages": CHAT, "max_tokens": 24, "temperature": 0}, rendered)):
+            _, _, r = s.post(path, body)
+            c = r["choices"][0]
+            text = c["message"]["content"] if "message" in c else c["text"]
+            cached.append(r["usage"]["prompt_tokens_details"]["cached_tokens"])
+            g = json.loads(subprocess.run([kvtier, "generate", "-m", smollm2, "-p", prompt, "-n", "24", "--temp", "0",
+                                           "-t", "2", *flags, "--json"], capture_output=True, text=True,
+                                          check=True).stdout)
+            if g["n_prompt"] != r["usage"]["prompt_tokens"] or g["text"] != text:
+                ok, why = False, "%s: served %r (%d prompt tokens), generate %r (%d)" % (
+                    path, text, r["usage"]["prompt_tokens"], g["text"], g["n_prompt"])
+        if ok and not (cached[1] > 0 and cached[1] % 8):
+            ok, why = False, "cached_tokens %s: the second prompt should reuse a prefix that is no multiple of 8" % cached
+        report(ok, name, why)
+        s.stop()
+    except Exception as e:  # noqa: BLE001
+        report(False, name, repr(e))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kvtier", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--chat-template", default=None)
+    ap.add_argument("--smollm2", default=None)
+    a = ap.parse_args()
+    extra = ["--chat-template", a.chat_template] if a.chat_template else []
+    try:
+        s = Server(a.kvtier, a.model, "-c", "2048", "--metrics", *extra)
+    except RuntimeError as e:
+        report(False, "start", str(e))
+        return 1
+    for t in (t_health, t_models, t_completion, t_chat, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
+              t_hostile, t_slow, t_tokenize, t_disconnect, t_metrics, t_load):
+        t(s)
+    rc = s.stop()
+    report(rc == 0, "SIGTERM on an idle server: exit 0", "exit %s" % rc)
+    t_queue_full(a.kvtier, a.model, extra)
+    t_auth(a.kvtier, a.model, extra)
+    t_sigterm(a.kvtier, a.model, extra)
+    t_equal_generate(a.kvtier, a.smollm2)
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
