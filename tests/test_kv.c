@@ -378,6 +378,7 @@ static void test_disk_integrity(const char *path) {
                                   : "kv: a corrupted disk block is detected, naming file and block (bounce buffer)";
         kvt_context_params c1 = cp;
         c1.kv_block = direct ? 32 : 8;
+        c1.kv_keep = true; // the file stays in /tmp so that the test can open it (removed below)
         kvt_context *ctx = disk_ctx(m, c1, &err);
         bool ok = ctx != NULL;
         if (ok) {
@@ -412,7 +413,10 @@ static void test_disk_integrity(const char *path) {
             snprintf(detail, sizeof detail, "no disk copy (offset %lld): %s", (long long)off, err.msg);
         }
         test_result(ok, name, "%s", detail);
+        char kept[512] = "";
+        if (file) snprintf(kept, sizeof kept, "%s", file);
         kvt_context_free(ctx);
+        if (kept[0]) unlink(kept);
     }
     // (2) an injected read error ends the request with an I/O error (never a token)
     {
@@ -437,6 +441,7 @@ static void test_disk_integrity(const char *path) {
         snprintf(m1, sizeof m1, "%s", err.msg);
         kvt_context_free(ctx);
         c3.kv_disk_dir = NULL;
+        c3.kv_disk_max = 0; // (a disk budget without a disk tier is refused as a contradiction)
         ctx = disk_ctx(m, c3, &err);
         ok = ok && !ctx && err.status == KVT_ERR_BUDGET && strstr(err.msg, "--kv-disk");
         kvt_context_free(ctx);

@@ -91,9 +91,34 @@ static void *xalloc(kvt_context *c, size_t bytes, bool *ok) {
     return p;
 }
 
+// Flags that contradict each other or the model, before anything is allocated.
+static kvt_status check_params(const kvt_model *m, const kvt_context_params *p, kvt_err *err) {
+    if (p->kv_disk_dir && !p->kv_disk_dir[0]) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-disk: the KV disk directory is an empty path");
+    }
+    if (p->kv_disk_max > 0 && !p->kv_disk_dir) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-disk-max %lld bytes without --kv-disk DIR: there is no disk tier to budget",
+                          (long long)p->kv_disk_max);
+    }
+    if (p->plan_shape[0]) {
+        char shape[192];
+        kvt_hparams_shape_str(&m->hp, shape, sizeof shape);
+        if (strcmp(shape, p->plan_shape) != 0) {
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG,
+                              "--plan %s was made for %s (%s), not for this model %s (%s): make a plan for it with "
+                              "`kvtier plan -m MODEL -o FILE`",
+                              p->plan_file ? p->plan_file : "", p->plan_model[0] ? p->plan_model : "another model", p->plan_shape,
+                              m->gguf ? kvt_gguf_path(m->gguf) : "(in memory)", shape);
+        }
+    }
+    return KVT_OK;
+}
+
 kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kvt_context **out, kvt_err *err) {
     *out = NULL;
     const kvt_hparams *hp = &m->hp;
+    kvt_status cst = check_params(m, pp, err);
+    if (cst) return cst;
     kvt_context *c = calloc(1, sizeof *c);
     if (!c) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     c->m = m;
@@ -352,6 +377,7 @@ kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, in
             c->kv->ops->truncate(c->kv, seq, past);
             return st;
         }
+        if (c->p.progress && n > c->p.n_ubatch) c->p.progress(c->p.progress_user, i + nb, n);
     }
     c->n_past[seq] = past + n;
     c->n_out = rows;

@@ -33,7 +33,7 @@ typedef struct {
     int32_t prefetch;       // blocks fetched ahead of use (0: none)
     int32_t n_readers;      // threads that may hold a block at once (T0 must hold that many blocks)
     int32_t n_io_threads;   // copy engine workers (default 4)
-    bool keep_files;        // leave the disk file at free
+    bool keep_files;        // leave the disk file in disk_dir (else unlinked as soon as it is created)
     int64_t fault_read_at;  // tests: the n-th disk read fails with EIO (0: never)
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)
 } kvt_kv_paged_params;
@@ -43,7 +43,8 @@ kvt_kv_paged_params kvt_kv_paged_params_default(void);
 int64_t kvt_kv_paged_block_bytes(const kvt_kv_paged_params *p);
 // KVT_ERR_BUDGET if T0 cannot hold n_readers blocks (or 2), KVT_ERR_IO if the disk file cannot be created.
 kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err *err);
-// Path of the disk tier file (NULL without a disk tier); owned by the store.
+// Path of the disk tier file (NULL without a disk tier); owned by the store. Without keep_files the
+// file was unlinked at creation: the path names it in messages only.
 const char *kvt_kv_paged_disk_path(kvt_kv *kv);
 // Disk I/O engine of the disk tier: "io_uring" or "threads"; NULL without a disk tier.
 const char *kvt_kv_paged_disk_engine(kvt_kv *kv);

@@ -172,6 +172,11 @@ int64_t kvt_hparams_kv_bytes_per_token(const kvt_hparams *hp, kvt_type kv_type) 
     return per_layer * hp->n_layer;
 }
 
+void kvt_hparams_shape_str(const kvt_hparams *hp, char *buf, size_t n) {
+    snprintf(buf, n, "%s layers %d embd %d heads %d/%d head_dim %d/%d ff %d vocab %d", kvt_arch_name(hp->arch), hp->n_layer,
+             hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, hp->n_ff, hp->n_vocab);
+}
+
 typedef struct {
     kvt_model *m;
     kvt_err *err;

@@ -83,4 +83,8 @@ kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err);
 // Bytes of K+V per token for a KV element type (all layers).
 int64_t kvt_hparams_kv_bytes_per_token(const kvt_hparams *hp, kvt_type kv_type);
 
+// The shape that identifies a model for settings made for it (a plan file), one line into buf (n bytes,
+// NUL-terminated, truncated to fit): "llama layers 30 embd 576 heads 9/3 head_dim 64/64 ff 1536 vocab 49152".
+void kvt_hparams_shape_str(const kvt_hparams *hp, char *buf, size_t n);
+
 #endif
