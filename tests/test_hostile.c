@@ -14,6 +14,7 @@
 #include "../src/exec/session.h"
 #include "../src/gguf/gguf.h"
 #include "../src/model/model.h"
+#include "../src/model/tokenizer.h"
 #include "../src/sched/generate.h"
 #include "../src/sched/perplexity.h"
 #include "test.h"
@@ -317,7 +318,62 @@ static void test_fingerprint_cost(const test_env *env) {
     kvt_model_free(m);
 }
 
+// Random bytes (invalid UTF-8, NULs, control-token fragments) through the SentencePiece and BPE
+// tokenizers of the shared vocabularies: every id in range, detokenizing never fails (the fuzz
+// targets do the same for longer; this keeps a quick version in the suite).
+static void test_tokenizer_bytes(const test_env *env) {
+    static const char *vocabs[] = {"llama-spm", "qwen2"};
+    for (int v = 0; v < 2; v++) {
+        char path[1024], name[128];
+        snprintf(path, sizeof path, "%s/vectors/tokenizer/ggml-vocab-%s.gguf", env->shared, vocabs[v]);
+        snprintf(name, sizeof name, "hostile: random bytes through the %s tokenizer", vocabs[v]);
+        kvt_gguf *g;
+        kvt_tokenizer *t = NULL;
+        kvt_err err;
+        if (!test_file_exists(path)) {
+            test_skip(name, "vocabulary not in the shared folder");
+            continue;
+        }
+        kvt_status st = kvt_gguf_open(path, &g, &err);
+        if (!st) {
+            st = kvt_tokenizer_init(g, &t, &err);
+            kvt_gguf_free(g);
+        }
+        if (st) {
+            test_result(false, name, "%s", err.msg);
+            continue;
+        }
+        static const char *frag[] = {"<s>", "</s>", "<|im_start|>", "\xe2\x96\x81", " ", "\n", "'s", "\xf0\x9f"};
+        uint64_t s = 7 + (uint64_t)v;
+        int64_t bad = 0;
+        const int n_cases = env->quick ? 200 : 1000;
+        for (int c = 0; c < n_cases && !bad; c++) {
+            char text[96];
+            size_t len = 0;
+            while (len < sizeof text - 16) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                if ((s >> 60) < 3) { // a fragment
+                    const char *f = frag[(s >> 40) % 8];
+                    memcpy(text + len, f, strlen(f));
+                    len += strlen(f);
+                } else {
+                    text[len++] = (char)(s >> 33);
+                }
+                if ((s >> 20) % 16 == 0) break;
+            }
+            int32_t ids[256];
+            const int64_t n = kvt_tokenize(t, text, len, c & 1, c & 2, ids, 256, &err);
+            for (int64_t i = 0; i < n && i < 256; i++) bad += ids[i] < 0 || ids[i] >= kvt_tokenizer_n_vocab(t);
+            char out[2048];
+            if (n < 0 || n > 256 || kvt_detokenize_ex(t, ids, n, out, sizeof out, c & 1, c & 2) < 0) bad++;
+        }
+        test_result(bad == 0, name, "%lld bad result(s)", (long long)bad);
+        kvt_tokenizer_free(t);
+    }
+}
+
 void test_hostile(const test_env *env) {
+    test_tokenizer_bytes(env);
     test_inconsistent();
     test_fingerprint_and_session();
     test_nan();
