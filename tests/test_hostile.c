@@ -55,7 +55,7 @@ static bool write_model(const char *path, const spec *sp) {
     kvt_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", sp->rms_eps != 0.0f ? sp->rms_eps : 1e-5f);
     kvt_gguf_writer_set_f32(w, "llama.rope.freq_base", sp->rope_base != 0.0f ? sp->rope_base : 10000.0f);
     const int32_t nt = sp->n_tokens ? sp->n_tokens : V;
-    char names[V][8];
+    char names[V][16];
     const char *toks[V];
     float scores[V];
     int32_t types[V];
