@@ -6,7 +6,8 @@
 #   make test-quant  the reference checks with that set too
 #   make model-gemma3  fetch Gemma 3 270M (Q4_K_M, 32K context) once: four chunk wheels, assembled, sha256 checked
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make fuzz     a short fuzzing run of the GGUF parser and of the OpenAI request parser
+#   make tsan     the test suite under ThreadSanitizer (quick sizes; pool, paged KV store, beam schedules)
+#   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader and the OpenAI request parser
 #   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
 
@@ -74,19 +75,22 @@ CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=[sm_90,compute_90]
 
-.PHONY: all test run asan fuzz cuda-check clean model model-gemma3 bench-peer test-vocab quant test-quant
+.PHONY: all test run asan tsan fuzz cuda-check clean model model-gemma3 bench-peer test-vocab quant test-quant
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
 	@mkdir -p $(dir $@)
 	$(NVCC) -std=c++17 -O2 $(NVCC_ARCH) -shared -Xcompiler -fPIC,-Wall -o $@ $(CU_SRC) -lcublas
 
+# SIMD_CFLAGS: flags of the SIMD kernel files (make fuzz builds them without sanitizers: clang takes
+# many minutes to instrument them, and the asan run covers them)
+SIMD_CFLAGS ?= $(CFLAGS)
 $(BUILD)/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) $(AVX2_FLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(AVX2_FLAGS) $(SIMD_CFLAGS) -c $< -o $@
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) $(AVX512_FLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(BASE_CFLAGS) $(AVX512_FLAGS) $(SIMD_CFLAGS) -c $< -o $@
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -c $< -o $@
@@ -110,6 +114,14 @@ test: $(BUILD)/kvtier-tests $(BUILD)/kvtier
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 	  KVT_TEST_QUICK=1 test
+
+# halt_on_error: the first race fails the run. The single-threaded numeric suites (kernels against
+# their scalar references, model_ref against llama.cpp's goldens) are skipped: minutes under TSan,
+# and no thread in them; the threaded paths (pool, paged KV store with disk, batch, beam, CLI) run.
+tsan:
+	$(MAKE) BUILD=build-tsan OPT=-O1 CFLAGS="-fsanitize=thread -fno-omit-frame-pointer" KVT_TEST_QUICK=1 \
+	  KVT_TEST_SKIP="kernels model_ref" \
+	  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" test
 
 # llama.cpp's tokenizer test vectors (models/ggml-vocab-*.gguf + .inp/.out), from the
 # llama-cpp-python source distribution (pip download, nothing built; only the vocab files are
@@ -154,21 +166,9 @@ quant: $(BUILD)/kvtier
 test-quant: $(BUILD)/kvtier-tests
 	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_QUANT_DIR=$(QUANT) ./$(BUILD)/kvtier-tests model_ref
 
-# seeds: the models of tests/data, and those of $(SHARED) that tests/data lacks
-FUZZ_SEEDS := $(wildcard tests/data/*.gguf) \
-              $(filter-out $(addprefix $(SHARED)/models/,$(notdir $(wildcard tests/data/*.gguf))),$(wildcard $(SHARED)/models/*.gguf))
-fuzz: $(BUILD)/libkvtier.a
-	@mkdir -p $(BUILD)/fuzz
-	if command -v clang >/dev/null 2>&1; then \
-	  clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined fuzz/fuzz_gguf.c src/gguf/gguf.c src/kernels/dtype.c \
-	    src/base/status.c -o $(BUILD)/fuzz/fuzz_gguf && \
-	  mkdir -p $(BUILD)/fuzz/corpus && cp $(FUZZ_SEEDS) $(BUILD)/fuzz/corpus/ 2>/dev/null; \
-	  ./$(BUILD)/fuzz/fuzz_gguf -max_total_time=$${FUZZ_SECONDS:-30} -max_len=65536 -rss_limit_mb=2048 $(BUILD)/fuzz/corpus; \
-	else \
-	  $(CC) -std=c11 -O1 -g -D_GNU_SOURCE -DKVT_FUZZ_STANDALONE -fsanitize=address,undefined fuzz/fuzz_gguf.c src/gguf/gguf.c \
-	    src/kernels/dtype.c src/base/status.c -o $(BUILD)/fuzz/fuzz_gguf && \
-	  ./$(BUILD)/fuzz/fuzz_gguf $${FUZZ_SECONDS:-30} $(FUZZ_SEEDS); \
-	fi
+# every target (GGUF reader, tokenizers, session loader) for FUZZ_SECONDS each: see fuzz/run.sh
+fuzz:
+	SHARED=$(SHARED) fuzz/run.sh
 
 # ---- fuzz-request (issue 12): the OpenAI request parser, run by `make fuzz` before the GGUF target ----
 FUZZ_REQUEST_SRC := fuzz/fuzz_request.c src/serve/request.c src/serve/response.c src/serve/chat_template.c \
@@ -200,7 +200,7 @@ cuda-check:
 	else echo "cuda-check: nvcc or CUDA sources absent, nothing to compile"; fi
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan build-fuzz
 
 # kv_uring.c is compiled with or without liburing: rebuild it when URING changes
 URING_STAMP := $(BUILD)/.uring-$(URING)

@@ -36,7 +36,7 @@ bool test_file_exists(const char *path) { return path && access(path, R_OK) == 0
 
 int test_cases_recorded(void) { return g_passed + g_failed + g_skipped; }
 
-#define SUITES(X) X(gguf) X(kernels) X(tokenizer) X(sampler) X(mkmodel) X(model_ref) X(kv) X(batch) X(beam_group) X(beam) X(cli) X(cli_user) X(plan) X(chat) X(serve) X(serve_http)
+#define SUITES(X) X(pool) X(gguf) X(kernels) X(tokenizer) X(sampler) X(mkmodel) X(model_ref) X(kv) X(batch) X(beam_group) X(beam) X(cli) X(cli_user) X(plan) X(chat) X(serve) X(serve_http) X(hostile)
 // Suites that run only when named: `kvtier-tests vocab` (make test-vocab).
 #define EXTRA_SUITES(X) X(vocab)
 #define DECL(n) void test_##n(const test_env *env);
@@ -57,6 +57,15 @@ typedef struct {
     void (*fn)(const test_env *);
 } suite;
 
+// True if `name` is one of the space-separated words of `list`.
+static bool suite_listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n) {
+        if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ')) return true;
+    }
+    return false;
+}
+
 int main(int argc, char **argv) {
     test_env env = {getenv("KVT_SHARED"), getenv("KVT_SMOLLM2"), getenv("KVT_CLI"), getenv("KVT_TEST_QUICK") != NULL};
     if (!env.shared) env.shared = "../shared";
@@ -65,8 +74,15 @@ int main(int argc, char **argv) {
     static const suite suites[] = {SUITES(ENTRY) EXTRA_SUITES(ENTRY)};
     const size_t n_default = sizeof (suite[]){SUITES(ENTRY)} / sizeof(suite);
     const char *only = argc > 1 ? argv[1] : NULL;
+    const char *skip = getenv("KVT_TEST_SKIP"); // space-separated suite names (make tsan: single-threaded suites)
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
         if (only ? strcmp(only, suites[i].name) != 0 : i >= n_default) continue;
+        if (skip && suite_listed(skip, suites[i].name)) {
+            char name[64];
+            snprintf(name, sizeof name, "suite %s", suites[i].name);
+            test_skip(name, "listed in KVT_TEST_SKIP");
+            continue;
+        }
         printf("# suite %s\n", suites[i].name);
         double t0 = kvt_time_ms();
         suites[i].fn(&env);

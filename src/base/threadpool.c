@@ -5,6 +5,15 @@
 // core was taken by another process) can never claim a task of a later job,
 // and the caller never waits for an idle worker: it claims every task nobody
 // else took and waits only for tasks already running elsewhere.
+//
+// The job descriptor (fn, ctx, n_tasks) is read by a worker as a snapshot that
+// the claim word validates, seqlock style: the caller first moves `claim` to
+// the new generation, then stores the descriptor with release; a worker loads
+// the descriptor with acquire, then `claim`. A worker that saw any field of a
+// newer job therefore also sees that job's claim word, whose generation is not
+// the one it was woken for, and takes nothing: a function is never paired with
+// another job's context, task count or counter. (Generations are compared
+// modulo 2^32: a worker would have to sleep through 4 billion jobs to be fooled.)
 #include "threadpool.h"
 
 #include <pthread.h>
@@ -38,7 +47,16 @@ struct kvt_threadpool {
     _Atomic uint64_t generation; // bumped to publish a job
     _Atomic int sleeping;        // workers blocked on cv
     _Atomic int stop;
+    _Atomic(kvt_threadpool_hook) hook; // tests only (NULL otherwise): called at the race windows
+    _Atomic(void *) hook_arg;
 };
+
+// One relaxed load and a branch never taken outside tests.
+#define HOOK(p, point)                                                                         \
+    do {                                                                                       \
+        kvt_threadpool_hook h_ = atomic_load_explicit(&(p)->hook, memory_order_relaxed);       \
+        if (h_) h_(atomic_load_explicit(&(p)->hook_arg, memory_order_relaxed), (point));       \
+    } while (0)
 
 typedef struct {
     kvt_threadpool *pool;
@@ -47,9 +65,12 @@ typedef struct {
 
 // Claims and runs tasks of job `gen` until none is left or a newer job started.
 static void drain(kvt_threadpool *p, uint64_t gen, int thread) {
+    if (thread) HOOK(p, KVT_POOL_HOOK_WORKER_WOKEN);
+    // descriptor snapshot first (acquire), then the claim word that validates it (see the top)
     kvt_task_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
-    void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
-    const int64_t n = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
+    void *ctx = atomic_load_explicit(&p->ctx, memory_order_acquire);
+    const int64_t n = atomic_load_explicit(&p->n_tasks, memory_order_acquire);
+    if (thread) HOOK(p, KVT_POOL_HOOK_WORKER_READ);
     uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
         if ((c >> 32) != (gen & 0xffffffffu) || (int64_t)(c & 0xffffffffu) >= n) return;
@@ -134,18 +155,43 @@ void kvt_threadpool_free(kvt_threadpool *p) {
 
 int kvt_threadpool_n_threads(const kvt_threadpool *p) { return p ? p->n_threads : 1; }
 
+// Runs tasks [base, base + n) of a job whose task count exceeds the claim word's 32-bit index.
+typedef struct {
+    kvt_task_fn fn;
+    void *ctx;
+    int64_t base;
+} chunk_job;
+
+static void chunk_task(void *arg, int64_t task, int thread) {
+    const chunk_job *j = arg;
+    j->fn(j->ctx, j->base + task, thread);
+}
+
 void kvt_threadpool_run(kvt_threadpool *p, kvt_task_fn fn, void *ctx, int64_t n_tasks) {
     if (n_tasks <= 0) return;
     if (!p || p->n_threads == 1 || n_tasks == 1) {
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
+    const int64_t max_job = (int64_t)1 << 31; // task indices must stay below the claim word's generation bits
+    if (n_tasks > max_job) {
+        for (int64_t b = 0; b < n_tasks; b += max_job) {
+            chunk_job j = {fn, ctx, b};
+            kvt_threadpool_run(p, chunk_task, &j, n_tasks - b < max_job ? n_tasks - b : max_job);
+        }
+        return;
+    }
     const uint64_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
-    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+    // 1. retire the old job: late workers of earlier generations can claim nothing from here on
+    atomic_store_explicit(&p->claim, (gen & 0xffffffffu) << 32, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->claim, (gen & 0xffffffffu) << 32, memory_order_release);
+    HOOK(p, KVT_POOL_HOOK_CALLER_RETIRED);
+    // 2. the descriptor, each field with release so a reader that sees it also sees step 1
+    atomic_store_explicit(&p->fn, fn, memory_order_release);
+    HOOK(p, KVT_POOL_HOOK_CALLER_DESCRIPTOR);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_release);
+    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_release);
+    // 3. publish
     atomic_store_explicit(&p->generation, gen, memory_order_release);
     if (atomic_load(&p->sleeping) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -157,6 +203,12 @@ void kvt_threadpool_run(kvt_threadpool *p, kvt_task_fn fn, void *ctx, int64_t n_
         if (spins < SPIN_ITERS) CPU_RELAX();
         else sched_yield(); // a task is running on a descheduled worker: give it the core
     }
+}
+
+void kvt_threadpool_set_hook(kvt_threadpool *p, kvt_threadpool_hook hook, void *arg) {
+    if (!p) return;
+    atomic_store(&p->hook_arg, arg);
+    atomic_store(&p->hook, hook);
 }
 
 int kvt_physical_cores(void) {

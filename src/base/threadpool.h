@@ -15,10 +15,25 @@ typedef struct kvt_threadpool kvt_threadpool;
 typedef void (*kvt_task_fn)(void *ctx, int64_t task, int thread);
 
 // n_threads >= 1 (1 = run everything on the caller).
+// kvt_threadpool_run is called by one thread at a time (the pool's owner); every fn(ctx, task, ...)
+// call of a job happens exactly once and before kvt_threadpool_run returns.
 kvt_status kvt_threadpool_init(int n_threads, kvt_threadpool **out, kvt_err *err);
 void kvt_threadpool_free(kvt_threadpool *pool);
 int kvt_threadpool_n_threads(const kvt_threadpool *pool);
 void kvt_threadpool_run(kvt_threadpool *pool, kvt_task_fn fn, void *ctx, int64_t n_tasks);
+
+// Test hook (the pool's stress test widens its race windows with it): called by workers right after
+// they see a new job (WORKER_WOKEN) and after they read its descriptor (WORKER_READ), and by the
+// caller of kvt_threadpool_run between retiring the previous job and storing the new descriptor
+// (CALLER_RETIRED, CALLER_DESCRIPTOR). NULL (the default) disables it; set it only while no job runs.
+typedef enum {
+    KVT_POOL_HOOK_WORKER_WOKEN,
+    KVT_POOL_HOOK_WORKER_READ,
+    KVT_POOL_HOOK_CALLER_RETIRED,
+    KVT_POOL_HOOK_CALLER_DESCRIPTOR,
+} kvt_pool_hook_point;
+typedef void (*kvt_threadpool_hook)(void *arg, kvt_pool_hook_point point);
+void kvt_threadpool_set_hook(kvt_threadpool *pool, kvt_threadpool_hook hook, void *arg);
 
 // Number of physical cores (falls back to online CPUs).
 int kvt_physical_cores(void);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,11 @@
 #include "../gguf/gguf.h"
 #include "../kernels/quant.h"
 
-#define FP_DATA_BYTES 4096
-
 uint32_t kvt_session_model_fingerprint(const kvt_model *m) {
+    // the model is logically const: the cache only memoizes a pure function of its mapped bytes
+    _Atomic uint64_t *cache = (_Atomic uint64_t *)&m->identity_cache;
+    const uint64_t c = atomic_load_explicit(cache, memory_order_relaxed);
+    if (c) return (uint32_t)c;
     uint32_t crc = 0;
     const int64_t nt = kvt_gguf_n_tensors(m->gguf);
     for (int64_t i = 0; i < nt; i++) {
@@ -28,8 +31,9 @@ uint32_t kvt_session_model_fingerprint(const kvt_model *m) {
         uint32_t ty = (uint32_t)t->type;
         crc = kvt_crc32c(crc, &ty, sizeof ty);
         crc = kvt_crc32c(crc, t->ne, sizeof t->ne);
-        crc = kvt_crc32c(crc, t->data, (size_t)(t->size < FP_DATA_BYTES ? t->size : FP_DATA_BYTES));
+        crc = kvt_crc32c(crc, t->data, (size_t)t->size);
     }
+    atomic_store_explicit(cache, (uint64_t)1 << 32 | crc, memory_order_relaxed);
     return crc;
 }
 
@@ -54,6 +58,7 @@ static uint64_t get_u64(const uint8_t *p) {
 typedef struct {
     char arch[16];
     uint32_t n_layer, n_head_kv, head_dim, head_dim_v, n_vocab, n_embd, kv_type, model_fp;
+    char model[KVT_SESSION_MODEL_NAME]; // file name of the model (no directory), NUL padded, for messages
 } identity;
 
 static identity identity_of(kvt_context *ctx) {
@@ -70,6 +75,8 @@ static identity identity_of(kvt_context *ctx) {
     id.n_embd = (uint32_t)m->hp.n_embd;
     id.kv_type = (uint32_t)kv->type;
     id.model_fp = kvt_session_model_fingerprint(m);
+    const char *path = kvt_gguf_path(m->gguf), *slash = strrchr(path, '/');
+    snprintf(id.model, sizeof id.model, "%s", slash ? slash + 1 : path);
     return id;
 }
 
@@ -84,6 +91,7 @@ static void header_write(uint8_t *h, const identity *id, int64_t n_tokens, uint3
     for (int i = 0; i < 8; i++) put_u32(h + 32 + 4 * i, f[i]);
     put_u64(h + 64, (uint64_t)n_tokens);
     put_u32(h + 72, tok_crc);
+    memcpy(h + 76, id->model, KVT_SESSION_MODEL_NAME);
 }
 
 // Writer that keeps a running CRC32C; the first error sticks.
@@ -210,10 +218,13 @@ static kvt_status check_identity(const uint8_t *h, const identity *id, const cha
                               path, kvt_type_name((kvt_type)got), kvt_type_name((kvt_type)want[i]));
         }
         if (i == 7) {
+            char saved[KVT_SESSION_MODEL_NAME + 1];
+            memcpy(saved, h + 76, KVT_SESSION_MODEL_NAME);
+            saved[KVT_SESSION_MODEL_NAME] = 0;
             return kvt_errorf(err, KVT_ERR_INVALID_ARG,
-                              "KV session file %s is for another model: model fingerprint 0x%08x, this model 0x%08x "
-                              "(same shape, other weights)",
-                              path, got, want[i]);
+                              "KV session file %s is for another model: saved from '%s' (weights CRC32C 0x%08x), this model "
+                              "'%s' has 0x%08x (same shape, other weights)",
+                              path, saved, got, id->model, want[i]);
         }
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV session file %s is for another model: %s %u, this model %u", path,
                           names[i], got, want[i]);
@@ -256,12 +267,15 @@ kvt_status kvt_context_kv_load(kvt_context *ctx, int32_t seq, const char *path, 
                         path, get_u32(f + 8), get_u32(f + 12), KVT_SESSION_VERSION);
     } else if ((st = check_identity(f, &id, path, err))) {
         // message set
-    } else if (n_tok > (uint64_t)INT64_MAX / 4 / (uint64_t)(4 + 2 * (kw + vw) * kv->n_layer + 1)) {
+    }
+    // bytes per saved token: its id and its K and V rows in every layer (no overflow: each row < 2^40)
+    const int64_t per_token = 4 + (int64_t)kv->n_layer * (kw + vw);
+    if (!st && n_tok > (uint64_t)(INT64_MAX - KVT_SESSION_HEADER_BYTES - 4) / (uint64_t)per_token) {
         st = kvt_errorf(err, KVT_ERR_FORMAT, "KV session file %s: implausible token count %llu", path,
                         (unsigned long long)n_tok);
     }
-    const int64_t nt = (int64_t)n_tok;
-    const int64_t want = KVT_SESSION_HEADER_BYTES + nt * 4 + (int64_t)kv->n_layer * nt * (kw + vw) + 4;
+    const int64_t nt = st ? 0 : (int64_t)n_tok;
+    const int64_t want = KVT_SESSION_HEADER_BYTES + nt * per_token + 4;
     if (!st && size != want) {
         st = kvt_errorf(err, KVT_ERR_FORMAT, "KV session file %s is %s: %lld bytes, %lld expected for %lld tokens", path,
                         size < want ? "truncated" : "longer than its header says", (long long)size, (long long)want,

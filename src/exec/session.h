@@ -1,18 +1,20 @@
 // session.h - persistent KV: save the KV cache of one sequence to a file and
 // load it back, so that a long prompt is processed once.
 //
-// File format (all integers little-endian; "KV session file", version 1):
+// File format (all integers little-endian; "KV session file", version 2):
 //   header, 128 bytes:
 //     0   char[8]  magic "KVTSESS\0"
-//     8   u32      version (1)
+//     8   u32      version (2; version 1 fingerprinted only the first 4 KiB of each tensor)
 //     12  u32      header bytes (128)
 //     16  char[16] architecture name (NUL padded, e.g. "llama")
 //     32  u32      n_layer      36 u32 n_head_kv   40 u32 head_dim   44 u32 head_dim_v
 //     48  u32      n_vocab      52 u32 n_embd
 //     56  u32      KV element type (kvt_type: F16 or F32)
-//     60  u32      model fingerprint: CRC32C of every tensor's name, type and shape and of the
-//                  first 4096 bytes of its data (kvt_session_model_fingerprint)
-//     64  u64      n_tokens     72 u32 CRC32C of the token ids   76..127 zero
+//     60  u32      model fingerprint: CRC32C of every tensor's name, type, shape and all of its
+//                  data (kvt_session_model_fingerprint)
+//     64  u64      n_tokens     72 u32 CRC32C of the token ids
+//     76  char[48] file name of the model it was saved from (NUL padded; for messages only)
+//     124..127 zero
 //   token ids: i32 [n_tokens]
 //   per layer l = 0 .. n_layer-1:
 //     K rows [n_tokens, n_head_kv*head_dim]   KV element type, row after row
@@ -32,10 +34,12 @@
 #include "context.h"
 
 #define KVT_SESSION_MAGIC "KVTSESS"
-#define KVT_SESSION_VERSION 1u
+#define KVT_SESSION_VERSION 2u
 #define KVT_SESSION_HEADER_BYTES 128
+#define KVT_SESSION_MODEL_NAME 48
 
-// CRC32C fingerprint of a model's tensors (names, types, shapes, first 4096 bytes of data).
+// CRC32C fingerprint of a model's tensors (names, types, shapes and every byte of their data), computed
+// at the first call (SmolLM2-135M Q4_1, 98 MB: a few ms with SSE4.2) and cached in the model.
 uint32_t kvt_session_model_fingerprint(const kvt_model *m);
 
 // Writes positions [0, n_tokens) of seq (n_tokens must equal kvt_context_seq_n_past(ctx, seq))

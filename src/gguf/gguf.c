@@ -194,6 +194,34 @@ static kvt_status parse_tensor_info(reader *r, kvt_gguf_tensor *t, int64_t idx) 
     return KVT_OK;
 }
 
+static int by_offset(const void *a, const void *b) {
+    const kvt_gguf_tensor *x = *(const kvt_gguf_tensor *const *)a, *y = *(const kvt_gguf_tensor *const *)b;
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+// Refuses tensors whose data ranges overlap (a write to one would change the other; llama.cpp
+// refuses them too). Sorts pointers by offset: O(n log n).
+static kvt_status check_overlaps(const kvt_gguf *g, kvt_err *err) {
+    if (g->n_tensors < 2) return KVT_OK;
+    const kvt_gguf_tensor **s = malloc((size_t)g->n_tensors * sizeof *s);
+    if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "%s: out of memory for the tensor table", g->path);
+    for (int64_t i = 0; i < g->n_tensors; i++) s[i] = &g->tensors[i];
+    qsort(s, (size_t)g->n_tensors, sizeof *s, by_offset);
+    kvt_status st = KVT_OK;
+    for (int64_t i = 1; i < g->n_tensors && !st; i++) {
+        const kvt_gguf_tensor *a = s[i - 1], *b = s[i];
+        if (b->offset < a->offset + a->size) { // both end inside the file: no overflow
+            st = kvt_errorf(err, KVT_ERR_FORMAT,
+                            "%s: tensors '%.*s' (data offset %llu, %llu bytes) and '%.*s' (data offset %llu) overlap", g->path,
+                            (int)(a->name.len > 200 ? 200 : a->name.len), a->name.ptr, (unsigned long long)a->offset,
+                            (unsigned long long)a->size, (int)(b->name.len > 200 ? 200 : b->name.len), b->name.ptr,
+                            (unsigned long long)b->offset);
+        }
+    }
+    free(s);
+    return st;
+}
+
 static kvt_status parse(kvt_gguf *g, kvt_err *err) {
     reader r = {g->base, g->size, 0, g->path, err};
     kvt_status st;
@@ -219,6 +247,13 @@ static kvt_status parse(kvt_gguf *g, kvt_err *err) {
     g->n_kv = (int64_t)n_kv;
     for (int64_t i = 0; i < g->n_kv; i++) {
         if ((st = parse_kv(&r, &g->kv[i], i))) return st;
+        const kvt_str k = g->kv[i].key;
+        for (int64_t j = 0; j < i; j++) { // a second value for a key: which one counts is undefined
+            if (g->kv[j].key.len == k.len && memcmp(g->kv[j].key.ptr, k.ptr, k.len) == 0) {
+                return kvt_errorf(err, KVT_ERR_FORMAT, "%s: duplicate metadata key '%.*s' (entries %lld and %lld)", g->path,
+                                  (int)(k.len > 200 ? 200 : k.len), k.ptr, (long long)j, (long long)i);
+            }
+        }
     }
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     int64_t ai = kvt_gguf_find_key(g, "general.alignment");
@@ -261,7 +296,7 @@ static kvt_status parse(kvt_gguf *g, kvt_err *err) {
             }
         }
     }
-    return KVT_OK;
+    return check_overlaps(g, err);
 }
 
 static kvt_status open_common(kvt_gguf *g, kvt_gguf **out, kvt_err *err) {

@@ -604,11 +604,19 @@ const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {
 
 // ------------------------------------------------------------ ISA dispatch
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+// F16C from CPUID leaf 1, ECX bit 29 (clang before 15 has no "f16c" in __builtin_cpu_supports).
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+}
+#endif
+
 static kvt_isa detect_isa(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                     __builtin_cpu_supports("f16c");
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
         return KVT_ISA_AVX512;

@@ -65,6 +65,23 @@ static kvt_status gemma3_hparams(const kvt_gguf *g, kvt_hparams *hp, kvt_err *er
     return KVT_OK;
 }
 
+// Refuses tensors of layers past block_count ("blk.N." with N >= n_layer): the file is inconsistent and
+// running only the first n_layer layers would give another model's output.
+static kvt_status check_layers(const kvt_gguf *g, const char *arch, int32_t n_layer, kvt_err *err) {
+    for (int64_t i = 0; i < kvt_gguf_n_tensors(g); i++) {
+        const kvt_str nm = kvt_gguf_tensor_at(g, i)->name;
+        if (nm.len < 5 || memcmp(nm.ptr, "blk.", 4) != 0) continue;
+        int64_t il = 0;
+        uint64_t k = 4;
+        while (k < nm.len && k < 14 && nm.ptr[k] >= '0' && nm.ptr[k] <= '9') il = il * 10 + (nm.ptr[k++] - '0');
+        if (k > 4 && il >= n_layer) {
+            return kvt_errorf(err, KVT_ERR_FORMAT, "%s: metadata '%s.block_count' = %d, but tensor '%.*s' belongs to layer %lld",
+                              kvt_gguf_path(g), arch, n_layer, (int)(nm.len > 96 ? 96 : nm.len), nm.ptr, (long long)il);
+        }
+    }
+    return KVT_OK;
+}
+
 int32_t kvt_hparams_layer_window(const kvt_hparams *hp, int32_t il) {
     if (hp->n_swa <= 0 || hp->swa_period <= 0) return 0;
     return il % hp->swa_period < hp->swa_period - 1 ? hp->n_swa : 0;
@@ -112,6 +129,14 @@ kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: key_length %d != value_length %d is not supported", path,
                           hp->head_dim, hp->head_dim_v);
     }
+    // widths the engine multiplies: each must fit in 31 bits, and one token's KV elements in 2^40
+    const int64_t q_w = (int64_t)hp->n_head * hp->head_dim, kv_w = (int64_t)hp->n_head_kv * ((int64_t)hp->head_dim + hp->head_dim_v);
+    if (q_w > INT32_MAX || kv_w > INT32_MAX || kv_w * hp->n_layer > ((int64_t)1 << 40)) {
+        return kvt_errorf(err, KVT_ERR_FORMAT,
+                          "%s: metadata '%s.attention.head_count' = %d, '%s.attention.head_count_kv' = %d, "
+                          "'%s.attention.key_length' = %d, '%s.block_count' = %d: attention widths too large",
+                          path, an, hp->n_head, an, hp->n_head_kv, an, hp->head_dim, an, hp->n_layer);
+    }
     hp->n_rot = hp->head_dim;
     if ((st = get_arch_i32(g, an, "rope.dimension_count", false, &hp->n_rot, err))) return st;
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2) {
@@ -137,10 +162,20 @@ kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err) {
     }
     float factor = 0.0f;
     if ((st = get_arch_f32(g, an, "rope.scaling.factor", &factor, err))) return st;
-    if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
-    if (!(hp->rope_freq_base > 0.0f) || !(hp->rms_eps > 0.0f)) {
-        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: rope.freq_base / rms epsilon must be positive", path);
+    const struct {
+        const char *suffix;
+        float v;
+        bool zero_ok;
+    } fl[] = {{"rope.freq_base", hp->rope_freq_base, false},
+              {"attention.layer_norm_rms_epsilon", hp->rms_eps, false},
+              {"rope.scaling.factor", factor, true}};
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
+        if (!isfinite(fl[i].v) || fl[i].v < 0.0f || (fl[i].v == 0.0f && !fl[i].zero_ok)) {
+            return kvt_errorf(err, KVT_ERR_FORMAT, "%s: metadata '%s.%s' = %g: must be a finite positive number", path, an,
+                              fl[i].suffix, (double)fl[i].v);
+        }
     }
+    if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
     hp->ffn_act = KVT_FFN_SWIGLU;
     hp->embd_scale = 1.0f;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
@@ -149,11 +184,22 @@ kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err) {
     hp->n_vocab = 0;
     if ((st = get_arch_i32(g, an, "vocab_size", false, &hp->n_vocab, err))) return st;
     kvt_gguf_arr toks;
-    if (!hp->n_vocab && kvt_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, NULL) == KVT_OK) hp->n_vocab = (int32_t)toks.n;
+    const bool have_toks = kvt_gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, NULL) == KVT_OK;
+    if (!hp->n_vocab && have_toks) hp->n_vocab = (int32_t)toks.n;
     const kvt_gguf_tensor *te = kvt_gguf_find_tensor(g, "token_embd.weight");
-    if (te) hp->n_vocab = (int32_t)te->ne[1];
+    if (te) {
+        if (te->ne[1] > INT32_MAX) {
+            return kvt_errorf(err, KVT_ERR_FORMAT, "%s: token_embd.weight has %lld rows", path, (long long)te->ne[1]);
+        }
+        hp->n_vocab = (int32_t)te->ne[1];
+        // a token id the tokenizer can emit must have an embedding row, and every row a token (llama.cpp refuses both)
+        if (have_toks && toks.n != (uint64_t)te->ne[1]) {
+            return kvt_errorf(err, KVT_ERR_FORMAT, "%s: metadata 'tokenizer.ggml.tokens' has %llu entries, token_embd.weight %lld rows",
+                              path, (unsigned long long)toks.n, (long long)te->ne[1]);
+        }
+    }
     if (hp->n_vocab <= 0) return kvt_errorf(err, KVT_ERR_FORMAT, "%s: cannot determine vocabulary size", path);
-    return KVT_OK;
+    return check_layers(g, an, hp->n_layer, err);
 }
 
 int64_t kvt_hparams_kv_bytes_per_token(const kvt_hparams *hp, kvt_type kv_type) {
@@ -193,7 +239,7 @@ static kvt_status load_weight(loader *L, const char *name, int64_t cols, int64_t
                           name);
     }
     if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != 1 || t->ne[3] != 1) {
-        return kvt_errorf(L->err, KVT_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld], expected [%lld, %lld]", path,
+        return kvt_errorf(L->err, KVT_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld, %lld], the metadata says [%lld, %lld]", path,
                           name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)cols,
                           (long long)rows);
     }
@@ -293,10 +339,16 @@ kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err
         return st;
     }
     const kvt_hparams *hp = &m->hp;
-    // room for every norm/bias vector converted to f32
-    int64_t cap = (int64_t)hp->n_layer * (4 * (int64_t)hp->n_embd + (int64_t)(hp->n_head + 2 * hp->n_head_kv) * hp->head_dim +
-                                          2 * hp->head_dim) + hp->n_embd + hp->n_rot;
-    m->f32_store = malloc((size_t)cap * sizeof(float));
+    // room for every norm/bias vector converted to f32: the 1-D F16/BF16 tensors of the file (bounded
+    // by its size whatever the hyperparameters say)
+    int64_t cap = 0;
+    for (int64_t i = 0; i < kvt_gguf_n_tensors(g); i++) {
+        const kvt_gguf_tensor *t = kvt_gguf_tensor_at(g, i);
+        if ((t->type == KVT_TYPE_F16 || t->type == KVT_TYPE_BF16) && t->ne[1] == 1 && t->ne[2] == 1 && t->ne[3] == 1) {
+            cap += t->ne[0];
+        }
+    }
+    m->f32_store = malloc((size_t)(cap > 0 ? cap : 1) * sizeof(float));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->f32_store || !m->layers) {
         kvt_model_free(m);

@@ -89,6 +89,7 @@ typedef struct kvt_model {
     float *f32_store;    // owned storage for norms/biases converted to f32
     int64_t weight_bytes;
     int64_t n_params;
+    _Atomic uint64_t identity_cache; // 0, or 1 << 32 | the CRC32C of kvt_session_model_fingerprint (computed once)
 } kvt_model;
 
 // Loads hyperparameters and weight views from an open GGUF (takes ownership

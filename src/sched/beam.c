@@ -9,6 +9,7 @@
 
 #include "../base/grow.h"
 #include "../base/timer.h"
+#include "../exec/numerics.h"
 
 kvt_beam_params kvt_beam_params_default(void) {
     kvt_beam_params p;
@@ -634,6 +635,7 @@ kvt_status kvt_beam_run(kvt_context *ctx, const kvt_beam_params *p, const int32_
         goto done;
     }
     memcpy(root->next, kvt_context_logits(ctx), (size_t)r.n_vocab * sizeof(float));
+    if ((st = kvt_check_logits(kvt_context_model(ctx), root->next, r.n_vocab, "the prompt's last token", err))) goto done;
     for (int64_t i = 0; i < n_prompt; i++) {
         if (!cand_note_append(&r, root)) {
             st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for block lists");

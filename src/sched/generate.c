@@ -1,8 +1,10 @@
 #include "generate.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "../base/timer.h"
+#include "../exec/numerics.h"
 
 kvt_generate_params kvt_generate_params_default(void) {
     kvt_generate_params p;
@@ -45,6 +47,7 @@ kvt_status kvt_generate_cached(kvt_context *ctx, const kvt_tokenizer *tok, const
     st = kvt_decode(ctx, prompt + n_cached, first, false, err);
     if (!st && n_cached + first < n_prompt) st = kvt_decode(ctx, prompt + n_cached + first, n_prompt - n_cached - first, false, err);
     stats->prefill_ms = kvt_time_ms() - t0;
+    if (!st) st = kvt_check_logits(kvt_context_model(ctx), kvt_context_logits(ctx), n_vocab, "the prompt's last token", err);
     if (st) goto done;
     if (prompt_logits) memcpy(prompt_logits, kvt_context_logits(ctx), (size_t)n_vocab * sizeof(float));
     double t1 = kvt_time_ms();
@@ -59,6 +62,11 @@ kvt_status kvt_generate_cached(kvt_context *ctx, const kvt_tokenizer *tok, const
         }
         if (!go || i + 1 == p->n_predict) break;
         st = kvt_decode(ctx, &id, 1, false, err);
+        if (!st && !kvt_all_finite(kvt_context_logits(ctx), n_vocab)) {
+            char what[64];
+            snprintf(what, sizeof what, "generated token %lld", (long long)i + 1);
+            st = kvt_check_logits(kvt_context_model(ctx), kvt_context_logits(ctx), n_vocab, what, err);
+        }
         if (st) break;
     }
     stats->decode_ms = kvt_time_ms() - t1;

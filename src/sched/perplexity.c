@@ -1,8 +1,11 @@
 #include "perplexity.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "../exec/numerics.h"
 
 // log p(tok) under softmax(logits), summed in double
 static double log_softmax_at(const float *logits, int32_t n, int32_t tok) {
@@ -42,6 +45,15 @@ kvt_status kvt_perplexity(kvt_context *ctx, const int32_t *ids, int64_t n_tokens
         for (int64_t j = first; j < n_ctx - 1; j++) {
             out->nll -= log_softmax_at(logits + j * n_vocab, n_vocab, ids[c * n_ctx + j + 1]);
             out->n_scored++;
+        }
+        if (!isfinite(out->nll)) { // a non-finite logit makes its log-softmax NaN or infinite
+            for (int64_t j = first; j < n_ctx - 1 && !st; j++) {
+                char what[96];
+                snprintf(what, sizeof what, "position %lld of perplexity chunk %lld", (long long)j, (long long)c);
+                st = kvt_check_logits(kvt_context_model(ctx), logits + j * n_vocab, n_vocab, what, err);
+            }
+            if (!st) st = kvt_errorf(err, KVT_ERR_FORMAT, "perplexity chunk %lld: the log-likelihood is not finite", (long long)c);
+            break;
         }
         out->n_chunks = c + 1;
         out->ppl = exp(out->nll / (double)out->n_scored);

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# fuzz/run.sh - `make fuzz`: builds and runs every fuzz target for FUZZ_SECONDS each (default 30).
+#   gguf       the GGUF reader; seeds: every *.gguf of $SHARED/models and tests/data, whole files
+#   tokenizer  SentencePiece and BPE tokenizers on arbitrary bytes, once per vocabulary GGUF found
+#              ($SHARED/vectors/tokenizer/ggml-vocab-*.gguf, tests/data/*vocab*.gguf); seeds: their .inp texts
+#   session    the KV session loader, with a model of $SHARED/models or tests/data; seed: a valid session
+# With clang: libFuzzer (+ASan+UBSan) over a library built by clang in build-fuzz. Without: the same
+# targets linked with fuzz/fuzz_main.c (a mutation driver) and gcc's ASan+UBSan. A target whose input
+# files are absent is skipped with the reason. Crashes stop the run (exit status 1).
+set -euo pipefail
+SHARED=${SHARED:-../shared}
+SECS=${FUZZ_SECONDS:-30}
+B=build-fuzz
+shopt -s nullglob
+seeds=("$SHARED"/models/*.gguf tests/data/*.gguf)
+vocabs=("$SHARED"/vectors/tokenizer/ggml-vocab-*.gguf tests/data/*vocab*.gguf)
+models=("$SHARED"/models/stories260K.gguf tests/data/*.gguf)
+if command -v clang >/dev/null 2>&1; then
+  CC=clang; SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"; LIBFUZZER=1
+  LIBFLAGS="$SAN -fsanitize=fuzzer-no-link"; LINK="-fsanitize=fuzzer"
+else
+  CC=${CC:-gcc}; SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"; LIBFUZZER=0
+  LIBFLAGS="$SAN"; LINK="fuzz/fuzz_main.c"
+fi
+# (clang warns where gcc does not: those warnings stay warnings in this build)
+make -s -j2 BUILD=$B CC=$CC OPT=-O1 CFLAGS="$LIBFLAGS -fno-omit-frame-pointer -Wno-error" SIMD_CFLAGS="-Wno-error" \
+  $B/libkvtier.a
+build() { # target name
+  $CC -std=c11 -O1 -g -D_GNU_SOURCE -pthread $SAN $LINK fuzz/fuzz_$1.c $B/libkvtier.a -o $B/fuzz_$1 -lm -ldl \
+    $(test -f $B/.uring-1 && echo -luring || true)
+}
+run() { # target corpus-dir extra-seed-files...
+  local t=$1 dir=$2; shift 2
+  if [ $LIBFUZZER = 1 ]; then
+    local max=4096
+    for f in "$@" "$dir"/*; do [ -f "$f" ] && s=$(stat -c %s "$f") && [ "$s" -gt "$max" ] && max=$s; done
+    for f in "$@"; do cp -f "$f" "$dir"/; done
+    ./$B/fuzz_$t -max_total_time="$SECS" -max_len="$max" -rss_limit_mb=4096 -print_final_stats=1 "$dir" 2>&1 |
+      grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==.*ERROR|SUMMARY|Done)" || true
+    test "${PIPESTATUS[0]}" = 0
+  else
+    ./$B/fuzz_$t 0 > /dev/null # runs LLVMFuzzerInitialize once: a target may write its seed into $dir
+    ./$B/fuzz_$t "$SECS" "$@" "$dir"/*
+  fi
+}
+status=0
+echo "== fuzz gguf (${#seeds[@]} seeds, whole files)"
+build gguf && mkdir -p $B/corpus_gguf && { run gguf $B/corpus_gguf "${seeds[@]}" || status=1; }
+if [ ${#vocabs[@]} -gt 0 ]; then
+  build tokenizer
+  for v in "${vocabs[@]}"; do
+    n=$(basename "$v" .gguf)
+    echo "== fuzz tokenizer $n"
+    mkdir -p $B/corpus_tok_$n
+    inp=(); [ -f "$v.inp" ] && inp=("$v.inp")
+    KVT_FUZZ_VOCAB="$v" run tokenizer $B/corpus_tok_$n "${inp[@]}" || status=1
+  done
+else
+  echo "== fuzz tokenizer: skipped (no vocabulary GGUF in $SHARED/vectors/tokenizer or tests/data)"
+fi
+if [ ${#models[@]} -gt 0 ]; then
+  build session
+  echo "== fuzz session (model $(basename "${models[0]}"))"
+  mkdir -p $B/corpus_session
+  KVT_FUZZ_MODEL="${models[0]}" KVT_FUZZ_SEED_DIR=$B/corpus_session run session $B/corpus_session || status=1
+else
+  echo "== fuzz session: skipped (no model in $SHARED/models or tests/data)"
+fi
+exit $status

@@ -1,0 +1,381 @@
+// test_hostile.c - files nobody here made: crafted GGUFs (huge, inconsistent or NaN-holding) and
+// session files are refused with a message naming the problem, never run, never a crash (the
+// asan run checks the latter under UBSan). Every model is written here with the GGUF writer, so
+// the suite needs no data file.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/base/timer.h"
+#include "../src/exec/context.h"
+#include "../src/exec/numerics.h"
+#include "../src/exec/session.h"
+#include "../src/gguf/gguf.h"
+#include "../src/model/model.h"
+#include "../src/model/tokenizer.h"
+#include "../src/sched/generate.h"
+#include "../src/sched/perplexity.h"
+#include "test.h"
+
+enum { E = 64, NH = 4, NKV = 2, FF = 96, NL = 2, V = 40 };
+
+// What a crafted model gets wrong (zero: nothing).
+typedef struct {
+    int32_t block_count;   // written block_count (0: NL)
+    int32_t n_tokens;      // vocabulary entries (0: V)
+    int32_t embd_meta;     // written embedding_length (0: E)
+    int32_t heads_meta;    // written head_count and head_count_kv (0: NH, NKV)
+    bool dup_key;          // general.architecture twice
+    float rms_eps;         // 0: 1e-5
+    float rope_base;       // 0: 10000
+    int nan_layer;         // >= 0: one NaN in blk.<nan_layer>.ffn_down.weight
+    float tail;            // added to token_embd values past its first 4 KiB
+    bool overlap;          // output_norm's data offset moved onto token_embd's
+} spec;
+
+static float frand(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xffff) / 65536.0f - 0.5f;
+}
+
+// Writes the crafted llama model to path; false on failure.
+static bool write_model(const char *path, const spec *sp) {
+    kvt_gguf_writer *w = kvt_gguf_writer_init();
+    if (!w) return false;
+    kvt_gguf_writer_set_str(w, "general.architecture", "llama");
+    if (sp->dup_key) kvt_gguf_writer_set_str(w, "general.architecture", "llama");
+    kvt_gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)(sp->embd_meta ? sp->embd_meta : E));
+    kvt_gguf_writer_set_u32(w, "llama.block_count", (uint32_t)(sp->block_count ? sp->block_count : NL));
+    kvt_gguf_writer_set_u32(w, "llama.feed_forward_length", FF);
+    kvt_gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)(sp->heads_meta ? sp->heads_meta : NH));
+    kvt_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)(sp->heads_meta ? sp->heads_meta : NKV));
+    kvt_gguf_writer_set_u32(w, "llama.context_length", 256);
+    kvt_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", sp->rms_eps != 0.0f ? sp->rms_eps : 1e-5f);
+    kvt_gguf_writer_set_f32(w, "llama.rope.freq_base", sp->rope_base != 0.0f ? sp->rope_base : 10000.0f);
+    const int32_t nt = sp->n_tokens ? sp->n_tokens : V;
+    char names[V][16];
+    const char *toks[V];
+    float scores[V];
+    int32_t types[V];
+    for (int i = 0; i < nt; i++) {
+        snprintf(names[i], sizeof names[i], i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "t%d", i);
+        toks[i] = names[i];
+        scores[i] = -(float)i;
+        types[i] = i < 3 ? (i == 0 ? 2 : 3) : 1;
+    }
+    kvt_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)nt);
+    kvt_gguf_writer_set_arr(w, "tokenizer.ggml.scores", KVT_GGUF_F32, scores, (uint64_t)nt);
+    kvt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KVT_GGUF_I32, types, (uint64_t)nt);
+    // tensors: one F32 buffer, carved
+    const int64_t hd = E / NH;
+    const int64_t sizes[] = {(int64_t)E * V, E,  (int64_t)E * E, (int64_t)NKV * hd * E, (int64_t)NKV * hd * E,
+                             (int64_t)E * E, E,  (int64_t)FF * E, (int64_t)FF * E,    (int64_t)E * FF};
+    int64_t total = sizes[0] + sizes[1];
+    for (int k = 2; k < 10; k++) total += NL * sizes[k];
+    float *buf = malloc((size_t)total * sizeof *buf), *p = buf;
+    if (!buf) {
+        kvt_gguf_writer_free(w);
+        return false;
+    }
+    uint64_t s = 42;
+    for (int64_t i = 0; i < total; i++) buf[i] = 0.2f * frand(&s);
+    for (int64_t i = 1024; i < sizes[0]; i++) buf[i] += sp->tail; // token_embd, past its first 4096 bytes
+    int64_t ne[2] = {E, V};
+    kvt_gguf_writer_add_tensor(w, "token_embd.weight", KVT_TYPE_F32, 2, ne, p);
+    p += sizes[0];
+    for (int i = 0; i < E; i++) p[i] = 1.0f;
+    kvt_gguf_writer_add_tensor(w, "output_norm.weight", KVT_TYPE_F32, 1, ne, p);
+    p += sizes[1];
+    static const char *lt[] = {"attn_q", "attn_k", "attn_v", "attn_output", "attn_norm", "ffn_gate", "ffn_up", "ffn_down"};
+    const int64_t shapes[8][2] = {{E, E}, {E, NKV * hd}, {E, NKV * hd}, {E, E}, {E, 1}, {E, FF}, {E, FF}, {FF, E}};
+    for (int il = 0; il < NL; il++) {
+        for (int k = 0; k < 8; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", il, lt[k]);
+            if (k == 4) {
+                for (int i = 0; i < E; i++) p[i] = 1.0f;
+            }
+            if (k == 7 && il == sp->nan_layer) p[5 * FF + 7] = NAN;
+            kvt_gguf_writer_add_tensor(w, name, KVT_TYPE_F32, k == 4 ? 1 : 2, shapes[k], p);
+            p += shapes[k][0] * shapes[k][1];
+        }
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", il);
+        const int64_t n1[1] = {E};
+        kvt_gguf_writer_add_tensor(w, name, KVT_TYPE_F32, 1, n1, buf + sizes[0]); // the output norm's ones
+    }
+    kvt_err err;
+    bool ok = kvt_gguf_writer_write(w, path, &err) == KVT_OK;
+    kvt_gguf_writer_free(w);
+    free(buf);
+    if (ok && sp->overlap) { // output_norm.weight's offset field := 0 (token_embd's data)
+        FILE *f = fopen(path, "r+b");
+        char hdr[8192];
+        size_t n = f ? fread(hdr, 1, sizeof hdr, f) : 0;
+        const char *key = "output_norm.weight";
+        char *at = n ? memmem(hdr, n, key, strlen(key)) : NULL;
+        ok = at != NULL;
+        if (ok) { // name, n_dims u32, ne[1] u64, type u32, offset u64
+            const long off = (long)(at - hdr) + (long)strlen(key) + 4 + 8 + 4;
+            const uint64_t zero = 0;
+            ok = fseek(f, off, SEEK_SET) == 0 && fwrite(&zero, 8, 1, f) == 1;
+        }
+        if (f) fclose(f);
+    }
+    return ok;
+}
+
+static bool tmp_model(char *path, size_t cap, const char *tag) {
+    snprintf(path, cap, "/tmp/kvt_hostile_%s_%d.gguf", tag, (int)getpid());
+    return true;
+}
+
+// Loads a crafted model; the case passes if loading fails and the message holds `want`.
+static void expect_refused(const char *name, const spec *sp, const char *want) {
+    char path[256];
+    tmp_model(path, sizeof path, "bad");
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    if (!write_model(path, sp)) {
+        test_result(false, name, "cannot write %s", path);
+        return;
+    }
+    kvt_status st = kvt_model_load(path, false, &m, &err);
+    test_result(st != KVT_OK && strstr(err.msg, want) != NULL, name, "status %d, message '%s' (want '%s')", (int)st,
+                st ? err.msg : "", want);
+    kvt_model_free(m);
+    unlink(path);
+}
+
+static void test_inconsistent(void) {
+    spec sp = {0};
+    sp.nan_layer = -1;
+    spec s = sp;
+    s.block_count = 1;
+    expect_refused("hostile: block_count smaller than the layers present", &s, "belongs to layer 1");
+    s = sp;
+    s.dup_key = true;
+    expect_refused("hostile: duplicate metadata key", &s, "duplicate metadata key 'general.architecture'");
+    s = sp;
+    s.n_tokens = V - 3;
+    expect_refused("hostile: fewer vocabulary entries than token_embd rows", &s, "has 37 entries, token_embd.weight 40 rows");
+    s = sp;
+    s.overlap = true;
+    expect_refused("hostile: overlapping tensor data ranges", &s, "overlap");
+    s = sp;
+    s.rms_eps = NAN;
+    expect_refused("hostile: rms epsilon NaN", &s, "'llama.attention.layer_norm_rms_epsilon' = nan");
+    s = sp;
+    s.rope_base = INFINITY;
+    expect_refused("hostile: rope base infinite", &s, "'llama.rope.freq_base' = inf");
+    // hyperparameters whose products overflowed int (UBSan aborted on them): refused, keys named
+    s = sp;
+    s.embd_meta = 1 << 30;
+    s.heads_meta = 1;
+    expect_refused("hostile: embedding_length 2^30 (2*n_embd overflowed)", &s, "llama.attention.key_length");
+    s = sp;
+    s.embd_meta = 1 << 30;
+    s.heads_meta = 1 << 20;
+    expect_refused("hostile: head_count 2^20 with embedding_length 2^30", &s, "'llama.attention.head_count_kv' = 1048576");
+    s = sp; // the model itself is fine
+    char path[256];
+    tmp_model(path, sizeof path, "ok");
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    bool ok = write_model(path, &s) && kvt_model_load(path, false, &m, &err) == KVT_OK;
+    test_result(ok, "hostile: the crafted model itself loads", "%s", err.msg);
+    kvt_model_free(m);
+    unlink(path);
+}
+
+// Saves the KV of 6 tokens decoded by model a to sess; returns the status.
+static kvt_status save_session(const kvt_model *a, const char *sess, kvt_err *err) {
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 64;
+    cp.n_threads = 2;
+    kvt_context *ctx = NULL;
+    const int32_t toks[6] = {1, 5, 9, 12, 7, 30};
+    kvt_status st = kvt_context_init(a, &cp, &ctx, err);
+    if (!st) st = kvt_decode(ctx, toks, 6, false, err);
+    if (!st) st = kvt_context_kv_save(ctx, 0, toks, 6, sess, err);
+    kvt_context_free(ctx);
+    return st;
+}
+
+static kvt_status load_session(const kvt_model *b, const char *sess, kvt_err *err) {
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 64;
+    cp.n_threads = 1;
+    kvt_context *ctx = NULL;
+    kvt_status st = kvt_context_init(b, &cp, &ctx, err);
+    if (!st) st = kvt_context_kv_load(ctx, 0, sess, NULL, 0, -1, NULL, err);
+    kvt_context_free(ctx);
+    return st;
+}
+
+static void test_fingerprint_and_session(void) {
+    char pa[256], pb[256], sess[256];
+    snprintf(pa, sizeof pa, "/tmp/kvt_hostile_fp_a_%d.gguf", (int)getpid());
+    snprintf(pb, sizeof pb, "/tmp/kvt_hostile_fp_b_%d.gguf", (int)getpid());
+    snprintf(sess, sizeof sess, "/tmp/kvt_hostile_%d.kvsess", (int)getpid());
+    spec sa = {0}, sb = {0};
+    sa.nan_layer = sb.nan_layer = -1;
+    sb.tail = 1e-3f; // token_embd differs only past its first 4 KiB
+    kvt_model *a = NULL, *b = NULL;
+    kvt_err err = {0};
+    bool ok = write_model(pa, &sa) && write_model(pb, &sb) && !kvt_model_load(pa, false, &a, &err) &&
+              !kvt_model_load(pb, false, &b, &err);
+    kvt_status st = ok ? save_session(a, sess, &err) : KVT_ERR_IO;
+    if (!ok || st) {
+        test_result(false, "hostile: session from a model differing past 4 KiB of a tensor is refused", "set-up: %s", err.msg);
+    } else {
+        const bool same_ok = load_session(a, sess, &err) == KVT_OK;
+        st = load_session(b, sess, &err);
+        const char *ba = strrchr(pa, '/') + 1, *bb = strrchr(pb, '/') + 1;
+        test_result(same_ok && st == KVT_ERR_INVALID_ARG && strstr(err.msg, ba) && strstr(err.msg, bb),
+                    "hostile: session from a model differing past 4 KiB of a tensor is refused, both models named",
+                    "same model loads: %d; other: status %d '%s'", same_ok, (int)st, err.msg);
+        // a header claiming 2^63 tokens (n_tokens * 4 overflowed after the check failed)
+        FILE *f = fopen(sess, "r+b");
+        const uint64_t huge = (uint64_t)1 << 63;
+        bool patched = f && fseek(f, 64, SEEK_SET) == 0 && fwrite(&huge, 8, 1, f) == 1;
+        if (f) fclose(f);
+        st = patched ? load_session(a, sess, &err) : KVT_ERR_IO;
+        test_result(st == KVT_ERR_FORMAT && strstr(err.msg, "implausible token count"),
+                    "hostile: session header with 2^63 tokens refused", "status %d '%s'", (int)st, err.msg);
+    }
+    kvt_model_free(a);
+    kvt_model_free(b);
+    unlink(pa);
+    unlink(pb);
+    unlink(sess);
+}
+
+static void test_nan(void) {
+    char path[256];
+    tmp_model(path, sizeof path, "nan");
+    spec sp = {0};
+    sp.nan_layer = 1;
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    if (!write_model(path, &sp) || kvt_model_load(path, false, &m, &err)) {
+        test_result(false, "hostile: NaN weights", "set-up: %s", err.msg);
+        unlink(path);
+        return;
+    }
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 64;
+    cp.n_threads = 2;
+    kvt_context *ctx = NULL;
+    int32_t prompt[4] = {1, 4, 8, 15}, ids[4];
+    kvt_generate_params gp = kvt_generate_params_default();
+    gp.n_predict = 4;
+    gp.sampling.temp = 0.0f;
+    kvt_generate_stats stats;
+    kvt_status st = kvt_context_init(m, &cp, &ctx, &err);
+    if (!st) st = kvt_generate(ctx, NULL, prompt, 4, &gp, ids, NULL, NULL, NULL, &stats, &err);
+    test_result(st == KVT_ERR_FORMAT && strstr(err.msg, "blk.1.ffn_down.weight") && strstr(err.msg, "layer 1") &&
+                    strstr(err.msg, "row 5, column 7"),
+                "hostile: generate refuses NaN logits, naming the tensor and layer", "status %d '%s'", (int)st, err.msg);
+    int32_t text[64];
+    for (int i = 0; i < 64; i++) text[i] = 3 + (i * 7) % (V - 3);
+    kvt_ppl_result res;
+    st = kvt_perplexity(ctx, text, 64, 32, 1, 0, NULL, NULL, &res, &err);
+    test_result(st == KVT_ERR_FORMAT && strstr(err.msg, "blk.1.ffn_down.weight"),
+                "hostile: perplexity refuses NaN logits, naming the tensor", "status %d '%s' (ppl %g)", (int)st, err.msg,
+                res.ppl);
+    kvt_context_free(ctx);
+    kvt_model_free(m);
+    unlink(path);
+    const float ok_vals[3] = {1.0f, -2.0f, 3e38f}, bad_vals[3] = {1.0f, INFINITY, 0.0f};
+    test_result(kvt_all_finite(ok_vals, 3) && !kvt_all_finite(bad_vals, 3) && !kvt_all_finite((float[]){-NAN}, 1),
+                "hostile: kvt_all_finite tells NaN and infinities from finite values", "wrong answer");
+}
+
+// Fingerprint cost on the real model (measured, printed; the case checks it is computed once).
+static void test_fingerprint_cost(const test_env *env) {
+    if (!test_file_exists(env->smollm2)) {
+        test_skip("hostile: model fingerprint over every weight byte of SmolLM2", "SmolLM2 not in cache: run `make model`");
+        return;
+    }
+    kvt_model *m = NULL;
+    kvt_err err;
+    if (kvt_model_load(env->smollm2, false, &m, &err)) {
+        test_result(false, "hostile: model fingerprint over every weight byte of SmolLM2", "%s", err.msg);
+        return;
+    }
+    double t0 = kvt_time_ms();
+    const uint32_t f1 = kvt_session_model_fingerprint(m);
+    const double t1 = kvt_time_ms();
+    const uint32_t f2 = kvt_session_model_fingerprint(m);
+    const double t2 = kvt_time_ms();
+    printf("#   fingerprint of %.1f MB of weights: %.1f ms first call, %.3f ms cached\n", (double)m->weight_bytes / 1e6,
+           t1 - t0, t2 - t1);
+    test_result(f1 == f2, "hostile: model fingerprint over every weight byte of SmolLM2, cached", "0x%08x vs 0x%08x", f1, f2);
+    kvt_model_free(m);
+}
+
+// Random bytes (invalid UTF-8, NULs, control-token fragments) through the SentencePiece and BPE
+// tokenizers of the shared vocabularies: every id in range, detokenizing never fails (the fuzz
+// targets do the same for longer; this keeps a quick version in the suite).
+static void test_tokenizer_bytes(const test_env *env) {
+    static const char *vocabs[] = {"llama-spm", "qwen2"};
+    for (int v = 0; v < 2; v++) {
+        char path[1024], name[128];
+        snprintf(path, sizeof path, "%s/vectors/tokenizer/ggml-vocab-%s.gguf", env->shared, vocabs[v]);
+        snprintf(name, sizeof name, "hostile: random bytes through the %s tokenizer", vocabs[v]);
+        kvt_gguf *g;
+        kvt_tokenizer *t = NULL;
+        kvt_err err;
+        if (!test_file_exists(path)) {
+            test_skip(name, "vocabulary not in the shared folder");
+            continue;
+        }
+        kvt_status st = kvt_gguf_open(path, &g, &err);
+        if (!st) {
+            st = kvt_tokenizer_init(g, &t, &err);
+            kvt_gguf_free(g);
+        }
+        if (st) {
+            test_result(false, name, "%s", err.msg);
+            continue;
+        }
+        static const char *frag[] = {"<s>", "</s>", "<|im_start|>", "\xe2\x96\x81", " ", "\n", "'s", "\xf0\x9f"};
+        uint64_t s = 7 + (uint64_t)v;
+        int64_t bad = 0;
+        const int n_cases = env->quick ? 200 : 1000;
+        for (int c = 0; c < n_cases && !bad; c++) {
+            char text[96];
+            size_t len = 0;
+            while (len < sizeof text - 16) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                if ((s >> 60) < 3) { // a fragment
+                    const char *f = frag[(s >> 40) % 8];
+                    memcpy(text + len, f, strlen(f));
+                    len += strlen(f);
+                } else {
+                    text[len++] = (char)(s >> 33);
+                }
+                if ((s >> 20) % 16 == 0) break;
+            }
+            int32_t ids[256];
+            const int64_t n = kvt_tokenize(t, text, len, c & 1, c & 2, ids, 256, &err);
+            for (int64_t i = 0; i < n && i < 256; i++) bad += ids[i] < 0 || ids[i] >= kvt_tokenizer_n_vocab(t);
+            char out[2048];
+            if (n < 0 || n > 256 || kvt_detokenize_ex(t, ids, n, out, sizeof out, c & 1, c & 2) < 0) bad++;
+        }
+        test_result(bad == 0, name, "%lld bad result(s)", (long long)bad);
+        kvt_tokenizer_free(t);
+    }
+}
+
+void test_hostile(const test_env *env) {
+    test_tokenizer_bytes(env);
+    test_inconsistent();
+    test_fingerprint_and_session();
+    test_nan();
+    test_fingerprint_cost(env);
+}

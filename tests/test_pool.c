@@ -1,0 +1,108 @@
+// test_pool.c - the thread pool under stress: many back-to-back jobs of varied task counts, with
+// the pool's test hook widening every race window by random delays, check that each task index
+// of each job runs exactly once, with that job's function and context, and never after
+// kvt_threadpool_run returned.
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/base/threadpool.h"
+#include "../src/base/timer.h"
+#include "test.h"
+
+#define MAX_TASKS 67
+#define N_SLOTS 4 // job contexts in rotation, so a stale task lands on a live or a finished one
+
+typedef struct {
+    int kind;                   // which of the two task functions this job runs (0 or 1)
+    int64_t n;                  // task count
+    _Atomic int returned;       // set once kvt_threadpool_run returned for this job
+    _Atomic int count[MAX_TASKS];
+    _Atomic int64_t *errors;    // shared: late tasks, wrong function, index out of range
+} job_ctx;
+
+static void task_common(job_ctx *j, int kind, int64_t task) {
+    if (atomic_load(&j->returned) || j->kind != kind || task < 0 || task >= j->n) {
+        atomic_fetch_add(j->errors, 1);
+        return;
+    }
+    atomic_fetch_add(&j->count[task], 1);
+}
+static void task_a(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    task_common(ctx, 0, task);
+}
+static void task_b(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    task_common(ctx, 1, task);
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+// Random delays at the pool's race windows: mostly none, sometimes a short spin, rarely a yield.
+static void delay_hook(void *arg, kvt_pool_hook_point point) {
+    (void)arg;
+    static _Thread_local uint64_t s;
+    if (!s) s = (uint64_t)(uintptr_t)&s * 0x9E3779B97F4A7C15ull | 1;
+    const uint64_t r = rng_next(&s) + (uint64_t)point;
+    if ((r & 7) == 0) {
+        for (volatile int i = 0; i < (int)(r >> 40 & 1023); i++) {
+        }
+    } else if ((r & 63) == 1) {
+        sched_yield();
+    }
+}
+
+// Runs n_jobs jobs on a pool of n_threads; returns the number of violations, and the time in ms.
+static int64_t stress(int n_threads, int n_jobs, bool hooked, double *ms) {
+    kvt_threadpool *pool;
+    kvt_err err;
+    if (kvt_threadpool_init(n_threads, &pool, &err)) return -1;
+    if (hooked) kvt_threadpool_set_hook(pool, delay_hook, NULL);
+    static job_ctx slots[N_SLOTS];
+    _Atomic int64_t errors = 0;
+    int64_t bad = 0;
+    uint64_t s = 0x1234567u + (uint64_t)n_threads;
+    const double t0 = kvt_time_ms();
+    for (int j = 0; j < n_jobs; j++) {
+        job_ctx *c = &slots[j % N_SLOTS];
+        c->kind = (int)(rng_next(&s) & 1);
+        c->n = 2 + (int64_t)(rng_next(&s) % (MAX_TASKS - 2)); // 2..MAX_TASKS-1: never the serial path
+        c->errors = &errors;
+        for (int t = 0; t < MAX_TASKS; t++) atomic_store(&c->count[t], 0);
+        atomic_store(&c->returned, 0);
+        kvt_threadpool_run(pool, c->kind ? task_b : task_a, c, c->n);
+        atomic_store(&c->returned, 1);
+        for (int64_t t = 0; t < c->n; t++) bad += atomic_load(&c->count[t]) != 1;
+    }
+    *ms = kvt_time_ms() - t0;
+    kvt_threadpool_free(pool); // joins the workers: a stale task would have run by now
+    for (int k = 0; k < N_SLOTS; k++) {
+        for (int64_t t = 0; t < slots[k].n; t++) bad += atomic_load(&slots[k].count[t]) != 1;
+    }
+    return bad + atomic_load(&errors);
+}
+
+void test_pool(const test_env *env) {
+    for (int threads = 2; threads <= 4; threads += 2) {
+        for (int hooked = 0; hooked <= 1; hooked++) {
+            const int n_jobs = hooked ? (env->quick ? 1500 : 6000) : (env->quick ? 4000 : 30000);
+            double ms = 0;
+            const int64_t bad = stress(threads, n_jobs, hooked, &ms);
+            char name[160];
+            snprintf(name, sizeof name, "pool: %d back-to-back jobs of 2..%d tasks on %d threads%s: every task once, none late",
+                     n_jobs, MAX_TASKS - 1, threads, hooked ? ", race windows widened" : "");
+            test_result(bad == 0, name, "%lld violation(s) (duplicate, missing, late, out-of-range or mismatched task)",
+                        (long long)bad);
+            printf("#   %.0f ms, %.2f us per job\n", ms, 1000.0 * ms / n_jobs);
+        }
+    }
+}
