@@ -34,7 +34,7 @@ void test_skip(const char *name, const char *reason) {
 
 bool test_file_exists(const char *path) { return path && access(path, R_OK) == 0; }
 
-#define SUITES(X) X(gguf) X(kernels) X(tokenizer) X(sampler) X(mkmodel) X(model_ref) X(kv) X(batch) X(beam_group) X(beam) X(cli) X(plan)
+#define SUITES(X) X(gguf) X(kernels) X(tokenizer) X(sampler) X(mkmodel) X(model_ref) X(kv) X(batch) X(beam_group) X(beam) X(cli) X(plan) X(determ)
 #define DECL(n) void test_##n(const test_env *env);
 SUITES(DECL)
 
