@@ -104,7 +104,7 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
 #define fv_ld_f32(p) fv_ld(p)
 #define cvt_f32(v) (v)
 
-// Tile of NR (FP_NR, FP_NR / 2 or 1) weight rows x NT prepared rows. The order of every output is fixed
+// Tile of NR (at most FP_NR) weight rows x NT prepared rows. The order of every output is fixed
 // whatever NR and NT (so a row gives the same bits alone or in any batch, and the tile is free to change):
 // two vector accumulators per output, acc0 taking the FV_N-wide slices k = [2j*FV_N, (2j+1)*FV_N) and acc1
 // the odd slices, each by FMA in k order; then hsum(acc0 + acc1), then the tail past the last full pair of
@@ -112,7 +112,7 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
 #define FP_U 2
 // Accumulators a tile may use (NR * NT * FP_U), leaving registers for the weights and one activation.
 #ifdef KVT_SIMD_AVX512
-#define FP_ACC_MAX 24
+#define FP_ACC_MAX 24 // 4 x 3 or 3 x 4 tiles
 #else
 #define FP_ACC_MAX 12
 #endif
@@ -148,7 +148,7 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
     }                                                                                               \
     INLINE void name##_rows_nt(int64_t n, const char *w, size_t wrs, int64_t nr, const void *P, size_t prs, \
                                int NT, float *Y, int64_t ldy) {                                     \
-        const int NR = FP_NR * NT * FP_U <= FP_ACC_MAX ? FP_NR : FP_NR / 2 > 1 ? FP_NR / 2 : 1;     \
+        const int NA = FP_ACC_MAX / (NT * FP_U), NR = NA < 1 ? 1 : NA > FP_NR ? FP_NR : NA;        \
         int64_t r = 0;                                                                              \
         for (; r + NR <= nr; r += NR) name##_tile(n, w + r * wrs, wrs, NR, P, prs, NT, Y + r, ldy); \
         for (; r < nr; r++) name##_tile(n, w + r * wrs, wrs, 1, P, prs, NT, Y + r, ldy);           \
