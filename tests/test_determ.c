@@ -371,9 +371,9 @@ void test_determ(const test_env *env) {
     const char *disk = mkdtemp(dir);
     // f16, q8_0, q4_1 and the q4_K/q6_K mix: every kernel family
     static const char *const types[] = {"f16", "q8_0", "q4_1", "q4_k_m"};
-    const size_t n_types = env->quick ? 2 : sizeof types / sizeof *types;
+    const size_t n_types = env->quick ? 1 : sizeof types / sizeof *types;
     for (size_t ti = 0; ti < n_types; ti++) {
-        const char *type = types[env->quick ? ti * 3 : ti];
+        const char *type = types[env->quick ? 3 : ti];
         char path[128];
         snprintf(path, sizeof path, "/tmp/kvt_test_determ_%d_%s.gguf", (int)getpid(), type);
         kvt_model *m = NULL;
@@ -383,8 +383,9 @@ void test_determ(const test_env *env) {
             unlink(path);
             continue;
         }
-        for (int isa = KVT_ISA_SCALAR; isa <= (int)best; isa++) {
-            // every case on the best path; the lower paths (slower) get the thread, store and prefill cases
+        // every case on the best path; the lower paths (slower) get the thread, store and prefill cases
+        // (sanitizer builds: the best path only)
+        for (int isa = env->quick ? (int)best : KVT_ISA_SCALAR; isa <= (int)best; isa++) {
             const bool full = isa == (int)best;
             kvt_kernels_set_isa((kvt_isa)isa);
             logits_invariant(m, type, (kvt_isa)isa, full, env->quick || !full ? 20 : N_GEN, disk);
