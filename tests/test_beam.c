@@ -120,6 +120,41 @@ static void schedules_agree(const kvt_model *m, bool batched, float temp, int64_
     kvt_beam_result_free(&mem.r);
 }
 
+// Sampling at a low temperature draws the same continuation many times: the kept beams must still be
+// distinct (coinciding candidates merged before selection), and there must still be n_beams of them.
+static void distinct_when_sampled(const kvt_model *m) {
+    kvt_beam_params bp = kvt_beam_params_default();
+    bp.n_beams = 4;
+    bp.width = 4;
+    bp.step = 4;
+    bp.n_tokens = 12;
+    bp.temp = 0.3f;
+    bp.seed = 3;
+    bp.stop_at_eog = false;
+    int dup_runs = 0, bad = 0;
+    char why[KVT_ERR_MSG_MAX + 100] = "";
+    for (int t = 0; t < 2; t++) {
+        bp.temp = t ? 0.7f : 0.3f;
+        run_out o;
+        run(m, &bp, 0, &o);
+        if (o.st || o.r.n_beams != bp.n_beams) {
+            snprintf(why, sizeof why, "temp %.1f: status %d, %d beams: %s", bp.temp, o.st, o.r.n_beams, o.msg);
+            bad++;
+        }
+        for (int32_t i = 0; i < o.r.n_beams; i++) {
+            for (int32_t j = 0; j < i; j++) {
+                const kvt_beam_out *x = &o.r.beams[i], *y = &o.r.beams[j];
+                if (x->n == y->n && !memcmp(x->ids, y->ids, (size_t)x->n * sizeof *x->ids)) {
+                    snprintf(why, sizeof why, "temp %.1f: beams %d and %d have the same ids", bp.temp, j, i);
+                    dup_runs++;
+                }
+            }
+        }
+        kvt_beam_result_free(&o.r);
+    }
+    test_result(!bad && !dup_runs, "beam: sampled (--temp > 0) beams are distinct, n_beams of them", "%s", why);
+}
+
 static void errors(const kvt_model *m) {
     kvt_beam_params bp = kvt_beam_params_default();
     run_out o;
@@ -200,6 +235,7 @@ void test_beam(const test_env *env) {
     schedules_agree(m, false, 0.0f, fast);
     schedules_agree(m, false, 0.8f, fast);
     schedules_agree(m, true, 0.0f, fast);
+    distinct_when_sampled(m);
     errors(m);
     kvt_model_free(m);
     cli(env, path);

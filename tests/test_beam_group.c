@@ -306,7 +306,7 @@ static void test_cli_dm_model(const test_env *env) {
     const double paper[3] = {2052, 1044, 540};
     char cmd[2048], out[4096];
     for (int i = 0; i < 3; i++) {
-        snprintf(cmd, sizeof cmd, "%s dm-model --shape opt-6.7b --beams 64 --step %d --prompt 128 --gen 1920 --kv-mem 7GB --json 2>&1",
+        snprintf(cmd, sizeof cmd, "%s dm-model --shape opt-6.7b --beams 64 --step %d --prompt 128 --gen 1920 --kv-mem 7G --json 2>&1",
                  env->cli, steps[i]);
         int rc = run_cmd(cmd, out, sizeof out);
         char name[96];

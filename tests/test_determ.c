@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../src/attn/attention.h"
+#include "../src/base/threadpool.h"
 #include "../src/cli/commands.h"
 #include "../src/exec/context.h"
 #include "../src/kernels/matmul.h"
@@ -84,6 +86,65 @@ static void matmul_rows_alone_vs_batch(kvt_isa isa, kvt_type wt) {
     }
     test_result(ok, name, "%s", why[0] ? why : "out of memory");
     free(W), free(X), free(f), free(alone), free(Y);
+}
+
+// ------------------------------------------------------------------ attention alone, with a sliding window
+
+// out [n, heads * dim]: positions [0, n) attended at once (prefill, `threads` threads) or one call per token.
+static kvt_status attend_all(kvt_kv *kv, const kvt_attn_params *ap, const float *q, int64_t n, int threads,
+                             bool by_token, float *out, kvt_err *err) {
+    kvt_threadpool *pool = NULL;
+    kvt_status st = kvt_threadpool_init(threads, &pool, err);
+    void **scratch = calloc((size_t)threads, sizeof *scratch);
+    const int64_t sb = kvt_attn_scratch_bytes(kv, ap->n_head, ap->tile);
+    void *ws = malloc((size_t)kvt_attn_workspace_bytes(kv, ap->n_head, threads));
+    for (int i = 0; !st && i < threads; i++) {
+        if (!scratch || !ws || posix_memalign(&scratch[i], 64, (size_t)sb)) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    }
+    const int64_t row = (int64_t)ap->n_head * kv->head_dim;
+    if (!st && !by_token) st = kvt_attention(kv, 0, 0, ap, q, 0, n, out, pool, scratch, ws, err);
+    for (int64_t t = 0; !st && by_token && t < n; t++) {
+        st = kvt_attention(kv, 0, 0, ap, q + t * row, t, 1, out + t * row, pool, scratch, ws, err);
+    }
+    for (int i = 0; scratch && i < threads; i++) free(scratch[i]);
+    free(scratch);
+    free(ws);
+    kvt_threadpool_free(pool);
+    return st;
+}
+
+static void attention_window(void) {
+    enum { HEADS = 4, KV_HEADS = 2, DIM = 64, N = 200 };
+    kvt_kv_params kp = {KVT_TYPE_F16, 1, KV_HEADS, DIM, DIM, 256, 16, 0};
+    kvt_kv *kv = NULL;
+    kvt_err err = {0};
+    float *k = malloc(sizeof(float) * N * KV_HEADS * DIM), *v = malloc(sizeof(float) * N * KV_HEADS * DIM);
+    float *q = malloc(sizeof(float) * N * HEADS * DIM), *ref = malloc(sizeof(float) * N * HEADS * DIM);
+    float *o = malloc(sizeof(float) * N * HEADS * DIM);
+    kvt_status st = k && v && q && ref && o ? kvt_kv_contig_init(&kp, &kv, &err) : KVT_ERR_NOMEM;
+    uint64_t s = 5;
+    for (int64_t i = 0; !st && i < (int64_t)N * KV_HEADS * DIM; i++) k[i] = rng_f(&s), v[i] = rng_f(&s);
+    for (int64_t i = 0; !st && i < (int64_t)N * HEADS * DIM; i++) q[i] = 2.0f * rng_f(&s);
+    if (!st) st = kv->ops->append(kv, 0, 0, 0, N, k, v, &err);
+    static const int windows[] = {0, 48, 100};
+    for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) {
+        kvt_attn_params ap = {HEADS, 0.125f, 0, windows[w]};
+        char name[160], why[200] = "";
+        snprintf(name, sizeof name,
+                 "determ: attention (window %d) of %d positions: prefill on 1 thread = one token at a time on 1..4 threads "
+                 "= prefill on 3",
+                 windows[w], N);
+        bool ok = !st && !(st = attend_all(kv, &ap, q, N, 1, false, ref, &err));
+        for (int t = 1; ok && t <= 4; t++) {
+            ok = !(st = attend_all(kv, &ap, q, N, t, true, o, &err)) && !memcmp(ref, o, sizeof(float) * N * HEADS * DIM);
+            if (!ok && !st) snprintf(why, sizeof why, "one token at a time on %d threads differs", t);
+        }
+        ok = ok && !(st = attend_all(kv, &ap, q, N, 3, false, o, &err)) && !memcmp(ref, o, sizeof(float) * N * HEADS * DIM);
+        if (!ok && !st && !why[0]) snprintf(why, sizeof why, "prefill on 3 threads differs");
+        test_result(ok, name, "%s", st ? err.msg : why);
+    }
+    kvt_kv_free(kv);
+    free(k), free(v), free(q), free(ref), free(o);
 }
 
 // ------------------------------------------------------------------ a small model
@@ -356,7 +417,7 @@ static void beams_invariant(const kvt_model *m, const char *type, kvt_isa isa) {
 
 void test_determ(const test_env *env) {
     static const kvt_type mm_types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q4_0, KVT_TYPE_Q4_1,
-                                        KVT_TYPE_Q8_0, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+                                        KVT_TYPE_Q5_0, KVT_TYPE_Q8_0, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
     const kvt_isa best = kvt_kernels_isa_detected(), saved = kvt_kernels_isa();
     for (int isa = KVT_ISA_SCALAR; isa <= KVT_ISA_AVX512; isa++) {
         if (isa > (int)best) {
@@ -367,6 +428,7 @@ void test_determ(const test_env *env) {
         }
         for (size_t i = 0; i < sizeof mm_types / sizeof *mm_types; i++) matmul_rows_alone_vs_batch((kvt_isa)isa, mm_types[i]);
     }
+    attention_window();
     char dir[] = "/tmp/kvt_test_determ_XXXXXX";
     const char *disk = mkdtemp(dir);
     // f16, q8_0, q4_1 and the q4_K/q6_K mix: every kernel family

@@ -143,7 +143,7 @@ typedef struct {
 
 static const type_case k_weight_types[] = {
     {KVT_TYPE_F32, 0.f},      {KVT_TYPE_F16, 6e-4f},   {KVT_TYPE_BF16, 5e-3f},  {KVT_TYPE_Q8_0, 0.012f},
-    {KVT_TYPE_Q4_0, 0.16f},   {KVT_TYPE_Q4_1, 0.13f},  {KVT_TYPE_Q4_K, 0.11f},  {KVT_TYPE_Q5_K, 0.055f},
+    {KVT_TYPE_Q4_0, 0.16f},   {KVT_TYPE_Q4_1, 0.13f},  {KVT_TYPE_Q5_0, 0.08f},  {KVT_TYPE_Q4_K, 0.11f},  {KVT_TYPE_Q5_K, 0.055f},
     {KVT_TYPE_Q6_K, 0.027f},
 };
 static const type_case k_act_types[] = {{KVT_TYPE_Q8_1, 0.012f}, {KVT_TYPE_Q8_K, 0.02f}};
@@ -392,7 +392,7 @@ int test_kernels_main(void) {
     }
     test_vec_mad();
     test_vec_mad_rows();
-    CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_0) == NULL &&
+    CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,
           "unsupported types must give NULL");
     printf("# %d failure(s)\n", g_fail);

@@ -14,6 +14,7 @@
 #include "../src/base/timer.h"
 #include "../src/cli/commands.h"
 #include "../src/exec/context.h"
+#include "../src/attn/attention.h"
 #include "../src/kv/kv_paged.h"
 #include "../src/kv/kv_policy.h"
 #include "../src/kv/kv_uring.h"
@@ -340,6 +341,144 @@ static void test_fork_cow(void) {
     test_result(true, name, "");
 }
 
+// --- sliding-window layers --------------------------------------------------------------
+
+typedef struct {
+    kvt_kv *kv;
+    void *scratch[2];
+    void *ws;
+} win_store;
+
+static bool win_store_init(win_store *w, kvt_kv *kv, int32_t n_head) {
+    w->kv = kv;
+    for (int i = 0; i < 2; i++) w->scratch[i] = malloc((size_t)kvt_attn_scratch_bytes(kv, n_head, 0));
+    w->ws = malloc((size_t)kvt_attn_workspace_bytes(kv, n_head, 2));
+    return w->scratch[0] && w->scratch[1] && w->ws;
+}
+
+static void win_store_free(win_store *w) {
+    kvt_kv_free(w->kv);
+    free(w->scratch[0]);
+    free(w->scratch[1]);
+    free(w->ws);
+}
+
+// Layer 0 attends a window of W positions, layer 1 the whole context. Positions arrive in runs of 1..7
+// (decode and small prefills); after each run both layers attend the run's queries over the contiguous
+// cache and over the paged store (4-position blocks, head-wise shards). Both give the same outputs bit for
+// bit, equal to a dense softmax over the window; the paged store holds at most ceil((W - 1 + run) / 4) + 1
+// blocks per shard of layer 0 whatever the context; acquiring a freed block, or appending where the window
+// reaches freed positions, fails with a message.
+static void test_sliding_window(void) {
+    enum { L = 2, HKV = 2, H = 4, HD = 8, W = 10, BT = 4, NCTX = 300, MAXRUN = 7 };
+    const char *name = "kv: sliding-window layer: paged store frees what the window left, outputs equal the contiguous cache's";
+    static float K[NCTX][HKV * HD], V[NCTX][HKV * HD], q[MAXRUN][H * HD], out[2][MAXRUN][H * HD];
+    const int32_t windows[L] = {W, 0};
+    uint64_t rs = 99;
+    kvt_err err = {0};
+    kvt_threadpool *pool = NULL;
+    kvt_kv_params kp = {KVT_TYPE_F32, L, HKV, HD, HD, NCTX, BT, 0};
+    kvt_kv_paged_params pp = small_params();
+    pp.n_layer = L;
+    pp.n_head_kv = HKV;
+    pp.head_dim = pp.head_dim_v = HD;
+    pp.n_ctx = NCTX;
+    pp.block_tokens = BT;
+    pp.layer_window = windows;
+    pp.n_readers = 2;
+    kvt_kv *kc = NULL, *kpg = NULL;
+    win_store st[2] = {{0}, {0}};
+    bool ok = !kvt_threadpool_init(2, &pool, &err) && !kvt_kv_contig_init(&kp, &kc, &err) &&
+              !kvt_kv_paged_init(&pp, &kpg, &err);
+    st[0].kv = kc; // freed by win_store_free from here on
+    st[1].kv = kpg;
+    ok = ok && win_store_init(&st[0], kc, H) && win_store_init(&st[1], kpg, H);
+    double worst = 0;
+    int64_t max_blocks = 0, bound = 0, n = 0;
+    char why[256] = "";
+    while (ok && n < NCTX) {
+        int64_t run = rng_range(&rs, 1, MAXRUN);
+        if (n + run > NCTX) run = NCTX - n;
+        for (int64_t t = 0; t < run; t++) {
+            for (int e = 0; e < HKV * HD; e++) {
+                K[n + t][e] = (float)rng_range(&rs, -1000, 1000) / 500.0f;
+                V[n + t][e] = (float)rng_range(&rs, -1000, 1000) / 500.0f;
+            }
+            for (int e = 0; e < H * HD; e++) q[t][e] = (float)rng_range(&rs, -1000, 1000) / 500.0f;
+        }
+        for (int32_t l = 0; ok && l < L; l++) {
+            const kvt_attn_params ap = {H, 0.35f, 0, windows[l]};
+            for (int k = 0; ok && k < 2; k++) {
+                kvt_kv *kv = st[k].kv;
+                ok = !kv->ops->append(kv, 0, l, n, run, K[n], V[n], &err) &&
+                     !kvt_attention(kv, 0, l, &ap, q[0], n, run, out[k][0], pool, st[k].scratch, st[k].ws, &err);
+            }
+            if (ok && memcmp(out[0], out[1], (size_t)run * sizeof out[0][0]) != 0) {
+                snprintf(why, sizeof why, "layer %d, positions %lld..%lld: paged != contiguous", l, (long long)n,
+                         (long long)(n + run - 1));
+                ok = false;
+            }
+            // dense reference over [pos - W + 1, pos] (layer 0) or [0, pos] (layer 1)
+            for (int64_t t = 0; ok && t < run; t++) {
+                const int64_t pos = n + t, lo = windows[l] && pos - windows[l] + 1 > 0 ? pos - windows[l] + 1 : 0;
+                for (int h = 0; h < H; h++) {
+                    const int kh = h / (H / HKV);
+                    double mx = -1e300, sum = 0, acc[HD] = {0};
+                    for (int64_t j = lo; j <= pos; j++) {
+                        double d = 0;
+                        for (int e = 0; e < HD; e++) d += (double)q[t][h * HD + e] * K[j][kh * HD + e];
+                        mx = fmax(mx, d * 0.35);
+                    }
+                    for (int64_t j = lo; j <= pos; j++) {
+                        double d = 0;
+                        for (int e = 0; e < HD; e++) d += (double)q[t][h * HD + e] * K[j][kh * HD + e];
+                        const double w = exp(d * 0.35 - mx);
+                        sum += w;
+                        for (int e = 0; e < HD; e++) acc[e] += w * V[j][kh * HD + e];
+                    }
+                    for (int e = 0; e < HD; e++) worst = fmax(worst, fabs(acc[e] / sum - out[0][t][h * HD + e]));
+                }
+            }
+        }
+        n += run;
+        kvt_kv_stats ks;
+        kvt_kv_get_stats(kpg, &ks);
+        const int64_t held = ks.used_bytes[KVT_TIER_FAST] / ks.block_bytes;
+        // layer 1: every block; layer 0: the window plus the run, per shard
+        const int64_t b = HKV * ((n + BT - 1) / BT) + HKV * ((W - 1 + MAXRUN + BT - 1) / BT + 1);
+        max_blocks = held > max_blocks ? held : max_blocks;
+        if (held > b) {
+            snprintf(why, sizeof why, "at %lld positions the paged store holds %lld blocks, bound %lld", (long long)n,
+                     (long long)held, (long long)b);
+            ok = false;
+        }
+        bound = b;
+    }
+    if (ok && worst > 1e-4) {
+        snprintf(why, sizeof why, "outputs differ from the dense windowed softmax by %g", worst);
+        ok = false;
+    }
+    // layer 0's first block is gone; the window of a query at 20 (after truncating) reaches freed positions
+    kvt_kv_view v;
+    if (ok && (kpg->ops->acquire(kpg, 0, 0, 0, 0, &v, &err) == KVT_OK || !strstr(err.msg, "sliding window"))) {
+        snprintf(why, sizeof why, "acquiring a freed block: %.150s", err.msg);
+        ok = false;
+    }
+    if (ok) kpg->ops->truncate(kpg, 0, 20);
+    if (ok && (kpg->ops->append(kpg, 0, 0, 20, 1, K[20], V[20], &err) == KVT_OK || !strstr(err.msg, "freed"))) {
+        snprintf(why, sizeof why, "appending into a freed window: %.150s", err.msg);
+        ok = false;
+    }
+    if (ok) kpg->ops->truncate(kpg, 0, 0); // a fresh start works again
+    ok = ok && !kpg->ops->append(kpg, 0, 0, 0, 3, K[0], V[0], &err) && !kpg->ops->append(kpg, 0, 1, 0, 3, K[0], V[0], &err);
+    printf("#    sliding window %d over %d positions: paged store peak %lld blocks of layer 0 + 1 (bound %lld), "
+           "max |out - dense| %.2g\n", W, NCTX, (long long)max_blocks, (long long)bound, worst);
+    test_result(ok, name, "%s %s", why, err.msg);
+    win_store_free(&st[0]);
+    win_store_free(&st[1]);
+    kvt_threadpool_free(pool);
+}
+
 // --- disk integrity and budgets ---------------------------------------------------------
 
 // Prefill a context with everything beyond a tiny T0 on disk, then drop the cached copies.
@@ -378,6 +517,7 @@ static void test_disk_integrity(const char *path) {
                                   : "kv: a corrupted disk block is detected, naming file and block (bounce buffer)";
         kvt_context_params c1 = cp;
         c1.kv_block = direct ? 32 : 8;
+        c1.kv_keep = true; // the file stays in /tmp so that the test can open it (removed below)
         kvt_context *ctx = disk_ctx(m, c1, &err);
         bool ok = ctx != NULL;
         if (ok) {
@@ -412,7 +552,10 @@ static void test_disk_integrity(const char *path) {
             snprintf(detail, sizeof detail, "no disk copy (offset %lld): %s", (long long)off, err.msg);
         }
         test_result(ok, name, "%s", detail);
+        char kept[512] = "";
+        if (file) snprintf(kept, sizeof kept, "%s", file);
         kvt_context_free(ctx);
+        if (kept[0]) unlink(kept);
     }
     // (2) an injected read error ends the request with an I/O error (never a token)
     {
@@ -437,6 +580,7 @@ static void test_disk_integrity(const char *path) {
         snprintf(m1, sizeof m1, "%s", err.msg);
         kvt_context_free(ctx);
         c3.kv_disk_dir = NULL;
+        c3.kv_disk_max = 0; // (a disk budget without a disk tier is refused as a contradiction)
         ctx = disk_ctx(m, c3, &err);
         ok = ok && !ctx && err.status == KVT_ERR_BUDGET && strstr(err.msg, "--kv-disk");
         kvt_context_free(ctx);
@@ -456,6 +600,7 @@ void test_kv(const test_env *env) {
     test_crc();
     test_policies();
     test_fork_cow();
+    test_sliding_window();
     char stories[512];
     snprintf(stories, sizeof stories, "%s/models/stories260K.gguf", env->shared);
     char synth[64];

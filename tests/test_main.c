@@ -34,9 +34,12 @@ void test_skip(const char *name, const char *reason) {
 
 bool test_file_exists(const char *path) { return path && access(path, R_OK) == 0; }
 
-#define SUITES(X) X(gguf) X(kernels) X(tokenizer) X(sampler) X(mkmodel) X(model_ref) X(kv) X(batch) X(beam_group) X(beam) X(cli) X(plan) X(determ)
+#define SUITES(X) X(gguf) X(kernels) X(tokenizer) X(sampler) X(mkmodel) X(model_ref) X(kv) X(batch) X(beam_group) X(beam) X(cli) X(cli_user) X(plan) X(chat) X(serve) X(determ)
+// Suites that run only when named: `kvtier-tests vocab` (make test-vocab).
+#define EXTRA_SUITES(X) X(vocab)
 #define DECL(n) void test_##n(const test_env *env);
 SUITES(DECL)
+EXTRA_SUITES(DECL)
 
 // The kernel suite (test-backend-ops style) prints its own case lines and
 // returns its failure count.
@@ -57,10 +60,11 @@ int main(int argc, char **argv) {
     if (!env.shared) env.shared = "../shared";
     if (!env.cli) env.cli = "build/kvtier";
 #define ENTRY(n) {#n, test_##n},
-    static const suite suites[] = {SUITES(ENTRY)};
+    static const suite suites[] = {SUITES(ENTRY) EXTRA_SUITES(ENTRY)};
+    const size_t n_default = sizeof (suite[]){SUITES(ENTRY)} / sizeof(suite);
     const char *only = argc > 1 ? argv[1] : NULL;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
-        if (only && strcmp(only, suites[i].name) != 0) continue;
+        if (only ? strcmp(only, suites[i].name) != 0 : i >= n_default) continue;
         printf("# suite %s\n", suites[i].name);
         double t0 = kvt_time_ms();
         suites[i].fn(&env);

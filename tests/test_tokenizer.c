@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "../src/gguf/gguf.h"
@@ -20,6 +21,7 @@
 #include "test.h"
 
 #define SEP "\n__ggml_vocab_test__\n"
+#define LOWB "\xe2\x96\x81" // U+2581
 
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -145,8 +147,14 @@ static void vocab_file_case(const char *name, const kvt_tokenizer *t, const char
     const char *p = inp, *end = inp + ni, *o = out, *oend = out + no;
     int32_t *exp = malloc(65536 * sizeof *exp);
     while (p < end) {
+        // strings end at the separator; the last one may end at the end of the file
         const char *q = strstr(p, SEP);
-        if (!q) break;
+        if (!q) q = end;
+        if (o >= oend) {
+            snprintf(detail, sizeof detail, "%s has fewer lines than %s has strings", out_path, inp_path);
+            n_bad++;
+            break;
+        }
         const char *ol = memchr(o, '\n', (size_t)(oend - o));
         if (!ol) ol = oend;
         int64_t ne = parse_ids(o, (size_t)(ol - o), exp, 65536);
@@ -176,8 +184,12 @@ static void vocab_file_case(const char *name, const kvt_tokenizer *t, const char
         }
         free(got);
         n_str++;
-        p = q + strlen(SEP);
+        p = q < end ? q + strlen(SEP) : end;
         o = ol < oend ? ol + 1 : oend;
+    }
+    if (o < oend && n_bad == 0) {
+        snprintf(detail, sizeof detail, "%s has more lines than %s has strings", out_path, inp_path);
+        n_bad++;
     }
     free(exp);
     if (n_bad) {
@@ -376,6 +388,31 @@ static void smollm2_cases(const char *model) {
     kvt_gguf_free(g);
 }
 
+// Gemma 3 270M (SentencePiece, 262144 tokens, byte fallback, no space prefix): ids of
+// tests/data/gemma3-270m.tok.inp equal llama-tokenize's (tools/golden/gemma3_golden.sh).
+static void gemma3_cases(void) {
+    const char *model = getenv("KVT_GEMMA3");
+    if (!model || access(model, R_OK) != 0) {
+        test_skip("tokenizer.gemma3", "Gemma 3 not in cache: run `make model-gemma3`");
+        return;
+    }
+    kvt_gguf *g;
+    kvt_tokenizer *t = open_tok(model, &g, NULL);
+    if (!t) {
+        test_result(false, "tokenizer.gemma3", "cannot load %s", model);
+        return;
+    }
+    vocab_file_case("tokenizer.gemma3.plain", t, "tests/data/gemma3-270m.tok.inp", "tests/data/gemma3-270m.tok.out",
+                    false, "tokenizer.gemma3.roundtrip");
+    vocab_file_case("tokenizer.gemma3.special", t, "tests/data/gemma3-270m.tok.inp",
+                    "tests/data/gemma3-270m.tok.special.out", true, NULL);
+    const bool meta = kvt_tokenizer_type(t) == KVT_VOCAB_SPM && kvt_tokenizer_add_bos(t) && kvt_token_bos(t) == 2 &&
+                      kvt_token_is_eog(t, 1) && kvt_tokenizer_n_vocab(t) == 262144;
+    test_result(meta, "tokenizer.gemma3.meta", "vocabulary type, BOS or end-of-generation ids wrong");
+    kvt_tokenizer_free(t);
+    kvt_gguf_free(g);
+}
+
 static void unicode_cases(void) {
     bool ok = kvt_ucat('A') == KVT_UCAT_LETTER && kvt_ucat('7') == KVT_UCAT_NUMBER &&
               kvt_ucat(' ') == KVT_UCAT_SEPARATOR && kvt_ucat('$') == KVT_UCAT_SYMBOL &&
@@ -410,6 +447,9 @@ static void unicode_cases(void) {
         {KVT_PRE_GPT2, "I'M 42  ", "1 1 1 3 2"},
         {KVT_PRE_SMOLLM, "a 12", "1 1 1 1"},
         {KVT_PRE_DEFAULT, "x=1234 (y)", "1 1 3 1 1 1 1 1"},
+        {KVT_PRE_DEEPSEEK_CODER, "a1b\n  x,y", "1 1 1 1 1 2 1 1"},
+        {KVT_PRE_DEEPSEEK_LLM, "Ab 12  ", "2 1 2 2"},
+        {KVT_PRE_GEMMA4, "a b\n\nc", "3 2 1"},
     };
     char d[200] = "";
     bool sok = true;
@@ -435,6 +475,112 @@ static void unicode_cases(void) {
     test_result(sok, "tokenizer.pretokenize", "%s", d);
 }
 
+// Writes a vocabulary-only GGUF: tokens (type 1 unless types given), merges
+// (may be NULL), the string keys given as key, value pairs, BOS id 2 and
+// add_bos_token false.
+static bool write_vocab(const char *path, const char *model, const char *const *toks, const int32_t *types,
+                        int n, const char *const *merges, int n_merges, const char *const *kv, int n_kv) {
+    kvt_gguf_writer *w = kvt_gguf_writer_init();
+    int32_t ty[64];
+    for (int i = 0; i < n && i < 64; i++) {
+        ty[i] = types ? types[i] : 1;
+    }
+    kvt_gguf_writer_set_str(w, "tokenizer.ggml.model", model);
+    for (int i = 0; i + 1 < 2 * n_kv; i += 2) {
+        kvt_gguf_writer_set_str(w, kv[i], kv[i + 1]);
+    }
+    kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n);
+    kvt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KVT_GGUF_I32, ty, (uint64_t)n);
+    if (merges) {
+        kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, (uint64_t)n_merges);
+    }
+    kvt_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    kvt_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    bool ok = kvt_gguf_writer_write(w, path, NULL) == KVT_OK;
+    kvt_gguf_writer_free(w);
+    return ok;
+}
+
+// Tokenizer of a file written by write_vocab; NULL with err filled if refused.
+static kvt_tokenizer *open_vocab(const char *path, kvt_gguf **g, kvt_err *err) {
+    *g = NULL;
+    kvt_tokenizer *t = NULL;
+    if (kvt_gguf_open(path, g, err) == KVT_OK && kvt_tokenizer_init(*g, &t, err) == KVT_OK) {
+        return t;
+    }
+    kvt_gguf_free(*g);
+    *g = NULL;
+    return NULL;
+}
+
+// Small vocabularies made here: Gemma 4's SentencePiece-style BPE, refusals
+// by name, and `kvtier tokenize` on an architecture the engine cannot run.
+static void synthetic_cases(const test_env *env) {
+    char path[] = "/tmp/kvt_test_vocab_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        test_result(false, "tokenizer.synthetic", "mkstemp failed");
+        return;
+    }
+    close(fd);
+    kvt_err err = {0};
+    kvt_gguf *g;
+
+    // Gemma 4: spaces escaped to U+2581, merges over raw UTF-8, a newline
+    // run as one word, <0xXX> byte fallback, BOS although add_bos_token is false
+    static const char *const gtoks[] = {"<pad>", "<eos>", "<bos>", "<unk>", "<0x0A>", "<0xC3>", "<0xA9>", "\n",
+                                        "\n\n", LOWB, "a", "b", "ab", LOWB "ab", LOWB "a"};
+    static const int32_t gtypes[] = {3, 3, 3, 2, 6, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const char *const gmerges[] = {LOWB " a", LOWB "a b", "a b"};
+    static const char *const gkv[] = {"general.architecture", "gemma4", "tokenizer.ggml.pre", "gemma4"};
+    kvt_tokenizer *t = NULL;
+    if (write_vocab(path, "gemma4", gtoks, gtypes, 15, gmerges, 3, gkv, 2)) {
+        t = open_vocab(path, &g, &err);
+    }
+    if (t) {
+        char d[600] = "";
+        const char *text = "ab ab\n\n\xc3\xa9";
+        const int32_t want[] = {2, 12, 13, 8, 5, 6};
+        bool ok = ids_eq(t, text, true, false, want, 6, d, sizeof d);
+        char out[32];
+        int64_t n = kvt_detokenize(t, want + 1, 5, out, sizeof out);
+        bool dt = n == (int64_t)strlen(text) && memcmp(out, text, (size_t)n) == 0;
+        test_result(ok && dt, "tokenizer.synthetic.gemma4", "%s%s", d, dt ? "" : " (detokenize differs)");
+        kvt_tokenizer_free(t);
+        kvt_gguf_free(g);
+    } else {
+        test_result(false, "tokenizer.synthetic.gemma4", "%s", err.msg);
+    }
+
+    // refused by name: another tokenizer model, an unknown pre-tokenizer
+    static const char *const btoks[] = {"H", "i", "Hi", "\xc4\xa0"};
+    static const char *const bmerges[] = {"H i"};
+    static const char *const bad_pre[] = {"tokenizer.ggml.pre", "nosuch-pre"};
+    bool r1 = write_vocab(path, "bert", btoks, NULL, 4, NULL, 0, NULL, 0) && !open_vocab(path, &g, &err) &&
+              err.status == KVT_ERR_UNSUPPORTED && strstr(err.msg, "'bert'");
+    bool r2 = write_vocab(path, "gpt2", btoks, NULL, 4, bmerges, 1, bad_pre, 1) && !open_vocab(path, &g, &err) &&
+              err.status == KVT_ERR_UNSUPPORTED && strstr(err.msg, "'nosuch-pre'");
+    test_result(r1 && r2, "tokenizer.synthetic.refused", "bert %d, unknown pre %d: %s", r1, r2, err.msg);
+
+    // `kvtier tokenize` reads only tokenizer.* keys: an architecture the
+    // engine cannot run (gpt2) tokenizes
+    static const char *const gpt2_kv[] = {"general.architecture", "gpt2", "tokenizer.ggml.pre", "gpt-2"};
+    if (!env->cli || !test_file_exists(env->cli)) {
+        test_skip("tokenizer.synthetic.cli", "kvtier binary missing");
+    } else if (write_vocab(path, "gpt2", btoks, NULL, 4, bmerges, 1, gpt2_kv, 2)) {
+        char cmd[700], out[64] = "";
+        snprintf(cmd, sizeof cmd, "%s tokenize -m %s -p 'Hi Hi' 2>&1", env->cli, path);
+        FILE *p = popen(cmd, "r");
+        size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        int rc = p ? pclose(p) : -1;
+        out[n] = 0;
+        test_result(rc == 0 && !strcmp(out, "2 3 2\n"), "tokenizer.synthetic.cli", "exit %d: %s", rc, out);
+    } else {
+        test_result(false, "tokenizer.synthetic.cli", "cannot write %s", path);
+    }
+    unlink(path);
+}
+
 void test_tokenizer(const test_env *env) {
     const char *shared = env->shared;
     char path[512], inp[600], out[600];
@@ -442,6 +588,7 @@ void test_tokenizer(const test_env *env) {
     kvt_gguf *g;
 
     unicode_cases();
+    synthetic_cases(env);
 
     snprintf(path, sizeof path, "%s/vectors/tokenizer/ggml-vocab-llama-spm.gguf", shared);
     kvt_tokenizer *t = open_tok(path, &g, &ms);
@@ -475,6 +622,92 @@ void test_tokenizer(const test_env *env) {
     reference_prompt_case(shared, "qwen3-synth-f16");
 
     smollm2_cases(env->smollm2);
+    gemma3_cases();
+}
+
+// make test-vocab: every ggml-vocab-*.gguf of llama.cpp's models/ folder
+// (folder in $KVT_VOCAB_DIR) with its .inp/.out vectors, tokenized without
+// BOS/EOS and without parsing special tokens, as llama.cpp's
+// test-tokenizer-0 does. A vocabulary whose tokenizer model is not one of
+// ours ("llama", "gpt2", "gemma4") and that the tokenizer refuses by name is
+// a skip; a refused vocabulary of ours, a load error or any id difference is
+// a failure. Vocabularies without vectors only have to load or be refused by
+// name.
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void vocab_dir_case(const char *dir, const char *file) {
+    char path[1024], inp[1100], out[1100], name[256], model[64] = "";
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    snprintf(inp, sizeof inp, "%s.inp", path);
+    snprintf(out, sizeof out, "%s.out", path);
+    // "ggml-vocab-NAME.gguf" -> "vocab.NAME"
+    snprintf(name, sizeof name, "vocab.%.*s", (int)(strlen(file) - strlen("ggml-vocab-") - strlen(".gguf")),
+             file + strlen("ggml-vocab-"));
+    bool vectors = test_file_exists(inp) && test_file_exists(out);
+    kvt_err err = {0};
+    kvt_gguf *g = NULL;
+    if (kvt_gguf_open(path, &g, &err) != KVT_OK) {
+        test_result(false, name, "%s", err.msg);
+        return;
+    }
+    kvt_str m;
+    if (kvt_gguf_get_str(g, "tokenizer.ggml.model", &m, NULL) == KVT_OK) {
+        snprintf(model, sizeof model, "%.*s", (int)(m.len < 63 ? m.len : 63), m.ptr);
+    }
+    kvt_tokenizer *t = NULL;
+    kvt_status st = kvt_tokenizer_init(g, &t, &err);
+    bool ours = !strcmp(model, "llama") || !strcmp(model, "gpt2") || !strcmp(model, "gemma4");
+    if (st == KVT_ERR_UNSUPPORTED && !ours) {
+        char why[600];
+        snprintf(why, sizeof why, "refused: %s", err.msg);
+        test_skip(name, why);
+    } else if (st != KVT_OK) {
+        test_result(false, name, "%s", err.msg);
+    } else if (!vectors) {
+        test_skip(name, "loads; llama.cpp ships no .inp/.out vectors for it");
+    } else {
+        vocab_file_case(name, t, inp, out, false, NULL);
+    }
+    kvt_tokenizer_free(t);
+    kvt_gguf_free(g);
+}
+
+void test_vocab(const test_env *env) {
+    (void)env;
+    const char *dir = getenv("KVT_VOCAB_DIR");
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) {
+        test_skip("vocab", "no vocabulary folder (KVT_VOCAB_DIR unset or unreadable; `make test-vocab` fetches it)");
+        return;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, "ggml-vocab-", 11) != 0 || l < 16 || strcmp(e->d_name + l - 5, ".gguf") != 0) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 32;
+            char **nn = realloc(names, cap * sizeof *nn);
+            if (!nn) break;
+            names = nn;
+        }
+        names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    if (n == 0) {
+        test_result(false, "vocab", "no ggml-vocab-*.gguf in %s", dir);
+    }
+    qsort(names, n, sizeof *names, cmp_str);
+    for (size_t i = 0; i < n; i++) {
+        vocab_dir_case(dir, names[i]);
+        free(names[i]);
+    }
+    free(names);
 }
 
 #ifdef KVT_TEST_STANDALONE

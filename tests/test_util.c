@@ -3,6 +3,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+
+int test_run(const char *cmd, char *out, size_t cap) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFSIGNALED(st) ? -1 : WEXITSTATUS(st);
+}
 
 char *test_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");

@@ -11,5 +11,8 @@ char *test_read_file(const char *path, size_t *len);
 int32_t *test_json_int_array(const char *json, const char *key, int64_t *n);
 // One float per line, malloc'ed; NULL if unreadable.
 float *test_read_floats(const char *path, int64_t *n);
+// Runs a shell command: its exit status (-1 if killed by a signal) and its stdout in out (NUL-terminated,
+// at most cap - 1 bytes).
+int test_run(const char *cmd, char *out, size_t cap);
 
 #endif

@@ -13,6 +13,9 @@ static int32_t group_qheads(const kvt_kv *kv, int32_t n_head) { return kv->group
 
 static int32_t tile_of(int32_t tile) { return tile > 0 ? tile : KVT_ATTN_TILE; }
 
+// First position a query at pos attends with a window of w positions (0: the whole context).
+static int64_t first_visible(int64_t w, int64_t pos) { return w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0; }
+
 // Query tokens attended together by one task in prefill: each block is acquired once per task for all of
 // them, not once per token (fewer acquisitions, and far fewer loads when the fast tier is small).
 #define ATTN_TOKENS 64
@@ -75,6 +78,7 @@ typedef struct {
     const float *q;
     int64_t pos0, n, n_tok; // n_tok: tokens per task
     int64_t n_chunk;        // chunks of the single token when they are separate tasks (split), else 1
+    int64_t c0;             // split: the first chunk its window sees (chunks c0 .. c0 + n_chunk - 1)
     float *out;
     float *part; // [n_head, n_chunk, 2 + hdv] (m, l, o) per chunk when split
     void *const *scratch;
@@ -102,6 +106,8 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     const bool split = C > 1;
     const int64_t t0 = tt * J->n_tok, t1 = tt + 1 < n_tt ? t0 + J->n_tok : J->n, nj = t1 - t0;
     const int64_t pos_last = J->pos0 + t1 - 1; // last position attended by the last token (causal)
+    const int64_t W = J->p->window;
+    const int64_t p_first = first_visible(W, J->pos0 + t0); // first position attended by the first token
     const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
     const kvt_type_ops *qops = kvt_type_ops_get(ops->vec_dot_type);
     const int64_t qrow = (kvt_row_size(ops->vec_dot_type, hd) + 63) / 64 * 64;
@@ -126,16 +132,19 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     }
     memset(o, 0, (size_t)(nj * qh * hdv) * sizeof(float));
     memset(fo, 0, (size_t)(nj * qh * hdv) * sizeof(float));
-    const int64_t ntile = (pos_last + 1 + T - 1) / T;
+    const int64_t ntile = (pos_last + 1 + T - 1) / T, tl_first = p_first / T;
     int64_t held = -1; // block currently acquired
     kvt_kv_view v = {0};
     kvt_err e;
-    const int64_t tl_beg = split ? c * CT : 0, tl_end = split && (c + 1) * CT < ntile ? (c + 1) * CT : ntile;
+    // split: the tiles of chunk c0 + c from the window's first one on; else all the tiles of the tokens
+    const int64_t ca = J->c0 + c, tl_beg = split && ca * CT > tl_first ? ca * CT : tl_first;
+    const int64_t tl_end = split && (ca + 1) * CT < ntile ? (ca + 1) * CT : ntile;
     for (int64_t tl = tl_beg; tl < tl_end; tl++) {
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
         const int64_t pa = tl * T, pb = pa + T < pos_last + 1 ? pa + T : pos_last + 1;
-        const bool direct = pa / kv->block_tokens == (pb - 1) / kv->block_tokens; // tile inside one block
-        for (int64_t p = pa; p < pb;) {
+        const int64_t ps = pa > p_first ? pa : p_first; // first position of the tile read (window)
+        const bool direct = ps / kv->block_tokens == (pb - 1) / kv->block_tokens; // tile inside one block
+        for (int64_t p = ps; p < pb;) {
             const int64_t b = p / kv->block_tokens;
             if (b != held) {
                 if (held >= 0) kv->ops->release(kv, J->seq, J->layer, g, held);
@@ -157,11 +166,12 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             for (int64_t j = 0; j < nj; j++) {
                 const int64_t pos = J->pos0 + t0 + j;
                 const int64_t cj = pos + 1 - p < cnt ? pos + 1 - p : cnt; // causal: positions <= pos
-                for (int32_t i = 0; i < qh && cj > 0; i++) {
+                const int64_t lo = first_visible(W, pos), x0 = lo > p ? lo - p : 0; // window: positions >= lo
+                for (int32_t i = 0; i < qh && cj > x0; i++) {
                     const uint8_t *kb = (const uint8_t *)v.k + (i / qpg) * v.k_hstride + off * v.k_stride;
                     const uint8_t *qj = qd + (j * qh + i) * qrow;
                     float *si = s + (j * qh + i) * T + (p - pa);
-                    for (int64_t x = 0; x < cj; x++) {
+                    for (int64_t x = x0; x < cj; x++) {
                         float d;
                         ops->vec_dot(hd, &d, kb + x * v.k_stride, qj);
                         si[x] = d * J->p->scale;
@@ -180,19 +190,22 @@ static void attn_task(void *vctx, int64_t task, int thread) {
         }
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
         // merge the tile into the running (m, l, o) of every head of every token that attends it
-        const uint8_t *vbase = direct ? (const uint8_t *)v.v + (pa - v.pos0) * v.v_stride : vt;
         const int64_t vstr = direct ? v.v_stride : vrow, vhstr = direct ? v.v_hstride : T * vrow;
         for (int64_t j = 0; j < nj; j++) {
-            const int64_t pos = J->pos0 + t0 + j;
+            const int64_t pos = J->pos0 + t0 + j, lo = first_visible(W, pos);
             if (pos < pa) continue;
-            const int64_t cnt = (pa + T < pos + 1 ? pa + T : pos + 1) - pa;
+            const int64_t cnt = (pa + T < pos + 1 ? pa + T : pos + 1) - pa, x0 = lo > pa ? lo - pa : 0;
+            // the tile lies before the token's window (its chunk state is still empty, nothing to fold)
+            if (x0 >= cnt) continue;
+            // V rows of the tile from its position pa + x0 on (the token's first visible one)
+            const uint8_t *vbase = direct ? (const uint8_t *)v.v + (pa + x0 - v.pos0) * v.v_stride : vt + x0 * vrow;
             // the token's chunk ends with this tile: fold it (prefill; split tasks save it instead)
             const bool fold = !split && ((tl + 1) % CT == 0 || pos < pa + T);
             for (int32_t i = 0; i < qh; i++) {
                 const int64_t ji = j * qh + i;
-                float *si = s + ji * T;
+                float *si = s + ji * T + x0;
                 float bm = -INFINITY;
-                for (int64_t x = 0; x < cnt; x++) bm = si[x] > bm ? si[x] : bm;
+                for (int64_t x = 0; x < cnt - x0; x++) bm = si[x] > bm ? si[x] : bm;
                 float *oi = o + ji * hdv;
                 float mn = bm > m[ji] ? bm : m[ji];
                 float corr = expf(m[ji] - mn);
@@ -201,11 +214,11 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                     kvt_vec_scale_f32(oi, corr, hdv);
                 }
                 const uint8_t *vb = vbase + (i / qpg) * vhstr;
-                for (int64_t x = 0; x < cnt; x++) { // scores -> weights, in place
+                for (int64_t x = 0; x < cnt - x0; x++) { // scores -> weights, in place
                     si[x] = expf(si[x] - mn);
                     l[ji] += si[x];
                 }
-                kvt_vec_mad_rows(kv->type, oi, vb, vstr, si, cnt, hdv);
+                kvt_vec_mad_rows(kv->type, oi, vb, vstr, si, cnt - x0, hdv);
                 m[ji] = mn;
                 if (fold) {
                     state_fold(fm + ji, fl + ji, fo + ji * hdv, m[ji], l[ji], oi, hdv);
@@ -261,9 +274,13 @@ kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_
     const int nt = kvt_threadpool_n_threads(pool);
     attn_job J = {.kv = kv, .seq = seq, .layer = layer, .p = p, .T = tile_of(p->tile), .q = q, .pos0 = pos0, .n = n,
                   .out = out, .scratch = scratch, .part = workspace, .n_chunk = 1};
-    // one token on several threads: its chunks are the tasks (the results are the same either way)
-    const int64_t T = J.T, n_chunk = ((pos0 + 1 + T - 1) / T + chunk_tiles(J.T) - 1) / chunk_tiles(J.T);
-    if (n == 1 && nt > 1 && workspace && n_chunk > 1 && n_chunk <= max_chunks(kv)) J.n_chunk = n_chunk;
+    // one token on several threads: its chunks (those its window sees) are the tasks; same result either way
+    const int64_t T = J.T, CT = chunk_tiles(J.T);
+    const int64_t c_end = ((pos0 + 1 + T - 1) / T + CT - 1) / CT, c0 = first_visible(p->window, pos0) / T / CT;
+    if (n == 1 && nt > 1 && workspace && c_end - c0 > 1 && c_end - c0 <= max_chunks(kv)) {
+        J.c0 = c0;
+        J.n_chunk = c_end - c0;
+    }
     J.n_tok = J.n_chunk > 1 ? 1 : tokens_per_task(n, nt);
     atomic_init(&J.failed, 0);
     kvt_threadpool_run(pool, attn_task, &J, (n + J.n_tok - 1) / J.n_tok * kv->n_group * J.n_chunk);

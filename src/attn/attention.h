@@ -1,7 +1,7 @@
 // attention.h - exact causal attention streamed over KV blocks.
 //
 // For each query token t (position pos0 + t) and query head h, attends over
-// positions [0, pos0 + t] of the sequence, reading the KV cache block by block
+// positions [0, pos0 + t] of the sequence (or its last `window` of them), reading the KV cache block by block
 // and merging partial results with the online-softmax state (m, l, o)
 // (helm.txt §4.2.3): the result equals dense softmax attention whatever the
 // block size, granularity or residency. One acquisition of a block of a shard
@@ -34,6 +34,8 @@ typedef struct {
     int32_t n_head;    // query heads; head h reads KV head h / (n_head / n_head_kv)
     float scale;       // usually 1/sqrt(head_dim)
     int32_t tile;      // positions per online-softmax merge step (0: KVT_ATTN_TILE)
+    int32_t window;    // sliding window: a query at pos attends [pos - window + 1, pos]; 0: [0, pos]. Blocks
+                       // wholly before a task's first visible position are never acquired.
 } kvt_attn_params;
 
 #define KVT_ATTN_TILE 32

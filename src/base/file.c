@@ -2,9 +2,40 @@
 #include "file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+kvt_status kvt_file_open_regular(const char *path, const char *what, int *fd, int64_t *size, kvt_err *err) {
+    *fd = -1;
+    const char *sep = what && *what ? " " : "";
+    if (!what) what = "";
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (f < 0) return kvt_errorf(err, KVT_ERR_IO, "%s%s%s: cannot open: %s", what, sep, path, strerror(errno));
+    struct stat sb;
+    if (fstat(f, &sb) != 0) {
+        const int e = errno;
+        close(f);
+        return kvt_errorf(err, KVT_ERR_IO, "%s%s%s: cannot stat: %s", what, sep, path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(f);
+        return kvt_errorf(err, KVT_ERR_IO, "%s%s%s: not a regular file (%s)", what, sep, path,
+                          S_ISFIFO(sb.st_mode) ? "a FIFO" : S_ISDIR(sb.st_mode) ? "a directory" : "a device or socket");
+    }
+    const int fl = fcntl(f, F_GETFL);
+    if (fl < 0 || fcntl(f, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        const int e = errno;
+        close(f);
+        return kvt_errorf(err, KVT_ERR_IO, "%s%s%s: fcntl: %s", what, sep, path, strerror(e));
+    }
+    *fd = f;
+    *size = (int64_t)sb.st_size;
+    return KVT_OK;
+}
 
 kvt_status kvt_read_text(const char *path, char **out, size_t *len, kvt_err *err) {
     *out = NULL;

@@ -1,13 +1,20 @@
-// file.h - reading a whole file into memory.
+// file.h - reading a whole file into memory; opening a file that must be a regular one.
 #ifndef KVT_FILE_H
 #define KVT_FILE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "status.h"
 
 // Reads the file at path into *out (malloc'ed, NUL-terminated; the caller frees it); *len gets its size
 // in bytes when len is non-NULL. KVT_ERR_IO (open or read failed) or KVT_ERR_NOMEM, naming the path.
 kvt_status kvt_read_text(const char *path, char **out, size_t *len, kvt_err *err);
+
+// Opens path read-only (close-on-exec) and checks that it is a regular file before anything can block: the
+// open is non-blocking, so a FIFO or a device is refused at once instead of waiting for a writer. *fd gets
+// the descriptor (blocking again; the caller closes it), *size the file's bytes. KVT_ERR_IO naming
+// `what` and the path otherwise ("<what> <path>: cannot open: ..." / "...: not a regular file").
+kvt_status kvt_file_open_regular(const char *path, const char *what, int *fd, int64_t *size, kvt_err *err);
 
 #endif

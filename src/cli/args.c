@@ -92,9 +92,23 @@ bool kvt_args_bytes(kvt_args *a, const char *flag, int64_t *out) {
     const char *v = kvt_args_value(a, flag);
     if (!v) return false;
     if (!kvt_parse_bytes(v, out)) {
-        fprintf(stderr, "kvtier %s: %s: '%s' is not a byte size (e.g. 4096, 512M, 7GB)\n", a->cmd, flag, v);
+        fprintf(stderr, "kvtier %s: %s: '%s' is not a byte size (e.g. 4096, 512M, 7G; KB/MB/GB are powers of 1000)\n", a->cmd,
+                flag, v);
         return false;
     }
+    return true;
+}
+
+bool kvt_args_bytes_pos(kvt_args *a, const char *flag, int64_t *out) {
+    const char *v = kvt_args_value(a, flag);
+    if (!v) return false;
+    int64_t x;
+    if (!kvt_parse_bytes(v, &x) || x <= 0) {
+        fprintf(stderr, "kvtier %s: %s: '%s' is not a positive byte size (e.g. 4096, 512M, 7G; KB/MB/GB are powers of 1000)\n",
+                a->cmd, flag, v);
+        return false;
+    }
+    *out = x;
     return true;
 }
 

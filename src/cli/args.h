@@ -22,9 +22,17 @@ bool kvt_args_next(kvt_args *a, const char **flag);
 const char *kvt_args_value(kvt_args *a, const char *flag);
 bool kvt_args_int(kvt_args *a, const char *flag, int64_t lo, int64_t hi, int64_t *out);
 bool kvt_args_float(kvt_args *a, const char *flag, double lo, double hi, double *out);
-// Byte sizes: plain integers or with suffix K, M, G, T (powers of 1024), KB/MB/GB (powers of 1000), e.g. "512M", "7GB".
+// Byte sizes, one rule for every flag of every command (engine flags, plan, dm-model): a number (a fraction
+// allowed) with an optional suffix, case-insensitive: K M G T and KiB MiB GiB TiB are powers of 1024,
+// KB MB GB TB powers of 1000, B bytes; e.g. "512M" = 536870912, "7G" = 7 GiB, "7GB" = 7000000000.
+#define KVT_BYTES_HELP                                                                                              \
+    "  BYTES: 4096, 512K, 1.5M, 7G: K/M/G/T (or KiB/MiB/GiB/TiB) are powers of 1024;\n"                                \
+    "         KB/MB/GB/TB are powers of 1000 (7GB = 7000000000)\n"
 bool kvt_args_bytes(kvt_args *a, const char *flag, int64_t *out);
+// The rule above; false on anything else (negative, garbage, past 2^63).
 bool kvt_parse_bytes(const char *s, int64_t *out);
+// A byte-size flag that must be positive ("--kv-fast 0" is refused).
+bool kvt_args_bytes_pos(kvt_args *a, const char *flag, int64_t *out);
 // Prints "kvtier <cmd>: unknown flag <flag> (see kvtier <cmd> --help)" and returns false.
 bool kvt_args_unknown(kvt_args *a, const char *flag);
 // Reads a whole file into a malloc'ed NUL-terminated buffer; NULL on error (message printed).

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../base/json.h"
+#include "../base/timer.h"
 #include "../sched/beam.h"
 #include "../sched/dm_model.h"
 #include "commands.h"
@@ -26,7 +27,7 @@ static const char *k_help =
     "  --no-batch           one forward pass per continuation and token (bit-exact across schedules)\n"
     "  --ignore-eos         do not end beams at end-of-generation tokens\n"
     "  --no-special         do not parse special-token text in the prompt\n"
-    "  --json               one JSON object: beams, kv, groups_per_step, time_ms, predicted bytes\n"
+    "  --json               one JSON object: beams, kv, groups_per_step, time_ms, predicted bytes\n" CLI_PROGRESS_HELP
     "Without a KV tier flag the paged store runs with unlimited fast memory.\n";
 
 // Copies s with \n, \t, \\ replaced; malloc'ed.
@@ -41,16 +42,6 @@ static char *unescape(const char *s) {
     }
     *d = 0;
     return o;
-}
-
-static char *detok(const kvt_tokenizer *tok, const int32_t *ids, int64_t n, int64_t *len) {
-    int64_t cap = 64 + n * 64;
-    char *t = malloc((size_t)cap);
-    *len = 0;
-    if (!t) return NULL;
-    int64_t l = kvt_detokenize(tok, ids, n, t, cap);
-    *len = l < 0 ? 0 : l > cap ? cap : l;
-    return t;
 }
 
 static int64_t moved_total(const kvt_kv_stats *s) {
@@ -83,7 +74,7 @@ static void print_json(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_bea
         for (int64_t k = 0; k < b->n; k++) kvt_json_int(&j, b->ids[k]);
         kvt_json_arr_end(&j);
         int64_t tl;
-        char *t = detok(tok, b->ids, b->n, &tl);
+        char *t = cli_detokenize(tok, b->ids, b->n, &tl);
         kvt_json_key(&j, "text");
         kvt_json_strn(&j, t ? t : "", (size_t)(t ? tl : 0));
         free(t);
@@ -140,7 +131,7 @@ static void print_text(kvt_context *ctx, const kvt_tokenizer *tok, const char *p
     for (int32_t i = 0; i < r->n_beams; i++) {
         const kvt_beam_out *b = &r->beams[i];
         int64_t tl;
-        char *t = detok(tok, b->ids, b->n, &tl);
+        char *t = cli_detokenize(tok, b->ids, b->n, &tl);
         printf("=== beam %d  score %.4f  %lld tokens%s\n", i + 1, b->score, (long long)b->n,
                b->finished ? "" : " (unfinished)");
         fwrite(prompt, 1, plen, stdout);
@@ -248,10 +239,9 @@ int cmd_beam(int argc, char **argv) {
         cp.n_ctx = need < model->hp.n_ctx_train ? need : model->hp.n_ctx_train;
         if (cp.n_ctx < n_prompt + bp.n_tokens) cp.n_ctx = n_prompt + bp.n_tokens;
     }
-    if (kvt_context_init(model, &cp, &ctx, &err)) {
-        fprintf(stderr, "kvtier beam: %s\n", err.msg);
-        goto done;
-    }
+    cli_progress prog;
+    cli_progress_on(&prog, &cp, !in.no_progress && !json);
+    if (!cli_context_init("beam", model, &cp, &ctx)) goto done;
     if (prm_path) {
         if (!cli_load_model("beam", prm_path, false, &prm_model, NULL)) goto done;
         if (prm_model->hp.n_vocab != model->hp.n_vocab) {
@@ -270,6 +260,7 @@ int cmd_beam(int argc, char **argv) {
         bp.scorer_user = prm;
     }
     bp.tok = tok;
+    prog.t0_ms = kvt_time_ms();
     if (kvt_beam_run(ctx, &bp, ids, n_prompt, &res, &err)) {
         fprintf(stderr, "kvtier beam: %s\n", err.msg);
         goto done;

@@ -111,10 +111,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "kvtier bench: %lld tokens exceed the context size %lld\n", (long long)need, (long long)cp.n_ctx);
         goto done;
     }
-    if (kvt_context_init(m, &cp, &ctx, &err)) {
-        fprintf(stderr, "kvtier bench: %s\n", err.msg);
-        goto done;
-    }
+    if (!cli_context_init("bench", m, &cp, &ctx)) goto done;
     uint64_t r = 12345;
     for (int64_t i = 0; i < need; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;

@@ -2,11 +2,10 @@
 // model (locality-aware-beam-scheduling.txt, Eqs. 1-5) for a named shape or a
 // GGUF's hyperparameters: token-by-token layer-wise offload vs beam scheduling.
 //
-// --kv-mem follows the paper's units: its "7 GB" is 7 GiB (the baseline of
-// Figure 7, 53,012 GB, is 53,012.45 GiB with a 7 * 2^30-byte budget and 53,857
-// with 7e9), so here K/M/G/T with or without a trailing B are powers of 1024.
+// The paper's "7 GB" is 7 GiB (the baseline of Figure 7, 53,012 GB, is 53,012.45
+// GiB with a 7 * 2^30-byte budget and 53,857 with 7e9): --kv-mem 7G (the default)
+// reproduces it; byte sizes follow kvtier's one rule (args.h: 7G = 7 GiB, 7GB = 7e9).
 // Results are printed in GiB (2^30 bytes) and in bytes.
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,21 +31,10 @@ static const char *k_help =
     "  --step S         tokens per step (default 32)\n"
     "  --prompt P       prompt tokens (default 128)\n"
     "  --gen G          tokens generated per beam (default 1920)\n"
-    "  --kv-mem BYTES   fast-tier KV budget (default 7GB). As in the paper, K/M/G/T with or\n"
-    "                   without B are powers of 1024: 7GB = 7 GiB = 7516192768 bytes\n"
-    "  --json           one JSON object: token_by_token_gib, beam_scheduling_gib, ... (GiB = 2^30 bytes)\n";
-
-// Byte size in the paper's convention: "7GB" and "7G" are both 7 * 2^30.
-static bool parse_mem(const char *s, int64_t *out) {
-    char buf[64];
-    size_t n = strlen(s);
-    if (n == 0 || n >= sizeof buf) return false;
-    memcpy(buf, s, n + 1);
-    if (n >= 2 && toupper((unsigned char)buf[n - 1]) == 'B' && strchr("KMGT", toupper((unsigned char)buf[n - 2]))) {
-        buf[n - 1] = 0; // KB/MB/GB/TB -> K/M/G/T (binary)
-    }
-    return kvt_parse_bytes(buf, out) && *out > 0;
-}
+    "  --kv-mem BYTES   fast-tier KV budget (default 7G = 7516192768 bytes, the paper's \"7 GB\",\n"
+    "                   which is 7 GiB)\n"
+    "  --json           one JSON object: token_by_token_gib, beam_scheduling_gib, ... (GiB = 2^30 bytes)\n"
+    KVT_BYTES_HELP;
 
 int cmd_dm_model(int argc, char **argv) {
     kvt_args a = {CMD, argc, argv, 0};
@@ -64,14 +52,8 @@ int cmd_dm_model(int argc, char **argv) {
         else if (!strcmp(flag, "--step")) ok = kvt_args_int(&a, flag, 1, 1 << 26, &step);
         else if (!strcmp(flag, "--prompt")) ok = kvt_args_int(&a, flag, 0, 1 << 26, &prompt);
         else if (!strcmp(flag, "--gen")) ok = kvt_args_int(&a, flag, 1, 1 << 26, &gen);
-        else if (!strcmp(flag, "--kv-mem")) {
-            const char *v = kvt_args_value(&a, flag);
-            if (v && !parse_mem(v, &mem)) {
-                fprintf(stderr, "kvtier " CMD ": --kv-mem: '%s' is not a positive byte size (e.g. 7GB, 512M, 4096)\n", v);
-                return 2;
-            }
-            ok = v != NULL;
-        } else if (!strcmp(flag, "--json")) json = true;
+        else if (!strcmp(flag, "--kv-mem")) ok = kvt_args_bytes_pos(&a, flag, &mem);
+        else if (!strcmp(flag, "--json")) json = true;
         else ok = kvt_args_unknown(&a, flag);
         if (!ok) return 2;
     }

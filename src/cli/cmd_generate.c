@@ -18,7 +18,7 @@ static const char *k_help =
     "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N\n"
     "  --ignore-eos         do not stop at end-of-generation tokens\n"
     "  --no-special         do not parse special-token text (e.g. <|im_start|>) in the prompt\n"
-    "  --json               print one JSON object (ids, text, timings) instead of the text\n"
+    "  --json               print one JSON object (ids, text, timings) instead of the text\n" CLI_PROGRESS_HELP
     "  --dump-logits FILE   write the logits after the last prompt token, one per line\n"
     "  --kv-load FILE       before the prompt: restore the KV of a session file (kvtier's own format,\n"
     "                       CRC32C and model identity checked); only the prompt tokens after the\n"
@@ -29,15 +29,23 @@ static const char *k_help =
 typedef struct {
     const kvt_tokenizer *tok;
     bool stream;
+    char *piece;     // a token's bytes, grown to fit (no length limit)
+    size_t cap;
+    const char *prompt; // echoed before the first token unless echoed
+    size_t plen;
+    bool echoed;
 } stream_ctx;
 
 static bool on_token(void *user, int32_t id) {
     stream_ctx *s = user;
     if (!s->stream) return true;
-    char buf[256];
-    int64_t n = kvt_token_to_piece(s->tok, id, buf, sizeof buf);
-    if (n > (int64_t)sizeof buf) n = sizeof buf;
-    fwrite(buf, 1, (size_t)n, stdout);
+    if (!s->echoed) {
+        fwrite(s->prompt, 1, s->plen, stdout);
+        s->echoed = true;
+    }
+    int64_t n = cli_token_piece(s->tok, id, &s->piece, &s->cap);
+    if (n < 0) return false; // out of memory: stop generating
+    fwrite(s->piece, 1, (size_t)n, stdout);
     fflush(stdout);
     return true;
 }
@@ -125,6 +133,7 @@ int cmd_generate(int argc, char **argv) {
     float *plogits = malloc((size_t)model->hp.n_vocab * sizeof(float));
     kvt_context *ctx = NULL;
     kvt_err err = {0};
+    stream_ctx sc = {tok, false, NULL, 0, prompt, plen, false};
     if (!ids || !out || !plogits) goto done;
     if (n_prompt == 0) {
         fprintf(stderr, "kvtier generate: the prompt has no tokens\n");
@@ -141,11 +150,10 @@ int cmd_generate(int argc, char **argv) {
                 (long long)n_prompt, (long long)gp.n_predict, (long long)cp.n_ctx);
         goto done;
     }
-    if (kvt_context_init(model, &cp, &ctx, &err)) {
-        fprintf(stderr, "kvtier generate: %s\n", err.msg);
-        goto done;
-    }
-    stream_ctx sc = {tok, !json};
+    cli_progress prog;
+    cli_progress_on(&prog, &cp, !in.no_progress && !json);
+    if (!cli_context_init("generate", model, &cp, &ctx)) goto done;
+    sc.stream = !json;
     kvt_generate_stats stats;
     kvt_session_info sinfo = {0, 0, 0};
     double load_ms = 0, save_ms = 0;
@@ -165,12 +173,14 @@ int cmd_generate(int argc, char **argv) {
                     (long long)(n_prompt - sinfo.n_loaded));
         }
     }
-    if (!json) {
+    if (!json && !cp.progress) { // with a progress line the prompt is echoed after the prefill (on_token)
         fwrite(prompt, 1, plen, stdout);
         fflush(stdout);
+        sc.echoed = true;
     }
     int64_t ub = cp.n_ubatch > 0 ? cp.n_ubatch : 512; // the context's micro-batch (as kvt_context_init sets it)
     if (ub > kvt_context_n_ctx(ctx)) ub = kvt_context_n_ctx(ctx);
+    prog.t0_ms = kvt_time_ms();
     if (kvt_generate_cached(ctx, tok, ids, n_prompt, sinfo.n_loaded, ub, &gp, out, plogits, on_token, &sc, &stats, &err)) {
         fprintf(stderr, "\nkvtier generate: %s\n", err.msg);
         goto done;
@@ -203,10 +213,12 @@ int cmd_generate(int argc, char **argv) {
     int64_t n_dec = stats.n_gen > 1 ? stats.n_gen - 1 : 0;
     double decode_tps = stats.decode_ms > 0 && n_dec ? (double)n_dec / (stats.decode_ms / 1e3) : 0;
     if (json) {
-        int64_t cap = 64 + stats.n_gen * 64;
-        char *text = malloc((size_t)cap);
-        int64_t tl = text ? kvt_detokenize(tok, out, stats.n_gen, text, cap) : 0;
-        if (tl > cap) tl = cap;
+        int64_t tl = 0;
+        char *text = cli_detokenize(tok, out, stats.n_gen, &tl);
+        if (!text) {
+            fprintf(stderr, "kvtier generate: out of memory for the text\n");
+            goto done;
+        }
         kvt_json j;
         kvt_json_init(&j, stdout);
         kvt_json_obj_begin(&j);
@@ -219,7 +231,7 @@ int cmd_generate(int argc, char **argv) {
         for (int64_t i = 0; i < stats.n_gen; i++) kvt_json_int(&j, out[i]);
         kvt_json_arr_end(&j);
         kvt_json_key(&j, "text");
-        kvt_json_strn(&j, text ? text : "", (size_t)(text ? tl : 0));
+        kvt_json_strn(&j, text, (size_t)tl);
         kvt_json_kv_int(&j, "n_prompt", n_prompt);
         kvt_json_kv_int(&j, "n_gen", stats.n_gen);
         kvt_json_kv_bool(&j, "stopped_at_eog", stats.hit_eog);
@@ -240,6 +252,7 @@ int cmd_generate(int argc, char **argv) {
         kvt_json_obj_end(&j);
         free(text);
     } else {
+        if (!sc.echoed) fwrite(prompt, 1, plen, stdout); // -n 0
         printf("\n");
         fprintf(stderr, "\nkvtier: prompt %lld tokens in %.1f ms (%.2f tok/s), generated %lld tokens, %.2f tok/s\n",
                 (long long)n_prefilled, stats.prefill_ms, prefill_tps, (long long)stats.n_gen, decode_tps);
@@ -251,6 +264,7 @@ int cmd_generate(int argc, char **argv) {
     }
     rc = 0;
 done:
+    free(sc.piece);
     kvt_context_free(ctx);
     free(ids);
     free(out);

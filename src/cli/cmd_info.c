@@ -46,6 +46,8 @@ int cmd_info(int argc, char **argv) {
         type_count[t->type]++;
         type_bytes[t->type] += (int64_t)t->size;
     }
+    int32_t n_local = 0; // sliding-window layers
+    for (int32_t l = 0; l < hp->n_layer; l++) n_local += kvt_hparams_layer_window(hp, l) > 0;
     const int64_t kv16 = kvt_hparams_kv_bytes_per_token(hp, KVT_TYPE_F16);
     const int64_t kv32 = kvt_hparams_kv_bytes_per_token(hp, KVT_TYPE_F32);
     const int64_t act = activation_bytes(hp, 512);
@@ -72,6 +74,8 @@ int cmd_info(int argc, char **argv) {
         kvt_json_kv_str(&j, "rope_type", hp->rope_type == KVT_ROPE_NEOX ? "neox" : "normal");
         kvt_json_kv_num(&j, "rope_freq_base", hp->rope_freq_base);
         kvt_json_kv_num(&j, "rope_freq_scale", hp->rope_freq_scale);
+        kvt_json_kv_int(&j, "sliding_window", hp->n_swa);
+        kvt_json_kv_int(&j, "n_layer_local", n_local);
         kvt_json_kv_bool(&j, "tied_output", m->tied_output);
         kvt_json_kv_int(&j, "n_params", m->n_params);
         kvt_json_kv_int(&j, "weight_bytes", m->weight_bytes);
@@ -97,6 +101,10 @@ int cmd_info(int argc, char **argv) {
                hp->n_vocab, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_ctx_train);
         printf("rope          %s, dims %d, base %g, scale %g; output %s\n", hp->rope_type == KVT_ROPE_NEOX ? "neox" : "normal",
                hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale, m->tied_output ? "tied to token_embd" : "separate");
+        if (hp->n_swa > 0) {
+            printf("attention     sliding window %d on %d of %d layers (rope base %g there), the others global\n",
+                   hp->n_swa, n_local, hp->n_layer, hp->rope_freq_base_swa);
+        }
         printf("tensors      ");
         for (int t = 0; t < KVT_TYPE_COUNT; t++) {
             if (type_count[t]) printf(" %s x%lld (%.1f MiB)", kvt_type_name((kvt_type)t), (long long)type_count[t], type_bytes[t] / MiB);

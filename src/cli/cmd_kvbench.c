@@ -53,9 +53,11 @@ static bool run_one(const kvt_model *m, const kvt_context_params *cp, const int3
     kvt_err err = {0};
     kvt_context *ctx = NULL;
     r->ids = calloc((size_t)n_gen, sizeof *r->ids);
-    if (!r->ids || kvt_context_init(m, cp, &ctx, &err) || kvt_decode(ctx, prompt, n_prompt, false, &err)) {
-        fprintf(stderr, "kvtier kvbench: %s\n", err.msg);
+    if (!r->ids || !cli_context_init("kvbench", m, cp, &ctx) || kvt_decode(ctx, prompt, n_prompt, false, &err)) {
+        if (!r->ids || err.status) fprintf(stderr, "kvtier kvbench: %s\n", r->ids ? err.msg : "out of memory");
         kvt_context_free(ctx);
+        free(r->ids);
+        r->ids = NULL;
         return false;
     }
     const int32_t V = m->hp.n_vocab;
@@ -90,6 +92,8 @@ static bool run_one(const kvt_model *m, const kvt_context_params *cp, const int3
     else kvt_context_free(ctx);
     if (err.status) {
         fprintf(stderr, "kvtier kvbench: %s\n", err.msg);
+        free(r->ids);
+        r->ids = NULL;
         return false;
     }
     r->tpot_ms = run_ms / (double)(n_gen - 2);
@@ -212,8 +216,11 @@ int cmd_kvbench(int argc, char **argv) {
     const kvt_hparams *hp = &m->hp;
     cp.n_ctx = n_ctx + n_gen;
     if (cp.n_threads <= 0) cp.n_threads = kvt_physical_cores();
+    int rc = 1;
+    bench_run base = {0};
+    kvt_context *ref = NULL; // the all-in-memory context: decodes beside every set-up (run_one)
     int32_t *prompt = malloc((size_t)n_ctx * sizeof *prompt);
-    if (!prompt) return 1;
+    if (!prompt) goto done;
     uint64_t s = 12345;
     for (int64_t i = 0; i < n_ctx; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -245,9 +252,7 @@ int cmd_kvbench(int argc, char **argv) {
            "(1 MiB requests)\n\n",
            L.mem_gbps, dir, prof.disk_o_direct ? "O_DIRECT" : "buffered", L.disk_read_gbps, L.disk_write_gbps);
     const int64_t n_tok = n_gen - 2; // timed decode steps
-    bench_run base;
-    kvt_context *ref = NULL; // the all-in-memory context: decodes beside every set-up (run_one)
-    if (!run_one(m, &cp, prompt, n_ctx, n_gen, NULL, NULL, &base, &ref)) return 1;
+    if (!run_one(m, &cp, prompt, n_ctx, n_gen, NULL, NULL, &base, &ref)) goto done;
     printf("### all in memory (T_compute)\n\nTPOT %.1f ms (alone). In the tables, T_compute is this context's time "
            "per token decoding the same tokens in windows of %d interleaved with the set-up's.\n\n",
            base.tpot_ms, WINDOW);
@@ -255,7 +260,7 @@ int cmd_kvbench(int argc, char **argv) {
         kvt_context_params c = cp;
         c.kv_paged = true;
         bench_run r;
-        if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) return 1;
+        if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) goto done;
         printf("### paged store, everything in T0 (no transfers)\n\n");
         header();
         row("paged", &r, &base, n_tok, &L, n_gen);
@@ -287,7 +292,7 @@ int cmd_kvbench(int argc, char **argv) {
             c.kv_disk_dir = secs[sec].disk ? dir : NULL;
             c.kv_evict = pols[p];
             bench_run r;
-            if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) return 1;
+            if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) goto done;
             row(pols[p], &r, &base, n_tok, &L, n_gen);
             free(r.ids);
         }
@@ -305,7 +310,7 @@ int cmd_kvbench(int argc, char **argv) {
             c.kv_disk_dir = dir;
             c.kv_evict = "lookahead";
             bench_run r;
-            if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) return 1;
+            if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) goto done;
             char label[64];
             snprintf(label, sizeof label, g == hp->n_head_kv ? "layer (%d heads)" : g == 1 ? "head (%d)" : "group:%d", g);
             row(label, &r, &base, n_tok, &L, n_gen);
@@ -314,9 +319,11 @@ int cmd_kvbench(int argc, char **argv) {
         printf("\n");
     }
     printf("disk I/O engine: %s\n", g_disk_engine ? g_disk_engine : "none (no run with a disk tier)");
+    rc = 0;
+done: // every path, errors included, frees the reference context, the ids, the prompt and the model
     kvt_context_free(ref);
     free(base.ids);
     free(prompt);
     kvt_model_free(m);
-    return 0;
+    return rc;
 }

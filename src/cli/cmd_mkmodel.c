@@ -395,8 +395,10 @@ static void list_shapes(void) {
     }
 }
 
+// mkmodel writes llama, qwen2 and qwen3 models (not gemma3: its extra norms and sliding window are not generated).
 static bool parse_arch(const char *v, kvt_arch *out) {
     for (int a = 0; a < KVT_ARCH_COUNT; a++) {
+        if (a == KVT_ARCH_GEMMA3) continue;
         if (!strcmp(v, kvt_arch_name((kvt_arch)a))) {
             *out = (kvt_arch)a;
             return true;

@@ -74,10 +74,7 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (cp.n_ubatch > n_ctx) cp.n_ubatch = n_ctx;
     kvt_err err = {0};
-    if (kvt_context_init(model, &cp, &ctx, &err)) {
-        fprintf(stderr, "kvtier perplexity: %s\n", err.msg);
-        goto done;
-    }
+    if (!cli_context_init("perplexity", model, &cp, &ctx)) goto done;
     const int32_t bos = kvt_tokenizer_add_bos(tok) ? kvt_token_bos(tok) : -1;
     kvt_ppl_result res;
     double t0 = kvt_time_ms();

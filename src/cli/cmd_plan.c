@@ -144,7 +144,7 @@ int cmd_plan(int argc, char **argv) {
                    "  Default profile: $KVT_PROFILE, else a quick measurement of this machine. -o writes the plan\n"
                    "  file that --plan FILE reads. --validate runs the model here and compares predicted and measured\n"
                    "  prefill/decode ms/token; --calibrate stores the per-unit overheads (delta for decode, delta_pre per\n"
-                   "  prompt token for prefill) into --profile FILE.\n");
+                   "  prompt token for prefill) into --profile FILE.\n" KVT_BYTES_HELP);
             return 0;
         } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
             if (!(model_path = kvt_args_value(&a, flag))) return 2;
@@ -203,33 +203,18 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "kvtier plan: --validate needs -m MODEL.gguf\n");
         return 2;
     }
+    // arguments and the model first: a bad one is reported before the profile measures the machine (~35 s)
     kvt_err err = {0};
-    kvt_profile prof;
-    if (!profile_path) profile_path = getenv("KVT_PROFILE");
-    if (profile_path) {
-        if (kvt_profile_load(profile_path, &prof, &err)) {
-            fprintf(stderr, "kvtier plan: %s\n", err.msg);
-            return 1;
-        }
-    } else {
-        kvt_profile_opts po = {"/tmp", vo.threads, true, NULL};
-        fprintf(stderr, "kvtier plan: no --profile: measuring this machine (quick)\n");
-        if (kvt_profile_measure(&po, &prof, &err)) {
-            fprintf(stderr, "kvtier plan: %s\n", err.msg);
-            return 1;
-        }
-    }
-    vo.profile_path = profile_path;
-    if (do_validate) return validate(model_path, &prof, &vo, json);
-
     kvt_costs costs;
     if (model_path) {
-        kvt_gguf *g;
-        if (kvt_gguf_open(model_path, &g, &err) || kvt_costs_from_gguf(g, &costs, &err)) {
+        kvt_gguf *g = NULL;
+        kvt_status gst = kvt_gguf_open(model_path, &g, &err);
+        if (!gst) gst = kvt_costs_from_gguf(g, &costs, &err);
+        kvt_gguf_free(g);
+        if (gst) {
             fprintf(stderr, "kvtier plan: %s\n", err.msg);
             return 1;
         }
-        kvt_gguf_free(g);
     } else {
         const kvt_shape *s = kvt_shape_find(shape_name);
         if (!s) {
@@ -243,6 +228,29 @@ int cmd_plan(int argc, char **argv) {
             return 1;
         }
     }
+    kvt_profile prof;
+    if (!profile_path) profile_path = getenv("KVT_PROFILE");
+    if (profile_path) {
+        if (kvt_profile_load(profile_path, &prof, &err)) {
+            fprintf(stderr, "kvtier plan: %s\n", err.msg);
+            kvt_costs_free(&costs);
+            return 1;
+        }
+    } else {
+        kvt_profile_opts po = {"/tmp", vo.threads, true, NULL};
+        fprintf(stderr, "kvtier plan: no --profile: measuring this machine (quick)\n");
+        if (kvt_profile_measure(&po, &prof, &err)) {
+            fprintf(stderr, "kvtier plan: %s\n", err.msg);
+            kvt_costs_free(&costs);
+            return 1;
+        }
+    }
+    vo.profile_path = profile_path;
+    if (do_validate) {
+        kvt_costs_free(&costs);
+        return validate(model_path, &prof, &vo, json);
+    }
+
     kvt_plan *pl = malloc(sizeof *pl);
     if (!pl) {
         kvt_costs_free(&costs);
@@ -254,10 +262,11 @@ int cmd_plan(int argc, char **argv) {
     } else {
         if (json) kvt_plan_write_json(pl, stdout);
         else kvt_plan_print(pl, stdout);
-        if (st) fprintf(stderr, "kvtier plan: infeasible: %s\n", pl->error);
-        if (out_path && kvt_plan_save(pl, out_path, &err)) {
-            fprintf(stderr, "kvtier plan: %s\n", err.msg);
-            st = KVT_ERR_IO;
+        if (pl->warning[0]) fprintf(stderr, "kvtier plan: warning: %s\n", pl->warning);
+        if (st && !out_path) fprintf(stderr, "kvtier plan: infeasible: %s\n", pl->error);
+        if (out_path && kvt_plan_save(pl, out_path, &err)) { // an infeasible plan is not written
+            fprintf(stderr, "kvtier plan: -o %s\n", err.msg);
+            if (!st) st = KVT_ERR_IO;
         }
     }
     free(pl);

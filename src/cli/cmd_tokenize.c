@@ -14,7 +14,8 @@ int cmd_tokenize(int argc, char **argv) {
     while (kvt_args_next(&a, &flag)) {
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
             printf("usage: kvtier tokenize -m MODEL (-f FILE | -p TEXT) [--no-bos] [--special]\n"
-                   "  works on vocabulary-only GGUF files; prints the ids space separated\n"
+                   "  reads only the tokenizer.* keys, so vocabulary-only GGUF files of any architecture\n"
+                   "  work; prints the ids space separated\n"
                    "  --no-bos    do not add BOS/EOS even if the model asks for them\n"
                    "  --special   parse special-token text such as <|im_start|>\n");
             return 0;
@@ -33,16 +34,25 @@ int cmd_tokenize(int argc, char **argv) {
             return 2;
         }
     }
-    if (!file && !prompt) {
-        fprintf(stderr, "kvtier tokenize: -f FILE or -p TEXT is required\n");
+    if (!file == !prompt) {
+        fprintf(stderr, "kvtier tokenize: %s\n", file ? "give -f FILE or -p TEXT, not both" : "-f FILE or -p TEXT is required");
         return 2;
     }
     size_t len = prompt ? strlen(prompt) : 0;
     char *text = NULL;
     if (file && !(text = kvt_read_file("tokenize", file, &len))) return 1;
-    kvt_model *model;
-    kvt_tokenizer *tok;
-    if (!cli_load_model("tokenize", model_path, true, &model, &tok)) {
+    if (!model_path) {
+        fprintf(stderr, "kvtier tokenize: -m MODEL is required\n");
+        free(text);
+        return 2;
+    }
+    // only the tokenizer.* keys are read: any architecture will do
+    kvt_err err = {0};
+    kvt_gguf *g = NULL;
+    kvt_tokenizer *tok = NULL;
+    if (kvt_gguf_open(model_path, &g, &err) || kvt_tokenizer_init(g, &tok, &err)) {
+        fprintf(stderr, "kvtier tokenize: %s\n", err.msg);
+        kvt_gguf_free(g);
         free(text);
         return 1;
     }
@@ -55,6 +65,6 @@ int cmd_tokenize(int argc, char **argv) {
     free(ids);
     free(text);
     kvt_tokenizer_free(tok);
-    kvt_model_free(model);
+    kvt_gguf_free(g);
     return ids ? 0 : 1;
 }

@@ -15,5 +15,6 @@ int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_kvbench(int argc, char **argv);
 int cmd_beam(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "../base/timer.h"
 
 #include "../kv/kv_paged.h"
 #include "../kv/kv_policy.h"
@@ -37,44 +40,20 @@ const char *const cli_engine_help =
     "  --kv-type f16|f32    KV cache element type (default f16, as llama.cpp)\n"
     "  --ubatch N           tokens per forward micro-batch (default 512)\n"
     "  --kv-block N         positions per KV block (default 512)\n"
-    "  KV tiers (any of these selects the tiered paged store; BYTES take K, M, G suffixes):\n"
+    "  KV tiers (any of these selects the tiered paged store):\n"
     "  --plan FILE          KV budgets, granularity and block size from `kvtier plan --json -o FILE`\n"
     "  --kv-granularity layer|head|group:G  KV heads per shard (default layer)\n"
     "  --kv-fast BYTES      budget of T0, the memory attention reads (default unlimited)\n"
     "  --kv-host BYTES      budget of T1, host DRAM (default: no host tier)\n"
-    "  --kv-disk DIR        T2: a file in DIR (O_DIRECT, CRC32C per block), removed at exit\n"
+    "  --kv-disk DIR        T2: a file in DIR (O_DIRECT, CRC32C per block), unlinked as soon as it is\n"
+    "                       created, so nothing is left in DIR however the run ends (Ctrl-C too)\n"
     "  --kv-disk-max BYTES  budget of T2 (default unlimited)\n"
     "  --kv-evict lru|lfu|lookahead|spread  eviction policy (default lru)\n"
     "  --kv-prefetch K      blocks fetched ahead of use (default 16)\n"
-    "  --kv-keep            keep the disk file at exit\n";
+    "  --kv-keep            keep the disk file in DIR (kvtier-kv-XXXXXX)\n"
+    KVT_BYTES_HELP;
 
-// "123", "64K", "1.5G", "2MiB": bytes (K = 1024). -1 on a bad value.
-static int64_t parse_bytes(const char *s) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) return -1;
-    double mul = 1;
-    if (*end == 'k' || *end == 'K') mul = 1024.0, end++;
-    else if (*end == 'm' || *end == 'M') mul = 1024.0 * 1024, end++;
-    else if (*end == 'g' || *end == 'G') mul = 1024.0 * 1024 * 1024, end++;
-    else if (*end == 't' || *end == 'T') mul = 1024.0 * 1024 * 1024 * 1024, end++;
-    if (mul > 1 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
-    if (*end == 'B' && end[1] == 0) end++;
-    if (*end) return -1;
-    return (int64_t)(v * mul);
-}
-
-static int bytes_flag(kvt_args *a, const char *flag, int64_t *out) {
-    const char *s = kvt_args_value(a, flag);
-    if (!s) return -1;
-    int64_t v = parse_bytes(s);
-    if (v <= 0) {
-        fprintf(stderr, "kvtier %s: %s: '%s' is not a positive byte count (e.g. 512M)\n", a->cmd, flag, s);
-        return -1;
-    }
-    *out = v;
-    return 1;
-}
+static int bytes_flag(kvt_args *a, const char *flag, int64_t *out) { return kvt_args_bytes_pos(a, flag, out) ? 1 : -1; }
 
 // --plan FILE: the KV part of a plan written by `kvtier plan --json` (budgets, granularity,
 // block size). Flags after --plan override it.
@@ -98,8 +77,54 @@ static int cli_apply_plan(kvt_args *a, const char *flag, kvt_context_params *p) 
     if (kv.block_tokens > 0) p->kv_block = kv.block_tokens;
     p->kv_group = kv.group_heads;
     p->kv_paged = true;
+    p->plan_file = path;
+    snprintf(p->plan_model, sizeof p->plan_model, "%s", plan->model);
+    snprintf(p->plan_shape, sizeof p->plan_shape, "%s", plan->model_shape);
     free(plan);
     return 1;
+}
+
+static void progress_show(void *user, int64_t done, int64_t total) {
+    cli_progress *pr = user;
+    const double now = kvt_time_ms();
+    if (done <= 0 || done > total) return;
+    if (done < total && pr->shown && now - pr->last_ms < 250) return;
+    if (done == total) {
+        if (pr->shown) fputs("\r\033[K", stderr); // erase the line: the output that follows starts clean
+        pr->shown = false;
+        pr->last_ms = 0;
+        return;
+    }
+    const double s = (now - pr->t0_ms) / 1e3;
+    fprintf(stderr, "\r\033[Kkvtier: prefill %lld/%lld tokens (%.0f%%)", (long long)done, (long long)total,
+            100.0 * (double)done / (double)total);
+    if (s > 0) fprintf(stderr, ", %.1f tok/s", (double)done / s);
+    fflush(stderr);
+    pr->shown = true;
+    pr->last_ms = now;
+}
+
+void cli_progress_on(cli_progress *pr, kvt_context_params *cp, bool on) {
+    memset(pr, 0, sizeof *pr);
+    if (!on || !isatty(STDERR_FILENO)) return;
+    cp->progress = progress_show;
+    cp->progress_user = pr;
+}
+
+bool cli_context_init(const char *cmd, const kvt_model *m, const kvt_context_params *cp, kvt_context **ctx) {
+    kvt_err err = {0};
+    if (kvt_context_init(m, cp, ctx, &err)) {
+        fprintf(stderr, "kvtier %s: %s\n", cmd, err.msg);
+        return false;
+    }
+    const int64_t n_ctx = kvt_context_n_ctx(*ctx), train = m->hp.n_ctx_train;
+    if (train > 0 && n_ctx > train) {
+        fprintf(stderr,
+                "kvtier %s: warning: the context of %lld tokens exceeds the model's training context (%lld): "
+                "output past %lld tokens may degrade\n",
+                cmd, (long long)n_ctx, (long long)train, (long long)train);
+    }
+    return true;
 }
 
 int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
@@ -179,6 +204,38 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
         return 1;
     }
     return 0;
+}
+
+char *cli_detokenize(const kvt_tokenizer *tok, const int32_t *ids, int64_t n, int64_t *len) {
+    *len = 0;
+    int64_t cap = 64 + n * 16;
+    for (;;) { // at most twice: kvt_detokenize returns the whole length when cap is too small
+        char *t = malloc((size_t)cap + 1);
+        if (!t) return NULL;
+        int64_t l = kvt_detokenize(tok, ids, n, t, cap);
+        if (l < 0) {
+            free(t);
+            return NULL;
+        }
+        if (l <= cap) {
+            t[l] = 0;
+            *len = l;
+            return t;
+        }
+        free(t);
+        cap = l;
+    }
+}
+
+int64_t cli_token_piece(const kvt_tokenizer *tok, int32_t id, char **buf, size_t *cap) {
+    for (;;) {
+        int64_t n = *buf ? kvt_token_to_piece(tok, id, *buf, (int64_t)*cap) : (int64_t)*cap + 1;
+        if (n <= (int64_t)*cap) return n < 0 ? 0 : n;
+        char *b = realloc(*buf, (size_t)n > 256 ? (size_t)n : 256);
+        if (!b) return -1;
+        *buf = b;
+        *cap = (size_t)n > 256 ? (size_t)n : 256;
+    }
 }
 
 int32_t *cli_tokenize(const char *cmd, const kvt_tokenizer *tok, const char *text, size_t len, bool add_special,
@@ -261,8 +318,16 @@ int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_par
     if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) dst = &in->model_path;
     else if (!strcmp(flag, "-p") || !strcmp(flag, "--prompt")) dst = &in->prompt;
     else if (!strcmp(flag, "-f") || !strcmp(flag, "--file")) dst = &in->prompt_file;
-    else return 0;
-    return (*dst = kvt_args_value(a, flag)) ? 1 : -1;
+    else if (!strcmp(flag, "--no-progress")) {
+        in->no_progress = true;
+        return 1;
+    } else return 0;
+    if (!(*dst = kvt_args_value(a, flag))) return -1;
+    if (in->prompt && in->prompt_file) {
+        fprintf(stderr, "kvtier %s: give the prompt with -p PROMPT or -f FILE, not both\n", a->cmd);
+        return -1;
+    }
+    return 1;
 }
 
 bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, size_t *len, char **owned) {

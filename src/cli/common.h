@@ -23,19 +23,41 @@ typedef struct {
     const char *prompt;      // -p, --prompt
     const char *prompt_file; // -f, --file
     bool ctx_given;          // -c / --ctx-size was given
+    bool no_progress;        // --no-progress
 } cli_input;
 // Consumes -m, -p, -f and the engine flags (cli_engine_flag); returns 1 if consumed, 0 if not one of
-// them, -1 on a bad value (message printed).
+// them, -1 on a bad value or on -p together with -f (message printed).
 int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_params *p);
 // The prompt text (-p, or the contents of -f): *text and *len; *owned is malloc'ed when a file was read
 // (free it). false with a message when no prompt was given or the file cannot be read.
 bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, size_t *len, char **owned);
+// Prefill progress on stderr ("kvtier: prefill DONE/TOTAL tokens, X tok/s", one line rewritten in place,
+// erased when done): the first micro-batch, then at most every 0.25 s. cli_progress_on sets cp->progress
+// when stderr is a terminal and on is true (callers pass false for --no-progress and --json).
+typedef struct {
+    double t0_ms, last_ms; // start of the prefill (set by the caller, kvt_time_ms); last print (0: none yet)
+    bool shown;            // a line is on the terminal
+} cli_progress;
+void cli_progress_on(cli_progress *pr, kvt_context_params *cp, bool on);
+// Help line of --no-progress.
+#define CLI_PROGRESS_HELP "  --no-progress        no prefill progress line on stderr (shown only when stderr is a terminal)\n"
+
+// kvt_context_init with the CLI's messages: the error on stderr ("kvtier CMD: ..."), and a warning when the
+// context exceeds the model's training context (as llama.cpp warns). false on error (*ctx NULL).
+bool cli_context_init(const char *cmd, const kvt_model *m, const kvt_context_params *cp, kvt_context **ctx);
 // Help text of the engine flags.
 extern const char *const cli_engine_help;
 
 // Writes "kv": {peak_bytes {fast, host, disk}, budget_bytes, moved_bytes {SRC_to_DST}, transfers {SRC_to_DST},
 // transfers_total, stall_ms, hits, misses, prefetches, block_bytes} of the context's KV cache.
 void cli_json_kv_stats(kvt_json *j, kvt_context *ctx);
+
+// Text of ids (kvt_detokenize), whole whatever its length: malloc'ed, NUL-terminated, *len bytes; NULL when
+// out of memory.
+char *cli_detokenize(const kvt_tokenizer *tok, const int32_t *ids, int64_t n, int64_t *len);
+// Bytes of one token (kvt_token_to_piece) into *buf (malloc'ed, grown to fit; *cap its size): the length, or
+// -1 when out of memory. Pieces have no length limit (Qwen2 has tokens of hundreds of bytes).
+int64_t cli_token_piece(const kvt_tokenizer *tok, int32_t id, char **buf, size_t *cap);
 
 // Tokenizes text into a malloc'ed array; NULL on error (message printed).
 int32_t *cli_tokenize(const char *cmd, const kvt_tokenizer *tok, const char *text, size_t len, bool add_special,

@@ -26,9 +26,19 @@ typedef struct {
     int64_t kv_disk_max;       // T2 budget in bytes (0: unlimited)
     const char *kv_evict;      // "lru", "lfu", "lookahead" (NULL: lru)
     int32_t kv_prefetch;       // blocks fetched ahead of use (-1: default 16)
-    bool kv_keep;              // keep the disk file at exit
+    bool kv_keep;              // keep the disk file (else unlinked as soon as it is created)
     bool kv_paged;             // use the paged store even without tier flags
     int64_t kv_fault_read_at;  // tests: the n-th disk read fails (0: never)
+    // The model the settings above were planned for (`--plan FILE`; plan_shape "": no plan). kvt_context_init
+    // refuses a model whose kvt_hparams_shape_str differs from plan_shape, naming both.
+    const char *plan_file;     // the plan file, for messages (borrowed)
+    char plan_model[128];      // the model it was made for (a GGUF path or a named shape)
+    char plan_shape[192];      // that model's kvt_hparams_shape_str
+    // Progress of long decodes (a prompt's prefill): called after each micro-batch of a kvt_decode /
+    // kvt_decode_seq call of more than one micro-batch, with the call's tokens done and its total. NULL: none.
+    // The library never prints: the caller shows it (the CLI, on a terminal).
+    void (*progress)(void *user, int64_t done, int64_t total);
+    void *progress_user;
 } kvt_context_params;
 
 // True if p asks for the paged store (any tier flag, granularity or kv_paged).
@@ -38,7 +48,8 @@ kvt_context_params kvt_context_params_default(void);
 
 typedef struct kvt_context kvt_context;
 
-// The model is borrowed (must outlive the context).
+// The model is borrowed (must outlive the context). KVT_ERR_INVALID_ARG for inconsistent KV flags (an empty
+// kv_disk_dir, kv_disk_max without kv_disk_dir) and for a plan made for another model (plan_shape).
 kvt_status kvt_context_init(const kvt_model *model, const kvt_context_params *p, kvt_context **out, kvt_err *err);
 void kvt_context_free(kvt_context *ctx);
 

@@ -31,16 +31,20 @@ void kvt_par_ranges(kvt_threadpool *pool, int64_t n, int64_t min_per_task, void 
 typedef struct {
     float *g;       // [n]
     const float *u; // [n]
-} swiglu_job;
+    bool gelu;
+} glu_job;
 
-static void swiglu_range(void *vctx, int64_t a, int64_t b) {
-    const swiglu_job *j = vctx;
-    kvt_swiglu_f32(j->g + a, j->u + a, b - a);
+static void glu_range(void *vctx, int64_t a, int64_t b) {
+    const glu_job *j = vctx;
+    if (j->gelu) kvt_geglu_f32(j->g + a, j->u + a, b - a);
+    else kvt_swiglu_f32(j->g + a, j->u + a, b - a);
 }
 
 enum { SWIGLU_MIN_TASK = 1024 }; // elements: below this the hand-off costs more than the expf it saves
 
-void kvt_swiglu_par(kvt_threadpool *pool, float *g, const float *u, int64_t n) {
-    swiglu_job j = {g, u};
-    kvt_par_ranges(pool, n, SWIGLU_MIN_TASK, swiglu_range, &j);
+void kvt_glu_par(kvt_threadpool *pool, bool gelu, float *g, const float *u, int64_t n) {
+    glu_job j = {g, u, gelu};
+    kvt_par_ranges(pool, n, SWIGLU_MIN_TASK, glu_range, &j);
 }
+
+void kvt_swiglu_par(kvt_threadpool *pool, float *g, const float *u, int64_t n) { kvt_glu_par(pool, false, g, u, n); }

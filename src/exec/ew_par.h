@@ -5,6 +5,7 @@
 #ifndef KVT_EW_PAR_H
 #define KVT_EW_PAR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../base/threadpool.h"
@@ -19,5 +20,7 @@ void kvt_par_ranges(kvt_threadpool *pool, int64_t n, int64_t min_per_task, void 
 // expf each) per task; below two such ranges, or with one thread, on the caller. Bitwise equal
 // to kvt_swiglu_f32 over the whole array.
 void kvt_swiglu_par(kvt_threadpool *pool, float *g, const float *u, int64_t n);
+// The same split for either gated activation: gelu ? kvt_geglu_f32 : kvt_swiglu_f32.
+void kvt_glu_par(kvt_threadpool *pool, bool gelu, float *g, const float *u, int64_t n);
 
 #endif

@@ -1,4 +1,4 @@
-// forward.c - the CPU forward pass of llama / qwen2 / qwen3 over a micro-batch.
+// forward.c - the CPU forward pass of llama / qwen2 / qwen3 / gemma3 over a micro-batch.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +29,7 @@ struct kvt_context {
     float *up;     // [ub, n_ff]
     float *tmp;    // [ub, n_embd] projection output
     void *qact;    // kvt_matmul_scratch_bytes(max_width, ub): activations in the weights' dot types
-    float *rope_cs;// [ub, n_rot] cos/sin per token
+    float *rope_cs;// [2, ub, n_rot] cos/sin per token: global layers, then local (sliding-window) layers
     float *logits; // [n_ctx or 1, n_vocab]
     int64_t logits_rows;
     int64_t n_out;
@@ -77,7 +77,13 @@ static kvt_status kv_init(kvt_context *c, kvt_err *err) {
     pp.n_readers = c->p.n_threads;
     pp.keep_files = c->p.kv_keep;
     pp.fault_read_at = c->p.kv_fault_read_at;
-    return kvt_kv_paged_init(&pp, &c->kv, err);
+    int32_t *win = malloc((size_t)hp->n_layer * sizeof *win); // sliding windows: the store frees what they no longer see
+    if (!win) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    for (int32_t l = 0; l < hp->n_layer; l++) win[l] = c->m->layers ? c->m->layers[l].window : 0;
+    pp.layer_window = win;
+    kvt_status st = kvt_kv_paged_init(&pp, &c->kv, err);
+    free(win);
+    return st;
 }
 
 static void *xalloc(kvt_context *c, size_t bytes, bool *ok) {
@@ -91,9 +97,34 @@ static void *xalloc(kvt_context *c, size_t bytes, bool *ok) {
     return p;
 }
 
+// Flags that contradict each other or the model, before anything is allocated.
+static kvt_status check_params(const kvt_model *m, const kvt_context_params *p, kvt_err *err) {
+    if (p->kv_disk_dir && !p->kv_disk_dir[0]) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-disk: the KV disk directory is an empty path");
+    }
+    if (p->kv_disk_max > 0 && !p->kv_disk_dir) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-disk-max %lld bytes without --kv-disk DIR: there is no disk tier to budget",
+                          (long long)p->kv_disk_max);
+    }
+    if (p->plan_shape[0]) {
+        char shape[192];
+        kvt_hparams_shape_str(&m->hp, shape, sizeof shape);
+        if (strcmp(shape, p->plan_shape) != 0) {
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG,
+                              "--plan %s was made for %s (%s), not for this model %s (%s): make a plan for it with "
+                              "`kvtier plan -m MODEL -o FILE`",
+                              p->plan_file ? p->plan_file : "", p->plan_model[0] ? p->plan_model : "another model", p->plan_shape,
+                              m->gguf ? kvt_gguf_path(m->gguf) : "(in memory)", shape);
+        }
+    }
+    return KVT_OK;
+}
+
 kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kvt_context **out, kvt_err *err) {
     *out = NULL;
     const kvt_hparams *hp = &m->hp;
+    kvt_status cst = check_params(m, pp, err);
+    if (cst) return cst;
     kvt_context *c = calloc(1, sizeof *c);
     if (!c) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     c->m = m;
@@ -138,7 +169,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
     c->up = xalloc(c, (size_t)(ub * F) * 4, &ok);
     c->tmp = xalloc(c, (size_t)(ub * E) * 4, &ok);
     c->qact = xalloc(c, (size_t)kvt_matmul_scratch_bytes(wmax, ub), &ok);
-    c->rope_cs = xalloc(c, (size_t)(ub * hp->n_rot) * 4, &ok);
+    c->rope_cs = xalloc(c, (size_t)(2 * ub * hp->n_rot) * 4, &ok);
     c->attn_scratch = calloc((size_t)c->p.n_threads, sizeof(void *));
     if (!c->attn_scratch) ok = false;
     for (int i = 0; ok && i < c->p.n_threads; i++) {
@@ -209,6 +240,7 @@ typedef struct {
     kvt_context *c;
     const kvt_layer *L; // biases, q/k norms (EW_QK)
     const float *norm;  // [n_embd] weight of EW_NORM
+    const float *post;  // [n_embd] weight of the norm of tmp before EW_ADD (gemma3 post-norms), or NULL
     int flags;
 } ew_job;
 
@@ -220,22 +252,24 @@ static void ew_range(void *vctx, int64_t t0, int64_t t1) {
     const kvt_layer *L = j->L;
     const int64_t Q = L ? L->wq.rows : 0, K = L ? L->wk.rows : 0, V = L ? L->wv.rows : 0;
     for (int64_t t = t0; t < t1; t++) {
+        if (j->post) kvt_rmsnorm_f32(c->tmp + t * E, c->tmp + t * E, j->post, E, hp->rms_eps);
         if (j->flags & EW_ADD) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
         if (j->flags & EW_NORM) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, j->norm, E, hp->rms_eps);
         if (j->flags & EW_QK) {
             if (L->bq) kvt_vec_add_f32(c->q + t * Q, L->bq, Q);
             if (L->bk) kvt_vec_add_f32(c->k + t * K, L->bk, K);
             if (L->bv) kvt_vec_add_f32(c->v + t * V, L->bv, V);
-            qk_finish(c, c->q + t * Q, c->rope_cs + t * hp->n_rot, hp->n_head, L->q_norm);
-            qk_finish(c, c->k + t * K, c->rope_cs + t * hp->n_rot, hp->n_head_kv, L->k_norm);
+            const float *cs = c->rope_cs + ((L->rope_local ? c->p.n_ubatch : 0) + t) * hp->n_rot;
+            qk_finish(c, c->q + t * Q, cs, hp->n_head, L->q_norm);
+            qk_finish(c, c->k + t * K, cs, hp->n_head_kv, L->k_norm);
         }
     }
 }
 
 // Runs the element-wise stage `flags` over n tokens: two tokens per task at least, on the pool when
 // there are two such tasks, else on the caller.
-static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *norm, int64_t n) {
-    ew_job j = {c, L, norm, flags};
+static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *norm, const float *post, int64_t n) {
+    ew_job j = {c, L, norm, post, flags};
     kvt_par_ranges(c->pool, n, 2, ew_range, &j);
 }
 
@@ -287,35 +321,46 @@ static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, bool all_logit
             return kvt_errorf(err, KVT_ERR_INVALID_ARG, "token id %d out of range (vocabulary %d)", tokens[t], hp->n_vocab);
         }
         eops->to_float((const uint8_t *)m->tok_embd.data + tokens[t] * erow, c->x + t * E, E);
+        if (hp->embd_scale != 1.0f) kvt_vec_scale_f32(c->x + t * E, hp->embd_scale, E);
     }
     kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
                           m->rope_freqs};
     for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, ub_pos(u, t), c->rope_cs + t * hp->n_rot);
-    kvt_attn_params ap = {hp->n_head, 1.0f / sqrtf((float)hp->head_dim), KVT_ATTN_TILE};
-    ew_run(c, NULL, EW_NORM, m->layers[0].attn_norm, n);
+    if (hp->n_swa > 0) { // the local layers' table (their own base, no scaling)
+        rp.freq_base = hp->rope_freq_base_swa;
+        rp.freq_scale = hp->rope_freq_scale_swa;
+        float *cs = c->rope_cs + c->p.n_ubatch * hp->n_rot;
+        for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, ub_pos(u, t), cs + t * hp->n_rot);
+    }
+    ew_run(c, NULL, EW_NORM, m->layers[0].attn_norm, NULL, n);
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const kvt_layer *L = &m->layers[il];
+        const kvt_attn_params ap = {hp->n_head, hp->attn_scale, KVT_ATTN_TILE, L->window};
         const kvt_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_out[3] = {c->q, c->k, c->v};
         kvt_matmul_par(c->pool, qkv, qkv_out, 3, c->xn, n, c->qact);
-        ew_run(c, L, EW_QK, NULL, n);
+        ew_run(c, L, EW_QK, NULL, NULL, n);
         kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
         matmul(c, &L->wo, c->att, n, c->tmp);
-        ew_run(c, NULL, EW_ADD | EW_NORM, L->ffn_norm, n);
+        ew_run(c, NULL, EW_ADD | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
         const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
         float *gu_out[2] = {c->gate, c->up};
         kvt_matmul_par(c->pool, gu, gu_out, 2, c->xn, n, c->qact);
-        kvt_swiglu_par(c->pool, c->gate, c->up, n * hp->n_ff);
+        kvt_glu_par(c->pool, hp->ffn_act == KVT_FFN_GEGLU, c->gate, c->up, n * hp->n_ff);
         matmul(c, &L->w_down, c->gate, n, c->tmp);
         // residual, then the next layer's attention pre-norm in the same pass
-        if (il + 1 < hp->n_layer) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, n);
-        else ew_run(c, NULL, EW_ADD, NULL, n);
+        if (il + 1 < hp->n_layer) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
+        else ew_run(c, NULL, EW_ADD, NULL, L->post_ffn_norm, n);
     }
     // logits of every token, or of the last only
     const int64_t first = all_logits ? 0 : n - 1;
     for (int64_t t = first; t < n; t++) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
     matmul(c, &m->output, c->xn + first * E, n - first, logits);
+    if (hp->logit_softcap > 0.0f) {
+        const float cap = hp->logit_softcap;
+        for (int64_t i = 0; i < (n - first) * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+    }
     return KVT_OK;
 }
 
@@ -352,6 +397,7 @@ kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, in
             c->kv->ops->truncate(c->kv, seq, past);
             return st;
         }
+        if (c->p.progress && n > c->p.n_ubatch) c->p.progress(c->p.progress_user, i + nb, n);
     }
     c->n_past[seq] = past + n;
     c->n_out = rows;

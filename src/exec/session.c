@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../base/crc32c.h"
+#include "../base/file.h"
 #include "../gguf/gguf.h"
 #include "../kernels/quant.h"
 
@@ -230,15 +231,10 @@ kvt_status kvt_context_kv_load(kvt_context *ctx, int32_t seq, const char *path, 
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV load of %s: sequence %d %s", path, seq,
                           n_past < 0 ? "does not exist" : "is not empty");
     }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kvt_errorf(err, KVT_ERR_IO, "cannot open KV session file %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return kvt_errorf(err, KVT_ERR_IO, "cannot stat KV session file %s: %s", path, strerror(e));
-    }
-    const int64_t size = (int64_t)sb.st_size;
+    int fd;
+    int64_t size;
+    kvt_status ost = kvt_file_open_regular(path, "KV session file", &fd, &size, err); // never blocks on a FIFO
+    if (ost) return ost;
     if (size < KVT_SESSION_HEADER_BYTES + 4) {
         close(fd);
         return kvt_errorf(err, KVT_ERR_FORMAT, "KV session file %s is truncated: %lld bytes, the header alone is %d", path,

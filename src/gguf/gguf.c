@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/file.h"
+
 #define GGUF_MAGIC "GGUF"
 #define GGUF_DEFAULT_ALIGNMENT 32
 // Sanity caps against hostile counts (each entry needs >= 8 bytes, so the
@@ -284,28 +286,25 @@ kvt_status kvt_gguf_open_buffer(const void *buf, size_t size, const char *name, 
 
 kvt_status kvt_gguf_open(const char *path, kvt_gguf **out, kvt_err *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return kvt_errorf(err, KVT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    int fd;
+    int64_t fsize;
+    kvt_status ost = kvt_file_open_regular(path, "", &fd, &fsize, err); // never blocks on a FIFO
+    if (ost) return ost;
+    if (fsize < 8) {
         close(fd);
-        return kvt_errorf(err, KVT_ERR_IO, "%s: not a regular file", path);
+        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: file too small to be GGUF (%lld bytes)", path, (long long)fsize);
     }
-    if (sb.st_size < 8) {
-        close(fd);
-        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: file too small to be GGUF (%lld bytes)", path, (long long)sb.st_size);
-    }
-    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    void *m = mmap(NULL, (size_t)fsize, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) return kvt_errorf(err, KVT_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
     kvt_gguf *g = calloc(1, sizeof *g);
     if (!g) {
-        munmap(m, (size_t)sb.st_size);
+        munmap(m, (size_t)fsize);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     }
     g->path = strdup(path);
     g->base = m;
-    g->size = (size_t)sb.st_size;
+    g->size = (size_t)fsize;
     g->mapped = true;
     return open_common(g, out, err);
 }

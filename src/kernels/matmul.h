@@ -12,13 +12,13 @@
 //     k0 (k0 + 16 <= n): a0 = fma(w[k0..+8], y[k0..+8], a0); a1 = fma(w[k0+8..+16], y[k0+8..+16], a1);
 //     s = hsum(a0 + a1), hsum(v) = ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)); then for the
 //     remaining k ascending: s = s + w[k]*y[k] (rounded product, then sum).
-//   q4_0/q4_1/q8_0 (x q8_0/q8_1 blocks of 32): blocks in groups of 8 (g = 0, 8, ...): per group
-//     D[j] = dx[g+j] * dy[g+j] (f32 product), and (q4_0, q4_1) cacc = fma(cx[g..g+8], c[g..g+8], cacc)
-//     with c = (-8 * dy) * (float)sum(y) (q4_0) or the q8_1 s (q4_1), cx = dx (q4_0) or the min m
+//   q4_0/q4_1/q5_0/q8_0 (x q8_0/q8_1 blocks of 32): blocks in groups of 8 (g = 0, 8, ...): per group
+//     D[j] = dx[g+j] * dy[g+j] (f32 product), and (q4_0, q5_0, q4_1) cacc = fma(cx[g..g+8], c[g..g+8],
+//     cacc) with c = (-o * dy) * (float)sum(y), o = 8 (q4_0) or 16 (q5_0), or the q8_1 s (q4_1), cx = dx or the min m
 //     (q4_1); per block j of the group in order: p = 8 int32 lanes (lane i: the exact integer dot of
-//     the block's elements 4i..4i+3; q4_0 dots the stored nibble (value + 8), the -8 is in c),
+//     the block's elements 4i..4i+3; q4_0/q5_0 dot the stored unsigned value (value + o), the -o is in c),
 //     acc[j & 1] = fma(float(p), broadcast(D[j]), acc[j & 1]); blocks past the
-//     last full group: tail = tail + (dx * dy) * hsum(float(p)), then (q4_0, q4_1) tail = tail + cx * c;
+//     last full group: tail = tail + (dx * dy) * hsum(float(p)), then (not q8_0) tail = tail + cx * c;
 //     Y = (hsum(acc0 + acc1) + hsum(cacc)) + tail.  q8_0 has no c term (sign trick): cacc stays 0.
 //   q4_K/q5_K/q6_K (x q8_K, super-blocks of 256): per super-block an exact int32 8-lane sum isum,
 //     acc = fma(float(isum), broadcast(d * dy), acc); q4_K/q5_K also macc = macc + (dmin * dy) *

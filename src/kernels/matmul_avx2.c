@@ -11,9 +11,9 @@
 //    (nt <= KVT_DOT_MULTI_MAX). Each weight block is decoded once per call
 //    for all nt rows; float kernels additionally tile 4 weight rows.
 //
-// 32-block integer kernels (q4_0, q4_1, q8_0) use unsigned weights u in
+// 32-block integer kernels (q4_0, q4_1, q5_0, q8_0) use unsigned weights u in
 // [0, 255] against signed activations: dot(w, y) = dot(u, y) - o * sum(y) with
-// o = 8 (q4_0) or 128 (q8_0 on AVX-512), so a block contributes
+// o = 8 (q4_0), 16 (q5_0) or 128 (q8_0 on AVX-512), so a block contributes
 //   dx * dy * dot(u, y) + dx * c,   c = -o * dy * sum(y)
 // and q4_1 (x = d*q + m, activations with s = dy * sum(y)) contributes
 //   dx * dy * dot(q, y) + m * s.
@@ -21,6 +21,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "bits_avx2.h"
 #include "f16.h"
 #include "matmul.h"
 #include "quant.h"
@@ -169,7 +170,7 @@ DEFINE_FP_TILE(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32)
 
 // ======================================================= 32-element blocks
 
-enum { WT_Q4_0, WT_Q4_1, WT_Q8_0 };
+enum { WT_Q4_0, WT_Q4_1, WT_Q8_0, WT_Q5_0 };
 
 // Prepared row of nb blocks, nbp = nb rounded up to 8:
 //   float d[nbp]; float c[nbp]; int8 qs[32 * nb]
@@ -202,7 +203,7 @@ INLINE void x32_prep(int64_t n, const void *x, void *p, int WT) {
             int sum = 0;
             for (int j = 0; j < KVT_QK; j++) sum += b->qs[j];
             d[ib] = kvt_f16_to_f32(b->d);
-            c[ib] = -(float)(WT == WT_Q4_0 ? 8 : Q8_OFFSET) * d[ib] * (float)sum;
+            c[ib] = -(float)(WT == WT_Q4_0 ? 8 : WT == WT_Q5_0 ? 16 : Q8_OFFSET) * d[ib] * (float)sum;
             q = b->qs;
         }
         if (PAIR_NIBBLES && WT != WT_Q8_0 && ib < nfull) {
@@ -219,9 +220,20 @@ INLINE void x32_prep(int64_t n, const void *x, void *p, int WT) {
 static void q4_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q4_0); }
 static void q4_1_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q4_1); }
 static void q8_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q8_0); }
+static void q5_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q5_0); }
 
 INLINE size_t x32_block_size(int WT) {
-    return WT == WT_Q4_0 ? sizeof(kvt_block_q4_0) : WT == WT_Q4_1 ? sizeof(kvt_block_q4_1) : sizeof(kvt_block_q8_0);
+    return WT == WT_Q4_0   ? sizeof(kvt_block_q4_0)
+           : WT == WT_Q4_1 ? sizeof(kvt_block_q4_1)
+           : WT == WT_Q5_0 ? sizeof(kvt_block_q5_0)
+                           : sizeof(kvt_block_q8_0);
+}
+
+// The 32 unsigned weights of a nibble-format block in element order (q5_0: with its fifth bits).
+INLINE __m256i blk_u8(const char *blk, int WT) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)(blk + (WT == WT_Q4_1 ? 4 : WT == WT_Q5_0 ? 6 : 2)));
+    const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+    return WT == WT_Q5_0 ? _mm256_or_si256(u, kvt_bits32_to_0x10((const uint8_t *)blk + 2)) : u;
 }
 
 // f16 scales of 8 consecutive blocks at byte offset off -> 8 floats.
@@ -250,8 +262,7 @@ INLINE __m256i blk_dot256(const char *blk, const int8_t *y, int WT) {
         return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 #endif
     }
-    const __m128i q = _mm_loadu_si128((const __m128i *)(blk + (WT == WT_Q4_1 ? 4 : 2)));
-    const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+    const __m256i u = blk_u8(blk, WT);
 #ifdef KVT_SIMD_AVX512
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, yv);
 #else
@@ -267,6 +278,11 @@ INLINE __m512i pair_u8(const char *blk, int WT) {
         const __m256i a = _mm256_loadu_si256((const __m256i *)(blk + 2));
         const __m256i b = _mm256_loadu_si256((const __m256i *)(blk + bs + 2));
         return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), _mm512_set1_epi8(-128));
+    }
+    if (WT == WT_Q5_0) { // [A 0-15, B 0-15, A 16-31, B 16-31]
+        const __m256i a = blk_u8(blk, WT), b = blk_u8(blk + bs, WT);
+        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(a, b, 0x20)),
+                                  _mm256_permute2x128_si256(a, b, 0x31), 1);
     }
     const size_t off = WT == WT_Q4_1 ? 4 : 2;
     const __m256i v = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(blk + bs + off)),
@@ -368,6 +384,7 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
 DEFINE_X32_ROWS(q4_0, WT_Q4_0)
 DEFINE_X32_ROWS(q4_1, WT_Q4_1)
 DEFINE_X32_ROWS(q8_0, WT_Q8_0)
+DEFINE_X32_ROWS(q5_0, WT_Q5_0)
 
 // ============================================ K-quant GEMM (AVX-512 VNNI only)
 //
@@ -1002,6 +1019,7 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_0] = {x32_prep_size, q4_0_prep, q4_0_rows},
     [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows},
     [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm)},
+    [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows},
 #ifdef KVT_SIMD_AVX512
     [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows MM_GEMM512(, 12, kq_scratch, q4_K_gemm)},
     [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows MM_GEMM512(, 12, kq_scratch, q6_K_gemm)},

@@ -107,6 +107,51 @@ static void q4_0_dot(int64_t n, float *s, const void *x, const void *y) {
     *s = sum;
 }
 
+// q5_0: 5-bit values q (0..31), x = d * (q - 16).
+static int q5_0_value(const kvt_block_q5_0 *b, int j) {
+    const uint32_t qh = (uint32_t)b->qh[0] | (uint32_t)b->qh[1] << 8 | (uint32_t)b->qh[2] << 16 | (uint32_t)b->qh[3] << 24;
+    const int lo = j < KVT_QK / 2 ? b->qs[j] & 0xF : b->qs[j - KVT_QK / 2] >> 4;
+    return lo | (int)((qh >> j) & 1) << 4;
+}
+static void q5_0_to_float(const void *src, float *dst, int64_t n) {
+    const kvt_block_q5_0 *b = src;
+    for (int64_t i = 0; i < n / KVT_QK; i++, dst += KVT_QK) {
+        const float d = kvt_f16_to_f32(b[i].d);
+        for (int j = 0; j < KVT_QK; j++) dst[j] = d * (float)(q5_0_value(&b[i], j) - 16);
+    }
+}
+// The element of largest magnitude maps to -16 (the asymmetric end), as q4_0 does with -8.
+static void q5_0_from_float(const float *src, void *dst, int64_t n) {
+    kvt_block_q5_0 *b = dst;
+    for (int64_t i = 0; i < n / KVT_QK; i++, src += KVT_QK) {
+        float amax = 0, max = 0;
+        for (int j = 0; j < KVT_QK; j++)
+            if (fabsf(src[j]) > amax) amax = fabsf(src[j]), max = src[j];
+        const float d = max / -16.f;
+        const float id = d != 0 ? 1.f / d : 0.f;
+        b[i].d = kvt_f32_to_f16(d);
+        uint32_t qh = 0;
+        memset(b[i].qs, 0, sizeof b[i].qs);
+        for (int j = 0; j < KVT_QK; j++) {
+            const int q = clampi((int)(src[j] * id + 16.5f), 0, 31);
+            b[i].qs[j % (KVT_QK / 2)] |= (uint8_t)((q & 0xF) << (j < KVT_QK / 2 ? 0 : 4));
+            qh |= (uint32_t)(q >> 4) << j;
+        }
+        for (int k = 0; k < 4; k++) b[i].qh[k] = (uint8_t)(qh >> (8 * k));
+    }
+}
+static void q5_0_dot(int64_t n, float *s, const void *x, const void *y) {
+    const kvt_block_q5_0 *a = x;
+    const kvt_block_q8_0 *b = y;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KVT_QK; i++) {
+        int isum = 0;
+        for (int j = 0; j < KVT_QK; j++) isum += (q5_0_value(&a[i], j) - 16) * b[i].qs[j];
+        sum += (float)isum * kvt_f16_to_f32(a[i].d) * kvt_f16_to_f32(b[i].d);
+    }
+    *s = sum;
+}
+
 static void q4_1_to_float(const void *src, float *dst, int64_t n) {
     const kvt_block_q4_1 *b = src;
     for (int64_t i = 0; i < n / KVT_QK; i++, dst += KVT_QK) {
@@ -528,6 +573,7 @@ DEFINE_MULTI(f16)
 DEFINE_MULTI(bf16)
 DEFINE_MULTI(q4_0)
 DEFINE_MULTI(q4_1)
+DEFINE_MULTI(q5_0)
 DEFINE_MULTI(q8_0)
 DEFINE_MULTI(q4_K)
 DEFINE_MULTI(q5_K)
@@ -542,6 +588,7 @@ static const kvt_type_ops k_ref_ops[KVT_TYPE_COUNT] = {
     [KVT_TYPE_BF16] = OPS(bf16, KVT_TYPE_BF16),
     [KVT_TYPE_Q4_0] = OPS(q4_0, KVT_TYPE_Q8_0),
     [KVT_TYPE_Q4_1] = OPS(q4_1, KVT_TYPE_Q8_1),
+    [KVT_TYPE_Q5_0] = OPS(q5_0, KVT_TYPE_Q8_0),
     [KVT_TYPE_Q8_0] = OPS(q8_0, KVT_TYPE_Q8_0),
     [KVT_TYPE_Q8_1] = OPS_ACT(q8_1, KVT_TYPE_Q8_1),
     [KVT_TYPE_Q4_K] = OPS(q4_K, KVT_TYPE_Q8_K),

@@ -64,10 +64,11 @@ const kvt_type_ops *kvt_type_ops_isa(kvt_type t, kvt_isa isa);
 
 typedef struct { uint16_t d; uint8_t qs[KVT_QK / 2]; } kvt_block_q4_0;           // x = d * (q - 8)
 typedef struct { uint16_t d, m; uint8_t qs[KVT_QK / 2]; } kvt_block_q4_1;        // x = d * q + m
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[KVT_QK / 2]; } kvt_block_q5_0; // x = d * (q - 16)
 typedef struct { uint16_t d; int8_t qs[KVT_QK]; } kvt_block_q8_0;                // x = d * q
 typedef struct { uint16_t d, s; int8_t qs[KVT_QK]; } kvt_block_q8_1;             // s = d * sum(q)
-// Nibble packing of q4_0/q4_1: element j in the low nibble of qs[j], element
-// j + 16 in the high nibble.
+// Nibble packing of q4_0/q4_1/q5_0: element j in the low nibble of qs[j], element
+// j + 16 in the high nibble; q5_0's fifth bit of element j is bit j of qh (little-endian 32 bits).
 
 // K-quants: 8 sub-blocks of 32 with 6-bit scale sc and min m (packed in
 // scales[12]), x = d * sc * q - dmin * m. qs[32*c + l] holds element 64c + l in
@@ -103,6 +104,7 @@ typedef struct {
 
 _Static_assert(sizeof(kvt_block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(kvt_block_q4_1) == 20, "q4_1 layout");
+_Static_assert(sizeof(kvt_block_q5_0) == 22, "q5_0 layout");
 _Static_assert(sizeof(kvt_block_q8_0) == 34, "q8_0 layout");
 _Static_assert(sizeof(kvt_block_q8_1) == 36, "q8_1 layout");
 _Static_assert(sizeof(kvt_block_q4_K) == 144, "q4_K layout");

@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "bits_avx2.h"
 #include "f16.h"
 #include "quant.h"
 
@@ -186,6 +187,13 @@ INLINE __m256i q4_0_weights(const void *x, int64_t ib) {
     return _mm256_sub_epi8(unpack_nibbles16(((const kvt_block_q4_0 *)x)[ib].qs), _mm256_set1_epi8(8));
 }
 INLINE float q4_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_block_q4_0 *)x)[ib].d); }
+// q5_0: the nibbles plus 16 where bit i of qh is set, minus 16.
+INLINE __m256i q5_0_weights(const void *x, int64_t ib) {
+    const kvt_block_q5_0 *b = (const kvt_block_q5_0 *)x + ib;
+    const __m256i q = _mm256_or_si256(unpack_nibbles16(b->qs), kvt_bits32_to_0x10(b->qh));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+}
+INLINE float q5_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_block_q5_0 *)x)[ib].d); }
 
 // Shared body of weight formats with one scale per 32 signed values, dotted
 // with q8_0 activations. Two blocks per step with separate accumulators.
@@ -224,8 +232,10 @@ INLINE float q4_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_blo
 
 DEFINE_SYM32_BODY(q8_0)
 DEFINE_SYM32_BODY(q4_0)
+DEFINE_SYM32_BODY(q5_0)
 DEFINE_DISPATCH(q8_0)
 DEFINE_DISPATCH(q4_0)
+DEFINE_DISPATCH(q5_0)
 
 // ------------------------------------------------ q4_1 (x q8_1 activations)
 
@@ -542,6 +552,8 @@ REF_TO_FLOAT(q4_0, KVT_TYPE_Q4_0)
 REF_FROM_FLOAT(q4_0, KVT_TYPE_Q4_0)
 REF_TO_FLOAT(q4_1, KVT_TYPE_Q4_1)
 REF_FROM_FLOAT(q4_1, KVT_TYPE_Q4_1)
+REF_TO_FLOAT(q5_0, KVT_TYPE_Q5_0)
+REF_FROM_FLOAT(q5_0, KVT_TYPE_Q5_0)
 REF_TO_FLOAT(q8_0, KVT_TYPE_Q8_0)
 REF_TO_FLOAT(q8_1, KVT_TYPE_Q8_1)
 REF_TO_FLOAT(q4_K, KVT_TYPE_Q4_K)
@@ -561,6 +573,7 @@ static const kvt_type_ops k_ops[KVT_TYPE_COUNT] = {
     [KVT_TYPE_BF16] = OPS(bf16, KVT_TYPE_BF16),
     [KVT_TYPE_Q4_0] = OPS(q4_0, KVT_TYPE_Q8_0),
     [KVT_TYPE_Q4_1] = OPS(q4_1, KVT_TYPE_Q8_1),
+    [KVT_TYPE_Q5_0] = OPS(q5_0, KVT_TYPE_Q8_0),
     [KVT_TYPE_Q8_0] = OPS(q8_0, KVT_TYPE_Q8_0),
     [KVT_TYPE_Q8_1] = OPS_ACT(q8_1, KVT_TYPE_Q8_1),
     [KVT_TYPE_Q4_K] = OPS(q4_K, KVT_TYPE_Q8_K),

@@ -51,6 +51,14 @@ void kvt_swiglu_f32(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+void kvt_geglu_f32(float *g, const float *u, int64_t n) {
+    const float c = 0.7978845608028654f; // sqrt(2/pi)
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i];
+        g[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * u[i];
+    }
+}
+
 void kvt_rope_cache(const kvt_rope_params *p, int64_t pos, float *cs) {
     const float theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
     float theta = (float)pos;

@@ -20,6 +20,8 @@ void kvt_vec_add_f32(float *y, const float *x, int64_t n);
 void kvt_rmsnorm_f32(float *y, const float *x, const float *w, int64_t n, float eps);
 // g[i] = silu(g[i]) * u[i]
 void kvt_swiglu_f32(float *g, const float *u, int64_t n);
+// g[i] = gelu(g[i]) * u[i], gelu in its tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (gemma3)
+void kvt_geglu_f32(float *g, const float *u, int64_t n);
 
 // Rotary embedding of one head vector x [head_dim] at position pos, rotating
 // the first n_rot dims: neox=0 rotates adjacent pairs (2i, 2i+1), neox=1 the

@@ -32,6 +32,7 @@ typedef struct {
 typedef struct {
     int64_t n_tok;      // positions held
     int64_t n_blk, cap; // blocks in the table
+    int64_t n_drop;     // leading blocks freed by the layer's sliding window (their ids are -1)
     int64_t *ids;       // [cap] block ids
 } pshard;
 
@@ -81,6 +82,7 @@ typedef struct {
     void **bounce;         // free 4096-aligned buffers of the disk slot size
     int64_t n_bounce, cap_bounce;
     kvt_kv_stats st;
+    int32_t *window;       // [n_layer] sliding window per layer (0: global)
 } kv_paged;
 
 enum { T0 = KVT_TIER_FAST, T1 = KVT_TIER_HOST, T2 = KVT_TIER_DISK };
@@ -576,7 +578,7 @@ static void schedule_prefetch(kv_paged *s, const pseq *q, int32_t shard, int64_t
     bool pushed = false;
     for (int32_t step = 0; step <= s->n_shard && k < s->p.prefetch; step++) {
         const pshard *sh = &q->sh[(shard + step) % s->n_shard];
-        for (int64_t i = step == 0 ? b + 1 : 0; i < sh->n_blk && k < s->p.prefetch; i++, k++) {
+        for (int64_t i = step == 0 ? b + 1 : sh->n_drop; i < sh->n_blk && k < s->p.prefetch; i++, k++) {
             int64_t id = sh->ids[i];
             const pblock *B = &s->blk[id];
             if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
@@ -630,8 +632,22 @@ static void block_unref(kv_paged *s, int64_t id) {
 
 static void shard_truncate(kv_paged *s, pshard *sh, int64_t n_keep) {
     int64_t nb = (n_keep + s->base.block_tokens - 1) / s->base.block_tokens;
-    while (sh->n_blk > nb) block_unref(s, sh->ids[--sh->n_blk]);
+    while (sh->n_blk > nb) {
+        const int64_t id = sh->ids[--sh->n_blk];
+        if (id >= 0) block_unref(s, id);
+    }
+    if (sh->n_drop > sh->n_blk) sh->n_drop = sh->n_blk;
     if (sh->n_tok > n_keep) sh->n_tok = n_keep;
+}
+
+// Sliding window W: queries from position pos on see no position before pos - W + 1, so the blocks
+// wholly before it are freed (every tier).
+static void shard_slide(kv_paged *s, pshard *sh, int64_t w, int64_t pos) {
+    const int64_t first = pos - w + 1, keep = first > 0 ? first / s->base.block_tokens : 0;
+    for (; sh->n_drop < keep && sh->n_drop < sh->n_blk; sh->n_drop++) {
+        block_unref(s, sh->ids[sh->n_drop]);
+        sh->ids[sh->n_drop] = -1;
+    }
 }
 
 static bool shard_push(pshard *sh, int64_t id) {
@@ -694,6 +710,10 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
     if (!st && (b < 0 || b >= sh->n_blk)) {
         st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV block %lld of layer %d group %d not written (%lld blocks)",
                         (long long)b, layer, group, (long long)sh->n_blk);
+    } else if (!st && sh->ids[b] < 0) {
+        st = kvt_errorf(err, KVT_ERR_INVALID_ARG,
+                        "KV block %lld of layer %d group %d was freed: it lies outside the layer's sliding window of %d "
+                        "positions", (long long)b, layer, group, s->window[layer]);
     }
     if (st) {
         pthread_mutex_unlock(&s->mu);
@@ -734,7 +754,7 @@ static void paged_release(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group,
     pseq *q = seq_get(s, seq, NULL);
     if (q) {
         pshard *sh = &q->sh[layer * kv->n_group + group];
-        if (b >= 0 && b < sh->n_blk) {
+        if (b >= 0 && b < sh->n_blk && sh->ids[b] >= 0) {
             reader_at(s, sched_key(s, &s->blk[sh->ids[b]]) + 1);
             unpin(s, sh->ids[b]);
         }
@@ -826,6 +846,15 @@ static kvt_status paged_append(kvt_kv *kv, int32_t seq, int32_t layer, int64_t p
             break;
         }
         if (pos < sh->n_tok) shard_truncate(s, sh, pos);
+        const int64_t w = s->window[layer];
+        if (w > 0 && sh->n_drop > 0 && pos - w + 1 < sh->n_drop * bt) {
+            st = kvt_errorf(err, KVT_ERR_INVALID_ARG,
+                            "KV append at position %lld of layer %d: its sliding window of %lld positions reaches "
+                            "positions before %lld, already freed", (long long)pos, layer, (long long)w,
+                            (long long)(sh->n_drop * bt));
+            break;
+        }
+        if (w > 0) shard_slide(s, sh, w, pos);
         for (int64_t off = 0; off < n;) {
             const int64_t p = pos + off, b = p / bt, r = p % bt;
             const int64_t cnt = n - off < bt - r ? n - off : bt - r;
@@ -908,9 +937,10 @@ static kvt_status paged_seq_fork(kvt_kv *kv, int32_t src, int32_t *dst, kvt_err 
         b->cap = a->n_blk ? a->n_blk : 1;
         b->n_blk = a->n_blk;
         b->n_tok = a->n_tok;
+        b->n_drop = a->n_drop;
         for (int64_t j = 0; j < a->n_blk; j++) {
             b->ids[j] = a->ids[j];
-            s->blk[a->ids[j]].refs++;
+            if (a->ids[j] >= 0) s->blk[a->ids[j]].refs++;
         }
     }
     if (st && d >= 0) seq_release(s, d);
@@ -965,6 +995,7 @@ static void paged_free(kvt_kv *kv) {
     pthread_cond_destroy(&s->qcv);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
+    free(s->window);
     free(s);
 }
 
@@ -988,6 +1019,13 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     kv_paged *s = calloc(1, sizeof *s);
     if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     s->p = *p;
+    s->window = calloc((size_t)p->n_layer, sizeof *s->window);
+    if (!s->window) {
+        free(s);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    }
+    for (int32_t l = 0; p->layer_window && l < p->n_layer; l++) s->window[l] = p->layer_window[l] > 0 ? p->layer_window[l] : 0;
+    s->p.layer_window = NULL; // the copy above is the store's
     s->pol = pol;
     s->base = (kvt_kv){&k_paged_ops, p->type, p->n_layer, p->n_head_kv, p->head_dim, p->head_dim_v, p->block_tokens,
                        p->n_ctx,     gh,      p->n_head_kv / gh};
@@ -1054,7 +1092,7 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
     pseq *q = seq_get(s, seq, NULL);
     if (q && layer >= 0 && layer < kv->n_layer && group >= 0 && group < kv->n_group) {
         pshard *sh = &q->sh[layer * kv->n_group + group];
-        if (b >= 0 && b < sh->n_blk && s->blk[sh->ids[b]].slot[T2] >= 0) {
+        if (b >= 0 && b < sh->n_blk && sh->ids[b] >= 0 && s->blk[sh->ids[b]].slot[T2] >= 0) {
             off = s->blk[sh->ids[b]].slot[T2] * s->tier[T2].slot_bytes;
         }
     }

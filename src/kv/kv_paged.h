@@ -14,6 +14,12 @@
 //
 // Sequences are block tables: kvt_kv_ops.seq_fork shares blocks by reference
 // count; appending to a shared partly filled block copies it first.
+//
+// Sliding-window layers (layer_window[l] = W > 0: a query at pos attends [pos - W + 1, pos]) keep only
+// the blocks their window can still see: appending positions from pos on frees every block wholly
+// before pos - W + 1 in every tier (it is never loaded again), so such a layer holds at most
+// ceil(W / block_tokens) + 1 blocks per group whatever the context. Acquiring a freed block, or
+// appending where the window would reach one (after truncating far back), fails with a message.
 #ifndef KVT_KV_PAGED_H
 #define KVT_KV_PAGED_H
 
@@ -33,9 +39,11 @@ typedef struct {
     int32_t prefetch;       // blocks fetched ahead of use (0: none)
     int32_t n_readers;      // threads that may hold a block at once (T0 must hold that many blocks)
     int32_t n_io_threads;   // copy engine workers (default 4)
-    bool keep_files;        // leave the disk file at free
+    bool keep_files;        // leave the disk file in disk_dir (else unlinked as soon as it is created)
     int64_t fault_read_at;  // tests: the n-th disk read fails with EIO (0: never)
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)
+    const int32_t *layer_window; // [n_layer] attention window of each layer in positions (0: whole context),
+                                 // or NULL (every layer global); copied at init
 } kvt_kv_paged_params;
 
 kvt_kv_paged_params kvt_kv_paged_params_default(void);
@@ -43,7 +51,8 @@ kvt_kv_paged_params kvt_kv_paged_params_default(void);
 int64_t kvt_kv_paged_block_bytes(const kvt_kv_paged_params *p);
 // KVT_ERR_BUDGET if T0 cannot hold n_readers blocks (or 2), KVT_ERR_IO if the disk file cannot be created.
 kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err *err);
-// Path of the disk tier file (NULL without a disk tier); owned by the store.
+// Path of the disk tier file (NULL without a disk tier); owned by the store. Without keep_files the
+// file was unlinked at creation: the path names it in messages only.
 const char *kvt_kv_paged_disk_path(kvt_kv *kv);
 // Disk I/O engine of the disk tier: "io_uring" or "threads"; NULL without a disk tier.
 const char *kvt_kv_paged_disk_engine(kvt_kv *kv);

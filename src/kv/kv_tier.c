@@ -63,6 +63,16 @@ kvt_status kvt_tier_disk_init(kvt_tier_store *t, const char *dir, int64_t budget
         t->path = NULL;
         return st;
     }
+    // Unlinked at once unless kept: the open descriptor holds the blocks, and nothing is left in dir
+    // however the process ends (exit, Ctrl-C, SIGTERM, SIGKILL, a crash). t->path still names it in messages.
+    if (!keep && unlink(t->path) != 0) {
+        kvt_status st = kvt_errorf(err, KVT_ERR_IO, "cannot unlink the new KV disk file %s: %s", t->path, strerror(errno));
+        close(t->fd);
+        t->fd = -1;
+        free(t->path);
+        t->path = NULL;
+        return st;
+    }
     t->io_why = "disabled by the caller";
     if (!no_uring) t->ring = kvt_uring_open(t->fd, 64, &t->io_why);
     return KVT_OK;
@@ -82,10 +92,7 @@ void kvt_tier_free(kvt_tier_store *t) {
     free(t->mem);
     free(t->free_ids);
     kvt_uring_close(t->ring);
-    if (t->fd >= 0) {
-        close(t->fd);
-        if (!t->keep && t->path) unlink(t->path);
-    }
+    if (t->fd >= 0) close(t->fd); // the file was unlinked at creation unless kept
     free(t->path);
     memset(t, 0, sizeof *t);
     t->fd = -1;

@@ -37,9 +37,9 @@ typedef struct {
     size_t n_chunk, cap_chunk;
     int64_t chunk_slots;
     int fd;              // disk tier file, -1 otherwise
-    char *path;          // disk tier file path (owned)
+    char *path;          // disk tier file path (owned); unlinked at creation unless keep
     bool direct;         // opened with O_DIRECT
-    bool keep;           // leave the file at free
+    bool keep;           // leave the file in its directory (else it is unlinked as soon as it is open)
     _Atomic int64_t n_reads;   // disk reads so far
     int64_t fail_read_at;      // tests: the n-th disk read (1-based) fails with EIO; 0 never
     kvt_uring *ring;           // disk I/O through io_uring, or NULL: pread/pwrite on the calling thread
@@ -49,6 +49,8 @@ typedef struct {
 // Memory tier of `budget` bytes (-1: unlimited) with slots of slot_bytes.
 kvt_status kvt_tier_mem_init(kvt_tier_store *t, kvt_tier id, int64_t budget, int64_t slot_bytes, kvt_err *err);
 // Disk tier: a new file in dir (O_DIRECT where the file system allows it) of at most budget bytes (-1: unlimited).
+// Unless keep, the file is unlinked right after it is created: only the descriptor holds it, so no file is
+// left behind however the process ends (signals, SIGKILL, crashes included).
 // Disk I/O goes through io_uring when available (kv_uring.h) unless no_uring.
 kvt_status kvt_tier_disk_init(kvt_tier_store *t, const char *dir, int64_t budget, int64_t data_bytes, bool keep,
                               bool no_uring, kvt_err *err);

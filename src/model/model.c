@@ -1,13 +1,14 @@
-// model.c - read hyperparameters and map weights of llama / qwen2 / qwen3 GGUFs.
+// model.c - read hyperparameters and map weights of llama / qwen2 / qwen3 / gemma3 GGUFs.
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../kernels/f16.h"
 
-static const char *k_arch_names[KVT_ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
+static const char *k_arch_names[KVT_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3"};
 
 const char *kvt_arch_name(kvt_arch a) { return (unsigned)a < KVT_ARCH_COUNT ? k_arch_names[a] : "?"; }
 
@@ -37,6 +38,38 @@ static kvt_status get_arch_f32(const kvt_gguf *g, const char *arch, const char *
     return st == KVT_ERR_NOT_FOUND ? KVT_OK : st;
 }
 
+// The gemma3 specifics (llama.cpp's reading of the same keys): GeGLU, embeddings scaled by sqrt(n_embd),
+// sliding-window layers (every swa_period-th layer global, the default period 6) whose rope base is
+// rope.freq_base_swa (10000 unless given) with no rope scaling, optional final logit soft-capping.
+static kvt_status gemma3_hparams(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err) {
+    const char *an = k_arch_names[KVT_ARCH_GEMMA3];
+    hp->ffn_act = KVT_FFN_GEGLU;
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    // Gemma 3 27B scales queries by 1/sqrt(n_embd / n_head), the others by 1/sqrt(head_dim)
+    if (hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
+    hp->swa_period = 6;
+    hp->rope_freq_base_swa = 10000.0f;
+    hp->rope_freq_scale_swa = 1.0f;
+    kvt_status st;
+    if ((st = get_arch_i32(g, an, "attention.sliding_window", false, &hp->n_swa, err)) ||
+        (st = get_arch_i32(g, an, "attention.sliding_window_pattern", false, &hp->swa_period, err)) ||
+        (st = get_arch_f32(g, an, "rope.freq_base_swa", &hp->rope_freq_base_swa, err)) ||
+        (st = get_arch_f32(g, an, "final_logit_softcapping", &hp->logit_softcap, err))) {
+        return st;
+    }
+    if (!(hp->rope_freq_base_swa > 0.0f) || !isfinite(hp->rope_freq_base_swa) || !(hp->logit_softcap >= 0.0f) ||
+        !isfinite(hp->logit_softcap)) {
+        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: %s.rope.freq_base_swa or final_logit_softcapping out of range",
+                          kvt_gguf_path(g), an);
+    }
+    return KVT_OK;
+}
+
+int32_t kvt_hparams_layer_window(const kvt_hparams *hp, int32_t il) {
+    if (hp->n_swa <= 0 || hp->swa_period <= 0) return 0;
+    return il % hp->swa_period < hp->swa_period - 1 ? hp->n_swa : 0;
+}
+
 kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err) {
     memset(hp, 0, sizeof *hp);
     const char *path = kvt_gguf_path(g);
@@ -49,7 +82,7 @@ kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err) {
         if (kvt_str_eq(a, k_arch_names[i])) ai = i;
     }
     if (ai < 0) {
-        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: unsupported architecture '%.*s' (kvtier runs llama, qwen2, qwen3)",
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: unsupported architecture '%.*s' (kvtier runs llama, qwen2, qwen3, gemma3)",
                           path, (int)(a.len > 64 ? 64 : a.len), a.ptr);
     }
     hp->arch = (kvt_arch)ai;
@@ -108,6 +141,10 @@ kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err) {
     if (!(hp->rope_freq_base > 0.0f) || !(hp->rms_eps > 0.0f)) {
         return kvt_errorf(err, KVT_ERR_FORMAT, "%s: rope.freq_base / rms epsilon must be positive", path);
     }
+    hp->ffn_act = KVT_FFN_SWIGLU;
+    hp->embd_scale = 1.0f;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    if (hp->arch == KVT_ARCH_GEMMA3 && (st = gemma3_hparams(g, hp, err))) return st;
     // vocabulary size: explicit key, else the token list, else the embedding
     hp->n_vocab = 0;
     if ((st = get_arch_i32(g, an, "vocab_size", false, &hp->n_vocab, err))) return st;
@@ -123,6 +160,11 @@ int64_t kvt_hparams_kv_bytes_per_token(const kvt_hparams *hp, kvt_type kv_type) 
     int64_t per_layer = kvt_row_size(kv_type, (int64_t)hp->n_head_kv * hp->head_dim) +
                         kvt_row_size(kv_type, (int64_t)hp->n_head_kv * hp->head_dim_v);
     return per_layer * hp->n_layer;
+}
+
+void kvt_hparams_shape_str(const kvt_hparams *hp, char *buf, size_t n) {
+    snprintf(buf, n, "%s layers %d embd %d heads %d/%d head_dim %d/%d ff %d vocab %d", kvt_arch_name(hp->arch), hp->n_layer,
+             hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, hp->n_ff, hp->n_vocab);
 }
 
 typedef struct {
@@ -220,7 +262,14 @@ static kvt_status load_layer(loader *L, int il, kvt_layer *ly) {
         (st = load_vec(L, NAME("attn_v.bias"), V, biases, &ly->bv))) {
         return st;
     }
-    bool qk_norm = hp->arch == KVT_ARCH_QWEN3;
+    bool qk_norm = hp->arch == KVT_ARCH_QWEN3 || hp->arch == KVT_ARCH_GEMMA3;
+    bool post_norms = hp->arch == KVT_ARCH_GEMMA3;
+    if ((st = load_vec(L, NAME("post_attention_norm.weight"), E, post_norms, &ly->post_attn_norm)) ||
+        (st = load_vec(L, NAME("post_ffw_norm.weight"), E, post_norms, &ly->post_ffn_norm))) {
+        return st;
+    }
+    ly->window = kvt_hparams_layer_window(hp, il);
+    ly->rope_local = ly->window > 0;
     if ((st = load_vec(L, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &ly->q_norm)) ||
         (st = load_vec(L, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &ly->k_norm))) {
         return st;
@@ -245,7 +294,7 @@ kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err
     }
     const kvt_hparams *hp = &m->hp;
     // room for every norm/bias vector converted to f32
-    int64_t cap = (int64_t)hp->n_layer * (2 * hp->n_embd + (int64_t)(hp->n_head + 2 * hp->n_head_kv) * hp->head_dim +
+    int64_t cap = (int64_t)hp->n_layer * (4 * (int64_t)hp->n_embd + (int64_t)(hp->n_head + 2 * hp->n_head_kv) * hp->head_dim +
                                           2 * hp->head_dim) + hp->n_embd + hp->n_rot;
     m->f32_store = malloc((size_t)cap * sizeof(float));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);

@@ -3,7 +3,11 @@
 // A kvt_model maps the GGUF file (weights are used in place, never copied,
 // except small norm/bias vectors converted to f32) and knows the shapes of
 // every architecture kvtier runs: llama (Llama 1/2/3, Mistral, SmolLM),
-// qwen2 (q/k/v biases) and qwen3 (per-head q/k RMS norm, free head_dim).
+// qwen2 (q/k/v biases), qwen3 (per-head q/k RMS norm, free head_dim) and
+// gemma3 (GELU-gated FFN, post-attention/post-FFN norms, embedding scaled by
+// sqrt(n_embd), per-layer sliding-window attention with its own rope base,
+// optional final logit soft-capping). The differences are data in
+// kvt_hparams / kvt_layer: the forward pass is one for all.
 #ifndef KVT_MODEL_H
 #define KVT_MODEL_H
 
@@ -14,8 +18,10 @@
 #include "../gguf/gguf.h"
 #include "../kernels/dtype.h"
 
-typedef enum { KVT_ARCH_LLAMA, KVT_ARCH_QWEN2, KVT_ARCH_QWEN3, KVT_ARCH_COUNT } kvt_arch;
+typedef enum { KVT_ARCH_LLAMA, KVT_ARCH_QWEN2, KVT_ARCH_QWEN3, KVT_ARCH_GEMMA3, KVT_ARCH_COUNT } kvt_arch;
 typedef enum { KVT_ROPE_NORMAL, KVT_ROPE_NEOX } kvt_rope_type;
+// Activation of the gated FFN: silu(gate) * up (SwiGLU) or gelu_tanh(gate) * up (GeGLU, gemma3).
+typedef enum { KVT_FFN_SWIGLU, KVT_FFN_GEGLU } kvt_ffn_act;
 
 const char *kvt_arch_name(kvt_arch a);
 
@@ -35,7 +41,19 @@ typedef struct {
     float rope_freq_base;
     float rope_freq_scale; // 1 / linear scaling factor
     float rms_eps;
+    kvt_ffn_act ffn_act;
+    float embd_scale;      // token embeddings are multiplied by this (gemma3: sqrt(n_embd); else 1)
+    float attn_scale;      // query scale of attention (1/sqrt(head_dim) unless the architecture says otherwise)
+    float logit_softcap;   // > 0: logits = softcap * tanh(logits / softcap); 0: none
+    // sliding-window attention (gemma3): a local layer attends the last n_swa positions (its own included)
+    int32_t n_swa;         // 0: every layer global
+    int32_t swa_period;    // layer il is local iff il % swa_period < swa_period - 1 (every period-th global)
+    float rope_freq_base_swa;  // rope base and scale of the local layers
+    float rope_freq_scale_swa;
 } kvt_hparams;
+
+// Attention window of layer il in positions (0: the whole context).
+int32_t kvt_hparams_layer_window(const kvt_hparams *hp, int32_t il);
 
 // A 2-D weight used in place: [rows, cols] of `type`, rows packed, where
 // cols = GGUF ne[0] (input width) and rows = ne[1] (output width).
@@ -51,8 +69,12 @@ typedef struct {
     kvt_weight wq, wk, wv, wo;              // [n_head*hd, n_embd], [n_kv*hd, n_embd], .., [n_embd, n_head*hd_v]
     const float *bq, *bk, *bv;              // qwen2 biases or NULL
     const float *q_norm, *k_norm;           // qwen3: [head_dim] f32 or NULL
+    const float *post_attn_norm;            // gemma3: [n_embd] f32 norm of the attention output, or NULL
     const float *ffn_norm;                  // [n_embd] f32
+    const float *post_ffn_norm;             // gemma3: [n_embd] f32 norm of the FFN output, or NULL
     kvt_weight w_gate, w_up, w_down;        // [n_ff, n_embd], [n_ff, n_embd], [n_embd, n_ff]
+    int32_t window;                         // attention window in positions (0: whole context)
+    bool rope_local;                        // rope with the local-layer base (rope_freq_base_swa)
 } kvt_layer;
 
 typedef struct kvt_model {
@@ -81,5 +103,9 @@ kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err);
 
 // Bytes of K+V per token for a KV element type (all layers).
 int64_t kvt_hparams_kv_bytes_per_token(const kvt_hparams *hp, kvt_type kv_type);
+
+// The shape that identifies a model for settings made for it (a plan file), one line into buf (n bytes,
+// NUL-terminated, truncated to fit): "llama layers 30 embd 576 heads 9/3 head_dim 64/64 ff 1536 vocab 49152".
+void kvt_hparams_shape_str(const kvt_hparams *hp, char *buf, size_t n);
 
 #endif

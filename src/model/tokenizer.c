@@ -130,6 +130,8 @@ static const pre_info k_pre[] = {
     {"glm4", KVT_PRE_LLAMA3, true, true, false, true},
     {"glm5", KVT_PRE_LLAMA3, true, true, false, true},
     {"falcon", KVT_PRE_FALCON, true, false, false, false},
+    {"deepseek-llm", KVT_PRE_DEEPSEEK_LLM, false, false, false, false},
+    {"deepseek-coder", KVT_PRE_DEEPSEEK_CODER, false, false, false, false},
     {"mpt", KVT_PRE_GPT2, true, false, false, false},
     {"olmo", KVT_PRE_GPT2, true, false, false, false},
     {"jais", KVT_PRE_GPT2, true, false, false, false},
@@ -160,6 +162,7 @@ static const pre_info k_pre[] = {
     {"grok-2", KVT_PRE_QWEN2, false, false, false, false},
     {"solar-open", KVT_PRE_QWEN2, false, false, false, false},
     {"qwen35", KVT_PRE_QWEN35, false, false, false, false},
+    {"gemma4", KVT_PRE_GEMMA4, true, false, false, false}, // SentencePiece-style BPE
 };
 
 // ---------------------------------------------------------------------------
@@ -654,12 +657,21 @@ kvt_status kvt_tokenizer_init(const kvt_gguf *g, kvt_tokenizer **out, kvt_err *e
                               pl, pre.ptr);
         }
         t->pre = pi->kind;
+        t->spm_style = pi->kind == KVT_PRE_GEMMA4;
         t->clean_spaces = pi->clean_spaces;
         t->ignore_merges = pi->ignore_merges;
         t->add_bos = pi->add_bos;
         if (pi->no_bos) {
             t->bos = -1;
         }
+    } else if (kvt_str_eq(model, "gemma4")) {
+        // BPE merges over raw UTF-8, spaces escaped as in SPM, whatever
+        // tokenizer.ggml.pre says (llama.cpp's "gemma4" pre-tokenizer)
+        t->type = KVT_VOCAB_BPE;
+        t->pre = KVT_PRE_GEMMA4;
+        t->spm_style = true;
+        t->clean_spaces = true;
+        t->bos = t->eos = t->unk = -1;
     } else {
         int ml = model.len > 64 ? 64 : (int)model.len;
         free(t);
@@ -677,6 +689,9 @@ kvt_status kvt_tokenizer_init(const kvt_gguf *g, kvt_tokenizer **out, kvt_err *e
     special_tokens(t, g);
     st = read_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err);
     if (!st) st = read_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err);
+    if (t->pre == KVT_PRE_GEMMA4) {
+        t->add_bos = true; // llama.cpp overrides add_bos_token = false for Gemma 4
+    }
     if (st) {
         kvt_tokenizer_free(t);
         return st;
@@ -794,6 +809,35 @@ static bool partition(const kvt_tokenizer *t, const char *text, fragvec *fv, boo
     return !fv->oom;
 }
 
+// SentencePiece escaping of n bytes of text into *buf (realloc'd): ' ' ->
+// U+2581, with one more in front when prefix is set. Returns the escaped
+// length, SIZE_MAX when out of memory.
+static size_t escape_spaces(const char *s, size_t n, bool prefix, char **buf) {
+    size_t nsp = prefix ? 1 : 0;
+    for (size_t k = 0; k < n; k++) {
+        nsp += s[k] == ' ';
+    }
+    char *nb = realloc(*buf, n + 2 * nsp + 1);
+    if (!nb) {
+        return SIZE_MAX;
+    }
+    *buf = nb;
+    size_t bn = 0;
+    if (prefix) {
+        memcpy(nb + bn, LOWB, 3);
+        bn += 3;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (s[k] == ' ') {
+            memcpy(nb + bn, LOWB, 3);
+            bn += 3;
+        } else {
+            nb[bn++] = s[k];
+        }
+    }
+    return bn;
+}
+
 int64_t kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, bool add_special,
                      bool parse_special, int32_t *ids, int64_t cap, kvt_err *err) {
     if (!t || (!text && len > 0) || cap < 0 || (!ids && cap > 0)) {
@@ -824,32 +868,8 @@ int64_t kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, bool 
                 prev_special = true;
                 continue;
             }
-            // escape: ' ' -> U+2581, with an optional leading one
-            size_t nsp = (t->add_space_prefix && prev_special) ? 1 : 0;
-            for (size_t k = 0; k < f->len; k++) {
-                nsp += text[f->off + k] == ' ';
-            }
-            char *nb = realloc(buf, f->len + 2 * nsp + 1);
-            if (!nb) {
-                ok = false;
-                break;
-            }
-            buf = nb;
-            size_t bn = 0;
-            if (t->add_space_prefix && prev_special) {
-                memcpy(buf + bn, LOWB, 3);
-                bn += 3;
-            }
-            for (size_t k = 0; k < f->len; k++) {
-                char c = text[f->off + k];
-                if (c == ' ') {
-                    memcpy(buf + bn, LOWB, 3);
-                    bn += 3;
-                } else {
-                    buf[bn++] = c;
-                }
-            }
-            ok = kvt_spm_tokenize(t, buf, bn, &out);
+            size_t bn = escape_spaces(text + f->off, f->len, t->add_space_prefix && prev_special, &buf);
+            ok = bn != SIZE_MAX && kvt_spm_tokenize(t, buf, bn, &out);
             prev_special = false;
         }
         if (ok && add_special && t->add_eos && t->eos >= 0) {
@@ -863,6 +883,9 @@ int64_t kvt_tokenize(const kvt_tokenizer *t, const char *text, size_t len, bool 
             const frag *f = &fv.v[i];
             if (f->id >= 0) {
                 kvt_ivec_push(&out, f->id);
+            } else if (t->spm_style) {
+                size_t bn = escape_spaces(text + f->off, f->len, false, &buf);
+                ok = bn != SIZE_MAX && kvt_bpe_tokenize(t, buf, bn, &out);
             } else {
                 ok = kvt_bpe_tokenize(t, text + f->off, f->len, &out);
             }
@@ -933,7 +956,7 @@ static void render(const kvt_tokenizer *t, int32_t id, bool special, sink *k) {
         return;
     }
     if (a & KVT_TOKEN_ATTR_NORMAL) {
-        if (t->type == KVT_VOCAB_SPM) {
+        if (t->type == KVT_VOCAB_SPM || t->spm_style) {
             size_t i = 0, from = 0;
             while (i + 3 <= e->len) {
                 if (memcmp(s + i, LOWB, 3) == 0) {

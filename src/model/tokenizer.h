@@ -1,16 +1,21 @@
 // tokenizer.h - text <-> token ids, matching llama.cpp's tokenizers id for id.
 //
-// Two vocabulary kinds are handled, chosen by the GGUF key tokenizer.ggml.model:
-//   "llama" - SentencePiece style (SPM): spaces become U+2581, an optional
-//             space prefix, merges by token score, <0xXX> byte fallback.
-//   "gpt2"  - byte-level BPE: a pre-tokenizer (tokenizer.ggml.pre) splits the
-//             text into words, bytes map to printable code points, merges by
-//             rank (tokenizer.ggml.merges).
+// Vocabulary kinds, chosen by the GGUF key tokenizer.ggml.model:
+//   "llama"  - SentencePiece style (SPM): spaces become U+2581, an optional
+//              space prefix, merges by token score, <0xXX> byte fallback.
+//   "gpt2"   - byte-level BPE: a pre-tokenizer (tokenizer.ggml.pre) splits the
+//              text into words, bytes map to printable code points, merges by
+//              rank (tokenizer.ggml.merges).
+//   "gemma4" - BPE merges by rank over raw UTF-8 with spaces escaped to U+2581
+//              (as SPM), words split at newline runs, <0xXX> byte fallback.
 // Supported pre-tokenizers: default, gpt-2 (alias gpt2), llama3 / llama-bpe /
 // llama-v3 (and dbrx, smaug-bpe, chatglm-bpe, glm4, ...), qwen2 (and
 // stablelm2, megrez, hunyuan, ...), qwen35, smollm (and starcoder, refact,
-// command-r, codeshell, exaone, minerva-7b), falcon, mpt, olmo. Any other
-// name is KVT_ERR_UNSUPPORTED.
+// command-r, codeshell, exaone, minerva-7b), falcon, mpt, olmo, deepseek-llm,
+// deepseek-coder. Any other tokenizer model or pre-tokenizer name is
+// KVT_ERR_UNSUPPORTED with the name in the message; nothing is tokenized
+// with a guessed substitute. Only tokenizer.* keys are read: the
+// architecture does not matter.
 //
 // Special tokens (token types control=3, user-defined=4, unknown=2) are found
 // in the text before the normal tokenizer runs: user-defined ones always,

@@ -18,6 +18,9 @@ typedef enum {
     KVT_PRE_QWEN35,  // as qwen2 but letter runs include \p{M}
     KVT_PRE_SMOLLM,  // each \p{N} isolated, then gpt2
     KVT_PRE_FALCON,  // punctuation runs (with `), gpt2, ASCII digit triples
+    KVT_PRE_DEEPSEEK_LLM,   // [\r\n], letters, punctuation, trailing space, CJK, numbers
+    KVT_PRE_DEEPSEEK_CODER, // [\r\n], \s?\p{L}+, \s?\p{P}+, CJK, each \p{N}
+    KVT_PRE_GEMMA4,  // newline runs only (SentencePiece-style BPE on raw UTF-8)
 } kvt_pre_kind;
 
 typedef struct {
@@ -52,6 +55,9 @@ struct kvt_tokenizer {
     int32_t fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
 
     bool add_bos, add_eos, add_space_prefix, clean_spaces, ignore_merges;
+    // BPE on raw UTF-8 with spaces escaped to U+2581 and <0xXX> byte tokens
+    // (tokenizer model "gemma4"), instead of GPT-2's byte-level encoding
+    bool spm_style;
 
     int32_t spm_byte_tok[256]; // SPM: <0xXX> token (or the 1-byte token), -1 none
     int32_t raw_byte_tok[256]; // BPE fallback: token whose text is that one byte

@@ -195,6 +195,11 @@ kvt_status kvt_plan_search(const kvt_costs *c, const kvt_profile *p, const kvt_p
     memset(pl, 0, sizeof *pl);
     if (r->ctx < 1 || r->batch < 1) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "plan: ctx and batch must be >= 1");
     snprintf(pl->model, sizeof pl->model, "%s", c->name);
+    kvt_hparams_shape_str(&c->hp, pl->model_shape, sizeof pl->model_shape);
+    if (c->hp.n_ctx_train > 0 && r->ctx > c->hp.n_ctx_train) {
+        snprintf(pl->warning, sizeof pl->warning, "ctx %lld exceeds the model's training context (%d): quality past it is not what "
+                 "the model was trained for", (long long)r->ctx, c->hp.n_ctx_train);
+    }
     snprintf(pl->profile, sizeof pl->profile, "%s", p->name);
     const int N = c->n_units;
     const int64_t B = r->batch;
@@ -311,6 +316,8 @@ static void ctx_str(int64_t v, char *buf, size_t n) {
 
 void kvt_plan_print(const kvt_plan *pl, FILE *f) {
     fprintf(f, "model     %s: %d partition units (embedding, %d blocks, output)\n", pl->model, pl->n_units, pl->n_units - 2);
+    fprintf(f, "shape     %s\n", pl->model_shape);
+    if (pl->warning[0]) fprintf(f, "WARNING   %s\n", pl->warning);
     fprintf(f, "profile   %s\n", pl->profile);
     fprintf(f, "memory    VRAM available %.3f GB, RAM available %.3f GB, disk budget %.3f GB (after reserves)\n",
             pl->vram_avail / GB, pl->ram_avail / GB, pl->disk_avail / GB);
@@ -358,6 +365,8 @@ void kvt_plan_write_json(const kvt_plan *pl, FILE *f) {
     kvt_json_init(&j, f);
     kvt_json_obj_begin(&j);
     kvt_json_kv_str(&j, "model", pl->model);
+    kvt_json_kv_str(&j, "model_shape", pl->model_shape);
+    if (pl->warning[0]) kvt_json_kv_str(&j, "warning", pl->warning);
     kvt_json_kv_str(&j, "profile", pl->profile);
     kvt_json_kv_bool(&j, "feasible", pl->feasible);
     if (pl->error[0]) kvt_json_kv_str(&j, "error", pl->error);
@@ -418,6 +427,10 @@ void kvt_plan_write_json(const kvt_plan *pl, FILE *f) {
 }
 
 kvt_status kvt_plan_save(const kvt_plan *pl, const char *path, kvt_err *err) {
+    if (!pl->feasible) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "%s: not written: the plan is infeasible: %s", path,
+                          pl->error[0] ? pl->error : "no placement fits");
+    }
     FILE *f = fopen(path, "w");
     if (!f) return kvt_errorf(err, KVT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     kvt_plan_write_json(pl, f);
@@ -431,12 +444,17 @@ kvt_status kvt_plan_parse(const char *text, kvt_plan *pl, kvt_err *err) {
     if (st) return st;
     memset(pl, 0, sizeof *pl);
     st = KVT_OK;
-    const char *need[] = {"kv_fast_bytes", "kv_host_bytes", "kv_disk_bytes", "kv_block_tokens", "kv_granularity"};
+    const char *need[] = {"model_shape", "kv_fast_bytes", "kv_host_bytes", "kv_disk_bytes", "kv_block_tokens", "kv_granularity"};
     for (size_t i = 0; i < sizeof need / sizeof need[0] && !st; i++) {
-        if (!kvt_jv_get(&root, need[i])) st = kvt_errorf(err, KVT_ERR_FORMAT, "plan: missing \"%s\"", need[i]);
+        if (!kvt_jv_get(&root, need[i])) {
+            st = kvt_errorf(err, KVT_ERR_FORMAT, "plan: missing \"%s\"%s", need[i],
+                            i == 0 ? " (the model it was made for): make it again with `kvtier plan -m MODEL -o FILE`" : "");
+        }
     }
     if (!st) {
         snprintf(pl->model, sizeof pl->model, "%s", kvt_jv_str(&root, "model", ""));
+        snprintf(pl->model_shape, sizeof pl->model_shape, "%s", kvt_jv_str(&root, "model_shape", ""));
+        snprintf(pl->warning, sizeof pl->warning, "%s", kvt_jv_str(&root, "warning", ""));
         snprintf(pl->profile, sizeof pl->profile, "%s", kvt_jv_str(&root, "profile", ""));
         snprintf(pl->error, sizeof pl->error, "%s", kvt_jv_str(&root, "error", ""));
         pl->feasible = kvt_jv_num(&root, "feasible", 1) != 0;
@@ -460,7 +478,9 @@ kvt_status kvt_plan_parse(const char *text, kvt_plan *pl, kvt_err *err) {
         pl->max_ctx_fast = (int64_t)kvt_jv_num(&root, "max_ctx_fast", 0);
         pl->max_ctx_fast_host = (int64_t)kvt_jv_num(&root, "max_ctx_fast_host", 0);
         pl->max_ctx_all = (int64_t)kvt_jv_num(&root, "max_ctx_fast_host_disk", 0);
-        if (pl->kv_fast_bytes < 0 || pl->kv_host_bytes < 0 || pl->kv_disk_bytes < 0 || pl->kv_block_tokens < 1)
+        if (!pl->feasible)
+            st = kvt_errorf(err, KVT_ERR_BUDGET, "plan: infeasible (%s)", pl->error[0] ? pl->error : "no placement fits");
+        else if (pl->kv_fast_bytes < 0 || pl->kv_host_bytes < 0 || pl->kv_disk_bytes < 0 || pl->kv_block_tokens < 1)
             st = kvt_errorf(err, KVT_ERR_FORMAT, "plan: negative KV budget or block size < 1");
         else if (pl->kv_disk_bytes > 0 && !pl->kv_disk_dir[0])
             st = kvt_errorf(err, KVT_ERR_FORMAT, "plan: kv_disk_bytes > 0 but no kv_disk_dir");

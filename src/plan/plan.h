@@ -54,6 +54,8 @@ typedef struct {
 
 typedef struct {
     char model[128];
+    char model_shape[192];       // kvt_hparams_shape_str of the model: --plan FILE is refused for another
+    char warning[160];           // e.g. ctx past the model's training context ("" if none)
     char profile[96];
     int64_t ctx, batch, prompt;
     int64_t vram_avail, ram_avail, disk_avail; // after reserves
@@ -94,8 +96,11 @@ void kvt_plan_print(const kvt_plan *plan, FILE *f);
 // all_gpu_feasible, candidates[], kv_fast_bytes, kv_host_bytes, kv_disk_bytes,
 // kv_disk_dir, kv_block_tokens, kv_granularity, ...
 void kvt_plan_write_json(const kvt_plan *plan, FILE *f);
+// Writes the plan file; an infeasible plan is refused (KVT_ERR_BUDGET with plan->error, which names the
+// overflowing tier) and nothing is written.
 kvt_status kvt_plan_save(const kvt_plan *plan, const char *path, kvt_err *err);
-// Reads a plan file (the JSON above; candidates are not read back).
+// Reads a plan file (the JSON above; candidates are not read back). A file without "model_shape" (the
+// model it was made for) is refused.
 kvt_status kvt_plan_load(const char *path, kvt_plan *plan, kvt_err *err);
 kvt_status kvt_plan_parse(const char *text, kvt_plan *plan, kvt_err *err);
 // Sets the KV settings from a plan (disk_dir points into plan).

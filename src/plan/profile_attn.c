@@ -19,7 +19,7 @@ enum { A_HEADS = 16, A_KV_HEADS = 4, A_DIM = 64 };
 // whose KV holds pos0 + n positions; FLOP/s counted as 4 x n_head x head_dim per attended position.
 static double attn_rate(kvt_kv *kv, kvt_threadpool *pool, int nt, int64_t pos0, int64_t n, int reps, float *q, float *out,
                         void **scratch, void *ws) {
-    kvt_attn_params ap = {A_HEADS, 0.125f, 0};
+    kvt_attn_params ap = {A_HEADS, 0.125f, 0, 0};
     double attended = 0;
     for (int64_t t = 0; t < n; t++) attended += (double)(pos0 + t + 1);
     const double flops = 4.0 * A_HEADS * A_DIM * attended;

@@ -161,12 +161,14 @@ static int32_t sample(bcand *c, const float *row, int32_t n, float temp) {
 static bool text_ends_with_delim(beam_run *r, bcand *c, int32_t id) {
     const char *d = r->p->step_delim;
     if (!d || !*d || !r->p->tok) return false;
-    char piece[256];
-    int64_t np = kvt_token_to_piece(r->p->tok, id, piece, sizeof piece);
-    if (np < 0) np = 0;
-    if (np > (int64_t)sizeof piece) np = sizeof piece;
-    if (!kvt_grow((void **)&c->text, &c->cap_text, c->n_text + (size_t)np + 1, 1)) return false;
-    memcpy(c->text + c->n_text, piece, (size_t)np);
+    // the piece is written in place, whatever its length (a first call tells the length when it does not fit)
+    int64_t np = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (!kvt_grow((void **)&c->text, &c->cap_text, c->n_text + (size_t)(np > 64 ? np : 64) + 1, 1)) return false;
+        np = kvt_token_to_piece(r->p->tok, id, c->text + c->n_text, (int64_t)(c->cap_text - c->n_text - 1));
+        if (np < 0) np = 0;
+        if (np <= (int64_t)(c->cap_text - c->n_text - 1)) break;
+    }
     c->n_text += (size_t)np;
     size_t nd = strlen(d);
     return c->n_text >= nd && memcmp(c->text + c->n_text - nd, d, nd) == 0;
@@ -487,6 +489,41 @@ static int cmp_cand(const void *a, const void *b) {
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
+typedef struct {
+    uint64_t hash; // of the candidate's ids
+    int32_t rank;  // its index in the ranked list
+} id_key;
+
+static int cmp_key(const void *a, const void *b) {
+    const id_key *x = a, *y = b;
+    if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+// Marks dup[i] for every candidate of the ranked list all[0..n) whose ids equal those of a better ranked one
+// (sampled continuations can coincide: they are one beam, kept once). keys: [n] scratch.
+static void mark_duplicates(bcand *const *all, int32_t n, id_key *keys, bool *dup) {
+    for (int32_t i = 0; i < n; i++) {
+        uint64_t h = 1469598103934665603ull; // FNV-1a over the ids
+        for (size_t k = 0; k < all[i]->n; k++) h = (h ^ (uint32_t)all[i]->ids[k]) * 1099511628211ull;
+        keys[i] = (id_key){h ^ all[i]->n, i};
+        dup[i] = false;
+    }
+    qsort(keys, (size_t)n, sizeof *keys, cmp_key);
+    for (int32_t a = 0; a < n;) {
+        int32_t b = a + 1;
+        while (b < n && keys[b].hash == keys[a].hash) b++;
+        for (int32_t x = a + 1; x < b; x++) { // equal hashes: compare the ids with each better ranked one
+            const bcand *cx = all[keys[x].rank];
+            for (int32_t y = a; y < x && !dup[keys[x].rank]; y++) {
+                const bcand *cy = all[keys[y].rank];
+                dup[keys[x].rank] = !dup[keys[y].rank] && cx->n == cy->n && !memcmp(cx->ids, cy->ids, cx->n * sizeof *cx->ids);
+            }
+        }
+        a = b;
+    }
+}
+
 // A continuation of parent: a fork of its sequence with its ids and block list.
 static kvt_status fork_cand(beam_run *r, const bcand *parent, uint64_t stream, bcand **out, kvt_err *err) {
     bcand *c = calloc(1, sizeof *c);
@@ -577,10 +614,12 @@ kvt_status kvt_beam_run(kvt_context *ctx, const kvt_beam_params *p, const int32_
     bcand **live = calloc((size_t)N, sizeof *live), **pool = calloc((size_t)N, sizeof *pool);
     bcand **conts = calloc(2 * (size_t)N * W + (size_t)N, sizeof *conts); // [N*W] this step, then [N + N*W] to rank
     int32_t n_live = 0, n_pool = 0, n_conts = 0;
+    id_key *keys = malloc(((size_t)N * W + (size_t)N) * sizeof *keys); // [N + N*W] duplicate search (temp > 0)
+    bool *dup = malloc((size_t)N * W + (size_t)N);
     batch_buf bb = {malloc((size_t)N * W * sizeof(int32_t)), malloc((size_t)N * W * sizeof(int32_t)),
                     malloc((size_t)N * W * sizeof(bcand *))};
     double decode_ms = 0;
-    if (!live || !pool || !conts || !bb.seqs || !bb.toks || !bb.who) {
+    if (!live || !pool || !conts || !keys || !dup || !bb.seqs || !bb.toks || !bb.who) {
         st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %d beams x %d continuations", N, W);
         goto done;
     }
@@ -669,8 +708,11 @@ kvt_status kvt_beam_run(kvt_context *ctx, const kvt_beam_params *p, const int32_
         for (int32_t i = 0; i < n_conts; i++) conts[n_conts + n_all++] = conts[i];
         bcand **all = conts + n_conts;
         qsort(all, (size_t)n_all, sizeof *all, cmp_cand);
+        // coinciding continuations (two draws of the same tokens) are merged: the N kept beams are distinct
+        if (p->temp > 0) mark_duplicates(all, n_all, keys, dup);
         for (int32_t i = 0; i < n_all; i++) {
-            if (i < N) {
+            if (p->temp > 0 && dup[i]) cand_free(&r, all[i]);
+            else if (n_pool < N) {
                 pool[n_pool++] = all[i];
                 if (all[i]->state == C_FINISHED) cand_release_seq(&r, all[i]);
             } else cand_free(&r, all[i]);
@@ -707,6 +749,8 @@ done:
     free(pool);
     free(live);
     free(conts);
+    free(keys);
+    free(dup);
     free(bb.seqs);
     free(bb.toks);
     free(bb.who);

@@ -8,7 +8,8 @@
 // reference), rating (a pluggable scorer, default the mean token log-probability
 // of everything the beam generated), selection (the best `n_beams` of the
 // finished beams kept so far and the new continuations; losers' sequences are
-// freed, which releases their blocks). The schedule only orders the work:
+// freed, which releases their blocks; with temp > 0, continuations whose ids coincide
+// are one candidate, kept once at its best rank, so the kept beams are distinct). The schedule only orders the work:
 //   layerwise  every live continuation advances one token per forward pass (one batch)
 //   beam       groups of continuations whose KV fits the fast tier run the whole step,
 //              one group after the other, in continuation order

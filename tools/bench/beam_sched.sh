@@ -23,7 +23,7 @@ FAST_FRAC=${FAST_FRAC:-0.5}
 THREADS=${THREADS:-2}
 LOWER=${LOWER:-host}
 case "$LOWER" in
-  host) LOWER_FLAGS="--kv-host 8GB" ;;
+  host) LOWER_FLAGS="--kv-host 8G" ;;
   disk) LOWER_FLAGS="--kv-disk ${DISK_DIR:-/tmp}" ;;
   *) echo "beam_sched.sh: LOWER must be host or disk" >&2; exit 1 ;;
 esac

@@ -16,7 +16,7 @@ VER="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 JOBS="${JOBS:-$(nproc)}"
 SRC="$PEER/llama_cpp_python-$VER/vendor/llama.cpp"
 BUILD="$PEER/build"
-TARGETS=(llama-bench llama-perplexity llama-tokenize llama-simple)
+TARGETS=(llama-bench llama-perplexity llama-tokenize llama-simple llama-quantize llama-server)
 mkdir -p "$PEER/sdist"
 
 # 1. source distribution
@@ -45,7 +45,7 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
     echo "== cmake configure"
     cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
         -DCMAKE_C_FLAGS="$NOAMX" -DCMAKE_CXX_FLAGS="$NOAMX" \
-        -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF
+        -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF
 else
     echo "== have $BUILD/CMakeCache.txt"
 fi

@@ -1,0 +1,175 @@
+// fuzz_request.c - fuzz target for the OpenAI request parser and what consumes its output.
+//
+// The first input byte picks /v1/completions or /v1/chat/completions and a chat format; the rest
+// is the request body. Parsed requests go through the chat template and the response builder;
+// every body's bytes also go through the UTF-8 boundary buffer in pieces, whose output must be
+// valid UTF-8 with no character split, and the prompt through the request's stop strings (a
+// violation traps).
+// Seeds (fuzz/seeds/request) hold the selector byte first: '0' completions, '1' chat, 0x80
+// /tokenize, 0x81 /detokenize.
+// With clang: libFuzzer entry point (make fuzz). Without: KVT_FUZZ_STANDALONE builds a small
+// mutation driver: `fuzz_request SECONDS seed...`.
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/serve/chat_template.h"
+#include "../src/serve/request.h"
+#include "../src/serve/response.h"
+#include "../src/serve/sse.h"
+#include "../src/serve/stop.h"
+#include "../src/serve/utf8_stream.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static const char *const k_formats[] = {"chatml", "llama3", "llama3.1", "llama2", "mistral-v0",
+                                        "mistral-v1", "mistral-v3-tekken", "gemma", "phi3"};
+
+static void check_utf8(const char *body, size_t n, size_t piece) {
+    kvt_utf8_stream s = {{0}, 0};
+    char *out = malloc(KVT_UTF8_OUT_MAX(piece));
+    if (!out) return;
+    for (size_t i = 0; i < n; i += piece) {
+        size_t k = n - i < piece ? n - i : piece;
+        size_t o = kvt_utf8_stream_push(&s, body + i, k, out);
+        if (o > KVT_UTF8_OUT_MAX(k) || !kvt_utf8_valid(out, o)) __builtin_trap();
+    }
+    size_t o = kvt_utf8_stream_flush(&s, out);
+    if (!kvt_utf8_valid(out, o)) __builtin_trap();
+    free(out);
+}
+
+// The request's stop strings over `text` fed in pieces: what is emitted must be the text before
+// the earliest match (a violation traps).
+static void check_stop(const kvt_request_params *p, const char *text, size_t piece) {
+    kvt_stop *st = NULL;
+    if (kvt_stop_create(p->stop, p->n_stop, &st, NULL) != KVT_OK) __builtin_trap();
+    size_t n = strlen(text), want = n, got = 0;
+    for (size_t i = 0; i < p->n_stop; i++) {
+        const char *m = memmem(text, n, p->stop[i], strlen(p->stop[i]));
+        if (m && (size_t)(m - text) < want) want = (size_t)(m - text);
+    }
+    bool matched = false;
+    const char *e;
+    size_t el;
+    for (size_t i = 0; i < n && !matched; i += piece) {
+        matched = kvt_stop_feed(st, text + i, n - i < piece ? n - i : piece, &e, &el, NULL, NULL);
+        if (got + el > want || memcmp(e, text + got, el) != 0) __builtin_trap();
+        got += el;
+    }
+    if (!matched) {
+        kvt_stop_flush(st, &e, &el);
+        if (got + el > want || memcmp(e, text + got, el) != 0) __builtin_trap();
+        got += el;
+    }
+    if (got != want || matched != (want < n)) __builtin_trap();
+    kvt_stop_free(st);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    uint8_t sel = data[0];
+    const char *body = (const char *)data + 1;
+    size_t n = size - 1;
+    check_utf8(body, n, 1 + sel % 5);
+    kvt_req_kind kind = (sel & 0x80) ? ((sel & 1) ? KVT_REQ_DETOKENIZE : KVT_REQ_TOKENIZE)
+                        : (sel & 1)  ? KVT_REQ_CHAT
+                                     : KVT_REQ_COMPLETION;
+    kvt_request *r = NULL;
+    kvt_api_error ae;
+    if (kvt_request_parse(body, n, kind, &r, &ae) != KVT_OK) {
+        char *j = kvt_api_error_json(&ae);
+        free(j);
+        return 0;
+    }
+    const kvt_request_params *p = kvt_request_get(r);
+    const char *text = p->prompt ? p->prompt : "";
+    if (kind == KVT_REQ_TOKENIZE || kind == KVT_REQ_DETOKENIZE) {
+        const char *pieces[1] = {text};
+        size_t lens[1] = {strlen(text)};
+        char *j = NULL;
+        if (kind == KVT_REQ_TOKENIZE && kvt_resp_tokenize_json(p->prompt_ids, 0, pieces, lens, &j, NULL) == KVT_OK) free(j);
+        if (kvt_resp_detokenize_json(text, strlen(text), &j, NULL) == KVT_OK) free(j);
+        kvt_request_free(r);
+        return 0;
+    }
+    char *prompt = NULL;
+    if (kind == KVT_REQ_CHAT) {
+        kvt_chat_template *t = NULL;
+        kvt_chat_tokens tok = {"<s>", "</s>", NULL};
+        if (kvt_chat_template_create(NULL, k_formats[(sel >> 1) % 9], &tok, &t, NULL) == KVT_OK) {
+            if (kvt_chat_template_apply(t, p->messages, p->n_messages, (sel >> 5) & 1, &prompt, NULL, NULL) == KVT_OK)
+                text = prompt;
+            kvt_chat_template_free(t);
+        }
+    }
+    check_stop(p, text, 1 + (sel >> 2) % 7);
+    kvt_resp_alt alt = {text, strlen(text) < 4 ? strlen(text) : 4, -1.0};
+    kvt_resp_logprob lp = {alt, &alt, 1, 0};
+    kvt_resp_choice c = {.text = text, .len = strlen(text), .finish_reason = "stop", .has_logprobs = p->logprobs,
+                         .logprobs = &lp, .n_logprobs = 1, .role = true};
+    kvt_resp_usage u = {p->n_prompt_ids, p->max_tokens, 0};
+    kvt_resp resp = {.kind = kind, .chunk = p->stream, .id = "x", .model = p->model, .choices = &c, .n_choices = 1,
+                     .usage = p->include_usage ? &u : NULL};
+    char *json = NULL, *ev = NULL;
+    size_t jl = 0;
+    if (kvt_resp_json(&resp, &json, &jl, NULL) == KVT_OK && kvt_sse_frame(json, jl, &ev, NULL, NULL) == KVT_OK) free(ev);
+    free(json);
+    free(prompt);
+    kvt_request_free(r);
+    return 0;
+}
+
+#ifdef KVT_FUZZ_STANDALONE
+#include <time.h>
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s SECONDS seed.json...\n", argv[0]);
+        return 2;
+    }
+    double secs = atof(argv[1]);
+    int ns = argc - 2;
+    uint8_t *seeds[64];
+    size_t lens[64];
+    if (ns > 64) ns = 64;
+    for (int i = 0; i < ns; i++) {
+        seeds[i] = NULL;
+        lens[i] = 0;
+        FILE *f = fopen(argv[i + 2], "rb");
+        if (!f) continue;
+        seeds[i] = malloc(1 << 16);
+        lens[i] = fread(seeds[i], 1, 1 << 16, f);
+        fclose(f);
+    }
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    long iters = 0;
+    clock_t end = clock() + (clock_t)(secs * CLOCKS_PER_SEC);
+    while (clock() < end) {
+        int s = (int)(iters % ns);
+        size_t n = lens[s];
+        if (!seeds[s] || !n) {
+            iters++;
+            continue;
+        }
+        uint8_t *buf = malloc(n);
+        memcpy(buf, seeds[s], n);
+        buf[0] = (uint8_t)((buf[0] & 0x81) | ((iters << 1) & 0x7e)); // keep the endpoint, vary the format
+        int k = (int)((r >> 7) % 4);
+        for (int j = 0; j < k; j++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            buf[(r >> 17) % n] = (uint8_t)(r >> 40);
+        }
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        size_t len = (r >> 50) % 4 == 0 ? (size_t)((r >> 20) % n) : n;
+        LLVMFuzzerTestOneInput(buf, len);
+        free(buf);
+        iters++;
+    }
+    printf("fuzz_request: %ld inputs, no crash\n", iters);
+    for (int i = 0; i < ns; i++) free(seeds[i]);
+    return 0;
+}
+#endif

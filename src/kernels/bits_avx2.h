@@ -1,0 +1,22 @@
+// bits_avx2.h - bit-plane helpers shared by the AVX2/AVX-512 kernel files (quant_avx2.c,
+// matmul_avx2.c); include only from files compiled with -mavx2.
+#ifndef KVT_BITS_AVX2_H
+#define KVT_BITS_AVX2_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+// 0x10 in byte i where bit i of the little-endian 32-bit word at p is set, 0 elsewhere (q5_0's fifth
+// bits): byte i of the broadcast word's byte i/8 is tested against the bit 1 << (i % 8).
+static inline __attribute__((always_inline)) __m256i kvt_bits32_to_0x10(const uint8_t *p) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w),
+                                              _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,
+                                                                0x0101010101010101LL, 0));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+#endif

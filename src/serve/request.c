@@ -1,0 +1,389 @@
+// request.c - OpenAI request bodies parsed with jansson and validated field by field (request.h).
+#include "request.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kvt_request {
+    kvt_request_params p;
+    json_t *root;      // strings of p point into it
+    kvt_chat_msg *msgs;
+    char **owned;      // concatenated content parts
+    size_t n_owned;
+    int32_t *ids;
+    const char **stops;
+};
+
+kvt_status kvt_api_errorf(kvt_api_error *e, int http_status, const char *type, const char *param, const char *fmt,
+                          ...) {
+    if (!e) return KVT_ERR_INVALID_ARG;
+    e->http_status = http_status;
+    e->type = type ? type : "invalid_request_error";
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return KVT_ERR_INVALID_ARG;
+}
+
+char *kvt_api_error_json(const kvt_api_error *e) {
+    json_t *err = json_object(), *root = json_object();
+    if (!err || !root) {
+        json_decref(err);
+        json_decref(root);
+        return NULL;
+    }
+    // messages are built from our format strings and request text already checked as UTF-8;
+    // a message cut by the buffer size may end inside a character: drop an invalid tail
+    size_t ml = strlen(e->message);
+    json_t *msg = NULL;
+    while (!(msg = json_stringn(e->message, ml)) && ml) ml--;
+    json_object_set_new(err, "message", msg ? msg : json_string(""));
+    json_object_set_new(err, "type", json_string(e->type ? e->type : "invalid_request_error"));
+    json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
+    json_object_set_new(err, "code", json_integer(e->http_status));
+    json_object_set_new(root, "error", err);
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
+// "param: what" as a 400 error naming param.
+static kvt_status bad(kvt_api_error *e, const char *param, const char *what) {
+    return kvt_api_errorf(e, 400, "invalid_request_error", param, "%s: %s", param, what);
+}
+
+static const char *type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "a list";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+// Field lookup: NULL when absent or null.
+static json_t *field(json_t *obj, const char *key) {
+    json_t *v = json_object_get(obj, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+// An integer in [lo, hi]; integral reals are accepted. *present false when absent.
+static kvt_status get_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, bool *present,
+                          kvt_api_error *e) {
+    json_t *v = field(obj, key);
+    if (present) *present = v != NULL;
+    if (!v) return KVT_OK;
+    int64_t x;
+    if (json_is_integer(v)) {
+        x = (int64_t)json_integer_value(v);
+    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+               fabs(json_real_value(v)) < 9.0e18) {
+        x = (int64_t)json_real_value(v);
+    } else {
+        return kvt_api_errorf(e, 400, NULL, key, "%s: must be an integer, got %s", key,
+                              json_is_real(v) ? "a fractional number" : type_name(v));
+    }
+    if (x < lo || x > hi)
+        return kvt_api_errorf(e, 400, NULL, key, "%s: %lld is out of range [%lld, %lld]", key, (long long)x,
+                              (long long)lo, (long long)hi);
+    *out = x;
+    return KVT_OK;
+}
+
+// A number in [lo, hi] (lo excluded when lo_open).
+static kvt_status get_num(json_t *obj, const char *key, double lo, double hi, bool lo_open, double *out,
+                          kvt_api_error *e) {
+    json_t *v = field(obj, key);
+    if (!v) return KVT_OK;
+    if (!json_is_number(v)) return kvt_api_errorf(e, 400, NULL, key, "%s: must be a number, got %s", key, type_name(v));
+    double x = json_number_value(v);
+    if (!(lo_open ? x > lo : x >= lo) || !(x <= hi))
+        return kvt_api_errorf(e, 400, NULL, key, "%s: %g is out of range %s%g, %g]", key, x, lo_open ? "(" : "[", lo,
+                              hi);
+    *out = x;
+    return KVT_OK;
+}
+
+static kvt_status get_bool(json_t *obj, const char *key, bool *out, kvt_api_error *e) {
+    json_t *v = field(obj, key);
+    if (!v) return KVT_OK;
+    if (!json_is_boolean(v)) return kvt_api_errorf(e, 400, NULL, key, "%s: must be a boolean, got %s", key, type_name(v));
+    *out = json_is_true(v);
+    return KVT_OK;
+}
+
+// A string without NUL characters; *out points into the JSON tree.
+static kvt_status check_str(json_t *v, const char *param, const char **out, kvt_api_error *e) {
+    if (!json_is_string(v)) return kvt_api_errorf(e, 400, NULL, param, "%s: must be a string, got %s", param, type_name(v));
+    if (strlen(json_string_value(v)) != json_string_length(v))
+        return bad(e, param, "contains a NUL character");
+    *out = json_string_value(v);
+    return KVT_OK;
+}
+
+static kvt_status nomem(kvt_api_error *e) {
+    kvt_api_errorf(e, 500, "server_error", NULL, "out of memory parsing the request");
+    return KVT_ERR_NOMEM;
+}
+
+// A list of token ids (each in [0, 2^31)).
+static kvt_status get_ids(kvt_request *r, json_t *arr, const char *param, kvt_api_error *e) {
+    size_t n = json_array_size(arr);
+    if (n == 0 && r->p.kind != KVT_REQ_DETOKENIZE) return bad(e, param, "the prompt is empty");
+    r->ids = malloc((n ? n : 1) * sizeof *r->ids);
+    if (!r->ids) return nomem(e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return kvt_api_errorf(e, 400, NULL, param, "%s[%zu]: a token id must be an integer in [0, 2147483647]",
+                                  param, i);
+        r->ids[i] = (int32_t)json_integer_value(v);
+    }
+    r->p.prompt_ids = r->ids;
+    r->p.n_prompt_ids = (int64_t)n;
+    return KVT_OK;
+}
+
+static kvt_status parse_prompt(kvt_request *r, json_t *root, kvt_api_error *e) {
+    json_t *v = field(root, "prompt");
+    if (!v) return bad(e, "prompt", "required");
+    if (json_is_string(v)) return check_str(v, "prompt", &r->p.prompt, e);
+    if (!json_is_array(v))
+        return kvt_api_errorf(e, 400, NULL, "prompt", "prompt: must be a string or a list, got %s", type_name(v));
+    if (json_array_size(v) == 0) return bad(e, "prompt", "the prompt is empty");
+    json_t *first = json_array_get(v, 0);
+    if (json_is_integer(first)) return get_ids(r, v, "prompt", e);
+    if (json_array_size(v) > 1)
+        return bad(e, "prompt", "a list of several prompts is not supported; send one request per prompt");
+    if (json_is_string(first)) return check_str(first, "prompt[0]", &r->p.prompt, e);
+    if (json_is_array(first)) return get_ids(r, first, "prompt[0]", e);
+    return kvt_api_errorf(e, 400, NULL, "prompt[0]", "prompt[0]: must be a string, a token id or a list of token ids, got %s",
+                          type_name(first));
+}
+
+// content: a string or a list of {type: "text", text: string} parts (concatenated).
+static kvt_status parse_content(kvt_request *r, json_t *c, size_t i, const char **out, kvt_api_error *e) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%zu].content", i);
+    if (!c) return kvt_api_errorf(e, 400, NULL, param, "%s: required", param);
+    if (json_is_string(c)) return check_str(c, param, out, e);
+    if (!json_is_array(c))
+        return kvt_api_errorf(e, 400, NULL, param, "%s: must be a string or a list of text parts, got %s", param,
+                              type_name(c));
+    size_t total = 0, n = json_array_size(c);
+    for (size_t j = 0; j < n; j++) {
+        json_t *part = json_array_get(c, j), *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        char pp[96];
+        snprintf(pp, sizeof pp, "%s[%zu]", param, j);
+        if (!json_is_object(part))
+            return kvt_api_errorf(e, 400, NULL, pp, "%s: must be an object, got %s", pp, type_name(part));
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0)
+            return kvt_api_errorf(e, 400, NULL, pp, "%s.type: only \"text\" parts are supported", pp);
+        const char *s;
+        snprintf(pp, sizeof pp, "%s[%zu].text", param, j);
+        if (!text) return kvt_api_errorf(e, 400, NULL, pp, "%s: required", pp);
+        if (check_str(text, pp, &s, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+        total += json_string_length(text);
+    }
+    char *buf = malloc(total + 1), **owned = realloc(r->owned, (r->n_owned + 1) * sizeof *owned);
+    if (owned) r->owned = owned;
+    if (!buf || !owned) {
+        free(buf);
+        return nomem(e);
+    }
+    r->owned[r->n_owned++] = buf;
+    size_t o = 0;
+    for (size_t j = 0; j < n; j++) {
+        json_t *text = json_object_get(json_array_get(c, j), "text");
+        memcpy(buf + o, json_string_value(text), json_string_length(text));
+        o += json_string_length(text);
+    }
+    buf[o] = 0;
+    *out = buf;
+    return KVT_OK;
+}
+
+static kvt_status parse_messages(kvt_request *r, json_t *root, kvt_api_error *e) {
+    json_t *v = field(root, "messages");
+    if (!v) return bad(e, "messages", "required");
+    if (!json_is_array(v))
+        return kvt_api_errorf(e, 400, NULL, "messages", "messages: must be a list, got %s", type_name(v));
+    size_t n = json_array_size(v);
+    if (n == 0) return bad(e, "messages", "at least one message is required");
+    r->msgs = calloc(n, sizeof *r->msgs);
+    if (!r->msgs) return nomem(e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(v, i);
+        char param[64];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(m))
+            return kvt_api_errorf(e, 400, NULL, param, "%s: must be an object, got %s", param, type_name(m));
+        json_t *role = json_object_get(m, "role");
+        snprintf(param, sizeof param, "messages[%zu].role", i);
+        if (!role) return kvt_api_errorf(e, 400, NULL, param, "%s: required", param);
+        if (check_str(role, param, &r->msgs[i].role, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+        kvt_status st = parse_content(r, field(m, "content"), i, &r->msgs[i].content, e);
+        if (st != KVT_OK) return st;
+    }
+    r->p.messages = r->msgs;
+    r->p.n_messages = n;
+    return KVT_OK;
+}
+
+static kvt_status parse_stop(kvt_request *r, json_t *root, kvt_api_error *e) {
+    json_t *v = field(root, "stop");
+    if (!v) return KVT_OK;
+    bool one = json_is_string(v);
+    if (!one && !json_is_array(v))
+        return kvt_api_errorf(e, 400, NULL, "stop", "stop: must be a string or a list of strings, got %s", type_name(v));
+    size_t n = one ? 1 : json_array_size(v);
+    if (n > KVT_REQ_MAX_STOP)
+        return kvt_api_errorf(e, 400, NULL, "stop", "stop: at most %d strings, got %zu", KVT_REQ_MAX_STOP, n);
+    r->stops = calloc(n ? n : 1, sizeof *r->stops);
+    if (!r->stops) return nomem(e);
+    for (size_t i = 0; i < n; i++) {
+        char param[32];
+        if (one) snprintf(param, sizeof param, "stop");
+        else snprintf(param, sizeof param, "stop[%zu]", i);
+        if (check_str(one ? v : json_array_get(v, i), param, &r->stops[i], e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+        if (!r->stops[i][0]) return bad(e, param, "must not be empty");
+    }
+    r->p.stop = r->stops;
+    r->p.n_stop = n;
+    return KVT_OK;
+}
+
+static kvt_status parse_sampling(kvt_request *r, json_t *root, kvt_api_error *e) {
+    kvt_request_params *p = &r->p;
+    int64_t x;
+    bool given;
+    if (get_int(root, "max_tokens", 1, INT32_MAX, &p->max_tokens, NULL, e) != KVT_OK ||
+        get_int(root, "max_completion_tokens", 1, INT32_MAX, &p->max_tokens, NULL, e) != KVT_OK ||
+        get_num(root, "temperature", 0, 2, false, &p->temperature, e) != KVT_OK ||
+        get_num(root, "top_p", 0, 1, true, &p->top_p, e) != KVT_OK ||
+        get_num(root, "min_p", 0, 1, false, &p->min_p, e) != KVT_OK)
+        return KVT_ERR_INVALID_ARG;
+    if (get_int(root, "top_k", 0, INT32_MAX, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    if (given) p->top_k = (int32_t)x;
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &x, &p->has_seed, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    if (p->has_seed) p->seed = (uint64_t)x;
+    if (get_int(root, "n", 1, KVT_REQ_MAX_N, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    if (given) p->n = (int32_t)x;
+    return KVT_OK;
+}
+
+static kvt_status parse_logprobs_stream(kvt_request *r, json_t *root, kvt_api_error *e) {
+    kvt_request_params *p = &r->p;
+    int64_t x;
+    bool given;
+    if (p->kind == KVT_REQ_COMPLETION) { // legacy: logprobs is the number of alternatives
+        if (get_int(root, "logprobs", 0, KVT_REQ_MAX_TOP_LOGPROBS, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+        p->logprobs = given;
+        p->top_logprobs = given ? (int32_t)x : 0;
+    } else {
+        if (get_bool(root, "logprobs", &p->logprobs, e) != KVT_OK ||
+            get_int(root, "top_logprobs", 0, KVT_REQ_MAX_TOP_LOGPROBS, &x, &given, e) != KVT_OK)
+            return KVT_ERR_INVALID_ARG;
+        if (given && x > 0 && !p->logprobs)
+            return bad(e, "top_logprobs", "requires logprobs to be true");
+        p->top_logprobs = given ? (int32_t)x : 0;
+    }
+    if (get_bool(root, "stream", &p->stream, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    json_t *so = field(root, "stream_options");
+    if (so) {
+        if (!json_is_object(so))
+            return kvt_api_errorf(e, 400, NULL, "stream_options", "stream_options: must be an object, got %s",
+                                  type_name(so));
+        if (!p->stream) return bad(e, "stream_options", "only allowed when stream is true");
+        json_t *iu = field(so, "include_usage");
+        if (iu && !json_is_boolean(iu))
+            return kvt_api_errorf(e, 400, NULL, "stream_options.include_usage",
+                                  "stream_options.include_usage: must be a boolean, got %s", type_name(iu));
+        p->include_usage = iu && json_is_true(iu);
+    }
+    return KVT_OK;
+}
+
+// /tokenize and /detokenize bodies.
+static kvt_status parse_tokens_req(kvt_request *r, json_t *root, kvt_api_error *e) {
+    kvt_request_params *p = &r->p;
+    if (p->kind == KVT_REQ_DETOKENIZE) {
+        json_t *v = field(root, "tokens");
+        if (!v) return bad(e, "tokens", "required");
+        if (!json_is_array(v))
+            return kvt_api_errorf(e, 400, NULL, "tokens", "tokens: must be a list of token ids, got %s", type_name(v));
+        return get_ids(r, v, "tokens", e);
+    }
+    json_t *v = field(root, "content");
+    if (!v) return bad(e, "content", "required");
+    p->parse_special = true;
+    if (check_str(v, "content", &p->prompt, e) != KVT_OK || get_bool(root, "add_special", &p->add_special, e) != KVT_OK ||
+        get_bool(root, "parse_special", &p->parse_special, e) != KVT_OK ||
+        get_bool(root, "with_pieces", &p->with_pieces, e) != KVT_OK)
+        return KVT_ERR_INVALID_ARG;
+    return KVT_OK;
+}
+
+kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kvt_request **out,
+                             kvt_api_error *aerr) {
+    *out = NULL;
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &jerr); // NUL in strings: refused by field
+    if (!root)
+        return kvt_api_errorf(aerr, 400, "invalid_request_error", NULL,
+                              "malformed JSON at line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(root)) {
+        kvt_api_errorf(aerr, 400, "invalid_request_error", NULL, "the request body must be a JSON object, got %s",
+                       type_name(root));
+        json_decref(root);
+        return KVT_ERR_INVALID_ARG;
+    }
+    kvt_request *r = calloc(1, sizeof *r);
+    if (!r) {
+        json_decref(root);
+        return nomem(aerr);
+    }
+    r->root = root;
+    kvt_request_params *p = &r->p;
+    *p = (kvt_request_params){.kind = kind, .max_tokens = -1, .temperature = 1.0, .top_p = 1.0, .n = 1};
+    kvt_status st = KVT_OK;
+    json_t *model = field(root, "model");
+    if (model) st = check_str(model, "model", &p->model, aerr);
+    if (kind == KVT_REQ_TOKENIZE || kind == KVT_REQ_DETOKENIZE) {
+        if (st == KVT_OK) st = parse_tokens_req(r, root, aerr);
+    } else {
+        if (st == KVT_OK) st = kind == KVT_REQ_CHAT ? parse_messages(r, root, aerr) : parse_prompt(r, root, aerr);
+        if (st == KVT_OK) st = parse_sampling(r, root, aerr);
+        if (st == KVT_OK) st = parse_stop(r, root, aerr);
+        if (st == KVT_OK) st = parse_logprobs_stream(r, root, aerr);
+    }
+    if (st != KVT_OK) {
+        kvt_request_free(r);
+        return st;
+    }
+    *out = r;
+    return KVT_OK;
+}
+
+void kvt_request_free(kvt_request *r) {
+    if (!r) return;
+    for (size_t i = 0; i < r->n_owned; i++) free(r->owned[i]);
+    free(r->owned);
+    free(r->msgs);
+    free(r->ids);
+    free(r->stops);
+    json_decref(r->root);
+    free(r);
+}
+
+const kvt_request_params *kvt_request_get(const kvt_request *r) { return &r->p; }

@@ -1,0 +1,94 @@
+// request.h - parse and validate OpenAI /v1/completions and /v1/chat/completions request bodies.
+//
+// Built only with jansson (the Makefile defines KVT_HAVE_JANSSON). Fields read (others are
+// ignored, as llama-server does):
+//   model                   string (optional; echoed back)
+//   prompt (completions)    a string, a list of token ids, or a list holding exactly one string or
+//                           one list of token ids; several prompts in one request are refused (send
+//                           one request per prompt; use n for several answers to one prompt)
+//   messages (chat)         non-empty list of {role: string, content: string | [{type:"text",
+//                           text: string}...]} (text parts are concatenated); role is checked by
+//                           the chat template (kvt_chat_template_apply)
+//   max_tokens, max_completion_tokens   integer >= 1 or null; the latter wins when both are given;
+//                           absent: -1 (until the end of the context or an end-of-generation token)
+//   temperature [0, 2] (default 1), top_p (0, 1] (default 1), top_k integer >= 0 (0: off),
+//   min_p [0, 1] (default 0), seed integer (absent: random)
+//   stop                    string or list of up to KVT_REQ_MAX_STOP non-empty strings
+//   n                       integer 1..KVT_REQ_MAX_N (default 1)
+//   logprobs                completions: integer 0..KVT_REQ_MAX_TOP_LOGPROBS (the number of top
+//                           alternatives); chat: boolean, with top_logprobs integer 0..20
+//   stream                  boolean; stream_options {include_usage: boolean} only with stream true
+// POST /tokenize (llama-server's shape): content string (required), add_special boolean (default
+// false), parse_special boolean (default true), with_pieces boolean (default false); the text
+// lands in prompt. POST /detokenize: tokens, a list of token ids (may be empty), in prompt_ids.
+// Numbers: integer fields accept integral JSON reals (2.0); null means "not given" everywhere.
+#ifndef KVT_REQUEST_H
+#define KVT_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "chat_template.h"
+
+#define KVT_REQ_MAX_STOP 16
+#define KVT_REQ_MAX_N 64
+#define KVT_REQ_MAX_TOP_LOGPROBS 20
+
+typedef enum { KVT_REQ_COMPLETION, KVT_REQ_CHAT, KVT_REQ_TOKENIZE, KVT_REQ_DETOKENIZE } kvt_req_kind;
+
+// An error to answer with, in the OpenAI shape (kvt_api_error_json).
+typedef struct {
+    int http_status;  // 400, 401, 404, 500, 503 ...
+    const char *type; // "invalid_request_error", "authentication_error", "server_error", ...
+    char param[64];   // the offending field ("messages[2].content"), "" when none
+    char message[KVT_ERR_MSG_MAX];
+} kvt_api_error;
+
+// The validated request; all pointers are owned by the kvt_request they came from.
+typedef struct {
+    kvt_req_kind kind;
+    const char *model;           // NULL when absent
+    const char *prompt;          // completions given as text; NULL otherwise
+    const int32_t *prompt_ids;   // completions given as token ids; NULL otherwise
+    int64_t n_prompt_ids;
+    const kvt_chat_msg *messages; // chat; roles and contents are NUL-terminated UTF-8
+    size_t n_messages;
+    int64_t max_tokens;          // -1: not given
+    double temperature, top_p, min_p;
+    int32_t top_k;
+    bool has_seed;
+    uint64_t seed;
+    const char *const *stop;     // n_stop strings
+    size_t n_stop;
+    int32_t n;
+    bool logprobs;               // return the chosen tokens' log-probabilities
+    int32_t top_logprobs;        // and this many alternatives per position
+    bool stream, include_usage;
+    bool add_special, parse_special, with_pieces; // tokenize only
+} kvt_request_params;
+
+typedef struct kvt_request kvt_request; // opaque
+
+// Parses body[0..len) as a request of the given kind. On success *out is owned by the caller
+// (kvt_request_free). On failure returns KVT_ERR_INVALID_ARG (or KVT_ERR_NOMEM) and fills *aerr
+// (http_status 400 for malformed JSON and for missing, mistyped or out-of-range fields, naming
+// the field in param and message; 500 for out of memory).
+kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kvt_request **out,
+                             kvt_api_error *aerr);
+void kvt_request_free(kvt_request *r);
+const kvt_request_params *kvt_request_get(const kvt_request *r);
+
+// Fills *e (any status, type, param may be NULL) with a printf-style message; returns KVT_ERR_INVALID_ARG.
+#if defined(__GNUC__)
+__attribute__((format(printf, 5, 6)))
+#endif
+kvt_status kvt_api_errorf(kvt_api_error *e, int http_status, const char *type, const char *param, const char *fmt,
+                          ...);
+
+// The error as the JSON text {"error": {"message", "type", "param", "code"}} (code: the HTTP
+// status, as llama-server sends it), newly allocated (caller frees); NULL when out of memory.
+char *kvt_api_error_json(const kvt_api_error *e);
+
+#endif

@@ -1,0 +1,85 @@
+// response.h - OpenAI response bodies and stream chunks (built with jansson).
+//
+// Shapes (compact JSON, one line):
+//   completion         {"id","object":"text_completion","created","model","choices":[{"index","text",
+//                       "logprobs","finish_reason"}],"usage"}
+//   chat.completion    {"id","object":"chat.completion","created","model","choices":[{"index",
+//                       "message":{"role":"assistant","content"},"logprobs","finish_reason"}],"usage"}
+//   chat.completion.chunk  choices[].delta {"role"?, "content"?} instead of message; a completion
+//                       chunk is a text_completion object with the piece of text
+//   usage              {"prompt_tokens","completion_tokens","total_tokens",
+//                       "prompt_tokens_details":{"cached_tokens"}}
+//   logprobs (chat)    {"content":[{"token","logprob","bytes":[..],"top_logprobs":[{"token","logprob","bytes"}]}]}
+//   logprobs (completions, legacy) {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{token: logprob}],
+//                       "text_offset":[..]}
+// Text and token bytes that are not valid UTF-8 are written with U+FFFD in place of invalid bytes
+// (the "bytes" arrays keep the raw bytes); stream text through kvt_utf8_stream first so that
+// characters are never split across chunks.
+#ifndef KVT_RESPONSE_H
+#define KVT_RESPONSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "request.h"
+
+// One alternative at a position: raw token bytes and its log-probability.
+typedef struct {
+    const char *token;
+    size_t len;
+    double logprob;
+} kvt_resp_alt;
+
+// The chosen token at one position, its alternatives (most likely first) and, for completions,
+// the byte offset of the token in the choice's text.
+typedef struct {
+    kvt_resp_alt chosen;
+    const kvt_resp_alt *top;
+    size_t n_top;
+    int64_t text_offset;
+} kvt_resp_logprob;
+
+typedef struct {
+    int32_t index;
+    const char *text;             // content, delta or completion text; NULL: none (chunk without content)
+    size_t len;
+    const char *finish_reason;    // "stop", "length" ...; NULL writes null
+    bool has_logprobs;            // false writes "logprobs": null
+    const kvt_resp_logprob *logprobs;
+    size_t n_logprobs;
+    bool role;                    // chat chunk: the delta carries "role": "assistant" (the first chunk)
+} kvt_resp_choice;
+
+typedef struct {
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+} kvt_resp_usage;
+
+typedef struct {
+    kvt_req_kind kind;            // KVT_REQ_COMPLETION or KVT_REQ_CHAT
+    bool chunk;                   // a streamed chunk instead of the whole response
+    const char *id;               // e.g. "chatcmpl-42"
+    const char *model;
+    int64_t created;              // Unix seconds
+    const kvt_resp_choice *choices;
+    size_t n_choices;
+    const kvt_resp_usage *usage;  // NULL: no usage (or null, see below)
+    bool usage_null;              // with usage NULL: write "usage": null (chunks of an include_usage stream)
+} kvt_resp;
+
+// Builds the JSON text of r into a newly allocated NUL-terminated *out (caller frees; *out_len its
+// length, may be NULL). Errors: KVT_ERR_NOMEM.
+kvt_status kvt_resp_json(const kvt_resp *r, char **out, size_t *out_len, kvt_err *err);
+
+// POST /tokenize answer: {"tokens":[ids]} or, with pieces, {"tokens":[{"id","piece"}]} where a
+// piece is a string when its bytes are valid UTF-8, else the list of its bytes (as llama-server).
+// pieces[i]/piece_lens[i] are the raw bytes of token i (pieces NULL: ids only).
+kvt_status kvt_resp_tokenize_json(const int32_t *ids, size_t n, const char *const *pieces, const size_t *piece_lens,
+                                  char **out, kvt_err *err);
+// POST /detokenize answer: {"content": text} (invalid UTF-8 written as U+FFFD).
+kvt_status kvt_resp_detokenize_json(const char *text, size_t len, char **out, kvt_err *err);
+// GET /v1/models answer: {"object":"list","data":[{"id","object":"model","created","owned_by":"kvtier"}]}.
+kvt_status kvt_resp_models_json(const char *model_id, int64_t created, char **out, kvt_err *err);
+
+#endif
