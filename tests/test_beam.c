@@ -217,9 +217,8 @@ static void cli(const test_env *env, const char *model) {
 
 void test_beam(const test_env *env) {
     char path[512];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", env->shared);
-    if (!test_file_exists(path)) {
-        test_skip("beam", "stories260K.gguf not found");
+    if (!test_data(env, "stories260K.gguf", path, sizeof path)) {
+        test_skip("beam", test_data_missing(env, "stories260K.gguf"));
         return;
     }
     kvt_model *m = NULL;

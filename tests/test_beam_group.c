@@ -319,9 +319,8 @@ static void test_cli_dm_model(const test_env *env) {
     test_result(rc == 1 && strstr(out, "exceeds the KV budget") && strchr(out, '\n') == out + strlen(out) - 1,
                 "beam_group: kvtier dm-model budget below one beam: one error line", "exit %d: %s", rc, out);
     char model[1024];
-    snprintf(model, sizeof model, "%s/models/stories260K.gguf", env->shared);
-    if (!test_file_exists(model)) {
-        test_skip("beam_group: kvtier dm-model -m", "stories260K.gguf absent");
+    if (!test_data(env, "stories260K.gguf", model, sizeof model)) {
+        test_skip("beam_group: kvtier dm-model -m", test_data_missing(env, "stories260K.gguf"));
         return;
     }
     snprintf(cmd, sizeof cmd, "%s dm-model -m %s --beams 4 --step 8 --prompt 16 --gen 64 --kv-mem 64K --json 2>&1", env->cli, model);

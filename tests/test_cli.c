@@ -38,11 +38,16 @@ static void expect_error(const char *name, const char *cli, const char *args, in
 void test_cli(const test_env *env) {
     char model[1024], vocab[1024], text[1024], cmd[4096];
     static char out[1 << 20];
-    snprintf(model, sizeof model, "%s/models/stories260K.gguf", env->shared);
-    snprintf(vocab, sizeof vocab, "%s/vectors/tokenizer/ggml-vocab-llama-spm.gguf", env->shared);
-    snprintf(text, sizeof text, "%s/vectors/text/story.txt", env->shared);
     if (!test_file_exists(env->cli)) {
         test_skip("cli", "kvtier binary not built");
+        return;
+    }
+    const char *missing = !test_data(env, "stories260K.gguf", model, sizeof model)                ? "stories260K.gguf"
+                          : !test_data(env, "ggml-vocab-llama-spm.gguf", vocab, sizeof vocab) ? "ggml-vocab-llama-spm.gguf"
+                          : !test_data(env, "story.txt", text, sizeof text)                    ? "story.txt"
+                                                                                              : NULL;
+    if (missing) {
+        test_skip("cli: commands on the test models", test_data_missing(env, missing));
         return;
     }
     // happy paths

@@ -34,6 +34,8 @@ void test_skip(const char *name, const char *reason) {
 
 bool test_file_exists(const char *path) { return path && access(path, R_OK) == 0; }
 
+int test_cases_recorded(void) { return g_passed + g_failed + g_skipped; }
+
 #define SUITES(X) X(gguf) X(kernels) X(tokenizer) X(sampler) X(mkmodel) X(model_ref) X(kv) X(batch) X(beam_group) X(beam) X(cli) X(cli_user) X(plan) X(chat) X(serve) X(determ)
 // Suites that run only when named: `kvtier-tests vocab` (make test-vocab).
 #define EXTRA_SUITES(X) X(vocab)

@@ -207,9 +207,8 @@ static void test_shape_and_seed(void) {
 static void test_vocab_from(const test_env *env) {
     const char *name = "mkmodel --vocab-from";
     char vocab[512];
-    snprintf(vocab, sizeof vocab, "%s/vectors/tokenizer/ggml-vocab-llama-spm.gguf", env->shared);
-    if (!test_file_exists(vocab)) {
-        test_skip(name, "no ggml-vocab-llama-spm.gguf in the shared folder");
+    if (!test_data(env, "ggml-vocab-llama-spm.gguf", vocab, sizeof vocab)) {
+        test_skip(name, test_data_missing(env, "ggml-vocab-llama-spm.gguf"));
         return;
     }
     char path[64];

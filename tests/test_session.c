@@ -94,9 +94,8 @@ static long file_size(const char *path) {
 
 void test_session(const test_env *env, const char *synth_path) {
     char stories[512];
-    snprintf(stories, sizeof stories, "%s/models/stories260K.gguf", env->shared);
-    if (!test_file_exists(stories)) {
-        test_skip("kv: session save/load", "stories260K model file missing");
+    if (!test_data(env, "stories260K.gguf", stories, sizeof stories)) {
+        test_skip("kv: session save/load", test_data_missing(env, "stories260K.gguf"));
         return;
     }
     kvt_model *m = NULL;

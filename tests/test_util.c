@@ -1,4 +1,5 @@
 #include "test_util.h"
+#include "test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,4 +89,24 @@ float *test_read_floats(const char *path, int64_t *n) {
     free(s);
     *n = k;
     return v;
+}
+
+// test_data: tests/data first, then the shared folder's layout (see test.h)
+const char *test_data(const test_env *env, const char *name, char *buf, size_t cap) {
+    static const char *const shared_dirs[] = {"models", "vectors/reference", "vectors/tokenizer", "vectors/text"};
+    snprintf(buf, cap, "tests/data/%s", name);
+    if (test_file_exists(buf)) return buf;
+    for (size_t i = 0; env && env->shared && *env->shared && i < sizeof shared_dirs / sizeof shared_dirs[0]; i++) {
+        snprintf(buf, cap, "%s/%s/%s", env->shared, shared_dirs[i], name);
+        if (test_file_exists(buf)) return buf;
+    }
+    snprintf(buf, cap, "tests/data/%s", name);
+    return NULL;
+}
+
+const char *test_data_missing(const test_env *env, const char *name) {
+    static char why[1024];
+    snprintf(why, sizeof why, "%s is in neither tests/data nor the shared folder %s (make test SHARED=DIR adds it)", name,
+             env && env->shared ? env->shared : "(none)");
+    return why;
 }
