@@ -23,22 +23,23 @@ static int64_t first_visible(int64_t w, int64_t pos) { return w > 0 && pos - w +
 int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile) {
     const int64_t qh = group_qheads(kv, n_head), T = tile_of(tile), TC = ATTN_TOKENS;
     const kvt_type dt = kvt_type_ops_get(kv->type)->vec_dot_type;
-    // per token of a task: scores [qh, T] f32, m/l [qh] f32, acc [qh, hdv] f32, queries [qh] rows of the K
-    // dot type; shared: gathered V rows [T, group_heads * head_dim_v] kv type
-    return TC * (qh * T * 4 + qh * 8 + qh * (int64_t)kv->head_dim_v * 4 + qh * (kvt_row_size(dt, kv->head_dim) + 64)) +
+    // per token of a task: scores [qh, T] f32, chunk state and merged state m/l [qh] f32 + acc [qh, hdv] f32
+    // (twice), queries [qh] rows of the K dot type; shared: gathered V rows [T, group_heads * head_dim_v] kv type
+    return TC * (qh * T * 4 + 2 * (qh * 8 + qh * (int64_t)kv->head_dim_v * 4) + qh * (kvt_row_size(dt, kv->head_dim) + 64)) +
            T * kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim_v) + 256;
 }
 
-// Decode (fewer tokens than threads): each token's tiles are split into chunks attended by different
-// threads. Chunk c takes the contiguous tiles [c * ntile / C, (c + 1) * ntile / C): each block is read by
-// one or two chunks only, so a thread that runs several chunks (the others descheduled) still walks the
-// blocks once, in schedule order, and the paged store's frontier (the slowest reader) stays exact.
-// CHUNKS_PER_THREAD chunks per thread, claimed in order: a thread that waits for a block being loaded,
-// or is preempted by the copy engine, holds one small chunk while the other threads take the rest.
-#define CHUNKS_PER_THREAD 4
-static int64_t n_chunks_for(int64_t n, int nt) {
-    return n >= nt ? 1 : ((int64_t)nt * CHUNKS_PER_THREAD + n - 1) / n;
-}
+// Fixed chunking: positions [c * CP, (c + 1) * CP) form chunk c, CP = chunk_tiles * T >= KVT_ATTN_CHUNK,
+// whatever the thread count, block size or tier set-up. Each chunk is attended from a fresh online-softmax
+// state, tile by tile in order; the chunk states of a (token, head) are then folded in chunk order
+// (state_fold) and normalised once (state_out). Prefill does the folds inline as its tiles pass a chunk end;
+// single-token decode attends the chunks as separate tasks (threads just claim them, in order, so each block
+// is read by one or two chunks and a thread walks the blocks in schedule order: the paged store's frontier
+// stays exact) and folds the saved chunk states afterwards: the same operations, so the same bits.
+static int64_t chunk_tiles(int32_t T) { return (KVT_ATTN_CHUNK + T - 1) / T; }
+
+// Most chunks the workspace holds: one token of a sequence of kv->n_ctx positions.
+static int64_t max_chunks(const kvt_kv *kv) { return (kv->n_ctx + KVT_ATTN_CHUNK - 1) / KVT_ATTN_CHUNK; }
 
 // Prefill: tokens per task, one task per thread up to ATTN_TOKENS tokens each: every task walks all blocks
 // of the layer, so fewer tasks read fewer blocks (and load fewer when the fast tier is small).
@@ -48,8 +49,25 @@ static int64_t tokens_per_task(int64_t n, int nt) {
 }
 
 int64_t kvt_attn_workspace_bytes(const kvt_kv *kv, int32_t n_head, int n_threads) {
-    // chunk states [n < n_threads tokens][n_head][chunks][2 + hdv] f32; n * chunks < 2 * n_threads * CHUNKS_PER_THREAD
-    return 2 * (int64_t)n_threads * CHUNKS_PER_THREAD * n_head * (2 + kv->head_dim_v) * 4 + 64;
+    (void)n_threads;
+    // chunk states [n_head][chunks][2 + hdv] f32 of one decoded token
+    return max_chunks(kv) * n_head * (2 + (int64_t)kv->head_dim_v) * 4 + 64;
+}
+
+// Folds the state (m, l, o) of the next chunk into the running (M, L, O) of one (token, head).
+static void state_fold(float *M, float *L, float *O, float m, float l, const float *o, int32_t hdv) {
+    if (m == -INFINITY) return; // no position (cannot happen for a chunk that exists; kept exact anyway)
+    const float mn = m > *M ? m : *M;
+    const float a = expf(*M - mn), b = expf(m - mn);
+    *L = *L * a + l * b;
+    for (int32_t x = 0; x < hdv; x++) O[x] = O[x] * a + o[x] * b;
+    *M = mn;
+}
+
+// The attention output of one (token, head) from its folded state.
+static void state_out(float *dst, float L, const float *O, int32_t hdv) {
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    for (int32_t x = 0; x < hdv; x++) dst[x] = O[x] * inv;
 }
 
 typedef struct {
@@ -58,9 +76,11 @@ typedef struct {
     const kvt_attn_params *p;
     int32_t T;
     const float *q;
-    int64_t pos0, n, n_chunk, n_tok; // n_tok: tokens per task (n_chunk == 1)
+    int64_t pos0, n, n_tok; // n_tok: tokens per task
+    int64_t n_chunk;        // chunks of the single token when they are separate tasks (split), else 1
+    int64_t c0;             // split: the first chunk its window sees (chunks c0 .. c0 + n_chunk - 1)
     float *out;
-    float *part; // [n, n_head, n_chunk, 2 + hdv] (m, l, o) per chunk, when n_chunk > 1
+    float *part; // [n_head, n_chunk, 2 + hdv] (m, l, o) per chunk when split
     void *const *scratch;
     _Atomic int failed;
     kvt_err err;
@@ -71,8 +91,9 @@ static bool fail(attn_job *J, const kvt_err *e) {
     return false;
 }
 
-// One (tokens [t0, t1), group g, chunk c): stream over the chunk's tiles for every query head of g and every
-// token. Per token the floating-point operations are those of attending it alone, tile by tile in order.
+// One (tokens [t0, t1), group g[, chunk c when split]): stream over the tiles for every query head of g and
+// every token. Per token the floating-point operations are those of attending it alone, tile by tile in order,
+// chunk by chunk (see chunk_tiles).
 static void attn_task(void *vctx, int64_t task, int thread) {
     attn_job *J = vctx;
     kvt_kv *kv = J->kv;
@@ -82,6 +103,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     const int64_t tt = task / (kv->n_group * C);
     const int32_t g = (int32_t)((task / C) % kv->n_group);
     const int64_t c = task % C;
+    const bool split = C > 1;
     const int64_t t0 = tt * J->n_tok, t1 = tt + 1 < n_tt ? t0 + J->n_tok : J->n, nj = t1 - t0;
     const int64_t pos_last = J->pos0 + t1 - 1; // last position attended by the last token (causal)
     const int64_t W = J->p->window;
@@ -90,27 +112,34 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     const kvt_type_ops *qops = kvt_type_ops_get(ops->vec_dot_type);
     const int64_t qrow = (kvt_row_size(ops->vec_dot_type, hd) + 63) / 64 * 64;
     const int64_t vrow = kvt_row_size(kv->type, hdv);
+    const int64_t CT = chunk_tiles(T);
     float *s = (float *)J->scratch[thread];       // [nj, qh, T] scores
-    float *m = s + nj * qh * T;                   // [nj, qh] running max
-    float *l = m + nj * qh;                       // [nj, qh] running sum
-    float *o = l + nj * qh;                       // [nj, qh, hdv] accumulators
-    uint8_t *qd = (uint8_t *)(((uintptr_t)(o + nj * qh * hdv) + 63) & ~(uintptr_t)63); // [nj, qh, qrow]
+    float *m = s + nj * qh * T;                   // [nj, qh] running max of the chunk
+    float *l = m + nj * qh;                       // [nj, qh] running sum of the chunk
+    float *o = l + nj * qh;                       // [nj, qh, hdv] accumulators of the chunk
+    float *fm = o + nj * qh * hdv;                // [nj, qh] folded state of the chunks done (M, L, O)
+    float *fl = fm + nj * qh;
+    float *fo = fl + nj * qh;                     // [nj, qh, hdv]
+    uint8_t *qd = (uint8_t *)(((uintptr_t)(fo + nj * qh * hdv) + 63) & ~(uintptr_t)63); // [nj, qh, qrow]
     uint8_t *vt = qd + nj * qh * qrow;            // [group_heads, T, vrow] gathered V rows, kv type
     const int32_t h0 = g * qh;                    // first query head of the group
     for (int64_t j = 0; j < nj; j++) {
         for (int32_t i = 0; i < qh; i++) {
             qops->from_float(J->q + (t0 + j) * (int64_t)H * hd + (int64_t)(h0 + i) * hd, qd + (j * qh + i) * qrow, hd);
-            m[j * qh + i] = -INFINITY;
-            l[j * qh + i] = 0.0f;
+            m[j * qh + i] = fm[j * qh + i] = -INFINITY;
+            l[j * qh + i] = fl[j * qh + i] = 0.0f;
         }
     }
     memset(o, 0, (size_t)(nj * qh * hdv) * sizeof(float));
-    const int64_t ntile = (pos_last + 1 + T - 1) / T, tl_first = p_first / T, span = ntile - tl_first;
+    memset(fo, 0, (size_t)(nj * qh * hdv) * sizeof(float));
+    const int64_t ntile = (pos_last + 1 + T - 1) / T, tl_first = p_first / T;
     int64_t held = -1; // block currently acquired
     kvt_kv_view v = {0};
     kvt_err e;
-    const int64_t tl_end = tl_first + (c + 1) * span / C;
-    for (int64_t tl = tl_first + c * span / C; tl < tl_end; tl++) {
+    // split: the tiles of chunk c0 + c from the window's first one on; else all the tiles of the tokens
+    const int64_t ca = J->c0 + c, tl_beg = split && ca * CT > tl_first ? ca * CT : tl_first;
+    const int64_t tl_end = split && (ca + 1) * CT < ntile ? (ca + 1) * CT : ntile;
+    for (int64_t tl = tl_beg; tl < tl_end; tl++) {
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
         const int64_t pa = tl * T, pb = pa + T < pos_last + 1 ? pa + T : pos_last + 1;
         const int64_t ps = pa > p_first ? pa : p_first; // first position of the tile read (window)
@@ -166,9 +195,12 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             const int64_t pos = J->pos0 + t0 + j, lo = first_visible(W, pos);
             if (pos < pa) continue;
             const int64_t cnt = (pa + T < pos + 1 ? pa + T : pos + 1) - pa, x0 = lo > pa ? lo - pa : 0;
-            if (x0 >= cnt) continue; // the tile lies before the token's window
+            // the tile lies before the token's window (its chunk state is still empty, nothing to fold)
+            if (x0 >= cnt) continue;
             // V rows of the tile from its position pa + x0 on (the token's first visible one)
             const uint8_t *vbase = direct ? (const uint8_t *)v.v + (pa + x0 - v.pos0) * v.v_stride : vt + x0 * vrow;
+            // the token's chunk ends with this tile: fold it (prefill; split tasks save it instead)
+            const bool fold = !split && ((tl + 1) % CT == 0 || pos < pa + T);
             for (int32_t i = 0; i < qh; i++) {
                 const int64_t ji = j * qh + i;
                 float *si = s + ji * T + x0;
@@ -188,6 +220,12 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 }
                 kvt_vec_mad_rows(kv->type, oi, vb, vstr, si, cnt - x0, hdv);
                 m[ji] = mn;
+                if (fold) {
+                    state_fold(fm + ji, fl + ji, fo + ji * hdv, m[ji], l[ji], oi, hdv);
+                    m[ji] = -INFINITY;
+                    l[ji] = 0.0f;
+                    memset(oi, 0, (size_t)hdv * sizeof(float));
+                }
             }
         }
     }
@@ -198,12 +236,10 @@ static void attn_task(void *vctx, int64_t task, int thread) {
         for (int32_t i = 0; i < qh; i++) {
             const int32_t h = h0 + i;
             const int64_t ji = j * qh + i;
-            if (C == 1) {
-                float *dst = J->out + t * (int64_t)H * hdv + (int64_t)h * hdv;
-                float inv = l[ji] > 0.0f ? 1.0f / l[ji] : 0.0f;
-                for (int32_t x = 0; x < hdv; x++) dst[x] = o[ji * hdv + x] * inv;
+            if (!split) {
+                state_out(J->out + t * (int64_t)H * hdv + (int64_t)h * hdv, fl[ji], fo + ji * hdv, hdv);
             } else {
-                float *ps = J->part + ((t * H + h) * C + c) * (2 + hdv);
+                float *ps = J->part + (h * C + c) * (2 + hdv);
                 ps[0] = m[ji];
                 ps[1] = l[ji];
                 memcpy(ps + 2, o + ji * hdv, (size_t)hdv * sizeof(float));
@@ -212,27 +248,21 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     }
 }
 
-// Merges the chunk states of one (token, head) in chunk order.
-static void merge_task(void *vctx, int64_t task, int thread) {
+// Folds the chunk states of one head of the single token in chunk order.
+static void merge_task(void *vctx, int64_t h, int thread) {
     (void)thread;
     attn_job *J = vctx;
-    const int32_t H = J->p->n_head, hdv = J->kv->head_dim_v;
+    const int32_t hdv = J->kv->head_dim_v;
     const int64_t C = J->n_chunk;
-    const float *ps = J->part + task * C * (2 + hdv);
-    float M = -INFINITY;
-    for (int64_t c = 0; c < C; c++) M = ps[c * (2 + hdv)] > M ? ps[c * (2 + hdv)] : M;
-    float *dst = J->out + (task / H) * (int64_t)H * hdv + (task % H) * (int64_t)hdv;
+    const float *ps = J->part + h * C * (2 + hdv);
+    float *dst = J->out + h * (int64_t)hdv;
+    float M = -INFINITY, L = 0.0f;
     memset(dst, 0, (size_t)hdv * sizeof(float));
-    float L = 0.0f;
-    for (int64_t c = 0; c < C && M > -INFINITY; c++) {
+    for (int64_t c = 0; c < C; c++) {
         const float *pc = ps + c * (2 + hdv);
-        if (pc[0] == -INFINITY) continue;
-        float w = expf(pc[0] - M);
-        L += w * pc[1];
-        for (int32_t x = 0; x < hdv; x++) dst[x] += w * pc[2 + x];
+        state_fold(&M, &L, dst, pc[0], pc[1], pc + 2, hdv);
     }
-    float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    for (int32_t x = 0; x < hdv; x++) dst[x] *= inv;
+    state_out(dst, L, dst, hdv);
 }
 
 kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q, int64_t pos0,
@@ -243,12 +273,18 @@ kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_
     }
     const int nt = kvt_threadpool_n_threads(pool);
     attn_job J = {.kv = kv, .seq = seq, .layer = layer, .p = p, .T = tile_of(p->tile), .q = q, .pos0 = pos0, .n = n,
-                  .out = out, .scratch = scratch, .part = workspace};
-    J.n_chunk = workspace ? n_chunks_for(n, nt) : 1;
-    J.n_tok = J.n_chunk == 1 ? tokens_per_task(n, nt) : 1;
+                  .out = out, .scratch = scratch, .part = workspace, .n_chunk = 1};
+    // one token on several threads: its chunks (those its window sees) are the tasks; same result either way
+    const int64_t T = J.T, CT = chunk_tiles(J.T);
+    const int64_t c_end = ((pos0 + 1 + T - 1) / T + CT - 1) / CT, c0 = first_visible(p->window, pos0) / T / CT;
+    if (n == 1 && nt > 1 && workspace && c_end - c0 > 1 && c_end - c0 <= max_chunks(kv)) {
+        J.c0 = c0;
+        J.n_chunk = c_end - c0;
+    }
+    J.n_tok = J.n_chunk > 1 ? 1 : tokens_per_task(n, nt);
     atomic_init(&J.failed, 0);
     kvt_threadpool_run(pool, attn_task, &J, (n + J.n_tok - 1) / J.n_tok * kv->n_group * J.n_chunk);
-    if (!atomic_load(&J.failed) && J.n_chunk > 1) kvt_threadpool_run(pool, merge_task, &J, n * p->n_head);
+    if (!atomic_load(&J.failed) && J.n_chunk > 1) kvt_threadpool_run(pool, merge_task, &J, p->n_head);
     if (atomic_load(&J.failed)) {
         if (err) *err = J.err;
         return J.err.status;

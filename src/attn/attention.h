@@ -10,12 +10,17 @@
 // The merge runs over fixed tiles of `tile` positions, independent of the KV
 // block size: a tile spanning two blocks has its V rows gathered in scratch.
 // So the floating-point operations, and the results, are bitwise the same for
-// every block size, granularity and tier set-up. In prefill, one task attends up
-// to 64 query tokens of a group together (one task per thread), so each task
-// acquires every block once for all its tokens. In decode (fewer tokens than
-// threads) each token's tiles are split into contiguous chunks attended by
-// different threads, and the chunk states merged in a fixed order (the split
-// depends only on the token count and the thread count).
+// every block size, granularity and tier set-up. The tiles are grouped into
+// fixed chunks of KVT_ATTN_CHUNK positions (rounded up to whole tiles): each
+// chunk is attended from a fresh state and the chunk states of a (token, head)
+// are folded in chunk order. The chunking depends on positions only, so the
+// result of a token is bitwise the same whatever the thread count, the other
+// tokens of the call (prefill or decode), the store (contiguous or paged) and
+// its tiers. In prefill, one task attends up to 64 query tokens of a group
+// together (one task per thread), so each task acquires every block once for
+// all its tokens, folding as it passes chunk ends. A single token on several
+// threads (decode) has its chunks attended as separate tasks and the saved
+// chunk states folded afterwards, with the same operations.
 #ifndef KVT_ATTENTION_H
 #define KVT_ATTENTION_H
 
@@ -34,10 +39,13 @@ typedef struct {
 } kvt_attn_params;
 
 #define KVT_ATTN_TILE 32
+// Positions per chunk (a multiple of the tile; a larger tile makes one tile a chunk).
+#define KVT_ATTN_CHUNK 64
 
 // Per-thread scratch for kvt_attention: kvt_attn_scratch_bytes(kv, n_head) bytes each.
 int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile);
-// Bytes of the shared workspace for n_threads (chunk states of decode).
+// Bytes of the shared workspace (chunk states of one decoded token of up to kv->n_ctx positions;
+// n_threads is not used). Without it (NULL) decode attends one task per group, with the same result.
 int64_t kvt_attn_workspace_bytes(const kvt_kv *kv, int32_t n_head, int n_threads);
 
 // q:   [n, n_head * head_dim] f32 (already roped)

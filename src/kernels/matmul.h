@@ -1,4 +1,32 @@
 // matmul.h - the weight x activation product at the heart of every layer.
+//
+// Batch invariance (issue 11 section 6): on one ISA, an output Y[t, r] has the same bits whatever
+// n_tok, the position of token t in the batch, and the row range [r0, r1) of the call: every kernel
+// path (GEMV, the rows kernel for 2..4 tokens, any GEMM tile) sums one row the way the single-token
+// rows kernel does. Threads split the work over output rows only, never over K. The canonical
+// per-row order of each type, per ISA (sums in f32, fp-contract off: a*b+c is a mul then an add
+// unless written as an FMA):
+//  scalar (quant.c vec_dot): the reference dot of each type, block by block in k order.
+//  avx2 (8 lanes; matmul_avx2.c rows kernels, else quant_avx2.c vec_dot):
+//   f32/f16/bf16 (weights and activations as f32): a0, a1 = 8-lane zero; for each 16-wide slice
+//     k0 (k0 + 16 <= n): a0 = fma(w[k0..+8], y[k0..+8], a0); a1 = fma(w[k0+8..+16], y[k0+8..+16], a1);
+//     s = hsum(a0 + a1), hsum(v) = ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)); then for the
+//     remaining k ascending: s = s + w[k]*y[k] (rounded product, then sum).
+//   q4_0/q4_1/q5_0/q8_0 (x q8_0/q8_1 blocks of 32): blocks in groups of 8 (g = 0, 8, ...): per group
+//     D[j] = dx[g+j] * dy[g+j] (f32 product), and (q4_0, q5_0, q4_1) cacc = fma(cx[g..g+8], c[g..g+8],
+//     cacc) with c = (-o * dy) * (float)sum(y), o = 8 (q4_0) or 16 (q5_0), or the q8_1 s (q4_1), cx = dx or the min m
+//     (q4_1); per block j of the group in order: p = 8 int32 lanes (lane i: the exact integer dot of
+//     the block's elements 4i..4i+3; q4_0/q5_0 dot the stored unsigned value (value + o), the -o is in c),
+//     acc[j & 1] = fma(float(p), broadcast(D[j]), acc[j & 1]); blocks past the
+//     last full group: tail = tail + (dx * dy) * hsum(float(p)), then (not q8_0) tail = tail + cx * c;
+//     Y = (hsum(acc0 + acc1) + hsum(cacc)) + tail.  q8_0 has no c term (sign trick): cacc stays 0.
+//   q4_K/q5_K/q6_K (x q8_K, super-blocks of 256): per super-block an exact int32 8-lane sum isum,
+//     acc = fma(float(isum), broadcast(d * dy), acc); q4_K/q5_K also macc = macc + (dmin * dy) *
+//     (float)(exact integer min dot) as scalars; Y = hsum(acc) - macc (q6_K: hsum(acc)).
+//  avx512: the same sources with 16-lane vectors (KVT_SIMD_AVX512 paths of matmul_avx2.c and
+//   quant_avx2.c); its GEMM tiles sum in another order and are off unless -DKVT_MM_AVX512_GEMM=1.
+// A new tile (e.g. AVX2 GEMM) must reproduce these sums exactly (same lanes, same FMA chains, same
+// horizontal sum) to be used for batches.
 #ifndef KVT_MATMUL_H
 #define KVT_MATMUL_H
 

@@ -26,6 +26,18 @@
 #include "matmul.h"
 #include "quant.h"
 
+// The AVX-512 GEMM tiles below (f16, q8_0, q4_K, q6_K) sum each output in another order than the rows
+// kernels, so with them a row's result would depend on the batch it is computed in; they are left out
+// (prefill uses the rows kernels, 4 tokens at a time) unless built with -DKVT_MM_AVX512_GEMM=1.
+#ifndef KVT_MM_AVX512_GEMM
+#define KVT_MM_AVX512_GEMM 0
+#endif
+#if defined(KVT_SIMD_AVX512) && KVT_MM_AVX512_GEMM
+#define MM_GEMM512(...) __VA_ARGS__
+#else
+#define MM_GEMM512(...)
+#endif
+
 #ifdef KVT_SIMD_AVX512
 #define KVT_MM_TABLE_FN kvt_mm_kernel_avx512
 #else
@@ -93,18 +105,27 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
 #define fv_ld_f32(p) fv_ld(p)
 #define cvt_f32(v) (v)
 
-// Tile of NR (FP_NR or 1) weight rows x NT prepared rows; U independent accumulators per
-// output when the tile is small (latency of the FMA chain).
+// Tile of NR (at most FP_NR) weight rows x NT prepared rows. The order of every output is fixed
+// whatever NR and NT (so a row gives the same bits alone or in any batch, and the tile is free to change):
+// two vector accumulators per output, acc0 taking the FV_N-wide slices k = [2j*FV_N, (2j+1)*FV_N) and acc1
+// the odd slices, each by FMA in k order; then hsum(acc0 + acc1), then the tail past the last full pair of
+// slices one element at a time (s += w[k] * y[k], k ascending).
+#define FP_U 2
+// Accumulators a tile may use (NR * NT * FP_U), leaving registers for the weights and one activation.
+#ifdef KVT_SIMD_AVX512
+#define FP_ACC_MAX 24 // 4 x 3 or 3 x 4 tiles
+#else
+#define FP_ACC_MAX 12
+#endif
 #define DEFINE_FP_TILE(name, ET, LDW, CVT)                                                          \
     INLINE void name##_tile(int64_t n, const char *W, size_t wrs, int NR, const float *P, size_t prs, \
                             int NT, float *Y, int64_t ldy) {                                        \
-        const int U = NR * NT >= 8 ? 1 : 2;                                                         \
-        FV acc[FP_NR][NTMAX][2];                                                                        \
+        FV acc[FP_NR][NTMAX][FP_U];                                                                 \
         UNROLL for (int r = 0; r < NR; r++)                                                                \
             UNROLL for (int t = 0; t < NT; t++) acc[r][t][0] = acc[r][t][1] = fv_zero();                   \
         int64_t i = 0;                                                                              \
-        for (; i + U * FV_N <= n; i += U * FV_N) {                                                  \
-            UNROLL for (int u = 0; u < U; u++) {                                                           \
+        for (; i + FP_U * FV_N <= n; i += FP_U * FV_N) {                                            \
+            UNROLL for (int u = 0; u < FP_U; u++) {                                                        \
                 FV w[FP_NR];                                                                            \
                 UNROLL for (int r = 0; r < NR; r++) w[r] = LDW((const ET *)(W + r * wrs) + i + u * FV_N); \
                 if (NT == 1 && ((i + u * FV_N) * (int64_t)sizeof(ET)) % 64 == 0) /* decode: next tile */ \
@@ -120,31 +141,26 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
             const ET *x = (const ET *)(W + r * wrs);                                                \
             UNROLL for (int t = 0; t < NT; t++) {                                                          \
                 const float *y = (const float *)((const char *)P + t * prs);                        \
-                float s = fv_hsum(U == 2 ? fv_add(acc[r][t][0], acc[r][t][1]) : acc[r][t][0]);      \
+                float s = fv_hsum(fv_add(acc[r][t][0], acc[r][t][1]));                              \
                 for (int64_t j = i; j < n; j++) s += CVT(x[j]) * y[j];                              \
                 Y[t * ldy + r] = s;                                                                 \
             }                                                                                       \
         }                                                                                           \
     }                                                                                               \
+    INLINE void name##_rows_nt(int64_t n, const char *w, size_t wrs, int64_t nr, const void *P, size_t prs, \
+                               int NT, float *Y, int64_t ldy) {                                     \
+        const int NA = FP_ACC_MAX / (NT * FP_U), NR = NA < 1 ? 1 : NA > FP_NR ? FP_NR : NA;        \
+        int64_t r = 0;                                                                              \
+        for (; r + NR <= nr; r += NR) name##_tile(n, w + r * wrs, wrs, NR, P, prs, NT, Y + r, ldy); \
+        for (; r < nr; r++) name##_tile(n, w + r * wrs, wrs, 1, P, prs, NT, Y + r, ldy);           \
+    }                                                                                               \
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
                             int nt, float *Y, int64_t ldy) {                                        \
-        const char *w = W;                                                                          \
-        int64_t r = 0;                                                                              \
-        for (; r + FP_NR <= nr; r += FP_NR) {                                                               \
-            switch (nt) {                                                                           \
-            case 1: name##_tile(n, w + r * wrs, wrs, FP_NR, P, prs, 1, Y + r, ldy); break;              \
-            case 2: name##_tile(n, w + r * wrs, wrs, FP_NR, P, prs, 2, Y + r, ldy); break;              \
-            case 3: name##_tile(n, w + r * wrs, wrs, FP_NR, P, prs, 3, Y + r, ldy); break;              \
-            default: name##_tile(n, w + r * wrs, wrs, FP_NR, P, prs, 4, Y + r, ldy); break;             \
-            }                                                                                       \
-        }                                                                                           \
-        for (; r < nr; r++) {                                                                       \
-            switch (nt) {                                                                           \
-            case 1: name##_tile(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy); break;              \
-            case 2: name##_tile(n, w + r * wrs, wrs, 1, P, prs, 2, Y + r, ldy); break;              \
-            case 3: name##_tile(n, w + r * wrs, wrs, 1, P, prs, 3, Y + r, ldy); break;              \
-            default: name##_tile(n, w + r * wrs, wrs, 1, P, prs, 4, Y + r, ldy); break;             \
-            }                                                                                       \
+        switch (nt) {                                                                               \
+        case 1: name##_rows_nt(n, W, wrs, nr, P, prs, 1, Y, ldy); break;                            \
+        case 2: name##_rows_nt(n, W, wrs, nr, P, prs, 2, Y, ldy); break;                            \
+        case 3: name##_rows_nt(n, W, wrs, nr, P, prs, 3, Y, ldy); break;                            \
+        default: name##_rows_nt(n, W, wrs, nr, P, prs, 4, Y, ldy); break;                          \
         }                                                                                           \
     }
 
@@ -387,7 +403,7 @@ DEFINE_X32_ROWS(q5_0, WT_Q5_0)
 // Activation side-info per token and super-block (16 x 4 bytes):
 //   q4_K: float -dy * (sum of the 32 values of sub-block j), j < 8
 //   q6_K: int32 -32 * (sum of the 16 values of group g), g < 16
-#ifdef KVT_SIMD_AVX512
+#if defined(KVT_SIMD_AVX512) && KVT_MM_AVX512_GEMM
 #define GP_R 16
 #define GP_T 8
 #define PSB (4096 + 1024 + 64)
@@ -828,6 +844,9 @@ static void q8_0_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
     }
 }
 
+#endif // GEMM tiles
+
+#ifdef KVT_SIMD_AVX512
 // ------------------------------------------- K-quant rows (decode, few tokens)
 // One weight row at a time against up to 4 prepared activation rows, 512-bit:
 // the 4 VPDPBUSD results of a super-block (i32 lanes of 4 bytes, two
@@ -978,6 +997,7 @@ INLINE void prefetch_row(const char *p, size_t bytes) {
 DEFINE_KP_ROWS(q4_K, kvt_block_q4_K)
 DEFINE_KP_ROWS(q6_K, kvt_block_q6_K)
 
+#if KVT_MM_AVX512_GEMM
 static int64_t kq_scratch(int64_t n, int64_t n_tok) { return (n / KVT_QK_K) * (PSB + 64 * n_tok); }
 static void q4_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
                       float *Y, int64_t ldy, void *scratch) {
@@ -988,28 +1008,21 @@ static void q6_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
     kq_gemm(1, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
 }
 #endif
+#endif
 
 // ==================================================================== table
 
 static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows},
-#ifdef KVT_SIMD_AVX512
-    [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows, 16, f16_gemm_scratch, f16_gemm},
-#else
-    [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows},
-#endif
+    [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows MM_GEMM512(, 16, f16_gemm_scratch, f16_gemm)},
     [KVT_TYPE_BF16] = {fp_prep_size, bf16_prep, bf16_rows},
     [KVT_TYPE_Q4_0] = {x32_prep_size, q4_0_prep, q4_0_rows},
     [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows},
+    [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm)},
     [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows},
 #ifdef KVT_SIMD_AVX512
-    [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows, 8, q8p_scratch, q8_0_gemm},
-#else
-    [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows},
-#endif
-#ifdef KVT_SIMD_AVX512
-    [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows, 12, kq_scratch, q4_K_gemm},
-    [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows, 12, kq_scratch, q6_K_gemm},
+    [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows MM_GEMM512(, 12, kq_scratch, q4_K_gemm)},
+    [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows MM_GEMM512(, 12, kq_scratch, q6_K_gemm)},
 #endif
 };
 

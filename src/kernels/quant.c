@@ -628,18 +628,27 @@ static kvt_isa detect_isa(void) {
 // Detected once; concurrent first calls compute the same value, so the
 // relaxed store is benign. KVT_ISA=scalar|avx2|avx512 lowers it (never raises
 // it), to compare the kernel paths on one machine.
+static atomic_int g_isa = -1;
+
 kvt_isa kvt_kernels_isa(void) {
-    static atomic_int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    int v = atomic_load_explicit(&g_isa, memory_order_relaxed);
     if (v < 0) {
         v = (int)detect_isa();
         const char *e = getenv("KVT_ISA");
         for (int i = KVT_ISA_SCALAR; e && i < v; i++) {
             if (!strcmp(e, kvt_isa_name((kvt_isa)i))) v = i;
         }
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
+        atomic_store_explicit(&g_isa, v, memory_order_relaxed);
     }
     return (kvt_isa)v;
+}
+
+kvt_isa kvt_kernels_isa_detected(void) { return detect_isa(); }
+
+kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
+    const kvt_isa old = kvt_kernels_isa(), max = detect_isa();
+    atomic_store_explicit(&g_isa, (int)(isa < max ? isa : max), memory_order_relaxed);
+    return old;
 }
 
 const char *kvt_isa_name(kvt_isa isa) {

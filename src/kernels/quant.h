@@ -50,6 +50,11 @@ const kvt_type_ops *kvt_type_ops_ref(kvt_type t);
 // Instruction set picked by kvt_type_ops_get.
 typedef enum { KVT_ISA_SCALAR = 0, KVT_ISA_AVX2 = 1, KVT_ISA_AVX512 = 2 } kvt_isa;
 kvt_isa kvt_kernels_isa(void);
+// The best ISA this CPU runs (whatever KVT_ISA says).
+kvt_isa kvt_kernels_isa_detected(void);
+// Tests and benchmarks: the kernels of isa (at most the detected one) from now on, for the whole
+// process; call it while no kernel runs. Returns the ISA in use before.
+kvt_isa kvt_kernels_set_isa(kvt_isa isa);
 const char *kvt_isa_name(kvt_isa isa);
 // Table of one instruction set; NULL if that ISA is not compiled in, not
 // supported by this CPU, or does not cover t. For tests and benchmarks.

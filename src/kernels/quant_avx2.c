@@ -162,9 +162,19 @@ _Static_assert(NTMAX == 4, "dispatchers instantiate 1..4");
 DEFINE_FLOAT_BODY(f32, float, fv_ld_f32, ID_F32)
 DEFINE_FLOAT_BODY(f16, uint16_t, fv_ld_f16, kvt_f16_to_f32)
 DEFINE_FLOAT_BODY(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32)
-DEFINE_DISPATCH(f32)
-DEFINE_DISPATCH(f16)
-DEFINE_DISPATCH(bf16)
+// Float types: the multi-row dot is the single-row dot per row (the bodies' accumulator count depends on NT,
+// and a row must give the same bits alone or among others).
+#define DEFINE_DISPATCH_ROWWISE(name)                                                                \
+    static void name##_multi(int64_t n, const void *x, const void *y, size_t ys, int nt, float *s,    \
+                             int64_t ss) {                                                           \
+        for (int t = 0; t < nt; t++) name##_body(n, x, ROW(y, t, ys), 0, 1, s + t * ss, 0);          \
+    }                                                                                                \
+    static void name##_dot(int64_t n, float *s, const void *x, const void *y) {                      \
+        name##_body(n, x, y, 0, 1, s, 0);                                                            \
+    }
+DEFINE_DISPATCH_ROWWISE(f32)
+DEFINE_DISPATCH_ROWWISE(f16)
+DEFINE_DISPATCH_ROWWISE(bf16)
 
 // ------------------------------------------- q8_0 and q4_0 (x q8_0 activations)
 

@@ -125,6 +125,12 @@ static double log_sum_exp(const float *row, int32_t n) {
     return mx + log(s);
 }
 
+// Log-probability of id in a row of logits, rounded to float: the built-in score and the process reward
+// model both sum these (so one model scoring its own beams gives the built-in score bit for bit).
+static float token_logprob(const float *row, int32_t n, int32_t id) {
+    return (float)((double)row[id] - log_sum_exp(row, n));
+}
+
 // The k largest entries of row into top[0..k) (descending; ties to the lowest id), k <= n.
 static void top_k(const float *row, int32_t n, int32_t k, int32_t *top) {
     int32_t m = 0;
@@ -182,7 +188,7 @@ static kvt_status choose(beam_run *r, bcand *c, const float *row, int32_t forced
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for beam ids");
     }
     c->ids[c->n] = id;
-    c->lp[c->n] = (float)((double)row[id] - log_sum_exp(row, r->n_vocab));
+    c->lp[c->n] = token_logprob(row, r->n_vocab, id);
     c->n++;
     bool delim = text_ends_with_delim(r, c, id);
     if (p->stop_at_eog && p->tok && kvt_token_is_eog(p->tok, id)) c->state = C_FINISHED;
@@ -828,7 +834,7 @@ kvt_status kvt_beam_prm_score(void *user, const kvt_beam_cand *c, double *score,
     double s = 0;
     for (int64_t i = 0; i < c->n; i++) {
         const float *row = lg + i * p->n_vocab;
-        s += (double)row[c->ids[i]] - log_sum_exp(row, p->n_vocab);
+        s += token_logprob(row, p->n_vocab, c->ids[i]);
     }
     *score = s / (double)c->n;
     kvt_context_truncate(p->ctx, c->n_prompt - 1);

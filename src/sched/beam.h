@@ -19,9 +19,8 @@
 // All schedules give the same beams and scores: every continuation draws from its own
 // random stream (seeded by seed, step and its index), so the draws do not depend on
 // the order of work. With `batched` the forward pass runs several continuations at
-// once (kvt_decode_batch); a batch of other rows can change logits by float rounding
-// (GEMM vs GEMV summation order), so the bit-exact guarantee across schedules holds
-// for batched = false (one kvt_decode_seq per token and continuation).
+// once (kvt_decode_batch); a row's logits do not depend on the rows beside it or on
+// the thread count (fixed summation orders), so the guarantee is bit for bit either way.
 #ifndef KVT_BEAM_H
 #define KVT_BEAM_H
 
