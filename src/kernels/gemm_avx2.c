@@ -36,18 +36,6 @@
 #define UNROLL _Pragma("GCC unroll 16")
 #define RMAX 3 // tile limits of the dispatch tables
 #define TMAX 8
-#ifndef X32_RM // tiles of the 32-block types
-#define X32_RM 2
-#endif
-#ifndef X32_TM
-#define X32_TM 4
-#endif
-#ifndef FP_RM // tiles of the float types
-#define FP_RM 3
-#endif
-#ifndef FP_TM
-#define FP_TM 3
-#endif
 
 INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -118,23 +106,29 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     }
 }
 
-// Instantiates name##_tile(TILE_ARGS, R, T) for R <= RMAX, T <= TMAX, the
+// Instantiates name##_tile(TILE_ARGS, R, T) for the R x T of one tile shape
+// (SHAPE: 3x3, 2x4 or 1x8, every smaller R and T for the edges), the
 // dispatch table, and the kvt_mm_kernel entry points name##_gemm / _scratch.
-#define TILE_W(name, R, T) \
+#define TW(name, R, T) \
     static void name##_t##R##_##T(TILE_ARGS) { name##_tile(TILE_PASS, R, T); }
-#define TILE_ROW(name, R) \
-    TILE_W(name, R, 1) TILE_W(name, R, 2) TILE_W(name, R, 3) TILE_W(name, R, 4) \
-    TILE_W(name, R, 5) TILE_W(name, R, 6) TILE_W(name, R, 7) TILE_W(name, R, 8)
-#define TILE_TAB(name, R) \
+#define TW3(name, R) TW(name, R, 1) TW(name, R, 2) TW(name, R, 3)
+#define TW4(name, R) TW3(name, R) TW(name, R, 4)
+#define TW8(name, R) TW4(name, R) TW(name, R, 5) TW(name, R, 6) TW(name, R, 7) TW(name, R, 8)
+#define TT3(name, R) {name##_t##R##_1, name##_t##R##_2, name##_t##R##_3}
+#define TT4(name, R) {name##_t##R##_1, name##_t##R##_2, name##_t##R##_3, name##_t##R##_4}
+#define TT8(name, R) \
     {name##_t##R##_1, name##_t##R##_2, name##_t##R##_3, name##_t##R##_4, \
      name##_t##R##_5, name##_t##R##_6, name##_t##R##_7, name##_t##R##_8}
-_Static_assert(RMAX == 3 && TMAX == 8, "DEFINE_GEMM instantiates 3 x 8 tiles");
-#define DEFINE_GEMM(name, TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP)                                        \
-    TILE_ROW(name, 1) TILE_ROW(name, 2) TILE_ROW(name, 3)                                           \
-    static const tile_fn name##_tab[RMAX][TMAX] = {TILE_TAB(name, 1), TILE_TAB(name, 2), TILE_TAB(name, 3)}; \
-    static const gemm_type name##_g = {TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, name##_tab};              \
+#define SHAPE_3x3(name) TW3(name, 1) TW3(name, 2) TW3(name, 3) \
+    static const tile_fn name##_tab[RMAX][TMAX] = {TT3(name, 1), TT3(name, 2), TT3(name, 3)};
+#define SHAPE_2x4(name) TW4(name, 1) TW4(name, 2) \
+    static const tile_fn name##_tab[RMAX][TMAX] = {TT4(name, 1), TT4(name, 2)};
+#define SHAPE_1x8(name) TW8(name, 1) static const tile_fn name##_tab[RMAX][TMAX] = {TT8(name, 1)};
+#define DEFINE_GEMM(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP)                          \
+    SHAPE_##SHAPE(name)                                                                             \
+    static const gemm_type name##_g = {TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, name##_tab};        \
     int64_t kvt_gemm_scratch_##name##_avx2(int64_t n, int64_t n_tok) {                              \
-        return gemm_scratch_of(&name##_g, n, n_tok, kvt_row_size(TYPE, n));           \
+        return gemm_scratch_of(&name##_g, n, n_tok, kvt_row_size(TYPE, n));                         \
     }                                                                                               \
     void kvt_gemm_##name##_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, \
                                 int64_t n_tok, float *Y, int64_t ldy, void *scratch) {              \
@@ -185,9 +179,9 @@ static int64_t fp_psize(int64_t n) { return align64(n * 4); }
 DEFINE_FP_TILE(f32, float, ld_f32, cvt_f32)
 DEFINE_FP_TILE(f16, uint16_t, ld_f16, kvt_f16_to_f32)
 DEFINE_FP_TILE(bf16, uint16_t, ld_bf16, kvt_bf16_to_f32)
-DEFINE_GEMM(f32, KVT_TYPE_F32, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
-DEFINE_GEMM(f16, KVT_TYPE_F16, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
-DEFINE_GEMM(bf16, KVT_TYPE_BF16, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
+DEFINE_GEMM(f32, KVT_TYPE_F32, 3x3, 3, 3, fp_psize, NULL, NULL, NULL)
+DEFINE_GEMM(f16, KVT_TYPE_F16, 3x3, 3, 3, fp_psize, NULL, NULL, NULL)
+DEFINE_GEMM(bf16, KVT_TYPE_BF16, 3x3, 3, 3, fp_psize, NULL, NULL, NULL)
 
 // ======================================================= 32-element blocks
 
@@ -317,7 +311,7 @@ INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) {
     static void name##_aprep(int64_t n, const void *x, void *p) { x32_aprep(n, x, p, WT); }          \
     static void name##_wprep(int64_t n, const void *w, void *s) { x32_wprep(n, w, s, WT); }          \
     INLINE void name##_tile(TILE_ARGS, int R, int T) { x32_tile(TILE_PASS, R, T, WT); }              \
-    DEFINE_GEMM(name, TYPE, X32_RM, X32_TM, x32_psize, name##_aprep, x32_wsize, name##_wprep)
+    DEFINE_GEMM(name, TYPE, 2x4, 2, 4, x32_psize, name##_aprep, x32_wsize, name##_wprep)
 DEFINE_X32(q4_0, KVT_TYPE_Q4_0, WT_Q4_0)
 DEFINE_X32(q4_1, KVT_TYPE_Q4_1, WT_Q4_1)
 DEFINE_X32(q8_0, KVT_TYPE_Q8_0, WT_Q8_0)
@@ -330,12 +324,6 @@ DEFINE_X32(q8_0, KVT_TYPE_Q8_0, WT_Q8_0)
 // the 8 sub-blocks of 32 (for the min term). q6_K needs neither.
 #define KS 24
 #define KA 16
-#ifndef K_RM
-#define K_RM 1
-#endif
-#ifndef K_TM
-#define K_TM 8
-#endif
 static int64_t k45_wsize(int64_t n) { return align64(n / KVT_QK_K * KS); }
 static int64_t k45_psize(int64_t n) { return align64(n / KVT_QK_K * KA); }
 static int64_t k_psize0(int64_t n) { return (void)n, 64; }
@@ -478,6 +466,6 @@ INLINE void q6_K_tile(TILE_ARGS, int R, int T) {
 
 INLINE void q4_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 0); }
 INLINE void q5_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 1); }
-DEFINE_GEMM(q4_K, KVT_TYPE_Q4_K, K_RM, K_TM, k45_psize, k45_prep, k45_wsize, q4_K_wprep)
-DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, K_RM, K_TM, k45_psize, k45_prep, k45_wsize, q5_K_wprep)
-DEFINE_GEMM(q6_K, KVT_TYPE_Q6_K, K_RM, K_TM, k_psize0, k_prep0, NULL, NULL)
+DEFINE_GEMM(q4_K, KVT_TYPE_Q4_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q4_K_wprep)
+DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q5_K_wprep)
+DEFINE_GEMM(q6_K, KVT_TYPE_Q6_K, 1x8, 1, 8, k_psize0, k_prep0, NULL, NULL)
