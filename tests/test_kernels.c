@@ -268,6 +268,35 @@ static void test_vec_dot(kvt_type t) {
     free(xf), free(yf), free(xd), free(yd), free(xq), free(yq);
 }
 
+// Batch invariance of one ISA's matmul: every output of a many-token call
+// (GEMM tiles) bit-identical to the single-token call (GEMV) on that row alone.
+static void test_matmul_batch_bitwise(kvt_isa isa, kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok) {
+    const kvt_type_ops *ops = kvt_type_ops_get(t);
+    const kvt_type vt = ops->vec_dot_type;
+    const kvt_type_ops *vops = kvt_type_ops_get(vt);
+    const int64_t wrs = kvt_row_size(t, n), xrs = kvt_row_size(vt, n), ldy = n_rows + 1;
+    float *f = xmalloc((size_t)((n_rows + n_tok) * n) * sizeof *f);
+    char *wq = xmalloc((size_t)(n_rows * wrs)), *xq = xmalloc((size_t)(n_tok * xrs));
+    float *y = xmalloc((size_t)(n_tok * ldy) * sizeof *y), *y1 = xmalloc((size_t)n_rows * sizeof *y1);
+    if (!f || !wq || !xq || !y || !y1) { g_fail++; return; }
+    fill_data(f, n_rows * n, 0.05f, 0.f);
+    fill_data(f + n_rows * n, n_tok * n, 1.f, 0.05f);
+    for (int64_t r = 0; r < n_rows; r++) ops->from_float(f + r * n, wq + r * wrs, n);
+    for (int64_t k = 0; k < n_tok; k++) vops->from_float(f + (n_rows + k) * n, xq + k * xrs, n);
+    kvt_matmul_rows_isa(isa, t, n, wq, 0, n_rows, xq, n_tok, y, ldy);
+    int64_t bad = 0;
+    for (int64_t k = 0; k < n_tok; k++) {
+        kvt_matmul_rows_isa(isa, t, n, wq, 0, n_rows, xq + k * xrs, 1, y1, n_rows);
+        for (int64_t r = 0; r < n_rows; r++) bad += memcmp(&y[k * ldy + r], &y1[r], sizeof *y1) != 0;
+    }
+    char name[128];
+    snprintf(name, sizeof name, "matmul_batch_bitwise_%s_%s_n%lld_rows%lld_tok%lld", kvt_isa_name(isa),
+             kvt_type_name(t), (long long)n, (long long)n_rows, (long long)n_tok);
+    CHECK(name, bad == 0, "%lld of %lld outputs differ from the row computed alone", (long long)bad,
+          (long long)(n_rows * n_tok));
+    free(f), free(wq), free(xq), free(y), free(y1);
+}
+
 // kvt_matmul_rows against dequantize-then-dot, sentinels outside [r0, r1).
 static void test_matmul_isa(int isa, kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1) {
     const kvt_type_ops *ops = kvt_type_ops_get(t);
@@ -390,6 +419,19 @@ int test_kernels_main(void) {
         const int64_t n = blck == 256 ? 512 : blck == 32 ? 320 : 67;
         for (int64_t nt = 1; nt <= 33; nt++) test_matmul(t, n, 41, nt, nt % 5, 41 - nt % 7);
     }
+    // GEMM tiles against the GEMV, bit for bit: rows and tokens not multiples of the tiles, K of one block
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2)
+        for (size_t i = 0; i < nw; i++) {
+            const kvt_type t = k_weight_types[i].t;
+            int64_t blck = 1, bsize = 0;
+            kvt_type_layout((uint32_t)t, &blck, &bsize);
+            const int64_t one = blck == 1 ? 16 : blck, ns[] = {one, blck == 1 ? 517 : 9 * blck, blck == 1 ? 2048 : 8 * blck};
+            for (size_t k = 0; k < 3; k++) {
+                test_matmul_batch_bitwise(KVT_ISA_AVX2, t, ns[k], 7, 11);
+                test_matmul_batch_bitwise(KVT_ISA_AVX2, t, ns[k], 1, 2);
+            }
+            test_matmul_batch_bitwise(KVT_ISA_AVX2, t, ns[1], 41, 33);
+        }
     test_vec_mad();
     test_vec_mad_rows();
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&

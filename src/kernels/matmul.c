@@ -12,6 +12,9 @@
 // row-interleaved layout in per-thread scratch (kept between calls) and runs
 // register tiles of rows x tokens over them, so weights are decoded once per
 // call and no horizontal sums are needed; the GGUF data is only read.
+// AVX2 GEMM path (every type but the activation-only ones, n_tok >= 2):
+// gemm_avx2.c's register tiles, bit-identical per output to the AVX2 decode
+// kernels, so a row's result does not depend on the batch it is computed in.
 // Fallback path (types without a matmul kernel, or scalar):
 // the same blocking with kvt_type_ops.vec_dot_multi on the raw activations.
 #include "matmul.h"

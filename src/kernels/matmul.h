@@ -74,4 +74,20 @@ typedef struct {
 const kvt_mm_kernel *kvt_mm_kernel_avx2(kvt_type wt);
 const kvt_mm_kernel *kvt_mm_kernel_avx512(kvt_type wt);
 
+// AVX2 GEMM tiles (gemm_avx2.c), the gemm entries of the AVX2 kernels: each
+// output is bit-identical to the AVX2 GEMV's for that activation row alone.
+#define KVT_GEMM_AVX2_DECL(name)                                                                    \
+    int64_t kvt_gemm_scratch_##name##_avx2(int64_t n, int64_t n_tok);                              \
+    void kvt_gemm_##name##_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, \
+                                int64_t n_tok, float *Y, int64_t ldy, void *scratch);
+KVT_GEMM_AVX2_DECL(f32)
+KVT_GEMM_AVX2_DECL(f16)
+KVT_GEMM_AVX2_DECL(bf16)
+KVT_GEMM_AVX2_DECL(q4_0)
+KVT_GEMM_AVX2_DECL(q4_1)
+KVT_GEMM_AVX2_DECL(q8_0)
+KVT_GEMM_AVX2_DECL(q4_K)
+KVT_GEMM_AVX2_DECL(q5_K)
+KVT_GEMM_AVX2_DECL(q6_K)
+
 #endif

@@ -1012,7 +1012,12 @@ static void q6_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
 
 // ==================================================================== table
 
+#ifndef KVT_SIMD_AVX512
+// AVX2: the GEMM tiles of gemm_avx2.c from 2 tokens on (bitwise equal to the rows kernels' decode)
+#define G2(name) 2, kvt_gemm_scratch_##name##_avx2, kvt_gemm_##name##_avx2
+#endif
 static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
+#ifdef KVT_SIMD_AVX512
     [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows},
     [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows MM_GEMM512(, 16, f16_gemm_scratch, f16_gemm)},
     [KVT_TYPE_BF16] = {fp_prep_size, bf16_prep, bf16_rows},
@@ -1020,9 +1025,19 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows},
     [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm)},
     [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows},
-#ifdef KVT_SIMD_AVX512
     [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows MM_GEMM512(, 12, kq_scratch, q4_K_gemm)},
     [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows MM_GEMM512(, 12, kq_scratch, q6_K_gemm)},
+#else
+    [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows, G2(f32)},
+    [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows, G2(f16)},
+    [KVT_TYPE_BF16] = {fp_prep_size, bf16_prep, bf16_rows, G2(bf16)},
+    [KVT_TYPE_Q4_0] = {x32_prep_size, q4_0_prep, q4_0_rows, G2(q4_0)},
+    [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows, G2(q4_1)},
+    [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows, G2(q8_0)},
+    [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows},
+    [KVT_TYPE_Q4_K] = {NULL, NULL, NULL, G2(q4_K)}, // decode: quant_avx2.c's q4_K dot
+    [KVT_TYPE_Q5_K] = {NULL, NULL, NULL, G2(q5_K)},
+    [KVT_TYPE_Q6_K] = {NULL, NULL, NULL, G2(q6_K)},
 #endif
 };
 

@@ -1,0 +1,471 @@
+// gemm_avx2.c - AVX2 GEMM tiles for prefill (several activation rows at once).
+//
+// A tile computes R weight rows x T activation rows; each weight block is
+// decoded once per tile and used for T rows, each activation block is loaded
+// once and used for R rows.
+//
+// Batch invariance (every output bit-identical to what the AVX2 GEMV gives
+// for that activation row alone): every output element keeps the GEMV's own
+// accumulators, lane layout and order of floating-point operations:
+//  - float weights (matmul_avx2.c fp tile, U = 2): accumulator 0 takes the
+//    8-element chunks at 16k, accumulator 1 those at 16k + 8, then
+//    hsum(acc0 + acc1) and a scalar tail from the last multiple of 16;
+//  - 32-blocks (matmul_avx2.c x32_row): per group of 8 blocks the scale
+//    products dx*dy as a vector, block k into accumulator k & 1, the offset
+//    terms (q4_0, q4_1) in a third, a scalar tail for the last < 8 blocks;
+//  - K-quants (quant_avx2.c bodies): exact i32 sums per super-block (lanes as
+//    in the GEMV), one fma per super-block, the min term in a scalar.
+// The two parity accumulators of the first two families are independent
+// chains, so a tile runs the K loop twice (even chunks, then odd ones) with
+// one accumulator per output: twice the tile fits the 16 ymm registers.
+// Integer sums are exact, so their order is free.
+//
+// Driver: the activation rows are prepared once per call (type-specific
+// side data: f32 rows, scales as floats, block sums), then strips of weight
+// rows (L2) x blocks of activation rows (L2) are covered by tiles. Weight side
+// data (scales as floats, unpacked K scales) is prepared once per strip.
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "f16.h"
+#include "matmul.h"
+#include "quant.h"
+
+#define INLINE static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+#define RMAX 3 // tile limits of the dispatch tables
+#define TMAX 8
+
+INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+INLINE int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
+INLINE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+INLINE uint16_t ld16(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
+// Tile arguments: W weight row 0 (stride wrs), S its side data (stride ss),
+// X raw activation row 0 (stride xrs), P its prepared data (stride ps),
+// Y[t*ldy + r] the outputs.
+#define TILE_ARGS                                                                                   \
+    int64_t n, const char *W, size_t wrs, const char *S, size_t ss, const char *X, size_t xrs, const char *P, \
+        size_t ps, float *Y, int64_t ldy
+#define TILE_PASS n, W, wrs, S, ss, X, xrs, P, ps, Y, ldy
+typedef void (*tile_fn)(TILE_ARGS);
+
+typedef struct {
+    kvt_type type;
+    int rm, tm;                          // tile used for full tiles (rm <= RMAX, tm <= TMAX)
+    int64_t (*psize)(int64_t n);         // prepared bytes per activation row (multiple of 64)
+    void (*prep)(int64_t n, const void *x, void *p); // NULL: the rows kernel's prep (matmul_avx2.c)
+    int64_t (*wsize)(int64_t n);         // side-data bytes per weight row (multiple of 64; 0: none)
+    void (*wprep)(int64_t n, const void *w, void *s);
+    const tile_fn (*tiles)[TMAX];        // tiles[R-1][T-1]
+} gemm_type;
+
+#define STRIP_BYTES (192 * 1024)
+#define TOKEN_BYTES (192 * 1024)
+
+static int64_t gemm_scratch_of(const gemm_type *g, int64_t n, int64_t n_tok, int64_t wrs) {
+    int64_t sr = STRIP_BYTES / (wrs > 0 ? wrs : 1) / g->rm * g->rm;
+    if (sr < g->rm) sr = g->rm;
+    return n_tok * g->psize(n) + (g->wsize ? sr * g->wsize(n) : 0) + 64;
+}
+
+static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, int64_t nr, const char *X, size_t xrs,
+                     int64_t n_tok, float *Y, int64_t ldy, char *scratch) {
+    const int64_t ps = g->psize(n), ws = g->wsize ? g->wsize(n) : 0;
+    int64_t sr = STRIP_BYTES / (int64_t)wrs / g->rm * g->rm, tb = TOKEN_BYTES / (ps + (int64_t)xrs) / g->tm * g->tm;
+    if (sr < g->rm) sr = g->rm;
+    if (tb < g->tm) tb = g->tm;
+    char *P = scratch, *S = P + n_tok * ps;
+    void (*prep)(int64_t, const void *, void *) = g->prep ? g->prep : kvt_mm_kernel_avx2(g->type)->prep;
+    for (int64_t t = 0; t < n_tok; t++) prep(n, X + t * (int64_t)xrs, P + t * ps);
+    for (int64_t rs = 0; rs < nr; rs += sr) {
+        const int64_t re = min64(rs + sr, nr);
+        if (ws)
+            for (int64_t r = rs; r < re; r++) g->wprep(n, W + r * (int64_t)wrs, S + (r - rs) * ws);
+        for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
+            const int64_t t1 = min64(t0 + tb, n_tok);
+            for (int64_t r = rs; r < re; r += g->rm) {
+                const int R = (int)min64(g->rm, re - r);
+                for (int64_t t = t0; t < t1; t += g->tm) {
+                    const int T = (int)min64(g->tm, t1 - t);
+                    g->tiles[R - 1][T - 1](n, W + r * (int64_t)wrs, wrs, S + (r - rs) * ws, (size_t)ws,
+                                           X + t * (int64_t)xrs, xrs, P + t * ps, (size_t)ps, Y + t * ldy + r, ldy);
+                }
+            }
+        }
+    }
+}
+
+// Instantiates name##_tile(TILE_ARGS, R, T) for the R x T of one tile shape
+// (SHAPE: 3x3, 2x4 or 1x8, every smaller R and T for the edges), the
+// dispatch table, and the kvt_mm_kernel entry points name##_gemm / _scratch.
+#define TW(name, R, T) \
+    static void name##_t##R##_##T(TILE_ARGS) { name##_tile(TILE_PASS, R, T); }
+#define TW3(name, R) TW(name, R, 1) TW(name, R, 2) TW(name, R, 3)
+#define TW4(name, R) TW3(name, R) TW(name, R, 4)
+#define TW8(name, R) TW4(name, R) TW(name, R, 5) TW(name, R, 6) TW(name, R, 7) TW(name, R, 8)
+#define TT3(name, R) {name##_t##R##_1, name##_t##R##_2, name##_t##R##_3}
+#define TT4(name, R) {name##_t##R##_1, name##_t##R##_2, name##_t##R##_3, name##_t##R##_4}
+#define TT8(name, R) \
+    {name##_t##R##_1, name##_t##R##_2, name##_t##R##_3, name##_t##R##_4, \
+     name##_t##R##_5, name##_t##R##_6, name##_t##R##_7, name##_t##R##_8}
+#define SHAPE_3x3(name) TW3(name, 1) TW3(name, 2) TW3(name, 3) \
+    static const tile_fn name##_tab[RMAX][TMAX] = {TT3(name, 1), TT3(name, 2), TT3(name, 3)};
+#define SHAPE_2x4(name) TW4(name, 1) TW4(name, 2) \
+    static const tile_fn name##_tab[RMAX][TMAX] = {TT4(name, 1), TT4(name, 2)};
+#define SHAPE_1x8(name) TW8(name, 1) static const tile_fn name##_tab[RMAX][TMAX] = {TT8(name, 1)};
+#define DEFINE_GEMM(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP)                          \
+    SHAPE_##SHAPE(name)                                                                             \
+    static const gemm_type name##_g = {TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, name##_tab};        \
+    int64_t kvt_gemm_scratch_##name##_avx2(int64_t n, int64_t n_tok) {                              \
+        return gemm_scratch_of(&name##_g, n, n_tok, kvt_row_size(TYPE, n));                         \
+    }                                                                                               \
+    void kvt_gemm_##name##_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, \
+                                int64_t n_tok, float *Y, int64_t ldy, void *scratch) {              \
+        gemm_run(&name##_g, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);                         \
+    }
+
+// ============================================================ float weights
+
+// Prepared activation row: n floats, by the rows kernel's prep (the GEMV's own values).
+static int64_t fp_psize(int64_t n) { return align64(n * 4); }
+
+#define ld_f32(p) _mm256_loadu_ps(p)
+#define ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define ld_bf16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define cvt_f32(v) (v)
+
+// P: the activation rows as f32. Pass u takes the chunks at 16k + 8u.
+#define DEFINE_FP_TILE(name, ET, LDW, CVT)                                                          \
+    INLINE void name##_tile(TILE_ARGS, int R, int T) {                                              \
+        (void)S, (void)ss, (void)X, (void)xrs;                                                      \
+        const int64_t n16 = n & ~(int64_t)15;                                                       \
+        __m256 a0[RMAX][TMAX];                                                                      \
+        UNROLL for (int u = 0; u < 2; u++) {                                                        \
+            __m256 acc[RMAX][TMAX];                                                                 \
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps(); \
+            for (int64_t i = 8 * u; i < n16; i += 16) {                                             \
+                __m256 w[RMAX];                                                                     \
+                UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(W + r * wrs) + i);       \
+                UNROLL for (int t = 0; t < T; t++) {                                                \
+                    const __m256 y = _mm256_loadu_ps((const float *)(P + t * ps) + i);              \
+                    UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(w[r], y, acc[r][t]); \
+                }                                                                                   \
+            }                                                                                       \
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {                 \
+                if (u == 0) {                                                                       \
+                    a0[r][t] = acc[r][t];                                                           \
+                    continue;                                                                       \
+                }                                                                                   \
+                const ET *x = (const ET *)(W + r * wrs);                                            \
+                const float *y = (const float *)(P + t * ps);                                       \
+                float s = hsum8(_mm256_add_ps(a0[r][t], acc[r][t]));                                \
+                for (int64_t j = n16; j < n; j++) s += CVT(x[j]) * y[j];                            \
+                Y[t * ldy + r] = s;                                                                 \
+            }                                                                                       \
+        }                                                                                           \
+    }
+
+DEFINE_FP_TILE(f32, float, ld_f32, cvt_f32)
+DEFINE_FP_TILE(f16, uint16_t, ld_f16, kvt_f16_to_f32)
+DEFINE_FP_TILE(bf16, uint16_t, ld_bf16, kvt_bf16_to_f32)
+DEFINE_GEMM(f32, KVT_TYPE_F32, 3x3, 3, 3, fp_psize, NULL, NULL, NULL)
+DEFINE_GEMM(f16, KVT_TYPE_F16, 3x3, 3, 3, fp_psize, NULL, NULL, NULL)
+DEFINE_GEMM(bf16, KVT_TYPE_BF16, 3x3, 3, 3, fp_psize, NULL, NULL, NULL)
+
+// ======================================================= 32-element blocks
+
+enum { WT_Q4_0, WT_Q4_1, WT_Q8_0 };
+
+// Prepared activation row (nbp = blocks rounded up to 8): float d[nbp], c[nbp]
+// as x32_prep makes them (c: q4_0 -8*d*sum(y), q4_1 the block's s; unused for q8_0).
+// Weight side data: float dx[nbp], mx[nbp] (q4_1 m; else unused).
+INLINE int64_t nb_pad(int64_t nb) { return (nb + 7) & ~(int64_t)7; }
+static int64_t x32_psize(int64_t n) { return align64(8 * nb_pad(n / KVT_QK)); }
+
+INLINE void x32_aprep(int64_t n, const void *x, void *p, int WT) {
+    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
+    float *d = p, *c = d + nbp;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        if (WT == WT_Q4_1) {
+            const kvt_block_q8_1 *b = (const kvt_block_q8_1 *)x + ib;
+            d[ib] = _cvtsh_ss(b->d);
+            c[ib] = _cvtsh_ss(b->s);
+        } else {
+            const kvt_block_q8_0 *b = (const kvt_block_q8_0 *)x + ib;
+            d[ib] = _cvtsh_ss(b->d);
+            if (WT == WT_Q4_0) {
+                int sum = 0;
+                for (int j = 0; j < KVT_QK; j++) sum += b->qs[j];
+                c[ib] = -(float)8 * d[ib] * (float)sum;
+            } else {
+                c[ib] = 0;
+            }
+        }
+    }
+    for (int64_t ib = nb; ib < nbp; ib++) d[ib] = c[ib] = 0;
+}
+INLINE size_t x32_bs(int WT) {
+    return WT == WT_Q4_0 ? sizeof(kvt_block_q4_0) : WT == WT_Q4_1 ? sizeof(kvt_block_q4_1) : sizeof(kvt_block_q8_0);
+}
+INLINE void x32_wprep(int64_t n, const void *w, void *s, int WT) {
+    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
+    const size_t bs = x32_bs(WT);
+    float *d = s, *m = d + nbp;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        d[ib] = _cvtsh_ss(ld16((const char *)w + ib * bs));
+        m[ib] = WT == WT_Q4_1 ? _cvtsh_ss(ld16((const char *)w + ib * bs + 2)) : 0.f;
+    }
+    for (int64_t ib = nb; ib < nbp; ib++) d[ib] = m[ib] = 0;
+}
+static int64_t x32_wsize(int64_t n) { return align64(8 * nb_pad(n / KVT_QK)); }
+
+// Weight block: q8_0 keeps w and |w| (sign trick), nibble formats the unsigned values.
+typedef struct {
+    __m256i a, b;
+} x32_w;
+INLINE x32_w x32_decode(const char *blk, int WT) {
+    x32_w v;
+    if (WT == WT_Q8_0) {
+        v.b = _mm256_loadu_si256((const __m256i *)(blk + 2));
+        v.a = _mm256_sign_epi8(v.b, v.b);
+    } else {
+        const __m128i q = _mm_loadu_si128((const __m128i *)(blk + (WT == WT_Q4_1 ? 4 : 2)));
+        v.a = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+        v.b = v.a;
+    }
+    return v;
+}
+// i32 lanes of dot(weights, y) for one block, as matmul_avx2.c blk_dot256 (AVX2).
+INLINE __m256i x32_dot(x32_w w, __m256i y, int WT) {
+    const __m256i s = WT == WT_Q8_0 ? _mm256_sign_epi8(y, w.b) : y;
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w.a, s), _mm256_set1_epi16(1));
+}
+
+INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) {
+    const size_t bs = x32_bs(WT), ys = WT == WT_Q4_1 ? sizeof(kvt_block_q8_1) : sizeof(kvt_block_q8_0);
+    const size_t yo = WT == WT_Q4_1 ? 4 : 2;
+    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;
+    __m256 a0[RMAX][TMAX], cacc[RMAX][TMAX];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) cacc[r][t] = _mm256_setzero_ps();
+    UNROLL for (int u = 0; u < 2; u++) {
+        __m256 acc[RMAX][TMAX];
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+        for (int64_t g = 0; g < nfull; g += 8) {
+            float dsc[RMAX][TMAX][8] __attribute__((aligned(32)));
+            UNROLL for (int r = 0; r < R; r++) {
+                const float *sd = (const float *)(S + r * ss);
+                const __m256 dx = _mm256_loadu_ps(sd + g);
+                UNROLL for (int t = 0; t < T; t++) {
+                    const float *pd = (const float *)(P + t * ps);
+                    _mm256_store_ps(dsc[r][t], _mm256_mul_ps(dx, _mm256_loadu_ps(pd + g)));
+                    if (u == 0 && WT != WT_Q8_0) {
+                        const __m256 cx = WT == WT_Q4_1 ? _mm256_loadu_ps(sd + nbp + g) : dx;
+                        cacc[r][t] = _mm256_fmadd_ps(cx, _mm256_loadu_ps(pd + nbp + g), cacc[r][t]);
+                    }
+                }
+            }
+            UNROLL for (int k = u; k < 8; k += 2) {
+                x32_w w[RMAX];
+                UNROLL for (int r = 0; r < R; r++) w[r] = x32_decode(W + r * wrs + (g + k) * bs, WT);
+                UNROLL for (int t = 0; t < T; t++) {
+                    const __m256i y = _mm256_loadu_si256((const __m256i *)(X + t * xrs + (g + k) * ys + yo));
+                    UNROLL for (int r = 0; r < R; r++) {
+                        const __m256i p = x32_dot(w[r], y, WT);
+                        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&dsc[r][t][k]), acc[r][t]);
+                    }
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
+            if (u == 0) {
+                a0[r][t] = acc[r][t];
+                continue;
+            }
+            const float *sd = (const float *)(S + r * ss), *pd = (const float *)(P + t * ps);
+            float tail = 0;
+            for (int64_t ib = nfull; ib < nb; ib++) { // fewer than 8 blocks left
+                const float dx = sd[ib], cx = WT == WT_Q4_1 ? sd[nbp + ib] : dx;
+                const __m256i y = _mm256_loadu_si256((const __m256i *)(X + t * xrs + ib * ys + yo));
+                const __m256i p = x32_dot(x32_decode(W + r * wrs + ib * bs, WT), y, WT);
+                tail += dx * pd[ib] * (float)hsum8(_mm256_cvtepi32_ps(p));
+                if (WT != WT_Q8_0) tail += cx * pd[nbp + ib];
+            }
+            const float main = hsum8(_mm256_add_ps(a0[r][t], acc[r][t]));
+            Y[t * ldy + r] = main + hsum8(cacc[r][t]) + tail;
+        }
+    }
+}
+
+#define DEFINE_X32(name, TYPE, WT)                                                                  \
+    static void name##_aprep(int64_t n, const void *x, void *p) { x32_aprep(n, x, p, WT); }          \
+    static void name##_wprep(int64_t n, const void *w, void *s) { x32_wprep(n, w, s, WT); }          \
+    INLINE void name##_tile(TILE_ARGS, int R, int T) { x32_tile(TILE_PASS, R, T, WT); }              \
+    DEFINE_GEMM(name, TYPE, 2x4, 2, 4, x32_psize, name##_aprep, x32_wsize, name##_wprep)
+DEFINE_X32(q4_0, KVT_TYPE_Q4_0, WT_Q4_0)
+DEFINE_X32(q4_1, KVT_TYPE_Q4_1, WT_Q4_1)
+DEFINE_X32(q8_0, KVT_TYPE_Q8_0, WT_Q8_0)
+
+// ================================================================ K-quants
+//
+// Mirrors of quant_avx2.c's q4_K / q5_K / q6_K bodies over R x T. Weight side
+// data of q4_K / q5_K, per super-block (KS bytes): uint8 sc[8], mn[8]; float
+// d, dmin. Prepared activations, per super-block (KA bytes): int16 sums of
+// the 8 sub-blocks of 32 (for the min term). q6_K needs neither.
+#define KS 24
+#define KA 16
+static int64_t k45_wsize(int64_t n) { return align64(n / KVT_QK_K * KS); }
+static int64_t k45_psize(int64_t n) { return align64(n / KVT_QK_K * KA); }
+static int64_t k_psize0(int64_t n) { return (void)n, 64; }
+static void k_prep0(int64_t n, const void *x, void *p) { (void)n, (void)x, (void)p; }
+
+INLINE void k45_wprep(int64_t n, const void *w, void *s, size_t bsz) {
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        const kvt_block_q4_K *x = (const kvt_block_q4_K *)((const char *)w + b * (int64_t)bsz); // q5_K: same head
+        uint8_t *o = (uint8_t *)s + b * KS;
+        kvt_k_scales_unpack(x->scales, o, o + 8);
+        const float d = _cvtsh_ss(x->d), dmin = _cvtsh_ss(x->dmin);
+        memcpy(o + 16, &d, 4), memcpy(o + 20, &dmin, 4);
+    }
+}
+static void q4_K_wprep(int64_t n, const void *w, void *s) { k45_wprep(n, w, s, sizeof(kvt_block_q4_K)); }
+static void q5_K_wprep(int64_t n, const void *w, void *s) { k45_wprep(n, w, s, sizeof(kvt_block_q5_K)); }
+static void k45_prep(int64_t n, const void *x, void *p) {
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        const kvt_block_q8_K *y = (const kvt_block_q8_K *)x + b;
+        const __m128i s = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                         _mm_loadu_si128((const __m128i *)y->bsums + 1));
+        _mm_storeu_si128((__m128i *)((char *)p + b * KA), s);
+    }
+}
+
+INLINE int hsum4_epi32(__m128i p) {
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+    return _mm_cvtsi128_si32(p);
+}
+
+INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
+    const size_t bsz = HB ? sizeof(kvt_block_q5_K) : sizeof(kvt_block_q4_K);
+    const size_t qs_off = HB ? offsetof(kvt_block_q5_K, qs) : offsetof(kvt_block_q4_K, qs);
+    const int64_t nb = n / KVT_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[RMAX][TMAX];
+    float macc[RMAX][TMAX];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps(), macc[r][t] = 0;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const kvt_block_q8_K *y[TMAX];
+        UNROLL for (int t = 0; t < T; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + ib;
+        __m256i isum[RMAX][TMAX], hb[RMAX];
+        UNROLL for (int r = 0; r < R; r++) {
+            UNROLL for (int t = 0; t < T; t++) isum[r][t] = _mm256_setzero_si256();
+            hb[r] = HB ? _mm256_loadu_si256((const __m256i *)(W + r * wrs + ib * bsz + offsetof(kvt_block_q5_K, qh)))
+                       : _mm256_setzero_si256();
+        }
+        UNROLL for (int c = 0; c < 4; c++) {
+            __m256i lo[RMAX], hi[RMAX], s0[RMAX], s1[RMAX];
+            UNROLL for (int r = 0; r < R; r++) {
+                const uint8_t *sc = (const uint8_t *)(S + r * ss + ib * KS);
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(W + r * wrs + ib * bsz + qs_off + 32 * c));
+                lo[r] = _mm256_and_si256(q, m4);
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (HB) {
+                    const __m256i one = _mm256_set1_epi8(1);
+                    lo[r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(_mm256_and_si256(hb[r], one), 4));
+                    hi[r] = _mm256_or_si256(hi[r], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb[r], 1), one), 4));
+                    hb[r] = _mm256_srli_epi16(hb[r], 2);
+                }
+                s0[r] = _mm256_set1_epi16(sc[2 * c]);
+                s1[r] = _mm256_set1_epi16(sc[2 * c + 1]);
+            }
+            UNROLL for (int t = 0; t < T; t++) UNROLL for (int r = 0; r < R; r++) {
+                const __m256i p0 = _mm256_maddubs_epi16(lo[r], _mm256_loadu_si256((const __m256i *)(y[t]->qs + 64 * c)));
+                const __m256i p1 = _mm256_maddubs_epi16(hi[r], _mm256_loadu_si256((const __m256i *)(y[t]->qs + 64 * c + 32)));
+                isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_add_epi32(_mm256_madd_epi16(p0, s0[r]), _mm256_madd_epi16(p1, s1[r])));
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            const uint8_t *sc = (const uint8_t *)(S + r * ss + ib * KS);
+            float d, dmin;
+            memcpy(&d, sc + 16, 4), memcpy(&dmin, sc + 20, 4);
+            uint64_t m64;
+            memcpy(&m64, sc + 8, 8);
+            const __m128i mv = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m64));
+            UNROLL for (int t = 0; t < T; t++) {
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d * y[t]->d), acc[r][t]);
+                const __m128i bs = _mm_loadu_si128((const __m128i *)(P + t * ps + ib * KA));
+                macc[r][t] += dmin * y[t]->d * (float)hsum4_epi32(_mm_madd_epi16(mv, bs));
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = hsum8(acc[r][t]) - macc[r][t];
+}
+
+INLINE void q6_K_tile(TILE_ARGS, int R, int T) {
+    (void)S, (void)ss, (void)P, (void)ps;
+    const int64_t nb = n / KVT_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    __m256 acc[RMAX][TMAX];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const kvt_block_q8_K *y[TMAX];
+        UNROLL for (int t = 0; t < T; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + ib;
+        const kvt_block_q6_K *x[RMAX];
+        __m256i isum[RMAX][TMAX];
+        UNROLL for (int r = 0; r < R; r++) {
+            x[r] = (const kvt_block_q6_K *)(W + r * wrs) + ib;
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[r]->scales));
+            UNROLL for (int t = 0; t < T; t++) { // start from -32 * sum_g sc_g * bsum_g
+                const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[t]->bsums));
+                isum[r][t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+            }
+        }
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i v[RMAX][4];
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m256i qa = _mm256_loadu_si256((const __m256i *)(x[r]->ql + 64 * h));
+                const __m256i qb = _mm256_loadu_si256((const __m256i *)(x[r]->ql + 64 * h + 32));
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[r]->qh + 32 * h));
+                v[r][0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
+                v[r][1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
+                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
+                v[r][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+                v[r][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+            }
+            UNROLL for (int k = 0; k < 4; k++) {
+                const int g = 8 * h + 2 * k; // scale groups g (low lane) and g+1 (high lane)
+                UNROLL for (int r = 0; r < R; r++) {
+                    const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(x[r]->scales[g + 1]), _mm_set1_epi16(x[r]->scales[g]));
+                    UNROLL for (int t = 0; t < T; t++) {
+                        const __m256i p = _mm256_maddubs_epi16(v[r][k], _mm256_loadu_si256((const __m256i *)(y[t]->qs + 128 * h + 32 * k)));
+                        isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(p, scv));
+                    }
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            const float d = _cvtsh_ss(x[r]->d);
+            UNROLL for (int t = 0; t < T; t++)
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d * y[t]->d), acc[r][t]);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = hsum8(acc[r][t]);
+}
+
+INLINE void q4_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 0); }
+INLINE void q5_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 1); }
+DEFINE_GEMM(q4_K, KVT_TYPE_Q4_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q4_K_wprep)
+DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q5_K_wprep)
+DEFINE_GEMM(q6_K, KVT_TYPE_Q6_K, 1x8, 1, 8, k_psize0, k_prep0, NULL, NULL)
