@@ -319,19 +319,19 @@ static void test_fingerprint_cost(const test_env *env) {
 }
 
 // Random bytes (invalid UTF-8, NULs, control-token fragments) through the SentencePiece and BPE
-// tokenizers of the shared vocabularies: every id in range, detokenizing never fails (the fuzz
+// tokenizers of the test vocabularies (tests/data, then the shared folder): every id in range, detokenizing never fails (the fuzz
 // targets do the same for longer; this keeps a quick version in the suite).
 static void test_tokenizer_bytes(const test_env *env) {
     static const char *vocabs[] = {"llama-spm", "qwen2"};
     for (int v = 0; v < 2; v++) {
-        char path[1024], name[128];
-        snprintf(path, sizeof path, "%s/vectors/tokenizer/ggml-vocab-%s.gguf", env->shared, vocabs[v]);
+        char path[1024], file[128], name[128];
+        snprintf(file, sizeof file, "ggml-vocab-%s.gguf", vocabs[v]);
         snprintf(name, sizeof name, "hostile: random bytes through the %s tokenizer", vocabs[v]);
         kvt_gguf *g;
         kvt_tokenizer *t = NULL;
         kvt_err err;
-        if (!test_file_exists(path)) {
-            test_skip(name, "vocabulary not in the shared folder");
+        if (!test_data(env, file, path, sizeof path)) {
+            test_skip(name, test_data_missing(env, file));
             continue;
         }
         kvt_status st = kvt_gguf_open(path, &g, &err);
