@@ -54,13 +54,11 @@
 #define fv_fma _mm512_fmadd_ps
 #define fv_add _mm512_add_ps
 #define fv_ld(p) _mm512_loadu_ps(p)
-#define ld_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-#define ld_bf16(p) \
-    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define fv_hsum _mm512_reduce_add_ps
 #define FP_SHAPE 4x6 // 24 accumulators of 32 zmm
 #define FP_RM 4
 #define FP_TM 6
+#define FP_WPANEL 1 // f16/bf16 weights converted to f32 once per strip (measured faster here)
 #else
 #define GEMM_FN(name) kvt_gemm_##name##_avx2
 #define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx2
@@ -71,12 +69,13 @@
 #define fv_fma _mm256_fmadd_ps
 #define fv_add _mm256_add_ps
 #define fv_ld(p) _mm256_loadu_ps(p)
-#define ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define ld_bf16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define fv_hsum hsum8
 #define FP_SHAPE 3x3
 #define FP_RM 3
 #define FP_TM 3
+#define FP_WPANEL 0 // f16/bf16 weights converted in the tile (the panel measured slower here)
+#define ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define ld_bf16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #endif
 
 INLINE float hsum8(__m256 v) {
@@ -187,10 +186,21 @@ static int64_t fp_psize(int64_t n) { return align64(n * 4); }
 #define ld_f32(p) fv_ld(p)
 #define cvt_f32(v) (v)
 
+#if FP_WPANEL
+// Weight side data of f16/bf16: the rows as f32 (exact), converted once per
+// strip rather than once per tile; the tile reads them (WB, WS = S, ss).
+static int64_t fpw_wsize(int64_t n) { return align64(n * 4); }
+static void f16_wprep(int64_t n, const void *w, void *s) { kvt_f16_to_f32_row_avx2(w, s, n); }
+static void bf16_wprep(int64_t n, const void *w, void *s) {
+    for (int64_t i = 0; i < n; i++) ((float *)s)[i] = kvt_bf16_to_f32(((const uint16_t *)w)[i]);
+}
+#endif
+
 // P: the activation rows as f32. Pass u takes the FV_N-wide chunks at 2 FV_N k + FV_N u.
-#define DEFINE_FP_TILE(name, ET, LDW, CVT)                                                          \
+// Weight row r of the tile at WB + r * WS, elements of type ET.
+#define DEFINE_FP_TILE(name, ET, LDW, CVT, WB, WS)                                                  \
     INLINE void name##_tile(TILE_ARGS, int R, int T) {                                              \
-        (void)S, (void)ss, (void)X, (void)xrs;                                                      \
+        (void)W, (void)wrs, (void)S, (void)ss, (void)X, (void)xrs;                                  \
         const int64_t n16 = n & ~(int64_t)(2 * FV_N - 1);                                           \
         FV a0[RMAX][TMAX];                                                                          \
         UNROLL for (int u = 0; u < 2; u++) {                                                        \
@@ -198,7 +208,7 @@ static int64_t fp_psize(int64_t n) { return align64(n * 4); }
             UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = fv_zero(); \
             for (int64_t i = FV_N * u; i < n16; i += 2 * FV_N) {                                    \
                 FV w[RMAX];                                                                         \
-                UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(W + r * wrs) + i);       \
+                UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(WB + r * WS) + i);       \
                 UNROLL for (int t = 0; t < T; t++) {                                                \
                     const FV y = fv_ld((const float *)(P + t * ps) + i);                            \
                     UNROLL for (int r = 0; r < R; r++) acc[r][t] = fv_fma(w[r], y, acc[r][t]);      \
@@ -209,7 +219,7 @@ static int64_t fp_psize(int64_t n) { return align64(n * 4); }
                     a0[r][t] = acc[r][t];                                                           \
                     continue;                                                                       \
                 }                                                                                   \
-                const ET *x = (const ET *)(W + r * wrs);                                            \
+                const ET *x = (const ET *)(WB + r * WS);                                            \
                 const float *y = (const float *)(P + t * ps);                                       \
                 float s = fv_hsum(fv_add(a0[r][t], acc[r][t]));                                     \
                 for (int64_t j = n16; j < n; j++) s += CVT(x[j]) * y[j];                            \
@@ -218,12 +228,20 @@ static int64_t fp_psize(int64_t n) { return align64(n * 4); }
         }                                                                                           \
     }
 
-DEFINE_FP_TILE(f32, float, ld_f32, cvt_f32)
-DEFINE_FP_TILE(f16, uint16_t, ld_f16, kvt_f16_to_f32)
-DEFINE_FP_TILE(bf16, uint16_t, ld_bf16, kvt_bf16_to_f32)
+DEFINE_FP_TILE(f32, float, ld_f32, cvt_f32, W, wrs)
 DEFINE_GEMM(f32, KVT_TYPE_F32, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
+#if FP_WPANEL
+DEFINE_FP_TILE(fpw, float, ld_f32, cvt_f32, S, ss)
+#define f16_tile fpw_tile
+#define bf16_tile fpw_tile
+DEFINE_GEMM(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, f16_wprep)
+DEFINE_GEMM(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, bf16_wprep)
+#else
+DEFINE_FP_TILE(f16, uint16_t, ld_f16, kvt_f16_to_f32, W, wrs)
+DEFINE_FP_TILE(bf16, uint16_t, ld_bf16, kvt_bf16_to_f32, W, wrs)
 DEFINE_GEMM(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
 DEFINE_GEMM(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
+#endif
 
 // ======================================================= 32-element blocks
 #ifndef KVT_SIMD_AVX512 // AVX-512 32-block and K-quant rows kernels sum otherwise (see top)
