@@ -419,18 +419,19 @@ int test_kernels_main(void) {
         const int64_t n = blck == 256 ? 512 : blck == 32 ? 320 : 67;
         for (int64_t nt = 1; nt <= 33; nt++) test_matmul(t, n, 41, nt, nt % 5, 41 - nt % 7);
     }
-    // GEMM tiles against the GEMV, bit for bit: rows and tokens not multiples of the tiles, K of one block
-    if (kvt_kernels_isa() >= KVT_ISA_AVX2)
+    // GEMM tiles against the GEMV, bit for bit, on every SIMD ISA this CPU runs (KVT_ISA may cap it):
+    // rows and tokens not multiples of the tiles, K of one block
+    for (int isa = KVT_ISA_AVX2; isa <= (int)kvt_kernels_isa(); isa++)
         for (size_t i = 0; i < nw; i++) {
             const kvt_type t = k_weight_types[i].t;
             int64_t blck = 1, bsize = 0;
             kvt_type_layout((uint32_t)t, &blck, &bsize);
             const int64_t one = blck == 1 ? 16 : blck, ns[] = {one, blck == 1 ? 517 : 9 * blck, blck == 1 ? 2048 : 8 * blck};
             for (size_t k = 0; k < 3; k++) {
-                test_matmul_batch_bitwise(KVT_ISA_AVX2, t, ns[k], 7, 11);
-                test_matmul_batch_bitwise(KVT_ISA_AVX2, t, ns[k], 1, 2);
+                test_matmul_batch_bitwise((kvt_isa)isa, t, ns[k], 7, 11);
+                test_matmul_batch_bitwise((kvt_isa)isa, t, ns[k], 1, 2);
             }
-            test_matmul_batch_bitwise(KVT_ISA_AVX2, t, ns[1], 41, 33);
+            test_matmul_batch_bitwise((kvt_isa)isa, t, ns[1], 41, 33);
         }
     test_vec_mad();
     test_vec_mad_rows();

@@ -24,6 +24,13 @@
 // side data: f32 rows, scales as floats, block sums), then strips of weight
 // rows (L2) x blocks of activation rows (L2) are covered by tiles. Weight side
 // data (scales as floats, unpacked K scales) is prepared once per strip.
+//
+// Compiled twice: as is for AVX2 (8 lanes) and by gemm_avx512.c with
+// KVT_SIMD_AVX512 defined, where only the float tiles exist, 16 lanes wide
+// like the AVX-512 rows kernel. The 32-block and K-quant tiles are AVX2 only:
+// the AVX-512 rows kernels of those types spend per output and pair of blocks
+// a VPDPBUSD, a scale permute, a convert and an FMA, so a tile in their order
+// saves little over them (tried for q8_0: no gain measured).
 #include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
@@ -31,11 +38,45 @@
 #include "f16.h"
 #include "matmul.h"
 #include "quant.h"
+#include "x32_avx.h"
 
-#define INLINE static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
-#define RMAX 3 // tile limits of the dispatch tables
+#define RMAX 4 // tile limits of the dispatch tables
 #define TMAX 8
+
+#ifdef KVT_SIMD_AVX512
+#define GEMM_FN(name) kvt_gemm_##name##_avx512
+#define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx512
+#define MM_TABLE kvt_mm_kernel_avx512
+#define FV __m512
+#define FV_N 16
+#define fv_zero _mm512_setzero_ps
+#define fv_fma _mm512_fmadd_ps
+#define fv_add _mm512_add_ps
+#define fv_ld(p) _mm512_loadu_ps(p)
+#define fv_hsum _mm512_reduce_add_ps
+#define FP_SHAPE 4x6 // 24 accumulators of 32 zmm
+#define FP_RM 4
+#define FP_TM 6
+#define FP_WPANEL 1 // f16/bf16 weights converted to f32 once per strip (measured faster here)
+#else
+#define GEMM_FN(name) kvt_gemm_##name##_avx2
+#define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx2
+#define MM_TABLE kvt_mm_kernel_avx2
+#define FV __m256
+#define FV_N 8
+#define fv_zero _mm256_setzero_ps
+#define fv_fma _mm256_fmadd_ps
+#define fv_add _mm256_add_ps
+#define fv_ld(p) _mm256_loadu_ps(p)
+#define fv_hsum hsum8
+#define FP_SHAPE 3x3
+#define FP_RM 3
+#define FP_TM 3
+#define FP_WPANEL 0 // f16/bf16 weights converted in the tile (the panel measured slower here)
+#define ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define ld_bf16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#endif
 
 INLINE float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -45,11 +86,6 @@ INLINE float hsum8(__m256 v) {
 }
 INLINE int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 INLINE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-INLINE uint16_t ld16(const void *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
 
 // Tile arguments: W weight row 0 (stride wrs), S its side data (stride ss),
 // X raw activation row 0 (stride xrs), P its prepared data (stride ps),
@@ -86,7 +122,7 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     if (sr < g->rm) sr = g->rm;
     if (tb < g->tm) tb = g->tm;
     char *P = scratch, *S = P + n_tok * ps;
-    void (*prep)(int64_t, const void *, void *) = g->prep ? g->prep : kvt_mm_kernel_avx2(g->type)->prep;
+    void (*prep)(int64_t, const void *, void *) = g->prep ? g->prep : MM_TABLE(g->type)->prep;
     for (int64_t t = 0; t < n_tok; t++) prep(n, X + t * (int64_t)xrs, P + t * ps);
     for (int64_t rs = 0; rs < nr; rs += sr) {
         const int64_t re = min64(rs + sr, nr);
@@ -113,9 +149,11 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     static void name##_t##R##_##T(TILE_ARGS) { name##_tile(TILE_PASS, R, T); }
 #define TW3(name, R) TW(name, R, 1) TW(name, R, 2) TW(name, R, 3)
 #define TW4(name, R) TW3(name, R) TW(name, R, 4)
-#define TW8(name, R) TW4(name, R) TW(name, R, 5) TW(name, R, 6) TW(name, R, 7) TW(name, R, 8)
+#define TW6(name, R) TW4(name, R) TW(name, R, 5) TW(name, R, 6)
+#define TW8(name, R) TW6(name, R) TW(name, R, 7) TW(name, R, 8)
 #define TT3(name, R) {name##_t##R##_1, name##_t##R##_2, name##_t##R##_3}
 #define TT4(name, R) {name##_t##R##_1, name##_t##R##_2, name##_t##R##_3, name##_t##R##_4}
+#define TT6(name, R) {name##_t##R##_1, name##_t##R##_2, name##_t##R##_3, name##_t##R##_4, name##_t##R##_5, name##_t##R##_6}
 #define TT8(name, R) \
     {name##_t##R##_1, name##_t##R##_2, name##_t##R##_3, name##_t##R##_4, \
      name##_t##R##_5, name##_t##R##_6, name##_t##R##_7, name##_t##R##_8}
@@ -123,14 +161,19 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     static const tile_fn name##_tab[RMAX][TMAX] = {TT3(name, 1), TT3(name, 2), TT3(name, 3)};
 #define SHAPE_2x4(name) TW4(name, 1) TW4(name, 2) \
     static const tile_fn name##_tab[RMAX][TMAX] = {TT4(name, 1), TT4(name, 2)};
+#define SHAPE_4x4(name) TW4(name, 1) TW4(name, 2) TW4(name, 3) TW4(name, 4) \
+    static const tile_fn name##_tab[RMAX][TMAX] = {TT4(name, 1), TT4(name, 2), TT4(name, 3), TT4(name, 4)};
+#define SHAPE_4x6(name) TW6(name, 1) TW6(name, 2) TW6(name, 3) TW6(name, 4) \
+    static const tile_fn name##_tab[RMAX][TMAX] = {TT6(name, 1), TT6(name, 2), TT6(name, 3), TT6(name, 4)};
+#define SHAPE_(name, S) SHAPE_##S(name)
 #define SHAPE_1x8(name) TW8(name, 1) static const tile_fn name##_tab[RMAX][TMAX] = {TT8(name, 1)};
 #define DEFINE_GEMM(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP)                          \
-    SHAPE_##SHAPE(name)                                                                             \
+    SHAPE_(name, SHAPE)                                                                             \
     static const gemm_type name##_g = {TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, name##_tab};        \
-    int64_t kvt_gemm_scratch_##name##_avx2(int64_t n, int64_t n_tok) {                              \
+    int64_t GEMM_SCRATCH_FN(name)(int64_t n, int64_t n_tok) {                                       \
         return gemm_scratch_of(&name##_g, n, n_tok, kvt_row_size(TYPE, n));                         \
     }                                                                                               \
-    void kvt_gemm_##name##_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, \
+    void GEMM_FN(name)(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, \
                                 int64_t n_tok, float *Y, int64_t ldy, void *scratch) {              \
         gemm_run(&name##_g, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);                         \
     }
@@ -140,26 +183,35 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
 // Prepared activation row: n floats, by the rows kernel's prep (the GEMV's own values).
 static int64_t fp_psize(int64_t n) { return align64(n * 4); }
 
-#define ld_f32(p) _mm256_loadu_ps(p)
-#define ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define ld_bf16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define ld_f32(p) fv_ld(p)
 #define cvt_f32(v) (v)
 
-// P: the activation rows as f32. Pass u takes the chunks at 16k + 8u.
-#define DEFINE_FP_TILE(name, ET, LDW, CVT)                                                          \
+#if FP_WPANEL
+// Weight side data of f16/bf16: the rows as f32 (exact), converted once per
+// strip rather than once per tile; the tile reads them (WB, WS = S, ss).
+static int64_t fpw_wsize(int64_t n) { return align64(n * 4); }
+static void f16_wprep(int64_t n, const void *w, void *s) { kvt_f16_to_f32_row_avx2(w, s, n); }
+static void bf16_wprep(int64_t n, const void *w, void *s) {
+    for (int64_t i = 0; i < n; i++) ((float *)s)[i] = kvt_bf16_to_f32(((const uint16_t *)w)[i]);
+}
+#endif
+
+// P: the activation rows as f32. Pass u takes the FV_N-wide chunks at 2 FV_N k + FV_N u.
+// Weight row r of the tile at WB + r * WS, elements of type ET.
+#define DEFINE_FP_TILE(name, ET, LDW, CVT, WB, WS)                                                  \
     INLINE void name##_tile(TILE_ARGS, int R, int T) {                                              \
-        (void)S, (void)ss, (void)X, (void)xrs;                                                      \
-        const int64_t n16 = n & ~(int64_t)15;                                                       \
-        __m256 a0[RMAX][TMAX];                                                                      \
+        (void)W, (void)wrs, (void)S, (void)ss, (void)X, (void)xrs;                                  \
+        const int64_t n16 = n & ~(int64_t)(2 * FV_N - 1);                                           \
+        FV a0[RMAX][TMAX];                                                                          \
         UNROLL for (int u = 0; u < 2; u++) {                                                        \
-            __m256 acc[RMAX][TMAX];                                                                 \
-            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps(); \
-            for (int64_t i = 8 * u; i < n16; i += 16) {                                             \
-                __m256 w[RMAX];                                                                     \
-                UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(W + r * wrs) + i);       \
+            FV acc[RMAX][TMAX];                                                                     \
+            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = fv_zero(); \
+            for (int64_t i = FV_N * u; i < n16; i += 2 * FV_N) {                                    \
+                FV w[RMAX];                                                                         \
+                UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(WB + r * WS) + i);       \
                 UNROLL for (int t = 0; t < T; t++) {                                                \
-                    const __m256 y = _mm256_loadu_ps((const float *)(P + t * ps) + i);              \
-                    UNROLL for (int r = 0; r < R; r++) acc[r][t] = _mm256_fmadd_ps(w[r], y, acc[r][t]); \
+                    const FV y = fv_ld((const float *)(P + t * ps) + i);                            \
+                    UNROLL for (int r = 0; r < R; r++) acc[r][t] = fv_fma(w[r], y, acc[r][t]);      \
                 }                                                                                   \
             }                                                                                       \
             UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {                 \
@@ -167,30 +219,49 @@ static int64_t fp_psize(int64_t n) { return align64(n * 4); }
                     a0[r][t] = acc[r][t];                                                           \
                     continue;                                                                       \
                 }                                                                                   \
-                const ET *x = (const ET *)(W + r * wrs);                                            \
+                const ET *x = (const ET *)(WB + r * WS);                                            \
                 const float *y = (const float *)(P + t * ps);                                       \
-                float s = hsum8(_mm256_add_ps(a0[r][t], acc[r][t]));                                \
+                float s = fv_hsum(fv_add(a0[r][t], acc[r][t]));                                     \
                 for (int64_t j = n16; j < n; j++) s += CVT(x[j]) * y[j];                            \
                 Y[t * ldy + r] = s;                                                                 \
             }                                                                                       \
         }                                                                                           \
     }
 
-DEFINE_FP_TILE(f32, float, ld_f32, cvt_f32)
-DEFINE_FP_TILE(f16, uint16_t, ld_f16, kvt_f16_to_f32)
-DEFINE_FP_TILE(bf16, uint16_t, ld_bf16, kvt_bf16_to_f32)
-DEFINE_GEMM(f32, KVT_TYPE_F32, 3x3, 3, 3, fp_psize, NULL, NULL, NULL)
-DEFINE_GEMM(f16, KVT_TYPE_F16, 3x3, 3, 3, fp_psize, NULL, NULL, NULL)
-DEFINE_GEMM(bf16, KVT_TYPE_BF16, 3x3, 3, 3, fp_psize, NULL, NULL, NULL)
+DEFINE_FP_TILE(f32, float, ld_f32, cvt_f32, W, wrs)
+DEFINE_GEMM(f32, KVT_TYPE_F32, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
+#if FP_WPANEL
+DEFINE_FP_TILE(fpw, float, ld_f32, cvt_f32, S, ss)
+#define f16_tile fpw_tile
+#define bf16_tile fpw_tile
+DEFINE_GEMM(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, f16_wprep)
+DEFINE_GEMM(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, bf16_wprep)
+#else
+DEFINE_FP_TILE(f16, uint16_t, ld_f16, kvt_f16_to_f32, W, wrs)
+DEFINE_FP_TILE(bf16, uint16_t, ld_bf16, kvt_bf16_to_f32, W, wrs)
+DEFINE_GEMM(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
+DEFINE_GEMM(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
+#endif
 
 // ======================================================= 32-element blocks
-
-enum { WT_Q4_0, WT_Q4_1, WT_Q8_0 };
+#ifndef KVT_SIMD_AVX512 // AVX-512 32-block and K-quant rows kernels sum otherwise (see top)
 
 // Prepared activation row (nbp = blocks rounded up to 8): float d[nbp], c[nbp]
 // as x32_prep makes them (c: q4_0 -8*d*sum(y), q4_1 the block's s; unused for q8_0).
 // Weight side data: float dx[nbp], mx[nbp] (q4_1 m; else unused).
 INLINE int64_t nb_pad(int64_t nb) { return (nb + 7) & ~(int64_t)7; }
+INLINE void x32_wprep(int64_t n, const void *w, void *s, int WT) {
+    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
+    const size_t bs = x32_block_size(WT);
+    float *d = s, *m = d + nbp;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        d[ib] = _cvtsh_ss(ld16((const char *)w + ib * bs));
+        m[ib] = WT == WT_Q4_1 ? _cvtsh_ss(ld16((const char *)w + ib * bs + 2)) : 0.f;
+    }
+    for (int64_t ib = nb; ib < nbp; ib++) d[ib] = m[ib] = 0;
+}
+static int64_t x32_wsize(int64_t n) { return align64(8 * nb_pad(n / KVT_QK)); }
+
 static int64_t x32_psize(int64_t n) { return align64(8 * nb_pad(n / KVT_QK)); }
 
 INLINE void x32_aprep(int64_t n, const void *x, void *p, int WT) {
@@ -215,21 +286,6 @@ INLINE void x32_aprep(int64_t n, const void *x, void *p, int WT) {
     }
     for (int64_t ib = nb; ib < nbp; ib++) d[ib] = c[ib] = 0;
 }
-INLINE size_t x32_bs(int WT) {
-    return WT == WT_Q4_0 ? sizeof(kvt_block_q4_0) : WT == WT_Q4_1 ? sizeof(kvt_block_q4_1) : sizeof(kvt_block_q8_0);
-}
-INLINE void x32_wprep(int64_t n, const void *w, void *s, int WT) {
-    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
-    const size_t bs = x32_bs(WT);
-    float *d = s, *m = d + nbp;
-    for (int64_t ib = 0; ib < nb; ib++) {
-        d[ib] = _cvtsh_ss(ld16((const char *)w + ib * bs));
-        m[ib] = WT == WT_Q4_1 ? _cvtsh_ss(ld16((const char *)w + ib * bs + 2)) : 0.f;
-    }
-    for (int64_t ib = nb; ib < nbp; ib++) d[ib] = m[ib] = 0;
-}
-static int64_t x32_wsize(int64_t n) { return align64(8 * nb_pad(n / KVT_QK)); }
-
 // Weight block: q8_0 keeps w and |w| (sign trick), nibble formats the unsigned values.
 typedef struct {
     __m256i a, b;
@@ -253,7 +309,7 @@ INLINE __m256i x32_dot(x32_w w, __m256i y, int WT) {
 }
 
 INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) {
-    const size_t bs = x32_bs(WT), ys = WT == WT_Q4_1 ? sizeof(kvt_block_q8_1) : sizeof(kvt_block_q8_0);
+    const size_t bs = x32_block_size(WT), ys = WT == WT_Q4_1 ? sizeof(kvt_block_q8_1) : sizeof(kvt_block_q8_0);
     const size_t yo = WT == WT_Q4_1 ? 4 : 2;
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;
     __m256 a0[RMAX][TMAX], cacc[RMAX][TMAX];
@@ -469,3 +525,4 @@ INLINE void q5_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 1); }
 DEFINE_GEMM(q4_K, KVT_TYPE_Q4_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q4_K_wprep)
 DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q5_K_wprep)
 DEFINE_GEMM(q6_K, KVT_TYPE_Q6_K, 1x8, 1, 8, k_psize0, k_prep0, NULL, NULL)
+#endif

@@ -7,14 +7,12 @@
 // strip of weight rows that stays in L2, 4 activation rows at a time, decoding
 // each weight block once for all 4. Decode (n_tok == 1) prepares its single row
 // once and streams the weights through.
-// GEMM path (AVX-512: f16, q8_0, q4_K, q6_K when n_tok >= the kernel's
-// gemm_min_tok): the kernel packs panels of 16-32 weight rows into a
-// row-interleaved layout in per-thread scratch (kept between calls) and runs
-// register tiles of rows x tokens over them, so weights are decoded once per
-// call and no horizontal sums are needed; the GGUF data is only read.
-// AVX2 GEMM path (every type but the activation-only ones, n_tok >= 2):
-// gemm_avx2.c's register tiles, bit-identical per output to the AVX2 decode
-// kernels, so a row's result does not depend on the batch it is computed in.
+// GEMM path (n_tok >= the kernel's gemm_min_tok, 2): register tiles of
+// gemm_avx2.c (AVX2: every type but the activation-only ones and q5_0) and
+// gemm_avx512.c (AVX-512: f32, f16, bf16), bit-identical per output to that
+// ISA's decode kernels, so a row's result does not depend on the batch it is
+// computed in. (The older AVX-512 panel tiles for f16, q8_0, q4_K, q6_K sum in
+// another order: only with -DKVT_MM_AVX512_GEMM=1.)
 // Fallback path (types without a matmul kernel, or scalar):
 // the same blocking with kvt_type_ops.vec_dot_multi on the raw activations.
 #include "matmul.h"

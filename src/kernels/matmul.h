@@ -24,7 +24,9 @@
 //     acc = fma(float(isum), broadcast(d * dy), acc); q4_K/q5_K also macc = macc + (dmin * dy) *
 //     (float)(exact integer min dot) as scalars; Y = hsum(acc) - macc (q6_K: hsum(acc)).
 //  avx512: the same sources with 16-lane vectors (KVT_SIMD_AVX512 paths of matmul_avx2.c and
-//   quant_avx2.c); its GEMM tiles sum in another order and are off unless -DKVT_MM_AVX512_GEMM=1.
+//   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows
+//   kernel; the old AVX-512 f16/q8_0/K-quant panel tiles sum in another order and are off unless
+//   -DKVT_MM_AVX512_GEMM=1.
 // A new tile (e.g. AVX2 GEMM) must reproduce these sums exactly (same lanes, same FMA chains, same
 // horizontal sum) to be used for batches.
 #ifndef KVT_MATMUL_H
@@ -74,20 +76,22 @@ typedef struct {
 const kvt_mm_kernel *kvt_mm_kernel_avx2(kvt_type wt);
 const kvt_mm_kernel *kvt_mm_kernel_avx512(kvt_type wt);
 
-// AVX2 GEMM tiles (gemm_avx2.c), the gemm entries of the AVX2 kernels: each
-// output is bit-identical to the AVX2 GEMV's for that activation row alone.
-#define KVT_GEMM_AVX2_DECL(name)                                                                    \
-    int64_t kvt_gemm_scratch_##name##_avx2(int64_t n, int64_t n_tok);                              \
-    void kvt_gemm_##name##_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, \
-                                int64_t n_tok, float *Y, int64_t ldy, void *scratch);
-KVT_GEMM_AVX2_DECL(f32)
-KVT_GEMM_AVX2_DECL(f16)
-KVT_GEMM_AVX2_DECL(bf16)
-KVT_GEMM_AVX2_DECL(q4_0)
-KVT_GEMM_AVX2_DECL(q4_1)
-KVT_GEMM_AVX2_DECL(q8_0)
-KVT_GEMM_AVX2_DECL(q4_K)
-KVT_GEMM_AVX2_DECL(q5_K)
-KVT_GEMM_AVX2_DECL(q6_K)
+// GEMM tiles (gemm_avx2.c, and gemm_avx512.c for isa avx512), the gemm entries
+// of the SIMD kernels: each output is bit-identical to that ISA's GEMV for that
+// activation row alone.
+#define KVT_GEMM_DECL(name, isa)                                                                    \
+    int64_t kvt_gemm_scratch_##name##_##isa(int64_t n, int64_t n_tok);                            \
+    void kvt_gemm_##name##_##isa(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, \
+                                 int64_t n_tok, float *Y, int64_t ldy, void *scratch);
+#define KVT_GEMM_DECL2(name) KVT_GEMM_DECL(name, avx2) KVT_GEMM_DECL(name, avx512)
+KVT_GEMM_DECL2(f32)
+KVT_GEMM_DECL2(f16)
+KVT_GEMM_DECL2(bf16)
+KVT_GEMM_DECL(q4_0, avx2)
+KVT_GEMM_DECL(q4_1, avx2)
+KVT_GEMM_DECL(q8_0, avx2)
+KVT_GEMM_DECL(q4_K, avx2)
+KVT_GEMM_DECL(q5_K, avx2)
+KVT_GEMM_DECL(q6_K, avx2)
 
 #endif

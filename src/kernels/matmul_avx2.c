@@ -21,7 +21,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "bits_avx2.h"
+#include "x32_avx.h"
 #include "f16.h"
 #include "matmul.h"
 #include "quant.h"
@@ -44,7 +44,6 @@
 #define KVT_MM_TABLE_FN kvt_mm_kernel_avx2
 #endif
 
-#define INLINE static inline __attribute__((always_inline))
 #define NTMAX KVT_DOT_MULTI_MAX
 // Full unrolling of the small loops over rows/tokens/blocks keeps the
 // accumulator arrays in registers.
@@ -55,12 +54,6 @@ INLINE float hsum256(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-INLINE uint16_t ld16(const void *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
 }
 
 INLINE int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
@@ -170,22 +163,12 @@ DEFINE_FP_TILE(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32)
 
 // ======================================================= 32-element blocks
 
-enum { WT_Q4_0, WT_Q4_1, WT_Q8_0, WT_Q5_0 };
-
 // Prepared row of nb blocks, nbp = nb rounded up to 8:
 //   float d[nbp]; float c[nbp]; int8 qs[32 * nb]
 // Blocks of complete 8-groups are stored pair-interleaved on AVX-512 for the
 // nibble formats ([A 0-15, B 0-15, A 16-31, B 16-31]); the rest in order.
 INLINE int64_t nb_pad(int64_t nb) { return (nb + 7) & ~(int64_t)7; }
 static int64_t x32_prep_size(int64_t n) { return align64(8 * nb_pad(n / KVT_QK) + n); }
-
-#ifdef KVT_SIMD_AVX512
-#define Q8_OFFSET 128 // q8_0 weights made unsigned by xor 0x80
-#define PAIR_NIBBLES 1
-#else
-#define Q8_OFFSET 0 // q8_0 uses the sign trick (maddubs would saturate)
-#define PAIR_NIBBLES 0
-#endif
 
 INLINE void x32_prep(int64_t n, const void *x, void *p, int WT) {
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;
@@ -222,20 +205,6 @@ static void q4_1_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_
 static void q8_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q8_0); }
 static void q5_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q5_0); }
 
-INLINE size_t x32_block_size(int WT) {
-    return WT == WT_Q4_0   ? sizeof(kvt_block_q4_0)
-           : WT == WT_Q4_1 ? sizeof(kvt_block_q4_1)
-           : WT == WT_Q5_0 ? sizeof(kvt_block_q5_0)
-                           : sizeof(kvt_block_q8_0);
-}
-
-// The 32 unsigned weights of a nibble-format block in element order (q5_0: with its fifth bits).
-INLINE __m256i blk_u8(const char *blk, int WT) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)(blk + (WT == WT_Q4_1 ? 4 : WT == WT_Q5_0 ? 6 : 2)));
-    const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
-    return WT == WT_Q5_0 ? _mm256_or_si256(u, kvt_bits32_to_0x10((const uint8_t *)blk + 2)) : u;
-}
-
 // f16 scales of 8 consecutive blocks at byte offset off -> 8 floats.
 INLINE __m256 load_scales8(const char *blk, size_t bs, size_t off) {
     __m128i v = _mm_cvtsi32_si128(ld16(blk + off));
@@ -248,49 +217,6 @@ INLINE __m256 load_scales8(const char *blk, size_t bs, size_t off) {
     v = _mm_insert_epi16(v, ld16(blk + 7 * bs + off), 7);
     return _mm256_cvtph_ps(v);
 }
-
-// One block, 256-bit: i32 partial sums (8 lanes) of dot(u, y) (sign trick for
-// q8_0 on AVX2, where the correction c is 0).
-INLINE __m256i blk_dot256(const char *blk, const int8_t *y, int WT) {
-    const __m256i yv = _mm256_loadu_si256((const __m256i *)y);
-    if (WT == WT_Q8_0) {
-        const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
-#ifdef KVT_SIMD_AVX512
-        return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_xor_si256(w, _mm256_set1_epi8(-128)), yv);
-#else
-        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(yv, w));
-        return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-#endif
-    }
-    const __m256i u = blk_u8(blk, WT);
-#ifdef KVT_SIMD_AVX512
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, yv);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, yv), _mm256_set1_epi16(1));
-#endif
-}
-
-#ifdef KVT_SIMD_AVX512
-// Two consecutive blocks as 64 unsigned bytes, in the prepared pair layout.
-INLINE __m512i pair_u8(const char *blk, int WT) {
-    const size_t bs = x32_block_size(WT);
-    if (WT == WT_Q8_0) {
-        const __m256i a = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        const __m256i b = _mm256_loadu_si256((const __m256i *)(blk + bs + 2));
-        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), _mm512_set1_epi8(-128));
-    }
-    if (WT == WT_Q5_0) { // [A 0-15, B 0-15, A 16-31, B 16-31]
-        const __m256i a = blk_u8(blk, WT), b = blk_u8(blk + bs, WT);
-        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(a, b, 0x20)),
-                                  _mm256_permute2x128_si256(a, b, 0x31), 1);
-    }
-    const size_t off = WT == WT_Q4_1 ? 4 : 2;
-    const __m256i v = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(blk + bs + off)),
-                                       _mm_loadu_si128((const __m128i *)(blk + off)));
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
-    return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
-}
-#endif
 
 // One weight row against NT prepared rows.
 INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy, int WT) {
@@ -1012,15 +938,19 @@ static void q6_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
 
 // ==================================================================== table
 
+// The GEMM tiles of gemm_avx2.c / gemm_avx512.c from 2 tokens on (bitwise equal to the rows kernels' decode)
 #ifndef KVT_SIMD_AVX512
-// AVX2: the GEMM tiles of gemm_avx2.c from 2 tokens on (bitwise equal to the rows kernels' decode)
 #define G2(name) 2, kvt_gemm_scratch_##name##_avx2, kvt_gemm_##name##_avx2
+#elif KVT_MM_AVX512_GEMM
+#define G2(name)
+#else
+#define G2(name) , 2, kvt_gemm_scratch_##name##_avx512, kvt_gemm_##name##_avx512
 #endif
 static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
 #ifdef KVT_SIMD_AVX512
-    [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows},
-    [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows MM_GEMM512(, 16, f16_gemm_scratch, f16_gemm)},
-    [KVT_TYPE_BF16] = {fp_prep_size, bf16_prep, bf16_rows},
+    [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows G2(f32)},
+    [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows MM_GEMM512(, 16, f16_gemm_scratch, f16_gemm) G2(f16)},
+    [KVT_TYPE_BF16] = {fp_prep_size, bf16_prep, bf16_rows G2(bf16)},
     [KVT_TYPE_Q4_0] = {x32_prep_size, q4_0_prep, q4_0_rows},
     [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows},
     [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm)},
