@@ -1,11 +1,20 @@
-// bits_avx2.h - bit-plane helpers shared by the AVX2/AVX-512 kernel files (quant_avx2.c,
-// matmul_avx2.c); include only from files compiled with -mavx2.
+// bits_avx2.h - bit-plane helpers and the 8-lane horizontal sum shared by the AVX2/AVX-512 kernel
+// files (quant_avx2.c, matmul_avx2.c, gemm_avx2.c); include only from files compiled with -mavx2.
 #ifndef KVT_BITS_AVX2_H
 #define KVT_BITS_AVX2_H
 
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
+
+// Sum of the 8 lanes in one fixed order, ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)): the canonical
+// horizontal sum of the rows kernels and the GEMM tiles (batch invariance needs the same one in both).
+static inline __attribute__((always_inline)) float kvt_hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
 
 // 0x10 in byte i where bit i of the little-endian 32-bit word at p is set, 0 elsewhere (q5_0's fifth
 // bits): byte i of the broadcast word's byte i/8 is tested against the bit 1 << (i % 8).

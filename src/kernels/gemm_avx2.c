@@ -69,7 +69,7 @@
 #define fv_fma _mm256_fmadd_ps
 #define fv_add _mm256_add_ps
 #define fv_ld(p) _mm256_loadu_ps(p)
-#define fv_hsum hsum8
+#define fv_hsum kvt_hsum8
 #define FP_SHAPE 3x3
 #define FP_RM 3
 #define FP_TM 3
@@ -78,12 +78,6 @@
 #define ld_bf16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #endif
 
-INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 INLINE int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 INLINE int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -354,11 +348,11 @@ INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) {
                 const float dx = sd[ib], cx = WT == WT_Q4_1 ? sd[nbp + ib] : dx;
                 const __m256i y = _mm256_loadu_si256((const __m256i *)(X + t * xrs + ib * ys + yo));
                 const __m256i p = x32_dot(x32_decode(W + r * wrs + ib * bs, WT), y, WT);
-                tail += dx * pd[ib] * (float)hsum8(_mm256_cvtepi32_ps(p));
+                tail += dx * pd[ib] * (float)kvt_hsum8(_mm256_cvtepi32_ps(p));
                 if (WT != WT_Q8_0) tail += cx * pd[nbp + ib];
             }
-            const float main = hsum8(_mm256_add_ps(a0[r][t], acc[r][t]));
-            Y[t * ldy + r] = main + hsum8(cacc[r][t]) + tail;
+            const float main = kvt_hsum8(_mm256_add_ps(a0[r][t], acc[r][t]));
+            Y[t * ldy + r] = main + kvt_hsum8(cacc[r][t]) + tail;
         }
     }
 }
@@ -464,7 +458,7 @@ INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
             }
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = hsum8(acc[r][t]) - macc[r][t];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) - macc[r][t];
 }
 
 INLINE void q6_K_tile(TILE_ARGS, int R, int T) {
@@ -517,7 +511,7 @@ INLINE void q6_K_tile(TILE_ARGS, int R, int T) {
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d * y[t]->d), acc[r][t]);
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = hsum8(acc[r][t]);
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]);
 }
 
 INLINE void q4_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 0); }

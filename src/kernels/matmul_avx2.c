@@ -49,13 +49,6 @@
 // accumulator arrays in registers.
 #define UNROLL _Pragma("GCC unroll 16")
 
-INLINE float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 INLINE int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
 
 // ============================================================ float weights
@@ -92,7 +85,7 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
 #define fv_ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define fv_ld_bf16(p) \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
-#define fv_hsum hsum256
+#define fv_hsum kvt_hsum8
 #define FP_NR 2 // 2x4 accumulators: 16 ymm registers leave no room for 4x4
 #endif
 #define fv_ld_f32(p) fv_ld(p)
@@ -280,7 +273,7 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
         const float cx = WT == WT_Q4_1 ? kvt_f16_to_f32(ld16(b + 2)) : dx;
         UNROLL for (int t = 0; t < NT; t++) {
             const __m256i p = blk_dot256(b, pq[t] + 32 * ib, WT);
-            tail[t] += dx * pd[t][ib] * (float)hsum256(_mm256_cvtepi32_ps(p));
+            tail[t] += dx * pd[t][ib] * (float)kvt_hsum8(_mm256_cvtepi32_ps(p));
             if (WT != WT_Q8_0 || Q8_OFFSET) tail[t] += cx * pc[t][ib];
         }
     }
@@ -288,9 +281,9 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
 #ifdef KVT_SIMD_AVX512
         const float main = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
 #else
-        const float main = hsum256(_mm256_add_ps(acc[t][0], acc[t][1]));
+        const float main = kvt_hsum8(_mm256_add_ps(acc[t][0], acc[t][1]));
 #endif
-        Y[t * ldy] = main + hsum256(cacc[t]) + tail[t];
+        Y[t * ldy] = main + kvt_hsum8(cacc[t]) + tail[t];
     }
 }
 

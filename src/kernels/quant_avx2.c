@@ -32,12 +32,6 @@
 
 // ------------------------------------------------------------------ helpers
 
-INLINE float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 INLINE int hsum_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -125,7 +119,7 @@ _Static_assert(NTMAX == 4, "dispatchers instantiate 1..4");
 #define fv_ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define fv_ld_bf16(p) \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
-#define fv_hsum hsum_ps
+#define fv_hsum kvt_hsum8
 #endif
 
 // Float dot bodies: 4 independent accumulators per activation row for NT=1
@@ -227,7 +221,7 @@ INLINE float q5_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_blo
                 acc[t][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(y->d)), acc[t][0]); \
             }                                                                                       \
         }                                                                                           \
-        UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum_ps(_mm256_add_ps(acc[t][0], acc[t][1]));      \
+        UNROLL for (int t = 0; t < NT; t++) s[t * ss] = kvt_hsum8(_mm256_add_ps(acc[t][0], acc[t][1]));      \
     }
 
 DEFINE_SYM32_BODY(q8_0)
@@ -257,7 +251,7 @@ INLINE void q4_1_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
             msum[t] += mw * h2f(y->s);
         }
     }
-    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum_ps(_mm256_add_ps(acc[t][0], acc[t][1])) + msum[t];
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = kvt_hsum8(_mm256_add_ps(acc[t][0], acc[t][1])) + msum[t];
 }
 DEFINE_DISPATCH(q4_1)
 
@@ -322,7 +316,7 @@ INLINE int k_min_dot(const uint8_t m[8], const kvt_block_q8_K *y) {
                 macc[t] += dmin * y->d * (float)k_min_dot(mn, y);                                   \
             }                                                                                       \
         }                                                                                           \
-        UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum_ps(acc[t]) - macc[t];                         \
+        UNROLL for (int t = 0; t < NT; t++) s[t * ss] = kvt_hsum8(acc[t]) - macc[t];                         \
     }
 
 DEFINE_K45_BODY(q4_K, kvt_block_q4_K, 0)
@@ -376,7 +370,7 @@ INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * y->d), acc[t]);
         }
     }
-    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum_ps(acc[t]);
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = kvt_hsum8(acc[t]);
 }
 DEFINE_DISPATCH(q6_K)
 
