@@ -38,6 +38,7 @@
 #include "f16.h"
 #include "matmul.h"
 #include "quant.h"
+#include "fvec_avx.h"
 #include "x32_avx.h"
 
 #define UNROLL _Pragma("GCC unroll 16")
@@ -48,13 +49,6 @@
 #define GEMM_FN(name) kvt_gemm_##name##_avx512
 #define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx512
 #define MM_TABLE kvt_mm_kernel_avx512
-#define FV __m512
-#define FV_N 16
-#define fv_zero _mm512_setzero_ps
-#define fv_fma _mm512_fmadd_ps
-#define fv_add _mm512_add_ps
-#define fv_ld(p) _mm512_loadu_ps(p)
-#define fv_hsum _mm512_reduce_add_ps
 #define FP_SHAPE 4x6 // 24 accumulators of 32 zmm
 #define FP_RM 4
 #define FP_TM 6
@@ -63,19 +57,10 @@
 #define GEMM_FN(name) kvt_gemm_##name##_avx2
 #define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx2
 #define MM_TABLE kvt_mm_kernel_avx2
-#define FV __m256
-#define FV_N 8
-#define fv_zero _mm256_setzero_ps
-#define fv_fma _mm256_fmadd_ps
-#define fv_add _mm256_add_ps
-#define fv_ld(p) _mm256_loadu_ps(p)
-#define fv_hsum kvt_hsum8
 #define FP_SHAPE 3x3
 #define FP_RM 3
 #define FP_TM 3
 #define FP_WPANEL 0 // f16/bf16 weights converted in the tile (the panel measured slower here)
-#define ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define ld_bf16(p) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #endif
 
 INLINE int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
@@ -231,8 +216,8 @@ DEFINE_FP_TILE(fpw, float, ld_f32, cvt_f32, S, ss)
 DEFINE_GEMM(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, f16_wprep)
 DEFINE_GEMM(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, bf16_wprep)
 #else
-DEFINE_FP_TILE(f16, uint16_t, ld_f16, kvt_f16_to_f32, W, wrs)
-DEFINE_FP_TILE(bf16, uint16_t, ld_bf16, kvt_bf16_to_f32, W, wrs)
+DEFINE_FP_TILE(f16, uint16_t, fv_ld_f16, kvt_f16_to_f32, W, wrs)
+DEFINE_FP_TILE(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32, W, wrs)
 DEFINE_GEMM(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
 DEFINE_GEMM(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
 #endif

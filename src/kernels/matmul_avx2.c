@@ -21,6 +21,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "fvec_avx.h"
 #include "x32_avx.h"
 #include "f16.h"
 #include "matmul.h"
@@ -64,28 +65,8 @@ static void bf16_prep(int64_t n, const void *x, void *p) {
 static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n * sizeof(float)); }
 
 #ifdef KVT_SIMD_AVX512
-#define FV __m512
-#define FV_N 16
-#define fv_zero _mm512_setzero_ps
-#define fv_fma _mm512_fmadd_ps
-#define fv_add _mm512_add_ps
-#define fv_ld(p) _mm512_loadu_ps(p)
-#define fv_ld_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-#define fv_ld_bf16(p) \
-    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
-#define fv_hsum _mm512_reduce_add_ps
 #define FP_NR 4 // weight rows per float tile: 4x4 accumulators of 32 zmm
 #else
-#define FV __m256
-#define FV_N 8
-#define fv_zero _mm256_setzero_ps
-#define fv_fma _mm256_fmadd_ps
-#define fv_add _mm256_add_ps
-#define fv_ld(p) _mm256_loadu_ps(p)
-#define fv_ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define fv_ld_bf16(p) \
-    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
-#define fv_hsum kvt_hsum8
 #define FP_NR 2 // 2x4 accumulators: 16 ymm registers leave no room for 4x4
 #endif
 #define fv_ld_f32(p) fv_ld(p)
