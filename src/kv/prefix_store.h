@@ -1,0 +1,94 @@
+// prefix_store.h - stores of full prefix-cache blocks below the live KV store (issue 12: `--kv-cache-dir`,
+// issue 16: `--kv-remote`), keyed by the prefix cache's chain hash.
+//
+// The prefix cache (src/sched) keys every full block of a prompt by a chain hash of the token ids of that
+// block and of all blocks before it. Live blocks are shared by reference inside the KV store; a
+// kvt_prefix_store keeps copies of such blocks outside the process's KV tiers (files that survive a
+// restart, or a Redis server that several processes share), so that a later request whose prompt starts
+// with the same blocks imports them instead of recomputing them.
+//
+// A block's payload is the K and V of its block_tokens positions for every layer and every KV head, in
+// the KV element type, in the order kvt_kv_block_export writes it (kv_block_io.h). Its size is
+// kvt_kv_block_payload_bytes(kv).
+//
+// Identity: a store is opened for one kvt_prefix_identity. Whatever a store returns was written under the
+// same identity and checked (CRC32C over header and payload); an entry of another model, KV type, layout or
+// block size, a truncated or corrupt entry, an unreachable server, a timeout: all are misses (counted in the
+// stats), never an error to the caller and never a wrong block.
+//
+// Threading: get/put/stats may be called from several threads at once.
+#ifndef KVT_PREFIX_STORE_H
+#define KVT_PREFIX_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "kv.h"
+
+// Chain hash of a full block: 128 bits (two independent 64-bit lanes), over the previous block's key and
+// this block's token ids (kvt_prefix_key_next in src/sched/prefix_cache.h computes it).
+typedef struct {
+    uint64_t lo, hi;
+} kvt_block_key;
+
+// What a stored block must have been computed with. Two identities are equal when every field is.
+typedef struct {
+    uint32_t model_fingerprint; // kvt_session_model_fingerprint (CRC32C of every tensor byte)
+    char arch[16];              // general.architecture, NUL padded
+    uint32_t n_layer, n_head_kv, head_dim, head_dim_v;
+    uint32_t kv_type;           // kvt_type of K and V (F16 or F32)
+    uint32_t block_tokens;      // positions per block
+    uint32_t layout;            // payload layout version (kv_block_io.h: 1 = head-major per layer, K then V)
+} kvt_prefix_identity;
+
+typedef struct {
+    int64_t gets, hits, misses;       // lookups, and how they ended
+    int64_t miss_corrupt;             // misses because an entry failed its checks (CRC, header, identity, size)
+    int64_t miss_unavailable;         // misses because the store could not be reached (I/O error, timeout, dead server)
+    int64_t puts, put_failed, put_dropped; // writes asked for; failed; dropped because too many bytes were in flight
+    int64_t bytes_read, bytes_written;     // payload bytes
+    double read_ms, write_ms;              // time spent in reads / writes (summed over threads)
+} kvt_prefix_store_stats;
+
+typedef struct kvt_prefix_store kvt_prefix_store;
+
+typedef struct {
+    const char *name; // "dir", "redis"
+    // Looks key up; on a hit copies the payload (payload_bytes, as the store was opened with) to dst and sets
+    // *hit. Never fails: anything wrong is a miss.
+    void (*get)(kvt_prefix_store *s, const kvt_block_key *key, void *dst, bool *hit);
+    // Stores a copy of payload under key (may return before the write completes; payload is copied first).
+    // An existing entry with the same key is left as it is. Never fails: a failed write is counted.
+    void (*put)(kvt_prefix_store *s, const kvt_block_key *key, const void *payload);
+    // Waits until every put issued so far has completed or failed (tests, shutdown).
+    void (*flush)(kvt_prefix_store *s);
+    void (*stats)(kvt_prefix_store *s, kvt_prefix_store_stats *out);
+    void (*free)(kvt_prefix_store *s); // flushes first
+} kvt_prefix_store_ops;
+
+struct kvt_prefix_store {
+    const kvt_prefix_store_ops *ops;
+    kvt_prefix_identity id;
+    int64_t payload_bytes;
+};
+
+// A directory of files, one per block (`--kv-cache-dir DIR`), written to a temporary name and renamed, so a
+// crash never leaves a partial entry under a valid name. max_bytes (0: unlimited) bounds the directory:
+// least recently used entries are removed past it. KVT_ERR_IO if DIR cannot be created or written.
+kvt_status kvt_prefix_store_dir_open(const char *dir, const kvt_prefix_identity *id, int64_t payload_bytes,
+                                     int64_t max_bytes, kvt_prefix_store **out, kvt_err *err);
+
+static inline void kvt_prefix_store_get(kvt_prefix_store *s, const kvt_block_key *k, void *dst, bool *hit) {
+    s->ops->get(s, k, dst, hit);
+}
+static inline void kvt_prefix_store_put(kvt_prefix_store *s, const kvt_block_key *k, const void *payload) {
+    s->ops->put(s, k, payload);
+}
+static inline void kvt_prefix_store_flush(kvt_prefix_store *s) { s->ops->flush(s); }
+static inline void kvt_prefix_store_stats_get(kvt_prefix_store *s, kvt_prefix_store_stats *o) { s->ops->stats(s, o); }
+static inline void kvt_prefix_store_free(kvt_prefix_store *s) {
+    if (s) s->ops->free(s);
+}
+
+#endif
