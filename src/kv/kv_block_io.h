@@ -21,8 +21,8 @@
 
 // Bytes of one block's payload.
 int64_t kvt_kv_block_payload_bytes(const kvt_kv *kv);
-// Fills id's shape fields (arch, n_layer, heads, dims, kv_type, block_tokens, layout) from kv; the caller
-// sets model_fingerprint and arch.
+// Fills id's shape fields (n_layer, heads, dims, kv_type, block_tokens, layout) from kv; the caller
+// sets model_fingerprint and arch (the store knows neither).
 void kvt_kv_block_identity(const kvt_kv *kv, kvt_prefix_identity *id);
 // Copies full block b of seq (seq must hold all of its positions) into dst [payload_bytes].
 // KVT_ERR_INVALID_ARG if the block is not full; errors of acquire (a disk read) pass through.
