@@ -61,4 +61,20 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
 // Drops every block copy in T0 and T1 that has a copy below (tests: forces reads from the lower tiers).
 void kvt_kv_paged_drop_cached(kvt_kv *kv);
 
+// --- the serving scheduler's hooks (issue 12) ------------------------------------------------------------
+
+// The scheduler's plan (tierkv.txt Alg. 1): the sequences the next iterations run, in order, iteration after
+// iteration (a sequence may appear several times; n = 0 clears it). From now on eviction counts a block as
+// needed when its owner next runs (blocks of sequences outside the plan: never, so they go first), and the
+// copy engine fetches the blocks of planned sequences that are below T0, earliest owner first, down the
+// tiers (disk -> host -> fast) as far as room allows without evicting what the plan needs sooner. Copied.
+void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n);
+// Swap-out of a preempted sequence: every block of seq leaves the tiers above `to` (written down first where
+// it has no copy there); blocks shared with a sequence in the plan stay. The sequence keeps every position
+// and reads them back (exact) when it runs again. KVT_ERR_BUDGET if tier `to` cannot take them (nothing
+// moved then), KVT_ERR_INVALID_ARG if the tier is absent.
+kvt_status kvt_kv_paged_seq_demote(kvt_kv *kv, int32_t seq, kvt_tier to, kvt_err *err);
+// Bytes of seq's blocks in each tier now (a shared block counts for each sequence holding it).
+void kvt_kv_paged_seq_usage(kvt_kv *kv, int32_t seq, int64_t bytes[KVT_TIER_COUNT]);
+
 #endif

@@ -1,0 +1,66 @@
+// prefix_cache.h - the serving scheduler's prefix cache (issue 12): full blocks of prompts, shared by reference.
+//
+// Every full block of a prompt is keyed by a chain hash (kvt_prefix_key_next) of its token ids and the key
+// of the block before it, so a key names a whole prefix. Cached blocks live in the context's paged KV store
+// like any other: a request whose prompt starts with cached blocks gets them by reference (no copy, no
+// compute), and cached blocks nobody runs on move down the tiers (fast -> host -> disk) under the store's
+// eviction instead of being dropped. Only when the store is full are cached prefixes dropped, least recently
+// used first (kvt_prefix_cache_trim). With a second-level store (prefix_store.h: `--kv-cache-dir`, Redis) new
+// full blocks are also written there, and a lookup that misses in memory imports the blocks it finds there.
+//
+// Exactness: prefill and decode give the KV of a position bit for bit whatever the batch and micro-batch
+// (issue 11 section 6), so a reused block equals the one the request would have computed.
+//
+// Threading: one thread (the scheduler's) calls everything.
+#ifndef KVT_PREFIX_CACHE_H
+#define KVT_PREFIX_CACHE_H
+
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "../exec/context.h"
+#include "../kv/prefix_store.h"
+
+// Key of the block holding tokens[0, n) (n = block_tokens ids) after the block keyed prev (NULL: the
+// first block). Deterministic across processes and machines (no seed, no pointer).
+kvt_block_key kvt_prefix_key_next(const kvt_block_key *prev, const int32_t *tokens, int64_t n);
+
+typedef struct {
+    int64_t max_blocks;       // blocks the cache may hold beyond those of running sequences (0: bounded only
+                              // by the store's tiers, see kvt_prefix_cache_trim)
+    kvt_prefix_store *store;  // second level (borrowed, may be NULL)
+} kvt_prefix_cache_params;
+
+kvt_prefix_cache_params kvt_prefix_cache_params_default(void);
+
+typedef struct {
+    int64_t lookups;          // attach calls
+    int64_t hit_tokens;       // positions given by reference from memory
+    int64_t store_hit_tokens; // positions imported from the second-level store
+    int64_t blocks;           // distinct blocks the cache references now
+    int64_t inserted, dropped; // blocks registered / released by trim since init
+} kvt_prefix_cache_stats;
+
+typedef struct kvt_prefix_cache kvt_prefix_cache;
+
+// ctx (borrowed) must use the paged store (sequences). KVT_ERR_INVALID_ARG otherwise.
+kvt_status kvt_prefix_cache_init(kvt_context *ctx, const kvt_prefix_cache_params *p, kvt_prefix_cache **out,
+                                 kvt_err *err);
+void kvt_prefix_cache_free(kvt_prefix_cache *pc); // releases every cached block
+
+// seq must hold no position. Gives it the KV of the longest prefix of tokens[0, n) made of cached full blocks,
+// at most max_tokens positions (the caller passes n - 1, so the last prompt token is computed and gives
+// logits); *n_cached: positions given (a multiple of the block size; 0 on a miss). The sequence's n_past is
+// set. Errors (budget while importing from the store) leave seq empty.
+kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
+                                   int64_t max_tokens, int64_t *n_cached, kvt_err *err);
+// Registers the full blocks of positions [0, n) of seq, whose ids are tokens[0, n): the cache keeps them after
+// seq is freed. Blocks already cached are not duplicated. New blocks go to the second-level store too.
+kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
+                                   kvt_err *err);
+// Releases cached prefixes, least recently used first, until the cache alone holds at most keep_blocks blocks
+// (blocks also held by a running sequence stay until it ends). Returns the blocks released.
+int64_t kvt_prefix_cache_trim(kvt_prefix_cache *pc, int64_t keep_blocks);
+void kvt_prefix_cache_stats_get(const kvt_prefix_cache *pc, kvt_prefix_cache_stats *out);
+
+#endif
