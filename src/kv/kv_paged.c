@@ -1115,3 +1115,86 @@ void kvt_kv_paged_drop_cached(kvt_kv *kv) {
     }
     pthread_mutex_unlock(&s->mu);
 }
+
+// --- the prefix cache's block references -----------------------------------------------------------------
+
+kvt_status kvt_kv_paged_block_ref(kvt_kv *kv, int32_t seq, int64_t b, int64_t *ids, kvt_err *err) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "block references need the paged KV store");
+    pthread_mutex_lock(&s->mu);
+    kvt_status st = KVT_OK;
+    pseq *q = seq_get(s, seq, err);
+    if (!q) st = KVT_ERR_INVALID_ARG;
+    for (int32_t i = 0; !st && i < s->n_shard; i++) {
+        const pshard *sh = &q->sh[i];
+        if (b < 0 || b >= sh->n_blk || sh->n_tok < (b + 1) * kv->block_tokens || sh->ids[b] < 0) {
+            st = kvt_errorf(err, KVT_ERR_INVALID_ARG,
+                            "KV sequence %d does not hold block %lld of layer %d group %d in full (%lld positions%s)", seq,
+                            (long long)b, i / kv->n_group, i % kv->n_group, (long long)sh->n_tok,
+                            b >= 0 && b < sh->n_blk && sh->ids[b] < 0 ? ", freed by the sliding window" : "");
+        }
+    }
+    for (int32_t i = 0; !st && i < s->n_shard; i++) {
+        ids[i] = q->sh[i].ids[b];
+        s->blk[ids[i]].refs++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+void kvt_kv_paged_block_unref(kvt_kv *kv, const int64_t *ids) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return;
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = 0; i < s->n_shard; i++) block_unref(s, ids[i]);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int32_t kvt_kv_paged_block_holders(kvt_kv *kv, const int64_t *ids) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return 0;
+    pthread_mutex_lock(&s->mu);
+    int32_t m = 0;
+    for (int32_t i = 0; i < s->n_shard; i++) m = s->blk[ids[i]].refs > m ? s->blk[ids[i]].refs : m;
+    pthread_mutex_unlock(&s->mu);
+    return m;
+}
+
+kvt_status kvt_kv_paged_seq_push_ref(kvt_kv *kv, int32_t seq, int64_t b, const int64_t *ids, kvt_err *err) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "block references need the paged KV store");
+    const int64_t bt = kv->block_tokens;
+    if (b < 0 || (b + 1) * bt > kv->n_ctx) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "KV block %lld exceeds context %lld", (long long)b, (long long)kv->n_ctx);
+    }
+    pthread_mutex_lock(&s->mu);
+    kvt_status st = KVT_OK;
+    pseq *q = seq_get(s, seq, err);
+    if (!q) st = KVT_ERR_INVALID_ARG;
+    for (int32_t i = 0; !st && i < s->n_shard; i++) {
+        const pshard *sh = &q->sh[i];
+        const pblock *B = &s->blk[ids[i]];
+        if (sh->n_tok != b * bt || sh->n_blk != b) {
+            st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV sequence %d holds %lld positions of layer %d, not %lld: block %lld "
+                            "cannot be appended", seq, (long long)sh->n_tok, i / kv->n_group, (long long)(b * bt), (long long)b);
+        } else if (B->refs <= 0 || B->index != b || B->layer * kv->n_group + B->group != i) {
+            st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV block handle %lld is not block %lld of layer %d group %d",
+                            (long long)ids[i], (long long)b, i / kv->n_group, i % kv->n_group);
+        }
+    }
+    int32_t done = 0;
+    while (!st && done < s->n_shard) {
+        if (!shard_push(&q->sh[done], ids[done])) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block table");
+        else done++;
+    }
+    for (int32_t i = 0; i < done; i++) {
+        pshard *sh = &q->sh[i];
+        if (st) sh->n_blk--;
+        else {
+            s->blk[ids[i]].refs++;
+            sh->n_tok = (b + 1) * bt;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
