@@ -17,6 +17,9 @@ enum { BT = 8, NP = 45 }; // block size; prompt length (5 full blocks and 5 posi
 
 static int32_t tok(uint32_t variant, int i) { return (int32_t)(1 + ((uint32_t)i * 37u + variant * 101u + 5u) % 290u); }
 
+// the paged store's demotion under a model (test_kv_sched.c)
+void test_kv_sched_demote_model(const kvt_model *m, const char *disk);
+
 // --- keys ------------------------------------------------------------------------------------------------
 
 static void keys(void) {
@@ -324,6 +327,7 @@ void test_prefix_cache(const test_env *env) {
             cache_cases(m, NULL, &w);
             if (disk) cache_cases(m, disk, &w);
             store_cases(m, &w);
+            if (disk) test_kv_sched_demote_model(m, disk);
         }
         free(w.ref_p);
     }
