@@ -553,7 +553,7 @@ static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool *
 // or evict: a duplicate of a T0 block, or a block of a later plan rank.
 static void stage_t1(kv_paged *s, int64_t id) {
     pblock *B = &s->blk[id];
-    if (!s->tier[T1].present || B->slot[T1] >= 0 || B->slot[T2] < 0 || B->busy) return;
+    if (!s->tier[T1].present || B->slot[T1] >= 0 || B->slot[T2] < 0 || B->busy || B->prank == INT64_MAX) return;
     B->busy = true;
     kvt_err e;
     kvt_status st = KVT_OK;

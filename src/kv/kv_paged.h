@@ -85,6 +85,8 @@ kvt_status kvt_kv_paged_seq_push_ref(kvt_kv *kv, int32_t seq, int64_t b, const i
 // needed when its owner next runs (blocks of sequences outside the plan: never, so they go first), and the
 // copy engine fetches the blocks of planned sequences that are below T0, earliest owner first, down the
 // tiers (disk -> host -> fast) as far as room allows without evicting what the plan needs sooner. Copied.
+// A sequence runs at most once per iteration, so the store starts a new iteration where a sequence repeats
+// ([a, b, a, c]: a and b in the first, c in the second); blocks of one iteration go by the eviction policy.
 void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n);
 // Swap-out of a preempted sequence: every block of seq leaves the tiers above `to` (written down first where
 // it has no copy there); blocks shared with a sequence in the plan stay. The sequence keeps every position

@@ -288,6 +288,10 @@ kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int3
 
 kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n, kvt_err *err) {
     const int64_t bt = pc->kv->block_tokens, nb = n / bt;
+    if (n > kvt_context_seq_n_past(pc->ctx, seq)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "prefix cache insert: sequence %d holds %lld positions, not %lld", seq,
+                          (long long)kvt_context_seq_n_past(pc->ctx, seq), (long long)n);
+    }
     pc->tick++;
     kvt_block_key key, *prev = NULL;
     int64_t parent = -1;
@@ -296,7 +300,13 @@ kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int3
         prev = &key;
         int64_t x = tab_find(pc, &key);
         if (x < 0) {
-            if ((x = entry_new(pc, seq, b, &key, parent, err)) < 0) return err->status;
+            kvt_err e2;
+            if ((x = entry_new(pc, seq, b, &key, parent, &e2)) < 0) {
+                // a sliding window freed part of the block (its layers keep no early block): the prefix ends here
+                if (e2.status == KVT_ERR_INVALID_ARG) break;
+                *err = e2;
+                return e2.status;
+            }
             if (pc->p.store) {
                 kvt_status st = kvt_kv_block_export(pc->kv, seq, b, pc->payload, err);
                 if (st) return st;
