@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../src/exec/context.h"
 #include "../src/kv/kv_block_io.h"
@@ -94,6 +95,8 @@ static void block_io(void) {
     kvt_kv_free(ct);
 }
 
+static bool holds(kvt_kv *kv, int32_t seq, int tag, int64_t n);
+
 // --- plan ----------------------------------------------------------------------------------------------------
 
 static int64_t resident_blocks(kvt_kv *kv, int32_t seq, int t) {
@@ -140,7 +143,7 @@ static void plan_prefetch(void) {
         if (!st && with) {
             const int32_t plan[] = {0};
             kvt_kv_paged_set_plan(kv, plan, 1);
-            for (int i = 0; i < 400 && resident_blocks(kv, 0, KVT_TIER_FAST) < 8; i++) sleep_ms(5);
+            for (int i = 0; i < 1000 && resident_blocks(kv, 0, KVT_TIER_FAST) < 8; i++) sleep_ms(5);
             a_fast = resident_blocks(kv, 0, KVT_TIER_FAST);
         }
         if (!st) miss[with] = acquire_all(kv, 0, 16, &err, &st);
@@ -153,6 +156,37 @@ static void plan_prefetch(void) {
                 "kv_sched: a plan prefetches a planned sequence's blocks from the host tier before its acquires",
                 "%s misses without plan %lld, with plan %lld; planned blocks in fast %lld of 8, prefetches %lld",
                 st ? err.msg : "", (long long)miss[0], (long long)miss[1], (long long)a_fast, (long long)pre);
+}
+
+// Fast tier of 4 blocks, host of 4, disk: A and B (8 blocks each) are half on disk. The plan [A] fills the fast
+// and host tiers with A's blocks (loads, and disk -> host staging where the fast tier has no room: Alg. 1's two
+// hops), evicting B's blocks, never A's.
+static void plan_two_hops(const char *disk) {
+    kvt_err err = {0};
+    kvt_kv *kv = NULL;
+    kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 4, 4);
+    p.disk_dir = disk;
+    kvt_status st = kvt_kv_paged_init(&p, &kv, &err);
+    const int32_t b = st ? -1 : new_seq(kv);
+    if (!st) st = fill(kv, 0, 1, 0, 16, &err);
+    if (!st) st = fill(kv, b, 2, 0, 16, &err);
+    int64_t f = 0, h = 0;
+    kvt_kv_stats ks = {0};
+    if (!st) {
+        const int32_t plan[] = {0};
+        kvt_kv_paged_set_plan(kv, plan, 1);
+        for (int i = 0; i < 1000 && (f < 4 || h < 4); i++) {
+            sleep_ms(5);
+            f = resident_blocks(kv, 0, KVT_TIER_FAST), h = resident_blocks(kv, 0, KVT_TIER_HOST);
+        }
+        kvt_kv_get_stats(kv, &ks);
+    }
+    const int64_t up = ks.moved_count[KVT_TIER_DISK][KVT_TIER_HOST] + ks.moved_count[KVT_TIER_DISK][KVT_TIER_FAST];
+    const bool ok = !st && f == 4 && h == 4 && up >= 1 && holds(kv, 0, 1, 16);
+    test_result(ok, "kv_sched: a plan brings a planned sequence up from disk into the fast and host tiers, evicting "
+                "the unplanned one", "%s A: fast %lld host %lld, disk reads %lld", st ? err.msg : "", (long long)f,
+                (long long)h, (long long)up);
+    kvt_kv_free(kv);
 }
 
 // Fast tier of 8 blocks holds A and B (4 each); C is written next. LRU evicts A (the oldest); with the plan
@@ -280,6 +314,11 @@ void test_kv_sched(const test_env *env) {
     (void)env;
     block_io();
     plan_prefetch();
+    char dir[] = "/tmp/kvt_test_kvsched_XXXXXX";
+    const char *disk = mkdtemp(dir);
+    if (disk) plan_two_hops(disk);
+    else test_skip("kv_sched: plan with a disk tier", "cannot create a directory in /tmp");
+    if (disk) rmdir(disk);
     plan_evict();
     demote_store();
 }
