@@ -269,6 +269,22 @@ static void demote_store(void) {
     test_result(ok, "kv_sched: demote moves a sequence to the host tier, seq_usage counts it, it reads back exactly",
                 "%s B fast %lld host %lld, A fast %lld", st ? err.msg : "", (long long)bf, (long long)bh, (long long)af);
     kvt_kv_free(kv);
+    // C forks A (sharing A's 4 blocks) and adds 4 of its own; with A planned, demoting C moves only C's own
+    kv = NULL;
+    int32_t c = -1;
+    if (!st) st = kvt_kv_paged_init(&p2, &kv, &err);
+    if (!st) st = fill(kv, 0, 1, 0, 8, &err);
+    if (!st) st = kv->ops->seq_fork(kv, 0, &c, &err);
+    if (!st) st = fill(kv, c, 3, 8, 8, &err);
+    const int32_t plan[] = {0};
+    if (!st) kvt_kv_paged_set_plan(kv, plan, 1);
+    if (!st) st = kvt_kv_paged_seq_demote(kv, c, KVT_TIER_HOST, &err);
+    const int64_t cf = st ? -1 : resident_blocks(kv, c, KVT_TIER_FAST), ch = st ? -1 : resident_blocks(kv, c, KVT_TIER_HOST);
+    const int64_t af2 = st ? -1 : resident_blocks(kv, 0, KVT_TIER_FAST);
+    test_result(!st && cf == 4 && ch == 4 && af2 == 4,
+                "kv_sched: demote leaves the blocks a planned sequence shares in the fast tier",
+                "%s C fast %lld host %lld, A fast %lld", st ? err.msg : "", (long long)cf, (long long)ch, (long long)af2);
+    kvt_kv_free(kv);
 }
 
 // Decoding after a demotion (to host, to disk) gives the logits of never demoting, bit for bit. m: a small model.

@@ -265,6 +265,21 @@ static void cache_cases(const kvt_model *m, const char *disk, const prompts *w) 
                     "%s; trim(0) with P attached released %lld (want Q's 2), then trim(3) %lld (want 2); %s",
                     st ? err.msg : "", (long long)r0, (long long)r1, why);
     }
+    if (!disk) { // max_blocks 3: each insert trims what no sequence holds to 3 blocks
+        kvt_prefix_cache *pm = NULL;
+        kvt_prefix_cache_params pp = kvt_prefix_cache_params_default();
+        pp.max_blocks = 3;
+        st = kvt_prefix_cache_init(ctx, &pp, &pm, &err);
+        if (!st) st = compute_insert(pm, ctx, w->p, NP, &err);
+        if (!st) st = kvt_decode_seq(ctx, 0, w->r, NP, false, &err);
+        if (!st) st = kvt_prefix_cache_insert(pm, 0, w->r, NP, &err); // R's 5 held by seq 0; P's 5 down to 3
+        kvt_context_seq_truncate(ctx, 0, 0);
+        kvt_prefix_cache_stats_get(pm, &ps);
+        ok = !st && ps.blocks == 8 && ps.dropped == 2 && attach_run(pm, ctx, w->p, NP, w->ref_p, 24, why, sizeof why);
+        test_result(ok, "prefix_cache: max_blocks bounds the blocks only the cache holds", "%s%s (blocks %lld, dropped %lld)",
+                    st ? err.msg : "", why, (long long)ps.blocks, (long long)ps.dropped);
+        kvt_prefix_cache_free(pm);
+    }
 done:
     if (st) test_result(false, disk ? "prefix_cache: cases with tiers" : "prefix_cache: cases", "%s", err.msg);
     kvt_prefix_cache_free(pc);
