@@ -1255,15 +1255,19 @@ void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
     for (int64_t i = 0; i < s->n_blk; i++) s->blk[i].prank = INT64_MAX;
     for (int32_t i = 0; i < s->n_seq; i++) s->seq[i].prank = INT64_MAX;
     int64_t *seen = n > 0 ? malloc((size_t)s->n_seq * sizeof *seen) : NULL; // [n_seq] iteration last seen in
+    int32_t *uq = n > 0 ? malloc((size_t)n * sizeof *uq) : NULL;            // [nu] planned sequences, by rank
+    int64_t iter = 0, nu = 0;
     for (int32_t i = 0; seen && i < s->n_seq; i++) seen[i] = -1;
-    int64_t iter = 0;
     for (int64_t i = 0; i < n; i++) {
         const int32_t q = seqs[i];
         if (q < 0 || q >= s->n_seq || !s->seq[q].live) continue;
         if (!seen) iter = i; // no memory for the table: every entry its own iteration
         else if (seen[q] == iter) iter++;
         if (seen) seen[q] = iter;
-        if (s->seq[q].prank == INT64_MAX) s->seq[q].prank = iter;
+        if (s->seq[q].prank == INT64_MAX) {
+            s->seq[q].prank = iter;
+            if (uq) uq[nu++] = q;
+        }
     }
     free(seen);
     s->plan_on = n > 0;
@@ -1278,23 +1282,28 @@ void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
             }
         }
     }
-    // prefetch: the blocks below T0 of the planned sequences, earliest first, each in decode order
+    // prefetch: the blocks below T0 of the planned sequences, iteration by iteration, each iteration in decode
+    // order (layer by layer over its sequences), as far as T0 and T1 can hold them
+    const int64_t m0 = s->tier[T0].max_slots, m1 = s->tier[T1].present ? s->tier[T1].max_slots : 0;
+    const int64_t cap = m0 == INT64_MAX || m1 == INT64_MAX ? INT64_MAX : m0 + m1;
+    int64_t counted = 0;
     bool pushed = false;
-    for (int64_t i = 0; s->n_io > 0 && i < n; i++) {
-        const int32_t q = seqs[i];
-        if (q < 0 || q >= s->n_seq || !s->seq[q].live) continue;
-        const pseq *Q = &s->seq[q];
-        for (int32_t k = 0; k < s->n_shard; k++) {
-            const pshard *sh = &Q->sh[k];
-            for (int64_t j = sh->n_drop; j < sh->n_blk; j++) {
-                pblock *B = &s->blk[sh->ids[j]];
-                if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
-                queue_push(s, sh->ids[j]);
-                B->qplan = B->queued; // queue_push may drop it (out of memory)
-                pushed |= B->queued;
+    for (int64_t g0 = 0, g1 = 0; s->n_io > 0 && g0 < nu && counted < cap; g0 = g1) {
+        for (g1 = g0; g1 < nu && s->seq[uq[g1]].prank == s->seq[uq[g0]].prank;) g1++;
+        for (int32_t k = 0; k < s->n_shard && counted < cap; k++) {
+            for (int64_t u = g0; u < g1 && counted < cap; u++) {
+                const pshard *sh = &s->seq[uq[u]].sh[k];
+                for (int64_t j = sh->n_drop; j < sh->n_blk && counted < cap; j++, counted++) {
+                    pblock *B = &s->blk[sh->ids[j]];
+                    if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
+                    queue_push(s, sh->ids[j]);
+                    B->qplan = B->queued; // queue_push may drop it (out of memory)
+                    pushed |= B->queued;
+                }
             }
         }
     }
+    free(uq);
     if (pushed) pthread_cond_broadcast(&s->qcv);
     pthread_mutex_unlock(&s->mu);
 }
