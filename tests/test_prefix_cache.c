@@ -286,6 +286,34 @@ done:
     kvt_context_free(ctx);
 }
 
+// The contiguous cache (no sequences to share blocks between) and a sequence that already holds positions are
+// refused with a message; inserting more positions than the sequence holds too.
+static void refusals(const kvt_model *m, const int32_t *p) {
+    kvt_err e1 = {0}, e2 = {0}, e3 = {0};
+    kvt_context_params cp = ctx_params(NULL);
+    cp.kv_paged = false;
+    kvt_context *c = NULL, *d = NULL;
+    kvt_prefix_cache *pc = NULL;
+    kvt_status a = kvt_context_init(m, &cp, &c, &e1);
+    if (!a) a = kvt_prefix_cache_init(c, NULL, &pc, &e1);
+    kvt_prefix_cache_free(pc);
+    pc = NULL;
+    cp = ctx_params(NULL);
+    kvt_status b = kvt_context_init(m, &cp, &d, &e2), ins = KVT_OK;
+    if (!b) b = kvt_prefix_cache_init(d, NULL, &pc, &e2);
+    if (!b) b = kvt_decode_seq(d, 0, p, 10, false, &e2);
+    int64_t got = -1;
+    const kvt_status att = b ? KVT_OK : kvt_prefix_cache_attach(pc, 0, p, NP, NP - 1, &got, &e2);
+    if (!b) ins = kvt_prefix_cache_insert(pc, 0, p, 16, &e3);
+    test_result(a == KVT_ERR_INVALID_ARG && !b && att == KVT_ERR_INVALID_ARG && got == 0 && ins == KVT_ERR_INVALID_ARG &&
+                kvt_context_seq_n_past(d, 0) == 10,
+                "prefix_cache: the contiguous cache, attach to a non-empty sequence, insert past n_past are refused",
+                "init %d (%s), attach %d (%s), insert %d (%s)", (int)a, e1.msg, (int)att, e2.msg, (int)ins, e3.msg);
+    kvt_prefix_cache_free(pc);
+    kvt_context_free(c);
+    kvt_context_free(d);
+}
+
 // Insert in one context fills the mock store; a fresh context's cache imports the blocks from it.
 static void store_cases(const kvt_model *m, const prompts *w) {
     kvt_err err = {0};
@@ -339,6 +367,7 @@ void test_prefix_cache(const test_env *env) {
         const kvt_context_params cp = ctx_params(NULL);
         if (!prompts_init(&w, m, &cp, &err)) test_result(false, "prefix_cache: reference runs", "%s", err.msg);
         else {
+            refusals(m, w.p);
             cache_cases(m, NULL, &w);
             if (disk) cache_cases(m, disk, &w);
             store_cases(m, &w);
