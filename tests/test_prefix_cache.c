@@ -109,7 +109,8 @@ static void mock_free(kvt_prefix_store *s) {
     free(m->data);
 }
 
-static const kvt_prefix_store_ops k_mock_ops = {"mock", mock_get, mock_put, mock_flush, mock_stats, mock_free};
+static const kvt_prefix_store_ops k_mock_ops = {
+    .name = "mock", .get = mock_get, .put = mock_put, .flush = mock_flush, .stats = mock_stats, .free = mock_free};
 
 static bool mock_init(mock_store *m, kvt_kv *kv, int64_t cap) {
     memset(m, 0, sizeof *m);

@@ -218,8 +218,14 @@ static evict_ctx evict_ctx_now(const kv_paged *s) {
 }
 
 static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B) {
-    kvt_evict_info info = {B->last_use, B->uses, next_use(s, B), (int64_t)B->layer * s->base.n_group + B->group,
-                           B->index, e->shard_blocks, e->stream_frac};
+    // designated: fields the store does not know (added for the simulator) stay 0
+    const kvt_evict_info info = {.last_use = B->last_use,
+                                 .uses = B->uses,
+                                 .next_use = next_use(s, B),
+                                 .shard = (int64_t)B->layer * s->base.n_group + B->group,
+                                 .index = B->index,
+                                 .shard_blocks = e->shard_blocks,
+                                 .stream_frac = e->stream_frac};
     return s->pol->score(&info, s->tick);
 }
 
