@@ -87,7 +87,6 @@ typedef struct {
     int64_t n_bounce, cap_bounce;
     kvt_kv_stats st;
     int32_t *window;       // [n_layer] sliding window per layer (0: global)
-    bool plan_on;          // a plan is set (kvt_kv_paged_set_plan)
 } kv_paged;
 
 enum { T0 = KVT_TIER_FAST, T1 = KVT_TIER_HOST, T2 = KVT_TIER_DISK };
@@ -1222,11 +1221,11 @@ kvt_status kvt_kv_paged_seq_push_ref(kvt_kv *kv, int32_t seq, int64_t b, const i
     if (!q) st = KVT_ERR_INVALID_ARG;
     for (int32_t i = 0; !st && i < s->n_shard; i++) {
         const pshard *sh = &q->sh[i];
-        const pblock *B = &s->blk[ids[i]];
+        const pblock *B = ids[i] >= 0 && ids[i] < s->n_blk ? &s->blk[ids[i]] : NULL;
         if (sh->n_tok != b * bt || sh->n_blk != b) {
             st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV sequence %d holds %lld positions of layer %d, not %lld: block %lld "
                             "cannot be appended", seq, (long long)sh->n_tok, i / kv->n_group, (long long)(b * bt), (long long)b);
-        } else if (B->refs <= 0 || B->index != b || B->layer * kv->n_group + B->group != i) {
+        } else if (!B || B->refs <= 0 || B->index != b || B->layer * kv->n_group + B->group != i) {
             st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV block handle %lld is not block %lld of layer %d group %d",
                             (long long)ids[i], (long long)b, i / kv->n_group, i % kv->n_group);
         }
@@ -1276,7 +1275,6 @@ void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
         }
     }
     free(seen);
-    s->plan_on = n > 0;
     for (int32_t q = 0; q < s->n_seq; q++) {
         const pseq *Q = &s->seq[q];
         if (!Q->live || Q->prank == INT64_MAX) continue;
