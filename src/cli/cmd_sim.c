@@ -35,6 +35,8 @@ static const char *k_help =
     "  --fast-blocks N   fast-tier capacity in blocks (overrides --rho)   --host-blocks N  host capacity (0: profile RAM)\n"
     "  --prefetch-depth N  transfers a prefetching policy keeps in flight (default 4)\n"
     "  --victim-window N   resident blocks examined per eviction (default 64; the paged store examines 256)\n"
+    "  --link-gbps X     fast <-> host link bandwidth per direction, 10^9 B/s (overrides the profile's h2d/d2h)\n"
+    "  --link-latency-us X  its latency\n"
     "  --sweep           every policy of --policies at every --rhos, N seeds each: one markdown table\n";
 
 // Comma-separated list into out (pointers into s, which is modified); count or -1.
@@ -81,7 +83,7 @@ int cmd_sim(int argc, char **argv) {
     char *pol_list = NULL, *rho_list = NULL;
     int64_t seeds = 3, seed = 1, requests = 256, batch = 32, block = 16, fast_blocks = 0, host_blocks = -1, depth = 4,
             window = 64;
-    double rho = 1, load = 0.8, iter_ms = -1;
+    double rho = 1, load = 0.8, iter_ms = -1, link_gbps = 0, link_lat = -1;
     bool json = false, sweep = false;
     while (kvt_args_next(&a, &flag)) {
         bool ok = true;
@@ -104,6 +106,8 @@ int cmd_sim(int argc, char **argv) {
         else if (!strcmp(flag, "--host-blocks")) ok = kvt_args_int(&a, flag, 0, INT64_MAX / 2, &host_blocks);
         else if (!strcmp(flag, "--prefetch-depth")) ok = kvt_args_int(&a, flag, 1, 1 << 16, &depth);
         else if (!strcmp(flag, "--victim-window")) ok = kvt_args_int(&a, flag, 1, 1 << 20, &window);
+        else if (!strcmp(flag, "--link-gbps")) ok = kvt_args_float(&a, flag, 1e-6, 1e6, &link_gbps);
+        else if (!strcmp(flag, "--link-latency-us")) ok = kvt_args_float(&a, flag, 0, 1e9, &link_lat);
         else if (!strcmp(flag, "--json")) json = true;
         else if (!strcmp(flag, "--sweep")) sweep = true;
         else if (!strcmp(flag, "--policies")) ok = (pol_list = (char *)kvt_args_value(&a, flag)) != NULL;
@@ -156,6 +160,8 @@ int cmd_sim(int argc, char **argv) {
     if (host_blocks >= 0) c.host_blocks = host_blocks;
     c.prefetch_depth = depth;
     c.victim_window = window;
+    if (link_gbps > 0) c.h2d_gbps = c.d2h_gbps = link_gbps;
+    if (link_lat >= 0) c.h2d_latency_us = c.d2h_latency_us = link_lat;
     int rc = 0;
     if (sweep) {
         const char *pols[MAX_LIST] = {"lru", "lfu", "attn-ema", "static", "lookahead", "oracle"};

@@ -22,6 +22,9 @@ static const kvt_shape k_shapes[] = {
     // meta-llama/Llama-2-13b-hf config.json
     {"llama2-13b", KVT_ARCH_LLAMA, 32000, 5120, 40, 40, 40, 128, 13824, 4096, 10000.0f, 1e-5f, false, false, false,
      "Llama 2 13B (no GQA)"},
+    // meta-llama/Llama-2-70b-hf config.json
+    {"llama2-70b", KVT_ARCH_LLAMA, 32000, 8192, 80, 64, 8, 128, 28672, 4096, 10000.0f, 1e-5f, false, false, false,
+     "Llama 2 70B (GQA 8:1)"},
     // meta-llama/Meta-Llama-3-8B config.json
     {"llama3-8b", KVT_ARCH_LLAMA, 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.0f, 1e-5f, false, false, false,
      "Llama 3 8B"},

@@ -269,8 +269,8 @@ static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_
     if (n > m) *cur = (start + m) % n;
     int64_t nc = 0, nd = 0;
     const bool classes = host_tier || s->pol->clean_first;
-    for (int64_t k = 0; k < m; k++) {
-        int64_t id = l->v[(start + k) % n];
+    for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
+        const int64_t id = l->v[j];
         const blk *B = &s->b[id];
         if (B->fly) continue;
         bool clean = host_tier ? (B->where & (W_FAST | W_SSD)) != 0 : (!B->dirty && (B->where & (W_HOST | W_SSD)));
