@@ -194,8 +194,8 @@ typedef struct {
     double iter_s_full, lambda, first_arrival, last_token;
     int64_t tokens;
     kvt_sim_result *res;
-    kvt_evict_info *ci, *di; // candidate scratch [window + 1]
-    int64_t *cid, *did;
+    kvt_evict_info *ci; // candidate scratch [window + 1]
+    int64_t *cid;
 } sim;
 
 static kvt_status il_push(sim *s, ilist *l, int64_t x) {
@@ -259,6 +259,14 @@ static kvt_evict_info info_of(const sim *s, int64_t id) {
 
 // ---------------------------------------------------------------- victims
 
+// No write is needed to drop block id from its tier (fast: a copy below and no newer data; host: a copy
+// elsewhere). Blocks in flight never count.
+static bool is_clean(const sim *s, int64_t id, bool host_tier) {
+    const blk *B = &s->b[id];
+    if (B->fly) return false;
+    return host_tier ? (B->where & (W_FAST | W_SSD)) != 0 : (!B->dirty && (B->where & (W_HOST | W_SSD)));
+}
+
 // The victim among a window of list l (cursor *cur), kvt_evict_pick over the clean candidates if any
 // (where the policy asks: clean_first, and always in the host tier), else over all; with `incoming`
 // (>= 0) the block a prefetch would bring is a candidate too and -2 is returned if it is the one picked.
@@ -267,23 +275,20 @@ static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_
     const int64_t n = l->n, m = n < s->c->victim_window ? n : s->c->victim_window;
     const int64_t start = n > m ? *cur % n : 0;
     if (n > m) *cur = (start + m) % n;
-    int64_t nc = 0, nd = 0;
     const bool classes = host_tier || s->pol->clean_first;
+    // pass 1: which class competes (clean blocks if any, where classes apply); pass 2: its candidates' info
+    bool any_clean = false;
+    for (int64_t k = 0, j = start; classes && !any_clean && k < m; k++, j = j + 1 == n ? 0 : j + 1)
+        any_clean = is_clean(s, l->v[j], host_tier);
+    int64_t na = 0;
     for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
         const int64_t id = l->v[j];
-        const blk *B = &s->b[id];
-        if (B->fly) continue;
-        bool clean = host_tier ? (B->where & (W_FAST | W_SSD)) != 0 : (!B->dirty && (B->where & (W_HOST | W_SSD)));
-        if (clean || !classes) {
-            s->ci[nc] = info_of(s, id);
-            s->cid[nc++] = id;
-        } else {
-            s->di[nd] = info_of(s, id);
-            s->did[nd++] = id;
-        }
+        if (s->b[id].fly || (classes && is_clean(s, id, host_tier) != any_clean)) continue;
+        s->ci[na] = info_of(s, id);
+        s->cid[na++] = id;
     }
-    kvt_evict_info *ai = nc ? s->ci : s->di;
-    int64_t *aid = nc ? s->cid : s->did, na = nc ? nc : nd;
+    kvt_evict_info *ai = s->ci;
+    int64_t *aid = s->cid;
     if (incoming >= 0) {
         ai[na] = info_of(s, incoming);
         aid[na++] = -2;
@@ -313,9 +318,8 @@ static kvt_status host_room(sim *s, double t) {
     while (s->c->host_blocks > 0 && s->host.n >= s->c->host_blocks) {
         int64_t v = pick(s, &s->host, &s->cur_host, true, -1);
         if (v < 0) return kvt_errorf(s->err, KVT_ERR_BUDGET, "sim: host tier full of blocks in flight");
-        const bool other = (s->b[v].where & (W_FAST | W_SSD)) != 0 && !(s->b[v].where & W_FAST && s->b[v].dirty);
         host_del(s, v);
-        if (!other) {
+        if (!(s->b[v].where & (W_FAST | W_SSD))) { // its only copy: to SSD (a fast copy writes back when evicted)
             s->b[v].where |= W_SSD;
             kvt_status st = issue(s, t, L_SSD_W, v);
             if (st) return st;
@@ -715,9 +719,7 @@ static void sim_free(sim *s) {
     ilist *ls[] = {&s->fast, &s->host, &s->running, &s->waiting, &s->batch, &s->scan, &s->attn, &s->done_tpot};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) free(ls[i]->v);
     free(s->ci);
-    free(s->di);
     free(s->cid);
-    free(s->did);
 }
 
 // Requests (arrival times and lengths) of seed c->seed, and the blocks they can hold.
@@ -749,11 +751,9 @@ static kvt_status make_requests(sim *s) {
     s->b = calloc((size_t)nblk, sizeof *s->b);
     const size_t w = (size_t)c->victim_window + 1;
     s->ci = malloc(w * sizeof *s->ci);
-    s->di = malloc(w * sizeof *s->di);
     s->cid = malloc(w * sizeof *s->cid);
-    s->did = malloc(w * sizeof *s->did);
     s->batch.v = malloc((size_t)c->max_batch * sizeof *s->batch.v);
-    if (!s->b || !s->ci || !s->di || !s->cid || !s->did || !s->batch.v)
+    if (!s->b || !s->ci || !s->cid || !s->batch.v)
         return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for %lld blocks", (long long)nblk);
     s->batch.cap = c->max_batch;
     for (int64_t i = 0; i < nblk; i++) s->b[i].res_pos = s->b[i].host_pos = -1;
