@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../src/kv/kv_policy.h"
+#include "../src/model/shapes.h"
 #include "../src/sim/sim.h"
 #include "../src/sim/sim_core.h"
 #include "test.h"
@@ -177,6 +178,50 @@ static void test_runs(void) {
                 "%s", msg);
 }
 
+// profiles/tierkv-h100.json is the paper's machine (Table 3, Appendix A); without sim_iter_ms the iteration
+// comes from the planner's roofline for the shape on the profile's GPU.
+static void test_profile(void) {
+    const char *path = "profiles/tierkv-h100.json";
+    if (!test_file_exists(path)) {
+        test_skip("sim: profiles/tierkv-h100.json", "not found (run from the repo root)");
+        return;
+    }
+    kvt_err err = {0};
+    kvt_profile p;
+    size_t len;
+    char *text = test_read_file(path, &len);
+    kvt_costs costs = {0};
+    bool ok = text && !kvt_profile_parse(text, &p, &err) &&
+              !kvt_costs_from_shape(kvt_shape_find("llama2-7b"), KVT_TYPE_F16, &costs, &err);
+    kvt_sim_config c;
+    kvt_sim_config_default(&c);
+    c.block_bytes = ok ? kvt_sim_block_bytes(&costs.hp, 16) : 0;
+    ok = ok && c.block_bytes == 8 << 20 && !kvt_sim_config_from_profile(&c, &p, text, &err);
+    ok = ok && c.h2d_gbps == 64 && c.d2h_gbps == 64 && c.h2d_latency_us == 1 && c.ssd_read_gbps == 7 &&
+         c.ssd_latency_us == 10 && c.iter_ms == 4.0 && c.prefill_ms_per_tok == 0 && c.host_blocks == 512000000000 / (8 << 20) &&
+         p.vram_bytes == 80000000000 && p.gpu_mem_gbps == 3350;
+    // the cost-model path: TPOT without oversubscription is the roofline's decode step (weights + KV reads)
+    double lo = 0, hi = 0;
+    if (ok) {
+        c.iter_ms = 0;
+        c.costs = &costs;
+        c.workload = KVT_WL_UNIFORM;
+        c.n_requests = 24;
+        c.max_batch = 8;
+        c.rho = 0.5;
+        c.policy = "lru";
+        kvt_sim_result r;
+        lo = kvt_stage_decode_ms(&costs, 0, costs.n_units, &c.device, 1, 512);
+        hi = kvt_stage_decode_ms(&costs, 0, costs.n_units, &c.device, 8, 640);
+        ok = !kvt_sim_run(&c, &r, &err) && r.tpot_ms_mean >= lo && r.tpot_ms_mean <= hi && r.hit_rate == 1.0 && lo > 3.5;
+        kvt_sim_result_free(&r);
+    }
+    kvt_costs_free(&costs);
+    free(text);
+    test_result(ok, "sim: profiles/tierkv-h100.json is tierkv.txt's machine; the cost model gives the iteration without sim_iter_ms",
+                "%.200s (roofline %.2f-%.2f ms)", err.msg, lo, hi);
+}
+
 static void test_cli(const test_env *env) {
     if (!test_file_exists(env->cli) || !test_file_exists("profiles/tierkv-h100.json")) {
         test_skip("sim: kvtier sim CLI forms", "build/kvtier or profiles/tierkv-h100.json missing");
@@ -221,5 +266,6 @@ void test_sim(const test_env *env) {
     test_decisions();
     test_determinism();
     test_runs();
+    test_profile();
     test_cli(env);
 }
