@@ -26,6 +26,7 @@ static void test_link_sharing(void) {
     ok = ok && kvt_sim_link_finish(&l, 2.0) == 2 && isinf(kvt_sim_link_next_time(&l)) && l.n_done == 2 &&
          near(l.bytes_total, 2e9) && near(l.busy_s, 2.0);
     // three equal transfers started together end together at 3x the time of one
+    kvt_sim_link_free(&l);
     kvt_sim_link_init(&l, "test", 1e9, 0);
     for (int i = 0; i < 3; i++) ok = ok && !kvt_sim_link_start(&l, 1.0, 10 + i, 2e8, &err);
     ok = ok && near(kvt_sim_link_next_time(&l), 1.6);
