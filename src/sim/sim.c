@@ -405,7 +405,7 @@ static kvt_status prefetch(sim *s, double t) {
             kvt_status st = evict_fast(s, v, t);
             if (st) return st;
         }
-        if (s->fast.n + s->n_fly_fast >= s->C) { // the victim was the incoming block: wait for reads
+        if (s->fast.n + s->n_fly_fast >= s->C) { // still full (a prefill went past the capacity): wait for reads
             s->pf_blocked = true;
             return KVT_OK;
         }
