@@ -16,5 +16,6 @@ int cmd_plan(int argc, char **argv);
 int cmd_kvbench(int argc, char **argv);
 int cmd_beam(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_sim(int argc, char **argv);
 
 #endif

@@ -48,7 +48,8 @@ const char *const cli_engine_help =
     "  --kv-disk DIR        T2: a file in DIR (O_DIRECT, CRC32C per block), unlinked as soon as it is\n"
     "                       created, so nothing is left in DIR however the run ends (Ctrl-C too)\n"
     "  --kv-disk-max BYTES  budget of T2 (default unlimited)\n"
-    "  --kv-evict lru|lfu|lookahead|spread  eviction policy (default lru)\n"
+    "  --kv-evict POLICY    eviction policy: lru (default), lfu, lookahead, spread, attn-ema, static,\n"
+    "                       oracle (kvtier sim explains them)\n"
     "  --kv-prefetch K      blocks fetched ahead of use (default 16)\n"
     "  --kv-keep            keep the disk file in DIR (kvtier-kv-XXXXXX)\n"
     KVT_BYTES_HELP;

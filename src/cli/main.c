@@ -22,6 +22,7 @@ static const command k_commands[] = {
     {"profile", cmd_profile, "measure this machine's bandwidths for the planner"},
     {"plan", cmd_plan, "choose layer and KV placement and predict ms/token"},
     {"kvbench", cmd_kvbench, "decode speed with the KV cache over memory tiers (docs/BENCHMARKS.md)"},
+    {"sim", cmd_sim, "discrete-event simulator: KV tiering policies under serving (docs/SIMULATOR.md)"},
     {"serve", cmd_serve, "OpenAI-compatible server (in progress: chat template checks; docs/SERVING.md)"},
 };
 

@@ -32,6 +32,11 @@ typedef struct {
     int64_t shard_blocks; // blocks per shard
     double stream_frac;   // share of all blocks the fast tier cannot keep, with slack for reads and loads in
                           // flight, in [0, 1]; set by the store from its budget
+    // Exponential moving average of the block's share of attention mass (softmax weight summed over the
+    // block's positions, averaged over heads), in [0, 1]; used by "attn-ema". The simulator (src/sim) sets
+    // it; the real store does not export attention mass yet and leaves it 0 (attn-ema then ranks by
+    // recency alone). Last member on purpose: positional initializers of the first seven stay valid.
+    double attn_ema;
 } kvt_evict_info;
 
 typedef struct {
@@ -42,11 +47,22 @@ typedef struct {
     bool clean_first;
 } kvt_evict_policy;
 
+// The policies:
+//   lru        least recently used                lfu     least frequently used, ties by recency
+//   lookahead  farthest next use (Belady's MIN with the known schedule: in a serving store the
+//              continuous-batching scheduler's next batches, TierKV's scheduler-driven policy)
+//   spread     see above
+//   attn-ema   lowest attention-mass EMA first (InfiniGen-style prediction, no schedule), ties by recency
+//   static     static tiering: a fixed assignment by position, the request's first blocks stay; of the
+//              others the highest index goes first, ties by recency
+//   oracle     the score of lookahead, fed by perfect future knowledge: the simulator fills next_use
+//              from the future it knows (finishing requests included); a real store can only give it the
+//              scheduler's known lookahead, where it is lookahead
 // True if block b is one of those "spread" streams through the fast tier (the others stay there).
 bool kvt_evict_streams(const kvt_evict_info *b);
-// "lru", "lfu", "lookahead" or "spread"; NULL if unknown.
+// A policy by name (one of kvt_evict_policy_names()); NULL if unknown.
 const kvt_evict_policy *kvt_evict_policy_find(const char *name);
-// Names of the known policies, for help texts: "lru|lfu|lookahead|spread".
+// Names of the known policies, for help texts: "lru|lfu|lookahead|spread|attn-ema|static|oracle".
 const char *kvt_evict_policy_names(void);
 // Index in cands[0..n) of the block to evict (ties: the lowest index); -1 if n == 0.
 int64_t kvt_evict_pick(const kvt_evict_policy *p, const kvt_evict_info *cands, int64_t n, uint64_t now);

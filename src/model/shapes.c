@@ -22,6 +22,12 @@ static const kvt_shape k_shapes[] = {
     // meta-llama/Llama-2-13b-hf config.json
     {"llama2-13b", KVT_ARCH_LLAMA, 32000, 5120, 40, 40, 40, 128, 13824, 4096, 10000.0f, 1e-5f, false, false, false,
      "Llama 2 13B (no GQA)"},
+    // huggyllama/llama-30b config.json (LLaMA 1 33B, "30B"; tierkv.txt's 30B point)
+    {"llama-30b", KVT_ARCH_LLAMA, 32000, 6656, 60, 52, 52, 128, 17920, 2048, 10000.0f, 1e-6f, false, false, false,
+     "LLaMA 1 30B (33B; no GQA)"},
+    // meta-llama/Llama-2-70b-hf config.json
+    {"llama2-70b", KVT_ARCH_LLAMA, 32000, 8192, 80, 64, 8, 128, 28672, 4096, 10000.0f, 1e-5f, false, false, false,
+     "Llama 2 70B (GQA 8:1)"},
     // meta-llama/Meta-Llama-3-8B config.json
     {"llama3-8b", KVT_ARCH_LLAMA, 128256, 4096, 32, 32, 8, 128, 14336, 8192, 500000.0f, 1e-5f, false, false, false,
      "Llama 3 8B"},

@@ -1,0 +1,228 @@
+// cmd_sim.c - `kvtier sim`: the discrete-event simulator of a serving engine over
+// tiered KV (src/sim, docs/SIMULATOR.md): one configuration over seeds, or a
+// sweep over policies x oversubscription written as one table.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/json.h"
+#include "../model/shapes.h"
+#include "../plan/cost.h"
+#include "../sim/sim.h"
+#include "args.h"
+#include "commands.h"
+
+#define CMD "sim"
+#define MAX_LIST 32
+
+static const char *k_help =
+    "usage: kvtier sim --profile P --shape S --workload W --rho R --policy POL --seeds N [--json]\n"
+    "       kvtier sim --sweep [--policies a,b,..] [--rhos 1,1.5,..] [-o TABLE.md] (other flags as above)\n"
+    "  Simulates continuous-batching decode with the KV cache in a fast tier of 1/rho of the peak\n"
+    "  KV footprint, the rest in host memory (and SSD), driving the store's eviction policies\n"
+    "  (docs/SIMULATOR.md).\n"
+    "  --profile P       machine profile (default profiles/tierkv-h100.json): links h2d/d2h, disk, RAM;\n"
+    "                    sim_iter_ms / sim_prefill_ms_per_tok keys when present, else the planner's cost model\n"
+    "  --shape S         model shape (kvtier mkmodel --list-shapes; default llama2-7b): block bytes, compute\n"
+    "  --workload W      uniform|chat|code|summarization|mixed (default uniform)\n"
+    "  --rho R           oversubscription: peak KV footprint / fast-tier capacity (default 1)\n"
+    "  --policy POL      lru|lfu|attn-ema|static|lookahead|oracle (default lookahead)\n"
+    "  --seeds N         runs with seeds S..S+N-1 (default 3); --seed S first seed (default 1)\n"
+    "  --json            one JSON object: tpot_ms_mean, tpot_ms_p95, throughput_tok_s, hit_rate, moved_bytes, ...\n"
+    "  --requests N      requests per run (default 256)    --load X   arrival rate / decode capacity (default 0.8)\n"
+    "  --batch N         max batch (default 32)             --block N  tokens per KV block (default 16)\n"
+    "  --iter-ms X       decode iteration time, overrides the profile (0: cost model)\n"
+    "  --fast-blocks N   fast-tier capacity in blocks (overrides --rho)   --host-blocks N  host capacity (0: profile RAM)\n"
+    "  --prefetch-depth N  transfers a prefetching policy keeps in flight (default 4)\n"
+    "  --victim-window N   resident blocks examined per eviction (default 64; the paged store examines 256)\n"
+    "  --link-gbps X     fast <-> host link bandwidth per direction, 10^9 B/s (overrides the profile's h2d/d2h)\n"
+    "  --link-latency-us X  its latency\n"
+    "  --sweep           every policy of --policies at every --rhos, N seeds each: one markdown table\n";
+
+// Comma-separated list into out (pointers into s, which is modified); count or -1.
+static int split_list(char *s, const char **out) {
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ",")) {
+        if (n == MAX_LIST) return -1;
+        out[n++] = tok;
+    }
+    return n;
+}
+
+static void print_json(const kvt_sim_config *c, const char *profile, const char *shape, const kvt_sim_summary *s) {
+    kvt_json j;
+    kvt_json_init(&j, stdout);
+    kvt_json_obj_begin(&j);
+    kvt_json_kv_str(&j, "profile", profile);
+    kvt_json_kv_str(&j, "shape", shape);
+    kvt_json_kv_str(&j, "workload", kvt_sim_workload_name(c->workload));
+    kvt_json_kv_str(&j, "policy", c->policy);
+    kvt_json_kv_num(&j, "rho", c->rho);
+    kvt_json_kv_int(&j, "seeds", s->n_seeds);
+    kvt_json_kv_num(&j, "tpot_ms_mean", s->tpot_ms_mean);
+    kvt_json_kv_num(&j, "tpot_ms_p95", s->tpot_ms_p95);
+    kvt_json_kv_num(&j, "throughput_tok_s", s->throughput_tok_s);
+    kvt_json_kv_num(&j, "hit_rate", s->hit_rate);
+    kvt_json_kv_num(&j, "moved_bytes", s->moved_bytes);
+    kvt_json_kv_num(&j, "stall_s", s->stall_s);
+    kvt_json_kv_int(&j, "fast_blocks", s->fast_blocks);
+    kvt_json_kv_int(&j, "block_bytes", c->block_bytes);
+    kvt_json_kv_int(&j, "transfers", s->transfers);
+    kvt_json_kv_int(&j, "reads", s->reads);
+    kvt_json_kv_int(&j, "iterations", s->iterations);
+    kvt_json_kv_num(&j, "wall_s", s->wall_s);
+    kvt_json_kv_num(&j, "transfers_per_s", kvt_sim_summary_rate(s));
+    kvt_json_obj_end(&j);
+    printf("\n");
+}
+
+int cmd_sim(int argc, char **argv) {
+    kvt_args a = {CMD, argc, argv, 0};
+    const char *profile_path = "profiles/tierkv-h100.json", *shape_name = "llama2-7b", *wl = "uniform";
+    const char *policy = "lookahead", *out_path = NULL, *flag;
+    char *pol_list = NULL, *rho_list = NULL;
+    int64_t seeds = 3, seed = 1, requests = 256, batch = 32, block = 16, fast_blocks = 0, host_blocks = -1, depth = 4,
+            window = 64;
+    double rho = 1, load = 0.8, iter_ms = -1, link_gbps = 0, link_lat = -1;
+    bool json = false, sweep = false;
+    while (kvt_args_next(&a, &flag)) {
+        bool ok = true;
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
+            fputs(k_help, stdout);
+            return 0;
+        } else if (!strcmp(flag, "--profile")) ok = (profile_path = kvt_args_value(&a, flag)) != NULL;
+        else if (!strcmp(flag, "--shape")) ok = (shape_name = kvt_args_value(&a, flag)) != NULL;
+        else if (!strcmp(flag, "--workload")) ok = (wl = kvt_args_value(&a, flag)) != NULL;
+        else if (!strcmp(flag, "--policy")) ok = (policy = kvt_args_value(&a, flag)) != NULL;
+        else if (!strcmp(flag, "--rho")) ok = kvt_args_float(&a, flag, 0.01, 1000, &rho);
+        else if (!strcmp(flag, "--seeds")) ok = kvt_args_int(&a, flag, 1, 1000, &seeds);
+        else if (!strcmp(flag, "--seed")) ok = kvt_args_int(&a, flag, 0, INT64_MAX / 2, &seed);
+        else if (!strcmp(flag, "--requests")) ok = kvt_args_int(&a, flag, 1, 1 << 24, &requests);
+        else if (!strcmp(flag, "--load")) ok = kvt_args_float(&a, flag, 0.001, 100, &load);
+        else if (!strcmp(flag, "--batch")) ok = kvt_args_int(&a, flag, 1, 1 << 16, &batch);
+        else if (!strcmp(flag, "--block")) ok = kvt_args_int(&a, flag, 1, 1 << 16, &block);
+        else if (!strcmp(flag, "--iter-ms")) ok = kvt_args_float(&a, flag, 0, 1e6, &iter_ms);
+        else if (!strcmp(flag, "--fast-blocks")) ok = kvt_args_int(&a, flag, 1, INT64_MAX / 2, &fast_blocks);
+        else if (!strcmp(flag, "--host-blocks")) ok = kvt_args_int(&a, flag, 0, INT64_MAX / 2, &host_blocks);
+        else if (!strcmp(flag, "--prefetch-depth")) ok = kvt_args_int(&a, flag, 1, 1 << 16, &depth);
+        else if (!strcmp(flag, "--victim-window")) ok = kvt_args_int(&a, flag, 1, 1 << 20, &window);
+        else if (!strcmp(flag, "--link-gbps")) ok = kvt_args_float(&a, flag, 1e-6, 1e6, &link_gbps);
+        else if (!strcmp(flag, "--link-latency-us")) ok = kvt_args_float(&a, flag, 0, 1e9, &link_lat);
+        else if (!strcmp(flag, "--json")) json = true;
+        else if (!strcmp(flag, "--sweep")) sweep = true;
+        else if (!strcmp(flag, "--policies")) ok = (pol_list = (char *)kvt_args_value(&a, flag)) != NULL;
+        else if (!strcmp(flag, "--rhos")) ok = (rho_list = (char *)kvt_args_value(&a, flag)) != NULL;
+        else if (!strcmp(flag, "-o")) ok = (out_path = kvt_args_value(&a, flag)) != NULL;
+        else ok = kvt_args_unknown(&a, flag);
+        if (!ok) return 2;
+    }
+    const kvt_shape *shape = kvt_shape_find(shape_name);
+    if (!shape) {
+        fprintf(stderr, "kvtier sim: --shape: unknown shape '%s' (kvtier mkmodel --list-shapes)\n", shape_name);
+        return 2;
+    }
+    kvt_sim_config c;
+    kvt_sim_config_default(&c);
+    c.workload = kvt_sim_workload_find(wl);
+    if (c.workload == KVT_WL_COUNT) {
+        fprintf(stderr, "kvtier sim: --workload: '%s' is not %s\n", wl, kvt_sim_workload_names());
+        return 2;
+    }
+    if (!kvt_evict_policy_find(policy)) {
+        fprintf(stderr, "kvtier sim: --policy: '%s' is not %s\n", policy, kvt_sim_policy_names());
+        return 2;
+    }
+    kvt_err err = {0};
+    kvt_costs costs = {0};
+    kvt_status st = kvt_costs_from_shape(shape, KVT_TYPE_F16, &costs, &err);
+    kvt_profile prof;
+    char *text = NULL;
+    if (!st) st = kvt_profile_load(profile_path, &prof, &err);
+    if (!st && !(text = kvt_read_file(CMD, profile_path, NULL))) st = KVT_ERR_IO;
+    c.block_tokens = block;
+    c.block_bytes = kvt_sim_block_bytes(&costs.hp, block);
+    if (!st) st = kvt_sim_config_from_profile(&c, &prof, text, &err);
+    free(text);
+    if (st) {
+        if (st != KVT_ERR_IO || err.msg[0]) fprintf(stderr, "kvtier sim: %s\n", err.msg);
+        kvt_costs_free(&costs);
+        return 1;
+    }
+    c.costs = &costs;
+    if (iter_ms >= 0) c.iter_ms = iter_ms;
+    c.rho = rho;
+    c.policy = policy;
+    c.n_requests = requests;
+    c.load = load;
+    c.max_batch = batch;
+    c.seed = (uint64_t)seed;
+    c.fast_blocks = fast_blocks;
+    if (host_blocks >= 0) c.host_blocks = host_blocks;
+    c.prefetch_depth = depth;
+    c.victim_window = window;
+    if (link_gbps > 0) c.h2d_gbps = c.d2h_gbps = link_gbps;
+    if (link_lat >= 0) c.h2d_latency_us = c.d2h_latency_us = link_lat;
+    int rc = 0;
+    if (sweep) {
+        const char *pols[MAX_LIST] = {"lru", "lfu", "attn-ema", "static", "lookahead", "oracle"};
+        int np = 6, nr = 9;
+        double rhos[MAX_LIST] = {1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5};
+        const char *rs[MAX_LIST];
+        if (pol_list && (np = split_list(pol_list, pols)) <= 0) {
+            fprintf(stderr, "kvtier sim: --policies: expected a,b,c (at most %d)\n", MAX_LIST);
+            rc = 2;
+        }
+        for (int i = 0; !rc && i < np; i++) {
+            if (!kvt_evict_policy_find(pols[i])) {
+                fprintf(stderr, "kvtier sim: --policies: '%s' is not %s\n", pols[i], kvt_sim_policy_names());
+                rc = 2;
+            }
+        }
+        if (!rc && rho_list) {
+            nr = split_list(rho_list, rs);
+            for (int i = 0; i < nr; i++) {
+                char *end;
+                rhos[i] = strtod(rs[i], &end);
+                if (*end || !(rhos[i] > 0)) nr = -1;
+            }
+            if (nr <= 0) {
+                fprintf(stderr, "kvtier sim: --rhos: expected positive numbers a,b,c (at most %d)\n", MAX_LIST);
+                rc = 2;
+            }
+        }
+        FILE *f = stdout;
+        if (!rc && out_path && !(f = fopen(out_path, "w"))) {
+            fprintf(stderr, "kvtier sim: -o %s: cannot write\n", out_path);
+            rc = 1;
+        }
+        if (!rc) {
+            fprintf(f, "kvtier sim --sweep: profile %s, shape %s, workload %s, %lld requests x %lld seeds, load %.2f, batch %lld\n\n",
+                    profile_path, shape_name, wl, (long long)requests, (long long)seeds, load, (long long)batch);
+            st = kvt_sim_sweep(&c, pols, np, rhos, nr, (int)seeds, f, stderr, &err);
+            if (st) {
+                fprintf(stderr, "kvtier sim: %s\n", err.msg);
+                rc = 1;
+            }
+            if (f != stdout) fclose(f);
+        }
+    } else {
+        kvt_sim_summary s;
+        st = kvt_sim_run_seeds(&c, (int)seeds, &s, &err);
+        if (st) {
+            fprintf(stderr, "kvtier sim: %s\n", err.msg);
+            rc = 1;
+        } else if (json) {
+            print_json(&c, profile_path, shape_name, &s);
+        } else {
+            printf("kvtier sim: %s, %s, %s, rho %.2f, policy %s, %d seed(s)\n", profile_path, shape_name, wl, rho, policy,
+                   s.n_seeds);
+            printf("  TPOT mean %.2f ms, p95 %.2f ms; throughput %.0f tok/s; hit rate %.3f; moved %.2f GB per run\n",
+                   s.tpot_ms_mean, s.tpot_ms_p95, s.throughput_tok_s, s.hit_rate, s.moved_bytes / 1e9);
+            printf("  fast tier %lld blocks of %lld bytes; %lld transfers in %.2f s wall (%.2fM transfers/s)\n",
+                   (long long)s.fast_blocks, (long long)c.block_bytes, (long long)s.transfers, s.wall_s,
+                   kvt_sim_summary_rate(&s) / 1e6);
+        }
+    }
+    kvt_costs_free(&costs);
+    return rc;
+}

@@ -1,0 +1,829 @@
+// sim.c - the serving engine over a tiered KV store on a virtual clock (see sim.h).
+#include "sim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../base/timer.h"
+#include "../kv/kv_policy.h"
+#include "sim_core.h"
+
+// ---------------------------------------------------------------- workloads
+
+static const char *const k_wl_names[KVT_WL_COUNT] = {"uniform", "chat", "code", "summarization", "mixed"};
+
+kvt_sim_workload kvt_sim_workload_find(const char *name) {
+    for (int i = 0; name && i < KVT_WL_COUNT; i++) {
+        if (!strcasecmp(name, k_wl_names[i])) return (kvt_sim_workload)i;
+    }
+    return KVT_WL_COUNT;
+}
+
+const char *kvt_sim_workload_name(kvt_sim_workload w) { return w < KVT_WL_COUNT ? k_wl_names[w] : "?"; }
+const char *kvt_sim_workload_names(void) { return "uniform|chat|code|summarization|mixed"; }
+const char *kvt_sim_policy_names(void) { return "lru|lfu|attn-ema|static|lookahead|oracle"; }
+
+typedef struct {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r) { // splitmix64
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_unit(rng *r) { return (double)(rng_next(r) >> 11) * 0x1.0p-53; } // [0, 1)
+static int64_t rng_range(rng *r, int64_t lo, int64_t hi) { return lo + (int64_t)(rng_unit(r) * (double)(hi - lo + 1)); }
+
+// Prompt and output lengths of one request (tokens). Prompt ranges: chat 128-512 (70% under 256), code
+// 512-2048, summarization 2048-6000 (tierkv.txt §4.1; its 8192 summarization ceiling is past Llama-2's
+// 4096 context, the issue's 6000 is kept); output lengths are ours (the paper gives none).
+static void sample_lengths(kvt_sim_workload w, rng *r, int64_t *prompt, int64_t *out) {
+    if (w == KVT_WL_MIXED) {
+        double u = rng_unit(r);
+        w = u < 0.4 ? KVT_WL_CHAT : u < 0.7 ? KVT_WL_CODE : KVT_WL_SUMMARIZATION;
+    }
+    switch (w) {
+    case KVT_WL_CHAT:
+        *prompt = rng_unit(r) < 0.7 ? rng_range(r, 128, 255) : rng_range(r, 256, 512);
+        *out = rng_range(r, 64, 256);
+        break;
+    case KVT_WL_CODE:
+        *prompt = rng_range(r, 512, 2048);
+        *out = rng_range(r, 128, 512);
+        break;
+    case KVT_WL_SUMMARIZATION:
+        *prompt = rng_range(r, 2048, 6000);
+        *out = rng_range(r, 128, 256);
+        break;
+    default:
+        *prompt = 512;
+        *out = 128;
+        break;
+    }
+}
+
+static int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Expected output tokens and expected blocks at a request's end, over 4096 draws of a fixed stream.
+static void workload_means(const kvt_sim_config *c, double *mean_out, double *mean_blocks) {
+    rng r = {0x5eedull};
+    double so = 0, sb = 0;
+    for (int i = 0; i < 4096; i++) {
+        int64_t p, o;
+        sample_lengths(c->workload, &r, &p, &o);
+        so += (double)o;
+        sb += (double)div_up(p + o, c->block_tokens);
+    }
+    *mean_out = so / 4096;
+    *mean_blocks = sb / 4096;
+}
+
+double kvt_sim_footprint_blocks(const kvt_sim_config *c) {
+    double mo, mb;
+    workload_means(c, &mo, &mb);
+    return (double)c->max_batch * mb;
+}
+
+int64_t kvt_sim_block_bytes(const kvt_hparams *hp, int64_t block_tokens) {
+    const int64_t dv = hp->head_dim_v > 0 ? hp->head_dim_v : hp->head_dim;
+    return (int64_t)hp->n_layer * hp->n_head_kv * (hp->head_dim + dv) * 2 * block_tokens;
+}
+
+// ---------------------------------------------------------------- configuration
+
+void kvt_sim_config_default(kvt_sim_config *c) {
+    *c = (kvt_sim_config){0};
+    c->block_tokens = 16;
+    c->block_bytes = 2LL * 32 * 32 * 128 * 2 * 16; // Llama-2-7B, F16: 8 MiB
+    c->h2d_gbps = c->d2h_gbps = 64;
+    c->h2d_latency_us = c->d2h_latency_us = 1;
+    c->ssd_read_gbps = c->ssd_write_gbps = 7;
+    c->ssd_latency_us = 10;
+    c->rho = 1;
+    c->iter_ms = 4.0;
+    c->workload = KVT_WL_UNIFORM;
+    c->n_requests = 256;
+    c->load = 0.8;
+    c->max_batch = 32;
+    c->seed = 1;
+    c->policy = "lru";
+    c->prefetch_depth = 4;
+    c->victim_window = 64;
+    c->attn_alpha = 0.5;
+}
+
+kvt_status kvt_sim_config_from_profile(kvt_sim_config *c, const kvt_profile *p, const char *json_text, kvt_err *err) {
+    if (p->h2d_gbps > 0) c->h2d_gbps = p->h2d_gbps;
+    if (p->d2h_gbps > 0) c->d2h_gbps = p->d2h_gbps;
+    c->h2d_latency_us = p->h2d_latency_us;
+    c->d2h_latency_us = p->d2h_latency_us;
+    if (!p->has_gpu) { // a CPU machine: the fast tier is RAM, the host tier is absent, the disk is the link
+        c->h2d_gbps = c->d2h_gbps = p->cpu_read_gbps;
+        c->h2d_latency_us = c->d2h_latency_us = 0;
+    }
+    if (p->disk_read_gbps > 0) c->ssd_read_gbps = p->disk_read_gbps;
+    if (p->disk_write_gbps > 0) c->ssd_write_gbps = p->disk_write_gbps;
+    c->ssd_latency_us = p->disk_read_latency_us;
+    if (p->ram_bytes > 0 && c->block_bytes > 0)
+        c->host_blocks = (p->ram_bytes - p->ram_reserved_bytes) / c->block_bytes;
+    c->device = p->has_gpu ? kvt_device_gpu(p) : kvt_device_cpu(p);
+    c->iter_ms = 0;
+    c->prefill_ms_per_tok = 0;
+    if (json_text) {
+        kvt_jv root;
+        kvt_status st = kvt_jv_parse(json_text, &root, err);
+        if (st) return st;
+        c->iter_ms = kvt_jv_num(&root, "sim_iter_ms", 0);
+        c->prefill_ms_per_tok = kvt_jv_num(&root, "sim_prefill_ms_per_tok", 0);
+        kvt_jv_free(&root);
+    }
+    return KVT_OK;
+}
+
+// ---------------------------------------------------------------- state
+
+enum { W_FAST = 1, W_HOST = 2, W_SSD = 4 };
+enum { L_H2D, L_D2H, L_SSD_R, L_SSD_W, N_LINK };
+enum { EV_ARRIVE, EV_XSTART, EV_XDONE };
+enum { PF_NONE, PF_SCHED, PF_ATTN };
+
+typedef struct {
+    int64_t req;
+    int32_t idx;
+    int32_t res_pos, host_pos; // index in the fast / host lists, -1 if absent
+    uint8_t where, fly, dirty, live, pf;
+    uint64_t last_use, uses;
+    double ema;
+} blk;
+
+typedef struct {
+    int64_t first_blk, max_blocks;
+    double t_first, t_last;
+    int64_t scan_start, scan_nb, next_start; // position in this iteration's scan (-1: not in it), blocks then
+    bool finishing, admitted_now, in_batch;
+} req;
+
+typedef struct {
+    int64_t *v;
+    int64_t n, cap;
+} ilist;
+
+typedef struct {
+    const kvt_sim_config *c;
+    const kvt_evict_policy *pol;
+    int pf_mode;
+    bool oracle;
+    kvt_err *err;
+    kvt_sim_queue q;
+    kvt_sim_link link[N_LINK];
+    kvt_sim_req *pub; // what the scheduler sees [n_requests]
+    req *r;           // the rest [n_requests]
+    blk *b;           // every request's blocks, max_blocks each, from r[i].first_blk
+    ilist fast, host, running, waiting, batch, scan, attn, done_tpot;
+    int64_t cur_fast, cur_host; // window cursors
+    int64_t C, n_fly_fast, n_pf;
+    uint64_t tick;
+    // engine
+    double t_eng, slice, stall_from;
+    int64_t pos, pc, wait_blk, n_done;
+    bool wait_slot, pf_blocked, idle, tried_pos;
+    double iter_s_full, lambda, first_arrival, last_token;
+    int64_t tokens;
+    kvt_sim_result *res;
+    kvt_evict_info *ci; // candidate scratch [window + 1]
+    int64_t *cid;
+} sim;
+
+static kvt_status il_push(sim *s, ilist *l, int64_t x) {
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? l->cap * 2 : 64;
+        int64_t *nv = realloc(l->v, (size_t)cap * sizeof *nv);
+        if (!nv) return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory (%lld list entries)", (long long)cap);
+        l->v = nv;
+        l->cap = cap;
+    }
+    l->v[l->n++] = x;
+    return KVT_OK;
+}
+
+// Tier lists: swap-remove keeps positions in the block.
+static kvt_status fast_add(sim *s, int64_t id) {
+    s->b[id].res_pos = (int32_t)s->fast.n;
+    s->b[id].where |= W_FAST;
+    return il_push(s, &s->fast, id);
+}
+static void fast_del(sim *s, int64_t id) {
+    int32_t p = s->b[id].res_pos;
+    int64_t last = s->fast.v[--s->fast.n];
+    s->fast.v[p] = last;
+    s->b[last].res_pos = p;
+    s->b[id].res_pos = -1;
+    s->b[id].where &= (uint8_t)~W_FAST;
+}
+static kvt_status host_add(sim *s, int64_t id) {
+    s->b[id].host_pos = (int32_t)s->host.n;
+    s->b[id].where |= W_HOST;
+    return il_push(s, &s->host, id);
+}
+static void host_del(sim *s, int64_t id) {
+    int32_t p = s->b[id].host_pos;
+    int64_t last = s->host.v[--s->host.n];
+    s->host.v[p] = last;
+    s->b[last].host_pos = p;
+    s->b[id].host_pos = -1;
+    s->b[id].where &= (uint8_t)~W_HOST;
+}
+
+// Accesses until the schedule reads block id again (the store's next_use): this iteration's scan, then
+// the next iteration's (K = 1). lookahead assumes the batch continues unchanged; the oracle knows which
+// requests finish and where the others will sit.
+static int64_t next_use(const sim *s, const blk *B) {
+    const req *R = &s->r[B->req];
+    if (R->scan_start < 0) return INT64_MAX;
+    if (B->idx < R->scan_nb && R->scan_start + B->idx >= s->pos) return R->scan_start + B->idx - s->pos;
+    if (s->oracle && R->finishing) return INT64_MAX;
+    return s->scan.n - s->pos + (s->oracle ? R->next_start : R->scan_start) + B->idx;
+}
+
+static kvt_evict_info info_of(const sim *s, int64_t id) {
+    const blk *B = &s->b[id];
+    const int64_t live = s->fast.n + s->n_fly_fast;
+    kvt_evict_info e = {B->last_use, B->uses, next_use(s, B), B->req, B->idx, s->pub[B->req].n_blocks,
+                        live > s->C ? (double)(live - s->C) / (double)live : 0.0, B->ema};
+    return e;
+}
+
+// ---------------------------------------------------------------- victims
+
+// No write is needed to drop block id from its tier (fast: a copy below and no newer data; host: a copy
+// elsewhere). Blocks in flight never count.
+static bool is_clean(const sim *s, int64_t id, bool host_tier) {
+    const blk *B = &s->b[id];
+    if (B->fly) return false;
+    return host_tier ? (B->where & (W_FAST | W_SSD)) != 0 : (!B->dirty && (B->where & (W_HOST | W_SSD)));
+}
+
+// The victim among a window of list l (cursor *cur), kvt_evict_pick over the clean candidates if any
+// (where the policy asks: clean_first, and always in the host tier), else over all; with `incoming`
+// (>= 0) the block a prefetch would bring is a candidate too and -2 is returned if it is the one picked.
+// -1 if no block qualifies.
+static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_t incoming) {
+    const int64_t n = l->n, m = n < s->c->victim_window ? n : s->c->victim_window;
+    const int64_t start = n > m ? *cur % n : 0;
+    if (n > m) *cur = (start + m) % n;
+    const bool classes = host_tier || s->pol->clean_first;
+    // pass 1: which class competes (clean blocks if any, where classes apply); pass 2: its candidates' info
+    bool any_clean = false;
+    for (int64_t k = 0, j = start; classes && !any_clean && k < m; k++, j = j + 1 == n ? 0 : j + 1)
+        any_clean = is_clean(s, l->v[j], host_tier);
+    int64_t na = 0;
+    for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
+        const int64_t id = l->v[j];
+        if (s->b[id].fly || (classes && is_clean(s, id, host_tier) != any_clean)) continue;
+        s->ci[na] = info_of(s, id);
+        s->cid[na++] = id;
+    }
+    kvt_evict_info *ai = s->ci;
+    int64_t *aid = s->cid;
+    if (incoming >= 0) {
+        ai[na] = info_of(s, incoming);
+        aid[na++] = -2;
+    }
+    int64_t k = kvt_evict_pick(s->pol, ai, na, s->tick);
+    if (s->c->on_pick && k >= 0) s->c->on_pick(s->c->on_pick_ud, ai, na, s->tick, k);
+    return k < 0 ? -1 : aid[k];
+}
+
+// ---------------------------------------------------------------- transfers
+
+static kvt_status link_sched(sim *s, int li) {
+    kvt_sim_link *L = &s->link[li];
+    if (L->n_act == 0) return KVT_OK;
+    return kvt_sim_queue_push(&s->q, kvt_sim_link_next_time(L), EV_XDONE, li, (int64_t)L->version, 0, s->err);
+}
+
+static kvt_status issue(sim *s, double t, int li, int64_t id) {
+    kvt_sim_link *L = &s->link[li];
+    if (L->latency > 0) return kvt_sim_queue_push(&s->q, t + L->latency, EV_XSTART, li, id, 0, s->err);
+    kvt_status st = kvt_sim_link_start(L, t, id, (double)s->c->block_bytes, s->err);
+    return st ? st : link_sched(s, li);
+}
+
+// Room for one more block in the host tier: the victim's copy goes to SSD unless it has another.
+static kvt_status host_room(sim *s, double t) {
+    while (s->c->host_blocks > 0 && s->host.n >= s->c->host_blocks) {
+        int64_t v = pick(s, &s->host, &s->cur_host, true, -1);
+        if (v < 0) return kvt_errorf(s->err, KVT_ERR_BUDGET, "sim: host tier full of blocks in flight");
+        host_del(s, v);
+        if (!(s->b[v].where & (W_FAST | W_SSD))) { // its only copy: to SSD (a fast copy writes back when evicted)
+            s->b[v].where |= W_SSD;
+            kvt_status st = issue(s, t, L_SSD_W, v);
+            if (st) return st;
+        }
+    }
+    return KVT_OK;
+}
+
+static kvt_status evict_fast(sim *s, int64_t v, double t) {
+    blk *B = &s->b[v];
+    fast_del(s, v);
+    if (B->dirty || !(B->where & (W_HOST | W_SSD))) { // write back
+        B->dirty = 0;
+        if (!(B->where & W_HOST)) {
+            kvt_status st = host_room(s, t);
+            if (!st) st = host_add(s, v);
+            if (st) return st;
+        }
+        return issue(s, t, L_D2H, v);
+    }
+    return KVT_OK;
+}
+
+// Makes room for one block in the fast tier; *ok false if every resident block is in flight.
+static kvt_status fast_room(sim *s, double t, bool *ok) {
+    *ok = true;
+    while (s->fast.n + s->n_fly_fast >= s->C) {
+        int64_t v = pick(s, &s->fast, &s->cur_fast, false, -1);
+        if (v < 0) {
+            *ok = false;
+            return KVT_OK;
+        }
+        kvt_status st = evict_fast(s, v, t);
+        if (st) return st;
+    }
+    return KVT_OK;
+}
+
+// Starts bringing block id into the fast tier (a slot must be free): one hop from host, two from SSD.
+static kvt_status fetch(sim *s, int64_t id, double t) {
+    blk *B = &s->b[id];
+    B->fly = 1;
+    s->n_fly_fast++;
+    if (B->where & W_HOST) return issue(s, t, L_H2D, id);
+    kvt_status st = host_room(s, t);
+    return st ? st : issue(s, t, L_SSD_R, id);
+}
+
+// ---------------------------------------------------------------- prefetch
+
+// The next block the policy would bring in, or -1: lookahead and oracle walk the schedule (this scan,
+// then the next one), attn-ema its list of blocks predicted important.
+static int64_t pf_next(sim *s) {
+    if (s->pf_mode == PF_SCHED) {
+        if (s->pc < s->pos) s->pc = s->pos;
+        for (; s->pc < 2 * s->scan.n; s->pc++) {
+            int64_t id = s->scan.v[s->pc % s->scan.n];
+            const blk *B = &s->b[id];
+            if (s->pc >= s->scan.n && s->oracle && s->r[B->req].finishing) continue;
+            if (B->live && !B->fly && !(B->where & W_FAST)) return id;
+        }
+    } else if (s->pf_mode == PF_ATTN) {
+        for (; s->pc < s->attn.n; s->pc++) {
+            int64_t id = s->attn.v[s->pc];
+            const blk *B = &s->b[id];
+            if (B->live && !B->fly && !(B->where & W_FAST)) return id;
+        }
+    }
+    return -1;
+}
+
+static kvt_status prefetch(sim *s, double t) {
+    s->pf_blocked = false;
+    while (s->pf_mode != PF_NONE && s->n_pf < s->c->prefetch_depth) {
+        int64_t id = pf_next(s);
+        if (id < 0) return KVT_OK;
+        if (s->fast.n + s->n_fly_fast >= s->C) {
+            int64_t v = pick(s, &s->fast, &s->cur_fast, false, id);
+            if (v < 0) {
+                s->pf_blocked = true;
+                return KVT_OK;
+            }
+            kvt_status st = evict_fast(s, v, t);
+            if (st) return st;
+        }
+        if (s->fast.n + s->n_fly_fast >= s->C) { // still full (a prefill went past the capacity): wait for reads
+            s->pf_blocked = true;
+            return KVT_OK;
+        }
+        s->b[id].pf = 1;
+        s->n_pf++;
+        s->pc++;
+        kvt_status st = fetch(s, id, t);
+        if (st) return st;
+    }
+    return KVT_OK;
+}
+
+// ---------------------------------------------------------------- engine
+
+int64_t kvt_sim_sched_fcfs(const kvt_sim_sched_view *v, int64_t *batch, void *ud) {
+    (void)ud;
+    int64_t n = 0;
+    for (int64_t i = 0; i < v->n_running && n < v->max_batch; i++) batch[n++] = v->running[i];
+    for (int64_t i = 0; i < v->n_waiting && n < v->max_batch; i++) batch[n++] = v->waiting[i];
+    return n;
+}
+
+static double iter_seconds(const kvt_sim_config *c, int64_t batch, double ctx) {
+    if (c->iter_ms > 0) return c->iter_ms * 1e-3;
+    return kvt_stage_decode_ms(c->costs, 0, c->costs->n_units, &c->device, batch, (int64_t)ctx) * 1e-3;
+}
+
+// Synthetic attention mass of block idx of a request with n blocks (the simulator's stand-in for what the
+// streaming attention would export): the first block (attention sink) weighs 4, the last two 3, the others
+// a fixed per-block factor in [0.5, 1.5); normalised by about the sum, n + 5.
+static double attn_mass(int64_t req_id, int64_t idx, int64_t n) {
+    double w;
+    if (idx == 0) w = 4;
+    else if (idx >= n - 2) w = 3;
+    else {
+        rng r = {(uint64_t)req_id * 0x100000001B3ull + (uint64_t)idx};
+        w = 0.5 + rng_unit(&r);
+    }
+    return w / (double)(n + 5);
+}
+
+static void touch(sim *s, int64_t id) {
+    blk *B = &s->b[id];
+    B->last_use = ++s->tick;
+    B->uses++;
+    B->ema = s->c->attn_alpha * attn_mass(B->req, B->idx, s->pub[B->req].n_blocks) + (1 - s->c->attn_alpha) * B->ema;
+}
+
+// Appends a block to request ri, written in the fast tier (dirty). Past the capacity only when every
+// resident block is in flight.
+static kvt_status new_block(sim *s, int64_t ri, double t) {
+    kvt_sim_req *P = &s->pub[ri];
+    if (P->n_blocks >= s->r[ri].max_blocks) return KVT_OK;
+    bool ok;
+    kvt_status st = fast_room(s, t, &ok);
+    if (st) return st;
+    const int64_t id = s->r[ri].first_blk + P->n_blocks;
+    s->b[id] = (blk){.req = ri, .idx = (int32_t)P->n_blocks, .res_pos = -1, .host_pos = -1, .live = 1, .dirty = 1,
+                     .last_use = s->tick, .uses = 1};
+    P->n_blocks++;
+    s->b[id].ema = attn_mass(ri, s->b[id].idx, P->n_blocks);
+    return fast_add(s, id);
+}
+
+static void free_blocks(sim *s, int64_t ri) {
+    for (int64_t k = 0; k < s->pub[ri].n_blocks; k++) {
+        const int64_t id = s->r[ri].first_blk + k;
+        blk *B = &s->b[id];
+        if (B->where & W_FAST) fast_del(s, id);
+        if (B->where & W_HOST) host_del(s, id);
+        B->where = 0;
+        B->live = 0; // a block in flight releases its slot when it lands
+    }
+}
+
+static kvt_status start_iter(sim *s, double t) {
+    const kvt_sim_config *c = s->c;
+    kvt_sim_sched_view v = {s->pub, c->n_requests, s->running.v, s->running.n, s->waiting.v, s->waiting.n,
+                            c->max_batch, c->block_tokens, s->C, t};
+    int64_t nb = (c->sched ? c->sched : kvt_sim_sched_fcfs)(&v, s->batch.v, c->sched_ud);
+    if (nb < 0 || nb > c->max_batch)
+        return kvt_errorf(s->err, KVT_ERR_INVALID_ARG, "sim: the scheduler returned a batch of %lld (max %lld)",
+                          (long long)nb, (long long)c->max_batch);
+    s->batch.n = nb;
+    for (int64_t i = 0; i < s->running.n; i++) s->r[s->running.v[i]].scan_start = -1;
+    s->scan.n = s->attn.n = 0;
+    int64_t prefill_tok = 0, n_dec = 0;
+    double ctx_sum = 0;
+    kvt_status st = KVT_OK;
+    for (int64_t i = 0; i < nb && !st; i++) {
+        const int64_t id = s->batch.v[i];
+        if (id < 0 || id >= c->n_requests || s->r[id].in_batch ||
+            (s->pub[id].state != KVT_SIM_WAITING && s->pub[id].state != KVT_SIM_RUNNING))
+            return kvt_errorf(s->err, KVT_ERR_INVALID_ARG, "sim: the scheduler picked request %lld, which is %s",
+                              (long long)id, id < 0 || id >= c->n_requests ? "out of range"
+                                             : s->r[id].in_batch                 ? "twice in the batch"
+                                                                                 : "not waiting or running");
+        req *R = &s->r[id];
+        kvt_sim_req *P = &s->pub[id];
+        R->in_batch = true;
+        if (P->state == KVT_SIM_WAITING) { // admit and prefill
+            P->state = KVT_SIM_RUNNING;
+            R->admitted_now = true;
+            R->finishing = P->out <= 1;
+            st = il_push(s, &s->running, id);
+            for (int64_t k = 0; !st && k < div_up(P->prompt, c->block_tokens); k++) st = new_block(s, id, t);
+            prefill_tok += P->prompt;
+        } else {
+            R->scan_start = s->scan.n;
+            R->scan_nb = P->n_blocks;
+            R->finishing = P->generated + 1 >= P->out;
+            for (int64_t k = 0; !st && k < P->n_blocks; k++) st = il_push(s, &s->scan, R->first_blk + k);
+            ctx_sum += (double)(P->prompt + P->generated);
+            n_dec++;
+        }
+    }
+    if (st) return st;
+    // the waiting list without the admitted
+    int64_t w = 0;
+    for (int64_t i = 0; i < s->waiting.n; i++) {
+        if (s->pub[s->waiting.v[i]].state == KVT_SIM_WAITING) s->waiting.v[w++] = s->waiting.v[i];
+    }
+    s->waiting.n = w;
+    // where each request continuing into the next iteration will sit in its scan (the oracle's view)
+    int64_t off = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t i = 0; i < nb; i++) {
+            req *R = &s->r[s->batch.v[i]];
+            if (R->admitted_now != (pass == 1) || R->finishing) continue;
+            R->next_start = off;
+            off += s->pub[s->batch.v[i]].n_blocks;
+        }
+    }
+    if (s->pf_mode == PF_ATTN) { // blocks whose attention EMA predicts them important (weight >= 1.25)
+        for (int64_t p = 0; p < s->scan.n && !st; p++) {
+            const blk *B = &s->b[s->scan.v[p]];
+            if (B->ema * (double)(s->pub[B->req].n_blocks + 5) >= 1.25) st = il_push(s, &s->attn, s->scan.v[p]);
+        }
+        if (st) return st;
+    }
+    if (nb == 0) {
+        s->idle = true;
+        s->t_eng = INFINITY;
+        return KVT_OK;
+    }
+    const double T = iter_seconds(c, nb, n_dec ? ctx_sum / (double)n_dec : 0.0);
+    s->slice = s->scan.n ? T / (double)s->scan.n : 0;
+    s->t_eng = t + (double)prefill_tok * c->prefill_ms_per_tok * 1e-3 + (s->scan.n ? 0 : T);
+    s->pos = s->pc = 0;
+    s->tried_pos = false;
+    return prefetch(s, t);
+}
+
+static kvt_status end_iter(sim *s, double t) {
+    const kvt_sim_config *c = s->c;
+    kvt_status st = KVT_OK;
+    for (int64_t i = 0; i < s->batch.n && !st; i++) {
+        const int64_t id = s->batch.v[i];
+        req *R = &s->r[id];
+        kvt_sim_req *P = &s->pub[id];
+        P->generated++;
+        if (R->admitted_now) R->t_first = t;
+        R->t_last = s->last_token = t;
+        s->tokens++;
+        R->admitted_now = R->in_batch = false;
+        R->scan_start = -1;
+        if (P->generated >= P->out) {
+            P->state = KVT_SIM_DONE;
+            free_blocks(s, id);
+            s->n_done++;
+            if (P->out > 1) st = il_push(s, &s->done_tpot, id);
+        } else if (div_up(P->prompt + P->generated, c->block_tokens) > P->n_blocks) {
+            st = new_block(s, id, t);
+        } else {
+            blk *L = &s->b[R->first_blk + P->n_blocks - 1];
+            if (L->where & W_FAST) L->dirty = 1;
+        }
+    }
+    int64_t w = 0;
+    for (int64_t i = 0; i < s->running.n; i++) {
+        if (s->pub[s->running.v[i]].state == KVT_SIM_RUNNING) s->running.v[w++] = s->running.v[i];
+    }
+    s->running.n = w;
+    s->res->iterations++;
+    return st;
+}
+
+static kvt_status eng_step(sim *s) {
+    const double t = s->t_eng;
+    if (s->pos == s->scan.n) {
+        kvt_status st = end_iter(s, t);
+        return st ? st : start_iter(s, t);
+    }
+    const int64_t id = s->scan.v[s->pos];
+    blk *B = &s->b[id];
+    if (B->where & W_FAST) {
+        s->res->reads++;
+        if (!s->tried_pos) s->res->hit_rate++; // hits, divided at the end
+        touch(s, id);
+        s->pos++;
+        s->tried_pos = false;
+        s->t_eng = t + s->slice;
+        return s->pf_blocked ? prefetch(s, t) : KVT_OK;
+    }
+    s->tried_pos = true;
+    s->stall_from = t;
+    s->t_eng = INFINITY;
+    if (B->fly) {
+        s->wait_blk = id;
+        return KVT_OK;
+    }
+    bool ok;
+    kvt_status st = fast_room(s, t, &ok);
+    if (st) return st;
+    if (!ok) {
+        s->wait_slot = true;
+        return KVT_OK;
+    }
+    s->wait_blk = id;
+    return fetch(s, id, t);
+}
+
+// A transfer on link li of block id ended at t.
+static kvt_status xfer_done(sim *s, int li, int64_t id, double t) {
+    s->res->transfers++;
+    s->res->moved_bytes += (double)s->c->block_bytes;
+    blk *B = &s->b[id];
+    kvt_status st = KVT_OK;
+    if (li == L_SSD_R && B->live) { // first hop of two
+        st = host_room(s, t);
+        if (!st && !(B->where & W_HOST)) st = host_add(s, id);
+        return st ? st : issue(s, t, L_H2D, id);
+    }
+    if (li == L_H2D || li == L_SSD_R) {
+        B->fly = 0;
+        s->n_fly_fast--;
+        if (B->pf) {
+            B->pf = 0;
+            s->n_pf--;
+        }
+        if (B->live) {
+            st = fast_add(s, id);
+            B->dirty = 0;
+        }
+        if (s->wait_blk == id) {
+            s->res->stall_s += t - s->stall_from;
+            s->t_eng = t;
+            s->wait_blk = -1;
+        }
+    }
+    if (st) return st;
+    if (s->wait_slot) {
+        s->wait_slot = false;
+        s->res->stall_s += t - s->stall_from;
+        s->t_eng = t;
+    }
+    return prefetch(s, t);
+}
+
+static kvt_status handle(sim *s, const kvt_sim_event *e) {
+    kvt_status st = KVT_OK;
+    if (e->kind == EV_ARRIVE) {
+        s->pub[e->a].state = KVT_SIM_WAITING;
+        st = il_push(s, &s->waiting, e->a);
+        if (!st && e->a + 1 < s->c->n_requests)
+            st = kvt_sim_queue_push(&s->q, s->pub[e->a + 1].arrival, EV_ARRIVE, 0, e->a + 1, 0, s->err);
+        if (!st && s->idle) {
+            s->idle = false;
+            st = start_iter(s, e->t);
+        }
+    } else if (e->kind == EV_XSTART) {
+        st = kvt_sim_link_start(&s->link[e->aux], e->t, e->a, (double)s->c->block_bytes, s->err);
+        if (!st) st = link_sched(s, e->aux);
+    } else if ((uint32_t)e->a == s->link[e->aux].version) {
+        const int64_t id = kvt_sim_link_finish(&s->link[e->aux], e->t);
+        st = link_sched(s, e->aux);
+        if (!st && id >= 0) st = xfer_done(s, e->aux, id, e->t);
+    }
+    return st;
+}
+
+static kvt_status check_config(const kvt_sim_config *c, kvt_err *err) {
+    if (c->block_tokens <= 0 || c->block_bytes <= 0)
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: block_tokens and block_bytes must be positive");
+    if (!(c->h2d_gbps > 0 && c->d2h_gbps > 0 && c->ssd_read_gbps > 0 && c->ssd_write_gbps > 0))
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: every link bandwidth must be positive (h2d %g, d2h %g, ssd %g/%g GB/s)",
+                          c->h2d_gbps, c->d2h_gbps, c->ssd_read_gbps, c->ssd_write_gbps);
+    if (c->fast_blocks <= 0 && !(c->rho > 0)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: rho must be positive");
+    if (c->n_requests <= 0 || c->max_batch <= 0 || !(c->load > 0) || c->prefetch_depth <= 0 || c->victim_window <= 0)
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: requests, max_batch, load, prefetch_depth and victim_window must be positive");
+    if (!(c->iter_ms > 0) && !c->costs)
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: no compute model (iter_ms 0 and no costs)");
+    if (c->workload >= KVT_WL_COUNT) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: unknown workload");
+    if (!c->policy || !kvt_evict_policy_find(c->policy))
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: unknown policy '%s' (%s)", c->policy ? c->policy : "(null)",
+                          kvt_sim_policy_names());
+    return KVT_OK;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void sim_free(sim *s) {
+    kvt_sim_queue_free(&s->q);
+    for (int i = 0; i < N_LINK; i++) kvt_sim_link_free(&s->link[i]);
+    free(s->pub);
+    free(s->r);
+    free(s->b);
+    ilist *ls[] = {&s->fast, &s->host, &s->running, &s->waiting, &s->batch, &s->scan, &s->attn, &s->done_tpot};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) free(ls[i]->v);
+    free(s->ci);
+    free(s->cid);
+}
+
+// Requests (arrival times and lengths) of seed c->seed, and the blocks they can hold.
+static kvt_status make_requests(sim *s) {
+    const kvt_sim_config *c = s->c;
+    double mean_out, mean_blocks;
+    workload_means(c, &mean_out, &mean_blocks);
+    const double F = (double)c->max_batch * mean_blocks;
+    s->C = c->fast_blocks > 0 ? c->fast_blocks : (int64_t)ceil(F / c->rho);
+    if (s->C < c->prefetch_depth + 2) s->C = c->prefetch_depth + 2;
+    const double ctx = mean_blocks * (double)c->block_tokens - mean_out / 2;
+    s->lambda = c->load * (double)c->max_batch / (mean_out * iter_seconds(c, c->max_batch, ctx));
+    s->pub = calloc((size_t)c->n_requests, sizeof *s->pub);
+    s->r = calloc((size_t)c->n_requests, sizeof *s->r);
+    if (!s->pub || !s->r) return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for %lld requests", (long long)c->n_requests);
+    rng g = {c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)c->workload + 1};
+    double t = 0;
+    int64_t nblk = 0;
+    for (int64_t i = 0; i < c->n_requests; i++) {
+        t += -log(1.0 - rng_unit(&g)) / s->lambda;
+        s->pub[i].arrival = t;
+        sample_lengths(c->workload, &g, &s->pub[i].prompt, &s->pub[i].out);
+        s->r[i].first_blk = nblk;
+        s->r[i].max_blocks = div_up(s->pub[i].prompt + s->pub[i].out, c->block_tokens);
+        s->r[i].scan_start = -1;
+        nblk += s->r[i].max_blocks;
+    }
+    s->first_arrival = s->pub[0].arrival;
+    s->b = calloc((size_t)nblk, sizeof *s->b);
+    const size_t w = (size_t)c->victim_window + 1;
+    s->ci = malloc(w * sizeof *s->ci);
+    s->cid = malloc(w * sizeof *s->cid);
+    s->batch.v = malloc((size_t)c->max_batch * sizeof *s->batch.v);
+    if (!s->b || !s->ci || !s->cid || !s->batch.v)
+        return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for %lld blocks", (long long)nblk);
+    s->batch.cap = c->max_batch;
+    for (int64_t i = 0; i < nblk; i++) s->b[i].res_pos = s->b[i].host_pos = -1;
+    return KVT_OK;
+}
+
+kvt_status kvt_sim_run(const kvt_sim_config *c, kvt_sim_result *r, kvt_err *err) {
+    *r = (kvt_sim_result){0};
+    kvt_status st = check_config(c, err);
+    if (st) return st;
+    const double w0 = kvt_time_ms();
+    sim S = {.c = c, .err = err, .res = r, .wait_blk = -1, .idle = true, .t_eng = INFINITY};
+    sim *s = &S;
+    s->pol = kvt_evict_policy_find(c->policy);
+    s->oracle = !strcmp(c->policy, "oracle");
+    s->pf_mode = s->oracle || !strcmp(c->policy, "lookahead") ? PF_SCHED : !strcmp(c->policy, "attn-ema") ? PF_ATTN : PF_NONE;
+    kvt_sim_queue_init(&s->q);
+    kvt_sim_link_init(&s->link[L_H2D], "h2d", c->h2d_gbps * 1e9, c->h2d_latency_us * 1e-6);
+    kvt_sim_link_init(&s->link[L_D2H], "d2h", c->d2h_gbps * 1e9, c->d2h_latency_us * 1e-6);
+    kvt_sim_link_init(&s->link[L_SSD_R], "ssd-read", c->ssd_read_gbps * 1e9, c->ssd_latency_us * 1e-6);
+    kvt_sim_link_init(&s->link[L_SSD_W], "ssd-write", c->ssd_write_gbps * 1e9, c->ssd_latency_us * 1e-6);
+    st = make_requests(s);
+    if (!st) st = kvt_sim_queue_push(&s->q, s->pub[0].arrival, EV_ARRIVE, 0, 0, 0, err);
+    const int64_t max_iter = 64 * (c->n_requests + 16) * 4096;
+    while (!st && s->n_done < c->n_requests) {
+        if (s->t_eng < INFINITY && s->t_eng <= kvt_sim_queue_peek(&s->q)) {
+            st = eng_step(s);
+        } else {
+            kvt_sim_event e;
+            if (!kvt_sim_queue_pop(&s->q, &e)) {
+                st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: stalled at t = %.6f s with %lld of %lld requests done",
+                                s->t_eng, (long long)s->n_done, (long long)c->n_requests);
+                break;
+            }
+            st = handle(s, &e);
+        }
+        if (!st && r->iterations > max_iter) st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: no end after %lld iterations", (long long)max_iter);
+    }
+    if (!st) {
+        r->n_done = s->done_tpot.n;
+        r->tpot_ms = malloc((size_t)(r->n_done ? r->n_done : 1) * sizeof *r->tpot_ms);
+        if (!r->tpot_ms) st = kvt_errorf(err, KVT_ERR_NOMEM, "sim: out of memory");
+    }
+    if (!st) {
+        double sum = 0;
+        for (int64_t i = 0; i < r->n_done; i++) {
+            const int64_t id = s->done_tpot.v[i];
+            r->tpot_ms[i] = (s->r[id].t_last - s->r[id].t_first) / (double)(s->pub[id].out - 1) * 1e3;
+            sum += r->tpot_ms[i];
+        }
+        r->tpot_ms_mean = r->n_done ? sum / (double)r->n_done : 0;
+        double *sorted = malloc((size_t)(r->n_done ? r->n_done : 1) * sizeof *sorted);
+        if (sorted && r->n_done) {
+            memcpy(sorted, r->tpot_ms, (size_t)r->n_done * sizeof *sorted);
+            qsort(sorted, (size_t)r->n_done, sizeof *sorted, cmp_double);
+            r->tpot_ms_p95 = sorted[(int64_t)ceil(0.95 * (double)r->n_done) - 1];
+        }
+        free(sorted);
+        r->hit_rate = r->reads ? r->hit_rate / (double)r->reads : 1.0;
+        r->throughput_tok_s = s->last_token > s->first_arrival ? (double)s->tokens / (s->last_token - s->first_arrival) : 0;
+        r->fast_blocks = s->C;
+        r->sim_s = s->last_token;
+    }
+    r->wall_s = (kvt_time_ms() - w0) * 1e-3;
+    sim_free(s);
+    if (st) kvt_sim_result_free(r);
+    return st;
+}
+
+void kvt_sim_result_free(kvt_sim_result *r) {
+    free(r->tpot_ms);
+    r->tpot_ms = NULL;
+}

@@ -1,0 +1,173 @@
+// sim.h - `kvtier sim`: a discrete-event simulator of a serving engine whose
+// KV cache lives in a tiered store (fast tier: HBM; host: DRAM; SSD), driving
+// the store's own eviction policies (kv_policy.h, unchanged) on a virtual clock.
+//
+// What is simulated (docs/SIMULATOR.md has the full set-up):
+//   - requests arrive by a seeded Poisson process, with prompt / output lengths
+//     drawn from a workload (uniform, chat, code, summarization, mixed);
+//   - a batch scheduler (kvt_sim_sched_fn: FCFS continuous batching for now; the
+//     serving scheduler of issue 12 plugs in there) picks each iteration's batch;
+//   - an iteration prefills the requests it admits (their blocks are created in
+//     the fast tier) and decodes one token for the others: attention reads every
+//     block of every decoding request in batch order (the "scan"), the
+//     iteration's compute spread evenly over the scan's block reads. A block
+//     missing from the fast tier stalls the scan until it arrives (a page fault);
+//   - KV blocks (block_tokens tokens of one request, all layers) live in the
+//     fast tier (capacity fast_blocks), host (host_blocks) or SSD; transfers use
+//     processor-sharing links (sim_core.h): host->fast, fast->host, SSD read,
+//     SSD write. SSD-resident blocks reach the fast tier in two hops (SSD ->
+//     host -> fast);
+//   - victims are chosen by kvt_evict_pick over a window of the resident blocks,
+//     clean blocks first where the policy asks, as the paged store does;
+//   - policies lookahead and oracle prefetch the next blocks of the schedule
+//     (this iteration and the next: K = 1), attn-ema prefetches the blocks whose
+//     attention EMA predicts them important, the others are reactive. A prefetch
+//     is issued only if the policy would not evict the incoming block itself
+//     (kvt_evict_pick over the window plus the incoming block).
+// Ticks (the policies' clock) are block reads; times are simulated seconds.
+#ifndef KVT_SIM_H
+#define KVT_SIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../base/status.h"
+#include "../kv/kv_policy.h"
+#include "../plan/cost.h"
+#include "../plan/profile.h"
+
+typedef enum { KVT_WL_UNIFORM, KVT_WL_CHAT, KVT_WL_CODE, KVT_WL_SUMMARIZATION, KVT_WL_MIXED, KVT_WL_COUNT } kvt_sim_workload;
+
+// "uniform" ... "mixed"; KVT_WL_COUNT if unknown.
+kvt_sim_workload kvt_sim_workload_find(const char *name);
+const char *kvt_sim_workload_name(kvt_sim_workload w);
+// "uniform|chat|code|summarization|mixed"
+const char *kvt_sim_workload_names(void);
+// The simulator's policies: "lru|lfu|attn-ema|static|lookahead|oracle" (all kv_policy.c policies).
+const char *kvt_sim_policy_names(void);
+
+// One request as the scheduler sees it.
+typedef struct {
+    double arrival;      // s
+    int64_t prompt;      // prompt tokens
+    int64_t out;         // tokens to generate (the simulator knows; a real scheduler only its max)
+    int64_t generated;   // tokens generated so far (the first one by the prefill)
+    int64_t n_blocks;    // KV blocks it holds (0 until admitted)
+    int32_t state;       // KVT_SIM_WAITING, RUNNING (admitted, holds KV), DONE
+} kvt_sim_req;
+
+enum { KVT_SIM_NOT_ARRIVED, KVT_SIM_WAITING, KVT_SIM_RUNNING, KVT_SIM_DONE };
+
+// What a batch scheduler sees before each iteration.
+typedef struct {
+    const kvt_sim_req *reqs;  // all requests [n_reqs]
+    int64_t n_reqs;
+    const int64_t *running;   // admitted requests (hold KV), in admission order [n_running]
+    int64_t n_running;
+    const int64_t *waiting;   // arrived, not admitted, in arrival order [n_waiting]
+    int64_t n_waiting;
+    int64_t max_batch;
+    int64_t block_tokens;
+    int64_t fast_blocks;      // fast-tier capacity in blocks
+    double now;               // s
+} kvt_sim_sched_view;
+
+// Picks the next iteration's batch: writes up to v->max_batch request ids into batch and returns how
+// many. Running requests in it decode a token; waiting ones are admitted and prefilled; running ones
+// left out are paused (their KV stays where it is). The iteration after the last one of a request
+// never contains it.
+typedef int64_t (*kvt_sim_sched_fn)(const kvt_sim_sched_view *v, int64_t *batch, void *ud);
+// FCFS continuous batching: every running request, then waiting ones in arrival order, up to max_batch.
+int64_t kvt_sim_sched_fcfs(const kvt_sim_sched_view *v, int64_t *batch, void *ud);
+
+typedef struct {
+    // model and machine
+    int64_t block_tokens;        // tokens per KV block (16)
+    int64_t block_bytes;         // bytes of one block, all layers, K and V
+    double h2d_gbps, d2h_gbps;   // host <-> fast link, 10^9 B/s per direction
+    double h2d_latency_us, d2h_latency_us;
+    double ssd_read_gbps, ssd_write_gbps, ssd_latency_us;
+    int64_t fast_blocks;         // fast-tier capacity (0: from rho)
+    int64_t host_blocks;         // host capacity (0: unlimited)
+    double rho;                  // oversubscription: peak KV footprint / fast capacity (used when fast_blocks = 0)
+    // compute
+    double iter_ms;              // > 0: decode iteration time, constant
+    const kvt_costs *costs;      // iter_ms == 0: the planner's roofline on `device` at the batch and mean context
+    kvt_device device;
+    double prefill_ms_per_tok;   // prefill compute per admitted prompt token (0: free, as in tierkv.txt)
+    // workload
+    kvt_sim_workload workload;
+    int64_t n_requests;          // requests per run
+    double load;                 // arrival rate as a share of the decode capacity max_batch / (E[out] * iter)
+    int64_t max_batch;
+    uint64_t seed;
+    // policy
+    const char *policy;          // kv_policy.c name
+    int64_t prefetch_depth;      // transfers a prefetching policy keeps in flight (4)
+    int64_t victim_window;       // resident blocks examined per eviction (64; the paged store examines 256)
+    double attn_alpha;           // EMA weight of the newest attention mass (0.5)
+    // scheduler (NULL: FCFS)
+    kvt_sim_sched_fn sched;
+    void *sched_ud;
+    // optional trace of every eviction decision: the candidates as given to kvt_evict_pick, the tick and
+    // the index it returned (tests check the decisions against kvt_evict_pick)
+    void (*on_pick)(void *ud, const kvt_evict_info *cands, int64_t n, uint64_t now, int64_t picked);
+    void *on_pick_ud;
+} kvt_sim_config;
+
+typedef struct {
+    double tpot_ms_mean;       // mean over requests of (t_last - t_first) / (out - 1)
+    double tpot_ms_p95;
+    double throughput_tok_s;   // tokens generated / (last token time - first arrival)
+    double hit_rate;           // block reads that found the block in the fast tier
+    double moved_bytes;        // bytes over every link
+    int64_t transfers;         // block transfers completed (all links)
+    int64_t reads;             // block reads by attention
+    int64_t iterations;
+    int64_t fast_blocks;       // capacity used
+    double stall_s;            // scan time spent waiting for blocks
+    double sim_s;              // simulated time
+    double wall_s;             // wall-clock time of the run
+    int64_t n_done;            // requests finished
+    double *tpot_ms;           // per finished request [n_done] (owned; kvt_sim_result_free)
+} kvt_sim_result;
+
+// Defaults: the tierkv.txt machine (Table 3) with Llama-2-7B blocks, FCFS, 4.0 ms iterations.
+void kvt_sim_config_default(kvt_sim_config *c);
+// Takes links, capacities and compute from a profile (h2d/d2h, disk, ram; vram only for the record) and
+// the profile file's sim_* keys (sim_iter_ms, sim_prefill_ms_per_tok) from its JSON text (may be NULL).
+kvt_status kvt_sim_config_from_profile(kvt_sim_config *c, const kvt_profile *p, const char *json_text, kvt_err *err);
+// Block bytes of a shape: layers x KV heads x (K + V head widths) x 2 (F16) x block_tokens.
+int64_t kvt_sim_block_bytes(const kvt_hparams *hp, int64_t block_tokens);
+// Peak KV footprint the fast-tier capacity is set from: max_batch x E[blocks of a request at its end].
+double kvt_sim_footprint_blocks(const kvt_sim_config *c);
+
+// One run. KVT_ERR_INVALID_ARG names a bad field; KVT_ERR_NOMEM.
+kvt_status kvt_sim_run(const kvt_sim_config *c, kvt_sim_result *r, kvt_err *err);
+void kvt_sim_result_free(kvt_sim_result *r);
+
+// Runs over seeds c->seed .. c->seed + n_seeds - 1 (src/sim/sim_sweep.c).
+typedef struct {
+    int n_seeds;
+    double tpot_ms_mean;      // mean of the runs' means
+    double tpot_ms_p95;       // 95th percentile of every finished request of every run
+    double throughput_tok_s;  // mean of the runs
+    double hit_rate;          // reads that hit / reads, all runs
+    double moved_bytes;       // mean per run
+    double stall_s;           // mean per run
+    int64_t transfers, reads, iterations; // totals
+    int64_t fast_blocks;      // capacity (the same for every seed)
+    double wall_s;            // total wall-clock time
+} kvt_sim_summary;
+kvt_status kvt_sim_run_seeds(const kvt_sim_config *c, int n_seeds, kvt_sim_summary *out, kvt_err *err);
+// Block transfers simulated per second of wall-clock time.
+double kvt_sim_summary_rate(const kvt_sim_summary *s);
+
+// A grid: every policy at every rho, n_seeds each; one markdown table (a row per rho and policy: TPOT
+// mean and p95, throughput, hit rate, GB moved, transfers, wall time) to `table`; a line per cell to
+// `progress` (may be NULL).
+kvt_status kvt_sim_sweep(const kvt_sim_config *base, const char *const *policies, int n_policies, const double *rhos,
+                         int n_rhos, int n_seeds, FILE *table, FILE *progress, kvt_err *err);
+
+#endif
