@@ -49,7 +49,7 @@ const char *const cli_engine_help =
     "                       created, so nothing is left in DIR however the run ends (Ctrl-C too)\n"
     "  --kv-disk-max BYTES  budget of T2 (default unlimited)\n"
     "  --kv-evict POLICY    eviction policy: lru (default), lfu, lookahead, spread, attn-ema, static,\n"
-    "                       oracle (kvtier sim explains them)\n"
+    "                       oracle (docs/SIMULATOR.md, kv_policy.h)\n"
     "  --kv-prefetch K      blocks fetched ahead of use (default 16)\n"
     "  --kv-keep            keep the disk file in DIR (kvtier-kv-XXXXXX)\n"
     KVT_BYTES_HELP;
