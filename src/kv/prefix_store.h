@@ -79,6 +79,22 @@ struct kvt_prefix_store {
 kvt_status kvt_prefix_store_dir_open(const char *dir, const kvt_prefix_identity *id, int64_t payload_bytes,
                                      int64_t max_bytes, kvt_prefix_store **out, kvt_err *err);
 
+// The same with every setting: kvt_prefix_store_dir_open uses the defaults with its max_bytes.
+typedef struct {
+    int64_t max_bytes;      // bound of the directory's entries in bytes, headers included (0: unlimited)
+    int64_t inflight_bytes; // payload bytes of puts queued for the writer thread (default 64 MiB); a put past it is
+                            // dropped (put_dropped); one is always admitted when none is queued. 0: puts are
+                            // written synchronously in the caller's thread
+} kvt_prefix_store_dir_params;
+kvt_prefix_store_dir_params kvt_prefix_store_dir_params_default(void);
+// Entries are files "<identity hash>-<key>.kvb" in DIR (a fixed header of 96 bytes with a CRC32C, then the
+// payload); entries of other identities may share DIR (they count against max_bytes). Entries present at open
+// are indexed (least recently used first, by modification time; a hit touches its file); temporary files left
+// by dead processes are removed.
+kvt_status kvt_prefix_store_dir_open_params(const char *dir, const kvt_prefix_identity *id, int64_t payload_bytes,
+                                            const kvt_prefix_store_dir_params *p, kvt_prefix_store **out,
+                                            kvt_err *err);
+
 static inline void kvt_prefix_store_get(kvt_prefix_store *s, const kvt_block_key *k, void *dst, bool *hit) {
     s->ops->get(s, k, dst, hit);
 }
