@@ -375,7 +375,7 @@ static kvt_status dir_scan(dir_store *s, const char *dir, kvt_err *err) {
     }
     closedir(d);
     if (st == KVT_OK) {
-        qsort(it, n, sizeof *it, scan_cmp);
+        if (n) qsort(it, n, sizeof *it, scan_cmp);
         pthread_mutex_lock(&s->mu);
         for (size_t i = 0; i < n && st == KVT_OK; i++) {
             if (!ix_insert(s, it[i].idh, &it[i].key, it[i].bytes)) {
