@@ -46,6 +46,15 @@ ifeq ($(MHD),1)
 BASE_CFLAGS += -DKVT_HAVE_MICROHTTPD
 LDLIBS      += -lmicrohttpd
 endif
+# the Redis tier of the prefix cache (`--kv-remote`, src/kv/prefix_store_redis.c) through hiredis
+# (apt-get install libhiredis-dev; tests start redis-server when installed). HIREDIS=0 forces the build without
+# it: then opening a Redis store says it is not compiled in.
+HIREDIS ?= $(shell printf '\043include <hiredis/hiredis.h>\nint main(void){redisFree(redisConnectUnix("/x")); return 0;}\n' | \
+             $(CC) -x c - -lhiredis -o /dev/null 2>/dev/null && echo 1 || echo 0)
+ifeq ($(HIREDIS),1)
+BASE_CFLAGS += -DKVT_HAVE_HIREDIS
+LDLIBS      += -lhiredis
+endif
 SHARED  ?= ../shared
 CACHE   ?= $(HOME)/.cache/kvtier
 SMOLLM2 ?= $(CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -218,5 +227,11 @@ MHD_STAMP := $(BUILD)/.mhd-$(MHD)
 $(MHD_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.mhd-* && touch $@
 $(BUILD)/tests/test_serve_http.o $(BUILD)/src/cli/cmd_serve.o: $(MHD_STAMP)
+
+# and when HIREDIS changes (the Redis store and its tests)
+HIREDIS_STAMP := $(BUILD)/.hiredis-$(HIREDIS)
+$(HIREDIS_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/.hiredis-* && touch $@
+$(BUILD)/src/kv/prefix_store_redis.o $(BUILD)/tests/test_prefix_store_redis.o: $(HIREDIS_STAMP)
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

@@ -28,7 +28,7 @@ make -s -j2 BUILD=$B CC=$CC OPT=-O1 CFLAGS="$LIBFLAGS -fno-omit-frame-pointer -W
   $B/libkvtier.a
 build() { # target name
   $CC -std=c11 -O1 -g -D_GNU_SOURCE -pthread $SAN $LINK fuzz/fuzz_$1.c $B/libkvtier.a -o $B/fuzz_$1 -lm -ldl \
-    $(test -f $B/.uring-1 && echo -luring || true)
+    $(test -f $B/.uring-1 && echo -luring || true) $(test -f $B/.hiredis-1 && echo -lhiredis || true)
 }
 run() { # target corpus-dir extra-seed-files...
   local t=$1 dir=$2; shift 2

@@ -93,15 +93,14 @@ static kvt_prefix_store *open_dir(const char *dir, uint32_t fp, uint32_t bt, int
     return s;
 }
 
-static void put_i(kvt_prefix_store *s, int i) {
+void tps_put(kvt_prefix_store *s, int i) {
     uint8_t b[P];
     tps_payload(i, b, P);
     kvt_block_key k = tps_key(i);
     kvt_prefix_store_put(s, &k, b);
 }
 
-// Hits with right bytes among keys [a, b); -1000 if any hit had wrong bytes.
-static int hits_in(kvt_prefix_store *s, int a, int b) {
+int tps_hits(kvt_prefix_store *s, int a, int b) {
     uint8_t buf[P], want[P];
     int n = 0;
     for (int i = a; i < b; i++) {
@@ -135,6 +134,21 @@ typedef struct {
     kvt_prefix_store *s;
     int t, wrong, hits;
 } thr_arg;
+static void *thr_main(void *arg);
+
+int tps_threads(kvt_prefix_store *s, int *hits) {
+    thr_arg a[4];
+    pthread_t th[4];
+    for (int t = 0; t < 4; t++) {
+        a[t] = (thr_arg){s, t, 0, 0};
+        pthread_create(&th[t], NULL, thr_main, &a[t]);
+    }
+    int wrong = 0;
+    *hits = 0;
+    for (int t = 0; t < 4; t++) pthread_join(th[t], NULL), wrong += a[t].wrong, *hits += a[t].hits;
+    kvt_prefix_store_flush(s);
+    return wrong;
+}
 
 static void *thr_main(void *arg) {
     thr_arg *a = arg;
@@ -142,7 +156,7 @@ static void *thr_main(void *arg) {
     for (int round = 0; round < 3; round++) {
         for (int i = 0; i < 24; i++) {
             const int k = (i * 7 + a->t * 5) % 40;
-            if ((i + round) % 2) put_i(a->s, k);
+            if ((i + round) % 2) tps_put(a->s, k);
             const int r = tps_get_check(a->s, k, buf, want);
             a->wrong += r < 0;
             a->hits += r > 0;
@@ -160,10 +174,10 @@ static void test_dir(void) {
     kvt_prefix_store_stats st;
     // round trip (asynchronous puts)
     kvt_prefix_store *s = open_dir(dir, 0x1234, 16, 0, 64 << 20);
-    for (int i = 0; i < 8; i++) put_i(s, i);
-    put_i(s, 3); // an existing key is left as it is
+    for (int i = 0; i < 8; i++) tps_put(s, i);
+    tps_put(s, 3); // an existing key is left as it is
     kvt_prefix_store_flush(s);
-    int h = hits_in(s, 0, 9);
+    int h = tps_hits(s, 0, 9);
     kvt_prefix_store_stats_get(s, &st);
     test_result(h == 8 && st.hits == 8 && st.misses == 1 && st.puts == 9 && st.bytes_written == 8 * P &&
                     st.bytes_read == 8 * P && count_files(dir, ".kvb") == 8,
@@ -174,7 +188,7 @@ static void test_dir(void) {
 
     // restart: a new store on the same directory finds the entries
     s = open_dir(dir, 0x1234, 16, 0, 0);
-    h = hits_in(s, 0, 8);
+    h = tps_hits(s, 0, 8);
     test_result(h == 8, "prefix_store dir: entries survive close and reopen", "%d of 8 hits", h);
 
     // damaged entries: payload byte, header byte, truncation -> counted misses, files removed
@@ -186,7 +200,7 @@ static void test_dir(void) {
     flip_byte(path, 3);
     entry_path(path, sizeof path, dir, &id, 2);
     if (truncate(path, ENTRY - 10) != 0) printf("# truncate failed\n");
-    h = hits_in(s, 0, 3);
+    h = tps_hits(s, 0, 3);
     kvt_prefix_store_stats_get(s, &st);
     test_result(h == 0 && st.miss_corrupt == 3 && st.misses == 3 && count_files(dir, ".kvb") == 5,
                 "prefix_store dir: a flipped payload byte, a flipped header byte, a truncated file: misses counted",
@@ -199,11 +213,11 @@ static void test_dir(void) {
     for (int o = 0; o < 2; o++) {
         kvt_prefix_store *b = open_dir(dir, other[o][0], other[o][1], 0, 0);
         kvt_prefix_identity bid = tps_identity(other[o][0], other[o][1]);
-        const int h1 = hits_in(b, 3, 8);
+        const int h1 = tps_hits(b, 3, 8);
         entry_path(path, sizeof path, dir, &id, 3 + o);
         entry_path(path2, sizeof path2, dir, &bid, 3 + o);
         copy_file(path, path2);
-        const int h2 = hits_in(b, 3 + o, 4 + o);
+        const int h2 = tps_hits(b, 3 + o, 4 + o);
         kvt_prefix_store_stats_get(b, &st);
         test_result(h1 == 0 && h2 == 0 && st.miss_corrupt == 1 && !test_file_exists(path2),
                     o ? "prefix_store dir: entries of another block size are never used"
@@ -216,10 +230,10 @@ static void test_dir(void) {
     // max_bytes: 3 entries fit; the least recently used goes
     if (!mkdtemp(strcpy(dir, "/tmp/kvt_pstore_XXXXXX"))) return;
     s = open_dir(dir, 0x1234, 16, 3 * ENTRY, 0);
-    put_i(s, 0), put_i(s, 1), put_i(s, 2);
-    hits_in(s, 0, 1); // 0 is now more recent than 1
-    put_i(s, 3);
-    const int h1 = hits_in(s, 1, 2), h023 = hits_in(s, 0, 1) + hits_in(s, 2, 4);
+    tps_put(s, 0), tps_put(s, 1), tps_put(s, 2);
+    tps_hits(s, 0, 1); // 0 is now more recent than 1
+    tps_put(s, 3);
+    const int h1 = tps_hits(s, 1, 2), h023 = tps_hits(s, 0, 1) + tps_hits(s, 2, 4);
     test_result(h1 == 0 && h023 == 3 && count_files(dir, ".kvb") == 3,
                 "prefix_store dir: max_bytes of 3 entries removes the least recently used one",
                 "evicted one hit %d, others %d of 3, files %d", h1, h023, count_files(dir, ".kvb"));
@@ -233,10 +247,10 @@ static void test_dir(void) {
     // the in-flight budget: one block; every put is written or counted as dropped
     if (!mkdtemp(strcpy(dir, "/tmp/kvt_pstore_XXXXXX"))) return;
     s = open_dir(dir, 0x1234, 16, 0, P);
-    for (int i = 0; i < 64; i++) put_i(s, i);
+    for (int i = 0; i < 64; i++) tps_put(s, i);
     kvt_prefix_store_flush(s);
     kvt_prefix_store_stats_get(s, &st);
-    h = hits_in(s, 0, 64);
+    h = tps_hits(s, 0, 64);
     test_result(st.puts == 64 && st.bytes_written / P + st.put_dropped == 64 && h == st.bytes_written / P && h >= 1,
                 "prefix_store dir: in-flight budget of one block: each put written or counted as dropped",
                 "puts %lld, written %lld, dropped %lld, hits %d", (long long)st.puts, (long long)(st.bytes_written / P),
@@ -247,21 +261,14 @@ static void test_dir(void) {
     // threads: puts and gets of overlapping keys at once; every hit has the right bytes
     if (!mkdtemp(strcpy(dir, "/tmp/kvt_pstore_XXXXXX"))) return;
     s = open_dir(dir, 0x1234, 16, 30 * ENTRY, 64 << 20);
-    thr_arg a[4];
-    pthread_t th[4];
-    for (int t = 0; t < 4; t++) {
-        a[t] = (thr_arg){s, t, 0, 0};
-        pthread_create(&th[t], NULL, thr_main, &a[t]);
-    }
-    int wrong = 0;
-    for (int t = 0; t < 4; t++) pthread_join(th[t], NULL), wrong += a[t].wrong;
-    kvt_prefix_store_flush(s);
+    int th_hits;
+    const int wrong = tps_threads(s, &th_hits);
     kvt_prefix_store_stats_get(s, &st);
-    const int files = count_files(dir, ".kvb");
-    test_result(wrong == 0 && st.put_failed == 0 && files <= 30 && files > 0 && st.hits > 0,
+    const int files = count_files(dir, ".kvb"), after = tps_hits(s, 0, 40);
+    test_result(wrong == 0 && st.put_failed == 0 && files <= 30 && files > 0 && after == files,
                 "prefix_store dir: 4 threads putting and getting at once (max 30 entries): no wrong bytes",
-                "wrong %d, failed %lld, files %d, hits %lld", wrong, (long long)st.put_failed, files,
-                (long long)st.hits);
+                "wrong %d, failed %lld, files %d, hits afterwards %d (during: %d)", wrong, (long long)st.put_failed,
+                files, after, th_hits);
     kvt_prefix_store_free(s);
     rm_dir(dir);
 

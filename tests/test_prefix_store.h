@@ -15,6 +15,12 @@ void tps_payload(int i, uint8_t *p, int64_t n);
 // Gets block i into buf (payload_bytes) and compares with its payload (want: scratch of the same size):
 // 1 hit with the right bytes, 0 miss, -1 hit with wrong bytes.
 int tps_get_check(kvt_prefix_store *s, int i, uint8_t *buf, uint8_t *want);
+// Puts block i.
+void tps_put(kvt_prefix_store *s, int i);
+// Hits with the right bytes among blocks [a, b); -1000 if any hit had wrong bytes.
+int tps_hits(kvt_prefix_store *s, int a, int b);
+// 4 threads putting and getting blocks 0..39 at once, then a flush: hits with wrong bytes (*hits: all hits).
+int tps_threads(kvt_prefix_store *s, int *hits);
 // The Redis half (test_prefix_store_redis.c).
 void tps_redis_tests(const test_env *env);
 

@@ -321,7 +321,7 @@ static void dir_free(kvt_prefix_store *base) {
     free(s);
 }
 
-static const kvt_prefix_store_ops dir_ops = {"dir", dir_get, dir_put, dir_flush, dir_stats, dir_free};
+static const kvt_prefix_store_ops dir_ops = {"dir", dir_get, dir_put, dir_flush, dir_stats, dir_free, NULL};
 
 // ---- open ----
 typedef struct {

@@ -1,0 +1,424 @@
+// prefix_store_redis.c - the prefix-block store on a Redis/Valkey server (`--kv-remote URL`) through hiredis:
+// a pool of blocking connections with connect and command timeouts, pipelined GETs (get_many) and SET NXs (the
+// writer thread of prefix_entry.h), every value checked like a directory entry. Built without hiredis
+// (HIREDIS=0 or libhiredis-dev absent), open says so and nothing else is compiled.
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "prefix_entry.h"
+
+kvt_prefix_store_redis_params kvt_prefix_store_redis_params_default(void) {
+    return (kvt_prefix_store_redis_params){.pool_size = 4,
+                                           .connect_timeout_ms = 500,
+                                           .command_timeout_ms = 2000,
+                                           .retry_ms = 1000,
+                                           .pipeline = 8,
+                                           .inflight_bytes = 64ll << 20,
+                                           .ttl_s = 0,
+                                           .key_prefix = "kvt"};
+}
+
+#ifndef KVT_HAVE_HIREDIS
+
+kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identity *id, int64_t payload_bytes,
+                                       const kvt_prefix_store_redis_params *p, kvt_prefix_store **out, kvt_err *err) {
+    (void)id, (void)payload_bytes, (void)p;
+    *out = NULL;
+    return kvt_errorf(err, KVT_ERR_UNSUPPORTED,
+                      "--kv-remote %s: kvtier was built without hiredis (apt-get install libhiredis-dev, rebuild)",
+                      url ? url : "");
+}
+
+#else
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "../base/timer.h"
+
+#define HDR KVT_PREFIX_ENTRY_HEADER_BYTES
+
+typedef struct {
+    redisContext *c; // NULL: not connected
+    bool busy;
+} conn;
+
+typedef struct {
+    kvt_prefix_store base;
+    kvt_prefix_store_redis_params p;
+    char *url, *host, *path; // path: unix socket (host NULL)
+    int port;
+    char *key_prefix; // "<prefix>:v1:...:" (everything but the block key)
+    size_t key_prefix_len;
+    kvt_prefix_counters cnt;
+    kvt_prefix_putq *q;
+    // the writer thread's scratch: an entry (HDR + payload), a key, the outcomes of a batch (pipeline)
+    uint8_t *value;
+    char *wkey;
+    kvt_prefix_put_outcome *wout;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    conn *pool;
+    int64_t down_until_ns; // no connection attempt before this (after a failed one)
+} redis_store;
+
+// ---- SIGPIPE: a write to a closed socket must not kill the process (hiredis writes with write(2)). Blocked in
+// the calling thread around each exchange; one raised meanwhile is consumed, the mask then restored. ----
+typedef struct {
+    sigset_t old;
+    bool was_pending;
+} pipe_guard;
+
+static void pipe_block(pipe_guard *g) {
+    sigset_t s, pend;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    sigpending(&pend);
+    g->was_pending = sigismember(&pend, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &s, &g->old);
+}
+static void pipe_restore(pipe_guard *g) {
+    sigset_t s, pend;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    sigpending(&pend);
+    if (!g->was_pending && sigismember(&pend, SIGPIPE)) {
+        const struct timespec zero = {0, 0};
+        while (sigtimedwait(&s, NULL, &zero) < 0 && errno == EINTR) {}
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+static struct timeval tv_ms(int ms) { return (struct timeval){ms / 1000, (ms % 1000) * 1000}; }
+
+static redisContext *connect_server(redis_store *s) {
+    const struct timeval tv = tv_ms(s->p.connect_timeout_ms);
+    redisContext *c = s->path ? redisConnectUnixWithTimeout(s->path, tv) : redisConnectWithTimeout(s->host, s->port, tv);
+    if (!c) return NULL;
+    if (c->err || redisSetTimeout(c, tv_ms(s->p.command_timeout_ms)) != REDIS_OK) {
+        redisFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+// Takes a connection of the pool (waits while all are busy), connecting it when needed: its index, or -1 when
+// the server cannot be reached now.
+static int conn_acquire(redis_store *s) {
+    pthread_mutex_lock(&s->mu);
+    int i;
+    for (;;) {
+        for (i = 0; i < s->p.pool_size && s->pool[i].busy; i++) {}
+        if (i < s->p.pool_size) break;
+        pthread_cond_wait(&s->cv, &s->mu);
+    }
+    if (!s->pool[i].c && kvt_time_ns() < s->down_until_ns) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    s->pool[i].busy = true;
+    pthread_mutex_unlock(&s->mu);
+    if (!s->pool[i].c) {
+        s->pool[i].c = connect_server(s);
+        if (!s->pool[i].c) {
+            pthread_mutex_lock(&s->mu);
+            s->down_until_ns = kvt_time_ns() + (int64_t)s->p.retry_ms * 1000000;
+            s->pool[i].busy = false;
+            pthread_cond_signal(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            return -1;
+        }
+    }
+    return i;
+}
+
+// Gives connection i back; a broken one (an I/O error, a timeout: its stream is out of step) is closed.
+static void conn_release(redis_store *s, int i, bool broken) {
+    if (broken || s->pool[i].c->err) {
+        redisFree(s->pool[i].c);
+        s->pool[i].c = NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->pool[i].busy = false;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static size_t key_string(const redis_store *s, const kvt_block_key *k, char *buf) {
+    memcpy(buf, s->key_prefix, s->key_prefix_len);
+    return s->key_prefix_len +
+           (size_t)sprintf(buf + s->key_prefix_len, "%016" PRIx64 "%016" PRIx64, k->hi, k->lo);
+}
+
+// The outcome of one GET reply for key k (NULL reply: the connection failed).
+static kvt_prefix_get_outcome get_reply(redis_store *s, redisReply *r, const kvt_block_key *k, void *dst) {
+    if (!r) return KVT_PGET_UNAVAILABLE;
+    kvt_prefix_get_outcome o = KVT_PGET_UNAVAILABLE;
+    if (r->type == REDIS_REPLY_NIL) {
+        o = KVT_PGET_MISS;
+    } else if (r->type == REDIS_REPLY_STRING) {
+        o = KVT_PGET_CORRUPT;
+        const size_t pb = (size_t)s->base.payload_bytes;
+        if ((size_t)r->len == HDR + pb &&
+            kvt_prefix_entry_check((const uint8_t *)r->str, HDR, r->str + HDR, pb, &s->base.id, k, NULL, NULL,
+                                   NULL) == KVT_OK) {
+            memcpy(dst, r->str + HDR, pb);
+            o = KVT_PGET_HIT;
+        }
+    }
+    freeReplyObject(r);
+    return o;
+}
+
+static void redis_get_many(kvt_prefix_store *base, const kvt_block_key *keys, int n, void *const *dsts, bool *hits) {
+    redis_store *s = (redis_store *)base;
+    const double t0 = kvt_time_ms();
+    kvt_prefix_get_outcome *o = calloc((size_t)(n > 0 ? n : 1), sizeof *o);
+    char *key = malloc(s->key_prefix_len + 40);
+    const int ci = o && key ? conn_acquire(s) : -1;
+    for (int i = 0; i < n; i++) hits[i] = false;
+    bool broken = false;
+    if (ci >= 0) {
+        redisContext *c = s->pool[ci].c;
+        pipe_guard g;
+        pipe_block(&g);
+        int sent = 0;
+        for (; sent < n; sent++) {
+            const size_t kl = key_string(s, &keys[sent], key);
+            if (redisAppendCommand(c, "GET %b", key, kl) != REDIS_OK) break;
+        }
+        for (int i = 0; i < n; i++) {
+            void *r = NULL;
+            if (i < sent && !broken && redisGetReply(c, &r) != REDIS_OK) broken = true, r = NULL;
+            o[i] = get_reply(s, r, &keys[i], dsts[i]);
+            hits[i] = o[i] == KVT_PGET_HIT;
+        }
+        pipe_restore(&g);
+        conn_release(s, ci, broken || sent < n);
+    }
+    const double ms = (kvt_time_ms() - t0) / (n > 0 ? n : 1);
+    for (int i = 0; i < n; i++) {
+        kvt_prefix_count_get(&s->cnt, o && ci >= 0 ? o[i] : KVT_PGET_UNAVAILABLE, hits[i] ? s->base.payload_bytes : 0,
+                             ms);
+    }
+    free(key);
+    free(o);
+}
+
+static void redis_get(kvt_prefix_store *base, const kvt_block_key *key, void *dst, bool *hit) {
+    void *const d[1] = {dst};
+    redis_get_many(base, key, 1, d, hit);
+}
+
+// The writer thread: n SET NX pipelined on one connection.
+static void redis_write_jobs(void *ctx, kvt_prefix_put_job *jobs, int n) {
+    redis_store *s = ctx;
+    const double t0 = kvt_time_ms();
+    const int ci = conn_acquire(s);
+    kvt_prefix_put_outcome *o = s->wout;
+    for (int i = 0; i < n; i++) o[i] = KVT_PPUT_FAILED;
+    if (ci >= 0) {
+        redisContext *c = s->pool[ci].c;
+        char *key = s->wkey, ttl[24];
+        snprintf(ttl, sizeof ttl, "%" PRId64, s->p.ttl_s);
+        const size_t vl = HDR + (size_t)s->base.payload_bytes;
+        pipe_guard g;
+        pipe_block(&g);
+        int sent = 0;
+        for (; sent < n; sent++) {
+            kvt_prefix_entry_header(s->value, &s->base.id, &jobs[sent].key, jobs[sent].payload, s->base.payload_bytes);
+            memcpy(s->value + HDR, jobs[sent].payload, (size_t)s->base.payload_bytes);
+            const size_t kl = key_string(s, &jobs[sent].key, key);
+            const char *argv[6] = {"SET", key, (const char *)s->value, "NX", "EX", ttl};
+            const size_t argl[6] = {3, kl, vl, 2, 2, strlen(ttl)};
+            if (redisAppendCommandArgv(c, s->p.ttl_s > 0 ? 6 : 4, argv, argl) != REDIS_OK) break;
+        }
+        bool broken = sent < n;
+        for (int i = 0; i < sent && !broken; i++) {
+            void *rv = NULL;
+            if (redisGetReply(c, &rv) != REDIS_OK) {
+                broken = true;
+                break;
+            }
+            redisReply *r = rv;
+            o[i] = r->type == REDIS_REPLY_STATUS ? KVT_PPUT_DONE
+                   : r->type == REDIS_REPLY_NIL  ? KVT_PPUT_SKIPPED // present already (NX)
+                                                 : KVT_PPUT_FAILED;
+            freeReplyObject(r);
+        }
+        pipe_restore(&g);
+        conn_release(s, ci, broken);
+    }
+    const double ms = (kvt_time_ms() - t0) / (n > 0 ? n : 1);
+    for (int i = 0; i < n; i++) kvt_prefix_count_put(&s->cnt, 0, o[i], s->base.payload_bytes, ms);
+}
+
+static void redis_put(kvt_prefix_store *base, const kvt_block_key *key, const void *payload) {
+    redis_store *s = (redis_store *)base;
+    const bool queued = kvt_prefix_putq_push(s->q, key, payload);
+    kvt_prefix_count_put(&s->cnt, 1, queued ? KVT_PPUT_SKIPPED : KVT_PPUT_DROPPED, 0, 0);
+}
+
+static void redis_flush(kvt_prefix_store *base) {
+    redis_store *s = (redis_store *)base;
+    if (s->q) kvt_prefix_putq_flush(s->q);
+}
+
+static void redis_stats(kvt_prefix_store *base, kvt_prefix_store_stats *out) {
+    kvt_prefix_counters_get(&((redis_store *)base)->cnt, out);
+}
+
+static void redis_free(kvt_prefix_store *base) {
+    redis_store *s = (redis_store *)base;
+    kvt_prefix_putq_stop(s->q);
+    for (int i = 0; s->pool && i < s->p.pool_size; i++) {
+        if (s->pool[i].c) redisFree(s->pool[i].c);
+    }
+    free(s->pool);
+    kvt_prefix_counters_destroy(&s->cnt);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s->value);
+    free(s->wkey);
+    free(s->wout);
+    free(s->key_prefix);
+    free(s->url);
+    free(s->host);
+    free(s->path);
+    free(s);
+}
+
+static const kvt_prefix_store_ops redis_ops = {"redis", redis_get, redis_put, redis_flush, redis_stats, redis_free,
+                                               redis_get_many};
+
+// Splits url into s->host/port or s->path.
+static kvt_status parse_url(redis_store *s, const char *url, kvt_err *err) {
+    if (strncmp(url, "unix://", 7) == 0) {
+        if (url[7] != '/') return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-remote %s: expected unix:///PATH", url);
+        s->path = strdup(url + 7);
+        return s->path ? KVT_OK : kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+    }
+    if (strncmp(url, "redis://", 8) != 0) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-remote %s: expected redis://HOST[:PORT] or unix:///PATH",
+                          url);
+    }
+    const char *h = url + 8, *end;
+    size_t hl;
+    if (*h == '[') { // [IPv6]
+        const char *rb = strchr(h, ']');
+        if (!rb) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-remote %s: unclosed [", url);
+        hl = (size_t)(rb - h - 1), h++, end = rb + 1;
+    } else {
+        end = h + strcspn(h, ":/");
+        hl = (size_t)(end - h);
+    }
+    s->port = 6379;
+    if (*end == ':') {
+        char *e;
+        const long port = strtol(end + 1, &e, 10);
+        if (e == end + 1 || port < 1 || port > 65535) {
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-remote %s: bad port", url);
+        }
+        s->port = (int)port;
+        end = e;
+    }
+    if (!hl || memchr(h, '@', hl) || (*end && strcmp(end, "/") != 0)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG,
+                          "--kv-remote %s: expected redis://HOST[:PORT] (no credentials, database or path)", url);
+    }
+    s->host = strndup(h, hl);
+    return s->host ? KVT_OK : kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+}
+
+static kvt_status make_key_prefix(redis_store *s, const char *url, kvt_err *err) {
+    const kvt_prefix_identity *id = &s->base.id;
+    char arch[sizeof id->arch + 1];
+    size_t n = 0;
+    for (; n < sizeof id->arch && id->arch[n]; n++) { // printable key: anything but [A-Za-z0-9_.-] becomes _
+        const char ch = id->arch[n];
+        const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                        ch == '_' || ch == '-' || ch == '.';
+        arch[n] = ok ? ch : '_';
+    }
+    arch[n] = 0;
+    const char *fmt = "%s:v%u:%s:%08" PRIx32 ":t%" PRIu32 ":L%" PRIu32 ":b%" PRIu32 ":%" PRIu32 "x%" PRIu32 "x%" PRIu32
+                      "x%" PRIu32 ":";
+    const unsigned v = KVT_PREFIX_ENTRY_VERSION;
+    const int len = snprintf(NULL, 0, fmt, s->p.key_prefix, v, arch, id->model_fingerprint, id->kv_type, id->layout,
+                             id->block_tokens, id->n_layer, id->n_head_kv, id->head_dim, id->head_dim_v);
+    s->key_prefix = malloc((size_t)len + 1);
+    if (!s->key_prefix) return kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+    snprintf(s->key_prefix, (size_t)len + 1, fmt, s->p.key_prefix, v, arch, id->model_fingerprint, id->kv_type,
+             id->layout, id->block_tokens, id->n_layer, id->n_head_kv, id->head_dim, id->head_dim_v);
+    s->key_prefix_len = (size_t)len;
+    return KVT_OK;
+}
+
+kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identity *id, int64_t payload_bytes,
+                                       const kvt_prefix_store_redis_params *p, kvt_prefix_store **out, kvt_err *err) {
+    *out = NULL;
+    const kvt_prefix_store_redis_params d = kvt_prefix_store_redis_params_default();
+    if (!p) p = &d;
+    if (!url || !id || payload_bytes <= 0 || p->pool_size < 1 || p->connect_timeout_ms < 1 ||
+        p->command_timeout_ms < 1 || p->retry_ms < 0 || p->pipeline < 1 || p->inflight_bytes < 0 || p->ttl_s < 0 ||
+        !p->key_prefix) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG,
+                          "--kv-remote %s: bad arguments (payload %" PRId64 " bytes, pool %d, timeouts %d/%d ms, "
+                          "pipeline %d)",
+                          url ? url : "", payload_bytes, p->pool_size, p->connect_timeout_ms, p->command_timeout_ms,
+                          p->pipeline);
+    }
+    redis_store *s = calloc(1, sizeof *s);
+    if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+    s->base = (kvt_prefix_store){&redis_ops, *id, payload_bytes};
+    s->p = *p;
+    kvt_prefix_counters_init(&s->cnt);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->url = strdup(url);
+    s->pool = calloc((size_t)p->pool_size, sizeof *s->pool);
+    s->value = malloc(HDR + (size_t)payload_bytes);
+    s->wout = malloc((size_t)p->pipeline * sizeof *s->wout);
+    kvt_status st = !s->url || !s->pool || !s->value || !s->wout ? kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url)
+                                                    : KVT_OK;
+    if (!st) st = parse_url(s, url, err);
+    if (!st) st = make_key_prefix(s, url, err);
+    s->p.key_prefix = NULL; // the caller's string is not kept: s->key_prefix has it
+    if (!st && !(s->wkey = malloc(s->key_prefix_len + 40))) {
+        st = kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+    }
+    if (!st) { // reachable now? (a later outage is a miss, not an error)
+        const int ci = conn_acquire(s);
+        if (ci < 0) {
+            st = kvt_errorf(err, KVT_ERR_IO, "--kv-remote %s: cannot connect (within %d ms)", url,
+                            p->connect_timeout_ms);
+        } else {
+            pipe_guard g;
+            pipe_block(&g);
+            redisReply *r = redisCommand(s->pool[ci].c, "PING");
+            pipe_restore(&g);
+            if (!r || r->type == REDIS_REPLY_ERROR) {
+                st = kvt_errorf(err, KVT_ERR_IO, "--kv-remote %s: PING failed: %s", url,
+                                r ? r->str : s->pool[ci].c->errstr);
+            }
+            if (r) freeReplyObject(r);
+            conn_release(s, ci, st != KVT_OK);
+            s->down_until_ns = 0;
+        }
+    }
+    if (!st) st = kvt_prefix_putq_start(payload_bytes, p->inflight_bytes, p->pipeline, redis_write_jobs, s, &s->q, err);
+    if (st) {
+        redis_free(&s->base);
+        return st;
+    }
+    *out = &s->base;
+    return KVT_OK;
+}
+
+#endif
