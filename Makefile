@@ -203,6 +203,13 @@ else
 endif
 # ---- end fuzz-request ----
 
+# bytes per second of the prefix-block stores (Redis, directory): tools/bench/prefix_store_bench.sh runs it
+# beside redis-benchmark (docs/BENCHMARKS.md)
+.PHONY: prefix-store-bench
+prefix-store-bench: $(BUILD)/prefix_store_bench
+$(BUILD)/prefix_store_bench: tools/bench/prefix_store_bench.c $(BUILD)/libkvtier.a
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
 	  for f in $(CU_SRC); do echo "nvcc -c $$f"; nvcc -std=c++17 -c $$f -o /tmp/kvt_cuda_check.o || exit 1; done; \
