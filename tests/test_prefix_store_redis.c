@@ -112,11 +112,15 @@ static void server_kill(server *srv) {
     unlink(srv->sock);
 }
 
-static kvt_prefix_store *open_redis(const char *url, uint32_t fp, uint32_t bt, kvt_err *err) {
+// ttl_s and pipeline_bytes as the params (-1: the default).
+static kvt_prefix_store *open_redis_ex(const char *url, uint32_t fp, uint32_t bt, int64_t ttl_s, int64_t pipeline_bytes,
+                                       kvt_err *err) {
     kvt_prefix_identity id = tps_identity(fp, bt);
     kvt_prefix_store_redis_params p = kvt_prefix_store_redis_params_default();
+    if (ttl_s >= 0) p.ttl_s = ttl_s;
+    if (pipeline_bytes >= 0) p.pipeline_bytes = pipeline_bytes;
     p.connect_timeout_ms = 300;
-    p.command_timeout_ms = 1000;
+    p.command_timeout_ms = 300;
     p.retry_ms = 100;
     p.key_prefix = "kvttest";
     kvt_prefix_store *s = NULL;
@@ -124,6 +128,9 @@ static kvt_prefix_store *open_redis(const char *url, uint32_t fp, uint32_t bt, k
     if (!err) err = &e;
     if (kvt_prefix_store_redis_open(url, &id, P, &p, &s, err)) return NULL;
     return s;
+}
+static kvt_prefix_store *open_redis(const char *url, uint32_t fp, uint32_t bt, kvt_err *err) {
+    return open_redis_ex(url, fp, bt, -1, -1, err);
 }
 
 // The one key of the server whose name ends with block i's key (a direct connection c); NULL if none.
@@ -142,10 +149,11 @@ static void set_raw(redisContext *c, const char *key, const void *v, size_t n) {
     if (r) freeReplyObject(r);
 }
 
-// Round trip over url: 8 puts, a pipelined get of 9 keys (8 hits, 1 miss), a single get.
-static void round_trip(const char *url, const char *what) {
+// Round trip over url: 8 puts, a pipelined get of 9 keys (8 hits, 1 miss), a single get. With ttl_s > 0 the
+// keys expire (checked on block 0 through c); pipeline_bytes as the param.
+static void round_trip(const char *url, redisContext *c, int64_t ttl_s, int64_t pipeline_bytes, const char *what) {
     kvt_err err = {0};
-    kvt_prefix_store *s = open_redis(url, 0x1234, 16, &err);
+    kvt_prefix_store *s = open_redis_ex(url, 0x1234, 16, ttl_s, pipeline_bytes, &err);
     if (!s) {
         test_result(false, what, "open: %s", err.msg);
         return;
@@ -167,11 +175,17 @@ static void round_trip(const char *url, const char *what) {
     const int single = tps_hits(s, 5, 6);
     kvt_prefix_store_stats st;
     kvt_prefix_store_stats_get(s, &st);
+    long long ttl = -3;
+    char *k0 = find_key(c, "kvttest:", 0);
+    redisReply *r = k0 ? redisCommand(c, "TTL %s", k0) : NULL;
+    if (r && r->type == REDIS_REPLY_INTEGER) ttl = r->integer;
+    if (r) freeReplyObject(r);
+    free(k0);
     test_result(good == 8 && !hits[8] && single == 1 && st.hits == 9 && st.misses == 1 && st.puts == 9 &&
-                    st.bytes_written == 8 * P && st.put_failed == 0,
+                    st.bytes_written == 8 * P && st.put_failed == 0 && (ttl_s > 0 ? ttl > 0 && ttl <= ttl_s : ttl == -1),
                 what, "pipelined hits %d of 8 (miss key hit %d), single %d, stats hits %lld misses %lld puts %lld "
-                "written %lld failed %lld", good, hits[8], single, (long long)st.hits, (long long)st.misses,
-                (long long)st.puts, (long long)st.bytes_written, (long long)st.put_failed);
+                "written %lld failed %lld, TTL %lld", good, hits[8], single, (long long)st.hits, (long long)st.misses,
+                (long long)st.puts, (long long)st.bytes_written, (long long)st.put_failed, ttl);
     free(buf);
     free(want);
     kvt_prefix_store_free(s);
@@ -201,9 +215,9 @@ void tps_redis_tests(const test_env *env) {
     redisContext *c = redisConnectUnixWithTimeout(srv.sock, (struct timeval){1, 0});
     if (c) redisSetTimeout(c, (struct timeval){2, 0});
 
-    round_trip(tcp, "prefix_store redis: round trip over TCP (pipelined get of 9 keys, 8 hits)");
+    round_trip(tcp, c, 0, -1, "prefix_store redis: round trip over TCP (pipelined get of 9 keys, 8 hits)");
     flush_all(c);
-    round_trip(unx, "prefix_store redis: round trip over a unix socket");
+    round_trip(unx, c, 3600, P, "prefix_store redis: round trip over a unix socket, keys expiring, one SET at a time");
 
     // corrupted values: a flipped payload byte, a short value, a value of another key; all counted misses
     kvt_prefix_store *s = open_redis(unx, 0x1234, 16, NULL);
@@ -274,6 +288,22 @@ void tps_redis_tests(const test_env *env) {
                 "wrong %d, hits afterwards %d (during: %d), failed %lld", wrong, after, th_hits,
                 (long long)st.put_failed);
 
+    // the server stopped (SIGSTOP): lookups and puts time out (command timeout 300 ms) as misses / failures;
+    // once it runs again, hits again
+    kill(srv.pid, SIGSTOP);
+    double t1 = kvt_time_ms();
+    const int h_stop = s ? tps_hits(s, 0, 2) : -1;
+    if (s) tps_put(s, 70), kvt_prefix_store_flush(s);
+    const double stop_ms = kvt_time_ms() - t1;
+    kill(srv.pid, SIGCONT);
+    kvt_prefix_store_stats ss = {0};
+    if (s) kvt_prefix_store_stats_get(s, &ss);
+    const int h_cont = s ? tps_hits(s, 0, 4) : -1;
+    test_result(h_stop == 0 && ss.miss_unavailable == 2 && ss.put_failed == 1 && stop_ms < 5000 && h_cont == 4,
+                "prefix_store redis: server stopped: lookups and puts time out (misses, failures), then hits again",
+                "hits %d, unavailable %lld, put_failed %lld, %.0f ms; after SIGCONT %d of 4 hits", h_stop,
+                (long long)ss.miss_unavailable, (long long)ss.put_failed, stop_ms, h_cont);
+
     // the server killed mid-run: misses (bounded by the timeouts), failed puts; after a restart, hits again
     redisFree(c);
     c = NULL;
@@ -284,7 +314,8 @@ void tps_redis_tests(const test_env *env) {
     const double dead_ms = kvt_time_ms() - t0;
     kvt_prefix_store_stats sd = {0};
     if (s) kvt_prefix_store_stats_get(s, &sd);
-    test_result(h_dead == 0 && sd.miss_unavailable >= 40 && sd.put_failed == 2 && dead_ms < 10000,
+    sd.miss_unavailable -= ss.miss_unavailable, sd.put_failed -= ss.put_failed; // this step's
+    test_result(h_dead == 0 && sd.miss_unavailable == 40 && sd.put_failed == 2 && dead_ms < 10000,
                 "prefix_store redis: server killed: every lookup a miss, every put failed, no hang",
                 "hits %d, unavailable %lld, put_failed %lld, %.0f ms", h_dead, (long long)sd.miss_unavailable,
                 (long long)sd.put_failed, dead_ms);

@@ -16,6 +16,7 @@ kvt_prefix_store_redis_params kvt_prefix_store_redis_params_default(void) {
                                            .command_timeout_ms = 2000,
                                            .retry_ms = 1000,
                                            .pipeline = 8,
+                                           .pipeline_bytes = 256 << 10,
                                            .inflight_bytes = 64ll << 20,
                                            .ttl_s = 0,
                                            .key_prefix = "kvt"};
@@ -37,7 +38,9 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
 #include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "../base/timer.h"
@@ -58,9 +61,8 @@ typedef struct {
     size_t key_prefix_len;
     kvt_prefix_counters cnt;
     kvt_prefix_putq *q;
-    // the writer thread's scratch: an entry (HDR + payload), a key, the outcomes of a batch (pipeline)
-    uint8_t *value;
-    char *wkey;
+    // the writer thread's scratch: the start of a SET command (key_prefix_len + 128), the outcomes of a batch
+    char *wpre;
     kvt_prefix_put_outcome *wout;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -216,7 +218,45 @@ static void redis_get(kvt_prefix_store *base, const kvt_block_key *key, void *ds
     redis_get_many(base, key, 1, d, hit);
 }
 
-// The writer thread: n SET NX pipelined on one connection.
+// Sends the iovecs in full on fd (MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE); false on an error or
+// the send timeout (SO_SNDTIMEO, set by redisSetTimeout).
+static bool send_all(int fd, struct iovec *v, int nv) {
+    while (nv > 0) {
+        struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)nv};
+        const ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        size_t k = (size_t)w;
+        for (; nv > 0 && k >= v->iov_len; v++, nv--) k -= v->iov_len;
+        if (nv > 0) {
+            v->iov_base = (char *)v->iov_base + k;
+            v->iov_len -= k;
+        }
+    }
+    return true;
+}
+
+// Sends SET key entry NX [EX ttl] for one job on c, straight from the job's payload (RESP as hiredis would
+// format it, without its three copies of a large value; hiredis's output buffer is empty between exchanges).
+static bool send_set(redis_store *s, redisContext *c, const kvt_prefix_put_job *job) {
+    const size_t vl = HDR + (size_t)s->base.payload_bytes;
+    uint8_t hdr[HDR];
+    kvt_prefix_entry_header(hdr, &s->base.id, &job->key, job->payload, s->base.payload_bytes);
+    const bool ttl = s->p.ttl_s > 0;
+    size_t prel = (size_t)sprintf(s->wpre, "*%d\r\n$3\r\nSET\r\n$%zu\r\n", ttl ? 6 : 4, s->key_prefix_len + 32);
+    prel += key_string(s, &job->key, s->wpre + prel);
+    prel += (size_t)sprintf(s->wpre + prel, "\r\n$%zu\r\n", vl);
+    char post[96];
+    const int ttl_len = snprintf(NULL, 0, "%" PRId64, s->p.ttl_s);
+    const int postl = ttl ? snprintf(post, sizeof post, "\r\n$2\r\nNX\r\n$2\r\nEX\r\n$%d\r\n%" PRId64 "\r\n", ttl_len,
+                                     s->p.ttl_s)
+                          : snprintf(post, sizeof post, "\r\n$2\r\nNX\r\n");
+    struct iovec v[4] = {{s->wpre, prel}, {hdr, HDR}, {job->payload, vl - HDR}, {post, (size_t)postl}};
+    return send_all(c->fd, v, 4);
+}
+
+// The writer thread: n SET NX on one connection, in groups (at most `pipeline` of them and pipeline_bytes of
+// values, at least one) sent before their replies are read.
 static void redis_write_jobs(void *ctx, kvt_prefix_put_job *jobs, int n) {
     redis_store *s = ctx;
     const double t0 = kvt_time_ms();
@@ -225,32 +265,29 @@ static void redis_write_jobs(void *ctx, kvt_prefix_put_job *jobs, int n) {
     for (int i = 0; i < n; i++) o[i] = KVT_PPUT_FAILED;
     if (ci >= 0) {
         redisContext *c = s->pool[ci].c;
-        char *key = s->wkey, ttl[24];
-        snprintf(ttl, sizeof ttl, "%" PRId64, s->p.ttl_s);
-        const size_t vl = HDR + (size_t)s->base.payload_bytes;
+        const int64_t vl = HDR + s->base.payload_bytes;
+        bool broken = false;
         pipe_guard g;
         pipe_block(&g);
-        int sent = 0;
-        for (; sent < n; sent++) {
-            kvt_prefix_entry_header(s->value, &s->base.id, &jobs[sent].key, jobs[sent].payload, s->base.payload_bytes);
-            memcpy(s->value + HDR, jobs[sent].payload, (size_t)s->base.payload_bytes);
-            const size_t kl = key_string(s, &jobs[sent].key, key);
-            const char *argv[6] = {"SET", key, (const char *)s->value, "NX", "EX", ttl};
-            const size_t argl[6] = {3, kl, vl, 2, 2, strlen(ttl)};
-            if (redisAppendCommandArgv(c, s->p.ttl_s > 0 ? 6 : 4, argv, argl) != REDIS_OK) break;
-        }
-        bool broken = sent < n;
-        for (int i = 0; i < sent && !broken; i++) {
-            void *rv = NULL;
-            if (redisGetReply(c, &rv) != REDIS_OK) {
-                broken = true;
-                break;
+        for (int first = 0, sent = 0; first < n && !broken; first = sent) {
+            for (int64_t bytes = vl; sent < n && (sent == first || bytes <= s->p.pipeline_bytes); sent++, bytes += vl) {
+                if (!send_set(s, c, &jobs[sent])) {
+                    broken = true;
+                    break;
+                }
             }
-            redisReply *r = rv;
-            o[i] = r->type == REDIS_REPLY_STATUS ? KVT_PPUT_DONE
-                   : r->type == REDIS_REPLY_NIL  ? KVT_PPUT_SKIPPED // present already (NX)
-                                                 : KVT_PPUT_FAILED;
-            freeReplyObject(r);
+            for (int i = first; i < sent && !broken; i++) {
+                void *rv = NULL;
+                if (redisGetReply(c, &rv) != REDIS_OK) {
+                    broken = true;
+                    break;
+                }
+                redisReply *r = rv;
+                o[i] = r->type == REDIS_REPLY_STATUS ? KVT_PPUT_DONE
+                       : r->type == REDIS_REPLY_NIL  ? KVT_PPUT_SKIPPED // present already (NX)
+                                                     : KVT_PPUT_FAILED;
+                freeReplyObject(r);
+            }
         }
         pipe_restore(&g);
         conn_release(s, ci, broken);
@@ -284,8 +321,7 @@ static void redis_free(kvt_prefix_store *base) {
     kvt_prefix_counters_destroy(&s->cnt);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
-    free(s->value);
-    free(s->wkey);
+    free(s->wpre);
     free(s->wout);
     free(s->key_prefix);
     free(s->url);
@@ -366,7 +402,7 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
     const kvt_prefix_store_redis_params d = kvt_prefix_store_redis_params_default();
     if (!p) p = &d;
     if (!url || !id || payload_bytes <= 0 || p->pool_size < 1 || p->connect_timeout_ms < 1 ||
-        p->command_timeout_ms < 1 || p->retry_ms < 0 || p->pipeline < 1 || p->inflight_bytes < 0 || p->ttl_s < 0 ||
+        p->command_timeout_ms < 1 || p->retry_ms < 0 || p->pipeline < 1 || p->pipeline_bytes < 0 || p->inflight_bytes < 0 || p->ttl_s < 0 ||
         !p->key_prefix) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG,
                           "--kv-remote %s: bad arguments (payload %" PRId64 " bytes, pool %d, timeouts %d/%d ms, "
@@ -383,14 +419,13 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
     pthread_cond_init(&s->cv, NULL);
     s->url = strdup(url);
     s->pool = calloc((size_t)p->pool_size, sizeof *s->pool);
-    s->value = malloc(HDR + (size_t)payload_bytes);
     s->wout = malloc((size_t)p->pipeline * sizeof *s->wout);
-    kvt_status st = !s->url || !s->pool || !s->value || !s->wout ? kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url)
+    kvt_status st = !s->url || !s->pool || !s->wout ? kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url)
                                                     : KVT_OK;
     if (!st) st = parse_url(s, url, err);
     if (!st) st = make_key_prefix(s, url, err);
     s->p.key_prefix = NULL; // the caller's string is not kept: s->key_prefix has it
-    if (!st && !(s->wkey = malloc(s->key_prefix_len + 40))) {
+    if (!st && !(s->wpre = malloc(s->key_prefix_len + 128))) {
         st = kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
     }
     if (!st) { // reachable now? (a later outage is a miss, not an error)

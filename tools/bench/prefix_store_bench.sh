@@ -23,9 +23,9 @@ redis-cli -p "$PORT" flushall >/dev/null
 redis-cli -p "$PORT" flushall >/dev/null
 echo "# redis-benchmark -d $BYTES -t set,get -n $N (TCP), 1 and $T clients, then pipelined (-P 8), 1 client"
 for c in 1 "$T"; do
-  redis-benchmark -p "$PORT" -d "$BYTES" -t set,get -n "$N" -c "$c" -q 2>/dev/null | tr '\r' '\n' | grep -E '^(SET|GET):' |
+  redis-benchmark -p "$PORT" -d "$BYTES" -t set,get -n "$N" -c "$c" -q 2>/dev/null | tr '\r' '\n' | grep 'requests per second' |
     awk -v b="$BYTES" -v c="$c" '{printf "redis-benchmark %s c=%s  %10.1f req/s  %8.1f MB/s\n", $1, c, $2, $2*b/1e6}'
 done
-redis-benchmark -p "$PORT" -d "$BYTES" -t set,get -n "$N" -c 1 -P 8 -q 2>/dev/null | tr '\r' '\n' | grep -E '^(SET|GET):' |
+redis-benchmark -p "$PORT" -d "$BYTES" -t set,get -n "$N" -c 1 -P 8 -q 2>/dev/null | tr '\r' '\n' | grep 'requests per second' |
   awk -v b="$BYTES" '{printf "redis-benchmark %s c=1 P=8  %10.1f req/s  %8.1f MB/s\n", $1, $2, $2*b/1e6}'
 "$BIN" "dir:$DIR" "$BYTES" "$N" "$T" 8
