@@ -182,7 +182,8 @@ static void round_trip(const char *url, redisContext *c, int64_t ttl_s, int64_t 
     if (r) freeReplyObject(r);
     free(k0);
     test_result(good == 8 && !hits[8] && single == 1 && st.hits == 9 && st.misses == 1 && st.puts == 9 &&
-                    st.bytes_written == 8 * P && st.put_failed == 0 && (ttl_s > 0 ? ttl > 0 && ttl <= ttl_s : ttl == -1),
+                    st.bytes_written == 8 * P && st.put_failed == 0 &&
+                    (ttl_s > 0 ? ttl > 0 && ttl <= ttl_s : ttl == -1),
                 what, "pipelined hits %d of 8 (miss key hit %d), single %d, stats hits %lld misses %lld puts %lld "
                 "written %lld failed %lld, TTL %lld", good, hits[8], single, (long long)st.hits, (long long)st.misses,
                 (long long)st.puts, (long long)st.bytes_written, (long long)st.put_failed, ttl);
@@ -284,7 +285,7 @@ void tps_redis_tests(const test_env *env) {
     if (s) kvt_prefix_store_stats_get(s, &st);
     const int after = s ? tps_hits(s, 0, 40) : -1;
     test_result(s && wrong == 0 && after == 39 && st.put_failed == 0,
-                "prefix_store redis: 4 threads putting and getting at once: no wrong bytes, all 39 blocks put are stored",
+                "prefix_store redis: 4 threads putting and getting at once: no wrong bytes, the 39 blocks put stored",
                 "wrong %d, hits afterwards %d (during: %d), failed %lld", wrong, after, th_hits,
                 (long long)st.put_failed);
 

@@ -152,6 +152,22 @@ void kvt_prefix_counters_get(kvt_prefix_counters *c, kvt_prefix_store_stats *out
     pthread_mutex_unlock(&c->mu);
 }
 
+// ---- shared ops ----
+void kvt_prefix_common_put(kvt_prefix_store *s, const kvt_block_key *key, const void *payload) {
+    kvt_prefix_store_common *c = (kvt_prefix_store_common *)s;
+    const bool queued = kvt_prefix_putq_push(c->q, key, payload);
+    kvt_prefix_count_put(&c->cnt, 1, queued ? KVT_PPUT_SKIPPED : KVT_PPUT_DROPPED, 0, 0);
+}
+
+void kvt_prefix_common_flush(kvt_prefix_store *s) {
+    kvt_prefix_store_common *c = (kvt_prefix_store_common *)s;
+    if (c->q) kvt_prefix_putq_flush(c->q);
+}
+
+void kvt_prefix_common_stats(kvt_prefix_store *s, kvt_prefix_store_stats *out) {
+    kvt_prefix_counters_get(&((kvt_prefix_store_common *)s)->cnt, out);
+}
+
 // ---- background writer ----
 struct kvt_prefix_putq {
     pthread_mutex_t mu;

@@ -52,6 +52,18 @@ void kvt_prefix_count_get(kvt_prefix_counters *c, kvt_prefix_get_outcome o, int6
 void kvt_prefix_count_put(kvt_prefix_counters *c, int asked, kvt_prefix_put_outcome o, int64_t bytes, double ms);
 void kvt_prefix_counters_get(kvt_prefix_counters *c, kvt_prefix_store_stats *out);
 
+// ---- what both stores start with, and the ops they share through it ----
+typedef struct kvt_prefix_putq kvt_prefix_putq;
+typedef struct {
+    kvt_prefix_store base;
+    kvt_prefix_counters cnt;
+    kvt_prefix_putq *q; // the background writer (NULL: none)
+} kvt_prefix_store_common;
+// put: queues the put (counted as asked, or as dropped past the budget); q must be non-NULL
+void kvt_prefix_common_put(kvt_prefix_store *s, const kvt_block_key *key, const void *payload);
+void kvt_prefix_common_flush(kvt_prefix_store *s);
+void kvt_prefix_common_stats(kvt_prefix_store *s, kvt_prefix_store_stats *out);
+
 // ---- background writer: puts queued with a copy of the payload, written by one thread in batches ----
 typedef struct {
     kvt_block_key key;
@@ -60,8 +72,6 @@ typedef struct {
 
 // Writes n jobs (n <= the batch size given to start); counts their outcomes itself.
 typedef void (*kvt_prefix_write_fn)(void *ctx, kvt_prefix_put_job *jobs, int n);
-
-typedef struct kvt_prefix_putq kvt_prefix_putq;
 
 // Starts the writer thread. budget_bytes bounds the payload bytes queued or being written (a put past it is
 // dropped; one put is always admitted when nothing is in flight); batch (>= 1) is the most jobs per call of

@@ -29,12 +29,10 @@ typedef struct {
 } dir_entry;
 
 typedef struct {
-    kvt_prefix_store base;
+    kvt_prefix_store_common com; // base, counters, writer
     int dfd;
     uint32_t idh;
     int64_t max_bytes, entry_bytes;
-    kvt_prefix_counters cnt;
-    kvt_prefix_putq *q; // NULL: synchronous puts
     atomic_uint_fast64_t tmp_seq;
     // index of the entries on disk (mu)
     pthread_mutex_t mu;
@@ -208,9 +206,9 @@ static kvt_prefix_get_outcome dir_read(dir_store *s, const kvt_block_key *key, v
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         o = KVT_PGET_UNAVAILABLE;
     } else if (st.st_size == s->entry_bytes) {
-        if (!read_full(fd, hdr, HDR, 0) || !read_full(fd, dst, (size_t)s->base.payload_bytes, HDR)) {
+        if (!read_full(fd, hdr, HDR, 0) || !read_full(fd, dst, (size_t)s->com.base.payload_bytes, HDR)) {
             o = KVT_PGET_UNAVAILABLE;
-        } else if (kvt_prefix_entry_check(hdr, HDR, dst, (size_t)s->base.payload_bytes, &s->base.id, key, NULL,
+        } else if (kvt_prefix_entry_check(hdr, HDR, dst, (size_t)s->com.base.payload_bytes, &s->com.base.id, key, NULL,
                                           NULL, NULL) == KVT_OK) {
             o = KVT_PGET_HIT;
             futimens(fd, NULL); // recency survives a restart
@@ -233,7 +231,7 @@ static void dir_get(kvt_prefix_store *base, const kvt_block_key *key, void *dst,
     const double t0 = kvt_time_ms();
     const kvt_prefix_get_outcome o = dir_read(s, key, dst);
     *hit = o == KVT_PGET_HIT;
-    kvt_prefix_count_get(&s->cnt, o, *hit ? s->base.payload_bytes : 0, kvt_time_ms() - t0);
+    kvt_prefix_count_get(&s->com.cnt, o, *hit ? s->com.base.payload_bytes : 0, kvt_time_ms() - t0);
 }
 
 // ---- writes ----
@@ -266,10 +264,10 @@ static kvt_prefix_put_outcome dir_write_one(dir_store *s, const kvt_block_key *k
     snprintf(tmp, sizeof tmp, ".tmp-%ld-%" PRIu64 "-%s", (long)getpid(), (uint64_t)atomic_fetch_add(&s->tmp_seq, 1),
              name);
     uint8_t hdr[HDR];
-    kvt_prefix_entry_header(hdr, &s->base.id, key, payload, s->base.payload_bytes);
+    kvt_prefix_entry_header(hdr, &s->com.base.id, key, payload, s->com.base.payload_bytes);
     const int fd = openat(s->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return KVT_PPUT_FAILED;
-    const bool ok = write_full(fd, hdr, payload, (size_t)s->base.payload_bytes);
+    const bool ok = write_full(fd, hdr, payload, (size_t)s->com.base.payload_bytes);
     if (close(fd) != 0 || !ok || renameat(s->dfd, tmp, s->dfd, name) != 0) {
         unlinkat(s->dfd, tmp, 0);
         return KVT_PPUT_FAILED;
@@ -285,43 +283,34 @@ static void dir_write_jobs(void *ctx, kvt_prefix_put_job *jobs, int n) {
     for (int i = 0; i < n; i++) {
         const double t0 = kvt_time_ms();
         const kvt_prefix_put_outcome o = dir_write_one(s, &jobs[i].key, jobs[i].payload);
-        kvt_prefix_count_put(&s->cnt, 0, o, s->base.payload_bytes, kvt_time_ms() - t0);
+        kvt_prefix_count_put(&s->com.cnt, 0, o, s->com.base.payload_bytes, kvt_time_ms() - t0);
     }
 }
 
 static void dir_put(kvt_prefix_store *base, const kvt_block_key *key, const void *payload) {
     dir_store *s = (dir_store *)base;
-    if (!s->q) {
-        kvt_prefix_count_put(&s->cnt, 1, KVT_PPUT_SKIPPED, 0, 0);
+    if (!s->com.q) {
+        kvt_prefix_count_put(&s->com.cnt, 1, KVT_PPUT_SKIPPED, 0, 0);
         kvt_prefix_put_job j = {*key, (void *)payload};
         dir_write_jobs(s, &j, 1);
         return;
     }
-    const bool queued = kvt_prefix_putq_push(s->q, key, payload);
-    kvt_prefix_count_put(&s->cnt, 1, queued ? KVT_PPUT_SKIPPED : KVT_PPUT_DROPPED, 0, 0);
-}
-
-static void dir_flush(kvt_prefix_store *base) {
-    dir_store *s = (dir_store *)base;
-    if (s->q) kvt_prefix_putq_flush(s->q);
-}
-
-static void dir_stats(kvt_prefix_store *base, kvt_prefix_store_stats *out) {
-    kvt_prefix_counters_get(&((dir_store *)base)->cnt, out);
+    kvt_prefix_common_put(base, key, payload);
 }
 
 static void dir_free(kvt_prefix_store *base) {
     dir_store *s = (dir_store *)base;
-    kvt_prefix_putq_stop(s->q);
+    kvt_prefix_putq_stop(s->com.q);
     if (s->dfd >= 0) close(s->dfd);
-    kvt_prefix_counters_destroy(&s->cnt);
+    kvt_prefix_counters_destroy(&s->com.cnt);
     pthread_mutex_destroy(&s->mu);
     free(s->e);
     free(s->slot);
     free(s);
 }
 
-static const kvt_prefix_store_ops dir_ops = {"dir", dir_get, dir_put, dir_flush, dir_stats, dir_free, NULL};
+static const kvt_prefix_store_ops dir_ops = {
+    "dir", dir_get, dir_put, kvt_prefix_common_flush, kvt_prefix_common_stats, dir_free, NULL};
 
 // ---- open ----
 typedef struct {
@@ -413,12 +402,12 @@ kvt_status kvt_prefix_store_dir_open_params(const char *dir, const kvt_prefix_id
     }
     dir_store *s = calloc(1, sizeof *s);
     if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "kv cache dir %s: out of memory", dir);
-    s->base = (kvt_prefix_store){&dir_ops, *id, payload_bytes};
+    s->com.base = (kvt_prefix_store){&dir_ops, *id, payload_bytes};
     s->idh = kvt_prefix_identity_hash(id);
     s->max_bytes = p->max_bytes;
     s->entry_bytes = HDR + payload_bytes;
     s->free_list = s->lru_head = s->lru_tail = -1;
-    kvt_prefix_counters_init(&s->cnt);
+    kvt_prefix_counters_init(&s->com.cnt);
     pthread_mutex_init(&s->mu, NULL);
     s->dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     kvt_status st = KVT_OK;
@@ -428,12 +417,12 @@ kvt_status kvt_prefix_store_dir_open_params(const char *dir, const kvt_prefix_id
     }
     if (!st) st = dir_scan(s, dir, err);
     if (!st && p->inflight_bytes > 0) {
-        st = kvt_prefix_putq_start(payload_bytes, p->inflight_bytes, 1, dir_write_jobs, s, &s->q, err);
+        st = kvt_prefix_putq_start(payload_bytes, p->inflight_bytes, 1, dir_write_jobs, s, &s->com.q, err);
     }
     if (st) {
-        dir_free(&s->base);
+        dir_free(&s->com.base);
         return st;
     }
-    *out = &s->base;
+    *out = &s->com.base;
     return KVT_OK;
 }

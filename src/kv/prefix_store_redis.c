@@ -53,14 +53,12 @@ typedef struct {
 } conn;
 
 typedef struct {
-    kvt_prefix_store base;
+    kvt_prefix_store_common com; // base, counters, writer
     kvt_prefix_store_redis_params p;
     char *url, *host, *path; // path: unix socket (host NULL)
     int port;
     char *key_prefix; // "<prefix>:v1:...:" (everything but the block key)
     size_t key_prefix_len;
-    kvt_prefix_counters cnt;
-    kvt_prefix_putq *q;
     // the writer thread's scratch: the start of a SET command (key_prefix_len + 128), the outcomes of a batch
     char *wpre;
     kvt_prefix_put_outcome *wout;
@@ -101,7 +99,8 @@ static struct timeval tv_ms(int ms) { return (struct timeval){ms / 1000, (ms % 1
 
 static redisContext *connect_server(redis_store *s) {
     const struct timeval tv = tv_ms(s->p.connect_timeout_ms);
-    redisContext *c = s->path ? redisConnectUnixWithTimeout(s->path, tv) : redisConnectWithTimeout(s->host, s->port, tv);
+    redisContext *c =
+        s->path ? redisConnectUnixWithTimeout(s->path, tv) : redisConnectWithTimeout(s->host, s->port, tv);
     if (!c) return NULL;
     if (c->err || redisSetTimeout(c, tv_ms(s->p.command_timeout_ms)) != REDIS_OK) {
         redisFree(c);
@@ -166,9 +165,9 @@ static kvt_prefix_get_outcome get_reply(redis_store *s, redisReply *r, const kvt
         o = KVT_PGET_MISS;
     } else if (r->type == REDIS_REPLY_STRING) {
         o = KVT_PGET_CORRUPT;
-        const size_t pb = (size_t)s->base.payload_bytes;
+        const size_t pb = (size_t)s->com.base.payload_bytes;
         if ((size_t)r->len == HDR + pb &&
-            kvt_prefix_entry_check((const uint8_t *)r->str, HDR, r->str + HDR, pb, &s->base.id, k, NULL, NULL,
+            kvt_prefix_entry_check((const uint8_t *)r->str, HDR, r->str + HDR, pb, &s->com.base.id, k, NULL, NULL,
                                    NULL) == KVT_OK) {
             memcpy(dst, r->str + HDR, pb);
             o = KVT_PGET_HIT;
@@ -206,8 +205,8 @@ static void redis_get_many(kvt_prefix_store *base, const kvt_block_key *keys, in
     }
     const double ms = (kvt_time_ms() - t0) / (n > 0 ? n : 1);
     for (int i = 0; i < n; i++) {
-        kvt_prefix_count_get(&s->cnt, o && ci >= 0 ? o[i] : KVT_PGET_UNAVAILABLE, hits[i] ? s->base.payload_bytes : 0,
-                             ms);
+        kvt_prefix_count_get(&s->com.cnt, o && ci >= 0 ? o[i] : KVT_PGET_UNAVAILABLE,
+                             hits[i] ? s->com.base.payload_bytes : 0, ms);
     }
     free(key);
     free(o);
@@ -239,9 +238,9 @@ static bool send_all(int fd, struct iovec *v, int nv) {
 // Sends SET key entry NX [EX ttl] for one job on c, straight from the job's payload (RESP as hiredis would
 // format it, without its three copies of a large value; hiredis's output buffer is empty between exchanges).
 static bool send_set(redis_store *s, redisContext *c, const kvt_prefix_put_job *job) {
-    const size_t vl = HDR + (size_t)s->base.payload_bytes;
+    const size_t vl = HDR + (size_t)s->com.base.payload_bytes;
     uint8_t hdr[HDR];
-    kvt_prefix_entry_header(hdr, &s->base.id, &job->key, job->payload, s->base.payload_bytes);
+    kvt_prefix_entry_header(hdr, &s->com.base.id, &job->key, job->payload, s->com.base.payload_bytes);
     const bool ttl = s->p.ttl_s > 0;
     size_t prel = (size_t)sprintf(s->wpre, "*%d\r\n$3\r\nSET\r\n$%zu\r\n", ttl ? 6 : 4, s->key_prefix_len + 32);
     prel += key_string(s, &job->key, s->wpre + prel);
@@ -265,7 +264,7 @@ static void redis_write_jobs(void *ctx, kvt_prefix_put_job *jobs, int n) {
     for (int i = 0; i < n; i++) o[i] = KVT_PPUT_FAILED;
     if (ci >= 0) {
         redisContext *c = s->pool[ci].c;
-        const int64_t vl = HDR + s->base.payload_bytes;
+        const int64_t vl = HDR + s->com.base.payload_bytes;
         bool broken = false;
         pipe_guard g;
         pipe_block(&g);
@@ -293,32 +292,17 @@ static void redis_write_jobs(void *ctx, kvt_prefix_put_job *jobs, int n) {
         conn_release(s, ci, broken);
     }
     const double ms = (kvt_time_ms() - t0) / (n > 0 ? n : 1);
-    for (int i = 0; i < n; i++) kvt_prefix_count_put(&s->cnt, 0, o[i], s->base.payload_bytes, ms);
-}
-
-static void redis_put(kvt_prefix_store *base, const kvt_block_key *key, const void *payload) {
-    redis_store *s = (redis_store *)base;
-    const bool queued = kvt_prefix_putq_push(s->q, key, payload);
-    kvt_prefix_count_put(&s->cnt, 1, queued ? KVT_PPUT_SKIPPED : KVT_PPUT_DROPPED, 0, 0);
-}
-
-static void redis_flush(kvt_prefix_store *base) {
-    redis_store *s = (redis_store *)base;
-    if (s->q) kvt_prefix_putq_flush(s->q);
-}
-
-static void redis_stats(kvt_prefix_store *base, kvt_prefix_store_stats *out) {
-    kvt_prefix_counters_get(&((redis_store *)base)->cnt, out);
+    for (int i = 0; i < n; i++) kvt_prefix_count_put(&s->com.cnt, 0, o[i], s->com.base.payload_bytes, ms);
 }
 
 static void redis_free(kvt_prefix_store *base) {
     redis_store *s = (redis_store *)base;
-    kvt_prefix_putq_stop(s->q);
+    kvt_prefix_putq_stop(s->com.q);
     for (int i = 0; s->pool && i < s->p.pool_size; i++) {
         if (s->pool[i].c) redisFree(s->pool[i].c);
     }
     free(s->pool);
-    kvt_prefix_counters_destroy(&s->cnt);
+    kvt_prefix_counters_destroy(&s->com.cnt);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s->wpre);
@@ -330,7 +314,12 @@ static void redis_free(kvt_prefix_store *base) {
     free(s);
 }
 
-static const kvt_prefix_store_ops redis_ops = {"redis", redis_get, redis_put, redis_flush, redis_stats, redis_free,
+static const kvt_prefix_store_ops redis_ops = {"redis",
+                                               redis_get,
+                                               kvt_prefix_common_put,
+                                               kvt_prefix_common_flush,
+                                               kvt_prefix_common_stats,
+                                               redis_free,
                                                redis_get_many};
 
 // Splits url into s->host/port or s->path.
@@ -373,7 +362,7 @@ static kvt_status parse_url(redis_store *s, const char *url, kvt_err *err) {
 }
 
 static kvt_status make_key_prefix(redis_store *s, const char *url, kvt_err *err) {
-    const kvt_prefix_identity *id = &s->base.id;
+    const kvt_prefix_identity *id = &s->com.base.id;
     char arch[sizeof id->arch + 1];
     size_t n = 0;
     for (; n < sizeof id->arch && id->arch[n]; n++) { // printable key: anything but [A-Za-z0-9_.-] becomes _
@@ -402,8 +391,8 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
     const kvt_prefix_store_redis_params d = kvt_prefix_store_redis_params_default();
     if (!p) p = &d;
     if (!url || !id || payload_bytes <= 0 || p->pool_size < 1 || p->connect_timeout_ms < 1 ||
-        p->command_timeout_ms < 1 || p->retry_ms < 0 || p->pipeline < 1 || p->pipeline_bytes < 0 || p->inflight_bytes < 0 || p->ttl_s < 0 ||
-        !p->key_prefix) {
+        p->command_timeout_ms < 1 || p->retry_ms < 0 || p->pipeline < 1 || p->pipeline_bytes < 0 ||
+        p->inflight_bytes < 0 || p->ttl_s < 0 || !p->key_prefix) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG,
                           "--kv-remote %s: bad arguments (payload %" PRId64 " bytes, pool %d, timeouts %d/%d ms, "
                           "pipeline %d)",
@@ -412,16 +401,16 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
     }
     redis_store *s = calloc(1, sizeof *s);
     if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
-    s->base = (kvt_prefix_store){&redis_ops, *id, payload_bytes};
+    s->com.base = (kvt_prefix_store){&redis_ops, *id, payload_bytes};
     s->p = *p;
-    kvt_prefix_counters_init(&s->cnt);
+    kvt_prefix_counters_init(&s->com.cnt);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     s->url = strdup(url);
     s->pool = calloc((size_t)p->pool_size, sizeof *s->pool);
     s->wout = malloc((size_t)p->pipeline * sizeof *s->wout);
-    kvt_status st = !s->url || !s->pool || !s->wout ? kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url)
-                                                    : KVT_OK;
+    kvt_status st = KVT_OK;
+    if (!s->url || !s->pool || !s->wout) st = kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
     if (!st) st = parse_url(s, url, err);
     if (!st) st = make_key_prefix(s, url, err);
     s->p.key_prefix = NULL; // the caller's string is not kept: s->key_prefix has it
@@ -447,12 +436,14 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
             s->down_until_ns = 0;
         }
     }
-    if (!st) st = kvt_prefix_putq_start(payload_bytes, p->inflight_bytes, p->pipeline, redis_write_jobs, s, &s->q, err);
+    if (!st) {
+        st = kvt_prefix_putq_start(payload_bytes, p->inflight_bytes, p->pipeline, redis_write_jobs, s, &s->com.q, err);
+    }
     if (st) {
-        redis_free(&s->base);
+        redis_free(&s->com.base);
         return st;
     }
-    *out = &s->base;
+    *out = &s->com.base;
     return KVT_OK;
 }
 
