@@ -110,9 +110,9 @@ typedef struct {
     int connect_timeout_ms; // default 500
     int command_timeout_ms; // per command (read or write of a reply), default 2000
     int retry_ms;           // pause after a failed connection attempt (default 1000)
-    int pipeline;           // most SETs sent before their replies are read (default 8)
-    int64_t pipeline_bytes; // and at most this many bytes of values (at least one SET; default 256 KiB): a server
-                            // handed several large values at once copies them more than one at a time
+    int pipeline;           // most commands (SETs, GETs of get_many) sent before their replies are read (default 8)
+    int64_t pipeline_bytes; // and at most this many bytes of values (at least one command; default 256 KiB): large
+                            // values pipelined are slower than one at a time (server and client buffers copy more)
     int64_t inflight_bytes; // payload bytes of puts queued or being written (default 64 MiB); past it put_dropped
     int64_t ttl_s;          // expiry of written keys in seconds (0: none; the server's maxmemory policy evicts)
     const char *key_prefix; // default "kvt"

@@ -189,19 +189,26 @@ static void redis_get_many(kvt_prefix_store *base, const kvt_block_key *keys, in
         redisContext *c = s->pool[ci].c;
         pipe_guard g;
         pipe_block(&g);
-        int sent = 0;
-        for (; sent < n; sent++) {
-            const size_t kl = key_string(s, &keys[sent], key);
-            if (redisAppendCommand(c, "GET %b", key, kl) != REDIS_OK) break;
-        }
-        for (int i = 0; i < n; i++) {
-            void *r = NULL;
-            if (i < sent && !broken && redisGetReply(c, &r) != REDIS_OK) broken = true, r = NULL;
-            o[i] = get_reply(s, r, &keys[i], dsts[i]);
-            hits[i] = o[i] == KVT_PGET_HIT;
+        // groups of GETs (at most `pipeline` of them and pipeline_bytes of values, at least one) sent, then
+        // their replies read
+        const int64_t vl = HDR + s->com.base.payload_bytes;
+        for (int first = 0, sent = 0; first < n; first = sent) {
+            for (int64_t bytes = vl; sent < n && !broken && (sent == first || (sent - first < s->p.pipeline &&
+                                                                               bytes <= s->p.pipeline_bytes));
+                 sent++, bytes += vl) {
+                const size_t kl = key_string(s, &keys[sent], key);
+                if (redisAppendCommand(c, "GET %b", key, kl) != REDIS_OK) broken = true;
+            }
+            if (sent == first) sent++; // broken before this group: its lookups fail below
+            for (int i = first; i < sent; i++) {
+                void *r = NULL;
+                if (!broken && redisGetReply(c, &r) != REDIS_OK) broken = true, r = NULL;
+                o[i] = get_reply(s, r, &keys[i], dsts[i]);
+                hits[i] = o[i] == KVT_PGET_HIT;
+            }
         }
         pipe_restore(&g);
-        conn_release(s, ci, broken || sent < n);
+        conn_release(s, ci, broken);
     }
     const double ms = (kvt_time_ms() - t0) / (n > 0 ? n : 1);
     for (int i = 0; i < n; i++) {
