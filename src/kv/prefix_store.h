@@ -103,7 +103,8 @@ kvt_status kvt_prefix_store_dir_open_params(const char *dir, const kvt_prefix_id
 // whose value is the entry (the same 96-byte header with its CRC32C as a directory entry, then the payload), so
 // that the server's eviction can never leave half an entry. Writes are SET NX (an existing entry is left as it
 // is), pipelined by a writer thread under a budget of bytes in flight; reads take one of a pool of connections.
-// A missing key, a failed check, a timeout, a dead server are misses; after a failed connection attempt the
+// A missing key, a failed check (the value is then deleted, so that a put can replace it), a timeout, a dead
+// server are misses; after a failed connection attempt the
 // server is not tried again for retry_ms (lookups are misses at once meanwhile), then reconnected.
 typedef struct {
     int pool_size;          // connections for lookups and writes (default 4)
@@ -118,7 +119,8 @@ typedef struct {
     const char *key_prefix; // default "kvt"
 } kvt_prefix_store_redis_params;
 kvt_prefix_store_redis_params kvt_prefix_store_redis_params_default(void);
-// url: "redis://HOST[:PORT]" (port 6379 by default; HOST may be [IPv6]) or "unix:///PATH". Connects once to
+// url: "redis://HOST[:PORT]" (port 6379 by default; HOST may be [IPv6]) or "unix:///PATH"; p NULL: the defaults.
+// Connects once to
 // check the server: KVT_ERR_IO naming the URL when it cannot be reached, KVT_ERR_INVALID_ARG for a malformed URL
 // or parameter, KVT_ERR_UNSUPPORTED when kvtier was built without hiredis (the message says what to install).
 kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identity *id, int64_t payload_bytes,

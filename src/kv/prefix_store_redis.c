@@ -207,6 +207,13 @@ static void redis_get_many(kvt_prefix_store *base, const kvt_block_key *keys, in
                 hits[i] = o[i] == KVT_PGET_HIT;
             }
         }
+        for (int i = 0; i < n && !broken; i++) { // a value that failed its checks goes, so a put can replace it
+            if (o[i] != KVT_PGET_CORRUPT) continue;
+            const size_t kl = key_string(s, &keys[i], key);
+            redisReply *r = redisCommand(c, "DEL %b", key, kl);
+            if (r) freeReplyObject(r);
+            broken = !r;
+        }
         pipe_restore(&g);
         conn_release(s, ci, broken);
     }
