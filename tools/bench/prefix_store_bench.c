@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../../src/base/timer.h"
@@ -37,9 +38,17 @@ static void *get_worker(void *arg) {
     return NULL;
 }
 
-static void report(const char *what, int n, int64_t bytes, double ms, int hits) {
-    printf("%-28s %6d blocks  %8.1f ms  %8.1f MB/s  %8.1f blocks/s  (hits %d)\n", what, n, ms,
-           (double)n * (double)bytes / 1e6 / (ms / 1e3), n / (ms / 1e3), hits);
+// CPU time of this process (all threads, user + system) in ms: steadier than wall time on a shared machine.
+static double cpu_ms(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 +
+           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
+
+static void report(const char *what, int n, int64_t bytes, double ms, double cpu, int hits) {
+    printf("%-22s %5d blocks %8.1f ms %8.1f MB/s %7.1f blocks/s  client CPU %6.1f ms (%.0f us/block)  hits %d\n",
+           what, n, ms, (double)n * (double)bytes / 1e6 / (ms / 1e3), n / (ms / 1e3), cpu, cpu * 1e3 / n, hits);
 }
 
 int main(int argc, char **argv) {
@@ -89,7 +98,7 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < bytes * 4; i++) blocks[i] = (uint8_t)(i * 131 + (i >> 12));
     printf("# %s, block %" PRId64 " bytes, %d blocks, %d threads, batch %d\n", url, bytes, n, threads, batch);
 
-    double t0 = kvt_time_ms();
+    double t0 = kvt_time_ms(), c0 = cpu_ms();
     for (int i = 0; i < n; i++) {
         const kvt_block_key k = key_of(i);
         kvt_prefix_store_put(s, &k, blocks + (size_t)(i % 4) * (size_t)bytes);
@@ -97,9 +106,9 @@ int main(int argc, char **argv) {
     kvt_prefix_store_flush(s);
     kvt_prefix_store_stats stats;
     kvt_prefix_store_stats_get(s, &stats);
-    report("put (queued + flush)", n, bytes, kvt_time_ms() - t0, (int)(stats.bytes_written / bytes));
+    report("put (queued + flush)", n, bytes, kvt_time_ms() - t0, cpu_ms() - c0, (int)(stats.bytes_written / bytes));
 
-    t0 = kvt_time_ms();
+    t0 = kvt_time_ms(), c0 = cpu_ms();
     int h = 0;
     for (int i = 0; i < n; i++) {
         bool hit;
@@ -107,9 +116,9 @@ int main(int argc, char **argv) {
         kvt_prefix_store_get(s, &k, buf, &hit);
         h += hit;
     }
-    report("get (one at a time)", n, bytes, kvt_time_ms() - t0, h);
+    report("get (one at a time)", n, bytes, kvt_time_ms() - t0, cpu_ms() - c0, h);
 
-    t0 = kvt_time_ms();
+    t0 = kvt_time_ms(), c0 = cpu_ms();
     h = 0;
     for (int i = 0; i < n; i += batch) {
         const int m = n - i < batch ? n - i : batch;
@@ -119,11 +128,11 @@ int main(int argc, char **argv) {
     }
     char what[64];
     snprintf(what, sizeof what, "get_many (batch %d)", batch);
-    report(what, n, bytes, kvt_time_ms() - t0, h);
+    report(what, n, bytes, kvt_time_ms() - t0, cpu_ms() - c0, h);
 
     worker w[64];
     pthread_t th[64];
-    t0 = kvt_time_ms();
+    t0 = kvt_time_ms(), c0 = cpu_ms();
     for (int t = 0; t < threads; t++) {
         w[t] = (worker){s, t, n, threads, 0};
         pthread_create(&th[t], NULL, get_worker, &w[t]);
@@ -131,7 +140,7 @@ int main(int argc, char **argv) {
     h = 0;
     for (int t = 0; t < threads; t++) pthread_join(th[t], NULL), h += w[t].hits;
     snprintf(what, sizeof what, "get (%d threads)", threads);
-    report(what, n, bytes, kvt_time_ms() - t0, h);
+    report(what, n, bytes, kvt_time_ms() - t0, cpu_ms() - c0, h);
 
     kvt_prefix_store_stats_get(s, &stats);
     printf("# stats: gets %" PRId64 " hits %" PRId64 " misses %" PRId64 " (corrupt %" PRId64 ", unavailable %" PRId64
