@@ -237,14 +237,21 @@ void tps_redis_tests(const test_env *env) {
         if (r) freeReplyObject(r);
         set_raw(c, k3, "", 0);
     }
-    int h = s ? tps_hits(s, 0, 5) : -1;
+    char *k7 = c ? find_key(c, "kvttest:", 7) : NULL; // a list under block 7's key
+    if (k7) {
+        redisReply *r = redisCommand(c, "DEL %s", k7);
+        if (r) freeReplyObject(r);
+        r = redisCommand(c, "RPUSH %s x", k7);
+        if (r) freeReplyObject(r);
+    }
+    int h = s ? tps_hits(s, 0, 5) + tps_hits(s, 7, 8) : -1;
     kvt_prefix_store_stats st = {0};
     if (s) kvt_prefix_store_stats_get(s, &st);
     int h_again = -1; // the bad values were deleted: put again, they hit
     if (s) tps_put(s, 0), tps_put(s, 3), kvt_prefix_store_flush(s), h_again = tps_hits(s, 0, 1) + tps_hits(s, 3, 4);
-    test_result(h == 1 && st.miss_corrupt == 4 && h_again == 2,
-                "prefix_store redis: a flipped byte, a short value, another key's entry, an empty value: misses; "
-                "put again, hits",
+    test_result(h == 1 && st.miss_corrupt == 5 && h_again == 2 && k7,
+                "prefix_store redis: a flipped byte, a short value, another key's entry, an empty value, a list: "
+                "misses; put again, hits",
                 "hits %d (block 4 only), miss_corrupt %lld, hits after new puts %d of 2", h,
                 (long long)st.miss_corrupt, h_again);
     kvt_prefix_store_free(s);
@@ -279,7 +286,7 @@ void tps_redis_tests(const test_env *env) {
         free(theirs);
         kvt_prefix_store_free(b);
     }
-    free(k0), free(k1), free(k2), free(k3);
+    free(k0), free(k1), free(k2), free(k3), free(k7);
 
     // threads on one store (a pool of 4 connections)
     flush_all(c);

@@ -56,7 +56,8 @@ typedef struct kvt_prefix_store kvt_prefix_store;
 typedef struct {
     const char *name; // "dir", "redis"
     // Looks key up; on a hit copies the payload (payload_bytes, as the store was opened with) to dst and sets
-    // *hit. Never fails: anything wrong is a miss.
+    // *hit. Never fails: anything wrong is a miss (dst may have been written then: the stores read into it
+    // before the checks).
     void (*get)(kvt_prefix_store *s, const kvt_block_key *key, void *dst, bool *hit);
     // Stores a copy of payload under key (may return before the write completes; payload is copied first).
     // An existing entry with the same key is left as it is. Never fails: a failed write is counted.
