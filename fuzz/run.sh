@@ -4,6 +4,7 @@
 #   tokenizer  SentencePiece and BPE tokenizers on arbitrary bytes, once per vocabulary GGUF found
 #              ($SHARED/vectors/tokenizer/ggml-vocab-*.gguf, tests/data/*vocab*.gguf); seeds: their .inp texts
 #   session    the KV session loader, with a model of $SHARED/models or tests/data; seed: a valid session
+#   prefix_entry  the entry parser of the prefix-block stores and the directory store's read; seed: a valid entry
 # With clang: libFuzzer (+ASan+UBSan) over a library built by clang in build-fuzz. Without: the same
 # targets linked with fuzz/fuzz_main.c (a mutation driver) and gcc's ASan+UBSan. A target whose input
 # files are absent is skipped with the reason. Crashes stop the run (exit status 1).
@@ -27,7 +28,7 @@ make -s -j2 BUILD=$B CC=$CC OPT=-O1 CFLAGS="$LIBFLAGS -fno-omit-frame-pointer -W
   $B/libkvtier.a
 build() { # target name
   $CC -std=c11 -O1 -g -D_GNU_SOURCE -pthread $SAN $LINK fuzz/fuzz_$1.c $B/libkvtier.a -o $B/fuzz_$1 -lm -ldl \
-    $(test -f $B/.uring-1 && echo -luring || true)
+    $(test -f $B/.uring-1 && echo -luring || true) $(test -f $B/.hiredis-1 && echo -lhiredis || true)
 }
 run() { # target corpus-dir extra-seed-files...
   local t=$1 dir=$2; shift 2
@@ -66,4 +67,8 @@ if [ ${#models[@]} -gt 0 ]; then
 else
   echo "== fuzz session: skipped (no model in $SHARED/models or tests/data)"
 fi
+build prefix_entry
+echo "== fuzz prefix_entry"
+mkdir -p $B/corpus_prefix_entry
+KVT_FUZZ_SEED_DIR=$B/corpus_prefix_entry run prefix_entry $B/corpus_prefix_entry || status=1
 exit $status

@@ -56,7 +56,8 @@ typedef struct kvt_prefix_store kvt_prefix_store;
 typedef struct {
     const char *name; // "dir", "redis"
     // Looks key up; on a hit copies the payload (payload_bytes, as the store was opened with) to dst and sets
-    // *hit. Never fails: anything wrong is a miss.
+    // *hit. Never fails: anything wrong is a miss (dst may have been written then: the stores read into it
+    // before the checks).
     void (*get)(kvt_prefix_store *s, const kvt_block_key *key, void *dst, bool *hit);
     // Stores a copy of payload under key (may return before the write completes; payload is copied first).
     // An existing entry with the same key is left as it is. Never fails: a failed write is counted.
@@ -65,6 +66,9 @@ typedef struct {
     void (*flush)(kvt_prefix_store *s);
     void (*stats)(kvt_prefix_store *s, kvt_prefix_store_stats *out);
     void (*free)(kvt_prefix_store *s); // flushes first
+    // Optional (NULL: get is called n times): looks up n keys at once (the Redis store pipelines them);
+    // dsts[i] and hits[i] as get's dst and hit.
+    void (*get_many)(kvt_prefix_store *s, const kvt_block_key *keys, int n, void *const *dsts, bool *hits);
 } kvt_prefix_store_ops;
 
 struct kvt_prefix_store {
@@ -79,8 +83,60 @@ struct kvt_prefix_store {
 kvt_status kvt_prefix_store_dir_open(const char *dir, const kvt_prefix_identity *id, int64_t payload_bytes,
                                      int64_t max_bytes, kvt_prefix_store **out, kvt_err *err);
 
+// The same with every setting: kvt_prefix_store_dir_open uses the defaults with its max_bytes.
+typedef struct {
+    int64_t max_bytes;      // bound of the directory's entries in bytes, headers included (0: unlimited)
+    int64_t inflight_bytes; // payload bytes of puts queued for the writer thread (default 64 MiB); a put past it is
+                            // dropped (put_dropped); one is always admitted when none is queued. 0: puts are
+                            // written synchronously in the caller's thread
+} kvt_prefix_store_dir_params;
+kvt_prefix_store_dir_params kvt_prefix_store_dir_params_default(void);
+// Entries are files "<identity hash>-<key>.kvb" in DIR (a fixed header of 96 bytes with a CRC32C, then the
+// payload); entries of other identities may share DIR (they count against max_bytes). Entries present at open
+// are indexed (least recently used first, by modification time; a hit touches its file); temporary files left
+// by dead processes are removed.
+kvt_status kvt_prefix_store_dir_open_params(const char *dir, const kvt_prefix_identity *id, int64_t payload_bytes,
+                                            const kvt_prefix_store_dir_params *p, kvt_prefix_store **out,
+                                            kvt_err *err);
+
+// A Redis (or Valkey) server shared by several processes (`--kv-remote URL`), through hiredis: one key per block,
+// "<key_prefix>:v1:<arch>:<fingerprint>:t<kv type>:L<layout>:b<block tokens>:<layers>x<kv heads>x<head dims>:<key>",
+// whose value is the entry (the same 96-byte header with its CRC32C as a directory entry, then the payload), so
+// that the server's eviction can never leave half an entry. Writes are SET NX (an existing entry is left as it
+// is), pipelined by a writer thread under a budget of bytes in flight; reads take one of a pool of connections.
+// A missing key, a failed check (the value is then deleted, so that a put can replace it), a timeout, a dead
+// server are misses; after a failed connection attempt the
+// server is not tried again for retry_ms (lookups are misses at once meanwhile), then reconnected.
+typedef struct {
+    int pool_size;          // connections for lookups and writes (default 4)
+    int connect_timeout_ms; // default 500
+    int command_timeout_ms; // per command (read or write of a reply), default 2000
+    int retry_ms;           // pause after a failed connection attempt (default 1000)
+    int pipeline;           // most commands (SETs, GETs of get_many) sent before their replies are read (default 8)
+    int64_t pipeline_bytes; // and at most this many bytes of values (at least one command; default 256 KiB): large
+                            // values pipelined are slower than one at a time (server and client buffers copy more)
+    int64_t inflight_bytes; // payload bytes of puts queued or being written (default 64 MiB); past it put_dropped
+    int64_t ttl_s;          // expiry of written keys in seconds (0: none; the server's maxmemory policy evicts)
+    const char *key_prefix; // default "kvt"
+} kvt_prefix_store_redis_params;
+kvt_prefix_store_redis_params kvt_prefix_store_redis_params_default(void);
+// url: "redis://HOST[:PORT]" (port 6379 by default; HOST may be [IPv6]) or "unix:///PATH"; p NULL: the defaults.
+// Connects once to
+// check the server: KVT_ERR_IO naming the URL when it cannot be reached, KVT_ERR_INVALID_ARG for a malformed URL
+// or parameter, KVT_ERR_UNSUPPORTED when kvtier was built without hiredis (the message says what to install).
+kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identity *id, int64_t payload_bytes,
+                                       const kvt_prefix_store_redis_params *p, kvt_prefix_store **out, kvt_err *err);
+
 static inline void kvt_prefix_store_get(kvt_prefix_store *s, const kvt_block_key *k, void *dst, bool *hit) {
     s->ops->get(s, k, dst, hit);
+}
+static inline void kvt_prefix_store_get_many(kvt_prefix_store *s, const kvt_block_key *keys, int n,
+                                             void *const *dsts, bool *hits) {
+    if (s->ops->get_many) {
+        s->ops->get_many(s, keys, n, dsts, hits);
+        return;
+    }
+    for (int i = 0; i < n; i++) s->ops->get(s, &keys[i], dsts[i], &hits[i]);
 }
 static inline void kvt_prefix_store_put(kvt_prefix_store *s, const kvt_block_key *k, const void *payload) {
     s->ops->put(s, k, payload);

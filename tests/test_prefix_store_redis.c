@@ -1,0 +1,368 @@
+// test_prefix_store_redis.c - the Redis half of the prefix_store suite: a redis-server started here (no
+// persistence, a free TCP port and a unix socket under /tmp), round trips over both, corrupted and foreign
+// values as counted misses, the server killed mid-run (misses within the timeouts, then recovery after a
+// restart), threads. Skipped with the reason when hiredis is not compiled in or redis-server is absent; the
+// server is killed at the end and its socket removed.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_prefix_store.h"
+
+#ifndef KVT_HAVE_HIREDIS
+
+void tps_redis_tests(const test_env *env) {
+    (void)env;
+    kvt_prefix_identity id = tps_identity(1, 16);
+    kvt_prefix_store *s = NULL;
+    kvt_err err = {0};
+    const kvt_status st = kvt_prefix_store_redis_open("redis://127.0.0.1:6379", &id, 4096, NULL, &s, &err);
+    test_result(st == KVT_ERR_UNSUPPORTED && !s && strstr(err.msg, "hiredis"),
+                "prefix_store redis: built without hiredis, open says so", "status %d: %s", st, err.msg);
+    test_skip("prefix_store redis: server tests", "built without hiredis (apt-get install libhiredis-dev)");
+}
+
+#else
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../src/base/timer.h"
+
+#define P 4096
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char sock[64];
+} server;
+
+static bool in_path(const char *exe) {
+    const char *path = getenv("PATH");
+    char buf[1024];
+    for (const char *p = path; p && *p;) {
+        const size_t n = strcspn(p, ":");
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, p, exe);
+        if (access(buf, X_OK) == 0) return true;
+        p += n + (p[n] == ':');
+    }
+    return false;
+}
+
+static int free_port(void) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0) {
+        port = ntohs(a.sin_port);
+    }
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&t, NULL);
+}
+
+// Starts redis-server on srv->port and srv->sock; waits (at most 5 s) until it answers PING.
+static bool server_start(server *srv) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", srv->port);
+    srv->pid = fork();
+    if (srv->pid == 0) {
+        const int dn = open("/dev/null", O_RDWR);
+        if (dn >= 0) dup2(dn, 0), dup2(dn, 1), dup2(dn, 2);
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--unixsocket", srv->sock,
+               "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", "/tmp", (char *)NULL);
+        _exit(127);
+    }
+    if (srv->pid < 0) return false;
+    for (int i = 0; i < 250; i++) {
+        int stw;
+        if (waitpid(srv->pid, &stw, WNOHANG) == srv->pid) {
+            srv->pid = -1;
+            return false;
+        }
+        redisContext *c = redisConnectUnixWithTimeout(srv->sock, (struct timeval){0, 200000});
+        redisReply *r = c && !c->err ? redisCommand(c, "PING") : NULL;
+        const bool up = r && r->type == REDIS_REPLY_STATUS;
+        if (r) freeReplyObject(r);
+        if (c) redisFree(c);
+        if (up) return true;
+        sleep_ms(20);
+    }
+    return false;
+}
+
+static void server_kill(server *srv) {
+    if (srv->pid > 0) {
+        kill(srv->pid, SIGKILL);
+        waitpid(srv->pid, NULL, 0);
+    }
+    srv->pid = -1;
+    unlink(srv->sock);
+}
+
+// ttl_s and pipeline_bytes as the params (-1: the default).
+static kvt_prefix_store *open_redis_ex(const char *url, uint32_t fp, uint32_t bt, int64_t ttl_s, int64_t pipeline_bytes,
+                                       kvt_err *err) {
+    kvt_prefix_identity id = tps_identity(fp, bt);
+    kvt_prefix_store_redis_params p = kvt_prefix_store_redis_params_default();
+    if (ttl_s >= 0) p.ttl_s = ttl_s;
+    if (pipeline_bytes >= 0) p.pipeline_bytes = pipeline_bytes;
+    p.connect_timeout_ms = 300;
+    p.command_timeout_ms = 300;
+    p.retry_ms = 100;
+    p.key_prefix = "kvttest";
+    kvt_prefix_store *s = NULL;
+    kvt_err e;
+    if (!err) err = &e;
+    if (kvt_prefix_store_redis_open(url, &id, P, &p, &s, err)) return NULL;
+    return s;
+}
+static kvt_prefix_store *open_redis(const char *url, uint32_t fp, uint32_t bt, kvt_err *err) {
+    return open_redis_ex(url, fp, bt, -1, -1, err);
+}
+
+// The one key of the server whose name ends with block i's key (a direct connection c); NULL if none.
+static char *find_key(redisContext *c, const char *pattern_prefix, int i) {
+    const kvt_block_key k = tps_key(i);
+    redisReply *r = redisCommand(c, "KEYS %s*%016llx%016llx", pattern_prefix, (unsigned long long)k.hi,
+                                 (unsigned long long)k.lo);
+    char *name = NULL;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 1) name = strdup(r->element[0]->str);
+    if (r) freeReplyObject(r);
+    return name;
+}
+
+static void set_raw(redisContext *c, const char *key, const void *v, size_t n) {
+    redisReply *r = redisCommand(c, "SET %s %b", key, v, n);
+    if (r) freeReplyObject(r);
+}
+
+// Round trip over url: 8 puts, a pipelined get of 9 keys (8 hits, 1 miss), a single get. With ttl_s > 0 the
+// keys expire (checked on block 0 through c); pipeline_bytes as the param.
+static void round_trip(const char *url, redisContext *c, int64_t ttl_s, int64_t pipeline_bytes, const char *what) {
+    kvt_err err = {0};
+    kvt_prefix_store *s = open_redis_ex(url, 0x1234, 16, ttl_s, pipeline_bytes, &err);
+    if (!s) {
+        test_result(false, what, "open: %s", err.msg);
+        return;
+    }
+    for (int i = 0; i < 8; i++) tps_put(s, i);
+    tps_put(s, 2); // present already: left as it is
+    kvt_prefix_store_flush(s);
+    uint8_t *buf = malloc(9 * P), *want = malloc(P);
+    kvt_block_key keys[9];
+    void *dsts[9];
+    bool hits[9];
+    for (int i = 0; i < 9; i++) keys[i] = tps_key(i), dsts[i] = buf + (size_t)i * P;
+    kvt_prefix_store_get_many(s, keys, 9, dsts, hits);
+    int good = 0;
+    for (int i = 0; i < 9; i++) {
+        tps_payload(i, want, P);
+        good += hits[i] && memcmp(dsts[i], want, P) == 0;
+    }
+    const int single = tps_hits(s, 5, 6);
+    kvt_prefix_store_stats st;
+    kvt_prefix_store_stats_get(s, &st);
+    long long ttl = -3;
+    char *k0 = find_key(c, "kvttest:", 0);
+    redisReply *r = k0 ? redisCommand(c, "TTL %s", k0) : NULL;
+    if (r && r->type == REDIS_REPLY_INTEGER) ttl = r->integer;
+    if (r) freeReplyObject(r);
+    free(k0);
+    test_result(good == 8 && !hits[8] && single == 1 && st.hits == 9 && st.misses == 1 && st.puts == 9 &&
+                    st.bytes_written == 8 * P && st.put_failed == 0 &&
+                    (ttl_s > 0 ? ttl > 0 && ttl <= ttl_s : ttl == -1),
+                what, "pipelined hits %d of 8 (miss key hit %d), single %d, stats hits %lld misses %lld puts %lld "
+                "written %lld failed %lld, TTL %lld", good, hits[8], single, (long long)st.hits, (long long)st.misses,
+                (long long)st.puts, (long long)st.bytes_written, (long long)st.put_failed, ttl);
+    free(buf);
+    free(want);
+    kvt_prefix_store_free(s);
+}
+
+static void flush_all(redisContext *c) {
+    redisReply *r = redisCommand(c, "FLUSHALL");
+    if (r) freeReplyObject(r);
+}
+
+void tps_redis_tests(const test_env *env) {
+    (void)env;
+    if (!in_path("redis-server")) {
+        test_skip("prefix_store redis: server tests", "redis-server not installed (apt-get install redis-server)");
+        return;
+    }
+    server srv = {-1, free_port(), ""};
+    snprintf(srv.sock, sizeof srv.sock, "/tmp/kvt_redis_%d.sock", (int)getpid());
+    if (srv.port < 0 || !server_start(&srv)) {
+        server_kill(&srv);
+        test_skip("prefix_store redis: server tests", "redis-server did not start");
+        return;
+    }
+    char tcp[64], unx[96];
+    snprintf(tcp, sizeof tcp, "redis://127.0.0.1:%d", srv.port);
+    snprintf(unx, sizeof unx, "unix://%s", srv.sock);
+    redisContext *c = redisConnectUnixWithTimeout(srv.sock, (struct timeval){1, 0});
+    if (c) redisSetTimeout(c, (struct timeval){2, 0});
+
+    round_trip(tcp, c, 0, -1, "prefix_store redis: round trip over TCP (pipelined get of 9 keys, 8 hits)");
+    flush_all(c);
+    round_trip(unx, c, 3600, P, "prefix_store redis: round trip over a unix socket, keys expiring, one SET at a time");
+
+    // corrupted values: a flipped payload byte, a short value, a value of another key; all counted misses
+    kvt_prefix_store *s = open_redis(unx, 0x1234, 16, NULL);
+    char *k0 = find_key(c, "kvttest:", 0), *k1 = find_key(c, "kvttest:", 1), *k2 = find_key(c, "kvttest:", 2),
+         *k3 = find_key(c, "kvttest:", 3);
+    if (s && c && k0 && k1 && k2 && k3) {
+        redisReply *r = redisCommand(c, "GET %s", k0);
+        if (r && r->type == REDIS_REPLY_STRING) {
+            r->str[96 + 100] ^= 0x20;
+            set_raw(c, k0, r->str, (size_t)r->len);
+            set_raw(c, k1, r->str, 50);
+            set_raw(c, k2, r->str, (size_t)r->len); // block 0's entry under block 2's key
+            r->str[96 + 100] ^= 0x20;
+            r->str[96 + 101] ^= 0x20;
+        }
+        if (r) freeReplyObject(r);
+        set_raw(c, k3, "", 0);
+    }
+    char *k7 = c ? find_key(c, "kvttest:", 7) : NULL; // a list under block 7's key
+    if (k7) {
+        redisReply *r = redisCommand(c, "DEL %s", k7);
+        if (r) freeReplyObject(r);
+        r = redisCommand(c, "RPUSH %s x", k7);
+        if (r) freeReplyObject(r);
+    }
+    int h = s ? tps_hits(s, 0, 5) + tps_hits(s, 7, 8) : -1;
+    kvt_prefix_store_stats st = {0};
+    if (s) kvt_prefix_store_stats_get(s, &st);
+    int h_again = -1; // the bad values were deleted: put again, they hit
+    if (s) tps_put(s, 0), tps_put(s, 3), kvt_prefix_store_flush(s), h_again = tps_hits(s, 0, 1) + tps_hits(s, 3, 4);
+    test_result(h == 1 && st.miss_corrupt == 5 && h_again == 2 && k7,
+                "prefix_store redis: a flipped byte, a short value, another key's entry, an empty value, a list: "
+                "misses; put again, hits",
+                "hits %d (block 4 only), miss_corrupt %lld, hits after new puts %d of 2", h,
+                (long long)st.miss_corrupt, h_again);
+    kvt_prefix_store_free(s);
+
+    // another model / block size: other keys (plain misses); an entry of ours under their key fails the checks
+    const uint32_t other[2][2] = {{0x9999, 16}, {0x1234, 32}};
+    for (int o = 0; o < 2; o++) {
+        kvt_prefix_store *b = open_redis(tcp, other[o][0], other[o][1], NULL);
+        const int h1 = b ? tps_hits(b, 4, 8) : -1;
+        char *ours = find_key(c, "kvttest:", 5 + o), *theirs = NULL;
+        if (b) {
+            tps_put(b, 5 + o); // then overwritten with our entry
+            kvt_prefix_store_flush(b);
+            char pat[64];
+            snprintf(pat, sizeof pat, "kvttest:*%s*", o ? ":b32:" : "00009999");
+            theirs = find_key(c, pat, 5 + o);
+        }
+        if (ours && theirs) {
+            redisReply *r = redisCommand(c, "GET %s", ours);
+            if (r && r->type == REDIS_REPLY_STRING) set_raw(c, theirs, r->str, (size_t)r->len);
+            if (r) freeReplyObject(r);
+        }
+        const int h2 = b ? tps_hits(b, 5 + o, 6 + o) : -1;
+        kvt_prefix_store_stats sb = {0};
+        if (b) kvt_prefix_store_stats_get(b, &sb);
+        test_result(h1 == 0 && h2 == 0 && sb.miss_corrupt == 1 && theirs,
+                    o ? "prefix_store redis: entries of another block size are never used"
+                      : "prefix_store redis: entries of another model are never used",
+                    "hits %d/%d, miss_corrupt %lld, their key %s", h1, h2, (long long)sb.miss_corrupt,
+                    theirs ? theirs : "(none)");
+        free(ours);
+        free(theirs);
+        kvt_prefix_store_free(b);
+    }
+    free(k0), free(k1), free(k2), free(k3), free(k7);
+
+    // threads on one store (a pool of 4 connections)
+    flush_all(c);
+    s = open_redis(tcp, 0x1234, 16, NULL);
+    int th_hits = 0;
+    const int wrong = s ? tps_threads(s, &th_hits) : -1;
+    if (s) kvt_prefix_store_stats_get(s, &st);
+    const int after = s ? tps_hits(s, 0, 40) : -1;
+    test_result(s && wrong == 0 && after == 39 && st.put_failed == 0,
+                "prefix_store redis: 4 threads putting and getting at once: no wrong bytes, the 39 blocks put stored",
+                "wrong %d, hits afterwards %d (during: %d), failed %lld", wrong, after, th_hits,
+                (long long)st.put_failed);
+
+    // the server stopped (SIGSTOP): lookups and puts time out (command timeout 300 ms) as misses / failures;
+    // once it runs again, hits again
+    kill(srv.pid, SIGSTOP);
+    double t1 = kvt_time_ms();
+    const int h_stop = s ? tps_hits(s, 0, 2) : -1;
+    if (s) tps_put(s, 70), kvt_prefix_store_flush(s);
+    const double stop_ms = kvt_time_ms() - t1;
+    kill(srv.pid, SIGCONT);
+    kvt_prefix_store_stats ss = {0};
+    if (s) kvt_prefix_store_stats_get(s, &ss);
+    const int h_cont = s ? tps_hits(s, 0, 4) : -1;
+    test_result(h_stop == 0 && ss.miss_unavailable == 2 && ss.put_failed == 1 && stop_ms < 5000 && h_cont == 4,
+                "prefix_store redis: server stopped: lookups and puts time out (misses, failures), then hits again",
+                "hits %d, unavailable %lld, put_failed %lld, %.0f ms; after SIGCONT %d of 4 hits", h_stop,
+                (long long)ss.miss_unavailable, (long long)ss.put_failed, stop_ms, h_cont);
+
+    // the server killed mid-run: misses (bounded by the timeouts), failed puts; after a restart, hits again
+    redisFree(c);
+    c = NULL;
+    server_kill(&srv);
+    const double t0 = kvt_time_ms();
+    const int h_dead = s ? tps_hits(s, 0, 40) : -1;
+    if (s) tps_put(s, 50), tps_put(s, 51), kvt_prefix_store_flush(s);
+    const double dead_ms = kvt_time_ms() - t0;
+    kvt_prefix_store_stats sd = {0};
+    if (s) kvt_prefix_store_stats_get(s, &sd);
+    sd.miss_unavailable -= ss.miss_unavailable, sd.put_failed -= ss.put_failed; // this step's
+    test_result(h_dead == 0 && sd.miss_unavailable == 40 && sd.put_failed == 2 && dead_ms < 10000,
+                "prefix_store redis: server killed: every lookup a miss, every put failed, no hang",
+                "hits %d, unavailable %lld, put_failed %lld, %.0f ms", h_dead, (long long)sd.miss_unavailable,
+                (long long)sd.put_failed, dead_ms);
+    const bool up = server_start(&srv);
+    sleep_ms(150); // past retry_ms
+    int h_back = -1;
+    if (up && s) {
+        tps_hits(s, 0, 4); // stale connections are found broken here (misses), then replaced
+        tps_put(s, 60);
+        kvt_prefix_store_flush(s);
+        h_back = tps_hits(s, 60, 61);
+    }
+    test_result(up && h_back == 1, "prefix_store redis: after the server restarts, puts and hits again",
+                "restarted %d, hit %d", up, h_back);
+    kvt_prefix_store_free(s);
+
+    // open: nothing listening -> KVT_ERR_IO quickly; malformed URLs -> KVT_ERR_INVALID_ARG
+    kvt_err err = {0};
+    char dead[64];
+    snprintf(dead, sizeof dead, "redis://127.0.0.1:%d", free_port());
+    kvt_prefix_store *n = open_redis(dead, 1, 16, &err);
+    const kvt_status st_dead = err.status;
+    const char *bad[] = {"http://x", "redis://", "redis://h:0", "redis://u:p@h:1", "redis://h:1/2", "unix://rel"};
+    int bad_ok = 0;
+    for (int i = 0; i < 6; i++) {
+        kvt_err e2 = {0};
+        kvt_prefix_store *b = open_redis(bad[i], 1, 16, &e2);
+        bad_ok += !b && e2.status == KVT_ERR_INVALID_ARG;
+        kvt_prefix_store_free(b);
+    }
+    test_result(!n && st_dead == KVT_ERR_IO && strstr(err.msg, dead) && bad_ok == 6,
+                "prefix_store redis: an unreachable server is KVT_ERR_IO naming it, malformed URLs are refused",
+                "dead: %s; %d of 6 malformed refused", err.msg, bad_ok);
+    kvt_prefix_store_free(n);
+    server_kill(&srv);
+}
+
+#endif
