@@ -237,6 +237,23 @@ static void test_context(const char *path) {
     if (!st) st = run(m, &c2, b, &sb, &err);
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade worker = inline selection, bit for bit", "%s",
                 st ? err.msg : "differ");
+    // the paged store with a small fast tier (the worker's chosen blocks prefetched from the host tier): the same
+    // bits as the contiguous cache; the key summaries are taken from the fast budget
+    kvt_sparse_dims dd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, 64, 2, KVT_TYPE_F16};
+    const int64_t summary = kvt_sparse_summary_bytes(&c2.sparse, &dd);
+    kvt_context_params c3 = c2;
+    c3.kv_fast_bytes = summary + 4 * 4096;
+    c3.kv_host_bytes = 1 << 20;
+    c3.kv_prefetch = 1;
+    st = run(m, &c3, a, &sa, &err);
+    test_result(!st && max_diff(a, b, n) == 0, "sparse: asyncspade over a fast tier of 4 blocks + host = in memory, bit for bit",
+                "%s", st ? err.msg : "differ");
+    c3.kv_fast_bytes = summary;
+    kvt_context *cx = NULL;
+    st = kvt_context_init(m, &c3, &cx, &err);
+    test_result(st == KVT_ERR_BUDGET && strstr(err.msg, "summaries"), "sparse: a fast budget that cannot hold the key summaries is refused",
+                "status %d: %s", st, err.msg);
+    kvt_context_free(cx);
     // re-rank on: still deterministic and within the budget
     c2.sparse.rerank = 2.0;
     st = run(m, &c2, a, &sa, &err);

@@ -9,6 +9,7 @@
 
 #include "../base/timer.h"
 #include "../kernels/quant.h"
+#include "../kv/kv_paged.h"
 #include "sparse_impl.h"
 
 #define MAX_WINDOWS 8
@@ -21,6 +22,7 @@ typedef struct {
     uint8_t *mark;// [n_ctx]
     float *pred;  // [qpg * head_dim] predicted query of a group
     float *work;  // predictor work
+    int64_t *blk; // [n_ctx] blocks of a selection (prefetch)
 } sel_scratch;
 
 struct kvt_sparse {
@@ -54,6 +56,7 @@ struct kvt_sparse {
     int32_t q_head, q_count;
     uint8_t *busy;           // [L] queued or running
     float scale;             // the attention scale (set before the first job is posted)
+    kvt_kv *kv;              // the store (set likewise): the worker hands it the chosen blocks as prefetches
     // steps
     kvt_sparse_step *steps, cur;
     int64_t n_steps, cap_steps;
@@ -98,6 +101,7 @@ static void ss_alloc(sel_scratch *ss, const kvt_sparse *s, bool *ok) {
     ss->mark = zalloc((size_t)N, ok);
     ss->pred = zalloc((size_t)s->gd * 4, ok);
     ss->work = zalloc((size_t)kvt_sparse_predict_work_floats(s->p.window, s->gd) * 4, ok);
+    ss->blk = zalloc((size_t)N * 8, ok);
 }
 
 static void ss_free(sel_scratch *ss) {
@@ -107,6 +111,7 @@ static void ss_free(sel_scratch *ss) {
     free(ss->mark);
     free(ss->pred);
     free(ss->work);
+    free(ss->blk);
 }
 
 static void *worker_main(void *arg);
@@ -402,6 +407,21 @@ static void select_oracle(kvt_sparse *s, int32_t layer, int64_t P) {
 
 // --- the worker -----------------------------------------------------------------------------------------
 
+// The blocks holding layer's selection, handed to the paged store's copy engine (a no-op on other stores).
+static void prefetch_selection(kvt_sparse *s, sel_scratch *ss, int32_t layer) {
+    const kvt_kv *kv = s->kv;
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
+        const int64_t pr = pair(s, layer, kh);
+        const int32_t *sel = s->sel + pr * s->d.n_ctx;
+        int64_t nb = 0;
+        for (int64_t x = 0; x < s->nsel[pr]; x++) {
+            const int64_t b = sel[x] / kv->block_tokens;
+            if (nb == 0 || ss->blk[nb - 1] != b) ss->blk[nb++] = b;
+        }
+        kvt_kv_paged_prefetch(s->kv, 0, layer, kh / kv->group_heads, ss->blk, nb);
+    }
+}
+
 static void *worker_main(void *arg) {
     kvt_sparse *s = arg;
     pthread_mutex_lock(&s->mu);
@@ -414,6 +434,7 @@ static void *worker_main(void *arg) {
         s->q_count--;
         pthread_mutex_unlock(&s->mu);
         select_predicted(s, &s->work_ss, layer, P, s->scale);
+        prefetch_selection(s, &s->work_ss, layer);
         pthread_mutex_lock(&s->mu);
         s->busy[layer] = 0;
         pthread_cond_broadcast(&s->cv);
@@ -536,6 +557,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     double stall = wait_layer(s, layer); // the worker is done with this layer's summaries
     if (!decode) stall = 0.0;
     s->scale = p->scale;
+    s->kv = kv;
     observe_keys(s, layer, pos0, n, k);
     const bool sparse_layer = p->window == 0 && layer >= s->p.dense_layers;
     if (s->hist && decode && sparse_layer && budget_of(s, held) < held && s->sel_pos[layer] != P) {
