@@ -11,6 +11,7 @@
 #include "../src/model/model.h"
 #include "../src/sparse/sparse_impl.h"
 #include "test.h"
+#include "test_util.h"
 
 static uint64_t rng_state = 88172645463325252ull;
 static float frand(void) { // [-1, 1)
@@ -265,6 +266,30 @@ static void test_context(const char *path) {
     kvt_model_free(m);
 }
 
+// The CLI: --sparse flags on generate, their per-step JSON, and bad values refused.
+static void test_cli(const test_env *env, const char *model) {
+    const char *name = "sparse: generate --sparse asyncspade --json reports per-step records; bad values refused";
+    if (!test_file_exists(env->cli)) {
+        test_skip(name, "no kvtier binary");
+        return;
+    }
+    static char out[1 << 16];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -p 'one two three four five six seven eight nine ten eleven twelve' -n 6 --temp 0 -c 64 "
+             "--json --sparse asyncspade --sparse-budget 0.5 --sparse-sink 1 --sparse-recent 2 --sparse-stats 2>/dev/null",
+             env->cli, model);
+    const int rc = test_run(cmd, out, sizeof out);
+    const bool ok = rc == 0 && strstr(out, "\"mode\":\"asyncspade\"") && strstr(out, "\"steps\":[{") &&
+                    strstr(out, "\"mass_recall\":") && strstr(out, "\"summary_bytes\":");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse bogus >/dev/null 2>&1", env->cli, model);
+    char junk[64];
+    const int bad1 = test_run(cmd, junk, sizeof junk);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse quest --sparse-budget 1.5 >/dev/null 2>&1", env->cli, model);
+    const int bad2 = test_run(cmd, junk, sizeof junk);
+    test_result(ok && bad1 != 0 && bad2 != 0, name, "rc %d, bad values rc %d %d, output %.300s", rc, bad1, bad2, out);
+}
+
 void test_sparse(const test_env *env) {
     test_predictor();
     test_quest_bound();
@@ -276,4 +301,5 @@ void test_sparse(const test_env *env) {
         return;
     }
     test_context(path);
+    test_cli(env, path);
 }
