@@ -147,11 +147,16 @@ static void test_attend_set(void) {
 enum { N_PROMPT = 40, N_STEP = 8 };
 
 // Prefill then N_STEP greedy-free decode steps (fixed tokens); logits [N_STEP, n_vocab], steps recorded.
-static kvt_status run(const kvt_model *m, const kvt_context_params *cp, float *logits, int64_t *sel_total, kvt_err *err) {
+// With `repeat`, the same run twice in one context (truncated to 0 between): the second's logits are kept.
+static kvt_status run_n(const kvt_model *m, const kvt_context_params *cp, int repeat, float *logits, int64_t *sel_total,
+                        kvt_err *err) {
     const int32_t V = m->hp.n_vocab;
     kvt_context *ctx = NULL;
     kvt_status st = kvt_context_init(m, cp, &ctx, err);
     if (st) return st;
+    for (int r = 0; r < repeat && !st; r++) {
+        kvt_context_truncate(ctx, 0);
+        if (kvt_context_sparse(ctx)) kvt_sparse_steps_clear(kvt_context_sparse(ctx));
     int32_t prompt[N_PROMPT];
     for (int i = 0; i < N_PROMPT; i++) prompt[i] = 1 + (i * 37) % (V - 1);
     st = kvt_decode(ctx, prompt, N_PROMPT, false, err);
@@ -159,6 +164,7 @@ static kvt_status run(const kvt_model *m, const kvt_context_params *cp, float *l
         const int32_t tok = 1 + (j * 13 + 7) % (V - 1);
         st = kvt_decode(ctx, &tok, 1, false, err);
         if (!st) memcpy(logits + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
     }
     *sel_total = 0;
     if (!st && kvt_context_sparse(ctx)) {
@@ -169,6 +175,10 @@ static kvt_status run(const kvt_model *m, const kvt_context_params *cp, float *l
     }
     kvt_context_free(ctx);
     return st;
+}
+
+static kvt_status run(const kvt_model *m, const kvt_context_params *cp, float *logits, int64_t *sel_total, kvt_err *err) {
+    return run_n(m, cp, 1, logits, sel_total, err);
 }
 
 static double max_diff(const float *a, const float *b, int64_t n) {
@@ -238,6 +248,15 @@ static void test_context(const char *path) {
     if (!st) st = run(m, &c2, b, &sb, &err);
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade worker = inline selection, bit for bit", "%s",
                 st ? err.msg : "differ");
+    // a second run in the same context after a truncate (perplexity's chunks) = a fresh context, inline and worker
+    for (int sync = 0; sync < 2; sync++) {
+        c2.sparse.sync = sync;
+        kvt_status s2 = run_n(m, &c2, 2, a, &sa, &err);
+        char name[128];
+        snprintf(name, sizeof name, "sparse: asyncspade (%s) after a truncate = a fresh context, bit for bit", sync ? "inline" : "worker");
+        test_result(!s2 && max_diff(a, b, n) == 0, name, "%s", s2 ? err.msg : "differ");
+    }
+    c2.sparse.sync = false;
     // the paged store with a small fast tier (the worker's chosen blocks prefetched from the host tier): the same
     // bits as the contiguous cache; the key summaries are taken from the fast budget
     kvt_sparse_dims dd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, 64, 2, KVT_TYPE_F16};

@@ -36,7 +36,8 @@ struct kvt_sparse {
     float *lo, *hi;          // quest: [L][Hkv][n_pages][hd] key bounds
     float *hist;             // asyncspade: [L][Hkv][W + 1][gd] last queries, oldest first
     int32_t *hist_n;         // [L] rows held
-    int64_t *hist_next;      // [L] the position the next query row must have (else the history restarts)
+    int64_t *hist_next;      // [L] the position the next call must start at (else it is a rewind: the history
+                             // restarts and the layer's selection is stale)
     int32_t *sel;            // [L][Hkv][n_ctx] selected positions
     int64_t *nsel;           // [L][Hkv]
     int64_t *sel_pos;        // [L] the decode position the selection of the layer is for (-1: none)
@@ -301,11 +302,11 @@ static void observe_keys(kvt_sparse *s, int32_t layer, int64_t pos0, int64_t n, 
     }
 }
 
-// The queries of [pos0, pos0 + n) of layer into its history (the last window + 1 rows per KV head).
-static void observe_queries(kvt_sparse *s, int32_t layer, int64_t pos0, int64_t n, const float *q) {
+// The queries of the call's n tokens of layer into its history (the last window + 1 rows per KV head).
+static void observe_queries(kvt_sparse *s, int32_t layer, int64_t n, const float *q, bool rewind) {
     if (!s->hist) return;
     const int32_t W1 = s->p.window + 1, gd = s->gd, H = s->d.n_head_kv;
-    if (pos0 != s->hist_next[layer]) s->hist_n[layer] = 0;
+    if (rewind) s->hist_n[layer] = 0;
     const int64_t t0 = n > W1 ? n - W1 : 0;
     for (int64_t t = t0; t < n; t++) {
         int32_t hn = s->hist_n[layer];
@@ -316,7 +317,6 @@ static void observe_queries(kvt_sparse *s, int32_t layer, int64_t pos0, int64_t 
         }
         s->hist_n[layer] = hn == W1 ? W1 : hn + 1;
     }
-    s->hist_next[layer] = pos0 + n;
 }
 
 // --- selection ------------------------------------------------------------------------------------------
@@ -558,6 +558,9 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     if (!decode) stall = 0.0;
     s->scale = p->scale;
     s->kv = kv;
+    const bool rewind = pos0 != s->hist_next[layer]; // a truncate: the history restarts, no selection is current
+    if (rewind) s->sel_pos[layer] = -1;
+    s->hist_next[layer] = pos0 + n;
     observe_keys(s, layer, pos0, n, k);
     const bool sparse_layer = p->window == 0 && layer >= s->p.dense_layers;
     if (s->hist && decode && sparse_layer && budget_of(s, held) < held && s->sel_pos[layer] != P) {
@@ -566,7 +569,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         select_predicted(s, &s->main_ss, layer, P, p->scale);
         stall += kvt_time_ms() - t0;
     }
-    observe_queries(s, layer, pos0, n, q);
+    observe_queries(s, layer, n, q, rewind);
     const int64_t H = s->d.n_head_kv;
     kvt_status st;
     if (!decode || !sparse_layer || budget_of(s, held) >= held) {

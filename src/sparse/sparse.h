@@ -101,7 +101,7 @@ void kvt_sparse_predict(const float *hist, int32_t n, int32_t d, const int32_t *
 float kvt_sparse_quest_bound(const float *q, const float *lo, const float *hi, int32_t d);
 
 // The positions of [0, n) to attend with budget K: [0, sink) and [n - recent, n) always, then the
-// highest score[] of the rest (ties: the lower position), at most K in all (fewer only when n < K).
+// highest score[] of the rest (ties: the lower position): max(K, sink + recent) positions in all, at most n.
 // sel: sorted positions; returns their count. mark: n bytes of scratch. vals: n floats of scratch.
 int64_t kvt_sparse_topk(const float *score, int64_t n, int64_t K, int64_t sink, int64_t recent, int32_t *sel,
                         uint8_t *mark, float *vals);
