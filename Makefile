@@ -67,7 +67,7 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512dq $(AVX2_FLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/gguf/*.c src/model/*.c src/kernels/*.c src/kv/*.c src/attn/*.c \
-                               src/exec/*.c src/sched/*.c src/plan/*.c src/sim/*.c $(SERVE_SRC)))
+                               src/exec/*.c src/sched/*.c src/plan/*.c src/sim/*.c src/sparse/*.c $(SERVE_SRC)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 

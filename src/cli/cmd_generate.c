@@ -249,6 +249,7 @@ int cmd_generate(int argc, char **argv) {
         kvt_json_kv_int(&j, "n_threads", kvt_context_n_threads(ctx));
         kvt_json_kv_int(&j, "n_ctx", kvt_context_n_ctx(ctx));
         cli_json_kv_stats(&j, ctx);
+        cli_json_sparse(&j, ctx, true);
         kvt_json_obj_end(&j);
         free(text);
     } else {

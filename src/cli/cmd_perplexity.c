@@ -95,6 +95,7 @@ int cmd_perplexity(int argc, char **argv) {
         kvt_json_kv_int(&j, "n_ctx", n_ctx);
         kvt_json_kv_int(&j, "n_scored", count);
         kvt_json_kv_num(&j, "ms", ms);
+        cli_json_sparse(&j, ctx, false);
         kvt_json_obj_end(&j);
     } else {
         fprintf(stderr, "\n");

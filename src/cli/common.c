@@ -11,6 +11,7 @@
 
 #include "../kv/kv_paged.h"
 #include "../kv/kv_policy.h"
+#include "../sparse/sparse.h"
 
 bool cli_load_model(const char *cmd, const char *path, bool vocab_only, kvt_model **model, kvt_tokenizer **tok) {
     kvt_err err = {0};
@@ -52,6 +53,17 @@ const char *const cli_engine_help =
     "                       oracle (docs/SIMULATOR.md, kv_policy.h)\n"
     "  --kv-prefetch K      blocks fetched ahead of use (default 16)\n"
     "  --kv-keep            keep the disk file in DIR (kvtier-kv-XXXXXX)\n"
+    "  Sparse decode attention (docs/SPARSE.md; sequence 0 of generate and perplexity; prefill stays dense):\n"
+    "  --sparse off|oracle|quest|asyncspade  how decode attention selects positions (default off: dense)\n"
+    "  --sparse-budget K    positions attended per layer and KV head, or a fraction of the context (0.125)\n"
+    "  --sparse-sink S      first positions always attended (default 4)\n"
+    "  --sparse-recent R    last positions always attended (default 32)\n"
+    "  --sparse-window W    asyncspade: queries of the regression window (default 16, at most 64)\n"
+    "  --sparse-dense-layers N  first N layers attend densely (default 0)\n"
+    "  --sparse-page P      quest: positions per page (default 16)\n"
+    "  --sparse-rerank F    asyncspade: F*K candidates by the predicted query, re-ranked by the real one\n"
+    "  --sparse-sync        asyncspade: select when the query arrives (no worker thread)\n"
+    "  --sparse-stats       per step: overlap with the oracle set and attention mass recall (an exact pass)\n"
     KVT_BYTES_HELP;
 
 static int bytes_flag(kvt_args *a, const char *flag, int64_t *out) { return kvt_args_bytes_pos(a, flag, out) ? 1 : -1; }
@@ -128,7 +140,55 @@ bool cli_context_init(const char *cmd, const kvt_model *m, const kvt_context_par
     return true;
 }
 
+// The --sparse-* flags into p->sparse: 1 consumed, 0 not one, -1 bad value (message printed).
+static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp) {
+    int64_t v;
+    double f;
+    if (!strcmp(flag, "--sparse")) {
+        const char *s = kvt_args_value(a, flag);
+        if (!s) return -1;
+        if (!kvt_sparse_mode_parse(s, &sp->mode)) {
+            fprintf(stderr, "kvtier %s: --sparse: '%s' is not off, oracle, quest or asyncspade\n", a->cmd, s);
+            return -1;
+        }
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-budget")) {
+        const char *s = kvt_args_value(a, flag);
+        if (!s) return -1;
+        if (strchr(s, '.')) { // a fraction of the context
+            a->i--;
+            if (!kvt_args_float(a, flag, 1e-6, 1.0, &f)) return -1;
+            sp->budget_frac = f;
+            sp->budget = 0;
+        } else {
+            a->i--;
+            if (!kvt_args_int(a, flag, 1, (int64_t)1 << 30, &v)) return -1;
+            sp->budget = v;
+        }
+        return 1;
+    }
+    int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page};
+    const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page"};
+    const int64_t lo[] = {0, 1, 1, 0, 1}, hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16};
+    for (int i = 0; i < 5; i++) {
+        if (strcmp(flag, names[i])) continue;
+        if (!kvt_args_int(a, flag, lo[i], hi[i], &v)) return -1;
+        *ints[i] = (int32_t)v;
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-rerank")) {
+        if (!kvt_args_float(a, flag, 0.0, 64.0, &f)) return -1;
+        sp->rerank = f;
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-sync")) return (sp->sync = true), 1;
+    if (!strcmp(flag, "--sparse-stats")) return (sp->stats = true), 1;
+    return 0;
+}
+
 int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
+    if (!strncmp(flag, "--sparse", 8)) return cli_sparse_flag(a, flag, &p->sparse);
     int64_t v;
     if (!strcmp(flag, "-t") || !strcmp(flag, "--threads")) {
         if (!kvt_args_int(a, flag, 1, 1024, &v)) return -1;
@@ -205,6 +265,56 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
         return 1;
     }
     return 0;
+}
+
+void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
+    kvt_sparse *sp = kvt_context_sparse(ctx);
+    if (!sp) return;
+    const kvt_sparse_params *p = kvt_sparse_get_params(sp);
+    kvt_sparse_summary sm;
+    kvt_err err = {0};
+    if (kvt_sparse_summarize(sp, &sm, &err)) fprintf(stderr, "kvtier: %s\n", err.msg);
+    kvt_json_key(j, "sparse");
+    kvt_json_obj_begin(j);
+    kvt_json_kv_str(j, "mode", kvt_sparse_mode_name(p->mode));
+    kvt_json_kv_int(j, "budget", p->budget);
+    kvt_json_kv_num(j, "budget_frac", p->budget > 0 ? 0.0 : p->budget_frac);
+    kvt_json_kv_int(j, "sink", p->sink);
+    kvt_json_kv_int(j, "recent", p->recent);
+    kvt_json_kv_int(j, "window", p->window);
+    kvt_json_kv_int(j, "dense_layers", p->dense_layers);
+    kvt_json_kv_int(j, "page", p->page);
+    kvt_json_kv_num(j, "rerank", p->rerank);
+    kvt_json_kv_bool(j, "sync", p->sync);
+    kvt_json_kv_int(j, "summary_bytes", sm.summary_bytes);
+    kvt_json_kv_int(j, "n_steps", sm.n_steps);
+    kvt_json_kv_num(j, "selected_frac", sm.selected_frac);
+    kvt_json_kv_num(j, "kv_read_bytes_per_step", sm.kv_read_bytes);
+    kvt_json_kv_num(j, "summary_read_bytes_per_step", sm.summary_read_bytes);
+    kvt_json_kv_num(j, "stall_ms_per_step", sm.stall_ms);
+    kvt_json_kv_num(j, "oracle_overlap", sm.oracle_overlap);
+    kvt_json_kv_num(j, "mass_recall", sm.mass_recall);
+    kvt_json_kv_num(j, "mass_recall_p5", sm.mass_recall_p5);
+    if (steps) {
+        int64_t n = 0;
+        const kvt_sparse_step *st = kvt_sparse_steps(sp, &n);
+        kvt_json_key(j, "steps");
+        kvt_json_arr_begin(j);
+        for (int64_t i = 0; i < n; i++) {
+            kvt_json_obj_begin(j);
+            kvt_json_kv_int(j, "pos", st[i].pos);
+            kvt_json_kv_int(j, "selected", st[i].selected);
+            kvt_json_kv_int(j, "context", st[i].context);
+            kvt_json_kv_int(j, "kv_read_bytes", st[i].kv_read_bytes);
+            kvt_json_kv_int(j, "summary_read_bytes", st[i].summary_read_bytes);
+            kvt_json_kv_num(j, "oracle_overlap", st[i].oracle_overlap);
+            kvt_json_kv_num(j, "mass_recall", st[i].mass_recall);
+            kvt_json_kv_num(j, "stall_ms", st[i].stall_ms);
+            kvt_json_obj_end(j);
+        }
+        kvt_json_arr_end(j);
+    }
+    kvt_json_obj_end(j);
 }
 
 char *cli_detokenize(const kvt_tokenizer *tok, const int32_t *ids, int64_t n, int64_t *len) {

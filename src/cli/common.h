@@ -52,6 +52,11 @@ extern const char *const cli_engine_help;
 // transfers_total, stall_ms, hits, misses, prefetches, block_bytes} of the context's KV cache.
 void cli_json_kv_stats(kvt_json *j, kvt_context *ctx);
 
+// Writes "sparse": {mode, settings, summary_bytes, the aggregates of kvt_sparse_summarize and, with steps,
+// "steps": [{pos, selected, context, kv_read_bytes, summary_read_bytes, oracle_overlap, mass_recall, stall_ms}]}
+// of the context's sparse decoding; nothing when sparse mode is off.
+void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps);
+
 // Text of ids (kvt_detokenize), whole whatever its length: malloc'ed, NUL-terminated, *len bytes; NULL when
 // out of memory.
 char *cli_detokenize(const kvt_tokenizer *tok, const int32_t *ids, int64_t n, int64_t *len);

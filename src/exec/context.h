@@ -10,6 +10,7 @@
 #include "../base/threadpool.h"
 #include "../kv/kv.h"
 #include "../model/model.h"
+#include "../sparse/sparse_params.h"
 
 typedef struct {
     int64_t n_ctx;        // maximum positions (0: the model's training context)
@@ -39,6 +40,9 @@ typedef struct {
     // The library never prints: the caller shows it (the CLI, on a terminal).
     void (*progress)(void *user, int64_t done, int64_t total);
     void *progress_user;
+    // Sparse decode attention (src/sparse/sparse.h; mode off: the dense path). Its key summaries are taken
+    // from kv_fast_bytes when that is set.
+    kvt_sparse_params sparse;
 } kvt_context_params;
 
 // True if p asks for the paged store (any tier flag, granularity or kv_paged).
@@ -88,6 +92,8 @@ const kvt_model *kvt_context_model(const kvt_context *ctx);
 kvt_kv *kvt_context_kv(kvt_context *ctx);
 // Transfer accounting of the KV cache (see kv.h).
 void kvt_context_kv_stats(kvt_context *ctx, kvt_kv_stats *out);
+// The sparse decoding state (NULL when sparse mode is off): its step records (kvt_sparse_steps).
+struct kvt_sparse *kvt_context_sparse(kvt_context *ctx);
 // Bytes of scratch (activations) and of the KV cache.
 int64_t kvt_context_scratch_bytes(const kvt_context *ctx);
 int64_t kvt_context_kv_bytes(const kvt_context *ctx);

@@ -7,6 +7,7 @@
 #include "../kernels/quant.h"
 #include "../kernels/vec.h"
 #include "../kv/kv_paged.h"
+#include "../sparse/sparse.h"
 #include "context.h"
 #include "ew_par.h"
 #include "matmul_par.h"
@@ -36,6 +37,7 @@ struct kvt_context {
     void **attn_scratch; // [n_threads] -> kvt_attn_scratch_bytes
     void *attn_ws;       // kvt_attn_workspace_bytes: chunk states of decode attention
     int64_t scratch_bytes;
+    kvt_sparse *sp;      // sparse decode attention (NULL: off)
 };
 
 kvt_context_params kvt_context_params_default(void) {
@@ -46,11 +48,23 @@ kvt_context_params kvt_context_params_default(void) {
     p.kv_type = KVT_TYPE_F16;
     p.kv_block = 512; // measured: docs/BENCHMARKS.md, "Block size"
     p.kv_prefetch = -1;
+    p.sparse.sink = p.sparse.recent = -1; // the defaults of kvt_sparse_params_resolve
     return p;
 }
 
 bool kvt_context_params_paged(const kvt_context_params *p) {
     return p->kv_paged || p->kv_group > 0 || p->kv_fast_bytes > 0 || p->kv_host_bytes > 0 || p->kv_disk_dir;
+}
+
+static kvt_sparse_dims sparse_dims(const kvt_context *c) {
+    const kvt_hparams *hp = &c->m->hp;
+    return (kvt_sparse_dims){hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, c->p.n_ctx,
+                             c->p.n_threads, c->p.kv_type};
+}
+
+static int64_t sparse_summary_bytes(const kvt_context *c) {
+    const kvt_sparse_dims d = sparse_dims(c);
+    return kvt_sparse_summary_bytes(&c->p.sparse, &d);
 }
 
 static kvt_status kv_init(kvt_context *c, kvt_err *err) {
@@ -68,7 +82,11 @@ static kvt_status kv_init(kvt_context *c, kvt_err *err) {
     pp.n_ctx = c->p.n_ctx;
     pp.block_tokens = c->p.kv_block;
     pp.group_heads = c->p.kv_group;
-    pp.fast_bytes = c->p.kv_fast_bytes > 0 ? c->p.kv_fast_bytes : -1;
+    pp.fast_bytes = c->p.kv_fast_bytes > 0 ? c->p.kv_fast_bytes - sparse_summary_bytes(c) : -1;
+    if (c->p.kv_fast_bytes > 0 && pp.fast_bytes <= 0) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "--kv-fast %lld bytes cannot hold the sparse key summaries (%lld bytes)",
+                          (long long)c->p.kv_fast_bytes, (long long)sparse_summary_bytes(c));
+    }
     pp.host_bytes = c->p.kv_host_bytes;
     pp.disk_dir = c->p.kv_disk_dir;
     pp.disk_max = c->p.kv_disk_max > 0 ? c->p.kv_disk_max : -1;
@@ -148,7 +166,8 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
         free(c);
         return st;
     }
-    if ((st = kv_init(c, err))) {
+    const kvt_sparse_dims sd = sparse_dims(c);
+    if ((st = kv_init(c, err)) || (st = kvt_sparse_init(&c->p.sparse, &sd, &c->sp, err))) {
         kvt_context_free(c);
         return st;
     }
@@ -188,6 +207,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
 
 void kvt_context_free(kvt_context *c) {
     if (!c) return;
+    kvt_sparse_free(c->sp);
     kvt_threadpool_free(c->pool);
     kvt_kv_free(c->kv);
     free(c->x);
@@ -286,22 +306,27 @@ typedef struct {
 
 static int64_t ub_pos(const ubatch *u, int64_t t) { return u->seqs ? u->pos[t] : u->pos0 + t; }
 
+// Attention of n tokens of seq at [pos0, pos0 + n) (their keys k, just appended): dense, or sparse (src/sparse/).
+static kvt_status attn_rows(kvt_context *c, int32_t seq, int32_t il, const kvt_attn_params *ap, const float *q,
+                            const float *k, int64_t pos0, int64_t n, float *out, kvt_err *err) {
+    if (c->sp) return kvt_sparse_attention(c->sp, c->kv, seq, il, ap, q, k, pos0, n, out, c->pool, c->attn_scratch, c->attn_ws, err);
+    return kvt_attention(c->kv, seq, il, ap, q, pos0, n, out, c->pool, c->attn_scratch, c->attn_ws, err);
+}
+
 // Appends the micro-batch's K/V of layer il and attends over each sequence's cache.
 static kvt_status attend(kvt_context *c, const ubatch *u, int32_t il, const kvt_attn_params *ap, kvt_err *err) {
     const kvt_hparams *hp = &c->m->hp;
     if (!u->seqs) {
         kvt_status st = c->kv->ops->append(c->kv, u->seq, il, u->pos0, u->n, c->k, c->v, err);
         if (st) return st;
-        return kvt_attention(c->kv, u->seq, il, ap, c->q, u->pos0, u->n, c->att, c->pool, c->attn_scratch, c->attn_ws,
-                             err);
+        return attn_rows(c, u->seq, il, ap, c->q, c->k, u->pos0, u->n, c->att, err);
     }
     const int64_t Q = (int64_t)hp->n_head * hp->head_dim, K = (int64_t)hp->n_head_kv * hp->head_dim,
                   V = (int64_t)hp->n_head_kv * hp->head_dim_v, A = (int64_t)hp->n_head * hp->head_dim_v;
     for (int64_t t = 0; t < u->n; t++) {
         kvt_status st = c->kv->ops->append(c->kv, u->seqs[t], il, u->pos[t], 1, c->k + t * K, c->v + t * V, err);
         if (st) return st;
-        st = kvt_attention(c->kv, u->seqs[t], il, ap, c->q + t * Q, u->pos[t], 1, c->att + t * A, c->pool,
-                           c->attn_scratch, c->attn_ws, err);
+        st = attn_rows(c, u->seqs[t], il, ap, c->q + t * Q, c->k + t * K, u->pos[t], 1, c->att + t * A, err);
         if (st) return st;
     }
     return KVT_OK;
@@ -495,6 +520,7 @@ int64_t kvt_context_n_ctx(const kvt_context *c) { return c->p.n_ctx; }
 int kvt_context_n_threads(const kvt_context *c) { return c->p.n_threads; }
 const kvt_model *kvt_context_model(const kvt_context *c) { return c->m; }
 kvt_kv *kvt_context_kv(kvt_context *c) { return c->kv; }
+struct kvt_sparse *kvt_context_sparse(kvt_context *c) { return c->sp; }
 void kvt_context_kv_stats(kvt_context *c, kvt_kv_stats *out) { kvt_kv_get_stats(c->kv, out); }
 int64_t kvt_context_scratch_bytes(const kvt_context *c) { return c->scratch_bytes; }
 int64_t kvt_context_kv_bytes(const kvt_context *c) {

@@ -1148,6 +1148,25 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
     return off;
 }
 
+void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops || s->n_io == 0) return;
+    pthread_mutex_lock(&s->mu);
+    pseq *q = seq_get(s, seq, NULL);
+    bool pushed = false;
+    if (q && layer >= 0 && layer < kv->n_layer && group >= 0 && group < kv->n_group) {
+        const pshard *sh = &q->sh[layer * kv->n_group + group];
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t id = blocks[i] >= 0 && blocks[i] < sh->n_blk ? sh->ids[blocks[i]] : -1;
+            if (id < 0 || s->blk[id].slot[T0] >= 0 || s->blk[id].busy || s->blk[id].queued) continue;
+            queue_push(s, id);
+            pushed = true;
+        }
+    }
+    if (pushed) pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void kvt_kv_paged_drop_cached(kvt_kv *kv) {
     kv_paged *s = (kv_paged *)kv;
     if (kv->ops != &k_paged_ops) return;

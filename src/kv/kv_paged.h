@@ -58,6 +58,10 @@ const char *kvt_kv_paged_disk_path(kvt_kv *kv);
 const char *kvt_kv_paged_disk_engine(kvt_kv *kv);
 // Byte offset of the disk copy of block b of (seq, layer, group) in that file; -1 if it has none.
 int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b);
+// Hands blocks[0 .. n) of (seq, layer, group) to the copy engine as prefetches (sparse decoding's chosen
+// blocks): a hint, ignored for blocks already in T0 or queued, for unknown ones, and without a copy engine
+// (a store without lower tiers, or prefetch 0). Any thread.
+void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n);
 // Drops every block copy in T0 and T1 that has a copy below (tests: forces reads from the lower tiers).
 void kvt_kv_paged_drop_cached(kvt_kv *kv);
 

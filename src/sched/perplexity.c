@@ -40,14 +40,25 @@ kvt_status kvt_perplexity(kvt_context *ctx, const int32_t *ids, int64_t n_tokens
         memcpy(chunk, ids + c * n_ctx, (size_t)n_ctx * sizeof *chunk);
         if (bos >= 0) chunk[0] = bos;
         kvt_context_truncate(ctx, 0);
-        if ((st = kvt_decode(ctx, chunk, n_ctx, true, err))) break;
-        const float *logits = kvt_context_logits(ctx);
-        for (int64_t j = first; j < n_ctx - 1; j++) {
-            out->nll -= log_softmax_at(logits + j * n_vocab, n_vocab, ids[c * n_ctx + j + 1]);
-            out->n_scored++;
+        const float *logits = NULL;
+        if (kvt_context_sparse(ctx)) { // sparse attention acts on decode: the scored half is decoded token by token
+            if ((st = kvt_decode(ctx, chunk, first + 1, false, err))) break;
+            for (int64_t j = first; j < n_ctx - 1 && !st; j++) {
+                if (j > first && (st = kvt_decode(ctx, chunk + j, 1, false, err))) break;
+                out->nll -= log_softmax_at(kvt_context_logits(ctx), n_vocab, ids[c * n_ctx + j + 1]);
+                out->n_scored++;
+            }
+            if (st) break;
+        } else {
+            if ((st = kvt_decode(ctx, chunk, n_ctx, true, err))) break;
+            logits = kvt_context_logits(ctx);
+            for (int64_t j = first; j < n_ctx - 1; j++) {
+                out->nll -= log_softmax_at(logits + j * n_vocab, n_vocab, ids[c * n_ctx + j + 1]);
+                out->n_scored++;
+            }
         }
         if (!isfinite(out->nll)) { // a non-finite logit makes its log-softmax NaN or infinite
-            for (int64_t j = first; j < n_ctx - 1 && !st; j++) {
+            for (int64_t j = first; logits && j < n_ctx - 1 && !st; j++) {
                 char what[96];
                 snprintf(what, sizeof what, "position %lld of perplexity chunk %lld", (long long)j, (long long)c);
                 st = kvt_check_logits(kvt_context_model(ctx), logits + j * n_vocab, n_vocab, what, err);

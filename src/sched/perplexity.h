@@ -4,6 +4,8 @@
 // them); each chunk starts from an empty cache with its first token replaced
 // by `bos` (when bos >= 0), and the negative log-likelihood of every token
 // predicted from positions [n_ctx/2, n_ctx-1) is averaged over all chunks.
+// With sparse decode attention on (kvt_context_sparse), each chunk's first half is prefilled and the scored
+// half decoded one token at a time (sparse attention acts on decode only).
 #ifndef KVT_PERPLEXITY_H
 #define KVT_PERPLEXITY_H
 

@@ -1,0 +1,181 @@
+// select.c - the pure pieces of sparse selection: the query predictor, Quest's bound and top-k.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sparse.h"
+
+#define MAX_WINDOW 64
+
+const char *kvt_sparse_mode_name(kvt_sparse_mode m) {
+    switch (m) {
+    case KVT_SPARSE_ORACLE: return "oracle";
+    case KVT_SPARSE_QUEST: return "quest";
+    case KVT_SPARSE_ASYNCSPADE: return "asyncspade";
+    default: return "off";
+    }
+}
+
+bool kvt_sparse_mode_parse(const char *s, kvt_sparse_mode *out) {
+    for (int m = KVT_SPARSE_OFF; m <= KVT_SPARSE_ASYNCSPADE; m++) {
+        if (!strcmp(s, kvt_sparse_mode_name((kvt_sparse_mode)m))) {
+            *out = (kvt_sparse_mode)m;
+            return true;
+        }
+    }
+    return false;
+}
+
+int64_t kvt_sparse_predict_work_floats(int32_t max_window, int32_t d) {
+    (void)max_window;
+    return d;
+}
+
+// Solves G a = b for the symmetric positive definite G ([w, w], overwritten by its Cholesky factor).
+// false when G is not positive definite (a degenerate window).
+static bool chol_solve(double *G, double *b, int32_t w) {
+    for (int32_t j = 0; j < w; j++) {
+        double s = G[j * w + j];
+        for (int32_t k = 0; k < j; k++) s -= G[j * w + k] * G[j * w + k];
+        if (!(s > 0.0)) return false;
+        const double ljj = sqrt(s);
+        G[j * w + j] = ljj;
+        for (int32_t i = j + 1; i < w; i++) {
+            double t = G[i * w + j];
+            for (int32_t k = 0; k < j; k++) t -= G[i * w + k] * G[j * w + k];
+            G[i * w + j] = t / ljj;
+        }
+    }
+    for (int32_t i = 0; i < w; i++) { // L y = b
+        double t = b[i];
+        for (int32_t k = 0; k < i; k++) t -= G[i * w + k] * b[k];
+        b[i] = t / G[i * w + i];
+    }
+    for (int32_t i = w - 1; i >= 0; i--) { // L^T a = y
+        double t = b[i];
+        for (int32_t k = i + 1; k < w; k++) t -= G[k * w + i] * b[k];
+        b[i] = t / G[i * w + i];
+    }
+    return true;
+}
+
+static double dotd(const float *a, const float *b, int32_t d) {
+    double s = 0.0;
+    for (int32_t x = 0; x < d; x++) s += (double)a[x] * b[x];
+    return s;
+}
+
+// One window's estimate of the next row, added into acc; false when the window cannot be used.
+static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, double lambda, bool softmax, float *acc) {
+    if (w < 1 || w > MAX_WINDOW || n < w + 1) return false;
+    double G[MAX_WINDOW * MAX_WINDOW], a[MAX_WINDOW];
+    const float *X = hist + (int64_t)(n - 1 - w) * d, *y = hist + (int64_t)(n - 1) * d; // X: rows n-1-w .. n-2
+    double tr = 0.0;
+    for (int32_t i = 0; i < w; i++) {
+        for (int32_t j = 0; j <= i; j++) G[i * w + j] = G[j * w + i] = dotd(X + (int64_t)i * d, X + (int64_t)j * d, d);
+        tr += G[i * w + i];
+        a[i] = dotd(X + (int64_t)i * d, y, d);
+    }
+    const double reg = lambda * (tr > 0.0 ? tr / w : 1.0);
+    for (int32_t i = 0; i < w; i++) G[i * w + i] += reg > 0.0 ? reg : 1e-12;
+    if (!chol_solve(G, a, w)) return false;
+    if (softmax) {
+        double mx = a[0], sum = 0.0;
+        for (int32_t i = 1; i < w; i++) mx = a[i] > mx ? a[i] : mx;
+        for (int32_t i = 0; i < w; i++) sum += (a[i] = exp(a[i] - mx));
+        for (int32_t i = 0; i < w; i++) a[i] /= sum;
+    }
+    const float *Xs = hist + (int64_t)(n - w) * d; // the window shifted by one: rows n-w .. n-1
+    for (int32_t x = 0; x < d; x++) {
+        double s = 0.0;
+        for (int32_t i = 0; i < w; i++) s += a[i] * Xs[(int64_t)i * d + x];
+        acc[x] += (float)s;
+    }
+    return true;
+}
+
+void kvt_sparse_predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
+                        bool softmax, float *out, float *work) {
+    memset(work, 0, (size_t)d * sizeof(float));
+    int32_t used = 0;
+    for (int32_t i = 0; i < nw; i++) used += predict_window(hist, n, d, windows[i], lambda, softmax, work);
+    if (!used) {
+        if (n > 0) memcpy(out, hist + (int64_t)(n - 1) * d, (size_t)d * sizeof(float));
+        else memset(out, 0, (size_t)d * sizeof(float));
+        return;
+    }
+    for (int32_t x = 0; x < d; x++) out[x] = work[x] / (float)used;
+}
+
+float kvt_sparse_quest_bound(const float *q, const float *lo, const float *hi, int32_t d) {
+    // per element the larger of q*lo and q*hi bounds q*k for every k in [lo, hi]; summed in double and
+    // rounded up so that the float result bounds the float dot products too (their rounding is far smaller
+    // than the relative margin kept here)
+    double s = 0.0, mag = 0.0;
+    for (int32_t x = 0; x < d; x++) {
+        const double a = (double)q[x] * lo[x], b = (double)q[x] * hi[x];
+        s += a > b ? a : b;
+        mag += fabs(a) > fabs(b) ? fabs(a) : fabs(b);
+    }
+    return (float)(s + mag * 1e-5 + 1e-30);
+}
+
+// Quickselect: the k-th largest (k >= 1) of v[0 .. n), reordering v.
+static float kth_largest(float *v, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        const float a = v[lo], b = v[(lo + hi) / 2], c = v[hi];
+        const float piv = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b)); // median of three
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > piv) i++;
+            while (v[j] < piv) j--;
+            if (i <= j) {
+                const float t = v[i];
+                v[i] = v[j];
+                v[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return v[want];
+    }
+    return v[want];
+}
+
+int64_t kvt_sparse_topk(const float *score, int64_t n, int64_t K, int64_t sink, int64_t recent, int32_t *sel,
+                        uint8_t *mark, float *vals) {
+    if (sink > n) sink = n;
+    if (recent > n - sink) recent = n - sink;
+    const int64_t m0 = sink, m1 = n - recent, m = m1 - m0; // the middle positions [m0, m1)
+    int64_t kk = K - sink - recent;
+    memset(mark, 0, (size_t)n);
+    memset(mark, 1, (size_t)sink);
+    memset(mark + m1, 1, (size_t)recent);
+    if (kk >= m) {
+        memset(mark + m0, 1, (size_t)m);
+    } else if (kk > 0) {
+        for (int64_t i = 0; i < m; i++) vals[i] = isnan(score[m0 + i]) ? -INFINITY : score[m0 + i];
+        const float thr = kth_largest(vals, m, kk);
+        int64_t c = 0;
+        for (int64_t i = m0; i < m1; i++) {
+            if (score[i] > thr) {
+                mark[i] = 1;
+                c++;
+            }
+        }
+        for (int64_t i = m0; i < m1 && c < kk; i++) {
+            if (!mark[i] && (score[i] == thr || (isnan(score[i]) && thr == -INFINITY))) {
+                mark[i] = 1;
+                c++;
+            }
+        }
+    }
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (mark[i]) sel[c++] = (int32_t)i;
+    }
+    return c;
+}

@@ -1,0 +1,109 @@
+// sparse.h - sparse decode attention: selection (oracle, quest, asyncspade) and exact attention over the
+// selected positions (docs/SPARSE.md).
+//
+// A kvt_sparse lives in a context and sees every attention call of the forward pass
+// (kvt_sparse_attention). It keeps, for sequence 0, a compact key summary per (layer, KV head) written as
+// keys are appended (quest: per-page key min/max; asyncspade: an int8 copy of every key with a per-row
+// scale), the last queries per (layer, KV head) (asyncspade's predictor), and the selection of the next
+// decode step. Calls of more than one token (prefill), of other sequences, of sliding-window layers and of
+// the first dense_layers layers attend densely (kvt_attention, bit for bit the dense path).
+//
+// Decode step of sequence 0 at position pos, layer l: the selected set S of each KV head (sorted
+// positions, always [0, sink) and [pos - recent + 1, pos]) is attended exactly: softmax over S only.
+// When S would hold every position the call is dense (kvt_attention: equal to the dense path exactly).
+// GQA: the group's query heads share S; a position's score is the sum over the group's heads of its
+// softmax probability (the group's attention mass), so top-k maximizes the group's mass recall.
+//
+// asyncspade runs its selection for step pos + 1 of layer l on a worker thread as soon as layer l of
+// step pos has attended (the rest of the forward pass computes meanwhile); step pos + 1 waits for it (the
+// wait is the stall). The worker reads only layer l's summaries, which the caller does not write until it
+// has waited for that layer's job.
+#ifndef KVT_SPARSE_H
+#define KVT_SPARSE_H
+
+#include <stdint.h>
+
+#include "../attn/attention.h"
+#include "../base/status.h"
+#include "../base/threadpool.h"
+#include "../kv/kv.h"
+#include "sparse_params.h"
+
+typedef struct {
+    int32_t n_layer, n_head, n_head_kv, head_dim, head_dim_v;
+    int64_t n_ctx;
+    int32_t n_threads;
+    kvt_type kv_type; // the store's element type: summaries are taken from keys rounded to it
+} kvt_sparse_dims;
+
+// One decode step (token) of sequence 0, summed over its sparse layers and KV heads.
+typedef struct {
+    int64_t pos;                // position decoded
+    int64_t selected;           // positions attended, summed over sparse (layer, KV head) pairs
+    int64_t context;            // positions held, summed likewise (dense would attend these)
+    int64_t kv_read_bytes;      // K and V bytes of the attended rows (dense layers included)
+    int64_t summary_read_bytes; // bytes of compact key summaries scanned to select
+    double oracle_overlap;      // |S ∩ S_oracle| / |S_oracle| over the middle positions, mean over pairs (-1: no stats)
+    double mass_recall;         // the group's attention mass (real query) inside S, mean over pairs (-1: no stats)
+    double mass_recall_min;     // its minimum over the step's pairs (-1: no stats)
+    double stall_ms;            // time the step waited for selections (worker, or inline selection)
+    int32_t n_pairs_stats;      // (layer, KV head) pairs behind the means above
+} kvt_sparse_step;
+
+typedef struct kvt_sparse kvt_sparse;
+
+// Resolves defaults (sink, recent, window, page, budget fraction) into *p.
+void kvt_sparse_params_resolve(kvt_sparse_params *p);
+// Bytes of the compact key summaries for these settings (0 for off and oracle): what init allocates for
+// them; the caller counts them against the fast tier's budget.
+int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *p, const kvt_sparse_dims *d);
+// NULL in *out for mode off. KVT_ERR_INVALID_ARG for a bad setting (named), KVT_ERR_NOMEM.
+kvt_status kvt_sparse_init(const kvt_sparse_params *p, const kvt_sparse_dims *d, kvt_sparse **out, kvt_err *err);
+void kvt_sparse_free(kvt_sparse *s);
+
+// The attention call of the forward pass, after K/V of [pos0, pos0 + n) were appended to kv: k are those
+// keys ([n, n_head_kv * head_dim] f32, roped), q the queries. Same contract as kvt_attention.
+kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p,
+                                const float *q, const float *k, int64_t pos0, int64_t n, float *out, kvt_threadpool *pool,
+                                void *const *scratch, void *workspace, kvt_err *err);
+
+// Decode steps recorded since init (or the last clear): *n of them, valid until the next call.
+const kvt_sparse_step *kvt_sparse_steps(const kvt_sparse *s, int64_t *n);
+void kvt_sparse_steps_clear(kvt_sparse *s);
+const kvt_sparse_params *kvt_sparse_get_params(const kvt_sparse *s);
+
+// The steps recorded, aggregated.
+typedef struct {
+    int64_t n_steps;
+    int64_t summary_bytes;         // bytes of the key summaries held (kvt_sparse_summary_bytes)
+    double selected_frac;          // positions attended / positions held, over the sparse (layer, KV head) pairs
+    double kv_read_bytes;          // per step, mean
+    double summary_read_bytes;     // per step, mean
+    double stall_ms;               // per step, mean
+    double oracle_overlap;         // mean over (step, layer, KV head) pairs (-1: no stats)
+    double mass_recall, mass_recall_p5; // mean and 5th percentile over the pairs (-1: no stats)
+} kvt_sparse_summary;
+// NOMEM only for the percentile's sort buffer.
+kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *out, kvt_err *err);
+
+// --- pieces, exposed for the tests ---------------------------------------------------------------------
+
+// Predicts the next row of a sequence of rows hist[0 .. n) ([n, d], oldest first): for each window w of
+// windows[0 .. nw) with n >= w + 1, ridge regression of the last row on the w rows before it
+// (min |X^T a - y|^2 + lambda * tr(X X^T) / w * |a|^2), a softmax-normalized when `softmax` is set, then
+// applied to the last w rows (shifted by one); the estimates are averaged. n < 2 or no usable window: the
+// last row (zeros for n = 0). work: kvt_sparse_predict_work_floats(max window, d) floats.
+int64_t kvt_sparse_predict_work_floats(int32_t max_window, int32_t d);
+void kvt_sparse_predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
+                        bool softmax, float *out, float *work);
+
+// Upper bound of q . k over every k with lo <= k <= hi element-wise ([d] each).
+float kvt_sparse_quest_bound(const float *q, const float *lo, const float *hi, int32_t d);
+
+// The positions of [0, n) to attend with budget K: [0, sink) and [n - recent, n) always, then the
+// highest score[] of the rest (ties: the lower position): max(K, sink + recent) positions in all, at most n.
+// sel: sorted positions; returns their count. mark: n bytes of scratch. vals: n floats of scratch.
+int64_t kvt_sparse_topk(const float *score, int64_t n, int64_t K, int64_t sink, int64_t recent, int32_t *sel,
+                        uint8_t *mark, float *vals);
+
+#endif

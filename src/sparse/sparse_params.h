@@ -1,0 +1,40 @@
+// sparse_params.h - the settings of sparse decoding (docs/SPARSE.md), carried in kvt_context_params.
+//
+// Decode attention of a sequence attends, per (layer, KV head), a selected set of K positions instead of
+// all of them: the first `sink`, the last `recent`, and the best of the rest by the mode's score. Prefill
+// stays dense, as do the first `dense_layers` layers and sliding-window layers. Mode off (the default,
+// all zeros) is the exact dense path, untouched.
+#ifndef KVT_SPARSE_PARAMS_H
+#define KVT_SPARSE_PARAMS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum {
+    KVT_SPARSE_OFF = 0,
+    KVT_SPARSE_ORACLE,     // exact top-k on the real query (keys read from the KV store): the accuracy bound
+    KVT_SPARSE_QUEST,      // pages of `page` positions ranked by an upper bound of q.k from per-page key min/max
+    KVT_SPARSE_ASYNCSPADE, // top-k on a query predicted from the last `window` queries, on int8 key copies,
+                           // selected by a worker while the previous token computes
+} kvt_sparse_mode;
+
+typedef struct {
+    kvt_sparse_mode mode;
+    int64_t budget;       // positions attended per (layer, KV head), sink and recent included (0: budget_frac)
+    double budget_frac;   // budget as a fraction of the positions held (used when budget == 0; 0: 1/8)
+    int32_t sink;         // first positions always attended (default 4 when mode != off and sink < 0)
+    int32_t recent;       // last positions always attended, the current one included (default 32 when < 0)
+    int32_t window;       // asyncspade: queries of the regression window (default 16 when 0)
+    int32_t dense_layers; // first layers attended densely (default 0)
+    int32_t page;         // quest: positions per page (default 16 when 0)
+    double rerank;        // asyncspade: keep rerank * K candidates by the predicted query, re-rank them with the
+                          // real query on the int8 keys (<= 1: no re-rank)
+    bool sync;            // asyncspade: select on the caller when the query arrives (no worker)
+    bool stats;           // per step: oracle overlap and attention mass recall (costs an exact scoring pass)
+} kvt_sparse_params;
+
+// "off", "oracle", "quest", "asyncspade"; parse returns false on another name.
+const char *kvt_sparse_mode_name(kvt_sparse_mode m);
+bool kvt_sparse_mode_parse(const char *s, kvt_sparse_mode *out);
+
+#endif

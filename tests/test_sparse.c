@@ -1,0 +1,324 @@
+// test_sparse.c - sparse decode attention (src/sparse/): the predictor, Quest's bounds, top-k, exact
+// attention over a set, and the selections in a context (oracle = dense at full budget, thread counts,
+// the asyncspade worker against inline selection).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/exec/context.h"
+#include "../src/kernels/f16.h"
+#include "../src/model/model.h"
+#include "../src/sparse/sparse_impl.h"
+#include "test.h"
+#include "test_util.h"
+
+static uint64_t rng_state = 88172645463325252ull;
+static float frand(void) { // [-1, 1)
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+// q_t = 2 cos(th) q_{t-1} - q_{t-2}: a rotation (what RoPE does to a fixed query), a linear recurrence of order
+// 2; the ridge predictor (no softmax) with windows >= 2 predicts it; with softmax weights a constant sequence.
+static void test_predictor(void) {
+    enum { D = 16, N = 12 };
+    float hist[N + 1][D], pred[D], work[D];
+    const float th = 0.3f;
+    for (int x = 0; x < D; x++) {
+        hist[0][x] = frand();
+        hist[1][x] = frand();
+    }
+    for (int t = 2; t <= N; t++) {
+        for (int x = 0; x < D; x++) hist[t][x] = 2.0f * cosf(th) * hist[t - 1][x] - hist[t - 2][x];
+    }
+    const int32_t windows[3] = {2, 4, 8};
+    kvt_sparse_predict(&hist[0][0], N, D, windows, 3, 1e-9, false, pred, work);
+    double err = 0, mag = 0;
+    for (int x = 0; x < D; x++) {
+        err = fmax(err, fabs((double)pred[x] - hist[N][x]));
+        mag = fmax(mag, fabs((double)hist[N][x]));
+    }
+    test_result(err <= 1e-4 * fmax(mag, 1.0), "sparse: ridge predictor predicts a linear recurrence (rotation)",
+                "max error %.3g of %.3g", err, mag);
+    for (int t = 0; t < N; t++) {
+        for (int x = 0; x < D; x++) hist[t][x] = hist[0][x];
+    }
+    kvt_sparse_predict(&hist[0][0], N, D, windows, 3, 1e-3, true, pred, work);
+    err = 0;
+    for (int x = 0; x < D; x++) err = fmax(err, fabs((double)pred[x] - hist[0][x]));
+    kvt_sparse_predict(&hist[0][0], 1, D, windows, 3, 1e-3, true, work, work); // one row: itself
+    test_result(err <= 1e-5 && work[0] == hist[0][0], "sparse: softmax-normalized predictor keeps a constant query",
+                "max error %.3g", err);
+}
+
+// Upper bounds: for random f16-rounded keys of a page and random queries, the bound is >= every q . k.
+static void test_quest_bound(void) {
+    enum { D = 64, P = 16, TRIALS = 200 };
+    float k[P][D], lo[D], hi[D], q[D];
+    bool ok = true;
+    double worst = 1e30;
+    for (int tr = 0; tr < TRIALS && ok; tr++) {
+        for (int x = 0; x < D; x++) lo[x] = INFINITY, hi[x] = -INFINITY;
+        const float sc = tr % 2 ? 30.0f : 0.01f;
+        for (int t = 0; t < P; t++) {
+            for (int x = 0; x < D; x++) {
+                k[t][x] = kvt_f16_to_f32(kvt_f32_to_f16(frand() * sc));
+                lo[x] = fminf(lo[x], k[t][x]);
+                hi[x] = fmaxf(hi[x], k[t][x]);
+            }
+        }
+        for (int x = 0; x < D; x++) q[x] = frand() * sc;
+        const float b = kvt_sparse_quest_bound(q, lo, hi, D);
+        for (int t = 0; t < P; t++) {
+            float d = 0.0f;
+            for (int x = 0; x < D; x++) d += q[x] * k[t][x];
+            ok = ok && b >= d;
+            worst = fmin(worst, (double)b - d);
+        }
+    }
+    test_result(ok, "sparse: quest page bounds are upper bounds of q.k (f16 keys, 200 pages)", "bound below a dot by %.3g", -worst);
+}
+
+static void test_topk(void) {
+    enum { N = 100 };
+    float score[N], vals[N];
+    int32_t sel[N];
+    uint8_t mark[N];
+    for (int i = 0; i < N; i++) score[i] = (float)((i * 37) % N); // a permutation of 0 .. 99
+    score[50] = score[51] = 1000.0f;
+    const int64_t n = kvt_sparse_topk(score, N, 10, 3, 4, sel, mark, vals);
+    bool ok = n == 10;
+    for (int i = 0; ok && i < 3; i++) ok = sel[i] == i;          // sink
+    for (int i = 0; ok && i < 4; i++) ok = sel[6 + i] == 96 + i; // recent
+    ok = ok && sel[3] < sel[4] && sel[4] < sel[5];
+    int has50 = 0, has51 = 0;
+    for (int i = 0; i < n; i++) has50 |= sel[i] == 50, has51 |= sel[i] == 51;
+    ok = ok && has50 && has51;
+    const int64_t all = kvt_sparse_topk(score, N, 200, 3, 4, sel, mark, vals);
+    ok = ok && all == N && sel[N - 1] == N - 1;
+    test_result(ok, "sparse: top-k keeps sink and recent, the best of the rest, sorted", "got %lld positions", (long long)n);
+}
+
+// Exact attention over every position equals the dense streamed attention (to rounding).
+static void test_attend_set(void) {
+    const char *name = "sparse: attention over the full set equals dense attention";
+    const int32_t H = 4, HKV = 2, HD = 32, NCTX = 200;
+    kvt_kv_params kp = {KVT_TYPE_F16, 1, HKV, HD, HD, NCTX, 64, 0};
+    kvt_kv *kv = NULL;
+    kvt_threadpool *pool = NULL;
+    kvt_err err = {0};
+    if (kvt_threadpool_init(2, &pool, &err) || kvt_kv_contig_init(&kp, &kv, &err)) {
+        test_result(false, name, "%s", err.msg);
+        kvt_threadpool_free(pool);
+        return;
+    }
+    const int64_t n = 150;
+    float *k = malloc((size_t)(n * HKV * HD) * 4), *v = malloc((size_t)(n * HKV * HD) * 4);
+    float q[4 * 32], a[4 * 32], b[4 * 32];
+    for (int64_t i = 0; i < n * HKV * HD; i++) k[i] = frand(), v[i] = frand();
+    for (int i = 0; i < H * HD; i++) q[i] = frand() * 3.0f;
+    kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
+    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16};
+    void *sc[2] = {malloc((size_t)kvt_attn_scratch_bytes(kv, H, KVT_ATTN_TILE)), malloc((size_t)kvt_attn_scratch_bytes(kv, H, KVT_ATTN_TILE))};
+    float *ss[2];
+    for (int i = 0; i < 2; i++) ss[i] = aligned_alloc(64, (size_t)(kvt_sparse_attn_scratch_floats(&d) * 4 + 63) / 64 * 64);
+    int32_t *sel = malloc((size_t)(HKV * NCTX) * 4);
+    int64_t nsel[2] = {n, n};
+    for (int h = 0; h < HKV; h++) {
+        for (int64_t i = 0; i < n; i++) sel[h * NCTX + i] = (int32_t)i;
+    }
+    kvt_status st = kv->ops->append(kv, 0, 0, 0, n, k, v, &err);
+    if (!st) st = kvt_attention(kv, 0, 0, &ap, q, n - 1, 1, a, pool, sc, NULL, &err);
+    if (!st) st = kvt_sparse_attend_set(kv, 0, 0, &ap, q, sel, nsel, NCTX, b, pool, ss, &err);
+    double md = 0;
+    for (int i = 0; i < H * HD; i++) md = fmax(md, fabs((double)a[i] - b[i]));
+    test_result(!st && md < 1e-5, name, "%s (max diff %.3g)", st ? err.msg : "outputs differ", md);
+    for (int i = 0; i < 2; i++) free(sc[i]), free(ss[i]);
+    free(sel);
+    free(k);
+    free(v);
+    kvt_kv_free(kv);
+    kvt_threadpool_free(pool);
+}
+
+enum { N_PROMPT = 40, N_STEP = 8 };
+
+// Prefill then N_STEP greedy-free decode steps (fixed tokens); logits [N_STEP, n_vocab], steps recorded.
+// With `repeat`, the same run twice in one context (truncated to 0 between): the second's logits are kept.
+static kvt_status run_n(const kvt_model *m, const kvt_context_params *cp, int repeat, float *logits, int64_t *sel_total,
+                        kvt_err *err) {
+    const int32_t V = m->hp.n_vocab;
+    kvt_context *ctx = NULL;
+    kvt_status st = kvt_context_init(m, cp, &ctx, err);
+    if (st) return st;
+    for (int r = 0; r < repeat && !st; r++) {
+        kvt_context_truncate(ctx, 0);
+        if (kvt_context_sparse(ctx)) kvt_sparse_steps_clear(kvt_context_sparse(ctx));
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 1 + (i * 37) % (V - 1);
+    st = kvt_decode(ctx, prompt, N_PROMPT, false, err);
+    for (int j = 0; !st && j < N_STEP; j++) {
+        const int32_t tok = 1 + (j * 13 + 7) % (V - 1);
+        st = kvt_decode(ctx, &tok, 1, false, err);
+        if (!st) memcpy(logits + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
+    }
+    *sel_total = 0;
+    if (!st && kvt_context_sparse(ctx)) {
+        int64_t n = 0;
+        const kvt_sparse_step *s = kvt_sparse_steps(kvt_context_sparse(ctx), &n);
+        for (int64_t i = 0; i < n; i++) *sel_total += s[i].selected;
+        if (n != N_STEP) st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "%lld steps recorded, %d decoded", (long long)n, N_STEP);
+    }
+    kvt_context_free(ctx);
+    return st;
+}
+
+static kvt_status run(const kvt_model *m, const kvt_context_params *cp, float *logits, int64_t *sel_total, kvt_err *err) {
+    return run_n(m, cp, 1, logits, sel_total, err);
+}
+
+static double max_diff(const float *a, const float *b, int64_t n) {
+    double md = 0;
+    for (int64_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
+    return md;
+}
+
+static void test_context(const char *path) {
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    if (kvt_model_load(path, false, &m, &err)) {
+        test_result(false, "sparse: load qwen3-tiny", "%s", err.msg);
+        return;
+    }
+    const int64_t n = (int64_t)N_STEP * m->hp.n_vocab;
+    float *dense = calloc((size_t)n, 4), *a = calloc((size_t)n, 4), *b = calloc((size_t)n, 4);
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 64;
+    cp.n_threads = 2;
+    cp.kv_block = 16;
+    int64_t sd = 0, sa = 0, sb = 0;
+    kvt_status st = run(m, &cp, dense, &sd, &err);
+    // oracle with a budget >= the context: the dense path, bit for bit
+    kvt_context_params co = cp;
+    co.sparse.mode = KVT_SPARSE_ORACLE;
+    co.sparse.budget = 64;
+    if (!st) st = run(m, &co, a, &sa, &err);
+    test_result(!st && max_diff(dense, a, n) == 0, "sparse: oracle with budget >= context = dense, bit for bit", "%s (max diff %.3g)",
+                st ? err.msg : "logits differ", max_diff(dense, a, n));
+    // a small budget changes the result (the sparse path runs) and stays close for the oracle
+    co.sparse.budget = 12;
+    co.sparse.sink = 2;
+    co.sparse.recent = 4;
+    co.sparse.stats = true;
+    st = run(m, &co, a, &sa, &err);
+    test_result(!st && max_diff(dense, a, n) > 0 && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
+                "sparse: oracle at budget 12 attends 12 positions per layer and KV head", "%s (selected %lld)",
+                st ? err.msg : "unexpected", (long long)sa);
+    // every mode: the same bits with 1 to 4 threads (paged store too)
+    const kvt_sparse_mode modes[3] = {KVT_SPARSE_ORACLE, KVT_SPARSE_QUEST, KVT_SPARSE_ASYNCSPADE};
+    for (int mi = 0; mi < 3; mi++) {
+        kvt_context_params c1 = co;
+        c1.sparse.mode = modes[mi];
+        c1.sparse.page = 4;
+        c1.sparse.window = 4;
+        c1.n_threads = 1;
+        st = run(m, &c1, a, &sa, &err);
+        bool same = !st;
+        for (int t = 2; same && t <= 4; t++) {
+            c1.n_threads = t;
+            c1.kv_paged = t % 2 == 0;
+            st = run(m, &c1, b, &sb, &err);
+            same = !st && max_diff(a, b, n) == 0 && sa == sb;
+        }
+        char name[128];
+        snprintf(name, sizeof name, "sparse: %s: selection and logits identical with 1..4 threads", kvt_sparse_mode_name(modes[mi]));
+        test_result(same, name, "%s", st ? err.msg : "differ");
+    }
+    // asyncspade: the worker's selection = the inline selection for the same predicted query
+    kvt_context_params c2 = co;
+    c2.sparse.mode = KVT_SPARSE_ASYNCSPADE;
+    c2.sparse.window = 4;
+    c2.sparse.sync = true;
+    st = run(m, &c2, a, &sa, &err);
+    c2.sparse.sync = false;
+    if (!st) st = run(m, &c2, b, &sb, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade worker = inline selection, bit for bit", "%s",
+                st ? err.msg : "differ");
+    // a second run in the same context after a truncate (perplexity's chunks) = a fresh context, inline and worker
+    for (int sync = 0; sync < 2; sync++) {
+        c2.sparse.sync = sync;
+        kvt_status s2 = run_n(m, &c2, 2, a, &sa, &err);
+        char name[128];
+        snprintf(name, sizeof name, "sparse: asyncspade (%s) after a truncate = a fresh context, bit for bit", sync ? "inline" : "worker");
+        test_result(!s2 && max_diff(a, b, n) == 0, name, "%s", s2 ? err.msg : "differ");
+    }
+    c2.sparse.sync = false;
+    // the paged store with a small fast tier (the worker's chosen blocks prefetched from the host tier): the same
+    // bits as the contiguous cache; the key summaries are taken from the fast budget
+    kvt_sparse_dims dd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, 64, 2, KVT_TYPE_F16};
+    const int64_t summary = kvt_sparse_summary_bytes(&c2.sparse, &dd);
+    kvt_context_params c3 = c2;
+    c3.kv_fast_bytes = summary + 4 * 4096;
+    c3.kv_host_bytes = 1 << 20;
+    c3.kv_prefetch = 1;
+    st = run(m, &c3, a, &sa, &err);
+    test_result(!st && max_diff(a, b, n) == 0, "sparse: asyncspade over a fast tier of 4 blocks + host = in memory, bit for bit",
+                "%s", st ? err.msg : "differ");
+    c3.kv_fast_bytes = summary;
+    kvt_context *cx = NULL;
+    st = kvt_context_init(m, &c3, &cx, &err);
+    test_result(st == KVT_ERR_BUDGET && strstr(err.msg, "summaries"), "sparse: a fast budget that cannot hold the key summaries is refused",
+                "status %d: %s", st, err.msg);
+    kvt_context_free(cx);
+    // re-rank on: still deterministic and within the budget
+    c2.sparse.rerank = 2.0;
+    st = run(m, &c2, a, &sa, &err);
+    test_result(!st && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12, "sparse: asyncspade re-rank keeps K positions",
+                "%s (selected %lld)", st ? err.msg : "unexpected", (long long)sa);
+    free(dense);
+    free(a);
+    free(b);
+    kvt_model_free(m);
+}
+
+// The CLI: --sparse flags on generate, their per-step JSON, and bad values refused.
+static void test_cli(const test_env *env, const char *model) {
+    const char *name = "sparse: generate --sparse asyncspade --json reports per-step records; bad values refused";
+    if (!test_file_exists(env->cli)) {
+        test_skip(name, "no kvtier binary");
+        return;
+    }
+    static char out[1 << 16];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -p 'one two three four five six seven eight nine ten eleven twelve' -n 6 --temp 0 -c 64 "
+             "--json --sparse asyncspade --sparse-budget 0.5 --sparse-sink 1 --sparse-recent 2 --sparse-stats 2>/dev/null",
+             env->cli, model);
+    const int rc = test_run(cmd, out, sizeof out);
+    const bool ok = rc == 0 && strstr(out, "\"mode\":\"asyncspade\"") && strstr(out, "\"steps\":[{") &&
+                    strstr(out, "\"mass_recall\":") && strstr(out, "\"summary_bytes\":");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse bogus >/dev/null 2>&1", env->cli, model);
+    char junk[64];
+    const int bad1 = test_run(cmd, junk, sizeof junk);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse quest --sparse-budget 1.5 >/dev/null 2>&1", env->cli, model);
+    const int bad2 = test_run(cmd, junk, sizeof junk);
+    test_result(ok && bad1 != 0 && bad2 != 0, name, "rc %d, bad values rc %d %d, output %.300s", rc, bad1, bad2, out);
+}
+
+void test_sparse(const test_env *env) {
+    test_predictor();
+    test_quest_bound();
+    test_topk();
+    test_attend_set();
+    char path[512];
+    if (!test_data(env, "qwen3-tiny.gguf", path, sizeof path)) {
+        test_skip("sparse: context cases", test_data_missing(env, "qwen3-tiny.gguf"));
+        return;
+    }
+    test_context(path);
+    test_cli(env, path);
+}

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Accuracy of sparse decode attention (docs/SPARSE.md): perplexity, attention mass recall and overlap with
+the oracle set at several budgets, and passkey retrieval, each mode beside dense, with `kvtier`.
+
+  tools/sparse_eval.py ppl     -m MODEL -f TEXT [-c 2048] [--chunks 2] [--budgets 0.25,0.125,0.0625]
+  tools/sparse_eval.py passkey -m MODEL [--lengths 2048,4096,8192] [--depths 0.1,0.5,0.9] [--budget 0.125]
+
+Every run prints one JSON line per measurement (stdout) and a table at the end. Extra kvtier flags after --.
+"""
+import argparse
+import json
+import random
+import re
+import subprocess
+import sys
+import time
+
+MODES = ["oracle", "quest", "asyncspade"]
+
+
+def kvtier(args, kv):
+    cmd = [args.kvtier] + kv + args.extra
+    t0 = time.time()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit("failed: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
+    return json.loads(r.stdout), time.time() - t0
+
+
+def sparse_flags(mode, budget):
+    return [] if mode == "off" else ["--sparse", mode, "--sparse-budget", str(budget), "--sparse-stats"]
+
+
+def run_ppl(args):
+    rows = []
+    base = ["perplexity", "-m", args.model, "-f", args.file, "-c", str(args.ctx), "--chunks", str(args.chunks), "--json",
+            "-t", str(args.threads)]
+    dense, sec = kvtier(args, base)
+    rows.append(("off", 1.0, dense["ppl"], None, None, None, sec))
+    print(json.dumps({"mode": "off", "ppl": dense["ppl"], "n_scored": dense["n_scored"], "s": sec}), flush=True)
+    for b in args.budgets:
+        for mode in MODES:
+            r, sec = kvtier(args, base + sparse_flags(mode, b))
+            sp = r["sparse"]
+            rows.append((mode, b, r["ppl"], sp["mass_recall"], sp["mass_recall_p5"], sp["oracle_overlap"], sec))
+            print(json.dumps({"mode": mode, "budget": b, "ppl": r["ppl"], "sparse": sp, "s": sec}), flush=True)
+    print("\n| mode | budget | ppl | change vs dense | mass recall mean | p5 | oracle overlap | run s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for mode, b, ppl, mr, p5, ov, sec in rows:
+        ch = "%+.2f%%" % (100.0 * (ppl / dense["ppl"] - 1.0))
+        f = lambda x: "-" if x is None else "%.3f" % x
+        print("| %s | %s | %.4f | %s | %s | %s | %s | %.0f |" % (mode, b, ppl, ch, f(mr), f(p5), f(ov), sec))
+
+
+FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ")
+
+
+def passkey_prompt(n_words_target, depth, key):
+    # ~ 25 tokens per filler sentence group; the key line at the given depth of the filler
+    n = max(1, n_words_target // 25)
+    lines = [FILLER] * n
+    at = int(depth * n)
+    lines.insert(at, "The pass key is %d. Remember it. %d is the pass key. " % (key, key))
+    return ("There is important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+            + "".join(lines) + "\nWhat is the pass key? The pass key is")
+
+
+def run_passkey(args):
+    rnd = random.Random(7)
+    results = {}
+    print_rows = []
+    for length in args.lengths:
+        for depth in args.depths:
+            key = rnd.randint(10000, 99999)
+            prompt = passkey_prompt(length - 64, depth, key)
+            for mode in ["off"] + MODES:
+                kv = ["generate", "-m", args.model, "-p", prompt, "-n", "8", "--temp", "0", "--json", "--no-progress",
+                      "-c", str(length + 64), "-t", str(args.threads)] + sparse_flags(mode, args.budget)
+                r, sec = kvtier(args, kv)
+                ok = str(key) in r["text"]  # the generated text
+                gen = r["text"][-60:].replace("\n", " ")
+                results.setdefault((mode, length), []).append(ok)
+                print(json.dumps({"mode": mode, "length": length, "n_prompt": r["n_prompt"], "depth": depth, "key": key,
+                                  "ok": ok, "tail": gen, "s": sec}), flush=True)
+    print("\n| mode | length | passed |")
+    print("|---|---|---|")
+    for (mode, length), oks in sorted(results.items(), key=lambda x: (x[0][1], x[0][0])):
+        print("| %s | %d | %d / %d |" % (mode, length, sum(oks), len(oks)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["ppl", "passkey"])
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("-f", "--file")
+    ap.add_argument("-c", "--ctx", type=int, default=2048)
+    ap.add_argument("--chunks", type=int, default=2)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--budgets", default="0.25,0.125,0.0625")
+    ap.add_argument("--budget", default="0.125")
+    ap.add_argument("--lengths", default="2048,4096,8192")
+    ap.add_argument("--depths", default="0.1,0.5,0.9")
+    ap.add_argument("--kvtier", default="build/kvtier")
+    ap.add_argument("extra", nargs="*")
+    args = ap.parse_args()
+    args.budgets = [float(x) for x in args.budgets.split(",")]
+    args.lengths = [int(x) for x in args.lengths.split(",")]
+    args.depths = [float(x) for x in args.depths.split(",")]
+    if args.what == "ppl":
+        if not args.file:
+            sys.exit("ppl needs -f TEXT")
+        run_ppl(args)
+    else:
+        run_passkey(args)
+
+
+if __name__ == "__main__":
+    main()
