@@ -26,7 +26,10 @@ typedef struct {
     uint32_t crc;       // CRC32C of the disk copy
     bool busy;          // a transfer or eviction of this block is under way
     bool queued;        // waiting in the prefetch queue
+    bool qplan;         // queued by the scheduler's plan (kvt_kv_paged_set_plan), not by the decode schedule
     uint64_t last_use, uses;
+    int64_t prank;      // plan rank: iteration in which the earliest planned sequence holding it runs
+                        // (INT64_MAX: none, or no plan)
 } pblock;
 
 typedef struct {
@@ -44,6 +47,7 @@ typedef struct {
 typedef struct {
     bool live;
     pshard *sh;         // [n_shard], shard = layer * n_group + group
+    int64_t prank;      // iteration of the plan in which it runs first (INT64_MAX: not planned)
 } pseq;
 
 typedef struct {
@@ -213,8 +217,14 @@ static evict_ctx evict_ctx_now(const kv_paged *s) {
 }
 
 static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B) {
-    kvt_evict_info info = {B->last_use, B->uses, next_use(s, B), (int64_t)B->layer * s->base.n_group + B->group,
-                           B->index, e->shard_blocks, e->stream_frac};
+    // designated: fields the store does not know (added for the simulator) stay 0
+    const kvt_evict_info info = {.last_use = B->last_use,
+                                 .uses = B->uses,
+                                 .next_use = next_use(s, B),
+                                 .shard = (int64_t)B->layer * s->base.n_group + B->group,
+                                 .index = B->index,
+                                 .shard_blocks = e->shard_blocks,
+                                 .stream_frac = e->stream_frac};
     return s->pol->score(&info, s->tick);
 }
 
@@ -226,8 +236,13 @@ static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B
 // alone, as it is the first to get a disk copy and preferring it would reload it for every sharer
 // (40-70x more loads in beam search with a disk tier). A host copy never counts in T0: evicting a
 // block without one costs only a memcpy.
-static int64_t pick_victim(kv_paged *s, int t, int64_t limit) {
-    int64_t best = -1;
+//
+// With a plan (kvt_kv_paged_set_plan) the plan rank comes first: blocks whose earliest owner runs latest (or
+// never) go first, and with limit >= 0 a block of rank r only qualifies if it is later than xrank (the rank of
+// the block being loaded), or of the same rank and needed later than `limit` (limit INT64_MAX: strictly later
+// ranks only). Without a plan every rank is INT64_MAX and nothing changes.
+static int64_t pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank) {
+    int64_t best = -1, best_rank = 0;
     double bs = 0;
     bool best_clean = false;
     const evict_ctx e = evict_ctx_now(s);
@@ -242,14 +257,17 @@ static int64_t pick_victim(kv_paged *s, int t, int64_t limit) {
         int64_t id = s->res[t][(start + k) % n];
         const pblock *B = &s->blk[id];
         if (B->busy || (t == T0 && B->pins > 0)) continue;
-        if (limit >= 0 && next_use(s, B) <= limit) continue;
+        if (limit >= 0 && !(B->prank > xrank || (B->prank == xrank && limit < INT64_MAX && next_use(s, B) > limit)))
+            continue;
         // clean: evicting costs no write (a disk copy of an unshared T0 block, or any T1 block with a copy
         // in T0 or on disk)
         bool clean = t == T0 ? (B->slot[T2] >= 0 && B->refs <= 1) : (B->slot[T2] >= 0 || B->slot[T0] >= 0);
         if (t == T0 && !s->pol->clean_first) clean = false;
         double sc = evict_score(s, &e, B);
-        if (best < 0 || (clean && !best_clean) || (clean == best_clean && sc > bs)) {
+        if (best < 0 || B->prank > best_rank ||
+            (B->prank == best_rank && ((clean && !best_clean) || (clean == best_clean && sc > bs)))) {
             best = id;
+            best_rank = B->prank;
             bs = sc;
             best_clean = clean;
         }
@@ -343,7 +361,7 @@ static int64_t t1_duplicate(const kv_paged *s) {
         const pblock *B = &s->blk[id];
         if (B->busy || B->slot[T0] < 0) continue;
         const double sc = evict_score(s, &e, B);
-        if (best < 0 || sc > bs) {
+        if (best < 0 || B->prank > s->blk[best].prank || (B->prank == s->blk[best].prank && sc > bs)) {
             best = id;
             bs = sc;
         }
@@ -380,7 +398,7 @@ static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *er
                        (long long)T->budget, (long long)T->max_slots, (long long)T->slot_bytes, T->path);
             return -1;
         }
-        int64_t v = pick_victim(s, t, limit);
+        int64_t v = pick_victim(s, t, limit, INT64_MAX);
         if (v < 0) {
             if (!wait) return 0;
             pthread_cond_wait(&s->cv, &s->mu);
@@ -415,9 +433,11 @@ static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
             }
         }
         if (!room && has_lower) {
-            int64_t hv = pick_victim(s, T1, -1);
+            int64_t hv = pick_victim(s, T1, -1, INT64_MAX);
             const evict_ctx e = evict_ctx_now(s);
-            if (hv >= 0 && s->blk[hv].slot[T2] >= 0 && evict_score(s, &e, &s->blk[hv]) > evict_score(s, &e, B)) {
+            const pblock *H1 = hv >= 0 ? &s->blk[hv] : NULL;
+            if (H1 && H1->slot[T2] >= 0 &&
+                (H1->prank > B->prank || (H1->prank == B->prank && evict_score(s, &e, H1) > evict_score(s, &e, B)))) {
                 drop_copy(s, hv, T1);
                 room = true;
             }
@@ -508,7 +528,7 @@ static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool *
             room = true;
             break;
         }
-        const int64_t v = pick_victim(s, T0, limit);
+        const int64_t v = pick_victim(s, T0, limit, s->blk[id].prank);
         if (v < 0) {
             if (!wait) break;
             pthread_cond_wait(&s->cv, &s->mu);
@@ -534,6 +554,27 @@ static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool *
 
 // --- copy engine: prefetch workers ----------------------------------------------
 
+// Copies planned block id (only on disk, not busy) up to the host tier if T1 has room, or a copy it may drop
+// or evict: a duplicate of a T0 block, or a block of a later plan rank.
+static void stage_t1(kv_paged *s, int64_t id) {
+    pblock *B = &s->blk[id];
+    if (!s->tier[T1].present || B->slot[T1] >= 0 || B->slot[T2] < 0 || B->busy || B->prank == INT64_MAX) return;
+    B->busy = true;
+    kvt_err e;
+    kvt_status st = KVT_OK;
+    const kvt_tier_store *H = &s->tier[T1];
+    if (H->n_used >= H->max_slots) {
+        const int64_t dup = t1_duplicate(s);
+        const int64_t v = dup >= 0 ? -1 : pick_victim(s, T1, INT64_MAX, s->blk[id].prank);
+        if (dup >= 0) drop_copy(s, dup, T1);
+        else if (v < 0) st = KVT_ERR_BUDGET;
+        else st = evict(s, v, T1, &e);
+    }
+    if (!st && H->n_used < H->max_slots) st = transfer(s, id, T2, T1, &e);
+    s->blk[id].busy = false;
+    pthread_cond_broadcast(&s->cv);
+}
+
 static void *io_main(void *arg) {
     kv_paged *s = arg;
     pthread_mutex_lock(&s->mu);
@@ -544,12 +585,16 @@ static void *io_main(void *arg) {
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
         pblock *B = &s->blk[id];
-        B->queued = false;
+        const bool plan = B->qplan;
+        B->queued = B->qplan = false;
         if (B->refs <= 0 || B->busy || B->slot[T0] >= 0) continue;
         kvt_err e;
         bool loaded;
-        // an error here is reported again by the acquire that needs the block
-        if (!load(s, id, false, next_use(s, &s->blk[id]), &loaded, &e) && loaded) s->st.prefetches++;
+        // an error here is reported again by the acquire that needs the block; a planned block that finds no
+        // room in T0 (only blocks the plan needs sooner) comes up from disk to the host tier at least
+        kvt_status st = load(s, id, false, plan ? INT64_MAX : next_use(s, &s->blk[id]), &loaded, &e);
+        if (!st && loaded) s->st.prefetches++;
+        else if (!st && plan) stage_t1(s, id);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -612,6 +657,7 @@ static int64_t block_new(kv_paged *s, int32_t layer, int32_t group, int64_t inde
     B->index = index;
     for (int t = 0; t < KVT_TIER_COUNT; t++) B->slot[t] = -1;
     B->rpos[0] = B->rpos[1] = -1;
+    B->prank = INT64_MAX;
     return id;
 }
 
@@ -763,8 +809,8 @@ static void paged_release(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group,
 }
 
 // Makes block b of shard sh writable in T0 and pinned: creates it, or copies it if shared (copy on write).
-static kvt_status writable_block(kv_paged *s, pshard *sh, int32_t layer, int32_t group, int64_t b, int64_t *out,
-                                 int64_t *stall_t0, kvt_err *err) {
+static kvt_status writable_block(kv_paged *s, pshard *sh, int32_t layer, int32_t group, int64_t b, int64_t prank,
+                                 int64_t *out, int64_t *stall_t0, kvt_err *err) {
     kvt_status st;
     if (b == sh->n_blk) {
         if (ensure_free(s, T0, true, -1, err) < 0) return err->status;
@@ -780,6 +826,7 @@ static kvt_status writable_block(kv_paged *s, pshard *sh, int32_t layer, int32_t
         }
         s->blk[id].slot[T0] = slot;
         s->blk[id].pins = 1;
+        s->blk[id].prank = prank;
         *out = id;
         return KVT_OK;
     }
@@ -806,6 +853,7 @@ static kvt_status writable_block(kv_paged *s, pshard *sh, int32_t layer, int32_t
     }
     s->blk[nid].slot[T0] = slot;
     s->blk[nid].pins = 1;
+    s->blk[nid].prank = prank;
     memcpy(kvt_tier_ptr(&s->tier[T0], slot), kvt_tier_ptr(&s->tier[T0], s->blk[id].slot[T0]), (size_t)s->block_bytes);
     s->st.moved_bytes[T0][T0] += s->block_bytes;
     s->st.moved_count[T0][T0]++;
@@ -859,7 +907,7 @@ static kvt_status paged_append(kvt_kv *kv, int32_t seq, int32_t layer, int64_t p
             const int64_t p = pos + off, b = p / bt, r = p % bt;
             const int64_t cnt = n - off < bt - r ? n - off : bt - r;
             int64_t id = -1;
-            if ((st = writable_block(s, sh, layer, g, b, &id, &t0, err))) break;
+            if ((st = writable_block(s, sh, layer, g, b, q->prank, &id, &t0, err))) break;
             drop_copy(s, id, T1); // the lower copies become stale
             drop_copy(s, id, T2);
             uint8_t *d = kvt_tier_ptr(&s->tier[T0], s->blk[id].slot[T0]);
@@ -899,11 +947,11 @@ static kvt_status seq_alloc(kv_paged *s, int32_t *out, kvt_err *err) {
         pseq *ns = realloc(s->seq, (size_t)(s->n_seq + 1) * sizeof *ns);
         if (!ns) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV sequence");
         s->seq = ns;
-        s->seq[s->n_seq++] = (pseq){false, NULL};
+        s->seq[s->n_seq++] = (pseq){false, NULL, INT64_MAX};
     }
     pshard *sh = calloc((size_t)s->n_shard, sizeof *sh);
     if (!sh) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV sequence");
-    s->seq[i] = (pseq){true, sh};
+    s->seq[i] = (pseq){true, sh, INT64_MAX};
     *out = i;
     return KVT_OK;
 }
@@ -1111,6 +1159,266 @@ void kvt_kv_paged_drop_cached(kvt_kv *kv) {
             bool lower = false;
             for (int u = t + 1; u < KVT_TIER_COUNT; u++) lower |= B->slot[u] >= 0;
             if (lower && !B->busy && B->pins == 0) drop_copy(s, id, t);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+// --- the prefix cache's block references -----------------------------------------------------------------
+
+kvt_status kvt_kv_paged_block_ref(kvt_kv *kv, int32_t seq, int64_t b, int64_t *ids, kvt_err *err) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "block references need the paged KV store");
+    pthread_mutex_lock(&s->mu);
+    kvt_status st = KVT_OK;
+    pseq *q = seq_get(s, seq, err);
+    if (!q) st = KVT_ERR_INVALID_ARG;
+    for (int32_t i = 0; !st && i < s->n_shard; i++) {
+        const pshard *sh = &q->sh[i];
+        if (b < 0 || b >= sh->n_blk || sh->n_tok < (b + 1) * kv->block_tokens || sh->ids[b] < 0) {
+            st = kvt_errorf(err, KVT_ERR_INVALID_ARG,
+                            "KV sequence %d does not hold block %lld of layer %d group %d in full (%lld positions%s)", seq,
+                            (long long)b, i / kv->n_group, i % kv->n_group, (long long)sh->n_tok,
+                            b >= 0 && b < sh->n_blk && sh->ids[b] < 0 ? ", freed by the sliding window" : "");
+        }
+    }
+    for (int32_t i = 0; !st && i < s->n_shard; i++) {
+        ids[i] = q->sh[i].ids[b];
+        s->blk[ids[i]].refs++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+void kvt_kv_paged_block_unref(kvt_kv *kv, const int64_t *ids) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return;
+    pthread_mutex_lock(&s->mu);
+    for (int32_t i = 0; i < s->n_shard; i++) block_unref(s, ids[i]);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int32_t kvt_kv_paged_block_holders(kvt_kv *kv, const int64_t *ids) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return 0;
+    pthread_mutex_lock(&s->mu);
+    int32_t m = 0;
+    for (int32_t i = 0; i < s->n_shard; i++) m = s->blk[ids[i]].refs > m ? s->blk[ids[i]].refs : m;
+    pthread_mutex_unlock(&s->mu);
+    return m;
+}
+
+kvt_status kvt_kv_paged_seq_push_ref(kvt_kv *kv, int32_t seq, int64_t b, const int64_t *ids, kvt_err *err) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "block references need the paged KV store");
+    const int64_t bt = kv->block_tokens;
+    if (b < 0 || (b + 1) * bt > kv->n_ctx) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "KV block %lld exceeds context %lld", (long long)b, (long long)kv->n_ctx);
+    }
+    pthread_mutex_lock(&s->mu);
+    kvt_status st = KVT_OK;
+    pseq *q = seq_get(s, seq, err);
+    if (!q) st = KVT_ERR_INVALID_ARG;
+    for (int32_t i = 0; !st && i < s->n_shard; i++) {
+        const pshard *sh = &q->sh[i];
+        const pblock *B = ids[i] >= 0 && ids[i] < s->n_blk ? &s->blk[ids[i]] : NULL;
+        if (sh->n_tok != b * bt || sh->n_blk != b) {
+            st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV sequence %d holds %lld positions of layer %d, not %lld: block %lld "
+                            "cannot be appended", seq, (long long)sh->n_tok, i / kv->n_group, (long long)(b * bt), (long long)b);
+        } else if (!B || B->refs <= 0 || B->index != b || B->layer * kv->n_group + B->group != i) {
+            st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV block handle %lld is not block %lld of layer %d group %d",
+                            (long long)ids[i], (long long)b, i / kv->n_group, i % kv->n_group);
+        }
+    }
+    int32_t done = 0;
+    while (!st && done < s->n_shard) {
+        if (!shard_push(&q->sh[done], ids[done])) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block table");
+        else done++;
+    }
+    for (int32_t i = 0; i < done; i++) {
+        pshard *sh = &q->sh[i];
+        if (st) sh->n_blk--;
+        else {
+            pblock *B = &s->blk[ids[i]];
+            B->refs++;
+            if (q->prank < B->prank) B->prank = q->prank;
+            sh->n_tok = (b + 1) * bt;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+// --- the serving scheduler's hooks ------------------------------------------------------------------------
+
+// Iterations of a plan: a sequence runs at most once per iteration, so a new iteration begins where a sequence
+// repeats within the current one. Ranks are the iteration of each sequence's first appearance.
+void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return;
+    pthread_mutex_lock(&s->mu);
+    for (int64_t i = 0; i < s->n_blk; i++) s->blk[i].prank = INT64_MAX;
+    for (int32_t i = 0; i < s->n_seq; i++) s->seq[i].prank = INT64_MAX;
+    int64_t *seen = n > 0 ? malloc((size_t)s->n_seq * sizeof *seen) : NULL; // [n_seq] iteration last seen in
+    int32_t *uq = n > 0 ? malloc((size_t)n * sizeof *uq) : NULL;            // [nu] planned sequences, by rank
+    int64_t iter = 0, nu = 0;
+    for (int32_t i = 0; seen && i < s->n_seq; i++) seen[i] = -1;
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t q = seqs[i];
+        if (q < 0 || q >= s->n_seq || !s->seq[q].live) continue;
+        if (!seen) iter = i; // no memory for the table: every entry its own iteration
+        else if (seen[q] == iter) iter++;
+        if (seen) seen[q] = iter;
+        if (s->seq[q].prank == INT64_MAX) {
+            s->seq[q].prank = iter;
+            if (uq) uq[nu++] = q;
+        }
+    }
+    free(seen);
+    for (int32_t q = 0; q < s->n_seq; q++) {
+        const pseq *Q = &s->seq[q];
+        if (!Q->live || Q->prank == INT64_MAX) continue;
+        for (int32_t i = 0; i < s->n_shard; i++) {
+            const pshard *sh = &Q->sh[i];
+            for (int64_t j = sh->n_drop; j < sh->n_blk; j++) {
+                pblock *B = &s->blk[sh->ids[j]];
+                if (Q->prank < B->prank) B->prank = Q->prank;
+            }
+        }
+    }
+    // prefetch: the blocks below T0 of the planned sequences, iteration by iteration, each iteration in decode
+    // order (layer by layer over its sequences), as far as T0 and T1 can hold them
+    const int64_t m0 = s->tier[T0].max_slots, m1 = s->tier[T1].present ? s->tier[T1].max_slots : 0;
+    const int64_t cap = m0 == INT64_MAX || m1 == INT64_MAX ? INT64_MAX : m0 + m1;
+    int64_t counted = 0;
+    bool pushed = false;
+    for (int64_t g0 = 0, g1 = 0; s->n_io > 0 && g0 < nu && counted < cap; g0 = g1) {
+        for (g1 = g0; g1 < nu && s->seq[uq[g1]].prank == s->seq[uq[g0]].prank;) g1++;
+        for (int32_t k = 0; k < s->n_shard && counted < cap; k++) {
+            for (int64_t u = g0; u < g1 && counted < cap; u++) {
+                const pshard *sh = &s->seq[uq[u]].sh[k];
+                for (int64_t j = sh->n_drop; j < sh->n_blk && counted < cap; j++, counted++) {
+                    pblock *B = &s->blk[sh->ids[j]];
+                    if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
+                    queue_push(s, sh->ids[j]);
+                    B->qplan = B->queued; // queue_push may drop it (out of memory)
+                    pushed |= B->queued;
+                }
+            }
+        }
+    }
+    free(uq);
+    if (pushed) pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+// Blocks of seq a demotion moves (mark 2 in the returned [n_blk]) and blocks of other planned sequences (mark
+// 1: they stay, shared or not). NULL when out of memory.
+static uint8_t *demote_marks(const kv_paged *s, int32_t seq) {
+    uint8_t *mark = calloc((size_t)(s->n_blk ? s->n_blk : 1), 1);
+    for (int pass = 0; mark && pass < 2; pass++) {
+        for (int32_t q = 0; q < s->n_seq; q++) {
+            const pseq *Q = &s->seq[q];
+            if (!Q->live || (pass == 0 ? q != seq : q == seq || Q->prank == INT64_MAX)) continue;
+            for (int32_t i = 0; i < s->n_shard; i++)
+                for (int64_t j = Q->sh[i].n_drop; j < Q->sh[i].n_blk; j++) mark[Q->sh[i].ids[j]] = pass == 0 ? 2 : 1;
+        }
+    }
+    return mark;
+}
+
+static bool copy_at_or_below(const pblock *B, int to) {
+    for (int u = to; u < KVT_TIER_COUNT; u++)
+        if (B->slot[u] >= 0) return true;
+    return false;
+}
+
+// A copy in tier `to` (T1) that can go for free (the block has a copy elsewhere) and is not one of the moved
+// blocks; -1 if none.
+static int64_t demote_droppable(const kv_paged *s, int to, const uint8_t *mark) {
+    for (int64_t i = 0; to == T1 && i < s->n_res[T1]; i++) {
+        const int64_t id = s->res[T1][i];
+        const pblock *B = &s->blk[id];
+        if (mark[id] != 2 && !B->busy && (B->slot[T0] >= 0 || B->slot[T2] >= 0)) return id;
+    }
+    return -1;
+}
+
+kvt_status kvt_kv_paged_seq_demote(kvt_kv *kv, int32_t seq, kvt_tier tier, kvt_err *err) {
+    kv_paged *s = (kv_paged *)kv;
+    const int to = (int)tier;
+    if (kv->ops != &k_paged_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "demote needs the paged KV store");
+    if ((to != T1 && to != T2) || !s->tier[to].present) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "cannot demote KV sequence %d to the %s tier: %s", seq,
+                          kvt_tier_name(tier), to == T0 ? "it goes down to host or disk" : "the store has none");
+    }
+    pthread_mutex_lock(&s->mu);
+    kvt_status st = KVT_OK;
+    pseq *q = seq_get(s, seq, err);
+    uint8_t *mark = q ? demote_marks(s, seq) : NULL;
+    if (!q) st = KVT_ERR_INVALID_ARG;
+    else if (!mark) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory demoting KV sequence %d", seq);
+    // wait until no block of seq is being moved or read (a prefetch in flight)
+    for (bool waited = true; !st && waited;) {
+        waited = false;
+        for (int64_t id = 0; id < s->n_blk && !waited; id++) {
+            if (mark[id] == 2 && (s->blk[id].busy || s->blk[id].pins > 0)) {
+                pthread_cond_wait(&s->cv, &s->mu);
+                waited = true;
+            }
+        }
+    }
+    // room: every moved block without a copy at `to` or below needs a slot there
+    int64_t need = 0, room = 0;
+    const kvt_tier_store *T = &s->tier[to];
+    for (int64_t id = 0; !st && id < s->n_blk; id++) need += mark[id] == 2 && !copy_at_or_below(&s->blk[id], to);
+    if (!st) {
+        room = T->max_slots == INT64_MAX ? INT64_MAX : T->max_slots - T->n_used;
+        for (int64_t i = 0; to == T1 && room < need && i < s->n_res[T1]; i++) {
+            const pblock *B = &s->blk[s->res[T1][i]];
+            room += mark[s->res[T1][i]] != 2 && !B->busy && (B->slot[T0] >= 0 || B->slot[T2] >= 0);
+        }
+        if (room < need) {
+            st = kvt_errorf(err, KVT_ERR_BUDGET, "KV %s tier cannot take sequence %d: %lld blocks of %lld bytes to move, "
+                            "room for %lld", kvt_tier_name(tier), seq, (long long)need, (long long)T->slot_bytes,
+                            (long long)room);
+        }
+    }
+    for (int64_t id = 0; !st && id < s->n_blk; id++) {
+        if (mark[id] != 2) continue;
+        pblock *B = &s->blk[id];
+        B->busy = true;
+        if (!copy_at_or_below(B, to)) {
+            if (T->n_used >= T->max_slots) {
+                const int64_t d = demote_droppable(s, to, mark);
+                if (d >= 0) drop_copy(s, d, T1);
+            }
+            if (T->n_used >= T->max_slots) {
+                st = kvt_errorf(err, KVT_ERR_BUDGET, "KV %s tier filled up while demoting sequence %d", kvt_tier_name(tier), seq);
+            } else st = transfer(s, id, B->slot[T0] >= 0 ? T0 : T1, to, err);
+        }
+        B = &s->blk[id];
+        if (!st) {
+            for (int u = T0; u < to; u++) drop_copy(s, id, u);
+        }
+        B->busy = false;
+        pthread_cond_broadcast(&s->cv);
+    }
+    free(mark);
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+void kvt_kv_paged_seq_usage(kvt_kv *kv, int32_t seq, int64_t bytes[KVT_TIER_COUNT]) {
+    kv_paged *s = (kv_paged *)kv;
+    for (int t = 0; t < KVT_TIER_COUNT; t++) bytes[t] = 0;
+    if (kv->ops != &k_paged_ops) return;
+    pthread_mutex_lock(&s->mu);
+    const pseq *q = seq_get(s, seq, NULL);
+    for (int32_t i = 0; q && i < s->n_shard; i++) {
+        for (int64_t j = q->sh[i].n_drop; j < q->sh[i].n_blk; j++) {
+            const pblock *B = &s->blk[q->sh[i].ids[j]];
+            for (int t = 0; t < KVT_TIER_COUNT; t++) bytes[t] += B->slot[t] >= 0 ? s->tier[t].slot_bytes : 0;
         }
     }
     pthread_mutex_unlock(&s->mu);

@@ -61,6 +61,23 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
 // Drops every block copy in T0 and T1 that has a copy below (tests: forces reads from the lower tiers).
 void kvt_kv_paged_drop_cached(kvt_kv *kv);
 
+// --- the prefix cache's block references (issue 12) -------------------------------------------------------
+
+// Position block b of seq (its K and V in every layer and group: n_layer * n_group store blocks) held by
+// reference outside any sequence: ids[n_layer * n_group] receives the store's handles, each counted as one
+// more holder. The blocks stay in the tiers (moving down under eviction like any other) until unref.
+// KVT_ERR_INVALID_ARG if seq does not hold all positions of block b in every layer (or a sliding window freed
+// part of it), or kv is not the paged store.
+kvt_status kvt_kv_paged_block_ref(kvt_kv *kv, int32_t seq, int64_t b, int64_t *ids, kvt_err *err);
+// Drops the holds of block_ref (ids[n_layer * n_group]).
+void kvt_kv_paged_block_unref(kvt_kv *kv, const int64_t *ids);
+// Most holders of any of ids (the caller's hold included): 1 means only the caller holds them.
+int32_t kvt_kv_paged_block_holders(kvt_kv *kv, const int64_t *ids);
+// Appends the blocks ids (from block_ref of a block b) to seq by reference as its block b: seq must hold
+// exactly b * block_tokens positions in every layer, and then holds (b + 1) * block_tokens. Writing into them
+// later copies them first (as after a fork). KVT_ERR_INVALID_ARG otherwise (seq unchanged).
+kvt_status kvt_kv_paged_seq_push_ref(kvt_kv *kv, int32_t seq, int64_t b, const int64_t *ids, kvt_err *err);
+
 // --- the serving scheduler's hooks (issue 12) ------------------------------------------------------------
 
 // The scheduler's plan (tierkv.txt Alg. 1): the sequences the next iterations run, in order, iteration after
@@ -68,6 +85,8 @@ void kvt_kv_paged_drop_cached(kvt_kv *kv);
 // needed when its owner next runs (blocks of sequences outside the plan: never, so they go first), and the
 // copy engine fetches the blocks of planned sequences that are below T0, earliest owner first, down the
 // tiers (disk -> host -> fast) as far as room allows without evicting what the plan needs sooner. Copied.
+// A sequence runs at most once per iteration, so the store starts a new iteration where a sequence repeats
+// ([a, b, a, c]: a and b in the first, c in the second); blocks of one iteration go by the eviction policy.
 void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n);
 // Swap-out of a preempted sequence: every block of seq leaves the tiers above `to` (written down first where
 // it has no copy there); blocks shared with a sequence in the plan stay. The sequence keeps every position

@@ -1,0 +1,348 @@
+// prefix_cache.c - the serving scheduler's prefix cache (prefix_cache.h).
+//
+// An entry is one cached position block: its chain key, the entry of the block before it (its parent: a key
+// names a whole prefix, so an entry is reachable only through its parents), and the store's handles of the
+// block (kvt_kv_paged_block_ref: one hold on each of its n_layer * n_group store blocks). The blocks stay in
+// the paged store's tiers like any other and move down under eviction; attach appends them to a sequence by
+// reference (kvt_kv_paged_seq_push_ref). Entries are found through an open-addressing table on the key.
+// Trim drops leaves (entries no other entry continues), least recently used first.
+#include "prefix_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kv/kv_block_io.h"
+#include "../kv/kv_paged.h"
+
+typedef struct {
+    kvt_block_key key;
+    int64_t parent;     // entry of the block before (-1: block 0)
+    int64_t b;          // block index (positions [b * block_tokens, (b + 1) * block_tokens))
+    int64_t *ids;       // [n_shard] store handles, NULL: free entry
+    int64_t children;   // entries whose parent this is
+    uint64_t last_use;  // cache tick of the last attach or insert that passed through it
+} pentry;
+
+struct kvt_prefix_cache {
+    kvt_context *ctx;   // borrowed
+    kvt_kv *kv;         // the context's store (borrowed)
+    kvt_prefix_cache_params p;
+    int32_t n_shard;
+    pentry *e;          // [n_e] entries (free ones have ids NULL and sit in free_e)
+    int64_t n_e, cap_e;
+    int64_t *free_e, n_free;
+    int64_t *tab;       // [cap_tab] entry index, -1 empty, -2 deleted; cap_tab a power of two
+    int64_t cap_tab, n_tab_used; // slots not empty (live and deleted)
+    uint64_t tick;
+    void *payload;      // [payload_bytes] one block for the second-level store (NULL without one)
+    kvt_prefix_cache_stats st;
+};
+
+// --- keys ------------------------------------------------------------------------------------------------
+
+static uint64_t mix64(uint64_t x) { // splitmix64's finalizer: a bijection with full avalanche
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+// One lane: the chain of mix64 over (seed, previous key, n, token ids), each word added with a lane constant.
+static uint64_t key_lane(uint64_t seed, uint64_t mul, const kvt_block_key *prev, const int32_t *tokens, int64_t n) {
+    uint64_t h = mix64(seed);
+    h = mix64(h ^ (prev ? prev->lo : 0x6b76746965726b31ull) * mul);
+    h = mix64(h ^ (prev ? prev->hi : 0x70726566697830ull) * mul);
+    h = mix64(h ^ (uint64_t)n * mul);
+    for (int64_t i = 0; i < n; i++) h = mix64(h ^ ((uint64_t)(uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull) * mul);
+    return h;
+}
+
+kvt_block_key kvt_prefix_key_next(const kvt_block_key *prev, const int32_t *tokens, int64_t n) {
+    kvt_block_key k = {key_lane(0x243f6a8885a308d3ull, 0xff51afd7ed558ccdull, prev, tokens, n),
+                       key_lane(0x13198a2e03707344ull, 0xc4ceb9fe1a85ec53ull, prev, tokens, n)};
+    return k;
+}
+
+// --- the table -------------------------------------------------------------------------------------------
+
+static bool key_eq(const kvt_block_key *a, const kvt_block_key *b) { return a->lo == b->lo && a->hi == b->hi; }
+
+// Entry of key, or -1.
+static int64_t tab_find(const kvt_prefix_cache *pc, const kvt_block_key *key) {
+    if (!pc->cap_tab) return -1;
+    const uint64_t m = (uint64_t)pc->cap_tab - 1;
+    for (uint64_t i = key->lo & m;; i = (i + 1) & m) {
+        const int64_t x = pc->tab[i];
+        if (x == -1) return -1;
+        if (x >= 0 && key_eq(&pc->e[x].key, key)) return x;
+    }
+}
+
+static void tab_put_raw(kvt_prefix_cache *pc, int64_t x) {
+    const uint64_t m = (uint64_t)pc->cap_tab - 1;
+    uint64_t i = pc->e[x].key.lo & m;
+    while (pc->tab[i] >= 0) i = (i + 1) & m;
+    if (pc->tab[i] == -1) pc->n_tab_used++;
+    pc->tab[i] = x;
+}
+
+// Adds entry x (its key not in the table); false when out of memory.
+static bool tab_add(kvt_prefix_cache *pc, int64_t x) {
+    if ((pc->n_tab_used + 1) * 2 > pc->cap_tab) { // rebuild at half full (live and deleted slots)
+        int64_t live = 0;
+        for (int64_t i = 0; i < pc->n_e; i++) live += pc->e[i].ids != NULL;
+        int64_t cap = 64;
+        while (cap < (live + 1) * 4) cap *= 2;
+        int64_t *t = malloc((size_t)cap * sizeof *t);
+        if (!t) return false;
+        for (int64_t i = 0; i < cap; i++) t[i] = -1;
+        free(pc->tab);
+        pc->tab = t;
+        pc->cap_tab = cap;
+        pc->n_tab_used = 0;
+        for (int64_t i = 0; i < pc->n_e; i++) {
+            if (pc->e[i].ids && i != x) tab_put_raw(pc, i);
+        }
+    }
+    tab_put_raw(pc, x);
+    return true;
+}
+
+static void tab_del(kvt_prefix_cache *pc, int64_t x) {
+    const uint64_t m = (uint64_t)pc->cap_tab - 1;
+    for (uint64_t i = pc->e[x].key.lo & m; pc->tab[i] != -1; i = (i + 1) & m) {
+        if (pc->tab[i] == x) {
+            pc->tab[i] = -2;
+            return;
+        }
+    }
+}
+
+// --- entries ---------------------------------------------------------------------------------------------
+
+// A new entry for block b of seq under key (its store blocks held); -1 with err set on failure.
+static int64_t entry_new(kvt_prefix_cache *pc, int32_t seq, int64_t b, const kvt_block_key *key, int64_t parent,
+                         kvt_err *err) {
+    int64_t *ids = malloc((size_t)pc->n_shard * sizeof *ids);
+    if (!ids) {
+        kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a prefix cache entry");
+        return -1;
+    }
+    if (kvt_kv_paged_block_ref(pc->kv, seq, b, ids, err)) {
+        free(ids);
+        return -1;
+    }
+    int64_t x;
+    if (pc->n_free > 0) x = pc->free_e[--pc->n_free];
+    else {
+        if (pc->n_e == pc->cap_e) {
+            int64_t cap = pc->cap_e ? pc->cap_e * 2 : 64;
+            pentry *ne = realloc(pc->e, (size_t)cap * sizeof *ne);
+            int64_t *nf = ne ? realloc(pc->free_e, (size_t)cap * sizeof *nf) : NULL;
+            if (ne) pc->e = ne;
+            if (!nf) {
+                kvt_kv_paged_block_unref(pc->kv, ids);
+                free(ids);
+                kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a prefix cache entry");
+                return -1;
+            }
+            pc->free_e = nf;
+            pc->cap_e = cap;
+        }
+        x = pc->n_e++;
+    }
+    pc->e[x] = (pentry){*key, parent, b, ids, 0, pc->tick};
+    if (!tab_add(pc, x)) {
+        kvt_kv_paged_block_unref(pc->kv, ids);
+        free(ids);
+        pc->e[x].ids = NULL;
+        pc->free_e[pc->n_free++] = x;
+        kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the prefix cache's table");
+        return -1;
+    }
+    if (parent >= 0) pc->e[parent].children++;
+    pc->st.blocks++;
+    pc->st.inserted++;
+    return x;
+}
+
+static void entry_drop(kvt_prefix_cache *pc, int64_t x) {
+    pentry *E = &pc->e[x];
+    tab_del(pc, x);
+    kvt_kv_paged_block_unref(pc->kv, E->ids);
+    free(E->ids);
+    E->ids = NULL;
+    if (E->parent >= 0) pc->e[E->parent].children--;
+    pc->free_e[pc->n_free++] = x; // free_e has room for every entry
+    pc->st.blocks--;
+    pc->st.dropped++;
+}
+
+// --- the interface ---------------------------------------------------------------------------------------
+
+kvt_prefix_cache_params kvt_prefix_cache_params_default(void) {
+    kvt_prefix_cache_params p = {0, NULL};
+    return p;
+}
+
+kvt_status kvt_prefix_cache_init(kvt_context *ctx, const kvt_prefix_cache_params *p, kvt_prefix_cache **out,
+                                 kvt_err *err) {
+    *out = NULL;
+    kvt_kv *kv = kvt_context_kv(ctx);
+    if (strcmp(kv->ops->name, "paged") != 0) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "the prefix cache needs the paged KV store (the context uses the %s "
+                          "cache): give a --kv-* flag", kv->ops->name);
+    }
+    kvt_prefix_cache *pc = calloc(1, sizeof *pc);
+    if (!pc) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    pc->ctx = ctx;
+    pc->kv = kv;
+    pc->p = p ? *p : kvt_prefix_cache_params_default();
+    pc->n_shard = kv->n_layer * kv->n_group;
+    if (pc->p.store) {
+        if (pc->p.store->payload_bytes != kvt_kv_block_payload_bytes(kv)) {
+            const int64_t want = kvt_kv_block_payload_bytes(kv), got = pc->p.store->payload_bytes;
+            const char *name = pc->p.store->ops->name;
+            free(pc);
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "prefix store '%s' holds blocks of %lld bytes, this KV store's are "
+                              "%lld bytes", name, (long long)got, (long long)want);
+        }
+        if (!(pc->payload = malloc((size_t)pc->p.store->payload_bytes))) {
+            free(pc);
+            return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a prefix block buffer");
+        }
+    }
+    *out = pc;
+    return KVT_OK;
+}
+
+void kvt_prefix_cache_free(kvt_prefix_cache *pc) {
+    if (!pc) return;
+    for (int64_t i = 0; i < pc->n_e; i++) {
+        if (pc->e[i].ids) {
+            kvt_kv_paged_block_unref(pc->kv, pc->e[i].ids);
+            free(pc->e[i].ids);
+        }
+    }
+    free(pc->e);
+    free(pc->free_e);
+    free(pc->tab);
+    free(pc->payload);
+    free(pc);
+}
+
+kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
+                                   int64_t max_tokens, int64_t *n_cached, kvt_err *err) {
+    *n_cached = 0;
+    pc->st.lookups++;
+    const int64_t past = kvt_context_seq_n_past(pc->ctx, seq);
+    if (past != 0) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "prefix cache attach: sequence %d %s", seq,
+                          past < 0 ? "does not exist" : "already holds positions");
+    }
+    const int64_t bt = pc->kv->block_tokens, lim = max_tokens < n ? max_tokens : n;
+    const int64_t nb = lim > 0 ? lim / bt : 0;
+    pc->tick++;
+    kvt_block_key key, *prev = NULL;
+    int64_t parent = -1, b = 0, from_store = 0;
+    kvt_status st = KVT_OK;
+    for (; b < nb; b++) {
+        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
+        prev = &key;
+        int64_t x = tab_find(pc, &key);
+        if (x >= 0 && pc->e[x].b == b && pc->e[x].parent == parent) {
+            if ((st = kvt_kv_paged_seq_push_ref(pc->kv, seq, b, pc->e[x].ids, err))) break;
+            pc->e[x].last_use = pc->tick;
+            parent = x;
+            continue;
+        }
+        if (!pc->p.store) break;
+        bool hit = false;
+        kvt_prefix_store_get(pc->p.store, &key, pc->payload, &hit);
+        if (!hit) break;
+        if ((st = kvt_kv_block_import(pc->kv, seq, b, pc->payload, err))) break;
+        from_store++;
+        // the imported block joins the memory cache (a failure here only costs a later re-import)
+        kvt_err e2;
+        const int64_t y = x < 0 ? entry_new(pc, seq, b, &key, parent, &e2) : -1;
+        if (y < 0) {
+            b++;
+            break;
+        }
+        parent = y;
+    }
+    if (st) { // n_past is still 0
+        pc->kv->ops->truncate(pc->kv, seq, 0);
+        return st;
+    }
+    if ((st = kvt_context_seq_set_n_past(pc->ctx, seq, b * bt, err))) {
+        pc->kv->ops->truncate(pc->kv, seq, 0);
+        return st;
+    }
+    *n_cached = b * bt;
+    pc->st.store_hit_tokens += from_store * bt;
+    pc->st.hit_tokens += (b - from_store) * bt;
+    return KVT_OK;
+}
+
+kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n, kvt_err *err) {
+    const int64_t bt = pc->kv->block_tokens, nb = n / bt;
+    if (n > kvt_context_seq_n_past(pc->ctx, seq)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "prefix cache insert: sequence %d holds %lld positions, not %lld", seq,
+                          (long long)kvt_context_seq_n_past(pc->ctx, seq), (long long)n);
+    }
+    pc->tick++;
+    kvt_block_key key, *prev = NULL;
+    int64_t parent = -1;
+    for (int64_t b = 0; b < nb; b++) {
+        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
+        prev = &key;
+        int64_t x = tab_find(pc, &key);
+        if (x < 0) {
+            kvt_err e2;
+            if ((x = entry_new(pc, seq, b, &key, parent, &e2)) < 0) {
+                // a sliding window freed part of the block (its layers keep no early block): the prefix ends here
+                if (e2.status == KVT_ERR_INVALID_ARG) break;
+                *err = e2;
+                return e2.status;
+            }
+            if (pc->p.store) {
+                kvt_status st = kvt_kv_block_export(pc->kv, seq, b, pc->payload, err);
+                if (st) return st;
+                kvt_prefix_store_put(pc->p.store, &key, pc->payload);
+            }
+        }
+        pc->e[x].last_use = pc->tick;
+        parent = x;
+    }
+    if (pc->p.max_blocks > 0) kvt_prefix_cache_trim(pc, pc->p.max_blocks);
+    return KVT_OK;
+}
+
+int64_t kvt_prefix_cache_trim(kvt_prefix_cache *pc, int64_t keep_blocks) {
+    // blocks the cache alone holds: entries no running sequence shares (a drop changes no other entry's count)
+    bool *alone = malloc((size_t)(pc->n_e ? pc->n_e : 1) * sizeof *alone);
+    if (!alone) return 0;
+    int64_t n_alone = 0, released = 0;
+    for (int64_t i = 0; i < pc->n_e; i++) {
+        alone[i] = pc->e[i].ids && kvt_kv_paged_block_holders(pc->kv, pc->e[i].ids) <= 1;
+        n_alone += alone[i];
+    }
+    while (n_alone > keep_blocks) {
+        int64_t best = -1;
+        for (int64_t i = 0; i < pc->n_e; i++) {
+            if (!alone[i] || pc->e[i].children > 0) continue;
+            if (best < 0 || pc->e[i].last_use < pc->e[best].last_use) best = i;
+        }
+        if (best < 0) break; // the rest is shared with running sequences or continued by shared blocks
+        entry_drop(pc, best);
+        alone[best] = false;
+        n_alone--;
+        released++;
+    }
+    free(alone);
+    return released;
+}
+
+void kvt_prefix_cache_stats_get(const kvt_prefix_cache *pc, kvt_prefix_cache_stats *out) { *out = pc->st; }

@@ -1,0 +1,340 @@
+// test_kv_sched.c - the paged store's hooks for the serving scheduler (kv_paged.h, issue 12) and the flat block
+// payload (kv_block_io.h): export then import gives the same bits on the paged and the contiguous store; a plan
+// makes a planned sequence's blocks resident before its acquires and turns eviction onto the sequences that run
+// later; a demoted sequence leaves the fast tier, reads back exactly, and a demotion without room moves nothing.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../src/exec/context.h"
+#include "../src/kv/kv_block_io.h"
+#include "../src/kv/kv_paged.h"
+#include "test.h"
+
+enum { NL = 2, NH = 2, HD = 4, BTOK = 4 };
+
+static kvt_kv_paged_params params(kvt_type type, int32_t group_heads, int64_t fast_blocks, int64_t host_blocks) {
+    kvt_kv_paged_params p = kvt_kv_paged_params_default();
+    p.type = type;
+    p.n_layer = NL;
+    p.n_head_kv = NH;
+    p.head_dim = HD;
+    p.head_dim_v = HD;
+    p.n_ctx = 64;
+    p.block_tokens = BTOK;
+    p.group_heads = group_heads;
+    p.n_io_threads = 2;
+    const int64_t bb = kvt_kv_paged_block_bytes(&p);
+    p.fast_bytes = fast_blocks > 0 ? fast_blocks * bb : -1;
+    p.host_bytes = host_blocks > 0 ? host_blocks * bb : host_blocks;
+    return p;
+}
+
+// K/V element e of (layer, position) of sequence variant tag: distinct, non-integer values (rounded by f16).
+static float val(int tag, int l, int64_t pos, int e, int v) { return (float)(tag * 1000 + l * 100 + pos) * 0.37f + (float)e * 0.011f + (v ? 0.5f : 0); }
+
+static kvt_status fill(kvt_kv *kv, int32_t seq, int tag, int64_t pos, int64_t n, kvt_err *err) {
+    float k[64 * NH * HD], v[64 * NH * HD];
+    for (int l = 0; l < NL; l++) {
+        for (int64_t i = 0; i < n; i++)
+            for (int e = 0; e < NH * HD; e++) k[i * NH * HD + e] = val(tag, l, pos + i, e, 0), v[i * NH * HD + e] = val(tag, l, pos + i, e, 1);
+        kvt_status st = kv->ops->append(kv, seq, l, pos, n, k, v, err);
+        if (st) return st;
+    }
+    return KVT_OK;
+}
+
+// A new empty sequence of a paged store (a fork of 0 emptied).
+static int32_t new_seq(kvt_kv *kv) {
+    int32_t d = -1;
+    kvt_err e;
+    if (kv->ops->seq_fork(kv, 0, &d, &e)) return -1;
+    kv->ops->truncate(kv, d, 0);
+    return d;
+}
+
+// --- block payloads ----------------------------------------------------------------------------------------
+
+static void block_io(void) {
+    kvt_err err = {0};
+    kvt_kv *pg = NULL, *ct = NULL;
+    const kvt_kv_paged_params pp = params(KVT_TYPE_F16, 1, 0, 0);
+    kvt_kv_params cp = {KVT_TYPE_F16, NL, NH, HD, HD, 64, BTOK, 0};
+    kvt_status st = kvt_kv_paged_init(&pp, &pg, &err);
+    if (!st) st = kvt_kv_contig_init(&cp, &ct, &err);
+    const int64_t pb = st ? 0 : kvt_kv_block_payload_bytes(pg);
+    uint8_t *a = malloc((size_t)(4 * pb + 1)), *b = a + pb, *c = b + pb, *d = c + pb;
+    int32_t s1 = -1;
+    if (!st) st = fill(pg, 0, 1, 0, 10, &err);
+    if (!st) st = fill(ct, 0, 1, 0, 10, &err);
+    if (!st) st = kvt_kv_block_export(pg, 0, 1, a, &err);             // paged, group of one head
+    if (!st) st = kvt_kv_block_export(ct, 0, 1, b, &err);             // contiguous, all heads
+    if (!st && (s1 = new_seq(pg)) < 0) st = kvt_errorf(&err, KVT_ERR_NOMEM, "fork");
+    if (!st) st = kvt_kv_block_export(pg, 0, 0, c, &err);
+    if (!st) st = kvt_kv_block_import(pg, s1, 0, c, &err);           // blocks 0 and 1 into another sequence
+    if (!st) st = kvt_kv_block_import(pg, s1, 1, a, &err);
+    if (!st) st = kvt_kv_block_export(pg, s1, 1, d, &err);
+    bool ok = !st && pb == (int64_t)NL * 2 * NH * BTOK * HD * 2 && !memcmp(a, b, (size_t)pb) && !memcmp(a, d, (size_t)pb);
+    if (!st) st = kvt_kv_block_import(ct, 0, 1, a, &err), st = st ? st : kvt_kv_block_export(ct, 0, 1, d, &err);
+    ok = ok && !st && !memcmp(a, d, (size_t)pb);
+    test_result(ok, "kv_sched: block export then import gives the same bits (paged by head, contiguous, across both)",
+                "%s", st ? err.msg : "payloads differ");
+    kvt_err e2 = {0};
+    const kvt_status partial = st ? KVT_OK : kvt_kv_block_export(pg, 0, 2, d, &e2);
+    test_result(partial == KVT_ERR_INVALID_ARG, "kv_sched: exporting a partly filled block is refused",
+                "got status %d (%s)", (int)partial, e2.msg);
+    kvt_prefix_identity id;
+    memset(&id, 0, sizeof id);
+    if (pg) kvt_kv_block_identity(pg, &id);
+    test_result(id.n_layer == NL && id.n_head_kv == NH && id.head_dim == HD && id.block_tokens == BTOK &&
+                id.kv_type == KVT_TYPE_F16 && id.layout == KVT_KV_BLOCK_LAYOUT, "kv_sched: block identity", "fields differ");
+    free(a);
+    kvt_kv_free(pg);
+    kvt_kv_free(ct);
+}
+
+static bool holds(kvt_kv *kv, int32_t seq, int tag, int64_t n);
+
+// --- plan ----------------------------------------------------------------------------------------------------
+
+static int64_t resident_blocks(kvt_kv *kv, int32_t seq, int t) {
+    int64_t u[KVT_TIER_COUNT];
+    kvt_kv_stats ks;
+    kvt_kv_paged_seq_usage(kv, seq, u);
+    kvt_kv_get_stats(kv, &ks);
+    const int64_t slot = (ks.block_bytes + 63) / 64 * 64;
+    return t == KVT_TIER_DISK ? u[t] : u[t] / slot;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+// Acquires every block of seq's first n positions; returns the misses it took.
+static int64_t acquire_all(kvt_kv *kv, int32_t seq, int64_t n, kvt_err *err, kvt_status *st) {
+    kvt_kv_stats a, b;
+    kvt_kv_get_stats(kv, &a);
+    for (int l = 0; !*st && l < NL; l++)
+        for (int32_t g = 0; !*st && g < kv->n_group; g++)
+            for (int64_t j = 0; !*st && j < kvt_kv_n_blocks(kv, n); j++) {
+                kvt_kv_view w;
+                if (!(*st = kv->ops->acquire(kv, seq, l, g, j, &w, err))) kv->ops->release(kv, seq, l, g, j);
+            }
+    kvt_kv_get_stats(kv, &b);
+    return b.misses - a.misses;
+}
+
+// Sequence A (4 blocks per layer) is pushed to the host tier by B; with the plan [A] the copy engine brings
+// A back before its acquires (no miss), without it the first acquire misses.
+static void plan_prefetch(void) {
+    int64_t miss[2] = {-1, -1}, pre = 0, a_fast = 0;
+    kvt_err err = {0};
+    kvt_status st = KVT_OK;
+    for (int with = 0; with < 2 && !st; with++) {
+        kvt_kv *kv = NULL;
+        const kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 8, -1);
+        st = kvt_kv_paged_init(&p, &kv, &err);
+        int32_t b = st ? -1 : new_seq(kv);
+        if (!st) st = fill(kv, 0, 1, 0, 16, &err);
+        if (!st) st = fill(kv, b, 2, 0, 16, &err);
+        if (!st && with) {
+            const int32_t plan[] = {0};
+            kvt_kv_paged_set_plan(kv, plan, 1);
+            for (int i = 0; i < 1000 && resident_blocks(kv, 0, KVT_TIER_FAST) < 8; i++) sleep_ms(5);
+            a_fast = resident_blocks(kv, 0, KVT_TIER_FAST);
+        }
+        if (!st) miss[with] = acquire_all(kv, 0, 16, &err, &st);
+        kvt_kv_stats ks;
+        kvt_kv_get_stats(kv, &ks);
+        if (with) pre = ks.prefetches;
+        kvt_kv_free(kv);
+    }
+    test_result(!st && miss[0] > 0 && miss[1] == 0 && a_fast == 8 && pre >= miss[0],
+                "kv_sched: a plan prefetches a planned sequence's blocks from the host tier before its acquires",
+                "%s misses without plan %lld, with plan %lld; planned blocks in fast %lld of 8, prefetches %lld",
+                st ? err.msg : "", (long long)miss[0], (long long)miss[1], (long long)a_fast, (long long)pre);
+}
+
+// Fast tier of 4 blocks, host of 4, disk: A and B (8 blocks each) are half on disk. The plan [A] fills the fast
+// and host tiers with A's blocks (loads, and disk -> host staging where the fast tier has no room: Alg. 1's two
+// hops), evicting B's blocks, never A's.
+static void plan_two_hops(const char *disk) {
+    kvt_err err = {0};
+    kvt_kv *kv = NULL;
+    kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 4, 4);
+    p.disk_dir = disk;
+    kvt_status st = kvt_kv_paged_init(&p, &kv, &err);
+    const int32_t b = st ? -1 : new_seq(kv);
+    if (!st) st = fill(kv, 0, 1, 0, 16, &err);
+    if (!st) st = fill(kv, b, 2, 0, 16, &err);
+    int64_t f = 0, h = 0;
+    kvt_kv_stats ks = {0};
+    if (!st) {
+        const int32_t plan[] = {0};
+        kvt_kv_paged_set_plan(kv, plan, 1);
+        for (int i = 0; i < 1000 && (f < 4 || h < 4); i++) {
+            sleep_ms(5);
+            f = resident_blocks(kv, 0, KVT_TIER_FAST), h = resident_blocks(kv, 0, KVT_TIER_HOST);
+        }
+        kvt_kv_get_stats(kv, &ks);
+    }
+    const int64_t up = ks.moved_count[KVT_TIER_DISK][KVT_TIER_HOST] + ks.moved_count[KVT_TIER_DISK][KVT_TIER_FAST];
+    const bool ok = !st && f == 4 && h == 4 && up >= 1 && holds(kv, 0, 1, 16);
+    test_result(ok, "kv_sched: a plan brings a planned sequence up from disk into the fast and host tiers, evicting "
+                "the unplanned one", "%s A: fast %lld host %lld, disk reads %lld", st ? err.msg : "", (long long)f,
+                (long long)h, (long long)up);
+    kvt_kv_free(kv);
+}
+
+// Fast tier of 8 blocks holds A and B (4 each); C is written next. LRU evicts A (the oldest); with the plan
+// [A, A, B] (A runs in the first iteration, B in the second) B's blocks go instead and A stays whole.
+static void plan_evict(void) {
+    int64_t a_fast[2] = {-1, -1}, b_fast[2] = {-1, -1};
+    kvt_err err = {0};
+    kvt_status st = KVT_OK;
+    for (int with = 0; with < 2 && !st; with++) {
+        kvt_kv *kv = NULL;
+        const kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 8, -1);
+        st = kvt_kv_paged_init(&p, &kv, &err);
+        const int32_t b = st ? -1 : new_seq(kv), c = st ? -1 : new_seq(kv);
+        if (!st) st = fill(kv, 0, 1, 0, 8, &err);
+        if (!st) st = fill(kv, b, 2, 0, 8, &err);
+        const int32_t plan[] = {0, 0, b};
+        if (!st && with) kvt_kv_paged_set_plan(kv, plan, 3);
+        if (!st) st = fill(kv, c, 3, 0, 8, &err);
+        a_fast[with] = resident_blocks(kv, 0, KVT_TIER_FAST);
+        b_fast[with] = resident_blocks(kv, b, KVT_TIER_FAST);
+        kvt_kv_free(kv);
+    }
+    test_result(!st && a_fast[0] < 4 && a_fast[1] == 4 && b_fast[1] < 4,
+                "kv_sched: with a plan eviction takes the blocks of the sequence that runs later, not LRU's",
+                "%s A in fast: %lld (lru), %lld (plan); B: %lld (plan)", st ? err.msg : "", (long long)a_fast[0],
+                (long long)a_fast[1], (long long)b_fast[1]);
+}
+
+// --- demote ----------------------------------------------------------------------------------------------------
+
+// True if seq's first n positions hold variant tag's values (f32 store: exact).
+static bool holds(kvt_kv *kv, int32_t seq, int tag, int64_t n) {
+    for (int l = 0; l < NL; l++)
+        for (int64_t j = 0; j < kvt_kv_n_blocks(kv, n); j++) {
+            kvt_kv_view w;
+            kvt_err e;
+            if (kv->ops->acquire(kv, seq, l, 0, j, &w, &e)) return false;
+            bool ok = true;
+            for (int64_t i = 0; i < w.n; i++)
+                for (int h = 0; h < NH; h++)
+                    for (int x = 0; x < HD; x++) {
+                        const float *kr = (const float *)((const uint8_t *)w.k + h * w.k_hstride + i * w.k_stride);
+                        const float *vr = (const float *)((const uint8_t *)w.v + h * w.v_hstride + i * w.v_stride);
+                        ok = ok && kr[x] == val(tag, l, w.pos0 + i, h * HD + x, 0) && vr[x] == val(tag, l, w.pos0 + i, h * HD + x, 1);
+                    }
+            kv->ops->release(kv, seq, l, 0, j);
+            if (!ok) return false;
+        }
+    return true;
+}
+
+static void demote_store(void) {
+    kvt_err err = {0};
+    kvt_kv *kv = NULL;
+    const kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 16, 3); // host tier: 3 blocks
+    kvt_status st = kvt_kv_paged_init(&p, &kv, &err);
+    const int32_t b = st ? -1 : new_seq(kv);
+    if (!st) st = fill(kv, 0, 1, 0, 8, &err); // 4 blocks
+    if (!st) st = fill(kv, b, 2, 0, 6, &err); // 4 blocks, the last partly filled
+    kvt_err e2 = {0};
+    const kvt_status full = st ? KVT_OK : kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_HOST, &e2);
+    const bool unmoved = resident_blocks(kv, 0, KVT_TIER_FAST) == 4 && resident_blocks(kv, 0, KVT_TIER_HOST) == 0;
+    test_result(full == KVT_ERR_BUDGET && unmoved, "kv_sched: demote without room gives KVT_ERR_BUDGET and moves nothing",
+                "%s status %d (%s), fast %lld host %lld", st ? err.msg : "", (int)full, e2.msg,
+                (long long)resident_blocks(kv, 0, KVT_TIER_FAST), (long long)resident_blocks(kv, 0, KVT_TIER_HOST));
+    const kvt_status nodisk = st ? KVT_OK : kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_DISK, &e2);
+    test_result(nodisk == KVT_ERR_INVALID_ARG, "kv_sched: demote to an absent tier is refused", "status %d", (int)nodisk);
+    kvt_kv_free(kv);
+    // a host tier of 6 blocks: B (4 blocks) goes down, A stays; both read back exactly
+    const kvt_kv_paged_params p2 = params(KVT_TYPE_F32, 0, 16, 6);
+    kv = NULL;
+    if (!st) st = kvt_kv_paged_init(&p2, &kv, &err);
+    if (!st) st = fill(kv, 0, 1, 0, 8, &err);
+    const int32_t b2 = st ? -1 : new_seq(kv);
+    if (!st) st = fill(kv, b2, 2, 0, 6, &err);
+    if (!st) st = kvt_kv_paged_seq_demote(kv, b2, KVT_TIER_HOST, &err);
+    const int64_t bf = resident_blocks(kv, b2, KVT_TIER_FAST), bh = resident_blocks(kv, b2, KVT_TIER_HOST);
+    const int64_t af = resident_blocks(kv, 0, KVT_TIER_FAST);
+    const bool ok = !st && bf == 0 && bh == 4 && af == 4 && holds(kv, b2, 2, 6) && holds(kv, 0, 1, 8);
+    test_result(ok, "kv_sched: demote moves a sequence to the host tier, seq_usage counts it, it reads back exactly",
+                "%s B fast %lld host %lld, A fast %lld", st ? err.msg : "", (long long)bf, (long long)bh, (long long)af);
+    kvt_kv_free(kv);
+    // C forks A (sharing A's 4 blocks) and adds 4 of its own; with A planned, demoting C moves only C's own
+    kv = NULL;
+    int32_t c = -1;
+    if (!st) st = kvt_kv_paged_init(&p2, &kv, &err);
+    if (!st) st = fill(kv, 0, 1, 0, 8, &err);
+    if (!st) st = kv->ops->seq_fork(kv, 0, &c, &err);
+    if (!st) st = fill(kv, c, 3, 8, 8, &err);
+    const int32_t plan[] = {0};
+    if (!st) kvt_kv_paged_set_plan(kv, plan, 1);
+    if (!st) st = kvt_kv_paged_seq_demote(kv, c, KVT_TIER_HOST, &err);
+    const int64_t cf = st ? -1 : resident_blocks(kv, c, KVT_TIER_FAST), ch = st ? -1 : resident_blocks(kv, c, KVT_TIER_HOST);
+    const int64_t af2 = st ? -1 : resident_blocks(kv, 0, KVT_TIER_FAST);
+    test_result(!st && cf == 4 && ch == 4 && af2 == 4,
+                "kv_sched: demote leaves the blocks a planned sequence shares in the fast tier",
+                "%s C fast %lld host %lld, A fast %lld", st ? err.msg : "", (long long)cf, (long long)ch, (long long)af2);
+    kvt_kv_free(kv);
+}
+
+// Decoding after a demotion (to host, to disk) gives the logits of never demoting, bit for bit. m: a small model.
+void test_kv_sched_demote_model(const kvt_model *m, const char *disk) {
+    const int32_t V = m->hp.n_vocab;
+    enum { N0 = 21, N1 = 6 };
+    int32_t toks[N0 + N1];
+    for (int i = 0; i < N0 + N1; i++) toks[i] = 1 + (i * 53 + 7) % (V - 1);
+    float *ref = malloc((size_t)3 * N1 * V * sizeof *ref);
+    kvt_err err = {0};
+    kvt_status st = ref ? KVT_OK : kvt_errorf(&err, KVT_ERR_NOMEM, "logits");
+    int64_t left_fast[3] = {0, 0, 0};
+    for (int run = 0; run < 3 && !st; run++) { // 0: never demoted, 1: to host, 2: to disk
+        kvt_context_params cp = kvt_context_params_default();
+        cp.n_ctx = 64;
+        cp.n_threads = 2;
+        cp.kv_block = 8;
+        cp.kv_host_bytes = 1 << 20;
+        cp.kv_disk_dir = disk;
+        kvt_context *ctx = NULL;
+        st = kvt_context_init(m, &cp, &ctx, &err);
+        if (!st) st = kvt_decode(ctx, toks, N0, false, &err);
+        if (!st && run) st = kvt_kv_paged_seq_demote(kvt_context_kv(ctx), 0, run == 1 ? KVT_TIER_HOST : KVT_TIER_DISK, &err);
+        int64_t u[KVT_TIER_COUNT] = {0};
+        if (!st) kvt_kv_paged_seq_usage(kvt_context_kv(ctx), 0, u);
+        left_fast[run] = u[KVT_TIER_FAST] + (run == 2 ? u[KVT_TIER_HOST] : 0);
+        for (int i = 0; !st && i < N1; i++) {
+            st = kvt_decode(ctx, &toks[N0 + i], 1, false, &err);
+            if (!st) memcpy(ref + ((int64_t)run * N1 + i) * V, kvt_context_logits(ctx), (size_t)V * sizeof *ref);
+        }
+        kvt_context_free(ctx);
+    }
+    const bool ok = !st && left_fast[1] == 0 && left_fast[2] == 0 &&
+                    !memcmp(ref, ref + N1 * V, (size_t)N1 * V * sizeof *ref) &&
+                    !memcmp(ref, ref + 2 * N1 * V, (size_t)N1 * V * sizeof *ref);
+    test_result(ok, "kv_sched: decoding after a demotion to host or disk gives the logits of never demoting",
+                "%s (bytes left above the tier: %lld, %lld)", st ? err.msg : "logits differ", (long long)left_fast[1],
+                (long long)left_fast[2]);
+    free(ref);
+}
+
+void test_kv_sched(const test_env *env) {
+    (void)env;
+    block_io();
+    plan_prefetch();
+    char dir[] = "/tmp/kvt_test_kvsched_XXXXXX";
+    const char *disk = mkdtemp(dir);
+    if (disk) plan_two_hops(disk);
+    else test_skip("kv_sched: plan with a disk tier", "cannot create a directory in /tmp");
+    if (disk) rmdir(disk);
+    plan_evict();
+    demote_store();
+}
