@@ -52,6 +52,7 @@ struct kvt_sched {
     int32_t *run_choice;  // [cap] the choice of a decode run, -1 for a prefill chunk
     int32_t *plan;
     int64_t cap, plan_cap;
+    bool plan_live;       // a plan is published
 };
 
 kvt_sched_params kvt_sched_params_default(void) {
@@ -380,6 +381,7 @@ static void publish_plan(kvt_sched *s, int64_t n_runs) {
         }
     }
     kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), s->plan, k);
+    s->plan_live = true;
     s->st.plans++;
 }
 
@@ -416,7 +418,11 @@ kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err) {
     admit_waiting(s);
     const int64_t n_runs = build_runs(s, err);
     if (n_runs < 0) return err->status;
-    if (n_runs == 0) return KVT_OK;
+    if (n_runs == 0) {
+        if (s->plan_live) kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), NULL, 0); // nothing runs: no stale plan
+        s->plan_live = false;
+        return KVT_OK;
+    }
     if (s->p.plan_iters > 0 && is_paged(s->ctx)) publish_plan(s, n_runs);
     kvt_status st = kvt_decode_runs(s->ctx, s->runs, n_runs, err);
     if (st == KVT_ERR_BUDGET && s->pc) { // the store is full: cached prefixes give way first
