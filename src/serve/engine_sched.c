@@ -13,10 +13,10 @@
 
 struct sengine;
 typedef struct sjob {
-    struct sjob *next;
-    struct sengine *e;       // inbox, then the list of jobs in the scheduler
+    struct sjob *next;       // inbox, then the list of jobs in the scheduler
+    struct sengine *e;
     uint64_t id;             // the engine's id
-    uint64_t sid;            // the scheduler's id (0: not yet submitted there)
+    uint64_t sid;            // the scheduler's id (0: not yet submitted there); scheduler thread only
     bool cancelled;          // under mu
     kvt_engine_job p;
     int32_t *prompt;         // owned copy
