@@ -121,6 +121,9 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     sp.n_parallel = o->n_parallel;
     sp.token_budget = o->batch_tokens > 0 ? o->batch_tokens : ub;
     sp.prefix_cache = true;
+    // cached prefixes beyond the running sequences' blocks: at most as many as -np full contexts hold
+    const int64_t blk = cp->kv_block > 0 ? cp->kv_block : 512;
+    sp.prefix_max_blocks = (int64_t)o->n_parallel * ((n_ctx + blk - 1) / blk);
     sp.preempt = true; // acts only with a disk tier below bounded fast (and host) tiers
     if (kvt_engine_sched_create(ctx, tok, &sp, o->queue, &e, &err)) { // owns ctx from here, also on error
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
