@@ -374,15 +374,16 @@ def t_metrics(s):
     assert st == 200 and h["Content-Type"].startswith("text/plain"), (st, h)
     for name in ("kvtier_requests_total", "kvtier_prompt_tokens_total", "kvtier_generated_tokens_total",
                  "kvtier_queue_length", "kvtier_kv_used_bytes{tier=\"fast\"}", "kvtier_kv_moved_bytes_total",
-                 "kvtier_prompt_seconds_total", "kvtier_decode_seconds_total"):
+                 "kvtier_prompt_seconds_total", "kvtier_decode_seconds_total", "kvtier_n_parallel",
+                 "kvtier_iterations_total", "kvtier_preemptions_total", "kvtier_prefetch_plans_total"):
         assert name in text, name
     assert s.metric("kvtier_generated_tokens_total") > 0
 
 
-@case("concurrent requests (8 clients at once, -np 4) give the same greedy text as each alone")
-def t_concurrent(s):
-    bodies = [{"prompt": "Story %d: once upon a time" % i + " and then" * (i * 5), "max_tokens": 12 + 3 * i,
-               "temperature": 0} for i in range(8)]
+def concurrent_equal_alone(s, n_req=8, long=False):
+    """n_req greedy completions, first one by one, then all at once: the same texts (else an assertion)."""
+    bodies = [{"prompt": "Story %d: once upon a time" % i + " and then" * (i * 5),
+               "max_tokens": (300 + 20 * i) if long else 12 + 3 * i, "temperature": 0} for i in range(n_req)]
     alone = []
     for b in bodies:
         st, _, r = s.post("/v1/completions", b)
@@ -400,6 +401,30 @@ def t_concurrent(s):
     for t in ts:
         t.join(90)
     assert got == alone, [(i, a, g) for i, (a, g) in enumerate(zip(alone, got)) if a != g][:2]
+
+
+@case("concurrent requests (8 clients at once, -np 4) give the same greedy text as each alone")
+def t_concurrent(s):
+    concurrent_equal_alone(s)
+
+
+def t_preempt(kvtier, model, extra):
+    name = ("preemption: tiny fast and host tiers over a disk tier, 8 concurrent requests (-np 8): requests are swapped "
+            "out and resumed (/metrics), the texts equal each alone")
+    d = tempfile.mkdtemp()
+    try:
+        s = Server(kvtier, model, "--kv-disk", d, "--kv-block", "16", "--kv-fast", "32K", "--kv-host", "32K", "-np", "8",
+                   "--metrics", *extra)
+        concurrent_equal_alone(s, long=True)
+        pre, res = s.metric("kvtier_preemptions_total"), s.metric("kvtier_resumes_total")
+        rc = s.stop()
+        report(pre > 0 and res > 0 and rc == 0, name, "%s preemptions, %s resumes, exit %s" % (pre, res, rc))
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+    finally:
+        for f in os.listdir(d):
+            os.unlink(os.path.join(d, f))
+        os.rmdir(d)
 
 
 @case("load: 100 requests from 16 clients all complete (200) or are refused (503), nothing hangs, < 30 s")
@@ -566,13 +591,14 @@ def main():
         report(False, "start", str(e))
         return 1
     for t in (t_health, t_models, t_completion, t_chat, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
-              t_hostile, t_slow, t_tokenize, t_disconnect, t_metrics, t_load):
+              t_hostile, t_slow, t_tokenize, t_disconnect, t_metrics, t_concurrent, t_load):
         t(s)
     rc = s.stop()
     report(rc == 0, "SIGTERM on an idle server: exit 0", "exit %s" % rc)
     t_queue_full(a.kvtier, a.model, extra)
     t_auth(a.kvtier, a.model, extra)
     t_sigterm(a.kvtier, a.model, extra)
+    t_preempt(a.kvtier, a.model, extra)
     t_equal_generate(a.kvtier, a.smollm2)
     return 1 if FAILED else 0
 
