@@ -35,6 +35,10 @@ static void usage(void) {
            "  -np, --parallel N     sequences decoding at once (default 4): requests join and leave a\n"
            "                        running batch between iterations; n choices take n sequences\n"
            "  --batch-tokens N      rows of one iteration, decode rows plus prompt chunks (default: --ubatch)\n"
+           "  --lookahead N         iterations of the scheduler's plan given to the KV store for prefetch and\n"
+           "                        eviction (default 4; 0: none, the store's --kv-evict policy alone)\n"
+           "  --preempt             swap the latest-admitted request out to the disk tier when fast + host\n"
+           "                        cannot hold the running ones (off by default: see docs/SERVING.md)\n"
            "  --api-key KEY         require \"Authorization: Bearer KEY\" (all but /health)\n"
            "  --metrics             serve GET /metrics (Prometheus text)\n"
            "  --queue N             requests waiting at most; more get 503 with Retry-After (default 64)\n"
@@ -81,7 +85,8 @@ typedef struct {
     const char *host, *api_key;
     int port, n_parallel, queue, timeout_s;
     bool metrics;
-    int64_t batch_tokens;
+    int64_t batch_tokens, lookahead;
+    bool preempt;
 } serve_opts;
 
 // Serves until SIGINT/SIGTERM (blocked in every thread, taken here with sigwait); returns the exit status.
@@ -124,7 +129,8 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     // cached prefixes beyond the running sequences' blocks: at most as many as -np full contexts hold
     const int64_t blk = cp->kv_block > 0 ? cp->kv_block : 512;
     sp.prefix_max_blocks = (int64_t)o->n_parallel * ((n_ctx + blk - 1) / blk);
-    sp.preempt = true; // acts only with a disk tier below bounded fast (and host) tiers
+    sp.preempt = o->preempt; // acts only with a disk tier below bounded fast (and host) tiers
+    sp.plan_iters = (int32_t)o->lookahead;
     if (kvt_engine_sched_create(ctx, tok, &sp, o->queue, &e, &err)) { // owns ctx from here, also on error
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         goto done;
@@ -156,7 +162,8 @@ int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tmpl_name = NULL, *prompt_file = NULL;
     kvt_context_params cp = kvt_context_params_default();
     const char *host = "127.0.0.1", *api_key = NULL;
-    int64_t port = 8080, n_parallel = 4, queue = 64, timeout_s = 600, batch_tokens = 0;
+    int64_t port = 8080, n_parallel = 4, queue = 64, timeout_s = 600, batch_tokens = 0, lookahead = 4;
+    bool preempt = false;
     cp.kv_paged = true; // sequences, forks and the prefix cache live in the paged store
     cp.kv_block = 0;    // 0 until a flag sets it: the server's default below
     bool metrics = false;
@@ -184,6 +191,10 @@ int cmd_serve(int argc, char **argv) {
             if (!kvt_args_int(&a, flag, 1, 4096, &n_parallel)) return 2;
         } else if (!strcmp(flag, "--batch-tokens")) {
             if (!kvt_args_int(&a, flag, 2, 1 << 20, &batch_tokens)) return 2;
+        } else if (!strcmp(flag, "--lookahead")) {
+            if (!kvt_args_int(&a, flag, 0, 64, &lookahead)) return 2;
+        } else if (!strcmp(flag, "--preempt")) {
+            preempt = true;
         } else if (!strcmp(flag, "--queue")) {
             if (!kvt_args_int(&a, flag, 1, 1 << 20, &queue)) return 2;
         } else if (!strcmp(flag, "--timeout")) {
@@ -196,7 +207,7 @@ int cmd_serve(int argc, char **argv) {
         }
     }
 #ifndef KVT_HAVE_JANSSON
-    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens;
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt;
     (void)model_path;
     (void)tmpl_name;
     (void)prompt_file;
@@ -224,13 +235,13 @@ int cmd_serve(int argc, char **argv) {
         return rc;
     }
 #ifndef KVT_SERVE_HTTP
-    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens;
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt;
     fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
                     "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
     return 1;
 #else
     if (cp.kv_block <= 0) cp.kv_block = 64; // the prefix cache reuses whole blocks: finer than generate's 512
-    serve_opts o = {host, api_key, (int)port, (int)n_parallel, (int)queue, (int)timeout_s, metrics, batch_tokens};
+    serve_opts o = {host, api_key, (int)port, (int)n_parallel, (int)queue, (int)timeout_s, metrics, batch_tokens, lookahead, preempt};
     return run_server(&o, model_path, tmpl_name, &cp);
 #endif
 #endif

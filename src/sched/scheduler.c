@@ -308,6 +308,10 @@ static void balance(kvt_sched *s) {
             if (!r->swapped) victim = r;
         }
         const int64_t d = req_demand(s, victim);
+        if (s->plan_live) { // no planned prefetch of the victim's blocks while they move down
+            kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), NULL, 0);
+            s->plan_live = false;
+        }
         bool ok = true;
         for (int32_t i = 0; ok && i < victim->p.n; i++) {
             kvt_err e2;

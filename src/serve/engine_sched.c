@@ -100,6 +100,7 @@ static void take_inbox(sengine *e) {
     pthread_mutex_lock(&e->mu);
     sjob *in = e->inbox;
     e->inbox = e->inbox_tail = NULL;
+    e->sched_waiting += e->n_inbox; // waiting in the scheduler now (the next iteration counts them exactly)
     e->n_inbox = 0;
     const bool cancels = e->cancel_pending;
     e->cancel_pending = false;
