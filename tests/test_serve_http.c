@@ -80,7 +80,23 @@ static bool e_wait(erec *r, bool (*cond)(const erec *, int), int arg) {
 static bool done_at_least(const erec *r, int n) { return r->n_done >= n; }
 static bool has_tokens(const erec *r, int k) { return r->n_tokens[k] > 0; }
 
-static void test_engine(const char *model_path) {
+// The engine under test: FCFS, or the scheduler's (paged store, n_parallel sequences at once).
+static kvt_status engine_create(bool sched, const kvt_model *m, kvt_context_params cp, const kvt_tokenizer *tok,
+                                int32_t n_parallel, int32_t queue, kvt_engine **e, kvt_err *err) {
+    kvt_context *ctx = NULL;
+    cp.kv_paged = sched;
+    kvt_status st = kvt_context_init(m, &cp, &ctx, err);
+    if (st) return st;
+    if (!sched) return kvt_engine_fcfs_create(ctx, tok, 512, queue, e, err);
+    kvt_sched_params sp = kvt_sched_params_default();
+    sp.n_parallel = n_parallel;
+    sp.token_budget = 5; // prompts in chunks, beside the decode rows of the others
+    sp.prefix_cache = true;
+    return kvt_engine_sched_create(ctx, tok, &sp, queue, e, err);
+}
+
+static void test_engine(const char *model_path, bool sched) {
+    const char *en = sched ? "sched" : "FCFS";
     kvt_model *m = NULL;
     kvt_tokenizer *tok = NULL;
     if (!cli_load_model("test", model_path, false, &m, &tok)) {
@@ -91,7 +107,7 @@ static void test_engine(const char *model_path) {
     cp.n_ctx = 2048;
     cp.n_threads = 2;
     kvt_err err = {0};
-    kvt_context *ctx = NULL, *ref = NULL;
+    kvt_context *ref = NULL;
     kvt_engine *e = NULL;
     static erec r;
     memset(&r, 0, sizeof r);
@@ -101,9 +117,9 @@ static void test_engine(const char *model_path) {
     for (int k = 0; k < EJ; k++) u[k] = (ejob){&r, k};
     kvt_engine_callbacks cb = {e_token, e_finish, e_done, NULL};
     const int32_t prompts[3][6] = {{1, 40, 41, 42, 43, 44}, {1, 40, 41, 42, 90, 91}, {1, 200, 201, 202, 203, 204}};
-    bool ok = kvt_context_init(m, &cp, &ctx, &err) == KVT_OK && kvt_engine_fcfs_create(ctx, tok, 512, 8, &e, &err) == KVT_OK;
+    bool ok = engine_create(sched, m, cp, tok, 4, 8, &e, &err) == KVT_OK;
     if (!ok) {
-        test_result(false, "serve-engine: create", "%s", err.msg);
+        test_result(false, "serve-engine: create", "%s: %s", en, err.msg);
         goto done;
     }
     // three jobs, two greedy choices each: run in order, every choice equals kvt_generate alone
@@ -126,20 +142,24 @@ static void test_engine(const char *model_path) {
         int32_t out[9];
         kvt_generate_stats gs;
         same = kvt_generate(ref, tok, prompts[k], 6, &gp, out, NULL, NULL, NULL, &gs, &err) == KVT_OK;
-        same = same && r.order[k] == k && r.outcome[k] == KVT_ENGINE_DONE && r.n_ids[k][0] == gs.n_gen &&
+        same = same && (sched || r.order[k] == k) && r.outcome[k] == KVT_ENGINE_DONE && r.n_ids[k][0] == gs.n_gen &&
                r.n_ids[k][1] == gs.n_gen && !memcmp(r.ids[k][0], out, (size_t)gs.n_gen * sizeof *out) &&
                !memcmp(r.ids[k][1], out, (size_t)gs.n_gen * sizeof *out) && r.finish[k][0] && r.finish[k][1];
     }
-    test_result(same && !r.threads_overlap,
-                "serve-engine: FCFS runs jobs in order; each of n greedy choices equals kvt_generate alone "
-                "(the second job reusing the first's prompt prefix)",
-                "ok %d, order %d %d %d, overlap %d: %s", ok, r.order[0], r.order[1], r.order[2], r.threads_overlap, err.msg);
+    char name[256];
+    snprintf(name, sizeof name, "%s",
+             sched ? "serve-engine: sched runs 3 jobs of 2 choices at once (-np 4, prompts in chunks of 5 rows beside decode "
+                     "rows); each greedy choice equals kvt_generate alone"
+                   : "serve-engine: FCFS runs jobs in order; each of n greedy choices equals kvt_generate alone "
+                     "(the second job reusing the first's prompt prefix)");
+    test_result(same && !r.threads_overlap, name, "ok %d, order %d %d %d, overlap %d: %s", ok, r.order[0], r.order[1],
+                r.order[2], r.threads_overlap, err.msg);
     kvt_engine_free(e);
     e = NULL;
     // a queue of one: the third job is refused (KVT_ERR_BUDGET); cancelled jobs end with CANCELLED
     memset(&r.n_done, 0, sizeof r - offsetof(erec, n_done));
-    if (kvt_context_init(m, &cp, &ctx, &err) || kvt_engine_fcfs_create(ctx, tok, 512, 1, &e, &err)) {
-        test_result(false, "serve-engine: create with a queue of one", "%s", err.msg);
+    if (engine_create(sched, m, cp, tok, 1, 1, &e, &err)) {
+        test_result(false, "serve-engine: create with a queue of one", "%s: %s", en, err.msg);
         goto done;
     }
     job.n = 1;
@@ -159,10 +179,10 @@ static void test_engine(const char *model_path) {
     kvt_engine_cancel(e, ids[1]);
     kvt_engine_cancel(e, ids[0]);
     bool ended = e_wait(&r, done_at_least, 2);
+    snprintf(name, sizeof name, "serve-engine: %s: a full queue refuses (KVT_ERR_BUDGET); cancel ends a running and a queued job", en);
     test_result(running && st[1] == KVT_OK && st[2] == KVT_ERR_BUDGET && es.queued == 1 && es.running == 1 && ended &&
                     r.outcome[0] == KVT_ENGINE_CANCELLED && r.outcome[1] == KVT_ENGINE_CANCELLED &&
-                    r.n_tokens[0] < 1500 && r.n_tokens[1] == 0 && es.jobs_rejected == 1,
-                "serve-engine: a full queue refuses (KVT_ERR_BUDGET); cancel ends a running and a queued job",
+                    r.n_tokens[0] < 1500 && r.n_tokens[1] == 0 && es.jobs_rejected == 1, name,
                 "status %d %d %d, queued %lld running %lld, ended %d, outcomes %d %d, tokens %d %d", st[0], st[1], st[2],
                 (long long)es.queued, (long long)es.running, ended, r.outcome[0], r.outcome[1], r.n_tokens[0],
                 r.n_tokens[1]);
@@ -244,7 +264,8 @@ void test_serve_http(const test_env *env) {
     if (rc != 0) {
         test_result(false, "serve-http: mkmodel of the test model", "exit %d: %s", rc, out);
     } else {
-        test_engine(model);
+        test_engine(model, false);
+        test_engine(model, true);
         serve_http_cases(env, cli, model);
     }
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -32,8 +32,13 @@ static void usage(void) {
            "  POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize.\n"
            "  --host ADDR           address to listen on (default 127.0.0.1)\n"
            "  --port N              port (default 8080; 0: any free port, printed on stderr)\n"
-           "  -np, --parallel N     sequences decoding at once (default 1; the current engine runs one\n"
-           "                        request at a time whatever N: the batch scheduler is to come)\n"
+           "  -np, --parallel N     sequences decoding at once (default 4): requests join and leave a\n"
+           "                        running batch between iterations; n choices take n sequences\n"
+           "  --batch-tokens N      rows of one iteration, decode rows plus prompt chunks (default: --ubatch)\n"
+           "  --lookahead N         iterations of the scheduler's plan given to the KV store for prefetch and\n"
+           "                        eviction (default 4; 0: none, the store's --kv-evict policy alone)\n"
+           "  --preempt             swap the latest-admitted request out to the disk tier when fast + host\n"
+           "                        cannot hold the running ones (off by default: see docs/SERVING.md)\n"
            "  --api-key KEY         require \"Authorization: Bearer KEY\" (all but /health)\n"
            "  --metrics             serve GET /metrics (Prometheus text)\n"
            "  --queue N             requests waiting at most; more get 503 with Retry-After (default 64)\n"
@@ -80,6 +85,8 @@ typedef struct {
     const char *host, *api_key;
     int port, n_parallel, queue, timeout_s;
     bool metrics;
+    int64_t batch_tokens, lookahead;
+    bool preempt;
 } serve_opts;
 
 // Serves until SIGINT/SIGTERM (blocked in every thread, taken here with sigwait); returns the exit status.
@@ -115,16 +122,24 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     if (ub > kvt_context_n_ctx(ctx)) ub = kvt_context_n_ctx(ctx);
     const int64_t n_ctx = kvt_context_n_ctx(ctx);
     const int n_threads = kvt_context_n_threads(ctx);
-    if (kvt_engine_fcfs_create(ctx, tok, ub, o->queue, &e, &err)) { // owns ctx from here, also on error
+    kvt_sched_params sp = kvt_sched_params_default();
+    sp.n_parallel = o->n_parallel;
+    sp.token_budget = o->batch_tokens > 0 ? o->batch_tokens : ub;
+    sp.prefix_cache = true;
+    // cached prefixes beyond the running sequences' blocks: at most as many as -np full contexts hold
+    const int64_t blk = cp->kv_block > 0 ? cp->kv_block : 512;
+    sp.prefix_max_blocks = (int64_t)o->n_parallel * ((n_ctx + blk - 1) / blk);
+    sp.preempt = o->preempt; // acts only with a disk tier below bounded fast (and host) tiers
+    sp.plan_iters = (int32_t)o->lookahead;
+    if (kvt_engine_sched_create(ctx, tok, &sp, o->queue, &e, &err)) { // owns ctx from here, also on error
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         goto done;
     }
     char *path_copy = strdup(model_path);
     kvt_http_set_ready(h, e, tok, t, path_copy ? basename(path_copy) : model_path);
     free(path_copy);
-    fprintf(stderr, "kvtier serve: ready: %s, chat template %s, context %lld per sequence, %d thread(s)%s\n",
-            model_path, kvt_chat_template_name(t), (long long)n_ctx, n_threads,
-            o->n_parallel > 1 ? "; -np > 1: this engine still decodes one request at a time" : "");
+    fprintf(stderr, "kvtier serve: ready: %s, chat template %s, context %lld per sequence, %d sequence(s) at once, "
+            "%d thread(s)\n", model_path, kvt_chat_template_name(t), (long long)n_ctx, o->n_parallel, n_threads);
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "kvtier serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -147,7 +162,10 @@ int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tmpl_name = NULL, *prompt_file = NULL;
     kvt_context_params cp = kvt_context_params_default();
     const char *host = "127.0.0.1", *api_key = NULL;
-    int64_t port = 8080, n_parallel = 1, queue = 64, timeout_s = 600;
+    int64_t port = 8080, n_parallel = 4, queue = 64, timeout_s = 600, batch_tokens = 0, lookahead = 4;
+    bool preempt = false;
+    cp.kv_paged = true; // sequences, forks and the prefix cache live in the paged store
+    cp.kv_block = 0;    // 0 until a flag sets it: the server's default below
     bool metrics = false;
     const char *flag;
     while (kvt_args_next(&a, &flag)) {
@@ -171,6 +189,12 @@ int cmd_serve(int argc, char **argv) {
             if (!kvt_args_int(&a, flag, 0, 65535, &port)) return 2;
         } else if (!strcmp(flag, "-np") || !strcmp(flag, "--parallel")) {
             if (!kvt_args_int(&a, flag, 1, 4096, &n_parallel)) return 2;
+        } else if (!strcmp(flag, "--batch-tokens")) {
+            if (!kvt_args_int(&a, flag, 2, 1 << 20, &batch_tokens)) return 2;
+        } else if (!strcmp(flag, "--lookahead")) {
+            if (!kvt_args_int(&a, flag, 0, 64, &lookahead)) return 2;
+        } else if (!strcmp(flag, "--preempt")) {
+            preempt = true;
         } else if (!strcmp(flag, "--queue")) {
             if (!kvt_args_int(&a, flag, 1, 1 << 20, &queue)) return 2;
         } else if (!strcmp(flag, "--timeout")) {
@@ -183,7 +207,7 @@ int cmd_serve(int argc, char **argv) {
         }
     }
 #ifndef KVT_HAVE_JANSSON
-    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics;
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt;
     (void)model_path;
     (void)tmpl_name;
     (void)prompt_file;
@@ -211,12 +235,13 @@ int cmd_serve(int argc, char **argv) {
         return rc;
     }
 #ifndef KVT_SERVE_HTTP
-    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics;
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt;
     fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
                     "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
     return 1;
 #else
-    serve_opts o = {host, api_key, (int)port, (int)n_parallel, (int)queue, (int)timeout_s, metrics};
+    if (cp.kv_block <= 0) cp.kv_block = 64; // the prefix cache reuses whole blocks: finer than generate's 512
+    serve_opts o = {host, api_key, (int)port, (int)n_parallel, (int)queue, (int)timeout_s, metrics, batch_tokens, lookahead, preempt};
     return run_server(&o, model_path, tmpl_name, &cp);
 #endif
 #endif

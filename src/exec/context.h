@@ -73,6 +73,19 @@ kvt_status kvt_decode_seq(kvt_context *ctx, int32_t seq, const int32_t *tokens, 
 // weights are read once for all n tokens), attention reads each sequence's own KV. Logits of every
 // token: [n, n_vocab] (row i for token i). On error no sequence changes.
 kvt_status kvt_decode_batch(kvt_context *ctx, const int32_t *seqs, const int32_t *tokens, int64_t n, kvt_err *err);
+// A run of consecutive tokens of one sequence in a mixed batch (kvt_decode_runs): a decode step (n = 1) or a
+// chunk of a prompt (n > 1), appended at positions [n_past(seq), n_past(seq) + n).
+typedef struct {
+    int32_t seq;
+    const int32_t *tokens; // [n], borrowed
+    int64_t n;             // >= 1
+    bool logits;           // keep the logits of the run's last token
+} kvt_batch_run;
+// Mixed prefill/decode batch: every run of runs[0..n_runs) (distinct sequences) in one pass over the weights,
+// split into micro-batches of n_ubatch rows (a run may span two). Logits: one row per run with logits set, in
+// the order of the runs ([n_with_logits, n_vocab], kvt_context_logits). Batch-invariant: a run's logits and KV
+// are bit for bit those it gets alone (kvt_decode_seq), whatever the runs beside it. On error no sequence changes.
+kvt_status kvt_decode_runs(kvt_context *ctx, const kvt_batch_run *runs, int64_t n_runs, kvt_err *err);
 kvt_status kvt_context_seq_fork(kvt_context *ctx, int32_t src, int32_t *dst, kvt_err *err);
 void kvt_context_seq_free(kvt_context *ctx, int32_t seq);
 // Positions held by seq, or -1 if it does not exist.
@@ -97,5 +110,9 @@ struct kvt_sparse *kvt_context_sparse(kvt_context *ctx);
 // Bytes of scratch (activations) and of the KV cache.
 int64_t kvt_context_scratch_bytes(const kvt_context *ctx);
 int64_t kvt_context_kv_bytes(const kvt_context *ctx);
+// Positions per KV block, and bytes of K and V of one such block over every layer (what one more block of a
+// sequence costs the store).
+int64_t kvt_context_kv_block(const kvt_context *ctx);
+int64_t kvt_context_kv_block_bytes(const kvt_context *ctx);
 
 #endif

@@ -313,7 +313,8 @@ static kvt_status attn_rows(kvt_context *c, int32_t seq, int32_t il, const kvt_a
     return kvt_attention(c->kv, seq, il, ap, q, pos0, n, out, c->pool, c->attn_scratch, c->attn_ws, err);
 }
 
-// Appends the micro-batch's K/V of layer il and attends over each sequence's cache.
+// Appends the micro-batch's K/V of layer il and attends over each sequence's cache. Across sequences,
+// consecutive rows of one sequence (a run: a prefill chunk) append and attend together, as a run alone does.
 static kvt_status attend(kvt_context *c, const ubatch *u, int32_t il, const kvt_attn_params *ap, kvt_err *err) {
     const kvt_hparams *hp = &c->m->hp;
     if (!u->seqs) {
@@ -323,17 +324,22 @@ static kvt_status attend(kvt_context *c, const ubatch *u, int32_t il, const kvt_
     }
     const int64_t Q = (int64_t)hp->n_head * hp->head_dim, K = (int64_t)hp->n_head_kv * hp->head_dim,
                   V = (int64_t)hp->n_head_kv * hp->head_dim_v, A = (int64_t)hp->n_head * hp->head_dim_v;
-    for (int64_t t = 0; t < u->n; t++) {
-        kvt_status st = c->kv->ops->append(c->kv, u->seqs[t], il, u->pos[t], 1, c->k + t * K, c->v + t * V, err);
+    for (int64_t t = 0; t < u->n;) {
+        int64_t r = 1; // rows of this run
+        while (t + r < u->n && u->seqs[t + r] == u->seqs[t] && u->pos[t + r] == u->pos[t] + r) r++;
+        kvt_status st = c->kv->ops->append(c->kv, u->seqs[t], il, u->pos[t], r, c->k + t * K, c->v + t * V, err);
         if (st) return st;
-        st = attn_rows(c, u->seqs[t], il, ap, c->q + t * Q, c->k + t * K, u->pos[t], 1, c->att + t * A, err);
+        st = attn_rows(c, u->seqs[t], il, ap, c->q + t * Q, c->k + t * K, u->pos[t], r, c->att + t * A, err);
         if (st) return st;
+        t += r;
     }
     return KVT_OK;
 }
 
-// One micro-batch; logits of every token ([n, n_vocab]) or of the last one only.
-static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, bool all_logits, float *logits, kvt_err *err) {
+// One micro-batch; logits ([n_out, n_vocab]) of rows out[0..n_out) (increasing), or, out NULL, of the last
+// n_out rows.
+static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, const int64_t *out, int64_t n_out, float *logits,
+                                 kvt_err *err) {
     const int32_t *tokens = u->tokens;
     const int64_t n = u->n;
     const kvt_model *m = c->m;
@@ -378,13 +384,16 @@ static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, bool all_logit
         if (il + 1 < hp->n_layer) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
         else ew_run(c, NULL, EW_ADD, NULL, L->post_ffn_norm, n);
     }
-    // logits of every token, or of the last only
-    const int64_t first = all_logits ? 0 : n - 1;
-    for (int64_t t = first; t < n; t++) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
-    matmul(c, &m->output, c->xn + first * E, n - first, logits);
+    // logits of the rows asked for: their normed rows packed at the start of xn (row k from row out[k] >= k)
+    if (n_out <= 0) return KVT_OK;
+    for (int64_t k = 0; k < n_out; k++) {
+        const int64_t t = out ? out[k] : n - n_out + k;
+        kvt_rmsnorm_f32(c->xn + k * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
+    }
+    matmul(c, &m->output, c->xn, n_out, logits);
     if (hp->logit_softcap > 0.0f) {
         const float cap = hp->logit_softcap;
-        for (int64_t i = 0; i < (n - first) * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+        for (int64_t i = 0; i < n_out * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
     }
     return KVT_OK;
 }
@@ -417,7 +426,7 @@ kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, in
         int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         float *dst = all_logits ? c->logits + i * hp->n_vocab : c->logits;
         const ubatch u = {tokens + i, nb, seq, past + i, NULL, NULL};
-        kvt_status st = forward_ubatch(c, &u, all_logits, dst, err);
+        kvt_status st = forward_ubatch(c, &u, NULL, all_logits ? nb : 1, dst, err);
         if (st) {
             c->kv->ops->truncate(c->kv, seq, past);
             return st;
@@ -452,7 +461,7 @@ kvt_status kvt_decode_batch(kvt_context *c, const int32_t *seqs, const int32_t *
     for (int64_t i = 0; !st && i < n; i += c->p.n_ubatch) {
         const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         const ubatch u = {tokens + i, nb, -1, 0, seqs + i, pos + i};
-        st = forward_ubatch(c, &u, true, c->logits + i * n_vocab, err);
+        st = forward_ubatch(c, &u, NULL, nb, c->logits + i * n_vocab, err);
     }
     for (int64_t i = 0; i < n; i++) {
         if (st) c->kv->ops->truncate(c->kv, seqs[i], pos[i]);
@@ -460,6 +469,59 @@ kvt_status kvt_decode_batch(kvt_context *c, const int32_t *seqs, const int32_t *
     }
     free(pos);
     if (!st) c->n_out = n;
+    return st;
+}
+
+kvt_status kvt_decode_runs(kvt_context *c, const kvt_batch_run *runs, int64_t n_runs, kvt_err *err) {
+    const int32_t n_vocab = c->m->hp.n_vocab;
+    if (n_runs <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "decode needs at least one run");
+    int64_t n = 0, n_out = 0;
+    for (int64_t i = 0; i < n_runs; i++) {
+        const int32_t s = runs[i].seq;
+        if (runs[i].n <= 0 || !runs[i].tokens) {
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "run %lld (sequence %d) has no tokens", (long long)i, s);
+        }
+        if (!seq_valid(c, s)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d does not exist", s);
+        if (c->n_past[s] + runs[i].n > c->p.n_ctx) {
+            return kvt_errorf(err, KVT_ERR_BUDGET, "context full: sequence %d holds %lld tokens, + %lld exceed n_ctx %lld", s,
+                              (long long)c->n_past[s], (long long)runs[i].n, (long long)c->p.n_ctx);
+        }
+        for (int64_t j = 0; j < i; j++) {
+            if (runs[j].seq == s) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d appears twice in a batch", s);
+        }
+        n += runs[i].n;
+        n_out += runs[i].logits ? 1 : 0;
+    }
+    kvt_status st = logits_reserve(c, n_out > 0 ? n_out : 1, err);
+    if (st) return st;
+    int32_t *tok = malloc((size_t)n * sizeof *tok), *seqs = malloc((size_t)n * sizeof *seqs);
+    int64_t *pos = malloc((size_t)n * sizeof *pos), *out = malloc((size_t)(n_out > 0 ? n_out : 1) * sizeof *out);
+    if (!tok || !seqs || !pos || !out) {
+        free(tok), free(seqs), free(pos), free(out);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a batch of %lld tokens", (long long)n);
+    }
+    for (int64_t i = 0, r = 0, k = 0; i < n_runs; i++) { // rows; out: the rows whose logits are kept
+        for (int64_t t = 0; t < runs[i].n; t++, r++) {
+            tok[r] = runs[i].tokens[t];
+            seqs[r] = runs[i].seq;
+            pos[r] = c->n_past[runs[i].seq] + t;
+        }
+        if (runs[i].logits) out[k++] = r - 1;
+    }
+    for (int64_t i = 0, k = 0; !st && i < n; i += c->p.n_ubatch) {
+        const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
+        int64_t k1 = k;
+        while (k1 < n_out && out[k1] < i + nb) out[k1++] -= i; // rows of this micro-batch, relative to it
+        const ubatch u = {tok + i, nb, -1, 0, seqs + i, pos + i};
+        st = forward_ubatch(c, &u, out + k, k1 - k, c->logits + k * n_vocab, err);
+        k = k1;
+    }
+    for (int64_t i = 0; i < n_runs; i++) {
+        if (st) c->kv->ops->truncate(c->kv, runs[i].seq, c->n_past[runs[i].seq]);
+        else c->n_past[runs[i].seq] += runs[i].n;
+    }
+    free(tok), free(seqs), free(pos), free(out);
+    if (!st) c->n_out = n_out;
     return st;
 }
 
@@ -527,6 +589,12 @@ int64_t kvt_context_kv_bytes(const kvt_context *c) {
     kvt_kv_params kp = {c->p.kv_type, c->m->hp.n_layer, c->m->hp.n_head_kv, c->m->hp.head_dim, c->m->hp.head_dim_v,
                         c->p.n_ctx, c->p.kv_block, 0};
     return kvt_kv_contig_bytes(&kp);
+}
+
+int64_t kvt_context_kv_block(const kvt_context *c) { return c->p.kv_block; }
+int64_t kvt_context_kv_block_bytes(const kvt_context *c) {
+    const kvt_hparams *hp = &c->m->hp;
+    return (int64_t)hp->n_layer * hp->n_head_kv * kvt_row_size(c->p.kv_type, (hp->head_dim + hp->head_dim_v) * c->p.kv_block);
 }
 
 void kvt_context_truncate(kvt_context *c, int64_t n_keep) { kvt_context_seq_truncate(c, 0, n_keep); }

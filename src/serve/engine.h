@@ -27,6 +27,7 @@
 #include "../kv/kv.h"
 #include "../model/tokenizer.h"
 #include "../sched/sampler.h"
+#include "../sched/scheduler.h"
 
 #define KVT_ENGINE_MAX_TOP 20
 
@@ -84,6 +85,10 @@ typedef struct {
     double prompt_seconds, decode_seconds;
     int64_t n_ctx;                     // positions per sequence
     int32_t n_parallel;                // sequences decoding at once
+    int64_t iterations;                // forward passes of the scheduler (0 for fcfs)
+    int64_t preemptions, resumes;      // requests swapped out to disk / resumed (totals)
+    int64_t preempted;                 // requests swapped out now
+    int64_t plans;                     // prefetch plans published to the KV store
     kvt_kv_stats kv;                   // the store's counters (as of the last finished job)
     const char *kv_store;              // the store's name
 } kvt_engine_stats;
@@ -126,5 +131,16 @@ static inline void kvt_engine_free(kvt_engine *e) {
 // kvt_generate_cached). tok: borrowed, for end-of-generation tokens.
 kvt_status kvt_engine_fcfs_create(kvt_context *ctx, const kvt_tokenizer *tok, int64_t n_ubatch, int32_t max_queue,
                                   kvt_engine **out, kvt_err *err);
+
+// The continuous-batching engine: src/sched's scheduler (sp: n_parallel, token budget, prefix cache, preemption)
+// over ctx (owned from now on, also on error; the paged store for n_parallel > 1, the prefix cache and
+// preemption) on one scheduler thread. Choices of one job are forks of its prompt's sequence. At most max_queue
+// jobs wait for admission (submit beyond: KVT_ERR_BUDGET). tok: borrowed, for end-of-generation tokens.
+kvt_status kvt_engine_sched_create(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_sched_params *sp,
+                                   int32_t max_queue, kvt_engine **out, kvt_err *err);
+
+// Fills t->logprob and the k most likely alternatives (natural-log softmax of logits [n_vocab]) of token t->id;
+// scratch: [n_vocab] floats.
+void kvt_engine_token_logprobs(const float *logits, int32_t n_vocab, int32_t k, float *scratch, kvt_engine_token *t);
 
 #endif

@@ -52,18 +52,17 @@ typedef struct {
     bool user_stop;   // on_token returned false
 } fcfs_run;
 
-// Log-probabilities of the logits and the top-k alternatives of token `id`.
-static void fill_logprobs(fcfs *e, const float *logits, int32_t n_vocab, int32_t k, kvt_engine_token *t) {
+void kvt_engine_token_logprobs(const float *logits, int32_t n_vocab, int32_t k, float *lp, kvt_engine_token *t) {
     float mx = logits[0];
     for (int32_t i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
     double sum = 0;
     for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)(logits[i] - mx));
     const float lse = mx + (float)log(sum);
-    for (int32_t i = 0; i < n_vocab; i++) e->lp[i] = logits[i] - lse;
-    t->logprob = e->lp[t->id];
+    for (int32_t i = 0; i < n_vocab; i++) lp[i] = logits[i] - lse;
+    t->logprob = lp[t->id];
     t->n_top = 0;
     for (int32_t i = 0; i < n_vocab && k > 0; i++) { // insertion into the sorted top list (k <= 20)
-        float v = e->lp[i];
+        float v = lp[i];
         if (t->n_top == k && v <= t->top_logprobs[k - 1]) continue;
         int32_t pos = t->n_top < k ? t->n_top++ : k - 1;
         while (pos > 0 && t->top_logprobs[pos - 1] < v) {
@@ -84,8 +83,8 @@ static bool on_token(void *user, int32_t id) {
     t.id = id;
     t.eog = r->e->tok && kvt_token_is_eog(r->e->tok, id);
     if (r->j->p.logprobs) {
-        fill_logprobs(r->e, kvt_context_logits(r->e->ctx), kvt_context_model(r->e->ctx)->hp.n_vocab,
-                      r->j->p.top_logprobs, &t);
+        kvt_engine_token_logprobs(kvt_context_logits(r->e->ctx), kvt_context_model(r->e->ctx)->hp.n_vocab,
+                                  r->j->p.top_logprobs, r->e->lp, &t);
     }
     if (!r->j->cb.on_token(r->j->cb.user, r->index, &t)) {
         r->user_stop = true;

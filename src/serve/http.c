@@ -356,6 +356,18 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
     fprintf(f, "kvtier_queue_length %lld\n", (long long)s.queued);
     METRIC("running_sequences", "gauge", "Sequences decoding now.");
     fprintf(f, "kvtier_running_sequences %lld\n", (long long)s.running);
+    METRIC("n_parallel", "gauge", "Sequences decoding at once at most (-np).");
+    fprintf(f, "kvtier_n_parallel %d\n", s.n_parallel);
+    METRIC("iterations_total", "counter", "Forward passes of the batch scheduler.");
+    fprintf(f, "kvtier_iterations_total %lld\n", (long long)s.iterations);
+    METRIC("preemptions_total", "counter", "Requests swapped out to the disk tier when fast and host were full.");
+    fprintf(f, "kvtier_preemptions_total %lld\n", (long long)s.preemptions);
+    METRIC("resumes_total", "counter", "Swapped-out requests resumed.");
+    fprintf(f, "kvtier_resumes_total %lld\n", (long long)s.resumes);
+    METRIC("preempted_requests", "gauge", "Requests swapped out now.");
+    fprintf(f, "kvtier_preempted_requests %lld\n", (long long)s.preempted);
+    METRIC("prefetch_plans_total", "counter", "Plans of the next iterations' sequences given to the KV store for prefetch.");
+    fprintf(f, "kvtier_prefetch_plans_total %lld\n", (long long)s.plans);
     METRIC("kv_used_bytes", "gauge", "KV bytes in use per tier (as of the last finished request).");
     for (int t = 0; t < KVT_TIER_COUNT; t++) fprintf(f, "kvtier_kv_used_bytes{tier=\"%s\"} %lld\n", kvt_tier_name((kvt_tier)t), (long long)s.kv.used_bytes[t]);
     METRIC("kv_peak_bytes", "gauge", "Highest KV bytes in use per tier.");

@@ -1,0 +1,468 @@
+// scheduler.c - iteration-level continuous batching (see scheduler.h).
+//
+// Requests live in one list in arrival order. Admission is FCFS, so the admitted requests form a prefix of
+// the list and the latest-admitted running request is the last admitted one not swapped out.
+#include "scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kv/kv_paged.h"
+#include "prefix_cache.h"
+
+typedef struct {
+    int32_t seq;       // -1: not yet forked, or freed
+    kvt_sampler *smp;
+    int32_t last;      // the token to decode next
+    int64_t n_gen;
+    bool live;
+} choice;
+
+typedef enum { R_WAITING, R_PREFILL, R_DECODE } rstate;
+
+typedef struct req {
+    struct req *next;
+    uint64_t id;
+    kvt_sched_request p;
+    int32_t *prompt;     // owned copy
+    int64_t max_tokens;  // effective
+    int64_t n_prefilled; // prompt positions in the prompt's sequence
+    rstate state;
+    bool swapped;        // preempted: its blocks went down to disk; it does not run
+    choice *ch;          // [p.n]
+    int32_t n_live;
+    int64_t cached, completion;
+} req;
+
+struct kvt_sched {
+    kvt_context *ctx;
+    const kvt_tokenizer *tok;
+    kvt_sched_params p;
+    kvt_sched_callbacks cb;
+    kvt_prefix_cache *pc;
+    int32_t n_vocab;
+    int64_t resident;     // bytes fast + host hold (preemption; -1: off)
+    int64_t block_bytes;  // one more KV block of a sequence
+    req *head;
+    uint64_t next_id;
+    kvt_sched_stats st;
+    // scratch of one iteration, grown as needed
+    kvt_batch_run *runs;
+    req **run_req;        // [cap] the request of each run
+    int32_t *run_choice;  // [cap] the choice of a decode run, -1 for a prefill chunk
+    int32_t *plan;
+    int64_t cap, plan_cap;
+    bool plan_live;       // a plan is published
+};
+
+kvt_sched_params kvt_sched_params_default(void) {
+    kvt_sched_params p = {0};
+    p.n_parallel = 4;
+    p.token_budget = 512;
+    p.plan_iters = 4;
+    return p;
+}
+
+static bool is_paged(kvt_context *ctx) { return !strcmp(kvt_context_kv(ctx)->ops->name, "paged"); }
+
+kvt_status kvt_sched_init(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_sched_params *p,
+                          const kvt_sched_callbacks *cb, kvt_sched **out, kvt_err *err) {
+    *out = NULL;
+    if (p->n_parallel < 1) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "n_parallel %d: need at least 1", p->n_parallel);
+    if (kvt_context_seq_n_past(ctx, 0) != 0) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "the scheduler's context must start empty (sequence 0 holds %lld)",
+                          (long long)kvt_context_seq_n_past(ctx, 0));
+    }
+    if ((p->prefix_cache || p->preempt || p->n_parallel > 1) && !is_paged(ctx)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "the scheduler needs the paged KV store for %s (the context uses the %s "
+                          "cache): set kv_paged", p->prefix_cache ? "the prefix cache" : p->preempt ? "preemption" : "n_parallel > 1",
+                          kvt_context_kv(ctx)->ops->name);
+    }
+    kvt_sched *s = calloc(1, sizeof *s);
+    if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the scheduler");
+    s->ctx = ctx;
+    s->tok = tok;
+    s->p = *p;
+    s->cb = *cb;
+    if (s->p.token_budget < s->p.n_parallel + 1) s->p.token_budget = s->p.n_parallel + 1;
+    s->n_vocab = kvt_context_model(ctx)->hp.n_vocab;
+    s->block_bytes = kvt_context_kv_block_bytes(ctx);
+    s->resident = -1;
+    if (p->preempt && is_paged(ctx)) {
+        kvt_kv_stats ks;
+        kvt_context_kv_stats(ctx, &ks);
+        const int64_t *b = ks.budget_bytes;
+        if (b[KVT_TIER_DISK] != 0 && b[KVT_TIER_FAST] > 0 && b[KVT_TIER_HOST] >= 0) s->resident = b[KVT_TIER_FAST] + b[KVT_TIER_HOST];
+    }
+    if (p->prefix_cache) {
+        kvt_prefix_cache_params pp = kvt_prefix_cache_params_default();
+        pp.max_blocks = p->prefix_max_blocks;
+        pp.store = p->prefix_store;
+        kvt_status st = kvt_prefix_cache_init(ctx, &pp, &s->pc, err);
+        if (st) {
+            free(s);
+            return st;
+        }
+    }
+    *out = s;
+    return KVT_OK;
+}
+
+// Frees the request's sequences and samplers and unlinks it; then on_done.
+static void req_end(kvt_sched *s, req *r, kvt_sched_outcome how, const kvt_err *why) {
+    for (req **pp = &s->head; *pp; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    }
+    for (int32_t i = 0; i < r->p.n; i++) {
+        if (r->ch[i].seq > 0) kvt_context_seq_free(s->ctx, r->ch[i].seq);
+        kvt_sampler_free(r->ch[i].smp);
+    }
+    kvt_sched_result res;
+    memset(&res, 0, sizeof res);
+    res.outcome = how;
+    if (why) res.err = *why;
+    res.prompt_tokens = r->p.n_prompt;
+    res.cached_tokens = r->cached;
+    res.completion_tokens = r->completion;
+    void *user = r->p.user;
+    free(r->ch);
+    free(r->prompt);
+    free(r);
+    s->cb.on_done(user, &res);
+}
+
+void kvt_sched_free(kvt_sched *s) {
+    if (!s) return;
+    while (s->head) req_end(s, s->head, KVT_SCHED_CANCELLED, NULL);
+    kvt_prefix_cache_free(s->pc);
+    free(s->runs);
+    free(s->run_req);
+    free(s->run_choice);
+    free(s->plan);
+    free(s);
+}
+
+kvt_status kvt_sched_submit(kvt_sched *s, const kvt_sched_request *rq, uint64_t *id, kvt_err *err) {
+    const int64_t n_ctx = kvt_context_n_ctx(s->ctx);
+    if (rq->n_prompt < 1 || rq->n_prompt >= n_ctx || rq->n < 1) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "a request of %lld prompt tokens and %d choices: need 1 .. %lld tokens "
+                          "(the context holds %lld) and n >= 1", (long long)rq->n_prompt, rq->n, (long long)(n_ctx - 1),
+                          (long long)n_ctx);
+    }
+    req *r = calloc(1, sizeof *r);
+    int32_t *prompt = malloc((size_t)rq->n_prompt * sizeof *prompt);
+    choice *ch = calloc((size_t)rq->n, sizeof *ch);
+    if (!r || !prompt || !ch) {
+        free(r), free(prompt), free(ch);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a request of %lld tokens", (long long)rq->n_prompt);
+    }
+    memcpy(prompt, rq->prompt, (size_t)rq->n_prompt * sizeof *prompt);
+    r->p = *rq;
+    r->p.prompt = r->prompt = prompt;
+    r->ch = ch;
+    for (int32_t i = 0; i < rq->n; i++) ch[i].seq = -1;
+    r->max_tokens = n_ctx - rq->n_prompt;
+    if (rq->max_tokens >= 0 && rq->max_tokens < r->max_tokens) r->max_tokens = rq->max_tokens;
+    r->id = ++s->next_id;
+    req **tail = &s->head;
+    while (*tail) tail = &(*tail)->next;
+    *tail = r;
+    *id = r->id;
+    return KVT_OK;
+}
+
+void kvt_sched_cancel(kvt_sched *s, uint64_t id) {
+    for (req *r = s->head; r; r = r->next) {
+        if (r->id == id) {
+            req_end(s, r, KVT_SCHED_CANCELLED, NULL);
+            return;
+        }
+    }
+}
+
+bool kvt_sched_idle(const kvt_sched *s) { return !s->head; }
+
+void kvt_sched_stats_get(const kvt_sched *s, kvt_sched_stats *out) {
+    *out = s->st;
+    out->waiting = out->running = out->preempted = 0;
+    for (const req *r = s->head; r; r = r->next) {
+        if (r->state == R_WAITING) out->waiting++;
+        else if (r->swapped) out->preempted++;
+        else out->running += r->state == R_PREFILL ? 1 : r->n_live;
+    }
+}
+
+// Sequences an admitted request holds a slot for: n while its prompt runs (its choices will fork), else live ones.
+static int32_t req_slots(const req *r) { return r->state == R_PREFILL ? r->p.n : r->n_live; }
+
+// Bytes of KV the request's running sequences hold plus one more block each (its next), in any tier.
+static int64_t req_demand(kvt_sched *s, const req *r) {
+    kvt_kv *kv = kvt_context_kv(s->ctx);
+    int64_t sum = 0;
+    for (int32_t i = 0; i < r->p.n; i++) {
+        if (!r->ch[i].live || r->ch[i].seq < 0) continue;
+        int64_t b[KVT_TIER_COUNT];
+        kvt_kv_paged_seq_usage(kv, r->ch[i].seq, b);
+        sum += b[KVT_TIER_FAST] + b[KVT_TIER_HOST] + b[KVT_TIER_DISK] + s->block_bytes;
+    }
+    return sum;
+}
+
+// Admits r: its prompt's sequence (with the prefix cache's blocks) and one sampler per choice.
+static kvt_status admit(kvt_sched *s, req *r, kvt_err *err) {
+    int32_t seq;
+    kvt_status st = kvt_context_seq_fork(s->ctx, 0, &seq, err); // sequence 0 stays empty: a fork of it is a new one
+    if (st) return st;
+    r->ch[0].seq = seq;
+    r->ch[0].live = true;
+    r->n_live = 1;
+    r->state = R_PREFILL;
+    for (int32_t i = 0; !st && i < r->p.n; i++) {
+        kvt_sampler_params sp = r->p.sampling;
+        sp.seed = r->p.sampling.seed + (uint64_t)i;
+        st = kvt_sampler_init(&sp, s->n_vocab, &r->ch[i].smp, err);
+        for (int64_t t = 0; !st && t < r->p.n_prompt; t++) kvt_sampler_accept(r->ch[i].smp, r->prompt[t]);
+    }
+    if (!st && s->pc) {
+        int64_t n_cached = 0;
+        st = kvt_prefix_cache_attach(s->pc, seq, r->prompt, r->p.n_prompt, r->p.n_prompt - 1, &n_cached, err);
+        if (!st) {
+            r->cached = r->n_prefilled = n_cached;
+            s->st.cached_tokens += n_cached;
+        }
+    }
+    return st;
+}
+
+// Ends choice i (on_finish), freeing its sequence unless it is the prompt's sequence that others still need to fork.
+static void choice_end(kvt_sched *s, req *r, int32_t i, kvt_sched_finish why) {
+    choice *c = &r->ch[i];
+    c->live = false;
+    r->n_live--;
+    if (c->seq > 0) kvt_context_seq_free(s->ctx, c->seq);
+    c->seq = -1;
+    s->cb.on_finish(r->p.user, i, why);
+}
+
+// Choice i samples its next token from logits and reports it.
+static void choice_sample(kvt_sched *s, req *r, int32_t i, const float *logits) {
+    choice *c = &r->ch[i];
+    if (c->n_gen >= r->max_tokens) {
+        choice_end(s, r, i, KVT_SCHED_LENGTH);
+        return;
+    }
+    const int32_t id = kvt_sampler_sample(c->smp, logits);
+    kvt_sampler_accept(c->smp, id);
+    c->n_gen++;
+    r->completion++;
+    const bool go = s->cb.on_token(r->p.user, i, id, logits);
+    if (r->p.stop_at_eog && s->tok && kvt_token_is_eog(s->tok, id)) choice_end(s, r, i, KVT_SCHED_STOP);
+    else if (!go) choice_end(s, r, i, KVT_SCHED_STOP);
+    else if (c->n_gen >= r->max_tokens) choice_end(s, r, i, KVT_SCHED_LENGTH);
+    else c->last = id;
+}
+
+// The prompt of r is in its sequence: register it in the prefix cache, fork the other choices, sample each.
+static kvt_status prompt_done(kvt_sched *s, req *r, const float *logits, kvt_err *err) {
+    kvt_status st = KVT_OK;
+    if (s->pc) st = kvt_prefix_cache_insert(s->pc, r->ch[0].seq, r->prompt, r->p.n_prompt, err);
+    for (int32_t i = 1; !st && i < r->p.n; i++) {
+        st = kvt_context_seq_fork(s->ctx, r->ch[0].seq, &r->ch[i].seq, err);
+        if (!st) {
+            r->ch[i].live = true;
+            r->n_live++;
+        }
+    }
+    if (st) return st;
+    r->state = R_DECODE;
+    for (int32_t i = 0; i < r->p.n; i++) choice_sample(s, r, i, logits);
+    return KVT_OK;
+}
+
+static kvt_status grow(kvt_sched *s, int64_t n, kvt_err *err) {
+    if (n <= s->cap) return KVT_OK;
+    int64_t cap = n * 2;
+    kvt_batch_run *runs = realloc(s->runs, (size_t)cap * sizeof *runs);
+    if (runs) s->runs = runs;
+    req **rr = realloc(s->run_req, (size_t)cap * sizeof *rr);
+    if (rr) s->run_req = rr;
+    int32_t *rc = realloc(s->run_choice, (size_t)cap * sizeof *rc);
+    if (rc) s->run_choice = rc;
+    if (!runs || !rr || !rc) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a batch of %lld runs", (long long)n);
+    s->cap = cap;
+    return KVT_OK;
+}
+
+// Preemption by swap and resumption (s->resident >= 0): the running requests' demand must fit in fast + host.
+static void balance(kvt_sched *s) {
+    int64_t demand = 0, n_running = 0;
+    for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
+        if (!r->swapped) demand += req_demand(s, r), n_running++;
+    }
+    while (demand > s->resident && n_running > 1) { // preempt the latest admitted running request
+        req *victim = NULL;
+        for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
+            if (!r->swapped) victim = r;
+        }
+        const int64_t d = req_demand(s, victim);
+        if (s->plan_live) { // no planned prefetch of the victim's blocks while they move down
+            kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), NULL, 0);
+            s->plan_live = false;
+        }
+        bool ok = true;
+        for (int32_t i = 0; ok && i < victim->p.n; i++) {
+            kvt_err e2;
+            if (victim->ch[i].live && victim->ch[i].seq > 0) {
+                ok = !kvt_kv_paged_seq_demote(kvt_context_kv(s->ctx), victim->ch[i].seq, KVT_TIER_DISK, &e2);
+            }
+        }
+        if (!ok) break; // the disk is full too: let it run (the store copes or the pass fails)
+        victim->swapped = true;
+        s->st.preemptions++;
+        demand -= d;
+        n_running--;
+    }
+    for (req *r = s->head; r && r->state != R_WAITING; r = r->next) { // resume the earliest swapped ones that fit
+        if (!r->swapped) continue;
+        const int64_t d = req_demand(s, r);
+        if (n_running > 0 && demand + d > s->resident) break;
+        r->swapped = false;
+        s->st.resumes++;
+        demand += d;
+        n_running++;
+    }
+}
+
+// Admits waiting requests in arrival order while slots (and, with preemption, fast + host) allow.
+static void admit_waiting(kvt_sched *s) {
+    int32_t used = 0;
+    int64_t demand = 0;
+    for (req *r = s->head, *next; r; r = next) {
+        next = r->next;
+        if (r->state != R_WAITING) {
+            if (r->swapped) return; // swapped requests resume first
+            used += req_slots(r);
+            if (s->resident >= 0) demand += req_demand(s, r);
+            continue;
+        }
+        if (used > 0 && used + r->p.n > s->p.n_parallel) return;
+        const int64_t need = (r->p.n_prompt + kvt_context_kv_block(s->ctx) - 1) / kvt_context_kv_block(s->ctx) * s->block_bytes;
+        if (s->resident >= 0 && used > 0 && demand + need > s->resident) return;
+        kvt_err err;
+        if (admit(s, r, &err)) {
+            req_end(s, r, KVT_SCHED_FAILED, &err);
+            continue;
+        }
+        used += r->p.n;
+        demand += need;
+    }
+}
+
+// Publishes the sequences of the next plan_iters iterations: the running ones, then the swapped ones that resume next.
+static void publish_plan(kvt_sched *s, int64_t n_runs) {
+    int64_t n_swapped_seqs = 0;
+    for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
+        if (r->swapped) n_swapped_seqs += r->n_live;
+    }
+    const int64_t n = (n_runs + n_swapped_seqs) * s->p.plan_iters;
+    if (n > s->plan_cap) {
+        int32_t *p = realloc(s->plan, (size_t)n * sizeof *p);
+        if (!p) return; // no plan this time: the store falls back to its eviction policy
+        s->plan = p;
+        s->plan_cap = n;
+    }
+    int64_t k = 0;
+    for (int32_t it = 0; it < s->p.plan_iters; it++) {
+        for (int64_t i = 0; i < n_runs; i++) s->plan[k++] = s->runs[i].seq;
+        if (it == 0) continue; // the swapped ones may resume from the next iteration on
+        for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
+            for (int32_t i = 0; r->swapped && i < r->p.n; i++) {
+                if (r->ch[i].live && r->ch[i].seq > 0) s->plan[k++] = r->ch[i].seq;
+            }
+        }
+    }
+    kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), s->plan, k);
+    s->plan_live = true;
+    s->st.plans++;
+}
+
+// Decode rows of the running choices, then prompt chunks, under the token budget. Returns the runs.
+static int64_t build_runs(kvt_sched *s, kvt_err *err) {
+    int64_t n = 0, budget = s->p.token_budget;
+    for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
+        if (r->swapped || r->state != R_DECODE) continue;
+        for (int32_t i = 0; i < r->p.n; i++) {
+            if (!r->ch[i].live) continue;
+            if (grow(s, n + 1, err)) return -1;
+            s->runs[n] = (kvt_batch_run){r->ch[i].seq, &r->ch[i].last, 1, true};
+            s->run_req[n] = r;
+            s->run_choice[n++] = i;
+            budget--;
+        }
+    }
+    for (req *r = s->head; r && r->state != R_WAITING && budget > 0; r = r->next) {
+        if (r->swapped || r->state != R_PREFILL) continue;
+        int64_t chunk = r->p.n_prompt - r->n_prefilled;
+        if (chunk > budget) chunk = budget;
+        if (grow(s, n + 1, err)) return -1;
+        s->runs[n] = (kvt_batch_run){r->ch[0].seq, r->prompt + r->n_prefilled, chunk, r->n_prefilled + chunk == r->p.n_prompt};
+        s->run_req[n] = r;
+        s->run_choice[n++] = -1;
+        budget -= chunk;
+    }
+    return n;
+}
+
+kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err) {
+    *rows = 0;
+    if (s->resident >= 0) balance(s);
+    admit_waiting(s);
+    const int64_t n_runs = build_runs(s, err);
+    if (n_runs < 0) return err->status;
+    if (n_runs == 0) {
+        if (s->plan_live) kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), NULL, 0); // nothing runs: no stale plan
+        s->plan_live = false;
+        return KVT_OK;
+    }
+    if (s->p.plan_iters > 0 && is_paged(s->ctx)) publish_plan(s, n_runs);
+    kvt_status st = kvt_decode_runs(s->ctx, s->runs, n_runs, err);
+    if (st == KVT_ERR_BUDGET && s->pc) { // the store is full: cached prefixes give way first
+        s->st.prefix_trimmed += kvt_prefix_cache_trim(s->pc, 0);
+        st = kvt_decode_runs(s->ctx, s->runs, n_runs, err);
+    }
+    if (st) { // the requests of this pass fail; the others go on
+        for (int64_t i = 0; i < n_runs; i++) {
+            req *r = s->run_req[i];
+            bool still = false;
+            for (req *q = s->head; q; q = q->next) still = still || q == r;
+            if (still) req_end(s, r, KVT_SCHED_FAILED, err);
+        }
+        return st;
+    }
+    s->st.iterations++;
+    const float *logits = kvt_context_logits(s->ctx);
+    int64_t k = 0; // logits row
+    for (int64_t i = 0; i < n_runs; i++) {
+        req *r = s->run_req[i];
+        *rows += s->runs[i].n;
+        if (s->run_choice[i] >= 0) {
+            s->st.decode_rows++;
+            choice_sample(s, r, s->run_choice[i], logits + k++ * s->n_vocab);
+        } else {
+            s->st.prefill_rows += s->runs[i].n;
+            r->n_prefilled += s->runs[i].n;
+            if (s->runs[i].logits) {
+                kvt_err e2;
+                if (prompt_done(s, r, logits + k++ * s->n_vocab, &e2)) {
+                    req_end(s, r, KVT_SCHED_FAILED, &e2);
+                    continue;
+                }
+            }
+        }
+        if (r->state == R_DECODE && r->n_live == 0) req_end(s, r, KVT_SCHED_DONE, NULL);
+    }
+    return KVT_OK;
+}

@@ -1,0 +1,118 @@
+// scheduler.h - iteration-level continuous batching over one kvt_context (issue 12).
+//
+// Requests (prompt ids, sampling, n choices) wait in arrival order. Each kvt_sched_step is one iteration:
+// one forward pass (kvt_decode_runs) with the next token of every running choice plus chunks of admitted
+// prompts under a per-iteration token budget (chunked prefill, first admitted first). At most n_parallel
+// sequences run; requests join and leave between iterations; admission is first come, first served (the
+// oldest waiting request is admitted first and nothing overtakes it, so nothing starves).
+//
+// A request's prompt is computed once in one sequence; its n choices are forks of it (kvt_context_seq_fork,
+// sharing the prompt's blocks). Choice i samples with its own sampler, seeded sampling.seed + i, that has
+// seen every prompt token (as kvt_generate does). The forward pass is batch-invariant bit for bit, so with
+// temperature 0 every request's ids equal those of kvt_generate alone on the same prompt whatever the other
+// requests, arrival times, n_parallel and token budget.
+//
+// Prefix cache (prefix_cache.h, optional): an admitted prompt gets the cached full blocks it starts with by
+// reference (cached_tokens); its full blocks are registered once it is prefilled; when the store is full
+// the cache is trimmed before anything else gives way.
+//
+// Preemption by KV budget (paged store with a disk tier): when the blocks the running sequences hold plus
+// the next block of each exceed what the fast and host tiers hold, the latest-admitted running request is
+// preempted by swap (kvt_kv_paged_seq_demote to disk: its KV is kept, not recomputed); it resumes, exactly
+// where it was, before any new request is admitted, once its blocks fit again. Each iteration the scheduler
+// publishes the sequences of the next iterations (kvt_kv_paged_set_plan) so that the store prefetches their
+// blocks and evicts those whose owner runs latest (tierkv.txt Alg. 1).
+//
+// Threading: one thread calls everything (the engine of src/serve/engine_sched.c owns that thread);
+// callbacks run on it, inside kvt_sched_step or kvt_sched_cancel/kvt_sched_free.
+#ifndef KVT_SCHEDULER_H
+#define KVT_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "../exec/context.h"
+#include "../kv/prefix_store.h"
+#include "../model/tokenizer.h"
+#include "sampler.h"
+
+// How a choice ended.
+typedef enum {
+    KVT_SCHED_STOP,      // end-of-generation token, or on_token returned false
+    KVT_SCHED_LENGTH,    // max_tokens or the end of the context
+} kvt_sched_finish;
+
+// How a request ended.
+typedef enum { KVT_SCHED_DONE, KVT_SCHED_CANCELLED, KVT_SCHED_FAILED } kvt_sched_outcome;
+
+typedef struct {
+    kvt_sched_outcome outcome;
+    kvt_err err;                 // FAILED: why
+    int64_t prompt_tokens;       // the prompt's length
+    int64_t cached_tokens;       // prompt positions given by the prefix cache
+    int64_t completion_tokens;   // over all choices
+} kvt_sched_result;
+
+// Events of request `req` (user: the request's user pointer). on_token: token id of choice index, sampled
+// from logits [n_vocab] (valid during the call); return false to end that choice (KVT_SCHED_STOP).
+// on_finish once per choice that ends by itself; on_done exactly once per accepted request, last.
+typedef struct {
+    bool (*on_token)(void *user, int32_t index, int32_t id, const float *logits);
+    void (*on_finish)(void *user, int32_t index, kvt_sched_finish why);
+    void (*on_done)(void *user, const kvt_sched_result *r);
+} kvt_sched_callbacks;
+
+typedef struct {
+    int32_t n_parallel;          // sequences running at most (a request of n choices takes n), >= 1
+    int64_t token_budget;        // rows of one iteration (decode rows + prefill chunks); raised to n_parallel + 1
+    bool prefix_cache;           // reuse full prompt blocks (needs the paged store)
+    int64_t prefix_max_blocks;   // see kvt_prefix_cache_params (0: bounded by the store)
+    kvt_prefix_store *prefix_store; // second level of the prefix cache (borrowed, may be NULL)
+    bool preempt;                // preemption by swap when fast + host are full (needs a disk tier)
+    int32_t plan_iters;          // iterations ahead published with kvt_kv_paged_set_plan (0: no plan)
+} kvt_sched_params;
+
+kvt_sched_params kvt_sched_params_default(void);
+
+typedef struct {
+    int64_t iterations;          // forward passes
+    int64_t decode_rows, prefill_rows; // rows of those passes
+    int64_t waiting, running, preempted; // now: requests waiting, sequences running, requests swapped out
+    int64_t preemptions, resumes;        // totals
+    int64_t cached_tokens;       // prompt positions reused from the prefix cache
+    int64_t prefix_trimmed;      // cached blocks dropped because the store was full
+    int64_t plans;               // plans published
+} kvt_sched_stats;
+
+typedef struct {
+    const int32_t *prompt;       // copied
+    int64_t n_prompt;            // 1 .. n_ctx - 1
+    int64_t max_tokens;          // per choice; -1: to the end of the context
+    kvt_sampler_params sampling; // choice i: seed sampling.seed + i
+    int32_t n;                   // choices, >= 1
+    bool stop_at_eog;            // an end-of-generation token (tok) ends a choice
+    void *user;                  // passed to the callbacks
+} kvt_sched_request;
+
+typedef struct kvt_sched kvt_sched;
+
+// ctx and tok borrowed (ctx must hold only sequence 0, empty; the scheduler owns every other sequence). The
+// prefix cache and preemption need the paged store (KVT_ERR_INVALID_ARG otherwise); preemption without a disk
+// tier is off.
+kvt_status kvt_sched_init(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_sched_params *p,
+                          const kvt_sched_callbacks *cb, kvt_sched **out, kvt_err *err);
+// Cancels what is waiting or running (on_done CANCELLED) and frees.
+void kvt_sched_free(kvt_sched *s);
+// Queues a request; *id names it. KVT_ERR_INVALID_ARG for a bad request (no callback then).
+kvt_status kvt_sched_submit(kvt_sched *s, const kvt_sched_request *r, uint64_t *id, kvt_err *err);
+// Ends request id now (on_done CANCELLED, from within this call); unknown or finished ids: nothing.
+void kvt_sched_cancel(kvt_sched *s, uint64_t id);
+// One iteration. *rows: rows of its forward pass (0: nothing to do). A failure of the pass ends the requests
+// in it with FAILED (and is returned); the scheduler stays usable.
+kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err);
+// True when nothing waits or runs.
+bool kvt_sched_idle(const kvt_sched *s);
+void kvt_sched_stats_get(const kvt_sched *s, kvt_sched_stats *out);
+
+#endif

@@ -1,0 +1,317 @@
+// engine_sched.c - the continuous-batching kvt_engine: src/sched's scheduler on one thread.
+//
+// submit/cancel/stats run on any thread and touch only the inbox, the job list and the counters under the
+// mutex. The scheduler thread moves new jobs from the inbox into the scheduler, turns cancel flags into
+// kvt_sched_cancel calls, and runs kvt_sched_step while anything waits or runs; every callback of every job
+// comes from that one thread, so each job's callbacks are serialized.
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/timer.h"
+#include "engine.h"
+
+struct sengine;
+typedef struct sjob {
+    struct sjob *next;       // inbox, then the list of jobs in the scheduler
+    struct sengine *e;
+    uint64_t id;             // the engine's id
+    uint64_t sid;            // the scheduler's id (0: not yet submitted there); scheduler thread only
+    bool cancelled;          // under mu
+    kvt_engine_job p;
+    int32_t *prompt;         // owned copy
+    kvt_engine_callbacks cb;
+} sjob;
+
+typedef struct sengine {
+    kvt_engine base;
+    kvt_context *ctx;
+    const kvt_tokenizer *tok;
+    kvt_sched *s;
+    int32_t max_queue;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sjob *inbox, *inbox_tail; // submitted, not yet in the scheduler
+    sjob *jobs;               // in the scheduler
+    int32_t n_inbox;
+    int64_t sched_waiting;    // jobs the scheduler has not admitted (as of its last iteration)
+    bool stopping, cancel_pending;
+    uint64_t next_id;
+    kvt_engine_stats st;
+    float *lp;                // [n_vocab] log-probabilities scratch (scheduler thread)
+} sengine;
+
+static void unlink_job(sengine *e, sjob *j) {
+    for (sjob **pp = &e->jobs; *pp; pp = &(*pp)->next) {
+        if (*pp == j) {
+            *pp = j->next;
+            return;
+        }
+    }
+}
+
+static bool on_token(void *user, int32_t index, int32_t id, const float *logits) {
+    sjob *j = user;
+    sengine *e = j->e;
+    kvt_engine_token t;
+    memset(&t, 0, sizeof t);
+    t.id = id;
+    t.eog = e->tok && kvt_token_is_eog(e->tok, id);
+    if (j->p.logprobs) {
+        kvt_engine_token_logprobs(logits, kvt_context_model(e->ctx)->hp.n_vocab, j->p.top_logprobs, e->lp, &t);
+    }
+    return j->cb.on_token(j->cb.user, index, &t);
+}
+
+static void on_finish(void *user, int32_t index, kvt_sched_finish why) {
+    sjob *j = user;
+    j->cb.on_finish(j->cb.user, index, why == KVT_SCHED_STOP ? KVT_FINISH_STOP : KVT_FINISH_LENGTH);
+}
+
+static void on_done(void *user, const kvt_sched_result *r) {
+    sjob *j = user;
+    sengine *e = j->e;
+    kvt_engine_result res;
+    memset(&res, 0, sizeof res);
+    res.outcome = r->outcome == KVT_SCHED_DONE ? KVT_ENGINE_DONE
+                  : r->outcome == KVT_SCHED_CANCELLED ? KVT_ENGINE_CANCELLED : KVT_ENGINE_FAILED;
+    res.err = r->err;
+    res.prompt_tokens = r->prompt_tokens;
+    res.cached_tokens = r->cached_tokens;
+    res.completion_tokens = r->completion_tokens;
+    pthread_mutex_lock(&e->mu);
+    unlink_job(e, j);
+    if (res.outcome == KVT_ENGINE_DONE) e->st.jobs_done++;
+    else if (res.outcome == KVT_ENGINE_CANCELLED) e->st.jobs_cancelled++;
+    else e->st.jobs_failed++;
+    e->st.prompt_tokens += r->prompt_tokens - r->cached_tokens;
+    e->st.cached_tokens += r->cached_tokens;
+    e->st.generated_tokens += r->completion_tokens;
+    pthread_mutex_unlock(&e->mu);
+    j->cb.on_done(j->cb.user, &res);
+    free(j->prompt);
+    free(j);
+}
+
+// Moves the inbox into the scheduler and passes cancellations on. Scheduler thread; mu not held.
+static void take_inbox(sengine *e) {
+    pthread_mutex_lock(&e->mu);
+    sjob *in = e->inbox;
+    e->inbox = e->inbox_tail = NULL;
+    e->sched_waiting += e->n_inbox; // waiting in the scheduler now (the next iteration counts them exactly)
+    e->n_inbox = 0;
+    const bool cancels = e->cancel_pending;
+    e->cancel_pending = false;
+    pthread_mutex_unlock(&e->mu);
+    while (in) {
+        sjob *j = in;
+        in = in->next;
+        pthread_mutex_lock(&e->mu);
+        const bool cancelled = j->cancelled;
+        if (!cancelled) { // in the job list before the scheduler can end it
+            j->next = e->jobs;
+            e->jobs = j;
+        }
+        pthread_mutex_unlock(&e->mu);
+        kvt_sched_request rq = {j->prompt, j->p.n_prompt, j->p.max_tokens, j->p.sampling, j->p.n, true, j};
+        kvt_err err = {0};
+        kvt_status st = cancelled ? KVT_OK : kvt_sched_submit(e->s, &rq, &j->sid, &err);
+        if (cancelled || st) {
+            kvt_sched_result r;
+            memset(&r, 0, sizeof r);
+            r.outcome = cancelled ? KVT_SCHED_CANCELLED : KVT_SCHED_FAILED;
+            r.err = err;
+            r.prompt_tokens = j->p.n_prompt;
+            if (!cancelled) {
+                pthread_mutex_lock(&e->mu);
+                unlink_job(e, j);
+                pthread_mutex_unlock(&e->mu);
+            }
+            j->next = NULL;
+            on_done(j, &r);
+        }
+    }
+    if (!cancels) return;
+    for (;;) { // one cancelled job at a time: kvt_sched_cancel ends it (on_done unlinks it)
+        uint64_t sid = 0;
+        pthread_mutex_lock(&e->mu);
+        for (sjob *j = e->jobs; j && !sid; j = j->next) {
+            if (j->cancelled) sid = j->sid;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (!sid) return;
+        kvt_sched_cancel(e->s, sid);
+    }
+}
+
+static void *sched_main(void *arg) {
+    sengine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->inbox && !e->cancel_pending && !e->stopping && kvt_sched_idle(e->s)) pthread_cond_wait(&e->cv, &e->mu);
+        const bool quit = e->stopping && !e->inbox && kvt_sched_idle(e->s);
+        pthread_mutex_unlock(&e->mu);
+        if (quit) return NULL;
+        take_inbox(e);
+        const double t0 = kvt_time_ms();
+        kvt_sched_stats before, after;
+        kvt_sched_stats_get(e->s, &before);
+        int64_t rows = 0;
+        kvt_err err = {0};
+        kvt_sched_step(e->s, &rows, &err); // a failed pass ends its requests with FAILED; the others go on
+        kvt_sched_stats_get(e->s, &after);
+        const double dt = (kvt_time_ms() - t0) / 1e3;
+        const int64_t pre = after.prefill_rows - before.prefill_rows, dec = after.decode_rows - before.decode_rows;
+        pthread_mutex_lock(&e->mu);
+        if (pre + dec > 0) {
+            e->st.prompt_seconds += dt * (double)pre / (double)(pre + dec);
+            e->st.decode_seconds += dt * (double)dec / (double)(pre + dec);
+        }
+        e->sched_waiting = after.waiting;
+        e->st.running = after.running;
+        e->st.iterations = after.iterations;
+        e->st.preemptions = after.preemptions;
+        e->st.resumes = after.resumes;
+        e->st.preempted = after.preempted;
+        e->st.plans = after.plans;
+        kvt_context_kv_stats(e->ctx, &e->st.kv);
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
+static kvt_status s_submit(kvt_engine *base, const kvt_engine_job *job, const kvt_engine_callbacks *cb, uint64_t *id,
+                           kvt_err *err) {
+    sengine *e = (sengine *)base;
+    const int64_t n_ctx = kvt_context_n_ctx(e->ctx);
+    if (job->n_prompt < 1 || job->n_prompt >= n_ctx) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "the prompt has %lld tokens; the context holds %lld (-c), so at most %lld",
+                          (long long)job->n_prompt, (long long)n_ctx, (long long)(n_ctx - 1));
+    }
+    if (job->n < 1 || job->top_logprobs < 0 || job->top_logprobs > KVT_ENGINE_MAX_TOP) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "n %d, top_logprobs %d: need n >= 1 and 0..%d alternatives", job->n,
+                          job->top_logprobs, KVT_ENGINE_MAX_TOP);
+    }
+    sjob *j = calloc(1, sizeof *j);
+    int32_t *prompt = malloc((size_t)job->n_prompt * sizeof *prompt);
+    if (!j || !prompt) {
+        free(j);
+        free(prompt);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a job of %lld prompt tokens", (long long)job->n_prompt);
+    }
+    memcpy(prompt, job->prompt, (size_t)job->n_prompt * sizeof *prompt);
+    j->e = e;
+    j->p = *job;
+    j->p.prompt = j->prompt = prompt;
+    j->cb = *cb;
+    pthread_mutex_lock(&e->mu);
+    kvt_status st = KVT_OK;
+    if (e->stopping) {
+        st = kvt_errorf(err, KVT_ERR_BUDGET, "the server is shutting down");
+    } else if (e->n_inbox + e->sched_waiting >= e->max_queue) {
+        st = kvt_errorf(err, KVT_ERR_BUDGET, "the queue is full (%lld requests waiting)", (long long)(e->n_inbox + e->sched_waiting));
+    }
+    if (st) {
+        e->st.jobs_rejected++;
+        pthread_mutex_unlock(&e->mu);
+        free(prompt);
+        free(j);
+        return st;
+    }
+    j->id = *id = ++e->next_id;
+    if (e->inbox_tail) e->inbox_tail->next = j;
+    else e->inbox = j;
+    e->inbox_tail = j;
+    e->n_inbox++;
+    e->st.jobs_submitted++;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return KVT_OK;
+}
+
+static void s_cancel(kvt_engine *base, uint64_t id) {
+    sengine *e = (sengine *)base;
+    pthread_mutex_lock(&e->mu);
+    for (sjob *j = e->inbox; j; j = j->next) j->cancelled = j->cancelled || j->id == id;
+    for (sjob *j = e->jobs; j; j = j->next) {
+        if (j->id == id) j->cancelled = e->cancel_pending = true;
+    }
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void s_stats(kvt_engine *base, kvt_engine_stats *out) {
+    sengine *e = (sengine *)base;
+    pthread_mutex_lock(&e->mu);
+    *out = e->st;
+    out->queued = e->n_inbox + e->sched_waiting;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static int64_t s_n_ctx(const kvt_engine *base) { return kvt_context_n_ctx(((const sengine *)base)->ctx); }
+
+static void s_shutdown(kvt_engine *base, bool cancel_running) {
+    sengine *e = (sengine *)base;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = true;
+    if (cancel_running) {
+        for (sjob *j = e->inbox; j; j = j->next) j->cancelled = true;
+        for (sjob *j = e->jobs; j; j = j->next) j->cancelled = e->cancel_pending = true;
+    }
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void s_free(kvt_engine *base) {
+    sengine *e = (sengine *)base;
+    if (e->thread_started) {
+        s_shutdown(base, true);
+        pthread_join(e->thread, NULL); // the thread ends every job (on_done CANCELLED) before it returns
+    }
+    kvt_sched_free(e->s);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    kvt_context_free(e->ctx);
+    free(e->lp);
+    free(e);
+}
+
+static const kvt_engine_ops k_sched_ops = {"sched", s_submit, s_cancel, s_stats, s_n_ctx, s_shutdown, s_free};
+
+kvt_status kvt_engine_sched_create(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_sched_params *sp,
+                                   int32_t max_queue, kvt_engine **out, kvt_err *err) {
+    *out = NULL;
+    sengine *e = calloc(1, sizeof *e);
+    float *lp = malloc((size_t)kvt_context_model(ctx)->hp.n_vocab * sizeof *lp);
+    if (!e || !lp) {
+        free(e);
+        free(lp);
+        kvt_context_free(ctx);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the engine");
+    }
+    e->base.ops = &k_sched_ops;
+    e->ctx = ctx;
+    e->tok = tok;
+    e->lp = lp;
+    e->max_queue = max_queue > 0 ? max_queue : 1;
+    e->st.n_ctx = kvt_context_n_ctx(ctx);
+    e->st.n_parallel = sp->n_parallel;
+    e->st.kv_store = kvt_context_kv(ctx)->ops->name;
+    kvt_context_kv_stats(ctx, &e->st.kv);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    kvt_sched_callbacks cb = {on_token, on_finish, on_done};
+    kvt_status st = kvt_sched_init(ctx, tok, sp, &cb, &e->s, err);
+    if (st) {
+        s_free(&e->base);
+        return st;
+    }
+    if (pthread_create(&e->thread, NULL, sched_main, e) != 0) {
+        s_free(&e->base);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "cannot start the engine's scheduler thread");
+    }
+    e->thread_started = true;
+    *out = &e->base;
+    return KVT_OK;
+}

@@ -1,0 +1,367 @@
+// test_sched.c - the continuous-batching scheduler (src/sched/scheduler.h) and its mixed prefill/decode pass
+// (kvt_decode_runs), on a small model made here by `kvtier mkmodel`:
+//  - kvt_decode_runs: random prompt chunks and decode rows of several sequences in one pass give each
+//    sequence the logits it gets alone, bit for bit;
+//  - the scheduler under seeded random arrivals, n_parallel and token budgets: every greedy request's ids
+//    equal kvt_generate alone on the same prompt (n = 1 and n = 2 choices);
+//  - preemption by swap under tiny fast/host tiers with a disk tier: preempted and resumed requests give the
+//    same ids; the prefix cache gives a repeated prompt's blocks by reference with the same ids; cancel.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/cli/commands.h"
+#include "../src/exec/context.h"
+#include "../src/sched/generate.h"
+#include "../src/sched/scheduler.h"
+#include "test.h"
+
+static uint64_t rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+static int64_t rng_in(uint64_t *s, int64_t lo, int64_t hi) { return lo + (int64_t)(rng(s) % (uint64_t)(hi - lo + 1)); }
+
+static bool make_model(const char *path) {
+    const char *args[] = {"-q", "-o", path, "--arch", "llama", "--dim", "64", "--layers", "2", "--heads", "2", "--ff", "128",
+                          "--vocab", "300", "--ctx", "1024", "--seed", "5", "--type", "q8_0", "-t", "1", NULL};
+    return cmd_mkmodel((int)(sizeof args / sizeof *args) - 1, (char **)args) == 0;
+}
+
+// ------------------------------------------------------------------ kvt_decode_runs
+
+enum { RS = 4, RP = 50, RG = 12 }; // sequences, prompt tokens, decoded tokens
+
+static void runs_invariant(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    cp.n_ubatch = 16; // runs span micro-batches
+    cp.kv_paged = true;
+    cp.kv_block = 16;
+    int32_t toks[RS][RP + RG];
+    uint64_t seed = 7;
+    for (int s = 0; s < RS; s++) {
+        for (int i = 0; i < RP + RG; i++) toks[s][i] = (int32_t)rng_in(&seed, 1, V - 1);
+    }
+    float *ref = malloc(sizeof(float) * RS * (RP + RG) * V);
+    kvt_err err = {0};
+    kvt_status st = KVT_OK;
+    bool ok = ref != NULL;
+    for (int s = 0; ok && !st && s < RS; s++) { // alone: the prompt at once, then token by token
+        kvt_context *ctx = NULL;
+        st = kvt_context_init(m, &cp, &ctx, &err);
+        if (!st) st = kvt_decode(ctx, toks[s], RP, true, &err);
+        if (!st) memcpy(ref + (int64_t)s * (RP + RG) * V, kvt_context_logits(ctx), sizeof(float) * RP * V);
+        for (int i = RP; !st && i < RP + RG; i++) {
+            st = kvt_decode(ctx, &toks[s][i], 1, false, &err);
+            if (!st) memcpy(ref + ((int64_t)s * (RP + RG) + i) * V, kvt_context_logits(ctx), sizeof(float) * V);
+        }
+        kvt_context_free(ctx);
+    }
+    kvt_context *ctx = NULL;
+    if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+    int32_t seqs[RS];
+    int64_t done[RS] = {0};
+    for (int s = 0; !st && s < RS; s++) st = kvt_context_seq_fork(ctx, 0, &seqs[s], &err);
+    int64_t checked = 0, mismatch = -1;
+    while (!st && ok) { // each pass: a random chunk of every unfinished sequence (1 once its prompt is in)
+        kvt_batch_run runs[RS];
+        int idx[RS];
+        int n = 0;
+        for (int s = 0; s < RS; s++) {
+            if (done[s] == RP + RG || rng(&seed) % 4 == 0) continue;
+            int64_t c = done[s] < RP ? rng_in(&seed, 1, RP - done[s]) : 1;
+            runs[n] = (kvt_batch_run){seqs[s], toks[s] + done[s], c, rng(&seed) % 3 != 0};
+            idx[n++] = s;
+        }
+        bool all_done = true;
+        for (int s = 0; s < RS; s++) all_done = all_done && done[s] == RP + RG;
+        if (all_done) break;
+        if (!n) continue;
+        st = kvt_decode_runs(ctx, runs, n, &err);
+        int64_t k = 0;
+        for (int i = 0; !st && i < n; i++) {
+            const int s = idx[i];
+            done[s] += runs[i].n;
+            if (!runs[i].logits) continue;
+            const float *want = ref + ((int64_t)s * (RP + RG) + done[s] - 1) * V;
+            if (memcmp(kvt_context_logits(ctx) + k * V, want, sizeof(float) * V) != 0 && mismatch < 0) mismatch = done[s] - 1;
+            k++, checked++;
+        }
+    }
+    // a sequence twice and a missing one are refused, with no change
+    kvt_batch_run twice[2] = {{seqs[0], toks[0], 1, true}, {seqs[0], toks[0], 1, true}};
+    bool refuses = ctx && kvt_decode_runs(ctx, twice, 2, &err) == KVT_ERR_INVALID_ARG &&
+                   kvt_context_seq_n_past(ctx, seqs[0]) == RP + RG;
+    test_result(!st && ok && mismatch < 0 && checked > RS && refuses,
+                "sched: kvt_decode_runs of random prompt chunks and decode rows = each sequence alone, bit for bit",
+                "%s; %lld rows checked, first mismatch at position %lld, refuses %d", st ? err.msg : "", (long long)checked,
+                (long long)mismatch, refuses);
+    kvt_context_free(ctx);
+    free(ref);
+}
+
+// ------------------------------------------------------------------ the scheduler
+
+enum { NR = 10, MAXG = 24 };
+
+typedef struct {
+    int32_t ids[2][MAXG];
+    int n_ids[2];
+    int finished[2];
+    int done;
+    kvt_sched_result res;
+} rec;
+
+static bool on_tok(void *user, int32_t index, int32_t id, const float *logits) {
+    (void)logits;
+    rec *r = user;
+    if (r->n_ids[index] < MAXG) r->ids[index][r->n_ids[index]++] = id;
+    return true;
+}
+static void on_fin(void *user, int32_t index, kvt_sched_finish why) { ((rec *)user)->finished[index] = (int)why + 1; }
+static void on_done(void *user, const kvt_sched_result *res) {
+    rec *r = user;
+    r->done++;
+    r->res = *res;
+}
+
+typedef struct {
+    int32_t prompt[80];
+    int64_t n_prompt, max_tokens;
+    int32_t n;
+    int64_t arrive; // iteration
+    int32_t want[MAXG];
+    int64_t n_want;
+} workload;
+
+static void make_workload(const kvt_model *m, uint64_t seed, workload *w, int nr, int64_t max_prompt) {
+    for (int i = 0; i < nr; i++) {
+        w[i].n_prompt = rng_in(&seed, 2, max_prompt);
+        for (int64_t t = 0; t < w[i].n_prompt; t++) w[i].prompt[t] = (int32_t)rng_in(&seed, 1, m->hp.n_vocab - 1);
+        if (i % 3 == 2) memcpy(w[i].prompt, w[0].prompt, (size_t)(w[0].n_prompt < w[i].n_prompt ? w[0].n_prompt : w[i].n_prompt) * 4);
+        w[i].max_tokens = rng_in(&seed, 1, MAXG);
+        w[i].n = i % 4 == 1 ? 2 : 1;
+        w[i].arrive = rng_in(&seed, 0, 30);
+    }
+}
+
+static kvt_sampler_params greedy(void) {
+    kvt_sampler_params sp = kvt_sampler_params_default();
+    sp.temp = 0;
+    return sp;
+}
+
+// kvt_generate alone for every request.
+static kvt_status reference(const kvt_model *m, workload *w, int nr, kvt_err *err) {
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    kvt_context *ctx = NULL;
+    kvt_status st = kvt_context_init(m, &cp, &ctx, err);
+    for (int i = 0; !st && i < nr; i++) {
+        kvt_context_truncate(ctx, 0);
+        kvt_generate_params gp = kvt_generate_params_default();
+        gp.n_predict = w[i].max_tokens;
+        gp.sampling = greedy();
+        gp.stop_at_eog = false;
+        kvt_generate_stats gs;
+        st = kvt_generate(ctx, NULL, w[i].prompt, w[i].n_prompt, &gp, w[i].want, NULL, NULL, NULL, &gs, err);
+        w[i].n_want = gs.n_gen;
+    }
+    kvt_context_free(ctx);
+    return st;
+}
+
+typedef struct {
+    int64_t fast_blocks, host_blocks; // 0: unlimited fast, no host
+    const char *disk;
+    bool preempt, prefix;
+} tiers;
+
+// Runs the workload through a scheduler; fills recs; *why on a mismatch. Returns false on failure.
+static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_parallel, int64_t budget, const tiers *t,
+                      rec *recs, kvt_sched_stats *ss, char *why, size_t cap) {
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    cp.n_ubatch = 32;
+    cp.kv_paged = true;
+    cp.kv_block = 16;
+    kvt_err err = {0};
+    kvt_context *ctx = NULL;
+    kvt_sched *s = NULL;
+    if (kvt_context_init(m, &cp, &ctx, &err) == KVT_OK && t) {
+        const int64_t bb = kvt_context_kv_block_bytes(ctx) / m->hp.n_layer; // the store's blocks are per layer
+        kvt_context_free(ctx);
+        ctx = NULL;
+        cp.kv_fast_bytes = t->fast_blocks * bb;
+        cp.kv_host_bytes = t->host_blocks * bb;
+        cp.kv_disk_dir = t->disk;
+        if (t->preempt) cp.kv_prefetch = 0; // (the same race: no readahead while requests are swapped out)
+        kvt_context_init(m, &cp, &ctx, &err);
+    }
+    kvt_sched_params sp = kvt_sched_params_default();
+    sp.n_parallel = n_parallel;
+    sp.token_budget = budget;
+    sp.preempt = t && t->preempt;
+    if (sp.preempt) sp.plan_iters = 0; // kv_paged: a prefetch load racing with seq_demote is not safe yet
+    sp.prefix_cache = t && t->prefix;
+    kvt_sched_callbacks cb = {on_tok, on_fin, on_done};
+    if (!ctx || kvt_sched_init(ctx, NULL, &sp, &cb, &s, &err)) {
+        snprintf(why, cap, "init: %.400s", err.msg);
+        kvt_context_free(ctx);
+        return false;
+    }
+    memset(recs, 0, sizeof(rec) * (size_t)nr);
+    bool ok = true;
+    int submitted = 0;
+    for (int64_t it = 0; ok && it < 5000; it++) {
+        for (int i = 0; i < nr; i++) {
+            if (w[i].arrive != it) continue;
+            kvt_sched_request rq = {w[i].prompt, w[i].n_prompt, w[i].max_tokens, greedy(), w[i].n, false, &recs[i]};
+            uint64_t id;
+            ok = ok && kvt_sched_submit(s, &rq, &id, &err) == KVT_OK;
+            submitted++;
+        }
+        int64_t rows;
+        if (kvt_sched_step(s, &rows, &err)) {
+            snprintf(why, cap, "step %lld: %.400s", (long long)it, err.msg);
+            ok = false;
+        }
+        if (submitted == nr && kvt_sched_idle(s)) break;
+    }
+    kvt_sched_stats_get(s, ss);
+    kvt_sched_free(s);
+    kvt_context_free(ctx);
+    for (int i = 0; ok && i < nr; i++) {
+        for (int c = 0; ok && c < w[i].n; c++) {
+            ok = recs[i].done == 1 && recs[i].res.outcome == KVT_SCHED_DONE && recs[i].n_ids[c] == w[i].n_want &&
+                 !memcmp(recs[i].ids[c], w[i].want, (size_t)w[i].n_want * 4) && recs[i].finished[c] == KVT_SCHED_LENGTH + 1;
+            if (!ok) {
+                snprintf(why, cap, "request %d choice %d: done %d outcome %d, %d ids (want %lld)%s", i, c, recs[i].done,
+                         recs[i].res.outcome, recs[i].n_ids[c], (long long)w[i].n_want,
+                         recs[i].done ? "" : " (never finished)");
+            }
+        }
+    }
+    return ok;
+}
+
+static void sched_random(const kvt_model *m, bool quick) {
+    static const struct {
+        int32_t np;
+        int64_t budget;
+    } cfg[] = {{1, 512}, {3, 7}, {4, 20}, {8, 64}, {2, 3}};
+    const int n_cfg = quick ? 2 : (int)(sizeof cfg / sizeof *cfg);
+    workload w[NR];
+    kvt_err err = {0};
+    make_workload(m, 42, w, NR, 70);
+    bool ok = reference(m, w, NR, &err) == KVT_OK;
+    char why[640] = "";
+    if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+    rec recs[NR];
+    kvt_sched_stats ss;
+    int c = 0;
+    for (; ok && c < n_cfg; c++) ok = run_sched(m, w, NR, cfg[c].np, cfg[c].budget, NULL, recs, &ss, why, sizeof why);
+    test_result(ok, "sched: random arrivals, n_parallel 1..8, token budgets 3..512, n = 1 and 2: every request's greedy ids "
+                "= kvt_generate alone", "config %d: %s", c - 1, why);
+}
+
+static void sched_tiers(const kvt_model *m, bool quick) {
+    char dir[] = "/tmp/kvt_test_sched_XXXXXX";
+    if (!mkdtemp(dir)) {
+        test_result(false, "sched: temporary directory", "mkdtemp failed");
+        return;
+    }
+    workload w[NR];
+    kvt_err err = {0};
+    make_workload(m, 9, w, NR, 70);
+    for (int i = 0; i < NR; i++) w[i].arrive = i / 3; // a burst: more demand than fast + host
+    bool ok = reference(m, w, NR, &err) == KVT_OK;
+    char why[640] = "";
+    if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+    rec recs[NR];
+    kvt_sched_stats ss = {0};
+    // fast + host hold 12 position blocks of the 30-odd the requests need at once: preemption swaps some out
+    tiers t = {2 * 2, 2 * 4, dir, true, false};
+    ok = ok && run_sched(m, w, NR, 8, 40, &t, recs, &ss, why, sizeof why);
+    test_result(ok && ss.preemptions > 0 && ss.resumes > 0,
+                "sched: preemption by swap to disk under tiny fast/host tiers; resumed requests give the same greedy ids",
+                "%s; %lld preemptions, %lld resumes, %lld plans", why, (long long)ss.preemptions, (long long)ss.resumes,
+                (long long)ss.plans);
+    // random tiers and budgets, with the prefix cache
+    uint64_t seed = 77;
+    int rounds = quick ? 1 : 3, r = 0;
+    for (; ok && r < rounds; r++) {
+        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true}; // no preemption: a plan
+        ok = run_sched(m, w, NR, (int32_t)rng_in(&seed, 1, 6), rng_in(&seed, 2, 64), &tr, recs, &ss, why, sizeof why);
+    }
+    test_result(ok && ss.cached_tokens > 0 && ss.plans > 0, "sched: random fast/host/disk budgets, preemption on or off "
+                "(off: the plan published), prefix cache on: the same greedy ids; repeated prompt prefixes are reused",
+                "round %d: %s; %lld cached tokens, %lld plans", r - 1, why, (long long)ss.cached_tokens, (long long)ss.plans);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("     could not remove %s\n", dir);
+}
+
+// Cancel of a waiting and of a running request: on_done CANCELLED once, the others unaffected.
+static void sched_cancel(const kvt_model *m) {
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    cp.kv_paged = true;
+    kvt_err err = {0};
+    kvt_context *ctx = NULL;
+    kvt_sched *s = NULL;
+    kvt_sched_params sp = kvt_sched_params_default();
+    sp.n_parallel = 1;
+    kvt_sched_callbacks cb = {on_tok, on_fin, on_done};
+    rec recs[3];
+    memset(recs, 0, sizeof recs);
+    bool ok = !kvt_context_init(m, &cp, &ctx, &err) && !kvt_sched_init(ctx, NULL, &sp, &cb, &s, &err);
+    const int32_t prompt[4] = {1, 2, 3, 4};
+    uint64_t id[3];
+    for (int i = 0; ok && i < 3; i++) {
+        kvt_sched_request rq = {prompt, 4, 50, greedy(), 1, false, &recs[i]};
+        ok = !kvt_sched_submit(s, &rq, &id[i], &err);
+    }
+    int64_t rows;
+    for (int i = 0; ok && i < 3; i++) ok = !kvt_sched_step(s, &rows, &err);
+    kvt_sched_stats ss;
+    if (ok) kvt_sched_stats_get(s, &ss);
+    const bool before = ok && ss.running == 1 && ss.waiting == 2 && recs[0].n_ids[0] == 3;
+    if (ok) kvt_sched_cancel(s, id[1]), kvt_sched_cancel(s, id[0]), kvt_sched_cancel(s, id[0]);
+    while (ok && !kvt_sched_idle(s)) ok = !kvt_sched_step(s, &rows, &err);
+    test_result(ok && before && recs[0].done == 1 && recs[1].done == 1 && recs[0].res.outcome == KVT_SCHED_CANCELLED &&
+                    recs[1].res.outcome == KVT_SCHED_CANCELLED && recs[1].n_ids[0] == 0 && recs[2].done == 1 &&
+                    recs[2].res.outcome == KVT_SCHED_DONE && recs[2].n_ids[0] == 24 && recs[2].res.completion_tokens == 50,
+                "sched: cancel of a running and a waiting request ends each once (CANCELLED); the next one runs to its end",
+                "%s; before %d, done %d %d %d, outcomes %d %d %d", err.msg, before, recs[0].done, recs[1].done, recs[2].done,
+                recs[0].res.outcome, recs[1].res.outcome, recs[2].res.outcome);
+    kvt_sched_free(s);
+    kvt_context_free(ctx);
+}
+
+void test_sched(const test_env *env) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/kvt_test_sched_%d.gguf", (int)getpid());
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    if (!make_model(path) || kvt_model_load(path, false, &m, &err)) {
+        test_result(false, "sched: mkmodel", "%s", err.msg);
+        unlink(path);
+        return;
+    }
+    runs_invariant(m);
+    sched_random(m, env->quick);
+    sched_tiers(m, env->quick);
+    sched_cancel(m);
+    kvt_model_free(m);
+    unlink(path);
+}
