@@ -203,14 +203,12 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
         cp.kv_fast_bytes = t->fast_blocks * bb;
         cp.kv_host_bytes = t->host_blocks * bb;
         cp.kv_disk_dir = t->disk;
-        if (t->preempt) cp.kv_prefetch = 0; // (the same race: no readahead while requests are swapped out)
         kvt_context_init(m, &cp, &ctx, &err);
     }
     kvt_sched_params sp = kvt_sched_params_default();
     sp.n_parallel = n_parallel;
     sp.token_budget = budget;
     sp.preempt = t && t->preempt;
-    if (sp.preempt) sp.plan_iters = 0; // kv_paged: a prefetch load racing with seq_demote is not safe yet
     sp.prefix_cache = t && t->prefix;
     kvt_sched_callbacks cb = {on_tok, on_fin, on_done};
     if (!ctx || kvt_sched_init(ctx, NULL, &sp, &cb, &s, &err)) {

@@ -416,9 +416,8 @@ def t_preempt(kvtier, model, extra):
             "out and resumed (/metrics), the texts equal each alone")
     d = tempfile.mkdtemp()
     try:
-        # no plan and no readahead: a prefetch load racing with a swap-out corrupts the store (kv_paged, to fix)
         s = Server(kvtier, model, "--kv-disk", d, "--kv-block", "16", "--kv-fast", "32K", "--kv-host", "32K", "-np", "8",
-                   "--preempt", "--lookahead", "0", "--kv-prefetch", "0", "--metrics", *extra)
+                   "--metrics", *extra)
         concurrent_equal_alone(s, long=True)
         pre, res = s.metric("kvtier_preemptions_total"), s.metric("kvtier_resumes_total")
         rc = s.stop()

@@ -37,8 +37,9 @@ static void usage(void) {
            "  --batch-tokens N      rows of one iteration, decode rows plus prompt chunks (default: --ubatch)\n"
            "  --lookahead N         iterations of the scheduler's plan given to the KV store for prefetch and\n"
            "                        eviction (default 4; 0: none, the store's --kv-evict policy alone)\n"
-           "  --preempt             swap the latest-admitted request out to the disk tier when fast + host\n"
-           "                        cannot hold the running ones (off by default: see docs/SERVING.md)\n"
+           "  --no-preempt          never swap a running request out (by default, with a disk tier below bounded\n"
+           "                        fast and host tiers, the latest-admitted request is swapped out to disk\n"
+           "                        when fast + host cannot hold the running ones, and resumed exactly later)\n"
            "  --api-key KEY         require \"Authorization: Bearer KEY\" (all but /health)\n"
            "  --metrics             serve GET /metrics (Prometheus text)\n"
            "  --queue N             requests waiting at most; more get 503 with Retry-After (default 64)\n"
@@ -163,7 +164,7 @@ int cmd_serve(int argc, char **argv) {
     kvt_context_params cp = kvt_context_params_default();
     const char *host = "127.0.0.1", *api_key = NULL;
     int64_t port = 8080, n_parallel = 4, queue = 64, timeout_s = 600, batch_tokens = 0, lookahead = 4;
-    bool preempt = false;
+    bool preempt = true;
     cp.kv_paged = true; // sequences, forks and the prefix cache live in the paged store
     cp.kv_block = 0;    // 0 until a flag sets it: the server's default below
     bool metrics = false;
@@ -193,8 +194,8 @@ int cmd_serve(int argc, char **argv) {
             if (!kvt_args_int(&a, flag, 2, 1 << 20, &batch_tokens)) return 2;
         } else if (!strcmp(flag, "--lookahead")) {
             if (!kvt_args_int(&a, flag, 0, 64, &lookahead)) return 2;
-        } else if (!strcmp(flag, "--preempt")) {
-            preempt = true;
+        } else if (!strcmp(flag, "--no-preempt")) {
+            preempt = false;
         } else if (!strcmp(flag, "--queue")) {
             if (!kvt_args_int(&a, flag, 1, 1 << 20, &queue)) return 2;
         } else if (!strcmp(flag, "--timeout")) {
