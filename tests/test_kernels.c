@@ -389,6 +389,84 @@ static void test_vec_mad_rows(void) {
     CHECK("vec_mad_rows_bitwise", bad == 0, "%d elements differ from row-by-row kvt_vec_mad", bad);
 }
 
+// The activation quantizers of q8_0 and q8_1 (every ISA the CPU runs) compute llama.cpp's x86 expressions:
+// d = amax / 127 stored as f16, q = round-half-even(x * (127 / amax)), q8_1's s = f16(d * sum q). The
+// multiplier 127 / amax is not always 1 / d in float: blocks are built where the two give other bytes.
+static void test_act_quant_llamacpp(void) {
+    enum { NB = 64 };
+    static float x[NB * KVT_QK];
+    int found = 0;
+    for (int b = 0; b < NB; b++) {
+        float *v = x + b * KVT_QK;
+        for (int j = 0; j < KVT_QK; j++) v[j] = rnd_normal() * 0.5f;
+        const float amax = 2.0f + rnd_uniform(), id_ll = 127.f / amax, id_alt = 1.f / (amax / 127.f);
+        v[0] = b & 1 ? -amax : amax;
+        // an element where the two multipliers round apart, near a half-integer (when one exists)
+        for (int k = 0; k < 126 && id_ll != id_alt; k++) {
+            float t = (k + 0.5f) / id_ll;
+            for (int u = 0; u < 8; u++, t = nextafterf(t, 1e9f))
+                if (nearbyintf(t * id_ll) != nearbyintf(t * id_alt)) {
+                    v[1 + b % 30] = t;
+                    found++;
+                    k = 126;
+                    break;
+                }
+        }
+    }
+    int bad = 0;
+    for (int isa = KVT_ISA_SCALAR; isa <= (int)kvt_kernels_isa(); isa++)
+        for (int q81 = 0; q81 <= 1; q81++) {
+            const kvt_type t = q81 ? KVT_TYPE_Q8_1 : KVT_TYPE_Q8_0;
+            const kvt_type_ops *ops = isa == KVT_ISA_SCALAR ? kvt_type_ops_ref(t) : kvt_type_ops_isa(t, (kvt_isa)isa);
+            if (!ops) continue;
+            static uint8_t out[NB * sizeof(kvt_block_q8_1)];
+            ops->from_float(x, out, NB * KVT_QK);
+            for (int b = 0; b < NB; b++) {
+                const float *v = x + b * KVT_QK;
+                float amax = 0;
+                for (int j = 0; j < KVT_QK; j++) amax = fmaxf(amax, fabsf(v[j]));
+                const float d = amax / 127.f, id = 127.f / amax;
+                const uint8_t *blk = out + b * (q81 ? sizeof(kvt_block_q8_1) : sizeof(kvt_block_q8_0));
+                uint16_t dh, sh;
+                memcpy(&dh, blk, 2);
+                const int8_t *qs = (const int8_t *)(blk + (q81 ? 4 : 2));
+                int sum = 0;
+                for (int j = 0; j < KVT_QK; j++) {
+                    bad += qs[j] != (int)nearbyintf(v[j] * id);
+                    sum += qs[j];
+                }
+                bad += dh != kvt_f32_to_f16(d);
+                if (q81) memcpy(&sh, blk + 2, 2), bad += sh != kvt_f32_to_f16(d * (float)sum);
+            }
+        }
+    CHECK("act_quant_q8_0_q8_1_llamacpp", bad == 0 && found > 0, "%d bytes differ (%d blocks where 127/amax != 1/d rounds apart)",
+          bad, found);
+}
+
+// kvt_softmax_tile: normalised weights (sum 1 to rounding), rounded to f16 for an F16 V, the max and the
+// mass sum exp(s - max) returned; for F32 V the weights are exp(s - max) * (1 / sum) unrounded.
+static void test_softmax_tile(void) {
+    int bad = 0;
+    for (int f16 = 0; f16 <= 1; f16++)
+        for (int64_t n = 1; n <= 40; n++) {
+            float s[40], w[40], mx = -INFINITY;
+            for (int64_t i = 0; i < n; i++) s[i] = w[i] = 3.0f * rnd_normal(), mx = fmaxf(mx, s[i]);
+            float m;
+            const float l = kvt_softmax_tile(f16 ? KVT_TYPE_F16 : KVT_TYPE_F32, w, n, &m);
+            double sum = 0, wsum = 0;
+            for (int64_t i = 0; i < n; i++) sum += expf(s[i] - mx);
+            const float inv = (float)(1.0 / sum);
+            for (int64_t i = 0; i < n; i++) {
+                float want = expf(s[i] - mx) * inv;
+                if (f16) want = kvt_f16_to_f32(kvt_f32_to_f16(want));
+                bad += memcmp(&w[i], &want, sizeof want) != 0;
+                wsum += w[i];
+            }
+            bad += m != mx || l != (float)sum || fabs(wsum - 1.0) > (f16 ? 2e-3 : 1e-5);
+        }
+    CHECK("softmax_tile", bad == 0, "%d mismatches", bad);
+}
+
 int test_kernels_main(void) {
     g_fail = 0;
     printf("# kernels isa: %s\n", kvt_isa_name(kvt_kernels_isa()));
@@ -435,6 +513,8 @@ int test_kernels_main(void) {
         }
     test_vec_mad();
     test_vec_mad_rows();
+    test_act_quant_llamacpp();
+    test_softmax_tile();
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,
           "unsupported types must give NULL");

@@ -212,7 +212,7 @@ static void q8_0_from_float(const float *src, void *dst, int64_t n) {
         float amax = 0;
         for (int j = 0; j < KVT_QK; j++) amax = fmaxf(amax, fabsf(src[j]));
         const float d = amax / 127.f;
-        const float id = d != 0 ? 1.f / d : 0.f;
+        const float id = amax != 0 ? 127.f / amax : 0.f;
         b[i].d = kvt_f32_to_f16(d);
         for (int j = 0; j < KVT_QK; j++) b[i].qs[j] = (int8_t)nearest_int(src[j] * id);
     }
@@ -241,7 +241,7 @@ static void q8_1_from_float(const float *src, void *dst, int64_t n) {
         float amax = 0;
         for (int j = 0; j < KVT_QK; j++) amax = fmaxf(amax, fabsf(src[j]));
         const float d = amax / 127.f;
-        const float id = d != 0 ? 1.f / d : 0.f;
+        const float id = amax != 0 ? 127.f / amax : 0.f;
         int sum = 0;
         for (int j = 0; j < KVT_QK; j++) {
             b[i].qs[j] = (int8_t)nearest_int(src[j] * id);

@@ -406,8 +406,8 @@ static void q8_0_from_float(const float *src, void *dst, int64_t n) {
         __m256 v[4];
         UNROLL for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(src + 8 * k);
         const __m256 mx = _mm256_max_ps(_mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])), _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3])));
-        const float d = hmax_ps(mx) / 127.f;
-        const float id = d != 0 ? 1.f / d : 0.f;
+        const float amax = hmax_ps(mx), d = amax / 127.f;
+        const float id = amax != 0 ? 127.f / amax : 0.f;
         b[i].d = kvt_f32_to_f16(d);
         (void)round_pack32(v, id, b[i].qs);
     }
@@ -419,8 +419,8 @@ static void q8_1_from_float(const float *src, void *dst, int64_t n) {
         __m256 v[4];
         UNROLL for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_ps(src + 8 * k);
         const __m256 mx = _mm256_max_ps(_mm256_max_ps(abs_ps(v[0]), abs_ps(v[1])), _mm256_max_ps(abs_ps(v[2]), abs_ps(v[3])));
-        const float d = hmax_ps(mx) / 127.f;
-        const float id = d != 0 ? 1.f / d : 0.f;
+        const float amax = hmax_ps(mx), d = amax / 127.f;
+        const float id = amax != 0 ? 127.f / amax : 0.f;
         const int sum = hsum_epi32(round_pack32(v, id, b[i].qs));
         b[i].d = kvt_f32_to_f16(d);
         b[i].s = kvt_f32_to_f16((float)sum * d);
