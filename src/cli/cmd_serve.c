@@ -23,6 +23,9 @@
 #define KVT_SERVE_HTTP 1
 #include "../serve/engine.h"
 #include "../serve/http.h"
+#include "../exec/session.h"
+#include "../kv/kv_block_io.h"
+#include "../kv/prefix_store.h"
 #endif
 
 static void usage(void) {
@@ -37,6 +40,12 @@ static void usage(void) {
            "  --batch-tokens N      rows of one iteration, decode rows plus prompt chunks (default: --ubatch)\n"
            "  --lookahead N         iterations of the scheduler's plan given to the KV store for prefetch and\n"
            "                        eviction (default 4; 0: none, the store's --kv-evict policy alone)\n"
+           "  --kv-cache-dir DIR    the prefix cache's full blocks also go to files in DIR (checksummed, model\n"
+           "                        identity checked), so a restarted server reuses them; --kv-cache-max BYTES\n"
+           "                        bounds DIR (least recently used entries removed)\n"
+           "  --kv-remote URL       the same on a Redis/Valkey server shared by several servers:\n"
+           "                        redis://HOST[:PORT] or unix:///PATH (a missing, corrupt or unreachable entry\n"
+           "                        is recomputed, never an error)\n"
            "  --no-preempt          never swap a running request out (by default, with a disk tier below bounded\n"
            "                        fast and host tiers, the latest-admitted request is swapped out to disk\n"
            "                        when fast + host cannot hold the running ones, and resumed exactly later)\n"
@@ -88,7 +97,29 @@ typedef struct {
     bool metrics;
     int64_t batch_tokens, lookahead;
     bool preempt;
+    const char *cache_dir;  // --kv-cache-dir: the prefix cache persists there (NULL: no)
+    int64_t cache_max;      // --kv-cache-max: bound of that directory in bytes (0: none)
+    const char *remote;     // --kv-remote: the prefix cache's blocks shared on a Redis server (NULL: no)
 } serve_opts;
+
+// The prefix cache's second level (--kv-cache-dir or --kv-remote), for ctx's KV layout and model; *out NULL when
+// neither flag is given. false (message printed) when it cannot be opened.
+static bool open_prefix_store(const serve_opts *o, const kvt_model *model, kvt_context *ctx, kvt_prefix_store **out) {
+    *out = NULL;
+    if (!o->cache_dir && !o->remote) return true;
+    kvt_kv *kv = kvt_context_kv(ctx);
+    kvt_prefix_identity id;
+    memset(&id, 0, sizeof id); // the stores compare and hash every byte
+    kvt_kv_block_identity(kv, &id);
+    id.model_fingerprint = kvt_session_model_fingerprint(model);
+    snprintf(id.arch, sizeof id.arch, "%s", kvt_arch_name(model->hp.arch));
+    const int64_t payload = kvt_kv_block_payload_bytes(kv);
+    kvt_err err = {0};
+    kvt_status st = o->cache_dir ? kvt_prefix_store_dir_open(o->cache_dir, &id, payload, o->cache_max, out, &err)
+                                 : kvt_prefix_store_redis_open(o->remote, &id, payload, NULL, out, &err);
+    if (st) fprintf(stderr, "kvtier serve: %s: %s\n", o->cache_dir ? "--kv-cache-dir" : "--kv-remote", err.msg);
+    return st == KVT_OK;
+}
 
 // Serves until SIGINT/SIGTERM (blocked in every thread, taken here with sigwait); returns the exit status.
 static int run_server(const serve_opts *o, const char *model_path, const char *tmpl_name, kvt_context_params *cp) {
@@ -112,6 +143,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     kvt_chat_template *t = NULL;
     kvt_context *ctx = NULL;
     kvt_engine *e = NULL;
+    kvt_prefix_store *ps = NULL;
     int rc = 1;
     if (!cli_load_model("serve", model_path, false, &model, &tok)) goto done;
     if (kvt_gguf_open(model_path, &g, &err) || kvt_chat_template_from_gguf(g, tmpl_name, &t, &err)) {
@@ -119,6 +151,10 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
         goto done;
     }
     if (!cli_context_init("serve", model, cp, &ctx)) goto done;
+    if (!open_prefix_store(o, model, ctx, &ps)) {
+        kvt_context_free(ctx);
+        goto done;
+    }
     int64_t ub = cp->n_ubatch > 0 ? cp->n_ubatch : 512; // the context's micro-batch, as kvt_context_init sets it
     if (ub > kvt_context_n_ctx(ctx)) ub = kvt_context_n_ctx(ctx);
     const int64_t n_ctx = kvt_context_n_ctx(ctx);
@@ -132,6 +168,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     sp.prefix_max_blocks = (int64_t)o->n_parallel * ((n_ctx + blk - 1) / blk);
     sp.preempt = o->preempt; // acts only with a disk tier below bounded fast (and host) tiers
     sp.plan_iters = (int32_t)o->lookahead;
+    sp.prefix_store = ps;
     if (kvt_engine_sched_create(ctx, tok, &sp, o->queue, &e, &err)) { // owns ctx from here, also on error
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         goto done;
@@ -150,6 +187,7 @@ done:
     if (e) kvt_engine_shutdown(e, true);  // running and queued requests end (cancelled)
     kvt_http_stop(h);                     // connections close, their threads end
     kvt_engine_free(e);                   // the worker ends; the context (and its KV tiers) is freed
+    kvt_prefix_store_free(ps);            // after the engine, its user; flushes the writes in flight
     kvt_chat_template_free(t);
     kvt_gguf_free(g);
     kvt_tokenizer_free(tok);
@@ -165,6 +203,8 @@ int cmd_serve(int argc, char **argv) {
     const char *host = "127.0.0.1", *api_key = NULL;
     int64_t port = 8080, n_parallel = 4, queue = 64, timeout_s = 600, batch_tokens = 0, lookahead = 4;
     bool preempt = true;
+    const char *cache_dir = NULL, *remote = NULL;
+    int64_t cache_max = 0;
     cp.kv_paged = true; // sequences, forks and the prefix cache live in the paged store
     cp.kv_block = 0;    // 0 until a flag sets it: the server's default below
     bool metrics = false;
@@ -194,6 +234,12 @@ int cmd_serve(int argc, char **argv) {
             if (!kvt_args_int(&a, flag, 2, 1 << 20, &batch_tokens)) return 2;
         } else if (!strcmp(flag, "--lookahead")) {
             if (!kvt_args_int(&a, flag, 0, 64, &lookahead)) return 2;
+        } else if (!strcmp(flag, "--kv-cache-dir")) {
+            if (!(cache_dir = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--kv-cache-max")) {
+            if (!kvt_args_bytes_pos(&a, flag, &cache_max)) return 2;
+        } else if (!strcmp(flag, "--kv-remote")) {
+            if (!(remote = kvt_args_value(&a, flag))) return 2;
         } else if (!strcmp(flag, "--no-preempt")) {
             preempt = false;
         } else if (!strcmp(flag, "--queue")) {
@@ -208,7 +254,7 @@ int cmd_serve(int argc, char **argv) {
         }
     }
 #ifndef KVT_HAVE_JANSSON
-    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt;
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
     (void)model_path;
     (void)tmpl_name;
     (void)prompt_file;
@@ -236,13 +282,22 @@ int cmd_serve(int argc, char **argv) {
         return rc;
     }
 #ifndef KVT_SERVE_HTTP
-    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt;
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
     fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
                     "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
     return 1;
 #else
     if (cp.kv_block <= 0) cp.kv_block = 64; // the prefix cache reuses whole blocks: finer than generate's 512
-    serve_opts o = {host, api_key, (int)port, (int)n_parallel, (int)queue, (int)timeout_s, metrics, batch_tokens, lookahead, preempt};
+    if (cache_dir && remote) {
+        fprintf(stderr, "kvtier serve: --kv-cache-dir and --kv-remote together are not supported yet: choose one\n");
+        return 2;
+    }
+    if (cache_max && !cache_dir) {
+        fprintf(stderr, "kvtier serve: --kv-cache-max bounds --kv-cache-dir, which is not given\n");
+        return 2;
+    }
+    serve_opts o = {host,         api_key,   (int)port, (int)n_parallel, (int)queue, (int)timeout_s, metrics,
+                    batch_tokens, lookahead, preempt,   cache_dir,       cache_max,  remote};
     return run_server(&o, model_path, tmpl_name, &cp);
 #endif
 #endif

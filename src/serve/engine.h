@@ -25,6 +25,7 @@
 #include "../base/status.h"
 #include "../exec/context.h"
 #include "../kv/kv.h"
+#include "../kv/prefix_store.h"
 #include "../model/tokenizer.h"
 #include "../sched/sampler.h"
 #include "../sched/scheduler.h"
@@ -75,6 +76,7 @@ typedef struct {
     int32_t n;                         // choices (>= 1) that continue the same prompt
     bool logprobs;
     int32_t top_logprobs;              // 0..KVT_ENGINE_MAX_TOP alternatives per token
+    bool ignore_eos;                   // an end-of-generation token does not end a choice (benchmarks: exact lengths)
 } kvt_engine_job;
 
 // Counters for GET /metrics (totals since start unless said otherwise).
@@ -91,6 +93,8 @@ typedef struct {
     int64_t plans;                     // prefetch plans published to the KV store
     kvt_kv_stats kv;                   // the store's counters (as of the last finished job)
     const char *kv_store;              // the store's name
+    const char *prefix_store;          // the prefix cache's second level ("dir", "redis"), NULL if none
+    kvt_prefix_store_stats prefix;     // its counters (now)
 } kvt_engine_stats;
 
 typedef struct kvt_engine kvt_engine;

@@ -126,7 +126,7 @@ static void run_job(fcfs *e, fcfs_job *j, kvt_engine_result *res) {
         gp.n_predict = max_tokens;
         gp.sampling = j->p.sampling;
         gp.sampling.seed = j->p.sampling.seed + (uint64_t)i;
-        gp.stop_at_eog = true;
+        gp.stop_at_eog = !j->p.ignore_eos;
         fcfs_run r = {e, j, i, false};
         kvt_generate_stats gs;
         kvt_status st = kvt_generate_cached(e->ctx, e->tok, j->prompt, n_prompt, n_cached, e->n_ubatch, &gp, out, NULL,

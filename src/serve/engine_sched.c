@@ -40,6 +40,7 @@ typedef struct sengine {
     bool stopping, cancel_pending;
     uint64_t next_id;
     kvt_engine_stats st;
+    kvt_prefix_store *pstore; // the prefix cache's second level (borrowed from the params), or NULL
     float *lp;                // [n_vocab] log-probabilities scratch (scheduler thread)
 } sengine;
 
@@ -115,7 +116,7 @@ static void take_inbox(sengine *e) {
             e->jobs = j;
         }
         pthread_mutex_unlock(&e->mu);
-        kvt_sched_request rq = {j->prompt, j->p.n_prompt, j->p.max_tokens, j->p.sampling, j->p.n, true, j};
+        kvt_sched_request rq = {j->prompt, j->p.n_prompt, j->p.max_tokens, j->p.sampling, j->p.n, !j->p.ignore_eos, j};
         kvt_err err = {0};
         kvt_status st = cancelled ? KVT_OK : kvt_sched_submit(e->s, &rq, &j->sid, &err);
         if (cancelled || st) {
@@ -247,6 +248,10 @@ static void s_stats(kvt_engine *base, kvt_engine_stats *out) {
     *out = e->st;
     out->queued = e->n_inbox + e->sched_waiting;
     pthread_mutex_unlock(&e->mu);
+    if (e->pstore) { // the store's counters are its own (thread-safe)
+        out->prefix_store = e->pstore->ops->name;
+        kvt_prefix_store_stats_get(e->pstore, &out->prefix);
+    }
 }
 
 static int64_t s_n_ctx(const kvt_engine *base) { return kvt_context_n_ctx(((const sengine *)base)->ctx); }
@@ -295,6 +300,7 @@ kvt_status kvt_engine_sched_create(kvt_context *ctx, const kvt_tokenizer *tok, c
     e->tok = tok;
     e->lp = lp;
     e->max_queue = max_queue > 0 ? max_queue : 1;
+    e->pstore = sp->prefix_store;
     e->st.n_ctx = kvt_context_n_ctx(ctx);
     e->st.n_parallel = sp->n_parallel;
     e->st.kv_store = kvt_context_kv(ctx)->ops->name;

@@ -210,7 +210,8 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
                           "the prompt has %lld tokens; the context of %lld tokens (-c) holds at most %lld",
                           (long long)n_prompt, (long long)n_ctx, (long long)(n_ctx - 1));
     }
-    kvt_engine_job job = {ids, n_prompt, p->max_tokens, kvt_sampler_params_default(), p->n, p->logprobs, p->top_logprobs};
+    kvt_engine_job job = {ids, n_prompt, p->max_tokens, kvt_sampler_params_default(), p->n, p->logprobs, p->top_logprobs,
+                          p->ignore_eos};
     job.sampling.temp = (float)p->temperature;
     job.sampling.top_k = p->top_k;
     job.sampling.top_p = (float)p->top_p;
@@ -388,6 +389,23 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
     fprintf(f, "kvtier_kv_misses_total %lld\n", (long long)s.kv.misses);
     METRIC("kv_stall_seconds_total", "counter", "Time compute threads waited for KV blocks.");
     fprintf(f, "kvtier_kv_stall_seconds_total %.6f\n", s.kv.stall_ms / 1e3);
+    if (s.prefix_store) { // the prefix cache's second level: every way a lookup ends, and the bytes
+        const kvt_prefix_store_stats *P = &s.prefix;
+        METRIC("prefix_store_lookups_total", "counter", "Block lookups in the prefix cache's second level, by result.");
+        fprintf(f, "kvtier_prefix_store_lookups_total{store=\"%s\",result=\"hit\"} %lld\n", s.prefix_store, (long long)P->hits);
+        fprintf(f, "kvtier_prefix_store_lookups_total{store=\"%s\",result=\"miss\"} %lld\n", s.prefix_store,
+                (long long)(P->misses - P->miss_corrupt - P->miss_unavailable));
+        fprintf(f, "kvtier_prefix_store_lookups_total{store=\"%s\",result=\"corrupt\"} %lld\n", s.prefix_store, (long long)P->miss_corrupt);
+        fprintf(f, "kvtier_prefix_store_lookups_total{store=\"%s\",result=\"unavailable\"} %lld\n", s.prefix_store,
+                (long long)P->miss_unavailable);
+        METRIC("prefix_store_puts_total", "counter", "Blocks written to the second level, by result.");
+        fprintf(f, "kvtier_prefix_store_puts_total{store=\"%s\",result=\"asked\"} %lld\n", s.prefix_store, (long long)P->puts);
+        fprintf(f, "kvtier_prefix_store_puts_total{store=\"%s\",result=\"failed\"} %lld\n", s.prefix_store, (long long)P->put_failed);
+        fprintf(f, "kvtier_prefix_store_puts_total{store=\"%s\",result=\"dropped\"} %lld\n", s.prefix_store, (long long)P->put_dropped);
+        METRIC("prefix_store_bytes_total", "counter", "Payload bytes read from / written to the second level.");
+        fprintf(f, "kvtier_prefix_store_bytes_total{store=\"%s\",dir=\"read\"} %lld\n", s.prefix_store, (long long)P->bytes_read);
+        fprintf(f, "kvtier_prefix_store_bytes_total{store=\"%s\",dir=\"write\"} %lld\n", s.prefix_store, (long long)P->bytes_written);
+    }
     METRIC("n_ctx", "gauge", "Positions per sequence.");
     fprintf(f, "kvtier_n_ctx %lld\n", (long long)s.n_ctx);
 #undef METRIC

@@ -279,6 +279,7 @@ static kvt_status parse_sampling(kvt_request *r, json_t *root, kvt_api_error *e)
     if (p->has_seed) p->seed = (uint64_t)x;
     if (get_int(root, "n", 1, KVT_REQ_MAX_N, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     if (given) p->n = (int32_t)x;
+    if (get_bool(root, "ignore_eos", &p->ignore_eos, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     return KVT_OK;
 }
 

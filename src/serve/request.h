@@ -66,6 +66,7 @@ typedef struct {
     bool logprobs;               // return the chosen tokens' log-probabilities
     int32_t top_logprobs;        // and this many alternatives per position
     bool stream, include_usage;
+    bool ignore_eos;             // llama-server's extension: generate max_tokens whatever the model ends with
     bool add_special, parse_special, with_pieces; // tokenize only
 } kvt_request_params;
 
