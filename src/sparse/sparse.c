@@ -556,8 +556,12 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     const bool decode = n == 1;
     double stall = wait_layer(s, layer); // the worker is done with this layer's summaries
     if (!decode) stall = 0.0;
-    s->scale = p->scale;
-    s->kv = kv;
+    if (s->scale != p->scale || s->kv != kv) { // set once (the worker reads them: under the mutex it posts with)
+        pthread_mutex_lock(&s->mu);
+        s->scale = p->scale;
+        s->kv = kv;
+        pthread_mutex_unlock(&s->mu);
+    }
     const bool rewind = pos0 != s->hist_next[layer]; // a truncate: the history restarts, no selection is current
     if (rewind) s->sel_pos[layer] = -1;
     s->hist_next[layer] = pos0 + n;
