@@ -7,13 +7,14 @@
 #
 # Usage: tools/bench/serve_oversub.sh [MODEL.gguf]
 #   Env: RHOS ("1 2 3 5"), NP (sequences at once, 8), PROMPT (512), GEN (256), T (2), BLOCK (--kv-block, 64),
-#        KVTIER (build/kvtier), DISK (directory of the disk tier, /tmp).
+#        KVTIER (build/kvtier), DISK (directory of the disk tier, /tmp), POLICIES ("plan lru lfu"; also
+#        plan-spread: the plan with the spread policy inside an iteration, spread: spread alone).
 # The demand is NP x (PROMPT + GEN) positions x the model's KV bytes per position (kvtier info prints it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M="${1:-$HOME/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf}"
 RHOS="${RHOS:-1 2 3 5}" NP="${NP:-8}" PROMPT="${PROMPT:-512}" GEN="${GEN:-256}" T="${T:-2}" BLOCK="${BLOCK:-64}"
-KVTIER="${KVTIER:-build/kvtier}" DISK="${DISK:-/tmp}"
+KVTIER="${KVTIER:-build/kvtier}" DISK="${DISK:-/tmp}" POLICIES="${POLICIES:-plan lru lfu}"
 [ -x "$KVTIER" ] || make -s
 # KV bytes per position (F16 K and V of every layer), from kvtier info
 per_pos="$("$KVTIER" info -m "$M" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["kv_bytes_per_token_f16"])')"
@@ -30,9 +31,11 @@ echo "|---|---|---|---|---|---|---|---|---|"
 declare -A base=()
 for rho in $RHOS; do
     fast=$(python3 -c "print(int($demand / $rho))")
-    for pol in plan lru lfu; do
+    for pol in $POLICIES; do
         case $pol in
             plan) flags=(--kv-evict lru --lookahead 4) ;;
+            plan-spread) flags=(--kv-evict spread --lookahead 4) ;;
+            spread) flags=(--kv-evict spread --lookahead 0) ;;
             lru) flags=(--kv-evict lru --lookahead 0) ;;
             lfu) flags=(--kv-evict lfu --lookahead 0) ;;
         esac
