@@ -127,6 +127,11 @@ static inline void kvt_engine_free(kvt_engine *e) {
     if (e) e->ops->free(e);
 }
 
+// What every engine's submit checks first: a prompt of 1 .. n_ctx - 1 tokens, n >= 1, 0..KVT_ENGINE_MAX_TOP
+// alternatives (KVT_ERR_INVALID_ARG naming the field otherwise). On success *prompt is a copy of the prompt
+// (free() it), KVT_ERR_NOMEM if it cannot be made.
+kvt_status kvt_engine_job_accept(const kvt_engine_job *job, int64_t n_ctx, int32_t **prompt, kvt_err *err);
+
 // The first engine: one kvt_context (ctx, owned by the engine from now on, also on error) on one worker
 // thread; jobs run one at a time in arrival order, their n choices one after the other. At most
 // max_queue jobs wait (submit beyond: KVT_ERR_BUDGET). The KV of the previous job's prompt stays in the

@@ -185,23 +185,14 @@ static void *sched_main(void *arg) {
 static kvt_status s_submit(kvt_engine *base, const kvt_engine_job *job, const kvt_engine_callbacks *cb, uint64_t *id,
                            kvt_err *err) {
     sengine *e = (sengine *)base;
-    const int64_t n_ctx = kvt_context_n_ctx(e->ctx);
-    if (job->n_prompt < 1 || job->n_prompt >= n_ctx) {
-        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "the prompt has %lld tokens; the context holds %lld (-c), so at most %lld",
-                          (long long)job->n_prompt, (long long)n_ctx, (long long)(n_ctx - 1));
-    }
-    if (job->n < 1 || job->top_logprobs < 0 || job->top_logprobs > KVT_ENGINE_MAX_TOP) {
-        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "n %d, top_logprobs %d: need n >= 1 and 0..%d alternatives", job->n,
-                          job->top_logprobs, KVT_ENGINE_MAX_TOP);
-    }
+    int32_t *prompt = NULL;
+    kvt_status ast = kvt_engine_job_accept(job, kvt_context_n_ctx(e->ctx), &prompt, err);
+    if (ast) return ast;
     sjob *j = calloc(1, sizeof *j);
-    int32_t *prompt = malloc((size_t)job->n_prompt * sizeof *prompt);
-    if (!j || !prompt) {
-        free(j);
+    if (!j) {
         free(prompt);
-        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a job of %lld prompt tokens", (long long)job->n_prompt);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a job");
     }
-    memcpy(prompt, job->prompt, (size_t)job->n_prompt * sizeof *prompt);
     j->e = e;
     j->p = *job;
     j->p.prompt = j->prompt = prompt;
