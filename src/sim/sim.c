@@ -154,7 +154,7 @@ enum { PF_NONE, PF_SCHED, PF_ATTN };
 typedef struct {
     int64_t req;
     int32_t idx;
-    int32_t res_pos, host_pos; // index in the fast / host lists, -1 if absent
+    int32_t pos[2];            // index in the fast / host lists (tier_list), -1 if absent
     uint8_t where, fly, dirty, live, pf;
     uint64_t last_use, uses;
     double ema;
@@ -210,33 +210,26 @@ static kvt_status il_push(sim *s, ilist *l, int64_t x) {
     return KVT_OK;
 }
 
-// Tier lists: swap-remove keeps positions in the block.
-static kvt_status fast_add(sim *s, int64_t id) {
-    s->b[id].res_pos = (int32_t)s->fast.n;
-    s->b[id].where |= W_FAST;
-    return il_push(s, &s->fast, id);
+// Tier lists (t 0: fast, 1: host): swap-remove keeps positions in the block.
+static ilist *tier_list(sim *s, int t) { return t ? &s->host : &s->fast; }
+static kvt_status tier_add(sim *s, int t, int64_t id) {
+    s->b[id].pos[t] = (int32_t)tier_list(s, t)->n;
+    s->b[id].where |= t ? W_HOST : W_FAST;
+    return il_push(s, tier_list(s, t), id);
 }
-static void fast_del(sim *s, int64_t id) {
-    int32_t p = s->b[id].res_pos;
-    int64_t last = s->fast.v[--s->fast.n];
-    s->fast.v[p] = last;
-    s->b[last].res_pos = p;
-    s->b[id].res_pos = -1;
-    s->b[id].where &= (uint8_t)~W_FAST;
+static void tier_del(sim *s, int t, int64_t id) {
+    ilist *l = tier_list(s, t);
+    const int32_t p = s->b[id].pos[t];
+    const int64_t last = l->v[--l->n];
+    l->v[p] = last;
+    s->b[last].pos[t] = p;
+    s->b[id].pos[t] = -1;
+    s->b[id].where &= (uint8_t)~(t ? W_HOST : W_FAST);
 }
-static kvt_status host_add(sim *s, int64_t id) {
-    s->b[id].host_pos = (int32_t)s->host.n;
-    s->b[id].where |= W_HOST;
-    return il_push(s, &s->host, id);
-}
-static void host_del(sim *s, int64_t id) {
-    int32_t p = s->b[id].host_pos;
-    int64_t last = s->host.v[--s->host.n];
-    s->host.v[p] = last;
-    s->b[last].host_pos = p;
-    s->b[id].host_pos = -1;
-    s->b[id].where &= (uint8_t)~W_HOST;
-}
+static kvt_status fast_add(sim *s, int64_t id) { return tier_add(s, 0, id); }
+static void fast_del(sim *s, int64_t id) { tier_del(s, 0, id); }
+static kvt_status host_add(sim *s, int64_t id) { return tier_add(s, 1, id); }
+static void host_del(sim *s, int64_t id) { tier_del(s, 1, id); }
 
 // Accesses until the schedule reads block id again (the store's next_use): this iteration's scan, then
 // the next iteration's (K = 1). lookahead assumes the batch continues unchanged; the oracle knows which
@@ -463,7 +456,7 @@ static kvt_status new_block(sim *s, int64_t ri, double t) {
     kvt_status st = fast_room(s, t, &ok);
     if (st) return st;
     const int64_t id = s->r[ri].first_blk + P->n_blocks;
-    s->b[id] = (blk){.req = ri, .idx = (int32_t)P->n_blocks, .res_pos = -1, .host_pos = -1, .live = 1, .dirty = 1,
+    s->b[id] = (blk){.req = ri, .idx = (int32_t)P->n_blocks, .pos = {-1, -1}, .live = 1, .dirty = 1,
                      .last_use = s->tick, .uses = 1};
     P->n_blocks++;
     s->b[id].ema = attn_mass(ri, s->b[id].idx, P->n_blocks);
@@ -756,7 +749,7 @@ static kvt_status make_requests(sim *s) {
     if (!s->b || !s->ci || !s->cid || !s->batch.v)
         return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for %lld blocks", (long long)nblk);
     s->batch.cap = c->max_batch;
-    for (int64_t i = 0; i < nblk; i++) s->b[i].res_pos = s->b[i].host_pos = -1;
+    for (int64_t i = 0; i < nblk; i++) s->b[i].pos[0] = s->b[i].pos[1] = -1;
     return KVT_OK;
 }
 
