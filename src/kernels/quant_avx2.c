@@ -16,6 +16,7 @@
 
 #include "bits_avx2.h"
 #include "f16.h"
+#include "fvec_avx.h"
 #include "quant.h"
 
 #ifdef KVT_SIMD_AVX512
@@ -98,29 +99,7 @@ _Static_assert(NTMAX == 4, "dispatchers instantiate 1..4");
 
 // ------------------------------------------------------------- float types
 
-#ifdef KVT_SIMD_AVX512
-#define FV __m512
-#define FV_N 16
-#define fv_zero _mm512_setzero_ps
-#define fv_fma _mm512_fmadd_ps
-#define fv_add _mm512_add_ps
-#define fv_ld_f32(p) _mm512_loadu_ps(p)
-#define fv_ld_f16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-#define fv_ld_bf16(p) \
-    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
-#define fv_hsum _mm512_reduce_add_ps
-#else
-#define FV __m256
-#define FV_N 8
-#define fv_zero _mm256_setzero_ps
-#define fv_fma _mm256_fmadd_ps
-#define fv_add _mm256_add_ps
-#define fv_ld_f32(p) _mm256_loadu_ps(p)
-#define fv_ld_f16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define fv_ld_bf16(p) \
-    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
-#define fv_hsum kvt_hsum8
-#endif
+// FV and fv_*: fvec_avx.h (the rows kernels and GEMM tiles reduce with the same operations)
 
 // Float dot bodies: 4 independent accumulators per activation row for NT=1
 // (latency bound otherwise), 2 for larger NT; scalar tail.
@@ -153,7 +132,7 @@ _Static_assert(NTMAX == 4, "dispatchers instantiate 1..4");
     }
 
 #define ID_F32(v) (v)
-DEFINE_FLOAT_BODY(f32, float, fv_ld_f32, ID_F32)
+DEFINE_FLOAT_BODY(f32, float, fv_ld, ID_F32)
 DEFINE_FLOAT_BODY(f16, uint16_t, fv_ld_f16, kvt_f16_to_f32)
 DEFINE_FLOAT_BODY(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32)
 // Float types: the multi-row dot is the single-row dot per row (the bodies' accumulator count depends on NT,
