@@ -211,6 +211,28 @@ static void check_smollm2(const test_env *env) {
     kvt_gguf_free(g);
 }
 
+// A model file without tokenizer.chat_template gets chatml (as llama-server does), and says so.
+static void check_fallback(void) {
+    const char *name = "chat.a GGUF without tokenizer.chat_template falls back to chatml, flagged";
+    kvt_gguf *g = NULL;
+    kvt_err err = {0};
+    kvt_chat_template *t = NULL;
+    bool fallback = false, named = true;
+    kvt_str s;
+    kvt_status st = kvt_gguf_open("tests/data/stories260K.gguf", &g, &err);
+    bool absent = st == KVT_OK && kvt_gguf_get_str(g, "tokenizer.chat_template", &s, NULL) != KVT_OK;
+    if (absent) st = kvt_chat_template_from_gguf(g, NULL, &t, &fallback, &err);
+    test_result(absent && st == KVT_OK && fallback && !strcmp(kvt_chat_template_name(t), "chatml"), name, "%s",
+                st == KVT_OK ? (absent ? kvt_chat_template_name(t) : "the file has a template") : err.msg);
+    kvt_chat_template_free(t);
+    t = NULL;
+    if (g) st = kvt_chat_template_from_gguf(g, "llama3", &t, &named, &err);
+    test_result(g && st == KVT_OK && !named && !strcmp(kvt_chat_template_name(t), "llama3"),
+                "chat.--chat-template on a GGUF without a template: that format, no fallback flagged", "%s", err.msg);
+    kvt_chat_template_free(t);
+    kvt_gguf_free(g);
+}
+
 // The full template texts (llama.cpp's models/templates), when KVT_CHAT_TEMPLATES names that folder.
 static void check_full_templates(void) {
     static const struct {
@@ -274,5 +296,6 @@ void test_chat(const test_env *env) {
     free(conv_text);
     check_errors();
     check_smollm2(env);
+    check_fallback();
     check_full_templates();
 }

@@ -146,10 +146,14 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     kvt_prefix_store *ps = NULL;
     int rc = 1;
     if (!cli_load_model("serve", model_path, false, &model, &tok)) goto done;
-    if (kvt_gguf_open(model_path, &g, &err) || kvt_chat_template_from_gguf(g, tmpl_name, &t, &err)) {
+    bool fallback = false;
+    if (kvt_gguf_open(model_path, &g, &err) || kvt_chat_template_from_gguf(g, tmpl_name, &t, &fallback, &err)) {
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         goto done;
     }
+    if (fallback)
+        fprintf(stderr, "kvtier serve: %s has no tokenizer.chat_template: chat requests use chatml "
+                        "(--chat-template NAME picks another)\n", model_path);
     if (!cli_context_init("serve", model, cp, &ctx)) goto done;
     if (!open_prefix_store(o, model, ctx, &ps)) {
         kvt_context_free(ctx);
@@ -271,7 +275,7 @@ int cmd_serve(int argc, char **argv) {
         kvt_chat_template *t = NULL;
         kvt_err err = {0};
         if (kvt_gguf_open(model_path, &g, &err) != KVT_OK ||
-            kvt_chat_template_from_gguf(g, tmpl_name, &t, &err) != KVT_OK) {
+            kvt_chat_template_from_gguf(g, tmpl_name, &t, NULL, &err) != KVT_OK) {
             fprintf(stderr, "kvtier serve: %s\n", err.msg);
             kvt_gguf_free(g);
             return 1;

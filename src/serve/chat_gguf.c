@@ -22,8 +22,10 @@ static kvt_status token_text(const kvt_gguf *g, const char *id_key, char **out, 
     return KVT_OK;
 }
 
-kvt_status kvt_chat_template_from_gguf(const kvt_gguf *g, const char *name, kvt_chat_template **out, kvt_err *err) {
+kvt_status kvt_chat_template_from_gguf(const kvt_gguf *g, const char *name, kvt_chat_template **out, bool *fallback,
+                                       kvt_err *err) {
     *out = NULL;
+    if (fallback) *fallback = false;
     char *text = NULL, *bos = NULL, *eos = NULL;
     kvt_str s;
     kvt_status st = KVT_OK;
@@ -33,6 +35,10 @@ kvt_status kvt_chat_template_from_gguf(const kvt_gguf *g, const char *name, kvt_
     if (st == KVT_OK) st = token_text(g, "tokenizer.ggml.eos_token_id", &eos, err);
     if (st == KVT_OK) {
         kvt_chat_tokens tok = {bos, eos, NULL};
+        if (!name && (!text || !*text)) {
+            name = "chatml";
+            if (fallback) *fallback = true;
+        }
         st = kvt_chat_template_create(text, name, &tok, out, err);
         if (st != KVT_OK) kvt_err_prefix(err, kvt_gguf_path(g));
     }

@@ -55,9 +55,12 @@ void kvt_chat_template_free(kvt_chat_template *t);
 // kvt_chat_template_create for a model file: the text of tokenizer.chat_template (may be absent
 // when name is given) and the BOS/EOS token texts of its vocabulary (tokenizer.ggml.tokens at
 // tokenizer.ggml.bos_token_id / eos_token_id). Errors as kvt_chat_template_create, and
-// KVT_ERR_FORMAT naming the key when a token id is out of the vocabulary. (chat_gguf.c)
+// KVT_ERR_FORMAT naming the key when a token id is out of the vocabulary. A file without
+// tokenizer.chat_template and no name gets chatml, as llama-server does; *fallback (may be NULL) is then
+// set true, so that the caller can say so. (chat_gguf.c)
 typedef struct kvt_gguf kvt_gguf;
-kvt_status kvt_chat_template_from_gguf(const kvt_gguf *g, const char *name, kvt_chat_template **out, kvt_err *err);
+kvt_status kvt_chat_template_from_gguf(const kvt_gguf *g, const char *name, kvt_chat_template **out, bool *fallback,
+                                       kvt_err *err);
 
 // The format's name, e.g. "chatml".
 const char *kvt_chat_template_name(const kvt_chat_template *t);
