@@ -86,6 +86,10 @@ void test_cli(const test_env *env) {
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "\"avg_ts\"") && strstr(out, "\"n_prompt\":16"), "cli: bench -o json", "exit %d: %s",
                 rc, out);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 8,16 -n 0,4 -r 1", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "| pp8 |") && strstr(out, "| pp16 |") && strstr(out, "| tg4 |") && !strstr(out, "tg0"),
+                "cli: bench -p 8,16 -n 0,4: one test per size, as llama-bench's lists", "exit %d: %s", rc, out);
     // a plan file configures the KV store; ids stay those of llama.cpp
     snprintf(cmd, sizeof cmd,
              "%s plan -m %s --ctx 512 --profile profiles/rtx4060-laptop.json -o /tmp/kvt_plan.json >/dev/null && "

@@ -2,7 +2,8 @@
 // processing (ppN: N tokens in one batch from an empty cache) and generation
 // (tgN: N tokens one at a time), mean +- stddev over -r repetitions after a
 // warm-up, plus the weight bytes streamed per generated token as GB/s next
-// to this machine's measured read bandwidth.
+// to this machine's measured read bandwidth. -p and -n take comma lists as
+// llama-bench's do (-p 32,128,512: one pp test each).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,24 @@ static int64_t bytes_per_token(const kvt_model *m) {
         for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) b += kvt_row_size(w[k]->type, w[k]->cols) * w[k]->rows;
     }
     return b;
+}
+
+// A comma list of sizes (llama-bench's -p 32,128) appended to *v (grown); false with a message on a bad item.
+static bool parse_sizes(const char *flag, const char *text, int64_t **v, int *n) {
+    for (const char *p = text;;) {
+        char *end;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || x < 0 || x > (1 << 20) || (*end && *end != ',')) {
+            fprintf(stderr, "kvtier bench: %s: '%s' is not a comma list of integers in [0, %d]\n", flag, text, 1 << 20);
+            return false;
+        }
+        int64_t *g = realloc(*v, (size_t)(*n + 1) * sizeof *g);
+        if (!g) return false;
+        *v = g;
+        g[(*n)++] = x;
+        if (!*end) return true;
+        p = end + 1;
+    }
 }
 
 static bool run_once(kvt_context *ctx, const bench_test *t, const int32_t *toks, kvt_err *err) {
@@ -62,51 +81,67 @@ static void stats(const double *ns, int n, int64_t n_tok, double *avg_ns, double
 int cmd_bench(int argc, char **argv) {
     kvt_args a = {"bench", argc, argv, 0};
     const char *model_path = NULL, *out_fmt = "md";
-    int64_t n_prompt = 512, n_gen = 128, reps = 5;
+    int64_t *pp = NULL, *tg = NULL, reps = 5; // [n_pp], [n_tg]: sizes of the pp and tg tests
+    int n_pp = 0, n_tg = 0;
+    bool ok = true;
     kvt_context_params cp = kvt_context_params_default();
     const char *flag;
-    while (kvt_args_next(&a, &flag)) {
+    while (ok && kvt_args_next(&a, &flag)) {
         int e = cli_engine_flag(&a, flag, &cp);
-        if (e < 0) return 2;
+        if (e < 0) ok = false;
         if (e > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
             printf("usage: kvtier bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [-o md|json]\n"
-                   "  -p N   prompt tokens of the pp test (0: skip)\n"
-                   "  -n N   generated tokens of the tg test (0: skip)\n"
-                   "  -r N   repetitions (after one warm-up run)\n%s",
+                   "  -p N[,N..]  prompt tokens of the pp tests (0: skip)\n"
+                   "  -n N[,N..]  generated tokens of the tg tests (0: skip)\n"
+                   "  -r N        repetitions (after one warm-up run)\n%s",
                    cli_engine_help);
+            free(pp);
+            free(tg);
             return 0;
         } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
-            if (!(model_path = kvt_args_value(&a, flag))) return 2;
-        } else if (!strcmp(flag, "-p") || !strcmp(flag, "--n-prompt")) {
-            if (!kvt_args_int(&a, flag, 0, 1 << 20, &n_prompt)) return 2;
-        } else if (!strcmp(flag, "-n") || !strcmp(flag, "--n-gen")) {
-            if (!kvt_args_int(&a, flag, 0, 1 << 20, &n_gen)) return 2;
+            ok = (model_path = kvt_args_value(&a, flag)) != NULL;
+        } else if (!strcmp(flag, "-p") || !strcmp(flag, "--n-prompt") || !strcmp(flag, "-n") ||
+                   !strcmp(flag, "--n-gen")) {
+            const char *v = kvt_args_value(&a, flag);
+            bool is_p = flag[1] == 'p' || !strcmp(flag, "--n-prompt");
+            ok = v && parse_sizes(flag, v, is_p ? &pp : &tg, is_p ? &n_pp : &n_tg);
         } else if (!strcmp(flag, "-r") || !strcmp(flag, "--repetitions")) {
-            if (!kvt_args_int(&a, flag, 1, 1000, &reps)) return 2;
+            ok = kvt_args_int(&a, flag, 1, 1000, &reps);
         } else if (!strcmp(flag, "-o") || !strcmp(flag, "--output")) {
-            if (!(out_fmt = kvt_args_value(&a, flag))) return 2;
-            if (strcmp(out_fmt, "md") && strcmp(out_fmt, "json")) {
+            ok = (out_fmt = kvt_args_value(&a, flag)) != NULL;
+            if (ok && strcmp(out_fmt, "md") && strcmp(out_fmt, "json")) {
                 fprintf(stderr, "kvtier bench: -o: '%s' is not md or json\n", out_fmt);
-                return 2;
+                ok = false;
             }
         } else {
             kvt_args_unknown(&a, flag);
-            return 2;
+            ok = false;
         }
     }
-    kvt_model *m;
-    if (!cli_load_model("bench", model_path, false, &m, NULL)) return 1;
+    if (ok && !n_pp) ok = parse_sizes("-p", "512", &pp, &n_pp);
+    if (ok && !n_tg) ok = parse_sizes("-n", "128", &tg, &n_tg);
+    if (!ok) {
+        free(pp);
+        free(tg);
+        return 2;
+    }
+    kvt_model *m = NULL;
     int rc = 1;
     kvt_context *ctx = NULL;
-    int64_t need = n_prompt > n_gen ? n_prompt : n_gen;
+    int64_t need = 0;
+    for (int i = 0; i < n_pp + n_tg; i++) {
+        int64_t x = i < n_pp ? pp[i] : tg[i - n_pp];
+        if (x > need) need = x;
+    }
     if (cp.n_ctx <= 0) cp.n_ctx = need > 0 ? need : 1;
     int32_t *toks = malloc((size_t)(need + 1) * sizeof *toks);
-    bench_test tests[2];
+    bench_test *tests = calloc((size_t)(n_pp + n_tg), sizeof *tests); // [n_tests] in -p then -n order
     int n_tests = 0;
-    double *ns = calloc((size_t)(2 * reps), sizeof *ns);
+    double *ns = calloc((size_t)(n_pp + n_tg) * (size_t)reps, sizeof *ns); // [n_pp + n_tg][reps]
     kvt_err err = {0};
-    if (!toks || !ns) goto done;
+    if (!toks || !ns || !tests) goto done;
+    if (!cli_load_model("bench", model_path, false, &m, NULL)) goto done;
     if (need > cp.n_ctx) {
         fprintf(stderr, "kvtier bench: %lld tokens exceed the context size %lld\n", (long long)need, (long long)cp.n_ctx);
         goto done;
@@ -117,8 +152,15 @@ int cmd_bench(int argc, char **argv) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         toks[i] = (int32_t)((r >> 33) % (uint64_t)m->hp.n_vocab);
     }
-    if (n_prompt > 0) tests[n_tests++] = (bench_test){"pp", n_prompt, 0, ns};
-    if (n_gen > 0) tests[n_tests++] = (bench_test){"tg", 0, n_gen, ns + reps};
+    bool any_tg = false;
+    for (int i = 0; i < n_pp + n_tg; i++) {
+        bool is_pp = i < n_pp;
+        int64_t x = is_pp ? pp[i] : tg[i - n_pp];
+        if (x <= 0) continue;
+        tests[n_tests] = (bench_test){is_pp ? "pp" : "tg", is_pp ? x : 0, is_pp ? 0 : x, ns + n_tests * reps};
+        n_tests++;
+        any_tg = any_tg || !is_pp;
+    }
     for (int ti = 0; ti < n_tests; ti++) {
         bench_test *t = &tests[ti];
         if (!run_once(ctx, t, toks, &err)) goto fail; // warm-up
@@ -131,7 +173,7 @@ int cmd_bench(int argc, char **argv) {
     const int64_t bpt = bytes_per_token(m);
     kvt_threadpool *pool = NULL;
     double mem_bw = 0;
-    if (n_gen > 0 && kvt_threadpool_init(kvt_context_n_threads(ctx), &pool, NULL) == KVT_OK) {
+    if (any_tg && kvt_threadpool_init(kvt_context_n_threads(ctx), &pool, NULL) == KVT_OK) {
         mem_bw = kvt_measure_read_bw(pool, (int64_t)512 << 20, 3);
         kvt_threadpool_free(pool);
     }
@@ -204,6 +246,9 @@ done:
     kvt_context_free(ctx);
     free(toks);
     free(ns);
+    free(tests);
+    free(pp);
+    free(tg);
     kvt_model_free(m);
     return rc;
 }
