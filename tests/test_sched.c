@@ -308,6 +308,29 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     if (system(cmd) != 0) printf("     could not remove %s\n", dir);
 }
 
+// A long prompt prefilled in chunks: its filled blocks join the prefix cache chunk by chunk, so a request with the
+// same prompt arriving before the first one's prefill ends shares them (cached tokens), with the same ids.
+static void sched_prefix_chunks(const kvt_model *m) {
+    workload w[2];
+    kvt_err err = {0};
+    make_workload(m, 5, w, 2, 70);
+    w[0].n_prompt = w[1].n_prompt = 70;
+    for (int64_t t = 0; t < 70; t++) w[0].prompt[t] = w[1].prompt[t] = (int32_t)(1 + (t * 37) % (m->hp.n_vocab - 1));
+    w[0].n = w[1].n = 1;
+    w[0].arrive = 0;
+    w[1].arrive = 2; // after two 16-token chunks of the first prompt's five
+    bool ok = reference(m, w, 2, &err) == KVT_OK;
+    char why[640] = "";
+    if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+    rec recs[2];
+    kvt_sched_stats ss = {0};
+    tiers t = {0, 0, NULL, false, true};
+    ok = ok && run_sched(m, w, 2, 2, 16, &t, recs, &ss, why, sizeof why);
+    test_result(ok && ss.cached_tokens >= 32,
+                "sched: a prompt's blocks join the prefix cache chunk by chunk: a second request arriving mid-prefill "
+                "shares them, same ids", "%s; %lld cached tokens (want >= 32)", why, (long long)ss.cached_tokens);
+}
+
 // Cancel of a waiting and of a running request: on_done CANCELLED once, the others unaffected.
 static void sched_cancel(const kvt_model *m) {
     kvt_context_params cp = kvt_context_params_default();
@@ -359,6 +382,7 @@ void test_sched(const test_env *env) {
     runs_invariant(m);
     sched_random(m, env->quick);
     sched_tiers(m, env->quick);
+    sched_prefix_chunks(m);
     sched_cancel(m);
     kvt_model_free(m);
     unlink(path);

@@ -454,6 +454,15 @@ kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err) {
         } else {
             s->st.prefill_rows += s->runs[i].n;
             r->n_prefilled += s->runs[i].n;
+            if (!s->runs[i].logits && s->pc) {
+                // the blocks this chunk filled join the prefix cache (and go to its store) now, not at the prompt's
+                // end: a request arriving meanwhile with the same prefix shares them
+                kvt_err e2;
+                if (kvt_prefix_cache_insert(s->pc, r->ch[0].seq, r->prompt, r->n_prefilled, &e2)) {
+                    req_end(s, r, KVT_SCHED_FAILED, &e2);
+                    continue;
+                }
+            }
             if (s->runs[i].logits) {
                 kvt_err e2;
                 if (prompt_done(s, r, logits + k++ * s->n_vocab, &e2)) {
