@@ -49,7 +49,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (seed_dir) {
         uint8_t e[KVT_PREFIX_ENTRY_HEADER_BYTES + PAYLOAD];
         for (int i = 0; i < PAYLOAD; i++) e[KVT_PREFIX_ENTRY_HEADER_BYTES + i] = (uint8_t)(i * 37);
-        kvt_prefix_entry_header(e, &g_id, &g_key, e + KVT_PREFIX_ENTRY_HEADER_BYTES, PAYLOAD);
+        kvt_prefix_entry_header(e, &g_id, &g_key, kvt_crc32c(0, e + KVT_PREFIX_ENTRY_HEADER_BYTES, PAYLOAD), PAYLOAD);
         char seed[4096];
         snprintf(seed, sizeof seed, "%s/seed.kvb", seed_dir);
         FILE *f = fopen(seed, "wb");

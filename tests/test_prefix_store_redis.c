@@ -197,6 +197,70 @@ static void flush_all(redisContext *c) {
     if (r) freeReplyObject(r);
 }
 
+// Deletes the keys matching pattern.
+static void del_matching(redisContext *c, const char *pattern) {
+    redisReply *r = c ? redisCommand(c, "KEYS %s", pattern) : NULL;
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        redisReply *d = redisCommand(c, "DEL %s", r->element[i]->str);
+        if (d) freeReplyObject(d);
+    }
+    if (r) freeReplyObject(r);
+}
+
+// A directory in front of the server (kvt_prefix_store_chain_open, `--kv-cache-dir` with `--kv-remote`): blocks the
+// server alone holds are found there and copied into the directory; with the server emptied they still hit (from the
+// directory); a put reaches both; the levels are listed nearest first; mismatched stores are refused.
+static void chain_tests(const char *url, redisContext *c) {
+    const char *name = "prefix_store chain: dir in front of redis: far hits copied near, near hits without the server, "
+                       "puts reach both";
+    char dir[] = "/tmp/kvt_chain_XXXXXX";
+    if (!mkdtemp(dir)) {
+        test_result(false, name, "mkdtemp failed");
+        return;
+    }
+    const kvt_prefix_identity id = tps_identity(0x5151, 16);
+    kvt_prefix_store *r0 = open_redis(url, 0x5151, 16, NULL), *d = NULL, *r = open_redis(url, 0x5151, 16, NULL), *ch = NULL;
+    kvt_err err = {0};
+    kvt_prefix_store_dir_open(dir, &id, P, 0, &d, &err);
+    if (r0) { // blocks 0..3 on the server only
+        for (int i = 0; i < 4; i++) tps_put(r0, i);
+        kvt_prefix_store_flush(r0);
+    }
+    const kvt_status st = r0 && d && r ? kvt_prefix_store_chain_open(d, r, &ch, &err) : KVT_ERR_IO;
+    if (st != KVT_OK) d = r = NULL; // freed by the failed open
+    int h_far = -1, h_near = -1, n_lv = 0, h_put = -1;
+    kvt_prefix_store *lv[4] = {NULL};
+    kvt_prefix_store_stats sd = {0}, sr = {0};
+    if (ch) {
+        h_far = tps_hits(ch, 0, 5); // 4 hits from the server, block 4 a miss at both levels
+        kvt_prefix_store_flush(ch); // the write-backs reach the directory
+        del_matching(c, "kvttest:*:00005151:*"); // the server forgets this identity's blocks
+        h_near = tps_hits(ch, 0, 4);
+        tps_put(ch, 9);
+        kvt_prefix_store_flush(ch);
+        h_put = tps_hits(r0, 9, 10);
+        n_lv = kvt_prefix_store_levels(ch, lv, 4);
+        kvt_prefix_store_stats_get(lv[0], &sd);
+        kvt_prefix_store_stats_get(lv[1], &sr);
+    }
+    test_result(st == KVT_OK && h_far == 4 && h_near == 4 && h_put == 1 && n_lv == 2 && !strcmp(lv[0]->ops->name, "dir") &&
+                    !strcmp(lv[1]->ops->name, "redis") && sd.hits == 4 && sd.bytes_written == 5 * P && sr.hits == 4,
+                name, "open %d: %s; hits from the server %d of 4, from the dir %d of 4, put seen by the server %d, "
+                "levels %d, dir hits %lld written %lld, redis hits %lld", st, err.msg, h_far, h_near, h_put, n_lv,
+                (long long)sd.hits, (long long)sd.bytes_written, (long long)sr.hits);
+    kvt_prefix_store_free(ch);
+    kvt_prefix_store_free(r0);
+    // stores opened for different identities cannot be chained (both freed: ASan checks)
+    kvt_prefix_store *d2 = NULL, *r2 = open_redis(url, 0x6262, 16, NULL), *ch2 = NULL;
+    kvt_prefix_store_dir_open(dir, &id, P, 0, &d2, &err);
+    const kvt_status st2 = kvt_prefix_store_chain_open(d2, r2, &ch2, &err);
+    test_result(st2 == KVT_ERR_INVALID_ARG && !ch2 && strstr(err.msg, "identity"),
+                "prefix_store chain: stores of different identities are refused", "status %d: %s", st2, err.msg);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("# could not remove %s\n", dir);
+}
+
 void tps_redis_tests(const test_env *env) {
     (void)env;
     if (!in_path("redis-server")) {
@@ -299,6 +363,8 @@ void tps_redis_tests(const test_env *env) {
                 "prefix_store redis: 4 threads putting and getting at once: no wrong bytes, the 39 blocks put stored",
                 "wrong %d, hits afterwards %d (during: %d), failed %lld", wrong, after, th_hits,
                 (long long)st.put_failed);
+
+    chain_tests(unx, c);
 
     // the server stopped (SIGSTOP): lookups and puts time out (command timeout 300 ms) as misses / failures;
     // once it runs again, hits again

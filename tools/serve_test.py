@@ -561,6 +561,48 @@ def redis_server(port_dir):
     return None, "redis-server did not start"
 
 
+@case("--kv-cache-dir with --kv-remote: a second server (its own empty directory) gets the prefix from Redis and "
+      "keeps a copy; restarted with Redis gone, it answers from its directory; same text every time")
+def t_chain(kvtier, model, extra):
+    d = tempfile.mkdtemp()
+    rp = None
+    try:
+        rp, url = redis_server(d)
+        if rp is None:
+            skip("--kv-cache-dir with --kv-remote", url)
+            return "skipped"
+        d1, d2 = os.path.join(d, "a"), os.path.join(d, "b")
+        body = {"prompt": long_prompt_ids(600, 9), "max_tokens": 12, "temperature": 0}
+        flags = ("--kv-remote", url, "--kv-block", "16", "--metrics") + tuple(extra)
+        s1 = Server(kvtier, model, "--kv-cache-dir", d1, *flags)
+        st, _, r1 = s1.post("/v1/completions", body)
+        assert st == 200 and r1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, r1
+        assert s1.stop() == 0  # flushes both stores
+        s2 = Server(kvtier, model, "--kv-cache-dir", d2, *flags)
+        st, _, r2 = s2.post("/v1/completions", body)
+        _, _, met = s2.request("GET", "/metrics")
+        m = met.decode()
+        hit = lambda store: int(re.search(r'kvtier_prefix_store_lookups_total\{store="%s",result="hit"\} (\d+)' % store,
+                                          m).group(1))
+        assert st == 200 and r2["usage"]["prompt_tokens_details"]["cached_tokens"] >= 576, r2["usage"]
+        assert r2["choices"][0]["text"] == r1["choices"][0]["text"]
+        assert hit("redis") >= 36 and hit("dir") == 0, m[-900:]
+        assert s2.stop() == 0
+        rp.kill()
+        rp.wait()
+        rp = None
+        s2 = Server(kvtier, model, "--kv-cache-dir", d2, "--kv-block", "16", "--metrics", *extra)  # no Redis now
+        st, _, r3 = s2.post("/v1/completions", body)
+        assert st == 200 and r3["usage"]["prompt_tokens_details"]["cached_tokens"] >= 576, r3["usage"]
+        assert r3["choices"][0]["text"] == r1["choices"][0]["text"]
+        assert s2.stop() == 0
+    finally:
+        if rp:
+            rp.kill()
+            rp.wait()
+        subprocess.run(["rm", "-rf", d])
+
+
 @case("--kv-remote: a second server answers a prompt first seen by the first from Redis (cached_tokens), same text; "
       "Redis killed and restarted under load: every request completes, same texts")
 def t_remote(kvtier, model, extra):
@@ -739,6 +781,7 @@ def main():
     t_preempt(a.kvtier, a.model, extra)
     t_cache_dir(a.kvtier, a.model, extra)
     t_remote(a.kvtier, a.model, extra)
+    t_chain(a.kvtier, a.model, extra)
     t_equal_generate(a.kvtier, a.smollm2)
     return 1 if FAILED else 0
 

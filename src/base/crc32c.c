@@ -45,6 +45,20 @@ static uint32_t x_pow_8n(uint64_t n) {
     return r;
 }
 
+uint32_t kvt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+    return gf2_mulmod(crc_a, x_pow_8n(len_b)) ^ crc_b;
+}
+
+uint32_t kvt_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n) {
+    enum { PIECE = 64 << 10 }; // bytes copied, then summed while still in L2 (three streams of 21 KiB)
+    for (size_t off = 0; off < n; off += PIECE) {
+        const size_t m = n - off < PIECE ? n - off : PIECE;
+        memcpy((char *)dst + off, (const char *)src + off, m);
+        crc = kvt_crc32c(crc, (const char *)dst + off, m);
+    }
+    return crc;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <nmmintrin.h>
 #define STREAM_MIN 4096 // bytes per stream from which three streams pay for the combination

@@ -14,5 +14,10 @@
 uint32_t kvt_crc32c(uint32_t crc, const void *data, size_t n);
 // The portable table implementation (for tests comparing both paths).
 uint32_t kvt_crc32c_sw(uint32_t crc, const void *data, size_t n);
+// The CRC of A followed by B from crc_a = CRC(A), crc_b = CRC(B) and B's length in bytes (no pass over the data).
+uint32_t kvt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+// Copies n bytes from src to dst (not overlapping) and returns kvt_crc32c(crc, src, n): one pass over memory (the
+// CRC reads each piece just copied, from cache).
+uint32_t kvt_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n);
 
 #endif

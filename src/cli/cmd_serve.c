@@ -45,7 +45,8 @@ static void usage(void) {
            "                        bounds DIR (least recently used entries removed)\n"
            "  --kv-remote URL       the same on a Redis/Valkey server shared by several servers:\n"
            "                        redis://HOST[:PORT] or unix:///PATH (a missing, corrupt or unreachable entry\n"
-           "                        is recomputed, never an error)\n"
+           "                        is recomputed, never an error); with --kv-cache-dir, the directory is looked\n"
+           "                        up first and keeps a copy of what the server gives\n"
            "  --no-preempt          never swap a running request out (by default, with a disk tier below bounded\n"
            "                        fast and host tiers, the latest-admitted request is swapped out to disk\n"
            "                        when fast + host cannot hold the running ones, and resumed exactly later)\n"
@@ -102,8 +103,8 @@ typedef struct {
     const char *remote;     // --kv-remote: the prefix cache's blocks shared on a Redis server (NULL: no)
 } serve_opts;
 
-// The prefix cache's second level (--kv-cache-dir or --kv-remote), for ctx's KV layout and model; *out NULL when
-// neither flag is given. false (message printed) when it cannot be opened.
+// The prefix cache's second level (--kv-cache-dir, --kv-remote, or both: the directory in front of the server), for
+// ctx's KV layout and model; *out NULL when neither flag is given. false (message printed) when one cannot be opened.
 static bool open_prefix_store(const serve_opts *o, const kvt_model *model, kvt_context *ctx, kvt_prefix_store **out) {
     *out = NULL;
     if (!o->cache_dir && !o->remote) return true;
@@ -115,10 +116,25 @@ static bool open_prefix_store(const serve_opts *o, const kvt_model *model, kvt_c
     snprintf(id.arch, sizeof id.arch, "%s", kvt_arch_name(model->hp.arch));
     const int64_t payload = kvt_kv_block_payload_bytes(kv);
     kvt_err err = {0};
-    kvt_status st = o->cache_dir ? kvt_prefix_store_dir_open(o->cache_dir, &id, payload, o->cache_max, out, &err)
-                                 : kvt_prefix_store_redis_open(o->remote, &id, payload, NULL, out, &err);
-    if (st) fprintf(stderr, "kvtier serve: %s: %s\n", o->cache_dir ? "--kv-cache-dir" : "--kv-remote", err.msg);
-    return st == KVT_OK;
+    kvt_prefix_store *dir = NULL, *remote = NULL;
+    if (o->cache_dir && kvt_prefix_store_dir_open(o->cache_dir, &id, payload, o->cache_max, &dir, &err)) {
+        fprintf(stderr, "kvtier serve: --kv-cache-dir: %s\n", err.msg);
+        return false;
+    }
+    if (o->remote && kvt_prefix_store_redis_open(o->remote, &id, payload, NULL, &remote, &err)) {
+        fprintf(stderr, "kvtier serve: --kv-remote: %s\n", err.msg);
+        kvt_prefix_store_free(dir);
+        return false;
+    }
+    if (dir && remote) {
+        if (kvt_prefix_store_chain_open(dir, remote, out, &err)) {
+            fprintf(stderr, "kvtier serve: %s\n", err.msg);
+            return false;
+        }
+        return true;
+    }
+    *out = dir ? dir : remote;
+    return true;
 }
 
 // Serves until SIGINT/SIGTERM (blocked in every thread, taken here with sigwait); returns the exit status.
@@ -292,10 +308,6 @@ int cmd_serve(int argc, char **argv) {
     return 1;
 #else
     if (cp.kv_block <= 0) cp.kv_block = 64; // the prefix cache reuses whole blocks: finer than generate's 512
-    if (cache_dir && remote) {
-        fprintf(stderr, "kvtier serve: --kv-cache-dir and --kv-remote together are not supported yet: choose one\n");
-        return 2;
-    }
     if (cache_max && !cache_dir) {
         fprintf(stderr, "kvtier serve: --kv-cache-max bounds --kv-cache-dir, which is not given\n");
         return 2;

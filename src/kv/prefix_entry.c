@@ -44,7 +44,7 @@ uint32_t kvt_prefix_identity_hash(const kvt_prefix_identity *id) {
 }
 
 void kvt_prefix_entry_header(uint8_t *hdr, const kvt_prefix_identity *id, const kvt_block_key *key,
-                             const void *payload, int64_t payload_bytes) {
+                             uint32_t payload_crc, int64_t payload_bytes) {
     memset(hdr, 0, KVT_PREFIX_ENTRY_HEADER_BYTES);
     memcpy(hdr, k_magic, 8);
     put32(hdr + 8, KVT_PREFIX_ENTRY_VERSION);
@@ -53,8 +53,9 @@ void kvt_prefix_entry_header(uint8_t *hdr, const kvt_prefix_identity *id, const 
     put64(hdr + 64, key->lo);
     put64(hdr + 72, key->hi);
     put64(hdr + 80, (uint64_t)payload_bytes);
-    uint32_t crc = kvt_crc32c(0, hdr, KVT_PREFIX_ENTRY_HEADER_BYTES);
-    put32(hdr + 88, kvt_crc32c(crc, payload, (size_t)payload_bytes));
+    // the CRC of header then payload, from the two CRCs
+    const uint32_t crc = kvt_crc32c(0, hdr, KVT_PREFIX_ENTRY_HEADER_BYTES);
+    put32(hdr + 88, kvt_crc32c_combine(crc, payload_crc, (uint64_t)payload_bytes));
 }
 
 static const char *id_diff(const kvt_prefix_identity *a, const kvt_prefix_identity *b) {
@@ -178,6 +179,8 @@ struct kvt_prefix_putq {
     int64_t payload_bytes, budget, inflight; // inflight: bytes queued or being written
     int batch;
     kvt_prefix_put_job *jobs; // batch jobs taken by the writer
+    void **spare;             // [n_spare] payload buffers written out, kept for the next pushes (no malloc, no
+    size_t n_spare, cap_spare; // page faults per block); at most the budget's worth
     bool stop;
     kvt_prefix_write_fn write;
     void *ctx;
@@ -211,8 +214,11 @@ static void *putq_main(void *arg) {
         }
         pthread_mutex_unlock(&q->mu);
         q->write(q->ctx, q->jobs, n);
-        for (int i = 0; i < n; i++) free(q->jobs[i].payload);
         pthread_mutex_lock(&q->mu);
+        for (int i = 0; i < n; i++) {
+            if (q->n_spare < q->cap_spare) q->spare[q->n_spare++] = q->jobs[i].payload;
+            else free(q->jobs[i].payload);
+        }
         q->inflight -= (int64_t)n * q->payload_bytes;
         pthread_cond_broadcast(&q->cv_done);
     }
@@ -230,7 +236,12 @@ kvt_status kvt_prefix_putq_start(int64_t payload_bytes, int64_t budget_bytes, in
     q->write = write;
     q->ctx = ctx;
     q->jobs = malloc((size_t)q->batch * sizeof *q->jobs);
-    if (!q->jobs) {
+    const int64_t spare = payload_bytes > 0 ? budget_bytes / payload_bytes : 0;
+    q->cap_spare = (size_t)(spare < 1 ? 1 : spare > 64 ? 64 : spare);
+    q->spare = malloc(q->cap_spare * sizeof *q->spare);
+    if (!q->jobs || !q->spare) {
+        free(q->jobs);
+        free(q->spare);
         free(q);
         return kvt_errorf(err, KVT_ERR_NOMEM, "prefix store: out of memory for the write queue");
     }
@@ -242,6 +253,7 @@ kvt_status kvt_prefix_putq_start(int64_t payload_bytes, int64_t budget_bytes, in
         pthread_cond_destroy(&q->cv_work);
         pthread_mutex_destroy(&q->mu);
         free(q->jobs);
+        free(q->spare);
         free(q);
         return kvt_errorf(err, KVT_ERR_IO, "prefix store: cannot start the writer thread");
     }
@@ -257,9 +269,11 @@ bool kvt_prefix_putq_push(kvt_prefix_putq *q, const kvt_block_key *key, const vo
         return false;
     }
     q->inflight += q->payload_bytes; // reserved before the copy, so concurrent pushes respect the budget
+    void *copy = q->n_spare ? q->spare[--q->n_spare] : NULL;
     pthread_mutex_unlock(&q->mu);
-    void *copy = malloc((size_t)q->payload_bytes);
-    if (copy) memcpy(copy, payload, (size_t)q->payload_bytes);
+    if (!copy) copy = malloc((size_t)q->payload_bytes);
+    // the copy and the payload's CRC (for the entry's header) in one pass
+    const uint32_t crc = copy ? kvt_crc32c_copy(0, copy, payload, (size_t)q->payload_bytes) : 0;
     pthread_mutex_lock(&q->mu);
     if (!copy || !ring_reserve(q)) {
         q->inflight -= q->payload_bytes;
@@ -268,7 +282,7 @@ bool kvt_prefix_putq_push(kvt_prefix_putq *q, const kvt_block_key *key, const vo
         free(copy);
         return false;
     }
-    q->ring[(q->head + q->n) % q->cap] = (kvt_prefix_put_job){*key, copy};
+    q->ring[(q->head + q->n) % q->cap] = (kvt_prefix_put_job){*key, copy, crc};
     q->n++;
     pthread_cond_signal(&q->cv_work);
     pthread_mutex_unlock(&q->mu);
@@ -289,6 +303,8 @@ void kvt_prefix_putq_stop(kvt_prefix_putq *q) {
     pthread_cond_signal(&q->cv_work);
     pthread_mutex_unlock(&q->mu);
     pthread_join(q->thread, NULL);
+    for (size_t i = 0; i < q->n_spare; i++) free(q->spare[i]);
+    free(q->spare);
     free(q->ring);
     free(q->jobs);
     pthread_cond_destroy(&q->cv_done);

@@ -19,9 +19,10 @@
 #define KVT_PREFIX_ENTRY_HEADER_BYTES 96
 #define KVT_PREFIX_ENTRY_VERSION 1u
 
-// Writes the header of the entry (id, key, payload of payload_bytes) into hdr (KVT_PREFIX_ENTRY_HEADER_BYTES).
+// Writes the header of the entry (id, key, a payload of payload_bytes whose CRC-32C alone is payload_crc, i.e.
+// kvt_crc32c(0, payload, payload_bytes)) into hdr (KVT_PREFIX_ENTRY_HEADER_BYTES); no pass over the payload.
 void kvt_prefix_entry_header(uint8_t *hdr, const kvt_prefix_identity *id, const kvt_block_key *key,
-                             const void *payload, int64_t payload_bytes);
+                             uint32_t payload_crc, int64_t payload_bytes);
 
 // Checks an entry read back: hdr_len bytes of header, payload_len bytes of payload. Magic, version, header
 // size, reserved field, payload size (the header's must equal payload_len) and CRC32C always; the identity
@@ -68,6 +69,7 @@ void kvt_prefix_common_stats(kvt_prefix_store *s, kvt_prefix_store_stats *out);
 typedef struct {
     kvt_block_key key;
     void *payload; // payload_bytes, owned by the queue
+    uint32_t crc;  // kvt_crc32c(0, payload, payload_bytes), computed while the queue copied it
 } kvt_prefix_put_job;
 
 // Writes n jobs (n <= the batch size given to start); counts their outcomes itself.

@@ -69,6 +69,9 @@ typedef struct {
     // Optional (NULL: get is called n times): looks up n keys at once (the Redis store pipelines them);
     // dsts[i] and hits[i] as get's dst and hit.
     void (*get_many)(kvt_prefix_store *s, const kvt_block_key *keys, int n, void *const *dsts, bool *hits);
+    // Optional (NULL: the store is one level): the stores a chain is made of, nearest first, into out[cap]; returns
+    // how many (kvt_prefix_store_levels).
+    int (*levels)(kvt_prefix_store *s, kvt_prefix_store **out, int cap);
 } kvt_prefix_store_ops;
 
 struct kvt_prefix_store {
@@ -127,6 +130,12 @@ kvt_prefix_store_redis_params kvt_prefix_store_redis_params_default(void);
 kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identity *id, int64_t payload_bytes,
                                        const kvt_prefix_store_redis_params *p, kvt_prefix_store **out, kvt_err *err);
 
+// Two stores as one level below the other (`--kv-cache-dir` in front of `--kv-remote`): a lookup tries near, then
+// far, and a block found far is put near too; puts go to both. Both must have been opened for the same identity and
+// payload size (KVT_ERR_INVALID_ARG otherwise). Takes ownership of near and far, also on error.
+kvt_status kvt_prefix_store_chain_open(kvt_prefix_store *near, kvt_prefix_store *far, kvt_prefix_store **out,
+                                       kvt_err *err);
+
 static inline void kvt_prefix_store_get(kvt_prefix_store *s, const kvt_block_key *k, void *dst, bool *hit) {
     s->ops->get(s, k, dst, hit);
 }
@@ -143,6 +152,13 @@ static inline void kvt_prefix_store_put(kvt_prefix_store *s, const kvt_block_key
 }
 static inline void kvt_prefix_store_flush(kvt_prefix_store *s) { s->ops->flush(s); }
 static inline void kvt_prefix_store_stats_get(kvt_prefix_store *s, kvt_prefix_store_stats *o) { s->ops->stats(s, o); }
+// The single stores s is made of, nearest first (s itself unless it is a chain), at most cap; returns the count.
+static inline int kvt_prefix_store_levels(kvt_prefix_store *s, kvt_prefix_store **out, int cap) {
+    if (cap <= 0) return 0;
+    if (s->ops->levels) return s->ops->levels(s, out, cap);
+    out[0] = s;
+    return 1;
+}
 static inline void kvt_prefix_store_free(kvt_prefix_store *s) {
     if (s) s->ops->free(s);
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../base/grow.h"
+#include "../base/crc32c.h"
 #include "../base/timer.h"
 #include "prefix_entry.h"
 
@@ -253,7 +254,9 @@ static bool write_full(int fd, const uint8_t *hdr, const void *payload, size_t n
     return true;
 }
 
-static kvt_prefix_put_outcome dir_write_one(dir_store *s, const kvt_block_key *key, const void *payload) {
+static kvt_prefix_put_outcome dir_write_one(dir_store *s, const kvt_prefix_put_job *job) {
+    const kvt_block_key *key = &job->key;
+    const void *payload = job->payload;
     if (s->max_bytes && s->entry_bytes > s->max_bytes) return KVT_PPUT_FAILED;
     pthread_mutex_lock(&s->mu);
     const bool have = ix_find(s, s->idh, key, NULL) >= 0;
@@ -264,7 +267,7 @@ static kvt_prefix_put_outcome dir_write_one(dir_store *s, const kvt_block_key *k
     snprintf(tmp, sizeof tmp, ".tmp-%ld-%" PRIu64 "-%s", (long)getpid(), (uint64_t)atomic_fetch_add(&s->tmp_seq, 1),
              name);
     uint8_t hdr[HDR];
-    kvt_prefix_entry_header(hdr, &s->com.base.id, key, payload, s->com.base.payload_bytes);
+    kvt_prefix_entry_header(hdr, &s->com.base.id, key, job->crc, s->com.base.payload_bytes);
     const int fd = openat(s->dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return KVT_PPUT_FAILED;
     const bool ok = write_full(fd, hdr, payload, (size_t)s->com.base.payload_bytes);
@@ -282,7 +285,7 @@ static void dir_write_jobs(void *ctx, kvt_prefix_put_job *jobs, int n) {
     dir_store *s = ctx;
     for (int i = 0; i < n; i++) {
         const double t0 = kvt_time_ms();
-        const kvt_prefix_put_outcome o = dir_write_one(s, &jobs[i].key, jobs[i].payload);
+        const kvt_prefix_put_outcome o = dir_write_one(s, &jobs[i]);
         kvt_prefix_count_put(&s->com.cnt, 0, o, s->com.base.payload_bytes, kvt_time_ms() - t0);
     }
 }
@@ -291,7 +294,7 @@ static void dir_put(kvt_prefix_store *base, const kvt_block_key *key, const void
     dir_store *s = (dir_store *)base;
     if (!s->com.q) {
         kvt_prefix_count_put(&s->com.cnt, 1, KVT_PPUT_SKIPPED, 0, 0);
-        kvt_prefix_put_job j = {*key, (void *)payload};
+        kvt_prefix_put_job j = {*key, (void *)payload, kvt_crc32c(0, payload, (size_t)base->payload_bytes)};
         dir_write_jobs(s, &j, 1);
         return;
     }
@@ -310,7 +313,7 @@ static void dir_free(kvt_prefix_store *base) {
 }
 
 static const kvt_prefix_store_ops dir_ops = {
-    "dir", dir_get, dir_put, kvt_prefix_common_flush, kvt_prefix_common_stats, dir_free, NULL};
+    "dir", dir_get, dir_put, kvt_prefix_common_flush, kvt_prefix_common_stats, dir_free, NULL, NULL};
 
 // ---- open ----
 typedef struct {

@@ -331,7 +331,7 @@ static void redis_get(kvt_prefix_store *base, const kvt_block_key *key, void *ds
 static bool send_set(redis_store *s, redisContext *c, const kvt_prefix_put_job *job) {
     const size_t vl = HDR + (size_t)s->com.base.payload_bytes;
     uint8_t hdr[HDR];
-    kvt_prefix_entry_header(hdr, &s->com.base.id, &job->key, job->payload, s->com.base.payload_bytes);
+    kvt_prefix_entry_header(hdr, &s->com.base.id, &job->key, job->crc, s->com.base.payload_bytes);
     const bool ttl = s->p.ttl_s > 0;
     size_t prel = (size_t)sprintf(s->wpre, "*%d\r\n$3\r\nSET\r\n$%zu\r\n", ttl ? 6 : 4, s->key_prefix_len + 32);
     prel += key_string(s, &job->key, s->wpre + prel);
@@ -411,7 +411,7 @@ static const kvt_prefix_store_ops redis_ops = {"redis",
                                                kvt_prefix_common_flush,
                                                kvt_prefix_common_stats,
                                                redis_free,
-                                               redis_get_many};
+                                               redis_get_many, NULL};
 
 // Splits url into s->host/port or s->path.
 static kvt_status parse_url(redis_store *s, const char *url, kvt_err *err) {

@@ -34,7 +34,8 @@ struct kvt_prefix_cache {
     int64_t *tab;       // [cap_tab] entry index, -1 empty, -2 deleted; cap_tab a power of two
     int64_t cap_tab, n_tab_used; // slots not empty (live and deleted)
     uint64_t tick;
-    void *payload;      // [payload_bytes] one block for the second-level store (NULL without one)
+    void *payload;      // [n_batch][payload_bytes] blocks read from / written to the second-level store (NULL without)
+    int n_batch;        // blocks one lookup asks the store for at once (get_many pipelines them)
     kvt_prefix_cache_stats st;
 };
 
@@ -208,7 +209,10 @@ kvt_status kvt_prefix_cache_init(kvt_context *ctx, const kvt_prefix_cache_params
             return kvt_errorf(err, KVT_ERR_INVALID_ARG, "prefix store '%s' holds blocks of %lld bytes, this KV store's are "
                               "%lld bytes", name, (long long)got, (long long)want);
         }
-        if (!(pc->payload = malloc((size_t)pc->p.store->payload_bytes))) {
+        // a prompt's store lookups go out in batches of up to 8 blocks, at most 64 MiB of buffers
+        const int64_t pb = pc->p.store->payload_bytes, lim = ((int64_t)64 << 20) / (pb > 0 ? pb : 1);
+        pc->n_batch = (int)(lim < 1 ? 1 : lim > 8 ? 8 : lim);
+        if (!(pc->payload = malloc((size_t)pc->n_batch * (size_t)pb))) {
             free(pc);
             return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a prefix block buffer");
         }
@@ -247,30 +251,43 @@ kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int3
     kvt_block_key key, *prev = NULL;
     int64_t parent = -1, b = 0, from_store = 0;
     kvt_status st = KVT_OK;
-    for (; b < nb; b++) {
+    for (; b < nb; b++) { // blocks the memory cache holds
         key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
-        prev = &key;
         int64_t x = tab_find(pc, &key);
-        if (x >= 0 && pc->e[x].b == b && pc->e[x].parent == parent) {
-            if ((st = kvt_kv_paged_seq_push_ref(pc->kv, seq, b, pc->e[x].ids, err))) break;
-            pc->e[x].last_use = pc->tick;
-            parent = x;
-            continue;
+        if (!(x >= 0 && pc->e[x].b == b && pc->e[x].parent == parent)) break;
+        if ((st = kvt_kv_paged_seq_push_ref(pc->kv, seq, b, pc->e[x].ids, err))) break;
+        pc->e[x].last_use = pc->tick;
+        parent = x;
+        prev = &pc->e[x].key;
+    }
+    // then blocks the second-level store holds, asked for n_batch at a time, imported in order until the first miss
+    kvt_block_key keys[8];
+    void *dsts[8];
+    bool hits[8];
+    bool more = !st && pc->p.store && b < nb;
+    while (more) {
+        int n = 0;
+        for (kvt_block_key k = key; n < pc->n_batch && b + n < nb; n++) {
+            if (n > 0) k = kvt_prefix_key_next(&keys[n - 1], tokens + (b + n) * bt, bt);
+            keys[n] = k;
+            dsts[n] = (char *)pc->payload + (size_t)n * (size_t)pc->p.store->payload_bytes;
         }
-        if (!pc->p.store) break;
-        bool hit = false;
-        kvt_prefix_store_get(pc->p.store, &key, pc->payload, &hit);
-        if (!hit) break;
-        if ((st = kvt_kv_block_import(pc->kv, seq, b, pc->payload, err))) break;
-        from_store++;
-        // the imported block joins the memory cache (a failure here only costs a later re-import)
-        kvt_err e2;
-        const int64_t y = x < 0 ? entry_new(pc, seq, b, &key, parent, &e2) : -1;
-        if (y < 0) {
-            b++;
-            break;
+        kvt_prefix_store_get_many(pc->p.store, keys, n, dsts, hits);
+        for (int i = 0; i < n && more; i++, b++) {
+            if (!hits[i] || (st = kvt_kv_block_import(pc->kv, seq, b, dsts[i], err))) {
+                more = false;
+                break;
+            }
+            from_store++;
+            // the imported block joins the memory cache (a failure here only costs a later re-import)
+            const int64_t x = tab_find(pc, &keys[i]);
+            kvt_err e2;
+            const int64_t y = x < 0 ? entry_new(pc, seq, b, &keys[i], parent, &e2) : -1;
+            if (y < 0) more = false; // b++ still counts this block
+            parent = y;
         }
-        parent = y;
+        if (more && b < nb) key = kvt_prefix_key_next(&keys[n - 1], tokens + b * bt, bt);
+        more = more && b < nb;
     }
     if (st) { // n_past is still 0
         pc->kv->ops->truncate(pc->kv, seq, 0);

@@ -79,6 +79,9 @@ typedef struct {
     bool ignore_eos;                   // an end-of-generation token does not end a choice (benchmarks: exact lengths)
 } kvt_engine_job;
 
+// Stores of the prefix cache's second level the stats report (a chain of `--kv-cache-dir` and `--kv-remote`: two).
+#define KVT_ENGINE_PREFIX_LEVELS 4
+
 // Counters for GET /metrics (totals since start unless said otherwise).
 typedef struct {
     int64_t jobs_submitted, jobs_done, jobs_cancelled, jobs_failed, jobs_rejected;
@@ -93,8 +96,9 @@ typedef struct {
     int64_t plans;                     // prefetch plans published to the KV store
     kvt_kv_stats kv;                   // the store's counters (as of the last finished job)
     const char *kv_store;              // the store's name
-    const char *prefix_store;          // the prefix cache's second level ("dir", "redis"), NULL if none
-    kvt_prefix_store_stats prefix;     // its counters (now)
+    int32_t n_prefix;                  // stores of the prefix cache's second level (0: none; 2: dir in front of redis)
+    const char *prefix_store[KVT_ENGINE_PREFIX_LEVELS]; // [n_prefix] their names ("dir", "redis"), nearest first
+    kvt_prefix_store_stats prefix[KVT_ENGINE_PREFIX_LEVELS]; // [n_prefix] their counters (now)
 } kvt_engine_stats;
 
 typedef struct kvt_engine kvt_engine;

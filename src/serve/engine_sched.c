@@ -239,9 +239,13 @@ static void s_stats(kvt_engine *base, kvt_engine_stats *out) {
     *out = e->st;
     out->queued = e->n_inbox + e->sched_waiting;
     pthread_mutex_unlock(&e->mu);
-    if (e->pstore) { // the store's counters are its own (thread-safe)
-        out->prefix_store = e->pstore->ops->name;
-        kvt_prefix_store_stats_get(e->pstore, &out->prefix);
+    if (e->pstore) { // each store's counters are its own (thread-safe)
+        kvt_prefix_store *lv[KVT_ENGINE_PREFIX_LEVELS];
+        out->n_prefix = kvt_prefix_store_levels(e->pstore, lv, KVT_ENGINE_PREFIX_LEVELS);
+        for (int32_t i = 0; i < out->n_prefix; i++) {
+            out->prefix_store[i] = lv[i]->ops->name;
+            kvt_prefix_store_stats_get(lv[i], &out->prefix[i]);
+        }
     }
 }
 

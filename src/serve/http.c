@@ -389,22 +389,33 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
     fprintf(f, "kvtier_kv_misses_total %lld\n", (long long)s.kv.misses);
     METRIC("kv_stall_seconds_total", "counter", "Time compute threads waited for KV blocks.");
     fprintf(f, "kvtier_kv_stall_seconds_total %.6f\n", s.kv.stall_ms / 1e3);
-    if (s.prefix_store) { // the prefix cache's second level: every way a lookup ends, and the bytes
-        const kvt_prefix_store_stats *P = &s.prefix;
-        METRIC("prefix_store_lookups_total", "counter", "Block lookups in the prefix cache's second level, by result.");
-        fprintf(f, "kvtier_prefix_store_lookups_total{store=\"%s\",result=\"hit\"} %lld\n", s.prefix_store, (long long)P->hits);
-        fprintf(f, "kvtier_prefix_store_lookups_total{store=\"%s\",result=\"miss\"} %lld\n", s.prefix_store,
-                (long long)(P->misses - P->miss_corrupt - P->miss_unavailable));
-        fprintf(f, "kvtier_prefix_store_lookups_total{store=\"%s\",result=\"corrupt\"} %lld\n", s.prefix_store, (long long)P->miss_corrupt);
-        fprintf(f, "kvtier_prefix_store_lookups_total{store=\"%s\",result=\"unavailable\"} %lld\n", s.prefix_store,
-                (long long)P->miss_unavailable);
-        METRIC("prefix_store_puts_total", "counter", "Blocks written to the second level, by result.");
-        fprintf(f, "kvtier_prefix_store_puts_total{store=\"%s\",result=\"asked\"} %lld\n", s.prefix_store, (long long)P->puts);
-        fprintf(f, "kvtier_prefix_store_puts_total{store=\"%s\",result=\"failed\"} %lld\n", s.prefix_store, (long long)P->put_failed);
-        fprintf(f, "kvtier_prefix_store_puts_total{store=\"%s\",result=\"dropped\"} %lld\n", s.prefix_store, (long long)P->put_dropped);
-        METRIC("prefix_store_bytes_total", "counter", "Payload bytes read from / written to the second level.");
-        fprintf(f, "kvtier_prefix_store_bytes_total{store=\"%s\",dir=\"read\"} %lld\n", s.prefix_store, (long long)P->bytes_read);
-        fprintf(f, "kvtier_prefix_store_bytes_total{store=\"%s\",dir=\"write\"} %lld\n", s.prefix_store, (long long)P->bytes_written);
+    if (s.n_prefix > 0) { // the prefix cache's second level, per store: how lookups end, puts, bytes (one table)
+        static const struct {
+            const char *family, *help, *label, *value;
+        } rows[] = {
+            {"lookups", "Block lookups in the prefix cache's second level, by result.", "result", "hit"},
+            {"lookups", NULL, "result", "miss"},
+            {"lookups", NULL, "result", "corrupt"},
+            {"lookups", NULL, "result", "unavailable"},
+            {"puts", "Blocks written to the second level, by result.", "result", "asked"},
+            {"puts", NULL, "result", "failed"},
+            {"puts", NULL, "result", "dropped"},
+            {"bytes", "Payload bytes read from / written to the second level.", "dir", "read"},
+            {"bytes", NULL, "dir", "write"},
+        };
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            if (rows[r].help)
+                fprintf(f, "# HELP kvtier_prefix_store_%s_total %s\n# TYPE kvtier_prefix_store_%s_total counter\n",
+                        rows[r].family, rows[r].help, rows[r].family);
+            for (int32_t k = 0; k < s.n_prefix; k++) {
+                const kvt_prefix_store_stats *P = &s.prefix[k];
+                const int64_t n[] = {P->hits, P->misses - P->miss_corrupt - P->miss_unavailable, P->miss_corrupt,
+                                     P->miss_unavailable, P->puts, P->put_failed, P->put_dropped, P->bytes_read,
+                                     P->bytes_written}; // in the order of rows
+                fprintf(f, "kvtier_prefix_store_%s_total{store=\"%s\",%s=\"%s\"} %lld\n", rows[r].family,
+                        s.prefix_store[k], rows[r].label, rows[r].value, (long long)n[r]);
+            }
+        }
     }
     METRIC("n_ctx", "gauge", "Positions per sequence.");
     fprintf(f, "kvtier_n_ctx %lld\n", (long long)s.n_ctx);
