@@ -80,11 +80,13 @@ INLINE __m512i pair_u8(const char *blk, int WT) {
         return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(a, b, 0x20)),
                                   _mm256_permute2x128_si256(a, b, 0x31), 1);
     }
+    // [A, B, A, B] from two 16-byte broadcast loads and a blend, the upper half shifted by 4: no shuffle-port
+    // instruction (the decode loop is bound by that port)
     const size_t off = WT == WT_Q4_1 ? 4 : 2;
-    const __m256i v = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(blk + bs + off)),
-                                       _mm_loadu_si128((const __m128i *)(blk + off)));
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
-    return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+    const __m512i a = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk + off)));
+    const __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(blk + bs + off)));
+    const __m512i z = _mm512_mask_blend_epi64(0xCC, a, b);
+    return _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFFFF0000u, z, 4), _mm512_set1_epi8(0x0F));
 }
 #endif
 
