@@ -32,18 +32,19 @@ static int64_t strip_rows(int64_t wrs) {
     return s < 4 ? 4 : s;
 }
 
-// Tokens per block: a multiple of KVT_DOT_MULTI_MAX fitting in TOK_BLOCK_BYTES.
-static int64_t token_block(int64_t row_bytes, int64_t n_tok) {
+// Tokens per block: a multiple of ntm (tokens per rows call) fitting in TOK_BLOCK_BYTES.
+static int64_t token_block(int64_t row_bytes, int64_t n_tok, int64_t ntm) {
     int64_t tb = TOK_BLOCK_BYTES / (row_bytes > 0 ? row_bytes : 1);
-    tb = tb / KVT_DOT_MULTI_MAX * KVT_DOT_MULTI_MAX;
-    if (tb < KVT_DOT_MULTI_MAX) tb = KVT_DOT_MULTI_MAX;
+    tb = tb / ntm * ntm;
+    if (tb < ntm) tb = ntm;
     return min64(tb, n_tok);
 }
+static int64_t nt_max(const kvt_mm_kernel *mm) { return mm->nt_max > 0 ? mm->nt_max : KVT_DOT_MULTI_MAX; }
 
 static void run_rows(const kvt_mm_kernel *mm, int64_t n, const char *w, int64_t wrs, int64_t rs, int64_t re,
                      const char *P, int64_t prs, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
-    for (int64_t t = t0; t < t1; t += KVT_DOT_MULTI_MAX) {
-        const int nt = (int)min64(t1 - t, KVT_DOT_MULTI_MAX);
+    for (int64_t t = t0; t < t1; t += nt_max(mm)) {
+        const int nt = (int)min64(t1 - t, nt_max(mm));
         mm->rows(n, w + rs * wrs, (size_t)wrs, re - rs, P + (t - t0) * prs, (size_t)prs, nt, Y + t * ldy + rs, ldy);
     }
 }
@@ -52,7 +53,7 @@ static void run_rows(const kvt_mm_kernel *mm, int64_t n, const char *w, int64_t 
 static int matmul_kernel(const kvt_mm_kernel *mm, int64_t n, const char *w, int64_t wrs, int64_t r0, int64_t r1,
                          const char *x, int64_t xrs, int64_t n_tok, float *Y, int64_t ldy) {
     const int64_t prs = mm->prep_size(n);
-    const int64_t tb = token_block(prs, n_tok);
+    const int64_t tb = token_block(prs, n_tok, nt_max(mm));
     _Alignas(64) char stack_buf[STACK_SCRATCH];
     char *heap = NULL, *P = stack_buf;
     if (tb * prs > STACK_SCRATCH) {
@@ -125,7 +126,7 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
         for (int64_t r = r0; r < r1; r++) ops->vec_dot(n, Y + r, w + r * wrs, x);
         return;
     }
-    const int64_t strip = strip_rows(wrs), tb = token_block(xrs, n_tok);
+    const int64_t strip = strip_rows(wrs), tb = token_block(xrs, n_tok, KVT_DOT_MULTI_MAX);
     for (int64_t rs = r0; rs < r1; rs += strip) {
         const int64_t re = min64(rs + strip, r1);
         for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {

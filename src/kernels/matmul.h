@@ -58,7 +58,7 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // ---- internal: SIMD matmul kernels (matmul_avx2.c / matmul_avx512.c) ----
 // prep converts one activation row (vec_dot_type, n elements) into the
 // kernel's layout of prep_size(n) bytes (multiple of 64; P rows 64-aligned);
-// rows computes Y[t*ldy + r] = dot(W row r, P row t), r < nr, t < nt <= 4.
+// rows computes Y[t*ldy + r] = dot(W row r, P row t), r < nr, t < nt <= nt_max.
 typedef struct {
     int64_t (*prep_size)(int64_t n);
     void (*prep)(int64_t n, const void *x, void *p);
@@ -72,6 +72,7 @@ typedef struct {
     int64_t (*gemm_scratch)(int64_t n, int64_t n_tok);
     void (*gemm)(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
                  float *Y, int64_t ldy, void *scratch);
+    int nt_max; // most activation rows per rows call (0: KVT_DOT_MULTI_MAX)
 } kvt_mm_kernel;
 const kvt_mm_kernel *kvt_mm_kernel_avx2(kvt_type wt);
 const kvt_mm_kernel *kvt_mm_kernel_avx512(kvt_type wt);

@@ -756,6 +756,7 @@ static void q8_0_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
 // order of the nibble planes: sub-blocks 0,2,1,3,4,6,5,7; q6_K: natural);
 // int16 bs[8] (q4_K: sums of 32) or bs[16] (q6_K: sums of 16); float d.
 #define KP 320
+#define KP_NT 8 // activation rows per call: each output's arithmetic is its own, so any count gives the same bits
 static int64_t kp_prep_size(int64_t n) { return (n / KVT_QK_K) * KP; }
 static void q4_K_prep(int64_t n, const void *x, void *p) {
     static const int ord[8] = {0, 2, 1, 3, 4, 6, 5, 7};
@@ -788,8 +789,8 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
     const __m512i shA = _mm512_set_epi8(-1, 3, -1, 3, -1, 3, -1, 3, -1, 2, -1, 2, -1, 2, -1, 2, -1, 3, -1, 3, -1, 3, -1, 3, -1, 2, -1, 2, -1, 2, -1, 2,
                                         -1, 1, -1, 1, -1, 1, -1, 1, -1, 0, -1, 0, -1, 0, -1, 0, -1, 1, -1, 1, -1, 1, -1, 1, -1, 0, -1, 0, -1, 0, -1, 0);
     const __m512i shB = _mm512_add_epi8(shA, _mm512_set1_epi16(4));
-    __m512 acc[NTMAX];
-    __m128 macc[NTMAX];
+    __m512 acc[KP_NT];
+    __m128 macc[KP_NT];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps(), macc[t] = _mm_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const kvt_block_q4_K *xb = x + b;
@@ -835,7 +836,7 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
     // 128-bit lane L takes group L (4 words) then group 4 + L (4 words), of half h
     const __m512i shs = _mm512_set_epi8(7, -1, 7, -1, 7, -1, 7, -1, 3, -1, 3, -1, 3, -1, 3, -1, 6, -1, 6, -1, 6, -1, 6, -1, 2, -1, 2, -1, 2, -1, 2, -1,
                                         5, -1, 5, -1, 5, -1, 5, -1, 1, -1, 1, -1, 1, -1, 1, -1, 4, -1, 4, -1, 4, -1, 4, -1, 0, -1, 0, -1, 0, -1, 0, -1);
-    __m512 acc[NTMAX];
+    __m512 acc[KP_NT];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const kvt_block_q6_K *xb = x + b;
@@ -888,7 +889,11 @@ INLINE void prefetch_row(const char *p, size_t bytes) {
             case 1: name##_row(nb, x, P, prs, 1, Y + r, ldy); break;                                \
             case 2: name##_row(nb, x, P, prs, 2, Y + r, ldy); break;                                \
             case 3: name##_row(nb, x, P, prs, 3, Y + r, ldy); break;                                \
-            default: name##_row(nb, x, P, prs, 4, Y + r, ldy); break;                               \
+            case 4: name##_row(nb, x, P, prs, 4, Y + r, ldy); break;                                \
+            case 5: name##_row(nb, x, P, prs, 5, Y + r, ldy); break;                                \
+            case 6: name##_row(nb, x, P, prs, 6, Y + r, ldy); break;                                \
+            case 7: name##_row(nb, x, P, prs, 7, Y + r, ldy); break;                                \
+            default: name##_row(nb, x, P, prs, 8, Y + r, ldy); break;                               \
             }                                                                                       \
         }                                                                                           \
     }
@@ -929,8 +934,8 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows},
     [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm)},
     [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows},
-    [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows MM_GEMM512(, 12, kq_scratch, q4_K_gemm)},
-    [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows MM_GEMM512(, 12, kq_scratch, q6_K_gemm)},
+    [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows MM_GEMM512(, 12, kq_scratch, q4_K_gemm), .nt_max = KP_NT},
+    [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows MM_GEMM512(, 12, kq_scratch, q6_K_gemm), .nt_max = KP_NT},
 #else
     [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows, G2(f32)},
     [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows, G2(f16)},
