@@ -193,19 +193,24 @@ INLINE __m256 load_scales8(const char *blk, size_t bs, size_t off) {
 }
 
 // One weight row against NT prepared rows.
+#ifdef KVT_SIMD_AVX512
+#define X32_NT 8 // rows per call (each output's arithmetic is its own: any count gives the same bits)
+#else
+#define X32_NT NTMAX
+#endif
 INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy, int WT) {
     const size_t bs = x32_block_size(WT);
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;
-    const float *pd[NTMAX], *pc[NTMAX];
-    const int8_t *pq[NTMAX];
+    const float *pd[X32_NT], *pc[X32_NT];
+    const int8_t *pq[X32_NT];
     UNROLL for (int t = 0; t < NT; t++) {
         pd[t] = (const float *)(P + t * prs);
         pc[t] = pd[t] + nbp;
         pq[t] = (const int8_t *)(pc[t] + nbp);
     }
-    __m256 cacc[NTMAX];
+    __m256 cacc[X32_NT];
 #ifdef KVT_SIMD_AVX512
-    __m512 acc[NTMAX][2];
+    __m512 acc[X32_NT][2];
     UNROLL for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps(), cacc[t] = _mm256_setzero_ps();
     // lane -> block-in-group index for pair k: nibble formats [2k x4, 2k+1 x4] x2, q8_0 [2k x8, 2k+1 x8]
     __m512i idx[4];
@@ -213,15 +218,15 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
         idx[k] = WT == WT_Q8_0 ? _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k)
                                : _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k);
 #else
-    __m256 acc[NTMAX][2];
+    __m256 acc[X32_NT][2];
     UNROLL for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps(), cacc[t] = _mm256_setzero_ps();
-    float dsc[NTMAX][8] __attribute__((aligned(32)));
+    float dsc[X32_NT][8] __attribute__((aligned(32)));
 #endif
     for (int64_t g = 0; g < nfull; g += 8) {
         const char *blk = x + g * bs;
         const __m256 dx = load_scales8(blk, bs, 0);
         const __m256 cx = WT == WT_Q4_1 ? load_scales8(blk, bs, 2) : dx; // multiplies c
-        __m256 D[NTMAX];
+        __m256 D[X32_NT];
         UNROLL for (int t = 0; t < NT; t++) {
             D[t] = _mm256_mul_ps(dx, _mm256_loadu_ps(pd[t] + g));
             if (WT != WT_Q8_0 || Q8_OFFSET) cacc[t] = _mm256_fmadd_ps(cx, _mm256_loadu_ps(pc[t] + g), cacc[t]);
@@ -247,7 +252,7 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
         }
 #endif
     }
-    float tail[NTMAX] = {0};
+    float tail[X32_NT] = {0};
     for (int64_t ib = nfull; ib < nb; ib++) { // fewer than 8 blocks left
         const char *b = x + ib * bs;
         const float dx = kvt_f16_to_f32(ld16(b));
@@ -268,6 +273,15 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
     }
 }
 
+#ifdef KVT_SIMD_AVX512
+#define X32_CASES_5_8(WT)                                                                           \
+    case 5: x32_row(n, w + r * wrs, P, prs, 5, Y + r, ldy, WT); break;                              \
+    case 6: x32_row(n, w + r * wrs, P, prs, 6, Y + r, ldy, WT); break;                              \
+    case 7: x32_row(n, w + r * wrs, P, prs, 7, Y + r, ldy, WT); break;                              \
+    default: x32_row(n, w + r * wrs, P, prs, 8, Y + r, ldy, WT); break;
+#else
+#define X32_CASES_5_8(WT)
+#endif
 #define DEFINE_X32_ROWS(name, WT)                                                                   \
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
                             int nt, float *Y, int64_t ldy) {                                        \
@@ -277,7 +291,8 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
             case 1: x32_row(n, w + r * wrs, P, prs, 1, Y + r, ldy, WT); break;                      \
             case 2: x32_row(n, w + r * wrs, P, prs, 2, Y + r, ldy, WT); break;                      \
             case 3: x32_row(n, w + r * wrs, P, prs, 3, Y + r, ldy, WT); break;                      \
-            default: x32_row(n, w + r * wrs, P, prs, 4, Y + r, ldy, WT); break;                     \
+            case 4: x32_row(n, w + r * wrs, P, prs, 4, Y + r, ldy, WT); break;                      \
+            X32_CASES_5_8(WT)                                                                       \
             }                                                                                       \
         }                                                                                           \
     }
@@ -930,10 +945,10 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows G2(f32)},
     [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows MM_GEMM512(, 16, f16_gemm_scratch, f16_gemm) G2(f16)},
     [KVT_TYPE_BF16] = {fp_prep_size, bf16_prep, bf16_rows G2(bf16)},
-    [KVT_TYPE_Q4_0] = {x32_prep_size, q4_0_prep, q4_0_rows},
-    [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows},
-    [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm)},
-    [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows},
+    [KVT_TYPE_Q4_0] = {x32_prep_size, q4_0_prep, q4_0_rows, .nt_max = X32_NT},
+    [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows, .nt_max = X32_NT},
+    [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm), .nt_max = X32_NT},
+    [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows, .nt_max = X32_NT},
     [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows MM_GEMM512(, 12, kq_scratch, q4_K_gemm), .nt_max = KP_NT},
     [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows MM_GEMM512(, 12, kq_scratch, q6_K_gemm), .nt_max = KP_NT},
 #else
