@@ -282,11 +282,18 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
 #else
 #define X32_CASES_5_8(WT)
 #endif
+// Decode streams each weight row once from DRAM: its cache lines are asked for X32_AHEAD rows ahead, as the
+// hardware prefetcher stops at 4 KiB page boundaries.
+#define X32_AHEAD 2
+INLINE void x32_prefetch_row(const char *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
 #define DEFINE_X32_ROWS(name, WT)                                                                   \
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
                             int nt, float *Y, int64_t ldy) {                                        \
         const char *w = W;                                                                          \
         for (int64_t r = 0; r < nr; r++) {                                                          \
+            if (nt == 1 && r + X32_AHEAD < nr) x32_prefetch_row(w + (r + X32_AHEAD) * wrs, wrs);   \
             switch (nt) {                                                                           \
             case 1: x32_row(n, w + r * wrs, P, prs, 1, Y + r, ldy, WT); break;                      \
             case 2: x32_row(n, w + r * wrs, P, prs, 2, Y + r, ldy, WT); break;                      \
