@@ -526,6 +526,7 @@ static kvt_status start_iter(sim *s, double t) {
         if (id < 0 || id >= c->n_requests || s->pub[id].state != KVT_SIM_RUNNING || s->pub[id].swapped)
             return bad_pick(s, "swapped out", id);
         s->pub[id].swapped = true;
+        s->res->preemptions++;
         st = swap_out(s, id, t);
     }
     for (int64_t i = 0; i < sb.n_swap_in && !st; i++) {
@@ -533,6 +534,7 @@ static kvt_status start_iter(sim *s, double t) {
         if (id < 0 || id >= c->n_requests || s->pub[id].state != KVT_SIM_RUNNING || !s->pub[id].swapped)
             return bad_pick(s, "resumed", id);
         s->pub[id].swapped = false;
+        s->res->resumes++;
     }
     for (int64_t i = 0; i < sb.n_admit && !st; i++) {
         const int64_t id = s->admit[i];

@@ -165,6 +165,7 @@ typedef struct {
     int64_t transfers;         // block transfers completed (all links)
     int64_t reads;             // block reads by attention
     int64_t iterations;
+    int64_t preemptions, resumes; // requests the scheduler swapped out / resumed
     int64_t fast_blocks;       // capacity used
     double stall_s;            // scan time spent waiting for blocks
     double sim_s;              // simulated time
@@ -197,6 +198,7 @@ typedef struct {
     double moved_bytes;       // mean per run
     double stall_s;           // mean per run
     int64_t transfers, reads, iterations; // totals
+    int64_t preemptions, resumes;          // totals
     int64_t fast_blocks;      // capacity (the same for every seed)
     double wall_s;            // total wall-clock time
 } kvt_sim_summary;
