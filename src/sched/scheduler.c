@@ -304,14 +304,14 @@ static kvt_status grow(kvt_sched *s, int64_t n, kvt_err *err) {
     return KVT_OK;
 }
 
-// The decisions' parameters and view of the requests (sched_policy.h), in list order; demand (req_demand) of
-// the admitted requests with preemption. Returns the view's length, -1 when out of memory.
+// The decisions' parameters and view of the requests (sched_policy.h), in list order; with `demand` and
+// preemption, the admitted requests' demand (req_demand). Returns the view's length, -1 when out of memory.
 static kvt_sched_policy_params policy_params(const kvt_sched *s) {
     return (kvt_sched_policy_params){s->p.n_parallel, s->p.token_budget, s->resident, kvt_context_kv_block(s->ctx),
                                      s->block_bytes};
 }
 
-static int64_t view_build(kvt_sched *s, kvt_err *err) {
+static int64_t view_build(kvt_sched *s, bool demand, kvt_err *err) {
     int64_t n = 0;
     for (const req *r = s->head; r; r = r->next) n++;
     if (n > s->view_cap) {
@@ -333,8 +333,8 @@ static int64_t view_build(kvt_sched *s, kvt_err *err) {
     n = 0;
     for (req *r = s->head; r; r = r->next, n++) {
         const int32_t state = r->state == R_WAITING ? KVT_SP_WAITING : r->state == R_PREFILL ? KVT_SP_PREFILL : KVT_SP_DECODE;
-        const int64_t demand = s->resident >= 0 && r->state != R_WAITING ? req_demand(s, r) : 0;
-        s->view[n] = (kvt_sched_policy_req){state, r->swapped, r->p.n, r->n_live, r->p.n_prompt, r->n_prefilled, demand};
+        const int64_t d = demand && s->resident >= 0 && r->state != R_WAITING ? req_demand(s, r) : 0;
+        s->view[n] = (kvt_sched_policy_req){state, r->swapped, r->p.n, r->n_live, r->p.n_prompt, r->n_prefilled, d};
         s->view_req[n] = r;
     }
     return n;
@@ -343,7 +343,7 @@ static int64_t view_build(kvt_sched *s, kvt_err *err) {
 // Preemption by swap and resumption (s->resident >= 0): the running requests' demand must fit in fast + host.
 static kvt_status balance(kvt_sched *s, kvt_err *err) {
     const kvt_sched_policy_params pp = policy_params(s);
-    const int64_t n = view_build(s, err);
+    const int64_t n = view_build(s, true, err);
     if (n < 0) return err->status;
     const int64_t n_victims = kvt_sched_policy_preempt(&pp, s->view, n, s->pick);
     for (int64_t k = 0; k < n_victims; k++) { // the latest admitted running requests first
@@ -378,7 +378,7 @@ static kvt_status balance(kvt_sched *s, kvt_err *err) {
 // Admits waiting requests in arrival order while slots (and, with preemption, fast + host) allow.
 static kvt_status admit_waiting(kvt_sched *s, kvt_err *err) {
     const kvt_sched_policy_params pp = policy_params(s);
-    int64_t n = view_build(s, err);
+    int64_t n = view_build(s, true, err);
     if (n < 0) return err->status;
     for (;;) {
         const int64_t n_admit = kvt_sched_policy_admit(&pp, s->view, n, s->pick);
@@ -433,7 +433,7 @@ static void publish_plan(kvt_sched *s, int64_t n_runs) {
 // Returns the runs.
 static int64_t build_runs(kvt_sched *s, kvt_err *err) {
     const kvt_sched_policy_params pp = policy_params(s);
-    const int64_t nv = view_build(s, err);
+    const int64_t nv = view_build(s, false, err); // the split needs no demand
     if (nv < 0) return -1;
     const int64_t n_split = kvt_sched_policy_split(&pp, s->view, nv, s->split);
     int64_t n = 0;
