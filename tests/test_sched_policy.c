@@ -91,6 +91,22 @@ static void test_split(void) {
                 (long long)n);
 }
 
+// The victims in order, as a caller that reads each one's demand from the view asks for them (marks a copy).
+static int64_t victims(const kvt_sched_policy_params *p, const kvt_sched_policy_req *reqs, int64_t n, int64_t *out,
+                       kvt_sched_policy_load *load) {
+    kvt_sched_policy_req v[8];
+    memcpy(v, reqs, (size_t)n * sizeof *v);
+    *load = kvt_sched_policy_running(v, n);
+    int64_t k = 0;
+    for (int64_t i; (i = kvt_sched_policy_victim(p, v, n, load)) >= 0;) {
+        out[k++] = i;
+        v[i].swapped = true;
+        load->demand -= v[i].demand;
+        load->n_running--;
+    }
+    return k;
+}
+
 static void test_preempt_resume(void) {
     kvt_sched_policy_params p = {8, 64, 1000, 16, 100};
     int64_t out[8];
@@ -98,26 +114,31 @@ static void test_preempt_resume(void) {
     // running demand 400 + 400 + 300 = 1100 (the swapped one's 300 does not count)
     kvt_sched_policy_req a[] = {rq(D, false, 1, 1, 8, 8, 400), rq(D, true, 1, 1, 8, 8, 300), rq(P, false, 1, 1, 8, 0, 400),
                                 rq(D, false, 1, 1, 8, 8, 300), rq(W, false, 1, 0, 8, 0, 0)};
-    bool ok = same_ids(out, kvt_sched_policy_preempt(&p, a, 5, out), (int64_t[]){3}, 1, msg, sizeof msg, "1000");
+    kvt_sched_policy_load l = kvt_sched_policy_running(a, 5);
+    bool ok = l.demand == 1100 && l.n_running == 3;
+    ok = ok && same_ids(out, victims(&p, a, 5, out, &l), (int64_t[]){3}, 1, msg, sizeof msg, "1000") && l.demand == 800;
     p.resident = 500; // 1100 -> 800 -> 400
-    ok = ok && same_ids(out, kvt_sched_policy_preempt(&p, a, 5, out), (int64_t[]){3, 2}, 2, msg, sizeof msg, "500");
+    ok = ok && same_ids(out, victims(&p, a, 5, out, &l), (int64_t[]){3, 2}, 2, msg, sizeof msg, "500") && l.n_running == 1;
     p.resident = 100; // the last running request is never preempted
-    ok = ok && same_ids(out, kvt_sched_policy_preempt(&p, a, 5, out), (int64_t[]){3, 2}, 2, msg, sizeof msg, "100");
+    ok = ok && same_ids(out, victims(&p, a, 5, out, &l), (int64_t[]){3, 2}, 2, msg, sizeof msg, "100");
     p.resident = -1;
-    ok = ok && kvt_sched_policy_preempt(&p, a, 5, out) == 0;
+    ok = ok && victims(&p, a, 5, out, &l) == 0;
     // resume: 600 running; 300 then 100 fit in 1000; in 800 the first does not, and the second does not overtake it
     kvt_sched_policy_req b[] = {rq(D, false, 1, 1, 8, 8, 400), rq(D, true, 1, 1, 8, 8, 300), rq(D, true, 1, 1, 8, 8, 100),
                                 rq(D, false, 1, 1, 8, 8, 200)};
     p.resident = 1000;
-    ok = ok && same_ids(out, kvt_sched_policy_resume(&p, b, 4, out), (int64_t[]){1, 2}, 2, msg, sizeof msg, "resume 1000");
+    ok = ok && same_ids(out, kvt_sched_policy_resume(&p, b, 4, NULL, out), (int64_t[]){1, 2}, 2, msg, sizeof msg, "resume 1000");
     p.resident = 800;
-    ok = ok && kvt_sched_policy_resume(&p, b, 4, out) == 0;
+    ok = ok && kvt_sched_policy_resume(&p, b, 4, NULL, out) == 0;
+    // the running totals the caller carries count, not the view's: 300 running leaves room for both in 800
+    const kvt_sched_policy_load carried = {300, 1};
+    ok = ok && same_ids(out, kvt_sched_policy_resume(&p, b, 4, &carried, out), (int64_t[]){1, 2}, 2, msg, sizeof msg, "carried");
     // nothing runs: the earliest swapped one resumes whatever its demand
     kvt_sched_policy_req c[] = {rq(D, true, 1, 1, 8, 8, 5000), rq(D, true, 1, 1, 8, 8, 10)};
     p.resident = 100;
-    ok = ok && same_ids(out, kvt_sched_policy_resume(&p, c, 2, out), (int64_t[]){0}, 1, msg, sizeof msg, "nothing runs");
+    ok = ok && same_ids(out, kvt_sched_policy_resume(&p, c, 2, NULL, out), (int64_t[]){0}, 1, msg, sizeof msg, "nothing runs");
     p.resident = -1; // no limit: every swapped one
-    ok = ok && same_ids(out, kvt_sched_policy_resume(&p, b, 4, out), (int64_t[]){1, 2}, 2, msg, sizeof msg, "no limit");
+    ok = ok && same_ids(out, kvt_sched_policy_resume(&p, b, 4, NULL, out), (int64_t[]){1, 2}, 2, msg, sizeof msg, "no limit");
     test_result(ok, "sched_policy: preemption swaps the latest-admitted running requests until the rest fit (never the "
                     "last one); resumption takes the earliest swapped ones that fit, the first whenever nothing runs",
                 "%s", msg);

@@ -28,29 +28,28 @@ int64_t kvt_sched_policy_admit(const kvt_sched_policy_params *p, const kvt_sched
     return k;
 }
 
-int64_t kvt_sched_policy_preempt(const kvt_sched_policy_params *p, const kvt_sched_policy_req *reqs, int64_t n,
-                                 int64_t *out) {
-    if (p->resident < 0) return 0;
-    int64_t demand = 0, n_running = 0, end = 0; // end: one past the last admitted request
-    for (; end < n && reqs[end].state != KVT_SP_WAITING; end++) {
-        if (!reqs[end].swapped) demand += reqs[end].demand, n_running++;
+kvt_sched_policy_load kvt_sched_policy_running(const kvt_sched_policy_req *reqs, int64_t n) {
+    kvt_sched_policy_load l = {0, 0};
+    for (int64_t i = 0; i < n && reqs[i].state != KVT_SP_WAITING; i++) {
+        if (!reqs[i].swapped) l.demand += reqs[i].demand, l.n_running++;
     }
-    int64_t k = 0;
-    for (int64_t i = end - 1; i >= 0 && demand > p->resident && n_running > 1; i--) { // latest admitted first
-        if (reqs[i].swapped) continue;
-        out[k++] = i;
-        demand -= reqs[i].demand;
-        n_running--;
+    return l;
+}
+
+int64_t kvt_sched_policy_victim(const kvt_sched_policy_params *p, const kvt_sched_policy_req *reqs, int64_t n,
+                                const kvt_sched_policy_load *load) {
+    if (p->resident < 0 || load->demand <= p->resident || load->n_running <= 1) return -1;
+    int64_t victim = -1; // the latest admitted running request
+    for (int64_t i = 0; i < n && reqs[i].state != KVT_SP_WAITING; i++) {
+        if (!reqs[i].swapped) victim = i;
     }
-    return k;
+    return victim;
 }
 
 int64_t kvt_sched_policy_resume(const kvt_sched_policy_params *p, const kvt_sched_policy_req *reqs, int64_t n,
-                                int64_t *out) {
-    int64_t demand = 0, n_running = 0, k = 0;
-    for (int64_t i = 0; i < n && reqs[i].state != KVT_SP_WAITING; i++) {
-        if (!reqs[i].swapped) demand += reqs[i].demand, n_running++;
-    }
+                                const kvt_sched_policy_load *load, int64_t *out) {
+    const kvt_sched_policy_load l = load ? *load : kvt_sched_policy_running(reqs, n);
+    int64_t demand = l.demand, n_running = l.n_running, k = 0;
     for (int64_t i = 0; i < n && reqs[i].state != KVT_SP_WAITING; i++) { // the earliest swapped ones that fit
         if (!reqs[i].swapped) continue;
         if (p->resident >= 0 && n_running > 0 && demand + reqs[i].demand > p->resident) break;

@@ -70,17 +70,26 @@ int64_t kvt_sched_policy_need(const kvt_sched_policy_params *p, const kvt_sched_
 int64_t kvt_sched_policy_admit(const kvt_sched_policy_params *p, const kvt_sched_policy_req *reqs, int64_t n,
                                int64_t *admit);
 
-// (c) Preemption by swap (resident >= 0; else none): while the running (admitted, not swapped) requests'
-// demand exceeds resident and more than one runs, the latest-admitted running one is preempted. Writes the
-// victims in the order to preempt them (latest admitted first) to out[] (room for n); returns how many. A
-// caller that cannot swap out[k] stops there, marks out[0..k-1] swapped and goes on with resume.
-int64_t kvt_sched_policy_preempt(const kvt_sched_policy_params *p, const kvt_sched_policy_req *reqs, int64_t n,
-                                 int64_t *out);
-// (c) Resumption: the earliest-admitted swapped requests whose demand fits beside the running ones (the first
-// always resumes when nothing runs), in admission order, stopping at the first that does not fit; out[]
-// has room for n; returns how many. Without a resident limit every swapped request resumes.
+// Totals over the running requests (admitted, not swapped).
+typedef struct {
+    int64_t demand;
+    int64_t n_running;
+} kvt_sched_policy_load;
+kvt_sched_policy_load kvt_sched_policy_running(const kvt_sched_policy_req *reqs, int64_t n);
+
+// (c) Preemption by swap, one victim at a time: with a resident limit (resident >= 0), while the running
+// requests' demand (load) exceeds it and more than one runs, the latest-admitted running request is preempted.
+// Returns its view index, -1 when none is to go. The caller swaps it out, marks it swapped in the view, takes
+// its demand off load->demand (as it reads it then: the serving scheduler reads each victim's just before
+// moving it) and one off load->n_running, and asks again; if it cannot swap the victim it stops asking.
+int64_t kvt_sched_policy_victim(const kvt_sched_policy_params *p, const kvt_sched_policy_req *reqs, int64_t n,
+                                const kvt_sched_policy_load *load);
+// (c) Resumption: the earliest-admitted swapped requests whose demand fits beside the running ones (load: the
+// running totals after preemption; NULL: kvt_sched_policy_running of the view), the first always when nothing
+// runs, in admission order, stopping at the first that does not fit; out[] has room for n; returns how many.
+// Without a resident limit every swapped request resumes.
 int64_t kvt_sched_policy_resume(const kvt_sched_policy_params *p, const kvt_sched_policy_req *reqs, int64_t n,
-                                int64_t *out);
+                                const kvt_sched_policy_load *load, int64_t *out);
 
 // (b) One iteration's split of the token budget: first a decode entry for every running decoding request (one
 // row per live sequence, each taking one token of the budget), then prompt chunks of the running prefilling

@@ -345,9 +345,10 @@ static kvt_status balance(kvt_sched *s, kvt_err *err) {
     const kvt_sched_policy_params pp = policy_params(s);
     const int64_t n = view_build(s, true, err);
     if (n < 0) return err->status;
-    const int64_t n_victims = kvt_sched_policy_preempt(&pp, s->view, n, s->pick);
-    for (int64_t k = 0; k < n_victims; k++) { // the latest admitted running requests first
-        req *victim = s->view_req[s->pick[k]];
+    kvt_sched_policy_load load = kvt_sched_policy_running(s->view, n);
+    for (int64_t v; (v = kvt_sched_policy_victim(&pp, s->view, n, &load)) >= 0;) { // the latest admitted running one
+        req *victim = s->view_req[v];
+        const int64_t d = req_demand(s, victim);
         if (s->plan_live) { // no planned prefetch of the victim's blocks while they move down
             kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), NULL, 0);
             s->plan_live = false;
@@ -361,13 +362,15 @@ static kvt_status balance(kvt_sched *s, kvt_err *err) {
         }
         if (!ok) break; // the disk is full too: let it run (the store copes or the pass fails)
         victim->swapped = true;
-        s->view[s->pick[k]].swapped = true;
+        s->view[v].swapped = true;
         s->st.preemptions++;
+        load.demand -= d;
+        load.n_running--;
     }
     for (int64_t i = 0; i < n; i++) { // a swapped request counts at what it holds now, its blocks on disk
         if (s->view[i].swapped) s->view[i].demand = req_demand(s, s->view_req[i]);
     }
-    const int64_t n_resume = kvt_sched_policy_resume(&pp, s->view, n, s->pick); // the earliest swapped ones that fit
+    const int64_t n_resume = kvt_sched_policy_resume(&pp, s->view, n, &load, s->pick); // the earliest swapped ones that fit
     for (int64_t k = 0; k < n_resume; k++) {
         s->view_req[s->pick[k]]->swapped = false;
         s->st.resumes++;

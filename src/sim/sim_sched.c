@@ -70,12 +70,14 @@ int64_t kvt_sim_sched_kvtier(const kvt_sim_sched_view *v, kvt_sim_batch *b, void
     }
     b->n_swap_out = b->n_swap_in = b->n_admit = 0;
     if (pp.resident >= 0) {
-        const int64_t nv = kvt_sched_policy_preempt(&pp, k->view, n, k->pick);
-        for (int64_t j = 0; j < nv; j++) {
-            k->view[k->pick[j]].swapped = true;
-            b->swap_out[b->n_swap_out++] = k->ids[k->pick[j]];
+        kvt_sched_policy_load load = kvt_sched_policy_running(k->view, n);
+        for (int64_t i; (i = kvt_sched_policy_victim(&pp, k->view, n, &load)) >= 0;) { // a swap does not change demand here
+            k->view[i].swapped = true;
+            b->swap_out[b->n_swap_out++] = k->ids[i];
+            load.demand -= k->view[i].demand;
+            load.n_running--;
         }
-        const int64_t nr = kvt_sched_policy_resume(&pp, k->view, n, k->pick);
+        const int64_t nr = kvt_sched_policy_resume(&pp, k->view, n, &load, k->pick);
         for (int64_t j = 0; j < nr; j++) {
             k->view[k->pick[j]].swapped = false;
             b->swap_in[b->n_swap_in++] = k->ids[k->pick[j]];
