@@ -1,5 +1,6 @@
 // test_sim.c - the discrete-event simulator (src/sim): links with known answers, the event queue,
-// the policies added for it, its decisions against kvt_evict_pick, determinism, and `kvtier sim`.
+// the policies added for it, its decisions against kvt_evict_pick, determinism, the serving scheduler's
+// decisions as its batch scheduler (--sched kvtier), and `kvtier sim`.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +180,51 @@ static void test_runs(void) {
                 "%s", msg);
 }
 
+// The serving scheduler's decisions (kvt_sim_sched_kvtier over sched_policy.c): without oversubscription TPOT is
+// still the 4.0 ms iteration (prompt chunks add iterations, never time to a decoding request's); a small budget
+// takes more iterations; with fast + host too small for the running requests it preempts and resumes every
+// preempted request, the run ends and every eviction is still kvt_evict_pick's.
+static void test_kvtier_sched(void) {
+    kvt_sim_kvtier_sched ks;
+    kvt_sim_kvtier_sched_init(&ks);
+    kvt_sim_config c;
+    small_config(&c, "lookahead", 0.3);
+    c.sched = kvt_sim_sched_kvtier;
+    c.sched_ud = &ks;
+    kvt_sim_result r = {0}, r9 = {0}, s = {0};
+    kvt_err err = {0};
+    char msg[320] = "";
+    bool ok = !kvt_sim_run(&c, &r, &err) && r.n_done == 48 && fabs(r.tpot_ms_mean - 4.0) < 1e-9 && r.hit_rate == 1.0 &&
+              r.moved_bytes == 0 && r.preemptions == 0;
+    snprintf(msg, sizeof msg, "fits: done %lld tpot %.4f hit %.3f moved %.0f (%.100s)", (long long)r.n_done, r.tpot_ms_mean,
+             r.hit_rate, r.moved_bytes, err.msg);
+    ks.token_budget = 9; // max_batch + 1: one prompt token per iteration beside a full batch of decodes
+    ok = ok && !kvt_sim_run(&c, &r9, &err) && r9.n_done == 48 && r9.iterations > r.iterations && fabs(r9.tpot_ms_mean - 4.0) < 1e-9;
+    if (!*msg || ok) snprintf(msg, sizeof msg, "budget 9: %lld iterations vs %lld (%.100s)", (long long)r9.iterations,
+                              (long long)r.iterations, err.msg);
+    ks.token_budget = 512;
+    small_config(&c, "lru", 3.0);
+    c.sched = kvt_sim_sched_kvtier;
+    c.sched_ud = &ks;
+    c.host_blocks = 30;
+    pick_check pc = {kvt_evict_policy_find("lru"), 0, 0};
+    c.on_pick = on_pick;
+    c.on_pick_ud = &pc;
+    const bool ok2 = !kvt_sim_run(&c, &s, &err) && s.n_done == 48 && s.preemptions > 0 && s.resumes == s.preemptions &&
+                     s.tpot_ms_mean > 4.0 && pc.n > 0 && pc.mismatched == 0;
+    if (ok && !ok2)
+        snprintf(msg, sizeof msg, "preempt: done %lld, %lld preemptions, %lld resumes, tpot %.2f, %lld picks %lld differ (%.100s)",
+                 (long long)s.n_done, (long long)s.preemptions, (long long)s.resumes, s.tpot_ms_mean, (long long)pc.n,
+                 (long long)pc.mismatched, err.msg);
+    kvt_sim_result_free(&r);
+    kvt_sim_result_free(&r9);
+    kvt_sim_result_free(&s);
+    kvt_sim_kvtier_sched_free(&ks);
+    test_result(ok && ok2, "sim: --sched kvtier (sched_policy.c): 4.0 ms TPOT without oversubscription, more iterations "
+                           "under a small token budget; preemption by swap under a small host tier, every request resumed",
+                "%s", msg);
+}
+
 // profiles/tierkv-h100.json is the paper's machine (Table 3, Appendix A); without sim_iter_ms the iteration
 // comes from the planner's roofline for the shape on the profile's GPU.
 static void test_profile(void) {
@@ -248,6 +294,23 @@ static void test_cli(const test_env *env) {
     snprintf(cmd, sizeof cmd, "%s sim --profile profiles/tierkv-h100.json --shape llama2-7b --workload chat --rho 2 "
              "--policy belady --seeds 1 >/dev/null 2>&1", env->cli);
     ok = ok && test_run(cmd, out, 1 << 16) == 2;
+    // --sched: kvtier (the default) reports its scheduler; fcfs prints what it printed before; anything else exits 2
+    snprintf(cmd, sizeof cmd, "%s sim --workload chat --rho 2 --seeds 1 --requests 8 --batch 4 --json --token-budget 64 "
+             "--no-preempt 2>&1", env->cli);
+    if (ok) {
+        int rc = test_run(cmd, out, 1 << 16);
+        ok = rc == 0 && strstr(out, "\"sched\":\"kvtier\"") && strstr(out, "\"token_budget\":64") &&
+             strstr(out, "\"preempt\":false") && strstr(out, "\"preemptions\":0");
+        if (!ok) snprintf(msg, sizeof msg, "--sched kvtier rc %d: %.200s", rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s sim --workload chat --rho 2 --seeds 1 --requests 8 --batch 4 --json --sched fcfs 2>&1", env->cli);
+    if (ok) {
+        int rc = test_run(cmd, out, 1 << 16);
+        ok = rc == 0 && strstr(out, "\"tpot_ms_mean\"") && !strstr(out, "\"sched\"");
+        if (!ok) snprintf(msg, sizeof msg, "--sched fcfs rc %d: %.200s", rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s sim --sched sjf --seeds 1 >/dev/null 2>&1", env->cli);
+    ok = ok && test_run(cmd, out, 1 << 16) == 2;
     snprintf(cmd, sizeof cmd, "%s sim --sweep --policies lru,oracle --rhos 1,3 --seeds 1 --requests 6 --batch 4 "
              "--workload chat 2>/dev/null", env->cli);
     if (ok) {
@@ -257,7 +320,8 @@ static void test_cli(const test_env *env) {
     }
     free(out);
     test_result(ok, "sim: kvtier sim --profile --shape --workload --rho --policy --seeds --json (one object with the "
-                    "fields) for every policy and workload; bad policy exits 2; --sweep writes one table", "%s", msg);
+                    "fields) for every policy and workload; --sched kvtier|fcfs, --token-budget, --no-preempt; bad policy "
+                    "or scheduler exits 2; --sweep writes one table", "%s", msg);
 }
 
 void test_sim(const test_env *env) {
@@ -267,6 +331,7 @@ void test_sim(const test_env *env) {
     test_decisions();
     test_determinism();
     test_runs();
+    test_kvtier_sched();
     test_profile();
     test_cli(env);
 }

@@ -29,6 +29,7 @@ static const char *k_help =
     "  --policy POL      lru|lfu|attn-ema|static|lookahead|oracle (default lookahead)\n"
     "  --seeds N         runs with seeds S..S+N-1 (default 3); --seed S first seed (default 1)\n"
     "  --json            one JSON object: tpot_ms_mean, tpot_ms_p95, throughput_tok_s, hit_rate, moved_bytes, ...\n"
+    "                    (with --sched kvtier also sched, token_budget, preempt, preemptions, resumes)\n"
     "  --requests N      requests per run (default 256)    --load X   arrival rate / decode capacity (default 0.8)\n"
     "  --batch N         max batch (default 32)             --block N  tokens per KV block (default 16)\n"
     "  --iter-ms X       decode iteration time, overrides the profile (0: cost model)\n"
@@ -37,6 +38,12 @@ static const char *k_help =
     "  --victim-window N   resident blocks examined per eviction (default 64; the paged store examines 256)\n"
     "  --link-gbps X     fast <-> host link bandwidth per direction, 10^9 B/s (overrides the profile's h2d/d2h)\n"
     "  --link-latency-us X  its latency\n"
+    "  --sched S         kvtier|fcfs (default kvtier): kvtier runs the serving scheduler's own decisions\n"
+    "                    (src/sched/sched_policy.c: FCFS admission, token budget with chunked prefill,\n"
+    "                    preemption by swap to SSD when fast + host cannot hold the running requests);\n"
+    "                    fcfs admits whole prompts up to --batch and never preempts (the figures before issue 14)\n"
+    "  --token-budget N  kvtier: tokens of one iteration, decode rows + prompt chunks (default 512, as kvtier serve)\n"
+    "  --no-preempt      kvtier: never swap a running request out\n"
     "  --sweep           every policy of --policies at every --rhos, N seeds each: one markdown table\n";
 
 // Comma-separated list into out (pointers into s, which is modified); count or -1.
@@ -49,7 +56,8 @@ static int split_list(char *s, const char **out) {
     return n;
 }
 
-static void print_json(const kvt_sim_config *c, const char *profile, const char *shape, const kvt_sim_summary *s) {
+static void print_json(const kvt_sim_config *c, const char *profile, const char *shape, const kvt_sim_summary *s,
+                       const kvt_sim_kvtier_sched *ks) {
     kvt_json j;
     kvt_json_init(&j, stdout);
     kvt_json_obj_begin(&j);
@@ -72,6 +80,13 @@ static void print_json(const kvt_sim_config *c, const char *profile, const char 
     kvt_json_kv_int(&j, "iterations", s->iterations);
     kvt_json_kv_num(&j, "wall_s", s->wall_s);
     kvt_json_kv_num(&j, "transfers_per_s", kvt_sim_summary_rate(s));
+    if (ks) { // kvtier only: fcfs prints what it printed before --sched
+        kvt_json_kv_str(&j, "sched", "kvtier");
+        kvt_json_kv_int(&j, "token_budget", ks->token_budget);
+        kvt_json_kv_bool(&j, "preempt", ks->preempt);
+        kvt_json_kv_int(&j, "preemptions", s->preemptions);
+        kvt_json_kv_int(&j, "resumes", s->resumes);
+    }
     kvt_json_obj_end(&j);
     printf("\n");
 }
@@ -79,12 +94,12 @@ static void print_json(const kvt_sim_config *c, const char *profile, const char 
 int cmd_sim(int argc, char **argv) {
     kvt_args a = {CMD, argc, argv, 0};
     const char *profile_path = "profiles/tierkv-h100.json", *shape_name = "llama2-7b", *wl = "uniform";
-    const char *policy = "lookahead", *out_path = NULL, *flag;
+    const char *policy = "lookahead", *out_path = NULL, *sched = "kvtier", *flag;
     char *pol_list = NULL, *rho_list = NULL;
     int64_t seeds = 3, seed = 1, requests = 256, batch = 32, block = 16, fast_blocks = 0, host_blocks = -1, depth = 4,
-            window = 64;
+            window = 64, token_budget = 512;
     double rho = 1, load = 0.8, iter_ms = -1, link_gbps = 0, link_lat = -1;
-    bool json = false, sweep = false;
+    bool json = false, sweep = false, preempt = true;
     while (kvt_args_next(&a, &flag)) {
         bool ok = true;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
@@ -108,6 +123,9 @@ int cmd_sim(int argc, char **argv) {
         else if (!strcmp(flag, "--victim-window")) ok = kvt_args_int(&a, flag, 1, 1 << 20, &window);
         else if (!strcmp(flag, "--link-gbps")) ok = kvt_args_float(&a, flag, 1e-6, 1e6, &link_gbps);
         else if (!strcmp(flag, "--link-latency-us")) ok = kvt_args_float(&a, flag, 0, 1e9, &link_lat);
+        else if (!strcmp(flag, "--sched")) ok = (sched = kvt_args_value(&a, flag)) != NULL;
+        else if (!strcmp(flag, "--token-budget")) ok = kvt_args_int(&a, flag, 1, INT64_MAX / 2, &token_budget);
+        else if (!strcmp(flag, "--no-preempt")) preempt = false;
         else if (!strcmp(flag, "--json")) json = true;
         else if (!strcmp(flag, "--sweep")) sweep = true;
         else if (!strcmp(flag, "--policies")) ok = (pol_list = (char *)kvt_args_value(&a, flag)) != NULL;
@@ -119,6 +137,10 @@ int cmd_sim(int argc, char **argv) {
     const kvt_shape *shape = kvt_shape_find(shape_name);
     if (!shape) {
         fprintf(stderr, "kvtier sim: --shape: unknown shape '%s' (kvtier mkmodel --list-shapes)\n", shape_name);
+        return 2;
+    }
+    if (strcmp(sched, "kvtier") && strcmp(sched, "fcfs")) {
+        fprintf(stderr, "kvtier sim: --sched: '%s' is not kvtier|fcfs\n", sched);
         return 2;
     }
     kvt_sim_config c;
@@ -162,6 +184,13 @@ int cmd_sim(int argc, char **argv) {
     c.victim_window = window;
     if (link_gbps > 0) c.h2d_gbps = c.d2h_gbps = link_gbps;
     if (link_lat >= 0) c.h2d_latency_us = c.d2h_latency_us = link_lat;
+    kvt_sim_kvtier_sched ks;
+    kvt_sim_kvtier_sched_init(&ks);
+    ks.token_budget = token_budget;
+    ks.preempt = preempt;
+    const bool kvtier = !strcmp(sched, "kvtier");
+    c.sched = kvtier ? kvt_sim_sched_kvtier : kvt_sim_sched_fcfs;
+    c.sched_ud = kvtier ? &ks : NULL;
     int rc = 0;
     if (sweep) {
         const char *pols[MAX_LIST] = {"lru", "lfu", "attn-ema", "static", "lookahead", "oracle"};
@@ -196,8 +225,9 @@ int cmd_sim(int argc, char **argv) {
             rc = 1;
         }
         if (!rc) {
-            fprintf(f, "kvtier sim --sweep: profile %s, shape %s, workload %s, %lld requests x %lld seeds, load %.2f, batch %lld\n\n",
-                    profile_path, shape_name, wl, (long long)requests, (long long)seeds, load, (long long)batch);
+            fprintf(f, "kvtier sim --sweep: profile %s, shape %s, workload %s, %lld requests x %lld seeds, load %.2f, batch %lld, "
+                    "sched %s\n\n", profile_path, shape_name, wl, (long long)requests, (long long)seeds, load, (long long)batch,
+                    sched);
             st = kvt_sim_sweep(&c, pols, np, rhos, nr, (int)seeds, f, stderr, &err);
             if (st) {
                 fprintf(stderr, "kvtier sim: %s\n", err.msg);
@@ -212,10 +242,13 @@ int cmd_sim(int argc, char **argv) {
             fprintf(stderr, "kvtier sim: %s\n", err.msg);
             rc = 1;
         } else if (json) {
-            print_json(&c, profile_path, shape_name, &s);
+            print_json(&c, profile_path, shape_name, &s, kvtier ? &ks : NULL);
         } else {
-            printf("kvtier sim: %s, %s, %s, rho %.2f, policy %s, %d seed(s)\n", profile_path, shape_name, wl, rho, policy,
-                   s.n_seeds);
+            printf("kvtier sim: %s, %s, %s, rho %.2f, policy %s, %d seed(s), sched %s\n", profile_path, shape_name, wl, rho,
+                   policy, s.n_seeds, sched);
+            if (kvtier)
+                printf("  token budget %lld, preemption %s: %lld preemptions, %lld resumes\n", (long long)ks.token_budget,
+                       ks.preempt ? "on" : "off", (long long)s.preemptions, (long long)s.resumes);
             printf("  TPOT mean %.2f ms, p95 %.2f ms; throughput %.0f tok/s; hit rate %.3f; moved %.2f GB per run\n",
                    s.tpot_ms_mean, s.tpot_ms_p95, s.throughput_tok_s, s.hit_rate, s.moved_bytes / 1e9);
             printf("  fast tier %lld blocks of %lld bytes; %lld transfers in %.2f s wall (%.2fM transfers/s)\n",
@@ -223,6 +256,7 @@ int cmd_sim(int argc, char **argv) {
                    kvt_sim_summary_rate(&s) / 1e6);
         }
     }
+    kvt_sim_kvtier_sched_free(&ks);
     kvt_costs_free(&costs);
     return rc;
 }

@@ -9,6 +9,7 @@
 
 #include "../kv/kv_paged.h"
 #include "prefix_cache.h"
+#include "sched_policy.h"
 
 typedef struct {
     int32_t seq;       // -1: not yet forked, or freed
@@ -53,6 +54,12 @@ struct kvt_sched {
     int32_t *plan;
     int64_t cap, plan_cap;
     bool plan_live;       // a plan is published
+    // the decisions' view of the requests (sched_policy.h), in list order, grown as needed
+    kvt_sched_policy_req *view;
+    req **view_req;       // [view_cap] the request of each view entry
+    int64_t *pick;        // [view_cap] indices the decisions return
+    kvt_sched_policy_run *split; // [view_cap]
+    int64_t view_cap;
 };
 
 kvt_sched_params kvt_sched_params_default(void) {
@@ -142,6 +149,10 @@ void kvt_sched_free(kvt_sched *s) {
     free(s->run_req);
     free(s->run_choice);
     free(s->plan);
+    free(s->view);
+    free(s->view_req);
+    free(s->pick);
+    free(s->split);
     free(s);
 }
 
@@ -194,9 +205,6 @@ void kvt_sched_stats_get(const kvt_sched *s, kvt_sched_stats *out) {
         else out->running += r->state == R_PREFILL ? 1 : r->n_live;
     }
 }
-
-// Sequences an admitted request holds a slot for: n while its prompt runs (its choices will fork), else live ones.
-static int32_t req_slots(const req *r) { return r->state == R_PREFILL ? r->p.n : r->n_live; }
 
 // Bytes of KV the request's running sequences hold plus one more block each (its next), in any tier.
 static int64_t req_demand(kvt_sched *s, const req *r) {
@@ -296,17 +304,50 @@ static kvt_status grow(kvt_sched *s, int64_t n, kvt_err *err) {
     return KVT_OK;
 }
 
-// Preemption by swap and resumption (s->resident >= 0): the running requests' demand must fit in fast + host.
-static void balance(kvt_sched *s) {
-    int64_t demand = 0, n_running = 0;
-    for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
-        if (!r->swapped) demand += req_demand(s, r), n_running++;
-    }
-    while (demand > s->resident && n_running > 1) { // preempt the latest admitted running request
-        req *victim = NULL;
-        for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
-            if (!r->swapped) victim = r;
+// The decisions' parameters and view of the requests (sched_policy.h), in list order; with `demand` and
+// preemption, the admitted requests' demand (req_demand). Returns the view's length, -1 when out of memory.
+static kvt_sched_policy_params policy_params(const kvt_sched *s) {
+    return (kvt_sched_policy_params){s->p.n_parallel, s->p.token_budget, s->resident, kvt_context_kv_block(s->ctx),
+                                     s->block_bytes};
+}
+
+static int64_t view_build(kvt_sched *s, bool demand, kvt_err *err) {
+    int64_t n = 0;
+    for (const req *r = s->head; r; r = r->next) n++;
+    if (n > s->view_cap) {
+        const int64_t cap = n * 2;
+        kvt_sched_policy_req *v = realloc(s->view, (size_t)cap * sizeof *v);
+        if (v) s->view = v;
+        req **vr = realloc(s->view_req, (size_t)cap * sizeof *vr);
+        if (vr) s->view_req = vr;
+        int64_t *pk = realloc(s->pick, (size_t)cap * sizeof *pk);
+        if (pk) s->pick = pk;
+        kvt_sched_policy_run *sp = realloc(s->split, (size_t)cap * sizeof *sp);
+        if (sp) s->split = sp;
+        if (!v || !vr || !pk || !sp) {
+            kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the scheduler's view of %lld requests", (long long)n);
+            return -1;
         }
+        s->view_cap = cap;
+    }
+    n = 0;
+    for (req *r = s->head; r; r = r->next, n++) {
+        const int32_t state = r->state == R_WAITING ? KVT_SP_WAITING : r->state == R_PREFILL ? KVT_SP_PREFILL : KVT_SP_DECODE;
+        const int64_t d = demand && s->resident >= 0 && r->state != R_WAITING ? req_demand(s, r) : 0;
+        s->view[n] = (kvt_sched_policy_req){state, r->swapped, r->p.n, r->n_live, r->p.n_prompt, r->n_prefilled, d};
+        s->view_req[n] = r;
+    }
+    return n;
+}
+
+// Preemption by swap and resumption (s->resident >= 0): the running requests' demand must fit in fast + host.
+static kvt_status balance(kvt_sched *s, kvt_err *err) {
+    const kvt_sched_policy_params pp = policy_params(s);
+    const int64_t n = view_build(s, true, err);
+    if (n < 0) return err->status;
+    kvt_sched_policy_load load = kvt_sched_policy_running(s->view, n);
+    for (int64_t v; (v = kvt_sched_policy_victim(&pp, s->view, n, &load)) >= 0;) { // the latest admitted running one
+        req *victim = s->view_req[v];
         const int64_t d = req_demand(s, victim);
         if (s->plan_live) { // no planned prefetch of the victim's blocks while they move down
             kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), NULL, 0);
@@ -321,43 +362,45 @@ static void balance(kvt_sched *s) {
         }
         if (!ok) break; // the disk is full too: let it run (the store copes or the pass fails)
         victim->swapped = true;
+        s->view[v].swapped = true;
         s->st.preemptions++;
-        demand -= d;
-        n_running--;
+        load.demand -= d;
+        load.n_running--;
     }
-    for (req *r = s->head; r && r->state != R_WAITING; r = r->next) { // resume the earliest swapped ones that fit
-        if (!r->swapped) continue;
-        const int64_t d = req_demand(s, r);
-        if (n_running > 0 && demand + d > s->resident) break;
-        r->swapped = false;
+    for (int64_t i = 0; i < n; i++) { // a swapped request counts at what it holds now, its blocks on disk
+        if (s->view[i].swapped) s->view[i].demand = req_demand(s, s->view_req[i]);
+    }
+    const int64_t n_resume = kvt_sched_policy_resume(&pp, s->view, n, &load, s->pick); // the earliest swapped ones that fit
+    for (int64_t k = 0; k < n_resume; k++) {
+        s->view_req[s->pick[k]]->swapped = false;
         s->st.resumes++;
-        demand += d;
-        n_running++;
     }
+    return KVT_OK;
 }
 
 // Admits waiting requests in arrival order while slots (and, with preemption, fast + host) allow.
-static void admit_waiting(kvt_sched *s) {
-    int32_t used = 0;
-    int64_t demand = 0;
-    for (req *r = s->head, *next; r; r = next) {
-        next = r->next;
-        if (r->state != R_WAITING) {
-            if (r->swapped) return; // swapped requests resume first
-            used += req_slots(r);
-            if (s->resident >= 0) demand += req_demand(s, r);
-            continue;
+static kvt_status admit_waiting(kvt_sched *s, kvt_err *err) {
+    const kvt_sched_policy_params pp = policy_params(s);
+    int64_t n = view_build(s, true, err);
+    if (n < 0) return err->status;
+    for (;;) {
+        const int64_t n_admit = kvt_sched_policy_admit(&pp, s->view, n, s->pick);
+        int64_t failed = -1;
+        for (int64_t k = 0; k < n_admit && failed < 0; k++) {
+            const int64_t i = s->pick[k];
+            kvt_err e2;
+            if (admit(s, s->view_req[i], &e2)) {
+                req_end(s, s->view_req[i], KVT_SCHED_FAILED, &e2);
+                failed = i;
+            } else { // counted at its prompt's blocks from now on
+                s->view[i].demand = kvt_sched_policy_need(&pp, &s->view[i]);
+                s->view[i].state = KVT_SP_PREFILL;
+            }
         }
-        if (used > 0 && used + r->p.n > s->p.n_parallel) return;
-        const int64_t need = (r->p.n_prompt + kvt_context_kv_block(s->ctx) - 1) / kvt_context_kv_block(s->ctx) * s->block_bytes;
-        if (s->resident >= 0 && used > 0 && demand + need > s->resident) return;
-        kvt_err err;
-        if (admit(s, r, &err)) {
-            req_end(s, r, KVT_SCHED_FAILED, &err);
-            continue;
-        }
-        used += r->p.n;
-        demand += need;
+        if (failed < 0) return KVT_OK;
+        n--; // the failed request leaves the view; the others are asked again
+        memmove(s->view + failed, s->view + failed + 1, (size_t)(n - failed) * sizeof *s->view);
+        memmove(s->view_req + failed, s->view_req + failed + 1, (size_t)(n - failed) * sizeof *s->view_req);
     }
 }
 
@@ -389,37 +432,40 @@ static void publish_plan(kvt_sched *s, int64_t n_runs) {
     s->st.plans++;
 }
 
-// Decode rows of the running choices, then prompt chunks, under the token budget. Returns the runs.
+// Decode rows of the running choices, then prompt chunks, under the token budget (kvt_sched_policy_split).
+// Returns the runs.
 static int64_t build_runs(kvt_sched *s, kvt_err *err) {
-    int64_t n = 0, budget = s->p.token_budget;
-    for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
-        if (r->swapped || r->state != R_DECODE) continue;
-        for (int32_t i = 0; i < r->p.n; i++) {
-            if (!r->ch[i].live) continue;
+    const kvt_sched_policy_params pp = policy_params(s);
+    const int64_t nv = view_build(s, false, err); // the split needs no demand
+    if (nv < 0) return -1;
+    const int64_t n_split = kvt_sched_policy_split(&pp, s->view, nv, s->split);
+    int64_t n = 0;
+    for (int64_t k = 0; k < n_split; k++) {
+        const kvt_sched_policy_run *e = &s->split[k];
+        req *r = s->view_req[e->req];
+        if (!e->prefill) {
+            for (int32_t i = 0; i < r->p.n; i++) {
+                if (!r->ch[i].live) continue;
+                if (grow(s, n + 1, err)) return -1;
+                s->runs[n] = (kvt_batch_run){r->ch[i].seq, &r->ch[i].last, 1, true};
+                s->run_req[n] = r;
+                s->run_choice[n++] = i;
+            }
+        } else {
             if (grow(s, n + 1, err)) return -1;
-            s->runs[n] = (kvt_batch_run){r->ch[i].seq, &r->ch[i].last, 1, true};
+            s->runs[n] = (kvt_batch_run){r->ch[0].seq, r->prompt + r->n_prefilled, e->tokens, e->last};
             s->run_req[n] = r;
-            s->run_choice[n++] = i;
-            budget--;
+            s->run_choice[n++] = -1;
         }
-    }
-    for (req *r = s->head; r && r->state != R_WAITING && budget > 0; r = r->next) {
-        if (r->swapped || r->state != R_PREFILL) continue;
-        int64_t chunk = r->p.n_prompt - r->n_prefilled;
-        if (chunk > budget) chunk = budget;
-        if (grow(s, n + 1, err)) return -1;
-        s->runs[n] = (kvt_batch_run){r->ch[0].seq, r->prompt + r->n_prefilled, chunk, r->n_prefilled + chunk == r->p.n_prompt};
-        s->run_req[n] = r;
-        s->run_choice[n++] = -1;
-        budget -= chunk;
     }
     return n;
 }
 
 kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err) {
     *rows = 0;
-    if (s->resident >= 0) balance(s);
-    admit_waiting(s);
+    kvt_status st0 = s->resident >= 0 ? balance(s, err) : KVT_OK;
+    if (!st0) st0 = admit_waiting(s, err);
+    if (st0) return st0;
     const int64_t n_runs = build_runs(s, err);
     if (n_runs < 0) return err->status;
     if (n_runs == 0) {

@@ -164,7 +164,9 @@ typedef struct {
     int64_t first_blk, max_blocks;
     double t_first, t_last;
     int64_t scan_start, scan_nb, next_start; // position in this iteration's scan (-1: not in it), blocks then
-    bool finishing, admitted_now, in_batch;
+    int64_t chunk_from;  // prefilled tokens before this iteration's prompt chunk
+    bool finishing, admitted_now, in_batch; // admitted_now: computes a prompt chunk in this iteration
+    bool completes;      // this iteration's prompt chunk ends the prompt (the first token)
 } req;
 
 typedef struct {
@@ -184,6 +186,7 @@ typedef struct {
     req *r;           // the rest [n_requests]
     blk *b;           // every request's blocks, max_blocks each, from r[i].first_blk
     ilist fast, host, running, waiting, batch, scan, attn, done_tpot;
+    int64_t *btok, *swap_out, *swap_in, *admit; // the scheduler's answer besides batch: [max_batch], [n_requests] x 3
     int64_t cur_fast, cur_host; // window cursors
     int64_t C, n_fly_fast, n_pf;
     uint64_t tick;
@@ -413,14 +416,6 @@ static kvt_status prefetch(sim *s, double t) {
 
 // ---------------------------------------------------------------- engine
 
-int64_t kvt_sim_sched_fcfs(const kvt_sim_sched_view *v, int64_t *batch, void *ud) {
-    (void)ud;
-    int64_t n = 0;
-    for (int64_t i = 0; i < v->n_running && n < v->max_batch; i++) batch[n++] = v->running[i];
-    for (int64_t i = 0; i < v->n_waiting && n < v->max_batch; i++) batch[n++] = v->waiting[i];
-    return n;
-}
-
 static double iter_seconds(const kvt_sim_config *c, int64_t batch, double ctx) {
     if (c->iter_ms > 0) return c->iter_ms * 1e-3;
     return kvt_stage_decode_ms(c->costs, 0, c->costs->n_units, &c->device, batch, (int64_t)ctx) * 1e-3;
@@ -474,38 +469,113 @@ static void free_blocks(sim *s, int64_t ri) {
     }
 }
 
+// Preemption by swap: every block of request ri not in flight goes down to SSD (one write on the SSD link where
+// the SSD has no copy yet); its fast and host copies are dropped. Blocks in flight land and are evicted as usual.
+static kvt_status swap_out(sim *s, int64_t ri, double t) {
+    for (int64_t k = 0; k < s->pub[ri].n_blocks; k++) {
+        const int64_t id = s->r[ri].first_blk + k;
+        blk *B = &s->b[id];
+        if (B->fly || !B->live) continue;
+        if (B->where & W_FAST) fast_del(s, id);
+        if (B->where & W_HOST) host_del(s, id);
+        B->dirty = 0;
+        if (!(B->where & W_SSD)) {
+            B->where |= W_SSD;
+            kvt_status st = issue(s, t, L_SSD_W, id);
+            if (st) return st;
+        }
+    }
+    return KVT_OK;
+}
+
+static kvt_status bad_pick(sim *s, const char *what, int64_t id) {
+    return kvt_errorf(s->err, KVT_ERR_INVALID_ARG, "sim: the scheduler %s request %lld, which is %s", what, (long long)id,
+                      id < 0 || id >= s->c->n_requests ? "out of range"
+                      : s->pub[id].state == KVT_SIM_WAITING ? "waiting"
+                      : s->pub[id].state == KVT_SIM_RUNNING ? (s->pub[id].swapped ? "swapped out" : "running")
+                                                            : "not waiting or running");
+}
+
+// Admits request id (waiting): it joins the running list and holds no block yet.
+static kvt_status admit_req(sim *s, int64_t id) {
+    s->pub[id].state = KVT_SIM_RUNNING;
+    s->pub[id].prefilled = 0;
+    return il_push(s, &s->running, id);
+}
+
 static kvt_status start_iter(sim *s, double t) {
     const kvt_sim_config *c = s->c;
-    kvt_sim_sched_view v = {s->pub, c->n_requests, s->running.v, s->running.n, s->waiting.v, s->waiting.n,
-                            c->max_batch, c->block_tokens, s->C, t};
-    int64_t nb = (c->sched ? c->sched : kvt_sim_sched_fcfs)(&v, s->batch.v, c->sched_ud);
-    if (nb < 0 || nb > c->max_batch)
+    kvt_sim_sched_view v = {.reqs = s->pub, .n_reqs = c->n_requests, .running = s->running.v, .n_running = s->running.n,
+                            .waiting = s->waiting.v, .n_waiting = s->waiting.n, .max_batch = c->max_batch,
+                            .block_tokens = c->block_tokens, .fast_blocks = s->C, .host_blocks = c->host_blocks, .now = t};
+    kvt_sim_batch sb = {.ids = s->batch.v, .tokens = s->btok, .swap_out = s->swap_out, .swap_in = s->swap_in, .admit = s->admit};
+    int64_t nb = (c->sched ? c->sched : kvt_sim_sched_fcfs)(&v, &sb, c->sched_ud);
+    if (nb < 0) return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: the scheduler failed (out of memory)");
+    if (nb > c->max_batch)
         return kvt_errorf(s->err, KVT_ERR_INVALID_ARG, "sim: the scheduler returned a batch of %lld (max %lld)",
                           (long long)nb, (long long)c->max_batch);
+    if (sb.n_swap_out < 0 || sb.n_swap_out > s->running.n || sb.n_swap_in < 0 || sb.n_swap_in > s->running.n ||
+        sb.n_admit < 0 || sb.n_admit > s->waiting.n)
+        return kvt_errorf(s->err, KVT_ERR_INVALID_ARG, "sim: the scheduler swapped out %lld, in %lld and admitted %lld of "
+                          "%lld running and %lld waiting requests", (long long)sb.n_swap_out, (long long)sb.n_swap_in,
+                          (long long)sb.n_admit, (long long)s->running.n, (long long)s->waiting.n);
     s->batch.n = nb;
+    kvt_status st = KVT_OK;
+    for (int64_t i = 0; i < sb.n_swap_out && !st; i++) {
+        const int64_t id = s->swap_out[i];
+        if (id < 0 || id >= c->n_requests || s->pub[id].state != KVT_SIM_RUNNING || s->pub[id].swapped)
+            return bad_pick(s, "swapped out", id);
+        s->pub[id].swapped = true;
+        s->res->preemptions++;
+        st = swap_out(s, id, t);
+    }
+    for (int64_t i = 0; i < sb.n_swap_in && !st; i++) {
+        const int64_t id = s->swap_in[i];
+        if (id < 0 || id >= c->n_requests || s->pub[id].state != KVT_SIM_RUNNING || !s->pub[id].swapped)
+            return bad_pick(s, "resumed", id);
+        s->pub[id].swapped = false;
+        s->res->resumes++;
+    }
+    for (int64_t i = 0; i < sb.n_admit && !st; i++) {
+        const int64_t id = s->admit[i];
+        if (id < 0 || id >= c->n_requests || s->pub[id].state != KVT_SIM_WAITING) return bad_pick(s, "admitted", id);
+        st = admit_req(s, id);
+    }
+    if (st) return st;
     for (int64_t i = 0; i < s->running.n; i++) s->r[s->running.v[i]].scan_start = -1;
     s->scan.n = s->attn.n = 0;
     int64_t prefill_tok = 0, n_dec = 0;
     double ctx_sum = 0;
-    kvt_status st = KVT_OK;
     for (int64_t i = 0; i < nb && !st; i++) {
-        const int64_t id = s->batch.v[i];
+        const int64_t id = s->batch.v[i], tok = s->btok[i];
         if (id < 0 || id >= c->n_requests || s->r[id].in_batch ||
-            (s->pub[id].state != KVT_SIM_WAITING && s->pub[id].state != KVT_SIM_RUNNING))
+            (s->pub[id].state != KVT_SIM_WAITING && s->pub[id].state != KVT_SIM_RUNNING) || s->pub[id].swapped)
             return kvt_errorf(s->err, KVT_ERR_INVALID_ARG, "sim: the scheduler picked request %lld, which is %s",
                               (long long)id, id < 0 || id >= c->n_requests ? "out of range"
                                              : s->r[id].in_batch                 ? "twice in the batch"
+                                             : s->pub[id].swapped                ? "swapped out"
                                                                                  : "not waiting or running");
         req *R = &s->r[id];
         kvt_sim_req *P = &s->pub[id];
+        const bool prefill = P->state == KVT_SIM_WAITING || P->prefilled < P->prompt;
+        if (prefill ? tok < 1 || tok > P->prompt - (P->state == KVT_SIM_WAITING ? 0 : P->prefilled) : tok != 1)
+            return kvt_errorf(s->err, KVT_ERR_INVALID_ARG, "sim: the scheduler gave request %lld %lld tokens (%s)",
+                              (long long)id, (long long)tok, prefill ? "a prompt chunk past its prompt" : "decoding: 1");
         R->in_batch = true;
-        if (P->state == KVT_SIM_WAITING) { // admit and prefill
-            P->state = KVT_SIM_RUNNING;
+        if (prefill) { // admit if waiting; a prompt chunk: its blocks are created, the earlier ones read
+            if (P->state == KVT_SIM_WAITING) st = admit_req(s, id);
             R->admitted_now = true;
-            R->finishing = P->out <= 1;
-            st = il_push(s, &s->running, id);
-            for (int64_t k = 0; !st && k < div_up(P->prompt, c->block_tokens); k++) st = new_block(s, id, t);
-            prefill_tok += P->prompt;
+            R->chunk_from = P->prefilled;
+            if (!st && P->prefilled > 0) {
+                R->scan_start = s->scan.n;
+                R->scan_nb = P->n_blocks;
+                for (int64_t k = 0; !st && k < P->n_blocks; k++) st = il_push(s, &s->scan, R->first_blk + k);
+            }
+            P->prefilled += tok;
+            R->completes = P->prefilled == P->prompt;
+            R->finishing = R->completes && P->out <= 1;
+            for (int64_t k = P->n_blocks; !st && k < div_up(P->prefilled, c->block_tokens); k++) st = new_block(s, id, t);
+            prefill_tok += tok;
         } else {
             R->scan_start = s->scan.n;
             R->scan_nb = P->n_blocks;
@@ -559,6 +629,15 @@ static kvt_status end_iter(sim *s, double t) {
         const int64_t id = s->batch.v[i];
         req *R = &s->r[id];
         kvt_sim_req *P = &s->pub[id];
+        if (R->admitted_now && R->chunk_from % c->block_tokens) { // the chunk wrote into a block the request had
+            blk *W = &s->b[R->first_blk + R->chunk_from / c->block_tokens];
+            if (W->where & W_FAST) W->dirty = 1;
+        }
+        if (R->admitted_now && !R->completes) { // a prompt chunk before the last: no token yet
+            R->admitted_now = R->in_batch = false;
+            R->scan_start = -1;
+            continue;
+        }
         P->generated++;
         if (R->admitted_now) R->t_first = t;
         R->t_last = s->last_token = t;
@@ -713,6 +792,10 @@ static void sim_free(sim *s) {
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) free(ls[i]->v);
     free(s->ci);
     free(s->cid);
+    free(s->btok);
+    free(s->swap_out);
+    free(s->swap_in);
+    free(s->admit);
 }
 
 // Requests (arrival times and lengths) of seed c->seed, and the blocks they can hold.
@@ -746,7 +829,11 @@ static kvt_status make_requests(sim *s) {
     s->ci = malloc(w * sizeof *s->ci);
     s->cid = malloc(w * sizeof *s->cid);
     s->batch.v = malloc((size_t)c->max_batch * sizeof *s->batch.v);
-    if (!s->b || !s->ci || !s->cid || !s->batch.v)
+    s->btok = malloc((size_t)c->max_batch * sizeof *s->btok);
+    s->swap_out = malloc((size_t)c->n_requests * sizeof *s->swap_out);
+    s->swap_in = malloc((size_t)c->n_requests * sizeof *s->swap_in);
+    s->admit = malloc((size_t)c->n_requests * sizeof *s->admit);
+    if (!s->b || !s->ci || !s->cid || !s->batch.v || !s->btok || !s->swap_out || !s->swap_in || !s->admit)
         return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for %lld blocks", (long long)nblk);
     s->batch.cap = c->max_batch;
     for (int64_t i = 0; i < nblk; i++) s->b[i].pos[0] = s->b[i].pos[1] = -1;

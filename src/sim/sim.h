@@ -5,10 +5,11 @@
 // What is simulated (docs/SIMULATOR.md has the full set-up):
 //   - requests arrive by a seeded Poisson process, with prompt / output lengths
 //     drawn from a workload (uniform, chat, code, summarization, mixed);
-//   - a batch scheduler (kvt_sim_sched_fn: FCFS continuous batching for now; the
-//     serving scheduler of issue 12 plugs in there) picks each iteration's batch;
-//   - an iteration prefills the requests it admits (their blocks are created in
-//     the fast tier) and decodes one token for the others: attention reads every
+//   - a batch scheduler (kvt_sim_sched_fn: the serving scheduler's own decisions,
+//     kvt_sim_sched_kvtier over src/sched/sched_policy.h, or plain FCFS) picks each
+//     iteration's batch, prompt chunks and preemptions by swap;
+//   - an iteration prefills the prompt chunks it is given (their blocks are created
+//     in the fast tier) and decodes one token for the others: attention reads every
 //     block of every decoding request in batch order (the "scan"), the
 //     iteration's compute spread evenly over the scan's block reads. A block
 //     missing from the fast tier stalls the scan until it arrives (a page fault);
@@ -36,6 +37,7 @@
 #include "../kv/kv_policy.h"
 #include "../plan/cost.h"
 #include "../plan/profile.h"
+#include "../sched/sched_policy.h"
 
 typedef enum { KVT_WL_UNIFORM, KVT_WL_CHAT, KVT_WL_CODE, KVT_WL_SUMMARIZATION, KVT_WL_MIXED, KVT_WL_COUNT } kvt_sim_workload;
 
@@ -52,9 +54,11 @@ typedef struct {
     double arrival;      // s
     int64_t prompt;      // prompt tokens
     int64_t out;         // tokens to generate (the simulator knows; a real scheduler only its max)
-    int64_t generated;   // tokens generated so far (the first one by the prefill)
+    int64_t generated;   // tokens generated so far (the first one by the prefill's last chunk)
     int64_t n_blocks;    // KV blocks it holds (0 until admitted)
     int32_t state;       // KVT_SIM_WAITING, RUNNING (admitted, holds KV), DONE
+    int64_t prefilled;   // prompt tokens in its KV (RUNNING: < prompt while its prompt is computed in chunks)
+    bool swapped;        // preempted by swap (RUNNING): its blocks went down to SSD; it does not run until resumed
 } kvt_sim_req;
 
 enum { KVT_SIM_NOT_ARRIVED, KVT_SIM_WAITING, KVT_SIM_RUNNING, KVT_SIM_DONE };
@@ -63,23 +67,59 @@ enum { KVT_SIM_NOT_ARRIVED, KVT_SIM_WAITING, KVT_SIM_RUNNING, KVT_SIM_DONE };
 typedef struct {
     const kvt_sim_req *reqs;  // all requests [n_reqs]
     int64_t n_reqs;
-    const int64_t *running;   // admitted requests (hold KV), in admission order [n_running]
+    const int64_t *running;   // admitted requests (hold KV), in admission order, swapped ones included [n_running]
     int64_t n_running;
     const int64_t *waiting;   // arrived, not admitted, in arrival order [n_waiting]
     int64_t n_waiting;
     int64_t max_batch;
     int64_t block_tokens;
     int64_t fast_blocks;      // fast-tier capacity in blocks
+    int64_t host_blocks;      // host capacity in blocks (0: unlimited)
     double now;               // s
 } kvt_sim_sched_view;
 
-// Picks the next iteration's batch: writes up to v->max_batch request ids into batch and returns how
-// many. Running requests in it decode a token; waiting ones are admitted and prefilled; running ones
-// left out are paused (their KV stays where it is). The iteration after the last one of a request
-// never contains it.
-typedef int64_t (*kvt_sim_sched_fn)(const kvt_sim_sched_view *v, int64_t *batch, void *ud);
-// FCFS continuous batching: every running request, then waiting ones in arrival order, up to max_batch.
-int64_t kvt_sim_sched_fcfs(const kvt_sim_sched_view *v, int64_t *batch, void *ud);
+// One iteration's schedule, written by a kvt_sim_sched_fn into arrays the simulator owns.
+typedef struct {
+    int64_t *ids;        // requests that run, in batch order [room: max_batch]
+    int64_t *tokens;     // [room: max_batch] tokens each computes: 1 for a decoding request; for a waiting request
+                         // (admitted by this) or a prefilling one a prompt chunk of 1 .. prompt - prefilled
+                         // tokens (its blocks are created; a later chunk reads the earlier ones; the chunk that
+                         // ends the prompt gives the first token)
+    int64_t *swap_out;   // running, not swapped requests preempted before the iteration: their blocks go to SSD
+    int64_t n_swap_out;  // [room: n_running]
+    int64_t *swap_in;    // swapped requests resumed before the iteration (their blocks come back as the scan
+    int64_t n_swap_in;   // reads them) [room: n_running]
+    int64_t *admit;      // waiting requests admitted before the iteration, whether or not they run in it (a
+    int64_t n_admit;     // waiting request in ids is admitted anyway) [room: n_waiting]
+} kvt_sim_batch;
+
+// Picks the next iteration's batch: fills b (ids, tokens; swap_out, swap_in and admit with their counts, 0
+// when the scheduler does not use them) and returns how many requests run (<= v->max_batch), -1 if it failed (out of
+// memory). Running requests left out are paused (their KV stays where it is). The iteration after the last
+// one of a request never contains it.
+typedef int64_t (*kvt_sim_sched_fn)(const kvt_sim_sched_view *v, kvt_sim_batch *b, void *ud);
+// FCFS continuous batching: every running request, then waiting ones in arrival order (whole prompts), up to
+// max_batch; no token budget, no preemption (src/sim/sim_sched.c).
+int64_t kvt_sim_sched_fcfs(const kvt_sim_sched_view *v, kvt_sim_batch *b, void *ud);
+
+// The serving scheduler's own decisions (src/sched/sched_policy.h, as scheduler.c runs them): FCFS admission
+// within n_parallel = max_batch sequences and, with preemption, fast + host blocks; decode rows then prompt
+// chunks under token_budget; preemption by swap of the latest-admitted running request when the running
+// requests' blocks (plus one each) exceed fast + host blocks (only with a host capacity), resumption of the
+// earliest swapped one that fits. ud: a kvt_sim_kvtier_sched (src/sim/sim_sched.c).
+typedef struct {
+    int64_t token_budget;     // rows of one iteration (raised to max_batch + 1, as the serving scheduler does)
+    bool preempt;             // preemption by swap (and admission by memory)
+    // scratch, grown as needed (kvt_sim_kvtier_sched_free)
+    kvt_sched_policy_req *view;
+    kvt_sched_policy_run *split;
+    int64_t *ids, *pick, cap;
+} kvt_sim_kvtier_sched;
+// Token budget and preemption of the serving scheduler's defaults (kvt_sched_params_default: 512, and preemption
+// on, as `kvtier serve` has it with a disk tier).
+void kvt_sim_kvtier_sched_init(kvt_sim_kvtier_sched *k);
+void kvt_sim_kvtier_sched_free(kvt_sim_kvtier_sched *k);
+int64_t kvt_sim_sched_kvtier(const kvt_sim_sched_view *v, kvt_sim_batch *b, void *ud);
 
 typedef struct {
     // model and machine
@@ -107,7 +147,7 @@ typedef struct {
     int64_t prefetch_depth;      // transfers a prefetching policy keeps in flight (4)
     int64_t victim_window;       // resident blocks examined per eviction (64; the paged store examines 256)
     double attn_alpha;           // EMA weight of the newest attention mass (0.5)
-    // scheduler (NULL: FCFS)
+    // scheduler (NULL: kvt_sim_sched_fcfs)
     kvt_sim_sched_fn sched;
     void *sched_ud;
     // optional trace of every eviction decision: the candidates as given to kvt_evict_pick, the tick and
@@ -125,6 +165,7 @@ typedef struct {
     int64_t transfers;         // block transfers completed (all links)
     int64_t reads;             // block reads by attention
     int64_t iterations;
+    int64_t preemptions, resumes; // requests the scheduler swapped out / resumed
     int64_t fast_blocks;       // capacity used
     double stall_s;            // scan time spent waiting for blocks
     double sim_s;              // simulated time
@@ -157,6 +198,7 @@ typedef struct {
     double moved_bytes;       // mean per run
     double stall_s;           // mean per run
     int64_t transfers, reads, iterations; // totals
+    int64_t preemptions, resumes;          // totals
     int64_t fast_blocks;      // capacity (the same for every seed)
     double wall_s;            // total wall-clock time
 } kvt_sim_summary;

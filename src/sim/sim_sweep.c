@@ -39,6 +39,8 @@ kvt_status kvt_sim_run_seeds(const kvt_sim_config *c, int n_seeds, kvt_sim_summa
         out->transfers += r.transfers;
         out->reads += r.reads;
         out->iterations += r.iterations;
+        out->preemptions += r.preemptions;
+        out->resumes += r.resumes;
         out->fast_blocks = r.fast_blocks;
         out->wall_s += r.wall_s;
         out->n_seeds++;
