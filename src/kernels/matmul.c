@@ -4,8 +4,9 @@
 //
 // SIMD path: activation rows are first converted into the kernel's private
 // layout (scales as floats, f16 -> f32, ...), then the kernel runs over a
-// strip of weight rows that stays in L2, 4 activation rows at a time, decoding
-// each weight block once for all 4. Decode (n_tok == 1) prepares its single row
+// strip of weight rows that stays in L2, nt_max activation rows at a time (4,
+// or 8 for the AVX-512 quantized kernels), decoding each weight block once for
+// all of them. Decode (n_tok == 1) prepares its single row
 // once and streams the weights through.
 // GEMM path (n_tok >= the kernel's gemm_min_tok, 2): register tiles of
 // gemm_avx2.c (AVX2: every type but the activation-only ones and q5_0) and

@@ -29,7 +29,7 @@
 
 // The AVX-512 GEMM tiles below (f16, q8_0, q4_K, q6_K) sum each output in another order than the rows
 // kernels, so with them a row's result would depend on the batch it is computed in; they are left out
-// (prefill uses the rows kernels, 4 tokens at a time) unless built with -DKVT_MM_AVX512_GEMM=1.
+// (prefill uses the rows kernels, 8 tokens per weight pass on AVX-512) unless built with -DKVT_MM_AVX512_GEMM=1.
 #ifndef KVT_MM_AVX512_GEMM
 #define KVT_MM_AVX512_GEMM 0
 #endif
