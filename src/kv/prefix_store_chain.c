@@ -17,13 +17,15 @@ typedef struct {
 
 static void chain_get_many(kvt_prefix_store *b, const kvt_block_key *keys, int n, void *const *dsts, bool *hits) {
     chain_store *s = (chain_store *)b;
+    if (n <= 0) return;
     const double t0 = kvt_time_ms();
     kvt_prefix_store_get_many(s->near, keys, n, dsts, hits);
     // the near misses, in order, go to the far store in one call (it pipelines them)
-    kvt_block_key *mk = malloc((size_t)n * sizeof *mk);
-    void **md = malloc((size_t)n * sizeof *md);
-    bool *mh = malloc((size_t)n * sizeof *mh);
-    int *mi = malloc((size_t)n * sizeof *mi);
+    const size_t nn = (size_t)(unsigned)n;
+    kvt_block_key *mk = malloc(nn * sizeof *mk);
+    void **md = malloc(nn * sizeof *md);
+    bool *mh = malloc(nn * sizeof *mh);
+    int *mi = malloc(nn * sizeof *mi);
     int m = 0;
     for (int i = 0; i < n; i++) {
         if (hits[i]) continue;
