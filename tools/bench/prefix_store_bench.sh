@@ -28,4 +28,9 @@ for c in 1 "$T"; do
 done
 redis-benchmark -p "$PORT" -d "$BYTES" -t set,get -n "$N" -c 1 -P 8 -q 2>/dev/null | tr '\r' '\n' | grep 'requests per second' |
   awk -v b="$BYTES" '{printf "redis-benchmark %s c=1 P=8  %10.1f req/s  %8.1f MB/s\n", $1, $2, $2*b/1e6}'
+# without -r every SET overwrites one key (the server reuses its memory); a put of ours writes a new key
+# each time: -r with a key space much larger than N makes almost every SET a new key, as ours
+redis-cli -p "$PORT" flushall >/dev/null
+redis-benchmark -p "$PORT" -d "$BYTES" -t set -n "$N" -c 1 -r $((N * 1000)) -q 2>/dev/null | tr '\r' '\n' | grep 'requests per second' |
+  awk -v b="$BYTES" '{printf "redis-benchmark %s c=1 new keys (-r)  %10.1f req/s  %8.1f MB/s\n", $1, $2, $2*b/1e6}'
 "$BIN" "dir:$DIR" "$BYTES" "$N" "$T" 8
