@@ -26,6 +26,18 @@ bool kvt_sparse_mode_parse(const char *s, kvt_sparse_mode *out) {
     return false;
 }
 
+const char *kvt_sparse_pred_name(kvt_sparse_pred m) { return m == KVT_SPARSE_PRED_LAST ? "last" : "ridge"; }
+
+bool kvt_sparse_pred_parse(const char *s, kvt_sparse_pred *out) {
+    for (int m = KVT_SPARSE_PRED_RIDGE; m <= KVT_SPARSE_PRED_LAST; m++) {
+        if (!strcmp(s, kvt_sparse_pred_name((kvt_sparse_pred)m))) {
+            *out = (kvt_sparse_pred)m;
+            return true;
+        }
+    }
+    return false;
+}
+
 int64_t kvt_sparse_predict_work_floats(int32_t max_window, int32_t d) {
     (void)max_window;
     return d;
