@@ -54,6 +54,28 @@ static void test_predictor(void) {
                 "max error %.3g", err);
 }
 
+// RoPE alignment: rows R(p) x of one raw query x at positions P - n .. P - 1 all become R(P) x.
+static void test_rope_align(void) {
+    enum { HD = 16, HEADS = 2, N = 6, P = 37 };
+    const kvt_rope_params rp = {HD, 1, 10000.0f, 1.0f, NULL};
+    float x[HEADS * HD], want[HEADS * HD], hist[N][HEADS * HD], cs[HD];
+    for (int i = 0; i < HEADS * HD; i++) x[i] = frand();
+    for (int i = 0; i < N; i++) {
+        memcpy(hist[i], x, sizeof x);
+        kvt_rope_cache(&rp, P - N + i, cs);
+        for (int j = 0; j < HEADS; j++) kvt_rope_apply(&rp, cs, hist[i] + j * HD);
+    }
+    memcpy(want, x, sizeof x);
+    kvt_rope_cache(&rp, P, cs);
+    for (int j = 0; j < HEADS; j++) kvt_rope_apply(&rp, cs, want + j * HD);
+    kvt_sparse_rope_align(&hist[0][0], N, HEADS, HD, &rp, cs);
+    double err = 0;
+    for (int i = 0; i < N; i++) {
+        for (int x0 = 0; x0 < HEADS * HD; x0++) err = fmax(err, fabs((double)hist[i][x0] - want[x0]));
+    }
+    test_result(err <= 1e-4, "sparse: rope_align rotates past queries to the next position's phase", "max error %.3g", err);
+}
+
 // Upper bounds: for random f16-rounded keys of a page and random queries, the bound is >= every q . k.
 static void test_quest_bound(void) {
     enum { D = 64, P = 16, TRIALS = 200 };
@@ -279,6 +301,22 @@ static void test_context(const char *path) {
     st = run(m, &c2, a, &sa, &err);
     test_result(!st && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12, "sparse: asyncspade re-rank keeps K positions",
                 "%s (selected %lld)", st ? err.msg : "unexpected", (long long)sa);
+    // fallback 1: every head re-selected with the real query = re-rank over every position
+    c2.sparse.rerank = 64.0;
+    st = run(m, &c2, b, &sb, &err);
+    kvt_context_params c4 = c2;
+    c4.sparse.rerank = 0.0;
+    c4.sparse.fallback = 1.0;
+    if (!st) st = run(m, &c4, a, &sa, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade fallback 1 = re-rank over every position, bit for bit",
+                "%s", st ? err.msg : "differ");
+    // rope_align and the last-query predictor run and keep the budget
+    c4.sparse.fallback = 0.0;
+    c4.sparse.rope_align = true;
+    c4.sparse.predictor = KVT_SPARSE_PRED_LAST;
+    st = run(m, &c4, a, &sa, &err);
+    test_result(!st && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12, "sparse: asyncspade rope_align + last query keep K positions",
+                "%s (selected %lld)", st ? err.msg : "unexpected", (long long)sa);
     free(dense);
     free(a);
     free(b);
@@ -311,6 +349,7 @@ static void test_cli(const test_env *env, const char *model) {
 
 void test_sparse(const test_env *env) {
     test_predictor();
+    test_rope_align();
     test_quest_bound();
     test_topk();
     test_attend_set();

@@ -119,6 +119,13 @@ void kvt_sparse_predict(const float *hist, int32_t n, int32_t d, const int32_t *
     for (int32_t x = 0; x < d; x++) out[x] = work[x] / (float)used;
 }
 
+void kvt_sparse_rope_align(float *hist, int32_t n, int32_t heads, int32_t head_dim, const kvt_rope_params *rope, float *cs) {
+    for (int32_t i = 0; i < n; i++) {
+        kvt_rope_cache(rope, n - i, cs);
+        for (int32_t j = 0; j < heads; j++) kvt_rope_apply(rope, cs, hist + ((int64_t)i * heads + j) * head_dim);
+    }
+}
+
 float kvt_sparse_quest_bound(const float *q, const float *lo, const float *hi, int32_t d) {
     // per element the larger of q*lo and q*hi bounds q*k for every k in [lo, hi]; summed in double and
     // rounded up so that the float result bounds the float dot products too (their rounding is far smaller

@@ -403,10 +403,7 @@ static void select_predicted(kvt_sparse *s, sel_scratch *ss, int32_t layer, int6
         const float *h = s->hist + pr * (s->p.window + 1) * gd;
         if (align) { // row i holds the query of position P - hn + i: rotate it by hn - i positions to P's phase
             memcpy(ss->al, h, (size_t)hn * gd * sizeof(float));
-            for (int32_t i = 0; i < hn; i++) {
-                kvt_rope_cache(&s->d.rope, hn - i, ss->cs);
-                for (int32_t j = 0; j < s->qpg; j++) kvt_rope_apply(&s->d.rope, ss->cs, ss->al + (int64_t)i * gd + (int64_t)j * hd);
-            }
+            kvt_sparse_rope_align(ss->al, hn, s->qpg, hd, &s->d.rope, ss->cs);
             h = ss->al;
         }
         if (s->p.predictor == KVT_SPARSE_PRED_LAST && hn > 0) memcpy(ss->pred, h + (int64_t)(hn - 1) * gd, (size_t)gd * sizeof(float));

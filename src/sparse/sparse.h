@@ -113,6 +113,11 @@ int64_t kvt_sparse_predict_work_floats(int32_t max_window, int32_t d);
 void kvt_sparse_predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
                         bool softmax, float *out, float *work);
 
+// Rotates rows hist[0 .. n) ([n, heads * head_dim], row i the RoPE'd query heads of position P - n + i) to
+// position P's RoPE phase in place (row i by n - i positions): a query predicted from the rows is then the
+// prediction made before RoPE with P's RoPE applied. cs: rope->n_rot floats of scratch.
+void kvt_sparse_rope_align(float *hist, int32_t n, int32_t heads, int32_t head_dim, const kvt_rope_params *rope, float *cs);
+
 // Upper bound of q . k over every k with lo <= k <= hi element-wise ([d] each).
 float kvt_sparse_quest_bound(const float *q, const float *lo, const float *hi, int32_t d);
 
