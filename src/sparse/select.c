@@ -26,10 +26,12 @@ bool kvt_sparse_mode_parse(const char *s, kvt_sparse_mode *out) {
     return false;
 }
 
-const char *kvt_sparse_pred_name(kvt_sparse_pred m) { return m == KVT_SPARSE_PRED_LAST ? "last" : "ridge"; }
+const char *kvt_sparse_pred_name(kvt_sparse_pred m) {
+    return m == KVT_SPARSE_PRED_LAST ? "last" : m == KVT_SPARSE_PRED_RIDGE_HEAD ? "ridge-head" : "ridge";
+}
 
 bool kvt_sparse_pred_parse(const char *s, kvt_sparse_pred *out) {
-    for (int m = KVT_SPARSE_PRED_RIDGE; m <= KVT_SPARSE_PRED_LAST; m++) {
+    for (int m = KVT_SPARSE_PRED_RIDGE; m <= KVT_SPARSE_PRED_RIDGE_HEAD; m++) {
         if (!strcmp(s, kvt_sparse_pred_name((kvt_sparse_pred)m))) {
             *out = (kvt_sparse_pred)m;
             return true;

@@ -24,6 +24,7 @@ typedef struct {
     float *work;  // predictor work
     float *al;    // [W + 1][qpg * head_dim] the history rotated to the predicted position (rope_align)
     float *cs;    // [n_rot] a rotation's cos/sin
+    float *hrow;  // [W + 1][head_dim] one query head's history (ridge-head)
     int64_t *blk; // [n_ctx] blocks of a selection (prefetch)
 } sel_scratch;
 
@@ -113,6 +114,7 @@ static void ss_alloc(sel_scratch *ss, const kvt_sparse *s, bool *ok) {
     ss->blk = zalloc((size_t)N * 8, ok);
     ss->al = zalloc((size_t)(s->p.window + 1) * s->gd * 4, ok);
     ss->cs = zalloc((size_t)(s->d.rope.n_rot + 2) * 4, ok);
+    ss->hrow = zalloc((size_t)(s->p.window + 1) * s->d.head_dim * 4, ok);
 }
 
 static void ss_free(sel_scratch *ss) {
@@ -125,6 +127,7 @@ static void ss_free(sel_scratch *ss) {
     free(ss->blk);
     free(ss->al);
     free(ss->cs);
+    free(ss->hrow);
 }
 
 static void *worker_main(void *arg);
@@ -406,8 +409,16 @@ static void select_predicted(kvt_sparse *s, sel_scratch *ss, int32_t layer, int6
             kvt_sparse_rope_align(ss->al, hn, s->qpg, hd, &s->d.rope, ss->cs);
             h = ss->al;
         }
-        if (s->p.predictor == KVT_SPARSE_PRED_LAST && hn > 0) memcpy(ss->pred, h + (int64_t)(hn - 1) * gd, (size_t)gd * sizeof(float));
-        else kvt_sparse_predict(h, hn, gd, s->windows, s->nw, s->p.lambda, true, ss->pred, ss->work);
+        if (s->p.predictor == KVT_SPARSE_PRED_LAST && hn > 0) {
+            memcpy(ss->pred, h + (int64_t)(hn - 1) * gd, (size_t)gd * sizeof(float));
+        } else if (s->p.predictor == KVT_SPARSE_PRED_RIDGE_HEAD) {
+            for (int32_t j = 0; j < s->qpg; j++) { // head j's rows, contiguous
+                for (int32_t i = 0; i < hn; i++) memcpy(ss->hrow + (int64_t)i * hd, h + (int64_t)i * gd + (int64_t)j * hd, (size_t)hd * sizeof(float));
+                kvt_sparse_predict(ss->hrow, hn, hd, s->windows, s->nw, s->p.lambda, true, ss->pred + (int64_t)j * hd, ss->work);
+            }
+        } else {
+            kvt_sparse_predict(h, hn, gd, s->windows, s->nw, s->p.lambda, true, ss->pred, ss->work);
+        }
         memcpy(s->pred_q + pr * gd, ss->pred, (size_t)gd * sizeof(float));
         score_int8(s, pr, ss->pred, n, P, scale, ss->raw);
         kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
