@@ -54,6 +54,27 @@ static void test_predictor(void) {
                 "max error %.3g", err);
 }
 
+// Eq. 2 read literally (weights on the simplex): an alternating sequence a, b, a, b, ... is continued exactly
+// (each window's weights go to the rows equal to the last one, the shifted window then gives the other);
+// softmax-normalized ridge weights cannot (softmax(1, 0) mixes both rows).
+static void test_predictor_simplex(void) {
+    enum { D = 16, N = 12 };
+    float hist[N][D], pred[D], work[D];
+    for (int x = 0; x < D; x++) {
+        hist[0][x] = frand();
+        hist[1][x] = frand();
+    }
+    for (int t = 2; t < N; t++) memcpy(hist[t], hist[t - 2], sizeof hist[t]);
+    const int32_t windows[3] = {2, 4, 8};
+    kvt_sparse_predict_simplex(&hist[0][0], N, D, windows, 3, 1e-9, pred, work);
+    double err = 0, errs = 0;
+    for (int x = 0; x < D; x++) err = fmax(err, fabs((double)pred[x] - hist[N - 2][x]));
+    kvt_sparse_predict(&hist[0][0], N, D, windows, 3, 1e-9, true, pred, work);
+    for (int x = 0; x < D; x++) errs = fmax(errs, fabs((double)pred[x] - hist[N - 2][x]));
+    test_result(err <= 1e-3 && errs > 0.05, "sparse: simplex-weight predictor continues an alternating sequence",
+                "max error %.3g (softmax-normalized: %.3g)", err, errs);
+}
+
 // RoPE alignment: rows R(p) x of one raw query x at positions P - n .. P - 1 all become R(P) x.
 static void test_rope_align(void) {
     enum { HD = 16, HEADS = 2, N = 6, P = 37 };
@@ -349,6 +370,7 @@ static void test_cli(const test_env *env, const char *model) {
 
 void test_sparse(const test_env *env) {
     test_predictor();
+    test_predictor_simplex();
     test_rope_align();
     test_quest_bound();
     test_topk();

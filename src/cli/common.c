@@ -63,8 +63,9 @@ const char *const cli_engine_help =
     "  --sparse-page P      quest: positions per page (default 16)\n"
     "  --sparse-rerank F    asyncspade: F*K candidates by the predicted query, re-ranked by the real one\n"
     "  --sparse-sync        asyncspade: select when the query arrives (no worker thread)\n"
-    "  --sparse-predictor ridge|last|ridge-head  asyncspade: the paper's ridge ensemble per KV group (default),\n"
-    "                       the last query, or the ridge ensemble per query head\n"
+    "  --sparse-predictor ridge|last|ridge-head|simplex  asyncspade: the paper's ridge ensemble per KV group\n"
+    "                       (default), the last query, the ridge ensemble per query head, or the ridge problem\n"
+    "                       solved over simplex weights\n"
     "  --sparse-lambda L    asyncspade: ridge regularization, relative to the mean squared query (1e-3)\n"
     "  --sparse-rope-align  asyncspade: past queries rotated to the next position's RoPE phase before predicting\n"
     "  --sparse-fallback C  asyncspade: heads whose predicted query has cosine < C with the real one are\n"
@@ -204,7 +205,7 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         const char *s = kvt_args_value(a, flag);
         if (!s) return -1;
         if (!kvt_sparse_pred_parse(s, &sp->predictor)) {
-            fprintf(stderr, "kvtier %s: --sparse-predictor: '%s' is not ridge, last or ridge-head\n", a->cmd, s);
+            fprintf(stderr, "kvtier %s: --sparse-predictor: '%s' is not ridge, last, ridge-head or simplex\n", a->cmd, s);
             return -1;
         }
         return 1;

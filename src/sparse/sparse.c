@@ -416,6 +416,8 @@ static void select_predicted(kvt_sparse *s, sel_scratch *ss, int32_t layer, int6
                 for (int32_t i = 0; i < hn; i++) memcpy(ss->hrow + (int64_t)i * hd, h + (int64_t)i * gd + (int64_t)j * hd, (size_t)hd * sizeof(float));
                 kvt_sparse_predict(ss->hrow, hn, hd, s->windows, s->nw, s->p.lambda, true, ss->pred + (int64_t)j * hd, ss->work);
             }
+        } else if (s->p.predictor == KVT_SPARSE_PRED_SIMPLEX) {
+            kvt_sparse_predict_simplex(h, hn, gd, s->windows, s->nw, s->p.lambda, ss->pred, ss->work);
         } else {
             kvt_sparse_predict(h, hn, gd, s->windows, s->nw, s->p.lambda, true, ss->pred, ss->work);
         }

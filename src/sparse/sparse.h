@@ -112,6 +112,10 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *out, kv
 int64_t kvt_sparse_predict_work_floats(int32_t max_window, int32_t d);
 void kvt_sparse_predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
                         bool softmax, float *out, float *work);
+// The same with each window's weights a = argmin over the simplex (a >= 0, sum a = 1) of the ridge objective
+// (the weights a softmax can express, the regression solved under that constraint rather than normalized after).
+void kvt_sparse_predict_simplex(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
+                                float *out, float *work);
 
 // Rotates rows hist[0 .. n) ([n, heads * head_dim], row i the RoPE'd query heads of position P - n + i) to
 // position P's RoPE phase in place (row i by n - i positions): a query predicted from the rows is then the

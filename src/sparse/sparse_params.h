@@ -23,6 +23,8 @@ typedef enum {
     KVT_SPARSE_PRED_RIDGE = 0, // the paper's: softmax-normalized ridge weights per window, ensemble averaged
     KVT_SPARSE_PRED_LAST,      // the last query as it is (no regression)
     KVT_SPARSE_PRED_RIDGE_HEAD,// the same ridge ensemble, one regression per query head instead of per KV group
+    KVT_SPARSE_PRED_SIMPLEX,   // Eq. 2 read literally: the ridge problem solved over softmax-normalized (simplex)
+                               // weights, per window, ensemble averaged
 } kvt_sparse_pred;
 
 typedef struct {
@@ -50,7 +52,7 @@ typedef struct {
 // "off", "oracle", "quest", "asyncspade"; parse returns false on another name.
 const char *kvt_sparse_mode_name(kvt_sparse_mode m);
 bool kvt_sparse_mode_parse(const char *s, kvt_sparse_mode *out);
-// "ridge", "last", "ridge-head"; parse returns false on another name.
+// "ridge", "last", "ridge-head", "simplex"; parse returns false on another name.
 const char *kvt_sparse_pred_name(kvt_sparse_pred m);
 bool kvt_sparse_pred_parse(const char *s, kvt_sparse_pred *out);
 
