@@ -331,6 +331,20 @@ static void test_context(const char *path) {
     if (!st) st = run(m, &c4, a, &sa, &err);
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade fallback 1 = re-rank over every position, bit for bit",
                 "%s", st ? err.msg : "differ");
+    // real layers: every layer selecting with the real query = fallback 1 (a), worker = inline for one real layer
+    kvt_context_params c5 = c2;
+    c5.sparse.rerank = 0.0;
+    c5.sparse.real_layers = m->hp.n_layer;
+    st = run(m, &c5, b, &sb, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade with every layer real = fallback 1, bit for bit",
+                "%s", st ? err.msg : "differ");
+    c5.sparse.real_layers = 1;
+    c5.sparse.sync = true;
+    st = run(m, &c5, a, &sa, &err);
+    c5.sparse.sync = false;
+    if (!st) st = run(m, &c5, b, &sb, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade with a real first layer: worker = inline, bit for bit",
+                "%s", st ? err.msg : "differ");
     // rope_align and the last-query predictor run and keep the budget
     c4.sparse.fallback = 0.0;
     c4.sparse.rope_align = true;

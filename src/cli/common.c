@@ -68,6 +68,7 @@ const char *const cli_engine_help =
     "                       solved over simplex weights\n"
     "  --sparse-lambda L    asyncspade: ridge regularization, relative to the mean squared query (1e-3)\n"
     "  --sparse-rope-align  asyncspade: past queries rotated to the next position's RoPE phase before predicting\n"
+    "  --sparse-real-layers N  asyncspade: the first N layers select with the real query (on the critical path)\n"
     "  --sparse-fallback C  asyncspade: heads whose predicted query has cosine < C with the real one are\n"
     "                       selected again with the real query (on the critical path; default 0: never)\n"
     "  --sparse-stats       per step: overlap with the oracle set and attention mass recall (an exact pass)\n"
@@ -175,10 +176,11 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         }
         return 1;
     }
-    int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page};
-    const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page"};
-    const int64_t lo[] = {0, 1, 1, 0, 1}, hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16};
-    for (int i = 0; i < 5; i++) {
+    int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page, &sp->real_layers};
+    const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page",
+                           "--sparse-real-layers"};
+    const int64_t lo[] = {0, 1, 1, 0, 1, 0}, hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16};
+    for (int i = 0; i < 6; i++) {
         if (strcmp(flag, names[i])) continue;
         if (!kvt_args_int(a, flag, lo[i], hi[i], &v)) return -1;
         *ints[i] = (int32_t)v;
@@ -317,6 +319,7 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_num(j, "lambda", p->lambda);
     kvt_json_kv_bool(j, "rope_align", p->rope_align);
     kvt_json_kv_num(j, "fallback", p->fallback);
+    kvt_json_kv_int(j, "real_layers", p->real_layers);
     kvt_json_kv_int(j, "summary_bytes", sm.summary_bytes);
     kvt_json_kv_int(j, "n_steps", sm.n_steps);
     kvt_json_kv_num(j, "selected_frac", sm.selected_frac);

@@ -68,7 +68,7 @@ struct kvt_sparse {
     float *pair_mass;        // mass recall of every (step, layer, KV head) pair with stats
     int64_t n_pair_mass, cap_pair_mass;
     // per (layer, KV head) pair: steps with stats, sums of mass recall, oracle overlap, query cosine; fallbacks
-    int64_t *ps_n, *ps_fb;
+    int64_t *ps_n, *ps_fb, *ps_ncos;
     double *ps_mass, *ps_ovl, *ps_cos;
     int64_t n_pred_sel, n_fallback; // asyncspade: predicted selections used, of which redone with the real query
 };
@@ -167,6 +167,7 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     s->hist_n = zalloc((size_t)L * 4, &ok);
     s->ps_n = zalloc((size_t)(L * H) * 8, &ok);
     s->ps_fb = zalloc((size_t)(L * H) * 8, &ok);
+    s->ps_ncos = zalloc((size_t)(L * H) * 8, &ok);
     s->ps_mass = zalloc((size_t)(L * H) * 8, &ok);
     s->ps_ovl = zalloc((size_t)(L * H) * 8, &ok);
     s->ps_cos = zalloc((size_t)(L * H) * 8, &ok);
@@ -222,7 +223,7 @@ void kvt_sparse_free(kvt_sparse *s) {
     ss_free(&s->work_ss);
     void *bufs[] = {s->k8, s->k8s, s->lo, s->hi, s->hist, s->hist_n, s->hist_next, s->sel, s->nsel, s->sel_pos,
                     s->exact, s->osel, s->krow, s->krow_t, s->queue, s->queue_pos, s->busy, s->steps, s->pair_mass,
-                    s->pred_q, s->ps_n, s->ps_fb, s->ps_mass, s->ps_ovl, s->ps_cos};
+                    s->pred_q, s->ps_n, s->ps_fb, s->ps_ncos, s->ps_mass, s->ps_ovl, s->ps_cos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -242,6 +243,7 @@ void kvt_sparse_steps_clear(kvt_sparse *s) {
     const size_t np = (size_t)s->d.n_layer * s->d.n_head_kv;
     memset(s->ps_n, 0, np * 8);
     memset(s->ps_fb, 0, np * 8);
+    memset(s->ps_ncos, 0, np * 8);
     memset(s->ps_mass, 0, np * 8);
     memset(s->ps_ovl, 0, np * 8);
     memset(s->ps_cos, 0, np * 8);
@@ -252,8 +254,8 @@ void kvt_sparse_pair_stats(const kvt_sparse *s, int32_t layer, int32_t kh, kvt_s
     o->n = n;
     o->mass_recall = n ? s->ps_mass[pr] / (double)n : -1.0;
     o->oracle_overlap = n ? s->ps_ovl[pr] / (double)n : -1.0;
-    o->query_cos = n && s->pred_q ? s->ps_cos[pr] / (double)n : -1.0;
-    o->fallback_frac = n && s->pred_q ? (double)s->ps_fb[pr] / (double)n : -1.0;
+    o->query_cos = s->ps_ncos[pr] ? s->ps_cos[pr] / (double)s->ps_ncos[pr] : -1.0;
+    o->fallback_frac = s->ps_ncos[pr] ? (double)s->ps_fb[pr] / (double)s->ps_ncos[pr] : -1.0;
 }
 
 static int cmp_float(const void *a, const void *b) {
@@ -291,7 +293,7 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *o, kvt_
     if (s->pred_q) {
         double cs = 0.0;
         int64_t nc = 0;
-        for (int64_t i = 0; i < (int64_t)s->d.n_layer * s->d.n_head_kv; i++) cs += s->ps_cos[i], nc += s->ps_n[i];
+        for (int64_t i = 0; i < (int64_t)s->d.n_layer * s->d.n_head_kv; i++) cs += s->ps_cos[i], nc += s->ps_ncos[i];
         o->query_cos = nc ? cs / (double)nc : -1.0;
     }
     o->oracle_overlap = ovl / (double)np;
@@ -448,23 +450,28 @@ static void rerank(kvt_sparse *s, int32_t layer, int64_t P, const float *q, floa
 // asyncspade, on the caller once the real query q is here: the cosine of each KV head's predicted query with
 // the real one (stats), and with --sparse-fallback the heads below it selected again with the real query on
 // the int8 keys (on the critical path: counted as stall by the caller).
-static void check_predicted(kvt_sparse *s, int32_t layer, int64_t P, const float *q, float scale) {
-    if (!s->p.stats && s->p.fallback <= 0.0) return;
+// The selection of pair pr for decode position P by the real query (the group's rows at qg) on the int8 keys.
+static void select_real_pair(kvt_sparse *s, int64_t pr, int64_t P, const float *qg, float scale) {
     sel_scratch *ss = &s->main_ss;
     const int64_t n = P + 1, K = budget_of(s, n);
+    score_int8(s, pr, qg, n, P, scale, ss->raw);
+    kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
+    s->nsel[pr] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, s->sel + pr * s->d.n_ctx, ss->mark, ss->vals);
+}
+
+static void check_predicted(kvt_sparse *s, int32_t layer, int64_t P, const float *q, float scale) {
+    if (!s->p.stats && s->p.fallback <= 0.0) return;
     for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
         const int64_t pr = pair(s, layer, kh);
         const float *a = s->pred_q + pr * s->gd, *b = q + (int64_t)kh * s->gd;
         const double ab = dot_d(a, b, s->gd), aa = dot_d(a, a, s->gd), bb = dot_d(b, b, s->gd);
         const double cs = aa > 0.0 && bb > 0.0 ? ab / sqrt(aa * bb) : 0.0;
-        if (s->p.stats) s->ps_cos[pr] += cs;
+        if (s->p.stats) s->ps_cos[pr] += cs, s->ps_ncos[pr]++;
         s->n_pred_sel++;
         if (s->p.fallback <= 0.0 || cs >= s->p.fallback) continue;
         s->n_fallback++;
         if (s->p.stats) s->ps_fb[pr]++;
-        score_int8(s, pr, b, n, P, scale, ss->raw);
-        kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
-        s->nsel[pr] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, s->sel + pr * s->d.n_ctx, ss->mark, ss->vals);
+        select_real_pair(s, pr, P, b, scale);
     }
 }
 
@@ -667,7 +674,8 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     s->hist_next[layer] = pos0 + n;
     observe_keys(s, layer, pos0, n, k);
     const bool sparse_layer = p->window == 0 && layer >= s->p.dense_layers;
-    if (s->hist && decode && sparse_layer && budget_of(s, held) < held && s->sel_pos[layer] != P) {
+    const bool real_layer = s->hist && layer < s->p.real_layers; // asyncspade: selects with the real query
+    if (s->hist && !real_layer && decode && sparse_layer && budget_of(s, held) < held && s->sel_pos[layer] != P) {
         // no selection ready (sync mode, or the first step): predict now, from the queries before this one
         const double t0 = kvt_time_ms();
         select_predicted(s, &s->main_ss, layer, P, p->scale);
@@ -698,8 +706,13 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
             select_quest(s, layer, P, q, p->scale);
             summary = H * ((P + s->p.page - 1) / s->p.page) * 2 * s->d.head_dim * 4;
         } else {
-            check_predicted(s, layer, P, q, p->scale);
-            if (s->p.rerank > 1.0) rerank(s, layer, P, q, p->scale);
+            if (real_layer) {
+                for (int32_t kh = 0; kh < H; kh++) select_real_pair(s, pair(s, layer, kh), P, q + (int64_t)kh * s->gd, p->scale);
+                s->sel_pos[layer] = P;
+            } else {
+                check_predicted(s, layer, P, q, p->scale);
+                if (s->p.rerank > 1.0) rerank(s, layer, P, q, p->scale);
+            }
             summary = H * P * (s->d.head_dim + 4);
         }
         // the selection time is on the critical path for oracle and quest (and asyncspade's re-rank / misses)
@@ -713,6 +726,6 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         if (st) return st;
         step_add(s, layer, P, nsel, H * held, summary, stall, s->p.stats ? (int32_t)H : 0, mass, mass_min, ovl);
     }
-    if (!st && s->has_worker && sparse_layer && held < s->d.n_ctx) post_layer(s, layer, held); // the next step's selection
+    if (!st && s->has_worker && sparse_layer && !real_layer && held < s->d.n_ctx) post_layer(s, layer, held); // the next step's selection
     return st;
 }

@@ -44,6 +44,8 @@ typedef struct {
                           // (default 1e-3 when 0)
     bool rope_align;      // asyncspade: rotate the past queries to the predicted position's RoPE phase before
                           // predicting (i.e. predict the query before RoPE, then apply the next position's RoPE)
+    int32_t real_layers;  // asyncspade: the first real_layers layers select with the real query on the int8 keys,
+                          // on the caller (no prediction; where the predictor is poor: early layers)
     double fallback;      // asyncspade: a KV head whose predicted query has cosine < fallback with the real one
                           // is selected again with the real query on the int8 keys, on the caller (0: never)
     bool stats;           // per step: oracle overlap and attention mass recall (costs an exact scoring pass)
