@@ -54,6 +54,49 @@ static void test_predictor(void) {
                 "max error %.3g", err);
 }
 
+// Eq. 2 read literally (weights on the simplex): an alternating sequence a, b, a, b, ... is continued exactly
+// (each window's weights go to the rows equal to the last one, the shifted window then gives the other);
+// softmax-normalized ridge weights cannot (softmax(1, 0) mixes both rows).
+static void test_predictor_simplex(void) {
+    enum { D = 16, N = 12 };
+    float hist[N][D], pred[D], work[D];
+    for (int x = 0; x < D; x++) {
+        hist[0][x] = frand();
+        hist[1][x] = frand();
+    }
+    for (int t = 2; t < N; t++) memcpy(hist[t], hist[t - 2], sizeof hist[t]);
+    const int32_t windows[3] = {2, 4, 8};
+    kvt_sparse_predict_simplex(&hist[0][0], N, D, windows, 3, 1e-9, pred, work);
+    double err = 0, errs = 0;
+    for (int x = 0; x < D; x++) err = fmax(err, fabs((double)pred[x] - hist[N - 2][x]));
+    kvt_sparse_predict(&hist[0][0], N, D, windows, 3, 1e-9, true, pred, work);
+    for (int x = 0; x < D; x++) errs = fmax(errs, fabs((double)pred[x] - hist[N - 2][x]));
+    test_result(err <= 1e-3 && errs > 0.05, "sparse: simplex-weight predictor continues an alternating sequence",
+                "max error %.3g (softmax-normalized: %.3g)", err, errs);
+}
+
+// RoPE alignment: rows R(p) x of one raw query x at positions P - n .. P - 1 all become R(P) x.
+static void test_rope_align(void) {
+    enum { HD = 16, HEADS = 2, N = 6, P = 37 };
+    const kvt_rope_params rp = {HD, 1, 10000.0f, 1.0f, NULL};
+    float x[HEADS * HD], want[HEADS * HD], hist[N][HEADS * HD], cs[HD];
+    for (int i = 0; i < HEADS * HD; i++) x[i] = frand();
+    for (int i = 0; i < N; i++) {
+        memcpy(hist[i], x, sizeof x);
+        kvt_rope_cache(&rp, P - N + i, cs);
+        for (int j = 0; j < HEADS; j++) kvt_rope_apply(&rp, cs, hist[i] + j * HD);
+    }
+    memcpy(want, x, sizeof x);
+    kvt_rope_cache(&rp, P, cs);
+    for (int j = 0; j < HEADS; j++) kvt_rope_apply(&rp, cs, want + j * HD);
+    kvt_sparse_rope_align(&hist[0][0], N, HEADS, HD, &rp, cs);
+    double err = 0;
+    for (int i = 0; i < N; i++) {
+        for (int x0 = 0; x0 < HEADS * HD; x0++) err = fmax(err, fabs((double)hist[i][x0] - want[x0]));
+    }
+    test_result(err <= 1e-4, "sparse: rope_align rotates past queries to the next position's phase", "max error %.3g", err);
+}
+
 // Upper bounds: for random f16-rounded keys of a page and random queries, the bound is >= every q . k.
 static void test_quest_bound(void) {
     enum { D = 64, P = 16, TRIALS = 200 };
@@ -121,7 +164,7 @@ static void test_attend_set(void) {
     for (int64_t i = 0; i < n * HKV * HD; i++) k[i] = frand(), v[i] = frand();
     for (int i = 0; i < H * HD; i++) q[i] = frand() * 3.0f;
     kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
-    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16};
+    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}};
     void *sc[2] = {malloc((size_t)kvt_attn_scratch_bytes(kv, H, KVT_ATTN_TILE)), malloc((size_t)kvt_attn_scratch_bytes(kv, H, KVT_ATTN_TILE))};
     float *ss[2];
     for (int i = 0; i < 2; i++) ss[i] = aligned_alloc(64, (size_t)(kvt_sparse_attn_scratch_floats(&d) * 4 + 63) / 64 * 64);
@@ -259,7 +302,7 @@ static void test_context(const char *path) {
     c2.sparse.sync = false;
     // the paged store with a small fast tier (the worker's chosen blocks prefetched from the host tier): the same
     // bits as the contiguous cache; the key summaries are taken from the fast budget
-    kvt_sparse_dims dd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, 64, 2, KVT_TYPE_F16};
+    kvt_sparse_dims dd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, 64, 2, KVT_TYPE_F16, {0}};
     const int64_t summary = kvt_sparse_summary_bytes(&c2.sparse, &dd);
     kvt_context_params c3 = c2;
     c3.kv_fast_bytes = summary + 4 * 4096;
@@ -278,6 +321,36 @@ static void test_context(const char *path) {
     c2.sparse.rerank = 2.0;
     st = run(m, &c2, a, &sa, &err);
     test_result(!st && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12, "sparse: asyncspade re-rank keeps K positions",
+                "%s (selected %lld)", st ? err.msg : "unexpected", (long long)sa);
+    // fallback 1: every head re-selected with the real query = re-rank over every position
+    c2.sparse.rerank = 64.0;
+    st = run(m, &c2, b, &sb, &err);
+    kvt_context_params c4 = c2;
+    c4.sparse.rerank = 0.0;
+    c4.sparse.fallback = 1.0;
+    if (!st) st = run(m, &c4, a, &sa, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade fallback 1 = re-rank over every position, bit for bit",
+                "%s", st ? err.msg : "differ");
+    // real layers: every layer selecting with the real query = fallback 1 (a), worker = inline for one real layer
+    kvt_context_params c5 = c2;
+    c5.sparse.rerank = 0.0;
+    c5.sparse.real_layers = m->hp.n_layer;
+    st = run(m, &c5, b, &sb, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade with every layer real = fallback 1, bit for bit",
+                "%s", st ? err.msg : "differ");
+    c5.sparse.real_layers = 1;
+    c5.sparse.sync = true;
+    st = run(m, &c5, a, &sa, &err);
+    c5.sparse.sync = false;
+    if (!st) st = run(m, &c5, b, &sb, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade with a real first layer: worker = inline, bit for bit",
+                "%s", st ? err.msg : "differ");
+    // rope_align and the last-query predictor run and keep the budget
+    c4.sparse.fallback = 0.0;
+    c4.sparse.rope_align = true;
+    c4.sparse.predictor = KVT_SPARSE_PRED_LAST;
+    st = run(m, &c4, a, &sa, &err);
+    test_result(!st && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12, "sparse: asyncspade rope_align + last query keep K positions",
                 "%s (selected %lld)", st ? err.msg : "unexpected", (long long)sa);
     free(dense);
     free(a);
@@ -311,6 +384,8 @@ static void test_cli(const test_env *env, const char *model) {
 
 void test_sparse(const test_env *env) {
     test_predictor();
+    test_predictor_simplex();
+    test_rope_align();
     test_quest_bound();
     test_topk();
     test_attend_set();

@@ -4,6 +4,10 @@ the oracle set at several budgets, and passkey retrieval, each mode beside dense
 
   tools/sparse_eval.py ppl     -m MODEL -f TEXT [-c 2048] [--chunks 2] [--budgets 0.25,0.125,0.0625]
   tools/sparse_eval.py passkey -m MODEL [--lengths 2048,4096,8192] [--depths 0.1,0.5,0.9] [--budget 0.125]
+  tools/sparse_eval.py variants -m MODEL -f TEXT [-c 1024] [--chunks 1] [--budget 0.125] [--only NAME,...]
+
+`variants` runs dense, the oracle, Quest at three page sizes and the asyncspade variants of docs/SPARSE.md
+(predictors, dense/real layers, recent window, re-rank, fallback) at one budget, with per-layer stats.
 
 Every run prints one JSON line per measurement (stdout) and a table at the end. Extra kvtier flags after --.
 """
@@ -52,6 +56,52 @@ def run_ppl(args):
         print("| %s | %s | %.4f | %s | %s | %s | %s | %.0f |" % (mode, b, ppl, ch, f(mr), f(p5), f(ov), sec))
 
 
+ASYNC = ["--sparse", "asyncspade", "--sparse-sync"]
+VARIANTS = [
+    ("oracle", ["--sparse", "oracle"]),
+    ("quest page 16", ["--sparse", "quest", "--sparse-page", "16"]),
+    ("quest page 8", ["--sparse", "quest", "--sparse-page", "8"]),
+    ("quest page 4", ["--sparse", "quest", "--sparse-page", "4"]),
+    ("asyncspade ridge (the paper's)", ASYNC),
+    ("ridge per query head", ASYNC + ["--sparse-predictor", "ridge-head"]),
+    ("simplex weights", ASYNC + ["--sparse-predictor", "simplex"]),
+    ("ridge, rope-aligned", ASYNC + ["--sparse-rope-align"]),
+    ("last query", ASYNC + ["--sparse-predictor", "last"]),
+    ("ridge, 2 dense layers", ASYNC + ["--sparse-dense-layers", "2"]),
+    ("ridge, recent 64", ASYNC + ["--sparse-recent", "64"]),
+    ("ridge, re-rank x4", ASYNC + ["--sparse-rerank", "4"]),
+    ("ridge, first 12 layers real", ASYNC + ["--sparse-real-layers", "12"]),
+    ("ridge, fallback 0.8", ASYNC + ["--sparse-fallback", "0.8"]),
+    ("ridge, fallback 0.85", ASYNC + ["--sparse-fallback", "0.85"]),
+    ("last, fallback 0.8", ASYNC + ["--sparse-predictor", "last", "--sparse-fallback", "0.8"]),
+]
+
+
+def run_variants(args):
+    base = ["perplexity", "-m", args.model, "-f", args.file, "-c", str(args.ctx), "--chunks", str(args.chunks), "--json",
+            "-t", str(args.threads)]
+    only = set(args.only.split(",")) if args.only else None
+    dense, sec = kvtier(args, base)
+    print(json.dumps({"variant": "dense", "ppl": dense["ppl"], "s": sec}), flush=True)
+    rows = []
+    for name, flags in VARIANTS:
+        if only and name not in only:
+            continue
+        r, sec = kvtier(args, base + flags + ["--sparse-budget", str(args.budget), "--sparse-stats"])
+        sp = r["sparse"]
+        rows.append((name, r["ppl"], sp))
+        print(json.dumps({"variant": name, "flags": flags, "ppl": r["ppl"], "sparse": sp, "s": sec}), flush=True)
+    print("\n| variant | ppl | vs dense | mass recall mean | p5 | oracle overlap | query cos | fallback share |")
+    print("|---|---|---|---|---|---|---|---|")
+    print("| dense | %.3f | - | 1 | 1 | - | - | - |" % dense["ppl"])
+    for name, ppl, sp in rows:
+        qc = sp.get("query_cos", -1)
+        fb = sp.get("fallback_frac", 0)
+        print("| %s | %.3f | %+.2f%% | %.3f | %.3f | %.3f | %s | %s |" % (
+            name, ppl, 100.0 * (ppl / dense["ppl"] - 1.0), sp["mass_recall"], sp["mass_recall_p5"], sp["oracle_overlap"],
+            "%.3f" % qc if qc is not None and qc >= 0 else "-", "%.1f%%" % (100 * fb) if fb else "-"))
+
+
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ")
 
 
@@ -90,7 +140,7 @@ def run_passkey(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["ppl", "passkey"])
+    ap.add_argument("what", choices=["ppl", "passkey", "variants"])
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("-f", "--file")
     ap.add_argument("-c", "--ctx", type=int, default=2048)
@@ -100,16 +150,17 @@ def main():
     ap.add_argument("--budget", default="0.125")
     ap.add_argument("--lengths", default="2048,4096,8192")
     ap.add_argument("--depths", default="0.1,0.5,0.9")
+    ap.add_argument("--only", default="", help="variants: comma list of variant names")
     ap.add_argument("--kvtier", default="build/kvtier")
     ap.add_argument("extra", nargs="*")
     args = ap.parse_args()
     args.budgets = [float(x) for x in args.budgets.split(",")]
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.depths = [float(x) for x in args.depths.split(",")]
-    if args.what == "ppl":
+    if args.what in ("ppl", "variants"):
         if not args.file:
-            sys.exit("ppl needs -f TEXT")
-        run_ppl(args)
+            sys.exit("%s needs -f TEXT" % args.what)
+        run_ppl(args) if args.what == "ppl" else run_variants(args)
     else:
         run_passkey(args)
 

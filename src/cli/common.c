@@ -63,6 +63,14 @@ const char *const cli_engine_help =
     "  --sparse-page P      quest: positions per page (default 16)\n"
     "  --sparse-rerank F    asyncspade: F*K candidates by the predicted query, re-ranked by the real one\n"
     "  --sparse-sync        asyncspade: select when the query arrives (no worker thread)\n"
+    "  --sparse-predictor ridge|last|ridge-head|simplex  asyncspade: the paper's ridge ensemble per KV group\n"
+    "                       (default), the last query, the ridge ensemble per query head, or the ridge problem\n"
+    "                       solved over simplex weights\n"
+    "  --sparse-lambda L    asyncspade: ridge regularization, relative to the mean squared query (1e-3)\n"
+    "  --sparse-rope-align  asyncspade: past queries rotated to the next position's RoPE phase before predicting\n"
+    "  --sparse-real-layers N  asyncspade: the first N layers select with the real query (on the critical path)\n"
+    "  --sparse-fallback C  asyncspade: heads whose predicted query has cosine < C with the real one are\n"
+    "                       selected again with the real query (on the critical path; default 0: never)\n"
     "  --sparse-stats       per step: overlap with the oracle set and attention mass recall (an exact pass)\n"
     KVT_BYTES_HELP;
 
@@ -168,10 +176,11 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         }
         return 1;
     }
-    int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page};
-    const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page"};
-    const int64_t lo[] = {0, 1, 1, 0, 1}, hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16};
-    for (int i = 0; i < 5; i++) {
+    int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page, &sp->real_layers};
+    const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page",
+                           "--sparse-real-layers"};
+    const int64_t lo[] = {0, 1, 1, 0, 1, 0}, hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16};
+    for (int i = 0; i < 6; i++) {
         if (strcmp(flag, names[i])) continue;
         if (!kvt_args_int(a, flag, lo[i], hi[i], &v)) return -1;
         *ints[i] = (int32_t)v;
@@ -183,6 +192,26 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         return 1;
     }
     if (!strcmp(flag, "--sparse-sync")) return (sp->sync = true), 1;
+    if (!strcmp(flag, "--sparse-rope-align")) return (sp->rope_align = true), 1;
+    if (!strcmp(flag, "--sparse-lambda")) {
+        if (!kvt_args_float(a, flag, 1e-12, 1e12, &f)) return -1;
+        sp->lambda = f;
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-fallback")) {
+        if (!kvt_args_float(a, flag, 0.0, 1.0, &f)) return -1;
+        sp->fallback = f;
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-predictor")) {
+        const char *s = kvt_args_value(a, flag);
+        if (!s) return -1;
+        if (!kvt_sparse_pred_parse(s, &sp->predictor)) {
+            fprintf(stderr, "kvtier %s: --sparse-predictor: '%s' is not ridge, last, ridge-head or simplex\n", a->cmd, s);
+            return -1;
+        }
+        return 1;
+    }
     if (!strcmp(flag, "--sparse-stats")) return (sp->stats = true), 1;
     return 0;
 }
@@ -286,6 +315,11 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_int(j, "page", p->page);
     kvt_json_kv_num(j, "rerank", p->rerank);
     kvt_json_kv_bool(j, "sync", p->sync);
+    kvt_json_kv_str(j, "predictor", kvt_sparse_pred_name(p->predictor));
+    kvt_json_kv_num(j, "lambda", p->lambda);
+    kvt_json_kv_bool(j, "rope_align", p->rope_align);
+    kvt_json_kv_num(j, "fallback", p->fallback);
+    kvt_json_kv_int(j, "real_layers", p->real_layers);
     kvt_json_kv_int(j, "summary_bytes", sm.summary_bytes);
     kvt_json_kv_int(j, "n_steps", sm.n_steps);
     kvt_json_kv_num(j, "selected_frac", sm.selected_frac);
@@ -295,6 +329,30 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_num(j, "oracle_overlap", sm.oracle_overlap);
     kvt_json_kv_num(j, "mass_recall", sm.mass_recall);
     kvt_json_kv_num(j, "mass_recall_p5", sm.mass_recall_p5);
+    kvt_json_kv_num(j, "query_cos", sm.query_cos);
+    kvt_json_kv_num(j, "fallback_frac", sm.fallback_frac);
+    if (p->stats) { // per layer, one value per KV head (-1: no stats, e.g. a dense layer)
+        const kvt_sparse_dims *d = kvt_sparse_get_dims(sp);
+        const char *names[] = {"mass_recall", "oracle_overlap", "query_cos", "fallback_frac"};
+        kvt_json_key(j, "layers");
+        kvt_json_arr_begin(j);
+        for (int32_t l = 0; l < d->n_layer; l++) {
+            kvt_json_obj_begin(j);
+            for (int f = 0; f < 4; f++) {
+                kvt_json_key(j, names[f]);
+                kvt_json_arr_begin(j);
+                for (int32_t kh = 0; kh < d->n_head_kv; kh++) {
+                    kvt_sparse_pair_stat ps;
+                    kvt_sparse_pair_stats(sp, l, kh, &ps);
+                    const double v[] = {ps.mass_recall, ps.oracle_overlap, ps.query_cos, ps.fallback_frac};
+                    kvt_json_num(j, v[f]);
+                }
+                kvt_json_arr_end(j);
+            }
+            kvt_json_obj_end(j);
+        }
+        kvt_json_arr_end(j);
+    }
     if (steps) {
         int64_t n = 0;
         const kvt_sparse_step *st = kvt_sparse_steps(sp, &n);

@@ -58,8 +58,10 @@ bool kvt_context_params_paged(const kvt_context_params *p) {
 
 static kvt_sparse_dims sparse_dims(const kvt_context *c) {
     const kvt_hparams *hp = &c->m->hp;
+    const kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
+                                c->m->rope_freqs};
     return (kvt_sparse_dims){hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, c->p.n_ctx,
-                             c->p.n_threads, c->p.kv_type};
+                             c->p.n_threads, c->p.kv_type, rp};
 }
 
 static int64_t sparse_summary_bytes(const kvt_context *c) {

@@ -26,6 +26,20 @@ bool kvt_sparse_mode_parse(const char *s, kvt_sparse_mode *out) {
     return false;
 }
 
+const char *kvt_sparse_pred_name(kvt_sparse_pred m) {
+    return m == KVT_SPARSE_PRED_LAST ? "last" : m == KVT_SPARSE_PRED_RIDGE_HEAD ? "ridge-head" : m == KVT_SPARSE_PRED_SIMPLEX ? "simplex" : "ridge";
+}
+
+bool kvt_sparse_pred_parse(const char *s, kvt_sparse_pred *out) {
+    for (int m = KVT_SPARSE_PRED_RIDGE; m <= KVT_SPARSE_PRED_SIMPLEX; m++) {
+        if (!strcmp(s, kvt_sparse_pred_name((kvt_sparse_pred)m))) {
+            *out = (kvt_sparse_pred)m;
+            return true;
+        }
+    }
+    return false;
+}
+
 int64_t kvt_sparse_predict_work_floats(int32_t max_window, int32_t d) {
     (void)max_window;
     return d;
@@ -65,8 +79,50 @@ static double dotd(const float *a, const float *b, int32_t d) {
     return s;
 }
 
-// One window's estimate of the next row, added into acc; false when the window cannot be used.
-static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, double lambda, bool softmax, float *acc) {
+// Euclidean projection of v[0 .. w) onto the probability simplex (sort-free: bisection on the threshold).
+static void project_simplex(double *v, int32_t w) {
+    double lo = -1e300, hi = -1e300;
+    for (int32_t i = 0; i < w; i++) hi = v[i] > hi ? v[i] : hi;
+    lo = hi - 1.0; // sum max(v - tau, 0) is >= 1 at tau = max - 1 and 0 at tau = max
+    for (int it = 0; it < 60; it++) {
+        const double tau = 0.5 * (lo + hi);
+        double s = 0.0;
+        for (int32_t i = 0; i < w; i++) s += v[i] > tau ? v[i] - tau : 0.0;
+        if (s > 1.0) lo = tau;
+        else hi = tau;
+    }
+    const double tau = 0.5 * (lo + hi);
+    double s = 0.0;
+    for (int32_t i = 0; i < w; i++) s += (v[i] = v[i] > tau ? v[i] - tau : 0.0);
+    for (int32_t i = 0; i < w; i++) v[i] = s > 0.0 ? v[i] / s : 1.0 / w;
+}
+
+// min over the simplex of a^T G a - 2 b^T a (G: [w, w] with the ridge term on its diagonal): accelerated
+// projected gradient (FISTA), step 1 / (2 * trace G) (trace >= the largest eigenvalue), from the uniform point.
+static void solve_simplex(const double *G, const double *b, int32_t w, double *a) {
+    double y[MAX_WINDOW], prev[MAX_WINDOW], tr = 0.0, t = 1.0;
+    for (int32_t i = 0; i < w; i++) tr += G[i * w + i];
+    const double step = tr > 0.0 ? 1.0 / (2.0 * tr) : 1.0;
+    for (int32_t i = 0; i < w; i++) a[i] = y[i] = prev[i] = 1.0 / w;
+    for (int it = 0; it < 200; it++) {
+        for (int32_t i = 0; i < w; i++) {
+            double g = -b[i];
+            for (int32_t j = 0; j < w; j++) g += G[i * w + j] * y[j];
+            a[i] = y[i] - step * 2.0 * g;
+        }
+        project_simplex(a, w);
+        const double tn = 0.5 * (1.0 + sqrt(1.0 + 4.0 * t * t));
+        for (int32_t i = 0; i < w; i++) {
+            y[i] = a[i] + (t - 1.0) / tn * (a[i] - prev[i]);
+            prev[i] = a[i];
+        }
+        t = tn;
+    }
+}
+
+// One window's estimate of the next row, added into acc; false when the window cannot be used. how: 0 the
+// ridge weights as solved, 1 softmax-normalized, 2 the ridge problem solved over the simplex.
+static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, double lambda, int how, float *acc) {
     if (w < 1 || w > MAX_WINDOW || n < w + 1) return false;
     double G[MAX_WINDOW * MAX_WINDOW], a[MAX_WINDOW];
     const float *X = hist + (int64_t)(n - 1 - w) * d, *y = hist + (int64_t)(n - 1) * d; // X: rows n-1-w .. n-2
@@ -78,8 +134,14 @@ static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, d
     }
     const double reg = lambda * (tr > 0.0 ? tr / w : 1.0);
     for (int32_t i = 0; i < w; i++) G[i * w + i] += reg > 0.0 ? reg : 1e-12;
-    if (!chol_solve(G, a, w)) return false;
-    if (softmax) {
+    if (how == 2) {
+        double b[MAX_WINDOW];
+        memcpy(b, a, (size_t)w * sizeof *b);
+        solve_simplex(G, b, w, a);
+    } else if (!chol_solve(G, a, w)) {
+        return false;
+    }
+    if (how == 1) {
         double mx = a[0], sum = 0.0;
         for (int32_t i = 1; i < w; i++) mx = a[i] > mx ? a[i] : mx;
         for (int32_t i = 0; i < w; i++) sum += (a[i] = exp(a[i] - mx));
@@ -94,17 +156,34 @@ static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, d
     return true;
 }
 
-void kvt_sparse_predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
-                        bool softmax, float *out, float *work) {
+static void predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda, int how,
+                    float *out, float *work) {
     memset(work, 0, (size_t)d * sizeof(float));
     int32_t used = 0;
-    for (int32_t i = 0; i < nw; i++) used += predict_window(hist, n, d, windows[i], lambda, softmax, work);
+    for (int32_t i = 0; i < nw; i++) used += predict_window(hist, n, d, windows[i], lambda, how, work);
     if (!used) {
         if (n > 0) memcpy(out, hist + (int64_t)(n - 1) * d, (size_t)d * sizeof(float));
         else memset(out, 0, (size_t)d * sizeof(float));
         return;
     }
     for (int32_t x = 0; x < d; x++) out[x] = work[x] / (float)used;
+}
+
+void kvt_sparse_predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
+                        bool softmax, float *out, float *work) {
+    predict(hist, n, d, windows, nw, lambda, softmax ? 1 : 0, out, work);
+}
+
+void kvt_sparse_predict_simplex(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
+                                float *out, float *work) {
+    predict(hist, n, d, windows, nw, lambda, 2, out, work);
+}
+
+void kvt_sparse_rope_align(float *hist, int32_t n, int32_t heads, int32_t head_dim, const kvt_rope_params *rope, float *cs) {
+    for (int32_t i = 0; i < n; i++) {
+        kvt_rope_cache(rope, n - i, cs);
+        for (int32_t j = 0; j < heads; j++) kvt_rope_apply(rope, cs, hist + ((int64_t)i * heads + j) * head_dim);
+    }
 }
 
 float kvt_sparse_quest_bound(const float *q, const float *lo, const float *hi, int32_t d) {

@@ -22,6 +22,9 @@ typedef struct {
     uint8_t *mark;// [n_ctx]
     float *pred;  // [qpg * head_dim] predicted query of a group
     float *work;  // predictor work
+    float *al;    // [W + 1][qpg * head_dim] the history rotated to the predicted position (rope_align)
+    float *cs;    // [n_rot] a rotation's cos/sin
+    float *hrow;  // [W + 1][head_dim] one query head's history (ridge-head)
     int64_t *blk; // [n_ctx] blocks of a selection (prefetch)
 } sel_scratch;
 
@@ -35,6 +38,7 @@ struct kvt_sparse {
     float *k8s;              // [L][Hkv][n_ctx] their scales
     float *lo, *hi;          // quest: [L][Hkv][n_pages][hd] key bounds
     float *hist;             // asyncspade: [L][Hkv][W + 1][gd] last queries, oldest first
+    float *pred_q;           // asyncspade: [L][Hkv][gd] the predicted query of the layer's selection
     int32_t *hist_n;         // [L] rows held
     int64_t *hist_next;      // [L] the position the next call must start at (else it is a rewind: the history
                              // restarts and the layer's selection is stale)
@@ -63,6 +67,10 @@ struct kvt_sparse {
     int64_t n_steps, cap_steps;
     float *pair_mass;        // mass recall of every (step, layer, KV head) pair with stats
     int64_t n_pair_mass, cap_pair_mass;
+    // per (layer, KV head) pair: steps with stats, sums of mass recall, oracle overlap, query cosine; fallbacks
+    int64_t *ps_n, *ps_fb, *ps_ncos;
+    double *ps_mass, *ps_ovl, *ps_cos;
+    int64_t n_pred_sel, n_fallback; // asyncspade: predicted selections used, of which redone with the real query
 };
 
 void kvt_sparse_params_resolve(kvt_sparse_params *p) {
@@ -71,6 +79,7 @@ void kvt_sparse_params_resolve(kvt_sparse_params *p) {
     if (p->recent < 0) p->recent = 32;
     if (p->recent < 1) p->recent = 1; // the current position is always attended
     if (p->window <= 0) p->window = 16;
+    if (p->lambda <= 0.0) p->lambda = 1e-3;
     if (p->page <= 0) p->page = 16;
     if (p->budget <= 0 && p->budget_frac <= 0.0) p->budget_frac = 0.125;
 }
@@ -103,6 +112,9 @@ static void ss_alloc(sel_scratch *ss, const kvt_sparse *s, bool *ok) {
     ss->pred = zalloc((size_t)s->gd * 4, ok);
     ss->work = zalloc((size_t)kvt_sparse_predict_work_floats(s->p.window, s->gd) * 4, ok);
     ss->blk = zalloc((size_t)N * 8, ok);
+    ss->al = zalloc((size_t)(s->p.window + 1) * s->gd * 4, ok);
+    ss->cs = zalloc((size_t)(s->d.rope.n_rot + 2) * 4, ok);
+    ss->hrow = zalloc((size_t)(s->p.window + 1) * s->d.head_dim * 4, ok);
 }
 
 static void ss_free(sel_scratch *ss) {
@@ -113,6 +125,9 @@ static void ss_free(sel_scratch *ss) {
     free(ss->pred);
     free(ss->work);
     free(ss->blk);
+    free(ss->al);
+    free(ss->cs);
+    free(ss->hrow);
 }
 
 static void *worker_main(void *arg);
@@ -123,6 +138,7 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     kvt_sparse_params p = *pp;
     kvt_sparse_params_resolve(&p);
     if (p.budget_frac > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-budget %g: a fraction must be <= 1", p.budget_frac);
+    if (p.fallback < 0.0 || p.fallback > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-fallback %g: a cosine in [0, 1]", p.fallback);
     if (p.window > 64) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-window %d: at most 64 queries", p.window);
     if (d->n_head_kv <= 0 || d->n_head % d->n_head_kv) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sparse attention: n_head %d not a multiple of n_head_kv %d", d->n_head, d->n_head_kv);
@@ -141,6 +157,7 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
         s->k8 = zalloc((size_t)(L * H * N * hd), &ok);
         s->k8s = zalloc((size_t)(L * H * N) * 4, &ok);
         s->hist = zalloc((size_t)(L * H * (p.window + 1) * s->gd) * 4, &ok);
+        s->pred_q = zalloc((size_t)(L * H * s->gd) * 4, &ok);
     }
     if (p.mode == KVT_SPARSE_QUEST) {
         s->n_pages = (N + p.page - 1) / p.page;
@@ -148,6 +165,12 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
         s->hi = zalloc((size_t)(L * H * s->n_pages * hd) * 4, &ok);
     }
     s->hist_n = zalloc((size_t)L * 4, &ok);
+    s->ps_n = zalloc((size_t)(L * H) * 8, &ok);
+    s->ps_fb = zalloc((size_t)(L * H) * 8, &ok);
+    s->ps_ncos = zalloc((size_t)(L * H) * 8, &ok);
+    s->ps_mass = zalloc((size_t)(L * H) * 8, &ok);
+    s->ps_ovl = zalloc((size_t)(L * H) * 8, &ok);
+    s->ps_cos = zalloc((size_t)(L * H) * 8, &ok);
     s->hist_next = zalloc((size_t)L * 8, &ok);
     s->sel = zalloc((size_t)(L * H * N) * 4, &ok);
     s->nsel = zalloc((size_t)(L * H) * 8, &ok);
@@ -199,7 +222,8 @@ void kvt_sparse_free(kvt_sparse *s) {
     ss_free(&s->main_ss);
     ss_free(&s->work_ss);
     void *bufs[] = {s->k8, s->k8s, s->lo, s->hi, s->hist, s->hist_n, s->hist_next, s->sel, s->nsel, s->sel_pos,
-                    s->exact, s->osel, s->krow, s->krow_t, s->queue, s->queue_pos, s->busy, s->steps, s->pair_mass};
+                    s->exact, s->osel, s->krow, s->krow_t, s->queue, s->queue_pos, s->busy, s->steps, s->pair_mass,
+                    s->pred_q, s->ps_n, s->ps_fb, s->ps_ncos, s->ps_mass, s->ps_ovl, s->ps_cos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -207,13 +231,32 @@ void kvt_sparse_free(kvt_sparse *s) {
 }
 
 const kvt_sparse_params *kvt_sparse_get_params(const kvt_sparse *s) { return &s->p; }
+const kvt_sparse_dims *kvt_sparse_get_dims(const kvt_sparse *s) { return &s->d; }
 
 const kvt_sparse_step *kvt_sparse_steps(const kvt_sparse *s, int64_t *n) {
     *n = s->n_steps;
     return s->steps;
 }
 
-void kvt_sparse_steps_clear(kvt_sparse *s) { s->n_steps = s->n_pair_mass = 0; }
+void kvt_sparse_steps_clear(kvt_sparse *s) {
+    s->n_steps = s->n_pair_mass = s->n_pred_sel = s->n_fallback = 0;
+    const size_t np = (size_t)s->d.n_layer * s->d.n_head_kv;
+    memset(s->ps_n, 0, np * 8);
+    memset(s->ps_fb, 0, np * 8);
+    memset(s->ps_ncos, 0, np * 8);
+    memset(s->ps_mass, 0, np * 8);
+    memset(s->ps_ovl, 0, np * 8);
+    memset(s->ps_cos, 0, np * 8);
+}
+
+void kvt_sparse_pair_stats(const kvt_sparse *s, int32_t layer, int32_t kh, kvt_sparse_pair_stat *o) {
+    const int64_t pr = (int64_t)layer * s->d.n_head_kv + kh, n = s->ps_n[pr];
+    o->n = n;
+    o->mass_recall = n ? s->ps_mass[pr] / (double)n : -1.0;
+    o->oracle_overlap = n ? s->ps_ovl[pr] / (double)n : -1.0;
+    o->query_cos = s->ps_ncos[pr] ? s->ps_cos[pr] / (double)s->ps_ncos[pr] : -1.0;
+    o->fallback_frac = s->ps_ncos[pr] ? (double)s->ps_fb[pr] / (double)s->ps_ncos[pr] : -1.0;
+}
 
 static int cmp_float(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
@@ -244,8 +287,15 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *o, kvt_
     o->kv_read_bytes /= ns;
     o->summary_read_bytes /= ns;
     o->stall_ms /= ns;
-    o->oracle_overlap = o->mass_recall = o->mass_recall_p5 = -1.0;
+    o->oracle_overlap = o->mass_recall = o->mass_recall_p5 = o->query_cos = -1.0;
+    o->fallback_frac = s->n_pred_sel ? (double)s->n_fallback / (double)s->n_pred_sel : 0.0;
     if (np == 0) return KVT_OK;
+    if (s->pred_q) {
+        double cs = 0.0;
+        int64_t nc = 0;
+        for (int64_t i = 0; i < (int64_t)s->d.n_layer * s->d.n_head_kv; i++) cs += s->ps_cos[i], nc += s->ps_ncos[i];
+        o->query_cos = nc ? cs / (double)nc : -1.0;
+    }
     o->oracle_overlap = ovl / (double)np;
     o->mass_recall = mass / (double)np;
     float *v = malloc((size_t)s->n_pair_mass * sizeof *v + 1);
@@ -339,16 +389,41 @@ static void score_int8(const kvt_sparse *s, int64_t pr, const float *q, int64_t 
     }
 }
 
+static double dot_d(const float *a, const float *b, int32_t d) {
+    double t = 0.0;
+    for (int32_t x = 0; x < d; x++) t += (double)a[x] * b[x];
+    return t;
+}
+
 // asyncspade: the selection of layer for decode position P (keys [0, P) known), predicted query, K' positions.
 static void select_predicted(kvt_sparse *s, sel_scratch *ss, int32_t layer, int64_t P, float scale) {
     const int64_t n = P + 1;
     int64_t K = budget_of(s, n);
     const int64_t mid = K - s->p.sink - s->p.recent;
     if (s->p.rerank > 1.0 && mid > 0) K += (int64_t)((s->p.rerank - 1.0) * (double)mid);
+    const int32_t hn = s->hist_n[layer], hd = s->d.head_dim, gd = s->gd;
+    const bool align = s->p.rope_align && s->d.rope.n_rot > 0;
     for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
         const int64_t pr = pair(s, layer, kh);
-        kvt_sparse_predict(s->hist + pr * (s->p.window + 1) * s->gd, s->hist_n[layer], s->gd, s->windows, s->nw, 1e-3,
-                           true, ss->pred, ss->work);
+        const float *h = s->hist + pr * (s->p.window + 1) * gd;
+        if (align) { // row i holds the query of position P - hn + i: rotate it by hn - i positions to P's phase
+            memcpy(ss->al, h, (size_t)hn * gd * sizeof(float));
+            kvt_sparse_rope_align(ss->al, hn, s->qpg, hd, &s->d.rope, ss->cs);
+            h = ss->al;
+        }
+        if (s->p.predictor == KVT_SPARSE_PRED_LAST && hn > 0) {
+            memcpy(ss->pred, h + (int64_t)(hn - 1) * gd, (size_t)gd * sizeof(float));
+        } else if (s->p.predictor == KVT_SPARSE_PRED_RIDGE_HEAD) {
+            for (int32_t j = 0; j < s->qpg; j++) { // head j's rows, contiguous
+                for (int32_t i = 0; i < hn; i++) memcpy(ss->hrow + (int64_t)i * hd, h + (int64_t)i * gd + (int64_t)j * hd, (size_t)hd * sizeof(float));
+                kvt_sparse_predict(ss->hrow, hn, hd, s->windows, s->nw, s->p.lambda, true, ss->pred + (int64_t)j * hd, ss->work);
+            }
+        } else if (s->p.predictor == KVT_SPARSE_PRED_SIMPLEX) {
+            kvt_sparse_predict_simplex(h, hn, gd, s->windows, s->nw, s->p.lambda, ss->pred, ss->work);
+        } else {
+            kvt_sparse_predict(h, hn, gd, s->windows, s->nw, s->p.lambda, true, ss->pred, ss->work);
+        }
+        memcpy(s->pred_q + pr * gd, ss->pred, (size_t)gd * sizeof(float));
         score_int8(s, pr, ss->pred, n, P, scale, ss->raw);
         kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
         s->nsel[pr] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, s->sel + pr * s->d.n_ctx, ss->mark, ss->vals);
@@ -369,6 +444,34 @@ static void rerank(kvt_sparse *s, int32_t layer, int64_t P, const float *q, floa
         for (int64_t x = 0; x < s->nsel[pr]; x++) ss->vals[sel[x]] = ss->agg[sel[x]];
         memcpy(ss->agg, ss->vals, (size_t)n * sizeof(float));
         s->nsel[pr] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel, ss->mark, ss->vals);
+    }
+}
+
+// asyncspade, on the caller once the real query q is here: the cosine of each KV head's predicted query with
+// the real one (stats), and with --sparse-fallback the heads below it selected again with the real query on
+// the int8 keys (on the critical path: counted as stall by the caller).
+// The selection of pair pr for decode position P by the real query (the group's rows at qg) on the int8 keys.
+static void select_real_pair(kvt_sparse *s, int64_t pr, int64_t P, const float *qg, float scale) {
+    sel_scratch *ss = &s->main_ss;
+    const int64_t n = P + 1, K = budget_of(s, n);
+    score_int8(s, pr, qg, n, P, scale, ss->raw);
+    kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
+    s->nsel[pr] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, s->sel + pr * s->d.n_ctx, ss->mark, ss->vals);
+}
+
+static void check_predicted(kvt_sparse *s, int32_t layer, int64_t P, const float *q, float scale) {
+    if (!s->p.stats && s->p.fallback <= 0.0) return;
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
+        const int64_t pr = pair(s, layer, kh);
+        const float *a = s->pred_q + pr * s->gd, *b = q + (int64_t)kh * s->gd;
+        const double ab = dot_d(a, b, s->gd), aa = dot_d(a, a, s->gd), bb = dot_d(b, b, s->gd);
+        const double cs = aa > 0.0 && bb > 0.0 ? ab / sqrt(aa * bb) : 0.0;
+        if (s->p.stats) s->ps_cos[pr] += cs, s->ps_ncos[pr]++;
+        s->n_pred_sel++;
+        if (s->p.fallback <= 0.0 || cs >= s->p.fallback) continue;
+        s->n_fallback++;
+        if (s->p.stats) s->ps_fb[pr]++;
+        select_real_pair(s, pr, P, b, scale);
     }
 }
 
@@ -487,6 +590,8 @@ static void stats_of(kvt_sparse *s, int32_t layer, int64_t P, double *mass_sum, 
         for (int64_t x = 0; x < s->nsel[pr]; x++) mass += ex[sel[x]];
         mass /= s->qpg;
         *mass_sum += mass;
+        s->ps_mass[pr] += mass;
+        s->ps_n[pr]++;
         if (s->n_pair_mass == s->cap_pair_mass) {
             const int64_t cap = s->cap_pair_mass ? 2 * s->cap_pair_mass : 4096;
             float *pm = realloc(s->pair_mass, (size_t)cap * sizeof *pm);
@@ -503,7 +608,9 @@ static void stats_of(kvt_sparse *s, int32_t layer, int64_t P, double *mass_sum, 
             omid++;
             inter += s->main_ss.mark[s->osel[x]];
         }
-        *ovl_sum += omid ? (double)inter / (double)omid : 1.0;
+        const double ovl = omid ? (double)inter / (double)omid : 1.0;
+        *ovl_sum += ovl;
+        s->ps_ovl[pr] += ovl;
     }
 }
 
@@ -567,7 +674,8 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     s->hist_next[layer] = pos0 + n;
     observe_keys(s, layer, pos0, n, k);
     const bool sparse_layer = p->window == 0 && layer >= s->p.dense_layers;
-    if (s->hist && decode && sparse_layer && budget_of(s, held) < held && s->sel_pos[layer] != P) {
+    const bool real_layer = s->hist && layer < s->p.real_layers; // asyncspade: selects with the real query
+    if (s->hist && !real_layer && decode && sparse_layer && budget_of(s, held) < held && s->sel_pos[layer] != P) {
         // no selection ready (sync mode, or the first step): predict now, from the queries before this one
         const double t0 = kvt_time_ms();
         select_predicted(s, &s->main_ss, layer, P, p->scale);
@@ -598,7 +706,13 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
             select_quest(s, layer, P, q, p->scale);
             summary = H * ((P + s->p.page - 1) / s->p.page) * 2 * s->d.head_dim * 4;
         } else {
-            if (s->p.rerank > 1.0) rerank(s, layer, P, q, p->scale);
+            if (real_layer) {
+                for (int32_t kh = 0; kh < H; kh++) select_real_pair(s, pair(s, layer, kh), P, q + (int64_t)kh * s->gd, p->scale);
+                s->sel_pos[layer] = P;
+            } else {
+                check_predicted(s, layer, P, q, p->scale);
+                if (s->p.rerank > 1.0) rerank(s, layer, P, q, p->scale);
+            }
             summary = H * P * (s->d.head_dim + 4);
         }
         // the selection time is on the critical path for oracle and quest (and asyncspade's re-rank / misses)
@@ -612,6 +726,6 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         if (st) return st;
         step_add(s, layer, P, nsel, H * held, summary, stall, s->p.stats ? (int32_t)H : 0, mass, mass_min, ovl);
     }
-    if (!st && s->has_worker && sparse_layer && held < s->d.n_ctx) post_layer(s, layer, held); // the next step's selection
+    if (!st && s->has_worker && sparse_layer && !real_layer && held < s->d.n_ctx) post_layer(s, layer, held); // the next step's selection
     return st;
 }

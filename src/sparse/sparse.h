@@ -26,6 +26,7 @@
 #include "../attn/attention.h"
 #include "../base/status.h"
 #include "../base/threadpool.h"
+#include "../kernels/vec.h"
 #include "../kv/kv.h"
 #include "sparse_params.h"
 
@@ -34,6 +35,7 @@ typedef struct {
     int64_t n_ctx;
     int32_t n_threads;
     kvt_type kv_type; // the store's element type: summaries are taken from keys rounded to it
+    kvt_rope_params rope; // the RoPE of the (global) layers' queries, for rope_align (n_rot 0: none)
 } kvt_sparse_dims;
 
 // One decode step (token) of sequence 0, summed over its sparse layers and KV heads.
@@ -71,6 +73,17 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
 const kvt_sparse_step *kvt_sparse_steps(const kvt_sparse *s, int64_t *n);
 void kvt_sparse_steps_clear(kvt_sparse *s);
 const kvt_sparse_params *kvt_sparse_get_params(const kvt_sparse *s);
+const kvt_sparse_dims *kvt_sparse_get_dims(const kvt_sparse *s);
+
+// The figures of one (layer, KV head) pair over the steps recorded with stats (-1 where none).
+typedef struct {
+    int64_t n;             // steps with stats
+    double mass_recall;    // mean
+    double oracle_overlap; // mean
+    double query_cos;      // asyncspade: mean cosine of the predicted and the real query (the group's, concatenated)
+    double fallback_frac;  // asyncspade: share of its steps selected again with the real query (--sparse-fallback)
+} kvt_sparse_pair_stat;
+void kvt_sparse_pair_stats(const kvt_sparse *s, int32_t layer, int32_t kh, kvt_sparse_pair_stat *out);
 
 // The steps recorded, aggregated.
 typedef struct {
@@ -82,6 +95,9 @@ typedef struct {
     double stall_ms;               // per step, mean
     double oracle_overlap;         // mean over (step, layer, KV head) pairs (-1: no stats)
     double mass_recall, mass_recall_p5; // mean and 5th percentile over the pairs (-1: no stats)
+    double query_cos;              // asyncspade with stats: mean cosine of predicted and real query (-1: none)
+    double fallback_frac;          // asyncspade: share of its predicted (step, layer, KV head) selections redone
+                                   // with the real query (--sparse-fallback; 0 without)
 } kvt_sparse_summary;
 // NOMEM only for the percentile's sort buffer.
 kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *out, kvt_err *err);
@@ -96,6 +112,15 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *out, kv
 int64_t kvt_sparse_predict_work_floats(int32_t max_window, int32_t d);
 void kvt_sparse_predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
                         bool softmax, float *out, float *work);
+// The same with each window's weights a = argmin over the simplex (a >= 0, sum a = 1) of the ridge objective
+// (the weights a softmax can express, the regression solved under that constraint rather than normalized after).
+void kvt_sparse_predict_simplex(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
+                                float *out, float *work);
+
+// Rotates rows hist[0 .. n) ([n, heads * head_dim], row i the RoPE'd query heads of position P - n + i) to
+// position P's RoPE phase in place (row i by n - i positions): a query predicted from the rows is then the
+// prediction made before RoPE with P's RoPE applied. cs: rope->n_rot floats of scratch.
+void kvt_sparse_rope_align(float *hist, int32_t n, int32_t heads, int32_t head_dim, const kvt_rope_params *rope, float *cs);
 
 // Upper bound of q . k over every k with lo <= k <= hi element-wise ([d] each).
 float kvt_sparse_quest_bound(const float *q, const float *lo, const float *hi, int32_t d);

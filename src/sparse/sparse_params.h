@@ -18,6 +18,15 @@ typedef enum {
                            // selected by a worker while the previous token computes
 } kvt_sparse_mode;
 
+// asyncspade: how the next query is predicted from the last ones.
+typedef enum {
+    KVT_SPARSE_PRED_RIDGE = 0, // the paper's: softmax-normalized ridge weights per window, ensemble averaged
+    KVT_SPARSE_PRED_LAST,      // the last query as it is (no regression)
+    KVT_SPARSE_PRED_RIDGE_HEAD,// the same ridge ensemble, one regression per query head instead of per KV group
+    KVT_SPARSE_PRED_SIMPLEX,   // Eq. 2 read literally: the ridge problem solved over softmax-normalized (simplex)
+                               // weights, per window, ensemble averaged
+} kvt_sparse_pred;
+
 typedef struct {
     kvt_sparse_mode mode;
     int64_t budget;       // positions attended per (layer, KV head), sink and recent included (0: budget_frac)
@@ -30,11 +39,23 @@ typedef struct {
     double rerank;        // asyncspade: keep rerank * K candidates by the predicted query, re-rank them with the
                           // real query on the int8 keys (<= 1: no re-rank)
     bool sync;            // asyncspade: select on the caller when the query arrives (no worker)
+    kvt_sparse_pred predictor; // asyncspade: the query predictor (default the paper's ridge ensemble)
+    double lambda;        // asyncspade: the ridge regularization, relative to the window's mean squared norm
+                          // (default 1e-3 when 0)
+    bool rope_align;      // asyncspade: rotate the past queries to the predicted position's RoPE phase before
+                          // predicting (i.e. predict the query before RoPE, then apply the next position's RoPE)
+    int32_t real_layers;  // asyncspade: the first real_layers layers select with the real query on the int8 keys,
+                          // on the caller (no prediction; where the predictor is poor: early layers)
+    double fallback;      // asyncspade: a KV head whose predicted query has cosine < fallback with the real one
+                          // is selected again with the real query on the int8 keys, on the caller (0: never)
     bool stats;           // per step: oracle overlap and attention mass recall (costs an exact scoring pass)
 } kvt_sparse_params;
 
 // "off", "oracle", "quest", "asyncspade"; parse returns false on another name.
 const char *kvt_sparse_mode_name(kvt_sparse_mode m);
 bool kvt_sparse_mode_parse(const char *s, kvt_sparse_mode *out);
+// "ridge", "last", "ridge-head", "simplex"; parse returns false on another name.
+const char *kvt_sparse_pred_name(kvt_sparse_pred m);
+bool kvt_sparse_pred_parse(const char *s, kvt_sparse_pred *out);
 
 #endif
