@@ -13,6 +13,7 @@
 
 #include "../src/cli/commands.h"
 #include "../src/exec/context.h"
+#include "../src/kv/kv_block_io.h"
 #include "../src/sched/generate.h"
 #include "../src/sched/scheduler.h"
 #include "test.h"
@@ -182,6 +183,8 @@ typedef struct {
     int64_t fast_blocks, host_blocks; // 0: unlimited fast, no host
     const char *disk;
     bool preempt, prefix;
+    const char *store_dir;   // a --kv-cache-dir store under the prefix cache (NULL: none)
+    kvt_kv_stats *kv;        // the store's counters at the end (NULL: not wanted)
 } tiers;
 
 // Runs the workload through a scheduler; fills recs; *why on a mismatch. Returns false on failure.
@@ -210,10 +213,25 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
     sp.token_budget = budget;
     sp.preempt = t && t->preempt;
     sp.prefix_cache = t && t->prefix;
+    kvt_prefix_store *ps = NULL;
+    if (ctx && t && t->store_dir) { // puts written synchronously: the next run sees every block
+        kvt_prefix_identity id;
+        memset(&id, 0, sizeof id);
+        kvt_kv_block_identity(kvt_context_kv(ctx), &id);
+        kvt_prefix_store_dir_params dp = kvt_prefix_store_dir_params_default();
+        dp.inflight_bytes = 0;
+        if (kvt_prefix_store_dir_open_params(t->store_dir, &id, kvt_kv_block_payload_bytes(kvt_context_kv(ctx)), &dp, &ps,
+                                             &err)) {
+            kvt_context_free(ctx);
+            ctx = NULL;
+        }
+        sp.prefix_store = ps;
+    }
     kvt_sched_callbacks cb = {on_tok, on_fin, on_done};
     if (!ctx || kvt_sched_init(ctx, NULL, &sp, &cb, &s, &err)) {
         snprintf(why, cap, "init: %.400s", err.msg);
         kvt_context_free(ctx);
+        kvt_prefix_store_free(ps);
         return false;
     }
     memset(recs, 0, sizeof(rec) * (size_t)nr);
@@ -235,8 +253,10 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
         if (submitted == nr && kvt_sched_idle(s)) break;
     }
     kvt_sched_stats_get(s, ss);
+    if (t && t->kv) kvt_context_kv_stats(ctx, t->kv);
     kvt_sched_free(s);
     kvt_context_free(ctx);
+    kvt_prefix_store_free(ps);
     for (int i = 0; ok && i < nr; i++) {
         for (int c = 0; ok && c < w[i].n; c++) {
             ok = recs[i].done == 1 && recs[i].res.outcome == KVT_SCHED_DONE && recs[i].n_ids[c] == w[i].n_want &&
@@ -287,7 +307,7 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     rec recs[NR];
     kvt_sched_stats ss = {0};
     // fast + host hold 12 position blocks of the 30-odd the requests need at once: preemption swaps some out
-    tiers t = {2 * 2, 2 * 4, dir, true, false};
+    tiers t = {2 * 2, 2 * 4, dir, true, false, NULL, NULL};
     ok = ok && run_sched(m, w, NR, 8, 40, &t, recs, &ss, why, sizeof why);
     test_result(ok && ss.preemptions > 0 && ss.resumes > 0,
                 "sched: preemption by swap to disk under tiny fast/host tiers; resumed requests give the same greedy ids",
@@ -297,7 +317,7 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     uint64_t seed = 77;
     int rounds = quick ? 1 : 3, r = 0;
     for (; ok && r < rounds; r++) {
-        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true}; // no preemption: a plan
+        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true, NULL, NULL}; // no preemption: a plan
         ok = run_sched(m, w, NR, (int32_t)rng_in(&seed, 1, 6), rng_in(&seed, 2, 64), &tr, recs, &ss, why, sizeof why);
     }
     test_result(ok && ss.cached_tokens > 0 && ss.plans > 0, "sched: random fast/host/disk budgets, preemption on or off "
@@ -324,11 +344,45 @@ static void sched_prefix_chunks(const kvt_model *m) {
     if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
     rec recs[2];
     kvt_sched_stats ss = {0};
-    tiers t = {0, 0, NULL, false, true};
+    tiers t = {0, 0, NULL, false, true, NULL, NULL};
     ok = ok && run_sched(m, w, 2, 2, 16, &t, recs, &ss, why, sizeof why);
     test_result(ok && ss.cached_tokens >= 32,
                 "sched: a prompt's blocks join the prefix cache chunk by chunk: a second request arriving mid-prefill "
                 "shares them, same ids", "%s; %lld cached tokens (want >= 32)", why, (long long)ss.cached_tokens);
+}
+
+// A second-level store (a cache directory) filled by a first scheduler, read by a second one whose fast tier is
+// bounded over a host tier: the blocks found there are imported into the host tier and reach the fast tier through
+// the store's loads; the greedy ids are those of kvt_generate alone.
+static void sched_store_host(const kvt_model *m) {
+    char dir[] = "/tmp/kvt_test_sched_store_XXXXXX";
+    if (!mkdtemp(dir)) {
+        test_result(false, "sched: temporary directory", "mkdtemp failed");
+        return;
+    }
+    workload w[NR];
+    kvt_err err = {0};
+    make_workload(m, 31, w, NR, 70);
+    bool ok = reference(m, w, NR, &err) == KVT_OK;
+    char why[640] = "";
+    if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+    rec recs[NR];
+    kvt_sched_stats ss = {0};
+    kvt_kv_stats ks;
+    memset(&ks, 0, sizeof ks);
+    tiers cold = {0, 0, NULL, false, true, dir, NULL};
+    ok = ok && run_sched(m, w, NR, 3, 24, &cold, recs, &ss, why, sizeof why);
+    tiers warm = {2 * 6, 2 * 40, NULL, false, true, dir, &ks};
+    ok = ok && run_sched(m, w, NR, 3, 24, &warm, recs, &ss, why, sizeof why);
+    const int64_t up = ks.moved_count[KVT_TIER_HOST][KVT_TIER_FAST];
+    test_result(ok && ss.cached_tokens > 0 && ks.host_imports > 0 && up >= ks.host_imports,
+                "sched: prefix blocks from a cache directory land in the host tier under a bounded fast tier and come up "
+                "by the store's loads; the same greedy ids as kvt_generate alone",
+                "%s; %lld cached tokens, %lld host imports, %lld host -> fast loads (%lld prefetched)", why,
+                (long long)ss.cached_tokens, (long long)ks.host_imports, (long long)up, (long long)ks.prefetches);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("     could not remove %s\n", dir);
 }
 
 // Cancel of a waiting and of a running request: on_done CANCELLED once, the others unaffected.
@@ -383,6 +437,7 @@ void test_sched(const test_env *env) {
     sched_random(m, env->quick);
     sched_tiers(m, env->quick);
     sched_prefix_chunks(m);
+    sched_store_host(m);
     sched_cancel(m);
     kvt_model_free(m);
     unlink(path);
