@@ -6,9 +6,11 @@
 //    equal kvt_generate alone on the same prompt (n = 1 and n = 2 choices);
 //  - preemption by swap under tiny fast/host tiers with a disk tier: preempted and resumed requests give the
 //    same ids; the prefix cache gives a repeated prompt's blocks by reference with the same ids; cancel.
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/cli/commands.h"
@@ -16,6 +18,7 @@
 #include "../src/kv/kv_block_io.h"
 #include "../src/sched/generate.h"
 #include "../src/sched/scheduler.h"
+#include "../src/serve/engine.h"
 #include "test.h"
 
 static uint64_t rng(uint64_t *s) {
@@ -385,6 +388,205 @@ static void sched_store_host(const kvt_model *m) {
     if (system(cmd) != 0) printf("     could not remove %s\n", dir);
 }
 
+// --- the engine's background fetch of prefix blocks (src/serve/engine_sched.c, src/sched/prefix_fetch.h) ---------
+
+// A store in front of another whose lookups first sleep delay_ms (a slow remote server).
+typedef struct {
+    kvt_prefix_store base;
+    kvt_prefix_store *in;
+    int delay_ms;
+} slow_store;
+static void slow_sleep(const slow_store *s) {
+    struct timespec ts = {s->delay_ms / 1000, (long)(s->delay_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+static void slow_get(kvt_prefix_store *s, const kvt_block_key *k, void *dst, bool *hit) {
+    slow_sleep((slow_store *)s);
+    kvt_prefix_store_get(((slow_store *)s)->in, k, dst, hit);
+}
+static void slow_get_many(kvt_prefix_store *s, const kvt_block_key *k, int n, void *const *dsts, bool *hits) {
+    slow_sleep((slow_store *)s);
+    kvt_prefix_store_get_many(((slow_store *)s)->in, k, n, dsts, hits);
+}
+static void slow_put(kvt_prefix_store *s, const kvt_block_key *k, const void *p) { kvt_prefix_store_put(((slow_store *)s)->in, k, p); }
+static void slow_flush(kvt_prefix_store *s) { kvt_prefix_store_flush(((slow_store *)s)->in); }
+static void slow_stats(kvt_prefix_store *s, kvt_prefix_store_stats *o) { kvt_prefix_store_stats_get(((slow_store *)s)->in, o); }
+static void slow_free(kvt_prefix_store *s) { (void)s; }
+static const kvt_prefix_store_ops k_slow_ops = {"slow", slow_get, slow_put, slow_flush, slow_stats, slow_free, slow_get_many, NULL};
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    rec r[NR];
+} erecs;
+typedef struct {
+    erecs *all;
+    int k;
+} eref;
+static bool e_tok(void *user, int32_t index, const kvt_engine_token *t) {
+    eref *u = user;
+    pthread_mutex_lock(&u->all->mu);
+    rec *r = &u->all->r[u->k];
+    if (r->n_ids[index] < MAXG) r->ids[index][r->n_ids[index]++] = t->id;
+    pthread_mutex_unlock(&u->all->mu);
+    return true;
+}
+static void e_fin(void *user, int32_t index, kvt_finish why) {
+    eref *u = user;
+    pthread_mutex_lock(&u->all->mu);
+    u->all->r[u->k].finished[index] = (int)why + 1;
+    pthread_mutex_unlock(&u->all->mu);
+}
+static void e_done(void *user, const kvt_engine_result *res) {
+    eref *u = user;
+    pthread_mutex_lock(&u->all->mu);
+    u->all->r[u->k].done++;
+    u->all->r[u->k].res.outcome = res->outcome == KVT_ENGINE_DONE ? KVT_SCHED_DONE : KVT_SCHED_FAILED;
+    u->all->r[u->k].res.cached_tokens = res->cached_tokens;
+    u->all->done++;
+    pthread_cond_broadcast(&u->all->cv);
+    pthread_mutex_unlock(&u->all->mu);
+}
+
+// Runs the workload through the sched engine (all jobs at once) over store with fast/host tiers (blocks of one
+// layer; 0 0: unbounded); *es the engine's counters at the end. false with why on a mismatch.
+static bool run_engine(const kvt_model *m, const workload *w, int nr, kvt_prefix_store *store, int64_t fast_blocks,
+                       int64_t host_blocks, int32_t wait_ms, kvt_engine_stats *es, char *why, size_t cap) {
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    cp.n_ubatch = 32;
+    cp.kv_paged = true;
+    cp.kv_block = 16;
+    kvt_err err = {0};
+    kvt_context *ctx = NULL;
+    if (kvt_context_init(m, &cp, &ctx, &err) == KVT_OK && fast_blocks > 0) {
+        const int64_t bb = kvt_context_kv_block_bytes(ctx) / m->hp.n_layer;
+        kvt_context_free(ctx);
+        ctx = NULL;
+        cp.kv_fast_bytes = fast_blocks * bb;
+        cp.kv_host_bytes = host_blocks * bb;
+        kvt_context_init(m, &cp, &ctx, &err);
+    }
+    kvt_sched_params sp = kvt_sched_params_default();
+    sp.n_parallel = 3;
+    sp.token_budget = 24;
+    sp.prefix_cache = true;
+    sp.prefix_store = store;
+    sp.prefix_fetch_wait_ms = wait_ms;
+    kvt_engine *e = NULL;
+    if (!ctx || kvt_engine_sched_create(ctx, NULL, &sp, 16, &e, &err)) {
+        snprintf(why, cap, "engine: %.400s", err.msg);
+        return false;
+    }
+    static erecs all;
+    memset(&all, 0, sizeof all);
+    pthread_mutex_init(&all.mu, NULL);
+    pthread_cond_init(&all.cv, NULL);
+    eref u[NR];
+    bool ok = true;
+    for (int i = 0; ok && i < nr; i++) {
+        u[i] = (eref){&all, i};
+        kvt_engine_job job = {w[i].prompt, w[i].n_prompt, w[i].max_tokens, greedy(), w[i].n, false, 0, true};
+        kvt_engine_callbacks cb = {e_tok, e_fin, e_done, &u[i]};
+        uint64_t id;
+        if (kvt_engine_submit(e, &job, &cb, &id, &err)) {
+            snprintf(why, cap, "submit %d: %.400s", i, err.msg);
+            ok = false;
+        }
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 60;
+    pthread_mutex_lock(&all.mu);
+    while (ok && all.done < nr && pthread_cond_timedwait(&all.cv, &all.mu, &ts) == 0) {
+    }
+    const int done = all.done;
+    pthread_mutex_unlock(&all.mu);
+    kvt_engine_stats_get(e, es);
+    kvt_engine_free(e);
+    if (ok && done < nr) snprintf(why, cap, "%d of %d jobs ended in 60 s", done, nr), ok = false;
+    for (int i = 0; ok && i < nr; i++) {
+        for (int c = 0; ok && c < w[i].n; c++) {
+            const rec *r = &all.r[i];
+            ok = r->done == 1 && r->res.outcome == KVT_SCHED_DONE && r->n_ids[c] == w[i].n_want &&
+                 !memcmp(r->ids[c], w[i].want, (size_t)w[i].n_want * 4);
+            if (!ok) snprintf(why, cap, "job %d choice %d: done %d, %d ids (want %lld)", i, c, r->done, r->n_ids[c], (long long)w[i].n_want);
+        }
+    }
+    pthread_mutex_destroy(&all.mu);
+    pthread_cond_destroy(&all.cv);
+    return ok;
+}
+
+// A cache directory filled by one engine, read by another through the background fetch: the prompts' blocks are
+// staged before admission and imported from memory (into the host tier under a bounded fast tier), the ids those of
+// kvt_generate alone; with a store slower than the wait bound every job falls back to admission's own reads.
+static void engine_fetch(const kvt_model *m) {
+    char dir[] = "/tmp/kvt_test_fetch_XXXXXX";
+    if (!mkdtemp(dir)) {
+        test_result(false, "sched: temporary directory", "mkdtemp failed");
+        return;
+    }
+    workload w[NR];
+    kvt_err err = {0};
+    make_workload(m, 57, w, NR, 70);
+    for (int i = 0; i < NR; i++) { // 2 full blocks at least
+        for (int64_t t = w[i].n_prompt; t < 40 + i; t++) w[i].prompt[t] = (int32_t)(1 + (t * 13 + i) % (m->hp.n_vocab - 1));
+        if (w[i].n_prompt < 40 + i) w[i].n_prompt = 40 + i;
+    }
+    bool ok = reference(m, w, NR, &err) == KVT_OK;
+    char why[640] = "";
+    if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 256;
+    cp.kv_paged = true;
+    cp.kv_block = 16;
+    kvt_context *ctx = NULL;
+    kvt_prefix_store *ds = NULL;
+    if (ok && !kvt_context_init(m, &cp, &ctx, &err)) {
+        kvt_prefix_identity id;
+        memset(&id, 0, sizeof id);
+        kvt_kv_block_identity(kvt_context_kv(ctx), &id);
+        kvt_prefix_store_dir_params dp = kvt_prefix_store_dir_params_default();
+        dp.inflight_bytes = 0;
+        ok = !kvt_prefix_store_dir_open_params(dir, &id, kvt_kv_block_payload_bytes(kvt_context_kv(ctx)), &dp, &ds, &err);
+        if (!ok) snprintf(why, sizeof why, "store: %s", err.msg);
+    }
+    kvt_context_free(ctx);
+    kvt_engine_stats cold, warm, slow;
+    memset(&warm, 0, sizeof warm);
+    memset(&slow, 0, sizeof slow);
+    ok = ok && run_engine(m, w, NR, ds, 0, 0, 500, &cold, why, sizeof why);
+    ok = ok && run_engine(m, w, NR, ds, 2 * 6, 2 * 40, 10000, &warm, why, sizeof why);
+    test_result(ok && warm.prefix_fetches > 0 && warm.prefix_staged_blocks_total > 0 && warm.prefix_fetch_timeouts == 0 &&
+                    warm.prefix_staged_blocks == 0 && warm.prefix_staged_bytes == 0 && warm.kv.host_imports > 0 &&
+                    warm.cached_tokens > 0,
+                "sched engine: prompts' blocks in the cache directory are fetched in the background, staged and imported "
+                "at admission (into the host tier under a bounded fast tier); the same ids as kvt_generate alone",
+                "%s; %lld fetches, %lld blocks staged (%lld held at the end), %lld timeouts, %lld host imports, %lld cached",
+                why, (long long)warm.prefix_fetches, (long long)warm.prefix_staged_blocks_total,
+                (long long)warm.prefix_staged_blocks, (long long)warm.prefix_fetch_timeouts, (long long)warm.kv.host_imports,
+                (long long)warm.cached_tokens);
+    if (getenv("KVT_TEST_VERBOSE"))
+        printf("     warm: %lld fetches, %lld staged, %lld host imports, %lld host->fast, %lld cached; slow: %lld timeouts\n",
+               (long long)warm.prefix_fetches, (long long)warm.prefix_staged_blocks_total, (long long)warm.kv.host_imports,
+               (long long)warm.kv.moved_count[KVT_TIER_HOST][KVT_TIER_FAST], (long long)warm.cached_tokens,
+               (long long)slow.prefix_fetch_timeouts);
+    slow_store ss = {{&k_slow_ops, ds ? ds->id : (kvt_prefix_identity){0}, ds ? ds->payload_bytes : 0}, ds, 300};
+    bool ok2 = ok && run_engine(m, w, NR, &ss.base, 0, 0, 20, &slow, why, sizeof why);
+    test_result(ok2 && slow.prefix_fetch_timeouts > 0 && slow.prefix_staged_blocks == 0 && slow.cached_tokens > 0,
+                "sched engine: a fetch slower than the wait bound: the job is admitted without it (admission reads the "
+                "store), the same ids; the abandoned fetch's copies are freed",
+                "%s; %lld fetches, %lld timeouts, %lld blocks held at the end", why, (long long)slow.prefix_fetches,
+                (long long)slow.prefix_fetch_timeouts, (long long)slow.prefix_staged_blocks);
+    kvt_prefix_store_free(ds);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("     could not remove %s\n", dir);
+}
+
 // Cancel of a waiting and of a running request: on_done CANCELLED once, the others unaffected.
 static void sched_cancel(const kvt_model *m) {
     kvt_context_params cp = kvt_context_params_default();
@@ -438,6 +640,7 @@ void test_sched(const test_env *env) {
     sched_tiers(m, env->quick);
     sched_prefix_chunks(m);
     sched_store_host(m);
+    engine_fetch(m);
     sched_cancel(m);
     kvt_model_free(m);
     unlink(path);
