@@ -6,15 +6,19 @@
 //    equal kvt_generate alone on the same prompt (n = 1 and n = 2 choices);
 //  - preemption by swap under tiny fast/host tiers with a disk tier: preempted and resumed requests give the
 //    same ids; the prefix cache gives a repeated prompt's blocks by reference with the same ids; cancel.
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/cli/commands.h"
 #include "../src/exec/context.h"
+#include "../src/kv/kv_block_io.h"
 #include "../src/sched/generate.h"
 #include "../src/sched/scheduler.h"
+#include "../src/serve/engine.h"
 #include "test.h"
 
 static uint64_t rng(uint64_t *s) {
@@ -182,6 +186,8 @@ typedef struct {
     int64_t fast_blocks, host_blocks; // 0: unlimited fast, no host
     const char *disk;
     bool preempt, prefix;
+    const char *store_dir;   // a --kv-cache-dir store under the prefix cache (NULL: none)
+    kvt_kv_stats *kv;        // the store's counters at the end (NULL: not wanted)
 } tiers;
 
 // Runs the workload through a scheduler; fills recs; *why on a mismatch. Returns false on failure.
@@ -210,10 +216,25 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
     sp.token_budget = budget;
     sp.preempt = t && t->preempt;
     sp.prefix_cache = t && t->prefix;
+    kvt_prefix_store *ps = NULL;
+    if (ctx && t && t->store_dir) { // puts written synchronously: the next run sees every block
+        kvt_prefix_identity id;
+        memset(&id, 0, sizeof id);
+        kvt_kv_block_identity(kvt_context_kv(ctx), &id);
+        kvt_prefix_store_dir_params dp = kvt_prefix_store_dir_params_default();
+        dp.inflight_bytes = 0;
+        if (kvt_prefix_store_dir_open_params(t->store_dir, &id, kvt_kv_block_payload_bytes(kvt_context_kv(ctx)), &dp, &ps,
+                                             &err)) {
+            kvt_context_free(ctx);
+            ctx = NULL;
+        }
+        sp.prefix_store = ps;
+    }
     kvt_sched_callbacks cb = {on_tok, on_fin, on_done};
     if (!ctx || kvt_sched_init(ctx, NULL, &sp, &cb, &s, &err)) {
         snprintf(why, cap, "init: %.400s", err.msg);
         kvt_context_free(ctx);
+        kvt_prefix_store_free(ps);
         return false;
     }
     memset(recs, 0, sizeof(rec) * (size_t)nr);
@@ -235,8 +256,10 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
         if (submitted == nr && kvt_sched_idle(s)) break;
     }
     kvt_sched_stats_get(s, ss);
+    if (t && t->kv) kvt_context_kv_stats(ctx, t->kv);
     kvt_sched_free(s);
     kvt_context_free(ctx);
+    kvt_prefix_store_free(ps);
     for (int i = 0; ok && i < nr; i++) {
         for (int c = 0; ok && c < w[i].n; c++) {
             ok = recs[i].done == 1 && recs[i].res.outcome == KVT_SCHED_DONE && recs[i].n_ids[c] == w[i].n_want &&
@@ -287,7 +310,7 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     rec recs[NR];
     kvt_sched_stats ss = {0};
     // fast + host hold 12 position blocks of the 30-odd the requests need at once: preemption swaps some out
-    tiers t = {2 * 2, 2 * 4, dir, true, false};
+    tiers t = {2 * 2, 2 * 4, dir, true, false, NULL, NULL};
     ok = ok && run_sched(m, w, NR, 8, 40, &t, recs, &ss, why, sizeof why);
     test_result(ok && ss.preemptions > 0 && ss.resumes > 0,
                 "sched: preemption by swap to disk under tiny fast/host tiers; resumed requests give the same greedy ids",
@@ -297,7 +320,7 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     uint64_t seed = 77;
     int rounds = quick ? 1 : 3, r = 0;
     for (; ok && r < rounds; r++) {
-        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true}; // no preemption: a plan
+        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true, NULL, NULL}; // no preemption: a plan
         ok = run_sched(m, w, NR, (int32_t)rng_in(&seed, 1, 6), rng_in(&seed, 2, 64), &tr, recs, &ss, why, sizeof why);
     }
     test_result(ok && ss.cached_tokens > 0 && ss.plans > 0, "sched: random fast/host/disk budgets, preemption on or off "
@@ -324,11 +347,244 @@ static void sched_prefix_chunks(const kvt_model *m) {
     if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
     rec recs[2];
     kvt_sched_stats ss = {0};
-    tiers t = {0, 0, NULL, false, true};
+    tiers t = {0, 0, NULL, false, true, NULL, NULL};
     ok = ok && run_sched(m, w, 2, 2, 16, &t, recs, &ss, why, sizeof why);
     test_result(ok && ss.cached_tokens >= 32,
                 "sched: a prompt's blocks join the prefix cache chunk by chunk: a second request arriving mid-prefill "
                 "shares them, same ids", "%s; %lld cached tokens (want >= 32)", why, (long long)ss.cached_tokens);
+}
+
+// A second-level store (a cache directory) filled by a first scheduler, read by a second one whose fast tier is
+// bounded over a host tier: the blocks found there are imported into the host tier and reach the fast tier through
+// the store's loads; the greedy ids are those of kvt_generate alone.
+static void sched_store_host(const kvt_model *m) {
+    char dir[] = "/tmp/kvt_test_sched_store_XXXXXX";
+    if (!mkdtemp(dir)) {
+        test_result(false, "sched: temporary directory", "mkdtemp failed");
+        return;
+    }
+    workload w[NR];
+    kvt_err err = {0};
+    make_workload(m, 31, w, NR, 70);
+    bool ok = reference(m, w, NR, &err) == KVT_OK;
+    char why[640] = "";
+    if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+    rec recs[NR];
+    kvt_sched_stats ss = {0};
+    kvt_kv_stats ks;
+    memset(&ks, 0, sizeof ks);
+    tiers cold = {0, 0, NULL, false, true, dir, NULL};
+    ok = ok && run_sched(m, w, NR, 3, 24, &cold, recs, &ss, why, sizeof why);
+    tiers warm = {2 * 6, 2 * 40, NULL, false, true, dir, &ks};
+    ok = ok && run_sched(m, w, NR, 3, 24, &warm, recs, &ss, why, sizeof why);
+    const int64_t up = ks.moved_count[KVT_TIER_HOST][KVT_TIER_FAST];
+    test_result(ok && ss.cached_tokens > 0 && ks.host_imports > 0 && up >= ks.host_imports,
+                "sched: prefix blocks from a cache directory land in the host tier under a bounded fast tier and come up "
+                "by the store's loads; the same greedy ids as kvt_generate alone",
+                "%s; %lld cached tokens, %lld host imports, %lld host -> fast loads (%lld prefetched)", why,
+                (long long)ss.cached_tokens, (long long)ks.host_imports, (long long)up, (long long)ks.prefetches);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("     could not remove %s\n", dir);
+}
+
+// --- the engine's background fetch of prefix blocks (src/serve/engine_sched.c, src/sched/prefix_fetch.h) ---------
+
+// A store in front of another whose lookups first sleep delay_ms (a slow remote server).
+typedef struct {
+    kvt_prefix_store base;
+    kvt_prefix_store *in;
+    int delay_ms;
+} slow_store;
+static void slow_sleep(const slow_store *s) {
+    struct timespec ts = {s->delay_ms / 1000, (long)(s->delay_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+static void slow_get(kvt_prefix_store *s, const kvt_block_key *k, void *dst, bool *hit) {
+    slow_sleep((slow_store *)s);
+    kvt_prefix_store_get(((slow_store *)s)->in, k, dst, hit);
+}
+static void slow_get_many(kvt_prefix_store *s, const kvt_block_key *k, int n, void *const *dsts, bool *hits) {
+    slow_sleep((slow_store *)s);
+    kvt_prefix_store_get_many(((slow_store *)s)->in, k, n, dsts, hits);
+}
+static void slow_put(kvt_prefix_store *s, const kvt_block_key *k, const void *p) { kvt_prefix_store_put(((slow_store *)s)->in, k, p); }
+static void slow_flush(kvt_prefix_store *s) { kvt_prefix_store_flush(((slow_store *)s)->in); }
+static void slow_stats(kvt_prefix_store *s, kvt_prefix_store_stats *o) { kvt_prefix_store_stats_get(((slow_store *)s)->in, o); }
+static void slow_free(kvt_prefix_store *s) { (void)s; }
+static const kvt_prefix_store_ops k_slow_ops = {"slow", slow_get, slow_put, slow_flush, slow_stats, slow_free, slow_get_many, NULL};
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    rec r[NR];
+} erecs;
+typedef struct {
+    erecs *all;
+    int k;
+} eref;
+static bool e_tok(void *user, int32_t index, const kvt_engine_token *t) {
+    eref *u = user;
+    pthread_mutex_lock(&u->all->mu);
+    rec *r = &u->all->r[u->k];
+    if (r->n_ids[index] < MAXG) r->ids[index][r->n_ids[index]++] = t->id;
+    pthread_mutex_unlock(&u->all->mu);
+    return true;
+}
+static void e_fin(void *user, int32_t index, kvt_finish why) {
+    eref *u = user;
+    pthread_mutex_lock(&u->all->mu);
+    u->all->r[u->k].finished[index] = (int)why + 1;
+    pthread_mutex_unlock(&u->all->mu);
+}
+static void e_done(void *user, const kvt_engine_result *res) {
+    eref *u = user;
+    pthread_mutex_lock(&u->all->mu);
+    u->all->r[u->k].done++;
+    u->all->r[u->k].res.outcome = res->outcome == KVT_ENGINE_DONE ? KVT_SCHED_DONE : KVT_SCHED_FAILED;
+    u->all->r[u->k].res.cached_tokens = res->cached_tokens;
+    u->all->done++;
+    pthread_cond_broadcast(&u->all->cv);
+    pthread_mutex_unlock(&u->all->mu);
+}
+
+// Runs the workload through the sched engine (all jobs at once) over store with fast/host tiers (blocks of one
+// layer; 0 0: unbounded); *es the engine's counters at the end. false with why on a mismatch.
+static bool run_engine(const kvt_model *m, const workload *w, int nr, kvt_prefix_store *store, int64_t fast_blocks,
+                       int64_t host_blocks, int32_t wait_ms, kvt_engine_stats *es, char *why, size_t cap) {
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    cp.n_ubatch = 32;
+    cp.kv_paged = true;
+    cp.kv_block = 16;
+    kvt_err err = {0};
+    kvt_context *ctx = NULL;
+    if (kvt_context_init(m, &cp, &ctx, &err) == KVT_OK && fast_blocks > 0) {
+        const int64_t bb = kvt_context_kv_block_bytes(ctx) / m->hp.n_layer;
+        kvt_context_free(ctx);
+        ctx = NULL;
+        cp.kv_fast_bytes = fast_blocks * bb;
+        cp.kv_host_bytes = host_blocks * bb;
+        kvt_context_init(m, &cp, &ctx, &err);
+    }
+    kvt_sched_params sp = kvt_sched_params_default();
+    sp.n_parallel = 3;
+    sp.token_budget = 24;
+    sp.prefix_cache = true;
+    sp.prefix_store = store;
+    sp.prefix_fetch_wait_ms = wait_ms;
+    kvt_engine *e = NULL;
+    if (!ctx || kvt_engine_sched_create(ctx, NULL, &sp, 16, &e, &err)) {
+        snprintf(why, cap, "engine: %.400s", err.msg);
+        return false;
+    }
+    static erecs all;
+    memset(&all, 0, sizeof all);
+    pthread_mutex_init(&all.mu, NULL);
+    pthread_cond_init(&all.cv, NULL);
+    eref u[NR];
+    bool ok = true;
+    for (int i = 0; ok && i < nr; i++) {
+        u[i] = (eref){&all, i};
+        kvt_engine_job job = {w[i].prompt, w[i].n_prompt, w[i].max_tokens, greedy(), w[i].n, false, 0, true};
+        kvt_engine_callbacks cb = {e_tok, e_fin, e_done, &u[i]};
+        uint64_t id;
+        if (kvt_engine_submit(e, &job, &cb, &id, &err)) {
+            snprintf(why, cap, "submit %d: %.400s", i, err.msg);
+            ok = false;
+        }
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 60;
+    pthread_mutex_lock(&all.mu);
+    while (ok && all.done < nr && pthread_cond_timedwait(&all.cv, &all.mu, &ts) == 0) {
+    }
+    const int done = all.done;
+    pthread_mutex_unlock(&all.mu);
+    kvt_engine_stats_get(e, es);
+    kvt_engine_free(e);
+    if (ok && done < nr) snprintf(why, cap, "%d of %d jobs ended in 60 s", done, nr), ok = false;
+    for (int i = 0; ok && i < nr; i++) {
+        for (int c = 0; ok && c < w[i].n; c++) {
+            const rec *r = &all.r[i];
+            ok = r->done == 1 && r->res.outcome == KVT_SCHED_DONE && r->n_ids[c] == w[i].n_want &&
+                 !memcmp(r->ids[c], w[i].want, (size_t)w[i].n_want * 4);
+            if (!ok) snprintf(why, cap, "job %d choice %d: done %d, %d ids (want %lld)", i, c, r->done, r->n_ids[c], (long long)w[i].n_want);
+        }
+    }
+    pthread_mutex_destroy(&all.mu);
+    pthread_cond_destroy(&all.cv);
+    return ok;
+}
+
+// A cache directory filled by one engine, read by another through the background fetch: the prompts' blocks are
+// staged before admission and imported from memory (into the host tier under a bounded fast tier), the ids those of
+// kvt_generate alone; with a store slower than the wait bound every job falls back to admission's own reads.
+static void engine_fetch(const kvt_model *m) {
+    char dir[] = "/tmp/kvt_test_fetch_XXXXXX";
+    if (!mkdtemp(dir)) {
+        test_result(false, "sched: temporary directory", "mkdtemp failed");
+        return;
+    }
+    workload w[NR];
+    kvt_err err = {0};
+    make_workload(m, 57, w, NR, 70);
+    for (int i = 0; i < NR; i++) { // 2 full blocks at least
+        for (int64_t t = w[i].n_prompt; t < 40 + i; t++) w[i].prompt[t] = (int32_t)(1 + (t * 13 + i) % (m->hp.n_vocab - 1));
+        if (w[i].n_prompt < 40 + i) w[i].n_prompt = 40 + i;
+    }
+    bool ok = reference(m, w, NR, &err) == KVT_OK;
+    char why[640] = "";
+    if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 256;
+    cp.kv_paged = true;
+    cp.kv_block = 16;
+    kvt_context *ctx = NULL;
+    kvt_prefix_store *ds = NULL;
+    if (ok && !kvt_context_init(m, &cp, &ctx, &err)) {
+        kvt_prefix_identity id;
+        memset(&id, 0, sizeof id);
+        kvt_kv_block_identity(kvt_context_kv(ctx), &id);
+        kvt_prefix_store_dir_params dp = kvt_prefix_store_dir_params_default();
+        dp.inflight_bytes = 0;
+        ok = !kvt_prefix_store_dir_open_params(dir, &id, kvt_kv_block_payload_bytes(kvt_context_kv(ctx)), &dp, &ds, &err);
+        if (!ok) snprintf(why, sizeof why, "store: %s", err.msg);
+    }
+    kvt_context_free(ctx);
+    kvt_engine_stats cold, warm, slow;
+    memset(&warm, 0, sizeof warm);
+    memset(&slow, 0, sizeof slow);
+    ok = ok && run_engine(m, w, NR, ds, 0, 0, 500, &cold, why, sizeof why);
+    ok = ok && run_engine(m, w, NR, ds, 2 * 6, 2 * 40, 10000, &warm, why, sizeof why);
+    test_result(ok && warm.prefix_fetches > 0 && warm.prefix_staged_blocks_total > 0 && warm.prefix_fetch_timeouts == 0 &&
+                    warm.prefix_staged_blocks == 0 && warm.prefix_staged_bytes == 0 && warm.kv.host_imports > 0 &&
+                    warm.cached_tokens > 0,
+                "sched engine: prompts' blocks in the cache directory are fetched in the background, staged and imported "
+                "at admission (into the host tier under a bounded fast tier); the same ids as kvt_generate alone",
+                "%s; %lld fetches, %lld blocks staged (%lld held at the end), %lld timeouts, %lld host imports, %lld cached",
+                why, (long long)warm.prefix_fetches, (long long)warm.prefix_staged_blocks_total,
+                (long long)warm.prefix_staged_blocks, (long long)warm.prefix_fetch_timeouts, (long long)warm.kv.host_imports,
+                (long long)warm.cached_tokens);
+    if (getenv("KVT_TEST_VERBOSE"))
+        printf("     warm: %lld fetches, %lld staged, %lld host imports, %lld host->fast, %lld cached; slow: %lld timeouts\n",
+               (long long)warm.prefix_fetches, (long long)warm.prefix_staged_blocks_total, (long long)warm.kv.host_imports,
+               (long long)warm.kv.moved_count[KVT_TIER_HOST][KVT_TIER_FAST], (long long)warm.cached_tokens,
+               (long long)slow.prefix_fetch_timeouts);
+    slow_store ss = {{&k_slow_ops, ds ? ds->id : (kvt_prefix_identity){0}, ds ? ds->payload_bytes : 0}, ds, 300};
+    bool ok2 = ok && run_engine(m, w, NR, &ss.base, 0, 0, 20, &slow, why, sizeof why);
+    test_result(ok2 && slow.prefix_fetch_timeouts > 0 && slow.prefix_staged_blocks == 0 && slow.cached_tokens > 0,
+                "sched engine: a fetch slower than the wait bound: the job is admitted without it (admission reads the "
+                "store), the same ids; the abandoned fetch's copies are freed",
+                "%s; %lld fetches, %lld timeouts, %lld blocks held at the end", why, (long long)slow.prefix_fetches,
+                (long long)slow.prefix_fetch_timeouts, (long long)slow.prefix_staged_blocks);
+    kvt_prefix_store_free(ds);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("     could not remove %s\n", dir);
 }
 
 // Cancel of a waiting and of a running request: on_done CANCELLED once, the others unaffected.
@@ -383,6 +639,8 @@ void test_sched(const test_env *env) {
     sched_random(m, env->quick);
     sched_tiers(m, env->quick);
     sched_prefix_chunks(m);
+    sched_store_host(m);
+    engine_fetch(m);
     sched_cancel(m);
     kvt_model_free(m);
     unlink(path);

@@ -47,6 +47,12 @@ static void usage(void) {
            "                        redis://HOST[:PORT] or unix:///PATH (a missing, corrupt or unreachable entry\n"
            "                        is recomputed, never an error); with --kv-cache-dir, the directory is looked\n"
            "                        up first and keeps a copy of what the server gives\n"
+           "  --kv-fetch-max BYTES  a new request's prefix blocks found there are read in the background and\n"
+           "                        staged in host memory, at most BYTES at once, while other requests keep\n"
+           "                        decoding; it is admitted when they are in (default 256M; 0: admission\n"
+           "                        reads the store itself)\n"
+           "  --kv-fetch-wait MS    admit a request whose background read is still running after MS ms\n"
+           "                        without it (admission then reads the store; default 500)\n"
            "  --no-preempt          never swap a running request out (by default, with a disk tier below bounded\n"
            "                        fast and host tiers, the latest-admitted request is swapped out to disk\n"
            "                        when fast + host cannot hold the running ones, and resumed exactly later)\n"
@@ -101,6 +107,7 @@ typedef struct {
     const char *cache_dir;  // --kv-cache-dir: the prefix cache persists there (NULL: no)
     int64_t cache_max;      // --kv-cache-max: bound of that directory in bytes (0: none)
     const char *remote;     // --kv-remote: the prefix cache's blocks shared on a Redis server (NULL: no)
+    int64_t fetch_max, fetch_wait_ms; // --kv-fetch-max, --kv-fetch-wait: the background read of that store
 } serve_opts;
 
 // The prefix cache's second level (--kv-cache-dir, --kv-remote, or both: the directory in front of the server), for
@@ -189,6 +196,8 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     sp.preempt = o->preempt; // acts only with a disk tier below bounded fast (and host) tiers
     sp.plan_iters = (int32_t)o->lookahead;
     sp.prefix_store = ps;
+    sp.prefix_fetch_bytes = o->fetch_max;
+    sp.prefix_fetch_wait_ms = (int32_t)o->fetch_wait_ms;
     if (kvt_engine_sched_create(ctx, tok, &sp, o->queue, &e, &err)) { // owns ctx from here, also on error
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         goto done;
@@ -224,7 +233,8 @@ int cmd_serve(int argc, char **argv) {
     int64_t port = 8080, n_parallel = 4, queue = 64, timeout_s = 600, batch_tokens = 0, lookahead = 4;
     bool preempt = true;
     const char *cache_dir = NULL, *remote = NULL;
-    int64_t cache_max = 0;
+    int64_t cache_max = 0, fetch_max = kvt_sched_params_default().prefix_fetch_bytes;
+    int64_t fetch_wait_ms = kvt_sched_params_default().prefix_fetch_wait_ms;
     cp.kv_paged = true; // sequences, forks and the prefix cache live in the paged store
     cp.kv_block = 0;    // 0 until a flag sets it: the server's default below
     bool metrics = false;
@@ -260,6 +270,10 @@ int cmd_serve(int argc, char **argv) {
             if (!kvt_args_bytes_pos(&a, flag, &cache_max)) return 2;
         } else if (!strcmp(flag, "--kv-remote")) {
             if (!(remote = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--kv-fetch-max")) {
+            if (!kvt_args_bytes(&a, flag, &fetch_max)) return 2;
+        } else if (!strcmp(flag, "--kv-fetch-wait")) {
+            if (!kvt_args_int(&a, flag, 0, 600000, &fetch_wait_ms)) return 2;
         } else if (!strcmp(flag, "--no-preempt")) {
             preempt = false;
         } else if (!strcmp(flag, "--queue")) {
@@ -275,6 +289,7 @@ int cmd_serve(int argc, char **argv) {
     }
 #ifndef KVT_HAVE_JANSSON
     (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
+    (void)fetch_max, (void)fetch_wait_ms;
     (void)model_path;
     (void)tmpl_name;
     (void)prompt_file;
@@ -303,6 +318,7 @@ int cmd_serve(int argc, char **argv) {
     }
 #ifndef KVT_SERVE_HTTP
     (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
+    (void)fetch_max, (void)fetch_wait_ms;
     fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
                     "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
     return 1;
@@ -313,7 +329,8 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     serve_opts o = {host,         api_key,   (int)port, (int)n_parallel, (int)queue, (int)timeout_s, metrics,
-                    batch_tokens, lookahead, preempt,   cache_dir,       cache_max,  remote};
+                    batch_tokens, lookahead, preempt,   cache_dir,       cache_max,  remote,
+                    fetch_max,    fetch_wait_ms};
     return run_server(&o, model_path, tmpl_name, &cp);
 #endif
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../kernels/quant.h"
+#include "kv_paged.h"
 
 // Bytes of one layer's K (v = 0) or V (v = 1) part of the payload: [n_head_kv][block_tokens][dim].
 static int64_t part_bytes(const kvt_kv *kv, int v) {
@@ -54,7 +55,33 @@ kvt_status kvt_kv_block_export(kvt_kv *kv, int32_t seq, int64_t b, void *dst, kv
     return KVT_OK;
 }
 
+// The paged store's host import: the payload's rows of each (layer, group) are the block's K and V parts as they are
+// (head-major, the element type), so they are handed over as pointers into src. *placed false: not taken.
+static kvt_status import_host(kvt_kv *kv, int32_t seq, int64_t b, const void *src, bool *placed, kvt_err *err) {
+    *placed = false;
+    if (strcmp(kv->ops->name, "paged") != 0) return KVT_OK;
+    const int32_t n = kv->n_layer * kv->n_group;
+    const void **kp = malloc((size_t)n * 2 * sizeof *kp), **vp = kp + n; // [n] K parts, [n] V parts
+    if (!kp) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory importing a KV block");
+    const int64_t krow = kvt_row_size(kv->type, kv->head_dim), vrow = kvt_row_size(kv->type, kv->head_dim_v);
+    const uint8_t *in = src;
+    for (int32_t l = 0; l < kv->n_layer; l++) {
+        for (int32_t g = 0; g < kv->n_group; g++) {
+            const int64_t h0 = (int64_t)g * kv->group_heads;
+            kp[l * kv->n_group + g] = in + h0 * kv->block_tokens * krow;
+            vp[l * kv->n_group + g] = in + part_bytes(kv, 0) + h0 * kv->block_tokens * vrow;
+        }
+        in += part_bytes(kv, 0) + part_bytes(kv, 1);
+    }
+    kvt_status st = kvt_kv_paged_seq_push_host(kv, seq, b, (const void *const *)kp, (const void *const *)vp, placed, err);
+    free(kp);
+    return st;
+}
+
 kvt_status kvt_kv_block_import(kvt_kv *kv, int32_t seq, int64_t b, const void *src, kvt_err *err) {
+    bool placed = false;
+    kvt_status hst = import_host(kv, seq, b, src, &placed, err);
+    if (hst || placed) return hst;
     const int64_t bt = kv->block_tokens, kw = (int64_t)kv->n_head_kv * kv->head_dim,
                   vw = (int64_t)kv->n_head_kv * kv->head_dim_v;
     const int64_t krow = kvt_row_size(kv->type, kv->head_dim), vrow = kvt_row_size(kv->type, kv->head_dim_v);

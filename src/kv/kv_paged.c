@@ -1268,6 +1268,100 @@ kvt_status kvt_kv_paged_seq_push_ref(kvt_kv *kv, int32_t seq, int64_t b, const i
     return st;
 }
 
+// A free T1 slot for an import, made without waiting on anyone: a free slot, a duplicate of a T0 block dropped, or
+// (with a disk tier) a victim moved down. false: none.
+static bool host_room(kv_paged *s) {
+    const kvt_tier_store *H = &s->tier[T1];
+    if (H->n_used < H->max_slots) return true;
+    const int64_t dup = t1_duplicate(s);
+    if (dup >= 0) {
+        drop_copy(s, dup, T1);
+        return true;
+    }
+    if (!s->tier[T2].present) return false;
+    const int64_t v = pick_victim(s, T1, -1, INT64_MAX);
+    kvt_err e;
+    return v >= 0 && !evict(s, v, T1, &e) && H->n_used < H->max_slots;
+}
+
+kvt_status kvt_kv_paged_seq_push_host(kvt_kv *kv, int32_t seq, int64_t b, const void *const *k, const void *const *v,
+                                      bool *placed, kvt_err *err) {
+    kv_paged *s = (kv_paged *)kv;
+    *placed = false;
+    if (kv->ops != &k_paged_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "host imports need the paged KV store");
+    const int64_t bt = kv->block_tokens;
+    if (b < 0 || (b + 1) * bt > kv->n_ctx) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "KV block %lld exceeds context %lld", (long long)b, (long long)kv->n_ctx);
+    }
+    if (!s->tier[T1].present || s->tier[T0].max_slots == INT64_MAX) return KVT_OK; // T0 holds everything: as today
+    int64_t *ids = malloc((size_t)s->n_shard * sizeof *ids); // [n_shard] the new blocks
+    if (!ids) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory importing a KV block");
+    pthread_mutex_lock(&s->mu);
+    kvt_status st = KVT_OK;
+    pseq *q = seq_get(s, seq, err);
+    if (!q) st = KVT_ERR_INVALID_ARG;
+    for (int32_t i = 0; !st && i < s->n_shard; i++) {
+        if (q->sh[i].n_tok != b * bt || q->sh[i].n_blk != b) {
+            st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV sequence %d holds %lld positions of layer %d, not %lld: block "
+                            "%lld cannot be imported", seq, (long long)q->sh[i].n_tok, i / kv->n_group, (long long)(b * bt),
+                            (long long)b);
+        }
+    }
+    // every block gets a T1 slot first (busy: nobody moves or evicts it), or none does
+    int32_t n = 0;
+    bool room = !st;
+    while (room && n < s->n_shard) {
+        const int32_t layer = n / kv->n_group, group = n % kv->n_group;
+        int64_t slot = -1, id = -1;
+        room = host_room(s) && (slot = kvt_tier_alloc(&s->tier[T1])) >= 0 && (id = block_new(s, layer, group, b)) >= 0;
+        if (room && !res_add(s, T1, id)) {
+            block_unref(s, id);
+            room = false;
+        }
+        if (!room) {
+            if (slot >= 0) kvt_tier_release(&s->tier[T1], slot);
+            break;
+        }
+        s->blk[id].slot[T1] = slot;
+        s->blk[id].busy = true;
+        ids[n++] = id;
+    }
+    if (room) { // the copies, with the mutex released
+        const int64_t kpart = bt * s->k_row;
+        uint8_t **dst = malloc((size_t)s->n_shard * sizeof *dst);
+        if (!dst) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory importing a KV block");
+        for (int32_t i = 0; dst && i < n; i++) dst[i] = kvt_tier_ptr(&s->tier[T1], s->blk[ids[i]].slot[T1]);
+        pthread_mutex_unlock(&s->mu);
+        for (int32_t i = 0; dst && i < n; i++) {
+            memcpy(dst[i], k[i], (size_t)kpart);
+            memcpy(dst[i] + kpart, v[i], (size_t)(s->block_bytes - kpart));
+        }
+        pthread_mutex_lock(&s->mu);
+        free(dst);
+    }
+    int32_t pushed = 0;
+    while (room && !st && pushed < n) {
+        if (!shard_push(&q->sh[pushed], ids[pushed])) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block table");
+        else pushed++;
+    }
+    for (int32_t i = 0; i < n; i++) s->blk[ids[i]].busy = false;
+    if (room && !st) {
+        for (int32_t i = 0; i < n; i++) {
+            s->blk[ids[i]].prank = q->prank;
+            q->sh[i].n_tok = (b + 1) * bt;
+        }
+        s->st.host_imports += n;
+        *placed = true;
+    } else {
+        for (int32_t i = 0; i < pushed; i++) q->sh[i].n_blk--;
+        for (int32_t i = 0; i < n; i++) block_unref(s, ids[i]);
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    free(ids);
+    return st;
+}
+
 // --- the serving scheduler's hooks ------------------------------------------------------------------------
 
 // Iterations of a plan: a sequence runs at most once per iteration, so a new iteration begins where a sequence

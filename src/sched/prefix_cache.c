@@ -236,8 +236,38 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc) {
     free(pc);
 }
 
+int64_t kvt_prefix_cache_probe(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t n, int64_t max_tokens) {
+    const int64_t bt = pc->kv->block_tokens, lim = max_tokens < n ? max_tokens : n;
+    const int64_t nb = lim > 0 ? lim / bt : 0;
+    kvt_block_key key;
+    const kvt_block_key *prev = NULL;
+    int64_t parent = -1, b = 0;
+    for (; b < nb; b++) {
+        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
+        const int64_t x = tab_find(pc, &key);
+        if (!(x >= 0 && pc->e[x].b == b && pc->e[x].parent == parent)) break;
+        parent = x;
+        prev = &pc->e[x].key;
+    }
+    return b;
+}
+
+// An imported block b of seq (key) joins the memory cache after parent: the new entry, or -1 when it cannot (the key
+// is there already, or out of memory: a later lookup re-imports it), which ends the chain of entries.
+static int64_t join(kvt_prefix_cache *pc, int32_t seq, int64_t b, const kvt_block_key *key, int64_t parent) {
+    if (tab_find(pc, key) >= 0) return -1;
+    kvt_err e2;
+    return entry_new(pc, seq, b, key, parent, &e2);
+}
+
 kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
                                    int64_t max_tokens, int64_t *n_cached, kvt_err *err) {
+    return kvt_prefix_cache_attach_staged(pc, seq, tokens, n, max_tokens, NULL, n_cached, err);
+}
+
+kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
+                                          int64_t max_tokens, const kvt_prefix_staged *sg, int64_t *n_cached,
+                                          kvt_err *err) {
     *n_cached = 0;
     pc->st.lookups++;
     const int64_t past = kvt_context_seq_n_past(pc->ctx, seq);
@@ -249,7 +279,7 @@ kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int3
     const int64_t nb = lim > 0 ? lim / bt : 0;
     pc->tick++;
     kvt_block_key key, *prev = NULL;
-    int64_t parent = -1, b = 0, from_store = 0;
+    int64_t parent = -1, b = 0, from_store = 0, from_staged = 0;
     kvt_status st = KVT_OK;
     for (; b < nb; b++) { // blocks the memory cache holds
         key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
@@ -260,14 +290,28 @@ kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int3
         parent = x;
         prev = &pc->e[x].key;
     }
-    // then blocks the second-level store holds, asked for n_batch at a time, imported in order until the first miss
+    // then blocks staged beforehand or held by the second-level store (asked for n_batch at a time), imported in
+    // order until the first miss; key is block b's
     kvt_block_key keys[8];
     void *dsts[8];
     bool hits[8];
-    bool more = !st && pc->p.store && b < nb;
+    bool more = !st && (pc->p.store || sg) && b < nb;
     while (more) {
+        if (sg && b >= sg->b0 && b < sg->b0 + sg->n) { // a staged copy: no store round trip
+            const int64_t i = b - sg->b0;
+            if (!key_eq(&sg->keys[i], &key) || (st = kvt_kv_block_import(pc->kv, seq, b, sg->payloads[i], err))) break;
+            from_store++;
+            from_staged++;
+            parent = join(pc, seq, b, &key, parent);
+            const kvt_block_key cur = key;
+            if (++b < nb) key = kvt_prefix_key_next(&cur, tokens + b * bt, bt);
+            more = parent >= 0 && b < nb;
+            continue;
+        }
+        if (!pc->p.store || (sg && sg->last && b >= sg->b0 + sg->n)) break; // the store has nothing more
+        const int64_t end = sg && b < sg->b0 && sg->n > 0 && sg->b0 < nb ? sg->b0 : nb; // up to the staged blocks
         int n = 0;
-        for (kvt_block_key k = key; n < pc->n_batch && b + n < nb; n++) {
+        for (kvt_block_key k = key; n < pc->n_batch && b + n < end; n++) {
             if (n > 0) k = kvt_prefix_key_next(&keys[n - 1], tokens + (b + n) * bt, bt);
             keys[n] = k;
             dsts[n] = (char *)pc->payload + (size_t)n * (size_t)pc->p.store->payload_bytes;
@@ -280,11 +324,7 @@ kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int3
             }
             from_store++;
             // the imported block joins the memory cache (a failure here only costs a later re-import)
-            const int64_t x = tab_find(pc, &keys[i]);
-            kvt_err e2;
-            const int64_t y = x < 0 ? entry_new(pc, seq, b, &keys[i], parent, &e2) : -1;
-            if (y < 0) more = false; // b++ still counts this block
-            parent = y;
+            if ((parent = join(pc, seq, b, &keys[i], parent)) < 0) more = false; // b++ still counts this block
         }
         if (more && b < nb) key = kvt_prefix_key_next(&keys[n - 1], tokens + b * bt, bt);
         more = more && b < nb;
@@ -299,6 +339,7 @@ kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int3
     }
     *n_cached = b * bt;
     pc->st.store_hit_tokens += from_store * bt;
+    pc->st.staged_tokens += from_staged * bt;
     pc->st.hit_tokens += (b - from_store) * bt;
     return KVT_OK;
 }

@@ -36,7 +36,8 @@ kvt_prefix_cache_params kvt_prefix_cache_params_default(void);
 typedef struct {
     int64_t lookups;          // attach calls
     int64_t hit_tokens;       // positions given by reference from memory
-    int64_t store_hit_tokens; // positions imported from the second-level store
+    int64_t store_hit_tokens; // positions imported from the second-level store (staged copies included)
+    int64_t staged_tokens;    // of those, positions imported from copies staged beforehand (kvt_prefix_staged)
     int64_t blocks;           // distinct blocks the cache references now
     int64_t inserted, dropped; // blocks registered / released by trim since init
 } kvt_prefix_cache_stats;
@@ -54,6 +55,29 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc); // releases every cached block
 // set. Errors (budget while importing from the store) leave seq empty.
 kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
                                    int64_t max_tokens, int64_t *n_cached, kvt_err *err);
+// Blocks of the second-level store read beforehand (by the serving engine's background fetch, prefix_fetch.h):
+// blocks [b0, b0 + n) of a prompt, found in the store under keys[i] with payloads[i] (borrowed). last: the store
+// has no block after them (a lookup missed), so attach asks it for none; else attach reads the blocks after them
+// (and any before b0 the memory cache no longer holds) from the store as without staging. release(arg), if not
+// NULL, is for the caller of attach (the scheduler calls it once the copies are no longer read).
+typedef struct kvt_prefix_staged {
+    int64_t b0, n;
+    const kvt_block_key *keys;
+    void *const *payloads;
+    bool last;
+    void (*release)(void *arg);
+    void *arg;
+} kvt_prefix_staged;
+
+// attach, with blocks staged beforehand: a block of [b0, b0 + n) that the memory cache lacks is imported from its
+// staged copy (whose key must be the block's: else it is a miss) instead of being read from the store.
+kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
+                                          int64_t max_tokens, const kvt_prefix_staged *staged, int64_t *n_cached,
+                                          kvt_err *err);
+// Blocks of tokens[0, min(n, max_tokens)) the memory cache holds now (what attach would give by reference, the
+// second level not asked). Changes nothing (no recency).
+int64_t kvt_prefix_cache_probe(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t n, int64_t max_tokens);
+
 // Registers the full blocks of positions [0, n) of seq, whose ids are tokens[0, n): the cache keeps them after
 // seq is freed. Blocks already cached are not duplicated. New blocks go to the second-level store too.
 kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,

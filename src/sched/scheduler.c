@@ -33,6 +33,7 @@ typedef struct req {
     choice *ch;          // [p.n]
     int32_t n_live;
     int64_t cached, completion;
+    const kvt_prefix_staged *staged; // blocks read beforehand (borrowed until released), or NULL
 } req;
 
 struct kvt_sched {
@@ -67,6 +68,8 @@ kvt_sched_params kvt_sched_params_default(void) {
     p.n_parallel = 4;
     p.token_budget = 512;
     p.plan_iters = 4;
+    p.prefix_fetch_bytes = (int64_t)256 << 20;
+    p.prefix_fetch_wait_ms = 500;
     return p;
 }
 
@@ -115,8 +118,15 @@ kvt_status kvt_sched_init(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_
     return KVT_OK;
 }
 
+// The request no longer reads its staged blocks: they go back to their owner.
+static void staged_release(req *r) {
+    if (r->staged && r->staged->release) r->staged->release(r->staged->arg);
+    r->staged = NULL;
+}
+
 // Frees the request's sequences and samplers and unlinks it; then on_done.
 static void req_end(kvt_sched *s, req *r, kvt_sched_outcome how, const kvt_err *why) {
+    staged_release(r);
     for (req **pp = &s->head; *pp; pp = &(*pp)->next) {
         if (*pp == r) {
             *pp = r->next;
@@ -157,6 +167,15 @@ void kvt_sched_free(kvt_sched *s) {
 }
 
 kvt_status kvt_sched_submit(kvt_sched *s, const kvt_sched_request *rq, uint64_t *id, kvt_err *err) {
+    return kvt_sched_submit_staged(s, rq, NULL, id, err);
+}
+
+int64_t kvt_sched_prefix_probe(const kvt_sched *s, const int32_t *prompt, int64_t n_prompt) {
+    return s->pc ? kvt_prefix_cache_probe(s->pc, prompt, n_prompt, n_prompt - 1) : -1;
+}
+
+kvt_status kvt_sched_submit_staged(kvt_sched *s, const kvt_sched_request *rq, const kvt_prefix_staged *staged,
+                                   uint64_t *id, kvt_err *err) {
     const int64_t n_ctx = kvt_context_n_ctx(s->ctx);
     if (rq->n_prompt < 1 || rq->n_prompt >= n_ctx || rq->n < 1) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "a request of %lld prompt tokens and %d choices: need 1 .. %lld tokens "
@@ -178,6 +197,7 @@ kvt_status kvt_sched_submit(kvt_sched *s, const kvt_sched_request *rq, uint64_t 
     r->max_tokens = n_ctx - rq->n_prompt;
     if (rq->max_tokens >= 0 && rq->max_tokens < r->max_tokens) r->max_tokens = rq->max_tokens;
     r->id = ++s->next_id;
+    r->staged = staged;
     req **tail = &s->head;
     while (*tail) tail = &(*tail)->next;
     *tail = r;
@@ -236,12 +256,14 @@ static kvt_status admit(kvt_sched *s, req *r, kvt_err *err) {
     }
     if (!st && s->pc) {
         int64_t n_cached = 0;
-        st = kvt_prefix_cache_attach(s->pc, seq, r->prompt, r->p.n_prompt, r->p.n_prompt - 1, &n_cached, err);
+        st = kvt_prefix_cache_attach_staged(s->pc, seq, r->prompt, r->p.n_prompt, r->p.n_prompt - 1, r->staged, &n_cached,
+                                            err);
         if (!st) {
             r->cached = r->n_prefilled = n_cached;
             s->st.cached_tokens += n_cached;
         }
     }
+    staged_release(r); // admitted: the copies were imported (or not needed)
     return st;
 }
 

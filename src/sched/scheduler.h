@@ -34,6 +34,7 @@
 #include "../base/status.h"
 #include "../exec/context.h"
 #include "../kv/prefix_store.h"
+#include "prefix_cache.h"
 #include "../model/tokenizer.h"
 #include "sampler.h"
 
@@ -71,6 +72,11 @@ typedef struct {
     kvt_prefix_store *prefix_store; // second level of the prefix cache (borrowed, may be NULL)
     bool preempt;                // preemption by swap when fast + host are full (needs a disk tier)
     int32_t plan_iters;          // iterations ahead published with kvt_kv_paged_set_plan (0: no plan)
+    // the serving engine's background fetch from prefix_store (src/serve/engine_sched.c; the scheduler itself does
+    // not read these): bytes of blocks staged at once (0: no background fetch, admission reads the store), and how
+    // long a job waits for its fetch before admission reads the store itself
+    int64_t prefix_fetch_bytes;
+    int32_t prefix_fetch_wait_ms;
 } kvt_sched_params;
 
 kvt_sched_params kvt_sched_params_default(void);
@@ -106,6 +112,15 @@ kvt_status kvt_sched_init(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_
 void kvt_sched_free(kvt_sched *s);
 // Queues a request; *id names it. KVT_ERR_INVALID_ARG for a bad request (no callback then).
 kvt_status kvt_sched_submit(kvt_sched *s, const kvt_sched_request *r, uint64_t *id, kvt_err *err);
+// submit, with prefix blocks read beforehand from the prefix cache's second level (prefix_fetch.h; NULL: none):
+// admission imports them from these copies (kvt_prefix_cache_attach_staged) instead of asking the store. staged
+// is borrowed until the scheduler calls staged->release(staged->arg): once, right after admission, or when the
+// request ends unadmitted (cancel, free); not at all when submit fails.
+kvt_status kvt_sched_submit_staged(kvt_sched *s, const kvt_sched_request *r, const kvt_prefix_staged *staged,
+                                   uint64_t *id, kvt_err *err);
+// Full blocks of prompt[0, n_prompt - 1) the prefix cache holds in memory now (-1: no prefix cache): a fetch from
+// the second level starts after them.
+int64_t kvt_sched_prefix_probe(const kvt_sched *s, const int32_t *prompt, int64_t n_prompt);
 // Ends request id now (on_done CANCELLED, from within this call); unknown or finished ids: nothing.
 void kvt_sched_cancel(kvt_sched *s, uint64_t id);
 // One iteration. *rows: rows of its forward pass (0: nothing to do). A failure of the pass ends the requests

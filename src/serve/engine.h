@@ -99,6 +99,12 @@ typedef struct {
     int32_t n_prefix;                  // stores of the prefix cache's second level (0: none; 2: dir in front of redis)
     const char *prefix_store[KVT_ENGINE_PREFIX_LEVELS]; // [n_prefix] their names ("dir", "redis"), nearest first
     kvt_prefix_store_stats prefix[KVT_ENGINE_PREFIX_LEVELS]; // [n_prefix] their counters (now)
+    // the background fetch of prompts' prefix blocks from the second level (sched engine; prefix_fetch.h)
+    int64_t prefix_fetches;            // jobs that waited for a fetch before entering the scheduler
+    int64_t prefix_fetch_timeouts;     // of those, entered without it (admission read the store itself)
+    int64_t prefix_fetch_budget_stops; // fetches ended early by the staging budget
+    int64_t prefix_staged_blocks, prefix_staged_bytes;             // staged in host memory now
+    int64_t prefix_staged_blocks_total, prefix_staged_bytes_total; // staged since start
 } kvt_engine_stats;
 
 typedef struct kvt_engine kvt_engine;

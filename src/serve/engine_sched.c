@@ -4,11 +4,19 @@
 // mutex. The scheduler thread moves new jobs from the inbox into the scheduler, turns cancel flags into
 // kvt_sched_cancel calls, and runs kvt_sched_step while anything waits or runs; every callback of every job
 // comes from that one thread, so each job's callbacks are serialized.
+//
+// With a prefix cache over a second-level store (and prefix_fetch_bytes > 0), a new job's prompt blocks that the
+// memory cache lacks are first looked up by the background fetch (prefix_fetch.h): the job waits in the fetching
+// list, not in the scheduler, so the running requests' iterations go on meanwhile; it enters the scheduler with
+// its staged copies when the fetch is done, or without them (admission then reads the store) once
+// prefix_fetch_wait_ms have passed. Jobs may so enter the scheduler in another order than they arrived.
 #include <pthread.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../base/timer.h"
+#include "../sched/prefix_fetch.h"
 #include "engine.h"
 
 struct sengine;
@@ -21,6 +29,9 @@ typedef struct sjob {
     kvt_engine_job p;
     int32_t *prompt;         // owned copy
     kvt_engine_callbacks cb;
+    kvt_prefix_fetch_job *fj; // background fetch of its prefix blocks (scheduler thread), or NULL
+    kvt_prefix_staged staged; // fj's result, handed to the scheduler
+    double deadline_ms;       // in the fetching list: when to stop waiting for fj
 } sjob;
 
 typedef struct sengine {
@@ -41,6 +52,12 @@ typedef struct sengine {
     uint64_t next_id;
     kvt_engine_stats st;
     kvt_prefix_store *pstore; // the prefix cache's second level (borrowed from the params), or NULL
+    kvt_prefix_fetch *fetch;  // background reads of pstore (NULL: none)
+    sjob *fetching;           // jobs whose fetch is under way, in arrival order (changed by the scheduler thread under mu)
+    int32_t n_fetching;
+    bool fetch_ready;         // under mu: a fetch completed since the scheduler thread last looked
+    int32_t fetch_wait_ms;
+    int64_t block_tokens;
     float *lp;                // [n_vocab] log-probabilities scratch (scheduler thread)
 } sengine;
 
@@ -92,8 +109,124 @@ static void on_done(void *user, const kvt_sched_result *r) {
     e->st.generated_tokens += r->completion_tokens;
     pthread_mutex_unlock(&e->mu);
     j->cb.on_done(j->cb.user, &res);
+    kvt_prefix_fetch_release(e->fetch, j->fj); // not handed to the scheduler (submit failed), or cancelled while fetching
     free(j->prompt);
     free(j);
+}
+
+// kvt_prefix_staged.release: the scheduler admitted the job (or ended it unadmitted).
+static void staged_release(void *arg) {
+    sjob *j = arg;
+    kvt_prefix_fetch_release(j->e->fetch, j->fj);
+    j->fj = NULL;
+}
+
+// The fetch thread: a job's blocks are staged.
+static void fetch_ready(void *user) {
+    sengine *e = user;
+    pthread_mutex_lock(&e->mu);
+    e->fetch_ready = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+// Starts the background fetch of j's prefix blocks that the memory cache lacks: true when j waits for it in the
+// fetching list (not yet in the scheduler). Scheduler thread; mu not held.
+static bool fetch_begin(sengine *e, sjob *j) {
+    if (!e->fetch) return false; // a job cancelled meanwhile leaves the fetching list at once (take_fetched)
+    const int64_t nb = (j->p.n_prompt - 1) / e->block_tokens; // attach gives at most n_prompt - 1 positions
+    const int64_t m = nb > 0 ? kvt_sched_prefix_probe(e->s, j->prompt, j->p.n_prompt) : -1;
+    if (m < 0 || m >= nb || !(j->fj = kvt_prefix_fetch_start(e->fetch, j->prompt, m, nb))) return false;
+    j->deadline_ms = kvt_time_ms() + e->fetch_wait_ms;
+    pthread_mutex_lock(&e->mu);
+    j->next = NULL;
+    sjob **tail = &e->fetching;
+    while (*tail) tail = &(*tail)->next;
+    *tail = j;
+    e->n_fetching++;
+    e->sched_waiting--; // counted in n_fetching meanwhile
+    e->st.prefix_fetches++;
+    pthread_mutex_unlock(&e->mu);
+    return true;
+}
+
+// Hands job j (out of the inbox or the fetching list) to the scheduler, with its staged blocks if any, or ends it
+// (cancelled, or refused by the scheduler). Scheduler thread; mu not held.
+static void job_enter(sengine *e, sjob *j) {
+    pthread_mutex_lock(&e->mu);
+    const bool cancelled = j->cancelled;
+    if (!cancelled) { // in the job list before the scheduler can end it
+        j->next = e->jobs;
+        e->jobs = j;
+    }
+    pthread_mutex_unlock(&e->mu);
+    kvt_sched_request rq = {j->prompt, j->p.n_prompt, j->p.max_tokens, j->p.sampling, j->p.n, !j->p.ignore_eos, j};
+    kvt_err err = {0};
+    const kvt_prefix_staged *sg = NULL;
+    if (!cancelled && j->fj) {
+        kvt_prefix_fetch_result(e->fetch, j->fj, &j->staged);
+        j->staged.release = staged_release;
+        j->staged.arg = j;
+        sg = &j->staged;
+    }
+    kvt_status st = cancelled ? KVT_OK : kvt_sched_submit_staged(e->s, &rq, sg, &j->sid, &err);
+    if (cancelled || st) {
+        kvt_sched_result r;
+        memset(&r, 0, sizeof r);
+        r.outcome = cancelled ? KVT_SCHED_CANCELLED : KVT_SCHED_FAILED;
+        r.err = err;
+        r.prompt_tokens = j->p.n_prompt;
+        if (!cancelled) {
+            pthread_mutex_lock(&e->mu);
+            unlink_job(e, j);
+            pthread_mutex_unlock(&e->mu);
+        }
+        j->next = NULL;
+        on_done(j, &r);
+    }
+}
+
+// Moves the jobs of the fetching list whose fetch is done, or overdue, or that were cancelled, into the scheduler
+// (an overdue fetch is abandoned: admission reads the store itself). Scheduler thread; mu not held.
+static void take_fetched(sengine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->fetch_ready = false;
+    pthread_mutex_unlock(&e->mu);
+    const double now = kvt_time_ms();
+    for (;;) {
+        sjob *j = NULL;
+        bool late = false;
+        pthread_mutex_lock(&e->mu);
+        for (sjob **pp = &e->fetching; *pp; pp = &(*pp)->next) {
+            sjob *x = *pp;
+            const bool done = kvt_prefix_fetch_done(e->fetch, x->fj);
+            if (x->cancelled || done || now >= x->deadline_ms) {
+                *pp = x->next;
+                j = x;
+                late = !x->cancelled && !done;
+                e->n_fetching--;
+                e->sched_waiting++;
+                if (late) e->st.prefix_fetch_timeouts++;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (!j) return;
+        if (late) {
+            kvt_prefix_fetch_release(e->fetch, j->fj);
+            j->fj = NULL;
+        }
+        job_enter(e, j);
+    }
+}
+
+// Earliest deadline of the fetching list (mu held); 0 when it is empty.
+static double fetch_deadline(const sengine *e) {
+    double d = 0;
+    for (const sjob *j = e->fetching; j; j = j->next) {
+        if (d == 0 || j->deadline_ms < d) d = j->deadline_ms;
+    }
+    return d;
 }
 
 // Moves the inbox into the scheduler and passes cancellations on. Scheduler thread; mu not held.
@@ -109,31 +242,9 @@ static void take_inbox(sengine *e) {
     while (in) {
         sjob *j = in;
         in = in->next;
-        pthread_mutex_lock(&e->mu);
-        const bool cancelled = j->cancelled;
-        if (!cancelled) { // in the job list before the scheduler can end it
-            j->next = e->jobs;
-            e->jobs = j;
-        }
-        pthread_mutex_unlock(&e->mu);
-        kvt_sched_request rq = {j->prompt, j->p.n_prompt, j->p.max_tokens, j->p.sampling, j->p.n, !j->p.ignore_eos, j};
-        kvt_err err = {0};
-        kvt_status st = cancelled ? KVT_OK : kvt_sched_submit(e->s, &rq, &j->sid, &err);
-        if (cancelled || st) {
-            kvt_sched_result r;
-            memset(&r, 0, sizeof r);
-            r.outcome = cancelled ? KVT_SCHED_CANCELLED : KVT_SCHED_FAILED;
-            r.err = err;
-            r.prompt_tokens = j->p.n_prompt;
-            if (!cancelled) {
-                pthread_mutex_lock(&e->mu);
-                unlink_job(e, j);
-                pthread_mutex_unlock(&e->mu);
-            }
-            j->next = NULL;
-            on_done(j, &r);
-        }
+        if (!fetch_begin(e, j)) job_enter(e, j);
     }
+    take_fetched(e);
     if (!cancels) return;
     for (;;) { // one cancelled job at a time: kvt_sched_cancel ends it (on_done unlinks it)
         uint64_t sid = 0;
@@ -151,8 +262,22 @@ static void *sched_main(void *arg) {
     sengine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->inbox && !e->cancel_pending && !e->stopping && kvt_sched_idle(e->s)) pthread_cond_wait(&e->cv, &e->mu);
-        const bool quit = e->stopping && !e->inbox && kvt_sched_idle(e->s);
+        while (!e->inbox && !e->cancel_pending && !e->stopping && !e->fetch_ready && kvt_sched_idle(e->s)) {
+            const double d = fetch_deadline(e);
+            if (d == 0) {
+                pthread_cond_wait(&e->cv, &e->mu);
+                continue;
+            }
+            const double left = d - kvt_time_ms();
+            if (left <= 0) break;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            const int64_t ns = ts.tv_nsec + (int64_t)(left * 1e6) + 1000000;
+            ts.tv_sec += (time_t)(ns / 1000000000);
+            ts.tv_nsec = (long)(ns % 1000000000);
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
+        const bool quit = e->stopping && !e->inbox && !e->fetching && kvt_sched_idle(e->s);
         pthread_mutex_unlock(&e->mu);
         if (quit) return NULL;
         take_inbox(e);
@@ -201,8 +326,9 @@ static kvt_status s_submit(kvt_engine *base, const kvt_engine_job *job, const kv
     kvt_status st = KVT_OK;
     if (e->stopping) {
         st = kvt_errorf(err, KVT_ERR_BUDGET, "the server is shutting down");
-    } else if (e->n_inbox + e->sched_waiting >= e->max_queue) {
-        st = kvt_errorf(err, KVT_ERR_BUDGET, "the queue is full (%lld requests waiting)", (long long)(e->n_inbox + e->sched_waiting));
+    } else if (e->n_inbox + e->n_fetching + e->sched_waiting >= e->max_queue) {
+        st = kvt_errorf(err, KVT_ERR_BUDGET, "the queue is full (%lld requests waiting)",
+                        (long long)(e->n_inbox + e->n_fetching + e->sched_waiting));
     }
     if (st) {
         e->st.jobs_rejected++;
@@ -226,6 +352,9 @@ static void s_cancel(kvt_engine *base, uint64_t id) {
     sengine *e = (sengine *)base;
     pthread_mutex_lock(&e->mu);
     for (sjob *j = e->inbox; j; j = j->next) j->cancelled = j->cancelled || j->id == id;
+    for (sjob *j = e->fetching; j; j = j->next) {
+        if (j->id == id) j->cancelled = e->fetch_ready = true; // the scheduler thread ends it
+    }
     for (sjob *j = e->jobs; j; j = j->next) {
         if (j->id == id) j->cancelled = e->cancel_pending = true;
     }
@@ -237,8 +366,17 @@ static void s_stats(kvt_engine *base, kvt_engine_stats *out) {
     sengine *e = (sengine *)base;
     pthread_mutex_lock(&e->mu);
     *out = e->st;
-    out->queued = e->n_inbox + e->sched_waiting;
+    out->queued = e->n_inbox + e->n_fetching + e->sched_waiting;
     pthread_mutex_unlock(&e->mu);
+    if (e->fetch) {
+        kvt_prefix_fetch_stats fs;
+        kvt_prefix_fetch_stats_get(e->fetch, &fs);
+        out->prefix_staged_blocks = fs.staged_blocks;
+        out->prefix_staged_bytes = fs.staged_bytes;
+        out->prefix_staged_blocks_total = fs.blocks;
+        out->prefix_staged_bytes_total = fs.bytes;
+        out->prefix_fetch_budget_stops = fs.budget_stops;
+    }
     if (e->pstore) { // each store's counters are its own (thread-safe)
         kvt_prefix_store *lv[KVT_ENGINE_PREFIX_LEVELS];
         out->n_prefix = kvt_prefix_store_levels(e->pstore, lv, KVT_ENGINE_PREFIX_LEVELS);
@@ -257,6 +395,7 @@ static void s_shutdown(kvt_engine *base, bool cancel_running) {
     e->stopping = true;
     if (cancel_running) {
         for (sjob *j = e->inbox; j; j = j->next) j->cancelled = true;
+        for (sjob *j = e->fetching; j; j = j->next) j->cancelled = e->fetch_ready = true;
         for (sjob *j = e->jobs; j; j = j->next) j->cancelled = e->cancel_pending = true;
     }
     pthread_cond_broadcast(&e->cv);
@@ -270,6 +409,7 @@ static void s_free(kvt_engine *base) {
         pthread_join(e->thread, NULL); // the thread ends every job (on_done CANCELLED) before it returns
     }
     kvt_sched_free(e->s);
+    kvt_prefix_fetch_free(e->fetch); // after every job released its fetch
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     kvt_context_free(e->ctx);
@@ -307,6 +447,15 @@ kvt_status kvt_engine_sched_create(kvt_context *ctx, const kvt_tokenizer *tok, c
     if (st) {
         s_free(&e->base);
         return st;
+    }
+    e->block_tokens = kvt_context_kv(ctx)->block_tokens;
+    e->fetch_wait_ms = sp->prefix_fetch_wait_ms > 0 ? sp->prefix_fetch_wait_ms : 0;
+    if (sp->prefix_cache && sp->prefix_store && sp->prefix_fetch_bytes > 0) {
+        kvt_prefix_fetch_params fp = {sp->prefix_fetch_bytes, fetch_ready, e};
+        if ((st = kvt_prefix_fetch_init(sp->prefix_store, e->block_tokens, &fp, &e->fetch, err))) {
+            s_free(&e->base);
+            return st;
+        }
     }
     if (pthread_create(&e->thread, NULL, sched_main, e) != 0) {
         s_free(&e->base);

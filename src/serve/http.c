@@ -417,6 +417,24 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
             }
         }
     }
+    if (s.n_prefix > 0) { // the background fetch of prompts' prefix blocks from the second level
+        METRIC("prefix_fetches_total", "counter", "Requests whose prefix blocks were looked up in the second level in the background before admission.");
+        fprintf(f, "kvtier_prefix_fetches_total %lld\n", (long long)s.prefix_fetches);
+        METRIC("prefix_fetch_timeouts_total", "counter", "Of those, admitted before their fetch ended (admission read the store itself).");
+        fprintf(f, "kvtier_prefix_fetch_timeouts_total %lld\n", (long long)s.prefix_fetch_timeouts);
+        METRIC("prefix_fetch_budget_stops_total", "counter", "Fetches ended early by the staging budget.");
+        fprintf(f, "kvtier_prefix_fetch_budget_stops_total %lld\n", (long long)s.prefix_fetch_budget_stops);
+        METRIC("prefix_staged_blocks", "gauge", "Prefix blocks staged in host memory now, waiting for admission.");
+        fprintf(f, "kvtier_prefix_staged_blocks %lld\n", (long long)s.prefix_staged_blocks);
+        METRIC("prefix_staged_bytes", "gauge", "Bytes of prefix blocks staged in host memory now.");
+        fprintf(f, "kvtier_prefix_staged_bytes %lld\n", (long long)s.prefix_staged_bytes);
+        METRIC("prefix_staged_blocks_total", "counter", "Prefix blocks staged in host memory by the background fetch.");
+        fprintf(f, "kvtier_prefix_staged_blocks_total %lld\n", (long long)s.prefix_staged_blocks_total);
+        METRIC("prefix_staged_bytes_total", "counter", "Bytes of prefix blocks staged in host memory by the background fetch.");
+        fprintf(f, "kvtier_prefix_staged_bytes_total %lld\n", (long long)s.prefix_staged_bytes_total);
+    }
+    METRIC("kv_host_imports_total", "counter", "KV blocks of imported prefixes written straight into the host tier.");
+    fprintf(f, "kvtier_kv_host_imports_total %lld\n", (long long)s.kv.host_imports);
     METRIC("n_ctx", "gauge", "Positions per sequence.");
     fprintf(f, "kvtier_n_ctx %lld\n", (long long)s.n_ctx);
 #undef METRIC
