@@ -18,6 +18,8 @@
 // The two parity accumulators of the first two families are independent
 // chains, so a tile runs the K loop twice (even chunks, then odd ones) with
 // one accumulator per output: twice the tile fits the 16 ymm registers.
+// The AVX2 float tile does so per K block of FP_KB elements (both passes of a
+// block, then the next), so that its second pass reads L1.
 // Integer sums are exact, so their order is free.
 //
 // Driver: the activation rows are prepared once per call (type-specific
