@@ -504,8 +504,11 @@ int test_kernels_main(void) {
             const kvt_type t = k_weight_types[i].t;
             int64_t blck = 1, bsize = 0;
             kvt_type_layout((uint32_t)t, &blck, &bsize);
-            const int64_t one = blck == 1 ? 16 : blck, ns[] = {one, blck == 1 ? 517 : 9 * blck, blck == 1 ? 2048 : 8 * blck};
-            for (size_t k = 0; k < 3; k++) {
+            // (1300, 40 and 12 blocks: K blocks of the tiles with a partial last one)
+            const int64_t one = blck == 1 ? 16 : blck,
+                          ns[] = {one, blck == 1 ? 517 : 9 * blck, blck == 1 ? 2048 : 8 * blck,
+                                  blck == 1 ? 1300 : blck == 32 ? 40 * blck : 12 * blck};
+            for (size_t k = 0; k < 4; k++) {
                 test_matmul_batch_bitwise((kvt_isa)isa, t, ns[k], 7, 11);
                 test_matmul_batch_bitwise((kvt_isa)isa, t, ns[k], 1, 2);
             }

@@ -18,6 +18,8 @@
 // The two parity accumulators of the first two families are independent
 // chains, so a tile runs the K loop twice (even chunks, then odd ones) with
 // one accumulator per output: twice the tile fits the 16 ymm registers.
+// The AVX2 float tile does so per K block of FP_KB elements (both passes of a
+// block, then the next), so that its second pass reads L1.
 // Integer sums are exact, so their order is free.
 //
 // Driver: the activation rows are prepared once per call (type-specific
@@ -52,15 +54,30 @@
 #define FP_SHAPE 4x6 // 24 accumulators of 32 zmm
 #define FP_RM 4
 #define FP_TM 6
+#define FP_KB ((int64_t)1 << 40) // no K blocking (the 4x6 zmm tile not measured with it)
+#define FP_STRIP 0
 #define FP_WPANEL 1 // f16/bf16 weights converted to f32 once per strip (measured faster here)
 #else
 #define GEMM_FN(name) kvt_gemm_##name##_avx2
 #define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx2
 #define MM_TABLE kvt_mm_kernel_avx2
-#define FP_SHAPE 3x3
+#ifndef FP_SHAPE // 3 x 4: 12 accumulators, 3 weight vectors and 1 activation vector = the 16 ymm
+#define FP_SHAPE 3x4
 #define FP_RM 3
-#define FP_TM 3
+#define FP_TM 4
+#endif
+// Float tiles: strips of 512 KiB of weights (more tiles per token block): the prepared f32
+// activations (4n bytes a token) come from L3 once per strip, which dominated at large n
+// (n = 5632 f16 78 -> 88 GFLOP/s, 192 -> 512 KiB; 2048 unchanged).
+#ifndef FP_STRIP
+#define FP_STRIP (512 * 1024)
+#endif
+#ifndef FP_KB
+#define FP_KB 512 // K block of the float tiles (elements, multiple of 16)
+#endif
+#ifndef FP_WPANEL
 #define FP_WPANEL 0 // f16/bf16 weights converted in the tile (the panel measured slower here)
+#endif
 #endif
 
 INLINE int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
@@ -83,13 +100,14 @@ typedef struct {
     int64_t (*wsize)(int64_t n);         // side-data bytes per weight row (multiple of 64; 0: none)
     void (*wprep)(int64_t n, const void *w, void *s);
     const tile_fn (*tiles)[TMAX];        // tiles[R-1][T-1]
+    int64_t strip;                       // weight bytes per strip (0: STRIP_BYTES)
 } gemm_type;
 
-#define STRIP_BYTES (192 * 1024)
+#define STRIP_BYTES (192 * 1024) // weight rows per strip (L2), gemm_type.strip = 0
 #define TOKEN_BYTES (192 * 1024)
 
 static int64_t gemm_scratch_of(const gemm_type *g, int64_t n, int64_t n_tok, int64_t wrs) {
-    int64_t sr = STRIP_BYTES / (wrs > 0 ? wrs : 1) / g->rm * g->rm;
+    int64_t sr = (g->strip ? g->strip : STRIP_BYTES) / (wrs > 0 ? wrs : 1) / g->rm * g->rm;
     if (sr < g->rm) sr = g->rm;
     return n_tok * g->psize(n) + (g->wsize ? sr * g->wsize(n) : 0) + 64;
 }
@@ -97,7 +115,7 @@ static int64_t gemm_scratch_of(const gemm_type *g, int64_t n, int64_t n_tok, int
 static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, int64_t nr, const char *X, size_t xrs,
                      int64_t n_tok, float *Y, int64_t ldy, char *scratch) {
     const int64_t ps = g->psize(n), ws = g->wsize ? g->wsize(n) : 0;
-    int64_t sr = STRIP_BYTES / (int64_t)wrs / g->rm * g->rm, tb = TOKEN_BYTES / (ps + (int64_t)xrs) / g->tm * g->tm;
+    int64_t sr = (g->strip ? g->strip : STRIP_BYTES) / (int64_t)wrs / g->rm * g->rm, tb = TOKEN_BYTES / (ps + (int64_t)xrs) / g->tm * g->tm;
     if (sr < g->rm) sr = g->rm;
     if (tb < g->tm) tb = g->tm;
     char *P = scratch, *S = P + n_tok * ps;
@@ -140,15 +158,21 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     static const tile_fn name##_tab[RMAX][TMAX] = {TT3(name, 1), TT3(name, 2), TT3(name, 3)};
 #define SHAPE_2x4(name) TW4(name, 1) TW4(name, 2) \
     static const tile_fn name##_tab[RMAX][TMAX] = {TT4(name, 1), TT4(name, 2)};
+#define SHAPE_2x6(name) TW6(name, 1) TW6(name, 2) \
+    static const tile_fn name##_tab[RMAX][TMAX] = {TT6(name, 1), TT6(name, 2)};
+#define SHAPE_3x4(name) TW4(name, 1) TW4(name, 2) TW4(name, 3) \
+    static const tile_fn name##_tab[RMAX][TMAX] = {TT4(name, 1), TT4(name, 2), TT4(name, 3)};
 #define SHAPE_4x4(name) TW4(name, 1) TW4(name, 2) TW4(name, 3) TW4(name, 4) \
     static const tile_fn name##_tab[RMAX][TMAX] = {TT4(name, 1), TT4(name, 2), TT4(name, 3), TT4(name, 4)};
 #define SHAPE_4x6(name) TW6(name, 1) TW6(name, 2) TW6(name, 3) TW6(name, 4) \
     static const tile_fn name##_tab[RMAX][TMAX] = {TT6(name, 1), TT6(name, 2), TT6(name, 3), TT6(name, 4)};
 #define SHAPE_(name, S) SHAPE_##S(name)
 #define SHAPE_1x8(name) TW8(name, 1) static const tile_fn name##_tab[RMAX][TMAX] = {TT8(name, 1)};
-#define DEFINE_GEMM(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP)                          \
+#define DEFINE_GEMM(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP) \
+    DEFINE_GEMM_S(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, 0)
+#define DEFINE_GEMM_S(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, STRIP)                  \
     SHAPE_(name, SHAPE)                                                                             \
-    static const gemm_type name##_g = {TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, name##_tab};        \
+    static const gemm_type name##_g = {TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, name##_tab, STRIP}; \
     int64_t GEMM_SCRATCH_FN(name)(int64_t n, int64_t n_tok) {                                       \
         return gemm_scratch_of(&name##_g, n, n_tok, kvt_row_size(TYPE, n));                         \
     }                                                                                               \
@@ -162,6 +186,11 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
 // Prepared activation row: n floats, by the rows kernel's prep (the GEMV's own values).
 static int64_t fp_psize(int64_t n) { return align64(n * 4); }
 
+#ifdef FP_YREG
+#define FP_REG(v) __asm__("" : "+x"(v))
+#else
+#define FP_REG(v) (void)0
+#endif
 #define ld_f32(p) fv_ld(p)
 #define cvt_f32(v) (v)
 
@@ -177,49 +206,56 @@ static void bf16_wprep(int64_t n, const void *w, void *s) {
 
 // P: the activation rows as f32. Pass u takes the FV_N-wide chunks at 2 FV_N k + FV_N u.
 // Weight row r of the tile at WB + r * WS, elements of type ET.
+// K is blocked (FP_KB elements): per block, pass 0 then pass 1, each pass's
+// accumulators kept in a[u] between blocks (each chain still takes its chunks
+// in ascending k, so the sums are the GEMV's), so the second pass reads the
+// block's activations and weights from L1.
 #define DEFINE_FP_TILE(name, ET, LDW, CVT, WB, WS)                                                  \
     INLINE void name##_tile(TILE_ARGS, int R, int T) {                                              \
         (void)W, (void)wrs, (void)S, (void)ss, (void)X, (void)xrs;                                  \
         const int64_t n16 = n & ~(int64_t)(2 * FV_N - 1);                                           \
-        FV a0[RMAX][TMAX];                                                                          \
-        UNROLL for (int u = 0; u < 2; u++) {                                                        \
-            FV acc[RMAX][TMAX];                                                                     \
-            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = fv_zero(); \
-            for (int64_t i = FV_N * u; i < n16; i += 2 * FV_N) {                                    \
-                FV w[RMAX];                                                                         \
-                UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(WB + r * WS) + i);       \
-                UNROLL for (int t = 0; t < T; t++) {                                                \
-                    const FV y = fv_ld((const float *)(P + t * ps) + i);                            \
-                    UNROLL for (int r = 0; r < R; r++) acc[r][t] = fv_fma(w[r], y, acc[r][t]);      \
+        FV a[2][RMAX][TMAX];                                                                        \
+        UNROLL for (int u = 0; u < 2; u++) UNROLL for (int r = 0; r < R; r++)                      \
+            UNROLL for (int t = 0; t < T; t++) a[u][r][t] = fv_zero();                              \
+        for (int64_t k0 = 0; k0 < n16; k0 += FP_KB) {                                               \
+            const int64_t k1 = min64(k0 + FP_KB, n16);                                              \
+            UNROLL for (int u = 0; u < 2; u++) {                                                    \
+                FV acc[RMAX][TMAX];                                                                 \
+                UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = a[u][r][t]; \
+                for (int64_t i = k0 + FV_N * u; i < k1; i += 2 * FV_N) {                            \
+                    FV w[RMAX];                                                                     \
+                    UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(WB + r * WS) + i);   \
+                    UNROLL for (int t = 0; t < T; t++) {                                            \
+                        FV y = fv_ld((const float *)(P + t * ps) + i);                              \
+                        FP_REG(y);                                                                  \
+                        UNROLL for (int r = 0; r < R; r++) acc[r][t] = fv_fma(w[r], y, acc[r][t]);  \
+                    }                                                                               \
                 }                                                                                   \
+                UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) a[u][r][t] = acc[r][t]; \
             }                                                                                       \
-            UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {                 \
-                if (u == 0) {                                                                       \
-                    a0[r][t] = acc[r][t];                                                           \
-                    continue;                                                                       \
-                }                                                                                   \
-                const ET *x = (const ET *)(WB + r * WS);                                            \
-                const float *y = (const float *)(P + t * ps);                                       \
-                float s = fv_hsum(fv_add(a0[r][t], acc[r][t]));                                     \
-                for (int64_t j = n16; j < n; j++) s += CVT(x[j]) * y[j];                            \
-                Y[t * ldy + r] = s;                                                                 \
-            }                                                                                       \
+        }                                                                                           \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {                     \
+            const ET *x = (const ET *)(WB + r * WS);                                                \
+            const float *y = (const float *)(P + t * ps);                                           \
+            float s = fv_hsum(fv_add(a[0][r][t], a[1][r][t]));                                      \
+            for (int64_t j = n16; j < n; j++) s += CVT(x[j]) * y[j];                                \
+            Y[t * ldy + r] = s;                                                                     \
         }                                                                                           \
     }
 
 DEFINE_FP_TILE(f32, float, ld_f32, cvt_f32, W, wrs)
-DEFINE_GEMM(f32, KVT_TYPE_F32, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
+DEFINE_GEMM_S(f32, KVT_TYPE_F32, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL, FP_STRIP)
 #if FP_WPANEL
 DEFINE_FP_TILE(fpw, float, ld_f32, cvt_f32, S, ss)
 #define f16_tile fpw_tile
 #define bf16_tile fpw_tile
-DEFINE_GEMM(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, f16_wprep)
-DEFINE_GEMM(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, bf16_wprep)
+DEFINE_GEMM_S(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, f16_wprep, FP_STRIP)
+DEFINE_GEMM_S(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, bf16_wprep, FP_STRIP)
 #else
 DEFINE_FP_TILE(f16, uint16_t, fv_ld_f16, kvt_f16_to_f32, W, wrs)
 DEFINE_FP_TILE(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32, W, wrs)
-DEFINE_GEMM(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
-DEFINE_GEMM(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL)
+DEFINE_GEMM_S(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL, FP_STRIP)
+DEFINE_GEMM_S(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL, FP_STRIP)
 #endif
 
 // ======================================================= 32-element blocks
