@@ -42,6 +42,8 @@ static const char *k_help =
     "  --fast-bytes B, --host-bytes B  the same in bytes, as kvtier serve's --kv-fast / --kv-host (whole blocks)\n"
     "  --prefetch-depth N  transfers a prefetching policy keeps in flight (default 4)\n"
     "  --victim-window N   resident blocks examined per eviction (default 64; the paged store examines 256)\n"
+    "  --clean-below host|ssd  which copy below makes a fast block a clean (preferred) victim: host or SSD\n"
+    "                    (default host, the tables of docs/SIMULATOR.md); ssd is the paged store's rule\n"
     "  --link-gbps X     fast <-> host link bandwidth per direction, 10^9 B/s (overrides the profile's h2d/d2h)\n"
     "  --link-latency-us X  its latency (a CPU profile: each copy's CPU time besides the bytes)\n"
     "  --copy-on-compute 0|1  fast <-> host copies take the compute cores, no overlap (default: 1 on a CPU profile)\n"
@@ -101,7 +103,7 @@ static void print_json(const kvt_sim_config *c, const char *profile, const char 
 int cmd_sim(int argc, char **argv) {
     kvt_args a = {CMD, argc, argv, 0};
     const char *profile_path = "profiles/tierkv-h100.json", *shape_name = "llama2-7b", *wl = "uniform";
-    const char *policy = "lookahead", *out_path = NULL, *sched = "kvtier", *flag;
+    const char *policy = "lookahead", *out_path = NULL, *sched = "kvtier", *clean = "host", *flag;
     char *pol_list = NULL, *rho_list = NULL;
     int64_t seeds = 3, seed = 1, requests = 256, batch = 32, block = 16, fast_blocks = 0, host_blocks = -1, depth = 4,
             window = 64, token_budget = 512;
@@ -133,6 +135,7 @@ int cmd_sim(int argc, char **argv) {
         else if (!strcmp(flag, "--burst")) burst = true;
         else if (!strcmp(flag, "--fast-bytes")) ok = kvt_args_int(&a, flag, 1, INT64_MAX / 2, &fast_bytes);
         else if (!strcmp(flag, "--host-bytes")) ok = kvt_args_int(&a, flag, 0, INT64_MAX / 2, &host_bytes);
+        else if (!strcmp(flag, "--clean-below")) ok = (clean = kvt_args_value(&a, flag)) != NULL;
         else if (!strcmp(flag, "--copy-on-compute")) ok = kvt_args_int(&a, flag, 0, 1, &copy_on_compute);
         else if (!strcmp(flag, "--fast-blocks")) ok = kvt_args_int(&a, flag, 1, INT64_MAX / 2, &fast_blocks);
         else if (!strcmp(flag, "--host-blocks")) ok = kvt_args_int(&a, flag, 0, INT64_MAX / 2, &host_blocks);
@@ -154,6 +157,10 @@ int cmd_sim(int argc, char **argv) {
     const kvt_shape *shape = kvt_shape_find(shape_name);
     if (!shape) {
         fprintf(stderr, "kvtier sim: --shape: unknown shape '%s' (kvtier mkmodel --list-shapes)\n", shape_name);
+        return 2;
+    }
+    if (strcmp(clean, "host") && strcmp(clean, "ssd")) {
+        fprintf(stderr, "kvtier sim: --clean-below: '%s' is not host|ssd\n", clean);
         return 2;
     }
     if (strcmp(sched, "kvtier") && strcmp(sched, "fcfs")) {
@@ -208,6 +215,7 @@ int cmd_sim(int argc, char **argv) {
     if (host_bytes >= 0) c.host_blocks = host_bytes / c.block_bytes;
     c.prefetch_depth = depth;
     c.victim_window = window;
+    c.clean_ssd_only = !strcmp(clean, "ssd");
     if (link_gbps > 0) c.h2d_gbps = c.d2h_gbps = link_gbps;
     if (link_lat >= 0) c.h2d_latency_us = c.d2h_latency_us = link_lat;
     kvt_sim_kvtier_sched ks;

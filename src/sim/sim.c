@@ -274,11 +274,13 @@ static kvt_evict_info info_of(const sim *s, int64_t id) {
 // ---------------------------------------------------------------- victims
 
 // No write is needed to drop block id from its tier (fast: a copy below and no newer data; host: a copy
-// elsewhere). Blocks in flight never count.
+// elsewhere); with clean_ssd_only a fast block's copy below must be on SSD (kv_paged.c's rule). Blocks in flight
+// never count.
 static bool is_clean(const sim *s, int64_t id, bool host_tier) {
     const blk *B = &s->b[id];
     if (B->fly) return false;
-    return host_tier ? (B->where & (W_FAST | W_SSD)) != 0 : (!B->dirty && (B->where & (W_HOST | W_SSD)));
+    if (host_tier) return (B->where & (W_FAST | W_SSD)) != 0;
+    return !B->dirty && (B->where & (s->c->clean_ssd_only ? W_SSD : W_HOST | W_SSD));
 }
 
 // The victim among a window of list l (cursor *cur), kvt_evict_pick over the clean candidates if any

@@ -156,6 +156,9 @@ typedef struct {
     const char *policy;          // kv_policy.c name
     int64_t prefetch_depth;      // transfers a prefetching policy keeps in flight (4)
     int64_t victim_window;       // resident blocks examined per eviction (64; the paged store examines 256)
+    bool clean_ssd_only;         // a fast block is clean (preferred victim where the policy is clean_first) only with
+                                 // an SSD copy, as the paged store has it (kv_paged.c pick_victim: a host copy never
+                                 // counts in T0); false (default, the tables of docs/SIMULATOR.md): a host copy too
     double attn_alpha;           // EMA weight of the newest attention mass (0.5)
     // scheduler (NULL: kvt_sim_sched_fcfs)
     kvt_sim_sched_fn sched;

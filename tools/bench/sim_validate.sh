@@ -84,7 +84,7 @@ pp = [t for t in tests if t.get("n_prompt", 0) > 0 and t.get("n_gen", 0) == 0]
 tg = [t for t in tests if t.get("n_gen", 0) > 0 and t.get("n_prompt", 0) == 0]
 pp_tps, tg_tps = pp[0]["avg_ts"], tg[0]["avg_ts"]
 row = [l for l in open(out + "/kvbench.md") if l.startswith("| lru |")][0].split("|")
-tpot, tc, mb = float(row[2]), float(row[3]), float(row[9])
+tpot, tc, mb = float(row[2]), float(row[3]), float(row[8])
 copy_gbps = mb * 1e6 / ((tpot - tc) * 1e-3) / 1e9 if tpot > tc else prof["cpu_read_gbps"]
 prof.update(name="this machine (sim_validate.sh)", sim_prefill_ms_per_tok=1e3 / pp_tps, sim_iter_ms=1e3 / tg_tps,
             sim_iter_ms_per_seq=0.0, sim_iter_us_per_ctx=0.0, sim_copy_gbps=copy_gbps, sim_copy_block_us=0.0,
@@ -111,7 +111,7 @@ def sim(rho, pol, per_seq):
     cmd = [kvtier, "sim", "--profile", out + "/profile.json", "--shape", shape, "--workload", "fixed", "--prompt", prompt,
            "--gen", gen, "--requests", str(np_), "--batch", str(np_), "--burst", "--block", block, "--fast-bytes", str(fast),
            "--host-bytes", str(2 * demand), "--policy", simpol[pol], "--seeds", "1", "--json", "--sched", "kvtier",
-           "--iter-ms", "%.6f" % max(tg_ms - per_seq, 0.0), "--iter-ms-per-seq", "%.6f" % per_seq, "--copy-on-compute", coc]
+           "--iter-ms", "%.6f" % max(tg_ms - per_seq, 0.0), "--iter-ms-per-seq", "%.6f" % per_seq, "--copy-on-compute", coc, "--clean-below", "ssd"]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 prof = json.load(open(out + "/profile.json"))
