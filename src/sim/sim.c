@@ -479,7 +479,8 @@ static kvt_status prefetch(sim *s, double t) {
 // One iteration's compute: batch requests, n_dec of them decoding over ctx_sum KV positions in all.
 static double iter_seconds(const kvt_sim_config *c, int64_t batch, int64_t n_dec, double ctx_sum) {
     if (c->iter_ms > 0)
-        return (c->iter_ms + c->iter_ms_per_seq * (double)n_dec + c->iter_us_per_ctx * 1e-3 * ctx_sum) * 1e-3;
+        return (c->iter_ms + c->iter_ms_per_seq * (double)(n_dec > 1 ? n_dec - 1 : 0) + c->iter_us_per_ctx * 1e-3 * ctx_sum) *
+               1e-3;
     const double ctx = n_dec ? ctx_sum / (double)n_dec : 0.0;
     return kvt_stage_decode_ms(c->costs, 0, c->costs->n_units, &c->device, batch, (int64_t)ctx) * 1e-3;
 }

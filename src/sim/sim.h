@@ -133,8 +133,8 @@ typedef struct {
     int64_t host_blocks;         // host capacity (0: unlimited)
     double rho;                  // oversubscription: peak KV footprint / fast capacity (used when fast_blocks = 0)
     // compute
-    double iter_ms;              // > 0: decode iteration time: iter_ms + iter_ms_per_seq x decoding requests
-                                 // + iter_us_per_ctx x 1e-3 x KV positions they read
+    double iter_ms;              // > 0: decode iteration time: iter_ms + iter_ms_per_seq x (decoding requests - 1)
+                                 // + iter_us_per_ctx x 1e-3 x KV positions they read (iter_ms: batch 1 at no context)
     double iter_ms_per_seq;      // (0 in the paper's set-up: a constant iteration)
     double iter_us_per_ctx;
     const kvt_costs *costs;      // iter_ms == 0: the planner's roofline on `device` at the batch and mean context

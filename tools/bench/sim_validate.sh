@@ -111,20 +111,21 @@ def sim(rho, pol, per_seq):
     cmd = [kvtier, "sim", "--profile", out + "/profile.json", "--shape", shape, "--workload", "fixed", "--prompt", prompt,
            "--gen", gen, "--requests", str(np_), "--batch", str(np_), "--burst", "--block", block, "--fast-bytes", str(fast),
            "--host-bytes", str(2 * demand), "--policy", simpol[pol], "--seeds", "1", "--json", "--sched", "kvtier",
-           "--iter-ms", "%.6f" % max(tg_ms - per_seq, 0.0), "--iter-ms-per-seq", "%.6f" % per_seq, "--copy-on-compute", coc, "--clean-below", "ssd"]
+           "--iter-ms", "%.6f" % tg_ms, "--iter-ms-per-seq", "%.6f" % per_seq, "--copy-on-compute", coc, "--clean-below", "ssd"]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 prof = json.load(open(out + "/profile.json"))
-tg_ms = prof["sim_iter_ms"]  # batch 1: the iteration is tg_ms + per_seq x (decoding sequences - 1)
+tg_ms = prof["sim_iter_ms"]  # batch 1: the iteration is tg_ms + per_seq x (decoding sequences - 1) (kvtier sim)
 real = {}
 for rho in rhos:
     for pol in pols:
         r = json.load(open("%s/real-%s-%s.json" % (out, rho, pol)))
+        h, m = r.get("kv_hits") or 0, r.get("kv_misses") or 0
         real[rho, pol] = (r["tpot_ms_mean"], p95(r["tpot_ms"]), r.get("kv_moved_bytes") or 0, r["completed"], r["num"],
-                          open("%s/load-%s-%s.txt" % (out, rho, pol)).read().split())
+                          open("%s/load-%s-%s.txt" % (out, rho, pol)).read().split(), h / (h + m) if h + m else 1.0)
 # the per-sequence cost: the simulator's rho-1 mean TPOT = the measured rho-1 runs' mean (bisection)
 target = sum(real["1", p][0] for p in pols) / len(pols)
-lo, hi = 0.0, 2.0 * target
+lo, hi = 0.0, 4.0 * target
 for _ in range(40):
     mid = (lo + hi) / 2
     if sim("1", pols[0], mid)["tpot_ms_mean"] < target: lo = mid
@@ -136,15 +137,15 @@ print("calibration: prefill %.3f ms/token, iteration %.2f ms (batch 1) + %.2f ms
       "no overlap with compute" if coc == "1" else "a separate link", target))
 print()
 print("| rho | policy | measured TPOT mean | measured p95 | predicted mean | predicted p95 | error mean | error p95 | "
-      "measured / predicted GB moved | load avg |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+      "GB moved: measured / predicted | hit rate: measured / predicted | load avg before-after |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for rho in rhos:
     for pol in pols:
-        m_mean, m_p95, moved, done, num, ld = real[rho, pol]
+        m_mean, m_p95, moved, done, num, ld, hit = real[rho, pol]
         s = sim(rho, pol, per_seq)
         e1 = 100 * (s["tpot_ms_mean"] - m_mean) / m_mean
         e2 = 100 * (s["tpot_ms_p95"] - m_p95) / m_p95
-        print("| %s | %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %+.1f%% | %+.1f%% | %.1f / %.1f | %s-%s |" % (
+        print("| %s | %s | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %+.1f%% | %+.1f%% | %.1f / %.1f | %.3f / %.3f | %s-%s |" % (
             rho, pol, m_mean, m_p95, s["tpot_ms_mean"], s["tpot_ms_p95"], e1, e2, moved / 1e9, s["moved_bytes"] / 1e9,
-            ld[0], ld[1]) + ("" if done == num else " (%d/%d done)" % (done, num)))
+            hit, s["hit_rate"], ld[0], ld[1]) + ("" if done == num else " (%d/%d done)" % (done, num)))
 EOF
