@@ -372,6 +372,28 @@ static void test_cli(const test_env *env) {
     }
     snprintf(cmd, sizeof cmd, "%s sim --sched sjf --seeds 1 >/dev/null 2>&1", env->cli);
     ok = ok && test_run(cmd, out, 1 << 16) == 2;
+    // a real run's set-up on this machine's CPU profile (sim_validate.sh): fixed lengths at t = 0, capacities in bytes
+    // (whole blocks: 50 MB / 1.47 MB = 33); the store's clean rule (ssd) leaves LRU the cyclic scan's misses
+    if (ok && test_file_exists("profiles/xeon-avx512-2vcpu.json")) {
+        double hit[2] = {0, 0};
+        static const char *rule[2] = {"host", "ssd"};
+        for (int k = 0; ok && k < 2; k++) {
+            snprintf(cmd, sizeof cmd, "%s sim --profile profiles/xeon-avx512-2vcpu.json --shape smollm2-135m --workload fixed "
+                     "--prompt 512 --gen 32 --requests 8 --batch 8 --burst --block 64 --fast-bytes 50000000 --host-bytes "
+                     "200000000 --policy lru --clean-below %s --seeds 1 --json 2>&1", env->cli, rule[k]);
+            int rc = test_run(cmd, out, 1 << 16);
+            const char *h = strstr(out, "\"hit_rate\":");
+            ok = rc == 0 && h && strstr(out, "\"fast_blocks\":33,") && strstr(out, "\"workload\":\"fixed\"");
+            if (ok) hit[k] = atof(h + 11);
+            if (!ok) snprintf(msg, sizeof msg, "fixed --clean-below %s rc %d: %.200s", rule[k], rc, out);
+        }
+        if (ok && !(hit[1] < 0.1 && hit[0] > 0.3)) {
+            snprintf(msg, sizeof msg, "lru hit rate %.3f with --clean-below host, %.3f with ssd", hit[0], hit[1]);
+            ok = false;
+        }
+        snprintf(cmd, sizeof cmd, "%s sim --clean-below disk --seeds 1 >/dev/null 2>&1", env->cli);
+        ok = ok && test_run(cmd, out, 1 << 16) == 2;
+    }
     snprintf(cmd, sizeof cmd, "%s sim --sweep --policies lru,oracle --rhos 1,3 --seeds 1 --requests 6 --batch 4 "
              "--workload chat 2>/dev/null", env->cli);
     if (ok) {
@@ -381,8 +403,9 @@ static void test_cli(const test_env *env) {
     }
     free(out);
     test_result(ok, "sim: kvtier sim --profile --shape --workload --rho --policy --seeds --json (one object with the "
-                    "fields) for every policy and workload; --sched kvtier|fcfs, --token-budget, --no-preempt; bad policy "
-                    "or scheduler exits 2; --sweep writes one table", "%s", msg);
+                    "fields) for every policy and workload; --sched kvtier|fcfs, --token-budget, --no-preempt; --workload "
+                    "fixed --burst --fast-bytes --clean-below on a CPU profile; bad policy, scheduler or rule exits 2; "
+                    "--sweep writes one table", "%s", msg);
 }
 
 void test_sim(const test_env *env) {
