@@ -17,6 +17,7 @@ typedef struct {
 
 static void chain_get_many(kvt_prefix_store *b, const kvt_block_key *keys, int n, void *const *dsts, bool *hits) {
     chain_store *s = (chain_store *)b;
+    if (n <= 0) return; // (also tells the compiler the scratch sizes below are positive: -O1 asan builds)
     const double t0 = kvt_time_ms();
     kvt_prefix_store_get_many(s->near, keys, n, dsts, hits);
     // the near misses, in order, go to the far store in one call (it pipelines them)
