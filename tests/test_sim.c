@@ -225,6 +225,67 @@ static void test_kvtier_sched(void) {
                 "%s", msg);
 }
 
+// A real run's set-up (sim_validate.sh): fixed lengths, every request at t = 0, an iteration of iter_ms +
+// per-sequence + per-position terms and prefill per token. 4 requests of 64 + 9 tokens, batch 4, everything
+// fits: the first iteration prefills the 4 prompts (256 x 0.5 ms + 10 ms, no decode), then 8 decode iterations of
+// 10 + (4 - 1) x 1 + 0.002 x 4 x (64 + g) ms for g = 1..8, so TPOT = 13 + 0.008 x 68.5 = 13.548 ms for every request.
+// Copies on the compute cores: with the fast tier at 1/3 of the KV, a prefetching policy's run is no shorter than
+// its compute plus the time copies ran (no overlap), where a separate link overlaps them.
+static void test_fixed_burst_copies(void) {
+    kvt_sim_config c;
+    kvt_sim_config_default(&c);
+    c.workload = KVT_WL_FIXED;
+    c.fixed_prompt = 64;
+    c.fixed_out = 9;
+    c.burst = true;
+    c.n_requests = 4;
+    c.max_batch = 4;
+    c.rho = 0.5;
+    c.iter_ms = 10;
+    c.iter_ms_per_seq = 1;
+    c.iter_us_per_ctx = 2;
+    c.prefill_ms_per_tok = 0.5;
+    kvt_sim_kvtier_sched ks;
+    kvt_sim_kvtier_sched_init(&ks);
+    c.sched = kvt_sim_sched_kvtier;
+    c.sched_ud = &ks;
+    kvt_sim_result r = {0}, on = {0}, off = {0};
+    kvt_err err = {0};
+    char msg[320] = "";
+    bool ok = !kvt_sim_run(&c, &r, &err) && r.n_done == 4 && r.iterations == 9 && r.moved_bytes == 0 &&
+              fabs(r.tpot_ms_mean - 13.548) < 1e-9 && fabs(r.tpot_ms_p95 - 13.548) < 1e-9 &&
+              fabs(r.sim_s - (0.138 + 8 * 0.013548)) < 1e-9;
+    snprintf(msg, sizeof msg, "fixed: done %lld, %lld iterations, tpot %.6f / %.6f, end %.6f s (%.100s)", (long long)r.n_done,
+             (long long)r.iterations, r.tpot_ms_mean, r.tpot_ms_p95, r.sim_s, err.msg);
+    // copies: constant 4 ms iterations, no prefill time, fast tier at 1/3
+    c.fixed_prompt = 256;
+    c.fixed_out = 32;
+    c.n_requests = 8;
+    c.max_batch = 8;
+    c.rho = 3;
+    c.iter_ms_per_seq = c.iter_us_per_ctx = c.prefill_ms_per_tok = 0;
+    c.iter_ms = 4;
+    c.policy = "lookahead";
+    c.h2d_gbps = c.d2h_gbps = 4;
+    c.copy_on_compute = true;
+    bool ok2 = !kvt_sim_run(&c, &on, &err);
+    c.copy_on_compute = false;
+    ok2 = ok2 && !kvt_sim_run(&c, &off, &err);
+    const double comp_on = (double)on.iterations * 4e-3, comp_off = (double)off.iterations * 4e-3;
+    ok2 = ok2 && on.n_done == 8 && off.n_done == 8 && on.copy_s > 0 && on.sim_s >= comp_on + on.copy_s - 1e-9 &&
+          off.sim_s < comp_off + off.copy_s && on.tpot_ms_mean > off.tpot_ms_mean;
+    if (ok && !ok2)
+        snprintf(msg, sizeof msg, "copies: on %.4f s (compute %.4f + copies %.4f), off %.4f s (%.4f + %.4f); tpot %.3f / %.3f (%.80s)",
+                 on.sim_s, comp_on, on.copy_s, off.sim_s, comp_off, off.copy_s, on.tpot_ms_mean, off.tpot_ms_mean, err.msg);
+    kvt_sim_result_free(&r);
+    kvt_sim_result_free(&on);
+    kvt_sim_result_free(&off);
+    kvt_sim_kvtier_sched_free(&ks);
+    test_result(ok && ok2, "sim: fixed lengths arriving together, iteration = base + per sequence + per position, prefill per "
+                           "token (known TPOT 13.548 ms); copies on the compute cores do not overlap compute",
+                "%s", msg);
+}
+
 // profiles/tierkv-h100.json is the paper's machine (Table 3, Appendix A); without sim_iter_ms the iteration
 // comes from the planner's roofline for the shape on the profile's GPU.
 static void test_profile(void) {
@@ -311,6 +372,28 @@ static void test_cli(const test_env *env) {
     }
     snprintf(cmd, sizeof cmd, "%s sim --sched sjf --seeds 1 >/dev/null 2>&1", env->cli);
     ok = ok && test_run(cmd, out, 1 << 16) == 2;
+    // a real run's set-up on this machine's CPU profile (sim_validate.sh): fixed lengths at t = 0, capacities in bytes
+    // (whole blocks: 50 MB / 1.47 MB = 33); the store's clean rule (ssd) leaves LRU the cyclic scan's misses
+    if (ok && test_file_exists("profiles/xeon-avx512-2vcpu.json")) {
+        double hit[2] = {0, 0};
+        static const char *rule[2] = {"host", "ssd"};
+        for (int k = 0; ok && k < 2; k++) {
+            snprintf(cmd, sizeof cmd, "%s sim --profile profiles/xeon-avx512-2vcpu.json --shape smollm2-135m --workload fixed "
+                     "--prompt 512 --gen 32 --requests 8 --batch 8 --burst --block 64 --fast-bytes 50000000 --host-bytes "
+                     "200000000 --policy lru --clean-below %s --seeds 1 --json 2>&1", env->cli, rule[k]);
+            int rc = test_run(cmd, out, 1 << 16);
+            const char *h = strstr(out, "\"hit_rate\":");
+            ok = rc == 0 && h && strstr(out, "\"fast_blocks\":33,") && strstr(out, "\"workload\":\"fixed\"");
+            if (ok) hit[k] = atof(h + 11);
+            if (!ok) snprintf(msg, sizeof msg, "fixed --clean-below %s rc %d: %.200s", rule[k], rc, out);
+        }
+        if (ok && !(hit[1] < 0.1 && hit[0] > 0.3)) {
+            snprintf(msg, sizeof msg, "lru hit rate %.3f with --clean-below host, %.3f with ssd", hit[0], hit[1]);
+            ok = false;
+        }
+        snprintf(cmd, sizeof cmd, "%s sim --clean-below disk --seeds 1 >/dev/null 2>&1", env->cli);
+        ok = ok && test_run(cmd, out, 1 << 16) == 2;
+    }
     snprintf(cmd, sizeof cmd, "%s sim --sweep --policies lru,oracle --rhos 1,3 --seeds 1 --requests 6 --batch 4 "
              "--workload chat 2>/dev/null", env->cli);
     if (ok) {
@@ -320,8 +403,9 @@ static void test_cli(const test_env *env) {
     }
     free(out);
     test_result(ok, "sim: kvtier sim --profile --shape --workload --rho --policy --seeds --json (one object with the "
-                    "fields) for every policy and workload; --sched kvtier|fcfs, --token-budget, --no-preempt; bad policy "
-                    "or scheduler exits 2; --sweep writes one table", "%s", msg);
+                    "fields) for every policy and workload; --sched kvtier|fcfs, --token-budget, --no-preempt; --workload "
+                    "fixed --burst --fast-bytes --clean-below on a CPU profile; bad policy, scheduler or rule exits 2; "
+                    "--sweep writes one table", "%s", msg);
 }
 
 void test_sim(const test_env *env) {
@@ -332,6 +416,7 @@ void test_sim(const test_env *env) {
     test_determinism();
     test_runs();
     test_kvtier_sched();
+    test_fixed_burst_copies();
     test_profile();
     test_cli(env);
 }

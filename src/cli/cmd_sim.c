@@ -24,7 +24,9 @@ static const char *k_help =
     "  --profile P       machine profile (default profiles/tierkv-h100.json): links h2d/d2h, disk, RAM;\n"
     "                    sim_iter_ms / sim_prefill_ms_per_tok keys when present, else the planner's cost model\n"
     "  --shape S         model shape (kvtier mkmodel --list-shapes; default llama2-7b): block bytes, compute\n"
-    "  --workload W      uniform|chat|code|summarization|mixed (default uniform)\n"
+    "  --workload W      uniform|chat|code|summarization|mixed|fixed (default uniform); fixed: every request\n"
+    "                    has --prompt N (512) prompt and --gen N (128) output tokens\n"
+    "  --burst           every request arrives at t = 0 (a closed batch of --requests; --load unused)\n"
     "  --rho R           oversubscription: peak KV footprint / fast-tier capacity (default 1)\n"
     "  --policy POL      lru|lfu|attn-ema|static|lookahead|oracle (default lookahead)\n"
     "  --seeds N         runs with seeds S..S+N-1 (default 3); --seed S first seed (default 1)\n"
@@ -32,12 +34,20 @@ static const char *k_help =
     "                    (with --sched kvtier also sched, token_budget, preempt, preemptions, resumes)\n"
     "  --requests N      requests per run (default 256)    --load X   arrival rate / decode capacity (default 0.8)\n"
     "  --batch N         max batch (default 32)             --block N  tokens per KV block (default 16)\n"
-    "  --iter-ms X       decode iteration time, overrides the profile (0: cost model)\n"
+    "  --iter-ms X       decode iteration time, overrides the profile (0: cost model); with\n"
+    "  --iter-ms-per-seq X, --iter-us-per-ctx X  the iteration is X + per-seq x decoding requests +\n"
+    "                    per-ctx x 1e-3 x KV positions they read, X the iteration at batch 1\n"
+    "                    (profile: sim_iter_ms_per_seq, sim_iter_us_per_ctx)\n"
+    "  --prefill-ms-per-tok X  prefill compute per prompt token (profile: sim_prefill_ms_per_tok)\n"
     "  --fast-blocks N   fast-tier capacity in blocks (overrides --rho)   --host-blocks N  host capacity (0: profile RAM)\n"
+    "  --fast-bytes B, --host-bytes B  the same in bytes, as kvtier serve's --kv-fast / --kv-host (whole blocks)\n"
     "  --prefetch-depth N  transfers a prefetching policy keeps in flight (default 4)\n"
     "  --victim-window N   resident blocks examined per eviction (default 64; the paged store examines 256)\n"
+    "  --clean-below host|ssd  which copy below makes a fast block a clean (preferred) victim: host or SSD\n"
+    "                    (default host, the tables of docs/SIMULATOR.md); ssd is the paged store's rule\n"
     "  --link-gbps X     fast <-> host link bandwidth per direction, 10^9 B/s (overrides the profile's h2d/d2h)\n"
-    "  --link-latency-us X  its latency\n"
+    "  --link-latency-us X  its latency (a CPU profile: each copy's CPU time besides the bytes)\n"
+    "  --copy-on-compute 0|1  fast <-> host copies take the compute cores, no overlap (default: 1 on a CPU profile)\n"
     "  --sched S         kvtier|fcfs (default kvtier): kvtier runs the serving scheduler's own decisions\n"
     "                    (src/sched/sched_policy.c: FCFS admission, token budget with chunked prefill,\n"
     "                    preemption by swap to SSD when fast + host cannot hold the running requests);\n"
@@ -94,12 +104,13 @@ static void print_json(const kvt_sim_config *c, const char *profile, const char 
 int cmd_sim(int argc, char **argv) {
     kvt_args a = {CMD, argc, argv, 0};
     const char *profile_path = "profiles/tierkv-h100.json", *shape_name = "llama2-7b", *wl = "uniform";
-    const char *policy = "lookahead", *out_path = NULL, *sched = "kvtier", *flag;
+    const char *policy = "lookahead", *out_path = NULL, *sched = "kvtier", *clean = "host", *flag;
     char *pol_list = NULL, *rho_list = NULL;
     int64_t seeds = 3, seed = 1, requests = 256, batch = 32, block = 16, fast_blocks = 0, host_blocks = -1, depth = 4,
             window = 64, token_budget = 512;
-    double rho = 1, load = 0.8, iter_ms = -1, link_gbps = 0, link_lat = -1;
-    bool json = false, sweep = false, preempt = true;
+    int64_t prompt = 512, gen = 128, fast_bytes = 0, host_bytes = -1, copy_on_compute = -1;
+    double rho = 1, load = 0.8, iter_ms = -1, link_gbps = 0, link_lat = -1, per_seq = -1, per_ctx = -1, prefill = -1;
+    bool json = false, sweep = false, preempt = true, burst = false;
     while (kvt_args_next(&a, &flag)) {
         bool ok = true;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
@@ -117,6 +128,16 @@ int cmd_sim(int argc, char **argv) {
         else if (!strcmp(flag, "--batch")) ok = kvt_args_int(&a, flag, 1, 1 << 16, &batch);
         else if (!strcmp(flag, "--block")) ok = kvt_args_int(&a, flag, 1, 1 << 16, &block);
         else if (!strcmp(flag, "--iter-ms")) ok = kvt_args_float(&a, flag, 0, 1e6, &iter_ms);
+        else if (!strcmp(flag, "--iter-ms-per-seq")) ok = kvt_args_float(&a, flag, 0, 1e6, &per_seq);
+        else if (!strcmp(flag, "--iter-us-per-ctx")) ok = kvt_args_float(&a, flag, 0, 1e6, &per_ctx);
+        else if (!strcmp(flag, "--prefill-ms-per-tok")) ok = kvt_args_float(&a, flag, 0, 1e6, &prefill);
+        else if (!strcmp(flag, "--prompt")) ok = kvt_args_int(&a, flag, 1, 1 << 24, &prompt);
+        else if (!strcmp(flag, "--gen")) ok = kvt_args_int(&a, flag, 1, 1 << 24, &gen);
+        else if (!strcmp(flag, "--burst")) burst = true;
+        else if (!strcmp(flag, "--fast-bytes")) ok = kvt_args_int(&a, flag, 1, INT64_MAX / 2, &fast_bytes);
+        else if (!strcmp(flag, "--host-bytes")) ok = kvt_args_int(&a, flag, 0, INT64_MAX / 2, &host_bytes);
+        else if (!strcmp(flag, "--clean-below")) ok = (clean = kvt_args_value(&a, flag)) != NULL;
+        else if (!strcmp(flag, "--copy-on-compute")) ok = kvt_args_int(&a, flag, 0, 1, &copy_on_compute);
         else if (!strcmp(flag, "--fast-blocks")) ok = kvt_args_int(&a, flag, 1, INT64_MAX / 2, &fast_blocks);
         else if (!strcmp(flag, "--host-blocks")) ok = kvt_args_int(&a, flag, 0, INT64_MAX / 2, &host_blocks);
         else if (!strcmp(flag, "--prefetch-depth")) ok = kvt_args_int(&a, flag, 1, 1 << 16, &depth);
@@ -137,6 +158,10 @@ int cmd_sim(int argc, char **argv) {
     const kvt_shape *shape = kvt_shape_find(shape_name);
     if (!shape) {
         fprintf(stderr, "kvtier sim: --shape: unknown shape '%s' (kvtier mkmodel --list-shapes)\n", shape_name);
+        return 2;
+    }
+    if (strcmp(clean, "host") && strcmp(clean, "ssd")) {
+        fprintf(stderr, "kvtier sim: --clean-below: '%s' is not host|ssd\n", clean);
         return 2;
     }
     if (strcmp(sched, "kvtier") && strcmp(sched, "fcfs")) {
@@ -172,6 +197,13 @@ int cmd_sim(int argc, char **argv) {
     }
     c.costs = &costs;
     if (iter_ms >= 0) c.iter_ms = iter_ms;
+    if (per_seq >= 0) c.iter_ms_per_seq = per_seq;
+    if (per_ctx >= 0) c.iter_us_per_ctx = per_ctx;
+    if (prefill >= 0) c.prefill_ms_per_tok = prefill;
+    if (copy_on_compute >= 0) c.copy_on_compute = copy_on_compute == 1;
+    c.fixed_prompt = prompt;
+    c.fixed_out = gen;
+    c.burst = burst;
     c.rho = rho;
     c.policy = policy;
     c.n_requests = requests;
@@ -179,9 +211,12 @@ int cmd_sim(int argc, char **argv) {
     c.max_batch = batch;
     c.seed = (uint64_t)seed;
     c.fast_blocks = fast_blocks;
+    if (fast_bytes > 0) c.fast_blocks = fast_bytes / c.block_bytes > 0 ? fast_bytes / c.block_bytes : 1;
     if (host_blocks >= 0) c.host_blocks = host_blocks;
+    if (host_bytes >= 0) c.host_blocks = host_bytes / c.block_bytes;
     c.prefetch_depth = depth;
     c.victim_window = window;
+    c.clean_ssd_only = !strcmp(clean, "ssd");
     if (link_gbps > 0) c.h2d_gbps = c.d2h_gbps = link_gbps;
     if (link_lat >= 0) c.h2d_latency_us = c.d2h_latency_us = link_lat;
     kvt_sim_kvtier_sched ks;

@@ -12,7 +12,7 @@
 
 // ---------------------------------------------------------------- workloads
 
-static const char *const k_wl_names[KVT_WL_COUNT] = {"uniform", "chat", "code", "summarization", "mixed"};
+static const char *const k_wl_names[KVT_WL_COUNT] = {"uniform", "chat", "code", "summarization", "mixed", "fixed"};
 
 kvt_sim_workload kvt_sim_workload_find(const char *name) {
     for (int i = 0; name && i < KVT_WL_COUNT; i++) {
@@ -22,7 +22,7 @@ kvt_sim_workload kvt_sim_workload_find(const char *name) {
 }
 
 const char *kvt_sim_workload_name(kvt_sim_workload w) { return w < KVT_WL_COUNT ? k_wl_names[w] : "?"; }
-const char *kvt_sim_workload_names(void) { return "uniform|chat|code|summarization|mixed"; }
+const char *kvt_sim_workload_names(void) { return "uniform|chat|code|summarization|mixed|fixed"; }
 const char *kvt_sim_policy_names(void) { return "lru|lfu|attn-ema|static|lookahead|oracle"; }
 
 typedef struct {
@@ -40,8 +40,14 @@ static int64_t rng_range(rng *r, int64_t lo, int64_t hi) { return lo + (int64_t)
 
 // Prompt and output lengths of one request (tokens). Prompt ranges: chat 128-512 (70% under 256), code
 // 512-2048, summarization 2048-6000 (tierkv.txt §4.1; its 8192 summarization ceiling is past Llama-2's
-// 4096 context, the issue's 6000 is kept); output lengths are ours (the paper gives none).
-static void sample_lengths(kvt_sim_workload w, rng *r, int64_t *prompt, int64_t *out) {
+// 4096 context, the issue's 6000 is kept); output lengths are ours (the paper gives none). fixed: c's.
+static void sample_lengths(const kvt_sim_config *c, rng *r, int64_t *prompt, int64_t *out) {
+    kvt_sim_workload w = c->workload;
+    if (w == KVT_WL_FIXED) {
+        *prompt = c->fixed_prompt > 0 ? c->fixed_prompt : 512;
+        *out = c->fixed_out > 0 ? c->fixed_out : 128;
+        return;
+    }
     if (w == KVT_WL_MIXED) {
         double u = rng_unit(r);
         w = u < 0.4 ? KVT_WL_CHAT : u < 0.7 ? KVT_WL_CODE : KVT_WL_SUMMARIZATION;
@@ -74,7 +80,7 @@ static void workload_means(const kvt_sim_config *c, double *mean_out, double *me
     double so = 0, sb = 0;
     for (int i = 0; i < 4096; i++) {
         int64_t p, o;
-        sample_lengths(c->workload, &r, &p, &o);
+        sample_lengths(c, &r, &p, &o);
         so += (double)o;
         sb += (double)div_up(p + o, c->block_tokens);
     }
@@ -131,14 +137,22 @@ kvt_status kvt_sim_config_from_profile(kvt_sim_config *c, const kvt_profile *p, 
     if (p->ram_bytes > 0 && c->block_bytes > 0)
         c->host_blocks = (p->ram_bytes - p->ram_reserved_bytes) / c->block_bytes;
     c->device = p->has_gpu ? kvt_device_gpu(p) : kvt_device_cpu(p);
-    c->iter_ms = 0;
+    c->iter_ms = c->iter_ms_per_seq = c->iter_us_per_ctx = 0;
     c->prefill_ms_per_tok = 0;
+    c->copy_on_compute = !p->has_gpu;
     if (json_text) {
         kvt_jv root;
         kvt_status st = kvt_jv_parse(json_text, &root, err);
         if (st) return st;
         c->iter_ms = kvt_jv_num(&root, "sim_iter_ms", 0);
+        c->iter_ms_per_seq = kvt_jv_num(&root, "sim_iter_ms_per_seq", 0);
+        c->iter_us_per_ctx = kvt_jv_num(&root, "sim_iter_us_per_ctx", 0);
         c->prefill_ms_per_tok = kvt_jv_num(&root, "sim_prefill_ms_per_tok", 0);
+        if (!p->has_gpu) {
+            const double g = kvt_jv_num(&root, "sim_copy_gbps", 0);
+            if (g > 0) c->h2d_gbps = c->d2h_gbps = g;
+            c->h2d_latency_us = c->d2h_latency_us = kvt_jv_num(&root, "sim_copy_block_us", 0);
+        }
         kvt_jv_free(&root);
     }
     return KVT_OK;
@@ -195,6 +209,10 @@ typedef struct {
     int64_t pos, pc, wait_blk, n_done;
     bool wait_slot, pf_blocked, idle, tried_pos;
     double iter_s_full, lambda, first_arrival, last_token;
+    // fast <-> host copies in their byte phase, the time with at least one (to copy_t), and (copy_on_compute) how
+    // much of it the engine has been charged
+    int64_t n_copy;
+    double copy_busy, copy_t, busy_mark;
     int64_t tokens;
     kvt_sim_result *res;
     kvt_evict_info *ci; // candidate scratch [window + 1]
@@ -256,11 +274,13 @@ static kvt_evict_info info_of(const sim *s, int64_t id) {
 // ---------------------------------------------------------------- victims
 
 // No write is needed to drop block id from its tier (fast: a copy below and no newer data; host: a copy
-// elsewhere). Blocks in flight never count.
+// elsewhere); with clean_ssd_only a fast block's copy below must be on SSD (kv_paged.c's rule). Blocks in flight
+// never count.
 static bool is_clean(const sim *s, int64_t id, bool host_tier) {
     const blk *B = &s->b[id];
     if (B->fly) return false;
-    return host_tier ? (B->where & (W_FAST | W_SSD)) != 0 : (!B->dirty && (B->where & (W_HOST | W_SSD)));
+    if (host_tier) return (B->where & (W_FAST | W_SSD)) != 0;
+    return !B->dirty && (B->where & (s->c->clean_ssd_only ? W_SSD : W_HOST | W_SSD));
 }
 
 // The victim among a window of list l (cursor *cur), kvt_evict_pick over the clean candidates if any
@@ -296,16 +316,56 @@ static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_
 
 // ---------------------------------------------------------------- transfers
 
+// Link li is between the fast and the host tier (a copy on the compute cores with copy_on_compute).
+static bool is_copy(int li) { return li == L_H2D || li == L_D2H; }
+
+// Bytes a transfer on link li occupies its link with: the block, plus on a compute-core copy its per-block CPU
+// time (the link's latency, spent as bytes at the rate of the one copy link, h2d).
+static double xfer_bytes(const sim *s, int li) {
+    const double lat = li == L_H2D ? s->c->h2d_latency_us : li == L_D2H ? s->c->d2h_latency_us : 0;
+    return (double)s->c->block_bytes + (s->c->copy_on_compute && is_copy(li) ? lat * 1e-6 * s->link[L_H2D].bw : 0);
+}
+
+// Accounts the time with a fast <-> host copy in its byte phase up to t.
+static void copy_acc(sim *s, double t) {
+    if (s->n_copy > 0) s->copy_busy += t - s->copy_t;
+    s->copy_t = t;
+}
+
+// Link li starts a transfer's byte phase at t.
+static kvt_status link_begin(sim *s, int li, double t, int64_t id) {
+    if (is_copy(li)) {
+        copy_acc(s, t);
+        s->n_copy++;
+    }
+    return kvt_sim_link_start(&s->link[li], t, id, xfer_bytes(s, li), s->err);
+}
+
+// The engine starts computing at t after waiting (a stall, idle): copies until now cost it nothing more.
+static void eng_resume(sim *s, double t) {
+    copy_acc(s, t);
+    s->busy_mark = s->copy_busy;
+}
+
 static kvt_status link_sched(sim *s, int li) {
     kvt_sim_link *L = &s->link[li];
     if (L->n_act == 0) return KVT_OK;
     return kvt_sim_queue_push(&s->q, kvt_sim_link_next_time(L), EV_XDONE, li, (int64_t)L->version, 0, s->err);
 }
 
+// Starts a transfer of block id on link li at t. With copy_on_compute both directions of the fast <-> host copy
+// share one link (the same cores and memory do both): a write-back runs on the h2d link, its id encoded -2 - id.
 static kvt_status issue(sim *s, double t, int li, int64_t id) {
+    if (s->c->copy_on_compute && li == L_D2H) {
+        const double bytes = xfer_bytes(s, L_D2H);
+        copy_acc(s, t);
+        s->n_copy++;
+        kvt_status st = kvt_sim_link_start(&s->link[L_H2D], t, -2 - id, bytes, s->err);
+        return st ? st : link_sched(s, L_H2D);
+    }
     kvt_sim_link *L = &s->link[li];
     if (L->latency > 0) return kvt_sim_queue_push(&s->q, t + L->latency, EV_XSTART, li, id, 0, s->err);
-    kvt_status st = kvt_sim_link_start(L, t, id, (double)s->c->block_bytes, s->err);
+    kvt_status st = link_begin(s, li, t, id);
     return st ? st : link_sched(s, li);
 }
 
@@ -416,8 +476,12 @@ static kvt_status prefetch(sim *s, double t) {
 
 // ---------------------------------------------------------------- engine
 
-static double iter_seconds(const kvt_sim_config *c, int64_t batch, double ctx) {
-    if (c->iter_ms > 0) return c->iter_ms * 1e-3;
+// One iteration's compute: batch requests, n_dec of them decoding over ctx_sum KV positions in all.
+static double iter_seconds(const kvt_sim_config *c, int64_t batch, int64_t n_dec, double ctx_sum) {
+    if (c->iter_ms > 0)
+        return (c->iter_ms + c->iter_ms_per_seq * (double)(n_dec > 1 ? n_dec - 1 : 0) + c->iter_us_per_ctx * 1e-3 * ctx_sum) *
+               1e-3;
+    const double ctx = n_dec ? ctx_sum / (double)n_dec : 0.0;
     return kvt_stage_decode_ms(c->costs, 0, c->costs->n_units, &c->device, batch, (int64_t)ctx) * 1e-3;
 }
 
@@ -614,7 +678,7 @@ static kvt_status start_iter(sim *s, double t) {
         s->t_eng = INFINITY;
         return KVT_OK;
     }
-    const double T = iter_seconds(c, nb, n_dec ? ctx_sum / (double)n_dec : 0.0);
+    const double T = iter_seconds(c, nb, n_dec, ctx_sum);
     s->slice = s->scan.n ? T / (double)s->scan.n : 0;
     s->t_eng = t + (double)prefill_tok * c->prefill_ms_per_tok * 1e-3 + (s->scan.n ? 0 : T);
     s->pos = s->pc = 0;
@@ -667,6 +731,15 @@ static kvt_status end_iter(sim *s, double t) {
 
 static kvt_status eng_step(sim *s) {
     const double t = s->t_eng;
+    if (s->c->copy_on_compute) { // the copies since the last step took the cores: the step comes that much later
+        copy_acc(s, t);
+        const double owed = s->copy_busy - s->busy_mark;
+        s->busy_mark = s->copy_busy;
+        if (owed > 0) {
+            s->t_eng = t + owed;
+            return KVT_OK;
+        }
+    }
     if (s->pos == s->scan.n) {
         kvt_status st = end_iter(s, t);
         return st ? st : start_iter(s, t);
@@ -726,6 +799,7 @@ static kvt_status xfer_done(sim *s, int li, int64_t id, double t) {
             s->res->stall_s += t - s->stall_from;
             s->t_eng = t;
             s->wait_blk = -1;
+            eng_resume(s, t);
         }
     }
     if (st) return st;
@@ -733,6 +807,7 @@ static kvt_status xfer_done(sim *s, int li, int64_t id, double t) {
         s->wait_slot = false;
         s->res->stall_s += t - s->stall_from;
         s->t_eng = t;
+        eng_resume(s, t);
     }
     return prefetch(s, t);
 }
@@ -744,17 +819,29 @@ static kvt_status handle(sim *s, const kvt_sim_event *e) {
         st = il_push(s, &s->waiting, e->a);
         if (!st && e->a + 1 < s->c->n_requests)
             st = kvt_sim_queue_push(&s->q, s->pub[e->a + 1].arrival, EV_ARRIVE, 0, e->a + 1, 0, s->err);
-        if (!st && s->idle) {
+        // the first of requests arriving together starts the engine once all of them are there
+        const bool more_now = e->a + 1 < s->c->n_requests && s->pub[e->a + 1].arrival <= e->t;
+        if (!st && s->idle && !more_now) {
             s->idle = false;
+            eng_resume(s, e->t);
             st = start_iter(s, e->t);
         }
     } else if (e->kind == EV_XSTART) {
-        st = kvt_sim_link_start(&s->link[e->aux], e->t, e->a, (double)s->c->block_bytes, s->err);
+        st = link_begin(s, e->aux, e->t, e->a);
         if (!st) st = link_sched(s, e->aux);
     } else if ((uint32_t)e->a == s->link[e->aux].version) {
-        const int64_t id = kvt_sim_link_finish(&s->link[e->aux], e->t);
+        int64_t id = kvt_sim_link_finish(&s->link[e->aux], e->t);
+        int li = e->aux;
+        if (id <= -2) { // a write-back on the shared copy link (copy_on_compute)
+            id = -2 - id;
+            li = L_D2H;
+        }
+        if (id >= 0 && is_copy(li)) {
+            copy_acc(s, e->t);
+            s->n_copy--;
+        }
         st = link_sched(s, e->aux);
-        if (!st && id >= 0) st = xfer_done(s, e->aux, id, e->t);
+        if (!st && id >= 0) st = xfer_done(s, li, id, e->t);
     }
     return st;
 }
@@ -807,7 +894,7 @@ static kvt_status make_requests(sim *s) {
     s->C = c->fast_blocks > 0 ? c->fast_blocks : (int64_t)ceil(F / c->rho);
     if (s->C < c->prefetch_depth + 2) s->C = c->prefetch_depth + 2;
     const double ctx = mean_blocks * (double)c->block_tokens - mean_out / 2;
-    s->lambda = c->load * (double)c->max_batch / (mean_out * iter_seconds(c, c->max_batch, ctx));
+    s->lambda = c->load * (double)c->max_batch / (mean_out * iter_seconds(c, c->max_batch, c->max_batch, (double)c->max_batch * ctx));
     s->pub = calloc((size_t)c->n_requests, sizeof *s->pub);
     s->r = calloc((size_t)c->n_requests, sizeof *s->r);
     if (!s->pub || !s->r) return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for %lld requests", (long long)c->n_requests);
@@ -815,9 +902,9 @@ static kvt_status make_requests(sim *s) {
     double t = 0;
     int64_t nblk = 0;
     for (int64_t i = 0; i < c->n_requests; i++) {
-        t += -log(1.0 - rng_unit(&g)) / s->lambda;
+        if (!c->burst) t += -log(1.0 - rng_unit(&g)) / s->lambda;
         s->pub[i].arrival = t;
-        sample_lengths(c->workload, &g, &s->pub[i].prompt, &s->pub[i].out);
+        sample_lengths(c, &g, &s->pub[i].prompt, &s->pub[i].out);
         s->r[i].first_blk = nblk;
         s->r[i].max_blocks = div_up(s->pub[i].prompt + s->pub[i].out, c->block_tokens);
         s->r[i].scan_start = -1;
@@ -851,8 +938,9 @@ kvt_status kvt_sim_run(const kvt_sim_config *c, kvt_sim_result *r, kvt_err *err)
     s->oracle = !strcmp(c->policy, "oracle");
     s->pf_mode = s->oracle || !strcmp(c->policy, "lookahead") ? PF_SCHED : !strcmp(c->policy, "attn-ema") ? PF_ATTN : PF_NONE;
     kvt_sim_queue_init(&s->q);
-    kvt_sim_link_init(&s->link[L_H2D], "h2d", c->h2d_gbps * 1e9, c->h2d_latency_us * 1e-6);
-    kvt_sim_link_init(&s->link[L_D2H], "d2h", c->d2h_gbps * 1e9, c->d2h_latency_us * 1e-6);
+    // a compute-core copy spends its latency as CPU time in the byte phase (xfer_bytes)
+    kvt_sim_link_init(&s->link[L_H2D], "h2d", c->h2d_gbps * 1e9, c->copy_on_compute ? 0 : c->h2d_latency_us * 1e-6);
+    kvt_sim_link_init(&s->link[L_D2H], "d2h", c->d2h_gbps * 1e9, c->copy_on_compute ? 0 : c->d2h_latency_us * 1e-6);
     kvt_sim_link_init(&s->link[L_SSD_R], "ssd-read", c->ssd_read_gbps * 1e9, c->ssd_latency_us * 1e-6);
     kvt_sim_link_init(&s->link[L_SSD_W], "ssd-write", c->ssd_write_gbps * 1e9, c->ssd_latency_us * 1e-6);
     st = make_requests(s);
@@ -895,6 +983,7 @@ kvt_status kvt_sim_run(const kvt_sim_config *c, kvt_sim_result *r, kvt_err *err)
         r->hit_rate = r->reads ? r->hit_rate / (double)r->reads : 1.0;
         r->throughput_tok_s = s->last_token > s->first_arrival ? (double)s->tokens / (s->last_token - s->first_arrival) : 0;
         r->fast_blocks = s->C;
+        r->copy_s = s->copy_busy;
         r->sim_s = s->last_token;
     }
     r->wall_s = (kvt_time_ms() - w0) * 1e-3;

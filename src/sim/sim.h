@@ -39,12 +39,13 @@
 #include "../plan/profile.h"
 #include "../sched/sched_policy.h"
 
-typedef enum { KVT_WL_UNIFORM, KVT_WL_CHAT, KVT_WL_CODE, KVT_WL_SUMMARIZATION, KVT_WL_MIXED, KVT_WL_COUNT } kvt_sim_workload;
+// KVT_WL_FIXED: every request has kvt_sim_config.fixed_prompt / fixed_out tokens (a real run's set-up).
+typedef enum { KVT_WL_UNIFORM, KVT_WL_CHAT, KVT_WL_CODE, KVT_WL_SUMMARIZATION, KVT_WL_MIXED, KVT_WL_FIXED, KVT_WL_COUNT } kvt_sim_workload;
 
-// "uniform" ... "mixed"; KVT_WL_COUNT if unknown.
+// "uniform" ... "fixed"; KVT_WL_COUNT if unknown.
 kvt_sim_workload kvt_sim_workload_find(const char *name);
 const char *kvt_sim_workload_name(kvt_sim_workload w);
-// "uniform|chat|code|summarization|mixed"
+// "uniform|chat|code|summarization|mixed|fixed"
 const char *kvt_sim_workload_names(void);
 // The simulator's policies: "lru|lfu|attn-ema|static|lookahead|oracle" (all kv_policy.c policies).
 const char *kvt_sim_policy_names(void);
@@ -132,20 +133,32 @@ typedef struct {
     int64_t host_blocks;         // host capacity (0: unlimited)
     double rho;                  // oversubscription: peak KV footprint / fast capacity (used when fast_blocks = 0)
     // compute
-    double iter_ms;              // > 0: decode iteration time, constant
+    double iter_ms;              // > 0: decode iteration time: iter_ms + iter_ms_per_seq x (decoding requests - 1)
+                                 // + iter_us_per_ctx x 1e-3 x KV positions they read (iter_ms: batch 1 at no context)
+    double iter_ms_per_seq;      // (0 in the paper's set-up: a constant iteration)
+    double iter_us_per_ctx;
     const kvt_costs *costs;      // iter_ms == 0: the planner's roofline on `device` at the batch and mean context
     kvt_device device;
     double prefill_ms_per_tok;   // prefill compute per admitted prompt token (0: free, as in tierkv.txt)
+    bool copy_on_compute;        // the fast <-> host copies run on the compute cores (a CPU engine's memcpy): the
+                                 // scan makes no progress while a host->fast or fast->host copy is in its byte
+                                 // phase, and the link latency is that copy's per-block CPU time (bookkeeping),
+                                 // spent in the byte phase too; false: a separate link (PCIe) overlapping compute
     // workload
     kvt_sim_workload workload;
+    int64_t fixed_prompt, fixed_out; // KVT_WL_FIXED: tokens of every prompt / output (512 / 128 if 0)
     int64_t n_requests;          // requests per run
     double load;                 // arrival rate as a share of the decode capacity max_batch / (E[out] * iter)
+    bool burst;                  // every request arrives at t = 0 (load unused)
     int64_t max_batch;
     uint64_t seed;
     // policy
     const char *policy;          // kv_policy.c name
     int64_t prefetch_depth;      // transfers a prefetching policy keeps in flight (4)
     int64_t victim_window;       // resident blocks examined per eviction (64; the paged store examines 256)
+    bool clean_ssd_only;         // a fast block is clean (preferred victim where the policy is clean_first) only with
+                                 // an SSD copy, as the paged store has it (kv_paged.c pick_victim: a host copy never
+                                 // counts in T0); false (default, the tables of docs/SIMULATOR.md): a host copy too
     double attn_alpha;           // EMA weight of the newest attention mass (0.5)
     // scheduler (NULL: kvt_sim_sched_fcfs)
     kvt_sim_sched_fn sched;
@@ -168,6 +181,7 @@ typedef struct {
     int64_t preemptions, resumes; // requests the scheduler swapped out / resumed
     int64_t fast_blocks;       // capacity used
     double stall_s;            // scan time spent waiting for blocks
+    double copy_s;             // time with at least one fast <-> host transfer in its byte phase
     double sim_s;              // simulated time
     double wall_s;             // wall-clock time of the run
     int64_t n_done;            // requests finished
@@ -177,7 +191,10 @@ typedef struct {
 // Defaults: the tierkv.txt machine (Table 3) with Llama-2-7B blocks, FCFS, 4.0 ms iterations.
 void kvt_sim_config_default(kvt_sim_config *c);
 // Takes links, capacities and compute from a profile (h2d/d2h, disk, ram; vram only for the record) and
-// the profile file's sim_* keys (sim_iter_ms, sim_prefill_ms_per_tok) from its JSON text (may be NULL).
+// the profile file's sim_* keys from its JSON text (may be NULL): sim_iter_ms, sim_iter_ms_per_seq,
+// sim_iter_us_per_ctx, sim_prefill_ms_per_tok; on a CPU profile (no GPU) sim_copy_gbps and
+// sim_copy_block_us (the store's fast <-> host copy rate and per-block CPU time; default cpu_read_gbps, 0),
+// and copy_on_compute is set.
 kvt_status kvt_sim_config_from_profile(kvt_sim_config *c, const kvt_profile *p, const char *json_text, kvt_err *err);
 // Block bytes of a shape: layers x KV heads x (K + V head widths) x 2 (F16) x block_tokens.
 int64_t kvt_sim_block_bytes(const kvt_hparams *hp, int64_t block_tokens);

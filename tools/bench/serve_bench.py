@@ -252,8 +252,13 @@ def main():
         "req_s": len(ok) / span if span > 0 else 0.0,
         "ttft_ms_p50": 1e3 * percentile(ttft, 50), "ttft_ms_p95": 1e3 * percentile(ttft, 95),
         "tpot_ms_p50": 1e3 * percentile(tpot, 50), "tpot_ms_p95": 1e3 * percentile(tpot, 95),
+        "tpot_ms_mean": 1e3 * sum(tpot) / len(tpot) if tpot else float("nan"),
+        "tpot_ms": [1e3 * r["tpot"] for r in sorted(ok, key=lambda r: r["i"]) if "tpot" in r],
+        "ttft_ms": [1e3 * r["ttft"] for r in sorted(ok, key=lambda r: r["i"]) if "ttft" in r],
         "e2e_ms_p50": 1e3 * percentile(e2e, 50), "e2e_ms_p95": 1e3 * percentile(e2e, 95),
         "kv_moved_bytes": moved_bytes(m0, m1) if m1 else None,
+        "kv_hits": m1.get("kvtier_kv_hits_total", 0) - m0.get("kvtier_kv_hits_total", 0) if m1 else None,
+        "kv_misses": m1.get("kvtier_kv_misses_total", 0) - m0.get("kvtier_kv_misses_total", 0) if m1 else None,
     }
     if a.json:
         print(json.dumps(summary))
