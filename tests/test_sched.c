@@ -562,7 +562,7 @@ static void engine_fetch(const kvt_model *m) {
     ok = ok && run_engine(m, w, NR, ds, 2 * 6, 2 * 40, 10000, &warm, why, sizeof why);
     test_result(ok && warm.prefix_fetches > 0 && warm.prefix_staged_blocks_total > 0 && warm.prefix_fetch_timeouts == 0 &&
                     warm.prefix_staged_blocks == 0 && warm.prefix_staged_bytes == 0 && warm.kv.host_imports > 0 &&
-                    warm.cached_tokens > 0,
+                    warm.cached_tokens > 0 && warm.prefix_attach_seconds > 0,
                 "sched engine: prompts' blocks in the cache directory are fetched in the background, staged and imported "
                 "at admission (into the host tier under a bounded fast tier); the same ids as kvt_generate alone",
                 "%s; %lld fetches, %lld blocks staged (%lld held at the end), %lld timeouts, %lld host imports, %lld cached",

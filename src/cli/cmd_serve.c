@@ -52,7 +52,7 @@ static void usage(void) {
            "                        decoding; it is admitted when they are in (default 256M; 0: admission\n"
            "                        reads the store itself)\n"
            "  --kv-fetch-wait MS    admit a request whose background read is still running after MS ms\n"
-           "                        without it (admission then reads the store; default 500)\n"
+           "                        without it (admission then reads the store; default 2000)\n"
            "  --no-preempt          never swap a running request out (by default, with a disk tier below bounded\n"
            "                        fast and host tiers, the latest-admitted request is swapped out to disk\n"
            "                        when fast + host cannot hold the running ones, and resumed exactly later)\n"

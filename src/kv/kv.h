@@ -57,7 +57,7 @@ typedef struct {
     double copy_cpu_ms;   // CPU time the transfers took on the threads that ran them (memcpy, CRC32C, I/O calls)
     int64_t hits, misses; // acquires that found the block in T0 / had to wait for it
     int64_t prefetches;   // blocks loaded ahead of use by the copy engine
-    int64_t host_imports; // blocks written straight into T1 from outside copies (kvt_kv_paged_seq_push_host)
+    int64_t host_imports; // blocks written straight into T1 from outside copies (kvt_kv_paged_seq_push_copy)
     int64_t block_bytes;  // bytes of one block (K and V)
 } kvt_kv_stats;
 

@@ -55,9 +55,9 @@ kvt_status kvt_kv_block_export(kvt_kv *kv, int32_t seq, int64_t b, void *dst, kv
     return KVT_OK;
 }
 
-// The paged store's host import: the payload's rows of each (layer, group) are the block's K and V parts as they are
+// The paged store's import by copy (into the host tier, or an unbounded fast tier): the payload's rows of each (layer, group) are the block's K and V parts as they are
 // (head-major, the element type), so they are handed over as pointers into src. *placed false: not taken.
-static kvt_status import_host(kvt_kv *kv, int32_t seq, int64_t b, const void *src, bool *placed, kvt_err *err) {
+static kvt_status import_copy(kvt_kv *kv, int32_t seq, int64_t b, const void *src, bool *placed, kvt_err *err) {
     *placed = false;
     if (strcmp(kv->ops->name, "paged") != 0) return KVT_OK;
     const int32_t n = kv->n_layer * kv->n_group;
@@ -73,14 +73,14 @@ static kvt_status import_host(kvt_kv *kv, int32_t seq, int64_t b, const void *sr
         }
         in += part_bytes(kv, 0) + part_bytes(kv, 1);
     }
-    kvt_status st = kvt_kv_paged_seq_push_host(kv, seq, b, (const void *const *)kp, (const void *const *)vp, placed, err);
+    kvt_status st = kvt_kv_paged_seq_push_copy(kv, seq, b, (const void *const *)kp, (const void *const *)vp, placed, err);
     free(kp);
     return st;
 }
 
 kvt_status kvt_kv_block_import(kvt_kv *kv, int32_t seq, int64_t b, const void *src, kvt_err *err) {
     bool placed = false;
-    kvt_status hst = import_host(kv, seq, b, src, &placed, err);
+    kvt_status hst = import_copy(kv, seq, b, src, &placed, err);
     if (hst || placed) return hst;
     const int64_t bt = kv->block_tokens, kw = (int64_t)kv->n_head_kv * kv->head_dim,
                   vw = (int64_t)kv->n_head_kv * kv->head_dim_v;

@@ -30,8 +30,9 @@ kvt_status kvt_kv_block_export(kvt_kv *kv, int32_t seq, int64_t b, void *dst, kv
 // Appends src [payload_bytes] to seq as its block b: seq must hold exactly b*block_tokens positions and
 // then holds (b+1)*block_tokens. On error seq is unchanged. Errors of append (budget) pass through.
 // The paged store with a host tier under a bounded fast tier takes the block into the host tier
-// (kvt_kv_paged_seq_push_host: a copy, no conversion), from where its own prefetch or the acquire that needs it
-// brings it to the fast tier; otherwise it is appended (into the fast tier, evicting as any append).
+// (kvt_kv_paged_seq_push_copy: a copy, no conversion), from where its own prefetch or the acquire that needs it
+// brings it to the fast tier; with an unbounded fast tier, a copy into it; otherwise it is appended (into the
+// fast tier, evicting as any append).
 kvt_status kvt_kv_block_import(kvt_kv *kv, int32_t seq, int64_t b, const void *src, kvt_err *err);
 
 #endif

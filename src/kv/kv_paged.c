@@ -1268,7 +1268,7 @@ kvt_status kvt_kv_paged_seq_push_ref(kvt_kv *kv, int32_t seq, int64_t b, const i
     return st;
 }
 
-// A free T1 slot for an import, made without waiting on anyone: a free slot, a duplicate of a T0 block dropped, or
+// A free T1 slot for an import (kvt_kv_paged_seq_push_copy), made without waiting on anyone: a free slot, a duplicate of a T0 block dropped, or
 // (with a disk tier) a victim moved down. false: none.
 static bool host_room(kv_paged *s) {
     const kvt_tier_store *H = &s->tier[T1];
@@ -1284,7 +1284,7 @@ static bool host_room(kv_paged *s) {
     return v >= 0 && !evict(s, v, T1, &e) && H->n_used < H->max_slots;
 }
 
-kvt_status kvt_kv_paged_seq_push_host(kvt_kv *kv, int32_t seq, int64_t b, const void *const *k, const void *const *v,
+kvt_status kvt_kv_paged_seq_push_copy(kvt_kv *kv, int32_t seq, int64_t b, const void *const *k, const void *const *v,
                                       bool *placed, kvt_err *err) {
     kv_paged *s = (kv_paged *)kv;
     *placed = false;
@@ -1293,7 +1293,10 @@ kvt_status kvt_kv_paged_seq_push_host(kvt_kv *kv, int32_t seq, int64_t b, const 
     if (b < 0 || (b + 1) * bt > kv->n_ctx) {
         return kvt_errorf(err, KVT_ERR_BUDGET, "KV block %lld exceeds context %lld", (long long)b, (long long)kv->n_ctx);
     }
-    if (!s->tier[T1].present || s->tier[T0].max_slots == INT64_MAX) return KVT_OK; // T0 holds everything: as today
+    // the host tier under a bounded T0; else an unbounded T0 (where an append would put it, without the conversion)
+    const bool t0_unbounded = s->tier[T0].max_slots == INT64_MAX;
+    const int t = s->tier[T1].present && !t0_unbounded ? T1 : t0_unbounded ? T0 : -1;
+    if (t < 0) return KVT_OK; // a bounded T0 without a host tier: the caller appends (evicting as any append)
     int64_t *ids = malloc((size_t)s->n_shard * sizeof *ids); // [n_shard] the new blocks
     if (!ids) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory importing a KV block");
     pthread_mutex_lock(&s->mu);
@@ -1313,16 +1316,17 @@ kvt_status kvt_kv_paged_seq_push_host(kvt_kv *kv, int32_t seq, int64_t b, const 
     while (room && n < s->n_shard) {
         const int32_t layer = n / kv->n_group, group = n % kv->n_group;
         int64_t slot = -1, id = -1;
-        room = host_room(s) && (slot = kvt_tier_alloc(&s->tier[T1])) >= 0 && (id = block_new(s, layer, group, b)) >= 0;
-        if (room && !res_add(s, T1, id)) {
+        room = (t == T0 || host_room(s)) && (slot = kvt_tier_alloc(&s->tier[t])) >= 0 &&
+               (id = block_new(s, layer, group, b)) >= 0;
+        if (room && !res_add(s, t, id)) {
             block_unref(s, id);
             room = false;
         }
         if (!room) {
-            if (slot >= 0) kvt_tier_release(&s->tier[T1], slot);
+            if (slot >= 0) kvt_tier_release(&s->tier[t], slot);
             break;
         }
-        s->blk[id].slot[T1] = slot;
+        s->blk[id].slot[t] = slot;
         s->blk[id].busy = true;
         ids[n++] = id;
     }
@@ -1330,7 +1334,7 @@ kvt_status kvt_kv_paged_seq_push_host(kvt_kv *kv, int32_t seq, int64_t b, const 
         const int64_t kpart = bt * s->k_row;
         uint8_t **dst = malloc((size_t)s->n_shard * sizeof *dst);
         if (!dst) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory importing a KV block");
-        for (int32_t i = 0; dst && i < n; i++) dst[i] = kvt_tier_ptr(&s->tier[T1], s->blk[ids[i]].slot[T1]);
+        for (int32_t i = 0; dst && i < n; i++) dst[i] = kvt_tier_ptr(&s->tier[t], s->blk[ids[i]].slot[t]);
         pthread_mutex_unlock(&s->mu);
         for (int32_t i = 0; dst && i < n; i++) {
             memcpy(dst[i], k[i], (size_t)kpart);
@@ -1350,7 +1354,7 @@ kvt_status kvt_kv_paged_seq_push_host(kvt_kv *kv, int32_t seq, int64_t b, const 
             s->blk[ids[i]].prank = q->prank;
             q->sh[i].n_tok = (b + 1) * bt;
         }
-        s->st.host_imports += n;
+        if (t == T1) s->st.host_imports += n;
         *placed = true;
     } else {
         for (int32_t i = 0; i < pushed; i++) q->sh[i].n_blk--;

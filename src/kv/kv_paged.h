@@ -83,15 +83,17 @@ int32_t kvt_kv_paged_block_holders(kvt_kv *kv, const int64_t *ids);
 kvt_status kvt_kv_paged_seq_push_ref(kvt_kv *kv, int32_t seq, int64_t b, const int64_t *ids, kvt_err *err);
 
 // Appends block b of seq (seq holds exactly b * block_tokens positions in every layer, then (b + 1) *
-// block_tokens) from copies of its data, written straight into the host tier: k[i], v[i] for shard i = layer *
-// n_group + group are [group_heads][block_tokens][head_dim] and [group_heads][block_tokens][head_dim_v] rows of
-// the KV element type (head-major, as kvt_kv_view reads them; borrowed, read during the call). The blocks reach
-// T0 as any evicted block does: a plan's prefetch (kvt_kv_paged_set_plan) or the acquire that needs them.
-// Only where T1 is present under a bounded T0 and can make room for all n_layer * n_group blocks (a free slot, a
-// duplicate of a T0 block dropped, or with a disk tier a victim moved down): *placed false otherwise, seq
-// unchanged (the caller appends through T0). Counted in kvt_kv_stats.host_imports. KVT_ERR_INVALID_ARG when seq
-// does not hold exactly b blocks, KVT_ERR_NOMEM (seq unchanged).
-kvt_status kvt_kv_paged_seq_push_host(kvt_kv *kv, int32_t seq, int64_t b, const void *const *k, const void *const *v,
+// block_tokens) from copies of its data: k[i], v[i] for shard i = layer * n_group + group are
+// [group_heads][block_tokens][head_dim] and [group_heads][block_tokens][head_dim_v] rows of the KV element type
+// (head-major, as kvt_kv_view reads them; borrowed, read during the call), copied as they are (no conversion).
+// Where: with T1 present under a bounded T0, into T1 (nothing leaves T0 for them; they reach T0 as any evicted
+// block does: a plan's prefetch, kvt_kv_paged_set_plan, or the acquire that needs them), if T1 can make room for
+// all n_layer * n_group blocks (a free slot, a duplicate of a T0 block dropped, or with a disk tier a victim moved
+// down); with an unbounded T0, into T0 (where an append puts them). Otherwise (a bounded T0 without a host tier,
+// or no room in T1) *placed is false and seq unchanged: the caller appends (through T0, evicting as any append).
+// T1 placements are counted in kvt_kv_stats.host_imports. KVT_ERR_INVALID_ARG when seq does not hold exactly b
+// blocks, KVT_ERR_NOMEM (seq unchanged).
+kvt_status kvt_kv_paged_seq_push_copy(kvt_kv *kv, int32_t seq, int64_t b, const void *const *k, const void *const *v,
                                       bool *placed, kvt_err *err);
 
 // --- the serving scheduler's hooks (issue 12) ------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/timer.h"
 #include "../kv/kv_paged.h"
 #include "prefix_cache.h"
 #include "sched_policy.h"
@@ -69,7 +70,7 @@ kvt_sched_params kvt_sched_params_default(void) {
     p.token_budget = 512;
     p.plan_iters = 4;
     p.prefix_fetch_bytes = (int64_t)256 << 20;
-    p.prefix_fetch_wait_ms = 500;
+    p.prefix_fetch_wait_ms = 2000;
     return p;
 }
 
@@ -256,12 +257,14 @@ static kvt_status admit(kvt_sched *s, req *r, kvt_err *err) {
     }
     if (!st && s->pc) {
         int64_t n_cached = 0;
+        const double t0 = kvt_time_ms();
         st = kvt_prefix_cache_attach_staged(s->pc, seq, r->prompt, r->p.n_prompt, r->p.n_prompt - 1, r->staged, &n_cached,
                                             err);
         if (!st) {
             r->cached = r->n_prefilled = n_cached;
             s->st.cached_tokens += n_cached;
         }
+        s->st.attach_ms += kvt_time_ms() - t0;
     }
     staged_release(r); // admitted: the copies were imported (or not needed)
     return st;

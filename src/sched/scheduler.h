@@ -89,6 +89,8 @@ typedef struct {
     int64_t cached_tokens;       // prompt positions reused from the prefix cache
     int64_t prefix_trimmed;      // cached blocks dropped because the store was full
     int64_t plans;               // plans published
+    double attach_ms;            // time admission spent giving prompts their cached prefix (prefix-cache attach:
+                                 // references, imports, and any second-level store reads it waited for)
 } kvt_sched_stats;
 
 typedef struct {

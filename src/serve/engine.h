@@ -94,6 +94,7 @@ typedef struct {
     int64_t preemptions, resumes;      // requests swapped out to disk / resumed (totals)
     int64_t preempted;                 // requests swapped out now
     int64_t plans;                     // prefetch plans published to the KV store
+    double prefix_attach_seconds;      // scheduler thread time spent giving admitted prompts their cached prefix
     kvt_kv_stats kv;                   // the store's counters (as of the last finished job)
     const char *kv_store;              // the store's name
     int32_t n_prefix;                  // stores of the prefix cache's second level (0: none; 2: dir in front of redis)

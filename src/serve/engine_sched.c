@@ -302,6 +302,7 @@ static void *sched_main(void *arg) {
         e->st.resumes = after.resumes;
         e->st.preempted = after.preempted;
         e->st.plans = after.plans;
+        e->st.prefix_attach_seconds = after.attach_ms / 1e3;
         kvt_context_kv_stats(e->ctx, &e->st.kv);
         pthread_mutex_unlock(&e->mu);
     }

@@ -433,6 +433,8 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
         METRIC("prefix_staged_bytes_total", "counter", "Bytes of prefix blocks staged in host memory by the background fetch.");
         fprintf(f, "kvtier_prefix_staged_bytes_total %lld\n", (long long)s.prefix_staged_bytes_total);
     }
+    METRIC("prefix_attach_seconds_total", "counter", "Time the scheduler thread spent giving admitted prompts their cached prefix (memory references, imports, second-level reads it waited for).");
+    fprintf(f, "kvtier_prefix_attach_seconds_total %.6f\n", s.prefix_attach_seconds);
     METRIC("kv_host_imports_total", "counter", "KV blocks of imported prefixes written straight into the host tier.");
     fprintf(f, "kvtier_kv_host_imports_total %lld\n", (long long)s.kv.host_imports);
     METRIC("n_ctx", "gauge", "Positions per sequence.");
