@@ -5,14 +5,15 @@
 #
 # usage: tools/bench/sparse_speed.sh [-m MODEL] [-f TEXT] [-n TOKENS] [-r REPS] [-t THREADS] [-o DIR]
 #   -m MODEL   GGUF (default ~/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf)
-#   -f TEXT    prompt text (default: docs/*.md concatenated, cut to PROMPT_BYTES bytes, ~7.5K tokens)
+#   -f TEXT    prompt text (default: docs/*.md as at commit DOCS_REV concatenated, cut to PROMPT_BYTES bytes:
+#              7560 tokens with SmolLM2's tokenizer)
 #   -n N       tokens generated per run (default 64; TPOT is the median of the N-1 decode steps)
 #   -r R       runs of each config, the configs alternating (default 2)
 #   -t T       threads (default 2)
 #   -o DIR     where the JSON of each run goes (default /var/tmp/kvtier-sparse-speed)
 # env: KV_DISK (default /var/tmp: a real disk, not tmpfs), KV_BLOCK (positions per KV block, default 64),
 #      KV_GRAN (--kv-granularity, default head: one KV head per block, so a head's selection maps to blocks),
-#      PROMPT_BYTES (default 21300), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier)
+#      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier)
 #
 # The prompt's prefill is the same dense computation in every mode, so it runs once: the text minus its
 # last ~100 bytes is prefilled and saved (--kv-save); each run restores it (--kv-load, summaries included)
@@ -39,10 +40,13 @@ KV_GRAN=${KV_GRAN:-head}
 CTX=${CTX:-8192}
 BUDGET=${BUDGET:-0.125}
 PROMPT_BYTES=${PROMPT_BYTES:-21300}
+DOCS_REV=${DOCS_REV:-e95fce2}
 mkdir -p "$OUT"
 if [ -z "$TEXT" ]; then
     TEXT=$OUT/prompt.txt
-    cat docs/*.md | head -c "$PROMPT_BYTES" > "$TEXT"
+    # the repository's docs as at DOCS_REV (fixed, so that the prompt does not move as the docs change)
+    for d in $(git ls-tree --name-only "$DOCS_REV" docs/ | grep '\.md$'); do git show "$DOCS_REV:$d"; done > "$OUT/docs.txt"
+    head -c "$PROMPT_BYTES" "$OUT/docs.txt" > "$TEXT"
 fi
 head -c $(( $(wc -c < "$TEXT") - 150 )) "$TEXT" > "$OUT/prefix.txt"
 
@@ -53,7 +57,7 @@ KV=$((KVB * CTX)); FAST=$((KV / 8))
 quest_sum() { echo $((NL * NKV * ((CTX + $1 - 1) / $1) * 2 * HD * 4)); }
 ASYNC_SUM=$((NL * NKV * CTX * (HD + 4)))
 
-SESSION=$OUT/prefix-$(cat "$M" "$OUT/prefix.txt" | head -c 200000000 | cksum | cut -d' ' -f1)-$CTX.kvs # per model/text
+SESSION=$OUT/prefix-$(cat "$M" "$OUT/prefix.txt" | cksum | cut -d' ' -f1)-$CTX.kvs # per model and text
 if [ ! -s "$SESSION" ]; then
     echo "prefilling the prefix once (dense) -> $SESSION" >&2
     "$BIN" generate -m "$M" -f "$OUT/prefix.txt" -n 1 --temp 0 -t "$T" -c "$CTX" --json --kv-save "$SESSION" \
