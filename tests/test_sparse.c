@@ -341,6 +341,11 @@ static void test_context(const char *path) {
     st = run(m, &c3, a, &sa, &err);
     test_result(!st && max_diff(a, b, n) == 0, "sparse: asyncspade over a fast tier of 4 blocks + host = in memory, bit for bit",
                 "%s", st ? err.msg : "differ");
+    c3.sparse.prefetch_layers = 1; // the selected blocks handed to the store a layer ahead instead of a step ahead
+    st = run(m, &c3, a, &sa, &err);
+    test_result(!st && max_diff(a, b, n) == 0, "sparse: asyncspade prefetching a layer ahead over a small fast tier = in memory, bit for bit",
+                "%s", st ? err.msg : "differ");
+    c3.sparse.prefetch_layers = 0;
     c3.kv_fast_bytes = summary;
     kvt_context *cx = NULL;
     st = kvt_context_init(m, &c3, &cx, &err);

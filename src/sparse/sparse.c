@@ -586,7 +586,7 @@ static void *worker_main(void *arg) {
         s->q_count--;
         pthread_mutex_unlock(&s->mu);
         select_predicted(s, &s->work_ss, layer, P, s->scale);
-        prefetch_selection(s, &s->work_ss, layer);
+        if (s->p.prefetch_layers == 0) prefetch_selection(s, &s->work_ss, layer);
         pthread_mutex_lock(&s->mu);
         s->busy[layer] = 0;
         pthread_cond_broadcast(&s->cv);
@@ -607,6 +607,18 @@ static double wait_layer(kvt_sparse *s, int32_t layer) {
     }
     pthread_mutex_unlock(&s->mu);
     return ms;
+}
+
+// prefetch_layers > 0: at layer of step P, the selection of the layer prefetch_layers further on (of this
+// step, or of the next one past the last layer) goes to the store, if the worker has made it.
+static void prefetch_ahead(kvt_sparse *s, int32_t layer, int64_t P) {
+    int32_t l2 = layer + s->p.prefetch_layers;
+    int64_t P2 = P;
+    while (l2 >= s->d.n_layer) l2 -= s->d.n_layer, P2++;
+    pthread_mutex_lock(&s->mu);
+    const bool ready = !s->busy[l2] && s->sel_pos[l2] == P2;
+    pthread_mutex_unlock(&s->mu);
+    if (ready) prefetch_selection(s, &s->main_ss, l2);
 }
 
 static void post_layer(kvt_sparse *s, int32_t layer, int64_t P) {
@@ -718,6 +730,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         s->kv = kv;
         pthread_mutex_unlock(&s->mu);
     }
+    if (decode && s->has_worker && s->p.prefetch_layers > 0) prefetch_ahead(s, layer, P);
     const bool rewind = pos0 != s->hist_next[layer]; // a truncate: the history restarts, no selection is current
     if (rewind) s->sel_pos[layer] = -1;
     s->hist_next[layer] = pos0 + n;

@@ -51,6 +51,9 @@ typedef struct {
     int32_t block;        // asyncspade: select whole pages of block positions (a page's score: the largest of its
                           // positions' scores), so that the set maps onto the store's blocks (--kv-block); 0 or
                           // 1: token-level (default)
+    int32_t prefetch_layers; // asyncspade: the blocks of a selection go to the store's copy engine when the
+                          // attention is this many layers before it (0: as soon as the worker has selected, a
+                          // whole step ahead)
     bool stats;           // per step: oracle overlap and attention mass recall (costs an exact scoring pass)
 } kvt_sparse_params;
 
