@@ -432,7 +432,6 @@ static double dot_d(const float *a, const float *b, int32_t d) {
     return t;
 }
 
-// asyncspade: the selection of layer for decode position P (keys [0, P) known), predicted query, K' positions.
 // Every position of each page of B positions takes the page's largest score: top-k then picks whole pages
 // (the last one cut at the budget), as the store moves whole blocks.
 static void page_max(float *score, int64_t n, int32_t B) {
@@ -444,6 +443,7 @@ static void page_max(float *score, int64_t n, int32_t B) {
     }
 }
 
+// asyncspade: the selection of layer for decode position P (keys [0, P) known), predicted query, K' positions.
 static void select_predicted(kvt_sparse *s, sel_scratch *ss, int32_t layer, int64_t P, float scale) {
     const int64_t n = P + 1;
     int64_t K = budget_of(s, n);
