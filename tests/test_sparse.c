@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../src/exec/context.h"
+#include "../src/exec/session.h"
 #include "../src/kernels/f16.h"
 #include "../src/model/model.h"
 #include "../src/sparse/sparse_impl.h"
@@ -224,6 +226,34 @@ static kvt_status run(const kvt_model *m, const kvt_context_params *cp, float *l
     return run_n(m, cp, 1, logits, sel_total, err);
 }
 
+// As run, but the prompt's KV comes from a session file (saved by a dense context) instead of a prefill:
+// kvt_context_kv_load must put the restored keys into the sparse key summaries.
+static kvt_status run_loaded(const kvt_model *m, const kvt_context_params *cp, float *logits, kvt_err *err) {
+    const int32_t V = m->hp.n_vocab;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kvt_sparse_load_%d.kvs", (int)getpid());
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 1 + (i * 37) % (V - 1);
+    kvt_context_params cd = *cp;
+    cd.sparse.mode = KVT_SPARSE_OFF;
+    kvt_context *ctx = NULL;
+    kvt_status st = kvt_context_init(m, &cd, &ctx, err);
+    if (!st) st = kvt_decode(ctx, prompt, N_PROMPT, false, err);
+    if (!st) st = kvt_context_kv_save(ctx, 0, prompt, N_PROMPT, path, err);
+    kvt_context_free(ctx);
+    ctx = NULL;
+    if (!st) st = kvt_context_init(m, cp, &ctx, err);
+    if (!st) st = kvt_context_kv_load(ctx, 0, path, prompt, N_PROMPT, N_PROMPT, NULL, err);
+    for (int j = 0; !st && j < N_STEP; j++) {
+        const int32_t tok = 1 + (j * 13 + 7) % (V - 1);
+        st = kvt_decode(ctx, &tok, 1, false, err);
+        if (!st) memcpy(logits + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
+    kvt_context_free(ctx);
+    unlink(path);
+    return st;
+}
+
 static double max_diff(const float *a, const float *b, int64_t n) {
     double md = 0;
     for (int64_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
@@ -311,6 +341,11 @@ static void test_context(const char *path) {
     st = run(m, &c3, a, &sa, &err);
     test_result(!st && max_diff(a, b, n) == 0, "sparse: asyncspade over a fast tier of 4 blocks + host = in memory, bit for bit",
                 "%s", st ? err.msg : "differ");
+    c3.sparse.prefetch_layers = 1; // the selected blocks handed to the store a layer ahead instead of a step ahead
+    st = run(m, &c3, a, &sa, &err);
+    test_result(!st && max_diff(a, b, n) == 0, "sparse: asyncspade prefetching a layer ahead over a small fast tier = in memory, bit for bit",
+                "%s", st ? err.msg : "differ");
+    c3.sparse.prefetch_layers = 0;
     c3.kv_fast_bytes = summary;
     kvt_context *cx = NULL;
     st = kvt_context_init(m, &c3, &cx, &err);
@@ -352,6 +387,28 @@ static void test_context(const char *path) {
     st = run(m, &c4, a, &sa, &err);
     test_result(!st && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12, "sparse: asyncspade rope_align + last query keep K positions",
                 "%s (selected %lld)", st ? err.msg : "unexpected", (long long)sa);
+    // --sparse-block: whole pages of 4 positions, still K positions per pair; worker = inline
+    kvt_context_params c6 = co;
+    c6.sparse.mode = KVT_SPARSE_ASYNCSPADE;
+    c6.sparse.window = 4;
+    c6.sparse.block = 4;
+    c6.sparse.sync = true;
+    st = run(m, &c6, a, &sa, &err);
+    c6.sparse.sync = false;
+    if (!st) st = run(m, &c6, b, &sb, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
+                "sparse: asyncspade block 4 keeps K positions; worker = inline, bit for bit", "%s (selected %lld)",
+                st ? err.msg : "differ", (long long)sa);
+    // a prompt restored from a session file (--kv-load) enters the key summaries: quest after a load = quest after
+    // the prefill (quest's selection needs no query history), bit for bit
+    kvt_context_params c7 = co;
+    c7.sparse.mode = KVT_SPARSE_QUEST;
+    c7.sparse.page = 4;
+    c7.sparse.stats = false;
+    st = run(m, &c7, a, &sa, &err);
+    if (!st) st = run_loaded(m, &c7, b, &err);
+    test_result(!st && max_diff(a, b, n) == 0, "sparse: quest after --kv-load = quest after the prefill, bit for bit", "%s (max diff %.3g)",
+                st ? err.msg : "differ", max_diff(a, b, n));
     free(dense);
     free(a);
     free(b);

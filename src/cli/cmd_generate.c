@@ -34,10 +34,28 @@ typedef struct {
     const char *prompt; // echoed before the first token unless echoed
     size_t plen;
     bool echoed;
+    // --json: the time of each generated token (ms, kvt_time_ms) and the KV counters when the first one
+    // came (the end of the prefill), so that the decode steps are reported apart from the prefill
+    kvt_context *ctx;
+    double *tok_ms;  // [n_tok_ms], grown to fit (owned)
+    int64_t n_tok_ms, cap_tok_ms;
+    kvt_kv_stats kv_at_first;
 } stream_ctx;
 
 static bool on_token(void *user, int32_t id) {
     stream_ctx *s = user;
+    if (s->ctx) {
+        const double now = kvt_time_ms();
+        if (s->n_tok_ms == 0) kvt_context_kv_stats(s->ctx, &s->kv_at_first);
+        if (s->n_tok_ms == s->cap_tok_ms) {
+            const int64_t cap = s->cap_tok_ms ? 2 * s->cap_tok_ms : 256;
+            double *t = realloc(s->tok_ms, (size_t)cap * sizeof *t);
+            if (!t) return false; // out of memory: stop generating
+            s->tok_ms = t;
+            s->cap_tok_ms = cap;
+        }
+        s->tok_ms[s->n_tok_ms++] = now;
+    }
     if (!s->stream) return true;
     if (!s->echoed) {
         fwrite(s->prompt, 1, s->plen, stdout);
@@ -48,6 +66,59 @@ static bool on_token(void *user, int32_t id) {
     fwrite(s->piece, 1, (size_t)n, stdout);
     fflush(stdout);
     return true;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// "decode": the decode steps apart from the prefill: step_ms (the time from one generated token to the
+// next, one per step after the first token), its median, and the KV store's counters over those steps
+// (moved bytes per tier pair, store stall, hits, misses, prefetches), totals and per step.
+static void json_decode_steps(kvt_json *j, const stream_ctx *s) {
+    const int64_t n = s->n_tok_ms > 1 ? s->n_tok_ms - 1 : 0;
+    double *d = n ? malloc((size_t)n * sizeof *d) : NULL;
+    kvt_json_key(j, "decode");
+    kvt_json_obj_begin(j);
+    kvt_json_kv_int(j, "n_steps", n);
+    kvt_json_key(j, "step_ms");
+    kvt_json_arr_begin(j);
+    for (int64_t i = 0; i < n; i++) {
+        const double v = s->tok_ms[i + 1] - s->tok_ms[i];
+        kvt_json_num(j, v);
+        if (d) d[i] = v;
+    }
+    kvt_json_arr_end(j);
+    double med = 0;
+    if (d) {
+        qsort(d, (size_t)n, sizeof *d, cmp_double);
+        med = n % 2 ? d[n / 2] : 0.5 * (d[n / 2 - 1] + d[n / 2]);
+    }
+    free(d);
+    kvt_json_kv_num(j, "step_ms_median", med);
+    if (s->ctx && s->n_tok_ms > 0) {
+        kvt_kv_stats now;
+        kvt_context_kv_stats(s->ctx, &now);
+        const kvt_kv_stats *a = &s->kv_at_first;
+        const double per = n ? 1.0 / (double)n : 0;
+        kvt_json_key(j, "kv_moved_bytes_per_step");
+        kvt_json_obj_begin(j);
+        for (int x = 0; x < KVT_TIER_COUNT; x++) {
+            for (int y = 0; y < KVT_TIER_COUNT; y++) {
+                if (x == y) continue;
+                char key[32];
+                snprintf(key, sizeof key, "%s_to_%s", kvt_tier_name((kvt_tier)x), kvt_tier_name((kvt_tier)y));
+                kvt_json_kv_num(j, key, (double)(now.moved_bytes[x][y] - a->moved_bytes[x][y]) * per);
+            }
+        }
+        kvt_json_obj_end(j);
+        kvt_json_kv_num(j, "kv_stall_ms_per_step", (now.stall_ms - a->stall_ms) * per);
+        kvt_json_kv_num(j, "kv_hits_per_step", (double)(now.hits - a->hits) * per);
+        kvt_json_kv_num(j, "kv_misses_per_step", (double)(now.misses - a->misses) * per);
+        kvt_json_kv_num(j, "kv_prefetches_per_step", (double)(now.prefetches - a->prefetches) * per);
+    }
+    kvt_json_obj_end(j);
 }
 
 static bool write_logits(const char *path, const float *l, int32_t n) {
@@ -133,7 +204,11 @@ int cmd_generate(int argc, char **argv) {
     float *plogits = malloc((size_t)model->hp.n_vocab * sizeof(float));
     kvt_context *ctx = NULL;
     kvt_err err = {0};
-    stream_ctx sc = {tok, false, NULL, 0, prompt, plen, false};
+    stream_ctx sc;
+    memset(&sc, 0, sizeof sc);
+    sc.tok = tok;
+    sc.prompt = prompt;
+    sc.plen = plen;
     if (!ids || !out || !plogits) goto done;
     if (n_prompt == 0) {
         fprintf(stderr, "kvtier generate: the prompt has no tokens\n");
@@ -154,6 +229,7 @@ int cmd_generate(int argc, char **argv) {
     cli_progress_on(&prog, &cp, !in.no_progress && !json);
     if (!cli_context_init("generate", model, &cp, &ctx)) goto done;
     sc.stream = !json;
+    sc.ctx = json ? ctx : NULL;
     kvt_generate_stats stats;
     kvt_session_info sinfo = {0, 0, 0};
     double load_ms = 0, save_ms = 0;
@@ -249,6 +325,7 @@ int cmd_generate(int argc, char **argv) {
         kvt_json_kv_int(&j, "n_threads", kvt_context_n_threads(ctx));
         kvt_json_kv_int(&j, "n_ctx", kvt_context_n_ctx(ctx));
         cli_json_kv_stats(&j, ctx);
+        json_decode_steps(&j, &sc);
         cli_json_sparse(&j, ctx, true);
         kvt_json_obj_end(&j);
         free(text);
@@ -266,6 +343,7 @@ int cmd_generate(int argc, char **argv) {
     rc = 0;
 done:
     free(sc.piece);
+    free(sc.tok_ms);
     kvt_context_free(ctx);
     free(ids);
     free(out);

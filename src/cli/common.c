@@ -61,6 +61,10 @@ const char *const cli_engine_help =
     "  --sparse-window W    asyncspade: queries of the regression window (default 16, at most 64)\n"
     "  --sparse-dense-layers N  first N layers attend densely (default 0)\n"
     "  --sparse-page P      quest: positions per page (default 16)\n"
+    "  --sparse-block P     asyncspade: select whole pages of P positions (best position of each), to match\n"
+    "                       the store's blocks (--kv-block P); default 0: token-level\n"
+    "  --sparse-prefetch-layers N  asyncspade: prefetch a layer's selected blocks N layers before it is\n"
+    "                       attended (default 0: as soon as selected, a step ahead)\n"
     "  --sparse-rerank F    asyncspade: F*K candidates by the predicted query, re-ranked by the real one\n"
     "  --sparse-sync        asyncspade: select when the query arrives (no worker thread)\n"
     "  --sparse-predictor ridge|last|ridge-head|simplex  asyncspade: the paper's ridge ensemble per KV group\n"
@@ -176,11 +180,12 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         }
         return 1;
     }
-    int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page, &sp->real_layers};
+    int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page, &sp->real_layers, &sp->block,
+                       &sp->prefetch_layers};
     const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page",
-                           "--sparse-real-layers"};
-    const int64_t lo[] = {0, 1, 1, 0, 1, 0}, hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16};
-    for (int i = 0; i < 6; i++) {
+                           "--sparse-real-layers", "--sparse-block", "--sparse-prefetch-layers"};
+    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0}, hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16};
+    for (int i = 0; i < 8; i++) {
         if (strcmp(flag, names[i])) continue;
         if (!kvt_args_int(a, flag, lo[i], hi[i], &v)) return -1;
         *ints[i] = (int32_t)v;
@@ -313,6 +318,8 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_int(j, "window", p->window);
     kvt_json_kv_int(j, "dense_layers", p->dense_layers);
     kvt_json_kv_int(j, "page", p->page);
+    kvt_json_kv_int(j, "block", p->block);
+    kvt_json_kv_int(j, "prefetch_layers", p->prefetch_layers);
     kvt_json_kv_num(j, "rerank", p->rerank);
     kvt_json_kv_bool(j, "sync", p->sync);
     kvt_json_kv_str(j, "predictor", kvt_sparse_pred_name(p->predictor));

@@ -17,6 +17,7 @@
 #include "../base/file.h"
 #include "../gguf/gguf.h"
 #include "../kernels/quant.h"
+#include "../sparse/sparse.h"
 
 uint32_t kvt_session_model_fingerprint(const kvt_model *m) {
     // the model is logically const: the cache only memoizes a pure function of its mapped bytes
@@ -327,6 +328,9 @@ kvt_status kvt_context_kv_load(kvt_context *ctx, int32_t seq, const char *path, 
                 ops->to_float(vl + (p + i) * vw, vf + i * vn, vn);
             }
             st = kv->ops->append(kv, seq, l, p, c, kf, vf, err);
+            // sparse decode attention keeps key summaries of sequence 0: restored keys enter them as
+            // appended ones do (no-op for other sequences and modes without summaries)
+            if (!st && kvt_context_sparse(ctx)) kvt_sparse_observe_loaded(kvt_context_sparse(ctx), seq, l, p, c, kf);
         }
     }
     if (!st && n_use > 0) st = kvt_context_seq_set_n_past(ctx, seq, n_use, err);

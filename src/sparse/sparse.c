@@ -130,7 +130,11 @@ static void ss_free(sel_scratch *ss) {
     free(ss->hrow);
 }
 
+// bounds of the stack rows of the int8 scan (score_int8)
+enum { DOT_LANES = 16, KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };
+
 static void *worker_main(void *arg);
+static double wait_layer(kvt_sparse *s, int32_t layer);
 
 kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d, kvt_sparse **out, kvt_err *err) {
     *out = NULL;
@@ -142,6 +146,10 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     if (p.window > 64) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-window %d: at most 64 queries", p.window);
     if (d->n_head_kv <= 0 || d->n_head % d->n_head_kv) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sparse attention: n_head %d not a multiple of n_head_kv %d", d->n_head, d->n_head_kv);
+    }
+    if (d->head_dim > KVT_SPARSE_MAX_HD || d->n_head / d->n_head_kv > KVT_SPARSE_MAX_QPG) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "sparse attention: head_dim %d (at most %d) or %d query heads per KV head (at most %d)",
+                          d->head_dim, KVT_SPARSE_MAX_HD, d->n_head / d->n_head_kv, KVT_SPARSE_MAX_QPG);
     }
     kvt_sparse *s = calloc(1, sizeof *s);
     if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
@@ -352,6 +360,12 @@ static void observe_keys(kvt_sparse *s, int32_t layer, int64_t pos0, int64_t n, 
     }
 }
 
+void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_t pos0, int64_t n, const float *k) {
+    if (!s || seq != 0 || layer < 0 || layer >= s->d.n_layer || pos0 < 0 || n <= 0 || pos0 + n > s->d.n_ctx) return;
+    if (s->has_worker) wait_layer(s, layer); // the worker reads the summaries of the layer it selects for
+    observe_keys(s, layer, pos0, n, k);
+}
+
 // The queries of the call's n tokens of layer into its history (the last window + 1 rows per KV head).
 static void observe_queries(kvt_sparse *s, int32_t layer, int64_t n, const float *q, bool rewind) {
     if (!s->hist) return;
@@ -371,21 +385,44 @@ static void observe_queries(kvt_sparse *s, int32_t layer, int64_t n, const float
 
 // --- selection ------------------------------------------------------------------------------------------
 
+// Dot products of one int8 key row (hd values, converted once) with the group's qpg query rows:
+// d[i] = q_i . k. Sixteen partial sums per row, added in a fixed order (the same bits on every call, the
+// worker and the inline selection alike); laid out so that the compiler vectorizes the inner loops.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx512f", "avx2", "default"), optimize("vect-cost-model=dynamic")))
+#endif
+static void dot_int8_rows(const float *q, int32_t qpg, int32_t hd, const int8_t *k, float *kf, float *d) {
+    const int32_t hv = hd / DOT_LANES * DOT_LANES;
+    for (int32_t x = 0; x < hv; x += DOT_LANES) {
+        for (int32_t j = 0; j < DOT_LANES; j++) kf[x + j] = (float)k[x + j];
+    }
+    for (int32_t x = hv; x < hd; x++) kf[x] = (float)k[x];
+    for (int32_t i = 0; i < qpg; i++) {
+        const float *qi = q + (int64_t)i * hd;
+        float acc[DOT_LANES] = {0};
+        for (int32_t x = 0; x < hv; x += DOT_LANES) {
+            for (int32_t j = 0; j < DOT_LANES; j++) acc[j] += qi[x + j] * kf[x + j];
+        }
+        for (int32_t x = hv; x < hd; x++) acc[x - hv] += qi[x] * kf[x];
+        for (int32_t w = DOT_LANES / 2; w > 0; w /= 2) {
+            for (int32_t j = 0; j < w; j++) acc[j] += acc[j + w];
+        }
+        d[i] = acc[0];
+    }
+}
+
 // raw[i * n + t] = scale * q_i . k8_t for t < n_keys, -inf for the rest (q: the group's qpg query rows).
 static void score_int8(const kvt_sparse *s, int64_t pr, const float *q, int64_t n, int64_t n_keys, float scale, float *raw) {
-    const int32_t hd = s->d.head_dim;
-    for (int32_t i = 0; i < s->qpg; i++) {
-        const float *qi = q + (int64_t)i * hd;
-        for (int64_t t = 0; t < n; t++) {
-            if (t >= n_keys) {
-                raw[i * n + t] = -INFINITY;
-                continue;
-            }
-            const int8_t *kt = s->k8 + (pr * s->d.n_ctx + t) * hd;
-            float d = 0.0f;
-            for (int32_t x = 0; x < hd; x++) d += qi[x] * (float)kt[x];
-            raw[i * n + t] = d * s->k8s[pr * s->d.n_ctx + t] * scale;
+    const int32_t hd = s->d.head_dim, qpg = s->qpg;
+    float kf[KVT_SPARSE_MAX_HD], d[KVT_SPARSE_MAX_QPG];
+    for (int64_t t = 0; t < n; t++) {
+        if (t >= n_keys) {
+            for (int32_t i = 0; i < qpg; i++) raw[i * n + t] = -INFINITY;
+            continue;
         }
+        dot_int8_rows(q, qpg, hd, s->k8 + (pr * s->d.n_ctx + t) * hd, kf, d);
+        const float ks = s->k8s[pr * s->d.n_ctx + t] * scale;
+        for (int32_t i = 0; i < qpg; i++) raw[i * n + t] = d[i] * ks;
     }
 }
 
@@ -393,6 +430,17 @@ static double dot_d(const float *a, const float *b, int32_t d) {
     double t = 0.0;
     for (int32_t x = 0; x < d; x++) t += (double)a[x] * b[x];
     return t;
+}
+
+// Every position of each page of B positions takes the page's largest score: top-k then picks whole pages
+// (the last one cut at the budget), as the store moves whole blocks.
+static void page_max(float *score, int64_t n, int32_t B) {
+    for (int64_t p0 = 0; p0 < n; p0 += B) {
+        const int64_t p1 = p0 + B < n ? p0 + B : n;
+        float m = score[p0];
+        for (int64_t t = p0 + 1; t < p1; t++) m = score[t] > m ? score[t] : m;
+        for (int64_t t = p0; t < p1; t++) score[t] = m;
+    }
 }
 
 // asyncspade: the selection of layer for decode position P (keys [0, P) known), predicted query, K' positions.
@@ -426,6 +474,7 @@ static void select_predicted(kvt_sparse *s, sel_scratch *ss, int32_t layer, int6
         memcpy(s->pred_q + pr * gd, ss->pred, (size_t)gd * sizeof(float));
         score_int8(s, pr, ss->pred, n, P, scale, ss->raw);
         kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
+        if (s->p.block > 1) page_max(ss->agg, n, s->p.block);
         s->nsel[pr] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, s->sel + pr * s->d.n_ctx, ss->mark, ss->vals);
     }
     s->sel_pos[layer] = P;
@@ -537,7 +586,7 @@ static void *worker_main(void *arg) {
         s->q_count--;
         pthread_mutex_unlock(&s->mu);
         select_predicted(s, &s->work_ss, layer, P, s->scale);
-        prefetch_selection(s, &s->work_ss, layer);
+        if (s->p.prefetch_layers == 0) prefetch_selection(s, &s->work_ss, layer);
         pthread_mutex_lock(&s->mu);
         s->busy[layer] = 0;
         pthread_cond_broadcast(&s->cv);
@@ -558,6 +607,18 @@ static double wait_layer(kvt_sparse *s, int32_t layer) {
     }
     pthread_mutex_unlock(&s->mu);
     return ms;
+}
+
+// prefetch_layers > 0: at layer of step P, the selection of the layer prefetch_layers further on (of this
+// step, or of the next one past the last layer) goes to the store, if the worker has made it.
+static void prefetch_ahead(kvt_sparse *s, int32_t layer, int64_t P) {
+    int32_t l2 = layer + s->p.prefetch_layers;
+    int64_t P2 = P;
+    while (l2 >= s->d.n_layer) l2 -= s->d.n_layer, P2++;
+    pthread_mutex_lock(&s->mu);
+    const bool ready = !s->busy[l2] && s->sel_pos[l2] == P2;
+    pthread_mutex_unlock(&s->mu);
+    if (ready) prefetch_selection(s, &s->main_ss, l2);
 }
 
 static void post_layer(kvt_sparse *s, int32_t layer, int64_t P) {
@@ -669,6 +730,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         s->kv = kv;
         pthread_mutex_unlock(&s->mu);
     }
+    if (decode && s->has_worker && s->p.prefetch_layers > 0) prefetch_ahead(s, layer, P);
     const bool rewind = pos0 != s->hist_next[layer]; // a truncate: the history restarts, no selection is current
     if (rewind) s->sel_pos[layer] = -1;
     s->hist_next[layer] = pos0 + n;

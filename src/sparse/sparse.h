@@ -54,6 +54,11 @@ typedef struct {
 
 typedef struct kvt_sparse kvt_sparse;
 
+// Keys [pos0, pos0 + n) of layer restored into the store without an attention call (kvt_context_kv_load):
+// into sequence seq's key summaries, as appended keys enter them. k: [n, n_head_kv * head_dim] f32.
+// A no-op unless seq is 0 and the mode keeps summaries (quest, asyncspade).
+void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_t pos0, int64_t n, const float *k);
+
 // Resolves defaults (sink, recent, window, page, budget fraction) into *p.
 void kvt_sparse_params_resolve(kvt_sparse_params *p);
 // Bytes of the compact key summaries for these settings (0 for off and oracle): what init allocates for

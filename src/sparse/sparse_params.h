@@ -48,6 +48,12 @@ typedef struct {
                           // on the caller (no prediction; where the predictor is poor: early layers)
     double fallback;      // asyncspade: a KV head whose predicted query has cosine < fallback with the real one
                           // is selected again with the real query on the int8 keys, on the caller (0: never)
+    int32_t block;        // asyncspade: select whole pages of block positions (a page's score: the largest of its
+                          // positions' scores), so that the set maps onto the store's blocks (--kv-block); 0 or
+                          // 1: token-level (default)
+    int32_t prefetch_layers; // asyncspade: the blocks of a selection go to the store's copy engine when the
+                          // attention is this many layers before it (0: as soon as the worker has selected, a
+                          // whole step ahead)
     bool stats;           // per step: oracle overlap and attention mass recall (costs an exact scoring pass)
 } kvt_sparse_params;
 

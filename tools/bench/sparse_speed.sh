@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# sparse_speed.sh - decode speed of sparse attention (issue 13, docs/SPARSE.md "Speed"): dense, quest and
+# asyncspade side by side at ~8K context, (a) with the KV on disk behind a fast tier of 1/8 of the KV and
+# (b) all in RAM, printing one markdown table.
+#
+# usage: tools/bench/sparse_speed.sh [-m MODEL] [-f TEXT] [-n TOKENS] [-r REPS] [-t THREADS] [-o DIR]
+#   -m MODEL   GGUF (default ~/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf)
+#   -f TEXT    prompt text (default: docs/*.md as at commit DOCS_REV concatenated, cut to PROMPT_BYTES bytes:
+#              7560 tokens with SmolLM2's tokenizer)
+#   -n N       tokens generated per run (default 64; TPOT is the median of the N-1 decode steps)
+#   -r R       runs of each config, the configs alternating (default 2)
+#   -t T       threads (default 2)
+#   -o DIR     where the JSON of each run goes (default /var/tmp/kvtier-sparse-speed)
+# env: KV_DISK (default /var/tmp: a real disk, not tmpfs), KV_BLOCK (positions per KV block, default 64),
+#      KV_GRAN (--kv-granularity, default head: one KV head per block, so a head's selection maps to blocks),
+#      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier)
+#
+# The prompt's prefill is the same dense computation in every mode, so it runs once: the text minus its
+# last ~100 bytes is prefilled and saved (--kv-save); each run restores it (--kv-load, summaries included)
+# and prefills the remaining ~80 tokens (so asyncspade's query history is full), then decodes. TPOT comes
+# from the JSON's "decode" object (per-step times after the first token, the prefill apart).
+#
+# Fast tier: 1/8 of the KV of CTX positions (kv_bytes_per_token_f16 from `kvtier info`) for the paged
+# blocks in every mode; the sparse modes' key summaries come on top (--kv-fast = KV/8 + summary bytes),
+# since asyncspade's int8 copy (27% of the KV) cannot fit inside 1/8.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+M=~/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf
+TEXT="" N=64 REPS=2 T=2 OUT=/var/tmp/kvtier-sparse-speed
+while getopts "m:f:n:r:t:o:" o; do
+    case $o in
+        m) M=$OPTARG ;; f) TEXT=$OPTARG ;; n) N=$OPTARG ;; r) REPS=$OPTARG ;; t) T=$OPTARG ;; o) OUT=$OPTARG ;;
+        *) sed -n 2,24p "$0"; exit 2 ;;
+    esac
+done
+BIN=${BIN:-build/kvtier}
+KV_DISK=${KV_DISK:-/var/tmp}
+KV_BLOCK=${KV_BLOCK:-64}
+KV_GRAN=${KV_GRAN:-head}
+CTX=${CTX:-8192}
+BUDGET=${BUDGET:-0.125}
+PROMPT_BYTES=${PROMPT_BYTES:-21300}
+DOCS_REV=${DOCS_REV:-e95fce2}
+mkdir -p "$OUT"
+if [ -z "$TEXT" ]; then
+    TEXT=$OUT/prompt.txt
+    # the repository's docs as at DOCS_REV (fixed, so that the prompt does not move as the docs change)
+    for d in $(git ls-tree --name-only "$DOCS_REV" docs/ | grep '\.md$'); do git show "$DOCS_REV:$d"; done > "$OUT/docs.txt"
+    head -c "$PROMPT_BYTES" "$OUT/docs.txt" > "$TEXT"
+fi
+head -c $(( $(wc -c < "$TEXT") - 150 )) "$TEXT" > "$OUT/prefix.txt"
+
+# model dims -> the KV of CTX positions and the summary bytes of each mode (as kvt_sparse_summary_bytes)
+read -r KVB NL NKV HD < <("$BIN" info -m "$M" --json | python3 -c '
+import json,sys; i=json.load(sys.stdin); print(i["kv_bytes_per_token_f16"], i["n_layer"], i["n_head_kv"], i["head_dim"])')
+KV=$((KVB * CTX)); FAST=$((KV / 8))
+quest_sum() { echo $((NL * NKV * ((CTX + $1 - 1) / $1) * 2 * HD * 4)); }
+ASYNC_SUM=$((NL * NKV * CTX * (HD + 4)))
+
+SESSION=$OUT/prefix-$(cat "$M" "$OUT/prefix.txt" | cksum | cut -d' ' -f1)-$CTX.kvs # per model and text
+if [ ! -s "$SESSION" ]; then
+    echo "prefilling the prefix once (dense) -> $SESSION" >&2
+    "$BIN" generate -m "$M" -f "$OUT/prefix.txt" -n 1 --temp 0 -t "$T" -c "$CTX" --json --kv-save "$SESSION" \
+        > "$OUT/prefix.json"
+fi
+
+# name | sparse flags | summary bytes
+CONFIGS=(
+    "dense|--sparse off|0"
+    "quest p16|--sparse quest --sparse-page 16|$(quest_sum 16)"
+    "quest p4|--sparse quest --sparse-page 4|$(quest_sum 4)"
+    "asyncspade|--sparse asyncspade|$ASYNC_SUM"
+    "asyncspade fb0.85|--sparse asyncspade --sparse-fallback 0.85|$ASYNC_SUM"
+    "quest p$KV_BLOCK|--sparse quest --sparse-page $KV_BLOCK|$(quest_sum "$KV_BLOCK")"
+    "asyncspade block$KV_BLOCK|--sparse asyncspade --sparse-block $KV_BLOCK|$ASYNC_SUM"
+)
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+rm -f "$OUT"/run-*.json
+for rep in $(seq 1 "$REPS"); do
+    for store in disk ram; do
+        for c in "${CONFIGS[@]}"; do
+            IFS='|' read -r name flags sum <<< "$c"
+            tier=()
+            [ "$store" = disk ] && tier=(--kv-fast $((FAST + sum)) --kv-disk "$KV_DISK" --kv-block "$KV_BLOCK" --kv-granularity "$KV_GRAN")
+            [ "$name" = dense ] || flags="$flags --sparse-budget $BUDGET"
+            f="$OUT/run-$store-${name// /_}-$rep.json"
+            # shellcheck disable=SC2086
+            "$BIN" generate -m "$M" -f "$TEXT" -n "$N" --temp 0 --ignore-eos -t "$T" -c "$CTX" --json \
+                --kv-load "$SESSION" "${tier[@]}" $flags > "$f" 2> "$f.err" || { echo "FAILED: $f" >&2; cat "$f.err" >&2; }
+            echo "$(date -u +%T) $store $name rep $rep load $(cut -d' ' -f1 /proc/loadavg)" >&2
+        done
+    done
+done
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+
+python3 - "$OUT" "$KVB" "$FAST" "$LOAD0" "$LOAD1" "$REPS" "$KV_BLOCK" <<'EOF'
+import glob, json, os, statistics, sys
+out, kvb, fast, load0, load1, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6])
+B = sys.argv[7]
+names = ["dense", "quest p16", "quest p4", "asyncspade", "asyncspade fb0.85", f"quest p{B}", f"asyncspade block{B}"]
+def runs(store, name):
+    r = []
+    for i in range(1, reps + 1):
+        p = f"{out}/run-{store}-{name.replace(' ', '_')}-{i}.json"
+        try: r.append(json.load(open(p)))
+        except Exception: pass
+    return r
+def rng(v, fmt):
+    if not v: return "-"
+    lo, hi = min(v), max(v)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else (fmt.format(lo) + "-" + fmt.format(hi))
+def mb(x): return x / 1e6
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+print(f"CPU: {cpu}, {os.cpu_count()} vCPUs; load average (1/5/15 min) {load0} at the start, {load1} at the end; "
+      f"{reps} runs per config, alternating; ranges are over the runs\n")
+print("| store | mode | TPOT ms (median step) | tok/s | KV read/token: disk->fast MB | host->fast MB | fast (attention) MB "
+      "| selection stall ms/token | stall % of TPOT | store stall ms/token | speed-up vs dense | vs quest p16 | vs quest p4 |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+for store in ["disk", "ram"]:
+    tp = {n: [r["decode"]["step_ms_median"] for r in runs(store, n)] for n in names}
+    med = {n: statistics.median(v) if v else None for n, v in tp.items()}
+    for n in names:
+        rs = runs(store, n)
+        if not rs: print(f"| {store} | {n} | failed |"); continue
+        t = tp[n]
+        d = [r["decode"] for r in rs]
+        sp = [r.get("sparse") for r in rs]
+        disk = [x["kv_moved_bytes_per_step"].get("disk_to_fast", 0) for x in d]
+        host = [x["kv_moved_bytes_per_step"].get("host_to_fast", 0) for x in d]
+        ctx_mean = [r["n_prompt"] + (r["n_gen"] - 1) / 2 for r in rs]
+        fastr = [s["kv_read_bytes_per_step"] if s else kvb * c for s, c in zip(sp, ctx_mean)]
+        stall = [s["stall_ms_per_step"] if s else 0.0 for s in sp]
+        pct = [100 * s / x for s, x in zip(stall, t)]
+        sst = [x.get("kv_stall_ms_per_step", 0) for x in d]
+        def vs(o): return "-" if not med[o] or o == n else f"{med[o] / med[n]:.2f}x"
+        print(f"| {store} | {n} | {rng(t, '{:.1f}')} | {rng([1e3 / x for x in t], '{:.1f}')} | "
+              f"{rng([mb(x) for x in disk], '{:.2f}')} | {rng([mb(x) for x in host], '{:.2f}')} | "
+              f"{rng([mb(x) for x in fastr], '{:.2f}')} | {rng(stall, '{:.2f}')} | {rng(pct, '{:.0f}%')} | "
+              f"{rng(sst, '{:.1f}')} | {vs('dense')} | {vs('quest p16')} | {vs('quest p4')} |")
+print(f"\nfast tier (disk rows): {fast} bytes = 1/8 of the KV of the context for the blocks, plus each mode's key "
+      "summaries; RAM rows: the contiguous store, no tiers. Speed-ups: ratio of the median TPOTs.")
+EOF
