@@ -388,7 +388,8 @@ static void observe_queries(kvt_sparse *s, int32_t layer, int64_t n, const float
 // Dot products of one int8 key row (hd values, converted once) with the group's qpg query rows:
 // d[i] = q_i . k. Sixteen partial sums per row, added in a fixed order (the same bits on every call, the
 // worker and the inline selection alike); laid out so that the compiler vectorizes the inner loops.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__) // the clones' resolver runs before the sanitizers' runtime is set up
 __attribute__((target_clones("avx512f", "avx2", "default"), optimize("vect-cost-model=dynamic")))
 #endif
 static void dot_int8_rows(const float *q, int32_t qpg, int32_t hd, const int8_t *k, float *kf, float *d) {
