@@ -294,12 +294,23 @@ static void sched_random(const kvt_model *m, bool quick) {
                 "= kvt_generate alone", "config %d: %s", c - 1, why);
 }
 
+// A fresh temporary directory from the template dir ("/tmp/...XXXXXX", rewritten); false (reported) on failure.
+static bool tmp_dir(char *dir) {
+    if (mkdtemp(dir)) return true;
+    test_result(false, "sched: temporary directory", "mkdtemp failed");
+    return false;
+}
+
+// Removes dir and what it holds (a failure is printed, not a test failure).
+static void tmp_dir_remove(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) printf("     could not remove %s\n", dir);
+}
+
 static void sched_tiers(const kvt_model *m, bool quick) {
     char dir[] = "/tmp/kvt_test_sched_XXXXXX";
-    if (!mkdtemp(dir)) {
-        test_result(false, "sched: temporary directory", "mkdtemp failed");
-        return;
-    }
+    if (!tmp_dir(dir)) return;
     workload w[NR];
     kvt_err err = {0};
     make_workload(m, 9, w, NR, 70);
@@ -326,9 +337,7 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     test_result(ok && ss.cached_tokens > 0 && ss.plans > 0, "sched: random fast/host/disk budgets, preemption on or off "
                 "(off: the plan published), prefix cache on: the same greedy ids; repeated prompt prefixes are reused",
                 "round %d: %s; %lld cached tokens, %lld plans", r - 1, why, (long long)ss.cached_tokens, (long long)ss.plans);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) printf("     could not remove %s\n", dir);
+    tmp_dir_remove(dir);
 }
 
 // A long prompt prefilled in chunks: its filled blocks join the prefix cache chunk by chunk, so a request with the
@@ -359,10 +368,7 @@ static void sched_prefix_chunks(const kvt_model *m) {
 // the store's loads; the greedy ids are those of kvt_generate alone.
 static void sched_store_host(const kvt_model *m) {
     char dir[] = "/tmp/kvt_test_sched_store_XXXXXX";
-    if (!mkdtemp(dir)) {
-        test_result(false, "sched: temporary directory", "mkdtemp failed");
-        return;
-    }
+    if (!tmp_dir(dir)) return;
     workload w[NR];
     kvt_err err = {0};
     make_workload(m, 31, w, NR, 70);
@@ -383,9 +389,7 @@ static void sched_store_host(const kvt_model *m) {
                 "by the store's loads; the same greedy ids as kvt_generate alone",
                 "%s; %lld cached tokens, %lld host imports, %lld host -> fast loads (%lld prefetched)", why,
                 (long long)ss.cached_tokens, (long long)ks.host_imports, (long long)up, (long long)ks.prefetches);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) printf("     could not remove %s\n", dir);
+    tmp_dir_remove(dir);
 }
 
 // --- the engine's background fetch of prefix blocks (src/serve/engine_sched.c, src/sched/prefix_fetch.h) ---------
@@ -525,10 +529,7 @@ static bool run_engine(const kvt_model *m, const workload *w, int nr, kvt_prefix
 // kvt_generate alone; with a store slower than the wait bound every job falls back to admission's own reads.
 static void engine_fetch(const kvt_model *m) {
     char dir[] = "/tmp/kvt_test_fetch_XXXXXX";
-    if (!mkdtemp(dir)) {
-        test_result(false, "sched: temporary directory", "mkdtemp failed");
-        return;
-    }
+    if (!tmp_dir(dir)) return;
     workload w[NR];
     kvt_err err = {0};
     make_workload(m, 57, w, NR, 70);
@@ -582,9 +583,7 @@ static void engine_fetch(const kvt_model *m) {
                 "%s; %lld fetches, %lld timeouts, %lld blocks held at the end", why, (long long)slow.prefix_fetches,
                 (long long)slow.prefix_fetch_timeouts, (long long)slow.prefix_staged_blocks);
     kvt_prefix_store_free(ds);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) printf("     could not remove %s\n", dir);
+    tmp_dir_remove(dir);
 }
 
 // Cancel of a waiting and of a running request: on_done CANCELLED once, the others unaffected.
