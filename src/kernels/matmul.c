@@ -43,10 +43,11 @@ static int64_t token_block(int64_t row_bytes, int64_t n_tok, int64_t ntm) {
 static int64_t nt_max(const kvt_mm_kernel *mm) { return mm->nt_max > 0 ? mm->nt_max : KVT_DOT_MULTI_MAX; }
 
 static void run_rows(const kvt_mm_kernel *mm, int64_t n, const char *w, int64_t wrs, int64_t rs, int64_t re,
-                     const char *P, int64_t prs, int64_t t0, int64_t t1, float *Y, int64_t ldy) {
+                     const char *P, int64_t prs, int64_t t0, int64_t t1, float *Y, int64_t ldy, void *scratch) {
     for (int64_t t = t0; t < t1; t += nt_max(mm)) {
         const int nt = (int)min64(t1 - t, nt_max(mm));
-        mm->rows(n, w + rs * wrs, (size_t)wrs, re - rs, P + (t - t0) * prs, (size_t)prs, nt, Y + t * ldy + rs, ldy);
+        mm->rows(n, w + rs * wrs, (size_t)wrs, re - rs, P + (t - t0) * prs, (size_t)prs, nt, Y + t * ldy + rs, ldy,
+                 scratch);
     }
 }
 
@@ -55,25 +56,28 @@ static int matmul_kernel(const kvt_mm_kernel *mm, int64_t n, const char *w, int6
                          const char *x, int64_t xrs, int64_t n_tok, float *Y, int64_t ldy) {
     const int64_t prs = mm->prep_size(n);
     const int64_t tb = token_block(prs, n_tok, nt_max(mm));
+    // P: [tb, prs] prepared activation rows, then the rows calls' scratch
+    const int64_t rsb = mm->rows_scratch ? (mm->rows_scratch(n) + 63) & ~(int64_t)63 : 0;
     _Alignas(64) char stack_buf[STACK_SCRATCH];
     char *heap = NULL, *P = stack_buf;
-    if (tb * prs > STACK_SCRATCH) {
-        heap = malloc((size_t)(tb * prs + 64));
+    if (tb * prs + rsb > STACK_SCRATCH) {
+        heap = malloc((size_t)(tb * prs + rsb + 64));
         if (!heap) return 0;
         P = (char *)(((uintptr_t)heap + 63) & ~(uintptr_t)63);
     }
+    void *scratch = rsb ? P + tb * prs : NULL;
     const int64_t strip = strip_rows(wrs);
     if (tb == n_tok) { // all tokens prepared once (always the case for decode)
         for (int64_t t = 0; t < n_tok; t++) mm->prep(n, x + t * xrs, P + t * prs);
         for (int64_t rs = r0; rs < r1; rs += strip)
-            run_rows(mm, n, w, wrs, rs, min64(rs + strip, r1), P, prs, 0, n_tok, Y, ldy);
+            run_rows(mm, n, w, wrs, rs, min64(rs + strip, r1), P, prs, 0, n_tok, Y, ldy, scratch);
     } else {
         for (int64_t rs = r0; rs < r1; rs += strip) {
             const int64_t re = min64(rs + strip, r1);
             for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
                 const int64_t t1 = min64(t0 + tb, n_tok);
                 for (int64_t t = t0; t < t1; t++) mm->prep(n, x + t * xrs, P + (t - t0) * prs);
-                run_rows(mm, n, w, wrs, rs, re, P, prs, t0, t1, Y, ldy);
+                run_rows(mm, n, w, wrs, rs, re, P, prs, t0, t1, Y, ldy, scratch);
             }
         }
     }

@@ -58,12 +58,13 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // ---- internal: SIMD matmul kernels (matmul_avx2.c / matmul_avx512.c) ----
 // prep converts one activation row (vec_dot_type, n elements) into the
 // kernel's layout of prep_size(n) bytes (multiple of 64; P rows 64-aligned);
-// rows computes Y[t*ldy + r] = dot(W row r, P row t), r < nr, t < nt <= nt_max.
+// rows computes Y[t*ldy + r] = dot(W row r, P row t), r < nr, t < nt <= nt_max, with rows_scratch(n) bytes
+// of 64-aligned scratch (rows_scratch NULL: none; scratch may then be NULL).
 typedef struct {
     int64_t (*prep_size)(int64_t n);
     void (*prep)(int64_t n, const void *x, void *p);
     void (*rows)(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, int nt,
-                 float *Y, int64_t ldy);
+                 float *Y, int64_t ldy, void *scratch);
     // Optional many-token path on the raw activations (vec_dot_type rows),
     // used when n_tok >= gemm_min_tok: Y[t*ldy + r] for r < nr, t < n_tok,
     // with gemm_scratch(n, n_tok) bytes of 64-aligned scratch. prep/rows may
@@ -73,6 +74,7 @@ typedef struct {
     void (*gemm)(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
                  float *Y, int64_t ldy, void *scratch);
     int nt_max; // most activation rows per rows call (0: KVT_DOT_MULTI_MAX)
+    int64_t (*rows_scratch)(int64_t n); // bytes of scratch a rows call needs (NULL: none)
 } kvt_mm_kernel;
 const kvt_mm_kernel *kvt_mm_kernel_avx2(kvt_type wt);
 const kvt_mm_kernel *kvt_mm_kernel_avx512(kvt_type wt);

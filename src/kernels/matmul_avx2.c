@@ -122,7 +122,8 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
         for (; r < nr; r++) name##_tile(n, w + r * wrs, wrs, 1, P, prs, NT, Y + r, ldy);           \
     }                                                                                               \
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
-                            int nt, float *Y, int64_t ldy) {                                        \
+                            int nt, float *Y, int64_t ldy, void *scratch) {                         \
+        (void)scratch;                                                                              \
         switch (nt) {                                                                               \
         case 1: name##_rows_nt(n, W, wrs, nr, P, prs, 1, Y, ldy); break;                            \
         case 2: name##_rows_nt(n, W, wrs, nr, P, prs, 2, Y, ldy); break;                            \
@@ -290,7 +291,8 @@ INLINE void x32_prefetch_row(const char *p, size_t bytes) {
 }
 #define DEFINE_X32_ROWS(name, WT)                                                                   \
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
-                            int nt, float *Y, int64_t ldy) {                                        \
+                            int nt, float *Y, int64_t ldy, void *scratch) {                         \
+        (void)scratch;                                                                              \
         const char *w = W;                                                                          \
         for (int64_t r = 0; r < nr; r++) {                                                          \
             if (nt == 1 && r + X32_AHEAD < nr) x32_prefetch_row(w + (r + X32_AHEAD) * wrs, wrs);   \
@@ -805,28 +807,80 @@ static void q6_K_prep(int64_t n, const void *x, void *p) {
 INLINE __m512i ld512(const void *p) { return _mm512_loadu_si512(p); }
 
 
-INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+// Per call, the activation rows' per-super-block terms gathered token by token (kp_gather), so that
+// several tokens share one vector instruction where a token alone used a narrower one with the same
+// integer lanes and the same f32 scale (so the same bits): per super-block, int16 bs[8 tokens][NBS] (the
+// sub-block sums of the prepared row: q4_K NBS = 8, sums of 32; q6_K NBS = 16, sums of 16), then float
+// dy[8 tokens]; tokens past nt zero.
+//  q4_K: the min terms of 4 tokens in one 512-bit madd/convert/fma (128-bit lane group g: token g of
+//   the four), d * dy of 8 tokens in one multiply;
+//  q6_K: the offset terms -32 * sum(scale * bsum) of 2 tokens in one 512-bit madd, d * dy likewise.
+#define KG_BYTES(NBS) (8 * (NBS) * 2 + 8 * 4) // per super-block
+INLINE void kp_gather(int64_t nb, const char *P, size_t prs, int nt, int nbs, char *g) {
+    const int64_t gb = KG_BYTES(nbs);
+    for (int64_t b = 0; b < nb; b++) {
+        int16_t *bs = (int16_t *)(g + b * gb);
+        float *dy = (float *)(g + b * gb + 16 * nbs);
+        for (int t = 0; t < 8; t++) {
+            if (t < nt) {
+                memcpy(bs + nbs * t, P + t * prs + b * KP + 256, (size_t)nbs * 2);
+                memcpy(dy + t, P + t * prs + b * KP + 288, 4);
+            } else {
+                memset(bs + nbs * t, 0, (size_t)nbs * 2);
+                dy[t] = 0.0f;
+            }
+        }
+    }
+}
+#define KG4_BYTES KG_BYTES(8)
+#define KG6_BYTES KG_BYTES(16)
+#define q4_K_gather(nb, P, prs, nt, g) kp_gather(nb, P, prs, nt, 8, g)
+#define q6_K_gather(nb, P, prs, nt, g) kp_gather(nb, P, prs, nt, 16, g)
+
+INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t prs, int NT, const char *G, float *Y,
+                    int64_t ldy) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     // i16 scale patterns: lanes 0,1 take scale byte A, lanes 2,3 byte B (see packs below)
     const __m512i shA = _mm512_set_epi8(-1, 3, -1, 3, -1, 3, -1, 3, -1, 2, -1, 2, -1, 2, -1, 2, -1, 3, -1, 3, -1, 3, -1, 3, -1, 2, -1, 2, -1, 2, -1, 2,
                                         -1, 1, -1, 1, -1, 1, -1, 1, -1, 0, -1, 0, -1, 0, -1, 0, -1, 1, -1, 1, -1, 1, -1, 1, -1, 0, -1, 0, -1, 0, -1, 0);
     const __m512i shB = _mm512_add_epi8(shA, _mm512_set1_epi16(4));
-    __m512 acc[KP_NT];
-    __m128 macc[KP_NT];
-    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps(), macc[t] = _mm_setzero_ps();
+    const __m512i lo4 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i hi4 = _mm512_add_epi32(lo4, _mm512_set1_epi32(4));
+    const int NG = (NT + 3) / 4; // groups of 4 tokens for the min terms
+    __m512 acc[KP_NT], macc[2];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();
+    macc[0] = macc[1] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const kvt_block_q4_K *xb = x + b;
+        const char *gb = G + b * KG4_BYTES;
         uint8_t sc[8], mn[8];
         kvt_k_scales_unpack(xb->scales, sc, mn);
         uint64_t sc64, mn64;
         memcpy(&sc64, sc, 8), memcpy(&mn64, mn, 8);
         const __m512i scb = _mm512_broadcast_i32x4(_mm_cvtsi64_si128((long long)sc64));
         const __m512i s0 = _mm512_shuffle_epi8(scb, shA), s1 = _mm512_shuffle_epi8(scb, shB);
-        const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn64));
+        const __m512i m16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn64)));
         const __m512i q0 = ld512(xb->qs), q1 = ld512(xb->qs + 64);
         const __m512i w0 = _mm512_and_si512(q0, m4), w1 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
         const __m512i w2 = _mm512_and_si512(q1, m4), w3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
         const float d = _cvtsh_ss(xb->d), dmin = _cvtsh_ss(xb->dmin);
+        const __m256 dy8 = _mm256_loadu_ps((const float *)(gb + 128));
+        _Alignas(32) float dd[8];
+        if (NT == 1) { // decode: the one token's terms as scalars (fewer instructions than the vector form)
+            const float dy = ((const float *)(gb + 128))[0];
+            dd[0] = d * dy;
+            const __m128i mp = _mm_madd_epi16(_mm512_castsi512_si128(m16), _mm_loadu_si128((const __m128i *)gb));
+            macc[0] = _mm512_castps128_ps512(
+                _mm_fmadd_ps(_mm_cvtepi32_ps(mp), _mm_set1_ps(dmin * dy), _mm512_castps512_ps128(macc[0])));
+        } else {
+            _mm256_store_ps(dd, _mm256_mul_ps(_mm256_set1_ps(d), dy8));
+        }
+        const __m512 dy16 = _mm512_castps256_ps512(dy8), vdmin = _mm512_set1_ps(dmin);
+        if (NT > 1) UNROLL for (int g = 0; g < NG; g++) {
+            const __m512i mp = _mm512_madd_epi16(m16, ld512(gb + 64 * g));
+            const __m512 ms = _mm512_mul_ps(vdmin, _mm512_permutexvar_ps(g ? hi4 : lo4, dy16));
+            macc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mp), ms, macc[g]);
+        }
         UNROLL for (int t = 0; t < NT; t++) {
             const char *y = P + t * prs + b * KP;
             const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, ld512(y));
@@ -835,22 +889,20 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
             const __m512i p3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w3, ld512(y + 192));
             __m512i is = _mm512_madd_epi16(_mm512_packs_epi32(p0, p1), s0);
             is = _mm512_dpwssd_epi32(is, _mm512_packs_epi32(p2, p3), s1);
-            float dy;
-            memcpy(&dy, y + 288, 4);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * dy), acc[t]);
-            const __m128i mp = _mm_madd_epi16(m16, _mm_loadu_si128((const __m128i *)(y + 256)));
-            macc[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(mp), _mm_set1_ps(dmin * dy), macc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(dd[t]), acc[t]);
         }
     }
     UNROLL for (int t = 0; t < NT; t++) {
-        __m128 m = macc[t];
+        __m128 m = t & 2 ? (t & 1 ? _mm512_extractf32x4_ps(macc[t >> 2], 3) : _mm512_extractf32x4_ps(macc[t >> 2], 2))
+                         : (t & 1 ? _mm512_extractf32x4_ps(macc[t >> 2], 1) : _mm512_castps512_ps128(macc[t >> 2]));
         m = _mm_add_ps(m, _mm_movehl_ps(m, m));
         m = _mm_add_ss(m, _mm_movehdup_ps(m));
         Y[t * ldy] = _mm512_reduce_add_ps(acc[t]) - _mm_cvtss_f32(m);
     }
 }
 
-INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t prs, int NT, const char *G, float *Y,
+                    int64_t ldy) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
     const __m512i sh01 = _mm512_set_epi16(2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i sh23 = _mm512_add_epi16(sh01, _mm512_set1_epi16(4));
@@ -877,18 +929,25 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
             w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), h23);
         }
         const float d = _cvtsh_ss(xb->d);
+        const char *gb = G + b * KG6_BYTES;
+        _Alignas(32) float dd[8];
+        _mm256_store_ps(dd, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_loadu_ps((const float *)(gb + 256))));
+        const __m512i sc16x2 = _mm512_broadcast_i64x4(sc16);
+        __m512i neg[KP_NT / 2]; // -(offset << 5) of tokens 2k (low half) and 2k + 1 (high half)
+        UNROLL for (int k = 0; k < (NT + 1) / 2; k++) {
+            const __m512i off = _mm512_madd_epi16(sc16x2, ld512(gb + 64 * k));
+            neg[k] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(off, 5));
+        }
         UNROLL for (int t = 0; t < NT; t++) {
             const char *y = P + t * prs + b * KP;
-            const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(y + 256)));
-            __m512i is = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+            __m512i is = _mm512_zextsi256_si512(t & 1 ? _mm512_extracti64x4_epi64(neg[t >> 1], 1)
+                                                      : _mm512_castsi512_si256(neg[t >> 1]));
             UNROLL for (int h = 0; h < 2; h++) {
                 const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[2 * h], ld512(y + 128 * h));
                 const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[2 * h + 1], ld512(y + 128 * h + 64));
                 is = _mm512_dpwssd_epi32(is, _mm512_packs_epi32(p0, p1), h ? s1 : s0);
             }
-            float dy;
-            memcpy(&dy, y + 288, 4);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * dy), acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(dd[t]), acc[t]);
         }
     }
     UNROLL for (int t = 0; t < NT; t++) Y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
@@ -900,29 +959,34 @@ INLINE void prefetch_row(const char *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
 }
 
-#define DEFINE_KP_ROWS(name, BT)                                                                    \
+// rows: the gathered per-super-block terms of the call's tokens (name##_gather, GB bytes per super-block,
+// in the caller's scratch), then one weight row at a time against all of them.
+#define DEFINE_KP_ROWS(name, BT, GB)                                                                \
+    static int64_t name##_rows_scratch(int64_t n) { return (n / KVT_QK_K) * (GB); }                \
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
-                            int nt, float *Y, int64_t ldy) {                                        \
+                            int nt, float *Y, int64_t ldy, void *scratch) {                         \
         const int64_t nb = n / KVT_QK_K;                                                            \
+        const char *G = scratch;                                                                    \
+        name##_gather(nb, P, prs, nt, scratch);                                                     \
         for (int64_t r = 0; r < nr; r++) {                                                          \
             const BT *x = (const BT *)((const char *)W + r * (int64_t)wrs);                         \
-            if (r + 2 < nr) prefetch_row((const char *)W + (r + 2) * (int64_t)wrs, wrs);            \
+            if (nt == 1 && r + 2 < nr) prefetch_row((const char *)W + (r + 2) * (int64_t)wrs, wrs); \
             switch (nt) {                                                                           \
-            case 1: name##_row(nb, x, P, prs, 1, Y + r, ldy); break;                                \
-            case 2: name##_row(nb, x, P, prs, 2, Y + r, ldy); break;                                \
-            case 3: name##_row(nb, x, P, prs, 3, Y + r, ldy); break;                                \
-            case 4: name##_row(nb, x, P, prs, 4, Y + r, ldy); break;                                \
-            case 5: name##_row(nb, x, P, prs, 5, Y + r, ldy); break;                                \
-            case 6: name##_row(nb, x, P, prs, 6, Y + r, ldy); break;                                \
-            case 7: name##_row(nb, x, P, prs, 7, Y + r, ldy); break;                                \
-            default: name##_row(nb, x, P, prs, 8, Y + r, ldy); break;                               \
+            case 1: name##_row(nb, x, P, prs, 1, G, Y + r, ldy); break;                             \
+            case 2: name##_row(nb, x, P, prs, 2, G, Y + r, ldy); break;                             \
+            case 3: name##_row(nb, x, P, prs, 3, G, Y + r, ldy); break;                             \
+            case 4: name##_row(nb, x, P, prs, 4, G, Y + r, ldy); break;                             \
+            case 5: name##_row(nb, x, P, prs, 5, G, Y + r, ldy); break;                             \
+            case 6: name##_row(nb, x, P, prs, 6, G, Y + r, ldy); break;                             \
+            case 7: name##_row(nb, x, P, prs, 7, G, Y + r, ldy); break;                             \
+            default: name##_row(nb, x, P, prs, 8, G, Y + r, ldy); break;                            \
             }                                                                                       \
         }                                                                                           \
     }
 #define q4_K_row q4k_row
 #define q6_K_row q6k_row
-DEFINE_KP_ROWS(q4_K, kvt_block_q4_K)
-DEFINE_KP_ROWS(q6_K, kvt_block_q6_K)
+DEFINE_KP_ROWS(q4_K, kvt_block_q4_K, KG4_BYTES)
+DEFINE_KP_ROWS(q6_K, kvt_block_q6_K, KG6_BYTES)
 
 #if KVT_MM_AVX512_GEMM
 static int64_t kq_scratch(int64_t n, int64_t n_tok) { return (n / KVT_QK_K) * (PSB + 64 * n_tok); }
@@ -956,8 +1020,10 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows, .nt_max = X32_NT},
     [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm), .nt_max = X32_NT},
     [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows, .nt_max = X32_NT},
-    [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows MM_GEMM512(, 12, kq_scratch, q4_K_gemm), .nt_max = KP_NT},
-    [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows MM_GEMM512(, 12, kq_scratch, q6_K_gemm), .nt_max = KP_NT},
+    [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows MM_GEMM512(, 12, kq_scratch, q4_K_gemm), .nt_max = KP_NT,
+                       .rows_scratch = q4_K_rows_scratch},
+    [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows MM_GEMM512(, 12, kq_scratch, q6_K_gemm), .nt_max = KP_NT,
+                       .rows_scratch = q6_K_rows_scratch},
 #else
     [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows, G2(f32)},
     [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows, G2(f16)},
