@@ -426,14 +426,39 @@ INLINE int hsum4_epi32(__m128i p) {
     return _mm_cvtsi128_si32(p);
 }
 
+// dy of the tile's T tokens as one vector (lane t: token t; lanes past T zero).
+INLINE __m256 k_dy8(const char *X, size_t xrs, int T) {
+    float dy[8] = {0};
+    UNROLL for (int t = 0; t < T; t++) dy[t] = ((const kvt_block_q8_K *)(X + t * xrs))->d;
+    return _mm256_loadu_ps(dy);
+}
+
+// The exact integer min dots sum_j m[j] * bsum_j of T <= 8 tokens at once (lane t: token t; lanes past T
+// zero): token pairs (k, k + 4) share a 256-bit madd, three hadds reduce each token's four lanes.
+INLINE __m256i k_min_dot8(__m128i mins16, const char *P, size_t ps, int64_t ib, int T) {
+    const __m256i mv = _mm256_broadcastsi128_si256(mins16);
+    __m256i p[4];
+    UNROLL for (int k = 0; k < 4; k++) {
+        const __m128i lo = k < T ? _mm_loadu_si128((const __m128i *)(P + k * ps + ib * KA)) : _mm_setzero_si128();
+        const __m128i hi = k + 4 < T ? _mm_loadu_si128((const __m128i *)(P + (k + 4) * ps + ib * KA)) : _mm_setzero_si128();
+        p[k] = _mm256_madd_epi16(mv, _mm256_set_m128i(hi, lo));
+    }
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+}
+
+// Per token, the same operations as quant_avx2.c's q4_K/q5_K body alone: acc = fma(float(isum), d * dy,
+// acc) and macc = macc + (dmin * dy) * float(min dot), the latter for all T tokens in one vector (lane t
+// holds token t's scalar macc: the same product, rounding and sum order).
 INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
     const size_t bsz = HB ? sizeof(kvt_block_q5_K) : sizeof(kvt_block_q4_K);
     const size_t qs_off = HB ? offsetof(kvt_block_q5_K, qs) : offsetof(kvt_block_q4_K, qs);
     const int64_t nb = n / KVT_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[RMAX][TMAX];
-    float macc[RMAX][TMAX];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps(), macc[r][t] = 0;
+    __m256 acc[RMAX][TMAX], macc[RMAX];
+    UNROLL for (int r = 0; r < R; r++) {
+        macc[r] = _mm256_setzero_ps();
+        UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    }
     for (int64_t ib = 0; ib < nb; ib++) {
         const kvt_block_q8_K *y[TMAX];
         UNROLL for (int t = 0; t < T; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + ib;
@@ -465,6 +490,7 @@ INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
                 isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_add_epi32(_mm256_madd_epi16(p0, s0[r]), _mm256_madd_epi16(p1, s1[r])));
             }
         }
+        const __m256 dy8 = k_dy8((const char *)y[0], xrs, T);
         UNROLL for (int r = 0; r < R; r++) {
             const uint8_t *sc = (const uint8_t *)(S + r * ss + ib * KS);
             float d, dmin;
@@ -472,14 +498,19 @@ INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
             uint64_t m64;
             memcpy(&m64, sc + 8, 8);
             const __m128i mv = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m64));
-            UNROLL for (int t = 0; t < T; t++) {
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d * y[t]->d), acc[r][t]);
-                const __m128i bs = _mm_loadu_si128((const __m128i *)(P + t * ps + ib * KA));
-                macc[r][t] += dmin * y[t]->d * (float)hsum4_epi32(_mm_madd_epi16(mv, bs));
-            }
+            _Alignas(32) float dd[8];
+            _mm256_store_ps(dd, _mm256_mul_ps(_mm256_set1_ps(d), dy8));
+            UNROLL for (int t = 0; t < T; t++)
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_broadcast_ss(dd + t), acc[r][t]);
+            const __m256 md = _mm256_mul_ps(_mm256_set1_ps(dmin), dy8);
+            macc[r] = _mm256_add_ps(macc[r], _mm256_mul_ps(md, _mm256_cvtepi32_ps(k_min_dot8(mv, P, ps, ib, T))));
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) - macc[r][t];
+    UNROLL for (int r = 0; r < R; r++) {
+        _Alignas(32) float m[8];
+        _mm256_store_ps(m, macc[r]);
+        UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) - m[t];
+    }
 }
 
 INLINE void q6_K_tile(TILE_ARGS, int R, int T) {
