@@ -284,9 +284,10 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
 #define X32_CASES_5_8(WT)
 #endif
 // Decode streams each weight row once from DRAM: its cache lines are asked for X32_AHEAD rows ahead, as the
-// hardware prefetcher stops at 4 KiB page boundaries.
+// hardware prefetcher stops at 4 KiB page boundaries and mmap'd weights live in 4 KiB page-cache pages
+// (the K-quant rows kernels likewise; TinyLlama Q4_K_M decode +6% when they got it).
 #define X32_AHEAD 2
-INLINE void x32_prefetch_row(const char *p, size_t bytes) {
+INLINE void prefetch_row(const char *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
 }
 #define DEFINE_X32_ROWS(name, WT)                                                                   \
@@ -295,7 +296,7 @@ INLINE void x32_prefetch_row(const char *p, size_t bytes) {
         (void)scratch;                                                                              \
         const char *w = W;                                                                          \
         for (int64_t r = 0; r < nr; r++) {                                                          \
-            if (nt == 1 && r + X32_AHEAD < nr) x32_prefetch_row(w + (r + X32_AHEAD) * wrs, wrs);   \
+            if (nt == 1 && r + X32_AHEAD < nr) prefetch_row(w + (r + X32_AHEAD) * wrs, wrs);   \
             switch (nt) {                                                                           \
             case 1: x32_row(n, w + r * wrs, P, prs, 1, Y + r, ldy, WT); break;                      \
             case 2: x32_row(n, w + r * wrs, P, prs, 2, Y + r, ldy, WT); break;                      \
@@ -953,12 +954,6 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
     UNROLL for (int t = 0; t < NT; t++) Y[t * ldy] = _mm512_reduce_add_ps(acc[t]);
 }
 
-// All cache lines of a weight row, two rows ahead: the hardware prefetcher stops at 4 KiB pages,
-// and mmap'd weights live in 4 KiB page-cache pages (TinyLlama Q4_K_M decode +6% here).
-INLINE void prefetch_row(const char *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-}
-
 // rows: the gathered per-super-block terms of the call's tokens (name##_gather, GB bytes per super-block,
 // in the caller's scratch), then one weight row at a time against all of them.
 #define DEFINE_KP_ROWS(name, BT, GB)                                                                \
@@ -970,7 +965,7 @@ INLINE void prefetch_row(const char *p, size_t bytes) {
         name##_gather(nb, P, prs, nt, scratch);                                                     \
         for (int64_t r = 0; r < nr; r++) {                                                          \
             const BT *x = (const BT *)((const char *)W + r * (int64_t)wrs);                         \
-            if (nt == 1 && r + 2 < nr) prefetch_row((const char *)W + (r + 2) * (int64_t)wrs, wrs); \
+            if (nt == 1 && r + X32_AHEAD < nr) prefetch_row((const char *)W + (r + X32_AHEAD) * (int64_t)wrs, wrs); \
             switch (nt) {                                                                           \
             case 1: name##_row(nb, x, P, prs, 1, G, Y + r, ldy); break;                             \
             case 2: name##_row(nb, x, P, prs, 2, G, Y + r, ldy); break;                             \
