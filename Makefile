@@ -87,9 +87,9 @@ NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=s
 .PHONY: all test run asan tsan fuzz cuda-check clean model model-gemma3 bench-peer test-vocab quant test-quant
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
-$(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
+$(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h src/kernels/dtype.h
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++17 -O2 $(NVCC_ARCH) -shared -Xcompiler -fPIC,-Wall -o $@ $(CU_SRC) -lcublas
+	$(NVCC) -std=c++17 -O2 $(NVCC_ARCH) -shared -Xcompiler -fPIC,-Wall,-fvisibility=hidden -o $@ $(CU_SRC) -lcublas
 
 # SIMD_CFLAGS: flags of the SIMD kernel files (make fuzz builds them without sanitizers: clang takes
 # many minutes to instrument them, and the asan run covers them)
