@@ -28,6 +28,8 @@ extern "C" {
 
 #define KVT_CUDA_ABI_VERSION 1
 #define KVT_CUDA_API_SYMBOL "kvt_cuda_get_api"
+// File name of the library (build/ beside the kvtier binaries)
+#define KVT_CUDA_LIB_FILE "libkvtier-cuda.so"
 
 // Status codes of every entry.
 enum {
@@ -158,8 +160,9 @@ typedef struct {
     // ---- matrix x activations ----
     // y[t, r] = sum_k W[r, k] * x[t, k] for t < n_tok, r < n_rows.
     // W: device, n_rows rows of n_cols elements of `type` (one of the weight types above but F32),
-    //    each row kvt_row_size(type, n_cols) bytes, consecutive; n_cols a multiple of the type's block.
-    // x: device [n_tok, n_cols] f32; y: device [n_tok, n_rows] f32.
+    //    each row kvt_row_size(type, n_cols) bytes, consecutive; n_cols a multiple of the type's block
+    //    and of 8 (KVT_CUDA_ERR_ARG otherwise).
+    // x: device [n_tok, n_cols] f32, 16-byte aligned; y: device [n_tok, n_rows] f32 (not overlapping x).
     // mul_mat_vec: 1 <= n_tok <= KVT_CUDA_MMV_MAX_ROWS; one warp per weight row decodes each weight
     //   element once for all n_tok rows; activations are used as f32 (not quantized).
     int (*mul_mat_vec)(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols,
