@@ -211,10 +211,15 @@ prefix-store-bench: $(BUILD)/prefix_store_bench
 $(BUILD)/prefix_store_bench: tools/bench/prefix_store_bench.c $(BUILD)/libkvtier.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+# cuda-check also runs the kernels' block decoders on the CPU against quant.c (tests/cuda_host_check.cu)
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
 	  for f in $(CU_SRC); do echo "nvcc -c $$f"; nvcc -std=c++17 -c $$f -o /tmp/kvt_cuda_check.o || exit 1; done; \
+	  $(MAKE) --no-print-directory $(BUILD)/cuda-host-check && ./$(BUILD)/cuda-host-check; \
 	else echo "cuda-check: nvcc or CUDA sources absent, nothing to compile"; fi
+
+$(BUILD)/cuda-host-check: tests/cuda_host_check.cu $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h $(BUILD)/libkvtier.a
+	$(NVCC) -std=c++17 -O2 -Xcompiler -Wall -o $@ $< $(BUILD)/libkvtier.a -lm -ldl -lpthread
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -7,7 +7,8 @@
 //   bytes  bytes per block
 //   get8(blk, j0, v): v[0..8) = elements j0..j0+7 of the block at blk, as f32; for QK >= 8, j0 is a
 //          multiple of 8 inside the block; for float types blk points at element j0 itself.
-// Within any 8-element group the scale (and min) is one, so get8 decodes it once.
+// Within any 8-element group the scale (and min) is one, so get8 decodes it once. The decoders are
+// host and device functions: tests/cuda_host_check.cu runs them on the CPU against quant.c's to_float.
 // Blocks are only 2-byte aligned in GGUF data (18, 34, 210 bytes ...): fields are read bytewise or
 // as 16-bit halves, never as wider words.
 #ifndef KVT_CUDA_BLOCKS_CUH
@@ -17,76 +18,77 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "../kernels/quant.h"
 #include "kvt_cuda.h"
 
-__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__host__ __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__host__ __device__ __forceinline__ float bf2f(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 template <int T> struct W;
 
 template <> struct W<KVT_CUDA_F32> {
     static constexpr int QK = 1, bytes = 4;
-    __device__ static void get8(const uint8_t *p, int, float v[8]) {
+    KVT_HOST_DEVICE static void get8(const uint8_t *p, int, float v[8]) {
         const float *f = (const float *)p; // f32 rows are 4-byte aligned
-#pragma unroll
         for (int i = 0; i < 8; i++) v[i] = f[i];
     }
 };
 template <> struct W<KVT_CUDA_F16> {
     static constexpr int QK = 1, bytes = 2;
-    __device__ static void get8(const uint8_t *p, int, float v[8]) {
+    KVT_HOST_DEVICE static void get8(const uint8_t *p, int, float v[8]) {
         const uint16_t *h = (const uint16_t *)p;
-#pragma unroll
         for (int i = 0; i < 8; i++) v[i] = h2f(h[i]);
     }
 };
 template <> struct W<KVT_CUDA_BF16> {
     static constexpr int QK = 1, bytes = 2;
-    __device__ static void get8(const uint8_t *p, int, float v[8]) {
+    KVT_HOST_DEVICE static void get8(const uint8_t *p, int, float v[8]) {
         const uint16_t *h = (const uint16_t *)p;
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = __uint_as_float((uint32_t)h[i] << 16);
+        for (int i = 0; i < 8; i++) v[i] = bf2f(h[i]);
     }
 };
 // x = d * (q - 8); element j < 16 in the low nibble of qs[j], j >= 16 in the high nibble of qs[j - 16]
 template <> struct W<KVT_CUDA_Q4_0> {
     static constexpr int QK = KVT_QK, bytes = sizeof(kvt_block_q4_0);
-    __device__ static void get8(const uint8_t *p, int j0, float v[8]) {
+    KVT_HOST_DEVICE static void get8(const uint8_t *p, int j0, float v[8]) {
         const kvt_block_q4_0 *b = (const kvt_block_q4_0 *)p;
         const float d = h2f(b->d);
         const int shift = j0 < 16 ? 0 : 4;
         const uint8_t *q = b->qs + (j0 & 15);
-#pragma unroll
         for (int i = 0; i < 8; i++) v[i] = d * (float)(((q[i] >> shift) & 0xF) - 8);
     }
 };
 // x = d * q + m
 template <> struct W<KVT_CUDA_Q4_1> {
     static constexpr int QK = KVT_QK, bytes = sizeof(kvt_block_q4_1);
-    __device__ static void get8(const uint8_t *p, int j0, float v[8]) {
+    KVT_HOST_DEVICE static void get8(const uint8_t *p, int j0, float v[8]) {
         const kvt_block_q4_1 *b = (const kvt_block_q4_1 *)p;
         const float d = h2f(b->d), m = h2f(b->m);
         const int shift = j0 < 16 ? 0 : 4;
         const uint8_t *q = b->qs + (j0 & 15);
-#pragma unroll
         for (int i = 0; i < 8; i++) v[i] = d * (float)((q[i] >> shift) & 0xF) + m;
     }
 };
 template <> struct W<KVT_CUDA_Q8_0> {
     static constexpr int QK = KVT_QK, bytes = sizeof(kvt_block_q8_0);
-    __device__ static void get8(const uint8_t *p, int j0, float v[8]) {
+    KVT_HOST_DEVICE static void get8(const uint8_t *p, int j0, float v[8]) {
         const kvt_block_q8_0 *b = (const kvt_block_q8_0 *)p;
         const float d = h2f(b->d);
-#pragma unroll
         for (int i = 0; i < 8; i++) v[i] = d * (float)b->qs[j0 + i];
     }
 };
 // q4_K / q5_K: sub-block s = j0 / 32 has scale sc and min m; x = d * sc * q - dmin * m, q's low 4 bits
 // in qs[32 * (s / 2) + l] (nibble s & 1), q5_K's fifth bit is bit s of qh[l]
 template <int T> struct WK45 {
-    __device__ static void get8(const uint8_t *p, int j0, float v[8]) {
+    KVT_HOST_DEVICE static void get8(const uint8_t *p, int j0, float v[8]) {
         typedef typename std::conditional<T == KVT_CUDA_Q4_K, kvt_block_q4_K, kvt_block_q5_K>::type B;
         const B *b = (const B *)p;
         const int s = j0 / 32, l0 = j0 % 32, shift = 4 * (s & 1);
@@ -94,7 +96,6 @@ template <int T> struct WK45 {
         kvt_k_scale_min(s, b->scales, &sc, &m);
         const float ds = h2f(b->d) * sc, dm = h2f(b->dmin) * m;
         const uint8_t *q = b->qs + 32 * (s / 2) + l0;
-#pragma unroll
         for (int i = 0; i < 8; i++) {
             int x = (q[i] >> shift) & 0xF;
             if constexpr (T == KVT_CUDA_Q5_K) x |= ((((const kvt_block_q5_K *)p)->qh[l0 + i] >> s) & 1) << 4;
@@ -112,13 +113,12 @@ template <> struct W<KVT_CUDA_Q5_K> : WK45<KVT_CUDA_Q5_K> {
 // (qh[32h + l] >> 2k) & 3; x = d * scales[e / 16] * (q - 32)
 template <> struct W<KVT_CUDA_Q6_K> {
     static constexpr int QK = KVT_QK_K, bytes = sizeof(kvt_block_q6_K);
-    __device__ static void get8(const uint8_t *p, int j0, float v[8]) {
+    KVT_HOST_DEVICE static void get8(const uint8_t *p, int j0, float v[8]) {
         const kvt_block_q6_K *b = (const kvt_block_q6_K *)p;
         const int h = j0 / 128, k = (j0 % 128) / 32, l0 = j0 % 32;
         const float ds = h2f(b->d) * (float)b->scales[j0 / 16];
         const uint8_t *ql = b->ql + 64 * h + 32 * (k & 1) + l0, *qh = b->qh + 32 * h + l0;
         const int shift = k < 2 ? 0 : 4;
-#pragma unroll
         for (int i = 0; i < 8; i++) {
             const int q = ((ql[i] >> shift) & 0xF) | (((qh[i] >> (2 * k)) & 3) << 4);
             v[i] = ds * (float)(q - 32);
@@ -127,7 +127,7 @@ template <> struct W<KVT_CUDA_Q6_K> {
 };
 
 // Decodes the 8-element group g (elements 8g..8g+7) of a row starting at `row`.
-template <int T> __device__ __forceinline__ void row_get8(const uint8_t *row, int64_t g, float v[8]) {
+template <int T> __host__ __device__ __forceinline__ void row_get8(const uint8_t *row, int64_t g, float v[8]) {
     constexpr int QK = W<T>::QK;
     if constexpr (QK == 1) {
         W<T>::get8(row + 8 * g * W<T>::bytes, 0, v);
