@@ -9,7 +9,8 @@
 #   make tsan     the test suite under ThreadSanitizer (quick sizes; pool, paged KV store, beam schedules)
 #   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader, the OpenAI request parser and the prefix-store entry parser
 #   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
-#   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
+#   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present, and check the kernels' block
+#                    decoders on the CPU (build/cuda-host-check)
 
 CC      ?= gcc
 BUILD   ?= build

@@ -11,7 +11,7 @@ constexpr int kNormThreads = 256;
 
 // One thread block per row: sum of squares in double (as kvt_rmsnorm_f32), then y = x * scale * w.
 __global__ void __launch_bounds__(kNormThreads)
-    rmsnorm_kernel(const float *__restrict__ x, const float *__restrict__ w, float *y, int64_t n, float eps) {
+    rmsnorm_kernel(const float *x, const float *__restrict__ w, float *y, int64_t n, float eps) {
     const float *xr = x + blockIdx.x * n;
     float *yr = y + blockIdx.x * n;
     double sum = 0.0;
