@@ -212,15 +212,35 @@ prefix-store-bench: $(BUILD)/prefix_store_bench
 $(BUILD)/prefix_store_bench: tools/bench/prefix_store_bench.c $(BUILD)/libkvtier.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
-# cuda-check also runs the kernels' block decoders on the CPU against quant.c (tests/cuda_host_check.cu)
+# cuda-check also runs the kernels' block decoders on the CPU against quant.c (tests/cuda/cuda_host_check.cu),
+# and the suite `cuda` over a CPU emulation of the backend table (tests/cuda/cuda_fake.c), which checks the
+# suite's own buffers and block tables (not the CUDA kernels) on machines without a GPU
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
 	  for f in $(CU_SRC); do echo "nvcc -c $$f"; nvcc -std=c++17 -c $$f -o /tmp/kvt_cuda_check.o || exit 1; done; \
-	  $(MAKE) --no-print-directory $(BUILD)/cuda-host-check && ./$(BUILD)/cuda-host-check; \
+	  $(MAKE) --no-print-directory $(BUILD)/cuda-host-check && ./$(BUILD)/cuda-host-check || exit 1; \
 	else echo "cuda-check: nvcc or CUDA sources absent, nothing to compile"; fi
+	$(MAKE) --no-print-directory $(BUILD)/kvtier-tests $(BUILD)/libkvtier-cuda-fake.so
+	KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so KVT_CUDA_NO_BENCH=1 ./$(BUILD)/kvtier-tests cuda
 
-$(BUILD)/cuda-host-check: tests/cuda_host_check.cu $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h $(BUILD)/libkvtier.a
+$(BUILD)/cuda-host-check: tests/cuda/cuda_host_check.cu $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h $(BUILD)/libkvtier.a
 	$(NVCC) -std=c++17 -O2 -Xcompiler -Wall -o $@ $< $(BUILD)/libkvtier.a -lm -ldl -lpthread
+
+# the CPU emulation of the backend table, with the kernels' CPU references compiled position-independent
+FAKE_SRC := tests/cuda/cuda_fake.c src/kernels/quant.c src/kernels/quant_avx2.c src/kernels/quant_avx512.c \
+            src/kernels/vec.c src/kernels/dtype.c
+FAKE_OBJ := $(FAKE_SRC:%.c=$(BUILD)/pic/%.o)
+$(BUILD)/pic/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(AVX2_FLAGS) -fPIC -c $< -o $@
+$(BUILD)/pic/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(AVX512_FLAGS) -fPIC -c $< -o $@
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -fPIC -c $< -o $@
+$(BUILD)/libkvtier-cuda-fake.so: $(FAKE_OBJ)
+	$(CC) -shared -o $@ $^ -lm
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
@@ -248,4 +268,4 @@ $(HIREDIS_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.hiredis-* && touch $@
 $(BUILD)/src/kv/prefix_store_redis.o $(BUILD)/tests/test_prefix_store_redis.o: $(HIREDIS_STAMP)
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(FAKE_OBJ:.o=.d)

@@ -8,10 +8,10 @@
 #include <vector>
 
 extern "C" {
-#include "../src/kernels/dtype.h"
-#include "../src/kernels/quant.h"
+#include "../../src/kernels/dtype.h"
+#include "../../src/kernels/quant.h"
 }
-#include "../src/cuda/cuda_blocks.cuh"
+#include "../../src/cuda/cuda_blocks.cuh"
 
 namespace {
 
