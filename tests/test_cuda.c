@@ -389,110 +389,203 @@ static void case_argmax(gpu *g) {
 
 // ---------------------------------------------------------------- attention
 
-// The repo's attention (kvt_attention over a contiguous f16 cache) of one query at position len - 1.
-static kvt_status attn_ref(int n_head, int n_kv, int dim, int block_len, int64_t len, const float *k, const float *v,
-                           const float *q, float *out, kvt_err *err) {
-    const kvt_kv_params kp = {KVT_TYPE_F16, 1, n_kv, dim, dim, len, block_len, 0};
-    const kvt_attn_params ap = {n_head, 1.0f / sqrtf((float)dim), 0, 0};
+enum { NH = 8, NKV = 2 }; // query heads over KV heads (GQA)
+
+// The repo's attention (kvt_attention over a contiguous f16 cache of len positions) of n query tokens at
+// positions pos0 .. pos0 + n - 1. k, v: [len, NKV * dim]; q, out: [n, NH * dim].
+static kvt_status attn_ref(int dim, int block_len, int64_t len, const float *k, const float *v, const float *q, int64_t pos0,
+                           int64_t n, float *out, kvt_err *err) {
+    const kvt_kv_params kp = {KVT_TYPE_F16, 1, NKV, dim, dim, len, block_len, 0};
+    const kvt_attn_params ap = {NH, 1.0f / sqrtf((float)dim), 0, 0};
     kvt_kv *kv = NULL;
     kvt_threadpool *pool = NULL;
     void *scratch = NULL, *ws = NULL;
     kvt_status st = kvt_kv_contig_init(&kp, &kv, err);
     if (!st) st = kvt_threadpool_init(1, &pool, err);
     if (!st) st = kv->ops->append(kv, 0, 0, 0, len, k, v, err);
-    if (!st && (!(scratch = malloc((size_t)kvt_attn_scratch_bytes(kv, n_head, 0))) ||
-                !(ws = malloc((size_t)kvt_attn_workspace_bytes(kv, n_head, 1)))))
+    if (!st && (!(scratch = malloc((size_t)kvt_attn_scratch_bytes(kv, NH, 0))) ||
+                !(ws = malloc((size_t)kvt_attn_workspace_bytes(kv, NH, 1)))))
         st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
-    if (!st) st = kvt_attention(kv, 0, 0, &ap, q, len - 1, 1, out, pool, &scratch, ws, err);
+    if (!st) st = kvt_attention(kv, 0, 0, &ap, q, pos0, n, out, pool, &scratch, ws, err);
     free(scratch), free(ws);
     kvt_threadpool_free(pool);
     kvt_kv_free(kv);
     return st;
 }
 
-// Paged decode attention: 7 sequences of 1, 2, 8, 9, 64, 512 and 100 positions in one call, 8 query heads
-// over 2 KV heads (GQA), head_dim 64 with 16-position blocks and 128 with 48-position blocks (not a
-// divisor of the 64-position chunk; partial last blocks whose unused rows hold NaN, so a read past a
-// sequence's end shows). The blocks lie in one pool in shuffled order. pinned: the pool travels from
-// pinned host memory on the COPY stream and the attention waits on an event, not on the host.
-static void case_attention(gpu *g, bool pinned) {
-    char name[128];
-    snprintf(name, sizeof name, "cuda attn_decode (GQA 8/2, partial blocks, 7 seqs of 1..512)%s",
+// KV blocks of several sequences in one device pool: K blocks then V blocks of [BL, NKV, D] f16, laid
+// out in shuffled slots, the unused rows of partial blocks NaN (a read past a sequence's end shows), and
+// the block tables [n_seq, max_blocks] of device pointers into the pool.
+typedef struct {
+    int D, BL, n_blocks, max_blocks;
+    size_t blk, bytes;          // halves per block; bytes of the pool
+    uint16_t *host;             // pinned (pinned) or malloc'ed
+    void *dev;
+    const void **ktab, **vtab;  // host copies of the tables
+    bool pinned;
+} kv_pool;
+
+static bool pool_init(gpu *g, kv_pool *p, int n_seq, const int *lens, int D, int BL, bool pinned) {
+    memset(p, 0, sizeof *p);
+    p->D = D, p->BL = BL, p->pinned = pinned;
+    int max_len = 0;
+    for (int s = 0; s < n_seq; s++) p->n_blocks += (lens[s] + BL - 1) / BL, max_len = lens[s] > max_len ? lens[s] : max_len;
+    p->max_blocks = (max_len + BL - 1) / BL;
+    p->blk = (size_t)BL * NKV * D;
+    p->bytes = 2 * (size_t)p->n_blocks * p->blk * sizeof(uint16_t);
+    if (pinned) cu_ok(g, g->api->host_malloc(g->ctx, p->bytes, (void **)&p->host), "host_malloc");
+    else p->host = malloc(p->bytes);
+    p->ktab = calloc((size_t)n_seq * p->max_blocks, sizeof *p->ktab);
+    p->vtab = calloc((size_t)n_seq * p->max_blocks, sizeof *p->vtab);
+    p->dev = dalloc(g, p->bytes);
+    if (p->host && p->ktab && p->vtab && p->dev) {
+        for (size_t i = 0; i < p->bytes / 2; i++) p->host[i] = 0x7e00; // f16 NaN
+        return true;
+    }
+    if (!g->err[0]) snprintf(g->err, sizeof g->err, "out of memory");
+    return false;
+}
+
+static void pool_free(gpu *g, kv_pool *p) {
+    if (p->pinned) g->api->host_free(g->ctx, p->host);
+    else free(p->host);
+    free(p->ktab), free(p->vtab);
+}
+
+// Stores sequence s's rows (k, v: [len, NKV * D] f32) in blocks whose slots come from slot[*next ..).
+static void pool_put(kv_pool *p, int s, int len, const float *k, const float *v, const int *slot, int *next) {
+    const int64_t row = (int64_t)NKV * p->D;
+    for (int b = 0; b < (len + p->BL - 1) / p->BL; b++, (*next)++) {
+        const size_t ko = (size_t)slot[*next] * p->blk, vo = ((size_t)p->n_blocks + slot[*next]) * p->blk;
+        for (int64_t i = (int64_t)b * p->BL * row; i < (int64_t)len * row && i < (int64_t)(b + 1) * p->BL * row; i++) {
+            p->host[ko + i - (int64_t)b * p->BL * row] = kvt_f32_to_f16(k[i]);
+            p->host[vo + i - (int64_t)b * p->BL * row] = kvt_f32_to_f16(v[i]);
+        }
+        p->ktab[s * p->max_blocks + b] = (const uint16_t *)p->dev + ko;
+        p->vtab[s * p->max_blocks + b] = (const uint16_t *)p->dev + vo;
+    }
+}
+
+// A shuffled permutation of [0, n) (malloc'ed).
+static int *shuffled(gpu *g, int n) {
+    int *slot = malloc((size_t)(n > 0 ? n : 1) * sizeof *slot);
+    for (int b = 0; slot && b < n; b++) slot[b] = b;
+    for (int b = n - 1; slot && b > 0; b--) {
+        const int j = (int)((g->rng = g->rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (b + 1), t = slot[b];
+        slot[b] = slot[j], slot[j] = t;
+    }
+    return slot;
+}
+
+// Uploads the pool: pinned, from pinned host on the COPY stream with COMPUTE waiting on an event (no
+// host synchronization); else on COMPUTE. Then uploads the tables.
+static bool pool_upload(gpu *g, kv_pool *p, int n_seq, void **dk, void **dv) {
+    kvt_cuda_event *ev = NULL;
+    bool ok;
+    if (p->pinned) {
+        ok = cu_ok(g, g->api->event_create(g->ctx, &ev), "event_create") &&
+             cu_ok(g, g->api->copy_h2d(g->ctx, p->dev, p->host, p->bytes, KVT_CUDA_STREAM_COPY), "copy_h2d (copy stream)") &&
+             cu_ok(g, g->api->event_record(g->ctx, ev, KVT_CUDA_STREAM_COPY), "event_record") &&
+             cu_ok(g, g->api->stream_wait(g->ctx, KVT_CUDA_STREAM_COMPUTE, ev), "stream_wait");
+    } else {
+        ok = cu_ok(g, g->api->copy_h2d(g->ctx, p->dev, p->host, p->bytes, KVT_CUDA_STREAM_COMPUTE), "copy_h2d");
+    }
+    if (ev) g->api->event_free(g->ctx, ev); // freed once recorded work completes (CUDA's event semantics)
+    *dk = dput(g, p->ktab, (size_t)n_seq * p->max_blocks * sizeof(void *));
+    *dv = dput(g, p->vtab, (size_t)n_seq * p->max_blocks * sizeof(void *));
+    return ok && *dk && *dv;
+}
+
+static const int k_attn_cfg[2][2] = {{64, 16}, {128, 48}}; // head_dim, block_len (48: not a divisor of the chunk)
+
+// Decode: 7 sequences of 1, 2, 8, 9, 64, 512 and 100 positions, one query row each, in one call; the
+// blocks shuffled in one pool. pinned: the pool travels from pinned host memory on the COPY stream.
+static void case_attn_decode(gpu *g, bool pinned) {
+    char name[160];
+    snprintf(name, sizeof name, "cuda attn_paged decode (GQA 8/2, partial blocks, 7 seqs of 1..512 in one call)%s",
              pinned ? ", blocks from pinned host on the copy stream" : "");
     if (!case_begin(g, name)) return;
-    enum { NSEQ = 7, NH = 8, NKV = 2 };
+    enum { NSEQ = 7 };
     static const int lens[NSEQ] = {1, 2, 8, 9, 64, 512, 100};
-    static const int cfg[2][2] = {{64, 16}, {128, 48}}; // head_dim, block_len
     double worst = 0;
     for (int c = 0; c < 2 && !g->err[0]; c++) {
-        const int D = cfg[c][0], BL = cfg[c][1], max_blocks = (512 + BL - 1) / BL;
-        const size_t row = (size_t)NKV * D, blk = (size_t)BL * row; // halves per position, per block
-        int n_blocks = 0, max_len = 0;
-        for (int s = 0; s < NSEQ; s++) n_blocks += (lens[s] + BL - 1) / BL, max_len = lens[s] > max_len ? lens[s] : max_len;
-        uint16_t *pool = NULL;
-        const size_t pool_bytes = 2 * (size_t)n_blocks * blk * sizeof(uint16_t); // K blocks, then V blocks
-        if (pinned) cu_ok(g, g->api->host_malloc(g->ctx, pool_bytes, (void **)&pool), "host_malloc");
-        else pool = malloc(pool_bytes);
+        const int D = k_attn_cfg[c][0], BL = k_attn_cfg[c][1];
+        kv_pool p;
         float *q = frand_array(g, NSEQ * NH * D), *ref = malloc(NSEQ * NH * D * sizeof *ref), *got = malloc(NSEQ * NH * D * sizeof *got);
-        int *slot = malloc((size_t)n_blocks * sizeof *slot);
-        const void **ktab = calloc((size_t)NSEQ * max_blocks, sizeof *ktab), **vtab = calloc((size_t)NSEQ * max_blocks, sizeof *vtab);
-        uint16_t *dpool = dalloc(g, pool_bytes);
-        if (!pool || !q || !ref || !got || !slot || !ktab || !vtab || !dpool) {
-            if (!g->err[0]) snprintf(g->err, sizeof g->err, "out of memory");
-        } else {
-            for (size_t i = 0; i < pool_bytes / 2; i++) pool[i] = 0x7e00; // f16 NaN in every unused row
-            for (int b = 0; b < n_blocks; b++) slot[b] = b;
-            for (int b = n_blocks - 1; b > 0; b--) { // shuffle
-                const int j = (int)((g->rng = g->rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (b + 1), t = slot[b];
-                slot[b] = slot[j], slot[j] = t;
-            }
-            int next = 0;
-            int32_t seq_len[NSEQ];
+        int32_t seq_len[NSEQ];
+        int *slot = NULL, next = 0;
+        if (pool_init(g, &p, NSEQ, lens, D, BL, pinned) && q && ref && got && (slot = shuffled(g, p.n_blocks))) {
             for (int s = 0; s < NSEQ && !g->err[0]; s++) {
                 const int len = seq_len[s] = lens[s];
-                float *k = frand_array(g, (int64_t)len * (int64_t)row), *v = frand_array(g, (int64_t)len * (int64_t)row);
+                float *k = frand_array(g, (int64_t)len * NKV * D), *v = frand_array(g, (int64_t)len * NKV * D);
                 kvt_err e = {0};
-                if (!k || !v || attn_ref(NH, NKV, D, BL, len, k, v, q + s * NH * D, ref + s * NH * D, &e))
+                if (!k || !v || attn_ref(D, BL, len, k, v, q + s * NH * D, len - 1, 1, ref + s * NH * D, &e))
                     snprintf(g->err, sizeof g->err, "CPU reference: %s", k && v ? e.msg : "out of memory");
-                for (int b = 0; b < (len + BL - 1) / BL && !g->err[0]; b++, next++) {
-                    uint16_t *kb = pool + (size_t)slot[next] * blk, *vb = pool + ((size_t)n_blocks + slot[next]) * blk;
-                    for (int64_t i = 0; i < (int64_t)BL * (int64_t)row && (int64_t)b * BL * (int64_t)row + i < (int64_t)len * (int64_t)row; i++) {
-                        kb[i] = kvt_f32_to_f16(k[(int64_t)b * BL * (int64_t)row + i]);
-                        vb[i] = kvt_f32_to_f16(v[(int64_t)b * BL * (int64_t)row + i]);
-                    }
-                    ktab[s * max_blocks + b] = dpool + (size_t)slot[next] * blk;
-                    vtab[s * max_blocks + b] = dpool + ((size_t)n_blocks + slot[next]) * blk;
-                }
+                else pool_put(&p, s, len, k, v, slot, &next);
                 free(k), free(v);
             }
-            kvt_cuda_event *ev = NULL;
-            if (g->err[0]) {
-            } else if (pinned) { // pinned host -> device on the copy stream; compute waits on the event
-                (void)(cu_ok(g, g->api->event_create(g->ctx, &ev), "event_create") &&
-                    cu_ok(g, g->api->copy_h2d(g->ctx, dpool, pool, pool_bytes, KVT_CUDA_STREAM_COPY), "copy_h2d (copy stream)") &&
-                    cu_ok(g, g->api->event_record(g->ctx, ev, KVT_CUDA_STREAM_COPY), "event_record") &&
-                    cu_ok(g, g->api->stream_wait(g->ctx, KVT_CUDA_STREAM_COMPUTE, ev), "stream_wait"));
-            } else {
-                cu_ok(g, g->api->copy_h2d(g->ctx, dpool, pool, pool_bytes, KVT_CUDA_STREAM_COMPUTE), "copy_h2d");
-            }
-            const kvt_cuda_attn_args a = {NSEQ, NH, NKV, D, BL, max_blocks, max_len, 1.0f / sqrtf((float)D),
-                                          dput(g, q, NSEQ * NH * D * sizeof(float)),
-                                          dput(g, ktab, (size_t)NSEQ * max_blocks * sizeof(void *)),
-                                          dput(g, vtab, (size_t)NSEQ * max_blocks * sizeof(void *)),
-                                          dput(g, seq_len, sizeof seq_len), dpoison(g, NSEQ * NH * D * sizeof(float))};
-            if (!g->err[0] && cu_ok(g, g->api->attn_decode(g->ctx, &a), "attn_decode") &&
-                dget(g, got, a.out, NSEQ * NH * D * sizeof(float))) {
-                for (int s = 0; s < NSEQ; s++) {
-                    const double e = nmse(got + s * NH * D, ref + s * NH * D, NH * D);
-                    printf("# cuda-result attn_decode%s d%d/b%d %d nmse %.3g\n", pinned ? "(pinned)" : "", D, BL, lens[s], e);
-                    worst = fmax(worst, e);
+            void *dk = NULL, *dv = NULL;
+            if (!g->err[0] && pool_upload(g, &p, NSEQ, &dk, &dv)) {
+                const kvt_cuda_attn_args a = {NSEQ, NH, NKV, D, BL, p.max_blocks, 512, 1.0f / sqrtf((float)D),
+                                              dput(g, q, NSEQ * NH * D * sizeof(float)), dk, dv, NULL,
+                                              dput(g, seq_len, sizeof seq_len), dpoison(g, NSEQ * NH * D * sizeof(float))};
+                if (cu_ok(g, g->api->attn_paged(g->ctx, &a), "attn_paged") && dget(g, got, a.out, NSEQ * NH * D * sizeof(float))) {
+                    for (int s = 0; s < NSEQ; s++) {
+                        const double e = nmse(got + s * NH * D, ref + s * NH * D, NH * D);
+                        printf("# cuda-result attn_decode%s d%d/b%d %d nmse %.3g\n", pinned ? "(pinned)" : "", D, BL, lens[s], e);
+                        worst = fmax(worst, e);
+                    }
                 }
             }
-            if (ev) g->api->event_free(g->ctx, ev);
         }
-        if (pinned) g->api->host_free(g->ctx, pool);
-        else free(pool);
-        free(q), free(ref), free(got), free(slot), free(ktab), free(vtab);
+        pool_free(g, &p);
+        free(q), free(ref), free(got), free(slot);
+        if (!case_end(g)) break;
+    }
+    case_report(g, name, worst, NMSE_MATMUL);
+}
+
+// Prefill: the last T tokens (1, 2, 8, 9, 64, 512) of a 600-position sequence, one query row per token
+// attending its causal prefix (seq_len = position + 1), all rows on block-table row 0 (row_seq).
+static void case_attn_prefill(gpu *g) {
+    const char *name = "cuda attn_paged prefill (causal rows over one sequence of 600, x {1,2,8,9,64,512} tokens)";
+    if (!case_begin(g, name)) return;
+    const int L = 600;
+    double worst = 0;
+    for (int c = 0; c < 2 && !g->err[0]; c++) {
+        const int D = k_attn_cfg[c][0], BL = k_attn_cfg[c][1];
+        kv_pool p;
+        float *k = frand_array(g, (int64_t)L * NKV * D), *v = frand_array(g, (int64_t)L * NKV * D), *q = frand_array(g, 512 * NH * D);
+        float *ref = malloc(512 * NH * D * sizeof *ref), *got = malloc(512 * NH * D * sizeof *got);
+        int32_t *seq_len = malloc(512 * sizeof *seq_len), *row_seq = calloc(512, sizeof *row_seq);
+        int *slot = NULL, next = 0;
+        void *dk = NULL, *dv = NULL;
+        if (pool_init(g, &p, 1, &L, D, BL, false) && k && v && q && ref && got && seq_len && row_seq && (slot = shuffled(g, p.n_blocks))) {
+            pool_put(&p, 0, L, k, v, slot, &next);
+            const float *dq = NULL;
+            const int32_t *drow = NULL;
+            if (pool_upload(g, &p, 1, &dk, &dv)) drow = dput(g, row_seq, 512 * sizeof(int32_t));
+            for (int i = 0; i < N_TOKENS && drow && !g->err[0]; i++) {
+                const int T = k_tokens[i];
+                kvt_err e = {0};
+                if (attn_ref(D, BL, L, k, v, q, L - T, T, ref, &e)) {
+                    snprintf(g->err, sizeof g->err, "CPU reference: %s", e.msg);
+                    break;
+                }
+                for (int t = 0; t < T; t++) seq_len[t] = L - T + t + 1;
+                dq = dput(g, q, (size_t)T * NH * D * sizeof(float));
+                const kvt_cuda_attn_args a = {T, NH, NKV, D, BL, p.max_blocks, L, 1.0f / sqrtf((float)D), dq, dk, dv, drow,
+                                              dput(g, seq_len, (size_t)T * sizeof(int32_t)), dpoison(g, (size_t)T * NH * D * sizeof(float))};
+                if (!cu_ok(g, g->api->attn_paged(g->ctx, &a), "attn_paged") || !dget(g, got, a.out, (size_t)T * NH * D * sizeof(float))) break;
+                const double err = nmse(got, ref, (int64_t)T * NH * D);
+                printf("# cuda-result attn_prefill d%d/b%d %d nmse %.3g\n", D, BL, T, err);
+                worst = fmax(worst, err);
+            }
+        } else if (!g->err[0]) {
+            snprintf(g->err, sizeof g->err, "out of memory");
+        }
+        pool_free(g, &p);
+        free(k), free(v), free(q), free(ref), free(got), free(seq_len), free(row_seq), free(slot);
         if (!case_end(g)) break;
     }
     case_report(g, name, worst, NMSE_MATMUL);
@@ -535,8 +628,9 @@ void test_cuda(const test_env *env) {
     case_rope(&g);
     case_glu_add(&g);
     case_argmax(&g);
-    case_attention(&g, false);
-    case_attention(&g, true);
+    case_attn_decode(&g, false);
+    case_attn_decode(&g, true);
+    case_attn_prefill(&g);
     case_matvec_bandwidth(&g);
     if (g.ctx) g.api->ctx_free(g.ctx);
     kvt_cuda_backend_close(&g.be);

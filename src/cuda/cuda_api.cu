@@ -273,7 +273,7 @@ const kvt_cuda_api k_api = {
     kvt_cu_add,
     kvt_cu_get_rows,
     kvt_cu_argmax,
-    kvt_cu_attn_decode,
+    kvt_cu_attn_paged,
 };
 
 } // namespace

@@ -63,6 +63,6 @@ int kvt_cu_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, 
 int kvt_cu_get_rows(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const int32_t *ids,
                     int64_t n_ids, float *out);
 // cuda_attn.cu
-int kvt_cu_attn_decode(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a);
+int kvt_cu_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a);
 
 #endif

@@ -60,9 +60,9 @@ enum {
 
 // Rows of at most this many activation rows go through mul_mat_vec.
 #define KVT_CUDA_MMV_MAX_ROWS 8
-// Positions per chunk of decode attention (each chunk one thread block; states merged in order).
+// Positions per chunk of paged attention (each chunk one thread block; states merged in order).
 #define KVT_CUDA_ATTN_CHUNK 64
-// Largest head_dim decode attention handles.
+// Largest head_dim paged attention handles.
 #define KVT_CUDA_ATTN_MAX_HEAD_DIM 256
 // Bytes of a context's error message buffer.
 #define KVT_CUDA_ERR_MAX 512
@@ -78,27 +78,31 @@ typedef struct {
     int64_t vram_free_bytes;     // free now (cudaMemGetInfo)
 } kvt_cuda_device_info;
 
-// Decode attention of one query token per sequence over paged f16 KV blocks.
-// K block: [block_len, n_kv_head, head_dim] f16; V block likewise (same head_dim). Sequence s
-// attends its positions [0, seq_len[s]); position p is row p % block_len of block p / block_len,
-// whose K is k_blocks[s * max_blocks + p / block_len] (a device pointer), V in v_blocks alike; the
-// last block may be partial (rows past seq_len are never read). Query head h reads KV head
-// h / (n_head / n_kv_head) (GQA). The positions are cut into chunks of KVT_CUDA_ATTN_CHUNK, each
-// attended by one thread block from a fresh online-softmax state (m, s, o); the chunk states of a
-// (sequence, head) are then merged in chunk order, so the result does not depend on scheduling.
+// Paged attention of n_q query rows over f16 KV blocks: decode (one row per sequence) and prefill or
+// mixed batches (one row per token, each attending the prefix its position sees).
+// K block: [block_len, n_kv_head, head_dim] f16, 4-byte aligned; V block likewise (same head_dim).
+// Query row i belongs to sequence s = row_seq[i] (row_seq NULL: s = i) and attends positions
+// [0, seq_len[i]) of it (causal prefill: seq_len[i] = its position + 1). Position p is row
+// p % block_len of block p / block_len, whose K is k_blocks[s * max_blocks + p / block_len] (a device
+// pointer), V in v_blocks alike; the last block may be partial (rows past seq_len are never read).
+// Query head h reads KV head h / (n_head / n_kv_head) (GQA). The positions are cut into chunks of
+// KVT_CUDA_ATTN_CHUNK, each attended by one thread block from a fresh online-softmax state (m, s, o);
+// the chunk states of a (row, head) are then merged in chunk order, so the result does not depend on
+// scheduling, nor on the other rows of the call.
 typedef struct {
-    int32_t n_seq;              // query tokens (one per sequence), >= 1
-    int32_t n_head, n_kv_head;  // n_head a multiple of n_kv_head
+    int32_t n_q;                // query rows, 1 .. 65535
+    int32_t n_head, n_kv_head;  // n_head <= 65535, a multiple of n_kv_head
     int32_t head_dim;           // <= KVT_CUDA_ATTN_MAX_HEAD_DIM, a multiple of 2
     int32_t block_len;          // positions per KV block, >= 1
-    int32_t max_blocks;         // row length of the block tables
-    int32_t max_seq_len;        // host bound: every seq_len[s] <= max_seq_len (sizes the grid)
+    int32_t max_blocks;         // row length of the block tables, >= ceil(max_seq_len / block_len)
+    int32_t max_seq_len;        // host bound: every seq_len[i] <= max_seq_len (sizes the grid)
     float scale;                // score scale, usually 1/sqrt(head_dim)
-    const float *q;             // device [n_seq, n_head, head_dim] f32 (already roped)
-    const void *const *k_blocks;// device [n_seq, max_blocks] device pointers to K blocks
-    const void *const *v_blocks;// device [n_seq, max_blocks] device pointers to V blocks
-    const int32_t *seq_len;     // device [n_seq], each in [1, max_seq_len]
-    float *out;                 // device [n_seq, n_head, head_dim] f32
+    const float *q;             // device [n_q, n_head, head_dim] f32 (already roped)
+    const void *const *k_blocks;// device [sequences, max_blocks] device pointers to K blocks
+    const void *const *v_blocks;// device [sequences, max_blocks] device pointers to V blocks
+    const int32_t *row_seq;     // device [n_q]: the block-table row of each query row, or NULL (row i)
+    const int32_t *seq_len;     // device [n_q]: positions attended, each in [1, max_seq_len]
+    float *out;                 // device [n_q, n_head, head_dim] f32
 } kvt_cuda_attn_args;
 
 // RoPE over [n_tok, n_head, head_dim] f32 in place; rotates the first n_rot dims of each head.
@@ -193,9 +197,9 @@ typedef struct {
     int (*argmax)(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out);
 
     // ---- attention ----
-    // Paged decode attention (kvt_cuda_attn_args above). Uses the context's workspace for the chunk
-    // states: n_seq * n_head * ceil(max_seq_len / KVT_CUDA_ATTN_CHUNK) * (head_dim + 2) floats.
-    int (*attn_decode)(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a);
+    // Paged attention of query rows (kvt_cuda_attn_args above). Uses the context's workspace for the
+    // chunk states: n_q * n_head * ceil(max_seq_len / KVT_CUDA_ATTN_CHUNK) * (head_dim + 2) floats.
+    int (*attn_paged)(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a);
 } kvt_cuda_api;
 
 // The library's table if abi_version == KVT_CUDA_ABI_VERSION, else NULL. Static storage.

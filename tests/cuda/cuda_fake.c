@@ -177,16 +177,16 @@ static int argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, 
 }
 
 // The chunked online softmax of cuda_attn.cu, sequentially: chunk states (m, s, o) folded in order.
-static int attn_decode(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
+static int attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
     const int D = a->head_dim;
-    if (D > KVT_CUDA_ATTN_MAX_HEAD_DIM || a->n_head % a->n_kv_head) return fail(ctx, KVT_CUDA_ERR_ARG, "attn_decode: shape");
+    if (D > KVT_CUDA_ATTN_MAX_HEAD_DIM || a->n_head % a->n_kv_head) return fail(ctx, KVT_CUDA_ERR_ARG, "attn_paged: shape");
     float sc[KVT_CUDA_ATTN_CHUNK], oc[KVT_CUDA_ATTN_MAX_HEAD_DIM], o[KVT_CUDA_ATTN_MAX_HEAD_DIM];
-    for (int s = 0; s < a->n_seq; s++) {
-        const int64_t len = a->seq_len[s];
-        if (len < 1 || len > a->max_seq_len) return fail(ctx, KVT_CUDA_ERR_ARG, "attn_decode: seq_len %lld", (long long)len);
+    for (int row = 0; row < a->n_q; row++) {
+        const int64_t len = a->seq_len[row], s = a->row_seq ? a->row_seq[row] : row;
+        if (len < 1 || len > a->max_seq_len) return fail(ctx, KVT_CUDA_ERR_ARG, "attn_paged: seq_len %lld", (long long)len);
         for (int h = 0; h < a->n_head; h++) {
             const int kvh = h / (a->n_head / a->n_kv_head);
-            const float *q = a->q + ((int64_t)s * a->n_head + h) * D;
+            const float *q = a->q + ((int64_t)row * a->n_head + h) * D;
             float m = -INFINITY, sum = 0;
             memset(o, 0, sizeof o);
             for (int64_t p0 = 0; p0 < len; p0 += KVT_CUDA_ATTN_CHUNK) {
@@ -215,7 +215,7 @@ static int attn_decode(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
                 for (int d = 0; d < D; d++) o[d] = o[d] * a0 + oc[d] * a1;
                 m = mn;
             }
-            for (int d = 0; d < D; d++) a->out[((int64_t)s * a->n_head + h) * D + d] = o[d] / sum;
+            for (int d = 0; d < D; d++) a->out[((int64_t)row * a->n_head + h) * D + d] = o[d] / sum;
         }
     }
     return KVT_CUDA_OK;
@@ -225,7 +225,7 @@ static const kvt_cuda_api k_fake = {
     KVT_CUDA_ABI_VERSION, (int)sizeof(kvt_cuda_api), device_count, device_info, ctx_init, ctx_free, last_error,
     dev_malloc, dev_free, dev_malloc, dev_free, memset_dev, copy, copy, copy, event_create, event_free, event_record,
     stream_wait, event_sync, stream_sync, mul_mat_vec, mul_mat, dequant_f16, rmsnorm, rope, swiglu, geglu, add,
-    get_rows, argmax, attn_decode,
+    get_rows, argmax, attn_paged,
 };
 
 const kvt_cuda_api *kvt_cuda_get_api(int abi_version) { return abi_version == KVT_CUDA_ABI_VERSION ? &k_fake : NULL; }
