@@ -80,6 +80,8 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 CU_SRC   := $(shell find src -name '*.cu' 2>/dev/null)
 CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
+# the toolkit's library folders as the .so's run path, so that dlopen finds libcublas without LD_LIBRARY_PATH
+CUDA_LIBDIRS := $(wildcard $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))/lib64 $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))/lib)
 # machine code for Ampere (sm_80, also runs on sm_86), Ada (sm_89: RTX 40xx) and Hopper (sm_90),
 # plus PTX that newer devices compile at load
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
@@ -90,7 +92,8 @@ all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h src/kernels/dtype.h
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++17 -O2 $(NVCC_ARCH) -shared -Xcompiler -fPIC,-Wall,-fvisibility=hidden -o $@ $(CU_SRC) -lcublas
+	$(NVCC) -std=c++17 -O2 $(NVCC_ARCH) -shared -Xcompiler -fPIC,-Wall,-fvisibility=hidden -o $@ $(CU_SRC) -lcublas \
+	  $(foreach d,$(CUDA_LIBDIRS),-Xlinker -rpath=$(d))
 
 # SIMD_CFLAGS: flags of the SIMD kernel files (make fuzz builds them without sanitizers: clang takes
 # many minutes to instrument them, and the asan run covers them)
