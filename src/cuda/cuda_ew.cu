@@ -1,18 +1,9 @@
 // cuda_ew.cu - element-wise kernels: gated activations (SwiGLU, GELU-tanh GeGLU), residual add, and
 // argmax per row. Same expressions as the CPU references (src/kernels/vec.c, src/sched/sampler.c).
 #include "cuda_common.cuh"
+#include "cuda_items.cuh"
 
 namespace {
-
-struct silu_op {
-    __device__ static float f(float g) { return g / (1.0f + expf(-g)); }
-};
-struct gelu_tanh_op {
-    __device__ static float f(float x) {
-        const float c = 0.7978845608028654f; // sqrt(2/pi)
-        return 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x)));
-    }
-};
 
 template <class Act> __global__ void glu_kernel(float *g, const float *__restrict__ u, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)

@@ -2,19 +2,15 @@
 // the weight types), the activations rounded to f16, then cuBLAS GEMM f16 x f16 -> f32 (f32 compute).
 #include <climits>
 
-#include "cuda_blocks.cuh"
 #include "cuda_common.cuh"
+#include "cuda_items.cuh"
 
 namespace {
 
 // dst[8g .. 8g+8) = group g of src as f16, for g < n_groups (src read as one row of 8 * n_groups elements)
 template <int T> __global__ void dequant_kernel(const uint8_t *__restrict__ src, int64_t n_groups, __half *__restrict__ dst) {
-    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < n_groups; g += (int64_t)gridDim.x * blockDim.x) {
-        float v[8];
-        row_get8<T>(src, g, v);
-#pragma unroll
-        for (int i = 0; i < 8; i++) dst[8 * g + i] = __float2half_rn(v[i]);
-    }
+    for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < n_groups; g += (int64_t)gridDim.x * blockDim.x)
+        dequant_item<T>(src, g, dst);
 }
 
 __global__ void f32_to_f16_kernel(const float *__restrict__ src, int64_t n, __half *__restrict__ dst) {

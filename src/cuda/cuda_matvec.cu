@@ -5,8 +5,8 @@
 // multiplies each into every activation row (f32 activations, not quantized; f32 accumulation), then
 // the warp sums its lanes by shuffles. The row is read once for all n_tok rows, so at n_tok <= 8 the
 // kernel is bound by the weight bytes read.
-#include "cuda_blocks.cuh"
 #include "cuda_common.cuh"
+#include "cuda_items.cuh"
 
 namespace {
 
@@ -23,19 +23,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     float acc[KVT_CUDA_MMV_MAX_ROWS];
 #pragma unroll
     for (int t = 0; t < KVT_CUDA_MMV_MAX_ROWS; t++) acc[t] = 0.0f;
-    const int64_t n_groups = n_cols / 8;
-    for (int64_t g = lane; g < n_groups; g += 32) {
-        float w[8];
-        row_get8<T>(row, g, w);
-#pragma unroll
-        for (int t = 0; t < KVT_CUDA_MMV_MAX_ROWS; t++) {
-            if (t < n_tok) {
-                const float4 *xv = (const float4 *)(x + t * n_cols + 8 * g);
-                const float4 a = __ldg(xv), b = __ldg(xv + 1);
-                acc[t] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
-            }
-        }
-    }
+    mmv_lane<T>(row, n_cols, x, n_tok, lane, acc);
 #pragma unroll
     for (int t = 0; t < KVT_CUDA_MMV_MAX_ROWS; t++) {
         if (t < n_tok) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cuda_common.cuh"
+#include "cuda_items.cuh"
 
 namespace {
 
@@ -28,23 +29,9 @@ __global__ void __launch_bounds__(kNormThreads)
 
 // One thread per (token, head, rotated pair i).
 __global__ void rope_kernel(float *x, kvt_cuda_rope_args a, float theta_scale) {
-    const int half = a.n_rot / 2;
-    const int64_t n = (int64_t)a.n_tok * a.n_head * half;
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
-        const int i = (int)(k % half);
-        const int64_t th_idx = k / half; // token * n_head + head
-        const int64_t tok = th_idx / a.n_head;
-        float theta = (float)a.pos[tok];
-        for (int j = 0; j < i; j++) theta *= theta_scale; // kvt_rope_cache's running product
-        const float ff = a.freq_factors ? a.freq_factors[i] : 1.0f;
-        const float th = a.freq_scale * theta / ff;
-        const float c = cosf(th), s = sinf(th);
-        float *xh = x + th_idx * a.head_dim;
-        const int p0 = a.neox ? i : 2 * i, p1 = a.neox ? i + half : 2 * i + 1;
-        const float x0 = xh[p0], x1 = xh[p1];
-        xh[p0] = x0 * c - x1 * s;
-        xh[p1] = x0 * s + x1 * c;
-    }
+    const int64_t n = (int64_t)a.n_tok * a.n_head * (a.n_rot / 2);
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
+        rope_item(k, x, a, theta_scale);
 }
 
 } // namespace

@@ -1,6 +1,6 @@
 // cuda_rows.cu - embedding lookup: rows of a weight matrix of any weight type to f32.
-#include "cuda_blocks.cuh"
 #include "cuda_common.cuh"
+#include "cuda_items.cuh"
 
 namespace {
 
@@ -8,20 +8,9 @@ namespace {
 template <int T>
 __global__ void get_rows_kernel(const uint8_t *__restrict__ W, int64_t n_rows, int64_t n_cols, const int32_t *__restrict__ ids,
                                 int64_t n_ids, float *__restrict__ out) {
-    const int64_t per_row = n_cols / 8, n = n_ids * per_row;
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = k / per_row, g = k % per_row;
-        const int32_t id = ids[t];
-        float v[8];
-        if (id >= 0 && id < n_rows) {
-            row_get8<T>(W + id * row_bytes<T>(n_cols), g, v);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 8; i++) v[i] = __int_as_float(0x7fc00000); // NaN marks an id out of range
-        }
-#pragma unroll
-        for (int i = 0; i < 8; i++) out[t * n_cols + 8 * g + i] = v[i];
-    }
+    const int64_t n = n_ids * (n_cols / 8);
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x)
+        get_rows_item<T>(k, W, n_rows, n_cols, ids, out);
 }
 
 template <int T> struct get_rows_op {
