@@ -227,7 +227,7 @@ cuda-check:
 	KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so KVT_CUDA_NO_BENCH=1 ./$(BUILD)/kvtier-tests cuda
 
 $(BUILD)/cuda-host-check: tests/cuda/cuda_host_check.cu $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h src/kernels/vec.h $(BUILD)/libkvtier.a
-	$(NVCC) -std=c++17 -O2 -Xcompiler -Wall -o $@ $< $(BUILD)/libkvtier.a -lm -ldl -lpthread
+	$(NVCC) -std=c++17 -O2 -Xcompiler -Wall -o $@ $< $(BUILD)/libkvtier.a $(filter-out -pthread,$(LDLIBS)) -lpthread
 
 # the CPU emulation of the backend table, with the kernels' CPU references compiled position-independent
 FAKE_SRC := tests/cuda/cuda_fake.c src/kernels/quant.c src/kernels/quant_avx2.c src/kernels/quant_avx512.c \

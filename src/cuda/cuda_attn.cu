@@ -6,79 +6,48 @@
 // Pass 2: one thread block per (head, query row) folds the chunk states in chunk order
 // (m' = max(m, m_c); o = o e^(m - m') + o_c e^(m_c - m'); s likewise) and writes o / s.
 // Every reduction has a fixed order, so results do not depend on how the blocks are scheduled.
-#include "cuda_blocks.cuh"
+// The pieces (score lanes, max and sum, P.V, the merge) are in cuda_attn_items.cuh.
+#include "cuda_attn_items.cuh"
 #include "cuda_common.cuh"
 
 namespace {
 
-constexpr int kThreads = 128;          // 4 warps
-constexpr int kChunk = KVT_CUDA_ATTN_CHUNK;
-
-// Row `p` (a position) of head `kvh` in the K or V blocks of sequence `seq`.
-__device__ __forceinline__ const __half *kv_row(const void *const *blocks, const kvt_cuda_attn_args &a, int seq, int64_t p,
-                                                int kvh) {
-    const __half *blk = (const __half *)blocks[(int64_t)seq * a.max_blocks + p / a.block_len];
-    return blk + ((p % a.block_len) * a.n_kv_head + kvh) * (int64_t)a.head_dim;
-}
+constexpr int kThreads = 128; // 4 warps
 
 __global__ void __launch_bounds__(kThreads) attn_chunk_kernel(kvt_cuda_attn_args a, int n_chunks, float *__restrict__ states) {
     const int c = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
     const int seq = a.row_seq ? a.row_seq[row] : row;
     const int D = a.head_dim, kvh = h / (a.n_head / a.n_kv_head);
-    const int64_t len = a.seq_len[row];
-    const int64_t p0 = (int64_t)c * kChunk;
-    const int n = (int)(len - p0 < kChunk ? (len - p0 > 0 ? len - p0 : 0) : kChunk); // positions of this chunk
-    float *st = states + (((int64_t)row * a.n_head + h) * n_chunks + c) * (D + 2);
+    const int64_t p0 = (int64_t)c * KVT_CUDA_ATTN_CHUNK;
+    const int n = attn_chunk_n(a.seq_len[row], c);
+    float *st = states + attn_state_offset(a, row, h, n_chunks, c);
     __shared__ float q[KVT_CUDA_ATTN_MAX_HEAD_DIM];
-    __shared__ float sc[kChunk];
+    __shared__ float sc[KVT_CUDA_ATTN_CHUNK];
     const float *qh = a.q + ((int64_t)row * a.n_head + h) * D;
     for (int d = threadIdx.x; d < D; d += kThreads) q[d] = qh[d];
     __syncthreads();
-    // scores: warp w takes positions w, w + 4, ...; lanes split the head dim in pairs
+    // scores: warp w takes positions w, w + 4, ...; its lanes split the head dim
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int i = warp; i < n; i += kThreads / 32) {
-        const __half2 *k = (const __half2 *)kv_row(a.k_blocks, a, seq, p0 + i, kvh);
-        float dot = 0.0f;
-        for (int d2 = lane; d2 < D / 2; d2 += 32) {
-            const float2 kk = __half22float2(k[d2]);
-            dot += q[2 * d2] * kk.x + q[2 * d2 + 1] * kk.y;
-        }
+        float dot = attn_score_lane(a, q, seq, kvh, p0 + i, lane);
         for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
         if (lane == 0) sc[i] = dot * a.scale;
     }
     __syncthreads();
-    float m = -INFINITY;
-    for (int i = 0; i < n; i++) m = fmaxf(m, sc[i]);
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += expf(sc[i] - m); // every thread, same order: same s everywhere
+    float m, s;
+    attn_max_sum(sc, n, &m, &s); // n == 0: m = -inf, s = 0 (the merge skips the state)
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += kThreads) sc[i] = expf(sc[i] - m);
     __syncthreads();
-    for (int d = threadIdx.x; d < D; d += kThreads) {
-        float o = 0.0f;
-        for (int i = 0; i < n; i++) o += sc[i] * __half2float(kv_row(a.v_blocks, a, seq, p0 + i, kvh)[d]);
-        st[2 + d] = o;
-    }
-    if (threadIdx.x == 0) st[0] = m, st[1] = s; // n == 0: m = -inf, s = 0 (skipped by the merge)
+    for (int d = threadIdx.x; d < D; d += kThreads) st[2 + d] = attn_pv_item(a, sc, seq, kvh, p0, n, d);
+    if (threadIdx.x == 0) st[0] = m, st[1] = s;
 }
 
 __global__ void __launch_bounds__(kThreads) attn_merge_kernel(kvt_cuda_attn_args a, int n_chunks, const float *__restrict__ states) {
-    const int h = blockIdx.x, row = blockIdx.y, D = a.head_dim;
-    const float *st0 = states + ((int64_t)row * a.n_head + h) * n_chunks * (D + 2);
-    float *out = a.out + ((int64_t)row * a.n_head + h) * D;
-    for (int d = threadIdx.x; d < D; d += kThreads) {
-        float m = -INFINITY, s = 0.0f, o = 0.0f;
-        for (int c = 0; c < n_chunks; c++) {
-            const float *st = st0 + (int64_t)c * (D + 2);
-            if (st[1] == 0.0f) continue; // empty chunk (past the sequence's length)
-            const float mn = fmaxf(m, st[0]);
-            const float a0 = expf(m - mn), a1 = expf(st[0] - mn);
-            s = s * a0 + st[1] * a1;
-            o = o * a0 + st[2 + d] * a1;
-            m = mn;
-        }
-        out[d] = o / s;
-    }
+    const int h = blockIdx.x, row = blockIdx.y;
+    const float *st0 = states + attn_state_offset(a, row, h, n_chunks, 0);
+    for (int d = threadIdx.x; d < a.head_dim; d += kThreads)
+        a.out[((int64_t)row * a.n_head + h) * a.head_dim + d] = attn_merge_item(st0, n_chunks, a.head_dim, d);
 }
 
 } // namespace
@@ -92,7 +61,7 @@ int kvt_cu_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
                         a->n_q, a->n_head, a->n_kv_head, a->head_dim, a->block_len, a->max_blocks, a->max_seq_len);
     if (!a->q || !a->k_blocks || !a->v_blocks || !a->seq_len || !a->out)
         return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "attn_paged: a device pointer is NULL");
-    const int n_chunks = (a->max_seq_len + kChunk - 1) / kChunk;
+    const int n_chunks = (a->max_seq_len + KVT_CUDA_ATTN_CHUNK - 1) / KVT_CUDA_ATTN_CHUNK;
     void *ws = nullptr;
     int rc = ctx_workspace(ctx, (size_t)a->n_q * a->n_head * n_chunks * (a->head_dim + 2) * sizeof(float), &ws);
     if (rc) return rc;

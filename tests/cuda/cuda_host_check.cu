@@ -2,8 +2,11 @@
 // references, so that what is most likely to be wrong is checked on machines without a GPU: the block
 // decoders (src/cuda/cuda_blocks.cuh) against quant.c's to_float for every weight type, and the
 // per-item bodies of the kernels (src/cuda/cuda_items.cuh: matvec lanes, dequantize, get rows, RoPE,
-// SwiGLU, GeGLU) against src/kernels. Launches, shuffles, shared memory and block reductions are not
-// covered (they need a device). Built and run by `make cuda-check` (nvcc, no device); exit 0 = all pass.
+// SwiGLU, GeGLU) against src/kernels, and the pieces of the paged attention kernels
+// (src/cuda/cuda_attn_items.cuh) assembled serially against kvt_attention. Launches, warp shuffles,
+// shared memory, barriers and the block reductions of rmsnorm and argmax are not covered (they need
+// a device). Built and run by `make cuda-check` (nvcc, no device); exit 0 = all pass.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,11 +14,15 @@
 #include <vector>
 
 extern "C" {
+#include "../../src/attn/attention.h"
+#include "../../src/base/threadpool.h"
 #include "../../src/kernels/dtype.h"
 #include "../../src/kernels/f16.h"
 #include "../../src/kernels/quant.h"
 #include "../../src/kernels/vec.h"
+#include "../../src/kv/kv.h"
 }
+#include "../../src/cuda/cuda_attn_items.cuh"
 #include "../../src/cuda/cuda_items.cuh"
 
 namespace {
@@ -147,6 +154,109 @@ void check_elementwise() {
     report(ok_g, "gelu_tanh_op: bit for bit as kvt_geglu_f32", "differs");
 }
 
+// kvt_attention over a contiguous f16 cache of len positions (k, v: [len, n_kv * dim]) for n query
+// tokens at positions pos0 ..; q, out: [n, n_head * dim].
+kvt_status attn_ref(int n_head, int n_kv, int dim, int block_len, int64_t len, const float *k, const float *v, const float *q,
+                    int64_t pos0, int64_t n, float *out, kvt_err *err) {
+    const kvt_kv_params kp = {KVT_TYPE_F16, 1, n_kv, dim, dim, len, block_len, 0};
+    const kvt_attn_params ap = {n_head, 1.0f / sqrtf((float)dim), 0, 0};
+    kvt_kv *kv = nullptr;
+    kvt_threadpool *pool = nullptr;
+    kvt_status st = kvt_kv_contig_init(&kp, &kv, err);
+    if (!st) st = kvt_threadpool_init(1, &pool, err);
+    if (!st) st = kv->ops->append(kv, 0, 0, 0, len, k, v, err);
+    std::vector<char> scratch, ws;
+    if (!st) {
+        scratch.resize((size_t)kvt_attn_scratch_bytes(kv, n_head, 0) + 64);
+        ws.resize((size_t)kvt_attn_workspace_bytes(kv, n_head, 1) + 64);
+        void *sp = scratch.data();
+        st = kvt_attention(kv, 0, 0, &ap, q, pos0, n, out, pool, &sp, ws.data(), err);
+    }
+    kvt_threadpool_free(pool);
+    kvt_kv_free(kv);
+    return st;
+}
+
+// The attention kernels' pieces run serially: three sequences (1, 100 and 600 positions) in shuffled
+// blocks of one pool with NaN in unused rows; query rows: one decode row per sequence and the last 9
+// tokens of the third as causal prefill rows (row_seq); head_dim 64 / block 16 and 128 / block 48.
+void check_attention() {
+    enum { NH = 8, NKV = 2, NSEQ = 3, T = 9 };
+    static const int lens[NSEQ] = {1, 100, 600};
+    static const int cfg[2][2] = {{64, 16}, {128, 48}};
+    for (const auto &cf : cfg) {
+        const int D = cf[0], BL = cf[1];
+        const size_t blk = (size_t)BL * NKV * D;
+        int n_blocks = 0, max_blocks = 0;
+        for (int len : lens) n_blocks += (len + BL - 1) / BL, max_blocks = std::max(max_blocks, (len + BL - 1) / BL);
+        std::vector<uint16_t> pool(2 * (size_t)n_blocks * blk, 0x7e00);
+        std::vector<const void *> ktab((size_t)NSEQ * max_blocks), vtab((size_t)NSEQ * max_blocks);
+        std::vector<int> slot((size_t)n_blocks);
+        for (int b = 0; b < n_blocks; b++) slot[(size_t)b] = (b * 7 + 3) % n_blocks; // 7 is prime to both counts
+        std::vector<std::vector<float>> K, V;
+        for (int s = 0, next = 0; s < NSEQ; s++) {
+            K.push_back(random_floats((int64_t)lens[s] * NKV * D, 100 + s));
+            V.push_back(random_floats((int64_t)lens[s] * NKV * D, 200 + s));
+            for (int b = 0; b < (lens[s] + BL - 1) / BL; b++, next++) {
+                uint16_t *kb = &pool[(size_t)slot[(size_t)next] * blk], *vb = &pool[((size_t)n_blocks + slot[(size_t)next]) * blk];
+                for (size_t i = 0; i < blk && b * blk + i < (size_t)lens[s] * NKV * D; i++) {
+                    kb[i] = kvt_f32_to_f16(K[(size_t)s][b * blk + i]);
+                    vb[i] = kvt_f32_to_f16(V[(size_t)s][b * blk + i]);
+                }
+                ktab[(size_t)(s * max_blocks + b)] = kb, vtab[(size_t)(s * max_blocks + b)] = vb;
+            }
+        }
+        // rows 0..2: decode of each sequence; rows 3..3+T: prefill of sequence 2's last T tokens
+        const int n_q = NSEQ + T;
+        std::vector<int32_t> row_seq((size_t)n_q), seq_len((size_t)n_q);
+        for (int r = 0; r < n_q; r++) {
+            row_seq[(size_t)r] = r < NSEQ ? r : 2;
+            seq_len[(size_t)r] = r < NSEQ ? lens[r] : lens[2] - T + (r - NSEQ) + 1;
+        }
+        std::vector<float> q = random_floats((int64_t)n_q * NH * D, 300), out((size_t)n_q * NH * D), ref(out.size());
+        const kvt_cuda_attn_args a = {n_q, NH, NKV, D, BL, max_blocks, lens[2], 1.0f / sqrtf((float)D), q.data(), ktab.data(),
+                                      vtab.data(), row_seq.data(), seq_len.data(), out.data()};
+        const int n_chunks = (a.max_seq_len + KVT_CUDA_ATTN_CHUNK - 1) / KVT_CUDA_ATTN_CHUNK;
+        std::vector<float> states((size_t)n_q * NH * n_chunks * (D + 2));
+        float sc[KVT_CUDA_ATTN_CHUNK];
+        for (int row = 0; row < n_q; row++)
+            for (int h = 0; h < NH; h++) {
+                const int seq = a.row_seq[row], kvh = h / (NH / NKV);
+                for (int c = 0; c < n_chunks; c++) { // attn_chunk_kernel, its threads in turn
+                    const int n = attn_chunk_n(a.seq_len[row], c);
+                    const int64_t p0 = (int64_t)c * KVT_CUDA_ATTN_CHUNK;
+                    float *st = &states[(size_t)attn_state_offset(a, row, h, n_chunks, c)];
+                    const float *qh = a.q + ((int64_t)row * NH + h) * D;
+                    for (int i = 0; i < n; i++) {
+                        float dot = 0.0f;
+                        for (int lane = 0; lane < 32; lane++) dot += attn_score_lane(a, qh, seq, kvh, p0 + i, lane);
+                        sc[i] = dot * a.scale;
+                    }
+                    float m, s;
+                    attn_max_sum(sc, n, &m, &s);
+                    for (int i = 0; i < n; i++) sc[i] = expf(sc[i] - m);
+                    for (int d = 0; d < D; d++) st[2 + d] = attn_pv_item(a, sc, seq, kvh, p0, n, d);
+                    st[0] = m, st[1] = s;
+                }
+                for (int d = 0; d < D; d++) // attn_merge_kernel
+                    out[(size_t)((row * NH + h) * D + d)] = attn_merge_item(&states[(size_t)attn_state_offset(a, row, h, n_chunks, 0)], n_chunks, D, d);
+            }
+        kvt_err err = {};
+        bool ok = true;
+        for (int s = 0; s < NSEQ && ok; s++)
+            ok = !attn_ref(NH, NKV, D, BL, lens[s], K[(size_t)s].data(), V[(size_t)s].data(), &q[(size_t)(s * NH * D)], lens[s] - 1, 1,
+                           &ref[(size_t)(s * NH * D)], &err);
+        ok = ok && !attn_ref(NH, NKV, D, BL, lens[2], K[2].data(), V[2].data(), &q[(size_t)(NSEQ * NH * D)], lens[2] - T, T,
+                             &ref[(size_t)(NSEQ * NH * D)], &err);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < out.size(); i++) num += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]), den += (double)ref[i] * ref[i];
+        char what[128], msg[KVT_ERR_MSG_MAX + 64];
+        snprintf(what, sizeof what, "attention pieces, head_dim %d, block %d: 3 decode rows + 9 prefill rows against kvt_attention", D, BL);
+        snprintf(msg, sizeof msg, "%s%snmse %.3g", ok ? "" : err.msg, ok ? "" : "; ", num / den);
+        report(ok && num / den <= 1e-6, what, msg);
+    }
+}
+
 } // namespace
 
 int main() {
@@ -154,6 +264,7 @@ int main() {
                                 KVT_CUDA_Q8_0, KVT_CUDA_Q4_K, KVT_CUDA_Q5_K, KVT_CUDA_Q6_K};
     for (int t : types) dispatch_type<check_op>(t, true, kvt_type_name((kvt_type)t), (uint64_t)(1000 + t));
     check_elementwise();
+    check_attention();
     printf("cuda host check: %d failed\n", g_failed);
     return g_failed ? 1 : 0;
 }
