@@ -17,23 +17,15 @@ __global__ void add_kernel(float *y, const float *__restrict__ x, int64_t n) {
 
 constexpr int kArgmaxThreads = 256;
 
-// (v, i) beats (bv, bi) if v is larger, or equal with a lower index; NaN never beats.
-__device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi) {
-    return v > bv || (v == bv && i < bi) || (bi < 0 && v == v);
-}
-
 // One thread block per row.
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float *__restrict__ x, int64_t n, int32_t *out) {
-    const float *xr = x + blockIdx.x * n;
-    float bv = -INFINITY;
-    int64_t bi = -1;
-    for (int64_t i = threadIdx.x; i < n; i += kArgmaxThreads) {
-        if (better(xr[i], i, bv, bi)) bv = xr[i], bi = i;
-    }
+    float bv;
+    int64_t bi;
+    argmax_part(x + blockIdx.x * n, n, threadIdx.x, kArgmaxThreads, &bv, &bi);
     for (int off = 16; off > 0; off /= 2) {
         const float v = __shfl_xor_sync(0xffffffffu, bv, off);
         const int64_t i = __shfl_xor_sync(0xffffffffu, bi, off);
-        if (i >= 0 && better(v, i, bv, bi)) bv = v, bi = i;
+        if (i >= 0 && argmax_better(v, i, bv, bi)) bv = v, bi = i;
     }
     __shared__ float sv[kArgmaxThreads / 32];
     __shared__ int64_t si[kArgmaxThreads / 32];
@@ -41,7 +33,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float *__r
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int w = 1; w < kArgmaxThreads / 32; w++)
-            if (si[w] >= 0 && better(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
+            if (si[w] >= 0 && argmax_better(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
         out[blockIdx.x] = (int32_t)(bi < 0 ? 0 : bi); // all NaN: 0
     }
 }

@@ -1,7 +1,7 @@
 // cuda_items.cuh - the per-item bodies of the kernels, as host and device functions: each kernel is a
 // loop (over its grid, or a warp's lanes) around one of these, and tests/cuda/cuda_host_check.cu runs
 // the same functions on the CPU against the references of src/kernels. What the CPU run cannot cover:
-// launch shapes, shuffles, shared memory and block reductions (rmsnorm, argmax, attention).
+// launch shapes, warp shuffles, shared memory and barriers.
 #ifndef KVT_CUDA_ITEMS_CUH
 #define KVT_CUDA_ITEMS_CUH
 
@@ -90,6 +90,37 @@ __host__ __device__ __forceinline__ void rope_item(int64_t k, float *x, const kv
     const float x0 = xh[p0], x1 = xh[p1];
     xh[p0] = x0 * c - x1 * s;
     xh[p1] = x0 * s + x1 * c;
+}
+
+// rmsnorm, one thread block of nthreads per row: thread tid's part of the row's sum of squares (double,
+// as kvt_rmsnorm_f32); the block sums the parts (warps by shuffles, then the warps in order); every
+// thread turns the total into the scale and writes its elements.
+__host__ __device__ __forceinline__ double rmsnorm_part(const float *xr, int64_t n, int tid, int nthreads) {
+    double sum = 0.0;
+    for (int64_t i = tid; i < n; i += nthreads) sum += (double)xr[i] * xr[i];
+    return sum;
+}
+__host__ __device__ __forceinline__ float rmsnorm_scale(double total, int64_t n, float eps) {
+    return 1.0f / sqrtf((float)(total / (double)n) + eps);
+}
+__host__ __device__ __forceinline__ void rmsnorm_write(const float *xr, const float *w, float *yr, int64_t n, float scale, int tid,
+                                                       int nthreads) {
+    for (int64_t i = tid; i < n; i += nthreads) yr[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+}
+
+// argmax, one thread block per row: (v, i) beats (bv, bi) if v is larger, or equal with a lower index,
+// or bi < 0 (nothing yet) and v is not NaN; NaN never beats. argmax_part: thread tid's best of its
+// elements (bi = -1 if it has none but NaNs); the block then reduces the parts with argmax_better.
+__host__ __device__ __forceinline__ bool argmax_better(float v, int64_t i, float bv, int64_t bi) {
+    return v > bv || (v == bv && i < bi) || (bi < 0 && v == v);
+}
+__host__ __device__ __forceinline__ void argmax_part(const float *xr, int64_t n, int tid, int nthreads, float *bv_out,
+                                                     int64_t *bi_out) {
+    float bv = -INFINITY;
+    int64_t bi = -1;
+    for (int64_t i = tid; i < n; i += nthreads)
+        if (argmax_better(xr[i], i, bv, bi)) bv = xr[i], bi = i;
+    *bv_out = bv, *bi_out = bi;
 }
 
 // Gated activations: g[i] = Act::f(g[i]) * u[i].

@@ -14,17 +14,14 @@ constexpr int kNormThreads = 256;
 __global__ void __launch_bounds__(kNormThreads)
     rmsnorm_kernel(const float *x, const float *__restrict__ w, float *y, int64_t n, float eps) {
     const float *xr = x + blockIdx.x * n;
-    float *yr = y + blockIdx.x * n;
-    double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += kNormThreads) sum += (double)xr[i] * xr[i];
+    double sum = rmsnorm_part(xr, n, threadIdx.x, kNormThreads);
     for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     __shared__ double part[kNormThreads / 32];
     if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
     __syncthreads();
     double total = 0.0;
     for (int i = 0; i < kNormThreads / 32; i++) total += part[i]; // every thread, same order
-    const float scale = 1.0f / sqrtf((float)(total / (double)n) + eps);
-    for (int64_t i = threadIdx.x; i < n; i += kNormThreads) yr[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+    rmsnorm_write(xr, w, y + blockIdx.x * n, n, rmsnorm_scale(total, n, eps), threadIdx.x, kNormThreads);
 }
 
 // One thread per (token, head, rotated pair i).

@@ -1,11 +1,13 @@
 // cuda_host_check.cu - runs the CUDA backend's host-and-device code on the CPU against this repo's
-// references, so that what is most likely to be wrong is checked on machines without a GPU: the block
-// decoders (src/cuda/cuda_blocks.cuh) against quant.c's to_float for every weight type, and the
-// per-item bodies of the kernels (src/cuda/cuda_items.cuh: matvec lanes, dequantize, get rows, RoPE,
-// SwiGLU, GeGLU) against src/kernels, and the pieces of the paged attention kernels
-// (src/cuda/cuda_attn_items.cuh) assembled serially against kvt_attention. Launches, warp shuffles,
-// shared memory, barriers and the block reductions of rmsnorm and argmax are not covered (they need
-// a device). Built and run by `make cuda-check` (nvcc, no device); exit 0 = all pass.
+// references, so that what is most likely to be wrong is checked on machines without a GPU:
+//   - the block decoders (src/cuda/cuda_blocks.cuh) against quant.c's to_float, every weight type;
+//   - the kernels' per-item bodies (src/cuda/cuda_items.cuh): matvec lanes, dequantize, get rows,
+//     RoPE, SwiGLU, GeGLU against src/kernels; rmsnorm and argmax with their thread blocks'
+//     reductions emulated against kvt_rmsnorm_f32 and kvt_argmax;
+//   - the attention kernels' pieces (src/cuda/cuda_attn_items.cuh) assembled serially against
+//     kvt_attention.
+// Launches, warp shuffles, shared memory and barriers are not covered (they need a device).
+// Built and run by `make cuda-check` (nvcc, no device); exit status 0 = all pass.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +23,7 @@ extern "C" {
 #include "../../src/kernels/quant.h"
 #include "../../src/kernels/vec.h"
 #include "../../src/kv/kv.h"
+#include "../../src/sched/sampler.h"
 }
 #include "../../src/cuda/cuda_attn_items.cuh"
 #include "../../src/cuda/cuda_items.cuh"
@@ -154,6 +157,69 @@ void check_elementwise() {
     report(ok_g, "gelu_tanh_op: bit for bit as kvt_geglu_f32", "differs");
 }
 
+// rmsnorm_kernel and argmax_kernel with their 256 threads run in turn: the warps' xor-shuffle trees
+// done on arrays, then the warps in order, as the kernels do. Rows: 1, 9, 64 and 576 wide (fewer
+// elements than threads too); argmax rows with planted ties and NaNs.
+void check_reductions() {
+    const int nthreads = 256, W = nthreads / 32;
+    bool ok_norm = true, ok_arg = true;
+    char msg[160] = "";
+    for (int64_t n : {1, 9, 64, 576, 49152}) {
+        std::vector<float> x = random_floats(n, (uint64_t)n), w = random_floats(n, (uint64_t)n + 1), y((size_t)n), ref((size_t)n);
+        for (int weighted = 0; weighted < 2; weighted++) {
+            double part[nthreads], warp_sum[W];
+            for (int t = 0; t < nthreads; t++) part[t] = rmsnorm_part(x.data(), n, t, nthreads);
+            for (int k = 0; k < W; k++) {
+                double v[32], nv[32];
+                for (int l = 0; l < 32; l++) v[l] = part[32 * k + l];
+                for (int off = 16; off > 0; off /= 2) {
+                    for (int l = 0; l < 32; l++) nv[l] = v[l] + v[l ^ off];
+                    memcpy(v, nv, sizeof v);
+                }
+                warp_sum[k] = v[0];
+            }
+            double total = 0.0;
+            for (int k = 0; k < W; k++) total += warp_sum[k];
+            const float *wp = weighted ? w.data() : nullptr;
+            for (int t = 0; t < nthreads; t++) rmsnorm_write(x.data(), wp, y.data(), n, rmsnorm_scale(total, n, 1e-6f), t, nthreads);
+            kvt_rmsnorm_f32(ref.data(), x.data(), wp, n, 1e-6f);
+            for (int64_t i = 0; i < n && ok_norm; i++)
+                if (fabsf(y[(size_t)i] - ref[(size_t)i]) > 1e-6f * fabsf(ref[(size_t)i]))
+                    ok_norm = false, snprintf(msg, sizeof msg, "rmsnorm n %lld element %lld: %.9g, vec.c %.9g", (long long)n, (long long)i,
+                                              y[(size_t)i], ref[(size_t)i]);
+        }
+        for (int variant = 0; variant < 3 && ok_arg; variant++) { // plain, a tie planted before the max, NaNs
+            std::vector<float> v = x;
+            const int32_t m = kvt_argmax(v.data(), n);
+            if (variant == 1 && m > 0) v[(size_t)(m / 2)] = v[(size_t)m];
+            if (variant == 2)
+                for (int64_t i = 1; i < n; i += 3) v[(size_t)i] = quiet_nan();
+            float bv[nthreads];
+            int64_t bi[nthreads];
+            for (int t = 0; t < nthreads; t++) argmax_part(v.data(), n, t, nthreads, &bv[t], &bi[t]);
+            for (int k = 0; k < W; k++)
+                for (int off = 16; off > 0; off /= 2) {
+                    float nv[32];
+                    int64_t ni[32];
+                    for (int l = 0; l < 32; l++) {
+                        const int me = 32 * k + l, other = 32 * k + (l ^ off);
+                        nv[l] = bv[me], ni[l] = bi[me];
+                        if (bi[other] >= 0 && argmax_better(bv[other], bi[other], bv[me], bi[me])) nv[l] = bv[other], ni[l] = bi[other];
+                    }
+                    for (int l = 0; l < 32; l++) bv[32 * k + l] = nv[l], bi[32 * k + l] = ni[l];
+                }
+            float best = bv[0];
+            int64_t besti = bi[0];
+            for (int k = 1; k < W; k++)
+                if (bi[32 * k] >= 0 && argmax_better(bv[32 * k], bi[32 * k], best, besti)) best = bv[32 * k], besti = bi[32 * k];
+            const int32_t want = kvt_argmax(v.data(), n), got = (int32_t)(besti < 0 ? 0 : besti);
+            if (got != want) ok_arg = false, snprintf(msg, sizeof msg, "argmax n %lld variant %d: %d, kvt_argmax %d", (long long)n, variant, got, want);
+        }
+    }
+    report(ok_norm, "rmsnorm pieces (256 threads, shuffle trees emulated): within 1e-6 of kvt_rmsnorm_f32 per element", msg);
+    report(ok_arg, "argmax pieces (256 threads, shuffle trees emulated): equal to kvt_argmax (ties, NaNs)", msg);
+}
+
 // kvt_attention over a contiguous f16 cache of len positions (k, v: [len, n_kv * dim]) for n query
 // tokens at positions pos0 ..; q, out: [n, n_head * dim].
 kvt_status attn_ref(int n_head, int n_kv, int dim, int block_len, int64_t len, const float *k, const float *v, const float *q,
@@ -264,6 +330,7 @@ int main() {
                                 KVT_CUDA_Q8_0, KVT_CUDA_Q4_K, KVT_CUDA_Q5_K, KVT_CUDA_Q6_K};
     for (int t : types) dispatch_type<check_op>(t, true, kvt_type_name((kvt_type)t), (uint64_t)(1000 + t));
     check_elementwise();
+    check_reductions();
     check_attention();
     printf("cuda host check: %d failed\n", g_failed);
     return g_failed ? 1 : 0;
