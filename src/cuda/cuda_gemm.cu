@@ -59,13 +59,10 @@ int kvt_cu_mul_mat_gemm(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_ro
     __half *Xh = (__half *)((char *)ws + w_bytes);
     f32_to_f16_kernel<<<grid_for(n_tok * n_cols, 256), 256, 0, ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>(x, n_tok * n_cols, Xh);
     if ((rc = ctx_check_launch(ctx, "f32_to_f16_kernel"))) return rc;
-    // Row-major W [n_rows, n_cols] is column-major n_cols x n_rows (lda n_cols); likewise X and Y, so
-    // Y^T (n_rows x n_tok, column-major) = op_T(W) x X.
+    const gemm_args g = gemm_args_for(n_rows, n_cols, n_tok); // the layout: cuda_items.cuh
     const float alpha = 1.0f, beta = 0.0f;
-    const cublasStatus_t cs =
-        cublasGemmEx(ctx->cublas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n_rows, (int)n_tok, (int)n_cols, &alpha, Wh, CUDA_R_16F,
-                     (int)n_cols, Xh, CUDA_R_16F, (int)n_cols, &beta, y, CUDA_R_32F, (int)n_rows, CUBLAS_COMPUTE_32F,
-                     CUBLAS_GEMM_DEFAULT);
+    const cublasStatus_t cs = cublasGemmEx(ctx->cublas, g.ta, g.tb, g.m, g.n, g.k, &alpha, Wh, CUDA_R_16F, g.lda, Xh, CUDA_R_16F,
+                                           g.ldb, &beta, y, CUDA_R_32F, g.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (cs != CUBLAS_STATUS_SUCCESS)
         return ctx_fail(ctx, KVT_CUDA_ERR_CUBLAS, "cuBLAS cublasGemmEx (%lld x %lld x %lld) failed: %s", (long long)n_rows,
                         (long long)n_cols, (long long)n_tok, cublasGetStatusString(cs));

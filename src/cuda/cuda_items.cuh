@@ -5,6 +5,8 @@
 #ifndef KVT_CUDA_ITEMS_CUH
 #define KVT_CUDA_ITEMS_CUH
 
+#include <cublas_api.h>
+
 #include <cmath>
 
 #include "cuda_blocks.cuh"
@@ -121,6 +123,17 @@ __host__ __device__ __forceinline__ void argmax_part(const float *xr, int64_t n,
     for (int64_t i = tid; i < n; i += nthreads)
         if (argmax_better(xr[i], i, bv, bi)) bv = xr[i], bi = i;
     *bv_out = bv, *bi_out = bi;
+}
+
+// mul_mat_gemm's cublasGemmEx arguments for Y [n_tok, n_rows] = X [n_tok, n_cols] W^T, all row-major:
+// row-major W is column-major n_cols x n_rows (lda n_cols), likewise X and Y, so column-major
+// Y^T (n_rows x n_tok, ldc n_rows) = op_T(W) op_N(X). A = W, B = X, C = Y.
+struct gemm_args {
+    cublasOperation_t ta, tb;
+    int m, n, k, lda, ldb, ldc;
+};
+inline gemm_args gemm_args_for(int64_t n_rows, int64_t n_cols, int64_t n_tok) {
+    return gemm_args{CUBLAS_OP_T, CUBLAS_OP_N, (int)n_rows, (int)n_tok, (int)n_cols, (int)n_cols, (int)n_cols, (int)n_rows};
 }
 
 // Gated activations: g[i] = Act::f(g[i]) * u[i].

@@ -4,6 +4,7 @@
 //   - the kernels' per-item bodies (src/cuda/cuda_items.cuh): matvec lanes, dequantize, get rows,
 //     RoPE, SwiGLU, GeGLU against src/kernels; rmsnorm and argmax with their thread blocks'
 //     reductions emulated against kvt_rmsnorm_f32 and kvt_argmax;
+//   - mul_mat_gemm's cublasGemmEx arguments, applied with BLAS's column-major semantics;
 //   - the attention kernels' pieces (src/cuda/cuda_attn_items.cuh) assembled serially against
 //     kvt_attention.
 // Launches, warp shuffles, shared memory and barriers are not covered (they need a device).
@@ -220,6 +221,31 @@ void check_reductions() {
     report(ok_arg, "argmax pieces (256 threads, shuffle trees emulated): equal to kvt_argmax (ties, NaNs)", msg);
 }
 
+// mul_mat_gemm's cublasGemmEx arguments (gemm_args_for) applied with the column-major semantics of
+// BLAS (C = op(A) op(B), op(A)[i, l] = A[l + i lda] when transposed, A[i + l lda] when not) on the CPU,
+// against the row-major product Y[t, r] = sum_k W[r, k] X[t, k].
+void check_gemm_layout() {
+    const int64_t n_rows = 24, n_cols = 40, n_tok = 9;
+    const std::vector<float> W = random_floats(n_rows * n_cols, 11), X = random_floats(n_tok * n_cols, 12);
+    std::vector<float> Y((size_t)(n_tok * n_rows), quiet_nan());
+    const gemm_args g = gemm_args_for(n_rows, n_cols, n_tok);
+    auto at = [](const float *M, cublasOperation_t op, int ld, int i, int l) { return op == CUBLAS_OP_N ? M[i + (int64_t)l * ld] : M[l + (int64_t)i * ld]; };
+    for (int i = 0; i < g.m; i++)
+        for (int j = 0; j < g.n; j++) {
+            double c = 0;
+            for (int l = 0; l < g.k; l++) c += (double)at(W.data(), g.ta, g.lda, i, l) * at(X.data(), g.tb, g.ldb, l, j);
+            Y[(size_t)(i + (int64_t)j * g.ldc)] = (float)c;
+        }
+    bool ok = true;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < n_rows; r++) {
+            double e = 0;
+            for (int64_t k = 0; k < n_cols; k++) e += (double)W[(size_t)(r * n_cols + k)] * X[(size_t)(t * n_cols + k)];
+            ok = ok && Y[(size_t)(t * n_rows + r)] == (float)e;
+        }
+    report(ok, "mul_mat_gemm's cublasGemmEx arguments, applied as BLAS defines them: Y = X W^T row-major", "differs");
+}
+
 // kvt_attention over a contiguous f16 cache of len positions (k, v: [len, n_kv * dim]) for n query
 // tokens at positions pos0 ..; q, out: [n, n_head * dim].
 kvt_status attn_ref(int n_head, int n_kv, int dim, int block_len, int64_t len, const float *k, const float *v, const float *q,
@@ -331,6 +357,7 @@ int main() {
     for (int t : types) dispatch_type<check_op>(t, true, kvt_type_name((kvt_type)t), (uint64_t)(1000 + t));
     check_elementwise();
     check_reductions();
+    check_gemm_layout();
     check_attention();
     printf("cuda host check: %d failed\n", g_failed);
     return g_failed ? 1 : 0;
