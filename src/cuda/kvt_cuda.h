@@ -4,7 +4,9 @@
 //
 // The library exports ONE symbol, kvt_cuda_get_api(abi_version), returning a table of function
 // pointers (as ggml's backends do). Conventions of every entry:
-//   - returns int: KVT_CUDA_OK (0) or one of the KVT_CUDA_ERR_* codes below; never exits or aborts;
+//   - returns int: KVT_CUDA_OK (0) or one of the KVT_CUDA_ERR_* codes below; never exits or aborts
+//     (two exceptions: ctx_free returns nothing, there being no context left to hold a message, and
+//     last_error returns the message itself);
 //   - on failure the message (naming the CUDA or cuBLAS call that failed and its error string) is
 //     kept in the context and read with api->last_error(ctx); entries without a context write it to
 //     a caller buffer err[err_len];
