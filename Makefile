@@ -9,7 +9,8 @@
 #   make tsan     the test suite under ThreadSanitizer (quick sizes; pool, paged KV store, beam schedules)
 #   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader, the OpenAI request parser and the prefix-store entry parser
 #   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
-#   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present
+#   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present, and check the kernels' block
+#                    decoders on the CPU (build/cuda-host-check)
 
 CC      ?= gcc
 BUILD   ?= build
@@ -79,6 +80,8 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 CU_SRC   := $(shell find src -name '*.cu' 2>/dev/null)
 CUDA_LIB := $(if $(NVCC),$(if $(CU_SRC),$(BUILD)/libkvtier-cuda.so))
+# the toolkit's library folders as the .so's run path, so that dlopen finds libcublas without LD_LIBRARY_PATH
+CUDA_LIBDIRS := $(wildcard $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))/lib64 $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))/lib)
 # machine code for Ampere (sm_80, also runs on sm_86), Ada (sm_89: RTX 40xx) and Hopper (sm_90),
 # plus PTX that newer devices compile at load
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
@@ -87,9 +90,10 @@ NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=s
 .PHONY: all test run asan tsan fuzz cuda-check clean model model-gemma3 bench-peer test-vocab quant test-quant
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
-$(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h)
+$(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h src/kernels/dtype.h
 	@mkdir -p $(dir $@)
-	$(NVCC) -std=c++17 -O2 $(NVCC_ARCH) -shared -Xcompiler -fPIC,-Wall -o $@ $(CU_SRC) -lcublas
+	$(NVCC) -std=c++17 -O2 $(NVCC_ARCH) -shared -Xcompiler -fPIC,-Wall,-fvisibility=hidden -o $@ $(CU_SRC) -lcublas \
+	  $(foreach d,$(CUDA_LIBDIRS),-Xlinker -rpath=$(d))
 
 # SIMD_CFLAGS: flags of the SIMD kernel files (make fuzz builds them without sanitizers: clang takes
 # many minutes to instrument them, and the asan run covers them)
@@ -211,10 +215,35 @@ prefix-store-bench: $(BUILD)/prefix_store_bench
 $(BUILD)/prefix_store_bench: tools/bench/prefix_store_bench.c $(BUILD)/libkvtier.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+# cuda-check also runs the kernels' block decoders on the CPU against quant.c (tests/cuda/cuda_host_check.cu),
+# and the suite `cuda` over a CPU emulation of the backend table (tests/cuda/cuda_fake.c), which checks the
+# suite's own buffers and block tables (not the CUDA kernels) on machines without a GPU
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
 	  for f in $(CU_SRC); do echo "nvcc -c $$f"; nvcc -std=c++17 -c $$f -o /tmp/kvt_cuda_check.o || exit 1; done; \
+	  $(MAKE) --no-print-directory $(BUILD)/cuda-host-check && ./$(BUILD)/cuda-host-check || exit 1; \
 	else echo "cuda-check: nvcc or CUDA sources absent, nothing to compile"; fi
+	$(MAKE) --no-print-directory $(BUILD)/kvtier-tests $(BUILD)/libkvtier-cuda-fake.so
+	KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so KVT_CUDA_NO_BENCH=1 ./$(BUILD)/kvtier-tests cuda
+
+$(BUILD)/cuda-host-check: tests/cuda/cuda_host_check.cu $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h src/kernels/vec.h $(BUILD)/libkvtier.a
+	$(NVCC) -std=c++17 -O2 -Xcompiler -Wall -o $@ $< $(BUILD)/libkvtier.a $(filter-out -pthread,$(LDLIBS)) -lpthread
+
+# the CPU emulation of the backend table, with the kernels' CPU references compiled position-independent
+FAKE_SRC := tests/cuda/cuda_fake.c src/kernels/quant.c src/kernels/quant_avx2.c src/kernels/quant_avx512.c \
+            src/kernels/vec.c src/kernels/dtype.c
+FAKE_OBJ := $(FAKE_SRC:%.c=$(BUILD)/pic/%.o)
+$(BUILD)/pic/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(AVX2_FLAGS) -fPIC -c $< -o $@
+$(BUILD)/pic/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(AVX512_FLAGS) -fPIC -c $< -o $@
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -fPIC -c $< -o $@
+$(BUILD)/libkvtier-cuda-fake.so: $(FAKE_OBJ)
+	$(CC) -shared -o $@ $^ -lm
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
@@ -242,4 +271,4 @@ $(HIREDIS_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.hiredis-* && touch $@
 $(BUILD)/src/kv/prefix_store_redis.o $(BUILD)/tests/test_prefix_store_redis.o: $(HIREDIS_STAMP)
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(FAKE_OBJ:.o=.d)

@@ -182,7 +182,7 @@ bool probe(int device, bool quick, kvt_cuda_probe_result *out, probe_state &S) {
 
 } // namespace
 
-extern "C" int kvt_cuda_probe(int device, int quick, kvt_cuda_probe_result *out, char *err, int err_len) {
+extern "C" __attribute__((visibility("default"))) int kvt_cuda_probe(int device, int quick, kvt_cuda_probe_result *out, char *err, int err_len) {
     *out = kvt_cuda_probe_result{};
     probe_state S{err, err_len};
     if (err_len > 0) err[0] = 0;

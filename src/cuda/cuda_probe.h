@@ -1,13 +1,16 @@
 // cuda_probe.h - the C interface of the CUDA device probe (src/cuda/cuda_probe.cu).
 //
 // The probe is built by nvcc into build/libkvtier-cuda.so (when nvcc exists) and
-// loaded at run time with dlopen by the planner's profiler (src/plan/profile_gpu.c),
+// loaded at run time with dlopen by the planner's profiler (src/plan/profile_gpu.c, the library's
+// path from kvt_cuda_lib_path in src/exec/backend_cuda.h),
 // so that kvtier itself never links the CUDA runtime and runs on machines without
 // it. Plain C types only: this header is included by C11 and by CUDA C++.
 #ifndef KVT_CUDA_PROBE_H
 #define KVT_CUDA_PROBE_H
 
 #include <stdint.h>
+
+#include "kvt_cuda.h"
 
 typedef struct {
     char name[96];          // device name
@@ -27,6 +30,6 @@ typedef struct {
 typedef int (*kvt_cuda_probe_fn)(int device, int quick, kvt_cuda_probe_result *out, char *err, int err_len);
 
 #define KVT_CUDA_PROBE_SYMBOL "kvt_cuda_probe"
-#define KVT_CUDA_LIB_NAME "libkvtier-cuda.so"
+#define KVT_CUDA_LIB_NAME KVT_CUDA_LIB_FILE // one name for both (kvt_cuda.h)
 
 #endif

@@ -19,6 +19,19 @@
 
 #include "dtype.h"
 
+// The block layouts and kvt_k_scale_min below are shared with the CUDA kernels (src/cuda/cuda_blocks.cuh):
+// this header compiles as C11 and as CUDA C++.
+#if defined(__CUDACC__)
+#define KVT_HOST_DEVICE __host__ __device__
+#else
+#define KVT_HOST_DEVICE
+#endif
+#ifdef __cplusplus
+#define KVT_STATIC_ASSERT static_assert
+#else
+#define KVT_STATIC_ASSERT _Static_assert
+#endif
+
 // dst[0..n) = dequantized src (row of n elements of the table's type)
 typedef void (*kvt_to_float_fn)(const void *src, float *dst, int64_t n);
 // dst (row of n elements of the table's type) = quantized src[0..n)
@@ -102,18 +115,18 @@ typedef struct {
     int16_t bsums[KVT_QK_K / 16];
 } kvt_block_q8_K;
 
-_Static_assert(sizeof(kvt_block_q4_0) == 18, "q4_0 layout");
-_Static_assert(sizeof(kvt_block_q4_1) == 20, "q4_1 layout");
-_Static_assert(sizeof(kvt_block_q5_0) == 22, "q5_0 layout");
-_Static_assert(sizeof(kvt_block_q8_0) == 34, "q8_0 layout");
-_Static_assert(sizeof(kvt_block_q8_1) == 36, "q8_1 layout");
-_Static_assert(sizeof(kvt_block_q4_K) == 144, "q4_K layout");
-_Static_assert(sizeof(kvt_block_q5_K) == 176, "q5_K layout");
-_Static_assert(sizeof(kvt_block_q6_K) == 210, "q6_K layout");
-_Static_assert(sizeof(kvt_block_q8_K) == 292, "q8_K layout");
+KVT_STATIC_ASSERT(sizeof(kvt_block_q4_0) == 18, "q4_0 layout");
+KVT_STATIC_ASSERT(sizeof(kvt_block_q4_1) == 20, "q4_1 layout");
+KVT_STATIC_ASSERT(sizeof(kvt_block_q5_0) == 22, "q5_0 layout");
+KVT_STATIC_ASSERT(sizeof(kvt_block_q8_0) == 34, "q8_0 layout");
+KVT_STATIC_ASSERT(sizeof(kvt_block_q8_1) == 36, "q8_1 layout");
+KVT_STATIC_ASSERT(sizeof(kvt_block_q4_K) == 144, "q4_K layout");
+KVT_STATIC_ASSERT(sizeof(kvt_block_q5_K) == 176, "q5_K layout");
+KVT_STATIC_ASSERT(sizeof(kvt_block_q6_K) == 210, "q6_K layout");
+KVT_STATIC_ASSERT(sizeof(kvt_block_q8_K) == 292, "q8_K layout");
 
 // 6-bit scale and min of sub-block j (0..7) of a q4_K / q5_K super-block.
-static inline void kvt_k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+KVT_HOST_DEVICE static inline void kvt_k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
         *sc = q[j] & 63;
         *m = q[j + 4] & 63;

@@ -1,0 +1,283 @@
+// cuda_api.cu - the backend table (kvt_cuda.h): devices, contexts, memory, transfers, streams and
+// events, plus the context's error message and workspace. Kernels live in the other .cu files.
+#include <cstring>
+#include <new>
+
+#include "cuda_common.cuh"
+
+// ---------------------------------------------------------------- errors and workspace
+
+int ctx_fail(kvt_cuda_ctx *ctx, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int ctx_fail_cuda(kvt_cuda_ctx *ctx, const char *what, cudaError_t e) {
+    const int code = e == cudaErrorMemoryAllocation ? KVT_CUDA_ERR_NOMEM
+                     : (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice)
+                         ? KVT_CUDA_ERR_NO_DEVICE
+                         : KVT_CUDA_ERR_RUNTIME;
+    return ctx_fail(ctx, code, "CUDA %s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+int ctx_check_launch(kvt_cuda_ctx *ctx, const char *kernel) {
+    const cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return KVT_CUDA_OK;
+    char what[160];
+    snprintf(what, sizeof what, "launch of %s", kernel);
+    return ctx_fail_cuda(ctx, what, e);
+}
+
+int ctx_workspace(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
+    if (bytes > ctx->ws_bytes) {
+        KVT_CU_CHECK(ctx, cudaStreamSynchronize(ctx->stream[KVT_CUDA_STREAM_COMPUTE]));
+        if (ctx->ws) KVT_CU_CHECK(ctx, cudaFree(ctx->ws));
+        ctx->ws = nullptr;
+        ctx->ws_bytes = 0;
+        const size_t grown = bytes + bytes / 4; // some headroom: shapes grow a little at a time
+        KVT_CU_CHECK(ctx, cudaMalloc(&ctx->ws, grown));
+        ctx->ws_bytes = grown;
+    }
+    *out = ctx->ws;
+    return KVT_CUDA_OK;
+}
+
+namespace {
+
+// A message into a caller buffer (entries without a context).
+int buf_fail(char *err, int err_len, int code, const char *what, cudaError_t e) {
+    if (err && err_len > 0) snprintf(err, (size_t)err_len, "CUDA %s failed: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return code;
+}
+
+int stream_of(kvt_cuda_ctx *ctx, int stream, cudaStream_t *out) {
+    if (stream < 0 || stream >= KVT_CUDA_STREAM_COUNT) return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "stream id %d does not exist", stream);
+    *out = ctx->stream[stream];
+    return KVT_CUDA_OK;
+}
+
+// ---------------------------------------------------------------- devices
+
+int device_count(int *out, char *err, int err_len) {
+    *out = 0;
+    const cudaError_t e = cudaGetDeviceCount(out);
+    if (e != cudaSuccess) {
+        *out = 0;
+        return buf_fail(err, err_len, KVT_CUDA_ERR_NO_DEVICE, "cudaGetDeviceCount", e);
+    }
+    if (*out == 0) {
+        if (err && err_len > 0) snprintf(err, (size_t)err_len, "cudaGetDeviceCount found no CUDA device");
+        return KVT_CUDA_ERR_NO_DEVICE;
+    }
+    return KVT_CUDA_OK;
+}
+
+// KVT_CUDA_OK if device `device` exists, else KVT_CUDA_ERR_NO_DEVICE with a message in err.
+int check_device(int device, char *err, int err_len) {
+    int n = 0;
+    int rc = device_count(&n, err, err_len);
+    if (rc) return rc;
+    if (device < 0 || device >= n) {
+        if (err && err_len > 0) snprintf(err, (size_t)err_len, "CUDA device %d does not exist (%d devices)", device, n);
+        return KVT_CUDA_ERR_NO_DEVICE;
+    }
+    return KVT_CUDA_OK;
+}
+
+int device_info(int device, kvt_cuda_device_info *out, char *err, int err_len) {
+    memset(out, 0, sizeof *out);
+    int rc = check_device(device, err, err_len);
+    if (rc) return rc;
+    cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, device);
+    if (e != cudaSuccess) return buf_fail(err, err_len, KVT_CUDA_ERR_RUNTIME, "cudaGetDeviceProperties", e);
+    snprintf(out->name, sizeof out->name, "%.95s", prop.name);
+    out->cc_major = prop.major;
+    out->cc_minor = prop.minor;
+    out->n_sm = prop.multiProcessorCount;
+    int cur = 0;
+    if ((e = cudaGetDevice(&cur)) != cudaSuccess) return buf_fail(err, err_len, KVT_CUDA_ERR_RUNTIME, "cudaGetDevice", e);
+    if ((e = cudaSetDevice(device)) != cudaSuccess) return buf_fail(err, err_len, KVT_CUDA_ERR_RUNTIME, "cudaSetDevice", e);
+    size_t free_b = 0, total_b = 0;
+    e = cudaMemGetInfo(&free_b, &total_b);
+    cudaSetDevice(cur);
+    if (e != cudaSuccess) return buf_fail(err, err_len, KVT_CUDA_ERR_RUNTIME, "cudaMemGetInfo", e);
+    out->vram_bytes = (int64_t)total_b;
+    out->vram_free_bytes = (int64_t)free_b;
+    return KVT_CUDA_OK;
+}
+
+// ---------------------------------------------------------------- contexts
+
+void ctx_free(kvt_cuda_ctx *ctx) {
+    if (!ctx) return;
+    cudaSetDevice(ctx->device);
+    for (int i = 0; i < KVT_CUDA_STREAM_COUNT; i++) {
+        if (ctx->stream[i]) {
+            cudaStreamSynchronize(ctx->stream[i]);
+            cudaStreamDestroy(ctx->stream[i]);
+        }
+    }
+    if (ctx->cublas) cublasDestroy(ctx->cublas);
+    if (ctx->ws) cudaFree(ctx->ws);
+    delete ctx;
+}
+
+int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
+    *out = nullptr;
+    int rc = check_device(device, err, err_len);
+    if (rc) return rc;
+    kvt_cuda_ctx *ctx = new (std::nothrow) kvt_cuda_ctx();
+    if (!ctx) {
+        if (err && err_len > 0) snprintf(err, (size_t)err_len, "out of host memory for a CUDA context");
+        return KVT_CUDA_ERR_NOMEM;
+    }
+    ctx->device = device;
+    cudaError_t e = cudaSetDevice(device);
+    const char *what = "cudaSetDevice";
+    for (int i = 0; e == cudaSuccess && i < KVT_CUDA_STREAM_COUNT; i++) {
+        e = cudaStreamCreateWithFlags(&ctx->stream[i], cudaStreamNonBlocking);
+        what = "cudaStreamCreateWithFlags";
+    }
+    if (e != cudaSuccess) {
+        rc = buf_fail(err, err_len, e == cudaErrorMemoryAllocation ? KVT_CUDA_ERR_NOMEM : KVT_CUDA_ERR_RUNTIME, what, e);
+        ctx_free(ctx);
+        return rc;
+    }
+    cublasStatus_t cs = cublasCreate(&ctx->cublas);
+    if (cs == CUBLAS_STATUS_SUCCESS) cs = cublasSetStream(ctx->cublas, ctx->stream[KVT_CUDA_STREAM_COMPUTE]);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+        if (err && err_len > 0) snprintf(err, (size_t)err_len, "cuBLAS cublasCreate/cublasSetStream failed: %s", cublasGetStatusString(cs));
+        ctx_free(ctx);
+        return KVT_CUDA_ERR_CUBLAS;
+    }
+    *out = ctx;
+    return KVT_CUDA_OK;
+}
+
+const char *last_error(const kvt_cuda_ctx *ctx) { return ctx ? ctx->err : "no CUDA context"; }
+
+// ---------------------------------------------------------------- memory
+
+int dev_malloc(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
+    *out = nullptr;
+    KVT_CU_CHECK(ctx, cudaMalloc(out, bytes));
+    return KVT_CUDA_OK;
+}
+int dev_free(kvt_cuda_ctx *ctx, void *p) {
+    if (p) KVT_CU_CHECK(ctx, cudaFree(p));
+    return KVT_CUDA_OK;
+}
+int host_malloc(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
+    *out = nullptr;
+    KVT_CU_CHECK(ctx, cudaHostAlloc(out, bytes, cudaHostAllocPortable));
+    return KVT_CUDA_OK;
+}
+int host_free(kvt_cuda_ctx *ctx, void *p) {
+    if (p) KVT_CU_CHECK(ctx, cudaFreeHost(p));
+    return KVT_CUDA_OK;
+}
+int memset_dev(kvt_cuda_ctx *ctx, void *dst, int byte, size_t bytes) {
+    KVT_CU_CHECK(ctx, cudaMemsetAsync(dst, byte, bytes, ctx->stream[KVT_CUDA_STREAM_COMPUTE]));
+    return KVT_CUDA_OK;
+}
+
+// ---------------------------------------------------------------- transfers, streams, events
+
+int copy_kind(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream, cudaMemcpyKind kind) {
+    cudaStream_t s = nullptr;
+    int rc = stream_of(ctx, stream, &s);
+    if (rc) return rc;
+    KVT_CU_CHECK(ctx, cudaMemcpyAsync(dst, src, bytes, kind, s));
+    return KVT_CUDA_OK;
+}
+int copy_h2d(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
+    return copy_kind(ctx, dst, src, bytes, stream, cudaMemcpyHostToDevice);
+}
+int copy_d2h(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
+    return copy_kind(ctx, dst, src, bytes, stream, cudaMemcpyDeviceToHost);
+}
+int copy_d2d(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
+    return copy_kind(ctx, dst, src, bytes, stream, cudaMemcpyDeviceToDevice);
+}
+
+int event_create(kvt_cuda_ctx *ctx, kvt_cuda_event **out) {
+    cudaEvent_t ev = nullptr;
+    *out = nullptr;
+    KVT_CU_CHECK(ctx, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    *out = (kvt_cuda_event *)ev;
+    return KVT_CUDA_OK;
+}
+int event_free(kvt_cuda_ctx *ctx, kvt_cuda_event *ev) {
+    if (ev) KVT_CU_CHECK(ctx, cudaEventDestroy((cudaEvent_t)ev));
+    return KVT_CUDA_OK;
+}
+int event_record(kvt_cuda_ctx *ctx, kvt_cuda_event *ev, int stream) {
+    cudaStream_t s = nullptr;
+    int rc = stream_of(ctx, stream, &s);
+    if (rc) return rc;
+    KVT_CU_CHECK(ctx, cudaEventRecord((cudaEvent_t)ev, s));
+    return KVT_CUDA_OK;
+}
+int stream_wait(kvt_cuda_ctx *ctx, int stream, kvt_cuda_event *ev) {
+    cudaStream_t s = nullptr;
+    int rc = stream_of(ctx, stream, &s);
+    if (rc) return rc;
+    KVT_CU_CHECK(ctx, cudaStreamWaitEvent(s, (cudaEvent_t)ev, 0));
+    return KVT_CUDA_OK;
+}
+int event_sync(kvt_cuda_ctx *ctx, kvt_cuda_event *ev) {
+    KVT_CU_CHECK(ctx, cudaEventSynchronize((cudaEvent_t)ev));
+    return KVT_CUDA_OK;
+}
+int stream_sync(kvt_cuda_ctx *ctx, int stream) {
+    cudaStream_t s = nullptr;
+    int rc = stream_of(ctx, stream, &s);
+    if (rc) return rc;
+    KVT_CU_CHECK(ctx, cudaStreamSynchronize(s));
+    return KVT_CUDA_OK;
+}
+
+const kvt_cuda_api k_api = {
+    KVT_CUDA_ABI_VERSION,
+    (int)sizeof(kvt_cuda_api),
+    device_count,
+    device_info,
+    ctx_init,
+    ctx_free,
+    last_error,
+    dev_malloc,
+    dev_free,
+    host_malloc,
+    host_free,
+    memset_dev,
+    copy_h2d,
+    copy_d2h,
+    copy_d2d,
+    event_create,
+    event_free,
+    event_record,
+    stream_wait,
+    event_sync,
+    stream_sync,
+    kvt_cu_mul_mat_vec,
+    kvt_cu_mul_mat_gemm,
+    kvt_cu_dequant_f16,
+    kvt_cu_rmsnorm,
+    kvt_cu_rope,
+    kvt_cu_swiglu,
+    kvt_cu_geglu,
+    kvt_cu_add,
+    kvt_cu_get_rows,
+    kvt_cu_argmax,
+    kvt_cu_attn_paged,
+};
+
+} // namespace
+
+extern "C" __attribute__((visibility("default"))) const kvt_cuda_api *kvt_cuda_get_api(int abi_version) {
+    return abi_version == KVT_CUDA_ABI_VERSION ? &k_api : nullptr;
+}

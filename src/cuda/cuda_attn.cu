@@ -1,0 +1,73 @@
+// cuda_attn.cu - paged attention of query rows over f16 KV blocks (kvt_cuda_attn_args in kvt_cuda.h).
+//
+// Pass 1: one thread block per (chunk of KVT_CUDA_ATTN_CHUNK positions, query head, query row) computes
+// the chunk's online-softmax state from scratch: m = max score, s = sum exp(score - m),
+// o[d] = sum exp(score - m) * V[d] (unnormalized), and stores it in the context's workspace.
+// Pass 2: one thread block per (head, query row) folds the chunk states in chunk order
+// (m' = max(m, m_c); o = o e^(m - m') + o_c e^(m_c - m'); s likewise) and writes o / s.
+// Every reduction has a fixed order, so results do not depend on how the blocks are scheduled.
+// The pieces (score lanes, max and sum, P.V, the merge) are in cuda_attn_items.cuh.
+#include "cuda_attn_items.cuh"
+#include "cuda_common.cuh"
+
+namespace {
+
+constexpr int kThreads = 128; // 4 warps
+
+__global__ void __launch_bounds__(kThreads) attn_chunk_kernel(kvt_cuda_attn_args a, int n_chunks, float *__restrict__ states) {
+    const int c = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
+    const int seq = a.row_seq ? a.row_seq[row] : row;
+    const int D = a.head_dim, kvh = h / (a.n_head / a.n_kv_head);
+    const int64_t p0 = (int64_t)c * KVT_CUDA_ATTN_CHUNK;
+    const int n = attn_chunk_n(a.seq_len[row], c);
+    float *st = states + attn_state_offset(a, row, h, n_chunks, c);
+    __shared__ float q[KVT_CUDA_ATTN_MAX_HEAD_DIM];
+    __shared__ float sc[KVT_CUDA_ATTN_CHUNK];
+    const float *qh = a.q + ((int64_t)row * a.n_head + h) * D;
+    for (int d = threadIdx.x; d < D; d += kThreads) q[d] = qh[d];
+    __syncthreads();
+    // scores: warp w takes positions w, w + 4, ...; its lanes split the head dim
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int i = warp; i < n; i += kThreads / 32) {
+        float dot = attn_score_lane(a, q, seq, kvh, p0 + i, lane);
+        for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (lane == 0) sc[i] = dot * a.scale;
+    }
+    __syncthreads();
+    float m, s;
+    attn_max_sum(sc, n, &m, &s); // n == 0: m = -inf, s = 0 (the merge skips the state)
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += kThreads) sc[i] = expf(sc[i] - m);
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += kThreads) st[2 + d] = attn_pv_item(a, sc, seq, kvh, p0, n, d);
+    if (threadIdx.x == 0) st[0] = m, st[1] = s;
+}
+
+__global__ void __launch_bounds__(kThreads) attn_merge_kernel(kvt_cuda_attn_args a, int n_chunks, const float *__restrict__ states) {
+    const int h = blockIdx.x, row = blockIdx.y;
+    const float *st0 = states + attn_state_offset(a, row, h, n_chunks, 0);
+    for (int d = threadIdx.x; d < a.head_dim; d += kThreads)
+        a.out[((int64_t)row * a.n_head + h) * a.head_dim + d] = attn_merge_item(st0, n_chunks, a.head_dim, d);
+}
+
+} // namespace
+
+int kvt_cu_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
+    if (a->n_q < 1 || a->n_q > 65535 || a->n_head < 1 || a->n_head > 65535 || a->n_kv_head < 1 ||
+        a->n_head % a->n_kv_head || a->head_dim < 2 || a->head_dim % 2 || a->head_dim > KVT_CUDA_ATTN_MAX_HEAD_DIM ||
+        a->block_len < 1 || a->max_seq_len < 1 || a->max_blocks < (a->max_seq_len + a->block_len - 1) / a->block_len)
+        return ctx_fail(ctx, KVT_CUDA_ERR_ARG,
+                        "attn_paged: bad shape (%d rows, %d/%d heads, head_dim %d, block_len %d, max_blocks %d, max_seq_len %d)",
+                        a->n_q, a->n_head, a->n_kv_head, a->head_dim, a->block_len, a->max_blocks, a->max_seq_len);
+    if (!a->q || !a->k_blocks || !a->v_blocks || !a->seq_len || !a->out)
+        return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "attn_paged: a device pointer is NULL");
+    const int n_chunks = (a->max_seq_len + KVT_CUDA_ATTN_CHUNK - 1) / KVT_CUDA_ATTN_CHUNK;
+    void *ws = nullptr;
+    int rc = ctx_workspace(ctx, (size_t)a->n_q * a->n_head * n_chunks * (a->head_dim + 2) * sizeof(float), &ws);
+    if (rc) return rc;
+    const cudaStream_t s = ctx->stream[KVT_CUDA_STREAM_COMPUTE];
+    attn_chunk_kernel<<<dim3(n_chunks, a->n_head, a->n_q), kThreads, 0, s>>>(*a, n_chunks, (float *)ws);
+    if ((rc = ctx_check_launch(ctx, "attn_chunk_kernel"))) return rc;
+    attn_merge_kernel<<<dim3(a->n_head, a->n_q), kThreads, 0, s>>>(*a, n_chunks, (const float *)ws);
+    return ctx_check_launch(ctx, "attn_merge_kernel");
+}

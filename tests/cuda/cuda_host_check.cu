@@ -1,0 +1,364 @@
+// cuda_host_check.cu - runs the CUDA backend's host-and-device code on the CPU against this repo's
+// references, so that what is most likely to be wrong is checked on machines without a GPU:
+//   - the block decoders (src/cuda/cuda_blocks.cuh) against quant.c's to_float, every weight type;
+//   - the kernels' per-item bodies (src/cuda/cuda_items.cuh): matvec lanes, dequantize, get rows,
+//     RoPE, SwiGLU, GeGLU against src/kernels; rmsnorm and argmax with their thread blocks'
+//     reductions emulated against kvt_rmsnorm_f32 and kvt_argmax;
+//   - mul_mat_gemm's cublasGemmEx arguments, applied with BLAS's column-major semantics;
+//   - the attention kernels' pieces (src/cuda/cuda_attn_items.cuh) assembled serially against
+//     kvt_attention.
+// Launches, warp shuffles, shared memory and barriers are not covered (they need a device).
+// Built and run by `make cuda-check` (nvcc, no device); exit status 0 = all pass.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+extern "C" {
+#include "../../src/attn/attention.h"
+#include "../../src/base/threadpool.h"
+#include "../../src/kernels/dtype.h"
+#include "../../src/kernels/f16.h"
+#include "../../src/kernels/quant.h"
+#include "../../src/kernels/vec.h"
+#include "../../src/kv/kv.h"
+#include "../../src/sched/sampler.h"
+}
+#include "../../src/cuda/cuda_attn_items.cuh"
+#include "../../src/cuda/cuda_items.cuh"
+
+namespace {
+
+constexpr int64_t kN = 4096; // elements per row (16 super-blocks)
+int g_failed = 0;
+
+void report(bool ok, const char *what, const char *detail) {
+    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok ? "" : ": ", ok ? "" : detail);
+    g_failed += !ok;
+}
+
+// uniform in [-2, 2), never 0
+std::vector<float> random_floats(int64_t n, uint64_t seed) {
+    std::vector<float> v((size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const float f = (float)((seed >> 40) & 0xffffff) / 4194304.0f - 2.0f;
+        v[(size_t)i] = f == 0.0f ? 0.25f : f;
+    }
+    return v;
+}
+
+// Per weight type: the decoder against to_float (bit for bit), dequant_item against to_float rounded to
+// f16 (bit for bit), get_rows_item (with an id out of range: NaN), and mmv_lane over 32 emulated lanes
+// against the product of to_float's rows in double, for 1 .. 8 activation rows.
+template <int T> struct check_op {
+    static int run(const char *name, uint64_t seed) {
+        const kvt_type t = (kvt_type)T;
+        const int64_t n_rows = 8, n = n_rows * kN;
+        std::vector<float> src = random_floats(n, seed), ref((size_t)n), got((size_t)n);
+        const kvt_type_ops *ops = kvt_type_ops_ref(t);
+        char what[96], msg[160] = "";
+        snprintf(what, sizeof what, "%s: decoders, dequant_item, get_rows_item, mmv_lane (1..8 rows)", name);
+        if (!ops || kvt_row_size(t, kN) != row_bytes<T>(kN)) {
+            snprintf(msg, sizeof msg, "row size %lld, backend says %lld", (long long)kvt_row_size(t, kN), (long long)row_bytes<T>(kN));
+            report(false, what, msg);
+            return 1;
+        }
+        const int64_t rb = kvt_row_size(t, kN);
+        std::vector<uint8_t> W((size_t)(rb * n_rows));
+        for (int64_t r = 0; r < n_rows; r++) {
+            ops->from_float(&src[(size_t)(r * kN)], &W[(size_t)(r * rb)], kN);
+            ops->to_float(&W[(size_t)(r * rb)], &ref[(size_t)(r * kN)], kN);
+        }
+        // the decoders, one row at a time
+        for (int64_t r = 0; r < n_rows; r++)
+            for (int64_t g = 0; g < kN / 8; g++) row_get8<T>(&W[(size_t)(r * rb)], g, &got[(size_t)(r * kN + 8 * g)]);
+        for (int64_t i = 0; i < n && !msg[0]; i++)
+            if (memcmp(&got[(size_t)i], &ref[(size_t)i], sizeof(float)))
+                snprintf(msg, sizeof msg, "element %lld decodes to %.9g, to_float %.9g", (long long)i, got[(size_t)i], ref[(size_t)i]);
+        // dequant_item over the whole matrix as one array
+        std::vector<__half> h((size_t)n);
+        for (int64_t g = 0; g < n / 8; g++) dequant_item<T>(W.data(), g, h.data());
+        for (int64_t i = 0; i < n && !msg[0]; i++) {
+            uint16_t bits;
+            memcpy(&bits, &h[(size_t)i], 2);
+            if (bits != kvt_f32_to_f16(ref[(size_t)i])) snprintf(msg, sizeof msg, "dequant_item: element %lld", (long long)i);
+        }
+        // get_rows_item: ids 5, 0, 7, 5 and one out of range
+        const int32_t ids[5] = {5, 0, 7, 5, (int32_t)n_rows};
+        std::vector<float> rows((size_t)(5 * kN));
+        for (int64_t k = 0; k < 5 * kN / 8; k++) get_rows_item<T>(k, W.data(), n_rows, kN, ids, rows.data());
+        for (int i = 0; i < 5 && !msg[0]; i++)
+            for (int64_t j = 0; j < kN && !msg[0]; j++) {
+                const float v = rows[(size_t)(i * kN + j)];
+                if (i == 4 ? !std::isnan(v) : memcmp(&v, &ref[(size_t)(ids[i] * kN + j)], sizeof v))
+                    snprintf(msg, sizeof msg, "get_rows_item: id %d element %lld", ids[i], (long long)j);
+            }
+        // mmv_lane: 32 lanes summed in lane order (the kernel sums by shuffles: another f32 order)
+        std::vector<float> x = random_floats(KVT_CUDA_MMV_MAX_ROWS * kN, seed + 7);
+        double num = 0, den = 0;
+        for (int nt = 1; nt <= KVT_CUDA_MMV_MAX_ROWS; nt++)
+            for (int64_t r = 0; r < n_rows; r++) {
+                float sum[KVT_CUDA_MMV_MAX_ROWS] = {0};
+                for (int lane = 0; lane < 32; lane++) {
+                    float acc[KVT_CUDA_MMV_MAX_ROWS] = {0};
+                    mmv_lane<T>(&W[(size_t)(r * rb)], kN, x.data(), nt, lane, acc);
+                    for (int k = 0; k < nt; k++) sum[k] += acc[k];
+                }
+                for (int k = 0; k < nt; k++) {
+                    double e = 0;
+                    for (int64_t j = 0; j < kN; j++) e += (double)ref[(size_t)(r * kN + j)] * x[(size_t)(k * kN + j)];
+                    num += (sum[k] - e) * (sum[k] - e), den += e * e;
+                }
+            }
+        if (!msg[0] && !(num / den <= 1e-10)) snprintf(msg, sizeof msg, "mmv_lane: nmse %.3g against the double product", num / den);
+        report(!msg[0], what, msg);
+        return msg[0] != 0;
+    }
+};
+
+// rope_item against kvt_rope_cache + kvt_rope_apply, and the gated activations against vec.c, bit for bit.
+void check_elementwise() {
+    const int n_tok = 9, n_head = 4, dim = 64;
+    int32_t pos[n_tok];
+    for (int t = 0; t < n_tok; t++) pos[t] = t * 977 % 5000;
+    float ff[dim / 2], cs[dim];
+    for (int i = 0; i < dim / 2; i++) ff[i] = 1.0f + (float)i / 8.0f;
+    static const struct { int neox, n_rot; float base, scale; bool factors; } v[] = {
+        {0, 64, 10000.0f, 1.0f, false}, {1, 64, 10000.0f, 1.0f, false}, {1, 32, 1000000.0f, 0.25f, false}, {0, 48, 500000.0f, 1.0f, true}};
+    for (const auto &c : v) {
+        std::vector<float> x = random_floats(n_tok * n_head * dim, 99), ref = x;
+        const kvt_rope_params p = {c.n_rot, c.neox, c.base, c.scale, c.factors ? ff : nullptr};
+        for (int t = 0; t < n_tok; t++) {
+            kvt_rope_cache(&p, pos[t], cs);
+            for (int h = 0; h < n_head; h++) kvt_rope_apply(&p, cs, &ref[(size_t)((t * n_head + h) * dim)]);
+        }
+        const kvt_cuda_rope_args a = {n_tok, n_head, dim, c.n_rot, c.neox, c.base, c.scale, c.factors ? ff : nullptr, pos};
+        const float theta_scale = powf(c.base, -2.0f / (float)c.n_rot);
+        for (int64_t k = 0; k < (int64_t)n_tok * n_head * (c.n_rot / 2); k++) rope_item(k, x.data(), a, theta_scale);
+        char what[96];
+        snprintf(what, sizeof what, "rope_item neox %d, n_rot %d, scale %g%s: bit for bit as vec.c", c.neox, c.n_rot, c.scale,
+                 c.factors ? ", freq factors" : "");
+        report(!memcmp(x.data(), ref.data(), x.size() * sizeof(float)), what, "differs");
+    }
+    std::vector<float> g = random_floats(4096, 5), u = random_floats(4096, 6), a = g, b = g;
+    for (auto &e : g) e *= 6.0f;
+    a = g, b = g;
+    kvt_swiglu_f32(a.data(), u.data(), 4096);
+    kvt_geglu_f32(b.data(), u.data(), 4096);
+    bool ok_s = true, ok_g = true;
+    for (size_t i = 0; i < g.size(); i++) {
+        const float s = silu_op::f(g[i]) * u[i], e = gelu_tanh_op::f(g[i]) * u[i];
+        ok_s = ok_s && !memcmp(&s, &a[i], 4);
+        ok_g = ok_g && !memcmp(&e, &b[i], 4);
+    }
+    report(ok_s, "silu_op: bit for bit as kvt_swiglu_f32", "differs");
+    report(ok_g, "gelu_tanh_op: bit for bit as kvt_geglu_f32", "differs");
+}
+
+// rmsnorm_kernel and argmax_kernel with their 256 threads run in turn: the warps' xor-shuffle trees
+// done on arrays, then the warps in order, as the kernels do. Rows: 1, 9, 64 and 576 wide (fewer
+// elements than threads too); argmax rows with planted ties and NaNs.
+void check_reductions() {
+    const int nthreads = 256, W = nthreads / 32;
+    bool ok_norm = true, ok_arg = true;
+    char msg[160] = "";
+    for (int64_t n : {1, 9, 64, 576, 49152}) {
+        std::vector<float> x = random_floats(n, (uint64_t)n), w = random_floats(n, (uint64_t)n + 1), y((size_t)n), ref((size_t)n);
+        for (int weighted = 0; weighted < 2; weighted++) {
+            double part[nthreads], warp_sum[W];
+            for (int t = 0; t < nthreads; t++) part[t] = rmsnorm_part(x.data(), n, t, nthreads);
+            for (int k = 0; k < W; k++) {
+                double v[32], nv[32];
+                for (int l = 0; l < 32; l++) v[l] = part[32 * k + l];
+                for (int off = 16; off > 0; off /= 2) {
+                    for (int l = 0; l < 32; l++) nv[l] = v[l] + v[l ^ off];
+                    memcpy(v, nv, sizeof v);
+                }
+                warp_sum[k] = v[0];
+            }
+            double total = 0.0;
+            for (int k = 0; k < W; k++) total += warp_sum[k];
+            const float *wp = weighted ? w.data() : nullptr;
+            for (int t = 0; t < nthreads; t++) rmsnorm_write(x.data(), wp, y.data(), n, rmsnorm_scale(total, n, 1e-6f), t, nthreads);
+            kvt_rmsnorm_f32(ref.data(), x.data(), wp, n, 1e-6f);
+            for (int64_t i = 0; i < n && ok_norm; i++)
+                if (fabsf(y[(size_t)i] - ref[(size_t)i]) > 1e-6f * fabsf(ref[(size_t)i]))
+                    ok_norm = false, snprintf(msg, sizeof msg, "rmsnorm n %lld element %lld: %.9g, vec.c %.9g", (long long)n, (long long)i,
+                                              y[(size_t)i], ref[(size_t)i]);
+        }
+        for (int variant = 0; variant < 3 && ok_arg; variant++) { // plain, a tie planted before the max, NaNs
+            std::vector<float> v = x;
+            const int32_t m = kvt_argmax(v.data(), n);
+            if (variant == 1 && m > 0) v[(size_t)(m / 2)] = v[(size_t)m];
+            if (variant == 2)
+                for (int64_t i = 1; i < n; i += 3) v[(size_t)i] = quiet_nan();
+            float bv[nthreads];
+            int64_t bi[nthreads];
+            for (int t = 0; t < nthreads; t++) argmax_part(v.data(), n, t, nthreads, &bv[t], &bi[t]);
+            for (int k = 0; k < W; k++)
+                for (int off = 16; off > 0; off /= 2) {
+                    float nv[32];
+                    int64_t ni[32];
+                    for (int l = 0; l < 32; l++) {
+                        const int me = 32 * k + l, other = 32 * k + (l ^ off);
+                        nv[l] = bv[me], ni[l] = bi[me];
+                        if (bi[other] >= 0 && argmax_better(bv[other], bi[other], bv[me], bi[me])) nv[l] = bv[other], ni[l] = bi[other];
+                    }
+                    for (int l = 0; l < 32; l++) bv[32 * k + l] = nv[l], bi[32 * k + l] = ni[l];
+                }
+            float best = bv[0];
+            int64_t besti = bi[0];
+            for (int k = 1; k < W; k++)
+                if (bi[32 * k] >= 0 && argmax_better(bv[32 * k], bi[32 * k], best, besti)) best = bv[32 * k], besti = bi[32 * k];
+            const int32_t want = kvt_argmax(v.data(), n), got = (int32_t)(besti < 0 ? 0 : besti);
+            if (got != want) ok_arg = false, snprintf(msg, sizeof msg, "argmax n %lld variant %d: %d, kvt_argmax %d", (long long)n, variant, got, want);
+        }
+    }
+    report(ok_norm, "rmsnorm pieces (256 threads, shuffle trees emulated): within 1e-6 of kvt_rmsnorm_f32 per element", msg);
+    report(ok_arg, "argmax pieces (256 threads, shuffle trees emulated): equal to kvt_argmax (ties, NaNs)", msg);
+}
+
+// mul_mat_gemm's cublasGemmEx arguments (gemm_args_for) applied with the column-major semantics of
+// BLAS (C = op(A) op(B), op(A)[i, l] = A[l + i lda] when transposed, A[i + l lda] when not) on the CPU,
+// against the row-major product Y[t, r] = sum_k W[r, k] X[t, k].
+void check_gemm_layout() {
+    const int64_t n_rows = 24, n_cols = 40, n_tok = 9;
+    const std::vector<float> W = random_floats(n_rows * n_cols, 11), X = random_floats(n_tok * n_cols, 12);
+    std::vector<float> Y((size_t)(n_tok * n_rows), quiet_nan());
+    const gemm_args g = gemm_args_for(n_rows, n_cols, n_tok);
+    auto at = [](const float *M, cublasOperation_t op, int ld, int i, int l) { return op == CUBLAS_OP_N ? M[i + (int64_t)l * ld] : M[l + (int64_t)i * ld]; };
+    for (int i = 0; i < g.m; i++)
+        for (int j = 0; j < g.n; j++) {
+            double c = 0;
+            for (int l = 0; l < g.k; l++) c += (double)at(W.data(), g.ta, g.lda, i, l) * at(X.data(), g.tb, g.ldb, l, j);
+            Y[(size_t)(i + (int64_t)j * g.ldc)] = (float)c;
+        }
+    bool ok = true;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < n_rows; r++) {
+            double e = 0;
+            for (int64_t k = 0; k < n_cols; k++) e += (double)W[(size_t)(r * n_cols + k)] * X[(size_t)(t * n_cols + k)];
+            ok = ok && Y[(size_t)(t * n_rows + r)] == (float)e;
+        }
+    report(ok, "mul_mat_gemm's cublasGemmEx arguments, applied as BLAS defines them: Y = X W^T row-major", "differs");
+}
+
+// kvt_attention over a contiguous f16 cache of len positions (k, v: [len, n_kv * dim]) for n query
+// tokens at positions pos0 ..; q, out: [n, n_head * dim].
+kvt_status attn_ref(int n_head, int n_kv, int dim, int block_len, int64_t len, const float *k, const float *v, const float *q,
+                    int64_t pos0, int64_t n, float *out, kvt_err *err) {
+    const kvt_kv_params kp = {KVT_TYPE_F16, 1, n_kv, dim, dim, len, block_len, 0};
+    const kvt_attn_params ap = {n_head, 1.0f / sqrtf((float)dim), 0, 0};
+    kvt_kv *kv = nullptr;
+    kvt_threadpool *pool = nullptr;
+    kvt_status st = kvt_kv_contig_init(&kp, &kv, err);
+    if (!st) st = kvt_threadpool_init(1, &pool, err);
+    if (!st) st = kv->ops->append(kv, 0, 0, 0, len, k, v, err);
+    std::vector<char> scratch, ws;
+    if (!st) {
+        scratch.resize((size_t)kvt_attn_scratch_bytes(kv, n_head, 0) + 64);
+        ws.resize((size_t)kvt_attn_workspace_bytes(kv, n_head, 1) + 64);
+        void *sp = scratch.data();
+        st = kvt_attention(kv, 0, 0, &ap, q, pos0, n, out, pool, &sp, ws.data(), err);
+    }
+    kvt_threadpool_free(pool);
+    kvt_kv_free(kv);
+    return st;
+}
+
+// The attention kernels' pieces run serially: three sequences (1, 100 and 600 positions) in shuffled
+// blocks of one pool with NaN in unused rows; query rows: one decode row per sequence and the last 9
+// tokens of the third as causal prefill rows (row_seq); head_dim 64 / block 16 and 128 / block 48.
+void check_attention() {
+    enum { NH = 8, NKV = 2, NSEQ = 3, T = 9 };
+    static const int lens[NSEQ] = {1, 100, 600};
+    static const int cfg[2][2] = {{64, 16}, {128, 48}};
+    for (const auto &cf : cfg) {
+        const int D = cf[0], BL = cf[1];
+        const size_t blk = (size_t)BL * NKV * D;
+        int n_blocks = 0, max_blocks = 0;
+        for (int len : lens) n_blocks += (len + BL - 1) / BL, max_blocks = std::max(max_blocks, (len + BL - 1) / BL);
+        std::vector<uint16_t> pool(2 * (size_t)n_blocks * blk, 0x7e00);
+        std::vector<const void *> ktab((size_t)NSEQ * max_blocks), vtab((size_t)NSEQ * max_blocks);
+        std::vector<int> slot((size_t)n_blocks);
+        for (int b = 0; b < n_blocks; b++) slot[(size_t)b] = (b * 7 + 3) % n_blocks; // 7 is prime to both counts
+        std::vector<std::vector<float>> K, V;
+        for (int s = 0, next = 0; s < NSEQ; s++) {
+            K.push_back(random_floats((int64_t)lens[s] * NKV * D, 100 + s));
+            V.push_back(random_floats((int64_t)lens[s] * NKV * D, 200 + s));
+            for (int b = 0; b < (lens[s] + BL - 1) / BL; b++, next++) {
+                uint16_t *kb = &pool[(size_t)slot[(size_t)next] * blk], *vb = &pool[((size_t)n_blocks + slot[(size_t)next]) * blk];
+                for (size_t i = 0; i < blk && b * blk + i < (size_t)lens[s] * NKV * D; i++) {
+                    kb[i] = kvt_f32_to_f16(K[(size_t)s][b * blk + i]);
+                    vb[i] = kvt_f32_to_f16(V[(size_t)s][b * blk + i]);
+                }
+                ktab[(size_t)(s * max_blocks + b)] = kb, vtab[(size_t)(s * max_blocks + b)] = vb;
+            }
+        }
+        // rows 0..2: decode of each sequence; rows 3..3+T: prefill of sequence 2's last T tokens
+        const int n_q = NSEQ + T;
+        std::vector<int32_t> row_seq((size_t)n_q), seq_len((size_t)n_q);
+        for (int r = 0; r < n_q; r++) {
+            row_seq[(size_t)r] = r < NSEQ ? r : 2;
+            seq_len[(size_t)r] = r < NSEQ ? lens[r] : lens[2] - T + (r - NSEQ) + 1;
+        }
+        std::vector<float> q = random_floats((int64_t)n_q * NH * D, 300), out((size_t)n_q * NH * D), ref(out.size());
+        const kvt_cuda_attn_args a = {n_q, NH, NKV, D, BL, max_blocks, lens[2], 1.0f / sqrtf((float)D), q.data(), ktab.data(),
+                                      vtab.data(), row_seq.data(), seq_len.data(), out.data()};
+        const int n_chunks = (a.max_seq_len + KVT_CUDA_ATTN_CHUNK - 1) / KVT_CUDA_ATTN_CHUNK;
+        std::vector<float> states((size_t)n_q * NH * n_chunks * (D + 2));
+        float sc[KVT_CUDA_ATTN_CHUNK];
+        for (int row = 0; row < n_q; row++)
+            for (int h = 0; h < NH; h++) {
+                const int seq = a.row_seq[row], kvh = h / (NH / NKV);
+                for (int c = 0; c < n_chunks; c++) { // attn_chunk_kernel, its threads in turn
+                    const int n = attn_chunk_n(a.seq_len[row], c);
+                    const int64_t p0 = (int64_t)c * KVT_CUDA_ATTN_CHUNK;
+                    float *st = &states[(size_t)attn_state_offset(a, row, h, n_chunks, c)];
+                    const float *qh = a.q + ((int64_t)row * NH + h) * D;
+                    for (int i = 0; i < n; i++) {
+                        float dot = 0.0f;
+                        for (int lane = 0; lane < 32; lane++) dot += attn_score_lane(a, qh, seq, kvh, p0 + i, lane);
+                        sc[i] = dot * a.scale;
+                    }
+                    float m, s;
+                    attn_max_sum(sc, n, &m, &s);
+                    for (int i = 0; i < n; i++) sc[i] = expf(sc[i] - m);
+                    for (int d = 0; d < D; d++) st[2 + d] = attn_pv_item(a, sc, seq, kvh, p0, n, d);
+                    st[0] = m, st[1] = s;
+                }
+                for (int d = 0; d < D; d++) // attn_merge_kernel
+                    out[(size_t)((row * NH + h) * D + d)] = attn_merge_item(&states[(size_t)attn_state_offset(a, row, h, n_chunks, 0)], n_chunks, D, d);
+            }
+        kvt_err err = {};
+        bool ok = true;
+        for (int s = 0; s < NSEQ && ok; s++)
+            ok = !attn_ref(NH, NKV, D, BL, lens[s], K[(size_t)s].data(), V[(size_t)s].data(), &q[(size_t)(s * NH * D)], lens[s] - 1, 1,
+                           &ref[(size_t)(s * NH * D)], &err);
+        ok = ok && !attn_ref(NH, NKV, D, BL, lens[2], K[2].data(), V[2].data(), &q[(size_t)(NSEQ * NH * D)], lens[2] - T, T,
+                             &ref[(size_t)(NSEQ * NH * D)], &err);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < out.size(); i++) num += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]), den += (double)ref[i] * ref[i];
+        char what[128], msg[KVT_ERR_MSG_MAX + 64];
+        snprintf(what, sizeof what, "attention pieces, head_dim %d, block %d: 3 decode rows + 9 prefill rows against kvt_attention", D, BL);
+        snprintf(msg, sizeof msg, "%s%snmse %.3g", ok ? "" : err.msg, ok ? "" : "; ", num / den);
+        report(ok && num / den <= 1e-6, what, msg);
+    }
+}
+
+} // namespace
+
+int main() {
+    static const int types[] = {KVT_CUDA_F32, KVT_CUDA_F16, KVT_CUDA_BF16, KVT_CUDA_Q4_0, KVT_CUDA_Q4_1,
+                                KVT_CUDA_Q8_0, KVT_CUDA_Q4_K, KVT_CUDA_Q5_K, KVT_CUDA_Q6_K};
+    for (int t : types) dispatch_type<check_op>(t, true, kvt_type_name((kvt_type)t), (uint64_t)(1000 + t));
+    check_elementwise();
+    check_reductions();
+    check_gemm_layout();
+    check_attention();
+    printf("cuda host check: %d failed\n", g_failed);
+    return g_failed ? 1 : 0;
+}
