@@ -44,6 +44,10 @@ typedef struct {
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)
     const int32_t *layer_window; // [n_layer] attention window of each layer in positions (0: whole context),
                                  // or NULL (every layer global); copied at init
+    // tests: called with every block a T0 eviction takes (its layer, group and index), in order, under the
+    // store's lock from the thread that evicts (a reader or a copy thread); NULL: none
+    void (*on_evict)(void *ud, int32_t layer, int32_t group, int64_t index);
+    void *on_evict_ud;
 } kvt_kv_paged_params;
 
 kvt_kv_paged_params kvt_kv_paged_params_default(void);
@@ -64,6 +68,9 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
 void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n);
 // Drops every block copy in T0 and T1 that has a copy below (tests: forces reads from the lower tiers).
 void kvt_kv_paged_drop_cached(kvt_kv *kv);
+// Waits until the copy engine has nothing queued and no prefetch under way (tests: makes its decisions
+// deterministic by letting it finish before the next read). Any thread.
+void kvt_kv_paged_drain(kvt_kv *kv);
 
 // --- the prefix cache's block references (issue 12) -------------------------------------------------------
 
