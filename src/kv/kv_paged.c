@@ -29,6 +29,7 @@ typedef struct {
     bool queued;        // waiting in the prefetch queue
     bool qplan;         // queued by the scheduler's plan (kvt_kv_paged_set_plan), not by the decode schedule
     uint64_t last_use, uses;
+    float attn_ema;     // EMA of the block's attention mass (kvt_kv_paged_attn_mass; policy attn-ema)
     int64_t prank;      // plan rank: iteration in which the earliest planned sequence holding it runs
                         // (INT64_MAX: none, or no plan)
 } pblock;
@@ -226,7 +227,8 @@ static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B
                                  .shard = (int64_t)B->layer * s->base.n_group + B->group,
                                  .index = B->index,
                                  .shard_blocks = e->shard_blocks,
-                                 .stream_frac = e->stream_frac};
+                                 .stream_frac = e->stream_frac,
+                                 .attn_ema = B->attn_ema};
     return s->pol->score(&info, s->tick);
 }
 
@@ -1182,6 +1184,41 @@ void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group
     }
     if (pushed) pthread_cond_broadcast(&s->qcv);
     pthread_mutex_unlock(&s->mu);
+}
+
+bool kvt_kv_paged_wants_attn_mass(const kvt_kv *kv) {
+    return kv->ops == &k_paged_ops && !strcmp(((const kv_paged *)kv)->pol->name, "attn-ema");
+}
+
+// The block id of (seq, layer, group, b), or -1 (the mutex held).
+static int64_t block_at(kv_paged *s, int32_t seq, int32_t layer, int32_t group, int64_t b) {
+    const pseq *q = seq_get(s, seq, NULL);
+    if (!q || layer < 0 || layer >= s->base.n_layer || group < 0 || group >= s->base.n_group) return -1;
+    const pshard *sh = &q->sh[layer * s->base.n_group + group];
+    return b >= sh->n_drop && b < sh->n_blk ? sh->ids[b] : -1;
+}
+
+#define ATTN_EMA_ALPHA 0.5f // weight of the newest mass (the simulator's attn_alpha)
+
+void kvt_kv_paged_attn_mass(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b0, const float *mass, int64_t n) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return;
+    pthread_mutex_lock(&s->mu);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = block_at(s, seq, layer, group, b0 + i);
+        if (id >= 0) s->blk[id].attn_ema = ATTN_EMA_ALPHA * mass[i] + (1.0f - ATTN_EMA_ALPHA) * s->blk[id].attn_ema;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+float kvt_kv_paged_block_attn_ema(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return -1.0f;
+    pthread_mutex_lock(&s->mu);
+    const int64_t id = block_at(s, seq, layer, group, b);
+    const float e = id >= 0 ? s->blk[id].attn_ema : -1.0f;
+    pthread_mutex_unlock(&s->mu);
+    return e;
 }
 
 void kvt_kv_paged_drain(kvt_kv *kv) {
