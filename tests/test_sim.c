@@ -1,11 +1,13 @@
 // test_sim.c - the discrete-event simulator (src/sim): links with known answers, the event queue,
-// the policies added for it, its decisions against kvt_evict_pick, determinism, the serving scheduler's
-// decisions as its batch scheduler (--sched kvtier), and `kvtier sim`.
+// the policies added for it, its decisions against kvt_evict_pick, the paged store's own prefetch and victim
+// choices on one trace, determinism, the serving scheduler's decisions as its batch scheduler (--sched kvtier),
+// and `kvtier sim`.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/kv/kv_paged.h"
 #include "../src/kv/kv_policy.h"
 #include "../src/model/shapes.h"
 #include "../src/sim/sim.h"
@@ -133,6 +135,117 @@ static void test_decisions(void) {
     test_result(ok, "sim: every eviction of all 6 policies is kvt_evict_pick's choice on the same candidates", "%s", msg);
 }
 
+// The defaults with n requests of `prompt` and `out` tokens arriving together, all in one batch (a real run's set-up).
+static void fixed_burst_config(kvt_sim_config *c, int64_t prompt, int64_t out, int64_t n) {
+    kvt_sim_config_default(c);
+    c->workload = KVT_WL_FIXED;
+    c->fixed_prompt = prompt;
+    c->fixed_out = out;
+    c->burst = true;
+    c->n_requests = n;
+    c->max_batch = n;
+}
+
+// Fast-tier victims in order, as layer x 100 + block index.
+typedef struct {
+    int64_t v[128];
+    int n;
+} victim_list;
+
+static void store_victim(void *ud, int32_t layer, int32_t group, int64_t index) {
+    victim_list *l = ud;
+    (void)group;
+    if (l->n < 128) l->v[l->n++] = layer * 100 + index;
+}
+
+// The simulator's candidates carry shard = request x layers + layer (one request here, 2 layers).
+static void sim_victim(void *ud, const kvt_evict_info *cands, int64_t n, uint64_t now, int64_t picked) {
+    victim_list *l = ud;
+    (void)n;
+    (void)now;
+    if (l->n < 128) l->v[l->n++] = cands[picked].shard % 2 * 100 + cands[picked].index;
+}
+
+static void victims_str(const victim_list *l, char *buf, size_t cap) {
+    size_t o = 0;
+    for (int i = 0; i < l->n && o + 8 < cap; i++) o += (size_t)snprintf(buf + o, cap - o, "%s%lld", i ? "," : "", (long long)l->v[i]);
+    if (!l->n) snprintf(buf, cap, "-");
+}
+
+// The store's copy-engine prefetch (kv_prefetch.h) and LFU victims against the simulator's copy_prefetch on one
+// hand-made trace: one sequence of 13 prompt positions and 4 generated tokens, blocks of 4 positions (4 per layer,
+// 2 layers), a fast tier of 5 blocks, an unbounded host tier, prefetch 3 by one copy thread. The store is given
+// the simulator's trace: the prompt appended token block by token block (layer 0, layer 1), then 3 decode steps,
+// each reading layer 0's blocks, then layer 1's; the copy engine finishes before each read ends
+// (kvt_kv_paged_drain), as the simulator's copies do (1 ns against 125 ms of compute per read). Every fast-tier
+// victim of both, in order, must be the same, and so must the reads that missed.
+static void test_store_prefetch_same(void) {
+    victim_list sv = {0}, kv_v = {0};
+    kvt_sim_config c;
+    fixed_burst_config(&c, 13, 4, 1);
+    c.block_tokens = 4;
+    c.block_bytes = 64;
+    c.layers = 2;
+    c.fast_blocks = 5;
+    c.iter_ms = 1000;
+    c.policy = "lfu";
+    c.copy_prefetch = 3;
+    c.prefetch_depth = 1;
+    c.clean_ssd_only = true;
+    c.on_pick = sim_victim;
+    c.on_pick_ud = &sv;
+    kvt_sim_result r;
+    kvt_err err = {0};
+    bool ok = !kvt_sim_run(&c, &r, &err) && r.reads == 24;
+    const int64_t sim_miss = ok ? r.reads - (int64_t)llround(r.hit_rate * (double)r.reads) : -1;
+    kvt_sim_result_free(&r);
+
+    kvt_kv_paged_params p = kvt_kv_paged_params_default();
+    p.n_layer = 2;
+    p.n_head_kv = 1;
+    p.head_dim = p.head_dim_v = 4;
+    p.n_ctx = 20; // 5 blocks per shard: the simulator's request holds up to ceil((13 + 4) / 4)
+    p.block_tokens = 4;
+    p.fast_bytes = 5 * kvt_kv_paged_block_bytes(&p);
+    p.host_bytes = -1;
+    p.evict = "lfu";
+    p.prefetch = 3;
+    p.n_io_threads = 1;
+    p.on_evict = store_victim;
+    p.on_evict_ud = &kv_v;
+    kvt_kv *kv = NULL;
+    ok = ok && !kvt_kv_paged_init(&p, &kv, &err);
+    const float kvdata[16] = {0}; // 4 positions x 4 dims
+    for (int64_t b = 0; ok && b < 4; b++) {
+        for (int32_t L = 0; ok && L < 2; L++) {
+            const int64_t n = 13 - 4 * b < 4 ? 13 - 4 * b : 4;
+            ok = !kv->ops->append(kv, 0, L, 4 * b, n, kvdata, kvdata, &err);
+        }
+    }
+    for (int step = 0; ok && step < 3; step++) {
+        for (int32_t L = 0; ok && L < 2; L++) {
+            for (int64_t b = 0; ok && b < 4; b++) {
+                kvt_kv_view view;
+                ok = !kv->ops->acquire(kv, 0, L, 0, b, &view, &err);
+                kvt_kv_paged_drain(kv);
+                if (ok) kv->ops->release(kv, 0, L, 0, b);
+            }
+        }
+    }
+    kvt_kv_stats st = {0};
+    if (kv) kvt_kv_get_stats(kv, &st);
+    kvt_kv_free(kv);
+    ok = ok && sv.n == kv_v.n && !memcmp(sv.v, kv_v.v, (size_t)sv.n * sizeof sv.v[0]) && sim_miss == st.misses &&
+         st.prefetches > 0 && sv.n > 3;
+    char a[600], b[600];
+    victims_str(&sv, a, sizeof a);
+    victims_str(&kv_v, b, sizeof b);
+    test_result(ok, "sim: lfu with the store's copy-engine prefetch: the same victims, in order, and the same misses "
+                    "as the paged store on one trace (2 layers, 8 blocks, fast tier of 5, prefetch 3)",
+                "%s; simulator victims %s, %lld misses; store victims %s, %lld misses, %lld prefetches", err.msg, a,
+                (long long)sim_miss, b, (long long)st.misses, (long long)st.prefetches);
+}
+
 static bool same_result(const kvt_sim_result *a, const kvt_sim_result *b) {
     return a->tpot_ms_mean == b->tpot_ms_mean && a->tpot_ms_p95 == b->tpot_ms_p95 && a->moved_bytes == b->moved_bytes &&
            a->transfers == b->transfers && a->reads == b->reads && a->hit_rate == b->hit_rate;
@@ -233,13 +346,7 @@ static void test_kvtier_sched(void) {
 // its compute plus the time copies ran (no overlap), where a separate link overlaps them.
 static void test_fixed_burst_copies(void) {
     kvt_sim_config c;
-    kvt_sim_config_default(&c);
-    c.workload = KVT_WL_FIXED;
-    c.fixed_prompt = 64;
-    c.fixed_out = 9;
-    c.burst = true;
-    c.n_requests = 4;
-    c.max_batch = 4;
+    fixed_burst_config(&c, 64, 9, 4);
     c.rho = 0.5;
     c.iter_ms = 10;
     c.iter_ms_per_seq = 1;
@@ -413,6 +520,7 @@ void test_sim(const test_env *env) {
     test_link_latency();
     test_new_policies();
     test_decisions();
+    test_store_prefetch_same();
     test_determinism();
     test_runs();
     test_kvtier_sched();

@@ -7,6 +7,7 @@
 
 #include "../kernels/quant.h"
 #include "../kernels/vec.h"
+#include "../kv/kv_paged.h"
 
 // Query heads served by one block of a group.
 static int32_t group_qheads(const kvt_kv *kv, int32_t n_head) { return kv->group_heads * (n_head / kv->n_head_kv); }
@@ -48,10 +49,21 @@ static int64_t tokens_per_task(int64_t n, int nt) {
     return tc < 1 ? 1 : tc > ATTN_TOKENS ? ATTN_TOKENS : tc;
 }
 
+// Bytes of the chunk states [n_head][chunks][2 + hdv] f32 of one decoded token (the workspace's first part).
+static int64_t part_bytes(const kvt_kv *kv, int32_t n_head) { return max_chunks(kv) * n_head * (2 + (int64_t)kv->head_dim_v) * 4; }
+
+// The attention-mass area, after the chunk states (decode, for a store that wants the mass: kv_paged.h): per
+// query head its final (M, L) [n_head][2]; per (head, tile) the tile's running max and its weights' sums (relative
+// to that max) per block the tile touches, [n_head][tiles][1 + runs]; the mass per block of one group [blocks].
+static int64_t mass_runs(int64_t T, int64_t bt) { return (T + bt - 1) / bt + 1; }
+static int64_t mass_floats(const kvt_kv *kv, int32_t n_head, int64_t T) {
+    const int64_t tiles = (kv->n_ctx + T - 1) / T;
+    return (int64_t)n_head * (2 + tiles * (1 + mass_runs(T, kv->block_tokens))) + kv->n_ctx / kv->block_tokens + 2;
+}
+
 int64_t kvt_attn_workspace_bytes(const kvt_kv *kv, int32_t n_head, int n_threads) {
     (void)n_threads;
-    // chunk states [n_head][chunks][2 + hdv] f32 of one decoded token
-    return max_chunks(kv) * n_head * (2 + (int64_t)kv->head_dim_v) * 4 + 64;
+    return part_bytes(kv, n_head) + mass_floats(kv, n_head, KVT_ATTN_TILE) * 4 + 64;
 }
 
 // Folds the state (m, l, o) of the next chunk into the running (M, L, O) of one (token, head).
@@ -81,6 +93,9 @@ typedef struct {
     int64_t c0;             // split: the first chunk its window sees (chunks c0 .. c0 + n_chunk - 1)
     float *out;
     float *part; // [n_head, n_chunk, 2 + hdv] (m, l, o) per chunk when split
+    // attention mass (decode for a store that wants it, else NULL): the workspace's mass area (mass_floats)
+    float *ml, *rec, *mass;
+    int64_t n_tiles, runs; // rec: [n_head][n_tiles][1 + runs]
     void *const *scratch;
     _Atomic int failed;
     kvt_err err;
@@ -220,6 +235,13 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 }
                 kvt_vec_mad_rows(kv->type, oi, vb, vstr, si, cnt - x0, hdv);
                 m[ji] = mn;
+                if (J->rec) { // decode: the tile's weights per block, relative to mn (read only: the result is unchanged)
+                    float *r = J->rec + ((int64_t)(h0 + i) * J->n_tiles + tl) * (1 + J->runs);
+                    const int64_t bt = kv->block_tokens, ba = pa / bt;
+                    r[0] = mn;
+                    for (int64_t k = 0; k < J->runs; k++) r[1 + k] = 0.0f;
+                    for (int64_t x = 0; x < cnt - x0; x++) r[1 + (pa + x0 + x) / bt - ba] += si[x];
+                }
                 if (fold) {
                     state_fold(fm + ji, fl + ji, fo + ji * hdv, m[ji], l[ji], oi, hdv);
                     m[ji] = -INFINITY;
@@ -238,6 +260,10 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             const int64_t ji = j * qh + i;
             if (!split) {
                 state_out(J->out + t * (int64_t)H * hdv + (int64_t)h * hdv, fl[ji], fo + ji * hdv, hdv);
+                if (J->ml) {
+                    J->ml[2 * h] = fm[ji];
+                    J->ml[2 * h + 1] = fl[ji];
+                }
             } else {
                 float *ps = J->part + (h * C + c) * (2 + hdv);
                 ps[0] = m[ji];
@@ -263,6 +289,37 @@ static void merge_task(void *vctx, int64_t h, int thread) {
         state_fold(&M, &L, dst, pc[0], pc[1], pc + 2, hdv);
     }
     state_out(dst, L, dst, hdv);
+    if (J->ml) {
+        J->ml[2 * h] = M;
+        J->ml[2 * h + 1] = L;
+    }
+}
+
+// Decode: the softmax weight of each block [b_first, pos0 / bt] visible to the token, summed over its positions and
+// averaged over the query heads of each group, from the tiles' records and the heads' final (M, L); handed to the
+// store (kvt_kv_paged_attn_mass).
+static void mass_export(const attn_job *J, int64_t p_first) {
+    kvt_kv *kv = J->kv;
+    const int64_t bt = kv->block_tokens, T = J->T, b_first = p_first / bt, nb = J->pos0 / bt - b_first + 1;
+    const int64_t tl_first = p_first / T, ntile = J->pos0 / T + 1;
+    const int32_t qh = group_qheads(kv, J->p->n_head);
+    for (int32_t g = 0; g < kv->n_group; g++) {
+        for (int64_t b = 0; b < nb; b++) J->mass[b] = 0.0f;
+        for (int32_t i = 0; i < qh; i++) {
+            const int32_t h = g * qh + i;
+            const float M = J->ml[2 * h], L = J->ml[2 * h + 1];
+            for (int64_t tl = tl_first; L > 0.0f && tl < ntile; tl++) {
+                const float *r = J->rec + ((int64_t)h * J->n_tiles + tl) * (1 + J->runs);
+                const float f = r[0] == -INFINITY ? 0.0f : expf(r[0] - M) / L;
+                for (int64_t k = 0; f > 0.0f && k < J->runs; k++) {
+                    const int64_t b = tl * T / bt + k - b_first;
+                    if (b >= 0 && b < nb) J->mass[b] += r[1 + k] * f;
+                }
+            }
+        }
+        for (int64_t b = 0; b < nb; b++) J->mass[b] /= (float)qh;
+        kvt_kv_paged_attn_mass(kv, J->seq, J->layer, g, b_first, J->mass, nb);
+    }
 }
 
 kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q, int64_t pos0,
@@ -282,9 +339,21 @@ kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_
         J.n_chunk = c_end - c0;
     }
     J.n_tok = J.n_chunk > 1 ? 1 : tokens_per_task(n, nt);
+    // decode for a store that ranks blocks by attention mass: the mass area of the workspace, if the tile fits it
+    const int64_t p_first = first_visible(p->window, pos0);
+    if (n == 1 && workspace && kvt_kv_paged_wants_attn_mass(kv) &&
+        mass_floats(kv, p->n_head, T) <= mass_floats(kv, p->n_head, KVT_ATTN_TILE)) {
+        J.ml = (float *)((uint8_t *)workspace + part_bytes(kv, p->n_head));
+        J.n_tiles = (kv->n_ctx + T - 1) / T;
+        J.runs = mass_runs(T, kv->block_tokens);
+        J.rec = J.ml + 2 * p->n_head;
+        J.mass = J.rec + p->n_head * J.n_tiles * (1 + J.runs);
+        for (int64_t i = 0; i < p->n_head * J.n_tiles; i++) J.rec[i * (1 + J.runs)] = -INFINITY;
+    }
     atomic_init(&J.failed, 0);
     kvt_threadpool_run(pool, attn_task, &J, (n + J.n_tok - 1) / J.n_tok * kv->n_group * J.n_chunk);
     if (!atomic_load(&J.failed) && J.n_chunk > 1) kvt_threadpool_run(pool, merge_task, &J, p->n_head);
+    if (!atomic_load(&J.failed) && J.ml) mass_export(&J, p_first);
     if (atomic_load(&J.failed)) {
         if (err) *err = J.err;
         return J.err.status;

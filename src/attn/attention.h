@@ -44,8 +44,17 @@ typedef struct {
 
 // Per-thread scratch for kvt_attention: kvt_attn_scratch_bytes(kv, n_head) bytes each.
 int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile);
-// Bytes of the shared workspace (chunk states of one decoded token of up to kv->n_ctx positions;
-// n_threads is not used). Without it (NULL) decode attends one task per group, with the same result.
+// Bytes of the shared workspace (chunk states of one decoded token of up to kv->n_ctx positions, and the
+// attention-mass area below; n_threads is not used). Without it (NULL) decode attends one task per group, with
+// the same result.
+//
+// Attention mass: in decode (n == 1) with a workspace, over a paged store that ranks blocks by it
+// (kvt_kv_paged_wants_attn_mass: policy attn-ema), each block's share of the softmax weight (summed over its
+// positions, averaged over the query heads of its group; the shares of a group sum to 1) is handed to the store
+// (kvt_kv_paged_attn_mass), per layer and group. It comes from the online-softmax state already kept: each
+// tile's weights relative to its running max, summed per block, rescaled by the head's final max and sum; no
+// second pass over the keys, and the attention's result is unchanged. Not computed otherwise (prefill, the
+// contiguous store, other policies, a tile larger than KVT_ATTN_TILE with too little room).
 int64_t kvt_attn_workspace_bytes(const kvt_kv *kv, int32_t n_head, int n_threads);
 
 // q:   [n, n_head * head_dim] f32 (already roped)

@@ -14,6 +14,7 @@
 #include "../base/timer.h"
 #include "../kernels/quant.h"
 #include "kv_policy.h"
+#include "kv_prefetch.h"
 #include "kv_tier.h"
 
 typedef struct {
@@ -28,6 +29,7 @@ typedef struct {
     bool queued;        // waiting in the prefetch queue
     bool qplan;         // queued by the scheduler's plan (kvt_kv_paged_set_plan), not by the decode schedule
     uint64_t last_use, uses;
+    float attn_ema;     // EMA of the block's attention mass (kvt_kv_paged_attn_mass; policy attn-ema)
     int64_t prank;      // plan rank: iteration in which the earliest planned sequence holding it runs
                         // (INT64_MAX: none, or no plan)
 } pblock;
@@ -79,9 +81,11 @@ typedef struct {
     // copy engine
     pthread_t *io;
     int n_io;
+    int n_io_busy;         // copy threads handling a queued block (kvt_kv_paged_drain)
     pthread_cond_t qcv;
     int64_t *q;            // ring of block ids to prefetch
     int64_t q_head, q_len, q_cap;
+    kvt_kv_pos *pf_win;    // [p.prefetch] scratch of schedule_prefetch (kvt_prefetch_window)
     bool stop;
     void **bounce;         // free 4096-aligned buffers of the disk slot size
     int64_t n_bounce, cap_bounce;
@@ -153,12 +157,11 @@ static void drop_copy(kv_paged *s, int64_t id, int t) {
 // --- schedule and policy -------------------------------------------------------
 
 static int64_t sched_key(const kv_paged *s, const pblock *B) {
-    return ((int64_t)B->layer * s->base.n_group + B->group) * s->nb_ctx + B->index;
+    return kvt_sched_key((int64_t)B->layer * s->base.n_group + B->group, B->index, s->nb_ctx);
 }
 
 static int64_t next_use(const kv_paged *s, const pblock *B) {
-    int64_t cycle = (int64_t)s->n_shard * s->nb_ctx;
-    return ((sched_key(s, B) - s->cursor) % cycle + cycle) % cycle;
+    return kvt_sched_distance(sched_key(s, B), s->cursor, (int64_t)s->n_shard * s->nb_ctx);
 }
 
 // The decode frontier: every reader thread's position in the schedule (the block it holds, or the one
@@ -224,7 +227,8 @@ static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B
                                  .shard = (int64_t)B->layer * s->base.n_group + B->group,
                                  .index = B->index,
                                  .shard_blocks = e->shard_blocks,
-                                 .stream_frac = e->stream_frac};
+                                 .stream_frac = e->stream_frac,
+                                 .attn_ema = B->attn_ema};
     return s->pol->score(&info, s->tick);
 }
 
@@ -257,8 +261,7 @@ static int64_t pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank) {
         int64_t id = s->res[t][(start + k) % n];
         const pblock *B = &s->blk[id];
         if (B->busy || (t == T0 && B->pins > 0)) continue;
-        if (limit >= 0 && !(B->prank > xrank || (B->prank == xrank && limit < INT64_MAX && next_use(s, B) > limit)))
-            continue;
+        if (limit >= 0 && !kvt_evict_may_displace(B->prank, B->prank == xrank ? next_use(s, B) : 0, limit, xrank)) continue;
         // clean: evicting costs no write (a disk copy of an unshared T0 block, or any T1 block with a copy
         // in T0 or on disk)
         bool clean = t == T0 ? (B->slot[T2] >= 0 && B->refs <= 1) : (B->slot[T2] >= 0 || B->slot[T0] >= 0);
@@ -412,6 +415,7 @@ static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *er
 // Removes block id's copy from tier t (0 or 1), first moving it down if no lower tier has a copy.
 static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
     pblock *B = &s->blk[id];
+    if (t == T0 && s->p.on_evict) s->p.on_evict(s->p.on_evict_ud, B->layer, B->group, B->index);
     if (t == T1 && B->slot[T0] >= 0) { // a duplicate: T0 keeps the data
         drop_copy(s, id, T1);
         return KVT_OK;
@@ -587,14 +591,20 @@ static void *io_main(void *arg) {
         pblock *B = &s->blk[id];
         const bool plan = B->qplan;
         B->queued = B->qplan = false;
-        if (B->refs <= 0 || B->busy || B->slot[T0] >= 0) continue;
+        if (B->refs <= 0 || B->busy || B->slot[T0] >= 0) {
+            if (s->q_len == 0) pthread_cond_broadcast(&s->cv);
+            continue;
+        }
         kvt_err e;
         bool loaded;
+        s->n_io_busy++;
         // an error here is reported again by the acquire that needs the block; a planned block that finds no
         // room in T0 (only blocks the plan needs sooner) comes up from disk to the host tier at least
         kvt_status st = load(s, id, false, plan ? INT64_MAX : next_use(s, &s->blk[id]), &loaded, &e);
         if (!st && loaded) s->st.prefetches++;
         else if (!st && plan) stage_t1(s, id);
+        s->n_io_busy--;
+        pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -616,20 +626,24 @@ static void queue_push(kv_paged *s, int64_t id) {
     s->blk[id].queued = true;
 }
 
-// Queues the `prefetch` blocks that follow (layer, group, b) of seq in the decode schedule.
+// Queues the `prefetch` blocks that follow (layer, group, b) of seq in the decode schedule (kvt_prefetch_window,
+// which the simulator runs too).
+static void shard_span(const void *ud, int32_t shard, int64_t *first, int64_t *end) {
+    const pshard *sh = &((const pseq *)ud)->sh[shard];
+    *first = sh->n_drop;
+    *end = sh->n_blk;
+}
+
 static void schedule_prefetch(kv_paged *s, const pseq *q, int32_t shard, int64_t b) {
-    if (s->p.prefetch <= 0 || s->n_io == 0) return;
-    int32_t k = 0;
+    if (s->p.prefetch <= 0 || s->n_io == 0 || !s->pf_win) return;
+    const int32_t n = kvt_prefetch_window(s->n_shard, shard_span, q, shard, b, s->p.prefetch, s->pf_win);
     bool pushed = false;
-    for (int32_t step = 0; step <= s->n_shard && k < s->p.prefetch; step++) {
-        const pshard *sh = &q->sh[(shard + step) % s->n_shard];
-        for (int64_t i = step == 0 ? b + 1 : sh->n_drop; i < sh->n_blk && k < s->p.prefetch; i++, k++) {
-            int64_t id = sh->ids[i];
-            const pblock *B = &s->blk[id];
-            if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
-            queue_push(s, id);
-            pushed = true;
-        }
+    for (int32_t k = 0; k < n; k++) {
+        const int64_t id = q->sh[s->pf_win[k].shard].ids[s->pf_win[k].block];
+        const pblock *B = &s->blk[id];
+        if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
+        queue_push(s, id);
+        pushed = true;
     }
     if (pushed) pthread_cond_broadcast(&s->qcv);
 }
@@ -1040,6 +1054,7 @@ static void paged_free(kvt_kv *kv) {
     free(s->blk);
     free(s->free_blk);
     free(s->q);
+    free(s->pf_win);
     pthread_cond_destroy(&s->qcv);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
@@ -1107,6 +1122,10 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     bool lower = s->tier[T1].present || s->tier[T2].present;
     int n_io = lower && p->prefetch > 0 ? (p->n_io_threads > 0 ? p->n_io_threads : 4) : 0;
     if (!st && n_io > 0) {
+        s->pf_win = malloc((size_t)p->prefetch * sizeof *s->pf_win);
+        if (!s->pf_win) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    }
+    if (!st && n_io > 0) {
         s->io = calloc((size_t)n_io, sizeof *s->io);
         if (!s->io) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
         for (int i = 0; !st && i < n_io; i++) {
@@ -1164,6 +1183,49 @@ void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group
         }
     }
     if (pushed) pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+bool kvt_kv_paged_wants_attn_mass(const kvt_kv *kv) {
+    return kv->ops == &k_paged_ops && !strcmp(((const kv_paged *)kv)->pol->name, "attn-ema");
+}
+
+// The block id of (seq, layer, group, b), or -1 (the mutex held).
+static int64_t block_at(kv_paged *s, int32_t seq, int32_t layer, int32_t group, int64_t b) {
+    const pseq *q = seq_get(s, seq, NULL);
+    if (!q || layer < 0 || layer >= s->base.n_layer || group < 0 || group >= s->base.n_group) return -1;
+    const pshard *sh = &q->sh[layer * s->base.n_group + group];
+    return b >= sh->n_drop && b < sh->n_blk ? sh->ids[b] : -1;
+}
+
+#define ATTN_EMA_ALPHA 0.5f // weight of the newest mass (the simulator's attn_alpha)
+
+void kvt_kv_paged_attn_mass(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b0, const float *mass, int64_t n) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return;
+    pthread_mutex_lock(&s->mu);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = block_at(s, seq, layer, group, b0 + i);
+        if (id >= 0) s->blk[id].attn_ema = ATTN_EMA_ALPHA * mass[i] + (1.0f - ATTN_EMA_ALPHA) * s->blk[id].attn_ema;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+float kvt_kv_paged_block_attn_ema(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return -1.0f;
+    pthread_mutex_lock(&s->mu);
+    const int64_t id = block_at(s, seq, layer, group, b);
+    const float e = id >= 0 ? s->blk[id].attn_ema : -1.0f;
+    pthread_mutex_unlock(&s->mu);
+    return e;
+}
+
+void kvt_kv_paged_drain(kvt_kv *kv) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops) return;
+    pthread_mutex_lock(&s->mu);
+    while (s->n_io > 0 && (s->q_len > 0 || s->n_io_busy > 0)) pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -44,6 +44,10 @@ typedef struct {
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)
     const int32_t *layer_window; // [n_layer] attention window of each layer in positions (0: whole context),
                                  // or NULL (every layer global); copied at init
+    // tests: called with every block a T0 eviction takes (its layer, group and index), in order, under the
+    // store's lock from the thread that evicts (a reader or a copy thread); NULL: none
+    void (*on_evict)(void *ud, int32_t layer, int32_t group, int64_t index);
+    void *on_evict_ud;
 } kvt_kv_paged_params;
 
 kvt_kv_paged_params kvt_kv_paged_params_default(void);
@@ -64,6 +68,18 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
 void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n);
 // Drops every block copy in T0 and T1 that has a copy below (tests: forces reads from the lower tiers).
 void kvt_kv_paged_drop_cached(kvt_kv *kv);
+// True if the store ranks blocks by attention mass (policy attn-ema): decode attention then reports it
+// (kvt_kv_paged_attn_mass; src/attn/attention.h). False for another store.
+bool kvt_kv_paged_wants_attn_mass(const kvt_kv *kv);
+// The attention mass of blocks b0 .. b0 + n - 1 of (seq, layer, group) in one decode step, mass[i] in [0, 1] (the
+// softmax weight of the block's positions, averaged over heads): each block's attn_ema (kv_policy.h) becomes
+// 0.5 x mass + 0.5 x its old value. Blocks the sequence does not hold are skipped. Any thread.
+void kvt_kv_paged_attn_mass(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b0, const float *mass, int64_t n);
+// A block's attention-mass EMA (tests); -1 if the sequence does not hold it or kv is another store.
+float kvt_kv_paged_block_attn_ema(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b);
+// Waits until the copy engine has nothing queued and no prefetch under way (tests: makes its decisions
+// deterministic by letting it finish before the next read). Any thread.
+void kvt_kv_paged_drain(kvt_kv *kv);
 
 // --- the prefix cache's block references (issue 12) -------------------------------------------------------
 

@@ -34,8 +34,9 @@ typedef struct {
                           // flight, in [0, 1]; set by the store from its budget
     // Exponential moving average of the block's share of attention mass (softmax weight summed over the
     // block's positions, averaged over heads), in [0, 1]; used by "attn-ema". The simulator (src/sim) sets
-    // it; the real store does not export attention mass yet and leaves it 0 (attn-ema then ranks by
-    // recency alone). Last member on purpose: positional initializers of the first seven stay valid.
+    // it from a synthetic mass; the paged store from the mass decode attention reports
+    // (kvt_kv_paged_attn_mass, src/attn/attention.h); 0 for a block never attended in decode (attn-ema then
+    // ranks by recency). Last member on purpose: positional initializers of the first seven stay valid.
     double attn_ema;
 } kvt_evict_info;
 

@@ -8,6 +8,7 @@
 
 #include "../base/timer.h"
 #include "../kv/kv_policy.h"
+#include "../kv/kv_prefetch.h"
 #include "sim_core.h"
 
 // ---------------------------------------------------------------- workloads
@@ -88,10 +89,13 @@ static void workload_means(const kvt_sim_config *c, double *mean_out, double *me
     *mean_blocks = sb / 4096;
 }
 
+// Blocks per token block: the layers a request block is split into (kvt_sim_config.layers; 1 if unset).
+static int64_t n_layers(const kvt_sim_config *c) { return c->layers > 1 ? c->layers : 1; }
+
 double kvt_sim_footprint_blocks(const kvt_sim_config *c) {
     double mo, mb;
     workload_means(c, &mo, &mb);
-    return (double)c->max_batch * mb;
+    return (double)c->max_batch * mb * (double)n_layers(c);
 }
 
 int64_t kvt_sim_block_bytes(const kvt_hparams *hp, int64_t block_tokens) {
@@ -163,13 +167,14 @@ kvt_status kvt_sim_config_from_profile(kvt_sim_config *c, const kvt_profile *p, 
 enum { W_FAST = 1, W_HOST = 2, W_SSD = 4 };
 enum { L_H2D, L_D2H, L_SSD_R, L_SSD_W, N_LINK };
 enum { EV_ARRIVE, EV_XSTART, EV_XDONE };
-enum { PF_NONE, PF_SCHED, PF_ATTN };
+enum { PF_NONE, PF_SCHED, PF_ATTN, PF_COPY };
 
 typedef struct {
     int64_t req;
-    int32_t idx;
+    int32_t idx;               // token block of the request
+    int32_t layer;             // its layer (0 unless kvt_sim_config.layers > 1)
     int32_t pos[2];            // index in the fast / host lists (tier_list), -1 if absent
-    uint8_t where, fly, dirty, live, pf;
+    uint8_t where, fly, dirty, live, pf, queued; // queued: in the copy engine's queue (PF_COPY)
     uint64_t last_use, uses;
     double ema;
 } blk;
@@ -190,6 +195,10 @@ typedef struct {
 
 typedef struct {
     const kvt_sim_config *c;
+    int64_t nl;         // blocks per token block (n_layers)
+    int64_t nb_ctx;     // the most token blocks a request holds (the store's blocks per shard: store_next_use)
+    int64_t cursor;     // the store's decode frontier (kv_paged.c reader_at): key of the block read or waited for
+    int64_t seg, next_seg; // blocks of one layer in this iteration's scan / in the next one's (the oracle's view)
     const kvt_evict_policy *pol;
     int pf_mode;
     bool oracle;
@@ -200,6 +209,9 @@ typedef struct {
     req *r;           // the rest [n_requests]
     blk *b;           // every request's blocks, max_blocks each, from r[i].first_blk
     ilist fast, host, running, waiting, batch, scan, attn, done_tpot;
+    ilist pfq;          // PF_COPY: the copy engine's queue of blocks to prefetch, from pfq_head on
+    int64_t pfq_head;
+    kvt_kv_pos *pfwin;  // PF_COPY: kvt_prefetch_window's scratch [copy_prefetch]
     int64_t *btok, *swap_out, *swap_in, *admit; // the scheduler's answer besides batch: [max_batch], [n_requests] x 3
     int64_t cur_fast, cur_host; // window cursors
     int64_t C, n_fly_fast, n_pf;
@@ -252,21 +264,26 @@ static void fast_del(sim *s, int64_t id) { tier_del(s, 0, id); }
 static kvt_status host_add(sim *s, int64_t id) { return tier_add(s, 1, id); }
 static void host_del(sim *s, int64_t id) { tier_del(s, 1, id); }
 
+// Block k (token block) of layer L of request ri.
+static int64_t blk_id(const sim *s, int64_t ri, int64_t k, int64_t L) { return s->r[ri].first_blk + k * s->nl + L; }
+
 // Accesses until the schedule reads block id again (the store's next_use): this iteration's scan, then
-// the next iteration's (K = 1). lookahead assumes the batch continues unchanged; the oracle knows which
-// requests finish and where the others will sit.
+// the next iteration's (K = 1). The scan is layer-major: layer L of request R at L x seg + scan_start. lookahead
+// assumes the batch continues unchanged; the oracle knows which requests finish and where the others will sit.
 static int64_t next_use(const sim *s, const blk *B) {
     const req *R = &s->r[B->req];
     if (R->scan_start < 0) return INT64_MAX;
-    if (B->idx < R->scan_nb && R->scan_start + B->idx >= s->pos) return R->scan_start + B->idx - s->pos;
+    const int64_t p = B->layer * s->seg + R->scan_start + B->idx;
+    if (B->idx < R->scan_nb && p >= s->pos) return p - s->pos;
     if (s->oracle && R->finishing) return INT64_MAX;
-    return s->scan.n - s->pos + (s->oracle ? R->next_start : R->scan_start) + B->idx;
+    return s->scan.n - s->pos + B->layer * (s->oracle ? s->next_seg : s->seg) + (s->oracle ? R->next_start : R->scan_start) +
+           B->idx;
 }
 
 static kvt_evict_info info_of(const sim *s, int64_t id) {
     const blk *B = &s->b[id];
     const int64_t live = s->fast.n + s->n_fly_fast;
-    kvt_evict_info e = {B->last_use, B->uses, next_use(s, B), B->req, B->idx, s->pub[B->req].n_blocks,
+    kvt_evict_info e = {B->last_use, B->uses, next_use(s, B), B->req * s->nl + B->layer, B->idx, s->pub[B->req].n_blocks,
                         live > s->C ? (double)(live - s->C) / (double)live : 0.0, B->ema};
     return e;
 }
@@ -283,11 +300,27 @@ static bool is_clean(const sim *s, int64_t id, bool host_tier) {
     return !B->dirty && (B->where & (s->c->clean_ssd_only ? W_SSD : W_HOST | W_SSD));
 }
 
+// The paged store's schedule key of block B (kvt_sched_key: its layer's shard, its index; not its request).
+static int64_t store_key(const sim *s, const blk *B) { return kvt_sched_key(B->layer, B->idx, s->nb_ctx); }
+
+// PF_COPY: block B's next use as the paged store sees it (kvt_sched_distance over (layer, index) keys, whatever
+// the request), from the store's decode frontier (cursor: the key of the block the scan reads or waits for).
+static int64_t store_next_use(const sim *s, const blk *B) {
+    return kvt_sched_distance(store_key(s, B), s->cursor, s->nl * s->nb_ctx);
+}
+
+// Whether block id (not in flight) may be a victim: limit < 0 any, else (a copy-engine prefetch, PF_COPY) only a
+// block the store's schedule needs later than `limit` steps: its filter, kvt_evict_may_displace, without a plan.
+static bool may_go(const sim *s, int64_t id, int64_t limit) {
+    return !s->b[id].fly &&
+           (limit < 0 || kvt_evict_may_displace(INT64_MAX, store_next_use(s, &s->b[id]), limit, INT64_MAX));
+}
+
 // The victim among a window of list l (cursor *cur), kvt_evict_pick over the clean candidates if any
 // (where the policy asks: clean_first, and always in the host tier), else over all; with `incoming`
-// (>= 0) the block a prefetch would bring is a candidate too and -2 is returned if it is the one picked.
-// -1 if no block qualifies.
-static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_t incoming) {
+// (>= 0) the block a prefetch would bring is a candidate too and -2 is returned if it is the one picked;
+// with limit >= 0 only blocks that may_go. -1 if no block qualifies.
+static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_t incoming, int64_t limit) {
     const int64_t n = l->n, m = n < s->c->victim_window ? n : s->c->victim_window;
     const int64_t start = n > m ? *cur % n : 0;
     if (n > m) *cur = (start + m) % n;
@@ -295,11 +328,11 @@ static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_
     // pass 1: which class competes (clean blocks if any, where classes apply); pass 2: its candidates' info
     bool any_clean = false;
     for (int64_t k = 0, j = start; classes && !any_clean && k < m; k++, j = j + 1 == n ? 0 : j + 1)
-        any_clean = is_clean(s, l->v[j], host_tier);
+        any_clean = is_clean(s, l->v[j], host_tier) && may_go(s, l->v[j], limit);
     int64_t na = 0;
     for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
         const int64_t id = l->v[j];
-        if (s->b[id].fly || (classes && is_clean(s, id, host_tier) != any_clean)) continue;
+        if (!may_go(s, id, limit) || (classes && is_clean(s, id, host_tier) != any_clean)) continue;
         s->ci[na] = info_of(s, id);
         s->cid[na++] = id;
     }
@@ -372,7 +405,7 @@ static kvt_status issue(sim *s, double t, int li, int64_t id) {
 // Room for one more block in the host tier: the victim's copy goes to SSD unless it has another.
 static kvt_status host_room(sim *s, double t) {
     while (s->c->host_blocks > 0 && s->host.n >= s->c->host_blocks) {
-        int64_t v = pick(s, &s->host, &s->cur_host, true, -1);
+        int64_t v = pick(s, &s->host, &s->cur_host, true, -1, -1);
         if (v < 0) return kvt_errorf(s->err, KVT_ERR_BUDGET, "sim: host tier full of blocks in flight");
         host_del(s, v);
         if (!(s->b[v].where & (W_FAST | W_SSD))) { // its only copy: to SSD (a fast copy writes back when evicted)
@@ -403,7 +436,7 @@ static kvt_status evict_fast(sim *s, int64_t v, double t) {
 static kvt_status fast_room(sim *s, double t, bool *ok) {
     *ok = true;
     while (s->fast.n + s->n_fly_fast >= s->C) {
-        int64_t v = pick(s, &s->fast, &s->cur_fast, false, -1);
+        int64_t v = pick(s, &s->fast, &s->cur_fast, false, -1, -1);
         if (v < 0) {
             *ok = false;
             return KVT_OK;
@@ -447,13 +480,64 @@ static int64_t pf_next(sim *s) {
     return -1;
 }
 
+// Live blocks of request ud in every layer (the store's shards): kvt_prefetch_window's span.
+static void req_span(const void *ud, int32_t shard, int64_t *first, int64_t *end) {
+    (void)shard;
+    *first = 0;
+    *end = ((const kvt_sim_req *)ud)->n_blocks;
+}
+
+// PF_COPY, after a read of block id: the store's copy engine queues the next copy_prefetch blocks of the
+// request's schedule (kvt_prefetch_window, as kv_paged.c schedule_prefetch) that are not in the fast tier, in
+// flight or queued.
+static kvt_status copy_queue(sim *s, int64_t id) {
+    const blk *R = &s->b[id];
+    const int32_t n = kvt_prefetch_window((int32_t)s->nl, req_span, &s->pub[R->req], R->layer, R->idx,
+                                          (int32_t)s->c->copy_prefetch, s->pfwin);
+    for (int32_t k = 0; k < n; k++) {
+        const int64_t x = blk_id(s, R->req, s->pfwin[k].block, s->pfwin[k].shard);
+        blk *B = &s->b[x];
+        if ((B->where & W_FAST) || B->fly || B->queued) continue;
+        B->queued = 1;
+        kvt_status st = il_push(s, &s->pfq, x);
+        if (st) return st;
+    }
+    return KVT_OK;
+}
+
+// PF_COPY: the copy engine (prefetch_depth loads in flight, as its threads) takes the queue in order; a load
+// into a full fast tier evicts only a block the schedule needs later than the one it brings, and is dropped if
+// there is none (kv_paged.c io_main -> load(wait = false, limit = next use) -> pick_victim).
+static kvt_status copy_prefetch(sim *s, double t) {
+    while (s->n_pf < s->c->prefetch_depth && s->pfq_head < s->pfq.n) {
+        const int64_t id = s->pfq.v[s->pfq_head++];
+        blk *B = &s->b[id];
+        B->queued = 0;
+        if (!B->live || B->fly || (B->where & W_FAST)) continue;
+        if (s->fast.n + s->n_fly_fast >= s->C) {
+            const int64_t v = pick(s, &s->fast, &s->cur_fast, false, -1, store_next_use(s, B));
+            if (v < 0) continue;
+            kvt_status st = evict_fast(s, v, t);
+            if (st) return st;
+        }
+        if (s->fast.n + s->n_fly_fast >= s->C) continue;
+        B->pf = 1;
+        s->n_pf++;
+        kvt_status st = fetch(s, id, t);
+        if (st) return st;
+    }
+    if (s->pfq_head == s->pfq.n) s->pfq_head = s->pfq.n = 0;
+    return KVT_OK;
+}
+
 static kvt_status prefetch(sim *s, double t) {
+    if (s->pf_mode == PF_COPY) return copy_prefetch(s, t);
     s->pf_blocked = false;
     while (s->pf_mode != PF_NONE && s->n_pf < s->c->prefetch_depth) {
         int64_t id = pf_next(s);
         if (id < 0) return KVT_OK;
         if (s->fast.n + s->n_fly_fast >= s->C) {
-            int64_t v = pick(s, &s->fast, &s->cur_fast, false, id);
+            int64_t v = pick(s, &s->fast, &s->cur_fast, false, id, -1);
             if (v < 0) {
                 s->pf_blocked = true;
                 return KVT_OK;
@@ -506,24 +590,28 @@ static void touch(sim *s, int64_t id) {
     B->ema = s->c->attn_alpha * attn_mass(B->req, B->idx, s->pub[B->req].n_blocks) + (1 - s->c->attn_alpha) * B->ema;
 }
 
-// Appends a block to request ri, written in the fast tier (dirty). Past the capacity only when every
-// resident block is in flight.
+// Appends a token block to request ri (a block per layer), written in the fast tier (dirty). Past the capacity
+// only when every resident block is in flight.
 static kvt_status new_block(sim *s, int64_t ri, double t) {
     kvt_sim_req *P = &s->pub[ri];
     if (P->n_blocks >= s->r[ri].max_blocks) return KVT_OK;
-    bool ok;
-    kvt_status st = fast_room(s, t, &ok);
-    if (st) return st;
-    const int64_t id = s->r[ri].first_blk + P->n_blocks;
-    s->b[id] = (blk){.req = ri, .idx = (int32_t)P->n_blocks, .pos = {-1, -1}, .live = 1, .dirty = 1,
-                     .last_use = s->tick, .uses = 1};
-    P->n_blocks++;
-    s->b[id].ema = attn_mass(ri, s->b[id].idx, P->n_blocks);
-    return fast_add(s, id);
+    const int64_t k = P->n_blocks;
+    kvt_status st = KVT_OK;
+    for (int64_t L = 0; L < s->nl && !st; L++) {
+        bool ok;
+        if ((st = fast_room(s, t, &ok))) break;
+        const int64_t id = blk_id(s, ri, k, L);
+        s->b[id] = (blk){.req = ri, .idx = (int32_t)k, .layer = (int32_t)L, .pos = {-1, -1}, .live = 1, .dirty = 1,
+                         .last_use = s->tick, .uses = 1};
+        s->b[id].ema = attn_mass(ri, k, k + 1);
+        st = fast_add(s, id);
+    }
+    P->n_blocks = k + 1;
+    return st;
 }
 
 static void free_blocks(sim *s, int64_t ri) {
-    for (int64_t k = 0; k < s->pub[ri].n_blocks; k++) {
+    for (int64_t k = 0; k < s->pub[ri].n_blocks * s->nl; k++) {
         const int64_t id = s->r[ri].first_blk + k;
         blk *B = &s->b[id];
         if (B->where & W_FAST) fast_del(s, id);
@@ -536,7 +624,7 @@ static void free_blocks(sim *s, int64_t ri) {
 // Preemption by swap: every block of request ri not in flight goes down to SSD (one write on the SSD link where
 // the SSD has no copy yet); its fast and host copies are dropped. Blocks in flight land and are evicted as usual.
 static kvt_status swap_out(sim *s, int64_t ri, double t) {
-    for (int64_t k = 0; k < s->pub[ri].n_blocks; k++) {
+    for (int64_t k = 0; k < s->pub[ri].n_blocks * s->nl; k++) {
         const int64_t id = s->r[ri].first_blk + k;
         blk *B = &s->b[id];
         if (B->fly || !B->live) continue;
@@ -567,11 +655,24 @@ static kvt_status admit_req(sim *s, int64_t id) {
     return il_push(s, &s->running, id);
 }
 
+// Request id reads its blocks in this iteration: with one layer they join the scan now (in batch order),
+// with layers the scan is built layer by layer once the batch is known (start_iter).
+static kvt_status scan_add(sim *s, int64_t id) {
+    req *R = &s->r[id];
+    R->scan_start = s->seg;
+    R->scan_nb = s->pub[id].n_blocks;
+    s->seg += R->scan_nb;
+    kvt_status st = KVT_OK;
+    for (int64_t k = 0; s->nl == 1 && k < R->scan_nb && !st; k++) st = il_push(s, &s->scan, R->first_blk + k);
+    return st;
+}
+
 static kvt_status start_iter(sim *s, double t) {
     const kvt_sim_config *c = s->c;
     kvt_sim_sched_view v = {.reqs = s->pub, .n_reqs = c->n_requests, .running = s->running.v, .n_running = s->running.n,
                             .waiting = s->waiting.v, .n_waiting = s->waiting.n, .max_batch = c->max_batch,
-                            .block_tokens = c->block_tokens, .fast_blocks = s->C, .host_blocks = c->host_blocks, .now = t};
+                            .block_tokens = c->block_tokens, .fast_blocks = s->C / s->nl,
+                            .host_blocks = c->host_blocks / s->nl, .now = t};
     kvt_sim_batch sb = {.ids = s->batch.v, .tokens = s->btok, .swap_out = s->swap_out, .swap_in = s->swap_in, .admit = s->admit};
     int64_t nb = (c->sched ? c->sched : kvt_sim_sched_fcfs)(&v, &sb, c->sched_ud);
     if (nb < 0) return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: the scheduler failed (out of memory)");
@@ -608,6 +709,7 @@ static kvt_status start_iter(sim *s, double t) {
     if (st) return st;
     for (int64_t i = 0; i < s->running.n; i++) s->r[s->running.v[i]].scan_start = -1;
     s->scan.n = s->attn.n = 0;
+    s->seg = 0;
     int64_t prefill_tok = 0, n_dec = 0;
     double ctx_sum = 0;
     for (int64_t i = 0; i < nb && !st; i++) {
@@ -630,23 +732,25 @@ static kvt_status start_iter(sim *s, double t) {
             if (P->state == KVT_SIM_WAITING) st = admit_req(s, id);
             R->admitted_now = true;
             R->chunk_from = P->prefilled;
-            if (!st && P->prefilled > 0) {
-                R->scan_start = s->scan.n;
-                R->scan_nb = P->n_blocks;
-                for (int64_t k = 0; !st && k < P->n_blocks; k++) st = il_push(s, &s->scan, R->first_blk + k);
-            }
+            if (!st && P->prefilled > 0) st = scan_add(s, id);
             P->prefilled += tok;
             R->completes = P->prefilled == P->prompt;
             R->finishing = R->completes && P->out <= 1;
             for (int64_t k = P->n_blocks; !st && k < div_up(P->prefilled, c->block_tokens); k++) st = new_block(s, id, t);
             prefill_tok += tok;
         } else {
-            R->scan_start = s->scan.n;
-            R->scan_nb = P->n_blocks;
             R->finishing = P->generated + 1 >= P->out;
-            for (int64_t k = 0; !st && k < P->n_blocks; k++) st = il_push(s, &s->scan, R->first_blk + k);
+            st = scan_add(s, id);
             ctx_sum += (double)(P->prompt + P->generated);
             n_dec++;
+        }
+    }
+    // with layers, the scan layer by layer over the batch (with one, scan_add built it)
+    for (int64_t L = 0; s->nl > 1 && L < s->nl && !st; L++) {
+        for (int64_t i = 0; i < nb && !st; i++) {
+            const int64_t id = s->batch.v[i];
+            for (int64_t k = 0; s->r[id].scan_start >= 0 && k < s->r[id].scan_nb && !st; k++)
+                st = il_push(s, &s->scan, blk_id(s, id, k, L));
         }
     }
     if (st) return st;
@@ -666,6 +770,7 @@ static kvt_status start_iter(sim *s, double t) {
             off += s->pub[s->batch.v[i]].n_blocks;
         }
     }
+    s->next_seg = off;
     if (s->pf_mode == PF_ATTN) { // blocks whose attention EMA predicts them important (weight >= 1.25)
         for (int64_t p = 0; p < s->scan.n && !st; p++) {
             const blk *B = &s->b[s->scan.v[p]];
@@ -693,8 +798,8 @@ static kvt_status end_iter(sim *s, double t) {
         const int64_t id = s->batch.v[i];
         req *R = &s->r[id];
         kvt_sim_req *P = &s->pub[id];
-        if (R->admitted_now && R->chunk_from % c->block_tokens) { // the chunk wrote into a block the request had
-            blk *W = &s->b[R->first_blk + R->chunk_from / c->block_tokens];
+        for (int64_t L = 0; R->admitted_now && R->chunk_from % c->block_tokens && L < s->nl; L++) {
+            blk *W = &s->b[blk_id(s, id, R->chunk_from / c->block_tokens, L)]; // the chunk wrote into a block it had
             if (W->where & W_FAST) W->dirty = 1;
         }
         if (R->admitted_now && !R->completes) { // a prompt chunk before the last: no token yet
@@ -716,8 +821,10 @@ static kvt_status end_iter(sim *s, double t) {
         } else if (div_up(P->prompt + P->generated, c->block_tokens) > P->n_blocks) {
             st = new_block(s, id, t);
         } else {
-            blk *L = &s->b[R->first_blk + P->n_blocks - 1];
-            if (L->where & W_FAST) L->dirty = 1;
+            for (int64_t L = 0; L < s->nl; L++) {
+                blk *W = &s->b[blk_id(s, id, P->n_blocks - 1, L)];
+                if (W->where & W_FAST) W->dirty = 1;
+            }
         }
     }
     int64_t w = 0;
@@ -746,6 +853,7 @@ static kvt_status eng_step(sim *s) {
     }
     const int64_t id = s->scan.v[s->pos];
     blk *B = &s->b[id];
+    s->cursor = store_key(s, B); // the reader joins the frontier before it waits for the block (kv_paged.c)
     if (B->where & W_FAST) {
         s->res->reads++;
         if (!s->tried_pos) s->res->hit_rate++; // hits, divided at the end
@@ -753,6 +861,10 @@ static kvt_status eng_step(sim *s) {
         s->pos++;
         s->tried_pos = false;
         s->t_eng = t + s->slice;
+        if (s->pf_mode == PF_COPY) {
+            kvt_status st = copy_queue(s, id);
+            return st ? st : copy_prefetch(s, t);
+        }
         return s->pf_blocked ? prefetch(s, t) : KVT_OK;
     }
     s->tried_pos = true;
@@ -790,6 +902,7 @@ static kvt_status xfer_done(sim *s, int li, int64_t id, double t) {
         if (B->pf) {
             B->pf = 0;
             s->n_pf--;
+            if (s->pf_mode == PF_COPY) B->last_use = s->tick; // a load counts as a use for recency (kv_paged.c transfer)
         }
         if (B->live) {
             st = fast_add(s, id);
@@ -855,6 +968,10 @@ static kvt_status check_config(const kvt_sim_config *c, kvt_err *err) {
     if (c->fast_blocks <= 0 && !(c->rho > 0)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: rho must be positive");
     if (c->n_requests <= 0 || c->max_batch <= 0 || !(c->load > 0) || c->prefetch_depth <= 0 || c->victim_window <= 0)
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: requests, max_batch, load, prefetch_depth and victim_window must be positive");
+    if (c->layers < 0 || c->layers > (1 << 12))
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: layers %d out of [0, 4096]", c->layers);
+    if (c->copy_prefetch < 0 || c->copy_prefetch > (1 << 20))
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: copy_prefetch %lld out of [0, 2^20]", (long long)c->copy_prefetch);
     if (!(c->iter_ms > 0) && !c->costs)
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: no compute model (iter_ms 0 and no costs)");
     if (c->workload >= KVT_WL_COUNT) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: unknown workload");
@@ -875,10 +992,11 @@ static void sim_free(sim *s) {
     free(s->pub);
     free(s->r);
     free(s->b);
-    ilist *ls[] = {&s->fast, &s->host, &s->running, &s->waiting, &s->batch, &s->scan, &s->attn, &s->done_tpot};
+    ilist *ls[] = {&s->fast, &s->host, &s->running, &s->waiting, &s->batch, &s->scan, &s->attn, &s->done_tpot, &s->pfq};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) free(ls[i]->v);
     free(s->ci);
     free(s->cid);
+    free(s->pfwin);
     free(s->btok);
     free(s->swap_out);
     free(s->swap_in);
@@ -890,7 +1008,7 @@ static kvt_status make_requests(sim *s) {
     const kvt_sim_config *c = s->c;
     double mean_out, mean_blocks;
     workload_means(c, &mean_out, &mean_blocks);
-    const double F = (double)c->max_batch * mean_blocks;
+    const double F = (double)c->max_batch * mean_blocks * (double)s->nl;
     s->C = c->fast_blocks > 0 ? c->fast_blocks : (int64_t)ceil(F / c->rho);
     if (s->C < c->prefetch_depth + 2) s->C = c->prefetch_depth + 2;
     const double ctx = mean_blocks * (double)c->block_tokens - mean_out / 2;
@@ -908,7 +1026,8 @@ static kvt_status make_requests(sim *s) {
         s->r[i].first_blk = nblk;
         s->r[i].max_blocks = div_up(s->pub[i].prompt + s->pub[i].out, c->block_tokens);
         s->r[i].scan_start = -1;
-        nblk += s->r[i].max_blocks;
+        nblk += s->r[i].max_blocks * s->nl;
+        if (s->r[i].max_blocks > s->nb_ctx) s->nb_ctx = s->r[i].max_blocks;
     }
     s->first_arrival = s->pub[0].arrival;
     s->b = calloc((size_t)nblk, sizeof *s->b);
@@ -920,7 +1039,8 @@ static kvt_status make_requests(sim *s) {
     s->swap_out = malloc((size_t)c->n_requests * sizeof *s->swap_out);
     s->swap_in = malloc((size_t)c->n_requests * sizeof *s->swap_in);
     s->admit = malloc((size_t)c->n_requests * sizeof *s->admit);
-    if (!s->b || !s->ci || !s->cid || !s->batch.v || !s->btok || !s->swap_out || !s->swap_in || !s->admit)
+    if (s->pf_mode == PF_COPY) s->pfwin = malloc((size_t)c->copy_prefetch * sizeof *s->pfwin);
+    if (!s->b || !s->ci || !s->cid || (s->pf_mode == PF_COPY && !s->pfwin) || !s->batch.v || !s->btok || !s->swap_out || !s->swap_in || !s->admit)
         return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for %lld blocks", (long long)nblk);
     s->batch.cap = c->max_batch;
     for (int64_t i = 0; i < nblk; i++) s->b[i].pos[0] = s->b[i].pos[1] = -1;
@@ -932,11 +1052,14 @@ kvt_status kvt_sim_run(const kvt_sim_config *c, kvt_sim_result *r, kvt_err *err)
     kvt_status st = check_config(c, err);
     if (st) return st;
     const double w0 = kvt_time_ms();
-    sim S = {.c = c, .err = err, .res = r, .wait_blk = -1, .idle = true, .t_eng = INFINITY};
+    sim S = {.c = c, .nl = n_layers(c), .err = err, .res = r, .wait_blk = -1, .idle = true, .t_eng = INFINITY};
     sim *s = &S;
     s->pol = kvt_evict_policy_find(c->policy);
     s->oracle = !strcmp(c->policy, "oracle");
-    s->pf_mode = s->oracle || !strcmp(c->policy, "lookahead") ? PF_SCHED : !strcmp(c->policy, "attn-ema") ? PF_ATTN : PF_NONE;
+    s->pf_mode = s->oracle || !strcmp(c->policy, "lookahead") ? PF_SCHED
+                 : !strcmp(c->policy, "attn-ema")             ? PF_ATTN
+                 : c->copy_prefetch > 0                       ? PF_COPY
+                                                              : PF_NONE;
     kvt_sim_queue_init(&s->q);
     // a compute-core copy spends its latency as CPU time in the byte phase (xfer_bytes)
     kvt_sim_link_init(&s->link[L_H2D], "h2d", c->h2d_gbps * 1e9, c->copy_on_compute ? 0 : c->h2d_latency_us * 1e-6);

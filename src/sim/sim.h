@@ -24,7 +24,10 @@
 //     (this iteration and the next: K = 1), attn-ema prefetches the blocks whose
 //     attention EMA predicts them important, the others are reactive. A prefetch
 //     is issued only if the policy would not evict the incoming block itself
-//     (kvt_evict_pick over the window plus the incoming block).
+//     (kvt_evict_pick over the window plus the incoming block). With
+//     copy_prefetch > 0 the reactive ones prefetch as the paged store's copy
+//     engine does (kv_prefetch.h: the next blocks of the request after each read,
+//     a victim only among blocks needed later than the one it brings).
 // Ticks (the policies' clock) are block reads; times are simulated seconds.
 #ifndef KVT_SIM_H
 #define KVT_SIM_H
@@ -125,7 +128,11 @@ int64_t kvt_sim_sched_kvtier(const kvt_sim_sched_view *v, kvt_sim_batch *b, void
 typedef struct {
     // model and machine
     int64_t block_tokens;        // tokens per KV block (16)
-    int64_t block_bytes;         // bytes of one block, all layers, K and V
+    int64_t block_bytes;         // bytes of one block, all layers, K and V (with layers > 1: of one layer)
+    int32_t layers;              // > 1: a request's token block is `layers` blocks of one layer each, as the paged
+                                 // store's shards, read layer by layer over the batch (the engine's decode order);
+                                 // fast_blocks, host_blocks and block_bytes are then per layer block. 0 or 1
+                                 // (default, the tables of docs/SIMULATOR.md): one block of all layers
     double h2d_gbps, d2h_gbps;   // host <-> fast link, 10^9 B/s per direction
     double h2d_latency_us, d2h_latency_us;
     double ssd_read_gbps, ssd_write_gbps, ssd_latency_us;
@@ -154,7 +161,10 @@ typedef struct {
     uint64_t seed;
     // policy
     const char *policy;          // kv_policy.c name
-    int64_t prefetch_depth;      // transfers a prefetching policy keeps in flight (4)
+    int64_t prefetch_depth;      // transfers a prefetching policy keeps in flight (4; the store's copy threads)
+    int64_t copy_prefetch;       // lru, lfu, static: after each read the store's copy engine prefetches the next
+                                 // copy_prefetch blocks of the request (kv_prefetch.h, as kv_paged.c with
+                                 // --kv-prefetch and no plan); 0 (default, the tables of docs/SIMULATOR.md): none
     int64_t victim_window;       // resident blocks examined per eviction (64; the paged store examines 256)
     bool clean_ssd_only;         // a fast block is clean (preferred victim where the policy is clean_first) only with
                                  // an SSD copy, as the paged store has it (kv_paged.c pick_victim: a host copy never

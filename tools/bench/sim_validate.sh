@@ -9,7 +9,10 @@
 #        KVTIER (build/kvtier), DISK (/tmp), SHAPE (smollm2-135m: the model's shape for the simulator),
 #        OUT (directory for the raw results, default a new /tmp/sim_validate.XXXXXX, kept),
 #        REUSE (an earlier run's OUT: take its real results and calibration, run only the simulator),
-#        COPY_ON_COMPUTE (1: the simulator's fast <-> host copies take the compute cores; 0: a separate link).
+#        COPY_ON_COMPUTE (1: the simulator's fast <-> host copies take the compute cores; 0: a separate link),
+#        KV_PREFETCH (16, kvtier serve's --kv-prefetch default: the copy engine's prefetch the simulator's lru and lfu
+#        reproduce), LAYERS (the model's n_layer: the simulator's blocks are one layer each, as the store's),
+#        WINDOW (256: victims examined per eviction, the store's VICTIM_SAMPLE).
 #
 # Calibration (all on this machine, before the simulator runs; written to OUT/profile.json):
 #   - links, disk, RAM: `kvtier profile --quick`;
@@ -27,12 +30,13 @@ cd "$(dirname "$0")/../.."
 M="${1:-$HOME/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf}"
 RHOS="${RHOS:-1 2 3 5}" NP="${NP:-8}" PROMPT="${PROMPT:-512}" GEN="${GEN:-128}" T="${T:-2}" BLOCK="${BLOCK:-64}"
 KVTIER="${KVTIER:-build/kvtier}" DISK="${DISK:-/tmp}" POLICIES="${POLICIES:-plan lru lfu}" SHAPE="${SHAPE:-smollm2-135m}"
-COPY_ON_COMPUTE="${COPY_ON_COMPUTE:-1}"
+COPY_ON_COMPUTE="${COPY_ON_COMPUTE:-1}" KV_PREFETCH="${KV_PREFETCH:-16}" WINDOW="${WINDOW:-256}"
 [ -x "$KVTIER" ] || make -s build/kvtier
 case " $RHOS " in *" 1 "*) ;; *) echo "sim_validate: RHOS must contain 1 (the calibration run)" >&2; exit 2 ;; esac
 if [ -n "${REUSE:-}" ]; then OUT="$REUSE"; else OUT="${OUT:-$(mktemp -d /tmp/sim_validate.XXXXXX)}"; fi
 mkdir -p "$OUT"
 per_pos="$("$KVTIER" info -m "$M" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["kv_bytes_per_token_f16"])')"
+LAYERS="${LAYERS:-$("$KVTIER" info -m "$M" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["n_layer"])')}"
 demand=$((NP * (PROMPT + GEN) * per_pos))
 load() { cut -d' ' -f1 /proc/loadavg; }
 
@@ -95,10 +99,12 @@ EOF
 fi
 
 # ---- the simulator, and the table
-python3 - "$OUT" "$KVTIER" "$SHAPE" "$NP" "$PROMPT" "$GEN" "$BLOCK" "$demand" "$COPY_ON_COMPUTE" "$RHOS" "$POLICIES" <<'EOF'
+python3 - "$OUT" "$KVTIER" "$SHAPE" "$NP" "$PROMPT" "$GEN" "$BLOCK" "$demand" "$COPY_ON_COMPUTE" "$RHOS" "$POLICIES" \
+    "$LAYERS" "$KV_PREFETCH" "$WINDOW" <<'EOF'
 import json, math, subprocess, sys
 out, kvtier, shape, np_, prompt, gen, block, demand, coc = sys.argv[1:10]
 rhos, pols = sys.argv[10].split(), sys.argv[11].split()
+layers, kv_prefetch, window = sys.argv[12:15]
 np_, demand = int(np_), int(demand)
 simpol = {"plan": "lookahead", "lru": "lru", "lfu": "lfu"}
 
@@ -111,7 +117,8 @@ def sim(rho, pol, per_seq):
     cmd = [kvtier, "sim", "--profile", out + "/profile.json", "--shape", shape, "--workload", "fixed", "--prompt", prompt,
            "--gen", gen, "--requests", str(np_), "--batch", str(np_), "--burst", "--block", block, "--fast-bytes", str(fast),
            "--host-bytes", str(2 * demand), "--policy", simpol[pol], "--seeds", "1", "--json", "--sched", "kvtier",
-           "--iter-ms", "%.6f" % tg_ms, "--iter-ms-per-seq", "%.6f" % per_seq, "--copy-on-compute", coc, "--clean-below", "ssd"]
+           "--iter-ms", "%.6f" % tg_ms, "--iter-ms-per-seq", "%.6f" % per_seq, "--copy-on-compute", coc, "--clean-below", "ssd",
+           "--layers", layers, "--kv-prefetch", kv_prefetch, "--victim-window", window]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 prof = json.load(open(out + "/profile.json"))

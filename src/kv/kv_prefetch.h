@@ -1,0 +1,50 @@
+// kv_prefetch.h - the paged store's copy-engine prefetch decisions, as pure functions that
+// both back ends run: the real store (kv_paged.c) and the simulator (src/sim).
+//
+// After every read of a block, the store's copy engine queues the blocks that follow it in
+// the reading sequence's decode schedule (kvt_prefetch_window), and loads each with a
+// victim that the schedule needs later than the block it brings (kvt_evict_may_displace);
+// a load that finds no such victim is dropped. Neither function knows about time, threads
+// or copies.
+#ifndef KVT_KV_PREFETCH_H
+#define KVT_KV_PREFETCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+// A block of a sequence: its shard (layer * n_group + group in the store; the simulator has one) and its index
+// in the shard.
+typedef struct {
+    int32_t shard;
+    int64_t block;
+} kvt_kv_pos;
+
+// Live blocks of shard `shard` of the sequence: [*first, *end) (first > 0 where a sliding window freed the
+// leading ones). ud: the caller's sequence.
+typedef void (*kvt_kv_shard_span)(const void *ud, int32_t shard, int64_t *first, int64_t *end);
+
+// The prefetch window after a read of block b of shard `shard`: the next `depth` positions of the sequence's
+// decode schedule, in order: blocks b+1.. of the shard, then each following shard (cyclically) from its first
+// live block, over at most one cycle and back to the read shard's first blocks. Writes them to out[0..depth)
+// and returns how many (fewer when the sequence holds fewer). The caller queues those that are not resident,
+// in flight or queued already; the others count towards depth all the same.
+int32_t kvt_prefetch_window(int32_t n_shard, kvt_kv_shard_span span, const void *ud, int32_t shard, int64_t b,
+                            int32_t depth, kvt_kv_pos *out);
+
+// The store's decode schedule, as the policies see it (kv_paged.c next_use): a block's key is
+// shard x nb_ctx + index (nb_ctx: blocks per shard at the full context), whatever its sequence, and its next use
+// the keys from the decode frontier `cursor` (the key of the block being read) to its key, cyclic over
+// cycle = shards x nb_ctx keys. Blocks of every sequence at one (shard, index) look needed at the same step: the
+// store ranks layers, not sequences.
+int64_t kvt_sched_key(int64_t shard, int64_t index, int64_t nb_ctx);
+int64_t kvt_sched_distance(int64_t key, int64_t cursor, int64_t cycle);
+
+// Whether a resident block may be evicted to load another (the store's victim filter, kv_paged.c
+// pick_victim). limit < 0: any block (a load the reader waits for). Else, for a prefetch, only a block of a
+// later plan rank than the incoming block's (xrank), or of the same rank and needed later than `limit`
+// schedule steps (the incoming block's next use; limit INT64_MAX: later ranks only). rank: the plan rank of the
+// candidate's earliest planned sequence, INT64_MAX without a plan (then a prefetch only displaces blocks the
+// schedule needs later than the one it brings). next_use: the candidate's schedule steps to its next read.
+bool kvt_evict_may_displace(int64_t rank, int64_t next_use, int64_t limit, int64_t xrank);
+
+#endif
