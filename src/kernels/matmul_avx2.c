@@ -865,7 +865,6 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
         const __m512i w0 = _mm512_and_si512(q0, m4), w1 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
         const __m512i w2 = _mm512_and_si512(q1, m4), w3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
         const float d = _cvtsh_ss(xb->d), dmin = _cvtsh_ss(xb->dmin);
-        const __m256 dy8 = _mm256_loadu_ps((const float *)(gb + 128));
         _Alignas(32) float dd[8];
         if (NT == 1) { // decode: the one token's terms as scalars (fewer instructions than the vector form)
             const float dy = ((const float *)(gb + 128))[0];
@@ -874,13 +873,14 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
             macc[0] = _mm512_castps128_ps512(
                 _mm_fmadd_ps(_mm_cvtepi32_ps(mp), _mm_set1_ps(dmin * dy), _mm512_castps512_ps128(macc[0])));
         } else {
+            const __m256 dy8 = _mm256_loadu_ps((const float *)(gb + 128));
             _mm256_store_ps(dd, _mm256_mul_ps(_mm256_set1_ps(d), dy8));
-        }
-        const __m512 dy16 = _mm512_castps256_ps512(dy8), vdmin = _mm512_set1_ps(dmin);
-        if (NT > 1) UNROLL for (int g = 0; g < NG; g++) {
-            const __m512i mp = _mm512_madd_epi16(m16, ld512(gb + 64 * g));
-            const __m512 ms = _mm512_mul_ps(vdmin, _mm512_permutexvar_ps(g ? hi4 : lo4, dy16));
-            macc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mp), ms, macc[g]);
+            const __m512 dy16 = _mm512_castps256_ps512(dy8), vdmin = _mm512_set1_ps(dmin);
+            UNROLL for (int g = 0; g < NG; g++) {
+                const __m512i mp = _mm512_madd_epi16(m16, ld512(gb + 64 * g));
+                const __m512 ms = _mm512_mul_ps(vdmin, _mm512_permutexvar_ps(g ? hi4 : lo4, dy16));
+                macc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(mp), ms, macc[g]);
+            }
         }
         UNROLL for (int t = 0; t < NT; t++) {
             const char *y = P + t * prs + b * KP;
@@ -893,9 +893,10 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(dd[t]), acc[t]);
         }
     }
+    _Alignas(64) float mv[2][16]; // token t's 4 min-term lanes at mv[t / 4][4 (t % 4)]
+    _mm512_store_ps(mv[0], macc[0]), _mm512_store_ps(mv[1], macc[1]);
     UNROLL for (int t = 0; t < NT; t++) {
-        __m128 m = t & 2 ? (t & 1 ? _mm512_extractf32x4_ps(macc[t >> 2], 3) : _mm512_extractf32x4_ps(macc[t >> 2], 2))
-                         : (t & 1 ? _mm512_extractf32x4_ps(macc[t >> 2], 1) : _mm512_castps512_ps128(macc[t >> 2]));
+        __m128 m = _mm_load_ps(mv[t >> 2] + 4 * (t & 3));
         m = _mm_add_ps(m, _mm_movehl_ps(m, m));
         m = _mm_add_ss(m, _mm_movehdup_ps(m));
         Y[t * ldy] = _mm512_reduce_add_ps(acc[t]) - _mm_cvtss_f32(m);
