@@ -130,8 +130,6 @@ static void ss_free(sel_scratch *ss) {
     free(ss->hrow);
 }
 
-// bounds of the stack rows of the int8 scan (score_int8)
-enum { DOT_LANES = 16, KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };
 
 static void *worker_main(void *arg);
 static double wait_layer(kvt_sparse *s, int32_t layer);
@@ -385,46 +383,14 @@ static void observe_queries(kvt_sparse *s, int32_t layer, int64_t n, const float
 
 // --- selection ------------------------------------------------------------------------------------------
 
-// Dot products of one int8 key row (hd values, converted once) with the group's qpg query rows:
-// d[i] = q_i . k. Sixteen partial sums per row, added in a fixed order (the same bits on every call, the
-// worker and the inline selection alike); laid out so that the compiler vectorizes the inner loops.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__) // the clones' resolver runs before the sanitizers' runtime is set up
-__attribute__((target_clones("avx512f", "avx2", "default"), optimize("vect-cost-model=dynamic")))
-#endif
-static void dot_int8_rows(const float *q, int32_t qpg, int32_t hd, const int8_t *k, float *kf, float *d) {
-    const int32_t hv = hd / DOT_LANES * DOT_LANES;
-    for (int32_t x = 0; x < hv; x += DOT_LANES) {
-        for (int32_t j = 0; j < DOT_LANES; j++) kf[x + j] = (float)k[x + j];
-    }
-    for (int32_t x = hv; x < hd; x++) kf[x] = (float)k[x];
-    for (int32_t i = 0; i < qpg; i++) {
-        const float *qi = q + (int64_t)i * hd;
-        float acc[DOT_LANES] = {0};
-        for (int32_t x = 0; x < hv; x += DOT_LANES) {
-            for (int32_t j = 0; j < DOT_LANES; j++) acc[j] += qi[x + j] * kf[x + j];
-        }
-        for (int32_t x = hv; x < hd; x++) acc[x - hv] += qi[x] * kf[x];
-        for (int32_t w = DOT_LANES / 2; w > 0; w /= 2) {
-            for (int32_t j = 0; j < w; j++) acc[j] += acc[j + w];
-        }
-        d[i] = acc[0];
-    }
-}
-
-// raw[i * n + t] = scale * q_i . k8_t for t < n_keys, -inf for the rest (q: the group's qpg query rows).
+// raw[i * n + t] = scale * q_i . k8_t for t < n_keys, -inf for the rest (q: the group's qpg query rows, taken
+// as int16 with a scale per row: integer dot products with the int8 keys, sparse_score.c).
 static void score_int8(const kvt_sparse *s, int64_t pr, const float *q, int64_t n, int64_t n_keys, float scale, float *raw) {
-    const int32_t hd = s->d.head_dim, qpg = s->qpg;
-    float kf[KVT_SPARSE_MAX_HD], d[KVT_SPARSE_MAX_QPG];
-    for (int64_t t = 0; t < n; t++) {
-        if (t >= n_keys) {
-            for (int32_t i = 0; i < qpg; i++) raw[i * n + t] = -INFINITY;
-            continue;
-        }
-        dot_int8_rows(q, qpg, hd, s->k8 + (pr * s->d.n_ctx + t) * hd, kf, d);
-        const float ks = s->k8s[pr * s->d.n_ctx + t] * scale;
-        for (int32_t i = 0; i < qpg; i++) raw[i * n + t] = d[i] * ks;
-    }
+    int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
+    float qs[KVT_SPARSE_MAX_QPG];
+    kvt_sparse_quant_query(q, s->qpg, s->d.head_dim, q16, qs);
+    kvt_sparse_score_i8(q16, qs, s->qpg, s->d.head_dim, s->k8 + pr * s->d.n_ctx * s->d.head_dim, s->k8s + pr * s->d.n_ctx,
+                        n_keys, n, scale, raw);
 }
 
 static double dot_d(const float *a, const float *b, int32_t d) {
@@ -747,7 +713,9 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     observe_queries(s, layer, n, q, rewind);
     const int64_t H = s->d.n_head_kv;
     kvt_status st;
-    if (!decode || !sparse_layer || budget_of(s, held) >= held) {
+    const bool dense_call = !decode || !sparse_layer || budget_of(s, held) >= held;
+    kvt_kv_paged_set_caller_prefetch(kv, seq, layer, !dense_call); // a selection's blocks come from its prefetch
+    if (dense_call) {
         st = kvt_attention(kv, seq, layer, p, q, pos0, n, out, pool, scratch, workspace, err);
         if (!st && decode) step_add(s, layer, P, H * held, H * held, 0, stall, 0, 0.0, 1.0, 0.0);
     } else {
@@ -782,6 +750,10 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         stall += kvt_time_ms() - t0;
         double mass = 0.0, mass_min = 2.0, ovl = 0.0;
         if (s->p.stats) stats_of(s, layer, P, &mass, &mass_min, &ovl);
+        // every block of the set is queued at once (the ones the worker prefetched and the ones only the real
+        // query chose: quest, oracle, re-rank, fallback), so that the copy engine loads the misses in parallel
+        // while attention reads the first blocks
+        prefetch_selection(s, &s->main_ss, layer);
         int64_t nsel = 0;
         for (int32_t kh = 0; kh < H; kh++) nsel += s->nsel[pair(s, layer, kh)];
         st = kvt_sparse_attend_set(kv, seq, layer, p, q, s->sel + pair(s, layer, 0) * s->d.n_ctx, s->nsel + pair(s, layer, 0),

@@ -17,7 +17,21 @@ kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const k
 kvt_status kvt_sparse_score_exact(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q,
                                   int64_t n, float *agg, int64_t agg_stride, kvt_threadpool *pool, float *const *scratch,
                                   kvt_err *err);
-// s: [qpg, n] raw scores (overwritten); agg[t] = sum_i softmax(s_i)[t].
+// s: [qpg, n] raw scores (overwritten); agg[t] = sum_i softmax(s_i)[t] (kvt_sparse_exp_neg, partial sums in a
+// fixed order: the same bits on every call). A row with no finite score adds nothing.
 void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg);
+
+// Bounds of the selection's stack rows (sparse_score.c, sparse.c).
+enum { KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };
+
+// The qpg query rows q ([qpg, hd] f32) as int16 (q16 [qpg, hd]) with one scale per row (qscale [qpg]):
+// q ~ q16 * qscale, max |q16| = 32767 (non-finite values count as 0).
+void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale);
+// raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t = k8[t] * k8s[t] (k8 [n_keys, hd] int8,
+// k8s [n_keys]) for t < n_keys, -inf for n_keys <= t < n. Integer dot products: the same bits on every path.
+void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
+                         const float *k8s, int64_t n_keys, int64_t n, float scale, float *raw);
+// e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
+float kvt_sparse_exp_neg(float x);
 
 #endif
