@@ -81,7 +81,7 @@ VARIANTS = [
 def run_variants(args):
     base = ["perplexity", "-m", args.model, "-f", args.file, "-c", str(args.ctx), "--chunks", str(args.chunks), "--json",
             "-t", str(args.threads)]
-    only = set(args.only.split(",")) if args.only else None
+    only = set(args.only.split(";" if ";" in args.only else ",")) if args.only else None
     dense, sec = kvtier(args, base)
     print(json.dumps({"variant": "dense", "ppl": dense["ppl"], "s": sec}), flush=True)
     rows = []
@@ -207,7 +207,7 @@ def main():
     ap.add_argument("--lengths", default="2048,4096,8192")
     ap.add_argument("--depths", default="", help="passkey: comma list (default: 10 depths, 0 to 1)")
     ap.add_argument("-n", "--n-gen", type=int, default=256, help="agree: tokens generated")
-    ap.add_argument("--only", default="", help="variants: comma list of variant names")
+    ap.add_argument("--only", default="", help="variants: names, separated by ';' (or ',' when no name has one)")
     ap.add_argument("--kvtier", default="build/kvtier")
     ap.add_argument("extra", nargs="*")
     args = ap.parse_args()
