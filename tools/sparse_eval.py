@@ -175,7 +175,11 @@ def run_agree(args):
             break
         cut = int(cut * (n_prompt - 8) / n)
     ctx = ["-c", str(args.ctx), "-t", str(args.threads), "--no-progress", "--ignore-eos"]
-    kvtier(args, ["generate", "-m", args.model, "-f", pre_f, "-n", "1", "--temp", "0", "--json", "--kv-save", sess] + ctx)
+    # the saved prefix stops ~64 tokens short of the prompt: each run prefills those (densely, as any prompt), so
+    # that asyncspade's query history is full when decoding starts (a restored KV carries no queries)
+    save_f = os.path.join(tmp, "prefix.txt")
+    open(save_f, "w").write(text[:max(0, cut - int(64 * cut / max(1, n_prompt)))])
+    kvtier(args, ["generate", "-m", args.model, "-f", save_f, "-n", "1", "--temp", "0", "--json", "--kv-save", sess] + ctx)
     ref = None
     print("\n| mode | budget | tokens equal before the first difference | equal position by position | run s |")
     print("|---|---|---|---|---|")
