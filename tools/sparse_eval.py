@@ -167,13 +167,13 @@ def run_agree(args):
     # cut the text at about n_prompt tokens (characters per token measured on the whole text)
     cut = int(len(text) * n_prompt / max(1, len(ids)))
     pre_f, sess = os.path.join(tmp, "prompt.txt"), os.path.join(tmp, "prompt.kvs")
-    for _ in range(3):  # correct the cut by the prompt's own characters per token
+    for it in range(12):  # correct the cut by the prompt's own characters per token until it fits
         open(pre_f, "w").write(text[:cut])
         n = len(subprocess.run([args.kvtier, "tokenize", "-m", args.model, "-f", pre_f], capture_output=True, text=True,
                                check=True).stdout.split())
-        if n <= n_prompt and n > n_prompt - 16:
+        if n <= n_prompt and (n > n_prompt - 16 or it >= 3):
             break
-        cut = int(cut * (n_prompt - 8) / n)
+        cut = int(cut * (n_prompt - 8) / n) if n > n_prompt or it < 3 else cut
     ctx = ["-c", str(args.ctx), "-t", str(args.threads), "--no-progress", "--ignore-eos"]
     # the saved prefix stops ~64 tokens short of the prompt: each run prefills those (densely, as any prompt), so
     # that asyncspade's query history is full when decoding starts (a restored KV carries no queries)
