@@ -241,6 +241,8 @@ int cmd_beam(int argc, char **argv) {
     }
     cli_progress prog;
     cli_progress_on(&prog, &cp, !in.no_progress && !json);
+    // sparse key summaries: sequence 0 and a step's beams x width continuations each hold their own
+    if (cp.sparse.seqs <= 0) cp.sparse.seqs = 1 + bp.n_beams * bp.width;
     if (!cli_context_init("beam", model, &cp, &ctx)) goto done;
     if (prm_path) {
         if (!cli_load_model("beam", prm_path, false, &prm_model, NULL)) goto done;

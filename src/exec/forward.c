@@ -61,7 +61,7 @@ static kvt_sparse_dims sparse_dims(const kvt_context *c) {
     const kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
                                 c->m->rope_freqs};
     return (kvt_sparse_dims){hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, c->p.n_ctx,
-                             c->p.n_threads, c->p.kv_type, rp};
+                             c->p.n_threads, c->p.kv_type, rp, kvt_context_params_paged(&c->p) && c->p.kv_fast_bytes > 0};
 }
 
 static int64_t sparse_summary_bytes(const kvt_context *c) {
@@ -550,6 +550,11 @@ kvt_status kvt_context_seq_fork(kvt_context *c, int32_t src, int32_t *dst, kvt_e
         c->n_past = np;
         c->cap_seq = cap;
     }
+    // the fork's sparse state: a copy of src's, so that it selects as src would with the same tokens
+    if ((st = kvt_sparse_seq_fork(c->sp, src, *dst, c->n_past[src], err))) {
+        c->kv->ops->seq_free(c->kv, *dst);
+        return st;
+    }
     c->n_past[*dst] = c->n_past[src];
     return KVT_OK;
 }
@@ -557,6 +562,7 @@ kvt_status kvt_context_seq_fork(kvt_context *c, int32_t src, int32_t *dst, kvt_e
 void kvt_context_seq_free(kvt_context *c, int32_t seq) {
     if (seq <= 0 || !seq_valid(c, seq)) return; // sequence 0 lives as long as the context
     c->kv->ops->seq_free(c->kv, seq);
+    kvt_sparse_seq_free(c->sp, seq);
     c->n_past[seq] = -1;
 }
 
@@ -565,6 +571,7 @@ kvt_status kvt_context_seq_set_n_past(kvt_context *c, int32_t seq, int64_t n, kv
     if (n < 0 || n > c->p.n_ctx) {
         return kvt_errorf(err, KVT_ERR_BUDGET, "%lld positions exceed n_ctx %lld", (long long)n, (long long)c->p.n_ctx);
     }
+    kvt_sparse_seq_truncate(c->sp, seq, n); // its key summaries catch up from the store (or were loaded)
     c->n_past[seq] = n;
     return KVT_OK;
 }
@@ -575,6 +582,7 @@ void kvt_context_seq_truncate(kvt_context *c, int32_t seq, int64_t n_keep) {
     if (seq_valid(c, seq) && n_keep < c->n_past[seq]) {
         c->n_past[seq] = n_keep < 0 ? 0 : n_keep;
         c->kv->ops->truncate(c->kv, seq, c->n_past[seq]);
+        kvt_sparse_seq_truncate(c->sp, seq, c->n_past[seq]);
     }
 }
 
