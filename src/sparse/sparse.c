@@ -142,6 +142,9 @@ void kvt_sparse_free(kvt_sparse *s) {
 const kvt_sparse_params *kvt_sparse_get_params(const kvt_sparse *s) { return &s->p; }
 const kvt_sparse_dims *kvt_sparse_get_dims(const kvt_sparse *s) { return &s->d; }
 int64_t kvt_sparse_summary_held(const kvt_sparse *s) { return s->summary_held; }
+int64_t kvt_sparse_prompt_tail(const kvt_sparse *s) {
+    return s && s->p.mode == KVT_SPARSE_ASYNCSPADE ? (int64_t)s->p.window + 1 : 1;
+}
 
 const kvt_sparse_step *kvt_sparse_steps(const kvt_sparse *s, int32_t seq, int64_t *n) {
     const kvt_sparse_seq *q = seq >= 0 && seq < s->n_seqs ? s->seqs[seq] : NULL;
@@ -316,10 +319,10 @@ static void step_add(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer, int64_t P,
 }
 
 kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p,
-                                const float *q, const float *k, int64_t pos0, int64_t n, float *out, kvt_threadpool *pool,
-                                void *const *scratch, void *workspace, kvt_err *err) {
+                                const float *q, const float *k, int64_t pos0, int64_t n, bool prompt, float *out,
+                                kvt_threadpool *pool, void *const *scratch, void *workspace, kvt_err *err) {
     const int64_t P = pos0 + n - 1, held = P + 1;
-    const bool decode = n == 1;
+    const bool decode = n == 1 && !prompt;
     kvt_sparse_seq *sq = kvt_sparse_seq_get(s, seq);
     if (!sq) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of sequence %d", seq);
     kvt_sparse_layer *ly = &sq->lay[layer];
@@ -335,9 +338,9 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     const bool rewind = pos0 != ly->hist_next; // a truncate: the history restarts, no selection is current
     if (rewind) ly->sel_pos = -1;
     ly->hist_next = pos0 + n;
-    kvt_status st = kvt_sparse_layer_keys(s, kv, seq, sq, layer, pos0, n, k, err);
-    if (st) return st;
     const bool sparse_layer = p->window == 0 && layer >= s->p.dense_layers;
+    kvt_status st = kvt_sparse_layer_keys(s, kv, seq, sq, layer, pos0, n, k, sparse_layer, err);
+    if (st) return st;
     const bool real_layer = ly->hist && layer < s->p.real_layers; // asyncspade: selects with the real query
     if (ly->hist && !real_layer && decode && sparse_layer && kvt_sparse_budget_of(s, held) < held && ly->sel_pos != P) {
         // no selection ready (sync mode, the first step, or a job that could not be queued): predict now

@@ -90,10 +90,11 @@ void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep);
 void kvt_sparse_seq_free(kvt_sparse *s, int32_t seq);
 
 // The attention call of the forward pass, after K/V of [pos0, pos0 + n) were appended to kv: k are those
-// keys ([n, n_head_kv * head_dim] f32, roped), q the queries. Same contract as kvt_attention.
+// keys ([n, n_head_kv * head_dim] f32, roped), q the queries. Same contract as kvt_attention. A decode step (n
+// == 1 and not prompt) attends sparsely; prompt tokens (n > 1, or prompt set) densely.
 kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p,
-                                const float *q, const float *k, int64_t pos0, int64_t n, float *out, kvt_threadpool *pool,
-                                void *const *scratch, void *workspace, kvt_err *err);
+                                const float *q, const float *k, int64_t pos0, int64_t n, bool prompt, float *out,
+                                kvt_threadpool *pool, void *const *scratch, void *workspace, kvt_err *err);
 
 // Decode steps of sequence seq recorded since it was created (or the last clear), for the positions it
 // still holds: *n of them, valid until the next call.
@@ -101,6 +102,10 @@ const kvt_sparse_step *kvt_sparse_steps(const kvt_sparse *s, int32_t seq, int64_
 // Clears every sequence's records and the aggregates (kvt_sparse_summarize, kvt_sparse_pair_stats).
 void kvt_sparse_steps_clear(kvt_sparse *s);
 const kvt_sparse_params *kvt_sparse_get_params(const kvt_sparse *s);
+// Last prompt tokens a prefix cache must leave to be computed for decoding to select as without the cache:
+// asyncspade's predictor needs the queries of the last window + 1 positions (a cached prefix brings keys,
+// not queries); 1 otherwise (the last token's logits). s NULL: 1.
+int64_t kvt_sparse_prompt_tail(const kvt_sparse *s);
 const kvt_sparse_dims *kvt_sparse_get_dims(const kvt_sparse *s);
 
 // The figures of one (layer, KV head) pair over the steps recorded with stats (-1 where none).

@@ -117,9 +117,10 @@ void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q);
 kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer, int64_t need, kvt_err *err);
 // Brings layer's summaries to keys [0, pos0): a rewind below key_n cuts them back (to the page start for
 // quest), keys missing below pos0 are read back from the store. Then keys [pos0, pos0 + n) (k: [n, Hkv * hd]
-// f32, NULL: read them from the store too) enter them.
+// f32, NULL: read them from the store too) enter them. A layer that is never sparse (!sparse_layer: sliding
+// window, dense_layers) keeps no summaries.
 kvt_status kvt_sparse_layer_keys(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_sparse_seq *q, int32_t layer, int64_t pos0,
-                                 int64_t n, const float *k, kvt_err *err);
+                                 int64_t n, const float *k, bool sparse_layer, kvt_err *err);
 // The queries of a call's n tokens into layer's history (the last window + 1 rows per KV head).
 void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, const float *q, bool rewind);
 

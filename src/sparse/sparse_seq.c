@@ -206,8 +206,12 @@ static kvt_status catch_up(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_sparse_la
 }
 
 kvt_status kvt_sparse_layer_keys(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_sparse_seq *q, int32_t layer, int64_t pos0,
-                                 int64_t n, const float *k, kvt_err *err) {
+                                 int64_t n, const float *k, bool sparse_layer, kvt_err *err) {
     kvt_sparse_layer *ly = &q->lay[layer];
+    if (!sparse_layer) { // never selected for: no summaries (a sliding window's store no longer holds old keys)
+        ly->key_n = pos0 + n;
+        return KVT_OK;
+    }
     cut_keys(s, ly, pos0);
     kvt_status st = kvt_sparse_layer_reserve(s, q, layer, pos0 + n + 1, err); // + 1: the next step's selection
     if (st) return st;
@@ -239,7 +243,7 @@ void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, 
 }
 
 void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_t pos0, int64_t n, const float *k) {
-    if (!s || layer < 0 || layer >= s->d.n_layer || pos0 < 0 || n <= 0 || pos0 + n > s->d.n_ctx) return;
+    if (!s || layer < s->p.dense_layers || layer >= s->d.n_layer || pos0 < 0 || n <= 0 || pos0 + n > s->d.n_ctx) return;
     kvt_sparse_seq *q = kvt_sparse_seq_get(s, seq);
     if (!q) return; // out of memory: the keys are read back from the store when the sequence attends
     kvt_sparse_wait_layer(s, q, layer); // the worker reads the summaries of the layer it selects for
