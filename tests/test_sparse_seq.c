@@ -64,8 +64,8 @@ static kvt_status alone(const kvt_model *m, const kvt_context_params *cp, const 
     int32_t s = -1;
     kvt_status st = kvt_context_init(m, cp, &ctx, err);
     if (!st) st = seq_new(ctx, &s, err);
-    if (!st && split > 0) st = kvt_decode_seq(ctx, s, l->prompt, split, false, err);
-    if (!st) st = kvt_decode_seq(ctx, s, l->prompt + split, l->n_prompt - split, false, err);
+    if (!st && split > 0) st = kvt_decode_prompt(ctx, s, l->prompt, split, false, err);
+    if (!st) st = kvt_decode_prompt(ctx, s, l->prompt + split, l->n_prompt - split, false, err);
     for (int j = 0; !st && j < N_STEP; j++) {
         st = kvt_decode_seq(ctx, s, &l->step[j], 1, false, err);
         if (!st) memcpy(out + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
@@ -98,14 +98,14 @@ static kvt_status busy(const kvt_model *m, const kvt_context_params *cp, const l
     if (!st) st = seq_new(ctx, &a, err);
     if (!st) st = seq_new(ctx, &c, err);
     if (!st) {
-        const kvt_batch_run r[2] = {{c, lc->prompt, lc->n_prompt, false}, {a, la->prompt, la->n_prompt, false}};
+        const kvt_batch_run r[2] = {{c, lc->prompt, lc->n_prompt, false, true}, {a, la->prompt, la->n_prompt, false, true}};
         st = kvt_decode_runs(ctx, r, 2, err);
     }
     int dj = 0; // steps d has decoded
     for (int j = 0; !st && j < N_STEP; j++) {
         if (j == 3) kvt_context_seq_free(ctx, b), b = -1;
         if (j == 4 && !(st = seq_new(ctx, &d, err))) {
-            const kvt_batch_run r[3] = {{a, &la->step[j], 1, true}, {d, ld->prompt, ld->n_prompt, false}, {c, &lc->step[j], 1, false}};
+            const kvt_batch_run r[3] = {{a, &la->step[j], 1, true, false}, {d, ld->prompt, ld->n_prompt, false, true}, {c, &lc->step[j], 1, false, false}};
             st = kvt_decode_runs(ctx, r, 3, err);
             if (!st) memcpy(out + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
             continue;
@@ -122,10 +122,10 @@ static kvt_status busy(const kvt_model *m, const kvt_context_params *cp, const l
         } else {
             kvt_batch_run r[4];
             int n = 0;
-            r[n++] = (kvt_batch_run){c, &lc->step[j], 1, true};
-            r[n++] = (kvt_batch_run){a, &la->step[j], 1, true};
-            if (b >= 0) r[n++] = (kvt_batch_run){b, &lb->step[j], 1, true};
-            if (d >= 0) r[n++] = (kvt_batch_run){d, &ld->step[dj++], 1, true};
+            r[n++] = (kvt_batch_run){c, &lc->step[j], 1, true, false};
+            r[n++] = (kvt_batch_run){a, &la->step[j], 1, true, false};
+            if (b >= 0) r[n++] = (kvt_batch_run){b, &lb->step[j], 1, true, false};
+            if (d >= 0) r[n++] = (kvt_batch_run){d, &ld->step[dj++], 1, true, false};
             st = kvt_decode_runs(ctx, r, n, err);
             if (!st) memcpy(out + (int64_t)j * V, kvt_context_logits(ctx) + V, (size_t)V * sizeof(float));
         }
@@ -309,6 +309,27 @@ static void test_pushed_blocks(const kvt_model *m) {
     free(got);
 }
 
+// A prompt in parts (the last of one token, as a prompt cache's remainder or a scheduler's chunk leaves it) attends
+// as in one call: prompt tokens are dense whatever the call's size (kvt_decode_prompt).
+static void test_prompt_parts(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V;
+    float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    lane la;
+    lane_make(&la, 40, 0, V);
+    const kvt_sparse_mode modes[] = {KVT_SPARSE_QUEST, KVT_SPARSE_ASYNCSPADE};
+    bool ok = true;
+    kvt_err err = {0};
+    for (int mi = 0; ok && mi < 2; mi++) {
+        const kvt_context_params cp = base_params(modes[mi]);
+        ok = !alone(m, &cp, &la, 0, ref, &err) && !alone(m, &cp, &la, la.n_prompt - 1, got, &err) && same(ref, got, n);
+    }
+    test_result(ok, "sparse_seq: a prompt whose last part is one token (kvt_decode_prompt) = the prompt in one call, bit for bit",
+                "%s", err.msg[0] ? err.msg : "logits differ");
+    free(ref);
+    free(got);
+}
+
 // Quest: decode a's steps, truncate in mid-page, decode b's steps from there: = a sequence that decoded a's
 // kept steps then b's alone (the open page's bounds are rebuilt from the keys kept, not widened by the ones
 // dropped); the records of the dropped steps go.
@@ -480,6 +501,7 @@ void test_sparse_seq(const test_env *env) {
     test_batch_independence(m);
     test_fork(m);
     test_pushed_blocks(m);
+    test_prompt_parts(m);
     test_truncate(m);
     test_summary_budget(m);
     test_beam(m);
