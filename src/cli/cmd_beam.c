@@ -104,6 +104,7 @@ static void print_json(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_bea
     kvt_kv_stats ks;
     kvt_context_kv_stats(ctx, &ks);
     kvt_json_kv_int(&j, "moved_bytes_total", moved_total(&ks));
+    cli_json_sparse(&j, ctx, false); // every beam's steps aggregated (nothing under --sparse off)
     // predictions: kvt_beam_step_predict over the steps actually run, per schedule
     kvt_json_key(&j, "predicted");
     kvt_json_obj_begin(&j);
