@@ -158,6 +158,39 @@ static void plan_prefetch(void) {
                 st ? err.msg : "", (long long)miss[0], (long long)miss[1], (long long)a_fast, (long long)pre);
 }
 
+// Sequence A (4 blocks per layer) is demoted to the host tier. An acquire of A's first block makes the copy
+// engine fetch the blocks that follow it in the decode schedule: A's 8 blocks end up in the fast tier. With
+// layer 1 of A marked as read by its caller's prefetches only (sparse decoding), the schedule prefetch brings
+// layer 0's blocks alone, and a block of layer 1 arrives when the caller hands it over.
+static void caller_prefetch(void) {
+    int64_t fast[2] = {-1, -1}, after = -1;
+    kvt_err err = {0};
+    kvt_status st = KVT_OK;
+    for (int with = 0; with < 2 && !st; with++) {
+        kvt_kv *kv = NULL;
+        const kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 16, -1);
+        st = kvt_kv_paged_init(&p, &kv, &err);
+        if (!st) st = fill(kv, 0, 1, 0, 16, &err);
+        if (!st) st = kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_HOST, &err);
+        if (!st && with) kvt_kv_paged_set_caller_prefetch(kv, 0, 1, true);
+        kvt_kv_view w;
+        if (!st && !(st = kv->ops->acquire(kv, 0, 0, 0, 0, &w, &err))) kv->ops->release(kv, 0, 0, 0, 0);
+        kvt_kv_paged_drain(kv);
+        fast[with] = resident_blocks(kv, 0, KVT_TIER_FAST);
+        if (!st && with) {
+            const int64_t blk = 2;
+            kvt_kv_paged_prefetch(kv, 0, 1, 0, &blk, 1);
+            kvt_kv_paged_drain(kv);
+            after = resident_blocks(kv, 0, KVT_TIER_FAST);
+        }
+        kvt_kv_free(kv);
+    }
+    test_result(!st && fast[0] == 8 && fast[1] == 4 && after == 5,
+                "kv_sched: a layer read by its caller's prefetches is left out of the schedule prefetch",
+                "%s A's blocks in fast after one acquire: %lld (schedule), %lld (layer 1 the caller's), then %lld",
+                st ? err.msg : "", (long long)fast[0], (long long)fast[1], (long long)after);
+}
+
 // Fast tier of 4 blocks, host of 4, disk: A and B (8 blocks each) are half on disk. The plan [A] fills the fast
 // and host tiers with A's blocks (loads, and disk -> host staging where the fast tier has no room: Alg. 1's two
 // hops), evicting B's blocks, never A's.
@@ -330,6 +363,7 @@ void test_kv_sched(const test_env *env) {
     (void)env;
     block_io();
     plan_prefetch();
+    caller_prefetch();
     char dir[] = "/tmp/kvt_test_kvsched_XXXXXX";
     const char *disk = mkdtemp(dir);
     if (disk) plan_two_hops(disk);

@@ -127,6 +127,60 @@ static void test_quest_bound(void) {
     test_result(ok, "sparse: quest page bounds are upper bounds of q.k (f16 keys, 200 pages)", "bound below a dot by %.3g", -worst);
 }
 
+// The selection's arithmetic (sparse_score.c) against scalar references: the int16 x int8 scores equal the
+// exactly summed products times the same scales, bit for bit; the exp within 2e-7 of expf; the aggregate of
+// each head's softmax sums to 1 and matches a double-precision softmax.
+static void test_score_kernels(void) {
+    enum { QPG = 3, HD = 72, N = 37 }; // hd not a multiple of the vector width: the tails run too
+    float q[QPG * HD], qs[QPG], ks[N], raw[QPG * N], ref[QPG * N];
+    int16_t q16[QPG * HD];
+    int8_t k8[N * HD];
+    for (int i = 0; i < QPG * HD; i++) q[i] = frand() * 3.0f;
+    for (int i = 0; i < N * HD; i++) k8[i] = (int8_t)(frand() * 127.0f);
+    for (int t = 0; t < N; t++) ks[t] = 0.01f + 0.02f * (frand() + 1.0f);
+    kvt_sparse_quant_query(q, QPG, HD, q16, qs);
+    const float scale = 0.125f;
+    const int64_t n_keys = N - 2;
+    kvt_sparse_score_i8(q16, qs, QPG, HD, k8, ks, n_keys, N, scale, raw);
+    bool ok = true;
+    double qerr = 0.0;
+    for (int i = 0; i < QPG; i++) {
+        for (int x = 0; x < HD; x++) qerr = fmax(qerr, fabs(q16[i * HD + x] * (double)qs[i] - q[i * HD + x]) / qs[i]);
+        for (int t = 0; t < N; t++) {
+            int64_t sum = 0;
+            for (int x = 0; x < HD; x++) sum += (int64_t)q16[i * HD + x] * k8[t * HD + x];
+            ref[i * N + t] = t < n_keys ? (float)sum * (ks[t] * (qs[i] * scale)) : -INFINITY;
+            ok = ok && memcmp(&ref[i * N + t], &raw[i * N + t], sizeof(float)) == 0;
+        }
+    }
+    ok = ok && qerr <= 0.5 + 1e-6;
+    double eerr = 0.0;
+    for (int i = 0; i < 86900; i++) {
+        const float x = -(float)i * 1e-3f;
+        eerr = fmax(eerr, fabs((double)kvt_sparse_exp_neg(x) - exp((double)x)) / exp((double)x));
+    }
+    ok = ok && eerr < 2e-7 && kvt_sparse_exp_neg(-INFINITY) == 0.0f && kvt_sparse_exp_neg(-100.0f) == 0.0f &&
+         kvt_sparse_exp_neg(0.0f) == 1.0f;
+    float agg[N];
+    double aerr = 0.0, total = 0.0;
+    memcpy(ref, raw, sizeof raw);
+    kvt_sparse_aggregate(raw, QPG, N, agg);
+    for (int t = 0; t < N; t++) {
+        double a = 0.0;
+        for (int i = 0; i < QPG; i++) {
+            double mx = -INFINITY, sum = 0.0;
+            for (int u = 0; u < N; u++) mx = fmax(mx, ref[i * N + u]);
+            for (int u = 0; u < N; u++) sum += exp((double)ref[i * N + u] - mx);
+            a += exp((double)ref[i * N + t] - mx) / sum;
+        }
+        aerr = fmax(aerr, fabs(a - agg[t]));
+        total += agg[t];
+    }
+    ok = ok && aerr < 1e-6 && fabs(total - QPG) < 1e-5 && agg[N - 1] == 0.0f;
+    test_result(ok, "sparse: int8 scores exact, exp and group softmax against scalar references",
+                "query rounding %.3g steps, exp rel err %.3g, aggregate err %.3g, total %.6f", qerr, eerr, aerr, total);
+}
+
 static void test_topk(void) {
     enum { N = 100 };
     float score[N], vals[N];
@@ -444,6 +498,7 @@ void test_sparse(const test_env *env) {
     test_predictor_simplex();
     test_rope_align();
     test_quest_bound();
+    test_score_kernels();
     test_topk();
     test_attend_set();
     char path[512];

@@ -3,7 +3,8 @@
 the oracle set at several budgets, and passkey retrieval, each mode beside dense, with `kvtier`.
 
   tools/sparse_eval.py ppl     -m MODEL -f TEXT [-c 2048] [--chunks 2] [--budgets 0.25,0.125,0.0625]
-  tools/sparse_eval.py passkey -m MODEL [--lengths 2048,4096,8192] [--depths 0.1,0.5,0.9] [--budget 0.125]
+  tools/sparse_eval.py passkey -m MODEL [--lengths 2048,4096,8192] [--depths D,...] [--budget 0.125]
+  tools/sparse_eval.py agree   -m MODEL -f TEXT [-c 2048] [-n 256] [--budget 0.125]
   tools/sparse_eval.py variants -m MODEL -f TEXT [-c 1024] [--chunks 1] [--budget 0.125] [--only NAME,...]
 
 `variants` runs dense, the oracle, Quest at three page sizes and the asyncspade variants of docs/SPARSE.md
@@ -80,7 +81,7 @@ VARIANTS = [
 def run_variants(args):
     base = ["perplexity", "-m", args.model, "-f", args.file, "-c", str(args.ctx), "--chunks", str(args.chunks), "--json",
             "-t", str(args.threads)]
-    only = set(args.only.split(",")) if args.only else None
+    only = set(args.only.split(";" if ";" in args.only else ",")) if args.only else None
     dense, sec = kvtier(args, base)
     print(json.dumps({"variant": "dense", "ppl": dense["ppl"], "s": sec}), flush=True)
     rows = []
@@ -116,31 +117,86 @@ def passkey_prompt(n_words_target, depth, key):
 
 
 def run_passkey(args):
+    """Passkey retrieval. Per (length, depth) the filler up to the question is prefilled once, densely, and saved
+    (--kv-save); every mode (dense too) restores it (--kv-load) and decodes the question one token at a time
+    (--ubatch 1), so that each token after the filler, the question's included, attends under the mode."""
+    import os
+    import tempfile
     rnd = random.Random(7)
+    tmp = tempfile.mkdtemp(prefix="kvt-passkey-")
     results = {}
-    print_rows = []
+    depths = args.depths if args.depths else [i / 9.0 for i in range(10)]
     for length in args.lengths:
-        for depth in args.depths:
+        for depth in depths:
             key = rnd.randint(10000, 99999)
             prompt = passkey_prompt(length - 64, depth, key)
+            cut = prompt.rindex("\nWhat is the pass key?")
+            pre_f, full_f, sess = (os.path.join(tmp, x) for x in ("prefix.txt", "prompt.txt", "prefix.kvs"))
+            open(pre_f, "w").write(prompt[:cut])
+            open(full_f, "w").write(prompt)
+            ctx = ["-c", str(length + 64), "-t", str(args.threads), "--no-progress"]
+            kvtier(args, ["generate", "-m", args.model, "-f", pre_f, "-n", "1", "--temp", "0", "--json", "--kv-save", sess]
+                   + ctx)
             for mode in ["off"] + MODES:
-                kv = ["generate", "-m", args.model, "-p", prompt, "-n", "8", "--temp", "0", "--json", "--no-progress",
-                      "-c", str(length + 64), "-t", str(args.threads)] + sparse_flags(mode, args.budget)
+                kv = ["generate", "-m", args.model, "-f", full_f, "-n", "8", "--temp", "0", "--json", "--kv-load", sess,
+                      "--ubatch", "1"] + ctx + sparse_flags(mode, args.budget)
                 r, sec = kvtier(args, kv)
                 ok = str(key) in r["text"]  # the generated text
                 gen = r["text"][-60:].replace("\n", " ")
                 results.setdefault((mode, length), []).append(ok)
-                print(json.dumps({"mode": mode, "length": length, "n_prompt": r["n_prompt"], "depth": depth, "key": key,
-                                  "ok": ok, "tail": gen, "s": sec}), flush=True)
+                print(json.dumps({"mode": mode, "length": length, "n_prompt": r["n_prompt"], "depth": round(depth, 3),
+                                  "key": key, "ok": ok, "tail": gen, "s": sec}), flush=True)
+            os.unlink(sess)
     print("\n| mode | length | passed |")
     print("|---|---|---|")
     for (mode, length), oks in sorted(results.items(), key=lambda x: (x[0][1], x[0][0])):
         print("| %s | %d | %d / %d |" % (mode, length, sum(oks), len(oks)))
 
 
+def run_agree(args):
+    """Greedy agreement with dense: the text's first tokens as the prompt (about -c minus the generated count),
+    then -n tokens generated greedily by dense and by each mode; reports the tokens equal to dense's before the
+    first difference and the share equal position by position."""
+    import os
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="kvt-agree-")
+    ids = subprocess.run([args.kvtier, "tokenize", "-m", args.model, "-f", args.file, "--no-bos"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    n_prompt = args.ctx - args.n_gen - 8
+    text = open(args.file, encoding="utf-8", errors="replace").read()
+    # cut the text at about n_prompt tokens (characters per token measured on the whole text)
+    cut = int(len(text) * n_prompt / max(1, len(ids)))
+    pre_f, sess = os.path.join(tmp, "prompt.txt"), os.path.join(tmp, "prompt.kvs")
+    for _ in range(3):  # correct the cut by the prompt's own characters per token
+        open(pre_f, "w").write(text[:cut])
+        n = len(subprocess.run([args.kvtier, "tokenize", "-m", args.model, "-f", pre_f], capture_output=True, text=True,
+                               check=True).stdout.split())
+        if n <= n_prompt and n > n_prompt - 16:
+            break
+        cut = int(cut * (n_prompt - 8) / n)
+    ctx = ["-c", str(args.ctx), "-t", str(args.threads), "--no-progress", "--ignore-eos"]
+    kvtier(args, ["generate", "-m", args.model, "-f", pre_f, "-n", "1", "--temp", "0", "--json", "--kv-save", sess] + ctx)
+    ref = None
+    print("\n| mode | budget | tokens equal before the first difference | equal position by position | run s |")
+    print("|---|---|---|---|---|")
+    for mode in ["off"] + MODES:
+        r, sec = kvtier(args, ["generate", "-m", args.model, "-f", pre_f, "-n", str(args.n_gen), "--temp", "0", "--json",
+                               "--kv-load", sess] + ctx + sparse_flags(mode, args.budget))
+        toks = r["ids"]
+        if ref is None:
+            ref = toks
+        first = next((i for i, (a, b) in enumerate(zip(ref, toks)) if a != b), min(len(ref), len(toks)))
+        same = sum(1 for a, b in zip(ref, toks) if a == b)
+        print(json.dumps({"mode": mode, "budget": args.budget, "n_prompt": r["n_prompt"], "n_gen": len(toks),
+                          "first_diff": first, "equal": same, "s": sec}), flush=True)
+        print("| %s | %s | %d / %d | %d / %d | %.0f |" % (mode, args.budget if mode != "off" else 1, first, len(ref),
+                                                          same, len(ref), sec), flush=True)
+    os.unlink(sess)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["ppl", "passkey", "variants"])
+    ap.add_argument("what", choices=["ppl", "passkey", "variants", "agree"])
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("-f", "--file")
     ap.add_argument("-c", "--ctx", type=int, default=2048)
@@ -149,18 +205,19 @@ def main():
     ap.add_argument("--budgets", default="0.25,0.125,0.0625")
     ap.add_argument("--budget", default="0.125")
     ap.add_argument("--lengths", default="2048,4096,8192")
-    ap.add_argument("--depths", default="0.1,0.5,0.9")
-    ap.add_argument("--only", default="", help="variants: comma list of variant names")
+    ap.add_argument("--depths", default="", help="passkey: comma list (default: 10 depths, 0 to 1)")
+    ap.add_argument("-n", "--n-gen", type=int, default=256, help="agree: tokens generated")
+    ap.add_argument("--only", default="", help="variants: names, separated by ';' (or ',' when no name has one)")
     ap.add_argument("--kvtier", default="build/kvtier")
     ap.add_argument("extra", nargs="*")
     args = ap.parse_args()
     args.budgets = [float(x) for x in args.budgets.split(",")]
     args.lengths = [int(x) for x in args.lengths.split(",")]
-    args.depths = [float(x) for x in args.depths.split(",")]
-    if args.what in ("ppl", "variants"):
+    args.depths = [float(x) for x in args.depths.split(",")] if args.depths else []
+    if args.what in ("ppl", "variants", "agree"):
         if not args.file:
             sys.exit("%s needs -f TEXT" % args.what)
-        run_ppl(args) if args.what == "ppl" else run_variants(args)
+        {"ppl": run_ppl, "variants": run_variants, "agree": run_agree}[args.what](args)
     else:
         run_passkey(args)
 

@@ -39,6 +39,8 @@ typedef struct {
     int64_t n_blk, cap; // blocks in the table
     int64_t n_drop;     // leading blocks freed by the layer's sliding window (their ids are -1)
     int64_t *ids;       // [cap] block ids
+    bool caller_fetch;  // decode reads only blocks the caller prefetches (kvt_kv_paged_set_caller_prefetch):
+                        // the schedule prefetch leaves this shard out
 } pshard;
 
 typedef struct {
@@ -630,6 +632,10 @@ static void queue_push(kv_paged *s, int64_t id) {
 // which the simulator runs too).
 static void shard_span(const void *ud, int32_t shard, int64_t *first, int64_t *end) {
     const pshard *sh = &((const pseq *)ud)->sh[shard];
+    if (sh->caller_fetch) { // sparse decoding reads a selection of this shard and prefetches it itself
+        *first = *end = 0;
+        return;
+    }
     *first = sh->n_drop;
     *end = sh->n_blk;
 }
@@ -1183,6 +1189,15 @@ void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group
         }
     }
     if (pushed) pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void kvt_kv_paged_set_caller_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, bool on) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops || layer < 0 || layer >= kv->n_layer) return;
+    pthread_mutex_lock(&s->mu);
+    pseq *q = seq_get(s, seq, NULL);
+    for (int32_t g = 0; q && g < kv->n_group; g++) q->sh[layer * kv->n_group + g].caller_fetch = on;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -66,6 +66,12 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
 // blocks): a hint, ignored for blocks already in T0 or queued, for unknown ones, and without a copy engine
 // (a store without lower tiers, or prefetch 0). Any thread.
 void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n);
+// on: decode of (seq, layer) reads only the blocks its caller hands to kvt_kv_paged_prefetch (sparse decoding's
+// selections), so the store's own prefetch of the decode schedule leaves that layer of seq out (it would fetch the
+// blocks that follow each read one, which a selection mostly skips, evicting the selected ones). off (the
+// default; a new or forked sequence): the schedule prefetch covers the layer. Ignored by other stores and for an
+// unknown seq or layer. Any thread.
+void kvt_kv_paged_set_caller_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, bool on);
 // Drops every block copy in T0 and T1 that has a copy below (tests: forces reads from the lower tiers).
 void kvt_kv_paged_drop_cached(kvt_kv *kv);
 // True if the store ranks blocks by attention mass (policy attn-ema): decode attention then reports it

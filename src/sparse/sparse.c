@@ -10,6 +10,7 @@
 
 #include "../base/timer.h"
 #include "../kernels/quant.h"
+#include "../kv/kv_paged.h"
 #include "sparse_impl.h"
 
 void kvt_sparse_params_resolve(kvt_sparse_params *p) {
@@ -51,9 +52,6 @@ static void ss_free(kvt_sparse_scratch *ss) {
     void *bufs[] = {ss->raw, ss->agg, ss->vals, ss->mark, ss->pred, ss->work, ss->blk, ss->al, ss->cs, ss->hrow};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
-
-// bounds of the stack rows of the int8 scan (sparse_choose.c)
-enum { KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };
 
 kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d, kvt_sparse **out, kvt_err *err) {
     *out = NULL;
@@ -350,7 +348,9 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     }
     kvt_sparse_observe_queries(s, ly, n, q, rewind);
     const int64_t H = s->d.n_head_kv;
-    if (!decode || !sparse_layer || kvt_sparse_budget_of(s, held) >= held) {
+    const bool dense_call = !decode || !sparse_layer || kvt_sparse_budget_of(s, held) >= held;
+    kvt_kv_paged_set_caller_prefetch(kv, seq, layer, !dense_call); // a selection's blocks come from its prefetch
+    if (dense_call) {
         st = kvt_attention(kv, seq, layer, p, q, pos0, n, out, pool, scratch, workspace, err);
         if (!st && decode) step_add(s, sq, layer, P, H * held, H * held, 0, stall, 0, 0.0, 1.0, 0.0);
     } else {
@@ -385,6 +385,10 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         stall += kvt_time_ms() - t0;
         double mass = 0.0, mass_min = 2.0, ovl = 0.0;
         if (s->p.stats) stats_of(s, ly, layer, P, &mass, &mass_min, &ovl);
+        // every block of the set is queued at once (the ones the worker prefetched and the ones only the real
+        // query chose: quest, oracle, re-rank, fallback), so that the copy engine loads the misses in parallel
+        // while attention reads the first blocks
+        kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, layer);
         int64_t nsel = 0;
         for (int32_t kh = 0; kh < H; kh++) nsel += ly->nsel[kh];
         st = kvt_sparse_attend_set(kv, seq, layer, p, q, ly->sel, ly->nsel, ly->cap, out, pool, s->scratch, err);

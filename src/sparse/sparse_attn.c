@@ -169,18 +169,6 @@ static void score_task(void *vctx, int64_t kh64, int thread) {
     kvt_sparse_aggregate(s, qpg, n, J->agg + kh * J->agg_stride);
 }
 
-void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg) {
-    memset(agg, 0, (size_t)n * sizeof(float));
-    for (int32_t i = 0; i < qpg; i++) {
-        float *si = s + i * n, mx = -INFINITY;
-        for (int64_t t = 0; t < n; t++) mx = si[t] > mx ? si[t] : mx;
-        double sum = 0.0;
-        for (int64_t t = 0; t < n; t++) sum += (si[t] = expf(si[t] - mx));
-        const float inv = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
-        for (int64_t t = 0; t < n; t++) agg[t] += si[t] * inv;
-    }
-}
-
 static kvt_status run(sp_job *J, kvt_task_fn fn, kvt_threadpool *pool, kvt_err *err) {
     atomic_init(&J->failed, 0);
     kvt_threadpool_run(pool, fn, J, J->kv->n_head_kv);

@@ -9,52 +9,15 @@
 #include "../kv/kv_paged.h"
 #include "sparse_impl.h"
 
-// bounds of the stack rows of the int8 scan (score_int8); checked by kvt_sparse_init
-enum { DOT_LANES = 16, MAX_HD = 512, MAX_QPG = 64 };
-
-// Dot products of one int8 key row (hd values, converted once) with the group's qpg query rows:
-// d[i] = q_i . k. Sixteen partial sums per row, added in a fixed order (the same bits on every call, the
-// worker and the inline selection alike); laid out so that the compiler vectorizes the inner loops.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__) // the clones' resolver runs before the sanitizers' runtime is set up
-__attribute__((target_clones("avx512f", "avx2", "default"), optimize("vect-cost-model=dynamic")))
-#endif
-static void dot_int8_rows(const float *q, int32_t qpg, int32_t hd, const int8_t *k, float *kf, float *d) {
-    const int32_t hv = hd / DOT_LANES * DOT_LANES;
-    for (int32_t x = 0; x < hv; x += DOT_LANES) {
-        for (int32_t j = 0; j < DOT_LANES; j++) kf[x + j] = (float)k[x + j];
-    }
-    for (int32_t x = hv; x < hd; x++) kf[x] = (float)k[x];
-    for (int32_t i = 0; i < qpg; i++) {
-        const float *qi = q + (int64_t)i * hd;
-        float acc[DOT_LANES] = {0};
-        for (int32_t x = 0; x < hv; x += DOT_LANES) {
-            for (int32_t j = 0; j < DOT_LANES; j++) acc[j] += qi[x + j] * kf[x + j];
-        }
-        for (int32_t x = hv; x < hd; x++) acc[x - hv] += qi[x] * kf[x];
-        for (int32_t w = DOT_LANES / 2; w > 0; w /= 2) {
-            for (int32_t j = 0; j < w; j++) acc[j] += acc[j + w];
-        }
-        d[i] = acc[0];
-    }
-}
-
-// raw[i * n + t] = scale * q_i . k8_t of KV head kh for t < n_keys, -inf for the rest (q: the group's rows).
+// raw[i * n + t] = scale * q_i . k8_t of KV head kh for t < n_keys, -inf for the rest (q: the group's qpg query
+// rows, taken as int16 with a scale per row: integer dot products with the int8 keys, sparse_score.c).
 static void score_int8(const kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, const float *q, int64_t n,
                        int64_t n_keys, float scale, float *raw) {
-    const int32_t hd = s->d.head_dim, qpg = s->qpg;
-    float kf[MAX_HD], d[MAX_QPG];
-    const int8_t *k8 = ly->k8 + (int64_t)kh * ly->cap * hd;
-    const float *k8s = ly->k8s + (int64_t)kh * ly->cap;
-    for (int64_t t = 0; t < n; t++) {
-        if (t >= n_keys) {
-            for (int32_t i = 0; i < qpg; i++) raw[i * n + t] = -INFINITY;
-            continue;
-        }
-        dot_int8_rows(q, qpg, hd, k8 + t * hd, kf, d);
-        const float ks = k8s[t] * scale;
-        for (int32_t i = 0; i < qpg; i++) raw[i * n + t] = d[i] * ks;
-    }
+    int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
+    float qs[KVT_SPARSE_MAX_QPG];
+    kvt_sparse_quant_query(q, s->qpg, s->d.head_dim, q16, qs);
+    kvt_sparse_score_i8(q16, qs, s->qpg, s->d.head_dim, ly->k8 + (int64_t)kh * ly->cap * s->d.head_dim,
+                        ly->k8s + (int64_t)kh * ly->cap, n_keys, n, scale, raw);
 }
 
 static double dot_d(const float *a, const float *b, int32_t d) {
@@ -186,9 +149,8 @@ void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P) {
 
 // --- the worker -----------------------------------------------------------------------------------------
 
-// The blocks holding (seq, layer)'s selection, handed to the paged store's copy engine (a no-op on other
-// stores).
-static void prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq, int32_t layer) {
+void kvt_sparse_prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq,
+                                   int32_t layer) {
     const kvt_kv *kv = s->kv;
     for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
         const int32_t *sel = sel_of(ly, kh);
@@ -213,7 +175,7 @@ void *kvt_sparse_worker_main(void *arg) {
         kvt_sparse_layer *ly = &s->seqs[j.seq]->lay[j.layer]; // the sequence lives while its job does
         pthread_mutex_unlock(&s->mu);
         kvt_sparse_select_predicted(s, ly, &s->work_ss, j.pos, s->scale);
-        if (s->p.prefetch_layers == 0) prefetch_selection(s, &s->work_ss, ly, j.seq, j.layer);
+        if (s->p.prefetch_layers == 0) kvt_sparse_prefetch_selection(s, &s->work_ss, ly, j.seq, j.layer);
         pthread_mutex_lock(&s->mu);
         ly->busy = 0;
         pthread_cond_broadcast(&s->cv);
@@ -248,7 +210,7 @@ void kvt_sparse_prefetch_ahead(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, in
     pthread_mutex_lock(&s->mu);
     const bool ready = !ly->busy && ly->sel_pos == P2;
     pthread_mutex_unlock(&s->mu);
-    if (ready) prefetch_selection(s, &s->main_ss, ly, seq, l2);
+    if (ready) kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, l2);
 }
 
 void kvt_sparse_post(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P) {

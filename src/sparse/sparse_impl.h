@@ -140,6 +140,10 @@ void kvt_sparse_wait_seq(kvt_sparse *s, kvt_sparse_seq *q);
 // Queues the selection of (seq, layer) for decode position P (selected inline at the step when the queue
 // cannot grow).
 void kvt_sparse_post(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P);
+// The blocks holding layer ly's selection of seq, handed to the paged store's copy engine (a no-op on other
+// stores); ss: the calling thread's scratch.
+void kvt_sparse_prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq,
+                                   int32_t layer);
 // prefetch_layers > 0: the selection prefetch_layers layers ahead goes to the store if the worker made it.
 void kvt_sparse_prefetch_ahead(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P);
 
@@ -161,7 +165,21 @@ kvt_status kvt_sparse_score_exact(kvt_kv *kv, int32_t seq, int32_t layer, const 
 // Keys [pos0, pos0 + n) of (seq, layer) read back from the store as f32: k [n, n_head_kv * head_dim]. On the
 // caller's thread.
 kvt_status kvt_sparse_read_keys(kvt_kv *kv, int32_t seq, int32_t layer, int64_t pos0, int64_t n, float *k, kvt_err *err);
-// s: [qpg, n] raw scores (overwritten); agg[t] = sum_i softmax(s_i)[t].
+// s: [qpg, n] raw scores (overwritten); agg[t] = sum_i softmax(s_i)[t] (kvt_sparse_exp_neg, partial sums in a
+// fixed order: the same bits on every call). A row with no finite score adds nothing.
 void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg);
+
+// Bounds of the selection's stack rows (sparse_score.c, sparse.c).
+enum { KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };
+
+// The qpg query rows q ([qpg, hd] f32) as int16 (q16 [qpg, hd]) with one scale per row (qscale [qpg]):
+// q ~ q16 * qscale, max |q16| = 32767 (non-finite values count as 0).
+void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale);
+// raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t = k8[t] * k8s[t] (k8 [n_keys, hd] int8,
+// k8s [n_keys]) for t < n_keys, -inf for n_keys <= t < n. Integer dot products: the same bits on every path.
+void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
+                         const float *k8s, int64_t n_keys, int64_t n, float scale, float *raw);
+// e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
+float kvt_sparse_exp_neg(float x);
 
 #endif

@@ -13,6 +13,8 @@
 #   -o DIR     where the JSON of each run goes (default /var/tmp/kvtier-sparse-speed)
 # env: KV_DISK (default /var/tmp: a real disk, not tmpfs), KV_BLOCK (positions per KV block, default 64),
 #      KV_GRAN (--kv-granularity, default head: one KV head per block, so a head's selection maps to blocks),
+#      KV_EVICT (--kv-evict of the disk rows, default lru; spread or lookahead keep a cyclic layer-by-layer reuse
+#      that is larger than the fast tier instead of losing all of it, as LRU does),
 #      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier)
 #
 # The prompt's prefill is the same dense computation in every mode, so it runs once: the text minus its
@@ -37,6 +39,7 @@ BIN=${BIN:-build/kvtier}
 KV_DISK=${KV_DISK:-/var/tmp}
 KV_BLOCK=${KV_BLOCK:-64}
 KV_GRAN=${KV_GRAN:-head}
+KV_EVICT=${KV_EVICT:-lru}
 CTX=${CTX:-8192}
 BUDGET=${BUDGET:-0.125}
 PROMPT_BYTES=${PROMPT_BYTES:-21300}
@@ -81,7 +84,7 @@ for rep in $(seq 1 "$REPS"); do
         for c in "${CONFIGS[@]}"; do
             IFS='|' read -r name flags sum <<< "$c"
             tier=()
-            [ "$store" = disk ] && tier=(--kv-fast $((FAST + sum)) --kv-disk "$KV_DISK" --kv-block "$KV_BLOCK" --kv-granularity "$KV_GRAN")
+            [ "$store" = disk ] && tier=(--kv-fast $((FAST + sum)) --kv-disk "$KV_DISK" --kv-block "$KV_BLOCK" --kv-granularity "$KV_GRAN" --kv-evict "$KV_EVICT")
             [ "$name" = dense ] || flags="$flags --sparse-budget $BUDGET"
             f="$OUT/run-$store-${name// /_}-$rep.json"
             # shellcheck disable=SC2086
@@ -93,10 +96,10 @@ for rep in $(seq 1 "$REPS"); do
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$OUT" "$KVB" "$FAST" "$LOAD0" "$LOAD1" "$REPS" "$KV_BLOCK" <<'EOF'
+python3 - "$OUT" "$KVB" "$FAST" "$LOAD0" "$LOAD1" "$REPS" "$KV_BLOCK" "$KV_EVICT" <<'EOF'
 import glob, json, os, statistics, sys
 out, kvb, fast, load0, load1, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6])
-B = sys.argv[7]
+B, evict = sys.argv[7], sys.argv[8]
 names = ["dense", "quest p16", "quest p4", "asyncspade", "asyncspade fb0.85", f"quest p{B}", f"asyncspade block{B}"]
 def runs(store, name):
     r = []
@@ -138,5 +141,5 @@ for store in ["disk", "ram"]:
               f"{rng([mb(x) for x in fastr], '{:.2f}')} | {rng(stall, '{:.2f}')} | {rng(pct, '{:.0f}%')} | "
               f"{rng(sst, '{:.1f}')} | {vs('dense')} | {vs('quest p16')} | {vs('quest p4')} |")
 print(f"\nfast tier (disk rows): {fast} bytes = 1/8 of the KV of the context for the blocks, plus each mode's key "
-      "summaries; RAM rows: the contiguous store, no tiers. Speed-ups: ratio of the median TPOTs.")
+      f"summaries, eviction {evict}; RAM rows: the contiguous store, no tiers. Speed-ups: ratio of the median TPOTs.")
 EOF

@@ -1,0 +1,109 @@
+// sparse_score.c - the arithmetic of selection: query rows against the int8 key copies, and the group's
+// softmax mass. Both run once per (layer, KV head) and position at every decode step (asyncspade scans every
+// key with the predicted query), so they are the selection's cost: integer dot products (exact, so any
+// vector width gives the same bits) and a polynomial exp the compiler vectorizes (plain float operations
+// without contraction: every clone computes the same bits as the scalar code).
+#include <math.h>
+#include <string.h>
+
+#include "sparse_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__) // the clones' resolver runs before the sanitizers' runtime is set up
+#define SCORE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), optimize("vect-cost-model=dynamic")))
+#else
+#define SCORE_CLONES
+#endif
+
+void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale) {
+    for (int32_t i = 0; i < qpg; i++) {
+        const float *qi = q + (int64_t)i * hd;
+        float mx = 0.0f;
+        for (int32_t x = 0; x < hd; x++) mx = fabsf(qi[x]) > mx ? fabsf(qi[x]) : mx;
+        const float sc = mx > 0.0f && isfinite(mx) ? mx / 32767.0f : 1.0f;
+        for (int32_t x = 0; x < hd; x++) {
+            const float v = isfinite(qi[x]) ? qi[x] / sc : 0.0f;
+            q16[(int64_t)i * hd + x] = (int16_t)lrintf(v > 32767.0f ? 32767.0f : v < -32767.0f ? -32767.0f : v);
+        }
+        qscale[i] = sc;
+    }
+}
+
+// raw[i * n + t] = (q16_i . k8_t) * k8s[t] * qs[i] for t < n_keys. The integer sum is exact: |q| <= 32767,
+// |k| <= 127, hd <= 512 keep it below 2^31.
+SCORE_CLONES
+static void dot_rows_i8(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8, const float *k8s,
+                        int64_t n_keys, int64_t n, float *raw) {
+    for (int64_t t = 0; t < n_keys; t++) {
+        const int8_t *k = k8 + t * hd;
+        for (int32_t i = 0; i < qpg; i++) {
+            const int16_t *qi = q16 + (int64_t)i * hd;
+            int32_t s = 0;
+            for (int32_t x = 0; x < hd; x++) s += (int32_t)qi[x] * (int32_t)k[x];
+            raw[i * n + t] = (float)s * (k8s[t] * qs[i]);
+        }
+    }
+}
+
+void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
+                         const float *k8s, int64_t n_keys, int64_t n, float scale, float *raw) {
+    if (n_keys > n) n_keys = n;
+    float qs[KVT_SPARSE_MAX_QPG] = {0};
+    for (int32_t i = 0; i < qpg; i++) qs[i] = qscale[i] * scale;
+    dot_rows_i8(q16, qs, qpg, hd, k8, k8s, n_keys, n, raw);
+    for (int32_t i = 0; i < qpg; i++) {
+        for (int64_t t = n_keys; t < n; t++) raw[(int64_t)i * n + t] = -INFINITY;
+    }
+}
+
+// e^x for x <= 0 (x - max of a softmax), relative error below 2e-7 against expf; 0 below -87 and for -inf/NaN.
+// Range reduction x = n ln2 + r (|r| <= ln2 / 2, ln2 split in two so that n ln2 is exact), Cephes' degree-6
+// polynomial, 2^n from the exponent bits.
+static inline float exp_neg(float x) {
+    const float xc = x > -87.0f ? x : -87.0f;
+    const float t = xc * 1.44269504088896341f + 12582912.0f; // 1.5 * 2^23: the sum's low bits hold round(x log2 e)
+    const float nf = t - 12582912.0f;
+    int32_t ti;
+    memcpy(&ti, &t, sizeof ti);
+    const int32_t ni = ti - 0x4B400000; // the integer n (t's bits minus those of 1.5 * 2^23)
+    const float r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    const int32_t bits = (ni + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    return x > -87.0f ? p * two_n : 0.0f; // also 0 for -inf and NaN
+}
+
+float kvt_sparse_exp_neg(float x) { return exp_neg(x); }
+
+SCORE_CLONES
+static float exp_sum(float *s, int64_t n, float mx) {
+    enum { LANES = 16 }; // partial sums in a fixed order: the same bits whatever the vector width
+    float part[LANES] = {0};
+    const int64_t nv = n / LANES * LANES;
+    for (int64_t t = 0; t < nv; t += LANES) {
+        for (int32_t j = 0; j < LANES; j++) part[j] += (s[t + j] = exp_neg(s[t + j] - mx));
+    }
+    for (int64_t t = nv; t < n; t++) part[t - nv] += (s[t] = exp_neg(s[t] - mx));
+    float sum = 0.0f;
+    for (int32_t j = 0; j < LANES; j++) sum += part[j];
+    return sum;
+}
+
+void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg) {
+    memset(agg, 0, (size_t)n * sizeof(float));
+    for (int32_t i = 0; i < qpg; i++) {
+        float *si = s + i * n, mx = -INFINITY;
+        for (int64_t t = 0; t < n; t++) mx = si[t] > mx ? si[t] : mx;
+        if (!(mx > -INFINITY)) continue; // no finite score: the head adds nothing
+        const float sum = exp_sum(si, n, mx);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int64_t t = 0; t < n; t++) agg[t] += si[t] * inv;
+    }
+}
