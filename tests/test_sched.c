@@ -19,6 +19,7 @@
 #include "../src/sched/generate.h"
 #include "../src/sched/scheduler.h"
 #include "../src/serve/engine.h"
+#include "../src/sparse/sparse.h"
 #include "test.h"
 
 static uint64_t rng(uint64_t *s) {
@@ -80,7 +81,7 @@ static void runs_invariant(const kvt_model *m) {
         for (int s = 0; s < RS; s++) {
             if (done[s] == RP + RG || rng(&seed) % 4 == 0) continue;
             int64_t c = done[s] < RP ? rng_in(&seed, 1, RP - done[s]) : 1;
-            runs[n] = (kvt_batch_run){seqs[s], toks[s] + done[s], c, rng(&seed) % 3 != 0};
+            runs[n] = (kvt_batch_run){seqs[s], toks[s] + done[s], c, rng(&seed) % 3 != 0, false};
             idx[n++] = s;
         }
         bool all_done = true;
@@ -99,7 +100,7 @@ static void runs_invariant(const kvt_model *m) {
         }
     }
     // a sequence twice and a missing one are refused, with no change
-    kvt_batch_run twice[2] = {{seqs[0], toks[0], 1, true}, {seqs[0], toks[0], 1, true}};
+    kvt_batch_run twice[2] = {{seqs[0], toks[0], 1, true, false}, {seqs[0], toks[0], 1, true, false}};
     bool refuses = ctx && kvt_decode_runs(ctx, twice, 2, &err) == KVT_ERR_INVALID_ARG &&
                    kvt_context_seq_n_past(ctx, seqs[0]) == RP + RG;
     test_result(!st && ok && mismatch < 0 && checked > RS && refuses,
@@ -161,11 +162,16 @@ static kvt_sampler_params greedy(void) {
     return sp;
 }
 
-// kvt_generate alone for every request.
-static kvt_status reference(const kvt_model *m, workload *w, int nr, kvt_err *err) {
+// kvt_generate alone for every request (sparse: decode attention settings, NULL: dense).
+static kvt_status reference(const kvt_model *m, workload *w, int nr, const kvt_sparse_params *sparse, kvt_err *err) {
     kvt_context_params cp = kvt_context_params_default();
     cp.n_ctx = 256;
     cp.n_threads = 2;
+    if (sparse) { // attention over a selected set sums block by block: the blocks of run_sched's store
+        cp.sparse = *sparse;
+        cp.kv_paged = true;
+        cp.kv_block = 16;
+    }
     kvt_context *ctx = NULL;
     kvt_status st = kvt_context_init(m, &cp, &ctx, err);
     for (int i = 0; !st && i < nr; i++) {
@@ -188,6 +194,8 @@ typedef struct {
     bool preempt, prefix;
     const char *store_dir;   // a --kv-cache-dir store under the prefix cache (NULL: none)
     kvt_kv_stats *kv;        // the store's counters at the end (NULL: not wanted)
+    const kvt_sparse_params *sparse; // sparse decode attention (NULL: dense); its key summaries come on top of
+                                     // fast_blocks
 } tiers;
 
 // Runs the workload through a scheduler; fills recs; *why on a mismatch. Returns false on failure.
@@ -202,11 +210,14 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
     kvt_err err = {0};
     kvt_context *ctx = NULL;
     kvt_sched *s = NULL;
+    if (t && t->sparse) cp.sparse = *t->sparse;
     if (kvt_context_init(m, &cp, &ctx, &err) == KVT_OK && t) {
         const int64_t bb = kvt_context_kv_block_bytes(ctx) / m->hp.n_layer; // the store's blocks are per layer
         kvt_context_free(ctx);
         ctx = NULL;
-        cp.kv_fast_bytes = t->fast_blocks * bb;
+        const kvt_sparse_dims sd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v,
+                                    cp.n_ctx, cp.n_threads, cp.kv_type, {0}, true};
+        cp.kv_fast_bytes = t->fast_blocks * bb + (t->fast_blocks > 0 ? kvt_sparse_summary_bytes(&cp.sparse, &sd) : 0);
         cp.kv_host_bytes = t->host_blocks * bb;
         cp.kv_disk_dir = t->disk;
         kvt_context_init(m, &cp, &ctx, &err);
@@ -283,7 +294,7 @@ static void sched_random(const kvt_model *m, bool quick) {
     workload w[NR];
     kvt_err err = {0};
     make_workload(m, 42, w, NR, 70);
-    bool ok = reference(m, w, NR, &err) == KVT_OK;
+    bool ok = reference(m, w, NR, NULL, &err) == KVT_OK;
     char why[640] = "";
     if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
     rec recs[NR];
@@ -315,13 +326,13 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     kvt_err err = {0};
     make_workload(m, 9, w, NR, 70);
     for (int i = 0; i < NR; i++) w[i].arrive = i / 3; // a burst: more demand than fast + host
-    bool ok = reference(m, w, NR, &err) == KVT_OK;
+    bool ok = reference(m, w, NR, NULL, &err) == KVT_OK;
     char why[640] = "";
     if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
     rec recs[NR];
     kvt_sched_stats ss = {0};
     // fast + host hold 12 position blocks of the 30-odd the requests need at once: preemption swaps some out
-    tiers t = {2 * 2, 2 * 4, dir, true, false, NULL, NULL};
+    tiers t = {2 * 2, 2 * 4, dir, true, false, NULL, NULL, NULL};
     ok = ok && run_sched(m, w, NR, 8, 40, &t, recs, &ss, why, sizeof why);
     test_result(ok && ss.preemptions > 0 && ss.resumes > 0,
                 "sched: preemption by swap to disk under tiny fast/host tiers; resumed requests give the same greedy ids",
@@ -331,12 +342,53 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     uint64_t seed = 77;
     int rounds = quick ? 1 : 3, r = 0;
     for (; ok && r < rounds; r++) {
-        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true, NULL, NULL}; // no preemption: a plan
+        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true, NULL, NULL, NULL}; // no preemption: a plan
         ok = run_sched(m, w, NR, (int32_t)rng_in(&seed, 1, 6), rng_in(&seed, 2, 64), &tr, recs, &ss, why, sizeof why);
     }
     test_result(ok && ss.cached_tokens > 0 && ss.plans > 0, "sched: random fast/host/disk budgets, preemption on or off "
                 "(off: the plan published), prefix cache on: the same greedy ids; repeated prompt prefixes are reused",
                 "round %d: %s; %lld cached tokens, %lld plans", r - 1, why, (long long)ss.cached_tokens, (long long)ss.plans);
+    tmp_dir_remove(dir);
+}
+
+// Sparse decode attention (quest, asyncspade with its worker) for every running sequence: batched with
+// chunked prefills, n = 2 forks, the prefix cache (cached blocks read back into the key summaries; asyncspade
+// computes its query window of the prompt), preemption by swap to disk: every request's greedy ids = kvt_generate
+// alone under the same settings.
+static void sched_sparse(const kvt_model *m) {
+    char dir[] = "/tmp/kvt_test_sched_sparse_XXXXXX";
+    if (!tmp_dir(dir)) return;
+    workload w[NR];
+    make_workload(m, 9, w, NR, 70);
+    for (int i = 0; i < NR; i++) w[i].arrive = i / 3;
+    const kvt_sparse_mode modes[] = {KVT_SPARSE_QUEST, KVT_SPARSE_ASYNCSPADE};
+    for (int mi = 0; mi < 2; mi++) {
+        kvt_sparse_params sp = {0};
+        sp.mode = modes[mi];
+        sp.budget_frac = 0.25;
+        sp.sink = 2;
+        sp.recent = 4;
+        sp.page = 4;
+        sp.window = 4;
+        sp.seqs = 2 * NR; // preempted sequences keep their summaries
+        kvt_err err = {0};
+        bool ok = reference(m, w, NR, &sp, &err) == KVT_OK;
+        char why[640] = "";
+        if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+        rec recs[NR];
+        kvt_sched_stats ss = {0}, ss2 = {0};
+        tiers plain = {0, 0, NULL, false, false, NULL, NULL, &sp};
+        ok = ok && run_sched(m, w, NR, 3, 7, &plain, recs, &ss, why, sizeof why);
+        tiers small = {2 * 2, 2 * 4, dir, true, true, NULL, NULL, &sp};
+        ok = ok && run_sched(m, w, NR, 8, 40, &small, recs, &ss, why, sizeof why);
+        tiers cache = {0, 0, NULL, false, true, NULL, NULL, &sp};
+        ok = ok && run_sched(m, w, NR, 4, 20, &cache, recs, &ss2, why, sizeof why);
+        char name[256];
+        snprintf(name, sizeof name, "sched: sparse %s for every sequence (batched, chunked, n = 2, prefix cache, preemption "
+                 "to disk): every request's greedy ids = kvt_generate alone", kvt_sparse_mode_name(sp.mode));
+        test_result(ok && ss.preemptions > 0 && ss2.cached_tokens > 0, name, "%s; %lld preemptions, %lld cached tokens", why,
+                    (long long)ss.preemptions, (long long)ss2.cached_tokens);
+    }
     tmp_dir_remove(dir);
 }
 
@@ -351,12 +403,12 @@ static void sched_prefix_chunks(const kvt_model *m) {
     w[0].n = w[1].n = 1;
     w[0].arrive = 0;
     w[1].arrive = 2; // after two 16-token chunks of the first prompt's five
-    bool ok = reference(m, w, 2, &err) == KVT_OK;
+    bool ok = reference(m, w, 2, NULL, &err) == KVT_OK;
     char why[640] = "";
     if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
     rec recs[2];
     kvt_sched_stats ss = {0};
-    tiers t = {0, 0, NULL, false, true, NULL, NULL};
+    tiers t = {0, 0, NULL, false, true, NULL, NULL, NULL};
     ok = ok && run_sched(m, w, 2, 2, 16, &t, recs, &ss, why, sizeof why);
     test_result(ok && ss.cached_tokens >= 32,
                 "sched: a prompt's blocks join the prefix cache chunk by chunk: a second request arriving mid-prefill "
@@ -372,16 +424,16 @@ static void sched_store_host(const kvt_model *m) {
     workload w[NR];
     kvt_err err = {0};
     make_workload(m, 31, w, NR, 70);
-    bool ok = reference(m, w, NR, &err) == KVT_OK;
+    bool ok = reference(m, w, NR, NULL, &err) == KVT_OK;
     char why[640] = "";
     if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
     rec recs[NR];
     kvt_sched_stats ss = {0};
     kvt_kv_stats ks;
     memset(&ks, 0, sizeof ks);
-    tiers cold = {0, 0, NULL, false, true, dir, NULL};
+    tiers cold = {0, 0, NULL, false, true, dir, NULL, NULL};
     ok = ok && run_sched(m, w, NR, 3, 24, &cold, recs, &ss, why, sizeof why);
-    tiers warm = {2 * 6, 2 * 40, NULL, false, true, dir, &ks};
+    tiers warm = {2 * 6, 2 * 40, NULL, false, true, dir, &ks, NULL};
     ok = ok && run_sched(m, w, NR, 3, 24, &warm, recs, &ss, why, sizeof why);
     const int64_t up = ks.moved_count[KVT_TIER_HOST][KVT_TIER_FAST];
     test_result(ok && ss.cached_tokens > 0 && ks.host_imports > 0 && up >= ks.host_imports,
@@ -537,7 +589,7 @@ static void engine_fetch(const kvt_model *m) {
         for (int64_t t = w[i].n_prompt; t < 40 + i; t++) w[i].prompt[t] = (int32_t)(1 + (t * 13 + i) % (m->hp.n_vocab - 1));
         if (w[i].n_prompt < 40 + i) w[i].n_prompt = 40 + i;
     }
-    bool ok = reference(m, w, NR, &err) == KVT_OK;
+    bool ok = reference(m, w, NR, NULL, &err) == KVT_OK;
     char why[640] = "";
     if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
     kvt_context_params cp = kvt_context_params_default();
@@ -638,6 +690,7 @@ void test_sched(const test_env *env) {
     sched_random(m, env->quick);
     sched_tiers(m, env->quick);
     sched_prefix_chunks(m);
+    sched_sparse(m);
     sched_store_host(m);
     engine_fetch(m);
     sched_cancel(m);

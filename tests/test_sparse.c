@@ -220,7 +220,7 @@ static void test_attend_set(void) {
     for (int64_t i = 0; i < n * HKV * HD; i++) k[i] = frand(), v[i] = frand();
     for (int i = 0; i < H * HD; i++) q[i] = frand() * 3.0f;
     kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
-    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}};
+    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}, false};
     void *sc[2] = {malloc((size_t)kvt_attn_scratch_bytes(kv, H, KVT_ATTN_TILE)), malloc((size_t)kvt_attn_scratch_bytes(kv, H, KVT_ATTN_TILE))};
     float *ss[2];
     for (int i = 0; i < 2; i++) ss[i] = aligned_alloc(64, (size_t)(kvt_sparse_attn_scratch_floats(&d) * 4 + 63) / 64 * 64);
@@ -268,7 +268,7 @@ static kvt_status run_n(const kvt_model *m, const kvt_context_params *cp, int re
     *sel_total = 0;
     if (!st && kvt_context_sparse(ctx)) {
         int64_t n = 0;
-        const kvt_sparse_step *s = kvt_sparse_steps(kvt_context_sparse(ctx), &n);
+        const kvt_sparse_step *s = kvt_sparse_steps(kvt_context_sparse(ctx), 0, &n);
         for (int64_t i = 0; i < n; i++) *sel_total += s[i].selected;
         if (n != N_STEP) st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "%lld steps recorded, %d decoded", (long long)n, N_STEP);
     }
@@ -386,7 +386,7 @@ static void test_context(const char *path) {
     c2.sparse.sync = false;
     // the paged store with a small fast tier (the worker's chosen blocks prefetched from the host tier): the same
     // bits as the contiguous cache; the key summaries are taken from the fast budget
-    kvt_sparse_dims dd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, 64, 2, KVT_TYPE_F16, {0}};
+    kvt_sparse_dims dd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, 64, 2, KVT_TYPE_F16, {0}, false};
     const int64_t summary = kvt_sparse_summary_bytes(&c2.sparse, &dd);
     kvt_context_params c3 = c2;
     c3.kv_fast_bytes = summary + 4 * 4096;

@@ -433,6 +433,32 @@ def t_preempt(kvtier, model, extra):
         os.rmdir(d)
 
 
+def t_sparse(kvtier, model, extra):
+    """Sparse decode attention for every request's sequence: concurrent = alone, and = `kvtier generate` alone."""
+    for mode in ("quest", "asyncspade"):
+        name = ("--sparse %s: concurrent requests (8 clients, -np 4) give the same greedy text as each alone and as "
+                "`kvtier generate` with the same flags" % mode)
+        flags = ["--sparse", mode, "--sparse-budget", "0.25", "--sparse-sink", "2", "--sparse-recent", "8",
+                 "--sparse-page", "4", "--sparse-window", "4"]
+        try:
+            s = Server(kvtier, model, "-c", "512", "--kv-block", "16", "-np", "4", *flags, *extra)
+            concurrent_equal_alone(s)
+            prompt = "Story 5: once upon a time" + " and then" * 25
+            _, _, r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 24, "temperature": 0})
+            text = r["choices"][0]["text"]
+            g = json.loads(subprocess.run([kvtier, "generate", "-m", model, "-p", prompt, "-n", "24", "--temp", "0",
+                                           "-t", "2", "-c", "512", "--kv-block", "16", "--json", *flags],
+                                          capture_output=True, text=True,
+                                          check=True).stdout)
+            _, _, d = s.post("/detokenize", {"tokens": g["ids"]})  # the server's rendering of generate's ids
+            rc = s.stop()
+            ok = d["content"] == text and g["sparse"]["selected_frac"] < 1 and rc == 0
+            report(ok, name, "served %r, generate %r (selected %s), exit %s" % (text, d["content"],
+                                                                                 g["sparse"]["selected_frac"], rc))
+        except Exception as e:  # noqa: BLE001
+            report(False, name, "%s: %s" % (type(e).__name__, e))
+
+
 def vm_kb(pid, field):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
@@ -783,6 +809,7 @@ def main():
     t_remote(a.kvtier, a.model, extra)
     t_chain(a.kvtier, a.model, extra)
     t_equal_generate(a.kvtier, a.smollm2)
+    t_sparse(a.kvtier, a.model, extra)
     return 1 if FAILED else 0
 
 

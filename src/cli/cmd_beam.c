@@ -104,6 +104,7 @@ static void print_json(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_bea
     kvt_kv_stats ks;
     kvt_context_kv_stats(ctx, &ks);
     kvt_json_kv_int(&j, "moved_bytes_total", moved_total(&ks));
+    cli_json_sparse(&j, ctx, false); // every beam's steps aggregated (nothing under --sparse off)
     // predictions: kvt_beam_step_predict over the steps actually run, per schedule
     kvt_json_key(&j, "predicted");
     kvt_json_obj_begin(&j);
@@ -241,6 +242,8 @@ int cmd_beam(int argc, char **argv) {
     }
     cli_progress prog;
     cli_progress_on(&prog, &cp, !in.no_progress && !json);
+    // sparse key summaries: sequence 0 and a step's beams x width continuations each hold their own
+    if (cp.sparse.seqs <= 0) cp.sparse.seqs = 1 + bp.n_beams * bp.width;
     if (!cli_context_init("beam", model, &cp, &ctx)) goto done;
     if (prm_path) {
         if (!cli_load_model("beam", prm_path, false, &prm_model, NULL)) goto done;

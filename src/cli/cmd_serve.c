@@ -177,6 +177,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     if (fallback)
         fprintf(stderr, "kvtier serve: %s has no tokenizer.chat_template: chat requests use chatml "
                         "(--chat-template NAME picks another)\n", model_path);
+    if (cp->sparse.seqs <= 0) cp->sparse.seqs = o->n_parallel; // sparse key summaries: one set per running sequence
     if (!cli_context_init("serve", model, cp, &ctx)) goto done;
     if (!open_prefix_store(o, model, ctx, &ps)) {
         kvt_context_free(ctx);

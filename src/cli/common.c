@@ -76,6 +76,7 @@ const char *const cli_engine_help =
     "  --sparse-fallback C  asyncspade: heads whose predicted query has cosine < C with the real one are\n"
     "                       selected again with the real query (on the critical path; default 0: never)\n"
     "  --sparse-stats       per step: overlap with the oracle set and attention mass recall (an exact pass)\n"
+    "  --sparse-seqs N      sequences whose key summaries --kv-fast reserves (default 1; beam and serve: theirs)\n"
     KVT_BYTES_HELP;
 
 static int bytes_flag(kvt_args *a, const char *flag, int64_t *out) { return kvt_args_bytes_pos(a, flag, out) ? 1 : -1; }
@@ -181,11 +182,11 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         return 1;
     }
     int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page, &sp->real_layers, &sp->block,
-                       &sp->prefetch_layers};
+                       &sp->prefetch_layers, &sp->seqs};
     const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page",
-                           "--sparse-real-layers", "--sparse-block", "--sparse-prefetch-layers"};
-    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0}, hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16};
-    for (int i = 0; i < 8; i++) {
+                           "--sparse-real-layers", "--sparse-block", "--sparse-prefetch-layers", "--sparse-seqs"};
+    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0, 1}, hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16};
+    for (int i = 0; i < 9; i++) {
         if (strcmp(flag, names[i])) continue;
         if (!kvt_args_int(a, flag, lo[i], hi[i], &v)) return -1;
         *ints[i] = (int32_t)v;
@@ -328,6 +329,7 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_num(j, "fallback", p->fallback);
     kvt_json_kv_int(j, "real_layers", p->real_layers);
     kvt_json_kv_int(j, "summary_bytes", sm.summary_bytes);
+    kvt_json_kv_int(j, "seqs", p->seqs);
     kvt_json_kv_int(j, "n_steps", sm.n_steps);
     kvt_json_kv_num(j, "selected_frac", sm.selected_frac);
     kvt_json_kv_num(j, "kv_read_bytes_per_step", sm.kv_read_bytes);
@@ -362,7 +364,7 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     }
     if (steps) {
         int64_t n = 0;
-        const kvt_sparse_step *st = kvt_sparse_steps(sp, &n);
+        const kvt_sparse_step *st = kvt_sparse_steps(sp, 0, &n);
         kvt_json_key(j, "steps");
         kvt_json_arr_begin(j);
         for (int64_t i = 0; i < n; i++) {

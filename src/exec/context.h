@@ -68,6 +68,11 @@ kvt_status kvt_decode(kvt_context *ctx, const int32_t *tokens, int64_t n, bool a
 // partly filled last block is copied on write); free releases a forked seq.
 kvt_status kvt_decode_seq(kvt_context *ctx, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits,
                           kvt_err *err);
+// kvt_decode_seq for (a part of) a prompt. Sparse decode attention (src/sparse/) acts on decode steps only: a call
+// of one token is a decode step, of more a prompt; here every token is a prompt's, however few, so that a prompt
+// split into parts (a prompt cache's remainder, chunks) attends as it does in one call.
+kvt_status kvt_decode_prompt(kvt_context *ctx, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits,
+                             kvt_err *err);
 // Batched decode across sequences: token i is appended to sequence seqs[i] at its next position
 // (n_past(seqs[i])); the sequences must be distinct. One forward pass serves the whole batch (the
 // weights are read once for all n tokens), attention reads each sequence's own KV. Logits of every
@@ -80,6 +85,8 @@ typedef struct {
     const int32_t *tokens; // [n], borrowed
     int64_t n;             // >= 1
     bool logits;           // keep the logits of the run's last token
+    bool prompt;           // a chunk of a prompt, even of one token (sparse attention: dense; kvt_decode_prompt).
+                           // Runs of more than one token are prompt chunks anyway
 } kvt_batch_run;
 // Mixed prefill/decode batch: every run of runs[0..n_runs) (distinct sequences) in one pass over the weights,
 // split into micro-batches of n_ubatch rows (a run may span two). Logits: one row per run with logits set, in
@@ -107,6 +114,9 @@ kvt_kv *kvt_context_kv(kvt_context *ctx);
 void kvt_context_kv_stats(kvt_context *ctx, kvt_kv_stats *out);
 // The sparse decoding state (NULL when sparse mode is off): its step records (kvt_sparse_steps).
 struct kvt_sparse *kvt_context_sparse(kvt_context *ctx);
+// Last tokens of a prompt that a prompt or prefix cache must leave to be computed, so that the sequence decodes
+// as without the cache (1: the last token's logits; asyncspade: its query window, kvt_sparse_prompt_tail).
+int64_t kvt_context_prompt_tail(const kvt_context *ctx);
 // Bytes of scratch (activations) and of the KV cache.
 int64_t kvt_context_scratch_bytes(const kvt_context *ctx);
 int64_t kvt_context_kv_bytes(const kvt_context *ctx);

@@ -61,7 +61,7 @@ static kvt_sparse_dims sparse_dims(const kvt_context *c) {
     const kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
                                 c->m->rope_freqs};
     return (kvt_sparse_dims){hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, c->p.n_ctx,
-                             c->p.n_threads, c->p.kv_type, rp};
+                             c->p.n_threads, c->p.kv_type, rp, kvt_context_params_paged(&c->p) && c->p.kv_fast_bytes > 0};
 }
 
 static int64_t sparse_summary_bytes(const kvt_context *c) {
@@ -304,14 +304,20 @@ typedef struct {
     int64_t pos0;          // first position of a run
     const int32_t *seqs;   // [n] sequences of a batch across sequences, or NULL
     const int64_t *pos;    // [n] their positions
+    bool prompt;           // a run: its tokens are a prompt's (sparse attention: dense, whatever their number)
+    const uint8_t *prompt_rows; // [n] across sequences: row t is a prompt's (NULL: none)
 } ubatch;
 
 static int64_t ub_pos(const ubatch *u, int64_t t) { return u->seqs ? u->pos[t] : u->pos0 + t; }
 
-// Attention of n tokens of seq at [pos0, pos0 + n) (their keys k, just appended): dense, or sparse (src/sparse/).
+// Attention of n tokens of seq at [pos0, pos0 + n) (their keys k, just appended; prompt: a prompt's tokens): dense,
+// or sparse (src/sparse/).
 static kvt_status attn_rows(kvt_context *c, int32_t seq, int32_t il, const kvt_attn_params *ap, const float *q,
-                            const float *k, int64_t pos0, int64_t n, float *out, kvt_err *err) {
-    if (c->sp) return kvt_sparse_attention(c->sp, c->kv, seq, il, ap, q, k, pos0, n, out, c->pool, c->attn_scratch, c->attn_ws, err);
+                            const float *k, int64_t pos0, int64_t n, bool prompt, float *out, kvt_err *err) {
+    if (c->sp) {
+        return kvt_sparse_attention(c->sp, c->kv, seq, il, ap, q, k, pos0, n, prompt, out, c->pool, c->attn_scratch, c->attn_ws,
+                                    err);
+    }
     return kvt_attention(c->kv, seq, il, ap, q, pos0, n, out, c->pool, c->attn_scratch, c->attn_ws, err);
 }
 
@@ -322,7 +328,7 @@ static kvt_status attend(kvt_context *c, const ubatch *u, int32_t il, const kvt_
     if (!u->seqs) {
         kvt_status st = c->kv->ops->append(c->kv, u->seq, il, u->pos0, u->n, c->k, c->v, err);
         if (st) return st;
-        return attn_rows(c, u->seq, il, ap, c->q, c->k, u->pos0, u->n, c->att, err);
+        return attn_rows(c, u->seq, il, ap, c->q, c->k, u->pos0, u->n, u->prompt, c->att, err);
     }
     const int64_t Q = (int64_t)hp->n_head * hp->head_dim, K = (int64_t)hp->n_head_kv * hp->head_dim,
                   V = (int64_t)hp->n_head_kv * hp->head_dim_v, A = (int64_t)hp->n_head * hp->head_dim_v;
@@ -331,7 +337,8 @@ static kvt_status attend(kvt_context *c, const ubatch *u, int32_t il, const kvt_
         while (t + r < u->n && u->seqs[t + r] == u->seqs[t] && u->pos[t + r] == u->pos[t] + r) r++;
         kvt_status st = c->kv->ops->append(c->kv, u->seqs[t], il, u->pos[t], r, c->k + t * K, c->v + t * V, err);
         if (st) return st;
-        st = attn_rows(c, u->seqs[t], il, ap, c->q + t * Q, c->k + t * K, u->pos[t], r, c->att + t * A, err);
+        st = attn_rows(c, u->seqs[t], il, ap, c->q + t * Q, c->k + t * K, u->pos[t], r, u->prompt_rows && u->prompt_rows[t],
+                       c->att + t * A, err);
         if (st) return st;
         t += r;
     }
@@ -412,7 +419,9 @@ static kvt_status logits_reserve(kvt_context *c, int64_t rows, kvt_err *err) {
     return KVT_OK;
 }
 
-kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err) {
+// kvt_decode_seq (prompt: n > 1) and kvt_decode_prompt (prompt: true).
+static kvt_status decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits, bool prompt,
+                             kvt_err *err) {
     const kvt_hparams *hp = &c->m->hp;
     if (n <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "decode needs at least one token");
     if (!seq_valid(c, seq)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d does not exist", seq);
@@ -427,7 +436,7 @@ kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, in
     for (int64_t i = 0; i < n; i += c->p.n_ubatch) {
         int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         float *dst = all_logits ? c->logits + i * hp->n_vocab : c->logits;
-        const ubatch u = {tokens + i, nb, seq, past + i, NULL, NULL};
+        const ubatch u = {tokens + i, nb, seq, past + i, NULL, NULL, prompt, NULL};
         kvt_status st = forward_ubatch(c, &u, NULL, all_logits ? nb : 1, dst, err);
         if (st) {
             c->kv->ops->truncate(c->kv, seq, past);
@@ -438,6 +447,14 @@ kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, in
     c->n_past[seq] = past + n;
     c->n_out = rows;
     return KVT_OK;
+}
+
+kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err) {
+    return decode_seq(c, seq, tokens, n, all_logits, n > 1, err);
+}
+
+kvt_status kvt_decode_prompt(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err) {
+    return decode_seq(c, seq, tokens, n, all_logits, true, err);
 }
 
 kvt_status kvt_decode_batch(kvt_context *c, const int32_t *seqs, const int32_t *tokens, int64_t n, kvt_err *err) {
@@ -462,7 +479,7 @@ kvt_status kvt_decode_batch(kvt_context *c, const int32_t *seqs, const int32_t *
     for (int64_t i = 0; i < n; i++) pos[i] = c->n_past[seqs[i]];
     for (int64_t i = 0; !st && i < n; i += c->p.n_ubatch) {
         const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
-        const ubatch u = {tokens + i, nb, -1, 0, seqs + i, pos + i};
+        const ubatch u = {tokens + i, nb, -1, 0, seqs + i, pos + i, false, NULL};
         st = forward_ubatch(c, &u, NULL, nb, c->logits + i * n_vocab, err);
     }
     for (int64_t i = 0; i < n; i++) {
@@ -498,8 +515,9 @@ kvt_status kvt_decode_runs(kvt_context *c, const kvt_batch_run *runs, int64_t n_
     if (st) return st;
     int32_t *tok = malloc((size_t)n * sizeof *tok), *seqs = malloc((size_t)n * sizeof *seqs);
     int64_t *pos = malloc((size_t)n * sizeof *pos), *out = malloc((size_t)(n_out > 0 ? n_out : 1) * sizeof *out);
-    if (!tok || !seqs || !pos || !out) {
-        free(tok), free(seqs), free(pos), free(out);
+    uint8_t *prompt = malloc((size_t)n);
+    if (!tok || !seqs || !pos || !out || !prompt) {
+        free(tok), free(seqs), free(pos), free(out), free(prompt);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a batch of %lld tokens", (long long)n);
     }
     for (int64_t i = 0, r = 0, k = 0; i < n_runs; i++) { // rows; out: the rows whose logits are kept
@@ -507,6 +525,7 @@ kvt_status kvt_decode_runs(kvt_context *c, const kvt_batch_run *runs, int64_t n_
             tok[r] = runs[i].tokens[t];
             seqs[r] = runs[i].seq;
             pos[r] = c->n_past[runs[i].seq] + t;
+            prompt[r] = runs[i].prompt || runs[i].n > 1;
         }
         if (runs[i].logits) out[k++] = r - 1;
     }
@@ -514,7 +533,7 @@ kvt_status kvt_decode_runs(kvt_context *c, const kvt_batch_run *runs, int64_t n_
         const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         int64_t k1 = k;
         while (k1 < n_out && out[k1] < i + nb) out[k1++] -= i; // rows of this micro-batch, relative to it
-        const ubatch u = {tok + i, nb, -1, 0, seqs + i, pos + i};
+        const ubatch u = {tok + i, nb, -1, 0, seqs + i, pos + i, false, prompt + i};
         st = forward_ubatch(c, &u, out + k, k1 - k, c->logits + k * n_vocab, err);
         k = k1;
     }
@@ -522,7 +541,7 @@ kvt_status kvt_decode_runs(kvt_context *c, const kvt_batch_run *runs, int64_t n_
         if (st) c->kv->ops->truncate(c->kv, runs[i].seq, c->n_past[runs[i].seq]);
         else c->n_past[runs[i].seq] += runs[i].n;
     }
-    free(tok), free(seqs), free(pos), free(out);
+    free(tok), free(seqs), free(pos), free(out), free(prompt);
     if (!st) c->n_out = n_out;
     return st;
 }
@@ -550,12 +569,18 @@ kvt_status kvt_context_seq_fork(kvt_context *c, int32_t src, int32_t *dst, kvt_e
         c->n_past = np;
         c->cap_seq = cap;
     }
+    // the fork's sparse state: a copy of src's, so that it selects as src would with the same tokens
+    if ((st = kvt_sparse_seq_fork(c->sp, src, *dst, c->n_past[src], err))) {
+        c->kv->ops->seq_free(c->kv, *dst);
+        return st;
+    }
     c->n_past[*dst] = c->n_past[src];
     return KVT_OK;
 }
 
 void kvt_context_seq_free(kvt_context *c, int32_t seq) {
     if (seq <= 0 || !seq_valid(c, seq)) return; // sequence 0 lives as long as the context
+    kvt_sparse_seq_free(c->sp, seq); // first: it waits for the worker's jobs of seq (which prefetch its blocks)
     c->kv->ops->seq_free(c->kv, seq);
     c->n_past[seq] = -1;
 }
@@ -565,6 +590,7 @@ kvt_status kvt_context_seq_set_n_past(kvt_context *c, int32_t seq, int64_t n, kv
     if (n < 0 || n > c->p.n_ctx) {
         return kvt_errorf(err, KVT_ERR_BUDGET, "%lld positions exceed n_ctx %lld", (long long)n, (long long)c->p.n_ctx);
     }
+    kvt_sparse_seq_truncate(c->sp, seq, n); // its key summaries catch up from the store (or were loaded)
     c->n_past[seq] = n;
     return KVT_OK;
 }
@@ -574,6 +600,7 @@ int64_t kvt_context_seq_n_past(const kvt_context *c, int32_t seq) { return seq_v
 void kvt_context_seq_truncate(kvt_context *c, int32_t seq, int64_t n_keep) {
     if (seq_valid(c, seq) && n_keep < c->n_past[seq]) {
         c->n_past[seq] = n_keep < 0 ? 0 : n_keep;
+        kvt_sparse_seq_truncate(c->sp, seq, c->n_past[seq]);
         c->kv->ops->truncate(c->kv, seq, c->n_past[seq]);
     }
 }
@@ -585,6 +612,7 @@ int kvt_context_n_threads(const kvt_context *c) { return c->p.n_threads; }
 const kvt_model *kvt_context_model(const kvt_context *c) { return c->m; }
 kvt_kv *kvt_context_kv(kvt_context *c) { return c->kv; }
 struct kvt_sparse *kvt_context_sparse(kvt_context *c) { return c->sp; }
+int64_t kvt_context_prompt_tail(const kvt_context *c) { return kvt_sparse_prompt_tail(c->sp); }
 void kvt_context_kv_stats(kvt_context *c, kvt_kv_stats *out) { kvt_kv_get_stats(c->kv, out); }
 int64_t kvt_context_scratch_bytes(const kvt_context *c) { return c->scratch_bytes; }
 int64_t kvt_context_kv_bytes(const kvt_context *c) {

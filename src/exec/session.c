@@ -328,8 +328,8 @@ kvt_status kvt_context_kv_load(kvt_context *ctx, int32_t seq, const char *path, 
                 ops->to_float(vl + (p + i) * vw, vf + i * vn, vn);
             }
             st = kv->ops->append(kv, seq, l, p, c, kf, vf, err);
-            // sparse decode attention keeps key summaries of sequence 0: restored keys enter them as
-            // appended ones do (no-op for other sequences and modes without summaries)
+            // sparse decode attention keeps key summaries per sequence: restored keys enter them as
+            // appended ones do (no-op for modes without summaries)
             if (!st && kvt_context_sparse(ctx)) kvt_sparse_observe_loaded(kvt_context_sparse(ctx), seq, l, p, c, kf);
         }
     }

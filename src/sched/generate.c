@@ -44,8 +44,8 @@ kvt_status kvt_generate_cached(kvt_context *ctx, const kvt_tokenizer *tok, const
     // the whole prompt starts them
     int64_t first = n_prompt - n_cached;
     if (n_align > 0 && n_cached % n_align && n_align - n_cached % n_align < first) first = n_align - n_cached % n_align;
-    st = kvt_decode(ctx, prompt + n_cached, first, false, err);
-    if (!st && n_cached + first < n_prompt) st = kvt_decode(ctx, prompt + n_cached + first, n_prompt - n_cached - first, false, err);
+    st = kvt_decode_prompt(ctx, 0, prompt + n_cached, first, false, err); // a prompt however split (sparse: dense)
+    if (!st && n_cached + first < n_prompt) st = kvt_decode_prompt(ctx, 0, prompt + n_cached + first, n_prompt - n_cached - first, false, err);
     stats->prefill_ms = kvt_time_ms() - t0;
     if (!st) st = kvt_check_logits(kvt_context_model(ctx), kvt_context_logits(ctx), n_vocab, "the prompt's last token", err);
     if (st) goto done;

@@ -171,8 +171,15 @@ kvt_status kvt_sched_submit(kvt_sched *s, const kvt_sched_request *rq, uint64_t 
     return kvt_sched_submit_staged(s, rq, NULL, id, err);
 }
 
+// Prompt positions the prefix cache may give a request: all but the last ones, which are computed for their
+// logits (and asyncspade's query history: a cached prefix brings keys only), kvt_context_prompt_tail.
+static int64_t cacheable(const kvt_sched *s, int64_t n_prompt) {
+    const int64_t n = n_prompt - kvt_context_prompt_tail(s->ctx);
+    return n > 0 ? n : 0;
+}
+
 int64_t kvt_sched_prefix_probe(const kvt_sched *s, const int32_t *prompt, int64_t n_prompt) {
-    return s->pc ? kvt_prefix_cache_probe(s->pc, prompt, n_prompt, n_prompt - 1) : -1;
+    return s->pc ? kvt_prefix_cache_probe(s->pc, prompt, n_prompt, cacheable(s, n_prompt)) : -1;
 }
 
 kvt_status kvt_sched_submit_staged(kvt_sched *s, const kvt_sched_request *rq, const kvt_prefix_staged *staged,
@@ -258,8 +265,8 @@ static kvt_status admit(kvt_sched *s, req *r, kvt_err *err) {
     if (!st && s->pc) {
         int64_t n_cached = 0;
         const double t0 = kvt_time_ms();
-        st = kvt_prefix_cache_attach_staged(s->pc, seq, r->prompt, r->p.n_prompt, r->p.n_prompt - 1, r->staged, &n_cached,
-                                            err);
+        st = kvt_prefix_cache_attach_staged(s->pc, seq, r->prompt, r->p.n_prompt, cacheable(s, r->p.n_prompt), r->staged,
+                                            &n_cached, err);
         if (!st) {
             r->cached = r->n_prefilled = n_cached;
             s->st.cached_tokens += n_cached;
@@ -472,13 +479,13 @@ static int64_t build_runs(kvt_sched *s, kvt_err *err) {
             for (int32_t i = 0; i < r->p.n; i++) {
                 if (!r->ch[i].live) continue;
                 if (grow(s, n + 1, err)) return -1;
-                s->runs[n] = (kvt_batch_run){r->ch[i].seq, &r->ch[i].last, 1, true};
+                s->runs[n] = (kvt_batch_run){r->ch[i].seq, &r->ch[i].last, 1, true, false};
                 s->run_req[n] = r;
                 s->run_choice[n++] = i;
             }
         } else {
             if (grow(s, n + 1, err)) return -1;
-            s->runs[n] = (kvt_batch_run){r->ch[0].seq, r->prompt + r->n_prefilled, e->tokens, e->last};
+            s->runs[n] = (kvt_batch_run){r->ch[0].seq, r->prompt + r->n_prefilled, e->tokens, e->last, true};
             s->run_req[n] = r;
             s->run_choice[n++] = -1;
         }

@@ -2,22 +2,31 @@
 // selected positions (docs/SPARSE.md).
 //
 // A kvt_sparse lives in a context and sees every attention call of the forward pass
-// (kvt_sparse_attention). It keeps, for sequence 0, a compact key summary per (layer, KV head) written as
-// keys are appended (quest: per-page key min/max; asyncspade: an int8 copy of every key with a per-row
-// scale), the last queries per (layer, KV head) (asyncspade's predictor), and the selection of the next
-// decode step. Calls of more than one token (prefill), of other sequences, of sliding-window layers and of
-// the first dense_layers layers attend densely (kvt_attention, bit for bit the dense path).
+// (kvt_sparse_attention), of every sequence. Each sequence that attends gets its own state, created on
+// demand: a compact key summary per (layer, KV head) written as keys are appended (quest: per-page key
+// min/max; asyncspade: an int8 copy of every key with a per-row scale), grown with the positions the
+// sequence holds; the last queries per (layer, KV head) (asyncspade's predictor); the selection of its next
+// decode step; its step records. The context tells it of forks (the child copies the parent's state, so it
+// selects as if it had decoded the same tokens alone), truncations and freed sequences
+// (kvt_sparse_seq_fork / _truncate / _free). Keys that enter a sequence's store without an attention call
+// (a restored session, blocks of the prefix cache) are read back from the store when the sequence next
+// attends. Calls of more than one token (prefill), of sliding-window layers and of the first dense_layers
+// layers attend densely (kvt_attention, bit for bit the dense path).
 //
-// Decode step of sequence 0 at position pos, layer l: the selected set S of each KV head (sorted
+// A sequence's selection depends only on its own keys, queries and settings: its output is the same
+// whichever sequences share the batch, however the batch is split, with any thread count.
+//
+// Decode step of a sequence at position pos, layer l: the selected set S of each KV head (sorted
 // positions, always [0, sink) and [pos - recent + 1, pos]) is attended exactly: softmax over S only.
 // When S would hold every position the call is dense (kvt_attention: equal to the dense path exactly).
 // GQA: the group's query heads share S; a position's score is the sum over the group's heads of its
 // softmax probability (the group's attention mass), so top-k maximizes the group's mass recall.
 //
-// asyncspade runs its selection for step pos + 1 of layer l on a worker thread as soon as layer l of
-// step pos has attended (the rest of the forward pass computes meanwhile); step pos + 1 waits for it (the
-// wait is the stall). The worker reads only layer l's summaries, which the caller does not write until it
-// has waited for that layer's job.
+// asyncspade runs its selection for step pos + 1 of (sequence, layer l) on a worker thread as soon as layer
+// l of step pos has attended (the rest of the forward pass computes meanwhile); jobs of every sequence go
+// through one queue in the order they are posted. Step pos + 1 waits for its job (the wait is the stall).
+// The worker reads only that layer's summaries of that sequence, which the caller does not write until it
+// has waited for the job.
 #ifndef KVT_SPARSE_H
 #define KVT_SPARSE_H
 
@@ -36,9 +45,11 @@ typedef struct {
     int32_t n_threads;
     kvt_type kv_type; // the store's element type: summaries are taken from keys rounded to it
     kvt_rope_params rope; // the RoPE of the (global) layers' queries, for rope_align (n_rot 0: none)
+    bool bounded;         // the summaries of all sequences together must stay within kvt_sparse_summary_bytes
+                          // (a --kv-fast budget reserved them): a step that would pass it fails (KVT_ERR_BUDGET)
 } kvt_sparse_dims;
 
-// One decode step (token) of sequence 0, summed over its sparse layers and KV heads.
+// One decode step (token) of a sequence, summed over its sparse layers and KV heads.
 typedef struct {
     int64_t pos;                // position decoded
     int64_t selected;           // positions attended, summed over sparse (layer, KV head) pairs
@@ -56,28 +67,45 @@ typedef struct kvt_sparse kvt_sparse;
 
 // Keys [pos0, pos0 + n) of layer restored into the store without an attention call (kvt_context_kv_load):
 // into sequence seq's key summaries, as appended keys enter them. k: [n, n_head_kv * head_dim] f32.
-// A no-op unless seq is 0 and the mode keeps summaries (quest, asyncspade).
+// A no-op for modes without summaries; keys not taken here are read back from the store when needed.
 void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_t pos0, int64_t n, const float *k);
 
 // Resolves defaults (sink, recent, window, page, budget fraction) into *p.
 void kvt_sparse_params_resolve(kvt_sparse_params *p);
-// Bytes of the compact key summaries for these settings (0 for off and oracle): what init allocates for
-// them; the caller counts them against the fast tier's budget.
+// Bytes of the compact key summaries of p->seqs sequences of n_ctx positions each (0 for off and oracle):
+// the caller reserves them in the fast tier's budget. A sequence's summaries are allocated as it grows
+// (kvt_sparse_summary_held: what is held now), a fork copies its parent's.
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *p, const kvt_sparse_dims *d);
+int64_t kvt_sparse_summary_held(const kvt_sparse *s);
 // NULL in *out for mode off. KVT_ERR_INVALID_ARG for a bad setting (named), KVT_ERR_NOMEM.
 kvt_status kvt_sparse_init(const kvt_sparse_params *p, const kvt_sparse_dims *d, kvt_sparse **out, kvt_err *err);
 void kvt_sparse_free(kvt_sparse *s);
 
-// The attention call of the forward pass, after K/V of [pos0, pos0 + n) were appended to kv: k are those
-// keys ([n, n_head_kv * head_dim] f32, roped), q the queries. Same contract as kvt_attention.
-kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p,
-                                const float *q, const float *k, int64_t pos0, int64_t n, float *out, kvt_threadpool *pool,
-                                void *const *scratch, void *workspace, kvt_err *err);
+// The context's sequence calls (s may be NULL: no-ops). fork: dst (its old state dropped) takes a copy of
+// src's state for positions [0, n) (KVT_ERR_BUDGET past the summary reservation, KVT_ERR_NOMEM; dst then has
+// none). truncate: positions >= n_keep forgotten (their step records too; 0 frees the state). free: the
+// state and its records freed. Each waits for the sequence's worker jobs first.
+kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t n, kvt_err *err);
+void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep);
+void kvt_sparse_seq_free(kvt_sparse *s, int32_t seq);
 
-// Decode steps recorded since init (or the last clear): *n of them, valid until the next call.
-const kvt_sparse_step *kvt_sparse_steps(const kvt_sparse *s, int64_t *n);
+// The attention call of the forward pass, after K/V of [pos0, pos0 + n) were appended to kv: k are those
+// keys ([n, n_head_kv * head_dim] f32, roped), q the queries. Same contract as kvt_attention. A decode step (n
+// == 1 and not prompt) attends sparsely; prompt tokens (n > 1, or prompt set) densely.
+kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p,
+                                const float *q, const float *k, int64_t pos0, int64_t n, bool prompt, float *out,
+                                kvt_threadpool *pool, void *const *scratch, void *workspace, kvt_err *err);
+
+// Decode steps of sequence seq recorded since it was created (or the last clear), for the positions it
+// still holds: *n of them, valid until the next call.
+const kvt_sparse_step *kvt_sparse_steps(const kvt_sparse *s, int32_t seq, int64_t *n);
+// Clears every sequence's records and the aggregates (kvt_sparse_summarize, kvt_sparse_pair_stats).
 void kvt_sparse_steps_clear(kvt_sparse *s);
 const kvt_sparse_params *kvt_sparse_get_params(const kvt_sparse *s);
+// Last prompt tokens a prefix cache must leave to be computed for decoding to select as without the cache:
+// asyncspade's predictor needs the queries of the last window + 1 positions (a cached prefix brings keys,
+// not queries); 1 otherwise (the last token's logits). s NULL: 1.
+int64_t kvt_sparse_prompt_tail(const kvt_sparse *s);
 const kvt_sparse_dims *kvt_sparse_get_dims(const kvt_sparse *s);
 
 // The figures of one (layer, KV head) pair over the steps recorded with stats (-1 where none).
@@ -90,7 +118,7 @@ typedef struct {
 } kvt_sparse_pair_stat;
 void kvt_sparse_pair_stats(const kvt_sparse *s, int32_t layer, int32_t kh, kvt_sparse_pair_stat *out);
 
-// The steps recorded, aggregated.
+// The steps recorded, aggregated over every sequence (records dropped with their sequence included).
 typedef struct {
     int64_t n_steps;
     int64_t summary_bytes;         // bytes of the key summaries held (kvt_sparse_summary_bytes)

@@ -194,3 +194,29 @@ kvt_status kvt_sparse_score_exact(kvt_kv *kv, int32_t seq, int32_t layer, const 
                 .agg = agg, .agg_stride = agg_stride, .scratch = scratch};
     return run(&J, score_task, pool, err);
 }
+
+kvt_status kvt_sparse_read_keys(kvt_kv *kv, int32_t seq, int32_t layer, int64_t pos0, int64_t n, float *k, kvt_err *err) {
+    const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
+    const int32_t H = kv->n_head_kv, hd = kv->head_dim;
+    for (int32_t kh = 0; kh < H; kh++) {
+        const int32_t g = kh / kv->group_heads, jh = kh % kv->group_heads;
+        for (int64_t p = pos0; p < pos0 + n;) {
+            const int64_t b = p / kv->block_tokens;
+            kvt_kv_view v = {0};
+            kvt_status st = kv->ops->acquire(kv, seq, layer, g, b, &v, err);
+            if (st) return st;
+            int64_t cnt = v.pos0 + v.n - p;
+            if (cnt > pos0 + n - p) cnt = pos0 + n - p;
+            if (cnt <= 0) {
+                kv->ops->release(kv, seq, layer, g, b);
+                return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sparse key summaries: sequence %d layer %d holds no position %lld",
+                                  seq, layer, (long long)p);
+            }
+            const uint8_t *kb = (const uint8_t *)v.k + jh * v.k_hstride + (p - v.pos0) * v.k_stride;
+            for (int64_t x = 0; x < cnt; x++) ops->to_float(kb + x * v.k_stride, k + ((p - pos0 + x) * H + kh) * hd, hd);
+            kv->ops->release(kv, seq, layer, g, b);
+            p += cnt;
+        }
+    }
+    return KVT_OK;
+}

@@ -1,8 +1,153 @@
 // sparse_impl.h - what the files of src/sparse/ share (not part of the library's interface).
+//
+// The state of a kvt_sparse is split in two: what is shared by every sequence of the context (settings,
+// scratch of the selecting threads, the asyncspade worker and its job queue, the aggregates of the steps),
+// and one kvt_sparse_seq per sequence that has attended sparsely (its key summaries, query history,
+// selection of its next decode step, step records), created on demand and freed with the sequence.
+//
+// Threads: the caller (the forward pass; fork, free, truncate) owns every field, except that the worker,
+// while a (sequence, layer) job is queued or running (sp_layer.busy, under mu), reads that layer's summaries
+// and history and writes its selection and predicted query. The caller touches a layer of a sequence only
+// after waiting for that layer's job (kvt_sparse_wait_layer), so the two never overlap.
 #ifndef KVT_SPARSE_IMPL_H
 #define KVT_SPARSE_IMPL_H
 
+#include <pthread.h>
+
 #include "sparse.h"
+
+enum { KVT_SPARSE_MAX_WINDOWS = 8 };
+
+// Scratch of one selecting thread (the caller's, or the worker's); sized for n_ctx positions.
+typedef struct {
+    float *raw;   // [qpg, n_ctx] scores
+    float *agg;   // [n_ctx] aggregated score
+    float *vals;  // [n_ctx] top-k scratch
+    uint8_t *mark;// [n_ctx]
+    float *pred;  // [qpg * head_dim] predicted query of a group
+    float *work;  // predictor work
+    float *al;    // [W + 1][qpg * head_dim] the history rotated to the predicted position (rope_align)
+    float *cs;    // [n_rot] a rotation's cos/sin
+    float *hrow;  // [W + 1][head_dim] one query head's history (ridge-head)
+    int64_t *blk; // [n_ctx] blocks of a selection (prefetch)
+} kvt_sparse_scratch;
+
+// One layer of one sequence. Buffers hold `cap` positions per KV head (grown as the sequence grows, at most
+// n_ctx); rows of KV head kh start at kh * cap (pages: kh * pages(cap)).
+typedef struct {
+    int64_t cap;        // positions the buffers have room for
+    int64_t key_n;      // keys [0, key_n) are in the summaries (the rest is read from the store when needed)
+    int8_t *k8;         // asyncspade: [Hkv][cap][hd] int8 keys
+    float *k8s;         // asyncspade: [Hkv][cap] their scales
+    float *lo, *hi;     // quest: [Hkv][pages(cap)][hd] key bounds
+    int32_t *sel;       // [Hkv][cap] the selected positions of the next step
+    int64_t *nsel;      // [Hkv]
+    float *hist;        // asyncspade: [Hkv][W + 1][gd] last queries, oldest first
+    float *pred_q;      // asyncspade: [Hkv][gd] the predicted query of the selection
+    int32_t hist_n;     // rows of hist held
+    int64_t hist_next;  // the position the next call must start at (else a rewind: the history restarts)
+    int64_t sel_pos;    // the decode position sel is for (-1: none)
+    uint8_t busy;       // a worker job for this layer is queued or running (under mu)
+} kvt_sparse_layer;
+
+// One sequence.
+typedef struct {
+    kvt_sparse_layer *lay;   // [n_layer]
+    int64_t summary_bytes;   // bytes of its key summaries (k8, k8s, lo, hi) allocated
+    kvt_sparse_step cur;     // the step being recorded (layer 0 opens it, the last layer closes it)
+    kvt_sparse_step *steps;  // records of its decode steps (dropped with the positions they decoded)
+    int64_t n_steps, cap_steps;
+} kvt_sparse_seq;
+
+typedef struct {
+    int32_t seq, layer;
+    int64_t pos; // the decode position to select for
+} kvt_sparse_job;
+
+struct kvt_sparse {
+    kvt_sparse_params p;
+    kvt_sparse_dims d;
+    int32_t qpg, gd;         // query heads per KV head; floats of a group's query (qpg * head_dim)
+    int32_t windows[KVT_SPARSE_MAX_WINDOWS], nw;
+    kvt_sparse_seq **seqs;   // [n_seqs] per sequence (NULL: none yet); the table is reallocated under mu
+    int32_t n_seqs;
+    int64_t summary_held;    // bytes of key summaries over every sequence
+    int64_t summary_limit;   // at most this many (d.bounded), else -1
+    float **scratch;         // [n_threads] attention scratch
+    float *exact;            // [Hkv][n_ctx] exact aggregated scores (oracle, stats)
+    int32_t *osel;           // [n_ctx] the oracle set (stats)
+    float *kbuf;             // [KVT_SPARSE_CATCHUP][Hkv * hd] keys read back from the store
+    kvt_sparse_scratch main_ss, work_ss;
+    float *krow;             // [hd] a key rounded to the store's type
+    void *krow_t;            // its row in that type
+    // the asyncspade worker
+    pthread_t th;
+    bool has_worker, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    kvt_sparse_job *queue;   // ring of cap_queue jobs, q_count of them from q_head
+    int64_t cap_queue, q_head, q_count;
+    float scale;             // the attention scale (set before the first job is posted)
+    kvt_kv *kv;              // the store (set likewise): the worker hands it the chosen blocks as prefetches
+    // aggregates of every step of every sequence since init (or the last kvt_sparse_steps_clear)
+    int64_t agg_steps, agg_pairs;
+    double agg_sel, agg_ctx, agg_kv_read, agg_summary_read, agg_stall, agg_ovl, agg_mass;
+    float *pair_mass;        // mass recall of every (step, layer, KV head) pair with stats
+    int64_t n_pair_mass, cap_pair_mass;
+    // per (layer, KV head) pair: steps with stats, sums of mass recall, oracle overlap, query cosine; fallbacks
+    int64_t *ps_n, *ps_fb, *ps_ncos;
+    double *ps_mass, *ps_ovl, *ps_cos;
+    int64_t n_pred_sel, n_fallback; // asyncspade: predicted selections used, of which redone with the real query
+};
+
+enum { KVT_SPARSE_CATCHUP = 64 }; // positions read back from the store per chunk
+
+// Positions attended out of n held.
+int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n);
+// n bytes zeroed, 64-byte aligned (free()); NULL and *ok = false when out of memory.
+void *kvt_sparse_zalloc(size_t n, bool *ok);
+
+// --- sparse_seq.c: per-sequence state ------------------------------------------------------------------
+
+// The state of seq, created when missing (NULL only when out of memory).
+kvt_sparse_seq *kvt_sparse_seq_get(kvt_sparse *s, int32_t seq);
+void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q);
+// Room for `need` positions in layer's buffers (at most n_ctx). KVT_ERR_BUDGET when the summaries would pass
+// the reservation, KVT_ERR_NOMEM.
+kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer, int64_t need, kvt_err *err);
+// Brings layer's summaries to keys [0, pos0): a rewind below key_n cuts them back (to the page start for
+// quest), keys missing below pos0 are read back from the store. Then keys [pos0, pos0 + n) (k: [n, Hkv * hd]
+// f32, NULL: read them from the store too) enter them. A layer that is never sparse (!sparse_layer: sliding
+// window, dense_layers) keeps no summaries.
+kvt_status kvt_sparse_layer_keys(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_sparse_seq *q, int32_t layer, int64_t pos0,
+                                 int64_t n, const float *k, bool sparse_layer, kvt_err *err);
+// The queries of a call's n tokens into layer's history (the last window + 1 rows per KV head).
+void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, const float *q, bool rewind);
+
+// --- sparse_choose.c: selection and the worker -----------------------------------------------------------
+
+void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale);
+void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale);
+void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t layer, int64_t P, const float *q, float scale);
+void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale);
+void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale);
+void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P);
+void *kvt_sparse_worker_main(void *arg);
+// Waits until no job for (q, layer) is queued or running; the milliseconds waited.
+double kvt_sparse_wait_layer(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer);
+// Every layer of q.
+void kvt_sparse_wait_seq(kvt_sparse *s, kvt_sparse_seq *q);
+// Queues the selection of (seq, layer) for decode position P (selected inline at the step when the queue
+// cannot grow).
+void kvt_sparse_post(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P);
+// The blocks holding layer ly's selection of seq, handed to the paged store's copy engine (a no-op on other
+// stores); ss: the calling thread's scratch.
+void kvt_sparse_prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq,
+                                   int32_t layer);
+// prefetch_layers > 0: the selection prefetch_layers layers ahead goes to the store if the worker made it.
+void kvt_sparse_prefetch_ahead(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P);
+
+// --- sparse_attn.c ---------------------------------------------------------------------------------------
 
 // Floats of one thread's scratch for kvt_sparse_attend_set / kvt_sparse_score_exact (64-byte aligned).
 int64_t kvt_sparse_attn_scratch_floats(const kvt_sparse_dims *d);
@@ -17,6 +162,9 @@ kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const k
 kvt_status kvt_sparse_score_exact(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q,
                                   int64_t n, float *agg, int64_t agg_stride, kvt_threadpool *pool, float *const *scratch,
                                   kvt_err *err);
+// Keys [pos0, pos0 + n) of (seq, layer) read back from the store as f32: k [n, n_head_kv * head_dim]. On the
+// caller's thread.
+kvt_status kvt_sparse_read_keys(kvt_kv *kv, int32_t seq, int32_t layer, int64_t pos0, int64_t n, float *k, kvt_err *err);
 // s: [qpg, n] raw scores (overwritten); agg[t] = sum_i softmax(s_i)[t] (kvt_sparse_exp_neg, partial sums in a
 // fixed order: the same bits on every call). A row with no finite score adds nothing.
 void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg);

@@ -55,6 +55,8 @@ typedef struct {
                           // attention is this many layers before it (0: as soon as the worker has selected, a
                           // whole step ahead)
     bool stats;           // per step: oracle overlap and attention mass recall (costs an exact scoring pass)
+    int32_t seqs;         // sequences of n_ctx positions whose key summaries the fast budget reserves (0: 1;
+                          // beam and serve set theirs: kvt_sparse_summary_bytes)
 } kvt_sparse_params;
 
 // "off", "oracle", "quest", "asyncspade"; parse returns false on another name.

@@ -1,0 +1,236 @@
+// sparse_choose.c - the selection of a layer's next set (asyncspade's predicted query on the int8 keys, its
+// re-rank and fallback, quest's page bounds, the oracle), and the asyncspade worker that selects for every
+// sequence of the context off the critical path.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/timer.h"
+#include "../kv/kv_paged.h"
+#include "sparse_impl.h"
+
+// raw[i * n + t] = scale * q_i . k8_t of KV head kh for t < n_keys, -inf for the rest (q: the group's qpg query
+// rows, taken as int16 with a scale per row: integer dot products with the int8 keys, sparse_score.c).
+static void score_int8(const kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, const float *q, int64_t n,
+                       int64_t n_keys, float scale, float *raw) {
+    int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
+    float qs[KVT_SPARSE_MAX_QPG];
+    kvt_sparse_quant_query(q, s->qpg, s->d.head_dim, q16, qs);
+    kvt_sparse_score_i8(q16, qs, s->qpg, s->d.head_dim, ly->k8 + (int64_t)kh * ly->cap * s->d.head_dim,
+                        ly->k8s + (int64_t)kh * ly->cap, n_keys, n, scale, raw);
+}
+
+static double dot_d(const float *a, const float *b, int32_t d) {
+    double t = 0.0;
+    for (int32_t x = 0; x < d; x++) t += (double)a[x] * b[x];
+    return t;
+}
+
+// Every position of each page of B positions takes the page's largest score: top-k then picks whole pages
+// (the last one cut at the budget), as the store moves whole blocks.
+static void page_max(float *score, int64_t n, int32_t B) {
+    for (int64_t p0 = 0; p0 < n; p0 += B) {
+        const int64_t p1 = p0 + B < n ? p0 + B : n;
+        float m = score[p0];
+        for (int64_t t = p0 + 1; t < p1; t++) m = score[t] > m ? score[t] : m;
+        for (int64_t t = p0; t < p1; t++) score[t] = m;
+    }
+}
+
+static int32_t *sel_of(const kvt_sparse_layer *ly, int32_t kh) { return ly->sel + (int64_t)kh * ly->cap; }
+
+void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale) {
+    const int64_t n = P + 1;
+    int64_t K = kvt_sparse_budget_of(s, n);
+    const int64_t mid = K - s->p.sink - s->p.recent;
+    if (s->p.rerank > 1.0 && mid > 0) K += (int64_t)((s->p.rerank - 1.0) * (double)mid);
+    const int32_t hn = ly->hist_n, hd = s->d.head_dim, gd = s->gd;
+    const bool align = s->p.rope_align && s->d.rope.n_rot > 0;
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
+        const float *h = ly->hist + (int64_t)kh * (s->p.window + 1) * gd;
+        if (align) { // row i holds the query of position P - hn + i: rotate it by hn - i positions to P's phase
+            memcpy(ss->al, h, (size_t)hn * gd * sizeof(float));
+            kvt_sparse_rope_align(ss->al, hn, s->qpg, hd, &s->d.rope, ss->cs);
+            h = ss->al;
+        }
+        if (s->p.predictor == KVT_SPARSE_PRED_LAST && hn > 0) {
+            memcpy(ss->pred, h + (int64_t)(hn - 1) * gd, (size_t)gd * sizeof(float));
+        } else if (s->p.predictor == KVT_SPARSE_PRED_RIDGE_HEAD) {
+            for (int32_t j = 0; j < s->qpg; j++) { // head j's rows, contiguous
+                for (int32_t i = 0; i < hn; i++) memcpy(ss->hrow + (int64_t)i * hd, h + (int64_t)i * gd + (int64_t)j * hd, (size_t)hd * sizeof(float));
+                kvt_sparse_predict(ss->hrow, hn, hd, s->windows, s->nw, s->p.lambda, true, ss->pred + (int64_t)j * hd, ss->work);
+            }
+        } else if (s->p.predictor == KVT_SPARSE_PRED_SIMPLEX) {
+            kvt_sparse_predict_simplex(h, hn, gd, s->windows, s->nw, s->p.lambda, ss->pred, ss->work);
+        } else {
+            kvt_sparse_predict(h, hn, gd, s->windows, s->nw, s->p.lambda, true, ss->pred, ss->work);
+        }
+        memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
+        score_int8(s, ly, kh, ss->pred, n, P, scale, ss->raw);
+        kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
+        if (s->p.block > 1) page_max(ss->agg, n, s->p.block);
+        ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
+    }
+    ly->sel_pos = P;
+}
+
+void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale) {
+    kvt_sparse_scratch *ss = &s->main_ss;
+    const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n);
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
+        int32_t *sel = sel_of(ly, kh);
+        score_int8(s, ly, kh, q + (int64_t)kh * s->gd, n, P, scale, ss->raw);
+        kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
+        for (int64_t t = 0; t < n; t++) ss->vals[t] = -INFINITY;
+        for (int64_t x = 0; x < ly->nsel[kh]; x++) ss->vals[sel[x]] = ss->agg[sel[x]];
+        memcpy(ss->agg, ss->vals, (size_t)n * sizeof(float));
+        ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel, ss->mark, ss->vals);
+    }
+}
+
+void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale) {
+    kvt_sparse_scratch *ss = &s->main_ss;
+    const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n);
+    score_int8(s, ly, kh, qg, n, P, scale, ss->raw);
+    kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
+    ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
+}
+
+// asyncspade, on the caller once the real query q is here: the cosine of each KV head's predicted query with
+// the real one (stats), and with --sparse-fallback the heads below it selected again with the real query on
+// the int8 keys (on the critical path: counted as stall by the caller).
+void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t layer, int64_t P, const float *q, float scale) {
+    if (!s->p.stats && s->p.fallback <= 0.0) return;
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
+        const int64_t pr = (int64_t)layer * s->d.n_head_kv + kh;
+        const float *a = ly->pred_q + (int64_t)kh * s->gd, *b = q + (int64_t)kh * s->gd;
+        const double ab = dot_d(a, b, s->gd), aa = dot_d(a, a, s->gd), bb = dot_d(b, b, s->gd);
+        const double cs = aa > 0.0 && bb > 0.0 ? ab / sqrt(aa * bb) : 0.0;
+        if (s->p.stats) s->ps_cos[pr] += cs, s->ps_ncos[pr]++;
+        s->n_pred_sel++;
+        if (s->p.fallback <= 0.0 || cs >= s->p.fallback) continue;
+        s->n_fallback++;
+        if (s->p.stats) s->ps_fb[pr]++;
+        kvt_sparse_select_real(s, ly, kh, P, b, scale);
+    }
+}
+
+// quest: each position scored by its page's bound (max over the group's heads), token-level top-k of those
+// (whole pages, the last one cut at the budget).
+void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale) {
+    kvt_sparse_scratch *ss = &s->main_ss;
+    const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n), hd = s->d.head_dim;
+    const int64_t np = (ly->cap + s->p.page - 1) / s->p.page;
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
+        for (int64_t pg = 0; pg * s->p.page < P; pg++) {
+            const float *lo = ly->lo + (kh * np + pg) * hd, *hi = ly->hi + (kh * np + pg) * hd;
+            float best = -INFINITY;
+            for (int32_t i = 0; i < s->qpg; i++) {
+                const float b = kvt_sparse_quest_bound(q + ((int64_t)kh * s->qpg + i) * hd, lo, hi, (int32_t)hd) * scale;
+                best = b > best ? b : best;
+            }
+            for (int64_t t = pg * s->p.page; t < (pg + 1) * s->p.page && t < P; t++) ss->agg[t] = best;
+        }
+        ss->agg[P] = INFINITY;
+        ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
+    }
+    ly->sel_pos = P;
+}
+
+void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P) {
+    kvt_sparse_scratch *ss = &s->main_ss;
+    const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n);
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
+        ly->nsel[kh] = kvt_sparse_topk(s->exact + kh * s->d.n_ctx, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark,
+                                       ss->vals);
+    }
+    ly->sel_pos = P;
+}
+
+// --- the worker -----------------------------------------------------------------------------------------
+
+void kvt_sparse_prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq,
+                                   int32_t layer) {
+    const kvt_kv *kv = s->kv;
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
+        const int32_t *sel = sel_of(ly, kh);
+        int64_t nb = 0;
+        for (int64_t x = 0; x < ly->nsel[kh]; x++) {
+            const int64_t b = sel[x] / kv->block_tokens;
+            if (nb == 0 || ss->blk[nb - 1] != b) ss->blk[nb++] = b;
+        }
+        kvt_kv_paged_prefetch(s->kv, seq, layer, kh / kv->group_heads, ss->blk, nb);
+    }
+}
+
+void *kvt_sparse_worker_main(void *arg) {
+    kvt_sparse *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->stop && s->q_count == 0) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop) break;
+        const kvt_sparse_job j = s->queue[s->q_head];
+        s->q_head = (s->q_head + 1) % s->cap_queue;
+        s->q_count--;
+        kvt_sparse_layer *ly = &s->seqs[j.seq]->lay[j.layer]; // the sequence lives while its job does
+        pthread_mutex_unlock(&s->mu);
+        kvt_sparse_select_predicted(s, ly, &s->work_ss, j.pos, s->scale);
+        if (s->p.prefetch_layers == 0) kvt_sparse_prefetch_selection(s, &s->work_ss, ly, j.seq, j.layer);
+        pthread_mutex_lock(&s->mu);
+        ly->busy = 0;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+double kvt_sparse_wait_layer(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer) {
+    if (!s->has_worker) return 0.0;
+    kvt_sparse_layer *ly = &q->lay[layer];
+    pthread_mutex_lock(&s->mu);
+    double ms = 0.0;
+    if (ly->busy) {
+        const double t0 = kvt_time_ms();
+        while (ly->busy) pthread_cond_wait(&s->cv, &s->mu);
+        ms = kvt_time_ms() - t0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ms;
+}
+
+void kvt_sparse_wait_seq(kvt_sparse *s, kvt_sparse_seq *q) {
+    for (int32_t l = 0; l < s->d.n_layer; l++) kvt_sparse_wait_layer(s, q, l);
+}
+
+void kvt_sparse_prefetch_ahead(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P) {
+    int32_t l2 = layer + s->p.prefetch_layers;
+    int64_t P2 = P;
+    while (l2 >= s->d.n_layer) l2 -= s->d.n_layer, P2++;
+    const kvt_sparse_layer *ly = &q->lay[l2];
+    pthread_mutex_lock(&s->mu);
+    const bool ready = !ly->busy && ly->sel_pos == P2;
+    pthread_mutex_unlock(&s->mu);
+    if (ready) kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, l2);
+}
+
+void kvt_sparse_post(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P) {
+    pthread_mutex_lock(&s->mu);
+    if (s->q_count == s->cap_queue) { // grow the ring (the worker copies a job out before it unlocks)
+        const int64_t cap = s->cap_queue ? 2 * s->cap_queue : 2 * (int64_t)s->d.n_layer;
+        kvt_sparse_job *nq = malloc((size_t)cap * sizeof *nq);
+        if (!nq) { // no job: the step selects inline (sel_pos != P), the same bits
+            pthread_mutex_unlock(&s->mu);
+            return;
+        }
+        for (int64_t i = 0; i < s->q_count; i++) nq[i] = s->queue[(s->q_head + i) % s->cap_queue];
+        free(s->queue);
+        s->queue = nq;
+        s->cap_queue = cap;
+        s->q_head = 0;
+    }
+    s->queue[(s->q_head + s->q_count) % s->cap_queue] = (kvt_sparse_job){seq, layer, P};
+    s->q_count++;
+    q->lay[layer].busy = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}

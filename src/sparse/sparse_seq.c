@@ -1,0 +1,330 @@
+// sparse_seq.c - the per-sequence sparse state: created on demand, grown with the positions the sequence
+// holds, copied on fork, cut back on truncate, freed with the sequence; key summaries and query history.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/quant.h"
+#include "sparse_impl.h"
+
+void *kvt_sparse_zalloc(size_t n, bool *ok) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? (n + 63) / 64 * 64 : 64)) {
+        *ok = false;
+        return NULL;
+    }
+    memset(p, 0, n);
+    return p;
+}
+
+static bool has_summaries(const kvt_sparse *s) {
+    return s->p.mode == KVT_SPARSE_QUEST || s->p.mode == KVT_SPARSE_ASYNCSPADE;
+}
+
+static int64_t pages_of(const kvt_sparse *s, int64_t cap) { return (cap + s->p.page - 1) / s->p.page; }
+
+// Bytes of one layer's key summaries with room for cap positions.
+static int64_t layer_summary_bytes(const kvt_sparse *s, int64_t cap) {
+    const int64_t H = s->d.n_head_kv, hd = s->d.head_dim;
+    if (s->p.mode == KVT_SPARSE_QUEST) return H * pages_of(s, cap) * 2 * hd * 4;
+    if (s->p.mode == KVT_SPARSE_ASYNCSPADE) return H * cap * (hd + 4);
+    return 0;
+}
+
+static void layer_free(kvt_sparse_layer *ly) {
+    free(ly->k8);
+    free(ly->k8s);
+    free(ly->lo);
+    free(ly->hi);
+    free(ly->sel);
+    free(ly->nsel);
+    free(ly->hist);
+    free(ly->pred_q);
+}
+
+void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q) {
+    if (!q) return;
+    for (int32_t l = 0; q->lay && l < s->d.n_layer; l++) layer_free(&q->lay[l]);
+    s->summary_held -= q->summary_bytes;
+    free(q->lay);
+    free(q->steps);
+    free(q);
+}
+
+static kvt_sparse_seq *seq_new(const kvt_sparse *s) {
+    kvt_sparse_seq *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->lay = calloc((size_t)s->d.n_layer, sizeof *q->lay);
+    bool ok = q->lay != NULL;
+    const int64_t H = s->d.n_head_kv, W1 = s->p.window + 1;
+    for (int32_t l = 0; ok && l < s->d.n_layer; l++) {
+        kvt_sparse_layer *ly = &q->lay[l];
+        ly->sel_pos = -1;
+        ly->nsel = kvt_sparse_zalloc((size_t)H * 8, &ok);
+        if (s->p.mode == KVT_SPARSE_ASYNCSPADE) {
+            ly->hist = kvt_sparse_zalloc((size_t)(H * W1 * s->gd) * 4, &ok);
+            ly->pred_q = kvt_sparse_zalloc((size_t)(H * s->gd) * 4, &ok);
+        }
+    }
+    if (!ok) {
+        if (q->lay) {
+            for (int32_t l = 0; l < s->d.n_layer; l++) layer_free(&q->lay[l]);
+        }
+        free(q->lay);
+        free(q);
+        return NULL;
+    }
+    return q;
+}
+
+kvt_sparse_seq *kvt_sparse_seq_get(kvt_sparse *s, int32_t seq) {
+    if (seq < 0) return NULL;
+    if (seq >= s->n_seqs) {
+        const int32_t n = seq + 1 > 2 * s->n_seqs ? seq + 1 : 2 * s->n_seqs;
+        pthread_mutex_lock(&s->mu); // the worker looks sequences up in the table
+        kvt_sparse_seq **t = realloc(s->seqs, (size_t)n * sizeof *t);
+        if (t) {
+            for (int32_t i = s->n_seqs; i < n; i++) t[i] = NULL;
+            s->seqs = t;
+            s->n_seqs = n;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!t) return NULL;
+    }
+    if (!s->seqs[seq]) s->seqs[seq] = seq_new(s);
+    return s->seqs[seq];
+}
+
+// Moves layer ly to buffers of cap positions, keeping the first old_cap positions of each KV head.
+static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, int64_t cap, kvt_err *err) {
+    const int64_t H = s->d.n_head_kv, hd = s->d.head_dim, oc = ly->cap;
+    const int64_t grow = layer_summary_bytes(s, cap) - layer_summary_bytes(s, oc);
+    if (s->summary_limit >= 0 && s->summary_held + grow > s->summary_limit) {
+        return kvt_errorf(err, KVT_ERR_BUDGET,
+                          "sparse key summaries: %lld bytes held, %lld more exceed the %lld reserved in --kv-fast "
+                          "(for %d sequence(s) of n_ctx positions: raise --sparse-seqs or --kv-fast)",
+                          (long long)s->summary_held, (long long)grow, (long long)s->summary_limit,
+                          s->p.seqs > 0 ? s->p.seqs : 1);
+    }
+    bool ok = true;
+    int32_t *sel = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
+    int8_t *k8 = NULL;
+    float *k8s = NULL, *lo = NULL, *hi = NULL;
+    const int64_t np = pages_of(s, cap), onp = pages_of(s, oc);
+    if (s->p.mode == KVT_SPARSE_ASYNCSPADE) {
+        k8 = kvt_sparse_zalloc((size_t)(H * cap * hd), &ok);
+        k8s = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
+    }
+    if (s->p.mode == KVT_SPARSE_QUEST) {
+        lo = kvt_sparse_zalloc((size_t)(H * np * hd) * 4, &ok);
+        hi = kvt_sparse_zalloc((size_t)(H * np * hd) * 4, &ok);
+    }
+    if (!ok) {
+        free(sel), free(k8), free(k8s), free(lo), free(hi);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of %lld positions", (long long)cap);
+    }
+    for (int64_t kh = 0; oc > 0 && kh < H; kh++) {
+        memcpy(sel + kh * cap, ly->sel + kh * oc, (size_t)oc * 4);
+        if (k8) {
+            memcpy(k8 + kh * cap * hd, ly->k8 + kh * oc * hd, (size_t)(oc * hd));
+            memcpy(k8s + kh * cap, ly->k8s + kh * oc, (size_t)oc * 4);
+        }
+        if (lo) {
+            memcpy(lo + kh * np * hd, ly->lo + kh * onp * hd, (size_t)(onp * hd) * 4);
+            memcpy(hi + kh * np * hd, ly->hi + kh * onp * hd, (size_t)(onp * hd) * 4);
+        }
+    }
+    free(ly->sel), free(ly->k8), free(ly->k8s), free(ly->lo), free(ly->hi);
+    ly->sel = sel, ly->k8 = k8, ly->k8s = k8s, ly->lo = lo, ly->hi = hi;
+    ly->cap = cap;
+    q->summary_bytes += grow;
+    s->summary_held += grow;
+    return KVT_OK;
+}
+
+kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer, int64_t need, kvt_err *err) {
+    kvt_sparse_layer *ly = &q->lay[layer];
+    const int64_t N = s->d.n_ctx;
+    if (need > N) need = N;
+    if (need <= ly->cap) return KVT_OK;
+    int64_t cap = 2 * ly->cap > need ? 2 * ly->cap : need; // doubling: appends cost amortized O(1)
+    if (cap < 64) cap = 64;
+    cap = (cap + s->p.page - 1) / s->p.page * s->p.page;
+    if (cap > N) cap = N;
+    return layer_resize(s, q, ly, cap, err);
+}
+
+// Keys [pos0, pos0 + n) into ly's summaries, each rounded to the store's element type first (the bounds
+// and the int8 copies describe the keys attention reads). Rows come in order: a page restarts at its first.
+static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int64_t n, const float *k) {
+    const kvt_type_ops *ops = kvt_type_ops_get(s->d.kv_type);
+    const int32_t hd = s->d.head_dim, H = s->d.n_head_kv;
+    const int64_t cap = ly->cap, np = pages_of(s, cap);
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t pos = pos0 + t;
+        for (int32_t kh = 0; kh < H; kh++) {
+            ops->from_float(k + (t * H + kh) * hd, s->krow_t, hd);
+            ops->to_float(s->krow_t, s->krow, hd);
+            if (ly->k8) {
+                float mx = 0.0f;
+                for (int32_t x = 0; x < hd; x++) mx = fabsf(s->krow[x]) > mx ? fabsf(s->krow[x]) : mx;
+                const float sc = mx > 0.0f ? mx / 127.0f : 1.0f;
+                int8_t *dst = ly->k8 + (kh * cap + pos) * hd;
+                for (int32_t x = 0; x < hd; x++) dst[x] = (int8_t)lrintf(s->krow[x] / sc);
+                ly->k8s[kh * cap + pos] = sc;
+            }
+            if (ly->lo) {
+                const int64_t pg = pos / s->p.page;
+                float *lo = ly->lo + (kh * np + pg) * hd, *hi = ly->hi + (kh * np + pg) * hd;
+                const bool restart = pos % s->p.page == 0;
+                for (int32_t x = 0; x < hd; x++) {
+                    const float v = s->krow[x];
+                    if (restart || v < lo[x]) lo[x] = v;
+                    if (restart || v > hi[x]) hi[x] = v;
+                }
+            }
+        }
+    }
+}
+
+// A rewind to pos0: the summaries keep keys [0, pos0) (quest: whole pages; the open page is read again).
+static void cut_keys(const kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0) {
+    if (ly->key_n > pos0) ly->key_n = s->p.mode == KVT_SPARSE_QUEST ? pos0 - pos0 % s->p.page : pos0;
+}
+
+// Keys [ly->key_n, end) read back from the store into the summaries.
+static kvt_status catch_up(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_sparse_layer *ly, int32_t layer, int64_t end,
+                           kvt_err *err) {
+    while (ly->key_n < end) {
+        const int64_t c = end - ly->key_n < KVT_SPARSE_CATCHUP ? end - ly->key_n : KVT_SPARSE_CATCHUP;
+        kvt_status st = kvt_sparse_read_keys(kv, seq, layer, ly->key_n, c, s->kbuf, err);
+        if (st) return st;
+        observe_keys(s, ly, ly->key_n, c, s->kbuf);
+        ly->key_n += c;
+    }
+    return KVT_OK;
+}
+
+kvt_status kvt_sparse_layer_keys(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_sparse_seq *q, int32_t layer, int64_t pos0,
+                                 int64_t n, const float *k, bool sparse_layer, kvt_err *err) {
+    kvt_sparse_layer *ly = &q->lay[layer];
+    if (!sparse_layer) { // never selected for: no summaries (a sliding window's store no longer holds old keys)
+        ly->key_n = pos0 + n;
+        return KVT_OK;
+    }
+    cut_keys(s, ly, pos0);
+    kvt_status st = kvt_sparse_layer_reserve(s, q, layer, pos0 + n + 1, err); // + 1: the next step's selection
+    if (st) return st;
+    if (!has_summaries(s)) {
+        ly->key_n = pos0 + n;
+        return KVT_OK;
+    }
+    if ((st = catch_up(s, kv, seq, ly, layer, pos0, err))) return st;
+    if (!k) return catch_up(s, kv, seq, ly, layer, pos0 + n, err);
+    observe_keys(s, ly, pos0, n, k);
+    ly->key_n = pos0 + n;
+    return KVT_OK;
+}
+
+void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, const float *q, bool rewind) {
+    if (!ly->hist) return;
+    const int32_t W1 = s->p.window + 1, gd = s->gd, H = s->d.n_head_kv;
+    if (rewind) ly->hist_n = 0;
+    const int64_t t0 = n > W1 ? n - W1 : 0;
+    for (int64_t t = t0; t < n; t++) {
+        const int32_t hn = ly->hist_n;
+        for (int32_t kh = 0; kh < H; kh++) {
+            float *h = ly->hist + (int64_t)kh * W1 * gd;
+            if (hn == W1) memmove(h, h + gd, (size_t)(W1 - 1) * gd * sizeof(float));
+            memcpy(h + (int64_t)(hn == W1 ? W1 - 1 : hn) * gd, q + (t * H + kh) * (int64_t)gd, (size_t)gd * sizeof(float));
+        }
+        ly->hist_n = hn == W1 ? W1 : hn + 1;
+    }
+}
+
+void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_t pos0, int64_t n, const float *k) {
+    if (!s || layer < s->p.dense_layers || layer >= s->d.n_layer || pos0 < 0 || n <= 0 || pos0 + n > s->d.n_ctx) return;
+    kvt_sparse_seq *q = kvt_sparse_seq_get(s, seq);
+    if (!q) return; // out of memory: the keys are read back from the store when the sequence attends
+    kvt_sparse_wait_layer(s, q, layer); // the worker reads the summaries of the layer it selects for
+    kvt_sparse_layer *ly = &q->lay[layer];
+    if (ly->hist_next > pos0) ly->hist_next = -1; // the queries of the rewritten positions are gone
+    cut_keys(s, ly, pos0);
+    kvt_err e;
+    if (!has_summaries(s) || ly->key_n != pos0 || kvt_sparse_layer_reserve(s, q, layer, pos0 + n, &e)) return;
+    observe_keys(s, ly, pos0, n, k);
+    ly->key_n = pos0 + n;
+}
+
+// --- the sequence calls of the context -------------------------------------------------------------------
+
+static kvt_sparse_seq *seq_of(const kvt_sparse *s, int32_t seq) {
+    return seq >= 0 && seq < s->n_seqs ? s->seqs[seq] : NULL;
+}
+
+void kvt_sparse_seq_free(kvt_sparse *s, int32_t seq) {
+    kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
+    if (!q) return;
+    kvt_sparse_wait_seq(s, q);
+    kvt_sparse_seq_destroy(s, q);
+    s->seqs[seq] = NULL;
+}
+
+void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep) {
+    kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
+    if (!q) return;
+    if (n_keep <= 0) return kvt_sparse_seq_free(s, seq);
+    kvt_sparse_wait_seq(s, q);
+    for (int32_t l = 0; l < s->d.n_layer; l++) {
+        kvt_sparse_layer *ly = &q->lay[l];
+        cut_keys(s, ly, n_keep);
+        if (ly->hist_next > n_keep) ly->hist_next = -1, ly->sel_pos = -1; // the next call rewinds
+    }
+    int64_t k = 0;
+    for (int64_t i = 0; i < q->n_steps; i++) {
+        if (q->steps[i].pos < n_keep) q->steps[k++] = q->steps[i];
+    }
+    q->n_steps = k;
+}
+
+kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t n, kvt_err *err) {
+    if (!s) return KVT_OK;
+    kvt_sparse_seq_free(s, dst);
+    kvt_sparse_seq *a = seq_of(s, src);
+    if (!a) return KVT_OK; // nothing yet: dst builds its state as src would
+    kvt_sparse_wait_seq(s, a);
+    kvt_sparse_seq *b = kvt_sparse_seq_get(s, dst);
+    if (!b) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of sequence %d", dst);
+    a = s->seqs[src]; // the table may have moved
+    const int64_t H = s->d.n_head_kv, hd = s->d.head_dim, W1 = s->p.window + 1;
+    for (int32_t l = 0; l < s->d.n_layer; l++) {
+        kvt_sparse_layer *x = &a->lay[l], *y = &b->lay[l];
+        kvt_status st = x->cap > 0 ? layer_resize(s, b, y, x->cap, err) : KVT_OK;
+        if (st) {
+            kvt_sparse_seq_free(s, dst);
+            return st;
+        }
+        const int64_t cap = x->cap, np = pages_of(s, cap);
+        if (cap > 0) memcpy(y->sel, x->sel, (size_t)(H * cap) * 4);
+        if (cap > 0 && x->k8) {
+            memcpy(y->k8, x->k8, (size_t)(H * cap * hd));
+            memcpy(y->k8s, x->k8s, (size_t)(H * cap) * 4);
+        }
+        if (cap > 0 && x->lo) {
+            memcpy(y->lo, x->lo, (size_t)(H * np * hd) * 4);
+            memcpy(y->hi, x->hi, (size_t)(H * np * hd) * 4);
+        }
+        memcpy(y->nsel, x->nsel, (size_t)H * 8);
+        if (x->hist) {
+            memcpy(y->hist, x->hist, (size_t)(H * W1 * s->gd) * 4);
+            memcpy(y->pred_q, x->pred_q, (size_t)(H * s->gd) * 4);
+        }
+        y->key_n = x->key_n;
+        y->hist_n = x->hist_n;
+        y->hist_next = x->hist_next;
+        y->sel_pos = x->sel_pos;
+        cut_keys(s, y, n);
+        if (y->hist_next > n) y->hist_next = -1, y->sel_pos = -1;
+    }
+    return KVT_OK;
+}

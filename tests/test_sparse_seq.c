@@ -1,0 +1,509 @@
+// test_sparse_seq.c - sparse decode attention for every sequence of a context (src/sparse/, docs/SPARSE.md,
+// "Sequences"): a sequence decoded sparsely in a batch with others (created and freed on the way, prefill
+// chunks beside decode rows) gives the logits it gets alone, bit for bit, in every mode; a fork selects as a
+// sequence that decoded the same tokens alone; keys that enter a sequence without an attention call (blocks
+// pushed by reference, as the prefix cache does) are read back into its summaries; a truncate in mid-page cuts
+// the summaries back; the summaries' memory follows the sequences and stays within the --kv-fast reservation;
+// beam search under sparse keeps the same beams under every schedule.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/exec/context.h"
+#include "../src/kv/kv_paged.h"
+#include "../src/model/model.h"
+#include "../src/sched/beam.h"
+#include "../src/sparse/sparse.h"
+#include "test.h"
+
+enum { N_STEP = 8, MAX_PROMPT = 64 };
+
+// A sequence's fixed tokens: a prompt of n_prompt, then N_STEP decode tokens (pattern `salt`).
+typedef struct {
+    int32_t prompt[MAX_PROMPT];
+    int64_t n_prompt;
+    int32_t step[N_STEP];
+} lane;
+
+static void lane_make(lane *l, int64_t n_prompt, int salt, int32_t n_vocab) {
+    l->n_prompt = n_prompt;
+    for (int64_t i = 0; i < n_prompt; i++) l->prompt[i] = 1 + (int32_t)((i * (37 + 2 * salt) + salt) % (n_vocab - 1));
+    for (int j = 0; j < N_STEP; j++) l->step[j] = 1 + (j * (13 + salt) + 7 + salt) % (n_vocab - 1);
+}
+
+static kvt_context_params base_params(kvt_sparse_mode mode) {
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 96;
+    cp.n_threads = 2;
+    cp.kv_block = 8;
+    cp.kv_paged = true;
+    cp.sparse.mode = mode;
+    cp.sparse.budget = 12;
+    cp.sparse.sink = 2;
+    cp.sparse.recent = 4;
+    cp.sparse.page = 4;
+    cp.sparse.window = 4;
+    return cp;
+}
+
+// F16 K and V bytes of one block of `block` positions over every layer.
+static int64_t block_bytes(const kvt_model *m, int64_t block) {
+    return (int64_t)m->hp.n_layer * m->hp.n_head_kv * (m->hp.head_dim + m->hp.head_dim_v) * 2 * block;
+}
+
+// A new empty sequence (a fork of the empty sequence 0, as the scheduler makes them).
+static kvt_status seq_new(kvt_context *ctx, int32_t *seq, kvt_err *err) { return kvt_context_seq_fork(ctx, 0, seq, err); }
+
+// Logits of lane l decoded alone in a fresh context: out [N_STEP, n_vocab]. The prompt goes in two calls
+// (split at `split`, 0: one call) so that references match runs that prefill in chunks.
+static kvt_status alone(const kvt_model *m, const kvt_context_params *cp, const lane *l, int64_t split, float *out,
+                        kvt_err *err) {
+    const int32_t V = m->hp.n_vocab;
+    kvt_context *ctx = NULL;
+    int32_t s = -1;
+    kvt_status st = kvt_context_init(m, cp, &ctx, err);
+    if (!st) st = seq_new(ctx, &s, err);
+    if (!st && split > 0) st = kvt_decode_prompt(ctx, s, l->prompt, split, false, err);
+    if (!st) st = kvt_decode_prompt(ctx, s, l->prompt + split, l->n_prompt - split, false, err);
+    for (int j = 0; !st && j < N_STEP; j++) {
+        st = kvt_decode_seq(ctx, s, &l->step[j], 1, false, err);
+        if (!st) memcpy(out + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
+    kvt_context_free(ctx);
+    return st;
+}
+
+static bool same(const float *a, const float *b, int64_t n) { return memcmp(a, b, (size_t)n * sizeof(float)) == 0; }
+
+// Positions selected over a sequence's recorded steps, and their count.
+static int64_t selected(kvt_context *ctx, int32_t seq, int64_t *n_steps) {
+    const kvt_sparse_step *s = kvt_sparse_steps(kvt_context_sparse(ctx), seq, n_steps);
+    int64_t t = 0;
+    for (int64_t i = 0; i < *n_steps; i++) t += s[i].selected;
+    return t;
+}
+
+// Lane a decoded in a busy context: b prefilled first, then a's prompt and c's in one mixed batch; the steps
+// alternate kvt_decode_batch (b, a, c) and kvt_decode_runs (c, a, b) with b freed at step 3 and a new lane d
+// prefilling beside a's step 4, its step rows from then on. out: a's logits [N_STEP, n_vocab].
+static kvt_status busy(const kvt_model *m, const kvt_context_params *cp, const lane *la, const lane *lb, const lane *lc,
+                       const lane *ld, float *out, int64_t *sel_a, int64_t *steps_a, int64_t *steps_c, kvt_err *err) {
+    const int32_t V = m->hp.n_vocab;
+    kvt_context *ctx = NULL;
+    int32_t a = -1, b = -1, c = -1, d = -1;
+    kvt_status st = kvt_context_init(m, cp, &ctx, err);
+    if (!st) st = seq_new(ctx, &b, err);
+    if (!st) st = kvt_decode_seq(ctx, b, lb->prompt, lb->n_prompt, false, err);
+    if (!st) st = seq_new(ctx, &a, err);
+    if (!st) st = seq_new(ctx, &c, err);
+    if (!st) {
+        const kvt_batch_run r[2] = {{c, lc->prompt, lc->n_prompt, false, true}, {a, la->prompt, la->n_prompt, false, true}};
+        st = kvt_decode_runs(ctx, r, 2, err);
+    }
+    int dj = 0; // steps d has decoded
+    for (int j = 0; !st && j < N_STEP; j++) {
+        if (j == 3) kvt_context_seq_free(ctx, b), b = -1;
+        if (j == 4 && !(st = seq_new(ctx, &d, err))) {
+            const kvt_batch_run r[3] = {{a, &la->step[j], 1, true, false}, {d, ld->prompt, ld->n_prompt, false, true}, {c, &lc->step[j], 1, false, false}};
+            st = kvt_decode_runs(ctx, r, 3, err);
+            if (!st) memcpy(out + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+            continue;
+        }
+        if (j % 2 == 0) {
+            int32_t seqs[3], toks[3];
+            int n = 0, ia = 0;
+            if (b >= 0) seqs[n] = b, toks[n++] = lb->step[j];
+            ia = n, seqs[n] = a, toks[n++] = la->step[j];
+            seqs[n] = c, toks[n++] = lc->step[j];
+            if (d >= 0) seqs[n] = d, toks[n++] = ld->step[dj++];
+            st = kvt_decode_batch(ctx, seqs, toks, n, err);
+            if (!st) memcpy(out + (int64_t)j * V, kvt_context_logits(ctx) + (int64_t)ia * V, (size_t)V * sizeof(float));
+        } else {
+            kvt_batch_run r[4];
+            int n = 0;
+            r[n++] = (kvt_batch_run){c, &lc->step[j], 1, true, false};
+            r[n++] = (kvt_batch_run){a, &la->step[j], 1, true, false};
+            if (b >= 0) r[n++] = (kvt_batch_run){b, &lb->step[j], 1, true, false};
+            if (d >= 0) r[n++] = (kvt_batch_run){d, &ld->step[dj++], 1, true, false};
+            st = kvt_decode_runs(ctx, r, n, err);
+            if (!st) memcpy(out + (int64_t)j * V, kvt_context_logits(ctx) + V, (size_t)V * sizeof(float));
+        }
+    }
+    if (!st) {
+        *sel_a = selected(ctx, a, steps_a);
+        int64_t sc = 0;
+        selected(ctx, c, &sc);
+        *steps_c = sc;
+    }
+    kvt_context_free(ctx);
+    return st;
+}
+
+typedef struct {
+    const char *name;
+    kvt_sparse_mode mode;
+    bool sync;
+    double rerank, fallback;
+    bool tiers; // a small fast tier over a host tier (the worker prefetches every sequence's blocks)
+} config;
+
+static kvt_context_params config_params(const kvt_model *m, const config *cf) {
+    kvt_context_params cp = base_params(cf->mode);
+    cp.sparse.sync = cf->sync;
+    cp.sparse.rerank = cf->rerank;
+    cp.sparse.fallback = cf->fallback;
+    if (cf->tiers) {
+        cp.sparse.seqs = 4;
+        kvt_sparse_dims d = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, cp.n_ctx, 2,
+                             KVT_TYPE_F16, {0}, true};
+        const int64_t blk = block_bytes(m, cp.kv_block);
+        cp.kv_fast_bytes = kvt_sparse_summary_bytes(&cp.sparse, &d) + 6 * blk;
+        cp.kv_host_bytes = 8 << 20;
+        cp.kv_prefetch = 1;
+    }
+    return cp;
+}
+
+static void test_batch_independence(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V;
+    float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    lane la, lb, lc, ld;
+    lane_make(&la, 40, 0, V);
+    lane_make(&lb, 29, 1, V);
+    lane_make(&lc, 51, 2, V);
+    lane_make(&ld, 23, 3, V);
+    const config cfs[] = {
+        {"oracle", KVT_SPARSE_ORACLE, false, 0, 0, false},
+        {"quest", KVT_SPARSE_QUEST, false, 0, 0, false},
+        {"asyncspade (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false},
+        {"asyncspade (inline)", KVT_SPARSE_ASYNCSPADE, true, 0, 0, false},
+        {"asyncspade re-rank 2 + fallback 0.5", KVT_SPARSE_ASYNCSPADE, false, 2.0, 0.5, false},
+        {"asyncspade (worker) over a small fast tier", KVT_SPARSE_ASYNCSPADE, false, 0, 0, true},
+        {"quest over a small fast tier", KVT_SPARSE_QUEST, false, 0, 0, true},
+    };
+    for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) {
+        const kvt_context_params cp = config_params(m, &cfs[i]);
+        kvt_err err = {0};
+        int64_t sel = 0, steps = 0, steps_c = 0;
+        kvt_status st = alone(m, &cp, &la, 0, ref, &err);
+        if (!st) st = busy(m, &cp, &la, &lb, &lc, &ld, got, &sel, &steps, &steps_c, &err);
+        const int64_t want = (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12;
+        char name[200];
+        snprintf(name, sizeof name, "sparse_seq: %s: a sequence in a changing batch = alone, bit for bit; every sequence sparse",
+                 cfs[i].name);
+        test_result(!st && same(ref, got, n) && steps == N_STEP && sel == want && steps_c == N_STEP, name,
+                    "%s (steps %lld, selected %lld of %lld, other sequence's steps %lld)",
+                    st ? err.msg : same(ref, got, n) ? "counts" : "logits differ", (long long)steps, (long long)sel,
+                    (long long)want, (long long)steps_c);
+    }
+    // --sparse off: the batched run is still the dense one (sequences beside each other change nothing)
+    kvt_context_params cp = base_params(KVT_SPARSE_OFF);
+    kvt_err err = {0};
+    int64_t sel = 0, steps = 0, steps_c = 0;
+    kvt_status st = alone(m, &cp, &la, 0, ref, &err);
+    if (!st) {
+        kvt_context *ctx = NULL;
+        st = kvt_context_init(m, &cp, &ctx, &err);
+        if (!st && kvt_context_sparse(ctx)) st = KVT_ERR_INVALID_ARG;
+        kvt_context_free(ctx);
+    }
+    if (!st) {
+        kvt_context_params cs = base_params(KVT_SPARSE_ORACLE);
+        cs.sparse.budget = 96; // the budget covers every position: the dense path
+        st = busy(m, &cs, &la, &lb, &lc, &ld, got, &sel, &steps, &steps_c, &err);
+    }
+    test_result(!st && same(ref, got, n), "sparse_seq: oracle with budget >= context in a batch = --sparse off alone, bit for bit",
+                "%s", st ? err.msg : "logits differ");
+    free(ref);
+    free(got);
+}
+
+// Parent decodes a's prompt and 3 steps, the child forks; then parent and child decode side by side (the
+// child a's steps 3.., the parent b's). The child = lane a alone.
+static void test_fork(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V;
+    float *ref = malloc((size_t)n * 4), *got = calloc((size_t)n, 4);
+    lane la, lb;
+    lane_make(&la, 37, 0, V);
+    lane_make(&lb, 37, 5, V);
+    const config cfs[] = {
+        {"quest", KVT_SPARSE_QUEST, false, 0, 0, false},
+        {"asyncspade (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false},
+        {"asyncspade (inline)", KVT_SPARSE_ASYNCSPADE, true, 0, 0, false},
+        {"oracle", KVT_SPARSE_ORACLE, false, 0, 0, false},
+    };
+    for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) {
+        const kvt_context_params cp = config_params(m, &cfs[i]);
+        kvt_err err = {0};
+        kvt_status st = alone(m, &cp, &la, 0, ref, &err);
+        kvt_context *ctx = NULL;
+        int32_t p = -1, c = -1;
+        if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+        if (!st) st = seq_new(ctx, &p, &err);
+        if (!st) st = kvt_decode_seq(ctx, p, la.prompt, la.n_prompt, false, &err);
+        for (int j = 0; !st && j < 3; j++) {
+            st = kvt_decode_seq(ctx, p, &la.step[j], 1, false, &err);
+            if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+        }
+        if (!st) st = kvt_context_seq_fork(ctx, p, &c, &err);
+        for (int j = 3; !st && j < N_STEP; j++) {
+            const int32_t seqs[2] = {p, c}, toks[2] = {lb.step[j], la.step[j]};
+            st = kvt_decode_batch(ctx, seqs, toks, 2, &err);
+            if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx) + V, (size_t)V * sizeof(float));
+        }
+        kvt_context_free(ctx);
+        char name[160];
+        snprintf(name, sizeof name, "sparse_seq: %s: a fork decodes as the same tokens alone, bit for bit", cfs[i].name);
+        test_result(!st && same(ref, got, n), name, "%s", st ? err.msg : "logits differ");
+    }
+    free(ref);
+    free(got);
+}
+
+// Blocks of lane a's prompt pushed by reference into a new sequence (the prefix cache's way: no attention
+// call sees their keys), the rest of the prompt prefilled: = a alone with the same split.
+static void test_pushed_blocks(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V, split = 32;
+    float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    int64_t *ids = malloc((size_t)m->hp.n_layer * m->hp.n_head_kv * sizeof *ids);
+    lane la;
+    lane_make(&la, 40, 0, V);
+    const config cfs[] = {
+        {"quest", KVT_SPARSE_QUEST, false, 0, 0, false},
+        {"asyncspade (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false},
+    };
+    for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) {
+        const kvt_context_params cp = config_params(m, &cfs[i]);
+        kvt_err err = {0};
+        kvt_status st = alone(m, &cp, &la, split, ref, &err);
+        kvt_context *ctx = NULL;
+        int32_t a = -1, b = -1;
+        if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+        if (!st) st = seq_new(ctx, &a, &err);
+        if (!st) st = kvt_decode_seq(ctx, a, la.prompt, split, false, &err);
+        if (!st) st = seq_new(ctx, &b, &err);
+        for (int64_t blk = 0; !st && blk < split / cp.kv_block; blk++) {
+            st = kvt_kv_paged_block_ref(kvt_context_kv(ctx), a, blk, ids, &err);
+            if (!st) st = kvt_kv_paged_seq_push_ref(kvt_context_kv(ctx), b, blk, ids, &err);
+            kvt_kv_paged_block_unref(kvt_context_kv(ctx), ids);
+        }
+        if (!st) st = kvt_context_seq_set_n_past(ctx, b, split, &err);
+        if (!st) kvt_context_seq_free(ctx, a);
+        if (!st) st = kvt_decode_seq(ctx, b, la.prompt + split, la.n_prompt - split, false, &err);
+        for (int j = 0; !st && j < N_STEP; j++) {
+            st = kvt_decode_seq(ctx, b, &la.step[j], 1, false, &err);
+            if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+        }
+        kvt_context_free(ctx);
+        char name[160];
+        snprintf(name, sizeof name, "sparse_seq: %s: keys pushed by reference are read back into the summaries (= prefilled), bit for bit",
+                 cfs[i].name);
+        test_result(!st && same(ref, got, n), name, "%s", st ? err.msg : "logits differ");
+    }
+    free(ids);
+    free(ref);
+    free(got);
+}
+
+// A prompt in parts (the last of one token, as a prompt cache's remainder or a scheduler's chunk leaves it) attends
+// as in one call: prompt tokens are dense whatever the call's size (kvt_decode_prompt).
+static void test_prompt_parts(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V;
+    float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    lane la;
+    lane_make(&la, 40, 0, V);
+    const kvt_sparse_mode modes[] = {KVT_SPARSE_QUEST, KVT_SPARSE_ASYNCSPADE};
+    bool ok = true;
+    kvt_err err = {0};
+    for (int mi = 0; ok && mi < 2; mi++) {
+        const kvt_context_params cp = base_params(modes[mi]);
+        ok = !alone(m, &cp, &la, 0, ref, &err) && !alone(m, &cp, &la, la.n_prompt - 1, got, &err) && same(ref, got, n);
+    }
+    test_result(ok, "sparse_seq: a prompt whose last part is one token (kvt_decode_prompt) = the prompt in one call, bit for bit",
+                "%s", err.msg[0] ? err.msg : "logits differ");
+    free(ref);
+    free(got);
+}
+
+// Quest: decode a's steps, truncate in mid-page, decode b's steps from there: = a sequence that decoded a's
+// kept steps then b's alone (the open page's bounds are rebuilt from the keys kept, not widened by the ones
+// dropped); the records of the dropped steps go.
+static void test_truncate(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V;
+    const int keep = 2; // positions 41 + 2 = 43: mid-page (page 4)
+    float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    lane la, lb, lab;
+    lane_make(&la, 41, 0, V);
+    lane_make(&lb, 41, 4, V);
+    lab = la;
+    for (int j = keep; j < N_STEP; j++) lab.step[j] = lb.step[j];
+    kvt_context_params cp = base_params(KVT_SPARSE_QUEST);
+    kvt_err err = {0};
+    kvt_status st = alone(m, &cp, &lab, 0, ref, &err);
+    kvt_context *ctx = NULL;
+    int32_t a = -1;
+    if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+    if (!st) st = seq_new(ctx, &a, &err);
+    if (!st) st = kvt_decode_seq(ctx, a, la.prompt, la.n_prompt, false, &err);
+    for (int j = 0; !st && j < N_STEP; j++) {
+        st = kvt_decode_seq(ctx, a, &la.step[j], 1, false, &err);
+        if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
+    const bool first_differs = !st && !same(ref + (int64_t)keep * V, got + (int64_t)keep * V, (int64_t)(N_STEP - keep) * V);
+    if (!st) kvt_context_seq_truncate(ctx, a, la.n_prompt + keep);
+    int64_t steps = 0;
+    if (!st) kvt_sparse_steps(kvt_context_sparse(ctx), a, &steps);
+    for (int j = keep; !st && j < N_STEP; j++) {
+        st = kvt_decode_seq(ctx, a, &lb.step[j], 1, false, &err);
+        if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
+    kvt_context_free(ctx);
+    test_result(!st && same(ref, got, n) && steps == keep && first_differs,
+                "sparse_seq: quest after a truncate in mid-page = the kept tokens then the new ones alone, bit for bit; records cut",
+                "%s (records after the truncate %lld)", st ? err.msg : "logits differ", (long long)steps);
+    free(ref);
+    free(got);
+}
+
+// Summary memory: held per sequence as it grows, freed with it; a bounded fast tier reserves seqs sets.
+static void test_summary_budget(const kvt_model *m) {
+    lane la, lb;
+    lane_make(&la, 60, 0, m->hp.n_vocab);
+    lane_make(&lb, 60, 1, m->hp.n_vocab);
+    kvt_context_params cp = base_params(KVT_SPARSE_ASYNCSPADE);
+    kvt_sparse_dims d = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, cp.n_ctx, 2,
+                         KVT_TYPE_F16, {0}, true};
+    const int64_t one = kvt_sparse_summary_bytes(&cp.sparse, &d); // one sequence of n_ctx positions
+    cp.sparse.seqs = 2;
+    const int64_t two = kvt_sparse_summary_bytes(&cp.sparse, &d);
+    cp.sparse.seqs = 0;
+    kvt_err err = {0};
+    kvt_context *ctx = NULL;
+    int32_t a = -1, b = -1;
+    kvt_status st = kvt_context_init(m, &cp, &ctx, &err); // unbounded: no limit, memory follows the sequences
+    if (!st) st = seq_new(ctx, &a, &err);
+    if (!st) st = kvt_decode_seq(ctx, a, la.prompt, la.n_prompt, false, &err);
+    const int64_t h1 = st ? -1 : kvt_sparse_summary_held(kvt_context_sparse(ctx));
+    if (!st) st = kvt_context_seq_fork(ctx, a, &b, &err);
+    const int64_t h2 = st ? -1 : kvt_sparse_summary_held(kvt_context_sparse(ctx));
+    if (!st) kvt_context_seq_free(ctx, a), kvt_context_seq_free(ctx, b);
+    const int64_t h3 = st ? -1 : kvt_sparse_summary_held(kvt_context_sparse(ctx));
+    kvt_context_free(ctx);
+    test_result(!st && two == 2 * one && h1 > 0 && h1 <= one && h2 == 2 * h1 && h3 == 0,
+                "sparse_seq: summaries held grow with the sequences (a fork copies), freed with them; reservation scales with --sparse-seqs",
+                "%s (one %lld, two %lld, held %lld, %lld, %lld)", st ? err.msg : "figures", (long long)one, (long long)two,
+                (long long)h1, (long long)h2, (long long)h3);
+    // bounded: reservation for 1 sequence, a second full one does not fit; for 2 it does
+    const int64_t blk = block_bytes(m, cp.kv_block);
+    for (int seqs = 1; seqs <= 2; seqs++) {
+        cp.sparse.seqs = seqs;
+        cp.kv_fast_bytes = kvt_sparse_summary_bytes(&cp.sparse, &d) + 8 * blk;
+        cp.kv_host_bytes = 8 << 20;
+        ctx = NULL;
+        st = kvt_context_init(m, &cp, &ctx, &err);
+        if (!st) st = seq_new(ctx, &a, &err);
+        if (!st) st = kvt_decode_seq(ctx, a, la.prompt, la.n_prompt, false, &err);
+        if (!st) st = seq_new(ctx, &b, &err);
+        if (!st) st = kvt_decode_seq(ctx, b, lb.prompt, lb.n_prompt, false, &err);
+        for (int j = 0; !st && j < N_STEP; j++) {
+            const int32_t seqs2[2] = {a, b}, toks[2] = {la.step[j], lb.step[j]};
+            st = kvt_decode_batch(ctx, seqs2, toks, 2, &err);
+        }
+        const int64_t held = ctx ? kvt_sparse_summary_held(kvt_context_sparse(ctx)) : -1;
+        kvt_context_free(ctx);
+        if (seqs == 1) {
+            test_result(st == KVT_ERR_BUDGET && strstr(err.msg, "--sparse-seqs"),
+                        "sparse_seq: summaries past the --kv-fast reservation are refused, naming --sparse-seqs", "status %d: %s",
+                        st, err.msg);
+        } else {
+            test_result(!st && held <= kvt_sparse_summary_bytes(&cp.sparse, &d),
+                        "sparse_seq: two sequences fit a reservation for two", "%s (held %lld)", st ? err.msg : "over",
+                        (long long)held);
+        }
+    }
+}
+
+// Beam search under sparse attention: every schedule (batched or not) keeps the beams of layerwise, bit for bit.
+static void test_beam(const kvt_model *m) {
+    const kvt_sparse_mode modes[] = {KVT_SPARSE_QUEST, KVT_SPARSE_ASYNCSPADE};
+    for (int mi = 0; mi < 2; mi++) {
+        for (int batched = 0; batched < 2; batched++) {
+            kvt_beam_result ref = {0}, r = {0};
+            bool ok = true;
+            char why[KVT_ERR_MSG_MAX + 64] = "";
+            for (int s = 0; ok && s < KVT_BEAM_SCHED_COUNT; s++) {
+                kvt_context_params cp = base_params(modes[mi]);
+                cp.n_ctx = 64;
+                cp.sparse.budget = 10;
+                kvt_beam_params bp = kvt_beam_params_default();
+                bp.n_beams = 3;
+                bp.width = 2;
+                bp.step = 4;
+                bp.n_tokens = 12;
+                bp.batched = batched;
+                bp.stop_at_eog = false;
+                bp.schedule = (kvt_beam_sched)s;
+                bp.fast_budget = 6 * block_bytes(m, cp.kv_block); // a step's continuations go in several groups
+                int32_t prompt[20];
+                for (int i = 0; i < 20; i++) prompt[i] = 1 + (i * 53) % (m->hp.n_vocab - 1);
+                kvt_context *ctx = NULL;
+                kvt_err err = {0};
+                kvt_status st = kvt_context_init(m, &cp, &ctx, &err);
+                kvt_beam_result *o = s == 0 ? &ref : &r;
+                if (!st) st = kvt_beam_run(ctx, &bp, prompt, 20, o, &err);
+                if (!st && kvt_sparse_summary_held(kvt_context_sparse(ctx)) != 0) {
+                    st = kvt_errorf(&err, KVT_ERR_INVALID_ARG, "%lld summary bytes held after the search",
+                                    (long long)kvt_sparse_summary_held(kvt_context_sparse(ctx)));
+                }
+                kvt_context_free(ctx);
+                if (st) {
+                    ok = false;
+                    snprintf(why, sizeof why, "%s: %s", kvt_beam_sched_name(bp.schedule), err.msg);
+                } else if (s > 0) {
+                    bool many = false;
+                    for (int32_t i = 0; i < r.n_steps; i++) many |= r.groups_per_step[i] > 1;
+                    ok = r.n_beams == ref.n_beams && many;
+                    for (int32_t i = 0; ok && i < r.n_beams; i++) {
+                        ok = r.beams[i].n == ref.beams[i].n && r.beams[i].score == ref.beams[i].score &&
+                             !memcmp(r.beams[i].ids, ref.beams[i].ids, (size_t)r.beams[i].n * sizeof(int32_t));
+                    }
+                    if (!ok) snprintf(why, sizeof why, "%s: beams differ from layerwise (or one group per step)", kvt_beam_sched_name(bp.schedule));
+                    kvt_beam_result_free(&r);
+                }
+            }
+            kvt_beam_result_free(&ref);
+            char name[160];
+            snprintf(name, sizeof name, "sparse_seq: beam (%s) under %s: every schedule keeps layerwise's beams, bit for bit",
+                     batched ? "batched" : "one by one", kvt_sparse_mode_name(modes[mi]));
+            test_result(ok, name, "%s", why);
+        }
+    }
+}
+
+void test_sparse_seq(const test_env *env) {
+    char path[512];
+    if (!test_data(env, "qwen3-tiny.gguf", path, sizeof path)) {
+        test_skip("sparse_seq", test_data_missing(env, "qwen3-tiny.gguf"));
+        return;
+    }
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    if (kvt_model_load(path, false, &m, &err)) {
+        test_result(false, "sparse_seq: load qwen3-tiny", "%s", err.msg);
+        return;
+    }
+    test_batch_independence(m);
+    test_fork(m);
+    test_pushed_blocks(m);
+    test_prompt_parts(m);
+    test_truncate(m);
+    test_summary_budget(m);
+    test_beam(m);
+    kvt_model_free(m);
+}
