@@ -117,9 +117,9 @@ def passkey_prompt(n_words_target, depth, key):
 
 
 def run_passkey(args):
-    """Passkey retrieval. Per (length, depth) the filler up to the question is prefilled once, densely, and saved
-    (--kv-save); every mode (dense too) restores it (--kv-load) and decodes the question one token at a time
-    (--ubatch 1), so that each token after the filler, the question's included, attends under the mode."""
+    """Passkey retrieval. Per (length, depth) the filler up to the question is prefilled once and saved (--kv-save);
+    every mode (dense too) restores it (--kv-load), prefills the question (prompt tokens attend densely in every
+    mode) and generates the answer, whose tokens attend under the mode."""
     import os
     import tempfile
     rnd = random.Random(7)
@@ -138,8 +138,8 @@ def run_passkey(args):
             kvtier(args, ["generate", "-m", args.model, "-f", pre_f, "-n", "1", "--temp", "0", "--json", "--kv-save", sess]
                    + ctx)
             for mode in ["off"] + MODES:
-                kv = ["generate", "-m", args.model, "-f", full_f, "-n", "8", "--temp", "0", "--json", "--kv-load", sess,
-                      "--ubatch", "1"] + ctx + sparse_flags(mode, args.budget)
+                kv = ["generate", "-m", args.model, "-f", full_f, "-n", "8", "--temp", "0", "--json", "--kv-load", sess] \
+                    + ctx + sparse_flags(mode, args.budget)
                 r, sec = kvtier(args, kv)
                 ok = str(key) in r["text"]  # the generated text
                 gen = r["text"][-60:].replace("\n", " ")
