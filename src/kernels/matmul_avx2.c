@@ -204,47 +204,56 @@ INLINE __m256 load_scales8(const char *blk, size_t bs, size_t off) {
 // q4_1 in llama.cpp's order (ggml_vec_dot_q4_1_q8_1 on x86, 8 lanes on every ISA): per token one accumulator,
 // acc = fma(dx * dy, float(i32 lanes of the block), acc) block by block, and the m * s terms in a scalar FMA
 // chain; Y = hsum(acc) + chain. The prepared row keeps its blocks in order (no pairing).
-INLINE void q4_1_row(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+// RR (1 or 2) consecutive rows x, x + wrs against NT prepared rows: RR * NT independent chains.
+INLINE void q4_1_rr(int64_t n, const char *x, size_t wrs, int RR, const char *P, size_t prs, int NT, float *Y,
+                    int64_t ldy) {
     const size_t bs = sizeof(kvt_block_q4_1);
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
     const float *pd[X32_NT], *pc[X32_NT];
     const int8_t *pq[X32_NT];
-    __m256 acc[X32_NT];
-    float ms[X32_NT];
+    __m256 acc[2][X32_NT];
+    float ms[2][X32_NT];
     UNROLL for (int t = 0; t < NT; t++) {
         pd[t] = (const float *)(P + t * prs);
         pc[t] = pd[t] + nbp;
         pq[t] = (const int8_t *)(pc[t] + nbp);
-        acc[t] = _mm256_setzero_ps();
-        ms[t] = 0.0f;
+        UNROLL for (int r = 0; r < RR; r++) acc[r][t] = _mm256_setzero_ps(), ms[r][t] = 0.0f;
     }
     // 8 blocks at a time: their scales dx, mins m and products D = dx * dy as vectors first (the same
     // roundings as one by one), then the blocks in order
     for (int64_t g = 0; g < nb; g += 8) {
-        const char *blk = x + g * bs;
         const int gn = nb - g < 8 ? (int)(nb - g) : 8;
-        float mx[8] __attribute__((aligned(32))), D[X32_NT][8] __attribute__((aligned(32)));
-        __m256 dx;
-        if (gn == 8) {
-            dx = load_scales8(blk, bs, 0);
-            _mm256_store_ps(mx, load_scales8(blk, bs, 2));
-        } else {
-            float d8[8] = {0};
-            for (int k = 0; k < gn; k++) d8[k] = _cvtsh_ss(ld16(blk + k * bs)), mx[k] = _cvtsh_ss(ld16(blk + k * bs + 2));
-            dx = _mm256_loadu_ps(d8);
+        float mx[2][8] __attribute__((aligned(32))), D[2][X32_NT][8] __attribute__((aligned(32)));
+        UNROLL for (int r = 0; r < RR; r++) {
+            const char *blk = x + r * wrs + g * bs;
+            __m256 dx;
+            if (gn == 8) {
+                dx = load_scales8(blk, bs, 0);
+                _mm256_store_ps(mx[r], load_scales8(blk, bs, 2));
+            } else {
+                float d8[8] = {0};
+                for (int k = 0; k < gn; k++) d8[k] = _cvtsh_ss(ld16(blk + k * bs)), mx[r][k] = _cvtsh_ss(ld16(blk + k * bs + 2));
+                dx = _mm256_loadu_ps(d8);
+            }
+            UNROLL for (int t = 0; t < NT; t++) _mm256_store_ps(D[r][t], _mm256_mul_ps(dx, _mm256_loadu_ps(pd[t] + g)));
         }
-        UNROLL for (int t = 0; t < NT; t++) _mm256_store_ps(D[t], _mm256_mul_ps(dx, _mm256_loadu_ps(pd[t] + g)));
         UNROLL for (int k = 0; k < 8; k++) {
             if (k >= gn) break;
-            const __m256i u = blk_u8(blk + k * bs, WT_Q4_1);
+            __m256i u[2];
+            UNROLL for (int r = 0; r < RR; r++) u[r] = blk_u8(x + r * wrs + (g + k) * bs, WT_Q4_1);
             UNROLL for (int t = 0; t < NT; t++) {
-                const __m256i p = blk_dot_u8(u, pq[t] + 32 * (g + k));
-                acc[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&D[t][k]), _mm256_cvtepi32_ps(p), acc[t]);
-                ms[t] = fmaf(mx[k], pc[t][g + k], ms[t]);
+                UNROLL for (int r = 0; r < RR; r++) {
+                    const __m256i p = blk_dot_u8(u[r], pq[t] + 32 * (g + k));
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&D[r][t][k]), _mm256_cvtepi32_ps(p), acc[r][t]);
+                    ms[r][t] = fmaf(mx[r][k], pc[t][g + k], ms[r][t]);
+                }
             }
         }
     }
-    UNROLL for (int t = 0; t < NT; t++) Y[t * ldy] = kvt_hsum8(acc[t]) + ms[t];
+    UNROLL for (int t = 0; t < NT; t++) UNROLL for (int r = 0; r < RR; r++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) + ms[r][t];
+}
+INLINE void q4_1_row(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+    q4_1_rr(n, x, 0, 1, P, prs, NT, Y, ldy);
 }
 
 
@@ -361,7 +370,26 @@ INLINE void prefetch_row(const char *p, size_t bytes) {
     }
 DEFINE_X32_ROWS(q4_0, WT_Q4_0)
 #ifndef KVT_SIMD_AVX512 // AVX-512: q4_1_rows512 below
-DEFINE_X32_ROWS(q4_1, WT_Q4_1)
+// q4_1: two rows per call (twice the independent FMA chains), an odd last row alone
+static void q4_1_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, int nt, float *Y,
+                      int64_t ldy, void *scratch) {
+    (void)scratch;
+    const char *w = W;
+    for (int64_t r = 0; r < nr; r += 2) {
+        const int rr = r + 1 < nr ? 2 : 1;
+        if (nt == 1 && r + 2 + X32_AHEAD < nr) prefetch_row(w + (r + 2 + X32_AHEAD) * wrs, 2 * wrs);
+        switch (nt * 2 + rr - 3) { // (nt, rr) -> 0 .. 7
+        case 0: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy); break;
+        case 1: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 1, Y + r, ldy); break;
+        case 2: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 2, Y + r, ldy); break;
+        case 3: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 2, Y + r, ldy); break;
+        case 4: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 3, Y + r, ldy); break;
+        case 5: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 3, Y + r, ldy); break;
+        case 6: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 4, Y + r, ldy); break;
+        default: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 4, Y + r, ldy); break;
+        }
+    }
+}
 #endif
 DEFINE_X32_ROWS(q8_0, WT_Q8_0)
 DEFINE_X32_ROWS(q5_0, WT_Q5_0)
