@@ -467,6 +467,180 @@ static void test_softmax_tile(void) {
     CHECK("softmax_tile", bad == 0, "%d mismatches", bad);
 }
 
+// kvt_attn_merge_f16 against a plain transcription of llama.cpp's CPU flash-attention step for an F16 V
+// (ggml_compute_forward_flash_attn_ext_f16_one_chunk; on AVX512-FP16 CPUs with the first hdv & ~127 columns in
+// f16 arithmetic), bit for bit, on the scalar code and on this CPU's SIMD,
+// over tiles that cross KVT_MERGE_ROWS, column counts with partial vectors, and a state carried between calls;
+// and close to the dense f64 softmax.
+// d rounded once to f16 (nearest even; d exact in double for the values used here)
+static float round_f16_d(double d) {
+    if (d == 0 || !isfinite(d)) return (float)d;
+    int e;
+    frexp(d, &e);                          // |d| in [2^(e-1), 2^e)
+    const double q = ldexp(1.0, (e - 1 >= -14 ? e - 1 : -14) - 10); // f16 quantum at d (subnormals: 2^-24)
+    const double r = nearbyint(d / q) * q;
+    return fabs(r) > 65504.0 ? (float)copysign(INFINITY, r) : (float)r;
+}
+
+// np: the columns llama.cpp's AVX512-FP16 build accumulates in f16 arithmetic (one rounding per operation,
+// the factors rounded to f16 first); the others in f32 then rounded to f16.
+static void attn_merge_ref(const float *s, int64_t n, const uint16_t *v, int64_t hdv, float *m, float *l, float *o, int64_t np) {
+    for (int64_t r = 0; r < n; r++) {
+        float ms = 1.0f, vs = 1.0f;
+        if (s[r] > *m) {
+            const float old = *m;
+            *m = s[r];
+            ms = expf(old - *m);
+            const float msh = kvt_f16_to_f32(kvt_f32_to_f16(ms));
+            for (int64_t k = 0; k < hdv; k++) o[k] = k < np ? round_f16_d((double)o[k] * msh) : kvt_f16_to_f32(kvt_f32_to_f16(o[k] * ms));
+        } else {
+            vs = expf(s[r] - *m);
+        }
+        const float vsh = kvt_f16_to_f32(kvt_f32_to_f16(vs));
+        for (int64_t k = 0; k < hdv; k++) {
+            const float x = kvt_f16_to_f32(v[r * hdv + k]);
+            o[k] = k < np ? round_f16_d((double)x * vsh + o[k]) : kvt_f16_to_f32(kvt_f32_to_f16(fmaf(x, vs, o[k])));
+        }
+        *l = fmaf(*l, ms, vs);
+    }
+}
+
+static void test_attn_merge_f16(void) {
+    // llama.cpp's AVX512-FP16 path (see quant_avx2.c): this CPU's SIMD kernels take it when it has the instructions
+    const int fp16 = kvt_kernels_isa() == KVT_ISA_AVX512 && __builtin_cpu_supports("avx512fp16");
+    enum { NMAX = 150, DMAX = 136 };
+    static uint16_t v[NMAX * DMAX];
+    static float s[NMAX], o_ref[DMAX], o_sc[DMAX], o_simd[DMAX];
+    static const int64_t dims[] = {64, 128, 136, 5, 72};
+    static const int64_t lens[] = {1, 2, 7, 32, 63, 64, 65, 100, 150};
+    int bad = 0, far = 0;
+    double worst = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int64_t hdv = dims[di], n = lens[li];
+            for (int64_t i = 0; i < n * hdv; i++) v[i] = kvt_f32_to_f16(2.0f * rnd_normal());
+            for (int64_t i = 0; i < n; i++) s[i] = 2.0f * rnd_normal() + 0.02f * (float)i; // new maxima now and then
+            float m[3] = {-INFINITY, -INFINITY, -INFINITY}, l[3] = {0, 0, 0};
+            memset(o_ref, 0, sizeof o_ref), memset(o_sc, 0, sizeof o_sc), memset(o_simd, 0, sizeof o_simd);
+            const int64_t cut = n / 3; // two calls: the state carries over
+            float o_r16[DMAX] = {0}, m16 = -INFINITY, l16 = 0;
+            attn_merge_ref(s, n, v, hdv, &m[0], &l[0], o_ref, 0);
+            attn_merge_ref(s, n, v, hdv, &m16, &l16, o_r16, fp16 ? hdv & ~(int64_t)127 : 0);
+            const kvt_isa isa = kvt_kernels_set_isa(KVT_ISA_SCALAR);
+            kvt_attn_merge_f16(1, s, 0, cut, v, hdv * 2, &m[1], &l[1], o_sc, 0, hdv);
+            kvt_attn_merge_f16(1, s + cut, 0, n - cut, v + cut * hdv, hdv * 2, &m[1], &l[1], o_sc, 0, hdv);
+            kvt_kernels_set_isa(isa);
+            kvt_attn_merge_f16(1, s, 0, cut, v, hdv * 2, &m[2], &l[2], o_simd, 0, hdv);
+            kvt_attn_merge_f16(1, s + cut, 0, n - cut, v + cut * hdv, hdv * 2, &m[2], &l[2], o_simd, 0, hdv);
+            bad += memcmp(o_ref, o_sc, (size_t)hdv * 4) != 0 || memcmp(o_r16, o_simd, (size_t)hdv * 4) != 0;
+            bad += m[0] != m[1] || m[0] != m[2] || l[0] != l[1] || l[0] != l[2];
+            double mx = -INFINITY, sum = 0;
+            for (int64_t i = 0; i < n; i++) mx = fmax(mx, s[i]);
+            for (int64_t k = 0; k < hdv; k++) {
+                double acc = 0;
+                sum = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    const double w = exp((double)s[i] - mx);
+                    acc += w * kvt_f16_to_f32(v[i * hdv + k]);
+                    sum += w;
+                }
+                worst = fmax(worst, fabs(o_simd[k] / l[2] - acc / sum));
+            }
+            far += fabs(l[2] - sum) > 1e-4 * sum;
+        }
+    // several heads over the same V rows in one call: each as if alone
+    for (int nh = 2; nh <= 6; nh += 4)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int64_t hdv = 64, n = lens[li];
+            static float sh[6][NMAX], oh[6][DMAX], o1[DMAX];
+            float mh[6], lh[6];
+            for (int64_t i = 0; i < n * hdv; i++) v[i] = kvt_f32_to_f16(rnd_normal());
+            for (int h = 0; h < nh; h++) {
+                for (int64_t i = 0; i < n; i++) sh[h][i] = 2.0f * rnd_normal();
+                mh[h] = -INFINITY, lh[h] = 0;
+                memset(oh[h], 0, sizeof oh[h]);
+            }
+            kvt_attn_merge_f16(nh, sh[0], NMAX, n, v, hdv * 2, mh, lh, oh[0], DMAX, hdv);
+            for (int h = 0; h < nh; h++) {
+                float m1 = -INFINITY, l1 = 0;
+                memset(o1, 0, sizeof o1);
+                attn_merge_ref(sh[h], n, v, hdv, &m1, &l1, o1, 0);
+                bad += memcmp(o1, oh[h], (size_t)hdv * 4) != 0 || m1 != mh[h] || l1 != lh[h];
+            }
+        }
+    CHECK("attn_merge_f16", bad == 0 && far == 0 && worst < 2e-2,
+          "%d states differ from llama.cpp's steps, %d sums off, max |out - dense softmax| %.3g", bad, far, worst);
+}
+
+// kvt_rope_apply: the same bits on the scalar code (fmaf calls) and this CPU's SIMD build, and the fused
+// rotation x0' = fma(x0, c, -(x1 s)), x1' = fma(x0, s, x1 c) of llama.cpp's CPU build, both pairings.
+static void test_rope_fused(void) {
+    int bad = 0;
+    float cs[128], x[128], y[128], z[128];
+    for (int neox = 0; neox <= 1; neox++)
+        for (int64_t pos = 0; pos < 40; pos += 7) {
+            const kvt_rope_params rp = {128, neox, 10000.0f, 1.0f, NULL};
+            kvt_rope_cache(&rp, pos, cs);
+            for (int i = 0; i < 128; i++) x[i] = y[i] = z[i] = rnd_normal();
+            const kvt_isa isa = kvt_kernels_set_isa(KVT_ISA_SCALAR);
+            kvt_rope_apply(&rp, cs, x);
+            kvt_kernels_set_isa(isa);
+            kvt_rope_apply(&rp, cs, y);
+            for (int i = 0; i < 64; i++) {
+                const int a = neox ? i : 2 * i, b = neox ? i + 64 : 2 * i + 1;
+                const float c = cs[2 * i], s = cs[2 * i + 1], x0 = z[a], x1 = z[b];
+                z[a] = fmaf(x0, c, -(x1 * s));
+                z[b] = fmaf(x0, s, x1 * c);
+            }
+            bad += memcmp(x, y, sizeof x) != 0 || memcmp(x, z, sizeof x) != 0;
+        }
+    CHECK("rope_fused", bad == 0, "%d rotations differ", bad);
+}
+
+// kvt_swiglu_f32 on this CPU's kernels (ggml's vector expf on SIMD ISAs): within 4e-7 relative of the scalar
+// code (libm expf) over inputs from -100 to 100 (the vector expf's range limits inside), and every element's
+// bits independent of where a call's range starts and ends (ranges are split over threads).
+static void test_swiglu(void) {
+    enum { N = 4099 };
+    static float g[N], u[N], a[N], b[N], c[N];
+    for (int i = 0; i < N; i++) g[i] = i < 64 ? -100.0f + 200.0f * (float)i / 63.0f : 6.0f * rnd_normal(), u[i] = rnd_normal();
+    memcpy(a, g, sizeof a), memcpy(b, g, sizeof b), memcpy(c, g, sizeof c);
+    kvt_swiglu_f32(a, u, N);
+    for (int64_t i0 = 0, k = 1; i0 < N; k = k * 7 % 37 + 1) { // pieces of 1..37 elements
+        const int64_t len = i0 + k < N ? k : N - i0;
+        kvt_swiglu_f32(b + i0, u + i0, len);
+        i0 += len;
+    }
+    const kvt_isa isa = kvt_kernels_set_isa(KVT_ISA_SCALAR);
+    kvt_swiglu_f32(c, u, N);
+    kvt_kernels_set_isa(isa);
+    double worst = 0;
+    for (int i = 0; i < N; i++) worst = fmax(worst, fabs((double)a[i] - c[i]) / fmax(fabs((double)c[i]), 1e-30));
+    CHECK("swiglu", memcmp(a, b, sizeof a) == 0 && worst < 4e-7, "split ranges %s, max relative difference to libm %.3g",
+          memcmp(a, b, sizeof a) ? "differ" : "agree", worst);
+}
+
+// kvt_geglu_f32: llama.cpp's f16-tabulated gelu (x rounded to f16, gelu rounded to f16; 0 below -10, x above 10),
+// within f16 rounding of the exact tanh form.
+static void test_geglu(void) {
+    enum { N = 2000 };
+    static float g[N], u[N], x0[N];
+    int bad = 0;
+    double worst = 0;
+    for (int i = 0; i < N; i++) x0[i] = g[i] = i < 40 ? -12.0f + 0.6f * (float)i : 3.0f * rnd_normal(), u[i] = rnd_normal();
+    kvt_geglu_f32(g, u, N);
+    for (int i = 0; i < N; i++) {
+        const float x = x0[i], xh = kvt_f16_to_f32(kvt_f32_to_f16(x));
+        const float gel = 0.5f * xh * (1.0f + tanhf(0.7978845608028654f * xh * fmaf(0.044715f * xh, xh, 1.0f)));
+        const float want = x <= -10.0f ? 0.0f : (x >= 10.0f ? x : kvt_f16_to_f32(kvt_f32_to_f16(gel))) * u[i];
+        bad += memcmp(&want, &g[i], sizeof want) != 0;
+        const double exact = 0.5 * x * (1.0 + tanh(0.7978845608028654 * x * (1.0 + 0.044715 * x * x))) * u[i];
+        worst = fmax(worst, fabs(g[i] - exact) / (fabs(exact) + 1e-3));
+    }
+    CHECK("geglu_f16_table", bad == 0 && worst < 1e-2, // the f16 roundings of input and output
+          "%d values differ from the table's, max relative error %.3g", bad, worst);
+}
+
 int test_kernels_main(void) {
     g_fail = 0;
     printf("# kernels isa: %s\n", kvt_isa_name(kvt_kernels_isa()));
@@ -518,6 +692,10 @@ int test_kernels_main(void) {
     test_vec_mad_rows();
     test_act_quant_llamacpp();
     test_softmax_tile();
+    test_attn_merge_f16();
+    test_rope_fused();
+    test_swiglu();
+    test_geglu();
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,
           "unsupported types must give NULL");

@@ -127,6 +127,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     const kvt_type_ops *qops = kvt_type_ops_get(ops->vec_dot_type);
     const int64_t qrow = (kvt_row_size(ops->vec_dot_type, hd) + 63) / 64 * 64;
     const int64_t vrow = kvt_row_size(kv->type, hdv);
+    const bool f16 = kv->type == KVT_TYPE_F16;
     const int64_t CT = chunk_tiles(T);
     float *s = (float *)J->scratch[thread];       // [nj, qh, T] scores
     float *m = s + nj * qh * T;                   // [nj, qh] running max of the chunk
@@ -219,35 +220,46 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             for (int32_t i = 0; i < qh; i++) {
                 const int64_t ji = j * qh + i;
                 float *si = s + ji * T + x0;
-                float bm = -INFINITY;
-                for (int64_t x = 0; x < cnt - x0; x++) bm = si[x] > bm ? si[x] : bm;
                 float *oi = o + ji * hdv;
-                float mn = bm > m[ji] ? bm : m[ji];
-                float corr = expf(m[ji] - mn);
-                if (corr != 1.0f) {
-                    l[ji] *= corr;
-                    kvt_vec_scale_f32(oi, corr, hdv);
-                }
                 const uint8_t *vb = vbase + (i / qpg) * vhstr;
-                for (int64_t x = 0; x < cnt - x0; x++) { // scores -> weights, in place
-                    si[x] = expf(si[x] - mn);
-                    l[ji] += si[x];
+                float mn = m[ji]; // the running max after the tile (the F16 merge finds its own)
+                if (J->rec || !f16) {
+                    for (int64_t x = 0; x < cnt - x0; x++) mn = si[x] > mn ? si[x] : mn;
                 }
-                kvt_vec_mad_rows(kv->type, oi, vb, vstr, si, cnt - x0, hdv);
-                m[ji] = mn;
                 if (J->rec) { // decode: the tile's weights per block, relative to mn (read only: the result is unchanged)
                     float *r = J->rec + ((int64_t)(h0 + i) * J->n_tiles + tl) * (1 + J->runs);
                     const int64_t bt = kv->block_tokens, ba = pa / bt;
                     r[0] = mn;
                     for (int64_t k = 0; k < J->runs; k++) r[1 + k] = 0.0f;
-                    for (int64_t x = 0; x < cnt - x0; x++) r[1 + (pa + x0 + x) / bt - ba] += si[x];
+                    for (int64_t x = 0; x < cnt - x0; x++) r[1 + (pa + x0 + x) / bt - ba] += expf(si[x] - mn);
                 }
-                if (fold) {
-                    state_fold(fm + ji, fl + ji, fo + ji * hdv, m[ji], l[ji], oi, hdv);
-                    m[ji] = -INFINITY;
-                    l[ji] = 0.0f;
-                    memset(oi, 0, (size_t)hdv * sizeof(float));
+                if (!f16) {
+                    float corr = expf(m[ji] - mn);
+                    if (corr != 1.0f) {
+                        l[ji] *= corr;
+                        kvt_vec_scale_f32(oi, corr, hdv);
+                    }
+                    for (int64_t x = 0; x < cnt - x0; x++) { // scores -> weights, in place
+                        si[x] = expf(si[x] - mn);
+                        l[ji] += si[x];
+                    }
+                    kvt_vec_mad_rows(kv->type, oi, vb, vstr, si, cnt - x0, hdv);
+                    m[ji] = mn;
                 }
+            }
+            // F16 V: llama.cpp's flash attention, position by position with o in f16, the query heads of one KV
+            // head together (they read the same V rows)
+            for (int32_t i = 0; f16 && i < qh; i += qpg) {
+                const int64_t ji = j * qh + i;
+                kvt_attn_merge_f16(qpg, s + ji * T + x0, T, cnt - x0, vbase + (i / qpg) * vhstr, vstr, m + ji, l + ji,
+                                   o + ji * hdv, hdv, hdv);
+            }
+            for (int32_t i = 0; fold && i < qh; i++) {
+                const int64_t ji = j * qh + i;
+                state_fold(fm + ji, fl + ji, fo + ji * hdv, m[ji], l[ji], o + ji * hdv, hdv);
+                m[ji] = -INFINITY;
+                l[ji] = 0.0f;
+                memset(o + ji * hdv, 0, (size_t)hdv * sizeof(float));
             }
         }
     }

@@ -21,6 +21,14 @@
 // all its tokens, folding as it passes chunk ends. A single token on several
 // threads (decode) has its chunks attended as separate tasks and the saved
 // chunk states folded afterwards, with the same operations.
+//
+// Numerics: the queries are rounded to the K dot type (f16 for an F16 cache) and each score is that dot times
+// `scale`. With an F16 V cache a chunk is merged position by position as llama.cpp's CPU flash attention does
+// (kvt_attn_merge_f16: running max, o kept in f16 — on AVX512-FP16 CPUs its first head_dim_v & ~127 columns in
+// f16 arithmetic, as llama.cpp's build for such a CPU does — and ggml's f16 dot order for the scores), so for
+// the same queries and cache a context of up to KVT_ATTN_CHUNK positions gives llama.cpp's output (flash
+// attention on, its default; batches under 64 tokens and decode) bit for bit; the chunk states are folded in
+// f32 (as llama.cpp folds its split-KV partials). Other V types accumulate o in f32 with one max per tile.
 #ifndef KVT_ATTENTION_H
 #define KVT_ATTENTION_H
 

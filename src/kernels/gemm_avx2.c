@@ -12,7 +12,9 @@
 //    hsum(acc0 + acc1) and a scalar tail from the last multiple of 16;
 //  - 32-blocks (matmul_avx2.c x32_row): per group of 8 blocks the scale
 //    products dx*dy as a vector, block k into accumulator k & 1, the offset
-//    terms (q4_0, q4_1) in a third, a scalar tail for the last < 8 blocks;
+//    terms (q4_0) in a third, a scalar tail for the last < 8 blocks; q4_1
+//    (q4_1_row, llama.cpp's order) one accumulator over all blocks and the
+//    m * s terms in a scalar FMA chain;
 //  - K-quants (quant_avx2.c bodies): exact i32 sums per super-block (lanes as
 //    in the GEMV), one fma per super-block, the min term in a scalar.
 // The two parity accumulators of the first two families are independent
@@ -34,6 +36,7 @@
 // a VPDPBUSD, a scale permute, a convert and an FMA, so a tile in their order
 // saves little over them (tried for q8_0: no gain measured).
 #include <immintrin.h>
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -323,7 +326,36 @@ INLINE __m256i x32_dot(x32_w w, __m256i y, int WT) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w.a, s), _mm256_set1_epi16(1));
 }
 
+// q4_1: llama.cpp's order as matmul_avx2.c q4_1_row (one accumulator per output over the blocks in order, the
+// m * s terms in a scalar FMA chain).
+INLINE void q4_1_order_tile(TILE_ARGS, int R, int T) {
+    const size_t bs = sizeof(kvt_block_q4_1), ys = sizeof(kvt_block_q8_1);
+    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
+    __m256 acc[RMAX][TMAX];
+    float ms[RMAX][TMAX];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps(), ms[r][t] = 0;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        x32_w w[RMAX];
+        UNROLL for (int r = 0; r < R; r++) w[r] = x32_decode(W + r * wrs + ib * bs, WT_Q4_1);
+        UNROLL for (int t = 0; t < T; t++) {
+            const float *pd = (const float *)(P + t * ps);
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(X + t * xrs + ib * ys + 4));
+            UNROLL for (int r = 0; r < R; r++) {
+                const float *sd = (const float *)(S + r * ss);
+                const __m256i p = x32_dot(w[r], y, WT_Q4_1);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(sd[ib] * pd[ib]), _mm256_cvtepi32_ps(p), acc[r][t]);
+                ms[r][t] = fmaf(sd[nbp + ib], pd[nbp + ib], ms[r][t]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) + ms[r][t];
+}
+
 INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) {
+    if (WT == WT_Q4_1) {
+        q4_1_order_tile(TILE_PASS, R, T);
+        return;
+    }
     const size_t bs = x32_block_size(WT), ys = WT == WT_Q4_1 ? sizeof(kvt_block_q8_1) : sizeof(kvt_block_q8_0);
     const size_t yo = WT == WT_Q4_1 ? 4 : 2;
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;

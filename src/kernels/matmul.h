@@ -12,10 +12,14 @@
 //     k0 (k0 + 16 <= n): a0 = fma(w[k0..+8], y[k0..+8], a0); a1 = fma(w[k0+8..+16], y[k0+8..+16], a1);
 //     s = hsum(a0 + a1), hsum(v) = ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)); then for the
 //     remaining k ascending: s = s + w[k]*y[k] (rounded product, then sum).
-//   q4_0/q4_1/q5_0/q8_0 (x q8_0/q8_1 blocks of 32): blocks in groups of 8 (g = 0, 8, ...): per group
-//     D[j] = dx[g+j] * dy[g+j] (f32 product), and (q4_0, q5_0, q4_1) cacc = fma(cx[g..g+8], c[g..g+8],
-//     cacc) with c = (-o * dy) * (float)sum(y), o = 8 (q4_0) or 16 (q5_0), or the q8_1 s (q4_1), cx = dx or the min m
-//     (q4_1); per block j of the group in order: p = 8 int32 lanes (lane i: the exact integer dot of
+//   q4_1 (x q8_1 blocks of 32; llama.cpp's own order, ggml_vec_dot_q4_1_q8_1 on x86, on every ISA): one
+//     8-lane accumulator, per block in order: acc = fma(broadcast(dx * dy), float(p), acc) with p the 8 int32
+//     lanes (lane i: the exact integer dot of the block's elements 4i..4i+3), and the min terms in a scalar
+//     chain ms = fma(m, s, ms) (s the q8_1 block's sum term); Y = hsum(acc) + ms.
+//   q4_0/q5_0/q8_0 (x q8_0 blocks of 32): blocks in groups of 8 (g = 0, 8, ...): per group
+//     D[j] = dx[g+j] * dy[g+j] (f32 product), and (q4_0, q5_0) cacc = fma(cx[g..g+8], c[g..g+8],
+//     cacc) with c = (-o * dy) * (float)sum(y), o = 8 (q4_0) or 16 (q5_0), cx = dx;
+//     per block j of the group in order: p = 8 int32 lanes (lane i: the exact integer dot of
 //     the block's elements 4i..4i+3; q4_0/q5_0 dot the stored unsigned value (value + o), the -o is in c),
 //     acc[j & 1] = fma(float(p), broadcast(D[j]), acc[j & 1]); blocks past the
 //     last full group: tail = tail + (dx * dy) * hsum(float(p)), then (not q8_0) tail = tail + cx * c;
@@ -23,7 +27,7 @@
 //   q4_K/q5_K/q6_K (x q8_K, super-blocks of 256): per super-block an exact int32 8-lane sum isum,
 //     acc = fma(float(isum), broadcast(d * dy), acc); q4_K/q5_K also macc = macc + (dmin * dy) *
 //     (float)(exact integer min dot) as scalars; Y = hsum(acc) - macc (q6_K: hsum(acc)).
-//  avx512: the same sources with 16-lane vectors (KVT_SIMD_AVX512 paths of matmul_avx2.c and
+//  avx512: the same sources with 16-lane vectors (q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows
 //   kernel; the old AVX-512 f16/q8_0/K-quant panel tiles sum in another order and are off unless
 //   -DKVT_MM_AVX512_GEMM=1.

@@ -15,10 +15,11 @@
 // [0, 255] against signed activations: dot(w, y) = dot(u, y) - o * sum(y) with
 // o = 8 (q4_0), 16 (q5_0) or 128 (q8_0 on AVX-512), so a block contributes
 //   dx * dy * dot(u, y) + dx * c,   c = -o * dy * sum(y)
-// and q4_1 (x = d*q + m, activations with s = dy * sum(y)) contributes
-//   dx * dy * dot(q, y) + m * s.
-// The second terms are accumulated 8 blocks at a time as vectors.
+// The second terms are accumulated 8 blocks at a time as vectors. q4_1 (x = d*q + m, activations with
+// s = dy * sum(y)) contributes dx * dy * dot(q, y) + m * s and is summed in llama.cpp's order instead
+// (q4_1_row: one 8-lane accumulator, the m * s terms in a scalar chain; matmul.h).
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "fvec_avx.h"
@@ -164,7 +165,7 @@ INLINE void x32_prep(int64_t n, const void *x, void *p, int WT) {
             c[ib] = -(float)(WT == WT_Q4_0 ? 8 : WT == WT_Q5_0 ? 16 : Q8_OFFSET) * d[ib] * (float)sum;
             q = b->qs;
         }
-        if (PAIR_NIBBLES && WT != WT_Q8_0 && ib < nfull) {
+        if (PAIR_NIBBLES && WT != WT_Q8_0 && WT != WT_Q4_1 && ib < nfull) {
             int8_t *pair = qs + 64 * (ib / 2);
             const int o = 16 * (int)(ib & 1);
             memcpy(pair + o, q, 16);
@@ -199,7 +200,68 @@ INLINE __m256 load_scales8(const char *blk, size_t bs, size_t off) {
 #else
 #define X32_NT NTMAX
 #endif
+
+// q4_1 in llama.cpp's order (ggml_vec_dot_q4_1_q8_1 on x86, 8 lanes on every ISA): per token one accumulator,
+// acc = fma(dx * dy, float(i32 lanes of the block), acc) block by block, and the m * s terms in a scalar FMA
+// chain; Y = hsum(acc) + chain. The prepared row keeps its blocks in order (no pairing).
+// RR (1 or 2) consecutive rows x, x + wrs against NT prepared rows: RR * NT independent chains.
+INLINE void q4_1_rr(int64_t n, const char *x, size_t wrs, int RR, const char *P, size_t prs, int NT, float *Y,
+                    int64_t ldy) {
+    const size_t bs = sizeof(kvt_block_q4_1);
+    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
+    const float *pd[X32_NT], *pc[X32_NT];
+    const int8_t *pq[X32_NT];
+    __m256 acc[2][X32_NT];
+    float ms[2][X32_NT];
+    UNROLL for (int t = 0; t < NT; t++) {
+        pd[t] = (const float *)(P + t * prs);
+        pc[t] = pd[t] + nbp;
+        pq[t] = (const int8_t *)(pc[t] + nbp);
+        UNROLL for (int r = 0; r < RR; r++) acc[r][t] = _mm256_setzero_ps(), ms[r][t] = 0.0f;
+    }
+    // 8 blocks at a time: their scales dx, mins m and products D = dx * dy as vectors first (the same
+    // roundings as one by one), then the blocks in order
+    for (int64_t g = 0; g < nb; g += 8) {
+        const int gn = nb - g < 8 ? (int)(nb - g) : 8;
+        float mx[2][8] __attribute__((aligned(32))), D[2][X32_NT][8] __attribute__((aligned(32)));
+        UNROLL for (int r = 0; r < RR; r++) {
+            const char *blk = x + r * wrs + g * bs;
+            __m256 dx;
+            if (gn == 8) {
+                dx = load_scales8(blk, bs, 0);
+                _mm256_store_ps(mx[r], load_scales8(blk, bs, 2));
+            } else {
+                float d8[8] = {0};
+                for (int k = 0; k < gn; k++) d8[k] = _cvtsh_ss(ld16(blk + k * bs)), mx[r][k] = _cvtsh_ss(ld16(blk + k * bs + 2));
+                dx = _mm256_loadu_ps(d8);
+            }
+            UNROLL for (int t = 0; t < NT; t++) _mm256_store_ps(D[r][t], _mm256_mul_ps(dx, _mm256_loadu_ps(pd[t] + g)));
+        }
+        UNROLL for (int k = 0; k < 8; k++) {
+            if (k >= gn) break;
+            __m256i u[2];
+            UNROLL for (int r = 0; r < RR; r++) u[r] = blk_u8(x + r * wrs + (g + k) * bs, WT_Q4_1);
+            UNROLL for (int t = 0; t < NT; t++) {
+                UNROLL for (int r = 0; r < RR; r++) {
+                    const __m256i p = blk_dot_u8(u[r], pq[t] + 32 * (g + k));
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(&D[r][t][k]), _mm256_cvtepi32_ps(p), acc[r][t]);
+                    ms[r][t] = fmaf(mx[r][k], pc[t][g + k], ms[r][t]);
+                }
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) UNROLL for (int r = 0; r < RR; r++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) + ms[r][t];
+}
+INLINE void q4_1_row(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+    q4_1_rr(n, x, 0, 1, P, prs, NT, Y, ldy);
+}
+
+
 INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy, int WT) {
+    if (WT == WT_Q4_1) {
+        q4_1_row(n, x, P, prs, NT, Y, ldy);
+        return;
+    }
     const size_t bs = x32_block_size(WT);
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;
     const float *pd[X32_NT], *pc[X32_NT];
@@ -307,9 +369,163 @@ INLINE void prefetch_row(const char *p, size_t bytes) {
         }                                                                                           \
     }
 DEFINE_X32_ROWS(q4_0, WT_Q4_0)
-DEFINE_X32_ROWS(q4_1, WT_Q4_1)
+#ifndef KVT_SIMD_AVX512 // AVX-512: q4_1_rows512 below
+// q4_1: two rows per call (twice the independent FMA chains), an odd last row alone
+static void q4_1_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, int nt, float *Y,
+                      int64_t ldy, void *scratch) {
+    (void)scratch;
+    const char *w = W;
+    for (int64_t r = 0; r < nr; r += 2) {
+        const int rr = r + 1 < nr ? 2 : 1;
+        if (nt == 1 && r + 2 + X32_AHEAD < nr) prefetch_row(w + (r + 2 + X32_AHEAD) * wrs, 2 * wrs);
+        switch (nt * 2 + rr - 3) { // (nt, rr) -> 0 .. 7
+        case 0: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy); break;
+        case 1: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 1, Y + r, ldy); break;
+        case 2: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 2, Y + r, ldy); break;
+        case 3: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 2, Y + r, ldy); break;
+        case 4: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 3, Y + r, ldy); break;
+        case 5: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 3, Y + r, ldy); break;
+        case 6: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 4, Y + r, ldy); break;
+        default: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 4, Y + r, ldy); break;
+        }
+    }
+}
+#endif
 DEFINE_X32_ROWS(q8_0, WT_Q8_0)
 DEFINE_X32_ROWS(q5_0, WT_Q5_0)
+
+#ifdef KVT_SIMD_AVX512
+// q4_1 on AVX-512: two outputs per zmm (lanes 0-7 and 8-15), each lane doing exactly q4_1_row's operations:
+// two rows against one token (decode) or one row against two tokens. Per 8 blocks the block headers of a row
+// come in one gather: d and m converted 8 at a time, the products D = dx * dy as vectors.
+INLINE void q4_1_hdr8(const char *blk, int gn, __m256 *d, __m256 *m) {
+    const __m256i idx = _mm256_setr_epi32(0, 20, 40, 60, 80, 100, 120, 140);
+    const __m256i h = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), (__mmask8)((1u << gn) - 1u), idx, blk, 1);
+    *d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(h));
+    *m = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(h, 16)));
+}
+// [u(a) | u(b)] of two blocks (u: the 16 low nibbles, then the 16 high ones)
+INLINE __m512i q4_1_u2(const char *ba, const char *bb) {
+    const __m512i a = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ba + 4)));
+    const __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(bb + 4)));
+    const __m512i z = _mm512_mask_blend_epi64(0xF0, a, b);
+    return _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4), _mm512_set1_epi8(0x0F));
+}
+INLINE __m256 hi256(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+INLINE __m512 cat256(__m256 a, __m256 b) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
+}
+
+// Rows xa and xb against one prepared row (decode); the two m * s chains side by side in the lanes of an xmm.
+INLINE void q4_1_2rows(int64_t n, const char *xa, const char *xb, const char *P, float *ya, float *yb) {
+    const size_t bs = sizeof(kvt_block_q4_1);
+    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
+    const float *pd = (const float *)P, *pc = pd + nbp;
+    const int8_t *pq = (const int8_t *)(pc + nbp);
+    __m512 acc = _mm512_setzero_ps();
+    __m128 ms = _mm_setzero_ps(); // lane 0: row a, lane 1: row b
+    for (int64_t g = 0; g < nb; g += 8) {
+        const int gn = nb - g < 8 ? (int)(nb - g) : 8;
+        const char *ga = xa + g * bs, *gb = xb + g * bs;
+        __m256 dxa, mxa, dxb, mxb;
+        float mab[16] __attribute__((aligned(32))); // (m of a, m of b) per block
+        q4_1_hdr8(ga, gn, &dxa, &mxa);
+        q4_1_hdr8(gb, gn, &dxb, &mxb);
+        const __m256 lo = _mm256_unpacklo_ps(mxa, mxb), hi = _mm256_unpackhi_ps(mxa, mxb);
+        _mm256_store_ps(mab, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_store_ps(mab + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+        const __m256 dy = _mm256_loadu_ps(pd + g);
+        const __m512 DD = cat256(_mm256_mul_ps(dxa, dy), _mm256_mul_ps(dxb, dy));
+        UNROLL for (int k = 0; k < 8; k++) {
+            if (k >= gn) break;
+            const __m512i u = q4_1_u2(ga + k * bs, gb + k * bs);
+            const __m512i y = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(pq + 32 * (g + k))));
+            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, y);
+            const __m512 D = _mm512_permutexvar_ps(_mm512_set_epi32(8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k,
+                                                                    k, k, k, k, k, k, k, k), DD);
+            acc = _mm512_fmadd_ps(D, _mm512_cvtepi32_ps(p), acc);
+            ms = _mm_fmadd_ps(_mm_castpd_ps(_mm_load_sd((const double *)(mab + 2 * k))), _mm_set1_ps(pc[g + k]), ms);
+        }
+    }
+    *ya = kvt_hsum8(_mm512_castps512_ps256(acc)) + _mm_cvtss_f32(ms);
+    *yb = kvt_hsum8(hi256(acc)) + _mm_cvtss_f32(_mm_movehdup_ps(ms));
+}
+
+// One row against NT <= X32_NT prepared rows, tokens in pairs (an odd last one paired with itself).
+INLINE void q4_1_row512(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+    const size_t bs = sizeof(kvt_block_q4_1);
+    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
+    const int NP = (NT + 1) / 2;
+    const float *pd[X32_NT], *pc[X32_NT];
+    const int8_t *pq[X32_NT];
+    UNROLL for (int t = 0; t < X32_NT; t++) {
+        const int tt = t < NT ? t : NT - 1;
+        pd[t] = (const float *)(P + tt * prs);
+        pc[t] = pd[t] + nbp;
+        pq[t] = (const int8_t *)(pc[t] + nbp);
+    }
+    __m512 acc[X32_NT / 2];
+    float ms[X32_NT];
+    UNROLL for (int j = 0; j < X32_NT / 2; j++) acc[j] = _mm512_setzero_ps();
+    UNROLL for (int t = 0; t < X32_NT; t++) ms[t] = 0.0f;
+    for (int64_t g = 0; g < nb; g += 8) {
+        const int gn = nb - g < 8 ? (int)(nb - g) : 8;
+        const char *gx = x + g * bs;
+        __m256 dx, mx;
+        float m8[8] __attribute__((aligned(32)));
+        q4_1_hdr8(gx, gn, &dx, &mx);
+        _mm256_store_ps(m8, mx);
+        __m512 DD[X32_NT / 2];
+        UNROLL for (int j = 0; j < NP; j++)
+            DD[j] = cat256(_mm256_mul_ps(dx, _mm256_loadu_ps(pd[2 * j] + g)), _mm256_mul_ps(dx, _mm256_loadu_ps(pd[2 * j + 1] + g)));
+        UNROLL for (int k = 0; k < 8; k++) {
+            if (k >= gn) break;
+            const __m512i u = q4_1_u2(gx + k * bs, gx + k * bs);
+            const __m512i idx = _mm512_set_epi32(8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, 8 + k, k, k, k, k, k, k, k, k);
+            UNROLL for (int j = 0; j < NP; j++) {
+                const __m512i y = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(pq[2 * j] + 32 * (g + k)))),
+                    _mm256_loadu_si256((const __m256i *)(pq[2 * j + 1] + 32 * (g + k))), 1);
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, y);
+                acc[j] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, DD[j]), _mm512_cvtepi32_ps(p), acc[j]);
+            }
+            UNROLL for (int t = 0; t < NT; t++) ms[t] = fmaf(m8[k], pc[t][g + k], ms[t]);
+        }
+    }
+    UNROLL for (int j = 0; j < NP; j++) {
+        Y[2 * j * ldy] = kvt_hsum8(_mm512_castps512_ps256(acc[j])) + ms[2 * j];
+        if (2 * j + 1 < NT) Y[(2 * j + 1) * ldy] = kvt_hsum8(hi256(acc[j])) + ms[2 * j + 1];
+    }
+}
+
+// q4_1 rows: pairs of rows for one token (decode), else one row against all tokens, in pairs.
+static void q4_1_rows512(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, int nt,
+                         float *Y, int64_t ldy, void *scratch) {
+    (void)scratch;
+    const char *w = W, *p = P;
+    int64_t r = 0;
+    if (nt == 1) {
+        for (; r + 2 <= nr; r += 2) {
+            if (r + 2 + X32_AHEAD < nr) prefetch_row(w + (r + 2 + X32_AHEAD) * wrs, 2 * wrs);
+            q4_1_2rows(n, w + r * wrs, w + (r + 1) * wrs, p, Y + r, Y + r + 1);
+        }
+        if (r < nr) q4_1_row(n, w + r * wrs, p, prs, 1, Y + r, ldy);
+        return;
+    }
+    for (; r < nr; r++) {
+        switch (nt) {
+        case 2: q4_1_row512(n, w + r * wrs, p, prs, 2, Y + r, ldy); break;
+        case 3: q4_1_row512(n, w + r * wrs, p, prs, 3, Y + r, ldy); break;
+        case 4: q4_1_row512(n, w + r * wrs, p, prs, 4, Y + r, ldy); break;
+        case 5: q4_1_row512(n, w + r * wrs, p, prs, 5, Y + r, ldy); break;
+        case 6: q4_1_row512(n, w + r * wrs, p, prs, 6, Y + r, ldy); break;
+        case 7: q4_1_row512(n, w + r * wrs, p, prs, 7, Y + r, ldy); break;
+        default: q4_1_row512(n, w + r * wrs, p, prs, 8, Y + r, ldy); break;
+        }
+    }
+}
+#endif
+
 
 // ============================================ K-quant GEMM (AVX-512 VNNI only)
 //
@@ -1013,7 +1229,7 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows MM_GEMM512(, 16, f16_gemm_scratch, f16_gemm) G2(f16)},
     [KVT_TYPE_BF16] = {fp_prep_size, bf16_prep, bf16_rows G2(bf16)},
     [KVT_TYPE_Q4_0] = {x32_prep_size, q4_0_prep, q4_0_rows, .nt_max = X32_NT},
-    [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows, .nt_max = X32_NT},
+    [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows512, .nt_max = X32_NT},
     [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm), .nt_max = X32_NT},
     [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows, .nt_max = X32_NT},
     [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows MM_GEMM512(, 12, kq_scratch, q4_K_gemm), .nt_max = KP_NT,

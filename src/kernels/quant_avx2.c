@@ -12,12 +12,15 @@
 // activation rows NT as a parameter; the dispatchers instantiate NT = 1..4 so
 // that accumulators live in registers.
 #include <immintrin.h>
+#include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "bits_avx2.h"
 #include "f16.h"
 #include "fvec_avx.h"
 #include "quant.h"
+#include "vec.h"
 
 #ifdef KVT_SIMD_AVX512
 #define KVT_TABLE_FN kvt_type_ops_avx512_table
@@ -101,8 +104,22 @@ _Static_assert(NTMAX == 4, "dispatchers instantiate 1..4");
 
 // FV and fv_*: fvec_avx.h (the rows kernels and GEMM tiles reduce with the same operations)
 
+// The horizontal sum of the float dots, as ggml's (GGML_F32x16_REDUCE / GGML_F32x8_REDUCE) ends.
+#ifdef KVT_SIMD_AVX512
+INLINE float dot_hsum(__m512 a) { return _mm512_reduce_add_ps(a); }
+#else
+INLINE float dot_hsum(__m256 a) {
+    const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+#endif
+
 // Float dot bodies: 4 independent accumulators per activation row for NT=1
-// (latency bound otherwise), 2 for larger NT; scalar tail.
+// (latency bound otherwise), 2 for larger NT; tail in double. For NT=1 (every single-row dot, the attention's
+// K.Q among them) the sums are those of ggml's f16 dot on the same vector width (ggml_vec_dot_f16: four
+// accumulators over 4*FV_N-wide steps, reduced (a0 + a2) + (a1 + a3), then across lanes, then the tail's
+// products added in double), so that attention scores are llama.cpp's bits.
 #define DEFINE_FLOAT_BODY(name, ET, LD, CVT)                                                        \
     INLINE void name##_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s,  \
                             int64_t ss) {                                                           \
@@ -123,11 +140,11 @@ _Static_assert(NTMAX == 4, "dispatchers instantiate 1..4");
         }                                                                                           \
         UNROLL for (int t = 0; t < NT; t++) {                                                              \
             const ET *y = ROW(yv, t, ys);                                                           \
-            FV a = acc[t][0];                                                                       \
-            for (int u = 1; u < U; u++) a = fv_add(a, acc[t][u]);                                   \
-            float sum = fv_hsum(a);                                                                 \
-            for (int64_t j = i; j < n; j++) sum += CVT(x[j]) * CVT(y[j]);                           \
-            s[t * ss] = sum;                                                                        \
+            const FV a = U == 4 ? fv_add(fv_add(acc[t][0], acc[t][2]), fv_add(acc[t][1], acc[t][3]))  \
+                                : fv_add(acc[t][0], acc[t][1]);                                     \
+            double sum = dot_hsum(a);                                                               \
+            for (int64_t j = i; j < n; j++) sum += (double)(CVT(x[j]) * CVT(y[j]));                 \
+            s[t * ss] = (float)sum;                                                                 \
         }                                                                                           \
     }
 
@@ -212,25 +229,25 @@ DEFINE_DISPATCH(q5_0)
 
 // ------------------------------------------------ q4_1 (x q8_1 activations)
 
+// llama.cpp's order (ggml_vec_dot_q4_1_q8_1 on x86): one 8-lane accumulator over the blocks in order, the
+// m * s terms in a scalar FMA chain, hsum + that chain at the end (matmul.h).
 INLINE void q4_1_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     const kvt_block_q4_1 *x = xv;
     const int64_t nb = n / KVT_QK;
-    __m256 acc[NTMAX][2];
+    __m256 acc[NTMAX];
     float msum[NTMAX];
-    UNROLL for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps(), msum[t] = 0;
-    int64_t ib = 0;
-    for (; ib < nb; ib++) {
-        const int u = (int)(ib & 1);
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps(), msum[t] = 0;
+    for (int64_t ib = 0; ib < nb; ib++) {
         const __m256i w = unpack_nibbles16(x[ib].qs);
         const float dw = h2f(x[ib].d), mw = h2f(x[ib].m);
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_1 *y = (const kvt_block_q8_1 *)ROW(yv, t, ys) + ib;
             const __m256i p = dot_u8s8(w, loadu256(y->qs));
-            acc[t][u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(y->d)), acc[t][u]);
-            msum[t] += mw * h2f(y->s);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), _mm256_cvtepi32_ps(p), acc[t]);
+            msum[t] = fmaf(mw, h2f(y->s), msum[t]);
         }
     }
-    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = kvt_hsum8(_mm256_add_ps(acc[t][0], acc[t][1])) + msum[t];
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = kvt_hsum8(acc[t]) + msum[t];
 }
 DEFINE_DISPATCH(q4_1)
 
@@ -443,6 +460,198 @@ static void q8_K_from_float(const float *src, void *dst, int64_t n) {
     }
 }
 
+// ------------------------------------------------------------------ SwiGLU
+
+// e^x as llama.cpp's SwiGLU computes it on this ISA (ggml_v_expf, from ARM's optimized-routines): x = n ln2 + b
+// with n = round(x / ln2) (ln2 split in two), e^b by a degree-5 polynomial in b, then scaled by 2^n. The
+// AVX-512 form adds the 1 inside the polynomial and scales with scalef (|n| > 192: 0 or inf); the AVX2 form
+// keeps it out, j = p(b) - 1, and returns 2^n * j + 2^n, with the scale split in two past |n| > 126.
+#define EXP_SHIFT 0x1.8p23f // 1.5 * 2^23: adding it rounds to an integer, kept in the low mantissa bits
+// x = n ln2 + b: declares z (x / ln2 + EXP_SHIFT), n, b and u = b * b, with the vector type V and its operations
+#define EXP_REDUCE(V, FMA, FNMA, SUB, MUL, SET, x)                                                              \
+    const V z = FMA(x, SET(0x1.715476p+0f), SET(EXP_SHIFT));                                                  \
+    const V n = SUB(z, SET(EXP_SHIFT));                                                                       \
+    const V b = FNMA(n, SET(0x1.7f7d1cp-20f), FNMA(n, SET(0x1.62e4p-1f), x));                                 \
+    const V u = MUL(b, b)
+#define EXP_POLY(FMA, SET, b, u, tail) \
+    FMA(FMA(FMA(SET(0x1.0e4020p-7f), b, SET(0x1.573e2ep-5f)), u, FMA(SET(0x1.555e66p-3f), b, SET(0x1.fffdb6p-2f))), u, tail)
+#ifdef KVT_SIMD_AVX512
+#define SWIGLU_FN kvt_swiglu_avx512
+#define SW_V __m512
+#define SW_N 16
+INLINE __m512 exp_ggml(__m512 x) {
+    EXP_REDUCE(__m512, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_sub_ps, _mm512_mul_ps, _mm512_set1_ps, x);
+    const __m512 j = EXP_POLY(_mm512_fmadd_ps, _mm512_set1_ps, b, u,
+                              _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512 r = _mm512_scalef_ps(j, n);
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192.0f), _CMP_GT_OQ);
+    if (!big) return r;
+    const __mmask16 neg = _mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ);
+    return _mm512_mask_blend_ps(big, r, _mm512_mask_blend_ps(neg, _mm512_set1_ps(INFINITY), _mm512_setzero_ps()));
+}
+INLINE __m512 sw_load(const float *p, int64_t c) { return _mm512_maskz_loadu_ps((__mmask16)((1u << c) - 1u), p); }
+INLINE void sw_store(float *p, __m512 v, int64_t c) { _mm512_mask_storeu_ps(p, (__mmask16)((1u << c) - 1u), v); }
+#define sw_ld _mm512_loadu_ps
+#define sw_st _mm512_storeu_ps
+#define sw_set1 _mm512_set1_ps
+#define sw_mul _mm512_mul_ps
+#define sw_add _mm512_add_ps
+#define sw_sub _mm512_sub_ps
+#define sw_div _mm512_div_ps
+#else
+#define SWIGLU_FN kvt_swiglu_avx2
+#define SW_V __m256
+#define SW_N 8
+INLINE __m256 exp_ggml(__m256 x) {
+    EXP_REDUCE(__m256, _mm256_fmadd_ps, _mm256_fnmadd_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_set1_ps, x);
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23); // n in the exponent field
+    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f)))); // 2^n
+    const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 wide = _mm256_cmp_ps(an, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+    const __m256 j = EXP_POLY(_mm256_fmadd_ps, _mm256_set1_ps, b, u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    if (!_mm256_movemask_ps(wide)) return _mm256_fmadd_ps(j, k, k);
+    // 2^n as s1 * s2 (s1 = 2^127 or 2^-125 by the sign of n), or s1 * s1 (0 or inf) past |n| > 192
+    const __m256i gneg = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                          _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(gneg, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, gneg));
+    const __m256 huge = _mm256_cmp_ps(an, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+    const __m256 split = _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1);
+    const __m256 mid = _mm256_blendv_ps(_mm256_fmadd_ps(k, j, k), split, wide);
+    return _mm256_blendv_ps(mid, _mm256_mul_ps(s1, s1), huge);
+}
+INLINE __m256 sw_load(const float *p, int64_t c) {
+    float t[8] = {0};
+    memcpy(t, p, (size_t)c * sizeof(float));
+    return _mm256_loadu_ps(t);
+}
+INLINE void sw_store(float *p, __m256 v, int64_t c) {
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    memcpy(p, t, (size_t)c * sizeof(float));
+}
+#define sw_ld _mm256_loadu_ps
+#define sw_st _mm256_storeu_ps
+#define sw_set1 _mm256_set1_ps
+#define sw_mul _mm256_mul_ps
+#define sw_add _mm256_add_ps
+#define sw_sub _mm256_sub_ps
+#define sw_div _mm256_div_ps
+#endif
+
+// g = silu(g) * u, silu(x) = x / (1 + e^(0 - x)), as ggml's vector SwiGLU; the last partial vector masked.
+INLINE SW_V swiglu_v(SW_V x, SW_V y) {
+    const SW_V e = exp_ggml(sw_sub(sw_set1(0.0f), x));
+    return sw_mul(sw_div(x, sw_add(sw_set1(1.0f), e)), y);
+}
+void SWIGLU_FN(float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+    for (; i + SW_N <= n; i += SW_N) sw_st(g + i, swiglu_v(sw_ld(g + i), sw_ld(u + i)));
+    if (i < n) sw_store(g + i, swiglu_v(sw_load(g + i, n - i), sw_load(u + i, n - i)), n - i);
+}
+
+#ifdef KVT_SIMD_AVX512
+// kvt_attn_merge_f16 with 16-lane vectors (per element the same operations as the AVX2 and scalar code).
+INLINE __m512 round_f16_zmm(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+#define MERGE_HEADS 4 // heads merged together: 4 x 4 zmm accumulators
+
+// On CPUs with AVX512-FP16, llama.cpp's build for them (-march=native) accumulates the first hdv & ~127 columns
+// of V in f16 arithmetic (ggml's vector f16 path of vec_mad_f16 / vec_scale_f16, 128 halves per step): o =
+// fma(v, f16(w), o) and o = o * f16(ms), each rounded once to f16; the other columns as the scalar code.
+#define FP16_COLS(hdv) ((hdv) & ~(int64_t)127)
+static int cpu_fp16(void) {
+    static _Atomic int has = -1;
+    int h = atomic_load_explicit(&has, memory_order_relaxed);
+    if (h < 0) atomic_store_explicit(&has, h = __builtin_cpu_supports("avx512fp16") != 0, memory_order_relaxed);
+    return h;
+}
+__attribute__((target("avx512fp16,avx512f,avx512bw,avx512vl")))
+static void merge_fp16_cols(int H, int64_t nr, float ms[][KVT_MERGE_ROWS], float w[][KVT_MERGE_ROWS], const char *v0,
+                            int64_t stride, float *o, int64_t o_stride, int64_t np) {
+    for (int64_t i = 0; i < np; i += 64) { // 64 columns (two vectors of 32 halves) per head at a time
+        __m512h acc[MERGE_HEADS][2];
+        UNROLL for (int h = 0; h < MERGE_HEADS; h++)
+            UNROLL for (int k = 0; k < 2; k++) {
+                const float *oh = o + h * o_stride + i + 32 * k;
+                acc[h][k] = h < H ? _mm512_castsi512_ph(_mm512_inserti64x4(
+                                        _mm512_castsi256_si512(_mm512_cvtps_ph(_mm512_loadu_ps(oh), _MM_FROUND_TO_NEAREST_INT)),
+                                        _mm512_cvtps_ph(_mm512_loadu_ps(oh + 16), _MM_FROUND_TO_NEAREST_INT), 1))
+                                  : _mm512_setzero_ph();
+            }
+        for (int64_t r = 0; r < nr; r++) {
+            const uint16_t *hp = (const uint16_t *)(v0 + r * stride) + i;
+            const __m512h x0 = _mm512_castsi512_ph(_mm512_loadu_si512((const void *)hp));
+            const __m512h x1 = _mm512_castsi512_ph(_mm512_loadu_si512((const void *)(hp + 32)));
+            UNROLL for (int h = 0; h < MERGE_HEADS; h++) {
+                if (h >= H) break;
+                if (ms[h][r] != 1.0f) {
+                    const __m512h sv = _mm512_set1_ph((_Float16)ms[h][r]);
+                    acc[h][0] = _mm512_mul_ph(acc[h][0], sv);
+                    acc[h][1] = _mm512_mul_ph(acc[h][1], sv);
+                }
+                const __m512h wv = _mm512_set1_ph((_Float16)w[h][r]);
+                acc[h][0] = _mm512_fmadd_ph(x0, wv, acc[h][0]);
+                acc[h][1] = _mm512_fmadd_ph(x1, wv, acc[h][1]);
+            }
+        }
+        UNROLL for (int h = 0; h < MERGE_HEADS; h++) {
+            if (h >= H) break;
+            UNROLL for (int k = 0; k < 2; k++) {
+                const __m512i b = _mm512_castph_si512(acc[h][k]);
+                float *oh = o + h * o_stride + i + 32 * k;
+                _mm512_storeu_ps(oh, _mm512_cvtph_ps(_mm512_castsi512_si256(b)));
+                _mm512_storeu_ps(oh + 16, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(b, 1)));
+            }
+        }
+    }
+}
+
+void kvt_attn_merge_f16_avx512(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
+                               float *m, float *l, float *o, int64_t o_stride, int64_t hdv) {
+    for (int h0 = 0; h0 < nh; h0 += MERGE_HEADS) {
+        const int H = nh - h0 < MERGE_HEADS ? nh - h0 : MERGE_HEADS;
+        for (int64_t r0 = 0; r0 < n; r0 += KVT_MERGE_ROWS) {
+            const int64_t nr = n - r0 < KVT_MERGE_ROWS ? n - r0 : KVT_MERGE_ROWS;
+            float ms[MERGE_HEADS][KVT_MERGE_ROWS], w[MERGE_HEADS][KVT_MERGE_ROWS];
+            for (int h = 0; h < H; h++) kvt_attn_merge_factors(s + (h0 + h) * s_stride + r0, nr, m + h0 + h, l + h0 + h, ms[h], w[h]);
+            const char *v0 = (const char *)v + r0 * stride;
+            const int64_t np = cpu_fp16() ? FP16_COLS(hdv) : 0;
+            if (np) merge_fp16_cols(H, nr, ms, w, v0, stride, o + h0 * o_stride, o_stride, np);
+            for (int64_t i = np; i < hdv; i += 64) { // 64 columns at a time in registers, the last group masked
+                const int64_t c = hdv - i < 64 ? hdv - i : 64;
+                __mmask16 mk[4];
+                __m512 acc[MERGE_HEADS][4];
+                UNROLL for (int k = 0; k < 4; k++) {
+                    const int64_t ck = c - 16 * k;
+                    mk[k] = ck >= 16 ? (__mmask16)0xFFFF : ck <= 0 ? (__mmask16)0 : (__mmask16)((1u << ck) - 1u);
+                }
+                UNROLL for (int h = 0; h < MERGE_HEADS; h++)
+                    UNROLL for (int k = 0; k < 4; k++)
+                        acc[h][k] = h < H ? _mm512_maskz_loadu_ps(mk[k], o + (h0 + h) * o_stride + i + 16 * k) : _mm512_setzero_ps();
+                for (int64_t r = 0; r < nr; r++) {
+                    const uint16_t *hp = (const uint16_t *)(v0 + r * stride) + i;
+                    __m512 x[4];
+                    UNROLL for (int k = 0; k < 4; k++) x[k] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[k], hp + 16 * k));
+                    UNROLL for (int h = 0; h < MERGE_HEADS; h++) {
+                        if (h >= H) break;
+                        if (ms[h][r] != 1.0f) {
+                            const __m512 sv = _mm512_set1_ps(ms[h][r]);
+                            UNROLL for (int k = 0; k < 4; k++) acc[h][k] = round_f16_zmm(_mm512_mul_ps(acc[h][k], sv));
+                        }
+                        const __m512 wv = _mm512_set1_ps(w[h][r]);
+                        UNROLL for (int k = 0; k < 4; k++) acc[h][k] = round_f16_zmm(_mm512_fmadd_ps(x[k], wv, acc[h][k]));
+                    }
+                }
+                UNROLL for (int h = 0; h < MERGE_HEADS; h++) {
+                    if (h >= H) break;
+                    UNROLL for (int k = 0; k < 4; k++) _mm512_mask_storeu_ps(o + (h0 + h) * o_stride + i + 16 * k, mk[k], acc[h][k]);
+                }
+            }
+        }
+    }
+}
+#endif
+
 // ------------------------------------------------------------- f16 rows
 
 #ifndef KVT_SIMD_AVX512
@@ -498,6 +707,52 @@ void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, con
         for (int64_t r = 0; r < n_rows; r++) kvt_vec_mad_avx2(f16, y + i, (const char *)x + r * stride + i * es, s[r], n - i);
     }
 }
+
+INLINE __m256 round_f16_ps(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+
+// kvt_attn_merge_f16: the factors of up to KVT_MERGE_ROWS positions first, then o 64 columns at a time in
+// registers, each position's scale (when it raised the max) and FMA rounded to f16 as the scalar code does.
+void kvt_attn_merge_f16_avx2(const float *s, int64_t n, const void *v, int64_t stride, float *m, float *l, float *o,
+                             int64_t hdv) {
+    for (int64_t r0 = 0; r0 < n; r0 += KVT_MERGE_ROWS) {
+        const int64_t nr = n - r0 < KVT_MERGE_ROWS ? n - r0 : KVT_MERGE_ROWS;
+        float ms[KVT_MERGE_ROWS], w[KVT_MERGE_ROWS];
+        kvt_attn_merge_factors(s + r0, nr, m, l, ms, w);
+        const char *v0 = (const char *)v + r0 * stride;
+        int64_t i = 0;
+        for (; i + 64 <= hdv; i += 64) {
+            __m256 acc[8];
+            UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm256_loadu_ps(o + i + 8 * k);
+            for (int64_t r = 0; r < nr; r++) {
+                const uint16_t *h = (const uint16_t *)(v0 + r * stride) + i;
+                if (ms[r] != 1.0f) {
+                    const __m256 sv = _mm256_set1_ps(ms[r]);
+                    UNROLL for (int k = 0; k < 8; k++) acc[k] = round_f16_ps(_mm256_mul_ps(acc[k], sv));
+                }
+                const __m256 wv = _mm256_set1_ps(w[r]);
+                UNROLL for (int k = 0; k < 8; k++)
+                    acc[k] = round_f16_ps(_mm256_fmadd_ps(_mm256_cvtph_ps(loadu128(h + 8 * k)), wv, acc[k]));
+            }
+            UNROLL for (int k = 0; k < 8; k++) _mm256_storeu_ps(o + i + 8 * k, acc[k]);
+        }
+        for (; i < hdv; i += 8) { // 8 columns at a time, the last group partial
+            const int64_t c = hdv - i < 8 ? hdv - i : 8;
+            float t[8] = {0}, hb[8];
+            memcpy(t, o + i, (size_t)c * sizeof(float));
+            __m256 acc = _mm256_loadu_ps(t);
+            for (int64_t r = 0; r < nr; r++) {
+                const uint16_t *h = (const uint16_t *)(v0 + r * stride) + i;
+                for (int64_t k = 0; k < 8; k++) hb[k] = k < c ? kvt_f16_to_f32(h[k]) : 0.0f;
+                if (ms[r] != 1.0f) acc = round_f16_ps(_mm256_mul_ps(acc, _mm256_set1_ps(ms[r])));
+                acc = round_f16_ps(_mm256_fmadd_ps(_mm256_loadu_ps(hb), _mm256_set1_ps(w[r]), acc));
+            }
+            _mm256_storeu_ps(t, acc);
+            memcpy(o + i, t, (size_t)c * sizeof(float));
+        }
+    }
+}
+
+void kvt_rope_apply_avx2(const kvt_rope_params *p, const float *cs, float *x) { kvt_rope_rotate(p, cs, x); }
 
 void kvt_f32_to_f16_row_avx2(const float *src, uint16_t *dst, int64_t n) {
     int64_t i = 0;

@@ -1,6 +1,7 @@
 #include "vec.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "f16.h"
@@ -32,6 +33,54 @@ void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const
     for (int64_t r = 0; r < n_rows; r++) kvt_vec_mad(t, y, (const char *)x + r * stride, s[r], n);
 }
 
+// The per-position factors of kvt_attn_merge_f16: ms[r] (1 unless position r raised the max) and w[r]; updates
+// *m and *l. Shared by the scalar and SIMD versions.
+void kvt_attn_merge_factors(const float *s, int64_t n, float *m, float *l, float *ms, float *w) {
+    float M = *m, L = *l;
+    for (int64_t r = 0; r < n; r++) {
+        if (s[r] > M) {
+            ms[r] = expf(M - s[r]);
+            w[r] = 1.0f;
+            M = s[r];
+        } else {
+            ms[r] = 1.0f;
+            w[r] = expf(s[r] - M);
+        }
+        L = fmaf(L, ms[r], w[r]);
+    }
+    *m = M;
+    *l = L;
+}
+
+static inline float round_f16(float x) { return kvt_f16_to_f32(kvt_f32_to_f16(x)); }
+
+void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
+                        float *l, float *o, int64_t o_stride, int64_t hdv) {
+    switch (kvt_kernels_isa()) {
+    case KVT_ISA_AVX512: kvt_attn_merge_f16_avx512(nh, s, s_stride, n, v, stride, m, l, o, o_stride, hdv); return;
+    case KVT_ISA_AVX2:
+        for (int h = 0; h < nh; h++) kvt_attn_merge_f16_avx2(s + h * s_stride, n, v, stride, m + h, l + h, o + h * o_stride, hdv);
+        return;
+    default: break;
+    }
+    for (int h = 0; h < nh; h++) {
+        const float *sh = s + h * s_stride;
+        float *oh = o + h * o_stride;
+        for (int64_t r0 = 0; r0 < n; r0 += KVT_MERGE_ROWS) {
+            const int64_t nr = n - r0 < KVT_MERGE_ROWS ? n - r0 : KVT_MERGE_ROWS;
+            float ms[KVT_MERGE_ROWS], w[KVT_MERGE_ROWS];
+            kvt_attn_merge_factors(sh + r0, nr, m + h, l + h, ms, w);
+            for (int64_t r = 0; r < nr; r++) {
+                const uint16_t *x = (const uint16_t *)((const char *)v + (r0 + r) * stride);
+                if (ms[r] != 1.0f) {
+                    for (int64_t k = 0; k < hdv; k++) oh[k] = round_f16(oh[k] * ms[r]);
+                }
+                for (int64_t k = 0; k < hdv; k++) oh[k] = round_f16(fmaf(kvt_f16_to_f32(x[k]), w[r], oh[k]));
+            }
+        }
+    }
+}
+
 float kvt_softmax_tile(kvt_type vt, float *s, int64_t n, float *max_out) {
     float mx = -INFINITY;
     for (int64_t x = 0; x < n; x++) mx = s[x] > mx ? s[x] : mx;
@@ -56,7 +105,7 @@ void kvt_vec_add_f32(float *y, const float *x, int64_t n) {
 
 void kvt_rmsnorm_f32(float *y, const float *x, const float *w, int64_t n, float eps) {
     double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]); // f32 squares summed in double, as ggml's rms_norm
     const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
     if (w) {
         for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
@@ -66,14 +115,31 @@ void kvt_rmsnorm_f32(float *y, const float *x, const float *w, int64_t n, float 
 }
 
 void kvt_swiglu_f32(float *g, const float *u, int64_t n) {
+    switch (kvt_kernels_isa()) {
+    case KVT_ISA_AVX512: kvt_swiglu_avx512(g, u, n); return;
+    case KVT_ISA_AVX2: kvt_swiglu_avx2(g, u, n); return;
+    default: break;
+    }
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
-void kvt_geglu_f32(float *g, const float *u, int64_t n) {
+// gelu of every f16 value, rounded to f16, as llama.cpp's CPU build tabulates it (ggml_table_gelu_f16; the
+// x * x term fused as its compiler fuses it); built once, on first use.
+static uint16_t g_gelu_f16[65536];
+static pthread_once_t g_gelu_once = PTHREAD_ONCE_INIT;
+static void gelu_table_init(void) {
     const float c = 0.7978845608028654f; // sqrt(2/pi)
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float x = kvt_f16_to_f32((uint16_t)h);
+        g_gelu_f16[h] = kvt_f32_to_f16(0.5f * x * (1.0f + tanhf(c * x * fmaf(0.044715f * x, x, 1.0f))));
+    }
+}
+
+void kvt_geglu_f32(float *g, const float *u, int64_t n) {
+    pthread_once(&g_gelu_once, gelu_table_init);
     for (int64_t i = 0; i < n; i++) {
         const float x = g[i];
-        g[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * u[i];
+        g[i] = x <= -10.0f ? 0.0f : (x >= 10.0f ? x : kvt_f16_to_f32(g_gelu_f16[kvt_f32_to_f16(x)])) * u[i];
     }
 }
 
@@ -82,7 +148,7 @@ void kvt_rope_cache(const kvt_rope_params *p, int64_t pos, float *cs) {
     float theta = (float)pos;
     for (int32_t i = 0; i < p->n_rot / 2; i++) {
         float ff = p->freq_factors ? p->freq_factors[i] : 1.0f;
-        float th = p->freq_scale * theta / ff;
+        float th = p->freq_scale * (theta / ff);
         cs[2 * i] = cosf(th);
         cs[2 * i + 1] = sinf(th);
         theta *= theta_scale;
@@ -90,12 +156,9 @@ void kvt_rope_cache(const kvt_rope_params *p, int64_t pos, float *cs) {
 }
 
 void kvt_rope_apply(const kvt_rope_params *p, const float *cs, float *x) {
-    const int32_t half = p->n_rot / 2;
-    for (int32_t i = 0; i < half; i++) {
-        const int32_t a = p->neox ? i : 2 * i, b = p->neox ? i + half : 2 * i + 1;
-        const float c = cs[2 * i], s = cs[2 * i + 1];
-        const float x0 = x[a], x1 = x[b];
-        x[a] = x0 * c - x1 * s;
-        x[b] = x0 * s + x1 * c;
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
+        kvt_rope_apply_avx2(p, cs, x);
+        return;
     }
+    kvt_rope_rotate(p, cs, x);
 }

@@ -2,6 +2,7 @@
 #ifndef KVT_VEC_H
 #define KVT_VEC_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "dtype.h"
@@ -14,6 +15,20 @@ void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n);
 // of type t (F32 or F16): the attention's V accumulation for a tile of positions. The result is
 // bitwise that of n_rows calls of kvt_vec_mad.
 void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n);
+// The online-softmax merge of one tile of n >= 0 attention scores s[0..n) and F16 V rows x_r = (const char *)v +
+// r * stride (hdv elements each) into a running state (*m, *l, o[0..hdv)), computed as llama.cpp's CPU flash
+// attention computes it for an F16 V cache (ggml's flash_attn_ext over one KV chunk): positions in order; a
+// score above the running max becomes the max, o is scaled by ms = expf(old max - score) with each element
+// rounded to f16, and the position's weight is w = 1; otherwise ms = 1 and w = expf(score - max). Then
+// o[k] = f16(fma(x_r[k], w, o[k])) (one rounding to f32, then to f16: o holds f16 values in f32) and
+// *l = fma(*l, ms, w). A fresh state is *m = -INFINITY, *l = 0, o = 0. Scalar and SIMD give the same bits,
+// but on CPUs with AVX512-FP16 the AVX-512 kernels take the first hdv & ~127 columns in f16 arithmetic, as
+// llama.cpp's build for such a CPU does: o = fma(x_r, f16(w), o) and o = o * f16(ms), one rounding to f16 each.
+// nh heads that read the same V rows at once (GQA: the query heads of one KV head), each on its own: head h
+// has scores s + h * s_stride, state m[h], l[h], o + h * o_stride (interleaving them hides the f16 round
+// trips' latency).
+void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
+                        float *l, float *o, int64_t o_stride, int64_t hdv);
 // Softmax weights of one tile of n >= 1 attention scores, normalised within the tile as llama.cpp's
 // non-flash attention normalises a whole row: e[x] = exp(s[x] - max), their sum in double, w[x] = e[x] *
 // (float)(1 / sum), then w rounded to the dot type of the V rows' type vt (F16 V: to f16, so that P.V
@@ -22,11 +37,20 @@ void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const
 float kvt_softmax_tile(kvt_type vt, float *s, int64_t n, float *max_out);
 // y[i] += x[i]
 void kvt_vec_add_f32(float *y, const float *x, int64_t n);
-// y = x / rms(x) * w  (w may be NULL: no weight); sum of squares in double, as llama.cpp
+// y = x / rms(x) * w  (w may be NULL: no weight); the f32 squares summed in double, as llama.cpp
 void kvt_rmsnorm_f32(float *y, const float *x, const float *w, int64_t n, float eps);
-// g[i] = silu(g[i]) * u[i]
+// g[i] = silu(g[i]) * u[i], silu(x) = x / (1 + e^-x) with e^x computed as llama.cpp's CPU build computes it
+// for SwiGLU: on the AVX-512 and AVX2 kernels ggml's vector expf (ARM optimized-routines' polynomial, its
+// AVX-512 or AVX2 form: they round differently), on the scalar ones libm's expf. Every element is computed
+// alone (the same bits whatever n and the element's place), so ranges may be split freely; ggml's libm tail
+// of a row whose length is not a multiple of the vector width is not reproduced.
 void kvt_swiglu_f32(float *g, const float *u, int64_t n);
-// g[i] = gelu(g[i]) * u[i], gelu in its tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (gemma3)
+// internal: kvt_swiglu_f32 on the SIMD kernels (quant_avx2.c, built once per ISA)
+void kvt_swiglu_avx2(float *g, const float *u, int64_t n);
+void kvt_swiglu_avx512(float *g, const float *u, int64_t n);
+// g[i] = gelu(g[i]) * u[i], gelu in its tanh form 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (gemma3),
+// computed as llama.cpp's CPU build computes GEGLU: 0 for x <= -10, x for x >= 10, otherwise gelu tabulated per
+// f16 value (x rounded to f16, the result rounded to f16)
 void kvt_geglu_f32(float *g, const float *u, int64_t n);
 
 // Rotary embedding of one head vector x [head_dim] at position pos, rotating
@@ -39,8 +63,25 @@ typedef struct {
     float freq_scale;
     const float *freq_factors; // [n_rot/2] or NULL
 } kvt_rope_params;
-// cs: [n_rot] scratch filled with (cos, sin) pairs for pos, by kvt_rope_cache.
+// cs: [n_rot] scratch filled with (cos, sin) pairs for pos, by kvt_rope_cache: as ggml's rope cache, theta
+// starts at pos and is multiplied by base^(-2/n_rot) per pair (float), the angle is freq_scale * (theta / ff[i]).
 void kvt_rope_cache(const kvt_rope_params *p, int64_t pos, float *cs);
+// The rotation of each pair (x0, x1) by (c, s), with the products fused as llama.cpp's CPU build computes them
+// (ggml's rotate_pairs compiled by GCC with FMA contraction; checked against its Q/K dumps):
+//   x0' = fma(x0, c, -(x1 * s)),  x1' = fma(x0, s, x1 * c).
 void kvt_rope_apply(const kvt_rope_params *p, const float *cs, float *x);
+// internal: kvt_rope_apply compiled with FMA (quant_avx2.c), the same operations as the fmaf calls inline
+void kvt_rope_apply_avx2(const kvt_rope_params *p, const float *cs, float *x);
+// The rotation itself, for kvt_rope_apply and its FMA-compiled twin.
+static inline void kvt_rope_rotate(const kvt_rope_params *p, const float *cs, float *x) {
+    const int32_t half = p->n_rot / 2;
+    for (int32_t i = 0; i < half; i++) {
+        const int32_t a = p->neox ? i : 2 * i, b = p->neox ? i + half : 2 * i + 1;
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float x0 = x[a], x1 = x[b];
+        x[a] = fmaf(x0, c, -(x1 * s));
+        x[b] = fmaf(x0, s, x1 * c);
+    }
+}
 
 #endif

@@ -45,6 +45,16 @@ INLINE __m256i blk_u8(const char *blk, int WT) {
     return WT == WT_Q5_0 ? _mm256_or_si256(u, kvt_bits32_to_0x10((const uint8_t *)blk + 2)) : u;
 }
 
+// i32 lanes (lane i: elements 4i..4i+3) of dot(u, y) for 32 unsigned weights u (< 128) and 32 int8 y.
+INLINE __m256i blk_dot_u8(__m256i u, const int8_t *y) {
+    const __m256i yv = _mm256_loadu_si256((const __m256i *)y);
+#ifdef KVT_SIMD_AVX512
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, yv);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, yv), _mm256_set1_epi16(1));
+#endif
+}
+
 // One block, 256-bit: i32 partial sums (8 lanes) of dot(u, y) (sign trick for
 // q8_0 on AVX2, where the correction c is 0).
 INLINE __m256i blk_dot256(const char *blk, const int8_t *y, int WT) {
