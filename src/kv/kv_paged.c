@@ -16,6 +16,7 @@
 #include "kv_policy.h"
 #include "kv_prefetch.h"
 #include "kv_tier.h"
+#include "kv_victim.h"
 
 typedef struct {
     int32_t refs;       // sequences referencing the block (0: free id)
@@ -77,6 +78,7 @@ typedef struct {
     preader *rd;           // [n_rd] reader threads seen since the last append
     int32_t n_rd, cap_rd;
     int64_t victim_pos[2]; // start of the next victim sample window in res[T0] / res[T1]
+    kvt_victim_cand *vc;   // [VICTIM_SAMPLE] the window of pick_victim (kvt_victim_pick's candidates)
     int32_t n_loading_t1;  // loads copying a block out of T1 (each then leaves a droppable T1 duplicate)
     // copy engine
     pthread_t *io;
@@ -219,7 +221,7 @@ static evict_ctx evict_ctx_now(const kv_paged *s) {
     return e;
 }
 
-static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B) {
+static kvt_evict_info evict_info(const kv_paged *s, const evict_ctx *e, const pblock *B) {
     // designated: fields the store does not know (added for the simulator) stay 0
     const kvt_evict_info info = {.last_use = B->last_use,
                                  .uses = B->uses,
@@ -229,53 +231,57 @@ static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B
                                  .shard_blocks = e->shard_blocks,
                                  .stream_frac = e->stream_frac,
                                  .attn_ema = B->attn_ema};
+    return info;
+}
+
+static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B) {
+    const kvt_evict_info info = evict_info(s, e, B);
     return s->pol->score(&info, s->tick);
 }
 
-// Best victim of tier t (not pinned, not busy); -1 if none. With limit >= 0, only blocks needed later than
-// `limit` schedule steps qualify (prefetch must not evict what is needed sooner than what it fetches).
-// Clean blocks (with a copy below) go first where the policy asks (all but spread, whose partition must
-// hold) and always in T1: evicting them costs no write. In T0 that holds for blocks
-// of one sequence only; a block several sequences share (a beam search's prompt) goes by the policy
-// alone, as it is the first to get a disk copy and preferring it would reload it for every sharer
-// (40-70x more loads in beam search with a disk tier). A host copy never counts in T0: evicting a
-// block without one costs only a memcpy.
+// kvt_victim_pick's view of the store: the policy inputs of a block (the mutex held).
+typedef struct {
+    const kv_paged *s;
+    evict_ctx e;
+} victim_ud;
+
+static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
+    const victim_ud *u = ud;
+    *out = evict_info(u->s, &u->e, &u->s->blk[id]);
+}
+
+// Best victim of tier t (not pinned, not busy); -1 if none: kvt_victim_pick (kv_victim.h, the rule the simulator
+// runs too) over a window of up to VICTIM_SAMPLE resident blocks (kvt_victim_window: all of them when there are
+// fewer, else a window that moves on at every call). Exhaustive scans made each eviction O(resident blocks) under
+// the store's mutex: with thousands of small blocks resident, eviction dominated decode. With limit >= 0, only
+// blocks needed later than `limit` schedule steps qualify (prefetch must not evict what is needed sooner than what
+// it fetches). Clean blocks (a copy below: kvt_victim_clean) go first where the policy asks (all but spread, whose
+// partition must hold) and always in T1: evicting them costs no write. In T0 that holds for blocks of one sequence
+// only; a block several sequences share (a beam search's prompt) goes by the policy alone, as it is the first to
+// get a disk copy and preferring it would reload it for every sharer (40-70x more loads in beam search with a
+// disk tier). A host copy never counts in T0: evicting a block without one costs only a memcpy.
 //
 // With a plan (kvt_kv_paged_set_plan) the plan rank comes first: blocks whose earliest owner runs latest (or
 // never) go first, and with limit >= 0 a block of rank r only qualifies if it is later than xrank (the rank of
 // the block being loaded), or of the same rank and needed later than `limit` (limit INT64_MAX: strictly later
 // ranks only). Without a plan every rank is INT64_MAX and nothing changes.
 static int64_t pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank) {
-    int64_t best = -1, best_rank = 0;
-    double bs = 0;
-    bool best_clean = false;
-    const evict_ctx e = evict_ctx_now(s);
-    // Up to VICTIM_SAMPLE resident blocks are examined: all of them when there are fewer, else a window
-    // that moves on at every call (the resident list is in no particular order, so windows sample it),
-    // as approximate LRU caches do. Exhaustive scans made each eviction O(resident blocks) under the
-    // store's mutex: with thousands of small blocks resident, eviction dominated decode.
-    const int64_t n = s->n_res[t], m = n < VICTIM_SAMPLE ? n : VICTIM_SAMPLE;
-    const int64_t start = n > m ? s->victim_pos[t] % n : 0;
-    if (n > m) s->victim_pos[t] = (start + m) % n;
-    for (int64_t k = 0; k < m; k++) {
-        int64_t id = s->res[t][(start + k) % n];
+    int64_t start;
+    const int64_t n = s->n_res[t], m = kvt_victim_window(n, VICTIM_SAMPLE, &s->victim_pos[t], &start);
+    for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
+        const int64_t id = s->res[t][j];
         const pblock *B = &s->blk[id];
-        if (B->busy || (t == T0 && B->pins > 0)) continue;
-        if (limit >= 0 && !kvt_evict_may_displace(B->prank, B->prank == xrank ? next_use(s, B) : 0, limit, xrank)) continue;
-        // clean: evicting costs no write (a disk copy of an unshared T0 block, or any T1 block with a copy
-        // in T0 or on disk)
-        bool clean = t == T0 ? (B->slot[T2] >= 0 && B->refs <= 1) : (B->slot[T2] >= 0 || B->slot[T0] >= 0);
-        if (t == T0 && !s->pol->clean_first) clean = false;
-        double sc = evict_score(s, &e, B);
-        if (best < 0 || B->prank > best_rank ||
-            (B->prank == best_rank && ((clean && !best_clean) || (clean == best_clean && sc > bs)))) {
-            best = id;
-            best_rank = B->prank;
-            bs = sc;
-            best_clean = clean;
-        }
+        const bool held = B->busy || (t == T0 && B->pins > 0);
+        const bool clean = kvt_victim_clean(t == T0, B->slot[T0] >= 0, B->slot[T1] >= 0, B->slot[T2] >= 0, false, B->refs > 1);
+        s->vc[k] = (kvt_victim_cand){.id = id,
+                                     .rank = B->prank,
+                                     .sched_next = limit >= 0 && !held && B->prank == xrank ? next_use(s, B) : 0,
+                                     .flags = (held ? KVT_VICTIM_HELD : 0u) | (clean ? KVT_VICTIM_CLEAN : 0u)};
     }
-    return best;
+    victim_ud u = {s, evict_ctx_now(s)};
+    const kvt_victim_query q = {.pol = s->pol, .fast_tier = t == T0, .limit = limit, .xrank = xrank, .now = s->tick};
+    const int64_t k = kvt_victim_pick(&q, s->vc, m, victim_info, &u, NULL);
+    return k < 0 ? -1 : s->vc[k].id;
 }
 
 // --- transfers -----------------------------------------------------------------
@@ -1055,6 +1061,7 @@ static void paged_free(kvt_kv *kv) {
     free(s->free_blk);
     free(s->q);
     free(s->pf_win);
+    free(s->vc);
     pthread_cond_destroy(&s->qcv);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
@@ -1119,6 +1126,7 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     }
     int32_t seq0;
     if (!st) st = seq_alloc(s, &seq0, err);
+    if (!st && !(s->vc = malloc(VICTIM_SAMPLE * sizeof *s->vc))) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     bool lower = s->tier[T1].present || s->tier[T2].present;
     int n_io = lower && p->prefetch > 0 ? (p->n_io_threads > 0 ? p->n_io_threads : 4) : 0;
     if (!st && n_io > 0) {

@@ -17,6 +17,3 @@ bool kvt_evict_may_displace(int64_t rank, int64_t next_use, int64_t limit, int64
     return limit < 0 || rank > xrank || (rank == xrank && limit < INT64_MAX && next_use > limit);
 }
 
-int64_t kvt_sched_key(int64_t shard, int64_t index, int64_t nb_ctx) { return shard * nb_ctx + index; }
-
-int64_t kvt_sched_distance(int64_t key, int64_t cursor, int64_t cycle) { return ((key - cursor) % cycle + cycle) % cycle; }

@@ -36,8 +36,16 @@ int32_t kvt_prefetch_window(int32_t n_shard, kvt_kv_shard_span span, const void 
 // the keys from the decode frontier `cursor` (the key of the block being read) to its key, cyclic over
 // cycle = shards x nb_ctx keys. Blocks of every sequence at one (shard, index) look needed at the same step: the
 // store ranks layers, not sequences.
-int64_t kvt_sched_key(int64_t shard, int64_t index, int64_t nb_ctx);
-int64_t kvt_sched_distance(int64_t key, int64_t cursor, int64_t cycle);
+// Both are on the victim search's path (one call per candidate), so they are inline: cycle > 0; the distance is
+// ((key - cursor) mod cycle) in [0, cycle), without a division when the two keys lie within one cycle.
+static inline int64_t kvt_sched_key(int64_t shard, int64_t index, int64_t nb_ctx) { return shard * nb_ctx + index; }
+static inline int64_t kvt_sched_distance(int64_t key, int64_t cursor, int64_t cycle) {
+    int64_t d = key - cursor;
+    if (d < 0) d += cycle;
+    if (d >= 0 && d < cycle) return d;
+    d = (key - cursor) % cycle;
+    return d < 0 ? d + cycle : d;
+}
 
 // Whether a resident block may be evicted to load another (the store's victim filter, kv_paged.c
 // pick_victim). limit < 0: any block (a load the reader waits for). Else, for a prefetch, only a block of a

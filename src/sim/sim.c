@@ -9,6 +9,7 @@
 #include "../base/timer.h"
 #include "../kv/kv_policy.h"
 #include "../kv/kv_prefetch.h"
+#include "../kv/kv_victim.h"
 #include "sim_core.h"
 
 // ---------------------------------------------------------------- workloads
@@ -227,8 +228,8 @@ typedef struct {
     double copy_busy, copy_t, busy_mark;
     int64_t tokens;
     kvt_sim_result *res;
-    kvt_evict_info *ci; // candidate scratch [window + 1]
-    int64_t *cid;
+    kvt_victim_cand *vc;   // pick's window [victim_window + 1]
+    kvt_victim_trace tr;   // with on_pick: kvt_victim_pick's trace, victim_window + 1 candidates
 } sim;
 
 static kvt_status il_push(sim *s, ilist *l, int64_t x) {
@@ -290,14 +291,12 @@ static kvt_evict_info info_of(const sim *s, int64_t id) {
 
 // ---------------------------------------------------------------- victims
 
-// No write is needed to drop block id from its tier (fast: a copy below and no newer data; host: a copy
-// elsewhere); with clean_ssd_only a fast block's copy below must be on SSD (kv_paged.c's rule). Blocks in flight
-// never count.
-static bool is_clean(const sim *s, int64_t id, bool host_tier) {
-    const blk *B = &s->b[id];
-    if (B->fly) return false;
-    if (host_tier) return (B->where & (W_FAST | W_SSD)) != 0;
-    return !B->dirty && (B->where & (s->c->clean_ssd_only ? W_SSD : W_HOST | W_SSD));
+// No write is needed to drop block B's copy from its tier (kvt_victim_clean: fast: an up-to-date copy below, on SSD
+// with clean_ssd_only, the paged store's rule, else on host or SSD; host: a copy elsewhere).
+static bool is_clean(const sim *s, const blk *B, bool host_tier) {
+    const bool below = host_tier || !B->dirty; // a dirty fast copy is newer than the copies below it
+    return kvt_victim_clean(!host_tier, (B->where & W_FAST) != 0, below && (B->where & W_HOST), below && (B->where & W_SSD),
+                            !s->c->clean_ssd_only, false);
 }
 
 // The paged store's schedule key of block B (kvt_sched_key: its layer's shard, its index; not its request).
@@ -309,42 +308,31 @@ static int64_t store_next_use(const sim *s, const blk *B) {
     return kvt_sched_distance(store_key(s, B), s->cursor, s->nl * s->nb_ctx);
 }
 
-// Whether block id (not in flight) may be a victim: limit < 0 any, else (a copy-engine prefetch, PF_COPY) only a
-// block the store's schedule needs later than `limit` steps: its filter, kvt_evict_may_displace, without a plan.
-static bool may_go(const sim *s, int64_t id, int64_t limit) {
-    return !s->b[id].fly &&
-           (limit < 0 || kvt_evict_may_displace(INT64_MAX, store_next_use(s, &s->b[id]), limit, INT64_MAX));
-}
+// kvt_victim_pick's view of the simulator: the policy inputs of block id.
+static void victim_info(void *ud, int64_t id, kvt_evict_info *out) { *out = info_of(ud, id); }
 
-// The victim among a window of list l (cursor *cur), kvt_evict_pick over the clean candidates if any
-// (where the policy asks: clean_first, and always in the host tier), else over all; with `incoming`
-// (>= 0) the block a prefetch would bring is a candidate too and -2 is returned if it is the one picked;
-// with limit >= 0 only blocks that may_go. -1 if no block qualifies.
+// The victim among a window of list l (cursor *cur): kvt_victim_pick (kv_victim.h, the paged store's rule: blocks
+// in flight never go; clean blocks first where the policy asks, clean_first, and always in the host tier; then
+// kvt_evict_pick), the window moving on at every call (kvt_victim_window). With `incoming` (>= 0) the block a
+// prefetch would bring is a candidate too and -2 is returned if it is the one picked; with limit >= 0 (a
+// copy-engine prefetch, PF_COPY) only blocks the store's schedule needs later than `limit` steps
+// (kvt_evict_may_displace without a plan: every rank INT64_MAX). -1 if no block qualifies.
 static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_t incoming, int64_t limit) {
-    const int64_t n = l->n, m = n < s->c->victim_window ? n : s->c->victim_window;
-    const int64_t start = n > m ? *cur % n : 0;
-    if (n > m) *cur = (start + m) % n;
-    const bool classes = host_tier || s->pol->clean_first;
-    // pass 1: which class competes (clean blocks if any, where classes apply); pass 2: its candidates' info
-    bool any_clean = false;
-    for (int64_t k = 0, j = start; classes && !any_clean && k < m; k++, j = j + 1 == n ? 0 : j + 1)
-        any_clean = is_clean(s, l->v[j], host_tier) && may_go(s, l->v[j], limit);
-    int64_t na = 0;
+    int64_t start;
+    const int64_t n = l->n, m = kvt_victim_window(n, s->c->victim_window, cur, &start);
     for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
-        const int64_t id = l->v[j];
-        if (!may_go(s, id, limit) || (classes && is_clean(s, id, host_tier) != any_clean)) continue;
-        s->ci[na] = info_of(s, id);
-        s->cid[na++] = id;
+        const blk *B = &s->b[l->v[j]];
+        s->vc[k] = (kvt_victim_cand){.id = l->v[j],
+                                     .rank = INT64_MAX,
+                                     .sched_next = limit >= 0 && !B->fly ? store_next_use(s, B) : 0,
+                                     .flags = B->fly ? KVT_VICTIM_HELD : is_clean(s, B, host_tier) ? KVT_VICTIM_CLEAN : 0u};
     }
-    kvt_evict_info *ai = s->ci;
-    int64_t *aid = s->cid;
-    if (incoming >= 0) {
-        ai[na] = info_of(s, incoming);
-        aid[na++] = -2;
-    }
-    int64_t k = kvt_evict_pick(s->pol, ai, na, s->tick);
-    if (s->c->on_pick && k >= 0) s->c->on_pick(s->c->on_pick_ud, ai, na, s->tick, k);
-    return k < 0 ? -1 : aid[k];
+    int64_t nc = m;
+    if (incoming >= 0) s->vc[nc++] = (kvt_victim_cand){.id = incoming, .rank = INT64_MAX, .flags = KVT_VICTIM_INCOMING};
+    const kvt_victim_query q = {.pol = s->pol, .fast_tier = !host_tier, .limit = limit, .xrank = INT64_MAX, .now = s->tick};
+    const int64_t k = kvt_victim_pick(&q, s->vc, nc, victim_info, s, s->c->on_pick ? &s->tr : NULL);
+    if (s->c->on_pick && k >= 0) s->c->on_pick(s->c->on_pick_ud, s->tr.info, s->tr.n, s->tick, s->tr.chosen);
+    return k < 0 ? -1 : (s->vc[k].flags & KVT_VICTIM_INCOMING) ? -2 : s->vc[k].id;
 }
 
 // ---------------------------------------------------------------- transfers
@@ -994,8 +982,8 @@ static void sim_free(sim *s) {
     free(s->b);
     ilist *ls[] = {&s->fast, &s->host, &s->running, &s->waiting, &s->batch, &s->scan, &s->attn, &s->done_tpot, &s->pfq};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) free(ls[i]->v);
-    free(s->ci);
-    free(s->cid);
+    free(s->vc);
+    kvt_victim_trace_free(&s->tr);
     free(s->pfwin);
     free(s->btok);
     free(s->swap_out);
@@ -1032,15 +1020,15 @@ static kvt_status make_requests(sim *s) {
     s->first_arrival = s->pub[0].arrival;
     s->b = calloc((size_t)nblk, sizeof *s->b);
     const size_t w = (size_t)c->victim_window + 1;
-    s->ci = malloc(w * sizeof *s->ci);
-    s->cid = malloc(w * sizeof *s->cid);
+    s->vc = malloc(w * sizeof *s->vc);
+    const bool vs_ok = !c->on_pick || kvt_victim_trace_init(&s->tr, (int64_t)w);
     s->batch.v = malloc((size_t)c->max_batch * sizeof *s->batch.v);
     s->btok = malloc((size_t)c->max_batch * sizeof *s->btok);
     s->swap_out = malloc((size_t)c->n_requests * sizeof *s->swap_out);
     s->swap_in = malloc((size_t)c->n_requests * sizeof *s->swap_in);
     s->admit = malloc((size_t)c->n_requests * sizeof *s->admit);
     if (s->pf_mode == PF_COPY) s->pfwin = malloc((size_t)c->copy_prefetch * sizeof *s->pfwin);
-    if (!s->b || !s->ci || !s->cid || (s->pf_mode == PF_COPY && !s->pfwin) || !s->batch.v || !s->btok || !s->swap_out || !s->swap_in || !s->admit)
+    if (!s->b || !s->vc || !vs_ok || (s->pf_mode == PF_COPY && !s->pfwin) || !s->batch.v || !s->btok || !s->swap_out || !s->swap_in || !s->admit)
         return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for %lld blocks", (long long)nblk);
     s->batch.cap = c->max_batch;
     for (int64_t i = 0; i < nblk; i++) s->b[i].pos[0] = s->b[i].pos[1] = -1;
