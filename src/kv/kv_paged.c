@@ -78,7 +78,8 @@ typedef struct {
     preader *rd;           // [n_rd] reader threads seen since the last append
     int32_t n_rd, cap_rd;
     int64_t victim_pos[2]; // start of the next victim sample window in res[T0] / res[T1]
-    kvt_victim_cand *vc;   // [VICTIM_SAMPLE] the window of pick_victim (kvt_victim_pick's candidates)
+    int64_t victim_window; // resident blocks examined per eviction (p.victim_window, VICTIM_SAMPLE by default)
+    kvt_victim_cand *vc;   // [victim_window] the window of pick_victim (kvt_victim_pick's candidates)
     int32_t n_loading_t1;  // loads copying a block out of T1 (each then leaves a droppable T1 duplicate)
     // copy engine
     pthread_t *io;
@@ -96,7 +97,7 @@ typedef struct {
 } kv_paged;
 
 enum { T0 = KVT_TIER_FAST, T1 = KVT_TIER_HOST, T2 = KVT_TIER_DISK };
-#define VICTIM_SAMPLE 256 // resident blocks examined per eviction (see pick_victim)
+#define VICTIM_SAMPLE 256 // resident blocks examined per eviction by default (see pick_victim)
 
 kvt_kv_paged_params kvt_kv_paged_params_default(void) {
     kvt_kv_paged_params p;
@@ -251,7 +252,7 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
 }
 
 // Best victim of tier t (not pinned, not busy); -1 if none: kvt_victim_pick (kv_victim.h, the rule the simulator
-// runs too) over a window of up to VICTIM_SAMPLE resident blocks (kvt_victim_window: all of them when there are
+// runs too) over a window of up to victim_window (VICTIM_SAMPLE) resident blocks (kvt_victim_window: all of them when there are
 // fewer, else a window that moves on at every call). Exhaustive scans made each eviction O(resident blocks) under
 // the store's mutex: with thousands of small blocks resident, eviction dominated decode. With limit >= 0, only
 // blocks needed later than `limit` schedule steps qualify (prefetch must not evict what is needed sooner than what
@@ -267,7 +268,7 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
 // ranks only). Without a plan every rank is INT64_MAX and nothing changes.
 static int64_t pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank) {
     int64_t start;
-    const int64_t n = s->n_res[t], m = kvt_victim_window(n, VICTIM_SAMPLE, &s->victim_pos[t], &start);
+    const int64_t n = s->n_res[t], m = kvt_victim_window(n, s->victim_window, &s->victim_pos[t], &start);
     for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
         const int64_t id = s->res[t][j];
         const pblock *B = &s->blk[id];
@@ -1126,7 +1127,8 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     }
     int32_t seq0;
     if (!st) st = seq_alloc(s, &seq0, err);
-    if (!st && !(s->vc = malloc(VICTIM_SAMPLE * sizeof *s->vc))) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    s->victim_window = p->victim_window > 0 ? p->victim_window : VICTIM_SAMPLE;
+    if (!st && !(s->vc = malloc((size_t)s->victim_window * sizeof *s->vc))) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     bool lower = s->tier[T1].present || s->tier[T2].present;
     int n_io = lower && p->prefetch > 0 ? (p->n_io_threads > 0 ? p->n_io_threads : 4) : 0;
     if (!st && n_io > 0) {
@@ -1438,32 +1440,40 @@ kvt_status kvt_kv_paged_seq_push_copy(kvt_kv *kv, int32_t seq, int64_t b, const 
 
 // --- the serving scheduler's hooks ------------------------------------------------------------------------
 
-// Iterations of a plan: a sequence runs at most once per iteration, so a new iteration begins where a sequence
-// repeats within the current one. Ranks are the iteration of each sequence's first appearance.
+// The plan's ranks and prefetch order are kvt_plan_ranks and kvt_plan_prefetch (kv_prefetch.h), which the simulator
+// runs too. These are their views of the store (the mutex held).
+static bool plan_live_seq(const void *ud, int32_t q) { return ((const kv_paged *)ud)->seq[q].live; }
+
+static void plan_span(void *ud, int32_t seq, int32_t shard, int64_t *first, int64_t *end) {
+    const pshard *sh = &((kv_paged *)ud)->seq[seq].sh[shard];
+    *first = sh->n_drop;
+    *end = sh->n_blk;
+}
+
+// Queues a planned block below T0 for the copy engine (qplan: a load that displaces only later ranks).
+static void plan_visit(void *ud, int32_t seq, int32_t shard, int64_t block) {
+    kv_paged *s = ud;
+    const int64_t id = s->seq[seq].sh[shard].ids[block];
+    pblock *B = &s->blk[id];
+    if (B->slot[T0] >= 0 || B->busy || B->queued) return;
+    queue_push(s, id);
+    B->qplan = B->queued; // queue_push may drop it (out of memory)
+}
+
 void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
     kv_paged *s = (kv_paged *)kv;
     if (kv->ops != &k_paged_ops) return;
     pthread_mutex_lock(&s->mu);
     for (int64_t i = 0; i < s->n_blk; i++) s->blk[i].prank = INT64_MAX;
     for (int32_t i = 0; i < s->n_seq; i++) s->seq[i].prank = INT64_MAX;
-    int64_t *seen = n > 0 ? malloc((size_t)s->n_seq * sizeof *seen) : NULL; // [n_seq] iteration last seen in
-    int32_t *uq = n > 0 ? malloc((size_t)n * sizeof *uq) : NULL;            // [nu] planned sequences, by rank
-    int64_t iter = 0, nu = 0;
-    for (int32_t i = 0; seen && i < s->n_seq; i++) seen[i] = -1;
-    for (int64_t i = 0; i < n; i++) {
-        const int32_t q = seqs[i];
-        if (q < 0 || q >= s->n_seq || !s->seq[q].live) continue;
-        if (!seen) iter = i; // no memory for the table: every entry its own iteration
-        else if (seen[q] == iter) iter++;
-        if (seen) seen[q] = iter;
-        if (s->seq[q].prank == INT64_MAX) {
-            s->seq[q].prank = iter;
-            if (uq) uq[nu++] = q;
-        }
-    }
-    free(seen);
-    for (int32_t q = 0; q < s->n_seq; q++) {
-        const pseq *Q = &s->seq[q];
+    // [n_seq] iteration last seen in, [n_seq] rank, then [n] planned sequences by rank; none: no plan this time
+    int64_t *buf = n > 0 ? malloc((size_t)(2 * (int64_t)s->n_seq + n) * sizeof *buf) : NULL;
+    int64_t *seen = buf, *rank = buf ? buf + s->n_seq : NULL;
+    int32_t *uq = buf ? (int32_t *)(buf + 2 * (int64_t)s->n_seq) : NULL;
+    const int64_t nu = buf ? kvt_plan_ranks(seqs, n, s->n_seq, plan_live_seq, s, seen, rank, uq) : 0;
+    for (int32_t q = 0; buf && q < s->n_seq; q++) {
+        pseq *Q = &s->seq[q];
+        Q->prank = rank[q];
         if (!Q->live || Q->prank == INT64_MAX) continue;
         for (int32_t i = 0; i < s->n_shard; i++) {
             const pshard *sh = &Q->sh[i];
@@ -1477,25 +1487,10 @@ void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
     // order (layer by layer over its sequences), as far as T0 and T1 can hold them
     const int64_t m0 = s->tier[T0].max_slots, m1 = s->tier[T1].present ? s->tier[T1].max_slots : 0;
     const int64_t cap = m0 == INT64_MAX || m1 == INT64_MAX ? INT64_MAX : m0 + m1;
-    int64_t counted = 0;
-    bool pushed = false;
-    for (int64_t g0 = 0, g1 = 0; s->n_io > 0 && g0 < nu && counted < cap; g0 = g1) {
-        for (g1 = g0; g1 < nu && s->seq[uq[g1]].prank == s->seq[uq[g0]].prank;) g1++;
-        for (int32_t k = 0; k < s->n_shard && counted < cap; k++) {
-            for (int64_t u = g0; u < g1 && counted < cap; u++) {
-                const pshard *sh = &s->seq[uq[u]].sh[k];
-                for (int64_t j = sh->n_drop; j < sh->n_blk && counted < cap; j++, counted++) {
-                    pblock *B = &s->blk[sh->ids[j]];
-                    if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
-                    queue_push(s, sh->ids[j]);
-                    B->qplan = B->queued; // queue_push may drop it (out of memory)
-                    pushed |= B->queued;
-                }
-            }
-        }
-    }
-    free(uq);
-    if (pushed) pthread_cond_broadcast(&s->qcv);
+    const int64_t q0 = s->q_len;
+    if (s->n_io > 0 && nu > 0) kvt_plan_prefetch(uq, nu, rank, s->n_shard, cap, plan_span, plan_visit, s);
+    free(buf);
+    if (s->q_len > q0) pthread_cond_broadcast(&s->qcv);
     pthread_mutex_unlock(&s->mu);
 }
 

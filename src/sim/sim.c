@@ -176,6 +176,7 @@ typedef struct {
     int32_t layer;             // its layer (0 unless kvt_sim_config.layers > 1)
     int32_t pos[2];            // index in the fast / host lists (tier_list), -1 if absent
     uint8_t where, fly, dirty, live, pf, queued; // queued: in the copy engine's queue (PF_COPY)
+    uint8_t qplan;             // queued by the plan (plan_iters): its load displaces only later plan ranks
     uint64_t last_use, uses;
     double ema;
 } blk;
@@ -187,6 +188,7 @@ typedef struct {
     int64_t chunk_from;  // prefilled tokens before this iteration's prompt chunk
     bool finishing, admitted_now, in_batch; // admitted_now: computes a prompt chunk in this iteration
     bool completes;      // this iteration's prompt chunk ends the prompt (the first token)
+    int64_t prank;       // plan rank (kvt_plan_ranks; INT64_MAX: not planned, or no plan): its blocks' rank
 } req;
 
 typedef struct {
@@ -230,6 +232,8 @@ typedef struct {
     kvt_sim_result *res;
     kvt_victim_cand *vc;   // pick's window [victim_window + 1]
     kvt_victim_trace tr;   // with on_pick: kvt_victim_pick's trace, victim_window + 1 candidates
+    int32_t *plan, *plan_order; // plan_iters: the plan [(max_batch + n_requests) x plan_iters], by rank [n_requests]
+    int64_t *plan_seen, *plan_rank; // plan_iters: kvt_plan_ranks' scratch and ranks [n_requests]
 } sim;
 
 static kvt_status il_push(sim *s, ilist *l, int64_t x) {
@@ -316,20 +320,22 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) { *out = info
 // kvt_evict_pick), the window moving on at every call (kvt_victim_window). With `incoming` (>= 0) the block a
 // prefetch would bring is a candidate too and -2 is returned if it is the one picked; with limit >= 0 (a
 // copy-engine prefetch, PF_COPY) only blocks the store's schedule needs later than `limit` steps
-// (kvt_evict_may_displace without a plan: every rank INT64_MAX). -1 if no block qualifies.
-static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_t incoming, int64_t limit) {
+// (kvt_evict_may_displace, xrank the incoming block's plan rank). A block's plan rank is its request's (INT64_MAX
+// for all without plan_iters). -1 if no block qualifies.
+static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_t incoming, int64_t limit, int64_t xrank) {
     int64_t start;
     const int64_t n = l->n, m = kvt_victim_window(n, s->c->victim_window, cur, &start);
     for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
         const blk *B = &s->b[l->v[j]];
         s->vc[k] = (kvt_victim_cand){.id = l->v[j],
-                                     .rank = INT64_MAX,
+                                     .rank = s->r[B->req].prank,
                                      .sched_next = limit >= 0 && !B->fly ? store_next_use(s, B) : 0,
                                      .flags = B->fly ? KVT_VICTIM_HELD : is_clean(s, B, host_tier) ? KVT_VICTIM_CLEAN : 0u};
     }
     int64_t nc = m;
-    if (incoming >= 0) s->vc[nc++] = (kvt_victim_cand){.id = incoming, .rank = INT64_MAX, .flags = KVT_VICTIM_INCOMING};
-    const kvt_victim_query q = {.pol = s->pol, .fast_tier = !host_tier, .limit = limit, .xrank = INT64_MAX, .now = s->tick};
+    if (incoming >= 0)
+        s->vc[nc++] = (kvt_victim_cand){.id = incoming, .rank = s->r[s->b[incoming].req].prank, .flags = KVT_VICTIM_INCOMING};
+    const kvt_victim_query q = {.pol = s->pol, .fast_tier = !host_tier, .limit = limit, .xrank = xrank, .now = s->tick};
     const int64_t k = kvt_victim_pick(&q, s->vc, nc, victim_info, s, s->c->on_pick ? &s->tr : NULL);
     if (s->c->on_pick && k >= 0) s->c->on_pick(s->c->on_pick_ud, s->tr.info, s->tr.n, s->tick, s->tr.chosen);
     return k < 0 ? -1 : (s->vc[k].flags & KVT_VICTIM_INCOMING) ? -2 : s->vc[k].id;
@@ -393,7 +399,7 @@ static kvt_status issue(sim *s, double t, int li, int64_t id) {
 // Room for one more block in the host tier: the victim's copy goes to SSD unless it has another.
 static kvt_status host_room(sim *s, double t) {
     while (s->c->host_blocks > 0 && s->host.n >= s->c->host_blocks) {
-        int64_t v = pick(s, &s->host, &s->cur_host, true, -1, -1);
+        int64_t v = pick(s, &s->host, &s->cur_host, true, -1, -1, INT64_MAX);
         if (v < 0) return kvt_errorf(s->err, KVT_ERR_BUDGET, "sim: host tier full of blocks in flight");
         host_del(s, v);
         if (!(s->b[v].where & (W_FAST | W_SSD))) { // its only copy: to SSD (a fast copy writes back when evicted)
@@ -424,7 +430,7 @@ static kvt_status evict_fast(sim *s, int64_t v, double t) {
 static kvt_status fast_room(sim *s, double t, bool *ok) {
     *ok = true;
     while (s->fast.n + s->n_fly_fast >= s->C) {
-        int64_t v = pick(s, &s->fast, &s->cur_fast, false, -1, -1);
+        int64_t v = pick(s, &s->fast, &s->cur_fast, false, -1, -1, INT64_MAX);
         if (v < 0) {
             *ok = false;
             return KVT_OK;
@@ -494,16 +500,19 @@ static kvt_status copy_queue(sim *s, int64_t id) {
 }
 
 // PF_COPY: the copy engine (prefetch_depth loads in flight, as its threads) takes the queue in order; a load
-// into a full fast tier evicts only a block the schedule needs later than the one it brings, and is dropped if
-// there is none (kv_paged.c io_main -> load(wait = false, limit = next use) -> pick_victim).
+// into a full fast tier evicts only a block the schedule needs later than the one it brings (of a later plan rank,
+// or of the same and needed later), and is dropped if there is none (kv_paged.c io_main -> load(wait = false,
+// limit = next use) -> pick_victim); a planned load (qplan) displaces only later plan ranks (limit INT64_MAX).
 static kvt_status copy_prefetch(sim *s, double t) {
     while (s->n_pf < s->c->prefetch_depth && s->pfq_head < s->pfq.n) {
         const int64_t id = s->pfq.v[s->pfq_head++];
         blk *B = &s->b[id];
-        B->queued = 0;
+        const bool planned = B->qplan;
+        B->queued = B->qplan = 0;
         if (!B->live || B->fly || (B->where & W_FAST)) continue;
         if (s->fast.n + s->n_fly_fast >= s->C) {
-            const int64_t v = pick(s, &s->fast, &s->cur_fast, false, -1, store_next_use(s, B));
+            const int64_t v =
+                pick(s, &s->fast, &s->cur_fast, false, -1, planned ? INT64_MAX : store_next_use(s, B), s->r[B->req].prank);
             if (v < 0) continue;
             kvt_status st = evict_fast(s, v, t);
             if (st) return st;
@@ -525,7 +534,7 @@ static kvt_status prefetch(sim *s, double t) {
         int64_t id = pf_next(s);
         if (id < 0) return KVT_OK;
         if (s->fast.n + s->n_fly_fast >= s->C) {
-            int64_t v = pick(s, &s->fast, &s->cur_fast, false, id, -1);
+            int64_t v = pick(s, &s->fast, &s->cur_fast, false, id, -1, INT64_MAX);
             if (v < 0) {
                 s->pf_blocked = true;
                 return KVT_OK;
@@ -573,9 +582,11 @@ static double attn_mass(int64_t req_id, int64_t idx, int64_t n) {
 
 static void touch(sim *s, int64_t id) {
     blk *B = &s->b[id];
+    const double mass = attn_mass(B->req, B->idx, s->pub[B->req].n_blocks);
+    if (s->c->on_trace) s->c->on_trace(s->c->on_trace_ud, KVT_SIM_TRACE_READ, B->req, B->layer, B->idx, mass);
     B->last_use = ++s->tick;
     B->uses++;
-    B->ema = s->c->attn_alpha * attn_mass(B->req, B->idx, s->pub[B->req].n_blocks) + (1 - s->c->attn_alpha) * B->ema;
+    B->ema = s->c->attn_alpha * mass + (1 - s->c->attn_alpha) * B->ema;
 }
 
 // Appends a token block to request ri (a block per layer), written in the fast tier (dirty). Past the capacity
@@ -592,6 +603,7 @@ static kvt_status new_block(sim *s, int64_t ri, double t) {
         s->b[id] = (blk){.req = ri, .idx = (int32_t)k, .layer = (int32_t)L, .pos = {-1, -1}, .live = 1, .dirty = 1,
                          .last_use = s->tick, .uses = 1};
         s->b[id].ema = attn_mass(ri, k, k + 1);
+        if (s->c->on_trace) s->c->on_trace(s->c->on_trace_ud, KVT_SIM_TRACE_NEW, ri, (int32_t)L, k, s->b[id].ema);
         st = fast_add(s, id);
     }
     P->n_blocks = k + 1;
@@ -599,6 +611,7 @@ static kvt_status new_block(sim *s, int64_t ri, double t) {
 }
 
 static void free_blocks(sim *s, int64_t ri) {
+    if (s->c->on_trace) s->c->on_trace(s->c->on_trace_ud, KVT_SIM_TRACE_FREE, ri, 0, 0, 0);
     for (int64_t k = 0; k < s->pub[ri].n_blocks * s->nl; k++) {
         const int64_t id = s->r[ri].first_blk + k;
         blk *B = &s->b[id];
@@ -655,6 +668,48 @@ static kvt_status scan_add(sim *s, int64_t id) {
     return st;
 }
 
+// plan_iters: the paged store's view of a request as kvt_plan_prefetch walks it (one sequence per request, the
+// layers its shards).
+static void plan_span(void *ud, int32_t req_id, int32_t shard, int64_t *first, int64_t *end) {
+    (void)shard;
+    *first = 0;
+    *end = ((const sim *)ud)->pub[req_id].n_blocks;
+}
+
+// A planned block below the fast tier joins the copy engine's queue (kv_paged.c plan_visit).
+static void plan_visit(void *ud, int32_t req_id, int32_t shard, int64_t block) {
+    sim *s = ud;
+    const int64_t x = blk_id(s, req_id, block, shard);
+    blk *B = &s->b[x];
+    if ((B->where & W_FAST) || B->fly || B->queued) return;
+    if (il_push(s, &s->pfq, x)) return; // out of memory: a prefetch is a hint (the store's queue_push drops it too)
+    B->queued = B->qplan = 1;
+}
+
+// The plan before an iteration of nb requests (batch.v), as the serving scheduler publishes it and the paged store
+// applies it (scheduler.c publish_plan -> kvt_kv_paged_set_plan): every request's plan rank, and with the store's
+// copy engine (PF_COPY) the planned blocks below the fast tier queued, then taken as its threads would.
+static kvt_status publish_plan(sim *s, int64_t nb, double t) {
+    const kvt_sim_config *c = s->c;
+    int64_t n = 0, n_sw = 0;
+    for (int64_t i = 0; i < nb; i++) s->plan[n++] = (int32_t)s->batch.v[i];
+    for (int64_t i = 0; i < s->running.n; i++) {
+        const int64_t id = s->running.v[i];
+        if (s->pub[id].state == KVT_SIM_RUNNING && s->pub[id].swapped) {
+            s->plan[n++] = (int32_t)id;
+            n_sw++;
+        }
+    }
+    n = kvt_sched_policy_plan(s->plan, nb, n_sw, c->plan_iters);
+    if (c->on_plan) c->on_plan(c->on_trace_ud, s->plan, n);
+    const int64_t nu = kvt_plan_ranks(s->plan, n, (int32_t)c->n_requests, NULL, NULL, s->plan_seen, s->plan_rank, s->plan_order);
+    for (int64_t q = 0; q < c->n_requests; q++) s->r[q].prank = s->plan_rank[q];
+    if (s->pf_mode != PF_COPY || nu == 0) return KVT_OK;
+    const int64_t cap = c->host_blocks > 0 && s->C < INT64_MAX - c->host_blocks ? s->C + c->host_blocks : INT64_MAX;
+    kvt_plan_prefetch(s->plan_order, nu, s->plan_rank, (int32_t)s->nl, cap, plan_span, plan_visit, s);
+    return copy_prefetch(s, t);
+}
+
 static kvt_status start_iter(sim *s, double t) {
     const kvt_sim_config *c = s->c;
     kvt_sim_sched_view v = {.reqs = s->pub, .n_reqs = c->n_requests, .running = s->running.v, .n_running = s->running.n,
@@ -694,6 +749,7 @@ static kvt_status start_iter(sim *s, double t) {
         if (id < 0 || id >= c->n_requests || s->pub[id].state != KVT_SIM_WAITING) return bad_pick(s, "admitted", id);
         st = admit_req(s, id);
     }
+    if (!st && c->plan_iters > 0) st = publish_plan(s, nb, t);
     if (st) return st;
     for (int64_t i = 0; i < s->running.n; i++) s->r[s->running.v[i]].scan_start = -1;
     s->scan.n = s->attn.n = 0;
@@ -958,6 +1014,9 @@ static kvt_status check_config(const kvt_sim_config *c, kvt_err *err) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: requests, max_batch, load, prefetch_depth and victim_window must be positive");
     if (c->layers < 0 || c->layers > (1 << 12))
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: layers %d out of [0, 4096]", c->layers);
+    if (c->plan_iters < 0 || c->plan_iters > (1 << 10) || (c->plan_iters > 0 && c->n_requests > INT32_MAX / 2))
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: plan_iters %d out of [0, 1024] (or too many requests for a plan)",
+                          c->plan_iters);
     if (c->copy_prefetch < 0 || c->copy_prefetch > (1 << 20))
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: copy_prefetch %lld out of [0, 2^20]", (long long)c->copy_prefetch);
     if (!(c->iter_ms > 0) && !c->costs)
@@ -984,6 +1043,10 @@ static void sim_free(sim *s) {
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) free(ls[i]->v);
     free(s->vc);
     kvt_victim_trace_free(&s->tr);
+    free(s->plan);
+    free(s->plan_order);
+    free(s->plan_seen);
+    free(s->plan_rank);
     free(s->pfwin);
     free(s->btok);
     free(s->swap_out);
@@ -1014,6 +1077,7 @@ static kvt_status make_requests(sim *s) {
         s->r[i].first_blk = nblk;
         s->r[i].max_blocks = div_up(s->pub[i].prompt + s->pub[i].out, c->block_tokens);
         s->r[i].scan_start = -1;
+        s->r[i].prank = INT64_MAX;
         nblk += s->r[i].max_blocks * s->nl;
         if (s->r[i].max_blocks > s->nb_ctx) s->nb_ctx = s->r[i].max_blocks;
     }
@@ -1022,6 +1086,14 @@ static kvt_status make_requests(sim *s) {
     const size_t w = (size_t)c->victim_window + 1;
     s->vc = malloc(w * sizeof *s->vc);
     const bool vs_ok = !c->on_pick || kvt_victim_trace_init(&s->tr, (int64_t)w);
+    if (c->plan_iters > 0) {
+        s->plan = malloc((size_t)((c->max_batch + c->n_requests) * c->plan_iters) * sizeof *s->plan);
+        s->plan_order = malloc((size_t)c->n_requests * sizeof *s->plan_order);
+        s->plan_seen = malloc((size_t)c->n_requests * sizeof *s->plan_seen);
+        s->plan_rank = malloc((size_t)c->n_requests * sizeof *s->plan_rank);
+        if (!s->plan || !s->plan_order || !s->plan_seen || !s->plan_rank)
+            return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for the plan of %lld requests", (long long)c->n_requests);
+    }
     s->batch.v = malloc((size_t)c->max_batch * sizeof *s->batch.v);
     s->btok = malloc((size_t)c->max_batch * sizeof *s->btok);
     s->swap_out = malloc((size_t)c->n_requests * sizeof *s->swap_out);
@@ -1044,10 +1116,10 @@ kvt_status kvt_sim_run(const kvt_sim_config *c, kvt_sim_result *r, kvt_err *err)
     sim *s = &S;
     s->pol = kvt_evict_policy_find(c->policy);
     s->oracle = !strcmp(c->policy, "oracle");
-    s->pf_mode = s->oracle || !strcmp(c->policy, "lookahead") ? PF_SCHED
-                 : !strcmp(c->policy, "attn-ema")             ? PF_ATTN
-                 : c->copy_prefetch > 0                       ? PF_COPY
-                                                              : PF_NONE;
+    s->pf_mode = s->oracle || !strcmp(c->policy, "lookahead")      ? PF_SCHED
+                 : c->copy_prefetch > 0                            ? PF_COPY
+                 : !strcmp(c->policy, "attn-ema")                  ? PF_ATTN
+                                                                   : PF_NONE;
     kvt_sim_queue_init(&s->q);
     // a compute-core copy spends its latency as CPU time in the byte phase (xfer_bytes)
     kvt_sim_link_init(&s->link[L_H2D], "h2d", c->h2d_gbps * 1e9, c->copy_on_compute ? 0 : c->h2d_latency_us * 1e-6);
