@@ -260,11 +260,21 @@ static void test_store_prefetch_same(void) {
 }
 
 // The shared decisions on hand-made inputs whose answers are known (kv_victim.h, kv_prefetch.h, sched_policy.h).
+typedef struct {
+    const kvt_victim_cand *c;
+    const kvt_evict_info *inf;
+} hand;
 static int64_t info_calls;
+static void hand_cand(void *ud, int64_t k, kvt_victim_cand *out) { *out = ((const hand *)ud)->c[k]; }
 static void hand_info(void *ud, int64_t id, kvt_evict_info *out) {
-    const kvt_evict_info *all = ud;
     info_calls++;
-    *out = all[id];
+    *out = ((const hand *)ud)->inf[id];
+}
+// kvt_victim_pick over the window c[0 .. n), block ids indexing inf
+static int64_t hand_pick(const kvt_victim_query *q, const kvt_victim_cand *c, int64_t n, const kvt_evict_info *inf,
+                         kvt_victim_trace *tr) {
+    hand h = {c, inf};
+    return kvt_victim_pick(q, n, hand_cand, hand_info, &h, tr);
 }
 
 static void test_shared_rules(void) {
@@ -278,38 +288,38 @@ static void test_shared_rules(void) {
     bool ok = kvt_victim_trace_init(&tr, 5);
     // clean first (lru is clean_first): the oldest clean block, 1; only the clean class is scored
     info_calls = 0;
-    ok = ok && kvt_victim_pick(&q, c, 5, hand_info, inf, &tr) == 1 && info_calls == 2 && tr.n == 2 && tr.chosen == 0 &&
+    ok = ok && hand_pick(&q, c, 5, inf, &tr) == 1 && info_calls == 2 && tr.n == 2 && tr.chosen == 0 &&
          kvt_evict_pick(lru, tr.info, tr.n, 100) == tr.chosen;
     // spread is not clean_first in the fast tier: the oldest of all; in a lower tier clean counts for every policy
     q.pol = spread;
     inf[0].next_use = 50;
-    ok = ok && kvt_victim_pick(&q, c, 5, hand_info, inf, NULL) == 0;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 0;
     q.fast_tier = false;
     inf[1].next_use = 7;
     inf[2].next_use = 8;
-    ok = ok && kvt_victim_pick(&q, c, 5, hand_info, inf, NULL) == 2;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 2;
     q.pol = lru;
     q.fast_tier = true;
     // a held block never goes; a later plan rank goes before clean and age
     c[1].flags |= KVT_VICTIM_HELD;
-    ok = ok && kvt_victim_pick(&q, c, 5, hand_info, inf, NULL) == 2;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 2;
     c[0].rank = c[1].rank = c[2].rank = 2; // planned in 2 iterations; 3 and 4 not planned
-    ok = ok && kvt_victim_pick(&q, c, 5, hand_info, inf, NULL) == 3;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 3;
     // a prefetch of rank 2 needed in 9 steps: only a later rank, or rank 2 needed later than 9 steps
     q.limit = 9;
     q.xrank = 2;
-    ok = ok && kvt_victim_pick(&q, c, 5, hand_info, inf, NULL) == 3;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 3;
     c[3].flags |= KVT_VICTIM_HELD;
     c[4].flags |= KVT_VICTIM_HELD;
-    ok = ok && kvt_victim_pick(&q, c, 5, hand_info, inf, NULL) == -1; // 0 and 2 are needed in 9 steps, no later
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == -1; // 0 and 2 are needed in 9 steps, no later
     c[2].sched_next = 10;
-    ok = ok && kvt_victim_pick(&q, c, 5, hand_info, inf, NULL) == 2;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 2;
     // an incoming block competes with the class of the others, last; picked, it is returned
     kvt_victim_cand c2[2] = {{3, INT64_MAX, 0, 0}, {0, INT64_MAX, 0, KVT_VICTIM_INCOMING}};
     q.limit = -1;
-    ok = ok && kvt_victim_pick(&q, c2, 2, hand_info, inf, &tr) == 1 && tr.n == 2;
-    ok = ok && kvt_victim_pick(&q, c2, 1, hand_info, inf, NULL) == 0 && kvt_victim_pick(&q, c2, 0, hand_info, inf, NULL) == -1;
-    ok = ok && kvt_victim_pick(&q, c, 6, hand_info, inf, &tr) == -2; // more candidates than the trace holds
+    ok = ok && hand_pick(&q, c2, 2, inf, &tr) == 1 && tr.n == 2;
+    ok = ok && hand_pick(&q, c2, 1, inf, NULL) == 0 && hand_pick(&q, c2, 0, inf, NULL) == -1;
+    ok = ok && hand_pick(&q, c, 6, inf, &tr) == -2; // more candidates than the trace holds
     kvt_victim_trace_free(&tr);
     // the window: 4 of 10 from position 8 wraps and moves on; all of 3
     int64_t pos = 8, start = -1;

@@ -79,7 +79,6 @@ typedef struct {
     int32_t n_rd, cap_rd;
     int64_t victim_pos[2]; // start of the next victim sample window in res[T0] / res[T1]
     int64_t victim_window; // resident blocks examined per eviction (p.victim_window, VICTIM_SAMPLE by default)
-    kvt_victim_cand *vc;   // [victim_window] the window of pick_victim (kvt_victim_pick's candidates)
     int32_t n_loading_t1;  // loads copying a block out of T1 (each then leaves a droppable T1 duplicate)
     // copy engine
     pthread_t *io;
@@ -177,7 +176,7 @@ static void cursor_update(kv_paged *s) {
     const int64_t cycle = (int64_t)s->n_shard * s->nb_ctx, anchor = s->cursor - cycle / 2;
     int64_t best = -1, bd = 0;
     for (int32_t i = 0; i < s->n_rd; i++) {
-        int64_t d = ((s->rd[i].key - anchor) % cycle + cycle) % cycle;
+        const int64_t d = kvt_sched_distance(s->rd[i].key, anchor, cycle);
         if (best < 0 || d < bd) {
             best = s->rd[i].key;
             bd = d;
@@ -240,21 +239,43 @@ static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B
     return s->pol->score(&info, s->tick);
 }
 
-// kvt_victim_pick's view of the store: the policy inputs of a block (the mutex held).
+// kvt_victim_pick's view of the store (the mutex held): the window res[t][start ..] (n resident, wrapping), each
+// block's description and its policy inputs.
 typedef struct {
     const kv_paged *s;
     evict_ctx e;
+    int t;
+    int64_t limit, xrank, start, n;
 } victim_ud;
 
-static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
+static int64_t window_id(const victim_ud *u, int64_t k) {
+    const int64_t j = u->start + k;
+    return u->s->res[u->t][j < u->n ? j : j - u->n];
+}
+
+KVT_VICTIM_INLINE void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
+    const victim_ud *u = ud;
+    const kv_paged *s = u->s;
+    const int64_t id = window_id(u, k);
+    const pblock *B = &s->blk[id];
+    const int t = u->t;
+    const bool held = B->busy || (t == T0 && B->pins > 0);
+    const bool clean = kvt_victim_clean(t == T0, B->slot[T0] >= 0, B->slot[T1] >= 0, B->slot[T2] >= 0, false, B->refs > 1);
+    *out = (kvt_victim_cand){.id = id,
+                             .rank = B->prank,
+                             .sched_next = u->limit >= 0 && !held && B->prank == u->xrank ? next_use(s, B) : 0,
+                             .flags = (held ? KVT_VICTIM_HELD : 0u) | (clean ? KVT_VICTIM_CLEAN : 0u)};
+}
+
+KVT_VICTIM_INLINE void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
     const victim_ud *u = ud;
     *out = evict_info(u->s, &u->e, &u->s->blk[id]);
 }
 
 // Best victim of tier t (not pinned, not busy); -1 if none: kvt_victim_pick (kv_victim.h, the rule the simulator
-// runs too) over a window of up to victim_window (VICTIM_SAMPLE) resident blocks (kvt_victim_window: all of them when there are
-// fewer, else a window that moves on at every call). Exhaustive scans made each eviction O(resident blocks) under
-// the store's mutex: with thousands of small blocks resident, eviction dominated decode. With limit >= 0, only
+// runs too) over a window of up to victim_window (VICTIM_SAMPLE) resident blocks (kvt_victim_window: all of them
+// when there are fewer, else a window that moves on at every call). Exhaustive scans made each eviction
+// O(resident blocks) under the store's mutex: with thousands of small blocks resident, eviction dominated decode. With limit >= 0, only
 // blocks needed later than `limit` schedule steps qualify (prefetch must not evict what is needed sooner than what
 // it fetches). Clean blocks (a copy below: kvt_victim_clean) go first where the policy asks (all but spread, whose
 // partition must hold) and always in T1: evicting them costs no write. In T0 that holds for blocks of one sequence
@@ -267,22 +288,13 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
 // the block being loaded), or of the same rank and needed later than `limit` (limit INT64_MAX: strictly later
 // ranks only). Without a plan every rank is INT64_MAX and nothing changes.
 static int64_t pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank) {
-    int64_t start;
-    const int64_t n = s->n_res[t], m = kvt_victim_window(n, s->victim_window, &s->victim_pos[t], &start);
-    for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
-        const int64_t id = s->res[t][j];
-        const pblock *B = &s->blk[id];
-        const bool held = B->busy || (t == T0 && B->pins > 0);
-        const bool clean = kvt_victim_clean(t == T0, B->slot[T0] >= 0, B->slot[T1] >= 0, B->slot[T2] >= 0, false, B->refs > 1);
-        s->vc[k] = (kvt_victim_cand){.id = id,
-                                     .rank = B->prank,
-                                     .sched_next = limit >= 0 && !held && B->prank == xrank ? next_use(s, B) : 0,
-                                     .flags = (held ? KVT_VICTIM_HELD : 0u) | (clean ? KVT_VICTIM_CLEAN : 0u)};
-    }
-    victim_ud u = {s, evict_ctx_now(s)};
-    const kvt_victim_query q = {.pol = s->pol, .fast_tier = t == T0, .limit = limit, .xrank = xrank, .now = s->tick};
-    const int64_t k = kvt_victim_pick(&q, s->vc, m, victim_info, &u, NULL);
-    return k < 0 ? -1 : s->vc[k].id;
+    victim_ud u = {.s = s, .e = evict_ctx_now(s), .t = t, .limit = limit, .xrank = xrank, .n = s->n_res[t]};
+    const int64_t m = kvt_victim_window(u.n, s->victim_window, &s->victim_pos[t], &u.start);
+    // a T0 block is clean only with a disk copy (kvt_victim_clean: a host copy does not count)
+    const kvt_victim_query q = {.pol = s->pol, .fast_tier = t == T0, .limit = limit, .xrank = xrank, .now = s->tick,
+                                .none_clean = t == T0 && !s->tier[T2].present};
+    const int64_t k = kvt_victim_pick(&q, m, victim_cand, victim_info, &u, NULL);
+    return k < 0 ? -1 : window_id(&u, k);
 }
 
 // --- transfers -----------------------------------------------------------------
@@ -1062,7 +1074,6 @@ static void paged_free(kvt_kv *kv) {
     free(s->free_blk);
     free(s->q);
     free(s->pf_win);
-    free(s->vc);
     pthread_cond_destroy(&s->qcv);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
@@ -1128,7 +1139,6 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     int32_t seq0;
     if (!st) st = seq_alloc(s, &seq0, err);
     s->victim_window = p->victim_window > 0 ? p->victim_window : VICTIM_SAMPLE;
-    if (!st && !(s->vc = malloc((size_t)s->victim_window * sizeof *s->vc))) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     bool lower = s->tier[T1].present || s->tier[T2].present;
     int n_io = lower && p->prefetch > 0 ? (p->n_io_threads > 0 ? p->n_io_threads : 4) : 0;
     if (!st && n_io > 0) {

@@ -3,8 +3,9 @@
 //
 // A search examines a window of the tier's resident blocks (kvt_victim_window: at most `size` of them, a
 // window that moves on at every search; the resident list is in no particular order, so the windows sample
-// it, as approximate LRU caches do). The caller describes each block of the window (kvt_victim_cand: plan
-// rank, held / clean flags, schedule distance) and kvt_victim_pick chooses, in this order:
+// it, as approximate LRU caches do). The caller describes each block of the window on request (a
+// kvt_victim_cand_fn: plan rank, held / clean flags, schedule distance) and kvt_victim_pick chooses, in this
+// order:
 //   1. a held block (pinned by a reader, busy, in flight) never goes;
 //   2. for a prefetch (limit >= 0), only a block that kvt_evict_may_displace (kv_prefetch.h) admits;
 //   3. the latest plan rank first (INT64_MAX: not planned, or no plan: every block then has that rank);
@@ -12,10 +13,11 @@
 //      distinction counts: in a lower tier always, in the fast tier where the policy is clean_first;
 //   5. within that class, kvt_evict_pick (kv_policy.h) on the blocks' kvt_evict_info, ties to the earliest
 //      block of the window.
-// Nothing here knows about time, threads, copies or the caller's block tables; nothing allocates per call
-// (the window and its candidate array are the caller's, sized once). kvt_evict_info is computed (by the caller's
-// callback) only for the blocks of the class that competes in step 5. The two inline helpers below are in the
-// header so that the callers' per-candidate loops stay as fast as the store's search was before it was shared.
+// Nothing here knows about time, threads, copies or the caller's block tables; nothing allocates. kvt_evict_info
+// is computed (by the caller's callback) only for the blocks of the class that competes in step 5, from the first
+// of them on; the class search stops at a candidate nothing can beat. The search is inline in this header: at each
+// caller the compiler turns the callbacks into inlined direct calls, so the shared search is as fast as a loop
+// written there (it is on the store's hot path, and most of the simulator's time).
 #ifndef KVT_KV_VICTIM_H
 #define KVT_KV_VICTIM_H
 
@@ -23,6 +25,16 @@
 #include <stdint.h>
 
 #include "kv_policy.h"
+#include "kv_prefetch.h"
+
+// The search and the callers' callbacks (victim_cand, victim_info in kv_paged.c and sim.c) are forced inline where
+// the compiler allows: as calls, up to three per candidate cost the store a fifth of its search time
+// (tools/bench/victim_bench.c).
+#if defined(__GNUC__)
+#define KVT_VICTIM_INLINE static inline __attribute__((always_inline))
+#else
+#define KVT_VICTIM_INLINE static inline
+#endif
 
 // The window of one victim search over a list of n resident blocks: at most `size` (>= 1) of them, all of them
 // when there are fewer, from position *pos (mod n); when the list is longer than the window, *pos moves on past
@@ -55,7 +67,7 @@ enum {
 
 // One block of the window, in window order.
 typedef struct {
-    int64_t id;         // the caller's block id, handed to the info callback
+    int64_t id;         // the caller's block id, handed to the info callback (for the candidates of step 5)
     int64_t rank;       // plan rank: the plan iteration of the earliest planned sequence holding it (INT64_MAX:
                         // none, or no plan); a later rank goes first
     int64_t sched_next; // schedule steps to the block's next read (kvt_sched_distance): read only by the prefetch
@@ -72,8 +84,13 @@ typedef struct {
                                  // later plan ranks only
     int64_t xrank;               // plan rank of the incoming block (INT64_MAX: none), read when limit >= 0
     uint64_t now;                // the policies' clock (ticks)
+    bool none_clean;             // the caller knows that no candidate can be clean (the store's fast tier without a
+                                 // disk tier): step 4 is skipped, which gives the same victim sooner
 } kvt_victim_query;
 
+// Fills *out with the description of candidate k (0 .. n - 1, in window order) of the search. Called up to twice per
+// candidate (the class, then the competitors): it must give the same answer both times. ud: the caller's store.
+typedef void (*kvt_victim_cand_fn)(void *ud, int64_t k, kvt_victim_cand *out);
 // Fills *out with the policy inputs of block `id` (the caller's state: last use, uses, next use, shard, index, EMA
 // mass ...). ud: the caller's store.
 typedef void (*kvt_victim_info_fn)(void *ud, int64_t id, kvt_evict_info *out);
@@ -93,10 +110,62 @@ typedef struct {
 bool kvt_victim_trace_init(kvt_victim_trace *tr, int64_t cap);
 void kvt_victim_trace_free(kvt_victim_trace *tr);
 
-// The victim among cands[0 .. n): its index in cands, -1 if no candidate qualifies, -2 on bad arguments (a NULL
-// pointer; n > tr->cap with a trace). Calls info for every candidate of the competing class, in window order, and
-// scores it at once (no per-call allocation; tr may be NULL).
-int64_t kvt_victim_pick(const kvt_victim_query *q, const kvt_victim_cand *cands, int64_t n, kvt_victim_info_fn info,
-                        void *ud, kvt_victim_trace *tr);
+// The victim among the n candidates of the window that cand describes: its index k in the window, -1 if no
+// candidate qualifies, -2 on bad arguments (a NULL pointer; n > tr->cap with a trace). Calls info for every
+// candidate of the competing class, in window order, and scores it at once (tr may be NULL).
+KVT_VICTIM_INLINE bool kvt_victim_eligible_(const kvt_victim_query *q, const kvt_victim_cand *c) { // steps 1 and 2
+    if (c->flags & KVT_VICTIM_HELD) return false;
+    return q->limit < 0 || kvt_evict_may_displace(c->rank, c->rank == q->xrank ? c->sched_next : 0, q->limit, q->xrank);
+}
+
+KVT_VICTIM_INLINE int64_t kvt_victim_pick(const kvt_victim_query *q, int64_t n, kvt_victim_cand_fn cand,
+                                          kvt_victim_info_fn info, void *ud, kvt_victim_trace *tr) {
+    if (!q || !q->pol || n < 0 || (n > 0 && (!cand || !info)) || (tr && n > tr->cap)) return -2;
+    const bool classes = !q->none_clean && (!q->fast_tier || q->pol->clean_first);
+    // steps 3 and 4: the latest rank among the blocks that may go, and whether a clean one of that rank exists (no
+    // candidate can beat a clean one of rank INT64_MAX, or where clean does not count one of that rank: stop there);
+    // first: the first candidate of the class found so far (the class only rises, so no candidate of the final
+    // class comes before it: step 5 starts there)
+    int64_t rank = 0, first = 0;
+    bool found = false, clean = false;
+    kvt_victim_cand c;
+    for (int64_t i = 0; i < n && !(found && rank == INT64_MAX && (clean || !classes)); i++) {
+        cand(ud, i, &c);
+        if ((c.flags & KVT_VICTIM_INCOMING) || !kvt_victim_eligible_(q, &c)) continue;
+        const bool ci = classes && (c.flags & KVT_VICTIM_CLEAN);
+        if (!found || c.rank > rank || (c.rank == rank && ci && !clean)) {
+            rank = c.rank;
+            clean = ci;
+            found = true;
+            first = i;
+        }
+    }
+    // step 5 over that class (and an incoming block), in window order: kvt_evict_pick's rule, the candidates scored
+    // as they come
+    int64_t best = -1, n_class = 0, chosen = -1;
+    double bs = 0;
+    for (int64_t i = first; i < n; i++) {
+        cand(ud, i, &c);
+        if (!(c.flags & KVT_VICTIM_INCOMING)) {
+            if (!found || c.rank != rank || !kvt_victim_eligible_(q, &c)) continue;
+            if (classes && ((c.flags & KVT_VICTIM_CLEAN) != 0) != clean) continue;
+        }
+        kvt_evict_info b;
+        info(ud, c.id, &b);
+        const double sc = q->pol->score(&b, q->now);
+        if (kvt_evict_better(sc, bs, best)) {
+            best = i;
+            bs = sc;
+            chosen = n_class;
+        }
+        if (tr) tr->info[n_class] = b;
+        n_class++;
+    }
+    if (tr) {
+        tr->n = n_class;
+        tr->chosen = chosen;
+    }
+    return best;
+}
 
 #endif

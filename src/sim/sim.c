@@ -230,7 +230,6 @@ typedef struct {
     double copy_busy, copy_t, busy_mark;
     int64_t tokens;
     kvt_sim_result *res;
-    kvt_victim_cand *vc;   // pick's window [victim_window + 1]
     kvt_victim_trace tr;   // with on_pick: kvt_victim_pick's trace, victim_window + 1 candidates
     int32_t *plan, *plan_order; // plan_iters: the plan [(max_batch + n_requests) x plan_iters], by rank [n_requests]
     int64_t *plan_seen, *plan_rank; // plan_iters: kvt_plan_ranks' scratch and ranks [n_requests]
@@ -312,33 +311,52 @@ static int64_t store_next_use(const sim *s, const blk *B) {
     return kvt_sched_distance(store_key(s, B), s->cursor, s->nl * s->nb_ctx);
 }
 
-// kvt_victim_pick's view of the simulator: the policy inputs of block id.
-static void victim_info(void *ud, int64_t id, kvt_evict_info *out) { *out = info_of(ud, id); }
+// kvt_victim_pick's view of the simulator: the window l->v[start ..] (n listed, wrapping) of m blocks, then the
+// incoming block (if any) as candidate m; each block's description and its policy inputs.
+typedef struct {
+    sim *s;
+    const ilist *l;
+    int64_t start, n, m, incoming, limit;
+    bool host_tier, ranks;
+} victim_ud;
+
+static int64_t window_id(const victim_ud *u, int64_t k) {
+    const int64_t j = u->start + k;
+    return u->l->v[j < u->n ? j : j - u->n];
+}
+
+KVT_VICTIM_INLINE void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
+    const victim_ud *u = ud;
+    const sim *s = u->s;
+    if (k == u->m) { // the incoming block
+        *out = (kvt_victim_cand){.id = u->incoming, .rank = s->r[s->b[u->incoming].req].prank, .flags = KVT_VICTIM_INCOMING};
+        return;
+    }
+    const int64_t id = window_id(u, k);
+    const blk *B = &s->b[id];
+    *out = (kvt_victim_cand){.id = id,
+                             .rank = u->ranks ? s->r[B->req].prank : INT64_MAX,
+                             .sched_next = u->limit >= 0 && !B->fly ? store_next_use(s, B) : 0,
+                             .flags = B->fly ? KVT_VICTIM_HELD : is_clean(s, B, u->host_tier) ? KVT_VICTIM_CLEAN : 0u};
+}
+
+KVT_VICTIM_INLINE void victim_info(void *ud, int64_t id, kvt_evict_info *out) { *out = info_of(((const victim_ud *)ud)->s, id); }
 
 // The victim among a window of list l (cursor *cur): kvt_victim_pick (kv_victim.h, the paged store's rule: blocks
 // in flight never go; clean blocks first where the policy asks, clean_first, and always in the host tier; then
-// kvt_evict_pick), the window moving on at every call (kvt_victim_window). With `incoming` (>= 0) the block a
-// prefetch would bring is a candidate too and -2 is returned if it is the one picked; with limit >= 0 (a
+// kvt_evict_pick's rule), the window moving on at every call (kvt_victim_window). With `incoming` (>= 0) the block
+// a prefetch would bring is a candidate too and -2 is returned if it is the one picked; with limit >= 0 (a
 // copy-engine prefetch, PF_COPY) only blocks the store's schedule needs later than `limit` steps
 // (kvt_evict_may_displace, xrank the incoming block's plan rank). A block's plan rank is its request's (INT64_MAX
 // for all without plan_iters). -1 if no block qualifies.
 static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_t incoming, int64_t limit, int64_t xrank) {
-    int64_t start;
-    const int64_t n = l->n, m = kvt_victim_window(n, s->c->victim_window, cur, &start);
-    for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
-        const blk *B = &s->b[l->v[j]];
-        s->vc[k] = (kvt_victim_cand){.id = l->v[j],
-                                     .rank = s->r[B->req].prank,
-                                     .sched_next = limit >= 0 && !B->fly ? store_next_use(s, B) : 0,
-                                     .flags = B->fly ? KVT_VICTIM_HELD : is_clean(s, B, host_tier) ? KVT_VICTIM_CLEAN : 0u};
-    }
-    int64_t nc = m;
-    if (incoming >= 0)
-        s->vc[nc++] = (kvt_victim_cand){.id = incoming, .rank = s->r[s->b[incoming].req].prank, .flags = KVT_VICTIM_INCOMING};
+    victim_ud u = {.s = s, .l = l, .n = l->n, .incoming = incoming, .limit = limit, .host_tier = host_tier,
+                   .ranks = s->c->plan_iters > 0}; // without a plan every rank is INT64_MAX (req is not read)
+    u.m = kvt_victim_window(u.n, s->c->victim_window, cur, &u.start);
     const kvt_victim_query q = {.pol = s->pol, .fast_tier = !host_tier, .limit = limit, .xrank = xrank, .now = s->tick};
-    const int64_t k = kvt_victim_pick(&q, s->vc, nc, victim_info, s, s->c->on_pick ? &s->tr : NULL);
+    const int64_t k = kvt_victim_pick(&q, u.m + (incoming >= 0), victim_cand, victim_info, &u, s->c->on_pick ? &s->tr : NULL);
     if (s->c->on_pick && k >= 0) s->c->on_pick(s->c->on_pick_ud, s->tr.info, s->tr.n, s->tick, s->tr.chosen);
-    return k < 0 ? -1 : (s->vc[k].flags & KVT_VICTIM_INCOMING) ? -2 : s->vc[k].id;
+    return k < 0 ? -1 : k == u.m ? -2 : window_id(&u, k);
 }
 
 // ---------------------------------------------------------------- transfers
@@ -1041,7 +1059,6 @@ static void sim_free(sim *s) {
     free(s->b);
     ilist *ls[] = {&s->fast, &s->host, &s->running, &s->waiting, &s->batch, &s->scan, &s->attn, &s->done_tpot, &s->pfq};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) free(ls[i]->v);
-    free(s->vc);
     kvt_victim_trace_free(&s->tr);
     free(s->plan);
     free(s->plan_order);
@@ -1084,7 +1101,6 @@ static kvt_status make_requests(sim *s) {
     s->first_arrival = s->pub[0].arrival;
     s->b = calloc((size_t)nblk, sizeof *s->b);
     const size_t w = (size_t)c->victim_window + 1;
-    s->vc = malloc(w * sizeof *s->vc);
     const bool vs_ok = !c->on_pick || kvt_victim_trace_init(&s->tr, (int64_t)w);
     if (c->plan_iters > 0) {
         s->plan = malloc((size_t)((c->max_batch + c->n_requests) * c->plan_iters) * sizeof *s->plan);
@@ -1100,7 +1116,7 @@ static kvt_status make_requests(sim *s) {
     s->swap_in = malloc((size_t)c->n_requests * sizeof *s->swap_in);
     s->admit = malloc((size_t)c->n_requests * sizeof *s->admit);
     if (s->pf_mode == PF_COPY) s->pfwin = malloc((size_t)c->copy_prefetch * sizeof *s->pfwin);
-    if (!s->b || !s->vc || !vs_ok || (s->pf_mode == PF_COPY && !s->pfwin) || !s->batch.v || !s->btok || !s->swap_out || !s->swap_in || !s->admit)
+    if (!s->b || !vs_ok || (s->pf_mode == PF_COPY && !s->pfwin) || !s->batch.v || !s->btok || !s->swap_out || !s->swap_in || !s->admit)
         return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for %lld blocks", (long long)nblk);
     s->batch.cap = c->max_batch;
     for (int64_t i = 0; i < nblk; i++) s->b[i].pos[0] = s->b[i].pos[1] = -1;
