@@ -4,7 +4,9 @@
 // most acquires miss and each miss searches a window of 256 resident blocks for a victim. Blocks are
 // small (block_tokens x 2 x head_dim F16), so the copy is a few hundred bytes and the search dominates.
 //   make victim-bench
-//   build/victim_bench [policy=lru] [layers=30] [ctx=4096] [block=64] [steps=20] [reps=5]
+//   build/victim_bench [policy=lru] [layers=30] [ctx=4096] [block=64] [steps=20] [reps=5] [disk_dir]
+// With disk_dir the store also has a disk tier there (unused by the blocks, as the host tier never fills: every
+// search then looks for a clean block in vain, the search's slowest case).
 // Prints, per rep, wall and thread-CPU ns per acquire and the misses, then the best and median of each (on a
 // shared machine the CPU time is the steadier figure: it leaves out the time the thread waited for a core).
 #include <stdio.h>
@@ -26,6 +28,7 @@ int main(int argc, char **argv) {
     const int steps = argc > 5 ? atoi(argv[5]) : 20;
     int reps = argc > 6 ? atoi(argv[6]) : 5;
     if (reps < 1 || reps > 64) reps = 5;
+    const char *disk = argc > 7 ? argv[7] : NULL;
     if (layers < 1 || ctx < block || block < 1 || steps < 1) {
         fprintf(stderr, "victim_bench: bad arguments\n");
         return 2;
@@ -40,6 +43,7 @@ int main(int argc, char **argv) {
     p.fast_bytes = (int64_t)layers * nb / 2 * kvt_kv_paged_block_bytes(&p);
     p.host_bytes = -1;
     p.evict = policy;
+    p.disk_dir = disk;
     p.prefetch = 0;
     p.n_io_threads = 0;
     float *kvd = calloc((size_t)(block * 4), sizeof *kvd);
@@ -86,7 +90,8 @@ int main(int argc, char **argv) {
     qsort(ns, (size_t)reps, sizeof ns[0], cmp);
     qsort(cpu, (size_t)reps, sizeof cpu[0], cmp);
     printf("%s: best %.1f ns, median %.1f ns per acquire; CPU best %.1f, median %.1f (layers %d, ctx %lld, block %lld, %d "
-           "steps)\n", policy, ns[0], ns[reps / 2], cpu[0], cpu[reps / 2], layers, (long long)ctx, (long long)block, steps);
+           "steps%s)\n", policy, ns[0], ns[reps / 2], cpu[0], cpu[reps / 2], layers, (long long)ctx, (long long)block, steps,
+           disk ? ", disk tier" : "");
     free(kvd);
     return 0;
 }
