@@ -1,4 +1,4 @@
-// kv_victim.c - the victim search of a tier, shared by the paged store and the simulator (see kv_victim.h).
+// kv_victim.c - the allocated part of the victim search (its trace); the search itself is inline in kv_victim.h.
 #include "kv_victim.h"
 
 #include <stdlib.h>
