@@ -215,6 +215,12 @@ prefix-store-bench: $(BUILD)/prefix_store_bench
 $(BUILD)/prefix_store_bench: tools/bench/prefix_store_bench.c $(BUILD)/libkvtier.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+# the paged store's victim search per acquire (kv_victim.c through kv_paged.c): tools/bench/victim_bench.c
+.PHONY: victim-bench
+victim-bench: $(BUILD)/victim_bench
+$(BUILD)/victim_bench: tools/bench/victim_bench.c $(BUILD)/libkvtier.a
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
 # cuda-check also runs the kernels' block decoders on the CPU against quant.c (tests/cuda/cuda_host_check.cu),
 # and the suite `cuda` over a CPU emulation of the backend table (tests/cuda/cuda_fake.c), which checks the
 # suite's own buffers and block tables (not the CUDA kernels) on machines without a GPU

@@ -9,6 +9,8 @@
 
 #include "../src/kv/kv_paged.h"
 #include "../src/kv/kv_policy.h"
+#include "../src/kv/kv_prefetch.h"
+#include "../src/kv/kv_victim.h"
 #include "../src/model/shapes.h"
 #include "../src/sim/sim.h"
 #include "../src/sim/sim_core.h"
@@ -158,7 +160,8 @@ static void store_victim(void *ud, int32_t layer, int32_t group, int64_t index) 
     if (l->n < 128) l->v[l->n++] = layer * 100 + index;
 }
 
-// The simulator's candidates carry shard = request x layers + layer (one request here, 2 layers).
+// The simulator's candidates carry shard = request x layers + layer (2 layers here); the store's on_evict names no
+// sequence, so victims of several requests compare as layer and index.
 static void sim_victim(void *ud, const kvt_evict_info *cands, int64_t n, uint64_t now, int64_t picked) {
     victim_list *l = ud;
     (void)n;
@@ -172,6 +175,40 @@ static void victims_str(const victim_list *l, char *buf, size_t cap) {
     if (!l->n) snprintf(buf, cap, "-");
 }
 
+// The set-up of a trace run through both the simulator and the paged store: n requests of 13 prompt and 4 generated
+// tokens arriving together, blocks of 4 positions over 2 layers, a fast tier of `fast` blocks, an unbounded host
+// tier, the store's copy-engine prefetch of 3 by one copy thread (prefetch_depth 1), a fast block clean only with
+// an SSD copy (the store's rule), 1 s iterations (a copy of 64 bytes then ends long before the next read); victims
+// to sv (the simulator) and kv_v (the store).
+static void trace_configs(kvt_sim_config *c, kvt_kv_paged_params *p, int64_t n, int64_t fast, const char *pol,
+                          victim_list *sv, victim_list *kv_v) {
+    fixed_burst_config(c, 13, 4, n);
+    c->block_tokens = 4;
+    c->block_bytes = 64;
+    c->layers = 2;
+    c->fast_blocks = fast;
+    c->iter_ms = 1000;
+    c->policy = pol;
+    c->copy_prefetch = 3;
+    c->prefetch_depth = 1;
+    c->clean_ssd_only = true;
+    c->on_pick = sim_victim;
+    c->on_pick_ud = sv;
+    *p = kvt_kv_paged_params_default();
+    p->n_layer = 2;
+    p->n_head_kv = 1;
+    p->head_dim = p->head_dim_v = 4;
+    p->n_ctx = 20; // 5 blocks per shard: a request holds up to ceil((13 + 4) / 4)
+    p->block_tokens = 4;
+    p->fast_bytes = fast * kvt_kv_paged_block_bytes(p);
+    p->host_bytes = -1;
+    p->evict = pol;
+    p->prefetch = 3;
+    p->n_io_threads = 1;
+    p->on_evict = store_victim;
+    p->on_evict_ud = kv_v;
+}
+
 // The store's copy-engine prefetch (kv_prefetch.h) and LFU victims against the simulator's copy_prefetch on one
 // hand-made trace: one sequence of 13 prompt positions and 4 generated tokens, blocks of 4 positions (4 per layer,
 // 2 layers), a fast tier of 5 blocks, an unbounded host tier, prefetch 3 by one copy thread. The store is given
@@ -182,37 +219,13 @@ static void victims_str(const victim_list *l, char *buf, size_t cap) {
 static void test_store_prefetch_same(void) {
     victim_list sv = {0}, kv_v = {0};
     kvt_sim_config c;
-    fixed_burst_config(&c, 13, 4, 1);
-    c.block_tokens = 4;
-    c.block_bytes = 64;
-    c.layers = 2;
-    c.fast_blocks = 5;
-    c.iter_ms = 1000;
-    c.policy = "lfu";
-    c.copy_prefetch = 3;
-    c.prefetch_depth = 1;
-    c.clean_ssd_only = true;
-    c.on_pick = sim_victim;
-    c.on_pick_ud = &sv;
+    kvt_kv_paged_params p;
+    trace_configs(&c, &p, 1, 5, "lfu", &sv, &kv_v);
     kvt_sim_result r;
     kvt_err err = {0};
     bool ok = !kvt_sim_run(&c, &r, &err) && r.reads == 24;
     const int64_t sim_miss = ok ? r.reads - (int64_t)llround(r.hit_rate * (double)r.reads) : -1;
     kvt_sim_result_free(&r);
-
-    kvt_kv_paged_params p = kvt_kv_paged_params_default();
-    p.n_layer = 2;
-    p.n_head_kv = 1;
-    p.head_dim = p.head_dim_v = 4;
-    p.n_ctx = 20; // 5 blocks per shard: the simulator's request holds up to ceil((13 + 4) / 4)
-    p.block_tokens = 4;
-    p.fast_bytes = 5 * kvt_kv_paged_block_bytes(&p);
-    p.host_bytes = -1;
-    p.evict = "lfu";
-    p.prefetch = 3;
-    p.n_io_threads = 1;
-    p.on_evict = store_victim;
-    p.on_evict_ud = &kv_v;
     kvt_kv *kv = NULL;
     ok = ok && !kvt_kv_paged_init(&p, &kv, &err);
     const float kvdata[16] = {0}; // 4 positions x 4 dims
@@ -244,6 +257,227 @@ static void test_store_prefetch_same(void) {
                     "as the paged store on one trace (2 layers, 8 blocks, fast tier of 5, prefetch 3)",
                 "%s; simulator victims %s, %lld misses; store victims %s, %lld misses, %lld prefetches", err.msg, a,
                 (long long)sim_miss, b, (long long)st.misses, (long long)st.prefetches);
+}
+
+// The shared decisions on hand-made inputs whose answers are known (kv_victim.h, kv_prefetch.h, sched_policy.h).
+typedef struct {
+    const kvt_victim_cand *c;
+    const kvt_evict_info *inf;
+} hand;
+static int64_t info_calls;
+static void hand_cand(void *ud, int64_t k, kvt_victim_cand *out) { *out = ((const hand *)ud)->c[k]; }
+static void hand_info(void *ud, int64_t id, kvt_evict_info *out) {
+    info_calls++;
+    *out = ((const hand *)ud)->inf[id];
+}
+// kvt_victim_pick over the window c[0 .. n), block ids indexing inf
+static int64_t hand_pick(const kvt_victim_query *q, const kvt_victim_cand *c, int64_t n, const kvt_evict_info *inf,
+                         kvt_victim_trace *tr) {
+    hand h = {c, inf};
+    return kvt_victim_pick(q, n, hand_cand, hand_info, &h, tr);
+}
+
+static void test_shared_rules(void) {
+    const kvt_evict_policy *lru = kvt_evict_policy_find("lru"), *spread = kvt_evict_policy_find("spread");
+    // last uses: the oldest is block 0, then 1, 2, 3, 4 (now 100)
+    kvt_evict_info inf[5] = {{.last_use = 1}, {.last_use = 2}, {.last_use = 3}, {.last_use = 4}, {.last_use = 5}};
+    kvt_victim_cand c[5] = {{0, INT64_MAX, 9, 0}, {1, INT64_MAX, 9, KVT_VICTIM_CLEAN}, {2, INT64_MAX, 9, KVT_VICTIM_CLEAN},
+                            {3, INT64_MAX, 9, 0}, {4, INT64_MAX, 9, 0}};
+    kvt_victim_query q = {.pol = lru, .fast_tier = true, .limit = -1, .xrank = INT64_MAX, .now = 100};
+    kvt_victim_trace tr;
+    bool ok = kvt_victim_trace_init(&tr, 5);
+    // clean first (lru is clean_first): the oldest clean block, 1; only the clean class is scored
+    info_calls = 0;
+    ok = ok && hand_pick(&q, c, 5, inf, &tr) == 1 && info_calls == 2 && tr.n == 2 && tr.chosen == 0 &&
+         kvt_evict_pick(lru, tr.info, tr.n, 100) == tr.chosen;
+    // spread is not clean_first in the fast tier: the oldest of all; in a lower tier clean counts for every policy
+    q.pol = spread;
+    inf[0].next_use = 50;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 0;
+    q.fast_tier = false;
+    inf[1].next_use = 7;
+    inf[2].next_use = 8;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 2;
+    q.pol = lru;
+    q.fast_tier = true;
+    // a held block never goes; a later plan rank goes before clean and age
+    c[1].flags |= KVT_VICTIM_HELD;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 2;
+    c[0].rank = c[1].rank = c[2].rank = 2; // planned in 2 iterations; 3 and 4 not planned
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 3;
+    // a prefetch of rank 2 needed in 9 steps: only a later rank, or rank 2 needed later than 9 steps
+    q.limit = 9;
+    q.xrank = 2;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 3;
+    c[3].flags |= KVT_VICTIM_HELD;
+    c[4].flags |= KVT_VICTIM_HELD;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == -1; // 0 and 2 are needed in 9 steps, no later
+    c[2].sched_next = 10;
+    ok = ok && hand_pick(&q, c, 5, inf, NULL) == 2;
+    // an incoming block competes with the class of the others, last; picked, it is returned
+    kvt_victim_cand c2[2] = {{3, INT64_MAX, 0, 0}, {0, INT64_MAX, 0, KVT_VICTIM_INCOMING}};
+    q.limit = -1;
+    ok = ok && hand_pick(&q, c2, 2, inf, &tr) == 1 && tr.n == 2;
+    ok = ok && hand_pick(&q, c2, 1, inf, NULL) == 0 && hand_pick(&q, c2, 0, inf, NULL) == -1;
+    ok = ok && hand_pick(&q, c, 6, inf, &tr) == -2; // more candidates than the trace holds
+    kvt_victim_trace_free(&tr);
+    // the window: 4 of 10 from position 8 wraps and moves on; all of 3
+    int64_t pos = 8, start = -1;
+    ok = ok && kvt_victim_window(10, 4, &pos, &start) == 4 && start == 8 && pos == 2;
+    ok = ok && kvt_victim_window(3, 4, &pos, &start) == 3 && start == 0 && pos == 2;
+    ok = ok && kvt_victim_clean(true, true, true, false, false, false) == false &&
+         kvt_victim_clean(true, true, true, false, true, false) == true && kvt_victim_clean(true, true, false, true, false, true) == false &&
+         kvt_victim_clean(false, true, false, false, false, true) == true;
+    // the schedule distance against its definition, ((key - cursor) mod cycle + cycle) mod cycle
+    for (int64_t key = -25; ok && key < 25; key++)
+        for (int64_t cur = -25; ok && cur < 25; cur++) ok = kvt_sched_distance(key, cur, 7) == ((key - cur) % 7 + 7) % 7;
+    // the plan: runs 5, 6 and swapped 9 over 3 iterations; ranks by first appearance, a new iteration at a repeat
+    int32_t plan[9] = {5, 6, 9};
+    const int32_t want[8] = {5, 6, 5, 6, 9, 5, 6, 9};
+    ok = ok && kvt_sched_policy_plan(plan, 2, 1, 3) == 8 && !memcmp(plan, want, sizeof want) &&
+         kvt_sched_policy_plan(plan, 2, 1, 1) == 2 && kvt_sched_policy_plan(plan, 0, 1, 3) == 0;
+    int64_t seen[10], rank[10];
+    int32_t order[10];
+    ok = ok && kvt_plan_ranks(want, 8, 10, NULL, NULL, seen, rank, order) == 3 && rank[5] == 0 && rank[6] == 0 &&
+         rank[9] == 1 && rank[0] == INT64_MAX && order[0] == 5 && order[1] == 6 && order[2] == 9;
+    test_result(ok, "sim: the shared victim search (rank, held, clean first, prefetch filter, incoming block, window), "
+                    "the schedule distance, the scheduler's plan and its ranks on hand-made inputs", "wrong answer");
+}
+
+// --- the store and the simulator on one trace, for each policy --------------------------------------------------
+
+// The simulator's trace (kvt_sim_config.on_trace / on_plan) replayed through a paged store as it happens: a block
+// created is appended (its positions, all of them), a read is an acquire, a drain of the copy engine and a release,
+// a finished request is truncated to nothing, a plan is published (kvt_kv_paged_set_plan) and its prefetches
+// drained. With attn the simulator's attention masses go to the store too (kvt_kv_paged_attn_mass, before the read:
+// the simulator's EMA changes when the read happens, before the copy engine's prefetches of that read decide).
+typedef struct {
+    kvt_kv *kv;
+    int64_t bt;
+    bool attn, ok;
+    int64_t events;
+    kvt_err err;
+} replay;
+
+static void replay_trace(void *ud, int kind, int64_t req, int32_t layer, int64_t idx, double mass) {
+    replay *r = ud;
+    static const float zeros[4 * 64] = {0}; // up to 64 positions x 4 dims
+    if (!r->ok) return;
+    r->events++;
+    kvt_kv *kv = r->kv;
+    const int32_t seq = (int32_t)req;
+    if (kind == KVT_SIM_TRACE_NEW) {
+        r->ok = !kv->ops->append(kv, seq, layer, idx * r->bt, r->bt, zeros, zeros, &r->err);
+        // a new block's EMA in the simulator is its first mass; the store's starts at 0 and takes half of each
+        const float m = (float)(2 * mass);
+        if (r->ok && r->attn) kvt_kv_paged_attn_mass(kv, seq, layer, 0, idx, &m, 1);
+    } else if (kind == KVT_SIM_TRACE_READ) {
+        const float m = (float)mass;
+        if (r->attn) kvt_kv_paged_attn_mass(kv, seq, layer, 0, idx, &m, 1);
+        kvt_kv_view view;
+        r->ok = !kv->ops->acquire(kv, seq, layer, 0, idx, &view, &r->err);
+        kvt_kv_paged_drain(kv);
+        if (r->ok) kv->ops->release(kv, seq, layer, 0, idx);
+    } else if (kind == KVT_SIM_TRACE_FREE) {
+        kv->ops->truncate(kv, seq, 0);
+    }
+}
+
+static void replay_plan(void *ud, const int32_t *reqs, int64_t n) {
+    replay *r = ud;
+    if (!r->ok) return;
+    r->events++;
+    kvt_kv_paged_set_plan(r->kv, reqs, n);
+    kvt_kv_paged_drain(r->kv);
+}
+
+// A scheduler whose plan ranks the two requests apart: the first iteration prefills both, then they decode in turn
+// (request 0, 1, 0, 1, ...), the other paused; so the plan (the next iterations' batches) holds only the one that
+// runs, and the other's blocks rank after it.
+static int64_t alternate_sched(const kvt_sim_sched_view *v, kvt_sim_batch *b, void *ud) {
+    int64_t *turn = ud;
+    b->n_swap_out = b->n_swap_in = b->n_admit = 0;
+    if (v->n_waiting > 0) {
+        for (int64_t i = 0; i < v->n_waiting; i++) {
+            b->ids[i] = v->waiting[i];
+            b->tokens[i] = v->reqs[v->waiting[i]].prompt;
+        }
+        return v->n_waiting;
+    }
+    if (v->n_running == 0) return 0;
+    b->ids[0] = v->running[(*turn)++ % v->n_running];
+    b->tokens[0] = 1;
+    return 1;
+}
+
+// For lru, lfu, attn-ema and the plan (lru under the scheduler's plan of 2 iterations), the simulator and the paged
+// store on one trace: two requests of 13 prompt and 4 generated tokens, blocks of 4 positions over 2 layers (16
+// blocks), a fast tier of 9 blocks searched in windows of 4, an unbounded host tier, the store's copy-engine prefetch of 3 by one copy
+// thread, every copy done before the next read (1 ns against 125 ms of compute; the store drained after each
+// read). The simulator's trace is replayed through the store as it runs; every fast-tier victim of both, in order,
+// and the reads that missed must be the same. The victims come from one rule (kv_victim.h) fed by each side's own
+// bookkeeping, so a change to the rule, to the policy inputs or to the plan on one side alone shows here.
+static void test_store_same_victims(void) {
+    static const char *const names[] = {"lru", "lfu", "attn-ema", "plan"};
+    bool all = true;
+    char msg[2400] = "";
+    for (int pi = 0; pi < 4; pi++) {
+        const bool plan = pi == 3;
+        const char *pol = plan ? "lru" : names[pi];
+        victim_list sv = {0}, kv_v = {0};
+        int64_t turn = 0;
+        kvt_sim_config c;
+        kvt_kv_paged_params p;
+        trace_configs(&c, &p, 2, 9, pol, &sv, &kv_v);
+        c.victim_window = p.victim_window = 4; // windows of 4 of the 9 resident blocks: the moving window decides too
+        if (plan) {
+            c.plan_iters = 2;
+            c.sched = alternate_sched;
+            c.sched_ud = &turn;
+        }
+        replay rp = {.bt = 4, .attn = !strcmp(pol, "attn-ema"), .ok = true};
+        int32_t seq1 = -1;
+        bool ok = !kvt_kv_paged_init(&p, &rp.kv, &rp.err) && !rp.kv->ops->seq_fork(rp.kv, 0, &seq1, &rp.err) && seq1 == 1;
+        c.on_trace = replay_trace;
+        c.on_plan = plan ? replay_plan : NULL;
+        c.on_trace_ud = &rp;
+        kvt_sim_result r = {0};
+        kvt_err err = {0};
+        ok = ok && !kvt_sim_run(&c, &r, &err) && rp.ok && r.reads == 48 && r.n_done == 2;
+        const int64_t sim_miss = ok ? r.reads - (int64_t)llround(r.hit_rate * (double)r.reads) : -1;
+        kvt_kv_stats st = {0};
+        if (rp.kv) kvt_kv_get_stats(rp.kv, &st);
+        kvt_kv_free(rp.kv);
+        // the plan: the simulator reads an iteration's first block at its start, where a planned load that began then
+        // is still in flight (a miss); the replay drains the plan's loads first: at most one more miss per iteration
+        const bool misses = plan ? sim_miss >= st.misses && sim_miss <= st.misses + (int64_t)r.iterations : sim_miss == st.misses;
+        ok = ok && sv.n == kv_v.n && !memcmp(sv.v, kv_v.v, (size_t)sv.n * sizeof sv.v[0]) && misses && st.prefetches > 0 &&
+             sv.n > 8;
+        if (ok && plan) { // the plan decides: without it the same schedule gives other victims
+            victim_list nv = {0};
+            c.plan_iters = 0;
+            c.on_trace = NULL;
+            c.on_plan = NULL;
+            c.on_pick_ud = &nv;
+            turn = 0;
+            kvt_sim_result r0;
+            ok = !kvt_sim_run(&c, &r0, &err) && (nv.n != sv.n || memcmp(nv.v, sv.v, (size_t)sv.n * sizeof sv.v[0]));
+            kvt_sim_result_free(&r0);
+        }
+        kvt_sim_result_free(&r);
+        if (!ok && all) {
+            char a[600], b[600];
+            victims_str(&sv, a, sizeof a);
+            victims_str(&kv_v, b, sizeof b);
+            snprintf(msg, sizeof msg, "%s: %s%s; simulator victims %s, %lld misses; store victims %s, %lld misses, %lld "
+                     "prefetches", names[pi], err.msg, rp.err.msg, a, (long long)sim_miss, b, (long long)st.misses,
+                     (long long)st.prefetches);
+        }
+        all = all && ok;
+    }
+    test_result(all, "sim: lru, lfu, attn-ema and the scheduler's plan: the simulator's victims, in order, and misses are "
+                     "the paged store's on the same trace (2 requests, 2 layers, 16 blocks, fast tier of 9, windows of 4, prefetch 3)",
+                "%s", msg);
 }
 
 static bool same_result(const kvt_sim_result *a, const kvt_sim_result *b) {
@@ -521,6 +755,8 @@ void test_sim(const test_env *env) {
     test_new_policies();
     test_decisions();
     test_store_prefetch_same();
+    test_shared_rules();
+    test_store_same_victims();
     test_determinism();
     test_runs();
     test_kvtier_sched();

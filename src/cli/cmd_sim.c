@@ -42,8 +42,11 @@ static const char *k_help =
     "  --fast-blocks N   fast-tier capacity in blocks (overrides --rho)   --host-blocks N  host capacity (0: profile RAM)\n"
     "  --fast-bytes B, --host-bytes B  the same in bytes, as kvtier serve's --kv-fast / --kv-host (whole blocks)\n"
     "  --prefetch-depth N  transfers a prefetching policy keeps in flight (default 4)\n"
-    "  --kv-prefetch N   lru|lfu|static: the paged store's copy-engine prefetch, the next N blocks of the\n"
-    "                    request after each read (kvtier serve --kv-prefetch with --layers; default 0: none)\n"
+    "  --kv-prefetch N   lru|lfu|static|attn-ema: the paged store's copy-engine prefetch, the next N blocks of\n"
+    "                    the request after each read (kvtier serve --kv-prefetch with --layers; default 0: none;\n"
+    "                    attn-ema then does not prefetch by attention, as the real store's does not)\n"
+    "  --plan N          the serving scheduler's plan of the next N iterations, as kvtier serve --lookahead N:\n"
+    "                    victims by plan rank first, planned blocks prefetched with --kv-prefetch (default 0: none)\n"
     "  --layers N        split each request block into N blocks of one layer, read layer by layer over the\n"
     "                    batch, as the paged store's shards (capacities then count those; default 1: all layers)\n"
     "  --victim-window N   resident blocks examined per eviction (default 64; the paged store examines 256)\n"
@@ -94,6 +97,7 @@ static void print_json(const kvt_sim_config *c, const char *profile, const char 
     kvt_json_kv_int(&j, "iterations", s->iterations);
     kvt_json_kv_num(&j, "wall_s", s->wall_s);
     kvt_json_kv_num(&j, "transfers_per_s", kvt_sim_summary_rate(s));
+    if (c->plan_iters > 0) kvt_json_kv_int(&j, "plan_iters", c->plan_iters); // only with --plan: other outputs unchanged
     if (ks) { // kvtier only: fcfs prints what it printed before --sched
         kvt_json_kv_str(&j, "sched", "kvtier");
         kvt_json_kv_int(&j, "token_budget", ks->token_budget);
@@ -111,7 +115,7 @@ int cmd_sim(int argc, char **argv) {
     const char *policy = "lookahead", *out_path = NULL, *sched = "kvtier", *clean = "host", *flag;
     char *pol_list = NULL, *rho_list = NULL;
     int64_t seeds = 3, seed = 1, requests = 256, batch = 32, block = 16, fast_blocks = 0, host_blocks = -1, depth = 4,
-            window = 64, kv_prefetch = 0, layers = 1, token_budget = 512;
+            window = 64, kv_prefetch = 0, layers = 1, token_budget = 512, plan = 0;
     int64_t prompt = 512, gen = 128, fast_bytes = 0, host_bytes = -1, copy_on_compute = -1;
     double rho = 1, load = 0.8, iter_ms = -1, link_gbps = 0, link_lat = -1, per_seq = -1, per_ctx = -1, prefill = -1;
     bool json = false, sweep = false, preempt = true, burst = false;
@@ -148,6 +152,7 @@ int cmd_sim(int argc, char **argv) {
         else if (!strcmp(flag, "--victim-window")) ok = kvt_args_int(&a, flag, 1, 1 << 20, &window);
         else if (!strcmp(flag, "--layers")) ok = kvt_args_int(&a, flag, 1, 4096, &layers);
         else if (!strcmp(flag, "--kv-prefetch")) ok = kvt_args_int(&a, flag, 0, 1 << 20, &kv_prefetch);
+        else if (!strcmp(flag, "--plan")) ok = kvt_args_int(&a, flag, 0, 1 << 10, &plan);
         else if (!strcmp(flag, "--link-gbps")) ok = kvt_args_float(&a, flag, 1e-6, 1e6, &link_gbps);
         else if (!strcmp(flag, "--link-latency-us")) ok = kvt_args_float(&a, flag, 0, 1e9, &link_lat);
         else if (!strcmp(flag, "--sched")) ok = (sched = kvt_args_value(&a, flag)) != NULL;
@@ -224,6 +229,7 @@ int cmd_sim(int argc, char **argv) {
     c.prefetch_depth = depth;
     c.victim_window = window;
     c.copy_prefetch = kv_prefetch;
+    c.plan_iters = (int32_t)plan;
     c.clean_ssd_only = !strcmp(clean, "ssd");
     if (link_gbps > 0) c.h2d_gbps = c.d2h_gbps = link_gbps;
     if (link_lat >= 0) c.h2d_latency_us = c.d2h_latency_us = link_lat;

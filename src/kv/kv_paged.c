@@ -16,6 +16,7 @@
 #include "kv_policy.h"
 #include "kv_prefetch.h"
 #include "kv_tier.h"
+#include "kv_victim.h"
 
 typedef struct {
     int32_t refs;       // sequences referencing the block (0: free id)
@@ -79,6 +80,7 @@ typedef struct {
     preader *rd;           // [n_rd] reader threads seen since the last append
     int32_t n_rd, cap_rd;
     int64_t victim_pos[2]; // start of the next victim sample window in res[T0] / res[T1]
+    int64_t victim_window; // resident blocks examined per eviction (p.victim_window, VICTIM_SAMPLE by default)
     int32_t n_loading_t1;  // loads copying a block out of T1 (each then leaves a droppable T1 duplicate)
     // copy engine
     pthread_t *io;
@@ -96,7 +98,7 @@ typedef struct {
 } kv_paged;
 
 enum { T0 = KVT_TIER_FAST, T1 = KVT_TIER_HOST, T2 = KVT_TIER_DISK };
-#define VICTIM_SAMPLE 256 // resident blocks examined per eviction (see pick_victim)
+#define VICTIM_SAMPLE 256 // resident blocks examined per eviction by default (see pick_victim)
 
 kvt_kv_paged_params kvt_kv_paged_params_default(void) {
     kvt_kv_paged_params p;
@@ -176,7 +178,7 @@ static void cursor_update(kv_paged *s) {
     const int64_t cycle = (int64_t)s->n_shard * s->nb_ctx, anchor = s->cursor - cycle / 2;
     int64_t best = -1, bd = 0;
     for (int32_t i = 0; i < s->n_rd; i++) {
-        int64_t d = ((s->rd[i].key - anchor) % cycle + cycle) % cycle;
+        const int64_t d = kvt_sched_distance(s->rd[i].key, anchor, cycle);
         if (best < 0 || d < bd) {
             best = s->rd[i].key;
             bd = d;
@@ -221,7 +223,7 @@ static evict_ctx evict_ctx_now(const kv_paged *s) {
     return e;
 }
 
-static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B) {
+static kvt_evict_info evict_info(const kv_paged *s, const evict_ctx *e, const pblock *B) {
     // designated: fields the store does not know (added for the simulator) stay 0
     const kvt_evict_info info = {.last_use = B->last_use,
                                  .uses = B->uses,
@@ -231,53 +233,70 @@ static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B
                                  .shard_blocks = e->shard_blocks,
                                  .stream_frac = e->stream_frac,
                                  .attn_ema = B->attn_ema};
+    return info;
+}
+
+static double evict_score(const kv_paged *s, const evict_ctx *e, const pblock *B) {
+    const kvt_evict_info info = evict_info(s, e, B);
     return s->pol->score(&info, s->tick);
 }
 
-// Best victim of tier t (not pinned, not busy); -1 if none. With limit >= 0, only blocks needed later than
-// `limit` schedule steps qualify (prefetch must not evict what is needed sooner than what it fetches).
-// Clean blocks (with a copy below) go first where the policy asks (all but spread, whose partition must
-// hold) and always in T1: evicting them costs no write. In T0 that holds for blocks
-// of one sequence only; a block several sequences share (a beam search's prompt) goes by the policy
-// alone, as it is the first to get a disk copy and preferring it would reload it for every sharer
-// (40-70x more loads in beam search with a disk tier). A host copy never counts in T0: evicting a
-// block without one costs only a memcpy.
+// kvt_victim_pick's view of the store (the mutex held): the window res[t][start ..] (n resident, wrapping), each
+// block's description and its policy inputs.
+typedef struct {
+    const kv_paged *s;
+    evict_ctx e;
+    int t;
+    int64_t limit, xrank, start, n;
+} victim_ud;
+
+static int64_t window_id(const victim_ud *u, int64_t k) {
+    const int64_t j = u->start + k;
+    return u->s->res[u->t][j < u->n ? j : j - u->n];
+}
+
+KVT_VICTIM_INLINE void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
+    const victim_ud *u = ud;
+    const kv_paged *s = u->s;
+    const int64_t id = window_id(u, k);
+    const pblock *B = &s->blk[id];
+    const int t = u->t;
+    const bool held = B->busy || (t == T0 && B->pins > 0);
+    const bool clean = kvt_victim_clean(t == T0, B->slot[T0] >= 0, B->slot[T1] >= 0, B->slot[T2] >= 0, false, B->refs > 1);
+    *out = (kvt_victim_cand){.id = id,
+                             .rank = B->prank,
+                             .sched_next = u->limit >= 0 && !held && B->prank == u->xrank ? next_use(s, B) : 0,
+                             .flags = (held ? KVT_VICTIM_HELD : 0u) | (clean ? KVT_VICTIM_CLEAN : 0u)};
+}
+
+KVT_VICTIM_INLINE void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
+    const victim_ud *u = ud;
+    *out = evict_info(u->s, &u->e, &u->s->blk[id]);
+}
+
+// Best victim of tier t (not pinned, not busy); -1 if none: kvt_victim_pick (kv_victim.h, the rule the simulator
+// runs too) over a window of up to victim_window (VICTIM_SAMPLE) resident blocks (kvt_victim_window: all of them
+// when there are fewer, else a window that moves on at every call). Exhaustive scans made each eviction
+// O(resident blocks) under the store's mutex: with thousands of small blocks resident, eviction dominated decode. With limit >= 0, only
+// blocks needed later than `limit` schedule steps qualify (prefetch must not evict what is needed sooner than what
+// it fetches). Clean blocks (a copy below: kvt_victim_clean) go first where the policy asks (all but spread, whose
+// partition must hold) and always in T1: evicting them costs no write. In T0 that holds for blocks of one sequence
+// only; a block several sequences share (a beam search's prompt) goes by the policy alone, as it is the first to
+// get a disk copy and preferring it would reload it for every sharer (40-70x more loads in beam search with a
+// disk tier). A host copy never counts in T0: evicting a block without one costs only a memcpy.
 //
 // With a plan (kvt_kv_paged_set_plan) the plan rank comes first: blocks whose earliest owner runs latest (or
 // never) go first, and with limit >= 0 a block of rank r only qualifies if it is later than xrank (the rank of
 // the block being loaded), or of the same rank and needed later than `limit` (limit INT64_MAX: strictly later
 // ranks only). Without a plan every rank is INT64_MAX and nothing changes.
 static int64_t pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank) {
-    int64_t best = -1, best_rank = 0;
-    double bs = 0;
-    bool best_clean = false;
-    const evict_ctx e = evict_ctx_now(s);
-    // Up to VICTIM_SAMPLE resident blocks are examined: all of them when there are fewer, else a window
-    // that moves on at every call (the resident list is in no particular order, so windows sample it),
-    // as approximate LRU caches do. Exhaustive scans made each eviction O(resident blocks) under the
-    // store's mutex: with thousands of small blocks resident, eviction dominated decode.
-    const int64_t n = s->n_res[t], m = n < VICTIM_SAMPLE ? n : VICTIM_SAMPLE;
-    const int64_t start = n > m ? s->victim_pos[t] % n : 0;
-    if (n > m) s->victim_pos[t] = (start + m) % n;
-    for (int64_t k = 0; k < m; k++) {
-        int64_t id = s->res[t][(start + k) % n];
-        const pblock *B = &s->blk[id];
-        if (B->busy || (t == T0 && B->pins > 0)) continue;
-        if (limit >= 0 && !kvt_evict_may_displace(B->prank, B->prank == xrank ? next_use(s, B) : 0, limit, xrank)) continue;
-        // clean: evicting costs no write (a disk copy of an unshared T0 block, or any T1 block with a copy
-        // in T0 or on disk)
-        bool clean = t == T0 ? (B->slot[T2] >= 0 && B->refs <= 1) : (B->slot[T2] >= 0 || B->slot[T0] >= 0);
-        if (t == T0 && !s->pol->clean_first) clean = false;
-        double sc = evict_score(s, &e, B);
-        if (best < 0 || B->prank > best_rank ||
-            (B->prank == best_rank && ((clean && !best_clean) || (clean == best_clean && sc > bs)))) {
-            best = id;
-            best_rank = B->prank;
-            bs = sc;
-            best_clean = clean;
-        }
-    }
-    return best;
+    victim_ud u = {.s = s, .e = evict_ctx_now(s), .t = t, .limit = limit, .xrank = xrank, .n = s->n_res[t]};
+    const int64_t m = kvt_victim_window(u.n, s->victim_window, &s->victim_pos[t], &u.start);
+    // a T0 block is clean only with a disk copy (kvt_victim_clean: a host copy does not count)
+    const kvt_victim_query q = {.pol = s->pol, .fast_tier = t == T0, .limit = limit, .xrank = xrank, .now = s->tick,
+                                .none_clean = t == T0 && !s->tier[T2].present};
+    const int64_t k = kvt_victim_pick(&q, m, victim_cand, victim_info, &u, NULL);
+    return k < 0 ? -1 : window_id(&u, k);
 }
 
 // --- transfers -----------------------------------------------------------------
@@ -1125,6 +1144,7 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     }
     int32_t seq0;
     if (!st) st = seq_alloc(s, &seq0, err);
+    s->victim_window = p->victim_window > 0 ? p->victim_window : VICTIM_SAMPLE;
     bool lower = s->tier[T1].present || s->tier[T2].present;
     int n_io = lower && p->prefetch > 0 ? (p->n_io_threads > 0 ? p->n_io_threads : 4) : 0;
     if (!st && n_io > 0) {
@@ -1445,32 +1465,40 @@ kvt_status kvt_kv_paged_seq_push_copy(kvt_kv *kv, int32_t seq, int64_t b, const 
 
 // --- the serving scheduler's hooks ------------------------------------------------------------------------
 
-// Iterations of a plan: a sequence runs at most once per iteration, so a new iteration begins where a sequence
-// repeats within the current one. Ranks are the iteration of each sequence's first appearance.
+// The plan's ranks and prefetch order are kvt_plan_ranks and kvt_plan_prefetch (kv_prefetch.h), which the simulator
+// runs too. These are their views of the store (the mutex held).
+static bool plan_live_seq(const void *ud, int32_t q) { return ((const kv_paged *)ud)->seq[q].live; }
+
+static void plan_span(void *ud, int32_t seq, int32_t shard, int64_t *first, int64_t *end) {
+    const pshard *sh = &((kv_paged *)ud)->seq[seq].sh[shard];
+    *first = sh->n_drop;
+    *end = sh->n_blk;
+}
+
+// Queues a planned block below T0 for the copy engine (qplan: a load that displaces only later ranks).
+static void plan_visit(void *ud, int32_t seq, int32_t shard, int64_t block) {
+    kv_paged *s = ud;
+    const int64_t id = s->seq[seq].sh[shard].ids[block];
+    pblock *B = &s->blk[id];
+    if (B->slot[T0] >= 0 || B->busy || B->queued) return;
+    queue_push(s, id);
+    B->qplan = B->queued; // queue_push may drop it (out of memory)
+}
+
 void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
     kv_paged *s = (kv_paged *)kv;
     if (kv->ops != &k_paged_ops) return;
     pthread_mutex_lock(&s->mu);
     for (int64_t i = 0; i < s->n_blk; i++) s->blk[i].prank = INT64_MAX;
     for (int32_t i = 0; i < s->n_seq; i++) s->seq[i].prank = INT64_MAX;
-    int64_t *seen = n > 0 ? malloc((size_t)s->n_seq * sizeof *seen) : NULL; // [n_seq] iteration last seen in
-    int32_t *uq = n > 0 ? malloc((size_t)n * sizeof *uq) : NULL;            // [nu] planned sequences, by rank
-    int64_t iter = 0, nu = 0;
-    for (int32_t i = 0; seen && i < s->n_seq; i++) seen[i] = -1;
-    for (int64_t i = 0; i < n; i++) {
-        const int32_t q = seqs[i];
-        if (q < 0 || q >= s->n_seq || !s->seq[q].live) continue;
-        if (!seen) iter = i; // no memory for the table: every entry its own iteration
-        else if (seen[q] == iter) iter++;
-        if (seen) seen[q] = iter;
-        if (s->seq[q].prank == INT64_MAX) {
-            s->seq[q].prank = iter;
-            if (uq) uq[nu++] = q;
-        }
-    }
-    free(seen);
-    for (int32_t q = 0; q < s->n_seq; q++) {
-        const pseq *Q = &s->seq[q];
+    // [n_seq] iteration last seen in, [n_seq] rank, then [n] planned sequences by rank; none: no plan this time
+    int64_t *buf = n > 0 ? malloc((size_t)(2 * (int64_t)s->n_seq + n) * sizeof *buf) : NULL;
+    int64_t *seen = buf, *rank = buf ? buf + s->n_seq : NULL;
+    int32_t *uq = buf ? (int32_t *)(buf + 2 * (int64_t)s->n_seq) : NULL;
+    const int64_t nu = buf ? kvt_plan_ranks(seqs, n, s->n_seq, plan_live_seq, s, seen, rank, uq) : 0;
+    for (int32_t q = 0; buf && q < s->n_seq; q++) {
+        pseq *Q = &s->seq[q];
+        Q->prank = rank[q];
         if (!Q->live || Q->prank == INT64_MAX) continue;
         for (int32_t i = 0; i < s->n_shard; i++) {
             const pshard *sh = &Q->sh[i];
@@ -1484,25 +1512,10 @@ void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
     // order (layer by layer over its sequences), as far as T0 and T1 can hold them
     const int64_t m0 = s->tier[T0].max_slots, m1 = s->tier[T1].present ? s->tier[T1].max_slots : 0;
     const int64_t cap = m0 == INT64_MAX || m1 == INT64_MAX ? INT64_MAX : m0 + m1;
-    int64_t counted = 0;
-    bool pushed = false;
-    for (int64_t g0 = 0, g1 = 0; s->n_io > 0 && g0 < nu && counted < cap; g0 = g1) {
-        for (g1 = g0; g1 < nu && s->seq[uq[g1]].prank == s->seq[uq[g0]].prank;) g1++;
-        for (int32_t k = 0; k < s->n_shard && counted < cap; k++) {
-            for (int64_t u = g0; u < g1 && counted < cap; u++) {
-                const pshard *sh = &s->seq[uq[u]].sh[k];
-                for (int64_t j = sh->n_drop; j < sh->n_blk && counted < cap; j++, counted++) {
-                    pblock *B = &s->blk[sh->ids[j]];
-                    if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
-                    queue_push(s, sh->ids[j]);
-                    B->qplan = B->queued; // queue_push may drop it (out of memory)
-                    pushed |= B->queued;
-                }
-            }
-        }
-    }
-    free(uq);
-    if (pushed) pthread_cond_broadcast(&s->qcv);
+    const int64_t q0 = s->q_len;
+    if (s->n_io > 0 && nu > 0) kvt_plan_prefetch(uq, nu, rank, s->n_shard, cap, plan_span, plan_visit, s);
+    free(buf);
+    if (s->q_len > q0) pthread_cond_broadcast(&s->qcv);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -44,6 +44,7 @@ typedef struct {
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)
     const int32_t *layer_window; // [n_layer] attention window of each layer in positions (0: whole context),
                                  // or NULL (every layer global); copied at init
+    int32_t victim_window;  // resident blocks examined per eviction (kv_victim.h kvt_victim_window); 0: 256
     // tests: called with every block a T0 eviction takes (its layer, group and index), in order, under the
     // store's lock from the thread that evicts (a reader or a copy thread); NULL: none
     void (*on_evict)(void *ud, int32_t layer, int32_t group, int64_t index);

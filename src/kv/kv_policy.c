@@ -70,7 +70,7 @@ int64_t kvt_evict_pick(const kvt_evict_policy *p, const kvt_evict_info *cands, i
     double bs = 0;
     for (int64_t i = 0; i < n; i++) {
         double s = p->score(&cands[i], now);
-        if (best < 0 || s > bs) {
+        if (kvt_evict_better(s, bs, best)) {
             best = i;
             bs = s;
         }

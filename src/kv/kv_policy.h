@@ -65,6 +65,9 @@ bool kvt_evict_streams(const kvt_evict_info *b);
 const kvt_evict_policy *kvt_evict_policy_find(const char *name);
 // Names of the known policies, for help texts: "lru|lfu|lookahead|spread|attn-ema|static|oracle".
 const char *kvt_evict_policy_names(void);
+// Whether a candidate of score s beats the best so far (score bs; best < 0: none yet): the highest score is
+// evicted, ties go to the earlier candidate. kvt_evict_pick and the victim search (kv_victim.h) both decide by it.
+static inline bool kvt_evict_better(double s, double bs, int64_t best) { return best < 0 || s > bs; }
 // Index in cands[0..n) of the block to evict (ties: the lowest index); -1 if n == 0.
 int64_t kvt_evict_pick(const kvt_evict_policy *p, const kvt_evict_info *cands, int64_t n, uint64_t now);
 

@@ -17,6 +17,38 @@ bool kvt_evict_may_displace(int64_t rank, int64_t next_use, int64_t limit, int64
     return limit < 0 || rank > xrank || (rank == xrank && limit < INT64_MAX && next_use > limit);
 }
 
-int64_t kvt_sched_key(int64_t shard, int64_t index, int64_t nb_ctx) { return shard * nb_ctx + index; }
+int64_t kvt_plan_ranks(const int32_t *seqs, int64_t n, int32_t n_seq, kvt_plan_valid valid, const void *ud, int64_t *seen,
+                       int64_t *rank, int32_t *order) {
+    for (int32_t q = 0; q < n_seq; q++) {
+        rank[q] = INT64_MAX;
+        seen[q] = -1;
+    }
+    int64_t iter = 0, nu = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t q = seqs[i];
+        if (q < 0 || q >= n_seq || (valid && !valid(ud, q))) continue;
+        if (seen[q] == iter) iter++;
+        seen[q] = iter;
+        if (rank[q] == INT64_MAX) {
+            rank[q] = iter;
+            if (order) order[nu] = q;
+            nu++;
+        }
+    }
+    return nu;
+}
 
-int64_t kvt_sched_distance(int64_t key, int64_t cursor, int64_t cycle) { return ((key - cursor) % cycle + cycle) % cycle; }
+void kvt_plan_prefetch(const int32_t *order, int64_t nu, const int64_t *rank, int32_t n_shard, int64_t cap,
+                       kvt_plan_span span, kvt_plan_visit visit, void *ud) {
+    int64_t counted = 0;
+    for (int64_t g0 = 0, g1 = 0; g0 < nu && counted < cap; g0 = g1) {
+        for (g1 = g0; g1 < nu && rank[order[g1]] == rank[order[g0]];) g1++;
+        for (int32_t k = 0; k < n_shard && counted < cap; k++) {
+            for (int64_t u = g0; u < g1 && counted < cap; u++) {
+                int64_t first, end;
+                span(ud, order[u], k, &first, &end);
+                for (int64_t j = first; j < end && counted < cap; j++, counted++) visit(ud, order[u], k, j);
+            }
+        }
+    }
+}

@@ -36,8 +36,16 @@ int32_t kvt_prefetch_window(int32_t n_shard, kvt_kv_shard_span span, const void 
 // the keys from the decode frontier `cursor` (the key of the block being read) to its key, cyclic over
 // cycle = shards x nb_ctx keys. Blocks of every sequence at one (shard, index) look needed at the same step: the
 // store ranks layers, not sequences.
-int64_t kvt_sched_key(int64_t shard, int64_t index, int64_t nb_ctx);
-int64_t kvt_sched_distance(int64_t key, int64_t cursor, int64_t cycle);
+// Both are on the victim search's path (one call per candidate), so they are inline: cycle > 0; the distance is
+// ((key - cursor) mod cycle) in [0, cycle), without a division when the two keys lie within one cycle.
+static inline int64_t kvt_sched_key(int64_t shard, int64_t index, int64_t nb_ctx) { return shard * nb_ctx + index; }
+static inline int64_t kvt_sched_distance(int64_t key, int64_t cursor, int64_t cycle) {
+    int64_t d = key - cursor;
+    if (d < 0) d += cycle;
+    if (d >= 0 && d < cycle) return d;
+    d = (key - cursor) % cycle;
+    return d < 0 ? d + cycle : d;
+}
 
 // Whether a resident block may be evicted to load another (the store's victim filter, kv_paged.c
 // pick_victim). limit < 0: any block (a load the reader waits for). Else, for a prefetch, only a block of a
@@ -46,5 +54,26 @@ int64_t kvt_sched_distance(int64_t key, int64_t cursor, int64_t cycle);
 // candidate's earliest planned sequence, INT64_MAX without a plan (then a prefetch only displaces blocks the
 // schedule needs later than the one it brings). next_use: the candidate's schedule steps to its next read.
 bool kvt_evict_may_displace(int64_t rank, int64_t next_use, int64_t limit, int64_t xrank);
+
+// The scheduler's plan (kvt_kv_paged_set_plan; the simulator's plan_iters): seqs[0 .. n) are the sequences of the
+// next iterations in run order; a new iteration begins where a sequence repeats within the current one. Entries
+// outside [0, n_seq), or for which valid(ud, q) is false (valid NULL: all valid), are skipped. Writes rank[q] for
+// every q in [0, n_seq): the iteration of q's first appearance (its plan rank: the store evicts blocks of later ranks
+// first), INT64_MAX if it does not appear; and order[0 .. return): the planned sequences by first appearance, so by
+// rank (order may be NULL). seen: scratch [n_seq]. No allocation.
+typedef bool (*kvt_plan_valid)(const void *ud, int32_t q);
+int64_t kvt_plan_ranks(const int32_t *seqs, int64_t n, int32_t n_seq, kvt_plan_valid valid, const void *ud, int64_t *seen,
+                       int64_t *rank, int32_t *order);
+
+// The plan's prefetch order: the blocks of the planned sequences order[0 .. nu) (rank: from kvt_plan_ranks),
+// iteration by iteration, each iteration in decode order (shard by shard over its sequences, each sequence's live
+// blocks [first, end) of the shard from span, in order); the first `cap` of them (the fast and host tiers hold cap
+// blocks; blocks already resident count too). visit(ud, seq, shard, block) for each, in that order: the caller
+// queues those not resident, in flight or queued (as the copy engine's loads with limit INT64_MAX and the block's
+// rank: kvt_evict_may_displace).
+typedef void (*kvt_plan_span)(void *ud, int32_t seq, int32_t shard, int64_t *first, int64_t *end);
+typedef void (*kvt_plan_visit)(void *ud, int32_t seq, int32_t shard, int64_t block);
+void kvt_plan_prefetch(const int32_t *order, int64_t nu, const int64_t *rank, int32_t n_shard, int64_t cap,
+                       kvt_plan_span span, kvt_plan_visit visit, void *ud);
 
 #endif

@@ -1,6 +1,8 @@
 // sched_policy.c - the scheduler's decisions over a plain-data view of the requests (see sched_policy.h).
 #include "sched_policy.h"
 
+#include <string.h>
+
 int32_t kvt_sched_policy_slots(const kvt_sched_policy_req *r) { return r->state == KVT_SP_PREFILL ? r->n : r->n_live; }
 
 int64_t kvt_sched_policy_need(const kvt_sched_policy_params *p, const kvt_sched_policy_req *r) {
@@ -78,4 +80,15 @@ int64_t kvt_sched_policy_split(const kvt_sched_policy_params *p, const kvt_sched
         budget -= chunk;
     }
     return k;
+}
+
+int64_t kvt_sched_policy_plan(int32_t *plan, int64_t n_runs, int64_t n_swapped, int32_t iters) {
+    if (iters < 1 || n_runs < 1) return 0;
+    if (iters == 1) return n_runs;
+    // iteration 1 is runs then swapped, right after iteration 0's runs: the swapped ones move up first
+    const int64_t per = n_runs + n_swapped;
+    memmove(plan + 2 * n_runs, plan + n_runs, (size_t)n_swapped * sizeof *plan);
+    memcpy(plan + n_runs, plan, (size_t)n_runs * sizeof *plan);
+    for (int32_t it = 2; it < iters; it++) memcpy(plan + n_runs + (int64_t)(it - 1) * per, plan + n_runs, (size_t)per * sizeof *plan);
+    return n_runs + (int64_t)(iters - 1) * per;
 }

@@ -98,4 +98,12 @@ int64_t kvt_sched_policy_resume(const kvt_sched_policy_params *p, const kvt_sche
 int64_t kvt_sched_policy_split(const kvt_sched_policy_params *p, const kvt_sched_policy_req *reqs, int64_t n,
                                kvt_sched_policy_run *out);
 
+// (d) The plan the scheduler publishes to the paged store before an iteration (kvt_kv_paged_set_plan, which ranks
+// victims and prefetches by it): the sequences of the next `iters` iterations in run order, this iteration's runs,
+// then from the second iteration on the swapped sequences, which may resume from then. plan[0 .. n_runs) holds
+// the runs' sequences and plan[n_runs .. n_runs + n_swapped) the swapped ones on entry; the plan is written over
+// them, in place (room: (n_runs + n_swapped) x iters entries). Returns its length (0 if iters < 1 or n_runs < 1:
+// nothing runs, no plan).
+int64_t kvt_sched_policy_plan(int32_t *plan, int64_t n_runs, int64_t n_swapped, int32_t iters);
+
 #endif

@@ -436,7 +436,8 @@ static kvt_status admit_waiting(kvt_sched *s, kvt_err *err) {
     }
 }
 
-// Publishes the sequences of the next plan_iters iterations: the running ones, then the swapped ones that resume next.
+// Publishes the sequences of the next plan_iters iterations: the running ones, then the swapped ones that resume next
+// (kvt_sched_policy_plan, as the simulator's plan).
 static void publish_plan(kvt_sched *s, int64_t n_runs) {
     int64_t n_swapped_seqs = 0;
     for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
@@ -450,15 +451,13 @@ static void publish_plan(kvt_sched *s, int64_t n_runs) {
         s->plan_cap = n;
     }
     int64_t k = 0;
-    for (int32_t it = 0; it < s->p.plan_iters; it++) {
-        for (int64_t i = 0; i < n_runs; i++) s->plan[k++] = s->runs[i].seq;
-        if (it == 0) continue; // the swapped ones may resume from the next iteration on
-        for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
-            for (int32_t i = 0; r->swapped && i < r->p.n; i++) {
-                if (r->ch[i].live && r->ch[i].seq > 0) s->plan[k++] = r->ch[i].seq;
-            }
+    for (int64_t i = 0; i < n_runs; i++) s->plan[k++] = s->runs[i].seq;
+    for (req *r = s->head; r && r->state != R_WAITING; r = r->next) {
+        for (int32_t i = 0; r->swapped && i < r->p.n; i++) {
+            if (r->ch[i].live && r->ch[i].seq > 0) s->plan[k++] = r->ch[i].seq;
         }
     }
+    k = kvt_sched_policy_plan(s->plan, n_runs, k - n_runs, s->p.plan_iters);
     kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), s->plan, k);
     s->plan_live = true;
     s->st.plans++;

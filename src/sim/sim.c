@@ -9,6 +9,7 @@
 #include "../base/timer.h"
 #include "../kv/kv_policy.h"
 #include "../kv/kv_prefetch.h"
+#include "../kv/kv_victim.h"
 #include "sim_core.h"
 
 // ---------------------------------------------------------------- workloads
@@ -175,6 +176,7 @@ typedef struct {
     int32_t layer;             // its layer (0 unless kvt_sim_config.layers > 1)
     int32_t pos[2];            // index in the fast / host lists (tier_list), -1 if absent
     uint8_t where, fly, dirty, live, pf, queued; // queued: in the copy engine's queue (PF_COPY)
+    uint8_t qplan;             // queued by the plan (plan_iters): its load displaces only later plan ranks
     uint64_t last_use, uses;
     double ema;
 } blk;
@@ -186,6 +188,7 @@ typedef struct {
     int64_t chunk_from;  // prefilled tokens before this iteration's prompt chunk
     bool finishing, admitted_now, in_batch; // admitted_now: computes a prompt chunk in this iteration
     bool completes;      // this iteration's prompt chunk ends the prompt (the first token)
+    int64_t prank;       // plan rank (kvt_plan_ranks; INT64_MAX: not planned, or no plan): its blocks' rank
 } req;
 
 typedef struct {
@@ -227,8 +230,9 @@ typedef struct {
     double copy_busy, copy_t, busy_mark;
     int64_t tokens;
     kvt_sim_result *res;
-    kvt_evict_info *ci; // candidate scratch [window + 1]
-    int64_t *cid;
+    kvt_victim_trace tr;   // with on_pick: kvt_victim_pick's trace, victim_window + 1 candidates
+    int32_t *plan, *plan_order; // plan_iters: the plan [(max_batch + n_requests) x plan_iters], by rank [n_requests]
+    int64_t *plan_seen, *plan_rank; // plan_iters: kvt_plan_ranks' scratch and ranks [n_requests]
 } sim;
 
 static kvt_status il_push(sim *s, ilist *l, int64_t x) {
@@ -290,14 +294,12 @@ static kvt_evict_info info_of(const sim *s, int64_t id) {
 
 // ---------------------------------------------------------------- victims
 
-// No write is needed to drop block id from its tier (fast: a copy below and no newer data; host: a copy
-// elsewhere); with clean_ssd_only a fast block's copy below must be on SSD (kv_paged.c's rule). Blocks in flight
-// never count.
-static bool is_clean(const sim *s, int64_t id, bool host_tier) {
-    const blk *B = &s->b[id];
-    if (B->fly) return false;
-    if (host_tier) return (B->where & (W_FAST | W_SSD)) != 0;
-    return !B->dirty && (B->where & (s->c->clean_ssd_only ? W_SSD : W_HOST | W_SSD));
+// No write is needed to drop block B's copy from its tier (kvt_victim_clean: fast: an up-to-date copy below, on SSD
+// with clean_ssd_only, the paged store's rule, else on host or SSD; host: a copy elsewhere).
+static bool is_clean(const sim *s, const blk *B, bool host_tier) {
+    const bool below = host_tier || !B->dirty; // a dirty fast copy is newer than the copies below it
+    return kvt_victim_clean(!host_tier, (B->where & W_FAST) != 0, below && (B->where & W_HOST), below && (B->where & W_SSD),
+                            !s->c->clean_ssd_only, false);
 }
 
 // The paged store's schedule key of block B (kvt_sched_key: its layer's shard, its index; not its request).
@@ -309,42 +311,52 @@ static int64_t store_next_use(const sim *s, const blk *B) {
     return kvt_sched_distance(store_key(s, B), s->cursor, s->nl * s->nb_ctx);
 }
 
-// Whether block id (not in flight) may be a victim: limit < 0 any, else (a copy-engine prefetch, PF_COPY) only a
-// block the store's schedule needs later than `limit` steps: its filter, kvt_evict_may_displace, without a plan.
-static bool may_go(const sim *s, int64_t id, int64_t limit) {
-    return !s->b[id].fly &&
-           (limit < 0 || kvt_evict_may_displace(INT64_MAX, store_next_use(s, &s->b[id]), limit, INT64_MAX));
+// kvt_victim_pick's view of the simulator: the window l->v[start ..] (n listed, wrapping) of m blocks, then the
+// incoming block (if any) as candidate m; each block's description and its policy inputs.
+typedef struct {
+    sim *s;
+    const ilist *l;
+    int64_t start, n, m, incoming, limit;
+    bool host_tier, ranks;
+} victim_ud;
+
+static int64_t window_id(const victim_ud *u, int64_t k) {
+    const int64_t j = u->start + k;
+    return u->l->v[j < u->n ? j : j - u->n];
 }
 
-// The victim among a window of list l (cursor *cur), kvt_evict_pick over the clean candidates if any
-// (where the policy asks: clean_first, and always in the host tier), else over all; with `incoming`
-// (>= 0) the block a prefetch would bring is a candidate too and -2 is returned if it is the one picked;
-// with limit >= 0 only blocks that may_go. -1 if no block qualifies.
-static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_t incoming, int64_t limit) {
-    const int64_t n = l->n, m = n < s->c->victim_window ? n : s->c->victim_window;
-    const int64_t start = n > m ? *cur % n : 0;
-    if (n > m) *cur = (start + m) % n;
-    const bool classes = host_tier || s->pol->clean_first;
-    // pass 1: which class competes (clean blocks if any, where classes apply); pass 2: its candidates' info
-    bool any_clean = false;
-    for (int64_t k = 0, j = start; classes && !any_clean && k < m; k++, j = j + 1 == n ? 0 : j + 1)
-        any_clean = is_clean(s, l->v[j], host_tier) && may_go(s, l->v[j], limit);
-    int64_t na = 0;
-    for (int64_t k = 0, j = start; k < m; k++, j = j + 1 == n ? 0 : j + 1) {
-        const int64_t id = l->v[j];
-        if (!may_go(s, id, limit) || (classes && is_clean(s, id, host_tier) != any_clean)) continue;
-        s->ci[na] = info_of(s, id);
-        s->cid[na++] = id;
+KVT_VICTIM_INLINE void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
+    const victim_ud *u = ud;
+    const sim *s = u->s;
+    if (k == u->m) { // the incoming block
+        *out = (kvt_victim_cand){.id = u->incoming, .rank = s->r[s->b[u->incoming].req].prank, .flags = KVT_VICTIM_INCOMING};
+        return;
     }
-    kvt_evict_info *ai = s->ci;
-    int64_t *aid = s->cid;
-    if (incoming >= 0) {
-        ai[na] = info_of(s, incoming);
-        aid[na++] = -2;
-    }
-    int64_t k = kvt_evict_pick(s->pol, ai, na, s->tick);
-    if (s->c->on_pick && k >= 0) s->c->on_pick(s->c->on_pick_ud, ai, na, s->tick, k);
-    return k < 0 ? -1 : aid[k];
+    const int64_t id = window_id(u, k);
+    const blk *B = &s->b[id];
+    *out = (kvt_victim_cand){.id = id,
+                             .rank = u->ranks ? s->r[B->req].prank : INT64_MAX,
+                             .sched_next = u->limit >= 0 && !B->fly ? store_next_use(s, B) : 0,
+                             .flags = B->fly ? KVT_VICTIM_HELD : is_clean(s, B, u->host_tier) ? KVT_VICTIM_CLEAN : 0u};
+}
+
+KVT_VICTIM_INLINE void victim_info(void *ud, int64_t id, kvt_evict_info *out) { *out = info_of(((const victim_ud *)ud)->s, id); }
+
+// The victim among a window of list l (cursor *cur): kvt_victim_pick (kv_victim.h, the paged store's rule: blocks
+// in flight never go; clean blocks first where the policy asks, clean_first, and always in the host tier; then
+// kvt_evict_pick's rule), the window moving on at every call (kvt_victim_window). With `incoming` (>= 0) the block
+// a prefetch would bring is a candidate too and -2 is returned if it is the one picked; with limit >= 0 (a
+// copy-engine prefetch, PF_COPY) only blocks the store's schedule needs later than `limit` steps
+// (kvt_evict_may_displace, xrank the incoming block's plan rank). A block's plan rank is its request's (INT64_MAX
+// for all without plan_iters). -1 if no block qualifies.
+static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_t incoming, int64_t limit, int64_t xrank) {
+    victim_ud u = {.s = s, .l = l, .n = l->n, .incoming = incoming, .limit = limit, .host_tier = host_tier,
+                   .ranks = s->c->plan_iters > 0}; // without a plan every rank is INT64_MAX (req is not read)
+    u.m = kvt_victim_window(u.n, s->c->victim_window, cur, &u.start);
+    const kvt_victim_query q = {.pol = s->pol, .fast_tier = !host_tier, .limit = limit, .xrank = xrank, .now = s->tick};
+    const int64_t k = kvt_victim_pick(&q, u.m + (incoming >= 0), victim_cand, victim_info, &u, s->c->on_pick ? &s->tr : NULL);
+    if (s->c->on_pick && k >= 0) s->c->on_pick(s->c->on_pick_ud, s->tr.info, s->tr.n, s->tick, s->tr.chosen);
+    return k < 0 ? -1 : k == u.m ? -2 : window_id(&u, k);
 }
 
 // ---------------------------------------------------------------- transfers
@@ -405,7 +417,7 @@ static kvt_status issue(sim *s, double t, int li, int64_t id) {
 // Room for one more block in the host tier: the victim's copy goes to SSD unless it has another.
 static kvt_status host_room(sim *s, double t) {
     while (s->c->host_blocks > 0 && s->host.n >= s->c->host_blocks) {
-        int64_t v = pick(s, &s->host, &s->cur_host, true, -1, -1);
+        int64_t v = pick(s, &s->host, &s->cur_host, true, -1, -1, INT64_MAX);
         if (v < 0) return kvt_errorf(s->err, KVT_ERR_BUDGET, "sim: host tier full of blocks in flight");
         host_del(s, v);
         if (!(s->b[v].where & (W_FAST | W_SSD))) { // its only copy: to SSD (a fast copy writes back when evicted)
@@ -436,7 +448,7 @@ static kvt_status evict_fast(sim *s, int64_t v, double t) {
 static kvt_status fast_room(sim *s, double t, bool *ok) {
     *ok = true;
     while (s->fast.n + s->n_fly_fast >= s->C) {
-        int64_t v = pick(s, &s->fast, &s->cur_fast, false, -1, -1);
+        int64_t v = pick(s, &s->fast, &s->cur_fast, false, -1, -1, INT64_MAX);
         if (v < 0) {
             *ok = false;
             return KVT_OK;
@@ -506,16 +518,19 @@ static kvt_status copy_queue(sim *s, int64_t id) {
 }
 
 // PF_COPY: the copy engine (prefetch_depth loads in flight, as its threads) takes the queue in order; a load
-// into a full fast tier evicts only a block the schedule needs later than the one it brings, and is dropped if
-// there is none (kv_paged.c io_main -> load(wait = false, limit = next use) -> pick_victim).
+// into a full fast tier evicts only a block the schedule needs later than the one it brings (of a later plan rank,
+// or of the same and needed later), and is dropped if there is none (kv_paged.c io_main -> load(wait = false,
+// limit = next use) -> pick_victim); a planned load (qplan) displaces only later plan ranks (limit INT64_MAX).
 static kvt_status copy_prefetch(sim *s, double t) {
     while (s->n_pf < s->c->prefetch_depth && s->pfq_head < s->pfq.n) {
         const int64_t id = s->pfq.v[s->pfq_head++];
         blk *B = &s->b[id];
-        B->queued = 0;
+        const bool planned = B->qplan;
+        B->queued = B->qplan = 0;
         if (!B->live || B->fly || (B->where & W_FAST)) continue;
         if (s->fast.n + s->n_fly_fast >= s->C) {
-            const int64_t v = pick(s, &s->fast, &s->cur_fast, false, -1, store_next_use(s, B));
+            const int64_t v =
+                pick(s, &s->fast, &s->cur_fast, false, -1, planned ? INT64_MAX : store_next_use(s, B), s->r[B->req].prank);
             if (v < 0) continue;
             kvt_status st = evict_fast(s, v, t);
             if (st) return st;
@@ -537,7 +552,7 @@ static kvt_status prefetch(sim *s, double t) {
         int64_t id = pf_next(s);
         if (id < 0) return KVT_OK;
         if (s->fast.n + s->n_fly_fast >= s->C) {
-            int64_t v = pick(s, &s->fast, &s->cur_fast, false, id, -1);
+            int64_t v = pick(s, &s->fast, &s->cur_fast, false, id, -1, INT64_MAX);
             if (v < 0) {
                 s->pf_blocked = true;
                 return KVT_OK;
@@ -585,9 +600,11 @@ static double attn_mass(int64_t req_id, int64_t idx, int64_t n) {
 
 static void touch(sim *s, int64_t id) {
     blk *B = &s->b[id];
+    const double mass = attn_mass(B->req, B->idx, s->pub[B->req].n_blocks);
+    if (s->c->on_trace) s->c->on_trace(s->c->on_trace_ud, KVT_SIM_TRACE_READ, B->req, B->layer, B->idx, mass);
     B->last_use = ++s->tick;
     B->uses++;
-    B->ema = s->c->attn_alpha * attn_mass(B->req, B->idx, s->pub[B->req].n_blocks) + (1 - s->c->attn_alpha) * B->ema;
+    B->ema = s->c->attn_alpha * mass + (1 - s->c->attn_alpha) * B->ema;
 }
 
 // Appends a token block to request ri (a block per layer), written in the fast tier (dirty). Past the capacity
@@ -604,6 +621,7 @@ static kvt_status new_block(sim *s, int64_t ri, double t) {
         s->b[id] = (blk){.req = ri, .idx = (int32_t)k, .layer = (int32_t)L, .pos = {-1, -1}, .live = 1, .dirty = 1,
                          .last_use = s->tick, .uses = 1};
         s->b[id].ema = attn_mass(ri, k, k + 1);
+        if (s->c->on_trace) s->c->on_trace(s->c->on_trace_ud, KVT_SIM_TRACE_NEW, ri, (int32_t)L, k, s->b[id].ema);
         st = fast_add(s, id);
     }
     P->n_blocks = k + 1;
@@ -611,6 +629,7 @@ static kvt_status new_block(sim *s, int64_t ri, double t) {
 }
 
 static void free_blocks(sim *s, int64_t ri) {
+    if (s->c->on_trace) s->c->on_trace(s->c->on_trace_ud, KVT_SIM_TRACE_FREE, ri, 0, 0, 0);
     for (int64_t k = 0; k < s->pub[ri].n_blocks * s->nl; k++) {
         const int64_t id = s->r[ri].first_blk + k;
         blk *B = &s->b[id];
@@ -667,6 +686,48 @@ static kvt_status scan_add(sim *s, int64_t id) {
     return st;
 }
 
+// plan_iters: the paged store's view of a request as kvt_plan_prefetch walks it (one sequence per request, the
+// layers its shards).
+static void plan_span(void *ud, int32_t req_id, int32_t shard, int64_t *first, int64_t *end) {
+    (void)shard;
+    *first = 0;
+    *end = ((const sim *)ud)->pub[req_id].n_blocks;
+}
+
+// A planned block below the fast tier joins the copy engine's queue (kv_paged.c plan_visit).
+static void plan_visit(void *ud, int32_t req_id, int32_t shard, int64_t block) {
+    sim *s = ud;
+    const int64_t x = blk_id(s, req_id, block, shard);
+    blk *B = &s->b[x];
+    if ((B->where & W_FAST) || B->fly || B->queued) return;
+    if (il_push(s, &s->pfq, x)) return; // out of memory: a prefetch is a hint (the store's queue_push drops it too)
+    B->queued = B->qplan = 1;
+}
+
+// The plan before an iteration of nb requests (batch.v), as the serving scheduler publishes it and the paged store
+// applies it (scheduler.c publish_plan -> kvt_kv_paged_set_plan): every request's plan rank, and with the store's
+// copy engine (PF_COPY) the planned blocks below the fast tier queued, then taken as its threads would.
+static kvt_status publish_plan(sim *s, int64_t nb, double t) {
+    const kvt_sim_config *c = s->c;
+    int64_t n = 0, n_sw = 0;
+    for (int64_t i = 0; i < nb; i++) s->plan[n++] = (int32_t)s->batch.v[i];
+    for (int64_t i = 0; i < s->running.n; i++) {
+        const int64_t id = s->running.v[i];
+        if (s->pub[id].state == KVT_SIM_RUNNING && s->pub[id].swapped) {
+            s->plan[n++] = (int32_t)id;
+            n_sw++;
+        }
+    }
+    n = kvt_sched_policy_plan(s->plan, nb, n_sw, c->plan_iters);
+    if (c->on_plan) c->on_plan(c->on_trace_ud, s->plan, n);
+    const int64_t nu = kvt_plan_ranks(s->plan, n, (int32_t)c->n_requests, NULL, NULL, s->plan_seen, s->plan_rank, s->plan_order);
+    for (int64_t q = 0; q < c->n_requests; q++) s->r[q].prank = s->plan_rank[q];
+    if (s->pf_mode != PF_COPY || nu == 0) return KVT_OK;
+    const int64_t cap = c->host_blocks > 0 && s->C < INT64_MAX - c->host_blocks ? s->C + c->host_blocks : INT64_MAX;
+    kvt_plan_prefetch(s->plan_order, nu, s->plan_rank, (int32_t)s->nl, cap, plan_span, plan_visit, s);
+    return copy_prefetch(s, t);
+}
+
 static kvt_status start_iter(sim *s, double t) {
     const kvt_sim_config *c = s->c;
     kvt_sim_sched_view v = {.reqs = s->pub, .n_reqs = c->n_requests, .running = s->running.v, .n_running = s->running.n,
@@ -706,6 +767,7 @@ static kvt_status start_iter(sim *s, double t) {
         if (id < 0 || id >= c->n_requests || s->pub[id].state != KVT_SIM_WAITING) return bad_pick(s, "admitted", id);
         st = admit_req(s, id);
     }
+    if (!st && c->plan_iters > 0) st = publish_plan(s, nb, t);
     if (st) return st;
     for (int64_t i = 0; i < s->running.n; i++) s->r[s->running.v[i]].scan_start = -1;
     s->scan.n = s->attn.n = 0;
@@ -970,6 +1032,9 @@ static kvt_status check_config(const kvt_sim_config *c, kvt_err *err) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: requests, max_batch, load, prefetch_depth and victim_window must be positive");
     if (c->layers < 0 || c->layers > (1 << 12))
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: layers %d out of [0, 4096]", c->layers);
+    if (c->plan_iters < 0 || c->plan_iters > (1 << 10) || (c->plan_iters > 0 && c->n_requests > INT32_MAX / 2))
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: plan_iters %d out of [0, 1024] (or too many requests for a plan)",
+                          c->plan_iters);
     if (c->copy_prefetch < 0 || c->copy_prefetch > (1 << 20))
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: copy_prefetch %lld out of [0, 2^20]", (long long)c->copy_prefetch);
     if (!(c->iter_ms > 0) && !c->costs)
@@ -994,8 +1059,11 @@ static void sim_free(sim *s) {
     free(s->b);
     ilist *ls[] = {&s->fast, &s->host, &s->running, &s->waiting, &s->batch, &s->scan, &s->attn, &s->done_tpot, &s->pfq};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) free(ls[i]->v);
-    free(s->ci);
-    free(s->cid);
+    kvt_victim_trace_free(&s->tr);
+    free(s->plan);
+    free(s->plan_order);
+    free(s->plan_seen);
+    free(s->plan_rank);
     free(s->pfwin);
     free(s->btok);
     free(s->swap_out);
@@ -1026,21 +1094,29 @@ static kvt_status make_requests(sim *s) {
         s->r[i].first_blk = nblk;
         s->r[i].max_blocks = div_up(s->pub[i].prompt + s->pub[i].out, c->block_tokens);
         s->r[i].scan_start = -1;
+        s->r[i].prank = INT64_MAX;
         nblk += s->r[i].max_blocks * s->nl;
         if (s->r[i].max_blocks > s->nb_ctx) s->nb_ctx = s->r[i].max_blocks;
     }
     s->first_arrival = s->pub[0].arrival;
     s->b = calloc((size_t)nblk, sizeof *s->b);
     const size_t w = (size_t)c->victim_window + 1;
-    s->ci = malloc(w * sizeof *s->ci);
-    s->cid = malloc(w * sizeof *s->cid);
+    const bool vs_ok = !c->on_pick || kvt_victim_trace_init(&s->tr, (int64_t)w);
+    if (c->plan_iters > 0) {
+        s->plan = malloc((size_t)((c->max_batch + c->n_requests) * c->plan_iters) * sizeof *s->plan);
+        s->plan_order = malloc((size_t)c->n_requests * sizeof *s->plan_order);
+        s->plan_seen = malloc((size_t)c->n_requests * sizeof *s->plan_seen);
+        s->plan_rank = malloc((size_t)c->n_requests * sizeof *s->plan_rank);
+        if (!s->plan || !s->plan_order || !s->plan_seen || !s->plan_rank)
+            return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for the plan of %lld requests", (long long)c->n_requests);
+    }
     s->batch.v = malloc((size_t)c->max_batch * sizeof *s->batch.v);
     s->btok = malloc((size_t)c->max_batch * sizeof *s->btok);
     s->swap_out = malloc((size_t)c->n_requests * sizeof *s->swap_out);
     s->swap_in = malloc((size_t)c->n_requests * sizeof *s->swap_in);
     s->admit = malloc((size_t)c->n_requests * sizeof *s->admit);
     if (s->pf_mode == PF_COPY) s->pfwin = malloc((size_t)c->copy_prefetch * sizeof *s->pfwin);
-    if (!s->b || !s->ci || !s->cid || (s->pf_mode == PF_COPY && !s->pfwin) || !s->batch.v || !s->btok || !s->swap_out || !s->swap_in || !s->admit)
+    if (!s->b || !vs_ok || (s->pf_mode == PF_COPY && !s->pfwin) || !s->batch.v || !s->btok || !s->swap_out || !s->swap_in || !s->admit)
         return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory for %lld blocks", (long long)nblk);
     s->batch.cap = c->max_batch;
     for (int64_t i = 0; i < nblk; i++) s->b[i].pos[0] = s->b[i].pos[1] = -1;
@@ -1056,10 +1132,10 @@ kvt_status kvt_sim_run(const kvt_sim_config *c, kvt_sim_result *r, kvt_err *err)
     sim *s = &S;
     s->pol = kvt_evict_policy_find(c->policy);
     s->oracle = !strcmp(c->policy, "oracle");
-    s->pf_mode = s->oracle || !strcmp(c->policy, "lookahead") ? PF_SCHED
-                 : !strcmp(c->policy, "attn-ema")             ? PF_ATTN
-                 : c->copy_prefetch > 0                       ? PF_COPY
-                                                              : PF_NONE;
+    s->pf_mode = s->oracle || !strcmp(c->policy, "lookahead")      ? PF_SCHED
+                 : c->copy_prefetch > 0                            ? PF_COPY
+                 : !strcmp(c->policy, "attn-ema")                  ? PF_ATTN
+                                                                   : PF_NONE;
     kvt_sim_queue_init(&s->q);
     // a compute-core copy spends its latency as CPU time in the byte phase (xfer_bytes)
     kvt_sim_link_init(&s->link[L_H2D], "h2d", c->h2d_gbps * 1e9, c->copy_on_compute ? 0 : c->h2d_latency_us * 1e-6);

@@ -18,8 +18,10 @@
 //     processor-sharing links (sim_core.h): host->fast, fast->host, SSD read,
 //     SSD write. SSD-resident blocks reach the fast tier in two hops (SSD ->
 //     host -> fast);
-//   - victims are chosen by kvt_evict_pick over a window of the resident blocks,
-//     clean blocks first where the policy asks, as the paged store does;
+//   - victims are chosen by the paged store's own victim search (kv_victim.h:
+//     kvt_victim_pick over a window of the resident blocks: blocks in flight never,
+//     the plan rank first, clean blocks first where the policy asks, then
+//     kvt_evict_pick's rule);
 //   - policies lookahead and oracle prefetch the next blocks of the schedule
 //     (this iteration and the next: K = 1), attn-ema prefetches the blocks whose
 //     attention EMA predicts them important, the others are reactive. A prefetch
@@ -66,6 +68,7 @@ typedef struct {
 } kvt_sim_req;
 
 enum { KVT_SIM_NOT_ARRIVED, KVT_SIM_WAITING, KVT_SIM_RUNNING, KVT_SIM_DONE };
+enum { KVT_SIM_TRACE_NEW, KVT_SIM_TRACE_READ, KVT_SIM_TRACE_FREE }; // kvt_sim_config.on_trace
 
 // What a batch scheduler sees before each iteration.
 typedef struct {
@@ -162,9 +165,18 @@ typedef struct {
     // policy
     const char *policy;          // kv_policy.c name
     int64_t prefetch_depth;      // transfers a prefetching policy keeps in flight (4; the store's copy threads)
-    int64_t copy_prefetch;       // lru, lfu, static: after each read the store's copy engine prefetches the next
-                                 // copy_prefetch blocks of the request (kv_prefetch.h, as kv_paged.c with
-                                 // --kv-prefetch and no plan); 0 (default, the tables of docs/SIMULATOR.md): none
+    int64_t copy_prefetch;       // lru, lfu, static, attn-ema: after each read the store's copy engine prefetches the
+                                 // next copy_prefetch blocks of the request (kv_prefetch.h, as kv_paged.c with
+                                 // --kv-prefetch; attn-ema then does not prefetch by attention, as the paged store's
+                                 // does not); 0 (default, the tables of docs/SIMULATOR.md): none
+    int32_t plan_iters;          // > 0: the serving scheduler's plan, as `kvtier serve --lookahead N` publishes it to the
+                                 // paged store (kvt_sched_policy_plan: this iteration's batch, then the swapped requests,
+                                 // for plan_iters iterations; kvt_plan_ranks): before each iteration every block gets
+                                 // its request's plan rank, which comes first in every victim search (kv_victim.h),
+                                 // and with copy_prefetch > 0 the planned blocks below the fast tier join the copy
+                                 // engine's queue (kvt_plan_prefetch), each load displacing only later ranks. The
+                                 // store's staging of a planned block from disk to host when it finds no room is not
+                                 // modelled. 0 (default): no plan
     int64_t victim_window;       // resident blocks examined per eviction (64; the paged store examines 256)
     bool clean_ssd_only;         // a fast block is clean (preferred victim where the policy is clean_first) only with
                                  // an SSD copy, as the paged store has it (kv_paged.c pick_victim: a host copy never
@@ -177,6 +189,14 @@ typedef struct {
     // the index it returned (tests check the decisions against kvt_evict_pick)
     void (*on_pick)(void *ud, const kvt_evict_info *cands, int64_t n, uint64_t now, int64_t picked);
     void *on_pick_ud;
+    // optional trace of what the paged store would be asked, for a replay through it (tests): kind
+    // KVT_SIM_TRACE_NEW: block idx of layer `layer` of request req is created (mass: its attention EMA then),
+    // KVT_SIM_TRACE_READ: read by the scan (mass: the attention mass this read adds to its EMA with weight
+    // attn_alpha; called before its policy state changes), KVT_SIM_TRACE_FREE: the request's blocks are freed
+    // (layer, idx, mass unused); on_plan: the plan published before an iteration (request ids, in plan order)
+    void (*on_trace)(void *ud, int kind, int64_t req, int32_t layer, int64_t idx, double mass);
+    void (*on_plan)(void *ud, const int32_t *reqs, int64_t n);
+    void *on_trace_ud;
 } kvt_sim_config;
 
 typedef struct {
