@@ -214,7 +214,7 @@ static void serve_http_cases(const test_env *env, const char *cli, const char *m
     }
     char cmd[2048];
     // no template in a mkmodel file: chatml is named; SmolLM2 brings its own
-    snprintf(cmd, sizeof cmd, "timeout 300 python3 tools/serve_test.py --kvtier %s --model %s --chat-template chatml%s%s 2>&1",
+    snprintf(cmd, sizeof cmd, "timeout 600 python3 tools/serve_test.py --kvtier %s --model %s --chat-template chatml%s%s 2>&1",
              cli, model, test_file_exists(env->smollm2) ? " --smollm2 " : "",
              test_file_exists(env->smollm2) ? env->smollm2 : "");
     FILE *p = popen(cmd, "r");
