@@ -197,7 +197,10 @@ static kvt_prefix_get_outcome dir_read(dir_store *s, const kvt_block_key *key, v
     if (fd < 0) {
         if (errno != ENOENT) return KVT_PGET_UNAVAILABLE;
         pthread_mutex_lock(&s->mu);
-        ix_drop(s, s->idh, key); // removed by another process
+        // removed by another process: forget it, unless a writer of this store renamed it into place since the
+        // open failed (it indexes the entry under this mutex after the rename: dropping it then would leave a
+        // file the index does not count, and the directory past max_bytes)
+        if (faccessat(s->dfd, name, F_OK, 0) != 0) ix_drop(s, s->idh, key);
         pthread_mutex_unlock(&s->mu);
         return KVT_PGET_MISS;
     }
