@@ -559,6 +559,14 @@ INLINE __m512 round_f16_zmm(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x
 // of V in f16 arithmetic (ggml's vector f16 path of vec_mad_f16 / vec_scale_f16, 128 halves per step): o =
 // fma(v, f16(w), o) and o = o * f16(ms), each rounded once to f16; the other columns as the scalar code.
 #define FP16_COLS(hdv) ((hdv) & ~(int64_t)127)
+// The compiler must know AVX512-FP16 arithmetic (GCC 12, clang 16); a build without it (e.g. the fuzz build with an
+// older clang) merges every column as the CPUs without that ISA do.
+#if (defined(__clang__) && __clang_major__ >= 16) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 12)
+#define KVT_HAVE_FP16_MERGE 1
+#else
+#define KVT_HAVE_FP16_MERGE 0
+#endif
+#if KVT_HAVE_FP16_MERGE
 static int cpu_fp16(void) {
     static _Atomic int has = -1;
     int h = atomic_load_explicit(&has, memory_order_relaxed);
@@ -605,6 +613,13 @@ static void merge_fp16_cols(int H, int64_t nr, float ms[][KVT_MERGE_ROWS], float
         }
     }
 }
+#else
+static int cpu_fp16(void) { return 0; }
+static void merge_fp16_cols(int H, int64_t nr, float ms[][KVT_MERGE_ROWS], float w[][KVT_MERGE_ROWS], const char *v0,
+                            int64_t stride, float *o, int64_t o_stride, int64_t np) {
+    (void)H, (void)nr, (void)ms, (void)w, (void)v0, (void)stride, (void)o, (void)o_stride, (void)np;
+}
+#endif
 
 void kvt_attn_merge_f16_avx512(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
                                float *m, float *l, float *o, int64_t o_stride, int64_t hdv) {
