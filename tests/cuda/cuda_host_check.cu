@@ -39,6 +39,16 @@ void report(bool ok, const char *what, const char *detail) {
     g_failed += !ok;
 }
 
+// max |got - ref| / max |ref|
+double max_rel_err(const std::vector<float> &got, const std::vector<float> &ref) {
+    double e = 0.0, m = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        e = fmax(e, fabs((double)got[i] - ref[i]));
+        m = fmax(m, fabs((double)ref[i]));
+    }
+    return m > 0.0 ? e / m : e;
+}
+
 // uniform in [-2, 2), never 0
 std::vector<float> random_floats(int64_t n, uint64_t seed) {
     std::vector<float> v((size_t)n);
@@ -138,24 +148,29 @@ void check_elementwise() {
         const kvt_cuda_rope_args a = {n_tok, n_head, dim, c.n_rot, c.neox, c.base, c.scale, c.factors ? ff : nullptr, pos};
         const float theta_scale = powf(c.base, -2.0f / (float)c.n_rot);
         for (int64_t k = 0; k < (int64_t)n_tok * n_head * (c.n_rot / 2); k++) rope_item(k, x.data(), a, theta_scale);
-        char what[96];
-        snprintf(what, sizeof what, "rope_item neox %d, n_rot %d, scale %g%s: bit for bit as vec.c", c.neox, c.n_rot, c.scale,
+        char what[96], why[64];
+        // the CPU rotation follows ggml's fused multiply-adds (vec.c); the device's its own: within rounding
+        const double e = max_rel_err(x, ref);
+        snprintf(what, sizeof what, "rope_item neox %d, n_rot %d, scale %g%s: as vec.c within 1e-6", c.neox, c.n_rot, c.scale,
                  c.factors ? ", freq factors" : "");
-        report(!memcmp(x.data(), ref.data(), x.size() * sizeof(float)), what, "differs");
+        snprintf(why, sizeof why, "max error %.3g of the largest value", e);
+        report(e <= 1e-6, what, why);
     }
     std::vector<float> g = random_floats(4096, 5), u = random_floats(4096, 6), a = g, b = g;
     for (auto &e : g) e *= 6.0f;
     a = g, b = g;
     kvt_swiglu_f32(a.data(), u.data(), 4096);
     kvt_geglu_f32(b.data(), u.data(), 4096);
-    bool ok_s = true, ok_g = true;
-    for (size_t i = 0; i < g.size(); i++) {
-        const float s = silu_op::f(g[i]) * u[i], e = gelu_tanh_op::f(g[i]) * u[i];
-        ok_s = ok_s && !memcmp(&s, &a[i], 4);
-        ok_g = ok_g && !memcmp(&e, &b[i], 4);
-    }
-    report(ok_s, "silu_op: bit for bit as kvt_swiglu_f32", "differs");
-    report(ok_g, "gelu_tanh_op: bit for bit as kvt_geglu_f32", "differs");
+    std::vector<float> ds(g.size()), dg(g.size());
+    for (size_t i = 0; i < g.size(); i++) ds[i] = silu_op::f(g[i]) * u[i], dg[i] = gelu_tanh_op::f(g[i]) * u[i];
+    // the CPU follows ggml: SiLU with its vector exp, GELU from its f16 table (the input rounded to f16); the device
+    // computes the functions directly
+    const double es = max_rel_err(ds, a), eg = max_rel_err(dg, b);
+    char why_s[64], why_g[64];
+    snprintf(why_s, sizeof why_s, "max error %.3g of the largest value", es);
+    snprintf(why_g, sizeof why_g, "max error %.3g of the largest value", eg);
+    report(es <= 1e-6, "silu_op: as kvt_swiglu_f32 within 1e-6", why_s);
+    report(eg <= 2e-3, "gelu_tanh_op: as kvt_geglu_f32 (ggml's f16 table) within 2e-3", why_g);
 }
 
 // rmsnorm_kernel and argmax_kernel with their 256 threads run in turn: the warps' xor-shuffle trees
