@@ -443,30 +443,6 @@ static void test_act_quant_llamacpp(void) {
           bad, found);
 }
 
-// kvt_softmax_tile: normalised weights (sum 1 to rounding), rounded to f16 for an F16 V, the max and the
-// mass sum exp(s - max) returned; for F32 V the weights are exp(s - max) * (1 / sum) unrounded.
-static void test_softmax_tile(void) {
-    int bad = 0;
-    for (int f16 = 0; f16 <= 1; f16++)
-        for (int64_t n = 1; n <= 40; n++) {
-            float s[40], w[40], mx = -INFINITY;
-            for (int64_t i = 0; i < n; i++) s[i] = w[i] = 3.0f * rnd_normal(), mx = fmaxf(mx, s[i]);
-            float m;
-            const float l = kvt_softmax_tile(f16 ? KVT_TYPE_F16 : KVT_TYPE_F32, w, n, &m);
-            double sum = 0, wsum = 0;
-            for (int64_t i = 0; i < n; i++) sum += expf(s[i] - mx);
-            const float inv = (float)(1.0 / sum);
-            for (int64_t i = 0; i < n; i++) {
-                float want = expf(s[i] - mx) * inv;
-                if (f16) want = kvt_f16_to_f32(kvt_f32_to_f16(want));
-                bad += memcmp(&w[i], &want, sizeof want) != 0;
-                wsum += w[i];
-            }
-            bad += m != mx || l != (float)sum || fabs(wsum - 1.0) > (f16 ? 2e-3 : 1e-5);
-        }
-    CHECK("softmax_tile", bad == 0, "%d mismatches", bad);
-}
-
 // kvt_attn_merge_f16 against a plain transcription of llama.cpp's CPU flash-attention step for an F16 V
 // (ggml_compute_forward_flash_attn_ext_f16_one_chunk; on AVX512-FP16 CPUs with the first hdv & ~127 columns in
 // f16 arithmetic), bit for bit, on the scalar code and on this CPU's SIMD,
@@ -691,7 +667,6 @@ int test_kernels_main(void) {
     test_vec_mad();
     test_vec_mad_rows();
     test_act_quant_llamacpp();
-    test_softmax_tile();
     test_attn_merge_f16();
     test_rope_fused();
     test_swiglu();

@@ -81,24 +81,6 @@ void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, con
     }
 }
 
-float kvt_softmax_tile(kvt_type vt, float *s, int64_t n, float *max_out) {
-    float mx = -INFINITY;
-    for (int64_t x = 0; x < n; x++) mx = s[x] > mx ? s[x] : mx;
-    double sum = 0.0;
-    for (int64_t x = 0; x < n; x++) {
-        s[x] = expf(s[x] - mx);
-        sum += s[x];
-    }
-    const float inv = (float)(1.0 / sum);
-    if (vt == KVT_TYPE_F16) {
-        for (int64_t x = 0; x < n; x++) s[x] = kvt_f16_to_f32(kvt_f32_to_f16(s[x] * inv));
-    } else {
-        for (int64_t x = 0; x < n; x++) s[x] *= inv;
-    }
-    *max_out = mx;
-    return (float)sum;
-}
-
 void kvt_vec_add_f32(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }

@@ -29,12 +29,6 @@ void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const
 // trips' latency).
 void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
                         float *l, float *o, int64_t o_stride, int64_t hdv);
-// Softmax weights of one tile of n >= 1 attention scores, normalised within the tile as llama.cpp's
-// non-flash attention normalises a whole row: e[x] = exp(s[x] - max), their sum in double, w[x] = e[x] *
-// (float)(1 / sum), then w rounded to the dot type of the V rows' type vt (F16 V: to f16, so that P.V
-// multiplies f16 by f16 as llama.cpp's F16 x F16 matmul does; F32 V: unchanged). s[0..n) becomes w;
-// *max_out gets the max, and the return value is the sum of e (the tile's mass relative to that max).
-float kvt_softmax_tile(kvt_type vt, float *s, int64_t n, float *max_out);
 // y[i] += x[i]
 void kvt_vec_add_f32(float *y, const float *x, int64_t n);
 // y = x / rms(x) * w  (w may be NULL: no weight); the f32 squares summed in double, as llama.cpp
