@@ -2,7 +2,8 @@
 // kvt_kv_paged_attn_mass) and the attn-ema policy that ranks by it: the reported mass of every block is the
 // softmax weight of its positions (against a direct computation), whether decode attends in one task or in
 // chunks on two threads; the attention's result is the same bits as under another policy; and a block that
-// attention weights heavily outranks more recently used blocks with little mass (lru evicts it instead).
+// attention weights heavily outranks more recently used blocks with little mass (lru evicts it instead); attn-ema
+// prefetches a block its EMA finds important when the policy ranks a resident block below it.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,8 +142,72 @@ static void test_mass_outranks_recency(void) {
                 "%s; victims: attn-ema block %lld, lru block %lld", err.msg, (long long)victim[0], (long long)victim[1]);
 }
 
+static void on_evict_mask(void *ud, int32_t layer, int32_t group, int64_t index) {
+    (void)layer;
+    (void)group;
+    *(uint32_t *)ud |= 1u << index;
+}
+
+// attn-ema's prefetch (kvt_kv_paged_attn_prefetch, kvt_attn_prefetch_wanted): a fast tier of 6 of the 9 blocks with a host tier below and a
+// copy engine; the appends leave 3 blocks in the host tier, the first of them (`target`, named by the store's
+// on_evict) is the block under test. A mass report that makes it important (EMA 0.225 >= 1.25 / 9) while the
+// resident blocks weigh little gets it loaded ahead of use (the next acquire hits); when the resident blocks weigh
+// more (EMA 0.375 each) the policy keeps them and the prefetch is dropped (the acquire misses); an even report (no
+// block important) queues nothing.
+static void test_mass_prefetch(void) {
+    const int64_t want_hit[3] = {1, 0, 0};
+    kvt_err err = {0};
+    bool ok = true;
+    int64_t got[3][2] = {{0}}, target = -1;
+    for (int c = 0; ok && c < 3; c++) {
+        kvt_kv_paged_params p = kvt_kv_paged_params_default();
+        p.n_layer = 1;
+        p.n_head_kv = 1;
+        p.head_dim = p.head_dim_v = DIM;
+        p.n_ctx = NPOS + BT;
+        p.block_tokens = BT;
+        p.fast_bytes = 6 * kvt_kv_paged_block_bytes(&p);
+        p.host_bytes = -1;
+        p.evict = "attn-ema";
+        uint32_t out = 0; // blocks evicted from the fast tier
+        p.on_evict = on_evict_mask;
+        p.on_evict_ud = &out;
+        kvt_kv *kv = NULL;
+        float k[NPOS * DIM] = {0}, v[NPOS * DIM] = {0};
+        ok = !kvt_kv_paged_init(&p, &kv, &err) && !kv->ops->append(kv, 0, 0, 0, NPOS, k, v, &err) && out;
+        target = ok ? __builtin_ctz(out) : -1;
+        float mass[NB]; // the target; the resident blocks; the other blocks in the host tier
+        for (int b = 0; b < NB; b++)
+            mass[b] = c == 2 ? 1.0f / NB : b == target ? 0.3f : (out >> b & 1) ? 0.02f : c == 1 ? 0.5f : 0.02f;
+        kvt_kv_stats s0, s1;
+        if (ok) {
+            kvt_kv_paged_drain(kv);
+            kv->ops->stats(kv, &s0);
+            kvt_kv_paged_attn_mass(kv, 0, 0, 0, 0, mass, NB);
+            kvt_kv_paged_attn_mass(kv, 0, 0, 0, 0, mass, NB); // EMA 3/4 of the mass
+            kvt_kv_paged_attn_prefetch(kv, 0, 0, 0, 0, NB, 1.0 / NB);
+            kvt_kv_paged_drain(kv);
+            kv->ops->stats(kv, &s1);
+            got[c][1] = s1.prefetches - s0.prefetches;
+            kvt_kv_view view; // (its read then queues the schedule prefetch: counted no more)
+            ok = !kv->ops->acquire(kv, 0, 0, 0, target, &view, &err);
+            if (ok) kv->ops->release(kv, 0, 0, 0, target);
+            kv->ops->stats(kv, &s1);
+            got[c][0] = s1.hits - s0.hits;
+            ok = ok && got[c][0] == want_hit[c] && got[c][1] == want_hit[c];
+        }
+        kvt_kv_free(kv);
+    }
+    test_result(ok, "kv attn: attn-ema prefetches a block its attention EMA finds important, only if the policy ranks "
+                    "a resident block below it",
+                "%s; block %lld, hits / prefetches: important %lld / %lld (1 / 1), outranked %lld / %lld (0 / 0), even "
+                "%lld / %lld (0 / 0)", err.msg, (long long)target, (long long)got[0][0], (long long)got[0][1],
+                (long long)got[1][0], (long long)got[1][1], (long long)got[2][0], (long long)got[2][1]);
+}
+
 void test_kv_attn(const test_env *env) {
     (void)env;
     test_mass_export();
     test_mass_outranks_recency();
+    test_mass_prefetch();
 }

@@ -350,7 +350,9 @@ static void test_shared_rules(void) {
 // created is appended (its positions, all of them), a read is an acquire, a drain of the copy engine and a release,
 // a finished request is truncated to nothing, a plan is published (kvt_kv_paged_set_plan) and its prefetches
 // drained. With attn the simulator's attention masses go to the store too (kvt_kv_paged_attn_mass, before the read:
-// the simulator's EMA changes when the read happens, before the copy engine's prefetches of that read decide).
+// the simulator's EMA changes when the read happens, before the copy engine's prefetches of that read decide), and
+// attn-ema's prefetch after a layer's last read (KVT_SIM_TRACE_ATTN: kvt_kv_paged_attn_prefetch with the simulator's
+// share, then a drain).
 typedef struct {
     kvt_kv *kv;
     int64_t bt;
@@ -380,6 +382,9 @@ static void replay_trace(void *ud, int kind, int64_t req, int32_t layer, int64_t
         if (r->ok) kv->ops->release(kv, seq, layer, 0, idx);
     } else if (kind == KVT_SIM_TRACE_FREE) {
         kv->ops->truncate(kv, seq, 0);
+    } else if (kind == KVT_SIM_TRACE_ATTN) {
+        kvt_kv_paged_attn_prefetch(kv, seq, layer, 0, 0, idx + 1, mass);
+        kvt_kv_paged_drain(kv);
     }
 }
 

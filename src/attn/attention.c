@@ -309,7 +309,7 @@ static void merge_task(void *vctx, int64_t h, int thread) {
 
 // Decode: the softmax weight of each block [b_first, pos0 / bt] visible to the token, summed over its positions and
 // averaged over the query heads of each group, from the tiles' records and the heads' final (M, L); handed to the
-// store (kvt_kv_paged_attn_mass).
+// store (kvt_kv_paged_attn_mass), which then prefetches the blocks its EMA finds important (kvt_kv_paged_attn_prefetch).
 static void mass_export(const attn_job *J, int64_t p_first) {
     kvt_kv *kv = J->kv;
     const int64_t bt = kv->block_tokens, T = J->T, b_first = p_first / bt, nb = J->pos0 / bt - b_first + 1;
@@ -331,6 +331,7 @@ static void mass_export(const attn_job *J, int64_t p_first) {
         }
         for (int64_t b = 0; b < nb; b++) J->mass[b] /= (float)qh;
         kvt_kv_paged_attn_mass(kv, J->seq, J->layer, g, b_first, J->mass, nb);
+        kvt_kv_paged_attn_prefetch(kv, J->seq, J->layer, g, b_first, nb, 1.0 / (double)nb);
     }
 }
 

@@ -44,7 +44,7 @@ static const char *k_help =
     "  --prefetch-depth N  transfers a prefetching policy keeps in flight (default 4)\n"
     "  --kv-prefetch N   lru|lfu|static|attn-ema: the paged store's copy-engine prefetch, the next N blocks of\n"
     "                    the request after each read (kvtier serve --kv-prefetch with --layers; default 0: none;\n"
-    "                    attn-ema then does not prefetch by attention, as the real store's does not)\n"
+    "                    attn-ema also queues the blocks its attention EMA finds important, as the real store)\n"
     "  --plan N          the serving scheduler's plan of the next N iterations, as kvtier serve --lookahead N:\n"
     "                    victims by plan rank first, planned blocks prefetched with --kv-prefetch (default 0: none)\n"
     "  --layers N        split each request block into N blocks of one layer, read layer by layer over the\n"

@@ -29,6 +29,8 @@ typedef struct {
     bool busy;          // a transfer or eviction of this block is under way
     bool queued;        // waiting in the prefetch queue
     bool qplan;         // queued by the scheduler's plan (kvt_kv_paged_set_plan), not by the decode schedule
+    bool qattn;         // queued by attn-ema's prefetch (kvt_kv_paged_attn_mass): loaded only if the policy ranks
+                        // a resident block below it
     uint64_t last_use, uses;
     float attn_ema;     // EMA of the block's attention mass (kvt_kv_paged_attn_mass; policy attn-ema)
     int64_t prank;      // plan rank: iteration in which the earliest planned sequence holding it runs
@@ -247,7 +249,7 @@ typedef struct {
     const kv_paged *s;
     evict_ctx e;
     int t;
-    int64_t limit, xrank, start, n;
+    int64_t limit, xrank, start, n, m, incoming; // m: the window's length; incoming: candidate m (-1: none)
 } victim_ud;
 
 static int64_t window_id(const victim_ud *u, int64_t k) {
@@ -258,6 +260,10 @@ static int64_t window_id(const victim_ud *u, int64_t k) {
 KVT_VICTIM_INLINE void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
     const victim_ud *u = ud;
     const kv_paged *s = u->s;
+    if (k == u->m) { // the block an attn-ema prefetch would bring
+        *out = (kvt_victim_cand){.id = u->incoming, .rank = s->blk[u->incoming].prank, .flags = KVT_VICTIM_INCOMING};
+        return;
+    }
     const int64_t id = window_id(u, k);
     const pblock *B = &s->blk[id];
     const int t = u->t;
@@ -289,14 +295,19 @@ KVT_VICTIM_INLINE void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
 // never) go first, and with limit >= 0 a block of rank r only qualifies if it is later than xrank (the rank of
 // the block being loaded), or of the same rank and needed later than `limit` (limit INT64_MAX: strictly later
 // ranks only). Without a plan every rank is INT64_MAX and nothing changes.
-static int64_t pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank) {
-    victim_ud u = {.s = s, .e = evict_ctx_now(s), .t = t, .limit = limit, .xrank = xrank, .n = s->n_res[t]};
-    const int64_t m = kvt_victim_window(u.n, s->victim_window, &s->victim_pos[t], &u.start);
+//
+// incoming >= 0 (an attn-ema prefetch of that block, not resident): the block competes with the window's
+// candidates (KVT_VICTIM_INCOMING, as the simulator admits its prefetches); -2 if the policy picks it (the
+// prefetch is not worth a resident block).
+static int64_t pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank, int64_t incoming) {
+    victim_ud u = {.s = s, .e = evict_ctx_now(s), .t = t, .limit = limit, .xrank = xrank, .n = s->n_res[t],
+                   .incoming = incoming};
+    u.m = kvt_victim_window(u.n, s->victim_window, &s->victim_pos[t], &u.start);
     // a T0 block is clean only with a disk copy (kvt_victim_clean: a host copy does not count)
     const kvt_victim_query q = {.pol = s->pol, .fast_tier = t == T0, .limit = limit, .xrank = xrank, .now = s->tick,
                                 .none_clean = t == T0 && !s->tier[T2].present};
-    const int64_t k = kvt_victim_pick(&q, m, victim_cand, victim_info, &u, NULL);
-    return k < 0 ? -1 : window_id(&u, k);
+    const int64_t k = kvt_victim_pick(&q, u.m + (incoming >= 0), victim_cand, victim_info, &u, NULL);
+    return k < 0 ? -1 : k == u.m ? -2 : window_id(&u, k);
 }
 
 // --- transfers -----------------------------------------------------------------
@@ -422,7 +433,7 @@ static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *er
                        (long long)T->budget, (long long)T->max_slots, (long long)T->slot_bytes, T->path);
             return -1;
         }
-        int64_t v = pick_victim(s, t, limit, INT64_MAX);
+        int64_t v = pick_victim(s, t, limit, INT64_MAX, -1);
         if (v < 0) {
             if (!wait) return 0;
             pthread_cond_wait(&s->cv, &s->mu);
@@ -458,7 +469,7 @@ static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
             }
         }
         if (!room && has_lower) {
-            int64_t hv = pick_victim(s, T1, -1, INT64_MAX);
+            int64_t hv = pick_victim(s, T1, -1, INT64_MAX, -1);
             const evict_ctx e = evict_ctx_now(s);
             const pblock *H1 = hv >= 0 ? &s->blk[hv] : NULL;
             if (H1 && H1->slot[T2] >= 0 &&
@@ -537,8 +548,10 @@ static kvt_status swap_t0_t1(kv_paged *s, int64_t id, int64_t v, kvt_err *err) {
     return KVT_OK;
 }
 
-// Loads block id (not in T0, not busy) into T0 from its fastest lower copy. wait, limit: as ensure_free.
-static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool *loaded, kvt_err *err) {
+// Loads block id (not in T0, not busy) into T0 from its fastest lower copy. wait, limit: as ensure_free. admit (an
+// attn-ema prefetch; limit ignored): the block competes with T0's candidates and is not loaded if the policy picks
+// it (pick_victim's incoming).
+static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool admit, bool *loaded, kvt_err *err) {
     s->blk[id].busy = true;
     kvt_status st = KVT_OK;
     *loaded = false;
@@ -553,7 +566,8 @@ static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool *
             room = true;
             break;
         }
-        const int64_t v = pick_victim(s, T0, limit, s->blk[id].prank);
+        const int64_t v = pick_victim(s, T0, admit ? -1 : limit, s->blk[id].prank, admit ? id : -1);
+        if (v == -2) break; // attn-ema: the block is worth less than every candidate
         if (v < 0) {
             if (!wait) break;
             pthread_cond_wait(&s->cv, &s->mu);
@@ -590,7 +604,7 @@ static void stage_t1(kv_paged *s, int64_t id) {
     const kvt_tier_store *H = &s->tier[T1];
     if (H->n_used >= H->max_slots) {
         const int64_t dup = t1_duplicate(s);
-        const int64_t v = dup >= 0 ? -1 : pick_victim(s, T1, INT64_MAX, s->blk[id].prank);
+        const int64_t v = dup >= 0 ? -1 : pick_victim(s, T1, INT64_MAX, s->blk[id].prank, -1);
         if (dup >= 0) drop_copy(s, dup, T1);
         else if (v < 0) st = KVT_ERR_BUDGET;
         else st = evict(s, v, T1, &e);
@@ -610,8 +624,8 @@ static void *io_main(void *arg) {
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
         pblock *B = &s->blk[id];
-        const bool plan = B->qplan;
-        B->queued = B->qplan = false;
+        const bool plan = B->qplan, attn = B->qattn;
+        B->queued = B->qplan = B->qattn = false;
         if (B->refs <= 0 || B->busy || B->slot[T0] >= 0) {
             if (s->q_len == 0) pthread_cond_broadcast(&s->cv);
             continue;
@@ -621,7 +635,7 @@ static void *io_main(void *arg) {
         s->n_io_busy++;
         // an error here is reported again by the acquire that needs the block; a planned block that finds no
         // room in T0 (only blocks the plan needs sooner) comes up from disk to the host tier at least
-        kvt_status st = load(s, id, false, plan ? INT64_MAX : next_use(s, &s->blk[id]), &loaded, &e);
+        kvt_status st = load(s, id, false, plan ? INT64_MAX : next_use(s, &s->blk[id]), attn, &loaded, &e);
         if (!st && loaded) s->st.prefetches++;
         else if (!st && plan) stage_t1(s, id);
         s->n_io_busy--;
@@ -770,7 +784,7 @@ static kvt_status pin_block(kv_paged *s, int64_t id, int64_t *stall_t0, kvt_err 
         }
         if (!*stall_t0) *stall_t0 = kvt_time_ns();
         bool loaded;
-        kvt_status st = load(s, id, true, -1, &loaded, err);
+        kvt_status st = load(s, id, true, -1, false, &loaded, err);
         if (st) return st;
     }
 }
@@ -1246,6 +1260,26 @@ void kvt_kv_paged_attn_mass(kvt_kv *kv, int32_t seq, int32_t layer, int32_t grou
     pthread_mutex_unlock(&s->mu);
 }
 
+// attn-ema's prefetch (kvt_attn_prefetch_wanted, the simulator's rule too): queued with qattn, so that io_main's
+// load admits the block only if the policy ranks a resident block below it.
+void kvt_kv_paged_attn_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b0, int64_t n, double share) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &k_paged_ops || s->n_io == 0 || strcmp(s->pol->name, "attn-ema")) return;
+    bool pushed = false;
+    pthread_mutex_lock(&s->mu);
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t id = block_at(s, seq, layer, group, b0 + i);
+        if (id < 0) continue;
+        pblock *B = &s->blk[id];
+        if (B->slot[T0] >= 0 || B->busy || B->queued || B->refs <= 0 || !kvt_attn_prefetch_wanted(B->attn_ema, share)) continue;
+        queue_push(s, id);
+        B->qattn = B->queued; // queue_push may drop it (out of memory)
+        pushed |= B->queued;
+    }
+    if (pushed) pthread_cond_broadcast(&s->qcv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 float kvt_kv_paged_block_attn_ema(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
     kv_paged *s = (kv_paged *)kv;
     if (kv->ops != &k_paged_ops) return -1.0f;
@@ -1376,7 +1410,7 @@ static bool host_room(kv_paged *s) {
         return true;
     }
     if (!s->tier[T2].present) return false;
-    const int64_t v = pick_victim(s, T1, -1, INT64_MAX);
+    const int64_t v = pick_victim(s, T1, -1, INT64_MAX, -1);
     kvt_err e;
     return v >= 0 && !evict(s, v, T1, &e) && H->n_used < H->max_slots;
 }

@@ -82,6 +82,12 @@ bool kvt_kv_paged_wants_attn_mass(const kvt_kv *kv);
 // softmax weight of the block's positions, averaged over heads): each block's attn_ema (kv_policy.h) becomes
 // 0.5 x mass + 0.5 x its old value. Blocks the sequence does not hold are skipped. Any thread.
 void kvt_kv_paged_attn_mass(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b0, const float *mass, int64_t n);
+// attn-ema's prefetch (tierkv.txt's attention-score prefetch; a store of another policy, or without a copy engine,
+// ignores it): the blocks b0 .. b0 + n - 1 of (seq, layer, group) not in the fast tier whose attn_ema
+// kvt_attn_prefetch_wanted(ema, share) (kv_prefetch.h: at least 1.25 x share; decode attention passes share = 1 /
+// the blocks it attended, after kvt_kv_paged_attn_mass) go to the copy engine, each loaded only if the policy ranks a
+// resident block below it. Any thread.
+void kvt_kv_paged_attn_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b0, int64_t n, double share);
 // A block's attention-mass EMA (tests); -1 if the sequence does not hold it or kv is another store.
 float kvt_kv_paged_block_attn_ema(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b);
 // Waits until the copy engine has nothing queued and no prefetch under way (tests: makes its decisions

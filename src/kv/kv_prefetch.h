@@ -55,6 +55,15 @@ static inline int64_t kvt_sched_distance(int64_t key, int64_t cursor, int64_t cy
 // schedule needs later than the one it brings). next_use: the candidate's schedule steps to its next read.
 bool kvt_evict_may_displace(int64_t rank, int64_t next_use, int64_t limit, int64_t xrank);
 
+// attn-ema's prefetch (tierkv.txt's attention-score prefetch): after a sequence's attention over a range of blocks,
+// a block whose EMA of attention mass is at least KVT_ATTN_PREFETCH_RATIO times an even share of the range's mass
+// (share: what each block would get if attention were uniform over the range) is wanted in the fast tier; the
+// copy engine then loads it only if the policy ranks a resident block below it (kvt_victim_pick with the block as
+// KVT_VICTIM_INCOMING). The paged store (kvt_kv_paged_attn_mass, share 1 / blocks attended) and the simulator (its
+// synthetic masses, share 1 / (blocks + 5)) both ask this.
+#define KVT_ATTN_PREFETCH_RATIO 1.25
+static inline bool kvt_attn_prefetch_wanted(double ema, double share) { return ema >= KVT_ATTN_PREFETCH_RATIO * share; }
+
 // The scheduler's plan (kvt_kv_paged_set_plan; the simulator's plan_iters): seqs[0 .. n) are the sequences of the
 // next iterations in run order; a new iteration begins where a sequence repeats within the current one. Entries
 // outside [0, n_seq), or for which valid(ud, q) is false (valid NULL: all valid), are skipped. Writes rank[q] for

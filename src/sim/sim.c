@@ -177,6 +177,8 @@ typedef struct {
     int32_t pos[2];            // index in the fast / host lists (tier_list), -1 if absent
     uint8_t where, fly, dirty, live, pf, queued; // queued: in the copy engine's queue (PF_COPY)
     uint8_t qplan;             // queued by the plan (plan_iters): its load displaces only later plan ranks
+    uint8_t qattn;             // queued by attn-ema's prefetch (PF_COPY): loaded only if the policy ranks a
+                               // resident block below it
     uint64_t last_use, uses;
     double ema;
 } blk;
@@ -205,6 +207,8 @@ typedef struct {
     const kvt_evict_policy *pol;
     int pf_mode;
     bool oracle;
+    bool attn_pf;       // PF_COPY under attn-ema: the store's attention prefetch (attn_queue)
+    int64_t attn_pend;  // attn_pf: the block read last, for attn_queue (copy_prefetch, eng_step; -1: none)
     kvt_err *err;
     kvt_sim_queue q;
     kvt_sim_link link[N_LINK];
@@ -355,7 +359,7 @@ static int64_t pick(sim *s, const ilist *l, int64_t *cur, bool host_tier, int64_
     u.m = kvt_victim_window(u.n, s->c->victim_window, cur, &u.start);
     const kvt_victim_query q = {.pol = s->pol, .fast_tier = !host_tier, .limit = limit, .xrank = xrank, .now = s->tick};
     const int64_t k = kvt_victim_pick(&q, u.m + (incoming >= 0), victim_cand, victim_info, &u, s->c->on_pick ? &s->tr : NULL);
-    if (s->c->on_pick && k >= 0) s->c->on_pick(s->c->on_pick_ud, s->tr.info, s->tr.n, s->tick, s->tr.chosen);
+    if (s->c->on_pick && k >= 0 && k != u.m) s->c->on_pick(s->c->on_pick_ud, s->tr.info, s->tr.n, s->tick, s->tr.chosen);
     return k < 0 ? -1 : k == u.m ? -2 : window_id(&u, k);
 }
 
@@ -517,21 +521,46 @@ static kvt_status copy_queue(sim *s, int64_t id) {
     return KVT_OK;
 }
 
+// PF_COPY under attn-ema, after a decoding request's read of the last block of a layer (id), once the copy engine
+// has taken the reads' schedule prefetches (copy_prefetch), or at the engine's next step if that comes first (the
+// paged store hears the layer's attention mass when its attention ends, kvt_kv_paged_attn_mass, and then queues,
+// kvt_kv_paged_attn_prefetch, behind those prefetches): the layer's blocks that kvt_attn_prefetch_wanted and are not in the
+// fast tier, in flight or queued join the copy engine's queue (qattn: loaded only if the policy ranks a resident
+// block below them).
+static kvt_status attn_queue(sim *s, int64_t id) {
+    const blk *R = &s->b[id];
+    const int64_t n = s->pub[R->req].n_blocks;
+    if (!s->attn_pf || s->r[R->req].admitted_now || R->idx != n - 1) return KVT_OK;
+    const double share = 1.0 / (double)(n + 5); // attn_mass's normalisation
+    if (s->c->on_trace) s->c->on_trace(s->c->on_trace_ud, KVT_SIM_TRACE_ATTN, R->req, R->layer, n - 1, share);
+    for (int64_t k = 0; k < n; k++) {
+        const int64_t x = blk_id(s, R->req, k, R->layer);
+        blk *B = &s->b[x];
+        if ((B->where & W_FAST) || B->fly || B->queued || !kvt_attn_prefetch_wanted(B->ema, share)) continue;
+        B->queued = B->qattn = 1;
+        kvt_status st = il_push(s, &s->pfq, x);
+        if (st) return st;
+    }
+    return KVT_OK;
+}
+
 // PF_COPY: the copy engine (prefetch_depth loads in flight, as its threads) takes the queue in order; a load
 // into a full fast tier evicts only a block the schedule needs later than the one it brings (of a later plan rank,
 // or of the same and needed later), and is dropped if there is none (kv_paged.c io_main -> load(wait = false,
 // limit = next use) -> pick_victim); a planned load (qplan) displaces only later plan ranks (limit INT64_MAX).
 static kvt_status copy_prefetch(sim *s, double t) {
+again:
     while (s->n_pf < s->c->prefetch_depth && s->pfq_head < s->pfq.n) {
         const int64_t id = s->pfq.v[s->pfq_head++];
         blk *B = &s->b[id];
-        const bool planned = B->qplan;
-        B->queued = B->qplan = 0;
+        const bool planned = B->qplan, attn = B->qattn;
+        B->queued = B->qplan = B->qattn = 0;
         if (!B->live || B->fly || (B->where & W_FAST)) continue;
         if (s->fast.n + s->n_fly_fast >= s->C) {
-            const int64_t v =
-                pick(s, &s->fast, &s->cur_fast, false, -1, planned ? INT64_MAX : store_next_use(s, B), s->r[B->req].prank);
-            if (v < 0) continue;
+            const int64_t v = attn ? pick(s, &s->fast, &s->cur_fast, false, id, -1, s->r[B->req].prank)
+                                   : pick(s, &s->fast, &s->cur_fast, false, -1, planned ? INT64_MAX : store_next_use(s, B),
+                                          s->r[B->req].prank);
+            if (v < 0) continue; // -2: attn-ema ranks the block below every candidate
             kvt_status st = evict_fast(s, v, t);
             if (st) return st;
         }
@@ -542,6 +571,13 @@ static kvt_status copy_prefetch(sim *s, double t) {
         if (st) return st;
     }
     if (s->pfq_head == s->pfq.n) s->pfq_head = s->pfq.n = 0;
+    if (s->attn_pend >= 0 && s->pfq.n == 0 && s->n_pf == 0) { // the reads' prefetches are done: attn-ema's turn
+        const int64_t a = s->attn_pend;
+        s->attn_pend = -1;
+        kvt_status st = attn_queue(s, a);
+        if (st) return st;
+        goto again;
+    }
     return KVT_OK;
 }
 
@@ -836,7 +872,8 @@ static kvt_status start_iter(sim *s, double t) {
     if (s->pf_mode == PF_ATTN) { // blocks whose attention EMA predicts them important (weight >= 1.25)
         for (int64_t p = 0; p < s->scan.n && !st; p++) {
             const blk *B = &s->b[s->scan.v[p]];
-            if (B->ema * (double)(s->pub[B->req].n_blocks + 5) >= 1.25) st = il_push(s, &s->attn, s->scan.v[p]);
+            if (kvt_attn_prefetch_wanted(B->ema, 1.0 / (double)(s->pub[B->req].n_blocks + 5)))
+                st = il_push(s, &s->attn, s->scan.v[p]);
         }
         if (st) return st;
     }
@@ -909,6 +946,13 @@ static kvt_status eng_step(sim *s) {
             return KVT_OK;
         }
     }
+    if (s->attn_pend >= 0) { // the copy engine is still busy with the last read's prefetches: queue behind them
+        const int64_t a = s->attn_pend;
+        s->attn_pend = -1;
+        kvt_status st = attn_queue(s, a);
+        if (!st) st = copy_prefetch(s, t);
+        if (st) return st;
+    }
     if (s->pos == s->scan.n) {
         kvt_status st = end_iter(s, t);
         return st ? st : start_iter(s, t);
@@ -924,6 +968,7 @@ static kvt_status eng_step(sim *s) {
         s->tried_pos = false;
         s->t_eng = t + s->slice;
         if (s->pf_mode == PF_COPY) {
+            if (s->attn_pf) s->attn_pend = id;
             kvt_status st = copy_queue(s, id);
             return st ? st : copy_prefetch(s, t);
         }
@@ -1136,6 +1181,8 @@ kvt_status kvt_sim_run(const kvt_sim_config *c, kvt_sim_result *r, kvt_err *err)
                  : c->copy_prefetch > 0                            ? PF_COPY
                  : !strcmp(c->policy, "attn-ema")                  ? PF_ATTN
                                                                    : PF_NONE;
+    s->attn_pf = s->pf_mode == PF_COPY && !strcmp(c->policy, "attn-ema");
+    s->attn_pend = -1;
     kvt_sim_queue_init(&s->q);
     // a compute-core copy spends its latency as CPU time in the byte phase (xfer_bytes)
     kvt_sim_link_init(&s->link[L_H2D], "h2d", c->h2d_gbps * 1e9, c->copy_on_compute ? 0 : c->h2d_latency_us * 1e-6);

@@ -68,7 +68,7 @@ typedef struct {
 } kvt_sim_req;
 
 enum { KVT_SIM_NOT_ARRIVED, KVT_SIM_WAITING, KVT_SIM_RUNNING, KVT_SIM_DONE };
-enum { KVT_SIM_TRACE_NEW, KVT_SIM_TRACE_READ, KVT_SIM_TRACE_FREE }; // kvt_sim_config.on_trace
+enum { KVT_SIM_TRACE_NEW, KVT_SIM_TRACE_READ, KVT_SIM_TRACE_FREE, KVT_SIM_TRACE_ATTN }; // kvt_sim_config.on_trace
 
 // What a batch scheduler sees before each iteration.
 typedef struct {
@@ -193,7 +193,8 @@ typedef struct {
     // KVT_SIM_TRACE_NEW: block idx of layer `layer` of request req is created (mass: its attention EMA then),
     // KVT_SIM_TRACE_READ: read by the scan (mass: the attention mass this read adds to its EMA with weight
     // attn_alpha; called before its policy state changes), KVT_SIM_TRACE_FREE: the request's blocks are freed
-    // (layer, idx, mass unused); on_plan: the plan published before an iteration (request ids, in plan order)
+    // (layer, idx, mass unused), KVT_SIM_TRACE_ATTN: attn-ema's prefetch looks at blocks 0 .. idx of the layer with
+    // share `mass` (kvt_kv_paged_attn_prefetch; after the read's trace); on_plan: the plan published before an iteration (request ids, in plan order)
     void (*on_trace)(void *ud, int kind, int64_t req, int32_t layer, int64_t idx, double mass);
     void (*on_plan)(void *ud, const int32_t *reqs, int64_t n);
     void *on_trace_ud;

@@ -23,8 +23,9 @@
 #     copies with their bookkeeping as one rate (sim_copy_gbps);
 #   - the per-sequence cost of a decode iteration: the one fitted number, so that the simulator's mean TPOT at
 #     rho 1 (nothing moves) equals the mean of the measured rho-1 runs: iteration = tg_ms + per_seq x (n - 1).
-# The policies: plan = `--kv-evict lru --lookahead 4` (the scheduler's plan) against sim `lookahead`; lru and lfu
-# (`--lookahead 0`) against sim lru and lfu. p95 is nearest-rank over the NP requests on both sides.
+# The policies: plan = `--kv-evict lru --lookahead 4` (the scheduler's plan) against sim `--policy lru --plan 4`
+# (the same plan functions, src/sched/sched_policy.c and src/kv/kv_prefetch.c); lru and lfu (`--lookahead 0`)
+# against sim lru and lfu. p95 is nearest-rank over the NP requests on both sides.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M="${1:-$HOME/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf}"
@@ -106,7 +107,7 @@ out, kvtier, shape, np_, prompt, gen, block, demand, coc = sys.argv[1:10]
 rhos, pols = sys.argv[10].split(), sys.argv[11].split()
 layers, kv_prefetch, window = sys.argv[12:15]
 np_, demand = int(np_), int(demand)
-simpol = {"plan": "lookahead", "lru": "lru", "lfu": "lfu"}
+simpol = {"plan": "lru", "lru": "lru", "lfu": "lfu"}  # plan: the scheduler's plan as the engine runs it (--plan 4)
 
 def p95(xs):  # nearest rank, as kvtier sim
     s = sorted(xs)
@@ -118,7 +119,8 @@ def sim(rho, pol, per_seq):
            "--gen", gen, "--requests", str(np_), "--batch", str(np_), "--burst", "--block", block, "--fast-bytes", str(fast),
            "--host-bytes", str(2 * demand), "--policy", simpol[pol], "--seeds", "1", "--json", "--sched", "kvtier",
            "--iter-ms", "%.6f" % tg_ms, "--iter-ms-per-seq", "%.6f" % per_seq, "--copy-on-compute", coc, "--clean-below", "ssd",
-           "--layers", layers, "--kv-prefetch", kv_prefetch, "--victim-window", window]
+           "--layers", layers, "--kv-prefetch", kv_prefetch, "--victim-window", window] + (
+           ["--plan", "4"] if pol == "plan" else [])
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 prof = json.load(open(out + "/profile.json"))
