@@ -31,21 +31,28 @@ static void on_evict(void *ud, int32_t layer, int32_t group, int64_t index) {
     if (v->victim < 0) v->victim = index;
 }
 
-// A store of one layer, one KV head (two query heads), 16-position blocks, a fast tier of NB blocks, the given
-// policy; the NPOS positions appended.
-static kvt_kv *make_store(const char *policy, first_victim *fv, kvt_err *err) {
+// One layer, one KV head (two query heads), 16-position blocks, a fast tier of fast_blocks blocks over an
+// unbounded host tier, the given policy; eviction callback cb(ud).
+static kvt_kv_paged_params store_params(int64_t fast_blocks, const char *policy, void (*cb)(void *, int32_t, int32_t, int64_t),
+                                        void *ud) {
     kvt_kv_paged_params p = kvt_kv_paged_params_default();
     p.n_layer = 1;
     p.n_head_kv = 1;
     p.head_dim = p.head_dim_v = DIM;
     p.n_ctx = NPOS + BT;
     p.block_tokens = BT;
-    p.fast_bytes = NB * kvt_kv_paged_block_bytes(&p);
+    p.fast_bytes = fast_blocks * kvt_kv_paged_block_bytes(&p);
     p.host_bytes = -1;
-    p.prefetch = 0;
     p.evict = policy;
-    p.on_evict = on_evict;
-    p.on_evict_ud = fv;
+    p.on_evict = cb;
+    p.on_evict_ud = ud;
+    return p;
+}
+
+// The store of store_params with a fast tier of NB blocks and no copy engine; the NPOS positions appended.
+static kvt_kv *make_store(const char *policy, first_victim *fv, kvt_err *err) {
+    kvt_kv_paged_params p = store_params(NB, policy, on_evict, fv);
+    p.prefetch = 0;
     kvt_kv *kv = NULL;
     if (kvt_kv_paged_init(&p, &kv, err)) return NULL;
     float k[NPOS * DIM], v[NPOS * DIM];
@@ -160,18 +167,8 @@ static void test_mass_prefetch(void) {
     bool ok = true;
     int64_t got[3][2] = {{0}}, target = -1;
     for (int c = 0; ok && c < 3; c++) {
-        kvt_kv_paged_params p = kvt_kv_paged_params_default();
-        p.n_layer = 1;
-        p.n_head_kv = 1;
-        p.head_dim = p.head_dim_v = DIM;
-        p.n_ctx = NPOS + BT;
-        p.block_tokens = BT;
-        p.fast_bytes = 6 * kvt_kv_paged_block_bytes(&p);
-        p.host_bytes = -1;
-        p.evict = "attn-ema";
         uint32_t out = 0; // blocks evicted from the fast tier
-        p.on_evict = on_evict_mask;
-        p.on_evict_ud = &out;
+        const kvt_kv_paged_params p = store_params(6, "attn-ema", on_evict_mask, &out);
         kvt_kv *kv = NULL;
         float k[NPOS * DIM] = {0}, v[NPOS * DIM] = {0};
         ok = !kvt_kv_paged_init(&p, &kv, &err) && !kv->ops->append(kv, 0, 0, 0, NPOS, k, v, &err) && out;
