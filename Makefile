@@ -222,8 +222,9 @@ $(BUILD)/victim_bench: tools/bench/victim_bench.c $(BUILD)/libkvtier.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
 # cuda-check also runs the kernels' block decoders on the CPU against quant.c (tests/cuda/cuda_host_check.cu),
-# and the suite `cuda` over a CPU emulation of the backend table (tests/cuda/cuda_fake.c), which checks the
-# suite's own buffers and block tables (not the CUDA kernels) on machines without a GPU
+# and the suites `cuda` and `cuda_layers` over a CPU emulation of the backend table (tests/cuda/cuda_fake.c), which
+# checks the suite's own buffers and block tables and the device layers' logic (src/exec/gpu_layers.c: weights, KV
+# blocks, positions, sequences), not the CUDA kernels, on machines without a GPU
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
 	  for f in $(CU_SRC); do echo "nvcc -c $$f"; nvcc -std=c++17 -c $$f -o /tmp/kvt_cuda_check.o || exit 1; done; \
@@ -231,6 +232,7 @@ cuda-check:
 	else echo "cuda-check: nvcc or CUDA sources absent, nothing to compile"; fi
 	$(MAKE) --no-print-directory $(BUILD)/kvtier-tests $(BUILD)/libkvtier-cuda-fake.so
 	KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so KVT_CUDA_NO_BENCH=1 ./$(BUILD)/kvtier-tests cuda
+	KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so ./$(BUILD)/kvtier-tests cuda_layers
 
 $(BUILD)/cuda-host-check: tests/cuda/cuda_host_check.cu $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h src/kernels/vec.h $(BUILD)/libkvtier.a
 	$(NVCC) -std=c++17 -O2 -Xcompiler -Wall -o $@ $< $(BUILD)/libkvtier.a $(filter-out -pthread,$(LDLIBS)) -lpthread

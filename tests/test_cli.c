@@ -102,6 +102,13 @@ void test_cli(const test_env *env) {
     // bad input: one clear line, non-zero exit
     expect_error("cli: missing model file", env->cli, "generate -m /nonexistent.gguf -p hi", 1, "/nonexistent.gguf");
     expect_error("cli: unknown flag", env->cli, "generate --bogus", 2, "unknown flag");
+    { // -ngl without a CUDA library: refused, naming the flag and the library looked for
+        char args[1400];
+        snprintf(args, sizeof args, "generate -m %s -p hi -n 1 -ngl 1", model);
+        char cli[1200];
+        snprintf(cli, sizeof cli, "KVT_CUDA_LIB=/nonexistent/libkvtier-cuda.so %s", env->cli);
+        expect_error("cli: -ngl without a CUDA library names it", cli, args, 1, "--gpu-layers 1: no CUDA library at /nonexistent");
+    }
     expect_error("cli: unknown command", env->cli, "frobnicate", 2, "unknown command");
     expect_error("cli: bad number", env->cli, "generate -n ten", 2, "not an integer");
     snprintf(cmd, sizeof cmd, "generate -m %s -p 'Once upon a time there was a little girl' -c 8 -n 4", model);

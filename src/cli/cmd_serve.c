@@ -190,7 +190,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     kvt_sched_params sp = kvt_sched_params_default();
     sp.n_parallel = o->n_parallel;
     sp.token_budget = o->batch_tokens > 0 ? o->batch_tokens : ub;
-    sp.prefix_cache = true;
+    sp.prefix_cache = cp->n_gpu_layers <= 0; // the device layers' KV is not in the blocks the prefix cache shares
     // cached prefixes beyond the running sequences' blocks: at most as many as -np full contexts hold
     const int64_t blk = cp->kv_block > 0 ? cp->kv_block : 512;
     sp.prefix_max_blocks = (int64_t)o->n_parallel * ((n_ctx + blk - 1) / blk);

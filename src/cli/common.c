@@ -40,6 +40,8 @@ const char *const cli_engine_help =
     "  -c, --ctx-size N     context size in tokens (default: the model's training context)\n"
     "  --kv-type f16|f32    KV cache element type (default f16, as llama.cpp)\n"
     "  --ubatch N           tokens per forward micro-batch (default 512)\n"
+    "  -ngl, --gpu-layers N run the last N layers on CUDA device 0, their KV in VRAM (N >= layers: all;\n"
+    "                       needs build/libkvtier-cuda.so and a device; see docs/GPU.md)\n"
     "  --kv-block N         positions per KV block (default 512)\n"
     "  KV tiers (any of these selects the tiered paged store):\n"
     "  --plan FILE          KV budgets, granularity and block size from `kvtier plan --json -o FILE`\n"
@@ -238,6 +240,11 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
     if (!strcmp(flag, "--ubatch") || !strcmp(flag, "-ub")) {
         if (!kvt_args_int(a, flag, 1, 1 << 16, &v)) return -1;
         p->n_ubatch = v;
+        return 1;
+    }
+    if (!strcmp(flag, "-ngl") || !strcmp(flag, "--gpu-layers") || !strcmp(flag, "--n-gpu-layers")) {
+        if (!kvt_args_int(a, flag, 0, 1 << 20, &v)) return -1;
+        p->n_gpu_layers = (int32_t)v;
         return 1;
     }
     if (!strcmp(flag, "--kv-block")) {

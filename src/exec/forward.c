@@ -8,8 +8,10 @@
 #include "../kernels/vec.h"
 #include "../kv/kv_paged.h"
 #include "../sparse/sparse.h"
+#include "backend_cuda.h"
 #include "context.h"
 #include "ew_par.h"
+#include "gpu_layers.h"
 #include "matmul_par.h"
 
 struct kvt_context {
@@ -38,6 +40,12 @@ struct kvt_context {
     void *attn_ws;       // kvt_attn_workspace_bytes: chunk states of decode attention
     int64_t scratch_bytes;
     kvt_sparse *sp;      // sparse decode attention (NULL: off)
+    // layers [gpu_il0, n_layer) on a CUDA device (p.n_gpu_layers > 0; gpu_layers.h), else NULL
+    kvt_cuda_backend cuda;
+    kvt_gpu_layers *gpu;
+    int32_t gpu_il0;
+    int32_t *ub_seq;     // [ub] the micro-batch's sequence per row, for the device layers
+    int64_t *ub_pos;     // [ub] its position per row
 };
 
 kvt_context_params kvt_context_params_default(void) {
@@ -106,6 +114,32 @@ static kvt_status kv_init(kvt_context *c, kvt_err *err) {
     return st;
 }
 
+// The device layers (p.n_gpu_layers > 0): the last n_gpu_layers layers (all of them past n_layer), as llama.cpp's
+// -ngl offloads them. Their KV lives on the device; the CPU's store holds the other layers'.
+static kvt_status gpu_init(kvt_context *c, kvt_err *err) {
+    if (c->p.n_gpu_layers <= 0) return KVT_OK;
+    const int32_t nl = c->m->hp.n_layer;
+    if (c->p.sparse.mode != KVT_SPARSE_OFF) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "--gpu-layers with sparse decoding is not implemented yet");
+    }
+    kvt_err e = {0};
+    kvt_status st = kvt_cuda_backend_open(&c->cuda, &e);
+    if (st) return kvt_errorf(err, st, "--gpu-layers %d: %s", c->p.n_gpu_layers, e.msg);
+    c->gpu_il0 = c->p.n_gpu_layers >= nl ? 0 : nl - c->p.n_gpu_layers;
+    const kvt_gpu_layers_params gp = {c->gpu_il0, c->p.n_ubatch, c->p.n_ctx, c->p.kv_block, 0, 0};
+    if ((st = kvt_gpu_layers_init(&c->cuda, c->m, &gp, &c->gpu, err))) return st;
+    c->ub_seq = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_seq);
+    c->ub_pos = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_pos);
+    if (!c->ub_seq || !c->ub_pos) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    return KVT_OK;
+}
+
+// Positions [n_keep, ...) of seq leave the KV caches (the CPU store's and the device's).
+static void kv_truncate(kvt_context *c, int32_t seq, int64_t n_keep) {
+    c->kv->ops->truncate(c->kv, seq, n_keep);
+    if (c->gpu) kvt_gpu_layers_seq_truncate(c->gpu, seq, n_keep);
+}
+
 static void *xalloc(kvt_context *c, size_t bytes, bool *ok) {
     void *p = NULL;
     bytes = (bytes + 63) / 64 * 64;
@@ -169,7 +203,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
         return st;
     }
     const kvt_sparse_dims sd = sparse_dims(c);
-    if ((st = kv_init(c, err)) || (st = kvt_sparse_init(&c->p.sparse, &sd, &c->sp, err))) {
+    if ((st = kv_init(c, err)) || (st = kvt_sparse_init(&c->p.sparse, &sd, &c->sp, err)) || (st = gpu_init(c, err))) {
         kvt_context_free(c);
         return st;
     }
@@ -209,6 +243,10 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
 
 void kvt_context_free(kvt_context *c) {
     if (!c) return;
+    kvt_gpu_layers_free(c->gpu);
+    kvt_cuda_backend_close(&c->cuda);
+    free(c->ub_seq);
+    free(c->ub_pos);
     kvt_sparse_free(c->sp);
     kvt_threadpool_free(c->pool);
     kvt_kv_free(c->kv);
@@ -373,7 +411,8 @@ static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, const int64_t 
         for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, ub_pos(u, t), cs + t * hp->n_rot);
     }
     ew_run(c, NULL, EW_NORM, m->layers[0].attn_norm, NULL, n);
-    for (int32_t il = 0; il < hp->n_layer; il++) {
+    const int32_t il_cpu = c->gpu ? c->gpu_il0 : hp->n_layer; // layers [il_cpu, n_layer) run on the device
+    for (int32_t il = 0; il < il_cpu; il++) {
         const kvt_layer *L = &m->layers[il];
         const kvt_attn_params ap = {hp->n_head, hp->attn_scale, KVT_ATTN_TILE, L->window};
         const kvt_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
@@ -392,6 +431,14 @@ static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, const int64_t 
         // residual, then the next layer's attention pre-norm in the same pass
         if (il + 1 < hp->n_layer) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
         else ew_run(c, NULL, EW_ADD, NULL, L->post_ffn_norm, n);
+    }
+    if (c->gpu) {
+        for (int64_t t = 0; t < n; t++) {
+            c->ub_seq[t] = u->seqs ? u->seqs[t] : u->seq;
+            c->ub_pos[t] = ub_pos(u, t);
+        }
+        kvt_status st = kvt_gpu_layers_run(c->gpu, n, c->ub_seq, c->ub_pos, c->x, err);
+        if (st) return st;
     }
     // logits of the rows asked for: their normed rows packed at the start of xn (row k from row out[k] >= k)
     if (n_out <= 0) return KVT_OK;
@@ -439,7 +486,7 @@ static kvt_status decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens,
         const ubatch u = {tokens + i, nb, seq, past + i, NULL, NULL, prompt, NULL};
         kvt_status st = forward_ubatch(c, &u, NULL, all_logits ? nb : 1, dst, err);
         if (st) {
-            c->kv->ops->truncate(c->kv, seq, past);
+            kv_truncate(c, seq, past);
             return st;
         }
         if (c->p.progress && n > c->p.n_ubatch) c->p.progress(c->p.progress_user, i + nb, n);
@@ -483,7 +530,7 @@ kvt_status kvt_decode_batch(kvt_context *c, const int32_t *seqs, const int32_t *
         st = forward_ubatch(c, &u, NULL, nb, c->logits + i * n_vocab, err);
     }
     for (int64_t i = 0; i < n; i++) {
-        if (st) c->kv->ops->truncate(c->kv, seqs[i], pos[i]);
+        if (st) kv_truncate(c, seqs[i], pos[i]);
         else c->n_past[seqs[i]] = pos[i] + 1;
     }
     free(pos);
@@ -538,7 +585,7 @@ kvt_status kvt_decode_runs(kvt_context *c, const kvt_batch_run *runs, int64_t n_
         k = k1;
     }
     for (int64_t i = 0; i < n_runs; i++) {
-        if (st) c->kv->ops->truncate(c->kv, runs[i].seq, c->n_past[runs[i].seq]);
+        if (st) kv_truncate(c, runs[i].seq, c->n_past[runs[i].seq]);
         else c->n_past[runs[i].seq] += runs[i].n;
     }
     free(tok), free(seqs), free(pos), free(out), free(prompt);
@@ -569,8 +616,9 @@ kvt_status kvt_context_seq_fork(kvt_context *c, int32_t src, int32_t *dst, kvt_e
         c->n_past = np;
         c->cap_seq = cap;
     }
-    // the fork's sparse state: a copy of src's, so that it selects as src would with the same tokens
-    if ((st = kvt_sparse_seq_fork(c->sp, src, *dst, c->n_past[src], err))) {
+    // the fork's sparse state: a copy of src's, so that it selects as src would with the same tokens; its device KV
+    if ((st = kvt_sparse_seq_fork(c->sp, src, *dst, c->n_past[src], err)) ||
+        (c->gpu && (st = kvt_gpu_layers_seq_fork(c->gpu, src, *dst, err)))) {
         c->kv->ops->seq_free(c->kv, *dst);
         return st;
     }
@@ -582,11 +630,15 @@ void kvt_context_seq_free(kvt_context *c, int32_t seq) {
     if (seq <= 0 || !seq_valid(c, seq)) return; // sequence 0 lives as long as the context
     kvt_sparse_seq_free(c->sp, seq); // first: it waits for the worker's jobs of seq (which prefetch its blocks)
     c->kv->ops->seq_free(c->kv, seq);
+    if (c->gpu) kvt_gpu_layers_seq_truncate(c->gpu, seq, 0);
     c->n_past[seq] = -1;
 }
 
 kvt_status kvt_context_seq_set_n_past(kvt_context *c, int32_t seq, int64_t n, kvt_err *err) {
     if (!seq_valid(c, seq)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d does not exist", seq);
+    if (c->gpu && n > 0) { // the KV written through kvt_context_kv is the CPU store's: the device layers would have none
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "restoring a KV cache with --gpu-layers is not implemented yet");
+    }
     if (n < 0 || n > c->p.n_ctx) {
         return kvt_errorf(err, KVT_ERR_BUDGET, "%lld positions exceed n_ctx %lld", (long long)n, (long long)c->p.n_ctx);
     }
@@ -601,7 +653,7 @@ void kvt_context_seq_truncate(kvt_context *c, int32_t seq, int64_t n_keep) {
     if (seq_valid(c, seq) && n_keep < c->n_past[seq]) {
         c->n_past[seq] = n_keep < 0 ? 0 : n_keep;
         kvt_sparse_seq_truncate(c->sp, seq, c->n_past[seq]);
-        c->kv->ops->truncate(c->kv, seq, c->n_past[seq]);
+        kv_truncate(c, seq, c->n_past[seq]);
     }
 }
 

@@ -19,6 +19,9 @@ echo "build: $(( $(date +%s) - t0 )) s"
 rc=0
 timeout 300 build/kvtier-tests cuda >"$OUT/cuda.txt" 2>&1 || rc=$?
 grep -E "^(ok|FAIL|skip) |^# cuda device" "$OUT/cuda.txt"
+# the device layers of a CPU/GPU split against the CPU forward pass (src/exec/gpu_layers.c)
+timeout 120 build/kvtier-tests cuda_layers >"$OUT/cuda_layers.txt" 2>&1 || rc=$?
+grep -E "^(ok|FAIL|skip) |^# cuda layers" "$OUT/cuda_layers.txt"
 echo
 awk '
   function num(x) { return (x == "inf" || x == "nan" || x == "-nan") ? 1e30 : x + 0 }

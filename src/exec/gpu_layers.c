@@ -1,0 +1,407 @@
+// gpu_layers.c - the device layers of a CPU/GPU split (gpu_layers.h): weights, KV blocks and the forward pass of
+// a layer through the CUDA backend's table.
+#include "gpu_layers.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/dtype.h"
+
+typedef struct {
+    void *wq, *wk, *wv, *wo, *wg, *wu, *wd;  // device weights, as in the GGUF
+    float *attn_norm, *ffn_norm;            // device [n_embd]
+    float *q_norm, *k_norm;                 // device [head_dim] (qwen3) or NULL
+} dev_layer;
+
+typedef struct {
+    int64_t n_pos;   // positions held (-1: no such sequence)
+    int64_t *n_blk;  // [nl] blocks allocated per layer
+} dev_seq;
+
+struct kvt_gpu_layers {
+    const kvt_cuda_api *api;
+    kvt_cuda_ctx *ctx;
+    const kvt_model *m;
+    kvt_gpu_layers_params p;
+    int32_t nl;             // device layers
+    dev_layer *L;           // [nl]
+    int64_t weight_bytes;
+    // KV: blocks of 2 x blk_bytes (K then V); per layer a device table of K and of V block pointers
+    // [seq_cap, mb] mirrored on the host (the copies into the device tables read the mirror, which stays valid)
+    int64_t blk_bytes, mb;  // bytes of K (or V) of one block; block pointers per sequence (ceil(n_ctx / bl))
+    int32_t seq_cap;
+    dev_seq *seq;           // [seq_cap]
+    void ***tk, ***tv;      // [nl] device tables [seq_cap * mb] of device pointers
+    void ***hk;             // [nl] host mirrors of tk (V pointers are K + blk_bytes: hv not kept)
+    void ***hv;             // [nl] host mirrors of tv
+    void **free_blk;        // reusable blocks
+    int64_t n_free, cap_free, n_blocks;
+    float *ff;              // device rope frequency factors [n_rot / 2] or NULL
+    // scratch, device [n_ubatch, width] f32: x, xn, q, k, v, att, tmp, gate, up; int32 [n_ubatch] positions, rows'
+    // sequences and lengths, with their host staging
+    float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up;
+    int32_t *dpos, *drow, *dlen, *hpos, *hrow, *hlen;
+};
+
+static kvt_status cu_fail(const kvt_gpu_layers *g, const char *what, kvt_err *err) {
+    return kvt_errorf(err, KVT_ERR_IO, "CUDA %s: %s", what, g->api->last_error(g->ctx));
+}
+#define CU(call, what)                                                                                                        \
+    do {                                                                                                                      \
+        if ((call) != KVT_CUDA_OK) return cu_fail(g, what, err);                                                              \
+    } while (0)
+
+static kvt_status upload(kvt_gpu_layers *g, const void *src, size_t bytes, void **dst, kvt_err *err) {
+    *dst = NULL;
+    if (!src || bytes == 0) return KVT_OK;
+    CU(g->api->dev_malloc(g->ctx, bytes, dst), "allocation of a weight");
+    CU(g->api->copy_h2d(g->ctx, *dst, src, bytes, KVT_CUDA_STREAM_COMPUTE), "upload of a weight");
+    g->weight_bytes += (int64_t)bytes;
+    return KVT_OK;
+}
+
+static kvt_status upload_weight(kvt_gpu_layers *g, const kvt_weight *w, const char *name, int32_t il, void **dst,
+                                kvt_err *err) {
+    if (w->type == KVT_TYPE_F32 || w->type == KVT_TYPE_BF16 || w->cols % 8) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "layer %d weight %s (%s, %lld columns) cannot run on the device yet",
+                          il, name, kvt_type_name(w->type), (long long)w->cols);
+    }
+    return upload(g, w->data, (size_t)(w->rows * kvt_row_size(w->type, w->cols)), dst, err);
+}
+
+static kvt_status check_model(const kvt_model *m, int32_t il0, kvt_err *err) {
+    const kvt_hparams *hp = &m->hp;
+    if (hp->head_dim_v != hp->head_dim || hp->head_dim > KVT_CUDA_ATTN_MAX_HEAD_DIM || hp->head_dim % 2) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "device layers: head_dim %d / %d (the device's attention needs equal K "
+                          "and V widths, even, at most %d)", hp->head_dim, hp->head_dim_v, KVT_CUDA_ATTN_MAX_HEAD_DIM);
+    }
+    for (int32_t il = il0; il < hp->n_layer; il++) {
+        const kvt_layer *L = &m->layers[il];
+        if (L->window > 0 || L->rope_local || L->post_attn_norm || L->post_ffn_norm || L->bq || L->bk || L->bv) {
+            return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "device layers: layer %d has %s, which the device path does not run "
+                              "yet", il, L->window > 0 || L->rope_local ? "a sliding window" : L->bq || L->bk || L->bv ? "biases" :
+                              "post-norms");
+        }
+    }
+    return KVT_OK;
+}
+
+kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, const kvt_gpu_layers_params *p,
+                               kvt_gpu_layers **out, kvt_err *err) {
+    *out = NULL;
+    const kvt_hparams *hp = &m->hp;
+    if (!b || !b->api || p->il0 < 0 || p->il0 >= hp->n_layer || p->n_ubatch < 1 || p->n_ctx < 1 || p->block_len < 1) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: first layer %d of %d, ubatch %lld, context %lld, block %lld",
+                          p->il0, hp->n_layer, (long long)p->n_ubatch, (long long)p->n_ctx, (long long)p->block_len);
+    }
+    kvt_status st = check_model(m, p->il0, err);
+    if (st) return st;
+    kvt_gpu_layers *g = calloc(1, sizeof *g);
+    if (!g) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    g->api = b->api;
+    g->m = m;
+    g->p = *p;
+    g->nl = hp->n_layer - p->il0;
+    char msg[KVT_CUDA_ERR_MAX] = "";
+    if (g->api->ctx_init(p->device, &g->ctx, msg, (int)sizeof msg) != KVT_CUDA_OK) {
+        free(g);
+        return kvt_errorf(err, KVT_ERR_IO, "CUDA context on device %d: %s", p->device, msg);
+    }
+    *out = g; // freed by kvt_gpu_layers_free on any failure below
+    g->L = calloc((size_t)g->nl, sizeof *g->L);
+    g->tk = calloc((size_t)g->nl, sizeof *g->tk);
+    g->tv = calloc((size_t)g->nl, sizeof *g->tv);
+    g->hk = calloc((size_t)g->nl, sizeof *g->hk);
+    g->hv = calloc((size_t)g->nl, sizeof *g->hv);
+    if (!g->L || !g->tk || !g->tv || !g->hk || !g->hv) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    const int64_t E = hp->n_embd, hd = hp->head_dim;
+    for (int32_t i = 0; !st && i < g->nl; i++) {
+        const int32_t il = p->il0 + i;
+        const kvt_layer *L = &m->layers[il];
+        dev_layer *D = &g->L[i];
+        const kvt_weight *w[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        void **d[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->wg, &D->wu, &D->wd};
+        static const char *const names[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+        for (int j = 0; !st && j < 7; j++) st = upload_weight(g, w[j], names[j], il, d[j], err);
+        if (!st) st = upload(g, L->attn_norm, (size_t)E * sizeof(float), (void **)&D->attn_norm, err);
+        if (!st) st = upload(g, L->ffn_norm, (size_t)E * sizeof(float), (void **)&D->ffn_norm, err);
+        if (!st && L->q_norm) st = upload(g, L->q_norm, (size_t)hd * sizeof(float), (void **)&D->q_norm, err);
+        if (!st && L->k_norm) st = upload(g, L->k_norm, (size_t)hd * sizeof(float), (void **)&D->k_norm, err);
+    }
+    if (!st && m->rope_freqs) st = upload(g, m->rope_freqs, (size_t)(hp->n_rot / 2) * sizeof(float), (void **)&g->ff, err);
+    // scratch
+    const int64_t U = p->n_ubatch, Q = (int64_t)hp->n_head * hd, K = (int64_t)hp->n_head_kv * hd;
+    const int64_t widths[9] = {E, E, Q, K, K, Q, E, hp->n_ff, hp->n_ff};
+    float **bufs[9] = {&g->x, &g->xn, &g->q, &g->k, &g->v, &g->att, &g->tmp, &g->gate, &g->up};
+    for (int j = 0; !st && j < 9; j++) {
+        if (g->api->dev_malloc(g->ctx, (size_t)(U * widths[j]) * sizeof(float), (void **)bufs[j]) != KVT_CUDA_OK)
+            st = cu_fail(g, "allocation of the scratch", err);
+    }
+    int32_t **ibufs[3] = {&g->dpos, &g->drow, &g->dlen};
+    for (int j = 0; !st && j < 3; j++) {
+        if (g->api->dev_malloc(g->ctx, (size_t)U * sizeof(int32_t), (void **)ibufs[j]) != KVT_CUDA_OK)
+            st = cu_fail(g, "allocation of the scratch", err);
+    }
+    g->hpos = malloc((size_t)U * sizeof(int32_t));
+    g->hrow = malloc((size_t)U * sizeof(int32_t));
+    g->hlen = malloc((size_t)U * sizeof(int32_t));
+    if (!st && (!g->hpos || !g->hrow || !g->hlen)) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    g->blk_bytes = p->block_len * K * 2; // f16
+    g->mb = (p->n_ctx + p->block_len - 1) / p->block_len;
+    if (!st && g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE) != KVT_CUDA_OK) st = cu_fail(g, "weight upload", err);
+    if (st) {
+        kvt_gpu_layers_free(g);
+        *out = NULL;
+    }
+    return st;
+}
+
+void kvt_gpu_layers_free(kvt_gpu_layers *g) {
+    if (!g) return;
+    const kvt_cuda_api *A = g->api;
+    if (g->ctx) {
+        A->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE);
+        for (int32_t i = 0; g->L && i < g->nl; i++) {
+            dev_layer *D = &g->L[i];
+            void *ps[11] = {D->wq, D->wk, D->wv, D->wo, D->wg, D->wu, D->wd, D->attn_norm, D->ffn_norm, D->q_norm, D->k_norm};
+            for (int j = 0; j < 11; j++) A->dev_free(g->ctx, ps[j]);
+        }
+        for (int32_t s = 0; g->seq && s < g->seq_cap; s++) kvt_gpu_layers_seq_truncate(g, s, 0);
+        for (int64_t i = 0; i < g->n_free; i++) A->dev_free(g->ctx, g->free_blk[i]);
+        for (int32_t i = 0; i < g->nl; i++) {
+            if (g->tk) A->dev_free(g->ctx, g->tk[i]);
+            if (g->tv) A->dev_free(g->ctx, g->tv[i]);
+        }
+        void *ps[13] = {g->ff, g->x, g->xn, g->q, g->k, g->v, g->att, g->tmp, g->gate, g->up, g->dpos, g->drow, g->dlen};
+        for (int j = 0; j < 13; j++) A->dev_free(g->ctx, ps[j]);
+        A->ctx_free(g->ctx);
+    }
+    for (int32_t i = 0; i < g->nl; i++) {
+        if (g->hk) free(g->hk[i]);
+        if (g->hv) free(g->hv[i]);
+    }
+    for (int32_t s = 0; g->seq && s < g->seq_cap; s++) free(g->seq[s].n_blk);
+    free(g->seq);
+    free(g->hk);
+    free(g->hv);
+    free(g->tk);
+    free(g->tv);
+    free(g->L);
+    free(g->free_blk);
+    free(g->hpos);
+    free(g->hrow);
+    free(g->hlen);
+    free(g);
+}
+
+// Grows the sequence tables to hold sequence `seq` (doubling), copying the old device tables' rows.
+static kvt_status seq_reserve(kvt_gpu_layers *g, int32_t seq, kvt_err *err) {
+    if (seq < g->seq_cap) return KVT_OK;
+    int32_t cap = g->seq_cap ? g->seq_cap : 4;
+    while (cap <= seq) cap *= 2;
+    dev_seq *ns = realloc(g->seq, (size_t)cap * sizeof *ns);
+    if (!ns) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %d device sequences", cap);
+    g->seq = ns;
+    for (int32_t s = g->seq_cap; s < cap; s++) ns[s] = (dev_seq){-1, NULL};
+    const size_t row = (size_t)g->mb * sizeof(void *);
+    for (int32_t i = 0; i < g->nl; i++) {
+        void ***dev[2] = {&g->tk[i], &g->tv[i]};
+        void ***host[2] = {&g->hk[i], &g->hv[i]};
+        for (int kv = 0; kv < 2; kv++) {
+            void **h = realloc(*host[kv], (size_t)cap * row);
+            if (!h) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for device block tables");
+            memset(h + (size_t)g->seq_cap * g->mb, 0, (size_t)(cap - g->seq_cap) * row);
+            *host[kv] = h;
+            void *d = NULL;
+            CU(g->api->dev_malloc(g->ctx, (size_t)cap * row, &d), "allocation of the block tables");
+            if (*dev[kv]) {
+                CU(g->api->copy_d2d(g->ctx, d, *dev[kv], (size_t)g->seq_cap * row, KVT_CUDA_STREAM_COMPUTE), "block tables");
+                CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "block tables");
+                g->api->dev_free(g->ctx, *dev[kv]);
+            }
+            *dev[kv] = d;
+        }
+    }
+    g->seq_cap = cap;
+    return KVT_OK;
+}
+
+static kvt_status seq_get(kvt_gpu_layers *g, int32_t seq, dev_seq **out, kvt_err *err) {
+    if (seq < 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: sequence %d", seq);
+    kvt_status st = seq_reserve(g, seq, err);
+    if (st) return st;
+    dev_seq *S = &g->seq[seq];
+    if (S->n_pos < 0) {
+        S->n_blk = calloc((size_t)g->nl, sizeof *S->n_blk);
+        if (!S->n_blk) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+        S->n_pos = 0;
+    }
+    *out = S;
+    return KVT_OK;
+}
+
+// Block b of (seq, layer i): allocated (from the free list or the device) and entered in both tables if new.
+static kvt_status block_at(kvt_gpu_layers *g, int32_t seq, int32_t i, int64_t b, void **out, kvt_err *err) {
+    dev_seq *S = &g->seq[seq];
+    void **hk = g->hk[i] + (size_t)seq * g->mb, **hv = g->hv[i] + (size_t)seq * g->mb;
+    while (S->n_blk[i] <= b) {
+        const int64_t j = S->n_blk[i];
+        void *blk = NULL;
+        if (g->n_free > 0) blk = g->free_blk[--g->n_free];
+        else {
+            if (g->p.vram_kv_bytes > 0 && (g->n_blocks + 1) * 2 * g->blk_bytes > g->p.vram_kv_bytes) {
+                return kvt_errorf(err, KVT_ERR_BUDGET, "device KV budget of %lld bytes full (%lld blocks of %lld bytes)",
+                                  (long long)g->p.vram_kv_bytes, (long long)g->n_blocks, (long long)(2 * g->blk_bytes));
+            }
+            CU(g->api->dev_malloc(g->ctx, (size_t)(2 * g->blk_bytes), &blk), "allocation of a KV block");
+            g->n_blocks++;
+        }
+        hk[j] = blk;
+        hv[j] = (uint8_t *)blk + g->blk_bytes;
+        CU(g->api->copy_h2d(g->ctx, g->tk[i] + (size_t)seq * g->mb + j, &hk[j], sizeof(void *), KVT_CUDA_STREAM_COMPUTE),
+           "block table");
+        CU(g->api->copy_h2d(g->ctx, g->tv[i] + (size_t)seq * g->mb + j, &hv[j], sizeof(void *), KVT_CUDA_STREAM_COMPUTE),
+           "block table");
+        S->n_blk[i] = j + 1;
+    }
+    *out = hk[b];
+    return KVT_OK;
+}
+
+// y = W x over n rows: the matrix-vector kernel up to KVT_CUDA_MMV_MAX_ROWS rows, the GEMM past that.
+static int mm(kvt_gpu_layers *g, const kvt_weight *w, const void *dw, const float *x, int64_t n, float *y) {
+    return n <= KVT_CUDA_MMV_MAX_ROWS ? g->api->mul_mat_vec(g->ctx, (int)w->type, dw, w->rows, w->cols, x, n, y)
+                                      : g->api->mul_mat_gemm(g->ctx, (int)w->type, dw, w->rows, w->cols, x, n, y);
+}
+
+static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *seqs, const int64_t *pos, int32_t max_len,
+                        kvt_err *err) {
+    const kvt_cuda_api *A = g->api;
+    const kvt_hparams *hp = &g->m->hp;
+    const kvt_layer *L = &g->m->layers[g->p.il0 + i];
+    const dev_layer *D = &g->L[i];
+    const int64_t E = hp->n_embd, hd = hp->head_dim, K = (int64_t)hp->n_head_kv * hd;
+    CU(A->rmsnorm(g->ctx, g->x, D->attn_norm, g->xn, n, E, hp->rms_eps), "rmsnorm");
+    CU(mm(g, &L->wq, D->wq, g->xn, n, g->q), "attn_q");
+    CU(mm(g, &L->wk, D->wk, g->xn, n, g->k), "attn_k");
+    CU(mm(g, &L->wv, D->wv, g->xn, n, g->v), "attn_v");
+    if (D->q_norm) CU(A->rmsnorm(g->ctx, g->q, D->q_norm, g->q, n * hp->n_head, hd, hp->rms_eps), "q norm");
+    if (D->k_norm) CU(A->rmsnorm(g->ctx, g->k, D->k_norm, g->k, n * hp->n_head_kv, hd, hp->rms_eps), "k norm");
+    kvt_cuda_rope_args ra = {(int32_t)n, hp->n_head, (int32_t)hd, hp->n_rot, hp->rope_type == KVT_ROPE_NEOX,
+                             hp->rope_freq_base, hp->rope_freq_scale, g->ff, g->dpos};
+    CU(A->rope(g->ctx, g->q, &ra), "rope");
+    ra.n_head = hp->n_head_kv;
+    CU(A->rope(g->ctx, g->k, &ra), "rope");
+    for (int64_t t = 0; t < n; t++) { // K and V rows into their blocks as f16
+        void *blk;
+        kvt_status st = block_at(g, seqs[t], i, pos[t] / g->p.block_len, &blk, err);
+        if (st) return st;
+        uint8_t *row = (uint8_t *)blk + (pos[t] % g->p.block_len) * K * 2;
+        CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->k + t * K, K, (uint16_t *)row), "K into its block");
+        CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->v + t * K, K, (uint16_t *)(row + g->blk_bytes)), "V into its block");
+    }
+    const kvt_cuda_attn_args aa = {(int32_t)n, hp->n_head, hp->n_head_kv, (int32_t)hd, (int32_t)g->p.block_len, (int32_t)g->mb,
+                                   max_len, hp->attn_scale, g->q, (const void *const *)g->tk[i],
+                                   (const void *const *)g->tv[i], g->drow, g->dlen, g->att};
+    CU(A->attn_paged(g->ctx, &aa), "attention");
+    CU(mm(g, &L->wo, D->wo, g->att, n, g->tmp), "attn_output");
+    CU(A->add(g->ctx, g->x, g->tmp, n * E), "residual");
+    CU(A->rmsnorm(g->ctx, g->x, D->ffn_norm, g->xn, n, E, hp->rms_eps), "rmsnorm");
+    CU(mm(g, &L->w_gate, D->wg, g->xn, n, g->gate), "ffn_gate");
+    CU(mm(g, &L->w_up, D->wu, g->xn, n, g->up), "ffn_up");
+    if (hp->ffn_act == KVT_FFN_GEGLU) CU(A->geglu(g->ctx, g->gate, g->up, n * hp->n_ff), "geglu");
+    else CU(A->swiglu(g->ctx, g->gate, g->up, n * hp->n_ff), "swiglu");
+    CU(mm(g, &L->w_down, D->wd, g->gate, n, g->tmp), "ffn_down");
+    CU(A->add(g->ctx, g->x, g->tmp, n * E), "residual");
+    return KVT_OK;
+}
+
+kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs, const int64_t *pos, float *x,
+                              kvt_err *err) {
+    if (n < 1 || n > g->p.n_ubatch) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: %lld rows (1 .. %lld)", (long long)n,
+                          (long long)g->p.n_ubatch);
+    }
+    int32_t max_len = 0;
+    for (int64_t t = 0; t < n; t++) {
+        dev_seq *S;
+        kvt_status st = seq_get(g, seqs[t], &S, err);
+        if (st) return st;
+        if (pos[t] < 0 || pos[t] >= g->p.n_ctx || pos[t] > S->n_pos) {
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: position %lld of sequence %d (holds %lld, context %lld)",
+                              (long long)pos[t], seqs[t], (long long)S->n_pos, (long long)g->p.n_ctx);
+        }
+        if (pos[t] == S->n_pos) S->n_pos++;
+        g->hpos[t] = (int32_t)pos[t];
+        g->hrow[t] = seqs[t];
+        g->hlen[t] = (int32_t)pos[t] + 1;
+        if (g->hlen[t] > max_len) max_len = g->hlen[t];
+    }
+    const int64_t E = g->m->hp.n_embd;
+    const size_t ib = (size_t)n * sizeof(int32_t);
+    CU(g->api->copy_h2d(g->ctx, g->x, x, (size_t)(n * E) * sizeof(float), KVT_CUDA_STREAM_COMPUTE), "upload of the activations");
+    CU(g->api->copy_h2d(g->ctx, g->dpos, g->hpos, ib, KVT_CUDA_STREAM_COMPUTE), "upload of the positions");
+    CU(g->api->copy_h2d(g->ctx, g->drow, g->hrow, ib, KVT_CUDA_STREAM_COMPUTE), "upload of the positions");
+    CU(g->api->copy_h2d(g->ctx, g->dlen, g->hlen, ib, KVT_CUDA_STREAM_COMPUTE), "upload of the positions");
+    for (int32_t i = 0; i < g->nl; i++) {
+        kvt_status st = layer(g, i, n, seqs, pos, max_len, err);
+        if (st) return st;
+    }
+    CU(g->api->copy_d2h(g->ctx, x, g->x, (size_t)(n * E) * sizeof(float), KVT_CUDA_STREAM_COMPUTE), "download of the activations");
+    CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "forward pass");
+    return KVT_OK;
+}
+
+kvt_status kvt_gpu_layers_seq_fork(kvt_gpu_layers *g, int32_t src, int32_t dst, kvt_err *err) {
+    if (src < 0 || src >= g->seq_cap || g->seq[src].n_pos < 0) return KVT_OK;
+    kvt_gpu_layers_seq_truncate(g, dst, 0);
+    dev_seq *D;
+    kvt_status st = seq_get(g, dst, &D, err);
+    if (st) return st;
+    const dev_seq *S = &g->seq[src]; // (seq_get may have moved g->seq)
+    for (int32_t i = 0; i < g->nl; i++) {
+        for (int64_t b = 0; b < S->n_blk[i]; b++) {
+            void *blk;
+            if ((st = block_at(g, dst, i, b, &blk, err))) return st;
+            CU(g->api->copy_d2d(g->ctx, blk, g->hk[i][(size_t)src * g->mb + b], (size_t)(2 * g->blk_bytes),
+                                KVT_CUDA_STREAM_COMPUTE), "copy of a KV block");
+        }
+    }
+    D->n_pos = S->n_pos;
+    CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "fork");
+    return KVT_OK;
+}
+
+void kvt_gpu_layers_seq_truncate(kvt_gpu_layers *g, int32_t seq, int64_t n_keep) {
+    if (seq < 0 || seq >= g->seq_cap || g->seq[seq].n_pos < 0) return;
+    dev_seq *S = &g->seq[seq];
+    const int64_t keep = n_keep > 0 ? (n_keep + g->p.block_len - 1) / g->p.block_len : 0;
+    g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE); // no kernel may still read a block that goes
+    for (int32_t i = 0; i < g->nl; i++) {
+        for (int64_t b = keep; b < S->n_blk[i]; b++) {
+            void *blk = g->hk[i][(size_t)seq * g->mb + b];
+            if (g->n_free == g->cap_free) {
+                const int64_t cap = g->cap_free ? 2 * g->cap_free : 64;
+                void **f = realloc(g->free_blk, (size_t)cap * sizeof *f);
+                if (!f) { // keep the list as it is: the block goes back to the device
+                    g->api->dev_free(g->ctx, blk);
+                    g->n_blocks--;
+                    continue;
+                }
+                g->free_blk = f;
+                g->cap_free = cap;
+            }
+            g->free_blk[g->n_free++] = blk;
+        }
+        if (S->n_blk[i] > keep) S->n_blk[i] = keep;
+    }
+    if (n_keep <= 0) {
+        free(S->n_blk);
+        *S = (dev_seq){-1, NULL};
+    } else if (S->n_pos > n_keep) {
+        S->n_pos = n_keep;
+    }
+}
+
+int64_t kvt_gpu_layers_weight_bytes(const kvt_gpu_layers *g) { return g->weight_bytes; }
+int64_t kvt_gpu_layers_kv_bytes(const kvt_gpu_layers *g) { return g->n_blocks * 2 * g->blk_bytes; }

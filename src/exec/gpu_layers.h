@@ -1,0 +1,57 @@
+// gpu_layers.h - a model's last layers run on a CUDA device (llama.cpp's -ngl N, HELM's CPU/GPU split by
+// layers): the CPU runs layers [0, il0), hands the residual stream over once per micro-batch, the device runs
+// layers [il0, n_layer) with their weights and their KV cache in VRAM and hands the stream back for the output
+// norm and the logits. Everything goes through the CUDA backend's table (src/cuda/kvt_cuda.h, loaded by
+// backend_cuda.c), so this file is plain C and runs unchanged over the table's CPU emulation
+// (tests/cuda/cuda_fake.c): the tests check the layer logic on machines without a GPU.
+//
+// The device KV cache: per (sequence, layer) a table of blocks of block_len positions, each block one device
+// allocation holding K [block_len, n_head_kv, head_dim] f16 then V alike (the layout attn_paged reads). The
+// tables live in VRAM too, one [seq_cap, max_blocks] array of block pointers per layer for K and one for V
+// (grown with the sequences), so an attention call reads every sequence's blocks without uploading a table.
+// No tiering yet: the device KV is bounded by VRAM (KVT_ERR_BUDGET past vram_kv_bytes).
+#ifndef KVT_GPU_LAYERS_H
+#define KVT_GPU_LAYERS_H
+
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "../model/model.h"
+#include "backend_cuda.h"
+
+typedef struct {
+    int32_t il0;           // first device layer; layers [il0, n_layer) run there
+    int64_t n_ubatch;      // most rows of one call
+    int64_t n_ctx;         // most positions of a sequence
+    int64_t block_len;     // positions per KV block
+    int64_t vram_kv_bytes; // budget of the device KV blocks (0: unlimited, bounded by the device)
+    int device;            // CUDA device id
+} kvt_gpu_layers_params;
+
+typedef struct kvt_gpu_layers kvt_gpu_layers;
+
+// Uploads the weights of layers [il0, n_layer) and sizes the device scratch for n_ubatch rows. b: an open
+// backend (borrowed, must outlive the result); m: borrowed. KVT_ERR_UNSUPPORTED for what the device path does not
+// run yet (named: an f32 or bf16 weight, gemma3's sliding windows and post-norms, biases, head_dim_v != head_dim);
+// KVT_ERR_IO with the backend's message when a CUDA call fails; KVT_ERR_NOMEM.
+kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, const kvt_gpu_layers_params *p,
+                               kvt_gpu_layers **out, kvt_err *err);
+void kvt_gpu_layers_free(kvt_gpu_layers *g);
+
+// Runs the device layers over n rows (1 <= n <= n_ubatch): row t is the token of sequence seqs[t] at position
+// pos[t], appended to that sequence's device KV (rows of one sequence consecutive, positions increasing, each
+// sequence's first row at the position it holds: as kvt_decode_* give them). x: host [n, n_embd] f32, the residual
+// stream after layer il0 - 1 on entry, after the last layer on return. Synchronous.
+kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs, const int64_t *pos, float *x,
+                              kvt_err *err);
+
+// Sequences: dst gets a copy of src's device KV (its positions [0, n_past(src))); truncate keeps positions
+// [0, n_keep) (freeing the blocks past them; n_keep 0 frees the sequence). An unknown sequence is a no-op.
+kvt_status kvt_gpu_layers_seq_fork(kvt_gpu_layers *g, int32_t src, int32_t dst, kvt_err *err);
+void kvt_gpu_layers_seq_truncate(kvt_gpu_layers *g, int32_t seq, int64_t n_keep);
+
+// Bytes of VRAM held: weights and norms, KV blocks, scratch.
+int64_t kvt_gpu_layers_weight_bytes(const kvt_gpu_layers *g);
+int64_t kvt_gpu_layers_kv_bytes(const kvt_gpu_layers *g);
+
+#endif
