@@ -11,6 +11,7 @@ typedef struct {
     void *wq, *wk, *wv, *wo, *wg, *wu, *wd;  // device weights, as in the GGUF
     float *attn_norm, *ffn_norm;            // device [n_embd]
     float *q_norm, *k_norm;                 // device [head_dim] (qwen3) or NULL
+    float *bq, *bk, *bv;                    // device biases (qwen2) or NULL
 } dev_layer;
 
 typedef struct {
@@ -77,10 +78,9 @@ static kvt_status check_model(const kvt_model *m, int32_t il0, kvt_err *err) {
     }
     for (int32_t il = il0; il < hp->n_layer; il++) {
         const kvt_layer *L = &m->layers[il];
-        if (L->window > 0 || L->rope_local || L->post_attn_norm || L->post_ffn_norm || L->bq || L->bk || L->bv) {
+        if (L->window > 0 || L->rope_local || L->post_attn_norm || L->post_ffn_norm) {
             return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "device layers: layer %d has %s, which the device path does not run "
-                              "yet", il, L->window > 0 || L->rope_local ? "a sliding window" : L->bq || L->bk || L->bv ? "biases" :
-                              "post-norms");
+                              "yet", il, L->window > 0 || L->rope_local ? "a sliding window" : "post-norms");
         }
     }
     return KVT_OK;
@@ -127,6 +127,9 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
         if (!st) st = upload(g, L->ffn_norm, (size_t)E * sizeof(float), (void **)&D->ffn_norm, err);
         if (!st && L->q_norm) st = upload(g, L->q_norm, (size_t)hd * sizeof(float), (void **)&D->q_norm, err);
         if (!st && L->k_norm) st = upload(g, L->k_norm, (size_t)hd * sizeof(float), (void **)&D->k_norm, err);
+        if (!st && L->bq) st = upload(g, L->bq, (size_t)L->wq.rows * sizeof(float), (void **)&D->bq, err);
+        if (!st && L->bk) st = upload(g, L->bk, (size_t)L->wk.rows * sizeof(float), (void **)&D->bk, err);
+        if (!st && L->bv) st = upload(g, L->bv, (size_t)L->wv.rows * sizeof(float), (void **)&D->bv, err);
     }
     if (!st && m->rope_freqs) st = upload(g, m->rope_freqs, (size_t)(hp->n_rot / 2) * sizeof(float), (void **)&g->ff, err);
     // scratch
@@ -163,8 +166,9 @@ void kvt_gpu_layers_free(kvt_gpu_layers *g) {
         A->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE);
         for (int32_t i = 0; g->L && i < g->nl; i++) {
             dev_layer *D = &g->L[i];
-            void *ps[11] = {D->wq, D->wk, D->wv, D->wo, D->wg, D->wu, D->wd, D->attn_norm, D->ffn_norm, D->q_norm, D->k_norm};
-            for (int j = 0; j < 11; j++) A->dev_free(g->ctx, ps[j]);
+            void *ps[14] = {D->wq, D->wk, D->wv, D->wo, D->wg, D->wu, D->wd, D->attn_norm, D->ffn_norm, D->q_norm, D->k_norm,
+                            D->bq, D->bk, D->bv};
+            for (int j = 0; j < 14; j++) A->dev_free(g->ctx, ps[j]);
         }
         for (int32_t s = 0; g->seq && s < g->seq_cap; s++) kvt_gpu_layers_seq_truncate(g, s, 0);
         for (int64_t i = 0; i < g->n_free; i++) A->dev_free(g->ctx, g->free_blk[i]);
@@ -285,6 +289,11 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
     CU(mm(g, &L->wq, D->wq, g->xn, n, g->q), "attn_q");
     CU(mm(g, &L->wk, D->wk, g->xn, n, g->k), "attn_k");
     CU(mm(g, &L->wv, D->wv, g->xn, n, g->v), "attn_v");
+    for (int64_t t = 0; t < n; t++) { // biases, row by row
+        if (D->bq) CU(A->add(g->ctx, g->q + t * L->wq.rows, D->bq, L->wq.rows), "q bias");
+        if (D->bk) CU(A->add(g->ctx, g->k + t * L->wk.rows, D->bk, L->wk.rows), "k bias");
+        if (D->bv) CU(A->add(g->ctx, g->v + t * L->wv.rows, D->bv, L->wv.rows), "v bias");
+    }
     if (D->q_norm) CU(A->rmsnorm(g->ctx, g->q, D->q_norm, g->q, n * hp->n_head, hd, hp->rms_eps), "q norm");
     if (D->k_norm) CU(A->rmsnorm(g->ctx, g->k, D->k_norm, g->k, n * hp->n_head_kv, hd, hp->rms_eps), "k norm");
     kvt_cuda_rope_args ra = {(int32_t)n, hp->n_head, (int32_t)hd, hp->n_rot, hp->rope_type == KVT_ROPE_NEOX,
