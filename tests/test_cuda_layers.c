@@ -1,6 +1,6 @@
 // test_cuda_layers.c - the device layers of a CPU/GPU split (src/exec/gpu_layers.h, kvt_context_params.n_gpu_layers)
 // against the CPU forward pass: the committed Q4_K_M llama model (4 layers, GQA 4/2, head_dim 64) with all layers on
-// the device and with half of them (the last 2), the committed F16 qwen3 (q/k norms) and a qwen2 (q/k/v biases) made
+// the device, with half of them (the last 2), and with the output norm and logits there too, the committed F16 qwen3 (q/k norms) and a qwen2 (q/k/v biases) made
 // by kvtier mkmodel with all layers there; each on the same token sequence: a prompt of 9 tokens (every row's logits), 12
 // decode steps fed the CPU's greedy ids, then a fork of the sequence and a batch of both sequences (kvt_decode_batch),
 // and a truncation followed by a re-decode. Each step's logits must be within a normalized MSE of 1e-4 of the CPU's
@@ -125,32 +125,33 @@ static void check_model(const char *path, int n, const int32_t *n_gpu, const cha
 }
 
 void test_cuda_layers(const test_env *env) {
-    static const char *const names[4] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device",
-                                         "cuda layers: the last 2 of 4 layers on the device (CPU/GPU split)",
-                                         "cuda layers: qwen3 (q/k norms), F16, all layers on the device",
-                                         "cuda layers: qwen2 (q/k/v biases), Q8_0 made by kvtier mkmodel, all layers on the device"};
+    static const char *const names[5] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device (-ngl 4)",
+                                         "cuda layers: the last 2 of 4 layers on the device (-ngl 2, CPU/GPU split)",
+                                         "cuda layers: the 4 layers, the output norm and the logits on the device (-ngl 5)",
+                                         "cuda layers: qwen3 (q/k norms), F16, all on the device",
+                                         "cuda layers: qwen2 (q/k/v biases), Q8_0 made by kvtier mkmodel, all on the device"};
     kvt_cuda_backend be;
     kvt_err err = {0};
     const kvt_status st = kvt_cuda_backend_open(&be, &err);
     if (st) {
         char why[600];
         snprintf(why, sizeof why, "no usable CUDA backend: %s", err.msg);
-        for (int i = 0; i < 4; i++) test_skip(names[i], why);
+        for (int i = 0; i < 5; i++) test_skip(names[i], why);
         return;
     }
     kvt_cuda_backend_close(&be); // the contexts open their own
     char path[512];
-    const int32_t split[2] = {4, 2}, all = 64;
-    if (test_data(env, "quant-q4_k_m.gguf", path, sizeof path)) check_model(path, 2, split, names);
-    else for (int i = 0; i < 2; i++) test_skip(names[i], test_data_missing(env, "quant-q4_k_m.gguf"));
-    if (test_data(env, "qwen3-tiny.gguf", path, sizeof path)) check_model(path, 1, &all, names + 2);
-    else test_skip(names[2], test_data_missing(env, "qwen3-tiny.gguf"));
+    const int32_t split[3] = {4, 2, 5}, all = 64;
+    if (test_data(env, "quant-q4_k_m.gguf", path, sizeof path)) check_model(path, 3, split, names);
+    else for (int i = 0; i < 3; i++) test_skip(names[i], test_data_missing(env, "quant-q4_k_m.gguf"));
+    if (test_data(env, "qwen3-tiny.gguf", path, sizeof path)) check_model(path, 1, &all, names + 3);
+    else test_skip(names[3], test_data_missing(env, "qwen3-tiny.gguf"));
     char q2[] = "/tmp/kvt_q2_XXXXXX", cmd[1400];
     const int fd = mkstemp(q2);
     if (fd >= 0) close(fd);
     snprintf(cmd, sizeof cmd, "%s mkmodel --arch qwen2 --dim 128 --layers 2 --heads 4 --kv-heads 2 --vocab 512 --type q8_0 "
              "-o %s >/dev/null 2>&1", env->cli, q2);
-    if (fd >= 0 && test_file_exists(env->cli) && system(cmd) == 0) check_model(q2, 1, &all, names + 3);
-    else test_skip(names[3], "kvtier mkmodel could not make the qwen2 model");
+    if (fd >= 0 && test_file_exists(env->cli) && system(cmd) == 0) check_model(q2, 1, &all, names + 4);
+    else test_skip(names[4], "kvtier mkmodel could not make the qwen2 model");
     if (fd >= 0) unlink(q2);
 }

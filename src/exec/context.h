@@ -43,8 +43,9 @@ typedef struct {
     // Sparse decode attention (src/sparse/sparse.h; mode off: the dense path). Its key summaries are taken
     // from kv_fast_bytes when that is set.
     kvt_sparse_params sparse;
-    // The last n_gpu_layers layers run on CUDA device 0 (llama.cpp's -ngl; n_layer or more: all; 0: none), with
-    // their KV in VRAM (src/exec/gpu_layers.h). kvt_context_init fails, naming why, without a usable device.
+    // The last n_gpu_layers layers run on CUDA device 0 (llama.cpp's -ngl; n_layer: all; more: the output norm and
+    // logits too; 0: none), with their KV in VRAM (src/exec/gpu_layers.h). kvt_context_init fails, naming why,
+    // without a usable device.
     int32_t n_gpu_layers;
 } kvt_context_params;
 

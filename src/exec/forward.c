@@ -114,8 +114,8 @@ static kvt_status kv_init(kvt_context *c, kvt_err *err) {
     return st;
 }
 
-// The device layers (p.n_gpu_layers > 0): the last n_gpu_layers layers (all of them past n_layer), as llama.cpp's
-// -ngl offloads them. Their KV lives on the device; the CPU's store holds the other layers'.
+// The device layers (p.n_gpu_layers > 0): the last n_gpu_layers layers, as llama.cpp's -ngl offloads them; past
+// n_layer, the output norm and the logits too. Their KV lives on the device; the CPU's store holds the other layers'.
 static kvt_status gpu_init(kvt_context *c, kvt_err *err) {
     if (c->p.n_gpu_layers <= 0) return KVT_OK;
     const int32_t nl = c->m->hp.n_layer;
@@ -126,7 +126,8 @@ static kvt_status gpu_init(kvt_context *c, kvt_err *err) {
     kvt_status st = kvt_cuda_backend_open(&c->cuda, &e);
     if (st) return kvt_errorf(err, st, "--gpu-layers %d: %s", c->p.n_gpu_layers, e.msg);
     c->gpu_il0 = c->p.n_gpu_layers >= nl ? 0 : nl - c->p.n_gpu_layers;
-    const kvt_gpu_layers_params gp = {c->gpu_il0, c->p.n_ubatch, c->p.n_ctx, c->p.kv_block, 0, 0};
+    const kvt_gpu_layers_params gp = {c->gpu_il0, c->p.n_ubatch, c->p.n_ctx, c->p.kv_block, 0, 0,
+                                      c->p.n_gpu_layers > nl};
     if ((st = kvt_gpu_layers_init(&c->cuda, c->m, &gp, &c->gpu, err))) return st;
     c->ub_seq = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_seq);
     c->ub_pos = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_pos);
@@ -437,8 +438,15 @@ static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, const int64_t 
             c->ub_seq[t] = u->seqs ? u->seqs[t] : u->seq;
             c->ub_pos[t] = ub_pos(u, t);
         }
-        kvt_status st = kvt_gpu_layers_run(c->gpu, n, c->ub_seq, c->ub_pos, c->x, err);
+        kvt_status st = kvt_gpu_layers_run(c->gpu, n, c->ub_seq, c->ub_pos, c->x, out, n_out, logits, err);
         if (st) return st;
+    }
+    if (c->gpu && c->p.n_gpu_layers > hp->n_layer) { // the device computed the logits
+        if (hp->logit_softcap > 0.0f) {
+            const float cap = hp->logit_softcap;
+            for (int64_t i = 0; i < n_out * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+        }
+        return KVT_OK;
     }
     // logits of the rows asked for: their normed rows packed at the start of xn (row k from row out[k] >= k)
     if (n_out <= 0) return KVT_OK;

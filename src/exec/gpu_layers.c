@@ -38,6 +38,9 @@ struct kvt_gpu_layers {
     void **free_blk;        // reusable blocks
     int64_t n_free, cap_free, n_blocks;
     float *ff;              // device rope frequency factors [n_rot / 2] or NULL
+    void *w_out;            // p.output: device output weight (token_embd when tied)
+    float *out_norm;        // p.output: device [n_embd]
+    float *logits;          // p.output: device [n_ubatch, n_vocab]
     // scratch, device [n_ubatch, width] f32: x, xn, q, k, v, att, tmp, gate, up; int32 [n_ubatch] positions, rows'
     // sequences and lengths, with their host staging
     float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up;
@@ -132,6 +135,12 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
         if (!st && L->bv) st = upload(g, L->bv, (size_t)L->wv.rows * sizeof(float), (void **)&D->bv, err);
     }
     if (!st && m->rope_freqs) st = upload(g, m->rope_freqs, (size_t)(hp->n_rot / 2) * sizeof(float), (void **)&g->ff, err);
+    if (!st && p->output) {
+        st = upload_weight(g, &m->output, "output", hp->n_layer, &g->w_out, err);
+        if (!st) st = upload(g, m->output_norm, (size_t)E * sizeof(float), (void **)&g->out_norm, err);
+        if (!st && g->api->dev_malloc(g->ctx, (size_t)(p->n_ubatch * hp->n_vocab) * sizeof(float), (void **)&g->logits))
+            st = cu_fail(g, "allocation of the logits", err);
+    }
     // scratch
     const int64_t U = p->n_ubatch, Q = (int64_t)hp->n_head * hd, K = (int64_t)hp->n_head_kv * hd;
     const int64_t widths[9] = {E, E, Q, K, K, Q, E, hp->n_ff, hp->n_ff};
@@ -176,8 +185,9 @@ void kvt_gpu_layers_free(kvt_gpu_layers *g) {
             if (g->tk) A->dev_free(g->ctx, g->tk[i]);
             if (g->tv) A->dev_free(g->ctx, g->tv[i]);
         }
-        void *ps[13] = {g->ff, g->x, g->xn, g->q, g->k, g->v, g->att, g->tmp, g->gate, g->up, g->dpos, g->drow, g->dlen};
-        for (int j = 0; j < 13; j++) A->dev_free(g->ctx, ps[j]);
+        void *ps[16] = {g->ff, g->x,    g->xn,   g->q,   g->k,     g->v,        g->att,   g->tmp,
+                        g->gate, g->up, g->dpos, g->drow, g->dlen, g->w_out, g->out_norm, g->logits};
+        for (int j = 0; j < 16; j++) A->dev_free(g->ctx, ps[j]);
         A->ctx_free(g->ctx);
     }
     for (int32_t i = 0; i < g->nl; i++) {
@@ -326,7 +336,7 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
 }
 
 kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs, const int64_t *pos, float *x,
-                              kvt_err *err) {
+                              const int64_t *out, int64_t n_out, float *logits, kvt_err *err) {
     if (n < 1 || n > g->p.n_ubatch) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: %lld rows (1 .. %lld)", (long long)n,
                           (long long)g->p.n_ubatch);
@@ -356,7 +366,21 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
         kvt_status st = layer(g, i, n, seqs, pos, max_len, err);
         if (st) return st;
     }
-    CU(g->api->copy_d2h(g->ctx, x, g->x, (size_t)(n * E) * sizeof(float), KVT_CUDA_STREAM_COMPUTE), "download of the activations");
+    if (!g->p.output) {
+        CU(g->api->copy_d2h(g->ctx, x, g->x, (size_t)(n * E) * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
+           "download of the activations");
+    } else if (n_out > 0) { // the rows asked for, packed at the start of xn, normed; their logits
+        const kvt_hparams *hp = &g->m->hp;
+        for (int64_t k = 0; k < n_out; k++) {
+            const int64_t t = out ? out[k] : n - n_out + k;
+            CU(g->api->copy_d2d(g->ctx, g->xn + k * E, g->x + t * E, (size_t)E * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
+               "output rows");
+        }
+        CU(g->api->rmsnorm(g->ctx, g->xn, g->out_norm, g->xn, n_out, E, hp->rms_eps), "output norm");
+        CU(mm(g, &g->m->output, g->w_out, g->xn, n_out, g->logits), "output");
+        CU(g->api->copy_d2h(g->ctx, logits, g->logits, (size_t)(n_out * hp->n_vocab) * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
+           "download of the logits");
+    }
     CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "forward pass");
     return KVT_OK;
 }

@@ -26,6 +26,7 @@ typedef struct {
     int64_t block_len;     // positions per KV block
     int64_t vram_kv_bytes; // budget of the device KV blocks (0: unlimited, bounded by the device)
     int device;            // CUDA device id
+    bool output;           // the output norm and the logits on the device too (llama.cpp: -ngl > n_layer)
 } kvt_gpu_layers_params;
 
 typedef struct kvt_gpu_layers kvt_gpu_layers;
@@ -41,9 +42,11 @@ void kvt_gpu_layers_free(kvt_gpu_layers *g);
 // Runs the device layers over n rows (1 <= n <= n_ubatch): row t is the token of sequence seqs[t] at position
 // pos[t], appended to that sequence's device KV (rows of one sequence consecutive, positions increasing, each
 // sequence's first row at the position it holds: as kvt_decode_* give them). x: host [n, n_embd] f32, the residual
-// stream after layer il0 - 1 on entry, after the last layer on return. Synchronous.
+// stream after layer il0 - 1 on entry, after the last layer on return (without p.output). With p.output the device
+// also computes the logits of rows out[0 .. n_out) (increasing; out NULL: the last n_out rows) into logits, host
+// [n_out, n_vocab], and x is not written back. Synchronous.
 kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs, const int64_t *pos, float *x,
-                              kvt_err *err);
+                              const int64_t *out, int64_t n_out, float *logits, kvt_err *err);
 
 // Sequences: dst gets a copy of src's device KV (its positions [0, n_past(src))); truncate keeps positions
 // [0, n_keep) (freeing the blocks past them; n_keep 0 frees the sequence). An unknown sequence is a no-op.
