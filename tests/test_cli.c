@@ -107,7 +107,7 @@ void test_cli(const test_env *env) {
         snprintf(args, sizeof args, "generate -m %s -p hi -n 1 -ngl 1", model);
         char cli[1200];
         snprintf(cli, sizeof cli, "KVT_CUDA_LIB=/nonexistent/libkvtier-cuda.so %s", env->cli);
-        expect_error("cli: -ngl without a CUDA library names it", cli, args, 1, "--gpu-layers 1: no CUDA library at /nonexistent");
+        expect_error("cli: -ngl without a CUDA library names it", cli, args, 1, "1 layers on the GPU (--gpu-layers or a plan's split): no CUDA library at /nonexistent");
     }
     expect_error("cli: unknown command", env->cli, "frobnicate", 2, "unknown command");
     expect_error("cli: bad number", env->cli, "generate -n ten", 2, "not an integer");

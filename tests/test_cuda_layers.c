@@ -66,13 +66,15 @@ static void step(run *r, const run *ref, const float *lg, int64_t k, int64_t *ro
 
 // Runs the sequence on a context with n_gpu layers on the device. ref NULL: records the CPU reference in r (its greedy
 // ids become the sequence); else compares each step with ref.
+// n_gpu < 0: -n_gpu layers and the output (a plan's split, kvt_context_params.gpu_output).
 static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, kvt_err *err) {
     kvt_context_params p = kvt_context_params_default();
     p.n_ctx = 64;
     p.n_threads = 1;
     p.kv_paged = true;
     p.kv_block = 4; // blocks fill and the last one stays partial
-    p.n_gpu_layers = n_gpu;
+    p.n_gpu_layers = n_gpu < 0 ? -n_gpu : n_gpu;
+    p.gpu_output = n_gpu < 0;
     kvt_context *c = NULL;
     if (kvt_context_init(m, &p, &c, err)) return false;
     const int64_t V = r->n_vocab;
@@ -125,9 +127,10 @@ static void check_model(const char *path, int n, const int32_t *n_gpu, const cha
 }
 
 void test_cuda_layers(const test_env *env) {
-    static const char *const names[5] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device (-ngl 4)",
+    static const char *const names[6] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device (-ngl 4)",
                                          "cuda layers: the last 2 of 4 layers on the device (-ngl 2, CPU/GPU split)",
                                          "cuda layers: the 4 layers, the output norm and the logits on the device (-ngl 5)",
+                                         "cuda layers: the last 2 layers and the output on the device (a plan's split)",
                                          "cuda layers: qwen3 (q/k norms), F16, all on the device",
                                          "cuda layers: qwen2 (q/k/v biases), Q8_0 made by kvtier mkmodel, all on the device"};
     kvt_cuda_backend be;
@@ -136,22 +139,22 @@ void test_cuda_layers(const test_env *env) {
     if (st) {
         char why[600];
         snprintf(why, sizeof why, "no usable CUDA backend: %s", err.msg);
-        for (int i = 0; i < 5; i++) test_skip(names[i], why);
+        for (int i = 0; i < 6; i++) test_skip(names[i], why);
         return;
     }
     kvt_cuda_backend_close(&be); // the contexts open their own
     char path[512];
-    const int32_t split[3] = {4, 2, 5}, all = 64;
-    if (test_data(env, "quant-q4_k_m.gguf", path, sizeof path)) check_model(path, 3, split, names);
-    else for (int i = 0; i < 3; i++) test_skip(names[i], test_data_missing(env, "quant-q4_k_m.gguf"));
-    if (test_data(env, "qwen3-tiny.gguf", path, sizeof path)) check_model(path, 1, &all, names + 3);
-    else test_skip(names[3], test_data_missing(env, "qwen3-tiny.gguf"));
+    const int32_t split[4] = {4, 2, 5, -2}, all = 64;
+    if (test_data(env, "quant-q4_k_m.gguf", path, sizeof path)) check_model(path, 4, split, names);
+    else for (int i = 0; i < 4; i++) test_skip(names[i], test_data_missing(env, "quant-q4_k_m.gguf"));
+    if (test_data(env, "qwen3-tiny.gguf", path, sizeof path)) check_model(path, 1, &all, names + 4);
+    else test_skip(names[4], test_data_missing(env, "qwen3-tiny.gguf"));
     char q2[] = "/tmp/kvt_q2_XXXXXX", cmd[1400];
     const int fd = mkstemp(q2);
     if (fd >= 0) close(fd);
     snprintf(cmd, sizeof cmd, "%s mkmodel --arch qwen2 --dim 128 --layers 2 --heads 4 --kv-heads 2 --vocab 512 --type q8_0 "
              "-o %s >/dev/null 2>&1", env->cli, q2);
-    if (fd >= 0 && test_file_exists(env->cli) && system(cmd) == 0) check_model(q2, 1, &all, names + 4);
-    else test_skip(names[4], "kvtier mkmodel could not make the qwen2 model");
+    if (fd >= 0 && test_file_exists(env->cli) && system(cmd) == 0) check_model(q2, 1, &all, names + 5);
+    else test_skip(names[5], "kvtier mkmodel could not make the qwen2 model");
     if (fd >= 0) unlink(q2);
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../base/timer.h"
+#include "../exec/backend_cuda.h"
 
 #include "../kv/kv_paged.h"
 #include "../kv/kv_policy.h"
@@ -104,6 +105,22 @@ static int cli_apply_plan(kvt_args *a, const char *flag, kvt_context_params *p) 
     p->kv_disk_dir = kv.disk_dir && kv.disk_bytes > 0 ? strdup(kv.disk_dir) : NULL;
     if (kv.block_tokens > 0) p->kv_block = kv.block_tokens;
     p->kv_group = kv.group_heads;
+    // the plan's CPU/GPU split (helm.txt): its GPU units are the last layers and the output (the embedding rows stay
+    // on the CPU: one row read per token). Where no GPU can be used, the CPU runs them (said on stderr): a plan made
+    // for another machine still gives the same tokens
+    if (plan->gpu_units > 0) {
+        kvt_cuda_backend be;
+        kvt_err e = {0};
+        if (!kvt_cuda_backend_open(&be, &e)) {
+            kvt_cuda_backend_close(&be);
+            const int32_t nl = plan->n_units - 2; // embedding, layers, output
+            p->n_gpu_layers = plan->gpu_units - 1 < nl ? plan->gpu_units - 1 : nl;
+            p->gpu_output = true;
+        } else {
+            fprintf(stderr, "kvtier %s: --plan: the plan puts %d of its %d units on a GPU, but %s: running them on the CPU\n",
+                    a->cmd, plan->gpu_units, plan->n_units, e.msg);
+        }
+    }
     p->kv_paged = true;
     p->plan_file = path;
     snprintf(p->plan_model, sizeof p->plan_model, "%s", plan->model);

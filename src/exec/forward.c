@@ -44,6 +44,7 @@ struct kvt_context {
     kvt_cuda_backend cuda;
     kvt_gpu_layers *gpu;
     int32_t gpu_il0;
+    bool gpu_output;     // the output norm and the logits on the device too
     int32_t *ub_seq;     // [ub] the micro-batch's sequence per row, for the device layers
     int64_t *ub_pos;     // [ub] its position per row
 };
@@ -117,17 +118,20 @@ static kvt_status kv_init(kvt_context *c, kvt_err *err) {
 // The device layers (p.n_gpu_layers > 0): the last n_gpu_layers layers, as llama.cpp's -ngl offloads them; past
 // n_layer, the output norm and the logits too. Their KV lives on the device; the CPU's store holds the other layers'.
 static kvt_status gpu_init(kvt_context *c, kvt_err *err) {
-    if (c->p.n_gpu_layers <= 0) return KVT_OK;
     const int32_t nl = c->m->hp.n_layer;
+    c->gpu_output = c->p.gpu_output || c->p.n_gpu_layers > nl;
+    if (c->p.n_gpu_layers <= 0 && !c->gpu_output) return KVT_OK;
     if (c->p.sparse.mode != KVT_SPARSE_OFF) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "--gpu-layers with sparse decoding is not implemented yet");
     }
     kvt_err e = {0};
     kvt_status st = kvt_cuda_backend_open(&c->cuda, &e);
-    if (st) return kvt_errorf(err, st, "--gpu-layers %d: %s", c->p.n_gpu_layers, e.msg);
-    c->gpu_il0 = c->p.n_gpu_layers >= nl ? 0 : nl - c->p.n_gpu_layers;
-    const kvt_gpu_layers_params gp = {c->gpu_il0, c->p.n_ubatch, c->p.n_ctx, c->p.kv_block, 0, 0,
-                                      c->p.n_gpu_layers > nl};
+    if (st) {
+        return kvt_errorf(err, st, "%d layers%s on the GPU (--gpu-layers or a plan's split): %s", c->p.n_gpu_layers,
+                          c->gpu_output ? " and the output" : "", e.msg);
+    }
+    c->gpu_il0 = c->p.n_gpu_layers >= nl ? 0 : nl - (c->p.n_gpu_layers > 0 ? c->p.n_gpu_layers : 0);
+    const kvt_gpu_layers_params gp = {c->gpu_il0, c->p.n_ubatch, c->p.n_ctx, c->p.kv_block, 0, 0, c->gpu_output};
     if ((st = kvt_gpu_layers_init(&c->cuda, c->m, &gp, &c->gpu, err))) return st;
     c->ub_seq = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_seq);
     c->ub_pos = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_pos);
@@ -441,7 +445,7 @@ static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, const int64_t 
         kvt_status st = kvt_gpu_layers_run(c->gpu, n, c->ub_seq, c->ub_pos, c->x, out, n_out, logits, err);
         if (st) return st;
     }
-    if (c->gpu && c->p.n_gpu_layers > hp->n_layer) { // the device computed the logits
+    if (c->gpu_output) { // the device computed the logits
         if (hp->logit_softcap > 0.0f) {
             const float cap = hp->logit_softcap;
             for (int64_t i = 0; i < n_out * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);

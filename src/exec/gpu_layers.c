@@ -93,7 +93,8 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
                                kvt_gpu_layers **out, kvt_err *err) {
     *out = NULL;
     const kvt_hparams *hp = &m->hp;
-    if (!b || !b->api || p->il0 < 0 || p->il0 >= hp->n_layer || p->n_ubatch < 1 || p->n_ctx < 1 || p->block_len < 1) {
+    if (!b || !b->api || p->il0 < 0 || p->il0 > hp->n_layer || (p->il0 == hp->n_layer && !p->output) || p->n_ubatch < 1 ||
+        p->n_ctx < 1 || p->block_len < 1) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: first layer %d of %d, ubatch %lld, context %lld, block %lld",
                           p->il0, hp->n_layer, (long long)p->n_ubatch, (long long)p->n_ctx, (long long)p->block_len);
     }

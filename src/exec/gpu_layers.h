@@ -20,7 +20,7 @@
 #include "backend_cuda.h"
 
 typedef struct {
-    int32_t il0;           // first device layer; layers [il0, n_layer) run there
+    int32_t il0;           // first device layer; layers [il0, n_layer) run there (n_layer: none, with output)
     int64_t n_ubatch;      // most rows of one call
     int64_t n_ctx;         // most positions of a sequence
     int64_t block_len;     // positions per KV block
