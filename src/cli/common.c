@@ -508,6 +508,23 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
     kvt_json_kv_int(j, "prefetches", st.prefetches);
     kvt_json_kv_int(j, "block_bytes", st.block_bytes);
     kvt_json_obj_end(j);
+    kvt_gpu_layers_stats gs;
+    if (kvt_context_gpu_stats(ctx, &gs)) { // the device layers: what they hold in VRAM and what crossed PCIe
+        kvt_json_key(j, "gpu");
+        kvt_json_obj_begin(j);
+        kvt_json_kv_int(j, "layers", gs.layers);
+        kvt_json_kv_bool(j, "output", gs.output);
+        kvt_json_kv_int(j, "weight_bytes", gs.weight_bytes);
+        kvt_json_kv_int(j, "kv_bytes", gs.kv_bytes);
+        kvt_json_key(j, "moved_bytes");
+        kvt_json_obj_begin(j);
+        kvt_json_kv_int(j, "host_to_device", gs.h2d_bytes);
+        kvt_json_kv_int(j, "device_to_host", gs.d2h_bytes);
+        kvt_json_kv_int(j, "device_to_device", gs.d2d_bytes);
+        kvt_json_obj_end(j);
+        kvt_json_kv_int(j, "calls", gs.calls);
+        kvt_json_obj_end(j);
+    }
 }
 
 int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_params *p) {

@@ -11,6 +11,7 @@
 #include "../kv/kv.h"
 #include "../model/model.h"
 #include "../sparse/sparse_params.h"
+#include "gpu_layers.h"
 
 typedef struct {
     int64_t n_ctx;        // maximum positions (0: the model's training context)
@@ -118,6 +119,8 @@ const kvt_model *kvt_context_model(const kvt_context *ctx);
 kvt_kv *kvt_context_kv(kvt_context *ctx);
 // Transfer accounting of the KV cache (see kv.h).
 void kvt_context_kv_stats(kvt_context *ctx, kvt_kv_stats *out);
+// The device layers' holdings and transfers (gpu_layers.h); false (and *out zeroed) without device layers.
+bool kvt_context_gpu_stats(const kvt_context *ctx, kvt_gpu_layers_stats *out);
 // The sparse decoding state (NULL when sparse mode is off): its step records (kvt_sparse_steps).
 struct kvt_sparse *kvt_context_sparse(kvt_context *ctx);
 // Last tokens of a prompt that a prompt or prefix cache must leave to be computed, so that the sequence decodes

@@ -678,6 +678,12 @@ kvt_kv *kvt_context_kv(kvt_context *c) { return c->kv; }
 struct kvt_sparse *kvt_context_sparse(kvt_context *c) { return c->sp; }
 int64_t kvt_context_prompt_tail(const kvt_context *c) { return kvt_sparse_prompt_tail(c->sp); }
 void kvt_context_kv_stats(kvt_context *c, kvt_kv_stats *out) { kvt_kv_get_stats(c->kv, out); }
+bool kvt_context_gpu_stats(const kvt_context *c, kvt_gpu_layers_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!c->gpu) return false;
+    kvt_gpu_layers_get_stats(c->gpu, out);
+    return true;
+}
 int64_t kvt_context_scratch_bytes(const kvt_context *c) { return c->scratch_bytes; }
 int64_t kvt_context_kv_bytes(const kvt_context *c) {
     kvt_kv_params kp = {c->p.kv_type, c->m->hp.n_layer, c->m->hp.n_head_kv, c->m->hp.head_dim, c->m->hp.head_dim_v,

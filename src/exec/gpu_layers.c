@@ -45,6 +45,7 @@ struct kvt_gpu_layers {
     // sequences and lengths, with their host staging
     float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up;
     int32_t *dpos, *drow, *dlen, *hpos, *hrow, *hlen;
+    int64_t h2d, d2h, d2d, calls; // bytes moved after init (kvt_gpu_layers_stats)
 };
 
 static kvt_status cu_fail(const kvt_gpu_layers *g, const char *what, kvt_err *err) {
@@ -277,6 +278,7 @@ static kvt_status block_at(kvt_gpu_layers *g, int32_t seq, int32_t i, int64_t b,
            "block table");
         CU(g->api->copy_h2d(g->ctx, g->tv[i] + (size_t)seq * g->mb + j, &hv[j], sizeof(void *), KVT_CUDA_STREAM_COMPUTE),
            "block table");
+        g->h2d += 2 * (int64_t)sizeof(void *);
         S->n_blk[i] = j + 1;
     }
     *out = hk[b];
@@ -363,6 +365,8 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
     CU(g->api->copy_h2d(g->ctx, g->dpos, g->hpos, ib, KVT_CUDA_STREAM_COMPUTE), "upload of the positions");
     CU(g->api->copy_h2d(g->ctx, g->drow, g->hrow, ib, KVT_CUDA_STREAM_COMPUTE), "upload of the positions");
     CU(g->api->copy_h2d(g->ctx, g->dlen, g->hlen, ib, KVT_CUDA_STREAM_COMPUTE), "upload of the positions");
+    g->h2d += n * E * (int64_t)sizeof(float) + 3 * (int64_t)ib;
+    g->calls++;
     for (int32_t i = 0; i < g->nl; i++) {
         kvt_status st = layer(g, i, n, seqs, pos, max_len, err);
         if (st) return st;
@@ -370,6 +374,7 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
     if (!g->p.output) {
         CU(g->api->copy_d2h(g->ctx, x, g->x, (size_t)(n * E) * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
            "download of the activations");
+        g->d2h += n * E * (int64_t)sizeof(float);
     } else if (n_out > 0) { // the rows asked for, packed at the start of xn, normed; their logits
         const kvt_hparams *hp = &g->m->hp;
         for (int64_t k = 0; k < n_out; k++) {
@@ -381,6 +386,7 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
         CU(mm(g, &g->m->output, g->w_out, g->xn, n_out, g->logits), "output");
         CU(g->api->copy_d2h(g->ctx, logits, g->logits, (size_t)(n_out * hp->n_vocab) * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
            "download of the logits");
+        g->d2h += n_out * hp->n_vocab * (int64_t)sizeof(float);
     }
     CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "forward pass");
     return KVT_OK;
@@ -399,6 +405,7 @@ kvt_status kvt_gpu_layers_seq_fork(kvt_gpu_layers *g, int32_t src, int32_t dst, 
             if ((st = block_at(g, dst, i, b, &blk, err))) return st;
             CU(g->api->copy_d2d(g->ctx, blk, g->hk[i][(size_t)src * g->mb + b], (size_t)(2 * g->blk_bytes),
                                 KVT_CUDA_STREAM_COMPUTE), "copy of a KV block");
+            g->d2d += 2 * g->blk_bytes;
         }
     }
     D->n_pos = S->n_pos;
@@ -437,5 +444,7 @@ void kvt_gpu_layers_seq_truncate(kvt_gpu_layers *g, int32_t seq, int64_t n_keep)
     }
 }
 
-int64_t kvt_gpu_layers_weight_bytes(const kvt_gpu_layers *g) { return g->weight_bytes; }
-int64_t kvt_gpu_layers_kv_bytes(const kvt_gpu_layers *g) { return g->n_blocks * 2 * g->blk_bytes; }
+void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out) {
+    *out = (kvt_gpu_layers_stats){g->nl, g->p.output, g->weight_bytes, g->n_blocks * 2 * g->blk_bytes, g->h2d, g->d2h, g->d2d,
+                                  g->calls};
+}

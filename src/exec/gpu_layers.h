@@ -13,6 +13,7 @@
 #ifndef KVT_GPU_LAYERS_H
 #define KVT_GPU_LAYERS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../base/status.h"
@@ -53,8 +54,17 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
 kvt_status kvt_gpu_layers_seq_fork(kvt_gpu_layers *g, int32_t src, int32_t dst, kvt_err *err);
 void kvt_gpu_layers_seq_truncate(kvt_gpu_layers *g, int32_t seq, int64_t n_keep);
 
-// Bytes of VRAM held: weights and norms, KV blocks, scratch.
-int64_t kvt_gpu_layers_weight_bytes(const kvt_gpu_layers *g);
-int64_t kvt_gpu_layers_kv_bytes(const kvt_gpu_layers *g);
+// What the device layers hold and moved since init.
+typedef struct {
+    int32_t layers;        // device layers
+    bool output;           // the output norm and the logits there too
+    int64_t weight_bytes;  // VRAM held by weights and norms
+    int64_t kv_bytes;      // VRAM held by KV blocks (in use or free for reuse)
+    int64_t h2d_bytes;     // host -> device: the residual stream, positions, block-table entries
+    int64_t d2h_bytes;     // device -> host: the residual stream or the logits
+    int64_t d2d_bytes;     // device -> device: KV blocks copied by forks
+    int64_t calls;         // kvt_gpu_layers_run calls (micro-batches)
+} kvt_gpu_layers_stats;
+void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out);
 
 #endif
