@@ -40,8 +40,9 @@ typedef struct {
     int32_t ids[N_PROMPT + N_STEPS + 1];
     float *logits;
     int64_t rows, n_vocab;
-    double worst;
-    int mismatch, far; // greedy ids that differ; of those, where the CPU's logits are no near tie (1% of the largest)
+    double worst, limit; // the worst nmse of a row, and its limit
+    float tie;           // a near tie: the two candidates' CPU logits within this fraction of the largest
+    int mismatch, far;   // greedy ids that differ; of those, where the CPU's logits are no near tie
 } run;
 
 // Records k rows of logits lg at rows *row.. of r (ref NULL), or compares them with ref's.
@@ -59,7 +60,7 @@ static void step(run *r, const run *ref, const float *lg, int64_t k, int64_t *ro
         float big = 0;
         for (int64_t j = 0; j < V; j++) big = fmaxf(big, fabsf(want[j]));
         r->mismatch += a != b;
-        r->far += a != b && want[a] < want[b] - 0.01f * big; // not a near tie
+        r->far += a != b && want[a] < want[b] - r->tie * big; // not a near tie
 
     }
 }
@@ -100,15 +101,17 @@ static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, k
     return ok;
 }
 
-// One model: the CPU reference, then each device configuration n_gpu[i] as case names[i].
-static void check_model(const char *path, int n, const int32_t *n_gpu, const char *const *names) {
+// One model: the CPU reference, then each device configuration n_gpu[i] as case names[i]. prompt: N_PROMPT ids, or
+// NULL for ids spread over the vocabulary. limit, tie: run's.
+static void check_model(const char *path, int n, const int32_t *n_gpu, const char *const *names, const int32_t *prompt,
+                        double limit, float tie) {
     kvt_err err = {0};
     kvt_model *m = NULL;
     bool ok = !kvt_model_load(path, false, &m, &err);
-    run ref = {.n_vocab = ok ? m->hp.n_vocab : 0}, dev = ref;
+    run ref = {.n_vocab = ok ? m->hp.n_vocab : 0, .limit = limit, .tie = tie}, dev = ref;
     ref.rows = dev.rows = N_PROMPT + N_STEPS + 3;
     ref.logits = ok ? malloc((size_t)(ref.rows * ref.n_vocab) * sizeof(float)) : NULL;
-    for (int i = 0; i < N_PROMPT; i++) ref.ids[i] = (int32_t)(1 + (i * 37) % (ok ? m->hp.n_vocab - 1 : 1));
+    for (int i = 0; i < N_PROMPT; i++) ref.ids[i] = prompt ? prompt[i] : (int32_t)(1 + (i * 37) % (ok ? m->hp.n_vocab - 1 : 1));
     ok = ok && ref.logits && run_seq(m, 0, &ref, NULL, &err);
     for (int i = 0; i < n; i++) {
         memcpy(dev.ids, ref.ids, sizeof dev.ids);
@@ -116,9 +119,9 @@ static void check_model(const char *path, int n, const int32_t *n_gpu, const cha
         dev.mismatch = dev.far = 0;
         kvt_err e = {0};
         const bool ran = ok && run_seq(m, n_gpu[i], &dev, &ref, &e);
-        test_result(ran && dev.worst <= NMSE_LOGITS && dev.far == 0, names[i],
-                    "%s%s; worst logits nmse %.3g (limit %.0e), %d of %lld greedy ids differ, %d of them no near tie", err.msg,
-                    e.msg, dev.worst, NMSE_LOGITS, dev.mismatch, (long long)ref.rows, dev.far);
+        test_result(ran && dev.worst <= limit && dev.far == 0, names[i],
+                    "%s%s; worst logits nmse %.3g (limit %.0e), %d of %lld greedy ids differ, %d of them no near tie (%.0f%%)",
+                    err.msg, e.msg, dev.worst, limit, dev.mismatch, (long long)ref.rows, dev.far, 100.0 * tie);
         if (ran) printf("# %s: logits nmse %.3g at worst, %d of %lld greedy ids differ (near ties)\n", names[i], dev.worst,
                         dev.mismatch, (long long)ref.rows);
     }
@@ -127,34 +130,44 @@ static void check_model(const char *path, int n, const int32_t *n_gpu, const cha
 }
 
 void test_cuda_layers(const test_env *env) {
-    static const char *const names[6] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device (-ngl 4)",
+    static const char *const names[7] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device (-ngl 4)",
                                          "cuda layers: the last 2 of 4 layers on the device (-ngl 2, CPU/GPU split)",
                                          "cuda layers: the 4 layers, the output norm and the logits on the device (-ngl 5)",
                                          "cuda layers: the last 2 layers and the output on the device (a plan's split)",
                                          "cuda layers: qwen3 (q/k norms), F16, all on the device",
-                                         "cuda layers: qwen2 (q/k/v biases), Q8_0 made by kvtier mkmodel, all on the device"};
+                                         "cuda layers: qwen2 (q/k/v biases), Q8_0 made by kvtier mkmodel, all on the device",
+                                         "cuda layers: Gemma 3 270M (sliding windows, post-norms, GeGLU), all on the device"};
     kvt_cuda_backend be;
     kvt_err err = {0};
     const kvt_status st = kvt_cuda_backend_open(&be, &err);
     if (st) {
         char why[600];
         snprintf(why, sizeof why, "no usable CUDA backend: %s", err.msg);
-        for (int i = 0; i < 6; i++) test_skip(names[i], why);
+        for (int i = 0; i < 7; i++) test_skip(names[i], why);
         return;
     }
     kvt_cuda_backend_close(&be); // the contexts open their own
     char path[512];
     const int32_t split[4] = {4, 2, 5, -2}, all = 64;
-    if (test_data(env, "quant-q4_k_m.gguf", path, sizeof path)) check_model(path, 4, split, names);
+    if (test_data(env, "quant-q4_k_m.gguf", path, sizeof path)) check_model(path, 4, split, names, NULL, NMSE_LOGITS, 0.01f);
     else for (int i = 0; i < 4; i++) test_skip(names[i], test_data_missing(env, "quant-q4_k_m.gguf"));
-    if (test_data(env, "qwen3-tiny.gguf", path, sizeof path)) check_model(path, 1, &all, names + 4);
+    if (test_data(env, "qwen3-tiny.gguf", path, sizeof path)) check_model(path, 1, &all, names + 4, NULL, NMSE_LOGITS, 0.01f);
     else test_skip(names[4], test_data_missing(env, "qwen3-tiny.gguf"));
     char q2[] = "/tmp/kvt_q2_XXXXXX", cmd[1400];
     const int fd = mkstemp(q2);
     if (fd >= 0) close(fd);
     snprintf(cmd, sizeof cmd, "%s mkmodel --arch qwen2 --dim 128 --layers 2 --heads 4 --kv-heads 2 --vocab 512 --type q8_0 "
              "-o %s >/dev/null 2>&1", env->cli, q2);
-    if (fd >= 0 && test_file_exists(env->cli) && system(cmd) == 0) check_model(q2, 1, &all, names + 5);
+    if (fd >= 0 && test_file_exists(env->cli) && system(cmd) == 0) check_model(q2, 1, &all, names + 5, NULL, NMSE_LOGITS, 0.01f);
     else test_skip(names[5], "kvtier mkmodel could not make the qwen2 model");
     if (fd >= 0) unlink(q2);
+    const char *gemma = getenv("KVT_GEMMA3"); // the real model, when `make model-gemma3` fetched it
+    // a real text's ids ("The history of the tiered cache begins with a small"). Gemma's activations have outliers that
+    // make the CPU's quantized activations differ more from f32 ones: nmse 1e-3 on most rows, 0.011 at worst (0.04
+    // on ids spread over the vocabulary), against 1.3e-3 between llama.cpp's own two attention paths at one position
+    // (tests/data/gemma3-270m.logits*.txt: its logits differ by up to 4.3% of the largest); the local layers roped
+    // with the global base give 0.17, a missing post-norm 7 (both planted and caught): limit 0.05, near ties 5%
+    static const int32_t text[N_PROMPT] = {2, 818, 4083, 529, 506, 141398, 15612, 12502, 607};
+    if (gemma && test_file_exists(gemma)) check_model(gemma, 1, &all, names + 6, text, 0.05, 0.05f);
+    else test_skip(names[6], "Gemma 3 270M not in cache: run `make model-gemma3`");
 }

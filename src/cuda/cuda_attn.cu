@@ -1,7 +1,7 @@
 // cuda_attn.cu - paged attention of query rows over f16 KV blocks (kvt_cuda_attn_args in kvt_cuda.h).
 //
 // Pass 1: one thread block per (chunk of KVT_CUDA_ATTN_CHUNK positions, query head, query row) computes
-// the chunk's online-softmax state from scratch: m = max score, s = sum exp(score - m),
+// the chunk's online-softmax state from scratch (over the chunk's positions inside the row's window): m = max score, s = sum exp(score - m),
 // o[d] = sum exp(score - m) * V[d] (unnormalized), and stores it in the context's workspace.
 // Pass 2: one thread block per (head, query row) folds the chunk states in chunk order
 // (m' = max(m, m_c); o = o e^(m - m') + o_c e^(m_c - m'); s likewise) and writes o / s.
@@ -18,8 +18,8 @@ __global__ void __launch_bounds__(kThreads) attn_chunk_kernel(kvt_cuda_attn_args
     const int c = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
     const int seq = a.row_seq ? a.row_seq[row] : row;
     const int D = a.head_dim, kvh = h / (a.n_head / a.n_kv_head);
-    const int64_t p0 = (int64_t)c * KVT_CUDA_ATTN_CHUNK;
-    const int n = attn_chunk_n(a.seq_len[row], c);
+    int64_t p0;
+    const int n = attn_chunk_span(a.seq_len[row], a.window, c, &p0);
     float *st = states + attn_state_offset(a, row, h, n_chunks, c);
     __shared__ float q[KVT_CUDA_ATTN_MAX_HEAD_DIM];
     __shared__ float sc[KVT_CUDA_ATTN_CHUNK];

@@ -16,10 +16,13 @@ __host__ __device__ __forceinline__ const __half *attn_kv_row(const void *const 
     return blk + ((p % a.block_len) * a.n_kv_head + kvh) * (int64_t)a.head_dim;
 }
 
-// Positions of chunk c of a row that attends len positions (0 past its end).
-__host__ __device__ __forceinline__ int attn_chunk_n(int64_t len, int c) {
-    const int64_t left = len - (int64_t)c * KVT_CUDA_ATTN_CHUNK;
-    return (int)(left <= 0 ? 0 : left < KVT_CUDA_ATTN_CHUNK ? left : KVT_CUDA_ATTN_CHUNK);
+// The positions chunk c of a row attends: [*p0, *p0 + return value) of [c * CHUNK, (c + 1) * CHUNK), cut to the row's
+// positions [lo, len) (lo = len - window with a window, else 0); 0 positions outside them.
+__host__ __device__ __forceinline__ int attn_chunk_span(int64_t len, int window, int c, int64_t *p0) {
+    const int64_t lo = window > 0 && len > window ? len - window : 0, c0 = (int64_t)c * KVT_CUDA_ATTN_CHUNK;
+    const int64_t start = c0 > lo ? c0 : lo, end = c0 + KVT_CUDA_ATTN_CHUNK < len ? c0 + KVT_CUDA_ATTN_CHUNK : len;
+    *p0 = start;
+    return (int)(end > start ? end - start : 0);
 }
 
 // Offset (floats) of the state (m, s, o[head_dim]) of chunk c of (row, head h) in the workspace.

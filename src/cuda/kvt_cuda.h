@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define KVT_CUDA_ABI_VERSION 1
+#define KVT_CUDA_ABI_VERSION 2 // 2: kvt_cuda_attn_args.window
 #define KVT_CUDA_API_SYMBOL "kvt_cuda_get_api"
 // File name of the library (build/ beside the kvtier binaries)
 #define KVT_CUDA_LIB_FILE "libkvtier-cuda.so"
@@ -87,7 +87,8 @@ typedef struct {
 // [0, seq_len[i]) of it (causal prefill: seq_len[i] = its position + 1). Position p is row
 // p % block_len of block p / block_len, whose K is k_blocks[s * max_blocks + p / block_len] (a device
 // pointer), V in v_blocks alike; the last block may be partial (rows past seq_len are never read).
-// Query head h reads KV head h / (n_head / n_kv_head) (GQA). The positions are cut into chunks of
+// Query head h reads KV head h / (n_head / n_kv_head) (GQA). window > 0 (a sliding-window layer): row i attends
+// only its last `window` positions, [max(0, seq_len[i] - window), seq_len[i]). The positions are cut into chunks of
 // KVT_CUDA_ATTN_CHUNK, each attended by one thread block from a fresh online-softmax state (m, s, o);
 // the chunk states of a (row, head) are then merged in chunk order, so the result does not depend on
 // scheduling, nor on the other rows of the call.
@@ -105,6 +106,7 @@ typedef struct {
     const int32_t *row_seq;     // device [n_q]: the block-table row of each query row, or NULL (row i)
     const int32_t *seq_len;     // device [n_q]: positions attended, each in [1, max_seq_len]
     float *out;                 // device [n_q, n_head, head_dim] f32
+    int32_t window;             // > 0: positions attended per row (sliding window); 0: all of seq_len
 } kvt_cuda_attn_args;
 
 // RoPE over [n_tok, n_head, head_dim] f32 in place; rotates the first n_rot dims of each head.

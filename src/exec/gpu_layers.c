@@ -12,6 +12,7 @@ typedef struct {
     float *attn_norm, *ffn_norm;            // device [n_embd]
     float *q_norm, *k_norm;                 // device [head_dim] (qwen3) or NULL
     float *bq, *bk, *bv;                    // device biases (qwen2) or NULL
+    float *post_attn_norm, *post_ffn_norm;  // device [n_embd] (gemma3) or NULL
 } dev_layer;
 
 typedef struct {
@@ -80,13 +81,7 @@ static kvt_status check_model(const kvt_model *m, int32_t il0, kvt_err *err) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "device layers: head_dim %d / %d (the device's attention needs equal K "
                           "and V widths, even, at most %d)", hp->head_dim, hp->head_dim_v, KVT_CUDA_ATTN_MAX_HEAD_DIM);
     }
-    for (int32_t il = il0; il < hp->n_layer; il++) {
-        const kvt_layer *L = &m->layers[il];
-        if (L->window > 0 || L->rope_local || L->post_attn_norm || L->post_ffn_norm) {
-            return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "device layers: layer %d has %s, which the device path does not run "
-                              "yet", il, L->window > 0 || L->rope_local ? "a sliding window" : "post-norms");
-        }
-    }
+    (void)il0;
     return KVT_OK;
 }
 
@@ -135,6 +130,8 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
         if (!st && L->bq) st = upload(g, L->bq, (size_t)L->wq.rows * sizeof(float), (void **)&D->bq, err);
         if (!st && L->bk) st = upload(g, L->bk, (size_t)L->wk.rows * sizeof(float), (void **)&D->bk, err);
         if (!st && L->bv) st = upload(g, L->bv, (size_t)L->wv.rows * sizeof(float), (void **)&D->bv, err);
+        if (!st && L->post_attn_norm) st = upload(g, L->post_attn_norm, (size_t)E * sizeof(float), (void **)&D->post_attn_norm, err);
+        if (!st && L->post_ffn_norm) st = upload(g, L->post_ffn_norm, (size_t)E * sizeof(float), (void **)&D->post_ffn_norm, err);
     }
     if (!st && m->rope_freqs) st = upload(g, m->rope_freqs, (size_t)(hp->n_rot / 2) * sizeof(float), (void **)&g->ff, err);
     if (!st && p->output) {
@@ -177,9 +174,9 @@ void kvt_gpu_layers_free(kvt_gpu_layers *g) {
         A->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE);
         for (int32_t i = 0; g->L && i < g->nl; i++) {
             dev_layer *D = &g->L[i];
-            void *ps[14] = {D->wq, D->wk, D->wv, D->wo, D->wg, D->wu, D->wd, D->attn_norm, D->ffn_norm, D->q_norm, D->k_norm,
-                            D->bq, D->bk, D->bv};
-            for (int j = 0; j < 14; j++) A->dev_free(g->ctx, ps[j]);
+            void *ps[16] = {D->wq, D->wk, D->wv, D->wo, D->wg, D->wu, D->wd, D->attn_norm, D->ffn_norm, D->q_norm, D->k_norm,
+                            D->bq, D->bk, D->bv, D->post_attn_norm, D->post_ffn_norm};
+            for (int j = 0; j < 16; j++) A->dev_free(g->ctx, ps[j]);
         }
         for (int32_t s = 0; g->seq && s < g->seq_cap; s++) kvt_gpu_layers_seq_truncate(g, s, 0);
         for (int64_t i = 0; i < g->n_free; i++) A->dev_free(g->ctx, g->free_blk[i]);
@@ -309,8 +306,10 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
     }
     if (D->q_norm) CU(A->rmsnorm(g->ctx, g->q, D->q_norm, g->q, n * hp->n_head, hd, hp->rms_eps), "q norm");
     if (D->k_norm) CU(A->rmsnorm(g->ctx, g->k, D->k_norm, g->k, n * hp->n_head_kv, hd, hp->rms_eps), "k norm");
+    // a local (sliding-window) layer ropes with its own base and scale (gemma3), as forward.c's second table
     kvt_cuda_rope_args ra = {(int32_t)n, hp->n_head, (int32_t)hd, hp->n_rot, hp->rope_type == KVT_ROPE_NEOX,
-                             hp->rope_freq_base, hp->rope_freq_scale, g->ff, g->dpos};
+                             L->rope_local ? hp->rope_freq_base_swa : hp->rope_freq_base,
+                             L->rope_local ? hp->rope_freq_scale_swa : hp->rope_freq_scale, g->ff, g->dpos};
     CU(A->rope(g->ctx, g->q, &ra), "rope");
     ra.n_head = hp->n_head_kv;
     CU(A->rope(g->ctx, g->k, &ra), "rope");
@@ -324,9 +323,10 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
     }
     const kvt_cuda_attn_args aa = {(int32_t)n, hp->n_head, hp->n_head_kv, (int32_t)hd, (int32_t)g->p.block_len, (int32_t)g->mb,
                                    max_len, hp->attn_scale, g->q, (const void *const *)g->tk[i],
-                                   (const void *const *)g->tv[i], g->drow, g->dlen, g->att};
+                                   (const void *const *)g->tv[i], g->drow, g->dlen, g->att, L->window};
     CU(A->attn_paged(g->ctx, &aa), "attention");
     CU(mm(g, &L->wo, D->wo, g->att, n, g->tmp), "attn_output");
+    if (D->post_attn_norm) CU(A->rmsnorm(g->ctx, g->tmp, D->post_attn_norm, g->tmp, n, E, hp->rms_eps), "post-attention norm");
     CU(A->add(g->ctx, g->x, g->tmp, n * E), "residual");
     CU(A->rmsnorm(g->ctx, g->x, D->ffn_norm, g->xn, n, E, hp->rms_eps), "rmsnorm");
     CU(mm(g, &L->w_gate, D->wg, g->xn, n, g->gate), "ffn_gate");
@@ -334,6 +334,7 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
     if (hp->ffn_act == KVT_FFN_GEGLU) CU(A->geglu(g->ctx, g->gate, g->up, n * hp->n_ff), "geglu");
     else CU(A->swiglu(g->ctx, g->gate, g->up, n * hp->n_ff), "swiglu");
     CU(mm(g, &L->w_down, D->wd, g->gate, n, g->tmp), "ffn_down");
+    if (D->post_ffn_norm) CU(A->rmsnorm(g->ctx, g->tmp, D->post_ffn_norm, g->tmp, n, E, hp->rms_eps), "post-FFN norm");
     CU(A->add(g->ctx, g->x, g->tmp, n * E), "residual");
     return KVT_OK;
 }

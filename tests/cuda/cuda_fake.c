@@ -189,7 +189,8 @@ static int attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
             const float *q = a->q + ((int64_t)row * a->n_head + h) * D;
             float m = -INFINITY, sum = 0;
             memset(o, 0, sizeof o);
-            for (int64_t p0 = 0; p0 < len; p0 += KVT_CUDA_ATTN_CHUNK) {
+            const int64_t lo = a->window > 0 && len > a->window ? len - a->window : 0; // a sliding window's first position
+            for (int64_t p0 = lo; p0 < len; p0 += KVT_CUDA_ATTN_CHUNK) {
                 const int n = (int)(len - p0 < KVT_CUDA_ATTN_CHUNK ? len - p0 : KVT_CUDA_ATTN_CHUNK);
                 float mc = -INFINITY, sc_sum = 0;
                 for (int i = 0; i < n; i++) {

@@ -264,9 +264,9 @@ void check_gemm_layout() {
 // kvt_attention over a contiguous f16 cache of len positions (k, v: [len, n_kv * dim]) for n query
 // tokens at positions pos0 ..; q, out: [n, n_head * dim].
 kvt_status attn_ref(int n_head, int n_kv, int dim, int block_len, int64_t len, const float *k, const float *v, const float *q,
-                    int64_t pos0, int64_t n, float *out, kvt_err *err) {
+                    int64_t pos0, int64_t n, int window, float *out, kvt_err *err) {
     const kvt_kv_params kp = {KVT_TYPE_F16, 1, n_kv, dim, dim, len, block_len, 0};
-    const kvt_attn_params ap = {n_head, 1.0f / sqrtf((float)dim), 0, 0};
+    const kvt_attn_params ap = {n_head, 1.0f / sqrtf((float)dim), 0, window};
     kvt_kv *kv = nullptr;
     kvt_threadpool *pool = nullptr;
     kvt_status st = kvt_kv_contig_init(&kp, &kv, err);
@@ -286,13 +286,14 @@ kvt_status attn_ref(int n_head, int n_kv, int dim, int block_len, int64_t len, c
 
 // The attention kernels' pieces run serially: three sequences (1, 100 and 600 positions) in shuffled
 // blocks of one pool with NaN in unused rows; query rows: one decode row per sequence and the last 9
-// tokens of the third as causal prefill rows (row_seq); head_dim 64 / block 16 and 128 / block 48.
+// tokens of the third as causal prefill rows (row_seq); head_dim 64 / block 16 and 128 / block 48; every row
+// attending all its positions, then a sliding window of 37 positions (gemma3's local layers).
 void check_attention() {
     enum { NH = 8, NKV = 2, NSEQ = 3, T = 9 };
     static const int lens[NSEQ] = {1, 100, 600};
-    static const int cfg[2][2] = {{64, 16}, {128, 48}};
+    static const int cfg[4][3] = {{64, 16, 0}, {128, 48, 0}, {64, 16, 37}, {128, 48, 37}};
     for (const auto &cf : cfg) {
-        const int D = cf[0], BL = cf[1];
+        const int D = cf[0], BL = cf[1], W = cf[2];
         const size_t blk = (size_t)BL * NKV * D;
         int n_blocks = 0, max_blocks = 0;
         for (int len : lens) n_blocks += (len + BL - 1) / BL, max_blocks = std::max(max_blocks, (len + BL - 1) / BL);
@@ -322,7 +323,7 @@ void check_attention() {
         }
         std::vector<float> q = random_floats((int64_t)n_q * NH * D, 300), out((size_t)n_q * NH * D), ref(out.size());
         const kvt_cuda_attn_args a = {n_q, NH, NKV, D, BL, max_blocks, lens[2], 1.0f / sqrtf((float)D), q.data(), ktab.data(),
-                                      vtab.data(), row_seq.data(), seq_len.data(), out.data()};
+                                      vtab.data(), row_seq.data(), seq_len.data(), out.data(), W};
         const int n_chunks = (a.max_seq_len + KVT_CUDA_ATTN_CHUNK - 1) / KVT_CUDA_ATTN_CHUNK;
         std::vector<float> states((size_t)n_q * NH * n_chunks * (D + 2));
         float sc[KVT_CUDA_ATTN_CHUNK];
@@ -330,8 +331,8 @@ void check_attention() {
             for (int h = 0; h < NH; h++) {
                 const int seq = a.row_seq[row], kvh = h / (NH / NKV);
                 for (int c = 0; c < n_chunks; c++) { // attn_chunk_kernel, its threads in turn
-                    const int n = attn_chunk_n(a.seq_len[row], c);
-                    const int64_t p0 = (int64_t)c * KVT_CUDA_ATTN_CHUNK;
+                    int64_t p0;
+                    const int n = attn_chunk_span(a.seq_len[row], a.window, c, &p0);
                     float *st = &states[(size_t)attn_state_offset(a, row, h, n_chunks, c)];
                     const float *qh = a.q + ((int64_t)row * NH + h) * D;
                     for (int i = 0; i < n; i++) {
@@ -352,13 +353,14 @@ void check_attention() {
         bool ok = true;
         for (int s = 0; s < NSEQ && ok; s++)
             ok = !attn_ref(NH, NKV, D, BL, lens[s], K[(size_t)s].data(), V[(size_t)s].data(), &q[(size_t)(s * NH * D)], lens[s] - 1, 1,
-                           &ref[(size_t)(s * NH * D)], &err);
-        ok = ok && !attn_ref(NH, NKV, D, BL, lens[2], K[2].data(), V[2].data(), &q[(size_t)(NSEQ * NH * D)], lens[2] - T, T,
+                           W, &ref[(size_t)(s * NH * D)], &err);
+        ok = ok && !attn_ref(NH, NKV, D, BL, lens[2], K[2].data(), V[2].data(), &q[(size_t)(NSEQ * NH * D)], lens[2] - T, T, W,
                              &ref[(size_t)(NSEQ * NH * D)], &err);
         double num = 0, den = 0;
         for (size_t i = 0; i < out.size(); i++) num += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]), den += (double)ref[i] * ref[i];
         char what[128], msg[KVT_ERR_MSG_MAX + 64];
-        snprintf(what, sizeof what, "attention pieces, head_dim %d, block %d: 3 decode rows + 9 prefill rows against kvt_attention", D, BL);
+        snprintf(what, sizeof what, "attention pieces, head_dim %d, block %d, window %d: 3 decode rows + 9 prefill rows against kvt_attention",
+                 D, BL, W);
         snprintf(msg, sizeof msg, "%s%snmse %.3g", ok ? "" : err.msg, ok ? "" : "; ", num / den);
         report(ok && num / den <= 1e-6, what, msg);
     }
