@@ -48,11 +48,13 @@ awk '
 echo
 tail -1 "$OUT/cuda.txt"
 # on a GPU machine a skipped case means the check did not run (no library, no device): a failure
-if grep -q "^skip " "$OUT/cuda.txt" || ! grep -q "^ok " "$OUT/cuda.txt"; then
+if grep -q "^skip " "$OUT/cuda.txt" || ! grep -q "^ok " "$OUT/cuda.txt" || grep -q "^FAIL " "$OUT/cuda_layers.txt"; then
   echo "gpu_check: cases were skipped or none passed: the GPU checks did not run"; rc=1
 fi
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
   KVT_CUDA_NO_BENCH=1 timeout 240 compute-sanitizer --tool memcheck --leak-check no build/kvtier-tests cuda >"$OUT/memcheck.txt" 2>&1
   echo "compute-sanitizer memcheck (exit $?): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)"
+  timeout 240 compute-sanitizer --tool memcheck --leak-check no build/kvtier-tests cuda_layers >"$OUT/memcheck_layers.txt" 2>&1
+  echo "compute-sanitizer memcheck of cuda_layers (exit $?): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_layers.txt" | tail -1)"
 fi
 exit $rc
