@@ -108,11 +108,12 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
         return kvt_errorf(err, KVT_ERR_IO, "CUDA context on device %d: %s", p->device, msg);
     }
     *out = g; // freed by kvt_gpu_layers_free on any failure below
-    g->L = calloc((size_t)g->nl, sizeof *g->L);
-    g->tk = calloc((size_t)g->nl, sizeof *g->tk);
-    g->tv = calloc((size_t)g->nl, sizeof *g->tv);
-    g->hk = calloc((size_t)g->nl, sizeof *g->hk);
-    g->hv = calloc((size_t)g->nl, sizeof *g->hv);
+    const size_t nl = g->nl > 0 ? (size_t)g->nl : 1; // none: the output alone (still a valid allocation)
+    g->L = calloc(nl, sizeof *g->L);
+    g->tk = calloc(nl, sizeof *g->tk);
+    g->tv = calloc(nl, sizeof *g->tv);
+    g->hk = calloc(nl, sizeof *g->hk);
+    g->hv = calloc(nl, sizeof *g->hv);
     if (!g->L || !g->tk || !g->tv || !g->hk || !g->hv) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     const int64_t E = hp->n_embd, hd = hp->head_dim;
     for (int32_t i = 0; !st && i < g->nl; i++) {
