@@ -505,11 +505,16 @@ static void test_attn_merge_f16(void) {
             const kvt_isa isa = kvt_kernels_set_isa(KVT_ISA_SCALAR);
             kvt_attn_merge_f16(1, s, 0, cut, v, hdv * 2, &m[1], &l[1], o_sc, 0, hdv);
             kvt_attn_merge_f16(1, s + cut, 0, n - cut, v + cut * hdv, hdv * 2, &m[1], &l[1], o_sc, 0, hdv);
+            bad += memcmp(o_ref, o_sc, (size_t)hdv * 4) != 0 || m[0] != m[1] || l[0] != l[1];
+            for (int si = isa < KVT_ISA_AVX2 ? (int)isa : KVT_ISA_AVX2; si <= (int)isa; si++) { // each SIMD level here, this last
+                kvt_kernels_set_isa((kvt_isa)si);
+                m[2] = -INFINITY, l[2] = 0;
+                memset(o_simd, 0, sizeof o_simd);
+                kvt_attn_merge_f16(1, s, 0, cut, v, hdv * 2, &m[2], &l[2], o_simd, 0, hdv);
+                kvt_attn_merge_f16(1, s + cut, 0, n - cut, v + cut * hdv, hdv * 2, &m[2], &l[2], o_simd, 0, hdv);
+                bad += memcmp(si == (int)isa ? o_r16 : o_ref, o_simd, (size_t)hdv * 4) != 0 || m[0] != m[2] || l[0] != l[2];
+            }
             kvt_kernels_set_isa(isa);
-            kvt_attn_merge_f16(1, s, 0, cut, v, hdv * 2, &m[2], &l[2], o_simd, 0, hdv);
-            kvt_attn_merge_f16(1, s + cut, 0, n - cut, v + cut * hdv, hdv * 2, &m[2], &l[2], o_simd, 0, hdv);
-            bad += memcmp(o_ref, o_sc, (size_t)hdv * 4) != 0 || memcmp(o_r16, o_simd, (size_t)hdv * 4) != 0;
-            bad += m[0] != m[1] || m[0] != m[2] || l[0] != l[1] || l[0] != l[2];
             double mx = -INFINITY, sum = 0;
             for (int64_t i = 0; i < n; i++) mx = fmax(mx, s[i]);
             for (int64_t k = 0; k < hdv; k++) {
@@ -524,25 +529,29 @@ static void test_attn_merge_f16(void) {
             }
             far += fabs(l[2] - sum) > 1e-4 * sum;
         }
-    // several heads over the same V rows in one call: each as if alone
-    for (int nh = 2; nh <= 6; nh += 4)
-        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
-            const int64_t hdv = 64, n = lens[li];
+    // several heads over the same V rows in one call (AVX2: 3 at a time, then 2 or 1): each as if alone
+    const kvt_isa isa = kvt_kernels_isa();
+    for (int nh = 1; nh <= 6; nh++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li += 2) {
+            const int64_t hdv = nh % 2 ? 136 : 64, n = lens[li];
             static float sh[6][NMAX], oh[6][DMAX], o1[DMAX];
             float mh[6], lh[6];
             for (int64_t i = 0; i < n * hdv; i++) v[i] = kvt_f32_to_f16(rnd_normal());
-            for (int h = 0; h < nh; h++) {
+            for (int h = 0; h < nh; h++)
                 for (int64_t i = 0; i < n; i++) sh[h][i] = 2.0f * rnd_normal();
-                mh[h] = -INFINITY, lh[h] = 0;
-                memset(oh[h], 0, sizeof oh[h]);
+            for (int si = isa < KVT_ISA_AVX2 ? (int)isa : KVT_ISA_AVX2; si <= (int)isa; si++) {
+                kvt_kernels_set_isa((kvt_isa)si);
+                const int64_t np = si == KVT_ISA_AVX512 && __builtin_cpu_supports("avx512fp16") ? hdv & ~(int64_t)127 : 0;
+                for (int h = 0; h < nh; h++) mh[h] = -INFINITY, lh[h] = 0, memset(oh[h], 0, sizeof oh[h]);
+                kvt_attn_merge_f16(nh, sh[0], NMAX, n, v, hdv * 2, mh, lh, oh[0], DMAX, hdv);
+                for (int h = 0; h < nh; h++) {
+                    float m1 = -INFINITY, l1 = 0;
+                    memset(o1, 0, sizeof o1);
+                    attn_merge_ref(sh[h], n, v, hdv, &m1, &l1, o1, np);
+                    bad += memcmp(o1, oh[h], (size_t)hdv * 4) != 0 || m1 != mh[h] || l1 != lh[h];
+                }
             }
-            kvt_attn_merge_f16(nh, sh[0], NMAX, n, v, hdv * 2, mh, lh, oh[0], DMAX, hdv);
-            for (int h = 0; h < nh; h++) {
-                float m1 = -INFINITY, l1 = 0;
-                memset(o1, 0, sizeof o1);
-                attn_merge_ref(sh[h], n, v, hdv, &m1, &l1, o1, 0);
-                bad += memcmp(o1, oh[h], (size_t)hdv * 4) != 0 || m1 != mh[h] || l1 != lh[h];
-            }
+            kvt_kernels_set_isa(isa);
         }
     CHECK("attn_merge_f16", bad == 0 && far == 0 && worst < 2e-2,
           "%d states differ from llama.cpp's steps, %d sums off, max |out - dense softmax| %.3g", bad, far, worst);

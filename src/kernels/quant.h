@@ -13,6 +13,7 @@
 #ifndef KVT_QUANT_H
 #define KVT_QUANT_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -160,9 +161,26 @@ void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, con
 // for kvt_attn_merge_f16 (vec.h): positions are taken KVT_MERGE_ROWS at a time; kvt_attn_merge_factors gives
 // their ms and w factors and updates *m, *l
 #define KVT_MERGE_ROWS 64
-void kvt_attn_merge_factors(const float *s, int64_t n, float *m, float *l, float *ms, float *w);
-void kvt_attn_merge_f16_avx2(const float *s, int64_t n, const void *v, int64_t stride, float *m, float *l, float *o,
-                             int64_t hdv);
+// Inline so that each kernel file compiles fmaf as its ISA allows (one fused operation either way: the same bits;
+// a libm call from the baseline build).
+static inline void kvt_attn_merge_factors(const float *s, int64_t n, float *m, float *l, float *ms, float *w) {
+    float M = *m, L = *l;
+    for (int64_t r = 0; r < n; r++) {
+        if (s[r] > M) {
+            ms[r] = expf(M - s[r]);
+            w[r] = 1.0f;
+            M = s[r];
+        } else {
+            ms[r] = 1.0f;
+            w[r] = expf(s[r] - M);
+        }
+        L = fmaf(L, ms[r], w[r]);
+    }
+    *m = M;
+    *l = L;
+}
+void kvt_attn_merge_f16_avx2(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
+                             float *m, float *l, float *o, int64_t o_stride, int64_t hdv);
 void kvt_attn_merge_f16_avx512(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
                                float *m, float *l, float *o, int64_t o_stride, int64_t hdv);
 

@@ -550,6 +550,85 @@ void SWIGLU_FN(float *g, const float *u, int64_t n) {
     if (i < n) sw_store(g + i, swiglu_v(sw_load(g + i, n - i), sw_load(u + i, n - i)), n - i);
 }
 
+// ---------------------------------------------------------- attention merge factors
+// kvt_attn_merge_factors with the exponentials four at a time. expf_libm4 is glibc's expf (sysdeps/ieee754/flt-32/
+// e_expf.c, the __expf_fma variant this x86-64 libm runs: 2^(k/32) from a table times a cubic in double, with
+// the fused operations its disassembly shows) for |x| < 88; other lanes go to libm. The attention merge must
+// give llama.cpp's bits, which take libm's expf, so libm_expf_matches() compares the two on 2^16 arguments once
+// and the scalar loop is used where they differ (another libm). Checked here against every float in
+// [-88, 88] (glibc 2.36, all equal).
+static const uint64_t EXP2_32[32] = { // bits of 2^(i/32) rounded to double, minus i << 47
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+INLINE __m256d pd_bits(uint64_t b) { return _mm256_castsi256_pd(_mm256_set1_epi64x((long long)b)); }
+static void expf_libm4(const float *x, float *y) {
+    const __m128 xv = _mm_loadu_ps(x);
+    const __m256d xd = _mm256_cvtps_pd(xv);
+    const __m256d inv_ln2n = pd_bits(0x40471547652b82fe), shift = pd_bits(0x4338000000000000); // 32/ln2, 1.5*2^52
+    const __m256d kd0 = _mm256_fmadd_pd(inv_ln2n, xd, shift);
+    const __m256i ki = _mm256_castpd_si256(kd0);
+    const __m256d kd = _mm256_sub_pd(kd0, shift);
+    const __m256d r = _mm256_fmsub_pd(inv_ln2n, xd, kd);
+    const __m256i t = _mm256_add_epi64(_mm256_i64gather_epi64((const long long *)EXP2_32, _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8),
+                                       _mm256_slli_epi64(ki, 47));
+    const __m256d z = _mm256_fmadd_pd(pd_bits(0x3ebc6af84b912394), r, pd_bits(0x3f2ebfce50fac4f3));
+    const __m256d r2 = _mm256_mul_pd(r, r);
+    __m256d v = _mm256_fmadd_pd(pd_bits(0x3f962e42ff0c52d6), r, _mm256_set1_pd(1.0));
+    v = _mm256_mul_pd(_mm256_fmadd_pd(z, r2, v), _mm256_castsi256_pd(t));
+    _mm_storeu_ps(y, _mm256_cvtpd_ps(v));
+    // |x| >= 88, inf, nan: libm's own special cases
+    const int far = _mm_movemask_ps(_mm_cmpge_ps(_mm_andnot_ps(_mm_set1_ps(-0.0f), xv), _mm_set1_ps(88.0f))) |
+                    _mm_movemask_ps(_mm_cmpunord_ps(xv, xv));
+    for (int k = 0; k < 4; k++)
+        if (far >> k & 1) y[k] = expf(x[k]);
+}
+
+static int libm_expf_matches(void) {
+    static _Atomic int ok = -1;
+    int v = atomic_load_explicit(&ok, memory_order_relaxed);
+    if (v < 0) {
+        v = 1;
+        float x[4], y[4];
+        for (uint32_t i = 0; i < 65536 && v; i += 4) {
+            for (int k = 0; k < 4; k++) x[k] = -100.0f + 200.0f * (float)(i + (uint32_t)k) / 65536.0f;
+            expf_libm4(x, y);
+            for (int k = 0; k < 4; k++) v &= y[k] == expf(x[k]);
+        }
+        atomic_store_explicit(&ok, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+// The same ms, w, *m and *l as kvt_attn_merge_factors (n <= KVT_MERGE_ROWS): the running max first, then the
+// exponentials of the same arguments, then the sum's FMA chain in position order.
+static void merge_factors(const float *s, int64_t n, float *m, float *l, float *ms, float *w) {
+    if (!libm_expf_matches()) {
+        kvt_attn_merge_factors(s, n, m, l, ms, w);
+        return;
+    }
+    float M = *m, L = *l, a[KVT_MERGE_ROWS + 3], e[KVT_MERGE_ROWS + 3];
+    unsigned char up[KVT_MERGE_ROWS];
+    for (int64_t r = 0; r < n; r++) {
+        up[r] = s[r] > M;
+        a[r] = up[r] ? M - s[r] : s[r] - M;
+        M = up[r] ? s[r] : M;
+    }
+    for (int64_t r = n; r < ((n + 3) & ~(int64_t)3); r++) a[r] = 0.0f;
+    for (int64_t r = 0; r < n; r += 4) expf_libm4(a + r, e + r);
+    for (int64_t r = 0; r < n; r++) {
+        ms[r] = up[r] ? e[r] : 1.0f;
+        w[r] = up[r] ? 1.0f : e[r];
+        L = fmaf(L, ms[r], w[r]);
+    }
+    *m = M;
+    *l = L;
+}
+
 #ifdef KVT_SIMD_AVX512
 // kvt_attn_merge_f16 with 16-lane vectors (per element the same operations as the AVX2 and scalar code).
 INLINE __m512 round_f16_zmm(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
@@ -628,7 +707,7 @@ void kvt_attn_merge_f16_avx512(int nh, const float *s, int64_t s_stride, int64_t
         for (int64_t r0 = 0; r0 < n; r0 += KVT_MERGE_ROWS) {
             const int64_t nr = n - r0 < KVT_MERGE_ROWS ? n - r0 : KVT_MERGE_ROWS;
             float ms[MERGE_HEADS][KVT_MERGE_ROWS], w[MERGE_HEADS][KVT_MERGE_ROWS];
-            for (int h = 0; h < H; h++) kvt_attn_merge_factors(s + (h0 + h) * s_stride + r0, nr, m + h0 + h, l + h0 + h, ms[h], w[h]);
+            for (int h = 0; h < H; h++) merge_factors(s + (h0 + h) * s_stride + r0, nr, m + h0 + h, l + h0 + h, ms[h], w[h]);
             const char *v0 = (const char *)v + r0 * stride;
             const int64_t np = cpu_fp16() ? FP16_COLS(hdv) : 0;
             if (np) merge_fp16_cols(H, nr, ms, w, v0, stride, o + h0 * o_stride, o_stride, np);
@@ -725,44 +804,77 @@ void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, con
 
 INLINE __m256 round_f16_ps(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
-// kvt_attn_merge_f16: the factors of up to KVT_MERGE_ROWS positions first, then o 64 columns at a time in
-// registers, each position's scale (when it raised the max) and FMA rounded to f16 as the scalar code does.
-void kvt_attn_merge_f16_avx2(const float *s, int64_t n, const void *v, int64_t stride, float *m, float *l, float *o,
-                             int64_t hdv) {
-    for (int64_t r0 = 0; r0 < n; r0 += KVT_MERGE_ROWS) {
-        const int64_t nr = n - r0 < KVT_MERGE_ROWS ? n - r0 : KVT_MERGE_ROWS;
-        float ms[KVT_MERGE_ROWS], w[KVT_MERGE_ROWS];
-        kvt_attn_merge_factors(s + r0, nr, m, l, ms, w);
-        const char *v0 = (const char *)v + r0 * stride;
-        int64_t i = 0;
-        for (; i + 64 <= hdv; i += 64) {
-            __m256 acc[8];
-            UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm256_loadu_ps(o + i + 8 * k);
-            for (int64_t r = 0; r < nr; r++) {
-                const uint16_t *h = (const uint16_t *)(v0 + r * stride) + i;
-                if (ms[r] != 1.0f) {
-                    const __m256 sv = _mm256_set1_ps(ms[r]);
-                    UNROLL for (int k = 0; k < 8; k++) acc[k] = round_f16_ps(_mm256_mul_ps(acc[k], sv));
-                }
-                const __m256 wv = _mm256_set1_ps(w[r]);
-                UNROLL for (int k = 0; k < 8; k++)
-                    acc[k] = round_f16_ps(_mm256_fmadd_ps(_mm256_cvtph_ps(loadu128(h + 8 * k)), wv, acc[k]));
+// kvt_attn_merge_f16 for H <= 3 query heads that read the same V rows, 8 * K columns at a time: each head's o
+// in H x K registers, each V row converted once for all H heads, and the factors read as pre-broadcast vectors
+// (wb[h][r], sb[h][r]) so that 3 heads x 4 vectors of o stay in registers. Per element and
+// position the scalar code's operations (the scale when the position raised the max, then the FMA, each rounded
+// to f16): the heads and columns only give the rounding chains, which are latency-bound alone, company.
+INLINE void merge_blk(const int H, const int K, int64_t nr, const float (*ms)[KVT_MERGE_ROWS],
+                      const __m256 (*sb)[KVT_MERGE_ROWS], const __m256 (*wb)[KVT_MERGE_ROWS],
+                      const char *v0, int64_t stride, float *o, int64_t o_stride) {
+    __m256 acc[3][8];
+    UNROLL for (int h = 0; h < H; h++) UNROLL for (int k = 0; k < K; k++) acc[h][k] = _mm256_loadu_ps(o + h * o_stride + 8 * k);
+    for (int64_t r = 0; r < nr; r++) {
+        const uint16_t *hp = (const uint16_t *)(v0 + r * stride);
+        UNROLL for (int h = 0; h < H; h++) {
+            if (ms[h][r] != 1.0f) {
+                UNROLL for (int k = 0; k < K; k++) acc[h][k] = round_f16_ps(_mm256_mul_ps(acc[h][k], sb[h][r]));
             }
-            UNROLL for (int k = 0; k < 8; k++) _mm256_storeu_ps(o + i + 8 * k, acc[k]);
         }
-        for (; i < hdv; i += 8) { // 8 columns at a time, the last group partial
-            const int64_t c = hdv - i < 8 ? hdv - i : 8;
-            float t[8] = {0}, hb[8];
-            memcpy(t, o + i, (size_t)c * sizeof(float));
-            __m256 acc = _mm256_loadu_ps(t);
-            for (int64_t r = 0; r < nr; r++) {
-                const uint16_t *h = (const uint16_t *)(v0 + r * stride) + i;
-                for (int64_t k = 0; k < 8; k++) hb[k] = k < c ? kvt_f16_to_f32(h[k]) : 0.0f;
-                if (ms[r] != 1.0f) acc = round_f16_ps(_mm256_mul_ps(acc, _mm256_set1_ps(ms[r])));
-                acc = round_f16_ps(_mm256_fmadd_ps(_mm256_loadu_ps(hb), _mm256_set1_ps(w[r]), acc));
+        UNROLL for (int k = 0; k < K; k++) { // one converted V vector live at a time: no accumulator spills
+            const __m256 x = _mm256_cvtph_ps(loadu128(hp + 8 * k));
+            UNROLL for (int h = 0; h < H; h++) acc[h][k] = round_f16_ps(_mm256_fmadd_ps(x, wb[h][r], acc[h][k]));
+        }
+    }
+    UNROLL for (int h = 0; h < H; h++) UNROLL for (int k = 0; k < K; k++) _mm256_storeu_ps(o + h * o_stride + 8 * k, acc[h][k]);
+}
+
+// columns [i, hdv) of one head (fewer than 8 * K): 8 at a time, the last group partial
+static void merge_tail(int64_t nr, const float *ms, const float *w, const char *v0, int64_t stride, float *o, int64_t i,
+                       int64_t hdv) {
+    for (; i < hdv; i += 8) {
+        const int64_t c = hdv - i < 8 ? hdv - i : 8;
+        float t[8] = {0}, hb[8];
+        memcpy(t, o + i, (size_t)c * sizeof(float));
+        __m256 acc = _mm256_loadu_ps(t);
+        for (int64_t r = 0; r < nr; r++) {
+            const uint16_t *h = (const uint16_t *)(v0 + r * stride) + i;
+            for (int64_t k = 0; k < 8; k++) hb[k] = k < c ? kvt_f16_to_f32(h[k]) : 0.0f;
+            if (ms[r] != 1.0f) acc = round_f16_ps(_mm256_mul_ps(acc, _mm256_set1_ps(ms[r])));
+            acc = round_f16_ps(_mm256_fmadd_ps(_mm256_loadu_ps(hb), _mm256_set1_ps(w[r]), acc));
+        }
+        _mm256_storeu_ps(t, acc);
+        memcpy(o + i, t, (size_t)c * sizeof(float));
+    }
+}
+
+// kvt_attn_merge_f16: the factors of up to KVT_MERGE_ROWS positions first, then the heads three at a time (two or
+// one for the rest), o 32 columns at a time in registers (64 for a head alone), the last columns 8 at a time.
+void kvt_attn_merge_f16_avx2(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
+                             float *m, float *l, float *o, int64_t o_stride, int64_t hdv) {
+    float ms[3][KVT_MERGE_ROWS], w[3][KVT_MERGE_ROWS];
+    __m256 sb[3][KVT_MERGE_ROWS], wb[3][KVT_MERGE_ROWS];
+    for (int h0 = 0; h0 < nh; h0 += 3) {
+        const int H = nh - h0 < 3 ? nh - h0 : 3;
+        float *oh = o + h0 * o_stride;
+        for (int64_t r0 = 0; r0 < n; r0 += KVT_MERGE_ROWS) {
+            const int64_t nr = n - r0 < KVT_MERGE_ROWS ? n - r0 : KVT_MERGE_ROWS;
+            for (int h = 0; h < H; h++) {
+                merge_factors(s + (h0 + h) * s_stride + r0, nr, m + h0 + h, l + h0 + h, ms[h], w[h]);
+                for (int64_t r = 0; r < nr; r++) sb[h][r] = _mm256_set1_ps(ms[h][r]), wb[h][r] = _mm256_set1_ps(w[h][r]);
             }
-            _mm256_storeu_ps(t, acc);
-            memcpy(o + i, t, (size_t)c * sizeof(float));
+            const char *v0 = (const char *)v + r0 * stride;
+            const int K = H == 1 ? 8 : 4;
+            int64_t i = 0;
+            for (; i + 8 * K <= hdv; i += 8 * K) {
+                const char *vi = v0 + i * 2;
+                switch (H) {
+                case 3: merge_blk(3, 4, nr, ms, sb, wb, vi, stride, oh + i, o_stride); break;
+                case 2: merge_blk(2, 4, nr, ms, sb, wb, vi, stride, oh + i, o_stride); break;
+                default: merge_blk(1, 8, nr, ms, sb, wb, vi, stride, oh + i, o_stride); break;
+                }
+            }
+            for (int h = 0; h < H && i < hdv; h++) merge_tail(nr, ms[h], w[h], v0, stride, oh + h * o_stride, i, hdv);
         }
     }
 }

@@ -33,34 +33,13 @@ void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const
     for (int64_t r = 0; r < n_rows; r++) kvt_vec_mad(t, y, (const char *)x + r * stride, s[r], n);
 }
 
-// The per-position factors of kvt_attn_merge_f16: ms[r] (1 unless position r raised the max) and w[r]; updates
-// *m and *l. Shared by the scalar and SIMD versions.
-void kvt_attn_merge_factors(const float *s, int64_t n, float *m, float *l, float *ms, float *w) {
-    float M = *m, L = *l;
-    for (int64_t r = 0; r < n; r++) {
-        if (s[r] > M) {
-            ms[r] = expf(M - s[r]);
-            w[r] = 1.0f;
-            M = s[r];
-        } else {
-            ms[r] = 1.0f;
-            w[r] = expf(s[r] - M);
-        }
-        L = fmaf(L, ms[r], w[r]);
-    }
-    *m = M;
-    *l = L;
-}
-
 static inline float round_f16(float x) { return kvt_f16_to_f32(kvt_f32_to_f16(x)); }
 
 void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
                         float *l, float *o, int64_t o_stride, int64_t hdv) {
     switch (kvt_kernels_isa()) {
     case KVT_ISA_AVX512: kvt_attn_merge_f16_avx512(nh, s, s_stride, n, v, stride, m, l, o, o_stride, hdv); return;
-    case KVT_ISA_AVX2:
-        for (int h = 0; h < nh; h++) kvt_attn_merge_f16_avx2(s + h * s_stride, n, v, stride, m + h, l + h, o + h * o_stride, hdv);
-        return;
+    case KVT_ISA_AVX2: kvt_attn_merge_f16_avx2(nh, s, s_stride, n, v, stride, m, l, o, o_stride, hdv); return;
     default: break;
     }
     for (int h = 0; h < nh; h++) {
