@@ -289,7 +289,8 @@ KVT_VICTIM_INLINE void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
     const bool clean = kvt_victim_clean(t == T0, B->slot[T0] >= 0, B->slot[T1] >= 0, B->slot[T2] >= 0, false, B->refs > 1);
     *out = (kvt_victim_cand){.id = id,
                              .rank = B->prank,
-                             .sched_next = u->limit >= 0 && !held && B->prank == u->xrank ? next_use(s, B) : 0,
+                             .sched_next = u->limit >= 0 && u->limit < INT64_MAX && !held && B->prank == u->xrank
+                                               ? next_use(s, B) : 0, // read only then (kvt_evict_may_displace)
                              .flags = (held ? KVT_VICTIM_HELD : 0u) | (clean ? KVT_VICTIM_CLEAN : 0u)};
 }
 
