@@ -86,6 +86,7 @@ typedef struct {
     pthread_t *io;
     int n_io;
     int n_io_busy;         // copy threads handling a queued block (kvt_kv_paged_drain)
+    int n_io_awake;        // copy threads not asleep on qcv (queue_wake)
     pthread_cond_t qcv;
     int64_t *q;            // ring of block ids to prefetch
     int64_t q_head, q_len, q_cap;
@@ -633,12 +634,17 @@ static void *io_main(void *arg) {
     kv_paged *s = arg;
     pthread_mutex_lock(&s->mu);
     int64_t c0 = -1; // thread CPU time when it last woke with work (io_cpu_ms), -1 while idle
+    s->n_io_awake++;
     for (;;) {
         if (s->q_len == 0 && c0 >= 0) {
             s->st.io_cpu_ms += (double)(kvt_thread_cpu_ns() - c0) / 1e6;
             c0 = -1;
         }
-        while (!s->stop && s->q_len == 0) pthread_cond_wait(&s->qcv, &s->mu);
+        while (!s->stop && s->q_len == 0) {
+            s->n_io_awake--;
+            pthread_cond_wait(&s->qcv, &s->mu);
+            s->n_io_awake++;
+        }
         if (s->stop) break;
         if (c0 < 0) c0 = kvt_thread_cpu_ns();
         int64_t id = s->q[s->q_head];
@@ -669,12 +675,15 @@ static void *io_main(void *arg) {
     return NULL;
 }
 
-// Wakes copy threads for n new queue entries: one thread per entry (a broadcast for every push woke all of them
-// for each block a reader's prefetch queued, and all but one went back to sleep after taking the mutex in turn).
-static void queue_wake(kv_paged *s, int64_t n) {
-    if (n >= s->n_io) pthread_cond_broadcast(&s->qcv);
-    else
-        for (int64_t i = 0; i < n; i++) pthread_cond_signal(&s->qcv);
+// After entries were queued: wakes as many copy threads as the queue has entries, less those awake (a thread awake
+// takes the next entry before it sleeps; one signalled but not yet running counts as asleep, so a push meanwhile may
+// wake one more, at most n_io in all). A broadcast for every push woke all of them for
+// each block a reader's prefetch queued, and all but one went back to sleep after taking the mutex in turn; one
+// signal per entry still woke a thread per block, 2000-3000 sleeps and wake-ups per iteration under
+// oversubscription (kvtier_context_switches_total), each a wait for a core on 2 vCPUs.
+static void queue_wake(kv_paged *s) {
+    const int64_t want = (s->q_len < s->n_io ? s->q_len : s->n_io) - s->n_io_awake;
+    for (int64_t i = 0; i < want; i++) pthread_cond_signal(&s->qcv);
 }
 
 static void queue_push(kv_paged *s, int64_t id) {
@@ -708,14 +717,13 @@ static void shard_span(const void *ud, int32_t shard, int64_t *first, int64_t *e
 static void schedule_prefetch(kv_paged *s, const pseq *q, int32_t shard, int64_t b) {
     if (s->p.prefetch <= 0 || s->n_io == 0 || !s->pf_win) return;
     const int32_t n = kvt_prefetch_window(s->n_shard, shard_span, q, shard, b, s->p.prefetch, s->pf_win);
-    const int64_t q0 = s->q_len;
     for (int32_t k = 0; k < n; k++) {
         const int64_t id = q->sh[s->pf_win[k].shard].ids[s->pf_win[k].block];
         const pblock *B = &s->blk[id];
         if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
         queue_push(s, id);
     }
-    queue_wake(s, s->q_len - q0);
+    queue_wake(s);
 }
 
 // --- blocks and tables -----------------------------------------------------------
@@ -1248,7 +1256,6 @@ void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group
     if (kv->ops != &k_paged_ops || s->n_io == 0) return;
     pthread_mutex_lock(&s->mu);
     pseq *q = seq_get(s, seq, NULL);
-    const int64_t q0 = s->q_len;
     if (q && layer >= 0 && layer < kv->n_layer && group >= 0 && group < kv->n_group) {
         const pshard *sh = &q->sh[layer * kv->n_group + group];
         for (int64_t i = 0; i < n; i++) {
@@ -1257,7 +1264,7 @@ void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group
             queue_push(s, id);
         }
     }
-    queue_wake(s, s->q_len - q0);
+    queue_wake(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -1563,7 +1570,6 @@ void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
     // order (layer by layer over its sequences), as far as T0 and T1 can hold them
     const int64_t m0 = s->tier[T0].max_slots, m1 = s->tier[T1].present ? s->tier[T1].max_slots : 0;
     const int64_t cap = m0 == INT64_MAX || m1 == INT64_MAX ? INT64_MAX : m0 + m1;
-    const int64_t q0 = s->q_len;
     int64_t *cnt = s->n_io > 0 && nu > 0 ? calloc((size_t)n + 1, sizeof *cnt) : NULL; // T0 residents by rank
     for (int64_t i = 0; cnt && i < s->n_res[T0]; i++) {
         const pblock *B = &s->blk[s->res[T0][i]];
@@ -1575,7 +1581,7 @@ void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
     }
     free(cnt);
     free(buf);
-    queue_wake(s, s->q_len - q0);
+    queue_wake(s);
     pthread_mutex_unlock(&s->mu);
 }
 
