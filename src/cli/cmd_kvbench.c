@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "../base/timer.h"
 #include "../kv/kv_paged.h"
@@ -29,6 +30,7 @@ typedef struct {
     double tpot_ms; // decode time per token (timed steps)
     double tc_ms;   // the all-in-memory context's time per token on the same tokens, interleaved (0: none)
     kvt_kv_stats pre, post; // after the first decode step, after decode
+    double csw_vol, csw_invol; // the process's context switches during the timed steps (getrusage)
     int32_t *ids;
     bool ok;
 } bench_run;
@@ -66,14 +68,19 @@ static bool run_one(const kvt_model *m, const kvt_context_params *cp, const int3
     for (int64_t i = 0; i < n_gen && !err.status; i++) {
         r->ids[i] = kvt_argmax(kvt_context_logits(ctx), V);
         if (i + 1 == n_gen) break; // the last id needs no decode
+        struct rusage u0, u1;
+        getrusage(RUSAGE_SELF, &u0);
         const double t0 = now_ms();
         if (kvt_decode(ctx, &r->ids[i], 1, false, &err)) break;
         const double dt = now_ms() - t0;
+        getrusage(RUSAGE_SELF, &u1);
         if (i == 0) {
             kvt_context_kv_stats(ctx, &r->pre);
             continue;
         }
         run_ms += dt;
+        r->csw_vol += (double)(u1.ru_nvcsw - u0.ru_nvcsw);
+        r->csw_invol += (double)(u1.ru_nivcsw - u0.ru_nivcsw);
         pending++;
         if (ref && (pending == WINDOW || i + 2 == n_gen)) {
             const int64_t i0 = i + 1 - pending;
@@ -174,6 +181,26 @@ static void row(const char *label, const bench_run *r, const bench_run *base, in
     fflush(stdout);
 }
 
+// Where a run's decode time goes, per timed token (kvt_kv_stats: the readers' acquire time and its parts, the
+// copy threads' CPU time) and the process's context switches per token; printed under each table.
+static void time_row(const char *label, const bench_run *r, int64_t n_tok) {
+    const kvt_kv_stats *a = &r->pre, *b = &r->post;
+    const double n = (double)n_tok;
+    printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f (%.0f idle) | %.0f | %.0f / %.0f |\n", label, r->tpot_ms,
+           (b->acquire_ms - a->acquire_ms) / n, (b->lock_ms - a->lock_ms) / n, (b->wait_busy_ms - a->wait_busy_ms) / n,
+           (b->wait_room_ms - a->wait_room_ms) / n, (b->load_ms - a->load_ms) / n, (b->io_cpu_ms - a->io_cpu_ms) / n,
+           (double)(b->io_items - a->io_items) / n, (double)(b->io_idle - a->io_idle) / n,
+           (double)(b->wakeups - a->wakeups) / n, r->csw_vol / n, r->csw_invol / n);
+}
+
+static void time_header(void) {
+    printf("where the time goes, per token (summed over threads): acquire = lock + wait busy + wait room + own loads + "
+           "the rest (bookkeeping, prefetch queueing)\n\n");
+    printf("| set-up | TPOT ms | acquire ms | lock wait ms | wait busy ms | wait room ms | own loads ms | copy threads CPU ms | "
+           "queue entries | wake-ups | context switches vol / invol |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+}
+
 static void header(void) {
     printf("| set-up | TPOT ms | T_compute ms | T_link ms | TPOT / max(Tc, Tl) | stall ms/token (%% of TPOT) | "
            "copy CPU ms/token | MB moved / token | peak fast / host / disk bytes | ids = all-in-memory |\n");
@@ -215,6 +242,7 @@ int cmd_kvbench(int argc, char **argv) {
     if (!cli_load_model("kvbench", model_path, false, &m, NULL)) return 1;
     const kvt_hparams *hp = &m->hp;
     cp.n_ctx = n_ctx + n_gen;
+    cp.kv_timing = true; // the table of where the time goes (time_row)
     if (cp.n_threads <= 0) cp.n_threads = kvt_physical_cores();
     int rc = 1;
     bench_run base = {0};
@@ -284,6 +312,9 @@ int cmd_kvbench(int argc, char **argv) {
         if (!in_list(only, secs[sec].name)) continue;
         printf("%s", secs[sec].title);
         header();
+        bench_run done_runs[sizeof pols / sizeof pols[0]];
+        const char *done_pols[sizeof pols / sizeof pols[0]];
+        int n_done = 0;
         for (size_t p = 0; p < sizeof pols / sizeof pols[0]; p++) {
             if (!in_list(policies, pols[p])) continue;
             kvt_context_params c = cp;
@@ -295,7 +326,13 @@ int cmd_kvbench(int argc, char **argv) {
             if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) goto done;
             row(pols[p], &r, &base, n_tok, &L, n_gen);
             free(r.ids);
+            r.ids = NULL;
+            done_pols[n_done] = pols[p];
+            done_runs[n_done++] = r;
         }
+        printf("\n");
+        time_header();
+        for (int i = 0; i < n_done; i++) time_row(done_pols[i], &done_runs[i], n_tok);
         printf("\n");
     }
     if (in_list(only, "gran")) {

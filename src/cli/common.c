@@ -56,6 +56,7 @@ const char *const cli_engine_help =
     "                       oracle (docs/SIMULATOR.md, kv_policy.h)\n"
     "  --kv-prefetch K      blocks fetched ahead of use (default 16)\n"
     "  --kv-keep            keep the disk file in DIR (kvtier-kv-XXXXXX)\n"
+    "  --kv-timing          time the KV readers' path (acquire, lock, own loads: --json, /metrics, kvbench)\n"
     "  Sparse decode attention (docs/SPARSE.md; sequence 0 of generate and perplexity; prefill stays dense):\n"
     "  --sparse off|oracle|quest|asyncspade  how decode attention selects positions (default off: dense)\n"
     "  --sparse-budget K    positions attended per layer and KV head, or a fraction of the context (0.125)\n"
@@ -276,6 +277,10 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
     if (!strcmp(flag, "--kv-disk")) return (p->kv_disk_dir = kvt_args_value(a, flag)) ? 1 : -1;
     if (!strcmp(flag, "--kv-keep")) {
         p->kv_keep = true;
+        return 1;
+    }
+    if (!strcmp(flag, "--kv-timing")) {
+        p->kv_timing = true;
         return 1;
     }
     if (!strcmp(flag, "--kv-prefetch")) {

@@ -29,6 +29,7 @@ typedef struct {
     const char *kv_evict;      // "lru", "lfu", "lookahead" (NULL: lru)
     int32_t kv_prefetch;       // blocks fetched ahead of use (-1: default 16)
     bool kv_keep;              // keep the disk file (else unlinked as soon as it is created)
+    bool kv_timing;            // the paged store times its readers' path (kvt_kv_paged_params.timing)
     bool kv_paged;             // use the paged store even without tier flags
     int64_t kv_fault_read_at;  // tests: the n-th disk read fails (0: never)
     // The model the settings above were planned for (`--plan FILE`; plan_shape "": no plan). kvt_context_init

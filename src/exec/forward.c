@@ -105,6 +105,7 @@ static kvt_status kv_init(kvt_context *c, kvt_err *err) {
     if (c->p.kv_prefetch >= 0) pp.prefetch = c->p.kv_prefetch;
     pp.n_readers = c->p.n_threads;
     pp.keep_files = c->p.kv_keep;
+    pp.timing = c->p.kv_timing;
     pp.fault_read_at = c->p.kv_fault_read_at;
     int32_t *win = malloc((size_t)hp->n_layer * sizeof *win); // sliding windows: the store frees what they no longer see
     if (!win) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");

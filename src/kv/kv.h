@@ -54,11 +54,23 @@ typedef struct {
     int64_t moved_count[KVT_TIER_COUNT][KVT_TIER_COUNT]; // transfers [src][dst]
     double moved_ms[KVT_TIER_COUNT][KVT_TIER_COUNT];     // time spent copying [src][dst]
     double stall_ms;      // time compute threads waited in acquire/append (summed over threads)
-    double copy_cpu_ms;   // CPU time the transfers took on the threads that ran them (memcpy, CRC32C, I/O calls)
+    double copy_cpu_ms;   // CPU time the transfers took on the threads that ran them (memcpy, CRC32C, I/O calls; a
+                          // copy between memory tiers counts its wall time: reading a thread's CPU clock costs more)
     int64_t hits, misses; // acquires that found the block in T0 / had to wait for it
     int64_t prefetches;   // blocks loaded ahead of use by the copy engine
     int64_t host_imports; // blocks written straight into T1 from outside copies (kvt_kv_paged_seq_push_copy)
     int64_t block_bytes;  // bytes of one block (K and V)
+    // Where the readers' time goes (the paged store; each summed over threads): acquire_ms, the wall time of
+    // acquire calls, of which lock_ms waiting for the store's mutex (in acquire and release, and after any copy,
+    // a copy thread's too), wait_busy_ms asleep until a block that another thread moves is ready, wait_room_ms
+    // asleep until the fast tier has a block it may give up, and load_ms loading blocks themselves (victim
+    // searches, evictions, copies, the mutex taken again after each copy; their sleeps excluded). acquire_ms,
+    // lock_ms and load_ms only with kvt_kv_paged_params.timing (--kv-timing); the rest always.
+    // wakeups: those sleeps (condition waits that returned). io_cpu_ms: CPU time of the copy engine's threads
+    // (all their work: victim searches and copies); io_items: prefetch-queue entries they took, io_idle: of
+    // which loaded nothing into the fast tier (resident already, or no victim it may displace).
+    double acquire_ms, lock_ms, wait_busy_ms, wait_room_ms, load_ms, io_cpu_ms;
+    int64_t wakeups, io_items, io_idle;
 } kvt_kv_stats;
 
 typedef struct kvt_kv kvt_kv;

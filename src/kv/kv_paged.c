@@ -88,10 +88,12 @@ typedef struct {
     pthread_t *io;
     int n_io;
     int n_io_busy;         // copy threads handling a queued block (kvt_kv_paged_drain)
+    int n_io_awake;        // copy threads not asleep on qcv (queue_wake)
     pthread_cond_t qcv;
     int64_t *q;            // ring of block ids to prefetch
     int64_t q_head, q_len, q_cap;
     kvt_kv_pos *pf_win;    // [p.prefetch] scratch of schedule_prefetch (kvt_prefetch_window)
+    kvt_plan_room plan_room; // kvt_kv_paged_set_plan: the fast tier's room for the plan's loads (plan_visit)
     bool stop;
     void **bounce;         // free 4096-aligned buffers of the disk slot size
     int64_t n_bounce, cap_bounce;
@@ -158,6 +160,29 @@ static void drop_copy(kv_paged *s, int64_t id, int t) {
     if (t < 2) res_del(s, t, id);
     kvt_tier_release(&s->tier[t], B->slot[t]);
     B->slot[t] = -1;
+}
+
+// --- timing of the readers' path (kvt_kv_stats: acquire_ms, lock_ms, wait_*_ms, wakeups) ---------------------
+
+// Takes the store's mutex; with p.timing adds the time it waited for it to lock_ms and returns the time it was
+// asked at (ns; 0 without timing).
+static int64_t lock_timed(kv_paged *s) {
+    if (!s->p.timing) {
+        pthread_mutex_lock(&s->mu);
+        return 0;
+    }
+    const int64_t t0 = kvt_time_ns();
+    pthread_mutex_lock(&s->mu);
+    s->st.lock_ms += (double)(kvt_time_ns() - t0) / 1e6;
+    return t0;
+}
+
+// Sleeps on the store's condition (the mutex held), adding the time asleep to *ms.
+static void wait_timed(kv_paged *s, double *ms) {
+    const int64_t t0 = kvt_time_ns();
+    pthread_cond_wait(&s->cv, &s->mu);
+    *ms += (double)(kvt_time_ns() - t0) / 1e6;
+    s->st.wakeups++;
 }
 
 // --- schedule and policy -------------------------------------------------------
@@ -271,7 +296,8 @@ KVT_VICTIM_INLINE void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
     const bool clean = kvt_victim_clean(t == T0, B->slot[T0] >= 0, B->slot[T1] >= 0, B->slot[T2] >= 0, false, B->refs > 1);
     *out = (kvt_victim_cand){.id = id,
                              .rank = B->prank,
-                             .sched_next = u->limit >= 0 && !held && B->prank == u->xrank ? next_use(s, B) : 0,
+                             .sched_next = u->limit >= 0 && u->limit < INT64_MAX && !held && B->prank == u->xrank
+                                               ? next_use(s, B) : 0, // read only then (kvt_evict_may_displace)
                              .flags = (held ? KVT_VICTIM_HELD : 0u) | (clean ? KVT_VICTIM_CLEAN : 0u)};
 }
 
@@ -352,17 +378,21 @@ static kvt_status transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *e
             return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a disk I/O buffer");
         }
     }
-    char what[128];
-    block_name(s, id, what, sizeof what);
+    // the block's name is for a disk error's message only; a memory copy's CPU time is its wall time (a thread CPU
+    // clock read is a system call, 1-2 us in a VM: two per copy cost more than copying a 48 KB block), a disk
+    // transfer's is read from the thread's clock (it may wait for the device)
+    const bool disk = src == T2 || dst == T2;
+    char what[128] = "";
+    if (disk) block_name(s, id, what, sizeof what);
     uint32_t crc = B->crc;
     pthread_mutex_unlock(&s->mu);
-    const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
+    const int64_t t0 = kvt_time_ns(), c0 = disk ? kvt_thread_cpu_ns() : 0;
     kvt_status st = KVT_OK;
     if (src == T2) st = kvt_tier_disk_read(&s->tier[T2], ss, dp, bounce, crc, what, err);
     else if (dst == T2) st = kvt_tier_disk_write(&s->tier[T2], ds, sp, bounce, &crc, what, err);
     else memcpy(dp, sp, (size_t)s->block_bytes);
-    const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = (double)(kvt_thread_cpu_ns() - c0) / 1e6;
-    pthread_mutex_lock(&s->mu);
+    const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = disk ? (double)(kvt_thread_cpu_ns() - c0) / 1e6 : ms;
+    lock_timed(s);
     s->st.copy_cpu_ms += cpu_ms;
     if (bounce) bounce_put(s, bounce);
     B = &s->blk[id];
@@ -418,7 +448,7 @@ static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *er
                 continue;
             }
             if (s->n_loading_t1 > 0) {
-                pthread_cond_wait(&s->cv, &s->mu);
+                wait_timed(s, &s->st.wait_room_ms);
                 continue;
             }
             kvt_errorf(err, KVT_ERR_BUDGET,
@@ -436,7 +466,7 @@ static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *er
         int64_t v = pick_victim(s, t, limit, INT64_MAX, -1);
         if (v < 0) {
             if (!wait) return 0;
-            pthread_cond_wait(&s->cv, &s->mu);
+            wait_timed(s, &s->st.wait_room_ms);
             continue;
         }
         if (evict(s, v, t, err)) return -1;
@@ -519,13 +549,13 @@ static kvt_status swap_t0_t1(kv_paged *s, int64_t id, int64_t v, kvt_err *err) {
     const int64_t xs = X->slot[T1], ys = Y->slot[T0];
     uint8_t *xp = kvt_tier_ptr(&s->tier[T1], xs), *yp = kvt_tier_ptr(&s->tier[T0], ys);
     pthread_mutex_unlock(&s->mu);
-    const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
+    const int64_t t0 = kvt_time_ns();
     memcpy(tmp, yp, (size_t)s->block_bytes);
     memcpy(yp, xp, (size_t)s->block_bytes);
     memcpy(xp, tmp, (size_t)s->block_bytes);
     const double ms = (double)(kvt_time_ns() - t0) / 1e6;
-    pthread_mutex_lock(&s->mu);
-    s->st.copy_cpu_ms += (double)(kvt_thread_cpu_ns() - c0) / 1e6;
+    lock_timed(s);
+    s->st.copy_cpu_ms += ms; // memory copies: CPU time = wall time (transfer)
     free(tmp);
     X = &s->blk[id];
     Y = &s->blk[v];
@@ -570,7 +600,7 @@ static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool a
         if (v == -2) break; // attn-ema: the block is worth less than every candidate
         if (v < 0) {
             if (!wait) break;
-            pthread_cond_wait(&s->cv, &s->mu);
+            wait_timed(s, &s->st.wait_room_ms);
             continue;
         }
         const pblock *Y = &s->blk[v];
@@ -617,16 +647,29 @@ static void stage_t1(kv_paged *s, int64_t id) {
 static void *io_main(void *arg) {
     kv_paged *s = arg;
     pthread_mutex_lock(&s->mu);
+    int64_t c0 = -1; // thread CPU time when it last woke with work (io_cpu_ms), -1 while idle
+    s->n_io_awake++;
     for (;;) {
-        while (!s->stop && s->q_len == 0) pthread_cond_wait(&s->qcv, &s->mu);
+        if (s->q_len == 0 && c0 >= 0) {
+            s->st.io_cpu_ms += (double)(kvt_thread_cpu_ns() - c0) / 1e6;
+            c0 = -1;
+        }
+        while (!s->stop && s->q_len == 0) {
+            s->n_io_awake--;
+            pthread_cond_wait(&s->qcv, &s->mu);
+            s->n_io_awake++;
+        }
         if (s->stop) break;
+        if (c0 < 0) c0 = kvt_thread_cpu_ns();
         int64_t id = s->q[s->q_head];
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
+        s->st.io_items++;
         pblock *B = &s->blk[id];
         const bool plan = B->qplan, attn = B->qattn;
         B->queued = B->qplan = B->qattn = false;
         if (B->refs <= 0 || B->busy || B->slot[T0] >= 0) {
+            s->st.io_idle++;
             if (s->q_len == 0) pthread_cond_broadcast(&s->cv);
             continue;
         }
@@ -638,11 +681,23 @@ static void *io_main(void *arg) {
         kvt_status st = load(s, id, false, plan ? INT64_MAX : next_use(s, &s->blk[id]), attn, &loaded, &e);
         if (!st && loaded) s->st.prefetches++;
         else if (!st && plan) stage_t1(s, id);
+        if (!loaded) s->st.io_idle++;
         s->n_io_busy--;
         pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+// After entries were queued: wakes as many copy threads as the queue has entries, less those awake (a thread awake
+// takes the next entry before it sleeps; one signalled but not yet running counts as asleep, so a push meanwhile may
+// wake one more, at most n_io in all). A broadcast for every push woke all of them for
+// each block a reader's prefetch queued, and all but one went back to sleep after taking the mutex in turn; one
+// signal per entry still woke a thread per block, 2000-3000 sleeps and wake-ups per iteration under
+// oversubscription (kvtier_context_switches_total), each a wait for a core on 2 vCPUs.
+static void queue_wake(kv_paged *s) {
+    const int64_t want = (s->q_len < s->n_io ? s->q_len : s->n_io) - s->n_io_awake;
+    for (int64_t i = 0; i < want; i++) pthread_cond_signal(&s->qcv);
 }
 
 static void queue_push(kv_paged *s, int64_t id) {
@@ -676,15 +731,13 @@ static void shard_span(const void *ud, int32_t shard, int64_t *first, int64_t *e
 static void schedule_prefetch(kv_paged *s, const pseq *q, int32_t shard, int64_t b) {
     if (s->p.prefetch <= 0 || s->n_io == 0 || !s->pf_win) return;
     const int32_t n = kvt_prefetch_window(s->n_shard, shard_span, q, shard, b, s->p.prefetch, s->pf_win);
-    bool pushed = false;
     for (int32_t k = 0; k < n; k++) {
         const int64_t id = q->sh[s->pf_win[k].shard].ids[s->pf_win[k].block];
         const pblock *B = &s->blk[id];
         if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
         queue_push(s, id);
-        pushed = true;
     }
-    if (pushed) pthread_cond_broadcast(&s->qcv);
+    queue_wake(s);
 }
 
 // --- blocks and tables -----------------------------------------------------------
@@ -715,7 +768,7 @@ static int64_t block_new(kv_paged *s, int32_t layer, int32_t group, int64_t inde
 }
 
 static void block_unref(kv_paged *s, int64_t id) {
-    while (s->blk[id].busy) pthread_cond_wait(&s->cv, &s->mu);
+    while (s->blk[id].busy) wait_timed(s, &s->st.wait_busy_ms);
     pblock *B = &s->blk[id];
     if (--B->refs > 0) return;
     for (int t = 0; t < KVT_TIER_COUNT; t++) drop_copy(s, id, t);
@@ -775,7 +828,7 @@ static kvt_status pin_block(kv_paged *s, int64_t id, int64_t *stall_t0, kvt_err 
         pblock *B = &s->blk[id];
         if (B->busy) {
             if (!*stall_t0) *stall_t0 = kvt_time_ns();
-            pthread_cond_wait(&s->cv, &s->mu);
+            wait_timed(s, &s->st.wait_busy_ms);
             continue;
         }
         if (B->slot[T0] >= 0) {
@@ -784,7 +837,11 @@ static kvt_status pin_block(kv_paged *s, int64_t id, int64_t *stall_t0, kvt_err 
         }
         if (!*stall_t0) *stall_t0 = kvt_time_ns();
         bool loaded;
+        // load_ms: the reader's own load, less the time it slept in it (counted as wait_room_ms)
+        const int64_t l0 = s->p.timing ? kvt_time_ns() : 0;
+        const double w0 = s->st.wait_room_ms;
         kvt_status st = load(s, id, true, -1, false, &loaded, err);
+        if (s->p.timing) s->st.load_ms += (double)(kvt_time_ns() - l0) / 1e6 - (s->st.wait_room_ms - w0);
         if (st) return st;
     }
 }
@@ -798,7 +855,7 @@ static void unpin(kv_paged *s, int64_t id) {
 static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b, kvt_kv_view *out,
                                 kvt_err *err) {
     kv_paged *s = (kv_paged *)kv;
-    pthread_mutex_lock(&s->mu);
+    const int64_t a0 = lock_timed(s);
     kvt_status st = KVT_OK;
     pseq *q = seq_get(s, seq, err);
     if (!q) st = KVT_ERR_INVALID_ARG;
@@ -843,13 +900,14 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
     out->v_stride = s->v_hrow;
     out->k_hstride = kv->block_tokens * s->k_hrow;
     out->v_hstride = kv->block_tokens * s->v_hrow;
+    if (a0) s->st.acquire_ms += (double)(kvt_time_ns() - a0) / 1e6;
     pthread_mutex_unlock(&s->mu);
     return KVT_OK;
 }
 
 static void paged_release(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
     kv_paged *s = (kv_paged *)kv;
-    pthread_mutex_lock(&s->mu);
+    lock_timed(s);
     pseq *q = seq_get(s, seq, NULL);
     if (q) {
         pshard *sh = &q->sh[layer * kv->n_group + group];
@@ -1212,17 +1270,15 @@ void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group
     if (kv->ops != &k_paged_ops || s->n_io == 0) return;
     pthread_mutex_lock(&s->mu);
     pseq *q = seq_get(s, seq, NULL);
-    bool pushed = false;
     if (q && layer >= 0 && layer < kv->n_layer && group >= 0 && group < kv->n_group) {
         const pshard *sh = &q->sh[layer * kv->n_group + group];
         for (int64_t i = 0; i < n; i++) {
             const int64_t id = blocks[i] >= 0 && blocks[i] < sh->n_blk ? sh->ids[blocks[i]] : -1;
             if (id < 0 || s->blk[id].slot[T0] >= 0 || s->blk[id].busy || s->blk[id].queued) continue;
             queue_push(s, id);
-            pushed = true;
         }
     }
-    if (pushed) pthread_cond_broadcast(&s->qcv);
+    queue_wake(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -1276,7 +1332,7 @@ void kvt_kv_paged_attn_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
         B->qattn = B->queued; // queue_push may drop it (out of memory)
         pushed |= B->queued;
     }
-    if (pushed) pthread_cond_broadcast(&s->qcv);
+    if (pushed) queue_wake(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -1509,12 +1565,14 @@ static void plan_span(void *ud, int32_t seq, int32_t shard, int64_t *first, int6
     *end = sh->n_blk;
 }
 
-// Queues a planned block below T0 for the copy engine (qplan: a load that displaces only later ranks).
+// Queues a planned block below T0 for the copy engine (qplan: a load that displaces only later ranks) if its load
+// can find room in T0 (kvt_plan_room_take), or, only on disk, for a copy up to the host tier (stage_t1).
 static void plan_visit(void *ud, int32_t seq, int32_t shard, int64_t block) {
     kv_paged *s = ud;
     const int64_t id = s->seq[seq].sh[shard].ids[block];
     pblock *B = &s->blk[id];
     if (B->slot[T0] >= 0 || B->busy || B->queued) return;
+    if (!kvt_plan_room_take(&s->plan_room, B->prank) && (B->slot[T1] >= 0 || !s->tier[T1].present)) return;
     queue_push(s, id);
     B->qplan = B->queued; // queue_push may drop it (out of memory)
 }
@@ -1546,10 +1604,18 @@ void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
     // order (layer by layer over its sequences), as far as T0 and T1 can hold them
     const int64_t m0 = s->tier[T0].max_slots, m1 = s->tier[T1].present ? s->tier[T1].max_slots : 0;
     const int64_t cap = m0 == INT64_MAX || m1 == INT64_MAX ? INT64_MAX : m0 + m1;
-    const int64_t q0 = s->q_len;
-    if (s->n_io > 0 && nu > 0) kvt_plan_prefetch(uq, nu, rank, s->n_shard, cap, plan_span, plan_visit, s);
+    int64_t *cnt = s->n_io > 0 && nu > 0 ? calloc((size_t)n + 1, sizeof *cnt) : NULL; // T0 residents by rank
+    for (int64_t i = 0; cnt && i < s->n_res[T0]; i++) {
+        const pblock *B = &s->blk[s->res[T0][i]];
+        if (!B->busy && B->pins == 0) cnt[B->prank < n ? B->prank : n]++;
+    }
+    if (cnt) {
+        kvt_plan_room_init(&s->plan_room, cnt, n, m0 == INT64_MAX ? INT64_MAX : m0 - s->tier[T0].n_used);
+        kvt_plan_prefetch(uq, nu, rank, s->n_shard, cap, plan_span, plan_visit, s);
+    }
+    free(cnt);
     free(buf);
-    if (s->q_len > q0) pthread_cond_broadcast(&s->qcv);
+    queue_wake(s);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -45,6 +45,8 @@ typedef struct {
     const int32_t *layer_window; // [n_layer] attention window of each layer in positions (0: whole context),
                                  // or NULL (every layer global); copied at init
     int32_t victim_window;  // resident blocks examined per eviction (kv_victim.h kvt_victim_window); 0: 256
+    bool timing;            // time the readers' path: kvt_kv_stats acquire_ms, lock_ms, load_ms (two or three clock
+                            // reads per acquire and release; off: those stay 0, the other counters are kept)
     // tests: called with every block a T0 eviction takes (its layer, group and index), in order, under the
     // store's lock from the thread that evicts (a reader or a copy thread); NULL: none
     void (*on_evict)(void *ud, int32_t layer, int32_t group, int64_t index);

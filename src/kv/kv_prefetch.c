@@ -52,3 +52,20 @@ void kvt_plan_prefetch(const int32_t *order, int64_t nu, const int64_t *rank, in
         }
     }
 }
+
+void kvt_plan_room_init(kvt_plan_room *R, int64_t *cnt, int64_t n, int64_t free_slots) {
+    int64_t acc = 0;
+    for (int64_t r = n; r >= 0; r--) { // later[r] = sum of cnt[r + 1 .. n]
+        const int64_t c = cnt[r];
+        cnt[r] = acc;
+        acc += c;
+    }
+    *R = (kvt_plan_room){cnt, n, free_slots, 0};
+}
+
+bool kvt_plan_room_take(kvt_plan_room *R, int64_t rank) {
+    const int64_t r = rank >= 0 && rank < R->n ? rank : R->n;
+    if (R->free != INT64_MAX && R->free + R->later[r] - R->used <= 0) return false;
+    R->used++;
+    return true;
+}

@@ -79,10 +79,31 @@ int64_t kvt_plan_ranks(const int32_t *seqs, int64_t n, int32_t n_seq, kvt_plan_v
 // blocks [first, end) of the shard from span, in order); the first `cap` of them (the fast and host tiers hold cap
 // blocks; blocks already resident count too). visit(ud, seq, shard, block) for each, in that order: the caller
 // queues those not resident, in flight or queued (as the copy engine's loads with limit INT64_MAX and the block's
-// rank: kvt_evict_may_displace).
+// rank: kvt_evict_may_displace) whose load finds room (kvt_plan_room_take below), or that the host tier can stage.
 typedef void (*kvt_plan_span)(void *ud, int32_t seq, int32_t shard, int64_t *first, int64_t *end);
 typedef void (*kvt_plan_visit)(void *ud, int32_t seq, int32_t shard, int64_t block);
 void kvt_plan_prefetch(const int32_t *order, int64_t nu, const int64_t *rank, int32_t n_shard, int64_t cap,
                        kvt_plan_span span, kvt_plan_visit visit, void *ud);
+
+// The fast tier's room for the plan's loads, as its callers (the store and the simulator) queue them in
+// kvt_plan_prefetch's order: a planned load of rank r enters a full fast tier only over a resident block of a later
+// rank (kvt_evict_may_displace with limit INT64_MAX), and the copy engine takes the queue in order, so the loads
+// queued before it took the free slots, then the latest ranks' blocks, first. A planned block whose load can find no
+// room is not queued for the fast tier: with every running sequence in the plan's first iteration (one rank), a
+// full fast tier has no later rank at all, and queuing every planned block below it each iteration cost a copy
+// thread's victim search per block for nothing, and kept those blocks out of the decode schedule's own prefetch
+// (a block is queued once) until the copy threads had gone through them.
+typedef struct {
+    const int64_t *later; // [n + 1]: later[r] = resident blocks of a rank > r (r = n: 0)
+    int64_t n;            // ranks counted one by one (0 .. n - 1); a rank >= n (INT64_MAX: unplanned) counts as n
+    int64_t free;         // free slots of the fast tier (INT64_MAX: unbounded)
+    int64_t used;         // loads counted so far
+} kvt_plan_room;
+
+// cnt[0 .. n]: the fast tier's resident blocks that may go (not held), by plan rank (cnt[n]: rank n or later, or
+// unplanned); turned in place into the counts of later ranks (R->later). free_slots: the fast tier's free slots.
+void kvt_plan_room_init(kvt_plan_room *R, int64_t *cnt, int64_t n, int64_t free_slots);
+// Whether a planned load of plan rank `rank` finds room after the loads counted so far; if so, it is counted.
+bool kvt_plan_room_take(kvt_plan_room *R, int64_t rank);
 
 #endif

@@ -127,10 +127,11 @@ KVT_VICTIM_INLINE int64_t kvt_victim_pick(const kvt_victim_query *q, int64_t n, 
     // first: the first candidate of the class found so far (the class only rises, so no candidate of the final
     // class comes before it: step 5 starts there)
     int64_t rank = 0, first = 0;
-    bool found = false, clean = false;
+    bool found = false, clean = false, incoming = false; // incoming: seen (the loop sees every candidate until found)
     kvt_victim_cand c;
     for (int64_t i = 0; i < n && !(found && rank == INT64_MAX && (clean || !classes)); i++) {
         cand(ud, i, &c);
+        incoming |= (c.flags & KVT_VICTIM_INCOMING) != 0;
         if ((c.flags & KVT_VICTIM_INCOMING) || !kvt_victim_eligible_(q, &c)) continue;
         const bool ci = classes && (c.flags & KVT_VICTIM_CLEAN);
         if (!found || c.rank > rank || (c.rank == rank && ci && !clean)) {
@@ -141,9 +142,11 @@ KVT_VICTIM_INLINE int64_t kvt_victim_pick(const kvt_victim_query *q, int64_t n, 
         }
     }
     // step 5 over that class (and an incoming block), in window order: kvt_evict_pick's rule, the candidates scored
-    // as they come
+    // as they come; with no class and no incoming block nothing qualifies: no second pass over the window (a
+    // prefetch that no block may make room for, the common case of a full fast tier)
     int64_t best = -1, n_class = 0, chosen = -1;
     double bs = 0;
+    if (!found && !incoming) first = n;
     for (int64_t i = first; i < n; i++) {
         cand(ud, i, &c);
         if (!(c.flags & KVT_VICTIM_INCOMING)) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -389,6 +390,32 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
     fprintf(f, "kvtier_kv_misses_total %lld\n", (long long)s.kv.misses);
     METRIC("kv_stall_seconds_total", "counter", "Time compute threads waited for KV blocks.");
     fprintf(f, "kvtier_kv_stall_seconds_total %.6f\n", s.kv.stall_ms / 1e3);
+    METRIC("kv_reader_seconds_total", "counter",
+           "Compute threads' time in KV acquires (acquire: all of it) and its parts: waiting for the store's lock (lock; "
+           "copy threads' waits after a copy included), asleep until a block being moved is ready (wait_busy) or the fast "
+           "tier has room (wait_room), loading blocks themselves (load).");
+    {
+        const char *part[] = {"acquire", "lock", "wait_busy", "wait_room", "load"};
+        const double v[] = {s.kv.acquire_ms, s.kv.lock_ms, s.kv.wait_busy_ms, s.kv.wait_room_ms, s.kv.load_ms};
+        for (int i = 0; i < 5; i++) fprintf(f, "kvtier_kv_reader_seconds_total{part=\"%s\"} %.6f\n", part[i], v[i] / 1e3);
+    }
+    METRIC("kv_wakeups_total", "counter", "Sleeps of threads on the KV store's condition that ended (blocks moved, room made).");
+    fprintf(f, "kvtier_kv_wakeups_total %lld\n", (long long)s.kv.wakeups);
+    METRIC("kv_copy_thread_cpu_seconds_total", "counter", "CPU time of the KV copy engine's threads.");
+    fprintf(f, "kvtier_kv_copy_thread_cpu_seconds_total %.6f\n", s.kv.io_cpu_ms / 1e3);
+    METRIC("kv_prefetch_queue_total", "counter", "Prefetch-queue entries the copy threads took (all) and those that loaded nothing (idle).");
+    fprintf(f, "kvtier_kv_prefetch_queue_total{result=\"all\"} %lld\n", (long long)s.kv.io_items);
+    fprintf(f, "kvtier_kv_prefetch_queue_total{result=\"idle\"} %lld\n", (long long)s.kv.io_idle);
+    {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        METRIC("context_switches_total", "counter", "The server process's context switches (getrusage), voluntary (waits) and involuntary (preempted).");
+        fprintf(f, "kvtier_context_switches_total{kind=\"voluntary\"} %ld\n", ru.ru_nvcsw);
+        fprintf(f, "kvtier_context_switches_total{kind=\"involuntary\"} %ld\n", ru.ru_nivcsw);
+        METRIC("process_cpu_seconds_total", "counter", "The server process's CPU time (user + system).");
+        fprintf(f, "kvtier_process_cpu_seconds_total %.6f\n", (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                                                            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6);
+    }
     if (s.n_prefix > 0) { // the prefix cache's second level, per store: how lookups end, puts, bytes (one table)
         static const struct {
             const char *family, *help, *label, *value;

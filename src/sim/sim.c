@@ -237,6 +237,7 @@ typedef struct {
     kvt_victim_trace tr;   // with on_pick: kvt_victim_pick's trace, victim_window + 1 candidates
     int32_t *plan, *plan_order; // plan_iters: the plan [(max_batch + n_requests) x plan_iters], by rank [n_requests]
     int64_t *plan_seen, *plan_rank; // plan_iters: kvt_plan_ranks' scratch and ranks [n_requests]
+    kvt_plan_room plan_room;        // plan_iters: the fast tier's room for the plan's loads (plan_visit)
 } sim;
 
 static kvt_status il_push(sim *s, ilist *l, int64_t x) {
@@ -730,12 +731,14 @@ static void plan_span(void *ud, int32_t req_id, int32_t shard, int64_t *first, i
     *end = ((const sim *)ud)->pub[req_id].n_blocks;
 }
 
-// A planned block below the fast tier joins the copy engine's queue (kv_paged.c plan_visit).
+// A planned block below the fast tier joins the copy engine's queue if its load can find room in the fast tier
+// (kvt_plan_room_take), or if it is only on SSD (the store then stages it to the host tier) (kv_paged.c plan_visit).
 static void plan_visit(void *ud, int32_t req_id, int32_t shard, int64_t block) {
     sim *s = ud;
     const int64_t x = blk_id(s, req_id, block, shard);
     blk *B = &s->b[x];
     if ((B->where & W_FAST) || B->fly || B->queued) return;
+    if (!kvt_plan_room_take(&s->plan_room, s->r[B->req].prank) && ((B->where & W_HOST) || s->c->host_blocks <= 0)) return;
     if (il_push(s, &s->pfq, x)) return; // out of memory: a prefetch is a hint (the store's queue_push drops it too)
     B->queued = B->qplan = 1;
 }
@@ -760,7 +763,17 @@ static kvt_status publish_plan(sim *s, int64_t nb, double t) {
     for (int64_t q = 0; q < c->n_requests; q++) s->r[q].prank = s->plan_rank[q];
     if (s->pf_mode != PF_COPY || nu == 0) return KVT_OK;
     const int64_t cap = c->host_blocks > 0 && s->C < INT64_MAX - c->host_blocks ? s->C + c->host_blocks : INT64_MAX;
+    int64_t *cnt = calloc((size_t)n + 1, sizeof *cnt); // fast-tier residents by plan rank (kvt_plan_room)
+    if (!cnt) return kvt_errorf(s->err, KVT_ERR_NOMEM, "sim: out of memory");
+    for (int64_t i = 0; i < s->fast.n; i++) {
+        const blk *B = &s->b[s->fast.v[i]];
+        const int64_t r = s->r[B->req].prank;
+        if (!B->fly) cnt[r < n ? r : n]++;
+    }
+    const int64_t used = s->fast.n + s->n_fly_fast;
+    kvt_plan_room_init(&s->plan_room, cnt, n, s->C == INT64_MAX ? INT64_MAX : (used < s->C ? s->C - used : 0));
     kvt_plan_prefetch(s->plan_order, nu, s->plan_rank, (int32_t)s->nl, cap, plan_span, plan_visit, s);
+    free(cnt);
     return copy_prefetch(s, t);
 }
 

@@ -188,6 +188,27 @@ def moved_bytes(m0, m1):
     return tot
 
 
+def per_iteration(m0, m1):
+    """Where kvtier's iterations spent their time (from /metrics before and after): the compute threads' KV acquire
+    time and its parts, the copy threads' CPU, the process's CPU and context switches, per iteration (ms or counts)."""
+    d = lambda k: m1.get(k, 0.0) - m0.get(k, 0.0)
+    it = d("kvtier_iterations_total")
+    if not m1 or it <= 0:
+        return None
+    out = {"iterations": it}
+    for part in ("acquire", "lock", "wait_busy", "wait_room", "load"):
+        out[part + "_ms"] = 1e3 * d('kvtier_kv_reader_seconds_total{part="%s"}' % part) / it
+    out["copy_threads_cpu_ms"] = 1e3 * d("kvtier_kv_copy_thread_cpu_seconds_total") / it
+    out["process_cpu_ms"] = 1e3 * d("kvtier_process_cpu_seconds_total") / it
+    out["stall_ms"] = 1e3 * d("kvtier_kv_stall_seconds_total") / it
+    out["wakeups"] = d("kvtier_kv_wakeups_total") / it
+    out["queue_entries"] = d('kvtier_kv_prefetch_queue_total{result="all"}') / it
+    out["queue_idle"] = d('kvtier_kv_prefetch_queue_total{result="idle"}') / it
+    out["csw_voluntary"] = d('kvtier_context_switches_total{kind="voluntary"}') / it
+    out["csw_involuntary"] = d('kvtier_context_switches_total{kind="involuntary"}') / it
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="http://127.0.0.1:8080")
@@ -259,6 +280,7 @@ def main():
         "kv_moved_bytes": moved_bytes(m0, m1) if m1 else None,
         "kv_hits": m1.get("kvtier_kv_hits_total", 0) - m0.get("kvtier_kv_hits_total", 0) if m1 else None,
         "kv_misses": m1.get("kvtier_kv_misses_total", 0) - m0.get("kvtier_kv_misses_total", 0) if m1 else None,
+        "per_iteration": per_iteration(m0, m1),
     }
     if a.json:
         print(json.dumps(summary))
