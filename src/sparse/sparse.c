@@ -34,7 +34,7 @@ int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_d
     return 0;
 }
 
-// rerank: the caller's scratch also holds a re-rank's gathered candidates.
+// rerank: the caller's scratch also holds a re-rank's choice among its candidates (csel).
 static void ss_alloc(kvt_sparse_scratch *ss, const kvt_sparse *s, bool rerank, bool *ok) {
     const int64_t N = s->d.n_ctx;
     ss->raw = kvt_sparse_zalloc((size_t)(s->qpg * N) * 4, ok);
@@ -348,10 +348,6 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         kvt_sparse_select_predicted(s, ly, &s->main_ss, P, p->scale);
         stall += kvt_time_ms() - t0;
     }
-    // the selection of this step was made or changed here (quest, oracle, real layers, an inline prediction; the
-    // fallback and re-rank below), not queued to the copy engine by the worker as it selected: it is queued before
-    // attention reads it
-    bool caller_sel = !ly->queued || ly->sel_pos != P;
     kvt_sparse_observe_queries(s, ly, n, q, rewind);
     const int64_t H = s->d.n_head_kv;
     const bool dense_call = !decode || !sparse_layer || kvt_sparse_budget_of(s, held) >= held;
@@ -382,11 +378,8 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
                 for (int32_t kh = 0; kh < H; kh++) kvt_sparse_select_real(s, ly, kh, P, q + (int64_t)kh * s->gd, p->scale);
                 ly->sel_pos = P;
             } else {
-                if (kvt_sparse_check_predicted(s, ly, layer, P, q, p->scale) > 0) caller_sel = true;
-                if (s->p.rerank > 1.0) {
-                    kvt_sparse_rerank(s, ly, P, q, p->scale);
-                    caller_sel = true;
-                }
+                kvt_sparse_check_predicted(s, ly, layer, P, q, p->scale);
+                if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale);
             }
             summary = H * P * (s->d.head_dim + 4);
         }
@@ -394,10 +387,12 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         stall += kvt_time_ms() - t0;
         double mass = 0.0, mass_min = 2.0, ovl = 0.0;
         if (s->p.stats) stats_of(s, ly, layer, P, &mass, &mass_min, &ovl);
-        // a selection made or changed here (quest, oracle, re-rank, fallback, inline prediction, real layers) is
-        // queued at once, so that the copy engine loads its misses in parallel while attention reads the first
-        // blocks; the worker's own selections were queued when it made them (or prefetch_layers ahead)
-        if (caller_sel) kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, layer);
+        // every block of the set is queued at once (the ones only the real query chose: quest, oracle, re-rank,
+        // fallback; and the worker's own, again: the store skips the blocks still resident or queued, and queues
+        // those evicted since the worker prefetched them, which a fast tier smaller than a step's set does: without
+        // this, twice the misses at the same bytes, docs/SPARSE.md), so that the copy engine loads the misses in
+        // parallel while attention reads the first blocks
+        kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, layer);
         int64_t nsel = 0;
         for (int32_t kh = 0; kh < H; kh++) nsel += ly->nsel[kh];
         st = kvt_sparse_attend_set(kv, seq, layer, p, q, ly->sel, ly->nsel, ly->cap, out, pool, s->scratch, err);

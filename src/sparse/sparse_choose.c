@@ -72,7 +72,6 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
         ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
     }
     ly->sel_pos = P;
-    ly->queued = 0;
 }
 
 void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale) {
@@ -123,9 +122,8 @@ void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int
 // asyncspade, on the caller once the real query q is here: the cosine of each KV head's predicted query with
 // the real one (stats), and with --sparse-fallback the heads below it selected again with the real query on
 // the int8 keys (on the critical path: counted as stall by the caller).
-int32_t kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t layer, int64_t P, const float *q, float scale) {
-    if (!s->p.stats && s->p.fallback <= 0.0) return 0;
-    int32_t redone = 0;
+void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t layer, int64_t P, const float *q, float scale) {
+    if (!s->p.stats && s->p.fallback <= 0.0) return;
     for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
         const int64_t pr = (int64_t)layer * s->d.n_head_kv + kh;
         const float *a = ly->pred_q + (int64_t)kh * s->gd, *b = q + (int64_t)kh * s->gd;
@@ -135,11 +133,9 @@ int32_t kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t 
         s->n_pred_sel++;
         if (s->p.fallback <= 0.0 || cs >= s->p.fallback) continue;
         s->n_fallback++;
-        redone++;
         if (s->p.stats) s->ps_fb[pr]++;
         kvt_sparse_select_real(s, ly, kh, P, b, scale);
     }
-    return redone;
 }
 
 // quest: each position scored by its page's bound (max over the group's heads), token-level top-k of those
@@ -202,10 +198,7 @@ void *kvt_sparse_worker_main(void *arg) {
         kvt_sparse_layer *ly = &s->seqs[j.seq]->lay[j.layer]; // the sequence lives while its job does
         pthread_mutex_unlock(&s->mu);
         kvt_sparse_select_predicted(s, ly, &s->work_ss, j.pos, s->scale);
-        if (s->p.prefetch_layers == 0) {
-            kvt_sparse_prefetch_selection(s, &s->work_ss, ly, j.seq, j.layer);
-            ly->queued = 1;
-        }
+        if (s->p.prefetch_layers == 0) kvt_sparse_prefetch_selection(s, &s->work_ss, ly, j.seq, j.layer);
         pthread_mutex_lock(&s->mu);
         ly->busy = 0;
         pthread_cond_broadcast(&s->cv);
@@ -236,14 +229,11 @@ void kvt_sparse_prefetch_ahead(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, in
     int32_t l2 = layer + s->p.prefetch_layers;
     int64_t P2 = P;
     while (l2 >= s->d.n_layer) l2 -= s->d.n_layer, P2++;
-    kvt_sparse_layer *ly = &q->lay[l2];
+    const kvt_sparse_layer *ly = &q->lay[l2];
     pthread_mutex_lock(&s->mu);
-    const bool ready = !ly->busy && ly->sel_pos == P2 && !ly->queued;
+    const bool ready = !ly->busy && ly->sel_pos == P2;
     pthread_mutex_unlock(&s->mu);
-    if (ready) { // the worker is done with l2 until its next post (after l2 attends): the caller owns it
-        kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, l2);
-        ly->queued = 1;
-    }
+    if (ready) kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, l2);
 }
 
 void kvt_sparse_post(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P) {

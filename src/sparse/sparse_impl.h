@@ -49,8 +49,6 @@ typedef struct {
     int64_t hist_next;  // the position the next call must start at (else a rewind: the history restarts)
     int64_t sel_pos;    // the decode position sel is for (-1: none)
     uint8_t busy;       // a worker job for this layer is queued or running (under mu)
-    uint8_t queued;     // sel's blocks were handed to the store's copy engine (by the worker, or prefetch_layers
-                        // ahead); cleared by a new predicted selection
 } kvt_sparse_layer;
 
 // One sequence.
@@ -131,8 +129,7 @@ void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, 
 
 void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale);
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale);
-// Returns the number of KV heads selected again with the real query (--sparse-fallback).
-int32_t kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t layer, int64_t P, const float *q, float scale);
+void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t layer, int64_t P, const float *q, float scale);
 // The K best of each KV head's candidates (its current selection: F*K positions from the predicted query) by the
 // real query q on the int8 keys, the candidates only scored (softmax of each query head over the candidates).
 void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale);
