@@ -82,11 +82,12 @@ CONFIGS=(
     # query, prefetched by the worker; the real query keeps the best K of them (token level) on the int8 keys
     "asyncspade rr4 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK|$ASYNC_SUM"
     "asyncspade rr2 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 2 --sparse-block $KV_BLOCK|$ASYNC_SUM"
+    "asyncspade rr4|--sparse asyncspade --sparse-rerank 4|$ASYNC_SUM"
 )
 if [ -n "${ONLY:-}" ]; then
-    sel=()
-    for c in "${CONFIGS[@]}"; do
-        case ",$ONLY," in *",${c%%|*},"*) sel+=("$c") ;; esac
+    sel=() seen=","
+    for c in "${CONFIGS[@]}"; do # a name once (quest p16 is also quest p$KV_BLOCK when KV_BLOCK is 16)
+        case ",$ONLY," in *",${c%%|*},"*) case "$seen" in *",${c%%|*},"*) ;; *) sel+=("$c"); seen="$seen${c%%|*}," ;; esac ;; esac
     done
     CONFIGS=("${sel[@]}")
 fi
