@@ -154,6 +154,14 @@ static void test_score_kernels(void) {
         }
     }
     ok = ok && qerr <= 0.5 + 1e-6;
+    // rows scored in runs into their place of a wider row (a re-rank's candidates): the same bits
+    float rows[QPG * N];
+    for (int i = 0; i < QPG * N; i++) rows[i] = -INFINITY;
+    const int runs[4][2] = {{0, 5}, {5, 6}, {11, 13}, {24, (int)n_keys - 24}}; // {first row, count}
+    for (int r = 0; r < 4; r++) {
+        kvt_sparse_score_i8_rows(q16, qs, QPG, HD, k8 + runs[r][0] * HD, ks + runs[r][0], runs[r][1], N, scale, rows + runs[r][0]);
+    }
+    ok = ok && memcmp(rows, ref, sizeof rows) == 0;
     double eerr = 0.0;
     for (int i = 0; i < 86900; i++) {
         const float x = -(float)i * 1e-3f;
@@ -456,6 +464,33 @@ static void test_context(const char *path) {
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
                 "sparse: asyncspade block 4 keeps K positions; worker = inline, bit for bit", "%s (selected %lld)",
                 st ? err.msg : "differ", (long long)sa);
+    // re-rank among block candidates (--sparse-rerank 2 --sparse-block 4: 2K candidate positions in whole pages from
+    // the predicted query, the real query keeps K of them): K positions per pair; worker = inline for the same
+    // predicted query; 1..4 threads and the paged store with a fast tier of 4 blocks + host = the contiguous store
+    kvt_context_params c8 = c6;
+    c8.sparse.rerank = 2.0;
+    c8.sparse.sync = true;
+    st = run(m, &c8, a, &sa, &err);
+    c8.sparse.sync = false;
+    if (!st) st = run(m, &c8, b, &sb, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
+                "sparse: asyncspade re-rank x2 among block candidates keeps K positions; worker = inline, bit for bit",
+                "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
+    bool same8 = !st;
+    for (int t = 1; same8 && t <= 4; t++) {
+        kvt_context_params c9 = c8;
+        c9.n_threads = t;
+        if (t % 2 == 0) {
+            c9.kv_fast_bytes = kvt_sparse_summary_bytes(&c9.sparse, &dd) + 4 * 4096;
+            c9.kv_host_bytes = 1 << 20;
+            c9.kv_prefetch = 1;
+        }
+        int64_t s9 = 0;
+        st = run(m, &c9, a, &s9, &err);
+        same8 = !st && max_diff(a, b, n) == 0 && s9 == sb;
+    }
+    test_result(same8, "sparse: asyncspade re-rank among block candidates: 1..4 threads, fast tier + host = contiguous, bit for bit",
+                "%s", st ? err.msg : "differ");
     // a prompt restored from a session file (--kv-load) enters the key summaries: quest after a load = quest after
     // the prefill (quest's selection needs no query history), bit for bit
     kvt_context_params c7 = co;

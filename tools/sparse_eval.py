@@ -4,6 +4,7 @@ the oracle set at several budgets, and passkey retrieval, each mode beside dense
 
   tools/sparse_eval.py ppl     -m MODEL -f TEXT [-c 2048] [--chunks 2] [--budgets 0.25,0.125,0.0625]
   tools/sparse_eval.py passkey -m MODEL [--lengths 2048,4096,8192] [--depths D,...] [--budget 0.125]
+                               [--config NAME=FLAGS ...] [--modes off,oracle,quest,NAME]
   tools/sparse_eval.py agree   -m MODEL -f TEXT [-c 2048] [-n 256] [--budget 0.125]
   tools/sparse_eval.py variants -m MODEL -f TEXT [-c 1024] [--chunks 1] [--budget 0.125] [--only NAME,...]
 
@@ -32,8 +33,14 @@ def kvtier(args, kv):
     return json.loads(r.stdout), time.time() - t0
 
 
+CONFIGS = {}  # passkey: name -> kvtier flags of a configuration added with --config NAME=FLAGS
+
+
 def sparse_flags(mode, budget):
-    return [] if mode == "off" else ["--sparse", mode, "--sparse-budget", str(budget), "--sparse-stats"]
+    if mode == "off":
+        return []
+    base = CONFIGS[mode] if mode in CONFIGS else ["--sparse", mode]
+    return base + ["--sparse-budget", str(budget), "--sparse-stats"]
 
 
 def run_ppl(args):
@@ -71,6 +78,10 @@ VARIANTS = [
     ("ridge, 2 dense layers", ASYNC + ["--sparse-dense-layers", "2"]),
     ("ridge, recent 64", ASYNC + ["--sparse-recent", "64"]),
     ("ridge, re-rank x4", ASYNC + ["--sparse-rerank", "4"]),
+    ("re-rank x2 block 64", ASYNC + ["--sparse-rerank", "2", "--sparse-block", "64"]),
+    ("re-rank x4 block 64", ASYNC + ["--sparse-rerank", "4", "--sparse-block", "64"]),
+    ("re-rank x4 block 16", ASYNC + ["--sparse-rerank", "4", "--sparse-block", "16"]),
+    ("re-rank x8 block 64", ASYNC + ["--sparse-rerank", "8", "--sparse-block", "64"]),
     ("ridge, first 12 layers real", ASYNC + ["--sparse-real-layers", "12"]),
     ("ridge, fallback 0.8", ASYNC + ["--sparse-fallback", "0.8"]),
     ("ridge, fallback 0.85", ASYNC + ["--sparse-fallback", "0.85"]),
@@ -137,7 +148,7 @@ def run_passkey(args):
             ctx = ["-c", str(length + 64), "-t", str(args.threads), "--no-progress"]
             kvtier(args, ["generate", "-m", args.model, "-f", pre_f, "-n", "1", "--temp", "0", "--json", "--kv-save", sess]
                    + ctx)
-            for mode in ["off"] + MODES:
+            for mode in args.modes:
                 kv = ["generate", "-m", args.model, "-f", full_f, "-n", "8", "--temp", "0", "--json", "--kv-load", sess] \
                     + ctx + sparse_flags(mode, args.budget)
                 r, sec = kvtier(args, kv)
@@ -149,7 +160,7 @@ def run_passkey(args):
             os.unlink(sess)
     print("\n| mode | length | passed |")
     print("|---|---|---|")
-    for (mode, length), oks in sorted(results.items(), key=lambda x: (x[0][1], x[0][0])):
+    for (mode, length), oks in sorted(results.items(), key=lambda x: (x[0][1], args.modes.index(x[0][0]))):
         print("| %s | %d | %d / %d |" % (mode, length, sum(oks), len(oks)))
 
 
@@ -212,12 +223,20 @@ def main():
     ap.add_argument("--depths", default="", help="passkey: comma list (default: 10 depths, 0 to 1)")
     ap.add_argument("-n", "--n-gen", type=int, default=256, help="agree: tokens generated")
     ap.add_argument("--only", default="", help="variants: names, separated by ';' (or ',' when no name has one)")
+    ap.add_argument("--modes", default="", help="passkey: comma list of modes and --config names (default: off and "
+                    "the three modes, then the configs)")
+    ap.add_argument("--config", action="append", default=[], metavar="NAME=FLAGS",
+                    help="passkey: a configuration run beside the modes, e.g. 'rerank=--sparse asyncspade --sparse-rerank 4'")
     ap.add_argument("--kvtier", default="build/kvtier")
     ap.add_argument("extra", nargs="*")
     args = ap.parse_args()
     args.budgets = [float(x) for x in args.budgets.split(",")]
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.depths = [float(x) for x in args.depths.split(",")] if args.depths else []
+    for c in args.config:
+        name, _, flags = c.partition("=")
+        CONFIGS[name] = flags.split()
+    args.modes = args.modes.split(",") if args.modes else ["off"] + MODES + list(CONFIGS)
     if args.what in ("ppl", "variants", "agree"):
         if not args.file:
             sys.exit("%s needs -f TEXT" % args.what)

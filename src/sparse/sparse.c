@@ -34,7 +34,8 @@ int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_d
     return 0;
 }
 
-static void ss_alloc(kvt_sparse_scratch *ss, const kvt_sparse *s, bool *ok) {
+// rerank: the caller's scratch also holds a re-rank's choice among its candidates (csel).
+static void ss_alloc(kvt_sparse_scratch *ss, const kvt_sparse *s, bool rerank, bool *ok) {
     const int64_t N = s->d.n_ctx;
     ss->raw = kvt_sparse_zalloc((size_t)(s->qpg * N) * 4, ok);
     ss->agg = kvt_sparse_zalloc((size_t)N * 4, ok);
@@ -46,10 +47,11 @@ static void ss_alloc(kvt_sparse_scratch *ss, const kvt_sparse *s, bool *ok) {
     ss->al = kvt_sparse_zalloc((size_t)(s->p.window + 1) * s->gd * 4, ok);
     ss->cs = kvt_sparse_zalloc((size_t)(s->d.rope.n_rot + 2) * 4, ok);
     ss->hrow = kvt_sparse_zalloc((size_t)(s->p.window + 1) * s->d.head_dim * 4, ok);
+    if (rerank && s->p.rerank > 1.0) ss->csel = kvt_sparse_zalloc((size_t)N * 4, ok);
 }
 
 static void ss_free(kvt_sparse_scratch *ss) {
-    void *bufs[] = {ss->raw, ss->agg, ss->vals, ss->mark, ss->pred, ss->work, ss->blk, ss->al, ss->cs, ss->hrow};
+    void *bufs[] = {ss->raw, ss->agg, ss->vals, ss->mark, ss->pred, ss->work, ss->blk, ss->al, ss->cs, ss->hrow, ss->csel};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
@@ -93,8 +95,8 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     s->scratch = calloc((size_t)d->n_threads, sizeof(float *));
     if (!s->scratch) ok = false;
     for (int32_t i = 0; ok && i < d->n_threads; i++) s->scratch[i] = kvt_sparse_zalloc((size_t)kvt_sparse_attn_scratch_floats(d) * 4, &ok);
-    ss_alloc(&s->main_ss, s, &ok);
-    if (p.mode == KVT_SPARSE_ASYNCSPADE && !p.sync) ss_alloc(&s->work_ss, s, &ok);
+    ss_alloc(&s->main_ss, s, true, &ok);
+    if (p.mode == KVT_SPARSE_ASYNCSPADE && !p.sync) ss_alloc(&s->work_ss, s, false, &ok);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (!ok) {
@@ -385,9 +387,11 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         stall += kvt_time_ms() - t0;
         double mass = 0.0, mass_min = 2.0, ovl = 0.0;
         if (s->p.stats) stats_of(s, ly, layer, P, &mass, &mass_min, &ovl);
-        // every block of the set is queued at once (the ones the worker prefetched and the ones only the real
-        // query chose: quest, oracle, re-rank, fallback), so that the copy engine loads the misses in parallel
-        // while attention reads the first blocks
+        // every block of the set is queued at once (the ones only the real query chose: quest, oracle, re-rank,
+        // fallback; and the worker's own, again: the store skips the blocks still resident or queued, and queues
+        // those evicted since the worker prefetched them, which a fast tier smaller than a step's set does: without
+        // this, twice the misses at the same bytes, docs/SPARSE.md), so that the copy engine loads the misses in
+        // parallel while attention reads the first blocks
         kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, layer);
         int64_t nsel = 0;
         for (int32_t kh = 0; kh < H; kh++) nsel += ly->nsel[kh];

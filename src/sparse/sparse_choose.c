@@ -76,15 +76,38 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
 
 void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale) {
     kvt_sparse_scratch *ss = &s->main_ss;
-    const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n);
+    const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n), hd = s->d.head_dim;
     for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
         int32_t *sel = sel_of(ly, kh);
-        score_int8(s, ly, kh, q + (int64_t)kh * s->gd, n, P, scale, ss->raw);
-        kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
-        for (int64_t t = 0; t < n; t++) ss->vals[t] = -INFINITY;
-        for (int64_t x = 0; x < ly->nsel[kh]; x++) ss->vals[sel[x]] = ss->agg[sel[x]];
-        memcpy(ss->agg, ss->vals, (size_t)n * sizeof(float));
-        ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel, ss->mark, ss->vals);
+        const int64_t nc = ly->nsel[kh];
+        if (nc <= K) continue; // nothing to drop
+        // the candidates scored run by run of consecutive positions, in place (no copy of their int8 rows);
+        // position P, the query's own, has no int8 row yet: -inf, as in the full scan (it is always kept, recent)
+        const int8_t *k8 = ly->k8 + (int64_t)kh * ly->cap * hd;
+        const float *k8s = ly->k8s + (int64_t)kh * ly->cap;
+        int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
+        float qs[KVT_SPARSE_MAX_QPG];
+        kvt_sparse_quant_query(q + (int64_t)kh * s->gd, s->qpg, (int32_t)hd, q16, qs);
+        int64_t c_sink = 0, c_recent = 0;
+        for (int64_t x = 0; x < nc; x++) {
+            c_sink += sel[x] < s->p.sink;
+            c_recent += sel[x] >= n - s->p.recent;
+        }
+        for (int64_t x = 0; x < nc;) {
+            int64_t e = x + 1;
+            while (e < nc && sel[e] == sel[e - 1] + 1 && sel[e] < P) e++;
+            const int64_t t0 = sel[x], len = sel[e - 1] < P ? e - x : e - x - 1;
+            if (len > 0) kvt_sparse_score_i8_rows(q16, qs, s->qpg, (int32_t)hd, k8 + t0 * hd, k8s + t0, len, nc, scale, ss->raw + x);
+            for (int64_t y = x + len; y < e; y++) {
+                for (int32_t i = 0; i < s->qpg; i++) ss->raw[(int64_t)i * nc + y] = -INFINITY;
+            }
+            x = e;
+        }
+        kvt_sparse_aggregate(ss->raw, s->qpg, nc, ss->agg);
+        // top-K over the candidates in position order (sink and recent: their first and last ones)
+        const int64_t m = kvt_sparse_topk(ss->agg, nc, K, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
+        for (int64_t x = 0; x < m; x++) sel[x] = sel[ss->csel[x]]; // csel ascending, csel[x] >= x
+        ly->nsel[kh] = m;
     }
 }
 

@@ -30,6 +30,7 @@ typedef struct {
     float *cs;    // [n_rot] a rotation's cos/sin
     float *hrow;  // [W + 1][head_dim] one query head's history (ridge-head)
     int64_t *blk; // [n_ctx] blocks of a selection (prefetch)
+    int32_t *csel;// [n_ctx] a re-rank's choice, as indices into the candidates
 } kvt_sparse_scratch;
 
 // One layer of one sequence. Buffers hold `cap` positions per KV head (grown as the sequence grows, at most
@@ -129,6 +130,8 @@ void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, 
 void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale);
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale);
 void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t layer, int64_t P, const float *q, float scale);
+// The K best of each KV head's candidates (its current selection: F*K positions from the predicted query) by the
+// real query q on the int8 keys, the candidates only scored (softmax of each query head over the candidates).
 void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale);
 void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale);
 void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P);
@@ -179,6 +182,10 @@ void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q1
 // k8s [n_keys]) for t < n_keys, -inf for n_keys <= t < n. Integer dot products: the same bits on every path.
 void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
                          const float *k8s, int64_t n_keys, int64_t n, float scale, float *raw);
+// The same products for rows [0, n_keys) only, written at raw[i * stride + t] (a run of positions scored into its
+// place in a wider row: the same bits as kvt_sparse_score_i8 over those positions).
+void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
+                              const float *k8s, int64_t n_keys, int64_t stride, float scale, float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
 

@@ -45,12 +45,17 @@ static void dot_rows_i8(const int16_t *q16, const float *qs, int32_t qpg, int32_
     }
 }
 
+void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
+                              const float *k8s, int64_t n_keys, int64_t stride, float scale, float *raw) {
+    float qs[KVT_SPARSE_MAX_QPG] = {0};
+    for (int32_t i = 0; i < qpg; i++) qs[i] = qscale[i] * scale;
+    dot_rows_i8(q16, qs, qpg, hd, k8, k8s, n_keys, stride, raw);
+}
+
 void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
                          const float *k8s, int64_t n_keys, int64_t n, float scale, float *raw) {
     if (n_keys > n) n_keys = n;
-    float qs[KVT_SPARSE_MAX_QPG] = {0};
-    for (int32_t i = 0; i < qpg; i++) qs[i] = qscale[i] * scale;
-    dot_rows_i8(q16, qs, qpg, hd, k8, k8s, n_keys, n, raw);
+    kvt_sparse_score_i8_rows(q16, qscale, qpg, hd, k8, k8s, n_keys, n, scale, raw);
     for (int32_t i = 0; i < qpg; i++) {
         for (int64_t t = n_keys; t < n; t++) raw[(int64_t)i * n + t] = -INFINITY;
     }

@@ -15,7 +15,9 @@
 #      KV_GRAN (--kv-granularity, default head: one KV head per block, so a head's selection maps to blocks),
 #      KV_EVICT (--kv-evict of the disk rows, default lru; spread or lookahead keep a cyclic layer-by-layer reuse
 #      that is larger than the fast tier instead of losing all of it, as LRU does),
-#      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier)
+#      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier),
+#      ONLY (comma list of config names to run, e.g. "dense,quest p16,asyncspade rr4 block64"; default all),
+#      STORES (default "disk ram")
 #
 # The prompt's prefill is the same dense computation in every mode, so it runs once: the text minus its
 # last ~100 bytes is prefilled and saved (--kv-save); each run restores it (--kv-load, summaries included)
@@ -76,11 +78,24 @@ CONFIGS=(
     "asyncspade fb0.85|--sparse asyncspade --sparse-fallback 0.85|$ASYNC_SUM"
     "quest p$KV_BLOCK|--sparse quest --sparse-page $KV_BLOCK|$(quest_sum "$KV_BLOCK")"
     "asyncspade block$KV_BLOCK|--sparse asyncspade --sparse-block $KV_BLOCK|$ASYNC_SUM"
+    # the recommended configuration (docs/SPARSE.md): 4K candidate positions in whole blocks from the predicted
+    # query, prefetched by the worker; the real query keeps the best K of them (token level) on the int8 keys
+    "asyncspade rr4 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK|$ASYNC_SUM"
+    "asyncspade rr2 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 2 --sparse-block $KV_BLOCK|$ASYNC_SUM"
+    "asyncspade rr4|--sparse asyncspade --sparse-rerank 4|$ASYNC_SUM"
 )
+if [ -n "${ONLY:-}" ]; then
+    sel=() seen=","
+    for c in "${CONFIGS[@]}"; do # a name once (quest p16 is also quest p$KV_BLOCK when KV_BLOCK is 16)
+        case ",$ONLY," in *",${c%%|*},"*) case "$seen" in *",${c%%|*},"*) ;; *) sel+=("$c"); seen="$seen${c%%|*}," ;; esac ;; esac
+    done
+    CONFIGS=("${sel[@]}")
+fi
+NAMES=$(printf '%s\n' "${CONFIGS[@]}" | cut -d'|' -f1 | paste -sd'|')
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 rm -f "$OUT"/run-*.json
 for rep in $(seq 1 "$REPS"); do
-    for store in disk ram; do
+    for store in ${STORES:-disk ram}; do
         for c in "${CONFIGS[@]}"; do
             IFS='|' read -r name flags sum <<< "$c"
             tier=()
@@ -96,11 +111,11 @@ for rep in $(seq 1 "$REPS"); do
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
-python3 - "$OUT" "$KVB" "$FAST" "$LOAD0" "$LOAD1" "$REPS" "$KV_BLOCK" "$KV_EVICT" <<'EOF'
+python3 - "$OUT" "$KVB" "$FAST" "$LOAD0" "$LOAD1" "$REPS" "$KV_BLOCK" "$KV_EVICT" "$NAMES" "${STORES:-disk ram}" <<'EOF'
 import glob, json, os, statistics, sys
 out, kvb, fast, load0, load1, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6])
 B, evict = sys.argv[7], sys.argv[8]
-names = ["dense", "quest p16", "quest p4", "asyncspade", "asyncspade fb0.85", f"quest p{B}", f"asyncspade block{B}"]
+names, stores = sys.argv[9].split("|"), sys.argv[10].split()
 def runs(store, name):
     r = []
     for i in range(1, reps + 1):
@@ -119,7 +134,7 @@ print(f"CPU: {cpu}, {os.cpu_count()} vCPUs; load average (1/5/15 min) {load0} at
 print("| store | mode | TPOT ms (median step) | tok/s | KV read/token: disk->fast MB | host->fast MB | fast (attention) MB "
       "| selection stall ms/token | stall % of TPOT | store stall ms/token | speed-up vs dense | vs quest p16 | vs quest p4 |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-for store in ["disk", "ram"]:
+for store in stores:
     tp = {n: [r["decode"]["step_ms_median"] for r in runs(store, n)] for n in names}
     med = {n: statistics.median(v) if v else None for n, v in tp.items()}
     for n in names:
@@ -135,7 +150,7 @@ for store in ["disk", "ram"]:
         stall = [s["stall_ms_per_step"] if s else 0.0 for s in sp]
         pct = [100 * s / x for s, x in zip(stall, t)]
         sst = [x.get("kv_stall_ms_per_step", 0) for x in d]
-        def vs(o): return "-" if not med[o] or o == n else f"{med[o] / med[n]:.2f}x"
+        def vs(o): return "-" if not med.get(o) or o == n else f"{med[o] / med[n]:.2f}x"
         print(f"| {store} | {n} | {rng(t, '{:.1f}')} | {rng([1e3 / x for x in t], '{:.1f}')} | "
               f"{rng([mb(x) for x in disk], '{:.2f}')} | {rng([mb(x) for x in host], '{:.2f}')} | "
               f"{rng([mb(x) for x in fastr], '{:.2f}')} | {rng(stall, '{:.2f}')} | {rng(pct, '{:.0f}%')} | "
