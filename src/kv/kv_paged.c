@@ -1,5 +1,6 @@
 // kv_paged.c - the tiered paged KV store: block tables, residency, eviction,
-// prefetch through the copy engine, transfer accounting.
+// prefetch through the copy engine, transfer accounting (its interfaces for the prefix cache and the serving
+// scheduler: kv_paged_ext.c; the tables both files share: kv_paged_impl.h).
 //
 // Locking: one mutex guards every table; copies run with it released while the
 // block is marked busy (nobody else moves, pins, writes or frees a busy block).
@@ -13,96 +14,11 @@
 
 #include "../base/timer.h"
 #include "../kernels/quant.h"
+#include "kv_paged_impl.h"
 #include "kv_policy.h"
 #include "kv_prefetch.h"
 #include "kv_tier.h"
 #include "kv_victim.h"
-
-typedef struct {
-    int32_t refs;       // sequences referencing the block (0: free id)
-    int32_t pins;       // readers/writers holding its T0 copy
-    int32_t layer, group;
-    int64_t index;      // block index in its shard
-    int64_t slot[KVT_TIER_COUNT]; // slot per tier, -1 absent; all present copies are equal
-    int32_t rpos[2];    // position in the resident list of T0 / T1, -1 absent
-    uint32_t crc;       // CRC32C of the disk copy
-    bool busy;          // a transfer or eviction of this block is under way
-    bool queued;        // waiting in the prefetch queue
-    bool qplan;         // queued by the scheduler's plan (kvt_kv_paged_set_plan), not by the decode schedule
-    bool qattn;         // queued by attn-ema's prefetch (kvt_kv_paged_attn_mass): loaded only if the policy ranks
-                        // a resident block below it
-    uint64_t last_use, uses;
-    float attn_ema;     // EMA of the block's attention mass (kvt_kv_paged_attn_mass; policy attn-ema)
-    int64_t prank;      // plan rank: iteration in which the earliest planned sequence holding it runs
-                        // (INT64_MAX: none, or no plan)
-} pblock;
-
-typedef struct {
-    int64_t n_tok;      // positions held
-    int64_t n_blk, cap; // blocks in the table
-    int64_t n_drop;     // leading blocks freed by the layer's sliding window (their ids are -1)
-    int64_t *ids;       // [cap] block ids
-    bool caller_fetch;  // decode reads only blocks the caller prefetches (kvt_kv_paged_set_caller_prefetch):
-                        // the schedule prefetch leaves this shard out
-} pshard;
-
-typedef struct {
-    pthread_t tid;
-    int64_t key;        // schedule key of the block the thread holds, or of the one after its last release
-} preader;
-
-typedef struct {
-    bool live;
-    pshard *sh;         // [n_shard], shard = layer * n_group + group
-    int64_t prank;      // iteration of the plan in which it runs first (INT64_MAX: not planned)
-} pseq;
-
-typedef struct {
-    kvt_kv base;
-    kvt_kv_paged_params p;
-    const kvt_evict_policy *pol;
-    int64_t block_bytes;   // K part [group_heads, block_tokens, head_dim], then V part likewise
-    int64_t k_row, v_row;  // bytes per position of a group's K / V
-    int64_t k_hrow, v_hrow; // bytes per position of one head's K / V (blocks are head-major)
-    int32_t n_shard;
-    int64_t nb_ctx;        // blocks per shard at n_ctx (schedule stride)
-    kvt_tier_store tier[KVT_TIER_COUNT];
-    int64_t *res[2];       // resident block ids of T0 / T1
-    int64_t n_res[2], cap_res[2];
-    pblock *blk;
-    int64_t n_blk, cap_blk;
-    int64_t *free_blk;
-    int64_t n_free_blk, cap_free_blk;
-    pseq *seq;
-    int32_t n_seq;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;     // block state changed (busy cleared, pin released)
-    uint64_t tick;         // logical clock: one tick per acquire
-    int64_t cursor;        // schedule key of the decode frontier (cursor_update); next uses count from it
-    preader *rd;           // [n_rd] reader threads seen since the last append
-    int32_t n_rd, cap_rd;
-    int64_t victim_pos[2]; // start of the next victim sample window in res[T0] / res[T1]
-    int64_t victim_window; // resident blocks examined per eviction (p.victim_window, VICTIM_SAMPLE by default)
-    int32_t n_loading_t1;  // loads copying a block out of T1 (each then leaves a droppable T1 duplicate)
-    // copy engine
-    pthread_t *io;
-    int n_io;
-    int n_io_busy;         // copy threads handling a queued block (kvt_kv_paged_drain)
-    int n_io_awake;        // copy threads not asleep on qcv (queue_wake)
-    pthread_cond_t qcv;
-    int64_t *q;            // ring of block ids to prefetch
-    int64_t q_head, q_len, q_cap;
-    kvt_kv_pos *pf_win;    // [p.prefetch] scratch of schedule_prefetch (kvt_prefetch_window)
-    kvt_plan_room plan_room; // kvt_kv_paged_set_plan: the fast tier's room for the plan's loads (plan_visit)
-    bool stop;
-    void **bounce;         // free 4096-aligned buffers of the disk slot size
-    int64_t n_bounce, cap_bounce;
-    kvt_kv_stats st;
-    int32_t *window;       // [n_layer] sliding window per layer (0: global)
-} kv_paged;
-
-enum { T0 = KVT_TIER_FAST, T1 = KVT_TIER_HOST, T2 = KVT_TIER_DISK };
-#define VICTIM_SAMPLE 256 // resident blocks examined per eviction by default (see pick_victim)
 
 kvt_kv_paged_params kvt_kv_paged_params_default(void) {
     kvt_kv_paged_params p;
@@ -131,7 +47,7 @@ static void block_name(const kv_paged *s, int64_t id, char *buf, size_t n) {
 
 // --- resident lists ------------------------------------------------------------
 
-static bool res_add(kv_paged *s, int t, int64_t id) {
+bool kvp_res_add(kv_paged *s, int t, int64_t id) {
     if (s->n_res[t] == s->cap_res[t]) {
         int64_t cap = s->cap_res[t] ? s->cap_res[t] * 2 : 256;
         int64_t *r = realloc(s->res[t], (size_t)cap * sizeof *r);
@@ -154,7 +70,7 @@ static void res_del(kv_paged *s, int t, int64_t id) {
 }
 
 // Drops the copy of block id in tier t.
-static void drop_copy(kv_paged *s, int64_t id, int t) {
+void kvp_drop_copy(kv_paged *s, int64_t id, int t) {
     pblock *B = &s->blk[id];
     if (B->slot[t] < 0) return;
     if (t < 2) res_del(s, t, id);
@@ -325,7 +241,7 @@ KVT_VICTIM_INLINE void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
 // incoming >= 0 (an attn-ema prefetch of that block, not resident): the block competes with the window's
 // candidates (KVT_VICTIM_INCOMING, as the simulator admits its prefetches); -2 if the policy picks it (the
 // prefetch is not worth a resident block).
-static int64_t pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank, int64_t incoming) {
+int64_t kvp_pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank, int64_t incoming) {
     victim_ud u = {.s = s, .e = evict_ctx_now(s), .t = t, .limit = limit, .xrank = xrank, .n = s->n_res[t],
                    .incoming = incoming};
     u.m = kvt_victim_window(u.n, s->victim_window, &s->victim_pos[t], &u.start);
@@ -362,7 +278,7 @@ static void bounce_put(kv_paged *s, void *b) {
 
 // Copies block id from tier src to a new slot of tier dst (which must have room). The block must be busy
 // (marked by the caller). Releases the mutex during the copy.
-static kvt_status transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *err) {
+kvt_status kvp_transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *err) {
     int64_t ds = kvt_tier_alloc(&s->tier[dst]);
     if (ds < 0) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block in the %s tier", kvt_tier_name(dst));
     pblock *B = &s->blk[id];
@@ -403,7 +319,7 @@ static kvt_status transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *e
     }
     if (dst == T2) B->crc = crc;
     if (dst == T0) B->last_use = s->tick; // a load counts as a use for recency (prefetched blocks stay until read)
-    if (dst < 2 && !res_add(s, dst, id)) {
+    if (dst < 2 && !kvp_res_add(s, dst, id)) {
         kvt_tier_release(&s->tier[dst], ds);
         B->slot[dst] = -1;
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
@@ -414,10 +330,10 @@ static kvt_status transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *e
     return KVT_OK;
 }
 
-static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err);
+kvt_status kvp_evict(kv_paged *s, int64_t id, int t, kvt_err *err);
 
 // A T1 copy of a block that T0 also holds (not busy): dropping it loses nothing. -1 if none.
-static int64_t t1_duplicate(const kv_paged *s) {
+int64_t kvp_t1_duplicate(const kv_paged *s) {
     int64_t best = -1;
     double bs = 0;
     const evict_ctx e = evict_ctx_now(s);
@@ -442,9 +358,9 @@ static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *er
         if (t == T1 && !s->tier[T2].present) {
             // nothing below the host tier: only duplicates of T0 blocks can go (free), and loads in flight
             // out of T1 will leave such duplicates
-            const int64_t dup = t1_duplicate(s);
+            const int64_t dup = kvp_t1_duplicate(s);
             if (dup >= 0) {
-                drop_copy(s, dup, T1);
+                kvp_drop_copy(s, dup, T1);
                 continue;
             }
             if (s->n_loading_t1 > 0) {
@@ -463,23 +379,23 @@ static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *er
                        (long long)T->budget, (long long)T->max_slots, (long long)T->slot_bytes, T->path);
             return -1;
         }
-        int64_t v = pick_victim(s, t, limit, INT64_MAX, -1);
+        int64_t v = kvp_pick_victim(s, t, limit, INT64_MAX, -1);
         if (v < 0) {
             if (!wait) return 0;
             wait_timed(s, &s->st.wait_room_ms);
             continue;
         }
-        if (evict(s, v, t, err)) return -1;
+        if (kvp_evict(s, v, t, err)) return -1;
     }
     return 1;
 }
 
 // Removes block id's copy from tier t (0 or 1), first moving it down if no lower tier has a copy.
-static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
+kvt_status kvp_evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
     pblock *B = &s->blk[id];
     if (t == T0 && s->p.on_evict) s->p.on_evict(s->p.on_evict_ud, B->layer, B->group, B->index);
     if (t == T1 && B->slot[T0] >= 0) { // a duplicate: T0 keeps the data
-        drop_copy(s, id, T1);
+        kvp_drop_copy(s, id, T1);
         return KVT_OK;
     }
     B->busy = true;
@@ -492,19 +408,19 @@ static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
         kvt_tier_store *H = &s->tier[T1];
         bool room = H->n_used < H->max_slots;
         if (!room) { // a duplicate of a T0 block goes first: dropping it loses nothing
-            const int64_t dup = t1_duplicate(s);
+            const int64_t dup = kvp_t1_duplicate(s);
             if (dup >= 0) {
-                drop_copy(s, dup, T1);
+                kvp_drop_copy(s, dup, T1);
                 room = true;
             }
         }
         if (!room && has_lower) {
-            int64_t hv = pick_victim(s, T1, -1, INT64_MAX, -1);
+            int64_t hv = kvp_pick_victim(s, T1, -1, INT64_MAX, -1);
             const evict_ctx e = evict_ctx_now(s);
             const pblock *H1 = hv >= 0 ? &s->blk[hv] : NULL;
             if (H1 && H1->slot[T2] >= 0 &&
                 (H1->prank > B->prank || (H1->prank == B->prank && evict_score(s, &e, H1) > evict_score(s, &e, B)))) {
-                drop_copy(s, hv, T1);
+                kvp_drop_copy(s, hv, T1);
                 room = true;
             }
         }
@@ -529,10 +445,10 @@ static kvt_status evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
     }
     if (!st && dst >= 0) {
         if (ensure_free(s, dst, true, -1, err) < 0) st = err->status;
-        else st = transfer(s, id, t, dst, err);
+        else st = kvp_transfer(s, id, t, dst, err);
     }
     B = &s->blk[id];
-    if (!st) drop_copy(s, id, t);
+    if (!st) kvp_drop_copy(s, id, t);
     B->busy = false;
     pthread_cond_broadcast(&s->cv);
     return st;
@@ -565,8 +481,8 @@ static kvt_status swap_t0_t1(kv_paged *s, int64_t id, int64_t v, kvt_err *err) {
     X->slot[T1] = -1;
     Y->slot[T1] = xs;
     Y->slot[T0] = -1;
-    res_add(s, T0, id); // cannot fail: each list just lost an entry
-    res_add(s, T1, v);
+    kvp_res_add(s, T0, id); // cannot fail: each list just lost an entry
+    kvp_res_add(s, T1, v);
     X->last_use = s->tick;
     for (int d = 0; d < 2; d++) {
         const int a = d ? T0 : T1, b = d ? T1 : T0;
@@ -596,7 +512,7 @@ static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool a
             room = true;
             break;
         }
-        const int64_t v = pick_victim(s, T0, admit ? -1 : limit, s->blk[id].prank, admit ? id : -1);
+        const int64_t v = kvp_pick_victim(s, T0, admit ? -1 : limit, s->blk[id].prank, admit ? id : -1);
         if (v == -2) break; // attn-ema: the block is worth less than every candidate
         if (v < 0) {
             if (!wait) break;
@@ -606,13 +522,13 @@ static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool a
         const pblock *Y = &s->blk[v];
         const bool v_dirty = Y->slot[T1] < 0 && Y->slot[T2] < 0;
         const kvt_tier_store *H = &s->tier[T1];
-        if (exclusive && v_dirty && H->n_used >= H->max_slots && !s->tier[T2].present && t1_duplicate(s) < 0) {
+        if (exclusive && v_dirty && H->n_used >= H->max_slots && !s->tier[T2].present && kvp_t1_duplicate(s) < 0) {
             if (!(st = swap_t0_t1(s, id, v, err))) *loaded = true;
-        } else if (evict(s, v, T0, err)) st = err->status;
+        } else if (kvp_evict(s, v, T0, err)) st = err->status;
     }
     if (!st && room) {
         if (src == T1) s->n_loading_t1++;
-        st = transfer(s, id, src, T0, err);
+        st = kvp_transfer(s, id, src, T0, err);
         if (src == T1) s->n_loading_t1--;
         if (!st) *loaded = true;
     }
@@ -633,13 +549,13 @@ static void stage_t1(kv_paged *s, int64_t id) {
     kvt_status st = KVT_OK;
     const kvt_tier_store *H = &s->tier[T1];
     if (H->n_used >= H->max_slots) {
-        const int64_t dup = t1_duplicate(s);
-        const int64_t v = dup >= 0 ? -1 : pick_victim(s, T1, INT64_MAX, s->blk[id].prank, -1);
-        if (dup >= 0) drop_copy(s, dup, T1);
+        const int64_t dup = kvp_t1_duplicate(s);
+        const int64_t v = dup >= 0 ? -1 : kvp_pick_victim(s, T1, INT64_MAX, s->blk[id].prank, -1);
+        if (dup >= 0) kvp_drop_copy(s, dup, T1);
         else if (v < 0) st = KVT_ERR_BUDGET;
-        else st = evict(s, v, T1, &e);
+        else st = kvp_evict(s, v, T1, &e);
     }
-    if (!st && H->n_used < H->max_slots) st = transfer(s, id, T2, T1, &e);
+    if (!st && H->n_used < H->max_slots) st = kvp_transfer(s, id, T2, T1, &e);
     s->blk[id].busy = false;
     pthread_cond_broadcast(&s->cv);
 }
@@ -695,12 +611,12 @@ static void *io_main(void *arg) {
 // each block a reader's prefetch queued, and all but one went back to sleep after taking the mutex in turn; one
 // signal per entry still woke a thread per block, 2000-3000 sleeps and wake-ups per iteration under
 // oversubscription (kvtier_context_switches_total), each a wait for a core on 2 vCPUs.
-static void queue_wake(kv_paged *s) {
+void kvp_queue_wake(kv_paged *s) {
     const int64_t want = (s->q_len < s->n_io ? s->q_len : s->n_io) - s->n_io_awake;
     for (int64_t i = 0; i < want; i++) pthread_cond_signal(&s->qcv);
 }
 
-static void queue_push(kv_paged *s, int64_t id) {
+void kvp_queue_push(kv_paged *s, int64_t id) {
     if (s->q_len == s->q_cap) {
         int64_t cap = s->q_cap ? s->q_cap * 2 : 64;
         int64_t *q = malloc((size_t)cap * sizeof *q);
@@ -735,14 +651,14 @@ static void schedule_prefetch(kv_paged *s, const pseq *q, int32_t shard, int64_t
         const int64_t id = q->sh[s->pf_win[k].shard].ids[s->pf_win[k].block];
         const pblock *B = &s->blk[id];
         if (B->slot[T0] >= 0 || B->busy || B->queued) continue;
-        queue_push(s, id);
+        kvp_queue_push(s, id);
     }
-    queue_wake(s);
+    kvp_queue_wake(s);
 }
 
 // --- blocks and tables -----------------------------------------------------------
 
-static int64_t block_new(kv_paged *s, int32_t layer, int32_t group, int64_t index) {
+int64_t kvp_block_new(kv_paged *s, int32_t layer, int32_t group, int64_t index) {
     int64_t id;
     if (s->n_free_blk > 0) id = s->free_blk[--s->n_free_blk];
     else {
@@ -767,11 +683,11 @@ static int64_t block_new(kv_paged *s, int32_t layer, int32_t group, int64_t inde
     return id;
 }
 
-static void block_unref(kv_paged *s, int64_t id) {
+void kvp_block_unref(kv_paged *s, int64_t id) {
     while (s->blk[id].busy) wait_timed(s, &s->st.wait_busy_ms);
     pblock *B = &s->blk[id];
     if (--B->refs > 0) return;
-    for (int t = 0; t < KVT_TIER_COUNT; t++) drop_copy(s, id, t);
+    for (int t = 0; t < KVT_TIER_COUNT; t++) kvp_drop_copy(s, id, t);
     if (s->n_free_blk == s->cap_free_blk) {
         int64_t cap = s->cap_free_blk ? s->cap_free_blk * 2 : 256;
         int64_t *f = realloc(s->free_blk, (size_t)cap * sizeof *f);
@@ -786,7 +702,7 @@ static void shard_truncate(kv_paged *s, pshard *sh, int64_t n_keep) {
     int64_t nb = (n_keep + s->base.block_tokens - 1) / s->base.block_tokens;
     while (sh->n_blk > nb) {
         const int64_t id = sh->ids[--sh->n_blk];
-        if (id >= 0) block_unref(s, id);
+        if (id >= 0) kvp_block_unref(s, id);
     }
     if (sh->n_drop > sh->n_blk) sh->n_drop = sh->n_blk;
     if (sh->n_tok > n_keep) sh->n_tok = n_keep;
@@ -797,12 +713,12 @@ static void shard_truncate(kv_paged *s, pshard *sh, int64_t n_keep) {
 static void shard_slide(kv_paged *s, pshard *sh, int64_t w, int64_t pos) {
     const int64_t first = pos - w + 1, keep = first > 0 ? first / s->base.block_tokens : 0;
     for (; sh->n_drop < keep && sh->n_drop < sh->n_blk; sh->n_drop++) {
-        block_unref(s, sh->ids[sh->n_drop]);
+        kvp_block_unref(s, sh->ids[sh->n_drop]);
         sh->ids[sh->n_drop] = -1;
     }
 }
 
-static bool shard_push(pshard *sh, int64_t id) {
+bool kvp_shard_push(pshard *sh, int64_t id) {
     if (sh->n_blk == sh->cap) {
         int64_t cap = sh->cap ? sh->cap * 2 : 16;
         int64_t *ids = realloc(sh->ids, (size_t)cap * sizeof *ids);
@@ -814,7 +730,7 @@ static bool shard_push(pshard *sh, int64_t id) {
     return true;
 }
 
-static pseq *seq_get(kv_paged *s, int32_t seq, kvt_err *err) {
+pseq *kvp_seq_get(kv_paged *s, int32_t seq, kvt_err *err) {
     if (seq < 0 || seq >= s->n_seq || !s->seq[seq].live) {
         kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV sequence %d does not exist", seq);
         return NULL;
@@ -857,7 +773,7 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
     kv_paged *s = (kv_paged *)kv;
     const int64_t a0 = lock_timed(s);
     kvt_status st = KVT_OK;
-    pseq *q = seq_get(s, seq, err);
+    pseq *q = kvp_seq_get(s, seq, err);
     if (!q) st = KVT_ERR_INVALID_ARG;
     else if (layer < 0 || layer >= kv->n_layer || group < 0 || group >= kv->n_group) {
         st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV shard (layer %d, group %d) out of range", layer, group);
@@ -908,7 +824,7 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
 static void paged_release(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
     kv_paged *s = (kv_paged *)kv;
     lock_timed(s);
-    pseq *q = seq_get(s, seq, NULL);
+    pseq *q = kvp_seq_get(s, seq, NULL);
     if (q) {
         pshard *sh = &q->sh[layer * kv->n_group + group];
         if (b >= 0 && b < sh->n_blk && sh->ids[b] >= 0) {
@@ -925,14 +841,14 @@ static kvt_status writable_block(kv_paged *s, pshard *sh, int32_t layer, int32_t
     kvt_status st;
     if (b == sh->n_blk) {
         if (ensure_free(s, T0, true, -1, err) < 0) return err->status;
-        int64_t id = block_new(s, layer, group, b);
+        int64_t id = kvp_block_new(s, layer, group, b);
         int64_t slot = id < 0 ? -1 : kvt_tier_alloc(&s->tier[T0]);
-        if (slot < 0 || !shard_push(sh, id) || !res_add(s, T0, id)) {
+        if (slot < 0 || !kvp_shard_push(sh, id) || !kvp_res_add(s, T0, id)) {
             if (slot >= 0) {
                 s->blk[id].slot[T0] = slot;
                 if (sh->n_blk > 0 && sh->ids[sh->n_blk - 1] == id) sh->n_blk--;
             }
-            if (id >= 0) block_unref(s, id);
+            if (id >= 0) kvp_block_unref(s, id);
             return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block");
         }
         s->blk[id].slot[T0] = slot;
@@ -952,12 +868,12 @@ static kvt_status writable_block(kv_paged *s, pshard *sh, int32_t layer, int32_t
         unpin(s, id);
         return err->status;
     }
-    int64_t nid = block_new(s, layer, group, b);
+    int64_t nid = kvp_block_new(s, layer, group, b);
     int64_t slot = nid < 0 ? -1 : kvt_tier_alloc(&s->tier[T0]);
-    if (slot < 0 || !res_add(s, T0, nid)) {
+    if (slot < 0 || !kvp_res_add(s, T0, nid)) {
         if (nid >= 0) {
             s->blk[nid].slot[T0] = slot;
-            block_unref(s, nid);
+            kvp_block_unref(s, nid);
         }
         unpin(s, id);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block");
@@ -969,7 +885,7 @@ static kvt_status writable_block(kv_paged *s, pshard *sh, int32_t layer, int32_t
     s->st.moved_bytes[T0][T0] += s->block_bytes;
     s->st.moved_count[T0][T0]++;
     unpin(s, id);
-    block_unref(s, id);
+    kvp_block_unref(s, id);
     sh->ids[b] = nid;
     *out = nid;
     return KVT_OK;
@@ -989,7 +905,7 @@ static kvt_status paged_append(kvt_kv *kv, int32_t seq, int32_t layer, int64_t p
     pthread_mutex_lock(&s->mu);
     kvt_status st = KVT_OK;
     int64_t t0 = 0;
-    pseq *q = seq_get(s, seq, err);
+    pseq *q = kvp_seq_get(s, seq, err);
     if (!q) st = KVT_ERR_INVALID_ARG;
     // the decode schedule reads this layer's blocks right after the append: the frontier moves to its
     // start and the readers that follow are tracked afresh
@@ -1019,8 +935,8 @@ static kvt_status paged_append(kvt_kv *kv, int32_t seq, int32_t layer, int64_t p
             const int64_t cnt = n - off < bt - r ? n - off : bt - r;
             int64_t id = -1;
             if ((st = writable_block(s, sh, layer, g, b, q->prank, &id, &t0, err))) break;
-            drop_copy(s, id, T1); // the lower copies become stale
-            drop_copy(s, id, T2);
+            kvp_drop_copy(s, id, T1); // the lower copies become stale
+            kvp_drop_copy(s, id, T2);
             uint8_t *d = kvt_tier_ptr(&s->tier[T0], s->blk[id].slot[T0]);
             pthread_mutex_unlock(&s->mu);
             uint8_t *kd = d + r * s->k_hrow, *vd = d + bt * s->k_row + r * s->v_hrow; // head-major block
@@ -1046,7 +962,7 @@ static kvt_status paged_append(kvt_kv *kv, int32_t seq, int32_t layer, int64_t p
 static void paged_truncate(kvt_kv *kv, int32_t seq, int64_t n_keep) {
     kv_paged *s = (kv_paged *)kv;
     pthread_mutex_lock(&s->mu);
-    pseq *q = seq_get(s, seq, NULL);
+    pseq *q = kvp_seq_get(s, seq, NULL);
     for (int32_t i = 0; q && i < s->n_shard; i++) shard_truncate(s, &q->sh[i], n_keep < 0 ? 0 : n_keep);
     pthread_mutex_unlock(&s->mu);
 }
@@ -1083,7 +999,7 @@ static kvt_status paged_seq_fork(kvt_kv *kv, int32_t src, int32_t *dst, kvt_err 
     pthread_mutex_lock(&s->mu);
     kvt_status st = KVT_OK;
     int32_t d = -1;
-    if (!seq_get(s, src, err)) st = KVT_ERR_INVALID_ARG;
+    if (!kvp_seq_get(s, src, err)) st = KVT_ERR_INVALID_ARG;
     else st = seq_alloc(s, &d, err);
     for (int32_t i = 0; !st && i < s->n_shard; i++) {
         const pshard *a = &s->seq[src].sh[i];
@@ -1111,7 +1027,7 @@ static kvt_status paged_seq_fork(kvt_kv *kv, int32_t src, int32_t *dst, kvt_err 
 static void paged_seq_free(kvt_kv *kv, int32_t seq) {
     kv_paged *s = (kv_paged *)kv;
     pthread_mutex_lock(&s->mu);
-    if (seq_get(s, seq, NULL)) seq_release(s, seq);
+    if (kvp_seq_get(s, seq, NULL)) seq_release(s, seq);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -1159,7 +1075,7 @@ static void paged_free(kvt_kv *kv) {
     free(s);
 }
 
-static const kvt_kv_ops k_paged_ops = {"paged",        paged_append,   paged_acquire, paged_release, paged_truncate,
+const kvt_kv_ops kvp_ops = {"paged",        paged_append,   paged_acquire, paged_release, paged_truncate,
                                        paged_seq_fork, paged_seq_free, paged_stats,   paged_free};
 
 kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err *err) {
@@ -1187,7 +1103,7 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     for (int32_t l = 0; p->layer_window && l < p->n_layer; l++) s->window[l] = p->layer_window[l] > 0 ? p->layer_window[l] : 0;
     s->p.layer_window = NULL; // the copy above is the store's
     s->pol = pol;
-    s->base = (kvt_kv){&k_paged_ops, p->type, p->n_layer, p->n_head_kv, p->head_dim, p->head_dim_v, p->block_tokens,
+    s->base = (kvt_kv){&kvp_ops, p->type, p->n_layer, p->n_head_kv, p->head_dim, p->head_dim_v, p->block_tokens,
                        p->n_ctx,     gh,      p->n_head_kv / gh};
     s->k_row = kvt_row_size(p->type, (int64_t)gh * p->head_dim);
     s->k_hrow = kvt_row_size(p->type, p->head_dim);
@@ -1241,20 +1157,20 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
 
 const char *kvt_kv_paged_disk_path(kvt_kv *kv) {
     kv_paged *s = (kv_paged *)kv;
-    return kv->ops == &k_paged_ops && s->tier[T2].present ? s->tier[T2].path : NULL;
+    return kv->ops == &kvp_ops && s->tier[T2].present ? s->tier[T2].path : NULL;
 }
 
 const char *kvt_kv_paged_disk_engine(kvt_kv *kv) {
     kv_paged *s = (kv_paged *)kv;
-    return kv->ops == &k_paged_ops && s->tier[T2].present ? kvt_tier_disk_engine(&s->tier[T2]) : NULL;
+    return kv->ops == &kvp_ops && s->tier[T2].present ? kvt_tier_disk_engine(&s->tier[T2]) : NULL;
 }
 
 int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
     kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops) return -1;
+    if (kv->ops != &kvp_ops) return -1;
     pthread_mutex_lock(&s->mu);
     int64_t off = -1;
-    pseq *q = seq_get(s, seq, NULL);
+    pseq *q = kvp_seq_get(s, seq, NULL);
     if (q && layer >= 0 && layer < kv->n_layer && group >= 0 && group < kv->n_group) {
         pshard *sh = &q->sh[layer * kv->n_group + group];
         if (b >= 0 && b < sh->n_blk && sh->ids[b] >= 0 && s->blk[sh->ids[b]].slot[T2] >= 0) {
@@ -1267,37 +1183,37 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
 
 void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n) {
     kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops || s->n_io == 0) return;
+    if (kv->ops != &kvp_ops || s->n_io == 0) return;
     pthread_mutex_lock(&s->mu);
-    pseq *q = seq_get(s, seq, NULL);
+    pseq *q = kvp_seq_get(s, seq, NULL);
     if (q && layer >= 0 && layer < kv->n_layer && group >= 0 && group < kv->n_group) {
         const pshard *sh = &q->sh[layer * kv->n_group + group];
         for (int64_t i = 0; i < n; i++) {
             const int64_t id = blocks[i] >= 0 && blocks[i] < sh->n_blk ? sh->ids[blocks[i]] : -1;
             if (id < 0 || s->blk[id].slot[T0] >= 0 || s->blk[id].busy || s->blk[id].queued) continue;
-            queue_push(s, id);
+            kvp_queue_push(s, id);
         }
     }
-    queue_wake(s);
+    kvp_queue_wake(s);
     pthread_mutex_unlock(&s->mu);
 }
 
 void kvt_kv_paged_set_caller_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, bool on) {
     kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops || layer < 0 || layer >= kv->n_layer) return;
+    if (kv->ops != &kvp_ops || layer < 0 || layer >= kv->n_layer) return;
     pthread_mutex_lock(&s->mu);
-    pseq *q = seq_get(s, seq, NULL);
+    pseq *q = kvp_seq_get(s, seq, NULL);
     for (int32_t g = 0; q && g < kv->n_group; g++) q->sh[layer * kv->n_group + g].caller_fetch = on;
     pthread_mutex_unlock(&s->mu);
 }
 
 bool kvt_kv_paged_wants_attn_mass(const kvt_kv *kv) {
-    return kv->ops == &k_paged_ops && !strcmp(((const kv_paged *)kv)->pol->name, "attn-ema");
+    return kv->ops == &kvp_ops && !strcmp(((const kv_paged *)kv)->pol->name, "attn-ema");
 }
 
 // The block id of (seq, layer, group, b), or -1 (the mutex held).
 static int64_t block_at(kv_paged *s, int32_t seq, int32_t layer, int32_t group, int64_t b) {
-    const pseq *q = seq_get(s, seq, NULL);
+    const pseq *q = kvp_seq_get(s, seq, NULL);
     if (!q || layer < 0 || layer >= s->base.n_layer || group < 0 || group >= s->base.n_group) return -1;
     const pshard *sh = &q->sh[layer * s->base.n_group + group];
     return b >= sh->n_drop && b < sh->n_blk ? sh->ids[b] : -1;
@@ -1307,7 +1223,7 @@ static int64_t block_at(kv_paged *s, int32_t seq, int32_t layer, int32_t group, 
 
 void kvt_kv_paged_attn_mass(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b0, const float *mass, int64_t n) {
     kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops) return;
+    if (kv->ops != &kvp_ops) return;
     pthread_mutex_lock(&s->mu);
     for (int64_t i = 0; i < n; i++) {
         const int64_t id = block_at(s, seq, layer, group, b0 + i);
@@ -1320,7 +1236,7 @@ void kvt_kv_paged_attn_mass(kvt_kv *kv, int32_t seq, int32_t layer, int32_t grou
 // load admits the block only if the policy ranks a resident block below it.
 void kvt_kv_paged_attn_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b0, int64_t n, double share) {
     kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops || s->n_io == 0 || strcmp(s->pol->name, "attn-ema")) return;
+    if (kv->ops != &kvp_ops || s->n_io == 0 || strcmp(s->pol->name, "attn-ema")) return;
     bool pushed = false;
     pthread_mutex_lock(&s->mu);
     for (int64_t i = 0; i < n; i++) {
@@ -1328,17 +1244,17 @@ void kvt_kv_paged_attn_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
         if (id < 0) continue;
         pblock *B = &s->blk[id];
         if (B->slot[T0] >= 0 || B->busy || B->queued || B->refs <= 0 || !kvt_attn_prefetch_wanted(B->attn_ema, share)) continue;
-        queue_push(s, id);
+        kvp_queue_push(s, id);
         B->qattn = B->queued; // queue_push may drop it (out of memory)
         pushed |= B->queued;
     }
-    if (pushed) queue_wake(s);
+    if (pushed) kvp_queue_wake(s);
     pthread_mutex_unlock(&s->mu);
 }
 
 float kvt_kv_paged_block_attn_ema(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
     kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops) return -1.0f;
+    if (kv->ops != &kvp_ops) return -1.0f;
     pthread_mutex_lock(&s->mu);
     const int64_t id = block_at(s, seq, layer, group, b);
     const float e = id >= 0 ? s->blk[id].attn_ema : -1.0f;
@@ -1348,7 +1264,7 @@ float kvt_kv_paged_block_attn_ema(kvt_kv *kv, int32_t seq, int32_t layer, int32_
 
 void kvt_kv_paged_drain(kvt_kv *kv) {
     kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops) return;
+    if (kv->ops != &kvp_ops) return;
     pthread_mutex_lock(&s->mu);
     while (s->n_io > 0 && (s->q_len > 0 || s->n_io_busy > 0)) pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
@@ -1356,7 +1272,7 @@ void kvt_kv_paged_drain(kvt_kv *kv) {
 
 void kvt_kv_paged_drop_cached(kvt_kv *kv) {
     kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops) return;
+    if (kv->ops != &kvp_ops) return;
     pthread_mutex_lock(&s->mu);
     for (int t = T0; t <= T1; t++) {
         for (int64_t i = s->n_res[t] - 1; i >= 0; i--) {
@@ -1364,371 +1280,7 @@ void kvt_kv_paged_drop_cached(kvt_kv *kv) {
             const pblock *B = &s->blk[id];
             bool lower = false;
             for (int u = t + 1; u < KVT_TIER_COUNT; u++) lower |= B->slot[u] >= 0;
-            if (lower && !B->busy && B->pins == 0) drop_copy(s, id, t);
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-// --- the prefix cache's block references -----------------------------------------------------------------
-
-kvt_status kvt_kv_paged_block_ref(kvt_kv *kv, int32_t seq, int64_t b, int64_t *ids, kvt_err *err) {
-    kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "block references need the paged KV store");
-    pthread_mutex_lock(&s->mu);
-    kvt_status st = KVT_OK;
-    pseq *q = seq_get(s, seq, err);
-    if (!q) st = KVT_ERR_INVALID_ARG;
-    for (int32_t i = 0; !st && i < s->n_shard; i++) {
-        const pshard *sh = &q->sh[i];
-        if (b < 0 || b >= sh->n_blk || sh->n_tok < (b + 1) * kv->block_tokens || sh->ids[b] < 0) {
-            st = kvt_errorf(err, KVT_ERR_INVALID_ARG,
-                            "KV sequence %d does not hold block %lld of layer %d group %d in full (%lld positions%s)", seq,
-                            (long long)b, i / kv->n_group, i % kv->n_group, (long long)sh->n_tok,
-                            b >= 0 && b < sh->n_blk && sh->ids[b] < 0 ? ", freed by the sliding window" : "");
-        }
-    }
-    for (int32_t i = 0; !st && i < s->n_shard; i++) {
-        ids[i] = q->sh[i].ids[b];
-        s->blk[ids[i]].refs++;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return st;
-}
-
-void kvt_kv_paged_block_unref(kvt_kv *kv, const int64_t *ids) {
-    kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops) return;
-    pthread_mutex_lock(&s->mu);
-    for (int32_t i = 0; i < s->n_shard; i++) block_unref(s, ids[i]);
-    pthread_mutex_unlock(&s->mu);
-}
-
-int32_t kvt_kv_paged_block_holders(kvt_kv *kv, const int64_t *ids) {
-    kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops) return 0;
-    pthread_mutex_lock(&s->mu);
-    int32_t m = 0;
-    for (int32_t i = 0; i < s->n_shard; i++) m = s->blk[ids[i]].refs > m ? s->blk[ids[i]].refs : m;
-    pthread_mutex_unlock(&s->mu);
-    return m;
-}
-
-kvt_status kvt_kv_paged_seq_push_ref(kvt_kv *kv, int32_t seq, int64_t b, const int64_t *ids, kvt_err *err) {
-    kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "block references need the paged KV store");
-    const int64_t bt = kv->block_tokens;
-    if (b < 0 || (b + 1) * bt > kv->n_ctx) {
-        return kvt_errorf(err, KVT_ERR_BUDGET, "KV block %lld exceeds context %lld", (long long)b, (long long)kv->n_ctx);
-    }
-    pthread_mutex_lock(&s->mu);
-    kvt_status st = KVT_OK;
-    pseq *q = seq_get(s, seq, err);
-    if (!q) st = KVT_ERR_INVALID_ARG;
-    for (int32_t i = 0; !st && i < s->n_shard; i++) {
-        const pshard *sh = &q->sh[i];
-        const pblock *B = ids[i] >= 0 && ids[i] < s->n_blk ? &s->blk[ids[i]] : NULL;
-        if (sh->n_tok != b * bt || sh->n_blk != b) {
-            st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV sequence %d holds %lld positions of layer %d, not %lld: block %lld "
-                            "cannot be appended", seq, (long long)sh->n_tok, i / kv->n_group, (long long)(b * bt), (long long)b);
-        } else if (!B || B->refs <= 0 || B->index != b || B->layer * kv->n_group + B->group != i) {
-            st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV block handle %lld is not block %lld of layer %d group %d",
-                            (long long)ids[i], (long long)b, i / kv->n_group, i % kv->n_group);
-        }
-    }
-    int32_t done = 0;
-    while (!st && done < s->n_shard) {
-        if (!shard_push(&q->sh[done], ids[done])) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block table");
-        else done++;
-    }
-    for (int32_t i = 0; i < done; i++) {
-        pshard *sh = &q->sh[i];
-        if (st) sh->n_blk--;
-        else {
-            pblock *B = &s->blk[ids[i]];
-            B->refs++;
-            if (q->prank < B->prank) B->prank = q->prank;
-            sh->n_tok = (b + 1) * bt;
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-    return st;
-}
-
-// A free T1 slot for an import (kvt_kv_paged_seq_push_copy), made without waiting on anyone: a free slot, a duplicate of a T0 block dropped, or
-// (with a disk tier) a victim moved down. false: none.
-static bool host_room(kv_paged *s) {
-    const kvt_tier_store *H = &s->tier[T1];
-    if (H->n_used < H->max_slots) return true;
-    const int64_t dup = t1_duplicate(s);
-    if (dup >= 0) {
-        drop_copy(s, dup, T1);
-        return true;
-    }
-    if (!s->tier[T2].present) return false;
-    const int64_t v = pick_victim(s, T1, -1, INT64_MAX, -1);
-    kvt_err e;
-    return v >= 0 && !evict(s, v, T1, &e) && H->n_used < H->max_slots;
-}
-
-kvt_status kvt_kv_paged_seq_push_copy(kvt_kv *kv, int32_t seq, int64_t b, const void *const *k, const void *const *v,
-                                      bool *placed, kvt_err *err) {
-    kv_paged *s = (kv_paged *)kv;
-    *placed = false;
-    if (kv->ops != &k_paged_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "host imports need the paged KV store");
-    const int64_t bt = kv->block_tokens;
-    if (b < 0 || (b + 1) * bt > kv->n_ctx) {
-        return kvt_errorf(err, KVT_ERR_BUDGET, "KV block %lld exceeds context %lld", (long long)b, (long long)kv->n_ctx);
-    }
-    // the host tier under a bounded T0; else an unbounded T0 (where an append would put it, without the conversion)
-    const bool t0_unbounded = s->tier[T0].max_slots == INT64_MAX;
-    const int t = s->tier[T1].present && !t0_unbounded ? T1 : t0_unbounded ? T0 : -1;
-    if (t < 0) return KVT_OK; // a bounded T0 without a host tier: the caller appends (evicting as any append)
-    int64_t *ids = malloc((size_t)s->n_shard * sizeof *ids); // [n_shard] the new blocks
-    if (!ids) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory importing a KV block");
-    pthread_mutex_lock(&s->mu);
-    kvt_status st = KVT_OK;
-    pseq *q = seq_get(s, seq, err);
-    if (!q) st = KVT_ERR_INVALID_ARG;
-    for (int32_t i = 0; !st && i < s->n_shard; i++) {
-        if (q->sh[i].n_tok != b * bt || q->sh[i].n_blk != b) {
-            st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV sequence %d holds %lld positions of layer %d, not %lld: block "
-                            "%lld cannot be imported", seq, (long long)q->sh[i].n_tok, i / kv->n_group, (long long)(b * bt),
-                            (long long)b);
-        }
-    }
-    // every block gets a T1 slot first (busy: nobody moves or evicts it), or none does
-    int32_t n = 0;
-    bool room = !st;
-    while (room && n < s->n_shard) {
-        const int32_t layer = n / kv->n_group, group = n % kv->n_group;
-        int64_t slot = -1, id = -1;
-        room = (t == T0 || host_room(s)) && (slot = kvt_tier_alloc(&s->tier[t])) >= 0 &&
-               (id = block_new(s, layer, group, b)) >= 0;
-        if (room && !res_add(s, t, id)) {
-            block_unref(s, id);
-            room = false;
-        }
-        if (!room) {
-            if (slot >= 0) kvt_tier_release(&s->tier[t], slot);
-            break;
-        }
-        s->blk[id].slot[t] = slot;
-        s->blk[id].busy = true;
-        ids[n++] = id;
-    }
-    if (room) { // the copies, with the mutex released
-        const int64_t kpart = bt * s->k_row;
-        uint8_t **dst = malloc((size_t)s->n_shard * sizeof *dst);
-        if (!dst) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory importing a KV block");
-        for (int32_t i = 0; dst && i < n; i++) dst[i] = kvt_tier_ptr(&s->tier[t], s->blk[ids[i]].slot[t]);
-        pthread_mutex_unlock(&s->mu);
-        for (int32_t i = 0; dst && i < n; i++) {
-            memcpy(dst[i], k[i], (size_t)kpart);
-            memcpy(dst[i] + kpart, v[i], (size_t)(s->block_bytes - kpart));
-        }
-        pthread_mutex_lock(&s->mu);
-        free(dst);
-    }
-    int32_t pushed = 0;
-    while (room && !st && pushed < n) {
-        if (!shard_push(&q->sh[pushed], ids[pushed])) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a KV block table");
-        else pushed++;
-    }
-    for (int32_t i = 0; i < n; i++) s->blk[ids[i]].busy = false;
-    if (room && !st) {
-        for (int32_t i = 0; i < n; i++) {
-            s->blk[ids[i]].prank = q->prank;
-            q->sh[i].n_tok = (b + 1) * bt;
-        }
-        if (t == T1) s->st.host_imports += n;
-        *placed = true;
-    } else {
-        for (int32_t i = 0; i < pushed; i++) q->sh[i].n_blk--;
-        for (int32_t i = 0; i < n; i++) block_unref(s, ids[i]);
-    }
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    free(ids);
-    return st;
-}
-
-// --- the serving scheduler's hooks ------------------------------------------------------------------------
-
-// The plan's ranks and prefetch order are kvt_plan_ranks and kvt_plan_prefetch (kv_prefetch.h), which the simulator
-// runs too. These are their views of the store (the mutex held).
-static bool plan_live_seq(const void *ud, int32_t q) { return ((const kv_paged *)ud)->seq[q].live; }
-
-static void plan_span(void *ud, int32_t seq, int32_t shard, int64_t *first, int64_t *end) {
-    const pshard *sh = &((kv_paged *)ud)->seq[seq].sh[shard];
-    *first = sh->n_drop;
-    *end = sh->n_blk;
-}
-
-// Queues a planned block below T0 for the copy engine (qplan: a load that displaces only later ranks) if its load
-// can find room in T0 (kvt_plan_room_take), or, only on disk, for a copy up to the host tier (stage_t1).
-static void plan_visit(void *ud, int32_t seq, int32_t shard, int64_t block) {
-    kv_paged *s = ud;
-    const int64_t id = s->seq[seq].sh[shard].ids[block];
-    pblock *B = &s->blk[id];
-    if (B->slot[T0] >= 0 || B->busy || B->queued) return;
-    if (!kvt_plan_room_take(&s->plan_room, B->prank) && (B->slot[T1] >= 0 || !s->tier[T1].present)) return;
-    queue_push(s, id);
-    B->qplan = B->queued; // queue_push may drop it (out of memory)
-}
-
-void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n) {
-    kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &k_paged_ops) return;
-    pthread_mutex_lock(&s->mu);
-    for (int64_t i = 0; i < s->n_blk; i++) s->blk[i].prank = INT64_MAX;
-    for (int32_t i = 0; i < s->n_seq; i++) s->seq[i].prank = INT64_MAX;
-    // [n_seq] iteration last seen in, [n_seq] rank, then [n] planned sequences by rank; none: no plan this time
-    int64_t *buf = n > 0 ? malloc((size_t)(2 * (int64_t)s->n_seq + n) * sizeof *buf) : NULL;
-    int64_t *seen = buf, *rank = buf ? buf + s->n_seq : NULL;
-    int32_t *uq = buf ? (int32_t *)(buf + 2 * (int64_t)s->n_seq) : NULL;
-    const int64_t nu = buf ? kvt_plan_ranks(seqs, n, s->n_seq, plan_live_seq, s, seen, rank, uq) : 0;
-    for (int32_t q = 0; buf && q < s->n_seq; q++) {
-        pseq *Q = &s->seq[q];
-        Q->prank = rank[q];
-        if (!Q->live || Q->prank == INT64_MAX) continue;
-        for (int32_t i = 0; i < s->n_shard; i++) {
-            const pshard *sh = &Q->sh[i];
-            for (int64_t j = sh->n_drop; j < sh->n_blk; j++) {
-                pblock *B = &s->blk[sh->ids[j]];
-                if (Q->prank < B->prank) B->prank = Q->prank;
-            }
-        }
-    }
-    // prefetch: the blocks below T0 of the planned sequences, iteration by iteration, each iteration in decode
-    // order (layer by layer over its sequences), as far as T0 and T1 can hold them
-    const int64_t m0 = s->tier[T0].max_slots, m1 = s->tier[T1].present ? s->tier[T1].max_slots : 0;
-    const int64_t cap = m0 == INT64_MAX || m1 == INT64_MAX ? INT64_MAX : m0 + m1;
-    int64_t *cnt = s->n_io > 0 && nu > 0 ? calloc((size_t)n + 1, sizeof *cnt) : NULL; // T0 residents by rank
-    for (int64_t i = 0; cnt && i < s->n_res[T0]; i++) {
-        const pblock *B = &s->blk[s->res[T0][i]];
-        if (!B->busy && B->pins == 0) cnt[B->prank < n ? B->prank : n]++;
-    }
-    if (cnt) {
-        kvt_plan_room_init(&s->plan_room, cnt, n, m0 == INT64_MAX ? INT64_MAX : m0 - s->tier[T0].n_used);
-        kvt_plan_prefetch(uq, nu, rank, s->n_shard, cap, plan_span, plan_visit, s);
-    }
-    free(cnt);
-    free(buf);
-    queue_wake(s);
-    pthread_mutex_unlock(&s->mu);
-}
-
-// Blocks of seq a demotion moves (mark 2 in the returned [n_blk]) and blocks of other planned sequences (mark
-// 1: they stay, shared or not). NULL when out of memory.
-static uint8_t *demote_marks(const kv_paged *s, int32_t seq) {
-    uint8_t *mark = calloc((size_t)(s->n_blk ? s->n_blk : 1), 1);
-    for (int pass = 0; mark && pass < 2; pass++) {
-        for (int32_t q = 0; q < s->n_seq; q++) {
-            const pseq *Q = &s->seq[q];
-            if (!Q->live || (pass == 0 ? q != seq : q == seq || Q->prank == INT64_MAX)) continue;
-            for (int32_t i = 0; i < s->n_shard; i++)
-                for (int64_t j = Q->sh[i].n_drop; j < Q->sh[i].n_blk; j++) mark[Q->sh[i].ids[j]] = pass == 0 ? 2 : 1;
-        }
-    }
-    return mark;
-}
-
-static bool copy_at_or_below(const pblock *B, int to) {
-    for (int u = to; u < KVT_TIER_COUNT; u++)
-        if (B->slot[u] >= 0) return true;
-    return false;
-}
-
-// A copy in tier `to` (T1) that can go for free (the block has a copy elsewhere) and is not one of the moved
-// blocks; -1 if none.
-static int64_t demote_droppable(const kv_paged *s, int to, const uint8_t *mark) {
-    for (int64_t i = 0; to == T1 && i < s->n_res[T1]; i++) {
-        const int64_t id = s->res[T1][i];
-        const pblock *B = &s->blk[id];
-        if (mark[id] != 2 && !B->busy && (B->slot[T0] >= 0 || B->slot[T2] >= 0)) return id;
-    }
-    return -1;
-}
-
-kvt_status kvt_kv_paged_seq_demote(kvt_kv *kv, int32_t seq, kvt_tier tier, kvt_err *err) {
-    kv_paged *s = (kv_paged *)kv;
-    const int to = (int)tier;
-    if (kv->ops != &k_paged_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "demote needs the paged KV store");
-    if ((to != T1 && to != T2) || !s->tier[to].present) {
-        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "cannot demote KV sequence %d to the %s tier: %s", seq,
-                          kvt_tier_name(tier), to == T0 ? "it goes down to host or disk" : "the store has none");
-    }
-    pthread_mutex_lock(&s->mu);
-    kvt_status st = KVT_OK;
-    pseq *q = seq_get(s, seq, err);
-    uint8_t *mark = q ? demote_marks(s, seq) : NULL;
-    if (!q) st = KVT_ERR_INVALID_ARG;
-    else if (!mark) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory demoting KV sequence %d", seq);
-    // wait until no block of seq is being moved or read (a prefetch in flight)
-    for (bool waited = true; !st && waited;) {
-        waited = false;
-        for (int64_t id = 0; id < s->n_blk && !waited; id++) {
-            if (mark[id] == 2 && (s->blk[id].busy || s->blk[id].pins > 0)) {
-                pthread_cond_wait(&s->cv, &s->mu);
-                waited = true;
-            }
-        }
-    }
-    // room: every moved block without a copy at `to` or below needs a slot there
-    int64_t need = 0, room = 0;
-    const kvt_tier_store *T = &s->tier[to];
-    for (int64_t id = 0; !st && id < s->n_blk; id++) need += mark[id] == 2 && !copy_at_or_below(&s->blk[id], to);
-    if (!st) {
-        room = T->max_slots == INT64_MAX ? INT64_MAX : T->max_slots - T->n_used;
-        for (int64_t i = 0; to == T1 && room < need && i < s->n_res[T1]; i++) {
-            const pblock *B = &s->blk[s->res[T1][i]];
-            room += mark[s->res[T1][i]] != 2 && !B->busy && (B->slot[T0] >= 0 || B->slot[T2] >= 0);
-        }
-        if (room < need) {
-            st = kvt_errorf(err, KVT_ERR_BUDGET, "KV %s tier cannot take sequence %d: %lld blocks of %lld bytes to move, "
-                            "room for %lld", kvt_tier_name(tier), seq, (long long)need, (long long)T->slot_bytes,
-                            (long long)room);
-        }
-    }
-    for (int64_t id = 0; !st && id < s->n_blk; id++) {
-        if (mark[id] != 2) continue;
-        // transfer() below lets go of the mutex while it copies, and meanwhile the copy engine may start loading
-        // another block of this sequence: wait for that to end before taking the block
-        while (s->blk[id].busy || s->blk[id].pins > 0) pthread_cond_wait(&s->cv, &s->mu);
-        pblock *B = &s->blk[id];
-        B->busy = true;
-        if (!copy_at_or_below(B, to)) {
-            if (T->n_used >= T->max_slots) {
-                const int64_t d = demote_droppable(s, to, mark);
-                if (d >= 0) drop_copy(s, d, T1);
-            }
-            if (T->n_used >= T->max_slots) {
-                st = kvt_errorf(err, KVT_ERR_BUDGET, "KV %s tier filled up while demoting sequence %d", kvt_tier_name(tier), seq);
-            } else st = transfer(s, id, B->slot[T0] >= 0 ? T0 : T1, to, err);
-        }
-        B = &s->blk[id];
-        if (!st) {
-            for (int u = T0; u < to; u++) drop_copy(s, id, u);
-        }
-        B->busy = false;
-        pthread_cond_broadcast(&s->cv);
-    }
-    free(mark);
-    pthread_mutex_unlock(&s->mu);
-    return st;
-}
-
-void kvt_kv_paged_seq_usage(kvt_kv *kv, int32_t seq, int64_t bytes[KVT_TIER_COUNT]) {
-    kv_paged *s = (kv_paged *)kv;
-    for (int t = 0; t < KVT_TIER_COUNT; t++) bytes[t] = 0;
-    if (kv->ops != &k_paged_ops) return;
-    pthread_mutex_lock(&s->mu);
-    const pseq *q = seq_get(s, seq, NULL);
-    for (int32_t i = 0; q && i < s->n_shard; i++) {
-        for (int64_t j = q->sh[i].n_drop; j < q->sh[i].n_blk; j++) {
-            const pblock *B = &s->blk[q->sh[i].ids[j]];
-            for (int t = 0; t < KVT_TIER_COUNT; t++) bytes[t] += B->slot[t] >= 0 ? s->tier[t].slot_bytes : 0;
+            if (lower && !B->busy && B->pins == 0) kvp_drop_copy(s, id, t);
         }
     }
     pthread_mutex_unlock(&s->mu);

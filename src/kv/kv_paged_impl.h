@@ -1,0 +1,121 @@
+// kv_paged_impl.h - internal to the paged KV store (kv_paged.c and kv_paged_ext.c): its tables and the functions
+// that both files call. Every function here expects the store's mutex held (s->mu) unless it says otherwise.
+// Not part of the library's interface.
+#ifndef KVT_KV_PAGED_IMPL_H
+#define KVT_KV_PAGED_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv_paged.h"
+#include "kv_policy.h"
+#include "kv_prefetch.h"
+#include "kv_tier.h"
+
+typedef struct {
+    int32_t refs;       // sequences referencing the block (0: free id)
+    int32_t pins;       // readers/writers holding its T0 copy
+    int32_t layer, group;
+    int64_t index;      // block index in its shard
+    int64_t slot[KVT_TIER_COUNT]; // slot per tier, -1 absent; all present copies are equal
+    int32_t rpos[2];    // position in the resident list of T0 / T1, -1 absent
+    uint32_t crc;       // CRC32C of the disk copy
+    bool busy;          // a transfer or eviction of this block is under way
+    bool queued;        // waiting in the prefetch queue
+    bool qplan;         // queued by the scheduler's plan (kvt_kv_paged_set_plan), not by the decode schedule
+    bool qattn;         // queued by attn-ema's prefetch (kvt_kv_paged_attn_mass): loaded only if the policy ranks
+                        // a resident block below it
+    uint64_t last_use, uses;
+    float attn_ema;     // EMA of the block's attention mass (kvt_kv_paged_attn_mass; policy attn-ema)
+    int64_t prank;      // plan rank: iteration in which the earliest planned sequence holding it runs
+                        // (INT64_MAX: none, or no plan)
+} pblock;
+
+typedef struct {
+    int64_t n_tok;      // positions held
+    int64_t n_blk, cap; // blocks in the table
+    int64_t n_drop;     // leading blocks freed by the layer's sliding window (their ids are -1)
+    int64_t *ids;       // [cap] block ids
+    bool caller_fetch;  // decode reads only blocks the caller prefetches (kvt_kv_paged_set_caller_prefetch):
+                        // the schedule prefetch leaves this shard out
+} pshard;
+
+typedef struct {
+    pthread_t tid;
+    int64_t key;        // schedule key of the block the thread holds, or of the one after its last release
+} preader;
+
+typedef struct {
+    bool live;
+    pshard *sh;         // [n_shard], shard = layer * n_group + group
+    int64_t prank;      // iteration of the plan in which it runs first (INT64_MAX: not planned)
+} pseq;
+
+typedef struct {
+    kvt_kv base;
+    kvt_kv_paged_params p;
+    const kvt_evict_policy *pol;
+    int64_t block_bytes;   // K part [group_heads, block_tokens, head_dim], then V part likewise
+    int64_t k_row, v_row;  // bytes per position of a group's K / V
+    int64_t k_hrow, v_hrow; // bytes per position of one head's K / V (blocks are head-major)
+    int32_t n_shard;
+    int64_t nb_ctx;        // blocks per shard at n_ctx (schedule stride)
+    kvt_tier_store tier[KVT_TIER_COUNT];
+    int64_t *res[2];       // resident block ids of T0 / T1
+    int64_t n_res[2], cap_res[2];
+    pblock *blk;
+    int64_t n_blk, cap_blk;
+    int64_t *free_blk;
+    int64_t n_free_blk, cap_free_blk;
+    pseq *seq;
+    int32_t n_seq;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;     // block state changed (busy cleared, pin released)
+    uint64_t tick;         // logical clock: one tick per acquire
+    int64_t cursor;        // schedule key of the decode frontier (cursor_update); next uses count from it
+    preader *rd;           // [n_rd] reader threads seen since the last append
+    int32_t n_rd, cap_rd;
+    int64_t victim_pos[2]; // start of the next victim sample window in res[T0] / res[T1]
+    int64_t victim_window; // resident blocks examined per eviction (p.victim_window, VICTIM_SAMPLE by default)
+    int32_t n_loading_t1;  // loads copying a block out of T1 (each then leaves a droppable T1 duplicate)
+    // copy engine
+    pthread_t *io;
+    int n_io;
+    int n_io_busy;         // copy threads handling a queued block (kvt_kv_paged_drain)
+    int n_io_awake;        // copy threads not asleep on qcv (queue_wake)
+    pthread_cond_t qcv;
+    int64_t *q;            // ring of block ids to prefetch
+    int64_t q_head, q_len, q_cap;
+    kvt_kv_pos *pf_win;    // [p.prefetch] scratch of schedule_prefetch (kvt_prefetch_window)
+    kvt_plan_room plan_room; // kvt_kv_paged_set_plan: the fast tier's room for the plan's loads (plan_visit)
+    bool stop;
+    void **bounce;         // free 4096-aligned buffers of the disk slot size
+    int64_t n_bounce, cap_bounce;
+    kvt_kv_stats st;
+    int32_t *window;       // [n_layer] sliding window per layer (0: global)
+} kv_paged;
+
+enum { T0 = KVT_TIER_FAST, T1 = KVT_TIER_HOST, T2 = KVT_TIER_DISK };
+#define VICTIM_SAMPLE 256 // resident blocks examined per eviction by default (see pick_victim)
+
+// The store's operations table (kvt_kv.ops of every paged store: a kvt_kv is a paged store iff ops == &kvp_ops).
+extern const kvt_kv_ops kvp_ops;
+
+// Residency lists, copies, transfers and victims (kv_paged.c).
+bool kvp_res_add(kv_paged *s, int t, int64_t id);                 // enters id in tier t's resident list
+void kvp_drop_copy(kv_paged *s, int64_t id, int t);               // forgets id's copy in tier t (another remains)
+int64_t kvp_pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank, int64_t incoming); // see kv_paged.c
+kvt_status kvp_transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *err); // copies id's block src -> dst
+kvt_status kvp_evict(kv_paged *s, int64_t id, int t, kvt_err *err); // removes id's copy from tier t (moving it down)
+int64_t kvp_t1_duplicate(const kv_paged *s);                       // a host copy that T0 also holds, or -1
+// The copy engine's queue.
+void kvp_queue_push(kv_paged *s, int64_t id);
+void kvp_queue_wake(kv_paged *s);
+// Blocks and sequences.
+int64_t kvp_block_new(kv_paged *s, int32_t layer, int32_t group, int64_t index); // a free block id, or -1
+void kvp_block_unref(kv_paged *s, int64_t id);
+bool kvp_shard_push(pshard *sh, int64_t id);
+pseq *kvp_seq_get(kv_paged *s, int32_t seq, kvt_err *err);        // the live sequence, or NULL (err set if given)
+
+#endif
