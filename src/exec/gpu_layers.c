@@ -75,13 +75,12 @@ static kvt_status upload_weight(kvt_gpu_layers *g, const kvt_weight *w, const ch
     return upload(g, w->data, (size_t)(w->rows * kvt_row_size(w->type, w->cols)), dst, err);
 }
 
-static kvt_status check_model(const kvt_model *m, int32_t il0, kvt_err *err) {
+static kvt_status check_model(const kvt_model *m, kvt_err *err) {
     const kvt_hparams *hp = &m->hp;
     if (hp->head_dim_v != hp->head_dim || hp->head_dim > KVT_CUDA_ATTN_MAX_HEAD_DIM || hp->head_dim % 2) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "device layers: head_dim %d / %d (the device's attention needs equal K "
                           "and V widths, even, at most %d)", hp->head_dim, hp->head_dim_v, KVT_CUDA_ATTN_MAX_HEAD_DIM);
     }
-    (void)il0;
     return KVT_OK;
 }
 
@@ -94,7 +93,7 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: first layer %d of %d, ubatch %lld, context %lld, block %lld",
                           p->il0, hp->n_layer, (long long)p->n_ubatch, (long long)p->n_ctx, (long long)p->block_len);
     }
-    kvt_status st = check_model(m, p->il0, err);
+    kvt_status st = check_model(m, err);
     if (st) return st;
     kvt_gpu_layers *g = calloc(1, sizeof *g);
     if (!g) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");

@@ -34,7 +34,7 @@ typedef struct kvt_gpu_layers kvt_gpu_layers;
 
 // Uploads the weights of layers [il0, n_layer) and sizes the device scratch for n_ubatch rows. b: an open
 // backend (borrowed, must outlive the result); m: borrowed. KVT_ERR_UNSUPPORTED for what the device path does not
-// run yet (named: an f32 or bf16 weight, gemma3's sliding windows and post-norms, head_dim_v != head_dim);
+// run yet (named: an f32 or bf16 weight, head_dim_v != head_dim, a head_dim past KVT_CUDA_ATTN_MAX_HEAD_DIM);
 // KVT_ERR_IO with the backend's message when a CUDA call fails; KVT_ERR_NOMEM.
 kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, const kvt_gpu_layers_params *p,
                                kvt_gpu_layers **out, kvt_err *err);
