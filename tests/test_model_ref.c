@@ -34,6 +34,12 @@
 // rounding change (our F16 vs F32 KV cache: 1.5; our scalar vs AVX2 kernels: 1.0-1.2), so on one
 // short prompt the band is a noisy sample: on "The capital of France is" ours was 1.17-1.32 off with a
 // tolerance of 1.10, on the 26-token prompt used here 0.79-1.10 with a band of 1.01 (absolute logits).
+// So its band is sampled over five prompts (gemma3-270m.bandK.*, K = 1..4, beside the first): llama.cpp's
+// band and our distance (to the nearer path) are each the largest over the five. Measured 2026-11-28 on a
+// 2-vCPU AMD EPYC with AVX-512 (where llama.cpp reproduces these goldens exactly): llama.cpp's per-prompt
+// bands 2.87-5.39% of the largest logit; ours per prompt 2.2-4.5% (AVX-512 kernels) and 2.5-4.2% (AVX2),
+// kvtier's own AVX-512 vs AVX2 kernels 4.1% apart on the first prompt: one prompt's band (4.21% there) is
+// below what any rounding change gives on some prompt.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +62,8 @@ typedef struct {
     const char *bos_logits; // llama.cpp's logits after BOS alone, or NULL
     const char *ppl_text; // text of the perplexity runs (NULL: story.txt) and of the long-context check
     double ppl_tol;       // perplexity tolerance at least this (0: llama.cpp's spread, at least 0.2%)
+    const char *band_stem; // with n_band > 0: more prompts band_stem.bandK.{json,logits.txt,logits-fa-off.txt}, K = 1..n_band
+    int n_band;
 } golden;
 
 // max |a[k] - b[k]| over k = ids[0..n) (ids NULL: k = 0..n); *at gets that k
@@ -200,73 +208,118 @@ static void check_bos_logits(const golden *G, kvt_model *m) {
     free(ref);
 }
 
-static void check_logits_and_greedy(const golden *G, kvt_model *m, bool quick) {
-    char name[256];
+// One prompt's logits against llama.cpp's two paths: decodes prompt_ids of `json` in a fresh context and
+// returns, relative to max |fa-on logit| over the listed ids (*maxref), llama.cpp's band (fa on vs off, 0
+// without a fa-off file) and our distance to each path (*err_off INFINITY without). *ctx_out (if not NULL)
+// keeps the context for a greedy continuation (caller frees). false after reporting a failure under `name`.
+typedef struct {
+    float maxref, band, err_on, err_off;
+    int64_t worst, worst_alt; // ids of our largest distance to each path
+    float ours, ref;          // our logit and llama.cpp's (fa on) at `worst`
+} prompt_dist;
+
+static bool prompt_distance(kvt_model *m, const char *json, const char *logits, const char *logits_alt, const char *name,
+                            prompt_dist *d, kvt_context **ctx_out) {
     size_t len;
-    char *js = test_read_file(G->greedy, &len);
-    int64_t n_prompt = 0, n_ref = 0, n_vocab_ref = 0;
-    int32_t *prompt = js ? test_json_int_array(js, "prompt_ids", &n_prompt) : NULL;
-    int32_t *ref_ids = js ? test_json_int_array(js, "greedy_ids", &n_ref) : NULL;
-    int32_t *lid = NULL;
-    float *ref_logits = read_logits(G->logits, m->hp.n_vocab, &lid, &n_vocab_ref);
-    snprintf(name, sizeof name, "%s: golden files", G->name);
-    if (!prompt || !ref_ids || !ref_logits) {
-        test_result(false, name, "cannot read %s / %s", G->greedy, G->logits);
+    char *js = test_read_file(json, &len);
+    int64_t n_prompt = 0, n_vocab_ref = 0;
+    int32_t *prompt = js ? test_json_int_array(js, "prompt_ids", &n_prompt) : NULL, *lid = NULL;
+    float *ref = read_logits(logits, m->hp.n_vocab, &lid, &n_vocab_ref), *alt = NULL;
+    kvt_context *ctx = NULL;
+    kvt_err err = {0};
+    bool ok = false, band_ok = false;
+    golden g = {.logits_alt = logits_alt};
+    if (!prompt || !ref) {
+        test_result(false, name, "cannot read %s / %s", json, logits);
+        goto out;
+    }
+    d->band = logits_band(&g, ref, lid, n_vocab_ref, m->hp.n_vocab, &alt, &d->maxref, &band_ok);
+    if (!band_ok) {
+        test_result(false, name, "cannot read %s (want the %lld ids of %s)", logits_alt, (long long)n_vocab_ref, logits);
         goto out;
     }
     kvt_context_params cp = kvt_context_params_default();
     cp.n_ctx = 256;
     cp.n_threads = 2;
-    kvt_context *ctx;
-    kvt_err err = {0};
-    snprintf(name, sizeof name, "%s: context", G->name);
-    if (kvt_context_init(m, &cp, &ctx, &err)) {
+    if (kvt_context_init(m, &cp, &ctx, &err) || kvt_decode(ctx, prompt, n_prompt, false, &err)) {
         test_result(false, name, "%s", err.msg);
         goto out;
     }
-    // llama.cpp's own band on this file: its two attention paths' spread, relative to max |ref logit|
-    float maxref, *alt = NULL;
-    bool band_ok;
-    int64_t worst = 0, worst_alt = 0;
-    const float band = logits_band(G, ref_logits, lid, n_vocab_ref, m->hp.n_vocab, &alt, &maxref, &band_ok);
-    const float rel_tol = fmaxf(band, 0.01f), tol = rel_tol * maxref;
+    const float *l = kvt_context_logits(ctx);
+    d->err_on = max_abs_diff(l, ref, lid, n_vocab_ref, &d->worst) / d->maxref;
+    d->err_off = alt ? max_abs_diff(l, alt, lid, n_vocab_ref, &d->worst_alt) / d->maxref : INFINITY;
+    d->ours = l[d->worst];
+    d->ref = ref[d->worst];
+    ok = true;
+out:
+    if (ctx_out && ok) *ctx_out = ctx;
+    else kvt_context_free(ctx);
+    free(js);
+    free(prompt);
+    free(ref);
+    free(alt);
+    free(lid);
+    return ok;
+}
+
+static void check_logits_and_greedy(const golden *G, kvt_model *m, bool quick) {
+    char name[256];
+    size_t len;
+    char *js = test_read_file(G->greedy, &len);
+    int64_t n_ref = 0;
+    int32_t *ref_ids = js ? test_json_int_array(js, "greedy_ids", &n_ref) : NULL;
+    free(js);
+    snprintf(name, sizeof name, "%s: golden files", G->name);
+    if (!ref_ids) {
+        test_result(false, name, "cannot read greedy_ids of %s", G->greedy);
+        return;
+    }
     snprintf(name, sizeof name, "%s: logits within max(llama.cpp's fa on/off band, 1%%) of max |logit|", G->name);
-    if (!band_ok) {
-        test_result(false, name, "cannot read %s (want the %lld ids of %s)", G->logits_alt, (long long)n_vocab_ref, G->logits);
-        kvt_context_free(ctx);
-        goto out;
-    }
-    if (kvt_decode(ctx, prompt, n_prompt, false, &err)) {
-        test_result(false, name, "%s", err.msg);
-        free(alt);
-        kvt_context_free(ctx);
-        goto out;
+    kvt_context *ctx = NULL;
+    prompt_dist d;
+    if (!prompt_distance(m, G->greedy, G->logits, G->logits_alt, name, &d, &ctx)) {
+        free(ref_ids);
+        return;
     }
     // our distance to llama.cpp: to the nearer of its two paths (each is llama.cpp's answer)
-    const float *l = kvt_context_logits(ctx);
-    const float err_on = max_abs_diff(l, ref_logits, lid, n_vocab_ref, &worst) / maxref;
-    const float err_off = alt ? max_abs_diff(l, alt, lid, n_vocab_ref, &worst_alt) / maxref : INFINITY;
-    free(alt);
+    float band = d.band, err = fminf(d.err_on, d.err_off);
     if (G->logits_alt)
-        printf("     (llama.cpp's band %.3f%%; ours %.3f%% from fa on, %.3f%% from fa off, of max |logit| %.5f, %lld ids)\n",
-               band * 100, err_on * 100, err_off * 100, maxref, (long long)n_vocab_ref);
+        printf("     (llama.cpp's band %.3f%%; ours %.3f%% from fa on, %.3f%% from fa off, of max |logit| %.5f)\n",
+               d.band * 100, d.err_on * 100, d.err_off * 100, d.maxref);
     else
-        printf("     (no fa-off logits: band 0; ours %.3f%% of max |logit| %.5f)\n", err_on * 100, maxref);
-    test_result(fminf(err_on, err_off) <= rel_tol, name,
-                "%.3f%% from fa on (id %lld: ours %.5f, ref %.5f), %.3f%% from fa off (id %lld), tolerance %.3f%%",
-                err_on * 100, (long long)worst, l[worst], ref_logits[worst], err_off * 100, (long long)worst_alt,
+        printf("     (no fa-off logits: band 0; ours %.3f%% of max |logit| %.5f)\n", d.err_on * 100, d.maxref);
+    // more prompts (G->band_stem.K.*): on a model whose logits move by several % of the largest for any
+    // rounding change, one prompt's band is a noisy sample; the band and our distance are then both the
+    // largest over all the prompts
+    for (int k = 1; k <= G->n_band; k++) {
+        char stem[1100], json[1200], lg[1200], la[1200];
+        snprintf(stem, sizeof stem, "%s.band%d", G->band_stem, k);
+        snprintf(json, sizeof json, "%s.json", stem);
+        snprintf(lg, sizeof lg, "%s.logits.txt", stem);
+        snprintf(la, sizeof la, "%s.logits-fa-off.txt", stem);
+        prompt_dist e;
+        if (!prompt_distance(m, json, lg, la, name, &e, NULL)) {
+            kvt_context_free(ctx);
+            free(ref_ids);
+            return;
+        }
+        printf("     (prompt %d: llama.cpp's band %.3f%%; ours %.3f%% from fa on, %.3f%% from fa off)\n", k + 1,
+               e.band * 100, e.err_on * 100, e.err_off * 100);
+        band = fmaxf(band, e.band);
+        err = fmaxf(err, fminf(e.err_on, e.err_off));
+    }
+    const float rel_tol = fmaxf(band, 0.01f), tol = rel_tol * d.maxref;
+    if (G->n_band) printf("     (over %d prompts: llama.cpp's band %.3f%%, ours %.3f%%)\n", G->n_band + 1, band * 100, err * 100);
+    test_result(err <= rel_tol, name,
+                "%.3f%% from fa on (id %lld: ours %.5f, ref %.5f), %.3f%% from fa off (id %lld); largest %.3f%%, tolerance %.3f%%",
+                d.err_on * 100, (long long)d.worst, d.ours, d.ref, d.err_off * 100, (long long)d.worst_alt, err * 100,
                 rel_tol * 100);
     // greedy continuation: equal ids while our top-two gap exceeds the tolerance
     snprintf(name, sizeof name, "%s: greedy ids match llama.cpp", G->name);
     int64_t n_gen = quick && n_ref > 8 ? 8 : n_ref;
     if (greedy_matches(ctx, m, ref_ids, n_gen, tol, name, NULL)) test_result(true, name, "");
     kvt_context_free(ctx);
-out:
-    free(js);
-    free(prompt);
     free(ref_ids);
-    free(ref_logits);
-    free(lid);
 }
 
 static void check_ppl(const golden *G, kvt_model *m, const char *text_path, bool quick) {
@@ -465,7 +518,7 @@ static const golden *golden_find(const test_env *env, const char *dir, const cha
             return NULL;
         }
     }
-    f->g = (golden){stem, f->model, f->greedy, f->logits, f->ppl, have[3] ? f->alt : NULL, have[5] ? f->bos : NULL, NULL, 0};
+    f->g = (golden){stem, f->model, f->greedy, f->logits, f->ppl, have[3] ? f->alt : NULL, have[5] ? f->bos : NULL, NULL, 0, NULL, 0};
     return &f->g;
 }
 
@@ -515,6 +568,13 @@ void test_model_ref(const test_env *env) {
         f.g.name = "gemma3-270m-q4_k_m";
         f.g.ppl_text = long_text;
         f.g.ppl_tol = 0.005; // issue 11: within 0.5% of llama.cpp
+        // four more prompts for the logits band (tools/golden/gemma3_golden.sh, step band): beside its
+        // gemma3-270m.logits.txt
+        char band_stem[1024];
+        const char *dot = strstr(f.g.logits, ".logits.txt");
+        snprintf(band_stem, sizeof band_stem, "%.*s", dot ? (int)(dot - f.g.logits) : 0, f.g.logits);
+        f.g.band_stem = band_stem;
+        f.g.n_band = dot ? 4 : 0;
         run_golden(env, G);
     } else {
         test_skip("gemma3-270m-q4_k_m: reference checks",

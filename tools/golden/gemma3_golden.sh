@@ -13,7 +13,7 @@
 #     LLAMA_BUILD_DIR llama.cpp build with bin/libllama.so, bin/llama-perplexity, bin/llama-tokenize [/work/peer/build]
 #     MODEL           GGUF model  [~/.cache/kvtier/gemma-3-270m-Q4_K_M.gguf]
 #     GOLDEN_BIN_DIR  where llama_golden is built [${TMPDIR:-/tmp}/kvtier-golden]
-#     STEPS           which outputs to remake, any of "greedy ppl tok" [all three]
+#     STEPS           which outputs to remake, any of "greedy band ppl tok" [all four]
 #   Settings: 2 threads, F16 KV cache (llama.cpp's default), prompts tokenized with
 #   llama_tokenize(add_special=true, parse_special=true) (Gemma adds BOS).
 #
@@ -24,6 +24,9 @@
 #                                 its logits by ~1 for any rounding change, so one short prompt is a
 #                                 noisy sample of the band; see tests/test_model_ref.c.)
 #   .logits-fa-off.txt            the same logits from llama.cpp's other attention path (-fa off)
+#   .bandK.json, .bandK.logits.txt, .bandK.logits-fa-off.txt   K = 1..4: four more prompts ($BAND_PROMPTS),
+#                                 sparse logits of both paths; the test takes llama.cpp's band and kvtier's
+#                                 distance as the largest over these and $PROMPT
 #   -long.greedy.json             prompt = tests/data/gemma3-270m.long.txt (1636 tokens, past the
 #                                 512-position sliding window), 16 greedy ids, context 2048
 #   .ppl.json                     llama-perplexity on gemma3-270m.long.txt at -c 128 and -c 800
@@ -42,28 +45,30 @@ P="$OUT/gemma3-270m"
 TEXT="$P.long.txt"
 BIN_DIR="${GOLDEN_BIN_DIR:-${TMPDIR:-/tmp}/kvtier-golden}"
 BIN="$BIN_DIR/llama_golden"
-STEPS="${STEPS:-greedy ppl tok}"
+STEPS="${STEPS:-greedy band ppl tok}"
 step() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+BAND_PROMPTS=(
+    "The history of the Roman Empire spans more than a thousand years, from the founding of the city to the fall of Constantinople. Historians often divide it"
+    "In computer science, a hash table is a data structure that maps keys to values. It uses a hash function to compute an index into an array of buckets, from which"
+    "Once upon a time, in a small village at the edge of a great forest, there lived an old woodcutter and his three daughters. One winter evening,"
+    "The recipe calls for two cups of flour, one teaspoon of baking soda, a pinch of salt and three ripe bananas. First, preheat the oven to"
+)
 PROMPT="Photosynthesis is the process by which green plants use sunlight, water and carbon dioxide to make their own food. During this process"
 
-for f in "$LLAMA_CPP_DIR/include/llama.h" "$LIBDIR/libllama.so" "$LIBDIR/llama-perplexity" \
-         "$LIBDIR/llama-tokenize" "$MODEL" "$TEXT"; do
+need=("$LLAMA_CPP_DIR/include/llama.h" "$LIBDIR/libllama.so" "$MODEL" "$TEXT")
+if step ppl; then need+=("$LIBDIR/llama-perplexity"); fi
+if step tok; then need+=("$LIBDIR/llama-tokenize"); fi
+for f in "${need[@]}"; do
     [ -e "$f" ] || { echo "gemma3_golden: missing $f" >&2; exit 1; }
 done
 mkdir -p "$BIN_DIR"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
-if step greedy; then
-echo "== building $BIN"
-gcc -std=c11 -O2 -Wall -Wextra -I"$LLAMA_CPP_DIR/include" -I"$LLAMA_CPP_DIR/ggml/include" \
-    "$ROOT/tools/golden/llama_golden.c" -o "$BIN" -L"$LIBDIR" -Wl,-rpath,"$LIBDIR" -lllama -lggml -lggml-base
-
-echo "== greedy and logits"
-"$BIN" -m "$MODEL" -p "$PROMPT" -n 32 -t 2 -c 512 -o "$P.greedy.json" -l "$TMP/on.txt"
-GOLDEN_FA_OFF=1 "$BIN" -m "$MODEL" -p "$PROMPT" -n 1 -t 2 -c 512 -o "$TMP/off.json" -l "$TMP/off.txt"
-# sparse: the top 2048 ids of the fa-on logits and every 64th id, in id order, in both files
-python3 - "$TMP/on.txt" "$TMP/off.txt" "$P.logits.txt" "$P.logits-fa-off.txt" <<'PY'
+# sparse_pair ON OFF OUT_ON OUT_OFF: the top 2048 ids of the fa-on logits and every 64th id, in id order,
+# in both files ("id value" lines)
+sparse_pair() {
+python3 - "$@" <<'PY'
 import sys
 on = [float(x) for x in open(sys.argv[1])]
 off = [float(x) for x in open(sys.argv[2])]
@@ -74,8 +79,34 @@ for src, dst in ((on, sys.argv[3]), (off, sys.argv[4])):
             f.write("%d %.6f\n" % (i, src[i]))
 print("sparse logits: %d of %d ids" % (len(ids), len(on)))
 PY
+}
+
+if step greedy || step band; then
+echo "== building $BIN"
+gcc -std=c11 -O2 -Wall -Wextra -I"$LLAMA_CPP_DIR/include" -I"$LLAMA_CPP_DIR/ggml/include" \
+    "$ROOT/tools/golden/llama_golden.c" -o "$BIN" -L"$LIBDIR" -Wl,-rpath,"$LIBDIR" -lllama -lggml -lggml-base
+fi
+
+if step greedy; then
+echo "== greedy and logits"
+"$BIN" -m "$MODEL" -p "$PROMPT" -n 32 -t 2 -c 512 -o "$P.greedy.json" -l "$TMP/on.txt"
+GOLDEN_FA_OFF=1 "$BIN" -m "$MODEL" -p "$PROMPT" -n 1 -t 2 -c 512 -o "$TMP/off.json" -l "$TMP/off.txt"
+sparse_pair "$TMP/on.txt" "$TMP/off.txt" "$P.logits.txt" "$P.logits-fa-off.txt"
 "$BIN" -m "$MODEL" -p "$(cat "$TEXT")" -n 16 -t 2 -c 2048 -o "$P-long.greedy.json"
 
+fi
+
+if step band; then
+# Four more prompts: this quantized model moves its logits by several % of the largest for any rounding
+# change, so the band (and kvtier's distance) is taken as the largest over these and $PROMPT.
+echo "== band prompts"
+k=1
+for bp in "${BAND_PROMPTS[@]}"; do
+    "$BIN" -m "$MODEL" -p "$bp" -n 1 -t 2 -c 512 -o "$P.band$k.json" -l "$TMP/on.txt"
+    GOLDEN_FA_OFF=1 "$BIN" -m "$MODEL" -p "$bp" -n 1 -t 2 -c 512 -o "$TMP/off.json" -l "$TMP/off.txt"
+    sparse_pair "$TMP/on.txt" "$TMP/off.txt" "$P.band$k.logits.txt" "$P.band$k.logits-fa-off.txt"
+    k=$((k + 1))
+done
 fi
 
 if step ppl; then
