@@ -224,7 +224,8 @@ $(BUILD)/victim_bench: tools/bench/victim_bench.c $(BUILD)/libkvtier.a
 # cuda-check also runs the kernels' block decoders on the CPU against quant.c (tests/cuda/cuda_host_check.cu),
 # and the suites `cuda` and `cuda_layers` over a CPU emulation of the backend table (tests/cuda/cuda_fake.c), which
 # checks the suite's own buffers and block tables and the device layers' logic (src/exec/gpu_layers.c: weights, KV
-# blocks, positions, sequences), not the CUDA kernels, on machines without a GPU
+# blocks, positions, sequences; gpu_kv.c: the VRAM budget over pinned host, its fetches and events, run again with
+# the emulated streams in two adversarial orders), not the CUDA kernels, on machines without a GPU
 cuda-check:
 	@if command -v nvcc >/dev/null 2>&1 && [ -n "$(CU_SRC)" ]; then \
 	  for f in $(CU_SRC); do echo "nvcc -c $$f"; nvcc -std=c++17 -c $$f -o /tmp/kvt_cuda_check.o || exit 1; done; \
@@ -233,6 +234,10 @@ cuda-check:
 	$(MAKE) --no-print-directory $(BUILD)/kvtier-tests $(BUILD)/libkvtier-cuda-fake.so
 	KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so KVT_CUDA_NO_BENCH=1 ./$(BUILD)/kvtier-tests cuda
 	KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so ./$(BUILD)/kvtier-tests cuda_layers
+	@# the emulation's streams run late (tests/cuda/cuda_fake.c): a missing event between COPY and COMPUTE in the
+	@# device KV's fetches (src/exec/gpu_kv.c) gives other bytes
+	KVT_FAKE_ORDER=copy-late KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so ./$(BUILD)/kvtier-tests cuda_layers
+	KVT_FAKE_ORDER=compute-late KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so ./$(BUILD)/kvtier-tests cuda_layers
 
 $(BUILD)/cuda-host-check: tests/cuda/cuda_host_check.cu $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h src/kernels/vec.h $(BUILD)/libkvtier.a
 	$(NVCC) -std=c++17 -O2 -Xcompiler -Wall -o $@ $< $(BUILD)/libkvtier.a $(filter-out -pthread,$(LDLIBS)) -lpthread

@@ -43,12 +43,17 @@ typedef struct {
     double worst, limit; // the worst nmse of a row, and its limit
     float tie;           // a near tie: the two candidates' CPU logits within this fraction of the largest
     int mismatch, far;   // greedy ids that differ; of those, where the CPU's logits are no near tie
+    int64_t vram;        // the device KV's VRAM budget (kv_vram_bytes; 0: unlimited)
+    const char *evict;   // its eviction policy (NULL: lru)
+    float *got;          // [rows, n_vocab] the logits of a device run, or NULL
+    kvt_gpu_layers_stats gs; // the device layers' stats at the end of a device run
 } run;
 
 // Records k rows of logits lg at rows *row.. of r (ref NULL), or compares them with ref's.
 static void step(run *r, const run *ref, const float *lg, int64_t k, int64_t *row) {
     const int64_t V = r->n_vocab;
     for (int64_t i = 0; i < k; i++, (*row)++) {
+        if (r->got) memcpy(r->got + *row * V, lg + i * V, (size_t)V * sizeof(float));
         if (!ref) {
             memcpy(r->logits + *row * V, lg + i * V, (size_t)V * sizeof(float));
             continue;
@@ -76,6 +81,8 @@ static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, k
     p.kv_block = 4; // blocks fill and the last one stays partial
     p.n_gpu_layers = n_gpu < 0 ? -n_gpu : n_gpu;
     p.gpu_output = n_gpu < 0;
+    p.kv_vram_bytes = r->vram;
+    p.kv_evict = r->evict;
     kvt_context *c = NULL;
     if (kvt_context_init(m, &p, &c, err)) return false;
     const int64_t V = r->n_vocab;
@@ -97,6 +104,7 @@ static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, k
     kvt_context_seq_truncate(c, dst, N_PROMPT + 2);
     ok = ok && !kvt_decode_seq(c, dst, &r->ids[3], 1, false, err);
     if (ok) step(r, ref, kvt_context_logits(c), 1, &row);
+    if (!kvt_context_gpu_stats(c, &r->gs)) memset(&r->gs, 0, sizeof r->gs);
     kvt_context_free(c);
     return ok;
 }
@@ -129,6 +137,90 @@ static void check_model(const char *path, int n, const int32_t *n_gpu, const cha
     kvt_model_free(m);
 }
 
+// The device KV's tiers (gpu_kv.h): the same sequence with the KV in VRAM (unlimited), within a budget of a few blocks
+// (the rest in pinned host memory: fetched ahead on COPY, or read there by the attention), with no VRAM at all (every
+// block read from pinned host) and with a budget that holds everything. Each run's logits must equal the unlimited
+// run's bit for bit (the same kernels on the same bytes), and the CPU's within the usual limit. The bytes: attention
+// reads every position it attends once per query row and layer, from VRAM or from pinned host, so vram_read +
+// zero_copy must equal that count, whatever the budget; blocks move in whole slots; with no VRAM nothing moves,
+// with room for everything nothing moves either. `make cuda-check` runs this under KVT_FAKE_ORDER=copy-late and
+// compute-late too, where a missing event between COPY and COMPUTE gives other bytes.
+enum { SLOT = 2 * 4 * 2 * 64 * 2 }; // a block of the Q4_K_M llama: K and V, 4 positions x 2 KV heads x 64 dims, f16
+static void check_tiers(const char *path) {
+    // budget in blocks (0: unlimited, -1: no VRAM at all), -ngl, policy, the unlimited run it must equal, name (NULL:
+    // a reference)
+    enum { N = 7 };
+    static const struct { int64_t blocks; int32_t ngl; const char *evict; int ref; const char *name; } cfg[N] = {
+        {0, 4, NULL, -1, NULL},
+        {0, 2, NULL, -1, NULL},
+        {3, 4, NULL, 0, "cuda layers: device KV within 3 blocks of VRAM, the rest in pinned host (lru): bit for bit the all-VRAM run"},
+        {5, 2, "lookahead", 1, "cuda layers: device KV within 5 blocks of VRAM (lookahead, -ngl 2 split): bit for bit the all-VRAM run"},
+        {8, 4, "spread", 0, "cuda layers: device KV within 8 blocks of VRAM (spread): bit for bit the all-VRAM run"},
+        {-1, 4, NULL, 0, "cuda layers: device KV with no VRAM (every block read from pinned host): bit for bit, nothing moved"},
+        {64, 4, NULL, 0, "cuda layers: device KV within a budget that holds it all: bit for bit, nothing moved, none read from host"}};
+    const char *reads_name = "cuda layers: device KV bytes read = positions attended x rows x layers, whatever the budget";
+    kvt_err err = {0};
+    kvt_model *m = NULL;
+    bool ok = !kvt_model_load(path, false, &m, &err);
+    const int64_t V = ok ? m->hp.n_vocab : 0, rows = N_PROMPT + N_STEPS + 3;
+    run ref = {.n_vocab = V, .limit = NMSE_LOGITS, .tie = 0.01f, .rows = rows};
+    ref.logits = ok ? malloc((size_t)(rows * V) * sizeof(float)) : NULL;
+    for (int i = 0; i < N_PROMPT; i++) ref.ids[i] = (int32_t)(1 + (i * 37) % (ok ? V - 1 : 1));
+    ok = ok && ref.logits && run_seq(m, 0, &ref, NULL, &err);
+    // the positions each layer's attention reads over the sequence of run_seq: the prompt's rows (1 .. 9), the steps
+    // (10 .. 21), the batch's two rows (22 each), the re-decode after the truncation to N_PROMPT + 2 (12)
+    int64_t pos = 0;
+    for (int64_t l = 1; l <= N_PROMPT + N_STEPS; l++) pos += l;
+    pos += 2 * (N_PROMPT + N_STEPS + 1) + N_PROMPT + 3;
+    run dev[N];
+    bool reads = ok;
+    char why[1200] = "";
+    for (int i = 0; i < N; i++) {
+        dev[i] = ref;
+        dev[i].worst = 0, dev[i].mismatch = dev[i].far = 0;
+        dev[i].vram = cfg[i].blocks < 0 ? 1 : cfg[i].blocks * SLOT;
+        dev[i].evict = cfg[i].evict;
+        dev[i].got = malloc((size_t)(rows * V) * sizeof(float));
+        kvt_err e = {0};
+        const bool ran = ok && dev[i].got && run_seq(m, cfg[i].ngl, &dev[i], &ref, &e);
+        const kvt_gpu_kv_stats *k = &dev[i].gs.kv;
+        const int64_t want = pos * cfg[i].ngl * SLOT / 4; // bytes of K and V per position: SLOT / 4
+        if (ran && k->vram_read_bytes + k->zero_copy_bytes != want) {
+            reads = false;
+            snprintf(why, sizeof why, "run %d: %lld + %lld bytes read, %lld expected", i, (long long)k->vram_read_bytes,
+                     (long long)k->zero_copy_bytes, (long long)want);
+        }
+        if (!ran) snprintf(why, sizeof why, "run %d: %s%s", i, err.msg, e.msg), reads = false;
+        if (!cfg[i].name) continue;
+        const run *r0 = &dev[cfg[i].ref];
+        const bool same = ran && r0->got && !memcmp(dev[i].got, r0->got, (size_t)(rows * V) * sizeof(float));
+        const bool cpu = ran && dev[i].worst <= NMSE_LOGITS && dev[i].far == 0;
+        bool moved = ran;
+        if (cfg[i].blocks > 0 && cfg[i].blocks < 12) { // less than the sequence's blocks: blocks moved, in whole slots
+            moved = moved && k->loads > 0 && k->evictions > 0 && k->h2d_bytes >= k->loads * SLOT && k->h2d_bytes % SLOT == 0 &&
+                    k->d2h_bytes >= k->writebacks * SLOT && k->d2h_bytes % SLOT == 0 && k->zero_copy_bytes > 0 &&
+                    k->vram_bytes == cfg[i].blocks * SLOT && k->transfers <= k->loads + k->writebacks + 24;
+        } else { // none, or room for all: nothing moved between the tiers
+            moved = moved && k->loads == 0 && k->writebacks == 0 && k->evictions == 0 && k->h2d_bytes == 0 && k->d2h_bytes == 0;
+            moved = moved && (cfg[i].blocks < 0 ? k->vram_bytes == 0 && k->vram_read_bytes == 0 && k->h2h_bytes > 0
+                                                : k->pinned_bytes == 0 && k->zero_copy_bytes == 0 && k->d2d_bytes > 0);
+        }
+        test_result(same && cpu && moved, cfg[i].name,
+                    "%s%s; same bytes: %d; nmse %.3g vs CPU; loads %lld, write-backs %lld, evictions %lld, transfers %lld, "
+                    "h2d %lld, d2h %lld, zero-copy %lld, VRAM read %lld, VRAM %lld, pinned %lld bytes",
+                    err.msg, e.msg, same, dev[i].worst, (long long)k->loads, (long long)k->writebacks, (long long)k->evictions,
+                    (long long)k->transfers, (long long)k->h2d_bytes, (long long)k->d2h_bytes, (long long)k->zero_copy_bytes,
+                    (long long)k->vram_read_bytes, (long long)k->vram_bytes, (long long)k->pinned_bytes);
+        if (ran) printf("# %s: loads %lld, write-backs %lld, transfers %lld; read %lld of %lld bytes from pinned host\n",
+                        cfg[i].name, (long long)k->loads, (long long)k->writebacks, (long long)k->transfers,
+                        (long long)k->zero_copy_bytes, (long long)want);
+    }
+    test_result(reads, reads_name, "%s", why);
+    for (int i = 0; i < N; i++) free(dev[i].got);
+    free(ref.logits);
+    kvt_model_free(m);
+}
+
 void test_cuda_layers(const test_env *env) {
     static const char *const names[7] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device (-ngl 4)",
                                          "cuda layers: the last 2 of 4 layers on the device (-ngl 2, CPU/GPU split)",
@@ -149,8 +241,12 @@ void test_cuda_layers(const test_env *env) {
     kvt_cuda_backend_close(&be); // the contexts open their own
     char path[512];
     const int32_t split[4] = {4, 2, 5, -2}, all = 64;
-    if (test_data(env, "quant-q4_k_m.gguf", path, sizeof path)) check_model(path, 4, split, names, NULL, NMSE_LOGITS, 0.01f);
-    else for (int i = 0; i < 4; i++) test_skip(names[i], test_data_missing(env, "quant-q4_k_m.gguf"));
+    if (test_data(env, "quant-q4_k_m.gguf", path, sizeof path)) {
+        check_model(path, 4, split, names, NULL, NMSE_LOGITS, 0.01f);
+        check_tiers(path);
+    } else {
+        for (int i = 0; i < 4; i++) test_skip(names[i], test_data_missing(env, "quant-q4_k_m.gguf"));
+    }
     if (test_data(env, "qwen3-tiny.gguf", path, sizeof path)) check_model(path, 1, &all, names + 4, NULL, NMSE_LOGITS, 0.01f);
     else test_skip(names[4], test_data_missing(env, "qwen3-tiny.gguf"));
     char q2[] = "/tmp/kvt_q2_XXXXXX", cmd[1400];

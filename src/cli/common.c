@@ -43,6 +43,8 @@ const char *const cli_engine_help =
     "  --ubatch N           tokens per forward micro-batch (default 512)\n"
     "  -ngl, --gpu-layers N run the last N layers on CUDA device 0, their KV in VRAM (N = layers: all; more:\n"
     "                       the logits too; needs build/libkvtier-cuda.so and a device; see docs/GPU.md)\n"
+    "  --kv-vram BYTES      VRAM budget of the device layers' KV (default unlimited); the blocks past it stay in\n"
+    "                       pinned host memory, fetched ahead layer by layer or read there (--kv-evict's policy)\n"
     "  --kv-block N         positions per KV block (default 512)\n"
     "  KV tiers (any of these selects the tiered paged store):\n"
     "  --plan FILE          KV budgets, granularity and block size from `kvtier plan --json -o FILE`\n"
@@ -271,6 +273,7 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
         return 1;
     }
     if (!strcmp(flag, "--kv-fast")) return bytes_flag(a, flag, &p->kv_fast_bytes);
+    if (!strcmp(flag, "--kv-vram")) return bytes_flag(a, flag, &p->kv_vram_bytes);
     if (!strcmp(flag, "--kv-host")) return bytes_flag(a, flag, &p->kv_host_bytes);
     if (!strcmp(flag, "--kv-disk-max")) return bytes_flag(a, flag, &p->kv_disk_max);
     if (!strcmp(flag, "--plan")) return cli_apply_plan(a, flag, p);
@@ -528,6 +531,26 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_kv_int(j, "device_to_device", gs.d2d_bytes);
         kvt_json_obj_end(j);
         kvt_json_kv_int(j, "calls", gs.calls);
+        const kvt_gpu_kv_stats *k = &gs.kv; // the KV tiers: VRAM over pinned host memory
+        kvt_json_key(j, "kv");
+        kvt_json_obj_begin(j);
+        kvt_json_kv_int(j, "vram_budget_bytes", k->vram_cap_bytes);
+        kvt_json_kv_int(j, "vram_bytes", k->vram_bytes);
+        kvt_json_kv_int(j, "pinned_bytes", k->pinned_bytes);
+        kvt_json_kv_int(j, "blocks_vram", k->blocks_vram);
+        kvt_json_kv_int(j, "blocks_host", k->blocks_host);
+        kvt_json_kv_int(j, "host_to_device_bytes", k->h2d_bytes);
+        kvt_json_kv_int(j, "device_to_host_bytes", k->d2h_bytes);
+        kvt_json_kv_int(j, "device_to_device_bytes", k->d2d_bytes);
+        kvt_json_kv_int(j, "host_to_host_bytes", k->h2h_bytes);
+        kvt_json_kv_int(j, "table_bytes", k->table_bytes);
+        kvt_json_kv_int(j, "zero_copy_read_bytes", k->zero_copy_bytes);
+        kvt_json_kv_int(j, "vram_read_bytes", k->vram_read_bytes);
+        kvt_json_kv_int(j, "loads", k->loads);
+        kvt_json_kv_int(j, "writebacks", k->writebacks);
+        kvt_json_kv_int(j, "evictions", k->evictions);
+        kvt_json_kv_int(j, "transfers", k->transfers);
+        kvt_json_obj_end(j);
         kvt_json_obj_end(j);
     }
 }

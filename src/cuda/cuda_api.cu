@@ -173,11 +173,16 @@ int dev_free(kvt_cuda_ctx *ctx, void *p) {
 }
 int host_malloc(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
     *out = nullptr;
-    KVT_CU_CHECK(ctx, cudaHostAlloc(out, bytes, cudaHostAllocPortable));
+    KVT_CU_CHECK(ctx, cudaHostAlloc(out, bytes, cudaHostAllocPortable | cudaHostAllocMapped));
     return KVT_CUDA_OK;
 }
 int host_free(kvt_cuda_ctx *ctx, void *p) {
     if (p) KVT_CU_CHECK(ctx, cudaFreeHost(p));
+    return KVT_CUDA_OK;
+}
+int host_device_ptr(kvt_cuda_ctx *ctx, void *host, void **out) {
+    *out = nullptr;
+    KVT_CU_CHECK(ctx, cudaHostGetDevicePointer(out, host, 0));
     return KVT_CUDA_OK;
 }
 int memset_dev(kvt_cuda_ctx *ctx, void *dst, int byte, size_t bytes) {
@@ -274,6 +279,7 @@ const kvt_cuda_api k_api = {
     kvt_cu_get_rows,
     kvt_cu_argmax,
     kvt_cu_attn_paged,
+    host_device_ptr,
 };
 
 } // namespace

@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define KVT_CUDA_ABI_VERSION 2 // 2: kvt_cuda_attn_args.window
+#define KVT_CUDA_ABI_VERSION 3 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped
 #define KVT_CUDA_API_SYMBOL "kvt_cuda_get_api"
 // File name of the library (build/ beside the kvtier binaries)
 #define KVT_CUDA_LIB_FILE "libkvtier-cuda.so"
@@ -145,7 +145,8 @@ typedef struct {
     // *out = device allocation of `bytes` bytes (256-byte aligned), owned by the caller.
     int (*dev_malloc)(kvt_cuda_ctx *ctx, size_t bytes, void **out);
     int (*dev_free)(kvt_cuda_ctx *ctx, void *p); // p from dev_malloc or NULL
-    // *out = pinned (page-locked) host allocation of `bytes` bytes, owned by the caller.
+    // *out = pinned (page-locked) host allocation of `bytes` bytes, owned by the caller; mapped into the device's
+    // address space (host_device_ptr), so that kernels may read and write it over the bus (zero-copy).
     int (*host_malloc)(kvt_cuda_ctx *ctx, size_t bytes, void **out);
     int (*host_free)(kvt_cuda_ctx *ctx, void *p); // p from host_malloc or NULL
     // Sets `bytes` bytes of device memory to `byte`, on the COMPUTE stream (0xff fills f32 with NaN).
@@ -204,6 +205,12 @@ typedef struct {
     // Paged attention of query rows (kvt_cuda_attn_args above). Uses the context's workspace for the
     // chunk states: n_q * n_head * ceil(max_seq_len / KVT_CUDA_ATTN_CHUNK) * (head_dim + 2) floats.
     int (*attn_paged)(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a);
+
+    // ---- zero-copy (ABI 3) ----
+    // *out = the device address of pinned host memory `host` (inside a host_malloc allocation), which kernels
+    // may read and write over the bus (cudaHostGetDevicePointer; the same address on every system with unified
+    // addressing). A kernel reading it sees the host bytes as they are when it runs (order it with events).
+    int (*host_device_ptr)(kvt_cuda_ctx *ctx, void *host, void **out);
 } kvt_cuda_api;
 
 // The library's table if abi_version == KVT_CUDA_ABI_VERSION, else NULL. Static storage.

@@ -51,6 +51,10 @@ typedef struct {
     // kvt_context_init fails, naming why, without a usable device.
     int32_t n_gpu_layers;
     bool gpu_output;
+    // VRAM budget of the device layers' KV in bytes (0: unlimited): the blocks past it live in pinned host memory,
+    // fetched ahead layer by layer or read there by attention (gpu_kv.h); evicted by kv_evict's policy. Exact:
+    // the logits do not depend on it.
+    int64_t kv_vram_bytes;
 } kvt_context_params;
 
 // True if p asks for the paged store (any tier flag, granularity or kv_paged).

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../kernels/dtype.h"
+#include "gpu_kv.h"
 
 typedef struct {
     void *wq, *wk, *wv, *wo, *wg, *wu, *wd;  // device weights, as in the GGUF
@@ -15,11 +16,6 @@ typedef struct {
     float *post_attn_norm, *post_ffn_norm;  // device [n_embd] (gemma3) or NULL
 } dev_layer;
 
-typedef struct {
-    int64_t n_pos;   // positions held (-1: no such sequence)
-    int64_t *n_blk;  // [nl] blocks allocated per layer
-} dev_seq;
-
 struct kvt_gpu_layers {
     const kvt_cuda_api *api;
     kvt_cuda_ctx *ctx;
@@ -28,16 +24,7 @@ struct kvt_gpu_layers {
     int32_t nl;             // device layers
     dev_layer *L;           // [nl]
     int64_t weight_bytes;
-    // KV: blocks of 2 x blk_bytes (K then V); per layer a device table of K and of V block pointers
-    // [seq_cap, mb] mirrored on the host (the copies into the device tables read the mirror, which stays valid)
-    int64_t blk_bytes, mb;  // bytes of K (or V) of one block; block pointers per sequence (ceil(n_ctx / bl))
-    int32_t seq_cap;
-    dev_seq *seq;           // [seq_cap]
-    void ***tk, ***tv;      // [nl] device tables [seq_cap * mb] of device pointers
-    void ***hk;             // [nl] host mirrors of tk (V pointers are K + blk_bytes: hv not kept)
-    void ***hv;             // [nl] host mirrors of tv
-    void **free_blk;        // reusable blocks
-    int64_t n_free, cap_free, n_blocks;
+    kvt_gpu_kv *kv;         // the device layers' KV cache (VRAM over pinned host: gpu_kv.h)
     float *ff;              // device rope frequency factors [n_rot / 2] or NULL
     void *w_out;            // p.output: device output weight (token_embd when tied)
     float *out_norm;        // p.output: device [n_embd]
@@ -109,11 +96,7 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
     *out = g; // freed by kvt_gpu_layers_free on any failure below
     const size_t nl = g->nl > 0 ? (size_t)g->nl : 1; // none: the output alone (still a valid allocation)
     g->L = calloc(nl, sizeof *g->L);
-    g->tk = calloc(nl, sizeof *g->tk);
-    g->tv = calloc(nl, sizeof *g->tv);
-    g->hk = calloc(nl, sizeof *g->hk);
-    g->hv = calloc(nl, sizeof *g->hv);
-    if (!g->L || !g->tk || !g->tv || !g->hk || !g->hv) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    if (!g->L) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     const int64_t E = hp->n_embd, hd = hp->head_dim;
     for (int32_t i = 0; !st && i < g->nl; i++) {
         const int32_t il = p->il0 + i;
@@ -157,8 +140,13 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
     g->hrow = malloc((size_t)U * sizeof(int32_t));
     g->hlen = malloc((size_t)U * sizeof(int32_t));
     if (!st && (!g->hpos || !g->hrow || !g->hlen)) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
-    g->blk_bytes = p->block_len * K * 2; // f16
-    g->mb = (p->n_ctx + p->block_len - 1) / p->block_len;
+    if (!st) {
+        int32_t *win = malloc(nl * sizeof *win);
+        for (int32_t i = 0; win && i < g->nl; i++) win[i] = m->layers[p->il0 + i].window;
+        const kvt_gpu_kv_params kp = {g->nl, p->block_len, p->n_ctx, K * 2, win, p->vram_kv_bytes, p->evict};
+        st = win ? kvt_gpu_kv_init(g->api, g->ctx, &kp, &g->kv, err) : kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+        free(win);
+    }
     if (!st && g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE) != KVT_CUDA_OK) st = cu_fail(g, "weight upload", err);
     if (st) {
         kvt_gpu_layers_free(g);
@@ -178,108 +166,17 @@ void kvt_gpu_layers_free(kvt_gpu_layers *g) {
                             D->bq, D->bk, D->bv, D->post_attn_norm, D->post_ffn_norm};
             for (int j = 0; j < 16; j++) A->dev_free(g->ctx, ps[j]);
         }
-        for (int32_t s = 0; g->seq && s < g->seq_cap; s++) kvt_gpu_layers_seq_truncate(g, s, 0);
-        for (int64_t i = 0; i < g->n_free; i++) A->dev_free(g->ctx, g->free_blk[i]);
-        for (int32_t i = 0; i < g->nl; i++) {
-            if (g->tk) A->dev_free(g->ctx, g->tk[i]);
-            if (g->tv) A->dev_free(g->ctx, g->tv[i]);
-        }
+        kvt_gpu_kv_free(g->kv);
         void *ps[16] = {g->ff, g->x,    g->xn,   g->q,   g->k,     g->v,        g->att,   g->tmp,
                         g->gate, g->up, g->dpos, g->drow, g->dlen, g->w_out, g->out_norm, g->logits};
         for (int j = 0; j < 16; j++) A->dev_free(g->ctx, ps[j]);
         A->ctx_free(g->ctx);
     }
-    for (int32_t i = 0; i < g->nl; i++) {
-        if (g->hk) free(g->hk[i]);
-        if (g->hv) free(g->hv[i]);
-    }
-    for (int32_t s = 0; g->seq && s < g->seq_cap; s++) free(g->seq[s].n_blk);
-    free(g->seq);
-    free(g->hk);
-    free(g->hv);
-    free(g->tk);
-    free(g->tv);
     free(g->L);
-    free(g->free_blk);
     free(g->hpos);
     free(g->hrow);
     free(g->hlen);
     free(g);
-}
-
-// Grows the sequence tables to hold sequence `seq` (doubling), copying the old device tables' rows.
-static kvt_status seq_reserve(kvt_gpu_layers *g, int32_t seq, kvt_err *err) {
-    if (seq < g->seq_cap) return KVT_OK;
-    int32_t cap = g->seq_cap ? g->seq_cap : 4;
-    while (cap <= seq) cap *= 2;
-    dev_seq *ns = realloc(g->seq, (size_t)cap * sizeof *ns);
-    if (!ns) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %d device sequences", cap);
-    g->seq = ns;
-    for (int32_t s = g->seq_cap; s < cap; s++) ns[s] = (dev_seq){-1, NULL};
-    const size_t row = (size_t)g->mb * sizeof(void *);
-    for (int32_t i = 0; i < g->nl; i++) {
-        void ***dev[2] = {&g->tk[i], &g->tv[i]};
-        void ***host[2] = {&g->hk[i], &g->hv[i]};
-        for (int kv = 0; kv < 2; kv++) {
-            void **h = realloc(*host[kv], (size_t)cap * row);
-            if (!h) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for device block tables");
-            memset(h + (size_t)g->seq_cap * g->mb, 0, (size_t)(cap - g->seq_cap) * row);
-            *host[kv] = h;
-            void *d = NULL;
-            CU(g->api->dev_malloc(g->ctx, (size_t)cap * row, &d), "allocation of the block tables");
-            if (*dev[kv]) {
-                CU(g->api->copy_d2d(g->ctx, d, *dev[kv], (size_t)g->seq_cap * row, KVT_CUDA_STREAM_COMPUTE), "block tables");
-                CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "block tables");
-                g->api->dev_free(g->ctx, *dev[kv]);
-            }
-            *dev[kv] = d;
-        }
-    }
-    g->seq_cap = cap;
-    return KVT_OK;
-}
-
-static kvt_status seq_get(kvt_gpu_layers *g, int32_t seq, dev_seq **out, kvt_err *err) {
-    if (seq < 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: sequence %d", seq);
-    kvt_status st = seq_reserve(g, seq, err);
-    if (st) return st;
-    dev_seq *S = &g->seq[seq];
-    if (S->n_pos < 0) {
-        S->n_blk = calloc((size_t)g->nl, sizeof *S->n_blk);
-        if (!S->n_blk) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
-        S->n_pos = 0;
-    }
-    *out = S;
-    return KVT_OK;
-}
-
-// Block b of (seq, layer i): allocated (from the free list or the device) and entered in both tables if new.
-static kvt_status block_at(kvt_gpu_layers *g, int32_t seq, int32_t i, int64_t b, void **out, kvt_err *err) {
-    dev_seq *S = &g->seq[seq];
-    void **hk = g->hk[i] + (size_t)seq * g->mb, **hv = g->hv[i] + (size_t)seq * g->mb;
-    while (S->n_blk[i] <= b) {
-        const int64_t j = S->n_blk[i];
-        void *blk = NULL;
-        if (g->n_free > 0) blk = g->free_blk[--g->n_free];
-        else {
-            if (g->p.vram_kv_bytes > 0 && (g->n_blocks + 1) * 2 * g->blk_bytes > g->p.vram_kv_bytes) {
-                return kvt_errorf(err, KVT_ERR_BUDGET, "device KV budget of %lld bytes full (%lld blocks of %lld bytes)",
-                                  (long long)g->p.vram_kv_bytes, (long long)g->n_blocks, (long long)(2 * g->blk_bytes));
-            }
-            CU(g->api->dev_malloc(g->ctx, (size_t)(2 * g->blk_bytes), &blk), "allocation of a KV block");
-            g->n_blocks++;
-        }
-        hk[j] = blk;
-        hv[j] = (uint8_t *)blk + g->blk_bytes;
-        CU(g->api->copy_h2d(g->ctx, g->tk[i] + (size_t)seq * g->mb + j, &hk[j], sizeof(void *), KVT_CUDA_STREAM_COMPUTE),
-           "block table");
-        CU(g->api->copy_h2d(g->ctx, g->tv[i] + (size_t)seq * g->mb + j, &hv[j], sizeof(void *), KVT_CUDA_STREAM_COMPUTE),
-           "block table");
-        g->h2d += 2 * (int64_t)sizeof(void *);
-        S->n_blk[i] = j + 1;
-    }
-    *out = hk[b];
-    return KVT_OK;
 }
 
 // y = W x over n rows: the matrix-vector kernel up to KVT_CUDA_MMV_MAX_ROWS rows, the GEMM past that.
@@ -290,6 +187,10 @@ static int mm(kvt_gpu_layers *g, const kvt_weight *w, const void *dw, const floa
 
 static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *seqs, const int64_t *pos, int32_t max_len,
                         kvt_err *err) {
+    const void *const *tk, *const *tv;
+    int32_t mb;
+    kvt_status st = kvt_gpu_kv_layer(g->kv, i, &tk, &tv, &mb, err); // the layer's blocks fetched (or read from host)
+    if (st) return st;
     const kvt_cuda_api *A = g->api;
     const kvt_hparams *hp = &g->m->hp;
     const kvt_layer *L = &g->m->layers[g->p.il0 + i];
@@ -313,17 +214,14 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
     CU(A->rope(g->ctx, g->q, &ra), "rope");
     ra.n_head = hp->n_head_kv;
     CU(A->rope(g->ctx, g->k, &ra), "rope");
+    const int64_t voff = kvt_gpu_kv_v_offset(g->kv);
     for (int64_t t = 0; t < n; t++) { // K and V rows into their blocks as f16
-        void *blk;
-        kvt_status st = block_at(g, seqs[t], i, pos[t] / g->p.block_len, &blk, err);
-        if (st) return st;
-        uint8_t *row = (uint8_t *)blk + (pos[t] % g->p.block_len) * K * 2;
+        uint8_t *row = kvt_gpu_kv_row(g->kv, i, seqs[t], pos[t]);
         CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->k + t * K, K, (uint16_t *)row), "K into its block");
-        CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->v + t * K, K, (uint16_t *)(row + g->blk_bytes)), "V into its block");
+        CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->v + t * K, K, (uint16_t *)(row + voff)), "V into its block");
     }
-    const kvt_cuda_attn_args aa = {(int32_t)n, hp->n_head, hp->n_head_kv, (int32_t)hd, (int32_t)g->p.block_len, (int32_t)g->mb,
-                                   max_len, hp->attn_scale, g->q, (const void *const *)g->tk[i],
-                                   (const void *const *)g->tv[i], g->drow, g->dlen, g->att, L->window};
+    const kvt_cuda_attn_args aa = {(int32_t)n, hp->n_head, hp->n_head_kv, (int32_t)hd, (int32_t)g->p.block_len, mb,
+                                   max_len, hp->attn_scale, g->q, tk, tv, g->drow, g->dlen, g->att, L->window};
     CU(A->attn_paged(g->ctx, &aa), "attention");
     CU(mm(g, &L->wo, D->wo, g->att, n, g->tmp), "attn_output");
     if (D->post_attn_norm) CU(A->rmsnorm(g->ctx, g->tmp, D->post_attn_norm, g->tmp, n, E, hp->rms_eps), "post-attention norm");
@@ -346,19 +244,12 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
                           (long long)g->p.n_ubatch);
     }
     int32_t max_len = 0;
+    kvt_status st = kvt_gpu_kv_begin(g->kv, n, seqs, pos, &max_len, err);
+    if (st) return st;
     for (int64_t t = 0; t < n; t++) {
-        dev_seq *S;
-        kvt_status st = seq_get(g, seqs[t], &S, err);
-        if (st) return st;
-        if (pos[t] < 0 || pos[t] >= g->p.n_ctx || pos[t] > S->n_pos) {
-            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: position %lld of sequence %d (holds %lld, context %lld)",
-                              (long long)pos[t], seqs[t], (long long)S->n_pos, (long long)g->p.n_ctx);
-        }
-        if (pos[t] == S->n_pos) S->n_pos++;
         g->hpos[t] = (int32_t)pos[t];
         g->hrow[t] = seqs[t];
         g->hlen[t] = (int32_t)pos[t] + 1;
-        if (g->hlen[t] > max_len) max_len = g->hlen[t];
     }
     const int64_t E = g->m->hp.n_embd;
     const size_t ib = (size_t)n * sizeof(int32_t);
@@ -369,8 +260,7 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
     g->h2d += n * E * (int64_t)sizeof(float) + 3 * (int64_t)ib;
     g->calls++;
     for (int32_t i = 0; i < g->nl; i++) {
-        kvt_status st = layer(g, i, n, seqs, pos, max_len, err);
-        if (st) return st;
+        if ((st = layer(g, i, n, seqs, pos, max_len, err))) return st;
     }
     if (!g->p.output) {
         CU(g->api->copy_d2h(g->ctx, x, g->x, (size_t)(n * E) * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
@@ -394,58 +284,14 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
 }
 
 kvt_status kvt_gpu_layers_seq_fork(kvt_gpu_layers *g, int32_t src, int32_t dst, kvt_err *err) {
-    if (src < 0 || src >= g->seq_cap || g->seq[src].n_pos < 0) return KVT_OK;
-    kvt_gpu_layers_seq_truncate(g, dst, 0);
-    dev_seq *D;
-    kvt_status st = seq_get(g, dst, &D, err);
-    if (st) return st;
-    const dev_seq *S = &g->seq[src]; // (seq_get may have moved g->seq)
-    for (int32_t i = 0; i < g->nl; i++) {
-        for (int64_t b = 0; b < S->n_blk[i]; b++) {
-            void *blk;
-            if ((st = block_at(g, dst, i, b, &blk, err))) return st;
-            CU(g->api->copy_d2d(g->ctx, blk, g->hk[i][(size_t)src * g->mb + b], (size_t)(2 * g->blk_bytes),
-                                KVT_CUDA_STREAM_COMPUTE), "copy of a KV block");
-            g->d2d += 2 * g->blk_bytes;
-        }
-    }
-    D->n_pos = S->n_pos;
-    CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "fork");
-    return KVT_OK;
+    return kvt_gpu_kv_fork(g->kv, src, dst, err);
 }
 
-void kvt_gpu_layers_seq_truncate(kvt_gpu_layers *g, int32_t seq, int64_t n_keep) {
-    if (seq < 0 || seq >= g->seq_cap || g->seq[seq].n_pos < 0) return;
-    dev_seq *S = &g->seq[seq];
-    const int64_t keep = n_keep > 0 ? (n_keep + g->p.block_len - 1) / g->p.block_len : 0;
-    g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE); // no kernel may still read a block that goes
-    for (int32_t i = 0; i < g->nl; i++) {
-        for (int64_t b = keep; b < S->n_blk[i]; b++) {
-            void *blk = g->hk[i][(size_t)seq * g->mb + b];
-            if (g->n_free == g->cap_free) {
-                const int64_t cap = g->cap_free ? 2 * g->cap_free : 64;
-                void **f = realloc(g->free_blk, (size_t)cap * sizeof *f);
-                if (!f) { // keep the list as it is: the block goes back to the device
-                    g->api->dev_free(g->ctx, blk);
-                    g->n_blocks--;
-                    continue;
-                }
-                g->free_blk = f;
-                g->cap_free = cap;
-            }
-            g->free_blk[g->n_free++] = blk;
-        }
-        if (S->n_blk[i] > keep) S->n_blk[i] = keep;
-    }
-    if (n_keep <= 0) {
-        free(S->n_blk);
-        *S = (dev_seq){-1, NULL};
-    } else if (S->n_pos > n_keep) {
-        S->n_pos = n_keep;
-    }
-}
+void kvt_gpu_layers_seq_truncate(kvt_gpu_layers *g, int32_t seq, int64_t n_keep) { kvt_gpu_kv_truncate(g->kv, seq, n_keep); }
 
 void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out) {
-    *out = (kvt_gpu_layers_stats){g->nl, g->p.output, g->weight_bytes, g->n_blocks * 2 * g->blk_bytes, g->h2d, g->d2h, g->d2d,
-                                  g->calls};
+    kvt_gpu_kv_stats k;
+    kvt_gpu_kv_get_stats(g->kv, &k);
+    *out = (kvt_gpu_layers_stats){g->nl, g->p.output, g->weight_bytes, k.vram_bytes, g->h2d + k.h2d_bytes + k.table_bytes,
+                                  g->d2h + k.d2h_bytes, k.d2d_bytes, g->calls, k};
 }

@@ -5,11 +5,10 @@
 // backend_cuda.c), so this file is plain C and runs unchanged over the table's CPU emulation
 // (tests/cuda/cuda_fake.c): the tests check the layer logic on machines without a GPU.
 //
-// The device KV cache: per (sequence, layer) a table of blocks of block_len positions, each block one device
-// allocation holding K [block_len, n_head_kv, head_dim] f16 then V alike (the layout attn_paged reads). The
-// tables live in VRAM too, one [seq_cap, max_blocks] array of block pointers per layer for K and one for V
-// (grown with the sequences), so an attention call reads every sequence's blocks without uploading a table.
-// No tiering yet: the device KV is bounded by VRAM (KVT_ERR_BUDGET past vram_kv_bytes).
+// The device KV cache (gpu_kv.h): per (sequence, layer) a table of blocks of block_len positions, K [block_len,
+// n_head_kv, head_dim] f16 then V alike (the layout attn_paged reads), in VRAM within vram_kv_bytes and in pinned
+// host memory past it (fetched ahead layer by layer on the COPY stream, or read there by the attention kernel). The
+// tables live in VRAM too, one [seq_cap, max_blocks] array of block addresses per layer for K and one for V.
 #ifndef KVT_GPU_LAYERS_H
 #define KVT_GPU_LAYERS_H
 
@@ -19,13 +18,15 @@
 #include "../base/status.h"
 #include "../model/model.h"
 #include "backend_cuda.h"
+#include "gpu_kv.h"
 
 typedef struct {
     int32_t il0;           // first device layer; layers [il0, n_layer) run there (n_layer: none, with output)
     int64_t n_ubatch;      // most rows of one call
     int64_t n_ctx;         // most positions of a sequence
     int64_t block_len;     // positions per KV block
-    int64_t vram_kv_bytes; // budget of the device KV blocks (0: unlimited, bounded by the device)
+    int64_t vram_kv_bytes; // VRAM budget of the device KV blocks (0: unlimited; the rest in pinned host: gpu_kv.h)
+    const char *evict;     // eviction policy of the VRAM tier (kv_policy.h; NULL: lru); borrowed
     int device;            // CUDA device id
     bool output;           // the output norm and the logits on the device too (llama.cpp: -ngl > n_layer)
 } kvt_gpu_layers_params;
@@ -60,10 +61,11 @@ typedef struct {
     bool output;           // the output norm and the logits there too
     int64_t weight_bytes;  // VRAM held by weights and norms
     int64_t kv_bytes;      // VRAM held by KV blocks (in use or free for reuse)
-    int64_t h2d_bytes;     // host -> device: the residual stream, positions, block-table entries
-    int64_t d2h_bytes;     // device -> host: the residual stream or the logits
+    int64_t h2d_bytes;     // host -> device: the residual stream, positions, block-table rows, KV blocks loaded
+    int64_t d2h_bytes;     // device -> host: the residual stream or the logits, KV blocks written back
     int64_t d2d_bytes;     // device -> device: KV blocks copied by forks
     int64_t calls;         // kvt_gpu_layers_run calls (micro-batches)
+    kvt_gpu_kv_stats kv;   // the KV cache's tiers and transfers (included in the totals above)
 } kvt_gpu_layers_stats;
 void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out);
 

@@ -2,10 +2,25 @@
 // suite `cuda` itself (tests/test_cuda.c: its buffers, block tables, poisoning and comparisons) on
 // machines without a GPU: `make cuda-check` builds it into build/libkvtier-cuda-fake.so and runs
 // `KVT_CUDA_LIB=build/libkvtier-cuda-fake.so build/kvtier-tests cuda`. "Device" memory is host
-// memory, streams run at once, events are no-ops. The kernels follow the contracts of kvt_cuda.h
-// with plain C (the attention with the same chunked online-softmax as src/cuda/cuda_attn.cu);
+// memory (so is pinned memory: host_device_ptr is the identity). The kernels follow the contracts of
+// kvt_cuda.h with plain C (the attention with the same chunked online-softmax as src/cuda/cuda_attn.cu);
 // they say nothing about the CUDA kernels' correctness. Test-only: never loaded by kvtier.
+//
+// Streams. Every kernel, memset and copy is an operation queued on its stream; event_record marks a point of a
+// stream and stream_wait queues a wait for that point on another. How the queues run is chosen by the
+// environment variable KVT_FAKE_ORDER, so that a caller's missing event shows as wrong bytes:
+//   unset      both streams run each operation at once (in program order);
+//   copy-late  COMPUTE runs at once (until it reaches a wait not yet satisfied); COPY runs only when something
+//              forces it: a wait of COMPUTE on one of its events, a synchronization, a free. A kernel that reads
+//              what a copy brings, without waiting for the copy's event, reads the old bytes;
+//   compute-late  the reverse: a copy that overwrites what a kernel queued before it still has to read, without
+//              waiting for that kernel, runs first.
+// As CUDA does: a copy from pageable (not host_malloc) host memory reads its source when queued; a copy to
+// pageable host memory returns once done (it forces its stream); dev_free, host_free, ctx_free and the
+// synchronizing entries run what they wait for. An operation that fails while deferred reports its error at the
+// next synchronizing entry (as a fault inside a CUDA kernel does).
 #include <math.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,8 +31,40 @@
 #include "../../src/kernels/quant.h"
 #include "../../src/kernels/vec.h"
 
+// One queued operation of a stream (the arguments of the entry that queued it).
+enum { OP_WAIT, OP_COPY, OP_MEMSET, OP_MMV, OP_MM, OP_DEQ, OP_NORM, OP_ROPE, OP_SWIGLU, OP_GEGLU, OP_ADD, OP_ROWS,
+       OP_ARGMAX, OP_ATTN };
+typedef struct {
+    int kind, type, byte;
+    int wait_stream;     // OP_WAIT: the stream waited for, until it has run wait_pos operations
+    int64_t wait_pos;
+    const void *a, *b;   // inputs
+    void *c;             // output
+    void *own;           // a snapshot of a pageable source (freed once run)
+    int64_t n0, n1, n2;
+    size_t bytes;
+    float f;
+    kvt_cuda_rope_args rope;
+    kvt_cuda_attn_args attn;
+} op;
+
+enum { ORDER_AT_ONCE, ORDER_COPY_LATE, ORDER_COMPUTE_LATE };
+
 struct kvt_cuda_ctx {
     char err[KVT_CUDA_ERR_MAX];
+    int order;                           // KVT_FAKE_ORDER
+    op *q[KVT_CUDA_STREAM_COUNT];        // pending operations of each stream: q[s][head[s] .. len[s])
+    int64_t head[KVT_CUDA_STREAM_COUNT], len[KVT_CUDA_STREAM_COUNT], cap[KVT_CUDA_STREAM_COUNT];
+    int64_t done[KVT_CUDA_STREAM_COUNT]; // operations run since the context was made
+    int64_t total[KVT_CUDA_STREAM_COUNT];// operations queued since the context was made
+    int pending_rc;                      // the first error of an operation run after its entry returned
+    struct { char *p; size_t n; } *pinned; // host_malloc allocations
+    int n_pinned, cap_pinned;
+};
+// An event: the point `pos` (operations queued before it) of stream `stream` (-1: never recorded).
+struct kvt_cuda_event {
+    int stream;
+    int64_t pos;
 };
 
 static int fail(kvt_cuda_ctx *ctx, int code, const char *fmt, ...) {
@@ -47,47 +94,21 @@ static int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
     kvt_cuda_device_info info;
     int rc = device_info(device, &info, err, err_len);
     *out = rc ? NULL : calloc(1, sizeof **out);
-    return rc ? rc : *out ? KVT_CUDA_OK : KVT_CUDA_ERR_NOMEM;
+    if (!rc && !*out) return KVT_CUDA_ERR_NOMEM;
+    const char *order = rc ? NULL : getenv("KVT_FAKE_ORDER");
+    if (order && *order) {
+        if (!strcmp(order, "copy-late")) (*out)->order = ORDER_COPY_LATE;
+        else if (!strcmp(order, "compute-late")) (*out)->order = ORDER_COMPUTE_LATE;
+        else {
+            snprintf(err, (size_t)err_len, "KVT_FAKE_ORDER=%s: copy-late or compute-late", order);
+            free(*out);
+            *out = NULL;
+            return KVT_CUDA_ERR_ARG;
+        }
+    }
+    return rc;
 }
-static void ctx_free(kvt_cuda_ctx *ctx) { free(ctx); }
 static const char *last_error(const kvt_cuda_ctx *ctx) { return ctx->err; }
-
-static int dev_malloc(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
-    *out = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
-    return *out ? KVT_CUDA_OK : fail(ctx, KVT_CUDA_ERR_NOMEM, "fake malloc of %zu bytes failed", bytes);
-}
-static int dev_free(kvt_cuda_ctx *ctx, void *p) {
-    (void)ctx;
-    free(p);
-    return KVT_CUDA_OK;
-}
-static int memset_dev(kvt_cuda_ctx *ctx, void *dst, int byte, size_t bytes) {
-    (void)ctx;
-    memset(dst, byte, bytes);
-    return KVT_CUDA_OK;
-}
-static int copy(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
-    if (stream < 0 || stream >= KVT_CUDA_STREAM_COUNT) return fail(ctx, KVT_CUDA_ERR_ARG, "stream id %d does not exist", stream);
-    memcpy(dst, src, bytes);
-    return KVT_CUDA_OK;
-}
-static int event_create(kvt_cuda_ctx *ctx, kvt_cuda_event **out) {
-    (void)ctx;
-    *out = (kvt_cuda_event *)malloc(1);
-    return KVT_CUDA_OK;
-}
-static int event_free(kvt_cuda_ctx *ctx, kvt_cuda_event *ev) {
-    (void)ctx;
-    free(ev);
-    return KVT_CUDA_OK;
-}
-static int event_record(kvt_cuda_ctx *ctx, kvt_cuda_event *ev, int stream) {
-    (void)ev;
-    return stream < 0 || stream >= KVT_CUDA_STREAM_COUNT ? fail(ctx, KVT_CUDA_ERR_ARG, "stream id %d", stream) : KVT_CUDA_OK;
-}
-static int stream_wait(kvt_cuda_ctx *ctx, int stream, kvt_cuda_event *ev) { return event_record(ctx, ev, stream); }
-static int event_sync(kvt_cuda_ctx *ctx, kvt_cuda_event *ev) { return event_record(ctx, ev, 0); }
-static int stream_sync(kvt_cuda_ctx *ctx, int stream) { return event_record(ctx, NULL, stream); }
 
 // Row r of W as f32 into out[n_cols].
 static int weight_row(kvt_cuda_ctx *ctx, int type, const void *W, int64_t r, int64_t n_cols, float *out) {
@@ -98,7 +119,7 @@ static int weight_row(kvt_cuda_ctx *ctx, int type, const void *W, int64_t r, int
     return KVT_CUDA_OK;
 }
 
-static int mul_mat(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
+static int k_mul_mat(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
                    int64_t n_tok, float *y) {
     float *w = malloc((size_t)n_cols * sizeof *w);
     int rc = w ? KVT_CUDA_OK : KVT_CUDA_ERR_NOMEM;
@@ -113,13 +134,13 @@ static int mul_mat(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, i
     free(w);
     return rc;
 }
-static int mul_mat_vec(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
+static int k_mul_mat_vec(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
                        int64_t n_tok, float *y) {
     if (type == KVT_CUDA_F32 || n_tok < 1 || n_tok > KVT_CUDA_MMV_MAX_ROWS)
         return fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: type %d, %lld rows", type, (long long)n_tok);
-    return mul_mat(ctx, type, W, n_rows, n_cols, x, n_tok, y);
+    return k_mul_mat(ctx, type, W, n_rows, n_cols, x, n_tok, y);
 }
-static int dequant_f16(kvt_cuda_ctx *ctx, int type, const void *src, int64_t n, uint16_t *dst) {
+static int k_dequant_f16(kvt_cuda_ctx *ctx, int type, const void *src, int64_t n, uint16_t *dst) {
     float *f = malloc((size_t)n * sizeof *f);
     int rc = f ? weight_row(ctx, type, src, 0, n, f) : KVT_CUDA_ERR_NOMEM;
     for (int64_t i = 0; !rc && i < n; i++) dst[i] = kvt_f32_to_f16(f[i]);
@@ -127,12 +148,12 @@ static int dequant_f16(kvt_cuda_ctx *ctx, int type, const void *src, int64_t n, 
     return rc;
 }
 
-static int rmsnorm(kvt_cuda_ctx *ctx, const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps) {
+static int k_rmsnorm(kvt_cuda_ctx *ctx, const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps) {
     (void)ctx;
     for (int64_t r = 0; r < n_rows; r++) kvt_rmsnorm_f32(y + r * n, x + r * n, w, n, eps);
     return KVT_CUDA_OK;
 }
-static int rope(kvt_cuda_ctx *ctx, float *x, const kvt_cuda_rope_args *a) {
+static int k_rope(kvt_cuda_ctx *ctx, float *x, const kvt_cuda_rope_args *a) {
     float cs[KVT_CUDA_ATTN_MAX_HEAD_DIM * 2];
     if (a->n_rot > 2 * KVT_CUDA_ATTN_MAX_HEAD_DIM) return fail(ctx, KVT_CUDA_ERR_ARG, "rope: n_rot %d", a->n_rot);
     const kvt_rope_params p = {a->n_rot, a->neox, a->freq_base, a->freq_scale, a->freq_factors};
@@ -142,22 +163,22 @@ static int rope(kvt_cuda_ctx *ctx, float *x, const kvt_cuda_rope_args *a) {
     }
     return KVT_CUDA_OK;
 }
-static int swiglu(kvt_cuda_ctx *ctx, float *g, const float *u, int64_t n) {
+static int k_swiglu(kvt_cuda_ctx *ctx, float *g, const float *u, int64_t n) {
     (void)ctx;
     kvt_swiglu_f32(g, u, n);
     return KVT_CUDA_OK;
 }
-static int geglu(kvt_cuda_ctx *ctx, float *g, const float *u, int64_t n) {
+static int k_geglu(kvt_cuda_ctx *ctx, float *g, const float *u, int64_t n) {
     (void)ctx;
     kvt_geglu_f32(g, u, n);
     return KVT_CUDA_OK;
 }
-static int add(kvt_cuda_ctx *ctx, float *y, const float *x, int64_t n) {
+static int k_add(kvt_cuda_ctx *ctx, float *y, const float *x, int64_t n) {
     (void)ctx;
     kvt_vec_add_f32(y, x, n);
     return KVT_CUDA_OK;
 }
-static int get_rows(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const int32_t *ids,
+static int k_get_rows(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const int32_t *ids,
                     int64_t n_ids, float *out) {
     for (int64_t t = 0; t < n_ids; t++) {
         if (ids[t] < 0 || ids[t] >= n_rows) return fail(ctx, KVT_CUDA_ERR_ARG, "get_rows: id %d", ids[t]);
@@ -166,7 +187,7 @@ static int get_rows(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, 
     }
     return KVT_CUDA_OK;
 }
-static int argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out) {
+static int k_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out) {
     (void)ctx;
     for (int64_t r = 0; r < n_rows; r++) {
         int64_t best = 0;
@@ -177,7 +198,7 @@ static int argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, 
 }
 
 // The chunked online softmax of cuda_attn.cu, sequentially: chunk states (m, s, o) folded in order.
-static int attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
+static int k_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
     const int D = a->head_dim;
     if (D > KVT_CUDA_ATTN_MAX_HEAD_DIM || a->n_head % a->n_kv_head) return fail(ctx, KVT_CUDA_ERR_ARG, "attn_paged: shape");
     float sc[KVT_CUDA_ATTN_CHUNK], oc[KVT_CUDA_ATTN_MAX_HEAD_DIM], o[KVT_CUDA_ATTN_MAX_HEAD_DIM];
@@ -222,11 +243,243 @@ static int attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
     return KVT_CUDA_OK;
 }
 
+// ---------------------------------------------------------------- streams (see the header comment)
+
+static int run_op(kvt_cuda_ctx *ctx, op *o) {
+    switch (o->kind) {
+    case OP_WAIT: return KVT_CUDA_OK;
+    case OP_COPY: memcpy(o->c, o->a, o->bytes); return KVT_CUDA_OK;
+    case OP_MEMSET: memset(o->c, o->byte, o->bytes); return KVT_CUDA_OK;
+    case OP_MMV: return k_mul_mat_vec(ctx, o->type, o->a, o->n0, o->n1, o->b, o->n2, o->c);
+    case OP_MM: return k_mul_mat(ctx, o->type, o->a, o->n0, o->n1, o->b, o->n2, o->c);
+    case OP_DEQ: return k_dequant_f16(ctx, o->type, o->a, o->n0, o->c);
+    case OP_NORM: return k_rmsnorm(ctx, o->a, o->b, o->c, o->n0, o->n1, o->f);
+    case OP_ROPE: return k_rope(ctx, o->c, &o->rope);
+    case OP_SWIGLU: return k_swiglu(ctx, o->c, o->a, o->n0);
+    case OP_GEGLU: return k_geglu(ctx, o->c, o->a, o->n0);
+    case OP_ADD: return k_add(ctx, o->c, o->a, o->n0);
+    case OP_ROWS: return k_get_rows(ctx, o->type, o->a, o->n0, o->n1, o->b, o->n2, o->c);
+    case OP_ARGMAX: return k_argmax(ctx, o->a, o->n0, o->n1, o->c);
+    case OP_ATTN: return k_attn_paged(ctx, &o->attn);
+    }
+    return fail(ctx, KVT_CUDA_ERR_ARG, "fake: operation %d", o->kind);
+}
+
+// Runs the first pending operation of stream s (its wait, if any, satisfied).
+static void run_next(kvt_cuda_ctx *ctx, int s) {
+    op *o = &ctx->q[s][ctx->head[s]++];
+    const int rc = run_op(ctx, o);
+    if (rc && !ctx->pending_rc) ctx->pending_rc = rc;
+    free(o->own);
+    ctx->done[s]++;
+    if (ctx->head[s] == ctx->len[s]) ctx->head[s] = ctx->len[s] = 0;
+}
+
+// Runs stream s until it has run `upto` operations, and what its waits need of the other stream.
+static void force(kvt_cuda_ctx *ctx, int s, int64_t upto) {
+    while (ctx->done[s] < upto && ctx->head[s] < ctx->len[s]) {
+        const op *o = &ctx->q[s][ctx->head[s]];
+        if (o->kind == OP_WAIT && ctx->done[o->wait_stream] < o->wait_pos) force(ctx, o->wait_stream, o->wait_pos);
+        run_next(ctx, s);
+    }
+}
+static void drain(kvt_cuda_ctx *ctx) {
+    for (int s = 0; s < KVT_CUDA_STREAM_COUNT; s++) force(ctx, s, ctx->total[s]);
+    for (int s = 0; s < KVT_CUDA_STREAM_COUNT; s++) force(ctx, s, ctx->total[s]); // (the second stream's waits)
+}
+static int take_rc(kvt_cuda_ctx *ctx) {
+    const int rc = ctx->pending_rc;
+    ctx->pending_rc = KVT_CUDA_OK;
+    return rc;
+}
+static bool eager(const kvt_cuda_ctx *ctx, int s) {
+    return ctx->order == ORDER_AT_ONCE || (ctx->order == ORDER_COPY_LATE) == (s == KVT_CUDA_STREAM_COMPUTE);
+}
+// Runs the eager streams' operations until each is empty or at a wait for the lazy stream.
+static void pump(kvt_cuda_ctx *ctx) {
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int s = 0; s < KVT_CUDA_STREAM_COUNT; s++) {
+            while (eager(ctx, s) && ctx->head[s] < ctx->len[s]) {
+                const op *o = &ctx->q[s][ctx->head[s]];
+                if (o->kind == OP_WAIT && ctx->done[o->wait_stream] < o->wait_pos) {
+                    if (!eager(ctx, o->wait_stream)) break;
+                    force(ctx, o->wait_stream, o->wait_pos);
+                }
+                run_next(ctx, s);
+                moved = true;
+            }
+        }
+    }
+}
+// Queues *o on stream s and runs what may run. Returns the error of *o if it ran at once and failed (or of an
+// earlier deferred operation), else OK.
+static int submit(kvt_cuda_ctx *ctx, int s, const op *o) {
+    if (s < 0 || s >= KVT_CUDA_STREAM_COUNT) {
+        free(o->own);
+        return fail(ctx, KVT_CUDA_ERR_ARG, "stream id %d does not exist", s);
+    }
+    if (ctx->len[s] == ctx->cap[s]) {
+        const int64_t cap = ctx->cap[s] ? 2 * ctx->cap[s] : 64;
+        op *q = realloc(ctx->q[s], (size_t)cap * sizeof *q);
+        if (!q) {
+            free(o->own);
+            return fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory for a stream's queue");
+        }
+        ctx->q[s] = q, ctx->cap[s] = cap;
+    }
+    ctx->q[s][ctx->len[s]++] = *o;
+    const int64_t idx = ctx->total[s]++;
+    pump(ctx);
+    return ctx->done[s] > idx ? take_rc(ctx) : KVT_CUDA_OK;
+}
+
+static bool is_pinned(const kvt_cuda_ctx *ctx, const void *p) {
+    for (int i = 0; i < ctx->n_pinned; i++) {
+        if ((const char *)p >= ctx->pinned[i].p && (const char *)p < ctx->pinned[i].p + ctx->pinned[i].n) return true;
+    }
+    return false;
+}
+
+static void ctx_free(kvt_cuda_ctx *ctx) {
+    if (!ctx) return;
+    drain(ctx);
+    for (int s = 0; s < KVT_CUDA_STREAM_COUNT; s++) free(ctx->q[s]);
+    free(ctx->pinned);
+    free(ctx);
+}
+static int dev_malloc(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
+    *out = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+    return *out ? KVT_CUDA_OK : fail(ctx, KVT_CUDA_ERR_NOMEM, "fake malloc of %zu bytes failed", bytes);
+}
+static int dev_free(kvt_cuda_ctx *ctx, void *p) { // as cudaFree: waits for the device
+    drain(ctx);
+    free(p);
+    return take_rc(ctx);
+}
+static int host_malloc(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
+    if (ctx->n_pinned == ctx->cap_pinned) {
+        const int cap = ctx->cap_pinned ? 2 * ctx->cap_pinned : 16;
+        void *np = realloc(ctx->pinned, (size_t)cap * sizeof *ctx->pinned);
+        if (!np) return fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory");
+        ctx->pinned = np, ctx->cap_pinned = cap;
+    }
+    int rc = dev_malloc(ctx, bytes, out);
+    if (!rc) {
+        ctx->pinned[ctx->n_pinned].p = *out;
+        ctx->pinned[ctx->n_pinned++].n = bytes;
+    }
+    return rc;
+}
+static int host_free(kvt_cuda_ctx *ctx, void *p) {
+    for (int i = 0; p && i < ctx->n_pinned; i++) {
+        if (ctx->pinned[i].p == p) ctx->pinned[i] = ctx->pinned[--ctx->n_pinned];
+    }
+    return dev_free(ctx, p);
+}
+static int host_device_ptr(kvt_cuda_ctx *ctx, void *host, void **out) {
+    *out = host;
+    return is_pinned(ctx, host) ? KVT_CUDA_OK : fail(ctx, KVT_CUDA_ERR_ARG, "host_device_ptr: %p is not pinned host memory", host);
+}
+static int memset_dev(kvt_cuda_ctx *ctx, void *dst, int byte, size_t bytes) {
+    return submit(ctx, KVT_CUDA_STREAM_COMPUTE, &(op){.kind = OP_MEMSET, .c = dst, .byte = byte, .bytes = bytes});
+}
+static int copy_h2d(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
+    op o = {.kind = OP_COPY, .c = dst, .a = src, .bytes = bytes};
+    if (!is_pinned(ctx, src)) { // pageable: read now
+        if (!(o.own = malloc(bytes ? bytes : 1))) return fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory");
+        memcpy(o.own, src, bytes);
+        o.a = o.own;
+    }
+    return submit(ctx, stream, &o);
+}
+static int copy_d2h(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
+    int rc = submit(ctx, stream, &(op){.kind = OP_COPY, .c = dst, .a = src, .bytes = bytes});
+    if (rc || is_pinned(ctx, dst)) return rc;
+    force(ctx, stream, ctx->total[stream]); // pageable: returns once done
+    return take_rc(ctx);
+}
+static int copy_d2d(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
+    return submit(ctx, stream, &(op){.kind = OP_COPY, .c = dst, .a = src, .bytes = bytes});
+}
+static int event_create(kvt_cuda_ctx *ctx, kvt_cuda_event **out) {
+    *out = malloc(sizeof **out);
+    if (!*out) return fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory");
+    **out = (kvt_cuda_event){-1, 0};
+    return KVT_CUDA_OK;
+}
+static int event_free(kvt_cuda_ctx *ctx, kvt_cuda_event *ev) { // the waits queued on it keep their own copy
+    (void)ctx;
+    free(ev);
+    return KVT_CUDA_OK;
+}
+static int event_record(kvt_cuda_ctx *ctx, kvt_cuda_event *ev, int stream) {
+    if (stream < 0 || stream >= KVT_CUDA_STREAM_COUNT) return fail(ctx, KVT_CUDA_ERR_ARG, "stream id %d", stream);
+    *ev = (kvt_cuda_event){stream, ctx->total[stream]};
+    return KVT_CUDA_OK;
+}
+static int stream_wait(kvt_cuda_ctx *ctx, int stream, kvt_cuda_event *ev) {
+    if (ev->stream < 0) return KVT_CUDA_OK; // never recorded: nothing to wait for (as CUDA)
+    return submit(ctx, stream, &(op){.kind = OP_WAIT, .wait_stream = ev->stream, .wait_pos = ev->pos});
+}
+static int event_sync(kvt_cuda_ctx *ctx, kvt_cuda_event *ev) {
+    if (ev->stream >= 0) force(ctx, ev->stream, ev->pos);
+    return take_rc(ctx);
+}
+static int stream_sync(kvt_cuda_ctx *ctx, int stream) {
+    if (stream < 0 || stream >= KVT_CUDA_STREAM_COUNT) return fail(ctx, KVT_CUDA_ERR_ARG, "stream id %d", stream);
+    force(ctx, stream, ctx->total[stream]);
+    return take_rc(ctx);
+}
+
+// The kernels' entries: queued on COMPUTE. Checks that need no device data are made at once (as a launch's).
+#define COMPUTE KVT_CUDA_STREAM_COMPUTE
+static int q_mul_mat_vec(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
+                         int64_t n_tok, float *y) {
+    if (type == KVT_CUDA_F32 || n_tok < 1 || n_tok > KVT_CUDA_MMV_MAX_ROWS)
+        return fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: type %d, %lld rows", type, (long long)n_tok);
+    return submit(ctx, COMPUTE, &(op){.kind = OP_MMV, .type = type, .a = W, .n0 = n_rows, .n1 = n_cols, .b = x, .n2 = n_tok, .c = y});
+}
+static int q_mul_mat(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
+                     int64_t n_tok, float *y) {
+    return submit(ctx, COMPUTE, &(op){.kind = OP_MM, .type = type, .a = W, .n0 = n_rows, .n1 = n_cols, .b = x, .n2 = n_tok, .c = y});
+}
+static int q_dequant_f16(kvt_cuda_ctx *ctx, int type, const void *src, int64_t n, uint16_t *dst) {
+    return submit(ctx, COMPUTE, &(op){.kind = OP_DEQ, .type = type, .a = src, .n0 = n, .c = dst});
+}
+static int q_rmsnorm(kvt_cuda_ctx *ctx, const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps) {
+    return submit(ctx, COMPUTE, &(op){.kind = OP_NORM, .a = x, .b = w, .c = y, .n0 = n_rows, .n1 = n, .f = eps});
+}
+static int q_rope(kvt_cuda_ctx *ctx, float *x, const kvt_cuda_rope_args *a) {
+    if (a->n_rot > 2 * KVT_CUDA_ATTN_MAX_HEAD_DIM) return fail(ctx, KVT_CUDA_ERR_ARG, "rope: n_rot %d", a->n_rot);
+    return submit(ctx, COMPUTE, &(op){.kind = OP_ROPE, .c = x, .rope = *a});
+}
+static int q_swiglu(kvt_cuda_ctx *ctx, float *g, const float *u, int64_t n) {
+    return submit(ctx, COMPUTE, &(op){.kind = OP_SWIGLU, .c = g, .a = u, .n0 = n});
+}
+static int q_geglu(kvt_cuda_ctx *ctx, float *g, const float *u, int64_t n) {
+    return submit(ctx, COMPUTE, &(op){.kind = OP_GEGLU, .c = g, .a = u, .n0 = n});
+}
+static int q_add(kvt_cuda_ctx *ctx, float *y, const float *x, int64_t n) {
+    return submit(ctx, COMPUTE, &(op){.kind = OP_ADD, .c = y, .a = x, .n0 = n});
+}
+static int q_get_rows(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const int32_t *ids,
+                      int64_t n_ids, float *out) {
+    return submit(ctx, COMPUTE, &(op){.kind = OP_ROWS, .type = type, .a = W, .n0 = n_rows, .n1 = n_cols, .b = ids, .n2 = n_ids, .c = out});
+}
+static int q_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out) {
+    return submit(ctx, COMPUTE, &(op){.kind = OP_ARGMAX, .a = x, .n0 = n_rows, .n1 = n, .c = out});
+}
+static int q_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
+    if (a->head_dim > KVT_CUDA_ATTN_MAX_HEAD_DIM || a->n_head % a->n_kv_head) return fail(ctx, KVT_CUDA_ERR_ARG, "attn_paged: shape");
+    return submit(ctx, COMPUTE, &(op){.kind = OP_ATTN, .attn = *a});
+}
+
 static const kvt_cuda_api k_fake = {
     KVT_CUDA_ABI_VERSION, (int)sizeof(kvt_cuda_api), device_count, device_info, ctx_init, ctx_free, last_error,
-    dev_malloc, dev_free, dev_malloc, dev_free, memset_dev, copy, copy, copy, event_create, event_free, event_record,
-    stream_wait, event_sync, stream_sync, mul_mat_vec, mul_mat, dequant_f16, rmsnorm, rope, swiglu, geglu, add,
-    get_rows, argmax, attn_paged,
+    dev_malloc, dev_free, host_malloc, host_free, memset_dev, copy_h2d, copy_d2h, copy_d2d, event_create, event_free,
+    event_record, stream_wait, event_sync, stream_sync, q_mul_mat_vec, q_mul_mat, q_dequant_f16, q_rmsnorm, q_rope,
+    q_swiglu, q_geglu, q_add, q_get_rows, q_argmax, q_attn_paged, host_device_ptr,
 };
 
 const kvt_cuda_api *kvt_cuda_get_api(int abi_version) { return abi_version == KVT_CUDA_ABI_VERSION ? &k_fake : NULL; }

@@ -1,0 +1,614 @@
+// gpu_kv.c - the device layers' KV cache: VRAM slots within a budget over pinned host slots (gpu_kv.h).
+#include "gpu_kv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kv/kv_victim.h"
+
+enum { VICTIM_WINDOW = 256 }; // resident blocks examined per eviction (the CPU store's default, kv_paged.c)
+#define CHUNK_BYTES ((int64_t)8 << 20) // slots are cut from allocations of at least this (or the budget)
+
+// A pool of slots of slot_bytes, cut from chunks of per_chunk slots, in VRAM or pinned host memory.
+typedef struct {
+    bool host;
+    void **chunk;      // [n_chunk] allocations (host addresses for host slots)
+    void **dchunk;     // [n_chunk] their device addresses (host slots: host_device_ptr; VRAM: = chunk)
+    int64_t n_chunk, per_chunk;
+    int64_t cap;       // most slots (-1: unlimited)
+    int64_t made;      // slots cut so far
+    int64_t *free;     // slots given back
+    int64_t n_free, cap_free;
+} slab;
+
+typedef struct {
+    int32_t seq, layer;   // owner (seq -1: a free id)
+    int64_t idx;          // block index in its (sequence, layer)
+    int64_t vslot, hslot; // VRAM slot, host slot (-1: none)
+    int64_t res;          // position in the resident list (-1: not in VRAM)
+    bool dirty;           // the VRAM copy is newer than the host copy (or there is none)
+    uint64_t last_use, uses;
+    int64_t need_call;    // the micro-batch whose reads include it (its layer's fetch marked it)
+} gblk;
+
+typedef struct {
+    int64_t n_pos;   // positions held (-1: no such sequence)
+    int64_t *blk;    // [nl * mb] block ids (valid below n_blk of the layer)
+    int64_t *n_blk;  // [nl]
+} gseq;
+
+typedef struct {      // a sequence of the micro-batch: the positions its rows attend
+    int32_t seq;
+    int64_t min_len, max_len; // its first row's and last row's positions + 1
+} bseq;
+
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} xfer;
+
+struct kvt_gpu_kv {
+    const kvt_cuda_api *api;
+    kvt_cuda_ctx *ctx;
+    kvt_gpu_kv_params p;
+    int32_t *window;     // [nl]
+    const kvt_evict_policy *pol;
+    int64_t slot_bytes, mb;
+    slab vram, host;
+    gblk *B;
+    int64_t n_B, cap_B, *free_id, n_free_id;
+    int64_t *res;        // resident blocks (ids), in no order
+    int64_t n_res, victim_pos;
+    int32_t seq_cap;
+    gseq *seq;
+    void ***tk, ***tv;   // [nl] device tables [seq_cap * mb]
+    void ***hk, ***hv;   // [nl] host mirrors
+    uint8_t **tdirty;    // [nl][seq_cap]: the mirror row changed since uploaded
+    // the micro-batch
+    int64_t call;
+    bseq *bs;
+    int32_t n_bs;
+    int32_t *rseq;       // [rows] each row's sequence and attended length
+    int64_t *rlen, n_rows, cap_rows;
+    uint64_t tick;
+    kvt_cuda_event *ev_copy[2], *ev_compute;
+    xfer *wb, *ld;       // one fetch's write-backs and loads
+    int64_t n_wb, n_ld, cap_wb, cap_ld;
+    kvt_gpu_kv_stats st;
+};
+
+static kvt_status cu_fail(const kvt_gpu_kv *kv, const char *what, kvt_err *err) {
+    return kvt_errorf(err, KVT_ERR_IO, "CUDA %s: %s", what, kv->api->last_error(kv->ctx));
+}
+#define CU(call, what)                                                                                                        \
+    do {                                                                                                                      \
+        if ((call) != KVT_CUDA_OK) return cu_fail(kv, what, err);                                                            \
+    } while (0)
+
+static bool grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+    if (need <= *cap) return true;
+    int64_t c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+// ---------------------------------------------------------------- slots
+
+static uint8_t *slot_dev(const kvt_gpu_kv *kv, const slab *s, int64_t id) {
+    return (uint8_t *)s->dchunk[id / s->per_chunk] + (id % s->per_chunk) * kv->slot_bytes;
+}
+static uint8_t *slot_host(const kvt_gpu_kv *kv, int64_t id) { // a host slot's host address
+    return (uint8_t *)kv->host.chunk[id / kv->host.per_chunk] + (id % kv->host.per_chunk) * kv->slot_bytes;
+}
+
+// *id = a slot of s, or -1 when s is at its cap. The free list always has room for every slot made.
+static kvt_status slot_get(kvt_gpu_kv *kv, slab *s, int64_t *id, kvt_err *err) {
+    *id = -1;
+    if (s->n_free > 0) {
+        *id = s->free[--s->n_free];
+        return KVT_OK;
+    }
+    if (s->cap >= 0 && s->made >= s->cap) return KVT_OK;
+    if (s->made == s->n_chunk * s->per_chunk) { // a new chunk (the last one short where the budget ends)
+        const int64_t n = s->cap >= 0 && s->cap - s->made < s->per_chunk ? s->cap - s->made : s->per_chunk;
+        void **c = realloc(s->chunk, (size_t)(s->n_chunk + 1) * sizeof *c);
+        if (c) s->chunk = c;
+        void **d = c ? realloc(s->dchunk, (size_t)(s->n_chunk + 1) * sizeof *d) : NULL;
+        if (d) s->dchunk = d;
+        if (!d || !grow((void **)&s->free, &s->cap_free, s->made + n, sizeof *s->free))
+            return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+        const size_t bytes = (size_t)(n * kv->slot_bytes);
+        void *m = NULL;
+        if (s->host) {
+            CU(kv->api->host_malloc(kv->ctx, bytes, &m), "pinned host memory for KV blocks");
+            if (kv->api->host_device_ptr(kv->ctx, m, &d[s->n_chunk]) != KVT_CUDA_OK) {
+                kvt_status st = cu_fail(kv, "device address of pinned KV blocks", err);
+                kv->api->host_free(kv->ctx, m);
+                return st;
+            }
+            kv->st.pinned_bytes += (int64_t)bytes;
+        } else {
+            CU(kv->api->dev_malloc(kv->ctx, bytes, &m), "VRAM for KV blocks");
+            d[s->n_chunk] = m;
+            kv->st.vram_bytes += (int64_t)bytes;
+        }
+        c[s->n_chunk++] = m;
+    }
+    *id = s->made++;
+    return KVT_OK;
+}
+static void slot_put(slab *s, int64_t id) {
+    if (id >= 0) s->free[s->n_free++] = id;
+}
+
+// ---------------------------------------------------------------- blocks
+
+// Points the mirrors of b's table entry at where b is now (VRAM if there, else its host slot).
+static void place(kvt_gpu_kv *kv, const gblk *b) {
+    uint8_t *a = b->vslot >= 0 ? slot_dev(kv, &kv->vram, b->vslot) : slot_dev(kv, &kv->host, b->hslot);
+    const size_t e = (size_t)b->seq * kv->mb + b->idx;
+    kv->hk[b->layer][e] = a;
+    kv->hv[b->layer][e] = a + kv->slot_bytes / 2;
+    kv->tdirty[b->layer][b->seq] = 1;
+}
+
+static void res_add(kvt_gpu_kv *kv, int64_t id) {
+    kv->B[id].res = kv->n_res;
+    kv->res[kv->n_res++] = id;
+}
+static void res_del(kvt_gpu_kv *kv, int64_t id) {
+    const int64_t r = kv->B[id].res, last = kv->res[--kv->n_res];
+    kv->res[r] = last;
+    kv->B[last].res = r;
+    kv->B[id].res = -1;
+}
+
+static kvt_status queue_copy(kvt_gpu_kv *kv, bool wb, void *dst, const void *src, kvt_err *err) {
+    xfer **list = wb ? &kv->wb : &kv->ld;
+    int64_t *n = wb ? &kv->n_wb : &kv->n_ld;
+    if (!grow((void **)list, wb ? &kv->cap_wb : &kv->cap_ld, *n + 1, sizeof **list)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    (*list)[(*n)++] = (xfer){dst, src, (size_t)kv->slot_bytes};
+    return KVT_OK;
+}
+
+// The victim search's view of the resident list (kv_victim.h), for the fetch of layer `f`.
+typedef struct {
+    kvt_gpu_kv *kv;
+    int64_t start;
+    int32_t f;
+} vview;
+
+static bool held(const kvt_gpu_kv *kv, const gblk *b, int32_t f) {
+    return b->need_call == kv->call && (b->layer == f || b->layer == f - 1);
+}
+static bool in_batch(const kvt_gpu_kv *kv, int32_t seq) {
+    for (int32_t k = 0; k < kv->n_bs; k++) {
+        if (kv->bs[k].seq == seq) return true;
+    }
+    return false;
+}
+static void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
+    const vview *v = ud;
+    const int64_t id = v->kv->res[(v->start + k) % v->kv->n_res];
+    const gblk *b = &v->kv->B[id];
+    *out = (kvt_victim_cand){id, INT64_MAX, 0,
+                             (held(v->kv, b, v->f) ? KVT_VICTIM_HELD : 0) | (!b->dirty && b->hslot >= 0 ? KVT_VICTIM_CLEAN : 0)};
+}
+static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
+    const vview *v = ud;
+    const kvt_gpu_kv *kv = v->kv;
+    const gblk *b = &kv->B[id];
+    // the schedule: layers in order, micro-batch after micro-batch; a sequence outside this one: not known
+    const int64_t next = !in_batch(kv, b->seq) ? INT64_MAX : b->layer >= v->f ? b->layer - v->f : kv->p.nl - v->f + b->layer;
+    const int64_t cap = kv->vram.cap, total = kv->n_B - kv->n_free_id;
+    const double frac = cap < 0 || total <= cap ? 0.0 : 1.0 - (double)cap / (double)total;
+    *out = (kvt_evict_info){b->last_use, b->uses, next, b->layer, b->idx, kv->mb, frac, 0.0};
+}
+
+// A VRAM slot for the fetch of layer f: a free one, else a victim's (written back first if dirty). *id -1: none.
+static kvt_status vram_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err) {
+    kvt_status st = slot_get(kv, &kv->vram, id, err);
+    if (st || *id >= 0 || kv->n_res == 0) return st;
+    vview v = {kv, 0, f};
+    const int64_t m = kvt_victim_window(kv->n_res, VICTIM_WINDOW, &kv->victim_pos, &v.start);
+    const kvt_victim_query q = {kv->pol, true, -1, INT64_MAX, kv->tick, false};
+    const int64_t k = kvt_victim_pick(&q, m, victim_cand, victim_info, &v, NULL);
+    if (k < 0) return KVT_OK; // every resident block is held
+    const int64_t vid = kv->res[(v.start + k) % kv->n_res];
+    gblk *b = &kv->B[vid];
+    if (b->dirty) {
+        if (b->hslot < 0 && (st = slot_get(kv, &kv->host, &b->hslot, err))) return st;
+        if ((st = queue_copy(kv, true, slot_dev(kv, &kv->host, b->hslot), slot_dev(kv, &kv->vram, b->vslot), err)))
+            return st;
+        kv->st.writebacks++;
+        b->dirty = false;
+    }
+    *id = b->vslot;
+    b->vslot = -1;
+    res_del(kv, vid);
+    place(kv, b);
+    kv->st.evictions++;
+    return KVT_OK;
+}
+
+// A new block idx of (seq, layer), placed in VRAM if the fetch of layer f finds a slot, else in a host slot.
+static kvt_status block_new(kvt_gpu_kv *kv, int32_t seq, int32_t layer, int64_t idx, int32_t f, kvt_err *err) {
+    int64_t id;
+    if (kv->n_free_id > 0) id = kv->free_id[--kv->n_free_id];
+    else {
+        if (kv->n_B == kv->cap_B) { // free_id and res hold every id
+            const int64_t cap = kv->cap_B ? 2 * kv->cap_B : 64;
+            gblk *nb = realloc(kv->B, (size_t)cap * sizeof *nb);
+            if (nb) kv->B = nb;
+            int64_t *fi = nb ? realloc(kv->free_id, (size_t)cap * sizeof *fi) : NULL;
+            if (fi) kv->free_id = fi;
+            int64_t *rs = fi ? realloc(kv->res, (size_t)cap * sizeof *rs) : NULL;
+            if (!rs) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+            kv->res = rs;
+            kv->cap_B = cap;
+        }
+        id = kv->n_B++;
+    }
+    gblk *b = &kv->B[id];
+    *b = (gblk){seq, layer, idx, -1, -1, -1, false, 0, 0, kv->call};
+    gseq *S = &kv->seq[seq];
+    S->blk[(size_t)layer * kv->mb + idx] = id;
+    S->n_blk[layer] = idx + 1;
+    int64_t slot = -1;
+    kvt_status st = f >= 0 ? vram_slot(kv, f, &slot, err) : slot_get(kv, &kv->vram, &slot, err);
+    if (st) return st;
+    b = &kv->B[id];
+    if (slot >= 0) {
+        b->vslot = slot;
+        b->dirty = true;
+        res_add(kv, id);
+    } else {
+        if ((st = slot_get(kv, &kv->host, &slot, err))) return st;
+        b->hslot = slot;
+    }
+    place(kv, b);
+    return KVT_OK;
+}
+
+static void block_free(kvt_gpu_kv *kv, int64_t id) {
+    gblk *b = &kv->B[id];
+    if (b->res >= 0) res_del(kv, id);
+    slot_put(&kv->vram, b->vslot);
+    slot_put(&kv->host, b->hslot);
+    b->seq = -1;
+    kv->free_id[kv->n_free_id++] = id;
+}
+
+// Queues the copies gathered in list (merging neighbours: consecutive sources onto consecutive destinations) on COPY.
+static kvt_status flush(kvt_gpu_kv *kv, const xfer *list, int64_t n, bool to_host, kvt_err *err) {
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i + 1;
+        size_t bytes = list[i].bytes;
+        while (j < n && (uint8_t *)list[i].dst + bytes == list[j].dst && (const uint8_t *)list[i].src + bytes == list[j].src)
+            bytes += list[j++].bytes;
+        if (to_host) CU(kv->api->copy_d2h(kv->ctx, list[i].dst, list[i].src, bytes, KVT_CUDA_STREAM_COPY), "write-back of KV blocks");
+        else CU(kv->api->copy_h2d(kv->ctx, list[i].dst, list[i].src, bytes, KVT_CUDA_STREAM_COPY), "load of KV blocks");
+        (to_host ? &kv->st.d2h_bytes : &kv->st.h2d_bytes)[0] += (int64_t)bytes;
+        kv->st.transfers++;
+        i = j;
+    }
+    return KVT_OK;
+}
+
+// The first block a sequence's rows read in layer i.
+static int64_t first_block(const kvt_gpu_kv *kv, int32_t i, const bseq *s) {
+    const int64_t w = kv->window[i];
+    return w > 0 && s->min_len > w ? (s->min_len - w) / kv->p.block_len : 0;
+}
+
+// The fetch of layer f (the schedule of gpu_kv.h, step 2): queued on COPY, then its event recorded.
+static kvt_status fetch(kvt_gpu_kv *kv, int32_t f, kvt_err *err) {
+    kv->n_wb = kv->n_ld = 0;
+    kvt_status st = KVT_OK;
+    for (int32_t k = 0; !st && k < kv->n_bs; k++) {
+        const bseq *s = &kv->bs[k];
+        gseq *S = &kv->seq[s->seq];
+        const int64_t hi = (s->max_len + kv->p.block_len - 1) / kv->p.block_len;
+        for (int64_t b = first_block(kv, f, s); !st && b < hi; b++) {
+            if (b >= S->n_blk[f]) { // (blocks are made in order: b == n_blk)
+                st = block_new(kv, s->seq, f, b, f, err);
+                continue;
+            }
+            const int64_t id = S->blk[(size_t)f * kv->mb + b];
+            kv->B[id].need_call = kv->call;
+            if (kv->B[id].vslot >= 0) continue;
+            int64_t slot;
+            if ((st = vram_slot(kv, f, &slot, err)) || slot < 0) continue;
+            gblk *B = &kv->B[id];
+            B->vslot = slot;
+            B->dirty = false;
+            res_add(kv, id);
+            st = queue_copy(kv, false, slot_dev(kv, &kv->vram, slot), slot_dev(kv, &kv->host, B->hslot), err);
+            place(kv, B);
+            kv->st.loads++;
+        }
+    }
+    if (!st) st = flush(kv, kv->wb, kv->n_wb, true, err); // write-backs first: a victim's slot is then reloaded
+    if (!st) st = flush(kv, kv->ld, kv->n_ld, false, err);
+    if (st) return st;
+    CU(kv->api->event_record(kv->ctx, kv->ev_copy[f & 1], KVT_CUDA_STREAM_COPY), "event after a fetch");
+    return KVT_OK;
+}
+
+// ---------------------------------------------------------------- sequences and tables
+
+static kvt_status seq_reserve(kvt_gpu_kv *kv, int32_t seq, kvt_err *err) {
+    if (seq < kv->seq_cap) return KVT_OK;
+    int32_t cap = kv->seq_cap ? kv->seq_cap : 4;
+    while (cap <= seq) cap *= 2;
+    gseq *ns = realloc(kv->seq, (size_t)cap * sizeof *ns);
+    if (!ns) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %d device sequences", cap);
+    kv->seq = ns;
+    for (int32_t s = kv->seq_cap; s < cap; s++) ns[s] = (gseq){-1, NULL, NULL};
+    const size_t row = (size_t)kv->mb * sizeof(void *);
+    for (int32_t i = 0; i < kv->p.nl; i++) {
+        uint8_t *td = realloc(kv->tdirty[i], (size_t)cap);
+        if (!td) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+        memset(td + kv->seq_cap, 0, (size_t)(cap - kv->seq_cap));
+        kv->tdirty[i] = td;
+        void ***dev[2] = {&kv->tk[i], &kv->tv[i]}, ***host[2] = {&kv->hk[i], &kv->hv[i]};
+        for (int t = 0; t < 2; t++) {
+            void **h = realloc(*host[t], (size_t)cap * row);
+            if (!h) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for device block tables");
+            memset(h + (size_t)kv->seq_cap * kv->mb, 0, (size_t)(cap - kv->seq_cap) * row);
+            *host[t] = h;
+            void *d = NULL;
+            CU(kv->api->dev_malloc(kv->ctx, (size_t)cap * row, &d), "allocation of the block tables");
+            if (*dev[t]) {
+                CU(kv->api->copy_d2d(kv->ctx, d, *dev[t], (size_t)kv->seq_cap * row, KVT_CUDA_STREAM_COMPUTE), "block tables");
+                CU(kv->api->stream_sync(kv->ctx, KVT_CUDA_STREAM_COMPUTE), "block tables");
+                kv->api->dev_free(kv->ctx, *dev[t]);
+            }
+            *dev[t] = d;
+        }
+    }
+    kv->seq_cap = cap;
+    return KVT_OK;
+}
+
+static kvt_status seq_get(kvt_gpu_kv *kv, int32_t seq, gseq **out, kvt_err *err) {
+    if (seq < 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: sequence %d", seq);
+    kvt_status st = seq_reserve(kv, seq, err);
+    if (st) return st;
+    gseq *S = &kv->seq[seq];
+    if (S->n_pos < 0) {
+        S->n_blk = calloc((size_t)kv->p.nl, sizeof *S->n_blk);
+        S->blk = malloc((size_t)kv->p.nl * (size_t)kv->mb * sizeof *S->blk);
+        if (!S->n_blk || !S->blk) {
+            free(S->n_blk), free(S->blk);
+            S->n_blk = NULL, S->blk = NULL;
+            return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+        }
+        S->n_pos = 0;
+    }
+    *out = S;
+    return KVT_OK;
+}
+
+// Uploads layer i's table rows that changed (on COMPUTE, from the mirrors: pageable, read when queued).
+static kvt_status tables_upload(kvt_gpu_kv *kv, int32_t i, kvt_err *err) {
+    for (int32_t k = 0; k < kv->n_bs; k++) {
+        const int32_t s = kv->bs[k].seq;
+        if (!kv->tdirty[i][s]) continue;
+        const size_t off = (size_t)s * kv->mb, bytes = (size_t)kv->seq[s].n_blk[i] * sizeof(void *);
+        CU(kv->api->copy_h2d(kv->ctx, kv->tk[i] + off, kv->hk[i] + off, bytes, KVT_CUDA_STREAM_COMPUTE), "block table");
+        CU(kv->api->copy_h2d(kv->ctx, kv->tv[i] + off, kv->hv[i] + off, bytes, KVT_CUDA_STREAM_COMPUTE), "block table");
+        kv->st.table_bytes += 2 * (int64_t)bytes;
+        kv->tdirty[i][s] = 0;
+    }
+    return KVT_OK;
+}
+
+// ---------------------------------------------------------------- the interface
+
+kvt_status kvt_gpu_kv_init(const kvt_cuda_api *api, kvt_cuda_ctx *ctx, const kvt_gpu_kv_params *p, kvt_gpu_kv **out,
+                           kvt_err *err) {
+    *out = NULL;
+    const kvt_evict_policy *pol = kvt_evict_policy_find(p->evict ? p->evict : "lru");
+    if (!pol) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device KV: eviction policy '%s' (%s)", p->evict, kvt_evict_policy_names());
+    if (p->nl < 0 || p->block_len < 1 || p->n_ctx < 1 || p->row_bytes < 1 || p->vram_bytes < 0)
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device KV: %d layers, block %lld, context %lld", p->nl,
+                          (long long)p->block_len, (long long)p->n_ctx);
+    kvt_gpu_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    *out = kv; // freed by kvt_gpu_kv_free on any failure below
+    kv->api = api, kv->ctx = ctx, kv->p = *p, kv->pol = pol;
+    kv->slot_bytes = 2 * p->block_len * p->row_bytes;
+    kv->mb = (p->n_ctx + p->block_len - 1) / p->block_len;
+    const int64_t per = CHUNK_BYTES / kv->slot_bytes > 1 ? CHUNK_BYTES / kv->slot_bytes : 1;
+    kv->vram = (slab){.host = false, .per_chunk = per, .cap = p->vram_bytes > 0 ? p->vram_bytes / kv->slot_bytes : -1};
+    kv->host = (slab){.host = true, .per_chunk = per, .cap = -1};
+    kv->st.vram_cap_bytes = kv->vram.cap < 0 ? -1 : kv->vram.cap * kv->slot_bytes;
+    const size_t nl = p->nl > 0 ? (size_t)p->nl : 1;
+    kv->window = calloc(nl, sizeof *kv->window);
+    kv->tk = calloc(nl, sizeof *kv->tk), kv->tv = calloc(nl, sizeof *kv->tv);
+    kv->hk = calloc(nl, sizeof *kv->hk), kv->hv = calloc(nl, sizeof *kv->hv);
+    kv->tdirty = calloc(nl, sizeof *kv->tdirty);
+    if (!kv->window || !kv->tk || !kv->tv || !kv->hk || !kv->hv || !kv->tdirty) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    if (p->window) memcpy(kv->window, p->window, (size_t)p->nl * sizeof *kv->window);
+    kv->p.window = NULL;
+    for (int j = 0; j < 2; j++) CU(api->event_create(ctx, &kv->ev_copy[j]), "event");
+    CU(api->event_create(ctx, &kv->ev_compute), "event");
+    return KVT_OK;
+}
+
+static void slab_free(kvt_gpu_kv *kv, slab *s) {
+    for (int64_t c = 0; c < s->n_chunk; c++) (s->host ? kv->api->host_free : kv->api->dev_free)(kv->ctx, s->chunk[c]);
+    free(s->chunk), free(s->dchunk), free(s->free);
+}
+
+void kvt_gpu_kv_free(kvt_gpu_kv *kv) {
+    if (!kv) return;
+    const kvt_cuda_api *A = kv->api;
+    A->stream_sync(kv->ctx, KVT_CUDA_STREAM_COMPUTE);
+    A->stream_sync(kv->ctx, KVT_CUDA_STREAM_COPY);
+    slab_free(kv, &kv->vram);
+    slab_free(kv, &kv->host);
+    for (int32_t i = 0; i < kv->p.nl; i++) {
+        if (kv->tk) A->dev_free(kv->ctx, kv->tk[i]);
+        if (kv->tv) A->dev_free(kv->ctx, kv->tv[i]);
+        if (kv->hk) free(kv->hk[i]);
+        if (kv->hv) free(kv->hv[i]);
+        if (kv->tdirty) free(kv->tdirty[i]);
+    }
+    for (int j = 0; j < 2; j++) A->event_free(kv->ctx, kv->ev_copy[j]);
+    A->event_free(kv->ctx, kv->ev_compute);
+    for (int32_t s = 0; kv->seq && s < kv->seq_cap; s++) free(kv->seq[s].blk), free(kv->seq[s].n_blk);
+    free(kv->seq), free(kv->tk), free(kv->tv), free(kv->hk), free(kv->hv), free(kv->tdirty), free(kv->window);
+    free(kv->B), free(kv->free_id), free(kv->res), free(kv->bs), free(kv->rseq), free(kv->rlen), free(kv->wb), free(kv->ld);
+    free(kv);
+}
+
+kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, const int64_t *pos, int32_t *max_len,
+                            kvt_err *err) {
+    int64_t cap = kv->cap_rows;
+    if (!grow((void **)&kv->rlen, &cap, n, sizeof *kv->rlen) || !grow((void **)&kv->rseq, &kv->cap_rows, n, sizeof *kv->rseq) ||
+        !(kv->bs = realloc(kv->bs, (size_t)(n > 0 ? n : 1) * sizeof *kv->bs))) // (bs: at most n sequences)
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    kv->n_bs = 0;
+    *max_len = 0;
+    for (int64_t t = 0; t < n; t++) {
+        gseq *S;
+        kvt_status st = seq_get(kv, seqs[t], &S, err);
+        if (st) return st;
+        if (pos[t] < 0 || pos[t] >= kv->p.n_ctx || pos[t] > S->n_pos) {
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: position %lld of sequence %d (holds %lld, context %lld)",
+                              (long long)pos[t], seqs[t], (long long)S->n_pos, (long long)kv->p.n_ctx);
+        }
+        if (pos[t] == S->n_pos) S->n_pos++;
+        const int64_t len = pos[t] + 1;
+        kv->rseq[t] = seqs[t];
+        kv->rlen[t] = len;
+        if (len > *max_len) *max_len = (int32_t)len;
+        int32_t k = 0;
+        while (k < kv->n_bs && kv->bs[k].seq != seqs[t]) k++;
+        if (k == kv->n_bs) kv->bs[kv->n_bs++] = (bseq){seqs[t], len, len};
+        if (len < kv->bs[k].min_len) kv->bs[k].min_len = len;
+        if (len > kv->bs[k].max_len) kv->bs[k].max_len = len;
+    }
+    kv->n_rows = n;
+    kv->call++;
+    return KVT_OK;
+}
+
+kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, const void *const **tv,
+                            int32_t *max_blocks, kvt_err *err) {
+    const kvt_cuda_api *A = kv->api;
+    kvt_status st;
+    // 1. nothing still reads what the fetches below evict: COPY waits for the kernels queued so far
+    CU(A->event_record(kv->ctx, kv->ev_compute, KVT_CUDA_STREAM_COMPUTE), "event");
+    CU(A->stream_wait(kv->ctx, KVT_CUDA_STREAM_COPY, kv->ev_compute), "COPY waiting for COMPUTE");
+    // 2. this layer's fetch (the first layer's: not queued ahead) and the next layer's, on COPY
+    if (i == 0 && (st = fetch(kv, 0, err))) return st;
+    if (i + 1 < kv->p.nl && (st = fetch(kv, i + 1, err))) return st;
+    // 3. COMPUTE waits for this layer's blocks, and its table rows follow them
+    CU(A->stream_wait(kv->ctx, KVT_CUDA_STREAM_COMPUTE, kv->ev_copy[i & 1]), "COMPUTE waiting for a fetch");
+    if ((st = tables_upload(kv, i, err))) return st;
+    // what this layer reads: the blocks' use (the policies' input) and the bytes, by where they are
+    kv->tick++;
+    for (int32_t k = 0; k < kv->n_bs; k++) {
+        const bseq *s = &kv->bs[k];
+        const gseq *S = &kv->seq[s->seq];
+        for (int64_t b = first_block(kv, i, s); b < S->n_blk[i]; b++) {
+            gblk *B = &kv->B[S->blk[(size_t)i * kv->mb + b]];
+            B->last_use = kv->tick;
+            B->uses++;
+        }
+    }
+    const int64_t bl = kv->p.block_len, w = kv->window[i];
+    for (int64_t t = 0; t < kv->n_rows; t++) {
+        const gseq *S = &kv->seq[kv->rseq[t]];
+        const int64_t len = kv->rlen[t], lo = w > 0 && len > w ? len - w : 0;
+        for (int64_t p0 = lo; p0 < len;) {
+            const int64_t b = p0 / bl, p1 = (b + 1) * bl < len ? (b + 1) * bl : len;
+            const bool vram = kv->B[S->blk[(size_t)i * kv->mb + b]].vslot >= 0;
+            (vram ? &kv->st.vram_read_bytes : &kv->st.zero_copy_bytes)[0] += (p1 - p0) * 2 * kv->p.row_bytes;
+            p0 = p1;
+        }
+    }
+    *tk = (const void *const *)kv->tk[i];
+    *tv = (const void *const *)kv->tv[i];
+    *max_blocks = (int32_t)kv->mb;
+    return KVT_OK;
+}
+
+uint8_t *kvt_gpu_kv_row(kvt_gpu_kv *kv, int32_t i, int32_t seq, int64_t pos) {
+    const int64_t b = pos / kv->p.block_len;
+    gblk *B = &kv->B[kv->seq[seq].blk[(size_t)i * kv->mb + b]];
+    if (B->vslot >= 0) B->dirty = true;
+    return (uint8_t *)kv->hk[i][(size_t)seq * kv->mb + b] + (pos % kv->p.block_len) * kv->p.row_bytes;
+}
+
+int64_t kvt_gpu_kv_v_offset(const kvt_gpu_kv *kv) { return kv->slot_bytes / 2; }
+
+static kvt_status sync_both(kvt_gpu_kv *kv, kvt_err *err) {
+    CU(kv->api->stream_sync(kv->ctx, KVT_CUDA_STREAM_COMPUTE), "synchronization");
+    CU(kv->api->stream_sync(kv->ctx, KVT_CUDA_STREAM_COPY), "synchronization");
+    return KVT_OK;
+}
+
+kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *err) {
+    if (src < 0 || src >= kv->seq_cap || kv->seq[src].n_pos < 0 || src == dst) return KVT_OK;
+    kvt_gpu_kv_truncate(kv, dst, 0);
+    gseq *D;
+    kvt_status st = seq_get(kv, dst, &D, err);
+    if (st || (st = sync_both(kv, err))) return st;
+    const kvt_cuda_api *A = kv->api;
+    for (int32_t i = 0; i < kv->p.nl; i++) {
+        for (int64_t b = 0; b < kv->seq[src].n_blk[i]; b++) {
+            if ((st = block_new(kv, dst, i, b, -1, err))) return st;
+            const gblk *s = &kv->B[kv->seq[src].blk[(size_t)i * kv->mb + b]], *d = &kv->B[kv->seq[dst].blk[(size_t)i * kv->mb + b]];
+            const size_t n = (size_t)kv->slot_bytes;
+            if (s->vslot >= 0 && d->vslot >= 0) {
+                CU(A->copy_d2d(kv->ctx, slot_dev(kv, &kv->vram, d->vslot), slot_dev(kv, &kv->vram, s->vslot), n, KVT_CUDA_STREAM_COPY), "fork");
+                kv->st.d2d_bytes += (int64_t)n;
+            } else if (s->vslot >= 0) {
+                CU(A->copy_d2h(kv->ctx, slot_host(kv, d->hslot), slot_dev(kv, &kv->vram, s->vslot), n, KVT_CUDA_STREAM_COPY), "fork");
+                kv->st.d2h_bytes += (int64_t)n;
+            } else if (d->vslot >= 0) {
+                CU(A->copy_h2d(kv->ctx, slot_dev(kv, &kv->vram, d->vslot), slot_host(kv, s->hslot), n, KVT_CUDA_STREAM_COPY), "fork");
+                kv->st.h2d_bytes += (int64_t)n;
+            } else {
+                memcpy(slot_host(kv, d->hslot), slot_host(kv, s->hslot), n); // both streams idle
+                kv->st.h2h_bytes += (int64_t)n;
+            }
+            kv->st.transfers += d->vslot >= 0 || s->vslot >= 0;
+        }
+    }
+    kv->seq[dst].n_pos = kv->seq[src].n_pos;
+    return sync_both(kv, err);
+}
+
+void kvt_gpu_kv_truncate(kvt_gpu_kv *kv, int32_t seq, int64_t n_keep) {
+    if (seq < 0 || seq >= kv->seq_cap || kv->seq[seq].n_pos < 0) return;
+    gseq *S = &kv->seq[seq];
+    const int64_t keep = n_keep > 0 ? (n_keep + kv->p.block_len - 1) / kv->p.block_len : 0;
+    kvt_err e;
+    sync_both(kv, &e); // no kernel or copy may still use a slot that goes (a failure shows at the next call)
+    for (int32_t i = 0; i < kv->p.nl; i++) {
+        for (int64_t b = keep; b < S->n_blk[i]; b++) block_free(kv, S->blk[(size_t)i * kv->mb + b]);
+        if (S->n_blk[i] > keep) S->n_blk[i] = keep;
+    }
+    if (n_keep <= 0) {
+        free(S->n_blk), free(S->blk);
+        *S = (gseq){-1, NULL, NULL};
+    } else if (S->n_pos > n_keep) {
+        S->n_pos = n_keep;
+    }
+}
+
+void kvt_gpu_kv_get_stats(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *out) {
+    *out = kv->st;
+    out->blocks_vram = kv->n_res;
+    out->blocks_host = kv->n_B - kv->n_free_id - kv->n_res;
+}

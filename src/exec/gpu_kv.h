@@ -1,0 +1,89 @@
+// gpu_kv.h - the KV cache of the device layers (gpu_layers.c) in two tiers: T0 = VRAM within a budget, T1 = pinned
+// host memory below it (HeadInfer's split: the KV that does not fit the GPU stays in host memory and crosses PCIe).
+// Plain C over the CUDA backend's table (src/cuda/kvt_cuda.h), so it runs unchanged over the table's CPU emulation.
+//
+// Blocks. Per (sequence, device layer) a table of blocks of block_len positions; a block is one slot of
+// 2 * block_len * row_bytes bytes, K [block_len, n_head_kv, head_dim] f16 then V alike (attn_paged's layout). A slot
+// is in VRAM (T0: at most vram_bytes / slot bytes of them) or in pinned host memory (T1, mapped into the device's
+// address space, unlimited). A block lives in a VRAM slot, in a host slot, or in both (a loaded block keeps its host
+// copy: it is clean until the layer writes a row into it, and evicting a clean block costs no copy). Slots are cut
+// from allocations of at least 8 MiB (or the budget), so that consecutive blocks' copies merge into one transfer.
+//
+// Schedule. A micro-batch runs the device layers in order; kvt_gpu_kv_layer(i) (called before layer i's kernels):
+//   1. COPY waits for an event recorded on COMPUTE after layer i - 1's kernels (so nothing still reads a victim);
+//   2. the fetch of layer i + 1 is queued on COPY (layer 0's first, at i = 0): its blocks to read (every sequence
+//      of the micro-batch, the positions its rows attend: all, or a sliding window's) that are not in VRAM get a VRAM
+//      slot where one is free or a victim can go (kvt_victim_pick, kv_victim.h: the CPU store's search and
+//      policies, --kv-evict; the blocks of layers i and i + 1 are held), dirty victims are first written back to
+//      their host slots (D2H), then the blocks are loaded (H2D); an event is recorded after them;
+//   3. COMPUTE waits for layer i's fetch event (queued one layer earlier: it overlapped layer i - 1's kernels), and
+//      the block-table rows that changed since layer i last ran are uploaded (on COMPUTE);
+// so attention of layer i finds in VRAM every block the budget could hold, and reads the others where they are, in
+// pinned host memory (zero-copy over PCIe: the same kernel on the same bytes, so the logits do not depend on the
+// budget). New blocks are placed the same way (a VRAM slot where possible, else a host slot the layer writes into).
+// A micro-batch's last wait is on COMPUTE: when kvt_gpu_layers_run synchronizes COMPUTE, COPY is idle too.
+#ifndef KVT_GPU_KV_H
+#define KVT_GPU_KV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/status.h"
+#include "../cuda/kvt_cuda.h"
+
+typedef struct {
+    int32_t nl;            // device layers
+    int64_t block_len;     // positions per block
+    int64_t n_ctx;         // most positions of a sequence
+    int64_t row_bytes;     // bytes of K (or V) of one position: n_head_kv * head_dim * 2 (f16)
+    const int32_t *window; // [nl] each device layer's sliding window (0: none), copied; NULL: none
+    int64_t vram_bytes;    // T0 budget in bytes (0: unlimited; below one slot: no VRAM, every block in pinned host)
+    const char *evict;     // eviction policy (kv_policy.h names; NULL: lru)
+} kvt_gpu_kv_params;
+
+typedef struct kvt_gpu_kv kvt_gpu_kv;
+
+// api, ctx: borrowed (must outlive the result). KVT_ERR_INVALID_ARG for an unknown policy or bad sizes.
+kvt_status kvt_gpu_kv_init(const kvt_cuda_api *api, kvt_cuda_ctx *ctx, const kvt_gpu_kv_params *p, kvt_gpu_kv **out,
+                           kvt_err *err);
+void kvt_gpu_kv_free(kvt_gpu_kv *kv);
+
+// A micro-batch of n rows: row t appends position pos[t] to sequence seqs[t] (a new sequence starts at 0; each
+// position at most the sequence's length; rows of a sequence consecutive, positions increasing). Checks the rows
+// (KVT_ERR_INVALID_ARG, naming the row) and notes what each layer reads. *max_len: the longest row's positions.
+kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, const int64_t *pos, int32_t *max_len,
+                            kvt_err *err);
+// Layer i of the micro-batch (0, 1, ... in order; the schedule above). After it, *tk and *tv are layer i's device
+// block tables for attn_paged ([sequences, *max_blocks] device addresses).
+kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, const void *const **tv,
+                            int32_t *max_blocks, kvt_err *err);
+// The device address of position pos's K row of (seq, layer i), a row of the micro-batch, after kvt_gpu_kv_layer(i);
+// its V row is kvt_gpu_kv_v_offset(kv) bytes further. Marks the block written (its host copy, if any, is stale).
+uint8_t *kvt_gpu_kv_row(kvt_gpu_kv *kv, int32_t i, int32_t seq, int64_t pos);
+int64_t kvt_gpu_kv_v_offset(const kvt_gpu_kv *kv);
+
+// dst gets a copy of src's KV (positions [0, n_pos(src))), placed in free VRAM slots, else in host slots (no
+// eviction); truncate keeps positions [0, n_keep) (n_keep 0: the sequence goes). Unknown sequences: no-ops. Both
+// wait for the streams first.
+kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *err);
+void kvt_gpu_kv_truncate(kvt_gpu_kv *kv, int32_t seq, int64_t n_keep);
+
+// What the cache holds and moved since init (bytes; blocks).
+typedef struct {
+    int64_t vram_bytes;      // VRAM held by KV slots (used or free)
+    int64_t vram_cap_bytes;  // the budget in whole slots (-1: unlimited)
+    int64_t pinned_bytes;    // pinned host memory held by KV slots
+    int64_t h2d_bytes;       // host -> device: blocks loaded into VRAM (fetches, forks)
+    int64_t d2h_bytes;       // device -> host: blocks written back (evictions of written blocks, forks)
+    int64_t d2d_bytes;       // device -> device (forks)
+    int64_t h2h_bytes;       // pinned host -> pinned host (forks of blocks in host slots)
+    int64_t table_bytes;     // block-table rows uploaded (host -> device)
+    int64_t loads, writebacks, evictions, transfers; // blocks loaded, written back, evicted; copies issued (merged)
+    int64_t zero_copy_bytes; // K and V bytes attention read from pinned host memory: per query row, the positions it
+                             // attends in blocks not in VRAM, 2 x row_bytes each (GQA heads and caches aside)
+    int64_t vram_read_bytes; // the same for positions in VRAM
+    int64_t blocks_vram, blocks_host; // blocks now in VRAM, now only in pinned host memory
+} kvt_gpu_kv_stats;
+void kvt_gpu_kv_get_stats(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *out);
+
+#endif
