@@ -14,10 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../src/exec/backend_cuda.h"
 #include "../src/exec/context.h"
+#include "../src/exec/gpu_kv.h"
 #include "../src/sched/sampler.h"
 #include "test.h"
 
@@ -221,6 +223,73 @@ static void check_tiers(const char *path) {
     kvt_model_free(m);
 }
 
+// The device KV's fetch set on sliding-window layers (gpu_kv.c, no kernels run): two layers attending the last 8
+// positions, blocks of 4, a VRAM budget of 6 blocks. Decoding past the window, each layer reads 3 blocks (the window
+// and the block that opens), so after the first steps everything each step reads is in VRAM and nothing is loaded:
+// the blocks the window left go first (nothing reads them). Read bytes follow the window.
+static void check_window(const kvt_cuda_api *api) {
+    const char *name = "cuda layers: device KV of sliding-window layers fetches only the window's blocks";
+    enum { BL = 4, W = 8, ROW = 16, STEPS = 40 };
+    static const int32_t win[2] = {W, W};
+    kvt_cuda_ctx *ctx = NULL;
+    kvt_gpu_kv *kv = NULL;
+    kvt_err err = {0};
+    char msg[KVT_CUDA_ERR_MAX] = "";
+    bool ok = api->ctx_init(0, &ctx, msg, (int)sizeof msg) == KVT_CUDA_OK;
+    const kvt_gpu_kv_params p = {2, BL, 256, ROW, win, 6 * 2 * BL * ROW, NULL};
+    ok = ok && !kvt_gpu_kv_init(api, ctx, &p, &kv, &err);
+    kvt_gpu_kv_stats a = {0}, b = {0};
+    int64_t want = 0;
+    for (int64_t t = 0; ok && t < STEPS; t++) {
+        const int32_t seq = 0;
+        int32_t max_len, mb;
+        const void *const *tk, *const *tv;
+        ok = !kvt_gpu_kv_begin(kv, 1, &seq, &t, &max_len, &err);
+        for (int32_t i = 0; ok && i < 2; i++) {
+            ok = !kvt_gpu_kv_layer(kv, i, &tk, &tv, &mb, &err);
+            if (ok) kvt_gpu_kv_row(kv, i, 0, t); // (the row the layer would write)
+        }
+        want += 2 * (t + 1 < W ? t + 1 : W) * 2 * ROW;
+        if (t == 19) kvt_gpu_kv_get_stats(kv, &a);
+    }
+    if (ok) kvt_gpu_kv_get_stats(kv, &b);
+    const bool steady = b.loads == a.loads && b.zero_copy_bytes == a.zero_copy_bytes && b.evictions > a.evictions;
+    test_result(ok && steady && b.vram_read_bytes + b.zero_copy_bytes == want && b.blocks_vram == 6, name,
+                "%s%s; steps 20-39: %lld loads, %lld bytes read from host, %lld evictions; read %lld + %lld of %lld bytes; "
+                "%lld blocks in VRAM", msg, err.msg, (long long)(b.loads - a.loads), (long long)(b.zero_copy_bytes - a.zero_copy_bytes),
+                (long long)(b.evictions - a.evictions), (long long)b.vram_read_bytes, (long long)b.zero_copy_bytes,
+                (long long)want, (long long)b.blocks_vram);
+    kvt_gpu_kv_free(kv);
+    if (ctx) api->ctx_free(ctx);
+}
+
+// Runs cmd (stdout captured into out[cap], NUL-terminated). Returns the exit status (-1: not run).
+static int capture(const char *cmd, char *out, size_t cap) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    const int rc = pclose(f);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// The CLI: `kvtier generate -ngl 4 --kv-vram 6K` writes the same text as without --kv-vram, and its --json names the
+// tiers' transfers (gpu.kv) with blocks loaded.
+static void check_cli(const test_env *env, const char *model) {
+    const char *name = "cuda layers: kvtier generate --kv-vram 6K: the same text as all-VRAM, gpu.kv in --json with loads";
+    char cmd[1600], a[4096], b[4096], j[8192];
+    const char *base = "%s generate -m %s -ngl 4 --kv-block 4 -p 'hello world' -n 16 --temp 0 -t 1 %s 2>/dev/null";
+    snprintf(cmd, sizeof cmd, base, env->cli, model, "");
+    const int r0 = capture(cmd, a, sizeof a);
+    snprintf(cmd, sizeof cmd, base, env->cli, model, "--kv-vram 6K");
+    const int r1 = capture(cmd, b, sizeof b);
+    snprintf(cmd, sizeof cmd, base, env->cli, model, "--kv-vram 6K --json");
+    const int r2 = capture(cmd, j, sizeof j);
+    const char *kv = strstr(j, "\"kv\":{\"vram_budget_bytes\":6144"), *loads = kv ? strstr(kv, "\"loads\":") : NULL;
+    test_result(r0 == 0 && r1 == 0 && r2 == 0 && a[0] && !strcmp(a, b) && loads && atoll(loads + 8) > 0, name,
+                "exit %d %d %d; text '%.60s' / '%.60s'; gpu.kv %s", r0, r1, r2, a, b, kv ? "present" : "missing");
+}
+
 void test_cuda_layers(const test_env *env) {
     static const char *const names[7] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device (-ngl 4)",
                                          "cuda layers: the last 2 of 4 layers on the device (-ngl 2, CPU/GPU split)",
@@ -236,14 +305,18 @@ void test_cuda_layers(const test_env *env) {
         char why[600];
         snprintf(why, sizeof why, "no usable CUDA backend: %s", err.msg);
         for (int i = 0; i < 7; i++) test_skip(names[i], why);
+        test_skip("cuda layers: device KV (tiers, windows)", why);
         return;
     }
+    check_window(be.api);
     kvt_cuda_backend_close(&be); // the contexts open their own
     char path[512];
     const int32_t split[4] = {4, 2, 5, -2}, all = 64;
     if (test_data(env, "quant-q4_k_m.gguf", path, sizeof path)) {
         check_model(path, 4, split, names, NULL, NMSE_LOGITS, 0.01f);
         check_tiers(path);
+        if (test_file_exists(env->cli)) check_cli(env, path);
+        else test_skip("cuda layers: kvtier generate --kv-vram", "no kvtier binary");
     } else {
         for (int i = 0; i < 4; i++) test_skip(names[i], test_data_missing(env, "quant-q4_k_m.gguf"));
     }
