@@ -198,10 +198,11 @@ static void check_tiers(const char *path) {
         const bool same = ran && r0->got && !memcmp(dev[i].got, r0->got, (size_t)(rows * V) * sizeof(float));
         const bool cpu = ran && dev[i].worst <= NMSE_LOGITS && dev[i].far == 0;
         bool moved = ran;
-        if (cfg[i].blocks > 0 && cfg[i].blocks < 12) { // less than the sequence's blocks: blocks moved, in whole slots
+        if (cfg[i].blocks > 0 && cfg[i].blocks < 12) { // less than the sequence's blocks: blocks moved: loaded whole,
+                                                        // written back by rows (K and V of a row: SLOT / 4 bytes)
             moved = moved && k->loads > 0 && k->evictions > 0 && k->h2d_bytes >= k->loads * SLOT && k->h2d_bytes % SLOT == 0 &&
-                    k->d2h_bytes >= k->writebacks * SLOT && k->d2h_bytes % SLOT == 0 && k->zero_copy_bytes > 0 &&
-                    k->vram_bytes == cfg[i].blocks * SLOT && k->transfers <= k->loads + k->writebacks + 24;
+                    k->d2h_bytes >= k->writebacks * SLOT / 4 && k->d2h_bytes % (SLOT / 4) == 0 && k->zero_copy_bytes > 0 &&
+                    k->vram_bytes == cfg[i].blocks * SLOT && k->transfers <= k->loads + 2 * k->writebacks + 24;
         } else { // none, or room for all: nothing moved between the tiers
             moved = moved && k->loads == 0 && k->writebacks == 0 && k->evictions == 0 && k->h2d_bytes == 0 && k->d2h_bytes == 0;
             moved = moved && (cfg[i].blocks < 0 ? k->vram_bytes == 0 && k->vram_read_bytes == 0 && k->h2h_bytes > 0

@@ -40,6 +40,7 @@ typedef struct {
     double *tok_ms;  // [n_tok_ms], grown to fit (owned)
     int64_t n_tok_ms, cap_tok_ms;
     kvt_kv_stats kv_at_first;
+    kvt_gpu_layers_stats gpu_at_first; // the device layers' counters at the first token (zero without them)
 } stream_ctx;
 
 static bool on_token(void *user, int32_t id) {
@@ -47,6 +48,7 @@ static bool on_token(void *user, int32_t id) {
     if (s->ctx) {
         const double now = kvt_time_ms();
         if (s->n_tok_ms == 0) kvt_context_kv_stats(s->ctx, &s->kv_at_first);
+        if (s->n_tok_ms == 0 && !kvt_context_gpu_stats(s->ctx, &s->gpu_at_first)) memset(&s->gpu_at_first, 0, sizeof s->gpu_at_first);
         if (s->n_tok_ms == s->cap_tok_ms) {
             const int64_t cap = s->cap_tok_ms ? 2 * s->cap_tok_ms : 256;
             double *t = realloc(s->tok_ms, (size_t)cap * sizeof *t);
@@ -117,6 +119,17 @@ static void json_decode_steps(kvt_json *j, const stream_ctx *s) {
         kvt_json_kv_num(j, "kv_hits_per_step", (double)(now.hits - a->hits) * per);
         kvt_json_kv_num(j, "kv_misses_per_step", (double)(now.misses - a->misses) * per);
         kvt_json_kv_num(j, "kv_prefetches_per_step", (double)(now.prefetches - a->prefetches) * per);
+        kvt_gpu_layers_stats g;
+        if (kvt_context_gpu_stats(s->ctx, &g)) { // the device KV's tiers per step (gpu_kv.h): what crossed PCIe
+            const kvt_gpu_kv_stats *k = &g.kv, *k0 = &s->gpu_at_first.kv;
+            kvt_json_key(j, "gpu_kv_bytes_per_step");
+            kvt_json_obj_begin(j);
+            kvt_json_kv_num(j, "host_to_device", (double)(k->h2d_bytes - k0->h2d_bytes) * per);
+            kvt_json_kv_num(j, "device_to_host", (double)(k->d2h_bytes - k0->d2h_bytes) * per);
+            kvt_json_kv_num(j, "zero_copy_read", (double)(k->zero_copy_bytes - k0->zero_copy_bytes) * per);
+            kvt_json_kv_num(j, "vram_read", (double)(k->vram_read_bytes - k0->vram_read_bytes) * per);
+            kvt_json_obj_end(j);
+        }
     }
     kvt_json_obj_end(j);
 }

@@ -26,7 +26,7 @@ typedef struct {
     int64_t idx;          // block index in its (sequence, layer)
     int64_t vslot, hslot; // VRAM slot, host slot (-1: none)
     int64_t res;          // position in the resident list (-1: not in VRAM)
-    bool dirty;           // the VRAM copy is newer than the host copy (or there is none)
+    int32_t dlo, dhi;     // rows [dlo, dhi) written in VRAM since the host copy was made (dhi 0: none)
     uint64_t last_use, uses;
     int64_t need_call;    // the micro-batch whose reads include it (its layer's fetch marked it)
 } gblk;
@@ -168,11 +168,11 @@ static void res_del(kvt_gpu_kv *kv, int64_t id) {
     kv->B[id].res = -1;
 }
 
-static kvt_status queue_copy(kvt_gpu_kv *kv, bool wb, void *dst, const void *src, kvt_err *err) {
+static kvt_status queue_copy(kvt_gpu_kv *kv, bool wb, void *dst, const void *src, int64_t bytes, kvt_err *err) {
     xfer **list = wb ? &kv->wb : &kv->ld;
     int64_t *n = wb ? &kv->n_wb : &kv->n_ld;
     if (!grow((void **)list, wb ? &kv->cap_wb : &kv->cap_ld, *n + 1, sizeof **list)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
-    (*list)[(*n)++] = (xfer){dst, src, (size_t)kv->slot_bytes};
+    (*list)[(*n)++] = (xfer){dst, src, (size_t)bytes};
     return KVT_OK;
 }
 
@@ -197,7 +197,7 @@ static void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
     const int64_t id = v->kv->res[(v->start + k) % v->kv->n_res];
     const gblk *b = &v->kv->B[id];
     *out = (kvt_victim_cand){id, INT64_MAX, 0,
-                             (held(v->kv, b, v->f) ? KVT_VICTIM_HELD : 0) | (!b->dirty && b->hslot >= 0 ? KVT_VICTIM_CLEAN : 0)};
+                             (held(v->kv, b, v->f) ? KVT_VICTIM_HELD : 0) | (b->dhi == 0 && b->hslot >= 0 ? KVT_VICTIM_CLEAN : 0)};
 }
 static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
     const vview *v = ud;
@@ -221,13 +221,16 @@ static kvt_status vram_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err
     if (k < 0) return KVT_OK; // every resident block is held
     const int64_t vid = kv->res[(v.start + k) % kv->n_res];
     gblk *b = &kv->B[vid];
-    if (b->dirty) {
-        if (b->hslot < 0 && (st = slot_get(kv, &kv->host, &b->hslot, err))) return st;
-        if ((st = queue_copy(kv, true, slot_dev(kv, &kv->host, b->hslot), slot_dev(kv, &kv->vram, b->vslot), err)))
+    if (b->hslot < 0 && (st = slot_get(kv, &kv->host, &b->hslot, err))) return st;
+    if (b->dhi > b->dlo) { // the rows written since the host copy was made, of K and of V
+        const int64_t off = b->dlo * kv->p.row_bytes, n = (b->dhi - b->dlo) * kv->p.row_bytes, v = kv->slot_bytes / 2;
+        uint8_t *dst = slot_dev(kv, &kv->host, b->hslot), *src = slot_dev(kv, &kv->vram, b->vslot);
+        if ((st = queue_copy(kv, true, dst + off, src + off, n, err)) || (st = queue_copy(kv, true, dst + v + off, src + v + off, n, err)))
             return st;
         kv->st.writebacks++;
-        b->dirty = false;
     }
+    b = &kv->B[vid];
+    b->dlo = b->dhi = 0;
     *id = b->vslot;
     b->vslot = -1;
     res_del(kv, vid);
@@ -255,7 +258,7 @@ static kvt_status block_new(kvt_gpu_kv *kv, int32_t seq, int32_t layer, int64_t 
         id = kv->n_B++;
     }
     gblk *b = &kv->B[id];
-    *b = (gblk){seq, layer, idx, -1, -1, -1, false, 0, 0, kv->call};
+    *b = (gblk){seq, layer, idx, -1, -1, -1, 0, 0, 0, 0, kv->call};
     gseq *S = &kv->seq[seq];
     S->blk[(size_t)layer * kv->mb + idx] = id;
     S->n_blk[layer] = idx + 1;
@@ -265,7 +268,6 @@ static kvt_status block_new(kvt_gpu_kv *kv, int32_t seq, int32_t layer, int64_t 
     b = &kv->B[id];
     if (slot >= 0) {
         b->vslot = slot;
-        b->dirty = true;
         res_add(kv, id);
     } else {
         if ((st = slot_get(kv, &kv->host, &slot, err))) return st;
@@ -326,9 +328,9 @@ static kvt_status fetch(kvt_gpu_kv *kv, int32_t f, kvt_err *err) {
             if ((st = vram_slot(kv, f, &slot, err)) || slot < 0) continue;
             gblk *B = &kv->B[id];
             B->vslot = slot;
-            B->dirty = false;
+            B->dlo = B->dhi = 0;
             res_add(kv, id);
-            st = queue_copy(kv, false, slot_dev(kv, &kv->vram, slot), slot_dev(kv, &kv->host, B->hslot), err);
+            st = queue_copy(kv, false, slot_dev(kv, &kv->vram, slot), slot_dev(kv, &kv->host, B->hslot), kv->slot_bytes, err);
             place(kv, B);
             kv->st.loads++;
         }
@@ -545,7 +547,11 @@ kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, c
 uint8_t *kvt_gpu_kv_row(kvt_gpu_kv *kv, int32_t i, int32_t seq, int64_t pos) {
     const int64_t b = pos / kv->p.block_len;
     gblk *B = &kv->B[kv->seq[seq].blk[(size_t)i * kv->mb + b]];
-    if (B->vslot >= 0) B->dirty = true;
+    const int32_t r = (int32_t)(pos % kv->p.block_len);
+    if (B->vslot >= 0) { // the rows the next write-back copies
+        B->dlo = B->dhi == 0 || r < B->dlo ? r : B->dlo;
+        B->dhi = r + 1 > B->dhi ? r + 1 : B->dhi;
+    }
     return (uint8_t *)kv->hk[i][(size_t)seq * kv->mb + b] + (pos % kv->p.block_len) * kv->p.row_bytes;
 }
 
@@ -583,6 +589,10 @@ kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *er
                 kv->st.h2h_bytes += (int64_t)n;
             }
             kv->st.transfers += d->vslot >= 0 || s->vslot >= 0;
+            if (d->vslot >= 0) { // all its rows came from src: the host copy (none yet) lacks them
+                gblk *w = &kv->B[kv->seq[dst].blk[(size_t)i * kv->mb + b]];
+                w->dlo = 0, w->dhi = (int32_t)kv->p.block_len;
+            }
         }
     }
     kv->seq[dst].n_pos = kv->seq[src].n_pos;
