@@ -65,6 +65,8 @@ struct kvt_gpu_kv {
     void ***tk, ***tv;   // [nl] device tables [seq_cap * mb]
     void ***hk, ***hv;   // [nl] host mirrors
     uint8_t **tdirty;    // [nl][seq_cap]: the mirror row changed since uploaded
+    void **stage;        // pinned staging of the table rows uploaded in one micro-batch (read by COMPUTE when it
+    int64_t n_stage, cap_stage; // gets there: never reused before the micro-batch's end), n_stage entries used
     // the micro-batch
     int64_t call;
     bseq *bs;
@@ -224,7 +226,7 @@ static kvt_status vram_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err
     if (b->hslot < 0 && (st = slot_get(kv, &kv->host, &b->hslot, err))) return st;
     if (b->dhi > b->dlo) { // the rows written since the host copy was made, of K and of V
         const int64_t off = b->dlo * kv->p.row_bytes, n = (b->dhi - b->dlo) * kv->p.row_bytes, v = kv->slot_bytes / 2;
-        uint8_t *dst = slot_dev(kv, &kv->host, b->hslot), *src = slot_dev(kv, &kv->vram, b->vslot);
+        uint8_t *dst = slot_host(kv, b->hslot), *src = slot_dev(kv, &kv->vram, b->vslot);
         if ((st = queue_copy(kv, true, dst + off, src + off, n, err)) || (st = queue_copy(kv, true, dst + v + off, src + v + off, n, err)))
             return st;
         kv->st.writebacks++;
@@ -330,7 +332,7 @@ static kvt_status fetch(kvt_gpu_kv *kv, int32_t f, kvt_err *err) {
             B->vslot = slot;
             B->dlo = B->dhi = 0;
             res_add(kv, id);
-            st = queue_copy(kv, false, slot_dev(kv, &kv->vram, slot), slot_dev(kv, &kv->host, B->hslot), kv->slot_bytes, err);
+            st = queue_copy(kv, false, slot_dev(kv, &kv->vram, slot), slot_host(kv, B->hslot), kv->slot_bytes, err);
             place(kv, B);
             kv->st.loads++;
         }
@@ -397,15 +399,22 @@ static kvt_status seq_get(kvt_gpu_kv *kv, int32_t seq, gseq **out, kvt_err *err)
     return KVT_OK;
 }
 
-// Uploads layer i's table rows that changed (on COMPUTE, from the mirrors: pageable, read when queued).
+// Uploads layer i's table rows that changed (on COMPUTE), through the pinned staging (a copy from pageable memory
+// may make the host wait for the stream).
 static kvt_status tables_upload(kvt_gpu_kv *kv, int32_t i, kvt_err *err) {
     for (int32_t k = 0; k < kv->n_bs; k++) {
         const int32_t s = kv->bs[k].seq;
         if (!kv->tdirty[i][s]) continue;
-        const size_t off = (size_t)s * kv->mb, bytes = (size_t)kv->seq[s].n_blk[i] * sizeof(void *);
-        CU(kv->api->copy_h2d(kv->ctx, kv->tk[i] + off, kv->hk[i] + off, bytes, KVT_CUDA_STREAM_COMPUTE), "block table");
-        CU(kv->api->copy_h2d(kv->ctx, kv->tv[i] + off, kv->hv[i] + off, bytes, KVT_CUDA_STREAM_COMPUTE), "block table");
-        kv->st.table_bytes += 2 * (int64_t)bytes;
+        const size_t off = (size_t)s * kv->mb;
+        const int64_t n = kv->seq[s].n_blk[i];
+        void ***dev[2] = {&kv->tk[i], &kv->tv[i]}, ***host[2] = {&kv->hk[i], &kv->hv[i]};
+        for (int t = 0; t < 2; t++) { // (kvt_gpu_kv_begin sized the staging for every row of the micro-batch)
+            void **st = kv->stage + kv->n_stage;
+            memcpy(st, *host[t] + off, (size_t)n * sizeof(void *));
+            kv->n_stage += n;
+            CU(kv->api->copy_h2d(kv->ctx, *dev[t] + off, st, (size_t)n * sizeof(void *), KVT_CUDA_STREAM_COMPUTE), "block table");
+        }
+        kv->st.table_bytes += 2 * n * (int64_t)sizeof(void *);
         kv->tdirty[i][s] = 0;
     }
     return KVT_OK;
@@ -463,6 +472,7 @@ void kvt_gpu_kv_free(kvt_gpu_kv *kv) {
         if (kv->hv) free(kv->hv[i]);
         if (kv->tdirty) free(kv->tdirty[i]);
     }
+    A->host_free(kv->ctx, kv->stage);
     for (int j = 0; j < 2; j++) A->event_free(kv->ctx, kv->ev_copy[j]);
     A->event_free(kv->ctx, kv->ev_compute);
     for (int32_t s = 0; kv->seq && s < kv->seq_cap; s++) free(kv->seq[s].blk), free(kv->seq[s].n_blk);
@@ -500,6 +510,17 @@ kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, cons
     }
     kv->n_rows = n;
     kv->call++;
+    // the staging of the table rows this micro-batch may upload: every row of its sequences, K and V, every layer
+    // (the streams are idle between micro-batches: the old staging may go)
+    const int64_t need = 2 * (int64_t)kv->p.nl * kv->n_bs * kv->mb;
+    kv->n_stage = 0;
+    if (need > kv->cap_stage) {
+        const int64_t cap = need > 2 * kv->cap_stage ? need : 2 * kv->cap_stage;
+        CU(kv->api->host_free(kv->ctx, kv->stage), "pinned staging of block tables");
+        kv->stage = NULL, kv->cap_stage = 0;
+        CU(kv->api->host_malloc(kv->ctx, (size_t)cap * sizeof(void *), (void **)&kv->stage), "pinned staging of block tables");
+        kv->cap_stage = cap;
+    }
     return KVT_OK;
 }
 
