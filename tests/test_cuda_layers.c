@@ -7,6 +7,8 @@
 // (the device computes with f32 activations where the CPU quantizes them for the dot products: 3e-4 after 4 layers;
 // a block row off by one position gives about 1), and a greedy id may differ from the CPU's only at a near tie (the
 // two candidates' CPU logits within 1% of the largest).
+// Then the device KV's tiers (src/exec/gpu_kv.h, --kv-vram): VRAM budgets of a few blocks, none and room for all, each
+// bit for bit the unlimited run (check_tiers), the fetch set of sliding-window layers (check_window), and the CLI.
 // Skipped, with the reason, without a CUDA library and device; `make cuda-check` runs it over the table's CPU
 // emulation (tests/cuda/cuda_fake.c), which checks this layer logic (weights, KV blocks and tables, positions,
 // sequences) but not the CUDA kernels.

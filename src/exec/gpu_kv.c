@@ -77,6 +77,7 @@ struct kvt_gpu_kv {
     kvt_cuda_event *ev_copy[2], *ev_compute;
     xfer *wb, *ld;       // one fetch's write-backs and loads
     int64_t n_wb, n_ld, cap_wb, cap_ld;
+    bool full;           // this fetch found no victim: none will appear before it ends (nothing is freed in it)
     kvt_gpu_kv_stats st;
 };
 
@@ -215,12 +216,15 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
 // A VRAM slot for the fetch of layer f: a free one, else a victim's (written back first if dirty). *id -1: none.
 static kvt_status vram_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err) {
     kvt_status st = slot_get(kv, &kv->vram, id, err);
-    if (st || *id >= 0 || kv->n_res == 0) return st;
+    if (st || *id >= 0 || kv->n_res == 0 || kv->full) return st;
     vview v = {kv, 0, f};
     const int64_t m = kvt_victim_window(kv->n_res, VICTIM_WINDOW, &kv->victim_pos, &v.start);
     const kvt_victim_query q = {kv->pol, true, -1, INT64_MAX, kv->tick, false};
     const int64_t k = kvt_victim_pick(&q, m, victim_cand, victim_info, &v, NULL);
-    if (k < 0) return KVT_OK; // every resident block is held
+    if (k < 0) { // every resident block of the window is held
+        kv->full = m == kv->n_res;
+        return KVT_OK;
+    }
     const int64_t vid = kv->res[(v.start + k) % kv->n_res];
     gblk *b = &kv->B[vid];
     if (b->hslot < 0 && (st = slot_get(kv, &kv->host, &b->hslot, err))) return st;
@@ -313,6 +317,7 @@ static int64_t first_block(const kvt_gpu_kv *kv, int32_t i, const bseq *s) {
 // The fetch of layer f (the schedule of gpu_kv.h, step 2): queued on COPY, then its event recorded.
 static kvt_status fetch(kvt_gpu_kv *kv, int32_t f, kvt_err *err) {
     kv->n_wb = kv->n_ld = 0;
+    kv->full = false;
     kvt_status st = KVT_OK;
     for (int32_t k = 0; !st && k < kv->n_bs; k++) {
         const bseq *s = &kv->bs[k];
