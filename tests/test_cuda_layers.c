@@ -291,6 +291,22 @@ static void check_cli(const test_env *env, const char *model) {
     const char *kv = strstr(j, "\"kv\":{\"vram_budget_bytes\":6144"), *loads = kv ? strstr(kv, "\"loads\":") : NULL;
     test_result(r0 == 0 && r1 == 0 && r2 == 0 && a[0] && !strcmp(a, b) && loads && atoll(loads + 8) > 0, name,
                 "exit %d %d %d; text '%.60s' / '%.60s'; gpu.kv %s", r0, r1, r2, a, b, kv ? "present" : "missing");
+    // beam search (forks, truncations, batches of the beams' sequences) under two group schedules, with and without
+    // the budget: the same beams and scores
+    const char *bname = "cuda layers: kvtier beam (4 beams, layerwise and balanced) --kv-vram 6K: the same beams as all-VRAM";
+    const char *bbase = "%s beam -m %s -ngl 4 --kv-block 4 -p 'hello world' -n 12 --beams 4 --step 4 -t 1 --schedule %s %s "
+                        "2>/dev/null";
+    bool same = true;
+    int rc = 0;
+    for (int sch = 0; sch < 2; sch++) {
+        const char *name_s = sch ? "balanced" : "layerwise";
+        snprintf(cmd, sizeof cmd, bbase, env->cli, model, name_s, "");
+        rc |= capture(cmd, a, sizeof a);
+        snprintf(cmd, sizeof cmd, bbase, env->cli, model, name_s, "--kv-vram 6K");
+        rc |= capture(cmd, b, sizeof b);
+        same = same && a[0] && !strcmp(a, b) && strstr(a, "=== beam 4");
+    }
+    test_result(rc == 0 && same, bname, "exit %d; last: '%.80s' / '%.80s'", rc, a, b);
 }
 
 void test_cuda_layers(const test_env *env) {
@@ -319,7 +335,7 @@ void test_cuda_layers(const test_env *env) {
         check_model(path, 4, split, names, NULL, NMSE_LOGITS, 0.01f);
         check_tiers(path);
         if (test_file_exists(env->cli)) check_cli(env, path);
-        else test_skip("cuda layers: kvtier generate --kv-vram", "no kvtier binary");
+        else test_skip("cuda layers: kvtier generate and beam --kv-vram", "no kvtier binary");
     } else {
         for (int i = 0; i < 4; i++) test_skip(names[i], test_data_missing(env, "quant-q4_k_m.gguf"));
     }

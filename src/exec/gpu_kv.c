@@ -324,8 +324,8 @@ static kvt_status fetch(kvt_gpu_kv *kv, int32_t f, kvt_err *err) {
         gseq *S = &kv->seq[s->seq];
         const int64_t hi = (s->max_len + kv->p.block_len - 1) / kv->p.block_len;
         for (int64_t b = first_block(kv, f, s); !st && b < hi; b++) {
-            if (b >= S->n_blk[f]) { // (blocks are made in order: b == n_blk)
-                st = block_new(kv, s->seq, f, b, f, err);
+            if (b >= S->n_blk[f]) { // new blocks, in order (the ones before b too, should a window skip them)
+                for (int64_t nb = S->n_blk[f]; !st && nb <= b; nb++) st = block_new(kv, s->seq, f, nb, f, err);
                 continue;
             }
             const int64_t id = S->blk[(size_t)f * kv->mb + b];
