@@ -46,7 +46,8 @@ typedef struct {
     // from kv_fast_bytes when that is set.
     kvt_sparse_params sparse;
     // The last n_gpu_layers layers run on CUDA device 0 (llama.cpp's -ngl; n_layer: all; more: the output norm and
-    // logits too; 0: none), with their KV in VRAM (src/exec/gpu_layers.h); gpu_output puts the output norm and the
+    // logits too; 0: none), with their KV in VRAM (src/exec/gpu_layers.h; within kv_vram_bytes below, the rest in
+    // pinned host memory); gpu_output puts the output norm and the
     // logits there whatever n_gpu_layers (a plan's split: its GPU units are the last layers and the output).
     // kvt_context_init fails, naming why, without a usable device.
     int32_t n_gpu_layers;

@@ -488,9 +488,10 @@ void kvt_gpu_kv_free(kvt_gpu_kv *kv) {
 
 kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, const int64_t *pos, int32_t *max_len,
                             kvt_err *err) {
-    int64_t cap = kv->cap_rows;
-    if (!grow((void **)&kv->rlen, &cap, n, sizeof *kv->rlen) || !grow((void **)&kv->rseq, &kv->cap_rows, n, sizeof *kv->rseq) ||
-        !(kv->bs = realloc(kv->bs, (size_t)(n > 0 ? n : 1) * sizeof *kv->bs))) // (bs: at most n sequences)
+    int64_t cap = kv->cap_rows; // (rlen and rseq grow alike; bs: at most n sequences)
+    bseq *bs = realloc(kv->bs, (size_t)(n > 0 ? n : 1) * sizeof *kv->bs);
+    if (bs) kv->bs = bs;
+    if (!bs || !grow((void **)&kv->rlen, &cap, n, sizeof *kv->rlen) || !grow((void **)&kv->rseq, &kv->cap_rows, n, sizeof *kv->rseq))
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     kv->n_bs = 0;
     *max_len = 0;
