@@ -15,8 +15,11 @@
 //    terms (q4_0) in a third, a scalar tail for the last < 8 blocks; q4_1
 //    (q4_1_row, llama.cpp's order) one accumulator over all blocks and the
 //    m * s terms in a scalar FMA chain;
-//  - K-quants (quant_avx2.c bodies): exact i32 sums per super-block (lanes as
-//    in the GEMV), one fma per super-block, the min term in a scalar.
+//  - K-quants (quant_avx2.c bodies): exact i32 sums per super-block (q6_K:
+//    lanes as in the GEMV; q4_K/q5_K: the row's total), one fma per
+//    super-block, the min term in a scalar. The q4_K tile takes 8 weight
+//    rows in the lanes (repacked per strip, interleaved), so one activation
+//    load serves 8 rows and a sub-block is summed in int16 before its scale.
 // The two parity accumulators of the first two families are independent
 // chains, so a tile runs the K loop twice (even chunks, then odd ones) with
 // one accumulator per output: twice the tile fits the 16 ymm registers.
@@ -27,7 +30,9 @@
 // Driver: the activation rows are prepared once per call (type-specific
 // side data: f32 rows, scales as floats, block sums), then strips of weight
 // rows (L2) x blocks of activation rows (L2) are covered by tiles. Weight side
-// data (scales as floats, unpacked K scales) is prepared once per strip.
+// data (scales as floats, unpacked K scales, q4_K's interleaved 8-row groups)
+// is prepared once per strip into the per-thread scratch: nothing is kept
+// between calls, so no second copy of the weights stays in memory.
 //
 // Compiled twice: as is for AVX2 (8 lanes) and by gemm_avx512.c with
 // KVT_SIMD_AVX512 defined, where only the float tiles exist, 16 lanes wide
@@ -104,6 +109,9 @@ typedef struct {
     void (*wprep)(int64_t n, const void *w, void *s);
     const tile_fn (*tiles)[TMAX];        // tiles[R-1][T-1]
     int64_t strip;                       // weight bytes per strip (0: STRIP_BYTES)
+    // Optional instead of wprep: side data of a group of rm rows (nr <= rm of them real, the rest zero) at
+    // s, rm * wsize(n) bytes; the tile gets S at its group's start (rows interleaved in the group).
+    void (*gprep)(int64_t n, const char *w, size_t wrs, int nr, void *s);
 } gemm_type;
 
 #define STRIP_BYTES (192 * 1024) // weight rows per strip (L2), gemm_type.strip = 0
@@ -126,7 +134,10 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     for (int64_t t = 0; t < n_tok; t++) prep(n, X + t * (int64_t)xrs, P + t * ps);
     for (int64_t rs = 0; rs < nr; rs += sr) {
         const int64_t re = min64(rs + sr, nr);
-        if (ws)
+        if (g->gprep)
+            for (int64_t r = rs; r < re; r += g->rm)
+                g->gprep(n, W + r * (int64_t)wrs, wrs, (int)min64(g->rm, re - r), S + (r - rs) * ws);
+        else if (ws)
             for (int64_t r = rs; r < re; r++) g->wprep(n, W + r * (int64_t)wrs, S + (r - rs) * ws);
         for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
             const int64_t t1 = min64(t0 + tb, n_tok);
@@ -175,7 +186,9 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     DEFINE_GEMM_S(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, 0)
 #define DEFINE_GEMM_S(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, STRIP)                  \
     SHAPE_(name, SHAPE)                                                                             \
-    static const gemm_type name##_g = {TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, name##_tab, STRIP}; \
+    DEFINE_GEMM_FNS(name, TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, STRIP, NULL)
+#define DEFINE_GEMM_FNS(name, TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, STRIP, GPREP)                \
+    static const gemm_type name##_g = {TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, name##_tab, STRIP, GPREP}; \
     int64_t GEMM_SCRATCH_FN(name)(int64_t n, int64_t n_tok) {                                       \
         return gemm_scratch_of(&name##_g, n, n_tok, kvt_row_size(TYPE, n));                         \
     }                                                                                               \
@@ -441,7 +454,6 @@ INLINE void k45_wprep(int64_t n, const void *w, void *s, size_t bsz) {
         memcpy(o + 16, &d, 4), memcpy(o + 20, &dmin, 4);
     }
 }
-static void q4_K_wprep(int64_t n, const void *w, void *s) { k45_wprep(n, w, s, sizeof(kvt_block_q4_K)); }
 static void q5_K_wprep(int64_t n, const void *w, void *s) { k45_wprep(n, w, s, sizeof(kvt_block_q5_K)); }
 static void k45_prep(int64_t n, const void *x, void *p) {
     for (int64_t b = 0; b < n / KVT_QK_K; b++) {
@@ -456,6 +468,9 @@ INLINE int hsum4_epi32(__m128i p) {
     p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
     p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
     return _mm_cvtsi128_si32(p);
+}
+INLINE int hsum8_epi32(__m256i v) {
+    return hsum4_epi32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
 // dy of the tile's T tokens as one vector (lane t: token t; lanes past T zero).
@@ -486,10 +501,11 @@ INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
     const size_t qs_off = HB ? offsetof(kvt_block_q5_K, qs) : offsetof(kvt_block_q4_K, qs);
     const int64_t nb = n / KVT_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[RMAX][TMAX], macc[RMAX];
+    __m256 macc[RMAX];
+    float acc[RMAX][TMAX];
     UNROLL for (int r = 0; r < R; r++) {
         macc[r] = _mm256_setzero_ps();
-        UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+        UNROLL for (int t = 0; t < T; t++) acc[r][t] = 0;
     }
     for (int64_t ib = 0; ib < nb; ib++) {
         const kvt_block_q8_K *y[TMAX];
@@ -532,8 +548,7 @@ INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
             const __m128i mv = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m64));
             _Alignas(32) float dd[8];
             _mm256_store_ps(dd, _mm256_mul_ps(_mm256_set1_ps(d), dy8));
-            UNROLL for (int t = 0; t < T; t++)
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_broadcast_ss(dd + t), acc[r][t]);
+            UNROLL for (int t = 0; t < T; t++) acc[r][t] = fmaf((float)hsum8_epi32(isum[r][t]), dd[t], acc[r][t]);
             const __m256 md = _mm256_mul_ps(_mm256_set1_ps(dmin), dy8);
             macc[r] = _mm256_add_ps(macc[r], _mm256_mul_ps(md, _mm256_cvtepi32_ps(k_min_dot8(mv, P, ps, ib, T))));
         }
@@ -541,7 +556,7 @@ INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
     UNROLL for (int r = 0; r < R; r++) {
         _Alignas(32) float m[8];
         _mm256_store_ps(m, macc[r]);
-        UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) - m[t];
+        UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = acc[r][t] - m[t];
     }
 }
 
@@ -598,9 +613,143 @@ INLINE void q6_K_tile(TILE_ARGS, int R, int T) {
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]);
 }
 
-INLINE void q4_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 0); }
 INLINE void q5_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 1); }
-DEFINE_GEMM(q4_K, KVT_TYPE_Q4_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q4_K_wprep)
+
+// q4_K over 8 weight rows at once, rows in the lanes (one activation load serves 8 rows). The GEMV's
+// order (matmul.h) needs only each row's exact integer total S per super-block, so the tile sums the
+// maddubs pair sums of a whole sub-block in int16 (8 of at most |2 * 15 * 128| each: < 2^15) and applies
+// the sub-block scale with one madd, where the GEMV spends a madd per 32 products and row. The
+// weights are repacked once per strip (per call, never kept): per 8-row group and super-block (QG bytes)
+//   uint8 q[8 sub-blocks j][8 quads i][8 rows][4]: the values of elements 32j + 4i .. 32j + 4i + 3
+//   int16 sc[8 j][8 rows][2]: each row's sub-block scale twice (a madd pairs a row's two int16)
+//   int16 mn[4 p][8 rows][2]: the mins of sub-blocks 2p and 2p + 1
+//   float d[8 rows], dmin[8 rows]
+// Rows past the group's real ones are zero. Per token, lane r: acc = fma(float(S), d * dy, acc) and
+// macc = macc + (dmin * dy) * float(min dot) per super-block, Y = acc - macc: the GEMV's operations.
+#define QG_SC 2048
+#define QG_MN (QG_SC + 256)
+#define QG_D (QG_MN + 128)
+#define QG_DMIN (QG_D + 32)
+#define QG (QG_DMIN + 32)
+#ifndef Q4K8_TM
+#define Q4K8_TM 4
+#endif
+static int64_t q4k8_wsize(int64_t n) { return align64(n / KVT_QK_K * (QG / 8)); }
+
+// 8 x 8 transpose of 32-bit elements: o[i] lane r = v[r] lane i.
+INLINE void transpose8_epi32(const __m256i v[8], __m256i o[8]) {
+    __m256i t[8], u[8];
+    UNROLL for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+    }
+    UNROLL for (int h = 0; h < 2; h++) { // rows 4h .. 4h + 3
+        u[4 * h] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    UNROLL for (int i = 0; i < 4; i++) {
+        o[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
+        o[i + 4] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+    }
+}
+
+static void q4k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        uint8_t *o = (uint8_t *)s + b * QG;
+        int16_t *sc16 = (int16_t *)(o + QG_SC), *mn16 = (int16_t *)(o + QG_MN);
+        float *d = (float *)(o + QG_D), *dmin = (float *)(o + QG_DMIN);
+        const kvt_block_q4_K *x[8];
+        for (int r = 0; r < 8; r++) {
+            x[r] = r < nr ? (const kvt_block_q4_K *)(w + r * (int64_t)wrs) + b : NULL;
+            uint8_t sc[8] = {0}, mn[8] = {0};
+            if (x[r]) kvt_k_scales_unpack(x[r]->scales, sc, mn);
+            for (int j = 0; j < 8; j++) sc16[16 * j + 2 * r] = sc16[16 * j + 2 * r + 1] = sc[j];
+            for (int p = 0; p < 4; p++) mn16[16 * p + 2 * r] = mn[2 * p], mn16[16 * p + 2 * r + 1] = mn[2 * p + 1];
+            d[r] = x[r] ? _cvtsh_ss(x[r]->d) : 0.f;
+            dmin[r] = x[r] ? _cvtsh_ss(x[r]->dmin) : 0.f;
+        }
+        for (int c = 0; c < 4; c++) { // sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
+            __m256i lo[8], hi[8], t[8];
+            for (int r = 0; r < 8; r++) {
+                const __m256i q = x[r] ? _mm256_loadu_si256((const __m256i *)(x[r]->qs + 32 * c)) : _mm256_setzero_si256();
+                lo[r] = _mm256_and_si256(q, m4);
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            }
+            transpose8_epi32(lo, t);
+            for (int i = 0; i < 8; i++) _mm256_store_si256((__m256i *)(o + (16 * c + i) * 32), t[i]);
+            transpose8_epi32(hi, t);
+            for (int i = 0; i < 8; i++) _mm256_store_si256((__m256i *)(o + (16 * c + 8 + i) * 32), t[i]);
+        }
+    }
+}
+
+INLINE __m256i bcast32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+INLINE void q4k8_tile(TILE_ARGS, int R, int T) {
+    (void)W, (void)wrs, (void)ss;
+    const int64_t nb = n / KVT_QK_K;
+    __m256 acc[TMAX], macc[TMAX];
+    UNROLL for (int t = 0; t < T; t++) acc[t] = macc[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const char *g = S + ib * QG;
+        const kvt_block_q8_K *y[TMAX];
+        UNROLL for (int t = 0; t < T; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + ib;
+        __m256i isum[TMAX];
+        UNROLL for (int t = 0; t < T; t++) isum[t] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            __m256i s16[TMAX];
+            UNROLL for (int t = 0; t < T; t++) s16[t] = _mm256_setzero_si256();
+            UNROLL for (int i = 0; i < 8; i++) {
+                const __m256i w = _mm256_load_si256((const __m256i *)(g + (8 * j + i) * 32));
+                UNROLL for (int t = 0; t < T; t++)
+                    s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(w, bcast32(y[t]->qs + 32 * j + 4 * i)));
+            }
+            const __m256i scv = _mm256_load_si256((const __m256i *)(g + QG_SC + 32 * j));
+            UNROLL for (int t = 0; t < T; t++) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], scv));
+        }
+        const __m256 dv = _mm256_load_ps((const float *)(g + QG_D)), dmv = _mm256_load_ps((const float *)(g + QG_DMIN));
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m256 dy = _mm256_set1_ps(y[t]->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dv, dy), acc[t]);
+            const char *bs = P + t * ps + ib * KA; // 8 int16 sums of 32: pairs (2p, 2p + 1)
+            __m256i md = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(g + QG_MN)), bcast32(bs));
+            UNROLL for (int p = 1; p < 4; p++)
+                md = _mm256_add_epi32(md, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(g + QG_MN + 32 * p)),
+                                                            bcast32(bs + 4 * p)));
+            macc[t] = _mm256_add_ps(macc[t], _mm256_mul_ps(_mm256_mul_ps(dmv, dy), _mm256_cvtepi32_ps(md)));
+        }
+    }
+    UNROLL for (int t = 0; t < T; t++) {
+        const __m256 v = _mm256_sub_ps(acc[t], macc[t]);
+        if (R == 8) {
+            _mm256_storeu_ps(Y + t * ldy, v);
+        } else {
+            _Alignas(32) float o[8];
+            _mm256_store_ps(o, v);
+            for (int r = 0; r < R; r++) Y[t * ldy + r] = o[r];
+        }
+    }
+}
+#define Q4K8_T(T) \
+    static __attribute__((noinline)) void q4k8_t##T(TILE_ARGS, int R) { q4k8_tile(TILE_PASS, R, T); }
+#define Q4K8_RT(R, T) \
+    static void q4_K_t##R##_##T(TILE_ARGS) { q4k8_t##T(TILE_PASS, R); }
+#define Q4K8_R(R) Q4K8_RT(R, 1) Q4K8_RT(R, 2) Q4K8_RT(R, 3) Q4K8_RT(R, 4) Q4K8_RT(R, 5) Q4K8_RT(R, 6)
+Q4K8_T(1) Q4K8_T(2) Q4K8_T(3) Q4K8_T(4) Q4K8_T(5) Q4K8_T(6)
+Q4K8_R(1) Q4K8_R(2) Q4K8_R(3) Q4K8_R(4) Q4K8_R(5) Q4K8_R(6) Q4K8_R(7) Q4K8_R(8)
+static const tile_fn q4_K_tab[8][TMAX] = {TT6(q4_K, 1), TT6(q4_K, 2), TT6(q4_K, 3), TT6(q4_K, 4),
+                                          TT6(q4_K, 5), TT6(q4_K, 6), TT6(q4_K, 7), TT6(q4_K, 8)};
+#ifndef Q4K8_STRIP
+#define Q4K8_STRIP (96 * 1024)
+#endif
+DEFINE_GEMM_FNS(q4_K, KVT_TYPE_Q4_K, 8, Q4K8_TM, k45_psize, k45_prep, q4k8_wsize, NULL, Q4K8_STRIP, q4k8_gprep)
 DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q5_K_wprep)
 DEFINE_GEMM(q6_K, KVT_TYPE_Q6_K, 1x8, 1, 8, k_psize0, k_prep0, NULL, NULL)
 #endif
