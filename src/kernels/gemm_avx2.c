@@ -560,81 +560,32 @@ INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
     }
 }
 
-INLINE void q6_K_tile(TILE_ARGS, int R, int T) {
-    (void)S, (void)ss, (void)P, (void)ps;
-    const int64_t nb = n / KVT_QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    __m256 acc[RMAX][TMAX];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const kvt_block_q8_K *y[TMAX];
-        UNROLL for (int t = 0; t < T; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + ib;
-        const kvt_block_q6_K *x[RMAX];
-        __m256i isum[RMAX][TMAX];
-        UNROLL for (int r = 0; r < R; r++) {
-            x[r] = (const kvt_block_q6_K *)(W + r * wrs) + ib;
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[r]->scales));
-            UNROLL for (int t = 0; t < T; t++) { // start from -32 * sum_g sc_g * bsum_g
-                const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[t]->bsums));
-                isum[r][t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
-            }
-        }
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i v[RMAX][4];
-            UNROLL for (int r = 0; r < R; r++) {
-                const __m256i qa = _mm256_loadu_si256((const __m256i *)(x[r]->ql + 64 * h));
-                const __m256i qb = _mm256_loadu_si256((const __m256i *)(x[r]->ql + 64 * h + 32));
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[r]->qh + 32 * h));
-                v[r][0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-                v[r][1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
-                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-                v[r][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
-                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-                v[r][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
-            }
-            UNROLL for (int k = 0; k < 4; k++) {
-                const int g = 8 * h + 2 * k; // scale groups g (low lane) and g+1 (high lane)
-                UNROLL for (int r = 0; r < R; r++) {
-                    const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(x[r]->scales[g + 1]), _mm_set1_epi16(x[r]->scales[g]));
-                    UNROLL for (int t = 0; t < T; t++) {
-                        const __m256i p = _mm256_maddubs_epi16(v[r][k], _mm256_loadu_si256((const __m256i *)(y[t]->qs + 128 * h + 32 * k)));
-                        isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(p, scv));
-                    }
-                }
-            }
-        }
-        UNROLL for (int r = 0; r < R; r++) {
-            const float d = _cvtsh_ss(x[r]->d);
-            UNROLL for (int t = 0; t < T; t++)
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d * y[t]->d), acc[r][t]);
-        }
-    }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]);
-}
-
 INLINE void q5_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 1); }
 
-// q4_K over 8 weight rows at once, rows in the lanes (one activation load serves 8 rows). The GEMV's
-// order (matmul.h) needs only each row's exact integer total S per super-block, so the tile sums the
-// maddubs pair sums of a whole sub-block in int16 (8 of at most |2 * 15 * 128| each: < 2^15) and applies
-// the sub-block scale with one madd, where the GEMV spends a madd per 32 products and row. The
-// weights are repacked once per strip (per call, never kept): per 8-row group and super-block (QG bytes)
-//   uint8 q[8 sub-blocks j][8 quads i][8 rows][4]: the values of elements 32j + 4i .. 32j + 4i + 3
-//   int16 sc[8 j][8 rows][2]: each row's sub-block scale twice (a madd pairs a row's two int16)
-//   int16 mn[4 p][8 rows][2]: the mins of sub-blocks 2p and 2p + 1
-//   float d[8 rows], dmin[8 rows]
+// q4_K and q6_K over 8 weight rows at once, rows in the lanes (one activation load serves 8 rows). The
+// GEMV's order (matmul.h) needs only each row's exact integer total S per super-block, so the tile sums
+// the maddubs pair sums of a scale group in int16 before applying the scale with one madd, where the
+// GEMV spends a madd per 32 products and row: q4_K a whole sub-block of 32 (8 pair sums of at most
+// |2 * 15 * 128| each: < 2^15), q6_K half a group of 16 (2 of at most 2 * 63 * 128). The weights are
+// repacked once per strip (per call, never kept): per 8-row group and super-block (KG_SIZE bytes)
+//   uint8 q[64 quads Q][8 rows][4]: the values (q4_K 0..15, q6_K 0..63) of elements 4Q .. 4Q + 3
+//   int16 sc[NG groups][8 rows][2]: each row's scale of the group (q4_K 8 of 32, q6_K 16 of 16) twice
+//     (a madd pairs a row's two int16)
+//   int16 mn[4 or 8 p][8 rows][2]: q4_K the mins of sub-blocks 2p and 2p + 1 (4 p); q6_K the scales of
+//     groups 2p and 2p + 1 (8 p), for the offset term -32 * sum_g sc_g * bsum_g
+//   float d[8 rows], dmin[8 rows] (q6_K: d only)
 // Rows past the group's real ones are zero. Per token, lane r: acc = fma(float(S), d * dy, acc) and
-// macc = macc + (dmin * dy) * float(min dot) per super-block, Y = acc - macc: the GEMV's operations.
-#define QG_SC 2048
-#define QG_MN (QG_SC + 256)
-#define QG_D (QG_MN + 128)
-#define QG_DMIN (QG_D + 32)
-#define QG (QG_DMIN + 32)
-#ifndef Q4K8_TM
-#define Q4K8_TM 4
+// (q4_K) macc = macc + (dmin * dy) * float(min dot) per super-block, Y = acc - macc: the GEMV's operations.
+#define KG_SC 2048
+#define KG_MN(Q6) (KG_SC + ((Q6) ? 512 : 256))
+#define KG_D(Q6) (KG_MN(Q6) + ((Q6) ? 256 : 128))
+#define KG_DMIN(Q6) (KG_D(Q6) + 32)
+#define KG_SIZE(Q6) (KG_DMIN(Q6) + ((Q6) ? 0 : 32))
+#ifndef K8_TM
+#define K8_TM 6
 #endif
-static int64_t q4k8_wsize(int64_t n) { return align64(n / KVT_QK_K * (QG / 8)); }
+static int64_t q4k8_wsize(int64_t n) { return align64(n / KVT_QK_K * (KG_SIZE(0) / 8)); }
+static int64_t q6k8_wsize(int64_t n) { return align64(n / KVT_QK_K * (KG_SIZE(1) / 8)); }
 
 // 8 x 8 transpose of 32-bit elements: o[i] lane r = v[r] lane i.
 INLINE void transpose8_epi32(const __m256i v[8], __m256i o[8]) {
@@ -655,36 +606,58 @@ INLINE void transpose8_epi32(const __m256i v[8], __m256i o[8]) {
     }
 }
 
-static void q4k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) {
+// The 32 values of sub-block m (elements 32m .. 32m + 31) of one super-block, in element order.
+INLINE __m256i k_sub_values(const char *blk, int m, int Q6) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (!Q6) { // chunk m / 2: low nibbles sub-block m even, high nibbles m odd
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(((const kvt_block_q4_K *)blk)->qs + 32 * (m / 2)));
+        return _mm256_and_si256(m & 1 ? _mm256_srli_epi16(q, 4) : q, m4);
+    }
+    const kvt_block_q6_K *x = (const kvt_block_q6_K *)blk; // as quant_avx2.c's q6_K body: half h, k
+    const int h = m / 4, k = m % 4;
+    const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (k & 1)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+    const __m256i lo = _mm256_and_si256(k >= 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3)), 4));
+}
+
+INLINE void k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s, int Q6) {
+    const size_t bsz = Q6 ? sizeof(kvt_block_q6_K) : sizeof(kvt_block_q4_K);
     for (int64_t b = 0; b < n / KVT_QK_K; b++) {
-        uint8_t *o = (uint8_t *)s + b * QG;
-        int16_t *sc16 = (int16_t *)(o + QG_SC), *mn16 = (int16_t *)(o + QG_MN);
-        float *d = (float *)(o + QG_D), *dmin = (float *)(o + QG_DMIN);
-        const kvt_block_q4_K *x[8];
+        uint8_t *o = (uint8_t *)s + b * KG_SIZE(Q6);
+        int16_t *sc16 = (int16_t *)(o + KG_SC), *mn16 = (int16_t *)(o + KG_MN(Q6));
+        float *d = (float *)(o + KG_D(Q6)), *dmin = (float *)(o + KG_DMIN(Q6));
+        const char *x[8];
         for (int r = 0; r < 8; r++) {
-            x[r] = r < nr ? (const kvt_block_q4_K *)(w + r * (int64_t)wrs) + b : NULL;
+            x[r] = r < nr ? w + r * (int64_t)wrs + b * (int64_t)bsz : NULL;
+            if (Q6) {
+                const kvt_block_q6_K *q = (const kvt_block_q6_K *)x[r];
+                for (int g = 0; g < 16; g++) {
+                    const int16_t v = q ? q->scales[g] : 0;
+                    sc16[16 * g + 2 * r] = sc16[16 * g + 2 * r + 1] = v;
+                    mn16[16 * (g / 2) + 2 * r + (g & 1)] = v;
+                }
+                d[r] = q ? _cvtsh_ss(q->d) : 0.f;
+                continue;
+            }
+            const kvt_block_q4_K *q = (const kvt_block_q4_K *)x[r];
             uint8_t sc[8] = {0}, mn[8] = {0};
-            if (x[r]) kvt_k_scales_unpack(x[r]->scales, sc, mn);
+            if (q) kvt_k_scales_unpack(q->scales, sc, mn);
             for (int j = 0; j < 8; j++) sc16[16 * j + 2 * r] = sc16[16 * j + 2 * r + 1] = sc[j];
             for (int p = 0; p < 4; p++) mn16[16 * p + 2 * r] = mn[2 * p], mn16[16 * p + 2 * r + 1] = mn[2 * p + 1];
-            d[r] = x[r] ? _cvtsh_ss(x[r]->d) : 0.f;
-            dmin[r] = x[r] ? _cvtsh_ss(x[r]->dmin) : 0.f;
+            d[r] = q ? _cvtsh_ss(q->d) : 0.f;
+            dmin[r] = q ? _cvtsh_ss(q->dmin) : 0.f;
         }
-        for (int c = 0; c < 4; c++) { // sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
-            __m256i lo[8], hi[8], t[8];
-            for (int r = 0; r < 8; r++) {
-                const __m256i q = x[r] ? _mm256_loadu_si256((const __m256i *)(x[r]->qs + 32 * c)) : _mm256_setzero_si256();
-                lo[r] = _mm256_and_si256(q, m4);
-                hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            }
-            transpose8_epi32(lo, t);
-            for (int i = 0; i < 8; i++) _mm256_store_si256((__m256i *)(o + (16 * c + i) * 32), t[i]);
-            transpose8_epi32(hi, t);
-            for (int i = 0; i < 8; i++) _mm256_store_si256((__m256i *)(o + (16 * c + 8 + i) * 32), t[i]);
+        for (int m = 0; m < 8; m++) {
+            __m256i v[8], t[8];
+            for (int r = 0; r < 8; r++) v[r] = x[r] ? k_sub_values(x[r], m, Q6) : _mm256_setzero_si256();
+            transpose8_epi32(v, t);
+            for (int i = 0; i < 8; i++) _mm256_store_si256((__m256i *)(o + (8 * m + i) * 32), t[i]);
         }
     }
 }
+static void q4k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { k8_gprep(n, w, wrs, nr, s, 0); }
+static void q6k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { k8_gprep(n, w, wrs, nr, s, 1); }
 
 INLINE __m256i bcast32(const void *p) {
     int32_t v;
@@ -692,42 +665,65 @@ INLINE __m256i bcast32(const void *p) {
     return _mm256_set1_epi32(v);
 }
 
-INLINE void q4k8_tile(TILE_ARGS, int R, int T) {
+// The sum of the int16 pair sums maddubs(q[Q], y) over quads Q = q0 .. q0 + nq - 1 of T tokens, accumulated
+// into isum after one madd with the group's scales scv.
+INLINE void k8_group(const char *g, const kvt_block_q8_K *const *y, int T, int q0, int nq, __m256i scv, __m256i *isum) {
+    __m256i s16[TMAX];
+    UNROLL for (int t = 0; t < T; t++) s16[t] = _mm256_setzero_si256();
+    UNROLL for (int i = 0; i < nq; i++) {
+        const __m256i w = _mm256_load_si256((const __m256i *)(g + (q0 + i) * 32));
+        UNROLL for (int t = 0; t < T; t++)
+            s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(w, bcast32(y[t]->qs + 4 * (q0 + i))));
+    }
+    UNROLL for (int t = 0; t < T; t++) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], scv));
+}
+
+INLINE void k8_tile(TILE_ARGS, int R, int T, int Q6) {
     (void)W, (void)wrs, (void)ss;
     const int64_t nb = n / KVT_QK_K;
     __m256 acc[TMAX], macc[TMAX];
     UNROLL for (int t = 0; t < T; t++) acc[t] = macc[t] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const char *g = S + ib * QG;
+        const char *g = S + ib * KG_SIZE(Q6);
         const kvt_block_q8_K *y[TMAX];
         UNROLL for (int t = 0; t < T; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + ib;
         __m256i isum[TMAX];
-        UNROLL for (int t = 0; t < T; t++) isum[t] = _mm256_setzero_si256();
-        for (int j = 0; j < 8; j++) {
-            __m256i s16[TMAX];
-            UNROLL for (int t = 0; t < T; t++) s16[t] = _mm256_setzero_si256();
-            UNROLL for (int i = 0; i < 8; i++) {
-                const __m256i w = _mm256_load_si256((const __m256i *)(g + (8 * j + i) * 32));
-                UNROLL for (int t = 0; t < T; t++)
-                    s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(w, bcast32(y[t]->qs + 32 * j + 4 * i)));
+        UNROLL for (int t = 0; t < T; t++) {
+            isum[t] = _mm256_setzero_si256();
+            if (Q6) { // -32 * sum_g sc_g * bsum_g
+                __m256i off = _mm256_setzero_si256();
+                UNROLL for (int p = 0; p < 8; p++)
+                    off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(g + KG_MN(1) + 32 * p)),
+                                                                  bcast32(y[t]->bsums + 2 * p)));
+                isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off, 5));
             }
-            const __m256i scv = _mm256_load_si256((const __m256i *)(g + QG_SC + 32 * j));
-            UNROLL for (int t = 0; t < T; t++) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], scv));
         }
-        const __m256 dv = _mm256_load_ps((const float *)(g + QG_D)), dmv = _mm256_load_ps((const float *)(g + QG_DMIN));
+        if (Q6) {
+            for (int gr = 0; gr < 16; gr++) {
+                const __m256i scv = _mm256_load_si256((const __m256i *)(g + KG_SC + 32 * gr));
+                k8_group(g, y, T, 4 * gr, 2, scv, isum);
+                k8_group(g, y, T, 4 * gr + 2, 2, scv, isum);
+            }
+        } else {
+            for (int j = 0; j < 8; j++)
+                k8_group(g, y, T, 8 * j, 8, _mm256_load_si256((const __m256i *)(g + KG_SC + 32 * j)), isum);
+        }
+        const __m256 dv = _mm256_load_ps((const float *)(g + KG_D(Q6)));
         UNROLL for (int t = 0; t < T; t++) {
             const __m256 dy = _mm256_set1_ps(y[t]->d);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dv, dy), acc[t]);
+            if (Q6) continue;
             const char *bs = P + t * ps + ib * KA; // 8 int16 sums of 32: pairs (2p, 2p + 1)
-            __m256i md = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(g + QG_MN)), bcast32(bs));
-            UNROLL for (int p = 1; p < 4; p++)
-                md = _mm256_add_epi32(md, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(g + QG_MN + 32 * p)),
+            __m256i md = _mm256_setzero_si256();
+            UNROLL for (int p = 0; p < 4; p++)
+                md = _mm256_add_epi32(md, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(g + KG_MN(0) + 32 * p)),
                                                             bcast32(bs + 4 * p)));
+            const __m256 dmv = _mm256_load_ps((const float *)(g + KG_DMIN(0)));
             macc[t] = _mm256_add_ps(macc[t], _mm256_mul_ps(_mm256_mul_ps(dmv, dy), _mm256_cvtepi32_ps(md)));
         }
     }
     UNROLL for (int t = 0; t < T; t++) {
-        const __m256 v = _mm256_sub_ps(acc[t], macc[t]);
+        const __m256 v = Q6 ? acc[t] : _mm256_sub_ps(acc[t], macc[t]);
         if (R == 8) {
             _mm256_storeu_ps(Y + t * ldy, v);
         } else {
@@ -737,19 +733,22 @@ INLINE void q4k8_tile(TILE_ARGS, int R, int T) {
         }
     }
 }
-#define Q4K8_T(T) \
-    static __attribute__((noinline)) void q4k8_t##T(TILE_ARGS, int R) { q4k8_tile(TILE_PASS, R, T); }
-#define Q4K8_RT(R, T) \
-    static void q4_K_t##R##_##T(TILE_ARGS) { q4k8_t##T(TILE_PASS, R); }
-#define Q4K8_R(R) Q4K8_RT(R, 1) Q4K8_RT(R, 2) Q4K8_RT(R, 3) Q4K8_RT(R, 4) Q4K8_RT(R, 5) Q4K8_RT(R, 6)
-Q4K8_T(1) Q4K8_T(2) Q4K8_T(3) Q4K8_T(4) Q4K8_T(5) Q4K8_T(6)
-Q4K8_R(1) Q4K8_R(2) Q4K8_R(3) Q4K8_R(4) Q4K8_R(5) Q4K8_R(6) Q4K8_R(7) Q4K8_R(8)
-static const tile_fn q4_K_tab[8][TMAX] = {TT6(q4_K, 1), TT6(q4_K, 2), TT6(q4_K, 3), TT6(q4_K, 4),
-                                          TT6(q4_K, 5), TT6(q4_K, 6), TT6(q4_K, 7), TT6(q4_K, 8)};
-#ifndef Q4K8_STRIP
-#define Q4K8_STRIP (96 * 1024)
+// One noinline body per (type, T), the row count R (valid outputs of the group) at run time.
+#define K8_T(name, Q6, T) \
+    static __attribute__((noinline)) void name##_k8_t##T(TILE_ARGS, int R) { k8_tile(TILE_PASS, R, T, Q6); }
+#define K8_RT(name, R, T) \
+    static void name##_t##R##_##T(TILE_ARGS) { name##_k8_t##T(TILE_PASS, R); }
+#define K8_R(name, R) K8_RT(name, R, 1) K8_RT(name, R, 2) K8_RT(name, R, 3) K8_RT(name, R, 4) K8_RT(name, R, 5) K8_RT(name, R, 6)
+#define DEFINE_K8(name, TYPE, Q6, PSIZE, PREP, WSIZE, GPREP)                                        \
+    K8_T(name, Q6, 1) K8_T(name, Q6, 2) K8_T(name, Q6, 3) K8_T(name, Q6, 4) K8_T(name, Q6, 5) K8_T(name, Q6, 6) \
+    K8_R(name, 1) K8_R(name, 2) K8_R(name, 3) K8_R(name, 4) K8_R(name, 5) K8_R(name, 6) K8_R(name, 7) K8_R(name, 8) \
+    static const tile_fn name##_tab[8][TMAX] = {TT6(name, 1), TT6(name, 2), TT6(name, 3), TT6(name, 4), \
+                                                TT6(name, 5), TT6(name, 6), TT6(name, 7), TT6(name, 8)}; \
+    DEFINE_GEMM_FNS(name, TYPE, 8, K8_TM, PSIZE, PREP, WSIZE, NULL, K8_STRIP, GPREP)
+#ifndef K8_STRIP
+#define K8_STRIP (96 * 1024) // weight bytes per strip (repacked about 2x larger)
 #endif
-DEFINE_GEMM_FNS(q4_K, KVT_TYPE_Q4_K, 8, Q4K8_TM, k45_psize, k45_prep, q4k8_wsize, NULL, Q4K8_STRIP, q4k8_gprep)
 DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q5_K_wprep)
-DEFINE_GEMM(q6_K, KVT_TYPE_Q6_K, 1x8, 1, 8, k_psize0, k_prep0, NULL, NULL)
+DEFINE_K8(q4_K, KVT_TYPE_Q4_K, 0, k45_psize, k45_prep, q4k8_wsize, q4k8_gprep)
+DEFINE_K8(q6_K, KVT_TYPE_Q6_K, 1, k_psize0, k_prep0, q6k8_wsize, q6k8_gprep)
 #endif

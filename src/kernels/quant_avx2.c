@@ -323,12 +323,13 @@ DEFINE_DISPATCH(q5_K)
 
 // q6_K: values are used unsigned (0..63) and the offset 32 is removed with the
 // activation block sums: sum sc*(q-32)*y = sum sc*q*y - 32 * sum_g sc_g*bsum_g.
+// Per super-block the exact integer total, then one scalar fma (matmul.h), as q4_K.
 INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     const kvt_block_q6_K *x = xv;
     const int64_t nb = n / KVT_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    __m256 acc[NTMAX];
-    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    float acc[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = 0;
     for (int64_t ib = 0; ib < nb; ib++) {
         const int8_t *sc = x[ib].scales;
         const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(sc));
@@ -364,10 +365,10 @@ INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
         const float d = h2f(x[ib].d);
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * y->d), acc[t]);
+            acc[t] = fmaf((float)hsum_epi32(isum[t]), d * y->d, acc[t]);
         }
     }
-    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = kvt_hsum8(acc[t]);
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = acc[t];
 }
 DEFINE_DISPATCH(q6_K)
 
