@@ -434,10 +434,11 @@ DEFINE_X32(q8_0, KVT_TYPE_Q8_0, WT_Q8_0)
 
 // ================================================================ K-quants
 //
-// Mirrors of quant_avx2.c's q4_K / q5_K / q6_K bodies over R x T. Weight side
-// data of q4_K / q5_K, per super-block (KS bytes): uint8 sc[8], mn[8]; float
-// d, dmin. Prepared activations, per super-block (KA bytes): int16 sums of
-// the 8 sub-blocks of 32 (for the min term). q6_K needs neither.
+// q5_K: a mirror of quant_avx2.c's q5_K body over 1 x T (k45_tile, written for
+// q4_K too, which now takes the 8-row tile below with q6_K). Weight side data
+// of q5_K, per super-block (KS bytes): uint8 sc[8], mn[8]; float d, dmin.
+// Prepared activations of q4_K / q5_K, per super-block (KA bytes): int16 sums
+// of the 8 sub-blocks of 32 (for the min term). q6_K needs none.
 #define KS 24
 #define KA 16
 static int64_t k45_wsize(int64_t n) { return align64(n / KVT_QK_K * KS); }
