@@ -15,8 +15,11 @@
 //    terms (q4_0) in a third, a scalar tail for the last < 8 blocks; q4_1
 //    (q4_1_row, llama.cpp's order) one accumulator over all blocks and the
 //    m * s terms in a scalar FMA chain;
-//  - K-quants (quant_avx2.c bodies): exact i32 sums per super-block (lanes as
-//    in the GEMV), one fma per super-block, the min term in a scalar.
+//  - K-quants (quant_avx2.c bodies): exact i32 sums per super-block (q6_K:
+//    lanes as in the GEMV; q4_K/q5_K: the row's total), one fma per
+//    super-block, the min term in a scalar. The q4_K tile takes 8 weight
+//    rows in the lanes (repacked per strip, interleaved), so one activation
+//    load serves 8 rows and a sub-block is summed in int16 before its scale.
 // The two parity accumulators of the first two families are independent
 // chains, so a tile runs the K loop twice (even chunks, then odd ones) with
 // one accumulator per output: twice the tile fits the 16 ymm registers.
@@ -27,7 +30,9 @@
 // Driver: the activation rows are prepared once per call (type-specific
 // side data: f32 rows, scales as floats, block sums), then strips of weight
 // rows (L2) x blocks of activation rows (L2) are covered by tiles. Weight side
-// data (scales as floats, unpacked K scales) is prepared once per strip.
+// data (scales as floats, unpacked K scales, q4_K's interleaved 8-row groups)
+// is prepared once per strip into the per-thread scratch: nothing is kept
+// between calls, so no second copy of the weights stays in memory.
 //
 // Compiled twice: as is for AVX2 (8 lanes) and by gemm_avx512.c with
 // KVT_SIMD_AVX512 defined, where only the float tiles exist, 16 lanes wide
@@ -104,6 +109,9 @@ typedef struct {
     void (*wprep)(int64_t n, const void *w, void *s);
     const tile_fn (*tiles)[TMAX];        // tiles[R-1][T-1]
     int64_t strip;                       // weight bytes per strip (0: STRIP_BYTES)
+    // Optional instead of wprep: side data of a group of rm rows (nr <= rm of them real, the rest zero) at
+    // s, rm * wsize(n) bytes; the tile gets S at its group's start (rows interleaved in the group).
+    void (*gprep)(int64_t n, const char *w, size_t wrs, int nr, void *s);
 } gemm_type;
 
 #define STRIP_BYTES (192 * 1024) // weight rows per strip (L2), gemm_type.strip = 0
@@ -126,7 +134,10 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     for (int64_t t = 0; t < n_tok; t++) prep(n, X + t * (int64_t)xrs, P + t * ps);
     for (int64_t rs = 0; rs < nr; rs += sr) {
         const int64_t re = min64(rs + sr, nr);
-        if (ws)
+        if (g->gprep)
+            for (int64_t r = rs; r < re; r += g->rm)
+                g->gprep(n, W + r * (int64_t)wrs, wrs, (int)min64(g->rm, re - r), S + (r - rs) * ws);
+        else if (ws)
             for (int64_t r = rs; r < re; r++) g->wprep(n, W + r * (int64_t)wrs, S + (r - rs) * ws);
         for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
             const int64_t t1 = min64(t0 + tb, n_tok);
@@ -175,7 +186,9 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     DEFINE_GEMM_S(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, 0)
 #define DEFINE_GEMM_S(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, STRIP)                  \
     SHAPE_(name, SHAPE)                                                                             \
-    static const gemm_type name##_g = {TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, name##_tab, STRIP}; \
+    DEFINE_GEMM_FNS(name, TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, STRIP, NULL)
+#define DEFINE_GEMM_FNS(name, TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, STRIP, GPREP)                \
+    static const gemm_type name##_g = {TYPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, name##_tab, STRIP, GPREP}; \
     int64_t GEMM_SCRATCH_FN(name)(int64_t n, int64_t n_tok) {                                       \
         return gemm_scratch_of(&name##_g, n, n_tok, kvt_row_size(TYPE, n));                         \
     }                                                                                               \
@@ -421,10 +434,11 @@ DEFINE_X32(q8_0, KVT_TYPE_Q8_0, WT_Q8_0)
 
 // ================================================================ K-quants
 //
-// Mirrors of quant_avx2.c's q4_K / q5_K / q6_K bodies over R x T. Weight side
-// data of q4_K / q5_K, per super-block (KS bytes): uint8 sc[8], mn[8]; float
-// d, dmin. Prepared activations, per super-block (KA bytes): int16 sums of
-// the 8 sub-blocks of 32 (for the min term). q6_K needs neither.
+// q5_K: a mirror of quant_avx2.c's q5_K body over 1 x T (k45_tile, written for
+// q4_K too, which now takes the 8-row tile below with q6_K). Weight side data
+// of q5_K, per super-block (KS bytes): uint8 sc[8], mn[8]; float d, dmin.
+// Prepared activations of q4_K / q5_K, per super-block (KA bytes): int16 sums
+// of the 8 sub-blocks of 32 (for the min term). q6_K needs none.
 #define KS 24
 #define KA 16
 static int64_t k45_wsize(int64_t n) { return align64(n / KVT_QK_K * KS); }
@@ -441,7 +455,6 @@ INLINE void k45_wprep(int64_t n, const void *w, void *s, size_t bsz) {
         memcpy(o + 16, &d, 4), memcpy(o + 20, &dmin, 4);
     }
 }
-static void q4_K_wprep(int64_t n, const void *w, void *s) { k45_wprep(n, w, s, sizeof(kvt_block_q4_K)); }
 static void q5_K_wprep(int64_t n, const void *w, void *s) { k45_wprep(n, w, s, sizeof(kvt_block_q5_K)); }
 static void k45_prep(int64_t n, const void *x, void *p) {
     for (int64_t b = 0; b < n / KVT_QK_K; b++) {
@@ -456,6 +469,9 @@ INLINE int hsum4_epi32(__m128i p) {
     p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
     p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
     return _mm_cvtsi128_si32(p);
+}
+INLINE int hsum8_epi32(__m256i v) {
+    return hsum4_epi32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
 
 // dy of the tile's T tokens as one vector (lane t: token t; lanes past T zero).
@@ -486,10 +502,11 @@ INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
     const size_t qs_off = HB ? offsetof(kvt_block_q5_K, qs) : offsetof(kvt_block_q4_K, qs);
     const int64_t nb = n / KVT_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[RMAX][TMAX], macc[RMAX];
+    __m256 macc[RMAX];
+    float acc[RMAX][TMAX];
     UNROLL for (int r = 0; r < R; r++) {
         macc[r] = _mm256_setzero_ps();
-        UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+        UNROLL for (int t = 0; t < T; t++) acc[r][t] = 0;
     }
     for (int64_t ib = 0; ib < nb; ib++) {
         const kvt_block_q8_K *y[TMAX];
@@ -532,8 +549,7 @@ INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
             const __m128i mv = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m64));
             _Alignas(32) float dd[8];
             _mm256_store_ps(dd, _mm256_mul_ps(_mm256_set1_ps(d), dy8));
-            UNROLL for (int t = 0; t < T; t++)
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_broadcast_ss(dd + t), acc[r][t]);
+            UNROLL for (int t = 0; t < T; t++) acc[r][t] = fmaf((float)hsum8_epi32(isum[r][t]), dd[t], acc[r][t]);
             const __m256 md = _mm256_mul_ps(_mm256_set1_ps(dmin), dy8);
             macc[r] = _mm256_add_ps(macc[r], _mm256_mul_ps(md, _mm256_cvtepi32_ps(k_min_dot8(mv, P, ps, ib, T))));
         }
@@ -541,66 +557,199 @@ INLINE void k45_tile(TILE_ARGS, int R, int T, int HB) {
     UNROLL for (int r = 0; r < R; r++) {
         _Alignas(32) float m[8];
         _mm256_store_ps(m, macc[r]);
-        UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) - m[t];
+        UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = acc[r][t] - m[t];
     }
 }
 
-INLINE void q6_K_tile(TILE_ARGS, int R, int T) {
-    (void)S, (void)ss, (void)P, (void)ps;
+INLINE void q5_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 1); }
+
+// q4_K and q6_K over 8 weight rows at once, rows in the lanes (one activation load serves 8 rows). The
+// GEMV's order (matmul.h) needs only each row's exact integer total S per super-block, so the tile sums
+// the maddubs pair sums of a scale group in int16 before applying the scale with one madd, where the
+// GEMV spends a madd per 32 products and row: q4_K a whole sub-block of 32 (8 pair sums of at most
+// |2 * 15 * 128| each: < 2^15), q6_K half a group of 16 (2 of at most 2 * 63 * 128). The weights are
+// repacked once per strip (per call, never kept): per 8-row group and super-block (KG_SIZE bytes)
+//   uint8 q[64 quads Q][8 rows][4]: the values (q4_K 0..15, q6_K 0..63) of elements 4Q .. 4Q + 3
+//   int16 sc[NG groups][8 rows][2]: each row's scale of the group (q4_K 8 of 32, q6_K 16 of 16) twice
+//     (a madd pairs a row's two int16)
+//   int16 mn[4 or 8 p][8 rows][2]: q4_K the mins of sub-blocks 2p and 2p + 1 (4 p); q6_K the scales of
+//     groups 2p and 2p + 1 (8 p), for the offset term -32 * sum_g sc_g * bsum_g
+//   float d[8 rows], dmin[8 rows] (q6_K: d only)
+// Rows past the group's real ones are zero. Per token, lane r: acc = fma(float(S), d * dy, acc) and
+// (q4_K) macc = macc + (dmin * dy) * float(min dot) per super-block, Y = acc - macc: the GEMV's operations.
+#define KG_SC 2048
+#define KG_MN(Q6) (KG_SC + ((Q6) ? 512 : 256))
+#define KG_D(Q6) (KG_MN(Q6) + ((Q6) ? 256 : 128))
+#define KG_DMIN(Q6) (KG_D(Q6) + 32)
+#define KG_SIZE(Q6) (KG_DMIN(Q6) + ((Q6) ? 0 : 32))
+#ifndef K8_TM
+#define K8_TM 6
+#endif
+static int64_t q4k8_wsize(int64_t n) { return align64(n / KVT_QK_K * (KG_SIZE(0) / 8)); }
+static int64_t q6k8_wsize(int64_t n) { return align64(n / KVT_QK_K * (KG_SIZE(1) / 8)); }
+
+// 8 x 8 transpose of 32-bit elements: o[i] lane r = v[r] lane i.
+INLINE void transpose8_epi32(const __m256i v[8], __m256i o[8]) {
+    __m256i t[8], u[8];
+    UNROLL for (int k = 0; k < 4; k++) {
+        t[2 * k] = _mm256_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+    }
+    UNROLL for (int h = 0; h < 2; h++) { // rows 4h .. 4h + 3
+        u[4 * h] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+    UNROLL for (int i = 0; i < 4; i++) {
+        o[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
+        o[i + 4] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+    }
+}
+
+// The 32 values of sub-block m (elements 32m .. 32m + 31) of one super-block, in element order.
+INLINE __m256i k_sub_values(const char *blk, int m, int Q6) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (!Q6) { // chunk m / 2: low nibbles sub-block m even, high nibbles m odd
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(((const kvt_block_q4_K *)blk)->qs + 32 * (m / 2)));
+        return _mm256_and_si256(m & 1 ? _mm256_srli_epi16(q, 4) : q, m4);
+    }
+    const kvt_block_q6_K *x = (const kvt_block_q6_K *)blk; // as quant_avx2.c's q6_K body: half h, k
+    const int h = m / 4, k = m % 4;
+    const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (k & 1)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+    const __m256i lo = _mm256_and_si256(k >= 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3)), 4));
+}
+
+INLINE void k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s, int Q6) {
+    const size_t bsz = Q6 ? sizeof(kvt_block_q6_K) : sizeof(kvt_block_q4_K);
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        uint8_t *o = (uint8_t *)s + b * KG_SIZE(Q6);
+        int16_t *sc16 = (int16_t *)(o + KG_SC), *mn16 = (int16_t *)(o + KG_MN(Q6));
+        float *d = (float *)(o + KG_D(Q6)), *dmin = (float *)(o + KG_DMIN(Q6));
+        const char *x[8];
+        for (int r = 0; r < 8; r++) {
+            x[r] = r < nr ? w + r * (int64_t)wrs + b * (int64_t)bsz : NULL;
+            if (Q6) {
+                const kvt_block_q6_K *q = (const kvt_block_q6_K *)x[r];
+                for (int g = 0; g < 16; g++) {
+                    const int16_t v = q ? q->scales[g] : 0;
+                    sc16[16 * g + 2 * r] = sc16[16 * g + 2 * r + 1] = v;
+                    mn16[16 * (g / 2) + 2 * r + (g & 1)] = v;
+                }
+                d[r] = q ? _cvtsh_ss(q->d) : 0.f;
+                continue;
+            }
+            const kvt_block_q4_K *q = (const kvt_block_q4_K *)x[r];
+            uint8_t sc[8] = {0}, mn[8] = {0};
+            if (q) kvt_k_scales_unpack(q->scales, sc, mn);
+            for (int j = 0; j < 8; j++) sc16[16 * j + 2 * r] = sc16[16 * j + 2 * r + 1] = sc[j];
+            for (int p = 0; p < 4; p++) mn16[16 * p + 2 * r] = mn[2 * p], mn16[16 * p + 2 * r + 1] = mn[2 * p + 1];
+            d[r] = q ? _cvtsh_ss(q->d) : 0.f;
+            dmin[r] = q ? _cvtsh_ss(q->dmin) : 0.f;
+        }
+        for (int m = 0; m < 8; m++) {
+            __m256i v[8], t[8];
+            for (int r = 0; r < 8; r++) v[r] = x[r] ? k_sub_values(x[r], m, Q6) : _mm256_setzero_si256();
+            transpose8_epi32(v, t);
+            for (int i = 0; i < 8; i++) _mm256_store_si256((__m256i *)(o + (8 * m + i) * 32), t[i]);
+        }
+    }
+}
+static void q4k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { k8_gprep(n, w, wrs, nr, s, 0); }
+static void q6k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { k8_gprep(n, w, wrs, nr, s, 1); }
+
+INLINE __m256i bcast32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// The sum of the int16 pair sums maddubs(q[Q], y) over quads Q = q0 .. q0 + nq - 1 of T tokens, accumulated
+// into isum after one madd with the group's scales scv.
+INLINE void k8_group(const char *g, const kvt_block_q8_K *const *y, int T, int q0, int nq, __m256i scv, __m256i *isum) {
+    __m256i s16[TMAX];
+    UNROLL for (int t = 0; t < T; t++) s16[t] = _mm256_setzero_si256();
+    UNROLL for (int i = 0; i < nq; i++) {
+        const __m256i w = _mm256_load_si256((const __m256i *)(g + (q0 + i) * 32));
+        UNROLL for (int t = 0; t < T; t++)
+            s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(w, bcast32(y[t]->qs + 4 * (q0 + i))));
+    }
+    UNROLL for (int t = 0; t < T; t++) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], scv));
+}
+
+INLINE void k8_tile(TILE_ARGS, int R, int T, int Q6) {
+    (void)W, (void)wrs, (void)ss;
     const int64_t nb = n / KVT_QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    __m256 acc[RMAX][TMAX];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    __m256 acc[TMAX], macc[TMAX];
+    UNROLL for (int t = 0; t < T; t++) acc[t] = macc[t] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
+        const char *g = S + ib * KG_SIZE(Q6);
         const kvt_block_q8_K *y[TMAX];
         UNROLL for (int t = 0; t < T; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + ib;
-        const kvt_block_q6_K *x[RMAX];
-        __m256i isum[RMAX][TMAX];
-        UNROLL for (int r = 0; r < R; r++) {
-            x[r] = (const kvt_block_q6_K *)(W + r * wrs) + ib;
-            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[r]->scales));
-            UNROLL for (int t = 0; t < T; t++) { // start from -32 * sum_g sc_g * bsum_g
-                const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[t]->bsums));
-                isum[r][t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+        __m256i isum[TMAX];
+        UNROLL for (int t = 0; t < T; t++) {
+            isum[t] = _mm256_setzero_si256();
+            if (Q6) { // -32 * sum_g sc_g * bsum_g
+                __m256i off = _mm256_setzero_si256();
+                UNROLL for (int p = 0; p < 8; p++)
+                    off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(g + KG_MN(1) + 32 * p)),
+                                                                  bcast32(y[t]->bsums + 2 * p)));
+                isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off, 5));
             }
         }
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i v[RMAX][4];
-            UNROLL for (int r = 0; r < R; r++) {
-                const __m256i qa = _mm256_loadu_si256((const __m256i *)(x[r]->ql + 64 * h));
-                const __m256i qb = _mm256_loadu_si256((const __m256i *)(x[r]->ql + 64 * h + 32));
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)(x[r]->qh + 32 * h));
-                v[r][0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-                v[r][1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
-                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-                v[r][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
-                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-                v[r][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+        if (Q6) {
+            for (int gr = 0; gr < 16; gr++) {
+                const __m256i scv = _mm256_load_si256((const __m256i *)(g + KG_SC + 32 * gr));
+                k8_group(g, y, T, 4 * gr, 2, scv, isum);
+                k8_group(g, y, T, 4 * gr + 2, 2, scv, isum);
             }
-            UNROLL for (int k = 0; k < 4; k++) {
-                const int g = 8 * h + 2 * k; // scale groups g (low lane) and g+1 (high lane)
-                UNROLL for (int r = 0; r < R; r++) {
-                    const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(x[r]->scales[g + 1]), _mm_set1_epi16(x[r]->scales[g]));
-                    UNROLL for (int t = 0; t < T; t++) {
-                        const __m256i p = _mm256_maddubs_epi16(v[r][k], _mm256_loadu_si256((const __m256i *)(y[t]->qs + 128 * h + 32 * k)));
-                        isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(p, scv));
-                    }
-                }
-            }
+        } else {
+            for (int j = 0; j < 8; j++)
+                k8_group(g, y, T, 8 * j, 8, _mm256_load_si256((const __m256i *)(g + KG_SC + 32 * j)), isum);
         }
-        UNROLL for (int r = 0; r < R; r++) {
-            const float d = _cvtsh_ss(x[r]->d);
-            UNROLL for (int t = 0; t < T; t++)
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d * y[t]->d), acc[r][t]);
+        const __m256 dv = _mm256_load_ps((const float *)(g + KG_D(Q6)));
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m256 dy = _mm256_set1_ps(y[t]->d);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dv, dy), acc[t]);
+            if (Q6) continue;
+            const char *bs = P + t * ps + ib * KA; // 8 int16 sums of 32: pairs (2p, 2p + 1)
+            __m256i md = _mm256_setzero_si256();
+            UNROLL for (int p = 0; p < 4; p++)
+                md = _mm256_add_epi32(md, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(g + KG_MN(0) + 32 * p)),
+                                                            bcast32(bs + 4 * p)));
+            const __m256 dmv = _mm256_load_ps((const float *)(g + KG_DMIN(0)));
+            macc[t] = _mm256_add_ps(macc[t], _mm256_mul_ps(_mm256_mul_ps(dmv, dy), _mm256_cvtepi32_ps(md)));
         }
     }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]);
+    UNROLL for (int t = 0; t < T; t++) {
+        const __m256 v = Q6 ? acc[t] : _mm256_sub_ps(acc[t], macc[t]);
+        if (R == 8) {
+            _mm256_storeu_ps(Y + t * ldy, v);
+        } else {
+            _Alignas(32) float o[8];
+            _mm256_store_ps(o, v);
+            for (int r = 0; r < R; r++) Y[t * ldy + r] = o[r];
+        }
+    }
 }
-
-INLINE void q4_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 0); }
-INLINE void q5_K_tile(TILE_ARGS, int R, int T) { k45_tile(TILE_PASS, R, T, 1); }
-DEFINE_GEMM(q4_K, KVT_TYPE_Q4_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q4_K_wprep)
+// One noinline body per (type, T), the row count R (valid outputs of the group) at run time.
+#define K8_T(name, Q6, T) \
+    static __attribute__((noinline)) void name##_k8_t##T(TILE_ARGS, int R) { k8_tile(TILE_PASS, R, T, Q6); }
+#define K8_RT(name, R, T) \
+    static void name##_t##R##_##T(TILE_ARGS) { name##_k8_t##T(TILE_PASS, R); }
+#define K8_R(name, R) K8_RT(name, R, 1) K8_RT(name, R, 2) K8_RT(name, R, 3) K8_RT(name, R, 4) K8_RT(name, R, 5) K8_RT(name, R, 6)
+#define DEFINE_K8(name, TYPE, Q6, PSIZE, PREP, WSIZE, GPREP)                                        \
+    K8_T(name, Q6, 1) K8_T(name, Q6, 2) K8_T(name, Q6, 3) K8_T(name, Q6, 4) K8_T(name, Q6, 5) K8_T(name, Q6, 6) \
+    K8_R(name, 1) K8_R(name, 2) K8_R(name, 3) K8_R(name, 4) K8_R(name, 5) K8_R(name, 6) K8_R(name, 7) K8_R(name, 8) \
+    static const tile_fn name##_tab[8][TMAX] = {TT6(name, 1), TT6(name, 2), TT6(name, 3), TT6(name, 4), \
+                                                TT6(name, 5), TT6(name, 6), TT6(name, 7), TT6(name, 8)}; \
+    DEFINE_GEMM_FNS(name, TYPE, 8, K8_TM, PSIZE, PREP, WSIZE, NULL, K8_STRIP, GPREP)
+#ifndef K8_STRIP
+#define K8_STRIP (96 * 1024) // weight bytes per strip (repacked about 2x larger)
+#endif
 DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q5_K_wprep)
-DEFINE_GEMM(q6_K, KVT_TYPE_Q6_K, 1x8, 1, 8, k_psize0, k_prep0, NULL, NULL)
+DEFINE_K8(q4_K, KVT_TYPE_Q4_K, 0, k45_psize, k45_prep, q4k8_wsize, q4k8_gprep)
+DEFINE_K8(q6_K, KVT_TYPE_Q6_K, 1, k_psize0, k_prep0, q6k8_wsize, q6k8_gprep)
 #endif

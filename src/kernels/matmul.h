@@ -24,9 +24,11 @@
 //     acc[j & 1] = fma(float(p), broadcast(D[j]), acc[j & 1]); blocks past the
 //     last full group: tail = tail + (dx * dy) * hsum(float(p)), then (not q8_0) tail = tail + cx * c;
 //     Y = (hsum(acc0 + acc1) + hsum(cacc)) + tail.  q8_0 has no c term (sign trick): cacc stays 0.
-//   q4_K/q5_K/q6_K (x q8_K, super-blocks of 256): per super-block an exact int32 8-lane sum isum,
-//     acc = fma(float(isum), broadcast(d * dy), acc); q4_K/q5_K also macc = macc + (dmin * dy) *
-//     (float)(exact integer min dot) as scalars; Y = hsum(acc) - macc (q6_K: hsum(acc)).
+//   q4_K/q5_K/q6_K (x q8_K, super-blocks of 256): per super-block the exact int32 total S of the
+//     scaled products (|S| < 2^28), acc = fma(float(S), d * dy, acc) in a scalar chain; q4_K/q5_K also
+//     macc = macc + (dmin * dy) * (float)(exact integer min dot), a scalar chain; Y = acc - macc (q6_K:
+//     acc). (Only totals: so the 8-row q4_K/q6_K tiles, rows in the lanes, may sum a sub-block's
+//     products in int16 before its scale; also on avx512 for q5_K, whose avx512 path is this body.)
 //  avx512: the same sources with 16-lane vectors (q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows
 //   kernel; the old AVX-512 f16/q8_0/K-quant panel tiles sum in another order and are off unless

@@ -268,16 +268,17 @@ INLINE int k_min_dot(const uint8_t m[8], const kvt_block_q8_K *y) {
     return _mm_cvtsi128_si32(p);
 }
 
-// q4_K / q5_K share everything but the high bit; HB selects q5_K.
+// q4_K / q5_K share everything but the high bit; HB selects q5_K. Per super-block the exact integer
+// total S of the scaled products (|S| < 2^27), then acc = fma(float(S), d * dy, acc) in one scalar chain
+// (matmul.h): the order that lets gemm_avx2.c's 8-row tile sum a sub-block's products in int16 first.
 #define DEFINE_K45_BODY(name, BT, HB)                                                               \
     INLINE void name##_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s,  \
                             int64_t ss) {                                                           \
         const BT *x = xv;                                                                           \
         const int64_t nb = n / KVT_QK_K;                                                            \
         const __m256i m4 = _mm256_set1_epi8(0x0F);                                                  \
-        __m256 acc[NTMAX];                                                                          \
-        float macc[NTMAX];                                                                          \
-        UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps(), macc[t] = 0;                     \
+        float acc[NTMAX], macc[NTMAX];                                                              \
+        UNROLL for (int t = 0; t < NT; t++) acc[t] = 0, macc[t] = 0;                                \
         for (int64_t ib = 0; ib < nb; ib++) {                                                       \
             uint8_t sc[8], mn[8];                                                                   \
             kvt_k_scales_unpack(x[ib].scales, sc, mn);                                                  \
@@ -308,11 +309,11 @@ INLINE int k_min_dot(const uint8_t m[8], const kvt_block_q8_K *y) {
             }                                                                                       \
             UNROLL for (int t = 0; t < NT; t++) {                                                          \
                 const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;              \
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * y->d), acc[t]); \
+                acc[t] = fmaf((float)hsum_epi32(isum[t]), d * y->d, acc[t]);                        \
                 macc[t] += dmin * y->d * (float)k_min_dot(mn, y);                                   \
             }                                                                                       \
         }                                                                                           \
-        UNROLL for (int t = 0; t < NT; t++) s[t * ss] = kvt_hsum8(acc[t]) - macc[t];                         \
+        UNROLL for (int t = 0; t < NT; t++) s[t * ss] = acc[t] - macc[t];                           \
     }
 
 DEFINE_K45_BODY(q4_K, kvt_block_q4_K, 0)
@@ -322,12 +323,13 @@ DEFINE_DISPATCH(q5_K)
 
 // q6_K: values are used unsigned (0..63) and the offset 32 is removed with the
 // activation block sums: sum sc*(q-32)*y = sum sc*q*y - 32 * sum_g sc_g*bsum_g.
+// Per super-block the exact integer total, then one scalar fma (matmul.h), as q4_K.
 INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     const kvt_block_q6_K *x = xv;
     const int64_t nb = n / KVT_QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    __m256 acc[NTMAX];
-    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    float acc[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = 0;
     for (int64_t ib = 0; ib < nb; ib++) {
         const int8_t *sc = x[ib].scales;
         const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(sc));
@@ -363,10 +365,10 @@ INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
         const float d = h2f(x[ib].d);
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_set1_ps(d * y->d), acc[t]);
+            acc[t] = fmaf((float)hsum_epi32(isum[t]), d * y->d, acc[t]);
         }
     }
-    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = kvt_hsum8(acc[t]);
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = acc[t];
 }
 DEFINE_DISPATCH(q6_K)
 
