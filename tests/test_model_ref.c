@@ -29,8 +29,9 @@
 // and with the paged store, whose local layers keep only the blocks their window still sees. Its
 // 262144-entry logit vectors are stored sparsely ("id value" lines: llama.cpp's top 2048 ids and every
 // 64th id) to keep the repository small; the tolerance is taken over the same ids. Its perplexity
-// tolerance is the 0.5% of issue 11 (llama.cpp's own paths differ by 0.25% at ctx 800; ours is between
-// llama.cpp's two paths at ctx 128 on an AVX512-FP16 Xeon, 2026-11-26). The model moves its logits by about 1 for any
+// tolerance is the 0.5% of issue 11, over gemma3-270m.ppl.txt (6338 tokens; llama.cpp's own paths differ by
+// 0.36% at ctx 128 and 0.18% at ctx 800 there). The 1636-token long text gave too few predictions for 0.5%:
+// a change of kvtier's AVX2 q4_K summation order to llama.cpp's own moved ours from 0.07% to 0.64% outside. The model moves its logits by about 1 for any
 // rounding change (our F16 vs F32 KV cache: 1.5; our scalar vs AVX2 kernels: 1.0-1.2), so on one
 // short prompt the band is a noisy sample: on "The capital of France is" ours was 1.17-1.32 off with a
 // tolerance of 1.10, on the 26-token prompt used here 0.79-1.10 with a band of 1.01 (absolute logits).
@@ -560,13 +561,14 @@ void test_model_ref(const test_env *env) {
         test_skip("smollm2-135m-q4_1: reference checks",
                   test_file_exists(env->smollm2) ? why : "SmolLM2 not in cache: run `make model`");
     }
-    // Gemma 3 270M (Q4_K_M, sliding-window layers) from the cache; its goldens and long text are in tests/data
+    // Gemma 3 270M (Q4_K_M, sliding-window layers) from the cache; its goldens and texts are in tests/data:
+    // perplexity over gemma3-270m.ppl.txt (6338 tokens), the long-context greedy check on the -long prompt
     const char *gemma3 = getenv("KVT_GEMMA3");
-    char long_text[1024];
+    char ppl_text[1024];
     G = test_file_exists(gemma3) ? golden_find(env, NULL, "gemma3-270m", gemma3, &f, why, sizeof why) : NULL;
-    if (G && test_data(env, "gemma3-270m.long.txt", long_text, sizeof long_text)) {
+    if (G && test_data(env, "gemma3-270m.ppl.txt", ppl_text, sizeof ppl_text)) {
         f.g.name = "gemma3-270m-q4_k_m";
-        f.g.ppl_text = long_text;
+        f.g.ppl_text = ppl_text;
         f.g.ppl_tol = 0.005; // issue 11: within 0.5% of llama.cpp
         // four more prompts for the logits band (tools/golden/gemma3_golden.sh, step band): beside its
         // gemma3-270m.logits.txt

@@ -29,8 +29,13 @@
 #                                 distance as the largest over these and $PROMPT
 #   -long.greedy.json             prompt = tests/data/gemma3-270m.long.txt (1636 tokens, past the
 #                                 512-position sliding window), 16 greedy ids, context 2048
-#   .ppl.json                     llama-perplexity on gemma3-270m.long.txt at -c 128 and -c 800
-#                                 (-b = -c; 800 needs 1600 tokens), fa on and off
+#   .ppl.json                     llama-perplexity on gemma3-270m.ppl.txt (6338 tokens: the first 21000 bytes
+#                                 of docs/DESIGN.md + docs/BEAM.md of 2026-11-28) at -c 128 and -c 800 (-b = -c),
+#                                 fa on and off. (It was long.txt, 1636 tokens: 768 scored predictions at
+#                                 ctx 128, too few for a 0.5% check on a model whose logits move by 3-5% of
+#                                 the largest for any rounding change: kvtier's AVX2 kernels went from 0.07%
+#                                 to 0.64% outside llama.cpp's two paths when their q4_K summation order
+#                                 became llama.cpp's own.)
 #   .tok.inp / .tok.out           strings (llama.cpp's vocab-test format) and llama-tokenize's ids,
 #                                 no BOS, parse_special off; .tok.special.out the same with it on
 set -euo pipefail
@@ -43,6 +48,7 @@ LIBDIR="$LLAMA_BUILD_DIR/bin"
 OUT="$ROOT/tests/data"
 P="$OUT/gemma3-270m"
 TEXT="$P.long.txt"
+PPL_TEXT="$P.ppl.txt"
 BIN_DIR="${GOLDEN_BIN_DIR:-${TMPDIR:-/tmp}/kvtier-golden}"
 BIN="$BIN_DIR/llama_golden"
 STEPS="${STEPS:-greedy band ppl tok}"
@@ -55,7 +61,7 @@ BAND_PROMPTS=(
 )
 PROMPT="Photosynthesis is the process by which green plants use sunlight, water and carbon dioxide to make their own food. During this process"
 
-need=("$LLAMA_CPP_DIR/include/llama.h" "$LIBDIR/libllama.so" "$MODEL" "$TEXT")
+need=("$LLAMA_CPP_DIR/include/llama.h" "$LIBDIR/libllama.so" "$MODEL" "$TEXT" "$PPL_TEXT")
 if step ppl; then need+=("$LIBDIR/llama-perplexity"); fi
 if step tok; then need+=("$LIBDIR/llama-tokenize"); fi
 for f in "${need[@]}"; do
@@ -115,7 +121,7 @@ entries=()
 for c in 128 800; do
     ppl=() 
     for fa in on off; do
-        "$LIBDIR/llama-perplexity" -m "$MODEL" -f "$TEXT" -c "$c" -b "$c" -t 2 -fa "$fa" > "$TMP/ppl.log" 2>&1
+        "$LIBDIR/llama-perplexity" -m "$MODEL" -f "$PPL_TEXT" -c "$c" -b "$c" -t 2 -fa "$fa" > "$TMP/ppl.log" 2>&1
         ppl+=("$(sed -n 's/.*Final estimate: PPL = \([0-9.eE+-]*\).*/\1/p' "$TMP/ppl.log" | tail -n1)")
     done
     echo "ctx=$c ppl=${ppl[0]} ppl_fa_off=${ppl[1]}"
