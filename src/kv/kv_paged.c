@@ -712,6 +712,8 @@ void kvp_block_unref(kv_paged *s, int64_t id) {
     pblock *B = &s->blk[id];
     if (--B->refs > 0) return;
     for (int t = 0; t < KVT_TIER_COUNT; t++) kvp_drop_copy(s, id, t);
+    s->q_disk -= B->qdisk; // still queued: the id may be reused before a copy thread takes the entry
+    B->qdisk = false;
     if (s->n_free_blk == s->cap_free_blk) {
         int64_t cap = s->cap_free_blk ? s->cap_free_blk * 2 : 256;
         int64_t *f = realloc(s->free_blk, (size_t)cap * sizeof *f);
