@@ -359,6 +359,41 @@ void test_kv_sched_demote_model(const kvt_model *m, const char *disk) {
     free(ref);
 }
 
+// The copy engine's memory copies (host -> fast, CPU-bound) keep at most io_mem_threads of its 4 threads at work at
+// once: with 1, five sequences read in turn through a fast tier of 8 blocks are prefetched by one thread at a time
+// (io_busy_max 1), and read back exactly; with 4 the same reads give the same data.
+static void copy_threads(void) {
+    kvt_err err = {0};
+    kvt_status st = KVT_OK;
+    int64_t busy_max[2] = {-1, -1}, pre[2] = {0, 0};
+    bool same = true;
+    for (int k = 0; k < 2 && !st; k++) {
+        kvt_kv *kv = NULL;
+        kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 8, -1);
+        p.n_io_threads = 4;
+        p.io_mem_threads = k ? 4 : 1;
+        st = kvt_kv_paged_init(&p, &kv, &err);
+        int32_t seqs[5] = {0, -1, -1, -1, -1};
+        for (int i = 1; !st && i < 5; i++)
+            if ((seqs[i] = new_seq(kv)) < 0) st = kvt_errorf(&err, KVT_ERR_NOMEM, "fork");
+        for (int i = 0; !st && i < 5; i++) st = fill(kv, seqs[i], i + 1, 0, 16, &err);
+        for (int round = 0; !st && round < 3; round++)
+            for (int i = 0; !st && i < 5; i++) acquire_all(kv, seqs[i], 16, &err, &st);
+        for (int i = 0; !st && i < 5; i++) same = same && holds(kv, seqs[i], i + 1, 16);
+        kvt_kv_paged_drain(kv);
+        kvt_kv_stats ks;
+        kvt_kv_get_stats(kv, &ks);
+        busy_max[k] = ks.io_busy_max;
+        pre[k] = ks.prefetches;
+        kvt_kv_free(kv);
+    }
+    test_result(!st && same && busy_max[0] == 1 && pre[0] > 0 && busy_max[1] >= 1 && pre[1] > 0,
+                "kv_sched: memory copies keep io_mem_threads copy threads at work at once (1 of 4), same data",
+                "%s same data %d; io_mem 1: at most %lld at once, %lld prefetches; io_mem 4: %lld, %lld",
+                st ? err.msg : "", (int)same, (long long)busy_max[0], (long long)pre[0], (long long)busy_max[1],
+                (long long)pre[1]);
+}
+
 void test_kv_sched(const test_env *env) {
     (void)env;
     block_io();
@@ -371,4 +406,5 @@ void test_kv_sched(const test_env *env) {
     if (disk) rmdir(disk);
     plan_evict();
     demote_store();
+    copy_threads();
 }

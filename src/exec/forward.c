@@ -103,6 +103,7 @@ static kvt_status kv_init(kvt_context *c, kvt_err *err) {
     pp.disk_max = c->p.kv_disk_max > 0 ? c->p.kv_disk_max : -1;
     if (c->p.kv_evict) pp.evict = c->p.kv_evict;
     if (c->p.kv_prefetch >= 0) pp.prefetch = c->p.kv_prefetch;
+    pp.io_mem_threads = c->p.kv_copy_threads;
     pp.n_readers = c->p.n_threads;
     pp.keep_files = c->p.kv_keep;
     pp.timing = c->p.kv_timing;

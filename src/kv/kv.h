@@ -69,8 +69,9 @@ typedef struct {
     // wakeups: those sleeps (condition waits that returned). io_cpu_ms: CPU time of the copy engine's threads
     // (all their work: victim searches and copies); io_items: prefetch-queue entries they took, io_idle: of
     // which loaded nothing into the fast tier (resident already, or no victim it may displace).
+    // io_busy_max: the most copy threads at work on queued blocks at once (kvt_kv_paged_params.io_mem_threads).
     double acquire_ms, lock_ms, wait_busy_ms, wait_room_ms, load_ms, io_cpu_ms;
-    int64_t wakeups, io_items, io_idle;
+    int64_t wakeups, io_items, io_idle, io_busy_max;
 } kvt_kv_stats;
 
 typedef struct kvt_kv kvt_kv;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../base/timer.h"
 #include "../kernels/quant.h"
@@ -570,9 +571,12 @@ static void *io_main(void *arg) {
             s->st.io_cpu_ms += (double)(kvt_thread_cpu_ns() - c0) / 1e6;
             c0 = -1;
         }
-        while (!s->stop && s->q_len == 0) {
+        // sleep with nothing queued, or while more threads are awake than the queue wants (kvp_io_target)
+        // (asleep until it takes a wake token: kvp_queue_wake hands out no more tokens than threads asleep)
+        while (!s->stop && (s->q_len == 0 || s->n_io_awake > kvp_io_target(s))) {
             s->n_io_awake--;
-            pthread_cond_wait(&s->qcv, &s->mu);
+            while (!s->stop && s->io_tokens == 0) pthread_cond_wait(&s->qcv, &s->mu);
+            if (s->io_tokens > 0) s->io_tokens--;
             s->n_io_awake++;
         }
         if (s->stop) break;
@@ -583,7 +587,8 @@ static void *io_main(void *arg) {
         s->st.io_items++;
         pblock *B = &s->blk[id];
         const bool plan = B->qplan, attn = B->qattn;
-        B->queued = B->qplan = B->qattn = false;
+        s->q_disk -= B->qdisk;
+        B->queued = B->qplan = B->qattn = B->qdisk = false;
         if (B->refs <= 0 || B->busy || B->slot[T0] >= 0) {
             s->st.io_idle++;
             if (s->q_len == 0) pthread_cond_broadcast(&s->cv);
@@ -591,7 +596,7 @@ static void *io_main(void *arg) {
         }
         kvt_err e;
         bool loaded;
-        s->n_io_busy++;
+        if (++s->n_io_busy > s->st.io_busy_max) s->st.io_busy_max = s->n_io_busy;
         // an error here is reported again by the acquire that needs the block; a planned block that finds no
         // room in T0 (only blocks the plan needs sooner) comes up from disk to the host tier at least
         kvt_status st = load(s, id, false, plan ? INT64_MAX : next_use(s, &s->blk[id]), attn, &loaded, &e);
@@ -605,15 +610,31 @@ static void *io_main(void *arg) {
     return NULL;
 }
 
-// After entries were queued: wakes as many copy threads as the queue has entries, less those awake (a thread awake
-// takes the next entry before it sleeps; one signalled but not yet running counts as asleep, so a push meanwhile may
-// wake one more, at most n_io in all). A broadcast for every push woke all of them for
+// After entries were queued: wakes as many copy threads as the queue wants at work, less those awake (a thread awake
+// takes the next entry before it sleeps) and those signalled but not running yet (io_tokens: a thread leaves its
+// sleep only by taking one; without them a signalled thread not yet running counted as asleep, so each push in the
+// meantime woke one more, which woke only to sleep again). A broadcast for every push woke all of them for
 // each block a reader's prefetch queued, and all but one went back to sleep after taking the mutex in turn; one
 // signal per entry still woke a thread per block, 2000-3000 sleeps and wake-ups per iteration under
 // oversubscription (kvtier_context_switches_total), each a wait for a core on 2 vCPUs.
+//
+// How many: kvp_io_target. A copy between memory tiers is a memcpy and its bookkeeping under the store's mutex, so
+// it is CPU-bound: with the readers (compute threads) on every core, each copy thread beyond io_mem only takes a core
+// from them and waits for the mutex (4 copy threads beside -t 2 on 2 vCPUs: ~100 ms of mutex waits and ~3300 context
+// switches per serving iteration at rho 5, docs/BENCHMARKS.md). A block only on disk waits for the device instead,
+// so each such block queued may keep one more thread at work.
+int64_t kvp_io_target(const kv_paged *s) {
+    int64_t n = s->io_mem + s->q_disk;
+    if (n > s->q_len) n = s->q_len;
+    return n < s->n_io ? n : s->n_io;
+}
+
 void kvp_queue_wake(kv_paged *s) {
-    const int64_t want = (s->q_len < s->n_io ? s->q_len : s->n_io) - s->n_io_awake;
-    for (int64_t i = 0; i < want; i++) pthread_cond_signal(&s->qcv);
+    const int64_t want = kvp_io_target(s) - s->n_io_awake - s->io_tokens;
+    for (int64_t i = 0; i < want; i++) {
+        s->io_tokens++;
+        pthread_cond_signal(&s->qcv);
+    }
 }
 
 void kvp_queue_push(kv_paged *s, int64_t id) {
@@ -629,7 +650,10 @@ void kvp_queue_push(kv_paged *s, int64_t id) {
     }
     s->q[(s->q_head + s->q_len) % s->q_cap] = id;
     s->q_len++;
-    s->blk[id].queued = true;
+    pblock *B = &s->blk[id];
+    B->queued = true;
+    B->qdisk = B->slot[T0] < 0 && B->slot[T1] < 0 && B->slot[T2] >= 0;
+    s->q_disk += B->qdisk;
 }
 
 // Queues the `prefetch` blocks that follow (layer, group, b) of seq in the decode schedule (kvt_prefetch_window,
@@ -688,6 +712,8 @@ void kvp_block_unref(kv_paged *s, int64_t id) {
     pblock *B = &s->blk[id];
     if (--B->refs > 0) return;
     for (int t = 0; t < KVT_TIER_COUNT; t++) kvp_drop_copy(s, id, t);
+    s->q_disk -= B->qdisk; // still queued: the id may be reused before a copy thread takes the entry
+    B->qdisk = false;
     if (s->n_free_blk == s->cap_free_blk) {
         int64_t cap = s->cap_free_blk ? s->cap_free_blk * 2 : 256;
         int64_t *f = realloc(s->free_blk, (size_t)cap * sizeof *f);
@@ -1135,6 +1161,11 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     s->victim_window = p->victim_window > 0 ? p->victim_window : VICTIM_SAMPLE;
     bool lower = s->tier[T1].present || s->tier[T2].present;
     int n_io = lower && p->prefetch > 0 ? (p->n_io_threads > 0 ? p->n_io_threads : 4) : 0;
+    if (p->io_mem_threads > 0) s->io_mem = p->io_mem_threads;
+    else {
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        s->io_mem = cpus > p->n_readers ? (int)(cpus - p->n_readers) : 1;
+    }
     if (!st && n_io > 0) {
         s->pf_win = malloc((size_t)p->prefetch * sizeof *s->pf_win);
         if (!s->pf_win) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");

@@ -39,6 +39,9 @@ typedef struct {
     int32_t prefetch;       // blocks fetched ahead of use (0: none)
     int32_t n_readers;      // threads that may hold a block at once (T0 must hold that many blocks)
     int32_t n_io_threads;   // copy engine workers (default 4)
+    int32_t io_mem_threads; // copy workers at work at once while every queued block has a copy in memory (a memcpy:
+                            // CPU-bound, so a worker beyond the cores the readers leave only takes one from them);
+                            // disk reads wake the others. 0: the online CPUs less n_readers, at least 1
     bool keep_files;        // leave the disk file in disk_dir (else unlinked as soon as it is created)
     int64_t fault_read_at;  // tests: the n-th disk read fails with EIO (0: never)
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)

@@ -24,6 +24,7 @@ typedef struct {
     bool busy;          // a transfer or eviction of this block is under way
     bool queued;        // waiting in the prefetch queue
     bool qplan;         // queued by the scheduler's plan (kvt_kv_paged_set_plan), not by the decode schedule
+    bool qdisk;         // queued while its only copy was on disk (kv_paged.q_disk counts these)
     bool qattn;         // queued by attn-ema's prefetch (kvt_kv_paged_attn_mass): loaded only if the policy ranks
                         // a resident block below it
     uint64_t last_use, uses;
@@ -84,6 +85,9 @@ typedef struct {
     int n_io;
     int n_io_busy;         // copy threads handling a queued block (kvt_kv_paged_drain)
     int n_io_awake;        // copy threads not asleep on qcv (queue_wake)
+    int64_t io_tokens;     // wake-ups handed to copy threads asleep on qcv and not taken yet (kvp_queue_wake)
+    int io_mem;            // copy threads at work at once on blocks with a memory copy (kvp_io_target)
+    int64_t q_disk;        // queued blocks whose only copy was on disk when queued (pblock.qdisk)
     pthread_cond_t qcv;
     int64_t *q;            // ring of block ids to prefetch
     int64_t q_head, q_len, q_cap;
@@ -112,6 +116,7 @@ int64_t kvp_t1_duplicate(const kv_paged *s);                       // a host cop
 // The copy engine's queue.
 void kvp_queue_push(kv_paged *s, int64_t id);
 void kvp_queue_wake(kv_paged *s);
+int64_t kvp_io_target(const kv_paged *s); // copy threads the queue wants at work (io_mem, one more per disk block)
 // Blocks and sequences.
 int64_t kvp_block_new(kv_paged *s, int32_t layer, int32_t group, int64_t index); // a free block id, or -1
 void kvp_block_unref(kv_paged *s, int64_t id);
