@@ -83,6 +83,10 @@ CONFIGS=(
     "asyncspade rr4 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK|$ASYNC_SUM"
     "asyncspade rr2 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 2 --sparse-block $KV_BLOCK|$ASYNC_SUM"
     "asyncspade rr4|--sparse asyncspade --sparse-rerank 4|$ASYNC_SUM"
+    # the worker prefetches only its K best candidates' blocks, best first (--sparse-prefetch-top 1); and with the
+    # real query keeping whole pages (--sparse-rerank-block), so that the set fits the fast tier
+    "asyncspade rr4 block$KV_BLOCK top1|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-prefetch-top 1|$ASYNC_SUM"
+    "asyncspade rr4 block$KV_BLOCK pages|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 1|$ASYNC_SUM"
 )
 if [ -n "${ONLY:-}" ]; then
     sel=() seen=","
