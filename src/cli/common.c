@@ -70,6 +70,7 @@ const char *const cli_engine_help =
     "  --sparse-prefetch-layers N  asyncspade: prefetch a layer's selected blocks N layers before it is\n"
     "                       attended (default 0: as soon as selected, a step ahead)\n"
     "  --sparse-rerank F    asyncspade: F*K candidates by the predicted query, re-ranked by the real one\n"
+    "  --sparse-block-sum   asyncspade with --sparse-block: a page's score is its predicted mass (the sum)\n"
     "  --sparse-rerank-block Q  asyncspade with --sparse-rerank: the real query keeps whole pages of Q\n"
     "                       positions (most candidate mass first), so the set fits a fast tier of K (0: token level)\n"
     "  --sparse-prefetch-top G  asyncspade with --sparse-rerank: the worker prefetches only the blocks of its\n"
@@ -228,6 +229,7 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         sp->prefetch_top = f;
         return 1;
     }
+    if (!strcmp(flag, "--sparse-block-sum")) return (sp->block_sum = true), 1;
     if (!strcmp(flag, "--sparse-sync")) return (sp->sync = true), 1;
     if (!strcmp(flag, "--sparse-rope-align")) return (sp->rope_align = true), 1;
     if (!strcmp(flag, "--sparse-lambda")) {
@@ -363,6 +365,7 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_int(j, "prefetch_layers", p->prefetch_layers);
     kvt_json_kv_num(j, "rerank", p->rerank);
     kvt_json_kv_int(j, "rerank_block", p->rerank_block);
+    kvt_json_kv_bool(j, "block_sum", p->block_sum);
     kvt_json_kv_num(j, "prefetch_top", p->prefetch_top);
     kvt_json_kv_bool(j, "sync", p->sync);
     kvt_json_kv_str(j, "predictor", kvt_sparse_pred_name(p->predictor));

@@ -26,13 +26,13 @@ static double dot_d(const float *a, const float *b, int32_t d) {
     return t;
 }
 
-// Every position of each page of B positions takes the page's largest score: top-k then picks whole pages
-// (the last one cut at the budget), as the store moves whole blocks.
-static void page_max(float *score, int64_t n, int32_t B) {
+// Every position of each page of B positions takes the page's largest score (sum: the sum of its scores, the
+// page's mass): top-k then picks whole pages (the last one cut at the budget), as the store moves whole blocks.
+static void page_max(float *score, int64_t n, int32_t B, bool sum) {
     for (int64_t p0 = 0; p0 < n; p0 += B) {
         const int64_t p1 = p0 + B < n ? p0 + B : n;
         float m = score[p0];
-        for (int64_t t = p0 + 1; t < p1; t++) m = score[t] > m ? score[t] : m;
+        for (int64_t t = p0 + 1; t < p1; t++) m = sum ? m + score[t] : score[t] > m ? score[t] : m;
         for (int64_t t = p0; t < p1; t++) score[t] = m;
     }
 }
@@ -48,8 +48,9 @@ static int cmp_u64(const void *a, const void *b) {
 // re-rank, only the blocks of the prefetch_top * K best candidates by their predicted score (agg), best block first
 // (sink and recent first: attention reads them whatever the re-rank keeps), so that a fast tier of about K positions
 // is filled with what the real query will most likely keep instead of being churned by all F * K candidates.
+// final: sel is the set attention reads now; the store marks the shard's other blocks as the first to evict.
 static void prefetch_head(kvt_sparse *s, kvt_sparse_scratch *ss, const int32_t *sel, int64_t m, int64_t n, int64_t K,
-                          int32_t seq, int32_t layer, int32_t kh) {
+                          int32_t seq, int32_t layer, int32_t kh, bool final) {
     const kvt_kv *kv = s->kv;
     const int64_t B = kv->block_tokens;
     int64_t nb = 0;
@@ -79,6 +80,7 @@ static void prefetch_head(kvt_sparse *s, kvt_sparse_scratch *ss, const int32_t *
         }
     }
     kvt_kv_paged_prefetch(s->kv, seq, layer, kh / kv->group_heads, ss->blk, nb);
+    if (final && kv->group_heads == 1) kvt_kv_paged_set_selected(s->kv, seq, layer, kh, ss->blk, nb); // ascending
 }
 
 void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale,
@@ -112,9 +114,9 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
         memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
         score_int8(s, ly, kh, ss->pred, n, P, scale, ss->raw);
         kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
-        if (s->p.block > 1) page_max(ss->agg, n, s->p.block);
+        if (s->p.block > 1) page_max(ss->agg, n, s->p.block, s->p.block_sum);
         ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
-        if (pf_layer >= 0 && s->kv) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], n, K0, pf_seq, pf_layer, kh);
+        if (pf_layer >= 0 && s->kv) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], n, K0, pf_seq, pf_layer, kh, false);
     }
     ly->sel_pos = P;
 }
@@ -232,8 +234,8 @@ void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P) {
 // --- the worker -----------------------------------------------------------------------------------------
 
 void kvt_sparse_prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq,
-                                   int32_t layer) {
-    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], 0, 0, seq, layer, kh);
+                                   int32_t layer, bool final) {
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], 0, 0, seq, layer, kh, final);
 }
 
 void *kvt_sparse_worker_main(void *arg) {
@@ -283,7 +285,7 @@ void kvt_sparse_prefetch_ahead(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, in
     pthread_mutex_lock(&s->mu);
     const bool ready = !ly->busy && ly->sel_pos == P2;
     pthread_mutex_unlock(&s->mu);
-    if (ready) kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, l2);
+    if (ready) kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, l2, false);
 }
 
 void kvt_sparse_post(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P) {

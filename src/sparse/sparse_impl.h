@@ -148,9 +148,10 @@ void kvt_sparse_wait_seq(kvt_sparse *s, kvt_sparse_seq *q);
 // cannot grow).
 void kvt_sparse_post(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P);
 // The blocks holding layer ly's selection of seq, handed to the paged store's copy engine (a no-op on other
-// stores); ss: the calling thread's scratch.
+// stores); ss: the calling thread's scratch. final: the set attention reads now (head-wise blocks: the store is
+// told, kvt_kv_paged_set_selected, so that it evicts the blocks the set left out first).
 void kvt_sparse_prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq,
-                                   int32_t layer);
+                                   int32_t layer, bool final);
 // prefetch_layers > 0: the selection prefetch_layers layers ahead goes to the store if the worker made it.
 void kvt_sparse_prefetch_ahead(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P);
 

@@ -51,6 +51,8 @@ typedef struct {
     int32_t block;        // asyncspade: select whole pages of block positions (a page's score: the largest of its
                           // positions' scores), so that the set maps onto the store's blocks (--kv-block); 0 or
                           // 1: token-level (default)
+    bool block_sum;       // asyncspade with block: a page's score is the sum of its positions' scores (the group's
+                          // predicted mass in the page) instead of their largest
     int32_t rerank_block; // asyncspade with rerank: the real query keeps whole pages of rerank_block positions (a
                           // page's score: the group's mass summed over its candidates, sink and recent apart), so that
                           // the set maps onto the store's blocks and fits a fast tier of K positions; 0 or 1: token level
