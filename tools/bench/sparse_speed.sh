@@ -83,10 +83,11 @@ CONFIGS=(
     "asyncspade rr4 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK|$ASYNC_SUM"
     "asyncspade rr2 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 2 --sparse-block $KV_BLOCK|$ASYNC_SUM"
     "asyncspade rr4|--sparse asyncspade --sparse-rerank 4|$ASYNC_SUM"
-    # the worker prefetches only its K best candidates' blocks, best first (--sparse-prefetch-top 1); and with the
-    # real query keeping whole pages (--sparse-rerank-block), so that the set fits the fast tier
+    # the worker prefetches only its K best candidates' blocks, best first (--sparse-prefetch-top 1)
     "asyncspade rr4 block$KV_BLOCK top1|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-prefetch-top 1|$ASYNC_SUM"
-    "asyncspade rr4 block$KV_BLOCK pages|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 1|$ASYNC_SUM"
+    # pages (docs/SPARSE.md, "Whole pages from the real query"): candidate pages by predicted mass, the real query keeps
+    # whole pages (--sparse-rerank-block) so that the set fits the fast tier; the worker prefetches its K/2 best
+    "asyncspade pages|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5|$ASYNC_SUM"
 )
 # EXTRA="name|asyncspade flags;name|flags": asyncspade configurations added to the list (int8 summaries reserved)
 if [ -n "${EXTRA:-}" ]; then
