@@ -191,6 +191,60 @@ static void caller_prefetch(void) {
                 st ? err.msg : "", (long long)fast[0], (long long)fast[1], (long long)after);
 }
 
+typedef struct {
+    int n;
+    int32_t layer[8];
+    int64_t index[8];
+} evict_log;
+
+static void log_evict(void *ud, int32_t layer, int32_t group, int64_t index) {
+    evict_log *g = ud;
+    (void)group;
+    if (g->n < 8) g->layer[g->n] = layer, g->index[g->n++] = index;
+}
+
+// Head-wise blocks, a fast tier of 4: blocks 0..3 of (layer 0, head 0) are read into it, then 2 blocks of layer 1
+// need room. LRU evicts layer 0's blocks 0 and 1 (the least recently read); once a selection of layer 0 holds only
+// blocks 0 and 1 (kvt_kv_paged_set_selected), its dropped blocks 2 and 3 go first. Reading a dropped block clears
+// the mark.
+static void selected_evict(void) {
+    evict_log lg[3] = {{0}};
+    kvt_err err = {0};
+    kvt_status st = KVT_OK;
+    for (int with = 0; with < 3 && !st; with++) {
+        kvt_kv *kv = NULL;
+        kvt_kv_paged_params p = params(KVT_TYPE_F32, 1, 4, -1);
+        p.evict = "lru";
+        p.on_evict = log_evict;
+        p.on_evict_ud = &lg[with];
+        st = kvt_kv_paged_init(&p, &kv, &err);
+        if (!st) st = fill(kv, 0, 1, 0, 16, &err);
+        if (!st) st = kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_HOST, &err);
+        for (int l = 0; l < NL; l++) kvt_kv_paged_set_caller_prefetch(kv, 0, l, true);
+        kvt_kv_view w;
+        for (int64_t b = 0; b < 4 && !st; b++) {
+            if (!(st = kv->ops->acquire(kv, 0, 0, 0, b, &w, &err))) kv->ops->release(kv, 0, 0, 0, b);
+        }
+        const int64_t keep[2] = {0, 1};
+        if (with) kvt_kv_paged_set_selected(kv, 0, 0, 0, keep, 2);
+        if (with == 2 && !st && !(st = kv->ops->acquire(kv, 0, 0, 0, 2, &w, &err))) kv->ops->release(kv, 0, 0, 0, 2);
+        kvt_kv_paged_drain(kv);
+        lg[with].n = 0; // the log starts now (the demotion's evictions left out)
+        for (int64_t b = 0; b < 2 && !st; b++) {
+            if (!(st = kv->ops->acquire(kv, 0, 1, 0, b, &w, &err))) kv->ops->release(kv, 0, 1, 0, b);
+        }
+        kvt_kv_free(kv);
+    }
+    const bool ok = !st && lg[0].n == 2 && lg[1].n == 2 && lg[2].n == 2 && lg[0].layer[0] == 0 && lg[0].index[0] == 0 &&
+                    lg[0].index[1] == 1 && lg[1].layer[0] == 0 && lg[1].layer[1] == 0 && lg[1].index[0] + lg[1].index[1] == 5 &&
+                    lg[2].index[0] == 3 && lg[2].index[1] == 0;
+    test_result(ok, "kv_sched: the blocks a sparse selection drops are evicted first (lru), a read clears the mark",
+                "%s evicted: lru %d (%lld, %lld), selected {0, 1}: %d (%lld, %lld), then block 2 read: %d (%lld, %lld)",
+                st ? err.msg : "", lg[0].n, (long long)lg[0].index[0], (long long)lg[0].index[1], lg[1].n,
+                (long long)lg[1].index[0], (long long)lg[1].index[1], lg[2].n, (long long)lg[2].index[0],
+                (long long)lg[2].index[1]);
+}
+
 // Fast tier of 4 blocks, host of 4, disk: A and B (8 blocks each) are half on disk. The plan [A] fills the fast
 // and host tiers with A's blocks (loads, and disk -> host staging where the fast tier has no room: Alg. 1's two
 // hops), evicting B's blocks, never A's.
@@ -399,6 +453,7 @@ void test_kv_sched(const test_env *env) {
     block_io();
     plan_prefetch();
     caller_prefetch();
+    selected_evict();
     char dir[] = "/tmp/kvt_test_kvsched_XXXXXX";
     const char *disk = mkdtemp(dir);
     if (disk) plan_two_hops(disk);

@@ -491,6 +491,44 @@ static void test_context(const char *path) {
     }
     test_result(same8, "sparse: asyncspade re-rank among block candidates: 1..4 threads, fast tier + host = contiguous, bit for bit",
                 "%s", st ? err.msg : "differ");
+    // --sparse-rerank-block 4: the real query keeps whole pages of 4 candidates (by their summed mass): K positions per
+    // pair, worker = inline; 1..4 threads and the paged store (the worker prefetching only its K best candidates'
+    // blocks, --sparse-prefetch-top 1, or all of them) = the contiguous store, bit for bit
+    kvt_context_params c10 = c8;
+    c10.sparse.rerank_block = 4;
+    c10.sparse.sync = true;
+    st = run(m, &c10, a, &sa, &err);
+    c10.sparse.sync = false;
+    if (!st) st = run(m, &c10, b, &sb, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
+                "sparse: asyncspade re-rank block 4 keeps K positions; worker = inline, bit for bit", "%s (selected %lld)",
+                st ? err.msg : "differ", (long long)sa);
+    bool same10 = !st;
+    for (int t = 1; same10 && t <= 4; t++) {
+        kvt_context_params c11 = c10;
+        c11.n_threads = t;
+        c11.sparse.prefetch_top = t >= 3 ? 1.0 : 0.0;
+        c11.kv_evict = t == 4 ? "attn-ema" : NULL; // the selections reported as attention mass to the policy
+        if (t % 2 == 0 || t == 3) {
+            c11.kv_fast_bytes = kvt_sparse_summary_bytes(&c11.sparse, &dd) + 4 * 4096;
+            c11.kv_host_bytes = 1 << 20;
+            c11.kv_prefetch = 1;
+        }
+        int64_t s11 = 0;
+        st = run(m, &c11, a, &s11, &err);
+        same10 = !st && max_diff(a, b, n) == 0 && s11 == sb;
+    }
+    test_result(same10, "sparse: asyncspade re-rank block 4, prefetch top 1 or all, lru or attn-ema: 1..4 threads, fast tier + host = contiguous, bit for bit",
+                "%s", st ? err.msg : "differ");
+    // --sparse-block-sum: candidate pages by their predicted mass; worker = inline, K positions
+    c10.sparse.block_sum = true;
+    c10.sparse.sync = true;
+    st = run(m, &c10, a, &sa, &err);
+    c10.sparse.sync = false;
+    if (!st) st = run(m, &c10, b, &sb, &err);
+    test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
+                "sparse: asyncspade block-sum candidates, re-rank block 4 keeps K positions; worker = inline, bit for bit",
+                "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
     // a prompt restored from a session file (--kv-load) enters the key summaries: quest after a load = quest after
     // the prefill (quest's selection needs no query history), bit for bit
     kvt_context_params c7 = co;

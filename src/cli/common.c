@@ -74,6 +74,11 @@ const char *const cli_engine_help =
     "  --sparse-prefetch-layers N  asyncspade: prefetch a layer's selected blocks N layers before it is\n"
     "                       attended (default 0: as soon as selected, a step ahead)\n"
     "  --sparse-rerank F    asyncspade: F*K candidates by the predicted query, re-ranked by the real one\n"
+    "  --sparse-block-sum   asyncspade with --sparse-block: a page's score is its predicted mass (the sum)\n"
+    "  --sparse-rerank-block Q  asyncspade with --sparse-rerank: the real query keeps whole pages of Q\n"
+    "                       positions (most candidate mass first), so the set fits a fast tier of K (0: token level)\n"
+    "  --sparse-prefetch-top G  asyncspade with --sparse-rerank: the worker prefetches only the blocks of its\n"
+    "                       G*K best candidates, best first (default 0: every candidate)\n"
     "  --sparse-sync        asyncspade: select when the query arrives (no worker thread)\n"
     "  --sparse-predictor ridge|last|ridge-head|simplex  asyncspade: the paper's ridge ensemble per KV group\n"
     "                       (default), the last query, the ridge ensemble per query head, or the ridge problem\n"
@@ -206,11 +211,13 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         return 1;
     }
     int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page, &sp->real_layers, &sp->block,
-                       &sp->prefetch_layers, &sp->seqs};
+                       &sp->prefetch_layers, &sp->seqs, &sp->rerank_block};
     const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page",
-                           "--sparse-real-layers", "--sparse-block", "--sparse-prefetch-layers", "--sparse-seqs"};
-    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0, 1}, hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16};
-    for (int i = 0; i < 9; i++) {
+                           "--sparse-real-layers", "--sparse-block", "--sparse-prefetch-layers", "--sparse-seqs",
+                           "--sparse-rerank-block"};
+    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0, 1, 0};
+    const int64_t hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16};
+    for (int i = 0; i < 10; i++) {
         if (strcmp(flag, names[i])) continue;
         if (!kvt_args_int(a, flag, lo[i], hi[i], &v)) return -1;
         *ints[i] = (int32_t)v;
@@ -221,6 +228,12 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         sp->rerank = f;
         return 1;
     }
+    if (!strcmp(flag, "--sparse-prefetch-top")) {
+        if (!kvt_args_float(a, flag, 0.0, 64.0, &f)) return -1;
+        sp->prefetch_top = f;
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-block-sum")) return (sp->block_sum = true), 1;
     if (!strcmp(flag, "--sparse-sync")) return (sp->sync = true), 1;
     if (!strcmp(flag, "--sparse-rope-align")) return (sp->rope_align = true), 1;
     if (!strcmp(flag, "--sparse-lambda")) {
@@ -361,6 +374,9 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_int(j, "block", p->block);
     kvt_json_kv_int(j, "prefetch_layers", p->prefetch_layers);
     kvt_json_kv_num(j, "rerank", p->rerank);
+    kvt_json_kv_int(j, "rerank_block", p->rerank_block);
+    kvt_json_kv_bool(j, "block_sum", p->block_sum);
+    kvt_json_kv_num(j, "prefetch_top", p->prefetch_top);
     kvt_json_kv_bool(j, "sync", p->sync);
     kvt_json_kv_str(j, "predictor", kvt_sparse_pred_name(p->predictor));
     kvt_json_kv_num(j, "lambda", p->lambda);

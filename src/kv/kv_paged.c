@@ -108,7 +108,10 @@ static int64_t sched_key(const kv_paged *s, const pblock *B) {
     return kvt_sched_key((int64_t)B->layer * s->base.n_group + B->group, B->index, s->nb_ctx);
 }
 
+// A block its shard's last selection dropped (pblock.dropped) is not needed again as far as the store knows: the
+// farthest next use, and (for recency policies) the oldest use, so that every policy evicts it first.
 static int64_t next_use(const kv_paged *s, const pblock *B) {
+    if (B->dropped) return INT64_MAX / 4;
     return kvt_sched_distance(sched_key(s, B), s->cursor, (int64_t)s->n_shard * s->nb_ctx);
 }
 
@@ -169,8 +172,8 @@ static evict_ctx evict_ctx_now(const kv_paged *s) {
 
 static kvt_evict_info evict_info(const kv_paged *s, const evict_ctx *e, const pblock *B) {
     // designated: fields the store does not know (added for the simulator) stay 0
-    const kvt_evict_info info = {.last_use = B->last_use,
-                                 .uses = B->uses,
+    const kvt_evict_info info = {.last_use = B->dropped ? 0 : B->last_use,
+                                 .uses = B->dropped ? 0 : B->uses,
                                  .next_use = next_use(s, B),
                                  .shard = (int64_t)B->layer * s->base.n_group + B->group,
                                  .index = B->index,
@@ -828,6 +831,7 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
     pblock *B = &s->blk[id];
     B->last_use = ++s->tick;
     B->uses++;
+    B->dropped = false;
     if (t0) {
         s->st.stall_ms += (double)(kvt_time_ns() - t0) / 1e6;
         s->st.misses++;
@@ -1221,11 +1225,29 @@ void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group
         const pshard *sh = &q->sh[layer * kv->n_group + group];
         for (int64_t i = 0; i < n; i++) {
             const int64_t id = blocks[i] >= 0 && blocks[i] < sh->n_blk ? sh->ids[blocks[i]] : -1;
+            if (id >= 0) s->blk[id].dropped = false;
             if (id < 0 || s->blk[id].slot[T0] >= 0 || s->blk[id].busy || s->blk[id].queued) continue;
             kvp_queue_push(s, id);
         }
     }
     kvp_queue_wake(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void kvt_kv_paged_set_selected(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &kvp_ops) return;
+    pthread_mutex_lock(&s->mu);
+    pseq *q = kvp_seq_get(s, seq, NULL);
+    if (q && layer >= 0 && layer < kv->n_layer && group >= 0 && group < kv->n_group) {
+        const pshard *sh = &q->sh[layer * kv->n_group + group];
+        int64_t i = 0;
+        for (int64_t b = sh->n_drop; b < sh->n_blk; b++) {
+            while (i < n && blocks[i] < b) i++;
+            const int64_t id = sh->ids[b];
+            if (id >= 0 && s->blk[id].refs == 1) s->blk[id].dropped = !(i < n && blocks[i] == b);
+        }
+    }
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -72,6 +72,13 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
 // blocks): a hint, ignored for blocks already in T0 or queued, for unknown ones, and without a copy engine
 // (a store without lower tiers, or prefetch 0). Any thread.
 void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n);
+// Sparse decoding's selection of (seq, layer, group) for the step being decoded: the blocks blocks[0 .. n)
+// (ascending). Every other block of the shard is marked dropped: eviction takes dropped blocks first under any
+// policy (a dropped block is not needed again as far as the store knows), so a selection that fits the fast tier
+// stays there from step to step instead of being pushed out by the blocks the policy ranks below it (spread streams
+// the older share of every shard, whatever is selected). Reading a block, or handing it over as a prefetch, clears
+// the mark. Blocks several sequences share are left alone. A hint: nothing read changes. Any thread.
+void kvt_kv_paged_set_selected(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n);
 // on: decode of (seq, layer) reads only the blocks its caller hands to kvt_kv_paged_prefetch (sparse decoding's
 // selections), so the store's own prefetch of the decode schedule leaves that layer of seq out (it would fetch the
 // blocks that follow each read one, which a selection mostly skips, evicting the selected ones). off (the

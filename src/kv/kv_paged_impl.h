@@ -27,6 +27,8 @@ typedef struct {
     bool qdisk;         // queued while its only copy was on disk (kv_paged.q_disk counts these)
     bool qattn;         // queued by attn-ema's prefetch (kvt_kv_paged_attn_mass): loaded only if the policy ranks
                         // a resident block below it
+    bool dropped;       // the caller's last selection of its shard left it out (kvt_kv_paged_set_selected): evicted
+                        // first, whatever the policy; cleared when it is read or handed over again
     uint64_t last_use, uses;
     float attn_ema;     // EMA of the block's attention mass (kvt_kv_paged_attn_mass; policy attn-ema)
     int64_t prank;      // plan rank: iteration in which the earliest planned sequence holding it runs

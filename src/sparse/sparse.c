@@ -34,8 +34,9 @@ int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_d
     return 0;
 }
 
-// rerank: the caller's scratch also holds a re-rank's choice among its candidates (csel).
-static void ss_alloc(kvt_sparse_scratch *ss, const kvt_sparse *s, bool rerank, bool *ok) {
+// With a re-rank the scratch also holds a re-rank's choice among its candidates, or the best candidates the worker
+// prefetches (csel).
+static void ss_alloc(kvt_sparse_scratch *ss, const kvt_sparse *s, bool *ok) {
     const int64_t N = s->d.n_ctx;
     ss->raw = kvt_sparse_zalloc((size_t)(s->qpg * N) * 4, ok);
     ss->agg = kvt_sparse_zalloc((size_t)N * 4, ok);
@@ -47,7 +48,7 @@ static void ss_alloc(kvt_sparse_scratch *ss, const kvt_sparse *s, bool rerank, b
     ss->al = kvt_sparse_zalloc((size_t)(s->p.window + 1) * s->gd * 4, ok);
     ss->cs = kvt_sparse_zalloc((size_t)(s->d.rope.n_rot + 2) * 4, ok);
     ss->hrow = kvt_sparse_zalloc((size_t)(s->p.window + 1) * s->d.head_dim * 4, ok);
-    if (rerank && s->p.rerank > 1.0) ss->csel = kvt_sparse_zalloc((size_t)N * 4, ok);
+    if (s->p.rerank > 1.0) ss->csel = kvt_sparse_zalloc((size_t)N * 4, ok);
 }
 
 static void ss_free(kvt_sparse_scratch *ss) {
@@ -95,8 +96,8 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     s->scratch = calloc((size_t)d->n_threads, sizeof(float *));
     if (!s->scratch) ok = false;
     for (int32_t i = 0; ok && i < d->n_threads; i++) s->scratch[i] = kvt_sparse_zalloc((size_t)kvt_sparse_attn_scratch_floats(d) * 4, &ok);
-    ss_alloc(&s->main_ss, s, true, &ok);
-    if (p.mode == KVT_SPARSE_ASYNCSPADE && !p.sync) ss_alloc(&s->work_ss, s, false, &ok);
+    ss_alloc(&s->main_ss, s, &ok);
+    if (p.mode == KVT_SPARSE_ASYNCSPADE && !p.sync) ss_alloc(&s->work_ss, s, &ok);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (!ok) {
@@ -345,7 +346,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     if (ly->hist && !real_layer && decode && sparse_layer && kvt_sparse_budget_of(s, held) < held && ly->sel_pos != P) {
         // no selection ready (sync mode, the first step, or a job that could not be queued): predict now
         const double t0 = kvt_time_ms();
-        kvt_sparse_select_predicted(s, ly, &s->main_ss, P, p->scale);
+        kvt_sparse_select_predicted(s, ly, &s->main_ss, P, p->scale, seq, -1);
         stall += kvt_time_ms() - t0;
     }
     kvt_sparse_observe_queries(s, ly, n, q, rewind);
@@ -391,8 +392,8 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         // fallback; and the worker's own, again: the store skips the blocks still resident or queued, and queues
         // those evicted since the worker prefetched them, which a fast tier smaller than a step's set does: without
         // this, twice the misses at the same bytes, docs/SPARSE.md), so that the copy engine loads the misses in
-        // parallel while attention reads the first blocks
-        kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, layer);
+        // parallel while attention reads the first blocks; and the store evicts the blocks this set left out first
+        kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, layer, true);
         int64_t nsel = 0;
         for (int32_t kh = 0; kh < H; kh++) nsel += ly->nsel[kh];
         st = kvt_sparse_attend_set(kv, seq, layer, p, q, ly->sel, ly->nsel, ly->cap, out, pool, s->scratch, err);

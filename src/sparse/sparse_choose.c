@@ -26,22 +26,68 @@ static double dot_d(const float *a, const float *b, int32_t d) {
     return t;
 }
 
-// Every position of each page of B positions takes the page's largest score: top-k then picks whole pages
-// (the last one cut at the budget), as the store moves whole blocks.
-static void page_max(float *score, int64_t n, int32_t B) {
+// Every position of each page of B positions takes the page's largest score (sum: the sum of its scores, the
+// page's mass): top-k then picks whole pages (the last one cut at the budget), as the store moves whole blocks.
+static void page_max(float *score, int64_t n, int32_t B, bool sum) {
     for (int64_t p0 = 0; p0 < n; p0 += B) {
         const int64_t p1 = p0 + B < n ? p0 + B : n;
         float m = score[p0];
-        for (int64_t t = p0 + 1; t < p1; t++) m = score[t] > m ? score[t] : m;
+        for (int64_t t = p0 + 1; t < p1; t++) m = sum ? m + score[t] : score[t] > m ? score[t] : m;
         for (int64_t t = p0; t < p1; t++) score[t] = m;
     }
 }
 
 static int32_t *sel_of(const kvt_sparse_layer *ly, int32_t kh) { return ly->sel + (int64_t)kh * ly->cap; }
 
-void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale) {
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+// The blocks of KV head kh's new selection (sel, m positions) to the store's copy engine. With prefetch_top and a
+// re-rank, only the blocks of the prefetch_top * K best candidates by their predicted score (agg), best block first
+// (sink and recent first: attention reads them whatever the re-rank keeps), so that a fast tier of about K positions
+// is filled with what the real query will most likely keep instead of being churned by all F * K candidates.
+// final: sel is the set attention reads now; the store marks the shard's other blocks as the first to evict.
+static void prefetch_head(kvt_sparse *s, kvt_sparse_scratch *ss, const int32_t *sel, int64_t m, int64_t n, int64_t K,
+                          int32_t seq, int32_t layer, int32_t kh, bool final) {
+    const kvt_kv *kv = s->kv;
+    const int64_t B = kv->block_tokens;
+    int64_t nb = 0;
+    const int64_t K2 = (int64_t)ceil(s->p.prefetch_top * (double)K);
+    if (K > 0 && s->p.prefetch_top > 0.0 && s->p.rerank > 1.0 && K2 < m) {
+        m = kvt_sparse_topk(ss->agg, n, K2, s->p.sink, s->p.recent, ss->csel, ss->mark, ss->vals); // within sel: same
+        uint64_t *key = (uint64_t *)ss->blk; // (descending score, ascending block), as one sortable key
+        for (int64_t x = 0; x < m; x++) {
+            const int32_t t = ss->csel[x];
+            const float sc = t < s->p.sink || t >= n - s->p.recent ? INFINITY : ss->agg[t];
+            uint32_t u;
+            memcpy(&u, &sc, 4);
+            u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); // ascending with the float
+            const uint64_t k = ((uint64_t)~u << 32) | (uint64_t)(t / B);
+            if (nb > 0 && (key[nb - 1] & 0xffffffffu) == (uint64_t)(t / B)) {
+                if (k < key[nb - 1]) key[nb - 1] = k; // the block's best position
+            } else {
+                key[nb++] = k;
+            }
+        }
+        qsort(key, (size_t)nb, sizeof *key, cmp_u64);
+        for (int64_t i = 0; i < nb; i++) ss->blk[i] = (int64_t)(key[i] & 0xffffffffu);
+    } else {
+        for (int64_t x = 0; x < m; x++) {
+            const int64_t b = sel[x] / B;
+            if (nb == 0 || ss->blk[nb - 1] != b) ss->blk[nb++] = b;
+        }
+    }
+    kvt_kv_paged_prefetch(s->kv, seq, layer, kh / kv->group_heads, ss->blk, nb);
+    if (final && kv->group_heads == 1) kvt_kv_paged_set_selected(s->kv, seq, layer, kh, ss->blk, nb); // ascending
+}
+
+void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale,
+                                 int32_t pf_seq, int32_t pf_layer) {
     const int64_t n = P + 1;
-    int64_t K = kvt_sparse_budget_of(s, n);
+    const int64_t K0 = kvt_sparse_budget_of(s, n);
+    int64_t K = K0;
     const int64_t mid = K - s->p.sink - s->p.recent;
     if (s->p.rerank > 1.0 && mid > 0) K += (int64_t)((s->p.rerank - 1.0) * (double)mid);
     const int32_t hn = ly->hist_n, hd = s->d.head_dim, gd = s->gd;
@@ -68,10 +114,24 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
         memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
         score_int8(s, ly, kh, ss->pred, n, P, scale, ss->raw);
         kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
-        if (s->p.block > 1) page_max(ss->agg, n, s->p.block);
+        if (s->p.block > 1) page_max(ss->agg, n, s->p.block, s->p.block_sum);
         ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
+        if (pf_layer >= 0 && s->kv) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], n, K0, pf_seq, pf_layer, kh, false);
     }
     ly->sel_pos = P;
+}
+
+// rerank_block: each candidate of a page of Q positions (candidates sorted, x in [0, nc)) takes the page's mass, the
+// sum of agg over its candidates; sink and recent candidates (kept anyway) keep theirs and add nothing, so that a
+// page is not chosen for the forced positions it holds. Top-K then keeps whole pages, the most mass first.
+static void page_mass(float *agg, const int32_t *sel, int64_t nc, int64_t c_sink, int64_t c_recent, int32_t Q) {
+    for (int64_t x = c_sink; x < nc - c_recent;) {
+        int64_t e = x;
+        float m = 0.0f;
+        for (; e < nc - c_recent && sel[e] / Q == sel[x] / Q; e++) m += agg[e];
+        for (int64_t y = x; y < e; y++) agg[y] = m;
+        x = e;
+    }
 }
 
 void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale) {
@@ -104,6 +164,7 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
             x = e;
         }
         kvt_sparse_aggregate(ss->raw, s->qpg, nc, ss->agg);
+        if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block);
         // top-K over the candidates in position order (sink and recent: their first and last ones)
         const int64_t m = kvt_sparse_topk(ss->agg, nc, K, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
         for (int64_t x = 0; x < m; x++) sel[x] = sel[ss->csel[x]]; // csel ascending, csel[x] >= x
@@ -173,17 +234,8 @@ void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P) {
 // --- the worker -----------------------------------------------------------------------------------------
 
 void kvt_sparse_prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq,
-                                   int32_t layer) {
-    const kvt_kv *kv = s->kv;
-    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
-        const int32_t *sel = sel_of(ly, kh);
-        int64_t nb = 0;
-        for (int64_t x = 0; x < ly->nsel[kh]; x++) {
-            const int64_t b = sel[x] / kv->block_tokens;
-            if (nb == 0 || ss->blk[nb - 1] != b) ss->blk[nb++] = b;
-        }
-        kvt_kv_paged_prefetch(s->kv, seq, layer, kh / kv->group_heads, ss->blk, nb);
-    }
+                                   int32_t layer, bool final) {
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], 0, 0, seq, layer, kh, final);
 }
 
 void *kvt_sparse_worker_main(void *arg) {
@@ -197,8 +249,8 @@ void *kvt_sparse_worker_main(void *arg) {
         s->q_count--;
         kvt_sparse_layer *ly = &s->seqs[j.seq]->lay[j.layer]; // the sequence lives while its job does
         pthread_mutex_unlock(&s->mu);
-        kvt_sparse_select_predicted(s, ly, &s->work_ss, j.pos, s->scale);
-        if (s->p.prefetch_layers == 0) kvt_sparse_prefetch_selection(s, &s->work_ss, ly, j.seq, j.layer);
+        // each KV head's blocks go to the copy engine as soon as it is selected (unless a later layer hands them)
+        kvt_sparse_select_predicted(s, ly, &s->work_ss, j.pos, s->scale, j.seq, s->p.prefetch_layers == 0 ? j.layer : -1);
         pthread_mutex_lock(&s->mu);
         ly->busy = 0;
         pthread_cond_broadcast(&s->cv);
@@ -233,7 +285,7 @@ void kvt_sparse_prefetch_ahead(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, in
     pthread_mutex_lock(&s->mu);
     const bool ready = !ly->busy && ly->sel_pos == P2;
     pthread_mutex_unlock(&s->mu);
-    if (ready) kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, l2);
+    if (ready) kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, l2, false);
 }
 
 void kvt_sparse_post(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P) {

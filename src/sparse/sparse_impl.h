@@ -30,7 +30,7 @@ typedef struct {
     float *cs;    // [n_rot] a rotation's cos/sin
     float *hrow;  // [W + 1][head_dim] one query head's history (ridge-head)
     int64_t *blk; // [n_ctx] blocks of a selection (prefetch)
-    int32_t *csel;// [n_ctx] a re-rank's choice, as indices into the candidates
+    int32_t *csel;// [n_ctx] a re-rank's choice, as indices into the candidates; the best candidates (prefetch_top)
 } kvt_sparse_scratch;
 
 // One layer of one sequence. Buffers hold `cap` positions per KV head (grown as the sequence grows, at most
@@ -127,7 +127,11 @@ void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, 
 
 // --- sparse_choose.c: selection and the worker -----------------------------------------------------------
 
-void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale);
+// The next selection of every KV head of ly from its predicted query (with a re-rank: rerank * K candidates). pf_layer
+// >= 0: each head's blocks go to the store's copy engine as it is selected (as (pf_seq, pf_layer); prefetch_top: the
+// best candidates' only, best first); -1: none.
+void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale,
+                                 int32_t pf_seq, int32_t pf_layer);
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale);
 void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t layer, int64_t P, const float *q, float scale);
 // The K best of each KV head's candidates (its current selection: F*K positions from the predicted query) by the
@@ -144,9 +148,10 @@ void kvt_sparse_wait_seq(kvt_sparse *s, kvt_sparse_seq *q);
 // cannot grow).
 void kvt_sparse_post(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P);
 // The blocks holding layer ly's selection of seq, handed to the paged store's copy engine (a no-op on other
-// stores); ss: the calling thread's scratch.
+// stores); ss: the calling thread's scratch. final: the set attention reads now (head-wise blocks: the store is
+// told, kvt_kv_paged_set_selected, so that it evicts the blocks the set left out first).
 void kvt_sparse_prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq,
-                                   int32_t layer);
+                                   int32_t layer, bool final);
 // prefetch_layers > 0: the selection prefetch_layers layers ahead goes to the store if the worker made it.
 void kvt_sparse_prefetch_ahead(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P);
 

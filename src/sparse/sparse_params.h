@@ -51,6 +51,13 @@ typedef struct {
     int32_t block;        // asyncspade: select whole pages of block positions (a page's score: the largest of its
                           // positions' scores), so that the set maps onto the store's blocks (--kv-block); 0 or
                           // 1: token-level (default)
+    bool block_sum;       // asyncspade with block: a page's score is the sum of its positions' scores (the group's
+                          // predicted mass in the page) instead of their largest
+    int32_t rerank_block; // asyncspade with rerank: the real query keeps whole pages of rerank_block positions (a
+                          // page's score: the group's mass summed over its candidates, sink and recent apart), so that
+                          // the set maps onto the store's blocks and fits a fast tier of K positions; 0 or 1: token level
+    double prefetch_top;  // asyncspade with rerank: the worker hands the copy engine only the blocks of its
+                          // prefetch_top * K best candidates, best first (sink and recent first); 0: every candidate
     int32_t prefetch_layers; // asyncspade: the blocks of a selection go to the store's copy engine when the
                           // attention is this many layers before it (0: as soon as the worker has selected, a
                           // whole step ahead)

@@ -17,7 +17,7 @@
 #      that is larger than the fast tier instead of losing all of it, as LRU does),
 #      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier),
 #      ONLY (comma list of config names to run, e.g. "dense,quest p16,asyncspade rr4 block64"; default all),
-#      STORES (default "disk ram")
+#      STORES (default "disk ram"), EXTRA (more asyncspade configs: "name|flags;name|flags", run with the others)
 #
 # The prompt's prefill is the same dense computation in every mode, so it runs once: the text minus its
 # last ~100 bytes is prefilled and saved (--kv-save); each run restores it (--kv-load, summaries included)
@@ -83,7 +83,17 @@ CONFIGS=(
     "asyncspade rr4 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK|$ASYNC_SUM"
     "asyncspade rr2 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 2 --sparse-block $KV_BLOCK|$ASYNC_SUM"
     "asyncspade rr4|--sparse asyncspade --sparse-rerank 4|$ASYNC_SUM"
+    # the worker prefetches only its K best candidates' blocks, best first (--sparse-prefetch-top 1)
+    "asyncspade rr4 block$KV_BLOCK top1|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-prefetch-top 1|$ASYNC_SUM"
+    # pages (docs/SPARSE.md, "Whole pages from the real query"): candidate pages by predicted mass, the real query keeps
+    # whole pages (--sparse-rerank-block) so that the set fits the fast tier; the worker prefetches its K/2 best
+    "asyncspade pages|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5|$ASYNC_SUM"
 )
+# EXTRA="name|asyncspade flags;name|flags": asyncspade configurations added to the list (int8 summaries reserved)
+if [ -n "${EXTRA:-}" ]; then
+    IFS=';' read -r -a extra <<< "$EXTRA"
+    for e in "${extra[@]}"; do CONFIGS+=("$e|$ASYNC_SUM"); done
+fi
 if [ -n "${ONLY:-}" ]; then
     sel=() seen=","
     for c in "${CONFIGS[@]}"; do # a name once (quest p16 is also quest p$KV_BLOCK when KV_BLOCK is 16)
