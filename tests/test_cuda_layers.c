@@ -293,7 +293,8 @@ static void check_cli(const test_env *env, const char *model) {
                 "exit %d %d %d; text '%.60s' / '%.60s'; gpu.kv %s", r0, r1, r2, a, b, kv ? "present" : "missing");
     // beam search (forks, truncations, batches of the beams' sequences) under two group schedules, with and without
     // the budget: the same beams and scores
-    const char *bname = "cuda layers: kvtier beam (4 beams, layerwise and balanced) --kv-vram 6K: the same beams as all-VRAM";
+    const char *bname = "cuda layers: kvtier beam (4 beams, layerwise and balanced) --kv-vram 6K: the same beams as all-VRAM, "
+                        "balanced's groups sized by the VRAM budget";
     const char *bbase = "%s beam -m %s -ngl 4 --kv-block 4 -p 'hello world' -n 12 --beams 4 --step 4 -t 1 --schedule %s %s "
                         "2>/dev/null";
     bool same = true;
@@ -306,7 +307,22 @@ static void check_cli(const test_env *env, const char *model) {
         rc |= capture(cmd, b, sizeof b);
         same = same && a[0] && !strcmp(a, b) && strstr(a, "=== beam 4");
     }
-    test_result(rc == 0 && same, bname, "exit %d; last: '%.80s' / '%.80s'", rc, a, b);
+    // balanced sizes its groups by the VRAM budget when the CPU store has no fast tier (LBS on a GPU): more than
+    // one group per step with --kv-vram, one without
+    int groups[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        snprintf(cmd, sizeof cmd, bbase, env->cli, model, "balanced", v ? "--kv-vram 6K --json" : "--json");
+        rc |= capture(cmd, j, sizeof j);
+        const char *g = strstr(j, "\"groups_per_step\":[");
+        for (g = g ? g + 19 : "]"; *g >= '0' && *g <= '9';) { // past "groups_per_step":[
+            char *e;
+            const long n = strtol(g, &e, 10);
+            groups[v] = n > groups[v] ? (int)n : groups[v];
+            g = *e == ',' ? e + 1 : e;
+        }
+    }
+    test_result(rc == 0 && same && groups[0] == 1 && groups[1] > 1, bname, "exit %d; last: '%.80s' / '%.80s'; groups per step "
+                "at most %d all-VRAM, %d within 6K", rc, a, b, groups[0], groups[1]);
 }
 
 void test_cuda_layers(const test_env *env) {
