@@ -14,7 +14,8 @@
 #              the beams' KV: layerwise and balanced, time of each (goal balanced <= 1/3 of layerwise), beams equal
 #   HELM       Qwen3-8B shape (f16: the device runs no bf16), `kvtier plan --vram 8G` on this machine's profile,
 #              then the planned split (`generate --plan FILE`): measured ms/token against the plan's (goal 15%)
-#   HEADINFER  llama3-8b Q4_K_M, a HI_CTX-token prompt (16384), all KV in VRAM and within --kv-vram 1G (lookahead):
+#   HEADINFER  llama3-8b Q4_K_M, a HI_CTX-token prompt (16384), all KV in VRAM, within --kv-vram 1G (lookahead), and
+#              within it head-wise (--kv-granularity head; HI_HEAD=0 leaves it out):
 #              TPOT beside the link time of the KV bytes that crossed PCIe per step (goal 1.2x), tokens equal
 #   MEMCHECK   compute-sanitizer memcheck of both suites (when installed)
 # e.g. the call plan of docs/GPU.md: `HELM=0 HEADINFER=0 MEMCHECK=0 tools/device/gpu_check.sh`, then
@@ -153,6 +154,9 @@ lbs() {
     echo "lbs $s: $(jnum_in "$OUT/lbs_$s.json" '"time_ms"' total) ms, groups per step $(tr -d '\n' <"$OUT/lbs_$s.json" | grep -o '"groups_per_step":\[[0-9,]*\]')," \
          "KV loaded $(jnum_in "$OUT/lbs_$s.json" '"gpu"' host_to_device_bytes) B, zero-copy read $(jnum_in "$OUT/lbs_$s.json" '"gpu"' zero_copy_read_bytes) B"
   done
+  # the beams' KV must exceed the budget: the device KV's slots at the end (VRAM + pinned host) against it
+  local v h; v=$(jnum_in "$OUT/lbs_layerwise.json" '"gpu"' vram_bytes); h=$(jnum_in "$OUT/lbs_layerwise.json" '"gpu"' pinned_bytes)
+  row lbs "device KV allocated (VRAM + pinned, chunks of 8 MiB)" "$(calc '%.0f' "${v:-0} + ${h:-0}") B" "> ${LBS_VRAM:-512M}" "-"
   row lbs "layerwise ms (${LBS_BEAMS:-32} beams, step 32, -n ${LBS_N:-64}, --kv-vram ${LBS_VRAM:-512M})" "${ms[0]}" "-" "KV H2D ${kvb[0]} B"
   row lbs "balanced ms" "${ms[1]}" "<= $(calc '%.0f' "${ms[0]:-0} / 3") (1/3 of layerwise)" \
     "$(calc '%s' "${ms[1]:-1e30} <= ${ms[0]:-0} / 3 ? sprintf(\"ok (%.2fx)\", ${ms[0]:-0} / ${ms[1]:-1}) : sprintf(\"NOT MET (%.2fx)\", ${ms[0]:-0} / (${ms[1]:-0} > 0 ? ${ms[1]:-1} : 1))"); KV H2D ${kvb[1]} B"
@@ -197,13 +201,18 @@ headinfer() {
   prompt_of "$m" $((ctx - 64)) "$OUT/hi_prompt.txt"
   printf "\n%-22s %8s %10s %12s %14s %10s %8s\n" "headinfer llama3-8b" "prompt" "TPOT ms" "KV MB/step" "link ms/step" "TPOT/link" "tokens"
   local kvv flags ids0="" line
-  for kvv in all "${HI_VRAM:-1G}"; do
-    flags=""; [ "$kvv" = all ] || flags="--kv-vram $kvv --kv-evict lookahead"
+  # all KV in VRAM; within the budget (blocks of every KV head); within it head-wise (a block per KV head, HeadInfer's
+  # granularity; HI_HEAD=0 leaves it out)
+  local runs="all ${HI_VRAM:-1G}"; [ "${HI_HEAD:-1}" = 1 ] && runs="$runs ${HI_VRAM:-1G}/head"
+  for kvv in $runs; do
+    [ "$kvv" = all ] || left "headinfer KV $kvv" || continue
+    flags=""; [ "$kvv" = all ] || flags="--kv-vram ${kvv%/head} --kv-evict lookahead"
+    local f=""; [ "${kvv%/head}" = "$kvv" ] || { flags="$flags --kv-granularity head"; f=_head; }
     # shellcheck disable=SC2086
     timeout "${HI_S:-200}" $KVT generate -m "$m" -ngl 999 -t "$T" -c $((ctx + ctx / 16 + gen + 64)) -f "$OUT/hi_prompt.txt" -n "$gen" \
-      --temp 0 --ignore-eos --no-progress --json $flags >"$OUT/hi_$kvv.json" 2>"$OUT/hi_$kvv.err" ||
-      { echo "headinfer $kvv: failed: $(tail -1 "$OUT/hi_$kvv.err")"; row headinfer "KV $kvv" failed - FAIL; rc=1; continue; }
-    local j="$OUT/hi_$kvv.json" ids
+      --temp 0 --ignore-eos --no-progress --json $flags >"$OUT/hi_${kvv%/head}$f.json" 2>"$OUT/hi_${kvv%/head}$f.err" ||
+      { echo "headinfer $kvv: failed: $(tail -1 "$OUT/hi_${kvv%/head}$f.err")"; row headinfer "KV $kvv" failed - FAIL; rc=1; continue; }
+    local j="$OUT/hi_${kvv%/head}$f.json" ids
     ids=$(grep -o '"ids":\[[0-9,]*\]' "$j" | head -1)
     [ -z "$ids0" ] && ids0=$ids
     line=$(awk -v kvv="$kvv" -v gbps="${gbps:-0}" -v same="$([ "$ids" = "$ids0" ] && echo same || echo DIFFER)" '
