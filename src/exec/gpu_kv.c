@@ -524,7 +524,7 @@ kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, cons
     kv->n_rows = n;
     kv->call++;
     // the staging of the table rows this micro-batch may upload: every row of its sequences, K and V, every layer
-    // (the streams are idle between micro-batches: the old staging may go)
+    // (COMPUTE, the only stream that reads it, is idle between micro-batches: the old staging may go)
     const int64_t need = 2 * (int64_t)kv->nv * kv->n_bs * kv->mb;
     kv->n_stage = 0;
     if (need > kv->cap_stage) {
@@ -545,7 +545,9 @@ kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, c
     CU(A->event_record(kv->ctx, kv->ev_compute, KVT_CUDA_STREAM_COMPUTE), "event");
     CU(A->stream_wait(kv->ctx, KVT_CUDA_STREAM_COPY, kv->ev_compute), "COPY waiting for COMPUTE");
     // 2. this layer's fetch (the first layer's: not queued ahead) and the next layer's, on COPY
+    const int64_t l0 = kv->st.loads;
     if (i == 0 && (st = fetch(kv, 0, err))) return st;
+    kv->st.loads_first += kv->st.loads - l0;
     if (i + 1 < kv->p.nl && (st = fetch(kv, i + 1, err))) return st;
     // 3. COMPUTE waits for this layer's blocks, and its table rows follow them
     CU(A->stream_wait(kv->ctx, KVT_CUDA_STREAM_COMPUTE, kv->ev_copy[i & 1]), "COMPUTE waiting for a fetch");
@@ -579,6 +581,17 @@ kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, c
     kvt_gpu_kv_tables(kv, i, 0, tk, tv);
     *max_blocks = (int32_t)kv->mb;
     return KVT_OK;
+}
+
+kvt_status kvt_gpu_kv_end(kvt_gpu_kv *kv, kvt_err *err) {
+    if (kv->p.nl < 1 || kv->n_bs == 0) return KVT_OK;
+    // as step 1 of a layer: nothing still reads what this fetch evicts (the last layer's kernels are queued)
+    CU(kv->api->event_record(kv->ctx, kv->ev_compute, KVT_CUDA_STREAM_COMPUTE), "event");
+    CU(kv->api->stream_wait(kv->ctx, KVT_CUDA_STREAM_COPY, kv->ev_compute), "COPY waiting for COMPUTE");
+    const int64_t l0 = kv->st.loads;
+    kvt_status st = fetch(kv, 0, err);
+    kv->st.loads_ahead += kv->st.loads - l0;
+    return st;
 }
 
 void kvt_gpu_kv_tables(const kvt_gpu_kv *kv, int32_t i, int32_t j, const void *const **tk, const void *const **tv) {

@@ -23,7 +23,9 @@
 // so attention of layer i finds in VRAM every block the budget could hold, and reads the others where they are, in
 // pinned host memory (zero-copy over PCIe: the same kernel on the same bytes, so the logits do not depend on the
 // budget). New blocks are placed the same way (a VRAM slot where possible, else a host slot the layer writes into).
-// A micro-batch's last wait is on COMPUTE: when kvt_gpu_layers_run synchronizes COMPUTE, COPY is idle too.
+// After the last layer, kvt_gpu_kv_end queues the next micro-batch's layer-0 fetch (a guess: the same sequences), so
+// COPY may still work after kvt_gpu_layers_run synchronized COMPUTE; whatever frees or rewrites a slot from the host
+// (truncate, fork, free) synchronizes both streams first.
 #ifndef KVT_GPU_KV_H
 #define KVT_GPU_KV_H
 
@@ -62,6 +64,12 @@ kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, cons
 // group j's (j < n_group), whose blocks hold KV heads [j * G, (j + 1) * G), G = n_head_kv / n_group.
 kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, const void *const **tv,
                             int32_t *max_blocks, kvt_err *err);
+// After the last layer's kernels of a micro-batch: queues on COPY the fetch of layer 0 for a next micro-batch of the
+// same sequences and lengths (decode steps), so that it overlaps what follows (the output, the host's sampling, the
+// CPU layers of a split) instead of stalling the next micro-batch's first layer. Only a guess: the next micro-batch
+// fetches its own layer 0 again (finding these blocks in VRAM); a wrong guess costs transfers, never bytes read.
+// The streams are no longer idle between micro-batches: truncate, fork and free synchronize both first.
+kvt_status kvt_gpu_kv_end(kvt_gpu_kv *kv, kvt_err *err);
 void kvt_gpu_kv_tables(const kvt_gpu_kv *kv, int32_t i, int32_t j, const void *const **tk, const void *const **tv);
 // The device address of position pos's K row of (seq, layer i, head group j), a row of the micro-batch, after
 // kvt_gpu_kv_layer(i); its V row is kvt_gpu_kv_v_offset(kv) bytes further. Marks the block written (its host copy,
@@ -86,6 +94,8 @@ typedef struct {
     int64_t h2h_bytes;       // pinned host -> pinned host (forks of blocks in host slots)
     int64_t table_bytes;     // block-table rows uploaded (host -> device)
     int64_t loads, writebacks, evictions, transfers; // blocks loaded, written back, evicted; copies issued (merged)
+    int64_t loads_ahead;     // of the loads, those of kvt_gpu_kv_end (the next micro-batch's layer 0, overlapped)
+    int64_t loads_first;     // of the loads, those a micro-batch's own first-layer fetch queued (not overlapped)
     int64_t zero_copy_bytes; // K and V bytes attention read from pinned host memory: per query row, the positions it
                              // attends in blocks not in VRAM, 2 x row_bytes each (GQA heads and caches aside)
     int64_t vram_read_bytes; // the same for positions in VRAM

@@ -274,6 +274,7 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
     for (int32_t i = 0; i < g->nl; i++) {
         if ((st = layer(g, i, n, seqs, pos, max_len, err))) return st;
     }
+    if ((st = kvt_gpu_kv_end(g->kv, err))) return st; // the next step's layer 0, overlapping what follows
     if (!g->p.output) {
         CU(g->api->copy_d2h(g->ctx, x, g->x, (size_t)(n * E) * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
            "download of the activations");
