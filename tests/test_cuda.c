@@ -528,7 +528,7 @@ static void case_attn_decode(gpu *g, bool pinned) {
             if (!g->err[0] && pool_upload(g, &p, NSEQ, &dk, &dv)) {
                 const kvt_cuda_attn_args a = {NSEQ, NH, NKV, D, BL, p.max_blocks, 512, 1.0f / sqrtf((float)D),
                                               dput(g, q, NSEQ * NH * D * sizeof(float)), dk, dv, NULL,
-                                              dput(g, seq_len, sizeof seq_len), dpoison(g, NSEQ * NH * D * sizeof(float)), 0};
+                                              dput(g, seq_len, sizeof seq_len), dpoison(g, NSEQ * NH * D * sizeof(float)), 0, 0};
                 if (cu_ok(g, g->api->attn_paged(g->ctx, &a), "attn_paged") && dget(g, got, a.out, NSEQ * NH * D * sizeof(float))) {
                     for (int s = 0; s < NSEQ; s++) {
                         const double e = nmse(got + s * NH * D, ref + s * NH * D, NH * D);
@@ -576,7 +576,7 @@ static void case_attn_prefill(gpu *g) {
                 dq = dput(g, q, (size_t)T * NH * D * sizeof(float));
                 const kvt_cuda_attn_args a = {T, NH, NKV, D, BL, p.max_blocks, L, 1.0f / sqrtf((float)D), dq, dk, dv, drow,
                                               dput(g, seq_len, (size_t)T * sizeof(int32_t)), dpoison(g, (size_t)T * NH * D * sizeof(float)),
-                                              0};
+                                              0, 0};
                 if (!cu_ok(g, g->api->attn_paged(g->ctx, &a), "attn_paged") || !dget(g, got, a.out, (size_t)T * NH * D * sizeof(float))) break;
                 const double err = nmse(got, ref, (int64_t)T * NH * D);
                 printf("# cuda-result attn_prefill d%d/b%d %d nmse %.3g\n", D, BL, T, err);

@@ -48,6 +48,7 @@ typedef struct {
     float tie;           // a near tie: the two candidates' CPU logits within this fraction of the largest
     int mismatch, far;   // greedy ids that differ; of those, where the CPU's logits are no near tie
     int64_t vram;        // the device KV's VRAM budget (kv_vram_bytes; 0: unlimited)
+    int32_t group;       // KV heads per block (kv_group: 0 all, 1 head-wise)
     const char *evict;   // its eviction policy (NULL: lru)
     float *got;          // [rows, n_vocab] the logits of a device run, or NULL
     kvt_gpu_layers_stats gs; // the device layers' stats at the end of a device run
@@ -86,6 +87,7 @@ static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, k
     p.n_gpu_layers = n_gpu < 0 ? -n_gpu : n_gpu;
     p.gpu_output = n_gpu < 0;
     p.kv_vram_bytes = r->vram;
+    p.kv_group = r->group;
     p.kv_evict = r->evict;
     kvt_context *c = NULL;
     if (kvt_context_init(m, &p, &c, err)) return false;
@@ -151,17 +153,21 @@ static void check_model(const char *path, int n, const int32_t *n_gpu, const cha
 // compute-late too, where a missing event between COPY and COMPUTE gives other bytes.
 enum { SLOT = 2 * 4 * 2 * 64 * 2 }; // a block of the Q4_K_M llama: K and V, 4 positions x 2 KV heads x 64 dims, f16
 static void check_tiers(const char *path) {
-    // budget in blocks (0: unlimited, -1: no VRAM at all), -ngl, policy, the unlimited run it must equal, name (NULL:
-    // a reference)
-    enum { N = 7 };
-    static const struct { int64_t blocks; int32_t ngl; const char *evict; int ref; const char *name; } cfg[N] = {
-        {0, 4, NULL, -1, NULL},
-        {0, 2, NULL, -1, NULL},
-        {3, 4, NULL, 0, "cuda layers: device KV within 3 blocks of VRAM, the rest in pinned host (lru): bit for bit the all-VRAM run"},
-        {5, 2, "lookahead", 1, "cuda layers: device KV within 5 blocks of VRAM (lookahead, -ngl 2 split): bit for bit the all-VRAM run"},
-        {8, 4, "spread", 0, "cuda layers: device KV within 8 blocks of VRAM (spread): bit for bit the all-VRAM run"},
-        {-1, 4, NULL, 0, "cuda layers: device KV with no VRAM (every block read from pinned host): bit for bit, nothing moved"},
-        {64, 4, NULL, 0, "cuda layers: device KV within a budget that holds it all: bit for bit, nothing moved, none read from host"}};
+    // budget in blocks (0: unlimited, -1: no VRAM at all), -ngl, policy, the unlimited run it must equal, KV heads per
+    // block (0: all; 1: head-wise, a block of half the bytes), name (NULL: a reference)
+    enum { N = 11 };
+    static const struct { int64_t blocks; int32_t ngl; const char *evict; int ref; int32_t group; const char *name; } cfg[N] = {
+        {0, 4, NULL, -1, 0, NULL},
+        {0, 2, NULL, -1, 0, NULL},
+        {3, 4, NULL, 0, 0, "cuda layers: device KV within 3 blocks of VRAM, the rest in pinned host (lru): bit for bit the all-VRAM run"},
+        {5, 2, "lookahead", 1, 0, "cuda layers: device KV within 5 blocks of VRAM (lookahead, -ngl 2 split): bit for bit the all-VRAM run"},
+        {8, 4, "spread", 0, 0, "cuda layers: device KV within 8 blocks of VRAM (spread): bit for bit the all-VRAM run"},
+        {-1, 4, NULL, 0, 0, "cuda layers: device KV with no VRAM (every block read from pinned host): bit for bit, nothing moved"},
+        {64, 4, NULL, 0, 0, "cuda layers: device KV within a budget that holds it all: bit for bit, nothing moved, none read from host"},
+        {0, 4, NULL, 0, 1, "cuda layers: head-wise device KV (a block per KV head), all in VRAM: bit for bit the layer-wise run"},
+        {5, 4, NULL, 0, 1, "cuda layers: head-wise device KV within 5 head blocks of VRAM (lru): bit for bit the layer-wise all-VRAM run"},
+        {7, 2, "lookahead", 1, 1, "cuda layers: head-wise device KV within 7 head blocks (lookahead, -ngl 2 split): bit for bit"},
+        {-1, 4, NULL, 0, 1, "cuda layers: head-wise device KV with no VRAM: bit for bit the layer-wise all-VRAM run, nothing moved"}};
     const char *reads_name = "cuda layers: device KV bytes read = positions attended x rows x layers, whatever the budget";
     kvt_err err = {0};
     kvt_model *m = NULL;
@@ -182,7 +188,9 @@ static void check_tiers(const char *path) {
     for (int i = 0; i < N; i++) {
         dev[i] = ref;
         dev[i].worst = 0, dev[i].mismatch = dev[i].far = 0;
-        dev[i].vram = cfg[i].blocks < 0 ? 1 : cfg[i].blocks * SLOT;
+        const int64_t slot = cfg[i].group ? SLOT / 2 : SLOT; // the model's 2 KV heads: head-wise halves a block
+        dev[i].vram = cfg[i].blocks < 0 ? 1 : cfg[i].blocks * slot;
+        dev[i].group = cfg[i].group;
         dev[i].evict = cfg[i].evict;
         dev[i].got = malloc((size_t)(rows * V) * sizeof(float));
         kvt_err e = {0};
@@ -201,10 +209,13 @@ static void check_tiers(const char *path) {
         const bool cpu = ran && dev[i].worst <= NMSE_LOGITS && dev[i].far == 0;
         bool moved = ran;
         if (cfg[i].blocks > 0 && cfg[i].blocks < 12) { // less than the sequence's blocks: blocks moved: loaded whole,
-                                                        // written back by rows (K and V of a row: SLOT / 4 bytes)
-            moved = moved && k->loads > 0 && k->evictions > 0 && k->h2d_bytes >= k->loads * SLOT && k->h2d_bytes % SLOT == 0 &&
-                    k->d2h_bytes >= k->writebacks * SLOT / 4 && k->d2h_bytes % (SLOT / 4) == 0 && k->zero_copy_bytes > 0 &&
-                    k->vram_bytes == cfg[i].blocks * SLOT && k->transfers <= k->loads + 2 * k->writebacks + 24;
+                                                        // written back by rows (K and V of a row: slot / 4 bytes)
+            moved = moved && k->loads > 0 && k->evictions > 0 && k->h2d_bytes >= k->loads * slot && k->h2d_bytes % slot == 0 &&
+                    k->d2h_bytes >= k->writebacks * slot / 4 && k->d2h_bytes % (slot / 4) == 0 && k->zero_copy_bytes > 0 &&
+                    k->vram_bytes == cfg[i].blocks * slot && k->transfers <= k->loads + 2 * k->writebacks + 24;
+            // lru: layer 0's blocks come with the fetch ahead at the end of the micro-batch before, rarely with the
+            // micro-batch's own first fetch (kvt_gpu_kv_end)
+            moved = moved && k->loads_ahead + k->loads_first <= k->loads && (cfg[i].evict || k->loads_ahead > k->loads_first);
         } else { // none, or room for all: nothing moved between the tiers
             moved = moved && k->loads == 0 && k->writebacks == 0 && k->evictions == 0 && k->h2d_bytes == 0 && k->d2h_bytes == 0;
             moved = moved && (cfg[i].blocks < 0 ? k->vram_bytes == 0 && k->vram_read_bytes == 0 && k->h2h_bytes > 0
@@ -216,8 +227,9 @@ static void check_tiers(const char *path) {
                     err.msg, e.msg, same, dev[i].worst, (long long)k->loads, (long long)k->writebacks, (long long)k->evictions,
                     (long long)k->transfers, (long long)k->h2d_bytes, (long long)k->d2h_bytes, (long long)k->zero_copy_bytes,
                     (long long)k->vram_read_bytes, (long long)k->vram_bytes, (long long)k->pinned_bytes);
-        if (ran) printf("# %s: loads %lld, write-backs %lld, transfers %lld; read %lld of %lld bytes from pinned host\n",
-                        cfg[i].name, (long long)k->loads, (long long)k->writebacks, (long long)k->transfers,
+        if (ran) printf("# %s: loads %lld (%lld ahead, %lld by a first layer), write-backs %lld, transfers %lld; read %lld of %lld "
+                        "bytes from pinned host\n", cfg[i].name, (long long)k->loads, (long long)k->loads_ahead,
+                        (long long)k->loads_first, (long long)k->writebacks, (long long)k->transfers,
                         (long long)k->zero_copy_bytes, (long long)want);
     }
     test_result(reads, reads_name, "%s", why);
@@ -239,7 +251,7 @@ static void check_window(const kvt_cuda_api *api) {
     kvt_err err = {0};
     char msg[KVT_CUDA_ERR_MAX] = "";
     bool ok = api->ctx_init(0, &ctx, msg, (int)sizeof msg) == KVT_CUDA_OK;
-    const kvt_gpu_kv_params p = {2, BL, 256, ROW, win, 6 * 2 * BL * ROW, NULL};
+    const kvt_gpu_kv_params p = {2, BL, 256, ROW, win, 6 * 2 * BL * ROW, NULL, 1};
     ok = ok && !kvt_gpu_kv_init(api, ctx, &p, &kv, &err);
     kvt_gpu_kv_stats a = {0}, b = {0};
     int64_t want = 0;
@@ -250,7 +262,7 @@ static void check_window(const kvt_cuda_api *api) {
         ok = !kvt_gpu_kv_begin(kv, 1, &seq, &t, &max_len, &err);
         for (int32_t i = 0; ok && i < 2; i++) {
             ok = !kvt_gpu_kv_layer(kv, i, &tk, &tv, &mb, &err);
-            if (ok) kvt_gpu_kv_row(kv, i, 0, t); // (the row the layer would write)
+            if (ok) kvt_gpu_kv_row(kv, i, 0, 0, t); // (the row the layer would write)
         }
         want += 2 * (t + 1 < W ? t + 1 : W) * 2 * ROW;
         if (t == 19) kvt_gpu_kv_get_stats(kv, &a);
@@ -279,7 +291,8 @@ static int capture(const char *cmd, char *out, size_t cap) {
 // The CLI: `kvtier generate -ngl 4 --kv-vram 6K` writes the same text as without --kv-vram, and its --json names the
 // tiers' transfers (gpu.kv) with blocks loaded.
 static void check_cli(const test_env *env, const char *model) {
-    const char *name = "cuda layers: kvtier generate --kv-vram 6K: the same text as all-VRAM, gpu.kv in --json with loads";
+    const char *name = "cuda layers: kvtier generate --kv-vram 6K, and head-wise within 3K: the same text as all-VRAM, gpu.kv "
+                       "in --json with loads";
     char cmd[1600], a[4096], b[4096], j[8192];
     const char *base = "%s generate -m %s -ngl 4 --kv-block 4 -p 'hello world' -n 16 --temp 0 -t 1 %s 2>/dev/null";
     snprintf(cmd, sizeof cmd, base, env->cli, model, "");
@@ -289,11 +302,15 @@ static void check_cli(const test_env *env, const char *model) {
     snprintf(cmd, sizeof cmd, base, env->cli, model, "--kv-vram 6K --json");
     const int r2 = capture(cmd, j, sizeof j);
     const char *kv = strstr(j, "\"kv\":{\"vram_budget_bytes\":6144"), *loads = kv ? strstr(kv, "\"loads\":") : NULL;
-    test_result(r0 == 0 && r1 == 0 && r2 == 0 && a[0] && !strcmp(a, b) && loads && atoll(loads + 8) > 0, name,
-                "exit %d %d %d; text '%.60s' / '%.60s'; gpu.kv %s", r0, r1, r2, a, b, kv ? "present" : "missing");
+    const bool loaded = loads && atoll(loads + 8) > 0;
+    snprintf(cmd, sizeof cmd, base, env->cli, model, "--kv-granularity head --kv-vram 3K"); // head-wise blocks
+    const int r3 = capture(cmd, b, sizeof b);
+    test_result(r0 == 0 && r1 == 0 && r2 == 0 && r3 == 0 && a[0] && !strcmp(a, b) && loaded, name,
+                "exit %d %d %d %d; text '%.60s' / '%.60s'; gpu.kv %s", r0, r1, r2, r3, a, b, kv ? "present" : "missing");
     // beam search (forks, truncations, batches of the beams' sequences) under two group schedules, with and without
     // the budget: the same beams and scores
-    const char *bname = "cuda layers: kvtier beam (4 beams, layerwise and balanced) --kv-vram 6K: the same beams as all-VRAM";
+    const char *bname = "cuda layers: kvtier beam (4 beams, layerwise and balanced) --kv-vram 6K: the same beams as all-VRAM, "
+                        "balanced's groups sized by the VRAM budget";
     const char *bbase = "%s beam -m %s -ngl 4 --kv-block 4 -p 'hello world' -n 12 --beams 4 --step 4 -t 1 --schedule %s %s "
                         "2>/dev/null";
     bool same = true;
@@ -306,7 +323,22 @@ static void check_cli(const test_env *env, const char *model) {
         rc |= capture(cmd, b, sizeof b);
         same = same && a[0] && !strcmp(a, b) && strstr(a, "=== beam 4");
     }
-    test_result(rc == 0 && same, bname, "exit %d; last: '%.80s' / '%.80s'", rc, a, b);
+    // balanced sizes its groups by the VRAM budget when the CPU store has no fast tier (LBS on a GPU): more than
+    // one group per step with --kv-vram, one without
+    int groups[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        snprintf(cmd, sizeof cmd, bbase, env->cli, model, "balanced", v ? "--kv-vram 6K --json" : "--json");
+        rc |= capture(cmd, j, sizeof j);
+        const char *g = strstr(j, "\"groups_per_step\":[");
+        for (g = g ? g + 19 : "]"; *g >= '0' && *g <= '9';) { // past "groups_per_step":[
+            char *e;
+            const long n = strtol(g, &e, 10);
+            groups[v] = n > groups[v] ? (int)n : groups[v];
+            g = *e == ',' ? e + 1 : e;
+        }
+    }
+    test_result(rc == 0 && same && groups[0] == 1 && groups[1] > 1, bname, "exit %d; last: '%.80s' / '%.80s'; groups per step "
+                "at most %d all-VRAM, %d within 6K", rc, a, b, groups[0], groups[1]);
 }
 
 void test_cuda_layers(const test_env *env) {

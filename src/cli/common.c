@@ -570,6 +570,8 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_kv_int(j, "zero_copy_read_bytes", k->zero_copy_bytes);
         kvt_json_kv_int(j, "vram_read_bytes", k->vram_read_bytes);
         kvt_json_kv_int(j, "loads", k->loads);
+        kvt_json_kv_int(j, "loads_ahead", k->loads_ahead);
+        kvt_json_kv_int(j, "loads_first", k->loads_first);
         kvt_json_kv_int(j, "writebacks", k->writebacks);
         kvt_json_kv_int(j, "evictions", k->evictions);
         kvt_json_kv_int(j, "transfers", k->transfers);

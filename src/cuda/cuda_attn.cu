@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kThreads) attn_chunk_kernel(kvt_cuda_attn_args
     float *st = states + attn_state_offset(a, row, h, n_chunks, c);
     __shared__ float q[KVT_CUDA_ATTN_MAX_HEAD_DIM];
     __shared__ float sc[KVT_CUDA_ATTN_CHUNK];
-    const float *qh = a.q + ((int64_t)row * a.n_head + h) * D;
+    const float *qh = a.q + (int64_t)row * (a.row_stride > 0 ? a.row_stride : a.n_head * D) + (int64_t)h * D;
     for (int d = threadIdx.x; d < D; d += kThreads) q[d] = qh[d];
     __syncthreads();
     // scores: warp w takes positions w, w + 4, ...; its lanes split the head dim
@@ -46,8 +46,8 @@ __global__ void __launch_bounds__(kThreads) attn_chunk_kernel(kvt_cuda_attn_args
 __global__ void __launch_bounds__(kThreads) attn_merge_kernel(kvt_cuda_attn_args a, int n_chunks, const float *__restrict__ states) {
     const int h = blockIdx.x, row = blockIdx.y;
     const float *st0 = states + attn_state_offset(a, row, h, n_chunks, 0);
-    for (int d = threadIdx.x; d < a.head_dim; d += kThreads)
-        a.out[((int64_t)row * a.n_head + h) * a.head_dim + d] = attn_merge_item(st0, n_chunks, a.head_dim, d);
+    float *oh = a.out + (int64_t)row * (a.row_stride > 0 ? a.row_stride : a.n_head * a.head_dim) + (int64_t)h * a.head_dim;
+    for (int d = threadIdx.x; d < a.head_dim; d += kThreads) oh[d] = attn_merge_item(st0, n_chunks, a.head_dim, d);
 }
 
 } // namespace

@@ -28,7 +28,8 @@
 extern "C" {
 #endif
 
-#define KVT_CUDA_ABI_VERSION 3 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped
+#define KVT_CUDA_ABI_VERSION 4 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
+                               // 4: kvt_cuda_attn_args.row_stride
 #define KVT_CUDA_API_SYMBOL "kvt_cuda_get_api"
 // File name of the library (build/ beside the kvtier binaries)
 #define KVT_CUDA_LIB_FILE "libkvtier-cuda.so"
@@ -107,6 +108,8 @@ typedef struct {
     const int32_t *seq_len;     // device [n_q]: positions attended, each in [1, max_seq_len]
     float *out;                 // device [n_q, n_head, head_dim] f32
     int32_t window;             // > 0: positions attended per row (sliding window); 0: all of seq_len
+    int32_t row_stride;         // floats from one query row to the next in q and out (0: n_head * head_dim): the
+                                // heads of one KV head group of wider rows (the device KV's head-wise blocks)
 } kvt_cuda_attn_args;
 
 // RoPE over [n_tok, n_head, head_dim] f32 in place; rotates the first n_rot dims of each head.

@@ -134,7 +134,7 @@ static kvt_status gpu_init(kvt_context *c, kvt_err *err) {
     }
     c->gpu_il0 = c->p.n_gpu_layers >= nl ? 0 : nl - (c->p.n_gpu_layers > 0 ? c->p.n_gpu_layers : 0);
     const kvt_gpu_layers_params gp = {c->gpu_il0,       c->p.n_ubatch, c->p.n_ctx, c->p.kv_block, c->p.kv_vram_bytes,
-                                      c->p.kv_evict, 0,              c->gpu_output};
+                                      c->p.kv_evict, 0,              c->gpu_output, c->p.kv_group};
     if ((st = kvt_gpu_layers_init(&c->cuda, c->m, &gp, &c->gpu, err))) return st;
     c->ub_seq = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_seq);
     c->ub_pos = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_pos);

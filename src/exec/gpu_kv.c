@@ -22,7 +22,7 @@ typedef struct {
 } slab;
 
 typedef struct {
-    int32_t seq, layer;   // owner (seq -1: a free id)
+    int32_t seq, layer;   // owner (seq -1: a free id); layer: i * ng + j for head group j of device layer i
     int64_t idx;          // block index in its (sequence, layer)
     int64_t vslot, hslot; // VRAM slot, host slot (-1: none)
     int64_t res;          // position in the resident list (-1: not in VRAM)
@@ -52,9 +52,10 @@ struct kvt_gpu_kv {
     const kvt_cuda_api *api;
     kvt_cuda_ctx *ctx;
     kvt_gpu_kv_params p;
-    int32_t *window;     // [nl]
+    int32_t *window;     // [nv] each block layer's sliding window
     const kvt_evict_policy *pol;
     int64_t slot_bytes, mb;
+    int32_t ng, nv;      // KV head groups per layer (each its own blocks); blocks' layers: nv = nl * ng, v = i * ng + j
     slab vram, host;
     gblk *B;
     int64_t n_B, cap_B, *free_id, n_free_id;
@@ -62,9 +63,9 @@ struct kvt_gpu_kv {
     int64_t n_res, victim_pos;
     int32_t seq_cap;
     gseq *seq;
-    void ***tk, ***tv;   // [nl] device tables [seq_cap * mb]
-    void ***hk, ***hv;   // [nl] host mirrors
-    uint8_t **tdirty;    // [nl][seq_cap]: the mirror row changed since uploaded
+    void ***tk, ***tv;   // [nv] device tables [seq_cap * mb]
+    void ***hk, ***hv;   // [nv] host mirrors
+    uint8_t **tdirty;    // [nv][seq_cap]: the mirror row changed since uploaded
     void **stage;        // pinned staging of the table rows uploaded in one micro-batch (read by COMPUTE when it
     int64_t n_stage, cap_stage; // gets there: never reused before the micro-batch's end), n_stage entries used
     // the micro-batch
@@ -186,8 +187,10 @@ typedef struct {
     int32_t f;
 } vview;
 
+// f: the block layer fetched; the blocks of its device layer and of the one before (every head group) are held
 static bool held(const kvt_gpu_kv *kv, const gblk *b, int32_t f) {
-    return b->need_call == kv->call && (b->layer == f || b->layer == f - 1);
+    const int32_t l = b->layer / kv->ng, lf = f / kv->ng;
+    return b->need_call == kv->call && (l == lf || l == lf - 1);
 }
 static bool in_batch(const kvt_gpu_kv *kv, int32_t seq) {
     for (int32_t k = 0; k < kv->n_bs; k++) {
@@ -207,7 +210,7 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
     const kvt_gpu_kv *kv = v->kv;
     const gblk *b = &kv->B[id];
     // the schedule: layers in order, micro-batch after micro-batch; a sequence outside this one: not known
-    const int64_t next = !in_batch(kv, b->seq) ? INT64_MAX : b->layer >= v->f ? b->layer - v->f : kv->p.nl - v->f + b->layer;
+    const int64_t next = !in_batch(kv, b->seq) ? INT64_MAX : b->layer >= v->f ? b->layer - v->f : kv->nv - v->f + b->layer;
     const int64_t cap = kv->vram.cap, total = kv->n_B - kv->n_free_id;
     const double frac = cap < 0 || total <= cap ? 0.0 : 1.0 - (double)cap / (double)total;
     *out = (kvt_evict_info){b->last_use, b->uses, next, b->layer, b->idx, kv->mb, frac, 0.0};
@@ -314,12 +317,14 @@ static int64_t first_block(const kvt_gpu_kv *kv, int32_t i, const bseq *s) {
     return w > 0 && s->min_len > w ? (s->min_len - w) / kv->p.block_len : 0;
 }
 
-// The fetch of layer f (the schedule of gpu_kv.h, step 2): queued on COPY, then its event recorded.
-static kvt_status fetch(kvt_gpu_kv *kv, int32_t f, kvt_err *err) {
+// The fetch of device layer l, every head group's blocks (the schedule of gpu_kv.h, step 2): queued on COPY, then
+// its event recorded.
+static kvt_status fetch(kvt_gpu_kv *kv, int32_t l, kvt_err *err) {
     kv->n_wb = kv->n_ld = 0;
     kv->full = false;
     kvt_status st = KVT_OK;
-    for (int32_t k = 0; !st && k < kv->n_bs; k++) {
+    for (int32_t kf = 0; !st && kf < kv->n_bs * kv->ng; kf++) { // group by group, the batch's sequences in each
+        const int32_t f = l * kv->ng + kf / kv->n_bs, k = kf % kv->n_bs;
         const bseq *s = &kv->bs[k];
         gseq *S = &kv->seq[s->seq];
         const int64_t hi = (s->max_len + kv->p.block_len - 1) / kv->p.block_len;
@@ -345,7 +350,7 @@ static kvt_status fetch(kvt_gpu_kv *kv, int32_t f, kvt_err *err) {
     if (!st) st = flush(kv, kv->wb, kv->n_wb, true, err); // write-backs first: a victim's slot is then reloaded
     if (!st) st = flush(kv, kv->ld, kv->n_ld, false, err);
     if (st) return st;
-    CU(kv->api->event_record(kv->ctx, kv->ev_copy[f & 1], KVT_CUDA_STREAM_COPY), "event after a fetch");
+    CU(kv->api->event_record(kv->ctx, kv->ev_copy[l & 1], KVT_CUDA_STREAM_COPY), "event after a fetch");
     return KVT_OK;
 }
 
@@ -360,7 +365,7 @@ static kvt_status seq_reserve(kvt_gpu_kv *kv, int32_t seq, kvt_err *err) {
     kv->seq = ns;
     for (int32_t s = kv->seq_cap; s < cap; s++) ns[s] = (gseq){-1, NULL, NULL};
     const size_t row = (size_t)kv->mb * sizeof(void *);
-    for (int32_t i = 0; i < kv->p.nl; i++) {
+    for (int32_t i = 0; i < kv->nv; i++) {
         uint8_t *td = realloc(kv->tdirty[i], (size_t)cap);
         if (!td) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
         memset(td + kv->seq_cap, 0, (size_t)(cap - kv->seq_cap));
@@ -391,8 +396,8 @@ static kvt_status seq_get(kvt_gpu_kv *kv, int32_t seq, gseq **out, kvt_err *err)
     if (st) return st;
     gseq *S = &kv->seq[seq];
     if (S->n_pos < 0) {
-        S->n_blk = calloc((size_t)kv->p.nl, sizeof *S->n_blk);
-        S->blk = malloc((size_t)kv->p.nl * (size_t)kv->mb * sizeof *S->blk);
+        S->n_blk = calloc((size_t)kv->nv, sizeof *S->n_blk);
+        S->blk = malloc((size_t)kv->nv * (size_t)kv->mb * sizeof *S->blk);
         if (!S->n_blk || !S->blk) {
             free(S->n_blk), free(S->blk);
             S->n_blk = NULL, S->blk = NULL;
@@ -432,7 +437,7 @@ kvt_status kvt_gpu_kv_init(const kvt_cuda_api *api, kvt_cuda_ctx *ctx, const kvt
     *out = NULL;
     const kvt_evict_policy *pol = kvt_evict_policy_find(p->evict ? p->evict : "lru");
     if (!pol) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device KV: eviction policy '%s' (%s)", p->evict, kvt_evict_policy_names());
-    if (p->nl < 0 || p->block_len < 1 || p->n_ctx < 1 || p->row_bytes < 1 || p->vram_bytes < 0)
+    if (p->nl < 0 || p->block_len < 1 || p->n_ctx < 1 || p->row_bytes < 1 || p->vram_bytes < 0 || p->n_group < 0)
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device KV: %d layers, block %lld, context %lld", p->nl,
                           (long long)p->block_len, (long long)p->n_ctx);
     kvt_gpu_kv *kv = calloc(1, sizeof *kv);
@@ -440,18 +445,20 @@ kvt_status kvt_gpu_kv_init(const kvt_cuda_api *api, kvt_cuda_ctx *ctx, const kvt
     *out = kv; // freed by kvt_gpu_kv_free on any failure below
     kv->api = api, kv->ctx = ctx, kv->p = *p, kv->pol = pol;
     kv->slot_bytes = 2 * p->block_len * p->row_bytes;
+    kv->ng = p->n_group > 1 ? p->n_group : 1;
+    kv->nv = p->nl * kv->ng;
     kv->mb = (p->n_ctx + p->block_len - 1) / p->block_len;
     const int64_t per = CHUNK_BYTES / kv->slot_bytes > 1 ? CHUNK_BYTES / kv->slot_bytes : 1;
     kv->vram = (slab){.host = false, .per_chunk = per, .cap = p->vram_bytes > 0 ? p->vram_bytes / kv->slot_bytes : -1};
     kv->host = (slab){.host = true, .per_chunk = per, .cap = -1};
     kv->st.vram_cap_bytes = kv->vram.cap < 0 ? -1 : kv->vram.cap * kv->slot_bytes;
-    const size_t nl = p->nl > 0 ? (size_t)p->nl : 1;
+    const size_t nl = kv->nv > 0 ? (size_t)kv->nv : 1;
     kv->window = calloc(nl, sizeof *kv->window);
     kv->tk = calloc(nl, sizeof *kv->tk), kv->tv = calloc(nl, sizeof *kv->tv);
     kv->hk = calloc(nl, sizeof *kv->hk), kv->hv = calloc(nl, sizeof *kv->hv);
     kv->tdirty = calloc(nl, sizeof *kv->tdirty);
     if (!kv->window || !kv->tk || !kv->tv || !kv->hk || !kv->hv || !kv->tdirty) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
-    if (p->window) memcpy(kv->window, p->window, (size_t)p->nl * sizeof *kv->window);
+    for (int32_t v = 0; p->window && v < kv->nv; v++) kv->window[v] = p->window[v / kv->ng];
     kv->p.window = NULL;
     for (int j = 0; j < 2; j++) CU(api->event_create(ctx, &kv->ev_copy[j]), "event");
     CU(api->event_create(ctx, &kv->ev_compute), "event");
@@ -470,7 +477,7 @@ void kvt_gpu_kv_free(kvt_gpu_kv *kv) {
     A->stream_sync(kv->ctx, KVT_CUDA_STREAM_COPY);
     slab_free(kv, &kv->vram);
     slab_free(kv, &kv->host);
-    for (int32_t i = 0; i < kv->p.nl; i++) {
+    for (int32_t i = 0; i < kv->nv; i++) {
         if (kv->tk) A->dev_free(kv->ctx, kv->tk[i]);
         if (kv->tv) A->dev_free(kv->ctx, kv->tv[i]);
         if (kv->hk) free(kv->hk[i]);
@@ -517,8 +524,8 @@ kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, cons
     kv->n_rows = n;
     kv->call++;
     // the staging of the table rows this micro-batch may upload: every row of its sequences, K and V, every layer
-    // (the streams are idle between micro-batches: the old staging may go)
-    const int64_t need = 2 * (int64_t)kv->p.nl * kv->n_bs * kv->mb;
+    // (COMPUTE, the only stream that reads it, is idle between micro-batches: the old staging may go)
+    const int64_t need = 2 * (int64_t)kv->nv * kv->n_bs * kv->mb;
     kv->n_stage = 0;
     if (need > kv->cap_stage) {
         const int64_t cap = need > 2 * kv->cap_stage ? need : 2 * kv->cap_stage;
@@ -538,40 +545,62 @@ kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, c
     CU(A->event_record(kv->ctx, kv->ev_compute, KVT_CUDA_STREAM_COMPUTE), "event");
     CU(A->stream_wait(kv->ctx, KVT_CUDA_STREAM_COPY, kv->ev_compute), "COPY waiting for COMPUTE");
     // 2. this layer's fetch (the first layer's: not queued ahead) and the next layer's, on COPY
+    const int64_t l0 = kv->st.loads;
     if (i == 0 && (st = fetch(kv, 0, err))) return st;
+    kv->st.loads_first += kv->st.loads - l0;
     if (i + 1 < kv->p.nl && (st = fetch(kv, i + 1, err))) return st;
     // 3. COMPUTE waits for this layer's blocks, and its table rows follow them
     CU(A->stream_wait(kv->ctx, KVT_CUDA_STREAM_COMPUTE, kv->ev_copy[i & 1]), "COMPUTE waiting for a fetch");
-    if ((st = tables_upload(kv, i, err))) return st;
+    for (int32_t v = i * kv->ng; v < (i + 1) * kv->ng; v++) {
+        if ((st = tables_upload(kv, v, err))) return st;
+    }
     // what this layer reads: the blocks' use (the policies' input) and the bytes, by where they are
     kv->tick++;
-    for (int32_t k = 0; k < kv->n_bs; k++) {
-        const bseq *s = &kv->bs[k];
-        const gseq *S = &kv->seq[s->seq];
-        for (int64_t b = first_block(kv, i, s); b < S->n_blk[i]; b++) {
-            gblk *B = &kv->B[S->blk[(size_t)i * kv->mb + b]];
-            B->last_use = kv->tick;
-            B->uses++;
+    for (int32_t v = i * kv->ng; v < (i + 1) * kv->ng; v++) {
+        for (int32_t k = 0; k < kv->n_bs; k++) {
+            const bseq *s = &kv->bs[k];
+            const gseq *S = &kv->seq[s->seq];
+            for (int64_t b = first_block(kv, v, s); b < S->n_blk[v]; b++) {
+                gblk *B = &kv->B[S->blk[(size_t)v * kv->mb + b]];
+                B->last_use = kv->tick;
+                B->uses++;
+            }
+        }
+        const int64_t bl = kv->p.block_len, w = kv->window[v];
+        for (int64_t t = 0; t < kv->n_rows; t++) {
+            const gseq *S = &kv->seq[kv->rseq[t]];
+            const int64_t len = kv->rlen[t], lo = w > 0 && len > w ? len - w : 0;
+            for (int64_t p0 = lo; p0 < len;) {
+                const int64_t b = p0 / bl, p1 = (b + 1) * bl < len ? (b + 1) * bl : len;
+                const bool vram = kv->B[S->blk[(size_t)v * kv->mb + b]].vslot >= 0;
+                (vram ? &kv->st.vram_read_bytes : &kv->st.zero_copy_bytes)[0] += (p1 - p0) * 2 * kv->p.row_bytes;
+                p0 = p1;
+            }
         }
     }
-    const int64_t bl = kv->p.block_len, w = kv->window[i];
-    for (int64_t t = 0; t < kv->n_rows; t++) {
-        const gseq *S = &kv->seq[kv->rseq[t]];
-        const int64_t len = kv->rlen[t], lo = w > 0 && len > w ? len - w : 0;
-        for (int64_t p0 = lo; p0 < len;) {
-            const int64_t b = p0 / bl, p1 = (b + 1) * bl < len ? (b + 1) * bl : len;
-            const bool vram = kv->B[S->blk[(size_t)i * kv->mb + b]].vslot >= 0;
-            (vram ? &kv->st.vram_read_bytes : &kv->st.zero_copy_bytes)[0] += (p1 - p0) * 2 * kv->p.row_bytes;
-            p0 = p1;
-        }
-    }
-    *tk = (const void *const *)kv->tk[i];
-    *tv = (const void *const *)kv->tv[i];
+    kvt_gpu_kv_tables(kv, i, 0, tk, tv);
     *max_blocks = (int32_t)kv->mb;
     return KVT_OK;
 }
 
-uint8_t *kvt_gpu_kv_row(kvt_gpu_kv *kv, int32_t i, int32_t seq, int64_t pos) {
+kvt_status kvt_gpu_kv_end(kvt_gpu_kv *kv, kvt_err *err) {
+    if (kv->p.nl < 1 || kv->n_bs == 0) return KVT_OK;
+    // as step 1 of a layer: nothing still reads what this fetch evicts (the last layer's kernels are queued)
+    CU(kv->api->event_record(kv->ctx, kv->ev_compute, KVT_CUDA_STREAM_COMPUTE), "event");
+    CU(kv->api->stream_wait(kv->ctx, KVT_CUDA_STREAM_COPY, kv->ev_compute), "COPY waiting for COMPUTE");
+    const int64_t l0 = kv->st.loads;
+    kvt_status st = fetch(kv, 0, err);
+    kv->st.loads_ahead += kv->st.loads - l0;
+    return st;
+}
+
+void kvt_gpu_kv_tables(const kvt_gpu_kv *kv, int32_t i, int32_t j, const void *const **tk, const void *const **tv) {
+    *tk = (const void *const *)kv->tk[i * kv->ng + j];
+    *tv = (const void *const *)kv->tv[i * kv->ng + j];
+}
+
+uint8_t *kvt_gpu_kv_row(kvt_gpu_kv *kv, int32_t i, int32_t j, int32_t seq, int64_t pos) {
+    i = i * kv->ng + j; // the block layer of head group j
     const int64_t b = pos / kv->p.block_len;
     gblk *B = &kv->B[kv->seq[seq].blk[(size_t)i * kv->mb + b]];
     const int32_t r = (int32_t)(pos % kv->p.block_len);
@@ -597,7 +626,7 @@ kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *er
     kvt_status st = seq_get(kv, dst, &D, err);
     if (st || (st = sync_both(kv, err))) return st;
     const kvt_cuda_api *A = kv->api;
-    for (int32_t i = 0; i < kv->p.nl; i++) {
+    for (int32_t i = 0; i < kv->nv; i++) {
         for (int64_t b = 0; b < kv->seq[src].n_blk[i]; b++) {
             if ((st = block_new(kv, dst, i, b, -1, err))) return st;
             const gblk *s = &kv->B[kv->seq[src].blk[(size_t)i * kv->mb + b]], *d = &kv->B[kv->seq[dst].blk[(size_t)i * kv->mb + b]];
@@ -632,7 +661,7 @@ void kvt_gpu_kv_truncate(kvt_gpu_kv *kv, int32_t seq, int64_t n_keep) {
     const int64_t keep = n_keep > 0 ? (n_keep + kv->p.block_len - 1) / kv->p.block_len : 0;
     kvt_err e;
     sync_both(kv, &e); // no kernel or copy may still use a slot that goes (a failure shows at the next call)
-    for (int32_t i = 0; i < kv->p.nl; i++) {
+    for (int32_t i = 0; i < kv->nv; i++) {
         for (int64_t b = keep; b < S->n_blk[i]; b++) block_free(kv, S->blk[(size_t)i * kv->mb + b]);
         if (S->n_blk[i] > keep) S->n_blk[i] = keep;
     }

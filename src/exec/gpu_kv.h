@@ -2,8 +2,10 @@
 // host memory below it (HeadInfer's split: the KV that does not fit the GPU stays in host memory and crosses PCIe).
 // Plain C over the CUDA backend's table (src/cuda/kvt_cuda.h), so it runs unchanged over the table's CPU emulation.
 //
-// Blocks. Per (sequence, device layer) a table of blocks of block_len positions; a block is one slot of
-// 2 * block_len * row_bytes bytes, K [block_len, n_head_kv, head_dim] f16 then V alike (attn_paged's layout). A slot
+// Blocks. Per (sequence, device layer, KV head group) a table of blocks of block_len positions; a block is one slot of
+// 2 * block_len * row_bytes bytes, K [block_len, heads of the group, head_dim] f16 then V alike (attn_paged's
+// layout; one group, the default, holds every KV head; head-wise and group granularity, as the CPU store's
+// --kv-granularity, let a budget keep some heads of a layer in VRAM and fetch, evict and read each group apart). A slot
 // is in VRAM (T0: at most vram_bytes / slot bytes of them) or in pinned host memory (T1, mapped into the device's
 // address space, unlimited). A block lives in a VRAM slot, in a host slot, or in both (a loaded block keeps its host
 // copy: it is clean until the layer writes a row into it, and evicting a clean block costs no copy). Slots are cut
@@ -21,7 +23,9 @@
 // so attention of layer i finds in VRAM every block the budget could hold, and reads the others where they are, in
 // pinned host memory (zero-copy over PCIe: the same kernel on the same bytes, so the logits do not depend on the
 // budget). New blocks are placed the same way (a VRAM slot where possible, else a host slot the layer writes into).
-// A micro-batch's last wait is on COMPUTE: when kvt_gpu_layers_run synchronizes COMPUTE, COPY is idle too.
+// After the last layer, kvt_gpu_kv_end queues the next micro-batch's layer-0 fetch (a guess: the same sequences), so
+// COPY may still work after kvt_gpu_layers_run synchronized COMPUTE; whatever frees or rewrites a slot from the host
+// (truncate, fork, free) synchronizes both streams first.
 #ifndef KVT_GPU_KV_H
 #define KVT_GPU_KV_H
 
@@ -39,6 +43,8 @@ typedef struct {
     const int32_t *window; // [nl] each device layer's sliding window (0: none), copied; NULL: none
     int64_t vram_bytes;    // T0 budget in bytes (0: unlimited; below one slot: no VRAM, every block in pinned host)
     const char *evict;     // eviction policy (kv_policy.h names; NULL: lru)
+    int32_t n_group;       // KV head groups per layer, each with its own blocks (HeadInfer's head-wise and group
+                           // granularity: row_bytes is then one group's; 0 or 1: a block holds every KV head)
 } kvt_gpu_kv_params;
 
 typedef struct kvt_gpu_kv kvt_gpu_kv;
@@ -54,12 +60,21 @@ void kvt_gpu_kv_free(kvt_gpu_kv *kv);
 kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, const int64_t *pos, int32_t *max_len,
                             kvt_err *err);
 // Layer i of the micro-batch (0, 1, ... in order; the schedule above). After it, *tk and *tv are layer i's device
-// block tables for attn_paged ([sequences, *max_blocks] device addresses).
+// block tables for attn_paged ([sequences, *max_blocks] device addresses) of head group 0; kvt_gpu_kv_tables gives
+// group j's (j < n_group), whose blocks hold KV heads [j * G, (j + 1) * G), G = n_head_kv / n_group.
 kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, const void *const **tv,
                             int32_t *max_blocks, kvt_err *err);
-// The device address of position pos's K row of (seq, layer i), a row of the micro-batch, after kvt_gpu_kv_layer(i);
-// its V row is kvt_gpu_kv_v_offset(kv) bytes further. Marks the block written (its host copy, if any, is stale).
-uint8_t *kvt_gpu_kv_row(kvt_gpu_kv *kv, int32_t i, int32_t seq, int64_t pos);
+// After the last layer's kernels of a micro-batch: queues on COPY the fetch of layer 0 for a next micro-batch of the
+// same sequences and lengths (decode steps), so that it overlaps what follows (the output, the host's sampling, the
+// CPU layers of a split) instead of stalling the next micro-batch's first layer. Only a guess: the next micro-batch
+// fetches its own layer 0 again (finding these blocks in VRAM); a wrong guess costs transfers, never bytes read.
+// The streams are no longer idle between micro-batches: truncate, fork and free synchronize both first.
+kvt_status kvt_gpu_kv_end(kvt_gpu_kv *kv, kvt_err *err);
+void kvt_gpu_kv_tables(const kvt_gpu_kv *kv, int32_t i, int32_t j, const void *const **tk, const void *const **tv);
+// The device address of position pos's K row of (seq, layer i, head group j), a row of the micro-batch, after
+// kvt_gpu_kv_layer(i); its V row is kvt_gpu_kv_v_offset(kv) bytes further. Marks the block written (its host copy,
+// if any, is stale).
+uint8_t *kvt_gpu_kv_row(kvt_gpu_kv *kv, int32_t i, int32_t j, int32_t seq, int64_t pos);
 int64_t kvt_gpu_kv_v_offset(const kvt_gpu_kv *kv);
 
 // dst gets a copy of src's KV (positions [0, n_pos(src))), placed in free VRAM slots, else in host slots (no
@@ -79,6 +94,8 @@ typedef struct {
     int64_t h2h_bytes;       // pinned host -> pinned host (forks of blocks in host slots)
     int64_t table_bytes;     // block-table rows uploaded (host -> device)
     int64_t loads, writebacks, evictions, transfers; // blocks loaded, written back, evicted; copies issued (merged)
+    int64_t loads_ahead;     // of the loads, those of kvt_gpu_kv_end (the next micro-batch's layer 0, overlapped)
+    int64_t loads_first;     // of the loads, those a micro-batch's own first-layer fetch queued (not overlapped)
     int64_t zero_copy_bytes; // K and V bytes attention read from pinned host memory: per query row, the positions it
                              // attends in blocks not in VRAM, 2 x row_bytes each (GQA heads and caches aside)
     int64_t vram_read_bytes; // the same for positions in VRAM

@@ -80,6 +80,10 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: first layer %d of %d, ubatch %lld, context %lld, block %lld",
                           p->il0, hp->n_layer, (long long)p->n_ubatch, (long long)p->n_ctx, (long long)p->block_len);
     }
+    if (p->group_heads < 0 || p->group_heads > hp->n_head_kv || (p->group_heads > 0 && hp->n_head_kv % p->group_heads)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: KV groups of %d heads do not divide the %d KV heads",
+                          p->group_heads, hp->n_head_kv);
+    }
     kvt_status st = check_model(m, err);
     if (st) return st;
     kvt_gpu_layers *g = calloc(1, sizeof *g);
@@ -143,7 +147,8 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
     if (!st) {
         int32_t *win = malloc(nl * sizeof *win);
         for (int32_t i = 0; win && i < g->nl; i++) win[i] = m->layers[p->il0 + i].window;
-        const kvt_gpu_kv_params kp = {g->nl, p->block_len, p->n_ctx, K * 2, win, p->vram_kv_bytes, p->evict};
+        const int32_t ng = p->group_heads > 0 ? hp->n_head_kv / p->group_heads : 1;
+        const kvt_gpu_kv_params kp = {g->nl, p->block_len, p->n_ctx, K / ng * 2, win, p->vram_kv_bytes, p->evict, ng};
         st = win ? kvt_gpu_kv_init(g->api, g->ctx, &kp, &g->kv, err) : kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
         free(win);
     }
@@ -214,15 +219,22 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
     CU(A->rope(g->ctx, g->q, &ra), "rope");
     ra.n_head = hp->n_head_kv;
     CU(A->rope(g->ctx, g->k, &ra), "rope");
-    const int64_t voff = kvt_gpu_kv_v_offset(g->kv);
-    for (int64_t t = 0; t < n; t++) { // K and V rows into their blocks as f16
-        uint8_t *row = kvt_gpu_kv_row(g->kv, i, seqs[t], pos[t]);
-        CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->k + t * K, K, (uint16_t *)row), "K into its block");
-        CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->v + t * K, K, (uint16_t *)(row + voff)), "V into its block");
+    // per KV head group (one: every head): K and V rows into its blocks as f16, then attention of its query heads
+    const int32_t ng = g->p.group_heads > 0 ? hp->n_head_kv / g->p.group_heads : 1, gkv = hp->n_head_kv / ng;
+    const int32_t gq = hp->n_head / ng; // query heads of a group (GQA: n_head / n_head_kv per KV head)
+    const int64_t voff = kvt_gpu_kv_v_offset(g->kv), GK = gkv * hd;
+    for (int32_t j = 0; j < ng; j++) {
+        for (int64_t t = 0; t < n; t++) {
+            uint8_t *row = kvt_gpu_kv_row(g->kv, i, j, seqs[t], pos[t]);
+            CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->k + t * K + j * GK, GK, (uint16_t *)row), "K into its block");
+            CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->v + t * K + j * GK, GK, (uint16_t *)(row + voff)), "V into its block");
+        }
+        if (j > 0) kvt_gpu_kv_tables(g->kv, i, j, &tk, &tv);
+        const kvt_cuda_attn_args aa = {(int32_t)n, gq, gkv, (int32_t)hd, (int32_t)g->p.block_len, mb, max_len, hp->attn_scale,
+                                       g->q + j * gq * hd, tk, tv, g->drow, g->dlen, g->att + j * gq * hd, L->window,
+                                       ng > 1 ? (int32_t)(hp->n_head * hd) : 0};
+        CU(A->attn_paged(g->ctx, &aa), "attention");
     }
-    const kvt_cuda_attn_args aa = {(int32_t)n, hp->n_head, hp->n_head_kv, (int32_t)hd, (int32_t)g->p.block_len, mb,
-                                   max_len, hp->attn_scale, g->q, tk, tv, g->drow, g->dlen, g->att, L->window};
-    CU(A->attn_paged(g->ctx, &aa), "attention");
     CU(mm(g, &L->wo, D->wo, g->att, n, g->tmp), "attn_output");
     if (D->post_attn_norm) CU(A->rmsnorm(g->ctx, g->tmp, D->post_attn_norm, g->tmp, n, E, hp->rms_eps), "post-attention norm");
     CU(A->add(g->ctx, g->x, g->tmp, n * E), "residual");
@@ -262,6 +274,7 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
     for (int32_t i = 0; i < g->nl; i++) {
         if ((st = layer(g, i, n, seqs, pos, max_len, err))) return st;
     }
+    if ((st = kvt_gpu_kv_end(g->kv, err))) return st; // the next step's layer 0, overlapping what follows
     if (!g->p.output) {
         CU(g->api->copy_d2h(g->ctx, x, g->x, (size_t)(n * E) * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
            "download of the activations");

@@ -29,6 +29,8 @@ typedef struct {
     const char *evict;     // eviction policy of the VRAM tier (kv_policy.h; NULL: lru); borrowed
     int device;            // CUDA device id
     bool output;           // the output norm and the logits on the device too (llama.cpp: -ngl > n_layer)
+    int32_t group_heads;   // KV heads per device KV block (--kv-granularity: 0 all, 1 head-wise, G group:G; divides
+                           // n_head_kv): each group's blocks are fetched, evicted and read apart (gpu_kv.h)
 } kvt_gpu_layers_params;
 
 typedef struct kvt_gpu_layers kvt_gpu_layers;

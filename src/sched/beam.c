@@ -608,6 +608,14 @@ kvt_status kvt_beam_run(kvt_context *ctx, const kvt_beam_params *p, const int32_
     beam_run r = {ctx, p, kvt_context_model(ctx)->hp.n_vocab, kv->block_tokens,
                   ks0.block_bytes * kv->n_layer * kv->n_group, 0, 0, res};
     int64_t budget = p->fast_budget != 0 ? p->fast_budget : ks0.budget_bytes[KVT_TIER_FAST];
+    kvt_gpu_layers_stats gs;
+    if (p->fast_budget == 0 && budget < 0 && kvt_context_gpu_stats(ctx, &gs) && gs.layers > 0 && gs.kv.vram_cap_bytes >= 0) {
+        // device layers with a VRAM budget for their KV (--kv-vram) and no fast tier of the CPU store: the groups are
+        // sized by VRAM (LBS on a GPU). The store's block bytes count every layer, the VRAM budget the device layers'
+        // only (blocks of the same f16 rows): scaled by n_layer / device layers.
+        const int64_t n_layer = kvt_context_model(ctx)->hp.n_layer;
+        budget = gs.kv.vram_cap_bytes * n_layer / gs.layers;
+    }
     const kvt_beam_scorer scorer = p->scorer ? p->scorer : kvt_beam_score_mean_logprob;
     const int32_t N = p->n_beams, W = p->width;
     size_t cap_steps = 0;

@@ -72,7 +72,8 @@ typedef struct {
     const kvt_tokenizer *tok; // borrowed; NULL: no delimiter and no EOG
     kvt_beam_scorer scorer;   // NULL: kvt_beam_score_mean_logprob
     void *scorer_user;
-    int64_t fast_budget;      // fast-tier bytes for grouping (0: the context's kv_fast_bytes; -1: unlimited)
+    int64_t fast_budget;      // fast-tier bytes for grouping (0: the context's kv_fast_bytes, or without one its device
+                              // layers' --kv-vram x n_layer / device layers; -1: unlimited)
 } kvt_beam_params;
 
 kvt_beam_params kvt_beam_params_default(void);

@@ -207,7 +207,8 @@ static int k_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
         if (len < 1 || len > a->max_seq_len) return fail(ctx, KVT_CUDA_ERR_ARG, "attn_paged: seq_len %lld", (long long)len);
         for (int h = 0; h < a->n_head; h++) {
             const int kvh = h / (a->n_head / a->n_kv_head);
-            const float *q = a->q + ((int64_t)row * a->n_head + h) * D;
+            const int64_t rs = a->row_stride > 0 ? a->row_stride : (int64_t)a->n_head * D; // floats per row
+            const float *q = a->q + row * rs + (int64_t)h * D;
             float m = -INFINITY, sum = 0;
             memset(o, 0, sizeof o);
             const int64_t lo = a->window > 0 && len > a->window ? len - a->window : 0; // a sliding window's first position
@@ -237,7 +238,7 @@ static int k_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
                 for (int d = 0; d < D; d++) o[d] = o[d] * a0 + oc[d] * a1;
                 m = mn;
             }
-            for (int d = 0; d < D; d++) a->out[((int64_t)row * a->n_head + h) * D + d] = o[d] / sum;
+            for (int d = 0; d < D; d++) a->out[row * rs + (int64_t)h * D + d] = o[d] / sum;
         }
     }
     return KVT_CUDA_OK;

@@ -323,7 +323,7 @@ void check_attention() {
         }
         std::vector<float> q = random_floats((int64_t)n_q * NH * D, 300), out((size_t)n_q * NH * D), ref(out.size());
         const kvt_cuda_attn_args a = {n_q, NH, NKV, D, BL, max_blocks, lens[2], 1.0f / sqrtf((float)D), q.data(), ktab.data(),
-                                      vtab.data(), row_seq.data(), seq_len.data(), out.data(), W};
+                                      vtab.data(), row_seq.data(), seq_len.data(), out.data(), W, 0};
         const int n_chunks = (a.max_seq_len + KVT_CUDA_ATTN_CHUNK - 1) / KVT_CUDA_ATTN_CHUNK;
         std::vector<float> states((size_t)n_q * NH * n_chunks * (D + 2));
         float sc[KVT_CUDA_ATTN_CHUNK];

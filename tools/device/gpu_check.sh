@@ -1,109 +1,249 @@
 #!/usr/bin/env bash
-# gpu_check.sh - issue 15's kernel checks on a lent GPU machine (H100/H200; a copy of the working
-# tree, nothing outside reachable, 10 minutes per command). Builds the test binary and
-# build/libkvtier-cuda.so for sm_90 only, runs the `cuda` suite (every kernel against the CPU
-# reference, outputs poisoned with NaN first), then compute-sanitizer memcheck over the same suite
-# when installed, and prints one table: kernel, type, tokens, normalized MSE against its limit, and
-# mul_mat_vec's GB/s at one token beside the probe's device read bandwidth.
-# Then the device layers (`cuda_layers`: -ngl against the CPU pass, and the device KV's tiers: VRAM budgets over
-# pinned host memory bit for bit the all-VRAM run) and HEADINFER: a llama3-8b shape made here by `kvtier mkmodel`
-# (Q4_K_M), all layers and the logits on the device, a prompt of HI_CTX tokens (default 16384), decoded once with
-# all its KV in VRAM and once within a 1 GiB VRAM budget for KV (--kv-vram 1G, the rest in pinned host memory,
-# --kv-evict lookahead): TPOT of each beside the link time (the KV bytes that crossed PCIe per decode step at the
-# probe's pinned H2D bandwidth), and whether the two runs' tokens are the same.
-# Output files go to ${OUT:-/tmp/gpu-check}.
-#   usage: tools/device/gpu_check.sh   (SUITES=0 skips the suites, MEMCHECK=0 the sanitizer runs, HEADINFER=0 the
-#          timing, e.g. `SUITES=0 MEMCHECK=0 tools/device/gpu_check.sh` for HeadInfer alone; a part that
-#          would start after BUDGET_S seconds (default 480) is skipped and says so, to stay within 10 minutes)
+# gpu_check.sh - issue 15's checks and benchmarks on a lent GPU machine (H100/H200; a copy of the working tree,
+# nothing outside reachable, 10 minutes per command). Each part is switchable (PART=0 leaves it out) and has its own
+# time limit; a part that would start after BUDGET_S seconds (default 540) is skipped and says so. At the end one
+# table: every figure beside its measured limit or goal. Output files go to ${OUT:-/tmp/gpu-check}; models are made
+# here by `kvtier mkmodel` into ${MODELS:-build/dev-models} (kept between calls while the machine stays warm).
+#
+#   BUILD      make the binaries and build/libkvtier-cuda.so for sm_90 (${NVCC_ARCH} overrides)
+#   SUITES     `cuda` (every kernel against the CPU reference, outputs poisoned first; nmse table; matvec GB/s) and
+#              `cuda_layers` (-ngl against the CPU pass; the device KV's VRAM budgets bit for bit the all-VRAM run)
+#   RATES      llama3-8b Q4_K_M, all layers and the logits on the device: `kvtier bench -p 512 -n 128`: decode GB/s
+#              of weights beside the profile's device read bandwidth (goal >= 60%), prefill tok/s (goal >= 5000)
+#   LBS        the same model, `kvtier beam` 32 beams, step 32, KV within --kv-vram (LBS_VRAM, default 512M) below
+#              the beams' KV: layerwise and balanced, time of each (goal balanced <= 1/3 of layerwise), beams equal
+#   HELM       Qwen3-8B shape (f16: the device runs no bf16), `kvtier plan --vram 8G` on this machine's profile,
+#              then the planned split (`generate --plan FILE`): measured ms/token against the plan's (goal 15%)
+#   HEADINFER  llama3-8b Q4_K_M, a HI_CTX-token prompt (16384), all KV in VRAM, within --kv-vram 1G (lookahead), and
+#              within it head-wise (--kv-granularity head; HI_HEAD=0 leaves it out):
+#              TPOT beside the link time of the KV bytes that crossed PCIe per step (goal 1.2x), tokens equal
+#   MEMCHECK   compute-sanitizer memcheck of both suites (when installed)
+# e.g. the call plan of docs/GPU.md: `HELM=0 HEADINFER=0 MEMCHECK=0 tools/device/gpu_check.sh`, then
+# `BUILD=0 SUITES=0 RATES=0 LBS=0 tools/device/gpu_check.sh` on the still-warm machine.
+# Dry run without a GPU over the emulation (logic only, every figure meaningless):
+#   BUILD=0 KVT_CUDA_LIB=build/libkvtier-cuda-fake.so PROFILE=profiles/h200-16c.json \
+#   MKMODEL_FLAGS="--layers 2 --dim 256 --heads 4 --kv-heads 2 --ff 512 --vocab 1000" HI_CTX=256 LBS_PROMPT=64 \
+#   LBS_VRAM=64K HELM_VRAM=... tools/device/gpu_check.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT"
-cd "$(dirname "$0")/../.."
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/nvidia-smi.txt"
-nvcc --version | tail -1
+cd "$(dirname "$0")/../.." || exit 1
+MODELS=${MODELS:-build/dev-models}; mkdir -p "$MODELS"
+T=$(nproc)
+KVT=build/kvtier
+SUMMARY="$OUT/summary.txt"; : >"$SUMMARY"
+# one row of the final table: part, figure, measured, limit or goal, verdict
+row() { printf "%s\t%s\t%s\t%s\t%s\n" "$1" "$2" "$3" "$4" "$5" >>"$SUMMARY"; }
+# the first number after "KEY": in FILE (plain JSON as kvtier writes it); empty if absent
+jnum() { grep -o "\"$2\": *-\?[0-9.e+-]*" "$1" 2>/dev/null | head -1 | sed 's/.*: *//'; }
+# the same after the first occurrence of the text AFTER (a nested object)
+jnum_in() { local s; s=$(tr -d '\n' <"$1" 2>/dev/null); s=${s#*"$2"}; printf "%s" "$s" | grep -o "\"$3\": *-\?[0-9.e+-]*" | head -1 | sed 's/.*: *//'; }
+calc() { awk "BEGIN { printf \"$1\", ($2) }"; }
 t0=$(date +%s)
-make -j"$(nproc)" URING=0 NVCC_ARCH='-gencode arch=compute_90,code=sm_90' build/kvtier-tests build/kvtier build/libkvtier-cuda.so \
-  >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+left() { [ $(( $(date +%s) - t0 )) -lt "${BUDGET_S:-540}" ] || { echo "$1: skipped (${BUDGET_S:-540} s used; run it alone)"; row "$1" "-" "skipped" "-" "not run (time)"; return 1; }; }
 rc=0
-if [ "${SUITES:-1}" = 1 ]; then
-timeout 300 build/kvtier-tests cuda >"$OUT/cuda.txt" 2>&1 || rc=$?
-grep -E "^(ok|FAIL|skip) |^# cuda device" "$OUT/cuda.txt"
-# the device layers of a CPU/GPU split against the CPU forward pass (src/exec/gpu_layers.c)
-timeout 120 build/kvtier-tests cuda_layers >"$OUT/cuda_layers.txt" 2>&1 || rc=$?
-grep -E "^(ok|FAIL|skip) |^# cuda layers" "$OUT/cuda_layers.txt" | cut -c1-200
-echo
-awk '
-  function num(x) { return (x == "inf" || x == "nan" || x == "-nan") ? 1e30 : x + 0 }
-  /^# cuda-result / {                     # one row per kernel and type: the worst nmse over its token counts
-    k = $3 " " $4
-    if (!(k in worst)) { order[++n] = k; worst[k] = -1 }
-    if (num($7) > worst[k]) { worst[k] = num($7); shown[k] = $7 }
-    toks[k] = toks[k] (toks[k] == "" ? "" : ",") $5
-  }
-  /^# cuda-bw / { bw[++nb] = $0 }
-  END {
-    printf "%-20s %-16s %-22s %11s %8s\n", "kernel", "type/shape", "tokens", "worst nmse", "limit"
-    for (i = 1; i <= n; i++) {
-      split(order[i], f, " ")
-      lim = (f[1] ~ /^(mul_mat|attn)/) ? 5e-4 : 1e-6
-      printf "%-20s %-16s %-22s %11s %8.0e %s\n", f[1], f[2], toks[order[i]], shown[order[i]], lim, worst[order[i]] <= lim ? "ok" : "FAIL"
-    }
-    if (nb) printf "\n%-20s %-10s %10s %14s %8s\n", "mul_mat_vec 4096^2", "type", "GB/s", "device GB/s", "share"
-    for (i = 1; i <= nb; i++) {
-      split(bw[i], f, " ")
-      printf "%-20s %-10s %10.1f %14.1f %7.0f%%\n", "  1 token", f[3], f[4], f[5], (f[5] > 0 ? 100 * f[4] / f[5] : 0)
-    }
-  }' "$OUT/cuda.txt"
-echo
-tail -1 "$OUT/cuda.txt"
-# on a GPU machine a skipped case means the check did not run (no library, no device): a failure
-if grep -q "^skip " "$OUT/cuda.txt" || ! grep -q "^ok " "$OUT/cuda.txt" || grep -q "^FAIL " "$OUT/cuda_layers.txt"; then
-  echo "gpu_check: cases were skipped or none passed: the GPU checks did not run"; rc=1
-fi
-fi
-left() { [ $(( $(date +%s) - t0 )) -lt "${BUDGET_S:-480}" ] || { echo "$1: skipped (${BUDGET_S:-480} s used; run it alone)"; return 1; }; }
 
-# HeadInfer (headinfer.txt): llama3-8b shape, KV within 1 GiB of VRAM, the rest in pinned host memory, exact
-headinfer() {
-  local model=${HI_MODEL:-/tmp/llama3-8b-q4_k_m.gguf} ctx=${HI_CTX:-16384} gen=${HI_GEN:-17}
-  if [ ! -f "$model" ]; then
-    timeout 240 build/kvtier mkmodel --shape llama3-8b --type q4_k_m -t "$(nproc)" -q -o "$model" || { echo "headinfer: mkmodel failed"; return 1; }
-  fi
-  timeout 90 build/kvtier profile --quick -o "$OUT/profile.json" >"$OUT/profile.log" 2>&1
-  local gbps; gbps=$(grep -o '"h2d_gbps": *[0-9.e+-]*' "$OUT/profile.json" | head -1 | sed 's/.*: *//')
-  # about ctx - 64 tokens of random text (sized by tokenizing a first draft: the synthetic vocabulary's made-up
-  # pieces merge a few bytes each)
-  mktext() { awk -v n="$1" 'BEGIN { srand(1); for (i = 0; i < n; i++) printf "%c", (rand() < 0.2 ? 32 : 97 + int(rand() * 26)) }'; }
-  mktext $((3 * ctx)) >"$OUT/hi_prompt.txt"
-  local ntok; ntok=$(build/kvtier tokenize -m "$model" -f "$OUT/hi_prompt.txt" 2>/dev/null | wc -w)
-  [ "${ntok:-0}" -gt 0 ] && mktext $((3 * ctx * (ctx - 64) / ntok)) >"$OUT/hi_prompt.txt"
-  printf "\n%-22s %8s %10s %12s %14s %10s %8s\n" "headinfer llama3-8b" "prompt" "TPOT ms" "KV MB/step" "link ms/step" "TPOT/link" "tokens"
-  local kvv flags ids0=""
-  for kvv in all 1G; do
-    flags=""; [ "$kvv" = all ] || flags="--kv-vram $kvv --kv-evict lookahead"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/nvidia-smi.txt"
+else echo "nvidia-smi: absent (no NVIDIA driver here${KVT_CUDA_LIB:+; KVT_CUDA_LIB=$KVT_CUDA_LIB})"; fi
+command -v nvcc >/dev/null 2>&1 && nvcc --version | tail -1
+if [ "${BUILD:-1}" = 1 ]; then
+  make -j"$T" URING=0 NVCC_ARCH="${NVCC_ARCH:--gencode arch=compute_90,code=sm_90}" build/kvtier-tests build/kvtier \
+    build/libkvtier-cuda.so >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s"
+fi
+
+# a model of a named shape made here (MKMODEL_FLAGS: extra flags, e.g. a tiny variant for a dry run)
+model() { # SHAPE TYPE -> prints the path
+  local f="$MODELS/$1-$2${MKMODEL_FLAGS:+-small}.gguf"
+  if [ ! -f "$f" ]; then
     # shellcheck disable=SC2086
-    timeout 200 build/kvtier generate -m "$model" -ngl 33 -c $((ctx + ctx / 16 + gen + 64)) -f "$OUT/hi_prompt.txt" -n "$gen" \
-      --temp 0 --ignore-eos --no-progress --json $flags >"$OUT/hi_$kvv.json" 2>"$OUT/hi_$kvv.err" || { echo "headinfer $kvv: failed: $(tail -1 "$OUT/hi_$kvv.err")"; rc=1; continue; }
-    local j="$OUT/hi_$kvv.json" ids
+    timeout "${MK_S:-240}" $KVT mkmodel --shape "$1" --type "$2" ${MKMODEL_FLAGS:-} -t "$T" -q -o "$f.tmp" >&2 && mv "$f.tmp" "$f" ||
+      { echo "mkmodel $1 $2 failed" >&2; rm -f "$f.tmp"; return 1; }
+  fi
+  echo "$f"
+}
+# this machine's profile (PROFILE: a given file instead, e.g. for a dry run)
+profile() {
+  if [ -n "${PROFILE:-}" ]; then cp "$PROFILE" "$OUT/profile.json"; return; fi
+  [ -s "$OUT/profile.json" ] || timeout 120 $KVT profile --quick -t "$T" -o "$OUT/profile.json" >"$OUT/profile.log" 2>&1
+}
+# about N tokens of random text for MODEL (sized by tokenizing a first draft: the synthetic vocabulary's made-up
+# pieces merge a few bytes each)
+mktext() { awk -v n="$1" -v s="${2:-1}" 'BEGIN { srand(s); for (i = 0; i < n; i++) printf "%c", (rand() < 0.2 ? 32 : 97 + int(rand() * 26)) }'; }
+prompt_of() { # MODEL NTOK FILE
+  mktext $((3 * $2)) >"$3"
+  local ntok; ntok=$($KVT tokenize -m "$1" -f "$3" 2>/dev/null | wc -w)
+  [ "${ntok:-0}" -gt 0 ] && mktext $((3 * $2 * $2 / ntok)) >"$3"
+  return 0
+}
+
+# --- SUITES: every kernel against the CPU reference; the device layers and the device KV's tiers
+suites() {
+  timeout "${SUITES_S:-300}" build/kvtier-tests cuda >"$OUT/cuda.txt" 2>&1 || rc=$?
+  grep -E "^(ok|FAIL|skip) |^# cuda device" "$OUT/cuda.txt"
+  timeout "${LAYERS_S:-150}" build/kvtier-tests cuda_layers >"$OUT/cuda_layers.txt" 2>&1 || rc=$?
+  grep -E "^(ok|FAIL|skip) |^# cuda layers" "$OUT/cuda_layers.txt" | cut -c1-200
+  echo
+  awk '
+    function num(x) { return (x == "inf" || x == "nan" || x == "-nan") ? 1e30 : x + 0 }
+    /^# cuda-result / {                     # one row per kernel and type: the worst nmse over its token counts
+      k = $3 " " $4
+      if (!(k in worst)) { order[++n] = k; worst[k] = -1 }
+      if (num($7) > worst[k]) { worst[k] = num($7); shown[k] = $7 }
+      toks[k] = toks[k] (toks[k] == "" ? "" : ",") $5
+    }
+    /^# cuda-bw / { bw[++nb] = $0 }
+    END {
+      printf "%-20s %-16s %-22s %11s %8s\n", "kernel", "type/shape", "tokens", "worst nmse", "limit"
+      for (i = 1; i <= n; i++) {
+        split(order[i], f, " ")
+        lim = (f[1] ~ /^(mul_mat|attn)/) ? 5e-4 : 1e-6
+        printf "%-20s %-16s %-22s %11s %8.0e %s\n", f[1], f[2], toks[order[i]], shown[order[i]], lim, worst[order[i]] <= lim ? "ok" : "FAIL"
+      }
+      if (nb) printf "\n%-20s %-10s %10s %14s %8s\n", "mul_mat_vec 4096^2", "type", "GB/s", "device GB/s", "share"
+      for (i = 1; i <= nb; i++) {
+        split(bw[i], f, " ")
+        printf "%-20s %-10s %10.1f %14.1f %7.0f%%\n", "  1 token", f[3], f[4], f[5], (f[5] > 0 ? 100 * f[4] / f[5] : 0)
+      }
+    }' "$OUT/cuda.txt"
+  echo
+  tail -1 "$OUT/cuda.txt"
+  local s
+  for s in cuda cuda_layers; do
+    row suites "$s: cases ok / fail / skip" "$(grep -c '^ok ' "$OUT/$s.txt") / $(grep -c '^FAIL ' "$OUT/$s.txt") / $(grep -c '^skip ' "$OUT/$s.txt")" \
+      "fail 0, skip 0" "$(grep -q '^ok ' "$OUT/$s.txt" && ! grep -qE '^(FAIL|skip) ' "$OUT/$s.txt" && echo ok || echo FAIL)"
+  done
+  # on a GPU machine a skipped case means the check did not run (no library, no device): a failure
+  if grep -q "^skip " "$OUT/cuda.txt" || ! grep -q "^ok " "$OUT/cuda.txt" || grep -q "^FAIL " "$OUT/cuda_layers.txt"; then
+    echo "gpu_check: cases were skipped or none passed: the GPU checks did not run"; rc=1
+  fi
+}
+[ "${SUITES:-1}" = 1 ] && left suites && suites
+
+# --- RATES: decode and prefill of a llama3-8b Q4_K_M, all on the device
+rates() {
+  local m; m=$(model llama3-8b q4_k_m) || { row rates mkmodel failed - FAIL; rc=1; return; }
+  profile
+  local dev; dev=$(jnum "$OUT/profile.json" gpu_mem_gbps)
+  timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p "${RATES_P:-512}" -n "${RATES_N:-128}" -r "${RATES_R:-3}" -t "$T" -o json \
+    >"$OUT/rates.json" 2>"$OUT/rates.err" || { echo "rates: failed: $(tail -1 "$OUT/rates.err")"; row rates bench failed - FAIL; rc=1; return; }
+  # bench -o json: one object per test; the pp one first, then tg
+  local pp tg gb
+  pp=$(tr -d '\n' <"$OUT/rates.json" | grep -o '"n_gen": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+  tg=$(tr -d '\n' <"$OUT/rates.json" | grep -o '"n_prompt": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+  gb=$(tr -d '\n' <"$OUT/rates.json" | grep -o '"n_prompt": *0,[^}]*"gbps": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+  row rates "prefill ${RATES_P:-512} tok/s (llama3-8b Q4_K_M)" "${pp:-?}" ">= 5000" "$(calc '%s' "${pp:-0} >= 5000 ? \"ok\" : \"NOT MET\"")"
+  row rates "decode tok/s (tg${RATES_N:-128})" "${tg:-?}" "-" "-"
+  row rates "decode GB/s of weights" "${gb:-?}" ">= 60% of ${dev:-?} GB/s" \
+    "$(calc '%s' "(${dev:-0} > 0 && ${gb:-0} >= 0.6 * ${dev:-0}) ? sprintf(\"ok (%.0f%%)\", 100 * ${gb:-0} / ${dev:-1}) : sprintf(\"NOT MET (%.0f%%)\", ${dev:-0} > 0 ? 100 * ${gb:-0} / ${dev:-1} : 0)")"
+}
+[ "${RATES:-1}" = 1 ] && left rates && rates
+
+# --- LBS (lbs.txt): 32 beams, step 32, the beams' KV larger than the VRAM budget; layerwise against balanced
+lbs() {
+  local m; m=$(model llama3-8b q4_k_m) || { row lbs mkmodel failed - FAIL; rc=1; return; }
+  prompt_of "$m" "${LBS_PROMPT:-512}" "$OUT/lbs_prompt.txt"
+  local s ms=() ids=() kvb=()
+  for s in layerwise balanced; do
+    timeout "${LBS_S:-200}" $KVT beam -m "$m" -ngl 999 -f "$OUT/lbs_prompt.txt" --beams "${LBS_BEAMS:-32}" --step 32 -n "${LBS_N:-64}" \
+      --ignore-eos --schedule "$s" --kv-vram "${LBS_VRAM:-512M}" ${LBS_BLOCK:+--kv-block $LBS_BLOCK} --kv-evict lookahead -t "$T" --json \
+      >"$OUT/lbs_$s.json" 2>"$OUT/lbs_$s.err" || { echo "lbs $s: failed: $(tail -1 "$OUT/lbs_$s.err")"; row lbs "$s" failed - FAIL; rc=1; return; }
+    ms+=("$(jnum_in "$OUT/lbs_$s.json" '"time_ms"' total)")
+    ids+=("$(tr -d '\n' <"$OUT/lbs_$s.json" | grep -o '"ids":\[[0-9,]*\]' | tr '\n' ' ')")
+    kvb+=("$(jnum_in "$OUT/lbs_$s.json" '"gpu"' host_to_device_bytes)")
+    echo "lbs $s: $(jnum_in "$OUT/lbs_$s.json" '"time_ms"' total) ms, groups per step $(tr -d '\n' <"$OUT/lbs_$s.json" | grep -o '"groups_per_step":\[[0-9,]*\]')," \
+         "KV loaded $(jnum_in "$OUT/lbs_$s.json" '"gpu"' host_to_device_bytes) B, zero-copy read $(jnum_in "$OUT/lbs_$s.json" '"gpu"' zero_copy_read_bytes) B"
+  done
+  # the beams' KV must exceed the budget: the device KV's slots at the end (VRAM + pinned host) against it
+  local v h; v=$(jnum_in "$OUT/lbs_layerwise.json" '"gpu"' vram_bytes); h=$(jnum_in "$OUT/lbs_layerwise.json" '"gpu"' pinned_bytes)
+  row lbs "device KV allocated (VRAM + pinned, chunks of 8 MiB)" "$(calc '%.0f' "${v:-0} + ${h:-0}") B" "> ${LBS_VRAM:-512M}" "-"
+  row lbs "layerwise ms (${LBS_BEAMS:-32} beams, step 32, -n ${LBS_N:-64}, --kv-vram ${LBS_VRAM:-512M})" "${ms[0]}" "-" "KV H2D ${kvb[0]} B"
+  row lbs "balanced ms" "${ms[1]}" "<= $(calc '%.0f' "${ms[0]:-0} / 3") (1/3 of layerwise)" \
+    "$(calc '%s' "${ms[1]:-1e30} <= ${ms[0]:-0} / 3 ? sprintf(\"ok (%.2fx)\", ${ms[0]:-0} / ${ms[1]:-1}) : sprintf(\"NOT MET (%.2fx)\", ${ms[0]:-0} / (${ms[1]:-0} > 0 ? ${ms[1]:-1} : 1))"); KV H2D ${kvb[1]} B"
+  row lbs "beams of both schedules" "$([ -n "${ids[0]}" ] && [ "${ids[0]}" = "${ids[1]}" ] && echo equal || echo DIFFER)" "equal" \
+    "$([ -n "${ids[0]}" ] && [ "${ids[0]}" = "${ids[1]}" ] && echo ok || echo FAIL)"
+}
+[ "${LBS:-1}" = 1 ] && left lbs && lbs
+
+# --- HELM (helm.txt): VRAM capped at 8 GB, Qwen3-8B shape, the planned CPU/GPU split run as planned
+helm() {
+  local m; m=$(model qwen3-8b "${HELM_TYPE:-f16}") || { row helm mkmodel failed - FAIL; rc=1; return; }
+  profile
+  local np=${HELM_PROMPT:-128} ng=${HELM_GEN:-32}
+  # the per-unit overheads of this CPU (helm 6.4.4), calibrated on a small model first unless the profile has them
+  if [ "${HELM_CALIBRATE:-1}" = 1 ] && [ -z "$(jnum "$OUT/profile.json" cpu_block_overhead_ms)" ]; then
+    local sm; sm=$(model smollm2-135m q8_0) &&
+      timeout 90 $KVT plan --validate --calibrate -t "$T" -m "$sm" --profile "$OUT/profile.json" --reps 3 >"$OUT/helm_calibrate.txt" 2>&1
+  fi
+  timeout 60 $KVT plan -m "$m" --profile "$OUT/profile.json" --vram "${HELM_VRAM:-8G}" --ctx $((np + ng)) --prompt "$np" \
+    -o "$OUT/helm_plan.json" >"$OUT/helm_plan.txt" 2>&1 || { echo "helm: plan failed: $(tail -2 "$OUT/helm_plan.txt")"; row helm plan failed - FAIL; rc=1; return; }
+  grep -E "^(split|decode|predicted|KV tiers)" "$OUT/helm_plan.txt"
+  local pred cpu gpu
+  pred=$(jnum "$OUT/helm_plan.json" predicted_ms_per_token)
+  cpu=$(jnum "$OUT/helm_plan.json" cpu_units); gpu=$(jnum "$OUT/helm_plan.json" gpu_units)
+  prompt_of "$m" "$np" "$OUT/helm_prompt.txt"
+  timeout "${HELM_S:-200}" $KVT generate -m "$m" --plan "$OUT/helm_plan.json" -t "$T" -c $((np * 2 + ng + 64)) -f "$OUT/helm_prompt.txt" \
+    -n "$ng" --temp 0 --ignore-eos --no-progress --json >"$OUT/helm_run.json" 2>"$OUT/helm_run.err" ||
+    { echo "helm: run failed: $(tail -1 "$OUT/helm_run.err")"; row helm run failed - FAIL; rc=1; return; }
+  local meas; meas=$(jnum_in "$OUT/helm_run.json" '"decode"' step_ms_median)
+  echo "helm: split cpu($cpu) -> cuda($gpu), predicted ${pred:-?} ms/token, measured ${meas:-?} ms/token"
+  row helm "Qwen3-8B ${HELM_TYPE:-f16} --vram ${HELM_VRAM:-8G}: split cpu($cpu)->cuda($gpu) ms/token" "${meas:-?}" \
+    "plan ${pred:-?} +-15%" "$(calc '%s' "(${pred:-0} > 0 && ${meas:-0} > 0) ? sprintf(\"%s (%+.1f%%)\", (${meas:-0} - ${pred:-0}) / ${meas:-1} * 100 < 15 && (${meas:-0} - ${pred:-0}) / ${meas:-1} * 100 > -15 ? \"ok\" : \"NOT MET\", (${pred:-0} - ${meas:-0}) / ${meas:-1} * 100) : \"-\"")"
+}
+[ "${HELM:-1}" = 1 ] && left helm && helm
+
+# --- HeadInfer (headinfer.txt): llama3-8b shape, KV within 1 GiB of VRAM, the rest in pinned host memory, exact
+headinfer() {
+  local m; m=${HI_MODEL:-$(model llama3-8b q4_k_m)} || { row headinfer mkmodel failed - FAIL; rc=1; return; }
+  local ctx=${HI_CTX:-16384} gen=${HI_GEN:-17}
+  profile
+  local gbps; gbps=$(jnum "$OUT/profile.json" h2d_gbps)
+  prompt_of "$m" $((ctx - 64)) "$OUT/hi_prompt.txt"
+  printf "\n%-22s %8s %10s %12s %14s %10s %8s\n" "headinfer llama3-8b" "prompt" "TPOT ms" "KV MB/step" "link ms/step" "TPOT/link" "tokens"
+  local kvv flags ids0="" line
+  # all KV in VRAM; within the budget (blocks of every KV head); within it head-wise (a block per KV head, HeadInfer's
+  # granularity; HI_HEAD=0 leaves it out)
+  local runs="all ${HI_VRAM:-1G}"; [ "${HI_HEAD:-1}" = 1 ] && runs="$runs ${HI_VRAM:-1G}/head"
+  for kvv in $runs; do
+    [ "$kvv" = all ] || left "headinfer KV $kvv" || continue
+    flags=""; [ "$kvv" = all ] || flags="--kv-vram ${kvv%/head} --kv-evict lookahead"
+    local f=""; [ "${kvv%/head}" = "$kvv" ] || { flags="$flags --kv-granularity head"; f=_head; }
+    # shellcheck disable=SC2086
+    timeout "${HI_S:-200}" $KVT generate -m "$m" -ngl 999 -t "$T" -c $((ctx + ctx / 16 + gen + 64)) -f "$OUT/hi_prompt.txt" -n "$gen" \
+      --temp 0 --ignore-eos --no-progress --json $flags >"$OUT/hi_${kvv%/head}$f.json" 2>"$OUT/hi_${kvv%/head}$f.err" ||
+      { echo "headinfer $kvv: failed: $(tail -1 "$OUT/hi_${kvv%/head}$f.err")"; row headinfer "KV $kvv" failed - FAIL; rc=1; continue; }
+    local j="$OUT/hi_${kvv%/head}$f.json" ids
     ids=$(grep -o '"ids":\[[0-9,]*\]' "$j" | head -1)
     [ -z "$ids0" ] && ids0=$ids
-    awk -v kvv="$kvv" -v gbps="${gbps:-0}" -v same=$([ "$ids" = "$ids0" ] && echo same || echo DIFFER) '
+    line=$(awk -v kvv="$kvv" -v gbps="${gbps:-0}" -v same="$([ "$ids" = "$ids0" ] && echo same || echo DIFFER)" '
       function num(key,   m) { if (match($0, "\"" key "\":[0-9.e+-]*")) { m = substr($0, RSTART, RLENGTH); sub(/.*:/, "", m); return m + 0 } return 0 }
       { tpot = num("step_ms_median"); np = num("n_prompt") }
       { s = $0; sub(/.*"gpu_kv_bytes_per_step":/, "", s); $0 = s; step = num("host_to_device") + num("device_to_host") + num("zero_copy_read") }
       END { link = (gbps > 0) ? step / (gbps * 1e6) : 0; ratio = (link > 0) ? sprintf("%.2f", tpot / link) : "-"
-            printf "%-22s %8d %10.2f %12.1f %14.2f %10s %8s\n", "  KV " kvv, np, tpot, step / 1e6, link, ratio, same }' "$j"
+            printf "%-22s %8d %10.2f %12.1f %14.2f %10s %8s\n", "  KV " kvv, np, tpot, step / 1e6, link, ratio, same }' "$j")
+    echo "$line"
+    # shellcheck disable=SC2086
+    set -- $line # KV, budget, prompt, TPOT, MB/step, link ms, TPOT/link, tokens
+    row headinfer "TPOT ms, ${ctx}-token prompt, KV $kvv" "$4" "$([ "$kvv" = all ] && echo - || echo "1.2 x link $6 ms")" \
+      "$([ "$kvv" = all ] && echo - || calc '%s' "(\"$7\" != \"-\" && \"$7\" + 0 <= 1.2) ? \"ok ($7x)\" : \"NOT MET ($7x)\"") tokens $8"
   done
-  echo "  (link ms/step: the KV bytes that crossed PCIe per decode step at the probe's ${gbps:-?} GB/s pinned H2D; the"
-  echo "   issue's target: TPOT within 1.2x of it, exact: the tokens of both runs the same)"
+  echo "  (link ms/step: the KV bytes that crossed PCIe per decode step at the probe's ${gbps:-?} GB/s pinned H2D)"
 }
-if [ "${HEADINFER:-1}" = 1 ] && left headinfer; then headinfer; fi
+[ "${HEADINFER:-1}" = 1 ] && left headinfer && headinfer
 
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && left memcheck; then
   KVT_CUDA_NO_BENCH=1 timeout 240 compute-sanitizer --tool memcheck --leak-check no build/kvtier-tests cuda >"$OUT/memcheck.txt" 2>&1
   echo "compute-sanitizer memcheck (exit $?): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)"
-  left "memcheck of cuda_layers" &&
-  timeout 240 compute-sanitizer --tool memcheck --leak-check no build/kvtier-tests cuda_layers >"$OUT/memcheck_layers.txt" 2>&1 &&
-  echo "compute-sanitizer memcheck of cuda_layers (exit $?): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_layers.txt" | tail -1)"
+  row memcheck "cuda suite" "$(grep -E 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1 | sed 's/.*SUMMARY: //')" "0 errors" "-"
+  if left "memcheck of cuda_layers"; then
+    timeout 240 compute-sanitizer --tool memcheck --leak-check no build/kvtier-tests cuda_layers >"$OUT/memcheck_layers.txt" 2>&1
+    echo "compute-sanitizer memcheck of cuda_layers (exit $?): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_layers.txt" | tail -1)"
+    row memcheck "cuda_layers suite" "$(grep -E 'ERROR SUMMARY' "$OUT/memcheck_layers.txt" | tail -1 | sed 's/.*SUMMARY: //')" "0 errors" "-"
+  fi
 fi
+
+echo
+echo "== gpu_check: $(( $(date +%s) - t0 )) s${KVT_CUDA_LIB:+ (KVT_CUDA_LIB=$KVT_CUDA_LIB: not a GPU, figures meaningless)}"
+awk -F'\t' 'BEGIN { printf "%-10s %-62s %-16s %-30s %s\n", "part", "figure", "measured", "limit / goal", "verdict" }
+            { printf "%-10s %-62s %-16s %-30s %s\n", $1, substr($2, 1, 62), $3, $4, $5 }' "$SUMMARY"
 exit $rc
