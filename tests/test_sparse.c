@@ -325,6 +325,43 @@ static double max_diff(const float *a, const float *b, int64_t n) {
     return md;
 }
 
+// The paged store in a fast tier of the key summaries and 4 blocks, a host tier below, prefetch 1.
+static void use_small_tiers(kvt_context_params *c, const kvt_sparse_dims *dd) {
+    c->kv_fast_bytes = kvt_sparse_summary_bytes(&c->sparse, dd) + 4 * 4096;
+    c->kv_host_bytes = 1 << 20;
+    c->kv_prefetch = 1;
+}
+
+// Runs cp with 1..4 threads, each count varied by vary(c, t, dd) (the tiers, the policy, ...): true if every run's
+// logits equal ref (n values) bit for bit and its selections total sel. *st gets the first failure.
+static bool same_for_threads(const kvt_model *m, const kvt_context_params *cp, const kvt_sparse_dims *dd,
+                             void (*vary)(kvt_context_params *, int, const kvt_sparse_dims *), float *a, const float *ref,
+                             int64_t n, int64_t sel, kvt_status *st, kvt_err *err) {
+    bool same = true;
+    for (int t = 1; same && t <= 4; t++) {
+        kvt_context_params c = *cp;
+        c.n_threads = t;
+        vary(&c, t, dd);
+        int64_t s = 0;
+        *st = run(m, &c, a, &s, err);
+        same = !*st && max_diff(a, ref, n) == 0 && s == sel;
+    }
+    return same;
+}
+
+// even thread counts on the small tiers
+static void vary_tiers(kvt_context_params *c, int t, const kvt_sparse_dims *dd) {
+    if (t % 2 == 0) use_small_tiers(c, dd);
+}
+
+// 3 and 4 threads prefetch only the K best candidates' blocks (--sparse-prefetch-top 1), 4 ranks the blocks by
+// attn-ema; 2, 3 and 4 on the small tiers
+static void vary_prefetch_top(kvt_context_params *c, int t, const kvt_sparse_dims *dd) {
+    c->sparse.prefetch_top = t >= 3 ? 1.0 : 0.0;
+    c->kv_evict = t == 4 ? "attn-ema" : NULL;
+    if (t % 2 == 0 || t == 3) use_small_tiers(c, dd);
+}
+
 static void test_context(const char *path) {
     kvt_model *m = NULL;
     kvt_err err = {0};
@@ -476,19 +513,7 @@ static void test_context(const char *path) {
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
                 "sparse: asyncspade re-rank x2 among block candidates keeps K positions; worker = inline, bit for bit",
                 "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
-    bool same8 = !st;
-    for (int t = 1; same8 && t <= 4; t++) {
-        kvt_context_params c9 = c8;
-        c9.n_threads = t;
-        if (t % 2 == 0) {
-            c9.kv_fast_bytes = kvt_sparse_summary_bytes(&c9.sparse, &dd) + 4 * 4096;
-            c9.kv_host_bytes = 1 << 20;
-            c9.kv_prefetch = 1;
-        }
-        int64_t s9 = 0;
-        st = run(m, &c9, a, &s9, &err);
-        same8 = !st && max_diff(a, b, n) == 0 && s9 == sb;
-    }
+    const bool same8 = !st && same_for_threads(m, &c8, &dd, vary_tiers, a, b, n, sb, &st, &err);
     test_result(same8, "sparse: asyncspade re-rank among block candidates: 1..4 threads, fast tier + host = contiguous, bit for bit",
                 "%s", st ? err.msg : "differ");
     // --sparse-rerank-block 4: the real query keeps whole pages of 4 candidates (by their summed mass): K positions per
@@ -503,21 +528,7 @@ static void test_context(const char *path) {
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
                 "sparse: asyncspade re-rank block 4 keeps K positions; worker = inline, bit for bit", "%s (selected %lld)",
                 st ? err.msg : "differ", (long long)sa);
-    bool same10 = !st;
-    for (int t = 1; same10 && t <= 4; t++) {
-        kvt_context_params c11 = c10;
-        c11.n_threads = t;
-        c11.sparse.prefetch_top = t >= 3 ? 1.0 : 0.0;
-        c11.kv_evict = t == 4 ? "attn-ema" : NULL; // the selections reported as attention mass to the policy
-        if (t % 2 == 0 || t == 3) {
-            c11.kv_fast_bytes = kvt_sparse_summary_bytes(&c11.sparse, &dd) + 4 * 4096;
-            c11.kv_host_bytes = 1 << 20;
-            c11.kv_prefetch = 1;
-        }
-        int64_t s11 = 0;
-        st = run(m, &c11, a, &s11, &err);
-        same10 = !st && max_diff(a, b, n) == 0 && s11 == sb;
-    }
+    const bool same10 = !st && same_for_threads(m, &c10, &dd, vary_prefetch_top, a, b, n, sb, &st, &err);
     test_result(same10, "sparse: asyncspade re-rank block 4, prefetch top 1 or all, lru or attn-ema: 1..4 threads, fast tier + host = contiguous, bit for bit",
                 "%s", st ? err.msg : "differ");
     // --sparse-block-sum: candidate pages by their predicted mass; worker = inline, K positions
