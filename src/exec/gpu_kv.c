@@ -6,7 +6,6 @@
 
 #include "../kv/kv_victim.h"
 
-enum { VICTIM_WINDOW = 256 }; // resident blocks examined per eviction (the CPU store's default, kv_paged.c)
 #define CHUNK_BYTES ((int64_t)8 << 20) // slots are cut from allocations of at least this (or the budget)
 
 // A pool of slots of slot_bytes, cut from chunks of per_chunk slots, in VRAM or pinned host memory.
@@ -221,7 +220,7 @@ static kvt_status vram_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err
     kvt_status st = slot_get(kv, &kv->vram, id, err);
     if (st || *id >= 0 || kv->n_res == 0 || kv->full) return st;
     vview v = {kv, 0, f};
-    const int64_t m = kvt_victim_window(kv->n_res, VICTIM_WINDOW, &kv->victim_pos, &v.start);
+    const int64_t m = kvt_victim_window(kv->n_res, KVT_VICTIM_WINDOW_DEFAULT, &kv->victim_pos, &v.start);
     const kvt_victim_query q = {kv->pol, true, -1, INT64_MAX, kv->tick, false};
     const int64_t k = kvt_victim_pick(&q, m, victim_cand, victim_info, &v, NULL);
     if (k < 0) { // every resident block of the window is held

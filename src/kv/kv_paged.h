@@ -47,7 +47,7 @@ typedef struct {
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)
     const int32_t *layer_window; // [n_layer] attention window of each layer in positions (0: whole context),
                                  // or NULL (every layer global); copied at init
-    int32_t victim_window;  // resident blocks examined per eviction (kv_victim.h kvt_victim_window); 0: 256
+    int32_t victim_window;  // resident blocks examined per eviction (kv_victim.h kvt_victim_window); 0: KVT_VICTIM_WINDOW_DEFAULT (256)
     bool timing;            // time the readers' path: kvt_kv_stats acquire_ms, lock_ms, load_ms (two or three clock
                             // reads per acquire and release; off: those stay 0, the other counters are kept)
     // tests: called with every block a T0 eviction takes (its layer, group and index), in order, under the

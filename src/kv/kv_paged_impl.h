@@ -12,6 +12,7 @@
 #include "kv_policy.h"
 #include "kv_prefetch.h"
 #include "kv_tier.h"
+#include "kv_victim.h"
 
 typedef struct {
     int32_t refs;       // sequences referencing the block (0: free id)
@@ -103,7 +104,7 @@ typedef struct {
 } kv_paged;
 
 enum { T0 = KVT_TIER_FAST, T1 = KVT_TIER_HOST, T2 = KVT_TIER_DISK };
-#define VICTIM_SAMPLE 256 // resident blocks examined per eviction by default (see pick_victim)
+#define VICTIM_SAMPLE KVT_VICTIM_WINDOW_DEFAULT // resident blocks examined per eviction by default (see pick_victim)
 
 // The store's operations table (kvt_kv.ops of every paged store: a kvt_kv is a paged store iff ops == &kvp_ops).
 extern const kvt_kv_ops kvp_ops;

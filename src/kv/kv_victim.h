@@ -36,6 +36,9 @@
 #define KVT_VICTIM_INLINE static inline
 #endif
 
+// Resident blocks examined per eviction by default (the paged store's victim_window, the device KV's window).
+#define KVT_VICTIM_WINDOW_DEFAULT 256
+
 // The window of one victim search over a list of n resident blocks: at most `size` (>= 1) of them, all of them
 // when there are fewer, from position *pos (mod n); when the list is longer than the window, *pos moves on past
 // it (the next search starts there). Returns the window's length m and sets *start: the window is
