@@ -48,6 +48,7 @@ typedef struct {
     float tie;           // a near tie: the two candidates' CPU logits within this fraction of the largest
     int mismatch, far;   // greedy ids that differ; of those, where the CPU's logits are no near tie
     int64_t vram;        // the device KV's VRAM budget (kv_vram_bytes; 0: unlimited)
+    int64_t pinned;      // its pinned host budget (kv_pinned_bytes; 0: unlimited), the rest on disk in /tmp
     int32_t group;       // KV heads per block (kv_group: 0 all, 1 head-wise)
     const char *evict;   // its eviction policy (NULL: lru)
     float *got;          // [rows, n_vocab] the logits of a device run, or NULL
@@ -87,6 +88,8 @@ static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, k
     p.n_gpu_layers = n_gpu < 0 ? -n_gpu : n_gpu;
     p.gpu_output = n_gpu < 0;
     p.kv_vram_bytes = r->vram;
+    p.kv_pinned_bytes = r->pinned;
+    p.kv_disk_dir = r->pinned > 0 ? "/tmp" : NULL;
     p.kv_group = r->group;
     p.kv_evict = r->evict;
     kvt_context *c = NULL;
@@ -155,19 +158,24 @@ enum { SLOT = 2 * 4 * 2 * 64 * 2 }; // a block of the Q4_K_M llama: K and V, 4 p
 static void check_tiers(const char *path) {
     // budget in blocks (0: unlimited, -1: no VRAM at all), -ngl, policy, the unlimited run it must equal, KV heads per
     // block (0: all; 1: head-wise, a block of half the bytes), name (NULL: a reference)
-    enum { N = 11 };
-    static const struct { int64_t blocks; int32_t ngl; const char *evict; int ref; int32_t group; const char *name; } cfg[N] = {
-        {0, 4, NULL, -1, 0, NULL},
-        {0, 2, NULL, -1, 0, NULL},
-        {3, 4, NULL, 0, 0, "cuda layers: device KV within 3 blocks of VRAM, the rest in pinned host (lru): bit for bit the all-VRAM run"},
-        {5, 2, "lookahead", 1, 0, "cuda layers: device KV within 5 blocks of VRAM (lookahead, -ngl 2 split): bit for bit the all-VRAM run"},
-        {8, 4, "spread", 0, 0, "cuda layers: device KV within 8 blocks of VRAM (spread): bit for bit the all-VRAM run"},
-        {-1, 4, NULL, 0, 0, "cuda layers: device KV with no VRAM (every block read from pinned host): bit for bit, nothing moved"},
-        {64, 4, NULL, 0, 0, "cuda layers: device KV within a budget that holds it all: bit for bit, nothing moved, none read from host"},
-        {0, 4, NULL, 0, 1, "cuda layers: head-wise device KV (a block per KV head), all in VRAM: bit for bit the layer-wise run"},
-        {5, 4, NULL, 0, 1, "cuda layers: head-wise device KV within 5 head blocks of VRAM (lru): bit for bit the layer-wise all-VRAM run"},
-        {7, 2, "lookahead", 1, 1, "cuda layers: head-wise device KV within 7 head blocks (lookahead, -ngl 2 split): bit for bit"},
-        {-1, 4, NULL, 0, 1, "cuda layers: head-wise device KV with no VRAM: bit for bit the layer-wise all-VRAM run, nothing moved"}};
+    // pinned: the pinned host budget in blocks (0: unlimited), the rest in a disk file (T2)
+    enum { N = 15 };
+    static const struct { int64_t blocks; int32_t ngl; const char *evict; int ref; int32_t group; const char *name; int64_t pinned; } cfg[N] = {
+        {0, 4, NULL, -1, 0, NULL, 0},
+        {0, 2, NULL, -1, 0, NULL, 0},
+        {3, 4, NULL, 0, 0, "cuda layers: device KV within 3 blocks of VRAM, the rest in pinned host (lru): bit for bit the all-VRAM run", 0},
+        {5, 2, "lookahead", 1, 0, "cuda layers: device KV within 5 blocks of VRAM (lookahead, -ngl 2 split): bit for bit the all-VRAM run", 0},
+        {8, 4, "spread", 0, 0, "cuda layers: device KV within 8 blocks of VRAM (spread): bit for bit the all-VRAM run", 0},
+        {-1, 4, NULL, 0, 0, "cuda layers: device KV with no VRAM (every block read from pinned host): bit for bit, nothing moved", 0},
+        {64, 4, NULL, 0, 0, "cuda layers: device KV within a budget that holds it all: bit for bit, nothing moved, none read from host", 0},
+        {0, 4, NULL, 0, 1, "cuda layers: head-wise device KV (a block per KV head), all in VRAM: bit for bit the layer-wise run", 0},
+        {5, 4, NULL, 0, 1, "cuda layers: head-wise device KV within 5 head blocks of VRAM (lru): bit for bit the layer-wise all-VRAM run", 0},
+        {7, 2, "lookahead", 1, 1, "cuda layers: head-wise device KV within 7 head blocks (lookahead, -ngl 2 split): bit for bit", 0},
+        {-1, 4, NULL, 0, 1, "cuda layers: head-wise device KV with no VRAM: bit for bit the layer-wise all-VRAM run, nothing moved", 0},
+        {3, 4, NULL, 0, 0, "cuda layers: device KV within 3 blocks of VRAM over 12 of pinned host, the rest on disk (T2, lru): bit for bit", 12},
+        {-1, 4, NULL, 0, 0, "cuda layers: device KV with no VRAM, 8 blocks of pinned host, the rest on disk (T2): bit for bit", 8},
+        {5, 2, "lookahead", 1, 1, "cuda layers: head-wise device KV within 5 head blocks of VRAM over 10 pinned, the rest on disk (-ngl 2): bit for bit", 10},
+        {2, 4, "spread", 0, 0, "cuda layers: device KV within 2 blocks of VRAM over 1 pinned block, the rest on disk (spread): bit for bit", 1}};
     const char *reads_name = "cuda layers: device KV bytes read = positions attended x rows x layers, whatever the budget";
     kvt_err err = {0};
     kvt_model *m = NULL;
@@ -190,6 +198,7 @@ static void check_tiers(const char *path) {
         dev[i].worst = 0, dev[i].mismatch = dev[i].far = 0;
         const int64_t slot = cfg[i].group ? SLOT / 2 : SLOT; // the model's 2 KV heads: head-wise halves a block
         dev[i].vram = cfg[i].blocks < 0 ? 1 : cfg[i].blocks * slot;
+        dev[i].pinned = cfg[i].pinned * slot;
         dev[i].group = cfg[i].group;
         dev[i].evict = cfg[i].evict;
         dev[i].got = malloc((size_t)(rows * V) * sizeof(float));
@@ -208,7 +217,13 @@ static void check_tiers(const char *path) {
         const bool same = ran && r0->got && !memcmp(dev[i].got, r0->got, (size_t)(rows * V) * sizeof(float));
         const bool cpu = ran && dev[i].worst <= NMSE_LOGITS && dev[i].far == 0;
         bool moved = ran;
-        if (cfg[i].blocks > 0 && cfg[i].blocks < 12) { // less than the sequence's blocks: blocks moved: loaded whole,
+        if (cfg[i].pinned > 0) { // T2: blocks written to disk and read back in whole slots, the pinned budget kept
+                                 // (past it only while every host block was held: counted)
+            moved = moved && k->disk_writes > 0 && k->disk_reads > 0 && k->disk_write_bytes == k->disk_writes * slot &&
+                    k->disk_read_bytes == k->disk_reads * slot && k->host_evictions >= k->disk_writes &&
+                    k->pinned_cap_bytes == cfg[i].pinned * slot && k->pinned_bytes <= k->pinned_cap_bytes + k->pinned_over_bytes &&
+                    k->syncs > 0 && (cfg[i].blocks < 0 ? k->loads == 0 && k->vram_bytes == 0 : k->loads > 0);
+        } else if (cfg[i].blocks > 0 && cfg[i].blocks < 12) { // less than the sequence's blocks: blocks moved: loaded whole,
                                                         // written back by rows (K and V of a row: slot / 4 bytes)
             moved = moved && k->loads > 0 && k->evictions > 0 && k->h2d_bytes >= k->loads * slot && k->h2d_bytes % slot == 0 &&
                     k->d2h_bytes >= k->writebacks * slot / 4 && k->d2h_bytes % (slot / 4) == 0 && k->zero_copy_bytes > 0 &&
@@ -231,6 +246,11 @@ static void check_tiers(const char *path) {
                         "bytes from pinned host\n", cfg[i].name, (long long)k->loads, (long long)k->loads_ahead,
                         (long long)k->loads_first, (long long)k->writebacks, (long long)k->transfers,
                         (long long)k->zero_copy_bytes, (long long)want);
+        if (ran && cfg[i].pinned > 0)
+            printf("#   disk: %lld blocks written (%lld bytes), %lld read (%lld bytes), %lld left pinned host, %lld syncs, "
+                   "%lld bytes past the pinned budget of %lld\n", (long long)k->disk_writes, (long long)k->disk_write_bytes,
+                   (long long)k->disk_reads, (long long)k->disk_read_bytes, (long long)k->host_evictions, (long long)k->syncs,
+                   (long long)k->pinned_over_bytes, (long long)k->pinned_cap_bytes);
     }
     test_result(reads, reads_name, "%s", why);
     for (int i = 0; i < N; i++) free(dev[i].got);
@@ -251,7 +271,7 @@ static void check_window(const kvt_cuda_api *api) {
     kvt_err err = {0};
     char msg[KVT_CUDA_ERR_MAX] = "";
     bool ok = api->ctx_init(0, &ctx, msg, (int)sizeof msg) == KVT_CUDA_OK;
-    const kvt_gpu_kv_params p = {2, BL, 256, ROW, win, 6 * 2 * BL * ROW, NULL, 1};
+    const kvt_gpu_kv_params p = {2, BL, 256, ROW, win, 6 * 2 * BL * ROW, NULL, 1, 0, NULL, 0};
     ok = ok && !kvt_gpu_kv_init(api, ctx, &p, &kv, &err);
     kvt_gpu_kv_stats a = {0}, b = {0};
     int64_t want = 0;
@@ -291,8 +311,8 @@ static int capture(const char *cmd, char *out, size_t cap) {
 // The CLI: `kvtier generate -ngl 4 --kv-vram 6K` writes the same text as without --kv-vram, and its --json names the
 // tiers' transfers (gpu.kv) with blocks loaded.
 static void check_cli(const test_env *env, const char *model) {
-    const char *name = "cuda layers: kvtier generate --kv-vram 6K, and head-wise within 3K: the same text as all-VRAM, gpu.kv "
-                       "in --json with loads";
+    const char *name = "cuda layers: kvtier generate --kv-vram 6K, head-wise within 3K, and 6K over 12K pinned + disk: the same "
+                       "text as all-VRAM, gpu.kv in --json with loads and disk reads";
     char cmd[1600], a[4096], b[4096], j[8192];
     const char *base = "%s generate -m %s -ngl 4 --kv-block 4 -p 'hello world' -n 16 --temp 0 -t 1 %s 2>/dev/null";
     snprintf(cmd, sizeof cmd, base, env->cli, model, "");
@@ -305,8 +325,17 @@ static void check_cli(const test_env *env, const char *model) {
     const bool loaded = loads && atoll(loads + 8) > 0;
     snprintf(cmd, sizeof cmd, base, env->cli, model, "--kv-granularity head --kv-vram 3K"); // head-wise blocks
     const int r3 = capture(cmd, b, sizeof b);
-    test_result(r0 == 0 && r1 == 0 && r2 == 0 && r3 == 0 && a[0] && !strcmp(a, b) && loaded, name,
-                "exit %d %d %d %d; text '%.60s' / '%.60s'; gpu.kv %s", r0, r1, r2, r3, a, b, kv ? "present" : "missing");
+    const bool same3 = !strcmp(a, b);
+    snprintf(cmd, sizeof cmd, base, env->cli, model, "--kv-vram 6K --kv-pinned 12K --kv-disk /tmp"); // T2
+    const int r4 = capture(cmd, b, sizeof b);
+    const bool same4 = !strcmp(a, b);
+    snprintf(cmd, sizeof cmd, base, env->cli, model, "--kv-vram 6K --kv-pinned 12K --kv-disk /tmp --json");
+    const int r5 = capture(cmd, j, sizeof j);
+    const char *dr = strstr(j, "\"disk_reads\":");
+    const bool disk = dr && atoll(dr + 13) > 0;
+    test_result(r0 == 0 && r1 == 0 && r2 == 0 && r3 == 0 && r4 == 0 && r5 == 0 && a[0] && same3 && same4 && loaded && disk, name,
+                "exit %d %d %d %d %d %d; text '%.60s' / '%.60s'; gpu.kv %s, disk reads %s", r0, r1, r2, r3, r4, r5, a, b,
+                kv ? "present" : "missing", dr ? dr : "missing");
     // beam search (forks, truncations, batches of the beams' sequences) under two group schedules, with and without
     // the budget: the same beams and scores
     const char *bname = "cuda layers: kvtier beam (4 beams, layerwise and balanced) --kv-vram 6K: the same beams as all-VRAM, "

@@ -45,6 +45,8 @@ const char *const cli_engine_help =
     "                       the logits too; needs build/libkvtier-cuda.so and a device; see docs/GPU.md)\n"
     "  --kv-vram BYTES      VRAM budget of the device layers' KV (default unlimited); the blocks past it stay in\n"
     "                       pinned host memory, fetched ahead layer by layer or read there (--kv-evict's policy)\n"
+    "  --kv-pinned BYTES    pinned host budget of the device layers' KV (default unlimited; needs --kv-disk DIR):\n"
+    "                       the blocks past it go to a disk file in DIR and come back through pinned memory\n"
     "  --kv-block N         positions per KV block (default 512)\n"
     "  KV tiers (any of these selects the tiered paged store):\n"
     "  --plan FILE          KV budgets, granularity and block size from `kvtier plan --json -o FILE`\n"
@@ -289,6 +291,7 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
     }
     if (!strcmp(flag, "--kv-fast")) return bytes_flag(a, flag, &p->kv_fast_bytes);
     if (!strcmp(flag, "--kv-vram")) return bytes_flag(a, flag, &p->kv_vram_bytes);
+    if (!strcmp(flag, "--kv-pinned")) return bytes_flag(a, flag, &p->kv_pinned_bytes);
     if (!strcmp(flag, "--kv-host")) return bytes_flag(a, flag, &p->kv_host_bytes);
     if (!strcmp(flag, "--kv-disk-max")) return bytes_flag(a, flag, &p->kv_disk_max);
     if (!strcmp(flag, "--plan")) return cli_apply_plan(a, flag, p);
@@ -575,6 +578,16 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_kv_int(j, "writebacks", k->writebacks);
         kvt_json_kv_int(j, "evictions", k->evictions);
         kvt_json_kv_int(j, "transfers", k->transfers);
+        kvt_json_kv_int(j, "pinned_budget_bytes", k->pinned_cap_bytes); // T2: disk below pinned host
+        kvt_json_kv_int(j, "pinned_over_bytes", k->pinned_over_bytes);
+        kvt_json_kv_int(j, "blocks_disk", k->blocks_disk);
+        kvt_json_kv_int(j, "disk_bytes", k->disk_bytes);
+        kvt_json_kv_int(j, "host_to_disk_bytes", k->disk_write_bytes);
+        kvt_json_kv_int(j, "disk_to_host_bytes", k->disk_read_bytes);
+        kvt_json_kv_int(j, "disk_writes", k->disk_writes);
+        kvt_json_kv_int(j, "disk_reads", k->disk_reads);
+        kvt_json_kv_int(j, "host_evictions", k->host_evictions);
+        kvt_json_kv_int(j, "syncs", k->syncs);
         kvt_json_obj_end(j);
         kvt_json_obj_end(j);
     }

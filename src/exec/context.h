@@ -58,6 +58,9 @@ typedef struct {
     // fetched ahead layer by layer or read there by attention (gpu_kv.h); evicted by kv_evict's policy. Exact:
     // the logits do not depend on it.
     int64_t kv_vram_bytes;
+    // Pinned host budget of the device layers' KV in bytes (0: unlimited), with kv_disk_dir: the blocks past it go to
+    // a disk file there (T2) and come back through pinned host memory when a fetch needs them (gpu_kv.h). Exact.
+    int64_t kv_pinned_bytes;
 } kvt_context_params;
 
 // True if p asks for the paged store (any tier flag, granularity or kv_paged).

@@ -134,7 +134,8 @@ static kvt_status gpu_init(kvt_context *c, kvt_err *err) {
     }
     c->gpu_il0 = c->p.n_gpu_layers >= nl ? 0 : nl - (c->p.n_gpu_layers > 0 ? c->p.n_gpu_layers : 0);
     const kvt_gpu_layers_params gp = {c->gpu_il0,       c->p.n_ubatch, c->p.n_ctx, c->p.kv_block, c->p.kv_vram_bytes,
-                                      c->p.kv_evict, 0,              c->gpu_output, c->p.kv_group};
+                                      c->p.kv_evict, 0,              c->gpu_output, c->p.kv_group,
+                                      c->p.kv_pinned_bytes, c->p.kv_disk_dir, c->p.kv_disk_max};
     if ((st = kvt_gpu_layers_init(&c->cuda, c->m, &gp, &c->gpu, err))) return st;
     c->ub_seq = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_seq);
     c->ub_pos = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_pos);
@@ -167,6 +168,10 @@ static kvt_status check_params(const kvt_model *m, const kvt_context_params *p, 
     if (p->kv_disk_max > 0 && !p->kv_disk_dir) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-disk-max %lld bytes without --kv-disk DIR: there is no disk tier to budget",
                           (long long)p->kv_disk_max);
+    }
+    if (p->kv_pinned_bytes > 0 && ((p->n_gpu_layers <= 0 && !p->gpu_output) || !p->kv_disk_dir)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-pinned %lld bytes needs -ngl (the device layers' KV) and --kv-disk DIR "
+                          "(the disk tier below pinned host memory)", (long long)p->kv_pinned_bytes);
     }
     if (p->plan_shape[0]) {
         char shape[192];

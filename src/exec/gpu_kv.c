@@ -1,9 +1,11 @@
 // gpu_kv.c - the device layers' KV cache: VRAM slots within a budget over pinned host slots (gpu_kv.h).
 #include "gpu_kv.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kv/kv_tier.h"
 #include "../kv/kv_victim.h"
 
 #define CHUNK_BYTES ((int64_t)8 << 20) // slots are cut from allocations of at least this (or the budget)
@@ -16,6 +18,8 @@ typedef struct {
     int64_t n_chunk, per_chunk;
     int64_t cap;       // most slots (-1: unlimited)
     int64_t made;      // slots cut so far
+    int64_t next, end; // the next slot id to cut and the end of the last chunk's ids (chunk c: ids from
+                       // c * per_chunk; a chunk cut short at the budget leaves its other ids unused)
     int64_t *free;     // slots given back
     int64_t n_free, cap_free;
 } slab;
@@ -25,6 +29,10 @@ typedef struct {
     int64_t idx;          // block index in its (sequence, layer)
     int64_t vslot, hslot; // VRAM slot, host slot (-1: none)
     int64_t res;          // position in the resident list (-1: not in VRAM)
+    int64_t hres;         // position in the host list (-1: no host slot)
+    int64_t dslot;        // disk slot (-1: none)
+    uint32_t crc;         // of the disk copy
+    bool dvalid;          // the disk copy holds the block's current bytes
     int32_t dlo, dhi;     // rows [dlo, dhi) written in VRAM since the host copy was made (dhi 0: none)
     uint64_t last_use, uses;
     int64_t need_call;    // the micro-batch whose reads include it (its layer's fetch marked it)
@@ -60,6 +68,12 @@ struct kvt_gpu_kv {
     int64_t n_B, cap_B, *free_id, n_free_id;
     int64_t *res;        // resident blocks (ids), in no order
     int64_t n_res, victim_pos;
+    int64_t *hres;       // blocks with a host slot (ids), in no order (the pinned tier's victims, with a disk tier)
+    int64_t n_hres, hvictim_pos;
+    bool has_disk;       // T2 below pinned host
+    kvt_tier_store disk;
+    void *bounce;        // [disk.slot_bytes] 4096-aligned, for disk I/O of slots O_DIRECT cannot take
+    bool quiet;          // both streams synchronized and nothing queued since (host slots may be rewritten)
     int32_t seq_cap;
     gseq *seq;
     void ***tk, ***tv;   // [nv] device tables [seq_cap * mb]
@@ -117,7 +131,7 @@ static kvt_status slot_get(kvt_gpu_kv *kv, slab *s, int64_t *id, kvt_err *err) {
         return KVT_OK;
     }
     if (s->cap >= 0 && s->made >= s->cap) return KVT_OK;
-    if (s->made == s->n_chunk * s->per_chunk) { // a new chunk (the last one short where the budget ends)
+    if (s->next == s->end) { // a new chunk (the last one short where the budget ends; a budget raised past it: another)
         const int64_t n = s->cap >= 0 && s->cap - s->made < s->per_chunk ? s->cap - s->made : s->per_chunk;
         void **c = realloc(s->chunk, (size_t)(s->n_chunk + 1) * sizeof *c);
         if (c) s->chunk = c;
@@ -140,9 +154,12 @@ static kvt_status slot_get(kvt_gpu_kv *kv, slab *s, int64_t *id, kvt_err *err) {
             d[s->n_chunk] = m;
             kv->st.vram_bytes += (int64_t)bytes;
         }
+        s->next = s->n_chunk * s->per_chunk;
+        s->end = s->next + n;
         c[s->n_chunk++] = m;
     }
-    *id = s->made++;
+    s->made++;
+    *id = s->next++;
     return KVT_OK;
 }
 static void slot_put(slab *s, int64_t id) {
@@ -151,25 +168,32 @@ static void slot_put(slab *s, int64_t id) {
 
 // ---------------------------------------------------------------- blocks
 
-// Points the mirrors of b's table entry at where b is now (VRAM if there, else its host slot).
+// Points the mirrors of b's table entry at where b is now (VRAM if there, else its host slot; only on disk: NULL,
+// never read before a fetch brings it back).
 static void place(kvt_gpu_kv *kv, const gblk *b) {
-    uint8_t *a = b->vslot >= 0 ? slot_dev(kv, &kv->vram, b->vslot) : slot_dev(kv, &kv->host, b->hslot);
+    uint8_t *a = b->vslot >= 0 ? slot_dev(kv, &kv->vram, b->vslot) : b->hslot >= 0 ? slot_dev(kv, &kv->host, b->hslot) : NULL;
     const size_t e = (size_t)b->seq * kv->mb + b->idx;
     kv->hk[b->layer][e] = a;
-    kv->hv[b->layer][e] = a + kv->slot_bytes / 2;
+    kv->hv[b->layer][e] = a ? a + kv->slot_bytes / 2 : NULL;
     kv->tdirty[b->layer][b->seq] = 1;
 }
 
-static void res_add(kvt_gpu_kv *kv, int64_t id) {
-    kv->B[id].res = kv->n_res;
-    kv->res[kv->n_res++] = id;
+// The resident list (host false: blocks in VRAM) and the host list (true: blocks with a host slot).
+static int64_t *lpos(gblk *b, bool host) { return host ? &b->hres : &b->res; }
+static void lst_add(kvt_gpu_kv *kv, bool host, int64_t id) {
+    int64_t *l = host ? kv->hres : kv->res, *n = host ? &kv->n_hres : &kv->n_res;
+    *lpos(&kv->B[id], host) = *n;
+    l[(*n)++] = id;
 }
-static void res_del(kvt_gpu_kv *kv, int64_t id) {
-    const int64_t r = kv->B[id].res, last = kv->res[--kv->n_res];
-    kv->res[r] = last;
-    kv->B[last].res = r;
-    kv->B[id].res = -1;
+static void lst_del(kvt_gpu_kv *kv, bool host, int64_t id) {
+    int64_t *l = host ? kv->hres : kv->res, *n = host ? &kv->n_hres : &kv->n_res;
+    const int64_t r = *lpos(&kv->B[id], host), last = l[--*n];
+    l[r] = last;
+    *lpos(&kv->B[last], host) = r;
+    *lpos(&kv->B[id], host) = -1;
 }
+#define res_add(kv, id) lst_add(kv, false, id)
+#define res_del(kv, id) lst_del(kv, false, id)
 
 static kvt_status queue_copy(kvt_gpu_kv *kv, bool wb, void *dst, const void *src, int64_t bytes, kvt_err *err) {
     xfer **list = wb ? &kv->wb : &kv->ld;
@@ -184,10 +208,12 @@ typedef struct {
     kvt_gpu_kv *kv;
     int64_t start;
     int32_t f;
+    bool host; // the host list (a pinned slot for the fetch of layer f), else the resident list
 } vview;
 
 // f: the block layer fetched; the blocks of its device layer and of the one before (every head group) are held
 static bool held(const kvt_gpu_kv *kv, const gblk *b, int32_t f) {
+    if (f < 0) return false; // outside a fetch (forks: both streams idle)
     const int32_t l = b->layer / kv->ng, lf = f / kv->ng;
     return b->need_call == kv->call && (l == lf || l == lf - 1);
 }
@@ -199,10 +225,11 @@ static bool in_batch(const kvt_gpu_kv *kv, int32_t seq) {
 }
 static void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
     const vview *v = ud;
-    const int64_t id = v->kv->res[(v->start + k) % v->kv->n_res];
+    const int64_t id = v->host ? v->kv->hres[(v->start + k) % v->kv->n_hres] : v->kv->res[(v->start + k) % v->kv->n_res];
     const gblk *b = &v->kv->B[id];
-    *out = (kvt_victim_cand){id, INT64_MAX, 0,
-                             (held(v->kv, b, v->f) ? KVT_VICTIM_HELD : 0) | (b->dhi == 0 && b->hslot >= 0 ? KVT_VICTIM_CLEAN : 0)};
+    // clean: leaving costs no write (VRAM: the host copy is current; host: in VRAM too, or a current disk copy)
+    const bool clean = v->host ? b->vslot >= 0 || (b->dslot >= 0 && b->dvalid) : b->dhi == 0 && b->hslot >= 0;
+    *out = (kvt_victim_cand){id, INT64_MAX, 0, (held(v->kv, b, v->f) ? KVT_VICTIM_HELD : 0) | (clean ? KVT_VICTIM_CLEAN : 0)};
 }
 static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
     const vview *v = ud;
@@ -210,16 +237,105 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
     const gblk *b = &kv->B[id];
     // the schedule: layers in order, micro-batch after micro-batch; a sequence outside this one: not known
     const int64_t next = !in_batch(kv, b->seq) ? INT64_MAX : b->layer >= v->f ? b->layer - v->f : kv->nv - v->f + b->layer;
-    const int64_t cap = kv->vram.cap, total = kv->n_B - kv->n_free_id;
+    const int64_t cap = v->host ? kv->host.cap : kv->vram.cap, total = kv->n_B - kv->n_free_id;
     const double frac = cap < 0 || total <= cap ? 0.0 : 1.0 - (double)cap / (double)total;
     *out = (kvt_evict_info){b->last_use, b->uses, next, b->layer, b->idx, kv->mb, frac, 0.0};
+}
+
+// ---------------------------------------------------------------- T2: disk below pinned host
+
+static kvt_status flush(kvt_gpu_kv *kv, const xfer *list, int64_t n, bool to_host, kvt_err *err);
+
+// Before a host slot is rewritten from the host (a disk write reads it, its next owner reuses it): the fetch's
+// pending copies are issued (write-backs before loads, as at its end) and both streams finish everything queued.
+static kvt_status make_quiet(kvt_gpu_kv *kv, kvt_err *err) {
+    kvt_status st = flush(kv, kv->wb, kv->n_wb, true, err);
+    if (!st) st = flush(kv, kv->ld, kv->n_ld, false, err);
+    if (st) return st;
+    kv->n_wb = kv->n_ld = 0;
+    if (kv->quiet) return KVT_OK;
+    CU(kv->api->stream_sync(kv->ctx, KVT_CUDA_STREAM_COMPUTE), "synchronization before a disk write");
+    CU(kv->api->stream_sync(kv->ctx, KVT_CUDA_STREAM_COPY), "synchronization before a disk write");
+    kv->quiet = true;
+    kv->st.syncs++;
+    return KVT_OK;
+}
+
+static void disk_what(const gblk *b, char *what, size_t n) {
+    snprintf(what, n, "device KV block %lld of sequence %d, block layer %d", (long long)b->idx, b->seq, b->layer);
+}
+
+// Block id leaves pinned host memory (both streams quiet): to disk unless its disk copy is current, or just dropped
+// while it is in VRAM (its VRAM copy is then written back whole when it leaves VRAM).
+static kvt_status host_evict(kvt_gpu_kv *kv, int64_t id, kvt_err *err) {
+    gblk *b = &kv->B[id];
+    if (b->vslot >= 0) {
+        b->dlo = 0, b->dhi = (int32_t)kv->p.block_len;
+    } else if (!(b->dslot >= 0 && b->dvalid)) {
+        if (b->dslot < 0 && (b->dslot = kvt_tier_alloc(&kv->disk)) < 0)
+            return kvt_errorf(err, KVT_ERR_BUDGET, "device KV: the disk tier (%lld bytes) is full", (long long)kv->p.disk_bytes);
+        char what[96];
+        disk_what(b, what, sizeof what);
+        kvt_status st = kvt_tier_disk_write(&kv->disk, b->dslot, slot_host(kv, b->hslot), kv->bounce, &b->crc, what, err);
+        if (st) return st;
+        b->dvalid = true;
+        kv->st.disk_writes++;
+        kv->st.disk_write_bytes += kv->slot_bytes;
+    }
+    lst_del(kv, true, id);
+    slot_put(&kv->host, b->hslot);
+    b->hslot = -1;
+    place(kv, b);
+    kv->st.host_evictions++;
+    return KVT_OK;
+}
+
+// A pinned host slot for the fetch of layer f (f < 0: outside a fetch, nothing held): a free one, else a victim's
+// (kvt_victim_pick over the host list, the VRAM tier's policy; its blocks go to disk); when every host block is held
+// (the two layers of the fetch read more than the budget), one past the budget (counted).
+static kvt_status host_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err) {
+    kvt_status st = slot_get(kv, &kv->host, id, err);
+    if (st || *id >= 0) return st;
+    vview v = {kv, 0, f, true};
+    const int64_t m = kvt_victim_window(kv->n_hres, KVT_VICTIM_WINDOW_DEFAULT, &kv->hvictim_pos, &v.start);
+    const kvt_victim_query q = {kv->pol, false, -1, INT64_MAX, kv->tick, false};
+    const int64_t k = m > 0 ? kvt_victim_pick(&q, m, victim_cand, victim_info, &v, NULL) : -1;
+    if (k < 0) {
+        kv->host.cap++;
+        kv->st.pinned_over_bytes += kv->slot_bytes;
+        return slot_get(kv, &kv->host, id, err);
+    }
+    const int64_t vid = kv->hres[(v.start + k) % kv->n_hres];
+    if ((st = make_quiet(kv, err)) || (st = host_evict(kv, vid, err))) return st;
+    return slot_get(kv, &kv->host, id, err);
+}
+
+// Block id, only on disk, comes back into a pinned host slot (read on the host: a slot from host_slot is either new
+// or was given up after both streams finished with it).
+static kvt_status disk_load(kvt_gpu_kv *kv, int32_t f, int64_t id, kvt_err *err) {
+    int64_t hs;
+    kvt_status st = host_slot(kv, f, &hs, err);
+    if (st) return st;
+    gblk *b = &kv->B[id];
+    char what[96];
+    disk_what(b, what, sizeof what);
+    if ((st = kvt_tier_disk_read(&kv->disk, b->dslot, slot_host(kv, hs), kv->bounce, b->crc, what, err))) {
+        slot_put(&kv->host, hs);
+        return st;
+    }
+    b->hslot = hs;
+    lst_add(kv, true, id);
+    place(kv, b);
+    kv->st.disk_reads++;
+    kv->st.disk_read_bytes += kv->slot_bytes;
+    return KVT_OK;
 }
 
 // A VRAM slot for the fetch of layer f: a free one, else a victim's (written back first if dirty). *id -1: none.
 static kvt_status vram_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err) {
     kvt_status st = slot_get(kv, &kv->vram, id, err);
     if (st || *id >= 0 || kv->n_res == 0 || kv->full) return st;
-    vview v = {kv, 0, f};
+    vview v = {kv, 0, f, false};
     const int64_t m = kvt_victim_window(kv->n_res, KVT_VICTIM_WINDOW_DEFAULT, &kv->victim_pos, &v.start);
     const kvt_victim_query q = {kv->pol, true, -1, INT64_MAX, kv->tick, false};
     const int64_t k = kvt_victim_pick(&q, m, victim_cand, victim_info, &v, NULL);
@@ -229,7 +345,13 @@ static kvt_status vram_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err
     }
     const int64_t vid = kv->res[(v.start + k) % kv->n_res];
     gblk *b = &kv->B[vid];
-    if (b->hslot < 0 && (st = slot_get(kv, &kv->host, &b->hslot, err))) return st;
+    if (b->hslot < 0) { // (dropped from pinned host, or made in VRAM): a host slot to write it back into, whole
+        int64_t hs;
+        if ((st = host_slot(kv, f, &hs, err))) return st;
+        b = &kv->B[vid];
+        b->hslot = hs;
+        lst_add(kv, true, vid);
+    }
     if (b->dhi > b->dlo) { // the rows written since the host copy was made, of K and of V
         const int64_t off = b->dlo * kv->p.row_bytes, n = (b->dhi - b->dlo) * kv->p.row_bytes, v = kv->slot_bytes / 2;
         uint8_t *dst = slot_host(kv, b->hslot), *src = slot_dev(kv, &kv->vram, b->vslot);
@@ -259,14 +381,17 @@ static kvt_status block_new(kvt_gpu_kv *kv, int32_t seq, int32_t layer, int64_t 
             int64_t *fi = nb ? realloc(kv->free_id, (size_t)cap * sizeof *fi) : NULL;
             if (fi) kv->free_id = fi;
             int64_t *rs = fi ? realloc(kv->res, (size_t)cap * sizeof *rs) : NULL;
-            if (!rs) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
-            kv->res = rs;
+            if (rs) kv->res = rs;
+            int64_t *hr = rs ? realloc(kv->hres, (size_t)cap * sizeof *hr) : NULL;
+            if (!hr) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+            kv->hres = hr;
             kv->cap_B = cap;
         }
         id = kv->n_B++;
     }
     gblk *b = &kv->B[id];
-    *b = (gblk){seq, layer, idx, -1, -1, -1, 0, 0, 0, 0, kv->call};
+    *b = (gblk){.seq = seq, .layer = layer, .idx = idx, .vslot = -1, .hslot = -1, .res = -1, .hres = -1, .dslot = -1,
+                .need_call = kv->call};
     gseq *S = &kv->seq[seq];
     S->blk[(size_t)layer * kv->mb + idx] = id;
     S->n_blk[layer] = idx + 1;
@@ -278,8 +403,10 @@ static kvt_status block_new(kvt_gpu_kv *kv, int32_t seq, int32_t layer, int64_t 
         b->vslot = slot;
         res_add(kv, id);
     } else {
-        if ((st = slot_get(kv, &kv->host, &slot, err))) return st;
+        if ((st = host_slot(kv, f, &slot, err))) return st;
+        b = &kv->B[id];
         b->hslot = slot;
+        lst_add(kv, true, id);
     }
     place(kv, b);
     return KVT_OK;
@@ -288,8 +415,10 @@ static kvt_status block_new(kvt_gpu_kv *kv, int32_t seq, int32_t layer, int64_t 
 static void block_free(kvt_gpu_kv *kv, int64_t id) {
     gblk *b = &kv->B[id];
     if (b->res >= 0) res_del(kv, id);
+    if (b->hres >= 0) lst_del(kv, true, id);
     slot_put(&kv->vram, b->vslot);
     slot_put(&kv->host, b->hslot);
+    if (b->dslot >= 0) kvt_tier_release(&kv->disk, b->dslot);
     b->seq = -1;
     kv->free_id[kv->n_free_id++] = id;
 }
@@ -301,6 +430,7 @@ static kvt_status flush(kvt_gpu_kv *kv, const xfer *list, int64_t n, bool to_hos
         size_t bytes = list[i].bytes;
         while (j < n && (uint8_t *)list[i].dst + bytes == list[j].dst && (const uint8_t *)list[i].src + bytes == list[j].src)
             bytes += list[j++].bytes;
+        kv->quiet = false;
         if (to_host) CU(kv->api->copy_d2h(kv->ctx, list[i].dst, list[i].src, bytes, KVT_CUDA_STREAM_COPY), "write-back of KV blocks");
         else CU(kv->api->copy_h2d(kv->ctx, list[i].dst, list[i].src, bytes, KVT_CUDA_STREAM_COPY), "load of KV blocks");
         (to_host ? &kv->st.d2h_bytes : &kv->st.h2d_bytes)[0] += (int64_t)bytes;
@@ -334,6 +464,7 @@ static kvt_status fetch(kvt_gpu_kv *kv, int32_t l, kvt_err *err) {
             }
             const int64_t id = S->blk[(size_t)f * kv->mb + b];
             kv->B[id].need_call = kv->call;
+            if (kv->B[id].vslot < 0 && kv->B[id].hslot < 0 && (st = disk_load(kv, f, id, err))) continue; // T2 -> T1
             if (kv->B[id].vslot >= 0) continue;
             int64_t slot;
             if ((st = vram_slot(kv, f, &slot, err)) || slot < 0) continue;
@@ -348,6 +479,7 @@ static kvt_status fetch(kvt_gpu_kv *kv, int32_t l, kvt_err *err) {
     }
     if (!st) st = flush(kv, kv->wb, kv->n_wb, true, err); // write-backs first: a victim's slot is then reloaded
     if (!st) st = flush(kv, kv->ld, kv->n_ld, false, err);
+    kv->n_wb = kv->n_ld = 0; // (issued: make_quiet outside a fetch finds nothing pending)
     if (st) return st;
     CU(kv->api->event_record(kv->ctx, kv->ev_copy[l & 1], KVT_CUDA_STREAM_COPY), "event after a fetch");
     return KVT_OK;
@@ -449,8 +581,26 @@ kvt_status kvt_gpu_kv_init(const kvt_cuda_api *api, kvt_cuda_ctx *ctx, const kvt
     kv->mb = (p->n_ctx + p->block_len - 1) / p->block_len;
     const int64_t per = CHUNK_BYTES / kv->slot_bytes > 1 ? CHUNK_BYTES / kv->slot_bytes : 1;
     kv->vram = (slab){.host = false, .per_chunk = per, .cap = p->vram_bytes > 0 ? p->vram_bytes / kv->slot_bytes : -1};
-    kv->host = (slab){.host = true, .per_chunk = per, .cap = -1};
+    kv->host = (slab){.host = true, .per_chunk = per, .cap = p->pinned_bytes > 0 ? p->pinned_bytes / kv->slot_bytes : -1};
     kv->st.vram_cap_bytes = kv->vram.cap < 0 ? -1 : kv->vram.cap * kv->slot_bytes;
+    kv->st.pinned_cap_bytes = kv->host.cap < 0 ? -1 : kv->host.cap * kv->slot_bytes;
+    kv->p.disk_dir = NULL;
+    kv->disk.fd = -1;
+    if (p->pinned_bytes > 0 && !(p->disk_dir && p->disk_dir[0]))
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device KV: a pinned host budget (%lld bytes) needs a disk tier below it "
+                          "(--kv-disk DIR)", (long long)p->pinned_bytes);
+    if (p->disk_bytes < 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device KV: disk budget %lld", (long long)p->disk_bytes);
+    if (kv->host.cap >= 0 && kv->host.cap < 1) kv->host.cap = 1; // (a budget below one slot: one slot)
+    if (p->disk_dir && p->disk_dir[0]) {
+        kvt_status st = kvt_tier_disk_init(&kv->disk, p->disk_dir, p->disk_bytes > 0 ? p->disk_bytes : -1, kv->slot_bytes,
+                                           false, true, err);
+        if (st) return st;
+        kv->has_disk = true;
+        if (posix_memalign(&kv->bounce, 4096, (size_t)kv->disk.slot_bytes)) {
+            kv->bounce = NULL;
+            return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+        }
+    }
     const size_t nl = kv->nv > 0 ? (size_t)kv->nv : 1;
     kv->window = calloc(nl, sizeof *kv->window);
     kv->tk = calloc(nl, sizeof *kv->tk), kv->tv = calloc(nl, sizeof *kv->tv);
@@ -488,6 +638,8 @@ void kvt_gpu_kv_free(kvt_gpu_kv *kv) {
     A->event_free(kv->ctx, kv->ev_compute);
     for (int32_t s = 0; kv->seq && s < kv->seq_cap; s++) free(kv->seq[s].blk), free(kv->seq[s].n_blk);
     free(kv->seq), free(kv->tk), free(kv->tv), free(kv->hk), free(kv->hv), free(kv->tdirty), free(kv->window);
+    if (kv->has_disk) kvt_tier_free(&kv->disk);
+    free(kv->bounce), free(kv->hres);
     free(kv->B), free(kv->free_id), free(kv->res), free(kv->bs), free(kv->rseq), free(kv->rlen), free(kv->wb), free(kv->ld);
     free(kv);
 }
@@ -540,6 +692,7 @@ kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, c
                             int32_t *max_blocks, kvt_err *err) {
     const kvt_cuda_api *A = kv->api;
     kvt_status st;
+    kv->quiet = false; // (the kernels of the layer before were queued since)
     // 1. nothing still reads what the fetches below evict: COPY waits for the kernels queued so far
     CU(A->event_record(kv->ctx, kv->ev_compute, KVT_CUDA_STREAM_COMPUTE), "event");
     CU(A->stream_wait(kv->ctx, KVT_CUDA_STREAM_COPY, kv->ev_compute), "COPY waiting for COMPUTE");
@@ -584,6 +737,7 @@ kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, c
 
 kvt_status kvt_gpu_kv_end(kvt_gpu_kv *kv, kvt_err *err) {
     if (kv->p.nl < 1 || kv->n_bs == 0) return KVT_OK;
+    kv->quiet = false;
     // as step 1 of a layer: nothing still reads what this fetch evicts (the last layer's kernels are queued)
     CU(kv->api->event_record(kv->ctx, kv->ev_compute, KVT_CUDA_STREAM_COMPUTE), "event");
     CU(kv->api->stream_wait(kv->ctx, KVT_CUDA_STREAM_COPY, kv->ev_compute), "COPY waiting for COMPUTE");
@@ -603,6 +757,7 @@ uint8_t *kvt_gpu_kv_row(kvt_gpu_kv *kv, int32_t i, int32_t j, int32_t seq, int64
     const int64_t b = pos / kv->p.block_len;
     gblk *B = &kv->B[kv->seq[seq].blk[(size_t)i * kv->mb + b]];
     const int32_t r = (int32_t)(pos % kv->p.block_len);
+    B->dvalid = false; // a disk copy is stale
     if (B->vslot >= 0) { // the rows the next write-back copies
         B->dlo = B->dhi == 0 || r < B->dlo ? r : B->dlo;
         B->dhi = r + 1 > B->dhi ? r + 1 : B->dhi;
@@ -615,6 +770,7 @@ int64_t kvt_gpu_kv_v_offset(const kvt_gpu_kv *kv) { return kv->slot_bytes / 2; }
 static kvt_status sync_both(kvt_gpu_kv *kv, kvt_err *err) {
     CU(kv->api->stream_sync(kv->ctx, KVT_CUDA_STREAM_COMPUTE), "synchronization");
     CU(kv->api->stream_sync(kv->ctx, KVT_CUDA_STREAM_COPY), "synchronization");
+    kv->quiet = true;
     return KVT_OK;
 }
 
@@ -630,7 +786,20 @@ kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *er
             if ((st = block_new(kv, dst, i, b, -1, err))) return st;
             const gblk *s = &kv->B[kv->seq[src].blk[(size_t)i * kv->mb + b]], *d = &kv->B[kv->seq[dst].blk[(size_t)i * kv->mb + b]];
             const size_t n = (size_t)kv->slot_bytes;
-            if (s->vslot >= 0 && d->vslot >= 0) {
+            kv->quiet = false;
+            if (s->vslot < 0 && s->hslot < 0) { // only on disk: read into dst's host slot, or through the bounce
+                char what[96];
+                disk_what(s, what, sizeof what);
+                uint8_t *to = d->vslot >= 0 ? kv->bounce : slot_host(kv, d->hslot);
+                if ((st = kvt_tier_disk_read(&kv->disk, s->dslot, to, kv->bounce, s->crc, what, err))) return st;
+                kv->st.disk_reads++;
+                kv->st.disk_read_bytes += (int64_t)n;
+                if (d->vslot >= 0) {
+                    CU(A->copy_h2d(kv->ctx, slot_dev(kv, &kv->vram, d->vslot), kv->bounce, n, KVT_CUDA_STREAM_COPY), "fork");
+                    CU(A->stream_sync(kv->ctx, KVT_CUDA_STREAM_COPY), "fork"); // (the bounce is reused)
+                    kv->st.h2d_bytes += (int64_t)n;
+                }
+            } else if (s->vslot >= 0 && d->vslot >= 0) {
                 CU(A->copy_d2d(kv->ctx, slot_dev(kv, &kv->vram, d->vslot), slot_dev(kv, &kv->vram, s->vslot), n, KVT_CUDA_STREAM_COPY), "fork");
                 kv->st.d2d_bytes += (int64_t)n;
             } else if (s->vslot >= 0) {
@@ -675,5 +844,8 @@ void kvt_gpu_kv_truncate(kvt_gpu_kv *kv, int32_t seq, int64_t n_keep) {
 void kvt_gpu_kv_get_stats(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *out) {
     *out = kv->st;
     out->blocks_vram = kv->n_res;
-    out->blocks_host = kv->n_B - kv->n_free_id - kv->n_res;
+    out->blocks_disk = 0;
+    for (int64_t id = 0; id < kv->n_B; id++) out->blocks_disk += kv->B[id].seq >= 0 && kv->B[id].vslot < 0 && kv->B[id].hslot < 0;
+    out->blocks_host = kv->n_B - kv->n_free_id - kv->n_res - out->blocks_disk;
+    out->disk_bytes = kv->has_disk ? kv->disk.n_used * kv->disk.slot_bytes : 0;
 }

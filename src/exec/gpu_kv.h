@@ -2,6 +2,14 @@
 // host memory below it (HeadInfer's split: the KV that does not fit the GPU stays in host memory and crosses PCIe).
 // Plain C over the CUDA backend's table (src/cuda/kvt_cuda.h), so it runs unchanged over the table's CPU emulation.
 //
+// T2 (disk, with pinned_bytes and disk_dir): pinned host memory holds at most pinned_bytes of slots; a block that must
+// leave it goes to a disk slot (written unless its disk copy is still current; a block also in VRAM just drops its host
+// copy, to be written back whole when it leaves VRAM) and comes back through a host slot when a fetch needs it (read
+// on the host, then loaded or read in place like any host block). A block lives in VRAM, host, disk or several of them.
+// Host slots are rewritten from the host only after both streams have finished with them: an eviction from pinned
+// memory first issues the fetch's pending copies and synchronizes both streams (so disk traffic does not overlap the
+// kernels: counted in `syncs`).
+//
 // Blocks. Per (sequence, device layer, KV head group) a table of blocks of block_len positions; a block is one slot of
 // 2 * block_len * row_bytes bytes, K [block_len, heads of the group, head_dim] f16 then V alike (attn_paged's
 // layout; one group, the default, holds every KV head; head-wise and group granularity, as the CPU store's
@@ -45,6 +53,10 @@ typedef struct {
     const char *evict;     // eviction policy (kv_policy.h names; NULL: lru)
     int32_t n_group;       // KV head groups per layer, each with its own blocks (HeadInfer's head-wise and group
                            // granularity: row_bytes is then one group's; 0 or 1: a block holds every KV head)
+    int64_t pinned_bytes;  // T1 budget in bytes (0: unlimited; needs disk_dir: the blocks past it go to disk, T2)
+    const char *disk_dir;  // T2: a file in this directory (kv_tier.h's disk tier: O_DIRECT, CRC32C per block, unlinked
+                           // at once); NULL: no disk tier. Borrowed for the call only.
+    int64_t disk_bytes;    // T2 budget in bytes (0: unlimited)
 } kvt_gpu_kv_params;
 
 typedef struct kvt_gpu_kv kvt_gpu_kv;
@@ -100,6 +112,15 @@ typedef struct {
                              // attends in blocks not in VRAM, 2 x row_bytes each (GQA heads and caches aside)
     int64_t vram_read_bytes; // the same for positions in VRAM
     int64_t blocks_vram, blocks_host; // blocks now in VRAM, now only in pinned host memory
+    // T2 (disk below pinned host)
+    int64_t pinned_cap_bytes;  // the pinned budget in whole slots (-1: unlimited)
+    int64_t pinned_over_bytes; // slots made past it because every host block was held (two layers' reads; 0 normally)
+    int64_t disk_bytes;        // disk slots in use, bytes (now)
+    int64_t disk_write_bytes, disk_read_bytes; // pinned host -> disk, disk -> pinned host (block data bytes)
+    int64_t disk_writes, disk_reads;           // blocks written to disk, read from disk
+    int64_t host_evictions;    // blocks that left pinned host memory (to disk, or dropped: still in VRAM or on disk)
+    int64_t syncs;             // host waits for both streams before a host slot was rewritten (evictions from pinned)
+    int64_t blocks_disk;       // blocks now only on disk
 } kvt_gpu_kv_stats;
 void kvt_gpu_kv_get_stats(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *out);
 

@@ -31,6 +31,9 @@ typedef struct {
     bool output;           // the output norm and the logits on the device too (llama.cpp: -ngl > n_layer)
     int32_t group_heads;   // KV heads per device KV block (--kv-granularity: 0 all, 1 head-wise, G group:G; divides
                            // n_head_kv): each group's blocks are fetched, evicted and read apart (gpu_kv.h)
+    int64_t pinned_kv_bytes; // pinned host budget of the device KV blocks (0: unlimited; needs disk_dir: T2 below)
+    const char *disk_dir;  // the device KV's disk tier (T2: a file there; NULL: none); borrowed for init only
+    int64_t disk_kv_bytes; // its budget (0: unlimited)
 } kvt_gpu_layers_params;
 
 typedef struct kvt_gpu_layers kvt_gpu_layers;
