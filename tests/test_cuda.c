@@ -260,6 +260,107 @@ static void case_matvec_bandwidth(gpu *g) {
     test_result(clean, name, "%s", g->err);
 }
 
+// copy_batch (ABI 5; the device KV's batched loads and write-backs): 100 copies of mixed sizes (16-byte multiples and
+// odd ones, at odd offsets), pinned host -> VRAM through the host memory's device address, then VRAM -> another pinned
+// buffer, then VRAM -> VRAM, in batches of at most KVT_CUDA_COPY_BATCH_MAX: every byte arrives, the gaps between the
+// destinations keep their poison. With the bench allowed: GB/s of 64 MiB in blocks of 16 KiB and 256 KiB, as batched
+// kernels, as one DMA per block and as one DMA of it all, each direction ("# cuda-copy" lines, gpu_check.sh's table).
+static void case_copy_batch(gpu *g) {
+    const char *name = "cuda copy_batch: scattered copies pinned -> VRAM -> pinned -> VRAM, every byte, gaps untouched";
+    if (!case_begin(g, name)) return;
+    enum { N = 100, GAP = 64 };
+    const kvt_cuda_api *A = g->api;
+    size_t off[N], len[N], total = 0;
+    for (int i = 0; i < N; i++) {
+        len[i] = i % 3 == 0 ? 1000 + (size_t)i : 2048 * (size_t)(1 + i % 4); // odd and 16-byte multiples
+        off[i] = total + (i % 5 == 0 ? 3 : 0);                                 // some at odd offsets
+        total = off[i] + len[i] + GAP;
+    }
+    uint8_t *src = NULL, *back = NULL, *want = malloc(total), *got = malloc(total);
+    void *dsrc = NULL, *dback = NULL;
+    cu_ok(g, A->host_malloc(g->ctx, total, (void **)&src), "host_malloc");
+    cu_ok(g, A->host_malloc(g->ctx, total, (void **)&back), "host_malloc");
+    if (src && back) {
+        cu_ok(g, A->host_device_ptr(g->ctx, src, &dsrc), "host_device_ptr");
+        cu_ok(g, A->host_device_ptr(g->ctx, back, &dback), "host_device_ptr");
+    }
+    uint8_t *dv = dpoison(g, total), *dv2 = dpoison(g, total);
+    bool same = false;
+    if (src && back && dsrc && dback && dv && dv2 && want && got) {
+        for (size_t k = 0; k < total; k++) src[k] = (uint8_t)((g->rng = g->rng * 6364136223846793005ull + 1442695040888963407ull) >> 56);
+        memset(back, 0xff, total);
+        memset(want, 0xff, total);
+        for (int i = 0; i < N; i++) memcpy(want + off[i], src + off[i], len[i]);
+        kvt_cuda_copy l[KVT_CUDA_COPY_BATCH_MAX];
+        for (int pass = 0; pass < 3; pass++) { // pinned -> VRAM, VRAM -> pinned, VRAM -> VRAM
+            uint8_t *to = pass == 0 ? dv : pass == 1 ? (uint8_t *)dback : dv2;
+            const uint8_t *from = pass == 0 ? (const uint8_t *)dsrc : dv;
+            for (int i0 = 0; i0 < N; i0 += 64) { // (batches of 64 and 36)
+                const int n = N - i0 < 64 ? N - i0 : 64;
+                for (int i = 0; i < n; i++) l[i] = (kvt_cuda_copy){to + off[i0 + i], from + off[i0 + i], len[i0 + i]};
+                cu_ok(g, A->copy_batch(g->ctx, l, n, KVT_CUDA_STREAM_COPY), "copy_batch");
+            }
+        }
+        cu_ok(g, A->stream_sync(g->ctx, KVT_CUDA_STREAM_COPY), "stream_sync");
+        const bool b1 = !memcmp(back, want, total);
+        same = b1 && dget(g, got, dv2, total) && !memcmp(got, want, total);
+        if (!same && !g->err[0]) snprintf(g->err, sizeof g->err, "bytes differ (%s)", b1 ? "VRAM -> VRAM" : "pinned -> VRAM -> pinned");
+    }
+    const int bad = A->copy_batch(g->ctx, NULL, 0, KVT_CUDA_STREAM_COPY); // refused, named
+    A->host_free(g->ctx, src);
+    A->host_free(g->ctx, back);
+    free(want), free(got);
+    const bool clean = case_end(g);
+    test_result(clean && same && bad == KVT_CUDA_ERR_ARG, name, "%s; refused empty batch: %d", g->err, bad);
+    const char *bname = "cuda copy_batch bandwidth against one DMA per block, 64 MiB in 16 KiB and 256 KiB blocks (reported)";
+    if (getenv("KVT_CUDA_NO_BENCH")) {
+        test_skip(bname, "KVT_CUDA_NO_BENCH is set");
+        return;
+    }
+    if (!case_begin(g, bname)) return;
+    const size_t MB64 = (size_t)64 << 20;
+    uint8_t *h = NULL, *dh = NULL, *d = dalloc(g, MB64);
+    cu_ok(g, A->host_malloc(g->ctx, MB64, (void **)&h), "host_malloc");
+    if (h) cu_ok(g, A->host_device_ptr(g->ctx, h, (void **)&dh), "host_device_ptr");
+    for (int bs = 0; bs < 2 && h && dh && d; bs++) {
+        const size_t blk = bs ? (size_t)256 << 10 : (size_t)16 << 10, nblk = MB64 / blk;
+        for (int dir = 0; dir < 2; dir++) { // host -> device, device -> host
+            double ms[3];
+            for (int way = 0; way < 3; way++) { // batched, a DMA per block, one DMA
+                double best = INFINITY;
+                for (int rep = 0; rep < 3; rep++) {
+                    const double t0 = kvt_time_ms();
+                    if (way == 0) {
+                        kvt_cuda_copy l[KVT_CUDA_COPY_BATCH_MAX];
+                        for (size_t i0 = 0; i0 < nblk; i0 += KVT_CUDA_COPY_BATCH_MAX) {
+                            const int n = (int)(nblk - i0 < KVT_CUDA_COPY_BATCH_MAX ? nblk - i0 : KVT_CUDA_COPY_BATCH_MAX);
+                            for (int i = 0; i < n; i++) {
+                                const size_t o = (i0 + (size_t)i) * blk;
+                                l[i] = dir ? (kvt_cuda_copy){dh + o, d + o, blk} : (kvt_cuda_copy){d + o, dh + o, blk};
+                            }
+                            cu_ok(g, A->copy_batch(g->ctx, l, n, KVT_CUDA_STREAM_COPY), "copy_batch");
+                        }
+                    } else {
+                        const size_t each = way == 1 ? blk : MB64;
+                        for (size_t o = 0; o < MB64; o += each) {
+                            if (dir) cu_ok(g, A->copy_d2h(g->ctx, h + o, d + o, each, KVT_CUDA_STREAM_COPY), "copy_d2h");
+                            else cu_ok(g, A->copy_h2d(g->ctx, d + o, h + o, each, KVT_CUDA_STREAM_COPY), "copy_h2d");
+                        }
+                    }
+                    cu_ok(g, A->stream_sync(g->ctx, KVT_CUDA_STREAM_COPY), "stream_sync");
+                    best = fmin(best, kvt_time_ms() - t0);
+                }
+                ms[way] = best;
+            }
+            printf("# cuda-copy %s %zuK batched %.1f dma-per-block %.1f dma-one %.1f GB/s\n", dir ? "d2h" : "h2d", blk >> 10,
+                   MB64 / (ms[0] * 1e-3) / 1e9, MB64 / (ms[1] * 1e-3) / 1e9, MB64 / (ms[2] * 1e-3) / 1e9);
+        }
+    }
+    A->host_free(g->ctx, h);
+    const bool ok2 = case_end(g);
+    test_result(ok2, bname, "%s", g->err);
+}
+
 // ---------------------------------------------------------------- element-wise
 
 // rmsnorm: plain rows (n 576, weight), rows without weight, and per-head (head_dim 64, 9 heads).
@@ -633,6 +734,7 @@ void test_cuda(const test_env *env) {
     case_attn_decode(&g, true);
     case_attn_prefill(&g);
     case_matvec_bandwidth(&g);
+    case_copy_batch(&g);
     if (g.ctx) g.api->ctx_free(g.ctx);
     kvt_cuda_backend_close(&g.be);
 }

@@ -23,6 +23,7 @@
 #include "../src/exec/context.h"
 #include "../src/exec/gpu_kv.h"
 #include "../src/sched/sampler.h"
+#include "../src/sched/scheduler.h"
 #include "test.h"
 
 enum { N_PROMPT = 9, N_STEPS = 12 };
@@ -49,6 +50,7 @@ typedef struct {
     int mismatch, far;   // greedy ids that differ; of those, where the CPU's logits are no near tie
     int64_t vram;        // the device KV's VRAM budget (kv_vram_bytes; 0: unlimited)
     int64_t pinned;      // its pinned host budget (kv_pinned_bytes; 0: unlimited), the rest on disk in /tmp
+    int64_t copy_min;    // kv_copy_min (0: batched copies under 1 MiB; -1: every copy a DMA)
     int32_t group;       // KV heads per block (kv_group: 0 all, 1 head-wise)
     const char *evict;   // its eviction policy (NULL: lru)
     float *got;          // [rows, n_vocab] the logits of a device run, or NULL
@@ -89,6 +91,7 @@ static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, k
     p.gpu_output = n_gpu < 0;
     p.kv_vram_bytes = r->vram;
     p.kv_pinned_bytes = r->pinned;
+    p.kv_copy_min = r->copy_min;
     p.kv_disk_dir = r->pinned > 0 ? "/tmp" : NULL;
     p.kv_group = r->group;
     p.kv_evict = r->evict;
@@ -253,6 +256,27 @@ static void check_tiers(const char *path) {
                    (long long)k->pinned_over_bytes, (long long)k->pinned_cap_bytes);
     }
     test_result(reads, reads_name, "%s", why);
+    // the copies: with the default (copies under 1 MiB gathered into copy_batch kernels) the 3-block run's loads and
+    // write-backs crossed in batches; again with every copy its own DMA (--kv-copy-dma): the same bytes moved, the same
+    // logits, no batch, more transfers
+    run dma = dev[2];
+    dma.copy_min = -1;
+    dma.worst = 0, dma.mismatch = dma.far = 0;
+    dma.got = malloc((size_t)(rows * V) * sizeof(float));
+    kvt_err e = {0};
+    const bool ran = ok && dma.got && dev[0].got && run_seq(m, 4, &dma, &ref, &e);
+    const kvt_gpu_kv_stats *kb = &dev[2].gs.kv, *kd = &dma.gs.kv;
+    const bool same = ran && !memcmp(dma.got, dev[0].got, (size_t)(rows * V) * sizeof(float));
+    test_result(same && kb->batches > 0 && kb->batched_copies >= kb->batches && kd->batches == 0 && kd->h2d_bytes == kb->h2d_bytes &&
+                kd->d2h_bytes == kb->d2h_bytes && kd->transfers > kb->transfers,
+                "cuda layers: device KV copies batched (copy_batch) or one DMA each: bit for bit, the same bytes, fewer transfers",
+                "%s; same logits %d; batched: %lld transfers (%lld batches of %lld copies), h2d %lld, d2h %lld; DMA: %lld transfers "
+                "(%lld batches), h2d %lld, d2h %lld", e.msg, same, (long long)kb->transfers, (long long)kb->batches,
+                (long long)kb->batched_copies, (long long)kb->h2d_bytes, (long long)kb->d2h_bytes, (long long)kd->transfers,
+                (long long)kd->batches, (long long)kd->h2d_bytes, (long long)kd->d2h_bytes);
+    printf("# device KV copies within 3 blocks: %lld transfers batched (%lld kernels of %lld copies), %lld as one DMA each\n",
+           (long long)kb->transfers, (long long)kb->batches, (long long)kb->batched_copies, (long long)kd->transfers);
+    free(dma.got);
     for (int i = 0; i < N; i++) free(dev[i].got);
     free(ref.logits);
     kvt_model_free(m);
@@ -271,7 +295,7 @@ static void check_window(const kvt_cuda_api *api) {
     kvt_err err = {0};
     char msg[KVT_CUDA_ERR_MAX] = "";
     bool ok = api->ctx_init(0, &ctx, msg, (int)sizeof msg) == KVT_CUDA_OK;
-    const kvt_gpu_kv_params p = {2, BL, 256, ROW, win, 6 * 2 * BL * ROW, NULL, 1, 0, NULL, 0};
+    const kvt_gpu_kv_params p = {2, BL, 256, ROW, win, 6 * 2 * BL * ROW, NULL, 1, 0, NULL, 0, 0};
     ok = ok && !kvt_gpu_kv_init(api, ctx, &p, &kv, &err);
     kvt_gpu_kv_stats a = {0}, b = {0};
     int64_t want = 0;
@@ -296,6 +320,132 @@ static void check_window(const kvt_cuda_api *api) {
                 (long long)want, (long long)b.blocks_vram);
     kvt_gpu_kv_free(kv);
     if (ctx) api->ctx_free(ctx);
+}
+
+// One micro-batch of n rows of sequence seq from position pos0 through the device KV's schedule (no kernels): begin,
+// each layer (and the rows it would write), end.
+static bool kv_mb(kvt_gpu_kv *kv, int32_t nl, int32_t seq, int64_t pos0, int64_t n, kvt_err *err) {
+    int32_t seqs[16], max_len, mb;
+    int64_t pos[16];
+    for (int64_t t = 0; t < n; t++) seqs[t] = seq, pos[t] = pos0 + t;
+    const void *const *tk, *const *tv;
+    bool ok = !kvt_gpu_kv_begin(kv, n, seqs, pos, &max_len, err);
+    for (int32_t i = 0; ok && i < nl; i++) {
+        ok = !kvt_gpu_kv_layer(kv, i, &tk, &tv, &mb, err);
+        for (int64_t t = 0; ok && t < n; t++) kvt_gpu_kv_row(kv, i, 0, seq, pos[t]);
+    }
+    return ok && !kvt_gpu_kv_end(kv, err);
+}
+
+// The serving scheduler's plan as the device KV's lookahead (kvt_gpu_kv_set_plan): two sequences of 8 positions decode
+// in turn, one micro-batch each, within a VRAM budget of one sequence's blocks (2 layers x 2 blocks of 4). Without a
+// plan the fetch ahead after a micro-batch guesses the same sequence (already in VRAM), so the other's micro-batch loads
+// its first layer itself; with the plan published before each micro-batch ([this one, the other]: one iteration) the
+// fetch ahead brings the other's layer 0 while the host works, and the bytes read stay the same.
+static void check_plan(const kvt_cuda_api *api) {
+    const char *name = "cuda layers: device KV fetches ahead the serving scheduler's planned sequences (kvt_gpu_kv_set_plan)";
+    enum { BL = 4, ROW = 16, NL = 2, STEPS = 12 };
+    kvt_gpu_kv_stats st[2];
+    kvt_err err = {0};
+    char msg[KVT_CUDA_ERR_MAX] = "";
+    bool ok = true;
+    for (int plan = 0; plan < 2; plan++) {
+        kvt_cuda_ctx *ctx = NULL;
+        kvt_gpu_kv *kv = NULL;
+        ok = ok && api->ctx_init(0, &ctx, msg, (int)sizeof msg) == KVT_CUDA_OK;
+        const kvt_gpu_kv_params p = {NL, BL, 256, ROW, NULL, 4 * 2 * BL * ROW, NULL, 1, 0, NULL, 0, 0};
+        ok = ok && !kvt_gpu_kv_init(api, ctx, &p, &kv, &err);
+        for (int32_t s = 0; ok && s < 2; s++) ok = kv_mb(kv, NL, s, 0, 8, &err);
+        memset(&st[plan], 0, sizeof st[plan]);
+        kvt_gpu_kv_stats a = {0};
+        if (ok) kvt_gpu_kv_get_stats(kv, &a);
+        for (int64_t t = 0; ok && t < 2 * STEPS; t++) {
+            const int32_t s = (int32_t)(t % 2), order[2] = {s, 1 - s};
+            if (plan) ok = !kvt_gpu_kv_set_plan(kv, order, 2, &err);
+            ok = ok && kv_mb(kv, NL, s, 8 + t / 2, 1, &err);
+        }
+        if (ok) kvt_gpu_kv_get_stats(kv, &st[plan]);
+        st[plan].loads_first -= a.loads_first, st[plan].loads_ahead -= a.loads_ahead;
+        kvt_gpu_kv_free(kv);
+        if (ctx) api->ctx_free(ctx);
+    }
+    const kvt_gpu_kv_stats *n = &st[0], *w = &st[1];
+    test_result(ok && w->loads_first < n->loads_first && w->loads_ahead > n->loads_ahead &&
+                w->vram_read_bytes + w->zero_copy_bytes == n->vram_read_bytes + n->zero_copy_bytes, name,
+                "%s%s; decode steps: loads by a first layer %lld with the plan, %lld without; ahead %lld / %lld; bytes read "
+                "%lld / %lld", msg, err.msg, (long long)w->loads_first, (long long)n->loads_first, (long long)w->loads_ahead,
+                (long long)n->loads_ahead, (long long)(w->vram_read_bytes + w->zero_copy_bytes),
+                (long long)(n->vram_read_bytes + n->zero_copy_bytes));
+    printf("# device KV with the scheduler's plan: %lld loads by a first layer, %lld ahead; without: %lld, %lld\n",
+           (long long)w->loads_first, (long long)w->loads_ahead, (long long)n->loads_first, (long long)n->loads_ahead);
+}
+
+// The serving scheduler over the device layers: 4 requests (different prompts, 10 greedy tokens each, 4 in parallel,
+// so every iteration is one micro-batch of several sequences and the plan names them) with all 4 layers on the device,
+// the KV unlimited, then within 3 blocks of VRAM (the plan as the lookahead, kvt_context_set_plan), then also over 6
+// pinned blocks and disk: every request's tokens the same.
+typedef struct {
+    int32_t ids[16];
+    int n;
+} sched_rec;
+static bool sched_tok(void *user, int32_t index, int32_t id, const float *logits) {
+    (void)index, (void)logits;
+    sched_rec *r = user;
+    if (r->n < 16) r->ids[r->n++] = id;
+    return true;
+}
+static void sched_fin(void *user, int32_t index, kvt_sched_finish why) { (void)user, (void)index, (void)why; }
+static void sched_done(void *user, const kvt_sched_result *r) { (void)user, (void)r; }
+static void check_sched(const char *path) {
+    const char *name = "cuda layers: the serving scheduler (4 requests in parallel, its plan as the device KV's lookahead) "
+                       "within 3 blocks of VRAM, and over 6 pinned + disk: the same tokens as all-VRAM";
+    enum { NR = 4, NG = 10 };
+    kvt_err err = {0};
+    kvt_model *m = NULL;
+    bool ok = !kvt_model_load(path, false, &m, &err);
+    sched_rec rec[3][NR];
+    memset(rec, 0, sizeof rec);
+    kvt_sched_stats ss = {0};
+    for (int v = 0; ok && v < 3; v++) {
+        kvt_context_params p = kvt_context_params_default();
+        p.n_ctx = 64;
+        p.n_threads = 1;
+        p.kv_paged = true;
+        p.kv_block = 4;
+        p.n_gpu_layers = 4;
+        p.kv_vram_bytes = v ? 3 * SLOT : 0;
+        p.kv_pinned_bytes = v == 2 ? 6 * SLOT : 0;
+        p.kv_disk_dir = v == 2 ? "/tmp" : NULL;
+        kvt_context *c = NULL;
+        kvt_sched *s = NULL;
+        kvt_sched_params sp = kvt_sched_params_default();
+        sp.n_parallel = NR;
+        const kvt_sched_callbacks cb = {sched_tok, sched_fin, sched_done};
+        ok = !kvt_context_init(m, &p, &c, &err) && !kvt_sched_init(c, NULL, &sp, &cb, &s, &err);
+        for (int i = 0; ok && i < NR; i++) {
+            int32_t prompt[6];
+            for (int t = 0; t < 6; t++) prompt[t] = 1 + (i * 53 + t * 31) % (m->hp.n_vocab - 1);
+            kvt_sampler_params g = kvt_sampler_params_default();
+            g.temp = 0;
+            const kvt_sched_request rq = {prompt, 5 + i % 2, NG, g, 1, false, &rec[v][i]};
+            uint64_t id;
+            ok = !kvt_sched_submit(s, &rq, &id, &err);
+        }
+        for (int it = 0; ok && it < 200 && !kvt_sched_idle(s); it++) {
+            int64_t rows;
+            ok = !kvt_sched_step(s, &rows, &err);
+        }
+        if (s && v == 2) kvt_sched_stats_get(s, &ss);
+        kvt_sched_free(s);
+        kvt_context_free(c);
+    }
+    bool same = ok;
+    for (int v = 1; v < 3; v++) {
+        for (int i = 0; i < NR; i++) same = same && rec[v][i].n == NG && !memcmp(rec[v][i].ids, rec[0][i].ids, sizeof rec[0][i].ids);
+    }
+    test_result(same && ss.plans > 0, name, "%s; plans published %lld; request 0: %d / %d / %d tokens", err.msg,
+                (long long)ss.plans, rec[0][0].n, rec[1][0].n, rec[2][0].n);
+    kvt_model_free(m);
 }
 
 // Runs cmd (stdout captured into out[cap], NUL-terminated). Returns the exit status (-1: not run).
@@ -389,12 +539,14 @@ void test_cuda_layers(const test_env *env) {
         return;
     }
     check_window(be.api);
+    check_plan(be.api);
     kvt_cuda_backend_close(&be); // the contexts open their own
     char path[512];
     const int32_t split[4] = {4, 2, 5, -2}, all = 64;
     if (test_data(env, "quant-q4_k_m.gguf", path, sizeof path)) {
         check_model(path, 4, split, names, NULL, NMSE_LOGITS, 0.01f);
         check_tiers(path);
+        check_sched(path);
         if (test_file_exists(env->cli)) check_cli(env, path);
         else test_skip("cuda layers: kvtier generate and beam --kv-vram", "no kvtier binary");
     } else {

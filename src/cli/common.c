@@ -47,6 +47,8 @@ const char *const cli_engine_help =
     "                       pinned host memory, fetched ahead layer by layer or read there (--kv-evict's policy)\n"
     "  --kv-pinned BYTES    pinned host budget of the device layers' KV (default unlimited; needs --kv-disk DIR):\n"
     "                       the blocks past it go to a disk file in DIR and come back through pinned memory\n"
+    "  --kv-copy-dma        each device KV block copy its own DMA (default: copies under 1 MiB gathered into one\n"
+    "                       batched copy kernel per fetch, up to 128 blocks each)\n"
     "  --kv-block N         positions per KV block (default 512)\n"
     "  KV tiers (any of these selects the tiered paged store):\n"
     "  --plan FILE          KV budgets, granularity and block size from `kvtier plan --json -o FILE`\n"
@@ -292,6 +294,10 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
     if (!strcmp(flag, "--kv-fast")) return bytes_flag(a, flag, &p->kv_fast_bytes);
     if (!strcmp(flag, "--kv-vram")) return bytes_flag(a, flag, &p->kv_vram_bytes);
     if (!strcmp(flag, "--kv-pinned")) return bytes_flag(a, flag, &p->kv_pinned_bytes);
+    if (!strcmp(flag, "--kv-copy-dma")) { // every device KV copy its own DMA (no batched copy kernels)
+        p->kv_copy_min = -1;
+        return 1;
+    }
     if (!strcmp(flag, "--kv-host")) return bytes_flag(a, flag, &p->kv_host_bytes);
     if (!strcmp(flag, "--kv-disk-max")) return bytes_flag(a, flag, &p->kv_disk_max);
     if (!strcmp(flag, "--plan")) return cli_apply_plan(a, flag, p);
@@ -588,6 +594,8 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_kv_int(j, "disk_reads", k->disk_reads);
         kvt_json_kv_int(j, "host_evictions", k->host_evictions);
         kvt_json_kv_int(j, "syncs", k->syncs);
+        kvt_json_kv_int(j, "batches", k->batches); // copy_batch kernels (in transfers) and the block copies in them
+        kvt_json_kv_int(j, "batched_copies", k->batched_copies);
         kvt_json_obj_end(j);
         kvt_json_obj_end(j);
     }

@@ -280,6 +280,7 @@ const kvt_cuda_api k_api = {
     kvt_cu_argmax,
     kvt_cu_attn_paged,
     host_device_ptr,
+    kvt_cu_copy_batch,
 };
 
 } // namespace

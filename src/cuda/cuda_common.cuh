@@ -64,5 +64,6 @@ int kvt_cu_get_rows(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, 
                     int64_t n_ids, float *out);
 // cuda_attn.cu
 int kvt_cu_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a);
+int kvt_cu_copy_batch(kvt_cuda_ctx *ctx, const kvt_cuda_copy *list, int n, int stream);
 
 #endif

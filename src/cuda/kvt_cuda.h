@@ -28,8 +28,8 @@
 extern "C" {
 #endif
 
-#define KVT_CUDA_ABI_VERSION 4 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
-                               // 4: kvt_cuda_attn_args.row_stride
+#define KVT_CUDA_ABI_VERSION 5 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
+                               // 4: kvt_cuda_attn_args.row_stride; 5: copy_batch
 #define KVT_CUDA_API_SYMBOL "kvt_cuda_get_api"
 // File name of the library (build/ beside the kvtier binaries)
 #define KVT_CUDA_LIB_FILE "libkvtier-cuda.so"
@@ -43,6 +43,15 @@ enum {
     KVT_CUDA_ERR_NOMEM = 4,    // device or pinned host allocation failed
     KVT_CUDA_ERR_NO_DEVICE = 5 // no CUDA device, no driver, or the device id does not exist
 };
+
+// One copy of a batch (copy_batch): `bytes` bytes from src to dst, each a device address: device memory, or pinned
+// host memory's device address (host_device_ptr).
+typedef struct {
+    void *dst;
+    const void *src;
+    uint64_t bytes;
+} kvt_cuda_copy;
+#define KVT_CUDA_COPY_BATCH_MAX 128 // copies of one copy_batch call (its list travels as the kernel's argument)
 
 // Stream ids of a context: kernels run on COMPUTE; COPY carries transfers that overlap them.
 enum { KVT_CUDA_STREAM_COMPUTE = 0, KVT_CUDA_STREAM_COPY = 1, KVT_CUDA_STREAM_COUNT = 2 };
@@ -214,6 +223,13 @@ typedef struct {
     // may read and write over the bus (cudaHostGetDevicePointer; the same address on every system with unified
     // addressing). A kernel reading it sees the host bytes as they are when it runs (order it with events).
     int (*host_device_ptr)(kvt_cuda_ctx *ctx, void *host, void **out);
+
+    // ---- batched copies (ABI 5) ----
+    // The n copies of list (1 <= n <= KVT_CUDA_COPY_BATCH_MAX; list is read during the call: any host array) as ONE
+    // kernel on stream `stream`: thread blocks copy 16 bytes at a time (bytewise where an address or size is not a
+    // multiple of 16), reading or writing over the bus where an address is pinned host memory, so that many small
+    // scattered blocks cross PCIe in one transfer instead of one DMA each. The copies must not overlap each other.
+    int (*copy_batch)(kvt_cuda_ctx *ctx, const kvt_cuda_copy *list, int n, int stream);
 } kvt_cuda_api;
 
 // The library's table if abi_version == KVT_CUDA_ABI_VERSION, else NULL. Static storage.

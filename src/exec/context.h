@@ -61,6 +61,9 @@ typedef struct {
     // Pinned host budget of the device layers' KV in bytes (0: unlimited), with kv_disk_dir: the blocks past it go to
     // a disk file there (T2) and come back through pinned host memory when a fetch needs them (gpu_kv.h). Exact.
     int64_t kv_pinned_bytes;
+    // The device KV's copies shorter than this (bytes; 0: 1 MiB) are gathered into batched copy kernels, one transfer
+    // for many blocks whatever kv_block; < 0: every block copy its own DMA (gpu_kv.h). Exact either way.
+    int64_t kv_copy_min;
 } kvt_context_params;
 
 // True if p asks for the paged store (any tier flag, granularity or kv_paged).
@@ -128,6 +131,9 @@ int kvt_context_n_threads(const kvt_context *ctx);
 void kvt_context_truncate(kvt_context *ctx, int64_t n_keep);
 const kvt_model *kvt_context_model(const kvt_context *ctx);
 kvt_kv *kvt_context_kv(kvt_context *ctx);
+// The serving scheduler's plan of the next iterations (kvt_kv_paged_set_plan's contract) to the paged store and to the
+// device layers' KV (kvt_gpu_kv_set_plan: their prefetch and eviction follow it). Exact: only the order of copies.
+void kvt_context_set_plan(kvt_context *ctx, const int32_t *seqs, int64_t n);
 // Transfer accounting of the KV cache (see kv.h).
 void kvt_context_kv_stats(kvt_context *ctx, kvt_kv_stats *out);
 // The device layers' holdings and transfers (gpu_layers.h); false (and *out zeroed) without device layers.

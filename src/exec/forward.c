@@ -135,7 +135,7 @@ static kvt_status gpu_init(kvt_context *c, kvt_err *err) {
     c->gpu_il0 = c->p.n_gpu_layers >= nl ? 0 : nl - (c->p.n_gpu_layers > 0 ? c->p.n_gpu_layers : 0);
     const kvt_gpu_layers_params gp = {c->gpu_il0,       c->p.n_ubatch, c->p.n_ctx, c->p.kv_block, c->p.kv_vram_bytes,
                                       c->p.kv_evict, 0,              c->gpu_output, c->p.kv_group,
-                                      c->p.kv_pinned_bytes, c->p.kv_disk_dir, c->p.kv_disk_max};
+                                      c->p.kv_pinned_bytes, c->p.kv_disk_dir, c->p.kv_disk_max, c->p.kv_copy_min};
     if ((st = kvt_gpu_layers_init(&c->cuda, c->m, &gp, &c->gpu, err))) return st;
     c->ub_seq = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_seq);
     c->ub_pos = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_pos);
@@ -683,6 +683,12 @@ int64_t kvt_context_n_ctx(const kvt_context *c) { return c->p.n_ctx; }
 int kvt_context_n_threads(const kvt_context *c) { return c->p.n_threads; }
 const kvt_model *kvt_context_model(const kvt_context *c) { return c->m; }
 kvt_kv *kvt_context_kv(kvt_context *c) { return c->kv; }
+
+void kvt_context_set_plan(kvt_context *c, const int32_t *seqs, int64_t n) {
+    if (!strcmp(c->kv->ops->name, "paged")) kvt_kv_paged_set_plan(c->kv, seqs, n);
+    kvt_err e;
+    if (c->gpu) (void)kvt_gpu_layers_set_plan(c->gpu, seqs, n, &e); // (out of memory: no plan, a hint only)
+}
 struct kvt_sparse *kvt_context_sparse(kvt_context *c) { return c->sp; }
 int64_t kvt_context_prompt_tail(const kvt_context *c) { return kvt_sparse_prompt_tail(c->sp); }
 void kvt_context_kv_stats(kvt_context *c, kvt_kv_stats *out) { kvt_kv_get_stats(c->kv, out); }

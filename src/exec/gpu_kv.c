@@ -50,9 +50,11 @@ typedef struct {      // a sequence of the micro-batch: the positions its rows a
 } bseq;
 
 typedef struct {
-    void *dst;
+    void *dst;          // as copy_h2d / copy_d2h take them (host slots by their host address)
     const void *src;
     size_t bytes;
+    void *ddst;         // the same as device addresses (copy_batch's)
+    const void *dsrc;
 } xfer;
 
 struct kvt_gpu_kv {
@@ -74,6 +76,12 @@ struct kvt_gpu_kv {
     kvt_tier_store disk;
     void *bounce;        // [disk.slot_bytes] 4096-aligned, for disk I/O of slots O_DIRECT cannot take
     bool quiet;          // both streams synchronized and nothing queued since (host slots may be rewritten)
+    int64_t copy_min;    // copies shorter than this go into copy_batch kernels (0: none)
+    // the serving scheduler's plan (kvt_gpu_kv_set_plan): per sequence < seq_cap, the first plan iteration running it
+    // (-1: none) and the plan under which it last ran in a micro-batch
+    int32_t *plan, *plan_it, *pit; // [n_plan] the plan's sequences and their iterations; [seq_cap]
+    int64_t n_plan, cap_plan, plan_id, *ran;
+    bseq *gbs;           // [n_plan] the guess of the next micro-batch (kvt_gpu_kv_end)
     int32_t seq_cap;
     gseq *seq;
     void ***tk, ***tv;   // [nv] device tables [seq_cap * mb]
@@ -195,11 +203,12 @@ static void lst_del(kvt_gpu_kv *kv, bool host, int64_t id) {
 #define res_add(kv, id) lst_add(kv, false, id)
 #define res_del(kv, id) lst_del(kv, false, id)
 
-static kvt_status queue_copy(kvt_gpu_kv *kv, bool wb, void *dst, const void *src, int64_t bytes, kvt_err *err) {
+static kvt_status queue_copy(kvt_gpu_kv *kv, bool wb, void *dst, const void *src, void *ddst, const void *dsrc, int64_t bytes,
+                             kvt_err *err) {
     xfer **list = wb ? &kv->wb : &kv->ld;
     int64_t *n = wb ? &kv->n_wb : &kv->n_ld;
     if (!grow((void **)list, wb ? &kv->cap_wb : &kv->cap_ld, *n + 1, sizeof **list)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
-    (*list)[(*n)++] = (xfer){dst, src, (size_t)bytes};
+    (*list)[(*n)++] = (xfer){dst, src, (size_t)bytes, ddst, dsrc};
     return KVT_OK;
 }
 
@@ -236,7 +245,14 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
     const kvt_gpu_kv *kv = v->kv;
     const gblk *b = &kv->B[id];
     // the schedule: layers in order, micro-batch after micro-batch; a sequence outside this one: not known
-    const int64_t next = !in_batch(kv, b->seq) ? INT64_MAX : b->layer >= v->f ? b->layer - v->f : kv->nv - v->f + b->layer;
+    // (with the scheduler's plan: a sequence of plan iteration it runs it iterations on, the next micro-batch for one of
+    // this iteration that has not run yet)
+    int64_t next = INT64_MAX;
+    if (in_batch(kv, b->seq)) next = b->layer >= v->f ? b->layer - v->f : kv->nv - v->f + b->layer;
+    else if (b->seq < kv->seq_cap && kv->pit[b->seq] >= 0) {
+        const int64_t it = kv->pit[b->seq] == 0 && kv->ran[b->seq] != kv->plan_id ? 0 : kv->pit[b->seq] > 1 ? kv->pit[b->seq] : 1;
+        next = kv->nv - v->f + b->layer + it * kv->nv;
+    }
     const int64_t cap = v->host ? kv->host.cap : kv->vram.cap, total = kv->n_B - kv->n_free_id;
     const double frac = cap < 0 || total <= cap ? 0.0 : 1.0 - (double)cap / (double)total;
     *out = (kvt_evict_info){b->last_use, b->uses, next, b->layer, b->idx, kv->mb, frac, 0.0};
@@ -354,8 +370,9 @@ static kvt_status vram_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err
     }
     if (b->dhi > b->dlo) { // the rows written since the host copy was made, of K and of V
         const int64_t off = b->dlo * kv->p.row_bytes, n = (b->dhi - b->dlo) * kv->p.row_bytes, v = kv->slot_bytes / 2;
-        uint8_t *dst = slot_host(kv, b->hslot), *src = slot_dev(kv, &kv->vram, b->vslot);
-        if ((st = queue_copy(kv, true, dst + off, src + off, n, err)) || (st = queue_copy(kv, true, dst + v + off, src + v + off, n, err)))
+        uint8_t *dst = slot_host(kv, b->hslot), *src = slot_dev(kv, &kv->vram, b->vslot), *dd = slot_dev(kv, &kv->host, b->hslot);
+        if ((st = queue_copy(kv, true, dst + off, src + off, dd + off, src + off, n, err)) ||
+            (st = queue_copy(kv, true, dst + v + off, src + v + off, dd + v + off, src + v + off, n, err)))
             return st;
         kv->st.writebacks++;
     }
@@ -423,21 +440,42 @@ static void block_free(kvt_gpu_kv *kv, int64_t id) {
     kv->free_id[kv->n_free_id++] = id;
 }
 
-// Queues the copies gathered in list (merging neighbours: consecutive sources onto consecutive destinations) on COPY.
+static kvt_status batch_issue(kvt_gpu_kv *kv, const kvt_cuda_copy *batch, int n, kvt_err *err) {
+    if (n == 0) return KVT_OK;
+    CU(kv->api->copy_batch(kv->ctx, batch, n, KVT_CUDA_STREAM_COPY), "batched copy of KV blocks");
+    kv->st.transfers++;
+    kv->st.batches++;
+    kv->st.batched_copies += n;
+    return KVT_OK;
+}
+
+// Queues the copies gathered in list on COPY: neighbours merged (consecutive sources onto consecutive destinations);
+// a copy of at least copy_min bytes as one DMA (copy_h2d / copy_d2h), the shorter ones gathered into copy_batch
+// kernels of up to KVT_CUDA_COPY_BATCH_MAX copies each (one transfer whatever the block size).
 static kvt_status flush(kvt_gpu_kv *kv, const xfer *list, int64_t n, bool to_host, kvt_err *err) {
+    kvt_cuda_copy batch[KVT_CUDA_COPY_BATCH_MAX];
+    int nb = 0;
+    kvt_status st;
     for (int64_t i = 0; i < n;) {
         int64_t j = i + 1;
         size_t bytes = list[i].bytes;
-        while (j < n && (uint8_t *)list[i].dst + bytes == list[j].dst && (const uint8_t *)list[i].src + bytes == list[j].src)
+        while (j < n && (uint8_t *)list[i].dst + bytes == list[j].dst && (const uint8_t *)list[i].src + bytes == list[j].src &&
+               (uint8_t *)list[i].ddst + bytes == list[j].ddst && (const uint8_t *)list[i].dsrc + bytes == list[j].dsrc)
             bytes += list[j++].bytes;
         kv->quiet = false;
-        if (to_host) CU(kv->api->copy_d2h(kv->ctx, list[i].dst, list[i].src, bytes, KVT_CUDA_STREAM_COPY), "write-back of KV blocks");
-        else CU(kv->api->copy_h2d(kv->ctx, list[i].dst, list[i].src, bytes, KVT_CUDA_STREAM_COPY), "load of KV blocks");
         (to_host ? &kv->st.d2h_bytes : &kv->st.h2d_bytes)[0] += (int64_t)bytes;
-        kv->st.transfers++;
+        if ((int64_t)bytes < kv->copy_min) {
+            batch[nb++] = (kvt_cuda_copy){list[i].ddst, list[i].dsrc, bytes};
+            if (nb == KVT_CUDA_COPY_BATCH_MAX && (st = batch_issue(kv, batch, nb, err))) return st;
+            nb %= KVT_CUDA_COPY_BATCH_MAX;
+        } else {
+            if (to_host) CU(kv->api->copy_d2h(kv->ctx, list[i].dst, list[i].src, bytes, KVT_CUDA_STREAM_COPY), "write-back of KV blocks");
+            else CU(kv->api->copy_h2d(kv->ctx, list[i].dst, list[i].src, bytes, KVT_CUDA_STREAM_COPY), "load of KV blocks");
+            kv->st.transfers++;
+        }
         i = j;
     }
-    return KVT_OK;
+    return batch_issue(kv, batch, nb, err);
 }
 
 // The first block a sequence's rows read in layer i.
@@ -472,7 +510,8 @@ static kvt_status fetch(kvt_gpu_kv *kv, int32_t l, kvt_err *err) {
             B->vslot = slot;
             B->dlo = B->dhi = 0;
             res_add(kv, id);
-            st = queue_copy(kv, false, slot_dev(kv, &kv->vram, slot), slot_host(kv, B->hslot), kv->slot_bytes, err);
+            uint8_t *vd = slot_dev(kv, &kv->vram, slot);
+            st = queue_copy(kv, false, vd, slot_host(kv, B->hslot), vd, slot_dev(kv, &kv->host, B->hslot), kv->slot_bytes, err);
             place(kv, B);
             kv->st.loads++;
         }
@@ -495,6 +534,12 @@ static kvt_status seq_reserve(kvt_gpu_kv *kv, int32_t seq, kvt_err *err) {
     if (!ns) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %d device sequences", cap);
     kv->seq = ns;
     for (int32_t s = kv->seq_cap; s < cap; s++) ns[s] = (gseq){-1, NULL, NULL};
+    int32_t *pit = realloc(kv->pit, (size_t)cap * sizeof *pit);
+    if (pit) kv->pit = pit;
+    int64_t *ran = pit ? realloc(kv->ran, (size_t)cap * sizeof *ran) : NULL;
+    if (!ran) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %d device sequences", cap);
+    kv->ran = ran;
+    for (int32_t s = kv->seq_cap; s < cap; s++) pit[s] = -1, ran[s] = -1;
     const size_t row = (size_t)kv->mb * sizeof(void *);
     for (int32_t i = 0; i < kv->nv; i++) {
         uint8_t *td = realloc(kv->tdirty[i], (size_t)cap);
@@ -586,6 +631,7 @@ kvt_status kvt_gpu_kv_init(const kvt_cuda_api *api, kvt_cuda_ctx *ctx, const kvt
     kv->st.pinned_cap_bytes = kv->host.cap < 0 ? -1 : kv->host.cap * kv->slot_bytes;
     kv->p.disk_dir = NULL;
     kv->disk.fd = -1;
+    kv->copy_min = p->copy_min == 0 ? KVT_GPU_KV_COPY_MIN : p->copy_min < 0 ? 0 : p->copy_min;
     if (p->pinned_bytes > 0 && !(p->disk_dir && p->disk_dir[0]))
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device KV: a pinned host budget (%lld bytes) needs a disk tier below it "
                           "(--kv-disk DIR)", (long long)p->pinned_bytes);
@@ -639,7 +685,7 @@ void kvt_gpu_kv_free(kvt_gpu_kv *kv) {
     for (int32_t s = 0; kv->seq && s < kv->seq_cap; s++) free(kv->seq[s].blk), free(kv->seq[s].n_blk);
     free(kv->seq), free(kv->tk), free(kv->tv), free(kv->hk), free(kv->hv), free(kv->tdirty), free(kv->window);
     if (kv->has_disk) kvt_tier_free(&kv->disk);
-    free(kv->bounce), free(kv->hres);
+    free(kv->bounce), free(kv->hres), free(kv->plan), free(kv->plan_it), free(kv->pit), free(kv->ran), free(kv->gbs);
     free(kv->B), free(kv->free_id), free(kv->res), free(kv->bs), free(kv->rseq), free(kv->rlen), free(kv->wb), free(kv->ld);
     free(kv);
 }
@@ -669,6 +715,7 @@ kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, cons
         int32_t k = 0;
         while (k < kv->n_bs && kv->bs[k].seq != seqs[t]) k++;
         if (k == kv->n_bs) kv->bs[kv->n_bs++] = (bseq){seqs[t], len, len};
+        kv->ran[seqs[t]] = kv->plan_id;
         if (len < kv->bs[k].min_len) kv->bs[k].min_len = len;
         if (len > kv->bs[k].max_len) kv->bs[k].max_len = len;
     }
@@ -741,10 +788,59 @@ kvt_status kvt_gpu_kv_end(kvt_gpu_kv *kv, kvt_err *err) {
     // as step 1 of a layer: nothing still reads what this fetch evicts (the last layer's kernels are queued)
     CU(kv->api->event_record(kv->ctx, kv->ev_compute, KVT_CUDA_STREAM_COMPUTE), "event");
     CU(kv->api->stream_wait(kv->ctx, KVT_CUDA_STREAM_COPY, kv->ev_compute), "COPY waiting for COMPUTE");
+    // the guess: with the scheduler's plan, the sequences of its first iteration that have not run yet, else those of
+    // the next iteration (their positions so far: no block is made for a guess); without one, the same sequences
+    bseq *bs = kv->bs;
+    const int32_t n_bs = kv->n_bs;
+    if (kv->n_plan > 0) {
+        int32_t n = 0;
+        for (int pass = 0; pass < 2 && n == 0; pass++) {
+            for (int64_t k = 0; k < kv->n_plan; k++) {
+                const int32_t s = kv->plan[k];
+                if (kv->plan_it[k] != pass || s >= kv->seq_cap || kv->seq[s].n_pos <= 0 || (pass == 0 && kv->ran[s] == kv->plan_id)) continue;
+                bool dup = false;
+                for (int32_t q = 0; q < n; q++) dup |= kv->gbs[q].seq == s;
+                if (!dup) kv->gbs[n++] = (bseq){s, kv->seq[s].n_pos + 1, kv->seq[s].n_pos};
+            }
+        }
+        if (n > 0) kv->bs = kv->gbs, kv->n_bs = n;
+    }
+    // (a call of its own: only the guess's blocks are held; the micro-batch's may go, COPY waiting for its kernels)
+    kv->call++;
     const int64_t l0 = kv->st.loads;
     kvt_status st = fetch(kv, 0, err);
     kv->st.loads_ahead += kv->st.loads - l0;
+    kv->bs = bs, kv->n_bs = n_bs;
     return st;
+}
+
+kvt_status kvt_gpu_kv_set_plan(kvt_gpu_kv *kv, const int32_t *seqs, int64_t n, kvt_err *err) {
+    for (int64_t k = 0; k < kv->n_plan; k++) {
+        if (kv->plan[k] >= 0 && kv->plan[k] < kv->seq_cap) kv->pit[kv->plan[k]] = -1;
+    }
+    kv->n_plan = 0;
+    kv->plan_id++;
+    if (n <= 0) return KVT_OK;
+    int64_t cap = kv->cap_plan;
+    int64_t cap2 = kv->cap_plan;
+    if (!grow((void **)&kv->gbs, &cap, n, sizeof *kv->gbs) || !grow((void **)&kv->plan_it, &cap2, n, sizeof *kv->plan_it) ||
+        !grow((void **)&kv->plan, &kv->cap_plan, n, sizeof *kv->plan))
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    memcpy(kv->plan, seqs, (size_t)n * sizeof *seqs);
+    kv->n_plan = n;
+    int32_t it = 0; // a new iteration starts where a sequence repeats ([a, b, a, c]: {a, b}, then {a, c})
+    for (int64_t k = 0, start = 0; k < n; k++) {
+        for (int64_t q = start; q < k; q++) {
+            if (seqs[q] == seqs[k]) {
+                it++, start = k;
+                break;
+            }
+        }
+        kv->plan_it[k] = it;
+        const int32_t s = seqs[k];
+        if (s >= 0 && s < kv->seq_cap && kv->pit[s] < 0) kv->pit[s] = it;
+    }
+    return KVT_OK;
 }
 
 void kvt_gpu_kv_tables(const kvt_gpu_kv *kv, int32_t i, int32_t j, const void *const **tk, const void *const **tv) {

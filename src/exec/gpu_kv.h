@@ -57,7 +57,12 @@ typedef struct {
     const char *disk_dir;  // T2: a file in this directory (kv_tier.h's disk tier: O_DIRECT, CRC32C per block, unlinked
                            // at once); NULL: no disk tier. Borrowed for the call only.
     int64_t disk_bytes;    // T2 budget in bytes (0: unlimited)
+    int64_t copy_min;      // the copies of a fetch shorter than this (after merging neighbours) cross in batched copy
+                           // kernels (copy_batch: up to KVT_CUDA_COPY_BATCH_MAX blocks per transfer), the others as
+                           // one DMA each (0: KVT_GPU_KV_COPY_MIN; < 0: every copy a DMA of its own)
 } kvt_gpu_kv_params;
+
+#define KVT_GPU_KV_COPY_MIN ((int64_t)1 << 20) // the "transfers of at least 1 MiB"
 
 typedef struct kvt_gpu_kv kvt_gpu_kv;
 
@@ -82,6 +87,12 @@ kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, c
 // fetches its own layer 0 again (finding these blocks in VRAM); a wrong guess costs transfers, never bytes read.
 // The streams are no longer idle between micro-batches: truncate, fork and free synchronize both first.
 kvt_status kvt_gpu_kv_end(kvt_gpu_kv *kv, kvt_err *err);
+// The serving scheduler's plan (as kvt_kv_paged_set_plan: the sequences of the next iterations in order, a new
+// iteration where a sequence repeats; n 0 clears it; copied): eviction counts a block of a planned sequence as needed
+// when its iteration comes (outside the micro-batch and the plan: never), and kvt_gpu_kv_end fetches ahead layer 0 of
+// the plan's sequences that have not run in its first iteration yet, else of its second iteration's, instead of
+// guessing the same sequences. Only the order of copies changes, never a byte read.
+kvt_status kvt_gpu_kv_set_plan(kvt_gpu_kv *kv, const int32_t *seqs, int64_t n, kvt_err *err);
 void kvt_gpu_kv_tables(const kvt_gpu_kv *kv, int32_t i, int32_t j, const void *const **tk, const void *const **tv);
 // The device address of position pos's K row of (seq, layer i, head group j), a row of the micro-batch, after
 // kvt_gpu_kv_layer(i); its V row is kvt_gpu_kv_v_offset(kv) bytes further. Marks the block written (its host copy,
@@ -120,6 +131,7 @@ typedef struct {
     int64_t disk_writes, disk_reads;           // blocks written to disk, read from disk
     int64_t host_evictions;    // blocks that left pinned host memory (to disk, or dropped: still in VRAM or on disk)
     int64_t syncs;             // host waits for both streams before a host slot was rewritten (evictions from pinned)
+    int64_t batches, batched_copies; // copy_batch kernels issued (each counted in transfers), the copies they held
     int64_t blocks_disk;       // blocks now only on disk
 } kvt_gpu_kv_stats;
 void kvt_gpu_kv_get_stats(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *out);

@@ -149,7 +149,7 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
         for (int32_t i = 0; win && i < g->nl; i++) win[i] = m->layers[p->il0 + i].window;
         const int32_t ng = p->group_heads > 0 ? hp->n_head_kv / p->group_heads : 1;
         const kvt_gpu_kv_params kp = {g->nl, p->block_len, p->n_ctx, K / ng * 2, win, p->vram_kv_bytes, p->evict, ng,
-                                      p->pinned_kv_bytes, p->disk_dir, p->disk_kv_bytes};
+                                      p->pinned_kv_bytes, p->disk_dir, p->disk_kv_bytes, p->copy_min};
         st = win ? kvt_gpu_kv_init(g->api, g->ctx, &kp, &g->kv, err) : kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
         free(win);
     }
@@ -302,6 +302,9 @@ kvt_status kvt_gpu_layers_seq_fork(kvt_gpu_layers *g, int32_t src, int32_t dst, 
 }
 
 void kvt_gpu_layers_seq_truncate(kvt_gpu_layers *g, int32_t seq, int64_t n_keep) { kvt_gpu_kv_truncate(g->kv, seq, n_keep); }
+kvt_status kvt_gpu_layers_set_plan(kvt_gpu_layers *g, const int32_t *seqs, int64_t n, kvt_err *err) {
+    return kvt_gpu_kv_set_plan(g->kv, seqs, n, err);
+}
 
 void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out) {
     kvt_gpu_kv_stats k;

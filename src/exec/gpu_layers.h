@@ -34,6 +34,8 @@ typedef struct {
     int64_t pinned_kv_bytes; // pinned host budget of the device KV blocks (0: unlimited; needs disk_dir: T2 below)
     const char *disk_dir;  // the device KV's disk tier (T2: a file there; NULL: none); borrowed for init only
     int64_t disk_kv_bytes; // its budget (0: unlimited)
+    int64_t copy_min;      // the device KV's copies shorter than this cross in batched copy kernels (gpu_kv.h; 0: 1 MiB,
+                           // < 0: every copy its own DMA)
 } kvt_gpu_layers_params;
 
 typedef struct kvt_gpu_layers kvt_gpu_layers;
@@ -59,6 +61,8 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
 // [0, n_keep) (freeing the blocks past them; n_keep 0 frees the sequence). An unknown sequence is a no-op.
 kvt_status kvt_gpu_layers_seq_fork(kvt_gpu_layers *g, int32_t src, int32_t dst, kvt_err *err);
 void kvt_gpu_layers_seq_truncate(kvt_gpu_layers *g, int32_t seq, int64_t n_keep);
+// The serving scheduler's plan for the device KV (kvt_gpu_kv_set_plan).
+kvt_status kvt_gpu_layers_set_plan(kvt_gpu_layers *g, const int32_t *seqs, int64_t n, kvt_err *err);
 
 // What the device layers hold and moved since init.
 typedef struct {

@@ -382,7 +382,7 @@ static kvt_status balance(kvt_sched *s, kvt_err *err) {
         req *victim = s->view_req[v];
         const int64_t d = req_demand(s, victim);
         if (s->plan_live) { // no planned prefetch of the victim's blocks while they move down
-            kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), NULL, 0);
+            kvt_context_set_plan(s->ctx, NULL, 0);
             s->plan_live = false;
         }
         bool ok = true;
@@ -458,7 +458,7 @@ static void publish_plan(kvt_sched *s, int64_t n_runs) {
         }
     }
     k = kvt_sched_policy_plan(s->plan, n_runs, k - n_runs, s->p.plan_iters);
-    kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), s->plan, k);
+    kvt_context_set_plan(s->ctx, s->plan, k);
     s->plan_live = true;
     s->st.plans++;
 }
@@ -500,7 +500,7 @@ kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err) {
     const int64_t n_runs = build_runs(s, err);
     if (n_runs < 0) return err->status;
     if (n_runs == 0) {
-        if (s->plan_live) kvt_kv_paged_set_plan(kvt_context_kv(s->ctx), NULL, 0); // nothing runs: no stale plan
+        if (s->plan_live) kvt_context_set_plan(s->ctx, NULL, 0); // nothing runs: no stale plan
         s->plan_live = false;
         return KVT_OK;
     }

@@ -32,7 +32,7 @@
 #include "../../src/kernels/vec.h"
 
 // One queued operation of a stream (the arguments of the entry that queued it).
-enum { OP_WAIT, OP_COPY, OP_MEMSET, OP_MMV, OP_MM, OP_DEQ, OP_NORM, OP_ROPE, OP_SWIGLU, OP_GEGLU, OP_ADD, OP_ROWS,
+enum { OP_WAIT, OP_COPY, OP_BATCH, OP_MEMSET, OP_MMV, OP_MM, OP_DEQ, OP_NORM, OP_ROPE, OP_SWIGLU, OP_GEGLU, OP_ADD, OP_ROWS,
        OP_ARGMAX, OP_ATTN };
 typedef struct {
     int kind, type, byte;
@@ -250,6 +250,12 @@ static int run_op(kvt_cuda_ctx *ctx, op *o) {
     switch (o->kind) {
     case OP_WAIT: return KVT_CUDA_OK;
     case OP_COPY: memcpy(o->c, o->a, o->bytes); return KVT_CUDA_OK;
+    case OP_BATCH: // (own: the list, taken at the call)
+        for (int64_t i = 0; i < o->n0; i++) {
+            const kvt_cuda_copy *c = (const kvt_cuda_copy *)o->own + i;
+            memcpy(c->dst, c->src, (size_t)c->bytes);
+        }
+        return KVT_CUDA_OK;
     case OP_MEMSET: memset(o->c, o->byte, o->bytes); return KVT_CUDA_OK;
     case OP_MMV: return k_mul_mat_vec(ctx, o->type, o->a, o->n0, o->n1, o->b, o->n2, o->c);
     case OP_MM: return k_mul_mat(ctx, o->type, o->a, o->n0, o->n1, o->b, o->n2, o->c);
@@ -403,6 +409,13 @@ static int copy_d2h(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes,
 static int copy_d2d(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
     return submit(ctx, stream, &(op){.kind = OP_COPY, .c = dst, .a = src, .bytes = bytes});
 }
+static int copy_batch(kvt_cuda_ctx *ctx, const kvt_cuda_copy *list, int n, int stream) {
+    if (n < 1 || n > KVT_CUDA_COPY_BATCH_MAX || !list) return fail(ctx, KVT_CUDA_ERR_ARG, "copy_batch: %d copies", n);
+    op o = {.kind = OP_BATCH, .n0 = n};
+    if (!(o.own = malloc((size_t)n * sizeof *list))) return fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory");
+    memcpy(o.own, list, (size_t)n * sizeof *list);
+    return submit(ctx, stream, &o);
+}
 static int event_create(kvt_cuda_ctx *ctx, kvt_cuda_event **out) {
     *out = malloc(sizeof **out);
     if (!*out) return fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory");
@@ -480,7 +493,7 @@ static const kvt_cuda_api k_fake = {
     KVT_CUDA_ABI_VERSION, (int)sizeof(kvt_cuda_api), device_count, device_info, ctx_init, ctx_free, last_error,
     dev_malloc, dev_free, host_malloc, host_free, memset_dev, copy_h2d, copy_d2h, copy_d2d, event_create, event_free,
     event_record, stream_wait, event_sync, stream_sync, q_mul_mat_vec, q_mul_mat, q_dequant_f16, q_rmsnorm, q_rope,
-    q_swiglu, q_geglu, q_add, q_get_rows, q_argmax, q_attn_paged, host_device_ptr,
+    q_swiglu, q_geglu, q_add, q_get_rows, q_argmax, q_attn_paged, host_device_ptr, copy_batch,
 };
 
 const kvt_cuda_api *kvt_cuda_get_api(int abi_version) { return abi_version == KVT_CUDA_ABI_VERSION ? &k_fake : NULL; }
