@@ -9,6 +9,7 @@
 #include "../kv/kv_victim.h"
 
 #define CHUNK_BYTES ((int64_t)8 << 20) // slots are cut from allocations of at least this (or the budget)
+#define HOST_EVICT_BATCH 8             // blocks leaving pinned host memory per wait for both streams
 
 // A pool of slots of slot_bytes, cut from chunks of per_chunk slots, in VRAM or pinned host memory.
 typedef struct {
@@ -307,22 +308,26 @@ static kvt_status host_evict(kvt_gpu_kv *kv, int64_t id, kvt_err *err) {
 }
 
 // A pinned host slot for the fetch of layer f (f < 0: outside a fetch, nothing held): a free one, else a victim's
-// (kvt_victim_pick over the host list, the VRAM tier's policy; its blocks go to disk); when every host block is held
+// (kvt_victim_pick over the host list, the VRAM tier's policy; its blocks go to disk; up to HOST_EVICT_BATCH of them at
+// once, so that one wait for the streams serves several evictions); when every host block is held
 // (the two layers of the fetch read more than the budget), one past the budget (counted).
 static kvt_status host_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err) {
     kvt_status st = slot_get(kv, &kv->host, id, err);
     if (st || *id >= 0) return st;
-    vview v = {kv, 0, f, true};
-    const int64_t m = kvt_victim_window(kv->n_hres, KVT_VICTIM_WINDOW_DEFAULT, &kv->hvictim_pos, &v.start);
-    const kvt_victim_query q = {kv->pol, false, -1, INT64_MAX, kv->tick, false};
-    const int64_t k = m > 0 ? kvt_victim_pick(&q, m, victim_cand, victim_info, &v, NULL) : -1;
-    if (k < 0) {
-        kv->host.cap++;
-        kv->st.pinned_over_bytes += kv->slot_bytes;
-        return slot_get(kv, &kv->host, id, err);
+    // up to HOST_EVICT_BATCH victims per wait for the streams (the first found before waiting)
+    for (int e = 0; e < HOST_EVICT_BATCH; e++) {
+        vview v = {kv, 0, f, true};
+        const int64_t m = kvt_victim_window(kv->n_hres, KVT_VICTIM_WINDOW_DEFAULT, &kv->hvictim_pos, &v.start);
+        const kvt_victim_query q = {kv->pol, false, -1, INT64_MAX, kv->tick, false};
+        const int64_t k = m > 0 ? kvt_victim_pick(&q, m, victim_cand, victim_info, &v, NULL) : -1;
+        if (k < 0 && e == 0) {
+            kv->host.cap++;
+            kv->st.pinned_over_bytes += kv->slot_bytes;
+        }
+        if (k < 0) break;
+        const int64_t vid = kv->hres[(v.start + k) % kv->n_hres];
+        if ((e == 0 && (st = make_quiet(kv, err))) || (st = host_evict(kv, vid, err))) return st;
     }
-    const int64_t vid = kv->hres[(v.start + k) % kv->n_hres];
-    if ((st = make_quiet(kv, err)) || (st = host_evict(kv, vid, err))) return st;
     return slot_get(kv, &kv->host, id, err);
 }
 

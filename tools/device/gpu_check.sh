@@ -17,6 +17,10 @@
 #   HEADINFER  llama3-8b Q4_K_M, a HI_CTX-token prompt (16384), all KV in VRAM, within --kv-vram 1G (lookahead), and
 #              within it head-wise (--kv-granularity head; HI_HEAD=0 leaves it out):
 #              TPOT beside the link time of the KV bytes that crossed PCIe per step (goal 1.2x), tokens equal
+#   KVTIERS    llama3-8b Q4_K_M, a KT_CTX-token prompt (4096), blocks of KT_BLOCK (32) positions: all KV in VRAM, within
+#              --kv-vram KT_VRAM (128M; copies under 1 MiB batched), the same with one DMA per block (--kv-copy-dma),
+#              and over --kv-pinned KT_PINNED (128M) with the rest on disk (--kv-disk, T2): tokens equal, TPOT of each,
+#              bytes per tier per run, batched against DMA
 #   MEMCHECK   compute-sanitizer memcheck of both suites (when installed)
 # e.g. the call plan of docs/GPU.md: `HELM=0 HEADINFER=0 MEMCHECK=0 tools/device/gpu_check.sh`, then
 # `BUILD=0 SUITES=0 RATES=0 LBS=0 tools/device/gpu_check.sh` on the still-warm machine.
@@ -93,6 +97,7 @@ suites() {
       toks[k] = toks[k] (toks[k] == "" ? "" : ",") $5
     }
     /^# cuda-bw / { bw[++nb] = $0 }
+    /^# cuda-copy / { cp[++nc] = $0 }
     END {
       printf "%-20s %-16s %-22s %11s %8s\n", "kernel", "type/shape", "tokens", "worst nmse", "limit"
       for (i = 1; i <= n; i++) {
@@ -105,10 +110,23 @@ suites() {
         split(bw[i], f, " ")
         printf "%-20s %-10s %10.1f %14.1f %7.0f%%\n", "  1 token", f[3], f[4], f[5], (f[5] > 0 ? 100 * f[4] / f[5] : 0)
       }
+      # "# cuda-copy DIR SIZE batched X dma-per-block Y dma-one Z GB/s"
+      if (nc) printf "\n%-20s %-6s %12s %16s %12s %8s\n", "copy_batch 64 MiB", "block", "batched GB/s", "DMA/block GB/s", "one DMA GB/s", "share"
+      for (i = 1; i <= nc; i++) {
+        split(cp[i], f, " ")
+        printf "%-20s %-6s %12.1f %16.1f %12.1f %7.0f%%\n", "  " f[3], f[4], f[6], f[8], f[10], (f[10] > 0 ? 100 * f[6] / f[10] : 0)
+      }
     }' "$OUT/cuda.txt"
   echo
   tail -1 "$OUT/cuda.txt"
   local s
+  local c
+  while read -r c; do # copy_batch against one DMA of the same 64 MiB (the KV streamed from pinned host: goal 80%)
+    # shellcheck disable=SC2086
+    set -- $c # # cuda-copy DIR SIZE batched X dma-per-block Y dma-one Z GB/s
+    row suites "copy_batch $3 blocks of $4 GB/s (DMA per block $8)" "$6" ">= 80% of one DMA ${10}" \
+      "$(calc '%s' "${10} > 0 && $6 >= 0.8 * ${10} ? sprintf(\"ok (%.0f%%)\", 100 * $6 / ${10}) : sprintf(\"NOT MET (%.0f%%)\", ${10} > 0 ? 100 * $6 / ${10} : 0)")"
+  done < <(grep "^# cuda-copy " "$OUT/cuda.txt")
   for s in cuda cuda_layers; do
     row suites "$s: cases ok / fail / skip" "$(grep -c '^ok ' "$OUT/$s.txt") / $(grep -c '^FAIL ' "$OUT/$s.txt") / $(grep -c '^skip ' "$OUT/$s.txt")" \
       "fail 0, skip 0" "$(grep -q '^ok ' "$OUT/$s.txt" && ! grep -qE '^(FAIL|skip) ' "$OUT/$s.txt" && echo ok || echo FAIL)"
@@ -230,6 +248,41 @@ headinfer() {
   echo "  (link ms/step: the KV bytes that crossed PCIe per decode step at the probe's ${gbps:-?} GB/s pinned H2D)"
 }
 [ "${HEADINFER:-1}" = 1 ] && left headinfer && headinfer
+
+# --- KVTIERS: the device KV's tiers on the device: VRAM budget with batched copies or one DMA per block, and T2
+kvtiers() {
+  local m; m=${KT_MODEL:-$(model llama3-8b q4_k_m)} || { row kvtiers mkmodel failed - FAIL; rc=1; return; }
+  local ctx=${KT_CTX:-4096} gen=${KT_GEN:-9} blk=${KT_BLOCK:-32} v=${KT_VRAM:-128M}
+  prompt_of "$m" $((ctx - 64)) "$OUT/kt_prompt.txt"
+  mkdir -p "$OUT/kvdisk"
+  printf "\n%-10s %10s %14s %14s %14s %10s %8s %8s\n" "kvtiers" "TPOT ms" "H2D MB" "disk->host MB" "transfers" "batches" "syncs" "tokens"
+  local r ids0="" tp=() name
+  for r in all vram dma disk; do
+    left "kvtiers $r" || continue
+    local flags="--kv-block $blk"
+    case $r in
+      vram) flags="$flags --kv-vram $v --kv-evict lookahead" ;;
+      dma) flags="$flags --kv-vram $v --kv-evict lookahead --kv-copy-dma" ;;
+      disk) flags="$flags --kv-vram $v --kv-evict lookahead --kv-pinned ${KT_PINNED:-128M} --kv-disk $OUT/kvdisk" ;;
+    esac
+    # shellcheck disable=SC2086
+    timeout "${KT_S:-120}" $KVT generate -m "$m" -ngl 999 -t "$T" -c $((ctx + gen + 64)) -f "$OUT/kt_prompt.txt" -n "$gen" \
+      --temp 0 --ignore-eos --no-progress --json $flags >"$OUT/kt_$r.json" 2>"$OUT/kt_$r.err" ||
+      { echo "kvtiers $r: failed: $(tail -1 "$OUT/kt_$r.err")"; row kvtiers "$r" failed - FAIL; rc=1; continue; }
+    local j="$OUT/kt_$r.json" ids tpot
+    ids=$(grep -o '"ids":\[[0-9,]*\]' "$j" | head -1); [ -z "$ids0" ] && ids0=$ids
+    tpot=$(jnum_in "$j" '"decode"' step_ms_median); tp+=("$tpot")
+    printf "%-10s %10s %14s %14s %14s %10s %8s %8s\n" "  $r" "$tpot" \
+      "$(calc '%.1f' "$(jnum_in "$j" '"vram_budget_bytes"' host_to_device_bytes) / 1e6")" \
+      "$(calc '%.1f' "$(jnum_in "$j" '"vram_budget_bytes"' disk_to_host_bytes) / 1e6")" "$(jnum_in "$j" '"vram_budget_bytes"' transfers)" \
+      "$(jnum_in "$j" '"vram_budget_bytes"' batches)" "$(jnum_in "$j" '"vram_budget_bytes"' syncs)" "$([ "$ids" = "$ids0" ] && echo same || echo DIFFER)"
+    name="TPOT ms, ${ctx}-token prompt, blocks of $blk, $r"
+    row kvtiers "$name" "$tpot" "-" "tokens $([ "$ids" = "$ids0" ] && echo same || { rc=1; echo DIFFER; })"
+  done
+  [ ${#tp[@]} -ge 3 ] && row kvtiers "batched copies against one DMA per block (TPOT ratio)" "$(calc '%.2f' "${tp[1]} / ${tp[2]}")" \
+    "< 1 (faster)" "$(calc '%s' "${tp[1]} < ${tp[2]} ? \"ok\" : \"NOT MET\"")"
+}
+[ "${KVTIERS:-1}" = 1 ] && left kvtiers && kvtiers
 
 if [ "${MEMCHECK:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1 && left memcheck; then
   KVT_CUDA_NO_BENCH=1 timeout 240 compute-sanitizer --tool memcheck --leak-check no build/kvtier-tests cuda >"$OUT/memcheck.txt" 2>&1
