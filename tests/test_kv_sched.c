@@ -415,17 +415,19 @@ void test_kv_sched_demote_model(const kvt_model *m, const char *disk) {
 
 // The copy engine's memory copies (host -> fast, CPU-bound) keep at most io_mem_threads of its 4 threads at work at
 // once: with 1, five sequences read in turn through a fast tier of 8 blocks are prefetched by one thread at a time
-// (io_busy_max 1), and read back exactly; with 4 the same reads give the same data.
+// (io_busy_max 1), and read back exactly; with 4 the same reads give the same data; with -1 (`--kv-copy-threads 0`) no
+// copy thread takes them: the reader takes two queued blocks after each release (readers_take), so the blocks it
+// reads next are loaded before it asks for them (prefetches, no stalls past the first reads), and the data is the same.
 static void copy_threads(void) {
     kvt_err err = {0};
     kvt_status st = KVT_OK;
-    int64_t busy_max[2] = {-1, -1}, pre[2] = {0, 0};
+    int64_t busy_max[3] = {-1, -1, -1}, pre[3] = {0, 0, 0}, miss[3] = {0, 0, 0};
     bool same = true;
-    for (int k = 0; k < 2 && !st; k++) {
+    for (int k = 0; k < 3 && !st; k++) {
         kvt_kv *kv = NULL;
         kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 8, -1);
         p.n_io_threads = 4;
-        p.io_mem_threads = k ? 4 : 1;
+        p.io_mem_threads = k == 0 ? 1 : k == 1 ? 4 : -1;
         st = kvt_kv_paged_init(&p, &kv, &err);
         int32_t seqs[5] = {0, -1, -1, -1, -1};
         for (int i = 1; !st && i < 5; i++)
@@ -439,13 +441,17 @@ static void copy_threads(void) {
         kvt_kv_get_stats(kv, &ks);
         busy_max[k] = ks.io_busy_max;
         pre[k] = ks.prefetches;
+        miss[k] = ks.misses;
         kvt_kv_free(kv);
     }
-    test_result(!st && same && busy_max[0] == 1 && pre[0] > 0 && busy_max[1] >= 1 && pre[1] > 0,
-                "kv_sched: memory copies keep io_mem_threads copy threads at work at once (1 of 4), same data",
-                "%s same data %d; io_mem 1: at most %lld at once, %lld prefetches; io_mem 4: %lld, %lld",
+    test_result(!st && same && busy_max[0] == 1 && pre[0] > 0 && busy_max[1] >= 1 && pre[1] > 0 && busy_max[2] == 1 &&
+                    pre[2] > 0 && miss[2] < pre[2],
+                "kv_sched: memory copies keep io_mem_threads copy threads at work at once (1 of 4), or none (the "
+                "reader takes the queue), same data",
+                "%s same data %d; io_mem 1: at most %lld at once, %lld prefetches; io_mem 4: %lld, %lld; readers: %lld, "
+                "%lld prefetches, %lld misses",
                 st ? err.msg : "", (int)same, (long long)busy_max[0], (long long)pre[0], (long long)busy_max[1],
-                (long long)pre[1]);
+                (long long)pre[1], (long long)busy_max[2], (long long)pre[2], (long long)miss[2]);
 }
 
 void test_kv_sched(const test_env *env) {

@@ -340,8 +340,39 @@ static void test_shared_rules(void) {
     int32_t order[10];
     ok = ok && kvt_plan_ranks(want, 8, 10, NULL, NULL, seen, rank, order) == 3 && rank[5] == 0 && rank[6] == 0 &&
          rank[9] == 1 && rank[0] == INT64_MAX && order[0] == 5 && order[1] == 6 && order[2] == 9;
+    // the one-pass search (no trace) against the two-pass one (with a trace) on random windows: the same victim
+    uint64_t rs = 12345;
+    kvt_evict_info rinf[24];
+    kvt_victim_cand rc[24];
+    kvt_victim_trace rtr;
+    ok = ok && kvt_victim_trace_init(&rtr, 24);
+    const char *pols[3] = {"lru", "lfu", "spread"};
+    for (int it = 0; ok && it < 20000; it++) {
+        const int64_t n = (int64_t)(rs % 24);
+        for (int64_t i = 0; i < n; i++) {
+            rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+            const uint64_t r = rs >> 16;
+            rinf[i] = (kvt_evict_info){.last_use = r % 7, .uses = (r >> 3) % 3, .next_use = (int64_t)((r >> 5) % 9),
+                                       .shard_blocks = 4, .index = (int64_t)((r >> 9) % 4)};
+            rc[i] = (kvt_victim_cand){.id = i, .rank = (r >> 11) % 4 == 3 ? INT64_MAX : (int64_t)((r >> 11) % 4),
+                                      .sched_next = (int64_t)((r >> 13) % 9),
+                                      .flags = ((r >> 17) % 5 == 0 ? KVT_VICTIM_HELD : 0u) |
+                                               ((r >> 20) % 2 ? KVT_VICTIM_CLEAN : 0u) |
+                                               (i == n - 1 && (r >> 22) % 3 == 0 ? KVT_VICTIM_INCOMING : 0u)};
+        }
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        const uint64_t r = rs >> 16;
+        kvt_victim_query rq = {.pol = kvt_evict_policy_find(pols[r % 3]), .fast_tier = (r >> 2) % 2,
+                               .limit = (r >> 3) % 3 == 0 ? -1 : (r >> 3) % 3 == 1 ? (int64_t)((r >> 5) % 9) : INT64_MAX,
+                               .xrank = (r >> 9) % 3 == 2 ? INT64_MAX : (int64_t)((r >> 9) % 3), .now = 10,
+                               .none_clean = (r >> 12) % 4 == 0};
+        const int64_t a = hand_pick(&rq, rc, n, rinf, NULL), b = hand_pick(&rq, rc, n, rinf, &rtr);
+        ok = a == b;
+    }
+    kvt_victim_trace_free(&rtr);
     test_result(ok, "sim: the shared victim search (rank, held, clean first, prefetch filter, incoming block, window), "
-                    "the schedule distance, the scheduler's plan and its ranks on hand-made inputs", "wrong answer");
+                    "the schedule distance, the scheduler's plan and its ranks on hand-made inputs; the one-pass search = the "
+                    "two-pass one on 20000 random windows", "wrong answer");
 }
 
 // --- the store and the simulator on one trace, for each policy --------------------------------------------------

@@ -62,7 +62,8 @@ const char *const cli_engine_help =
     "                       oracle (docs/SIMULATOR.md, kv_policy.h)\n"
     "  --kv-prefetch K      blocks fetched ahead of use (default 16)\n"
     "  --kv-copy-threads N  copy threads at work at once on copies between memory tiers (default: the\n"
-    "                       CPUs less -t, at least 1; blocks read from disk wake up to 4)\n"
+    "                       CPUs less -t, at least 1; blocks read from disk wake up to 4); 0: none, the\n"
+    "                       compute threads run the queued copies between their own blocks\n"
     "  --kv-keep            keep the disk file in DIR (kvtier-kv-XXXXXX)\n"
     "  --kv-timing          time the KV readers' path (acquire, lock, own loads: --json, /metrics, kvbench)\n"
     "  Sparse decode attention (docs/SPARSE.md; sequence 0 of generate and perplexity; prefill stays dense):\n"
@@ -316,8 +317,8 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
         return 1;
     }
     if (!strcmp(flag, "--kv-copy-threads")) {
-        if (!kvt_args_int(a, flag, 1, 64, &v)) return -1;
-        p->kv_copy_threads = (int32_t)v;
+        if (!kvt_args_int(a, flag, 0, 64, &v)) return -1;
+        p->kv_copy_threads = v > 0 ? (int32_t)v : -1; // 0: none (-1 in the context's parameters)
         return 1;
     }
     if (!strcmp(flag, "--kv-evict")) {

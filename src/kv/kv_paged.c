@@ -104,13 +104,13 @@ static void wait_timed(kv_paged *s, double *ms) {
 
 // --- schedule and policy -------------------------------------------------------
 
-static int64_t sched_key(const kv_paged *s, const pblock *B) {
+static inline int64_t sched_key(const kv_paged *s, const pblock *B) {
     return kvt_sched_key((int64_t)B->layer * s->base.n_group + B->group, B->index, s->nb_ctx);
 }
 
 // A block its shard's last selection dropped (pblock.dropped) is not needed again as far as the store knows: the
 // farthest next use, and (for recency policies) the oldest use, so that every policy evicts it first.
-static int64_t next_use(const kv_paged *s, const pblock *B) {
+KVT_VICTIM_INLINE int64_t next_use(const kv_paged *s, const pblock *B) { // inline: once per victim candidate
     if (B->dropped) return INT64_MAX / 4;
     return kvt_sched_distance(sched_key(s, B), s->cursor, (int64_t)s->n_shard * s->nb_ctx);
 }
@@ -197,6 +197,8 @@ typedef struct {
     int64_t limit, xrank, start, n, m, incoming; // m: the window's length; incoming: candidate m (-1: none)
 } victim_ud;
 
+enum { VICTIM_AHEAD = 12 }; // victim_cand: how far ahead in the window blocks are fetched into the cache
+
 static int64_t window_id(const victim_ud *u, int64_t k) {
     const int64_t j = u->start + k;
     return u->s->res[u->t][j < u->n ? j : j - u->n];
@@ -212,6 +214,16 @@ KVT_VICTIM_INLINE void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
     const int64_t id = window_id(u, k);
     const pblock *B = &s->blk[id];
     const int t = u->t;
+#if defined(__GNUC__)
+    // the window's blocks lie anywhere in blk[] and are rarely in the cache (the compute threads stream weights and
+    // KV through it between searches): fetch the block VICTIM_AHEAD places ahead while this one is examined, so the
+    // search waits for memory about once instead of once per candidate (a pblock spans two cache lines)
+    if (k + VICTIM_AHEAD < u->m) {
+        const char *a = (const char *)&s->blk[window_id(u, k + VICTIM_AHEAD)];
+        __builtin_prefetch(a);
+        __builtin_prefetch(a + sizeof(pblock) - 1);
+    }
+#endif
     const bool held = B->busy || (t == T0 && B->pins > 0);
     const bool clean = kvt_victim_clean(t == T0, B->slot[T0] >= 0, B->slot[T1] >= 0, B->slot[T2] >= 0, false, B->refs > 1);
     *out = (kvt_victim_cand){.id = id,
@@ -543,6 +555,8 @@ static kvt_status load(kv_paged *s, int64_t id, bool wait, int64_t limit, bool a
 
 // --- copy engine: prefetch workers ----------------------------------------------
 
+enum { READER_TAKES = 2 }; // queued entries a reader takes after each release where no copy thread copies in memory
+
 // Copies planned block id (only on disk, not busy) up to the host tier if T1 has room, or a copy it may drop
 // or evict: a duplicate of a T0 block, or a block of a later plan rank.
 static void stage_t1(kv_paged *s, int64_t id) {
@@ -561,6 +575,34 @@ static void stage_t1(kv_paged *s, int64_t id) {
     }
     if (!st && H->n_used < H->max_slots) st = kvp_transfer(s, id, T2, T1, &e);
     s->blk[id].busy = false;
+    pthread_cond_broadcast(&s->cv);
+}
+
+// Takes the queue's head and handles it (the mutex held; it is released during the copy): loads the block into the
+// fast tier if it is still below it and a victim may go (a planned block that finds no room comes up from disk to the
+// host tier at least). An error here is reported again by the acquire that needs the block.
+static void queue_take(kv_paged *s) {
+    const int64_t id = s->q[s->q_head];
+    s->q_head = (s->q_head + 1) % s->q_cap;
+    s->q_len--;
+    s->st.io_items++;
+    pblock *B = &s->blk[id];
+    const bool plan = B->qplan, attn = B->qattn;
+    s->q_disk -= B->qdisk;
+    B->queued = B->qplan = B->qattn = B->qdisk = false;
+    if (B->refs <= 0 || B->busy || B->slot[T0] >= 0) {
+        s->st.io_idle++;
+        if (s->q_len == 0) pthread_cond_broadcast(&s->cv);
+        return;
+    }
+    kvt_err e;
+    bool loaded;
+    if (++s->n_io_busy > s->st.io_busy_max) s->st.io_busy_max = s->n_io_busy;
+    kvt_status st = load(s, id, false, plan ? INT64_MAX : next_use(s, &s->blk[id]), attn, &loaded, &e);
+    if (!st && loaded) s->st.prefetches++;
+    else if (!st && plan) stage_t1(s, id);
+    if (!loaded) s->st.io_idle++;
+    s->n_io_busy--;
     pthread_cond_broadcast(&s->cv);
 }
 
@@ -584,33 +626,24 @@ static void *io_main(void *arg) {
         }
         if (s->stop) break;
         if (c0 < 0) c0 = kvt_thread_cpu_ns();
-        int64_t id = s->q[s->q_head];
-        s->q_head = (s->q_head + 1) % s->q_cap;
-        s->q_len--;
-        s->st.io_items++;
-        pblock *B = &s->blk[id];
-        const bool plan = B->qplan, attn = B->qattn;
-        s->q_disk -= B->qdisk;
-        B->queued = B->qplan = B->qattn = B->qdisk = false;
-        if (B->refs <= 0 || B->busy || B->slot[T0] >= 0) {
-            s->st.io_idle++;
-            if (s->q_len == 0) pthread_cond_broadcast(&s->cv);
-            continue;
-        }
-        kvt_err e;
-        bool loaded;
-        if (++s->n_io_busy > s->st.io_busy_max) s->st.io_busy_max = s->n_io_busy;
-        // an error here is reported again by the acquire that needs the block; a planned block that finds no
-        // room in T0 (only blocks the plan needs sooner) comes up from disk to the host tier at least
-        kvt_status st = load(s, id, false, plan ? INT64_MAX : next_use(s, &s->blk[id]), attn, &loaded, &e);
-        if (!st && loaded) s->st.prefetches++;
-        else if (!st && plan) stage_t1(s, id);
-        if (!loaded) s->st.io_idle++;
-        s->n_io_busy--;
-        pthread_cond_broadcast(&s->cv);
+        queue_take(s);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
+}
+
+// Readers run the copy engine's memory copies themselves where it keeps no thread at work on them (io_mem 0,
+// `--kv-copy-threads 0`): up to `max` queued entries, taken by the calling reader (the mutex held). On a CPU whose
+// cores all run compute threads, a copy thread can only run by preempting one of them, and the compute pool's other
+// threads then wait for it at the next barrier (spinning: the pool's spin was 14% of the decode samples at rho 5,
+// docs/BENCHMARKS.md 2026-11-28 evening); a reader that copies between its own blocks does the same work where the
+// pool's task claiming balances it. The queue, its order, the plan's entries and every victim are the copy engine's
+// own: only the thread that runs them changes. The time goes to io_cpu_ms (wall time, as a memory copy's).
+static void readers_take(kv_paged *s, int64_t max) {
+    if (s->io_mem > 0 || s->q_len == 0) return;
+    const int64_t t0 = kvt_time_ns();
+    for (int64_t k = 0; k < max && s->q_len > 0; k++) queue_take(s);
+    s->st.io_cpu_ms += (double)(kvt_time_ns() - t0) / 1e6;
 }
 
 // After entries were queued: wakes as many copy threads as the queue wants at work, less those awake (a thread awake
@@ -862,6 +895,7 @@ static void paged_release(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group,
             unpin(s, sh->ids[b]);
         }
     }
+    readers_take(s, READER_TAKES); // the next blocks of the schedule, loaded between two of the reader's own
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -1142,7 +1176,17 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     s->block_bytes = p->block_tokens * (s->k_row + s->v_row);
     s->n_shard = p->n_layer * s->base.n_group;
     s->nb_ctx = (p->n_ctx + p->block_tokens - 1) / p->block_tokens;
-    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+    // the store's mutex is held for microseconds (a victim search, a block's bookkeeping) by readers and copy threads
+    // alike: a waiter spins a little before it sleeps, instead of a futex sleep and wake-up per contended acquire
+    // (at rho 5 in serving with `--kv-copy-threads 0`: lock waits 6-10 against 14-16 ms per iteration, voluntary context
+    // switches 200-280 against 610-790; docs/BENCHMARKS.md 2026-11-28 evening)
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+    pthread_mutex_init(&s->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->qcv, NULL);
     for (int t = 0; t < KVT_TIER_COUNT; t++) s->tier[t].fd = -1;
@@ -1166,6 +1210,7 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     bool lower = s->tier[T1].present || s->tier[T2].present;
     int n_io = lower && p->prefetch > 0 ? (p->n_io_threads > 0 ? p->n_io_threads : 4) : 0;
     if (p->io_mem_threads > 0) s->io_mem = p->io_mem_threads;
+    else if (p->io_mem_threads < 0) s->io_mem = 0; // the readers run the memory copies (readers_take)
     else {
         const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         s->io_mem = cpus > p->n_readers ? (int)(cpus - p->n_readers) : 1;
@@ -1319,7 +1364,10 @@ void kvt_kv_paged_drain(kvt_kv *kv) {
     kv_paged *s = (kv_paged *)kv;
     if (kv->ops != &kvp_ops) return;
     pthread_mutex_lock(&s->mu);
-    while (s->n_io > 0 && (s->q_len > 0 || s->n_io_busy > 0)) pthread_cond_wait(&s->cv, &s->mu);
+    while (s->n_io > 0 && (s->q_len > 0 || s->n_io_busy > 0)) {
+        if (s->io_mem == 0 && s->q_len > 0) readers_take(s, INT64_MAX); // no copy thread takes them: the caller does
+        else pthread_cond_wait(&s->cv, &s->mu);
+    }
     pthread_mutex_unlock(&s->mu);
 }
 

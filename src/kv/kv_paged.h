@@ -41,7 +41,9 @@ typedef struct {
     int32_t n_io_threads;   // copy engine workers (default 4)
     int32_t io_mem_threads; // copy workers at work at once while every queued block has a copy in memory (a memcpy:
                             // CPU-bound, so a worker beyond the cores the readers leave only takes one from them);
-                            // disk reads wake the others. 0: the online CPUs less n_readers, at least 1
+                            // disk reads wake the others. 0: the online CPUs less n_readers, at least 1; -1: none,
+                            // the readers take the queued blocks themselves, two after each release (kv_paged.c
+                            // readers_take), and kvt_kv_paged_drain's caller takes what is left
     bool keep_files;        // leave the disk file in disk_dir (else unlinked as soon as it is created)
     int64_t fault_read_at;  // tests: the n-th disk read fails with EIO (0: never)
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)

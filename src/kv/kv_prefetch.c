@@ -13,10 +13,6 @@ int32_t kvt_prefetch_window(int32_t n_shard, kvt_kv_shard_span span, const void 
     return k;
 }
 
-bool kvt_evict_may_displace(int64_t rank, int64_t next_use, int64_t limit, int64_t xrank) {
-    return limit < 0 || rank > xrank || (rank == xrank && limit < INT64_MAX && next_use > limit);
-}
-
 int64_t kvt_plan_ranks(const int32_t *seqs, int64_t n, int32_t n_seq, kvt_plan_valid valid, const void *ud, int64_t *seen,
                        int64_t *rank, int32_t *order) {
     for (int32_t q = 0; q < n_seq; q++) {

@@ -53,7 +53,10 @@ static inline int64_t kvt_sched_distance(int64_t key, int64_t cursor, int64_t cy
 // schedule steps (the incoming block's next use; limit INT64_MAX: later ranks only). rank: the plan rank of the
 // candidate's earliest planned sequence, INT64_MAX without a plan (then a prefetch only displaces blocks the
 // schedule needs later than the one it brings). next_use: the candidate's schedule steps to its next read.
-bool kvt_evict_may_displace(int64_t rank, int64_t next_use, int64_t limit, int64_t xrank);
+// Inline: it is on the victim search's path, once per candidate.
+static inline bool kvt_evict_may_displace(int64_t rank, int64_t next_use, int64_t limit, int64_t xrank) {
+    return limit < 0 || rank > xrank || (rank == xrank && limit < INT64_MAX && next_use > limit);
+}
 
 // attn-ema's prefetch (tierkv.txt's attention-score prefetch): after a sequence's attention over a range of blocks,
 // a block whose EMA of attention mass is at least KVT_ATTN_PREFETCH_RATIO times an even share of the range's mass

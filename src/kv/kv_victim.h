@@ -121,9 +121,10 @@ KVT_VICTIM_INLINE bool kvt_victim_eligible_(const kvt_victim_query *q, const kvt
     return q->limit < 0 || kvt_evict_may_displace(c->rank, c->rank == q->xrank ? c->sched_next : 0, q->limit, q->xrank);
 }
 
-KVT_VICTIM_INLINE int64_t kvt_victim_pick(const kvt_victim_query *q, int64_t n, kvt_victim_cand_fn cand,
-                                          kvt_victim_info_fn info, void *ud, kvt_victim_trace *tr) {
-    if (!q || !q->pol || n < 0 || (n > 0 && (!cand || !info)) || (tr && n > tr->cap)) return -2;
+// With a trace: two passes, the class first (steps 3 and 4), then step 5 over that class alone, so that the trace
+// holds exactly the competitors.
+KVT_VICTIM_INLINE int64_t kvt_victim_pick_traced_(const kvt_victim_query *q, int64_t n, kvt_victim_cand_fn cand,
+                                                  kvt_victim_info_fn info, void *ud, kvt_victim_trace *tr) {
     const bool classes = !q->none_clean && (!q->fast_tier || q->pol->clean_first);
     // steps 3 and 4: the latest rank among the blocks that may go, and whether a clean one of that rank exists (no
     // candidate can beat a clean one of rank INT64_MAX, or where clean does not count one of that rank: stop there);
@@ -172,6 +173,52 @@ KVT_VICTIM_INLINE int64_t kvt_victim_pick(const kvt_victim_query *q, int64_t n, 
         tr->chosen = chosen;
     }
     return best;
+}
+
+// The search proper (no trace): one pass over the window that keeps, for the latest rank seen so far, the best
+// candidate of each class (clean, and the others) and the best incoming block; the class and its winner are those
+// of the two-pass search (kvt_victim_pick_traced_: the same victim, tests/test_sim.c compares them on random
+// windows), but each candidate is described once instead of twice. On the store's prefetch path at rho 5 (a full
+// fast tier, every block dirty and of one rank) the two passes described every candidate twice, its schedule distance
+// computed up to three times (docs/BENCHMARKS.md, 2026-11-28 evening: the search was 10.6% of the decode samples
+// there, ~5% after this and the store's prefetching of the window's blocks). The policy
+// inputs are computed for every candidate of the latest rank so far (a candidate of a rank that a later one
+// outranks was scored for nothing: cheap beside the block's read).
+KVT_VICTIM_INLINE int64_t kvt_victim_pick(const kvt_victim_query *q, int64_t n, kvt_victim_cand_fn cand,
+                                          kvt_victim_info_fn info, void *ud, kvt_victim_trace *tr) {
+    if (!q || !q->pol || n < 0 || (n > 0 && (!cand || !info)) || (tr && n > tr->cap)) return -2;
+    if (tr) return kvt_victim_pick_traced_(q, n, cand, info, ud, tr);
+    const bool classes = !q->none_clean && (!q->fast_tier || q->pol->clean_first);
+    int64_t rank = 0, best[2] = {-1, -1}, inc = -1; // best[1]: clean class, best[0]: the others (all without classes)
+    double bs[2] = {0, 0}, is = 0;
+    bool found = false;
+    kvt_victim_cand c;
+    for (int64_t i = 0; i < n; i++) {
+        cand(ud, i, &c);
+        const bool incoming = (c.flags & KVT_VICTIM_INCOMING) != 0;
+        if (!incoming) {
+            if (!kvt_victim_eligible_(q, &c) || (found && c.rank < rank)) continue;
+            if (!found || c.rank > rank) {
+                rank = c.rank;
+                found = true;
+                best[0] = best[1] = -1;
+            }
+        }
+        kvt_evict_info b;
+        info(ud, c.id, &b);
+        const double sc = q->pol->score(&b, q->now);
+        if (incoming) {
+            if (kvt_evict_better(sc, is, inc)) inc = i, is = sc;
+            continue;
+        }
+        const int k = classes && (c.flags & KVT_VICTIM_CLEAN) ? 1 : 0;
+        if (kvt_evict_better(sc, bs[k], best[k])) best[k] = i, bs[k] = sc;
+    }
+    const int k = best[1] >= 0 ? 1 : 0;
+    if (inc < 0) return best[k];
+    if (best[k] < 0) return inc;
+    // the class's winner against the incoming block: the higher score, a tie to the earlier in window order
+    return is > bs[k] || (is == bs[k] && inc < best[k]) ? inc : best[k];
 }
 
 #endif
