@@ -672,6 +672,8 @@ int test_kernels_main(void) {
                 test_matmul_batch_bitwise((kvt_isa)isa, t, ns[k], 1, 2);
             }
             test_matmul_batch_bitwise((kvt_isa)isa, t, ns[1], 41, 33);
+            // float decode steps 4 slices, then a pair, then the tail (1125 = 17 * 64 + 32 + 5 on AVX-512)
+            if (blck == 1) test_matmul_batch_bitwise((kvt_isa)isa, t, 1125, 7, 11);
         }
     test_vec_mad();
     test_vec_mad_rows();

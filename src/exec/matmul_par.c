@@ -5,6 +5,8 @@
 
 // Activations are converted to at most two dot types per call (e.g. Q8_K for
 // q4_K and q6_K weights share one); two buffers of the widest (f32) size.
+#define MIN_TASK_BYTES (128 * 1024)
+
 int64_t kvt_matmul_scratch_bytes(int64_t max_cols, int64_t n_tok) { return 2 * (max_cols * 4 + 64) * n_tok + 128; }
 
 typedef struct {
@@ -73,12 +75,16 @@ void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *con
         kvt_threadpool_run(pool, cvt_task, &J, (int64_t)J.n_cvt * n_tok);
     }
     // enough tasks to balance the threads; for batches, fewer and larger tasks
-    // (each task re-lays the activations for the GEMM tiles, panels are 32 rows)
+    // (each task re-lays the activations for the GEMM tiles, panels are 32 rows);
+    // in decode a task reads at least MIN_TASK_BYTES of weights (small models: each task
+    // costs a dispatch and the activation's prep, more than its rows would take)
     const int nt = kvt_threadpool_n_threads(pool);
     const int64_t per_thread = n_tok >= 16 ? 4 : 8, align = n_tok >= 16 ? 32 : 16;
     int64_t n_tasks = 0;
     for (int i = 0; i < n_out; i++) {
         int64_t chunk = w[i]->rows / ((int64_t)nt * per_thread);
+        const int64_t wrs = kvt_row_size(w[i]->type, w[i]->cols), min_rows = MIN_TASK_BYTES / (wrs > 0 ? wrs : 1);
+        if (n_tok <= 4 && chunk < min_rows) chunk = min_rows;
         chunk = chunk < align ? align : (chunk + align - 1) / align * align;
         J.part[i].chunk = chunk;
         J.part[i].first = n_tasks;

@@ -9,7 +9,8 @@
 //    loads);
 //  - rows: Y[t*ldy + r] = dot(W row r, prepared row t) for r < nr, t < nt
 //    (nt <= KVT_DOT_MULTI_MAX). Each weight block is decoded once per call
-//    for all nt rows; float kernels additionally tile 4 weight rows.
+//    for all nt rows; float kernels additionally tile 4 weight rows (decode, nt = 1: one row at a time,
+//    a single sequential stream for the hardware prefetcher).
 //
 // 32-block integer kernels (q4_0, q4_1, q5_0, q8_0) use unsigned weights u in
 // [0, 255] against signed activations: dot(w, y) = dot(u, y) - o * sum(y) with
@@ -96,9 +97,6 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
             UNROLL for (int u = 0; u < FP_U; u++) {                                                        \
                 FV w[FP_NR];                                                                            \
                 UNROLL for (int r = 0; r < NR; r++) w[r] = LDW((const ET *)(W + r * wrs) + i + u * FV_N); \
-                if (NT == 1 && ((i + u * FV_N) * (int64_t)sizeof(ET)) % 64 == 0) /* decode: next tile */ \
-                    UNROLL for (int r = 0; r < NR; r++)                                             \
-                        _mm_prefetch((const char *)((const ET *)(W + (r + NR) * wrs) + i), _MM_HINT_T0); \
                 UNROLL for (int t = 0; t < NT; t++) {                                                      \
                     const FV y = fv_ld((const float *)((const char *)P + t * prs) + i + u * FV_N);  \
                     UNROLL for (int r = 0; r < NR; r++) acc[r][t][u] = fv_fma(w[r], y, acc[r][t][u]);     \
@@ -115,8 +113,31 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
             }                                                                                       \
         }                                                                                           \
     }                                                                                               \
+    /* decode: one weight row at a time, 4 slices per step, the tile's order (acc0 even slices, acc1 odd) */ \
+    INLINE float name##_row1(int64_t n, const ET *x, const float *y) {                              \
+        FV a0 = fv_zero(), a1 = fv_zero();                                                          \
+        int64_t i = 0;                                                                              \
+        for (; i + 4 * FV_N <= n; i += 4 * FV_N) {                                                  \
+            a0 = fv_fma(LDW(x + i), fv_ld(y + i), a0);                                              \
+            a1 = fv_fma(LDW(x + i + FV_N), fv_ld(y + i + FV_N), a1);                                \
+            a0 = fv_fma(LDW(x + i + 2 * FV_N), fv_ld(y + i + 2 * FV_N), a0);                        \
+            a1 = fv_fma(LDW(x + i + 3 * FV_N), fv_ld(y + i + 3 * FV_N), a1);                        \
+        }                                                                                           \
+        if (i + 2 * FV_N <= n) {                                                                    \
+            a0 = fv_fma(LDW(x + i), fv_ld(y + i), a0);                                              \
+            a1 = fv_fma(LDW(x + i + FV_N), fv_ld(y + i + FV_N), a1);                                \
+            i += 2 * FV_N;                                                                          \
+        }                                                                                           \
+        float s = fv_hsum(fv_add(a0, a1));                                                          \
+        for (; i < n; i++) s += CVT(x[i]) * y[i];                                                   \
+        return s;                                                                                   \
+    }                                                                                               \
     INLINE void name##_rows_nt(int64_t n, const char *w, size_t wrs, int64_t nr, const void *P, size_t prs, \
                                int NT, float *Y, int64_t ldy) {                                     \
+        if (NT == 1) {                                                                              \
+            for (int64_t r = 0; r < nr; r++) Y[r] = name##_row1(n, (const ET *)(w + r * wrs), P);   \
+            return;                                                                                 \
+        }                                                                                           \
         const int NA = FP_ACC_MAX / (NT * FP_U), NR = NA < 1 ? 1 : NA > FP_NR ? FP_NR : NA;        \
         int64_t r = 0;                                                                              \
         for (; r + NR <= nr; r += NR) name##_tile(n, w + r * wrs, wrs, NR, P, prs, NT, Y + r, ldy); \
@@ -345,10 +366,12 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
 #else
 #define X32_CASES_5_8(WT)
 #endif
-// Decode streams each weight row once from DRAM: its cache lines are asked for X32_AHEAD rows ahead, as the
-// hardware prefetcher stops at 4 KiB page boundaries and mmap'd weights live in 4 KiB page-cache pages
-// (the K-quant rows kernels likewise; TinyLlama Q4_K_M decode +6% when they got it).
-#define X32_AHEAD 2
+// Decode streams each weight row once from DRAM. The lean kernels (float, q4_0/q5_0/q8_0, K-quants) use no
+// software prefetch: on the AMD Zen 4 the hardware prefetcher alone reads faster (a row-ahead _mm_prefetch
+// of every line cost 20-25% of Q8_0 / Q4_K_M decode, and a same-row one 1024-4096 bytes ahead 40-45% of F16
+// decode, one thread). q4_1, whose kernel spends more instructions per byte, asks for the lines of the rows
+// Q41_AHEAD ahead (without it SmolLM2 Q4_1 decode loses 20-25%).
+#define Q41_AHEAD 2
 INLINE void prefetch_row(const char *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
 }
@@ -358,7 +381,6 @@ INLINE void prefetch_row(const char *p, size_t bytes) {
         (void)scratch;                                                                              \
         const char *w = W;                                                                          \
         for (int64_t r = 0; r < nr; r++) {                                                          \
-            if (nt == 1 && r + X32_AHEAD < nr) prefetch_row(w + (r + X32_AHEAD) * wrs, wrs);   \
             switch (nt) {                                                                           \
             case 1: x32_row(n, w + r * wrs, P, prs, 1, Y + r, ldy, WT); break;                      \
             case 2: x32_row(n, w + r * wrs, P, prs, 2, Y + r, ldy, WT); break;                      \
@@ -377,7 +399,7 @@ static void q4_1_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
     const char *w = W;
     for (int64_t r = 0; r < nr; r += 2) {
         const int rr = r + 1 < nr ? 2 : 1;
-        if (nt == 1 && r + 2 + X32_AHEAD < nr) prefetch_row(w + (r + 2 + X32_AHEAD) * wrs, 2 * wrs);
+        if (nt == 1 && r + 2 + Q41_AHEAD < nr) prefetch_row(w + (r + 2 + Q41_AHEAD) * wrs, 2 * wrs);
         switch (nt * 2 + rr - 3) { // (nt, rr) -> 0 .. 7
         case 0: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy); break;
         case 1: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 1, Y + r, ldy); break;
@@ -506,7 +528,7 @@ static void q4_1_rows512(int64_t n, const void *W, size_t wrs, int64_t nr, const
     int64_t r = 0;
     if (nt == 1) {
         for (; r + 2 <= nr; r += 2) {
-            if (r + 2 + X32_AHEAD < nr) prefetch_row(w + (r + 2 + X32_AHEAD) * wrs, 2 * wrs);
+            if (r + 2 + Q41_AHEAD < nr) prefetch_row(w + (r + 2 + Q41_AHEAD) * wrs, 2 * wrs);
             q4_1_2rows(n, w + r * wrs, w + (r + 1) * wrs, p, Y + r, Y + r + 1);
         }
         if (r < nr) q4_1_row(n, w + r * wrs, p, prs, 1, Y + r, ldy);
@@ -1182,7 +1204,6 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
         name##_gather(nb, P, prs, nt, scratch);                                                     \
         for (int64_t r = 0; r < nr; r++) {                                                          \
             const BT *x = (const BT *)((const char *)W + r * (int64_t)wrs);                         \
-            if (nt == 1 && r + X32_AHEAD < nr) prefetch_row((const char *)W + (r + X32_AHEAD) * (int64_t)wrs, wrs); \
             switch (nt) {                                                                           \
             case 1: name##_row(nb, x, P, prs, 1, G, Y + r, ldy); break;                             \
             case 2: name##_row(nb, x, P, prs, 2, G, Y + r, ldy); break;                             \
