@@ -73,6 +73,9 @@ static void signal_leaves_no_file(const char *cli, const char *model, int sig, c
     }
     pid_t pid = fork();
     if (pid == 0) {
+        // A suite started as a background job of a non-interactive shell inherits SIGINT ignored, and exec
+        // keeps an ignored signal ignored: give the child the default action a user's terminal gives it.
+        if (sig != SIGKILL) signal(sig, SIG_DFL);
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
