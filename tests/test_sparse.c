@@ -130,11 +130,13 @@ static void test_quest_bound(void) {
 // The selection's arithmetic (sparse_score.c) against scalar references: the int16 x int8 scores equal the
 // exactly summed products times the same scales, bit for bit; the exp within 2e-7 of expf; the aggregate of
 // each head's softmax sums to 1 and matches a double-precision softmax.
-static void test_score_kernels(void) {
-    enum { QPG = 3, HD = 72, N = 37 }; // hd not a multiple of the vector width: the tails run too
-    float q[QPG * HD], qs[QPG], ks[N], raw[QPG * N], ref[QPG * N];
-    int16_t q16[QPG * HD];
-    int8_t k8[N * HD];
+// hd 72: not a multiple of the vector width (the portable loop's tails run); 64 and 128: the AVX-512 kernel where the
+// CPU has it (the same bits: integer sums).
+static void test_score_kernels_hd(const int HD) {
+    enum { QPG = 3, N = 37, MAXHD = 128 };
+    float q[QPG * MAXHD], qs[QPG], ks[N], raw[QPG * N], ref[QPG * N];
+    int16_t q16[QPG * MAXHD];
+    int8_t k8[N * MAXHD];
     for (int i = 0; i < QPG * HD; i++) q[i] = frand() * 3.0f;
     for (int i = 0; i < N * HD; i++) k8[i] = (int8_t)(frand() * 127.0f);
     for (int t = 0; t < N; t++) ks[t] = 0.01f + 0.02f * (frand() + 1.0f);
@@ -153,7 +155,7 @@ static void test_score_kernels(void) {
             ok = ok && memcmp(&ref[i * N + t], &raw[i * N + t], sizeof(float)) == 0;
         }
     }
-    ok = ok && qerr <= 0.5 + 1e-6;
+    ok = ok && qerr <= 0.5 + 4e-3; // half a step, plus the float rounding of q / scale (|q16| < 2^15: ulp <= 2^-9)
     // rows scored in runs into their place of a wider row (a re-rank's candidates): the same bits
     float rows[QPG * N];
     for (int i = 0; i < QPG * N; i++) rows[i] = -INFINITY;
@@ -185,8 +187,16 @@ static void test_score_kernels(void) {
         total += agg[t];
     }
     ok = ok && aerr < 1e-6 && fabs(total - QPG) < 1e-5 && agg[N - 1] == 0.0f;
-    test_result(ok, "sparse: int8 scores exact, exp and group softmax against scalar references",
+    test_result(ok, HD == 72 ? "sparse: int8 scores exact, exp and group softmax against scalar references (head_dim 72)"
+                : HD == 64 ? "sparse: int8 scores exact, exp and group softmax against scalar references (head_dim 64)"
+                           : "sparse: int8 scores exact, exp and group softmax against scalar references (head_dim 128)",
                 "query rounding %.3g steps, exp rel err %.3g, aggregate err %.3g, total %.6f", qerr, eerr, aerr, total);
+}
+
+static void test_score_kernels(void) {
+    test_score_kernels_hd(72);
+    test_score_kernels_hd(64);
+    test_score_kernels_hd(128);
 }
 
 static void test_topk(void) {

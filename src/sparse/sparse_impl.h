@@ -197,6 +197,9 @@ void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, i
 // place in a wider row: the same bits as kvt_sparse_score_i8 over those positions).
 void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
                               const float *k8s, int64_t n_keys, int64_t stride, float scale, float *raw);
+// dot_rows_i8 of sparse_score.c on AVX-512 (sparse_score_avx512.c: hd a multiple of 32; the same bits).
+void kvt_sparse_dot_rows_i8_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8,
+                                   const float *k8s, int64_t n_keys, int64_t n, float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
 
