@@ -73,11 +73,6 @@ static void signal_leaves_no_file(const char *cli, const char *model, int sig, c
     }
     pid_t pid = fork();
     if (pid == 0) {
-        // a signal mask survives exec: the suites before this one (serve's in-process servers block SIGINT and SIGTERM
-        // in every thread) would leave the signal blocked in the child, which then runs to its end
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
