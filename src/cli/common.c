@@ -82,6 +82,8 @@ const char *const cli_engine_help =
     "  --sparse-block-sum   asyncspade with --sparse-block: a page's score is its predicted mass (the sum)\n"
     "  --sparse-rerank-block Q  asyncspade with --sparse-rerank: the real query keeps whole pages of Q\n"
     "                       positions (most candidate mass first), so the set fits a fast tier of K (0: token level)\n"
+    "  --sparse-keep H      asyncspade with --sparse-rerank-block: a page the previous step kept counts\n"
+    "                       (1 + H) times its mass (fewer pages change per step; default 0: off)\n"
     "  --sparse-prefetch-top G  asyncspade with --sparse-rerank: the worker prefetches only the blocks of its\n"
     "                       G*K best candidates, best first (default 0: every candidate)\n"
     "  --sparse-sync        asyncspade: select when the query arrives (no worker thread)\n"
@@ -231,6 +233,11 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
     if (!strcmp(flag, "--sparse-rerank")) {
         if (!kvt_args_float(a, flag, 0.0, 64.0, &f)) return -1;
         sp->rerank = f;
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-keep")) {
+        if (!kvt_args_float(a, flag, 0.0, 1e6, &f)) return -1;
+        sp->keep = f;
         return 1;
     }
     if (!strcmp(flag, "--sparse-prefetch-top")) {
@@ -387,6 +394,7 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_int(j, "rerank_block", p->rerank_block);
     kvt_json_kv_bool(j, "block_sum", p->block_sum);
     kvt_json_kv_num(j, "prefetch_top", p->prefetch_top);
+    kvt_json_kv_num(j, "keep", p->keep);
     kvt_json_kv_bool(j, "sync", p->sync);
     kvt_json_kv_str(j, "predictor", kvt_sparse_pred_name(p->predictor));
     kvt_json_kv_num(j, "lambda", p->lambda);

@@ -337,7 +337,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     }
     if (decode && s->has_worker && s->p.prefetch_layers > 0) kvt_sparse_prefetch_ahead(s, sq, seq, layer, P);
     const bool rewind = pos0 != ly->hist_next; // a truncate: the history restarts, no selection is current
-    if (rewind) ly->sel_pos = -1;
+    if (rewind) ly->sel_pos = ly->kept_pos = -1;
     ly->hist_next = pos0 + n;
     const bool sparse_layer = p->window == 0 && layer >= s->p.dense_layers;
     kvt_status st = kvt_sparse_layer_keys(s, kv, seq, sq, layer, pos0, n, k, sparse_layer, err);

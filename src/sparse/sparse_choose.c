@@ -134,13 +134,26 @@ static void page_mass(float *agg, const int32_t *sel, int64_t nc, int64_t c_sink
     }
 }
 
+// keep: the pages of KV head kh's final set (sel, m positions) marked as kept by decode position P, the others not.
+static void mark_kept(const kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, const int32_t *sel, int64_t m) {
+    const int64_t np = kvt_sparse_kept_pages(s);
+    uint8_t *kept = ly->kept + kh * np;
+    memset(kept, 0, (size_t)np);
+    for (int64_t x = 0; x < m; x++) kept[sel[x] / s->p.rerank_block] = 1;
+}
+
 void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale) {
     kvt_sparse_scratch *ss = &s->main_ss;
     const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n), hd = s->d.head_dim;
+    // hysteresis: the pages the previous decode step kept (that step only: none after a rewind or a prompt)
+    const bool keep = ly->kept != NULL, use_kept = keep && ly->kept_pos == P - 1;
     for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
         int32_t *sel = sel_of(ly, kh);
         const int64_t nc = ly->nsel[kh];
-        if (nc <= K) continue; // nothing to drop
+        if (nc <= K) { // nothing to drop
+            if (keep) mark_kept(s, ly, kh, sel, nc);
+            continue;
+        }
         // the candidates scored run by run of consecutive positions, in place (no copy of their int8 rows);
         // position P, the query's own, has no int8 row yet: -inf, as in the full scan (it is always kept, recent)
         const int8_t *k8 = ly->k8 + (int64_t)kh * ly->cap * hd;
@@ -165,11 +178,20 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
         }
         kvt_sparse_aggregate(ss->raw, s->qpg, nc, ss->agg);
         if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block);
+        if (use_kept) { // a page kept at P - 1 is resident: it leaves the set only for (1 + keep) times its mass
+            const uint8_t *kept = ly->kept + kh * kvt_sparse_kept_pages(s);
+            const float f = (float)(1.0 + s->p.keep);
+            for (int64_t x = c_sink; x < nc - c_recent; x++) {
+                if (kept[sel[x] / s->p.rerank_block]) ss->agg[x] *= f;
+            }
+        }
         // top-K over the candidates in position order (sink and recent: their first and last ones)
         const int64_t m = kvt_sparse_topk(ss->agg, nc, K, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
         for (int64_t x = 0; x < m; x++) sel[x] = sel[ss->csel[x]]; // csel ascending, csel[x] >= x
         ly->nsel[kh] = m;
+        if (keep) mark_kept(s, ly, kh, sel, m);
     }
+    ly->kept_pos = P;
 }
 
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale) {

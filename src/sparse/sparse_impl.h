@@ -48,6 +48,9 @@ typedef struct {
     int32_t hist_n;     // rows of hist held
     int64_t hist_next;  // the position the next call must start at (else a rewind: the history restarts)
     int64_t sel_pos;    // the decode position sel is for (-1: none)
+    uint8_t *kept;      // asyncspade with keep: [Hkv][pages of rerank_block positions at n_ctx] 1 where the final set
+                        // of decode position kept_pos held the page
+    int64_t kept_pos;   // the decode position whose final set kept describes (-1: none)
     uint8_t busy;       // a worker job for this layer is queued or running (under mu)
 } kvt_sparse_layer;
 
@@ -109,6 +112,9 @@ int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n);
 void *kvt_sparse_zalloc(size_t n, bool *ok);
 
 // --- sparse_seq.c: per-sequence state ------------------------------------------------------------------
+
+// Pages of kvt_sparse_layer.kept per KV head (0: no hysteresis, kept is NULL).
+int64_t kvt_sparse_kept_pages(const kvt_sparse *s);
 
 // The state of seq, created when missing (NULL only when out of memory).
 kvt_sparse_seq *kvt_sparse_seq_get(kvt_sparse *s, int32_t seq);
@@ -191,6 +197,9 @@ void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, i
 // place in a wider row: the same bits as kvt_sparse_score_i8 over those positions).
 void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
                               const float *k8s, int64_t n_keys, int64_t stride, float scale, float *raw);
+// dot_rows_i8 of sparse_score.c on AVX-512 (sparse_score_avx512.c: hd a multiple of 32; the same bits).
+void kvt_sparse_dot_rows_i8_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8,
+                                   const float *k8s, int64_t n_keys, int64_t n, float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
 

@@ -56,6 +56,9 @@ typedef struct {
     int32_t rerank_block; // asyncspade with rerank: the real query keeps whole pages of rerank_block positions (a
                           // page's score: the group's mass summed over its candidates, sink and recent apart), so that
                           // the set maps onto the store's blocks and fits a fast tier of K positions; 0 or 1: token level
+    double keep;          // asyncspade with rerank_block: a page the previous decode step of the (layer, KV head) kept scores
+                          // (1 + keep) times its candidate mass (hysteresis: fewer pages change per step, so fewer
+                          // blocks are loaded into a fast tier of K positions); 0: off
     double prefetch_top;  // asyncspade with rerank: the worker hands the copy engine only the blocks of its
                           // prefetch_top * K best candidates, best first (sink and recent first); 0: every candidate
     int32_t prefetch_layers; // asyncspade: the blocks of a selection go to the store's copy engine when the

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../kernels/quant.h"
 #include "sparse_impl.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
@@ -49,6 +50,12 @@ void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t q
                               const float *k8s, int64_t n_keys, int64_t stride, float scale, float *raw) {
     float qs[KVT_SPARSE_MAX_QPG] = {0};
     for (int32_t i = 0; i < qpg; i++) qs[i] = qscale[i] * scale;
+#if defined(__x86_64__)
+    if (hd % 32 == 0 && kvt_kernels_isa() == KVT_ISA_AVX512) {
+        kvt_sparse_dot_rows_i8_avx512(q16, qs, qpg, hd, k8, k8s, n_keys, stride, raw);
+        return;
+    }
+#endif
     dot_rows_i8(q16, qs, qpg, hd, k8, k8s, n_keys, stride, raw);
 }
 

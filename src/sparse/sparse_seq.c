@@ -23,6 +23,11 @@ static bool has_summaries(const kvt_sparse *s) {
 
 static int64_t pages_of(const kvt_sparse *s, int64_t cap) { return (cap + s->p.page - 1) / s->p.page; }
 
+int64_t kvt_sparse_kept_pages(const kvt_sparse *s) {
+    if (s->p.mode != KVT_SPARSE_ASYNCSPADE || s->p.keep <= 0.0 || s->p.rerank <= 1.0 || s->p.rerank_block <= 1) return 0;
+    return (s->d.n_ctx + s->p.rerank_block - 1) / s->p.rerank_block;
+}
+
 // Bytes of one layer's key summaries with room for cap positions.
 static int64_t layer_summary_bytes(const kvt_sparse *s, int64_t cap) {
     const int64_t H = s->d.n_head_kv, hd = s->d.head_dim;
@@ -40,6 +45,7 @@ static void layer_free(kvt_sparse_layer *ly) {
     free(ly->nsel);
     free(ly->hist);
     free(ly->pred_q);
+    free(ly->kept);
 }
 
 void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q) {
@@ -59,8 +65,9 @@ static kvt_sparse_seq *seq_new(const kvt_sparse *s) {
     const int64_t H = s->d.n_head_kv, W1 = s->p.window + 1;
     for (int32_t l = 0; ok && l < s->d.n_layer; l++) {
         kvt_sparse_layer *ly = &q->lay[l];
-        ly->sel_pos = -1;
+        ly->sel_pos = ly->kept_pos = -1;
         ly->nsel = kvt_sparse_zalloc((size_t)H * 8, &ok);
+        if (kvt_sparse_kept_pages(s) > 0) ly->kept = kvt_sparse_zalloc((size_t)(H * kvt_sparse_kept_pages(s)), &ok);
         if (s->p.mode == KVT_SPARSE_ASYNCSPADE) {
             ly->hist = kvt_sparse_zalloc((size_t)(H * W1 * s->gd) * 4, &ok);
             ly->pred_q = kvt_sparse_zalloc((size_t)(H * s->gd) * 4, &ok);
@@ -278,7 +285,7 @@ void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep) {
     for (int32_t l = 0; l < s->d.n_layer; l++) {
         kvt_sparse_layer *ly = &q->lay[l];
         cut_keys(s, ly, n_keep);
-        if (ly->hist_next > n_keep) ly->hist_next = -1, ly->sel_pos = -1; // the next call rewinds
+        if (ly->hist_next > n_keep) ly->hist_next = -1, ly->sel_pos = ly->kept_pos = -1; // the next call rewinds
     }
     int64_t k = 0;
     for (int64_t i = 0; i < q->n_steps; i++) {
@@ -323,8 +330,10 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
         y->hist_n = x->hist_n;
         y->hist_next = x->hist_next;
         y->sel_pos = x->sel_pos;
+        if (x->kept) memcpy(y->kept, x->kept, (size_t)(H * kvt_sparse_kept_pages(s)));
+        y->kept_pos = x->kept_pos;
         cut_keys(s, y, n);
-        if (y->hist_next > n) y->hist_next = -1, y->sel_pos = -1;
+        if (y->hist_next > n) y->hist_next = -1, y->sel_pos = y->kept_pos = -1;
     }
     return KVT_OK;
 }

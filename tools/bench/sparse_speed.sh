@@ -16,6 +16,7 @@
 #      KV_EVICT (--kv-evict of the disk rows, default lru; spread or lookahead keep a cyclic layer-by-layer reuse
 #      that is larger than the fast tier instead of losing all of it, as LRU does),
 #      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier),
+#      KEEP (--sparse-keep of the "asyncspade pages keep" config, default 0.5),
 #      ONLY (comma list of config names to run, e.g. "dense,quest p16,asyncspade rr4 block64"; default all),
 #      STORES (default "disk ram"), EXTRA (more asyncspade configs: "name|flags;name|flags", run with the others)
 #
@@ -34,7 +35,7 @@ TEXT="" N=64 REPS=2 T=2 OUT=/var/tmp/kvtier-sparse-speed
 while getopts "m:f:n:r:t:o:" o; do
     case $o in
         m) M=$OPTARG ;; f) TEXT=$OPTARG ;; n) N=$OPTARG ;; r) REPS=$OPTARG ;; t) T=$OPTARG ;; o) OUT=$OPTARG ;;
-        *) sed -n 2,24p "$0"; exit 2 ;;
+        *) sed -n 2,25p "$0"; exit 2 ;;
     esac
 done
 BIN=${BIN:-build/kvtier}
@@ -46,6 +47,7 @@ CTX=${CTX:-8192}
 BUDGET=${BUDGET:-0.125}
 PROMPT_BYTES=${PROMPT_BYTES:-21300}
 DOCS_REV=${DOCS_REV:-e95fce2}
+KEEP=${KEEP:-0.5}
 mkdir -p "$OUT"
 if [ -z "$TEXT" ]; then
     TEXT=$OUT/prompt.txt
@@ -88,6 +90,9 @@ CONFIGS=(
     # pages (docs/SPARSE.md, "Whole pages from the real query"): candidate pages by predicted mass, the real query keeps
     # whole pages (--sparse-rerank-block) so that the set fits the fast tier; the worker prefetches its K/2 best
     "asyncspade pages|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5|$ASYNC_SUM"
+    # the same with hysteresis (docs/SPARSE.md, "Hysteresis"): a page the previous step kept counts (1 + KEEP) times its
+    # mass, so fewer pages (blocks) change per step
+    "asyncspade pages keep|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5 --sparse-keep $KEEP|$ASYNC_SUM"
 )
 # EXTRA="name|asyncspade flags;name|flags": asyncspade configurations added to the list (int8 summaries reserved)
 if [ -n "${EXTRA:-}" ]; then
