@@ -16,7 +16,7 @@
 #      KV_EVICT (--kv-evict of the disk rows, default lru; spread or lookahead keep a cyclic layer-by-layer reuse
 #      that is larger than the fast tier instead of losing all of it, as LRU does),
 #      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier),
-#      KEEP (--sparse-keep of the "asyncspade pages keep" config, default 0.5),
+#      KEEP (--sparse-keep of the "asyncspade pages keep" config, default 0.25: within 2% of dense on Gemma 3 4K),
 #      ONLY (comma list of config names to run, e.g. "dense,quest p16,asyncspade rr4 block64"; default all),
 #      STORES (default "disk ram"), EXTRA (more asyncspade configs: "name|flags;name|flags", run with the others)
 #
@@ -47,7 +47,7 @@ CTX=${CTX:-8192}
 BUDGET=${BUDGET:-0.125}
 PROMPT_BYTES=${PROMPT_BYTES:-21300}
 DOCS_REV=${DOCS_REV:-e95fce2}
-KEEP=${KEEP:-0.5}
+KEEP=${KEEP:-0.25}
 mkdir -p "$OUT"
 if [ -z "$TEXT" ]; then
     TEXT=$OUT/prompt.txt
