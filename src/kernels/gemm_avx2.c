@@ -12,8 +12,8 @@
 //    hsum(acc0 + acc1) and a scalar tail from the last multiple of 16
 //    (f16 x f16 on AVX2: the tile reads the f16 activations as stored and
 //    converts them itself, half the bytes of the f32 rows the GEMV prepares);
-//  - q8_0 (matmul_avx2.c q8_0_rows): per block the exact integer total, one
-//    fma per block; the tile takes 8 weight rows in the lanes (repacked per
+//  - q8_0 (matmul_avx2.c q8_0_rows): per block the exact integer total, then
+//    the scalar reference's (S * dx) * dy and a sum per block; the tile takes 8 weight rows in the lanes (repacked per
 //    strip, interleaved, as the q4_K one);
 //  - q4_0 (matmul_avx2.c x32_row): per group of 8 blocks the scale
 //    products dx*dy as a vector, block k into accumulator k & 1, the offset
@@ -757,11 +757,11 @@ INLINE void k8_tile(TILE_ARGS, int R, int T, int Q6) {
 }
 
 // q8_0 over 8 weight rows at once, rows in the lanes. The AVX2 order of q8_0 (matmul.h) is per block the exact
-// integer total S of its 32 products, then acc = fma(float(S), dx * dy, acc) in one chain per output, so the
+// integer total S of its 32 products, then acc = acc + (float(S) * dx) * dy in one chain per output, so the
 // tile keeps 8 rows' chains in the lanes of one vector per token. Per token and 4 elements (a quad): one
 // broadcast activation load, the sign trick (maddubs(|w|, sign(y, w)): pair sums below 2 * 128 * 127) and a
-// madd to int32, for 8 rows; per block one convert and one FMA per token, where the rows form spends a
-// convert and an FMA per block and output. The weights are repacked once per strip (per call, never kept):
+// madd to int32, for 8 rows; per block a convert, two multiplies and an add per token, where the rows form
+// spent a convert and an FMA per block and output. The weights are repacked once per strip (per call, never kept):
 // per 8-row group and block (Q8G_SIZE bytes) int8 q[8 quads][8 rows][4] (row r's elements 4Q .. 4Q + 3),
 // then float d[8 rows]; rows past the group's real ones are zero. Prepared activations: float dy[nb].
 #define Q8G_SIZE 288
@@ -813,8 +813,9 @@ INLINE void q8g_tile(TILE_ARGS, int R, int T) {
         }
         const __m256 dv = _mm256_load_ps((const float *)(g + 256));
         UNROLL for (int t = 0; t < T; t++) {
-            const __m256 D = _mm256_mul_ps(dv, _mm256_broadcast_ss((const float *)(P + t * ps) + ib));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), D, acc[t]);
+            const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), dv),
+                                           _mm256_broadcast_ss((const float *)(P + t * ps) + ib));
+            acc[t] = _mm256_add_ps(acc[t], v);
         }
     }
     UNROLL for (int t = 0; t < T; t++) l8_store(Y + t * ldy, R, acc[t]);

@@ -17,7 +17,7 @@
 //     lanes (lane i: the exact integer dot of the block's elements 4i..4i+3), and the min terms in a scalar
 //     chain ms = fma(m, s, ms) (s the q8_1 block's sum term); Y = hsum(acc) + ms.
 //   q8_0 (x q8_0 blocks of 32): per block the exact int32 total S of its 32 products (|S| < 2^20), then
-//     acc = fma(float(S), dx * dy, acc) in one scalar chain in block order (dx * dy an f32 product); Y = acc.
+//     acc = acc + (float(S) * dx) * dy in one scalar chain in block order; Y = acc (the scalar order).
 //     (Only totals: so the 8-row AVX2 tile, rows in the lanes, sums each row's block in any integer order.)
 //   q4_0/q5_0 (x q8_0 blocks of 32; q8_0 so on avx512): blocks in groups of 8 (g = 0, 8, ...): per group
 //     D[j] = dx[g+j] * dy[g+j] (f32 product), and (q4_0, q5_0) cacc = fma(cx[g..g+8], c[g..g+8],

@@ -394,8 +394,8 @@ static void q4_1_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
 #ifdef KVT_SIMD_AVX512
 DEFINE_X32_ROWS(q8_0, WT_Q8_0)
 #else
-// q8_0 on AVX2 (matmul.h): per block the exact integer total S of its 32 products, then acc = fma(float(S),
-// dx * dy, acc), one chain per output in block order (gemm_avx2.c's 8-row tile keeps 8 rows' chains in its
+// q8_0 on AVX2 (matmul.h): per block the exact integer total S of its 32 products, then acc = acc +
+// (float(S) * dx) * dy, one chain per output in block order (the scalar reference's operations) (gemm_avx2.c's 8-row tile keeps 8 rows' chains in its
 // lanes). A row alone: the totals of 8 blocks at once (each block's 8 int32 partial sums by the sign trick,
 // the 8 blocks' reduced into one vector, lane k: block g + k), then the chain over them in order. One row at
 // a time keeps decode's weight reads one sequential stream (8 rows side by side read at half the rate).
@@ -421,14 +421,15 @@ INLINE float q8_0_row1(int64_t n, const char *x, const char *P) {
         const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
         const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
         const __m256i tot = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-        _Alignas(32) float f[8], D[8];
-        _mm256_store_ps(f, _mm256_cvtepi32_ps(tot));
+        _Alignas(32) float v[8];
+        const __m256 f = _mm256_cvtepi32_ps(tot);
         if (gn == 8) {
-            _mm256_store_ps(D, _mm256_mul_ps(load_scales8(x + g * bs, bs, 0), _mm256_loadu_ps(pd + g)));
+            _mm256_store_ps(v, _mm256_mul_ps(_mm256_mul_ps(f, load_scales8(x + g * bs, bs, 0)), _mm256_loadu_ps(pd + g)));
         } else {
-            for (int k = 0; k < gn; k++) D[k] = kvt_f16_to_f32(ld16(x + (g + k) * bs)) * pd[g + k];
+            _mm256_store_ps(v, f);
+            for (int k = 0; k < gn; k++) v[k] = v[k] * kvt_f16_to_f32(ld16(x + (g + k) * bs)) * pd[g + k];
         }
-        UNROLL for (int k = 0; k < 8; k++) if (k < gn) acc = fmaf(f[k], D[k], acc);
+        UNROLL for (int k = 0; k < 8; k++) if (k < gn) acc += v[k];
     }
     return acc;
 }
