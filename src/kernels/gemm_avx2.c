@@ -9,10 +9,15 @@
 // accumulators, lane layout and order of floating-point operations:
 //  - float weights (matmul_avx2.c fp tile, U = 2): accumulator 0 takes the
 //    8-element chunks at 16k, accumulator 1 those at 16k + 8, then
-//    hsum(acc0 + acc1) and a scalar tail from the last multiple of 16;
-//  - 32-blocks (matmul_avx2.c x32_row): per group of 8 blocks the scale
+//    hsum(acc0 + acc1) and a scalar tail from the last multiple of 16
+//    (f16 x f16 on AVX2: the tile reads the f16 activations as stored and
+//    converts them itself, half the bytes of the f32 rows the GEMV prepares);
+//  - q8_0 (matmul_avx2.c q8_0_rows): per block the exact integer total, then
+//    the scalar reference's (S * dx) * dy and a sum per block; the tile takes 8 weight rows in the lanes (repacked per
+//    strip, interleaved, as the q4_K one);
+//  - q4_0 (matmul_avx2.c x32_row): per group of 8 blocks the scale
 //    products dx*dy as a vector, block k into accumulator k & 1, the offset
-//    terms (q4_0) in a third, a scalar tail for the last < 8 blocks; q4_1
+//    terms in a third, a scalar tail for the last < 8 blocks; q4_1
 //    (q4_1_row, llama.cpp's order) one accumulator over all blocks and the
 //    m * s terms in a scalar FMA chain;
 //  - K-quants (quant_avx2.c bodies): exact i32 sums per super-block (q6_K:
@@ -176,6 +181,8 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     static const tile_fn name##_tab[RMAX][TMAX] = {TT6(name, 1), TT6(name, 2)};
 #define SHAPE_3x4(name) TW4(name, 1) TW4(name, 2) TW4(name, 3) \
     static const tile_fn name##_tab[RMAX][TMAX] = {TT4(name, 1), TT4(name, 2), TT4(name, 3)};
+#define SHAPE_4x3(name) TW3(name, 1) TW3(name, 2) TW3(name, 3) TW3(name, 4) \
+    static const tile_fn name##_tab[RMAX][TMAX] = {TT3(name, 1), TT3(name, 2), TT3(name, 3), TT3(name, 4)};
 #define SHAPE_4x4(name) TW4(name, 1) TW4(name, 2) TW4(name, 3) TW4(name, 4) \
     static const tile_fn name##_tab[RMAX][TMAX] = {TT4(name, 1), TT4(name, 2), TT4(name, 3), TT4(name, 4)};
 #define SHAPE_4x6(name) TW6(name, 1) TW6(name, 2) TW6(name, 3) TW6(name, 4) \
@@ -226,9 +233,10 @@ static void bf16_wprep(int64_t n, const void *w, void *s) {
 // accumulators kept in a[u] between blocks (each chain still takes its chunks
 // in ascending k, so the sums are the GEMV's), so the second pass reads the
 // block's activations and weights from L1.
-#define DEFINE_FP_TILE(name, ET, LDW, CVT, WB, WS)                                                  \
+#define DEFINE_FP_TILE(...) DEFINE_FP_TILE_(__VA_ARGS__)
+#define DEFINE_FP_TILE_(name, ET, LDW, CVT, WB, WS, YT, LDY, CVTY, YB, YS)                        \
     INLINE void name##_tile(TILE_ARGS, int R, int T) {                                              \
-        (void)W, (void)wrs, (void)S, (void)ss, (void)X, (void)xrs;                                  \
+        (void)W, (void)wrs, (void)S, (void)ss, (void)X, (void)xrs, (void)P, (void)ps;               \
         const int64_t n16 = n & ~(int64_t)(2 * FV_N - 1);                                           \
         FV a[2][RMAX][TMAX];                                                                        \
         UNROLL for (int u = 0; u < 2; u++) UNROLL for (int r = 0; r < R; r++)                      \
@@ -242,7 +250,7 @@ static void bf16_wprep(int64_t n, const void *w, void *s) {
                     FV w[RMAX];                                                                     \
                     UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(WB + r * WS) + i);   \
                     UNROLL for (int t = 0; t < T; t++) {                                            \
-                        FV y = fv_ld((const float *)(P + t * ps) + i);                              \
+                        FV y = LDY((const YT *)(YB + t * YS) + i);                                  \
                         FP_REG(y);                                                                  \
                         UNROLL for (int r = 0; r < R; r++) acc[r][t] = fv_fma(w[r], y, acc[r][t]);  \
                     }                                                                               \
@@ -252,25 +260,37 @@ static void bf16_wprep(int64_t n, const void *w, void *s) {
         }                                                                                           \
         UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {                     \
             const ET *x = (const ET *)(WB + r * WS);                                                \
-            const float *y = (const float *)(P + t * ps);                                           \
+            const YT *y = (const YT *)(YB + t * YS);                                                \
             float s = fv_hsum(fv_add(a[0][r][t], a[1][r][t]));                                      \
-            for (int64_t j = n16; j < n; j++) s += CVT(x[j]) * y[j];                                \
+            for (int64_t j = n16; j < n; j++) s += CVT(x[j]) * CVTY(y[j]);                          \
             Y[t * ldy + r] = s;                                                                     \
         }                                                                                           \
     }
 
-DEFINE_FP_TILE(f32, float, ld_f32, cvt_f32, W, wrs)
+#define FP_YF32 float, ld_f32, cvt_f32, P, ps // activations: the prepared f32 rows
+DEFINE_FP_TILE(f32, float, ld_f32, cvt_f32, W, wrs, FP_YF32)
 DEFINE_GEMM_S(f32, KVT_TYPE_F32, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL, FP_STRIP)
 #if FP_WPANEL
-DEFINE_FP_TILE(fpw, float, ld_f32, cvt_f32, S, ss)
+DEFINE_FP_TILE(fpw, float, ld_f32, cvt_f32, S, ss, FP_YF32)
 #define f16_tile fpw_tile
 #define bf16_tile fpw_tile
 DEFINE_GEMM_S(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, f16_wprep, FP_STRIP)
 DEFINE_GEMM_S(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, fpw_wsize, bf16_wprep, FP_STRIP)
 #else
-DEFINE_FP_TILE(f16, uint16_t, fv_ld_f16, kvt_f16_to_f32, W, wrs)
-DEFINE_FP_TILE(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32, W, wrs)
+#ifndef F16_YRAW
+#define F16_YRAW 1
+#endif
+#if F16_YRAW
+// f16 x f16: the activations read as stored (f16, converted in the tile to the values the GEMV's prep makes)
+static int64_t fp_psize0(int64_t n) { return (void)n, 64; }
+static void fp_prep0(int64_t n, const void *x, void *p) { (void)n, (void)x, (void)p; }
+DEFINE_FP_TILE(f16, uint16_t, fv_ld_f16, kvt_f16_to_f32, W, wrs, uint16_t, fv_ld_f16, kvt_f16_to_f32, X, xrs)
+DEFINE_GEMM_S(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize0, fp_prep0, NULL, NULL, FP_STRIP)
+#else
+DEFINE_FP_TILE(f16, uint16_t, fv_ld_f16, kvt_f16_to_f32, W, wrs, FP_YF32)
 DEFINE_GEMM_S(f16, KVT_TYPE_F16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL, FP_STRIP)
+#endif
+DEFINE_FP_TILE(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32, W, wrs, FP_YF32)
 DEFINE_GEMM_S(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL, NULL, FP_STRIP)
 #endif
 
@@ -430,7 +450,6 @@ INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) {
     DEFINE_GEMM(name, TYPE, 2x4, 2, 4, x32_psize, name##_aprep, x32_wsize, name##_wprep)
 DEFINE_X32(q4_0, KVT_TYPE_Q4_0, WT_Q4_0)
 DEFINE_X32(q4_1, KVT_TYPE_Q4_1, WT_Q4_1)
-DEFINE_X32(q8_0, KVT_TYPE_Q8_0, WT_Q8_0)
 
 // ================================================================ K-quants
 //
@@ -679,6 +698,17 @@ INLINE void k8_group(const char *g, const kvt_block_q8_K *const *y, int T, int q
     UNROLL for (int t = 0; t < T; t++) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], scv));
 }
 
+// The R <= 8 valid lanes of v (lane r: row r) to Y[0 .. R - 1].
+INLINE void l8_store(float *Y, int R, __m256 v) {
+    if (R == 8) {
+        _mm256_storeu_ps(Y, v);
+        return;
+    }
+    _Alignas(32) float o[8];
+    _mm256_store_ps(o, v);
+    for (int r = 0; r < R; r++) Y[r] = o[r];
+}
+
 INLINE void k8_tile(TILE_ARGS, int R, int T, int Q6) {
     (void)W, (void)wrs, (void)ss;
     const int64_t nb = n / KVT_QK_K;
@@ -723,33 +753,95 @@ INLINE void k8_tile(TILE_ARGS, int R, int T, int Q6) {
             macc[t] = _mm256_add_ps(macc[t], _mm256_mul_ps(_mm256_mul_ps(dmv, dy), _mm256_cvtepi32_ps(md)));
         }
     }
-    UNROLL for (int t = 0; t < T; t++) {
-        const __m256 v = Q6 ? acc[t] : _mm256_sub_ps(acc[t], macc[t]);
-        if (R == 8) {
-            _mm256_storeu_ps(Y + t * ldy, v);
-        } else {
-            _Alignas(32) float o[8];
-            _mm256_store_ps(o, v);
-            for (int r = 0; r < R; r++) Y[t * ldy + r] = o[r];
+    UNROLL for (int t = 0; t < T; t++) l8_store(Y + t * ldy, R, Q6 ? acc[t] : _mm256_sub_ps(acc[t], macc[t]));
+}
+
+// q8_0 over 8 weight rows at once, rows in the lanes. The AVX2 order of q8_0 (matmul.h) is per block the exact
+// integer total S of its 32 products, then acc = acc + (float(S) * dx) * dy in one chain per output, so the
+// tile keeps 8 rows' chains in the lanes of one vector per token. Per token and 4 elements (a quad): one
+// broadcast activation load, the sign trick (maddubs(|w|, sign(y, w)): pair sums below 2 * 128 * 127) and a
+// madd to int32, for 8 rows; per block a convert, two multiplies and an add per token, where the rows form
+// spent a convert and an FMA per block and output. The weights are repacked once per strip (per call, never kept):
+// per 8-row group and block (Q8G_SIZE bytes) int8 q[8 quads][8 rows][4] (row r's elements 4Q .. 4Q + 3),
+// then float d[8 rows]; rows past the group's real ones are zero. Prepared activations: float dy[nb].
+#define Q8G_SIZE 288
+#ifndef Q8G_TM
+#define Q8G_TM 4
+#endif
+#ifndef Q8G_STRIP
+#define Q8G_STRIP (96 * 1024)
+#endif
+static int64_t q8g_wsize(int64_t n) { return align64(n / KVT_QK * (Q8G_SIZE / 8)); }
+static int64_t q8g_psize(int64_t n) { return align64(n / KVT_QK * 4); }
+static void q8g_prep(int64_t n, const void *x, void *p) {
+    for (int64_t b = 0; b < n / KVT_QK; b++) ((float *)p)[b] = _cvtsh_ss(((const kvt_block_q8_0 *)x)[b].d);
+}
+static void q8g_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) {
+    for (int64_t b = 0; b < n / KVT_QK; b++) {
+        char *o = (char *)s + b * Q8G_SIZE;
+        float *d = (float *)(o + 256);
+        __m256i v[8], t[8];
+        for (int r = 0; r < 8; r++) {
+            const kvt_block_q8_0 *x = (const kvt_block_q8_0 *)(w + r * (int64_t)wrs) + b;
+            v[r] = r < nr ? _mm256_loadu_si256((const __m256i *)x->qs) : _mm256_setzero_si256();
+            d[r] = r < nr ? _cvtsh_ss(x->d) : 0.f;
         }
+        transpose8_epi32(v, t);
+        for (int i = 0; i < 8; i++) _mm256_store_si256((__m256i *)(o + 32 * i), t[i]);
     }
 }
-// One noinline body per (type, T), the row count R (valid outputs of the group) at run time.
-#define K8_T(name, Q6, T) \
-    static __attribute__((noinline)) void name##_k8_t##T(TILE_ARGS, int R) { k8_tile(TILE_PASS, R, T, Q6); }
-#define K8_RT(name, R, T) \
-    static void name##_t##R##_##T(TILE_ARGS) { name##_k8_t##T(TILE_PASS, R); }
-#define K8_R(name, R) K8_RT(name, R, 1) K8_RT(name, R, 2) K8_RT(name, R, 3) K8_RT(name, R, 4) K8_RT(name, R, 5) K8_RT(name, R, 6)
-#define DEFINE_K8(name, TYPE, Q6, PSIZE, PREP, WSIZE, GPREP)                                        \
-    K8_T(name, Q6, 1) K8_T(name, Q6, 2) K8_T(name, Q6, 3) K8_T(name, Q6, 4) K8_T(name, Q6, 5) K8_T(name, Q6, 6) \
-    K8_R(name, 1) K8_R(name, 2) K8_R(name, 3) K8_R(name, 4) K8_R(name, 5) K8_R(name, 6) K8_R(name, 7) K8_R(name, 8) \
-    static const tile_fn name##_tab[8][TMAX] = {TT6(name, 1), TT6(name, 2), TT6(name, 3), TT6(name, 4), \
-                                                TT6(name, 5), TT6(name, 6), TT6(name, 7), TT6(name, 8)}; \
-    DEFINE_GEMM_FNS(name, TYPE, 8, K8_TM, PSIZE, PREP, WSIZE, NULL, K8_STRIP, GPREP)
+INLINE void q8g_tile(TILE_ARGS, int R, int T) {
+    (void)W, (void)wrs, (void)ss;
+    const int64_t nb = n / KVT_QK;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[TMAX];
+    UNROLL for (int t = 0; t < T; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const char *g = S + ib * Q8G_SIZE;
+        const int8_t *y[TMAX];
+        __m256i isum[TMAX];
+        UNROLL for (int t = 0; t < T; t++) {
+            y[t] = ((const kvt_block_q8_0 *)(X + t * xrs) + ib)->qs;
+            isum[t] = _mm256_setzero_si256();
+        }
+        UNROLL for (int q = 0; q < 8; q++) {
+            const __m256i w = _mm256_load_si256((const __m256i *)(g + 32 * q)), a = _mm256_sign_epi8(w, w);
+            UNROLL for (int t = 0; t < T; t++) {
+                const __m256i p = _mm256_maddubs_epi16(a, _mm256_sign_epi8(bcast32(y[t] + 4 * q), w));
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+            }
+        }
+        const __m256 dv = _mm256_load_ps((const float *)(g + 256));
+        UNROLL for (int t = 0; t < T; t++) {
+            const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(isum[t]), dv),
+                                           _mm256_broadcast_ss((const float *)(P + t * ps) + ib));
+            acc[t] = _mm256_add_ps(acc[t], v);
+        }
+    }
+    UNROLL for (int t = 0; t < T; t++) l8_store(Y + t * ldy, R, acc[t]);
+}
+
+// One noinline body per (type, T) of the 8-row tiles, the row count R (valid outputs of the group) at run time.
+#define L8_T(name, BODY, T) \
+    static __attribute__((noinline)) void name##_l8_t##T(TILE_ARGS, int R) { BODY(TILE_PASS, R, T); }
+#define L8_RT(name, R, T) \
+    static void name##_t##R##_##T(TILE_ARGS) { name##_l8_t##T(TILE_PASS, R); }
+#define L8_R(name, R) L8_RT(name, R, 1) L8_RT(name, R, 2) L8_RT(name, R, 3) L8_RT(name, R, 4) \
+    L8_RT(name, R, 5) L8_RT(name, R, 6) L8_RT(name, R, 7) L8_RT(name, R, 8)
+#define DEFINE_L8(name, TYPE, BODY, TM, PSIZE, PREP, WSIZE, GPREP, STRIP)                             \
+    L8_T(name, BODY, 1) L8_T(name, BODY, 2) L8_T(name, BODY, 3) L8_T(name, BODY, 4) L8_T(name, BODY, 5) \
+    L8_T(name, BODY, 6) L8_T(name, BODY, 7) L8_T(name, BODY, 8)                                        \
+    L8_R(name, 1) L8_R(name, 2) L8_R(name, 3) L8_R(name, 4) L8_R(name, 5) L8_R(name, 6) L8_R(name, 7) L8_R(name, 8) \
+    static const tile_fn name##_tab[8][TMAX] = {TT8(name, 1), TT8(name, 2), TT8(name, 3), TT8(name, 4), \
+                                                TT8(name, 5), TT8(name, 6), TT8(name, 7), TT8(name, 8)}; \
+    DEFINE_GEMM_FNS(name, TYPE, 8, TM, PSIZE, PREP, WSIZE, NULL, STRIP, GPREP)
 #ifndef K8_STRIP
 #define K8_STRIP (96 * 1024) // weight bytes per strip (repacked about 2x larger)
 #endif
+INLINE void q4k8_tile(TILE_ARGS, int R, int T) { k8_tile(TILE_PASS, R, T, 0); }
+INLINE void q6k8_tile(TILE_ARGS, int R, int T) { k8_tile(TILE_PASS, R, T, 1); }
 DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q5_K_wprep)
-DEFINE_K8(q4_K, KVT_TYPE_Q4_K, 0, k45_psize, k45_prep, q4k8_wsize, q4k8_gprep)
-DEFINE_K8(q6_K, KVT_TYPE_Q6_K, 1, k_psize0, k_prep0, q6k8_wsize, q6k8_gprep)
+DEFINE_L8(q4_K, KVT_TYPE_Q4_K, q4k8_tile, K8_TM, k45_psize, k45_prep, q4k8_wsize, q4k8_gprep, K8_STRIP)
+DEFINE_L8(q6_K, KVT_TYPE_Q6_K, q6k8_tile, K8_TM, k_psize0, k_prep0, q6k8_wsize, q6k8_gprep, K8_STRIP)
+DEFINE_L8(q8_0, KVT_TYPE_Q8_0, q8g_tile, Q8G_TM, q8g_psize, q8g_prep, q8g_wsize, q8g_gprep, Q8G_STRIP)
 #endif

@@ -16,14 +16,17 @@
 //     8-lane accumulator, per block in order: acc = fma(broadcast(dx * dy), float(p), acc) with p the 8 int32
 //     lanes (lane i: the exact integer dot of the block's elements 4i..4i+3), and the min terms in a scalar
 //     chain ms = fma(m, s, ms) (s the q8_1 block's sum term); Y = hsum(acc) + ms.
-//   q4_0/q5_0/q8_0 (x q8_0 blocks of 32): blocks in groups of 8 (g = 0, 8, ...): per group
+//   q8_0 (x q8_0 blocks of 32): per block the exact int32 total S of its 32 products (|S| < 2^20), then
+//     acc = acc + (float(S) * dx) * dy in one scalar chain in block order; Y = acc (the scalar order).
+//     (Only totals: so the 8-row AVX2 tile, rows in the lanes, sums each row's block in any integer order.)
+//   q4_0/q5_0 (x q8_0 blocks of 32; q8_0 so on avx512): blocks in groups of 8 (g = 0, 8, ...): per group
 //     D[j] = dx[g+j] * dy[g+j] (f32 product), and (q4_0, q5_0) cacc = fma(cx[g..g+8], c[g..g+8],
 //     cacc) with c = (-o * dy) * (float)sum(y), o = 8 (q4_0) or 16 (q5_0), cx = dx;
 //     per block j of the group in order: p = 8 int32 lanes (lane i: the exact integer dot of
 //     the block's elements 4i..4i+3; q4_0/q5_0 dot the stored unsigned value (value + o), the -o is in c),
 //     acc[j & 1] = fma(float(p), broadcast(D[j]), acc[j & 1]); blocks past the
-//     last full group: tail = tail + (dx * dy) * hsum(float(p)), then (not q8_0) tail = tail + cx * c;
-//     Y = (hsum(acc0 + acc1) + hsum(cacc)) + tail.  q8_0 has no c term (sign trick): cacc stays 0.
+//     last full group: tail = tail + (dx * dy) * hsum(float(p)), then tail = tail + cx * c;
+//     Y = (hsum(acc0 + acc1) + hsum(cacc)) + tail.  (avx512 q8_0: the weights offset by 128, o = 128.)
 //   q4_K/q5_K/q6_K (x q8_K, super-blocks of 256): per super-block the exact int32 total S of the
 //     scaled products (|S| < 2^28), acc = fma(float(S), d * dy, acc) in a scalar chain; q4_K/q5_K also
 //     macc = macc + (dmin * dy) * (float)(exact integer min dot), a scalar chain; Y = acc - macc (q6_K:

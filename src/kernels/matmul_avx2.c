@@ -413,7 +413,58 @@ static void q4_1_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
     }
 }
 #endif
+#ifdef KVT_SIMD_AVX512
 DEFINE_X32_ROWS(q8_0, WT_Q8_0)
+#else
+// q8_0 on AVX2 (matmul.h): per block the exact integer total S of its 32 products, then acc = acc +
+// (float(S) * dx) * dy, one chain per output in block order (the scalar reference's operations) (gemm_avx2.c's 8-row tile keeps 8 rows' chains in its
+// lanes). A row alone: the totals of 8 blocks at once (each block's 8 int32 partial sums by the sign trick,
+// the 8 blocks' reduced into one vector, lane k: block g + k), then the chain over them in order. One row at
+// a time keeps decode's weight reads one sequential stream (8 rows side by side read at half the rate).
+INLINE float q8_0_row1(int64_t n, const char *x, const char *P) {
+    const size_t bs = sizeof(kvt_block_q8_0);
+    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;
+    const float *pd = (const float *)P;
+    const int8_t *pq = (const int8_t *)(pd + 2 * nbp);
+    const __m256i ones = _mm256_set1_epi16(1);
+    float acc = 0.f;
+    for (int64_t g = 0; g < nb; g += 8) {
+        const int gn = g < nfull ? 8 : (int)(nb - g);
+        __m256i p[8];
+        UNROLL for (int k = 0; k < 8; k++) {
+            if (k < gn) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(x + (g + k) * bs + 2));
+                const __m256i yv = _mm256_loadu_si256((const __m256i *)(pq + 32 * (g + k)));
+                p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(yv, w)), ones);
+            } else {
+                p[k] = _mm256_setzero_si256();
+            }
+        }
+        const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+        const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+        const __m256i tot = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+        _Alignas(32) float v[8];
+        const __m256 f = _mm256_cvtepi32_ps(tot);
+        if (gn == 8) {
+            _mm256_store_ps(v, _mm256_mul_ps(_mm256_mul_ps(f, load_scales8(x + g * bs, bs, 0)), _mm256_loadu_ps(pd + g)));
+        } else {
+            _mm256_store_ps(v, f);
+            for (int k = 0; k < gn; k++) v[k] = v[k] * kvt_f16_to_f32(ld16(x + (g + k) * bs)) * pd[g + k];
+        }
+        UNROLL for (int k = 0; k < 8; k++) if (k < gn) acc += v[k];
+    }
+    return acc;
+}
+static void q8_0_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, int nt, float *Y,
+                      int64_t ldy, void *scratch) {
+    (void)scratch;
+    const char *w = W;
+    for (int64_t r = 0; r < nr; r++) {
+        if (nt == 1 && r + X32_AHEAD < nr) prefetch_row(w + (r + X32_AHEAD) * wrs, wrs);
+        for (int t = 0; t < nt; t++) Y[t * ldy + r] = q8_0_row1(n, w + r * wrs, (const char *)P + t * prs);
+    }
+}
+#endif
 DEFINE_X32_ROWS(q5_0, WT_Q5_0)
 
 #ifdef KVT_SIMD_AVX512
