@@ -298,7 +298,7 @@ DEFINE_GEMM_S(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL,
 #ifndef KVT_SIMD_AVX512 // AVX-512 32-block and K-quant rows kernels sum otherwise (see top)
 
 // Prepared activation row (nbp = blocks rounded up to 8): float d[nbp], c[nbp]
-// as x32_prep makes them (c: q4_0 -8*d*sum(y), q4_1 the block's s; unused for q8_0).
+// as x32_prep makes them (c: q4_0 -8*d*sum(y), q4_1 the block's s). q8_0 has its own 8-row tile below.
 // Weight side data: float dx[nbp], mx[nbp] (q4_1 m; else unused).
 INLINE int64_t nb_pad(int64_t nb) { return (nb + 7) & ~(int64_t)7; }
 INLINE void x32_wprep(int64_t n, const void *w, void *s, int WT) {
@@ -324,39 +324,27 @@ INLINE void x32_aprep(int64_t n, const void *x, void *p, int WT) {
             d[ib] = _cvtsh_ss(b->d);
             c[ib] = _cvtsh_ss(b->s);
         } else {
-            const kvt_block_q8_0 *b = (const kvt_block_q8_0 *)x + ib;
+            const kvt_block_q8_0 *b = (const kvt_block_q8_0 *)x + ib; // q4_0's activations
             d[ib] = _cvtsh_ss(b->d);
-            if (WT == WT_Q4_0) {
-                int sum = 0;
-                for (int j = 0; j < KVT_QK; j++) sum += b->qs[j];
-                c[ib] = -(float)8 * d[ib] * (float)sum;
-            } else {
-                c[ib] = 0;
-            }
+            int sum = 0;
+            for (int j = 0; j < KVT_QK; j++) sum += b->qs[j];
+            c[ib] = -(float)8 * d[ib] * (float)sum;
         }
     }
     for (int64_t ib = nb; ib < nbp; ib++) d[ib] = c[ib] = 0;
 }
-// Weight block: q8_0 keeps w and |w| (sign trick), nibble formats the unsigned values.
+// Weight block of a nibble format (q4_0, q4_1): the 32 unsigned values.
 typedef struct {
-    __m256i a, b;
+    __m256i a;
 } x32_w;
 INLINE x32_w x32_decode(const char *blk, int WT) {
-    x32_w v;
-    if (WT == WT_Q8_0) {
-        v.b = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        v.a = _mm256_sign_epi8(v.b, v.b);
-    } else {
-        const __m128i q = _mm_loadu_si128((const __m128i *)(blk + (WT == WT_Q4_1 ? 4 : 2)));
-        v.a = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
-        v.b = v.a;
-    }
-    return v;
+    const __m128i q = _mm_loadu_si128((const __m128i *)(blk + (WT == WT_Q4_1 ? 4 : 2)));
+    return (x32_w){_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F))};
 }
 // i32 lanes of dot(weights, y) for one block, as matmul_avx2.c blk_dot256 (AVX2).
 INLINE __m256i x32_dot(x32_w w, __m256i y, int WT) {
-    const __m256i s = WT == WT_Q8_0 ? _mm256_sign_epi8(y, w.b) : y;
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w.a, s), _mm256_set1_epi16(1));
+    (void)WT;
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w.a, y), _mm256_set1_epi16(1));
 }
 
 // q4_1: llama.cpp's order as matmul_avx2.c q4_1_row (one accumulator per output over the blocks in order, the
@@ -405,7 +393,7 @@ INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) {
                 UNROLL for (int t = 0; t < T; t++) {
                     const float *pd = (const float *)(P + t * ps);
                     _mm256_store_ps(dsc[r][t], _mm256_mul_ps(dx, _mm256_loadu_ps(pd + g)));
-                    if (u == 0 && WT != WT_Q8_0) {
+                    if (u == 0) {
                         const __m256 cx = WT == WT_Q4_1 ? _mm256_loadu_ps(sd + nbp + g) : dx;
                         cacc[r][t] = _mm256_fmadd_ps(cx, _mm256_loadu_ps(pd + nbp + g), cacc[r][t]);
                     }
@@ -435,7 +423,7 @@ INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) {
                 const __m256i y = _mm256_loadu_si256((const __m256i *)(X + t * xrs + ib * ys + yo));
                 const __m256i p = x32_dot(x32_decode(W + r * wrs + ib * bs, WT), y, WT);
                 tail += dx * pd[ib] * (float)kvt_hsum8(_mm256_cvtepi32_ps(p));
-                if (WT != WT_Q8_0) tail += cx * pd[nbp + ib];
+                tail += cx * pd[nbp + ib];
             }
             const float main = kvt_hsum8(_mm256_add_ps(a0[r][t], acc[r][t]));
             Y[t * ldy + r] = main + kvt_hsum8(cacc[r][t]) + tail;

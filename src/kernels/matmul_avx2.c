@@ -460,7 +460,6 @@ static void q8_0_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
     (void)scratch;
     const char *w = W;
     for (int64_t r = 0; r < nr; r++) {
-        if (nt == 1 && r + X32_AHEAD < nr) prefetch_row(w + (r + X32_AHEAD) * wrs, wrs);
         for (int t = 0; t < nt; t++) Y[t * ldy + r] = q8_0_row1(n, w + r * wrs, (const char *)P + t * prs);
     }
 }
