@@ -382,6 +382,17 @@ static kvt_status run_loaded(const kvt_model *m, const kvt_context_params *cp, f
     return st;
 }
 
+// Runs cp with the selection inline (--sparse-sync: logits into a, selected total *sa), then with the worker (into b,
+// *sb); cp->sparse.sync is left false. Returns the first error.
+static kvt_status run_inline_worker(const kvt_model *m, kvt_context_params *cp, float *a, int64_t *sa, float *b,
+                                    int64_t *sb, kvt_err *err) {
+    cp->sparse.sync = true;
+    kvt_status st = run(m, cp, a, sa, err);
+    cp->sparse.sync = false;
+    if (!st) st = run(m, cp, b, sb, err);
+    return st;
+}
+
 static double max_diff(const float *a, const float *b, int64_t n) {
     double md = 0;
     for (int64_t i = 0; i < n; i++) md = fmax(md, fabs((double)a[i] - b[i]));
@@ -480,10 +491,7 @@ static void test_context(const char *path) {
     kvt_context_params c2 = co;
     c2.sparse.mode = KVT_SPARSE_ASYNCSPADE;
     c2.sparse.window = 4;
-    c2.sparse.sync = true;
-    st = run(m, &c2, a, &sa, &err);
-    c2.sparse.sync = false;
-    if (!st) st = run(m, &c2, b, &sb, &err);
+    st = run_inline_worker(m, &c2, a, &sa, b, &sb, &err);
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade worker = inline selection, bit for bit", "%s",
                 st ? err.msg : "differ");
     // a second run in the same context after a truncate (perplexity's chunks) = a fresh context, inline and worker
@@ -539,10 +547,7 @@ static void test_context(const char *path) {
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade with every layer real = fallback 1, bit for bit",
                 "%s", st ? err.msg : "differ");
     c5.sparse.real_layers = 1;
-    c5.sparse.sync = true;
-    st = run(m, &c5, a, &sa, &err);
-    c5.sparse.sync = false;
-    if (!st) st = run(m, &c5, b, &sb, &err);
+    st = run_inline_worker(m, &c5, a, &sa, b, &sb, &err);
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb, "sparse: asyncspade with a real first layer: worker = inline, bit for bit",
                 "%s", st ? err.msg : "differ");
     // rope_align and the last-query predictor run and keep the budget
@@ -557,10 +562,7 @@ static void test_context(const char *path) {
     c6.sparse.mode = KVT_SPARSE_ASYNCSPADE;
     c6.sparse.window = 4;
     c6.sparse.block = 4;
-    c6.sparse.sync = true;
-    st = run(m, &c6, a, &sa, &err);
-    c6.sparse.sync = false;
-    if (!st) st = run(m, &c6, b, &sb, &err);
+    st = run_inline_worker(m, &c6, a, &sa, b, &sb, &err);
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
                 "sparse: asyncspade block 4 keeps K positions; worker = inline, bit for bit", "%s (selected %lld)",
                 st ? err.msg : "differ", (long long)sa);
@@ -569,10 +571,7 @@ static void test_context(const char *path) {
     // predicted query; 1..4 threads and the paged store with a fast tier of 4 blocks + host = the contiguous store
     kvt_context_params c8 = c6;
     c8.sparse.rerank = 2.0;
-    c8.sparse.sync = true;
-    st = run(m, &c8, a, &sa, &err);
-    c8.sparse.sync = false;
-    if (!st) st = run(m, &c8, b, &sb, &err);
+    st = run_inline_worker(m, &c8, a, &sa, b, &sb, &err);
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
                 "sparse: asyncspade re-rank x2 among block candidates keeps K positions; worker = inline, bit for bit",
                 "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
@@ -584,10 +583,7 @@ static void test_context(const char *path) {
     // blocks, --sparse-prefetch-top 1, or all of them) = the contiguous store, bit for bit
     kvt_context_params c10 = c8;
     c10.sparse.rerank_block = 4;
-    c10.sparse.sync = true;
-    st = run(m, &c10, a, &sa, &err);
-    c10.sparse.sync = false;
-    if (!st) st = run(m, &c10, b, &sb, &err);
+    st = run_inline_worker(m, &c10, a, &sa, b, &sb, &err);
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
                 "sparse: asyncspade re-rank block 4 keeps K positions; worker = inline, bit for bit", "%s (selected %lld)",
                 st ? err.msg : "differ", (long long)sa);
@@ -596,21 +592,15 @@ static void test_context(const char *path) {
                 "%s", st ? err.msg : "differ");
     // --sparse-block-sum: candidate pages by their predicted mass; worker = inline, K positions
     c10.sparse.block_sum = true;
-    c10.sparse.sync = true;
-    st = run(m, &c10, a, &sa, &err);
-    c10.sparse.sync = false;
-    if (!st) st = run(m, &c10, b, &sb, &err);
+    st = run_inline_worker(m, &c10, a, &sa, b, &sb, &err);
     test_result(!st && max_diff(a, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12,
                 "sparse: asyncspade block-sum candidates, re-rank block 4 keeps K positions; worker = inline, bit for bit",
                 "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
     // --sparse-keep 1: the previous step's pages count double; K positions, worker = inline, and 1..4 threads, the
     // paged store (prefetch top 1 or all, lru or attn-ema) = the contiguous store, bit for bit; and it changes the sets
     c10.sparse.keep = 1.0;
-    c10.sparse.sync = true;
     float *a0 = malloc((size_t)n * sizeof *a0);
-    st = a0 ? run(m, &c10, a0, &sa, &err) : kvt_errorf(&err, KVT_ERR_NOMEM, "out of memory");
-    c10.sparse.sync = false;
-    if (!st) st = run(m, &c10, b, &sb, &err);
+    st = a0 ? run_inline_worker(m, &c10, a0, &sa, b, &sb, &err) : kvt_errorf(&err, KVT_ERR_NOMEM, "out of memory");
     test_result(!st && max_diff(a0, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12 && max_diff(a, b, n) > 0,
                 "sparse: asyncspade --sparse-keep 1 keeps K positions, differs from keep 0; worker = inline, bit for bit",
                 "%s (selected %lld, vs keep 0 %.3g)", st ? err.msg : "differ", (long long)sa, max_diff(a, b, n));
