@@ -46,10 +46,12 @@ static void check_utf8(const char *body, size_t n, size_t piece) {
 static void check_stop(const kvt_request_params *p, const char *text, size_t piece) {
     kvt_stop *st = NULL;
     if (kvt_stop_create(p->stop, p->n_stop, &st, NULL) != KVT_OK) __builtin_trap();
-    size_t n = strlen(text), want = n, got = 0;
+    size_t n = strlen(text), want = n, want_end = SIZE_MAX, got = 0; // the first stop string completed
     for (size_t i = 0; i < p->n_stop; i++) {
-        const char *m = memmem(text, n, p->stop[i], strlen(p->stop[i]));
-        if (m && (size_t)(m - text) < want) want = (size_t)(m - text);
+        const size_t sl = strlen(p->stop[i]);
+        const char *m = memmem(text, n, p->stop[i], sl);
+        if (m && ((size_t)(m - text) + sl < want_end || ((size_t)(m - text) + sl == want_end && (size_t)(m - text) < want)))
+            want = (size_t)(m - text), want_end = want + sl;
     }
     bool matched = false;
     const char *e;

@@ -134,11 +134,12 @@ static void test_stop(void) {
     static const char *stop_sets[][3] = {{"\n\n", NULL, NULL},
                                          {"END", "\xe2\x82\xac\xf0\x9f\x99\x82", NULL},
                                          {"ab", "b\n", "\xc3\xa9\xc3\xa9"},
+                                         {"EN\nD", "N\n", NULL}, // one inside another: the inner completes first
                                          {NULL, NULL, NULL}};
     uint64_t r = 12345;
     int bad = 0, cases = 0;
     char msg[KVT_ERR_MSG_MAX] = "";
-    for (int set = 0; set < 4; set++) {
+    for (int set = 0; set < 5; set++) {
         size_t ns = 0;
         while (ns < 3 && stop_sets[set][ns]) ns++;
         for (int trial = 0; trial < 300; trial++) {
@@ -152,10 +153,12 @@ static void test_stop(void) {
                 if ((r >> 20) % 3 == 0 && nb < 63) bounds[nb++] = len; // piece ends on a character boundary
             }
             bounds[nb++] = len;
-            size_t want = len; // the earliest match of any stop string
+            size_t want = len, want_end = SIZE_MAX; // the first stop string completed (earliest end, then start)
             for (size_t i = 0; i < ns; i++) {
-                const char *m = memmem(text, len, stop_sets[set][i], strlen(stop_sets[set][i]));
-                if (m && (size_t)(m - text) < want) want = (size_t)(m - text);
+                const size_t sl = strlen(stop_sets[set][i]);
+                const char *m = memmem(text, len, stop_sets[set][i], sl);
+                if (m && ((size_t)(m - text) + sl < want_end || ((size_t)(m - text) + sl == want_end && (size_t)(m - text) < want)))
+                    want = (size_t)(m - text), want_end = want + sl;
             }
             kvt_stop *st = NULL;
             kvt_err err = {0};

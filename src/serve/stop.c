@@ -1,6 +1,7 @@
 // stop.c - stop strings over streamed text (stop.h).
 #include "stop.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,13 +82,14 @@ bool kvt_stop_feed(kvt_stop *s, const char *text, size_t n, const char **emit, s
     memcpy(s->buf + s->len, text, n);
     s->len += n;
     s->buf[s->len] = 0;
-    // the earliest match of any stop string (text may contain NUL bytes: compare with memcmp)
-    size_t pos = s->len, hit = 0;
+    // the first stop string completed in the text (the earliest end; on a tie the earliest start): the text would
+    // have ended there, so the cut does not depend on the pieces (the earliest start would: a stop string inside
+    // another completes first). Text may contain NUL bytes: compare with memcmp.
+    size_t pos = s->len, end = SIZE_MAX, hit = 0;
     for (size_t i = 0; i < s->n; i++) {
-        for (size_t p = 0; p + s->lens[i] <= s->len && p < pos; p++) {
+        for (size_t p = 0; p + s->lens[i] <= s->len && p + s->lens[i] <= end; p++) {
             if (!memcmp(s->buf + p, s->stops[i], s->lens[i])) {
-                pos = p;
-                hit = i;
+                if (p + s->lens[i] < end || p < pos) pos = p, end = p + s->lens[i], hit = i;
                 break;
             }
         }

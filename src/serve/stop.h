@@ -1,9 +1,11 @@
 // stop.h - stop strings over streamed text.
 //
 // OpenAI semantics: generation ends at the first occurrence of any stop string, and the answer's
-// text excludes it. Streamed, text that might be the start of a stop string is held back until the
-// next piece decides; so the concatenation of what kvt_stop_feed/kvt_stop_flush emit is the text
-// up to the earliest match, whatever the pieces. Feed complete UTF-8 characters (the output of
+// text excludes it. "First" is the first stop string completed (the earliest end; on a tie the
+// earliest start), so a stop string inside another ("m" in "me") ends the text where it completes.
+// Streamed, text that might be the start of a stop string is held back until the next piece
+// decides; so the concatenation of what kvt_stop_feed/kvt_stop_flush emit is the text up to that
+// match, whatever the pieces. Feed complete UTF-8 characters (the output of
 // kvt_utf8_stream): a held suffix always begins with a stop string's first byte, so no emitted
 // piece ends inside a character.
 #ifndef KVT_STOP_H
