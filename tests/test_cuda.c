@@ -460,31 +460,46 @@ static void case_glu_add(gpu *g) {
     case_report(g, name, worst, NMSE_EW);
 }
 
-// argmax over rows of a 49152-entry vocabulary, with ties to the lowest index planted.
+// argmax over rows of a 49152-entry vocabulary, with ties to the lowest index planted, NaNs (at index 0 in some rows:
+// kvt_argmax's 0), infinities; each row count once as kvt_argmax and once flagging non-finite rows (-1).
+static bool row_finite(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return false;
+    return true;
+}
 static void case_argmax(gpu *g) {
-    const char *name = "cuda argmax (ties to the lowest id) x {1,2,8,9,64,512} rows";
+    const char *name = "cuda argmax (ties to the lowest id, NaN, inf, flagged) x {1,2,8,9,64,512} rows";
     if (!case_begin(g, name)) return;
     const int64_t n = 49152, total = 512 * n;
     float *x = frand_array(g, total);
-    int32_t got[512];
-    int bad = -1;
-    for (int r = 0; x && r < 512; r++) { // a tie of the row's max at two places in every third row
-        if (r % 3) continue;
-        const int32_t m = kvt_argmax(x + r * n, n);
-        x[r * n + (m + 7919) % n] = x[r * n + m];
+    int32_t got[512], want_bad = 0;
+    int bad = -1, bad_flag = 0;
+    for (int r = 0; x && r < 512; r++) {
+        float *xr = x + r * n;
+        const int32_t m = kvt_argmax(xr, n);
+        if (r % 3 == 0) xr[(m + 7919) % n] = xr[m]; // a tie of the row's max at two places in every third row
+        if (r % 7 == 1) xr[(m + 11) % n] = NAN;      // a NaN beside
+        if (r % 7 == 2) xr[0] = NAN;                 // a NaN at index 0: kvt_argmax says 0
+        if (r % 7 == 3) xr[(m + 5) % n] = INFINITY;
+        if (r % 7 == 4) xr[(m + 3) % n] = -INFINITY;
     }
     float *dx = x ? dput(g, x, (size_t)total * sizeof(float)) : NULL;
     for (int i = 0; i < N_TOKENS && dx && bad < 0; i++) {
         const int rows = k_tokens[i];
-        int32_t *dout = dpoison(g, (size_t)rows * sizeof(int32_t));
-        if (!dout || !cu_ok(g, g->api->argmax(g->ctx, dx, rows, n, dout), "argmax") || !dget(g, got, dout, (size_t)rows * sizeof(int32_t)))
-            break;
-        for (int r = 0; r < rows && bad < 0; r++)
-            if (got[r] != kvt_argmax(x + r * n, n)) bad = r;
+        for (int flag = 0; flag < 2 && bad < 0; flag++) {
+            int32_t *dout = dpoison(g, (size_t)rows * sizeof(int32_t));
+            if (!dout || !cu_ok(g, g->api->argmax(g->ctx, dx, rows, n, dout, flag), "argmax") ||
+                !dget(g, got, dout, (size_t)rows * sizeof(int32_t)))
+                break;
+            for (int r = 0; r < rows && bad < 0; r++) {
+                const int32_t want = flag && !row_finite(x + r * n, n) ? -1 : kvt_argmax(x + r * n, n);
+                if (got[r] != want) bad = r, bad_flag = flag, want_bad = want;
+            }
+        }
     }
     const bool clean = case_end(g);
-    test_result(clean && bad < 0, name, "%s%s row %d: got %d, want %d", g->err, g->err[0] ? ";" : "", bad,
-                bad >= 0 ? got[bad] : 0, bad >= 0 && x ? kvt_argmax(x + bad * n, n) : 0);
+    test_result(clean && bad < 0, name, "%s%s row %d (flag %d): got %d, want %d", g->err, g->err[0] ? ";" : "", bad, bad_flag,
+                bad >= 0 ? got[bad] : 0, want_bad);
     free(x);
 }
 

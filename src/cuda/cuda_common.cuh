@@ -58,7 +58,7 @@ int kvt_cu_rope(kvt_cuda_ctx *ctx, float *x, const kvt_cuda_rope_args *a);
 int kvt_cu_swiglu(kvt_cuda_ctx *ctx, float *g, const float *u, int64_t n);
 int kvt_cu_geglu(kvt_cuda_ctx *ctx, float *g, const float *u, int64_t n);
 int kvt_cu_add(kvt_cuda_ctx *ctx, float *y, const float *x, int64_t n);
-int kvt_cu_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out);
+int kvt_cu_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out, int flag_nonfinite);
 // cuda_rows.cu
 int kvt_cu_get_rows(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const int32_t *ids,
                     int64_t n_ids, float *out);

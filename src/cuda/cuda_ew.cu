@@ -18,23 +18,30 @@ __global__ void add_kernel(float *y, const float *__restrict__ x, int64_t n) {
 constexpr int kArgmaxThreads = 256;
 
 // One thread block per row.
-__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float *__restrict__ x, int64_t n, int32_t *out) {
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float *__restrict__ x, int64_t n, int32_t *out,
+                                                                 int flag_nonfinite) {
     float bv;
     int64_t bi;
-    argmax_part(x + blockIdx.x * n, n, threadIdx.x, kArgmaxThreads, &bv, &bi);
+    bool bad;
+    const float *xr = x + blockIdx.x * n;
+    argmax_part(xr, n, threadIdx.x, kArgmaxThreads, &bv, &bi, &bad);
     for (int off = 16; off > 0; off /= 2) {
         const float v = __shfl_xor_sync(0xffffffffu, bv, off);
         const int64_t i = __shfl_xor_sync(0xffffffffu, bi, off);
         if (i >= 0 && argmax_better(v, i, bv, bi)) bv = v, bi = i;
     }
+    bad = __any_sync(0xffffffffu, bad);
     __shared__ float sv[kArgmaxThreads / 32];
     __shared__ int64_t si[kArgmaxThreads / 32];
-    if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = bi;
+    __shared__ bool sbad[kArgmaxThreads / 32];
+    if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = bv, si[threadIdx.x / 32] = bi, sbad[threadIdx.x / 32] = bad;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < kArgmaxThreads / 32; w++)
+        for (int w = 1; w < kArgmaxThreads / 32; w++) {
+            bad |= sbad[w];
             if (si[w] >= 0 && argmax_better(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
-        out[blockIdx.x] = (int32_t)(bi < 0 ? 0 : bi); // all NaN: 0
+        }
+        out[blockIdx.x] = argmax_result(xr[0], bi, bad, flag_nonfinite);
     }
 }
 
@@ -55,9 +62,9 @@ int kvt_cu_add(kvt_cuda_ctx *ctx, float *y, const float *x, int64_t n) {
     return ctx_check_launch(ctx, "add_kernel");
 }
 
-int kvt_cu_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out) {
+int kvt_cu_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out, int flag_nonfinite) {
     if (n_rows < 1 || n_rows > INT32_MAX || n < 1 || n > INT32_MAX)
         return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "argmax: %lld rows of %lld", (long long)n_rows, (long long)n);
-    argmax_kernel<<<(unsigned)n_rows, kArgmaxThreads, 0, ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>(x, n, out);
+    argmax_kernel<<<(unsigned)n_rows, kArgmaxThreads, 0, ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>(x, n, out, flag_nonfinite);
     return ctx_check_launch(ctx, "argmax_kernel");
 }

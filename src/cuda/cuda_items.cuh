@@ -7,6 +7,7 @@
 
 #include <cublas_api.h>
 
+#include <cfloat>
 #include <cmath>
 
 #include "cuda_blocks.cuh"
@@ -112,17 +113,29 @@ __host__ __device__ __forceinline__ void rmsnorm_write(const float *xr, const fl
 
 // argmax, one thread block per row: (v, i) beats (bv, bi) if v is larger, or equal with a lower index,
 // or bi < 0 (nothing yet) and v is not NaN; NaN never beats. argmax_part: thread tid's best of its
-// elements (bi = -1 if it has none but NaNs); the block then reduces the parts with argmax_better.
+// elements (bi = -1 if it has none but NaNs) and whether any of them is a NaN or an infinity; the block
+// then reduces the parts with argmax_better (and ORs the flags), and argmax_result gives the row's answer.
 __host__ __device__ __forceinline__ bool argmax_better(float v, int64_t i, float bv, int64_t bi) {
     return v > bv || (v == bv && i < bi) || (bi < 0 && v == v);
 }
 __host__ __device__ __forceinline__ void argmax_part(const float *xr, int64_t n, int tid, int nthreads, float *bv_out,
-                                                     int64_t *bi_out) {
+                                                     int64_t *bi_out, bool *bad_out) {
     float bv = -INFINITY;
     int64_t bi = -1;
-    for (int64_t i = tid; i < n; i += nthreads)
-        if (argmax_better(xr[i], i, bv, bi)) bv = xr[i], bi = i;
-    *bv_out = bv, *bi_out = bi;
+    bool bad = false;
+    for (int64_t i = tid; i < n; i += nthreads) {
+        const float v = xr[i];
+        bad |= !(fabsf(v) <= FLT_MAX); // NaN or +-inf
+        if (argmax_better(v, i, bv, bi)) bv = v, bi = i;
+    }
+    *bv_out = bv, *bi_out = bi, *bad_out = bad;
+}
+// The row's id from the reduced best bi and flag bad: kvt_argmax's answer (src/sched/sampler.c scans from index 0
+// with `>`: a NaN at index 0 wins, a NaN elsewhere never; all NaN: 0), or -1 if flag_nonfinite and the row holds a
+// NaN or an infinity.
+__host__ __device__ __forceinline__ int32_t argmax_result(float x0, int64_t bi, bool bad, int flag_nonfinite) {
+    if (flag_nonfinite && bad) return -1;
+    return x0 != x0 || bi < 0 ? 0 : (int32_t)bi;
 }
 
 // mul_mat_gemm's cublasGemmEx arguments for Y [n_tok, n_rows] = X [n_tok, n_cols] W^T, all row-major:

@@ -28,8 +28,8 @@
 extern "C" {
 #endif
 
-#define KVT_CUDA_ABI_VERSION 5 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
-                               // 4: kvt_cuda_attn_args.row_stride; 5: copy_batch
+#define KVT_CUDA_ABI_VERSION 6 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
+                               // 4: kvt_cuda_attn_args.row_stride; 5: copy_batch; 6: argmax's flag_nonfinite
 #define KVT_CUDA_API_SYMBOL "kvt_cuda_get_api"
 // File name of the library (build/ beside the kvtier binaries)
 #define KVT_CUDA_LIB_FILE "libkvtier-cuda.so"
@@ -210,8 +210,10 @@ typedef struct {
     // int32 [n_ids], each in [0, n_rows) (checked on the device: out-of-range rows give NaN).
     int (*get_rows)(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols,
                     const int32_t *ids, int64_t n_ids, float *out);
-    // out[r] = index of the largest x[r, :] (ties: the lowest index; NaNs ignored), r < n_rows.
-    int (*argmax)(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out);
+    // out[r] = kvt_argmax(x[r, :]) (src/sched/sampler.c: the index of the largest, ties to the lowest; a NaN at
+    // index 0 wins, a NaN elsewhere never), r < n_rows; with flag_nonfinite, -1 for a row holding a NaN or an
+    // infinity (ABI 6: greedy decoding downloads the ids alone and still detects non-finite logits).
+    int (*argmax)(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out, int flag_nonfinite);
 
     // ---- attention ----
     // Paged attention of query rows (kvt_cuda_attn_args above). Uses the context's workspace for the

@@ -123,8 +123,15 @@ void kvt_context_seq_truncate(kvt_context *ctx, int32_t seq, int64_t n_keep);
 // Declares that the KV cache of seq holds positions [0, n) written directly through kvt_context_kv (a
 // restored session, src/exec/session.h). KVT_ERR_BUDGET if n exceeds n_ctx.
 kvt_status kvt_context_seq_set_n_past(kvt_context *ctx, int32_t seq, int64_t n, kvt_err *err);
-// Logits of the last kvt_decode: [n_out, n_vocab] f32, valid until the next call.
-const float *kvt_context_logits(const kvt_context *ctx);
+// Logits of the last kvt_decode: [n_out, n_vocab] f32, valid until the next call. Where the device computed them
+// (the output on a CUDA stage) they stay in VRAM until this call fetches them (once); if that fails, the rows are NaN
+// (the callers' finiteness checks catch it; kvt_context_argmax returns the device's message).
+const float *kvt_context_logits(kvt_context *ctx);
+// The greedy ids of those rows: ids[r] = kvt_argmax of row r ([n_out]; src/sched/sampler.h: ties to the lowest id),
+// *finite false if any row holds a NaN or an infinity (then fetch the logits to diagnose: kvt_check_logits). Where the
+// device kept the logits, only the ids cross to the host (the argmax runs there); the logits can still be fetched.
+// KVT_ERR_IO with the device's message when it fails.
+kvt_status kvt_context_argmax(kvt_context *ctx, int32_t *ids, bool *finite, kvt_err *err);
 int64_t kvt_context_n_past(const kvt_context *ctx);
 int64_t kvt_context_n_ctx(const kvt_context *ctx);
 int kvt_context_n_threads(const kvt_context *ctx);

@@ -1,4 +1,6 @@
-// forward.c - the CPU forward pass of llama / qwen2 / qwen3 / gemma3 over a micro-batch.
+// forward.c - the inference context: its KV store, the split of a micro-batch's layers over backends (backend.h: the
+// CPU pass of llama / qwen2 / qwen3 / gemma3 in backend_cpu.c, the CUDA device layers in backend_gpu.c), the decode
+// calls, sequences and logits.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,46 +10,13 @@
 #include "../kernels/vec.h"
 #include "../kv/kv_paged.h"
 #include "../sparse/sparse.h"
+#include "../sched/sampler.h"
 #include "backend_cuda.h"
-#include "context.h"
-#include "ew_par.h"
+#include "context_impl.h"
 #include "gpu_layers.h"
 #include "matmul_par.h"
+#include "numerics.h"
 
-struct kvt_context {
-    const kvt_model *m;
-    kvt_context_params p;
-    kvt_threadpool *pool;
-    kvt_kv *kv;
-    int64_t *n_past;     // [cap_seq] positions held per sequence (-1: sequence free)
-    int32_t cap_seq;
-    // activations for a micro-batch of ub = p.n_ubatch tokens
-    float *x;      // [ub, n_embd] residual stream
-    float *xn;     // [ub, n_embd] normed input
-    float *q;      // [ub, n_head*head_dim]
-    float *k;      // [ub, n_head_kv*head_dim]
-    float *v;      // [ub, n_head_kv*head_dim_v]
-    float *att;    // [ub, n_head*head_dim_v]
-    float *gate;   // [ub, n_ff]
-    float *up;     // [ub, n_ff]
-    float *tmp;    // [ub, n_embd] projection output
-    void *qact;    // kvt_matmul_scratch_bytes(max_width, ub): activations in the weights' dot types
-    float *rope_cs;// [2, ub, n_rot] cos/sin per token: global layers, then local (sliding-window) layers
-    float *logits; // [n_ctx or 1, n_vocab]
-    int64_t logits_rows;
-    int64_t n_out;
-    void **attn_scratch; // [n_threads] -> kvt_attn_scratch_bytes
-    void *attn_ws;       // kvt_attn_workspace_bytes: chunk states of decode attention
-    int64_t scratch_bytes;
-    kvt_sparse *sp;      // sparse decode attention (NULL: off)
-    // layers [gpu_il0, n_layer) on a CUDA device (p.n_gpu_layers > 0; gpu_layers.h), else NULL
-    kvt_cuda_backend cuda;
-    kvt_gpu_layers *gpu;
-    int32_t gpu_il0;
-    bool gpu_output;     // the output norm and the logits on the device too
-    int32_t *ub_seq;     // [ub] the micro-batch's sequence per row, for the device layers
-    int64_t *ub_pos;     // [ub] its position per row
-};
 
 kvt_context_params kvt_context_params_default(void) {
     kvt_context_params p = {0};
@@ -117,36 +86,45 @@ static kvt_status kv_init(kvt_context *c, kvt_err *err) {
     return st;
 }
 
-// The device layers (p.n_gpu_layers > 0): the last n_gpu_layers layers, as llama.cpp's -ngl offloads them; past
-// n_layer, the output norm and the logits too. Their KV lives on the device; the CPU's store holds the other layers'.
-static kvt_status gpu_init(kvt_context *c, kvt_err *err) {
+// The split (backend.h): the CPU backend, and with p.n_gpu_layers > 0 (llama.cpp's -ngl: the last n_gpu_layers
+// layers; past n_layer, the output norm and the logits too) or p.gpu_output the CUDA backend. Their KV lives on the
+// device; the CPU's store holds the other layers'.
+static kvt_status stages_init(kvt_context *c, kvt_err *err) {
     const int32_t nl = c->m->hp.n_layer;
-    c->gpu_output = c->p.gpu_output || c->p.n_gpu_layers > nl;
-    if (c->p.n_gpu_layers <= 0 && !c->gpu_output) return KVT_OK;
-    if (c->p.sparse.mode != KVT_SPARSE_OFF) {
-        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "--gpu-layers with sparse decoding is not implemented yet");
-    }
-    kvt_err e = {0};
-    kvt_status st = kvt_cuda_backend_open(&c->cuda, &e);
-    if (st) {
-        return kvt_errorf(err, st, "%d layers%s on the GPU (--gpu-layers or a plan's split): %s", c->p.n_gpu_layers,
-                          c->gpu_output ? " and the output" : "", e.msg);
-    }
-    c->gpu_il0 = c->p.n_gpu_layers >= nl ? 0 : nl - (c->p.n_gpu_layers > 0 ? c->p.n_gpu_layers : 0);
-    const kvt_gpu_layers_params gp = {c->gpu_il0,       c->p.n_ubatch, c->p.n_ctx, c->p.kv_block, c->p.kv_vram_bytes,
-                                      c->p.kv_evict, 0,              c->gpu_output, c->p.kv_group,
-                                      c->p.kv_pinned_bytes, c->p.kv_disk_dir, c->p.kv_disk_max, c->p.kv_copy_min};
-    if ((st = kvt_gpu_layers_init(&c->cuda, c->m, &gp, &c->gpu, err))) return st;
+    c->cpu_be.ops = &kvt_backend_cpu_ops;
     c->ub_seq = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_seq);
     c->ub_pos = malloc((size_t)c->p.n_ubatch * sizeof *c->ub_pos);
     if (!c->ub_seq || !c->ub_pos) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    const bool gpu_output = c->p.gpu_output || c->p.n_gpu_layers > nl;
+    if (c->p.n_gpu_layers <= 0 && !gpu_output) {
+        c->stages[c->n_stages++] = (kvt_stage){&c->cpu_be, 0, nl, true};
+        return KVT_OK;
+    }
+    if (c->p.sparse.mode != KVT_SPARSE_OFF) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "--gpu-layers with sparse decoding is not implemented yet");
+    }
+    const int32_t il0 = c->p.n_gpu_layers >= nl ? 0 : nl - (c->p.n_gpu_layers > 0 ? c->p.n_gpu_layers : 0);
+    const kvt_gpu_layers_params gp = {il0,           c->p.n_ubatch, c->p.n_ctx,  c->p.kv_block, c->p.kv_vram_bytes,
+                                      c->p.kv_evict, 0,             gpu_output,  c->p.kv_group, c->p.kv_pinned_bytes,
+                                      c->p.kv_disk_dir, c->p.kv_disk_max, c->p.kv_copy_min};
+    kvt_err e = {0};
+    kvt_cuda_backend lib;
+    kvt_status st = kvt_cuda_backend_open(&lib, &e);
+    if (st) {
+        return kvt_errorf(err, st, "%d layers%s on the GPU (--gpu-layers or a plan's split): %s", c->p.n_gpu_layers,
+                          gpu_output ? " and the output" : "", e.msg);
+    }
+    if ((st = kvt_backend_cuda_init(&lib, c->m, &gp, &c->gpu_be, err))) return st;
+    if (il0 > 0) c->stages[c->n_stages++] = (kvt_stage){&c->cpu_be, 0, il0, false};
+    c->stages[c->n_stages++] = (kvt_stage){c->gpu_be, il0, nl, gpu_output};
+    if (!gpu_output) c->stages[c->n_stages++] = (kvt_stage){&c->cpu_be, nl, nl, true};
     return KVT_OK;
 }
 
-// Positions [n_keep, ...) of seq leave the KV caches (the CPU store's and the device's).
+// Positions [n_keep, ...) of seq leave the KV caches (the CPU store's and a device backend's).
 static void kv_truncate(kvt_context *c, int32_t seq, int64_t n_keep) {
     c->kv->ops->truncate(c->kv, seq, n_keep);
-    if (c->gpu) kvt_gpu_layers_seq_truncate(c->gpu, seq, n_keep);
+    if (c->gpu_be) c->gpu_be->ops->seq_truncate(c->gpu_be, seq, n_keep);
 }
 
 static void *xalloc(kvt_context *c, size_t bytes, bool *ok) {
@@ -216,7 +194,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
         return st;
     }
     const kvt_sparse_dims sd = sparse_dims(c);
-    if ((st = kv_init(c, err)) || (st = kvt_sparse_init(&c->p.sparse, &sd, &c->sp, err)) || (st = gpu_init(c, err))) {
+    if ((st = kv_init(c, err)) || (st = kvt_sparse_init(&c->p.sparse, &sd, &c->sp, err)) || (st = stages_init(c, err))) {
         kvt_context_free(c);
         return st;
     }
@@ -256,8 +234,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
 
 void kvt_context_free(kvt_context *c) {
     if (!c) return;
-    kvt_gpu_layers_free(c->gpu);
-    kvt_cuda_backend_close(&c->cuda);
+    if (c->gpu_be) c->gpu_be->ops->free(c->gpu_be);
     free(c->ub_seq);
     free(c->ub_pos);
     kvt_sparse_free(c->sp);
@@ -284,122 +261,15 @@ void kvt_context_free(kvt_context *c) {
     free(c);
 }
 
-static void matmul(kvt_context *c, const kvt_weight *w, const float *x, int64_t n, float *y) {
-    kvt_matmul_par(c->pool, &w, &y, 1, x, n, c->qact);
-}
+static int64_t ub_pos(const kvt_ubatch *u, int64_t t) { return u->seqs ? u->pos[t] : u->pos0 + t; }
 
-// Per-head RMS norm (qwen3) then rope, for one token's `heads` heads at x; cs = the token's rope table.
-static void qk_finish(const kvt_context *c, float *x, const float *cs, int32_t heads, const float *norm) {
-    const kvt_hparams *hp = &c->m->hp;
-    kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
-                          c->m->rope_freqs};
-    for (int32_t h = 0; h < heads; h++) {
-        float *xh = x + (int64_t)h * hp->head_dim;
-        if (norm) kvt_rmsnorm_f32(xh, xh, norm, hp->head_dim, hp->rms_eps);
-        kvt_rope_apply(&rp, cs, xh);
-    }
-}
-
-// The per-token element-wise work between the matmuls of a layer. Each token's rows are independent
-// of the others', so a micro-batch splits them over the pool by token ranges (SwiGLU, in
-// kvt_swiglu_par, by element ranges); each element sees the same operations in the same order as
-// on one thread, so the result is bitwise that of a serial loop.
-enum {
-    EW_ADD = 1,  // x += tmp                                  (residual)
-    EW_NORM = 2, // xn = rmsnorm(x) * norm                    (pre-norm of the next matmul)
-    EW_QK = 4,   // q, k, v += biases; q, k: per-head norm, rope
-};
-typedef struct {
-    kvt_context *c;
-    const kvt_layer *L; // biases, q/k norms (EW_QK)
-    const float *norm;  // [n_embd] weight of EW_NORM
-    const float *post;  // [n_embd] weight of the norm of tmp before EW_ADD (gemma3 post-norms), or NULL
-    int flags;
-} ew_job;
-
-static void ew_range(void *vctx, int64_t t0, int64_t t1) {
-    const ew_job *j = vctx;
-    kvt_context *c = j->c;
-    const kvt_hparams *hp = &c->m->hp;
-    const int64_t E = hp->n_embd;
-    const kvt_layer *L = j->L;
-    const int64_t Q = L ? L->wq.rows : 0, K = L ? L->wk.rows : 0, V = L ? L->wv.rows : 0;
-    for (int64_t t = t0; t < t1; t++) {
-        if (j->post) kvt_rmsnorm_f32(c->tmp + t * E, c->tmp + t * E, j->post, E, hp->rms_eps);
-        if (j->flags & EW_ADD) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
-        if (j->flags & EW_NORM) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, j->norm, E, hp->rms_eps);
-        if (j->flags & EW_QK) {
-            if (L->bq) kvt_vec_add_f32(c->q + t * Q, L->bq, Q);
-            if (L->bk) kvt_vec_add_f32(c->k + t * K, L->bk, K);
-            if (L->bv) kvt_vec_add_f32(c->v + t * V, L->bv, V);
-            const float *cs = c->rope_cs + ((L->rope_local ? c->p.n_ubatch : 0) + t) * hp->n_rot;
-            qk_finish(c, c->q + t * Q, cs, hp->n_head, L->q_norm);
-            qk_finish(c, c->k + t * K, cs, hp->n_head_kv, L->k_norm);
-        }
-    }
-}
-
-// Runs the element-wise stage `flags` over n tokens: two tokens per task at least, on the pool when
-// there are two such tasks, else on the caller.
-static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *norm, const float *post, int64_t n) {
-    ew_job j = {c, L, norm, post, flags};
-    kvt_par_ranges(c->pool, n, 2, ew_range, &j);
-}
-
-// A micro-batch of n tokens: either a run of one sequence at positions [pos0, pos0 + n) (seqs == NULL),
-// or n distinct sequences with one token each, token t at position pos[t] of sequence seqs[t].
-typedef struct {
-    const int32_t *tokens; // [n]
-    int64_t n;
-    int32_t seq;           // the sequence of a run
-    int64_t pos0;          // first position of a run
-    const int32_t *seqs;   // [n] sequences of a batch across sequences, or NULL
-    const int64_t *pos;    // [n] their positions
-    bool prompt;           // a run: its tokens are a prompt's (sparse attention: dense, whatever their number)
-    const uint8_t *prompt_rows; // [n] across sequences: row t is a prompt's (NULL: none)
-} ubatch;
-
-static int64_t ub_pos(const ubatch *u, int64_t t) { return u->seqs ? u->pos[t] : u->pos0 + t; }
-
-// Attention of n tokens of seq at [pos0, pos0 + n) (their keys k, just appended; prompt: a prompt's tokens): dense,
-// or sparse (src/sparse/).
-static kvt_status attn_rows(kvt_context *c, int32_t seq, int32_t il, const kvt_attn_params *ap, const float *q,
-                            const float *k, int64_t pos0, int64_t n, bool prompt, float *out, kvt_err *err) {
-    if (c->sp) {
-        return kvt_sparse_attention(c->sp, c->kv, seq, il, ap, q, k, pos0, n, prompt, out, c->pool, c->attn_scratch, c->attn_ws,
-                                    err);
-    }
-    return kvt_attention(c->kv, seq, il, ap, q, pos0, n, out, c->pool, c->attn_scratch, c->attn_ws, err);
-}
-
-// Appends the micro-batch's K/V of layer il and attends over each sequence's cache. Across sequences,
-// consecutive rows of one sequence (a run: a prefill chunk) append and attend together, as a run alone does.
-static kvt_status attend(kvt_context *c, const ubatch *u, int32_t il, const kvt_attn_params *ap, kvt_err *err) {
-    const kvt_hparams *hp = &c->m->hp;
-    if (!u->seqs) {
-        kvt_status st = c->kv->ops->append(c->kv, u->seq, il, u->pos0, u->n, c->k, c->v, err);
-        if (st) return st;
-        return attn_rows(c, u->seq, il, ap, c->q, c->k, u->pos0, u->n, u->prompt, c->att, err);
-    }
-    const int64_t Q = (int64_t)hp->n_head * hp->head_dim, K = (int64_t)hp->n_head_kv * hp->head_dim,
-                  V = (int64_t)hp->n_head_kv * hp->head_dim_v, A = (int64_t)hp->n_head * hp->head_dim_v;
-    for (int64_t t = 0; t < u->n;) {
-        int64_t r = 1; // rows of this run
-        while (t + r < u->n && u->seqs[t + r] == u->seqs[t] && u->pos[t + r] == u->pos[t] + r) r++;
-        kvt_status st = c->kv->ops->append(c->kv, u->seqs[t], il, u->pos[t], r, c->k + t * K, c->v + t * V, err);
-        if (st) return st;
-        st = attn_rows(c, u->seqs[t], il, ap, c->q + t * Q, c->k + t * K, u->pos[t], r, u->prompt_rows && u->prompt_rows[t],
-                       c->att + t * A, err);
-        if (st) return st;
-        t += r;
-    }
-    return KVT_OK;
-}
-
-// One micro-batch; logits ([n_out, n_vocab]) of rows out[0..n_out) (increasing), or, out NULL, of the last
-// n_out rows.
-static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, const int64_t *out, int64_t n_out, float *logits,
-                                 kvt_err *err) {
+// One micro-batch: the embedding rows into the residual stream, then each stage of the split in layer order
+// (backend.h); logits ([n_out, n_vocab]) of rows out[0..n_out) (increasing), or, out NULL, of the last n_out rows.
+// lazy_row0 >= 0: the stage with the output may keep them in its backend (kvt_head.logits NULL; c->lazy_be), to be
+// fetched into c->logits from row lazy_row0 by kvt_context_logits, or only their greedy ids by kvt_context_argmax;
+// < 0: written to logits now.
+static kvt_status forward_ubatch(kvt_context *c, kvt_ubatch *u, const int64_t *out, int64_t n_out, float *logits,
+                                 int64_t lazy_row0, kvt_err *err) {
     const int32_t *tokens = u->tokens;
     const int64_t n = u->n;
     const kvt_model *m = c->m;
@@ -407,69 +277,26 @@ static kvt_status forward_ubatch(kvt_context *c, const ubatch *u, const int64_t 
     const int64_t E = hp->n_embd;
     const kvt_type_ops *eops = kvt_type_ops_get(m->tok_embd.type);
     const int64_t erow = kvt_row_size(m->tok_embd.type, E);
+    c->lazy_be = NULL;
+    c->lazy_failed = false;
     for (int64_t t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab) {
             return kvt_errorf(err, KVT_ERR_INVALID_ARG, "token id %d out of range (vocabulary %d)", tokens[t], hp->n_vocab);
         }
         eops->to_float((const uint8_t *)m->tok_embd.data + tokens[t] * erow, c->x + t * E, E);
         if (hp->embd_scale != 1.0f) kvt_vec_scale_f32(c->x + t * E, hp->embd_scale, E);
+        c->ub_seq[t] = u->seqs ? u->seqs[t] : u->seq;
+        c->ub_pos[t] = ub_pos(u, t);
     }
-    kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
-                          m->rope_freqs};
-    for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, ub_pos(u, t), c->rope_cs + t * hp->n_rot);
-    if (hp->n_swa > 0) { // the local layers' table (their own base, no scaling)
-        rp.freq_base = hp->rope_freq_base_swa;
-        rp.freq_scale = hp->rope_freq_scale_swa;
-        float *cs = c->rope_cs + c->p.n_ubatch * hp->n_rot;
-        for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, ub_pos(u, t), cs + t * hp->n_rot);
-    }
-    ew_run(c, NULL, EW_NORM, m->layers[0].attn_norm, NULL, n);
-    const int32_t il_cpu = c->gpu ? c->gpu_il0 : hp->n_layer; // layers [il_cpu, n_layer) run on the device
-    for (int32_t il = 0; il < il_cpu; il++) {
-        const kvt_layer *L = &m->layers[il];
-        const kvt_attn_params ap = {hp->n_head, hp->attn_scale, KVT_ATTN_TILE, L->window};
-        const kvt_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        float *qkv_out[3] = {c->q, c->k, c->v};
-        kvt_matmul_par(c->pool, qkv, qkv_out, 3, c->xn, n, c->qact);
-        ew_run(c, L, EW_QK, NULL, NULL, n);
-        kvt_status st = attend(c, u, il, &ap, err);
+    u->row_seq = c->ub_seq;
+    u->row_pos = c->ub_pos;
+    for (int32_t i = 0; i < c->n_stages; i++) {
+        const kvt_stage *s = &c->stages[i];
+        const bool keep = s->head && lazy_row0 >= 0 && s->b->ops->logits && n_out > 0; // the logits stay there
+        const kvt_head head = {out, n_out, keep ? NULL : logits};
+        kvt_status st = s->b->ops->eval(s->b, u, s->il0, s->il1, c->x, s->head ? &head : NULL, err);
         if (st) return st;
-        matmul(c, &L->wo, c->att, n, c->tmp);
-        ew_run(c, NULL, EW_ADD | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
-        const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
-        float *gu_out[2] = {c->gate, c->up};
-        kvt_matmul_par(c->pool, gu, gu_out, 2, c->xn, n, c->qact);
-        kvt_glu_par(c->pool, hp->ffn_act == KVT_FFN_GEGLU, c->gate, c->up, n * hp->n_ff);
-        matmul(c, &L->w_down, c->gate, n, c->tmp);
-        // residual, then the next layer's attention pre-norm in the same pass
-        if (il + 1 < hp->n_layer) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
-        else ew_run(c, NULL, EW_ADD, NULL, L->post_ffn_norm, n);
-    }
-    if (c->gpu) {
-        for (int64_t t = 0; t < n; t++) {
-            c->ub_seq[t] = u->seqs ? u->seqs[t] : u->seq;
-            c->ub_pos[t] = ub_pos(u, t);
-        }
-        kvt_status st = kvt_gpu_layers_run(c->gpu, n, c->ub_seq, c->ub_pos, c->x, out, n_out, logits, err);
-        if (st) return st;
-    }
-    if (c->gpu_output) { // the device computed the logits
-        if (hp->logit_softcap > 0.0f) {
-            const float cap = hp->logit_softcap;
-            for (int64_t i = 0; i < n_out * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
-        }
-        return KVT_OK;
-    }
-    // logits of the rows asked for: their normed rows packed at the start of xn (row k from row out[k] >= k)
-    if (n_out <= 0) return KVT_OK;
-    for (int64_t k = 0; k < n_out; k++) {
-        const int64_t t = out ? out[k] : n - n_out + k;
-        kvt_rmsnorm_f32(c->xn + k * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
-    }
-    matmul(c, &m->output, c->xn, n_out, logits);
-    if (hp->logit_softcap > 0.0f) {
-        const float cap = hp->logit_softcap;
-        for (int64_t i = 0; i < n_out * hp->n_vocab; i++) logits[i] = cap * tanhf(logits[i] / cap);
+        if (keep) c->lazy_be = s->b, c->lazy_row0 = lazy_row0, c->lazy_rows = n_out;
     }
     return KVT_OK;
 }
@@ -503,8 +330,9 @@ static kvt_status decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens,
     for (int64_t i = 0; i < n; i += c->p.n_ubatch) {
         int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         float *dst = all_logits ? c->logits + i * hp->n_vocab : c->logits;
-        const ubatch u = {tokens + i, nb, seq, past + i, NULL, NULL, prompt, NULL};
-        kvt_status st = forward_ubatch(c, &u, NULL, all_logits ? nb : 1, dst, err);
+        const bool last = i + nb == n; // without all_logits only the last micro-batch's last row is kept
+        kvt_ubatch u = {tokens + i, nb, seq, past + i, NULL, NULL, prompt, NULL, NULL, NULL};
+        kvt_status st = forward_ubatch(c, &u, NULL, all_logits ? nb : last, dst, last ? (all_logits ? i : 0) : -1, err);
         if (st) {
             kv_truncate(c, seq, past);
             return st;
@@ -546,8 +374,8 @@ kvt_status kvt_decode_batch(kvt_context *c, const int32_t *seqs, const int32_t *
     for (int64_t i = 0; i < n; i++) pos[i] = c->n_past[seqs[i]];
     for (int64_t i = 0; !st && i < n; i += c->p.n_ubatch) {
         const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
-        const ubatch u = {tokens + i, nb, -1, 0, seqs + i, pos + i, false, NULL};
-        st = forward_ubatch(c, &u, NULL, nb, c->logits + i * n_vocab, err);
+        kvt_ubatch u = {tokens + i, nb, -1, 0, seqs + i, pos + i, false, NULL, NULL, NULL};
+        st = forward_ubatch(c, &u, NULL, nb, c->logits + i * n_vocab, i + nb == n ? i : -1, err);
     }
     for (int64_t i = 0; i < n; i++) {
         if (st) kv_truncate(c, seqs[i], pos[i]);
@@ -600,8 +428,8 @@ kvt_status kvt_decode_runs(kvt_context *c, const kvt_batch_run *runs, int64_t n_
         const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         int64_t k1 = k;
         while (k1 < n_out && out[k1] < i + nb) out[k1++] -= i; // rows of this micro-batch, relative to it
-        const ubatch u = {tok + i, nb, -1, 0, seqs + i, pos + i, false, prompt + i};
-        st = forward_ubatch(c, &u, out + k, k1 - k, c->logits + k * n_vocab, err);
+        kvt_ubatch u = {tok + i, nb, -1, 0, seqs + i, pos + i, false, prompt + i, NULL, NULL};
+        st = forward_ubatch(c, &u, out + k, k1 - k, c->logits + k * n_vocab, i + nb == n ? k : -1, err);
         k = k1;
     }
     for (int64_t i = 0; i < n_runs; i++) {
@@ -638,7 +466,7 @@ kvt_status kvt_context_seq_fork(kvt_context *c, int32_t src, int32_t *dst, kvt_e
     }
     // the fork's sparse state: a copy of src's, so that it selects as src would with the same tokens; its device KV
     if ((st = kvt_sparse_seq_fork(c->sp, src, *dst, c->n_past[src], err)) ||
-        (c->gpu && (st = kvt_gpu_layers_seq_fork(c->gpu, src, *dst, err)))) {
+        (c->gpu_be && (st = c->gpu_be->ops->seq_fork(c->gpu_be, src, *dst, err)))) {
         c->kv->ops->seq_free(c->kv, *dst);
         return st;
     }
@@ -650,13 +478,13 @@ void kvt_context_seq_free(kvt_context *c, int32_t seq) {
     if (seq <= 0 || !seq_valid(c, seq)) return; // sequence 0 lives as long as the context
     kvt_sparse_seq_free(c->sp, seq); // first: it waits for the worker's jobs of seq (which prefetch its blocks)
     c->kv->ops->seq_free(c->kv, seq);
-    if (c->gpu) kvt_gpu_layers_seq_truncate(c->gpu, seq, 0);
+    if (c->gpu_be) c->gpu_be->ops->seq_truncate(c->gpu_be, seq, 0);
     c->n_past[seq] = -1;
 }
 
 kvt_status kvt_context_seq_set_n_past(kvt_context *c, int32_t seq, int64_t n, kvt_err *err) {
     if (!seq_valid(c, seq)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d does not exist", seq);
-    if (c->gpu && n > 0) { // the KV written through kvt_context_kv is the CPU store's: the device layers would have none
+    if (c->gpu_be && n > 0) { // the KV written through kvt_context_kv is the CPU store's: the device layers would have none
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "restoring a KV cache with --gpu-layers is not implemented yet");
     }
     if (n < 0 || n > c->p.n_ctx) {
@@ -677,7 +505,46 @@ void kvt_context_seq_truncate(kvt_context *c, int32_t seq, int64_t n_keep) {
     }
 }
 
-const float *kvt_context_logits(const kvt_context *c) { return c->logits; }
+const float *kvt_context_logits(kvt_context *c) {
+    if (c->lazy_be) { // the device kept them: fetch them now (once)
+        kvt_backend *b = c->lazy_be;
+        c->lazy_be = NULL;
+        float *dst = c->logits + c->lazy_row0 * c->m->hp.n_vocab;
+        if (b->ops->logits(b, c->lazy_rows, dst, &c->lazy_err)) {
+            for (int64_t i = 0; i < c->lazy_rows * c->m->hp.n_vocab; i++) dst[i] = NAN;
+            c->lazy_failed = true;
+        }
+    }
+    return c->logits;
+}
+
+kvt_status kvt_context_argmax(kvt_context *c, int32_t *ids, bool *finite, kvt_err *err) {
+    const int64_t V = c->m->hp.n_vocab;
+    *finite = true;
+    if (c->lazy_failed) return kvt_errorf(err, KVT_ERR_IO, "%s", c->lazy_err.msg);
+    const int64_t host_rows = c->lazy_be ? c->lazy_row0 : c->n_out; // rows already on the host
+    for (int64_t r = 0; r < host_rows; r++) {
+        ids[r] = kvt_argmax(c->logits + r * V, V);
+        if (!kvt_all_finite(c->logits + r * V, V)) *finite = false;
+    }
+    if (!c->lazy_be) return KVT_OK;
+    kvt_status st = c->lazy_be->ops->argmax ? c->lazy_be->ops->argmax(c->lazy_be, c->lazy_rows, ids + host_rows, err)
+                                            : KVT_ERR_UNSUPPORTED;
+    if (st == KVT_ERR_UNSUPPORTED) { // not offered (a final softcap): the logits, then the host's argmax
+        kvt_context_logits(c);
+        if (c->lazy_failed) return kvt_errorf(err, KVT_ERR_IO, "%s", c->lazy_err.msg);
+        for (int64_t r = host_rows; r < c->n_out; r++) {
+            ids[r] = kvt_argmax(c->logits + r * V, V);
+            if (!kvt_all_finite(c->logits + r * V, V)) *finite = false;
+        }
+        return KVT_OK;
+    }
+    if (st) return st;
+    for (int64_t r = host_rows; r < c->n_out; r++) {
+        if (ids[r] < 0) *finite = false, ids[r] = 0;
+    }
+    return KVT_OK;
+}
 int64_t kvt_context_n_past(const kvt_context *c) { return c->n_past[0]; }
 int64_t kvt_context_n_ctx(const kvt_context *c) { return c->p.n_ctx; }
 int kvt_context_n_threads(const kvt_context *c) { return c->p.n_threads; }
@@ -686,16 +553,15 @@ kvt_kv *kvt_context_kv(kvt_context *c) { return c->kv; }
 
 void kvt_context_set_plan(kvt_context *c, const int32_t *seqs, int64_t n) {
     if (!strcmp(c->kv->ops->name, "paged")) kvt_kv_paged_set_plan(c->kv, seqs, n);
-    kvt_err e;
-    if (c->gpu) (void)kvt_gpu_layers_set_plan(c->gpu, seqs, n, &e); // (out of memory: no plan, a hint only)
+    if (c->gpu_be) c->gpu_be->ops->set_plan(c->gpu_be, seqs, n);
 }
 struct kvt_sparse *kvt_context_sparse(kvt_context *c) { return c->sp; }
 int64_t kvt_context_prompt_tail(const kvt_context *c) { return kvt_sparse_prompt_tail(c->sp); }
 void kvt_context_kv_stats(kvt_context *c, kvt_kv_stats *out) { kvt_kv_get_stats(c->kv, out); }
 bool kvt_context_gpu_stats(const kvt_context *c, kvt_gpu_layers_stats *out) {
     memset(out, 0, sizeof *out);
-    if (!c->gpu) return false;
-    kvt_gpu_layers_get_stats(c->gpu, out);
+    if (!c->gpu_be) return false;
+    kvt_gpu_layers_get_stats(kvt_backend_cuda_layers(c->gpu_be), out);
     return true;
 }
 int64_t kvt_context_scratch_bytes(const kvt_context *c) { return c->scratch_bytes; }

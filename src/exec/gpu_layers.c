@@ -29,11 +29,14 @@ struct kvt_gpu_layers {
     void *w_out;            // p.output: device output weight (token_embd when tied)
     float *out_norm;        // p.output: device [n_embd]
     float *logits;          // p.output: device [n_ubatch, n_vocab]
+    int32_t *dids;          // p.output: device [n_ubatch] greedy ids (kvt_gpu_layers_argmax)
+    int64_t kept;           // rows of logits the last run left on the device (its logits NULL), else 0
     // scratch, device [n_ubatch, width] f32: x, xn, q, k, v, att, tmp, gate, up; int32 [n_ubatch] positions, rows'
     // sequences and lengths, with their host staging
     float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up;
     int32_t *dpos, *drow, *dlen, *hpos, *hrow, *hlen;
     int64_t h2d, d2h, d2d, calls; // bytes moved after init (kvt_gpu_layers_stats)
+    int64_t argmax_calls;         // kvt_gpu_layers_argmax calls
 };
 
 static kvt_status cu_fail(const kvt_gpu_layers *g, const char *what, kvt_err *err) {
@@ -126,6 +129,8 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
         if (!st) st = upload(g, m->output_norm, (size_t)E * sizeof(float), (void **)&g->out_norm, err);
         if (!st && g->api->dev_malloc(g->ctx, (size_t)(p->n_ubatch * hp->n_vocab) * sizeof(float), (void **)&g->logits))
             st = cu_fail(g, "allocation of the logits", err);
+        if (!st && g->api->dev_malloc(g->ctx, (size_t)p->n_ubatch * sizeof(int32_t), (void **)&g->dids))
+            st = cu_fail(g, "allocation of the greedy ids", err);
     }
     // scratch
     const int64_t U = p->n_ubatch, Q = (int64_t)hp->n_head * hd, K = (int64_t)hp->n_head_kv * hd;
@@ -173,9 +178,9 @@ void kvt_gpu_layers_free(kvt_gpu_layers *g) {
             for (int j = 0; j < 16; j++) A->dev_free(g->ctx, ps[j]);
         }
         kvt_gpu_kv_free(g->kv);
-        void *ps[16] = {g->ff, g->x,    g->xn,   g->q,   g->k,     g->v,        g->att,   g->tmp,
-                        g->gate, g->up, g->dpos, g->drow, g->dlen, g->w_out, g->out_norm, g->logits};
-        for (int j = 0; j < 16; j++) A->dev_free(g->ctx, ps[j]);
+        void *ps[17] = {g->ff,   g->x,  g->xn,   g->q,    g->k,    g->v,     g->att,      g->tmp,    g->gate,
+                        g->up,   g->dpos, g->drow, g->dlen, g->w_out, g->out_norm, g->logits, g->dids};
+        for (int j = 0; j < 17; j++) A->dev_free(g->ctx, ps[j]);
         A->ctx_free(g->ctx);
     }
     free(g->L);
@@ -257,6 +262,7 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
                           (long long)g->p.n_ubatch);
     }
     int32_t max_len = 0;
+    g->kept = 0;
     kvt_status st = kvt_gpu_kv_begin(g->kv, n, seqs, pos, &max_len, err);
     if (st) return st;
     for (int64_t t = 0; t < n; t++) {
@@ -289,11 +295,44 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
         }
         CU(g->api->rmsnorm(g->ctx, g->xn, g->out_norm, g->xn, n_out, E, hp->rms_eps), "output norm");
         CU(mm(g, &g->m->output, g->w_out, g->xn, n_out, g->logits), "output");
-        CU(g->api->copy_d2h(g->ctx, logits, g->logits, (size_t)(n_out * hp->n_vocab) * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
-           "download of the logits");
-        g->d2h += n_out * hp->n_vocab * (int64_t)sizeof(float);
+        if (!logits) {
+            g->kept = n_out; // kvt_gpu_layers_logits / _argmax fetch them
+        } else {
+            CU(g->api->copy_d2h(g->ctx, logits, g->logits, (size_t)(n_out * hp->n_vocab) * sizeof(float),
+                                KVT_CUDA_STREAM_COMPUTE), "download of the logits");
+            g->d2h += n_out * hp->n_vocab * (int64_t)sizeof(float);
+        }
     }
     CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "forward pass");
+    return KVT_OK;
+}
+
+static kvt_status check_kept(const kvt_gpu_layers *g, int64_t n_out, kvt_err *err) {
+    if (n_out < 1 || n_out > g->kept) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device logits: %lld rows asked, %lld kept by the last run", (long long)n_out,
+                          (long long)g->kept);
+    }
+    return KVT_OK;
+}
+
+kvt_status kvt_gpu_layers_logits(kvt_gpu_layers *g, int64_t n_out, float *dst, kvt_err *err) {
+    kvt_status st = check_kept(g, n_out, err);
+    if (st) return st;
+    const size_t bytes = (size_t)(n_out * g->m->hp.n_vocab) * sizeof(float);
+    CU(g->api->copy_d2h(g->ctx, dst, g->logits, bytes, KVT_CUDA_STREAM_COMPUTE), "download of the logits");
+    CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "download of the logits");
+    g->d2h += (int64_t)bytes;
+    return KVT_OK;
+}
+
+kvt_status kvt_gpu_layers_argmax(kvt_gpu_layers *g, int64_t n_out, int32_t *ids, kvt_err *err) {
+    kvt_status st = check_kept(g, n_out, err);
+    if (st) return st;
+    CU(g->api->argmax(g->ctx, g->logits, n_out, g->m->hp.n_vocab, g->dids, 1), "argmax of the logits");
+    CU(g->api->copy_d2h(g->ctx, ids, g->dids, (size_t)n_out * sizeof(int32_t), KVT_CUDA_STREAM_COMPUTE), "download of the ids");
+    CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "argmax of the logits");
+    g->d2h += n_out * (int64_t)sizeof(int32_t);
+    g->argmax_calls++;
     return KVT_OK;
 }
 
@@ -310,5 +349,5 @@ void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out
     kvt_gpu_kv_stats k;
     kvt_gpu_kv_get_stats(g->kv, &k);
     *out = (kvt_gpu_layers_stats){g->nl, g->p.output, g->weight_bytes, k.vram_bytes, g->h2d + k.h2d_bytes + k.table_bytes,
-                                  g->d2h + k.d2h_bytes, k.d2d_bytes, g->calls, k};
+                                  g->d2h + k.d2h_bytes, k.d2d_bytes, g->calls, g->argmax_calls, k};
 }

@@ -17,6 +17,7 @@
 
 #include "../base/status.h"
 #include "../model/model.h"
+#include "backend.h"
 #include "backend_cuda.h"
 #include "gpu_kv.h"
 
@@ -53,9 +54,27 @@ void kvt_gpu_layers_free(kvt_gpu_layers *g);
 // sequence's first row at the position it holds: as kvt_decode_* give them). x: host [n, n_embd] f32, the residual
 // stream after layer il0 - 1 on entry, after the last layer on return (without p.output). With p.output the device
 // also computes the logits of rows out[0 .. n_out) (increasing; out NULL: the last n_out rows) into logits, host
-// [n_out, n_vocab], and x is not written back. Synchronous.
+// [n_out, n_vocab] (logits NULL: they stay in VRAM for kvt_gpu_layers_logits / _argmax until the next run), and x is
+// not written back. Synchronous.
 kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs, const int64_t *pos, float *x,
                               const int64_t *out, int64_t n_out, float *logits, kvt_err *err);
+
+// The logits the last run kept in VRAM (p.output, its logits NULL; n_out <= the rows it computed, else
+// KVT_ERR_INVALID_ARG): rows [0, n_out) into dst, host [n_out, n_vocab]; or only their greedy ids, host [n_out]
+// (kvt_cuda_api.argmax with flag_nonfinite: kvt_argmax's id, -1 for a row holding a NaN or an infinity), n_out x 4
+// bytes crossing instead of n_out x n_vocab x 4. Either may be called, and again, until the next run. Synchronous.
+kvt_status kvt_gpu_layers_logits(kvt_gpu_layers *g, int64_t n_out, float *dst, kvt_err *err);
+kvt_status kvt_gpu_layers_argmax(kvt_gpu_layers *g, int64_t n_out, int32_t *ids, kvt_err *err);
+
+// The CUDA backend (backend.h) over the device layers: lib (opened by kvt_cuda_backend_open) is taken over (closed by
+// the backend's free, or here on failure); p and m as for kvt_gpu_layers_init. Its eval runs layers [p.il0, n_layer)
+// (a range that differs is KVT_ERR_INVALID_ARG) and with a head the output (p.output); keeps the logits in VRAM when
+// the head's logits are NULL (final softcap then applied on fetching; argmax falls back to KVT_ERR_UNSUPPORTED with a
+// softcap, which is not monotone-safe in f32 ties).
+kvt_status kvt_backend_cuda_init(kvt_cuda_backend *lib, const kvt_model *m, const kvt_gpu_layers_params *p,
+                                 kvt_backend **out, kvt_err *err);
+// The device layers of a backend made by kvt_backend_cuda_init (borrowed).
+kvt_gpu_layers *kvt_backend_cuda_layers(kvt_backend *b);
 
 // Sequences: dst gets a copy of src's device KV (its positions [0, n_past(src))); truncate keeps positions
 // [0, n_keep) (freeing the blocks past them; n_keep 0 frees the sequence). An unknown sequence is a no-op.
@@ -74,6 +93,7 @@ typedef struct {
     int64_t d2h_bytes;     // device -> host: the residual stream or the logits, KV blocks written back
     int64_t d2d_bytes;     // device -> device: KV blocks copied by forks
     int64_t calls;         // kvt_gpu_layers_run calls (micro-batches)
+    int64_t argmax_calls;  // greedy ids taken on the device (kvt_gpu_layers_argmax: only the ids downloaded)
     kvt_gpu_kv_stats kv;   // the KV cache's tiers and transfers (included in the totals above)
 } kvt_gpu_layers_stats;
 void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out);

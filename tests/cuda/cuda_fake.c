@@ -19,6 +19,7 @@
 // pageable host memory returns once done (it forces its stream); dev_free, host_free, ctx_free and the
 // synchronizing entries run what they wait for. An operation that fails while deferred reports its error at the
 // next synchronizing entry (as a fault inside a CUDA kernel does).
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -36,6 +37,7 @@ enum { OP_WAIT, OP_COPY, OP_BATCH, OP_MEMSET, OP_MMV, OP_MM, OP_DEQ, OP_NORM, OP
        OP_ARGMAX, OP_ATTN };
 typedef struct {
     int kind, type, byte;
+    int flag;            // OP_ARGMAX: flag_nonfinite
     int wait_stream;     // OP_WAIT: the stream waited for, until it has run wait_pos operations
     int64_t wait_pos;
     const void *a, *b;   // inputs
@@ -187,12 +189,16 @@ static int k_get_rows(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows
     }
     return KVT_CUDA_OK;
 }
-static int k_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out) {
+static int k_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out, int flag_nonfinite) {
     (void)ctx;
     for (int64_t r = 0; r < n_rows; r++) {
         int64_t best = 0;
-        for (int64_t i = 1; i < n; i++) best = x[r * n + i] > x[r * n + best] ? i : best;
-        out[r] = (int32_t)best;
+        bool bad = false;
+        for (int64_t i = 0; i < n; i++) {
+            bad |= !(fabsf(x[r * n + i]) <= FLT_MAX);
+            best = x[r * n + i] > x[r * n + best] ? i : best;
+        }
+        out[r] = flag_nonfinite && bad ? -1 : (int32_t)best;
     }
     return KVT_CUDA_OK;
 }
@@ -266,7 +272,7 @@ static int run_op(kvt_cuda_ctx *ctx, op *o) {
     case OP_GEGLU: return k_geglu(ctx, o->c, o->a, o->n0);
     case OP_ADD: return k_add(ctx, o->c, o->a, o->n0);
     case OP_ROWS: return k_get_rows(ctx, o->type, o->a, o->n0, o->n1, o->b, o->n2, o->c);
-    case OP_ARGMAX: return k_argmax(ctx, o->a, o->n0, o->n1, o->c);
+    case OP_ARGMAX: return k_argmax(ctx, o->a, o->n0, o->n1, o->c, o->flag);
     case OP_ATTN: return k_attn_paged(ctx, &o->attn);
     }
     return fail(ctx, KVT_CUDA_ERR_ARG, "fake: operation %d", o->kind);
@@ -481,8 +487,8 @@ static int q_get_rows(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows
                       int64_t n_ids, float *out) {
     return submit(ctx, COMPUTE, &(op){.kind = OP_ROWS, .type = type, .a = W, .n0 = n_rows, .n1 = n_cols, .b = ids, .n2 = n_ids, .c = out});
 }
-static int q_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out) {
-    return submit(ctx, COMPUTE, &(op){.kind = OP_ARGMAX, .a = x, .n0 = n_rows, .n1 = n, .c = out});
+static int q_argmax(kvt_cuda_ctx *ctx, const float *x, int64_t n_rows, int64_t n, int32_t *out, int flag_nonfinite) {
+    return submit(ctx, COMPUTE, &(op){.kind = OP_ARGMAX, .a = x, .n0 = n_rows, .n1 = n, .c = out, .flag = flag_nonfinite});
 }
 static int q_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
     if (a->head_dim > KVT_CUDA_ATTN_MAX_HEAD_DIM || a->n_head % a->n_kv_head) return fail(ctx, KVT_CUDA_ERR_ARG, "attn_paged: shape");

@@ -204,15 +204,19 @@ void check_reductions() {
                     ok_norm = false, snprintf(msg, sizeof msg, "rmsnorm n %lld element %lld: %.9g, vec.c %.9g", (long long)n, (long long)i,
                                               y[(size_t)i], ref[(size_t)i]);
         }
-        for (int variant = 0; variant < 3 && ok_arg; variant++) { // plain, a tie planted before the max, NaNs
+        // plain, a tie planted before the max, NaNs (not at 0), a NaN at index 0 too, an infinity
+        for (int variant = 0; variant < 5 && ok_arg; variant++) {
             std::vector<float> v = x;
             const int32_t m = kvt_argmax(v.data(), n);
             if (variant == 1 && m > 0) v[(size_t)(m / 2)] = v[(size_t)m];
-            if (variant == 2)
-                for (int64_t i = 1; i < n; i += 3) v[(size_t)i] = quiet_nan();
+            if (variant >= 2 && variant <= 3)
+                for (int64_t i = variant == 3 ? 0 : 1; i < n; i += 3) v[(size_t)i] = quiet_nan();
+            if (variant == 4) v[(size_t)(n / 3)] = n % 2 ? -INFINITY : INFINITY; // +inf wins, -inf never
             float bv[nthreads];
             int64_t bi[nthreads];
-            for (int t = 0; t < nthreads; t++) argmax_part(v.data(), n, t, nthreads, &bv[t], &bi[t]);
+            bool bad[nthreads], any_bad = false;
+            for (int t = 0; t < nthreads; t++) argmax_part(v.data(), n, t, nthreads, &bv[t], &bi[t], &bad[t]);
+            for (int t = 0; t < nthreads; t++) any_bad |= bad[t]; // the warps' __any_sync, then the block's OR
             for (int k = 0; k < W; k++)
                 for (int off = 16; off > 0; off /= 2) {
                     float nv[32];
@@ -228,12 +232,19 @@ void check_reductions() {
             int64_t besti = bi[0];
             for (int k = 1; k < W; k++)
                 if (bi[32 * k] >= 0 && argmax_better(bv[32 * k], bi[32 * k], best, besti)) best = bv[32 * k], besti = bi[32 * k];
-            const int32_t want = kvt_argmax(v.data(), n), got = (int32_t)(besti < 0 ? 0 : besti);
-            if (got != want) ok_arg = false, snprintf(msg, sizeof msg, "argmax n %lld variant %d: %d, kvt_argmax %d", (long long)n, variant, got, want);
+            bool finite = true;
+            for (int64_t i = 0; i < n; i++) finite &= std::isfinite(v[(size_t)i]);
+            for (int flag = 0; flag < 2 && ok_arg; flag++) {
+                const int32_t want = flag && !finite ? -1 : kvt_argmax(v.data(), n);
+                const int32_t got = argmax_result(v[0], besti, any_bad, flag);
+                if (got != want)
+                    ok_arg = false, snprintf(msg, sizeof msg, "argmax n %lld variant %d flag %d: %d, want %d", (long long)n, variant,
+                                             flag, got, want);
+            }
         }
     }
     report(ok_norm, "rmsnorm pieces (256 threads, shuffle trees emulated): within 1e-6 of kvt_rmsnorm_f32 per element", msg);
-    report(ok_arg, "argmax pieces (256 threads, shuffle trees emulated): equal to kvt_argmax (ties, NaNs)", msg);
+    report(ok_arg, "argmax pieces (256 threads, shuffle trees emulated): equal to kvt_argmax (ties, NaNs, NaN at 0), -1 for non-finite rows when flagged", msg);
 }
 
 // mul_mat_gemm's cublasGemmEx arguments (gemm_args_for) applied with the column-major semantics of

@@ -1,0 +1,171 @@
+// backend_cpu.c - the CPU backend (backend.h): a range of layers and the output over the context's buffers, KV store
+// and thread pool, exactly the CPU forward pass as it ran before the backend table (same calls in the same order, so
+// the logits are bit for bit those of before).
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "../attn/attention.h"
+#include "../kernels/quant.h"
+#include "../kernels/vec.h"
+#include "context_impl.h"
+#include "ew_par.h"
+#include "matmul_par.h"
+
+static void matmul(kvt_context *c, const kvt_weight *w, const float *x, int64_t n, float *y) {
+    kvt_matmul_par(c->pool, &w, &y, 1, x, n, c->qact);
+}
+
+// Per-head RMS norm (qwen3) then rope, for one token's `heads` heads at x; cs = the token's rope table.
+static void qk_finish(const kvt_context *c, float *x, const float *cs, int32_t heads, const float *norm) {
+    const kvt_hparams *hp = &c->m->hp;
+    kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
+                          c->m->rope_freqs};
+    for (int32_t h = 0; h < heads; h++) {
+        float *xh = x + (int64_t)h * hp->head_dim;
+        if (norm) kvt_rmsnorm_f32(xh, xh, norm, hp->head_dim, hp->rms_eps);
+        kvt_rope_apply(&rp, cs, xh);
+    }
+}
+
+// The per-token element-wise work between the matmuls of a layer. Each token's rows are independent
+// of the others', so a micro-batch splits them over the pool by token ranges (SwiGLU, in
+// kvt_swiglu_par, by element ranges); each element sees the same operations in the same order as
+// on one thread, so the result is bitwise that of a serial loop.
+enum {
+    EW_ADD = 1,  // x += tmp                                  (residual)
+    EW_NORM = 2, // xn = rmsnorm(x) * norm                    (pre-norm of the next matmul)
+    EW_QK = 4,   // q, k, v += biases; q, k: per-head norm, rope
+};
+typedef struct {
+    kvt_context *c;
+    const kvt_layer *L; // biases, q/k norms (EW_QK)
+    const float *norm;  // [n_embd] weight of EW_NORM
+    const float *post;  // [n_embd] weight of the norm of tmp before EW_ADD (gemma3 post-norms), or NULL
+    int flags;
+} ew_job;
+
+static void ew_range(void *vctx, int64_t t0, int64_t t1) {
+    const ew_job *j = vctx;
+    kvt_context *c = j->c;
+    const kvt_hparams *hp = &c->m->hp;
+    const int64_t E = hp->n_embd;
+    const kvt_layer *L = j->L;
+    const int64_t Q = L ? L->wq.rows : 0, K = L ? L->wk.rows : 0, V = L ? L->wv.rows : 0;
+    for (int64_t t = t0; t < t1; t++) {
+        if (j->post) kvt_rmsnorm_f32(c->tmp + t * E, c->tmp + t * E, j->post, E, hp->rms_eps);
+        if (j->flags & EW_ADD) kvt_vec_add_f32(c->x + t * E, c->tmp + t * E, E);
+        if (j->flags & EW_NORM) kvt_rmsnorm_f32(c->xn + t * E, c->x + t * E, j->norm, E, hp->rms_eps);
+        if (j->flags & EW_QK) {
+            if (L->bq) kvt_vec_add_f32(c->q + t * Q, L->bq, Q);
+            if (L->bk) kvt_vec_add_f32(c->k + t * K, L->bk, K);
+            if (L->bv) kvt_vec_add_f32(c->v + t * V, L->bv, V);
+            const float *cs = c->rope_cs + ((L->rope_local ? c->p.n_ubatch : 0) + t) * hp->n_rot;
+            qk_finish(c, c->q + t * Q, cs, hp->n_head, L->q_norm);
+            qk_finish(c, c->k + t * K, cs, hp->n_head_kv, L->k_norm);
+        }
+    }
+}
+
+// Runs the element-wise stage `flags` over n tokens: two tokens per task at least, on the pool when
+// there are two such tasks, else on the caller.
+static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *norm, const float *post, int64_t n) {
+    ew_job j = {c, L, norm, post, flags};
+    kvt_par_ranges(c->pool, n, 2, ew_range, &j);
+}
+
+
+// Attention of n tokens of seq at [pos0, pos0 + n) (their keys k, just appended; prompt: a prompt's tokens): dense,
+// or sparse (src/sparse/).
+static kvt_status attn_rows(kvt_context *c, int32_t seq, int32_t il, const kvt_attn_params *ap, const float *q,
+                            const float *k, int64_t pos0, int64_t n, bool prompt, float *out, kvt_err *err) {
+    if (c->sp) {
+        return kvt_sparse_attention(c->sp, c->kv, seq, il, ap, q, k, pos0, n, prompt, out, c->pool, c->attn_scratch, c->attn_ws,
+                                    err);
+    }
+    return kvt_attention(c->kv, seq, il, ap, q, pos0, n, out, c->pool, c->attn_scratch, c->attn_ws, err);
+}
+
+// Appends the micro-batch's K/V of layer il and attends over each sequence's cache. Across sequences,
+// consecutive rows of one sequence (a run: a prefill chunk) append and attend together, as a run alone does.
+static kvt_status attend(kvt_context *c, const kvt_ubatch *u, int32_t il, const kvt_attn_params *ap, kvt_err *err) {
+    const kvt_hparams *hp = &c->m->hp;
+    if (!u->seqs) {
+        kvt_status st = c->kv->ops->append(c->kv, u->seq, il, u->pos0, u->n, c->k, c->v, err);
+        if (st) return st;
+        return attn_rows(c, u->seq, il, ap, c->q, c->k, u->pos0, u->n, u->prompt, c->att, err);
+    }
+    const int64_t Q = (int64_t)hp->n_head * hp->head_dim, K = (int64_t)hp->n_head_kv * hp->head_dim,
+                  V = (int64_t)hp->n_head_kv * hp->head_dim_v, A = (int64_t)hp->n_head * hp->head_dim_v;
+    for (int64_t t = 0; t < u->n;) {
+        int64_t r = 1; // rows of this run
+        while (t + r < u->n && u->seqs[t + r] == u->seqs[t] && u->pos[t + r] == u->pos[t] + r) r++;
+        kvt_status st = c->kv->ops->append(c->kv, u->seqs[t], il, u->pos[t], r, c->k + t * K, c->v + t * V, err);
+        if (st) return st;
+        st = attn_rows(c, u->seqs[t], il, ap, c->q + t * Q, c->k + t * K, u->pos[t], r, u->prompt_rows && u->prompt_rows[t],
+                       c->att + t * A, err);
+        if (st) return st;
+        t += r;
+    }
+    return KVT_OK;
+}
+
+static kvt_context *ctx_of(kvt_backend *b) { return (kvt_context *)((char *)b - offsetof(kvt_context, cpu_be)); }
+
+// Layers [il0, il1) then, with a head, the output of its rows.
+static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int32_t il1, float *x, const kvt_head *head,
+                           kvt_err *err) {
+    kvt_context *c = ctx_of(b);
+    const int64_t n = u->n;
+    const kvt_model *m = c->m;
+    const kvt_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    if (x != c->x) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "cpu backend: the residual stream must be the context's");
+    if (il0 < il1) {
+        kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
+                              m->rope_freqs};
+        for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, u->row_pos[t], c->rope_cs + t * hp->n_rot);
+        if (hp->n_swa > 0) { // the local layers' table (their own base, no scaling)
+            rp.freq_base = hp->rope_freq_base_swa;
+            rp.freq_scale = hp->rope_freq_scale_swa;
+            float *cs = c->rope_cs + c->p.n_ubatch * hp->n_rot;
+            for (int64_t t = 0; t < n; t++) kvt_rope_cache(&rp, u->row_pos[t], cs + t * hp->n_rot);
+        }
+        ew_run(c, NULL, EW_NORM, m->layers[il0].attn_norm, NULL, n);
+    }
+    for (int32_t il = il0; il < il1; il++) {
+        const kvt_layer *L = &m->layers[il];
+        const kvt_attn_params ap = {hp->n_head, hp->attn_scale, KVT_ATTN_TILE, L->window};
+        const kvt_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_out[3] = {c->q, c->k, c->v};
+        kvt_matmul_par(c->pool, qkv, qkv_out, 3, c->xn, n, c->qact);
+        ew_run(c, L, EW_QK, NULL, NULL, n);
+        kvt_status st = attend(c, u, il, &ap, err);
+        if (st) return st;
+        matmul(c, &L->wo, c->att, n, c->tmp);
+        ew_run(c, NULL, EW_ADD | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
+        const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
+        float *gu_out[2] = {c->gate, c->up};
+        kvt_matmul_par(c->pool, gu, gu_out, 2, c->xn, n, c->qact);
+        kvt_glu_par(c->pool, hp->ffn_act == KVT_FFN_GEGLU, c->gate, c->up, n * hp->n_ff);
+        matmul(c, &L->w_down, c->gate, n, c->tmp);
+        // residual, then the next layer's attention pre-norm in the same pass
+        if (il + 1 < il1) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
+        else ew_run(c, NULL, EW_ADD, NULL, L->post_ffn_norm, n);
+    }
+    // logits of the rows asked for: their normed rows packed at the start of xn (row k from row out[k] >= k)
+    if (!head || head->n_out <= 0 || !head->logits) return KVT_OK;
+    for (int64_t k = 0; k < head->n_out; k++) {
+        const int64_t t = head->out ? head->out[k] : n - head->n_out + k;
+        kvt_rmsnorm_f32(c->xn + k * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
+    }
+    matmul(c, &m->output, c->xn, head->n_out, head->logits);
+    if (hp->logit_softcap > 0.0f) {
+        const float cap = hp->logit_softcap;
+        for (int64_t i = 0; i < head->n_out * hp->n_vocab; i++) head->logits[i] = cap * tanhf(head->logits[i] / cap);
+    }
+    return KVT_OK;
+}
+
+// The KV of the CPU layers is the context's store, which forward.c forks and truncates itself.
+const kvt_backend_ops kvt_backend_cpu_ops = {"cpu", cpu_eval, NULL, NULL, NULL, NULL, NULL, NULL};
