@@ -520,6 +520,93 @@ static void check_cli(const test_env *env, const char *model) {
                 "at most %d all-VRAM, %d within 6K", rc, a, b, groups[0], groups[1]);
 }
 
+// Greedy ids on the device (kvt_context_argmax with the output there, -ngl 5): a context decodes the prompt with every
+// row's logits over micro-batches of 4 (so only the last micro-batch's logits stay in VRAM: rows 8.. of 9), 6 steps,
+// a batch of two sequences and a mixed batch of two prompt runs (kvt_decode_runs: the first run's row on the host, the
+// second's kept); after each, the ids are taken first, then the logits fetched, and compared with a twin context that
+// fetches the logits at once: every id kvt_argmax's of those logits, the logits bit for bit the twin's, and the bytes
+// downloaded by the ids alone n_out x 4 (a third context takes only the ids: its device-to-host bytes are the twin's
+// less the logits of the kept rows plus 4 per id). Then the CLI: generate --temp 0 takes the ids on the device
+// (gpu.argmax_calls) and writes the text of --temp 1 --top-k 1 (the same greedy choice from the downloaded logits).
+static void check_argmax(const test_env *env, const char *path) {
+    const char *name = "cuda layers: greedy ids on the device (-ngl 5): kvt_argmax of the logits, which still come back bit "
+                       "for bit; only the ids cross";
+    kvt_err err = {0};
+    kvt_model *m = NULL;
+    bool ok = !kvt_model_load(path, false, &m, &err);
+    const int64_t V = ok ? m->hp.n_vocab : 0;
+    kvt_context *c[3] = {NULL, NULL, NULL}; // 0: ids then logits; 1: logits at once; 2: ids only
+    for (int i = 0; ok && i < 3; i++) {
+        kvt_context_params p = kvt_context_params_default();
+        p.n_ctx = 64, p.n_threads = 1, p.kv_paged = true, p.kv_block = 4, p.n_ubatch = 4, p.n_gpu_layers = 5;
+        ok = !kvt_context_init(m, &p, &c[i], &err);
+    }
+    int32_t ids[16], prompt[9];
+    for (int i = 0; i < 9; i++) prompt[i] = (int32_t)(1 + (i * 37) % (V > 1 ? V - 1 : 1));
+    int bad_id = 0, bad_logits = 0, steps = 0, nonfinite = 0, seq1[3] = {0, 0, 0};
+    int64_t kept = 0; // rows whose logits stayed in VRAM after a call
+    float *want = ok ? malloc((size_t)(9 * V) * sizeof(float)) : NULL;
+    for (int s = 0; ok && want && s < 9; s++, steps++) {
+        int64_t n_out = 0;
+        for (int i = 0; ok && i < 3; i++) {
+            if (s == 0) ok = !kvt_decode_seq(c[i], 0, prompt, 9, true, &err), n_out = 9;
+            else if (s < 7) ok = !kvt_decode_seq(c[i], 0, &prompt[s], 1, false, &err), n_out = 1;
+            else if (s == 7) { // a batch of sequence 0 and a fork of it
+                ok = !kvt_context_seq_fork(c[i], 0, &seq1[i], &err);
+                const int32_t seqs[2] = {0, seq1[i]}, toks[2] = {prompt[1], prompt[2]};
+                ok = ok && !kvt_decode_batch(c[i], seqs, toks, 2, &err), n_out = 2;
+            } else { // two prompt runs of 3 tokens in micro-batches of 4: the first run's row on the host
+                const kvt_batch_run runs[2] = {{0, prompt, 3, true, true}, {seq1[i], prompt + 3, 3, true, true}};
+                ok = !kvt_decode_runs(c[i], runs, 2, &err), n_out = 2;
+            }
+        }
+        if (!ok) break;
+        memcpy(want, kvt_context_logits(c[1]), (size_t)(n_out * V) * sizeof(float));
+        bool finite = false, finite2 = false;
+        ok = !kvt_context_argmax(c[0], ids, &finite, &err);
+        int32_t ids2[16];
+        ok = ok && !kvt_context_argmax(c[2], ids2, &finite2, &err);
+        nonfinite += !finite || !finite2;
+        for (int64_t r = 0; ok && r < n_out; r++) bad_id += ids[r] != kvt_argmax(want + r * V, V) || ids2[r] != ids[r];
+        bad_logits += ok && memcmp(kvt_context_logits(c[0]), want, (size_t)(n_out * V) * sizeof(float)) != 0;
+        kept += s == 0 || s == 8 ? 1 : n_out; // the prompt's row 8, the second run's row; every row of the others
+    }
+    kvt_gpu_layers_stats gs[3];
+    for (int i = 0; i < 3; i++) {
+        if (!c[i] || !kvt_context_gpu_stats(c[i], &gs[i])) memset(&gs[i], 0, sizeof gs[i]);
+        kvt_context_free(c[i]);
+    }
+    free(want);
+    kvt_model_free(m);
+    const int64_t ids_bytes = kept * (V * 4 - 4); // what the ids-only context did not download
+    const bool bytes = gs[2].d2h_bytes == gs[1].d2h_bytes - ids_bytes && gs[0].d2h_bytes == gs[1].d2h_bytes + 4 * kept &&
+                       gs[0].argmax_calls == steps && gs[2].argmax_calls == steps && gs[1].argmax_calls == 0;
+    test_result(ok && steps == 9 && !bad_id && !bad_logits && !nonfinite && bytes, name,
+                "%s; %d steps, ids off %d, logits off %d, non-finite %d; device to host %lld (logits) / %lld (ids, then logits) / "
+                "%lld (ids only, expected %lld), argmax calls %lld", err.msg, steps, bad_id, bad_logits, nonfinite,
+                (long long)gs[1].d2h_bytes, (long long)gs[0].d2h_bytes, (long long)gs[2].d2h_bytes,
+                (long long)(gs[1].d2h_bytes - ids_bytes), (long long)gs[2].argmax_calls);
+    if (!test_file_exists(env->cli)) {
+        test_skip("cuda layers: kvtier generate --temp 0 with greedy ids on the device", "no kvtier binary");
+        return;
+    }
+    const char *cname = "cuda layers: kvtier generate --temp 0 -ngl 5: greedy ids on the device (gpu.argmax_calls), the text of "
+                        "--temp 1 --top-k 1 over the downloaded logits";
+    char cmd[1600], a[4096], b[4096], j[8192], k[8192];
+    const char *base = "%s generate -m %s -ngl 5 --kv-block 4 -p 'hello world' -n 16 -t 1 %s 2>/dev/null";
+    snprintf(cmd, sizeof cmd, base, env->cli, path, "--temp 0");
+    int rc = capture(cmd, a, sizeof a);
+    snprintf(cmd, sizeof cmd, base, env->cli, path, "--temp 1 --top-k 1");
+    rc |= capture(cmd, b, sizeof b);
+    snprintf(cmd, sizeof cmd, base, env->cli, path, "--temp 0 --json");
+    rc |= capture(cmd, j, sizeof j);
+    snprintf(cmd, sizeof cmd, base, env->cli, path, "--temp 1 --top-k 1 --json");
+    rc |= capture(cmd, k, sizeof k);
+    const char *am = strstr(j, "\"argmax_calls\":"), *am2 = strstr(k, "\"argmax_calls\":");
+    test_result(rc == 0 && a[0] && !strcmp(a, b) && am && atoll(am + 15) > 0 && am2 && atoll(am2 + 15) == 0, cname,
+                "exit %d; text '%.60s' / '%.60s'; argmax calls %.24s / %.24s", rc, a, b, am ? am : "missing", am2 ? am2 : "missing");
+}
+
 void test_cuda_layers(const test_env *env) {
     static const char *const names[7] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device (-ngl 4)",
                                          "cuda layers: the last 2 of 4 layers on the device (-ngl 2, CPU/GPU split)",
@@ -547,6 +634,7 @@ void test_cuda_layers(const test_env *env) {
         check_model(path, 4, split, names, NULL, NMSE_LOGITS, 0.01f);
         check_tiers(path);
         check_sched(path);
+        check_argmax(env, path);
         if (test_file_exists(env->cli)) check_cli(env, path);
         else test_skip("cuda layers: kvtier generate and beam --kv-vram", "no kvtier binary");
     } else {

@@ -572,6 +572,7 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_kv_int(j, "device_to_device", gs.d2d_bytes);
         kvt_json_obj_end(j);
         kvt_json_kv_int(j, "calls", gs.calls);
+        kvt_json_kv_int(j, "argmax_calls", gs.argmax_calls); // greedy ids taken on the device (only the ids came back)
         const kvt_gpu_kv_stats *k = &gs.kv; // the KV tiers: VRAM over pinned host memory
         kvt_json_key(j, "kv");
         kvt_json_obj_begin(j);

@@ -50,9 +50,16 @@ kvt_status kvt_generate_cached(kvt_context *ctx, const kvt_tokenizer *tok, const
     if (!st) st = kvt_check_logits(kvt_context_model(ctx), kvt_context_logits(ctx), n_vocab, "the prompt's last token", err);
     if (st) goto done;
     if (prompt_logits) memcpy(prompt_logits, kvt_context_logits(ctx), (size_t)n_vocab * sizeof(float));
+    // greedy without a penalty needs only the id (kvt_context_argmax: where the device holds the logits, only the id
+    // comes back), taken after each decode with the logits' finiteness
+    const kvt_sampler_params *sp = &p->sampling;
+    const bool ids_only = sp->temp <= 0.0f && (sp->repeat_penalty == 1.0f || sp->penalty_last_n <= 0);
+    int32_t next = 0;
+    bool finite = true;
+    if (ids_only && (st = kvt_context_argmax(ctx, &next, &finite, err))) goto done;
     double t1 = kvt_time_ms();
     for (int64_t i = 0; i < p->n_predict; i++) {
-        int32_t id = kvt_sampler_sample(smp, kvt_context_logits(ctx));
+        int32_t id = ids_only ? next : kvt_sampler_sample(smp, kvt_context_logits(ctx));
         kvt_sampler_accept(smp, id);
         out_ids[stats->n_gen++] = id;
         bool go = cb ? cb(user, id) : true;
@@ -62,7 +69,9 @@ kvt_status kvt_generate_cached(kvt_context *ctx, const kvt_tokenizer *tok, const
         }
         if (!go || i + 1 == p->n_predict) break;
         st = kvt_decode(ctx, &id, 1, false, err);
-        if (!st && !kvt_all_finite(kvt_context_logits(ctx), n_vocab)) {
+        if (!st && ids_only) st = kvt_context_argmax(ctx, &next, &finite, err);
+        else if (!st) finite = kvt_all_finite(kvt_context_logits(ctx), n_vocab);
+        if (!st && !finite) {
             char what[64];
             snprintf(what, sizeof what, "generated token %lld", (long long)i + 1);
             st = kvt_check_logits(kvt_context_model(ctx), kvt_context_logits(ctx), n_vocab, what, err);
