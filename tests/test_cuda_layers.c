@@ -53,6 +53,7 @@ typedef struct {
     int64_t copy_min;    // kv_copy_min (0: batched copies under 1 MiB; -1: every copy a DMA)
     int32_t group;       // KV heads per block (kv_group: 0 all, 1 head-wise)
     const char *evict;   // its eviction policy (NULL: lru)
+    bool graphs;         // kvt_context_params.gpu_graphs
     float *got;          // [rows, n_vocab] the logits of a device run, or NULL
     kvt_gpu_layers_stats gs; // the device layers' stats at the end of a device run
 } run;
@@ -95,6 +96,7 @@ static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, k
     p.kv_disk_dir = r->pinned > 0 ? "/tmp" : NULL;
     p.kv_group = r->group;
     p.kv_evict = r->evict;
+    p.gpu_graphs = r->graphs;
     kvt_context *c = NULL;
     if (kvt_context_init(m, &p, &c, err)) return false;
     const int64_t V = r->n_vocab;
@@ -158,6 +160,17 @@ static void check_model(const char *path, int n, const int32_t *n_gpu, const cha
 // with room for everything nothing moves either. `make cuda-check` runs this under KVT_FAKE_ORDER=copy-late and
 // compute-late too, where a missing event between COPY and COMPUTE gives other bytes.
 enum { SLOT = 2 * 4 * 2 * 64 * 2 }; // a block of the Q4_K_M llama: K and V, 4 positions x 2 KV heads x 64 dims, f16
+// The model at path and the CPU reference of run_seq's sequence over ids spread across the vocabulary (ref->logits:
+// owned by the caller; false with err set when either fails).
+static bool load_ref(const char *path, kvt_model **m, run *ref, kvt_err *err) {
+    bool ok = !kvt_model_load(path, false, m, err);
+    const int64_t V = ok ? (*m)->hp.n_vocab : 0, rows = N_PROMPT + N_STEPS + 3;
+    *ref = (run){.n_vocab = V, .limit = NMSE_LOGITS, .tie = 0.01f, .rows = rows};
+    ref->logits = ok ? malloc((size_t)(rows * V) * sizeof(float)) : NULL;
+    for (int i = 0; i < N_PROMPT; i++) ref->ids[i] = (int32_t)(1 + (i * 37) % (ok ? V - 1 : 1));
+    return ok && ref->logits && run_seq(*m, 0, ref, NULL, err);
+}
+
 static void check_tiers(const char *path) {
     // budget in blocks (0: unlimited, -1: no VRAM at all), -ngl, policy, the unlimited run it must equal, KV heads per
     // block (0: all; 1: head-wise, a block of half the bytes), name (NULL: a reference)
@@ -182,12 +195,9 @@ static void check_tiers(const char *path) {
     const char *reads_name = "cuda layers: device KV bytes read = positions attended x rows x layers, whatever the budget";
     kvt_err err = {0};
     kvt_model *m = NULL;
-    bool ok = !kvt_model_load(path, false, &m, &err);
-    const int64_t V = ok ? m->hp.n_vocab : 0, rows = N_PROMPT + N_STEPS + 3;
-    run ref = {.n_vocab = V, .limit = NMSE_LOGITS, .tie = 0.01f, .rows = rows};
-    ref.logits = ok ? malloc((size_t)(rows * V) * sizeof(float)) : NULL;
-    for (int i = 0; i < N_PROMPT; i++) ref.ids[i] = (int32_t)(1 + (i * 37) % (ok ? V - 1 : 1));
-    ok = ok && ref.logits && run_seq(m, 0, &ref, NULL, &err);
+    run ref;
+    bool ok = load_ref(path, &m, &ref, &err);
+    const int64_t V = ref.n_vocab, rows = ref.rows;
     // the positions each layer's attention reads over the sequence of run_seq: the prompt's rows (1 .. 9), the steps
     // (10 .. 21), the batch's two rows (22 each), the re-decode after the truncation to N_PROMPT + 2 (12)
     int64_t pos = 0;
@@ -520,6 +530,84 @@ static void check_cli(const test_env *env, const char *model) {
                 "at most %d all-VRAM, %d within 6K", rc, a, b, groups[0], groups[1]);
 }
 
+// CUDA graphs (--cuda-graphs, gpu_layers.h): run_seq's sequence with its decode micro-batches (at most 8 rows: the 9-row
+// prompt stays eager) captured and launched as graphs, for -ngl 4, 2, 5, a plan's split and head-wise blocks: every
+// logit bit for bit the eager run's, graphs launched and some updated in place; within a VRAM budget no micro-batch is
+// captured (fetches may copy) and the logits are the eager ones. Over the emulation a capture that waits, allocates,
+// copies pageable memory or leaves COPY unjoined fails (as CUDA's), so this checks the capture's legality and that a
+// launched graph runs the same work in every stream order; then a planted failure (KVT_FAKE_GRAPH_FAIL=4, a step that
+// opens a new block, whose table row the failed graph never uploaded): that decode call fails naming the graph, the caller decodes the token again (eagerly, graphs off) and every later logit
+// is the eager run's.
+static void check_graphs(const char *path) {
+    const char *name = "cuda layers: decode steps as CUDA graphs (-ngl 4, 2, 5, a plan's split, head-wise): bit for bit the "
+                       "eager runs; within a VRAM budget none captured";
+    enum { N = 6 };
+    static const struct { int32_t ngl, group; int64_t vram; } cfg[N] = {{4, 0, 0}, {2, 0, 0}, {5, 0, 0}, {-2, 0, 0}, {4, 1, 0},
+                                                                          {4, 0, 3 * SLOT}};
+    kvt_err err = {0};
+    kvt_model *m = NULL;
+    run ref;
+    bool ok = load_ref(path, &m, &ref, &err);
+    const int64_t V = ref.n_vocab, rows = ref.rows;
+    char why[600] = "";
+    for (int i = 0; ok && i < N; i++) {
+        run a = ref, b = ref;
+        a.group = b.group = cfg[i].group;
+        a.vram = b.vram = cfg[i].vram;
+        b.graphs = true;
+        a.got = malloc((size_t)(rows * V) * sizeof(float));
+        b.got = malloc((size_t)(rows * V) * sizeof(float));
+        ok = a.got && b.got && run_seq(m, cfg[i].ngl, &a, &ref, &err) && run_seq(m, cfg[i].ngl, &b, &ref, &err);
+        const bool same = ok && !memcmp(a.got, b.got, (size_t)(rows * V) * sizeof(float));
+        const bool used = cfg[i].vram ? b.gs.graph_steps == 0 : b.gs.graph_steps > 0 && b.gs.graph_updates > 0 &&
+                                                                    b.gs.graph_updates < b.gs.graph_steps;
+        if (ok && (!same || !used || a.gs.graph_steps != 0))
+            snprintf(why, sizeof why, "config %d: logits %s, graph steps %lld (updated %lld), eager %lld", i,
+                     same ? "equal" : "DIFFER", (long long)b.gs.graph_steps, (long long)b.gs.graph_updates,
+                     (long long)a.gs.graph_steps);
+        printf("# %s: config %d (-ngl %d, group %d, vram %lld): %lld of %lld micro-batches as graphs, %lld updated in place\n",
+               name, i, cfg[i].ngl, cfg[i].group, (long long)cfg[i].vram, (long long)b.gs.graph_steps, (long long)b.gs.calls,
+               (long long)b.gs.graph_updates);
+        free(a.got), free(b.got);
+    }
+    test_result(ok && !why[0], name, "%s%s", err.msg, why);
+    // a planted failure of the fourth graph (its step opens a block): that call fails, the token is decoded again
+    // eagerly, the rest as eager
+    const char *fname = "cuda layers: a CUDA graph that fails (planted): that decode fails naming it, graphs turn off, the "
+                        "token decoded again gives the eager run's logits from there on";
+    kvt_context *c[2] = {NULL, NULL};
+    for (int i = 0; ok && i < 2; i++) {
+        kvt_context_params p = kvt_context_params_default();
+        p.n_ctx = 64, p.n_threads = 1, p.kv_paged = true, p.kv_block = 4, p.n_gpu_layers = 4, p.gpu_graphs = i == 1;
+        if (i == 1) setenv("KVT_FAKE_GRAPH_FAIL", "4", 1);
+        ok = !kvt_context_init(m, &p, &c[i], &err);
+        unsetenv("KVT_FAKE_GRAPH_FAIL");
+    }
+    int failures = 0, differ = 0;
+    char msg[KVT_ERR_MSG_MAX] = "";
+    ok = ok && !kvt_decode_seq(c[0], 0, ref.ids, N_PROMPT, false, &err) && !kvt_decode_seq(c[1], 0, ref.ids, N_PROMPT, false, &err);
+    for (int s = 0; ok && s < N_STEPS; s++) {
+        const int32_t *id = &ref.ids[N_PROMPT + s];
+        ok = !kvt_decode_seq(c[0], 0, id, 1, false, &err);
+        kvt_err e = {0};
+        if (ok && kvt_decode_seq(c[1], 0, id, 1, false, &e)) { // the caller's retry
+            failures++;
+            snprintf(msg, sizeof msg, "%s", e.msg);
+            ok = !kvt_decode_seq(c[1], 0, id, 1, false, &err);
+        }
+        differ += ok && memcmp(kvt_context_logits(c[0]), kvt_context_logits(c[1]), (size_t)V * sizeof(float)) != 0;
+    }
+    kvt_gpu_layers_stats gs;
+    if (!c[1] || !kvt_context_gpu_stats(c[1], &gs)) memset(&gs, 0, sizeof gs);
+    kvt_context_free(c[0]);
+    kvt_context_free(c[1]);
+    test_result(ok && failures == 1 && strstr(msg, "graph") && !differ && gs.graph_steps == 3, fname,
+                "%s; failures %d ('%s'), steps differing %d, graph steps %lld", err.msg, failures, msg, differ,
+                (long long)gs.graph_steps);
+    free(ref.logits);
+    kvt_model_free(m);
+}
+
 // Greedy ids on the device (kvt_context_argmax with the output there, -ngl 5): a context decodes the prompt with every
 // row's logits over micro-batches of 4 (so only the last micro-batch's logits stay in VRAM: rows 8.. of 9), 6 steps,
 // a batch of two sequences and a mixed batch of two prompt runs (kvt_decode_runs: the first run's row on the host, the
@@ -635,6 +723,7 @@ void test_cuda_layers(const test_env *env) {
         check_tiers(path);
         check_sched(path);
         check_argmax(env, path);
+        check_graphs(path);
         if (test_file_exists(env->cli)) check_cli(env, path);
         else test_skip("cuda layers: kvtier generate and beam --kv-vram", "no kvtier binary");
     } else {

@@ -49,6 +49,8 @@ const char *const cli_engine_help =
     "                       the blocks past it go to a disk file in DIR and come back through pinned memory\n"
     "  --kv-copy-dma        each device KV block copy its own DMA (default: copies under 1 MiB gathered into one\n"
     "                       batched copy kernel per fetch, up to 128 blocks each)\n"
+    "  --cuda-graphs        run the device layers of each decode step as one CUDA graph when every KV block is in\n"
+    "                       VRAM (captured, updated in place step to step; default off: not yet run on a GPU)\n"
     "  --kv-block N         positions per KV block (default 512)\n"
     "  KV tiers (any of these selects the tiered paged store):\n"
     "  --plan FILE          KV budgets, granularity and block size from `kvtier plan --json -o FILE`\n"
@@ -302,6 +304,10 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
     if (!strcmp(flag, "--kv-fast")) return bytes_flag(a, flag, &p->kv_fast_bytes);
     if (!strcmp(flag, "--kv-vram")) return bytes_flag(a, flag, &p->kv_vram_bytes);
     if (!strcmp(flag, "--kv-pinned")) return bytes_flag(a, flag, &p->kv_pinned_bytes);
+    if (!strcmp(flag, "--cuda-graphs")) { // decode steps of the device layers as CUDA graphs (off until run on a device)
+        p->gpu_graphs = true;
+        return 1;
+    }
     if (!strcmp(flag, "--kv-copy-dma")) { // every device KV copy its own DMA (no batched copy kernels)
         p->kv_copy_min = -1;
         return 1;
@@ -573,6 +579,8 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_obj_end(j);
         kvt_json_kv_int(j, "calls", gs.calls);
         kvt_json_kv_int(j, "argmax_calls", gs.argmax_calls); // greedy ids taken on the device (only the ids came back)
+        kvt_json_kv_int(j, "graph_steps", gs.graph_steps);     // micro-batches run as one CUDA graph (--cuda-graphs)
+        kvt_json_kv_int(j, "graph_updates", gs.graph_updates); // of those, graphs updated in place (not instantiated)
         const kvt_gpu_kv_stats *k = &gs.kv; // the KV tiers: VRAM over pinned host memory
         kvt_json_key(j, "kv");
         kvt_json_obj_begin(j);

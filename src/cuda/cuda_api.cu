@@ -1,5 +1,6 @@
 // cuda_api.cu - the backend table (kvt_cuda.h): devices, contexts, memory, transfers, streams and
 // events, plus the context's error message and workspace. Kernels live in the other .cu files.
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -246,6 +247,68 @@ int stream_sync(kvt_cuda_ctx *ctx, int stream) {
     return KVT_CUDA_OK;
 }
 
+// ---- CUDA graphs (ABI 7)
+
+} // namespace
+struct kvt_cuda_graph {
+    cudaGraphExec_t exec; // the executable graph of the last capture (NULL: none yet)
+};
+namespace {
+
+int graph_begin(kvt_cuda_ctx *ctx) {
+    KVT_CU_CHECK(ctx, cudaStreamBeginCapture(ctx->stream[KVT_CUDA_STREAM_COMPUTE], cudaStreamCaptureModeThreadLocal));
+    return KVT_CUDA_OK;
+}
+
+int graph_end(kvt_cuda_ctx *ctx, kvt_cuda_graph **g, int launch, int *updated) {
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(ctx->stream[KVT_CUDA_STREAM_COMPUTE], &graph);
+    if (e != cudaSuccess || !graph) {
+        (void)cudaGetLastError(); // a spoiled capture's error is reported here, not left for the next call
+        if (graph) cudaGraphDestroy(graph);
+        return ctx_fail_cuda(ctx, "cudaStreamEndCapture (a spoiled capture or an unjoined stream)", e);
+    }
+    if (!launch) {
+        cudaGraphDestroy(graph);
+        return KVT_CUDA_OK;
+    }
+    if (!*g && !(*g = (kvt_cuda_graph *)calloc(1, sizeof **g))) {
+        cudaGraphDestroy(graph);
+        return ctx_fail(ctx, KVT_CUDA_ERR_NOMEM, "out of host memory for a graph");
+    }
+    *updated = 0;
+    if ((*g)->exec) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate((*g)->exec, graph, &info) == cudaSuccess) {
+            *updated = 1;
+        } else { // another topology: instantiate anew
+            (void)cudaGetLastError();
+            cudaGraphExecDestroy((*g)->exec);
+            (*g)->exec = nullptr;
+        }
+    }
+    cudaError_t ei = (*g)->exec ? cudaSuccess : cudaGraphInstantiate(&(*g)->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (ei != cudaSuccess) {
+        (*g)->exec = nullptr;
+        return ctx_fail_cuda(ctx, "cudaGraphInstantiate", ei);
+    }
+    KVT_CU_CHECK(ctx, cudaGraphLaunch((*g)->exec, ctx->stream[KVT_CUDA_STREAM_COMPUTE]));
+    return KVT_CUDA_OK;
+}
+
+int graph_free(kvt_cuda_ctx *ctx, kvt_cuda_graph *g) {
+    if (!g) return KVT_CUDA_OK;
+    const cudaError_t e = g->exec ? cudaGraphExecDestroy(g->exec) : cudaSuccess;
+    free(g);
+    return e == cudaSuccess ? KVT_CUDA_OK : ctx_fail_cuda(ctx, "cudaGraphExecDestroy", e);
+}
+
+int workspace_reserve(kvt_cuda_ctx *ctx, size_t bytes) {
+    void *ws;
+    return ctx_workspace(ctx, bytes, &ws);
+}
+
 const kvt_cuda_api k_api = {
     KVT_CUDA_ABI_VERSION,
     (int)sizeof(kvt_cuda_api),
@@ -281,6 +344,10 @@ const kvt_cuda_api k_api = {
     kvt_cu_attn_paged,
     host_device_ptr,
     kvt_cu_copy_batch,
+    graph_begin,
+    graph_end,
+    graph_free,
+    workspace_reserve,
 };
 
 } // namespace

@@ -28,8 +28,9 @@
 extern "C" {
 #endif
 
-#define KVT_CUDA_ABI_VERSION 6 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
-                               // 4: kvt_cuda_attn_args.row_stride; 5: copy_batch; 6: argmax's flag_nonfinite
+#define KVT_CUDA_ABI_VERSION 7 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
+                               // 4: kvt_cuda_attn_args.row_stride; 5: copy_batch; 6: argmax's flag_nonfinite;
+                               // 7: CUDA graphs (graph_begin, graph_end, graph_free), workspace_reserve
 #define KVT_CUDA_API_SYMBOL "kvt_cuda_get_api"
 // File name of the library (build/ beside the kvtier binaries)
 #define KVT_CUDA_LIB_FILE "libkvtier-cuda.so"
@@ -81,6 +82,7 @@ enum {
 
 typedef struct kvt_cuda_ctx kvt_cuda_ctx;     // opaque: device id, 2 streams, cuBLAS handle, workspace, message
 typedef struct kvt_cuda_event kvt_cuda_event; // opaque: a cudaEvent_t
+typedef struct kvt_cuda_graph kvt_cuda_graph; // opaque: an executable CUDA graph (cudaGraphExec_t), reused step to step
 
 typedef struct {
     char name[96];
@@ -232,6 +234,24 @@ typedef struct {
     // multiple of 16), reading or writing over the bus where an address is pinned host memory, so that many small
     // scattered blocks cross PCIe in one transfer instead of one DMA each. The copies must not overlap each other.
     int (*copy_batch)(kvt_cuda_ctx *ctx, const kvt_cuda_copy *list, int n, int stream);
+
+    // ---- CUDA graphs (ABI 7) ----
+    // graph_begin: from now on the work queued on COMPUTE is captured, not run (cudaStreamBeginCapture, thread-local
+    //   mode). Until graph_end nothing may make the host wait or allocate: stream_sync, event_sync, dev_malloc/free,
+    //   host_malloc/free, a copy from pageable host memory, a workspace that must grow (workspace_reserve first) fail
+    //   and spoil the capture; a stream that waits for an event recorded in the capture joins it, and must be joined
+    //   back (an event recorded on it after its last work, which COMPUTE waits for) before graph_end.
+    // graph_end: ends the capture. launch = 0: discards it. launch = 1: the captured work becomes *g's executable graph
+    //   (*g NULL the first time: created here, owned by the caller, freed by graph_free): updated in place when its
+    //   topology is the one of *g's last (cudaGraphExecUpdate: only kernel arguments and copy addresses changed;
+    //   *updated = 1), else instantiated anew (*updated = 0); then launched on COMPUTE. On failure (a spoiled capture,
+    //   an unjoined stream, an instantiation error) nothing captured ran, the capture is over and the message says why.
+    int (*graph_begin)(kvt_cuda_ctx *ctx);
+    int (*graph_end)(kvt_cuda_ctx *ctx, kvt_cuda_graph **g, int launch, int *updated);
+    int (*graph_free)(kvt_cuda_ctx *ctx, kvt_cuda_graph *g); // NULL is a no-op
+    // Grows the context's workspace to at least `bytes` now (synchronizing COMPUTE if it grows), so that the kernels
+    // of a capture find it large enough (attention's chunk states: see attn_paged).
+    int (*workspace_reserve)(kvt_cuda_ctx *ctx, size_t bytes);
 } kvt_cuda_api;
 
 // The library's table if abi_version == KVT_CUDA_ABI_VERSION, else NULL. Static storage.

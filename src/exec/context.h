@@ -65,6 +65,10 @@ typedef struct {
     // The device KV's copies shorter than this (bytes; 0: 1 MiB) are gathered into batched copy kernels, one transfer
     // for many blocks whatever kv_block; < 0: every block copy its own DMA (gpu_kv.h). Exact either way.
     int64_t kv_copy_min;
+    // The device layers' decode micro-batches (at most KVT_CUDA_MMV_MAX_ROWS rows, every KV block in VRAM: no
+    // kv_vram_bytes / kv_pinned_bytes) captured and launched as one CUDA graph, updated in place step to step
+    // (gpu_layers.h). Off by default until verified on a device; other micro-batches run as before.
+    bool gpu_graphs;
 } kvt_context_params;
 
 // True if p asks for the paged store (any tier flag, granularity or kv_paged).

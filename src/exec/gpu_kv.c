@@ -867,6 +867,25 @@ uint8_t *kvt_gpu_kv_row(kvt_gpu_kv *kv, int32_t i, int32_t j, int32_t seq, int64
 }
 
 int64_t kvt_gpu_kv_v_offset(const kvt_gpu_kv *kv) { return kv->slot_bytes / 2; }
+bool kvt_gpu_kv_resident(const kvt_gpu_kv *kv) { return kv->p.vram_bytes <= 0 && kv->p.pinned_bytes <= 0; }
+
+kvt_status kvt_gpu_kv_reserve(kvt_gpu_kv *kv, kvt_err *err) {
+    const int64_t need = kv->n_rows * kv->nv; // at most one new block per row and block layer
+    int64_t *ids = malloc((size_t)(need > 0 ? need : 1) * sizeof *ids), got = 0;
+    if (!ids) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    kvt_status st = KVT_OK;
+    while (!st && got < need) {
+        st = slot_get(kv, &kv->vram, &ids[got], err);
+        if (!st && ids[got] < 0) break; // at the budget (not resident): nothing more to make
+        got += !st;
+    }
+    for (int64_t i = got - 1; i >= 0; i--) slot_put(&kv->vram, ids[i]); // back: the next slot_get takes ids[0], as it would
+    free(ids);
+    return st;
+}
+void kvt_gpu_kv_tables_dirty(kvt_gpu_kv *kv) {
+    for (int32_t i = 0; i < kv->nv; i++) memset(kv->tdirty[i], 1, (size_t)kv->seq_cap);
+}
 
 static kvt_status sync_both(kvt_gpu_kv *kv, kvt_err *err) {
     CU(kv->api->stream_sync(kv->ctx, KVT_CUDA_STREAM_COMPUTE), "synchronization");

@@ -99,6 +99,14 @@ void kvt_gpu_kv_tables(const kvt_gpu_kv *kv, int32_t i, int32_t j, const void *c
 // if any, is stale).
 uint8_t *kvt_gpu_kv_row(kvt_gpu_kv *kv, int32_t i, int32_t j, int32_t seq, int64_t pos);
 int64_t kvt_gpu_kv_v_offset(const kvt_gpu_kv *kv);
+// True when every block is in VRAM whatever happens (no VRAM or pinned budget): fetches copy nothing, so a micro-batch's
+// layers may be captured as a CUDA graph (no host waits, no allocation once kvt_gpu_kv_begin has run).
+bool kvt_gpu_kv_resident(const kvt_gpu_kv *kv);
+// After kvt_gpu_kv_begin: makes sure the VRAM slots that the micro-batch's new blocks may take exist (allocating them
+// now rather than during a capture); the slots stay free. KVT_ERR_IO with the backend's message.
+kvt_status kvt_gpu_kv_reserve(kvt_gpu_kv *kv, kvt_err *err);
+// Marks every table row to be uploaded again (after a capture that failed: its table copies never ran).
+void kvt_gpu_kv_tables_dirty(kvt_gpu_kv *kv);
 
 // dst gets a copy of src's KV (positions [0, n_pos(src))), placed in free VRAM slots, else in host slots (no
 // eviction); truncate keeps positions [0, n_keep) (n_keep 0: the sequence goes). Unknown sequences: no-ops. Both

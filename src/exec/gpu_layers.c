@@ -37,6 +37,10 @@ struct kvt_gpu_layers {
     int32_t *dpos, *drow, *dlen, *hpos, *hrow, *hlen;
     int64_t h2d, d2h, d2d, calls; // bytes moved after init (kvt_gpu_layers_stats)
     int64_t argmax_calls;         // kvt_gpu_layers_argmax calls
+    kvt_cuda_event *ev_join;      // COPY's work of a micro-batch's layers, joined back into COMPUTE (a graph's end)
+    kvt_cuda_graph *graph;        // p.graphs: the executable graph of the last captured micro-batch (NULL: none yet)
+    bool graph_off;               // a capture failed: graphs are off for this context
+    int64_t graph_steps, graph_updates;
 };
 
 static kvt_status cu_fail(const kvt_gpu_layers *g, const char *what, kvt_err *err) {
@@ -158,6 +162,7 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
         st = win ? kvt_gpu_kv_init(g->api, g->ctx, &kp, &g->kv, err) : kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
         free(win);
     }
+    if (!st && g->api->event_create(g->ctx, &g->ev_join) != KVT_CUDA_OK) st = cu_fail(g, "event", err);
     if (!st && g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE) != KVT_CUDA_OK) st = cu_fail(g, "weight upload", err);
     if (st) {
         kvt_gpu_layers_free(g);
@@ -178,6 +183,8 @@ void kvt_gpu_layers_free(kvt_gpu_layers *g) {
             for (int j = 0; j < 16; j++) A->dev_free(g->ctx, ps[j]);
         }
         kvt_gpu_kv_free(g->kv);
+        if (g->ev_join) A->event_free(g->ctx, g->ev_join);
+        A->graph_free(g->ctx, g->graph);
         void *ps[17] = {g->ff,   g->x,  g->xn,   g->q,    g->k,    g->v,     g->att,      g->tmp,    g->gate,
                         g->up,   g->dpos, g->drow, g->dlen, g->w_out, g->out_norm, g->logits, g->dids};
         for (int j = 0; j < 17; j++) A->dev_free(g->ctx, ps[j]);
@@ -278,9 +285,35 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
     CU(g->api->copy_h2d(g->ctx, g->dlen, g->hlen, ib, KVT_CUDA_STREAM_COMPUTE), "upload of the positions");
     g->h2d += n * E * (int64_t)sizeof(float) + 3 * (int64_t)ib;
     g->calls++;
-    for (int32_t i = 0; i < g->nl; i++) {
-        if ((st = layer(g, i, n, seqs, pos, max_len, err))) return st;
+    // a decode micro-batch whose KV is all in VRAM: its layers captured as one graph (nothing in them waits or allocates
+    // once the workspace holds the attention's chunk states)
+    const bool graph = g->p.graphs && !g->graph_off && g->nl > 0 && n <= KVT_CUDA_MMV_MAX_ROWS && kvt_gpu_kv_resident(g->kv);
+    if (graph) {
+        const kvt_hparams *hp = &g->m->hp;
+        const int64_t chunks = (max_len + KVT_CUDA_ATTN_CHUNK - 1) / KVT_CUDA_ATTN_CHUNK;
+        CU(g->api->workspace_reserve(g->ctx, (size_t)(n * hp->n_head * chunks * (hp->head_dim + 2)) * sizeof(float)),
+           "attention workspace");
+        if ((st = kvt_gpu_kv_reserve(g->kv, err))) return st;
+        CU(g->api->graph_begin(g->ctx), "capture of a decode step");
     }
+    for (int32_t i = 0; !st && i < g->nl; i++) st = layer(g, i, n, seqs, pos, max_len, err);
+    // COPY's part of the layers joined back into COMPUTE (a capture must end so; in eager runs one wait more)
+    if (!st && (g->api->event_record(g->ctx, g->ev_join, KVT_CUDA_STREAM_COPY) != KVT_CUDA_OK ||
+                g->api->stream_wait(g->ctx, KVT_CUDA_STREAM_COMPUTE, g->ev_join) != KVT_CUDA_OK))
+        st = cu_fail(g, "join of the streams", err);
+    if (graph) {
+        int updated = 0;
+        if (g->api->graph_end(g->ctx, &g->graph, !st, &updated) != KVT_CUDA_OK && !st)
+            st = cu_fail(g, "graph of a decode step (graphs now off for this context)", err);
+        if (st) { // nothing captured ran: the call fails (the caller drops its positions); the next ones run eagerly
+            g->graph_off = true;
+            kvt_gpu_kv_tables_dirty(g->kv);
+            return st;
+        }
+        g->graph_steps++;
+        g->graph_updates += updated;
+    }
+    if (st) return st;
     if ((st = kvt_gpu_kv_end(g->kv, err))) return st; // the next step's layer 0, overlapping what follows
     if (!g->p.output) {
         CU(g->api->copy_d2h(g->ctx, x, g->x, (size_t)(n * E) * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
@@ -349,5 +382,6 @@ void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out
     kvt_gpu_kv_stats k;
     kvt_gpu_kv_get_stats(g->kv, &k);
     *out = (kvt_gpu_layers_stats){g->nl, g->p.output, g->weight_bytes, k.vram_bytes, g->h2d + k.h2d_bytes + k.table_bytes,
-                                  g->d2h + k.d2h_bytes, k.d2d_bytes, g->calls, g->argmax_calls, k};
+                                  g->d2h + k.d2h_bytes, k.d2d_bytes, g->calls, g->argmax_calls, g->graph_steps,
+                                  g->graph_updates, k};
 }

@@ -37,6 +37,9 @@ typedef struct {
     int64_t disk_kv_bytes; // its budget (0: unlimited)
     int64_t copy_min;      // the device KV's copies shorter than this cross in batched copy kernels (gpu_kv.h; 0: 1 MiB,
                            // < 0: every copy its own DMA)
+    bool graphs;           // a micro-batch of at most KVT_CUDA_MMV_MAX_ROWS rows whose KV is all in VRAM (no VRAM or
+                           // pinned budget): its layers captured as one CUDA graph and launched (updated in place when
+                           // only arguments changed); a capture that fails fails the call and turns graphs off
 } kvt_gpu_layers_params;
 
 typedef struct kvt_gpu_layers kvt_gpu_layers;
@@ -94,6 +97,8 @@ typedef struct {
     int64_t d2d_bytes;     // device -> device: KV blocks copied by forks
     int64_t calls;         // kvt_gpu_layers_run calls (micro-batches)
     int64_t argmax_calls;  // greedy ids taken on the device (kvt_gpu_layers_argmax: only the ids downloaded)
+    int64_t graph_steps;   // micro-batches whose layers ran as one CUDA graph (p.graphs)
+    int64_t graph_updates; // of those, the graph updated in place (else instantiated anew)
     kvt_gpu_kv_stats kv;   // the KV cache's tiers and transfers (included in the totals above)
 } kvt_gpu_layers_stats;
 void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out);

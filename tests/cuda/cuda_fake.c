@@ -62,11 +62,26 @@ struct kvt_cuda_ctx {
     int pending_rc;                      // the first error of an operation run after its entry returned
     struct { char *p; size_t n; } *pinned; // host_malloc allocations
     int n_pinned, cap_pinned;
+    // a capture (graph_begin .. graph_end): the operations of the captured streams go to cap, in the order queued
+    bool capturing, spoiled;
+    bool in_cap[KVT_CUDA_STREAM_COUNT];     // the stream is captured (COMPUTE, and those that waited on it)
+    int64_t cap_n[KVT_CUDA_STREAM_COUNT];   // its operations captured so far
+    int64_t joined[KVT_CUDA_STREAM_COUNT];  // of those, how many COMPUTE waited for
+    int64_t graph_ends, graph_fail_at; // KVT_FAKE_GRAPH_FAIL=k: the k-th launching graph_end fails (tests' fallback)
+    struct cap_op { int stream; op o; } *capq;
+    int64_t n_cap, capq_cap;
 };
-// An event: the point `pos` (operations queued before it) of stream `stream` (-1: never recorded).
+// An executable graph: the kinds and streams of its operations (its topology), to tell an update from a new one.
+struct kvt_cuda_graph {
+    int *topo; // [n] stream * 64 + kind
+    int64_t n;
+};
+// An event: the point `pos` (operations queued before it) of stream `stream` (-1: never recorded); captured: recorded
+// inside a capture, pos counting the stream's captured operations.
 struct kvt_cuda_event {
     int stream;
     int64_t pos;
+    bool captured;
 };
 
 static int fail(kvt_cuda_ctx *ctx, int code, const char *fmt, ...) {
@@ -97,6 +112,8 @@ static int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
     int rc = device_info(device, &info, err, err_len);
     *out = rc ? NULL : calloc(1, sizeof **out);
     if (!rc && !*out) return KVT_CUDA_ERR_NOMEM;
+    const char *gf = rc ? NULL : getenv("KVT_FAKE_GRAPH_FAIL");
+    if (gf && *gf) (*out)->graph_fail_at = atoll(gf);
     const char *order = rc ? NULL : getenv("KVT_FAKE_ORDER");
     if (order && *order) {
         if (!strcmp(order, "copy-late")) (*out)->order = ORDER_COPY_LATE;
@@ -325,13 +342,39 @@ static void pump(kvt_cuda_ctx *ctx) {
         }
     }
 }
-// Queues *o on stream s and runs what may run. Returns the error of *o if it ran at once and failed (or of an
-// earlier deferred operation), else OK.
+// A call CUDA forbids during a capture (the host would wait, or allocate): it fails and spoils the capture.
+static int spoil(kvt_cuda_ctx *ctx, const char *what) {
+    ctx->spoiled = true;
+    return fail(ctx, KVT_CUDA_ERR_RUNTIME, "fake: %s during a stream capture (cudaErrorStreamCaptureUnsupported)", what);
+}
+// Appends *o to the capture (stream s is captured).
+static int capture(kvt_cuda_ctx *ctx, int s, const op *o) {
+    if (ctx->spoiled) {
+        free(o->own);
+        return fail(ctx, KVT_CUDA_ERR_RUNTIME, "fake: the capture was invalidated (cudaErrorStreamCaptureInvalidated)");
+    }
+    if (ctx->n_cap == ctx->capq_cap) {
+        const int64_t cap = ctx->capq_cap ? 2 * ctx->capq_cap : 256;
+        struct cap_op *c = realloc(ctx->capq, (size_t)cap * sizeof *c);
+        if (!c) {
+            free(o->own);
+            return fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory for a capture");
+        }
+        ctx->capq = c, ctx->capq_cap = cap;
+    }
+    ctx->capq[ctx->n_cap++] = (struct cap_op){s, *o};
+    ctx->cap_n[s]++;
+    return KVT_CUDA_OK;
+}
+
+// Queues *o on stream s and runs what may run (during a capture of s: captures it). Returns the error of *o if it ran
+// at once and failed (or of an earlier deferred operation), else OK.
 static int submit(kvt_cuda_ctx *ctx, int s, const op *o) {
     if (s < 0 || s >= KVT_CUDA_STREAM_COUNT) {
         free(o->own);
         return fail(ctx, KVT_CUDA_ERR_ARG, "stream id %d does not exist", s);
     }
+    if (ctx->capturing && ctx->in_cap[s]) return capture(ctx, s, o);
     if (ctx->len[s] == ctx->cap[s]) {
         const int64_t cap = ctx->cap[s] ? 2 * ctx->cap[s] : 64;
         op *q = realloc(ctx->q[s], (size_t)cap * sizeof *q);
@@ -354,23 +397,29 @@ static bool is_pinned(const kvt_cuda_ctx *ctx, const void *p) {
     return false;
 }
 
+static void cap_discard(kvt_cuda_ctx *ctx);
 static void ctx_free(kvt_cuda_ctx *ctx) {
     if (!ctx) return;
     drain(ctx);
     for (int s = 0; s < KVT_CUDA_STREAM_COUNT; s++) free(ctx->q[s]);
+    cap_discard(ctx);
+    free(ctx->capq);
     free(ctx->pinned);
     free(ctx);
 }
 static int dev_malloc(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
+    if (ctx->capturing) return *out = NULL, spoil(ctx, "cudaMalloc");
     *out = aligned_alloc(256, (bytes + 255) & ~(size_t)255);
     return *out ? KVT_CUDA_OK : fail(ctx, KVT_CUDA_ERR_NOMEM, "fake malloc of %zu bytes failed", bytes);
 }
 static int dev_free(kvt_cuda_ctx *ctx, void *p) { // as cudaFree: waits for the device
+    if (ctx->capturing) return spoil(ctx, "cudaFree");
     drain(ctx);
     free(p);
     return take_rc(ctx);
 }
 static int host_malloc(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
+    if (ctx->capturing) return *out = NULL, spoil(ctx, "cudaHostAlloc");
     if (ctx->n_pinned == ctx->cap_pinned) {
         const int cap = ctx->cap_pinned ? 2 * ctx->cap_pinned : 16;
         void *np = realloc(ctx->pinned, (size_t)cap * sizeof *ctx->pinned);
@@ -400,6 +449,7 @@ static int memset_dev(kvt_cuda_ctx *ctx, void *dst, int byte, size_t bytes) {
 static int copy_h2d(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
     op o = {.kind = OP_COPY, .c = dst, .a = src, .bytes = bytes};
     if (!is_pinned(ctx, src)) { // pageable: read now
+        if (ctx->capturing && ctx->in_cap[stream]) return spoil(ctx, "a copy from pageable host memory");
         if (!(o.own = malloc(bytes ? bytes : 1))) return fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory");
         memcpy(o.own, src, bytes);
         o.a = o.own;
@@ -407,6 +457,7 @@ static int copy_h2d(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes,
     return submit(ctx, stream, &o);
 }
 static int copy_d2h(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
+    if (ctx->capturing && !is_pinned(ctx, dst)) return spoil(ctx, "a copy to pageable host memory");
     int rc = submit(ctx, stream, &(op){.kind = OP_COPY, .c = dst, .a = src, .bytes = bytes});
     if (rc || is_pinned(ctx, dst)) return rc;
     force(ctx, stream, ctx->total[stream]); // pageable: returns once done
@@ -425,7 +476,7 @@ static int copy_batch(kvt_cuda_ctx *ctx, const kvt_cuda_copy *list, int n, int s
 static int event_create(kvt_cuda_ctx *ctx, kvt_cuda_event **out) {
     *out = malloc(sizeof **out);
     if (!*out) return fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory");
-    **out = (kvt_cuda_event){-1, 0};
+    **out = (kvt_cuda_event){-1, 0, false};
     return KVT_CUDA_OK;
 }
 static int event_free(kvt_cuda_ctx *ctx, kvt_cuda_event *ev) { // the waits queued on it keep their own copy
@@ -435,19 +486,32 @@ static int event_free(kvt_cuda_ctx *ctx, kvt_cuda_event *ev) { // the waits queu
 }
 static int event_record(kvt_cuda_ctx *ctx, kvt_cuda_event *ev, int stream) {
     if (stream < 0 || stream >= KVT_CUDA_STREAM_COUNT) return fail(ctx, KVT_CUDA_ERR_ARG, "stream id %d", stream);
-    *ev = (kvt_cuda_event){stream, ctx->total[stream]};
+    const bool cap = ctx->capturing && ctx->in_cap[stream];
+    *ev = (kvt_cuda_event){stream, cap ? ctx->cap_n[stream] : ctx->total[stream], cap};
     return KVT_CUDA_OK;
 }
 static int stream_wait(kvt_cuda_ctx *ctx, int stream, kvt_cuda_event *ev) {
+    if (stream < 0 || stream >= KVT_CUDA_STREAM_COUNT) return fail(ctx, KVT_CUDA_ERR_ARG, "stream id %d", stream);
     if (ev->stream < 0) return KVT_CUDA_OK; // never recorded: nothing to wait for (as CUDA)
+    if (ev->captured != (ctx->capturing && (ctx->in_cap[stream] || ev->captured))) {
+        // a captured stream waiting for an event from outside the capture, or any stream for one of a finished capture
+        if (ctx->capturing) return spoil(ctx, "a wait for an event recorded outside the capture");
+        return fail(ctx, KVT_CUDA_ERR_RUNTIME, "fake: a wait for an event recorded in a capture (cudaErrorStreamCaptureIsolation)");
+    }
+    if (ev->captured) { // the stream joins the capture; COMPUTE waiting for another captured stream joins it back
+        ctx->in_cap[stream] = true;
+        if (stream == KVT_CUDA_STREAM_COMPUTE && ev->pos > ctx->joined[ev->stream]) ctx->joined[ev->stream] = ev->pos;
+    }
     return submit(ctx, stream, &(op){.kind = OP_WAIT, .wait_stream = ev->stream, .wait_pos = ev->pos});
 }
 static int event_sync(kvt_cuda_ctx *ctx, kvt_cuda_event *ev) {
+    if (ctx->capturing) return spoil(ctx, "cudaEventSynchronize");
     if (ev->stream >= 0) force(ctx, ev->stream, ev->pos);
     return take_rc(ctx);
 }
 static int stream_sync(kvt_cuda_ctx *ctx, int stream) {
     if (stream < 0 || stream >= KVT_CUDA_STREAM_COUNT) return fail(ctx, KVT_CUDA_ERR_ARG, "stream id %d", stream);
+    if (ctx->capturing) return spoil(ctx, "cudaStreamSynchronize");
     force(ctx, stream, ctx->total[stream]);
     return take_rc(ctx);
 }
@@ -495,11 +559,72 @@ static int q_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
     return submit(ctx, COMPUTE, &(op){.kind = OP_ATTN, .attn = *a});
 }
 
+// ---- graphs: a capture is the list of its operations; a launch queues them on their streams, the waits between
+// captured streams pointing at the launched operations, so the late orders run a graph as they run eager work.
+static int graph_begin(kvt_cuda_ctx *ctx) {
+    if (ctx->capturing) return fail(ctx, KVT_CUDA_ERR_RUNTIME, "fake: a capture is already under way");
+    ctx->capturing = true, ctx->spoiled = false, ctx->n_cap = 0;
+    for (int s = 0; s < KVT_CUDA_STREAM_COUNT; s++) ctx->in_cap[s] = s == COMPUTE, ctx->cap_n[s] = ctx->joined[s] = 0;
+    return KVT_CUDA_OK;
+}
+static void cap_discard(kvt_cuda_ctx *ctx) {
+    for (int64_t i = 0; i < ctx->n_cap; i++) free(ctx->capq[i].o.own);
+    ctx->n_cap = 0;
+}
+static int graph_end(kvt_cuda_ctx *ctx, kvt_cuda_graph **g, int launch, int *updated) {
+    if (!ctx->capturing) return fail(ctx, KVT_CUDA_ERR_RUNTIME, "fake: graph_end without a capture");
+    ctx->capturing = false;
+    int s_unjoined = -1;
+    for (int s = 0; s < KVT_CUDA_STREAM_COUNT; s++) {
+        if (s != COMPUTE && ctx->in_cap[s] && ctx->joined[s] < ctx->cap_n[s]) s_unjoined = s;
+    }
+    const bool planted = launch && ++ctx->graph_ends == ctx->graph_fail_at;
+    if (ctx->spoiled || s_unjoined >= 0 || !launch || planted) {
+        if (planted) return cap_discard(ctx), fail(ctx, KVT_CUDA_ERR_RUNTIME, "fake: cudaGraphInstantiate failed (planted)");
+        cap_discard(ctx);
+        if (ctx->spoiled) return fail(ctx, KVT_CUDA_ERR_RUNTIME, "fake: cudaStreamEndCapture: the capture was invalidated");
+        if (s_unjoined >= 0) return fail(ctx, KVT_CUDA_ERR_RUNTIME, "fake: cudaStreamEndCapture: stream %d not joined", s_unjoined);
+        return KVT_CUDA_OK;
+    }
+    if (!*g && !(*g = calloc(1, sizeof **g))) return cap_discard(ctx), fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory");
+    bool same = (*g)->n == ctx->n_cap;
+    for (int64_t i = 0; same && i < ctx->n_cap; i++) same = (*g)->topo[i] == ctx->capq[i].stream * 64 + ctx->capq[i].o.kind;
+    if (!same) {
+        int *t = realloc((*g)->topo, (size_t)(ctx->n_cap ? ctx->n_cap : 1) * sizeof *t);
+        if (!t) return cap_discard(ctx), fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory");
+        for (int64_t i = 0; i < ctx->n_cap; i++) t[i] = ctx->capq[i].stream * 64 + ctx->capq[i].o.kind;
+        (*g)->topo = t, (*g)->n = ctx->n_cap;
+    }
+    *updated = same;
+    int64_t base[KVT_CUDA_STREAM_COUNT];
+    for (int s = 0; s < KVT_CUDA_STREAM_COUNT; s++) base[s] = ctx->total[s];
+    int rc = KVT_CUDA_OK;
+    for (int64_t i = 0; i < ctx->n_cap; i++) { // (submit runs what may run; an error surfaces at the next sync)
+        op o = ctx->capq[i].o;
+        if (o.kind == OP_WAIT) o.wait_pos += base[o.wait_stream];
+        const int r = submit(ctx, ctx->capq[i].stream, &o);
+        if (r && !rc) rc = r;
+    }
+    ctx->n_cap = 0;
+    return rc;
+}
+static int graph_free(kvt_cuda_ctx *ctx, kvt_cuda_graph *g) {
+    (void)ctx;
+    if (g) free(g->topo);
+    free(g);
+    return KVT_CUDA_OK;
+}
+static int workspace_reserve(kvt_cuda_ctx *ctx, size_t bytes) { // the fake's kernels need no workspace
+    (void)bytes;
+    return ctx->capturing ? spoil(ctx, "cudaMalloc (a workspace grown)") : KVT_CUDA_OK;
+}
+
 static const kvt_cuda_api k_fake = {
     KVT_CUDA_ABI_VERSION, (int)sizeof(kvt_cuda_api), device_count, device_info, ctx_init, ctx_free, last_error,
     dev_malloc, dev_free, host_malloc, host_free, memset_dev, copy_h2d, copy_d2h, copy_d2d, event_create, event_free,
     event_record, stream_wait, event_sync, stream_sync, q_mul_mat_vec, q_mul_mat, q_dequant_f16, q_rmsnorm, q_rope,
-    q_swiglu, q_geglu, q_add, q_get_rows, q_argmax, q_attn_paged, host_device_ptr, copy_batch,
+    q_swiglu, q_geglu, q_add, q_get_rows, q_argmax, q_attn_paged, host_device_ptr, copy_batch, graph_begin, graph_end,
+    graph_free, workspace_reserve,
 };
 
 const kvt_cuda_api *kvt_cuda_get_api(int abi_version) { return abi_version == KVT_CUDA_ABI_VERSION ? &k_fake : NULL; }
