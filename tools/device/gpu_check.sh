@@ -9,6 +9,7 @@
 #   SUITES     `cuda` (every kernel against the CPU reference, outputs poisoned first; nmse table; matvec GB/s) and
 #              `cuda_layers` (-ngl against the CPU pass; the device KV's VRAM budgets bit for bit the all-VRAM run)
 #   RATES      llama3-8b Q4_K_M, all layers and the logits on the device: `kvtier bench -p 512 -n 128`: decode GB/s
+#              (and, RATES_GRAPHS=1, decode tok/s with --cuda-graphs beside the eager one, and the same greedy text)
 #              of weights beside the profile's device read bandwidth (goal >= 60%), prefill tok/s (goal >= 5000)
 #   LBS        the same model, `kvtier beam` 32 beams, step 32, KV within --kv-vram (LBS_VRAM, default 512M) below
 #              the beams' KV: layerwise and balanced, time of each (goal balanced <= 1/3 of layerwise), beams equal
@@ -154,6 +155,20 @@ rates() {
   row rates "decode tok/s (tg${RATES_N:-128})" "${tg:-?}" "-" "-"
   row rates "decode GB/s of weights" "${gb:-?}" ">= 60% of ${dev:-?} GB/s" \
     "$(calc '%s' "(${dev:-0} > 0 && ${gb:-0} >= 0.6 * ${dev:-0}) ? sprintf(\"ok (%.0f%%)\", 100 * ${gb:-0} / ${dev:-1}) : sprintf(\"NOT MET (%.0f%%)\", ${dev:-0} > 0 ? 100 * ${gb:-0} / ${dev:-1} : 0)")"
+  # decode steps as CUDA graphs (--cuda-graphs, off by default until this passes): rate beside the eager one, same text
+  [ "${RATES_GRAPHS:-1}" = 1 ] || return
+  timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p 0 -n "${RATES_N:-128}" -r "${RATES_R:-3}" -t "$T" -o json --cuda-graphs \
+    >"$OUT/rates_graphs.json" 2>"$OUT/rates_graphs.err" || { echo "rates: --cuda-graphs failed: $(tail -1 "$OUT/rates_graphs.err")"; row rates "decode with --cuda-graphs" failed - FAIL; rc=1; return; }
+  local tgg a b
+  tgg=$(tr -d '\n' <"$OUT/rates_graphs.json" | grep -o '"n_prompt": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+  row rates "decode tok/s with --cuda-graphs" "${tgg:-?}" "above eager ${tg:-?}" \
+    "$(calc '%s' "${tgg:-0} > ${tg:-0} ? sprintf(\"ok (%.2fx)\", ${tgg:-0} / (${tg:-0} > 0 ? ${tg:-0} : 1)) : sprintf(\"no gain (%.2fx)\", ${tgg:-0} / (${tg:-0} > 0 ? ${tg:-0} : 1))")"
+  a=$(timeout 120 $KVT generate -m "$m" -ngl 999 -p "The history of" -n 32 --temp 0 -t "$T" 2>/dev/null)
+  b=$(timeout 120 $KVT generate -m "$m" -ngl 999 -p "The history of" -n 32 --temp 0 -t "$T" --cuda-graphs --json 2>/dev/null)
+  local steps; steps=$(printf "%s" "$b" | grep -o '"graph_steps": *[0-9]*' | sed 's/.*: *//')
+  b=$(timeout 120 $KVT generate -m "$m" -ngl 999 -p "The history of" -n 32 --temp 0 -t "$T" --cuda-graphs 2>/dev/null)
+  row rates "--cuda-graphs: greedy text of 32 tokens, graph steps" "$([ -n "$a" ] && [ "$a" = "$b" ] && echo same || echo DIFFERENT), ${steps:-?}" \
+    "same, > 0" "$([ -n "$a" ] && [ "$a" = "$b" ] && [ "${steps:-0}" -gt 0 ] && echo ok || echo FAIL)"
 }
 [ "${RATES:-1}" = 1 ] && left rates && rates
 
