@@ -49,14 +49,27 @@ static int cmp_u64(const void *a, const void *b) {
 // (sink and recent first: attention reads them whatever the re-rank keeps), so that a fast tier of about K positions
 // is filled with what the real query will most likely keep instead of being churned by all F * K candidates.
 // final: sel is the set attention reads now; the store marks the shard's other blocks as the first to evict.
+// Nothing to do on a store that is not paged (the contiguous cache holds every position in memory).
 static void prefetch_head(kvt_sparse *s, kvt_sparse_scratch *ss, const int32_t *sel, int64_t m, int64_t n, int64_t K,
                           int32_t seq, int32_t layer, int32_t kh, bool final) {
     const kvt_kv *kv = s->kv;
+    if (strcmp(kv->ops->name, "paged") != 0) return;
     const int64_t B = kv->block_tokens;
     int64_t nb = 0;
     const int64_t K2 = (int64_t)ceil(s->p.prefetch_top * (double)K);
     if (K > 0 && s->p.prefetch_top > 0.0 && s->p.rerank > 1.0 && K2 < m) {
-        m = kvt_sparse_topk(ss->agg, n, K2, s->p.sink, s->p.recent, ss->csel, ss->mark, ss->vals); // within sel: same
+        // the K2 best of the n positions are the K2 best of the m candidates (sel: the best F * K by the same scores,
+        // ties to the earlier position, sink and recent all in): top-k over the candidates' scores (compacted into
+        // raw, free by now) gives the same positions at half the work
+        int64_t c_sink = 0, c_recent = 0;
+        for (int64_t x = 0; x < m; x++) {
+            ss->raw[x] = ss->agg[sel[x]];
+            c_sink += sel[x] < s->p.sink;
+            c_recent += sel[x] >= n - s->p.recent;
+        }
+        const int64_t m2 = kvt_sparse_topk(ss->raw, m, K2, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
+        for (int64_t x = 0; x < m2; x++) ss->csel[x] = sel[ss->csel[x]];
+        m = m2;
         uint64_t *key = (uint64_t *)ss->blk; // (descending score, ascending block), as one sortable key
         for (int64_t x = 0; x < m; x++) {
             const int32_t t = ss->csel[x];
