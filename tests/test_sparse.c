@@ -159,7 +159,7 @@ static void test_score_kernels_hd(const int HD) {
     // rows scored in runs into their place of a wider row (a re-rank's candidates): the same bits
     float rows[QPG * N];
     for (int i = 0; i < QPG * N; i++) rows[i] = -INFINITY;
-    const int runs[4][2] = {{0, 5}, {5, 6}, {11, 13}, {24, (int)n_keys - 24}}; // {first row, count}
+    const int runs[4][2] = {{0, 5}, {5, 6}, {11, 17}, {28, (int)n_keys - 28}}; // {first row, count}
     for (int r = 0; r < 4; r++) {
         kvt_sparse_score_i8_rows(q16, qs, QPG, HD, k8 + runs[r][0] * HD, ks + runs[r][0], runs[r][1], N, scale, rows + runs[r][0]);
     }
@@ -199,6 +199,63 @@ static void test_score_kernels(void) {
     test_score_kernels_hd(128);
 }
 
+typedef struct {
+    float v;
+    int32_t i;
+} vi_pair;
+
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_vi(const void *a, const void *b) { // value descending (float order: -0 == +0), then position
+    const vi_pair *x = a, *y = b;
+    if (x->v > y->v) return -1;
+    if (x->v < y->v) return 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+// kvt_sparse_topk against a comparison sort (the K - sink - recent best middle positions, ties by position, NaN as
+// -inf) on random scores drawn from a few values (ties), with -0 and +0, -inf, NaN, huge and tiny values, and page
+// runs of equal scores: the same positions.
+static void test_topk_random(void) {
+    enum { MAXN = 3000 };
+    static float score[MAXN], vals[MAXN];
+    static int32_t sel[MAXN], ref[MAXN];
+    static uint8_t mark[MAXN];
+    static vi_pair pr[MAXN];
+    const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -INFINITY, NAN, 3e38f, -3e38f, 1e-40f, -1e-40f, 2.0f};
+    bool ok = true;
+    int bad = -1;
+    for (int it = 0; it < 400 && ok; it++) {
+        const int64_t n = 1 + (int64_t)((frand() + 1.0f) * 0.5f * (MAXN - 1));
+        const int mode = it % 3; // 0: a few values, 1: continuous, 2: runs of 16 equal (pages)
+        for (int64_t t = 0; t < n; t++) {
+            if (mode == 0) score[t] = pool[(int)((frand() + 1.0f) * 6.0f) % 12];
+            else if (mode == 1) score[t] = frand() * 100.0f;
+            else score[t] = t % 16 ? score[t - 1] : (frand() < -0.9f ? NAN : frand() * 10.0f);
+        }
+        const int64_t sink = it % 5, recent = 1 + it % 7, K = (int64_t)((frand() + 1.0f) * 0.5f * (double)n);
+        const int64_t m = kvt_sparse_topk(score, n, K, sink, recent, sel, mark, vals);
+        // the reference
+        const int64_t s0 = sink < n ? sink : n, r0 = recent < n - s0 ? recent : n - s0, m1 = n - r0;
+        int64_t c = 0, np = 0;
+        for (int64_t t = 0; t < s0; t++) ref[c++] = (int32_t)t;
+        for (int64_t t = s0; t < m1; t++) pr[np++] = (vi_pair){isnan(score[t]) ? -INFINITY : score[t], (int32_t)t};
+        qsort(pr, (size_t)np, sizeof *pr, cmp_vi);
+        int64_t kk = K - s0 - r0;
+        if (kk > np) kk = np;
+        for (int64_t x = 0; x < kk; x++) ref[c++] = pr[x].i;
+        for (int64_t t = m1; t < n; t++) ref[c++] = (int32_t)t;
+        qsort(ref, (size_t)c, sizeof *ref, cmp_i32);
+        ok = m == c && memcmp(sel, ref, (size_t)c * sizeof *sel) == 0;
+        if (!ok) bad = it;
+    }
+    test_result(ok, "sparse: top-k equals a comparison sort's choice (ties, -0/+0, -inf, NaN, pages; 400 draws)",
+                "first mismatch at draw %d", bad);
+}
+
 static void test_topk(void) {
     enum { N = 100 };
     float score[N], vals[N];
@@ -226,7 +283,7 @@ static void keep_step(kvt_sparse *s, int32_t seq, int64_t P, const float *q, int
     kvt_sparse_layer *ly = &kvt_sparse_seq_get(s, seq)->lay[0];
     for (int32_t t = 0; t <= P; t++) ly->sel[t] = t; // every position a candidate
     ly->nsel[0] = P + 1;
-    kvt_sparse_rerank(s, ly, P, q, 1.0f);
+    kvt_sparse_rerank(s, ly, P, q, 1.0f, NULL);
     pages[0] = pages[1] = -1;
     for (int64_t x = 0, k = 0; x < ly->nsel[0]; x++) {
         if (ly->sel[x] < P && (k == 0 || pages[k - 1] != ly->sel[x] / 4) && k < 2) pages[k++] = ly->sel[x] / 4;
@@ -655,6 +712,7 @@ void test_sparse(const test_env *env) {
     test_quest_bound();
     test_score_kernels();
     test_topk();
+    test_topk_random();
     test_keep();
     test_attend_set(KVT_TYPE_F32, 1e-5);
     test_attend_set(KVT_TYPE_F16, 2e-3);

@@ -414,6 +414,9 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_num(j, "kv_read_bytes_per_step", sm.kv_read_bytes);
     kvt_json_kv_num(j, "summary_read_bytes_per_step", sm.summary_read_bytes);
     kvt_json_kv_num(j, "stall_ms_per_step", sm.stall_ms);
+    kvt_json_kv_num(j, "wait_ms_per_step", sm.wait_ms);
+    kvt_json_kv_num(j, "worker_ms_per_step", sm.worker_ms);
+    kvt_json_kv_num(j, "worker_cpu_ms_per_step", sm.worker_cpu_ms);
     kvt_json_kv_num(j, "oracle_overlap", sm.oracle_overlap);
     kvt_json_kv_num(j, "mass_recall", sm.mass_recall);
     kvt_json_kv_num(j, "mass_recall_p5", sm.mass_recall_p5);

@@ -98,6 +98,11 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     for (int32_t i = 0; ok && i < d->n_threads; i++) s->scratch[i] = kvt_sparse_zalloc((size_t)kvt_sparse_attn_scratch_floats(d) * 4, &ok);
     ss_alloc(&s->main_ss, s, &ok);
     if (p.mode == KVT_SPARSE_ASYNCSPADE && !p.sync) ss_alloc(&s->work_ss, s, &ok);
+    if (ok && p.mode == KVT_SPARSE_ASYNCSPADE && p.rerank > 1.0 && d->n_threads > 1) {
+        s->rr_ss = calloc((size_t)d->n_threads, sizeof *s->rr_ss);
+        if (!s->rr_ss) ok = false;
+        for (int32_t i = 0; ok && i < d->n_threads; i++) ss_alloc(&s->rr_ss[i], s, &ok);
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (!ok) {
@@ -132,6 +137,8 @@ void kvt_sparse_free(kvt_sparse *s) {
     free(s->scratch);
     ss_free(&s->main_ss);
     ss_free(&s->work_ss);
+    for (int32_t i = 0; s->rr_ss && i < s->d.n_threads; i++) ss_free(&s->rr_ss[i]);
+    free(s->rr_ss);
     void *bufs[] = {s->exact, s->osel, s->kbuf, s->krow, s->krow_t, s->queue, s->pair_mass,
                     s->ps_n, s->ps_fb, s->ps_ncos, s->ps_mass, s->ps_ovl, s->ps_cos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -158,7 +165,10 @@ void kvt_sparse_steps_clear(kvt_sparse *s) {
         if (s->seqs[i]) s->seqs[i]->n_steps = 0;
     }
     s->agg_steps = s->agg_pairs = 0;
-    s->agg_sel = s->agg_ctx = s->agg_kv_read = s->agg_summary_read = s->agg_stall = s->agg_ovl = s->agg_mass = 0.0;
+    s->agg_sel = s->agg_ctx = s->agg_kv_read = s->agg_summary_read = s->agg_stall = s->agg_wait = s->agg_ovl = s->agg_mass = 0.0;
+    pthread_mutex_lock(&s->mu); // the worker adds its times under mu
+    s->agg_worker_ms = s->agg_worker_cpu_ms = 0.0;
+    pthread_mutex_unlock(&s->mu);
     s->n_pair_mass = s->n_pred_sel = s->n_fallback = 0;
     const size_t np = (size_t)s->d.n_layer * s->d.n_head_kv;
     memset(s->ps_n, 0, np * 8);
@@ -192,6 +202,9 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *o, kvt_
     o->kv_read_bytes = s->agg_kv_read / ns;
     o->summary_read_bytes = s->agg_summary_read / ns;
     o->stall_ms = s->agg_stall / ns;
+    o->wait_ms = s->agg_wait / ns;
+    o->worker_ms = s->agg_worker_ms / ns;
+    o->worker_cpu_ms = s->agg_worker_cpu_ms / ns;
     o->oracle_overlap = o->mass_recall = o->mass_recall_p5 = o->query_cos = -1.0;
     o->fallback_frac = s->n_pred_sel ? (double)s->n_fallback / (double)s->n_pred_sel : 0.0;
     const int64_t np = s->agg_pairs;
@@ -270,6 +283,7 @@ static void step_close(kvt_sparse *s, kvt_sparse_seq *q, const kvt_sparse_step *
     s->agg_kv_read += (double)c->kv_read_bytes;
     s->agg_summary_read += (double)c->summary_read_bytes;
     s->agg_stall += c->stall_ms;
+    s->agg_wait += c->wait_ms;
     if (c->n_pairs_stats > 0) {
         s->agg_ovl += c->oracle_overlap * c->n_pairs_stats;
         s->agg_mass += c->mass_recall * c->n_pairs_stats;
@@ -287,7 +301,7 @@ static void step_close(kvt_sparse *s, kvt_sparse_seq *q, const kvt_sparse_step *
 
 // Adds a layer's figures to the sequence's current step (layer 0 opens it, the last layer closes it).
 static void step_add(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer, int64_t P, int64_t sel, int64_t ctx, int64_t summary,
-                     double stall, int32_t pairs_stats, double mass, double mass_min, double ovl) {
+                     double stall, double wait, int32_t pairs_stats, double mass, double mass_min, double ovl) {
     kvt_sparse_step *c = &q->cur;
     if (layer == 0 || c->pos != P) {
         memset(c, 0, sizeof *c);
@@ -298,6 +312,7 @@ static void step_add(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer, int64_t P,
     c->kv_read_bytes += sel * row_bytes(s);
     c->summary_read_bytes += summary;
     c->stall_ms += stall;
+    c->wait_ms += wait;
     if (pairs_stats) {
         c->selected += sel;
         c->context += ctx;
@@ -329,6 +344,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     kvt_sparse_layer *ly = &sq->lay[layer];
     double stall = kvt_sparse_wait_layer(s, sq, layer); // the worker is done with this layer's summaries
     if (!decode) stall = 0.0;
+    const double wait = stall;
     if (s->scale != p->scale || s->kv != kv) { // set once (the worker reads them: under the mutex it posts with)
         pthread_mutex_lock(&s->mu);
         s->scale = p->scale;
@@ -355,7 +371,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     kvt_kv_paged_set_caller_prefetch(kv, seq, layer, !dense_call); // a selection's blocks come from its prefetch
     if (dense_call) {
         st = kvt_attention(kv, seq, layer, p, q, pos0, n, out, pool, scratch, workspace, err);
-        if (!st && decode) step_add(s, sq, layer, P, H * held, H * held, 0, stall, 0, 0.0, 1.0, 0.0);
+        if (!st && decode) step_add(s, sq, layer, P, H * held, H * held, 0, stall, wait, 0, 0.0, 1.0, 0.0);
     } else {
         // exact scores: the oracle's selection (timed), or the stats of the others (not timed)
         const bool exact_first = s->p.stats && s->p.mode != KVT_SPARSE_ORACLE;
@@ -380,7 +396,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
                 ly->sel_pos = P;
             } else {
                 kvt_sparse_check_predicted(s, ly, layer, P, q, p->scale);
-                if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale);
+                if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale, pool);
             }
             summary = H * P * (s->d.head_dim + 4);
         }
@@ -398,7 +414,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         for (int32_t kh = 0; kh < H; kh++) nsel += ly->nsel[kh];
         st = kvt_sparse_attend_set(kv, seq, layer, p, q, ly->sel, ly->nsel, ly->cap, out, pool, s->scratch, err);
         if (st) return st;
-        step_add(s, sq, layer, P, nsel, H * held, summary, stall, s->p.stats ? (int32_t)H : 0, mass, mass_min, ovl);
+        step_add(s, sq, layer, P, nsel, H * held, summary, stall, wait, s->p.stats ? (int32_t)H : 0, mass, mass_min, ovl);
     }
     if (!st && s->has_worker && sparse_layer && !real_layer && held < s->d.n_ctx) {
         kvt_sparse_post(s, sq, seq, layer, held); // the next step's selection

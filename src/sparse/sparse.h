@@ -60,6 +60,7 @@ typedef struct {
     double mass_recall;         // the group's attention mass (real query) inside S, mean over pairs (-1: no stats)
     double mass_recall_min;     // its minimum over the step's pairs (-1: no stats)
     double stall_ms;            // time the step waited for selections (worker, or inline selection)
+    double wait_ms;             // of which waiting for the asyncspade worker (the rest: selection on the caller)
     int32_t n_pairs_stats;      // (layer, KV head) pairs behind the means above
 } kvt_sparse_step;
 
@@ -126,6 +127,9 @@ typedef struct {
     double kv_read_bytes;          // per step, mean
     double summary_read_bytes;     // per step, mean
     double stall_ms;               // per step, mean
+    double wait_ms;                // per step, mean: of stall_ms, waiting for the asyncspade worker
+    double worker_ms, worker_cpu_ms; // asyncspade: the worker's wall and thread CPU time in its jobs, per step (every
+                                   // sequence's jobs over every sequence's steps)
     double oracle_overlap;         // mean over (step, layer, KV head) pairs (-1: no stats)
     double mass_recall, mass_recall_p5; // mean and 5th percentile over the pairs (-1: no stats)
     double query_cos;              // asyncspade with stats: mean cosine of predicted and real query (-1: none)

@@ -49,14 +49,27 @@ static int cmp_u64(const void *a, const void *b) {
 // (sink and recent first: attention reads them whatever the re-rank keeps), so that a fast tier of about K positions
 // is filled with what the real query will most likely keep instead of being churned by all F * K candidates.
 // final: sel is the set attention reads now; the store marks the shard's other blocks as the first to evict.
+// Nothing to do on a store that is not paged (the contiguous cache holds every position in memory).
 static void prefetch_head(kvt_sparse *s, kvt_sparse_scratch *ss, const int32_t *sel, int64_t m, int64_t n, int64_t K,
                           int32_t seq, int32_t layer, int32_t kh, bool final) {
     const kvt_kv *kv = s->kv;
+    if (strcmp(kv->ops->name, "paged") != 0) return;
     const int64_t B = kv->block_tokens;
     int64_t nb = 0;
     const int64_t K2 = (int64_t)ceil(s->p.prefetch_top * (double)K);
     if (K > 0 && s->p.prefetch_top > 0.0 && s->p.rerank > 1.0 && K2 < m) {
-        m = kvt_sparse_topk(ss->agg, n, K2, s->p.sink, s->p.recent, ss->csel, ss->mark, ss->vals); // within sel: same
+        // the K2 best of the n positions are the K2 best of the m candidates (sel: the best F * K by the same scores,
+        // ties to the earlier position, sink and recent all in): top-k over the candidates' scores (compacted into
+        // raw, free by now) gives the same positions at half the work
+        int64_t c_sink = 0, c_recent = 0;
+        for (int64_t x = 0; x < m; x++) {
+            ss->raw[x] = ss->agg[sel[x]];
+            c_sink += sel[x] < s->p.sink;
+            c_recent += sel[x] >= n - s->p.recent;
+        }
+        const int64_t m2 = kvt_sparse_topk(ss->raw, m, K2, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
+        for (int64_t x = 0; x < m2; x++) ss->csel[x] = sel[ss->csel[x]];
+        m = m2;
         uint64_t *key = (uint64_t *)ss->blk; // (descending score, ascending block), as one sortable key
         for (int64_t x = 0; x < m; x++) {
             const int32_t t = ss->csel[x];
@@ -142,54 +155,78 @@ static void mark_kept(const kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, con
     for (int64_t x = 0; x < m; x++) kept[sel[x] / s->p.rerank_block] = 1;
 }
 
-void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale) {
-    kvt_sparse_scratch *ss = &s->main_ss;
+// One KV head's re-rank (kvt_sparse_rerank) in the scratch ss of the thread that runs it: it reads and writes only
+// that head's rows of ly (sel, nsel, kept), so heads run in parallel and each head's arithmetic is the same on any
+// thread (the same bits for every thread count).
+static void rerank_head(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int32_t kh, int64_t P, const float *q,
+                        float scale, bool use_kept) {
     const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n), hd = s->d.head_dim;
+    const bool keep = ly->kept != NULL;
+    int32_t *sel = sel_of(ly, kh);
+    const int64_t nc = ly->nsel[kh];
+    if (nc <= K) { // nothing to drop
+        if (keep) mark_kept(s, ly, kh, sel, nc);
+        return;
+    }
+    // the candidates scored run by run of consecutive positions, in place (no copy of their int8 rows);
+    // position P, the query's own, has no int8 row yet: -inf, as in the full scan (it is always kept, recent)
+    const int8_t *k8 = ly->k8 + (int64_t)kh * ly->cap * hd;
+    const float *k8s = ly->k8s + (int64_t)kh * ly->cap;
+    int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
+    float qs[KVT_SPARSE_MAX_QPG];
+    kvt_sparse_quant_query(q + (int64_t)kh * s->gd, s->qpg, (int32_t)hd, q16, qs);
+    int64_t c_sink = 0, c_recent = 0;
+    for (int64_t x = 0; x < nc; x++) {
+        c_sink += sel[x] < s->p.sink;
+        c_recent += sel[x] >= n - s->p.recent;
+    }
+    for (int64_t x = 0; x < nc;) {
+        int64_t e = x + 1;
+        while (e < nc && sel[e] == sel[e - 1] + 1 && sel[e] < P) e++;
+        const int64_t t0 = sel[x], len = sel[e - 1] < P ? e - x : e - x - 1;
+        if (len > 0) kvt_sparse_score_i8_rows(q16, qs, s->qpg, (int32_t)hd, k8 + t0 * hd, k8s + t0, len, nc, scale, ss->raw + x);
+        for (int64_t y = x + len; y < e; y++) {
+            for (int32_t i = 0; i < s->qpg; i++) ss->raw[(int64_t)i * nc + y] = -INFINITY;
+        }
+        x = e;
+    }
+    kvt_sparse_aggregate(ss->raw, s->qpg, nc, ss->agg);
+    if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block);
+    if (use_kept) { // a page kept at P - 1 is resident: it leaves the set only for (1 + keep) times its mass
+        const uint8_t *kept = ly->kept + kh * kvt_sparse_kept_pages(s);
+        const float f = (float)(1.0 + s->p.keep);
+        for (int64_t x = c_sink; x < nc - c_recent; x++) {
+            if (kept[sel[x] / s->p.rerank_block]) ss->agg[x] *= f;
+        }
+    }
+    // top-K over the candidates in position order (sink and recent: their first and last ones)
+    const int64_t m = kvt_sparse_topk(ss->agg, nc, K, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
+    for (int64_t x = 0; x < m; x++) sel[x] = sel[ss->csel[x]]; // csel ascending, csel[x] >= x
+    ly->nsel[kh] = m;
+    if (keep) mark_kept(s, ly, kh, sel, m);
+}
+
+typedef struct {
+    kvt_sparse *s;
+    kvt_sparse_layer *ly;
+    int64_t P;
+    const float *q;
+    float scale;
+    bool use_kept;
+} rerank_job;
+
+static void rerank_task(void *ctx, int64_t task, int thread) {
+    const rerank_job *J = ctx;
+    rerank_head(J->s, J->ly, &J->s->rr_ss[thread], (int32_t)task, J->P, J->q, J->scale, J->use_kept);
+}
+
+void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale, kvt_threadpool *pool) {
     // hysteresis: the pages the previous decode step kept (that step only: none after a rewind or a prompt)
-    const bool keep = ly->kept != NULL, use_kept = keep && ly->kept_pos == P - 1;
-    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
-        int32_t *sel = sel_of(ly, kh);
-        const int64_t nc = ly->nsel[kh];
-        if (nc <= K) { // nothing to drop
-            if (keep) mark_kept(s, ly, kh, sel, nc);
-            continue;
-        }
-        // the candidates scored run by run of consecutive positions, in place (no copy of their int8 rows);
-        // position P, the query's own, has no int8 row yet: -inf, as in the full scan (it is always kept, recent)
-        const int8_t *k8 = ly->k8 + (int64_t)kh * ly->cap * hd;
-        const float *k8s = ly->k8s + (int64_t)kh * ly->cap;
-        int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
-        float qs[KVT_SPARSE_MAX_QPG];
-        kvt_sparse_quant_query(q + (int64_t)kh * s->gd, s->qpg, (int32_t)hd, q16, qs);
-        int64_t c_sink = 0, c_recent = 0;
-        for (int64_t x = 0; x < nc; x++) {
-            c_sink += sel[x] < s->p.sink;
-            c_recent += sel[x] >= n - s->p.recent;
-        }
-        for (int64_t x = 0; x < nc;) {
-            int64_t e = x + 1;
-            while (e < nc && sel[e] == sel[e - 1] + 1 && sel[e] < P) e++;
-            const int64_t t0 = sel[x], len = sel[e - 1] < P ? e - x : e - x - 1;
-            if (len > 0) kvt_sparse_score_i8_rows(q16, qs, s->qpg, (int32_t)hd, k8 + t0 * hd, k8s + t0, len, nc, scale, ss->raw + x);
-            for (int64_t y = x + len; y < e; y++) {
-                for (int32_t i = 0; i < s->qpg; i++) ss->raw[(int64_t)i * nc + y] = -INFINITY;
-            }
-            x = e;
-        }
-        kvt_sparse_aggregate(ss->raw, s->qpg, nc, ss->agg);
-        if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block);
-        if (use_kept) { // a page kept at P - 1 is resident: it leaves the set only for (1 + keep) times its mass
-            const uint8_t *kept = ly->kept + kh * kvt_sparse_kept_pages(s);
-            const float f = (float)(1.0 + s->p.keep);
-            for (int64_t x = c_sink; x < nc - c_recent; x++) {
-                if (kept[sel[x] / s->p.rerank_block]) ss->agg[x] *= f;
-            }
-        }
-        // top-K over the candidates in position order (sink and recent: their first and last ones)
-        const int64_t m = kvt_sparse_topk(ss->agg, nc, K, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
-        for (int64_t x = 0; x < m; x++) sel[x] = sel[ss->csel[x]]; // csel ascending, csel[x] >= x
-        ly->nsel[kh] = m;
-        if (keep) mark_kept(s, ly, kh, sel, m);
+    const rerank_job J = {s, ly, P, q, scale, ly->kept != NULL && ly->kept_pos == P - 1};
+    if (pool && s->rr_ss && kvt_threadpool_n_threads(pool) <= s->d.n_threads) {
+        kvt_threadpool_run(pool, rerank_task, (void *)&J, s->d.n_head_kv); // one task per KV head
+    } else {
+        for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) rerank_head(s, ly, &s->main_ss, kh, P, q, scale, J.use_kept);
     }
     ly->kept_pos = P;
 }
@@ -271,9 +308,13 @@ void *kvt_sparse_worker_main(void *arg) {
         s->q_count--;
         kvt_sparse_layer *ly = &s->seqs[j.seq]->lay[j.layer]; // the sequence lives while its job does
         pthread_mutex_unlock(&s->mu);
+        const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
         // each KV head's blocks go to the copy engine as soon as it is selected (unless a later layer hands them)
         kvt_sparse_select_predicted(s, ly, &s->work_ss, j.pos, s->scale, j.seq, s->p.prefetch_layers == 0 ? j.layer : -1);
+        const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = (double)(kvt_thread_cpu_ns() - c0) / 1e6;
         pthread_mutex_lock(&s->mu);
+        s->agg_worker_ms += ms;
+        s->agg_worker_cpu_ms += cpu_ms;
         ly->busy = 0;
         pthread_cond_broadcast(&s->cv);
     }

@@ -82,6 +82,7 @@ struct kvt_sparse {
     int32_t *osel;           // [n_ctx] the oracle set (stats)
     float *kbuf;             // [KVT_SPARSE_CATCHUP][Hkv * hd] keys read back from the store
     kvt_sparse_scratch main_ss, work_ss;
+    kvt_sparse_scratch *rr_ss;  // asyncspade with a re-rank: [n_threads] per pool thread (its heads in parallel), else NULL
     float *krow;             // [hd] a key rounded to the store's type
     void *krow_t;            // its row in that type
     // the asyncspade worker
@@ -95,7 +96,8 @@ struct kvt_sparse {
     kvt_kv *kv;              // the store (set likewise): the worker hands it the chosen blocks as prefetches
     // aggregates of every step of every sequence since init (or the last kvt_sparse_steps_clear)
     int64_t agg_steps, agg_pairs;
-    double agg_sel, agg_ctx, agg_kv_read, agg_summary_read, agg_stall, agg_ovl, agg_mass;
+    double agg_sel, agg_ctx, agg_kv_read, agg_summary_read, agg_stall, agg_wait, agg_ovl, agg_mass;
+    double agg_worker_ms, agg_worker_cpu_ms; // the worker's wall and thread CPU time in its jobs (under mu)
     float *pair_mass;        // mass recall of every (step, layer, KV head) pair with stats
     int64_t n_pair_mass, cap_pair_mass;
     // per (layer, KV head) pair: steps with stats, sums of mass recall, oracle overlap, query cosine; fallbacks
@@ -141,8 +143,9 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale);
 void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t layer, int64_t P, const float *q, float scale);
 // The K best of each KV head's candidates (its current selection: F*K positions from the predicted query) by the
-// real query q on the int8 keys, the candidates only scored (softmax of each query head over the candidates).
-void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale);
+// real query q on the int8 keys, the candidates only scored (softmax of each query head over the candidates). pool:
+// one task per KV head (NULL: all on the caller); the same bits either way.
+void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale, kvt_threadpool *pool);
 void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale);
 void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P);
 void *kvt_sparse_worker_main(void *arg);
