@@ -100,6 +100,7 @@ typedef struct {
 
 static bool idle_take(void *arg) {
     idle_ctx *c = arg;
+    if (!c) return false; // the pool may call it with NULL while it is being cleared
     if (atomic_fetch_sub(&c->budget, 1) <= 0) {
         atomic_fetch_add(&c->budget, 1);
         return false;

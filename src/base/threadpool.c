@@ -69,8 +69,8 @@ typedef struct {
 // A spinning thread's turn at the idle work (every IDLE_EVERY spin rounds): true if it did some.
 static inline bool idle_work(kvt_threadpool *p, int spins) {
     if (spins % IDLE_EVERY) return false;
-    kvt_threadpool_idle_fn f = atomic_load_explicit(&p->idle, memory_order_relaxed);
-    return f && f(atomic_load_explicit(&p->idle_arg, memory_order_relaxed));
+    kvt_threadpool_idle_fn f = atomic_load_explicit(&p->idle, memory_order_acquire);
+    return f && f(atomic_load_explicit(&p->idle_arg, memory_order_acquire));
 }
 
 // Claims and runs tasks of job `gen` until none is left or a newer job started.
@@ -228,8 +228,10 @@ void kvt_threadpool_set_hook(kvt_threadpool *p, kvt_threadpool_hook hook, void *
 
 void kvt_threadpool_set_idle(kvt_threadpool *p, kvt_threadpool_idle_fn fn, void *arg) {
     if (!p) return;
-    atomic_store(&p->idle_arg, arg);
-    atomic_store(&p->idle, fn);
+    // the function goes NULL first and comes back last: a thread that sees the new function sees its argument
+    atomic_store_explicit(&p->idle, NULL, memory_order_release);
+    atomic_store_explicit(&p->idle_arg, arg, memory_order_release);
+    if (fn) atomic_store_explicit(&p->idle, fn, memory_order_release);
 }
 
 int kvt_physical_cores(void) {

@@ -653,7 +653,9 @@ bool kvt_kv_paged_help(void *kv) {
         atomic_load_explicit(&s->q_avail, memory_order_relaxed) == 0 || pthread_mutex_trylock(&s->mu)) {
         return false;
     }
-    const bool take = s->q_len > 0 && !s->stop;
+    // a block only on disk is left to the copy threads woken for it (a read from the device may wait: not for a pool
+    // thread that its job may need any moment)
+    const bool take = s->q_len > 0 && !s->stop && !s->blk[s->q[s->q_head]].qdisk;
     if (take) {
         const int64_t t0 = kvt_time_ns();
         queue_take(s);

@@ -113,7 +113,8 @@ void kvt_kv_paged_drain(kvt_kv *kv);
 // a barrier or between jobs): where no copy thread copies between memory tiers (io_mem_threads -1, or 0 leaving
 // no core), takes the copy engine's next queued entry, as a reader does after a release (the same queue, order
 // and victims; only the thread differs), if the store's mutex is free at once. Returns whether it took one; false
-// at once for another store, with copy threads at work, with nothing queued, or the mutex taken. The time counts
+// at once for another store (or NULL), with copy threads at work, with nothing queued, the mutex taken, or a block
+// only on disk at the queue's head (left to the copy threads that wait for the device). The time counts
 // in kvt_kv_stats.io_cpu_ms and io_help_ms. Never blocks; changes no data a reader sees. Any thread.
 bool kvt_kv_paged_help(void *kv);
 
