@@ -454,6 +454,54 @@ static void copy_threads(void) {
                 (long long)pre[1], (long long)busy_max[2], (long long)pre[2], (long long)miss[2]);
 }
 
+// kvt_kv_paged_help (a thread waiting in the compute pool takes the copy engine's next queued entry): with no copy
+// thread on memory copies (io_mem_threads -1) a reader's acquire queues the blocks that follow, which help takes one
+// per call until none is left (then false), as prefetches; the data read back is the same. With a copy thread at
+// work on memory copies (io_mem_threads 1), and for a store of another kind, it takes nothing.
+static void pool_help(void) {
+    kvt_err err = {0};
+    kvt_status st = KVT_OK;
+    int64_t took[2] = {0, 0}, queued = 0;
+    double help_ms = 0;
+    bool same = true;
+    for (int k = 0; k < 2 && !st; k++) {
+        kvt_kv *kv = NULL;
+        kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 8, -1);
+        p.io_mem_threads = k == 0 ? -1 : 1;
+        st = kvt_kv_paged_init(&p, &kv, &err);
+        int32_t seqs[3] = {0, -1, -1};
+        for (int i = 1; !st && i < 3; i++)
+            if ((seqs[i] = new_seq(kv)) < 0) st = kvt_errorf(&err, KVT_ERR_NOMEM, "fork");
+        for (int i = 0; !st && i < 3; i++) st = fill(kv, seqs[i], i + 1, 0, 16, &err);
+        kvt_kv_view w;
+        if (!st) st = kv->ops->acquire(kv, seqs[0], 0, 0, 0, &w, &err); // seq 0's blocks went down: its next are queued
+        kvt_kv_stats a, b;
+        kvt_kv_get_stats(kv, &a);
+        for (int n = 0; !st && n < 1000 && kvt_kv_paged_help(kv); n++) took[k]++;
+        kvt_kv_get_stats(kv, &b);
+        if (k == 0) help_ms = b.io_help_ms;
+        if (!st) kv->ops->release(kv, seqs[0], 0, 0, 0);
+        kvt_kv_paged_drain(kv);
+        kvt_kv_stats c;
+        kvt_kv_get_stats(kv, &c);
+        if (k == 0) queued = c.io_items - a.io_items; // every entry: help took them all, release and drain none
+        for (int i = 0; !st && i < 3; i++) same = same && holds(kv, seqs[i], i + 1, 16);
+        if (k == 0 && b.io_items - a.io_items != took[0]) same = false;
+        kvt_kv_free(kv);
+    }
+    kvt_kv *ct = NULL;
+    kvt_kv_params cp = {KVT_TYPE_F32, NL, NH, HD, HD, 64, BTOK, 0};
+    bool other = true;
+    if (!st && !(st = kvt_kv_contig_init(&cp, &ct, &err))) other = !kvt_kv_paged_help(ct);
+    kvt_kv_free(ct);
+    test_result(!st && same && queued > 0 && took[0] == queued && help_ms > 0 && took[1] == 0 && other,
+                "kv_sched: a thread waiting in the compute pool takes the queued copies where no copy thread does "
+                "(kvt_kv_paged_help) one per call until none is left, same data; none with a copy thread at work or another store",
+                "%s same %d; queued %lld, taken %lld (%.3f ms); with a copy thread %lld; other store %d",
+                st ? err.msg : "", (int)same, (long long)queued, (long long)took[0], help_ms, (long long)took[1],
+                (int)other);
+}
+
 void test_kv_sched(const test_env *env) {
     (void)env;
     block_io();
@@ -468,4 +516,5 @@ void test_kv_sched(const test_env *env) {
     plan_evict();
     demote_store();
     copy_threads();
+    pool_help();
 }

@@ -91,7 +91,66 @@ static int64_t stress(int n_threads, int n_jobs, bool hooked, double *ms) {
     return bad + atomic_load(&errors);
 }
 
+// The idle function (kvt_threadpool_set_idle): threads waiting in the pool (the caller for a slow task on another
+// thread, workers between jobs) call it, each call's work counted once; the jobs' tasks still run exactly once.
+typedef struct {
+    _Atomic int64_t budget; // units of idle work left
+    _Atomic int64_t done;   // units taken
+} idle_ctx;
+
+static bool idle_take(void *arg) {
+    idle_ctx *c = arg;
+    if (!c) return false; // the pool may call it with NULL while it is being cleared
+    if (atomic_fetch_sub(&c->budget, 1) <= 0) {
+        atomic_fetch_add(&c->budget, 1);
+        return false;
+    }
+    atomic_fetch_add(&c->done, 1);
+    return true;
+}
+
+typedef struct {
+    _Atomic int count[8];
+} slow_ctx;
+
+static void task_slow(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    slow_ctx *c = ctx;
+    if (task == 0) { // long enough that the caller waits for it on another thread, or runs it while a worker waits
+        const double t0 = kvt_time_ms();
+        while (kvt_time_ms() - t0 < 2.0) {
+        }
+    }
+    atomic_fetch_add(&c->count[task], 1);
+}
+
+static void idle_work_test(void) {
+    kvt_threadpool *pool = NULL;
+    kvt_err err = {0};
+    idle_ctx ic;
+    atomic_init(&ic.budget, 1000);
+    atomic_init(&ic.done, 0);
+    int64_t bad = 0;
+    if (kvt_threadpool_init(2, &pool, &err) == KVT_OK) {
+        kvt_threadpool_set_idle(pool, idle_take, &ic);
+        for (int j = 0; j < 20; j++) {
+            slow_ctx sc;
+            for (int i = 0; i < 8; i++) atomic_init(&sc.count[i], 0);
+            kvt_threadpool_run(pool, task_slow, &sc, 8);
+            for (int i = 0; i < 8; i++) bad += atomic_load(&sc.count[i]) != 1;
+        }
+        kvt_threadpool_set_idle(pool, NULL, NULL);
+        kvt_threadpool_free(pool);
+    } else bad = -1;
+    const int64_t done = atomic_load(&ic.done), left = atomic_load(&ic.budget);
+    test_result(bad == 0 && done > 0 && done + left == 1000,
+                "pool: threads waiting in the pool take the idle work (kvt_threadpool_set_idle), tasks still run once",
+                "%lld task count errors, %lld units of idle work taken, %lld left", (long long)bad, (long long)done,
+                (long long)left);
+}
+
 void test_pool(const test_env *env) {
+    idle_work_test();
     for (int threads = 2; threads <= 4; threads += 2) {
         for (int hooked = 0; hooked <= 1; hooked++) {
             const int n_jobs = hooked ? (env->quick ? 1500 : 6000) : (env->quick ? 4000 : 30000);

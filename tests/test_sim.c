@@ -707,6 +707,32 @@ static void test_profile(void) {
                 "%.200s (roofline %.2f-%.2f ms)", err.msg, lo, hi);
 }
 
+// sim_copy_lanes (a CPU profile's sim_* keys): copies run on that many compute threads at once, so the one copy
+// link runs at lanes x sim_copy_gbps with sim_copy_block_us / lanes per block; absent, 1.
+static void test_copy_lanes(void) {
+    const char *path = "profiles/xeon-avx512-2vcpu.json";
+    if (!test_file_exists(path)) {
+        test_skip("sim: sim_copy_lanes", "profiles/xeon-avx512-2vcpu.json not found (run from the repo root)");
+        return;
+    }
+    kvt_err err = {0};
+    kvt_profile p;
+    size_t len;
+    char *text = test_read_file(path, &len);
+    bool ok = text && !kvt_profile_parse(text, &p, &err) && !p.has_gpu;
+    kvt_sim_config a, b;
+    kvt_sim_config_default(&a);
+    kvt_sim_config_default(&b);
+    ok = ok && !kvt_sim_config_from_profile(&a, &p, "{\"sim_copy_gbps\": 3.0, \"sim_copy_block_us\": 2.0}", &err) &&
+         !kvt_sim_config_from_profile(&b, &p, "{\"sim_copy_gbps\": 3.0, \"sim_copy_block_us\": 2.0, \"sim_copy_lanes\": 2}",
+                                      &err);
+    ok = ok && a.copy_on_compute && b.copy_on_compute && a.h2d_gbps == 3.0 && a.d2h_gbps == 3.0 &&
+         a.h2d_latency_us == 2.0 && b.h2d_gbps == 6.0 && b.d2h_gbps == 6.0 && b.h2d_latency_us == 1.0 &&
+         b.d2h_latency_us == 1.0;
+    free(text);
+    test_result(ok, "sim: sim_copy_lanes runs the CPU copy link at lanes x sim_copy_gbps (1 without it)", "%.200s", err.msg);
+}
+
 static void test_cli(const test_env *env) {
     if (!test_file_exists(env->cli) || !test_file_exists("profiles/tierkv-h100.json")) {
         test_skip("sim: kvtier sim CLI forms", "build/kvtier or profiles/tierkv-h100.json missing");
@@ -798,5 +824,6 @@ void test_sim(const test_env *env) {
     test_kvtier_sched();
     test_fixed_burst_copies();
     test_profile();
+    test_copy_lanes();
     test_cli(env);
 }

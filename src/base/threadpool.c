@@ -32,6 +32,7 @@
 
 #define SPIN_ITERS 20000  // pause-loop iterations before yielding the core
 #define YIELD_ITERS 200   // sched_yield rounds before sleeping on the condition variable
+#define IDLE_EVERY 16     // spin rounds between two calls of the idle function (kvt_threadpool_set_idle)
 
 struct kvt_threadpool {
     int n_threads;
@@ -49,6 +50,8 @@ struct kvt_threadpool {
     _Atomic int stop;
     _Atomic(kvt_threadpool_hook) hook; // tests only (NULL otherwise): called at the race windows
     _Atomic(void *) hook_arg;
+    _Atomic(kvt_threadpool_idle_fn) idle; // work for spinning threads (kvt_threadpool_set_idle), or NULL
+    _Atomic(void *) idle_arg;
 };
 
 // One relaxed load and a branch never taken outside tests.
@@ -62,6 +65,13 @@ typedef struct {
     kvt_threadpool *pool;
     int id;
 } worker_arg;
+
+// A spinning thread's turn at the idle work (every IDLE_EVERY spin rounds): true if it did some.
+static inline bool idle_work(kvt_threadpool *p, int spins) {
+    if (spins % IDLE_EVERY) return false;
+    kvt_threadpool_idle_fn f = atomic_load_explicit(&p->idle, memory_order_acquire);
+    return f && f(atomic_load_explicit(&p->idle_arg, memory_order_acquire));
+}
 
 // Claims and runs tasks of job `gen` until none is left or a newer job started.
 static void drain(kvt_threadpool *p, uint64_t gen, int thread) {
@@ -95,7 +105,8 @@ static void *worker_main(void *arg) {
         while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
             if (atomic_load_explicit(&p->stop, memory_order_relaxed)) return NULL;
             if (++spins < SPIN_ITERS) {
-                CPU_RELAX();
+                if (idle_work(p, spins)) spins = -1; // it did work: try again at once, the spin starts anew
+                else CPU_RELAX();
             } else if (spins < SPIN_ITERS + YIELD_ITERS) {
                 sched_yield(); // another process may want this core
             } else {
@@ -200,6 +211,10 @@ void kvt_threadpool_run(kvt_threadpool *p, kvt_task_fn fn, void *ctx, int64_t n_
     }
     drain(p, gen, 0);
     for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks; spins++) {
+        if (idle_work(p, spins)) { // a queued KV copy instead of a spin (kvt_threadpool_set_idle): try again at once
+            spins = -1;
+            continue;
+        }
         if (spins < SPIN_ITERS) CPU_RELAX();
         else sched_yield(); // a task is running on a descheduled worker: give it the core
     }
@@ -209,6 +224,14 @@ void kvt_threadpool_set_hook(kvt_threadpool *p, kvt_threadpool_hook hook, void *
     if (!p) return;
     atomic_store(&p->hook_arg, arg);
     atomic_store(&p->hook, hook);
+}
+
+void kvt_threadpool_set_idle(kvt_threadpool *p, kvt_threadpool_idle_fn fn, void *arg) {
+    if (!p) return;
+    // the function goes NULL first and comes back last: a thread that sees the new function sees its argument
+    atomic_store_explicit(&p->idle, NULL, memory_order_release);
+    atomic_store_explicit(&p->idle_arg, arg, memory_order_release);
+    if (fn) atomic_store_explicit(&p->idle, fn, memory_order_release);
 }
 
 int kvt_physical_cores(void) {

@@ -7,6 +7,7 @@
 #ifndef KVT_THREADPOOL_H
 #define KVT_THREADPOOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "status.h"
@@ -34,6 +35,17 @@ typedef enum {
 } kvt_pool_hook_point;
 typedef void (*kvt_threadpool_hook)(void *arg, kvt_pool_hook_point point);
 void kvt_threadpool_set_hook(kvt_threadpool *pool, kvt_threadpool_hook hook, void *arg);
+
+// Work for a thread that would otherwise spin (the tiered KV store's queued copies, kv_paged.h
+// kvt_kv_paged_help): the caller of kvt_threadpool_run calls fn(arg) while it waits for tasks still running
+// on other threads, and a worker while it spins between jobs, every few spin rounds. fn returns whether it did
+// some work (the waiter then calls it again before spinning on); it must be short (one block copy), must not
+// block (try-lock) and must not change any result. NULL (the default) disables it. Workers spin between jobs,
+// so they may be in the old function while it is changed, or (having read it just before) call it once with the
+// new arg: fn must accept NULL and must outlive any pool it was set on; clear it (or free the pool) before arg goes
+// away.
+typedef bool (*kvt_threadpool_idle_fn)(void *arg);
+void kvt_threadpool_set_idle(kvt_threadpool *pool, kvt_threadpool_idle_fn fn, void *arg);
 
 // Number of physical cores (falls back to online CPUs).
 int kvt_physical_cores(void);

@@ -29,8 +29,9 @@ typedef struct {
     const char *kv_evict;      // "lru", "lfu", "lookahead" (NULL: lru)
     int32_t kv_prefetch;       // blocks fetched ahead of use (-1: default 16)
     int32_t kv_copy_threads;   // copy threads at work at once on memory copies (kvt_kv_paged_params.io_mem_threads;
-                               // 0: the online CPUs less n_threads, at least 1; -1: none, the compute threads
-                               // run the queued memory copies themselves)
+                               // 0: the online CPUs less n_threads, none where that is 0; -1: none; with none
+                               // the compute threads run the queued memory copies themselves, between their
+                               // blocks and while they wait in the pool)
     bool kv_keep;              // keep the disk file (else unlinked as soon as it is created)
     bool kv_timing;            // the paged store times its readers' path (kvt_kv_paged_params.timing)
     bool kv_paged;             // use the paged store even without tier flags

@@ -198,6 +198,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
         kvt_context_free(c);
         return st;
     }
+    kvt_threadpool_set_idle(c->pool, kvt_kv_paged_help, c->kv); // threads waiting in the pool take queued KV copies
     const int64_t ub = c->p.n_ubatch, E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim,
                   K = (int64_t)hp->n_head_kv * hp->head_dim, V = (int64_t)hp->n_head_kv * hp->head_dim_v,
                   A = (int64_t)hp->n_head * hp->head_dim_v, F = hp->n_ff;

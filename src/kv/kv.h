@@ -70,7 +70,9 @@ typedef struct {
     // (all their work: victim searches and copies); io_items: prefetch-queue entries they took, io_idle: of
     // which loaded nothing into the fast tier (resident already, or no victim it may displace).
     // io_busy_max: the most copy threads at work on queued blocks at once (kvt_kv_paged_params.io_mem_threads).
-    double acquire_ms, lock_ms, wait_busy_ms, wait_room_ms, load_ms, io_cpu_ms;
+    // io_help_ms: of io_cpu_ms, the wall time of the entries that compute threads took while they waited in the
+    // compute pool (kvt_kv_paged_help: time that would otherwise be spin, so not added to an iteration).
+    double acquire_ms, lock_ms, wait_busy_ms, wait_room_ms, load_ms, io_cpu_ms, io_help_ms;
     int64_t wakeups, io_items, io_idle, io_busy_max;
 } kvt_kv_stats;
 

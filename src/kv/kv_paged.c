@@ -585,6 +585,7 @@ static void queue_take(kv_paged *s) {
     const int64_t id = s->q[s->q_head];
     s->q_head = (s->q_head + 1) % s->q_cap;
     s->q_len--;
+    atomic_store_explicit(&s->q_avail, s->q_len, memory_order_relaxed);
     s->st.io_items++;
     pblock *B = &s->blk[id];
     const bool plan = B->qplan, attn = B->qattn;
@@ -646,6 +647,26 @@ static void readers_take(kv_paged *s, int64_t max) {
     s->st.io_cpu_ms += (double)(kvt_time_ns() - t0) / 1e6;
 }
 
+bool kvt_kv_paged_help(void *kv) {
+    kv_paged *s = kv;
+    if (!s || s->base.ops != &kvp_ops || s->io_mem > 0 || s->n_io == 0 ||
+        atomic_load_explicit(&s->q_avail, memory_order_relaxed) == 0 || pthread_mutex_trylock(&s->mu)) {
+        return false;
+    }
+    // a block only on disk is left to the copy threads woken for it (a read from the device may wait: not for a pool
+    // thread that its job may need any moment)
+    const bool take = s->q_len > 0 && !s->stop && !s->blk[s->q[s->q_head]].qdisk;
+    if (take) {
+        const int64_t t0 = kvt_time_ns();
+        queue_take(s);
+        const double ms = (double)(kvt_time_ns() - t0) / 1e6;
+        s->st.io_cpu_ms += ms;
+        s->st.io_help_ms += ms;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return take;
+}
+
 // After entries were queued: wakes as many copy threads as the queue wants at work, less those awake (a thread awake
 // takes the next entry before it sleeps) and those signalled but not running yet (io_tokens: a thread leaves its
 // sleep only by taking one; without them a signalled thread not yet running counted as asleep, so each push in the
@@ -686,6 +707,7 @@ void kvp_queue_push(kv_paged *s, int64_t id) {
     }
     s->q[(s->q_head + s->q_len) % s->q_cap] = id;
     s->q_len++;
+    atomic_store_explicit(&s->q_avail, s->q_len, memory_order_relaxed);
     pblock *B = &s->blk[id];
     B->queued = true;
     B->qdisk = B->slot[T0] < 0 && B->slot[T1] < 0 && B->slot[T2] >= 0;
@@ -1213,7 +1235,9 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     else if (p->io_mem_threads < 0) s->io_mem = 0; // the readers run the memory copies (readers_take)
     else {
         const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        s->io_mem = cpus > p->n_readers ? (int)(cpus - p->n_readers) : 1;
+        // none where the readers take every core: a copy thread would run only by preempting one of them (and the
+        // compute pool's others spin at the next barrier meanwhile); the readers and the pool's idle threads copy
+        s->io_mem = cpus > p->n_readers ? (int)(cpus - p->n_readers) : 0;
     }
     if (!st && n_io > 0) {
         s->pf_win = malloc((size_t)p->prefetch * sizeof *s->pf_win);

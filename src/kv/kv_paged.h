@@ -41,9 +41,11 @@ typedef struct {
     int32_t n_io_threads;   // copy engine workers (default 4)
     int32_t io_mem_threads; // copy workers at work at once while every queued block has a copy in memory (a memcpy:
                             // CPU-bound, so a worker beyond the cores the readers leave only takes one from them);
-                            // disk reads wake the others. 0: the online CPUs less n_readers, at least 1; -1: none,
-                            // the readers take the queued blocks themselves, two after each release (kv_paged.c
-                            // readers_take), and kvt_kv_paged_drain's caller takes what is left
+                            // disk reads wake the others. 0: the online CPUs less n_readers, and none where that
+                            // leaves no core (the default on 2 vCPUs with -t 2); -1: none. With none, the readers
+                            // take the queued blocks themselves, two after each release (kv_paged.c readers_take),
+                            // threads waiting in the compute pool take them one at a time (kvt_kv_paged_help), and
+                            // kvt_kv_paged_drain's caller takes what is left
     bool keep_files;        // leave the disk file in disk_dir (else unlinked as soon as it is created)
     int64_t fault_read_at;  // tests: the n-th disk read fails with EIO (0: never)
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)
@@ -107,6 +109,14 @@ float kvt_kv_paged_block_attn_ema(kvt_kv *kv, int32_t seq, int32_t layer, int32_
 // Waits until the copy engine has nothing queued and no prefetch under way (tests: makes its decisions
 // deterministic by letting it finish before the next read). Any thread.
 void kvt_kv_paged_drain(kvt_kv *kv);
+// Work for an idle compute thread (kvt_threadpool_set_idle: the pool's threads call it while they would spin at
+// a barrier or between jobs): where no copy thread copies between memory tiers (io_mem_threads -1, or 0 leaving
+// no core), takes the copy engine's next queued entry, as a reader does after a release (the same queue, order
+// and victims; only the thread differs), if the store's mutex is free at once. Returns whether it took one; false
+// at once for another store (or NULL), with copy threads at work, with nothing queued, the mutex taken, or a block
+// only on disk at the queue's head (left to the copy threads that wait for the device). The time counts
+// in kvt_kv_stats.io_cpu_ms and io_help_ms. Never blocks; changes no data a reader sees. Any thread.
+bool kvt_kv_paged_help(void *kv);
 
 // --- the prefix cache's block references (issue 12) -------------------------------------------------------
 

@@ -5,6 +5,7 @@
 #define KVT_KV_PAGED_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -94,6 +95,7 @@ typedef struct {
     pthread_cond_t qcv;
     int64_t *q;            // ring of block ids to prefetch
     int64_t q_head, q_len, q_cap;
+    _Atomic int64_t q_avail; // q_len, readable without the mutex (kvt_kv_paged_help's test before its try-lock)
     kvt_kv_pos *pf_win;    // [p.prefetch] scratch of schedule_prefetch (kvt_prefetch_window)
     kvt_plan_room plan_room; // kvt_kv_paged_set_plan: the fast tier's room for the plan's loads (plan_visit)
     bool stop;

@@ -401,8 +401,12 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
     }
     METRIC("kv_wakeups_total", "counter", "Sleeps of threads on the KV store's condition that ended (blocks moved, room made).");
     fprintf(f, "kvtier_kv_wakeups_total %lld\n", (long long)s.kv.wakeups);
-    METRIC("kv_copy_thread_cpu_seconds_total", "counter", "CPU time of the KV copy engine's threads.");
+    METRIC("kv_copy_thread_cpu_seconds_total", "counter", "CPU time of the KV copy engine's threads (with no copy thread "
+           "on memory copies: the wall time of the copies that compute threads took).");
     fprintf(f, "kvtier_kv_copy_thread_cpu_seconds_total %.6f\n", s.kv.io_cpu_ms / 1e3);
+    METRIC("kv_copy_help_seconds_total", "counter", "Of kv_copy_thread_cpu_seconds_total, the copies that compute threads "
+           "took while waiting in the compute pool (time they would otherwise spin).");
+    fprintf(f, "kvtier_kv_copy_help_seconds_total %.6f\n", s.kv.io_help_ms / 1e3);
     METRIC("kv_prefetch_queue_total", "counter", "Prefetch-queue entries the copy threads took (all) and those that loaded nothing (idle).");
     fprintf(f, "kvtier_kv_prefetch_queue_total{result=\"all\"} %lld\n", (long long)s.kv.io_items);
     fprintf(f, "kvtier_kv_prefetch_queue_total{result=\"idle\"} %lld\n", (long long)s.kv.io_idle);

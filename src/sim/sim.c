@@ -154,9 +154,15 @@ kvt_status kvt_sim_config_from_profile(kvt_sim_config *c, const kvt_profile *p, 
         c->iter_us_per_ctx = kvt_jv_num(&root, "sim_iter_us_per_ctx", 0);
         c->prefill_ms_per_tok = kvt_jv_num(&root, "sim_prefill_ms_per_tok", 0);
         if (!p->has_gpu) {
+            // sim_copy_lanes: compute threads that copy at once (the store without copy threads on memory copies: its
+            // readers, each between its own blocks, and the pool's waiting threads; kv_paged.h io_mem_threads), so the
+            // iteration is delayed by the copies' summed time / lanes; 1 (the default): a copy thread that takes a
+            // compute thread's core stalls the whole pool at its next barrier, the copies' full time
+            double lanes = kvt_jv_num(&root, "sim_copy_lanes", 1);
+            if (lanes < 1) lanes = 1;
             const double g = kvt_jv_num(&root, "sim_copy_gbps", 0);
-            if (g > 0) c->h2d_gbps = c->d2h_gbps = g;
-            c->h2d_latency_us = c->d2h_latency_us = kvt_jv_num(&root, "sim_copy_block_us", 0);
+            if (g > 0) c->h2d_gbps = c->d2h_gbps = g * lanes;
+            c->h2d_latency_us = c->d2h_latency_us = kvt_jv_num(&root, "sim_copy_block_us", 0) / lanes;
         }
         kvt_jv_free(&root);
     }

@@ -224,8 +224,9 @@ void kvt_sim_config_default(kvt_sim_config *c);
 // Takes links, capacities and compute from a profile (h2d/d2h, disk, ram; vram only for the record) and
 // the profile file's sim_* keys from its JSON text (may be NULL): sim_iter_ms, sim_iter_ms_per_seq,
 // sim_iter_us_per_ctx, sim_prefill_ms_per_tok; on a CPU profile (no GPU) sim_copy_gbps and
-// sim_copy_block_us (the store's fast <-> host copy rate and per-block CPU time; default cpu_read_gbps, 0),
-// and copy_on_compute is set.
+// sim_copy_block_us (the store's fast <-> host copy rate and per-block CPU time of one thread; default
+// cpu_read_gbps, 0) and sim_copy_lanes (compute threads copying at once, default 1: the copy link runs at lanes x
+// that rate, lanes x 1/that time), and copy_on_compute is set.
 kvt_status kvt_sim_config_from_profile(kvt_sim_config *c, const kvt_profile *p, const char *json_text, kvt_err *err);
 // Block bytes of a shape: layers x KV heads x (K + V head widths) x 2 (F16) x block_tokens.
 int64_t kvt_sim_block_bytes(const kvt_hparams *hp, int64_t block_tokens);

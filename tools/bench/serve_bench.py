@@ -199,6 +199,7 @@ def per_iteration(m0, m1):
     for part in ("acquire", "lock", "wait_busy", "wait_room", "load"):
         out[part + "_ms"] = 1e3 * d('kvtier_kv_reader_seconds_total{part="%s"}' % part) / it
     out["copy_threads_cpu_ms"] = 1e3 * d("kvtier_kv_copy_thread_cpu_seconds_total") / it
+    out["copy_help_ms"] = 1e3 * d("kvtier_kv_copy_help_seconds_total") / it  # of which in the compute pool's waits
     out["process_cpu_ms"] = 1e3 * d("kvtier_process_cpu_seconds_total") / it
     out["stall_ms"] = 1e3 * d("kvtier_kv_stall_seconds_total") / it
     out["wakeups"] = d("kvtier_kv_wakeups_total") / it

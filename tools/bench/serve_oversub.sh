@@ -11,13 +11,16 @@
 #        plan-spread: the plan with the spread policy inside an iteration, spread: spread alone), TIMING (1: the
 #        servers time their KV readers, --kv-timing, and a second table says where each iteration's time went:
 #        compute threads' KV acquire time and its parts, copy threads' CPU, process CPU, context switches;
-#        /metrics before and after, per iteration), OUT (a directory that keeps each run's JSON and server log).
+#        /metrics before and after, per iteration), OUT (a directory that keeps each run's JSON and server log),
+#        SERVE_FLAGS (more kvtier serve flags for every run, e.g. "--kv-copy-threads 1": one copy thread, the
+#        default before 2026-11-28 late on 2 vCPUs with -t 2).
 # The demand is NP x (PROMPT + GEN) positions x the model's KV bytes per position (kvtier info prints it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 M="${1:-$HOME/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf}"
 RHOS="${RHOS:-1 2 3 5}" NP="${NP:-8}" PROMPT="${PROMPT:-512}" GEN="${GEN:-256}" T="${T:-2}" BLOCK="${BLOCK:-64}"
 KVTIER="${KVTIER:-build/kvtier}" DISK="${DISK:-/tmp}" POLICIES="${POLICIES:-plan lru lfu}" TIMING="${TIMING:-0}"
+read -r -a extra <<<"${SERVE_FLAGS:-}"
 timing=()
 [ "$TIMING" = 1 ] && timing=(--kv-timing)
 [ -x "$KVTIER" ] || make -s
@@ -31,8 +34,8 @@ cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 echo "# oversubscription: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) CPUs, -t $T, $(basename "$M"), -np $NP, prompt $PROMPT + gen $GEN, KV demand $((demand / 1048576)) MiB, block $BLOCK, $(date -u +'%F %H:%M') UTC"
 echo
-echo "| rho | fast tier | policy | tok/s | TPOT p50 | TPOT p95 | TPOT p95 / rho 1 | KV moved | done/fail |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| rho | fast tier | policy | tok/s | TPOT mean | TPOT p50 | TPOT p95 | TPOT p95 / rho 1 | KV moved | done/fail |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 declare -A base=()
 for rho in $RHOS; do
     fast=$(python3 -c "print(int($demand / $rho))")
@@ -45,7 +48,7 @@ for rho in $RHOS; do
             lfu) flags=(--kv-evict lfu --lookahead 0) ;;
         esac
         "$KVTIER" serve -m "$M" --host 127.0.0.1 --port "$port" -t "$T" -np "$NP" -c $((PROMPT + GEN + 8)) --metrics \
-            --kv-block "$BLOCK" --kv-fast "$fast" --kv-host $((demand * 2)) --kv-disk "$DISK" "${flags[@]}" "${timing[@]}" \
+            --kv-block "$BLOCK" --kv-fast "$fast" --kv-host $((demand * 2)) --kv-disk "$DISK" "${flags[@]}" "${timing[@]}" "${extra[@]}" \
             >"$tmp/server.log" 2>&1 &
         pid=$!
         for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.2; done
@@ -61,8 +64,8 @@ import json, sys
 rho, fast, pol, b, f = sys.argv[1:6]
 r = json.load(open(f))
 mv = r.get("kv_moved_bytes")
-print("| %s | %.1f MiB | %s | %.1f | %.1f ms | %.1f ms | %.2f | %s | %d/%d |" % (
-    rho, int(fast) / 1048576, pol, r["throughput_tok_s"], r["tpot_ms_p50"], r["tpot_ms_p95"],
+print("| %s | %.1f MiB | %s | %.1f | %.1f ms | %.1f ms | %.1f ms | %.2f | %s | %d/%d |" % (
+    rho, int(fast) / 1048576, pol, r["throughput_tok_s"], r["tpot_ms_mean"], r["tpot_ms_p50"], r["tpot_ms_p95"],
     r["tpot_ms_p95"] / float(b), "-" if mv is None else "%.0f MB" % (mv / 1e6), r["completed"], r["failed"]))
 EOF
     done
@@ -73,8 +76,8 @@ if [ "$TIMING" = 1 ]; then
     echo
     echo "Where each iteration's time went (per iteration; KV acquire time summed over the compute threads):"
     echo
-    echo "| rho | policy | iterations | acquire ms | lock ms | wait busy ms | wait room ms | own loads ms | stall ms | copy threads CPU ms | process CPU ms | queue entries (idle) | wake-ups | context switches vol / invol |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    echo "| rho | policy | iterations | acquire ms | lock ms | wait busy ms | wait room ms | own loads ms | stall ms | copy threads CPU ms | of which in pool waits ms | process CPU ms | queue entries (idle) | wake-ups | context switches vol / invol |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     for rho in $RHOS; do
         for pol in $POLICIES; do
             python3 - "$rho" "$pol" "$tmp/r-$rho-$pol.json" <<'EOF'
@@ -82,9 +85,9 @@ import json, sys
 rho, pol, f = sys.argv[1:4]
 p = json.load(open(f)).get("per_iteration")
 if p:
-    print("| %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f (%.0f) | %.0f | %.0f / %.0f |" % (
+    print("| %s | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f (%.0f) | %.0f | %.0f / %.0f |" % (
         rho, pol, p["iterations"], p["acquire_ms"], p["lock_ms"], p["wait_busy_ms"], p["wait_room_ms"], p["load_ms"],
-        p["stall_ms"], p["copy_threads_cpu_ms"], p["process_cpu_ms"], p["queue_entries"], p["queue_idle"], p["wakeups"],
+        p["stall_ms"], p["copy_threads_cpu_ms"], p.get("copy_help_ms", 0.0), p["process_cpu_ms"], p["queue_entries"], p["queue_idle"], p["wakeups"],
         p["csw_voluntary"], p["csw_involuntary"]))
 EOF
         done

@@ -14,7 +14,10 @@
 #        reproduce), LAYERS (the model's n_layer: the simulator's blocks are one layer each, as the store's),
 #        WINDOW (256: victims examined per eviction, the store's VICTIM_SAMPLE),
 #        CALIB (serve: the copy rate measured in the real runs, below; kvbench: the single-sequence kvbench rate of
-#        passes 1-7).
+#        passes 1-7), COPY_LANES (compute threads that copy at once, the profile's sim_copy_lanes: the engine's rule,
+#        T where the online CPUs less T leave no core for a copy thread (its readers and the pool's waiting threads
+#        copy, kv_paged.h io_mem_threads), else 1; set 1 for real runs made with --kv-copy-threads N or before
+#        2026-11-28 late).
 #
 # Calibration (all on this machine, before the simulator runs; written to OUT/profile.json):
 #   - links, disk, RAM: `kvtier profile --quick`;
@@ -38,6 +41,7 @@ M="${1:-$HOME/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf}"
 RHOS="${RHOS:-1 2 3 5}" NP="${NP:-8}" PROMPT="${PROMPT:-512}" GEN="${GEN:-128}" T="${T:-2}" BLOCK="${BLOCK:-64}"
 KVTIER="${KVTIER:-build/kvtier}" DISK="${DISK:-/tmp}" POLICIES="${POLICIES:-plan lru lfu}" SHAPE="${SHAPE:-smollm2-135m}"
 COPY_ON_COMPUTE="${COPY_ON_COMPUTE:-1}" KV_PREFETCH="${KV_PREFETCH:-16}" WINDOW="${WINDOW:-256}" CALIB="${CALIB:-serve}"
+COPY_LANES="${COPY_LANES:-$([ "$(nproc)" -le "$T" ] && echo "$T" || echo 1)}"
 [ -x "$KVTIER" ] || make -s build/kvtier
 case " $RHOS " in *" 1 "*) ;; *) echo "sim_validate: RHOS must contain 1 (the calibration run)" >&2; exit 2 ;; esac
 if [ -n "${REUSE:-}" ]; then OUT="$REUSE"; else OUT="${OUT:-$(mktemp -d /tmp/sim_validate.XXXXXX)}"; fi
@@ -107,6 +111,12 @@ fi
 
 # ---- the copy rate under the serving load (CALIB=serve): the real runs' own counters, rho > 1
 PROFILE="$OUT/profile.json"
+python3 - "$OUT/profile.json" "$COPY_LANES" <<'EOF'
+import json, sys
+prof = json.load(open(sys.argv[1]))
+prof["sim_copy_lanes"] = float(sys.argv[2])  # compute threads copying at once (kvtier sim: the copy link runs that much faster)
+json.dump(prof, open(sys.argv[1], "w"), indent=1)
+EOF
 if [ "$CALIB" = serve ]; then
     PROFILE="$OUT/profile-serve.json"
     python3 - "$OUT" <<'EOF'
@@ -172,8 +182,8 @@ for _ in range(40):
     else: hi = mid
 per_seq = (lo + hi) / 2
 print("calibration: prefill %.3f ms/token, iteration %.2f ms (batch 1) + %.2f ms per decoding sequence after the first, "
-      "copies %.2f GB/s on the compute cores (%s; %s); fitted per-sequence cost from the rho-1 mean TPOT %.1f ms" % (
-      prof["sim_prefill_ms_per_tok"], tg_ms, per_seq, prof["sim_copy_gbps"],
+      "copies %.2f GB/s per thread on %g compute threads at once (%s; %s); fitted per-sequence cost from the rho-1 mean TPOT %.1f ms" % (
+      prof["sim_prefill_ms_per_tok"], tg_ms, per_seq, prof["sim_copy_gbps"], prof.get("sim_copy_lanes", 1),
       "no overlap with compute" if coc == "1" else "a separate link",
       "measured in the real runs at rho > 1" if "sim_copy_gbps_kvbench" in prof else "kvbench (c), one sequence", target))
 print()
