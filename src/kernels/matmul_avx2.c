@@ -225,9 +225,10 @@ INLINE __m256 load_scales8(const char *blk, size_t bs, size_t off) {
 // q4_1 in llama.cpp's order (ggml_vec_dot_q4_1_q8_1 on x86, 8 lanes on every ISA): per token one accumulator,
 // acc = fma(dx * dy, float(i32 lanes of the block), acc) block by block, and the m * s terms in a scalar FMA
 // chain; Y = hsum(acc) + chain. The prepared row keeps its blocks in order (no pairing).
-// RR (1 or 2) consecutive rows x, x + wrs against NT prepared rows: RR * NT independent chains.
+// RR (1 or 2) consecutive rows x, x + wrs against NT prepared rows: RR * NT independent chains; pf (bytes,
+// 0: none): decode's prefetch distance (Q41_PF_PAIRS).
 INLINE void q4_1_rr(int64_t n, const char *x, size_t wrs, int RR, const char *P, size_t prs, int NT, float *Y,
-                    int64_t ldy) {
+                    int64_t ldy, size_t pf) {
     const size_t bs = sizeof(kvt_block_q4_1);
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
     const float *pd[X32_NT], *pc[X32_NT];
@@ -244,6 +245,8 @@ INLINE void q4_1_rr(int64_t n, const char *x, size_t wrs, int RR, const char *P,
     // roundings as one by one), then the blocks in order
     for (int64_t g = 0; g < nb; g += 8) {
         const int gn = nb - g < 8 ? (int)(nb - g) : 8;
+        if (pf) // this group's 160 bytes of the rows pf bytes on, into L2 (decode; see Q41_PF_PAIRS)
+            UNROLL for (int r = 0; r < RR; r++) UNROLL for (int l = 0; l < 3; l++) _mm_prefetch(x + r * wrs + g * bs + pf + 64 * l, _MM_HINT_T1);
         float mx[2][8] __attribute__((aligned(32))), D[2][X32_NT][8] __attribute__((aligned(32)));
         UNROLL for (int r = 0; r < RR; r++) {
             const char *blk = x + r * wrs + g * bs;
@@ -274,7 +277,7 @@ INLINE void q4_1_rr(int64_t n, const char *x, size_t wrs, int RR, const char *P,
     UNROLL for (int t = 0; t < NT; t++) UNROLL for (int r = 0; r < RR; r++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) + ms[r][t];
 }
 INLINE void q4_1_row(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
-    q4_1_rr(n, x, 0, 1, P, prs, NT, Y, ldy);
+    q4_1_rr(n, x, 0, 1, P, prs, NT, Y, ldy, 0);
 }
 
 
@@ -369,12 +372,12 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
 // Decode streams each weight row once from DRAM. The lean kernels (float, q4_0/q5_0/q8_0, K-quants) use no
 // software prefetch: on the AMD Zen 4 the hardware prefetcher alone reads faster (a row-ahead _mm_prefetch
 // of every line cost 20-25% of Q8_0 / Q4_K_M decode, and a same-row one 1024-4096 bytes ahead 40-45% of F16
-// decode, one thread). q4_1, whose kernel spends more instructions per byte, asks for the lines of the rows
-// Q41_AHEAD ahead (without it SmolLM2 Q4_1 decode loses 20-25%).
-#define Q41_AHEAD 2
-INLINE void prefetch_row(const char *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-}
+// decode, one thread). q4_1, whose kernel spends more instructions per byte and reads two rows at once, needs
+// one (without it it reads at 40% of the rate): per group of 8 blocks it asks for the same group's lines of
+// the rows Q41_PF_PAIRS row pairs on, into L2 (_MM_HINT_T1). On the Zen 4, one thread, W 5632 x 2048
+// (bench_kernels -p 1): AVX2 6.4 GB/s with a burst of a row pair's lines per pair into L1 (the old way),
+// 10.3-11.9 with that burst into L2, 11.9-12.6 spread per group into L2; AVX-512 12.5 -> 14.5-15.2.
+#define Q41_PF_PAIRS 4
 #define DEFINE_X32_ROWS(name, WT)                                                                   \
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
                             int nt, float *Y, int64_t ldy, void *scratch) {                         \
@@ -399,16 +402,16 @@ static void q4_1_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
     const char *w = W;
     for (int64_t r = 0; r < nr; r += 2) {
         const int rr = r + 1 < nr ? 2 : 1;
-        if (nt == 1 && r + 2 + Q41_AHEAD < nr) prefetch_row(w + (r + 2 + Q41_AHEAD) * wrs, 2 * wrs);
+        const size_t pf = 2 * Q41_PF_PAIRS * wrs; // decode only (nt == 1)
         switch (nt * 2 + rr - 3) { // (nt, rr) -> 0 .. 7
-        case 0: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy); break;
-        case 1: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 1, Y + r, ldy); break;
-        case 2: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 2, Y + r, ldy); break;
-        case 3: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 2, Y + r, ldy); break;
-        case 4: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 3, Y + r, ldy); break;
-        case 5: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 3, Y + r, ldy); break;
-        case 6: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 4, Y + r, ldy); break;
-        default: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 4, Y + r, ldy); break;
+        case 0: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy, pf); break;
+        case 1: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 1, Y + r, ldy, pf); break;
+        case 2: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 2, Y + r, ldy, 0); break;
+        case 3: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 2, Y + r, ldy, 0); break;
+        case 4: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 3, Y + r, ldy, 0); break;
+        case 5: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 3, Y + r, ldy, 0); break;
+        case 6: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 4, Y + r, ldy, 0); break;
+        default: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 4, Y + r, ldy, 0); break;
         }
     }
 }
@@ -503,10 +506,7 @@ INLINE __m512 cat256(__m256 a, __m256 b) {
 }
 
 // Rows xa and xb against one prepared row (decode); the two m * s chains side by side in the lanes of an xmm.
-// Per group it asks for the same 160 bytes of the rows pf bytes on into L2 (a software prefetch spread over
-// the loop: on the Zen 4, one burst of a row pair's lines per pair into L1 read 12.5 GB/s from one core,
-// this 14.5-15.2; the kernel alone, from L2, 15.6).
-#define Q41_PF_PAIRS 4 // row pairs ahead
+// Per group it asks for the same 160 bytes of the rows pf bytes on into L2 (see Q41_PF_PAIRS).
 INLINE void q4_1_2rows(int64_t n, const char *xa, const char *xb, const char *P, float *ya, float *yb, size_t pf) {
     const size_t bs = sizeof(kvt_block_q4_1);
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
@@ -517,7 +517,7 @@ INLINE void q4_1_2rows(int64_t n, const char *xa, const char *xb, const char *P,
     for (int64_t g = 0; g < nb; g += 8) {
         const int gn = nb - g < 8 ? (int)(nb - g) : 8;
         const char *ga = xa + g * bs, *gb = xb + g * bs;
-        // this group's 160 bytes of the two rows pf bytes on, into L2 (Q41_PF_PAIRS)
+        // this group's 160 bytes of the two rows pf bytes on, into L2 (see Q41_PF_PAIRS)
         UNROLL for (int l = 0; l < 3; l++) _mm_prefetch(ga + pf + 64 * l, _MM_HINT_T1), _mm_prefetch(gb + pf + 64 * l, _MM_HINT_T1);
         __m256 dxa, mxa, dxb, mxb;
         float mab[16] __attribute__((aligned(32))); // (m of a, m of b) per block
