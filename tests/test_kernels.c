@@ -675,6 +675,13 @@ int test_kernels_main(void) {
             // float decode steps 4 slices, then a pair, then the tail (1125 = 17 * 64 + 32 + 5 on AVX-512)
             if (blck == 1) test_matmul_batch_bitwise((kvt_isa)isa, t, 1125, 7, 11);
         }
+    // q4_1 block headers come 8 blocks at a time (masked loads for a short last group): every short group
+    // size, alone and after a full group, decode (row pairs and an odd row) and a few tokens
+    for (int64_t nb = 1; nb <= 15; nb++)
+        if (nb != 8) {
+            test_matmul(KVT_TYPE_Q4_1, 32 * nb, 5, 1, 0, 5);
+            test_matmul(KVT_TYPE_Q4_1, 32 * nb, 5, 3, 1, 5);
+        }
     test_vec_mad();
     test_vec_mad_rows();
     test_act_quant_llamacpp();

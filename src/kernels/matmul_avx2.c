@@ -225,9 +225,10 @@ INLINE __m256 load_scales8(const char *blk, size_t bs, size_t off) {
 // q4_1 in llama.cpp's order (ggml_vec_dot_q4_1_q8_1 on x86, 8 lanes on every ISA): per token one accumulator,
 // acc = fma(dx * dy, float(i32 lanes of the block), acc) block by block, and the m * s terms in a scalar FMA
 // chain; Y = hsum(acc) + chain. The prepared row keeps its blocks in order (no pairing).
-// RR (1 or 2) consecutive rows x, x + wrs against NT prepared rows: RR * NT independent chains.
+// RR (1 or 2) consecutive rows x, x + wrs against NT prepared rows: RR * NT independent chains; pf (bytes,
+// 0: none): decode's prefetch distance (Q41_PF_PAIRS).
 INLINE void q4_1_rr(int64_t n, const char *x, size_t wrs, int RR, const char *P, size_t prs, int NT, float *Y,
-                    int64_t ldy) {
+                    int64_t ldy, size_t pf) {
     const size_t bs = sizeof(kvt_block_q4_1);
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
     const float *pd[X32_NT], *pc[X32_NT];
@@ -244,6 +245,8 @@ INLINE void q4_1_rr(int64_t n, const char *x, size_t wrs, int RR, const char *P,
     // roundings as one by one), then the blocks in order
     for (int64_t g = 0; g < nb; g += 8) {
         const int gn = nb - g < 8 ? (int)(nb - g) : 8;
+        if (pf) // this group's 160 bytes of the rows pf bytes on, into L2 (decode; see Q41_PF_PAIRS)
+            UNROLL for (int r = 0; r < RR; r++) UNROLL for (int l = 0; l < 3; l++) _mm_prefetch(x + r * wrs + g * bs + pf + 64 * l, _MM_HINT_T1);
         float mx[2][8] __attribute__((aligned(32))), D[2][X32_NT][8] __attribute__((aligned(32)));
         UNROLL for (int r = 0; r < RR; r++) {
             const char *blk = x + r * wrs + g * bs;
@@ -274,7 +277,7 @@ INLINE void q4_1_rr(int64_t n, const char *x, size_t wrs, int RR, const char *P,
     UNROLL for (int t = 0; t < NT; t++) UNROLL for (int r = 0; r < RR; r++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) + ms[r][t];
 }
 INLINE void q4_1_row(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
-    q4_1_rr(n, x, 0, 1, P, prs, NT, Y, ldy);
+    q4_1_rr(n, x, 0, 1, P, prs, NT, Y, ldy, 0);
 }
 
 
@@ -369,12 +372,12 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
 // Decode streams each weight row once from DRAM. The lean kernels (float, q4_0/q5_0/q8_0, K-quants) use no
 // software prefetch: on the AMD Zen 4 the hardware prefetcher alone reads faster (a row-ahead _mm_prefetch
 // of every line cost 20-25% of Q8_0 / Q4_K_M decode, and a same-row one 1024-4096 bytes ahead 40-45% of F16
-// decode, one thread). q4_1, whose kernel spends more instructions per byte, asks for the lines of the rows
-// Q41_AHEAD ahead (without it SmolLM2 Q4_1 decode loses 20-25%).
-#define Q41_AHEAD 2
-INLINE void prefetch_row(const char *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-}
+// decode, one thread). q4_1, whose kernel spends more instructions per byte and reads two rows at once, needs
+// one (without it it reads at 40% of the rate): per group of 8 blocks it asks for the same group's lines of
+// the rows Q41_PF_PAIRS row pairs on, into L2 (_MM_HINT_T1). On the Zen 4, one thread, W 5632 x 2048
+// (bench_kernels -p 1): AVX2 6.4 GB/s with a burst of a row pair's lines per pair into L1 (the old way),
+// 10.3-11.9 with that burst into L2, 11.9-12.6 spread per group into L2; AVX-512 12.5 -> 14.5-15.2.
+#define Q41_PF_PAIRS 4
 #define DEFINE_X32_ROWS(name, WT)                                                                   \
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
                             int nt, float *Y, int64_t ldy, void *scratch) {                         \
@@ -399,16 +402,16 @@ static void q4_1_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
     const char *w = W;
     for (int64_t r = 0; r < nr; r += 2) {
         const int rr = r + 1 < nr ? 2 : 1;
-        if (nt == 1 && r + 2 + Q41_AHEAD < nr) prefetch_row(w + (r + 2 + Q41_AHEAD) * wrs, 2 * wrs);
+        const size_t pf = 2 * Q41_PF_PAIRS * wrs; // decode only (nt == 1)
         switch (nt * 2 + rr - 3) { // (nt, rr) -> 0 .. 7
-        case 0: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy); break;
-        case 1: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 1, Y + r, ldy); break;
-        case 2: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 2, Y + r, ldy); break;
-        case 3: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 2, Y + r, ldy); break;
-        case 4: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 3, Y + r, ldy); break;
-        case 5: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 3, Y + r, ldy); break;
-        case 6: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 4, Y + r, ldy); break;
-        default: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 4, Y + r, ldy); break;
+        case 0: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy, pf); break;
+        case 1: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 1, Y + r, ldy, pf); break;
+        case 2: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 2, Y + r, ldy, 0); break;
+        case 3: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 2, Y + r, ldy, 0); break;
+        case 4: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 3, Y + r, ldy, 0); break;
+        case 5: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 3, Y + r, ldy, 0); break;
+        case 6: q4_1_rr(n, w + r * wrs, wrs, 1, P, prs, 4, Y + r, ldy, 0); break;
+        default: q4_1_rr(n, w + r * wrs, wrs, 2, P, prs, 4, Y + r, ldy, 0); break;
         }
     }
 }
@@ -469,12 +472,26 @@ DEFINE_X32_ROWS(q5_0, WT_Q5_0)
 #ifdef KVT_SIMD_AVX512
 // q4_1 on AVX-512: two outputs per zmm (lanes 0-7 and 8-15), each lane doing exactly q4_1_row's operations:
 // two rows against one token (decode) or one row against two tokens. Per 8 blocks the block headers of a row
-// come in one gather: d and m converted 8 at a time, the products D = dx * dy as vectors.
+// are converted 8 at a time (d and m), the products D = dx * dy as vectors.
+// The headers (d, m: f16 at bytes 20k, 20k + 2 of blk) of the gn <= 8 blocks come from two 64-byte loads
+// (bytes 0-63: blocks 0-3; bytes 80-143: blocks 4-7; masked to the gn blocks' bytes in a short group, so
+// nothing past them is read) and one word permute, not from an 8-lane gather (on the Zen 4 the gather took
+// about a quarter of decode's time).
 INLINE void q4_1_hdr8(const char *blk, int gn, __m256 *d, __m256 *m) {
-    const __m256i idx = _mm256_setr_epi32(0, 20, 40, 60, 80, 100, 120, 140);
-    const __m256i h = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), (__mmask8)((1u << gn) - 1u), idx, blk, 1);
-    *d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(h));
-    *m = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(h, 16)));
+    // word index into [bytes 0-63 | bytes 80-143]: block k's d at word 10k (k < 4) or 32 + 10k - 40, m next
+    const __m256i idx = _mm256_setr_epi16(0, 10, 20, 30, 32, 42, 52, 62, 1, 11, 21, 31, 33, 43, 53, 63);
+    __m512i a, b;
+    if (gn == 8) {
+        a = _mm512_loadu_si512((const void *)blk);
+        b = _mm512_loadu_si512((const void *)(blk + 80));
+    } else {
+        const int nbytes = 20 * gn;
+        a = _mm512_maskz_loadu_epi8(nbytes >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << nbytes) - 1), blk);
+        b = _mm512_maskz_loadu_epi8(nbytes <= 80 ? 0 : (((__mmask64)1 << (nbytes - 80)) - 1), blk + 80);
+    }
+    const __m256i h = _mm512_castsi512_si256(_mm512_permutex2var_epi16(a, _mm512_castsi256_si512(idx), b));
+    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *m = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 // [u(a) | u(b)] of two blocks (u: the 16 low nibbles, then the 16 high ones)
 INLINE __m512i q4_1_u2(const char *ba, const char *bb) {
@@ -489,7 +506,8 @@ INLINE __m512 cat256(__m256 a, __m256 b) {
 }
 
 // Rows xa and xb against one prepared row (decode); the two m * s chains side by side in the lanes of an xmm.
-INLINE void q4_1_2rows(int64_t n, const char *xa, const char *xb, const char *P, float *ya, float *yb) {
+// Per group it asks for the same 160 bytes of the rows pf bytes on into L2 (see Q41_PF_PAIRS).
+INLINE void q4_1_2rows(int64_t n, const char *xa, const char *xb, const char *P, float *ya, float *yb, size_t pf) {
     const size_t bs = sizeof(kvt_block_q4_1);
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
     const float *pd = (const float *)P, *pc = pd + nbp;
@@ -499,6 +517,8 @@ INLINE void q4_1_2rows(int64_t n, const char *xa, const char *xb, const char *P,
     for (int64_t g = 0; g < nb; g += 8) {
         const int gn = nb - g < 8 ? (int)(nb - g) : 8;
         const char *ga = xa + g * bs, *gb = xb + g * bs;
+        // this group's 160 bytes of the two rows pf bytes on, into L2 (see Q41_PF_PAIRS)
+        UNROLL for (int l = 0; l < 3; l++) _mm_prefetch(ga + pf + 64 * l, _MM_HINT_T1), _mm_prefetch(gb + pf + 64 * l, _MM_HINT_T1);
         __m256 dxa, mxa, dxb, mxb;
         float mab[16] __attribute__((aligned(32))); // (m of a, m of b) per block
         q4_1_hdr8(ga, gn, &dxa, &mxa);
@@ -578,8 +598,7 @@ static void q4_1_rows512(int64_t n, const void *W, size_t wrs, int64_t nr, const
     int64_t r = 0;
     if (nt == 1) {
         for (; r + 2 <= nr; r += 2) {
-            if (r + 2 + Q41_AHEAD < nr) prefetch_row(w + (r + 2 + Q41_AHEAD) * wrs, 2 * wrs);
-            q4_1_2rows(n, w + r * wrs, w + (r + 1) * wrs, p, Y + r, Y + r + 1);
+            q4_1_2rows(n, w + r * wrs, w + (r + 1) * wrs, p, Y + r, Y + r + 1, 2 * Q41_PF_PAIRS * wrs);
         }
         if (r < nr) q4_1_row(n, w + r * wrs, p, prs, 1, Y + r, ldy);
         return;
