@@ -5,7 +5,7 @@
 // min dot; Y = acc - macc), the same order as the AVX2 kernels, so the bits are the same on both ISAs:
 //  - rows (decode, 1..KP_NT tokens): one weight row at a time; the integer work of a super-block in
 //    512-bit VPDPBUSD / VPDPWSSD (16 int32 partial sums), the totals of 4 super-blocks reduced together;
-//  - gemm (KQ_GEMM_MIN tokens on): a panel of 16 weight rows repacked once per call (rows in the
+//  - gemm (KQ4_GEMM_MIN / KQ6_GEMM_MIN tokens on): a panel of 16 weight rows repacked once per call (rows in the
 //    lanes: one VPDPBUSD with 4 activation bytes broadcast gives 16 rows' partial dots), reused by
 //    every token; each lane sums its row's integer totals exactly and keeps the row's float chains.
 // Both need only each row's exact integer totals, so any integer grouping gives the same bits.
@@ -15,7 +15,9 @@
 // sub-blocks 0,2,1,3,4,6,5,7; q6_K: natural); int16 bs[8] (q4_K: sums of 32) or bs[16] (q6_K: sums of
 // 16); float d.
 #define KP 320
-#define KP_NT 4 // activation rows per rows call (each output's arithmetic is its own)
+#define KP_NT 8 // activation rows per rows call (each output's arithmetic is its own)
+// super-blocks whose totals are reduced together: 4 for one token, fewer as tokens fill the registers
+#define KP_KB(NT) ((NT) == 1 ? 4 : (NT) == 2 ? 2 : 1)
 #ifndef KQ_PF
 #define KQ_PF 4096 // software prefetch distance of the rows kernels in bytes (0: none)
 #endif
@@ -77,8 +79,8 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
     const __m512i shB = _mm512_add_epi8(shA, _mm512_set1_epi16(4));
     float acc[KP_NT], macc[KP_NT];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = macc[t] = 0;
-    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
-        const int nk = nb - b0 < 4 ? (int)(nb - b0) : 4;
+    for (int64_t b0 = 0; b0 < nb; b0 += KP_KB(NT)) {
+        const int nk = nb - b0 < KP_KB(NT) ? (int)(nb - b0) : KP_KB(NT);
         __m512i is[4][KP_NT];
         __m128i mp[4][KP_NT];
         float d[4], dmin[4];
@@ -133,8 +135,8 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
                                         5, -1, 5, -1, 5, -1, 5, -1, 1, -1, 1, -1, 1, -1, 1, -1, 4, -1, 4, -1, 4, -1, 4, -1, 0, -1, 0, -1, 0, -1, 0, -1);
     float acc[KP_NT];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = 0;
-    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
-        const int nk = nb - b0 < 4 ? (int)(nb - b0) : 4;
+    for (int64_t b0 = 0; b0 < nb; b0 += KP_KB(NT)) {
+        const int nk = nb - b0 < KP_KB(NT) ? (int)(nb - b0) : KP_KB(NT);
         __m512i is[4][KP_NT];
         float d[4];
 #if KQ_PF
@@ -192,7 +194,11 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
             case 1: name##_row(nb, x, P, prs, 1, Y + r, ldy); break;                                \
             case 2: name##_row(nb, x, P, prs, 2, Y + r, ldy); break;                                \
             case 3: name##_row(nb, x, P, prs, 3, Y + r, ldy); break;                                \
-            default: name##_row(nb, x, P, prs, 4, Y + r, ldy); break;                               \
+            case 4: name##_row(nb, x, P, prs, 4, Y + r, ldy); break;                                \
+            case 5: name##_row(nb, x, P, prs, 5, Y + r, ldy); break;                                \
+            case 6: name##_row(nb, x, P, prs, 6, Y + r, ldy); break;                                \
+            case 7: name##_row(nb, x, P, prs, 7, Y + r, ldy); break;                                \
+            default: name##_row(nb, x, P, prs, 8, Y + r, ldy); break;                               \
             }                                                                                       \
         }                                                                                           \
     }
@@ -215,8 +221,13 @@ DEFINE_KP_ROWS(q6_K, kvt_block_q6_K)
 #ifndef KQ_T
 #define KQ_T 8 // tokens per tile
 #endif
-#ifndef KQ_GEMM_MIN
-#define KQ_GEMM_MIN 2
+// Tokens from which the tile beats the rows kernel (one thread, n = 1024, 2026-11-28: q4_K from 3-4, q6_K
+// from 5-8; below, the panel's repacking costs more than it saves)
+#ifndef KQ4_GEMM_MIN
+#define KQ4_GEMM_MIN 3
+#endif
+#ifndef KQ6_GEMM_MIN
+#define KQ6_GEMM_MIN 6
 #endif
 #define KQ_SC 4096
 #define KQ_MP (KQ_SC + 1024)
@@ -264,33 +275,75 @@ INLINE __m256i kq_sub(int Q6, const char *blk, int j) {
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
+// q4_K's 12 packed scale bytes to [sc0 .. sc7, m0 .. m7] (kvt_k_scales_unpack, in one vector).
+INLINE __m128i kq_q4k_scales(const uint8_t *q) {
+    int32_t c32;
+    memcpy(&c32, q + 8, 4);
+    const __m128i x = _mm_loadl_epi64((const __m128i *)q); // A = q[0..3], B = q[4..7]
+    const __m128i c = _mm_cvtsi32_si128(c32);
+    const __m128i y = _mm_unpacklo_epi32(c, _mm_srli_epi16(c, 4)); // C, C >> 4 (low nibbles kept below)
+    const __m128i lo = _mm_and_si128(x, _mm_set1_epi8(0x3F));
+    const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(x, 2), _mm_set1_epi8(0x30)), _mm_and_si128(y, _mm_set1_epi8(0x0F)));
+    return _mm_unpacklo_epi32(lo, hi);
+}
+
+// 16 x 16 bytes: o[c] byte r = v[r] byte c.
+INLINE void kq_transpose16x16_epi8(const __m128i v[16], __m128i o[16]) {
+    __m128i a[16], b[16];
+    UNROLL for (int i = 0; i < 8; i++) {
+        a[i] = _mm_unpacklo_epi8(v[2 * i], v[2 * i + 1]);
+        a[8 + i] = _mm_unpackhi_epi8(v[2 * i], v[2 * i + 1]);
+    }
+    // a[i] (i < 8): rows 2i, 2i+1 interleaved, bytes 0..7; a[8 + i]: bytes 8..15
+    UNROLL for (int h = 0; h < 2; h++)
+        UNROLL for (int i = 0; i < 4; i++) {
+            b[8 * h + i] = _mm_unpacklo_epi16(a[8 * h + 2 * i], a[8 * h + 2 * i + 1]);
+            b[8 * h + 4 + i] = _mm_unpackhi_epi16(a[8 * h + 2 * i], a[8 * h + 2 * i + 1]);
+        }
+    // b[8h + i] (i < 4): rows 4i..4i+3, bytes 8h + 0..3; b[8h + 4 + i]: bytes 8h + 4..7
+    UNROLL for (int h = 0; h < 4; h++)
+        UNROLL for (int i = 0; i < 2; i++) {
+            a[4 * h + i] = _mm_unpacklo_epi32(b[4 * h + 2 * i], b[4 * h + 2 * i + 1]);
+            a[4 * h + 2 + i] = _mm_unpackhi_epi32(b[4 * h + 2 * i], b[4 * h + 2 * i + 1]);
+        }
+    // a[4h + 0]: rows 0..7, bytes 4h, 4h+1; a[4h + 1]: rows 8..15, same bytes; a[4h + 2], a[4h + 3]: bytes 4h+2, 4h+3
+    UNROLL for (int h = 0; h < 4; h++)
+        UNROLL for (int i = 0; i < 2; i++) {
+            o[4 * h + 2 * i] = _mm_unpacklo_epi64(a[4 * h + 2 * i], a[4 * h + 2 * i + 1]);
+            o[4 * h + 2 * i + 1] = _mm_unpackhi_epi64(a[4 * h + 2 * i], a[4 * h + 2 * i + 1]);
+        }
+}
+
 // Packs rows [0, nr) (nr <= 16) of nb super-blocks.
 INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
     const size_t bs = Q6 ? sizeof(kvt_block_q6_K) : sizeof(kvt_block_q4_K);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *pb = pan + b * KQ_PSB;
-        int32_t *sc = (int32_t *)(pb + KQ_SC);
-        int16_t *mp = (int16_t *)(pb + KQ_MP);
         float *d = (float *)(pb + KQ_D), *dmin = (float *)(pb + KQ_DMIN);
         const char *blk[KQ_R];
-        for (int r = 0; r < KQ_R; r++) {
+        __m128i s8[KQ_R], col[16]; // per row: q4_K [sc0..7, m0..7], q6_K the 16 signed scales
+        UNROLL for (int r = 0; r < KQ_R; r++) {
             blk[r] = r < nr ? W + (size_t)r * wrs + (size_t)b * bs : NULL;
-            uint8_t s8[16] = {0}, m8[8] = {0};
             d[r] = dmin[r] = 0;
+            s8[r] = _mm_setzero_si128();
             if (blk[r] && Q6) {
                 const kvt_block_q6_K *x = (const kvt_block_q6_K *)blk[r];
-                memcpy(s8, x->scales, 16);
+                s8[r] = _mm_loadu_si128((const __m128i *)x->scales);
                 d[r] = _cvtsh_ss(x->d);
             } else if (blk[r]) {
                 const kvt_block_q4_K *x = (const kvt_block_q4_K *)blk[r];
-                kvt_k_scales_unpack(x->scales, s8, m8);
+                s8[r] = kq_q4k_scales(x->scales);
                 d[r] = _cvtsh_ss(x->d), dmin[r] = _cvtsh_ss(x->dmin);
             }
-            for (int g = 0; g < (Q6 ? 16 : 8); g++) sc[16 * g + r] = Q6 ? (int8_t)s8[g] : s8[g];
-            for (int p = 0; p < 8; p++) {
-                mp[2 * (16 * p + r)] = Q6 ? (int8_t)s8[2 * p] : m8[p];
-                mp[2 * (16 * p + r) + 1] = Q6 ? (int8_t)s8[2 * p + 1] : m8[p];
-            }
+        }
+        kq_transpose16x16_epi8(s8, col); // col[c] lane r: byte c of row r
+        for (int g = 0; g < (Q6 ? 16 : 8); g++)
+            _mm512_store_si512((void *)(pb + KQ_SC + 64 * g), Q6 ? _mm512_cvtepi8_epi32(col[g]) : _mm512_cvtepu8_epi32(col[g]));
+        for (int p = 0; p < 8; p++) { // int16 pairs: q4_K (m_p, m_p), q6_K (sc_2p, sc_2p+1)
+            const __m512i lo = Q6 ? _mm512_cvtepi8_epi32(col[2 * p]) : _mm512_cvtepu8_epi32(col[8 + p]);
+            const __m512i hi = Q6 ? _mm512_cvtepi8_epi32(col[2 * p + 1]) : lo;
+            const __m512i pr = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16));
+            _mm512_store_si512((void *)(pb + KQ_MP + 64 * p), pr);
         }
         for (int j = 0; j < 8; j++) {
             __m256i v[KQ_R];

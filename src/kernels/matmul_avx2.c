@@ -874,8 +874,8 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows512, .nt_max = X32_NT},
     [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm), .nt_max = X32_NT},
     [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows, .nt_max = X32_NT},
-    [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows, KQ_GEMM_MIN, kq_scratch, q4_K_gemm, .nt_max = KP_NT},
-    [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows, KQ_GEMM_MIN, kq_scratch, q6_K_gemm, .nt_max = KP_NT},
+    [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows, KQ4_GEMM_MIN, kq_scratch, q4_K_gemm, .nt_max = KP_NT},
+    [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows, KQ6_GEMM_MIN, kq_scratch, q6_K_gemm, .nt_max = KP_NT},
 #else
     [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows, G2(f32)},
     [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows, G2(f16)},
