@@ -16,8 +16,9 @@
 // 16); float d.
 #define KP 320
 #define KP_NT 8 // activation rows per rows call (each output's arithmetic is its own)
-// super-blocks whose totals are reduced together: 4 for one token, fewer as tokens fill the registers
-#define KP_KB(NT) ((NT) == 1 ? 4 : (NT) == 2 ? 2 : 1)
+// super-blocks whose totals are reduced together: 4 for one token; with more tokens one super-block,
+// the totals of 4 tokens reduced together (kq_tokens)
+#define KP_KB(NT) ((NT) == 1 ? 4 : 1)
 #ifndef KQ_PF
 #define KQ_PF 4096 // software prefetch distance of the rows kernels in bytes (0: none)
 #endif
@@ -71,6 +72,30 @@ INLINE void kq_chain(__m128i S, const __m128i *M, int nk, const float *d, const 
     }
 }
 
+// One super-block (the first of is/mp) of NT > 1 tokens: the totals of 4 tokens reduced together, then
+// each token's float chains (kq_chain's operations). M NULL: q6_K.
+INLINE void kq_tokens(int NT, const __m512i *is, const __m128i *mp, float d, float dmin, const char *P, size_t prs,
+                      float *acc, float *macc) {
+    UNROLL for (int t0 = 0; t0 < NT; t0 += 4) {
+        __m512i v[4];
+        __m128i m[4];
+        UNROLL for (int u = 0; u < 4; u++) {
+            v[u] = t0 + u < NT ? is[t0 + u] : _mm512_setzero_si512();
+            m[u] = mp && t0 + u < NT ? mp[t0 + u] : _mm_setzero_si128();
+        }
+        _Alignas(16) float sf[4], mf[4];
+        _mm_store_ps(sf, _mm_cvtepi32_ps(kq_hsum4x16(v[0], v[1], v[2], v[3])));
+        if (mp) _mm_store_ps(mf, _mm_cvtepi32_ps(_mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]))));
+        UNROLL for (int u = 0; u < 4; u++) {
+            if (t0 + u >= NT) break;
+            float dy;
+            memcpy(&dy, P + (t0 + u) * prs + 288, 4);
+            acc[t0 + u] = fmaf(sf[u], d * dy, acc[t0 + u]);
+            if (mp) macc[t0 + u] = macc[t0 + u] + dmin * dy * mf[u];
+        }
+    }
+}
+
 INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     // i16 scale patterns: lanes 0,1 take scale byte A, lanes 2,3 byte B (see packs below)
@@ -115,6 +140,10 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
                 is[k][t] = _mm512_dpwssd_epi32(v, _mm512_packs_epi32(p2, p3), s1);
                 mp[k][t] = _mm_madd_epi16(m16, _mm_loadu_si128((const __m128i *)(y + 256)));
             }
+        }
+        if (NT > 1) {
+            kq_tokens(NT, &is[0][0], &mp[0][0], d[0], dmin[0], P + b0 * KP, prs, acc, macc);
+            continue;
         }
         UNROLL for (int t = 0; t < NT; t++) {
             const __m128i M = _mm_hadd_epi32(_mm_hadd_epi32(mp[0][t], mp[1][t]), _mm_hadd_epi32(mp[2][t], mp[3][t]));
@@ -176,6 +205,10 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
                 is[k][t] = v;
             }
         }
+        if (NT > 1) {
+            kq_tokens(NT, &is[0][0], NULL, d[0], 0, P + b0 * KP, prs, acc, NULL);
+            continue;
+        }
         UNROLL for (int t = 0; t < NT; t++)
             kq_chain(kq_hsum4x16(is[0][t], is[1][t], is[2][t], is[3][t]), NULL, nk, d, NULL, P + t * prs + b0 * KP,
                      &acc[t], NULL);
@@ -221,13 +254,13 @@ DEFINE_KP_ROWS(q6_K, kvt_block_q6_K)
 #ifndef KQ_T
 #define KQ_T 8 // tokens per tile
 #endif
-// Tokens from which the tile beats the rows kernel (one thread, n = 1024, 2026-11-28: q4_K from 3-4, q6_K
-// from 5-8; below, the panel's repacking costs more than it saves)
+// Tokens from which the tile beats the rows kernel in the model (qwen3-0.6b shape, 2 threads, 2026-11-28:
+// from 3 tokens on the tile was slower at 4 and 8 tokens, its panel repacking costing more than it saves)
 #ifndef KQ4_GEMM_MIN
-#define KQ4_GEMM_MIN 3
+#define KQ4_GEMM_MIN 9
 #endif
 #ifndef KQ6_GEMM_MIN
-#define KQ6_GEMM_MIN 6
+#define KQ6_GEMM_MIN 9
 #endif
 #define KQ_SC 4096
 #define KQ_MP (KQ_SC + 1024)
