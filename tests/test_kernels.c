@@ -297,6 +297,33 @@ static void test_matmul_batch_bitwise(kvt_isa isa, kvt_type t, int64_t n, int64_
     free(f), free(wq), free(xq), free(y), free(y1);
 }
 
+// The K-quants sum in one order on AVX2 and AVX-512 (matmul.h: only the exact integer totals per
+// super-block, then the same float chains), so their outputs are bit-identical across the two ISAs,
+// for the GEMV and for every batch (the tiles of both).
+static void test_matmul_kquant_isas(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok) {
+    const kvt_type_ops *ops = kvt_type_ops_get(t);
+    const kvt_type_ops *vops = kvt_type_ops_get(ops->vec_dot_type);
+    const int64_t wrs = kvt_row_size(t, n), xrs = kvt_row_size(ops->vec_dot_type, n);
+    float *f = xmalloc((size_t)((n_rows + n_tok) * n) * sizeof *f);
+    char *wq = xmalloc((size_t)(n_rows * wrs)), *xq = xmalloc((size_t)(n_tok * xrs));
+    float *y2 = xmalloc((size_t)(n_tok * n_rows) * sizeof *y2), *y5 = xmalloc((size_t)(n_tok * n_rows) * sizeof *y5);
+    if (!f || !wq || !xq || !y2 || !y5) { g_fail++; return; }
+    fill_data(f, n_rows * n, 0.05f, 0.f);
+    fill_data(f + n_rows * n, n_tok * n, 1.f, 0.05f);
+    for (int64_t r = 0; r < n_rows; r++) ops->from_float(f + r * n, wq + r * wrs, n);
+    for (int64_t k = 0; k < n_tok; k++) vops->from_float(f + (n_rows + k) * n, xq + k * xrs, n);
+    kvt_matmul_rows_isa(KVT_ISA_AVX2, t, n, wq, 0, n_rows, xq, n_tok, y2, n_rows);
+    kvt_matmul_rows_isa(KVT_ISA_AVX512, t, n, wq, 0, n_rows, xq, n_tok, y5, n_rows);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n_tok * n_rows; i++) bad += memcmp(&y2[i], &y5[i], sizeof *y2) != 0;
+    char name[128];
+    snprintf(name, sizeof name, "matmul_avx2_eq_avx512_%s_n%lld_rows%lld_tok%lld", kvt_type_name(t), (long long)n,
+             (long long)n_rows, (long long)n_tok);
+    CHECK(name, bad == 0, "%lld of %lld outputs differ between AVX2 and AVX-512", (long long)bad,
+          (long long)(n_tok * n_rows));
+    free(f), free(wq), free(xq), free(y2), free(y5);
+}
+
 // kvt_matmul_rows against dequantize-then-dot, sentinels outside [r0, r1).
 static void test_matmul_isa(int isa, kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1) {
     const kvt_type_ops *ops = kvt_type_ops_get(t);
@@ -682,6 +709,15 @@ int test_kernels_main(void) {
             test_matmul(KVT_TYPE_Q4_1, 32 * nb, 5, 1, 0, 5);
             test_matmul(KVT_TYPE_Q4_1, 32 * nb, 5, 3, 1, 5);
         }
+    if (kvt_kernels_isa() >= KVT_ISA_AVX512) {
+        const kvt_type kq[] = {KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+        const int64_t toks[] = {1, 3, 11};
+        for (size_t i = 0; i < 3; i++)
+            for (size_t k = 0; k < 3; k++) {
+                test_matmul_kquant_isas(kq[i], 5 * 256, 19, toks[k]);
+                test_matmul_kquant_isas(kq[i], 4 * 256, 16, toks[k]);
+            }
+    } // (without AVX-512 there is one ISA: nothing to compare)
     test_vec_mad();
     test_vec_mad_rows();
     test_act_quant_llamacpp();

@@ -10,10 +10,10 @@
 // once and streams the weights through.
 // GEMM path (n_tok >= the kernel's gemm_min_tok, 2): register tiles of
 // gemm_avx2.c (AVX2: every type but the activation-only ones and q5_0) and
-// gemm_avx512.c (AVX-512: f32, f16, bf16), bit-identical per output to that
-// ISA's decode kernels, so a row's result does not depend on the batch it is
-// computed in. (The older AVX-512 panel tiles for f16, q8_0, q4_K, q6_K sum in
-// another order: only with -DKVT_MM_AVX512_GEMM=1.)
+// gemm_avx512.c (AVX-512: f32, f16, bf16) and kq_avx512.h (AVX-512: q4_K, q6_K),
+// bit-identical per output to that ISA's decode kernels, so a row's result does
+// not depend on the batch it is computed in. (The older AVX-512 panel tiles for
+// f16 and q8_0 sum in another order: only with -DKVT_MM_AVX512_GEMM=1.)
 // Fallback path (types without a matmul kernel, or scalar):
 // the same blocking with kvt_type_ops.vec_dot_multi on the raw activations.
 #include "matmul.h"

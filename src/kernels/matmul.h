@@ -31,10 +31,12 @@
 //     scaled products (|S| < 2^28), acc = fma(float(S), d * dy, acc) in a scalar chain; q4_K/q5_K also
 //     macc = macc + (dmin * dy) * (float)(exact integer min dot), a scalar chain; Y = acc - macc (q6_K:
 //     acc). (Only totals: so the 8-row q4_K/q6_K tiles, rows in the lanes, may sum a sub-block's
-//     products in int16 before its scale; also on avx512 for q5_K, whose avx512 path is this body.)
+//     products in int16 before its scale.) The same order, so the same bits, on avx512: q5_K through
+//     this body, q4_K/q6_K through kq_avx512.h (the GEMV's 512-bit integer partial sums reduced to the
+//     total per super-block; the 16-row VPDPBUSD panel tile from 2 tokens on, one row per lane).
 //  avx512: the same sources with 16-lane vectors (q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows
-//   kernel; the old AVX-512 f16/q8_0/K-quant panel tiles sum in another order and are off unless
+//   kernel; the old AVX-512 f16/q8_0 panel tiles sum in another order and are off unless
 //   -DKVT_MM_AVX512_GEMM=1.
 // A new tile (e.g. AVX2 GEMM) must reproduce these sums exactly (same lanes, same FMA chains, same
 // horizontal sum) to be used for batches.

@@ -254,6 +254,14 @@ DEFINE_DISPATCH(q4_1)
 // ------------------------------------------------- K-quants (x q8_K activations)
 
 
+// Software prefetch of the weights KQ_PF bytes ahead (decode streams a matrix once from DRAM; the hardware
+// prefetchers alone leave one core short of it): the lines of the super-block at p + KQ_PF.
+#ifndef KQ_PF
+#define KQ_PF 4096
+#endif
+#define KQ_PREFETCH(p, size)                                                                        \
+    for (size_t pf_ = 0; KQ_PF && pf_ < (size); pf_ += 64) _mm_prefetch((const char *)(p) + KQ_PF + pf_, _MM_HINT_T0)
+
 // sum_j m[j] * (bsums[2j] + bsums[2j+1]) for one q8_K block.
 INLINE int k_min_dot(const uint8_t m[8], const kvt_block_q8_K *y) {
     const __m128i b0 = _mm_loadu_si128((const __m128i *)y->bsums);
@@ -280,8 +288,13 @@ INLINE int k_min_dot(const uint8_t m[8], const kvt_block_q8_K *y) {
         float acc[NTMAX], macc[NTMAX];                                                              \
         UNROLL for (int t = 0; t < NT; t++) acc[t] = 0, macc[t] = 0;                                \
         for (int64_t ib = 0; ib < nb; ib++) {                                                       \
+            KQ_PREFETCH(x + ib, sizeof(BT));                                                        \
             uint8_t sc[8], mn[8];                                                                   \
             kvt_k_scales_unpack(x[ib].scales, sc, mn);                                                  \
+            uint64_t sc64;                                                                          \
+            memcpy(&sc64, sc, 8);                                                                   \
+            /* the 8 scales as int16 in both 128-bit lanes; scale j to every word: one byte shuffle */ \
+            const __m256i scw = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64))); \
             const float d = h2f(x[ib].d), dmin = h2f(x[ib].dmin);                                   \
             __m256i isum[NTMAX];                                                                    \
             UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();                          \
@@ -297,8 +310,8 @@ INLINE int k_min_dot(const uint8_t m[8], const kvt_block_q8_K *y) {
                     hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4)); \
                     hb = _mm256_srli_epi16(hb, 2);                                                  \
                 }                                                                                   \
-                const __m256i s0 = _mm256_set1_epi16(sc[2 * c]);                                    \
-                const __m256i s1 = _mm256_set1_epi16(sc[2 * c + 1]);                                \
+                const __m256i s0 = _mm256_shuffle_epi8(scw, _mm256_set1_epi16((short)(0x0100 + 0x0202 * 2 * c))); \
+                const __m256i s1 = _mm256_shuffle_epi8(scw, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * c + 1)))); \
                 UNROLL for (int t = 0; t < NT; t++) {                                                      \
                     const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;          \
                     const __m256i p0 = _mm256_maddubs_epi16(lo, loadu256(y->qs + 64 * c));          \
@@ -331,6 +344,7 @@ INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
     float acc[NTMAX];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = 0;
     for (int64_t ib = 0; ib < nb; ib++) {
+        KQ_PREFETCH(x + ib, sizeof(kvt_block_q6_K));
         const int8_t *sc = x[ib].scales;
         const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(sc));
         __m256i isum[NTMAX];
