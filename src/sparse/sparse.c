@@ -203,8 +203,12 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *o, kvt_
     o->summary_read_bytes = s->agg_summary_read / ns;
     o->stall_ms = s->agg_stall / ns;
     o->wait_ms = s->agg_wait / ns;
+    // the worker adds its times under mu while it runs (summaries may be taken between steps)
+    pthread_mutex_t *mu = (pthread_mutex_t *)&s->mu;
+    pthread_mutex_lock(mu);
     o->worker_ms = s->agg_worker_ms / ns;
     o->worker_cpu_ms = s->agg_worker_cpu_ms / ns;
+    pthread_mutex_unlock(mu);
     o->oracle_overlap = o->mass_recall = o->mass_recall_p5 = o->query_cos = -1.0;
     o->fallback_frac = s->n_pred_sel ? (double)s->n_fallback / (double)s->n_pred_sel : 0.0;
     const int64_t np = s->agg_pairs;
