@@ -268,21 +268,35 @@ static void test_vec_dot(kvt_type t) {
     free(xf), free(yf), free(xd), free(yd), free(xq), free(yq);
 }
 
+// Random weights [n_rows, n] of type t and activations [n_tok, n] of its vec_dot_type, quantized as the matmul
+// reads them: *wq (row size kvt_row_size(t, n)) and *xq (kvt_row_size(vec_dot_type, n)), owned by the caller;
+// false when out of memory (both freed).
+static bool quant_operands(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok, char **wq, char **xq) {
+    const kvt_type_ops *ops = kvt_type_ops_get(t);
+    const kvt_type_ops *vops = kvt_type_ops_get(ops->vec_dot_type);
+    const int64_t wrs = kvt_row_size(t, n), xrs = kvt_row_size(ops->vec_dot_type, n);
+    float *f = xmalloc((size_t)((n_rows + n_tok) * n) * sizeof *f);
+    *wq = xmalloc((size_t)(n_rows * wrs)), *xq = xmalloc((size_t)(n_tok * xrs));
+    if (!f || !*wq || !*xq) {
+        free(f), free(*wq), free(*xq);
+        return false;
+    }
+    fill_data(f, n_rows * n, 0.05f, 0.f);
+    fill_data(f + n_rows * n, n_tok * n, 1.f, 0.05f);
+    for (int64_t r = 0; r < n_rows; r++) ops->from_float(f + r * n, *wq + r * wrs, n);
+    for (int64_t k = 0; k < n_tok; k++) vops->from_float(f + (n_rows + k) * n, *xq + k * xrs, n);
+    free(f);
+    return true;
+}
+
 // Batch invariance of one ISA's matmul: every output of a many-token call
 // (GEMM tiles) bit-identical to the single-token call (GEMV) on that row alone.
 static void test_matmul_batch_bitwise(kvt_isa isa, kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok) {
-    const kvt_type_ops *ops = kvt_type_ops_get(t);
-    const kvt_type vt = ops->vec_dot_type;
-    const kvt_type_ops *vops = kvt_type_ops_get(vt);
-    const int64_t wrs = kvt_row_size(t, n), xrs = kvt_row_size(vt, n), ldy = n_rows + 1;
-    float *f = xmalloc((size_t)((n_rows + n_tok) * n) * sizeof *f);
-    char *wq = xmalloc((size_t)(n_rows * wrs)), *xq = xmalloc((size_t)(n_tok * xrs));
+    const int64_t xrs = kvt_row_size(kvt_type_ops_get(t)->vec_dot_type, n), ldy = n_rows + 1;
+    char *wq, *xq;
+    if (!quant_operands(t, n, n_rows, n_tok, &wq, &xq)) { g_fail++; return; }
     float *y = xmalloc((size_t)(n_tok * ldy) * sizeof *y), *y1 = xmalloc((size_t)n_rows * sizeof *y1);
-    if (!f || !wq || !xq || !y || !y1) { g_fail++; return; }
-    fill_data(f, n_rows * n, 0.05f, 0.f);
-    fill_data(f + n_rows * n, n_tok * n, 1.f, 0.05f);
-    for (int64_t r = 0; r < n_rows; r++) ops->from_float(f + r * n, wq + r * wrs, n);
-    for (int64_t k = 0; k < n_tok; k++) vops->from_float(f + (n_rows + k) * n, xq + k * xrs, n);
+    if (!y || !y1) { g_fail++; return; }
     kvt_matmul_rows_isa(isa, t, n, wq, 0, n_rows, xq, n_tok, y, ldy);
     int64_t bad = 0;
     for (int64_t k = 0; k < n_tok; k++) {
@@ -294,24 +308,17 @@ static void test_matmul_batch_bitwise(kvt_isa isa, kvt_type t, int64_t n, int64_
              kvt_type_name(t), (long long)n, (long long)n_rows, (long long)n_tok);
     CHECK(name, bad == 0, "%lld of %lld outputs differ from the row computed alone", (long long)bad,
           (long long)(n_rows * n_tok));
-    free(f), free(wq), free(xq), free(y), free(y1);
+    free(wq), free(xq), free(y), free(y1);
 }
 
 // The K-quants sum in one order on AVX2 and AVX-512 (matmul.h: only the exact integer totals per
 // super-block, then the same float chains), so their outputs are bit-identical across the two ISAs,
 // for the GEMV and for every batch (the tiles of both).
 static void test_matmul_kquant_isas(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok) {
-    const kvt_type_ops *ops = kvt_type_ops_get(t);
-    const kvt_type_ops *vops = kvt_type_ops_get(ops->vec_dot_type);
-    const int64_t wrs = kvt_row_size(t, n), xrs = kvt_row_size(ops->vec_dot_type, n);
-    float *f = xmalloc((size_t)((n_rows + n_tok) * n) * sizeof *f);
-    char *wq = xmalloc((size_t)(n_rows * wrs)), *xq = xmalloc((size_t)(n_tok * xrs));
+    char *wq, *xq;
+    if (!quant_operands(t, n, n_rows, n_tok, &wq, &xq)) { g_fail++; return; }
     float *y2 = xmalloc((size_t)(n_tok * n_rows) * sizeof *y2), *y5 = xmalloc((size_t)(n_tok * n_rows) * sizeof *y5);
-    if (!f || !wq || !xq || !y2 || !y5) { g_fail++; return; }
-    fill_data(f, n_rows * n, 0.05f, 0.f);
-    fill_data(f + n_rows * n, n_tok * n, 1.f, 0.05f);
-    for (int64_t r = 0; r < n_rows; r++) ops->from_float(f + r * n, wq + r * wrs, n);
-    for (int64_t k = 0; k < n_tok; k++) vops->from_float(f + (n_rows + k) * n, xq + k * xrs, n);
+    if (!y2 || !y5) { g_fail++; return; }
     kvt_matmul_rows_isa(KVT_ISA_AVX2, t, n, wq, 0, n_rows, xq, n_tok, y2, n_rows);
     kvt_matmul_rows_isa(KVT_ISA_AVX512, t, n, wq, 0, n_rows, xq, n_tok, y5, n_rows);
     int64_t bad = 0;
@@ -321,7 +328,7 @@ static void test_matmul_kquant_isas(kvt_type t, int64_t n, int64_t n_rows, int64
              (long long)n_rows, (long long)n_tok);
     CHECK(name, bad == 0, "%lld of %lld outputs differ between AVX2 and AVX-512", (long long)bad,
           (long long)(n_tok * n_rows));
-    free(f), free(wq), free(xq), free(y2), free(y5);
+    free(wq), free(xq), free(y2), free(y5);
 }
 
 // kvt_matmul_rows against dequantize-then-dot, sentinels outside [r0, r1).
