@@ -36,6 +36,8 @@ typedef struct {
     kvt_cuda_backend be;
     const kvt_cuda_api *api;
     kvt_cuda_ctx *ctx;
+    kvt_cuda_ctx *ctx_q8;            // a second context made with KVT_CUDA_MMV=q8_1 (mul_mat_vec over q8_1 activations)
+    char skip_q8[256];               // why ctx_q8 is NULL while ctx is not
     char skip[KVT_ERR_MSG_MAX + 64]; // reason every case skips ("" when a device is there)
     char err[KVT_ERR_MSG_MAX + 64];  // first failure of the current case
     void *allocs[MAX_ALLOCS];        // device allocations of the current case
@@ -138,49 +140,72 @@ static void *make_weights(gpu *g, kvt_type t, int64_t n_rows, int64_t n_cols) {
 #define MM_ROWS 96
 #define MM_COLS 512
 
-// y_ref[t, r] = the reference dot of weight row r with activation row t quantized to vec_dot_type.
-static void matmul_ref(kvt_type t, const uint8_t *w, const float *x, int64_t nt, float *y) {
+// y_ref[t, r] = the reference dot of weight row r with activation row t quantized to vec_dot_type ([n_rows, n_cols] weights).
+static void matmul_ref(kvt_type t, const uint8_t *w, int64_t n_rows, int64_t n_cols, const float *x, int64_t nt, float *y) {
     const kvt_type_ops *ops = kvt_type_ops_ref(t);
-    const int64_t rb = kvt_row_size(t, MM_COLS), xb = kvt_row_size(ops->vec_dot_type, MM_COLS);
+    const int64_t rb = kvt_row_size(t, n_cols), xb = kvt_row_size(ops->vec_dot_type, n_cols);
     uint8_t *xq = malloc((size_t)xb);
     for (int64_t k = 0; xq && k < nt; k++) {
-        kvt_type_ops_ref(ops->vec_dot_type)->from_float(x + k * MM_COLS, xq, MM_COLS);
-        for (int64_t r = 0; r < MM_ROWS; r++) ops->vec_dot(MM_COLS, &y[k * MM_ROWS + r], w + r * rb, xq);
+        kvt_type_ops_ref(ops->vec_dot_type)->from_float(x + k * n_cols, xq, n_cols);
+        for (int64_t r = 0; r < n_rows; r++) ops->vec_dot(n_cols, &y[k * n_rows + r], w + r * rb, xq);
     }
     free(xq);
 }
 
-// gemm = false: mul_mat_vec (token counts <= 8), true: mul_mat_gemm (all).
-static void case_matmul(gpu *g, kvt_type t, bool gemm) {
-    char name[96];
-    snprintf(name, sizeof name, "cuda %s %s x {1,2,8%s} tokens", gemm ? "mul_mat_gemm" : "mul_mat_vec", kvt_type_name(t),
-             gemm ? ",9,64,512" : "");
-    if (!case_begin(g, name)) return;
-    const int64_t max_t = 512;
-    uint8_t *w = make_weights(g, t, MM_ROWS, MM_COLS);
-    float *x = frand_array(g, max_t * MM_COLS), *y = malloc(max_t * MM_ROWS * sizeof *y), *ref = malloc(max_t * MM_ROWS * sizeof *ref);
-    double worst = 0;
-    if (w && x && y && ref) {
-        matmul_ref(t, w, x, max_t, ref); // row t of the reference does not depend on the others
-        void *dw = dput(g, w, (size_t)(MM_ROWS * kvt_row_size(t, MM_COLS)));
-        float *dx = dput(g, x, max_t * MM_COLS * sizeof(float));
-        for (int i = 0; i < N_TOKENS && dw && dx; i++) {
-            const int nt = k_tokens[i];
-            if (!gemm && nt > KVT_CUDA_MMV_MAX_ROWS) continue;
-            float *dy = dpoison(g, (size_t)nt * MM_ROWS * sizeof(float));
-            if (!dy) break;
-            const int rc = gemm ? g->api->mul_mat_gemm(g->ctx, (int)t, dw, MM_ROWS, MM_COLS, dx, nt, dy)
-                                : g->api->mul_mat_vec(g->ctx, (int)t, dw, MM_ROWS, MM_COLS, dx, nt, dy);
-            if (!cu_ok(g, rc, gemm ? "mul_mat_gemm" : "mul_mat_vec") || !dget(g, y, dy, (size_t)nt * MM_ROWS * sizeof(float))) break;
-            const double e = nmse(y, ref, (int64_t)nt * MM_ROWS);
-            printf("# cuda-result %s %s %d nmse %.3g\n", gemm ? "mul_mat_gemm" : "mul_mat_vec", kvt_type_name(t), nt, e);
-            worst = fmax(worst, e);
+// The matrix products' paths: mul_mat_vec with f32 activations (the default context), mul_mat_vec with q8_1
+// activations (the context made with KVT_CUDA_MMV=q8_1; F16 and BF16 keep the f32 path there), mul_mat_gemm.
+enum { MM_VEC, MM_VEC_Q8_1, MM_GEMM };
+static const char *const k_mm_name[] = {"mul_mat_vec", "mul_mat_vec_q8_1", "mul_mat_gemm"};
+
+// One path and weight type: mul_mat_vec over 1 .. 8 tokens, on 96 x 512 weights and on 37 x 4096 (an odd row count,
+// several items per lane); mul_mat_gemm over 1, 2, 8, 9, 64, 512 tokens on 96 x 512.
+static void case_matmul(gpu *g, kvt_type t, int path) {
+    char name[128];
+    const bool gemm = path == MM_GEMM;
+    snprintf(name, sizeof name, "cuda %s %s x %s tokens, %s", k_mm_name[path], kvt_type_name(t),
+             gemm ? "{1,2,8,9,64,512}" : "{1..8}", gemm ? "96 x 512" : "96 x 512 and 37 x 4096");
+    kvt_cuda_ctx *ctx0 = g->ctx;
+    if (path == MM_VEC_Q8_1) {
+        if (g->ctx && !g->ctx_q8) {
+            test_result(false, name, "no context with KVT_CUDA_MMV=q8_1: %s", g->skip_q8);
+            return;
         }
-    } else {
-        snprintf(g->err, sizeof g->err, "out of host memory");
+        g->ctx = g->ctx_q8; // the case's allocations, copies and kernels on that context
+    }
+    if (!case_begin(g, name)) {
+        g->ctx = ctx0;
+        return;
+    }
+    double worst = 0;
+    for (int shape = 0; shape < (gemm ? 1 : 2) && !g->err[0]; shape++) {
+        const int64_t n_rows = shape ? 37 : 96, n_cols = shape ? 4096 : 512, max_t = gemm ? 512 : KVT_CUDA_MMV_MAX_ROWS;
+        uint8_t *w = make_weights(g, t, n_rows, n_cols);
+        float *x = frand_array(g, max_t * n_cols), *y = malloc((size_t)(max_t * n_rows) * sizeof *y),
+              *ref = malloc((size_t)(max_t * n_rows) * sizeof *ref);
+        if (w && x && y && ref) {
+            matmul_ref(t, w, n_rows, n_cols, x, max_t, ref); // row t of the reference does not depend on the others
+            void *dw = dput(g, w, (size_t)(n_rows * kvt_row_size(t, n_cols)));
+            float *dx = dput(g, x, (size_t)(max_t * n_cols) * sizeof(float));
+            for (int nt = 1; nt <= max_t && dw && dx; nt++) {
+                bool listed = !gemm;
+                for (int i = 0; i < N_TOKENS; i++) listed |= k_tokens[i] == nt;
+                if (!listed) continue;
+                float *dy = dpoison(g, (size_t)(nt * n_rows) * sizeof(float));
+                if (!dy) break;
+                const int rc = gemm ? g->api->mul_mat_gemm(g->ctx, (int)t, dw, n_rows, n_cols, dx, nt, dy)
+                                    : g->api->mul_mat_vec(g->ctx, (int)t, dw, n_rows, n_cols, dx, nt, dy);
+                if (!cu_ok(g, rc, k_mm_name[path]) || !dget(g, y, dy, (size_t)(nt * n_rows) * sizeof(float))) break;
+                const double e = nmse(y, ref, (int64_t)nt * n_rows);
+                printf("# cuda-result %s %s %d nmse %.3g\n", k_mm_name[path], kvt_type_name(t), nt, e);
+                worst = fmax(worst, e);
+            }
+        } else {
+            snprintf(g->err, sizeof g->err, "out of host memory");
+        }
+        free(w), free(x), free(y), free(ref);
     }
     case_report(g, name, worst, NMSE_MATMUL);
-    free(w), free(x), free(y), free(ref);
+    g->ctx = ctx0;
 }
 
 // dequant_f16 (one weight matrix) and get_rows (embedding rows, ids with repeats) against to_float.
@@ -223,10 +248,11 @@ static void case_dequant_rows(gpu *g, kvt_type t) {
     free(w), free(ref), free(got), free(rows), free(h);
 }
 
-// Achieved bandwidth of mul_mat_vec at one token (4096 x 4096 weights) beside the probe's device read
-// bandwidth. Reported, not asserted (the issue's >= 60% is for a whole decode step).
+// Achieved bandwidth of mul_mat_vec at one token (4096 x 4096 weights) beside the probe's device read bandwidth, with
+// f32 activations and with q8_1 activations (the quantized types; the time includes the activations' quantization).
+// Reported, not asserted (the issue's >= 60% is for a whole decode step). Lines "# cuda-bw TYPE GBPS LIMIT PATH".
 static void case_matvec_bandwidth(gpu *g) {
-    const char *name = "cuda mul_mat_vec bandwidth, 4096 x 4096, 1 token (reported)";
+    const char *name = "cuda mul_mat_vec bandwidth, 4096 x 4096, 1 token, f32 and q8_1 activations (reported)";
     if (getenv("KVT_CUDA_NO_BENCH")) { // gpu_check.sh's compute-sanitizer run
         test_skip(name, "KVT_CUDA_NO_BENCH is set");
         return;
@@ -244,14 +270,23 @@ static void case_matvec_bandwidth(gpu *g) {
         const size_t bytes = (size_t)(N * kvt_row_size(t, K));
         void *dw = dalloc(g, bytes);
         if (!dw || !cu_ok(g, g->api->memset_dev(g->ctx, dw, 0x11, bytes), "memset_dev")) break; // finite values of every type
-        double best = INFINITY;
-        for (int rep = 0; rep < 5; rep++) {
-            const double t0 = kvt_time_ms();
-            for (int k = 0; k < 20; k++) cu_ok(g, g->api->mul_mat_vec(g->ctx, (int)t, dw, N, K, dx, 1, dy), "mul_mat_vec");
-            cu_ok(g, g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "stream_sync");
-            best = fmin(best, (kvt_time_ms() - t0) / 20);
+        for (int path = MM_VEC; path <= MM_VEC_Q8_1; path++) {
+            kvt_cuda_ctx *c = path == MM_VEC ? g->ctx : g->ctx_q8;
+            if (!c || (path == MM_VEC_Q8_1 && (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16))) continue; // no q8_1 path
+            cu_ok(g, g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "stream_sync"); // the memset done
+            kvt_cuda_ctx *ctx0 = g->ctx;
+            g->ctx = c; // (for cu_ok's message)
+            double best = INFINITY;
+            for (int rep = 0; rep < 5; rep++) {
+                const double t0 = kvt_time_ms();
+                for (int k = 0; k < 20; k++) cu_ok(g, g->api->mul_mat_vec(c, (int)t, dw, N, K, dx, 1, dy), "mul_mat_vec");
+                cu_ok(g, g->api->stream_sync(c, KVT_CUDA_STREAM_COMPUTE), "stream_sync");
+                best = fmin(best, (kvt_time_ms() - t0) / 20);
+            }
+            g->ctx = ctx0;
+            printf("# cuda-bw %s %.1f %.1f %s\n", kvt_type_name(t), (double)bytes / (best * 1e-3) / 1e9, limit,
+                   path == MM_VEC ? "f32" : "q8_1");
         }
-        printf("# cuda-bw %s %.1f %.1f\n", kvt_type_name(t), (double)bytes / (best * 1e-3) / 1e9, limit);
         g->api->dev_free(g->ctx, dw);
         g->allocs[--g->n_allocs] = NULL;
     }
@@ -735,10 +770,18 @@ void test_cuda(const test_env *env) {
             if (g.api->device_info(0, &info, msg, (int)sizeof msg) == KVT_CUDA_OK)
                 printf("# cuda device 0: %s, sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.n_sm,
                        (double)info.vram_bytes / (1 << 30));
+            // the q8_1 matvec's context: KVT_CUDA_MMV is read by ctx_init (the caller's value put back after)
+            const char *was = getenv("KVT_CUDA_MMV");
+            char saved[64];
+            snprintf(saved, sizeof saved, "%s", was ? was : "");
+            setenv("KVT_CUDA_MMV", "q8_1", 1);
+            if (g.api->ctx_init(0, &g.ctx_q8, g.skip_q8, (int)sizeof g.skip_q8) != KVT_CUDA_OK) g.ctx_q8 = NULL;
+            if (was) setenv("KVT_CUDA_MMV", saved, 1);
+            else unsetenv("KVT_CUDA_MMV");
         }
     }
-    for (int i = 0; i < N_WTYPES; i++) case_matmul(&g, k_wtypes[i], false);
-    for (int i = 0; i < N_WTYPES; i++) case_matmul(&g, k_wtypes[i], true);
+    for (int path = MM_VEC; path <= MM_GEMM; path++)
+        for (int i = 0; i < N_WTYPES; i++) case_matmul(&g, k_wtypes[i], path);
     case_dequant_rows(&g, KVT_TYPE_F32);
     for (int i = 0; i < N_WTYPES; i++) case_dequant_rows(&g, k_wtypes[i]);
     case_rmsnorm(&g);
@@ -750,6 +793,7 @@ void test_cuda(const test_env *env) {
     case_attn_prefill(&g);
     case_matvec_bandwidth(&g);
     case_copy_batch(&g);
+    if (g.ctx_q8) g.api->ctx_free(g.ctx_q8);
     if (g.ctx) g.api->ctx_free(g.ctx);
     kvt_cuda_backend_close(&g.be);
 }

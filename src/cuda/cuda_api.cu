@@ -32,18 +32,32 @@ int ctx_check_launch(kvt_cuda_ctx *ctx, const char *kernel) {
     return ctx_fail_cuda(ctx, what, e);
 }
 
-int ctx_workspace(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
-    if (bytes > ctx->ws_bytes) {
+namespace {
+// *buf (of *have bytes) grown to at least `bytes`, synchronizing COMPUTE before the old one is freed
+int grow_buffer(kvt_cuda_ctx *ctx, void **buf, size_t *have, size_t bytes) {
+    if (bytes > *have) {
         KVT_CU_CHECK(ctx, cudaStreamSynchronize(ctx->stream[KVT_CUDA_STREAM_COMPUTE]));
-        if (ctx->ws) KVT_CU_CHECK(ctx, cudaFree(ctx->ws));
-        ctx->ws = nullptr;
-        ctx->ws_bytes = 0;
+        if (*buf) KVT_CU_CHECK(ctx, cudaFree(*buf));
+        *buf = nullptr;
+        *have = 0;
         const size_t grown = bytes + bytes / 4; // some headroom: shapes grow a little at a time
-        KVT_CU_CHECK(ctx, cudaMalloc(&ctx->ws, grown));
-        ctx->ws_bytes = grown;
+        KVT_CU_CHECK(ctx, cudaMalloc(buf, grown));
+        *have = grown;
     }
-    *out = ctx->ws;
     return KVT_CUDA_OK;
+}
+} // namespace
+
+int ctx_workspace(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
+    const int rc = grow_buffer(ctx, &ctx->ws, &ctx->ws_bytes, bytes);
+    *out = ctx->ws;
+    return rc;
+}
+
+int ctx_q8_1_buffer(kvt_cuda_ctx *ctx, size_t bytes, void **out) {
+    const int rc = grow_buffer(ctx, &ctx->q8, &ctx->q8_bytes, bytes);
+    *out = ctx->q8;
+    return rc;
 }
 
 namespace {
@@ -124,11 +138,18 @@ void ctx_free(kvt_cuda_ctx *ctx) {
     }
     if (ctx->cublas) cublasDestroy(ctx->cublas);
     if (ctx->ws) cudaFree(ctx->ws);
+    if (ctx->q8) cudaFree(ctx->q8);
     delete ctx;
 }
 
 int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
     *out = nullptr;
+    // mul_mat_vec's activations: KVT_CUDA_MMV=f32 (the default) or q8_1 (cuda_matvec.cu)
+    const char *mmv = getenv("KVT_CUDA_MMV");
+    if (mmv && *mmv && strcmp(mmv, "f32") != 0 && strcmp(mmv, "q8_1") != 0) {
+        if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_MMV=%.64s: f32 or q8_1", mmv);
+        return KVT_CUDA_ERR_ARG;
+    }
     int rc = check_device(device, err, err_len);
     if (rc) return rc;
     kvt_cuda_ctx *ctx = new (std::nothrow) kvt_cuda_ctx();
@@ -142,6 +163,13 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
     for (int i = 0; e == cudaSuccess && i < KVT_CUDA_STREAM_COUNT; i++) {
         e = cudaStreamCreateWithFlags(&ctx->stream[i], cudaStreamNonBlocking);
         what = "cudaStreamCreateWithFlags";
+    }
+    ctx->mmv_q8_1 = mmv && !strcmp(mmv, "q8_1");
+    if (e == cudaSuccess && ctx->mmv_q8_1) { // rows of up to 65536 columns without growing (q8_1_bytes)
+        ctx->q8_bytes = (size_t)KVT_CUDA_MMV_MAX_ROWS * 65536 + (size_t)KVT_CUDA_MMV_MAX_ROWS * 2048 * 8;
+        e = cudaMalloc(&ctx->q8, ctx->q8_bytes);
+        what = "cudaMalloc (q8_1 activations)";
+        if (e != cudaSuccess) ctx->q8 = nullptr, ctx->q8_bytes = 0;
     }
     if (e != cudaSuccess) {
         rc = buf_fail(err, err_len, e == cudaErrorMemoryAllocation ? KVT_CUDA_ERR_NOMEM : KVT_CUDA_ERR_RUNTIME, what, e);

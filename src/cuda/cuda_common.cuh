@@ -17,6 +17,9 @@ struct kvt_cuda_ctx {
     cublasHandle_t cublas;
     void *ws;         // device workspace (dequantized weights, chunk states), grown by ctx_workspace
     size_t ws_bytes;
+    int mmv_q8_1;     // mul_mat_vec over q8_1 activations (KVT_CUDA_MMV=q8_1 at ctx_init), else f32 activations
+    void *q8;         // device buffer of mul_mat_vec's q8_1 activations (made at ctx_init when mmv_q8_1), grown by
+    size_t q8_bytes;  // ctx_q8_1_buffer
     char err[KVT_CUDA_ERR_MAX];
 };
 
@@ -29,6 +32,9 @@ int ctx_check_launch(kvt_cuda_ctx *ctx, const char *kernel);
 // *out = a device buffer of at least `bytes` bytes owned by ctx (valid until the next call; growing it
 // synchronizes the compute stream before freeing the old one).
 int ctx_workspace(kvt_cuda_ctx *ctx, size_t bytes, void **out);
+// *out = the context's q8_1 activation buffer of at least `bytes` bytes (as ctx_workspace, a buffer of its own: made
+// at ctx_init for KVT_CUDA_MMV_MAX_ROWS rows of 65536 columns, so that a captured decode step never grows it).
+int ctx_q8_1_buffer(kvt_cuda_ctx *ctx, size_t bytes, void **out);
 
 #define KVT_CU_CHECK(ctx, call)                                        \
     do {                                                               \

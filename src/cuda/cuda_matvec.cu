@@ -1,12 +1,19 @@
-// cuda_matvec.cu - weight matrix x up to KVT_CUDA_MMV_MAX_ROWS activation rows (decode), one kernel
-// template over the weight types of cuda_blocks.cuh.
+// cuda_matvec.cu - weight matrix x up to KVT_CUDA_MMV_MAX_ROWS activation rows (decode), two paths, each one kernel
+// template over the weight types:
 //
-// One warp per weight row: lane l decodes the 8-element groups l, l + 32, ... of the row once and
-// multiplies each into every activation row (f32 activations, not quantized; f32 accumulation), then
-// the warp sums its lanes by shuffles. The row is read once for all n_tok rows, so at n_tok <= 8 the
-// kernel is bound by the weight bytes read.
+// f32 (the default): one warp per weight row: lane l decodes the 8-element groups l, l + 32, ... of the row once
+// (cuda_blocks.cuh) and multiplies each into every activation row (f32 activations, not quantized; f32 accumulation),
+// then the warp sums its lanes by shuffles.
+//
+// q8_1 (KVT_CUDA_MMV=q8_1 when the context is made; quantized weight types): a first kernel quantizes the activation
+// rows into the context's q8_1 buffer (one thread per block of 32), then one warp per kMmvqRows weight rows: lane l
+// takes the items l, l + 32, ... of the rows (cuda_mmvq_items.cuh: 32-bit and 16-byte weight loads, integer dot
+// products with dp4a, one float multiply-add per block and scale) for every activation row, then the warp sums its
+// lanes by shuffles. F16 and BF16 weights keep the f32 path.
+//
+// Either way the weights are read once for all n_tok rows, so at n_tok <= 8 the kernels are bound by the weight bytes.
 #include "cuda_common.cuh"
-#include "cuda_items.cuh"
+#include "cuda_mmvq_items.cuh"
 
 namespace {
 
@@ -34,6 +41,75 @@ __global__ void __launch_bounds__(32 * kWarps)
         }
     }
 }
+
+// q8_1 activations: item b of n_tok * n_cols / 32 blocks
+// (rows of n_cols, a multiple of 32, are consecutive in x, xq and xd alike)
+__global__ void quantize_q8_1_kernel(const float *__restrict__ x, int64_t n_blocks, int8_t *__restrict__ xq,
+                                     float2 *__restrict__ xd) {
+    for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < n_blocks; b += (int64_t)gridDim.x * blockDim.x)
+        q8_1_block(x + 32 * b, xq + 32 * b, xd + b);
+}
+
+template <int T, int NT>
+__global__ void __launch_bounds__(32 * kWarps, 1) // (without the 1, ptxas for sm_89 caps q4_K at 64 registers and spills)
+    mmvq_kernel(const uint8_t *__restrict__ W, int64_t n_rows, int64_t n_cols, const int8_t *__restrict__ xq,
+                const float2 *__restrict__ xd, int n_tok, float *__restrict__ y) {
+    const int64_t r0 = ((int64_t)blockIdx.x * kWarps + threadIdx.x / 32) * kMmvqRows;
+    const int lane = threadIdx.x % 32;
+    if (r0 >= n_rows) return;
+    float acc[kMmvqRows][NT];
+#pragma unroll
+    for (int r = 0; r < kMmvqRows; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    mmvq_lane<T, NT, kMmvqRows>(W, n_rows, n_cols, r0, xq, xd, n_tok, lane, acc);
+#pragma unroll
+    for (int r = 0; r < kMmvqRows; r++) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (r0 + r < n_rows && t < n_tok) { // uniform over the warp
+                float v = acc[r][t];
+#pragma unroll
+                for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+                if (lane == 0) y[t * n_rows + r0 + r] = v;
+            }
+        }
+    }
+}
+
+template <int T, int NT>
+int mmvq_launch(kvt_cuda_ctx *ctx, const void *W, int64_t n_rows, int64_t n_cols, const int8_t *xq, const float2 *xd,
+                int64_t n_tok, float *y) {
+    const int64_t per_block = (int64_t)kWarps * kMmvqRows;
+    const unsigned blocks = (unsigned)((n_rows + per_block - 1) / per_block);
+    mmvq_kernel<T, NT><<<blocks, 32 * kWarps, 0, ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>((const uint8_t *)W, n_rows, n_cols,
+                                                                                        xq, xd, (int)n_tok, y);
+    return ctx_check_launch(ctx, "mmvq_kernel");
+}
+
+// The q8_1 path of a quantized type (the float types never reach it: mmvq_type)
+template <int T> struct mmvq_op {
+    static int run(kvt_cuda_ctx *ctx, const void *W, int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok,
+                   float *y) {
+        if constexpr (T == KVT_CUDA_F32 || T == KVT_CUDA_F16 || T == KVT_CUDA_BF16) {
+            return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: no q8_1 path for type %d", T);
+        } else {
+            void *buf = nullptr;
+            const int rc = ctx_q8_1_buffer(ctx, (size_t)q8_1_bytes(n_tok, n_cols), &buf);
+            if (rc) return rc;
+            int8_t *xq = (int8_t *)buf;
+            float2 *xd = (float2 *)((uint8_t *)buf + q8_1_xq_bytes(n_tok, n_cols));
+            const int64_t n_blocks = n_tok * (n_cols / 32);
+            quantize_q8_1_kernel<<<grid_for(n_blocks, 128), 128, 0, ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>(x, n_blocks, xq, xd);
+            const int lrc = ctx_check_launch(ctx, "quantize_q8_1_kernel");
+            if (lrc) return lrc;
+            if (n_tok == 1) return mmvq_launch<T, 1>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);
+            if (n_tok == 2) return mmvq_launch<T, 2>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);
+            if (n_tok <= 4) return mmvq_launch<T, 4>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);
+            return mmvq_launch<T, 8>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);
+        }
+    }
+};
 
 template <int T> struct mmv_op {
     static int run(kvt_cuda_ctx *ctx, const void *W, int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok,
@@ -65,5 +141,9 @@ int kvt_cu_mul_mat_vec(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_row
     if (n_tok < 1 || n_tok > KVT_CUDA_MMV_MAX_ROWS)
         return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: %lld activation rows (1 to %d)", (long long)n_tok,
                         KVT_CUDA_MMV_MAX_ROWS);
+    // the q8_1 path where the context asks for it and the weights are 16-byte aligned (its 16-byte loads of q4_K and
+    // q5_K blocks; every weight from dev_malloc is)
+    if (ctx->mmv_q8_1 && mmvq_type(type) && (uintptr_t)W % 16 == 0)
+        return dispatch_type<mmvq_op>(type, false, ctx, W, n_rows, n_cols, x, n_tok, y);
     return dispatch_type<mmv_op>(type, false, ctx, W, n_rows, n_cols, x, n_tok, y);
 }

@@ -186,8 +186,10 @@ typedef struct {
     //    each row kvt_row_size(type, n_cols) bytes, consecutive; n_cols a multiple of the type's block
     //    and of 8 (KVT_CUDA_ERR_ARG otherwise).
     // x: device [n_tok, n_cols] f32, 16-byte aligned; y: device [n_tok, n_rows] f32 (not overlapping x).
-    // mul_mat_vec: 1 <= n_tok <= KVT_CUDA_MMV_MAX_ROWS; one warp per weight row decodes each weight
-    //   element once for all n_tok rows; activations are used as f32 (not quantized).
+    // mul_mat_vec: 1 <= n_tok <= KVT_CUDA_MMV_MAX_ROWS; each weight element is read once for all n_tok rows;
+    //   activations are used as f32 (not quantized), or, in a context made while the environment has
+    //   KVT_CUDA_MMV=q8_1 (ctx_init refuses any value but f32 and q8_1), quantized to q8_1 (blocks of 32, f32 scale)
+    //   in a buffer of the context with integer dot products for the quantized types (F16 and BF16 stay f32).
     int (*mul_mat_vec)(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols,
                        const float *x, int64_t n_tok, float *y);
     // mul_mat_gemm: any n_tok >= 1. Dequantizes W to f16 and x to f16 in the context's workspace

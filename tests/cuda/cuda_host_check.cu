@@ -4,6 +4,9 @@
 //   - the kernels' per-item bodies (src/cuda/cuda_items.cuh): matvec lanes, dequantize, get rows,
 //     RoPE, SwiGLU, GeGLU against src/kernels; rmsnorm and argmax with their thread blocks'
 //     reductions emulated against kvt_rmsnorm_f32 and kvt_argmax;
+//   - the q8_1 matvec (src/cuda/cuda_mmvq_items.cuh): q8_1_block against its definition, mmvq_lane over 32 emulated
+//     lanes and warps of kMmvqRows rows (dp4a, vsub4, funnel shifts emulated) against the double product, the CPU
+//     reference (vec_dot over activations quantized to vec_dot_type) and the product with f32 activations;
 //   - mul_mat_gemm's cublasGemmEx arguments, applied with BLAS's column-major semantics;
 //   - the attention kernels' pieces (src/cuda/cuda_attn_items.cuh) assembled serially against
 //     kvt_attention.
@@ -28,6 +31,7 @@ extern "C" {
 }
 #include "../../src/cuda/cuda_attn_items.cuh"
 #include "../../src/cuda/cuda_items.cuh"
+#include "../../src/cuda/cuda_mmvq_items.cuh"
 
 namespace {
 
@@ -128,6 +132,150 @@ template <int T> struct check_op {
         return msg[0] != 0;
     }
 };
+
+// q8_1 activations of n_tok rows of n_cols as the quantize kernel writes them (one q8_1_block per block of 32)
+void quantize_rows(const float *x, int64_t n_tok, int64_t n_cols, std::vector<int8_t> &xq, std::vector<float2> &xd) {
+    xq.assign((size_t)(n_tok * n_cols), 0);
+    xd.assign((size_t)(n_tok * n_cols / 32), make_float2(0, 0));
+    for (int64_t b = 0; b < n_tok * n_cols / 32; b++) q8_1_block(x + 32 * b, &xq[(size_t)(32 * b)], &xd[(size_t)b]);
+}
+
+// The warps of mmvq_kernel<T, NT> (kMmvqRows rows each) run lane by lane, each warp's lanes summed in lane order: y
+// [n_tok, n_rows] as the kernel stores it (the rows past n_rows that the last warp repeats are dropped).
+template <int T, int NT>
+void mmvq_warps(const uint8_t *W, int64_t n_rows, int64_t n_cols, const int8_t *xq, const float2 *xd, int n_tok, float *y) {
+    for (int64_t r0 = 0; r0 < n_rows; r0 += kMmvqRows) {
+        float sum[kMmvqRows][NT] = {};
+        for (int lane = 0; lane < 32; lane++) {
+            float acc[kMmvqRows][NT] = {};
+            mmvq_lane<T, NT, kMmvqRows>(W, n_rows, n_cols, r0, xq, xd, n_tok, lane, acc);
+            for (int r = 0; r < kMmvqRows; r++)
+                for (int t = 0; t < NT; t++) sum[r][t] += acc[r][t];
+        }
+        for (int r = 0; r < kMmvqRows; r++)
+            for (int t = 0; t < n_tok; t++)
+                if (r0 + r < n_rows) y[t * n_rows + r0 + r] = sum[r][t];
+    }
+}
+
+double nmse_d(const std::vector<float> &got, const std::vector<double> &ref) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        if (!std::isfinite(got[i])) return INFINITY;
+        num += (got[i] - ref[i]) * (got[i] - ref[i]), den += ref[i] * ref[i];
+    }
+    return num / den;
+}
+
+// The q8_1 matvec of one quantized type, as its kernels compute it (the launcher's NT for 1 .. 8 tokens): 7 weight rows
+// (the last warp repeats a row) of 4096 and of 256 columns (fewer items than lanes) against
+//   - the product in double of to_float's weights with the q8_1 activations dequantized (d q): nmse <= 1e-10 (what
+//     the kernel computes, up to f32 rounding);
+//   - the CPU reference: vec_dot over the activations quantized to the type's vec_dot_type: nmse <= 5e-4 (the suite's
+//     limit: two quantizations of the activations);
+//   - the product in double with the f32 activations: nmse <= 5e-4.
+// And q8_1_block itself: |x - d q| <= d / 2, s = d sum(q), |q| <= 127; a NaN or an infinity in a block gives d = NaN.
+template <int T> struct check_mmvq_op {
+    static int run(const char *name, uint64_t seed) {
+        if constexpr (T == KVT_CUDA_F32 || T == KVT_CUDA_F16 || T == KVT_CUDA_BF16) {
+            return 0;
+        } else {
+            const kvt_type t = (kvt_type)T;
+            const kvt_type_ops *ops = kvt_type_ops_ref(t), *xops = kvt_type_ops_ref(ops->vec_dot_type);
+            char what[128], msg[200] = "";
+            snprintf(what, sizeof what, "%s: q8_1 matvec (q8_1_block, mmvq_lane, 1..8 tokens, 7 rows of 4096 and 256)", name);
+            double worst[3] = {0, 0, 0};
+            for (int64_t n_cols : {kN, (int64_t)256}) {
+                const int64_t n_rows = 7, rb = kvt_row_size(t, n_cols);
+                const std::vector<float> src = random_floats(n_rows * n_cols, seed);
+                std::vector<float> wf((size_t)(n_rows * n_cols));
+                std::vector<uint8_t> W((size_t)(rb * n_rows));
+                for (int64_t r = 0; r < n_rows; r++) {
+                    ops->from_float(&src[(size_t)(r * n_cols)], &W[(size_t)(r * rb)], n_cols);
+                    ops->to_float(&W[(size_t)(r * rb)], &wf[(size_t)(r * n_cols)], n_cols);
+                }
+                std::vector<float> x = random_floats(KVT_CUDA_MMV_MAX_ROWS * n_cols, seed + 3);
+                for (int64_t i = 0; i < n_cols; i += 3) x[(size_t)i] *= 0.01f; // a spread of magnitudes within blocks
+                std::vector<int8_t> xq;
+                std::vector<float2> xd;
+                quantize_rows(x.data(), KVT_CUDA_MMV_MAX_ROWS, n_cols, xq, xd);
+                for (int64_t b = 0; b < (int64_t)xd.size() && !msg[0]; b++) {
+                    int sum = 0;
+                    for (int i = 0; i < 32 && !msg[0]; i++) {
+                        const int q = xq[(size_t)(32 * b + i)];
+                        sum += q;
+                        if (fabs((double)x[(size_t)(32 * b + i)] - (double)xd[(size_t)b].x * q) > 0.5000001 * xd[(size_t)b].x || q < -127)
+                            snprintf(msg, sizeof msg, "q8_1_block: block %lld element %d: x %.9g, d %.9g, q %d", (long long)b, i,
+                                     x[(size_t)(32 * b + i)], xd[(size_t)b].x, q);
+                    }
+                    if (!msg[0] && xd[(size_t)b].y != xd[(size_t)b].x * (float)sum)
+                        snprintf(msg, sizeof msg, "q8_1_block: block %lld: s %.9g, d sum(q) %.9g", (long long)b, xd[(size_t)b].y,
+                                 xd[(size_t)b].x * (float)sum);
+                }
+                std::vector<uint8_t> xv((size_t)kvt_row_size(ops->vec_dot_type, n_cols));
+                for (int nt = 1; nt <= KVT_CUDA_MMV_MAX_ROWS && !msg[0]; nt++) {
+                    std::vector<float> y((size_t)(nt * n_rows), quiet_nan()), cpu((size_t)(nt * n_rows));
+                    if (nt == 1) mmvq_warps<T, 1>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
+                    else if (nt == 2) mmvq_warps<T, 2>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
+                    else if (nt <= 4) mmvq_warps<T, 4>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
+                    else mmvq_warps<T, 8>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
+                    std::vector<double> exact((size_t)(nt * n_rows)), dense((size_t)(nt * n_rows)), cpud((size_t)(nt * n_rows));
+                    for (int k = 0; k < nt; k++) {
+                        xops->from_float(&x[(size_t)(k * n_cols)], xv.data(), n_cols);
+                        for (int64_t r = 0; r < n_rows; r++) {
+                            double e = 0, f = 0;
+                            for (int64_t j = 0; j < n_cols; j++) {
+                                const double w = wf[(size_t)(r * n_cols + j)];
+                                e += w * ((double)xd[(size_t)((k * n_cols + j) / 32)].x * xq[(size_t)(k * n_cols + j)]);
+                                f += w * x[(size_t)(k * n_cols + j)];
+                            }
+                            exact[(size_t)(k * n_rows + r)] = e, dense[(size_t)(k * n_rows + r)] = f;
+                            ops->vec_dot(n_cols, &cpu[(size_t)(k * n_rows + r)], &W[(size_t)(r * rb)], xv.data());
+                            cpud[(size_t)(k * n_rows + r)] = cpu[(size_t)(k * n_rows + r)];
+                        }
+                    }
+                    // the CPU reference as the reference (the suite's nmse: sum (gpu - cpu)^2 / sum cpu^2)
+                    double num = 0, den = 0;
+                    for (size_t i = 0; i < y.size(); i++) num += (y[i] - cpud[i]) * (y[i] - cpud[i]), den += cpud[i] * cpud[i];
+                    const double e[3] = {nmse_d(y, exact), std::isfinite(num) ? num / den : INFINITY, nmse_d(y, dense)};
+                    for (int i = 0; i < 3; i++) worst[i] = fmax(worst[i], e[i]);
+                    if (!(e[0] <= 1e-10) || !(e[1] <= 5e-4) || !(e[2] <= 5e-4))
+                        snprintf(msg, sizeof msg, "%lld columns, %d tokens: nmse %.3g against the double product, %.3g against the "
+                                 "CPU reference, %.3g against f32 activations", (long long)n_cols, nt, e[0], e[1], e[2]);
+                }
+            }
+            // non-finite activations reach the result
+            std::vector<float> xb = random_floats(64, seed + 5);
+            std::vector<int8_t> bq;
+            std::vector<float2> bd;
+            xb[5] = quiet_nan(), xb[40] = INFINITY;
+            quantize_rows(xb.data(), 1, 64, bq, bd);
+            if (!msg[0] && !(std::isnan(bd[0].x) && std::isnan(bd[1].x)))
+                snprintf(msg, sizeof msg, "q8_1_block: a NaN or an infinity gives d %.3g, %.3g (NaN wanted)", bd[0].x, bd[1].x);
+            printf("     %s: nmse at worst %.3g (double product), %.3g (CPU reference), %.3g (f32 activations)\n", name, worst[0],
+                   worst[1], worst[2]);
+            report(!msg[0], what, msg);
+            return msg[0] != 0;
+        }
+    }
+};
+
+// dp4a, vsub4, funnel_rc (the host's emulation of the device intrinsics) on chosen values, and ld_words at both
+// alignments against memcpy
+void check_intrinsics() {
+    bool ok = dp4a((int)0x80FF7F01u, (int)0x7F80FF02u, 5) == 5 + (-128 * 127) + (-1 * -128) + (127 * -1) + (1 * 2);
+    ok = ok && vsub4(0x00FF1020u, 0x01012020u) == 0xFFFEF000u;
+    ok = ok && funnel_rc(0x11223344u, 0xAABBCCDDu, 16) == 0xCCDD1122u && funnel_rc(1u, 2u, 0) == 1u && funnel_rc(1u, 2u, 40) == 2u;
+    alignas(16) uint8_t buf[64];
+    for (int i = 0; i < 64; i++) buf[i] = (uint8_t)(i * 37 + 11);
+    for (int off = 2; off <= 6 && ok; off += 2) {
+        uint32_t w[8], want[8];
+        ld_words<8>(buf + off, w);
+        memcpy(want, buf + off, sizeof want);
+        ok = !memcmp(w, want, sizeof w);
+    }
+    report(ok, "dp4a, vsub4, funnel_rc emulations; ld_words at 4-byte and 2-byte alignment", "differs");
+}
 
 // rope_item against kvt_rope_cache + kvt_rope_apply, and the gated activations against vec.c, bit for bit.
 void check_elementwise() {
@@ -383,6 +531,9 @@ int main() {
     static const int types[] = {KVT_CUDA_F32, KVT_CUDA_F16, KVT_CUDA_BF16, KVT_CUDA_Q4_0, KVT_CUDA_Q4_1,
                                 KVT_CUDA_Q8_0, KVT_CUDA_Q4_K, KVT_CUDA_Q5_K, KVT_CUDA_Q6_K};
     for (int t : types) dispatch_type<check_op>(t, true, kvt_type_name((kvt_type)t), (uint64_t)(1000 + t));
+    check_intrinsics();
+    for (int t : types)
+        if (mmvq_type(t)) dispatch_type<check_mmvq_op>(t, true, kvt_type_name((kvt_type)t), (uint64_t)(2000 + t));
     check_elementwise();
     check_reductions();
     check_gemm_layout();

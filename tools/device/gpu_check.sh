@@ -10,7 +10,9 @@
 #              `cuda_layers` (-ngl against the CPU pass; the device KV's VRAM budgets bit for bit the all-VRAM run)
 #   RATES      llama3-8b Q4_K_M, all layers and the logits on the device: `kvtier bench -p 512 -n 128`: decode GB/s
 #              (and, RATES_GRAPHS=1, decode tok/s with --cuda-graphs beside the eager one, and the same greedy text)
-#              of weights beside the profile's device read bandwidth (goal >= 60%), prefill tok/s (goal >= 5000)
+#              of weights beside the profile's device read bandwidth (goal >= 60%), prefill tok/s (goal >= 5000);
+#              RATES_Q8=1 (default) the same decode with mul_mat_vec over q8_1 activations (KVT_CUDA_MMV=q8_1), eager
+#              and with --cuda-graphs, its GB/s beside the f32 path's and the device's
 #   LBS        the same model, `kvtier beam` 32 beams, step 32, KV within --kv-vram (LBS_VRAM, default 512M) below
 #              the beams' KV: layerwise and balanced, time of each (goal balanced <= 1/3 of layerwise), beams equal
 #   HELM       Qwen3-8B shape (f16: the device runs no bf16), `kvtier plan --vram 8G` on this machine's profile,
@@ -88,6 +90,12 @@ suites() {
   grep -E "^(ok|FAIL|skip) |^# cuda device" "$OUT/cuda.txt"
   timeout "${LAYERS_S:-150}" build/kvtier-tests cuda_layers >"$OUT/cuda_layers.txt" 2>&1 || rc=$?
   grep -E "^(ok|FAIL|skip) |^# cuda layers" "$OUT/cuda_layers.txt" | cut -c1-200
+  # the device layers with mul_mat_vec over q8_1 activations (KVT_CUDA_MMV=q8_1; LAYERS_Q8=0 leaves it out): the same
+  # limits against the CPU pass (nmse 1e-3 per row, greedy ids equal but at near ties)
+  if [ "${LAYERS_Q8:-1}" = 1 ]; then
+    KVT_CUDA_MMV=q8_1 timeout "${LAYERS_S:-150}" build/kvtier-tests cuda_layers >"$OUT/cuda_layers_q8.txt" 2>&1 || rc=$?
+    echo "cuda_layers with KVT_CUDA_MMV=q8_1:"; grep -E "^(FAIL|skip) |passed" "$OUT/cuda_layers_q8.txt" | cut -c1-200
+  fi
   echo
   awk '
     function num(x) { return (x == "inf" || x == "nan" || x == "-nan") ? 1e30 : x + 0 }
@@ -95,7 +103,7 @@ suites() {
       k = $3 " " $4
       if (!(k in worst)) { order[++n] = k; worst[k] = -1 }
       if (num($7) > worst[k]) { worst[k] = num($7); shown[k] = $7 }
-      toks[k] = toks[k] (toks[k] == "" ? "" : ",") $5
+      if (index("," toks[k] ",", "," $5 ",") == 0) toks[k] = toks[k] (toks[k] == "" ? "" : ",") $5
     }
     /^# cuda-bw / { bw[++nb] = $0 }
     /^# cuda-copy / { cp[++nc] = $0 }
@@ -106,10 +114,11 @@ suites() {
         lim = (f[1] ~ /^(mul_mat|attn)/) ? 5e-4 : 1e-6
         printf "%-20s %-16s %-22s %11s %8.0e %s\n", f[1], f[2], toks[order[i]], shown[order[i]], lim, worst[order[i]] <= lim ? "ok" : "FAIL"
       }
-      if (nb) printf "\n%-20s %-10s %10s %14s %8s\n", "mul_mat_vec 4096^2", "type", "GB/s", "device GB/s", "share"
+      # "# cuda-bw TYPE GBPS DEVICE_GBPS PATH": PATH f32 or q8_1 (the activations of mul_mat_vec)
+      if (nb) printf "\n%-20s %-10s %-6s %10s %14s %8s\n", "mul_mat_vec 4096^2", "type", "acts", "GB/s", "device GB/s", "share"
       for (i = 1; i <= nb; i++) {
         split(bw[i], f, " ")
-        printf "%-20s %-10s %10.1f %14.1f %7.0f%%\n", "  1 token", f[3], f[4], f[5], (f[5] > 0 ? 100 * f[4] / f[5] : 0)
+        printf "%-20s %-10s %-6s %10.1f %14.1f %7.0f%%\n", "  1 token", f[3], (f[6] == "" ? "f32" : f[6]), f[4], f[5], (f[5] > 0 ? 100 * f[4] / f[5] : 0)
       }
       # "# cuda-copy DIR SIZE batched X dma-per-block Y dma-one Z GB/s"
       if (nc) printf "\n%-20s %-6s %12s %16s %12s %8s\n", "copy_batch 64 MiB", "block", "batched GB/s", "DMA/block GB/s", "one DMA GB/s", "share"
@@ -128,7 +137,7 @@ suites() {
     row suites "copy_batch $3 blocks of $4 GB/s (DMA per block $8)" "$6" ">= 80% of one DMA ${10}" \
       "$(calc '%s' "${10} > 0 && $6 >= 0.8 * ${10} ? sprintf(\"ok (%.0f%%)\", 100 * $6 / ${10}) : sprintf(\"NOT MET (%.0f%%)\", ${10} > 0 ? 100 * $6 / ${10} : 0)")"
   done < <(grep "^# cuda-copy " "$OUT/cuda.txt")
-  for s in cuda cuda_layers; do
+  for s in cuda cuda_layers $([ "${LAYERS_Q8:-1}" = 1 ] && echo cuda_layers_q8); do
     row suites "$s: cases ok / fail / skip" "$(grep -c '^ok ' "$OUT/$s.txt") / $(grep -c '^FAIL ' "$OUT/$s.txt") / $(grep -c '^skip ' "$OUT/$s.txt")" \
       "fail 0, skip 0" "$(grep -q '^ok ' "$OUT/$s.txt" && ! grep -qE '^(FAIL|skip) ' "$OUT/$s.txt" && echo ok || echo FAIL)"
   done
@@ -155,6 +164,19 @@ rates() {
   row rates "decode tok/s (tg${RATES_N:-128})" "${tg:-?}" "-" "-"
   row rates "decode GB/s of weights" "${gb:-?}" ">= 60% of ${dev:-?} GB/s" \
     "$(calc '%s' "(${dev:-0} > 0 && ${gb:-0} >= 0.6 * ${dev:-0}) ? sprintf(\"ok (%.0f%%)\", 100 * ${gb:-0} / ${dev:-1}) : sprintf(\"NOT MET (%.0f%%)\", ${dev:-0} > 0 ? 100 * ${gb:-0} / ${dev:-1} : 0)")"
+  # mul_mat_vec over q8_1 activations (KVT_CUDA_MMV=q8_1; the default stays f32 until this is measured): decode rate and
+  # GB/s beside the f32 path's and the device's bandwidth (RATES_Q8=0 leaves it out)
+  local tgq="" gbq=""
+  if [ "${RATES_Q8:-1}" = 1 ]; then
+    KVT_CUDA_MMV=q8_1 timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p 0 -n "${RATES_N:-128}" -r "${RATES_R:-3}" -t "$T" -o json \
+      >"$OUT/rates_q8.json" 2>"$OUT/rates_q8.err" || { echo "rates: KVT_CUDA_MMV=q8_1 failed: $(tail -1 "$OUT/rates_q8.err")"; row rates "decode, q8_1 activations" failed - FAIL; rc=1; }
+    tgq=$(tr -d '\n' <"$OUT/rates_q8.json" | grep -o '"n_prompt": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+    gbq=$(tr -d '\n' <"$OUT/rates_q8.json" | grep -o '"n_prompt": *0,[^}]*"gbps": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+    row rates "decode tok/s, q8_1 activations (KVT_CUDA_MMV=q8_1)" "${tgq:-?}" "f32 path ${tg:-?}" \
+      "$(calc '%s' "${tgq:-0} > ${tg:-0} ? sprintf(\"faster (%.2fx)\", ${tgq:-0} / (${tg:-0} > 0 ? ${tg:-0} : 1)) : sprintf(\"not faster (%.2fx)\", ${tgq:-0} / (${tg:-0} > 0 ? ${tg:-0} : 1))")"
+    row rates "decode GB/s of weights, q8_1 activations" "${gbq:-?}" ">= 60% of ${dev:-?} GB/s" \
+      "$(calc '%s' "(${dev:-0} > 0 && ${gbq:-0} >= 0.6 * ${dev:-0}) ? sprintf(\"ok (%.0f%%)\", 100 * ${gbq:-0} / ${dev:-1}) : sprintf(\"NOT MET (%.0f%%)\", ${dev:-0} > 0 ? 100 * ${gbq:-0} / ${dev:-1} : 0)")"
+  fi
   # decode steps as CUDA graphs (--cuda-graphs, off by default until this passes): rate beside the eager one, same text
   [ "${RATES_GRAPHS:-1}" = 1 ] || return
   timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p 0 -n "${RATES_N:-128}" -r "${RATES_R:-3}" -t "$T" -o json --cuda-graphs \
@@ -163,6 +185,14 @@ rates() {
   tgg=$(tr -d '\n' <"$OUT/rates_graphs.json" | grep -o '"n_prompt": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
   row rates "decode tok/s with --cuda-graphs" "${tgg:-?}" "above eager ${tg:-?}" \
     "$(calc '%s' "${tgg:-0} > ${tg:-0} ? sprintf(\"ok (%.2fx)\", ${tgg:-0} / (${tg:-0} > 0 ? ${tg:-0} : 1)) : sprintf(\"no gain (%.2fx)\", ${tgg:-0} / (${tg:-0} > 0 ? ${tg:-0} : 1))")"
+  if [ "${RATES_Q8:-1}" = 1 ]; then # both: graphs and q8_1 activations
+    KVT_CUDA_MMV=q8_1 timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p 0 -n "${RATES_N:-128}" -r "${RATES_R:-3}" -t "$T" -o json \
+      --cuda-graphs >"$OUT/rates_q8_graphs.json" 2>"$OUT/rates_q8_graphs.err" || echo "rates: q8_1 with --cuda-graphs failed: $(tail -1 "$OUT/rates_q8_graphs.err")"
+    local tgqg gbqg
+    tgqg=$(tr -d '\n' <"$OUT/rates_q8_graphs.json" | grep -o '"n_prompt": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+    gbqg=$(tr -d '\n' <"$OUT/rates_q8_graphs.json" | grep -o '"n_prompt": *0,[^}]*"gbps": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+    row rates "decode tok/s, q8_1 activations with --cuda-graphs" "${tgqg:-?}" "q8_1 eager ${tgq:-?}" "${gbqg:-?} GB/s of ${dev:-?}"
+  fi
   a=$(timeout 120 $KVT generate -m "$m" -ngl 999 -p "The history of" -n 32 --temp 0 -t "$T" 2>/dev/null)
   b=$(timeout 120 $KVT generate -m "$m" -ngl 999 -p "The history of" -n 32 --temp 0 -t "$T" --cuda-graphs --json 2>/dev/null)
   local steps; steps=$(printf "%s" "$b" | grep -o '"graph_steps": *[0-9]*' | sed 's/.*: *//')
