@@ -36,8 +36,9 @@ typedef struct {
     kvt_cuda_backend be;
     const kvt_cuda_api *api;
     kvt_cuda_ctx *ctx;
-    kvt_cuda_ctx *ctx_q8;            // a second context made with KVT_CUDA_MMV=q8_1 (mul_mat_vec over q8_1 activations)
-    char skip_q8[256];               // why ctx_q8 is NULL while ctx is not
+    kvt_cuda_ctx *ctx_alt;           // a second context made with KVT_CUDA_MMV=q8_1 and KVT_CUDA_ATTN=tiled (the other paths
+                                     // of mul_mat_vec and attn_paged)
+    char skip_alt[256];              // why ctx_alt is NULL while ctx is not
     char skip[KVT_ERR_MSG_MAX + 64]; // reason every case skips ("" when a device is there)
     char err[KVT_ERR_MSG_MAX + 64];  // first failure of the current case
     void *allocs[MAX_ALLOCS];        // device allocations of the current case
@@ -152,8 +153,20 @@ static void matmul_ref(kvt_type t, const uint8_t *w, int64_t n_rows, int64_t n_c
     free(xq);
 }
 
+// Runs a case on the alternative context (KVT_CUDA_MMV=q8_1, KVT_CUDA_ATTN=tiled): its allocations, copies and kernels;
+// false (the case reported failed) when that context could not be made on a machine that has a device.
+static bool use_alt(gpu *g, const char *name, kvt_cuda_ctx **saved) {
+    *saved = g->ctx;
+    if (g->ctx && !g->ctx_alt) {
+        test_result(false, name, "no context with KVT_CUDA_MMV=q8_1 KVT_CUDA_ATTN=tiled: %s", g->skip_alt);
+        return false;
+    }
+    g->ctx = g->ctx_alt;
+    return true;
+}
+
 // The matrix products' paths: mul_mat_vec with f32 activations (the default context), mul_mat_vec with q8_1
-// activations (the context made with KVT_CUDA_MMV=q8_1; F16 and BF16 keep the f32 path there), mul_mat_gemm.
+// activations (the alternative context; F16 and BF16 keep the f32 path there), mul_mat_gemm.
 enum { MM_VEC, MM_VEC_Q8_1, MM_GEMM };
 static const char *const k_mm_name[] = {"mul_mat_vec", "mul_mat_vec_q8_1", "mul_mat_gemm"};
 
@@ -165,13 +178,7 @@ static void case_matmul(gpu *g, kvt_type t, int path) {
     snprintf(name, sizeof name, "cuda %s %s x %s tokens, %s", k_mm_name[path], kvt_type_name(t),
              gemm ? "{1,2,8,9,64,512}" : "{1..8}", gemm ? "96 x 512" : "96 x 512 and 37 x 4096");
     kvt_cuda_ctx *ctx0 = g->ctx;
-    if (path == MM_VEC_Q8_1) {
-        if (g->ctx && !g->ctx_q8) {
-            test_result(false, name, "no context with KVT_CUDA_MMV=q8_1: %s", g->skip_q8);
-            return;
-        }
-        g->ctx = g->ctx_q8; // the case's allocations, copies and kernels on that context
-    }
+    if (path == MM_VEC_Q8_1 && !use_alt(g, name, &ctx0)) return;
     if (!case_begin(g, name)) {
         g->ctx = ctx0;
         return;
@@ -271,7 +278,7 @@ static void case_matvec_bandwidth(gpu *g) {
         void *dw = dalloc(g, bytes);
         if (!dw || !cu_ok(g, g->api->memset_dev(g->ctx, dw, 0x11, bytes), "memset_dev")) break; // finite values of every type
         for (int path = MM_VEC; path <= MM_VEC_Q8_1; path++) {
-            kvt_cuda_ctx *c = path == MM_VEC ? g->ctx : g->ctx_q8;
+            kvt_cuda_ctx *c = path == MM_VEC ? g->ctx : g->ctx_alt;
             if (!c || (path == MM_VEC_Q8_1 && (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16))) continue; // no q8_1 path
             cu_ok(g, g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "stream_sync"); // the memset done
             kvt_cuda_ctx *ctx0 = g->ctx;
@@ -698,9 +705,16 @@ static void case_attn_decode(gpu *g, bool pinned) {
 
 // Prefill: the last T tokens (1, 2, 8, 9, 64, 512) of a 600-position sequence, one query row per token
 // attending its causal prefix (seq_len = position + 1), all rows on block-table row 0 (row_seq).
-static void case_attn_prefill(gpu *g) {
-    const char *name = "cuda attn_paged prefill (causal rows over one sequence of 600, x {1,2,8,9,64,512} tokens)";
-    if (!case_begin(g, name)) return;
+// tiled: on the alternative context (KVT_CUDA_ATTN=tiled: its 64 and 512 rows by the tiled kernel, the others chunked).
+static void case_attn_prefill(gpu *g, bool tiled) {
+    const char *name = tiled ? "cuda attn_paged prefill, KVT_CUDA_ATTN=tiled (causal rows over one sequence of 600, x {1,2,8,9,64,512} tokens)"
+                             : "cuda attn_paged prefill (causal rows over one sequence of 600, x {1,2,8,9,64,512} tokens)";
+    kvt_cuda_ctx *ctx0 = g->ctx;
+    if (tiled && !use_alt(g, name, &ctx0)) return;
+    if (!case_begin(g, name)) {
+        g->ctx = ctx0;
+        return;
+    }
     const int L = 600;
     double worst = 0;
     for (int c = 0; c < 2 && !g->err[0]; c++) {
@@ -730,7 +744,7 @@ static void case_attn_prefill(gpu *g) {
                                               0, 0};
                 if (!cu_ok(g, g->api->attn_paged(g->ctx, &a), "attn_paged") || !dget(g, got, a.out, (size_t)T * NH * D * sizeof(float))) break;
                 const double err = nmse(got, ref, (int64_t)T * NH * D);
-                printf("# cuda-result attn_prefill d%d/b%d %d nmse %.3g\n", D, BL, T, err);
+                printf("# cuda-result attn_prefill%s d%d/b%d %d nmse %.3g\n", tiled ? "_tiled" : "", D, BL, T, err);
                 worst = fmax(worst, err);
             }
         } else if (!g->err[0]) {
@@ -741,6 +755,7 @@ static void case_attn_prefill(gpu *g) {
         if (!case_end(g)) break;
     }
     case_report(g, name, worst, NMSE_MATMUL);
+    g->ctx = ctx0;
 }
 
 void test_cuda(const test_env *env) {
@@ -770,14 +785,21 @@ void test_cuda(const test_env *env) {
             if (g.api->device_info(0, &info, msg, (int)sizeof msg) == KVT_CUDA_OK)
                 printf("# cuda device 0: %s, sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.n_sm,
                        (double)info.vram_bytes / (1 << 30));
-            // the q8_1 matvec's context: KVT_CUDA_MMV is read by ctx_init (the caller's value put back after)
-            const char *was = getenv("KVT_CUDA_MMV");
-            char saved[64];
-            snprintf(saved, sizeof saved, "%s", was ? was : "");
-            setenv("KVT_CUDA_MMV", "q8_1", 1);
-            if (g.api->ctx_init(0, &g.ctx_q8, g.skip_q8, (int)sizeof g.skip_q8) != KVT_CUDA_OK) g.ctx_q8 = NULL;
-            if (was) setenv("KVT_CUDA_MMV", saved, 1);
-            else unsetenv("KVT_CUDA_MMV");
+            // the alternative context: KVT_CUDA_MMV and KVT_CUDA_ATTN are read by ctx_init (the caller's values put back)
+            static const char *const vars[2][2] = {{"KVT_CUDA_MMV", "q8_1"}, {"KVT_CUDA_ATTN", "tiled"}};
+            char saved[2][64];
+            bool had[2];
+            for (int i = 0; i < 2; i++) {
+                const char *was = getenv(vars[i][0]);
+                had[i] = was != NULL;
+                snprintf(saved[i], sizeof saved[i], "%s", was ? was : "");
+                setenv(vars[i][0], vars[i][1], 1);
+            }
+            if (g.api->ctx_init(0, &g.ctx_alt, g.skip_alt, (int)sizeof g.skip_alt) != KVT_CUDA_OK) g.ctx_alt = NULL;
+            for (int i = 0; i < 2; i++) {
+                if (had[i]) setenv(vars[i][0], saved[i], 1);
+                else unsetenv(vars[i][0]);
+            }
         }
     }
     for (int path = MM_VEC; path <= MM_GEMM; path++)
@@ -790,10 +812,11 @@ void test_cuda(const test_env *env) {
     case_argmax(&g);
     case_attn_decode(&g, false);
     case_attn_decode(&g, true);
-    case_attn_prefill(&g);
+    case_attn_prefill(&g, false);
+    case_attn_prefill(&g, true);
     case_matvec_bandwidth(&g);
     case_copy_batch(&g);
-    if (g.ctx_q8) g.api->ctx_free(g.ctx_q8);
+    if (g.ctx_alt) g.api->ctx_free(g.ctx_alt);
     if (g.ctx) g.api->ctx_free(g.ctx);
     kvt_cuda_backend_close(&g.be);
 }

@@ -150,6 +150,12 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
         if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_MMV=%.64s: f32 or q8_1", mmv);
         return KVT_CUDA_ERR_ARG;
     }
+    // attn_paged of prefill rows: KVT_CUDA_ATTN=chunked (the default) or tiled (cuda_attn.cu)
+    const char *attn = getenv("KVT_CUDA_ATTN");
+    if (attn && *attn && strcmp(attn, "chunked") != 0 && strcmp(attn, "tiled") != 0) {
+        if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_ATTN=%.64s: chunked or tiled", attn);
+        return KVT_CUDA_ERR_ARG;
+    }
     int rc = check_device(device, err, err_len);
     if (rc) return rc;
     kvt_cuda_ctx *ctx = new (std::nothrow) kvt_cuda_ctx();
@@ -165,6 +171,7 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
         what = "cudaStreamCreateWithFlags";
     }
     ctx->mmv_q8_1 = mmv && !strcmp(mmv, "q8_1");
+    ctx->attn_tiled = attn && !strcmp(attn, "tiled");
     if (e == cudaSuccess && ctx->mmv_q8_1) { // rows of up to 65536 columns without growing (q8_1_bytes)
         ctx->q8_bytes = (size_t)KVT_CUDA_MMV_MAX_ROWS * 65536 + (size_t)KVT_CUDA_MMV_MAX_ROWS * 2048 * 8;
         e = cudaMalloc(&ctx->q8, ctx->q8_bytes);

@@ -7,6 +7,12 @@
 // (m' = max(m, m_c); o = o e^(m - m') + o_c e^(m_c - m'); s likewise) and writes o / s.
 // Every reduction has a fixed order, so results do not depend on how the blocks are scheduled.
 // The pieces (score lanes, max and sum, P.V, the merge) are in cuda_attn_items.cuh.
+//
+// Tiled (a context made with KVT_CUDA_ATTN=tiled, for calls of at least kTiledMinRows query rows: prefill): one
+// thread block per (tile of KVT_ATTN_TQ rows, head) walks the K/V of its rows' sequences in tiles of 32 positions
+// through shared memory, each row keeping its online-softmax state (cuda_attn_items.cuh, "tiled prefill attention"):
+// K/V read once per tile of rows instead of once per row, no workspace, one kernel. Its rounding differs from the
+// chunked kernels' (another order of the same sums).
 #include "cuda_attn_items.cuh"
 #include "cuda_common.cuh"
 
@@ -50,6 +56,82 @@ __global__ void __launch_bounds__(kThreads) attn_merge_kernel(kvt_cuda_attn_args
     for (int d = threadIdx.x; d < a.head_dim; d += kThreads) oh[d] = attn_merge_item(st0, n_chunks, a.head_dim, d);
 }
 
+constexpr int kTileWarps = 4, kTileRowsPerWarp = KVT_ATTN_TQ / kTileWarps;
+constexpr int kTiledMinRows = 16;
+static_assert(KVT_ATTN_TQ % kTileWarps == 0 && KVT_ATTN_TK == 32, "a warp's rows; a lane per tile position");
+
+// Dynamic shared memory of attn_tiled_kernel: q rows [TQ, D] f32, the warps' score slots [warps, 32] f32, K [32, D/2 + 1]
+// and V [32, D/2] half2.
+size_t tiled_smem(int D) {
+    return (size_t)(KVT_ATTN_TQ * D + kTileWarps * KVT_ATTN_TK) * 4 + (size_t)KVT_ATTN_TK * (attn_tile_kstride(D) + D / 2) * 4;
+}
+
+__global__ void __launch_bounds__(32 * kTileWarps) attn_tiled_kernel(kvt_cuda_attn_args a) {
+    extern __shared__ float4 smem4[];
+    constexpr int ND = KVT_CUDA_ATTN_MAX_HEAD_DIM / 32; // dims per lane
+    const int r0 = blockIdx.x * KVT_ATTN_TQ, h = blockIdx.y, D = a.head_dim, kvh = h / (a.n_head / a.n_kv_head);
+    const int nr = min(KVT_ATTN_TQ, a.n_q - r0), tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int64_t stride = a.row_stride > 0 ? a.row_stride : (int64_t)a.n_head * D;
+    float *qs = (float *)smem4, *pw = qs + KVT_ATTN_TQ * D;
+    __half2 *ks = (__half2 *)(pw + kTileWarps * KVT_ATTN_TK), *vs = ks + KVT_ATTN_TK * attn_tile_kstride(D);
+    __shared__ int rseq[KVT_ATTN_TQ];
+    __shared__ int64_t rlen[KVT_ATTN_TQ], rlo[KVT_ATTN_TQ];
+    for (int e = tid; e < nr * D; e += blockDim.x) qs[e] = a.q[(r0 + e / D) * stride + (int64_t)h * D + e % D];
+    if (tid < nr) {
+        rseq[tid] = a.row_seq ? a.row_seq[r0 + tid] : r0 + tid;
+        rlen[tid] = a.seq_len[r0 + tid];
+        rlo[tid] = attn_row_lo(rlen[tid], a.window);
+    }
+    __syncthreads();
+    float m[kTileRowsPerWarp], s[kTileRowsPerWarp], o[kTileRowsPerWarp][ND];
+#pragma unroll
+    for (int rr = 0; rr < kTileRowsPerWarp; rr++) {
+        m[rr] = -INFINITY, s[rr] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < ND; k++) o[rr][k] = 0.0f;
+    }
+    float *w = pw + warp * KVT_ATTN_TK;
+    for (int i = 0; i < nr; i++) { // each sequence of the tile once, at its first row (uniform over the block)
+        int64_t lo, hi;
+        if (!attn_tile_seq_span(rseq, rlo, rlen, nr, i, &lo, &hi)) continue;
+        const int S = rseq[i];
+        for (int64_t t0 = lo; t0 < hi; t0 += KVT_ATTN_TK) {
+            const int n = (int)min((int64_t)KVT_ATTN_TK, hi - t0);
+            __syncthreads(); // the previous tile is read
+            for (int e = tid; e < KVT_ATTN_TK * (D / 2); e += blockDim.x) attn_tile_fill_item(a, S, kvh, t0, n, e, ks, vs);
+            __syncthreads();
+#pragma unroll
+            for (int rr = 0; rr < kTileRowsPerWarp; rr++) {
+                const int r = warp * kTileRowsPerWarp + rr;
+                if (r >= nr || rseq[r] != S) continue; // uniform over the warp
+                const float sc = attn_tile_score(a, qs + r * D, ks, t0, n, rlo[r], rlen[r], lane);
+                w[lane] = sc;
+                __syncwarp();
+                const float mt = attn_tile_max(w);
+                __syncwarp(); // every lane has read the scores
+                if (mt == -INFINITY) continue; // none of the tile's positions is the row's
+                const float alpha = attn_tile_rescale(&m[rr], mt);
+                w[lane] = attn_tile_weight(sc, m[rr]);
+                __syncwarp();
+                s[rr] = s[rr] * alpha + attn_tile_sum(w);
+#pragma unroll
+                for (int k = 0; k < ND; k++)
+                    if (lane + 32 * k < D) o[rr][k] = o[rr][k] * alpha + attn_tile_pv(w, vs, D, lane + 32 * k);
+                __syncwarp(); // before the next row's scores overwrite the weights
+            }
+        }
+    }
+#pragma unroll
+    for (int rr = 0; rr < kTileRowsPerWarp; rr++) {
+        const int r = warp * kTileRowsPerWarp + rr;
+        if (r >= nr) continue;
+        float *oh = a.out + (r0 + r) * stride + (int64_t)h * D;
+#pragma unroll
+        for (int k = 0; k < ND; k++)
+            if (lane + 32 * k < D) oh[lane + 32 * k] = o[rr][k] / s[rr];
+    }
+}
+
 } // namespace
 
 int kvt_cu_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
@@ -61,6 +143,11 @@ int kvt_cu_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
                         a->n_q, a->n_head, a->n_kv_head, a->head_dim, a->block_len, a->max_blocks, a->max_seq_len);
     if (!a->q || !a->k_blocks || !a->v_blocks || !a->seq_len || !a->out)
         return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "attn_paged: a device pointer is NULL");
+    if (ctx->attn_tiled && a->n_q >= kTiledMinRows) {
+        attn_tiled_kernel<<<dim3((a->n_q + KVT_ATTN_TQ - 1) / KVT_ATTN_TQ, a->n_head), 32 * kTileWarps, tiled_smem(a->head_dim),
+                            ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>(*a);
+        return ctx_check_launch(ctx, "attn_tiled_kernel");
+    }
     const int n_chunks = (a->max_seq_len + KVT_CUDA_ATTN_CHUNK - 1) / KVT_CUDA_ATTN_CHUNK;
     void *ws = nullptr;
     int rc = ctx_workspace(ctx, (size_t)a->n_q * a->n_head * n_chunks * (a->head_dim + 2) * sizeof(float), &ws);

@@ -74,4 +74,92 @@ __host__ __device__ __forceinline__ float attn_merge_item(const float *st0, int 
     return o / s;
 }
 
+// ---------------------------------------------------------------- tiled prefill attention (KVT_CUDA_ATTN=tiled)
+//
+// One thread block per (tile of KVT_ATTN_TQ consecutive query rows, query head); its warps own the tile's rows
+// (KVT_ATTN_TQ / warps each), each row's online-softmax state (m, s, o) in its warp (lane l: dims l, l + 32, ...).
+// For each distinct sequence of the tile's rows, in row order, the block walks the union of those rows' positions in
+// tiles of 32: the K and V rows of a tile are copied once into shared memory (attn_tile_fill_item) and every row of
+// that sequence takes from them: lane j the score of position t0 + j (masked outside the row's [lo, len)), the tile's
+// max, the weights, their sum and the P.V of its dims, all from the scores in its warp's 32 shared slots, in index
+// order (attn_tile_*). What the CPU check cannot cover: the barriers and __syncwarp between these steps.
+#define KVT_ATTN_TK 32 // positions per K/V tile (= lanes: lane j scores position j)
+#define KVT_ATTN_TQ 8  // query rows per thread block
+
+// Half2 stride of a K row in shared memory: head_dim / 2 + 1 (lanes reading different rows hit different banks)
+__host__ __device__ __forceinline__ int attn_tile_kstride(int head_dim) { return head_dim / 2 + 1; }
+
+// The positions [lo, len) a query row attends (its window or all its length).
+__host__ __device__ __forceinline__ int64_t attn_row_lo(int64_t len, int window) { return window > 0 && len > window ? len - window : 0; }
+
+// Whether row i is the first of the tile's nr rows with its sequence (rseq), and then [*lo, *hi): the union of the
+// positions [rlo, rlen) of the tile's rows of that sequence, which the block walks once for all of them.
+__host__ __device__ __forceinline__ bool attn_tile_seq_span(const int *rseq, const int64_t *rlo, const int64_t *rlen, int nr, int i,
+                                                            int64_t *lo, int64_t *hi) {
+    for (int k = 0; k < i; k++)
+        if (rseq[k] == rseq[i]) return false;
+    *lo = rlo[i], *hi = rlen[i];
+    for (int k = i + 1; k < nr; k++)
+        if (rseq[k] == rseq[i]) *lo = *lo < rlo[k] ? *lo : rlo[k], *hi = *hi > rlen[k] ? *hi : rlen[k];
+    return true;
+}
+
+// Item e of 32 x head_dim / 2: the dims pair (2 i, 2 i + 1) of tile row j = e / (head_dim / 2) (position t0 + j) of K and
+// V into ks (stride attn_tile_kstride) and vs (stride head_dim / 2); rows j >= n are zero.
+__host__ __device__ __forceinline__ void attn_tile_fill_item(const kvt_cuda_attn_args &a, int seq, int kvh, int64_t t0, int n, int e,
+                                                             __half2 *ks, __half2 *vs) {
+    const int h2 = a.head_dim / 2, j = e / h2, i = e % h2;
+    __half2 k = __floats2half2_rn(0.0f, 0.0f), v = k;
+    if (j < n) {
+        k = ((const __half2 *)attn_kv_row(a.k_blocks, a, seq, t0 + j, kvh))[i];
+        v = ((const __half2 *)attn_kv_row(a.v_blocks, a, seq, t0 + j, kvh))[i];
+    }
+    ks[j * attn_tile_kstride(a.head_dim) + i] = k;
+    vs[j * h2 + i] = v;
+}
+
+// Lane j's scaled score q . K[t0 + j], or -inf when j >= n or the position is outside [lo, len).
+__host__ __device__ __forceinline__ float attn_tile_score(const kvt_cuda_attn_args &a, const float *q, const __half2 *ks, int64_t t0,
+                                                          int n, int64_t lo, int64_t len, int j) {
+    const int64_t p = t0 + j;
+    if (j >= n || p < lo || p >= len) return -INFINITY;
+    const __half2 *k = ks + j * attn_tile_kstride(a.head_dim);
+    float dot = 0.0f;
+    for (int i = 0; i < a.head_dim / 2; i++) {
+        const float2 kk = __half22float2(k[i]);
+        dot += q[2 * i] * kk.x + q[2 * i + 1] * kk.y;
+    }
+    return dot * a.scale;
+}
+
+// The max of the warp's 32 scores w (every lane computes the same, in index order).
+__host__ __device__ __forceinline__ float attn_tile_max(const float *w) {
+    float m = -INFINITY;
+    for (int j = 0; j < KVT_ATTN_TK; j++) m = fmaxf(m, w[j]);
+    return m;
+}
+
+// One row's online-softmax step after its tile max mt (> -inf): the new max, and the factor of the old state.
+__host__ __device__ __forceinline__ float attn_tile_rescale(float *m, float mt) {
+    const float mn = fmaxf(*m, mt), alpha = expf(*m - mn); // *m = -inf (nothing yet): alpha 0
+    *m = mn;
+    return alpha;
+}
+
+// The weight of lane j's score sc under the max m (0 for a masked score).
+__host__ __device__ __forceinline__ float attn_tile_weight(float sc, float m) { return sc == -INFINITY ? 0.0f : expf(sc - m); }
+
+// The sum of the 32 weights w, and dim d of sum_j w[j] V[j] (vs: stride head_dim / 2), in index order.
+__host__ __device__ __forceinline__ float attn_tile_sum(const float *w) {
+    float s = 0.0f;
+    for (int j = 0; j < KVT_ATTN_TK; j++) s += w[j];
+    return s;
+}
+__host__ __device__ __forceinline__ float attn_tile_pv(const float *w, const __half2 *vs, int head_dim, int d) {
+    const __half *v = (const __half *)vs;
+    float o = 0.0f;
+    for (int j = 0; j < KVT_ATTN_TK; j++) o += w[j] * __half2float(v[j * head_dim + d]);
+    return o;
+}
+
 #endif

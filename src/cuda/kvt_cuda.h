@@ -221,7 +221,10 @@ typedef struct {
 
     // ---- attention ----
     // Paged attention of query rows (kvt_cuda_attn_args above). Uses the context's workspace for the
-    // chunk states: n_q * n_head * ceil(max_seq_len / KVT_CUDA_ATTN_CHUNK) * (head_dim + 2) floats.
+    // chunk states: n_q * n_head * ceil(max_seq_len / KVT_CUDA_ATTN_CHUNK) * (head_dim + 2) floats. In a context made
+    // while the environment has KVT_CUDA_ATTN=tiled (ctx_init refuses any value but chunked and tiled), a call of at
+    // least 16 rows runs instead one kernel over tiles of 8 rows and 32 positions (no workspace, no chunks; the
+    // result differs from the chunked one's in rounding only).
     int (*attn_paged)(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a);
 
     // ---- zero-copy (ABI 3) ----
