@@ -238,7 +238,7 @@ static void check_tiers(const char *path) {
                                  // (past it only while every host block was held: counted)
             moved = moved && k->disk_writes > 0 && k->disk_reads > 0 && k->disk_write_bytes == k->disk_writes * slot &&
                     k->disk_read_bytes == k->disk_reads * slot && k->host_evictions >= k->disk_writes &&
-                    k->pinned_cap_bytes == cfg[i].pinned * slot && k->pinned_bytes <= k->pinned_cap_bytes + k->pinned_over_bytes &&
+                    k->pinned_cap_bytes == cfg[i].pinned * slot && k->pinned_bytes <= k->pinned_cap_bytes + k->pinned_over_bytes + k->pinned_staging_bytes &&
                     k->syncs == 0 && k->disk_async_bytes > 0 && (cfg[i].blocks < 0 ? k->loads == 0 && k->vram_bytes == 0 : k->loads > 0);
         } else if (cfg[i].blocks > 0 && cfg[i].blocks < 12) { // less than the sequence's blocks: blocks moved: loaded whole,
                                                         // written back by rows (K and V of a row: slot / 4 bytes)

@@ -614,6 +614,7 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_kv_int(j, "transfers", k->transfers);
         kvt_json_kv_int(j, "pinned_budget_bytes", k->pinned_cap_bytes); // T2: disk below pinned host
         kvt_json_kv_int(j, "pinned_over_bytes", k->pinned_over_bytes);
+        kvt_json_kv_int(j, "pinned_staging_bytes", k->pinned_staging_bytes); // the disk thread's, past the budget
         kvt_json_kv_int(j, "blocks_disk", k->blocks_disk);
         kvt_json_kv_int(j, "disk_bytes", k->disk_bytes);
         kvt_json_kv_int(j, "host_to_disk_bytes", k->disk_write_bytes);

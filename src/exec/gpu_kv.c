@@ -122,9 +122,12 @@ struct kvt_gpu_kv {
     int64_t n_wb, n_ld, cap_wb, cap_ld;
     // T2 on the disk thread (gpu_kv.h; none with p.disk_sync)
     kvt_disk_worker *dw;
-    int64_t reserve_max; // most pinned slots kept free or leaving ahead of need (a quarter of the budget)
+    int64_t reserve_max; // most pinned slots kept free or leaving ahead of need: the staging, a quarter of the budget,
+                         // made past it (host.cap includes it)
     int64_t takes, last_takes; // pinned slots the current fetch took, and the last fetch (the reserve: what one
                                // layer's fetch takes, at least HOST_EVICT_BATCH, at most reserve_max)
+    int64_t pressure_until; // evictions ahead only until this step: a slot was needed with none free (a stall, or a
+                            // slot past the budget) within the last 4 x nl calls (a tier that fits evicts nothing ahead)
     int64_t step;        // kvt_gpu_kv_layer and _end calls so far (the pipeline's clock)
     leave *lv;
     int64_t n_lv, cap_lv;
@@ -570,6 +573,7 @@ static kvt_status host_slot_async(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_er
     if (!st && *id < 0) { // none free: the slots leaving come back first (the host waits for them in line)
         int64_t got = 0; // (a batch leaves with those already leaving, as in one wait of the synchronous version)
         if (kv->n_lv < HOST_EVICT_BATCH && (st = evict_ahead(kv, f, HOST_EVICT_BATCH - kv->n_lv, &got, err))) return st;
+        kv->pressure_until = kv->step + 4 * (int64_t)kv->p.nl;
         if (kv->n_lv == 0) { // every host block held (two layers' reads past the budget): one slot past it
             kv->host.cap++;
             kv->st.pinned_over_bytes += kv->slot_bytes;
@@ -581,6 +585,7 @@ static kvt_status host_slot_async(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_er
     }
     if (st || f < 0 || kv->host.cap < 0) return st; // (outside a fetch, e.g. forks: no eviction ahead)
     kv->takes++;
+    if (kv->step >= kv->pressure_until) return KVT_OK;
     // keep slots free or leaving for the next fetch (as many as the last one took), written while kernels run
     const int64_t want = kv->last_takes > HOST_EVICT_BATCH ? kv->last_takes : HOST_EVICT_BATCH;
     const int64_t reserve = want < kv->reserve_max ? want : kv->reserve_max;
@@ -933,7 +938,10 @@ kvt_status kvt_gpu_kv_init(const kvt_cuda_api *api, kvt_cuda_ctx *ctx, const kvt
             const char *d = getenv("KVT_GPU_KV_DISK_DELAY_US");
             kvt_status st = kvt_disk_worker_start(&kv->dw, &kv->disk, d ? atoll(d) : 0, err);
             if (st) return st;
+            // the staging: up to a quarter of the budget again, pinned past it, kept free ahead of need under pressure
             kv->reserve_max = kv->host.cap / 4;
+            kv->host.cap += kv->reserve_max;
+            kv->st.pinned_staging_bytes = kv->reserve_max * kv->slot_bytes;
         }
     }
     const size_t nl = kv->nv > 0 ? (size_t)kv->nv : 1;

@@ -7,10 +7,11 @@
 // copy, to be written back whole when it leaves VRAM) and comes back through a host slot when a fetch needs it (read
 // on the host, then loaded or read in place like any host block). A block lives in VRAM, host, disk or several of them.
 // Host slots are rewritten from the host only after both streams have finished with them. The disk I/O runs on a disk
-// thread (gpu_kv_disk.h) while the kernels run: a pinned slot is kept free ahead of need (up to 8, a quarter of the
-// budget: the staging) by evicting victims early as one generation, after an event on each stream; one call of
-// kvt_gpu_kv_layer later the host waits for those events (the layer queued since keeps the device busy) and submits
-// the slots' writes; one more call later the slots are free. A disk read goes into a free slot at once on the thread;
+// thread (gpu_kv_disk.h) while the kernels run: under pressure (a slot was needed with none free in the last 4 x nl
+// calls), as many pinned slots as the last fetch took (at least 8; at most the staging, a quarter of the budget more
+// pinned memory) are kept free ahead of need by evicting victims early as one generation, after an event on each
+// stream; one call of kvt_gpu_kv_layer later the host waits for those events (the layer queued since keeps the device
+// busy) and submits the slots' writes; one more call later the slots are free. A disk read goes into a free slot at once on the thread;
 // the block is held, its load (if it gets a VRAM slot) waits, and the host waits for the read only before the kernels of
 // the layer that reads it (the kernels of the layer before run meanwhile), then issues the load before that layer's
 // fetch event. A block needed again while leaving is taken back from its slot. A slot needed with none free or leaving
@@ -154,6 +155,8 @@ typedef struct {
     int64_t disk_stalls;       // the disk thread: a pinned slot was needed with none free: the host waited in line for
                                // the streams to pass the leaving slots' events and for their writes
     int64_t disk_reclaims;     // the disk thread: blocks needed again while leaving pinned memory, taken back (no read)
+    int64_t pinned_staging_bytes; // the disk thread: pinned slots past the budget (a quarter of it) kept free ahead of need
+                               // while the tier is under pressure, so that evictions are written while kernels run
     int64_t fork_blocks, fork_bytes; // blocks forks copied (one per block layer: every device layer and head group), bytes
 } kvt_gpu_kv_stats;
 void kvt_gpu_kv_get_stats(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *out);
