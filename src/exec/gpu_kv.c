@@ -469,8 +469,8 @@ static kvt_status evict_ahead(kvt_gpu_kv *kv, int32_t f, int64_t n, int64_t *got
     return KVT_OK;
 }
 
-// The generations recorded at a step <= upto whose events passed: the host waits for their events (both streams have
-// finished with their slots) and submits their writes to the thread.
+// The generations recorded at a step <= upto and not promoted yet: the host waits for their events (then both streams
+// have finished with their slots) and submits their writes to the thread.
 static kvt_status promote(kvt_gpu_kv *kv, int64_t upto, kvt_err *err) {
     for (int64_t k = 0; k < kv->n_gen; k++) {
         lgen *G = &kv->gens[k];
@@ -490,7 +490,7 @@ static kvt_status promote(kvt_gpu_kv *kv, int64_t upto, kvt_err *err) {
     return KVT_OK;
 }
 
-// Leaving slot j's write is done (the host waits for it): the block's disk copy is current.
+// L's write, if submitted, is done (the host waits for it): the block's disk copy is current.
 static kvt_status leave_written(kvt_gpu_kv *kv, const leave *L, kvt_err *err) {
     if (!L->write || L->ticket < 0) return KVT_OK;
     gblk *b = &kv->B[L->id];
