@@ -22,6 +22,8 @@
 #include "../src/exec/backend_cuda.h"
 #include "../src/exec/context.h"
 #include "../src/exec/gpu_kv.h"
+#include "../src/plan/profile.h"
+#include "../src/sched/beam.h"
 #include "../src/sched/sampler.h"
 #include "../src/sched/scheduler.h"
 #include "test.h"
@@ -54,6 +56,7 @@ typedef struct {
     int32_t group;       // KV heads per block (kv_group: 0 all, 1 head-wise)
     const char *evict;   // its eviction policy (NULL: lru)
     bool graphs;         // kvt_context_params.gpu_graphs
+    bool disk_sync;      // kvt_context_params.kv_disk_sync (the disk tier's I/O on the host after both streams)
     float *got;          // [rows, n_vocab] the logits of a device run, or NULL
     kvt_gpu_layers_stats gs; // the device layers' stats at the end of a device run
 } run;
@@ -97,6 +100,7 @@ static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, k
     p.kv_group = r->group;
     p.kv_evict = r->evict;
     p.gpu_graphs = r->graphs;
+    p.kv_disk_sync = r->disk_sync;
     kvt_context *c = NULL;
     if (kvt_context_init(m, &p, &c, err)) return false;
     const int64_t V = r->n_vocab;
@@ -234,8 +238,8 @@ static void check_tiers(const char *path) {
                                  // (past it only while every host block was held: counted)
             moved = moved && k->disk_writes > 0 && k->disk_reads > 0 && k->disk_write_bytes == k->disk_writes * slot &&
                     k->disk_read_bytes == k->disk_reads * slot && k->host_evictions >= k->disk_writes &&
-                    k->pinned_cap_bytes == cfg[i].pinned * slot && k->pinned_bytes <= k->pinned_cap_bytes + k->pinned_over_bytes &&
-                    k->syncs > 0 && (cfg[i].blocks < 0 ? k->loads == 0 && k->vram_bytes == 0 : k->loads > 0);
+                    k->pinned_cap_bytes == cfg[i].pinned * slot && k->pinned_bytes <= k->pinned_cap_bytes + k->pinned_over_bytes + k->pinned_staging_bytes &&
+                    k->syncs == 0 && k->disk_async_bytes > 0 && (cfg[i].blocks < 0 ? k->loads == 0 && k->vram_bytes == 0 : k->loads > 0);
         } else if (cfg[i].blocks > 0 && cfg[i].blocks < 12) { // less than the sequence's blocks: blocks moved: loaded whole,
                                                         // written back by rows (K and V of a row: slot / 4 bytes)
             moved = moved && k->loads > 0 && k->evictions > 0 && k->h2d_bytes >= k->loads * slot && k->h2d_bytes % slot == 0 &&
@@ -260,10 +264,42 @@ static void check_tiers(const char *path) {
                         (long long)k->loads_first, (long long)k->writebacks, (long long)k->transfers,
                         (long long)k->zero_copy_bytes, (long long)want);
         if (ran && cfg[i].pinned > 0)
-            printf("#   disk: %lld blocks written (%lld bytes), %lld read (%lld bytes), %lld left pinned host, %lld syncs, "
-                   "%lld bytes past the pinned budget of %lld\n", (long long)k->disk_writes, (long long)k->disk_write_bytes,
-                   (long long)k->disk_reads, (long long)k->disk_read_bytes, (long long)k->host_evictions, (long long)k->syncs,
-                   (long long)k->pinned_over_bytes, (long long)k->pinned_cap_bytes);
+            printf("#   disk: %lld blocks written (%lld bytes), %lld read (%lld bytes; %lld bytes on the disk thread), %lld left "
+                   "pinned host, %lld stalls, %lld taken back while leaving, %lld bytes past the pinned budget of %lld\n",
+                   (long long)k->disk_writes, (long long)k->disk_write_bytes, (long long)k->disk_reads,
+                   (long long)k->disk_read_bytes, (long long)k->disk_async_bytes, (long long)k->host_evictions,
+                   (long long)k->disk_stalls, (long long)k->disk_reclaims, (long long)k->pinned_over_bytes,
+                   (long long)k->pinned_cap_bytes);
+    }
+    // the disk tier's two ways: each T2 run again with the first version's I/O (on the host after synchronizing both
+    // streams: --kv-disk-sync), and once more on the disk thread with every job 300 us late (a read waited for too
+    // late, or a write submitted before its events passed, gives other bytes): all bit for bit the all-VRAM run
+    for (int i = 0; i < N; i++) {
+        if (cfg[i].pinned <= 0) continue;
+        for (int mode = 0; mode < 2 && (mode == 0 || i == 11); mode++) {
+            run r = dev[i];
+            r.disk_sync = mode == 0;
+            r.worst = 0, r.mismatch = r.far = 0;
+            r.got = malloc((size_t)(rows * V) * sizeof(float));
+            if (mode == 1) setenv("KVT_GPU_KV_DISK_DELAY_US", "300", 1);
+            kvt_err e = {0};
+            const bool ran = ok && r.got && dev[cfg[i].ref].got && run_seq(m, cfg[i].ngl, &r, &ref, &e);
+            unsetenv("KVT_GPU_KV_DISK_DELAY_US");
+            const kvt_gpu_kv_stats *k = &r.gs.kv;
+            const bool same = ran && !memcmp(r.got, dev[cfg[i].ref].got, (size_t)(rows * V) * sizeof(float));
+            const bool way = mode == 0 ? k->syncs > 0 && k->disk_async_bytes == 0 && k->disk_stalls == 0
+                                       : k->syncs == 0 && k->disk_async_bytes == dev[i].gs.kv.disk_async_bytes &&
+                                             k->disk_stalls == dev[i].gs.kv.disk_stalls;
+            char name[300];
+            snprintf(name, sizeof name, "%s, %s", cfg[i].name,
+                     mode == 0 ? "its I/O on the host after both streams (--kv-disk-sync)" : "the disk thread 300 us late per job");
+            test_result(same && way && k->disk_reads > 0, name, "%s; same logits %d; %lld syncs, %lld stalls, %lld bytes on the disk "
+                        "thread, %lld reads", e.msg, same, (long long)k->syncs, (long long)k->disk_stalls,
+                        (long long)k->disk_async_bytes, (long long)k->disk_reads);
+            if (ran) printf("#   %s: %lld syncs, %lld blocks written, %lld read\n", mode == 0 ? "synchronous" : "late disk thread",
+                            (long long)k->syncs, (long long)k->disk_writes, (long long)k->disk_reads);
+            free(r.got);
+        }
     }
     test_result(reads, reads_name, "%s", why);
     // the copies: with the default (copies under 1 MiB gathered into copy_batch kernels) the 3-block run's loads and
@@ -305,7 +341,7 @@ static void check_window(const kvt_cuda_api *api) {
     kvt_err err = {0};
     char msg[KVT_CUDA_ERR_MAX] = "";
     bool ok = api->ctx_init(0, &ctx, msg, (int)sizeof msg) == KVT_CUDA_OK;
-    const kvt_gpu_kv_params p = {2, BL, 256, ROW, win, 6 * 2 * BL * ROW, NULL, 1, 0, NULL, 0, 0};
+    const kvt_gpu_kv_params p = {2, BL, 256, ROW, win, 6 * 2 * BL * ROW, NULL, 1, 0, NULL, 0, 0, false};
     ok = ok && !kvt_gpu_kv_init(api, ctx, &p, &kv, &err);
     kvt_gpu_kv_stats a = {0}, b = {0};
     int64_t want = 0;
@@ -363,7 +399,7 @@ static void check_plan(const kvt_cuda_api *api) {
         kvt_cuda_ctx *ctx = NULL;
         kvt_gpu_kv *kv = NULL;
         ok = ok && api->ctx_init(0, &ctx, msg, (int)sizeof msg) == KVT_CUDA_OK;
-        const kvt_gpu_kv_params p = {NL, BL, 256, ROW, NULL, 4 * 2 * BL * ROW, NULL, 1, 0, NULL, 0, 0};
+        const kvt_gpu_kv_params p = {NL, BL, 256, ROW, NULL, 4 * 2 * BL * ROW, NULL, 1, 0, NULL, 0, 0, false};
         ok = ok && !kvt_gpu_kv_init(api, ctx, &p, &kv, &err);
         for (int32_t s = 0; ok && s < 2; s++) ok = kv_mb(kv, NL, s, 0, 8, &err);
         memset(&st[plan], 0, sizeof st[plan]);
@@ -528,6 +564,44 @@ static void check_cli(const test_env *env, const char *model) {
     }
     test_result(rc == 0 && same && groups[0] == 1 && groups[1] > 1, bname, "exit %d; last: '%.80s' / '%.80s'; groups per step "
                 "at most %d all-VRAM, %d within 6K", rc, a, b, groups[0], groups[1]);
+}
+
+// The planner on the GPU path: kvtier's own device rates through the table (kvt_profile_gpu_kernels: the matvec of Q4_K
+// and F16, the device KV's batched copies: positive, the device named; over the emulation its name says so, and those
+// figures are the CPU's), and `kvtier plan --validate --gpu` (the H200 profile's plan: every unit on the GPU, so -ngl 4
+// and the output) running the split on this device with its report (measured decode and prefill beside the plan's;
+// "emulated" over the emulation); without a library it says it skipped, exit 0.
+static void check_planner(const test_env *env, const char *model) {
+    const char *name = "cuda layers: kvtier profile's device rates (matvec, batched KV copies) and plan --validate --gpu run "
+                       "the device path (labelled over the emulation; skipped without a device)";
+    kvt_profile p;
+    memset(&p, 0, sizeof p);
+    char dev[96] = "", why[1400] = "", cmd[1600], j[4096], k[4096];
+    kvt_err err = {0};
+    const bool rates = !kvt_profile_gpu_kernels(true, &p, dev, sizeof dev, &err) && p.gpu_gemv_gbps[KVT_TYPE_Q4_K] > 0 &&
+                       p.gpu_gemv_gbps[KVT_TYPE_F16] > 0 && p.gpu_kv_copy_gbps > 0 && dev[0];
+    const bool emulated = strstr(dev, "emulation") != NULL;
+    if (!test_file_exists("profiles/h200-16c.json")) {
+        test_skip(name, "profiles/h200-16c.json not found (run from the repository root)");
+        return;
+    }
+    const char *base = "%s plan --validate --gpu -m %s --profile profiles/h200-16c.json --prompt 16 -n 4 --reps 1 --json 2>&1";
+    snprintf(cmd, sizeof cmd, base, env->cli, model);
+    const int r0 = capture(cmd, j, sizeof j);
+    const bool ran = r0 == 0 && strstr(j, "\"path\":\"gpu\"") && strstr(j, "\"n_gpu_layers\":4") && strstr(j, "\"gpu_output\":true") &&
+                     strstr(j, "\"decode_meas_ms\":") && strstr(j, emulated ? "\"emulated\":true" : "\"emulated\":false");
+    char none[1700];
+    snprintf(none, sizeof none, "KVT_CUDA_LIB=/nonexistent/libkvtier-cuda.so %s", cmd);
+    const int r1 = capture(none, k, sizeof k);
+    const bool skipped = r1 == 0 && strstr(k, "\"skipped\":\"no CUDA device");
+    snprintf(why, sizeof why, "%s; device '%s': matvec Q4_K %.2f GB/s, F16 %.2f GB/s, copies %.2f GB/s; validate exit %d: %.300s; "
+             "without a library exit %d: %.200s", err.msg, dev, p.gpu_gemv_gbps[KVT_TYPE_Q4_K], p.gpu_gemv_gbps[KVT_TYPE_F16],
+             p.gpu_kv_copy_gbps, r0, j, r1, k);
+    test_result(rates && ran && skipped, name, "%s", why);
+    if (rates) printf("# device rates (%s%s): matvec Q4_K %.2f GB/s, F16 %.2f GB/s, batched KV copies %.2f GB/s\n", dev,
+                      emulated ? ": emulation, not a GPU" : "", p.gpu_gemv_gbps[KVT_TYPE_Q4_K], p.gpu_gemv_gbps[KVT_TYPE_F16],
+                      p.gpu_kv_copy_gbps);
+    if (ran) printf("# plan --validate --gpu: %s", j);
 }
 
 // CUDA graphs (--cuda-graphs, gpu_layers.h): run_seq's sequence with its decode micro-batches (at most 8 rows: the 9-row
@@ -695,6 +769,46 @@ static void check_argmax(const test_env *env, const char *path) {
                 "exit %d; text '%.60s' / '%.60s'; argmax calls %.24s / %.24s", rc, a, b, am ? am : "missing", am2 ? am2 : "missing");
 }
 
+// Beam search on the device layers (kvt_beam_run, 4 beams x 2, steps of 4 tokens, 12 tokens, balanced, the groups sized
+// by --kv-vram 64 blocks of one layer): the device KV copies a sequence's blocks on every fork (the CPU store shares
+// them), so the search counts a fork's blocks as private copies: res.fork_blocks is the parent's blocks summed over the
+// forks (8 forks a step of a 9-, 13-, 17-position parent: 8 x (3 + 4 + 5) = 96), the device KV's fork copies are those
+// blocks in every device layer (4 x 96 slots, res.fork_copy_bytes), and each step's groups hold no more private bytes
+// than the budget: a group of beams of ceil((len + 4) / 4) blocks of 4 layers each.
+static void check_beam_forks(const char *path) {
+    const char *name = "cuda layers: beam search on the device: the forks' block copies counted (96 blocks, 4 x 96 slots) "
+                       "and the balanced groups sized by them";
+    kvt_err err = {0};
+    kvt_model *m = NULL;
+    kvt_context *c = NULL;
+    kvt_context_params p = kvt_context_params_default();
+    p.n_ctx = 64, p.n_threads = 1, p.kv_paged = true, p.kv_block = 4, p.n_gpu_layers = 4;
+    p.kv_vram_bytes = 64 * SLOT;
+    bool ok = !kvt_model_load(path, false, &m, &err) && !kvt_context_init(m, &p, &c, &err);
+    kvt_beam_params bp = kvt_beam_params_default();
+    bp.n_beams = 4, bp.width = 2, bp.step = 4, bp.n_tokens = 12, bp.schedule = KVT_BEAM_SCHED_BALANCED;
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 1 + (i * 37) % 255;
+    kvt_beam_result res = {0};
+    kvt_gpu_layers_stats g0 = {0}, g1 = {0};
+    ok = ok && kvt_context_gpu_stats(c, &g0) && !kvt_beam_run(c, &bp, prompt, N_PROMPT, &res, &err) && kvt_context_gpu_stats(c, &g1);
+    const int64_t blocks = 8 * (3 + 4 + 5);
+    bool groups = ok && res.n_steps == 3;
+    for (int32_t s = 0; groups && s < 3; s++) { // beams of len + 4 positions: per group floor(64 / (4 x blocks)) beams
+        const int64_t per = 64 / (4 * ((N_PROMPT + 4 * s + 4 + 3) / 4));
+        groups = res.groups_per_step[s] >= (8 + per - 1) / per;
+    }
+    const int64_t dev = g1.kv.fork_blocks - g0.kv.fork_blocks;
+    test_result(ok && res.fork_blocks == blocks && dev == 4 * blocks && res.fork_copy_bytes == dev * SLOT && groups, name,
+                "%s; fork blocks %lld (want %lld), device block copies %lld (want %lld), %lld bytes; groups %d %d %d",
+                err.msg, (long long)res.fork_blocks, (long long)blocks, (long long)dev, (long long)(4 * blocks),
+                (long long)res.fork_copy_bytes, res.n_steps > 0 ? res.groups_per_step[0] : -1,
+                res.n_steps > 1 ? res.groups_per_step[1] : -1, res.n_steps > 2 ? res.groups_per_step[2] : -1);
+    kvt_beam_result_free(&res);
+    kvt_context_free(c);
+    kvt_model_free(m);
+}
+
 void test_cuda_layers(const test_env *env) {
     static const char *const names[7] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device (-ngl 4)",
                                          "cuda layers: the last 2 of 4 layers on the device (-ngl 2, CPU/GPU split)",
@@ -724,7 +838,8 @@ void test_cuda_layers(const test_env *env) {
         check_sched(path);
         check_argmax(env, path);
         check_graphs(path);
-        if (test_file_exists(env->cli)) check_cli(env, path);
+        check_beam_forks(path);
+        if (test_file_exists(env->cli)) check_cli(env, path), check_planner(env, path);
         else test_skip("cuda layers: kvtier generate and beam --kv-vram", "no kvtier binary");
     } else {
         for (int i = 0; i < 4; i++) test_skip(names[i], test_data_missing(env, "quant-q4_k_m.gguf"));

@@ -100,6 +100,8 @@ static void print_json(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_bea
     kvt_json_kv_num(&j, "prefetch_wait", r->prefetch_ms);
     kvt_json_obj_end(&j);
     kvt_json_kv_int(&j, "prefetched_blocks", r->prefetched_blocks);
+    kvt_json_kv_int(&j, "fork_copied_blocks", r->fork_blocks); // the device layers' KV copied on forks (0: shared)
+    kvt_json_kv_int(&j, "fork_copied_bytes", r->fork_copy_bytes);
     cli_json_kv_stats(&j, ctx);
     kvt_kv_stats ks;
     kvt_context_kv_stats(ctx, &ks);
@@ -144,10 +146,11 @@ static void print_text(kvt_context *ctx, const kvt_tokenizer *tok, const char *p
     kvt_context_kv_stats(ctx, &ks);
     fprintf(stderr,
             "kvtier beam: %s, %d steps, %lld tokens in %lld forward passes; %.1f ms (compute %.1f, stall %.1f, "
-            "select %.1f); KV moved %lld B (predicted load+store %lld B)\n",
+            "select %.1f); KV moved %lld B (predicted load+store %lld B); forks copied %lld blocks, %lld B of device KV\n",
             kvt_beam_sched_name(bp->schedule), r->n_steps, (long long)r->n_decoded, (long long)r->n_forward,
             r->total_ms, r->compute_ms, r->stall_ms, r->select_ms, (long long)moved_total(&ks),
-            (long long)(r->pred_load[bp->schedule] + r->pred_store[bp->schedule]));
+            (long long)(r->pred_load[bp->schedule] + r->pred_store[bp->schedule]), (long long)r->fork_blocks,
+            (long long)r->fork_copy_bytes);
 }
 
 int cmd_beam(int argc, char **argv) {

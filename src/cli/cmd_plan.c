@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../base/timer.h"
+#include "../exec/backend_cuda.h"
 #include "../plan/plan.h"
 #include "commands.h"
 #include "common.h"
@@ -20,7 +21,61 @@ typedef struct {
     int reps, threads;
     bool calibrate;
     const char *profile_path;
+    bool gpu;            // the plan's CPU/GPU split on the CUDA device (the profile's GPU), not this CPU alone
+    int64_t vram;        // --vram for that plan (0: the profile's)
 } validate_opts;
+
+// --validate --gpu: the plan for the profile (with its GPU) at the validation's context, and its split as context
+// parameters (as --plan FILE applies it). *dev: the device's name, "" when none can be used (*why says why).
+static void gpu_split(const kvt_costs *costs, const kvt_profile *prof, const validate_opts *o, int32_t n_layer, kvt_plan *pl,
+                      kvt_context_params *cp, char *dev, size_t n_dev, char *why, size_t n_why) {
+    kvt_plan_req req = kvt_plan_req_default();
+    req.ctx = o->prompt + o->n_gen / 2;
+    req.prompt = o->prompt;
+    req.vram_bytes = o->vram > 0 ? o->vram : -1;
+    kvt_plan_search(costs, prof, &req, pl, NULL);
+    if (pl->gpu_units > 0) {
+        cp->n_gpu_layers = pl->gpu_units - 1 < n_layer ? pl->gpu_units - 1 : n_layer;
+        cp->gpu_output = true;
+    }
+    cp->kv_paged = true;
+    dev[0] = why[0] = 0;
+    kvt_cuda_backend be;
+    kvt_err e = {0};
+    kvt_cuda_device_info info;
+    char msg[256] = "";
+    if (kvt_cuda_backend_open(&be, &e)) snprintf(why, n_why, "%s", e.msg);
+    else if (be.api->device_info(0, &info, msg, (int)sizeof msg)) snprintf(why, n_why, "device 0: %s", msg);
+    else snprintf(dev, n_dev, "%s", info.name);
+    kvt_cuda_backend_close(&be);
+}
+
+// The GPU path's report: the plan's predictions (with the profile's GPU) beside the measured medians.
+static void gpu_report(const char *model_path, const kvt_plan *pl, const kvt_context_params *cp, const char *dev,
+                       const validate_opts *o, double meas_pre, double meas_dec, bool json) {
+    const bool emulated = strstr(dev, "emulation") != NULL; // tests/cuda/cuda_fake.c: not a GPU measurement
+    const double e_dec = (pl->predicted_ms_per_token - meas_dec) / meas_dec * 100;
+    const double e_pre = (pl->prefill_ms_per_token - meas_pre) / meas_pre * 100;
+    if (json) {
+        printf("{\"model\":\"%s\",\"path\":\"gpu\",\"device\":\"%s\",\"emulated\":%s,\"n_units\":%d,\"cpu_units\":%d,"
+               "\"gpu_units\":%d,\"n_gpu_layers\":%d,\"gpu_output\":%s,\"prompt\":%lld,\"n_gen\":%lld,\"reps\":%d,"
+               "\"decode_roofline_ms\":%.4f,\"decode_pred_ms\":%.4f,\"decode_meas_ms\":%.4f,\"decode_err_pct\":%.2f,"
+               "\"prefill_pred_ms\":%.4f,\"prefill_meas_ms\":%.4f,\"prefill_err_pct\":%.2f}\n",
+               model_path, dev, emulated ? "true" : "false", pl->n_units, pl->cpu_units, pl->gpu_units, cp->n_gpu_layers,
+               cp->gpu_output ? "true" : "false", (long long)o->prompt, (long long)o->n_gen, o->reps, pl->roofline_ms_per_token,
+               pl->predicted_ms_per_token, meas_dec, e_dec, pl->prefill_ms_per_token, meas_pre, e_pre);
+        return;
+    }
+    printf("validate  %s on GPU %s: the plan's split, %d CPU units + %d GPU units (-ngl %d%s), prompt %lld, %lld decoded "
+           "tokens, median of %d\n", model_path, dev, pl->cpu_units, pl->gpu_units, cp->n_gpu_layers,
+           cp->gpu_output ? " and the output" : "", (long long)o->prompt, (long long)o->n_gen, o->reps);
+    if (emulated) printf("          EMULATION: the CUDA table runs on the CPU (tests); these figures are not GPU measurements\n");
+    printf("%-9s %12s %12s %12s %8s\n", "ms/token", "roofline", "predicted", "measured", "error");
+    printf("%-9s %12.3f %12.3f %12.3f %+7.1f%%\n", "decode", pl->roofline_ms_per_token, pl->predicted_ms_per_token, meas_dec, e_dec);
+    printf("%-9s %12s %12.4f %12.4f %+7.1f%%\n", "prefill", "-", pl->prefill_ms_per_token, meas_pre, e_pre);
+    printf("verdict   decode %s 15%%, prefill %s 15%%%s\n", e_dec < 15 && e_dec > -15 ? "within" : "NOT within",
+           e_pre < 15 && e_pre > -15 ? "within" : "NOT within", emulated ? " (emulation: meaningless)" : "");
+}
 
 // Runs the model: prefill of `prompt` tokens, then n_gen single-token decodes; medians over reps.
 static int validate(const char *model_path, kvt_profile *prof, const validate_opts *o, bool json) {
@@ -36,6 +91,18 @@ static int validate(const char *model_path, kvt_profile *prof, const validate_op
     kvt_context_params cp = kvt_context_params_default();
     cp.n_ctx = o->prompt + o->n_gen + 8;
     cp.n_threads = o->threads;
+    kvt_plan gpl;
+    char dev[96], why[600];
+    if (o->gpu) {
+        gpu_split(&costs, prof, o, m->hp.n_layer, &gpl, &cp, dev, sizeof dev, why, sizeof why);
+        if (!dev[0]) { // no device here: said, not measured (exit 0: a skip, as the GPU suites skip)
+            if (json) printf("{\"model\":\"%s\",\"path\":\"gpu\",\"skipped\":\"no CUDA device: %s\"}\n", model_path, why);
+            else printf("validate  %s on the GPU: skipped, no CUDA device: %s\n", model_path, why);
+            kvt_costs_free(&costs);
+            kvt_model_free(m);
+            return 0;
+        }
+    }
     kvt_context *ctx;
     if (kvt_context_init(m, &cp, &ctx, &err)) {
         fprintf(stderr, "kvtier plan: %s\n", err.msg);
@@ -64,6 +131,8 @@ static int validate(const char *model_path, kvt_profile *prof, const validate_op
     }
     if (rc) {
         fprintf(stderr, "kvtier plan: %s\n", err.msg);
+    } else if (o->gpu) {
+        gpu_report(model_path, &gpl, &cp, dev, o, median(pre, o->reps), median(dec, o->reps), json);
     } else {
         const double meas_pre = median(pre, o->reps), meas_dec = median(dec, o->reps);
         kvt_plan_req req = kvt_plan_req_default();
@@ -129,14 +198,15 @@ int cmd_plan(int argc, char **argv) {
     kvt_type wt = KVT_TYPE_BF16;
     kvt_plan_req req = kvt_plan_req_default();
     bool json = false, do_validate = false;
-    validate_opts vo = {128, 64, 3, 0, false, NULL};
+    validate_opts vo = {128, 64, 3, 0, false, NULL, false, 0};
     const char *flag;
     while (kvt_args_next(&a, &flag)) {
         int64_t v;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
             printf("usage: kvtier plan (-m MODEL.gguf | --shape NAME [--type T]) [--profile FILE] [--ctx N] [--batch B]\n"
                    "                  [--vram BYTES] [--ram BYTES] [--disk BYTES] [--disk-dir DIR] [--json] [-o PLAN.json]\n"
-                   "       kvtier plan --validate -m MODEL.gguf [--profile FILE] [--calibrate] [-t N] [--prompt P] [-n N] [--reps R]\n"
+                   "       kvtier plan --validate -m MODEL.gguf [--profile FILE] [--calibrate | --gpu [--vram B]] [-t N] [--prompt P]\n"
+                   "                  [-n N] [--reps R]\n"
                    "  Chooses the CPU/GPU split (helm.txt Algorithm 1), the KV placement over fast/host/disk tiers,\n"
                    "  granularity and block size, and predicts ms/token. -m reads GGUF metadata only. --shape uses\n"
                    "  a named shape with weights of type T (default bf16, as helm.txt). --vram/--ram are totals (the\n"
@@ -144,7 +214,9 @@ int cmd_plan(int argc, char **argv) {
                    "  Default profile: $KVT_PROFILE, else a quick measurement of this machine. -o writes the plan\n"
                    "  file that --plan FILE reads. --validate runs the model here and compares predicted and measured\n"
                    "  prefill/decode ms/token; --calibrate stores the per-unit overheads (delta for decode, delta_pre per\n"
-                   "  prompt token for prefill) into --profile FILE.\n" KVT_BYTES_HELP);
+                   "  prompt token for prefill) into --profile FILE. --gpu: the plan made for the profile's GPU (--vram: a\n"
+                   "  smaller card) runs its CPU/GPU split on CUDA device 0 and its predictions are compared; without a\n"
+                   "  device it says so and measures nothing (exit 0).\n" KVT_BYTES_HELP);
             return 0;
         } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
             if (!(model_path = kvt_args_value(&a, flag))) return 2;
@@ -165,6 +237,7 @@ int cmd_plan(int argc, char **argv) {
             if (!kvt_args_int(&a, flag, 1, 1 << 20, &req.batch)) return 2;
         } else if (!strcmp(flag, "--vram")) {
             if (!kvt_args_bytes(&a, flag, &req.vram_bytes)) return 2;
+            vo.vram = req.vram_bytes;
         } else if (!strcmp(flag, "--ram")) {
             if (!kvt_args_bytes(&a, flag, &req.ram_bytes)) return 2;
         } else if (!strcmp(flag, "--disk")) {
@@ -177,6 +250,8 @@ int cmd_plan(int argc, char **argv) {
             if (!(out_path = kvt_args_value(&a, flag))) return 2;
         } else if (!strcmp(flag, "--validate")) {
             do_validate = true;
+        } else if (!strcmp(flag, "--gpu")) {
+            vo.gpu = true;
         } else if (!strcmp(flag, "--calibrate")) {
             vo.calibrate = true;
         } else if (!strcmp(flag, "-t") || !strcmp(flag, "--threads")) {
@@ -197,6 +272,10 @@ int cmd_plan(int argc, char **argv) {
     }
     if (!model_path == !shape_name) {
         fprintf(stderr, "kvtier plan: give exactly one of -m MODEL.gguf or --shape NAME (kvtier plan --help)\n");
+        return 2;
+    }
+    if (vo.gpu && (!do_validate || vo.calibrate)) {
+        fprintf(stderr, "kvtier plan: --gpu goes with --validate (and not with --calibrate: it fits the CPU's overheads)\n");
         return 2;
     }
     if (do_validate && !model_path) {
@@ -246,6 +325,11 @@ int cmd_plan(int argc, char **argv) {
         }
     }
     vo.profile_path = profile_path;
+    if (vo.gpu && !prof.has_gpu) {
+        fprintf(stderr, "kvtier plan: --validate --gpu needs a profile with a GPU (kvtier profile on the device, or profiles/)\n");
+        kvt_costs_free(&costs);
+        return 2;
+    }
     if (do_validate) {
         kvt_costs_free(&costs);
         return validate(model_path, &prof, &vo, json);

@@ -47,6 +47,8 @@ const char *const cli_engine_help =
     "                       pinned host memory, fetched ahead layer by layer or read there (--kv-evict's policy)\n"
     "  --kv-pinned BYTES    pinned host budget of the device layers' KV (default unlimited; needs --kv-disk DIR):\n"
     "                       the blocks past it go to a disk file in DIR and come back through pinned memory\n"
+    "  --kv-disk-sync       that disk I/O on the host after synchronizing both streams (default: a disk thread\n"
+    "                       overlapping the kernels, ordered by events)\n"
     "  --kv-copy-dma        each device KV block copy its own DMA (default: copies under 1 MiB gathered into one\n"
     "                       batched copy kernel per fetch, up to 128 blocks each)\n"
     "  --cuda-graphs        run the device layers of each decode step as one CUDA graph when every KV block is in\n"
@@ -307,6 +309,10 @@ int cli_engine_flag(kvt_args *a, const char *flag, kvt_context_params *p) {
     if (!strcmp(flag, "--kv-pinned")) return bytes_flag(a, flag, &p->kv_pinned_bytes);
     if (!strcmp(flag, "--cuda-graphs")) { // decode steps of the device layers as CUDA graphs (off until run on a device)
         p->gpu_graphs = true;
+        return 1;
+    }
+    if (!strcmp(flag, "--kv-disk-sync")) { // the device KV's disk I/O on the host after both streams (no disk thread)
+        p->kv_disk_sync = true;
         return 1;
     }
     if (!strcmp(flag, "--kv-copy-dma")) { // every device KV copy its own DMA (no batched copy kernels)
@@ -608,6 +614,7 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_kv_int(j, "transfers", k->transfers);
         kvt_json_kv_int(j, "pinned_budget_bytes", k->pinned_cap_bytes); // T2: disk below pinned host
         kvt_json_kv_int(j, "pinned_over_bytes", k->pinned_over_bytes);
+        kvt_json_kv_int(j, "pinned_staging_bytes", k->pinned_staging_bytes); // the disk thread's, past the budget
         kvt_json_kv_int(j, "blocks_disk", k->blocks_disk);
         kvt_json_kv_int(j, "disk_bytes", k->disk_bytes);
         kvt_json_kv_int(j, "host_to_disk_bytes", k->disk_write_bytes);
@@ -616,6 +623,9 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_kv_int(j, "disk_reads", k->disk_reads);
         kvt_json_kv_int(j, "host_evictions", k->host_evictions);
         kvt_json_kv_int(j, "syncs", k->syncs);
+        kvt_json_kv_int(j, "disk_thread_bytes", k->disk_async_bytes); // T2 I/O on the disk thread (overlapping kernels)
+        kvt_json_kv_int(j, "disk_stalls", k->disk_stalls);
+        kvt_json_kv_int(j, "disk_reclaims", k->disk_reclaims);
         kvt_json_kv_int(j, "batches", k->batches); // copy_batch kernels (in transfers) and the block copies in them
         kvt_json_kv_int(j, "batched_copies", k->batched_copies);
         kvt_json_obj_end(j);

@@ -70,6 +70,9 @@ typedef struct {
     // kv_vram_bytes / kv_pinned_bytes) captured and launched as one CUDA graph, updated in place step to step
     // (gpu_layers.h). Off by default until verified on a device; other micro-batches run as before.
     bool gpu_graphs;
+    // The device KV's disk tier (kv_pinned_bytes) with its I/O on the host between layers after synchronizing both
+    // streams (the first version, to compare); false (default): on a disk thread overlapping the kernels. Exact.
+    bool kv_disk_sync;
 } kvt_context_params;
 
 // True if p asks for the paged store (any tier flag, granularity or kv_paged).

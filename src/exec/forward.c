@@ -106,7 +106,8 @@ static kvt_status stages_init(kvt_context *c, kvt_err *err) {
     const int32_t il0 = c->p.n_gpu_layers >= nl ? 0 : nl - (c->p.n_gpu_layers > 0 ? c->p.n_gpu_layers : 0);
     const kvt_gpu_layers_params gp = {il0,           c->p.n_ubatch, c->p.n_ctx,  c->p.kv_block, c->p.kv_vram_bytes,
                                       c->p.kv_evict, 0,             gpu_output,  c->p.kv_group, c->p.kv_pinned_bytes,
-                                      c->p.kv_disk_dir, c->p.kv_disk_max, c->p.kv_copy_min, c->p.gpu_graphs};
+                                      c->p.kv_disk_dir, c->p.kv_disk_max, c->p.kv_copy_min, c->p.gpu_graphs,
+                                      c->p.kv_disk_sync};
     kvt_err e = {0};
     kvt_cuda_backend lib;
     kvt_status st = kvt_cuda_backend_open(&lib, &e);

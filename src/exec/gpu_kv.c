@@ -7,6 +7,7 @@
 
 #include "../kv/kv_tier.h"
 #include "../kv/kv_victim.h"
+#include "gpu_kv_disk.h"
 
 #define CHUNK_BYTES ((int64_t)8 << 20) // slots are cut from allocations of at least this (or the budget)
 #define HOST_EVICT_BATCH 8             // blocks leaving pinned host memory per wait for both streams
@@ -35,6 +36,8 @@ typedef struct {
     uint32_t crc;         // of the disk copy
     bool dvalid;          // the disk copy holds the block's current bytes
     int32_t dlo, dhi;     // rows [dlo, dhi) written in VRAM since the host copy was made (dhi 0: none)
+    int64_t wslot;        // the disk thread: a host slot it is leaving, holding its current bytes until written (-1: none)
+    bool pending;         // the disk thread: its read, or the load that follows the read, not issued yet (held)
     uint64_t last_use, uses;
     int64_t need_call;    // the micro-batch whose reads include it (its layer's fetch marked it)
 } gblk;
@@ -57,6 +60,23 @@ typedef struct {
     void *ddst;         // the same as device addresses (copy_batch's)
     const void *dsrc;
 } xfer;
+
+// The disk thread (not p.disk_sync): a pinned slot leaving (its block evicted from pinned host ahead of need), written
+// to disk on the thread once the events of its generation have passed, then free again.
+typedef struct {
+    int64_t id, hslot; // its block; the slot
+    int64_t gen;       // the generation whose events it waits for
+    int64_t ticket;    // its disk write on the thread (-1: not submitted yet; write false: nothing to write)
+    bool write;
+} leave;
+typedef struct {       // a generation of evictions: events on both streams after the slots' last use
+    int64_t id, step;  // step: kv->step when recorded
+    kvt_cuda_event *ev[2];
+    bool promoted;     // its events passed and its writes were submitted
+} lgen;
+typedef struct {
+    int64_t id, ticket;
+} dread;
 
 struct kvt_gpu_kv {
     const kvt_cuda_api *api;
@@ -100,6 +120,25 @@ struct kvt_gpu_kv {
     kvt_cuda_event *ev_copy[2], *ev_compute;
     xfer *wb, *ld;       // one fetch's write-backs and loads
     int64_t n_wb, n_ld, cap_wb, cap_ld;
+    // T2 on the disk thread (gpu_kv.h; none with p.disk_sync)
+    kvt_disk_worker *dw;
+    int64_t reserve_max; // most pinned slots kept free or leaving ahead of need: the staging, a quarter of the budget,
+                         // made past it (host.cap includes it)
+    int64_t takes, last_takes; // pinned slots the current fetch took, and the last fetch (the reserve: what one
+                               // layer's fetch takes, at least HOST_EVICT_BATCH, at most reserve_max)
+    int64_t pressure_until; // evictions ahead only until this step: a slot was needed with none free (a stall, or a
+                            // slot past the budget) within the last 4 x nl calls (a tier that fits evicts nothing ahead)
+    int64_t step;        // kvt_gpu_kv_layer and _end calls so far (the pipeline's clock)
+    leave *lv;
+    int64_t n_lv, cap_lv;
+    lgen *gens;
+    int64_t n_gen, cap_gen, gen_next;
+    kvt_cuda_event **evpool; // events of retired generations, for reuse
+    int64_t n_evpool, cap_evpool;
+    dread *rd;           // disk reads submitted and not waited for
+    int64_t n_rd, cap_rd;
+    xfer *dld;           // loads of blocks read from disk, issued once their reads are done
+    int64_t n_dld, cap_dld;
     bool full;           // this fetch found no victim: none will appear before it ends (nothing is freed in it)
     kvt_gpu_kv_stats st;
 };
@@ -204,11 +243,13 @@ static void lst_del(kvt_gpu_kv *kv, bool host, int64_t id) {
 #define res_add(kv, id) lst_add(kv, false, id)
 #define res_del(kv, id) lst_del(kv, false, id)
 
-static kvt_status queue_copy(kvt_gpu_kv *kv, bool wb, void *dst, const void *src, void *ddst, const void *dsrc, int64_t bytes,
+enum { Q_WB, Q_LD, Q_DLD }; // a fetch's write-backs, its loads, the loads waiting for disk reads
+static kvt_status queue_copy(kvt_gpu_kv *kv, int which, void *dst, const void *src, void *ddst, const void *dsrc, int64_t bytes,
                              kvt_err *err) {
-    xfer **list = wb ? &kv->wb : &kv->ld;
-    int64_t *n = wb ? &kv->n_wb : &kv->n_ld;
-    if (!grow((void **)list, wb ? &kv->cap_wb : &kv->cap_ld, *n + 1, sizeof **list)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    xfer **list = which == Q_WB ? &kv->wb : which == Q_LD ? &kv->ld : &kv->dld;
+    int64_t *n = which == Q_WB ? &kv->n_wb : which == Q_LD ? &kv->n_ld : &kv->n_dld;
+    int64_t *cap = which == Q_WB ? &kv->cap_wb : which == Q_LD ? &kv->cap_ld : &kv->cap_dld;
+    if (!grow((void **)list, cap, *n + 1, sizeof **list)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     (*list)[(*n)++] = (xfer){dst, src, (size_t)bytes, ddst, dsrc};
     return KVT_OK;
 }
@@ -239,7 +280,8 @@ static void victim_cand(void *ud, int64_t k, kvt_victim_cand *out) {
     const gblk *b = &v->kv->B[id];
     // clean: leaving costs no write (VRAM: the host copy is current; host: in VRAM too, or a current disk copy)
     const bool clean = v->host ? b->vslot >= 0 || (b->dslot >= 0 && b->dvalid) : b->dhi == 0 && b->hslot >= 0;
-    *out = (kvt_victim_cand){id, INT64_MAX, 0, (held(v->kv, b, v->f) ? KVT_VICTIM_HELD : 0) | (clean ? KVT_VICTIM_CLEAN : 0)};
+    const bool h = held(v->kv, b, v->f) || b->pending; // (a read or load in flight on the disk thread's path)
+    *out = (kvt_victim_cand){id, INT64_MAX, 0, (h ? KVT_VICTIM_HELD : 0) | (clean ? KVT_VICTIM_CLEAN : 0)};
 }
 static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
     const vview *v = ud;
@@ -262,6 +304,7 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
 // ---------------------------------------------------------------- T2: disk below pinned host
 
 static kvt_status flush(kvt_gpu_kv *kv, const xfer *list, int64_t n, bool to_host, kvt_err *err);
+static kvt_status sync_both(kvt_gpu_kv *kv, kvt_err *err);
 
 // Before a host slot is rewritten from the host (a disk write reads it, its next owner reuses it): the fetch's
 // pending copies are issued (write-backs before loads, as at its end) and both streams finish everything queued.
@@ -311,7 +354,9 @@ static kvt_status host_evict(kvt_gpu_kv *kv, int64_t id, kvt_err *err) {
 // (kvt_victim_pick over the host list, the VRAM tier's policy; its blocks go to disk; up to HOST_EVICT_BATCH of them at
 // once, so that one wait for the streams serves several evictions); when every host block is held
 // (the two layers of the fetch read more than the budget), one past the budget (counted).
+static kvt_status host_slot_async(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err);
 static kvt_status host_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err) {
+    if (kv->dw) return host_slot_async(kv, f, id, err);
     kvt_status st = slot_get(kv, &kv->host, id, err);
     if (st || *id >= 0) return st;
     // up to HOST_EVICT_BATCH victims per wait for the streams (the first found before waiting)
@@ -333,7 +378,9 @@ static kvt_status host_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err
 
 // Block id, only on disk, comes back into a pinned host slot (read on the host: a slot from host_slot is either new
 // or was given up after both streams finished with it).
+static kvt_status disk_load_async(kvt_gpu_kv *kv, int32_t f, int64_t id, kvt_err *err);
 static kvt_status disk_load(kvt_gpu_kv *kv, int32_t f, int64_t id, kvt_err *err) {
+    if (kv->dw) return disk_load_async(kv, f, id, err);
     int64_t hs;
     kvt_status st = host_slot(kv, f, &hs, err);
     if (st) return st;
@@ -349,6 +396,239 @@ static kvt_status disk_load(kvt_gpu_kv *kv, int32_t f, int64_t id, kvt_err *err)
     place(kv, b);
     kv->st.disk_reads++;
     kv->st.disk_read_bytes += kv->slot_bytes;
+    return KVT_OK;
+}
+
+// ---------------------------------------------------------------- T2 on the disk thread (gpu_kv.h)
+
+// A new generation of evictions: the fetch's pending copies issued (a write-back into a leaving slot comes before its
+// event), then an event on each stream after everything queued so far, which the slots' disk writes wait for.
+static kvt_status gen_new(kvt_gpu_kv *kv, int64_t *g, kvt_err *err) {
+    kvt_status st = flush(kv, kv->wb, kv->n_wb, true, err);
+    if (!st) st = flush(kv, kv->ld, kv->n_ld, false, err);
+    if (st) return st;
+    kv->n_wb = kv->n_ld = 0;
+    if (!grow((void **)&kv->gens, &kv->cap_gen, kv->n_gen + 1, sizeof *kv->gens)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    lgen *G = &kv->gens[kv->n_gen];
+    *G = (lgen){.id = kv->gen_next, .step = kv->step};
+    for (int s = 0; s < 2; s++) {
+        if (kv->n_evpool > 0) G->ev[s] = kv->evpool[--kv->n_evpool];
+        else CU(kv->api->event_create(kv->ctx, &G->ev[s]), "event of a disk write");
+        const int stream = s ? KVT_CUDA_STREAM_COPY : KVT_CUDA_STREAM_COMPUTE;
+        if (kv->api->event_record(kv->ctx, G->ev[s], stream) != KVT_CUDA_OK) {
+            kvt_status e = cu_fail(kv, "event of a disk write", err);
+            for (int q = 0; q <= s; q++) kv->api->event_free(kv->ctx, G->ev[q]);
+            return e;
+        }
+    }
+    kv->n_gen++;
+    *g = kv->gen_next++;
+    return KVT_OK;
+}
+
+static lgen *gen_find(kvt_gpu_kv *kv, int64_t g) {
+    for (int64_t k = 0; k < kv->n_gen; k++) {
+        if (kv->gens[k].id == g) return &kv->gens[k];
+    }
+    return NULL;
+}
+
+// Block id leaves pinned host memory in generation g: its slot keeps the bytes until the thread has written them (a
+// block also in VRAM, or with a current disk copy, has nothing to write: the slot just comes back).
+static kvt_status leave_add(kvt_gpu_kv *kv, int64_t id, int64_t g, kvt_err *err) {
+    gblk *b = &kv->B[id];
+    const bool write = b->vslot < 0 && !(b->dslot >= 0 && b->dvalid);
+    if (write && b->dslot < 0 && (b->dslot = kvt_tier_alloc(&kv->disk)) < 0)
+        return kvt_errorf(err, KVT_ERR_BUDGET, "device KV: the disk tier (%lld bytes) is full", (long long)kv->p.disk_bytes);
+    if (!grow((void **)&kv->lv, &kv->cap_lv, kv->n_lv + 1, sizeof *kv->lv)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    if (b->vslot >= 0) b->dlo = 0, b->dhi = (int32_t)kv->p.block_len; // written back whole when it leaves VRAM
+    kv->lv[kv->n_lv++] = (leave){id, b->hslot, g, -1, write};
+    lst_del(kv, true, id);
+    b->wslot = write ? b->hslot : -1;
+    b->hslot = -1;
+    place(kv, b);
+    kv->st.host_evictions++;
+    return KVT_OK;
+}
+
+// Up to n victims leave pinned host memory as one generation (f: the fetch; its blocks are held). *got: how many.
+static kvt_status evict_ahead(kvt_gpu_kv *kv, int32_t f, int64_t n, int64_t *got, kvt_err *err) {
+    *got = 0;
+    int64_t g = -1;
+    for (int64_t e = 0; e < n; e++) {
+        vview v = {kv, 0, f, true};
+        const int64_t m = kvt_victim_window(kv->n_hres, KVT_VICTIM_WINDOW_DEFAULT, &kv->hvictim_pos, &v.start);
+        const kvt_victim_query q = {kv->pol, false, -1, INT64_MAX, kv->tick, false};
+        const int64_t k = m > 0 ? kvt_victim_pick(&q, m, victim_cand, victim_info, &v, NULL) : -1;
+        if (k < 0) break;
+        const int64_t vid = kv->hres[(v.start + k) % kv->n_hres];
+        kvt_status st = g < 0 ? gen_new(kv, &g, err) : KVT_OK;
+        if (st || (st = leave_add(kv, vid, g, err))) return st;
+        ++*got;
+    }
+    return KVT_OK;
+}
+
+// The generations recorded at a step <= upto and not promoted yet: the host waits for their events (then both streams
+// have finished with their slots) and submits their writes to the thread.
+static kvt_status promote(kvt_gpu_kv *kv, int64_t upto, kvt_err *err) {
+    for (int64_t k = 0; k < kv->n_gen; k++) {
+        lgen *G = &kv->gens[k];
+        if (G->promoted || G->step > upto) continue;
+        CU(kv->api->event_sync(kv->ctx, G->ev[0]), "wait before a disk write");
+        CU(kv->api->event_sync(kv->ctx, G->ev[1]), "wait before a disk write");
+        G->promoted = true;
+        for (int64_t j = 0; j < kv->n_lv; j++) {
+            leave *L = &kv->lv[j];
+            if (L->gen != G->id || !L->write) continue;
+            char what[96];
+            disk_what(&kv->B[L->id], what, sizeof what);
+            if ((L->ticket = kvt_disk_worker_submit(kv->dw, true, kv->B[L->id].dslot, slot_host(kv, L->hslot), 0, what)) < 0)
+                return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+        }
+    }
+    return KVT_OK;
+}
+
+// L's write, if submitted, is done (the host waits for it): the block's disk copy is current.
+static kvt_status leave_written(kvt_gpu_kv *kv, const leave *L, kvt_err *err) {
+    if (!L->write || L->ticket < 0) return KVT_OK;
+    gblk *b = &kv->B[L->id];
+    kvt_status st = kvt_disk_worker_wait(kv->dw, L->ticket, &b->crc, err);
+    if (st) return st;
+    b->dvalid = true;
+    kv->st.disk_writes++;
+    kv->st.disk_write_bytes += kv->slot_bytes;
+    kv->st.disk_async_bytes += kv->slot_bytes;
+    return KVT_OK;
+}
+
+static void leave_del(kvt_gpu_kv *kv, int64_t j) { // keeps the order
+    memmove(&kv->lv[j], &kv->lv[j + 1], (size_t)(kv->n_lv - j - 1) * sizeof *kv->lv);
+    kv->n_lv--;
+}
+
+// Retires the generations without leaving slots (their events back to the pool).
+static void gens_gc(kvt_gpu_kv *kv) {
+    int64_t w = 0;
+    for (int64_t k = 0; k < kv->n_gen; k++) {
+        bool used = false;
+        for (int64_t j = 0; j < kv->n_lv && !used; j++) used = kv->lv[j].gen == kv->gens[k].id;
+        if (used || !grow((void **)&kv->evpool, &kv->cap_evpool, kv->n_evpool + 2, sizeof *kv->evpool)) {
+            kv->gens[w++] = kv->gens[k];
+            continue;
+        }
+        kv->evpool[kv->n_evpool++] = kv->gens[k].ev[0];
+        kv->evpool[kv->n_evpool++] = kv->gens[k].ev[1];
+    }
+    kv->n_gen = w;
+}
+
+// The leaving slots of promoted generations recorded at a step <= upto come back free (their writes waited for).
+static kvt_status reap(kvt_gpu_kv *kv, int64_t upto, kvt_err *err) {
+    for (int64_t j = 0; j < kv->n_lv;) {
+        const leave L = kv->lv[j];
+        const lgen *G = gen_find(kv, L.gen);
+        if (!G->promoted || G->step > upto) {
+            j++;
+            continue;
+        }
+        kvt_status st = leave_written(kv, &L, err);
+        if (st) return st;
+        if (L.write) kv->B[L.id].wslot = -1; // (a block has at most one write leaving; it may have dropped slots too)
+        slot_put(&kv->host, L.hslot);
+        leave_del(kv, j);
+    }
+    gens_gc(kv);
+    return KVT_OK;
+}
+
+// Waits for every disk read submitted so far, then issues the loads that followed them (on COPY, after the fetches
+// queued before) and records the fetch event of layer l after them. Called before layer l's kernels are queued and
+// before the next fetch: the reads ran on the thread while the kernels before them ran.
+static kvt_status reads_done(kvt_gpu_kv *kv, int32_t l, kvt_err *err) {
+    if (kv->n_rd == 0 && kv->n_dld == 0) return KVT_OK;
+    for (int64_t k = 0; k < kv->n_rd; k++) {
+        kvt_status st = kvt_disk_worker_wait(kv->dw, kv->rd[k].ticket, NULL, err);
+        if (st) return st;
+        kv->B[kv->rd[k].id].pending = false;
+    }
+    kv->n_rd = 0;
+    kvt_status st = flush(kv, kv->dld, kv->n_dld, false, err);
+    kv->n_dld = 0;
+    if (st) return st;
+    if (l >= 0) CU(kv->api->event_record(kv->ctx, kv->ev_copy[l & 1], KVT_CUDA_STREAM_COPY), "event after a disk read's load");
+    return KVT_OK;
+}
+
+// Every disk job done and every leaving slot free (both streams were synchronized: the events have passed).
+static kvt_status disk_drain(kvt_gpu_kv *kv, kvt_err *err) {
+    kvt_status st = promote(kv, INT64_MAX, err);
+    if (!st) st = reap(kv, INT64_MAX, err);
+    return st;
+}
+
+static kvt_status host_slot_async(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err) {
+    kvt_status st = slot_get(kv, &kv->host, id, err);
+    if (!st && *id < 0) { // none free: the slots leaving come back first (the host waits for them in line)
+        int64_t got = 0; // (a batch leaves with those already leaving, as in one wait of the synchronous version)
+        if (kv->n_lv < HOST_EVICT_BATCH && (st = evict_ahead(kv, f, HOST_EVICT_BATCH - kv->n_lv, &got, err))) return st;
+        kv->pressure_until = kv->step + 4 * (int64_t)kv->p.nl;
+        if (kv->n_lv == 0) { // every host block held (two layers' reads past the budget): one slot past it
+            kv->host.cap++;
+            kv->st.pinned_over_bytes += kv->slot_bytes;
+        } else {
+            kv->st.disk_stalls++;
+            if ((st = disk_drain(kv, err))) return st;
+        }
+        if ((st = slot_get(kv, &kv->host, id, err))) return st;
+    }
+    if (st || f < 0 || kv->host.cap < 0) return st; // (outside a fetch, e.g. forks: no eviction ahead)
+    kv->takes++;
+    if (kv->step >= kv->pressure_until) return KVT_OK;
+    // keep slots free or leaving for the next fetch (as many as the last one took), written while kernels run
+    const int64_t want = kv->last_takes > HOST_EVICT_BATCH ? kv->last_takes : HOST_EVICT_BATCH;
+    const int64_t reserve = want < kv->reserve_max ? want : kv->reserve_max;
+    const int64_t have = kv->host.n_free + kv->n_lv + (kv->host.cap - kv->host.made);
+    int64_t got;
+    return have < reserve ? evict_ahead(kv, f, reserve - have, &got, err) : KVT_OK;
+}
+
+// Block id, only on disk (or leaving), comes back into a pinned host slot: a leaving slot is taken back (after its
+// write, if submitted); else a read into a slot no stream uses is submitted to the thread, and the block is pending:
+// its load (if it gets a VRAM slot) waits in dld, and the host waits for the read before layer f's kernels.
+static kvt_status disk_load_async(kvt_gpu_kv *kv, int32_t f, int64_t id, kvt_err *err) {
+    gblk *b = &kv->B[id];
+    kvt_status st;
+    if (b->wslot >= 0) {
+        int64_t j = 0;
+        while (kv->lv[j].id != id || !kv->lv[j].write) j++;
+        if ((st = leave_written(kv, &kv->lv[j], err))) return st;
+        leave_del(kv, j);
+        gens_gc(kv);
+        b->hslot = b->wslot;
+        b->wslot = -1;
+        lst_add(kv, true, id);
+        place(kv, b);
+        kv->st.disk_reclaims++;
+        return KVT_OK;
+    }
+    int64_t hs;
+    if ((st = host_slot(kv, f, &hs, err))) return st;
+    b = &kv->B[id];
+    char what[96];
+    disk_what(b, what, sizeof what);
+    if (!grow((void **)&kv->rd, &kv->cap_rd, kv->n_rd + 1, sizeof *kv->rd)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    const int64_t t = kvt_disk_worker_submit(kv->dw, false, b->dslot, slot_host(kv, hs), b->crc, what);
+    if (t < 0) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    kv->rd[kv->n_rd++] = (dread){id, t};
+    b->hslot = hs;
+    b->pending = true;
+    lst_add(kv, true, id);
+    place(kv, b);
+    kv->st.disk_reads++;
+    kv->st.disk_read_bytes += kv->slot_bytes;
+    kv->st.disk_async_bytes += kv->slot_bytes;
     return KVT_OK;
 }
 
@@ -376,8 +656,8 @@ static kvt_status vram_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err
     if (b->dhi > b->dlo) { // the rows written since the host copy was made, of K and of V
         const int64_t off = b->dlo * kv->p.row_bytes, n = (b->dhi - b->dlo) * kv->p.row_bytes, v = kv->slot_bytes / 2;
         uint8_t *dst = slot_host(kv, b->hslot), *src = slot_dev(kv, &kv->vram, b->vslot), *dd = slot_dev(kv, &kv->host, b->hslot);
-        if ((st = queue_copy(kv, true, dst + off, src + off, dd + off, src + off, n, err)) ||
-            (st = queue_copy(kv, true, dst + v + off, src + v + off, dd + v + off, src + v + off, n, err)))
+        if ((st = queue_copy(kv, Q_WB, dst + off, src + off, dd + off, src + off, n, err)) ||
+            (st = queue_copy(kv, Q_WB, dst + v + off, src + v + off, dd + v + off, src + v + off, n, err)))
             return st;
         kv->st.writebacks++;
     }
@@ -413,7 +693,7 @@ static kvt_status block_new(kvt_gpu_kv *kv, int32_t seq, int32_t layer, int64_t 
     }
     gblk *b = &kv->B[id];
     *b = (gblk){.seq = seq, .layer = layer, .idx = idx, .vslot = -1, .hslot = -1, .res = -1, .hres = -1, .dslot = -1,
-                .need_call = kv->call};
+                .wslot = -1, .need_call = kv->call};
     gseq *S = &kv->seq[seq];
     S->blk[(size_t)layer * kv->mb + idx] = id;
     S->n_blk[layer] = idx + 1;
@@ -493,6 +773,8 @@ static int64_t first_block(const kvt_gpu_kv *kv, int32_t i, const bseq *s) {
 // its event recorded.
 static kvt_status fetch(kvt_gpu_kv *kv, int32_t l, kvt_err *err) {
     kv->n_wb = kv->n_ld = 0;
+    if (kv->takes > 0) kv->last_takes = kv->takes; // (a fetch that took no pinned slot keeps the last one's)
+    kv->takes = 0;
     kv->full = false;
     kvt_status st = KVT_OK;
     for (int32_t kf = 0; !st && kf < kv->n_bs * kv->ng; kf++) { // group by group, the batch's sequences in each
@@ -516,7 +798,8 @@ static kvt_status fetch(kvt_gpu_kv *kv, int32_t l, kvt_err *err) {
             B->dlo = B->dhi = 0;
             res_add(kv, id);
             uint8_t *vd = slot_dev(kv, &kv->vram, slot);
-            st = queue_copy(kv, false, vd, slot_host(kv, B->hslot), vd, slot_dev(kv, &kv->host, B->hslot), kv->slot_bytes, err);
+            st = queue_copy(kv, B->pending ? Q_DLD : Q_LD, vd, slot_host(kv, B->hslot), vd, slot_dev(kv, &kv->host, B->hslot),
+                            kv->slot_bytes, err);
             place(kv, B);
             kv->st.loads++;
         }
@@ -651,6 +934,15 @@ kvt_status kvt_gpu_kv_init(const kvt_cuda_api *api, kvt_cuda_ctx *ctx, const kvt
             kv->bounce = NULL;
             return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
         }
+        if (!p->disk_sync) { // the disk thread; KVT_GPU_KV_DISK_DELAY_US (tests): each of its jobs that much slower
+            const char *d = getenv("KVT_GPU_KV_DISK_DELAY_US");
+            kvt_status st = kvt_disk_worker_start(&kv->dw, &kv->disk, d ? atoll(d) : 0, err);
+            if (st) return st;
+            // the staging: up to a quarter of the budget again, pinned past it, kept free ahead of need under pressure
+            kv->reserve_max = kv->host.cap / 4;
+            kv->host.cap += kv->reserve_max;
+            kv->st.pinned_staging_bytes = kv->reserve_max * kv->slot_bytes;
+        }
     }
     const size_t nl = kv->nv > 0 ? (size_t)kv->nv : 1;
     kv->window = calloc(nl, sizeof *kv->window);
@@ -673,8 +965,14 @@ static void slab_free(kvt_gpu_kv *kv, slab *s) {
 void kvt_gpu_kv_free(kvt_gpu_kv *kv) {
     if (!kv) return;
     const kvt_cuda_api *A = kv->api;
+    kvt_err e;
+    if (kv->dw) sync_both(kv, &e); // (a failure here has nowhere to go: the thread's jobs are done either way below)
+    kvt_disk_worker_stop(kv->dw);
     A->stream_sync(kv->ctx, KVT_CUDA_STREAM_COMPUTE);
     A->stream_sync(kv->ctx, KVT_CUDA_STREAM_COPY);
+    for (int64_t k = 0; k < kv->n_gen; k++) A->event_free(kv->ctx, kv->gens[k].ev[0]), A->event_free(kv->ctx, kv->gens[k].ev[1]);
+    for (int64_t k = 0; k < kv->n_evpool; k++) A->event_free(kv->ctx, kv->evpool[k]);
+    free(kv->gens), free(kv->evpool), free(kv->lv), free(kv->rd), free(kv->dld);
     slab_free(kv, &kv->vram);
     slab_free(kv, &kv->host);
     for (int32_t i = 0; i < kv->nv; i++) {
@@ -740,11 +1038,22 @@ kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, cons
     return KVT_OK;
 }
 
+// The disk thread's clock (kvt_gpu_kv_layer and _end): the generations of evictions recorded a call ago have their
+// events waited for (the kernels queued since keep the device busy) and their writes submitted; those submitted a call
+// ago (written while a layer's kernels ran) have their slots back.
+static kvt_status disk_tick(kvt_gpu_kv *kv, kvt_err *err) {
+    kv->step++;
+    if (!kv->dw) return KVT_OK;
+    kvt_status st = promote(kv, kv->step - 1, err);
+    return st ? st : reap(kv, kv->step - 2, err);
+}
+
 kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, const void *const **tv,
                             int32_t *max_blocks, kvt_err *err) {
     const kvt_cuda_api *A = kv->api;
     kvt_status st;
     kv->quiet = false; // (the kernels of the layer before were queued since)
+    if ((st = disk_tick(kv, err))) return st;
     // 1. nothing still reads what the fetches below evict: COPY waits for the kernels queued so far
     CU(A->event_record(kv->ctx, kv->ev_compute, KVT_CUDA_STREAM_COMPUTE), "event");
     CU(A->stream_wait(kv->ctx, KVT_CUDA_STREAM_COPY, kv->ev_compute), "COPY waiting for COMPUTE");
@@ -752,6 +1061,8 @@ kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, c
     const int64_t l0 = kv->st.loads;
     if (i == 0 && (st = fetch(kv, 0, err))) return st;
     kv->st.loads_first += kv->st.loads - l0;
+    // the disk reads of this layer's fetch (on the thread since it was queued), then their loads (none without a thread)
+    if (kv->dw && (st = reads_done(kv, i, err))) return st;
     if (i + 1 < kv->p.nl && (st = fetch(kv, i + 1, err))) return st;
     // 3. COMPUTE waits for this layer's blocks, and its table rows follow them
     CU(A->stream_wait(kv->ctx, KVT_CUDA_STREAM_COMPUTE, kv->ev_copy[i & 1]), "COMPUTE waiting for a fetch");
@@ -790,6 +1101,8 @@ kvt_status kvt_gpu_kv_layer(kvt_gpu_kv *kv, int32_t i, const void *const **tk, c
 kvt_status kvt_gpu_kv_end(kvt_gpu_kv *kv, kvt_err *err) {
     if (kv->p.nl < 1 || kv->n_bs == 0) return KVT_OK;
     kv->quiet = false;
+    kvt_status st0 = disk_tick(kv, err);
+    if (st0) return st0;
     // as step 1 of a layer: nothing still reads what this fetch evicts (the last layer's kernels are queued)
     CU(kv->api->event_record(kv->ctx, kv->ev_compute, KVT_CUDA_STREAM_COMPUTE), "event");
     CU(kv->api->stream_wait(kv->ctx, KVT_CUDA_STREAM_COPY, kv->ev_compute), "COPY waiting for COMPUTE");
@@ -888,10 +1201,12 @@ void kvt_gpu_kv_tables_dirty(kvt_gpu_kv *kv) {
 }
 
 static kvt_status sync_both(kvt_gpu_kv *kv, kvt_err *err) {
+    kvt_status st = kv->dw ? reads_done(kv, -1, err) : KVT_OK; // (the disk thread's reads and their loads first)
+    if (st) return st;
     CU(kv->api->stream_sync(kv->ctx, KVT_CUDA_STREAM_COMPUTE), "synchronization");
     CU(kv->api->stream_sync(kv->ctx, KVT_CUDA_STREAM_COPY), "synchronization");
     kv->quiet = true;
-    return KVT_OK;
+    return kv->dw ? disk_drain(kv, err) : KVT_OK; // (every leaving slot free)
 }
 
 kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *err) {
@@ -933,6 +1248,8 @@ kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *er
                 kv->st.h2h_bytes += (int64_t)n;
             }
             kv->st.transfers += d->vslot >= 0 || s->vslot >= 0;
+            kv->st.fork_blocks++;
+            kv->st.fork_bytes += (int64_t)n;
             if (d->vslot >= 0) { // all its rows came from src: the host copy (none yet) lacks them
                 gblk *w = &kv->B[kv->seq[dst].blk[(size_t)i * kv->mb + b]];
                 w->dlo = 0, w->dhi = (int32_t)kv->p.block_len;

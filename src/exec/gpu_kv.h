@@ -6,9 +6,17 @@
 // leave it goes to a disk slot (written unless its disk copy is still current; a block also in VRAM just drops its host
 // copy, to be written back whole when it leaves VRAM) and comes back through a host slot when a fetch needs it (read
 // on the host, then loaded or read in place like any host block). A block lives in VRAM, host, disk or several of them.
-// Host slots are rewritten from the host only after both streams have finished with them: an eviction from pinned
-// memory first issues the fetch's pending copies and synchronizes both streams (so disk traffic does not overlap the
-// kernels: counted in `syncs`).
+// Host slots are rewritten from the host only after both streams have finished with them. The disk I/O runs on a disk
+// thread (gpu_kv_disk.h) while the kernels run: under pressure (a slot was needed with none free in the last 4 x nl
+// calls), as many pinned slots as the last fetch took (at least 8; at most the staging, a quarter of the budget more
+// pinned memory) are kept free ahead of need by evicting victims early as one generation, after an event on each
+// stream; one call of kvt_gpu_kv_layer later the host waits for those events (the layer queued since keeps the device
+// busy) and submits the slots' writes; one more call later the slots are free. A disk read goes into a free slot at once on the thread;
+// the block is held, its load (if it gets a VRAM slot) waits, and the host waits for the read only before the kernels of
+// the layer that reads it (the kernels of the layer before run meanwhile), then issues the load before that layer's
+// fetch event. A block needed again while leaving is taken back from its slot. A slot needed with none free or leaving
+// makes the host wait in line (`disk_stalls`). With disk_sync, the first version: the host issues the pending copies,
+// synchronizes both streams (`syncs`) and does the I/O itself. Placement never changes a byte read.
 //
 // Blocks. Per (sequence, device layer, KV head group) a table of blocks of block_len positions; a block is one slot of
 // 2 * block_len * row_bytes bytes, K [block_len, heads of the group, head_dim] f16 then V alike (attn_paged's
@@ -60,6 +68,8 @@ typedef struct {
     int64_t copy_min;      // the copies of a fetch shorter than this (after merging neighbours) cross in batched copy
                            // kernels (copy_batch: up to KVT_CUDA_COPY_BATCH_MAX blocks per transfer), the others as
                            // one DMA each (0: KVT_GPU_KV_COPY_MIN; < 0: every copy a DMA of its own)
+    bool disk_sync;        // T2's I/O on the host between layers after synchronizing both streams (the first version,
+                           // kept to compare); false: on the disk thread (gpu_kv_disk.h), ordered by events
 } kvt_gpu_kv_params;
 
 #define KVT_GPU_KV_COPY_MIN ((int64_t)1 << 20) // the issue's "transfers of at least 1 MiB"
@@ -141,6 +151,13 @@ typedef struct {
     int64_t syncs;             // host waits for both streams before a host slot was rewritten (evictions from pinned)
     int64_t batches, batched_copies; // copy_batch kernels issued (each counted in transfers), the copies they held
     int64_t blocks_disk;       // blocks now only on disk
+    int64_t disk_async_bytes;  // of disk_write_bytes + disk_read_bytes, those the disk thread moved (not disk_sync)
+    int64_t disk_stalls;       // the disk thread: a pinned slot was needed with none free: the host waited in line for
+                               // the streams to pass the leaving slots' events and for their writes
+    int64_t disk_reclaims;     // the disk thread: blocks needed again while leaving pinned memory, taken back (no read)
+    int64_t pinned_staging_bytes; // the disk thread: pinned slots past the budget (a quarter of it) kept free ahead of need
+                               // while the tier is under pressure, so that evictions are written while kernels run
+    int64_t fork_blocks, fork_bytes; // blocks forks copied (one per block layer: every device layer and head group), bytes
 } kvt_gpu_kv_stats;
 void kvt_gpu_kv_get_stats(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *out);
 

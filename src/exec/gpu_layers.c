@@ -158,7 +158,7 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
         for (int32_t i = 0; win && i < g->nl; i++) win[i] = m->layers[p->il0 + i].window;
         const int32_t ng = p->group_heads > 0 ? hp->n_head_kv / p->group_heads : 1;
         const kvt_gpu_kv_params kp = {g->nl, p->block_len, p->n_ctx, K / ng * 2, win, p->vram_kv_bytes, p->evict, ng,
-                                      p->pinned_kv_bytes, p->disk_dir, p->disk_kv_bytes, p->copy_min};
+                                      p->pinned_kv_bytes, p->disk_dir, p->disk_kv_bytes, p->copy_min, p->disk_sync};
         st = win ? kvt_gpu_kv_init(g->api, g->ctx, &kp, &g->kv, err) : kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
         free(win);
     }

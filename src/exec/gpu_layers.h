@@ -40,6 +40,8 @@ typedef struct {
     bool graphs;           // a micro-batch of at most KVT_CUDA_MMV_MAX_ROWS rows whose KV is all in VRAM (no VRAM or
                            // pinned budget): its layers captured as one CUDA graph and launched (updated in place when
                            // only arguments changed); a capture that fails fails the call and turns graphs off
+    bool disk_sync;        // the device KV's disk I/O on the host after synchronizing both streams (gpu_kv.h), not on
+                           // its disk thread
 } kvt_gpu_layers_params;
 
 typedef struct kvt_gpu_layers kvt_gpu_layers;

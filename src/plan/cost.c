@@ -187,6 +187,7 @@ kvt_device kvt_device_gpu(const kvt_profile *p) {
     memset(&d, 0, sizeof d);
     d.gpu = true;
     d.mem_gbps = p->gpu_mem_gbps;
+    for (int t = 0; t < KVT_TYPE_COUNT; t++) d.gemv_gbps[t] = p->gpu_gemv_gbps[t]; // kvtier's matvec (0: mem_gbps)
     d.prefill_gflops_any = p->gpu_gemm_gflops;
     d.attn_gflops = p->gpu_gemm_gflops;
     d.attn_prefill_gflops = p->gpu_gemm_gflops;

@@ -285,6 +285,21 @@ kvt_status kvt_profile_measure(const kvt_profile_opts *o, kvt_profile *p, kvt_er
                 p->gpu_name, (double)p->vram_bytes / 1e9, p->gpu_mem_gbps, p->gpu_gemm_gflops, p->h2d_gbps,
                 p->h2d_latency_us, p->d2h_gbps, p->d2h_latency_us);
     }
+    // kvtier's own device path (the backend table: matvec, the device KV's batched copies), for the planner's GPU
+    // decode figures; over the table's CPU emulation (tests) only logged, labelled, and never saved (no GPU)
+    char dev[96];
+    gerr = (kvt_err){0};
+    if (kvt_profile_gpu_kernels(o->quick, p, dev, sizeof dev, &gerr)) {
+        if (o->log) fprintf(o->log, "gpu kernels: none measured (%s)\n", gerr.msg);
+    } else if (o->log) {
+        fprintf(o->log, "gpu kernels%s: %s, matvec Q4_K %.1f GB/s, F16 %.1f GB/s, KV batched copies %.1f GB/s\n",
+                strstr(dev, "emulation") ? " (EMULATION: not a GPU measurement, not saved)" : "", dev,
+                p->gpu_gemv_gbps[KVT_TYPE_Q4_K], p->gpu_gemv_gbps[KVT_TYPE_F16], p->gpu_kv_copy_gbps);
+    }
+    if (!p->has_gpu) { // (figures of a device the probe did not measure: not part of the profile)
+        memset(p->gpu_gemv_gbps, 0, sizeof p->gpu_gemv_gbps);
+        p->gpu_kv_copy_gbps = 0;
+    }
     return KVT_OK;
 }
 
@@ -343,6 +358,8 @@ void kvt_profile_write(const kvt_profile *p, FILE *f) {
         kvt_json_kv_num(&j, "h2d_latency_us", p->h2d_latency_us);
         kvt_json_kv_num(&j, "d2h_latency_us", p->d2h_latency_us);
         kvt_json_kv_num(&j, "gpu_block_overhead_ms", p->gpu_block_overhead_ms);
+        type_map(&j, "gpu_gemv_gbps", p->gpu_gemv_gbps);
+        kv_pos(&j, "gpu_kv_copy_gbps", p->gpu_kv_copy_gbps);
     }
     kvt_json_obj_end(&j);
     fputc('\n', f);
@@ -412,6 +429,8 @@ kvt_status kvt_profile_parse(const char *text, kvt_profile *p, kvt_err *err) {
     p->h2d_latency_us = kvt_jv_num(&root, "h2d_latency_us", 0);
     p->d2h_latency_us = kvt_jv_num(&root, "d2h_latency_us", 0);
     p->gpu_block_overhead_ms = kvt_jv_num(&root, "gpu_block_overhead_ms", 0);
+    type_map_read(&root, "gpu_gemv_gbps", p->gpu_gemv_gbps);
+    p->gpu_kv_copy_gbps = kvt_jv_num(&root, "gpu_kv_copy_gbps", 0);
     kvt_jv_free(&root);
     if (!(p->cpu_read_gbps > 0)) return kvt_errorf(err, KVT_ERR_FORMAT, "profile: cpu_read_gbps missing or not positive");
     if (p->has_gpu && !(p->gpu_mem_gbps > 0 && p->h2d_gbps > 0))

@@ -58,6 +58,9 @@ typedef struct {
     double h2d_gbps, d2h_gbps;             // pinned memory, large copies
     double h2d_latency_us, d2h_latency_us; // l_link: one small pinned copy
     double gpu_block_overhead_ms;          // delta on the GPU (helm Table 6.5: 0.14 ms on the RTX 4060)
+    double gpu_gemv_gbps[KVT_TYPE_COUNT];  // achieved weight bytes/s of kvtier's own device matvec (the backend table's
+                                           // mul_mat_vec, 4096 x 4096, one row; 0 unmeasured: gpu_mem_gbps is used)
+    double gpu_kv_copy_gbps;               // the device KV's batched copies (copy_batch), pinned host -> VRAM, 16 KiB blocks
 } kvt_profile;
 
 typedef struct {
@@ -93,6 +96,11 @@ kvt_status kvt_profile_disk(const char *dir, int64_t bytes, kvt_profile *p, kvt_
 // $KVT_CUDA_LIB or beside the executable). KVT_ERR_UNSUPPORTED with the reason when the probe or a
 // device is absent; p is changed only on success.
 kvt_status kvt_profile_gpu(int device, bool quick, kvt_profile *p, kvt_err *err);
+// The real device path's rates through the CUDA backend's table (device 0): kvtier's matvec per weight type (quick: Q4_K
+// and F16; else also Q8_0, Q4_0, Q6_K) into p->gpu_gemv_gbps and the device KV's batched copies into p->gpu_kv_copy_gbps.
+// dev: the device's name (the table's CPU emulation says "emulation" in it: its figures are no GPU's). KVT_ERR_UNSUPPORTED
+// without a library or device; the figures are set whatever p->has_gpu (a profile saves them only with a GPU).
+kvt_status kvt_profile_gpu_kernels(bool quick, kvt_profile *p, char *dev, size_t n_dev, kvt_err *err);
 
 // Effective GEMV bandwidth for a type: measured figure, else cpu_read_gbps.
 double kvt_profile_cpu_gemv(const kvt_profile *p, kvt_type t);

@@ -65,6 +65,8 @@ typedef struct {
     int64_t bt;           // positions per block
     int64_t lblock_bytes; // bytes of one logical block (every layer and group)
     int32_t next_lid;     // next logical block id
+    bool fork_copies;     // forks copy every block (the device layers' KV, which the groups are sized for): a fork's
+                          // blocks get ids of their own
     int64_t order;
     kvt_beam_result *res;
 } beam_run;
@@ -545,6 +547,11 @@ static kvt_status fork_cand(beam_run *r, const bcand *parent, uint64_t stream, b
     c->n = parent->n;
     c->n_blk = parent->n_blk;
     c->own_last = false;
+    if (r->fork_copies) { // the device copies them all: private blocks, the last one too
+        for (size_t b = 0; b < c->n_blk; b++) c->blk[b] = r->next_lid++;
+        c->own_last = true;
+        r->res->fork_blocks += (int64_t)c->n_blk;
+    }
     c->len = parent->len;
     c->order = r->order++;
     c->step_start = (int64_t)c->n;
@@ -606,15 +613,19 @@ kvt_status kvt_beam_run(kvt_context *ctx, const kvt_beam_params *p, const int32_
     kvt_kv_stats ks0;
     kvt_context_kv_stats(ctx, &ks0);
     beam_run r = {ctx, p, kvt_context_model(ctx)->hp.n_vocab, kv->block_tokens,
-                  ks0.block_bytes * kv->n_layer * kv->n_group, 0, 0, res};
+                  ks0.block_bytes * kv->n_layer * kv->n_group, 0, false, 0, res};
     int64_t budget = p->fast_budget != 0 ? p->fast_budget : ks0.budget_bytes[KVT_TIER_FAST];
     kvt_gpu_layers_stats gs;
-    if (p->fast_budget == 0 && budget < 0 && kvt_context_gpu_stats(ctx, &gs) && gs.layers > 0 && gs.kv.vram_cap_bytes >= 0) {
+    const bool gpu = kvt_context_gpu_stats(ctx, &gs) && gs.layers > 0;
+    const int64_t fork_bytes0 = gpu ? gs.kv.fork_bytes : 0;
+    r.fork_copies = gpu && gs.layers >= kvt_context_model(ctx)->hp.n_layer;
+    if (p->fast_budget == 0 && budget < 0 && gpu && gs.kv.vram_cap_bytes >= 0) {
         // device layers with a VRAM budget for their KV (--kv-vram) and no fast tier of the CPU store: the groups are
         // sized by VRAM (LBS on a GPU). The store's block bytes count every layer, the VRAM budget the device layers'
         // only (blocks of the same f16 rows): scaled by n_layer / device layers.
         const int64_t n_layer = kvt_context_model(ctx)->hp.n_layer;
         budget = gs.kv.vram_cap_bytes * n_layer / gs.layers;
+        r.fork_copies = true;
     }
     const kvt_beam_scorer scorer = p->scorer ? p->scorer : kvt_beam_score_mean_logprob;
     const int32_t N = p->n_beams, W = p->width;
@@ -755,6 +766,7 @@ kvt_status kvt_beam_run(kvt_context *ctx, const kvt_beam_params *p, const int32_
     res->stall_ms = stall > 0 ? stall / nt : 0;
     res->compute_ms = decode_ms - res->stall_ms;
 done:
+    if (gpu && kvt_context_gpu_stats(ctx, &gs)) res->fork_copy_bytes = gs.kv.fork_bytes - fork_bytes0;
     free_all(&r, pool, n_pool);
     free(pool);
     free(live);

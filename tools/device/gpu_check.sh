@@ -17,14 +17,17 @@
 #   LBS        the same model, `kvtier beam` 32 beams, step 32, KV within --kv-vram (LBS_VRAM, default 512M) below
 #              the beams' KV: layerwise and balanced, time of each (goal balanced <= 1/3 of layerwise), beams equal
 #   HELM       Qwen3-8B shape (f16: the device runs no bf16), `kvtier plan --vram 8G` on this machine's profile,
-#              then the planned split (`generate --plan FILE`): measured ms/token against the plan's (goal 15%)
+#              then the planned split (`generate --plan FILE`): measured ms/token against the plan's (goal 15%);
+#              then (HELM_VALIDATE=1) `kvtier plan --validate --gpu` of the same (the plan's split run and compared by
+#              the planner itself); the profile's rates of kvtier's own matvec and batched KV copies in the table
 #   HEADINFER  llama3-8b Q4_K_M, a HI_CTX-token prompt (16384), all KV in VRAM, within --kv-vram 1G (lookahead), and
 #              within it head-wise (--kv-granularity head; HI_HEAD=0 leaves it out):
 #              TPOT beside the link time of the KV bytes that crossed PCIe per step (goal 1.2x), tokens equal
 #   KVTIERS    llama3-8b Q4_K_M, a KT_CTX-token prompt (4096), blocks of KT_BLOCK (32) positions: all KV in VRAM, within
 #              --kv-vram KT_VRAM (128M; copies under 1 MiB batched), the same with one DMA per block (--kv-copy-dma),
-#              and over --kv-pinned KT_PINNED (128M) with the rest on disk (--kv-disk, T2): tokens equal, TPOT of each,
-#              bytes per tier per run, batched against DMA
+#              and over --kv-pinned KT_PINNED (128M) with the rest on disk (--kv-disk, T2) on the disk thread, and the
+#              same with the synchronous disk I/O (--kv-disk-sync): tokens equal, TPOT of each, bytes per tier per run,
+#              batched against DMA, the disk thread against the synchronous I/O
 #   MEMCHECK   compute-sanitizer memcheck of both suites (when installed)
 # e.g. the call plan of docs/GPU.md: `HELM=0 HEADINFER=0 MEMCHECK=0 tools/device/gpu_check.sh`, then
 # `BUILD=0 SUITES=0 RATES=0 LBS=0 tools/device/gpu_check.sh` on the still-warm machine.
@@ -225,7 +228,8 @@ lbs() {
     ids+=("$(tr -d '\n' <"$OUT/lbs_$s.json" | grep -o '"ids":\[[0-9,]*\]' | tr '\n' ' ')")
     kvb+=("$(jnum_in "$OUT/lbs_$s.json" '"gpu"' host_to_device_bytes)")
     echo "lbs $s: $(jnum_in "$OUT/lbs_$s.json" '"time_ms"' total) ms, groups per step $(tr -d '\n' <"$OUT/lbs_$s.json" | grep -o '"groups_per_step":\[[0-9,]*\]')," \
-         "KV loaded $(jnum_in "$OUT/lbs_$s.json" '"gpu"' host_to_device_bytes) B, zero-copy read $(jnum_in "$OUT/lbs_$s.json" '"gpu"' zero_copy_read_bytes) B"
+         "KV loaded $(jnum_in "$OUT/lbs_$s.json" '"gpu"' host_to_device_bytes) B, zero-copy read $(jnum_in "$OUT/lbs_$s.json" '"gpu"' zero_copy_read_bytes) B," \
+         "forks copied $(jnum "$OUT/lbs_$s.json" fork_copied_bytes) B"
   done
   # the beams' KV must exceed the budget: the device KV's slots at the end (VRAM + pinned host) against it
   local v h; v=$(jnum_in "$OUT/lbs_layerwise.json" '"gpu"' vram_bytes); h=$(jnum_in "$OUT/lbs_layerwise.json" '"gpu"' pinned_bytes)
@@ -262,6 +266,20 @@ helm() {
   echo "helm: split cpu($cpu) -> cuda($gpu), predicted ${pred:-?} ms/token, measured ${meas:-?} ms/token"
   row helm "Qwen3-8B ${HELM_TYPE:-f16} --vram ${HELM_VRAM:-8G}: split cpu($cpu)->cuda($gpu) ms/token" "${meas:-?}" \
     "plan ${pred:-?} +-15%" "$(calc '%s' "(${pred:-0} > 0 && ${meas:-0} > 0) ? sprintf(\"%s (%+.1f%%)\", (${meas:-0} - ${pred:-0}) / ${meas:-1} * 100 < 15 && (${meas:-0} - ${pred:-0}) / ${meas:-1} * 100 > -15 ? \"ok\" : \"NOT MET\", (${pred:-0} - ${meas:-0}) / ${meas:-1} * 100) : \"-\"")"
+  # the profile's rates of kvtier's own device path (kvtier profile: the table's matvec and batched copies)
+  local q4=""; grep -q '"gpu_gemv_gbps"' "$OUT/profile.json" && q4=$(jnum_in "$OUT/profile.json" '"gpu_gemv_gbps"' q4_K)
+  row helm "profile: kvtier matvec Q4_K GB/s (4096 x 4096, 1 row)" "${q4:-?}" "device read $(jnum "$OUT/profile.json" gpu_mem_gbps) GB/s" "-"
+  row helm "profile: device KV batched copies GB/s (16 KiB blocks)" "$(jnum "$OUT/profile.json" gpu_kv_copy_gbps)" "H2D $(jnum "$OUT/profile.json" h2d_gbps) GB/s" "-"
+  # the planner's own check of the same plan on the GPU path: its split run, prefill and decode beside its predictions
+  [ "${HELM_VALIDATE:-1}" = 1 ] && left "helm validate" || return
+  timeout "${HELM_VALIDATE_S:-120}" $KVT plan --validate --gpu -m "$m" --profile "$OUT/profile.json" --vram "${HELM_VRAM:-8G}" \
+    --prompt "${HELM_VALIDATE_PROMPT:-64}" -n "${HELM_VALIDATE_N:-16}" --reps 1 -t "$T" --json >"$OUT/helm_validate.json" 2>"$OUT/helm_validate.err" ||
+    { echo "helm: plan --validate --gpu failed: $(tail -1 "$OUT/helm_validate.err")"; row helm "plan --validate --gpu" failed - FAIL; rc=1; return; }
+  cat "$OUT/helm_validate.json"
+  local e; e=$(jnum "$OUT/helm_validate.json" decode_err_pct)
+  row helm "plan --validate --gpu: decode ms/token (-ngl $(jnum "$OUT/helm_validate.json" n_gpu_layers))" \
+    "$(jnum "$OUT/helm_validate.json" decode_meas_ms)" "pred $(jnum "$OUT/helm_validate.json" decode_pred_ms) +-15%" \
+    "$(grep -q '"emulated":true' "$OUT/helm_validate.json" && echo "emulation" || calc '%s' "(${e:-100} < 15 && ${e:-100} > -15) ? \"ok (${e:-?}%)\" : \"NOT MET (${e:-?}%)\"")"
 }
 [ "${HELM:-1}" = 1 ] && left helm && helm
 
@@ -310,15 +328,16 @@ kvtiers() {
   local ctx=${KT_CTX:-4096} gen=${KT_GEN:-9} blk=${KT_BLOCK:-32} v=${KT_VRAM:-128M}
   prompt_of "$m" $((ctx - 64)) "$OUT/kt_prompt.txt"
   mkdir -p "$OUT/kvdisk"
-  printf "\n%-10s %10s %14s %14s %14s %10s %8s %8s\n" "kvtiers" "TPOT ms" "H2D MB" "disk->host MB" "transfers" "batches" "syncs" "tokens"
+  printf "\n%-10s %10s %14s %14s %14s %10s %8s %8s %8s\n" "kvtiers" "TPOT ms" "H2D MB" "disk->host MB" "transfers" "batches" "syncs" "stalls" "tokens"
   local r ids0="" tp=() name
-  for r in all vram dma disk; do
+  for r in all vram dma disk disksync; do
     left "kvtiers $r" || continue
     local flags="--kv-block $blk"
     case $r in
       vram) flags="$flags --kv-vram $v --kv-evict lookahead" ;;
       dma) flags="$flags --kv-vram $v --kv-evict lookahead --kv-copy-dma" ;;
       disk) flags="$flags --kv-vram $v --kv-evict lookahead --kv-pinned ${KT_PINNED:-128M} --kv-disk $OUT/kvdisk" ;;
+      disksync) flags="$flags --kv-vram $v --kv-evict lookahead --kv-pinned ${KT_PINNED:-128M} --kv-disk $OUT/kvdisk --kv-disk-sync" ;;
     esac
     # shellcheck disable=SC2086
     timeout "${KT_S:-120}" $KVT generate -m "$m" -ngl 999 -t "$T" -c $((ctx + gen + 64)) -f "$OUT/kt_prompt.txt" -n "$gen" \
@@ -327,15 +346,18 @@ kvtiers() {
     local j="$OUT/kt_$r.json" ids tpot
     ids=$(grep -o '"ids":\[[0-9,]*\]' "$j" | head -1); [ -z "$ids0" ] && ids0=$ids
     tpot=$(jnum_in "$j" '"decode"' step_ms_median); tp+=("$tpot")
-    printf "%-10s %10s %14s %14s %14s %10s %8s %8s\n" "  $r" "$tpot" \
+    printf "%-10s %10s %14s %14s %14s %10s %8s %8s %8s\n" "  $r" "$tpot" \
       "$(calc '%.1f' "$(jnum_in "$j" '"vram_budget_bytes"' host_to_device_bytes) / 1e6")" \
       "$(calc '%.1f' "$(jnum_in "$j" '"vram_budget_bytes"' disk_to_host_bytes) / 1e6")" "$(jnum_in "$j" '"vram_budget_bytes"' transfers)" \
-      "$(jnum_in "$j" '"vram_budget_bytes"' batches)" "$(jnum_in "$j" '"vram_budget_bytes"' syncs)" "$([ "$ids" = "$ids0" ] && echo same || echo DIFFER)"
+      "$(jnum_in "$j" '"vram_budget_bytes"' batches)" "$(jnum_in "$j" '"vram_budget_bytes"' syncs)" \
+      "$(jnum_in "$j" '"vram_budget_bytes"' disk_stalls)" "$([ "$ids" = "$ids0" ] && echo same || echo DIFFER)"
     name="TPOT ms, ${ctx}-token prompt, blocks of $blk, $r"
     row kvtiers "$name" "$tpot" "-" "tokens $([ "$ids" = "$ids0" ] && echo same || { rc=1; echo DIFFER; })"
   done
   [ ${#tp[@]} -ge 3 ] && row kvtiers "batched copies against one DMA per block (TPOT ratio)" "$(calc '%.2f' "${tp[1]} / ${tp[2]}")" \
     "< 1 (faster)" "$(calc '%s' "${tp[1]} < ${tp[2]} ? \"ok\" : \"NOT MET\"")"
+  [ ${#tp[@]} -ge 5 ] && row kvtiers "T2 on the disk thread against synchronous disk I/O (TPOT ratio)" "$(calc '%.2f' "${tp[3]} / ${tp[4]}")" \
+    "< 1 (faster)" "$(calc '%s' "${tp[3]} < ${tp[4]} ? \"ok\" : \"NOT MET\"")"
 }
 [ "${KVTIERS:-1}" = 1 ] && left kvtiers && kvtiers
 
