@@ -795,12 +795,39 @@ static void test_cli(const test_env *env, const char *model) {
     test_result(ok && bad1 != 0 && bad2 != 0, name, "rc %d, bad values rc %d %d, output %.300s", rc, bad1, bad2, out);
 }
 
+// The int8 block layout's terms: asyncspade needs head_dim % 4 == 0 (refused with a message otherwise; quest does
+// not), reserves n_ctx rounded up to whole 16-position blocks, and a sequence's buffers hold whole blocks.
+static void test_k8_layout_terms(void) {
+    kvt_sparse_params p = {.mode = KVT_SPARSE_ASYNCSPADE, .budget = 8, .sync = true};
+    kvt_sparse_dims d = {.n_layer = 2, .n_head = 2, .n_head_kv = 1, .head_dim = 6, .head_dim_v = 6, .n_ctx = 100,
+                         .n_threads = 1, .kv_type = KVT_TYPE_F32};
+    kvt_sparse *s = NULL;
+    kvt_err err = {0};
+    const kvt_status st = kvt_sparse_init(&p, &d, &s, &err);
+    bool ok = st == KVT_ERR_UNSUPPORTED && strstr(err.msg, "multiple of 4") && !s;
+    kvt_sparse_params pq = p;
+    pq.mode = KVT_SPARSE_QUEST;
+    ok = ok && !kvt_sparse_init(&pq, &d, &s, &err) && s;
+    kvt_sparse_free(s);
+    s = NULL;
+    d.head_dim = d.head_dim_v = 8;
+    ok = ok && kvt_sparse_summary_bytes(&p, &d) == 2 * 1 * 112 * (8 + 4); // 100 positions -> 7 blocks of 16
+    ok = ok && !kvt_sparse_init(&p, &d, &s, &err) && s;
+    kvt_sparse_seq *q = s ? kvt_sparse_seq_get(s, 0) : NULL;
+    ok = ok && q && !kvt_sparse_layer_reserve(s, q, 0, 100, &err) && q->lay[0].cap == 112 &&
+         kvt_sparse_summary_held(s) == 112 * (8 + 4);
+    kvt_sparse_free(s);
+    test_result(ok, "sparse: asyncspade refuses head_dim % 4 != 0 (quest does not); n_ctx 100 reserves and holds 7 blocks of 16",
+                "status %d: %s", (int)st, err.msg);
+}
+
 void test_sparse(const test_env *env) {
     test_predictor();
     test_predictor_simplex();
     test_rope_align();
     test_quest_bound();
     test_score_kernels();
+    test_k8_layout_terms();
     test_topk();
     test_topk_random();
     test_keep();
