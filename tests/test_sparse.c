@@ -10,6 +10,7 @@
 #include "../src/exec/context.h"
 #include "../src/exec/session.h"
 #include "../src/kernels/f16.h"
+#include "../src/kernels/quant.h"
 #include "../src/model/model.h"
 #include "../src/sparse/sparse_impl.h"
 #include "test.h"
@@ -136,14 +137,19 @@ static void test_score_kernels_hd(const int HD) {
     enum { QPG = 3, N = 37, MAXHD = 128 };
     float q[QPG * MAXHD], qs[QPG], ks[N], raw[QPG * N], ref[QPG * N];
     int16_t q16[QPG * MAXHD];
-    int8_t k8[N * MAXHD];
+    int8_t k8[N * MAXHD], kb[48 * MAXHD]; // rows [N, HD]; the same keys in the block layout (kvt_sparse_k8_at)
     for (int i = 0; i < QPG * HD; i++) q[i] = frand() * 3.0f;
     for (int i = 0; i < N * HD; i++) k8[i] = (int8_t)(frand() * 127.0f);
+    k8[3] = -127, k8[HD + 5] = 127; // the extremes
+    memset(kb, 0x55, sizeof kb);      // the block's unused positions: garbage, never read into a score
+    for (int t = 0; t < N; t++) {
+        for (int x = 0; x < HD; x++) kb[kvt_sparse_k8_at(t, x, HD)] = k8[t * HD + x];
+    }
     for (int t = 0; t < N; t++) ks[t] = 0.01f + 0.02f * (frand() + 1.0f);
     kvt_sparse_quant_query(q, QPG, HD, q16, qs);
     const float scale = 0.125f;
     const int64_t n_keys = N - 2;
-    kvt_sparse_score_i8(q16, qs, QPG, HD, k8, ks, n_keys, N, scale, raw);
+    kvt_sparse_score_i8(q16, qs, QPG, HD, kb, ks, n_keys, N, scale, raw);
     bool ok = true;
     double qerr = 0.0;
     for (int i = 0; i < QPG; i++) {
@@ -159,9 +165,10 @@ static void test_score_kernels_hd(const int HD) {
     // rows scored in runs into their place of a wider row (a re-rank's candidates): the same bits
     float rows[QPG * N];
     for (int i = 0; i < QPG * N; i++) rows[i] = -INFINITY;
-    const int runs[4][2] = {{0, 5}, {5, 6}, {11, 17}, {28, (int)n_keys - 28}}; // {first row, count}
-    for (int r = 0; r < 4; r++) {
-        kvt_sparse_score_i8_rows(q16, qs, QPG, HD, k8 + runs[r][0] * HD, ks + runs[r][0], runs[r][1], N, scale, rows + runs[r][0]);
+    // {first row, count}: within a block, across a block's end, a whole block, from a block's start
+    const int runs[5][2] = {{0, 5}, {5, 6}, {11, 17}, {28, 4}, {32, (int)n_keys - 32}};
+    for (int r = 0; r < 5; r++) {
+        kvt_sparse_score_i8_rows(q16, qs, QPG, HD, kb, ks, runs[r][0], runs[r][1], N, scale, rows + runs[r][0]);
     }
     ok = ok && memcmp(rows, ref, sizeof rows) == 0;
     double eerr = 0.0;
@@ -193,7 +200,71 @@ static void test_score_kernels_hd(const int HD) {
                 "query rounding %.3g steps, exp rel err %.3g, aggregate err %.3g, total %.6f", qerr, eerr, aerr, total);
 }
 
+// The block-layout int8 scan (kvt_sparse_k8_at) on every ISA the CPU has (the AVX-512 VNNI kernel splits each int16
+// query element in two bytes) against exact int64 sums: the same bits, for 1..8 query heads (the kernel takes 6 per
+// pass), head_dim 4..512 with the extreme values (|q16| = 32767, k = +-127: the int32 bound) and runs that start and
+// end anywhere in a block.
+static void test_score_blocks(void) {
+    enum { MAXN = 53, MAXHD = 512, MAXQ = 8 };
+    static int16_t q16[MAXQ * MAXHD];
+    static int8_t rows[MAXN * MAXHD], kb[64 * MAXHD];
+    static float ks[MAXN], qs[MAXQ], out[MAXQ * MAXN], ref[MAXQ * MAXN];
+    const int hds[] = {4, 64, 72, 256, 512};
+    bool ok = true;
+    int cases = 0;
+    const kvt_isa top = kvt_kernels_isa_detected(), saved = kvt_kernels_isa();
+    for (int h = 0; h < 5; h++) {
+        const int hd = hds[h];
+        for (int qpg = 1; qpg <= MAXQ; qpg++) {
+            const int extreme = (qpg + h) % 3 == 0; // every product at its largest magnitude, all of one sign
+            for (int i = 0; i < qpg * hd; i++) q16[i] = extreme ? (int16_t)(i % 2 ? -32767 : 32767) : (int16_t)(frand() * 32767.0f);
+            for (int t = 0; t < MAXN; t++) {
+                for (int x = 0; x < hd; x++) {
+                    const int8_t v = extreme ? (int8_t)((x + t) % 2 ? -127 : 127) : (int8_t)(frand() * 127.0f);
+                    rows[t * hd + x] = v;
+                    kb[kvt_sparse_k8_at(t, x, hd)] = v;
+                }
+                ks[t] = 0.01f + 0.02f * (frand() + 1.0f);
+            }
+            for (int i = 0; i < qpg; i++) qs[i] = 0.5f + frand();
+            const int t0 = (int)((frand() + 1.0f) * 10.0f), n = MAXN - t0 - (qpg % 4); // a run from t0
+            for (int i = 0; i < qpg; i++) {
+                for (int t = t0; t < t0 + n; t++) {
+                    int64_t sum = 0;
+                    for (int x = 0; x < hd; x++) sum += (int64_t)q16[i * hd + x] * rows[t * hd + x];
+                    ok = ok && sum >= INT32_MIN && sum <= INT32_MAX;
+                    ref[i * MAXN + t - t0] = (float)sum * (ks[t] * (qs[i] * 0.25f));
+                }
+            }
+            for (int isa = KVT_ISA_SCALAR; isa <= (int)top; isa++) {
+                kvt_kernels_set_isa((kvt_isa)isa);
+                memset(out, 0, sizeof out);
+                kvt_sparse_score_i8_rows(q16, qs, qpg, hd, kb, ks, t0, n, MAXN, 0.25f, out);
+                for (int i = 0; i < qpg; i++) ok = ok && memcmp(out + i * MAXN, ref + i * MAXN, (size_t)n * 4) == 0;
+                // a sorted subset (a re-rank's candidates): every other run of 1..7 positions, one pass
+                int32_t pos[MAXN];
+                int m = 0;
+                for (int t = t0, r = 0; t < t0 + n; r++) {
+                    const int len = 1 + (t * 7 + r) % 7;
+                    for (int u = t; r % 2 == 0 && u < t + len && u < t0 + n; u++) pos[m++] = u;
+                    t += len;
+                }
+                memset(out, 0, sizeof out);
+                kvt_sparse_score_i8_set(q16, qs, qpg, hd, kb, ks, pos, m, MAXN, 0.25f, out);
+                for (int i = 0; i < qpg; i++) {
+                    for (int x = 0; x < m; x++) ok = ok && memcmp(&out[i * MAXN + x], &ref[i * MAXN + pos[x] - t0], 4) == 0;
+                }
+                cases++;
+            }
+        }
+    }
+    kvt_kernels_set_isa(saved);
+    test_result(ok, "sparse: block-layout int8 scan of a range and of a sorted set = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)",
+                "%d cases", cases);
+}
+
 static void test_score_kernels(void) {
+    test_score_blocks();
     test_score_kernels_hd(72);
     test_score_kernels_hd(64);
     test_score_kernels_hd(128);
@@ -222,7 +293,10 @@ static int cmp_vi(const void *a, const void *b) { // value descending (float ord
 static void test_topk_random(void) {
     enum { MAXN = 3000 };
     static float score[MAXN], vals[MAXN];
-    static int32_t sel[MAXN], ref[MAXN];
+    static int32_t sel[MAXN], ref[MAXN], selp[MAXN], wts[MAXN + 2], pos[MAXN], selc[MAXN];
+    static float sc2[MAXN];
+    bool okp = true;
+    int badp = -1;
     static uint8_t mark[MAXN];
     static vi_pair pr[MAXN];
     const float pool[] = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -INFINITY, NAN, 3e38f, -3e38f, 1e-40f, -1e-40f, 2.0f};
@@ -234,10 +308,24 @@ static void test_topk_random(void) {
         for (int64_t t = 0; t < n; t++) {
             if (mode == 0) score[t] = pool[(int)((frand() + 1.0f) * 6.0f) % 12];
             else if (mode == 1) score[t] = frand() * 100.0f;
-            else score[t] = t % 16 ? score[t - 1] : (frand() < -0.9f ? NAN : frand() * 10.0f);
+            else score[t] = t % 16 ? score[t - 1] : pool[(int)((frand() + 1.0f) * 6.0f) % 12] * (it % 2 ? 1.0f : (float)(t % 5));
         }
         const int64_t sink = it % 5, recent = 1 + it % 7, K = (int64_t)((frand() + 1.0f) * 0.5f * (double)n);
         const int64_t m = kvt_sparse_topk(score, n, K, sink, recent, sel, mark, vals);
+        if (mode == 2) { // over the pages: the same positions
+            const int64_t mp = kvt_sparse_topk_pages(score, n, K, sink, recent, 16, NULL, selp, vals, wts);
+            okp = okp && mp == m && memcmp(selp, sel, (size_t)m * sizeof *sel) == 0;
+            // a sorted subset of positions (candidates) with their pages' scores, pages of 8
+            int64_t nc = 0;
+            for (int64_t t = 0; t < n; t++) {
+                if (frand() > -0.3f) pos[nc] = (int32_t)t, sc2[nc++] = score[t / 8 * 8];
+            }
+            const int64_t Kc = K * nc / (n > 0 ? n : 1);
+            const int64_t mc = kvt_sparse_topk(sc2, nc, Kc, sink, recent, selc, mark, vals);
+            const int64_t mq = kvt_sparse_topk_pages(sc2, nc, Kc, sink, recent, 8, pos, selp, vals, wts);
+            okp = okp && mq == mc && memcmp(selp, selc, (size_t)mc * sizeof *selc) == 0;
+            if (!okp && badp < 0) badp = it;
+        }
         // the reference
         const int64_t s0 = sink < n ? sink : n, r0 = recent < n - s0 ? recent : n - s0, m1 = n - r0;
         int64_t c = 0, np = 0;
@@ -254,6 +342,8 @@ static void test_topk_random(void) {
     }
     test_result(ok, "sparse: top-k equals a comparison sort's choice (ties, -0/+0, -inf, NaN, pages; 400 draws)",
                 "first mismatch at draw %d", bad);
+    test_result(okp, "sparse: top-k over pages of equal scores = top-k over the positions, all positions or a sorted subset (ties, -0/+0, -inf, NaN; 133 draws)",
+                "first mismatch at draw %d", badp);
 }
 
 static void test_topk(void) {
@@ -304,7 +394,7 @@ static bool keep_case(double keep, bool gap, bool fork, int32_t *p1, int32_t *p2
         kvt_sparse_layer *ly = &q->lay[0];
         for (int t = 0; t < 64; t++) {
             ly->k8s[t] = 1.0f / 127.0f;
-            for (int x = 0; x < 4; x++) ly->k8[t * 4 + x] = (int8_t)((t / 4 == 2 && x == 0) || (t / 4 == 4 && x == 1) || (t / 4 == 6 && x == 2) ? 127 : 0);
+            for (int x = 0; x < 4; x++) ly->k8[kvt_sparse_k8_at(t, x, 4)] = (int8_t)((t / 4 == 2 && x == 0) || (t / 4 == 4 && x == 1) || (t / 4 == 6 && x == 2) ? 127 : 0);
         }
         const float q1[4] = {3.0f, 3.0f, 2.7f, 0.0f}, q2[4] = {3.0f, 2.85f, 3.0f, 0.0f}; // page 6 overtakes page 4
         keep_step(s, 0, 40, q1, p1);
@@ -705,12 +795,39 @@ static void test_cli(const test_env *env, const char *model) {
     test_result(ok && bad1 != 0 && bad2 != 0, name, "rc %d, bad values rc %d %d, output %.300s", rc, bad1, bad2, out);
 }
 
+// The int8 block layout's terms: asyncspade needs head_dim % 4 == 0 (refused with a message otherwise; quest does
+// not), reserves n_ctx rounded up to whole 16-position blocks, and a sequence's buffers hold whole blocks.
+static void test_k8_layout_terms(void) {
+    kvt_sparse_params p = {.mode = KVT_SPARSE_ASYNCSPADE, .budget = 8, .sync = true};
+    kvt_sparse_dims d = {.n_layer = 2, .n_head = 2, .n_head_kv = 1, .head_dim = 6, .head_dim_v = 6, .n_ctx = 100,
+                         .n_threads = 1, .kv_type = KVT_TYPE_F32};
+    kvt_sparse *s = NULL;
+    kvt_err err = {0};
+    const kvt_status st = kvt_sparse_init(&p, &d, &s, &err);
+    bool ok = st == KVT_ERR_UNSUPPORTED && strstr(err.msg, "multiple of 4") && !s;
+    kvt_sparse_params pq = p;
+    pq.mode = KVT_SPARSE_QUEST;
+    ok = ok && !kvt_sparse_init(&pq, &d, &s, &err) && s;
+    kvt_sparse_free(s);
+    s = NULL;
+    d.head_dim = d.head_dim_v = 8;
+    ok = ok && kvt_sparse_summary_bytes(&p, &d) == 2 * 1 * 112 * (8 + 4); // 100 positions -> 7 blocks of 16
+    ok = ok && !kvt_sparse_init(&p, &d, &s, &err) && s;
+    kvt_sparse_seq *q = s ? kvt_sparse_seq_get(s, 0) : NULL;
+    ok = ok && q && !kvt_sparse_layer_reserve(s, q, 0, 100, &err) && q->lay[0].cap == 112 &&
+         kvt_sparse_summary_held(s) == 112 * (8 + 4);
+    kvt_sparse_free(s);
+    test_result(ok, "sparse: asyncspade refuses head_dim % 4 != 0 (quest does not); n_ctx 100 reserves and holds 7 blocks of 16",
+                "status %d: %s", (int)st, err.msg);
+}
+
 void test_sparse(const test_env *env) {
     test_predictor();
     test_predictor_simplex();
     test_rope_align();
     test_quest_bound();
     test_score_kernels();
+    test_k8_layout_terms();
     test_topk();
     test_topk_random();
     test_keep();

@@ -73,12 +73,6 @@ static bool chol_solve(double *G, double *b, int32_t w) {
     return true;
 }
 
-static double dotd(const float *a, const float *b, int32_t d) {
-    double s = 0.0;
-    for (int32_t x = 0; x < d; x++) s += (double)a[x] * b[x];
-    return s;
-}
-
 // Euclidean projection of v[0 .. w) onto the probability simplex (sort-free: bisection on the threshold).
 static void project_simplex(double *v, int32_t w) {
     double lo = -1e300, hi = -1e300;
@@ -120,17 +114,33 @@ static void solve_simplex(const double *G, const double *b, int32_t w, double *a
     }
 }
 
+// The Gram matrix R[a * m + b] = dot(row a, row b) of the m rows h ([m, d]), each entry a serial double sum over the
+// dimensions in order (products of floats: exact in double), computed row by row against every earlier row at once (independent sums: no latency chain).
+static void gram(const float *h, int32_t m, int32_t d, double *R) {
+    for (int32_t a = 0; a < m; a++) {
+        double acc[MAX_WINDOW + 1] = {0};
+        const float *ra = h + (int64_t)a * d;
+        for (int32_t x = 0; x < d; x++) {
+            const double v = ra[x];
+            for (int32_t b = 0; b <= a; b++) acc[b] += v * h[(int64_t)b * d + x];
+        }
+        for (int32_t b = 0; b <= a; b++) R[a * m + b] = R[b * m + a] = acc[b];
+    }
+}
+
 // One window's estimate of the next row, added into acc; false when the window cannot be used. how: 0 the
-// ridge weights as solved, 1 softmax-normalized, 2 the ridge problem solved over the simplex.
-static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, double lambda, int how, float *acc) {
-    if (w < 1 || w > MAX_WINDOW || n < w + 1) return false;
+// ridge weights as solved, 1 softmax-normalized, 2 the ridge problem solved over the simplex. R: the Gram matrix
+// of the last m rows of hist (m >= w + 1), shared by every window (the products of the same rows: the same bits).
+static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, double lambda, int how, const double *R,
+                           int32_t m, float *acc) {
+    if (w < 1 || w > MAX_WINDOW || n < w + 1 || m < w + 1) return false;
     double G[MAX_WINDOW * MAX_WINDOW], a[MAX_WINDOW];
-    const float *X = hist + (int64_t)(n - 1 - w) * d, *y = hist + (int64_t)(n - 1) * d; // X: rows n-1-w .. n-2
+    const int32_t r0 = m - 1 - w; // X: rows n-1-w .. n-2 of hist = rows r0 .. m-2 of R; y: row m-1
     double tr = 0.0;
     for (int32_t i = 0; i < w; i++) {
-        for (int32_t j = 0; j <= i; j++) G[i * w + j] = G[j * w + i] = dotd(X + (int64_t)i * d, X + (int64_t)j * d, d);
+        for (int32_t j = 0; j <= i; j++) G[i * w + j] = G[j * w + i] = R[(r0 + i) * m + r0 + j];
         tr += G[i * w + i];
-        a[i] = dotd(X + (int64_t)i * d, y, d);
+        a[i] = R[(r0 + i) * m + m - 1];
     }
     const double reg = lambda * (tr > 0.0 ? tr / w : 1.0);
     for (int32_t i = 0; i < w; i++) G[i * w + i] += reg > 0.0 ? reg : 1e-12;
@@ -159,8 +169,13 @@ static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, d
 static void predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda, int how,
                     float *out, float *work) {
     memset(work, 0, (size_t)d * sizeof(float));
-    int32_t used = 0;
-    for (int32_t i = 0; i < nw; i++) used += predict_window(hist, n, d, windows[i], lambda, how, work);
+    int32_t used = 0, m = 0;
+    for (int32_t i = 0; i < nw; i++) { // the rows the largest usable window reads
+        if (windows[i] >= 1 && windows[i] <= MAX_WINDOW && n >= windows[i] + 1 && windows[i] + 1 > m) m = windows[i] + 1;
+    }
+    double R[(MAX_WINDOW + 1) * (MAX_WINDOW + 1)];
+    if (m > 0) gram(hist + (int64_t)(n - m) * d, m, d, R);
+    for (int32_t i = 0; i < nw; i++) used += predict_window(hist, n, d, windows[i], lambda, how, R, m, work);
     if (!used) {
         if (n > 0) memcpy(out, hist + (int64_t)(n - 1) * d, (size_t)d * sizeof(float));
         else memset(out, 0, (size_t)d * sizeof(float));
@@ -256,5 +271,75 @@ int64_t kvt_sparse_topk(const float *score, int64_t n, int64_t K, int64_t sink, 
     for (int64_t i = 0; i < n; i++) {
         if (mark[i]) sel[c++] = (int32_t)i;
     }
+    return c;
+}
+
+// The k-th largest (1 <= k <= the total weight) of v[0 .. n) counting value i w[i] times, reordering v and w
+// (quickselect with a three-way partition; no NaN in v).
+static float weighted_kth(float *v, int32_t *w, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n; // the values left: [lo, hi)
+    for (;;) {
+        const float a = v[lo], b = v[lo + (hi - lo - 1) / 2], c = v[hi - 1];
+        const float piv = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b)); // median of three
+        int64_t gt = lo, i = lo, lt = hi, G = 0, E = 0; // [lo, gt): > piv, [gt, i): == piv, [lt, hi): < piv
+        while (i < lt) {
+            const float x = v[i];
+            const int32_t y = w[i];
+            if (x > piv) {
+                v[i] = v[gt], w[i] = w[gt], v[gt] = x, w[gt] = y, gt++, i++, G += y;
+            } else if (x < piv) {
+                lt--;
+                v[i] = v[lt], w[i] = w[lt], v[lt] = x, w[lt] = y;
+            } else {
+                i++, E += y;
+            }
+        }
+        if (k <= G) hi = gt;
+        else if (k <= G + E) return piv;
+        else k -= G + E, lo = lt;
+    }
+}
+
+// The end of the piece of the middle (which ends at m1) that starts at a: the rest of a's page (pos NULL: x's page is
+// x / B; else pos[x] / B, pos sorted).
+static int64_t piece_end(const int32_t *pos, int64_t a, int64_t m1, int32_t B) {
+    if (!pos) return (a / B + 1) * B < m1 ? (a / B + 1) * B : m1;
+    const int64_t end = ((int64_t)pos[a] / B + 1) * B;
+    int64_t e = a + 1;
+    while (e < m1 && pos[e] < end) e++;
+    return e;
+}
+
+int64_t kvt_sparse_topk_pages(const float *score, int64_t n, int64_t K, int64_t sink, int64_t recent, int32_t B,
+                              const int32_t *pos, int32_t *sel, float *vals, int32_t *wts) {
+    if (sink > n) sink = n;
+    if (recent > n - sink) recent = n - sink;
+    const int64_t m0 = sink, m1 = n - recent, kk = K - sink - recent; // the middle [m0, m1)
+    int64_t c = 0;
+    for (int64_t t = 0; t < m0; t++) sel[c++] = (int32_t)t;
+    if (kk >= m1 - m0) {
+        for (int64_t t = m0; t < m1; t++) sel[c++] = (int32_t)t;
+    } else if (kk > 0) {
+        int64_t ns = 0; // the middle cut into its pieces of pages, each one value
+        for (int64_t a = m0, e; a < m1; a = e, ns++) {
+            e = piece_end(pos, a, m1, B);
+            vals[ns] = isnan(score[a]) ? -INFINITY : score[a];
+            wts[ns] = (int32_t)(e - a);
+        }
+        const float thr = weighted_kth(vals, wts, ns, kk);
+        int64_t ties = kk; // what the pieces above thr leave to the ties (the lowest first)
+        for (int64_t a = m0, e; a < m1; a = e) {
+            e = piece_end(pos, a, m1, B);
+            if (score[a] > thr) ties -= e - a;
+        }
+        for (int64_t a = m0, e; a < m1; a = e) {
+            e = piece_end(pos, a, m1, B);
+            int64_t take = 0;
+            if (score[a] > thr) take = e - a;
+            else if (score[a] == thr || (isnan(score[a]) && thr == -INFINITY)) take = ties < e - a ? ties : e - a, ties -= take;
+            for (int64_t t = a; t < a + take; t++) sel[c++] = (int32_t)t;
+        }
+    }
+    for (int64_t t = m1; t < n; t++) sel[c++] = (int32_t)t;
     return c;
 }

@@ -30,7 +30,7 @@ int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_d
     kvt_sparse_params_resolve(&p);
     const int64_t pairs = (int64_t)d->n_layer * d->n_head_kv * p.seqs;
     if (p.mode == KVT_SPARSE_QUEST) return pairs * ((d->n_ctx + p.page - 1) / p.page) * 2 * d->head_dim * 4;
-    if (p.mode == KVT_SPARSE_ASYNCSPADE) return pairs * d->n_ctx * (d->head_dim + 4);
+    if (p.mode == KVT_SPARSE_ASYNCSPADE) return pairs * kvt_sparse_k8_cap(d->n_ctx) * (d->head_dim + 4); // whole blocks
     return 0;
 }
 
@@ -45,6 +45,7 @@ static void ss_alloc(kvt_sparse_scratch *ss, const kvt_sparse *s, bool *ok) {
     ss->pred = kvt_sparse_zalloc((size_t)s->gd * 4, ok);
     ss->work = kvt_sparse_zalloc((size_t)kvt_sparse_predict_work_floats(s->p.window, s->gd) * 4, ok);
     ss->blk = kvt_sparse_zalloc((size_t)N * 8, ok);
+    ss->wts = kvt_sparse_zalloc((size_t)(N + 2) * 4, ok);
     ss->al = kvt_sparse_zalloc((size_t)(s->p.window + 1) * s->gd * 4, ok);
     ss->cs = kvt_sparse_zalloc((size_t)(s->d.rope.n_rot + 2) * 4, ok);
     ss->hrow = kvt_sparse_zalloc((size_t)(s->p.window + 1) * s->d.head_dim * 4, ok);
@@ -52,7 +53,7 @@ static void ss_alloc(kvt_sparse_scratch *ss, const kvt_sparse *s, bool *ok) {
 }
 
 static void ss_free(kvt_sparse_scratch *ss) {
-    void *bufs[] = {ss->raw, ss->agg, ss->vals, ss->mark, ss->pred, ss->work, ss->blk, ss->al, ss->cs, ss->hrow, ss->csel};
+    void *bufs[] = {ss->raw, ss->agg, ss->vals, ss->mark, ss->pred, ss->work, ss->blk, ss->al, ss->cs, ss->hrow, ss->csel, ss->wts};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
@@ -66,6 +67,9 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     if (p.window > 64) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-window %d: at most 64 queries", p.window);
     if (d->n_head_kv <= 0 || d->n_head % d->n_head_kv) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sparse attention: n_head %d not a multiple of n_head_kv %d", d->n_head, d->n_head_kv);
+    }
+    if (p.mode == KVT_SPARSE_ASYNCSPADE && d->head_dim % 4) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "sparse asyncspade: head_dim %d is not a multiple of 4 (the int8 key layout)", d->head_dim);
     }
     if (d->head_dim > KVT_SPARSE_MAX_HD || d->n_head / d->n_head_kv > KVT_SPARSE_MAX_QPG) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "sparse attention: head_dim %d (at most %d) or %d query heads per KV head (at most %d)",

@@ -73,7 +73,8 @@ void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_
 
 // Resolves defaults (sink, recent, window, page, budget fraction) into *p.
 void kvt_sparse_params_resolve(kvt_sparse_params *p);
-// Bytes of the compact key summaries of p->seqs sequences of n_ctx positions each (0 for off and oracle):
+// Bytes of the compact key summaries of p->seqs sequences of n_ctx positions each (asyncspade: n_ctx rounded up to
+// 16, the int8 copies' block; 0 for off and oracle):
 // the caller reserves them in the fast tier's budget. A sequence's summaries are allocated as it grows
 // (kvt_sparse_summary_held: what is held now), a fork copies its parent's.
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *p, const kvt_sparse_dims *d);
@@ -167,5 +168,10 @@ float kvt_sparse_quest_bound(const float *q, const float *lo, const float *hi, i
 // sel: sorted positions; returns their count. mark: n bytes of scratch. vals: n floats of scratch.
 int64_t kvt_sparse_topk(const float *score, int64_t n, int64_t K, int64_t sink, int64_t recent, int32_t *sel,
                         uint8_t *mark, float *vals);
+// The same positions as kvt_sparse_topk when score is constant over each page (positions outside [sink, n - recent)
+// excepted), found over the pages instead of the positions: x's page is x / B (pos NULL), or pos[x] / B (pos: n sorted
+// positions, e.g. candidates; score[x] the score of pos[x]). vals, wts: (pages met) + 2 of scratch each.
+int64_t kvt_sparse_topk_pages(const float *score, int64_t n, int64_t K, int64_t sink, int64_t recent, int32_t B,
+                              const int32_t *pos, int32_t *sel, float *vals, int32_t *wts);
 
 #endif

@@ -67,7 +67,9 @@ static void prefetch_head(kvt_sparse *s, kvt_sparse_scratch *ss, const int32_t *
             c_sink += sel[x] < s->p.sink;
             c_recent += sel[x] >= n - s->p.recent;
         }
-        const int64_t m2 = kvt_sparse_topk(ss->raw, m, K2, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
+        const int64_t m2 = s->p.block > 1 // whole pages of one score (page_max): top-k over the pages
+                               ? kvt_sparse_topk_pages(ss->raw, m, K2, c_sink, c_recent, s->p.block, sel, ss->csel, ss->vals, ss->wts)
+                               : kvt_sparse_topk(ss->raw, m, K2, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
         for (int64_t x = 0; x < m2; x++) ss->csel[x] = sel[ss->csel[x]];
         m = m2;
         uint64_t *key = (uint64_t *)ss->blk; // (descending score, ascending block), as one sortable key
@@ -127,8 +129,12 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
         memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
         score_int8(s, ly, kh, ss->pred, n, P, scale, ss->raw);
         kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
-        if (s->p.block > 1) page_max(ss->agg, n, s->p.block, s->p.block_sum);
-        ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
+        if (s->p.block > 1) { // whole pages of one score each: top-k over the pages
+            page_max(ss->agg, n, s->p.block, s->p.block_sum);
+            ly->nsel[kh] = kvt_sparse_topk_pages(ss->agg, n, K, s->p.sink, s->p.recent, s->p.block, NULL, sel_of(ly, kh), ss->vals, ss->wts);
+        } else {
+            ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
+        }
         if (pf_layer >= 0 && s->kv) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], n, K0, pf_seq, pf_layer, kh, false);
     }
     ly->sel_pos = P;
@@ -141,7 +147,8 @@ static void page_mass(float *agg, const int32_t *sel, int64_t nc, int64_t c_sink
     for (int64_t x = c_sink; x < nc - c_recent;) {
         int64_t e = x;
         float m = 0.0f;
-        for (; e < nc - c_recent && sel[e] / Q == sel[x] / Q; e++) m += agg[e];
+        const int32_t end = (sel[x] / Q + 1) * Q; // sorted: the page's candidates are the run below its end
+        for (; e < nc - c_recent && sel[e] < end; e++) m += agg[e];
         for (int64_t y = x; y < e; y++) agg[y] = m;
         x = e;
     }
@@ -152,7 +159,9 @@ static void mark_kept(const kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, con
     const int64_t np = kvt_sparse_kept_pages(s);
     uint8_t *kept = ly->kept + kh * np;
     memset(kept, 0, (size_t)np);
-    for (int64_t x = 0; x < m; x++) kept[sel[x] / s->p.rerank_block] = 1;
+    for (int64_t x = 0, end = 0, pg = -1; x < m; x++) { // sorted: one division per page
+        if (sel[x] >= end) pg = sel[x] / s->p.rerank_block, end = (pg + 1) * s->p.rerank_block, kept[pg] = 1;
+    }
 }
 
 // One KV head's re-rank (kvt_sparse_rerank) in the scratch ss of the thread that runs it: it reads and writes only
@@ -168,8 +177,8 @@ static void rerank_head(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch 
         if (keep) mark_kept(s, ly, kh, sel, nc);
         return;
     }
-    // the candidates scored run by run of consecutive positions, in place (no copy of their int8 rows);
-    // position P, the query's own, has no int8 row yet: -inf, as in the full scan (it is always kept, recent)
+    // the candidates scored in place (no copy of their int8 rows), in one pass over their blocks; position P, the
+    // query's own, has no int8 row yet: -inf, as in the full scan (it is always kept, recent)
     const int8_t *k8 = ly->k8 + (int64_t)kh * ly->cap * hd;
     const float *k8s = ly->k8s + (int64_t)kh * ly->cap;
     int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
@@ -180,27 +189,25 @@ static void rerank_head(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch 
         c_sink += sel[x] < s->p.sink;
         c_recent += sel[x] >= n - s->p.recent;
     }
-    for (int64_t x = 0; x < nc;) {
-        int64_t e = x + 1;
-        while (e < nc && sel[e] == sel[e - 1] + 1 && sel[e] < P) e++;
-        const int64_t t0 = sel[x], len = sel[e - 1] < P ? e - x : e - x - 1;
-        if (len > 0) kvt_sparse_score_i8_rows(q16, qs, s->qpg, (int32_t)hd, k8 + t0 * hd, k8s + t0, len, nc, scale, ss->raw + x);
-        for (int64_t y = x + len; y < e; y++) {
-            for (int32_t i = 0; i < s->qpg; i++) ss->raw[(int64_t)i * nc + y] = -INFINITY;
-        }
-        x = e;
+    const int64_t nk = sel[nc - 1] >= P ? nc - 1 : nc; // sorted: only the last can be P
+    kvt_sparse_score_i8_set(q16, qs, s->qpg, (int32_t)hd, k8, k8s, sel, nk, nc, scale, ss->raw);
+    for (int64_t y = nk; y < nc; y++) {
+        for (int32_t i = 0; i < s->qpg; i++) ss->raw[(int64_t)i * nc + y] = -INFINITY;
     }
     kvt_sparse_aggregate(ss->raw, s->qpg, nc, ss->agg);
     if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block);
     if (use_kept) { // a page kept at P - 1 is resident: it leaves the set only for (1 + keep) times its mass
         const uint8_t *kept = ly->kept + kh * kvt_sparse_kept_pages(s);
         const float f = (float)(1.0 + s->p.keep);
-        for (int64_t x = c_sink; x < nc - c_recent; x++) {
-            if (kept[sel[x] / s->p.rerank_block]) ss->agg[x] *= f;
+        for (int64_t x = c_sink, end = 0, pg = 0; x < nc - c_recent; x++) { // sorted: one division per page
+            if (sel[x] >= end) pg = sel[x] / s->p.rerank_block, end = (pg + 1) * s->p.rerank_block;
+            if (kept[pg]) ss->agg[x] *= f;
         }
     }
     // top-K over the candidates in position order (sink and recent: their first and last ones)
-    const int64_t m = kvt_sparse_topk(ss->agg, nc, K, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
+    const int64_t m = s->p.rerank_block > 1 // the candidates of a page share its mass: top-k over the pages
+                          ? kvt_sparse_topk_pages(ss->agg, nc, K, c_sink, c_recent, s->p.rerank_block, sel, ss->csel, ss->vals, ss->wts)
+                          : kvt_sparse_topk(ss->agg, nc, K, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
     for (int64_t x = 0; x < m; x++) sel[x] = sel[ss->csel[x]]; // csel ascending, csel[x] >= x
     ly->nsel[kh] = m;
     if (keep) mark_kept(s, ly, kh, sel, m);
@@ -274,8 +281,8 @@ void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, con
             }
             for (int64_t t = pg * s->p.page; t < (pg + 1) * s->p.page && t < P; t++) ss->agg[t] = best;
         }
-        ss->agg[P] = INFINITY;
-        ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
+        ss->agg[P] = INFINITY; // always kept (recent): the middle positions hold their page's bound, top-k over the pages
+        ly->nsel[kh] = kvt_sparse_topk_pages(ss->agg, n, K, s->p.sink, s->p.recent, (int32_t)s->p.page, NULL, sel_of(ly, kh), ss->vals, ss->wts);
     }
     ly->sel_pos = P;
 }

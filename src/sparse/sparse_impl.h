@@ -31,6 +31,7 @@ typedef struct {
     float *hrow;  // [W + 1][head_dim] one query head's history (ridge-head)
     int64_t *blk; // [n_ctx] blocks of a selection (prefetch)
     int32_t *csel;// [n_ctx] a re-rank's choice, as indices into the candidates; the best candidates (prefetch_top)
+    int32_t *wts; // [n_ctx + 2] page weights of kvt_sparse_topk_pages
 } kvt_sparse_scratch;
 
 // One layer of one sequence. Buffers hold `cap` positions per KV head (grown as the sequence grows, at most
@@ -38,7 +39,8 @@ typedef struct {
 typedef struct {
     int64_t cap;        // positions the buffers have room for
     int64_t key_n;      // keys [0, key_n) are in the summaries (the rest is read from the store when needed)
-    int8_t *k8;         // asyncspade: [Hkv][cap][hd] int8 keys
+    int8_t *k8;         // asyncspade: [Hkv][cap * hd] int8 keys in blocks of 16 positions (kvt_sparse_k8_at; cap a
+                        // multiple of 16)
     float *k8s;         // asyncspade: [Hkv][cap] their scales
     float *lo, *hi;     // quest: [Hkv][pages(cap)][hd] key bounds
     int32_t *sel;       // [Hkv][cap] the selected positions of the next step
@@ -192,17 +194,33 @@ enum { KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };
 // The qpg query rows q ([qpg, hd] f32) as int16 (q16 [qpg, hd]) with one scale per row (qscale [qpg]):
 // q ~ q16 * qscale, max |q16| = 32767 (non-finite values count as 0).
 void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale);
-// raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t = k8[t] * k8s[t] (k8 [n_keys, hd] int8,
-// k8s [n_keys]) for t < n_keys, -inf for n_keys <= t < n. Integer dot products: the same bits on every path.
+// raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t = k8[t] * k8s[t] (k8: int8 keys in the
+// layout of kvt_sparse_k8_at, k8s [n_keys]) for t < n_keys, -inf for n_keys <= t < n. Integer dot products: the same bits on every path.
 void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
                          const float *k8s, int64_t n_keys, int64_t n, float scale, float *raw);
-// The same products for rows [0, n_keys) only, written at raw[i * stride + t] (a run of positions scored into its
-// place in a wider row: the same bits as kvt_sparse_score_i8 over those positions).
+// The layout of the int8 key copies (kvt_sparse_layer.k8, one KV head): blocks of 16 positions, each block hd / 4
+// groups of 4 dimensions, each group 16 positions x 4 bytes (64 bytes): element x of position t at
+// kvt_sparse_k8_at(t, x, hd). A group of 16 keys is then one vector row for VPDPBUSD (16 dot products at once, no
+// horizontal sums). hd must be a multiple of 4; buffers hold a multiple of 16 positions.
+static inline int64_t kvt_sparse_k8_at(int64_t t, int32_t x, int32_t hd) {
+    return (t >> 4) * 16 * (int64_t)hd + (int64_t)(x >> 2) * 64 + (t & 15) * 4 + (x & 3);
+}
+// Positions of an int8 buffer with room for n (whole blocks).
+static inline int64_t kvt_sparse_k8_cap(int64_t n) { return (n + 15) / 16 * 16; }
+
+// The same products for positions [t0, t0 + n_keys) only (k8, k8s: the KV head's whole buffers, layout above),
+// position t written at raw[i * stride + t - t0] (a run of positions scored into its place in a wider row: the same
+// bits as kvt_sparse_score_i8 over those positions).
 void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                              const float *k8s, int64_t n_keys, int64_t stride, float scale, float *raw);
-// dot_rows_i8 of sparse_score.c on AVX-512 (sparse_score_avx512.c: hd a multiple of 32; the same bits).
-void kvt_sparse_dot_rows_i8_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8,
-                                   const float *k8s, int64_t n_keys, int64_t n, float *raw);
+                              const float *k8s, int64_t t0, int64_t n_keys, int64_t stride, float scale, float *raw);
+// The same products for the m sorted positions pos[0 .. m) (a re-rank's candidates), the x-th at raw[i * stride + x].
+void kvt_sparse_score_i8_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
+                             const float *k8s, const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw);
+// The scan of both (qs: qscale times the attention scale; pos NULL: the range [t0, t0 + n_keys), else the n_keys
+// sorted positions of pos) on AVX-512 VNNI (sparse_score_avx512.c; the same bits: integer sums).
+void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8,
+                                     const float *k8s, int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride,
+                                     float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
 

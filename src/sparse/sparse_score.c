@@ -30,39 +30,53 @@ void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q1
     }
 }
 
-// raw[i * n + t] = (q16_i . k8_t) * k8s[t] * qs[i] for t < n_keys. The integer sum is exact: |q| <= 32767,
-// |k| <= 127, hd <= 512 keep it below 2^31.
+// raw[i * stride + x] = (q16_i . k8_t) * k8s[t] * qs[i] for the x-th position t of [t0, t0 + n_keys) (pos NULL) or of
+// pos[0 .. n_keys) (k8 in the layout of kvt_sparse_k8_at). The integer sum is exact: |q| <= 32767, |k| <= 127,
+// hd <= 512 keep it below 2^31.
 SCORE_CLONES
-static void dot_rows_i8(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8, const float *k8s,
-                        int64_t n_keys, int64_t n, float *raw) {
-    for (int64_t t = 0; t < n_keys; t++) {
-        const int8_t *k = k8 + t * hd;
+static void dot_blocks_i8(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8, const float *k8s,
+                          int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw) {
+    for (int64_t x = 0; x < n_keys; x++) {
+        const int64_t t = pos ? pos[x] : t0 + x;
+        const int8_t *k = k8 + kvt_sparse_k8_at(t, 0, hd); // dimension 4g + c at k[64 g + c]
         for (int32_t i = 0; i < qpg; i++) {
             const int16_t *qi = q16 + (int64_t)i * hd;
             int32_t s = 0;
-            for (int32_t x = 0; x < hd; x++) s += (int32_t)qi[x] * (int32_t)k[x];
-            raw[i * n + t] = (float)s * (k8s[t] * qs[i]);
+            for (int32_t g = 0; g < hd / 4; g++) {
+                for (int32_t c = 0; c < 4; c++) s += (int32_t)qi[4 * g + c] * (int32_t)k[64 * g + c];
+            }
+            raw[i * stride + x] = (float)s * (k8s[t] * qs[i]);
         }
     }
 }
 
-void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                              const float *k8s, int64_t n_keys, int64_t stride, float scale, float *raw) {
+static void score_blocks(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8, const float *k8s,
+                         int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float scale, float *raw) {
     float qs[KVT_SPARSE_MAX_QPG] = {0};
     for (int32_t i = 0; i < qpg; i++) qs[i] = qscale[i] * scale;
 #if defined(__x86_64__)
-    if (hd % 32 == 0 && kvt_kernels_isa() == KVT_ISA_AVX512) {
-        kvt_sparse_dot_rows_i8_avx512(q16, qs, qpg, hd, k8, k8s, n_keys, stride, raw);
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
+        kvt_sparse_dot_blocks_i8_avx512(q16, qs, qpg, hd, k8, k8s, t0, n_keys, pos, stride, raw);
         return;
     }
 #endif
-    dot_rows_i8(q16, qs, qpg, hd, k8, k8s, n_keys, stride, raw);
+    dot_blocks_i8(q16, qs, qpg, hd, k8, k8s, t0, n_keys, pos, stride, raw);
+}
+
+void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
+                              const float *k8s, int64_t t0, int64_t n_keys, int64_t stride, float scale, float *raw) {
+    score_blocks(q16, qscale, qpg, hd, k8, k8s, t0, n_keys, NULL, stride, scale, raw);
+}
+
+void kvt_sparse_score_i8_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
+                             const float *k8s, const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw) {
+    score_blocks(q16, qscale, qpg, hd, k8, k8s, 0, m, pos, stride, scale, raw);
 }
 
 void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
                          const float *k8s, int64_t n_keys, int64_t n, float scale, float *raw) {
     if (n_keys > n) n_keys = n;
-    kvt_sparse_score_i8_rows(q16, qscale, qpg, hd, k8, k8s, n_keys, n, scale, raw);
+    kvt_sparse_score_i8_rows(q16, qscale, qpg, hd, k8, k8s, 0, n_keys, n, scale, raw);
     for (int32_t i = 0; i < qpg; i++) {
         for (int64_t t = n_keys; t < n; t++) raw[(int64_t)i * n + t] = -INFINITY;
     }

@@ -1,27 +1,97 @@
-// sparse_score_avx512.c - the int8 key scan of sparse_score.c (dot_rows_i8) for AVX-512 CPUs (Makefile flags for
-// *_avx512.c; called only when kvt_kernels_isa() is KVT_ISA_AVX512). Each key row is widened to int16 once and
-// multiplied with every query row of the group by VPDPWSSD (pairs of int16 products summed into int32 lanes). The
-// integer sums are exact (|q| <= 32767, |k| <= 127, hd <= 512), so the scores are the same bits as the portable
-// loop's: raw[i * n + t] = (float)(q16_i . k8_t) * (k8s[t] * qs[i]).
+// sparse_score_avx512.c - the int8 key scan of sparse_score.c (dot_blocks_i8) for AVX-512 VNNI CPUs (Makefile flags for
+// *_avx512.c; called only when kvt_kernels_isa() is KVT_ISA_AVX512). The keys are stored in blocks of 16 positions with
+// 4 dimensions of 16 keys per 64-byte row (kvt_sparse_k8_at), so one VPDPBUSD multiplies 4 dimensions of 16 keys with 4
+// broadcast query bytes and sums them into 16 int32 lanes: 16 dot products at once, no horizontal sums.
+//
+// VPDPBUSD multiplies unsigned by signed bytes, so each int16 query element is split as q = 256 qh + ql (ql in
+// [0, 255] unsigned, qh in [-128, 127] signed): q . k = 256 (qh . k) + ql . k, where ql . k is VPDPBUSD(ql, k) and
+// qh . k = VPDPBUSD(k + 128, qh) - 128 sum(qh) (k + 128 = k XOR 0x80 as unsigned). Every sum is exact in int32 (the
+// total is below 2^31 for |q| <= 32767, |k| <= 127, hd <= 512, and wrap-around cancels in the intermediate ones), so
+// the scores are the same bits as the portable loop's: raw[i * stride + t - t0] = (float)(q16_i . k8_t) * (k8s[t] * qs[i]).
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "sparse_impl.h"
 
-void kvt_sparse_dot_rows_i8_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8,
-                                   const float *k8s, int64_t n_keys, int64_t n, float *raw) {
-    const int32_t nc = hd / 32; // 32 elements per chunk; the caller checks hd % 32 == 0 and hd <= KVT_SPARSE_MAX_HD
-    for (int64_t t = 0; t < n_keys; t++) {
-        const int8_t *k = k8 + t * hd;
-        __m512i kw[KVT_SPARSE_MAX_HD / 32];
-        for (int32_t c = 0; c < nc; c++) kw[c] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(k + 32 * c)));
-        for (int32_t i = 0; i < qpg; i++) {
-            const int16_t *qi = q16 + (int64_t)i * hd;
-            __m512i acc = _mm512_setzero_si512();
-            for (int32_t c = 0; c < nc; c++) acc = _mm512_dpwssd_epi32(acc, kw[c], _mm512_loadu_si512(qi + 32 * c));
-            const int32_t s = _mm512_reduce_add_epi32(acc);
-            raw[i * n + t] = (float)s * (k8s[t] * qs[i]);
+enum { HC = 6 }; // query heads per pass: 2 HC accumulators, the key row and its XOR stay in registers
+
+// One block of 16 positions (blk), hc query heads (split rows ql, qh of hd bytes each, corr[i] = 128 sum(qh_i)); lanes
+// [j0, j1) of the block are stored at raw[i * stride + j - j0] (the first lane of the range to the pointer given).
+static inline __attribute__((always_inline)) void block_heads(int32_t hc, int32_t hd, const int8_t *blk, const uint8_t *ql,
+                                                              const int8_t *qh, const int32_t *corr, const float *qs,
+                                                              __m512 ks, __mmask16 m, int64_t stride, float *raw) {
+    __m512i al[HC], ah[HC];
+    for (int32_t i = 0; i < hc; i++) al[i] = ah[i] = _mm512_setzero_si512();
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+    for (int32_t g = 0; g < hd / 4; g++) {
+        const __m512i kv = _mm512_loadu_si512(blk + 64 * g);
+        const __m512i ku = _mm512_xor_si512(kv, x80);
+        for (int32_t i = 0; i < hc; i++) {
+            int32_t lw, hw;
+            memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
+            memcpy(&hw, qh + (int64_t)i * hd + 4 * g, 4);
+            al[i] = _mm512_dpbusd_epi32(al[i], _mm512_set1_epi32(lw), kv);
+            ah[i] = _mm512_dpbusd_epi32(ah[i], ku, _mm512_set1_epi32(hw));
+        }
+    }
+    for (int32_t i = 0; i < hc; i++) {
+        const __m512i d = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ah[i], _mm512_set1_epi32(corr[i])), 8), al[i]);
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ks, _mm512_set1_ps(qs[i])));
+        // the lanes of the range, moved to the front, stored from the range's first position on
+        _mm512_mask_storeu_ps(raw + i * stride, (__mmask16)((1u << __builtin_popcount(m)) - 1u), _mm512_maskz_compress_ps(m, f));
+    }
+}
+
+void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8,
+                                     const float *k8s, int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride,
+                                     float *raw) {
+    uint8_t ql[HC * KVT_SPARSE_MAX_HD];
+    int8_t qh[HC * KVT_SPARSE_MAX_HD];
+    int32_t corr[HC];
+    const int64_t t1 = t0 + n_keys;
+    for (int32_t h0 = 0; h0 < qpg; h0 += HC) {
+        const int32_t hc = qpg - h0 < HC ? qpg - h0 : HC;
+        for (int32_t i = 0; i < hc; i++) {
+            int32_t sum = 0;
+            for (int32_t x = 0; x < hd; x++) {
+                const int32_t v = q16[(int64_t)(h0 + i) * hd + x];
+                ql[i * hd + x] = (uint8_t)(v & 0xff);
+                qh[i * hd + x] = (int8_t)(v >> 8); // arithmetic shift: floor(v / 256)
+                sum += qh[i * hd + x];
+            }
+            corr[i] = 128 * sum;
+        }
+        // block by block: the range's positions in it, or the list's (sorted: a run of entries in one block)
+        for (int64_t x = 0, b0 = pos ? 0 : t0 & ~(int64_t)15; pos ? x < n_keys : b0 < t1;) {
+            uint32_t bits = 0;
+            int64_t out = x;
+            if (pos) {
+                b0 = pos[x] & ~(int32_t)15;
+                for (; x < n_keys && pos[x] < b0 + 16; x++) bits |= 1u << (pos[x] - b0);
+                if (x < n_keys) { // the next block of the set: its lines on their way while this one is scored
+                    const int8_t *nb = k8 + (int64_t)(pos[x] & ~(int32_t)15) * hd;
+                    for (int32_t o = 0; o < 16 * hd; o += 64) _mm_prefetch((const char *)nb + o, _MM_HINT_T0);
+                }
+            } else {
+                const int64_t j0 = t0 > b0 ? t0 - b0 : 0, j1 = t1 < b0 + 16 ? t1 - b0 : 16;
+                bits = ((1u << j1) - 1u) & ~((1u << j0) - 1u);
+                out = b0 + j0 - t0;
+            }
+            const __mmask16 m = (__mmask16)bits;
+            const __m512 ks = _mm512_maskz_loadu_ps(m, k8s + b0);
+            const int8_t *blk = k8 + b0 * hd;
+            float *r = raw + (int64_t)h0 * stride + out;
+            switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
+            case 1: block_heads(1, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 2: block_heads(2, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 3: block_heads(3, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 4: block_heads(4, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 5: block_heads(5, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            default: block_heads(HC, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            }
+            if (!pos) b0 += 16;
         }
     }
 }

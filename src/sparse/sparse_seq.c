@@ -158,6 +158,7 @@ kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t la
     if (cap < 64) cap = 64;
     cap = (cap + s->p.page - 1) / s->p.page * s->p.page;
     if (cap > N) cap = N;
+    if (s->p.mode == KVT_SPARSE_ASYNCSPADE) cap = kvt_sparse_k8_cap(cap); // whole blocks of the int8 layout
     return layer_resize(s, q, ly, cap, err);
 }
 
@@ -176,8 +177,8 @@ static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int6
                 float mx = 0.0f;
                 for (int32_t x = 0; x < hd; x++) mx = fabsf(s->krow[x]) > mx ? fabsf(s->krow[x]) : mx;
                 const float sc = mx > 0.0f ? mx / 127.0f : 1.0f;
-                int8_t *dst = ly->k8 + (kh * cap + pos) * hd;
-                for (int32_t x = 0; x < hd; x++) dst[x] = (int8_t)lrintf(s->krow[x] / sc);
+                int8_t *dst = ly->k8 + kh * cap * hd;
+                for (int32_t x = 0; x < hd; x++) dst[kvt_sparse_k8_at(pos, x, hd)] = (int8_t)lrintf(s->krow[x] / sc);
                 ly->k8s[kh * cap + pos] = sc;
             }
             if (ly->lo) {

@@ -62,7 +62,7 @@ read -r KVB NL NKV HD < <("$BIN" info -m "$M" --json | python3 -c '
 import json,sys; i=json.load(sys.stdin); print(i["kv_bytes_per_token_f16"], i["n_layer"], i["n_head_kv"], i["head_dim"])')
 KV=$((KVB * CTX)); FAST=$((KV / 8))
 quest_sum() { echo $((NL * NKV * ((CTX + $1 - 1) / $1) * 2 * HD * 4)); }
-ASYNC_SUM=$((NL * NKV * CTX * (HD + 4)))
+ASYNC_SUM=$((NL * NKV * ((CTX + 15) / 16 * 16) * (HD + 4))) # n_ctx in whole 16-position blocks
 
 SESSION=$OUT/prefix-$(cat "$M" "$OUT/prefix.txt" | cksum | cut -d' ' -f1)-$CTX.kvs # per model and text
 if [ ! -s "$SESSION" ]; then
