@@ -4,6 +4,11 @@
 // warm-up, plus the weight bytes streamed per generated token as GB/s next
 // to this machine's measured read bandwidth. -p and -n take comma lists as
 // llama-bench's do (-p 32,128,512: one pp test each).
+// The read bandwidth of a tg test is probed right after its repetitions, with
+// the engine's thread count: the best of BW_PROBES passes over a 512 MiB
+// buffer, each thread XOR-reading 64 KiB chunks in turn (sequential streams,
+// as decode's row ranges are). On a shared VM that rate moves by 30% within
+// minutes, so it is measured beside each test, and the best pass is kept.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +25,10 @@ typedef struct {
     const char *name; // "pp" or "tg"
     int64_t n_prompt, n_gen;
     double *ns;       // [reps] nanoseconds per repetition
+    double mem_bw;    // tg: DRAM read bytes/s probed right after the repetitions (0: not measured)
 } bench_test;
+
+#define BW_PROBES 5
 
 // Weight bytes one decode step reads: every layer matrix and the output matrix.
 static int64_t bytes_per_token(const kvt_model *m) {
@@ -129,6 +137,7 @@ int cmd_bench(int argc, char **argv) {
     kvt_model *m = NULL;
     int rc = 1;
     kvt_context *ctx = NULL;
+    kvt_threadpool *pool = NULL; // the bandwidth probe's (tg tests)
     int64_t need = 0;
     for (int i = 0; i < n_pp + n_tg; i++) {
         int64_t x = i < n_pp ? pp[i] : tg[i - n_pp];
@@ -157,10 +166,11 @@ int cmd_bench(int argc, char **argv) {
         bool is_pp = i < n_pp;
         int64_t x = is_pp ? pp[i] : tg[i - n_pp];
         if (x <= 0) continue;
-        tests[n_tests] = (bench_test){is_pp ? "pp" : "tg", is_pp ? x : 0, is_pp ? 0 : x, ns + n_tests * reps};
+        tests[n_tests] = (bench_test){is_pp ? "pp" : "tg", is_pp ? x : 0, is_pp ? 0 : x, ns + n_tests * reps, 0};
         n_tests++;
         any_tg = any_tg || !is_pp;
     }
+    if (any_tg && kvt_threadpool_init(kvt_context_n_threads(ctx), &pool, NULL) != KVT_OK) pool = NULL;
     for (int ti = 0; ti < n_tests; ti++) {
         bench_test *t = &tests[ti];
         if (!run_once(ctx, t, toks, &err)) goto fail; // warm-up
@@ -169,14 +179,11 @@ int cmd_bench(int argc, char **argv) {
             if (!run_once(ctx, t, toks, &err)) goto fail;
             t->ns[k] = (double)(kvt_time_ns() - t0);
         }
+        if (t->n_gen && pool) t->mem_bw = kvt_measure_read_bw(pool, (int64_t)512 << 20, BW_PROBES);
     }
+    kvt_threadpool_free(pool);
+    pool = NULL;
     const int64_t bpt = bytes_per_token(m);
-    kvt_threadpool *pool = NULL;
-    double mem_bw = 0;
-    if (any_tg && kvt_threadpool_init(kvt_context_n_threads(ctx), &pool, NULL) == KVT_OK) {
-        mem_bw = kvt_measure_read_bw(pool, (int64_t)512 << 20, 3);
-        kvt_threadpool_free(pool);
-    }
     const char *fname = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
     char type_desc[64];
     snprintf(type_desc, sizeof type_desc, "%s %s", kvt_arch_name(m->hp.arch), kvt_type_name(m->layers[0].wq.type));
@@ -210,7 +217,7 @@ int cmd_bench(int argc, char **argv) {
             kvt_json_kv_num(&j, "stddev_ts", st);
             if (t->n_gen) {
                 kvt_json_kv_num(&j, "gbps", (double)bpt * at / 1e9);
-                kvt_json_kv_num(&j, "mem_read_gbps", mem_bw / 1e9);
+                kvt_json_kv_num(&j, "mem_read_gbps", t->mem_bw / 1e9);
             }
             kvt_json_key(&j, "samples_ns");
             kvt_json_arr_begin(&j);
@@ -232,7 +239,7 @@ int cmd_bench(int argc, char **argv) {
             double an, sn, at, st;
             stats(t->ns, (int)reps, n_tok, &an, &sn, &at, &st);
             char gb[64] = "";
-            if (t->n_gen) snprintf(gb, sizeof gb, "%.1f of %.1f", (double)bpt * at / 1e9, mem_bw / 1e9);
+            if (t->n_gen) snprintf(gb, sizeof gb, "%.1f of %.1f", (double)bpt * at / 1e9, t->mem_bw / 1e9);
             printf("| %s | %.2f MiB | %.2f M | CPU | %d | %s%lld | %.2f ± %.2f | %s |\n", type_desc,
                    m->weight_bytes / 1048576.0, m->n_params / 1e6, kvt_context_n_threads(ctx), t->name,
                    (long long)n_tok, at, st, gb);
@@ -243,6 +250,7 @@ int cmd_bench(int argc, char **argv) {
 fail:
     fprintf(stderr, "kvtier bench: %s\n", err.msg);
 done:
+    kvt_threadpool_free(pool);
     kvt_context_free(ctx);
     free(toks);
     free(ns);

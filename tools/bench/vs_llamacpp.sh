@@ -8,7 +8,10 @@
 #        and Q4_K_M are made there with `kvtier mkmodel` if missing.
 # For each model and test, the two engines alternate (llama.cpp first), each with a warm-up
 # run and REPS repetitions; prints a markdown table with tokens/s (mean ± stddev), the ratio
-# kvtier / llama.cpp and kvtier's achieved GB/s in tg next to the measured DRAM read bandwidth.
+# kvtier / llama.cpp and kvtier's achieved GB/s in tg (weight bytes per token x tokens/s) next to
+# the DRAM read bandwidth that `kvtier bench` probes right after that tg test's repetitions, with
+# the same thread count: the best of 5 passes over 512 MiB, each thread reading 64 KiB chunks in
+# turn (sequential streams, like decode's row ranges). The percentage is the first over the second.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LLAMA_BENCH="${LLAMA_BENCH:-/work/peer/build/bin/llama-bench}"
@@ -40,14 +43,15 @@ for m in "${models[@]}"; do
 done
 python3 - "$tmp/list" <<'PY'
 import json, os, sys
-print("| model | test | llama.cpp t/s | kvtier t/s | kvtier / llama.cpp | kvtier GB/s (of DRAM read) |")
-print("| --- | --- | ---: | ---: | ---: | ---: |")
+print("| model | test | llama.cpp t/s | kvtier t/s | kvtier / llama.cpp | kvtier GB/s (of DRAM read, best of 5 probes) | % of DRAM |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
 for line in open(sys.argv[1]):
     m, test, lf, kf = line.split()
     l = json.load(open(lf))[0]
     k = json.load(open(kf))[0]
     n = k["n_prompt"] + k["n_gen"]
     gb = f'{k["gbps"]:.1f} of {k["mem_read_gbps"]:.1f}' if "gbps" in k else ""
+    pc = f'{100 * k["gbps"] / k["mem_read_gbps"]:.0f}%' if k.get("mem_read_gbps") else ""
     print(f'| {os.path.basename(m)} | {test}{n} | {l["avg_ts"]:.2f} ± {l["stddev_ts"]:.2f} | '
-          f'{k["avg_ts"]:.2f} ± {k["stddev_ts"]:.2f} | {k["avg_ts"] / l["avg_ts"]:.2f} | {gb} |')
+          f'{k["avg_ts"]:.2f} ± {k["stddev_ts"]:.2f} | {k["avg_ts"] / l["avg_ts"]:.2f} | {gb} | {pc} |')
 PY
