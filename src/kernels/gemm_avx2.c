@@ -64,12 +64,24 @@
 #define GEMM_FN(name) kvt_gemm_##name##_avx512
 #define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx512
 #define MM_TABLE kvt_mm_kernel_avx512
+#ifndef FP_SHAPE
 #define FP_SHAPE 4x6 // 24 accumulators of 32 zmm
 #define FP_RM 4
 #define FP_TM 6
-#define FP_KB ((int64_t)1 << 40) // no K blocking (the 4x6 zmm tile not measured with it)
-#define FP_STRIP 0
-#define FP_WPANEL 1 // f16/bf16 weights converted to f32 once per strip (measured faster here)
+#endif
+// K blocks of 512, 512 KiB strips, f16/bf16 weights converted in the tile (f16 activations too) as on
+// AVX2: one thread, Zen 4, pp128 GFLOP/s at n x rows 2048 x 5632 / 5632 x 2048 / 2048 x 2048, 2026-11-28
+// (before: no K blocks, STRIP_BYTES strips, the weights converted to f32 once per strip): f16 80/98/80 ->
+// 86/98/86, bf16 59-71/78-84/62-70 -> 96-99/100-102/85-97, f32 64/80/62 -> 72/88/72.
+#ifndef FP_KB
+#define FP_KB 512
+#endif
+#ifndef FP_STRIP
+#define FP_STRIP (512 * 1024)
+#endif
+#ifndef FP_WPANEL
+#define FP_WPANEL 0
+#endif
 #else
 #define GEMM_FN(name) kvt_gemm_##name##_avx2
 #define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx2
