@@ -709,6 +709,13 @@ int test_kernels_main(void) {
             // float decode steps 4 slices, then a pair, then the tail (1125 = 17 * 64 + 32 + 5 on AVX-512)
             if (blck == 1) test_matmul_batch_bitwise((kvt_isa)isa, t, 1125, 7, 11);
         }
+    // the float tiles' every edge (AVX2 4 x 3, weights one by one when R > T; AVX-512 4 x 6): rows 1..9, 16,
+    // 33 against 2..7 tokens, odd K (67: 4 slices of 16 and a tail of 3)
+    for (int isa = KVT_ISA_AVX2; isa <= (int)kvt_kernels_isa(); isa++) {
+        const int64_t rows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33};
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+            for (int64_t nt = 2; nt <= 7; nt++) test_matmul_batch_bitwise((kvt_isa)isa, KVT_TYPE_F16, 67, rows[i], nt);
+    }
     // q4_1 block headers come 8 blocks at a time (masked loads for a short last group): every short group
     // size, alone and after a full group, decode (row pairs and an odd row) and a few tokens
     for (int64_t nb = 1; nb <= 15; nb++)

@@ -64,20 +64,35 @@
 #define GEMM_FN(name) kvt_gemm_##name##_avx512
 #define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx512
 #define MM_TABLE kvt_mm_kernel_avx512
+#ifndef FP_SHAPE
 #define FP_SHAPE 4x6 // 24 accumulators of 32 zmm
 #define FP_RM 4
 #define FP_TM 6
-#define FP_KB ((int64_t)1 << 40) // no K blocking (the 4x6 zmm tile not measured with it)
-#define FP_STRIP 0
-#define FP_WPANEL 1 // f16/bf16 weights converted to f32 once per strip (measured faster here)
+#endif
+// K blocks of 512, 512 KiB strips, f16/bf16 weights converted in the tile (f16 activations too) as on
+// AVX2: one thread, Zen 4, pp128 GFLOP/s at n x rows 2048 x 5632 / 5632 x 2048 / 2048 x 2048, 2026-11-28
+// (before: no K blocks, STRIP_BYTES strips, the weights converted to f32 once per strip): f16 80/98/80 ->
+// 86/98/86, bf16 59-71/78-84/62-70 -> 96-99/100-102/85-97, f32 64/80/62 -> 72/88/72.
+#ifndef FP_KB
+#define FP_KB 512
+#endif
+#ifndef FP_STRIP
+#define FP_STRIP (512 * 1024)
+#endif
+#ifndef FP_WPANEL
+#define FP_WPANEL 0
+#endif
 #else
 #define GEMM_FN(name) kvt_gemm_##name##_avx2
 #define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx2
 #define MM_TABLE kvt_mm_kernel_avx2
-#ifndef FP_SHAPE // 3 x 4: 12 accumulators, 3 weight vectors and 1 activation vector = the 16 ymm
-#define FP_SHAPE 3x4
-#define FP_RM 3
-#define FP_TM 4
+// 4 x 3: 12 accumulators, 3 activation vectors and 1 weight vector = the 16 ymm (each activation vector,
+// streamed from L2, serves 4 rows: 3 x 4 read a third more activation bytes per FMA). F16 pp128, one
+// thread, Zen 4, 2026-11-28: 97-104 -> 100-106 GFLOP/s, and no more drops to 71 at n = 2048.
+#ifndef FP_SHAPE
+#define FP_SHAPE 4x3
+#define FP_RM 4
+#define FP_TM 3
 #endif
 // Float tiles: strips of 512 KiB of weights (more tiles per token block): the prepared f32
 // activations (4n bytes a token) come from L3 once per strip, which dominated at large n
@@ -120,7 +135,9 @@ typedef struct {
 } gemm_type;
 
 #define STRIP_BYTES (192 * 1024) // weight rows per strip (L2), gemm_type.strip = 0
+#ifndef TOKEN_BYTES
 #define TOKEN_BYTES (192 * 1024)
+#endif
 
 static int64_t gemm_scratch_of(const gemm_type *g, int64_t n, int64_t n_tok, int64_t wrs) {
     int64_t sr = (g->strip ? g->strip : STRIP_BYTES) / (wrs > 0 ? wrs : 1) / g->rm * g->rm;
@@ -247,6 +264,16 @@ static void bf16_wprep(int64_t n, const void *w, void *s) {
                 FV acc[RMAX][TMAX];                                                                 \
                 UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = a[u][r][t]; \
                 for (int64_t i = k0 + FV_N * u; i < k1; i += 2 * FV_N) {                            \
+                    if (R > T) { /* T activations in registers, the weights one by one */          \
+                        FV y[TMAX];                                                                 \
+                        UNROLL for (int t = 0; t < T; t++) y[t] = LDY((const YT *)(YB + t * YS) + i); \
+                        UNROLL for (int r = 0; r < R; r++) {                                        \
+                            FV w = LDW((const ET *)(WB + r * WS) + i);                              \
+                            __asm__("" : "+x"(w)); /* one register for it, its load not repeated */ \
+                            UNROLL for (int t = 0; t < T; t++) acc[r][t] = fv_fma(w, y[t], acc[r][t]); \
+                        }                                                                           \
+                        continue;                                                                   \
+                    }                                                                               \
                     FV w[RMAX];                                                                     \
                     UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(WB + r * WS) + i);   \
                     UNROLL for (int t = 0; t < T; t++) {                                            \
