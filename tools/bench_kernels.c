@@ -94,7 +94,10 @@ int main(int argc, char **argv) {
     printf("%-6s %10s %10s %12s\n", "type", "MB", "tg GB/s", "pp GFLOP/s");
     for (int ti = 0; ti < ntypes; ti++) {
         const kvt_type t = types[ti];
-        const kvt_type_ops *ops = isa < 0 ? kvt_type_ops_get(t) : kvt_type_ops_isa(t, (kvt_isa)isa);
+        // a repacked type (q4_K_x8): quantized as its source type, then repacked as the model loader does
+        const kvt_type qt = kvt_type_repacked_from(t);
+        const kvt_repack_ops *rp = qt != t ? kvt_type_repack(qt) : NULL;
+        const kvt_type_ops *ops = isa < 0 ? kvt_type_ops_get(qt) : kvt_type_ops_isa(qt, (kvt_isa)isa);
         if (!ops || !ops->vec_dot) {
             printf("%-6s unsupported\n", kvt_type_name(t));
             continue;
@@ -121,6 +124,16 @@ int main(int argc, char **argv) {
         const int64_t uniq = rows < n ? rows : n;
         for (int64_t r = 0; r < uniq; r++) ops->from_float(f + r * n, w + r * wrs, n);
         for (int64_t r = uniq; r < rows; r++) memcpy(w + r * wrs, w + (r % uniq) * wrs, (size_t)wrs);
+        if (rp) {
+            char *tmp = malloc(wbytes);
+            if (!tmp || rows % rp->row_align) {
+                fprintf(stderr, "%s: out of memory or rows not a multiple of %d\n", kvt_type_name(t), rp->row_align);
+                return 1;
+            }
+            rp->pack(w, tmp, rows, n);
+            memcpy(w, tmp, wbytes);
+            free(tmp);
+        }
         for (int c = 1; c < copies; c++) memcpy(w + wbytes * (size_t)c, w, wbytes);
         for (int64_t k = 0; k < pp; k++) vops->from_float(f + k * n, x + k * xrs, n);
 

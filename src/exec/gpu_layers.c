@@ -62,11 +62,12 @@ static kvt_status upload(kvt_gpu_layers *g, const void *src, size_t bytes, void 
 
 static kvt_status upload_weight(kvt_gpu_layers *g, const kvt_weight *w, const char *name, int32_t il, void **dst,
                                 kvt_err *err) {
-    if (w->type == KVT_TYPE_F32 || w->type == KVT_TYPE_BF16 || w->cols % 8) {
+    const kvt_type wt = kvt_weight_file_type(w); // the GGUF's layout (w->data may be repacked for the CPU)
+    if (wt == KVT_TYPE_F32 || wt == KVT_TYPE_BF16 || w->cols % 8) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "layer %d weight %s (%s, %lld columns) cannot run on the device yet",
-                          il, name, kvt_type_name(w->type), (long long)w->cols);
+                          il, name, kvt_type_name(wt), (long long)w->cols);
     }
-    return upload(g, w->data, (size_t)(w->rows * kvt_row_size(w->type, w->cols)), dst, err);
+    return upload(g, kvt_weight_file_data(w), (size_t)(w->rows * kvt_row_size(wt, w->cols)), dst, err);
 }
 
 static kvt_status check_model(const kvt_model *m, kvt_err *err) {
@@ -199,8 +200,8 @@ void kvt_gpu_layers_free(kvt_gpu_layers *g) {
 
 // y = W x over n rows: the matrix-vector kernel up to KVT_CUDA_MMV_MAX_ROWS rows, the GEMM past that.
 static int mm(kvt_gpu_layers *g, const kvt_weight *w, const void *dw, const float *x, int64_t n, float *y) {
-    return n <= KVT_CUDA_MMV_MAX_ROWS ? g->api->mul_mat_vec(g->ctx, (int)w->type, dw, w->rows, w->cols, x, n, y)
-                                      : g->api->mul_mat_gemm(g->ctx, (int)w->type, dw, w->rows, w->cols, x, n, y);
+    return n <= KVT_CUDA_MMV_MAX_ROWS ? g->api->mul_mat_vec(g->ctx, (int)kvt_weight_file_type(w), dw, w->rows, w->cols, x, n, y)
+                                      : g->api->mul_mat_gemm(g->ctx, (int)kvt_weight_file_type(w), dw, w->rows, w->cols, x, n, y);
 }
 
 static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *seqs, const int64_t *pos, int32_t max_len,

@@ -357,6 +357,7 @@ void kvt_gguf_free(kvt_gguf *g) {
 }
 
 const char *kvt_gguf_path(const kvt_gguf *g) { return g->path; }
+bool kvt_gguf_is_mapped(const kvt_gguf *g) { return g->mapped; }
 uint32_t kvt_gguf_version(const kvt_gguf *g) { return g->version; }
 size_t kvt_gguf_file_size(const kvt_gguf *g) { return g->size; }
 uint64_t kvt_gguf_alignment(const kvt_gguf *g) { return g->alignment; }

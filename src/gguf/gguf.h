@@ -60,6 +60,8 @@ kvt_status kvt_gguf_open_buffer(const void *buf, size_t size, const char *name,
 void kvt_gguf_free(kvt_gguf *g);
 
 const char *kvt_gguf_path(const kvt_gguf *g);
+// True when the tensor data is a read-only mapping of the file (kvt_gguf_open), false for a buffer.
+bool kvt_gguf_is_mapped(const kvt_gguf *g);
 uint32_t kvt_gguf_version(const kvt_gguf *g);
 size_t kvt_gguf_file_size(const kvt_gguf *g);
 uint64_t kvt_gguf_alignment(const kvt_gguf *g);

@@ -44,6 +44,8 @@ static const type_layout k_layouts[KVT_TYPE_COUNT] = {
     [34] = {"tq1_0", 256, 54, false},
     [35] = {"tq2_0", 256, 66, false},
     [39] = {"mxfp4", 32, 17, false},
+    // kvtier's in-memory layouts: computed with, never accepted from a file
+    [KVT_TYPE_Q4_K_X8] = {"q4_K_x8", 256, 144, false},
 };
 
 const char *kvt_type_name(kvt_type t) {
@@ -62,7 +64,7 @@ bool kvt_type_from_name(const char *name, kvt_type *out) {
 }
 
 bool kvt_type_layout(uint32_t id, int64_t *blck, int64_t *size) {
-    if (id >= KVT_TYPE_COUNT || !k_layouts[id].name) return false;
+    if (id >= KVT_TYPE_GGUF_END || !k_layouts[id].name) return false;
     *blck = k_layouts[id].blck;
     *size = k_layouts[id].size;
     return true;

@@ -25,7 +25,9 @@ typedef enum {
     KVT_TYPE_Q6_K = 14,
     KVT_TYPE_Q8_K = 15,
     KVT_TYPE_BF16 = 30,
-    KVT_TYPE_COUNT = 40 // upper bound of ids known to GGUF readers
+    KVT_TYPE_GGUF_END = 40, // ids below are GGUF's; from here kvtier's own in-memory layouts (never in a file)
+    KVT_TYPE_Q4_K_X8 = 40,  // q4_K repacked at load, 8 rows interleaved (quant.h: kvt_type_repack)
+    KVT_TYPE_COUNT = 41
 } kvt_type;
 
 #define KVT_QK 32   // elements per block of Q4_0, Q4_1, Q8_0, Q8_1
@@ -36,11 +38,12 @@ const char *kvt_type_name(kvt_type t);
 // Parses a name (case-insensitive, "q4_k" == "Q4_K"); returns false if unknown.
 bool kvt_type_from_name(const char *name, kvt_type *out);
 // Layout of any id GGUF defines (so that files with other types can still be
-// parsed and their sizes validated); false for ids outside the GGUF list.
+// parsed and their sizes validated); false for ids outside the GGUF list (kvtier's own layouts too).
 bool kvt_type_layout(uint32_t id, int64_t *blck, int64_t *size);
 // True if kvtier can compute with weights of this type.
 bool kvt_type_supported(kvt_type t);
-// Bytes of a row of n elements; -1 if n is not a multiple of the block size.
+// Bytes of a row of n elements; -1 if n is not a multiple of the block size. (A repacked layout such as
+// q4_K_x8 keeps its source type's size: a group of 8 rows takes 8 row sizes.)
 int64_t kvt_row_size(kvt_type t, int64_t n);
 
 #endif

@@ -85,9 +85,10 @@ static int matmul_kernel(const kvt_mm_kernel *mm, int64_t n, const char *w, int6
     return 1;
 }
 
-// Per-thread scratch of the gemm paths, kept between calls (a fresh malloc of
-// a few hundred KiB per call would be mmap'ed and page-faulted every time);
-// freed by the key's destructor when the thread exits.
+// Per-thread scratch of the gemm paths (slot 0) and of the repacked types' unpacking (slot 1, which
+// calls the gemm paths), kept between calls (a fresh malloc of a few hundred KiB per call would be
+// mmap'ed and page-faulted every time); freed by the key's destructor when the thread exits.
+#define N_SCRATCH 2
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 static int g_scratch_ok;
@@ -97,24 +98,25 @@ typedef struct {
 } scratch_buf;
 static void scratch_free(void *p) {
     scratch_buf *b = p;
-    free(b->raw);
+    for (int i = 0; i < N_SCRATCH; i++) free(b[i].raw);
     free(b);
 }
 static void scratch_key_init(void) { g_scratch_ok = pthread_key_create(&g_scratch_key, scratch_free) == 0; }
 
-// 64-aligned buffer of at least size bytes, valid until the thread's next call; NULL on failure.
-static void *gemm_scratch(size_t size) {
+// 64-aligned buffer of at least size bytes, valid until the thread's next call with this slot; NULL on failure.
+static void *gemm_scratch(int slot, size_t size) {
     pthread_once(&g_scratch_once, scratch_key_init);
     if (!g_scratch_ok) return NULL;
-    scratch_buf *b = pthread_getspecific(g_scratch_key);
-    if (!b) {
-        b = calloc(1, sizeof *b);
-        if (!b) return NULL;
-        if (pthread_setspecific(g_scratch_key, b) != 0) {
-            free(b);
+    scratch_buf *bs = pthread_getspecific(g_scratch_key);
+    if (!bs) {
+        bs = calloc(N_SCRATCH, sizeof *bs);
+        if (!bs) return NULL;
+        if (pthread_setspecific(g_scratch_key, bs) != 0) {
+            free(bs);
             return NULL;
         }
     }
+    scratch_buf *b = &bs[slot];
     if (b->size < size) {
         free(b->raw);
         b->size = 0;
@@ -145,9 +147,51 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
     }
 }
 
+// Repacked types (quant.h): q4_K_x8 decode through its GEMV (kqx8.h); batches, the scalar ISA and the
+// rows of a group cut by [r0, r1) go through the source type's paths on rows unpacked into a per-thread
+// buffer, X8_STRIP_BYTES at a time. The same bits either way (each row's order is its source type's).
+#define X8_STRIP_BYTES (256 * 1024)
+static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
+                            const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
+    const kvt_type st = kvt_type_repacked_from(wt);
+    const kvt_repack_ops *rp = kvt_type_repack(st);
+    const int64_t wrs = kvt_row_size(st, n);
+    if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) {
+        void (*gemv)(int64_t, const void *, int64_t, int64_t, const void *, float *) =
+            isa == KVT_ISA_AVX512 ? kvt_q4kx8_gemv_avx512 : kvt_q4kx8_gemv_avx2;
+        const int64_t g0 = (r0 + 7) / 8, g1 = r1 / 8; // the groups wholly inside
+        if (g0 < g1) gemv(n, W, g0, g1, Xq, Y);
+        for (int64_t g = r0 / 8; g <= (r1 - 1) / 8; g++) {
+            if (g >= g0 && g < g1) continue;
+            float t[8];
+            gemv(n, (const char *)W + g * 8 * wrs, 0, 1, Xq, t);
+            for (int64_t r = g * 8 > r0 ? g * 8 : r0; r < r1 && r < g * 8 + 8; r++) Y[r] = t[r - g * 8];
+        }
+        return;
+    }
+    int64_t strip = X8_STRIP_BYTES / wrs / 8 * 8;
+    if (strip < 8) strip = 8;
+    if (strip > r1 - r0) strip = r1 - r0;
+    char *buf = gemm_scratch(1, (size_t)(strip * wrs));
+    for (int64_t rs = r0; rs < r1; rs += strip) {
+        const int64_t re = min64(rs + strip, r1);
+        if (!buf) {
+            for (int64_t t = 0; t < n_tok; t++)
+                for (int64_t r = rs; r < re; r++) Y[t * ldy + r] = NAN;
+            continue;
+        }
+        rp->unpack(W, buf, rs, re, n);
+        kvt_matmul_rows_isa(isa, st, n, buf, 0, re - rs, Xq, n_tok, Y + rs, ldy);
+    }
+}
+
 void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
                          const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
     if (isa > kvt_kernels_isa()) isa = KVT_ISA_SCALAR;
+    if (kvt_type_repacked_from(wt) != wt) {
+        if (r0 < r1 && n_tok > 0 && kvt_row_size(wt, n) > 0) matmul_repacked(isa, wt, n, W, r0, r1, Xq, n_tok, Y, ldy);
+        return;
+    }
     const kvt_type_ops *ops = kvt_type_ops_isa(wt, isa);
     if (!ops) ops = kvt_type_ops_ref(wt);
     const int64_t wrs = kvt_row_size(wt, n);
@@ -162,7 +206,7 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
                               : isa == KVT_ISA_AVX2 ? kvt_mm_kernel_avx2(wt)
                                                     : NULL;
     if (mm && mm->gemm && n_tok >= mm->gemm_min_tok) {
-        void *buf = gemm_scratch((size_t)mm->gemm_scratch(n, n_tok));
+        void *buf = gemm_scratch(0, (size_t)mm->gemm_scratch(n, n_tok));
         if (buf) {
             mm->gemm(n, (const char *)W + r0 * wrs, (size_t)wrs, r1 - r0, Xq, (size_t)xrs, n_tok, Y + r0, ldy, buf);
             return;

@@ -90,6 +90,10 @@ typedef struct {
 const kvt_mm_kernel *kvt_mm_kernel_avx2(kvt_type wt);
 const kvt_mm_kernel *kvt_mm_kernel_avx512(kvt_type wt);
 
+// q4_K_x8 decode (kqx8.h): Y[8g + r] for the 8-row groups g in [g0, g1) of W (n columns) against one q8_K row y.
+void kvt_q4kx8_gemv_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
+void kvt_q4kx8_gemv_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
+
 // GEMM tiles (gemm_avx2.c, and gemm_avx512.c for isa avx512), the gemm entries
 // of the SIMD kernels: each output is bit-identical to that ISA's GEMV for that
 // activation row alone.

@@ -597,7 +597,78 @@ static const kvt_type_ops k_ref_ops[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q8_K] = OPS_ACT(q8_K, KVT_TYPE_Q8_K),
 };
 
+// ------------------------------------------------------------ load-time repacking (quant.h)
+
+static void q4_K_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) {
+    const int64_t nb = n / KVT_QK_K, wrs = nb * (int64_t)sizeof(kvt_block_q4_K);
+    for (int64_t g = 0; g < rows / 8; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + g * 8 * wrs + b * KVT_X8_SB, h[64];
+            for (int r = 0; r < 8; r++) {
+                const kvt_block_q4_K *x = (const kvt_block_q4_K *)((const char *)src + (8 * g + r) * wrs) + b;
+                for (int c = 0; c < 4; c++)
+                    for (int p = 0; p < 4; p++) memcpy(o + 64 * (4 * c + p) + 8 * r, x->qs + 32 * c + 8 * p, 8);
+                uint8_t sc[8], m[8];
+                kvt_k_scales_unpack(x->scales, sc, m);
+                for (int j = 0; j < 8; j++) {
+                    o[1024 + 8 * r + j] = (uint8_t)((sc[j] & 15) | (m[j] & 15) << 4);
+                    h[8 * r + j] = (uint8_t)((sc[j] >> 4) | (m[j] >> 4) << 2);
+                }
+                memcpy(o + 1120 + 2 * r, &x->d, 2);
+                memcpy(o + 1136 + 2 * r, &x->dmin, 2);
+            }
+            for (int i = 0; i < 32; i++) o[1088 + i] = (uint8_t)(h[i] | h[i + 32] << 4);
+        }
+}
+
+// Eight bytes at once (SWAR; the unpacking runs on every batched product of a repacked matrix).
+static void q4_K_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {
+    const int64_t nb = n / KVT_QK_K, wrs = nb * (int64_t)sizeof(kvt_block_q4_K);
+    const uint64_t lo4 = 0x0F0F0F0F0F0F0F0Full, lo2 = 0x0303030303030303ull;
+    for (int64_t r = r0; r < r1; r++) {
+        const int rr = (int)(r % 8);
+        const uint8_t *in = (const uint8_t *)W + (r / 8) * 8 * wrs;
+        kvt_block_q4_K *x = (kvt_block_q4_K *)((char *)dst + (r - r0) * wrs);
+        for (int64_t b = 0; b < nb; b++, in += KVT_X8_SB, x++) {
+            for (int k = 0; k < 16; k++) memcpy(x->qs + 8 * k, in + 64 * k + 8 * rr, 8);
+            uint64_t L, H;
+            memcpy(&L, in + 1024 + 8 * rr, 8);
+            memcpy(&H, in + 1088 + 8 * (rr & 3), 8);
+            const uint64_t h = (rr < 4 ? H : H >> 4) & lo4;
+            const uint64_t sc = (L & lo4) | (h & lo2) << 4, m = (L >> 4 & lo4) | (h >> 2 & lo2) << 4;
+            // the inverse of kvt_k_scales_unpack, four bytes at a time
+            const uint32_t s03 = (uint32_t)sc, s47 = (uint32_t)(sc >> 32), m03 = (uint32_t)m, m47 = (uint32_t)(m >> 32);
+            const uint32_t w[3] = {s03 | (s47 >> 4 & 0x03030303u) << 6, m03 | (m47 >> 4 & 0x03030303u) << 6,
+                                   (s47 & 0x0F0F0F0Fu) | (m47 & 0x0F0F0F0Fu) << 4};
+            memcpy(x->scales, w, 12);
+            memcpy(&x->d, in + 1120 + 2 * rr, 2);
+            memcpy(&x->dmin, in + 1136 + 2 * rr, 2);
+        }
+    }
+}
+
+static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
+    [KVT_TYPE_Q4_K] = {KVT_TYPE_Q4_K_X8, 8, q4_K_x8_pack, q4_K_x8_unpack},
+};
+
+const kvt_repack_ops *kvt_type_repack(kvt_type t) {
+    return (unsigned)t < KVT_TYPE_COUNT && k_repack[t].pack ? &k_repack[t] : NULL;
+}
+
+kvt_type kvt_type_repacked_from(kvt_type t) {
+    for (int i = 0; i < KVT_TYPE_COUNT; i++)
+        if (k_repack[i].pack && k_repack[i].to == t) return (kvt_type)i;
+    return t;
+}
+
+// A repacked type has no row functions (its rows are interleaved): only the activation type of its
+// source, for the callers that convert activations (kvt_matmul_rows does the rest).
+static const kvt_type_ops k_repacked_ops[KVT_TYPE_COUNT] = {
+    [KVT_TYPE_Q4_K_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_K, NULL},
+};
+
 const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {
+    if (t >= KVT_TYPE_GGUF_END && (unsigned)t < KVT_TYPE_COUNT && k_repacked_ops[t].vec_dot_type) return &k_repacked_ops[t];
     if ((unsigned)t >= KVT_TYPE_COUNT || !k_ref_ops[t].to_float) return NULL;
     return &k_ref_ops[t];
 }
@@ -671,6 +742,7 @@ const kvt_type_ops *kvt_type_ops_isa(kvt_type t, kvt_isa isa) {
 }
 
 const kvt_type_ops *kvt_type_ops_get(kvt_type t) {
+    if (t >= KVT_TYPE_GGUF_END) return kvt_type_ops_ref(t);
     for (int isa = (int)kvt_kernels_isa(); isa > KVT_ISA_SCALAR; isa--) {
         const kvt_type_ops *ops = kvt_type_ops_isa(t, (kvt_isa)isa);
         if (ops) return ops;

@@ -149,6 +149,31 @@ static inline void kvt_k_scales_unpack(const uint8_t *q, uint8_t sc[8], uint8_t 
     memcpy(m, &m03, 4), memcpy(m + 4, &m47, 4);
 }
 
+// ---- load-time repacking (a weight matrix stored again in a layout its kernels read linearly) ----
+// q4_K_x8: rows in groups of 8 (the matrix has rows % 8 == 0); group g (rows 8g .. 8g + 7) takes the bytes
+// of those 8 rows (8 * kvt_row_size(q4_K, n)), so row offsets of groups are the q4_K ones. Per super-block
+// b a group holds KVT_X8_SB bytes at b * KVT_X8_SB:
+//   [0, 1024)    qs: chunk (c, p) (c, p < 4) at 64 * (4c + p): row r's q4_K qs[32c + 8p .. 32c + 8p + 8) at
+//                8r (low nibbles: elements 64c + 8p + i of sub-block 2c; high: 64c + 32 + 8p + i, sub-block 2c + 1)
+//   [1024, 1088) L: byte 8r + j = (sc_j & 15) | (m_j & 15) << 4 of row r (sc, m: kvt_k_scale_min)
+//   [1088, 1120) H: entry e = 8r + j is h_e = (sc_j >> 4) | (m_j >> 4) << 2; byte i = h_i | h_(i+32) << 4
+//   [1120, 1136) d of rows 0..7 (f16), [1136, 1152) dmin of rows 0..7 (f16)
+// The kernels compute every output in the q4_K order of matmul.h (only the exact integer totals per
+// super-block), so a repacked matrix gives the bits of the original on every ISA.
+#define KVT_X8_SB (8 * 144)
+typedef struct {
+    kvt_type to;    // the repacked type
+    int row_align;  // the matrix's rows must be a multiple of this
+    // dst (rows x n of `to`) = src (rows x n of the source type); no overlap
+    void (*pack)(const void *src, void *dst, int64_t rows, int64_t n);
+    // dst (rows r0 .. r1 - 1 of the source type, packed) = those rows of the repacked matrix W (any r0 <= r1)
+    void (*unpack)(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n);
+} kvt_repack_ops;
+// The repacking of weights of type t (NULL: none). to_type(from) and from_type(to) below.
+const kvt_repack_ops *kvt_type_repack(kvt_type t);
+// The source type of a repacked type (t itself for any other type).
+kvt_type kvt_type_repacked_from(kvt_type t);
+
 // ---- internal: per-ISA tables, provided by quant_avx2.c / quant_avx512.c ----
 const kvt_type_ops *kvt_type_ops_avx2_table(kvt_type t);
 const kvt_type_ops *kvt_type_ops_avx512_table(kvt_type t);

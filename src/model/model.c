@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "../kernels/f16.h"
+#include "../kernels/quant.h"
 
 static const char *k_arch_names[KVT_ARCH_COUNT] = {"llama", "qwen2", "qwen3", "gemma3"};
 
@@ -243,8 +246,8 @@ static kvt_status load_weight(loader *L, const char *name, int64_t cols, int64_t
                           name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)cols,
                           (long long)rows);
     }
-    w->data = t->data;
-    w->type = t->type;
+    w->data = w->file_data = t->data;
+    w->type = w->file_type = t->type;
     w->cols = cols;
     w->rows = rows;
     return KVT_OK;
@@ -324,6 +327,53 @@ static kvt_status load_layer(loader *L, int il, kvt_layer *ly) {
     return KVT_OK;
 }
 
+// The matrices the CPU kernels read faster in another layout (quant.h: kvt_type_repack), repacked into one
+// anonymous mapping (huge pages where the kernel gives them); the file's pages of the originals are then
+// released (MADV_DONTNEED: they stay readable in the mapping, for the GPU upload and the fingerprint, and
+// are read again from the page cache only then). Nothing repacked with KVT_REPACK=0 or when memory is short.
+static void model_repack(kvt_model *m) {
+    const char *env = getenv("KVT_REPACK");
+    if (env && !strcmp(env, "0")) return;
+    int64_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int64_t off = 0;
+        for (int32_t il = -1; il < m->hp.n_layer; il++) {
+            kvt_layer *L = il >= 0 ? &m->layers[il] : NULL;
+            kvt_weight *ws[] = {L ? &L->wq : m->tied_output ? NULL : &m->output, L ? &L->wk : NULL, L ? &L->wv : NULL,
+                                L ? &L->wo : NULL, L ? &L->w_gate : NULL, L ? &L->w_up : NULL, L ? &L->w_down : NULL};
+            for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
+                kvt_weight *w = ws[k];
+                const kvt_repack_ops *rp = w && w->data ? kvt_type_repack(w->type) : NULL;
+                const int64_t rs = rp ? kvt_row_size(w->type, w->cols) : -1;
+                if (!rp || rs <= 0 || w->rows % rp->row_align) continue;
+                const int64_t bytes = rs * w->rows;
+                if (pass == 1) {
+                    void *dst = (char *)m->repack_buf + off;
+                    rp->pack(w->data, dst, w->rows, w->cols);
+                    if (kvt_gguf_is_mapped(m->gguf)) {
+                        const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)w->data;
+                        const uintptr_t s = (a + pg - 1) / pg * pg, e = (a + (uintptr_t)bytes) / pg * pg;
+                        if (e > s) madvise((void *)s, e - s, MADV_DONTNEED);
+                    }
+                    w->data = dst;
+                    w->type = rp->to;
+                }
+                off += (bytes + 63) & ~(int64_t)63;
+            }
+        }
+        if (pass == 0) {
+            total = off;
+            if (!total) return;
+            void *buf = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (buf == MAP_FAILED) return;
+            madvise(buf, (size_t)total, MADV_HUGEPAGE);
+            m->repack_buf = buf;
+            m->repack_bytes = total;
+        }
+    }
+    mprotect(m->repack_buf, (size_t)total, PROT_READ);
+}
+
 kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err *err) {
     *out = NULL;
     kvt_model *m = calloc(1, sizeof *m);
@@ -377,6 +427,7 @@ kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err
         m->weight_bytes += (int64_t)t->size;
         m->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
     }
+    model_repack(m);
     *out = m;
     return KVT_OK;
 }
@@ -391,6 +442,7 @@ kvt_status kvt_model_load(const char *path, bool vocab_only, kvt_model **out, kv
 void kvt_model_free(kvt_model *m) {
     if (!m) return;
     kvt_gguf_free(m->gguf);
+    if (m->repack_buf) munmap(m->repack_buf, (size_t)m->repack_bytes);
     free(m->f32_store);
     free(m->layers);
     free(m);

@@ -57,12 +57,19 @@ int32_t kvt_hparams_layer_window(const kvt_hparams *hp, int32_t il);
 
 // A 2-D weight used in place: [rows, cols] of `type`, rows packed, where
 // cols = GGUF ne[0] (input width) and rows = ne[1] (output width).
+// data/type are what the CPU kernels read: the file's bytes, or a repacked copy (kvt_model_init repacks the
+// layer and untied output matrices whose type has a kvt_type_repack, e.g. q4_K -> q4_K_x8, unless
+// KVT_REPACK=0); file_data/file_type are always the GGUF's (the GPU uploads those).
 typedef struct {
     const void *data;
     kvt_type type;
     int64_t cols;
     int64_t rows;
+    const void *file_data; // NULL in a weight not loaded from a file: then data/type
+    kvt_type file_type;
 } kvt_weight;
+static inline const void *kvt_weight_file_data(const kvt_weight *w) { return w->file_data ? w->file_data : w->data; }
+static inline kvt_type kvt_weight_file_type(const kvt_weight *w) { return w->file_data ? w->file_type : w->type; }
 
 typedef struct {
     const float *attn_norm;                 // [n_embd] f32
@@ -89,6 +96,8 @@ typedef struct kvt_model {
     float *f32_store;    // owned storage for norms/biases converted to f32
     int64_t weight_bytes;
     int64_t n_params;
+    void *repack_buf;     // owned anonymous mapping of the repacked matrices (the file's pages of those are released)
+    int64_t repack_bytes; // its size (0: nothing repacked); resident in place of those file pages, not beside them
     _Atomic uint64_t identity_cache; // 0, or 1 << 32 | the CRC32C of kvt_session_model_fingerprint (computed once)
 } kvt_model;
 

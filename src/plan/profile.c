@@ -110,7 +110,7 @@ double kvt_profile_gemv_gbps(kvt_type t, int64_t width, int64_t bytes, int n_thr
         kvt_threadpool_init(n_threads, &pool, NULL))
         goto done;
     for (int64_t i = 0; i < n * tok; i++) xf[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
-    kvt_weight w = {W, t, n, rows};
+    kvt_weight w = {.data = W, .type = t, .cols = n, .rows = rows};
     const kvt_weight *wp = &w;
     float *yp = Y;
     kvt_matmul_par(pool, &wp, &yp, 1, xf, 1, scratch); // warm-up (page faults)

@@ -1,0 +1,163 @@
+// kqx8.h - the decode GEMV of q4_K_x8 (q4_K repacked at load, 8 rows interleaved: quant.h), included by
+// matmul_avx2.c for both of its builds (AVX2; AVX-512 VNNI with KVT_SIMD_AVX512).
+//
+// One activation row (q8_K) against groups of 8 rows. The weights stream linearly (no per-row scale
+// unpacking, no per-row horizontal sums): per super-block, 8 rows' 6-bit scales are unpacked together,
+// the integer dot of each 4-element quad lands in a lane of its row, and the 8 exact integer totals S
+// and min dots M are reduced at once. The float chains are the q4_K ones of matmul.h, one per row (a
+// lane): acc = fma(float(S), d * dy, acc), macc = macc + (dmin * dy) * float(M), Y = acc - macc, so
+// every output has the bits of the q4_K kernels on the unpacked rows.
+//
+// Lanes: a 64-byte chunk (c, p) of the layout holds for row r the quads 2p, 2p + 1 of the 32-byte qs
+// slice c; as int32 lanes 2r + e (e < 2), lane 2r + e takes quad 2p + e, so the activation bytes
+// 64c + 8p .. + 8 (low nibbles) and 64c + 32 + 8p .. + 8 (high nibbles) broadcast as one qword. Over
+// p = 0..3 a lane sums 16 products of one sub-block: |sum| <= 16 * 15 * 128 < 2^15, so it packs to
+// int16 exactly, and the scale is applied in the int16 x int16 dot (VPMADDWD / VPDPWSSD).
+
+#ifndef KQX8_PF
+#define KQX8_PF 4096 // software prefetch distance in bytes (0: none)
+#endif
+
+#ifdef KVT_SIMD_AVX512
+#define KQX8_GEMV_FN kvt_q4kx8_gemv_avx512
+#else
+#define KQX8_GEMV_FN kvt_q4kx8_gemv_avx2
+#endif
+
+INLINE __m256i x8_ld256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+INLINE int64_t x8_ld64(const void *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+// The 8 sums of 32 of a q8_K block as int16 (|sum| <= 32 * 128).
+INLINE __m128i x8_bs32(const kvt_block_q8_K *y) {
+    return _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)y->bsums + 1));
+}
+
+// The float chains of one super-block of 8 rows (lane r: row r): S, M the exact integer totals.
+INLINE void x8_chain(__m256i S, __m256i M, const uint8_t *in, float dyv, __m256 *acc, __m256 *macc) {
+    const __m256 dy = _mm256_set1_ps(dyv);
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + 1120)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + 1136)));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(d, dy), *acc);
+    *macc = _mm256_add_ps(*macc, _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(M)));
+}
+
+#ifdef KVT_SIMD_AVX512
+
+static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0), m30 = _mm512_set1_epi8(0x30);
+    // scale words of sub-block j (add j to the index bytes): per 128-bit lane q (rows 2q, 2q + 1), the int16
+    // pairs of packs(lo, hi) take (sc_j of row 2q) x2, (row 2q + 1) x2, then sub-block j + 1 likewise
+    const __m512i shb = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 0, -128, 8, -128, 8, -128, 1, -128, 1, -128, 9, -128, 9, -128));
+    const __m512i rows8 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13);
+    const __m512i mrow = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *in = G + b * KVT_X8_SB;
+        const kvt_block_q8_K *y = yb + b;
+#if KQX8_PF
+        UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + KQX8_PF + 64 * l, _MM_HINT_T0);
+#endif
+        // the 8 rows' scales and mins, byte 8r + j
+        const __m512i L = _mm512_loadu_si512(in + 1024);
+        const __m256i H = _mm256_loadu_si256((const __m256i *)(in + 1088));
+        const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(H, _mm256_set1_epi8(0x0F))),
+                                             _mm256_and_si256(_mm256_srli_epi16(H, 4), _mm256_set1_epi8(0x0F)), 1);
+        const __m512i sc = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+        const __m512i mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+        __m512i is = _mm512_setzero_si512();
+        UNROLL for (int c = 0; c < 4; c++) {
+            __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
+            UNROLL for (int p = 0; p < 4; p++) {
+                const __m512i q = _mm512_loadu_si512(in + 64 * (4 * c + p));
+                pl = _mm512_dpbusd_epi32(pl, _mm512_and_si512(q, m4), _mm512_set1_epi64(x8_ld64(y->qs + 64 * c + 8 * p)));
+                // the high nibbles in place (16x their value): exact, divided out below
+                ph = _mm512_dpbusd_epi32(ph, _mm512_and_si512(q, mF0), _mm512_set1_epi64(x8_ld64(y->qs + 64 * c + 32 + 8 * p)));
+            }
+            const __m512i s = _mm512_shuffle_epi8(sc, _mm512_add_epi8(shb, _mm512_set1_epi8((char)(2 * c))));
+            is = _mm512_dpwssd_epi32(is, _mm512_packs_epi32(pl, _mm512_srai_epi32(ph, 4)), s);
+        }
+        // lane 4q + k: k = 0, 1 rows 2q, 2q + 1 (even sub-blocks), k = 2, 3 the same rows (odd ones)
+        is = _mm512_add_epi32(is, _mm512_shuffle_epi32(is, _MM_PERM_BADC));
+        const __m256i S = _mm512_castsi512_si256(_mm512_permutexvar_epi32(rows8, is));
+        // min dots: rows 0-3 and 4-7, dword 4r + i = m_2i * bs_2i + m_2i+1 * bs_2i+1
+        const __m512i bs = _mm512_broadcast_i32x4(x8_bs32(y));
+        __m512i ma = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_cvtepu8_epi16(_mm512_castsi512_si256(mn)), bs);
+        __m512i mb = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(mn, 1)), bs);
+        ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_BADC));
+        ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_CDAB));
+        mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_BADC));
+        mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_CDAB));
+        const __m256i M = _mm512_castsi512_si256(_mm512_permutex2var_epi32(ma, mrow, mb));
+        x8_chain(S, M, in, y->d, &acc, &macc);
+    }
+    _mm256_storeu_ps(Y, _mm256_sub_ps(acc, macc));
+}
+
+#else
+
+static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    // scale words of sub-block j (add j): per 128-bit lane (rows 2L, 2L + 1), dwords (row 2L, e = 0, 1), (row 2L + 1, ..)
+    const __m256i shb = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128,
+                                         0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128);
+    const __m256i mperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *in = G + b * KVT_X8_SB;
+        const kvt_block_q8_K *y = yb + b;
+#if KQX8_PF
+        UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + KQX8_PF + 64 * l, _MM_HINT_T0);
+#endif
+        const __m256i H = x8_ld256(in + 1088);
+        const __m256i hA = _mm256_and_si256(H, m4), hB = _mm256_and_si256(_mm256_srli_epi16(H, 4), m4);
+        const __m256i LA = x8_ld256(in + 1024), LB = x8_ld256(in + 1056);
+        const __m256i scA = _mm256_or_si256(_mm256_and_si256(LA, m4), _mm256_and_si256(_mm256_slli_epi16(hA, 4), m30));
+        const __m256i scB = _mm256_or_si256(_mm256_and_si256(LB, m4), _mm256_and_si256(_mm256_slli_epi16(hB, 4), m30));
+        __m256i isA = _mm256_setzero_si256(), isB = _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 4; c++) {
+            __m256i plA = _mm256_setzero_si256(), phA = plA, plB = plA, phB = plA;
+            UNROLL for (int p = 0; p < 4; p++) {
+                const __m256i qA = x8_ld256(in + 64 * (4 * c + p)), qB = x8_ld256(in + 64 * (4 * c + p) + 32);
+                const __m256i yl = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 8 * p));
+                const __m256i yh = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 32 + 8 * p));
+                // int16 pair sums, |.| <= 2 * 15 * 128; four of them still exact in int16
+                plA = _mm256_add_epi16(plA, _mm256_maddubs_epi16(_mm256_and_si256(qA, m4), yl));
+                phA = _mm256_add_epi16(phA, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(qA, 4), m4), yh));
+                plB = _mm256_add_epi16(plB, _mm256_maddubs_epi16(_mm256_and_si256(qB, m4), yl));
+                phB = _mm256_add_epi16(phB, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(qB, 4), m4), yh));
+            }
+            const __m256i s0 = _mm256_add_epi8(shb, _mm256_set1_epi8((char)(2 * c)));
+            const __m256i s1 = _mm256_add_epi8(shb, _mm256_set1_epi8((char)(2 * c + 1)));
+            isA = _mm256_add_epi32(isA, _mm256_add_epi32(_mm256_madd_epi16(plA, _mm256_shuffle_epi8(scA, s0)),
+                                                         _mm256_madd_epi16(phA, _mm256_shuffle_epi8(scA, s1))));
+            isB = _mm256_add_epi32(isB, _mm256_add_epi32(_mm256_madd_epi16(plB, _mm256_shuffle_epi8(scB, s0)),
+                                                         _mm256_madd_epi16(phB, _mm256_shuffle_epi8(scB, s1))));
+        }
+        // lane 128-bit L: [r 2L, r 2L+1, r 4+2L, r 5+2L] -> rows in order
+        const __m256i S = _mm256_permute4x64_epi64(_mm256_hadd_epi32(isA, isB), 0xD8);
+        const __m256i mnA = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LA, 4), m4), _mm256_and_si256(_mm256_slli_epi16(hA, 2), m30));
+        const __m256i mnB = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LB, 4), m4), _mm256_and_si256(_mm256_slli_epi16(hB, 2), m30));
+        const __m128i bs = x8_bs32(y);
+        const __m256i bsb = _mm256_set_m128i(bs, bs);
+        const __m256i R01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnA)), bsb);
+        const __m256i R23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnA, 1)), bsb);
+        const __m256i R45 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnB)), bsb);
+        const __m256i R67 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnB, 1)), bsb);
+        const __m256i h3 = _mm256_hadd_epi32(_mm256_hadd_epi32(R01, R23), _mm256_hadd_epi32(R45, R67));
+        const __m256i M = _mm256_permutevar8x32_epi32(h3, mperm);
+        x8_chain(S, M, in, y->d, &acc, &macc);
+    }
+    _mm256_storeu_ps(Y, _mm256_sub_ps(acc, macc));
+}
+
+#endif
+
+// Y[8g + r] for the groups g in [g0, g1) of the q4_K_x8 matrix W (n columns) against the q8_K row y.
+void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y) {
+    const int64_t nb = n / KVT_QK_K;
+    for (int64_t g = g0; g < g1; g++) x8_group(nb, (const uint8_t *)W + g * nb * KVT_X8_SB, y, Y + 8 * g);
+}
