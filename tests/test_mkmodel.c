@@ -78,10 +78,10 @@ static void test_llama_q4_k_m(void) {
     static const bool more[8] = {true, false, false, true, false, false, true, true};
     for (int il = 0; il < 8 && ok; il++) {
         kvt_type want = more[il] ? KVT_TYPE_Q6_K : KVT_TYPE_Q4_K;
-        ok = m->layers[il].wv.type == want && m->layers[il].w_down.type == want &&
-             m->layers[il].wq.type == KVT_TYPE_Q4_K && m->layers[il].w_gate.type == KVT_TYPE_Q4_K;
+        ok = m->layers[il].wv.file_type == want && m->layers[il].w_down.file_type == want &&
+             m->layers[il].wq.file_type == KVT_TYPE_Q4_K && m->layers[il].w_gate.file_type == KVT_TYPE_Q4_K;
     }
-    ok = ok && m->tok_embd.type == KVT_TYPE_Q4_K && m->output.type == KVT_TYPE_Q6_K &&
+    ok = ok && m->tok_embd.file_type == KVT_TYPE_Q4_K && m->output.file_type == KVT_TYPE_Q6_K &&
          tensor_type(m, "blk.0.attn_norm.weight") == KVT_TYPE_F32 && tensor_type(m, "output_norm.weight") == KVT_TYPE_F32;
     int64_t ft = -1;
     kvt_gguf_get_i64(m->gguf, "general.file_type", &ft, NULL);
@@ -91,8 +91,8 @@ static void test_llama_q4_k_m(void) {
     for (int i = 0; i < 256; i++) sum += m->layers[0].attn_norm[i];
     ok = ok && sum / 256 > 0.99 && sum / 256 < 1.01;
     test_result(ok, name, "hparams or tensor types differ (file_type %lld, tok_embd %s, output %s, v0 %s, v1 %s)",
-                (long long)ft, kvt_type_name(m->tok_embd.type), kvt_type_name(m->output.type),
-                kvt_type_name(m->layers[0].wv.type), kvt_type_name(m->layers[1].wv.type));
+                (long long)ft, kvt_type_name(m->tok_embd.file_type), kvt_type_name(m->output.file_type),
+                kvt_type_name(m->layers[0].wv.file_type), kvt_type_name(m->layers[1].wv.file_type));
 
     // the synthetic SPM vocabulary loads and round-trips text
     kvt_tokenizer *tok = NULL;
@@ -136,11 +136,11 @@ static void test_qwen3_tied(void) {
     const kvt_hparams *hp = &m->hp;
     bool ok = hp->arch == KVT_ARCH_QWEN3 && hp->head_dim == 64 && hp->n_rot == 64 && hp->rope_type == KVT_ROPE_NEOX &&
               hp->n_vocab == 512 && m->tied_output && m->layers[1].q_norm && m->layers[1].k_norm &&
-              m->layers[1].wq.type == KVT_TYPE_Q8_0 && m->layers[1].wq.rows == 256 && m->layers[1].wo.cols == 256 &&
-              m->tok_embd.type == KVT_TYPE_Q8_0 && !kvt_gguf_find_tensor(m->gguf, "output.weight") &&
+              m->layers[1].wq.file_type == KVT_TYPE_Q8_0 && m->layers[1].wq.rows == 256 && m->layers[1].wo.cols == 256 &&
+              m->tok_embd.file_type == KVT_TYPE_Q8_0 && !kvt_gguf_find_tensor(m->gguf, "output.weight") &&
               hp->rope_freq_base == 1e6f && hp->rms_eps == 1e-6f;
     test_result(ok, name, "hparams or tensors differ (head_dim %d, tied %d, wq %s)", hp->head_dim, m->tied_output,
-                kvt_type_name(m->layers[1].wq.type));
+                kvt_type_name(m->layers[1].wq.file_type));
     kvt_model_free(m);
     remove(path);
 }
@@ -166,9 +166,9 @@ static void test_qwen2_fallback(void) {
     }
     const kvt_layer *l = &m->layers[0];
     bool ok = m->hp.arch == KVT_ARCH_QWEN2 && m->hp.n_ff == 256 && m->hp.head_dim == 32 && l->bq && l->bk && l->bv &&
-              l->wq.type == KVT_TYPE_Q4_1 && l->w_down.type == KVT_TYPE_Q4_K && !l->q_norm;
-    test_result(ok, name, "ff %d, wq %s, w_down %s, biases %d", m->hp.n_ff, kvt_type_name(l->wq.type),
-                kvt_type_name(l->w_down.type), l->bq != NULL);
+              l->wq.file_type == KVT_TYPE_Q4_1 && l->w_down.file_type == KVT_TYPE_Q4_K && !l->q_norm;
+    test_result(ok, name, "ff %d, wq %s, w_down %s, biases %d", m->hp.n_ff, kvt_type_name(l->wq.file_type),
+                kvt_type_name(l->w_down.file_type), l->bq != NULL);
     kvt_model_free(m);
     remove(path);
 }
@@ -193,7 +193,7 @@ static void test_shape_and_seed(void) {
         const kvt_hparams *hp = &m->hp;
         ok = hp->n_embd == s->n_embd && hp->n_layer == 1 && hp->n_head == s->n_head && hp->n_head_kv == s->n_head_kv &&
              hp->n_ff == s->n_ff && hp->rope_freq_base == s->rope_freq_base && hp->n_ctx_train == s->n_ctx_train &&
-             hp->n_vocab == 1000 && m->tied_output == s->tied_output && m->layers[0].wk.type == KVT_TYPE_F16;
+             hp->n_vocab == 1000 && m->tied_output == s->tied_output && m->layers[0].wk.file_type == KVT_TYPE_F16;
     }
     bool same = files_equal(p1, p2), differ = !files_equal(p1, p3);
     test_result(ok && same && differ, name, "rc %d/%d/%d, load %s, same seed equal %d, other seed differs %d", r1, r2,

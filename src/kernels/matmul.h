@@ -34,6 +34,8 @@
 //     products in int16 before its scale.) The same order, so the same bits, on avx512: q5_K through
 //     this body, q4_K/q6_K through kq_avx512.h (the GEMV's 512-bit integer partial sums reduced to the
 //     total per super-block; the 16-row VPDPBUSD panel tile from 2 tokens on, one row per lane).
+//     q4_K_x8 (q4_K repacked at load, quant.h): the same totals and chains, 8 rows in the lanes (kqx8.h),
+//     so a repacked matrix gives the q4_K bits; its batches run the q4_K paths on unpacked rows.
 //  avx512: the same sources with 16-lane vectors (q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows
 //   kernel; the old AVX-512 f16/q8_0 panel tiles sum in another order and are off unless
