@@ -347,6 +347,20 @@ INLINE void kq_transpose16x16_epi8(const __m128i v[16], __m128i o[16]) {
         }
 }
 
+// The panel's scale words of one super-block (KQ_SC, KQ_MP) from each row's 16 scale bytes s8[r].
+INLINE void kq_pack_scales(int Q6, const __m128i s8[KQ_R], uint8_t *pb) {
+    __m128i col[16];
+    kq_transpose16x16_epi8(s8, col); // col[c] lane r: byte c of row r
+    for (int g = 0; g < (Q6 ? 16 : 8); g++)
+        _mm512_store_si512((void *)(pb + KQ_SC + 64 * g), Q6 ? _mm512_cvtepi8_epi32(col[g]) : _mm512_cvtepu8_epi32(col[g]));
+    for (int p = 0; p < 8; p++) { // int16 pairs: q4_K (m_p, m_p), q6_K (sc_2p, sc_2p+1)
+        const __m512i lo = Q6 ? _mm512_cvtepi8_epi32(col[2 * p]) : _mm512_cvtepu8_epi32(col[8 + p]);
+        const __m512i hi = Q6 ? _mm512_cvtepi8_epi32(col[2 * p + 1]) : lo;
+        const __m512i pr = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16));
+        _mm512_store_si512((void *)(pb + KQ_MP + 64 * p), pr);
+    }
+}
+
 // Packs rows [0, nr) (nr <= 16) of nb super-blocks.
 INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
     const size_t bs = Q6 ? sizeof(kvt_block_q6_K) : sizeof(kvt_block_q4_K);
@@ -354,7 +368,7 @@ INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8
         uint8_t *pb = pan + b * KQ_PSB;
         float *d = (float *)(pb + KQ_D), *dmin = (float *)(pb + KQ_DMIN);
         const char *blk[KQ_R];
-        __m128i s8[KQ_R], col[16]; // per row: q4_K [sc0..7, m0..7], q6_K the 16 signed scales
+        __m128i s8[KQ_R]; // per row: q4_K [sc0..7, m0..7], q6_K the 16 signed scales
         UNROLL for (int r = 0; r < KQ_R; r++) {
             blk[r] = r < nr ? W + (size_t)r * wrs + (size_t)b * bs : NULL;
             d[r] = dmin[r] = 0;
@@ -369,15 +383,7 @@ INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8
                 d[r] = _cvtsh_ss(x->d), dmin[r] = _cvtsh_ss(x->dmin);
             }
         }
-        kq_transpose16x16_epi8(s8, col); // col[c] lane r: byte c of row r
-        for (int g = 0; g < (Q6 ? 16 : 8); g++)
-            _mm512_store_si512((void *)(pb + KQ_SC + 64 * g), Q6 ? _mm512_cvtepi8_epi32(col[g]) : _mm512_cvtepu8_epi32(col[g]));
-        for (int p = 0; p < 8; p++) { // int16 pairs: q4_K (m_p, m_p), q6_K (sc_2p, sc_2p+1)
-            const __m512i lo = Q6 ? _mm512_cvtepi8_epi32(col[2 * p]) : _mm512_cvtepu8_epi32(col[8 + p]);
-            const __m512i hi = Q6 ? _mm512_cvtepi8_epi32(col[2 * p + 1]) : lo;
-            const __m512i pr = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16));
-            _mm512_store_si512((void *)(pb + KQ_MP + 64 * p), pr);
-        }
+        kq_pack_scales(Q6, s8, pb);
         for (int j = 0; j < 8; j++) {
             __m256i v[KQ_R];
             UNROLL for (int r = 0; r < KQ_R; r++) v[r] = blk[r] ? kq_sub(Q6, blk[r], j) : _mm256_setzero_si256();
@@ -450,13 +456,16 @@ static const kq_tile_fn kq_tiles[2][KQ_T] = {
     {kq_tile_0_1, kq_tile_0_2, kq_tile_0_3, kq_tile_0_4, kq_tile_0_5, kq_tile_0_6, kq_tile_0_7, kq_tile_0_8},
     {kq_tile_1_1, kq_tile_1_2, kq_tile_1_3, kq_tile_1_4, kq_tile_1_5, kq_tile_1_6, kq_tile_1_7, kq_tile_1_8}};
 
-INLINE void kq_gemm(int Q6, int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
-                    float *Y, int64_t ldy, void *scratch) {
+typedef void (*kq_pack_fn)(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan);
+static void kq_pack_rows(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) { kq_pack(Q6, nb, W, wrs, nr, pan); }
+
+INLINE void kq_gemm_p(int Q6, kq_pack_fn pack, int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs,
+                      int64_t n_tok, float *Y, int64_t ldy, void *scratch) {
     const int64_t nb = n / KVT_QK_K;
     uint8_t *pan = scratch;
     for (int64_t r0 = 0; r0 < nr; r0 += KQ_R) {
         const int rows = (int)(nr - r0 < KQ_R ? nr - r0 : KQ_R);
-        kq_pack(Q6, nb, (const char *)W + r0 * (int64_t)wrs, wrs, rows, pan);
+        pack(Q6, nb, (const char *)W + r0 * (int64_t)wrs, wrs, rows, pan);
         const __mmask16 mask = (__mmask16)((1u << rows) - 1);
         for (int64_t t0 = 0; t0 < n_tok; t0 += KQ_T) {
             const int nt = (int)(n_tok - t0 < KQ_T ? n_tok - t0 : KQ_T);
@@ -466,9 +475,9 @@ INLINE void kq_gemm(int Q6, int64_t n, const void *W, size_t wrs, int64_t nr, co
 }
 static void q4_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
                       float *Y, int64_t ldy, void *scratch) {
-    kq_gemm(0, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
+    kq_gemm_p(0, kq_pack_rows, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
 }
 static void q6_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
                       float *Y, int64_t ldy, void *scratch) {
-    kq_gemm(1, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
+    kq_gemm_p(1, kq_pack_rows, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
 }

@@ -47,8 +47,71 @@ INLINE void x8_chain(__m256i S, __m256i M, const uint8_t *in, float dyv, __m256 
 
 #ifdef KVT_SIMD_AVX512
 
+// The 8 rows' scales and mins of one super-block, byte 8r + j.
+INLINE void x8_scales(const uint8_t *in, __m512i *sc, __m512i *mn) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i L = _mm512_loadu_si512(in + 1024);
+    const __m256i H = _mm256_loadu_si256((const __m256i *)(in + 1088));
+    const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(H, _mm256_set1_epi8(0x0F))),
+                                         _mm256_and_si256(_mm256_srli_epi16(H, 4), _mm256_set1_epi8(0x0F)), 1);
+    *sc = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+    *mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+}
+
+// kq_avx512.h's 16-row panel from q4_K_x8 groups: rows [0, nr) (nr 8 or 16: one or two groups at W, W + 8 wrs).
+// Chunk (c, p) lane 2r + e holds row r's quad 2p + e of slice c: its low nibbles are the panel's quad
+// 16c + 2p + e, its high nibbles quad 16c + 8 + 2p + e.
+static void kq_pack_x8(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
+    (void)Q6;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *pb = pan + b * KQ_PSB;
+        const uint8_t *G[2] = {(const uint8_t *)W + b * KVT_X8_SB, nr > 8 ? (const uint8_t *)W + 8 * wrs + b * KVT_X8_SB : NULL};
+        UNROLL for (int k = 0; k < 16; k++) { // chunk (c, p) = (k / 4, k % 4)
+            const __m512i a = _mm512_loadu_si512(G[0] + 64 * k);
+            const __m512i z = G[1] ? _mm512_loadu_si512(G[1] + 64 * k) : _mm512_setzero_si512();
+            const __m512i q0 = _mm512_permutex2var_epi32(a, ev, z), q1 = _mm512_permutex2var_epi32(a, od, z);
+            const int Q = 16 * (k / 4) + 2 * (k % 4);
+            _mm512_store_si512((void *)(pb + 64 * Q), _mm512_and_si512(q0, m4));
+            _mm512_store_si512((void *)(pb + 64 * (Q + 1)), _mm512_and_si512(q1, m4));
+            _mm512_store_si512((void *)(pb + 64 * (Q + 8)), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4));
+            _mm512_store_si512((void *)(pb + 64 * (Q + 9)), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4));
+        }
+        _Alignas(64) uint8_t sc[2][64], mn[2][64];
+        _Alignas(16) uint16_t dh[2][16];
+        for (int h = 0; h < 2; h++) {
+            __m512i s = _mm512_setzero_si512(), m = s;
+            if (G[h]) x8_scales(G[h], &s, &m);
+            _mm512_store_si512((void *)sc[h], s), _mm512_store_si512((void *)mn[h], m);
+            if (G[h]) memcpy(dh[h], G[h] + 1120, 32);
+            else memset(dh[h], 0, 32);
+        }
+        __m128i s8[KQ_R];
+        UNROLL for (int r = 0; r < KQ_R; r++)
+            s8[r] = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(sc[r / 8] + 8 * (r % 8))),
+                                       _mm_loadl_epi64((const __m128i *)(mn[r / 8] + 8 * (r % 8))));
+        kq_pack_scales(0, s8, pb);
+        // d of rows 0..15, then dmin (f16 -> f32 exactly, as _cvtsh_ss)
+        const __m256i dd = _mm256_setr_m128i(_mm_load_si128((const __m128i *)dh[0]), _mm_load_si128((const __m128i *)dh[1]));
+        const __m256i dm = _mm256_setr_m128i(_mm_load_si128((const __m128i *)dh[0] + 1), _mm_load_si128((const __m128i *)dh[1] + 1));
+        _mm512_store_ps((void *)(pb + KQ_D), _mm512_cvtph_ps(dd));
+        _mm512_store_ps((void *)(pb + KQ_DMIN), _mm512_cvtph_ps(dm));
+    }
+}
+
+// Y[t * ldy + r] for the nr rows (a multiple of 8) of the q4_K_x8 matrix at W and n_tok q8_K rows X: kq_gemm's
+// tile on panels packed from the repacked rows (kq_scratch(n, n_tok) bytes of scratch).
+void kvt_q4kx8_gemm_avx512(int64_t n, const void *W, int64_t nr, const void *X, int64_t n_tok, float *Y, int64_t ldy,
+                           void *scratch) {
+    kq_gemm_p(0, kq_pack_x8, n, W, (size_t)kvt_row_size(KVT_TYPE_Q4_K, n), nr, X, (size_t)kvt_row_size(KVT_TYPE_Q8_K, n),
+              n_tok, Y, ldy, scratch);
+}
+int64_t kvt_q4kx8_gemm_scratch_avx512(int64_t n) { return kq_scratch(n, 0); }
+
 static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0);
     // scale words of sub-block j (add j to the index bytes): per 128-bit lane q (rows 2q, 2q + 1), the int16
     // pairs of packs(lo, hi) take (sc_j of row 2q) x2, (row 2q + 1) x2, then sub-block j + 1 likewise
     const __m512i shb = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 0, -128, 8, -128, 8, -128, 1, -128, 1, -128, 9, -128, 9, -128));
@@ -61,13 +124,8 @@ static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, flo
 #if KQX8_PF
         UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + KQX8_PF + 64 * l, _MM_HINT_T0);
 #endif
-        // the 8 rows' scales and mins, byte 8r + j
-        const __m512i L = _mm512_loadu_si512(in + 1024);
-        const __m256i H = _mm256_loadu_si256((const __m256i *)(in + 1088));
-        const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(H, _mm256_set1_epi8(0x0F))),
-                                             _mm256_and_si256(_mm256_srli_epi16(H, 4), _mm256_set1_epi8(0x0F)), 1);
-        const __m512i sc = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
-        const __m512i mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+        __m512i sc, mn;
+        x8_scales(in, &sc, &mn);
         __m512i is = _mm512_setzero_si512();
         UNROLL for (int c = 0; c < 4; c++) {
             __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();

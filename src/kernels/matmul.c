@@ -147,10 +147,13 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
     }
 }
 
-// Repacked types (quant.h): q4_K_x8 decode through its GEMV (kqx8.h); batches, the scalar ISA and the
+// Repacked types (quant.h): q4_K_x8 decode through its GEMV (kqx8.h), AVX-512 batches of 9 tokens on through
+// the q4_K tile on panels packed from the groups (kqx8.h); other batches, the scalar ISA and the
 // rows of a group cut by [r0, r1) go through the source type's paths on rows unpacked into a per-thread
 // buffer, X8_STRIP_BYTES at a time. The same bits either way (each row's order is its source type's).
 #define X8_STRIP_BYTES (256 * 1024)
+static void matmul_unpacked(kvt_isa isa, kvt_type st, const kvt_repack_ops *rp, int64_t n, const void *W, int64_t r0,
+                            int64_t r1, const void *Xq, int64_t n_tok, float *Y, int64_t ldy);
 static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
                             const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
     const kvt_type st = kvt_type_repacked_from(wt);
@@ -169,6 +172,22 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
         }
         return;
     }
+    if (wt == KVT_TYPE_Q4_K_X8 && isa == KVT_ISA_AVX512 && n_tok >= KVT_Q4KX8_GEMM_MIN) {
+        const int64_t a0 = (r0 + 7) / 8 * 8, a1 = r1 / 8 * 8; // whole groups: panels packed from them directly
+        void *pan = a0 < a1 ? gemm_scratch(0, (size_t)kvt_q4kx8_gemm_scratch_avx512(n)) : NULL;
+        if (pan) {
+            kvt_q4kx8_gemm_avx512(n, (const char *)W + a0 * wrs, a1 - a0, Xq, n_tok, Y + a0, ldy, pan);
+            if (r0 < a0) matmul_unpacked(isa, st, rp, n, W, r0, a0, Xq, n_tok, Y, ldy);
+            if (a1 < r1) matmul_unpacked(isa, st, rp, n, W, a1, r1, Xq, n_tok, Y, ldy);
+            return;
+        }
+    }
+    matmul_unpacked(isa, st, rp, n, W, r0, r1, Xq, n_tok, Y, ldy);
+}
+
+static void matmul_unpacked(kvt_isa isa, kvt_type st, const kvt_repack_ops *rp, int64_t n, const void *W, int64_t r0,
+                            int64_t r1, const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
+    const int64_t wrs = kvt_row_size(st, n);
     int64_t strip = X8_STRIP_BYTES / wrs / 8 * 8;
     if (strip < 8) strip = 8;
     if (strip > r1 - r0) strip = r1 - r0;

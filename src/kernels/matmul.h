@@ -95,6 +95,12 @@ const kvt_mm_kernel *kvt_mm_kernel_avx512(kvt_type wt);
 // q4_K_x8 decode (kqx8.h): Y[8g + r] for the 8-row groups g in [g0, g1) of W (n columns) against one q8_K row y.
 void kvt_q4kx8_gemv_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
 void kvt_q4kx8_gemv_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
+// AVX-512 batches (KVT_Q4KX8_GEMM_MIN tokens on): Y[t * ldy + r], r < nr (a multiple of 8), from the rows at W (a
+// group start), with kvt_q4kx8_gemm_scratch_avx512(n) bytes of 64-aligned scratch; the q4_K tile's bits.
+#define KVT_Q4KX8_GEMM_MIN 9
+void kvt_q4kx8_gemm_avx512(int64_t n, const void *W, int64_t nr, const void *X, int64_t n_tok, float *Y, int64_t ldy,
+                           void *scratch);
+int64_t kvt_q4kx8_gemm_scratch_avx512(int64_t n);
 
 // GEMM tiles (gemm_avx2.c, and gemm_avx512.c for isa avx512), the gemm entries
 // of the SIMD kernels: each output is bit-identical to that ISA's GEMV for that
