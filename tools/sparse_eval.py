@@ -18,6 +18,7 @@ Every run prints one JSON line per measurement (stdout) and a table at the end. 
 """
 import argparse
 import json
+import os
 import random
 import re
 import subprocess
@@ -139,13 +140,31 @@ def passkey_prompt(n_words_target, depth, key):
     return HEADER + "".join(lines) + QUESTION
 
 
-def prefill_session(args, text_f, sess, n_ctx, load=None):
+def prefill_session(args, text_f, sess, n_ctx, load=None, start=0):
     """Prefills text_f densely (generate -n 1) and saves its KV to sess; with load, the common prefix of a saved
-    session is restored first (only the rest is computed). Returns (prompt tokens, tokens restored, seconds)."""
-    kv = ["generate", "-m", args.model, "-f", text_f, "-n", "1", "--temp", "0", "--json", "--kv-save", sess, "-c",
-          str(n_ctx), "-t", str(args.threads), "--no-progress"]
-    r, sec = kvtier(args, kv + (["--kv-load", load] if load else []))
-    return r["n_prompt"], r.get("kv_loaded_tokens", 0), sec
+    session is restored first (only the rest is computed). With --max-prefill C, the text past character start is
+    prefilled in pieces of about C tokens, one kvtier call each (a piece restores the one before it: the same KV, as
+    prefill does not depend on how the prompt is split). Returns (prompt tokens, tokens restored by the first call,
+    seconds)."""
+    text = open(text_f).read()
+    cuts = [len(text)]
+    if args.max_prefill > 0:  # characters per piece from the filler's characters per token (Gemma 3: ~3.75)
+        step = int(args.max_prefill * 3.5)
+        cuts = list(range(start + step, len(text), step)) + [len(text)]
+    n, reused, total = 0, None, 0.0
+    for i, c in enumerate(cuts):
+        part_f = text_f + ".part" if c < len(text) else text_f
+        if c < len(text):
+            open(part_f, "w").write(text[:c])
+        out = sess if c == len(text) else "%s.%d" % (sess, i)
+        kv = ["generate", "-m", args.model, "-f", part_f, "-n", "1", "--temp", "0", "--json", "--kv-save", out, "-c",
+              str(n_ctx), "-t", str(args.threads), "--no-progress"]
+        r, sec = kvtier(args, kv + (["--kv-load", load] if load else []))
+        if i > 0:
+            os.unlink(load)  # the previous piece's session
+        load, n, total = out, r["n_prompt"], total + sec
+        reused = r.get("kv_loaded_tokens", 0) if reused is None else reused
+    return n, reused, total
 
 
 def run_passkey(args):
@@ -157,7 +176,6 @@ def run_passkey(args):
     has the history it would have after prefilling the whole prompt; prompt tokens attend densely in every mode)
     and generates the answer, whose tokens attend under the mode. --check-load: each mode also prefills the whole
     prompt itself; its tokens must equal the restored run's."""
-    import os
     import tempfile
     rnd = random.Random(7)
     tmp = tempfile.mkdtemp(prefix="kvt-passkey-")
@@ -179,7 +197,7 @@ def run_passkey(args):
             open(pre_f, "w").write(prompt[:cut])
             open(full_f, "w").write(prompt)
             ctx = ["-c", str(length + 64), "-t", str(args.threads), "--no-progress"]
-            n_pre, n_reused, sec = prefill_session(args, pre_f, sess, length + 64, base)
+            n_pre, n_reused, sec = prefill_session(args, pre_f, sess, length + 64, base, prompt.index("The pass key is"))
             print(json.dumps({"length": length, "depth": round(depth, 3), "prefix_tokens": n_pre, "reused": n_reused,
                               "prefill_s": sec}), flush=True)
             for mode in args.modes:
@@ -214,7 +232,6 @@ def text_prompt(args, tmp, n_ctx):
     tmp/prompt.txt and, ~64 tokens shorter, to tmp/prefix.txt (the part saved once: each run prefills the rest,
     densely as any prompt, so that asyncspade's query history is full when decoding starts, a restored KV carrying
     no queries). Returns both paths."""
-    import os
     ids = subprocess.run([args.kvtier, "tokenize", "-m", args.model, "-f", args.file, "--no-bos"], capture_output=True,
                          text=True, check=True).stdout.split()
     n_prompt = n_ctx - args.n_gen - 8
@@ -240,7 +257,6 @@ def run_recall(args):
     --config names) with --sparse-stats. Reports the mean and 5th percentile over (step, layer, KV head) pairs and
     the mean per sparse layer (layers whose figure is -1, dense ones, left out). The steps are the mode's own
     greedy continuation, not the text (perplexity's figure scores the text's second half)."""
-    import os
     import tempfile
     modes = [m for m in args.modes if m != "off"]
     rows = []
@@ -274,7 +290,6 @@ def run_agree(args):
     """Greedy agreement with dense: the text's first tokens as the prompt (about -c minus the generated count),
     then -n tokens generated greedily by dense and by each mode; reports the tokens equal to dense's before the
     first difference and the share equal position by position."""
-    import os
     import tempfile
     tmp = tempfile.mkdtemp(prefix="kvt-agree-")
     pre_f, save_f = text_prompt(args, tmp, args.ctx)
@@ -322,6 +337,8 @@ def main():
                     "the longest length's), instead of prefilling it here")
     ap.add_argument("--no-share", action="store_true", help="passkey: no filler session; each (length, depth) prefix "
                     "prefilled from the start")
+    ap.add_argument("--max-prefill", type=int, default=0, help="passkey: prefill a (length, depth) prefix in kvtier calls "
+                    "of about this many tokens each (short runs on a shared machine); 0: one call")
     ap.add_argument("--check-load", action="store_true", help="passkey: each mode also prefills the whole prompt "
                     "itself; its tokens are compared with the restored run's")
     ap.add_argument("--kvtier", default="build/kvtier")
