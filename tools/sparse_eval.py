@@ -17,10 +17,12 @@ the oracle set at several budgets, and passkey retrieval, each mode beside dense
 Every run prints one JSON line per measurement (stdout) and a table at the end. Extra kvtier flags after --.
 """
 import argparse
+import atexit
 import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -179,6 +181,7 @@ def run_passkey(args):
     import tempfile
     rnd = random.Random(7)
     tmp = tempfile.mkdtemp(prefix="kvt-passkey-")
+    atexit.register(shutil.rmtree, tmp, True)  # nothing left in /tmp, whatever the exit
     results = {}
     depths = args.depths if args.depths else [i / 9.0 for i in range(10)]
     base = args.base
@@ -262,6 +265,7 @@ def run_recall(args):
     rows = []
     for length in args.lengths:
         tmp = tempfile.mkdtemp(prefix="kvt-recall-")
+        atexit.register(shutil.rmtree, tmp, True)  # nothing left in /tmp, whatever the exit
         pre_f, save_f = text_prompt(args, tmp, length)
         sess = os.path.join(tmp, "prefix.kvs")
         n_pre, _, psec = prefill_session(args, save_f, sess, length)
@@ -292,6 +296,7 @@ def run_agree(args):
     first difference and the share equal position by position."""
     import tempfile
     tmp = tempfile.mkdtemp(prefix="kvt-agree-")
+    atexit.register(shutil.rmtree, tmp, True)  # nothing left in /tmp, whatever the exit
     pre_f, save_f = text_prompt(args, tmp, args.ctx)
     sess = os.path.join(tmp, "prompt.kvs")
     ctx = ["-c", str(args.ctx), "-t", str(args.threads), "--no-progress", "--ignore-eos"]
