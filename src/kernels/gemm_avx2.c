@@ -66,16 +66,6 @@
 #define FP_RM 4
 #define FP_TM 6
 #endif
-// 512 KiB strips, f16/bf16 weights converted in the tile (f16 activations too) as on AVX2: one thread,
-// Zen 4, pp128 GFLOP/s at n x rows 2048 x 5632 / 5632 x 2048 / 2048 x 2048, 2026-11-28 (before: STRIP_BYTES
-// strips, the weights converted to f32 once per strip): f16 80/98/80 -> 86/98/86, bf16 59-71/78-84/62-70 ->
-// 96-99/100-102/85-97, f32 64/80/62 -> 72/88/72 (then with two accumulators per output in K blocks of 512).
-#ifndef FP_STRIP
-#define FP_STRIP (512 * 1024)
-#endif
-#ifndef FP_WPANEL
-#define FP_WPANEL 0
-#endif
 #else
 #define GEMM_FN(name) kvt_gemm_##name##_avx2
 #define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx2
@@ -88,15 +78,19 @@
 #define FP_RM 4
 #define FP_TM 3
 #endif
-// Float tiles: strips of 512 KiB of weights (more tiles per token block): the prepared f32
-// activations (4n bytes a token) come from L3 once per strip, which dominated at large n
-// (n = 5632 f16 78 -> 88 GFLOP/s, 192 -> 512 KiB; 2048 unchanged).
+#endif
+// Float tiles, both ISAs: strips of 512 KiB of weights (more tiles per token block): the prepared f32
+// activations (4n bytes a token) come from L3 once per strip, which dominated at large n on AVX2
+// (n = 5632 f16 78 -> 88 GFLOP/s, 192 -> 512 KiB; 2048 unchanged); f16/bf16 weights converted in the
+// tile (f16 activations too), the f32 panel measured slower. AVX-512, one thread, Zen 4, pp128 GFLOP/s
+// at n x rows 2048 x 5632 / 5632 x 2048 / 2048 x 2048, 2026-11-28 (before: STRIP_BYTES strips, the
+// weights converted to f32 once per strip): f16 80/98/80 -> 86/98/86, bf16 59-71/78-84/62-70 ->
+// 96-99/100-102/85-97, f32 64/80/62 -> 72/88/72 (then with two accumulators per output in K blocks of 512).
 #ifndef FP_STRIP
 #define FP_STRIP (512 * 1024)
 #endif
 #ifndef FP_WPANEL
-#define FP_WPANEL 0 // f16/bf16 weights converted in the tile (the panel measured slower here)
-#endif
+#define FP_WPANEL 0 // 1: f16/bf16 weights converted to an f32 panel once per strip
 #endif
 
 INLINE int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }

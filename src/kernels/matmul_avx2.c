@@ -71,22 +71,16 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
 #define fv_ld_f32(p) fv_ld(p)
 #define cvt_f32(v) (v)
 // Decode of float weights: one FMA chain per row (the order below), so FP_DR rows are summed at once for
-// independent chains, and their lines FP_DR rows on are prefetched, one line per row per step (FP_PF,
-// hint FP_PF_HINT). Zen 4, one thread, AVX2 f16 bench_kernels -p 1, GB/s at rows x n 5632 x 2048 /
+// independent chains, and their lines FP_DR rows on are prefetched, one line per row per step (hint
+// FP_PF_HINT). Zen 4, one thread, AVX2 f16 bench_kernels -p 1, GB/s at rows x n 5632 x 2048 /
 // 2048 x 5632 / 2048 x 2048 (load 2-3.8, 2026-11-29): the old order (2 chains per row, one row at a time)
 // 24/10-12/21; 4 rows, no prefetch 15/14-15/16-18; 4 rows, L2 prefetch 21/16-18/19-21; 2 rows, no
 // prefetch 12/10-12/12-13; 2 rows, L2 prefetch 19-25/20-23/20-26 (kept); 8 rows 15-19/13-14/16-20.
-#ifndef FP_DEC
-#define FP_DEC 1 // 0: decode through the tile (NR rows, no prefetch)
-#endif
 #ifndef FP_DR
 #define FP_DR 2 // decode: weight rows at once
 #endif
-#ifndef FP_PF
-#define FP_PF 1
-#endif
 #ifndef FP_PF_HINT
-#define FP_PF_HINT _MM_HINT_T1
+#define FP_PF_HINT _MM_HINT_T1 // the next group's lines into L2
 #endif
 
 // Tile of NR (at most FP_NR) weight rows x NT prepared rows. The order of every output is fixed
@@ -133,7 +127,7 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
         const int64_t nv = n & ~(int64_t)(FV_N - 1);                                                \
         int64_t i = 0;                                                                              \
         for (; i + L <= nv; i += L) {                                                               \
-            if (FP_PF) UNROLL for (int r = 0; r < FP_DR; r++)                                       \
+            UNROLL for (int r = 0; r < FP_DR; r++)                                                  \
                 _mm_prefetch(W + r * wrs + pfd + i * (int64_t)sizeof(ET), FP_PF_HINT);              \
             UNROLL for (int u = 0; u < L; u += FV_N) {                                              \
                 const FV yv = fv_ld(y + i + u);                                                     \
@@ -154,7 +148,7 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
     }                                                                                               \
     INLINE void name##_rows_nt(int64_t n, const char *w, size_t wrs, int64_t nr, const void *P, size_t prs, \
                                int NT, float *Y, int64_t ldy) {                                     \
-        if (NT == 1 && FP_DEC) {                                                                    \
+        if (NT == 1) {                                                                              \
             int64_t r = 0;                                                                          \
             for (; r + FP_DR <= nr; r += FP_DR) name##_dec(n, w + r * wrs, wrs, P, Y + r, FP_DR * wrs); \
             for (; r < nr; r++) name##_tile(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy);        \
