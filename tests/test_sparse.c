@@ -194,6 +194,16 @@ static void test_score_kernels_hd(const int HD) {
         total += agg[t];
     }
     ok = ok && aerr < 1e-6 && fabs(total - QPG) < 1e-5 && agg[N - 1] == 0.0f;
+    // in two parts (the re-rank's passes: each row's softmax on any thread, in any order, then the rows summed): the
+    // same bits; a row with no finite score adds nothing
+    float r1[QPG * N], r2[QPG * N], a1[N], a2[N], inv[QPG];
+    memcpy(r1, ref, sizeof r1);
+    for (int t = 0; t < N; t++) r1[(QPG - 1) * N + t] = -INFINITY;
+    memcpy(r2, r1, sizeof r2);
+    kvt_sparse_aggregate(r1, QPG, N, a1);
+    for (int i = QPG - 1; i >= 0; i--) inv[i] = kvt_sparse_softmax_row(r2 + i * N, N);
+    kvt_sparse_aggregate_rows(r2, QPG, N, inv, a2);
+    ok = ok && isnan(inv[QPG - 1]) && memcmp(a1, a2, sizeof a1) == 0;
     test_result(ok, HD == 72 ? "sparse: int8 scores exact, exp and group softmax against scalar references (head_dim 72)"
                 : HD == 64 ? "sparse: int8 scores exact, exp and group softmax against scalar references (head_dim 64)"
                            : "sparse: int8 scores exact, exp and group softmax against scalar references (head_dim 128)",
@@ -205,9 +215,9 @@ static void test_score_kernels_hd(const int HD) {
 // pass), head_dim 4..512 with the extreme values (|q16| = 32767, k = +-127: the int32 bound) and runs that start and
 // end anywhere in a block.
 static void test_score_blocks(void) {
-    enum { MAXN = 53, MAXHD = 512, MAXQ = 8 };
+    enum { MAXN = 213, MAXHD = 512, MAXQ = 8 }; // sets longer than the AVX-512 kernel's prefetch distance (64 entries)
     static int16_t q16[MAXQ * MAXHD];
-    static int8_t rows[MAXN * MAXHD], kb[64 * MAXHD];
+    static int8_t rows[MAXN * MAXHD], kb[(MAXN + 15) / 16 * 16 * MAXHD];
     static float ks[MAXN], qs[MAXQ], out[MAXQ * MAXN], ref[MAXQ * MAXN];
     const int hds[] = {4, 64, 72, 256, 512};
     bool ok = true;
@@ -254,12 +264,21 @@ static void test_score_blocks(void) {
                 for (int i = 0; i < qpg; i++) {
                     for (int x = 0; x < m; x++) ok = ok && memcmp(&out[i * MAXN + x], &ref[i * MAXN + pos[x] - t0], 4) == 0;
                 }
+                // the same set in two parts, the second scored into its place (the re-rank's passes split a head's
+                // candidates so), cut inside a block
+                const int a = m / 3;
+                memset(out, 0, sizeof out);
+                kvt_sparse_score_i8_set(q16, qs, qpg, hd, kb, ks, pos, a, MAXN, 0.25f, out);
+                kvt_sparse_score_i8_set(q16, qs, qpg, hd, kb, ks, pos + a, m - a, MAXN, 0.25f, out + a);
+                for (int i = 0; i < qpg; i++) {
+                    for (int x = 0; x < m; x++) ok = ok && memcmp(&out[i * MAXN + x], &ref[i * MAXN + pos[x] - t0], 4) == 0;
+                }
                 cases++;
             }
         }
     }
     kvt_kernels_set_isa(saved);
-    test_result(ok, "sparse: block-layout int8 scan of a range and of a sorted set = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)",
+    test_result(ok, "sparse: block-layout int8 scan of a range and of a sorted set (whole or in parts) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)",
                 "%d cases", cases);
 }
 

@@ -7,10 +7,10 @@
 // Batch invariance (every output bit-identical to what the AVX2 GEMV gives
 // for that activation row alone): every output element keeps the GEMV's own
 // accumulators, lane layout and order of floating-point operations:
-//  - float weights (matmul_avx2.c fp tile, U = 2): accumulator 0 takes the
-//    8-element chunks at 16k, accumulator 1 those at 16k + 8, then
-//    hsum(acc0 + acc1) and a scalar tail from the last multiple of 16
-//    (f16 x f16 on AVX2: the tile reads the f16 activations as stored and
+//  - float weights (matmul_avx2.c fp tile): one accumulator per output taking
+//    the 8-element chunks (16 on AVX-512) in ascending k, then hsum(acc) and a
+//    scalar tail from the last multiple of 8 (16); a 4 x 3 tile is 12 ymm
+//    accumulators (f16 x f16: the tile reads the f16 activations as stored and
 //    converts them itself, half the bytes of the f32 rows the GEMV prepares);
 //  - q8_0 (matmul_avx2.c q8_0_rows): per block the exact integer total, then
 //    the scalar reference's (S * dx) * dy and a sum per block; the tile takes 8 weight rows in the lanes (repacked per
@@ -25,11 +25,8 @@
 //    super-block, the min term in a scalar. The q4_K tile takes 8 weight
 //    rows in the lanes (repacked per strip, interleaved), so one activation
 //    load serves 8 rows and a sub-block is summed in int16 before its scale.
-// The two parity accumulators of the first two families are independent
-// chains, so a tile runs the K loop twice (even chunks, then odd ones) with
-// one accumulator per output: twice the tile fits the 16 ymm registers.
-// The AVX2 float tile does so per K block of FP_KB elements (both passes of a
-// block, then the next), so that its second pass reads L1.
+// q4_0's two parity accumulators are independent chains, so its tile runs the K
+// loop twice (even blocks, then odd ones) with one accumulator per output.
 // Integer sums are exact, so their order is free.
 //
 // Driver: the activation rows are prepared once per call (type-specific
@@ -69,19 +66,6 @@
 #define FP_RM 4
 #define FP_TM 6
 #endif
-// K blocks of 512, 512 KiB strips, f16/bf16 weights converted in the tile (f16 activations too) as on
-// AVX2: one thread, Zen 4, pp128 GFLOP/s at n x rows 2048 x 5632 / 5632 x 2048 / 2048 x 2048, 2026-11-28
-// (before: no K blocks, STRIP_BYTES strips, the weights converted to f32 once per strip): f16 80/98/80 ->
-// 86/98/86, bf16 59-71/78-84/62-70 -> 96-99/100-102/85-97, f32 64/80/62 -> 72/88/72.
-#ifndef FP_KB
-#define FP_KB 512
-#endif
-#ifndef FP_STRIP
-#define FP_STRIP (512 * 1024)
-#endif
-#ifndef FP_WPANEL
-#define FP_WPANEL 0
-#endif
 #else
 #define GEMM_FN(name) kvt_gemm_##name##_avx2
 #define GEMM_SCRATCH_FN(name) kvt_gemm_scratch_##name##_avx2
@@ -94,18 +78,19 @@
 #define FP_RM 4
 #define FP_TM 3
 #endif
-// Float tiles: strips of 512 KiB of weights (more tiles per token block): the prepared f32
-// activations (4n bytes a token) come from L3 once per strip, which dominated at large n
-// (n = 5632 f16 78 -> 88 GFLOP/s, 192 -> 512 KiB; 2048 unchanged).
+#endif
+// Float tiles, both ISAs: strips of 512 KiB of weights (more tiles per token block): the prepared f32
+// activations (4n bytes a token) come from L3 once per strip, which dominated at large n on AVX2
+// (n = 5632 f16 78 -> 88 GFLOP/s, 192 -> 512 KiB; 2048 unchanged); f16/bf16 weights converted in the
+// tile (f16 activations too), the f32 panel measured slower. AVX-512, one thread, Zen 4, pp128 GFLOP/s
+// at n x rows 2048 x 5632 / 5632 x 2048 / 2048 x 2048, 2026-11-28 (before: STRIP_BYTES strips, the
+// weights converted to f32 once per strip): f16 80/98/80 -> 86/98/86, bf16 59-71/78-84/62-70 ->
+// 96-99/100-102/85-97, f32 64/80/62 -> 72/88/72 (then with two accumulators per output in K blocks of 512).
 #ifndef FP_STRIP
 #define FP_STRIP (512 * 1024)
 #endif
-#ifndef FP_KB
-#define FP_KB 512 // K block of the float tiles (elements, multiple of 16)
-#endif
 #ifndef FP_WPANEL
-#define FP_WPANEL 0 // f16/bf16 weights converted in the tile (the panel measured slower here)
-#endif
+#define FP_WPANEL 0 // 1: f16/bf16 weights converted to an f32 panel once per strip
 #endif
 
 INLINE int64_t align64(int64_t v) { return (v + 63) & ~(int64_t)63; }
@@ -244,52 +229,40 @@ static void bf16_wprep(int64_t n, const void *w, void *s) {
 }
 #endif
 
-// P: the activation rows as f32. Pass u takes the FV_N-wide chunks at 2 FV_N k + FV_N u.
-// Weight row r of the tile at WB + r * WS, elements of type ET.
-// K is blocked (FP_KB elements): per block, pass 0 then pass 1, each pass's
-// accumulators kept in a[u] between blocks (each chain still takes its chunks
-// in ascending k, so the sums are the GEMV's), so the second pass reads the
-// block's activations and weights from L1.
+// P: the activation rows as f32 (or YT as stored, converted by LDY). Weight row r of the tile at WB + r * WS,
+// elements of type ET. One accumulator per output over the FV_N-wide chunks in ascending k, the rows kernel's
+// order (matmul_avx2.c DEFINE_FP_TILE), in one pass over K.
 #define DEFINE_FP_TILE(...) DEFINE_FP_TILE_(__VA_ARGS__)
 #define DEFINE_FP_TILE_(name, ET, LDW, CVT, WB, WS, YT, LDY, CVTY, YB, YS)                        \
     INLINE void name##_tile(TILE_ARGS, int R, int T) {                                              \
         (void)W, (void)wrs, (void)S, (void)ss, (void)X, (void)xrs, (void)P, (void)ps;               \
-        const int64_t n16 = n & ~(int64_t)(2 * FV_N - 1);                                           \
-        FV a[2][RMAX][TMAX];                                                                        \
-        UNROLL for (int u = 0; u < 2; u++) UNROLL for (int r = 0; r < R; r++)                      \
-            UNROLL for (int t = 0; t < T; t++) a[u][r][t] = fv_zero();                              \
-        for (int64_t k0 = 0; k0 < n16; k0 += FP_KB) {                                               \
-            const int64_t k1 = min64(k0 + FP_KB, n16);                                              \
-            UNROLL for (int u = 0; u < 2; u++) {                                                    \
-                FV acc[RMAX][TMAX];                                                                 \
-                UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = a[u][r][t]; \
-                for (int64_t i = k0 + FV_N * u; i < k1; i += 2 * FV_N) {                            \
-                    if (R > T) { /* T activations in registers, the weights one by one */          \
-                        FV y[TMAX];                                                                 \
-                        UNROLL for (int t = 0; t < T; t++) y[t] = LDY((const YT *)(YB + t * YS) + i); \
-                        UNROLL for (int r = 0; r < R; r++) {                                        \
-                            FV w = LDW((const ET *)(WB + r * WS) + i);                              \
-                            __asm__("" : "+x"(w)); /* one register for it, its load not repeated */ \
-                            UNROLL for (int t = 0; t < T; t++) acc[r][t] = fv_fma(w, y[t], acc[r][t]); \
-                        }                                                                           \
-                        continue;                                                                   \
-                    }                                                                               \
-                    FV w[RMAX];                                                                     \
-                    UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(WB + r * WS) + i);   \
-                    UNROLL for (int t = 0; t < T; t++) {                                            \
-                        FV y = LDY((const YT *)(YB + t * YS) + i);                                  \
-                        FP_REG(y);                                                                  \
-                        UNROLL for (int r = 0; r < R; r++) acc[r][t] = fv_fma(w[r], y, acc[r][t]);  \
-                    }                                                                               \
+        const int64_t nv = n & ~(int64_t)(FV_N - 1);                                                \
+        FV acc[RMAX][TMAX];                                                                         \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = fv_zero(); \
+        for (int64_t i = 0; i < nv; i += FV_N) {                                                    \
+            if (R > T) { /* T activations in registers, the weights one by one */                  \
+                FV y[TMAX];                                                                         \
+                UNROLL for (int t = 0; t < T; t++) y[t] = LDY((const YT *)(YB + t * YS) + i);       \
+                UNROLL for (int r = 0; r < R; r++) {                                                \
+                    FV w = LDW((const ET *)(WB + r * WS) + i);                                      \
+                    __asm__("" : "+x"(w)); /* one register for it, its load not repeated */         \
+                    UNROLL for (int t = 0; t < T; t++) acc[r][t] = fv_fma(w, y[t], acc[r][t]);      \
                 }                                                                                   \
-                UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) a[u][r][t] = acc[r][t]; \
+                continue;                                                                           \
+            }                                                                                       \
+            FV w[RMAX];                                                                             \
+            UNROLL for (int r = 0; r < R; r++) w[r] = LDW((const ET *)(WB + r * WS) + i);           \
+            UNROLL for (int t = 0; t < T; t++) {                                                    \
+                FV y = LDY((const YT *)(YB + t * YS) + i);                                          \
+                FP_REG(y);                                                                          \
+                UNROLL for (int r = 0; r < R; r++) acc[r][t] = fv_fma(w[r], y, acc[r][t]);          \
             }                                                                                       \
         }                                                                                           \
         UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {                     \
             const ET *x = (const ET *)(WB + r * WS);                                                \
             const YT *y = (const YT *)(YB + t * YS);                                                \
-            float s = fv_hsum(fv_add(a[0][r][t], a[1][r][t]));                                      \
-            for (int64_t j = n16; j < n; j++) s += CVT(x[j]) * CVTY(y[j]);                          \
+            float s = fv_hsum(acc[r][t]);                                                           \
+            for (int64_t j = nv; j < n; j++) s += CVT(x[j]) * CVTY(y[j]);                           \
             Y[t * ldy + r] = s;                                                                     \
         }                                                                                           \
     }

@@ -8,10 +8,11 @@
 // unless written as an FMA):
 //  scalar (quant.c vec_dot): the reference dot of each type, block by block in k order.
 //  avx2 (8 lanes; matmul_avx2.c rows kernels, else quant_avx2.c vec_dot):
-//   f32/f16/bf16 (weights and activations as f32): a0, a1 = 8-lane zero; for each 16-wide slice
-//     k0 (k0 + 16 <= n): a0 = fma(w[k0..+8], y[k0..+8], a0); a1 = fma(w[k0+8..+16], y[k0+8..+16], a1);
-//     s = hsum(a0 + a1), hsum(v) = ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)); then for the
-//     remaining k ascending: s = s + w[k]*y[k] (rounded product, then sum).
+//   f32/f16/bf16 (weights and activations as f32): one accumulator a = 8-lane zero; for each 8-wide
+//     slice k0 (k0 + 8 <= n, ascending): a = fma(w[k0..+8], y[k0..+8], a) (llama.cpp's float tiles keep
+//     one accumulator per output too); s = hsum(a), hsum(v) = ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7));
+//     then for the remaining k ascending: s = s + w[k]*y[k] (rounded product, then sum). (Until
+//     2026-11-29: two accumulators, even and odd 8-wide slices, s = hsum(a0 + a1).)
 //   q4_1 (x q8_1 blocks of 32; llama.cpp's own order, ggml_vec_dot_q4_1_q8_1 on x86, on every ISA): one
 //     8-lane accumulator, per block in order: acc = fma(broadcast(dx * dy), float(p), acc) with p the 8 int32
 //     lanes (lane i: the exact integer dot of the block's elements 4i..4i+3), and the min terms in a scalar
@@ -36,7 +37,8 @@
 //     total per super-block; the 16-row VPDPBUSD panel tile from 2 tokens on, one row per lane).
 //     q4_K_x8 (q4_K repacked at load, quant.h): the same totals and chains, 8 rows in the lanes (kqx8.h),
 //     so a repacked matrix gives the q4_K bits; its batches run the q4_K paths on unpacked rows.
-//  avx512: the same sources with 16-lane vectors (q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
+//  avx512: the same sources with 16-lane vectors (f32/f16/bf16: one 16-lane accumulator over 16-wide
+//   slices, s = _mm512_reduce_add_ps(a); q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows
 //   kernel; the old AVX-512 f16/q8_0 panel tiles sum in another order and are off unless
 //   -DKVT_MM_AVX512_GEMM=1.

@@ -9,8 +9,8 @@
 //    loads);
 //  - rows: Y[t*ldy + r] = dot(W row r, prepared row t) for r < nr, t < nt
 //    (nt <= KVT_DOT_MULTI_MAX). Each weight block is decoded once per call
-//    for all nt rows; float kernels additionally tile 4 weight rows (decode, nt = 1: one row at a time,
-//    a single sequential stream for the hardware prefetcher).
+//    for all nt rows; float kernels additionally tile 4 weight rows (decode, nt = 1: 2 rows at once, one
+//    FMA chain each, the next pair's lines prefetched into L2).
 //
 // 32-block integer kernels (q4_0, q4_1, q5_0, q8_0) use unsigned weights u in
 // [0, 255] against signed activations: dot(w, y) = dot(u, y) - o * sum(y) with
@@ -67,79 +67,94 @@ static void bf16_prep(int64_t n, const void *x, void *p) {
 }
 static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n * sizeof(float)); }
 
-#ifdef KVT_SIMD_AVX512
-#define FP_NR 4 // weight rows per float tile: 4x4 accumulators of 32 zmm
-#else
-#define FP_NR 2 // 2x4 accumulators: 16 ymm registers leave no room for 4x4
-#endif
+#define FP_NR 4 // weight rows per float tile (and decode: rows at once, one FMA chain each)
 #define fv_ld_f32(p) fv_ld(p)
 #define cvt_f32(v) (v)
+// Decode of float weights: one FMA chain per row (the order below), so FP_DR rows are summed at once for
+// independent chains, and their lines FP_DR rows on are prefetched, one line per row per step (hint
+// FP_PF_HINT). Zen 4, one thread, AVX2 f16 bench_kernels -p 1, GB/s at rows x n 5632 x 2048 /
+// 2048 x 5632 / 2048 x 2048 (load 2-3.8, 2026-11-29): the old order (2 chains per row, one row at a time)
+// 24/10-12/21; 4 rows, no prefetch 15/14-15/16-18; 4 rows, L2 prefetch 21/16-18/19-21; 2 rows, no
+// prefetch 12/10-12/12-13; 2 rows, L2 prefetch 19-25/20-23/20-26 (kept); 8 rows 15-19/13-14/16-20.
+#ifndef FP_DR
+#define FP_DR 2 // decode: weight rows at once
+#endif
+#ifndef FP_PF_HINT
+#define FP_PF_HINT _MM_HINT_T1 // the next group's lines into L2
+#endif
 
 // Tile of NR (at most FP_NR) weight rows x NT prepared rows. The order of every output is fixed
 // whatever NR and NT (so a row gives the same bits alone or in any batch, and the tile is free to change):
-// two vector accumulators per output, acc0 taking the FV_N-wide slices k = [2j*FV_N, (2j+1)*FV_N) and acc1
-// the odd slices, each by FMA in k order; then hsum(acc0 + acc1), then the tail past the last full pair of
-// slices one element at a time (s += w[k] * y[k], k ascending).
-#define FP_U 2
-// Accumulators a tile may use (NR * NT * FP_U), leaving registers for the weights and one activation.
+// ONE vector accumulator per output taking the FV_N-wide slices k = [j*FV_N, (j+1)*FV_N) by FMA in k order
+// (llama.cpp's order in its float tiles), then hsum(acc), then the tail past the last full slice one
+// element at a time (s += w[k] * y[k], k ascending). A single row has a single dependent chain, so decode
+// (NT = 1) takes FP_DR rows at once for independent chains (gemm_avx2.c's tiles: 4 x 3 on AVX2).
+// Accumulators a tile may use (NR * NT), leaving registers for the weights and one activation.
 #ifdef KVT_SIMD_AVX512
-#define FP_ACC_MAX 24 // 4 x 3 or 3 x 4 tiles
+#define FP_ACC_MAX 24
 #else
 #define FP_ACC_MAX 12
 #endif
 #define DEFINE_FP_TILE(name, ET, LDW, CVT)                                                          \
     INLINE void name##_tile(int64_t n, const char *W, size_t wrs, int NR, const float *P, size_t prs, \
                             int NT, float *Y, int64_t ldy) {                                        \
-        FV acc[FP_NR][NTMAX][FP_U];                                                                 \
-        UNROLL for (int r = 0; r < NR; r++)                                                                \
-            UNROLL for (int t = 0; t < NT; t++) acc[r][t][0] = acc[r][t][1] = fv_zero();                   \
-        int64_t i = 0;                                                                              \
-        for (; i + FP_U * FV_N <= n; i += FP_U * FV_N) {                                            \
-            UNROLL for (int u = 0; u < FP_U; u++) {                                                        \
-                FV w[FP_NR];                                                                            \
-                UNROLL for (int r = 0; r < NR; r++) w[r] = LDW((const ET *)(W + r * wrs) + i + u * FV_N); \
-                UNROLL for (int t = 0; t < NT; t++) {                                                      \
-                    const FV y = fv_ld((const float *)((const char *)P + t * prs) + i + u * FV_N);  \
-                    UNROLL for (int r = 0; r < NR; r++) acc[r][t][u] = fv_fma(w[r], y, acc[r][t][u]);     \
-                }                                                                                   \
+        FV acc[FP_NR][NTMAX];                                                                       \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = fv_zero(); \
+        const int64_t nv = n & ~(int64_t)(FV_N - 1);                                                \
+        for (int64_t i = 0; i < nv; i += FV_N) {                                                    \
+            FV w[FP_NR];                                                                            \
+            UNROLL for (int r = 0; r < NR; r++) w[r] = LDW((const ET *)(W + r * wrs) + i);          \
+            UNROLL for (int t = 0; t < NT; t++) {                                                   \
+                const FV y = fv_ld((const float *)((const char *)P + t * prs) + i);                 \
+                UNROLL for (int r = 0; r < NR; r++) acc[r][t] = fv_fma(w[r], y, acc[r][t]);         \
             }                                                                                       \
         }                                                                                           \
-        UNROLL for (int r = 0; r < NR; r++) {                                                              \
+        UNROLL for (int r = 0; r < NR; r++) {                                                       \
             const ET *x = (const ET *)(W + r * wrs);                                                \
-            UNROLL for (int t = 0; t < NT; t++) {                                                          \
+            UNROLL for (int t = 0; t < NT; t++) {                                                   \
                 const float *y = (const float *)((const char *)P + t * prs);                        \
-                float s = fv_hsum(fv_add(acc[r][t][0], acc[r][t][1]));                              \
-                for (int64_t j = i; j < n; j++) s += CVT(x[j]) * y[j];                              \
+                float s = fv_hsum(acc[r][t]);                                                       \
+                for (int64_t j = nv; j < n; j++) s += CVT(x[j]) * y[j];                             \
                 Y[t * ldy + r] = s;                                                                 \
             }                                                                                       \
         }                                                                                           \
     }                                                                                               \
-    /* decode: one weight row at a time, 4 slices per step, the tile's order (acc0 even slices, acc1 odd) */ \
-    INLINE float name##_row1(int64_t n, const ET *x, const float *y) {                              \
-        FV a0 = fv_zero(), a1 = fv_zero();                                                          \
+    /* decode: FP_DR rows at once (one chain each, the tile's order), the next group's lines prefetched */ \
+    INLINE void name##_dec(int64_t n, const char *W, size_t wrs, const float *y, float *Y, size_t pfd) { \
+        enum { L = 64 / (int)sizeof(ET) }; /* elements per line of a weight row (a multiple of FV_N) */ \
+        FV acc[FP_DR];                                                                              \
+        UNROLL for (int r = 0; r < FP_DR; r++) acc[r] = fv_zero();                                  \
+        const int64_t nv = n & ~(int64_t)(FV_N - 1);                                                \
         int64_t i = 0;                                                                              \
-        for (; i + 4 * FV_N <= n; i += 4 * FV_N) {                                                  \
-            a0 = fv_fma(LDW(x + i), fv_ld(y + i), a0);                                              \
-            a1 = fv_fma(LDW(x + i + FV_N), fv_ld(y + i + FV_N), a1);                                \
-            a0 = fv_fma(LDW(x + i + 2 * FV_N), fv_ld(y + i + 2 * FV_N), a0);                        \
-            a1 = fv_fma(LDW(x + i + 3 * FV_N), fv_ld(y + i + 3 * FV_N), a1);                        \
+        for (; i + L <= nv; i += L) {                                                               \
+            UNROLL for (int r = 0; r < FP_DR; r++)                                                  \
+                _mm_prefetch(W + r * wrs + pfd + i * (int64_t)sizeof(ET), FP_PF_HINT);              \
+            UNROLL for (int u = 0; u < L; u += FV_N) {                                              \
+                const FV yv = fv_ld(y + i + u);                                                     \
+                UNROLL for (int r = 0; r < FP_DR; r++)                                              \
+                    acc[r] = fv_fma(LDW((const ET *)(W + r * wrs) + i + u), yv, acc[r]);            \
+            }                                                                                       \
         }                                                                                           \
-        if (i + 2 * FV_N <= n) {                                                                    \
-            a0 = fv_fma(LDW(x + i), fv_ld(y + i), a0);                                              \
-            a1 = fv_fma(LDW(x + i + FV_N), fv_ld(y + i + FV_N), a1);                                \
-            i += 2 * FV_N;                                                                          \
+        for (; i < nv; i += FV_N) {                                                                 \
+            const FV yv = fv_ld(y + i);                                                             \
+            UNROLL for (int r = 0; r < FP_DR; r++) acc[r] = fv_fma(LDW((const ET *)(W + r * wrs) + i), yv, acc[r]); \
         }                                                                                           \
-        float s = fv_hsum(fv_add(a0, a1));                                                          \
-        for (; i < n; i++) s += CVT(x[i]) * y[i];                                                   \
-        return s;                                                                                   \
+        UNROLL for (int r = 0; r < FP_DR; r++) {                                                    \
+            const ET *x = (const ET *)(W + r * wrs);                                                \
+            float s = fv_hsum(acc[r]);                                                              \
+            for (int64_t j = nv; j < n; j++) s += CVT(x[j]) * y[j];                                 \
+            Y[r] = s;                                                                               \
+        }                                                                                           \
     }                                                                                               \
     INLINE void name##_rows_nt(int64_t n, const char *w, size_t wrs, int64_t nr, const void *P, size_t prs, \
                                int NT, float *Y, int64_t ldy) {                                     \
         if (NT == 1) {                                                                              \
-            for (int64_t r = 0; r < nr; r++) Y[r] = name##_row1(n, (const ET *)(w + r * wrs), P);   \
+            int64_t r = 0;                                                                          \
+            for (; r + FP_DR <= nr; r += FP_DR) name##_dec(n, w + r * wrs, wrs, P, Y + r, FP_DR * wrs); \
+            for (; r < nr; r++) name##_tile(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy);        \
             return;                                                                                 \
         }                                                                                           \
-        const int NA = FP_ACC_MAX / (NT * FP_U), NR = NA < 1 ? 1 : NA > FP_NR ? FP_NR : NA;        \
+        const int NA = FP_ACC_MAX / NT, NR = NA < 1 ? 1 : NA > FP_NR ? FP_NR : NA;                  \
         int64_t r = 0;                                                                              \
         for (; r + NR <= nr; r += NR) name##_tile(n, w + r * wrs, wrs, NR, P, prs, NT, Y + r, ldy); \
         for (; r < nr; r++) name##_tile(n, w + r * wrs, wrs, 1, P, prs, NT, Y + r, ldy);           \

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sparse.h"
+#include "sparse_impl.h"
 
 #define MAX_WINDOW 64
 
@@ -114,17 +114,43 @@ static void solve_simplex(const double *G, const double *b, int32_t w, double *a
     }
 }
 
+enum { GRAM_XB = 32 }; // dimensions per tile of gram
+
 // The Gram matrix R[a * m + b] = dot(row a, row b) of the m rows h ([m, d]), each entry a serial double sum over the
-// dimensions in order (products of floats: exact in double), computed row by row against every earlier row at once (independent sums: no latency chain).
+// dimensions in order (products of floats: exact in double, so R[a * m + b] and R[b * m + a] are the same bits). Tile
+// by tile of GRAM_XB dimensions, transposed so that one dimension's products with every row are contiguous: the m
+// sums of a row run side by side in vector lanes (independent sums: no latency chain).
+KVT_SPARSE_CLONES
 static void gram(const float *h, int32_t m, int32_t d, double *R) {
-    for (int32_t a = 0; a < m; a++) {
-        double acc[MAX_WINDOW + 1] = {0};
-        const float *ra = h + (int64_t)a * d;
-        for (int32_t x = 0; x < d; x++) {
-            const double v = ra[x];
-            for (int32_t b = 0; b <= a; b++) acc[b] += v * h[(int64_t)b * d + x];
+    double T[GRAM_XB * (MAX_WINDOW + 1)];
+    memset(R, 0, (size_t)m * m * sizeof *R);
+    for (int32_t x0 = 0; x0 < d; x0 += GRAM_XB) {
+        const int32_t xn = d - x0 < GRAM_XB ? d - x0 : GRAM_XB;
+        for (int32_t b = 0; b < m; b++) {
+            for (int32_t xx = 0; xx < xn; xx++) T[xx * m + b] = h[(int64_t)b * d + x0 + xx];
         }
-        for (int32_t b = 0; b <= a; b++) R[a * m + b] = R[b * m + a] = acc[b];
+        for (int32_t a = 0; a < m; a++) {
+            double *Ra = R + (int64_t)a * m;
+            for (int32_t xx = 0; xx < xn; xx++) {
+                const double v = T[xx * m + a], *Tx = T + xx * m;
+                for (int32_t b = 0; b < m; b++) Ra[b] += v * Tx[b];
+            }
+        }
+    }
+}
+
+// acc[x] += (float)sum_i a[i] X[i * d + x] over i in order (double sums), for x in [0, d): GRAM_XB dimensions at a time,
+// the dimensions' sums side by side in vector lanes.
+KVT_SPARSE_CLONES
+static void combine_rows(const double *a, const float *X, int32_t w, int32_t d, float *acc) {
+    for (int32_t x0 = 0; x0 < d; x0 += GRAM_XB) {
+        const int32_t xn = d - x0 < GRAM_XB ? d - x0 : GRAM_XB;
+        double s[GRAM_XB] = {0};
+        for (int32_t i = 0; i < w; i++) {
+            const float *Xi = X + (int64_t)i * d + x0;
+            for (int32_t xx = 0; xx < xn; xx++) s[xx] += a[i] * Xi[xx];
+        }
+        for (int32_t xx = 0; xx < xn; xx++) acc[x0 + xx] += (float)s[xx];
     }
 }
 
@@ -157,12 +183,7 @@ static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, d
         for (int32_t i = 0; i < w; i++) sum += (a[i] = exp(a[i] - mx));
         for (int32_t i = 0; i < w; i++) a[i] /= sum;
     }
-    const float *Xs = hist + (int64_t)(n - w) * d; // the window shifted by one: rows n-w .. n-1
-    for (int32_t x = 0; x < d; x++) {
-        double s = 0.0;
-        for (int32_t i = 0; i < w; i++) s += a[i] * Xs[(int64_t)i * d + x];
-        acc[x] += (float)s;
-    }
+    combine_rows(a, hist + (int64_t)(n - w) * d, w, d, acc); // the window shifted by one: rows n-w .. n-1
     return true;
 }
 

@@ -107,6 +107,12 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
         if (!s->rr_ss) ok = false;
         for (int32_t i = 0; ok && i < d->n_threads; i++) ss_alloc(&s->rr_ss[i], s, &ok);
     }
+    if (ok && p.mode == KVT_SPARSE_ASYNCSPADE && p.rerank > 1.0) { // the re-rank's passes (any thread count)
+        s->rr_raw = kvt_sparse_zalloc((size_t)(H * s->qpg * N) * 4, &ok);
+        s->rr_q16 = kvt_sparse_zalloc((size_t)(H * s->gd) * 2, &ok);
+        s->rr_qs = kvt_sparse_zalloc((size_t)(H * s->qpg) * 4, &ok);
+        s->rr_inv = kvt_sparse_zalloc((size_t)(H * s->qpg) * 4, &ok);
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (!ok) {
@@ -143,7 +149,7 @@ void kvt_sparse_free(kvt_sparse *s) {
     ss_free(&s->work_ss);
     for (int32_t i = 0; s->rr_ss && i < s->d.n_threads; i++) ss_free(&s->rr_ss[i]);
     free(s->rr_ss);
-    void *bufs[] = {s->exact, s->osel, s->kbuf, s->krow, s->krow_t, s->queue, s->pair_mass,
+    void *bufs[] = {s->exact, s->osel, s->kbuf, s->krow, s->krow_t, s->queue, s->pair_mass, s->rr_raw, s->rr_q16, s->rr_qs, s->rr_inv,
                     s->ps_n, s->ps_fb, s->ps_ncos, s->ps_mass, s->ps_ovl, s->ps_cos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     pthread_mutex_destroy(&s->mu);

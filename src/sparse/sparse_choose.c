@@ -164,12 +164,68 @@ static void mark_kept(const kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, con
     }
 }
 
-// One KV head's re-rank (kvt_sparse_rerank) in the scratch ss of the thread that runs it: it reads and writes only
-// that head's rows of ly (sel, nsel, kept), so heads run in parallel and each head's arithmetic is the same on any
-// thread (the same bits for every thread count).
-static void rerank_head(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int32_t kh, int64_t P, const float *q,
-                        float scale, bool use_kept) {
-    const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n), hd = s->d.head_dim;
+// The re-rank (kvt_sparse_rerank) in three passes, so that its work spreads over the pool's threads however few KV
+// heads there are (one task per head left a thread idle for a third of the re-rank with 3 heads on 2 threads): (1) the
+// candidates' scores, each KV head's candidates cut into `chunks` parts; (2) each (KV head, query head) row's softmax;
+// (3) per KV head, the group's mass, the pages, the hysteresis and top-K. Every task reads and writes only its own rows
+// (its head's rows of ly and of the rr_* buffers), and each value is computed by the same arithmetic whatever the
+// split (integer dot products per candidate, one row's exp sum in one task): the same bits for every thread count.
+typedef struct {
+    kvt_sparse *s;
+    kvt_sparse_layer *ly;
+    int64_t P, K;   // the decode position; positions kept per KV head
+    float scale;
+    bool use_kept;  // the pages kept at P - 1 count (1 + keep) times
+    int32_t chunks; // parts of a head's candidates in pass 1
+} rerank_job;
+
+// Whether KV head kh has candidates to drop (else its selection stays as it is).
+static bool rr_active(const rerank_job *J, int32_t kh) { return J->ly->nsel[kh] > J->K; }
+
+static float *rr_raw(const rerank_job *J, int32_t kh) { return J->s->rr_raw + (int64_t)kh * J->s->qpg * J->s->d.n_ctx; }
+
+// Pass 1, task kh * chunks + c: the c-th part of KV head kh's candidates scored in place (no copy of their int8 rows);
+// position P, the query's own, has no int8 row yet: -inf, as in the full scan (it is always kept, recent).
+static void rr_score_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const rerank_job *J = ctx;
+    const kvt_sparse *s = J->s;
+    const int32_t kh = (int32_t)(task / J->chunks), c = (int32_t)(task % J->chunks), hd = s->d.head_dim;
+    if (!rr_active(J, kh)) return;
+    const int32_t *sel = sel_of(J->ly, kh);
+    const int64_t nc = J->ly->nsel[kh];
+    const int64_t nk = sel[nc - 1] >= J->P ? nc - 1 : nc; // sorted: only the last can be P
+    const int64_t x0 = nk * c / J->chunks, x1 = nk * (c + 1) / J->chunks;
+    float *raw = rr_raw(J, kh);
+    kvt_sparse_score_i8_set(s->rr_q16 + (int64_t)kh * s->gd, s->rr_qs + (int64_t)kh * s->qpg, s->qpg, hd,
+                            J->ly->k8 + (int64_t)kh * J->ly->cap * hd, J->ly->k8s + (int64_t)kh * J->ly->cap, sel + x0,
+                            x1 - x0, nc, J->scale, raw + x0);
+    if (c == J->chunks - 1) {
+        for (int64_t y = nk; y < nc; y++) {
+            for (int32_t i = 0; i < s->qpg; i++) raw[(int64_t)i * nc + y] = -INFINITY;
+        }
+    }
+}
+
+// Pass 2, task kh * qpg + i: query head i's softmax over KV head kh's candidates.
+static void rr_softmax_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const rerank_job *J = ctx;
+    const int32_t kh = (int32_t)(task / J->s->qpg), i = (int32_t)(task % J->s->qpg);
+    if (!rr_active(J, kh)) return;
+    const int64_t nc = J->ly->nsel[kh];
+    J->s->rr_inv[task] = kvt_sparse_softmax_row(rr_raw(J, kh) + (int64_t)i * nc, nc);
+}
+
+// Pass 3, task kh: the group's mass per candidate (the rows summed in order), pages, hysteresis, top-K, in the scratch
+// of the thread that runs it.
+static void rr_choose_task(void *ctx, int64_t task, int thread) {
+    const rerank_job *J = ctx;
+    kvt_sparse *s = J->s;
+    kvt_sparse_layer *ly = J->ly;
+    kvt_sparse_scratch *ss = s->rr_ss ? &s->rr_ss[thread] : &s->main_ss;
+    const int32_t kh = (int32_t)task;
+    const int64_t n = J->P + 1, K = J->K;
     const bool keep = ly->kept != NULL;
     int32_t *sel = sel_of(ly, kh);
     const int64_t nc = ly->nsel[kh];
@@ -177,26 +233,14 @@ static void rerank_head(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch 
         if (keep) mark_kept(s, ly, kh, sel, nc);
         return;
     }
-    // the candidates scored in place (no copy of their int8 rows), in one pass over their blocks; position P, the
-    // query's own, has no int8 row yet: -inf, as in the full scan (it is always kept, recent)
-    const int8_t *k8 = ly->k8 + (int64_t)kh * ly->cap * hd;
-    const float *k8s = ly->k8s + (int64_t)kh * ly->cap;
-    int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
-    float qs[KVT_SPARSE_MAX_QPG];
-    kvt_sparse_quant_query(q + (int64_t)kh * s->gd, s->qpg, (int32_t)hd, q16, qs);
     int64_t c_sink = 0, c_recent = 0;
     for (int64_t x = 0; x < nc; x++) {
         c_sink += sel[x] < s->p.sink;
         c_recent += sel[x] >= n - s->p.recent;
     }
-    const int64_t nk = sel[nc - 1] >= P ? nc - 1 : nc; // sorted: only the last can be P
-    kvt_sparse_score_i8_set(q16, qs, s->qpg, (int32_t)hd, k8, k8s, sel, nk, nc, scale, ss->raw);
-    for (int64_t y = nk; y < nc; y++) {
-        for (int32_t i = 0; i < s->qpg; i++) ss->raw[(int64_t)i * nc + y] = -INFINITY;
-    }
-    kvt_sparse_aggregate(ss->raw, s->qpg, nc, ss->agg);
+    kvt_sparse_aggregate_rows(rr_raw(J, kh), s->qpg, nc, s->rr_inv + (int64_t)kh * s->qpg, ss->agg);
     if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block);
-    if (use_kept) { // a page kept at P - 1 is resident: it leaves the set only for (1 + keep) times its mass
+    if (J->use_kept) { // a page kept at P - 1 is resident: it leaves the set only for (1 + keep) times its mass
         const uint8_t *kept = ly->kept + kh * kvt_sparse_kept_pages(s);
         const float f = (float)(1.0 + s->p.keep);
         for (int64_t x = c_sink, end = 0, pg = 0; x < nc - c_recent; x++) { // sorted: one division per page
@@ -213,28 +257,29 @@ static void rerank_head(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch 
     if (keep) mark_kept(s, ly, kh, sel, m);
 }
 
-typedef struct {
-    kvt_sparse *s;
-    kvt_sparse_layer *ly;
-    int64_t P;
-    const float *q;
-    float scale;
-    bool use_kept;
-} rerank_job;
-
-static void rerank_task(void *ctx, int64_t task, int thread) {
-    const rerank_job *J = ctx;
-    rerank_head(J->s, J->ly, &J->s->rr_ss[thread], (int32_t)task, J->P, J->q, J->scale, J->use_kept);
+static void rr_pass(kvt_threadpool *pool, kvt_task_fn fn, rerank_job *J, int64_t n_tasks) {
+    if (pool) {
+        kvt_threadpool_run(pool, fn, J, n_tasks);
+    } else {
+        for (int64_t t = 0; t < n_tasks; t++) fn(J, t, 0);
+    }
 }
 
 void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale, kvt_threadpool *pool) {
     // hysteresis: the pages the previous decode step kept (that step only: none after a rewind or a prompt)
-    const rerank_job J = {s, ly, P, q, scale, ly->kept != NULL && ly->kept_pos == P - 1};
-    if (pool && s->rr_ss && kvt_threadpool_n_threads(pool) <= s->d.n_threads) {
-        kvt_threadpool_run(pool, rerank_task, (void *)&J, s->d.n_head_kv); // one task per KV head
-    } else {
-        for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) rerank_head(s, ly, &s->main_ss, kh, P, q, scale, J.use_kept);
+    if (!(pool && s->rr_ss && kvt_threadpool_n_threads(pool) <= s->d.n_threads)) pool = NULL; // else all on the caller
+    rerank_job J = {s, ly, P, kvt_sparse_budget_of(s, P + 1), scale, ly->kept != NULL && ly->kept_pos == P - 1,
+                    pool ? kvt_threadpool_n_threads(pool) : 1};
+    const int32_t H = s->d.n_head_kv;
+    for (int32_t kh = 0; kh < H; kh++) {
+        if (rr_active(&J, kh)) {
+            kvt_sparse_quant_query(q + (int64_t)kh * s->gd, s->qpg, s->d.head_dim, s->rr_q16 + (int64_t)kh * s->gd,
+                                   s->rr_qs + (int64_t)kh * s->qpg);
+        }
     }
+    rr_pass(pool, rr_score_task, &J, (int64_t)H * J.chunks);
+    rr_pass(pool, rr_softmax_task, &J, (int64_t)H * s->qpg);
+    rr_pass(pool, rr_choose_task, &J, H);
     ly->kept_pos = P;
 }
 

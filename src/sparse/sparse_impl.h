@@ -18,6 +18,15 @@
 
 enum { KVT_SPARSE_MAX_WINDOWS = 8 };
 
+// The selection's loops built for AVX-512, AVX2 and the baseline (target_clones), vectorized: plain float and double
+// operations without contraction (ISO C mode), so every clone computes the same bits as the scalar code.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__) // the clones' resolver runs before the sanitizers' runtime is set up
+#define KVT_SPARSE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), optimize("vect-cost-model=dynamic")))
+#else
+#define KVT_SPARSE_CLONES
+#endif
+
 // Scratch of one selecting thread (the caller's, or the worker's); sized for n_ctx positions.
 typedef struct {
     float *raw;   // [qpg, n_ctx] scores
@@ -85,6 +94,11 @@ struct kvt_sparse {
     float *kbuf;             // [KVT_SPARSE_CATCHUP][Hkv * hd] keys read back from the store
     kvt_sparse_scratch main_ss, work_ss;
     kvt_sparse_scratch *rr_ss;  // asyncspade with a re-rank: [n_threads] per pool thread (its heads in parallel), else NULL
+    // asyncspade with a re-rank: each KV head's state between the passes of kvt_sparse_rerank (sparse_choose.c)
+    float *rr_raw;           // [Hkv][qpg * n_ctx] the candidates' scores, then their softmax terms
+    int16_t *rr_q16;         // [Hkv][gd] the real query as int16 (kvt_sparse_quant_query)
+    float *rr_qs;            // [Hkv][qpg] its row scales
+    float *rr_inv;           // [Hkv][qpg] 1 / each row's exp sum (kvt_sparse_softmax_row)
     float *krow;             // [hd] a key rounded to the store's type
     void *krow_t;            // its row in that type
     // the asyncspade worker
@@ -187,6 +201,11 @@ kvt_status kvt_sparse_read_keys(kvt_kv *kv, int32_t seq, int32_t layer, int64_t 
 // s: [qpg, n] raw scores (overwritten); agg[t] = sum_i softmax(s_i)[t] (kvt_sparse_exp_neg, partial sums in a
 // fixed order: the same bits on every call). A row with no finite score adds nothing.
 void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg);
+// kvt_sparse_aggregate in two parts (the rows may run on different threads, the same bits): one row's softmax terms
+// (s [n] overwritten by exp(s - max)), returning 1 / their sum (NaN: no finite score, the row adds nothing); then
+// agg[t] = sum_i s_i[t] * inv[i] over the rows in order.
+float kvt_sparse_softmax_row(float *s, int64_t n);
+void kvt_sparse_aggregate_rows(const float *s, int32_t qpg, int64_t n, const float *inv, float *agg);
 
 // Bounds of the selection's stack rows (sparse_score.c, sparse.c).
 enum { KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };

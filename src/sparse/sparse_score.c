@@ -9,12 +9,7 @@
 #include "../kernels/quant.h"
 #include "sparse_impl.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
-    !defined(__SANITIZE_THREAD__) // the clones' resolver runs before the sanitizers' runtime is set up
-#define SCORE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), optimize("vect-cost-model=dynamic")))
-#else
-#define SCORE_CLONES
-#endif
+#define SCORE_CLONES KVT_SPARSE_CLONES
 
 void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale) {
     for (int32_t i = 0; i < qpg; i++) {
@@ -122,14 +117,47 @@ static float exp_sum(float *s, int64_t n, float mx) {
     return sum;
 }
 
-void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg) {
+// The largest of s[0 .. n) (-inf when none is above it; NaN never wins), in 16 lanes so that it vectorizes: a maximum
+// is exact, so the lanes give the value of a serial scan (where +0 and -0 tie, either may come out: the only use,
+// exp(s - max), is the same for both).
+SCORE_CLONES
+static float row_max(const float *s, int64_t n) {
+    enum { LANES = 16 };
+    float m[LANES];
+    for (int32_t j = 0; j < LANES; j++) m[j] = -INFINITY;
+    const int64_t nv = n / LANES * LANES;
+    for (int64_t t = 0; t < nv; t += LANES) {
+        for (int32_t j = 0; j < LANES; j++) m[j] = s[t + j] > m[j] ? s[t + j] : m[j];
+    }
+    for (int64_t t = nv; t < n; t++) m[0] = s[t] > m[0] ? s[t] : m[0];
+    float mx = -INFINITY;
+    for (int32_t j = 0; j < LANES; j++) mx = m[j] > mx ? m[j] : mx;
+    return mx;
+}
+
+// agg[t] += s[t] * f (one rounding each: no contraction in any clone).
+SCORE_CLONES
+static void add_scaled(float *agg, const float *s, int64_t n, float f) {
+    for (int64_t t = 0; t < n; t++) agg[t] += s[t] * f;
+}
+
+float kvt_sparse_softmax_row(float *s, int64_t n) {
+    const float mx = row_max(s, n);
+    if (!(mx > -INFINITY)) return NAN; // no finite score: the row adds nothing
+    const float sum = exp_sum(s, n, mx);
+    return sum > 0.0f ? 1.0f / sum : 0.0f;
+}
+
+void kvt_sparse_aggregate_rows(const float *s, int32_t qpg, int64_t n, const float *inv, float *agg) {
     memset(agg, 0, (size_t)n * sizeof(float));
     for (int32_t i = 0; i < qpg; i++) {
-        float *si = s + i * n, mx = -INFINITY;
-        for (int64_t t = 0; t < n; t++) mx = si[t] > mx ? si[t] : mx;
-        if (!(mx > -INFINITY)) continue; // no finite score: the head adds nothing
-        const float sum = exp_sum(si, n, mx);
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int64_t t = 0; t < n; t++) agg[t] += si[t] * inv;
+        if (isnan(inv[i])) continue;
+        add_scaled(agg, s + i * n, n, inv[i]);
     }
+}
+
+void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg) {
+    float inv[KVT_SPARSE_MAX_QPG];
+    for (int32_t i = 0; i < qpg; i++) inv[i] = kvt_sparse_softmax_row(s + i * n, n);
+    kvt_sparse_aggregate_rows(s, qpg, n, inv, agg);
 }

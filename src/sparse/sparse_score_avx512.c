@@ -44,6 +44,15 @@ static inline __attribute__((always_inline)) void block_heads(int32_t hc, int32_
     }
 }
 
+enum { PF_AHEAD = 64 }; // entries of a position list between the one scored and the one whose block is requested
+
+// The lines of the block holding position t (its 16 int8 keys and their scales) requested into the cache.
+static inline void prefetch_block(const int8_t *k8, const float *k8s, int32_t t, int32_t hd) {
+    const int64_t b0 = t & ~(int32_t)15;
+    for (int32_t o = 0; o < 16 * hd; o += 64) _mm_prefetch((const char *)(k8 + b0 * hd) + o, _MM_HINT_T0);
+    _mm_prefetch((const char *)(k8s + b0), _MM_HINT_T0);
+}
+
 void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8,
                                      const float *k8s, int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride,
                                      float *raw) {
@@ -63,6 +72,9 @@ void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_
             }
             corr[i] = 128 * sum;
         }
+        // a list's blocks come from memory (scattered): each block's lines are requested PF_AHEAD entries (about
+        // PF_AHEAD / 16 blocks of whole pages) before it is scored, so that their latency overlaps the blocks before it
+        for (int64_t y = 0; pos && y < n_keys && y <= PF_AHEAD; y += 16) prefetch_block(k8, k8s, pos[y], hd);
         // block by block: the range's positions in it, or the list's (sorted: a run of entries in one block)
         for (int64_t x = 0, b0 = pos ? 0 : t0 & ~(int64_t)15; pos ? x < n_keys : b0 < t1;) {
             uint32_t bits = 0;
@@ -70,10 +82,7 @@ void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_
             if (pos) {
                 b0 = pos[x] & ~(int32_t)15;
                 for (; x < n_keys && pos[x] < b0 + 16; x++) bits |= 1u << (pos[x] - b0);
-                if (x < n_keys) { // the next block of the set: its lines on their way while this one is scored
-                    const int8_t *nb = k8 + (int64_t)(pos[x] & ~(int32_t)15) * hd;
-                    for (int32_t o = 0; o < 16 * hd; o += 64) _mm_prefetch((const char *)nb + o, _MM_HINT_T0);
-                }
+                if (x + PF_AHEAD < n_keys) prefetch_block(k8, k8s, pos[x + PF_AHEAD], hd);
             } else {
                 const int64_t j0 = t0 > b0 ? t0 - b0 : 0, j1 = t1 < b0 + 16 ? t1 - b0 : 16;
                 bits = ((1u << j1) - 1u) & ~((1u << j0) - 1u);

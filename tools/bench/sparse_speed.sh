@@ -18,7 +18,10 @@
 #      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier),
 #      KEEP (--sparse-keep of the "asyncspade pages keep" config, default 0.25: within 2% of dense on Gemma 3 4K),
 #      ONLY (comma list of config names to run, e.g. "dense,quest p16,asyncspade rr4 block64"; default all),
-#      STORES (default "disk ram"), EXTRA (more asyncspade configs: "name|flags;name|flags", run with the others)
+#      STORES (default "disk ram"), EXTRA (more asyncspade configs: "name|flags;name|flags", run with the others),
+#      BINS (binaries to compare, alternating run by run: "tag=path tag=path", e.g. "old=/tmp/kvtier.old new=build/kvtier";
+#      each config's rows then appear per binary as "name@tag", compared with "quest p16@tag" of the same binary; the
+#      first binary's `info` gives the model dims)
 #
 # The prompt's prefill is the same dense computation in every mode, so it runs once: the text minus its
 # last ~100 bytes is prefilled and saved (--kv-save); each run restores it (--kv-load, summaries included)
@@ -35,7 +38,7 @@ TEXT="" N=64 REPS=2 T=2 OUT=/var/tmp/kvtier-sparse-speed
 while getopts "m:f:n:r:t:o:" o; do
     case $o in
         m) M=$OPTARG ;; f) TEXT=$OPTARG ;; n) N=$OPTARG ;; r) REPS=$OPTARG ;; t) T=$OPTARG ;; o) OUT=$OPTARG ;;
-        *) sed -n 2,25p "$0"; exit 2 ;;
+        *) sed -n 2,28p "$0"; exit 2 ;;
     esac
 done
 BIN=${BIN:-build/kvtier}
@@ -58,6 +61,7 @@ fi
 head -c $(( $(wc -c < "$TEXT") - 150 )) "$TEXT" > "$OUT/prefix.txt"
 
 # model dims -> the KV of CTX positions and the summary bytes of each mode (as kvt_sparse_summary_bytes)
+[ -n "${BINS:-}" ] && BIN=$(set -- $BINS; echo "${1#*=}")
 read -r KVB NL NKV HD < <("$BIN" info -m "$M" --json | python3 -c '
 import json,sys; i=json.load(sys.stdin); print(i["kv_bytes_per_token_f16"], i["n_layer"], i["n_head_kv"], i["head_dim"])')
 KV=$((KVB * CTX)); FAST=$((KV / 8))
@@ -106,6 +110,22 @@ if [ -n "${ONLY:-}" ]; then
     done
     CONFIGS=("${sel[@]}")
 fi
+# BINS: each config once per binary, the binaries alternating within a config (name@tag)
+BINLIST=()
+if [ -n "${BINS:-}" ]; then
+    for b in $BINS; do BINLIST+=("$b"); done
+    bc=()
+    for c in "${CONFIGS[@]}"; do
+        IFS='|' read -r name flags sum <<< "$c"
+        for b in "${BINLIST[@]}"; do bc+=("$name@${b%%=*}|$flags|$sum"); done
+    done
+    CONFIGS=("${bc[@]}")
+fi
+bin_of() { # the binary of a config name (name@tag: the tag's; else BIN)
+    local tag=${1##*@}
+    if [ "$tag" != "$1" ]; then for b in "${BINLIST[@]}"; do [ "${b%%=*}" = "$tag" ] && { echo "${b#*=}"; return; }; done; fi
+    echo "$BIN"
+}
 NAMES=$(printf '%s\n' "${CONFIGS[@]}" | cut -d'|' -f1 | paste -sd'|')
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 rm -f "$OUT"/run-*.json
@@ -115,10 +135,10 @@ for rep in $(seq 1 "$REPS"); do
             IFS='|' read -r name flags sum <<< "$c"
             tier=()
             [ "$store" = disk ] && tier=(--kv-fast $((FAST + sum)) --kv-disk "$KV_DISK" --kv-block "$KV_BLOCK" --kv-granularity "$KV_GRAN" --kv-evict "$KV_EVICT")
-            [ "$name" = dense ] || flags="$flags --sparse-budget $BUDGET"
+            [ "${name%@*}" = dense ] || flags="$flags --sparse-budget $BUDGET"
             f="$OUT/run-$store-${name// /_}-$rep.json"
             # shellcheck disable=SC2086
-            "$BIN" generate -m "$M" -f "$TEXT" -n "$N" --temp 0 --ignore-eos -t "$T" -c "$CTX" --json \
+            "$(bin_of "$name")" generate -m "$M" -f "$TEXT" -n "$N" --temp 0 --ignore-eos -t "$T" -c "$CTX" --json \
                 --kv-load "$SESSION" "${tier[@]}" $flags > "$f" 2> "$f.err" || { echo "FAILED: $f" >&2; cat "$f.err" >&2; }
             echo "$(date -u +%T) $store $name rep $rep load $(cut -d' ' -f1 /proc/loadavg)" >&2
         done
@@ -146,12 +166,14 @@ def mb(x): return x / 1e6
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(f"CPU: {cpu}, {os.cpu_count()} vCPUs; load average (1/5/15 min) {load0} at the start, {load1} at the end; "
       f"{reps} runs per config, alternating; ranges are over the runs\n")
-print("| store | mode | TPOT ms (median step) | tok/s | KV read/token: disk->fast MB | host->fast MB | fast (attention) MB "
-      "| selection stall ms/token | stall % of TPOT | store stall ms/token | speed-up vs dense | vs quest p16 | vs quest p4 |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| store | mode | TPOT ms (median step) | TPOT median / mean of the runs | tok/s | KV read/token: disk->fast MB | host->fast MB "
+      "| fast (attention) MB | selection stall ms/token | stall % of TPOT | worker CPU ms/token | store stall ms/token "
+      "| speed-up vs dense | vs quest p16 | vs quest p4 |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for store in stores:
     tp = {n: [r["decode"]["step_ms_median"] for r in runs(store, n)] for n in names}
     med = {n: statistics.median(v) if v else None for n, v in tp.items()}
+    mean = {n: statistics.mean(v) if v else None for n, v in tp.items()}
     for n in names:
         rs = runs(store, n)
         if not rs: print(f"| {store} | {n} | failed |"); continue
@@ -165,11 +187,17 @@ for store in stores:
         stall = [s["stall_ms_per_step"] if s else 0.0 for s in sp]
         pct = [100 * s / x for s, x in zip(stall, t)]
         sst = [x.get("kv_stall_ms_per_step", 0) for x in d]
-        def vs(o): return "-" if not med.get(o) or o == n else f"{med[o] / med[n]:.2f}x"
-        print(f"| {store} | {n} | {rng(t, '{:.1f}')} | {rng([1e3 / x for x in t], '{:.1f}')} | "
+        wcpu = [s["worker_cpu_ms_per_step"] if s else 0.0 for s in sp]
+        tag = n[n.index("@"):] if "@" in n else ""
+        def vs(o):
+            o += tag # the same binary's
+            if not med.get(o) or o == n: return "-"
+            r = f"{med[o] / med[n]:.2f}x"
+            return r if len(tp[n]) < 2 else r + f" (means {mean[o] / mean[n]:.2f}x)"
+        print(f"| {store} | {n} | {rng(t, '{:.1f}')} | {med[n]:.1f} / {mean[n]:.1f} | {rng([1e3 / x for x in t], '{:.1f}')} | "
               f"{rng([mb(x) for x in disk], '{:.2f}')} | {rng([mb(x) for x in host], '{:.2f}')} | "
               f"{rng([mb(x) for x in fastr], '{:.2f}')} | {rng(stall, '{:.2f}')} | {rng(pct, '{:.0f}%')} | "
-              f"{rng(sst, '{:.1f}')} | {vs('dense')} | {vs('quest p16')} | {vs('quest p4')} |")
+              f"{rng(wcpu, '{:.1f}')} | {rng(sst, '{:.1f}')} | {vs('dense')} | {vs('quest p16')} | {vs('quest p4')} |")
 print(f"\nfast tier (disk rows): {fast} bytes = 1/8 of the KV of the context for the blocks, plus each mode's key "
       f"summaries, eviction {evict}; RAM rows: the contiguous store, no tiers. Speed-ups: ratio of the median TPOTs.")
 EOF

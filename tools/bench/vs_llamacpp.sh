@@ -4,7 +4,7 @@
 # Usage: tools/bench/vs_llamacpp.sh [MODEL.gguf ...]
 #   Env: LLAMA_BENCH (default /work/peer/build/bin/llama-bench, built by tools/peer/build_peer.sh),
 #        KVTIER (default build/kvtier), THREADS (2), PP (128), TG (32), REPS (5),
-#        MODELS_DIR (/work/models): without arguments, TinyLlama-1.1B-shaped models at F16, Q8_0
+#        MODELS_DIR (/work/models); PP=0 or TG=0 skips that test. Without arguments, TinyLlama-1.1B-shaped models at F16, Q8_0
 #        and Q4_K_M are made there with `kvtier mkmodel` if missing.
 # For each model and test, the two engines alternate (llama.cpp first), each with a warm-up
 # run and REPS repetitions; prints a markdown table with tokens/s (mean ± stddev), the ratio
@@ -34,7 +34,8 @@ trap 'rm -rf "$tmp"' EXIT
 i=0
 for m in "${models[@]}"; do
     for test in "pp" "tg"; do
-        if [ "$test" = pp ]; then args=(-p "$PP" -n 0); else args=(-p 0 -n "$TG"); fi
+        if [ "$test" = pp ]; then args=(-p "$PP" -n 0); n="$PP"; else args=(-p 0 -n "$TG"); n="$TG"; fi
+        [ "$n" -gt 0 ] || continue   # PP=0 or TG=0 skips that test
         "$LLAMA_BENCH" -m "$m" "${args[@]}" -r "$REPS" -t "$THREADS" -o json 2>/dev/null > "$tmp/l$i.json"
         "$KVTIER" bench -m "$m" "${args[@]}" -r "$REPS" -t "$THREADS" -o json > "$tmp/k$i.json"
         echo "$m $test $tmp/l$i.json $tmp/k$i.json" >> "$tmp/list"
