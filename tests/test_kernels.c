@@ -333,7 +333,7 @@ static void test_matmul_kquant_isas(kvt_type t, int64_t n, int64_t n_rows, int64
 
 // q4_K repacked at load (q4_K_x8, quant.h): unpack(pack(W)) gives W's bytes back (all rows and [r0, r1)), and
 // every output of kvt_matmul_rows on the repacked matrix is bit-identical to the q4_K matrix's, on every ISA
-// this CPU runs (the x8 GEMV for one token, the unpacking path for batches and cut groups), sentinels kept
+// this CPU runs (the x8 GEMV for one token, the batch tiles on whole groups, the unpacking path for cut groups), sentinels kept
 // outside [r0, r1). extreme: nibbles 15, scales and mins 63, activations -128 / 127 (the int16 bounds).
 static void test_repack_q4_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
     const kvt_type t = KVT_TYPE_Q4_K;
@@ -754,11 +754,15 @@ int test_kernels_main(void) {
     {
         static const int64_t shp[][5] = {{256, 8, 1, 0, 8},    {256, 8, 2, 3, 5},     {512, 40, 1, 0, 40},
                                          {512, 40, 1, 5, 37},  {768, 16, 5, 1, 15},   {512, 64, 9, 8, 56},
-                                         {2816, 24, 1, 0, 24}, {2816, 24, 17, 2, 23}, {1024, 32, 3, 16, 24}};
+                                         {2816, 24, 1, 0, 24}, {2816, 24, 17, 2, 23}, {1024, 32, 3, 16, 24},
+                                         // batches on whole groups across strips (8-row tile: 2-8 tokens, AVX2 beyond)
+                                         {2816, 128, 4, 0, 128}, {1024, 48, 8, 3, 45}, {512, 64, 6, 8, 64},
+                                         {2816, 136, 33, 8, 120}};
         for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
             test_repack_q4_K(shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4], 0);
         test_repack_q4_K(2048, 16, 1, 0, 16, 1);
         test_repack_q4_K(2048, 16, 2, 0, 16, 2);
+        test_repack_q4_K(2048, 24, 7, 0, 24, 1);
         test_repack_q4_K(512, 24, 9, 1, 23, 1);
     }
     // GEMM tiles against the GEMV, bit for bit, on every SIMD ISA this CPU runs (KVT_ISA may cap it):

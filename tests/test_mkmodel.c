@@ -111,6 +111,25 @@ static void test_llama_q4_k_m(void) {
                     len >= 0 ? back : "?");
         kvt_tokenizer_free(tok);
     }
+
+    // loading repacks nothing (info, tokenize); the first kvt_model_repack (a context's init) repacks the q4_K
+    // matrices (q4_K_x8), once, and leaves q6_K and token_embd as in the file
+    const char *rname = "mkmodel q4_k_m repacked on first use only";
+    const kvt_layer *l1 = &m->layers[1];
+    const char *rp_env = getenv("KVT_REPACK");
+    if (rp_env && !strcmp(rp_env, "0")) {
+        test_skip(rname, "KVT_REPACK=0");
+    } else {
+        bool rok = !m->repack_buf && m->repack_bytes > 0 && l1->wq.type == KVT_TYPE_Q4_K && l1->wq.data == l1->wq.file_data;
+        kvt_model_repack(m);
+        const void *buf = m->repack_buf, *wq = l1->wq.data;
+        rok = rok && buf && l1->wq.type == KVT_TYPE_Q4_K_X8 && l1->w_gate.type == KVT_TYPE_Q4_K_X8 &&
+              m->layers[0].wv.type == KVT_TYPE_Q6_K && l1->wq.file_type == KVT_TYPE_Q4_K && m->tok_embd.type == KVT_TYPE_Q4_K;
+        kvt_model_repack(m);
+        rok = rok && m->repack_buf == buf && l1->wq.data == wq;
+        test_result(rok, rname, "repack_bytes %lld, buf %p, wq %s", (long long)m->repack_bytes, m->repack_buf,
+                    kvt_type_name(l1->wq.type));
+    }
     kvt_model_free(m);
     remove(path);
 }

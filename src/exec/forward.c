@@ -171,6 +171,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
     const kvt_hparams *hp = &m->hp;
     kvt_status cst = check_params(m, pp, err);
     if (cst) return cst;
+    kvt_model_repack(m); // the CPU kernels' layouts, made on the first context (a no-op after it)
     kvt_context *c = calloc(1, sizeof *c);
     if (!c) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     c->m = m;

@@ -665,6 +665,37 @@ INLINE void k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s, int 
     }
 }
 static void q4k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { k8_gprep(n, w, wrs, nr, s, 0); }
+// The same side data straight from a q4_K_x8 group at w (quant.h; whole groups only: nr is 8): chunk (c, p)
+// lane 2r + e holds row r's quad 2p + e of slice c, i.e. quad 16c + 2p + e (low nibbles, sub-block 2c) and
+// 16c + 8 + 2p + e (high nibbles, sub-block 2c + 1); a lane permute and two 128-bit selects give the 8 rows
+// of a quad, no transpose.
+static void q4kx8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) {
+    (void)wrs, (void)nr;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), eo = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        const uint8_t *in = (const uint8_t *)w + b * KVT_X8_SB;
+        uint8_t *o = (uint8_t *)s + b * KG_SIZE(0);
+        UNROLL for (int k = 0; k < 16; k++) { // chunk (c, p) = (k / 4, k % 4): quads Q, Q + 1 (low), Q + 8, Q + 9 (high)
+            const __m256i A = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(in + 64 * k)), eo);
+            const __m256i B = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(in + 64 * k + 32)), eo);
+            const __m256i ev = _mm256_permute2x128_si256(A, B, 0x20), od = _mm256_permute2x128_si256(A, B, 0x31);
+            const int Q = 16 * (k / 4) + 2 * (k % 4);
+            _mm256_store_si256((__m256i *)(o + 32 * Q), _mm256_and_si256(ev, m4));
+            _mm256_store_si256((__m256i *)(o + 32 * (Q + 1)), _mm256_and_si256(od, m4));
+            _mm256_store_si256((__m256i *)(o + 32 * (Q + 8)), _mm256_and_si256(_mm256_srli_epi16(ev, 4), m4));
+            _mm256_store_si256((__m256i *)(o + 32 * (Q + 9)), _mm256_and_si256(_mm256_srli_epi16(od, 4), m4));
+        }
+        int16_t *sc16 = (int16_t *)(o + KG_SC), *mn16 = (int16_t *)(o + KG_MN(0));
+        for (int r = 0; r < 8; r++) {
+            uint8_t sc[8], mn[8];
+            kvt_q4kx8_scales(in, r, sc, mn);
+            for (int j = 0; j < 8; j++) sc16[16 * j + 2 * r] = sc16[16 * j + 2 * r + 1] = sc[j];
+            for (int p = 0; p < 4; p++) mn16[16 * p + 2 * r] = mn[2 * p], mn16[16 * p + 2 * r + 1] = mn[2 * p + 1];
+        }
+        _mm256_store_ps((float *)(o + KG_D(0)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + 1120))));
+        _mm256_store_ps((float *)(o + KG_DMIN(0)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + 1136))));
+    }
+}
 static void q6k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { k8_gprep(n, w, wrs, nr, s, 1); }
 
 INLINE __m256i bcast32(const void *p) {
@@ -830,6 +861,7 @@ INLINE void q4k8_tile(TILE_ARGS, int R, int T) { k8_tile(TILE_PASS, R, T, 0); }
 INLINE void q6k8_tile(TILE_ARGS, int R, int T) { k8_tile(TILE_PASS, R, T, 1); }
 DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q5_K_wprep)
 DEFINE_L8(q4_K, KVT_TYPE_Q4_K, q4k8_tile, K8_TM, k45_psize, k45_prep, q4k8_wsize, q4k8_gprep, K8_STRIP)
+DEFINE_L8(q4kx8, KVT_TYPE_Q4_K_X8, q4k8_tile, K8_TM, k45_psize, k45_prep, q4k8_wsize, q4kx8_gprep, K8_STRIP)
 DEFINE_L8(q6_K, KVT_TYPE_Q6_K, q6k8_tile, K8_TM, k_psize0, k_prep0, q6k8_wsize, q6k8_gprep, K8_STRIP)
 DEFINE_L8(q8_0, KVT_TYPE_Q8_0, q8g_tile, Q8G_TM, q8g_psize, q8g_prep, q8g_wsize, q8g_gprep, Q8G_STRIP)
 #endif

@@ -110,49 +110,92 @@ void kvt_q4kx8_gemm_avx512(int64_t n, const void *W, int64_t nr, const void *X, 
 }
 int64_t kvt_q4kx8_gemm_scratch_avx512(int64_t n) { return kq_scratch(n, 0); }
 
-static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) {
+// Rows 8g .. 8g + 7 (the group at G) against NT <= X8_NT q8_K rows yb[t] (nb super-blocks each): Y[t * ldy + r].
+// The weights of a chunk are masked once for the NT tokens; each token's arithmetic is the one-token GEMV's.
+#define X8_NT 4
+INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, int NT, float *Y, int64_t ldy) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0);
     // scale words of sub-block j (add j to the index bytes): per 128-bit lane q (rows 2q, 2q + 1), the int16
     // pairs of packs(lo, hi) take (sc_j of row 2q) x2, (row 2q + 1) x2, then sub-block j + 1 likewise
     const __m512i shb = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 0, -128, 8, -128, 8, -128, 1, -128, 1, -128, 9, -128, 9, -128));
     const __m512i rows8 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13);
     const __m512i mrow = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    __m256 acc[X8_NT], macc[X8_NT];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = macc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *in = G + b * KVT_X8_SB;
-        const kvt_block_q8_K *y = yb + b;
 #if KQX8_PF
         UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + KQX8_PF + 64 * l, _MM_HINT_T0);
 #endif
         __m512i sc, mn;
         x8_scales(in, &sc, &mn);
-        __m512i is = _mm512_setzero_si512();
+        __m512i is[X8_NT];
+        UNROLL for (int t = 0; t < NT; t++) is[t] = _mm512_setzero_si512();
         UNROLL for (int c = 0; c < 4; c++) {
-            __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
+            __m512i pl[X8_NT], ph[X8_NT];
+            UNROLL for (int t = 0; t < NT; t++) pl[t] = ph[t] = _mm512_setzero_si512();
             UNROLL for (int p = 0; p < 4; p++) {
                 const __m512i q = _mm512_loadu_si512(in + 64 * (4 * c + p));
-                pl = _mm512_dpbusd_epi32(pl, _mm512_and_si512(q, m4), _mm512_set1_epi64(x8_ld64(y->qs + 64 * c + 8 * p)));
-                // the high nibbles in place (16x their value): exact, divided out below
-                ph = _mm512_dpbusd_epi32(ph, _mm512_and_si512(q, mF0), _mm512_set1_epi64(x8_ld64(y->qs + 64 * c + 32 + 8 * p)));
+                const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(q, mF0);
+                UNROLL for (int t = 0; t < NT; t++) {
+                    const int8_t *yq = yb[t][b].qs + 64 * c + 8 * p;
+                    pl[t] = _mm512_dpbusd_epi32(pl[t], lo, _mm512_set1_epi64(x8_ld64(yq)));
+                    // the high nibbles in place (16x their value): exact, divided out below
+                    ph[t] = _mm512_dpbusd_epi32(ph[t], hi, _mm512_set1_epi64(x8_ld64(yq + 32)));
+                }
             }
             const __m512i s = _mm512_shuffle_epi8(sc, _mm512_add_epi8(shb, _mm512_set1_epi8((char)(2 * c))));
-            is = _mm512_dpwssd_epi32(is, _mm512_packs_epi32(pl, _mm512_srai_epi32(ph, 4)), s);
+            UNROLL for (int t = 0; t < NT; t++)
+                is[t] = _mm512_dpwssd_epi32(is[t], _mm512_packs_epi32(pl[t], _mm512_srai_epi32(ph[t], 4)), s);
         }
-        // lane 4q + k: k = 0, 1 rows 2q, 2q + 1 (even sub-blocks), k = 2, 3 the same rows (odd ones)
-        is = _mm512_add_epi32(is, _mm512_shuffle_epi32(is, _MM_PERM_BADC));
-        const __m256i S = _mm512_castsi512_si256(_mm512_permutexvar_epi32(rows8, is));
-        // min dots: rows 0-3 and 4-7, dword 4r + i = m_2i * bs_2i + m_2i+1 * bs_2i+1
-        const __m512i bs = _mm512_broadcast_i32x4(x8_bs32(y));
-        __m512i ma = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_cvtepu8_epi16(_mm512_castsi512_si256(mn)), bs);
-        __m512i mb = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(mn, 1)), bs);
-        ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_BADC));
-        ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_CDAB));
-        mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_BADC));
-        mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_CDAB));
-        const __m256i M = _mm512_castsi512_si256(_mm512_permutex2var_epi32(ma, mrow, mb));
-        x8_chain(S, M, in, y->d, &acc, &macc);
+        const __m512i mlo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(mn)), mhi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(mn, 1));
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_K *y = yb[t] + b;
+            // lane 4q + k: k = 0, 1 rows 2q, 2q + 1 (even sub-blocks), k = 2, 3 the same rows (odd ones)
+            const __m512i i2 = _mm512_add_epi32(is[t], _mm512_shuffle_epi32(is[t], _MM_PERM_BADC));
+            const __m256i S = _mm512_castsi512_si256(_mm512_permutexvar_epi32(rows8, i2));
+            // min dots: rows 0-3 and 4-7, dword 4r + i = m_2i * bs_2i + m_2i+1 * bs_2i+1
+            const __m512i bs = _mm512_broadcast_i32x4(x8_bs32(y));
+            __m512i ma = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mlo, bs);
+            __m512i mb = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mhi, bs);
+            ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_BADC));
+            ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_CDAB));
+            mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_BADC));
+            mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_CDAB));
+            const __m256i M = _mm512_castsi512_si256(_mm512_permutex2var_epi32(ma, mrow, mb));
+            x8_chain(S, M, in, y->d, &acc[t], &macc[t]);
+        }
     }
-    _mm256_storeu_ps(Y, _mm256_sub_ps(acc, macc));
+    UNROLL for (int t = 0; t < NT; t++) _mm256_storeu_ps(Y + t * ldy, _mm256_sub_ps(acc[t], macc[t]));
+}
+static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) { x8_group_nt(nb, G, &yb, 1, Y, 0); }
+#define X8_NT_FN(T) \
+    static __attribute__((noinline)) void x8_group_t##T(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, float *Y, \
+                                                        int64_t ldy) { x8_group_nt(nb, G, yb, T, Y, ldy); }
+X8_NT_FN(2)
+X8_NT_FN(3)
+X8_NT_FN(4)
+
+// Y[t * ldy + 8g + r] for the groups g in [g0, g1) of the q4_K_x8 matrix W (n columns) against n_tok (2 ..
+// KVT_Q4KX8_GEMM_MIN - 1) q8_K rows X (stride xrs): the GEMV's arithmetic per token, X8_NT tokens per pass.
+void kvt_q4kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, size_t xrs, int64_t n_tok,
+                              float *Y, int64_t ldy) {
+    const int64_t nb = n / KVT_QK_K;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *G = (const uint8_t *)W + g * nb * KVT_X8_SB;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += X8_NT) {
+            const kvt_block_q8_K *yb[X8_NT];
+            const int nt = (int)(n_tok - t0 < X8_NT ? n_tok - t0 : X8_NT);
+            for (int t = 0; t < nt; t++) yb[t] = (const kvt_block_q8_K *)((const char *)X + (t0 + t) * xrs);
+            float *Yt = Y + t0 * ldy + 8 * g;
+            switch (nt) {
+            case 1: x8_group(nb, G, yb[0], Yt); break;
+            case 2: x8_group_t2(nb, G, yb, Yt, ldy); break;
+            case 3: x8_group_t3(nb, G, yb, Yt, ldy); break;
+            default: x8_group_t4(nb, G, yb, Yt, ldy); break;
+            }
+        }
+    }
 }
 
 #else

@@ -147,8 +147,9 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
     }
 }
 
-// Repacked types (quant.h): q4_K_x8 decode through its GEMV (kqx8.h), AVX-512 batches of 9 tokens on through
-// the q4_K tile on panels packed from the groups (kqx8.h); other batches, the scalar ISA and the
+// Repacked types (quant.h): q4_K_x8 decode through its GEMV (kqx8.h); batches of whole groups read the groups
+// directly: AVX-512 2-8 tokens the GEMV's arithmetic per token (kqx8.h), from 9 tokens the q4_K panel tile on
+// panels packed from them (kqx8.h); AVX2 gemm_avx2.c's 8-row q4_K tile on side data made from them; the scalar ISA and the
 // rows of a group cut by [r0, r1) go through the source type's paths on rows unpacked into a per-thread
 // buffer, X8_STRIP_BYTES at a time. The same bits either way (each row's order is its source type's).
 #define X8_STRIP_BYTES (256 * 1024)
@@ -172,11 +173,24 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
         }
         return;
     }
-    if (wt == KVT_TYPE_Q4_K_X8 && isa == KVT_ISA_AVX512 && n_tok >= KVT_Q4KX8_GEMM_MIN) {
-        const int64_t a0 = (r0 + 7) / 8 * 8, a1 = r1 / 8 * 8; // whole groups: panels packed from them directly
-        void *pan = a0 < a1 ? gemm_scratch(0, (size_t)kvt_q4kx8_gemm_scratch_avx512(n)) : NULL;
-        if (pan) {
-            kvt_q4kx8_gemm_avx512(n, (const char *)W + a0 * wrs, a1 - a0, Xq, n_tok, Y + a0, ldy, pan);
+    const int64_t a0 = (r0 + 7) / 8 * 8, a1 = r1 / 8 * 8, xrs = kvt_row_size(KVT_TYPE_Q8_K, n);
+    if (wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2 && a0 < a1) {
+        // batches of whole groups straight from the repacked layout: AVX-512 the x8 GEMV per token (2 .. 8 tokens;
+        // gemm_avx2.c's tile is slower there) or the 16-row panel packed from the groups; AVX2 gemm_avx2.c's 8-row
+        // tile on side data made from the groups (the q4_K bits on both ISAs)
+        int done = 0;
+        if (isa == KVT_ISA_AVX512 && n_tok < KVT_Q4KX8_GEMM_MIN) {
+            kvt_q4kx8_gemv_nt_avx512(n, W, a0 / 8, a1 / 8, Xq, (size_t)xrs, n_tok, Y, ldy);
+            done = 1;
+        } else if (isa == KVT_ISA_AVX512) {
+            void *pan = gemm_scratch(0, (size_t)kvt_q4kx8_gemm_scratch_avx512(n));
+            if ((done = pan != NULL)) kvt_q4kx8_gemm_avx512(n, (const char *)W + a0 * wrs, a1 - a0, Xq, n_tok, Y + a0, ldy, pan);
+        } else {
+            void *S = gemm_scratch(0, (size_t)kvt_gemm_scratch_q4kx8_avx2(n, n_tok));
+            if ((done = S != NULL))
+                kvt_gemm_q4kx8_avx2(n, (const char *)W + a0 * wrs, (size_t)wrs, a1 - a0, Xq, (size_t)xrs, n_tok, Y + a0, ldy, S);
+        }
+        if (done) {
             if (r0 < a0) matmul_unpacked(isa, st, rp, n, W, r0, a0, Xq, n_tok, Y, ldy);
             if (a1 < r1) matmul_unpacked(isa, st, rp, n, W, a1, r1, Xq, n_tok, Y, ldy);
             return;

@@ -100,6 +100,10 @@ void kvt_q4kx8_gemv_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, con
 // AVX-512 batches (KVT_Q4KX8_GEMM_MIN tokens on): Y[t * ldy + r], r < nr (a multiple of 8), from the rows at W (a
 // group start), with kvt_q4kx8_gemm_scratch_avx512(n) bytes of 64-aligned scratch; the q4_K tile's bits.
 #define KVT_Q4KX8_GEMM_MIN 9
+// AVX-512 batches of 2 .. KVT_Q4KX8_GEMM_MIN - 1 tokens (rows of q8_K at X, stride xrs): the GEMV's arithmetic per
+// token, the groups g in [g0, g1), Y[t * ldy + 8g + r].
+void kvt_q4kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, size_t xrs, int64_t n_tok,
+                              float *Y, int64_t ldy);
 void kvt_q4kx8_gemm_avx512(int64_t n, const void *W, int64_t nr, const void *X, int64_t n_tok, float *Y, int64_t ldy,
                            void *scratch);
 int64_t kvt_q4kx8_gemm_scratch_avx512(int64_t n);
@@ -119,6 +123,7 @@ KVT_GEMM_DECL(q4_0, avx2)
 KVT_GEMM_DECL(q4_1, avx2)
 KVT_GEMM_DECL(q8_0, avx2)
 KVT_GEMM_DECL(q4_K, avx2)
+KVT_GEMM_DECL(q4kx8, avx2) // q4_K_x8 groups (rows a multiple of 8 from a group start; wrs: the q4_K row size)
 KVT_GEMM_DECL(q5_K, avx2)
 KVT_GEMM_DECL(q6_K, avx2)
 

@@ -161,6 +161,14 @@ static inline void kvt_k_scales_unpack(const uint8_t *q, uint8_t sc[8], uint8_t 
 // The kernels compute every output in the q4_K order of matmul.h (only the exact integer totals per
 // super-block), so a repacked matrix gives the bits of the original on every ISA.
 #define KVT_X8_SB (8 * 144)
+// Row r's 6-bit scales and mins of the q4_K_x8 super-block at in (L and H above).
+static inline void kvt_q4kx8_scales(const uint8_t *in, int r, uint8_t sc[8], uint8_t m[8]) {
+    for (int j = 0; j < 8; j++) {
+        const int e = 8 * r + j, L = in[1024 + e], h = (e < 32 ? in[1088 + e] : in[1088 + e - 32] >> 4) & 15;
+        sc[j] = (uint8_t)((L & 15) | (h & 3) << 4);
+        m[j] = (uint8_t)((L >> 4) | (h >> 2) << 4);
+    }
+}
 typedef struct {
     kvt_type to;    // the repacked type
     int row_align;  // the matrix's rows must be a multiple of this

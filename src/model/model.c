@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -331,11 +333,13 @@ static kvt_status load_layer(loader *L, int il, kvt_layer *ly) {
 // anonymous mapping (huge pages where the kernel gives them); the file's pages of the originals are then
 // released (MADV_DONTNEED: they stay readable in the mapping, for the GPU upload and the fingerprint, and
 // are read again from the page cache only then). Nothing repacked with KVT_REPACK=0 or when memory is short.
-static void model_repack(kvt_model *m) {
+// pack 0: only the size (m->repack_bytes); pack 1: the repacking (kvt_model_repack, under g_repack_lock).
+static pthread_mutex_t g_repack_lock = PTHREAD_MUTEX_INITIALIZER;
+static void model_repack(kvt_model *m, int pack) {
     const char *env = getenv("KVT_REPACK");
     if (env && !strcmp(env, "0")) return;
     int64_t total = 0;
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 1 + pack; pass++) {
         int64_t off = 0;
         for (int32_t il = -1; il < m->hp.n_layer; il++) {
             kvt_layer *L = il >= 0 ? &m->layers[il] : NULL;
@@ -363,15 +367,26 @@ static void model_repack(kvt_model *m) {
         }
         if (pass == 0) {
             total = off;
-            if (!total) return;
+            m->repack_bytes = total;
+            if (!total || !pack) return;
             void *buf = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (buf == MAP_FAILED) return;
             madvise(buf, (size_t)total, MADV_HUGEPAGE);
             m->repack_buf = buf;
-            m->repack_bytes = total;
         }
     }
     mprotect(m->repack_buf, (size_t)total, PROT_READ);
+}
+
+void kvt_model_repack(const kvt_model *cm) {
+    kvt_model *m = (kvt_model *)cm; // allocated by kvt_model_init, never const itself
+    if (atomic_load(&m->repack_done)) return;
+    pthread_mutex_lock(&g_repack_lock);
+    if (!atomic_load(&m->repack_done) && m->layers) {
+        model_repack(m, 1);
+        atomic_store(&m->repack_done, 1);
+    }
+    pthread_mutex_unlock(&g_repack_lock);
 }
 
 kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err *err) {
@@ -427,7 +442,7 @@ kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err
         m->weight_bytes += (int64_t)t->size;
         m->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
     }
-    model_repack(m);
+    model_repack(m, 0); // the size only: the repacking waits for the first context (kvt_model_repack)
     *out = m;
     return KVT_OK;
 }

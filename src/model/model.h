@@ -57,9 +57,9 @@ int32_t kvt_hparams_layer_window(const kvt_hparams *hp, int32_t il);
 
 // A 2-D weight used in place: [rows, cols] of `type`, rows packed, where
 // cols = GGUF ne[0] (input width) and rows = ne[1] (output width).
-// data/type are what the CPU kernels read: the file's bytes, or a repacked copy (kvt_model_init repacks the
-// layer and untied output matrices whose type has a kvt_type_repack, e.g. q4_K -> q4_K_x8, unless
-// KVT_REPACK=0); file_data/file_type are always the GGUF's (the GPU uploads those).
+// data/type are what the CPU kernels read: the file's bytes, or a repacked copy (kvt_model_repack, called by
+// kvt_context_init, repacks the layer and untied output matrices whose type has a kvt_type_repack, e.g. q4_K ->
+// q4_K_x8, unless KVT_REPACK=0); file_data/file_type are always the GGUF's (the GPU uploads those).
 typedef struct {
     const void *data;
     kvt_type type;
@@ -97,7 +97,8 @@ typedef struct kvt_model {
     int64_t weight_bytes;
     int64_t n_params;
     void *repack_buf;     // owned anonymous mapping of the repacked matrices (the file's pages of those are released)
-    int64_t repack_bytes; // its size (0: nothing repacked); resident in place of those file pages, not beside them
+    int64_t repack_bytes; // its size (0: nothing to repack), known at init; resident in place of those file pages
+    _Atomic int repack_done; // kvt_model_repack has run (repack_buf set if anything was repacked)
     _Atomic uint64_t identity_cache; // 0, or 1 << 32 | the CRC32C of kvt_session_model_fingerprint (computed once)
 } kvt_model;
 
@@ -107,6 +108,10 @@ kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err
 // Opens and loads a file.
 kvt_status kvt_model_load(const char *path, bool vocab_only, kvt_model **out, kvt_err *err);
 void kvt_model_free(kvt_model *m);
+// Repacks the matrices the CPU kernels read faster in another layout (model.c: model_repack; repack_bytes of
+// them), once: kvt_context_init calls it, so commands that only read metadata (info, tokenize) never pay for it.
+// Thread-safe against itself; the model's weights must not be in use by another thread on the first call.
+void kvt_model_repack(const kvt_model *m);
 
 // Reads only hyperparameters (no tensors validated); for `plan` and `info`.
 kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err);
