@@ -24,7 +24,9 @@
 //    lanes as in the GEMV; q4_K/q5_K: the row's total), one fma per
 //    super-block, the min term in a scalar. The q4_K tile takes 8 weight
 //    rows in the lanes (repacked per strip, interleaved), so one activation
-//    load serves 8 rows and a sub-block is summed in int16 before its scale.
+//    load serves 8 rows and a sub-block is summed in int16 before its scale;
+//    q4_K_x8 (q4_K repacked at load) takes the same tile, its side data made
+//    from the repacked groups (q4kx8_gprep: lane permutes, no transpose).
 // q4_0's two parity accumulators are independent chains, so its tile runs the K
 // loop twice (even blocks, then odd ones) with one accumulator per output.
 // Integer sums are exact, so their order is free.

@@ -1,5 +1,7 @@
 // kqx8.h - the decode GEMV of q4_K_x8 (q4_K repacked at load, 8 rows interleaved: quant.h), included by
-// matmul_avx2.c for both of its builds (AVX2; AVX-512 VNNI with KVT_SIMD_AVX512).
+// matmul_avx2.c for both of its builds (AVX2; AVX-512 VNNI with KVT_SIMD_AVX512). AVX-512 batches too: 2..8
+// tokens through the GEMV's arithmetic per token (up to 4 tokens per pass over a group, the weights masked once),
+// from 9 tokens kq_avx512.h's panel tile on panels packed from the groups. (AVX2 batches: gemm_avx2.c.)
 //
 // One activation row (q8_K) against groups of 8 rows. The weights stream linearly (no per-row scale
 // unpacking, no per-row horizontal sums): per super-block, 8 rows' 6-bit scales are unpacked together,

@@ -36,7 +36,9 @@
 //     this body, q4_K/q6_K through kq_avx512.h (the GEMV's 512-bit integer partial sums reduced to the
 //     total per super-block; the 16-row VPDPBUSD panel tile from 2 tokens on, one row per lane).
 //     q4_K_x8 (q4_K repacked at load, quant.h): the same totals and chains, 8 rows in the lanes (kqx8.h),
-//     so a repacked matrix gives the q4_K bits; its batches run the q4_K paths on unpacked rows.
+//     so a repacked matrix gives the q4_K bits; its batches read the groups (AVX2: the 8-row q4_K tile on
+//     side data made from them; AVX-512: the GEMV per token up to 8 tokens, then the q4_K panel tile packed from
+//     them), only the rows of a group cut by the call's row range run the q4_K paths on unpacked rows.
 //  avx512: the same sources with 16-lane vectors (f32/f16/bf16: one 16-lane accumulator over 16-wide
 //   slices, s = _mm512_reduce_add_ps(a); q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows
