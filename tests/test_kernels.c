@@ -331,36 +331,14 @@ static void test_matmul_kquant_isas(kvt_type t, int64_t n, int64_t n_rows, int64
     free(wq), free(xq), free(y2), free(y5);
 }
 
-// q4_K repacked at load (q4_K_x8, quant.h): unpack(pack(W)) gives W's bytes back (all rows and [r0, r1)), and
-// every output of kvt_matmul_rows on the repacked matrix is bit-identical to the q4_K matrix's, on every ISA
-// this CPU runs (the x8 GEMV for one token, the batch tiles on whole groups, the unpacking path for cut groups), sentinels kept
-// outside [r0, r1). extreme: nibbles 15, scales and mins 63, activations -128 / 127 (the int16 bounds).
-static void test_repack_q4_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
-    const kvt_type t = KVT_TYPE_Q4_K;
+// A repacked matrix (quant.h) against its source: unpack(pack(W)) gives W's bytes back (all rows and [r0, r1)),
+// and every output of kvt_matmul_rows on the repacked matrix is bit-identical to the source matrix's, on every
+// ISA this CPU runs (the x8 GEMV for one token, the other paths for batches and cut groups), sentinels kept
+// outside [r0, r1); and each token's GEMV equals the batch. wq: n_rows x n of t, xq: n_tok activation rows.
+static void repack_check(kvt_type t, const char *wq, const char *xq, int64_t n, int64_t n_rows, int64_t n_tok,
+                         int64_t r0, int64_t r1, int extreme) {
     const kvt_repack_ops *rp = kvt_type_repack(t);
-    char *wq, *xq;
-    if (!rp || rp->to != KVT_TYPE_Q4_K_X8 || kvt_type_repacked_from(rp->to) != t ||
-        !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
-        CHECK("repack_q4_K_table", false, "no q4_K -> q4_K_x8 repacking");
-        return;
-    }
-    const int64_t wrs = kvt_row_size(t, n), xrs = kvt_row_size(KVT_TYPE_Q8_K, n), ldy = n_rows + 2;
-    if (extreme) {
-        for (int64_t i = 0; i < n_rows * n / KVT_QK_K; i++) {
-            kvt_block_q4_K *b = (kvt_block_q4_K *)wq + i;
-            memset(b->qs, extreme == 1 ? 0xFF : 0xF0 + (int)(i % 16), sizeof b->qs);
-            memset(b->scales, 0xFF, sizeof b->scales);
-        }
-        for (int64_t i = 0; i < n_tok * n / KVT_QK_K; i++) {
-            kvt_block_q8_K *y = (kvt_block_q8_K *)xq + i;
-            for (int k = 0; k < KVT_QK_K; k++) y->qs[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
-            for (int g = 0; g < KVT_QK_K / 16; g++) {
-                int sum = 0;
-                for (int k = 0; k < 16; k++) sum += y->qs[16 * g + k];
-                y->bsums[g] = (int16_t)sum;
-            }
-        }
-    }
+    const int64_t wrs = kvt_row_size(t, n), xrs = kvt_row_size(kvt_type_ops_get(t)->vec_dot_type, n), ldy = n_rows + 2;
     char *wr = xmalloc((size_t)(n_rows * wrs)), *wu = xmalloc((size_t)(n_rows * wrs));
     float *y0 = xmalloc((size_t)(n_tok * ldy) * sizeof *y0), *y1 = xmalloc((size_t)(n_tok * ldy) * sizeof *y1);
     if (!wr || !wu || !y0 || !y1) { g_fail++; return; }
@@ -384,11 +362,65 @@ static void test_repack_q4_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r
         bad += memcmp(y0, y1, (size_t)(n_tok * ldy) * sizeof *y0) != 0;
     }
     char name[128];
-    snprintf(name, sizeof name, "repack_q4_K_x8_n%lld_rows%lld_tok%lld_r%lld-%lld%s", (long long)n, (long long)n_rows,
-             (long long)n_tok, (long long)r0, (long long)r1, extreme ? "_extreme" : "");
-    CHECK(name, same && bad == 0, "unpack(pack) %s; %lld ISA passes with outputs differing from q4_K", same ? "exact" : "differs",
-          (long long)bad);
-    free(wq), free(xq), free(wr), free(wu), free(y0), free(y1);
+    snprintf(name, sizeof name, "repack_%s_n%lld_rows%lld_tok%lld_r%lld-%lld%s", kvt_type_name(rp->to), (long long)n,
+             (long long)n_rows, (long long)n_tok, (long long)r0, (long long)r1, extreme ? "_extreme" : "");
+    CHECK(name, same && bad == 0, "unpack(pack) %s; %lld ISA passes with outputs differing from %s", same ? "exact" : "differs",
+          (long long)bad, kvt_type_name(t));
+    free(wr), free(wu), free(y0), free(y1);
+}
+
+// q4_K repacked at load (q4_K_x8): repack_check. extreme: nibbles 15, scales and mins 63, activations -128 / 127
+// (the int16 bounds).
+static void test_repack_q4_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
+    const kvt_type t = KVT_TYPE_Q4_K;
+    const kvt_repack_ops *rp = kvt_type_repack(t);
+    char *wq, *xq;
+    if (!rp || rp->to != KVT_TYPE_Q4_K_X8 || kvt_type_repacked_from(rp->to) != t ||
+        !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
+        CHECK("repack_q4_K_table", false, "no q4_K -> q4_K_x8 repacking");
+        return;
+    }
+    if (extreme) {
+        for (int64_t i = 0; i < n_rows * n / KVT_QK_K; i++) {
+            kvt_block_q4_K *b = (kvt_block_q4_K *)wq + i;
+            memset(b->qs, extreme == 1 ? 0xFF : 0xF0 + (int)(i % 16), sizeof b->qs);
+            memset(b->scales, 0xFF, sizeof b->scales);
+        }
+        for (int64_t i = 0; i < n_tok * n / KVT_QK_K; i++) {
+            kvt_block_q8_K *y = (kvt_block_q8_K *)xq + i;
+            for (int k = 0; k < KVT_QK_K; k++) y->qs[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
+            for (int g = 0; g < KVT_QK_K / 16; g++) {
+                int sum = 0;
+                for (int k = 0; k < 16; k++) sum += y->qs[16 * g + k];
+                y->bsums[g] = (int16_t)sum;
+            }
+        }
+    }
+    repack_check(t, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
+    free(wq), free(xq);
+}
+
+// q4_1 repacked at load (q4_1_x8): repack_check. extreme: nibbles 15 (1) or 0xF0 + i % 16, activations -128 or
+// 127 (the largest integer dots, both signs).
+static void test_repack_q4_1(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
+    const kvt_type t = KVT_TYPE_Q4_1;
+    const kvt_repack_ops *rp = kvt_type_repack(t);
+    char *wq, *xq;
+    if (!rp || rp->to != KVT_TYPE_Q4_1_X8 || kvt_type_repacked_from(rp->to) != t ||
+        !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
+        CHECK("repack_q4_1_table", false, "no q4_1 -> q4_1_x8 repacking");
+        return;
+    }
+    if (extreme) {
+        for (int64_t i = 0; i < n_rows * n / KVT_QK; i++)
+            memset(((kvt_block_q4_1 *)wq + i)->qs, extreme == 1 ? 0xFF : 0xF0 + (int)(i % 16), KVT_QK / 2);
+        for (int64_t i = 0; i < n_tok * n / KVT_QK; i++) {
+            kvt_block_q8_1 *y = (kvt_block_q8_1 *)xq + i;
+            for (int k = 0; k < KVT_QK; k++) y->qs[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
+        }
+    }
+    repack_check(t, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
+    free(wq), free(xq);
 }
 
 // kvt_matmul_rows against dequantize-then-dot, sentinels outside [r0, r1).
@@ -764,6 +796,17 @@ int test_kernels_main(void) {
         test_repack_q4_K(2048, 16, 2, 0, 16, 2);
         test_repack_q4_K(2048, 24, 7, 0, 24, 1);
         test_repack_q4_K(512, 24, 9, 1, 23, 1);
+    }
+    // q4_1 repacked at load: one group, cut groups, K with a short last 8-block group (SmolLM2's 576), tokens
+    {
+        static const int64_t shp[][5] = {{32, 8, 1, 0, 8},     {64, 8, 2, 3, 5},      {576, 40, 1, 0, 40},
+                                         {576, 40, 1, 5, 37},  {320, 16, 5, 1, 15},   {512, 64, 9, 8, 56},
+                                         {1536, 24, 1, 0, 24}, {1536, 24, 17, 2, 23}, {2048, 32, 3, 16, 24}};
+        for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+            test_repack_q4_1(shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4], 0);
+        test_repack_q4_1(2048, 16, 1, 0, 16, 1);
+        test_repack_q4_1(2048, 16, 2, 0, 16, 2);
+        test_repack_q4_1(480, 24, 9, 1, 23, 1);
     }
     // GEMM tiles against the GEMV, bit for bit, on every SIMD ISA this CPU runs (KVT_ISA may cap it):
     // rows and tokens not multiples of the tiles, K of one block

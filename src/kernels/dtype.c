@@ -46,6 +46,7 @@ static const type_layout k_layouts[KVT_TYPE_COUNT] = {
     [39] = {"mxfp4", 32, 17, false},
     // kvtier's in-memory layouts: computed with, never accepted from a file
     [KVT_TYPE_Q4_K_X8] = {"q4_K_x8", 256, 144, false},
+    [KVT_TYPE_Q4_1_X8] = {"q4_1_x8", 32, 20, false},
 };
 
 const char *kvt_type_name(kvt_type t) {

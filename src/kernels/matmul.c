@@ -147,11 +147,12 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
     }
 }
 
-// Repacked types (quant.h): q4_K_x8 decode through its GEMV (kqx8.h); batches of whole groups read the groups
-// directly: AVX-512 2-8 tokens the GEMV's arithmetic per token (kqx8.h), from 9 tokens the q4_K panel tile on
-// panels packed from them (kqx8.h); AVX2 gemm_avx2.c's 8-row q4_K tile on side data made from them; the scalar ISA and the
-// rows of a group cut by [r0, r1) go through the source type's paths on rows unpacked into a per-thread
-// buffer, X8_STRIP_BYTES at a time. The same bits either way (each row's order is its source type's).
+// Repacked types (quant.h): q4_1_x8 through its GEMV (q41x8.h) for every batch, token by token; q4_K_x8 decode
+// through its GEMV (kqx8.h); q4_K_x8 batches of whole groups read the groups directly: AVX-512 2-8 tokens the
+// GEMV's arithmetic per token (kqx8.h), from 9 tokens the q4_K panel tile on panels packed from them (kqx8.h);
+// AVX2 gemm_avx2.c's 8-row q4_K tile on side data made from them; the scalar ISA and q4_K_x8's rows of a group
+// cut by [r0, r1) go through the source type's paths on rows unpacked into a per-thread buffer, X8_STRIP_BYTES at
+// a time. The same bits either way (each row's order is its source type's).
 #define X8_STRIP_BYTES (256 * 1024)
 static void matmul_unpacked(kvt_isa isa, kvt_type st, const kvt_repack_ops *rp, int64_t n, const void *W, int64_t r0,
                             int64_t r1, const void *Xq, int64_t n_tok, float *Y, int64_t ldy);
@@ -160,6 +161,21 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
     const kvt_type st = kvt_type_repacked_from(wt);
     const kvt_repack_ops *rp = kvt_type_repack(st);
     const int64_t wrs = kvt_row_size(st, n);
+    if (wt == KVT_TYPE_Q4_1_X8 && isa >= KVT_ISA_AVX2) { // every batch: the GEMV token by token (q41x8.h)
+        void (*mm)(int64_t, const void *, int64_t, int64_t, const void *, int64_t, float *, int64_t) =
+            isa == KVT_ISA_AVX512 ? kvt_q41x8_mm_avx512 : kvt_q41x8_mm_avx2;
+        const int64_t g0 = (r0 + 7) / 8, g1 = r1 / 8, xrs = kvt_row_size(KVT_TYPE_Q8_1, n);
+        if (g0 < g1) mm(n, W, g0, g1, Xq, n_tok, Y, ldy);
+        for (int64_t g = r0 / 8; g <= (r1 - 1) / 8; g++) { // a group cut by [r0, r1)
+            if (g >= g0 && g < g1) continue;
+            for (int64_t k = 0; k < n_tok; k++) {
+                float t[8];
+                mm(n, (const char *)W + g * 8 * wrs, 0, 1, (const char *)Xq + k * xrs, 1, t, 8);
+                for (int64_t r = g * 8 > r0 ? g * 8 : r0; r < r1 && r < g * 8 + 8; r++) Y[k * ldy + r] = t[r - g * 8];
+            }
+        }
+        return;
+    }
     if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) {
         void (*gemv)(int64_t, const void *, int64_t, int64_t, const void *, float *) =
             isa == KVT_ISA_AVX512 ? kvt_q4kx8_gemv_avx512 : kvt_q4kx8_gemv_avx2;

@@ -39,6 +39,8 @@
 //     so a repacked matrix gives the q4_K bits; its batches read the groups (AVX2: the 8-row q4_K tile on
 //     side data made from them; AVX-512: the GEMV per token up to 8 tokens, then the q4_K panel tile packed from
 //     them), only the rows of a group cut by the call's row range run the q4_K paths on unpacked rows.
+//     q4_1_x8 (q4_1 repacked, as q4_K_x8): the q4_1 order above, a row's 8 accumulator lanes in lane r of 8 vectors
+//     (q41x8.h), so a repacked matrix gives the q4_1 bits; batches too (the same GEMV token by token).
 //  avx512: the same sources with 16-lane vectors (f32/f16/bf16: one 16-lane accumulator over 16-wide
 //   slices, s = _mm512_reduce_add_ps(a); q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows
@@ -99,6 +101,10 @@ const kvt_mm_kernel *kvt_mm_kernel_avx512(kvt_type wt);
 // q4_K_x8 decode (kqx8.h): Y[8g + r] for the 8-row groups g in [g0, g1) of W (n columns) against one q8_K row y.
 void kvt_q4kx8_gemv_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
 void kvt_q4kx8_gemv_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
+// q4_1_x8 (q41x8.h): Y[t * ldy + 8g + r] for the groups g in [g0, g1) against n_tok q8_1 rows X (decode and batches).
+void kvt_q41x8_mm_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy);
+void kvt_q41x8_mm_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
+                         int64_t ldy);
 // AVX-512 batches (KVT_Q4KX8_GEMM_MIN tokens on): Y[t * ldy + r], r < nr (a multiple of 8), from the rows at W (a
 // group start), with kvt_q4kx8_gemm_scratch_avx512(n) bytes of 64-aligned scratch; the q4_K tile's bits.
 #define KVT_Q4KX8_GEMM_MIN 9

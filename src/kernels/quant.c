@@ -647,8 +647,37 @@ static void q4_K_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int
     }
 }
 
+static void q4_1_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) {
+    const int64_t nb = n / KVT_QK, wrs = nb * (int64_t)sizeof(kvt_block_q4_1);
+    for (int64_t g = 0; g < rows / 8; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)dst + g * 8 * wrs + b * KVT_Q41X8_B;
+            for (int r = 0; r < 8; r++) {
+                const kvt_block_q4_1 *x = (const kvt_block_q4_1 *)((const char *)src + (8 * g + r) * wrs) + b;
+                for (int q = 0; q < 4; q++) memcpy(o + 32 * q + 4 * r, x->qs + 4 * q, 4);
+                memcpy(o + 128 + 2 * r, &x->d, 2);
+                memcpy(o + 144 + 2 * r, &x->m, 2);
+            }
+        }
+}
+
+static void q4_1_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {
+    const int64_t nb = n / KVT_QK, wrs = nb * (int64_t)sizeof(kvt_block_q4_1);
+    for (int64_t r = r0; r < r1; r++) {
+        const int rr = (int)(r % 8);
+        const uint8_t *in = (const uint8_t *)W + (r / 8) * 8 * wrs;
+        kvt_block_q4_1 *x = (kvt_block_q4_1 *)((char *)dst + (r - r0) * wrs);
+        for (int64_t b = 0; b < nb; b++, in += KVT_Q41X8_B, x++) {
+            for (int q = 0; q < 4; q++) memcpy(x->qs + 4 * q, in + 32 * q + 4 * rr, 4);
+            memcpy(&x->d, in + 128 + 2 * rr, 2);
+            memcpy(&x->m, in + 144 + 2 * rr, 2);
+        }
+    }
+}
+
 static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_K] = {KVT_TYPE_Q4_K_X8, 8, q4_K_x8_pack, q4_K_x8_unpack},
+    [KVT_TYPE_Q4_1] = {KVT_TYPE_Q4_1_X8, 8, q4_1_x8_pack, q4_1_x8_unpack},
 };
 
 const kvt_repack_ops *kvt_type_repack(kvt_type t) {
@@ -665,6 +694,7 @@ kvt_type kvt_type_repacked_from(kvt_type t) {
 // source, for the callers that convert activations (kvt_matmul_rows does the rest).
 static const kvt_type_ops k_repacked_ops[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_K_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_K, NULL},
+    [KVT_TYPE_Q4_1_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_1, NULL},
 };
 
 const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {

@@ -169,6 +169,14 @@ static inline void kvt_q4kx8_scales(const uint8_t *in, int r, uint8_t sc[8], uin
         m[j] = (uint8_t)((L >> 4) | (h >> 2) << 4);
     }
 }
+// q4_1_x8: q4_1 rows in groups of 8 the same way (group g at the q4_1 offset of row 8g); per block b of 32
+// elements a group holds KVT_Q41X8_B bytes at b * KVT_Q41X8_B:
+//   [0, 128)   qs: dword 8Q + r (Q < 4) = row r's q4_1 qs[4Q .. 4Q + 4) (low nibbles: elements 4Q + i, high:
+//              16 + 4Q + i), so one 32-byte load holds quad Q of the 8 rows
+//   [128, 144) d of rows 0..7 (f16), [144, 160) m of rows 0..7 (f16)
+// Its kernels keep the q4_1 order of matmul.h per row (a row's 8 accumulator lanes are lanes of 8 vectors,
+// one row per lane): the bits of the q4_1 matrix on every ISA.
+#define KVT_Q41X8_B (8 * 20)
 typedef struct {
     kvt_type to;    // the repacked type
     int row_align;  // the matrix's rows must be a multiple of this

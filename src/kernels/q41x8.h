@@ -1,0 +1,73 @@
+// q41x8.h - the decode GEMV of q4_1_x8 (q4_1 repacked at load, 8 rows interleaved: quant.h), included by
+// matmul_avx2.c for both of its builds (AVX2; with KVT_SIMD_AVX512 the same 256-bit code with VPDPBUSD: on the
+// Zen 4 a 512-bit operation costs two 256-bit ones, so 512-bit vectors would only add shuffles).
+//
+// One activation row (q8_1) against groups of 8 rows, one row per lane. Per row the q4_1 order of matmul.h:
+// its 8-lane accumulator (lane i: per block in order, acc_i = fma(dx * dy, float(exact integer dot of the
+// block's elements 4i..4i+3), acc_i); 4i..4i+3 are the low nibbles of the row's qs quad i for i < 4, the high
+// nibbles of quad i - 4 otherwise) is here lane r of 8 vectors a[0..7]; the min terms' scalar chain ms = fma(m,
+// s, ms) is lane r of one vector; Y = (((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))) + ms, kvt_hsum8's
+// order. So every output has the bits of the q4_1 kernels on the unpacked rows. Per block the 8 rows' d and m
+// are one 16-byte load each, the nibbles four 32-byte loads, the activations' quads dword broadcasts: no
+// gathers, no per-row horizontal sums.
+
+#ifndef Q41X8_PF
+#define Q41X8_PF 0 // software prefetch distance in bytes (0: none)
+#endif
+
+#ifdef KVT_SIMD_AVX512
+#define Q41X8_MM_FN kvt_q41x8_mm_avx512
+#else
+#define Q41X8_MM_FN kvt_q41x8_mm_avx2
+#endif
+
+// i32 lanes: each the dot of 4 unsigned bytes of u (< 16) and the 4 int8 of y in that lane (exact).
+INLINE __m256i q41x8_dot4(__m256i u, __m256i y) {
+#ifdef KVT_SIMD_AVX512
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+#endif
+}
+
+INLINE __m256i q41x8_bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// Y[0..8) for the group at G (nb blocks) against the q8_1 row y.
+static void q41x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_1 *y, float *Y) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 a[8], ms = _mm256_setzero_ps();
+    UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, G += KVT_Q41X8_B, y++) {
+#if Q41X8_PF
+        UNROLL for (int l = 0; l < 3; l++) _mm_prefetch((const char *)G + Q41X8_PF + 64 * l, _MM_HINT_T0);
+#endif
+        const __m256 D = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + 128))),
+                                       _mm256_set1_ps(_cvtsh_ss(y->d)));
+        ms = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + 144))), _mm256_set1_ps(_cvtsh_ss(y->s)),
+                             ms);
+        UNROLL for (int q = 0; q < 4; q++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(G + 32 * q));
+            const __m256i pl = q41x8_dot4(_mm256_and_si256(w, m4), q41x8_bcast4(y->qs + 4 * q));
+            const __m256i ph = q41x8_dot4(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), q41x8_bcast4(y->qs + 16 + 4 * q));
+            a[q] = _mm256_fmadd_ps(D, _mm256_cvtepi32_ps(pl), a[q]);
+            a[q + 4] = _mm256_fmadd_ps(D, _mm256_cvtepi32_ps(ph), a[q + 4]);
+        }
+    }
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                                   _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+    _mm256_storeu_ps(Y, _mm256_add_ps(s, ms));
+}
+
+// Y[t * ldy + 8g + r] for the groups g in [g0, g1) of the q4_1_x8 matrix W (n columns) against the n_tok q8_1
+// rows X. Batches take the GEMV token by token per group (the group's rows then come from L1/L2): each output
+// is the GEMV's whatever the batch.
+void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy) {
+    const int64_t nb = n / KVT_QK;
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t t = 0; t < n_tok; t++)
+            q41x8_group(nb, (const uint8_t *)W + g * nb * KVT_Q41X8_B, (const kvt_block_q8_1 *)X + t * nb, Y + t * ldy + 8 * g);
+}
