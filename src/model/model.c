@@ -333,8 +333,7 @@ static kvt_status load_layer(loader *L, int il, kvt_layer *ly) {
 // anonymous mapping (huge pages where the kernel gives them); the file's pages of the originals are then
 // released (MADV_DONTNEED: they stay readable in the mapping, for the GPU upload and the fingerprint, and
 // are read again from the page cache only then). Nothing repacked with KVT_REPACK=0 or when memory is short.
-// pack 0: only the size (m->repack_bytes); pack 1: the repacking (kvt_model_repack, under g_repack_lock).
-static pthread_mutex_t g_repack_lock = PTHREAD_MUTEX_INITIALIZER;
+// pack 0: only the size (m->repack_bytes); pack 1: the repacking (kvt_model_repack, under m->repack_lock).
 static void model_repack(kvt_model *m, int pack) {
     const char *env = getenv("KVT_REPACK");
     if (env && !strcmp(env, "0")) return;
@@ -381,12 +380,12 @@ static void model_repack(kvt_model *m, int pack) {
 void kvt_model_repack(const kvt_model *cm) {
     kvt_model *m = (kvt_model *)cm; // allocated by kvt_model_init, never const itself
     if (atomic_load(&m->repack_done)) return;
-    pthread_mutex_lock(&g_repack_lock);
+    pthread_mutex_lock(&m->repack_lock);
     if (!atomic_load(&m->repack_done) && m->layers) {
         model_repack(m, 1);
         atomic_store(&m->repack_done, 1);
     }
-    pthread_mutex_unlock(&g_repack_lock);
+    pthread_mutex_unlock(&m->repack_lock);
 }
 
 kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err *err) {
@@ -397,6 +396,7 @@ kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     }
     m->gguf = g;
+    pthread_mutex_init(&m->repack_lock, NULL);
     kvt_status st = kvt_hparams_read(g, &m->hp, err);
     if (st || vocab_only) {
         if (st) kvt_model_free(m);
@@ -458,6 +458,7 @@ void kvt_model_free(kvt_model *m) {
     if (!m) return;
     kvt_gguf_free(m->gguf);
     if (m->repack_buf) munmap(m->repack_buf, (size_t)m->repack_bytes);
+    pthread_mutex_destroy(&m->repack_lock);
     free(m->f32_store);
     free(m->layers);
     free(m);

@@ -11,6 +11,7 @@
 #ifndef KVT_MODEL_H
 #define KVT_MODEL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -99,6 +100,7 @@ typedef struct kvt_model {
     void *repack_buf;     // owned anonymous mapping of the repacked matrices (the file's pages of those are released)
     int64_t repack_bytes; // its size (0: nothing to repack), known at init; resident in place of those file pages
     _Atomic int repack_done; // kvt_model_repack has run (repack_buf set if anything was repacked)
+    pthread_mutex_t repack_lock; // serializes kvt_model_repack's first call
     _Atomic uint64_t identity_cache; // 0, or 1 << 32 | the CRC32C of kvt_session_model_fingerprint (computed once)
 } kvt_model;
 
