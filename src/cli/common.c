@@ -91,9 +91,6 @@ const char *const cli_engine_help =
     "                       (1 + H) times its mass (fewer pages change per step; default 0: off)\n"
     "  --sparse-prefetch-top G  asyncspade with --sparse-rerank: the worker prefetches only the blocks of its\n"
     "                       G*K best candidates, best first (default 0: every candidate)\n"
-    "  --sparse-qbits B     asyncspade: bits of the predicted query on the worker's int8 key scan (8..16, default\n"
-    "                       16; 8: one multiply per 4 dimensions instead of two on AVX-512 VNNI)\n"
-    "  --sparse-rerank-qbits B  asyncspade: bits of the real query in the re-rank and fallback (8..16, default 16)\n"
     "  --sparse-sync        asyncspade: select when the query arrives (no worker thread)\n"
     "  --sparse-predictor ridge|last|ridge-head|simplex  asyncspade: the paper's ridge ensemble per KV group\n"
     "                       (default), the last query, the ridge ensemble per query head, or the ridge problem\n"
@@ -226,13 +223,13 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         return 1;
     }
     int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page, &sp->real_layers, &sp->block,
-                       &sp->prefetch_layers, &sp->seqs, &sp->rerank_block, &sp->qbits, &sp->rerank_qbits};
+                       &sp->prefetch_layers, &sp->seqs, &sp->rerank_block};
     const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page",
                            "--sparse-real-layers", "--sparse-block", "--sparse-prefetch-layers", "--sparse-seqs",
-                           "--sparse-rerank-block", "--sparse-qbits", "--sparse-rerank-qbits"};
-    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0, 1, 0, 8, 8};
-    const int64_t hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 16, 16};
-    for (int i = 0; i < 12; i++) {
+                           "--sparse-rerank-block"};
+    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0, 1, 0};
+    const int64_t hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16};
+    for (int i = 0; i < 10; i++) {
         if (strcmp(flag, names[i])) continue;
         if (!kvt_args_int(a, flag, lo[i], hi[i], &v)) return -1;
         *ints[i] = (int32_t)v;
@@ -411,8 +408,6 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_bool(j, "block_sum", p->block_sum);
     kvt_json_kv_num(j, "prefetch_top", p->prefetch_top);
     kvt_json_kv_num(j, "keep", p->keep);
-    kvt_json_kv_int(j, "qbits", p->qbits);
-    kvt_json_kv_int(j, "rerank_qbits", p->rerank_qbits);
     kvt_json_kv_bool(j, "sync", p->sync);
     kvt_json_kv_str(j, "predictor", kvt_sparse_pred_name(p->predictor));
     kvt_json_kv_num(j, "lambda", p->lambda);

@@ -23,8 +23,6 @@ void kvt_sparse_params_resolve(kvt_sparse_params *p) {
     if (p->page <= 0) p->page = 16;
     if (p->budget <= 0 && p->budget_frac <= 0.0) p->budget_frac = 0.125;
     if (p->seqs <= 0) p->seqs = 1;
-    if (p->qbits <= 0) p->qbits = 16;
-    if (p->rerank_qbits <= 0) p->rerank_qbits = 16;
 }
 
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_dims *d) {
@@ -66,9 +64,6 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     kvt_sparse_params_resolve(&p);
     if (p.budget_frac > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-budget %g: a fraction must be <= 1", p.budget_frac);
     if (p.fallback < 0.0 || p.fallback > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-fallback %g: a cosine in [0, 1]", p.fallback);
-    if (p.qbits < 8 || p.qbits > 16 || p.rerank_qbits < 8 || p.rerank_qbits > 16) {
-        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-qbits %d / --sparse-rerank-qbits %d: 8 to 16 bits", p.qbits, p.rerank_qbits);
-    }
     if (p.window > 64) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-window %d: at most 64 queries", p.window);
     if (d->n_head_kv <= 0 || d->n_head % d->n_head_kv) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sparse attention: n_head %d not a multiple of n_head_kv %d", d->n_head, d->n_head_kv);

@@ -10,12 +10,12 @@
 #include "sparse_impl.h"
 
 // raw[i * n + t] = scale * q_i . k8_t of KV head kh for t < n_keys, -inf for the rest (q: the group's qpg query
-// rows, taken as `bits`-bit integers with a scale per row: integer dot products with the int8 keys, sparse_score.c).
-static void score_int8(const kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, const float *q, int32_t bits, int64_t n,
+// rows, taken as int16 with a scale per row: integer dot products with the int8 keys, sparse_score.c).
+static void score_int8(const kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, const float *q, int64_t n,
                        int64_t n_keys, float scale, float *raw) {
     int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
     float qs[KVT_SPARSE_MAX_QPG];
-    kvt_sparse_quant_query(q, s->qpg, s->d.head_dim, bits, q16, qs);
+    kvt_sparse_quant_query(q, s->qpg, s->d.head_dim, q16, qs);
     kvt_sparse_score_i8(q16, qs, s->qpg, s->d.head_dim, ly->k8 + (int64_t)kh * ly->cap * s->d.head_dim,
                         ly->k8s + (int64_t)kh * ly->cap, n_keys, n, scale, raw);
 }
@@ -127,7 +127,7 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
             kvt_sparse_predict(h, hn, gd, s->windows, s->nw, s->p.lambda, true, ss->pred, ss->work);
         }
         memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
-        score_int8(s, ly, kh, ss->pred, s->p.qbits, n, P, scale, ss->raw);
+        score_int8(s, ly, kh, ss->pred, n, P, scale, ss->raw);
         kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
         if (s->p.block > 1) { // whole pages of one score each: top-k over the pages
             page_max(ss->agg, n, s->p.block, s->p.block_sum);
@@ -273,7 +273,7 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
     const int32_t H = s->d.n_head_kv;
     for (int32_t kh = 0; kh < H; kh++) {
         if (rr_active(&J, kh)) {
-            kvt_sparse_quant_query(q + (int64_t)kh * s->gd, s->qpg, s->d.head_dim, s->p.rerank_qbits, s->rr_q16 + (int64_t)kh * s->gd,
+            kvt_sparse_quant_query(q + (int64_t)kh * s->gd, s->qpg, s->d.head_dim, s->rr_q16 + (int64_t)kh * s->gd,
                                    s->rr_qs + (int64_t)kh * s->qpg);
         }
     }
@@ -286,7 +286,7 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale) {
     kvt_sparse_scratch *ss = &s->main_ss;
     const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n);
-    score_int8(s, ly, kh, qg, s->p.rerank_qbits, n, P, scale, ss->raw);
+    score_int8(s, ly, kh, qg, n, P, scale, ss->raw);
     kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
     ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
 }

@@ -126,9 +126,10 @@ enum { KVT_SPARSE_CATCHUP = 64 }; // positions read back from the store per chun
 
 // Positions attended out of n held.
 int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n);
-// n bytes zeroed, 64-byte aligned (free()); NULL and *ok = false when out of memory.
-// Buffers of KVT_SPARSE_HUGE_MIN bytes or more are rounded up to whole 2 MiB pages, aligned to them and advised as huge
-// pages (transparent huge pages where the kernel has them: madvise mode is enough).
+// n bytes zeroed, 64-byte aligned (free()); NULL and *ok = false when out of memory. Buffers of KVT_SPARSE_HUGE_MIN bytes
+// or more (a layer's int8 key copies at a long context) are 2 MiB-aligned, rounded up to whole 2 MiB and advised as huge
+// pages (transparent huge pages where the kernel has them; madvise mode is enough): up to 2 MiB - 1 bytes more than n
+// are allocated (not counted in the summary bytes, which count n).
 void *kvt_sparse_zalloc(size_t n, bool *ok);
 enum { KVT_SPARSE_HUGE_MIN = 1 << 20 };
 
@@ -213,10 +214,9 @@ void kvt_sparse_aggregate_rows(const float *s, int32_t qpg, int64_t n, const flo
 // Bounds of the selection's stack rows (sparse_score.c, sparse.c).
 enum { KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };
 
-// The qpg query rows q ([qpg, hd] f32) as signed integers of `bits` bits (8..16) held in int16 (q16 [qpg, hd]) with one
-// scale per row (qscale [qpg]): q ~ q16 * qscale, max |q16| = 2^(bits-1) - 1 (32767 at 16 bits; non-finite values count
-// as 0). At 8 bits the AVX-512 scan multiplies each group of 4 dimensions once instead of twice (sparse_score_avx512.c).
-void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int32_t bits, int16_t *q16, float *qscale);
+// The qpg query rows q ([qpg, hd] f32) as int16 (q16 [qpg, hd]) with one scale per row (qscale [qpg]):
+// q ~ q16 * qscale, max |q16| = 32767 (non-finite values count as 0).
+void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale);
 // raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t = k8[t] * k8s[t] (k8: int8 keys in the
 // layout of kvt_sparse_k8_at, k8s [n_keys]) for t < n_keys, -inf for n_keys <= t < n. Integer dot products: the same bits on every path.
 void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,

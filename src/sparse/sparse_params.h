@@ -64,9 +64,6 @@ typedef struct {
     int32_t prefetch_layers; // asyncspade: the blocks of a selection go to the store's copy engine when the
                           // attention is this many layers before it (0: as soon as the worker has selected, a
                           // whole step ahead)
-    int32_t qbits;        // asyncspade: bits of the predicted query scored on the int8 keys by the worker (8..16; 0:
-                          // 16). At 8 the AVX-512 scan needs one VPDPBUSD per 4 dimensions instead of two
-    int32_t rerank_qbits; // asyncspade: bits of the real query in the re-rank and the fallback (8..16; 0: 16)
     bool stats;           // per step: oracle overlap and attention mass recall (costs an exact scoring pass)
     int32_t seqs;         // sequences of n_ctx positions whose key summaries the fast budget reserves (0: 1;
                           // beam and serve set theirs: kvt_sparse_summary_bytes)

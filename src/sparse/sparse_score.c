@@ -11,16 +11,15 @@
 
 #define SCORE_CLONES KVT_SPARSE_CLONES
 
-void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int32_t bits, int16_t *q16, float *qscale) {
-    const float top = (float)((1 << (bits - 1)) - 1); // 32767 at 16 bits, 127 at 8
+void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale) {
     for (int32_t i = 0; i < qpg; i++) {
         const float *qi = q + (int64_t)i * hd;
         float mx = 0.0f;
         for (int32_t x = 0; x < hd; x++) mx = fabsf(qi[x]) > mx ? fabsf(qi[x]) : mx;
-        const float sc = mx > 0.0f && isfinite(mx) ? mx / top : 1.0f;
+        const float sc = mx > 0.0f && isfinite(mx) ? mx / 32767.0f : 1.0f;
         for (int32_t x = 0; x < hd; x++) {
             const float v = isfinite(qi[x]) ? qi[x] / sc : 0.0f;
-            q16[(int64_t)i * hd + x] = (int16_t)lrintf(v > top ? top : v < -top ? -top : v);
+            q16[(int64_t)i * hd + x] = (int16_t)lrintf(v > 32767.0f ? 32767.0f : v < -32767.0f ? -32767.0f : v);
         }
         qscale[i] = sc;
     }

@@ -8,14 +8,8 @@
 // qh . k = VPDPBUSD(k + 128, qh) - 128 sum(qh) (k + 128 = k XOR 0x80 as unsigned). Every sum is exact in int32 (the
 // total is below 2^31 for |q| <= 32767, |k| <= 127, hd <= 512, and wrap-around cancels in the intermediate ones), so
 // the scores are the same bits as the portable loop's: raw[i * stride + t - t0] = (float)(q16_i . k8_t) * (k8s[t] * qs[i]).
-//
-// A query whose elements all fit in a signed byte (kvt_sparse_quant_query at 8 bits: |q| <= 127) needs one VPDPBUSD per
-// 4 dimensions instead of two: q . k = VPDPBUSD(k + 128, q) - 128 sum(q), exact in int32 as well (|sum| <= 255 * 127 *
-// 512 < 2^31). The kernel takes that path for a pass of query heads when every element of them fits: the same integer,
-// so the same bits, at half the multiplies (the worker's scan of every key with the predicted query, --sparse-qbits 8).
 #if defined(__x86_64__)
 #include <immintrin.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -25,11 +19,9 @@ enum { HC = 6 }; // query heads per pass: 2 HC accumulators, the key row and its
 
 // One block of 16 positions (blk), hc query heads (split rows ql, qh of hd bytes each, corr[i] = 128 sum(qh_i)); lanes
 // [j0, j1) of the block are stored at raw[i * stride + j - j0] (the first lane of the range to the pointer given).
-// q8: the query fits in bytes: qh holds the query itself (ql unused), corr[i] = 128 sum(q_i), one product per group.
-static inline __attribute__((always_inline)) void block_heads(int32_t hc, bool q8, int32_t hd, const int8_t *blk,
-                                                              const uint8_t *ql, const int8_t *qh, const int32_t *corr,
-                                                              const float *qs, __m512 ks, __mmask16 m, int64_t stride,
-                                                              float *raw) {
+static inline __attribute__((always_inline)) void block_heads(int32_t hc, int32_t hd, const int8_t *blk, const uint8_t *ql,
+                                                              const int8_t *qh, const int32_t *corr, const float *qs,
+                                                              __m512 ks, __mmask16 m, int64_t stride, float *raw) {
     __m512i al[HC], ah[HC];
     for (int32_t i = 0; i < hc; i++) al[i] = ah[i] = _mm512_setzero_si512();
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
@@ -38,35 +30,17 @@ static inline __attribute__((always_inline)) void block_heads(int32_t hc, bool q
         const __m512i ku = _mm512_xor_si512(kv, x80);
         for (int32_t i = 0; i < hc; i++) {
             int32_t lw, hw;
+            memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
             memcpy(&hw, qh + (int64_t)i * hd + 4 * g, 4);
-            if (!q8) {
-                memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
-                al[i] = _mm512_dpbusd_epi32(al[i], _mm512_set1_epi32(lw), kv);
-            }
+            al[i] = _mm512_dpbusd_epi32(al[i], _mm512_set1_epi32(lw), kv);
             ah[i] = _mm512_dpbusd_epi32(ah[i], ku, _mm512_set1_epi32(hw));
         }
     }
     for (int32_t i = 0; i < hc; i++) {
-        const __m512i c = _mm512_sub_epi32(ah[i], _mm512_set1_epi32(corr[i]));
-        const __m512i d = q8 ? c : _mm512_add_epi32(_mm512_slli_epi32(c, 8), al[i]);
+        const __m512i d = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ah[i], _mm512_set1_epi32(corr[i])), 8), al[i]);
         const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ks, _mm512_set1_ps(qs[i])));
         // the lanes of the range, moved to the front, stored from the range's first position on
         _mm512_mask_storeu_ps(raw + i * stride, (__mmask16)((1u << __builtin_popcount(m)) - 1u), _mm512_maskz_compress_ps(m, f));
-    }
-}
-
-// block_heads with the head count and q8 constants in each copy (the accumulators stay in registers).
-static inline __attribute__((always_inline)) void heads_pass(int32_t hc, bool q8, int32_t hd, const int8_t *blk,
-                                                             const uint8_t *ql, const int8_t *qh, const int32_t *corr,
-                                                             const float *qs, __m512 ks, __mmask16 m, int64_t stride,
-                                                             float *raw) {
-    switch (hc) {
-    case 1: block_heads(1, q8, hd, blk, ql, qh, corr, qs, ks, m, stride, raw); break;
-    case 2: block_heads(2, q8, hd, blk, ql, qh, corr, qs, ks, m, stride, raw); break;
-    case 3: block_heads(3, q8, hd, blk, ql, qh, corr, qs, ks, m, stride, raw); break;
-    case 4: block_heads(4, q8, hd, blk, ql, qh, corr, qs, ks, m, stride, raw); break;
-    case 5: block_heads(5, q8, hd, blk, ql, qh, corr, qs, ks, m, stride, raw); break;
-    default: block_heads(HC, q8, hd, blk, ql, qh, corr, qs, ks, m, stride, raw); break;
     }
 }
 
@@ -88,14 +62,12 @@ void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_
     const int64_t t1 = t0 + n_keys;
     for (int32_t h0 = 0; h0 < qpg; h0 += HC) {
         const int32_t hc = qpg - h0 < HC ? qpg - h0 : HC;
-        bool q8 = true; // every element of the pass's heads a signed byte: one product per group (qh = q)
-        for (int64_t x = 0; x < (int64_t)hc * hd; x++) q8 = q8 && q16[(int64_t)h0 * hd + x] >= -128 && q16[(int64_t)h0 * hd + x] <= 127;
         for (int32_t i = 0; i < hc; i++) {
             int32_t sum = 0;
             for (int32_t x = 0; x < hd; x++) {
                 const int32_t v = q16[(int64_t)(h0 + i) * hd + x];
                 ql[i * hd + x] = (uint8_t)(v & 0xff);
-                qh[i * hd + x] = q8 ? (int8_t)v : (int8_t)(v >> 8); // arithmetic shift: floor(v / 256)
+                qh[i * hd + x] = (int8_t)(v >> 8); // arithmetic shift: floor(v / 256)
                 sum += qh[i * hd + x];
             }
             corr[i] = 128 * sum;
@@ -120,10 +92,13 @@ void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_
             const __m512 ks = _mm512_maskz_loadu_ps(m, k8s + b0);
             const int8_t *blk = k8 + b0 * hd;
             float *r = raw + (int64_t)h0 * stride + out;
-            if (q8) {
-                heads_pass(hc, true, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r);
-            } else {
-                heads_pass(hc, false, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r);
+            switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
+            case 1: block_heads(1, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 2: block_heads(2, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 3: block_heads(3, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 4: block_heads(4, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 5: block_heads(5, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            default: block_heads(HC, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
             }
             if (!pos) b0 += 16;
         }

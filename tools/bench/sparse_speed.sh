@@ -97,8 +97,6 @@ CONFIGS=(
     # the same with hysteresis (docs/SPARSE.md, "Hysteresis"): a page the previous step kept counts (1 + KEEP) times its
     # mass, so fewer pages (blocks) change per step
     "asyncspade pages keep|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5 --sparse-keep $KEEP|$ASYNC_SUM"
-    # the same with 8-bit queries on the int8 keys, the worker's and the re-rank's (docs/SPARSE.md, "Cheaper selection")
-    "asyncspade pages keep q8|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5 --sparse-keep $KEEP --sparse-qbits 8 --sparse-rerank-qbits 8|$ASYNC_SUM"
 )
 # EXTRA="name|asyncspade flags;name|flags": asyncspade configurations added to the list (int8 summaries reserved)
 if [ -n "${EXTRA:-}" ]; then
