@@ -840,7 +840,25 @@ static void test_k8_layout_terms(void) {
                 "status %d: %s", (int)st, err.msg);
 }
 
+// kvt_sparse_zalloc: small buffers 64-byte aligned, buffers of KVT_SPARSE_HUGE_MIN bytes or more 2 MiB-aligned (the huge
+// page hint), every byte asked for zeroed; the buffers are written to their last byte and freed.
+static void test_zalloc(void) {
+    const size_t sizes[] = {1, 100, 4096, KVT_SPARSE_HUGE_MIN - 1, KVT_SPARSE_HUGE_MIN, 3 * 1024 * 1024 / 2, (size_t)5 << 20};
+    bool ok = true;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        bool got = true;
+        unsigned char *p = kvt_sparse_zalloc(sizes[i], &got);
+        const uintptr_t align = sizes[i] >= KVT_SPARSE_HUGE_MIN ? (uintptr_t)2 << 20 : 64;
+        ok = ok && got && p && (uintptr_t)p % align == 0;
+        for (size_t j = 0; ok && j < sizes[i]; j += 4093) ok = p[j] == 0;
+        if (p) p[sizes[i] - 1] = 1, ok = ok && p[0] == (sizes[i] == 1);
+        free(p);
+    }
+    test_result(ok, "sparse: summary buffers zeroed, 64-byte aligned, 2 MiB-aligned from 1 MiB on (huge pages)", "differ");
+}
+
 void test_sparse(const test_env *env) {
+    test_zalloc();
     test_predictor();
     test_predictor_simplex();
     test_rope_align();

@@ -126,8 +126,12 @@ enum { KVT_SPARSE_CATCHUP = 64 }; // positions read back from the store per chun
 
 // Positions attended out of n held.
 int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n);
-// n bytes zeroed, 64-byte aligned (free()); NULL and *ok = false when out of memory.
+// n bytes zeroed, 64-byte aligned (free()); NULL and *ok = false when out of memory. Buffers of KVT_SPARSE_HUGE_MIN bytes
+// or more (a layer's int8 key copies at a long context) are 2 MiB-aligned, rounded up to whole 2 MiB and advised as huge
+// pages (transparent huge pages where the kernel has them; madvise mode is enough): up to 2 MiB - 1 bytes more than n
+// are allocated (not counted in the summary bytes, which count n).
 void *kvt_sparse_zalloc(size_t n, bool *ok);
+enum { KVT_SPARSE_HUGE_MIN = 1 << 20 };
 
 // --- sparse_seq.c: per-sequence state ------------------------------------------------------------------
 
