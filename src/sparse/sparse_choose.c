@@ -235,8 +235,8 @@ static void share_pieces(kvt_sparse *s, int32_t kh, const int32_t *sel, int64_t 
 }
 
 // Pass 3, task kh: the group's mass per candidate (the rows summed in order), pages, hysteresis, top-K, in the scratch
-// of the thread that runs it. With share, only the pages' scores, into the head's rr_raw (its first nc floats): the
-// layer's top-k over every head's pages follows (share_choose).
+// of the thread that runs it. With share, only the head's pieces of pages (share_pieces): the layer's top-k over every
+// head's pages follows (share_choose).
 static void rr_choose_task(void *ctx, int64_t task, int thread) {
     const rerank_job *J = ctx;
     kvt_sparse *s = J->s;
