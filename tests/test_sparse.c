@@ -438,6 +438,70 @@ static void test_keep(void) {
                 c2[0], c2[1], d2[0], d2[1]);
 }
 
+// A re-rank over every position of H KV heads (one query head each, head_dim 4, pages of 4, K = 9 with recent 1 and
+// sink 0, n_ctx 64) at decode position P (no rewind between calls); key(kh, t) gives the int8 key's dimension with
+// 127 (else 0; -1: none). sel[kh][0 .. n[kh]) gets the set.
+static bool rr_case(kvt_sparse *s, int32_t H, int64_t P, const float *q, int (*key)(int32_t, int32_t), int32_t sel[][64], int64_t *n) {
+    kvt_sparse_layer *ly = &kvt_sparse_seq_get(s, 0)->lay[0];
+    for (int32_t kh = 0; kh < H; kh++) {
+        for (int t = 0; t < 64; t++) {
+            ly->k8s[kh * ly->cap + t] = 1.0f / 127.0f;
+            for (int x = 0; x < 4; x++) ly->k8[kh * ly->cap * 4 + kvt_sparse_k8_at(t, x, 4)] = (int8_t)(key(kh, t) == x ? 127 : 0);
+        }
+        for (int32_t t = 0; t <= P; t++) ly->sel[kh * ly->cap + t] = t;
+        ly->nsel[kh] = P + 1;
+    }
+    kvt_sparse_rerank(s, ly, P, q, 1.0f, NULL);
+    for (int32_t kh = 0; kh < H; kh++) {
+        n[kh] = ly->nsel[kh];
+        memcpy(sel[kh], ly->sel + kh * ly->cap, (size_t)n[kh] * 4);
+    }
+    return true;
+}
+
+static kvt_sparse *rr_sparse(int32_t H, bool share) {
+    kvt_sparse_params p = {.mode = KVT_SPARSE_ASYNCSPADE, .budget = 9, .sink = 0, .recent = 1, .rerank = 4.0, .block = 4,
+                           .rerank_block = 4, .share = share, .sync = true};
+    const kvt_sparse_dims d = {.n_layer = 1, .n_head = H, .n_head_kv = H, .head_dim = 4, .head_dim_v = 4, .n_ctx = 64,
+                               .n_threads = 1, .kv_type = KVT_TYPE_F32};
+    kvt_sparse *s = NULL;
+    kvt_err err;
+    if (kvt_sparse_init(&p, &d, &s, &err)) return NULL;
+    kvt_sparse_seq *q = kvt_sparse_seq_get(s, 0);
+    if (!q || kvt_sparse_layer_reserve(s, q, 0, 64, &err)) {
+        kvt_sparse_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+// head 0: page 2 along x0 (its mass in one page); head 1: pages 2, 4, 6, 8 along x0 (spread over four)
+static int key_share(int32_t kh, int32_t t) {
+    return (t / 4 == 2 || (kh == 1 && (t / 4 == 4 || t / 4 == 6 || t / 4 == 8))) ? 0 : -1;
+}
+
+static bool same_set(const int32_t *sel, int64_t n, const int32_t *want, int64_t nw) {
+    return n == nw && memcmp(sel, want, (size_t)n * 4) == 0;
+}
+
+// --sparse-share: of two KV heads, the one whose mass is in one page keeps that page, the one whose mass is spread over
+// four pages keeps three of them: 2K positions in all, the pages with the most mass over both heads.
+static void test_share(void) {
+    int32_t sel[2][64];
+    int64_t n[2] = {0, 0};
+    const float q2[8] = {3.0f, 0.0f, 0.0f, 0.0f, 2.0f, 0.0f, 0.0f, 0.0f};
+    const int32_t w0[] = {8, 9, 10, 11, 50}, w1[] = {8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27, 50};
+    const int32_t u0[] = {0, 1, 2, 3, 8, 9, 10, 11, 50}, u1[] = {8, 9, 10, 11, 16, 17, 18, 19, 50}; // K each without share
+    kvt_sparse *s = rr_sparse(2, true);
+    bool ok = s && rr_case(s, 2, 50, q2, key_share, sel, n) && same_set(sel[0], n[0], w0, 5) && same_set(sel[1], n[1], w1, 13);
+    kvt_sparse_free(s);
+    s = rr_sparse(2, false);
+    ok = ok && s && rr_case(s, 2, 50, q2, key_share, sel, n) && same_set(sel[0], n[0], u0, 9) && same_set(sel[1], n[1], u1, 9);
+    kvt_sparse_free(s);
+    test_result(ok, "sparse: --sparse-share: a layer's heads share 2K positions, the pages with the most mass first",
+                "got %lld + %lld positions", (long long)n[0], (long long)n[1]);
+}
+
 // Exact attention over every position equals the dense streamed attention (to rounding): an F32 cache to 1e-5;
 // an F16 cache to f16 rounding, as the dense path keeps the V accumulator in f16 there (llama.cpp's flash
 // attention, kvt_attn_merge_f16) and the sparse path in f32 (|v| <= 1: 2e-3).
@@ -773,6 +837,15 @@ static void test_context(const char *path) {
     const bool same11 = !st && same_for_threads(m, &c10, &dd, vary_prefetch_top, a0, b, n, sb, &st, &err);
     test_result(same11, "sparse: asyncspade --sparse-keep 1: 1..4 threads, fast tier + host = contiguous, bit for bit", "%s",
                 st ? err.msg : "differ");
+    // --sparse-share (the budget shared by a layer's KV heads): K positions per pair on average (per layer in all),
+    // worker = inline, 1..4 threads and the paged store = the contiguous store, bit for bit
+    kvt_context_params c12 = c10;
+    c12.sparse.share = true;
+    st = run_inline_worker(m, &c12, a0, &sa, b, &sb, &err);
+    const bool same12 = !st && max_diff(a0, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12 &&
+                        same_for_threads(m, &c12, &dd, vary_prefetch_top, a0, b, n, sb, &st, &err);
+    test_result(same12, "sparse: asyncspade --sparse-share: K positions per pair on average; worker = inline, 1..4 threads, fast tier + host = contiguous, bit for bit",
+                "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
     free(a0);
     // a prompt restored from a session file (--kv-load) enters the key summaries: quest after a load = quest after
     // the prefill (quest's selection needs no query history), bit for bit
@@ -868,6 +941,7 @@ void test_sparse(const test_env *env) {
     test_topk();
     test_topk_random();
     test_keep();
+    test_share();
     test_attend_set(KVT_TYPE_F32, 1e-5);
     test_attend_set(KVT_TYPE_F16, 2e-3);
     char path[512];

@@ -89,6 +89,8 @@ const char *const cli_engine_help =
     "                       positions (most candidate mass first), so the set fits a fast tier of K (0: token level)\n"
     "  --sparse-keep H      asyncspade with --sparse-rerank-block: a page the previous step kept counts\n"
     "                       (1 + H) times its mass (fewer pages change per step; default 0: off)\n"
+    "  --sparse-share       asyncspade with --sparse-rerank-block: a layer's KV heads share their budgets\n"
+    "                       (the pages with the most mass over every head)\n"
     "  --sparse-prefetch-top G  asyncspade with --sparse-rerank: the worker prefetches only the blocks of its\n"
     "                       G*K best candidates, best first (default 0: every candidate)\n"
     "  --sparse-sync        asyncspade: select when the query arrives (no worker thread)\n"
@@ -245,6 +247,7 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         sp->keep = f;
         return 1;
     }
+    if (!strcmp(flag, "--sparse-share")) return (sp->share = true), 1;
     if (!strcmp(flag, "--sparse-prefetch-top")) {
         if (!kvt_args_float(a, flag, 0.0, 64.0, &f)) return -1;
         sp->prefetch_top = f;
@@ -408,6 +411,7 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_bool(j, "block_sum", p->block_sum);
     kvt_json_kv_num(j, "prefetch_top", p->prefetch_top);
     kvt_json_kv_num(j, "keep", p->keep);
+    kvt_json_kv_bool(j, "share", p->share);
     kvt_json_kv_bool(j, "sync", p->sync);
     kvt_json_kv_str(j, "predictor", kvt_sparse_pred_name(p->predictor));
     kvt_json_kv_num(j, "lambda", p->lambda);

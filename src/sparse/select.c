@@ -364,3 +364,5 @@ int64_t kvt_sparse_topk_pages(const float *score, int64_t n, int64_t K, int64_t 
     for (int64_t t = m1; t < n; t++) sel[c++] = (int32_t)t;
     return c;
 }
+
+float kvt_sparse_weighted_kth(float *v, int32_t *w, int64_t n, int64_t k) { return weighted_kth(v, w, n, k); }

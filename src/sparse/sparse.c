@@ -113,6 +113,13 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
         s->rr_qs = kvt_sparse_zalloc((size_t)(H * s->qpg) * 4, &ok);
         s->rr_inv = kvt_sparse_zalloc((size_t)(H * s->qpg) * 4, &ok);
     }
+    if (ok && p.mode == KVT_SPARSE_ASYNCSPADE && p.rerank > 1.0 && p.rerank_block > 1 && p.share) {
+        s->sh_vals = kvt_sparse_zalloc((size_t)(H * N) * 4, &ok);
+        s->sh_wts = kvt_sparse_zalloc((size_t)(H * N) * 4, &ok);
+        s->sh_v = kvt_sparse_zalloc((size_t)(H * N) * 4, &ok);
+        s->sh_w = kvt_sparse_zalloc((size_t)(H * N) * 4, &ok);
+        s->sh_cnt = kvt_sparse_zalloc((size_t)(3 * H) * 8, &ok);
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (!ok) {
@@ -150,6 +157,7 @@ void kvt_sparse_free(kvt_sparse *s) {
     for (int32_t i = 0; s->rr_ss && i < s->d.n_threads; i++) ss_free(&s->rr_ss[i]);
     free(s->rr_ss);
     void *bufs[] = {s->exact, s->osel, s->kbuf, s->krow, s->krow_t, s->queue, s->pair_mass, s->rr_raw, s->rr_q16, s->rr_qs, s->rr_inv,
+                    s->sh_vals, s->sh_wts, s->sh_v, s->sh_w, s->sh_cnt,
                     s->ps_n, s->ps_fb, s->ps_ncos, s->ps_mass, s->ps_ovl, s->ps_cos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     pthread_mutex_destroy(&s->mu);

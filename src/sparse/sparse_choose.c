@@ -217,8 +217,26 @@ static void rr_softmax_task(void *ctx, int64_t task, int thread) {
     J->s->rr_inv[task] = kvt_sparse_softmax_row(rr_raw(J, kh) + (int64_t)i * nc, nc);
 }
 
+// share, in pass 3: KV head kh's middle candidates (sorted, [c_sink, nc - c_recent)) cut into pieces at page ends, each
+// one page score (agg; NaN as -inf) and its number of candidates, into the head's rows of sh_vals / sh_wts.
+static void share_pieces(kvt_sparse *s, int32_t kh, const int32_t *sel, int64_t nc, int64_t c_sink, int64_t c_recent,
+                         const float *agg) {
+    const int32_t H = s->d.n_head_kv, Q = s->p.rerank_block;
+    float *v = s->sh_vals + (int64_t)kh * s->d.n_ctx;
+    int32_t *w = s->sh_wts + (int64_t)kh * s->d.n_ctx;
+    int64_t ns = 0;
+    for (int64_t x = c_sink, e; x < nc - c_recent; x = e, ns++) {
+        const int32_t end = (sel[x] / Q + 1) * Q;
+        for (e = x + 1; e < nc - c_recent && sel[e] < end; e++) {}
+        v[ns] = isnan(agg[x]) ? -INFINITY : agg[x];
+        w[ns] = (int32_t)(e - x);
+    }
+    s->sh_cnt[kh] = c_sink, s->sh_cnt[H + kh] = c_recent, s->sh_cnt[2 * H + kh] = ns;
+}
+
 // Pass 3, task kh: the group's mass per candidate (the rows summed in order), pages, hysteresis, top-K, in the scratch
-// of the thread that runs it.
+// of the thread that runs it. With share, only the head's pieces of pages (share_pieces): the layer's top-k over every
+// head's pages follows (share_choose).
 static void rr_choose_task(void *ctx, int64_t task, int thread) {
     const rerank_job *J = ctx;
     kvt_sparse *s = J->s;
@@ -239,14 +257,18 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
         c_recent += sel[x] >= n - s->p.recent;
     }
     kvt_sparse_aggregate_rows(rr_raw(J, kh), s->qpg, nc, s->rr_inv + (int64_t)kh * s->qpg, ss->agg);
+    const uint8_t *kept = J->use_kept ? ly->kept + kh * kvt_sparse_kept_pages(s) : NULL;
     if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block);
-    if (J->use_kept) { // a page kept at P - 1 is resident: it leaves the set only for (1 + keep) times its mass
-        const uint8_t *kept = ly->kept + kh * kvt_sparse_kept_pages(s);
+    if (kept) { // a page kept at P - 1 is resident: it leaves the set only for (1 + keep) times its mass
         const float f = (float)(1.0 + s->p.keep);
         for (int64_t x = c_sink, end = 0, pg = 0; x < nc - c_recent; x++) { // sorted: one division per page
             if (sel[x] >= end) pg = sel[x] / s->p.rerank_block, end = (pg + 1) * s->p.rerank_block;
             if (kept[pg]) ss->agg[x] *= f;
         }
+    }
+    if (s->p.rerank_block > 1 && s->sh_vals) { // share: the layer's pages are chosen together (share_choose)
+        share_pieces(s, kh, sel, nc, c_sink, c_recent, ss->agg);
+        return;
     }
     // top-K over the candidates in position order (sink and recent: their first and last ones)
     const int64_t m = s->p.rerank_block > 1 // the candidates of a page share its mass: top-k over the pages
@@ -255,6 +277,47 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
     for (int64_t x = 0; x < m; x++) sel[x] = sel[ss->csel[x]]; // csel ascending, csel[x] >= x
     ly->nsel[kh] = m;
     if (keep) mark_kept(s, ly, kh, sel, m);
+}
+
+// share, on the caller after pass 3: one top-k over the pages of every KV head with candidates to drop (the pieces of
+// share_pieces), for the sum of their budgets' middles, as kvt_sparse_topk_pages over the heads' middles side by side
+// (the same threshold; ties to the first head, then the lower position); each head then keeps its sink, its recent and
+// its chosen pages. Serial over the pieces (K / page of them per head), in a fixed order: the same bits on any thread
+// count.
+static void share_choose(const rerank_job *J) {
+    kvt_sparse *s = J->s;
+    kvt_sparse_layer *ly = J->ly;
+    const int32_t H = s->d.n_head_kv;
+    const int64_t N = s->d.n_ctx, *c0 = s->sh_cnt, *c1 = s->sh_cnt + H, *np = s->sh_cnt + 2 * H;
+    int64_t ns = 0, kk = 0, total = 0;
+    for (int32_t kh = 0; kh < H; kh++) {
+        if (!rr_active(J, kh)) continue;
+        for (int64_t i = 0; i < np[kh]; i++, ns++) s->sh_v[ns] = s->sh_vals[kh * N + i], s->sh_w[ns] = s->sh_wts[kh * N + i], total += s->sh_w[ns];
+        kk += J->K - c0[kh] - c1[kh];
+    }
+    const bool all = kk >= total;
+    const float thr = all || kk <= 0 ? INFINITY : kvt_sparse_weighted_kth(s->sh_v, s->sh_w, ns, kk);
+    int64_t ties = kk; // what the pieces above thr leave to the ties (the first head's, the lowest first)
+    for (int32_t kh = 0; kh < H; kh++) {
+        for (int64_t i = 0; rr_active(J, kh) && i < np[kh]; i++) ties -= s->sh_vals[kh * N + i] > thr ? s->sh_wts[kh * N + i] : 0;
+    }
+    for (int32_t kh = 0; kh < H; kh++) {
+        if (!rr_active(J, kh)) continue;
+        int32_t *sel = sel_of(ly, kh);
+        const int64_t nc = ly->nsel[kh];
+        int64_t c = c0[kh], x = c0[kh];
+        for (int64_t i = 0; i < np[kh]; i++) { // the pieces in order, in place (c <= x)
+            const float v = s->sh_vals[kh * N + i];
+            const int32_t w = s->sh_wts[kh * N + i];
+            int64_t take = all || v > thr ? w : 0;
+            if (!all && v == thr && kk > 0) take = ties < w ? ties : w, ties -= take;
+            for (int64_t y = 0; y < take; y++) sel[c + y] = sel[x + y];
+            c += take, x += w;
+        }
+        for (int64_t y = nc - c1[kh]; y < nc; y++) sel[c++] = sel[y];
+        ly->nsel[kh] = c;
+        if (ly->kept) mark_kept(s, ly, kh, sel, c);
+    }
 }
 
 static void rr_pass(kvt_threadpool *pool, kvt_task_fn fn, rerank_job *J, int64_t n_tasks) {
@@ -280,6 +343,7 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
     rr_pass(pool, rr_score_task, &J, (int64_t)H * J.chunks);
     rr_pass(pool, rr_softmax_task, &J, (int64_t)H * s->qpg);
     rr_pass(pool, rr_choose_task, &J, H);
+    if (s->p.rerank_block > 1 && s->sh_vals) share_choose(&J);
     ly->kept_pos = P;
 }
 

@@ -99,6 +99,12 @@ struct kvt_sparse {
     int16_t *rr_q16;         // [Hkv][gd] the real query as int16 (kvt_sparse_quant_query)
     float *rr_qs;            // [Hkv][qpg] its row scales
     float *rr_inv;           // [Hkv][qpg] 1 / each row's exp sum (kvt_sparse_softmax_row)
+    // asyncspade with share: the layer's pages over every KV head, for one top-k (kvt_sparse_rerank, share_choose)
+    float *sh_vals;            // [Hkv][n_ctx] each head's pieces (its middle candidates cut at page ends): their score
+    int32_t *sh_wts;           // [Hkv][n_ctx] and their candidates
+    float *sh_v;               // [Hkv * n_ctx] every head's pieces side by side, reordered by the threshold's search
+    int32_t *sh_w;             // [Hkv * n_ctx]
+    int64_t *sh_cnt;           // [3 * Hkv] per head: sink candidates, recent candidates, pieces
     float *krow;             // [hd] a key rounded to the store's type
     void *krow_t;            // its row in that type
     // the asyncspade worker
@@ -246,5 +252,9 @@ void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_
                                      float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
+
+// The k-th largest (1 <= k <= the total weight) of v[0 .. n) counting value i w[i] times, reordering v and w (no NaN
+// in v; select.c, the threshold of kvt_sparse_topk_pages).
+float kvt_sparse_weighted_kth(float *v, int32_t *w, int64_t n, int64_t k);
 
 #endif

@@ -59,6 +59,9 @@ typedef struct {
     double keep;          // asyncspade with rerank_block: a page the previous decode step of the (layer, KV head) kept scores
                           // (1 + keep) times its candidate mass (hysteresis: fewer pages change per step, so fewer
                           // blocks are loaded into a fast tier of K positions); 0: off
+    bool share;           // asyncspade with rerank_block: the KV heads of a layer share their budgets: the layer's
+                          // Hkv * K positions go to the pages with the most mass over all its heads (each head's mass
+                          // sums to qpg), sink and recent of every head kept; 0: K per head
     double prefetch_top;  // asyncspade with rerank: the worker hands the copy engine only the blocks of its
                           // prefetch_top * K best candidates, best first (sink and recent first); 0: every candidate
     int32_t prefetch_layers; // asyncspade: the blocks of a selection go to the store's copy engine when the
