@@ -20,7 +20,12 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #define STRIP_BYTES (256 * 1024) // weight rows per strip (L2)
 #define TOK_BLOCK_BYTES (32 * 1024) // activation rows per token block (L1)
@@ -172,7 +177,32 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
     matmul_generic(ops, n, W, wrs, r0, r1, Xq, xrs, n_tok, Y, ldy);
 }
 
+// F16 weights on a CPU whose 512-bit FMAs run as two 256-bit halves (AMD family 25, Zen 4): the AVX2 kernels
+// (GEMV and 4 x 3 tiles, one order for both, so the batch invariance holds), which spent 3-6% less CPU time in
+// prefill there than the 4 x 6 zmm tile (docs/BENCHMARKS.md, branch f16pp2). KVT_F16_ZMM=1 keeps the AVX-512
+// kernels, =0 takes the AVX2 ones on any CPU. kvt_matmul_rows_isa still runs the ISA it is given (the tests).
+static atomic_int g_f16_ymm = -1;
+static bool f16_prefers_ymm(void) {
+    int v = atomic_load_explicit(&g_f16_ymm, memory_order_relaxed);
+    if (v < 0) {
+        v = 0;
+#if defined(__x86_64__) || defined(__i386__)
+        unsigned a, b, c, d;
+        if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541 /* "Auth" enticAMD */ && __get_cpuid(1, &a, &b, &c, &d)) {
+            const unsigned fam = (a >> 8 & 0xf) + ((a >> 8 & 0xf) == 0xf ? (a >> 20 & 0xff) : 0);
+            v = fam == 25;
+        }
+#endif
+        const char *e = getenv("KVT_F16_ZMM");
+        if (e && *e) v = *e == '0';
+        atomic_store_explicit(&g_f16_ymm, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 void kvt_matmul_rows(kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq,
                      int64_t n_tok, float *Y, int64_t ldy) {
-    kvt_matmul_rows_isa(kvt_kernels_isa(), wt, n, W, r0, r1, Xq, n_tok, Y, ldy);
+    kvt_isa isa = kvt_kernels_isa();
+    if (wt == KVT_TYPE_F16 && isa == KVT_ISA_AVX512 && f16_prefers_ymm()) isa = KVT_ISA_AVX2;
+    kvt_matmul_rows_isa(isa, wt, n, W, r0, r1, Xq, n_tok, Y, ldy);
 }
