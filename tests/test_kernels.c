@@ -833,6 +833,12 @@ int test_kernels_main(void) {
         const int64_t rows[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33};
         for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
             for (int64_t nt = 2; nt <= 7; nt++) test_matmul_batch_bitwise((kvt_isa)isa, KVT_TYPE_F16, 67, rows[i], nt);
+        // token tiles of tm and tm - 1 (gemm_avx2.c tile_pos: 128 = 18 x 6 + 4 x 5 on AVX-512), several token blocks
+        const int64_t toks[] = {128, 130, 97};
+        for (size_t i = 0; i < sizeof toks / sizeof toks[0]; i++) {
+            test_matmul_batch_bitwise((kvt_isa)isa, KVT_TYPE_F16, 2048, 9, toks[i]);
+            test_matmul_batch_bitwise((kvt_isa)isa, KVT_TYPE_BF16, 2048, 9, toks[i]);
+        }
     }
     // q4_1 block headers come 8 blocks at a time (masked loads for a short last group): every short group
     // size, alone and after a full group, decode (row pairs and an odd row) and a few tokens

@@ -43,9 +43,18 @@ static int64_t chunk_tiles(int32_t T) { return (KVT_ATTN_CHUNK + T - 1) / T; }
 static int64_t max_chunks(const kvt_kv *kv) { return (kv->n_ctx + KVT_ATTN_CHUNK - 1) / KVT_ATTN_CHUNK; }
 
 // Prefill: tokens per task, one task per thread up to ATTN_TOKENS tokens each: every task walks all blocks
-// of the layer, so fewer tasks read fewer blocks (and load fewer when the fast tier is small).
-static int64_t tokens_per_task(int64_t n, int nt) {
+// of the layer, so fewer tasks read fewer blocks (and load fewer when the fast tier is small). A prompt's first
+// chunk (pos0 < n: the causal triangle dominates, the last token attends n times more positions than the first)
+// is cut into ATTN_SPLIT tasks per thread of at least ATTN_MIN_TOKENS, claimed heaviest first (attn_task), so the
+// threads finish together: with one task per thread the last one did 3/4 of the work at n = 128, 2 threads.
+#define ATTN_SPLIT 4
+#define ATTN_MIN_TOKENS 8
+static int64_t tokens_per_task(int64_t n, int64_t pos0, int nt) {
     int64_t tc = (n + nt - 1) / nt;
+    if (nt > 1 && pos0 < n) {
+        const int64_t tf = (n + (int64_t)ATTN_SPLIT * nt - 1) / ((int64_t)ATTN_SPLIT * nt);
+        tc = tf > ATTN_MIN_TOKENS ? tf : ATTN_MIN_TOKENS < tc ? ATTN_MIN_TOKENS : tc;
+    }
     return tc < 1 ? 1 : tc > ATTN_TOKENS ? ATTN_TOKENS : tc;
 }
 
@@ -115,7 +124,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     const int32_t H = J->p->n_head, hd = kv->head_dim, hdv = kv->head_dim_v, T = J->T;
     const int32_t qpg = H / kv->n_head_kv, qh = group_qheads(kv, H);
     const int64_t C = J->n_chunk, n_tt = (J->n + J->n_tok - 1) / J->n_tok; // token tasks
-    const int64_t tt = task / (kv->n_group * C);
+    const int64_t tt = n_tt - 1 - task / (kv->n_group * C); // the last tokens (most positions) first
     const int32_t g = (int32_t)((task / C) % kv->n_group);
     const int64_t c = task % C;
     const bool split = C > 1;
@@ -351,7 +360,7 @@ kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_
         J.c0 = c0;
         J.n_chunk = c_end - c0;
     }
-    J.n_tok = J.n_chunk > 1 ? 1 : tokens_per_task(n, nt);
+    J.n_tok = J.n_chunk > 1 ? 1 : tokens_per_task(n, pos0, nt);
     // decode for a store that ranks blocks by attention mass: the mass area of the workspace, if the tile fits it
     const int64_t p_first = first_visible(p->window, pos0);
     if (n == 1 && workspace && kvt_kv_paged_wants_attn_mass(kv) &&

@@ -132,12 +132,32 @@ static int64_t gemm_scratch_of(const gemm_type *g, int64_t n, int64_t n_tok, int
     return n_tok * g->psize(n) + (g->wsize ? sr * g->wsize(n) : 0) + 64;
 }
 
+// Token tiles: tile i covers tokens [tile_pos(i), tile_pos(i + 1)). n_tok = nt * tm - d is cut into nt - d tiles of tm
+// and d of tm - 1 (when d <= nt) rather than full tiles and one of n_tok mod tm: 128 tokens on the 4 x 6 AVX-512
+// tile are 18 x 6 + 4 x 5, not 21 x 6 + 1 x 2 (8 of 24 accumulators busy). Each output's order of operations is
+// its own whatever the tile (see the top), so the result is unchanged.
+typedef struct {
+    int64_t n_tok, n_tiles, n_full, tm;
+} tok_tiles;
+static tok_tiles tok_tiles_of(int64_t n_tok, int64_t tm) {
+    const int64_t nt = (n_tok + tm - 1) / tm, d = nt * tm - n_tok;
+    return (tok_tiles){n_tok, nt, d <= nt && tm > 1 ? nt - d : nt, tm};
+}
+static int64_t tile_pos(const tok_tiles *k, int64_t i) {
+    const int64_t p = i <= k->n_full ? i * k->tm : k->n_full * k->tm + (i - k->n_full) * (k->tm - 1);
+    return p < k->n_tok ? p : k->n_tok;
+}
+
 static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, int64_t nr, const char *X, size_t xrs,
                      int64_t n_tok, float *Y, int64_t ldy, char *scratch) {
     const int64_t ps = g->psize(n), ws = g->wsize ? g->wsize(n) : 0;
-    int64_t sr = (g->strip ? g->strip : STRIP_BYTES) / (int64_t)wrs / g->rm * g->rm, tb = TOKEN_BYTES / (ps + (int64_t)xrs) / g->tm * g->tm;
+    int64_t sr = (g->strip ? g->strip : STRIP_BYTES) / (int64_t)wrs / g->rm * g->rm, tb = TOKEN_BYTES / (ps + (int64_t)xrs) / g->tm;
     if (sr < g->rm) sr = g->rm;
-    if (tb < g->tm) tb = g->tm;
+    if (tb < 1) tb = 1;
+    // token blocks of tb tiles at most, as even as the tiles allow
+    const tok_tiles tk = tok_tiles_of(n_tok, g->tm);
+    const int64_t n_blk = (tk.n_tiles + tb - 1) / tb;
+    tb = n_blk > 0 ? (tk.n_tiles + n_blk - 1) / n_blk : tb;
     char *P = scratch, *S = P + n_tok * ps;
     void (*prep)(int64_t, const void *, void *) = g->prep ? g->prep : MM_TABLE(g->type)->prep;
     for (int64_t t = 0; t < n_tok; t++) prep(n, X + t * (int64_t)xrs, P + t * ps);
@@ -148,12 +168,13 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
                 g->gprep(n, W + r * (int64_t)wrs, wrs, (int)min64(g->rm, re - r), S + (r - rs) * ws);
         else if (ws)
             for (int64_t r = rs; r < re; r++) g->wprep(n, W + r * (int64_t)wrs, S + (r - rs) * ws);
-        for (int64_t t0 = 0; t0 < n_tok; t0 += tb) {
-            const int64_t t1 = min64(t0 + tb, n_tok);
+        for (int64_t i0 = 0; i0 < tk.n_tiles; i0 += tb) {
+            const int64_t i1 = min64(i0 + tb, tk.n_tiles);
             for (int64_t r = rs; r < re; r += g->rm) {
                 const int R = (int)min64(g->rm, re - r);
-                for (int64_t t = t0; t < t1; t += g->tm) {
-                    const int T = (int)min64(g->tm, t1 - t);
+                for (int64_t i = i0; i < i1; i++) {
+                    const int64_t t = tile_pos(&tk, i);
+                    const int T = (int)(tile_pos(&tk, i + 1) - t);
                     g->tiles[R - 1][T - 1](n, W + r * (int64_t)wrs, wrs, S + (r - rs) * ws, (size_t)ws,
                                            X + t * (int64_t)xrs, xrs, P + t * ps, (size_t)ps, Y + t * ldy + r, ldy);
                 }
