@@ -927,7 +927,13 @@ static void test_zalloc(void) {
         if (p) p[sizes[i] - 1] = 1, ok = ok && p[0] == (sizes[i] == 1);
         free(p);
     }
-    test_result(ok, "sparse: summary buffers zeroed, 64-byte aligned, 2 MiB-aligned from 1 MiB on (huge pages)", "differ");
+    // the summary bytes count what is allocated: SmolLM2's shape at 8K, one layer: int8 copies 1.5 MiB -> 2 MiB
+    kvt_sparse_params p = {.mode = KVT_SPARSE_ASYNCSPADE, .budget = 8};
+    kvt_sparse_dims d = {.n_layer = 1, .n_head = 9, .n_head_kv = 3, .head_dim = 64, .head_dim_v = 64, .n_ctx = 8192};
+    const int64_t sb = kvt_sparse_summary_bytes(&p, &d);
+    ok = ok && sb == ((int64_t)2 << 20) + 3 * 8192 * 4 && kvt_sparse_alloc_bytes(0) == 0 && kvt_sparse_alloc_bytes(65) == 128;
+    test_result(ok, "sparse: summary buffers zeroed, 64-byte aligned, 2 MiB-aligned from 1 MiB on (huge pages), counted as allocated",
+                "differ (summary bytes %lld)", (long long)sb);
 }
 
 void test_sparse(const test_env *env) {

@@ -28,9 +28,15 @@ void kvt_sparse_params_resolve(kvt_sparse_params *p) {
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_dims *d) {
     kvt_sparse_params p = *pp;
     kvt_sparse_params_resolve(&p);
-    const int64_t pairs = (int64_t)d->n_layer * d->n_head_kv * p.seqs;
-    if (p.mode == KVT_SPARSE_QUEST) return pairs * ((d->n_ctx + p.page - 1) / p.page) * 2 * d->head_dim * 4;
-    if (p.mode == KVT_SPARSE_ASYNCSPADE) return pairs * kvt_sparse_k8_cap(d->n_ctx) * (d->head_dim + 4); // whole blocks
+    // the layers of every sequence at n_ctx positions (asyncspade: whole 16-position blocks), as allocated
+    const int64_t cap = p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_k8_cap(d->n_ctx) : d->n_ctx;
+    return (int64_t)d->n_layer * p.seqs *
+           kvt_sparse_layer_summary_bytes(p.mode, d->n_head_kv, d->head_dim, cap, (d->n_ctx + p.page - 1) / p.page);
+}
+
+int64_t kvt_sparse_layer_summary_bytes(kvt_sparse_mode mode, int64_t H, int64_t hd, int64_t cap, int64_t np) {
+    if (mode == KVT_SPARSE_QUEST) return 2 * kvt_sparse_alloc_bytes(H * np * hd * 4);
+    if (mode == KVT_SPARSE_ASYNCSPADE) return kvt_sparse_alloc_bytes(H * cap * hd) + kvt_sparse_alloc_bytes(H * cap * 4);
     return 0;
 }
 

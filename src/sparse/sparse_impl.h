@@ -134,10 +134,14 @@ enum { KVT_SPARSE_CATCHUP = 64 }; // positions read back from the store per chun
 int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n);
 // n bytes zeroed, 64-byte aligned (free()); NULL and *ok = false when out of memory. Buffers of KVT_SPARSE_HUGE_MIN bytes
 // or more (a layer's int8 key copies at a long context) are 2 MiB-aligned, rounded up to whole 2 MiB and advised as huge
-// pages (transparent huge pages where the kernel has them; madvise mode is enough): up to 2 MiB - 1 bytes more than n
-// are allocated (not counted in the summary bytes, which count n).
+// pages (transparent huge pages where the kernel has them; madvise mode is enough): kvt_sparse_alloc_bytes(n) bytes (0 for 0)
+// are allocated, and the summary bytes count that.
 void *kvt_sparse_zalloc(size_t n, bool *ok);
+int64_t kvt_sparse_alloc_bytes(int64_t n);
 enum { KVT_SPARSE_HUGE_MIN = 1 << 20 };
+// Bytes allocated for one layer's key summaries of H KV heads with room for cap positions (np pages of them):
+// quest the pages' min and max (f32), asyncspade the int8 copies and their f32 scales (kvt_sparse_alloc_bytes each).
+int64_t kvt_sparse_layer_summary_bytes(kvt_sparse_mode mode, int64_t H, int64_t hd, int64_t cap, int64_t np);
 
 // --- sparse_seq.c: per-sequence state ------------------------------------------------------------------
 

@@ -8,15 +8,20 @@
 #include "../kernels/quant.h"
 #include "sparse_impl.h"
 
+int64_t kvt_sparse_alloc_bytes(int64_t n) {
+    const int64_t huge = (int64_t)2 << 20;
+    return n >= KVT_SPARSE_HUGE_MIN ? (n + huge - 1) / huge * huge : (n + 63) / 64 * 64;
+}
+
 void *kvt_sparse_zalloc(size_t n, bool *ok) {
     void *p = NULL;
     // a buffer of KVT_SPARSE_HUGE_MIN bytes or more (the int8 key copies of a layer at a long context) in whole 2 MiB
     // pages: the scans that read it (the worker's over every key, the re-rank's over scattered candidate pages) then
-    // miss the TLB 512 times less (measured: docs/SPARSE.md, "Cheaper selection for RAM"); at most 2 MiB - 1 more bytes
-    const size_t huge = (size_t)2 << 20;
+    // miss the TLB 512 times less (measured: docs/SPARSE.md, "Cheaper selection for RAM"); the rounding is counted
+    // (kvt_sparse_alloc_bytes in the summary bytes)
     const bool big = n >= KVT_SPARSE_HUGE_MIN;
-    const size_t size = big ? (n + huge - 1) / huge * huge : n ? (n + 63) / 64 * 64 : 64;
-    if (posix_memalign(&p, big ? huge : 64, size)) {
+    const size_t size = n ? (size_t)kvt_sparse_alloc_bytes((int64_t)n) : 64;
+    if (posix_memalign(&p, big ? (size_t)2 << 20 : 64, size)) {
         *ok = false;
         return NULL;
     }
@@ -41,9 +46,7 @@ int64_t kvt_sparse_kept_pages(const kvt_sparse *s) {
 // Bytes of one layer's key summaries with room for cap positions.
 static int64_t layer_summary_bytes(const kvt_sparse *s, int64_t cap) {
     const int64_t H = s->d.n_head_kv, hd = s->d.head_dim;
-    if (s->p.mode == KVT_SPARSE_QUEST) return H * pages_of(s, cap) * 2 * hd * 4;
-    if (s->p.mode == KVT_SPARSE_ASYNCSPADE) return H * cap * (hd + 4);
-    return 0;
+    return kvt_sparse_layer_summary_bytes(s->p.mode, H, hd, cap, pages_of(s, cap));
 }
 
 static void layer_free(kvt_sparse_layer *ly) {

@@ -65,8 +65,11 @@ head -c $(( $(wc -c < "$TEXT") - 150 )) "$TEXT" > "$OUT/prefix.txt"
 read -r KVB NL NKV HD < <("$BIN" info -m "$M" --json | python3 -c '
 import json,sys; i=json.load(sys.stdin); print(i["kv_bytes_per_token_f16"], i["n_layer"], i["n_head_kv"], i["head_dim"])')
 KV=$((KVB * CTX)); FAST=$((KV / 8))
-quest_sum() { echo $((NL * NKV * ((CTX + $1 - 1) / $1) * 2 * HD * 4)); }
-ASYNC_SUM=$((NL * NKV * ((CTX + 15) / 16 * 16) * (HD + 4))) # n_ctx in whole 16-position blocks
+# each buffer as kvt_sparse_alloc_bytes allocates it: 64-byte multiples, whole 2 MiB pages from 1 MiB on
+abytes() { if [ "$1" -ge $((1 << 20)) ]; then echo $(( ($1 + (2 << 20) - 1) / (2 << 20) * (2 << 20) )); else echo $(( ($1 + 63) / 64 * 64 )); fi; }
+quest_sum() { echo $((NL * 2 * $(abytes $((NKV * ((CTX + $1 - 1) / $1) * HD * 4))))); }
+CAP=$(( (CTX + 15) / 16 * 16 )) # n_ctx in whole 16-position blocks
+ASYNC_SUM=$((NL * ($(abytes $((NKV * CAP * HD))) + $(abytes $((NKV * CAP * 4)))) ))
 
 SESSION=$OUT/prefix-$(cat "$M" "$OUT/prefix.txt" | cksum | cut -d' ' -f1)-$CTX.kvs # per model and text
 if [ ! -s "$SESSION" ]; then
