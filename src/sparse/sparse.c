@@ -28,6 +28,7 @@ void kvt_sparse_params_resolve(kvt_sparse_params *p) {
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_dims *d) {
     kvt_sparse_params p = *pp;
     kvt_sparse_params_resolve(&p);
+    if (p.mode != KVT_SPARSE_QUEST && p.mode != KVT_SPARSE_ASYNCSPADE) return 0; // the oracle reads the store's keys
     // the layers of every sequence at n_ctx positions (asyncspade: whole 16-position blocks), as allocated
     const int64_t cap = p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_k8_cap(d->n_ctx) : d->n_ctx;
     return (int64_t)d->n_layer * p.seqs *

@@ -46,7 +46,7 @@ int64_t kvt_sparse_kept_pages(const kvt_sparse *s) {
 // Bytes of one layer's key summaries with room for cap positions.
 static int64_t layer_summary_bytes(const kvt_sparse *s, int64_t cap) {
     const int64_t H = s->d.n_head_kv, hd = s->d.head_dim;
-    return kvt_sparse_layer_summary_bytes(s->p.mode, H, hd, cap, pages_of(s, cap));
+    return kvt_sparse_layer_summary_bytes(s->p.mode, H, hd, cap, s->p.mode == KVT_SPARSE_QUEST ? pages_of(s, cap) : 0);
 }
 
 static void layer_free(kvt_sparse_layer *ly) {
