@@ -16,6 +16,17 @@ static inline __attribute__((always_inline)) float kvt_hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+// i32 lanes: lane i the dot of bytes 4i..4i+3 of u (unsigned) and of s (int8): VPDPBUSD with KVT_SIMD_AVX512, else
+// maddubs + madd, whose pair sums saturate at int16 (exact for the callers' operands: 4-bit weights, or q8_0's
+// |x| <= 127 in the sign trick).
+static inline __attribute__((always_inline)) __m256i kvt_dot_u8s8(__m256i u, __m256i s) {
+#ifdef KVT_SIMD_AVX512
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
 // 0x10 in byte i where bit i of the little-endian 32-bit word at p is set, 0 elsewhere (q5_0's fifth
 // bits): byte i of the broadcast word's byte i/8 is tested against the bit 1 << (i % 8).
 static inline __attribute__((always_inline)) __m256i kvt_bits32_to_0x10(const uint8_t *p) {

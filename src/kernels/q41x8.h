@@ -21,15 +21,6 @@
 #define Q41X8_MM_FN kvt_q41x8_mm_avx2
 #endif
 
-// i32 lanes: each the dot of 4 unsigned bytes of u (< 16) and the 4 int8 of y in that lane (exact).
-INLINE __m256i q41x8_dot4(__m256i u, __m256i y) {
-#ifdef KVT_SIMD_AVX512
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
-#endif
-}
-
 INLINE __m256i q41x8_bcast4(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -51,8 +42,8 @@ static void q41x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_1 *y, f
                              ms);
         UNROLL for (int q = 0; q < 4; q++) {
             const __m256i w = _mm256_loadu_si256((const __m256i *)(G + 32 * q));
-            const __m256i pl = q41x8_dot4(_mm256_and_si256(w, m4), q41x8_bcast4(y->qs + 4 * q));
-            const __m256i ph = q41x8_dot4(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), q41x8_bcast4(y->qs + 16 + 4 * q));
+            const __m256i pl = kvt_dot_u8s8(_mm256_and_si256(w, m4), q41x8_bcast4(y->qs + 4 * q));
+            const __m256i ph = kvt_dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), q41x8_bcast4(y->qs + 16 + 4 * q));
             a[q] = _mm256_fmadd_ps(D, _mm256_cvtepi32_ps(pl), a[q]);
             a[q + 4] = _mm256_fmadd_ps(D, _mm256_cvtepi32_ps(ph), a[q + 4]);
         }

@@ -60,17 +60,9 @@ INLINE __m256i dot_u8s8_acc(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
-INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
-#ifdef KVT_SIMD_AVX512
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
-
 // Sum of products of signed bytes (x != -128).
 INLINE __m256i dot_s8s8(__m256i x_abs, __m256i x, __m256i y) {
-    return dot_u8s8(x_abs, _mm256_sign_epi8(y, x));
+    return kvt_dot_u8s8(x_abs, _mm256_sign_epi8(y, x));
 }
 
 // 32 nibbles of 16 bytes: low nibbles in the low 128-bit lane, high in the high.
@@ -242,7 +234,7 @@ INLINE void q4_1_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
         const float dw = h2f(x[ib].d), mw = h2f(x[ib].m);
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_1 *y = (const kvt_block_q8_1 *)ROW(yv, t, ys) + ib;
-            const __m256i p = dot_u8s8(w, loadu256(y->qs));
+            const __m256i p = kvt_dot_u8s8(w, loadu256(y->qs));
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * h2f(y->d)), _mm256_cvtepi32_ps(p), acc[t]);
             msum[t] = fmaf(mw, h2f(y->s), msum[t]);
         }

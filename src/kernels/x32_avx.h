@@ -47,12 +47,7 @@ INLINE __m256i blk_u8(const char *blk, int WT) {
 
 // i32 lanes (lane i: elements 4i..4i+3) of dot(u, y) for 32 unsigned weights u (< 128) and 32 int8 y.
 INLINE __m256i blk_dot_u8(__m256i u, const int8_t *y) {
-    const __m256i yv = _mm256_loadu_si256((const __m256i *)y);
-#ifdef KVT_SIMD_AVX512
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, yv);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, yv), _mm256_set1_epi16(1));
-#endif
+    return kvt_dot_u8s8(u, _mm256_loadu_si256((const __m256i *)y));
 }
 
 // One block, 256-bit: i32 partial sums (8 lanes) of dot(u, y) (sign trick for
