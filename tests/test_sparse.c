@@ -57,6 +57,61 @@ static void test_predictor(void) {
                 "max error %.3g", err);
 }
 
+// The predictor's Gram matrix kept from step to step (kvt_sparse_gram_update, as the selection keeps it per layer and KV
+// head): over a stream of history rows (one or several per step, steps without a prediction, rewinds), the prediction
+// from the kept matrix = the prediction computing it whole, bit for bit, ridge and simplex.
+static void test_predict_gram(void) {
+    enum { D = 24, W1 = 9 };
+    float hist[W1][D], p1[D], p2[D], work[D];
+    double G[W1 * W1];
+    const int32_t windows[3] = {2, 4, 8};
+    int32_t hn = 0, gn = 0, gs = 0;
+    bool ok = true;
+    int bad = -1;
+    for (int step = 0; step < 300 && ok; step++) {
+        const int r = (int)((frand() + 1.0f) * 8.0f); // 0..15
+        if (r == 0) hn = gn = gs = 0;                 // a rewind
+        const int add = r == 1 ? 3 : r == 2 ? 12 : 1;  // rows arriving (a prompt chunk: more than the window)
+        for (int a = 0; a < add; a++) {
+            if (hn == W1) memmove(hist[0], hist[1], sizeof hist[0] * (W1 - 1)), gs++;
+            for (int x = 0; x < D; x++) hist[hn == W1 ? W1 - 1 : hn][x] = frand() * (x % 3 ? 1.0f : 5.0f);
+            hn = hn == W1 ? W1 : hn + 1;
+        }
+        if (r == 3 || r == 4) continue; // no prediction at this step: the shifts accumulate
+        const bool simplex = step % 5 == 0;
+        kvt_sparse_gram_update(&hist[0][0], hn, D, G, W1, &gn, &gs);
+        kvt_sparse_predict_gram(&hist[0][0], hn, D, windows, 3, 1e-3, simplex, G, W1, p1, work);
+        if (simplex) kvt_sparse_predict_simplex(&hist[0][0], hn, D, windows, 3, 1e-3, p2, work);
+        else kvt_sparse_predict(&hist[0][0], hn, D, windows, 3, 1e-3, true, p2, work);
+        ok = gn == hn && gs == 0 && memcmp(p1, p2, sizeof p1) == 0;
+        bad = step;
+    }
+    test_result(ok, "sparse: predictor on the Gram matrix kept from step to step = computed whole, bit for bit (ridge, simplex)",
+                "differ at step %d", bad);
+}
+
+// kvt_sparse_page_sums: each page's positions hold the page's sum in position order, as a serial loop per page.
+static void test_page_sums(void) {
+    enum { MAXN = 3000 };
+    static float a[MAXN], b[MAXN];
+    const int32_t Bs[] = {1, 3, 8, 16, 17, 64};
+    bool ok = true;
+    for (int it = 0; it < 120 && ok; it++) {
+        const int64_t n = 1 + (int64_t)((frand() + 1.0f) * 0.5f * (MAXN - 1));
+        const int32_t B = Bs[it % 6];
+        for (int64_t t = 0; t < n; t++) a[t] = b[t] = frand() * (t % 7 ? 1.0f : 1e4f);
+        kvt_sparse_page_sums(a, n, B);
+        for (int64_t p0 = 0; p0 < n; p0 += B) {
+            const int64_t p1 = p0 + B < n ? p0 + B : n;
+            float m = b[p0];
+            for (int64_t t = p0 + 1; t < p1; t++) m += b[t];
+            for (int64_t t = p0; t < p1; t++) b[t] = m;
+        }
+        ok = memcmp(a, b, (size_t)n * sizeof *a) == 0;
+    }
+    test_result(ok, "sparse: page sums (pages side by side) = a serial sum per page, bit for bit", "differ");
+}
+
 // Eq. 2 read literally (weights on the simplex): an alternating sequence a, b, a, b, ... is continued exactly
 // (each window's weights go to the rows equal to the last one, the shifted window then gives the other);
 // softmax-normalized ridge weights cannot (softmax(1, 0) mixes both rows).
@@ -940,6 +995,8 @@ void test_sparse(const test_env *env) {
     test_zalloc();
     test_predictor();
     test_predictor_simplex();
+    test_predict_gram();
+    test_page_sums();
     test_rope_align();
     test_quest_bound();
     test_score_kernels();

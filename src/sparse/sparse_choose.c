@@ -29,6 +29,7 @@ static double dot_d(const float *a, const float *b, int32_t d) {
 // Every position of each page of B positions takes the page's largest score (sum: the sum of its scores, the
 // page's mass): top-k then picks whole pages (the last one cut at the budget), as the store moves whole blocks.
 static void page_max(float *score, int64_t n, int32_t B, bool sum) {
+    if (sum) return kvt_sparse_page_sums(score, n, B);
     for (int64_t p0 = 0; p0 < n; p0 += B) {
         const int64_t p1 = p0 + B < n ? p0 + B : n;
         float m = score[p0];
@@ -121,10 +122,16 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
                 for (int32_t i = 0; i < hn; i++) memcpy(ss->hrow + (int64_t)i * hd, h + (int64_t)i * gd + (int64_t)j * hd, (size_t)hd * sizeof(float));
                 kvt_sparse_predict(ss->hrow, hn, hd, s->windows, s->nw, s->p.lambda, true, ss->pred + (int64_t)j * hd, ss->work);
             }
-        } else if (s->p.predictor == KVT_SPARSE_PRED_SIMPLEX) {
-            kvt_sparse_predict_simplex(h, hn, gd, s->windows, s->nw, s->p.lambda, ss->pred, ss->work);
-        } else {
-            kvt_sparse_predict(h, hn, gd, s->windows, s->nw, s->p.lambda, true, ss->pred, ss->work);
+        } else if (align) { // the rows rotate differently at every step: no products kept
+            if (s->p.predictor == KVT_SPARSE_PRED_SIMPLEX) kvt_sparse_predict_simplex(h, hn, gd, s->windows, s->nw, s->p.lambda, ss->pred, ss->work);
+            else kvt_sparse_predict(h, hn, gd, s->windows, s->nw, s->p.lambda, true, ss->pred, ss->work);
+        } else { // the ridge (or simplex) ensemble on the history's Gram matrix kept from the last step (the same bits)
+            const int32_t W1 = s->p.window + 1;
+            double *G = ly->gram + (int64_t)kh * W1 * W1;
+            int32_t gn = ly->gram_n, gs = ly->gram_shift; // every head's products moved by the same rows
+            kvt_sparse_gram_update(h, hn, gd, G, W1, &gn, &gs);
+            kvt_sparse_predict_gram(h, hn, gd, s->windows, s->nw, s->p.lambda, s->p.predictor == KVT_SPARSE_PRED_SIMPLEX, G, W1,
+                                    ss->pred, ss->work);
         }
         memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
         score_int8(s, ly, kh, ss->pred, n, P, scale, ss->raw);
@@ -136,6 +143,9 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
             ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
         }
         if (pf_layer >= 0 && s->kv) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], n, K0, pf_seq, pf_layer, kh, false);
+    }
+    if (ly->gram && !align && (s->p.predictor == KVT_SPARSE_PRED_RIDGE || s->p.predictor == KVT_SPARSE_PRED_SIMPLEX)) {
+        ly->gram_n = hn, ly->gram_shift = 0; // every head's products are up to date
     }
     ly->sel_pos = P;
 }

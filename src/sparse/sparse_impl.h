@@ -56,6 +56,10 @@ typedef struct {
     int64_t *nsel;      // [Hkv]
     float *hist;        // asyncspade: [Hkv][W + 1][gd] last queries, oldest first
     float *pred_q;      // asyncspade: [Hkv][gd] the predicted query of the selection
+    double *gram;       // asyncspade: [Hkv][(W + 1) * (W + 1)] the dot products of hist's rows (kvt_sparse_gram_update:
+                        // row-major, stride W + 1), brought up to date by the selecting thread
+    int32_t gram_n;     // the leading rows of hist whose products gram held when it was last brought up to date
+    int32_t gram_shift; // rows hist dropped from its front since then (counted by the caller, applied by the selector)
     int32_t hist_n;     // rows of hist held
     int64_t hist_next;  // the position the next call must start at (else a rewind: the history restarts)
     int64_t sel_pos;    // the decode position sel is for (-1: none)
@@ -219,6 +223,9 @@ void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg);
 // (s [n] overwritten by exp(s - max)), returning 1 / their sum (NaN: no finite score, the row adds nothing); then
 // agg[t] = sum_i s_i[t] * inv[i] over the rows in order.
 float kvt_sparse_softmax_row(float *s, int64_t n);
+// Every position of each page of B positions ([p0, p0 + B), the last page cut at n) set to the sum of the page's scores,
+// summed in position order (the same bits as a serial loop per page; pages side by side in vector lanes).
+void kvt_sparse_page_sums(float *score, int64_t n, int32_t B);
 void kvt_sparse_aggregate_rows(const float *s, int32_t qpg, int64_t n, const float *inv, float *agg);
 
 // Bounds of the selection's stack rows (sparse_score.c, sparse.c).
@@ -256,6 +263,16 @@ void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_
                                      float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
+
+// The predictor's Gram matrix kept from step to step (select.c): G ([n, n] used of row stride ld) holds the dot products
+// of rows [0, *g_n) of the history as it was, which has since dropped *g_shift rows from its front; the products still
+// held move to their rows' new places, the new rows' products (with every row) are computed, then *g_n = n and
+// *g_shift = 0. An entry depends only on its two rows (a serial double sum), so G is the same bits as the Gram matrix
+// computed whole. Then kvt_sparse_predict (softmax weights; simplex: kvt_sparse_predict_simplex) over hist's n rows with
+// that G: the same prediction, bit for bit, without the O(n^2 d) products of every step.
+void kvt_sparse_gram_update(const float *hist, int32_t n, int32_t d, double *G, int32_t ld, int32_t *g_n, int32_t *g_shift);
+void kvt_sparse_predict_gram(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
+                             bool simplex, const double *G, int32_t ld, float *out, float *work);
 
 // The k-th largest (1 <= k <= the total weight) of v[0 .. n) counting value i w[i] times, reordering v and w (no NaN
 // in v; select.c, the threshold of kvt_sparse_topk_pages).

@@ -58,6 +58,7 @@ static void layer_free(kvt_sparse_layer *ly) {
     free(ly->nsel);
     free(ly->hist);
     free(ly->pred_q);
+    free(ly->gram);
     free(ly->kept);
 }
 
@@ -84,6 +85,7 @@ static kvt_sparse_seq *seq_new(const kvt_sparse *s) {
         if (s->p.mode == KVT_SPARSE_ASYNCSPADE) {
             ly->hist = kvt_sparse_zalloc((size_t)(H * W1 * s->gd) * 4, &ok);
             ly->pred_q = kvt_sparse_zalloc((size_t)(H * s->gd) * 4, &ok);
+            ly->gram = kvt_sparse_zalloc((size_t)(H * W1 * W1) * 8, &ok); // gram_n = 0: computed at the first prediction
         }
     }
     if (!ok) {
@@ -250,10 +252,11 @@ kvt_status kvt_sparse_layer_keys(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_spa
 void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, const float *q, bool rewind) {
     if (!ly->hist) return;
     const int32_t W1 = s->p.window + 1, gd = s->gd, H = s->d.n_head_kv;
-    if (rewind) ly->hist_n = 0;
+    if (rewind) ly->hist_n = ly->gram_n = ly->gram_shift = 0;
     const int64_t t0 = n > W1 ? n - W1 : 0;
     for (int64_t t = t0; t < n; t++) {
         const int32_t hn = ly->hist_n;
+        if (hn == W1) ly->gram_shift++; // the oldest row leaves: the predictor's products move up a row
         for (int32_t kh = 0; kh < H; kh++) {
             float *h = ly->hist + (int64_t)kh * W1 * gd;
             if (hn == W1) memmove(h, h + gd, (size_t)(W1 - 1) * gd * sizeof(float));
