@@ -951,7 +951,9 @@ static void test_cli(const test_env *env, const char *model) {
     const int bad1 = test_run(cmd, junk, sizeof junk);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse quest --sparse-budget 1.5 >/dev/null 2>&1", env->cli, model);
     const int bad2 = test_run(cmd, junk, sizeof junk);
-    test_result(ok && bad1 != 0 && bad2 != 0, name, "rc %d, bad values rc %d %d, output %.300s", rc, bad1, bad2, out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse asyncspade --sparse-share-layers >/dev/null 2>&1", env->cli, model);
+    const int bad3 = test_run(cmd, junk, sizeof junk); // --sparse-share-layers needs --sparse-share and a page re-rank
+    test_result(ok && bad1 != 0 && bad2 != 0 && bad3 != 0, name, "rc %d, bad values rc %d %d %d, output %.300s", rc, bad1, bad2, bad3, out);
 }
 
 // The int8 block layout's terms: asyncspade needs head_dim % 4 == 0 (refused with a message otherwise; quest does
