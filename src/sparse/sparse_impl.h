@@ -66,6 +66,14 @@ typedef struct {
     uint8_t *kept;      // asyncspade with keep: [Hkv][pages of rerank_block positions at n_ctx] 1 where the final set
                         // of decode position kept_pos held the page
     int64_t kept_pos;   // the decode position whose final set kept describes (-1: none)
+    // asyncspade with share_layers: the pieces of pages the layer's share_choose ranked at decode position lpos (every
+    // KV head's, side by side: ln of them, their mass lv (without the hysteresis' factor) and candidates lw;
+    // [kvt_sparse_layer_pieces]) and the middle
+    // positions its own budget gave them (lkk); lalloc: the middle positions the shared budgets give the layer at the
+    // step of kvt_sparse_seq.lb_pos (-1: its own)
+    float *lv;
+    int32_t *lw;
+    int64_t ln, lkk, lpos, lalloc;
     uint8_t busy;       // a worker job for this layer is queued or running (under mu)
 } kvt_sparse_layer;
 
@@ -76,6 +84,7 @@ typedef struct {
     kvt_sparse_step cur;     // the step being recorded (layer 0 opens it, the last layer closes it)
     kvt_sparse_step *steps;  // records of its decode steps (dropped with the positions they decoded)
     int64_t n_steps, cap_steps;
+    int64_t lb_pos;          // share_layers: the decode position the layers' lalloc were set for
 } kvt_sparse_seq;
 
 typedef struct {
@@ -106,9 +115,14 @@ struct kvt_sparse {
     // asyncspade with share: the layer's pages over every KV head, for one top-k (kvt_sparse_rerank, share_choose)
     float *sh_vals;            // [Hkv][n_ctx] each head's pieces (its middle candidates cut at page ends): their score
     int32_t *sh_wts;           // [Hkv][n_ctx] and their candidates
+    float *sh_raw;             // share_layers: [Hkv][n_ctx] the pieces' mass without the hysteresis' factor
     float *sh_v;               // [Hkv * n_ctx] every head's pieces side by side, reordered by the threshold's search
     int32_t *sh_w;             // [Hkv * n_ctx]
     int64_t *sh_cnt;           // [3 * Hkv] per head: sink candidates, recent candidates, pieces
+    // asyncspade with share_layers: every layer's pieces side by side (kvt_sparse_layer_budgets), and a copy the
+    // threshold's search reorders: [n_layer * kvt_sparse_layer_pieces]
+    float *ls_v, *ls_v2;
+    int32_t *ls_w, *ls_w2;
     float *krow;             // [hd] a key rounded to the store's type
     void *krow_t;            // its row in that type
     // the asyncspade worker
@@ -152,6 +166,9 @@ int64_t kvt_sparse_layer_summary_bytes(kvt_sparse_mode mode, int64_t H, int64_t 
 // Pages of kvt_sparse_layer.kept per KV head (0: no hysteresis, kept is NULL).
 int64_t kvt_sparse_kept_pages(const kvt_sparse *s);
 
+// Pieces of pages a layer's share_layers record holds (kvt_sparse_layer.lv; 0: no share_layers).
+int64_t kvt_sparse_layer_pieces(const kvt_sparse *s);
+
 // The state of seq, created when missing (NULL only when out of memory).
 kvt_sparse_seq *kvt_sparse_seq_get(kvt_sparse *s, int32_t seq);
 void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q);
@@ -180,6 +197,11 @@ void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t lay
 // real query q on the int8 keys, the candidates only scored (softmax of each query head over the candidates). pool:
 // one task per KV head (NULL: all on the caller); the same bits either way.
 void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale, kvt_threadpool *pool);
+// share_layers, before the re-rank of decode position P (once per step and sequence: q->lb_pos): each layer's lalloc
+// from the records of step P - 1 of every layer that has one (lpos = kept_pos = P - 1): one threshold over all their
+// pieces of pages (the best layer_floor of each layer's own budget first) for the sum of their own budgets (lkk); the
+// other layers keep their own (-1). Serial, in layer order: the same bits for every thread count and schedule.
+void kvt_sparse_layer_budgets(kvt_sparse *s, kvt_sparse_seq *q, int64_t P);
 void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale);
 void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P);
 void *kvt_sparse_worker_main(void *arg);
