@@ -10,8 +10,9 @@
 //  - float weights (matmul_avx2.c fp tile): one accumulator per output taking
 //    the 8-element chunks (16 on AVX-512) in ascending k, then hsum(acc) and a
 //    scalar tail from the last multiple of 8 (16); a 4 x 3 tile is 12 ymm
-//    accumulators (f16 x f16: the tile reads the f16 activations as stored and
-//    converts them itself, half the bytes of the f32 rows the GEMV prepares);
+//    accumulators (f16 x f16: the tile reads the f16 activations, as stored or
+//    for calls of many rows copied to a stride off 4 KiB, and converts them
+//    itself, half the bytes of the f32 rows the GEMV prepares);
 //  - q8_0 (matmul_avx2.c q8_0_rows): per block the exact integer total, then
 //    the scalar reference's (S * dx) * dy and a sum per block; the tile takes 8 weight rows in the lanes (repacked per
 //    strip, interleaved, as the q4_K one);
