@@ -868,6 +868,9 @@ int test_kernels_main(void) {
             test_matmul_batch_bitwise((kvt_isa)isa, KVT_TYPE_F16, 2048, 9, toks[i]);
             test_matmul_batch_bitwise((kvt_isa)isa, KVT_TYPE_BF16, 2048, 9, toks[i]);
         }
+        // f16 calls of 512 rows on, activation rows 4096 bytes apart: the tile reads them copied (gemm_avx2.c f16p)
+        test_matmul_batch_bitwise((kvt_isa)isa, KVT_TYPE_F16, 2048, 515, 13);
+        test_matmul_batch_bitwise((kvt_isa)isa, KVT_TYPE_F16, 4096, 600, 130);
     }
     // q4_1 block headers come 8 blocks at a time (masked loads for a short last group): every short group
     // size, alone and after a full group, decode (row pairs and an odd row) and a few tokens

@@ -112,11 +112,27 @@ static kvt_status attend(kvt_context *c, const kvt_ubatch *u, int32_t il, const 
 
 static kvt_context *ctx_of(kvt_backend *b) { return (kvt_context *)((char *)b - offsetof(kvt_context, cpu_be)); }
 
+// For a head that wants the logits of 0 < n_out < n rows: packs those rows' residual (x) and attention output (att)
+// at the start of their buffers (row k from row out[k] >= k, or from n - n_out + k), so that the last layer's output
+// projection and FFN run on those rows only (llama.cpp skips the FFN of the other rows too: no row's value past the
+// last attention is used but the head's; with n_out 0 none is). Each row's operations are its own whatever the rows
+// beside it (matmul.h), so the logits keep their bits.
+static void rows_out(kvt_context *c, const kvt_head *head, int64_t n) {
+    const kvt_hparams *hp = &c->m->hp;
+    const int64_t E = hp->n_embd, A = (int64_t)hp->n_head * hp->head_dim_v;
+    for (int64_t k = 0; k < head->n_out; k++) {
+        const int64_t t = head->out ? head->out[k] : n - head->n_out + k;
+        if (t == k) continue;
+        memcpy(c->x + k * E, c->x + t * E, (size_t)E * sizeof(float));
+        memcpy(c->att + k * A, c->att + t * A, (size_t)A * sizeof(float));
+    }
+}
+
 // Layers [il0, il1) then, with a head, the output of its rows.
 static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int32_t il1, float *x, const kvt_head *head,
                            kvt_err *err) {
     kvt_context *c = ctx_of(b);
-    const int64_t n = u->n;
+    int64_t n = u->n; // rows computed (the last layer: only the head's past its attention)
     const kvt_model *m = c->m;
     const kvt_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
@@ -142,6 +158,11 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
         ew_run(c, L, EW_QK, NULL, NULL, n);
         kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
+        if (il + 1 == il1 && head && head->logits && head->n_out < n) { // the last layer past attention: output rows only
+            if (head->n_out <= 0) return KVT_OK;
+            rows_out(c, head, n);
+            n = head->n_out;
+        }
         matmul(c, &L->wo, c->att, n, c->tmp);
         ew_run(c, NULL, EW_ADD | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
         const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
@@ -153,10 +174,11 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
         if (il + 1 < il1) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
         else ew_run(c, NULL, EW_ADD, NULL, L->post_ffn_norm, n);
     }
-    // logits of the rows asked for: their normed rows packed at the start of xn (row k from row out[k] >= k)
+    // logits of the rows asked for: their normed rows packed at the start of xn (row k from row out[k] >= k; from
+    // row k itself when the last layer already packed them, n == n_out)
     if (!head || head->n_out <= 0 || !head->logits) return KVT_OK;
     for (int64_t k = 0; k < head->n_out; k++) {
-        const int64_t t = head->out ? head->out[k] : n - head->n_out + k;
+        const int64_t t = n == head->n_out ? k : head->out ? head->out[k] : n - head->n_out + k;
         kvt_rmsnorm_f32(c->xn + k * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
     }
     matmul(c, &m->output, c->xn, head->n_out, head->logits);
