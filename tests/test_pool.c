@@ -8,13 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../src/base/threadpool.h"
 #include "../src/base/timer.h"
-#include "../src/exec/ew_par.h"
-#include "../src/exec/matmul_par.h"
-#include "../src/kernels/quant.h"
-#include "../src/kernels/vec.h"
 #include "test.h"
 
 #define MAX_TASKS 67
@@ -128,6 +125,11 @@ static void task_slow(void *ctx, int64_t task, int thread) {
     atomic_fetch_add(&c->count[task], 1);
 }
 
+static void task_a_count(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    atomic_fetch_add(&((slow_ctx *)ctx)->count[task], 1);
+}
+
 static void idle_work_test(void) {
     kvt_threadpool *pool = NULL;
     kvt_err err = {0};
@@ -153,64 +155,42 @@ static void idle_work_test(void) {
                 (long long)left);
 }
 
-// kvt_matmul_glu_par (one dispatch: each task a row range of gate and of up, then the activation of those
-// elements) equals kvt_matmul_par of (gate, up) on one thread then the activation over whole rows, bit for bit, for
-// both activations, decode and batch sizes, rows that are no multiple of the task alignment, 1 to 4 threads.
-static void glu_fused_test(void) {
-    enum { COLS = 256, ROWS = 200, NTOK = 6 };
-    const kvt_type types[2] = {KVT_TYPE_Q8_0, KVT_TYPE_F32};
-    int64_t bad = 0, cases = 0;
-    uint64_t s = 0x5eed;
-    float *x = malloc(sizeof(float) * NTOK * COLS), *wf = malloc(sizeof(float) * ROWS * COLS);
-    float *g0 = malloc(sizeof(float) * NTOK * ROWS), *u0 = malloc(sizeof(float) * NTOK * ROWS);
-    float *g1 = malloc(sizeof(float) * NTOK * ROWS), *u1 = malloc(sizeof(float) * NTOK * ROWS);
-    void *wd[2] = {malloc((size_t)kvt_row_size(types[0], COLS) * ROWS), malloc((size_t)kvt_row_size(types[1], COLS) * ROWS)};
-    void *scratch = NULL;
-    if (posix_memalign(&scratch, 64, (size_t)kvt_matmul_scratch_bytes(COLS, NTOK)) || !x || !wf || !g0 || !u0 || !g1 || !u1 ||
-        !wd[0] || !wd[1]) {
-        bad = -1;
-        goto done;
-    }
-    for (int64_t i = 0; i < NTOK * COLS; i++) x[i] = (float)((int64_t)(rng_next(&s) % 2001) - 1000) / 500.0f;
-    kvt_weight w[2]; // gate (q8_0), up (f32): two dot types, as q4_K gate with q6_K up would have
-    for (int k = 0; k < 2; k++) {
-        for (int64_t i = 0; i < ROWS * COLS; i++) wf[i] = (float)((int64_t)(rng_next(&s) % 2001) - 1000) / 20000.0f;
-        const kvt_type_ops *ops = kvt_type_ops_get(types[k]);
-        for (int64_t r = 0; r < ROWS; r++) ops->from_float(wf + r * COLS, (uint8_t *)wd[k] + r * kvt_row_size(types[k], COLS), COLS);
-        w[k] = (kvt_weight){wd[k], types[k], COLS, ROWS, NULL, types[k]};
-    }
-    const kvt_weight *wp[2] = {&w[0], &w[1]};
-    for (int threads = 1; threads <= 4; threads++) {
-        kvt_threadpool *pool = NULL, *one = NULL;
+// KVT_POOL_STATS=1: kvt_threadpool_free prints the jobs and the caller's and workers' times (stderr, caught here).
+static void stats_test(void) {
+    char path[] = "/tmp/kvt-pool-stats-XXXXXX";
+    const int fd = mkstemp(path), saved = dup(2);
+    int64_t bad = 0;
+    char buf[1024] = {0};
+    if (fd >= 0 && saved >= 0) {
+        setenv("KVT_POOL_STATS", "1", 1);
+        kvt_threadpool *pool = NULL;
         kvt_err err = {0};
-        if (kvt_threadpool_init(threads, &pool, &err) || kvt_threadpool_init(1, &one, &err)) {
-            bad++;
-            kvt_threadpool_free(pool);
-            continue;
-        }
-        for (int gelu = 0; gelu <= 1; gelu++) {
-            for (int64_t n = 1; n <= NTOK; n += 2) {
-                float *y0[2] = {g0, u0};
-                kvt_matmul_par(one, wp, y0, 2, x, n, scratch);
-                if (gelu) kvt_geglu_f32(g0, u0, n * ROWS);
-                else kvt_swiglu_f32(g0, u0, n * ROWS);
-                kvt_matmul_glu_par(pool, gelu, &w[0], &w[1], g1, u1, x, n, scratch);
-                bad += memcmp(g0, g1, sizeof(float) * (size_t)(n * ROWS)) != 0 || memcmp(u0, u1, sizeof(float) * (size_t)(n * ROWS)) != 0;
-                cases++;
+        fflush(stderr);
+        dup2(fd, 2);
+        if (kvt_threadpool_init(2, &pool, &err) == KVT_OK) {
+            for (int j = 0; j < 50; j++) {
+                slow_ctx sc;
+                for (int i = 0; i < 8; i++) atomic_init(&sc.count[i], 0);
+                kvt_threadpool_run(pool, j % 10 ? task_a_count : task_slow, &sc, j % 5 ? 8 : 1);
+                for (int i = 0; i < (j % 5 ? 8 : 1); i++) bad += atomic_load(&sc.count[i]) != 1;
             }
-        }
-        kvt_threadpool_free(pool);
-        kvt_threadpool_free(one);
-    }
-done:
-    test_result(bad == 0, "pool: kvt_matmul_glu_par (gate and up rows and the activation per task) = matmul then GLU, bitwise, 1-4 threads",
-                "%lld of %lld cases differ", (long long)bad, (long long)cases);
-    free(x), free(wf), free(g0), free(u0), free(g1), free(u1), free(wd[0]), free(wd[1]), free(scratch);
+            kvt_threadpool_free(pool);
+        } else bad = -1;
+        fflush(stderr);
+        dup2(saved, 2);
+        unsetenv("KVT_POOL_STATS");
+        if (pread(fd, buf, sizeof buf - 1, 0) < 0) buf[0] = 0;
+    } else bad = -1;
+    if (fd >= 0) close(fd), unlink(path);
+    if (saved >= 0) close(saved);
+    test_result(bad == 0 && strstr(buf, "pool stats (2 threads): 40 jobs dispatched (320 tasks") && strstr(buf, "10 on the caller alone"),
+                "pool: KVT_POOL_STATS=1 counts the jobs (dispatched, on the caller alone) and prints them when the pool is freed",
+                "%lld task count errors; printed: %s", (long long)bad, buf);
 }
 
 void test_pool(const test_env *env) {
     idle_work_test();
-    glu_fused_test();
+    stats_test();
     for (int threads = 2; threads <= 4; threads += 2) {
         for (int hooked = 0; hooked <= 1; hooked++) {
             const int n_jobs = hooked ? (env->quick ? 1500 : 6000) : (env->quick ? 4000 : 30000);

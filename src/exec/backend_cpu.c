@@ -144,7 +144,10 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
         if (st) return st;
         matmul(c, &L->wo, c->att, n, c->tmp);
         ew_run(c, NULL, EW_ADD | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
-        kvt_matmul_glu_par(c->pool, hp->ffn_act == KVT_FFN_GEGLU, &L->w_gate, &L->w_up, c->gate, c->up, c->xn, n, c->qact);
+        const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
+        float *gu_out[2] = {c->gate, c->up};
+        kvt_matmul_par(c->pool, gu, gu_out, 2, c->xn, n, c->qact);
+        kvt_glu_par(c->pool, hp->ffn_act == KVT_FFN_GEGLU, c->gate, c->up, n * hp->n_ff);
         matmul(c, &L->w_down, c->gate, n, c->tmp);
         // residual, then the next layer's attention pre-norm in the same pass
         if (il + 1 < il1) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);

@@ -2,8 +2,6 @@
 
 #include "../kernels/matmul.h"
 #include "../kernels/quant.h"
-#include "../kernels/vec.h"
-#include "ew_par.h"
 
 // Activations are converted to at most two dot types per call (e.g. Q8_K for
 // q4_K and q6_K weights share one); two buffers of the widest (f32) size.
@@ -29,7 +27,6 @@ typedef struct {
     void *cvt_buf[2];
     int64_t cvt_row[2];
     int n_cvt;
-    int glu; // kvt_matmul_glu_par: 0 none, 1 SwiGLU, 2 GEGLU; the parts are then (gate, up), a task both row ranges
 } mm_job;
 
 static void cvt_task(void *vj, int64_t t, int thread) {
@@ -43,27 +40,17 @@ static void cvt_task(void *vj, int64_t t, int thread) {
 static void mm_task(void *vj, int64_t t, int thread) {
     (void)thread;
     mm_job *J = vj;
-    int i = J->glu ? 0 : J->n_part - 1; // glu: the tasks are gate's (each also does up's rows)
+    int i = J->n_part - 1;
     while (i > 0 && t < J->part[i].first) i--;
     const mm_part *P = &J->part[i];
     int64_t r0 = (t - P->first) * P->chunk, r1 = r0 + P->chunk;
     if (r1 > P->w->rows) r1 = P->w->rows;
     kvt_matmul_rows(P->w->type, J->cols, P->w->data, r0, r1, P->xq, J->n_tok, P->y, P->w->rows);
-    if (!J->glu) return;
-    // the same rows of up, then the gated activation of those elements of every token (element-wise: the same
-    // operations on each element as over the whole row)
-    const mm_part *U = &J->part[1];
-    kvt_matmul_rows(U->w->type, J->cols, U->w->data, r0, r1, U->xq, J->n_tok, U->y, U->w->rows);
-    const int64_t rows = P->w->rows;
-    for (int64_t k = 0; k < J->n_tok; k++) {
-        if (J->glu == 2) kvt_geglu_f32(P->y + k * rows + r0, U->y + k * rows + r0, r1 - r0);
-        else kvt_swiglu_f32(P->y + k * rows + r0, U->y + k * rows + r0, r1 - r0);
-    }
 }
 
-static void mm_run(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
-                   int64_t n_tok, void *scratch, int glu) {
-    mm_job J = {.n_part = n_out, .x = x, .n_tok = n_tok, .cols = w[0]->cols, .glu = glu};
+void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
+                    int64_t n_tok, void *scratch) {
+    mm_job J = {.n_part = n_out, .x = x, .n_tok = n_tok, .cols = w[0]->cols};
     uint8_t *buf = scratch;
     kvt_type dot_types[2];
     for (int i = 0; i < n_out; i++) {
@@ -89,44 +76,19 @@ static void mm_run(kvt_threadpool *pool, const kvt_weight *const *w, float *cons
     }
     // enough tasks to balance the threads; for batches, fewer and larger tasks
     // (each task re-lays the activations for the GEMM tiles, panels are 32 rows);
-    // in decode each weight is cut into a multiple of the thread count of equal tasks, each reading
-    // about MIN_TASK_BYTES of weights or more (small models: each task costs a claim and the
-    // activation's prep; equal tasks so that no thread waits for another's larger share)
+    // in decode a task reads at least MIN_TASK_BYTES of weights (small models: each task
+    // costs a dispatch and the activation's prep, more than its rows would take)
     const int nt = kvt_threadpool_n_threads(pool);
     const int64_t per_thread = n_tok >= 16 ? 4 : 8, align = n_tok >= 16 ? 32 : 16;
     int64_t n_tasks = 0;
     for (int i = 0; i < n_out; i++) {
-        int64_t chunk;
-        if (n_tok <= 4) {
-            const int64_t bytes = kvt_row_size(w[i]->type, w[i]->cols) * w[i]->rows * (glu ? 2 : 1);
-            int64_t k = bytes / ((int64_t)nt * MIN_TASK_BYTES);
-            k = k < 1 ? 1 : k > per_thread ? per_thread : k;
-            chunk = (w[i]->rows + (int64_t)nt * k - 1) / ((int64_t)nt * k);
-        } else {
-            chunk = w[i]->rows / ((int64_t)nt * per_thread);
-        }
+        int64_t chunk = w[i]->rows / ((int64_t)nt * per_thread);
+        const int64_t wrs = kvt_row_size(w[i]->type, w[i]->cols), min_rows = MIN_TASK_BYTES / (wrs > 0 ? wrs : 1);
+        if (n_tok <= 4 && chunk < min_rows) chunk = min_rows;
         chunk = chunk < align ? align : (chunk + align - 1) / align * align;
         J.part[i].chunk = chunk;
         J.part[i].first = n_tasks;
         n_tasks += (w[i]->rows + chunk - 1) / chunk;
-        if (glu) break; // the tasks of gate cover up's rows too
     }
     kvt_threadpool_run(pool, mm_task, &J, n_tasks);
-}
-
-void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
-                    int64_t n_tok, void *scratch) {
-    mm_run(pool, w, y, n_out, x, n_tok, scratch, 0);
-}
-
-void kvt_matmul_glu_par(kvt_threadpool *pool, bool gelu, const kvt_weight *gate, const kvt_weight *up, float *g, float *u,
-                        const float *x, int64_t n_tok, void *scratch) {
-    const kvt_weight *w[2] = {gate, up};
-    float *y[2] = {g, u};
-    if (n_tok > 4 || gate->rows != up->rows) { // batches: the GEMM tiles' split, then the activation on its own
-        mm_run(pool, w, y, 2, x, n_tok, scratch, 0);
-        kvt_glu_par(pool, gelu, g, u, n_tok * gate->rows);
-        return;
-    }
-    mm_run(pool, w, y, 2, x, n_tok, scratch, gelu ? 2 : 1);
 }

@@ -7,7 +7,6 @@
 #ifndef KVT_MATMUL_PAR_H
 #define KVT_MATMUL_PAR_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "../base/threadpool.h"
@@ -24,11 +23,5 @@ int64_t kvt_matmul_scratch_bytes(int64_t max_cols, int64_t n_tok);
 //   scratch: kvt_matmul_scratch_bytes(cols, n_tok) bytes, 64-byte aligned
 void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
                     int64_t n_tok, void *scratch);
-
-// The FFN's first half: g = act(gate x) * (up x) over [n_tok, gate->rows] (act: GELU if gelu, else SiLU; the
-// result in g, u holds up x), bitwise equal to kvt_matmul_par of (gate, up) then kvt_glu_par. For decode-sized
-// batches (n_tok <= 4) in one dispatch: each task computes a row range of both and gates those elements.
-void kvt_matmul_glu_par(kvt_threadpool *pool, bool gelu, const kvt_weight *gate, const kvt_weight *up, float *g, float *u,
-                        const float *x, int64_t n_tok, void *scratch);
 
 #endif
