@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../src/base/threadpool.h"
 #include "../src/base/timer.h"
@@ -124,6 +125,11 @@ static void task_slow(void *ctx, int64_t task, int thread) {
     atomic_fetch_add(&c->count[task], 1);
 }
 
+static void task_a_count(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    atomic_fetch_add(&((slow_ctx *)ctx)->count[task], 1);
+}
+
 static void idle_work_test(void) {
     kvt_threadpool *pool = NULL;
     kvt_err err = {0};
@@ -149,8 +155,42 @@ static void idle_work_test(void) {
                 (long long)left);
 }
 
+// KVT_POOL_STATS=1: kvt_threadpool_free prints the jobs and the caller's and workers' times (stderr, caught here).
+static void stats_test(void) {
+    char path[] = "/tmp/kvt-pool-stats-XXXXXX";
+    const int fd = mkstemp(path), saved = dup(2);
+    int64_t bad = 0;
+    char buf[1024] = {0};
+    if (fd >= 0 && saved >= 0) {
+        setenv("KVT_POOL_STATS", "1", 1);
+        kvt_threadpool *pool = NULL;
+        kvt_err err = {0};
+        fflush(stderr);
+        dup2(fd, 2);
+        if (kvt_threadpool_init(2, &pool, &err) == KVT_OK) {
+            for (int j = 0; j < 50; j++) {
+                slow_ctx sc;
+                for (int i = 0; i < 8; i++) atomic_init(&sc.count[i], 0);
+                kvt_threadpool_run(pool, j % 10 ? task_a_count : task_slow, &sc, j % 5 ? 8 : 1);
+                for (int i = 0; i < (j % 5 ? 8 : 1); i++) bad += atomic_load(&sc.count[i]) != 1;
+            }
+            kvt_threadpool_free(pool);
+        } else bad = -1;
+        fflush(stderr);
+        dup2(saved, 2);
+        unsetenv("KVT_POOL_STATS");
+        if (pread(fd, buf, sizeof buf - 1, 0) < 0) buf[0] = 0;
+    } else bad = -1;
+    if (fd >= 0) close(fd), unlink(path);
+    if (saved >= 0) close(saved);
+    test_result(bad == 0 && strstr(buf, "pool stats (2 threads): 40 jobs dispatched (320 tasks") && strstr(buf, "10 on the caller alone"),
+                "pool: KVT_POOL_STATS=1 counts the jobs (dispatched, on the caller alone) and prints them when the pool is freed",
+                "%lld task count errors; printed: %s", (long long)bad, buf);
+}
+
 void test_pool(const test_env *env) {
     idle_work_test();
+    stats_test();
     for (int threads = 2; threads <= 4; threads += 2) {
         for (int hooked = 0; hooked <= 1; hooked++) {
             const int n_jobs = hooked ? (env->quick ? 1500 : 6000) : (env->quick ? 4000 : 30000);

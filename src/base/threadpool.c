@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "timer.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
@@ -52,6 +54,12 @@ struct kvt_threadpool {
     _Atomic(void *) hook_arg;
     _Atomic(kvt_threadpool_idle_fn) idle; // work for spinning threads (kvt_threadpool_set_idle), or NULL
     _Atomic(void *) idle_arg;
+    // KVT_POOL_STATS=1 (measurement only): where the caller's and the workers' time goes, printed by kvt_threadpool_free
+    bool stats;
+    int64_t st_runs, st_inline, st_tasks, st_caller_tasks; // dispatched jobs, jobs run on the caller alone, their tasks
+    int64_t st_drain_ns, st_wait_ns, st_between_ns;        // caller: own tasks, waiting for others, outside the pool
+    int64_t st_inline_ns, st_last_ns;                                     // caller: when the previous job returned (0: none yet)
+    _Atomic int64_t st_worker_ns;                           // workers: time in their tasks, all together
 };
 
 // One relaxed load and a branch never taken outside tests.
@@ -74,7 +82,8 @@ static inline bool idle_work(kvt_threadpool *p, int spins) {
 }
 
 // Claims and runs tasks of job `gen` until none is left or a newer job started.
-static void drain(kvt_threadpool *p, uint64_t gen, int thread) {
+static int64_t drain(kvt_threadpool *p, uint64_t gen, int thread) {
+    int64_t ran = 0;
     if (thread) HOOK(p, KVT_POOL_HOOK_WORKER_WOKEN);
     // descriptor snapshot first (acquire), then the claim word that validates it (see the top)
     kvt_task_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
@@ -83,12 +92,13 @@ static void drain(kvt_threadpool *p, uint64_t gen, int thread) {
     if (thread) HOOK(p, KVT_POOL_HOOK_WORKER_READ);
     uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        if ((c >> 32) != (gen & 0xffffffffu) || (int64_t)(c & 0xffffffffu) >= n) return;
+        if ((c >> 32) != (gen & 0xffffffffu) || (int64_t)(c & 0xffffffffu) >= n) return ran;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel, memory_order_acquire)) {
             continue;
         }
         fn(ctx, (int64_t)(c & 0xffffffffu), thread);
         atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        ran++;
         c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
 }
@@ -120,7 +130,13 @@ static void *worker_main(void *arg) {
         }
         seen = gen;
         if (atomic_load(&p->stop)) return NULL;
-        drain(p, gen, id);
+        if (p->stats) {
+            const int64_t t0 = kvt_time_ns();
+            drain(p, gen, id);
+            atomic_fetch_add_explicit(&p->st_worker_ns, kvt_time_ns() - t0, memory_order_relaxed);
+        } else {
+            drain(p, gen, id);
+        }
     }
 }
 
@@ -130,6 +146,8 @@ kvt_status kvt_threadpool_init(int n_threads, kvt_threadpool **out, kvt_err *err
     kvt_threadpool *p = calloc(1, sizeof *p);
     if (!p) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for thread pool");
     p->n_threads = n_threads;
+    const char *st = getenv("KVT_POOL_STATS");
+    p->stats = st && st[0] && strcmp(st, "0") != 0;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
@@ -153,6 +171,14 @@ kvt_status kvt_threadpool_init(int n_threads, kvt_threadpool **out, kvt_err *err
 
 void kvt_threadpool_free(kvt_threadpool *p) {
     if (!p) return;
+    if (p->stats && p->st_runs + p->st_inline > 0) {
+        fprintf(stderr,
+                "pool stats (%d threads): %lld jobs dispatched (%lld tasks, %lld on the caller), %lld on the caller alone (%.3f ms); "
+                "caller ms: %.3f own tasks, %.3f waiting, %.3f outside the pool; workers ms: %.3f in tasks\n",
+                p->n_threads, (long long)p->st_runs, (long long)p->st_tasks, (long long)p->st_caller_tasks,
+                (long long)p->st_inline, (double)p->st_inline_ns / 1e6, (double)p->st_drain_ns / 1e6, (double)p->st_wait_ns / 1e6,
+                (double)p->st_between_ns / 1e6, (double)atomic_load(&p->st_worker_ns) / 1e6);
+    }
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->cv);
@@ -181,7 +207,9 @@ static void chunk_task(void *arg, int64_t task, int thread) {
 void kvt_threadpool_run(kvt_threadpool *p, kvt_task_fn fn, void *ctx, int64_t n_tasks) {
     if (n_tasks <= 0) return;
     if (!p || p->n_threads == 1 || n_tasks == 1) {
+        const int64_t t0 = p && p->stats ? kvt_time_ns() : 0;
         for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
+        if (p && p->stats) p->st_inline++, p->st_inline_ns += kvt_time_ns() - t0; // also counted as outside the pool
         return;
     }
     const int64_t max_job = (int64_t)1 << 31; // task indices must stay below the claim word's generation bits
@@ -192,6 +220,7 @@ void kvt_threadpool_run(kvt_threadpool *p, kvt_task_fn fn, void *ctx, int64_t n_
         }
         return;
     }
+    const int64_t t_enter = p->stats ? kvt_time_ns() : 0;
     const uint64_t gen = atomic_load_explicit(&p->generation, memory_order_relaxed) + 1;
     // 1. retire the old job: late workers of earlier generations can claim nothing from here on
     atomic_store_explicit(&p->claim, (gen & 0xffffffffu) << 32, memory_order_relaxed);
@@ -209,7 +238,8 @@ void kvt_threadpool_run(kvt_threadpool *p, kvt_task_fn fn, void *ctx, int64_t n_
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
-    drain(p, gen, 0);
+    const int64_t mine = drain(p, gen, 0);
+    const int64_t t_drained = p->stats ? kvt_time_ns() : 0;
     for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks; spins++) {
         if (idle_work(p, spins)) { // a queued KV copy instead of a spin (kvt_threadpool_set_idle): try again at once
             spins = -1;
@@ -217,6 +247,16 @@ void kvt_threadpool_run(kvt_threadpool *p, kvt_task_fn fn, void *ctx, int64_t n_
         }
         if (spins < SPIN_ITERS) CPU_RELAX();
         else sched_yield(); // a task is running on a descheduled worker: give it the core
+    }
+    if (p->stats) {
+        const int64_t t_done = kvt_time_ns();
+        p->st_runs++;
+        p->st_tasks += n_tasks;
+        p->st_caller_tasks += mine;
+        p->st_drain_ns += t_drained - t_enter;
+        p->st_wait_ns += t_done - t_drained;
+        if (p->st_last_ns) p->st_between_ns += t_enter - p->st_last_ns;
+        p->st_last_ns = t_done;
     }
 }
 

@@ -4,6 +4,10 @@
 // every task in [0, n_tasks) across the pool's threads (the caller is thread
 // 0 and works too) and returns when all are done. Workers spin briefly
 // between jobs (decode issues hundreds of small jobs per token), then sleep.
+//
+// KVT_POOL_STATS=1 in the environment (measurement only) makes kvt_threadpool_free print to stderr where the
+// time went: jobs dispatched and run on the caller alone, the caller's time in its own tasks, waiting for the
+// other threads and outside the pool (between jobs: the serial work), the workers' time in tasks (ms).
 #ifndef KVT_THREADPOOL_H
 #define KVT_THREADPOOL_H
 
