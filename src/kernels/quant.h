@@ -185,7 +185,8 @@ typedef struct {
     // dst (rows r0 .. r1 - 1 of the source type, packed) = those rows of the repacked matrix W (any r0 <= r1)
     void (*unpack)(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n);
 } kvt_repack_ops;
-// The repacking of weights of type t (NULL: none). to_type(from) and from_type(to) below.
+// The repacking of weights of type t (NULL: none). to_type(from) and from_type(to) below. q6_K's is a plain
+// copy (to == q6_K: the same layout, moved into the repacked weights' huge pages; quant.c).
 const kvt_repack_ops *kvt_type_repack(kvt_type t);
 // The source type of a repacked type (t itself for any other type).
 kvt_type kvt_type_repacked_from(kvt_type t);
