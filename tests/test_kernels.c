@@ -414,27 +414,52 @@ static void test_repack_q6_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r
     free(wq), free(xq);
 }
 
-// q4_1 repacked at load (q4_1_x8): repack_check. extreme: nibbles 15 (1) or 0xF0 + i % 16, activations -128 or
-// 127 (the largest integer dots, both signs).
-static void test_repack_q4_1(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
-    const kvt_type t = KVT_TYPE_Q4_1;
+// The 32-element x8 layouts (q4_1_x8, q8_0_x8): repack_check, and for q8_0_x8 (whose tied matrices are repacked)
+// row_to_float equals q8_0's to_float on every row. extreme: q4_1 nibbles 15 (1) or 0xF0 + i % 16 (2); q8_0 weights
+// -128 / 127 (1) or -127 + i % 255 (2); activations -128 or 127 (the largest integer dots, both signs, and the int16
+// bounds of AVX2's sign trick).
+static void test_repack_x32(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
     const kvt_repack_ops *rp = kvt_type_repack(t);
+    const bool q8 = t == KVT_TYPE_Q8_0;
     char *wq, *xq;
-    if (!rp || rp->to != KVT_TYPE_Q4_1_X8 || kvt_type_repacked_from(rp->to) != t ||
-        !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
-        CHECK("repack_q4_1_table", false, "no q4_1 -> q4_1_x8 repacking");
+    if (!rp || rp->to != (q8 ? KVT_TYPE_Q8_0_X8 : KVT_TYPE_Q4_1_X8) || kvt_type_repacked_from(rp->to) != t ||
+        (q8 && !rp->row_to_float) || !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
+        CHECK(q8 ? "repack_q8_0_table" : "repack_q4_1_table", false, "no %s repacking", kvt_type_name(t));
         return;
     }
     if (extreme) {
-        for (int64_t i = 0; i < n_rows * n / KVT_QK; i++)
-            memset(((kvt_block_q4_1 *)wq + i)->qs, extreme == 1 ? 0xFF : 0xF0 + (int)(i % 16), KVT_QK / 2);
+        for (int64_t i = 0; i < n_rows * n / KVT_QK; i++) {
+            for (int k = 0; q8 && k < KVT_QK; k++)
+                ((kvt_block_q8_0 *)wq + i)->qs[k] = (int8_t)(extreme == 1 ? ((k + i) % 2 ? 127 : -128) : -127 + (int)((i * 32 + k) % 255));
+            if (!q8) memset(((kvt_block_q4_1 *)wq + i)->qs, extreme == 1 ? 0xFF : 0xF0 + (int)(i % 16), KVT_QK / 2);
+        }
         for (int64_t i = 0; i < n_tok * n / KVT_QK; i++) {
-            kvt_block_q8_1 *y = (kvt_block_q8_1 *)xq + i;
-            for (int k = 0; k < KVT_QK; k++) y->qs[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
+            int8_t *y = q8 ? ((kvt_block_q8_0 *)xq + i)->qs : ((kvt_block_q8_1 *)xq + i)->qs;
+            for (int k = 0; k < KVT_QK; k++) y[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
         }
     }
     repack_check(t, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
-    free(wq), free(xq);
+    // the embedding lookup of a tied matrix: every row read back from the repacked matrix
+    const int64_t wrs = kvt_row_size(t, n);
+    char *wr = xmalloc((size_t)(n_rows * wrs));
+    float *f0 = xmalloc((size_t)n * sizeof *f0), *f1 = xmalloc((size_t)n * sizeof *f1);
+    if (!wr || !f0 || !f1) { g_fail++; return; }
+    rp->pack(wq, wr, n_rows, n);
+    int64_t bad = 0;
+    for (int64_t r = 0; q8 && r < n_rows; r++) {
+        kvt_type_ops_get(t)->to_float(wq + r * wrs, f0, n);
+        bool ok = kvt_matrix_row_to_float(rp->to, wr, r, n, f1);
+        bad += !ok || memcmp(f0, f1, (size_t)n * sizeof *f0) != 0;
+        ok = kvt_matrix_row_to_float(t, wq, r, n, f1);
+        bad += !ok || memcmp(f0, f1, (size_t)n * sizeof *f0) != 0;
+    }
+    if (q8) {
+        char name[128];
+        snprintf(name, sizeof name, "repack_q8_0_x8_row_to_float_n%lld_rows%lld%s", (long long)n, (long long)n_rows,
+                 extreme ? "_extreme" : "");
+        CHECK(name, bad == 0, "%lld rows differ from q8_0's to_float", (long long)bad);
+    }
+    free(wr), free(f0), free(f1), free(wq), free(xq);
 }
 
 // kvt_matmul_rows against dequantize-then-dot, sentinels outside [r0, r1).
@@ -811,16 +836,20 @@ int test_kernels_main(void) {
         test_repack_q4_K(2048, 24, 7, 0, 24, 1);
         test_repack_q4_K(512, 24, 9, 1, 23, 1);
     }
-    // q4_1 repacked at load: one group, cut groups, K with a short last 8-block group (SmolLM2's 576), tokens
+    // q4_1 and q8_0 repacked at load: one group, cut groups, K with a short last 8-block group (576: SmolLM2's width;
+    // 5632: TinyLlama's n_ff) and below one group (64, 224), every token count of the x8 GEMVs (q8_0_x8: up to
+    // KVT_Q80X8_TOK_MAX tokens, the unpacked q8_0 paths beyond)
     {
-        static const int64_t shp[][5] = {{32, 8, 1, 0, 8},     {64, 8, 2, 3, 5},      {576, 40, 1, 0, 40},
-                                         {576, 40, 1, 5, 37},  {320, 16, 5, 1, 15},   {512, 64, 9, 8, 56},
-                                         {1536, 24, 1, 0, 24}, {1536, 24, 17, 2, 23}, {2048, 32, 3, 16, 24}};
-        for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
-            test_repack_q4_1(shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4], 0);
-        test_repack_q4_1(2048, 16, 1, 0, 16, 1);
-        test_repack_q4_1(2048, 16, 2, 0, 16, 2);
-        test_repack_q4_1(480, 24, 9, 1, 23, 1);
+        static const int64_t shp[][6] = {{32, 8, 1, 0, 8, 0},       {64, 8, 2, 3, 5, 0},        {576, 40, 1, 0, 40, 0},
+                                         {576, 40, 1, 5, 37, 0},    {224, 16, 5, 1, 15, 0},     {512, 64, 8, 8, 56, 0},
+                                         {512, 64, 9, 8, 56, 0},    {1536, 24, 1, 0, 24, 0},    {1536, 24, 17, 2, 23, 0},
+                                         {2048, 32, 3, 16, 24, 0},  {5632, 16, 1, 0, 16, 0},    {320, 48, 33, 3, 45, 0},
+                                         {2816, 136, 7, 8, 120, 0}, {2048, 16, 1, 0, 16, 1},    {2048, 16, 2, 0, 16, 2},
+                                         {480, 24, 9, 1, 23, 1},    {608, 24, 4, 1, 23, 2}};
+        for (int q8 = 0; q8 <= 1; q8++)
+            for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+                test_repack_x32(q8 ? KVT_TYPE_Q8_0 : KVT_TYPE_Q4_1, shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4],
+                                (int)shp[i][5]);
     }
     // q6_K "repacked" (copied unchanged into the repacked weights' huge pages): rows of any count, cut ranges, tokens
     {

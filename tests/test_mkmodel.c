@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "../src/cli/commands.h"
+#include "../src/exec/context.h"
 #include "../src/gguf/gguf.h"
 #include "../src/model/model.h"
 #include "../src/model/shapes.h"
@@ -134,6 +135,53 @@ static void test_llama_q4_k_m(void) {
     remove(path);
 }
 
+// Logits of a 12-token prompt (one batch) then of 3 tokens one at a time ([15, V]) into out; false on an error.
+static bool tied_logits(const char *path, float *out, kvt_model **keep, kvt_err *err) {
+    kvt_model *m = NULL;
+    kvt_context *ctx = NULL;
+    if (kvt_model_load(path, false, &m, err)) return false;
+    const kvt_context_params cp = kvt_context_params_default();
+    const int32_t V = m->hp.n_vocab;
+    int32_t prompt[12];
+    for (int i = 0; i < 12; i++) prompt[i] = 1 + (i * 37 + 5) % (V - 1);
+    kvt_status st = kvt_context_init(m, &cp, &ctx, err);
+    if (!st) st = kvt_decode(ctx, prompt, 12, true, err);
+    if (!st) memcpy(out, kvt_context_logits(ctx), (size_t)12 * V * sizeof(float));
+    for (int i = 0; !st && i < 3; i++) {
+        const int32_t tok = 1 + (i * 101 + 13) % (V - 1);
+        st = kvt_decode(ctx, &tok, 1, false, err);
+        if (!st) memcpy(out + (int64_t)(12 + i) * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
+    kvt_context_free(ctx);
+    *keep = m;
+    return st == KVT_OK;
+}
+
+// A tied q8_0 token_embd/output is repacked (q8_0_x8) on the first context, the embedding lookup reading the
+// repacked copy (kvt_matrix_row_to_float): logits bit for bit those of the same file unrepacked (KVT_REPACK=0).
+static void tied_q8_0_repacked(const char *path) {
+    const char *name = "mkmodel qwen3 tied q8_0: token_embd/output repacked (q8_0_x8), logits = unrepacked";
+    const char *env = getenv("KVT_REPACK");
+    if (env && !strcmp(env, "0")) {
+        test_skip(name, "KVT_REPACK=0");
+        return;
+    }
+    float *lg[2] = {malloc(15 * 512 * sizeof(float)), malloc(15 * 512 * sizeof(float))};
+    kvt_model *m[2] = {NULL, NULL};
+    kvt_err err = {0};
+    setenv("KVT_REPACK", "0", 1);
+    bool ok = lg[0] && lg[1] && tied_logits(path, lg[0], &m[0], &err);
+    unsetenv("KVT_REPACK");
+    ok = ok && tied_logits(path, lg[1], &m[1], &err);
+    const bool types = ok && m[0]->tok_embd.type == KVT_TYPE_Q8_0 && m[1]->tok_embd.type == KVT_TYPE_Q8_0_X8 &&
+                       m[1]->output.type == KVT_TYPE_Q8_0_X8 && m[1]->output.data == m[1]->tok_embd.data &&
+                       m[1]->tok_embd.data != m[1]->tok_embd.file_data && m[1]->layers[0].wq.type == KVT_TYPE_Q8_0_X8;
+    const bool same = ok && m[0]->hp.n_vocab == 512 && !memcmp(lg[0], lg[1], 15 * 512 * sizeof(float));
+    test_result(ok && types && same, name, "%s", !ok ? err.msg : !types ? "types not repacked as expected" : "logits differ");
+    kvt_model_free(m[0]), kvt_model_free(m[1]);
+    free(lg[0]), free(lg[1]);
+}
+
 static void test_qwen3_tied(void) {
     const char *name = "mkmodel qwen3 tied q8_0";
     char path[64];
@@ -161,6 +209,7 @@ static void test_qwen3_tied(void) {
     test_result(ok, name, "hparams or tensors differ (head_dim %d, tied %d, wq %s)", hp->head_dim, m->tied_output,
                 kvt_type_name(m->layers[1].wq.file_type));
     kvt_model_free(m);
+    tied_q8_0_repacked(path);
     remove(path);
 }
 

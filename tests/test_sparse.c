@@ -57,6 +57,61 @@ static void test_predictor(void) {
                 "max error %.3g", err);
 }
 
+// The predictor's Gram matrix kept from step to step (kvt_sparse_gram_update, as the selection keeps it per layer and KV
+// head): over a stream of history rows (one or several per step, steps without a prediction, rewinds), the prediction
+// from the kept matrix = the prediction computing it whole, bit for bit, ridge and simplex.
+static void test_predict_gram(void) {
+    enum { D = 24, W1 = 9 };
+    float hist[W1][D], p1[D], p2[D], work[D];
+    double G[W1 * W1];
+    const int32_t windows[3] = {2, 4, 8};
+    int32_t hn = 0, gn = 0, gs = 0;
+    bool ok = true;
+    int bad = -1;
+    for (int step = 0; step < 300 && ok; step++) {
+        const int r = (int)((frand() + 1.0f) * 8.0f); // 0..15
+        if (r == 0) hn = gn = gs = 0;                 // a rewind
+        const int add = r == 1 ? 3 : r == 2 ? 12 : 1;  // rows arriving (a prompt chunk: more than the window)
+        for (int a = 0; a < add; a++) {
+            if (hn == W1) memmove(hist[0], hist[1], sizeof hist[0] * (W1 - 1)), gs++;
+            for (int x = 0; x < D; x++) hist[hn == W1 ? W1 - 1 : hn][x] = frand() * (x % 3 ? 1.0f : 5.0f);
+            hn = hn == W1 ? W1 : hn + 1;
+        }
+        if (r == 3 || r == 4) continue; // no prediction at this step: the shifts accumulate
+        const bool simplex = step % 5 == 0;
+        kvt_sparse_gram_update(&hist[0][0], hn, D, G, W1, &gn, &gs);
+        kvt_sparse_predict_gram(&hist[0][0], hn, D, windows, 3, 1e-3, simplex, G, W1, p1, work);
+        if (simplex) kvt_sparse_predict_simplex(&hist[0][0], hn, D, windows, 3, 1e-3, p2, work);
+        else kvt_sparse_predict(&hist[0][0], hn, D, windows, 3, 1e-3, true, p2, work);
+        ok = gn == hn && gs == 0 && memcmp(p1, p2, sizeof p1) == 0;
+        bad = step;
+    }
+    test_result(ok, "sparse: predictor on the Gram matrix kept from step to step = computed whole, bit for bit (ridge, simplex)",
+                "differ at step %d", bad);
+}
+
+// kvt_sparse_page_sums: each page's positions hold the page's sum in position order, as a serial loop per page.
+static void test_page_sums(void) {
+    enum { MAXN = 3000 };
+    static float a[MAXN], b[MAXN];
+    const int32_t Bs[] = {1, 3, 8, 16, 17, 64};
+    bool ok = true;
+    for (int it = 0; it < 120 && ok; it++) {
+        const int64_t n = 1 + (int64_t)((frand() + 1.0f) * 0.5f * (MAXN - 1));
+        const int32_t B = Bs[it % 6];
+        for (int64_t t = 0; t < n; t++) a[t] = b[t] = frand() * (t % 7 ? 1.0f : 1e4f);
+        kvt_sparse_page_sums(a, n, B);
+        for (int64_t p0 = 0; p0 < n; p0 += B) {
+            const int64_t p1 = p0 + B < n ? p0 + B : n;
+            float m = b[p0];
+            for (int64_t t = p0 + 1; t < p1; t++) m += b[t];
+            for (int64_t t = p0; t < p1; t++) b[t] = m;
+        }
+        ok = memcmp(a, b, (size_t)n * sizeof *a) == 0;
+    }
+    test_result(ok, "sparse: page sums (pages side by side) = a serial sum per page, bit for bit", "differ");
+}
+
 // Eq. 2 read literally (weights on the simplex): an alternating sequence a, b, a, b, ... is continued exactly
 // (each window's weights go to the rows equal to the last one, the shifted window then gives the other);
 // softmax-normalized ridge weights cannot (softmax(1, 0) mixes both rows).
@@ -502,6 +557,61 @@ static void test_share(void) {
                 "got %lld + %lld positions", (long long)n[0], (long long)n[1]);
 }
 
+// --sparse-share-layers: two layers of one KV head (K = 9: recent 1 and two pages of 4), layer 0's mass in one page,
+// layer 1's spread over four (key_share's heads 0 and 1). The first step (no record) keeps K per layer; the next step's
+// budgets come from it: layer 0 keeps its page, layer 1 three of its four (5 + 13 positions: 2K in all); with a floor of
+// 1 each layer keeps its own K; after a gap (no record of P - 1) each its own K; a fork copies the records.
+static void sl_step(kvt_sparse *s, int32_t seq, int64_t P, const float *q, int64_t *n) {
+    kvt_sparse_seq *sq = kvt_sparse_seq_get(s, seq);
+    kvt_sparse_layer_budgets(s, sq, P);
+    for (int32_t l = 0; l < 2; l++) {
+        kvt_sparse_layer *ly = &sq->lay[l];
+        for (int32_t t = 0; t <= P; t++) ly->sel[t] = t;
+        ly->nsel[0] = P + 1;
+        kvt_sparse_rerank(s, ly, P, q, 1.0f, NULL);
+        n[l] = ly->nsel[0];
+    }
+}
+
+static bool sl_case(double floor, int64_t gap, bool fork, int64_t *n1, int64_t *n2) {
+    kvt_sparse_params p = {.mode = KVT_SPARSE_ASYNCSPADE, .budget = 9, .sink = 0, .recent = 1, .rerank = 4.0, .block = 4,
+                           .rerank_block = 4, .share = true, .share_layers = true, .layer_floor = floor, .sync = true};
+    const kvt_sparse_dims d = {.n_layer = 2, .n_head = 1, .n_head_kv = 1, .head_dim = 4, .head_dim_v = 4, .n_ctx = 64,
+                               .n_threads = 1, .kv_type = KVT_TYPE_F32};
+    kvt_sparse *s = NULL;
+    kvt_err err;
+    if (kvt_sparse_init(&p, &d, &s, &err)) return false;
+    kvt_sparse_seq *q = kvt_sparse_seq_get(s, 0);
+    bool ok = q && !kvt_sparse_layer_reserve(s, q, 0, 64, &err) && !kvt_sparse_layer_reserve(s, q, 1, 64, &err);
+    for (int32_t l = 0; ok && l < 2; l++) {
+        kvt_sparse_layer *ly = &q->lay[l];
+        for (int t = 0; t < 64; t++) {
+            ly->k8s[t] = 1.0f / 127.0f;
+            for (int x = 0; x < 4; x++) ly->k8[kvt_sparse_k8_at(t, x, 4)] = (int8_t)(key_share(l, t) == x ? 127 : 0);
+        }
+    }
+    const float q1[4] = {3.0f, 0.0f, 0.0f, 0.0f};
+    if (ok) sl_step(s, 0, 49, q1, n1);
+    if (ok && fork) ok = !kvt_sparse_seq_fork(s, 0, 1, 50, &err);
+    if (ok) sl_step(s, fork ? 1 : 0, 50 + gap, q1, n2);
+    kvt_sparse_free(s);
+    return ok;
+}
+
+static void test_share_layers(void) {
+    int64_t a1[2], a2[2], b1[2], b2[2], c1[2], c2[2], d1[2], d2[2];
+    bool ok = sl_case(0.0, 0, false, a1, a2) && sl_case(1.0, 0, false, b1, b2) && sl_case(0.0, 1, false, c1, c2) &&
+              sl_case(0.0, 0, true, d1, d2);
+    ok = ok && a1[0] == 9 && a1[1] == 9 && a2[0] == 5 && a2[1] == 13; // the second step: 2K shared by the two layers
+    ok = ok && b2[0] == 9 && b2[1] == 9;                               // floor 1: each layer's own
+    ok = ok && c2[0] == 9 && c2[1] == 9;                               // no record of P - 1: each layer's own
+    ok = ok && d2[0] == 5 && d2[1] == 13;                              // a fork copies the records
+    test_result(ok, "sparse: --sparse-share-layers: the next step's budgets from the layers' page masses (2K in all), floor 1 = own, not after a gap, fork copies",
+                "%lld %lld -> %lld %lld (share), %lld %lld (floor 1), %lld %lld (gap), %lld %lld (fork)", (long long)a1[0],
+                (long long)a1[1], (long long)a2[0], (long long)a2[1], (long long)b2[0], (long long)b2[1], (long long)c2[0],
+                (long long)c2[1], (long long)d2[0], (long long)d2[1]);
+}
+
 // Exact attention over every position equals the dense streamed attention (to rounding): an F32 cache to 1e-5;
 // an F16 cache to f16 rounding, as the dense path keeps the V accumulator in f16 there (llama.cpp's flash
 // attention, kvt_attn_merge_f16) and the sparse path in f32 (|v| <= 1: 2e-3).
@@ -846,6 +956,18 @@ static void test_context(const char *path) {
                         same_for_threads(m, &c12, &dd, vary_prefetch_top, a0, b, n, sb, &st, &err);
     test_result(same12, "sparse: asyncspade --sparse-share: K positions per pair on average; worker = inline, 1..4 threads, fast tier + host = contiguous, bit for bit",
                 "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
+    // --sparse-share-layers (the budget shared by the sparse layers too, set from the previous step): at most K
+    // positions per pair on average, differs from share alone; worker = inline, 1..4 threads and the paged store = the
+    // contiguous store, bit for bit
+    kvt_context_params c13 = c12;
+    c13.sparse.share_layers = true;
+    float *a1 = malloc((size_t)n * sizeof *a1);
+    st = a1 ? run_inline_worker(m, &c13, a1, &sa, b, &sb, &err) : kvt_errorf(&err, KVT_ERR_NOMEM, "out of memory");
+    const bool same13 = !st && max_diff(a1, b, n) == 0 && sa == sb && sa <= (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12 &&
+                        max_diff(a0, b, n) > 0 && same_for_threads(m, &c13, &dd, vary_prefetch_top, a1, b, n, sb, &st, &err);
+    test_result(same13, "sparse: asyncspade --sparse-share-layers: at most K positions per pair on average, differs from share; worker = inline, 1..4 threads, fast tier + host = contiguous, bit for bit",
+                "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
+    free(a1);
     free(a0);
     // a prompt restored from a session file (--kv-load) enters the key summaries: quest after a load = quest after
     // the prefill (quest's selection needs no query history), bit for bit
@@ -884,7 +1006,9 @@ static void test_cli(const test_env *env, const char *model) {
     const int bad1 = test_run(cmd, junk, sizeof junk);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse quest --sparse-budget 1.5 >/dev/null 2>&1", env->cli, model);
     const int bad2 = test_run(cmd, junk, sizeof junk);
-    test_result(ok && bad1 != 0 && bad2 != 0, name, "rc %d, bad values rc %d %d, output %.300s", rc, bad1, bad2, out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse asyncspade --sparse-share-layers >/dev/null 2>&1", env->cli, model);
+    const int bad3 = test_run(cmd, junk, sizeof junk); // --sparse-share-layers needs --sparse-share and a page re-rank
+    test_result(ok && bad1 != 0 && bad2 != 0 && bad3 != 0, name, "rc %d, bad values rc %d %d %d, output %.300s", rc, bad1, bad2, bad3, out);
 }
 
 // The int8 block layout's terms: asyncspade needs head_dim % 4 == 0 (refused with a message otherwise; quest does
@@ -940,6 +1064,8 @@ void test_sparse(const test_env *env) {
     test_zalloc();
     test_predictor();
     test_predictor_simplex();
+    test_predict_gram();
+    test_page_sums();
     test_rope_align();
     test_quest_bound();
     test_score_kernels();
@@ -948,6 +1074,7 @@ void test_sparse(const test_env *env) {
     test_topk_random();
     test_keep();
     test_share();
+    test_share_layers();
     test_attend_set(KVT_TYPE_F32, 1e-5);
     test_attend_set(KVT_TYPE_F16, 2e-3);
     char path[512];

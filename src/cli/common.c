@@ -91,6 +91,9 @@ const char *const cli_engine_help =
     "                       (1 + H) times its mass (fewer pages change per step; default 0: off)\n"
     "  --sparse-share       asyncspade with --sparse-rerank-block: a layer's KV heads share their budgets\n"
     "                       (the pages with the most mass over every head)\n"
+    "  --sparse-share-layers  asyncspade with --sparse-share: the sparse layers share their budgets too (each\n"
+    "                       layer's from the previous step's page masses of every layer; same total)\n"
+    "  --sparse-layer-floor F  with --sparse-share-layers: each layer keeps at least F of its own budget (0)\n"
     "  --sparse-prefetch-top G  asyncspade with --sparse-rerank: the worker prefetches only the blocks of its\n"
     "                       G*K best candidates, best first (default 0: every candidate)\n"
     "  --sparse-sync        asyncspade: select when the query arrives (no worker thread)\n"
@@ -248,6 +251,12 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         return 1;
     }
     if (!strcmp(flag, "--sparse-share")) return (sp->share = true), 1;
+    if (!strcmp(flag, "--sparse-share-layers")) return (sp->share_layers = true), 1;
+    if (!strcmp(flag, "--sparse-layer-floor")) {
+        if (!kvt_args_float(a, flag, 0.0, 1.0, &f)) return -1;
+        sp->layer_floor = f;
+        return 1;
+    }
     if (!strcmp(flag, "--sparse-prefetch-top")) {
         if (!kvt_args_float(a, flag, 0.0, 64.0, &f)) return -1;
         sp->prefetch_top = f;
@@ -412,6 +421,8 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_num(j, "prefetch_top", p->prefetch_top);
     kvt_json_kv_num(j, "keep", p->keep);
     kvt_json_kv_bool(j, "share", p->share);
+    kvt_json_kv_bool(j, "share_layers", p->share_layers);
+    kvt_json_kv_num(j, "layer_floor", p->layer_floor);
     kvt_json_kv_bool(j, "sync", p->sync);
     kvt_json_kv_str(j, "predictor", kvt_sparse_pred_name(p->predictor));
     kvt_json_kv_num(j, "lambda", p->lambda);

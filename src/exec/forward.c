@@ -278,15 +278,14 @@ static kvt_status forward_ubatch(kvt_context *c, kvt_ubatch *u, const int64_t *o
     const kvt_model *m = c->m;
     const kvt_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
-    const kvt_type_ops *eops = kvt_type_ops_get(m->tok_embd.type);
-    const int64_t erow = kvt_row_size(m->tok_embd.type, E);
     c->lazy_be = NULL;
     c->lazy_failed = false;
     for (int64_t t = 0; t < n; t++) {
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab) {
             return kvt_errorf(err, KVT_ERR_INVALID_ARG, "token id %d out of range (vocabulary %d)", tokens[t], hp->n_vocab);
         }
-        eops->to_float((const uint8_t *)m->tok_embd.data + tokens[t] * erow, c->x + t * E, E);
+        if (!kvt_matrix_row_to_float(m->tok_embd.type, m->tok_embd.data, tokens[t], E, c->x + t * E)) // (repacked too)
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "token_embd of type %s cannot be read", kvt_type_name(m->tok_embd.type));
         if (hp->embd_scale != 1.0f) kvt_vec_scale_f32(c->x + t * E, hp->embd_scale, E);
         c->ub_seq[t] = u->seqs ? u->seqs[t] : u->seq;
         c->ub_pos[t] = ub_pos(u, t);

@@ -47,6 +47,7 @@ static const type_layout k_layouts[KVT_TYPE_COUNT] = {
     // kvtier's in-memory layouts: computed with, never accepted from a file
     [KVT_TYPE_Q4_K_X8] = {"q4_K_x8", 256, 144, false},
     [KVT_TYPE_Q4_1_X8] = {"q4_1_x8", 32, 20, false},
+    [KVT_TYPE_Q8_0_X8] = {"q8_0_x8", 32, 34, false},
 };
 
 const char *kvt_type_name(kvt_type t) {

@@ -147,7 +147,8 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
     }
 }
 
-// Repacked types (quant.h): q4_1_x8 through its GEMV (q41x8.h) for every batch, token by token; q4_K_x8 decode
+// Repacked types (quant.h): q4_1_x8 through its GEMV (q41x8.h) for every batch, token by token; q8_0_x8 through its
+// GEMV (q80x8.h) token by token (AVX2: up to KVT_Q80X8_TOK_MAX tokens, larger batches unpacked); q4_K_x8 decode
 // through its GEMV (kqx8.h); q4_K_x8 batches of whole groups read the groups directly: AVX-512 2-8 tokens the
 // GEMV's arithmetic per token (kqx8.h), from 9 tokens the q4_K panel tile on panels packed from them (kqx8.h);
 // AVX2 gemm_avx2.c's 8-row q4_K tile on side data made from them; the scalar ISA and q4_K_x8's rows of a group
@@ -156,6 +157,31 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
 #define X8_STRIP_BYTES (256 * 1024)
 static void matmul_unpacked(kvt_isa isa, kvt_type st, const kvt_repack_ops *rp, int64_t n, const void *W, int64_t r0,
                             int64_t r1, const void *Xq, int64_t n_tok, float *Y, int64_t ldy);
+// q8_0_x8 decode and small batches (q80x8.h): the groups wholly inside [r0, r1), then a group cut by it computed
+// whole into a buffer. 0 if its scratch could not be had (the caller falls back).
+static int q80x8_rows(kvt_isa isa, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq, int64_t n_tok,
+                      float *Y, int64_t ldy) {
+    void (*mm)(int64_t, const void *, int64_t, int64_t, const void *, int64_t, float *, int64_t, void *) =
+        isa == KVT_ISA_AVX512 ? kvt_q80x8_mm_avx512 : kvt_q80x8_mm_avx2;
+    const int64_t sz = isa == KVT_ISA_AVX512 ? kvt_q80x8_scratch_avx512(n, n_tok) : kvt_q80x8_scratch_avx2(n, n_tok);
+    void *S = gemm_scratch(0, (size_t)sz);
+    if (!S) return 0;
+    const int64_t g0 = (r0 + 7) / 8, g1 = r1 / 8, wrs = kvt_row_size(KVT_TYPE_Q8_0, n), xrs = wrs;
+    if (g0 < g1) mm(n, W, g0, g1, Xq, n_tok, Y, ldy, S);
+    for (int64_t g = r0 / 8; g <= (r1 - 1) / 8; g++) { // a group cut by [r0, r1)
+        if (g >= g0 && g < g1) continue;
+        for (int64_t k0 = 0; k0 < n_tok; k0 += 8) {
+            const int64_t nk = min64(8, n_tok - k0);
+            float t[64];
+            mm(n, (const char *)W + g * 8 * wrs, 0, 1, (const char *)Xq + k0 * xrs, nk, t, 8, S);
+            for (int64_t k = 0; k < nk; k++)
+                for (int64_t r = g * 8 > r0 ? g * 8 : r0; r < r1 && r < g * 8 + 8; r++)
+                    Y[(k0 + k) * ldy + r] = t[8 * k + r - g * 8];
+        }
+    }
+    return 1;
+}
+
 static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
                             const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
     const kvt_type st = kvt_type_repacked_from(wt);
@@ -176,6 +202,9 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
         }
         return;
     }
+    if (wt == KVT_TYPE_Q8_0_X8 && (isa == KVT_ISA_AVX512 || (isa == KVT_ISA_AVX2 && n_tok <= KVT_Q80X8_TOK_MAX)) &&
+        q80x8_rows(isa, n, W, r0, r1, Xq, n_tok, Y, ldy))
+        return;
     if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) {
         void (*gemv)(int64_t, const void *, int64_t, int64_t, const void *, float *) =
             isa == KVT_ISA_AVX512 ? kvt_q4kx8_gemv_avx512 : kvt_q4kx8_gemv_avx2;

@@ -41,6 +41,10 @@
 //     them), only the rows of a group cut by the call's row range run the q4_K paths on unpacked rows.
 //     q4_1_x8 (q4_1 repacked, as q4_K_x8): the q4_1 order above, a row's 8 accumulator lanes in lane r of 8 vectors
 //     (q41x8.h), so a repacked matrix gives the q4_1 bits; batches too (the same GEMV token by token).
+//     q8_0_x8 (q8_0 repacked, as q4_K_x8): each ISA's q8_0 order above (avx2: the totals and the scalar chain;
+//     avx512: x32_row's 32 chains per row), rows in the lanes (q80x8.h), so a repacked matrix gives the q8_0 bits;
+//     batches: the same GEMV token by token (AVX2: up to KVT_Q80X8_TOK_MAX tokens, the q8_0 paths on unpacked
+//     rows beyond).
 //  avx512: the same sources with 16-lane vectors (f32/f16/bf16: one 16-lane accumulator over 16-wide
 //   slices, s = _mm512_reduce_add_ps(a); q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows
@@ -105,6 +109,20 @@ void kvt_q4kx8_gemv_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, con
 void kvt_q41x8_mm_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy);
 void kvt_q41x8_mm_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
                          int64_t ldy);
+// q8_0_x8 (q80x8.h): Y[t * ldy + 8g + r] for the groups g in [g0, g1) against n_tok q8_0 rows X, with
+// kvt_q80x8_scratch_ISA(n, n_tok) bytes of 64-aligned scratch: decode and every batch on AVX-512; on AVX2 batches up
+// to KVT_Q80X8_TOK_MAX tokens, larger ones run the q8_0 GEMM tile on unpacked rows (matmul.c). (Zen 4, one thread,
+// W 2048 x 2048 / 2048 x 5632 in cache, GFLOP/s q8_0 -> q8_0_x8: AVX-512 2-8 tokens 110-138 -> 148-163, 16-128
+// tokens 71-127 -> 123-161; AVX2 2-8 tokens 27-81 -> 88-98, 16-128 tokens 71-114 -> 64-95.)
+#ifndef KVT_Q80X8_TOK_MAX
+#define KVT_Q80X8_TOK_MAX 8
+#endif
+void kvt_q80x8_mm_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy,
+                       void *scratch);
+void kvt_q80x8_mm_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
+                         int64_t ldy, void *scratch);
+int64_t kvt_q80x8_scratch_avx2(int64_t n, int64_t n_tok);
+int64_t kvt_q80x8_scratch_avx512(int64_t n, int64_t n_tok);
 // AVX-512 batches (KVT_Q4KX8_GEMM_MIN tokens on): Y[t * ldy + r], r < nr (a multiple of 8), from the rows at W (a
 // group start), with kvt_q4kx8_gemm_scratch_avx512(n) bytes of 64-aligned scratch; the q4_K tile's bits.
 #define KVT_Q4KX8_GEMM_MIN 9

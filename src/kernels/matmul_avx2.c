@@ -642,6 +642,8 @@ static void q4_1_rows512(int64_t n, const void *W, size_t wrs, int64_t nr, const
 #include "kqx8.h"
 // q4_1_x8 decode (both ISAs)
 #include "q41x8.h"
+// q8_0_x8 decode and small batches (both ISAs)
+#include "q80x8.h"
 
 // ============================================ old AVX-512 panel tiles (off by default)
 // f16 and q8_0 panels of 16 weight rows (see the note at KVT_MM_AVX512_GEMM).

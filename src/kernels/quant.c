@@ -647,31 +647,61 @@ static void q4_K_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int
     }
 }
 
-static void q4_1_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) {
-    const int64_t nb = n / KVT_QK, wrs = nb * (int64_t)sizeof(kvt_block_q4_1);
+// The 32-element x8 layouts (quant.h: q4_1_x8, q8_0_x8) of a source block of bs bytes, nh f16 header words (d, m)
+// then its quants: in a group's block (8 * bs bytes), row r's quant chunk k (cb bytes) at cb * (8k + r), its header
+// word h at 8 * (bs - 2 * nh) + 16h + 2r.
+static inline __attribute__((always_inline)) void x8_pack32(const void *src, void *dst, int64_t rows, int64_t n, int bs,
+                                                            int nh, int cb) {
+    const int64_t nb = n / KVT_QK, wrs = nb * bs, q = bs - 2 * nh;
     for (int64_t g = 0; g < rows / 8; g++)
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *o = (uint8_t *)dst + g * 8 * wrs + b * KVT_Q41X8_B;
+            uint8_t *o = (uint8_t *)dst + g * 8 * wrs + b * 8 * bs;
             for (int r = 0; r < 8; r++) {
-                const kvt_block_q4_1 *x = (const kvt_block_q4_1 *)((const char *)src + (8 * g + r) * wrs) + b;
-                for (int q = 0; q < 4; q++) memcpy(o + 32 * q + 4 * r, x->qs + 4 * q, 4);
-                memcpy(o + 128 + 2 * r, &x->d, 2);
-                memcpy(o + 144 + 2 * r, &x->m, 2);
+                const uint8_t *x = (const uint8_t *)src + (8 * g + r) * wrs + b * bs;
+                for (int k = 0; k < q / cb; k++) memcpy(o + cb * (8 * k + r), x + 2 * nh + cb * k, (size_t)cb);
+                for (int h = 0; h < nh; h++) memcpy(o + 8 * q + 16 * h + 2 * r, x + 2 * h, 2);
             }
         }
 }
 
-static void q4_1_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {
-    const int64_t nb = n / KVT_QK, wrs = nb * (int64_t)sizeof(kvt_block_q4_1);
+static inline __attribute__((always_inline)) void x8_unpack32(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n,
+                                                              int bs, int nh, int cb) {
+    const int64_t nb = n / KVT_QK, wrs = nb * bs, q = bs - 2 * nh;
     for (int64_t r = r0; r < r1; r++) {
         const int rr = (int)(r % 8);
         const uint8_t *in = (const uint8_t *)W + (r / 8) * 8 * wrs;
-        kvt_block_q4_1 *x = (kvt_block_q4_1 *)((char *)dst + (r - r0) * wrs);
-        for (int64_t b = 0; b < nb; b++, in += KVT_Q41X8_B, x++) {
-            for (int q = 0; q < 4; q++) memcpy(x->qs + 4 * q, in + 32 * q + 4 * rr, 4);
-            memcpy(&x->d, in + 128 + 2 * rr, 2);
-            memcpy(&x->m, in + 144 + 2 * rr, 2);
+        uint8_t *x = (uint8_t *)dst + (r - r0) * wrs;
+        for (int64_t b = 0; b < nb; b++, in += 8 * bs, x += bs) {
+            for (int k = 0; k < q / cb; k++) memcpy(x + 2 * nh + cb * k, in + cb * (8 * k + rr), (size_t)cb);
+            for (int h = 0; h < nh; h++) memcpy(x + 2 * h, in + 8 * q + 16 * h + 2 * rr, 2);
         }
+    }
+}
+
+static void q4_1_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) { x8_pack32(src, dst, rows, n, 20, 2, 4); }
+static void q4_1_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {
+    x8_unpack32(W, dst, r0, r1, n, 20, 2, 4);
+}
+// q8_0_x8 (quant.h): row r's 8-byte chunk P of block b at b * KVT_Q80X8_B + 64P + 8(r % 8) of its group, its d at
+// + 256 + 2(r % 8).
+static void q8_0_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) { x8_pack32(src, dst, rows, n, 34, 1, 8); }
+static void q8_0_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {
+    x8_unpack32(W, dst, r0, r1, n, 34, 1, 8);
+}
+_Static_assert(sizeof(kvt_block_q4_1) == 20 && 8 * 20 == KVT_Q41X8_B && sizeof(kvt_block_q8_0) == 34 &&
+                   8 * 34 == KVT_Q80X8_B,
+               "x8_pack32 block sizes");
+
+// q8_0_to_float's expression (d * (float)q) per element.
+static void q8_0_x8_row_to_float(const void *W, int64_t r, int64_t n, float *dst) {
+    const int64_t nb = n / KVT_QK, wrs = nb * (int64_t)sizeof(kvt_block_q8_0);
+    const int rr = (int)(r % 8);
+    const uint8_t *in = (const uint8_t *)W + (r / 8) * 8 * wrs;
+    for (int64_t b = 0; b < nb; b++, in += KVT_Q80X8_B, dst += KVT_QK) {
+        uint16_t h;
+        memcpy(&h, in + 256 + 2 * rr, 2);
+        const float d = kvt_f16_to_f32(h);
+        for (int j = 0; j < KVT_QK; j++) dst[j] = d * (float)(int8_t)in[64 * (j / 8) + 8 * rr + j % 8];
     }
 }
 
@@ -689,9 +719,10 @@ static void q6_K_copy_unpack(const void *W, void *dst, int64_t r0, int64_t r1, i
 }
 
 static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
-    [KVT_TYPE_Q4_K] = {KVT_TYPE_Q4_K_X8, 8, q4_K_x8_pack, q4_K_x8_unpack},
-    [KVT_TYPE_Q6_K] = {KVT_TYPE_Q6_K, 1, q6_K_copy_pack, q6_K_copy_unpack},
-    [KVT_TYPE_Q4_1] = {KVT_TYPE_Q4_1_X8, 8, q4_1_x8_pack, q4_1_x8_unpack},
+    [KVT_TYPE_Q4_K] = {KVT_TYPE_Q4_K_X8, 8, q4_K_x8_pack, q4_K_x8_unpack, NULL},
+    [KVT_TYPE_Q6_K] = {KVT_TYPE_Q6_K, 1, q6_K_copy_pack, q6_K_copy_unpack, NULL},
+    [KVT_TYPE_Q4_1] = {KVT_TYPE_Q4_1_X8, 8, q4_1_x8_pack, q4_1_x8_unpack, NULL},
+    [KVT_TYPE_Q8_0] = {KVT_TYPE_Q8_0_X8, 8, q8_0_x8_pack, q8_0_x8_unpack, q8_0_x8_row_to_float},
 };
 
 const kvt_repack_ops *kvt_type_repack(kvt_type t) {
@@ -704,11 +735,27 @@ kvt_type kvt_type_repacked_from(kvt_type t) {
     return t;
 }
 
+bool kvt_matrix_row_to_float(kvt_type t, const void *W, int64_t r, int64_t n, float *dst) {
+    const kvt_type st = kvt_type_repacked_from(t);
+    if (st != t) {
+        const kvt_repack_ops *rp = kvt_type_repack(st);
+        if (!rp->row_to_float) return false;
+        rp->row_to_float(W, r, n, dst);
+        return true;
+    }
+    const kvt_type_ops *ops = kvt_type_ops_get(t);
+    const int64_t rs = kvt_row_size(t, n);
+    if (!ops || !ops->to_float || rs < 0) return false;
+    ops->to_float((const char *)W + r * rs, dst, n);
+    return true;
+}
+
 // A repacked type has no row functions (its rows are interleaved): only the activation type of its
 // source, for the callers that convert activations (kvt_matmul_rows does the rest).
 static const kvt_type_ops k_repacked_ops[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_K_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_K, NULL},
     [KVT_TYPE_Q4_1_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_1, NULL},
+    [KVT_TYPE_Q8_0_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_0, NULL},
 };
 
 const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {

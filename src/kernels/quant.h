@@ -14,6 +14,7 @@
 #define KVT_QUANT_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -177,6 +178,16 @@ static inline void kvt_q4kx8_scales(const uint8_t *in, int r, uint8_t sc[8], uin
 // Its kernels keep the q4_1 order of matmul.h per row (a row's 8 accumulator lanes are lanes of 8 vectors,
 // one row per lane): the bits of the q4_1 matrix on every ISA.
 #define KVT_Q41X8_B (8 * 20)
+// q8_0_x8: q8_0 rows in groups of 8 the same way (group g at the q8_0 offset of row 8g); per block b of 32
+// elements a group holds KVT_Q80X8_B bytes at b * KVT_Q80X8_B:
+//   [0, 256)   qs: row r's q8_0 qs[8P .. 8P + 8) at 64P + 8r (P < 4), so one 64-byte load holds chunk P of the 8
+//              rows (a 32-byte load: of rows 0-3 or 4-7), each row's two quads 2P, 2P + 1 side by side
+//   [256, 272) d of rows 0..7 (f16)
+// Its kernels (q80x8.h) keep each ISA's q8_0 order of matmul.h per row, one row per lane (AVX2: the exact integer
+// total per block, then the scalar chain; AVX-512: the offset-128 grouped order, every accumulator lane a lane of
+// the x8 kernel's): the bits of the q8_0 matrix on every ISA. Its rows can be read back one at a time
+// (row_to_float), so a tied token_embd / output matrix is repacked too (model.c) and the embedding lookup reads it.
+#define KVT_Q80X8_B (8 * 34)
 typedef struct {
     kvt_type to;    // the repacked type
     int row_align;  // the matrix's rows must be a multiple of this
@@ -184,12 +195,18 @@ typedef struct {
     void (*pack)(const void *src, void *dst, int64_t rows, int64_t n);
     // dst (rows r0 .. r1 - 1 of the source type, packed) = those rows of the repacked matrix W (any r0 <= r1)
     void (*unpack)(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n);
+    // dst[0..n) = row r of the repacked matrix W dequantized, the source type's to_float bits (NULL: none, and
+    // then a tied token_embd / output matrix of the source type is not repacked)
+    void (*row_to_float)(const void *W, int64_t r, int64_t n, float *dst);
 } kvt_repack_ops;
 // The repacking of weights of type t (NULL: none). to_type(from) and from_type(to) below. q6_K's is a plain
 // copy (to == q6_K: the same layout, moved into the repacked weights' huge pages; quant.c).
 const kvt_repack_ops *kvt_type_repack(kvt_type t);
 // The source type of a repacked type (t itself for any other type).
 kvt_type kvt_type_repacked_from(kvt_type t);
+// dst[0..n) = row r of the matrix W of type t (rows of n elements; a repacked type too), dequantized: the
+// embedding lookup. False (dst untouched) if t has no to_float or its repacking no row_to_float.
+bool kvt_matrix_row_to_float(kvt_type t, const void *W, int64_t r, int64_t n, float *dst);
 
 // ---- internal: per-ISA tables, provided by quant_avx2.c / quant_avx512.c ----
 const kvt_type_ops *kvt_type_ops_avx2_table(kvt_type t);

@@ -333,6 +333,8 @@ static kvt_status load_layer(loader *L, int il, kvt_layer *ly) {
 // anonymous mapping (huge pages where the kernel gives them); the file's pages of the originals are then
 // released (MADV_DONTNEED: they stay readable in the mapping, for the GPU upload and the fingerprint, and
 // are read again from the page cache only then). Nothing repacked with KVT_REPACK=0 or when memory is short.
+// A tied output matrix is repacked only if its repacking reads rows back (row_to_float: q8_0_x8): token_embd then
+// points at the same repacked copy.
 // pack 0: only the size (m->repack_bytes); pack 1: the repacking (kvt_model_repack, under m->repack_lock).
 static void model_repack(kvt_model *m, int pack) {
     const char *env = getenv("KVT_REPACK");
@@ -342,7 +344,10 @@ static void model_repack(kvt_model *m, int pack) {
         int64_t off = 0;
         for (int32_t il = -1; il < m->hp.n_layer; il++) {
             kvt_layer *L = il >= 0 ? &m->layers[il] : NULL;
-            kvt_weight *ws[] = {L ? &L->wq : m->tied_output ? NULL : &m->output, L ? &L->wk : NULL, L ? &L->wv : NULL,
+            // a tied output (token_embd) only where its repacking can read a row back for the embedding lookup
+            const kvt_repack_ops *orp = m->output.data ? kvt_type_repack(m->output.type) : NULL;
+            const bool out_ok = !m->tied_output || (orp && orp->row_to_float);
+            kvt_weight *ws[] = {L ? &L->wq : out_ok ? &m->output : NULL, L ? &L->wk : NULL, L ? &L->wv : NULL,
                                 L ? &L->wo : NULL, L ? &L->w_gate : NULL, L ? &L->w_up : NULL, L ? &L->w_down : NULL};
             for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
                 kvt_weight *w = ws[k];
@@ -360,6 +365,10 @@ static void model_repack(kvt_model *m, int pack) {
                     }
                     w->data = dst;
                     w->type = rp->to;
+                    if (w == &m->output && m->tied_output) { // the embedding lookup reads it (kvt_matrix_row_to_float)
+                        m->tok_embd.data = dst;
+                        m->tok_embd.type = rp->to;
+                    }
                 }
                 off += (bytes + 63) & ~(int64_t)63;
             }

@@ -59,8 +59,9 @@ int32_t kvt_hparams_layer_window(const kvt_hparams *hp, int32_t il);
 // A 2-D weight used in place: [rows, cols] of `type`, rows packed, where
 // cols = GGUF ne[0] (input width) and rows = ne[1] (output width).
 // data/type are what the CPU kernels read: the file's bytes, or a repacked copy (kvt_model_repack, called by
-// kvt_context_init, repacks the layer and untied output matrices whose type has a kvt_type_repack, e.g. q4_K ->
-// q4_K_x8, unless KVT_REPACK=0); file_data/file_type are always the GGUF's (the GPU uploads those).
+// kvt_context_init, repacks the layer and output matrices whose type has a kvt_type_repack, e.g. q4_K ->
+// q4_K_x8, unless KVT_REPACK=0; a tied output only if its repacking has row_to_float, and then token_embd reads
+// the repacked copy too: kvt_matrix_row_to_float); file_data/file_type are always the GGUF's (the GPU uploads those).
 typedef struct {
     const void *data;
     kvt_type type;

@@ -116,27 +116,43 @@ static void solve_simplex(const double *G, const double *b, int32_t w, double *a
 
 enum { GRAM_XB = 32 }; // dimensions per tile of gram
 
-// The Gram matrix R[a * m + b] = dot(row a, row b) of the m rows h ([m, d]), each entry a serial double sum over the
-// dimensions in order (products of floats: exact in double, so R[a * m + b] and R[b * m + a] are the same bits). Tile
-// by tile of GRAM_XB dimensions, transposed so that one dimension's products with every row are contiguous: the m
-// sums of a row run side by side in vector lanes (independent sums: no latency chain).
+// Rows a0 .. m-1 of the Gram matrix R[a * ld + b] = dot(row a, row b) of the m rows h ([m, d]), every column b < m, and
+// their mirror R[b * ld + a] (b < a0): each entry a serial double sum over the dimensions in order (products of floats:
+// exact in double, so R[a * ld + b] and R[b * ld + a] are the same bits, and an entry depends only on its two rows: a
+// row computed at one step is the same bits at the next). Tile by tile of GRAM_XB dimensions, transposed so that one
+// dimension's products with every row are contiguous: the m sums of a row run side by side in vector lanes
+// (independent sums: no latency chain).
 KVT_SPARSE_CLONES
-static void gram(const float *h, int32_t m, int32_t d, double *R) {
+static void gram(const float *h, int32_t m, int32_t d, double *R, int32_t ld, int32_t a0) {
     double T[GRAM_XB * (MAX_WINDOW + 1)];
-    memset(R, 0, (size_t)m * m * sizeof *R);
+    for (int32_t a = a0; a < m; a++) memset(R + (int64_t)a * ld, 0, (size_t)m * sizeof *R);
     for (int32_t x0 = 0; x0 < d; x0 += GRAM_XB) {
         const int32_t xn = d - x0 < GRAM_XB ? d - x0 : GRAM_XB;
         for (int32_t b = 0; b < m; b++) {
             for (int32_t xx = 0; xx < xn; xx++) T[xx * m + b] = h[(int64_t)b * d + x0 + xx];
         }
-        for (int32_t a = 0; a < m; a++) {
-            double *Ra = R + (int64_t)a * m;
+        for (int32_t a = a0; a < m; a++) {
+            double *Ra = R + (int64_t)a * ld;
             for (int32_t xx = 0; xx < xn; xx++) {
                 const double v = T[xx * m + a], *Tx = T + xx * m;
                 for (int32_t b = 0; b < m; b++) Ra[b] += v * Tx[b];
             }
         }
     }
+    for (int32_t a = a0; a < m; a++) {
+        for (int32_t b = 0; b < a0; b++) R[(int64_t)b * ld + a] = R[(int64_t)a * ld + b];
+    }
+}
+
+void kvt_sparse_gram_update(const float *hist, int32_t n, int32_t d, double *G, int32_t ld, int32_t *g_n, int32_t *g_shift) {
+    int32_t k = *g_n - *g_shift; // rows still held: rows shift .. g_n - 1 of the products, now rows 0 .. k - 1
+    if (k < 0 || *g_n > n + *g_shift) k = 0;
+    if (k > 0 && *g_shift > 0) {
+        for (int32_t a = 0; a < k; a++) memmove(G + (int64_t)a * ld, G + (int64_t)(a + *g_shift) * ld + *g_shift, (size_t)k * sizeof *G);
+    }
+    if (k < n) gram(hist, n, d, G, ld, k);
+    *g_n = n;
+    *g_shift = 0;
 }
 
 // acc[x] += (float)sum_i a[i] X[i * d + x] over i in order (double sums), for x in [0, d): GRAM_XB dimensions at a time,
@@ -156,17 +172,18 @@ static void combine_rows(const double *a, const float *X, int32_t w, int32_t d, 
 
 // One window's estimate of the next row, added into acc; false when the window cannot be used. how: 0 the
 // ridge weights as solved, 1 softmax-normalized, 2 the ridge problem solved over the simplex. R: the Gram matrix
-// of the last m rows of hist (m >= w + 1), shared by every window (the products of the same rows: the same bits).
+// of the last m rows of hist (m >= w + 1; row stride ld), shared by every window (the products of the same rows: the
+// same bits).
 static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, double lambda, int how, const double *R,
-                           int32_t m, float *acc) {
+                           int32_t ld, int32_t m, float *acc) {
     if (w < 1 || w > MAX_WINDOW || n < w + 1 || m < w + 1) return false;
     double G[MAX_WINDOW * MAX_WINDOW], a[MAX_WINDOW];
     const int32_t r0 = m - 1 - w; // X: rows n-1-w .. n-2 of hist = rows r0 .. m-2 of R; y: row m-1
     double tr = 0.0;
     for (int32_t i = 0; i < w; i++) {
-        for (int32_t j = 0; j <= i; j++) G[i * w + j] = G[j * w + i] = R[(r0 + i) * m + r0 + j];
+        for (int32_t j = 0; j <= i; j++) G[i * w + j] = G[j * w + i] = R[(r0 + i) * ld + r0 + j];
         tr += G[i * w + i];
-        a[i] = R[(r0 + i) * m + m - 1];
+        a[i] = R[(r0 + i) * ld + m - 1];
     }
     const double reg = lambda * (tr > 0.0 ? tr / w : 1.0);
     for (int32_t i = 0; i < w; i++) G[i * w + i] += reg > 0.0 ? reg : 1e-12;
@@ -187,16 +204,23 @@ static bool predict_window(const float *hist, int32_t n, int32_t d, int32_t w, d
     return true;
 }
 
+// G: the Gram matrix of hist's n rows (row stride ld, kvt_sparse_gram_update), or NULL: computed here (the same bits).
 static void predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda, int how,
-                    float *out, float *work) {
+                    const double *G, int32_t ld, float *out, float *work) {
     memset(work, 0, (size_t)d * sizeof(float));
     int32_t used = 0, m = 0;
     for (int32_t i = 0; i < nw; i++) { // the rows the largest usable window reads
         if (windows[i] >= 1 && windows[i] <= MAX_WINDOW && n >= windows[i] + 1 && windows[i] + 1 > m) m = windows[i] + 1;
     }
     double R[(MAX_WINDOW + 1) * (MAX_WINDOW + 1)];
-    if (m > 0) gram(hist + (int64_t)(n - m) * d, m, d, R);
-    for (int32_t i = 0; i < nw; i++) used += predict_window(hist, n, d, windows[i], lambda, how, R, m, work);
+    const double *Rm = R; // the Gram matrix of the last m rows, row stride ld
+    if (G && m > 0) {
+        Rm = G + (int64_t)(n - m) * ld + (n - m);
+    } else {
+        ld = m;
+        if (m > 0) gram(hist + (int64_t)(n - m) * d, m, d, R, m, 0);
+    }
+    for (int32_t i = 0; i < nw; i++) used += predict_window(hist, n, d, windows[i], lambda, how, Rm, ld, m, work);
     if (!used) {
         if (n > 0) memcpy(out, hist + (int64_t)(n - 1) * d, (size_t)d * sizeof(float));
         else memset(out, 0, (size_t)d * sizeof(float));
@@ -207,12 +231,17 @@ static void predict(const float *hist, int32_t n, int32_t d, const int32_t *wind
 
 void kvt_sparse_predict(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
                         bool softmax, float *out, float *work) {
-    predict(hist, n, d, windows, nw, lambda, softmax ? 1 : 0, out, work);
+    predict(hist, n, d, windows, nw, lambda, softmax ? 1 : 0, NULL, 0, out, work);
+}
+
+void kvt_sparse_predict_gram(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
+                             bool simplex, const double *G, int32_t ld, float *out, float *work) {
+    predict(hist, n, d, windows, nw, lambda, simplex ? 2 : 1, G, ld, out, work);
 }
 
 void kvt_sparse_predict_simplex(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
                                 float *out, float *work) {
-    predict(hist, n, d, windows, nw, lambda, 2, out, work);
+    predict(hist, n, d, windows, nw, lambda, 2, NULL, 0, out, work);
 }
 
 void kvt_sparse_rope_align(float *hist, int32_t n, int32_t heads, int32_t head_dim, const kvt_rope_params *rope, float *cs) {
@@ -321,10 +350,13 @@ static float weighted_kth(float *v, int32_t *w, int64_t n, int64_t k) {
     }
 }
 
-// The end of the piece of the middle (which ends at m1) that starts at a: the rest of a's page (pos NULL: x's page is
-// x / B; else pos[x] / B, pos sorted).
-static int64_t piece_end(const int32_t *pos, int64_t a, int64_t m1, int32_t B) {
-    if (!pos) return (a / B + 1) * B < m1 ? (a / B + 1) * B : m1;
+// The end of the piece of the middle [m0, m1) that starts at a: the rest of a's page (pos NULL: x's page is x / B; else
+// pos[x] / B, pos sorted). Without pos every piece after the first starts at a page start, so only the first divides.
+static inline int64_t piece_end(const int32_t *pos, int64_t m0, int64_t a, int64_t m1, int32_t B) {
+    if (!pos) {
+        const int64_t e = a == m0 ? (a / B + 1) * B : a + B;
+        return e < m1 ? e : m1;
+    }
     const int64_t end = ((int64_t)pos[a] / B + 1) * B;
     int64_t e = a + 1;
     while (e < m1 && pos[e] < end) e++;
@@ -343,18 +375,18 @@ int64_t kvt_sparse_topk_pages(const float *score, int64_t n, int64_t K, int64_t 
     } else if (kk > 0) {
         int64_t ns = 0; // the middle cut into its pieces of pages, each one value
         for (int64_t a = m0, e; a < m1; a = e, ns++) {
-            e = piece_end(pos, a, m1, B);
+            e = piece_end(pos, m0, a, m1, B);
             vals[ns] = isnan(score[a]) ? -INFINITY : score[a];
             wts[ns] = (int32_t)(e - a);
         }
         const float thr = weighted_kth(vals, wts, ns, kk);
         int64_t ties = kk; // what the pieces above thr leave to the ties (the lowest first)
         for (int64_t a = m0, e; a < m1; a = e) {
-            e = piece_end(pos, a, m1, B);
+            e = piece_end(pos, m0, a, m1, B);
             if (score[a] > thr) ties -= e - a;
         }
         for (int64_t a = m0, e; a < m1; a = e) {
-            e = piece_end(pos, a, m1, B);
+            e = piece_end(pos, m0, a, m1, B);
             int64_t take = 0;
             if (score[a] > thr) take = e - a;
             else if (score[a] == thr || (isnan(score[a]) && thr == -INFINITY)) take = ties < e - a ? ties : e - a, ties -= take;

@@ -71,6 +71,10 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     kvt_sparse_params_resolve(&p);
     if (p.budget_frac > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-budget %g: a fraction must be <= 1", p.budget_frac);
     if (p.fallback < 0.0 || p.fallback > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-fallback %g: a cosine in [0, 1]", p.fallback);
+    if (p.layer_floor < 0.0 || p.layer_floor > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-layer-floor %g: a fraction in [0, 1]", p.layer_floor);
+    if (p.share_layers && !(p.share && p.rerank > 1.0 && p.rerank_block > 1)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-share-layers needs --sparse-share, --sparse-rerank and --sparse-rerank-block");
+    }
     if (p.window > 64) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-window %d: at most 64 queries", p.window);
     if (d->n_head_kv <= 0 || d->n_head % d->n_head_kv) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sparse attention: n_head %d not a multiple of n_head_kv %d", d->n_head, d->n_head_kv);
@@ -127,6 +131,14 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
         s->sh_w = kvt_sparse_zalloc((size_t)(H * N) * 4, &ok);
         s->sh_cnt = kvt_sparse_zalloc((size_t)(3 * H) * 8, &ok);
     }
+    if (ok && kvt_sparse_layer_pieces(s) > 0) {
+        const size_t n_all = (size_t)(d->n_layer * kvt_sparse_layer_pieces(s));
+        s->sh_raw = kvt_sparse_zalloc((size_t)(H * N) * 4, &ok);
+        s->ls_v = kvt_sparse_zalloc(n_all * 4, &ok);
+        s->ls_v2 = kvt_sparse_zalloc(n_all * 4, &ok);
+        s->ls_w = kvt_sparse_zalloc(n_all * 4, &ok);
+        s->ls_w2 = kvt_sparse_zalloc(n_all * 4, &ok);
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (!ok) {
@@ -164,7 +176,7 @@ void kvt_sparse_free(kvt_sparse *s) {
     for (int32_t i = 0; s->rr_ss && i < s->d.n_threads; i++) ss_free(&s->rr_ss[i]);
     free(s->rr_ss);
     void *bufs[] = {s->exact, s->osel, s->kbuf, s->krow, s->krow_t, s->queue, s->pair_mass, s->rr_raw, s->rr_q16, s->rr_qs, s->rr_inv,
-                    s->sh_vals, s->sh_wts, s->sh_v, s->sh_w, s->sh_cnt,
+                    s->sh_vals, s->sh_wts, s->sh_v, s->sh_w, s->sh_cnt, s->sh_raw, s->ls_v, s->ls_v2, s->ls_w, s->ls_w2,
                     s->ps_n, s->ps_fb, s->ps_ncos, s->ps_mass, s->ps_ovl, s->ps_cos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     pthread_mutex_destroy(&s->mu);
@@ -425,6 +437,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
                 ly->sel_pos = P;
             } else {
                 kvt_sparse_check_predicted(s, ly, layer, P, q, p->scale);
+                if (s->p.rerank > 1.0 && kvt_sparse_layer_pieces(s) > 0) kvt_sparse_layer_budgets(s, sq, P);
                 if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale, pool);
             }
             summary = H * P * (s->d.head_dim + 4);

@@ -29,6 +29,7 @@ static double dot_d(const float *a, const float *b, int32_t d) {
 // Every position of each page of B positions takes the page's largest score (sum: the sum of its scores, the
 // page's mass): top-k then picks whole pages (the last one cut at the budget), as the store moves whole blocks.
 static void page_max(float *score, int64_t n, int32_t B, bool sum) {
+    if (sum) return kvt_sparse_page_sums(score, n, B);
     for (int64_t p0 = 0; p0 < n; p0 += B) {
         const int64_t p1 = p0 + B < n ? p0 + B : n;
         float m = score[p0];
@@ -121,10 +122,16 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
                 for (int32_t i = 0; i < hn; i++) memcpy(ss->hrow + (int64_t)i * hd, h + (int64_t)i * gd + (int64_t)j * hd, (size_t)hd * sizeof(float));
                 kvt_sparse_predict(ss->hrow, hn, hd, s->windows, s->nw, s->p.lambda, true, ss->pred + (int64_t)j * hd, ss->work);
             }
-        } else if (s->p.predictor == KVT_SPARSE_PRED_SIMPLEX) {
-            kvt_sparse_predict_simplex(h, hn, gd, s->windows, s->nw, s->p.lambda, ss->pred, ss->work);
-        } else {
-            kvt_sparse_predict(h, hn, gd, s->windows, s->nw, s->p.lambda, true, ss->pred, ss->work);
+        } else if (align) { // the rows rotate differently at every step: no products kept
+            if (s->p.predictor == KVT_SPARSE_PRED_SIMPLEX) kvt_sparse_predict_simplex(h, hn, gd, s->windows, s->nw, s->p.lambda, ss->pred, ss->work);
+            else kvt_sparse_predict(h, hn, gd, s->windows, s->nw, s->p.lambda, true, ss->pred, ss->work);
+        } else { // the ridge (or simplex) ensemble on the history's Gram matrix kept from the last step (the same bits)
+            const int32_t W1 = s->p.window + 1;
+            double *G = ly->gram + (int64_t)kh * W1 * W1;
+            int32_t gn = ly->gram_n, gs = ly->gram_shift; // every head's products moved by the same rows
+            kvt_sparse_gram_update(h, hn, gd, G, W1, &gn, &gs);
+            kvt_sparse_predict_gram(h, hn, gd, s->windows, s->nw, s->p.lambda, s->p.predictor == KVT_SPARSE_PRED_SIMPLEX, G, W1,
+                                    ss->pred, ss->work);
         }
         memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
         score_int8(s, ly, kh, ss->pred, n, P, scale, ss->raw);
@@ -136,6 +143,9 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
             ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
         }
         if (pf_layer >= 0 && s->kv) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], n, K0, pf_seq, pf_layer, kh, false);
+    }
+    if (ly->gram && !align && (s->p.predictor == KVT_SPARSE_PRED_RIDGE || s->p.predictor == KVT_SPARSE_PRED_SIMPLEX)) {
+        ly->gram_n = hn, ly->gram_shift = 0; // every head's products are up to date
     }
     ly->sel_pos = P;
 }
@@ -219,16 +229,20 @@ static void rr_softmax_task(void *ctx, int64_t task, int thread) {
 
 // share, in pass 3: KV head kh's middle candidates (sorted, [c_sink, nc - c_recent)) cut into pieces at page ends, each
 // one page score (agg; NaN as -inf) and its number of candidates, into the head's rows of sh_vals / sh_wts.
+// kept (NULL: none): the pages kept at P - 1, whose pieces score f times their mass (the hysteresis); with share_layers
+// the pieces' unscaled mass into the head's row of sh_raw (the layers' budgets compare masses, not the hysteresis).
 static void share_pieces(kvt_sparse *s, int32_t kh, const int32_t *sel, int64_t nc, int64_t c_sink, int64_t c_recent,
-                         const float *agg) {
+                         const float *agg, const uint8_t *kept, float f) {
     const int32_t H = s->d.n_head_kv, Q = s->p.rerank_block;
-    float *v = s->sh_vals + (int64_t)kh * s->d.n_ctx;
+    float *v = s->sh_vals + (int64_t)kh * s->d.n_ctx, *raw = s->sh_raw ? s->sh_raw + (int64_t)kh * s->d.n_ctx : NULL;
     int32_t *w = s->sh_wts + (int64_t)kh * s->d.n_ctx;
     int64_t ns = 0;
     for (int64_t x = c_sink, e; x < nc - c_recent; x = e, ns++) {
         const int32_t end = (sel[x] / Q + 1) * Q;
         for (e = x + 1; e < nc - c_recent && sel[e] < end; e++) {}
-        v[ns] = isnan(agg[x]) ? -INFINITY : agg[x];
+        const float m = kept && kept[sel[x] / Q] ? agg[x] * f : agg[x];
+        v[ns] = isnan(m) ? -INFINITY : m;
+        if (raw) raw[ns] = isnan(agg[x]) ? -INFINITY : agg[x];
         w[ns] = (int32_t)(e - x);
     }
     s->sh_cnt[kh] = c_sink, s->sh_cnt[H + kh] = c_recent, s->sh_cnt[2 * H + kh] = ns;
@@ -259,16 +273,16 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
     kvt_sparse_aggregate_rows(rr_raw(J, kh), s->qpg, nc, s->rr_inv + (int64_t)kh * s->qpg, ss->agg);
     const uint8_t *kept = J->use_kept ? ly->kept + kh * kvt_sparse_kept_pages(s) : NULL;
     if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block);
+    if (s->p.rerank_block > 1 && s->sh_vals) { // share: the layer's pages are chosen together (share_choose)
+        share_pieces(s, kh, sel, nc, c_sink, c_recent, ss->agg, kept, (float)(1.0 + s->p.keep));
+        return;
+    }
     if (kept) { // a page kept at P - 1 is resident: it leaves the set only for (1 + keep) times its mass
         const float f = (float)(1.0 + s->p.keep);
         for (int64_t x = c_sink, end = 0, pg = 0; x < nc - c_recent; x++) { // sorted: one division per page
             if (sel[x] >= end) pg = sel[x] / s->p.rerank_block, end = (pg + 1) * s->p.rerank_block;
             if (kept[pg]) ss->agg[x] *= f;
         }
-    }
-    if (s->p.rerank_block > 1 && s->sh_vals) { // share: the layer's pages are chosen together (share_choose)
-        share_pieces(s, kh, sel, nc, c_sink, c_recent, ss->agg);
-        return;
     }
     // top-K over the candidates in position order (sink and recent: their first and last ones)
     const int64_t m = s->p.rerank_block > 1 // the candidates of a page share its mass: top-k over the pages
@@ -292,8 +306,14 @@ static void share_choose(const rerank_job *J) {
     int64_t ns = 0, kk = 0, total = 0;
     for (int32_t kh = 0; kh < H; kh++) {
         if (!rr_active(J, kh)) continue;
+        if (ly->lv) memcpy(ly->lv + ns, s->sh_raw + kh * N, (size_t)np[kh] * 4); // share_layers: the unscaled masses
         for (int64_t i = 0; i < np[kh]; i++, ns++) s->sh_v[ns] = s->sh_vals[kh * N + i], s->sh_w[ns] = s->sh_wts[kh * N + i], total += s->sh_w[ns];
         kk += J->K - c0[kh] - c1[kh];
+    }
+    if (ly->lv) { // share_layers: this step's pieces, the budget's next record; the shared budget, when set, replaces kk
+        memcpy(ly->lw, s->sh_w, (size_t)ns * 4);
+        ly->ln = ns, ly->lkk = kk, ly->lpos = J->P;
+        if (ly->lalloc >= 0) kk = ly->lalloc;
     }
     const bool all = kk >= total;
     const float thr = all || kk <= 0 ? INFINITY : kvt_sparse_weighted_kth(s->sh_v, s->sh_w, ns, kk);
@@ -317,6 +337,63 @@ static void share_choose(const rerank_job *J) {
         for (int64_t y = nc - c1[kh]; y < nc; y++) sel[c++] = sel[y];
         ly->nsel[kh] = c;
         if (ly->kept) mark_kept(s, ly, kh, sel, c);
+    }
+}
+
+// kvt_sparse_layer_budgets: how many of the n pieces' candidates (v, w in order) the threshold thr takes, the pieces at
+// thr taking from *ties in order (as share_choose and kvt_sparse_topk_pages cut them).
+static int64_t taken_at(const float *v, const int32_t *w, int64_t n, float thr, int64_t *ties) {
+    int64_t a = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i] > thr) {
+            a += w[i];
+        } else if (v[i] == thr && *ties > 0) {
+            const int64_t t = *ties < w[i] ? *ties : w[i];
+            a += t, *ties -= t;
+        }
+    }
+    return a;
+}
+
+void kvt_sparse_layer_budgets(kvt_sparse *s, kvt_sparse_seq *q, int64_t P) {
+    if (q->lb_pos == P) return;
+    q->lb_pos = P;
+    int64_t ns = 0, kk = 0, total = 0;
+    for (int32_t l = 0; l < s->d.n_layer; l++) {
+        kvt_sparse_layer *ly = &q->lay[l];
+        ly->lalloc = -1;
+        if (!ly->lv || ly->lpos != P - 1 || ly->kept_pos != P - 1 || ly->ln <= 0 || ly->lkk <= 0) continue;
+        float *v = s->ls_v + ns;
+        int32_t *w = s->ls_w + ns;
+        memcpy(v, ly->lv, (size_t)ly->ln * 4);
+        memcpy(w, ly->lw, (size_t)ly->ln * 4);
+        int64_t lt = 0;
+        for (int64_t i = 0; i < ly->ln; i++) lt += w[i];
+        const int64_t fk = (int64_t)(s->p.layer_floor * (double)ly->lkk);
+        if (fk > 0) { // the layer's best pieces up to fk candidates first (+inf; whole pieces: at least fk)
+            memcpy(s->ls_v2, v, (size_t)ly->ln * 4);
+            memcpy(s->ls_w2, w, (size_t)ly->ln * 4);
+            const float tl = fk >= lt ? -INFINITY : kvt_sparse_weighted_kth(s->ls_v2, s->ls_w2, ly->ln, fk);
+            int64_t rest = fk; // the pieces above tl, then those at tl in order while the floor is not reached
+            for (int64_t i = 0; i < ly->ln; i++) rest -= v[i] > tl ? w[i] : 0;
+            for (int64_t i = 0; i < ly->ln; i++) {
+                if (v[i] > tl || (v[i] == tl && rest > 0)) rest -= v[i] == tl ? w[i] : 0, v[i] = INFINITY;
+            }
+        }
+        ly->lalloc = 0; // in the pool
+        ns += ly->ln, kk += ly->lkk, total += lt;
+    }
+    if (ns == 0) return;
+    memcpy(s->ls_v2, s->ls_v, (size_t)ns * 4);
+    memcpy(s->ls_w2, s->ls_w, (size_t)ns * 4);
+    const float thr = kk >= total ? -INFINITY : kvt_sparse_weighted_kth(s->ls_v2, s->ls_w2, ns, kk);
+    int64_t ties = kk - taken_at(s->ls_v, s->ls_w, ns, thr, &(int64_t){0}); // what the pieces above thr leave
+    int64_t at = 0;
+    for (int32_t l = 0; l < s->d.n_layer; l++) {
+        kvt_sparse_layer *ly = &q->lay[l];
+        if (ly->lalloc < 0) continue;
+        ly->lalloc = kk >= total ? ly->ln > 0 ? INT64_MAX / 4 : 0 : taken_at(s->ls_v + at, s->ls_w + at, ly->ln, thr, &ties);
+        at += ly->ln;
     }
 }
 

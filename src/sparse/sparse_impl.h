@@ -56,12 +56,24 @@ typedef struct {
     int64_t *nsel;      // [Hkv]
     float *hist;        // asyncspade: [Hkv][W + 1][gd] last queries, oldest first
     float *pred_q;      // asyncspade: [Hkv][gd] the predicted query of the selection
+    double *gram;       // asyncspade: [Hkv][(W + 1) * (W + 1)] the dot products of hist's rows (kvt_sparse_gram_update:
+                        // row-major, stride W + 1), brought up to date by the selecting thread
+    int32_t gram_n;     // the leading rows of hist whose products gram held when it was last brought up to date
+    int32_t gram_shift; // rows hist dropped from its front since then (counted by the caller, applied by the selector)
     int32_t hist_n;     // rows of hist held
     int64_t hist_next;  // the position the next call must start at (else a rewind: the history restarts)
     int64_t sel_pos;    // the decode position sel is for (-1: none)
     uint8_t *kept;      // asyncspade with keep: [Hkv][pages of rerank_block positions at n_ctx] 1 where the final set
                         // of decode position kept_pos held the page
     int64_t kept_pos;   // the decode position whose final set kept describes (-1: none)
+    // asyncspade with share_layers: the pieces of pages the layer's share_choose ranked at decode position lpos (every
+    // KV head's, side by side: ln of them, their mass lv (without the hysteresis' factor) and candidates lw;
+    // [kvt_sparse_layer_pieces]) and the middle
+    // positions its own budget gave them (lkk); lalloc: the middle positions the shared budgets give the layer at the
+    // step of kvt_sparse_seq.lb_pos (-1: its own)
+    float *lv;
+    int32_t *lw;
+    int64_t ln, lkk, lpos, lalloc;
     uint8_t busy;       // a worker job for this layer is queued or running (under mu)
 } kvt_sparse_layer;
 
@@ -72,6 +84,7 @@ typedef struct {
     kvt_sparse_step cur;     // the step being recorded (layer 0 opens it, the last layer closes it)
     kvt_sparse_step *steps;  // records of its decode steps (dropped with the positions they decoded)
     int64_t n_steps, cap_steps;
+    int64_t lb_pos;          // share_layers: the decode position the layers' lalloc were set for
 } kvt_sparse_seq;
 
 typedef struct {
@@ -102,9 +115,14 @@ struct kvt_sparse {
     // asyncspade with share: the layer's pages over every KV head, for one top-k (kvt_sparse_rerank, share_choose)
     float *sh_vals;            // [Hkv][n_ctx] each head's pieces (its middle candidates cut at page ends): their score
     int32_t *sh_wts;           // [Hkv][n_ctx] and their candidates
+    float *sh_raw;             // share_layers: [Hkv][n_ctx] the pieces' mass without the hysteresis' factor
     float *sh_v;               // [Hkv * n_ctx] every head's pieces side by side, reordered by the threshold's search
     int32_t *sh_w;             // [Hkv * n_ctx]
     int64_t *sh_cnt;           // [3 * Hkv] per head: sink candidates, recent candidates, pieces
+    // asyncspade with share_layers: every layer's pieces side by side (kvt_sparse_layer_budgets), and a copy the
+    // threshold's search reorders: [n_layer * kvt_sparse_layer_pieces]
+    float *ls_v, *ls_v2;
+    int32_t *ls_w, *ls_w2;
     float *krow;             // [hd] a key rounded to the store's type
     void *krow_t;            // its row in that type
     // the asyncspade worker
@@ -148,6 +166,9 @@ int64_t kvt_sparse_layer_summary_bytes(kvt_sparse_mode mode, int64_t H, int64_t 
 // Pages of kvt_sparse_layer.kept per KV head (0: no hysteresis, kept is NULL).
 int64_t kvt_sparse_kept_pages(const kvt_sparse *s);
 
+// Pieces of pages a layer's share_layers record holds (kvt_sparse_layer.lv; 0: no share_layers).
+int64_t kvt_sparse_layer_pieces(const kvt_sparse *s);
+
 // The state of seq, created when missing (NULL only when out of memory).
 kvt_sparse_seq *kvt_sparse_seq_get(kvt_sparse *s, int32_t seq);
 void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q);
@@ -176,6 +197,11 @@ void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t lay
 // real query q on the int8 keys, the candidates only scored (softmax of each query head over the candidates). pool:
 // one task per KV head (NULL: all on the caller); the same bits either way.
 void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale, kvt_threadpool *pool);
+// share_layers, before the re-rank of decode position P (once per step and sequence: q->lb_pos): each layer's lalloc
+// from the records of step P - 1 of every layer that has one (lpos = kept_pos = P - 1): one threshold over all their
+// pieces of pages (the best layer_floor of each layer's own budget first) for the sum of their own budgets (lkk); the
+// other layers keep their own (-1). Serial, in layer order: the same bits for every thread count and schedule.
+void kvt_sparse_layer_budgets(kvt_sparse *s, kvt_sparse_seq *q, int64_t P);
 void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale);
 void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P);
 void *kvt_sparse_worker_main(void *arg);
@@ -219,6 +245,9 @@ void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg);
 // (s [n] overwritten by exp(s - max)), returning 1 / their sum (NaN: no finite score, the row adds nothing); then
 // agg[t] = sum_i s_i[t] * inv[i] over the rows in order.
 float kvt_sparse_softmax_row(float *s, int64_t n);
+// Every position of each page of B positions ([p0, p0 + B), the last page cut at n) set to the sum of the page's scores,
+// summed in position order (the same bits as a serial loop per page; pages side by side in vector lanes).
+void kvt_sparse_page_sums(float *score, int64_t n, int32_t B);
 void kvt_sparse_aggregate_rows(const float *s, int32_t qpg, int64_t n, const float *inv, float *agg);
 
 // Bounds of the selection's stack rows (sparse_score.c, sparse.c).
@@ -256,6 +285,16 @@ void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_
                                      float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
+
+// The predictor's Gram matrix kept from step to step (select.c): G ([n, n] used of row stride ld) holds the dot products
+// of rows [0, *g_n) of the history as it was, which has since dropped *g_shift rows from its front; the products still
+// held move to their rows' new places, the new rows' products (with every row) are computed, then *g_n = n and
+// *g_shift = 0. An entry depends only on its two rows (a serial double sum), so G is the same bits as the Gram matrix
+// computed whole. Then kvt_sparse_predict (softmax weights; simplex: kvt_sparse_predict_simplex) over hist's n rows with
+// that G: the same prediction, bit for bit, without the O(n^2 d) products of every step.
+void kvt_sparse_gram_update(const float *hist, int32_t n, int32_t d, double *G, int32_t ld, int32_t *g_n, int32_t *g_shift);
+void kvt_sparse_predict_gram(const float *hist, int32_t n, int32_t d, const int32_t *windows, int32_t nw, double lambda,
+                             bool simplex, const double *G, int32_t ld, float *out, float *work);
 
 // The k-th largest (1 <= k <= the total weight) of v[0 .. n) counting value i w[i] times, reordering v and w (no NaN
 // in v; select.c, the threshold of kvt_sparse_topk_pages).

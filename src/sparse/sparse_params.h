@@ -62,6 +62,11 @@ typedef struct {
     bool share;           // asyncspade with rerank_block: the KV heads of a layer share their budgets: the layer's
                           // Hkv * K positions go to the pages with the most mass over all its heads (each head's mass
                           // sums to qpg), sink and recent of every head kept; 0: K per head
+    bool share_layers;    // asyncspade with share: the sparse layers share their budgets too: each layer's budget at a
+                          // decode step is set from the previous step's page masses of every sparse layer (one
+                          // threshold over all their pages), so that the layers' budgets sum to what each would have
+                          // had alone (attended positions per head per layer, averaged over the layers, stay K)
+    double layer_floor;   // with share_layers: each layer keeps at least this fraction of its own budget (0..1; 0: none)
     double prefetch_top;  // asyncspade with rerank: the worker hands the copy engine only the blocks of its
                           // prefetch_top * K best candidates, best first (sink and recent first); 0: every candidate
     int32_t prefetch_layers; // asyncspade: the blocks of a selection go to the store's copy engine when the

@@ -141,6 +141,28 @@ static void add_scaled(float *agg, const float *s, int64_t n, float f) {
     for (int64_t t = 0; t < n; t++) agg[t] += s[t] * f;
 }
 
+SCORE_CLONES
+void kvt_sparse_page_sums(float *score, int64_t n, int32_t B) {
+    enum { PL = 16 }; // pages summed side by side, one per vector lane; each page's sum serial in position order
+    int64_t p0 = 0;
+    for (; p0 + PL * B <= n; p0 += PL * B) {
+        float acc[PL];
+        for (int32_t j = 0; j < PL; j++) acc[j] = score[p0 + (int64_t)j * B];
+        for (int32_t t = 1; t < B; t++) {
+            for (int32_t j = 0; j < PL; j++) acc[j] += score[p0 + (int64_t)j * B + t];
+        }
+        for (int32_t j = 0; j < PL; j++) {
+            for (int32_t t = 0; t < B; t++) score[p0 + (int64_t)j * B + t] = acc[j];
+        }
+    }
+    for (; p0 < n; p0 += B) { // the last pages, one at a time
+        const int64_t p1 = p0 + B < n ? p0 + B : n;
+        float m = score[p0];
+        for (int64_t t = p0 + 1; t < p1; t++) m += score[t];
+        for (int64_t t = p0; t < p1; t++) score[t] = m;
+    }
+}
+
 float kvt_sparse_softmax_row(float *s, int64_t n) {
     const float mx = row_max(s, n);
     if (!(mx > -INFINITY)) return NAN; // no finite score: the row adds nothing

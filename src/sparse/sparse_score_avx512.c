@@ -22,12 +22,16 @@ enum { HC = 6 }; // query heads per pass: 2 HC accumulators, the key row and its
 static inline __attribute__((always_inline)) void block_heads(int32_t hc, int32_t hd, const int8_t *blk, const uint8_t *ql,
                                                               const int8_t *qh, const int32_t *corr, const float *qs,
                                                               __m512 ks, __mmask16 m, int64_t stride, float *raw) {
+    // the head loops unrolled (hc is a constant in each copy) so that the 2 hc accumulators live in registers: rolled
+    // (GCC's -O2 for hc = 3) they went through the stack, a store and a reload on every VPDPBUSD's dependency chain
     __m512i al[HC], ah[HC];
+#pragma GCC unroll 8
     for (int32_t i = 0; i < hc; i++) al[i] = ah[i] = _mm512_setzero_si512();
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
     for (int32_t g = 0; g < hd / 4; g++) {
         const __m512i kv = _mm512_loadu_si512(blk + 64 * g);
         const __m512i ku = _mm512_xor_si512(kv, x80);
+#pragma GCC unroll 8
         for (int32_t i = 0; i < hc; i++) {
             int32_t lw, hw;
             memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
@@ -36,6 +40,7 @@ static inline __attribute__((always_inline)) void block_heads(int32_t hc, int32_
             ah[i] = _mm512_dpbusd_epi32(ah[i], ku, _mm512_set1_epi32(hw));
         }
     }
+#pragma GCC unroll 8
     for (int32_t i = 0; i < hc; i++) {
         const __m512i d = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ah[i], _mm512_set1_epi32(corr[i])), 8), al[i]);
         const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ks, _mm512_set1_ps(qs[i])));

@@ -43,6 +43,11 @@ int64_t kvt_sparse_kept_pages(const kvt_sparse *s) {
     return (s->d.n_ctx + s->p.rerank_block - 1) / s->p.rerank_block;
 }
 
+int64_t kvt_sparse_layer_pieces(const kvt_sparse *s) {
+    if (s->p.mode != KVT_SPARSE_ASYNCSPADE || !s->p.share_layers || !s->p.share || s->p.rerank <= 1.0 || s->p.rerank_block <= 1) return 0;
+    return (int64_t)s->d.n_head_kv * (s->d.n_ctx / s->p.rerank_block + 2); // a head's pieces: at most one per page
+}
+
 // Bytes of one layer's key summaries with room for cap positions.
 static int64_t layer_summary_bytes(const kvt_sparse *s, int64_t cap) {
     const int64_t H = s->d.n_head_kv, hd = s->d.head_dim;
@@ -58,7 +63,10 @@ static void layer_free(kvt_sparse_layer *ly) {
     free(ly->nsel);
     free(ly->hist);
     free(ly->pred_q);
+    free(ly->gram);
     free(ly->kept);
+    free(ly->lv);
+    free(ly->lw);
 }
 
 void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q) {
@@ -81,9 +89,15 @@ static kvt_sparse_seq *seq_new(const kvt_sparse *s) {
         ly->sel_pos = ly->kept_pos = -1;
         ly->nsel = kvt_sparse_zalloc((size_t)H * 8, &ok);
         if (kvt_sparse_kept_pages(s) > 0) ly->kept = kvt_sparse_zalloc((size_t)(H * kvt_sparse_kept_pages(s)), &ok);
+        ly->lpos = ly->lalloc = -1;
+        if (kvt_sparse_layer_pieces(s) > 0) {
+            ly->lv = kvt_sparse_zalloc((size_t)kvt_sparse_layer_pieces(s) * 4, &ok);
+            ly->lw = kvt_sparse_zalloc((size_t)kvt_sparse_layer_pieces(s) * 4, &ok);
+        }
         if (s->p.mode == KVT_SPARSE_ASYNCSPADE) {
             ly->hist = kvt_sparse_zalloc((size_t)(H * W1 * s->gd) * 4, &ok);
             ly->pred_q = kvt_sparse_zalloc((size_t)(H * s->gd) * 4, &ok);
+            ly->gram = kvt_sparse_zalloc((size_t)(H * W1 * W1) * 8, &ok); // gram_n = 0: computed at the first prediction
         }
     }
     if (!ok) {
@@ -250,10 +264,11 @@ kvt_status kvt_sparse_layer_keys(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_spa
 void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, const float *q, bool rewind) {
     if (!ly->hist) return;
     const int32_t W1 = s->p.window + 1, gd = s->gd, H = s->d.n_head_kv;
-    if (rewind) ly->hist_n = 0;
+    if (rewind) ly->hist_n = ly->gram_n = ly->gram_shift = 0;
     const int64_t t0 = n > W1 ? n - W1 : 0;
     for (int64_t t = t0; t < n; t++) {
         const int32_t hn = ly->hist_n;
+        if (hn == W1) ly->gram_shift++; // the oldest row leaves: the predictor's products move up a row
         for (int32_t kh = 0; kh < H; kh++) {
             float *h = ly->hist + (int64_t)kh * W1 * gd;
             if (hn == W1) memmove(h, h + gd, (size_t)(W1 - 1) * gd * sizeof(float));
@@ -317,6 +332,7 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
     kvt_sparse_seq *b = kvt_sparse_seq_get(s, dst);
     if (!b) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of sequence %d", dst);
     a = s->seqs[src]; // the table may have moved
+    b->lb_pos = a->lb_pos;
     const int64_t H = s->d.n_head_kv, hd = s->d.head_dim, W1 = s->p.window + 1;
     for (int32_t l = 0; l < s->d.n_layer; l++) {
         kvt_sparse_layer *x = &a->lay[l], *y = &b->lay[l];
@@ -346,6 +362,11 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
         y->sel_pos = x->sel_pos;
         if (x->kept) memcpy(y->kept, x->kept, (size_t)(H * kvt_sparse_kept_pages(s)));
         y->kept_pos = x->kept_pos;
+        if (x->lv) {
+            memcpy(y->lv, x->lv, (size_t)x->ln * 4);
+            memcpy(y->lw, x->lw, (size_t)x->ln * 4);
+        }
+        y->ln = x->ln, y->lkk = x->lkk, y->lpos = x->lpos, y->lalloc = x->lalloc;
         cut_keys(s, y, n);
         if (y->hist_next > n) y->hist_next = -1, y->sel_pos = y->kept_pos = -1;
     }
