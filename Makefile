@@ -221,6 +221,13 @@ victim-bench: $(BUILD)/victim_bench
 $(BUILD)/victim_bench: tools/bench/victim_bench.c $(BUILD)/libkvtier.a
 	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+# decode GEMV GB/s of the K-quant types against a streaming read of the same bytes and the DRAM probe:
+# tools/bench/kq_decode_bench.c (docs/BENCHMARKS.md)
+.PHONY: kq-decode-bench
+kq-decode-bench: $(BUILD)/kq_decode_bench
+$(BUILD)/kq_decode_bench: tools/bench/kq_decode_bench.c $(BUILD)/libkvtier.a
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
 # cuda-check also runs the kernels' block decoders on the CPU against quant.c (tests/cuda/cuda_host_check.cu),
 # and the suites `cuda` and `cuda_layers` over a CPU emulation of the backend table (tests/cuda/cuda_fake.c), which
 # checks the suite's own buffers and block tables and the device layers' logic (src/exec/gpu_layers.c: weights, KV

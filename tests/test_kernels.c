@@ -400,6 +400,20 @@ static void test_repack_q4_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r
     free(wq), free(xq);
 }
 
+// q6_K "repacked" at load (a copy: the same type and layout, quant.c): repack_check.
+static void test_repack_q6_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1) {
+    const kvt_type t = KVT_TYPE_Q6_K;
+    const kvt_repack_ops *rp = kvt_type_repack(t);
+    char *wq, *xq;
+    if (!rp || rp->to != t || rp->row_align != 1 || kvt_type_repacked_from(t) != t ||
+        !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
+        CHECK("repack_q6_K_table", false, "no q6_K copy (q6_K -> q6_K, any rows)");
+        return;
+    }
+    repack_check(t, wq, xq, n, n_rows, n_tok, r0, r1, 0);
+    free(wq), free(xq);
+}
+
 // The 32-element x8 layouts (q4_1_x8, q8_0_x8): repack_check, and for q8_0_x8 (whose tied matrices are repacked)
 // row_to_float equals q8_0's to_float on every row. extreme: q4_1 nibbles 15 (1) or 0xF0 + i % 16 (2); q8_0 weights
 // -128 / 127 (1) or -127 + i % 255 (2); activations -128 or 127 (the largest integer dots, both signs, and the int16
@@ -836,6 +850,12 @@ int test_kernels_main(void) {
             for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
                 test_repack_x32(q8 ? KVT_TYPE_Q8_0 : KVT_TYPE_Q4_1, shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4],
                                 (int)shp[i][5]);
+    }
+    // q6_K "repacked" (copied unchanged into the repacked weights' huge pages): rows of any count, cut ranges, tokens
+    {
+        static const int64_t shp[][5] = {{256, 1, 1, 0, 1}, {512, 13, 1, 2, 11}, {2048, 24, 3, 0, 24}, {768, 17, 9, 1, 16}};
+        for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+            test_repack_q6_K(shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4]);
     }
     // GEMM tiles against the GEMV, bit for bit, on every SIMD ISA this CPU runs (KVT_ISA may cap it):
     // rows and tokens not multiples of the tiles, K of one block

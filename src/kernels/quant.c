@@ -705,8 +705,22 @@ static void q8_0_x8_row_to_float(const void *W, int64_t r, int64_t n, float *dst
     }
 }
 
+// q6_K "repacks" to itself: the loader copies its matrices unchanged into the repacked weights' mapping, which has
+// huge pages, where the GGUF file's mapping has 4 KiB ones. Its decode streams them from DRAM, and from 4 KiB
+// pages (a TLB miss and a stop of the hardware prefetchers every 4 KiB) it read 16-17 GB/s where the same
+// kernel reads 25-27 GB/s from huge pages (Zen 4, 2 threads, tools/bench/kq_decode_bench.c -H 0 / -H 1,
+// 2026-11-29; docs/BENCHMARKS.md). Same bytes, same kernels: the same bits.
+static void q6_K_copy_pack(const void *src, void *dst, int64_t rows, int64_t n) {
+    memcpy(dst, src, (size_t)(rows * kvt_row_size(KVT_TYPE_Q6_K, n)));
+}
+static void q6_K_copy_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {
+    const int64_t wrs = kvt_row_size(KVT_TYPE_Q6_K, n);
+    memcpy(dst, (const char *)W + r0 * wrs, (size_t)((r1 - r0) * wrs));
+}
+
 static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_K] = {KVT_TYPE_Q4_K_X8, 8, q4_K_x8_pack, q4_K_x8_unpack, NULL},
+    [KVT_TYPE_Q6_K] = {KVT_TYPE_Q6_K, 1, q6_K_copy_pack, q6_K_copy_unpack, NULL},
     [KVT_TYPE_Q4_1] = {KVT_TYPE_Q4_1_X8, 8, q4_1_x8_pack, q4_1_x8_unpack, NULL},
     [KVT_TYPE_Q8_0] = {KVT_TYPE_Q8_0_X8, 8, q8_0_x8_pack, q8_0_x8_unpack, q8_0_x8_row_to_float},
 };

@@ -199,7 +199,8 @@ typedef struct {
     // then a tied token_embd / output matrix of the source type is not repacked)
     void (*row_to_float)(const void *W, int64_t r, int64_t n, float *dst);
 } kvt_repack_ops;
-// The repacking of weights of type t (NULL: none). to_type(from) and from_type(to) below.
+// The repacking of weights of type t (NULL: none). to_type(from) and from_type(to) below. q6_K's is a plain
+// copy (to == q6_K: the same layout, moved into the repacked weights' huge pages; quant.c).
 const kvt_repack_ops *kvt_type_repack(kvt_type t);
 // The source type of a repacked type (t itself for any other type).
 kvt_type kvt_type_repacked_from(kvt_type t);

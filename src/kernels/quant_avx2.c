@@ -332,13 +332,14 @@ DEFINE_DISPATCH(q5_K)
 INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     const kvt_block_q6_K *x = xv;
     const int64_t nb = n / KVT_QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     float acc[NTMAX];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = 0;
     for (int64_t ib = 0; ib < nb; ib++) {
         KQ_PREFETCH(x + ib, sizeof(kvt_block_q6_K));
         const int8_t *sc = x[ib].scales;
-        const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(sc));
+        const __m128i sc8 = loadu128(sc);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8), scb = _mm256_broadcastsi128_si256(sc8);
         __m256i isum[NTMAX];
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
@@ -350,17 +351,18 @@ INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
             const __m256i qa = loadu256(x[ib].ql + 64 * h);
             const __m256i qb = loadu256(x[ib].ql + 64 * h + 32);
             const __m256i qh = loadu256(x[ib].qh + 32 * h);
+            // value bits 4-5: bits 2k, 2k + 1 of qh moved in place within each byte (16-bit shifts, masked)
             __m256i v[4];
-            v[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-            v[1] = _mm256_or_si256(_mm256_and_si256(qb, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-            v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
+            v[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            v[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
             v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
             UNROLL for (int k = 0; k < 4; k++) {
                 const int g = 8 * h + 2 * k; // scale groups g (low lane) and g+1 (high lane)
-                const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
+                // every word sc[g] << 8 (low lane) or sc[g + 1] << 8 (high lane), then sign-extended by the shift
+                const __m256i six = _mm256_set_m128i(_mm_set1_epi16((short)(((g + 1) << 8) | 0x80)), _mm_set1_epi16((short)((g << 8) | 0x80)));
+                const __m256i scv = _mm256_srai_epi16(_mm256_shuffle_epi8(scb, six), 8);
                 UNROLL for (int t = 0; t < NT; t++) {
                     const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
                     const __m256i p = _mm256_maddubs_epi16(v[k], loadu256(y->qs + 128 * h + 32 * k));

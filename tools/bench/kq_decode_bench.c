@@ -1,0 +1,176 @@
+// kq_decode_bench.c - decode GEMV bandwidth of the K-quant weight types against DRAM.
+//   make kq-decode-bench
+//   build/kq_decode_bench [-t threads=2] [-s scalar|avx2|avx512] [-r reps=5] [-M MiB=512] [-H 1|0] [-T type]... [-S shape]...
+// Types: q4_K_x8 (q4_K repacked as the model loader does), q4_K, q6_K, and any repacked type of them. Shapes
+// (rows x cols, TinyLlama-1.1B): gate 5632x2048, down 2048x5632, out 32000x2048, q 2048x2048, kv 256x2048.
+// Per type and shape: copies of the matrix fill M MiB (more than the last-level cache), in an anonymous mapping
+// with MADV_HUGEPAGE as the repacked weights are (-H 0: without, 4 KiB pages as a GGUF file's mapping); then, best of reps passes over all copies, wall time, with the
+// engine's pool and its decode split (kvt_matmul_par: tasks of rows pulled by the threads):
+//   gemv   - kvt_matmul_par of one activation row against each copy (decode's product; the activation's q8_K
+//            conversion included, as in decode)
+//   stream - the same tasks reading the same bytes with 256-bit loads (XOR-reduced), nothing computed
+//   probe  - kvt_measure_read_bw (kvtier bench's DRAM probe: 512 MiB in 64 KiB chunks), once per type
+// and prints GB/s of each and gemv as a share of stream and of probe. Timings are wall time: run under
+// /work/quiet (or on an idle machine).
+
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "../../src/base/membw.h"
+#include "../../src/base/threadpool.h"
+#include "../../src/base/timer.h"
+#include "../../src/exec/matmul_par.h"
+#include "../../src/kernels/matmul.h"
+#include "../../src/kernels/quant.h"
+
+typedef struct {
+    const char *name;
+    int64_t rows, cols;
+} shape;
+static const shape k_shapes[] = {{"gate", 5632, 2048}, {"down", 2048, 5632}, {"out", 32000, 2048},
+                                 {"q", 2048, 2048},    {"kv", 256, 2048}};
+
+// The tasks of kvt_matmul_par's decode split (its chunk rule: 8 tasks per thread, at least 128 KiB, rows a
+// multiple of 16), each reading its rows' bytes.
+typedef struct {
+    const char *w;
+    int64_t wrs, rows, chunk;
+    uint64_t sums[64 * 8];
+} stream_job;
+__attribute__((target("avx2"))) static void stream_task(void *vj, int64_t t, int thread) {
+    stream_job *J = vj;
+    const int64_t r0 = t * J->chunk, r1 = r0 + J->chunk < J->rows ? r0 + J->chunk : J->rows;
+    const __m256i *p = (const __m256i *)(J->w + r0 * J->wrs), *e = (const __m256i *)(J->w + r1 * J->wrs);
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (; p + 4 <= e; p += 4) {
+        a = _mm256_xor_si256(a, _mm256_loadu_si256(p));
+        b = _mm256_xor_si256(b, _mm256_loadu_si256(p + 1));
+        c = _mm256_xor_si256(c, _mm256_loadu_si256(p + 2));
+        d = _mm256_xor_si256(d, _mm256_loadu_si256(p + 3));
+    }
+    a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
+    uint64_t r[4];
+    _mm256_storeu_si256((__m256i *)r, a);
+    J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
+}
+static int64_t decode_chunk(int64_t rows, int64_t wrs, int nt) {
+    int64_t chunk = rows / ((int64_t)nt * 8);
+    const int64_t min_rows = 128 * 1024 / wrs;
+    if (chunk < min_rows) chunk = min_rows;
+    return chunk < 16 ? 16 : (chunk + 15) / 16 * 16;
+}
+
+int main(int argc, char **argv) {
+    int nth = 2, reps = 5, ntypes = 0, nshapes = 0, isa = -1;
+    int64_t mib = 512;
+    int huge = 1;
+    kvt_type types[8];
+    shape shapes[8];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) nth = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-M") && i + 1 < argc) mib = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "-H") && i + 1 < argc) huge = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
+            const char *s = argv[++i];
+            isa = !strcmp(s, "scalar") ? 0 : !strcmp(s, "avx2") ? 1 : 2;
+        } else if (!strcmp(argv[i], "-T") && i + 1 < argc && ntypes < 8) {
+            if (!kvt_type_from_name(argv[++i], &types[ntypes++])) return fprintf(stderr, "unknown type %s\n", argv[i]), 1;
+        } else if (!strcmp(argv[i], "-S") && i + 1 < argc && nshapes < 8) {
+            const char *s = argv[++i];
+            size_t k = 0;
+            while (k < sizeof k_shapes / sizeof k_shapes[0] && strcmp(k_shapes[k].name, s)) k++;
+            if (k == sizeof k_shapes / sizeof k_shapes[0]) return fprintf(stderr, "unknown shape %s\n", s), 1;
+            shapes[nshapes++] = k_shapes[k];
+        } else {
+            fprintf(stderr, "usage: %s [-t threads] [-s scalar|avx2|avx512] [-r reps] [-M MiB] [-H 1|0] [-T type]... [-S shape]...\n",
+                    argv[0]);
+            return 1;
+        }
+    }
+    if (nth < 1 || nth > 64) nth = 2;
+    if (reps < 1) reps = 1;
+    if (isa >= 0) kvt_kernels_set_isa((kvt_isa)isa);
+    if (!ntypes) types[0] = KVT_TYPE_Q4_K_X8, types[1] = KVT_TYPE_Q6_K, ntypes = 2;
+    if (!nshapes) shapes[0] = k_shapes[0], shapes[1] = k_shapes[1], shapes[2] = k_shapes[2], nshapes = 3;
+    kvt_threadpool *pool;
+    kvt_err err;
+    if (kvt_threadpool_init(nth, &pool, &err) != KVT_OK) return fprintf(stderr, "pool: %s\n", err.msg), 1;
+    printf("isa %s, %d thread(s), %lld MiB of copies per case, %s pages\n", kvt_isa_name(kvt_kernels_isa()), nth,
+           (long long)mib, huge ? "huge (madvise)" : "4 KiB");
+    printf("%-8s %-5s %12s %9s %9s %9s %8s %8s\n", "type", "shape", "rows x cols", "gemv", "stream", "probe",
+           "%stream", "%probe");
+    const double probe = kvt_measure_read_bw(pool, (int64_t)512 << 20, 5) / 1e9;
+    for (int ti = 0; ti < ntypes; ti++)
+        for (int si = 0; si < nshapes; si++) {
+            const kvt_type t = types[ti], qt = kvt_type_repacked_from(t);
+            const kvt_repack_ops *rp = qt != t ? kvt_type_repack(qt) : NULL;
+            const int64_t rows = shapes[si].rows, n = shapes[si].cols, wrs = kvt_row_size(qt, n);
+            const kvt_type_ops *ops = kvt_type_ops_get(qt);
+            if (!ops || !ops->vec_dot || wrs <= 0) {
+                printf("%-8s unsupported\n", kvt_type_name(t));
+                continue;
+            }
+            const size_t wbytes = (size_t)(wrs * rows), stride = (wbytes + 4095) & ~(size_t)4095;
+            const int copies = (int)(((size_t)mib << 20) / stride) + 1;
+            char *w = mmap(NULL, stride * (size_t)copies, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            float *f = malloc((size_t)n * sizeof *f), *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)rows * sizeof *y);
+            char *tmp = malloc(wbytes);
+            void *scratch = aligned_alloc(64, ((size_t)kvt_matmul_scratch_bytes(n, 1) + 63) & ~(size_t)63);
+            if (w == MAP_FAILED || !f || !x || !y || !tmp || !scratch) return fprintf(stderr, "out of memory\n"), 1;
+            if (huge) madvise(w, stride * (size_t)copies, MADV_HUGEPAGE);
+            uint64_t s = 88172645463325252ull;
+            for (int64_t r = 0; r < rows; r++) { // 64 distinct rows, tiled
+                if (r < 64) {
+                    for (int64_t i = 0; i < n; i++) {
+                        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+                        f[i] = ((float)(s >> 40) / 16777216.f - 0.5f) * 0.1f;
+                    }
+                    ops->from_float(f, tmp + r * wrs, n);
+                } else {
+                    memcpy(tmp + r * wrs, tmp + (r % 64) * wrs, (size_t)wrs);
+                }
+            }
+            for (int64_t i = 0; i < n; i++) x[i] = f[i] * 3.f;
+            if (rp) {
+                if (rows % rp->row_align) return fprintf(stderr, "rows not a multiple of %d\n", rp->row_align), 1;
+                rp->pack(tmp, w, rows, n);
+            } else {
+                memcpy(w, tmp, wbytes);
+            }
+            for (int c = 1; c < copies; c++) memcpy(w + stride * (size_t)c, w, wbytes);
+            kvt_weight W = {.data = w, .type = t, .cols = n, .rows = rows};
+            stream_job *J = calloc(1, sizeof *J);
+            J->wrs = wrs, J->rows = rows, J->chunk = decode_chunk(rows, wrs, nth);
+            const int64_t ntask = (rows + J->chunk - 1) / J->chunk;
+            double best_g = 1e30, best_s = 1e30;
+            for (int rep = -1; rep < reps; rep++) { // rep -1: warm-up
+                int64_t t0 = kvt_time_ns();
+                for (int c = 0; c < copies; c++) {
+                    W.data = w + stride * (size_t)c;
+                    const kvt_weight *wp = &W;
+                    kvt_matmul_par(pool, &wp, &y, 1, x, 1, scratch);
+                }
+                const double g = (double)(kvt_time_ns() - t0) / 1e9 / copies;
+                t0 = kvt_time_ns();
+                for (int c = 0; c < copies; c++) {
+                    J->w = w + stride * (size_t)c;
+                    kvt_threadpool_run(pool, stream_task, J, ntask);
+                }
+                const double st = (double)(kvt_time_ns() - t0) / 1e9 / copies;
+                if (rep >= 0 && g < best_g) best_g = g;
+                if (rep >= 0 && st < best_s) best_s = st;
+            }
+            const double gg = (double)wbytes / best_g / 1e9, sg = (double)wbytes / best_s / 1e9;
+            printf("%-8s %-5s %5lld x %-5lld %9.2f %9.2f %9.2f %7.0f%% %7.0f%%   (y0 %g)\n", kvt_type_name(t),
+                   shapes[si].name, (long long)rows, (long long)n, gg, sg, probe, 100 * gg / sg, 100 * gg / probe, y[0]);
+            fflush(stdout);
+            munmap(w, stride * (size_t)copies);
+            free(f), free(x), free(y), free(tmp), free(scratch), free(J);
+        }
+    kvt_threadpool_free(pool);
+    return 0;
+}
