@@ -24,7 +24,7 @@ kvt_context_params kvt_context_params_default(void) {
     p.n_threads = 0;
     p.n_ubatch = 512;
     p.kv_type = KVT_TYPE_F16;
-    p.kv_block = 512; // measured: docs/BENCHMARKS.md, "Block size"
+    p.kv_block = 512; // measured: docs/log/BENCHMARKS-log.md, "Block size"
     p.kv_prefetch = -1;
     p.sparse.sink = p.sparse.recent = -1; // the defaults of kvt_sparse_params_resolve
     return p;

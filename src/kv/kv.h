@@ -29,7 +29,7 @@ typedef struct {
     // K of position i, head j of the group: k + j * k_hstride + i * k_stride ([head_dim] kv type, tier T0);
     // V likewise. Both stores are head-major (k_stride = one head's row): attention walks one head over
     // many positions, and head-major memory gives it one contiguous stream per head (decode attention
-    // 20% faster than over position-major rows of all heads, docs/BENCHMARKS.md "KV tiers").
+    // 20% faster than over position-major rows of all heads, docs/log/BENCHMARKS-log.md "KV tiers").
     const void *k;
     const void *v;
     int64_t k_stride, v_stride;   // bytes between positions

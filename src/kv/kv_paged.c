@@ -25,7 +25,7 @@ kvt_kv_paged_params kvt_kv_paged_params_default(void) {
     kvt_kv_paged_params p;
     memset(&p, 0, sizeof p);
     p.type = KVT_TYPE_F16;
-    p.block_tokens = 512; // measured: docs/BENCHMARKS.md, "Block size"
+    p.block_tokens = 512; // measured: docs/log/BENCHMARKS-log.md, "Block size"
     p.fast_bytes = -1;
     p.disk_max = -1;
     p.evict = "lru";
@@ -637,7 +637,7 @@ static void *io_main(void *arg) {
 // `--kv-copy-threads 0`): up to `max` queued entries, taken by the calling reader (the mutex held). On a CPU whose
 // cores all run compute threads, a copy thread can only run by preempting one of them, and the compute pool's other
 // threads then wait for it at the next barrier (spinning: the pool's spin was 14% of the decode samples at rho 5,
-// docs/BENCHMARKS.md 2026-11-28 evening); a reader that copies between its own blocks does the same work where the
+// docs/log/BENCHMARKS-serve.md 2026-11-28 evening); a reader that copies between its own blocks does the same work where the
 // pool's task claiming balances it. The queue, its order, the plan's entries and every victim are the copy engine's
 // own: only the thread that runs them changes. The time goes to io_cpu_ms (wall time, as a memory copy's).
 static void readers_take(kv_paged *s, int64_t max) {
@@ -678,7 +678,7 @@ bool kvt_kv_paged_help(void *kv) {
 // How many: kvp_io_target. A copy between memory tiers is a memcpy and its bookkeeping under the store's mutex, so
 // it is CPU-bound: with the readers (compute threads) on every core, each copy thread beyond io_mem only takes a core
 // from them and waits for the mutex (4 copy threads beside -t 2 on 2 vCPUs: ~100 ms of mutex waits and ~3300 context
-// switches per serving iteration at rho 5, docs/BENCHMARKS.md). A block only on disk waits for the device instead,
+// switches per serving iteration at rho 5, docs/log/BENCHMARKS-serve.md). A block only on disk waits for the device instead,
 // so each such block queued may keep one more thread at work.
 int64_t kvp_io_target(const kv_paged *s) {
     int64_t n = s->io_mem + s->q_disk;
@@ -1204,7 +1204,7 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     // the store's mutex is held for microseconds (a victim search, a block's bookkeeping) by readers and copy threads
     // alike: a waiter spins a little before it sleeps, instead of a futex sleep and wake-up per contended acquire
     // (at rho 5 in serving with `--kv-copy-threads 0`: lock waits 6-10 against 14-16 ms per iteration, voluntary context
-    // switches 200-280 against 610-790; docs/BENCHMARKS.md 2026-11-28 evening)
+    // switches 200-280 against 610-790; docs/log/BENCHMARKS-serve.md 2026-11-28 evening)
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
 #endif
     pthread_mutex_init(&s->mu, &ma);

@@ -180,7 +180,7 @@ KVT_VICTIM_INLINE int64_t kvt_victim_pick_traced_(const kvt_victim_query *q, int
 // of the two-pass search (kvt_victim_pick_traced_: the same victim, tests/test_sim.c compares them on random
 // windows), but each candidate is described once instead of twice. On the store's prefetch path at rho 5 (a full
 // fast tier, every block dirty and of one rank) the two passes described every candidate twice, its schedule distance
-// computed up to three times (docs/BENCHMARKS.md, 2026-11-28 evening: the search was 10.6% of the decode samples
+// computed up to three times (docs/log/BENCHMARKS-serve.md, 2026-11-28 evening: the search was 10.6% of the decode samples
 // there, ~5% after this and the store's prefetching of the window's blocks). The policy
 // inputs are computed for every candidate of the latest rank so far (a candidate of a rank that a later one
 // outranks was scored for nothing: cheap beside the block's read).

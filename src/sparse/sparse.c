@@ -449,7 +449,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         // every block of the set is queued at once (the ones only the real query chose: quest, oracle, re-rank,
         // fallback; and the worker's own, again: the store skips the blocks still resident or queued, and queues
         // those evicted since the worker prefetched them, which a fast tier smaller than a step's set does: without
-        // this, twice the misses at the same bytes, docs/SPARSE.md), so that the copy engine loads the misses in
+        // this, twice the misses at the same bytes, docs/log/SPARSE-log-2.md), so that the copy engine loads the misses in
         // parallel while attention reads the first blocks; and the store evicts the blocks this set left out first
         kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, layer, true);
         int64_t nsel = 0;

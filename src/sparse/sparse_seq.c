@@ -17,7 +17,7 @@ void *kvt_sparse_zalloc(size_t n, bool *ok) {
     void *p = NULL;
     // a buffer of KVT_SPARSE_HUGE_MIN bytes or more (the int8 key copies of a layer at a long context) in whole 2 MiB
     // pages: the scans that read it (the worker's over every key, the re-rank's over scattered candidate pages) then
-    // miss the TLB 512 times less (measured: docs/SPARSE.md, "Cheaper selection for RAM"); the rounding is counted
+    // miss the TLB 512 times less (measured: docs/log/SPARSE-log-2.md, "Cheaper selection for RAM"); the rounding is counted
     // (kvt_sparse_alloc_bytes in the summary bytes)
     const bool big = n >= KVT_SPARSE_HUGE_MIN;
     const size_t size = n ? (size_t)kvt_sparse_alloc_bytes((int64_t)n) : 64;

@@ -87,17 +87,17 @@ CONFIGS=(
     "asyncspade fb0.85|--sparse asyncspade --sparse-fallback 0.85|$ASYNC_SUM"
     "quest p$KV_BLOCK|--sparse quest --sparse-page $KV_BLOCK|$(quest_sum "$KV_BLOCK")"
     "asyncspade block$KV_BLOCK|--sparse asyncspade --sparse-block $KV_BLOCK|$ASYNC_SUM"
-    # the recommended configuration (docs/SPARSE.md): 4K candidate positions in whole blocks from the predicted
+    # the recommended configuration of 2026-11-26 (docs/log/SPARSE-log.md): 4K candidate positions in whole blocks from the predicted
     # query, prefetched by the worker; the real query keeps the best K of them (token level) on the int8 keys
     "asyncspade rr4 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK|$ASYNC_SUM"
     "asyncspade rr2 block$KV_BLOCK|--sparse asyncspade --sparse-rerank 2 --sparse-block $KV_BLOCK|$ASYNC_SUM"
     "asyncspade rr4|--sparse asyncspade --sparse-rerank 4|$ASYNC_SUM"
     # the worker prefetches only its K best candidates' blocks, best first (--sparse-prefetch-top 1)
     "asyncspade rr4 block$KV_BLOCK top1|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-prefetch-top 1|$ASYNC_SUM"
-    # pages (docs/SPARSE.md, "Whole pages from the real query"): candidate pages by predicted mass, the real query keeps
+    # pages (docs/log/SPARSE-log-2.md, "Whole pages from the real query"): candidate pages by predicted mass, the real query keeps
     # whole pages (--sparse-rerank-block) so that the set fits the fast tier; the worker prefetches its K/2 best
     "asyncspade pages|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5|$ASYNC_SUM"
-    # the same with hysteresis (docs/SPARSE.md, "Hysteresis"): a page the previous step kept counts (1 + KEEP) times its
+    # the same with hysteresis (docs/log/SPARSE-log-2.md, "hysteresis"): a page the previous step kept counts (1 + KEEP) times its
     # mass, so fewer pages (blocks) change per step
     "asyncspade pages keep|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5 --sparse-keep $KEEP|$ASYNC_SUM"
 )
