@@ -2,6 +2,7 @@
 // payload (kv_block_io.h): export then import gives the same bits on the paged and the contiguous store; a plan
 // makes a planned sequence's blocks resident before its acquires and turns eviction onto the sequences that run
 // later; a demoted sequence leaves the fast tier, reads back exactly, and a demotion without room moves nothing.
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -477,7 +478,12 @@ static void pool_help(void) {
         if (!st) st = kv->ops->acquire(kv, seqs[0], 0, 0, 0, &w, &err); // seq 0's blocks went down: its next are queued
         kvt_kv_stats a, b;
         kvt_kv_get_stats(kv, &a);
-        for (int n = 0; !st && n < 1000 && kvt_kv_paged_help(kv); n++) took[k]++;
+        // help gives false on an empty queue, and also when another thread holds the store's mutex (its trylock): a
+        // copy thread woken for a block on its way may hold it a moment, so a false ends the loop only 100 times in a row
+        for (int n = 0, misses = 0; !st && n < 1000 && misses < 100; n++) {
+            if (kvt_kv_paged_help(kv)) took[k]++, misses = 0;
+            else misses++, sched_yield();
+        }
         kvt_kv_get_stats(kv, &b);
         if (k == 0) help_ms = b.io_help_ms;
         if (!st) kv->ops->release(kv, seqs[0], 0, 0, 0);

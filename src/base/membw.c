@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hugemem.h"
 #include "timer.h"
 
 #define CHUNK (64 * 1024)
@@ -55,8 +56,9 @@ static void bw_task(void *vj, int64_t t, int thread) {
 double kvt_measure_read_bw(kvt_threadpool *pool, int64_t bytes, int reps) {
     int64_t n_chunks = bytes / CHUNK;
     if (n_chunks < 1) n_chunks = 1;
-    uint64_t *buf = NULL;
-    if (posix_memalign((void **)&buf, 64, (size_t)(n_chunks * CHUNK)) != 0) buf = NULL;
+    // 2 MiB pages, as the repacked weights that decode streams: on 4 KiB pages the probe read 5-40% less here
+    // (docs/BENCHMARKS.md), so a decode could pass "100% of DRAM"
+    uint64_t *buf = kvt_alloc_huge((size_t)(n_chunks * CHUNK), true);
     int nt = kvt_threadpool_n_threads(pool);
     uint64_t *sums = calloc((size_t)nt * 8, sizeof(uint64_t));
     if (!buf || !sums) {

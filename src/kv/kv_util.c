@@ -1,19 +1,11 @@
 // kv_util.c - small helpers shared by the KV cache implementations.
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "kv.h"
+#include "../base/hugemem.h"
 
-void *kvt_kv_arena_alloc(size_t bytes) {
-    const size_t huge = (size_t)2 << 20;
-    void *p = NULL;
-    if (posix_memalign(&p, bytes >= huge ? huge : 4096, bytes ? bytes : 1)) return NULL;
-#ifdef MADV_HUGEPAGE
-    if (bytes >= huge) (void)madvise(p, bytes, MADV_HUGEPAGE); // a hint: the memory works without it
-#endif
-    return p;
-}
+void *kvt_kv_arena_alloc(size_t bytes) { return kvt_alloc_huge(bytes, bytes >= KVT_HUGE_PAGE); }
 
 const char *kvt_tier_name(kvt_tier t) {
     switch (t) {

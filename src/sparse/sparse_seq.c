@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "../base/hugemem.h"
 #include "../kernels/quant.h"
 #include "sparse_impl.h"
 
@@ -14,20 +14,17 @@ int64_t kvt_sparse_alloc_bytes(int64_t n) {
 }
 
 void *kvt_sparse_zalloc(size_t n, bool *ok) {
-    void *p = NULL;
+    void *p;
     // a buffer of KVT_SPARSE_HUGE_MIN bytes or more (the int8 key copies of a layer at a long context) in whole 2 MiB
     // pages: the scans that read it (the worker's over every key, the re-rank's over scattered candidate pages) then
     // miss the TLB 512 times less (measured: docs/log/SPARSE-log-2.md, "Cheaper selection for RAM"); the rounding is counted
     // (kvt_sparse_alloc_bytes in the summary bytes)
     const bool big = n >= KVT_SPARSE_HUGE_MIN;
     const size_t size = n ? (size_t)kvt_sparse_alloc_bytes((int64_t)n) : 64;
-    if (posix_memalign(&p, big ? (size_t)2 << 20 : 64, size)) {
+    if (!(p = kvt_alloc_huge(size, big))) {
         *ok = false;
         return NULL;
     }
-#ifdef MADV_HUGEPAGE
-    if (big) (void)madvise(p, size, MADV_HUGEPAGE); // a hint: without transparent huge pages, 4 KiB pages as before
-#endif
     memset(p, 0, n);
     return p;
 }
