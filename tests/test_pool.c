@@ -155,18 +155,15 @@ static void idle_work_test(void) {
                 (long long)left);
 }
 
-// KVT_POOL_STATS=1: kvt_threadpool_free prints the jobs and the caller's and workers' times (stderr, caught here).
+// KVT_POOL_STATS=1: the pool counts its jobs and the caller's and workers' times (kvt_threadpool_get_stats); unset,
+// all zero. 50 jobs: every fifth of one task (on the caller alone), the others of 8 tasks over 2 threads.
 static void stats_test(void) {
-    char path[] = "/tmp/kvt-pool-stats-XXXXXX";
-    const int fd = mkstemp(path), saved = dup(2);
     int64_t bad = 0;
-    char buf[1024] = {0};
-    if (fd >= 0 && saved >= 0) {
-        setenv("KVT_POOL_STATS", "1", 1);
+    kvt_threadpool_stats on = {0}, off = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 0) setenv("KVT_POOL_STATS", "1", 1);
         kvt_threadpool *pool = NULL;
         kvt_err err = {0};
-        fflush(stderr);
-        dup2(fd, 2);
         if (kvt_threadpool_init(2, &pool, &err) == KVT_OK) {
             for (int j = 0; j < 50; j++) {
                 slow_ctx sc;
@@ -174,18 +171,16 @@ static void stats_test(void) {
                 kvt_threadpool_run(pool, j % 10 ? task_a_count : task_slow, &sc, j % 5 ? 8 : 1);
                 for (int i = 0; i < (j % 5 ? 8 : 1); i++) bad += atomic_load(&sc.count[i]) != 1;
             }
+            kvt_threadpool_get_stats(pool, pass == 0 ? &on : &off);
             kvt_threadpool_free(pool);
         } else bad = -1;
-        fflush(stderr);
-        dup2(saved, 2);
         unsetenv("KVT_POOL_STATS");
-        if (pread(fd, buf, sizeof buf - 1, 0) < 0) buf[0] = 0;
-    } else bad = -1;
-    if (fd >= 0) close(fd), unlink(path);
-    if (saved >= 0) close(saved);
-    test_result(bad == 0 && strstr(buf, "pool stats (2 threads): 40 jobs dispatched (320 tasks") && strstr(buf, "10 on the caller alone"),
-                "pool: KVT_POOL_STATS=1 counts the jobs (dispatched, on the caller alone) and prints them when the pool is freed",
-                "%lld task count errors; printed: %s", (long long)bad, buf);
+    }
+    test_result(bad == 0 && on.jobs == 40 && on.tasks == 320 && on.inline_jobs == 10 && on.caller_tasks <= 320 &&
+                    on.caller_ms > 0 && off.jobs == 0 && off.inline_jobs == 0 && off.caller_ms == 0,
+                "pool: KVT_POOL_STATS=1 counts the jobs (dispatched, on the caller alone) and the times; unset, nothing",
+                "%lld task count errors; on: %lld jobs, %lld tasks, %lld alone, %.3f ms; off: %lld jobs", (long long)bad,
+                (long long)on.jobs, (long long)on.tasks, (long long)on.inline_jobs, on.caller_ms, (long long)off.jobs);
 }
 
 void test_pool(const test_env *env) {

@@ -54,7 +54,7 @@ struct kvt_threadpool {
     _Atomic(void *) hook_arg;
     _Atomic(kvt_threadpool_idle_fn) idle; // work for spinning threads (kvt_threadpool_set_idle), or NULL
     _Atomic(void *) idle_arg;
-    // KVT_POOL_STATS=1 (measurement only): where the caller's and the workers' time goes, printed by kvt_threadpool_free
+    // KVT_POOL_STATS=1 (measurement only): where the caller's and the workers' time goes (kvt_threadpool_get_stats)
     bool stats;
     int64_t st_runs, st_inline, st_tasks, st_caller_tasks; // dispatched jobs, jobs run on the caller alone, their tasks
     int64_t st_drain_ns, st_wait_ns, st_between_ns;        // caller: own tasks, waiting for others, outside the pool
@@ -171,14 +171,6 @@ kvt_status kvt_threadpool_init(int n_threads, kvt_threadpool **out, kvt_err *err
 
 void kvt_threadpool_free(kvt_threadpool *p) {
     if (!p) return;
-    if (p->stats && p->st_runs + p->st_inline > 0) {
-        fprintf(stderr,
-                "pool stats (%d threads): %lld jobs dispatched (%lld tasks, %lld on the caller), %lld on the caller alone (%.3f ms); "
-                "caller ms: %.3f own tasks, %.3f waiting, %.3f outside the pool; workers ms: %.3f in tasks\n",
-                p->n_threads, (long long)p->st_runs, (long long)p->st_tasks, (long long)p->st_caller_tasks,
-                (long long)p->st_inline, (double)p->st_inline_ns / 1e6, (double)p->st_drain_ns / 1e6, (double)p->st_wait_ns / 1e6,
-                (double)p->st_between_ns / 1e6, (double)atomic_load(&p->st_worker_ns) / 1e6);
-    }
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->cv);
@@ -258,6 +250,20 @@ void kvt_threadpool_run(kvt_threadpool *p, kvt_task_fn fn, void *ctx, int64_t n_
         if (p->st_last_ns) p->st_between_ns += t_enter - p->st_last_ns;
         p->st_last_ns = t_done;
     }
+}
+
+void kvt_threadpool_get_stats(const kvt_threadpool *p, kvt_threadpool_stats *out) {
+    *out = (kvt_threadpool_stats){0};
+    if (!p) return;
+    out->jobs = p->st_runs;
+    out->tasks = p->st_tasks;
+    out->caller_tasks = p->st_caller_tasks;
+    out->inline_jobs = p->st_inline;
+    out->inline_ms = (double)p->st_inline_ns / 1e6;
+    out->caller_ms = (double)p->st_drain_ns / 1e6;
+    out->wait_ms = (double)p->st_wait_ns / 1e6;
+    out->between_ms = (double)p->st_between_ns / 1e6;
+    out->worker_ms = (double)atomic_load(&((kvt_threadpool *)p)->st_worker_ns) / 1e6;
 }
 
 void kvt_threadpool_set_hook(kvt_threadpool *p, kvt_threadpool_hook hook, void *arg) {

@@ -5,9 +5,8 @@
 // 0 and works too) and returns when all are done. Workers spin briefly
 // between jobs (decode issues hundreds of small jobs per token), then sleep.
 //
-// KVT_POOL_STATS=1 in the environment (measurement only) makes kvt_threadpool_free print to stderr where the
-// time went: jobs dispatched and run on the caller alone, the caller's time in its own tasks, waiting for the
-// other threads and outside the pool (between jobs: the serial work), the workers' time in tasks (ms).
+// KVT_POOL_STATS=1 in the environment (measurement only) makes the pool count where the time goes
+// (kvt_threadpool_get_stats; `kvtier bench` prints it); unset, the count costs one branch per job.
 #ifndef KVT_THREADPOOL_H
 #define KVT_THREADPOOL_H
 
@@ -25,6 +24,20 @@ typedef void (*kvt_task_fn)(void *ctx, int64_t task, int thread);
 kvt_status kvt_threadpool_init(int n_threads, kvt_threadpool **out, kvt_err *err);
 void kvt_threadpool_free(kvt_threadpool *pool);
 int kvt_threadpool_n_threads(const kvt_threadpool *pool);
+
+// What KVT_POOL_STATS=1 counted since kvt_threadpool_init (all zero without it). Times in ms.
+typedef struct {
+    int64_t jobs;         // jobs dispatched to the threads
+    int64_t tasks;        // their tasks
+    int64_t caller_tasks; // of which the caller ran
+    int64_t inline_jobs;  // jobs run on the caller alone (one task, or one thread)
+    double inline_ms;     // the caller's time in those (also counted in between_ms)
+    double caller_ms;     // the caller's time in its own tasks of dispatched jobs
+    double wait_ms;       // the caller waiting for the other threads' tasks
+    double between_ms;    // the caller outside the pool, between two dispatched jobs (the serial work)
+    double worker_ms;     // the workers' time in tasks, all together
+} kvt_threadpool_stats;
+void kvt_threadpool_get_stats(const kvt_threadpool *pool, kvt_threadpool_stats *out);
 void kvt_threadpool_run(kvt_threadpool *pool, kvt_task_fn fn, void *ctx, int64_t n_tasks);
 
 // Test hook (the pool's stress test widens its race windows with it): called by workers right after

@@ -250,6 +250,16 @@ int cmd_bench(int argc, char **argv) {
 fail:
     fprintf(stderr, "kvtier bench: %s\n", err.msg);
 done:
+    if (ctx) { // KVT_POOL_STATS=1: where the compute pool's time went, every repetition together
+        kvt_threadpool_stats ps;
+        kvt_context_pool_stats(ctx, &ps);
+        if (ps.jobs + ps.inline_jobs > 0)
+            fprintf(stderr,
+                    "pool stats (%d threads): %lld jobs dispatched (%lld tasks, %lld on the caller), %lld on the caller alone "
+                    "(%.3f ms); caller ms: %.3f own tasks, %.3f waiting, %.3f outside the pool; workers ms: %.3f in tasks\n",
+                    kvt_context_n_threads(ctx), (long long)ps.jobs, (long long)ps.tasks, (long long)ps.caller_tasks,
+                    (long long)ps.inline_jobs, ps.inline_ms, ps.caller_ms, ps.wait_ms, ps.between_ms, ps.worker_ms);
+    }
     kvt_threadpool_free(pool);
     kvt_context_free(ctx);
     free(toks);
