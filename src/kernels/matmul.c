@@ -157,29 +157,48 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
 #define X8_STRIP_BYTES (256 * 1024)
 static void matmul_unpacked(kvt_isa isa, kvt_type st, const kvt_repack_ops *rp, int64_t n, const void *W, int64_t r0,
                             int64_t r1, const void *Xq, int64_t n_tok, float *Y, int64_t ldy);
-// q8_0_x8 decode and small batches (q80x8.h): the groups wholly inside [r0, r1), then a group cut by it computed
-// whole into a buffer. 0 if its scratch could not be had (the caller falls back).
-static int q80x8_rows(kvt_isa isa, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq, int64_t n_tok,
-                      float *Y, int64_t ldy) {
-    void (*mm)(int64_t, const void *, int64_t, int64_t, const void *, int64_t, float *, int64_t, void *) =
-        isa == KVT_ISA_AVX512 ? kvt_q80x8_mm_avx512 : kvt_q80x8_mm_avx2;
-    const int64_t sz = isa == KVT_ISA_AVX512 ? kvt_q80x8_scratch_avx512(n, n_tok) : kvt_q80x8_scratch_avx2(n, n_tok);
-    void *S = gemm_scratch(0, (size_t)sz);
-    if (!S) return 0;
-    const int64_t g0 = (r0 + 7) / 8, g1 = r1 / 8, wrs = kvt_row_size(KVT_TYPE_Q8_0, n), xrs = wrs;
-    if (g0 < g1) mm(n, W, g0, g1, Xq, n_tok, Y, ldy, S);
-    for (int64_t g = r0 / 8; g <= (r1 - 1) / 8; g++) { // a group cut by [r0, r1)
+// An x8 kernel over the groups [g0, g1) of 8 rows at W (row 8g + r into Y[t * ldy + 8g + r]) for n_tok activation
+// rows X: the kernel's own arguments in ctx.
+typedef void (*x8_kernel)(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
+                          float *Y, int64_t ldy);
+// Rows [r0, r1) of a repacked matrix of groups of 8 rows (wrs bytes a row, xrs an activation row): the groups wholly
+// inside straight into Y, a group cut by the range computed whole into a buffer (8 tokens at a time) and only the
+// range's rows copied out. Each row's value is its kernel's, whatever the range: the same bits.
+static void x8_groups(x8_kernel fn, const void *ctx, int64_t n, const void *W, int64_t wrs, int64_t r0, int64_t r1,
+                      const void *X, int64_t xrs, int64_t n_tok, float *Y, int64_t ldy) {
+    const int64_t g0 = (r0 + 7) / 8, g1 = r1 / 8;
+    if (g0 < g1) fn(ctx, n, W, g0, g1, X, n_tok, Y, ldy);
+    for (int64_t g = r0 / 8; g <= (r1 - 1) / 8; g++) {
         if (g >= g0 && g < g1) continue;
         for (int64_t k0 = 0; k0 < n_tok; k0 += 8) {
             const int64_t nk = min64(8, n_tok - k0);
-            float t[64];
-            mm(n, (const char *)W + g * 8 * wrs, 0, 1, (const char *)Xq + k0 * xrs, nk, t, 8, S);
+            float t[64]; // [nk][8]
+            fn(ctx, n, (const char *)W + g * 8 * wrs, 0, 1, (const char *)X + k0 * xrs, nk, t, 8);
             for (int64_t k = 0; k < nk; k++)
-                for (int64_t r = g * 8 > r0 ? g * 8 : r0; r < r1 && r < g * 8 + 8; r++)
-                    Y[(k0 + k) * ldy + r] = t[8 * k + r - g * 8];
+                for (int64_t r = g * 8 > r0 ? g * 8 : r0; r < r1 && r < g * 8 + 8; r++) Y[(k0 + k) * ldy + r] = t[8 * k + r - g * 8];
         }
     }
-    return 1;
+}
+
+typedef struct {
+    kvt_isa isa;
+    void *scratch; // q8_0_x8: the kernel's scratch
+} x8_ctx;
+static void x8_q41(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
+                   float *Y, int64_t ldy) {
+    const x8_ctx *c = ctx;
+    (c->isa == KVT_ISA_AVX512 ? kvt_q41x8_mm_avx512 : kvt_q41x8_mm_avx2)(n, W, g0, g1, X, n_tok, Y, ldy);
+}
+static void x8_q80(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
+                   float *Y, int64_t ldy) {
+    const x8_ctx *c = ctx;
+    (c->isa == KVT_ISA_AVX512 ? kvt_q80x8_mm_avx512 : kvt_q80x8_mm_avx2)(n, W, g0, g1, X, n_tok, Y, ldy, c->scratch);
+}
+static void x8_q4k(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
+                   float *Y, int64_t ldy) { // one token (decode)
+    const x8_ctx *c = ctx;
+    (void)n_tok, (void)ldy;
+    (c->isa == KVT_ISA_AVX512 ? kvt_q4kx8_gemv_avx512 : kvt_q4kx8_gemv_avx2)(n, W, g0, g1, X, Y);
 }
 
 static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
@@ -188,34 +207,22 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
     const kvt_repack_ops *rp = kvt_type_repack(st);
     const int64_t wrs = kvt_row_size(st, n);
     if (wt == KVT_TYPE_Q4_1_X8 && isa >= KVT_ISA_AVX2) { // every batch: the GEMV token by token (q41x8.h)
-        void (*mm)(int64_t, const void *, int64_t, int64_t, const void *, int64_t, float *, int64_t) =
-            isa == KVT_ISA_AVX512 ? kvt_q41x8_mm_avx512 : kvt_q41x8_mm_avx2;
-        const int64_t g0 = (r0 + 7) / 8, g1 = r1 / 8, xrs = kvt_row_size(KVT_TYPE_Q8_1, n);
-        if (g0 < g1) mm(n, W, g0, g1, Xq, n_tok, Y, ldy);
-        for (int64_t g = r0 / 8; g <= (r1 - 1) / 8; g++) { // a group cut by [r0, r1)
-            if (g >= g0 && g < g1) continue;
-            for (int64_t k = 0; k < n_tok; k++) {
-                float t[8];
-                mm(n, (const char *)W + g * 8 * wrs, 0, 1, (const char *)Xq + k * xrs, 1, t, 8);
-                for (int64_t r = g * 8 > r0 ? g * 8 : r0; r < r1 && r < g * 8 + 8; r++) Y[k * ldy + r] = t[r - g * 8];
-            }
-        }
+        const x8_ctx c = {isa, NULL};
+        x8_groups(x8_q41, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_1, n), n_tok, Y, ldy);
         return;
     }
-    if (wt == KVT_TYPE_Q8_0_X8 && (isa == KVT_ISA_AVX512 || (isa == KVT_ISA_AVX2 && n_tok <= KVT_Q80X8_TOK_MAX)) &&
-        q80x8_rows(isa, n, W, r0, r1, Xq, n_tok, Y, ldy))
-        return;
-    if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) {
-        void (*gemv)(int64_t, const void *, int64_t, int64_t, const void *, float *) =
-            isa == KVT_ISA_AVX512 ? kvt_q4kx8_gemv_avx512 : kvt_q4kx8_gemv_avx2;
-        const int64_t g0 = (r0 + 7) / 8, g1 = r1 / 8; // the groups wholly inside
-        if (g0 < g1) gemv(n, W, g0, g1, Xq, Y);
-        for (int64_t g = r0 / 8; g <= (r1 - 1) / 8; g++) {
-            if (g >= g0 && g < g1) continue;
-            float t[8];
-            gemv(n, (const char *)W + g * 8 * wrs, 0, 1, Xq, t);
-            for (int64_t r = g * 8 > r0 ? g * 8 : r0; r < r1 && r < g * 8 + 8; r++) Y[r] = t[r - g * 8];
+    if (wt == KVT_TYPE_Q8_0_X8 && (isa == KVT_ISA_AVX512 || (isa == KVT_ISA_AVX2 && n_tok <= KVT_Q80X8_TOK_MAX))) {
+        // decode and small batches (q80x8.h); without its scratch, the q8_0 paths on unpacked rows below
+        const int64_t sz = isa == KVT_ISA_AVX512 ? kvt_q80x8_scratch_avx512(n, n_tok) : kvt_q80x8_scratch_avx2(n, n_tok);
+        const x8_ctx c = {isa, gemm_scratch(0, (size_t)sz)};
+        if (c.scratch) {
+            x8_groups(x8_q80, &c, n, W, wrs, r0, r1, Xq, wrs, n_tok, Y, ldy);
+            return;
         }
+    }
+    if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) { // decode (kqx8.h)
+        const x8_ctx c = {isa, NULL};
+        x8_groups(x8_q4k, &c, n, W, wrs, r0, r1, Xq, 0, 1, Y, 0);
         return;
     }
     const int64_t a0 = (r0 + 7) / 8 * 8, a1 = r1 / 8 * 8, xrs = kvt_row_size(KVT_TYPE_Q8_K, n);

@@ -29,7 +29,10 @@ static double dot_d(const float *a, const float *b, int32_t d) {
 // Every position of each page of B positions takes the page's largest score (sum: the sum of its scores, the
 // page's mass): top-k then picks whole pages (the last one cut at the budget), as the store moves whole blocks.
 static void page_max(float *score, int64_t n, int32_t B, bool sum) {
-    if (sum) return kvt_sparse_page_sums(score, n, B);
+    if (sum) {
+        kvt_sparse_page_sums(score, n, B);
+        return;
+    }
     for (int64_t p0 = 0; p0 < n; p0 += B) {
         const int64_t p1 = p0 + B < n ? p0 + B : n;
         float m = score[p0];

@@ -306,7 +306,10 @@ void kvt_sparse_seq_free(kvt_sparse *s, int32_t seq) {
 void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep) {
     kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
     if (!q) return;
-    if (n_keep <= 0) return kvt_sparse_seq_free(s, seq);
+    if (n_keep <= 0) {
+        kvt_sparse_seq_free(s, seq);
+        return;
+    }
     kvt_sparse_wait_seq(s, q);
     for (int32_t l = 0; l < s->d.n_layer; l++) {
         kvt_sparse_layer *ly = &q->lay[l];
