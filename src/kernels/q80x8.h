@@ -17,11 +17,7 @@
 //    (_mm512_reduce_add_ps(acc0 + acc1), gcc's tree, then + kvt_hsum8(cacc), + tail) are the same additions done
 //    lane-wise over the 8 rows.
 // Batches run the GEMV token by token per group (the group's rows then come from L1/L2): an output is the
-// GEMV's whatever the batch.
-
-#ifndef Q80X8_PF
-#define Q80X8_PF 0 // software prefetch distance in bytes (0: none)
-#endif
+// GEMV's whatever the batch. (No software prefetch: 256-4096 bytes ahead measured no gain, docs/log/BENCHMARKS-kernels-2.md.)
 
 #ifdef KVT_SIMD_AVX512
 #define Q80X8_MM_FN kvt_q80x8_mm_avx512
@@ -52,9 +48,6 @@ static void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y) {
         UNROLL for (int j = 0; j < 8; j++) {
             const uint8_t *B = G + (g + j) * KVT_Q80X8_B;
             const int8_t *y = pq + 32 * (g + j);
-#if Q80X8_PF
-            UNROLL for (int l = 0; l < 5; l++) _mm_prefetch((const char *)B + Q80X8_PF + 64 * l, _MM_HINT_T0);
-#endif
             const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(B + 256)));
             cacc[j] = _mm256_fmadd_ps(dx, _mm256_set1_ps(pc[g + j]), cacc[j]);
             const __m512 D = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_mul_ps(dx, _mm256_set1_ps(pd[g + j]))));
@@ -100,9 +93,6 @@ static void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y) {
     const __m256i ones = _mm256_set1_epi16(1), order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, G += KVT_Q80X8_B) {
-#if Q80X8_PF
-        UNROLL for (int l = 0; l < 5; l++) _mm_prefetch((const char *)G + Q80X8_PF + 64 * l, _MM_HINT_T0);
-#endif
         __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; // rows 0-3, 4-7: lane 2r + h, quads 2P + h
         UNROLL for (int p = 0; p < 4; p++) {
             const __m256i yv = _mm256_set1_epi64x(q80x8_ld64(pq + 32 * b + 8 * p));
