@@ -83,7 +83,7 @@ void kvp_drop_copy(kv_paged *s, int64_t id, int t) {
 
 // Takes the store's mutex; with p.timing adds the time it waited for it to lock_ms and returns the time it was
 // asked at (ns; 0 without timing).
-static int64_t lock_timed(kv_paged *s) {
+int64_t kvp_lock_timed(kv_paged *s) {
     if (!s->p.timing) {
         pthread_mutex_lock(&s->mu);
         return 0;
@@ -114,6 +114,8 @@ KVT_VICTIM_INLINE int64_t next_use(const kv_paged *s, const pblock *B) { // inli
     if (B->dropped) return INT64_MAX / 4;
     return kvt_sched_distance(sched_key(s, B), s->cursor, (int64_t)s->n_shard * s->nb_ctx);
 }
+
+int64_t kvp_next_use(const kv_paged *s, int64_t id) { return next_use(s, &s->blk[id]); }
 
 // The decode frontier: every reader thread's position in the schedule (the block it holds, or the one
 // after the block it released last) since the last append; the frontier is the earliest of them. Readers
@@ -270,7 +272,7 @@ int64_t kvp_pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank, int64_
 
 // --- transfers -----------------------------------------------------------------
 
-static void *bounce_get(kv_paged *s) {
+void *kvp_bounce_get(kv_paged *s) {
     if (s->n_bounce > 0) return s->bounce[--s->n_bounce];
     void *p = NULL;
     int64_t n = s->tier[T2].slot_bytes;
@@ -278,7 +280,7 @@ static void *bounce_get(kv_paged *s) {
     return p;
 }
 
-static void bounce_put(kv_paged *s, void *b) {
+void kvp_bounce_put(kv_paged *s, void *b) {
     if (s->n_bounce == s->cap_bounce) {
         int64_t cap = s->cap_bounce ? s->cap_bounce * 2 : 8;
         void **nb = realloc(s->bounce, (size_t)cap * sizeof *nb);
@@ -304,7 +306,7 @@ kvt_status kvp_transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *err)
     uint8_t *dp = dst < 2 ? kvt_tier_ptr(&s->tier[dst], ds) : NULL;
     void *bounce = NULL;
     if (src == T2 || dst == T2) {
-        if (!(bounce = bounce_get(s))) {
+        if (!(bounce = kvp_bounce_get(s))) {
             kvt_tier_release(&s->tier[dst], ds);
             B->slot[dst] = -1;
             return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a disk I/O buffer");
@@ -324,9 +326,9 @@ kvt_status kvp_transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *err)
     else if (dst == T2) st = kvt_tier_disk_write(&s->tier[T2], ds, sp, bounce, &crc, what, err);
     else memcpy(dp, sp, (size_t)s->block_bytes);
     const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = disk ? (double)(kvt_thread_cpu_ns() - c0) / 1e6 : ms;
-    lock_timed(s);
+    kvp_lock_timed(s);
     s->st.copy_cpu_ms += cpu_ms;
-    if (bounce) bounce_put(s, bounce);
+    if (bounce) kvp_bounce_put(s, bounce);
     B = &s->blk[id];
     if (st) {
         kvt_tier_release(&s->tier[dst], ds);
@@ -486,7 +488,7 @@ static kvt_status swap_t0_t1(kv_paged *s, int64_t id, int64_t v, kvt_err *err) {
     memcpy(yp, xp, (size_t)s->block_bytes);
     memcpy(xp, tmp, (size_t)s->block_bytes);
     const double ms = (double)(kvt_time_ns() - t0) / 1e6;
-    lock_timed(s);
+    kvp_lock_timed(s);
     s->st.copy_cpu_ms += ms; // memory copies: CPU time = wall time (transfer)
     free(tmp);
     X = &s->blk[id];
@@ -581,16 +583,22 @@ static void stage_t1(kv_paged *s, int64_t id) {
 // Takes the queue's head and handles it (the mutex held; it is released during the copy): loads the block into the
 // fast tier if it is still below it and a victim may go (a planned block that finds no room comes up from disk to the
 // host tier at least). An error here is reported again by the acquire that needs the block.
-static void queue_take(kv_paged *s) {
+int64_t kvp_queue_pop(kv_paged *s) {
     const int64_t id = s->q[s->q_head];
     s->q_head = (s->q_head + 1) % s->q_cap;
     s->q_len--;
     atomic_store_explicit(&s->q_avail, s->q_len, memory_order_relaxed);
     s->st.io_items++;
     pblock *B = &s->blk[id];
-    const bool plan = B->qplan, attn = B->qattn;
     s->q_disk -= B->qdisk;
     B->queued = B->qplan = B->qattn = B->qdisk = false;
+    return id;
+}
+
+static void queue_take(kv_paged *s) {
+    const bool plan = s->blk[s->q[s->q_head]].qplan, attn = s->blk[s->q[s->q_head]].qattn;
+    const int64_t id = kvp_queue_pop(s);
+    pblock *B = &s->blk[id];
     if (B->refs <= 0 || B->busy || B->slot[T0] >= 0) {
         s->st.io_idle++;
         if (s->q_len == 0) pthread_cond_broadcast(&s->cv);
@@ -627,7 +635,7 @@ static void *io_main(void *arg) {
         }
         if (s->stop) break;
         if (c0 < 0) c0 = kvt_thread_cpu_ns();
-        queue_take(s);
+        if (!kvp_queue_take_disk(s)) queue_take(s);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -855,7 +863,7 @@ static void unpin(kv_paged *s, int64_t id) {
 static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b, kvt_kv_view *out,
                                 kvt_err *err) {
     kv_paged *s = (kv_paged *)kv;
-    const int64_t a0 = lock_timed(s);
+    const int64_t a0 = kvp_lock_timed(s);
     kvt_status st = KVT_OK;
     pseq *q = kvp_seq_get(s, seq, err);
     if (!q) st = KVT_ERR_INVALID_ARG;
@@ -908,7 +916,7 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
 
 static void paged_release(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
     kv_paged *s = (kv_paged *)kv;
-    lock_timed(s);
+    kvp_lock_timed(s);
     pseq *q = kvp_seq_get(s, seq, NULL);
     if (q) {
         pshard *sh = &q->sh[layer * kv->n_group + group];

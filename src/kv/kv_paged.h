@@ -46,6 +46,9 @@ typedef struct {
                             // take the queued blocks themselves, two after each release (kv_paged.c readers_take),
                             // threads waiting in the compute pool take them one at a time (kvt_kv_paged_help), and
                             // kvt_kv_paged_drain's caller takes what is left
+    int32_t io_batch;       // prefetched blocks only on disk that a copy thread takes from the queue at once and
+                            // reads in one io_uring submission (kv_paged_io.c): 0 = 16, 1 = one at a time (then each
+                            // read is a submission and a wait of its own); needs io_uring (else one at a time)
     bool keep_files;        // leave the disk file in disk_dir (else unlinked as soon as it is created)
     int64_t fault_read_at;  // tests: the n-th disk read fails with EIO (0: never)
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)

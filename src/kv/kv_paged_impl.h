@@ -118,8 +118,17 @@ int64_t kvp_pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank, int64_
 kvt_status kvp_transfer(kv_paged *s, int64_t id, int src, int dst, kvt_err *err); // copies id's block src -> dst
 kvt_status kvp_evict(kv_paged *s, int64_t id, int t, kvt_err *err); // removes id's copy from tier t (moving it down)
 int64_t kvp_t1_duplicate(const kv_paged *s);                       // a host copy that T0 also holds, or -1
+int64_t kvp_lock_timed(kv_paged *s);                               // takes the mutex (lock_ms with p.timing)
+void *kvp_bounce_get(kv_paged *s);                                 // a 4096-aligned buffer of a disk slot, or NULL
+void kvp_bounce_put(kv_paged *s, void *b);                         // gives it back
+int64_t kvp_next_use(const kv_paged *s, int64_t id);               // schedule steps to id's next read (next_use)
 // The copy engine's queue.
 void kvp_queue_push(kv_paged *s, int64_t id);
+int64_t kvp_queue_pop(kv_paged *s); // takes the head entry (q_len > 0), clears its queue flags, counts io_items
+// A copy thread's batch of disk loads (kv_paged_io.c): if the queue's head is a prefetch of a block only on disk
+// and p.io_batch > 1 with a ring, takes it and the entries after it that are the same, up to io_batch, loads them
+// together and returns true; else takes nothing and returns false.
+bool kvp_queue_take_disk(kv_paged *s);
 void kvp_queue_wake(kv_paged *s);
 int64_t kvp_io_target(const kv_paged *s); // copy threads the queue wants at work (io_mem, one more per disk block)
 // Blocks and sequences.

@@ -183,16 +183,20 @@ kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src,
     return KVT_OK;
 }
 
-kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *bounce, uint32_t crc, const char *what,
-                              kvt_err *err) {
-    const off_t off = (off_t)slot * t->slot_bytes;
+// A disk read's start: counts it and fails it where a test injects a failure (fail_read_at).
+static kvt_status read_begin(kvt_tier_store *t, off_t off, const char *what, kvt_err *err) {
     int64_t nr = atomic_fetch_add(&t->n_reads, 1) + 1;
     if (t->fail_read_at > 0 && nr == t->fail_read_at) {
         return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s (injected)", what,
                           t->path, (long long)off, strerror(EIO));
     }
-    uint8_t *buf = direct_ok(t, dst) ? dst : bounce; // [slot_bytes] read straight into the block when possible
-    int64_t done = 0;
+    return KVT_OK;
+}
+
+// The rest of a read of the slot at `off` into buf [slot_bytes] from byte `done` on (one pread or ring request at a
+// time), then the CRC32C check and the copy to dst when buf is the bounce buffer.
+static kvt_status read_finish(kvt_tier_store *t, off_t off, uint8_t *buf, int64_t done, void *dst, uint32_t crc,
+                              const char *what, kvt_err *err) {
     while (done < t->slot_bytes) {
         ssize_t r = disk_rw(t, false, buf + done, (size_t)(t->slot_bytes - done), off + done);
         if (r < 0 && errno == EINTR) continue;
@@ -214,4 +218,49 @@ kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *
     }
     if (buf != dst) memcpy(dst, buf, (size_t)t->data_bytes);
     return KVT_OK;
+}
+
+kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *bounce, uint32_t crc, const char *what,
+                              kvt_err *err) {
+    const off_t off = (off_t)slot * t->slot_bytes;
+    kvt_status st = read_begin(t, off, what, err);
+    if (st) return st;
+    uint8_t *buf = direct_ok(t, dst) ? dst : bounce; // [slot_bytes] read straight into the block when possible
+    return read_finish(t, off, buf, 0, dst, crc, what, err);
+}
+
+void kvt_tier_disk_read_many(kvt_tier_store *t, int n, const int64_t *slot, void *const *dst, void *const *bounce,
+                             const uint32_t *crc, kvt_status *st, kvt_err *err) {
+    void *buf[KVT_TIER_READ_MANY];
+    size_t len[KVT_TIER_READ_MANY];
+    off_t off[KVT_TIER_READ_MANY];
+    ssize_t res[KVT_TIER_READ_MANY];
+    int idx[KVT_TIER_READ_MANY]; // the blocks in the ring's batch
+    char what[KVT_TIER_READ_MANY][40];
+    for (int i0 = 0; i0 < n; i0 += KVT_TIER_READ_MANY) {
+        const int m = n - i0 < KVT_TIER_READ_MANY ? n - i0 : KVT_TIER_READ_MANY;
+        int k = 0;
+        for (int j = 0; j < m; j++) {
+            const int i = i0 + j;
+            snprintf(what[j], sizeof what[j], "disk slot %lld", (long long)slot[i]);
+            off[j] = (off_t)slot[i] * t->slot_bytes;
+            buf[j] = direct_ok(t, dst[i]) ? dst[i] : bounce[i];
+            len[j] = (size_t)t->slot_bytes;
+            res[j] = 0; // nothing read yet: read_finish reads it all (no ring, or the injected failure)
+            if (!(st[i] = read_begin(t, off[j], what[j], &err[i])) && t->ring) idx[k++] = j;
+        }
+        if (k > 0) { // the ring's requests, compacted
+            void *b2[KVT_TIER_READ_MANY];
+            size_t l2[KVT_TIER_READ_MANY];
+            off_t o2[KVT_TIER_READ_MANY];
+            ssize_t r2[KVT_TIER_READ_MANY];
+            for (int x = 0; x < k; x++) b2[x] = buf[idx[x]], l2[x] = len[idx[x]], o2[x] = off[idx[x]];
+            kvt_uring_rw_many(t->ring, false, k, b2, l2, o2, r2);
+            for (int x = 0; x < k; x++) res[idx[x]] = r2[x] > 0 ? r2[x] : 0; // an error: read again, one by one
+        }
+        for (int j = 0; j < m; j++) {
+            const int i = i0 + j;
+            if (!st[i]) st[i] = read_finish(t, off[j], buf[j], res[j], dst[i], crc[i], what[j], &err[i]);
+        }
+    }
 }

@@ -71,50 +71,78 @@ static void reap_ready(kvt_uring *u) {
     }
 }
 
-ssize_t kvt_uring_rw(kvt_uring *u, bool write, void *buf, size_t n, off_t off) {
-    ureq q = {false, 0};
-    pthread_mutex_lock(&u->mu);
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
-    if (!sqe) { // more requests in flight than ring entries: do this one synchronously
-        pthread_mutex_unlock(&u->mu);
-        return write ? pwrite(u->fd, buf, n, off) : pread(u->fd, buf, n, off);
+// Whether every request of q[0 .. n) has completed (mu held).
+static bool all_done(const ureq *q, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!q[i].done) return false;
     }
-    if (write) io_uring_prep_write(sqe, u->fd, buf, (unsigned)n, (__u64)off);
-    else io_uring_prep_read(sqe, u->fd, buf, (unsigned)n, (__u64)off);
-    io_uring_sqe_set_data(sqe, &q);
-    if (io_uring_submit(&u->ring) < 0) {
-        // not submitted: turn it into a no-op that no one waits for (it goes with the next submission) and
-        // do this request synchronously
-        io_uring_prep_nop(sqe);
-        io_uring_sqe_set_data(sqe, NULL);
-        pthread_mutex_unlock(&u->mu);
-        return write ? pwrite(u->fd, buf, n, off) : pread(u->fd, buf, n, off);
-    }
-    while (!q.done) {
-        if (u->reaping) {
-            pthread_cond_wait(&u->cv, &u->mu);
-            continue;
+    return true;
+}
+
+void kvt_uring_rw_many(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off, ssize_t *res) {
+    ureq q[KVT_URING_MANY_MAX];
+    struct io_uring_sqe *sq[KVT_URING_MANY_MAX];
+    for (int i0 = 0; i0 < n; i0 += KVT_URING_MANY_MAX) { // in pieces of at most KVT_URING_MANY_MAX
+        const int m = n - i0 < KVT_URING_MANY_MAX ? n - i0 : KVT_URING_MANY_MAX;
+        int k = 0; // requests in the ring: q[0 .. k) for i0 .. i0 + k; the rest synchronously
+        pthread_mutex_lock(&u->mu);
+        for (; k < m; k++) {
+            struct io_uring_sqe *sqe = sq[k] = io_uring_get_sqe(&u->ring);
+            if (!sqe) break; // more requests in flight than ring entries
+            const int i = i0 + k;
+            if (write) io_uring_prep_write(sqe, u->fd, buf[i], (unsigned)len[i], (__u64)off[i]);
+            else io_uring_prep_read(sqe, u->fd, buf[i], (unsigned)len[i], (__u64)off[i]);
+            q[k] = (ureq){false, 0};
+            io_uring_sqe_set_data(sqe, &q[k]);
         }
-        u->reaping = true;
-        reap_ready(u);
-        if (!q.done) {
-            struct io_uring_cqe *cqe;
-            pthread_mutex_unlock(&u->mu);
-            // waits on the completion side only (submits nothing); an error (EINTR) is retried: the request is
-            // in the kernel's hands and q must outlive it
-            (void)io_uring_wait_cqe(&u->ring, &cqe);
-            pthread_mutex_lock(&u->mu);
+        if (k > 0 && io_uring_submit(&u->ring) < 0) {
+            // not submitted: every prepared entry becomes a no-op that no one waits for (they go with the next
+            // submission) and the requests are done synchronously
+            for (int j = 0; j < k; j++) {
+                io_uring_prep_nop(sq[j]);
+                io_uring_sqe_set_data(sq[j], NULL);
+            }
+            k = 0;
+        }
+        while (!all_done(q, k)) { // one thread reaps for all (u->reaping); the others wait for it on cv
+            if (u->reaping) {
+                pthread_cond_wait(&u->cv, &u->mu);
+                continue;
+            }
+            u->reaping = true;
             reap_ready(u);
+            if (!all_done(q, k)) {
+                struct io_uring_cqe *cqe;
+                pthread_mutex_unlock(&u->mu);
+                // waits on the completion side only (submits nothing); an error (EINTR) is retried: the requests
+                // are in the kernel's hands and q must outlive them
+                (void)io_uring_wait_cqe(&u->ring, &cqe);
+                pthread_mutex_lock(&u->mu);
+                reap_ready(u);
+            }
+            u->reaping = false;
+            pthread_cond_broadcast(&u->cv);
         }
-        u->reaping = false;
-        pthread_cond_broadcast(&u->cv);
+        pthread_mutex_unlock(&u->mu);
+        for (int j = 0; j < m; j++) {
+            const int i = i0 + j;
+            if (j < k) res[i] = q[j].res;
+            else {
+                const ssize_t r = write ? pwrite(u->fd, buf[i], len[i], off[i]) : pread(u->fd, buf[i], len[i], off[i]);
+                res[i] = r < 0 ? -(ssize_t)errno : r;
+            }
+        }
     }
-    pthread_mutex_unlock(&u->mu);
-    if (q.res < 0) {
-        errno = -q.res;
+}
+
+ssize_t kvt_uring_rw(kvt_uring *u, bool write, void *buf, size_t n, off_t off) {
+    ssize_t r;
+    kvt_uring_rw_many(u, write, 1, &buf, &n, &off, &r);
+    if (r < 0) {
+        errno = (int)-r;
         return -1;
     }
-    return q.res;
+    return r;
 }
 
 #else // no liburing at build time
@@ -138,6 +166,11 @@ ssize_t kvt_uring_rw(kvt_uring *u, bool write, void *buf, size_t n, off_t off) {
     (void)u, (void)write, (void)buf, (void)n, (void)off;
     errno = ENOSYS;
     return -1;
+}
+
+void kvt_uring_rw_many(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off, ssize_t *res) {
+    (void)u, (void)write, (void)buf, (void)len, (void)off;
+    for (int i = 0; i < n; i++) res[i] = -ENOSYS;
 }
 
 #endif

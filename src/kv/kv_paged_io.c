@@ -1,0 +1,120 @@
+// kv_paged_io.c - the copy engine's batches of disk loads (kvp_queue_take_disk, see kv_paged_impl.h).
+//
+// Sparse decoding hands the store about a thousand blocks of 4 KiB per token on disk (SmolLM2 at 8K, 16-position
+// head-wise blocks), and a copy thread used to take them one at a time: a victim search, one io_uring submission
+// (a system call and a doorbell to the device, which in a VM is an exit to the hypervisor), a sleep until the
+// read completes and a wake-up, then the bookkeeping; per block. On 2 vCPUs shared with the compute threads those
+// context switches and submissions cost more CPU than the reads themselves (docs/log/SPARSE-log-2.md, "The copy
+// engine's disk batches"). A batch takes the queued disk loads at the queue's head in order, does for each what
+// the one-at-a-time path does under the mutex (the same victim search with the same limit, the same eviction, a
+// fast-tier slot), then reads them all with one submission and one wait, and finishes each as kvp_transfer does:
+// the same bytes moved and counted, the same blocks resident. Only the time at which each block's read is issued
+// changes: within a batch, a block's victim search sees the batch's earlier blocks as busy (in flight) instead of
+// just loaded; both exclude them from being chosen (a just-loaded block is the most recently used one).
+#include <stdint.h>
+
+#include "../base/timer.h"
+#include "kv_paged_impl.h"
+
+enum { IO_BATCH_DEFAULT = 16 };
+
+// Whether queued block id is a load of a block only on disk that the batch can take: a prefetch of the decode
+// schedule or of a caller (not the plan's, which may stage a block to the host tier instead, nor attn-ema's, which
+// competes with the resident blocks).
+static bool disk_load(const kv_paged *s, int64_t id) {
+    const pblock *B = &s->blk[id];
+    return !B->qplan && !B->qattn && B->refs > 0 && !B->busy && B->slot[T0] < 0 && B->slot[T1] < 0 && B->slot[T2] >= 0;
+}
+
+// Whether queued block id needs nothing (freed, in transfer, or resident already): queue_take counts it idle.
+static bool idle_entry(const kv_paged *s, int64_t id) {
+    const pblock *B = &s->blk[id];
+    return B->refs <= 0 || B->busy || B->slot[T0] >= 0;
+}
+
+// Makes room in the fast tier for block id (busy, only on disk) as load() does for a prefetch: victims needed later
+// than id (limit: its next use) are evicted until a slot is free; then takes the slot. The slot, or -1 (no victim
+// may go, or an error: the acquire that needs the block reports it again). May release the mutex (a dirty victim's
+// write).
+static int64_t room_for(kv_paged *s, int64_t id) {
+    const int64_t limit = kvp_next_use(s, id);
+    kvt_err e;
+    while (s->tier[T0].n_used >= s->tier[T0].max_slots) {
+        const int64_t v = kvp_pick_victim(s, T0, limit, s->blk[id].prank, -1);
+        if (v < 0 || kvp_evict(s, v, T0, &e)) return -1;
+    }
+    return kvt_tier_alloc(&s->tier[T0]);
+}
+
+bool kvp_queue_take_disk(kv_paged *s) {
+    const int nmax = s->p.io_batch == 0 ? IO_BATCH_DEFAULT : s->p.io_batch < KVT_TIER_READ_MANY ? s->p.io_batch : KVT_TIER_READ_MANY;
+    if (nmax <= 1 || !s->tier[T2].ring || s->q_len == 0 || !disk_load(s, s->q[s->q_head])) return false;
+    int64_t ids[KVT_TIER_READ_MANY], slot[KVT_TIER_READ_MANY];
+    void *dst[KVT_TIER_READ_MANY], *bounce[KVT_TIER_READ_MANY];
+    uint32_t crc[KVT_TIER_READ_MANY];
+    kvt_status st[KVT_TIER_READ_MANY];
+    kvt_err err[KVT_TIER_READ_MANY];
+    const kvt_tier_store *D = &s->tier[T2];
+    int n = 0;
+    while (n < nmax && s->q_len > 0 && !s->stop) { // the head's entries in queue order, as queue_take takes them
+        const int64_t id = s->q[s->q_head];
+        if (idle_entry(s, id)) {
+            kvp_queue_pop(s);
+            s->st.io_idle++;
+            continue;
+        }
+        if (!disk_load(s, id)) break;
+        kvp_queue_pop(s);
+        s->blk[id].busy = true;
+        if (++s->n_io_busy > s->st.io_busy_max) s->st.io_busy_max = s->n_io_busy;
+        const int64_t ds = room_for(s, id);
+        pblock *B = &s->blk[id];
+        uint8_t *dp = ds >= 0 ? kvt_tier_ptr(&s->tier[T0], ds) : NULL;
+        // a bounce buffer where the fast-tier slot cannot be the O_DIRECT buffer itself (kv_tier.c direct_ok)
+        const bool direct = dp && D->slot_bytes == D->data_bytes && (uintptr_t)dp % 4096 == 0;
+        void *bb = dp && !direct ? kvp_bounce_get(s) : NULL;
+        if (dp && (direct || bb)) {
+            B->slot[T0] = ds;
+            ids[n] = id, slot[n] = B->slot[T2], dst[n] = dp, bounce[n] = bb, crc[n] = B->crc;
+            n++;
+            continue;
+        }
+        if (ds >= 0) kvt_tier_release(&s->tier[T0], ds); // no bounce buffer (out of memory): not loaded
+        B->busy = false;
+        s->n_io_busy--;
+        s->st.io_idle++;
+        pthread_cond_broadcast(&s->cv);
+    }
+    if (n > 0) {
+        pthread_mutex_unlock(&s->mu);
+        const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
+        kvt_tier_disk_read_many(&s->tier[T2], n, slot, dst, bounce, crc, st, err);
+        const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = (double)(kvt_thread_cpu_ns() - c0) / 1e6;
+        kvp_lock_timed(s);
+        s->st.copy_cpu_ms += cpu_ms;
+        for (int i = 0; i < n; i++) { // as kvp_transfer's end and load's, block by block in queue order
+            if (bounce[i]) kvp_bounce_put(s, bounce[i]);
+            pblock *B = &s->blk[ids[i]];
+            const int64_t ds = B->slot[T0];
+            bool ok = !st[i];
+            if (ok) {
+                B->last_use = s->tick; // a load counts as a use for recency (prefetched blocks stay until read)
+                ok = kvp_res_add(s, T0, ids[i]);
+            }
+            if (ok) {
+                s->st.moved_bytes[T2][T0] += s->block_bytes;
+                s->st.moved_count[T2][T0]++;
+                s->st.moved_ms[T2][T0] += ms / n; // the batch's wall time, shared
+                s->st.prefetches++;
+            } else {
+                kvt_tier_release(&s->tier[T0], ds);
+                B->slot[T0] = -1;
+                s->st.io_idle++;
+            }
+            B->busy = false;
+            s->n_io_busy--;
+        }
+    }
+    pthread_cond_broadcast(&s->cv);
+    return true;
+}
