@@ -194,14 +194,14 @@ static void caller_prefetch(void) {
 
 typedef struct {
     int n;
-    int32_t layer[8];
-    int64_t index[8];
+    int32_t layer[32];
+    int64_t index[32];
 } evict_log;
 
 static void log_evict(void *ud, int32_t layer, int32_t group, int64_t index) {
     evict_log *g = ud;
     (void)group;
-    if (g->n < 8) g->layer[g->n] = layer, g->index[g->n++] = index;
+    if (g->n < 32) g->layer[g->n] = layer, g->index[g->n++] = index;
 }
 
 // Head-wise blocks, a fast tier of 4: blocks 0..3 of (layer 0, head 0) are read into it, then 2 blocks of layer 1
@@ -508,18 +508,6 @@ static void pool_help(void) {
                 (int)other);
 }
 
-typedef struct {
-    int n;
-    int32_t layer[32];
-    int64_t index[32];
-} evict_log32;
-
-static void log_evict32(void *ud, int32_t layer, int32_t group, int64_t index) {
-    evict_log32 *g = ud;
-    (void)group;
-    if (g->n < 32) g->layer[g->n] = layer, g->index[g->n++] = index;
-}
-
 // The copy engine's disk batches (kv_paged_io.c) against its one-at-a-time loads: a sequence of 16 blocks per layer
 // is demoted to disk, a fast tier of 12 blocks is empty. The caller prefetches 8 blocks of layer 0 (loaded into free
 // slots), a reader reads them in order and then block 13 (a miss), so that each has a use of its own (LRU without
@@ -529,7 +517,7 @@ static void log_evict32(void *ud, int32_t layer, int32_t group, int64_t index) {
 // alike, every one a prefetch) and the sequence reads back exactly. One copy thread, so that the order is fixed.
 static void disk_batch(const char *disk) {
     const int32_t modes[3] = {1, 3, 0};
-    evict_log32 lg[3] = {{0}};
+    evict_log lg[3] = {{0}};
     int64_t bytes[3] = {0}, count[3] = {0}, pre[3] = {0}, fast[3] = {0};
     bool exact[3] = {false, false, false};
     kvt_err err = {0};
@@ -541,7 +529,7 @@ static void disk_batch(const char *disk) {
         p.evict = "lru";
         p.n_io_threads = 1;
         p.io_batch = modes[m];
-        p.on_evict = log_evict32;
+        p.on_evict = log_evict;
         p.on_evict_ud = &lg[m];
         st = kvt_kv_paged_init(&p, &kv, &err);
         if (!st) st = fill(kv, 0, 1, 0, 64, &err);

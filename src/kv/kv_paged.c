@@ -580,9 +580,6 @@ static void stage_t1(kv_paged *s, int64_t id) {
     pthread_cond_broadcast(&s->cv);
 }
 
-// Takes the queue's head and handles it (the mutex held; it is released during the copy): loads the block into the
-// fast tier if it is still below it and a victim may go (a planned block that finds no room comes up from disk to the
-// host tier at least). An error here is reported again by the acquire that needs the block.
 int64_t kvp_queue_pop(kv_paged *s) {
     const int64_t id = s->q[s->q_head];
     s->q_head = (s->q_head + 1) % s->q_cap;
@@ -595,6 +592,9 @@ int64_t kvp_queue_pop(kv_paged *s) {
     return id;
 }
 
+// Takes the queue's head and handles it (the mutex held; it is released during the copy): loads the block into the
+// fast tier if it is still below it and a victim may go (a planned block that finds no room comes up from disk to the
+// host tier at least). An error here is reported again by the acquire that needs the block.
 static void queue_take(kv_paged *s) {
     const bool plan = s->blk[s->q[s->q_head]].qplan, attn = s->blk[s->q[s->q_head]].qattn;
     const int64_t id = kvp_queue_pop(s);
@@ -635,7 +635,7 @@ static void *io_main(void *arg) {
         }
         if (s->stop) break;
         if (c0 < 0) c0 = kvt_thread_cpu_ns();
-        if (!kvp_queue_take_disk(s)) queue_take(s);
+        if (!kvp_queue_take_disk(s)) queue_take(s); // disk loads in a batch (kv_paged_io.c), else one entry
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;

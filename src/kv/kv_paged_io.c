@@ -8,9 +8,12 @@
 // engine's disk batches"). A batch takes the queued disk loads at the queue's head in order, does for each what
 // the one-at-a-time path does under the mutex (the same victim search with the same limit, the same eviction, a
 // fast-tier slot), then reads them all with one submission and one wait, and finishes each as kvp_transfer does:
-// the same bytes moved and counted, the same blocks resident. Only the time at which each block's read is issued
-// changes: within a batch, a block's victim search sees the batch's earlier blocks as busy (in flight) instead of
-// just loaded; both exclude them from being chosen (a just-loaded block is the most recently used one).
+// the same bytes moved and counted. What differs is when each read is issued, and so what a victim search of the
+// batch sees: the batch's earlier blocks are busy (in flight, never a victim) where the one-at-a-time path had them
+// loaded (a victim for a later block of the batch only where the schedule needs it after that block), and the resident
+// list's order (the policy's tie-break) can differ. With blocks handed in schedule order and no ties, both load and
+// evict the same blocks in the same order (tests/test_kv_sched.c disk_batch). Results never depend on it (the store
+// returns the same bits whatever is resident).
 #include <stdint.h>
 
 #include "../base/timer.h"

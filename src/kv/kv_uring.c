@@ -95,14 +95,23 @@ void kvt_uring_rw_many(kvt_uring *u, bool write, int n, void *const *buf, const 
             q[k] = (ureq){false, 0};
             io_uring_sqe_set_data(sqe, &q[k]);
         }
-        if (k > 0 && io_uring_submit(&u->ring) < 0) {
-            // not submitted: every prepared entry becomes a no-op that no one waits for (they go with the next
-            // submission) and the requests are done synchronously
-            for (int j = 0; j < k; j++) {
+        // the kernel takes entries in the order they were prepared; those it has not taken are the ring's last
+        // io_uring_sq_ready() entries, ours (entries left from an earlier failure come before them)
+        int sub = 0;
+        for (int tries = 0; k > 0 && tries < 4; tries++) {
+            const int r = io_uring_submit(&u->ring);
+            const unsigned left = io_uring_sq_ready(&u->ring);
+            sub = left >= (unsigned)k ? 0 : k - (int)left;
+            if (r < 0 || sub == k) break;
+        }
+        if (sub < k) {
+            // not submitted: each entry left becomes a no-op that no one waits for (it goes with the next
+            // submission) and its request is done synchronously
+            for (int j = sub; j < k; j++) {
                 io_uring_prep_nop(sq[j]);
                 io_uring_sqe_set_data(sq[j], NULL);
             }
-            k = 0;
+            k = sub;
         }
         while (!all_done(q, k)) { // one thread reaps for all (u->reaping); the others wait for it on cv
             if (u->reaping) {
