@@ -48,9 +48,11 @@ typedef struct {
 typedef struct {
     int64_t cap;        // positions the buffers have room for
     int64_t key_n;      // keys [0, key_n) are in the summaries (the rest is read from the store when needed)
-    int8_t *k8;         // asyncspade: [Hkv][cap * hd] int8 keys in blocks of 16 positions (kvt_sparse_k8_at; cap a
-                        // multiple of 16)
+    int8_t *k8;         // asyncspade (a width of 8 used): [Hkv][cap * hd] int8 keys in blocks of 16 positions
+                        // (kvt_sparse_k8_at; cap a multiple of 16)
     float *k8s;         // asyncspade: [Hkv][cap] their scales
+    uint8_t *k4;        // asyncspade (a width of 4 used): [Hkv][cap * kvt_sparse_k4_row(hd)] 4-bit keys (kvt_sparse_k4_at)
+    float *k4s;         // asyncspade: [Hkv][cap] their scales
     float *lo, *hi;     // quest: [Hkv][pages(cap)][hd] key bounds
     int32_t *sel;       // [Hkv][cap] the selected positions of the next step
     int64_t *nsel;      // [Hkv]
@@ -158,8 +160,9 @@ void *kvt_sparse_zalloc(size_t n, bool *ok);
 int64_t kvt_sparse_alloc_bytes(int64_t n);
 enum { KVT_SPARSE_HUGE_MIN = 1 << 20 };
 // Bytes allocated for one layer's key summaries of H KV heads with room for cap positions (np pages of them):
-// quest the pages' min and max (f32), asyncspade the int8 copies and their f32 scales (kvt_sparse_alloc_bytes each).
-int64_t kvt_sparse_layer_summary_bytes(kvt_sparse_mode mode, int64_t H, int64_t hd, int64_t cap, int64_t np);
+// quest the pages' min and max (f32), asyncspade the key copies of each width p uses (key_bits, rerank_bits) and their
+// f32 scales (kvt_sparse_alloc_bytes each).
+int64_t kvt_sparse_layer_summary_bytes(const kvt_sparse_params *p, int64_t H, int64_t hd, int64_t cap, int64_t np);
 
 // --- sparse_seq.c: per-sequence state ------------------------------------------------------------------
 
@@ -256,10 +259,6 @@ enum { KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };
 // The qpg query rows q ([qpg, hd] f32) as int16 (q16 [qpg, hd]) with one scale per row (qscale [qpg]):
 // q ~ q16 * qscale, max |q16| = 32767 (non-finite values count as 0).
 void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale);
-// raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t = k8[t] * k8s[t] (k8: int8 keys in the
-// layout of kvt_sparse_k8_at, k8s [n_keys]) for t < n_keys, -inf for n_keys <= t < n. Integer dot products: the same bits on every path.
-void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                         const float *k8s, int64_t n_keys, int64_t n, float scale, float *raw);
 // The layout of the int8 key copies (kvt_sparse_layer.k8, one KV head): blocks of 16 positions, each block hd / 4
 // groups of 4 dimensions, each group 16 positions x 4 bytes (64 bytes): element x of position t at
 // kvt_sparse_k8_at(t, x, hd). A group of 16 keys is then one vector row for VPDPBUSD (16 dot products at once, no
@@ -267,22 +266,57 @@ void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, i
 static inline int64_t kvt_sparse_k8_at(int64_t t, int32_t x, int32_t hd) {
     return (t >> 4) * 16 * (int64_t)hd + (int64_t)(x >> 2) * 64 + (t & 15) * 4 + (x & 3);
 }
-// Positions of an int8 buffer with room for n (whole blocks).
+// Positions of a key-copy buffer with room for n (whole blocks; both widths).
 static inline int64_t kvt_sparse_k8_cap(int64_t n) { return (n + 15) / 16 * 16; }
 
-// The same products for positions [t0, t0 + n_keys) only (k8, k8s: the KV head's whole buffers, layout above),
-// position t written at raw[i * stride + t - t0] (a run of positions scored into its place in a wider row: the same
-// bits as kvt_sparse_score_i8 over those positions).
-void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                              const float *k8s, int64_t t0, int64_t n_keys, int64_t stride, float scale, float *raw);
+// The layout of the 4-bit key copies (kvt_sparse_layer.k4, one KV head): blocks of 16 positions as the int8 layout, each
+// block (hd + 7) / 8 rows of 64 bytes; row r holds the int8 layout's groups 2r (low nibbles) and 2r + 1 (high nibbles)
+// of 4 dimensions x 16 positions (byte (t & 15) * 4 + (x & 3)), so that one 64-byte load, masked and shifted, gives two
+// VPDPBUSD operands. Element x of position t is nibble (x >> 2) & 1 of byte kvt_sparse_k4_at(t, x, hd), stored as v + 8
+// for v in [-7, 7] (the key ~ v * scale); the high nibbles of a last half row (hd % 8 == 4) are unused.
+static inline int64_t kvt_sparse_k4_row(int32_t hd) { return (hd + 7) / 8 * 4; } // bytes per position
+static inline int64_t kvt_sparse_k4_at(int64_t t, int32_t x, int32_t hd) {
+    return (t >> 4) * 16 * kvt_sparse_k4_row(hd) + (int64_t)(x >> 3) * 64 + (t & 15) * 4 + (x & 3);
+}
+// Bytes per position of the key copies of `bits` (8: hd, 4: kvt_sparse_k4_row), scales not counted.
+static inline int64_t kvt_sparse_key_row_bytes(int32_t bits, int32_t hd) { return bits == 4 ? kvt_sparse_k4_row(hd) : hd; }
+
+// Key copies of one KV head for the scans: kc in the layout of `bits` (8: kvt_sparse_k8_at, 4: kvt_sparse_k4_at), ks
+// [positions] their scales (the key ~ v * ks[t], v the stored integer: [-127, 127] or [-7, 7]).
+typedef struct {
+    const void *kc;
+    const float *ks;
+    int32_t bits;
+} kvt_sparse_keys;
+// The copies of `bits` of KV head kh of ly.
+static inline kvt_sparse_keys kvt_sparse_keys_of(const kvt_sparse_layer *ly, int32_t bits, int32_t kh, int32_t hd) {
+    kvt_sparse_keys k = {bits == 4 ? (const void *)(ly->k4 + kh * ly->cap * kvt_sparse_k4_row(hd))
+                                   : (const void *)(ly->k8 + kh * ly->cap * (int64_t)hd),
+                         (bits == 4 ? ly->k4s : ly->k8s) + kh * ly->cap, bits};
+    return k;
+}
+
+// Key k ([hd] f32) as position t of a KV head's copies of `bits` (kc: that head's buffer, layout above; ks: its scales):
+// one scale per row, ks[t] = max |k| / 127 (8) or / 7 (4) (1 for a zero row), v = round(k / ks[t]) (within the range).
+void kvt_sparse_quant_key(const float *k, int32_t hd, int32_t bits, int64_t t, void *kc, float *ks);
+
+// raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t = v_t * ks[t] (the copies k of any width) for
+// t < n_keys, -inf for n_keys <= t < n: (float)(q16_i . v_t) * (ks[t] * (qscale[i] * scale)), the integer sum exact
+// (|q16| <= 32767, |v| <= 127, hd <= 512 keep it below 2^31), so the same bits on every path.
+void kvt_sparse_score_keys(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                           int64_t n_keys, int64_t n, float scale, float *raw);
+// The same products for positions [t0, t0 + n_keys) only (k: the KV head's whole buffers), position t written at
+// raw[i * stride + t - t0] (a run of positions scored into its place in a wider row: the same bits as
+// kvt_sparse_score_keys over those positions).
+void kvt_sparse_score_keys_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                int64_t t0, int64_t n_keys, int64_t stride, float scale, float *raw);
 // The same products for the m sorted positions pos[0 .. m) (a re-rank's candidates), the x-th at raw[i * stride + x].
-void kvt_sparse_score_i8_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                             const float *k8s, const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw);
-// The scan of both (qs: qscale times the attention scale; pos NULL: the range [t0, t0 + n_keys), else the n_keys
+void kvt_sparse_score_keys_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                               const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw);
+// The scan of all of these (any width; qs: qscale times the attention scale; pos NULL: the range [t0, t0 + n_keys), else the n_keys
 // sorted positions of pos) on AVX-512 VNNI (sparse_score_avx512.c; the same bits: integer sums).
-void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8,
-                                     const float *k8s, int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride,
-                                     float *raw);
+void kvt_sparse_dot_blocks_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                  int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
 
