@@ -313,10 +313,46 @@ void kvt_sparse_score_keys_rows(const int16_t *q16, const float *qscale, int32_t
 // The same products for the m sorted positions pos[0 .. m) (a re-rank's candidates), the x-th at raw[i * stride + x].
 void kvt_sparse_score_keys_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
                                const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw);
+// The 16-position blocks a scan visits (the vector kernels): the range [t0, t0 + n) (pos NULL) or the n sorted positions
+// of pos (a run of entries in one block), from kvt_sparse_blocks_of. kvt_sparse_blocks_next gives the next block's first position *b0, the lanes to
+// score (bit j: position b0 + j) and where the first of them goes (*out: its index in the range or the list; the others
+// follow in lane order); false at the end. it->x: the list entries consumed so far.
+typedef struct {
+    const int32_t *pos;
+    int64_t t0, n, x, b; // b: the range's next block
+} kvt_sparse_blocks;
+static inline kvt_sparse_blocks kvt_sparse_blocks_of(const int32_t *pos, int64_t t0, int64_t n) {
+    const kvt_sparse_blocks it = {pos, t0, n, 0, t0 & ~(int64_t)15};
+    return it;
+}
+static inline bool kvt_sparse_blocks_next(kvt_sparse_blocks *it, int64_t *b0, uint32_t *lanes, int64_t *out) {
+    uint32_t m = 0;
+    if (it->pos) {
+        if (it->x >= it->n) return false;
+        *out = it->x;
+        *b0 = it->pos[it->x] & ~(int32_t)15;
+        for (; it->x < it->n && it->pos[it->x] < *b0 + 16; it->x++) m |= 1u << (it->pos[it->x] - *b0);
+    } else {
+        const int64_t t1 = it->t0 + it->n;
+        if (it->b >= t1) return false;
+        *b0 = it->b;
+        const int64_t j0 = it->t0 > *b0 ? it->t0 - *b0 : 0, j1 = t1 < *b0 + 16 ? t1 - *b0 : 16;
+        m = ((1u << j1) - 1u) & ~((1u << j0) - 1u);
+        *out = *b0 + j0 - it->t0;
+        it->b += 16;
+    }
+    *lanes = m;
+    return true;
+}
+
 // The scan of all of these (any width; qs: qscale times the attention scale; pos NULL: the range [t0, t0 + n_keys), else the n_keys
 // sorted positions of pos) on AVX-512 VNNI (sparse_score_avx512.c; the same bits: integer sums).
 void kvt_sparse_dot_blocks_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
                                   int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
+// The 4-bit scan on AVX2 (sparse_score_avx2.c: VPMADDUBSW, exact in int16 for nibbles; the same bits). int8 copies on
+// AVX2 take the portable loop (its AVX2 clone): their byte products would saturate VPMADDUBSW.
+void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                 int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
 

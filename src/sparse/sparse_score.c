@@ -84,6 +84,10 @@ static void score_blocks(const int16_t *q16, const float *qscale, int32_t qpg, i
         kvt_sparse_dot_blocks_avx512(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
         return;
     }
+    if (kvt_kernels_isa() == KVT_ISA_AVX2 && k.bits == 4) {
+        kvt_sparse_dot_blocks4_avx2(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
+        return;
+    }
 #endif
     dot_blocks(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
 }

@@ -95,7 +95,7 @@ static inline __attribute__((always_inline)) void scan(int32_t bits, const int16
     int8_t qh[HC * KVT_SPARSE_MAX_HD];
     int32_t corr[2 * HC];
     const uint8_t *kc = k.kc;
-    const int64_t t1 = t0 + n_keys, bb = 16 * kvt_sparse_key_row_bytes(bits, hd); // bytes of a block
+    const int64_t bb = 16 * kvt_sparse_key_row_bytes(bits, hd); // bytes of a block
     for (int32_t h0 = 0; h0 < qpg; h0 += HC) {
         const int32_t hc = qpg - h0 < HC ? qpg - h0 : HC;
         for (int32_t i = 0; i < hc; i++) {
@@ -114,18 +114,11 @@ static inline __attribute__((always_inline)) void scan(int32_t bits, const int16
         // PF_AHEAD / 16 blocks of whole pages) before it is scored, so that their latency overlaps the blocks before it
         for (int64_t y = 0; pos && y < n_keys && y <= PF_AHEAD; y += 16) prefetch_block(kc, k.ks, pos[y], bb);
         // block by block: the range's positions in it, or the list's (sorted: a run of entries in one block)
-        for (int64_t x = 0, b0 = pos ? 0 : t0 & ~(int64_t)15; pos ? x < n_keys : b0 < t1;) {
-            uint32_t bits_m = 0;
-            int64_t out = x;
-            if (pos) {
-                b0 = pos[x] & ~(int32_t)15;
-                for (; x < n_keys && pos[x] < b0 + 16; x++) bits_m |= 1u << (pos[x] - b0);
-                if (x + PF_AHEAD < n_keys) prefetch_block(kc, k.ks, pos[x + PF_AHEAD], bb);
-            } else {
-                const int64_t j0 = t0 > b0 ? t0 - b0 : 0, j1 = t1 < b0 + 16 ? t1 - b0 : 16;
-                bits_m = ((1u << j1) - 1u) & ~((1u << j0) - 1u);
-                out = b0 + j0 - t0;
-            }
+        kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, t0, n_keys);
+        int64_t b0, out;
+        uint32_t bits_m;
+        while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
+            if (pos && it.x + PF_AHEAD < n_keys) prefetch_block(kc, k.ks, pos[it.x + PF_AHEAD], bb);
             const __mmask16 m = (__mmask16)bits_m;
             const __m512 ks = _mm512_maskz_loadu_ps(m, k.ks + b0);
             const uint8_t *blk = kc + b0 / 16 * bb;
@@ -138,7 +131,6 @@ static inline __attribute__((always_inline)) void scan(int32_t bits, const int16
             case 5: block_heads(bits, 5, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
             default: block_heads(bits, HC, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
             }
-            if (!pos) b0 += 16;
         }
     }
 }

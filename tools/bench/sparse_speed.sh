@@ -70,6 +70,20 @@ abytes() { if [ "$1" -ge $((1 << 20)) ]; then echo $(( ($1 + (2 << 20) - 1) / (2
 quest_sum() { echo $((NL * 2 * $(abytes $((NKV * ((CTX + $1 - 1) / $1) * HD * 4))))); }
 CAP=$(( (CTX + 15) / 16 * 16 )) # n_ctx in whole 16-position blocks
 ASYNC_SUM=$((NL * ($(abytes $((NKV * CAP * HD))) + $(abytes $((NKV * CAP * 4)))) ))
+# asyncspade's summary bytes for its flags: the int8 copies, the 4-bit ones (--sparse-key-bits 4: head_dim / 2 bytes per
+# position), or both (--sparse-key-bits 4 --sparse-rerank-bits 8), each with its f32 scales
+async_sum() {
+    local f=" $1 " kb=8 rb s=0 b row
+    case "$f" in *" --sparse-key-bits 4 "*) kb=4 ;; esac
+    rb=$kb
+    case "$f" in *" --sparse-rerank-bits 4 "*) rb=4 ;; *" --sparse-rerank-bits 8 "*) rb=8 ;; esac
+    for b in 4 8; do
+        [ "$kb" = $b ] || [ "$rb" = $b ] || continue
+        row=$HD; [ $b = 4 ] && row=$(( (HD + 7) / 8 * 4 ))
+        s=$((s + $(abytes $((NKV * CAP * row))) + $(abytes $((NKV * CAP * 4)))))
+    done
+    echo $((NL * s))
+}
 
 SESSION=$OUT/prefix-$(cat "$M" "$OUT/prefix.txt" | cksum | cut -d' ' -f1)-$CTX.kvs # per model and text
 if [ ! -s "$SESSION" ]; then
@@ -101,10 +115,11 @@ CONFIGS=(
     # mass, so fewer pages (blocks) change per step
     "asyncspade pages keep|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5 --sparse-keep $KEEP|$ASYNC_SUM"
 )
-# EXTRA="name|asyncspade flags;name|flags": asyncspade configurations added to the list (int8 summaries reserved)
+# EXTRA="name|asyncspade flags;name|flags": asyncspade configurations added to the list (their summaries reserved:
+# int8, or 4-bit with --sparse-key-bits 4)
 if [ -n "${EXTRA:-}" ]; then
     IFS=';' read -r -a extra <<< "$EXTRA"
-    for e in "${extra[@]}"; do CONFIGS+=("$e|$ASYNC_SUM"); done
+    for e in "${extra[@]}"; do CONFIGS+=("$e|$(async_sum "${e#*|}")"); done
 fi
 if [ -n "${ONLY:-}" ]; then
     sel=() seen=","
