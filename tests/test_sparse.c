@@ -277,14 +277,16 @@ static void test_score_blocks_bits(const int bits) {
     static int8_t rows[MAXN * MAXHD];
     static uint8_t kb[(MAXN + 15) / 16 * 16 * MAXHD];
     static float ks[MAXN], qs[MAXQ], out[MAXQ * MAXN], ref[MAXQ * MAXN];
+    static uint16_t ks16[(MAXN + 15) / 16 * 16 * (MAXHD / 32)]; // 4-bit: f16 group scales (kvt_sparse_k4s_at)
     const int hds[] = {4, 64, 72, 256, 512};
     const int lim = bits == 4 ? 7 : 127;
     bool ok = true;
     int cases = 0;
     const kvt_isa top = kvt_kernels_isa_detected(), saved = kvt_kernels_isa();
-    const kvt_sparse_keys kk = {kb, ks, bits};
+    const kvt_sparse_keys kk = {kb, bits == 4 ? (const void *)ks16 : (const void *)ks, bits};
     for (int h = 0; h < 5; h++) {
         const int hd = hds[h];
+        const int ng = bits == 4 ? kvt_sparse_k4_groups(hd) : 1, gw = hd / ng;
         for (int qpg = 1; qpg <= MAXQ; qpg++) {
             const int extreme = (qpg + h) % 3 == 0; // every product at its largest magnitude, all of one sign
             for (int i = 0; i < qpg * hd; i++) q16[i] = extreme ? (int16_t)(i % 2 ? -32767 : 32767) : (int16_t)(frand() * 32767.0f);
@@ -302,15 +304,22 @@ static void test_score_blocks_bits(const int bits) {
                     }
                 }
                 ks[t] = 0.01f + 0.02f * (frand() + 1.0f);
+                for (int g = 0; g < ng; g++) ks16[kvt_sparse_k4s_at(t, g, ng)] = kvt_f32_to_f16(0.01f + 0.02f * (frand() + 1.0f));
             }
             for (int i = 0; i < qpg; i++) qs[i] = 0.5f + frand();
             const int t0 = (int)((frand() + 1.0f) * 10.0f), n = MAXN - t0 - (qpg % 4); // a run from t0
             for (int i = 0; i < qpg; i++) {
                 for (int t = t0; t < t0 + n; t++) {
-                    int64_t sum = 0;
-                    for (int x = 0; x < hd; x++) sum += (int64_t)q16[i * hd + x] * rows[t * hd + x];
-                    ok = ok && sum >= INT32_MIN && sum <= INT32_MAX;
-                    ref[i * MAXN + t - t0] = (float)sum * (ks[t] * (qs[i] * 0.25f));
+                    float f = 0.0f;
+                    for (int g = 0; g < ng; g++) { // 4-bit: per scale group, the terms added in order
+                        int64_t sum = 0;
+                        for (int x = g * gw; x < (g + 1) * gw; x++) sum += (int64_t)q16[i * hd + x] * rows[t * hd + x];
+                        ok = ok && sum >= INT32_MIN && sum <= INT32_MAX;
+                        const float sc = bits == 4 ? kvt_f16_to_f32(ks16[kvt_sparse_k4s_at(t, g, ng)]) : ks[t];
+                        const float term = (float)sum * (sc * (qs[i] * 0.25f));
+                        f = g == 0 ? term : f + term;
+                    }
+                    ref[i * MAXN + t - t0] = f;
                 }
             }
             for (int isa = KVT_ISA_SCALAR; isa <= (int)top; isa++) {
@@ -354,28 +363,36 @@ static void test_score_blocks_bits(const int bits) {
 // step: the row's scale, max |k| / 127 or / 7), the largest at +-127 / +-7, a zero row all 0 with scale 1; the other
 // elements of a 4-bit byte untouched.
 static void test_quant_key(void) {
-    enum { HD = 72, NT = 20 };
-    static uint8_t kc[32 * 72];
-    float ks[NT], k[HD];
+    enum { NT = 20 };
+    static uint8_t kc[32 * 128];
+    float ks[NT], k[128];
+    uint16_t ks16[32 * 4];
     bool ok = true;
     double worst = 0.0;
-    for (int bits = 4; bits <= 8; bits += 4) {
-        const int lim = bits == 4 ? 7 : 127;
+    for (int c = 0; c < 3; c++) { // int8 at head_dim 72, 4-bit at 72 (one scale) and 128 (4 groups of 32)
+        const int bits = c == 0 ? 8 : 4, HD = c == 2 ? 128 : 72, lim = bits == 4 ? 7 : 127;
+        const int ng = bits == 4 ? kvt_sparse_k4_groups(HD) : 1, gw = HD / ng;
         memset(kc, 0, sizeof kc);
         for (int t = 0; t < NT; t++) {
-            for (int x = 0; x < HD; x++) k[x] = t == 5 ? 0.0f : frand() * (float)(t + 1);
-            kvt_sparse_quant_key(k, HD, bits, t, kc, ks);
-            int vmax = 0;
-            for (int x = 0; x < HD; x++) {
-                const int v = bits == 4 ? (kc[kvt_sparse_k4_at(t, x, HD)] >> ((x >> 2 & 1) * 4) & 15) - 8
-                                        : (int8_t)kc[kvt_sparse_k8_at(t, x, HD)];
-                vmax = abs(v) > vmax ? abs(v) : vmax;
-                worst = fmax(worst, fabs(v * (double)ks[t] - k[x]) / ks[t]);
+            // t 5: a zero row; t 7: its second group zero; the groups at different magnitudes
+            for (int x = 0; x < HD; x++) k[x] = t == 5 || (t == 7 && x / gw == 1) ? 0.0f : frand() * (float)(t + 1) * (float)(1 + x / gw);
+            kvt_sparse_quant_key(k, HD, bits, t, kc, bits == 4 ? (void *)ks16 : (void *)ks);
+            for (int g = 0; g < ng; g++) {
+                const float sc = bits == 4 ? kvt_f16_to_f32(ks16[kvt_sparse_k4s_at(t, g, ng)]) : ks[t];
+                int vmax = 0;
+                for (int x = g * gw; x < (g + 1) * gw; x++) {
+                    const int v = bits == 4 ? (kc[kvt_sparse_k4_at(t, x, HD)] >> ((x >> 2 & 1) * 4) & 15) - 8
+                                            : (int8_t)kc[kvt_sparse_k8_at(t, x, HD)];
+                    vmax = abs(v) > vmax ? abs(v) : vmax;
+                    worst = fmax(worst, fabs(v * (double)sc - k[x]) / sc);
+                }
+                const bool zero = t == 5 || (t == 7 && g == 1 && ng > 1);
+                // 4-bit: the scale rounded to f16 first, so the largest may land at 6 or 8 -> clamped to 7
+                ok = ok && (zero ? vmax == 0 && sc == 1.0f : bits == 4 ? vmax >= 6 && vmax <= lim : vmax == lim);
             }
-            ok = ok && (t == 5 ? vmax == 0 && ks[t] == 1.0f : vmax == lim);
         }
     }
-    test_result(ok && worst <= 0.5 + 1e-4, "sparse: int8 and 4-bit key copies within half a step of the keys, extremes at +-127 / +-7",
+    test_result(ok && worst <= 0.5 + 2e-3, "sparse: int8 and 4-bit (group scales, f16) key copies within half a step of the keys, extremes at +-127 / +-7",
                 "worst %.4g steps", worst);
 }
 
@@ -1111,11 +1128,12 @@ static void test_k8_layout_terms(void) {
          kvt_sparse_summary_held(s) == 112 * (8 + 4);
     kvt_sparse_free(s);
     s = NULL;
-    p.key_bits = 4; // 4-bit copies: 4 bytes per position at head_dim 8
-    ok = ok && kvt_sparse_summary_bytes(&p, &d) == 2 * 1 * 112 * (4 + 4) && !kvt_sparse_init(&p, &d, &s, &err) && s;
+    p.key_bits = 4; // 4-bit copies: 4 bytes per position at head_dim 8, one f16 scale (each buffer a 64-byte multiple)
+    const int64_t l4 = kvt_sparse_alloc_bytes(112 * 4) + kvt_sparse_alloc_bytes(112 * 2);
+    ok = ok && kvt_sparse_summary_bytes(&p, &d) == 2 * l4 && !kvt_sparse_init(&p, &d, &s, &err) && s;
     q = s ? kvt_sparse_seq_get(s, 0) : NULL;
     ok = ok && q && !kvt_sparse_layer_reserve(s, q, 0, 100, &err) && q->lay[0].cap == 112 && !q->lay[0].k8 && q->lay[0].k4 &&
-         kvt_sparse_summary_held(s) == 112 * (4 + 4);
+         kvt_sparse_summary_held(s) == l4;
     kvt_sparse_free(s);
     test_result(ok, "sparse: asyncspade refuses head_dim % 4 != 0 (quest does not); n_ctx 100 reserves and holds 7 blocks of 16",
                 "status %d: %s", (int)st, err.msg);
@@ -1140,7 +1158,8 @@ static void test_zalloc(void) {
     kvt_sparse_dims d = {.n_layer = 1, .n_head = 9, .n_head_kv = 3, .head_dim = 64, .head_dim_v = 64, .n_ctx = 8192};
     const int64_t sb = kvt_sparse_summary_bytes(&p, &d);
     ok = ok && sb == ((int64_t)2 << 20) + 3 * 8192 * 4 && kvt_sparse_alloc_bytes(0) == 0 && kvt_sparse_alloc_bytes(65) == 128;
-    // 4-bit copies: 32 bytes per position (0.75 MiB, under the huge-page size: 64-byte multiples); both widths: both
+    // 4-bit copies: 32 bytes per position (0.75 MiB, under the huge-page size: 64-byte multiples) and two f16 group
+    // scales; both widths: both
     p.key_bits = 4;
     const int64_t sb4 = kvt_sparse_summary_bytes(&p, &d);
     p.rerank_bits = 8;

@@ -43,7 +43,8 @@ int64_t kvt_sparse_layer_summary_bytes(const kvt_sparse_params *p, int64_t H, in
     int64_t b = 0;
     for (int32_t bits = 4; bits <= 8; bits += 4) { // each width's copies and their scales
         if (p->key_bits == bits || p->rerank_bits == bits) {
-            b += kvt_sparse_alloc_bytes(H * cap * kvt_sparse_key_row_bytes(bits, (int32_t)hd)) + kvt_sparse_alloc_bytes(H * cap * 4);
+            b += kvt_sparse_alloc_bytes(H * cap * kvt_sparse_key_row_bytes(bits, (int32_t)hd)) +
+                 kvt_sparse_alloc_bytes(H * cap * kvt_sparse_key_scale_bytes(bits, (int32_t)hd));
         }
     }
     return b;
@@ -451,7 +452,8 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
                 if (s->p.rerank > 1.0 && kvt_sparse_layer_pieces(s) > 0) kvt_sparse_layer_budgets(s, sq, P);
                 if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale, pool);
             }
-            summary = H * P * (kvt_sparse_key_row_bytes(s->p.key_bits, s->d.head_dim) + 4); // the worker's scan
+            summary = H * P * (kvt_sparse_key_row_bytes(s->p.key_bits, s->d.head_dim) + // the worker's scan
+                               kvt_sparse_key_scale_bytes(s->p.key_bits, s->d.head_dim));
         }
         // the selection time is on the critical path for oracle and quest (and asyncspade's re-rank / misses)
         stall += kvt_time_ms() - t0;

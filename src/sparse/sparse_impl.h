@@ -52,7 +52,7 @@ typedef struct {
                         // (kvt_sparse_k8_at; cap a multiple of 16)
     float *k8s;         // asyncspade: [Hkv][cap] their scales
     uint8_t *k4;        // asyncspade (a width of 4 used): [Hkv][cap * kvt_sparse_k4_row(hd)] 4-bit keys (kvt_sparse_k4_at)
-    float *k4s;         // asyncspade: [Hkv][cap] their scales
+    uint16_t *k4s;      // asyncspade: [Hkv][cap * kvt_sparse_k4_groups(hd)] their group scales, f16 (kvt_sparse_k4s_at)
     float *lo, *hi;     // quest: [Hkv][pages(cap)][hd] key bounds
     int32_t *sel;       // [Hkv][cap] the selected positions of the next step
     int64_t *nsel;      // [Hkv]
@@ -273,36 +273,48 @@ static inline int64_t kvt_sparse_k8_cap(int64_t n) { return (n + 15) / 16 * 16; 
 // block (hd + 7) / 8 rows of 64 bytes; row r holds the int8 layout's groups 2r (low nibbles) and 2r + 1 (high nibbles)
 // of 4 dimensions x 16 positions (byte (t & 15) * 4 + (x & 3)), so that one 64-byte load, masked and shifted, gives two
 // VPDPBUSD operands. Element x of position t is nibble (x >> 2) & 1 of byte kvt_sparse_k4_at(t, x, hd), stored as v + 8
-// for v in [-7, 7] (the key ~ v * scale); the high nibbles of a last half row (hd % 8 == 4) are unused.
+// for v in [-7, 7]; the high nibbles of a last half row (hd % 8 == 4) are unused. One scale per group of 32 dimensions
+// (kvt_sparse_k4_groups: hd / 32 groups, or one for the whole row when hd is not a multiple of 32), as f16 bits, the
+// key's element x ~ v * scale of its group: group g of position t at kvt_sparse_k4s_at(t, g, ng) (16 positions side by
+// side, one vector of a block per group).
 static inline int64_t kvt_sparse_k4_row(int32_t hd) { return (hd + 7) / 8 * 4; } // bytes per position
 static inline int64_t kvt_sparse_k4_at(int64_t t, int32_t x, int32_t hd) {
     return (t >> 4) * 16 * kvt_sparse_k4_row(hd) + (int64_t)(x >> 3) * 64 + (t & 15) * 4 + (x & 3);
 }
-// Bytes per position of the key copies of `bits` (8: hd, 4: kvt_sparse_k4_row), scales not counted.
+static inline int32_t kvt_sparse_k4_groups(int32_t hd) { return hd % 32 == 0 ? hd / 32 : 1; }
+static inline int64_t kvt_sparse_k4s_at(int64_t t, int32_t g, int32_t ng) { return (t >> 4) * 16 * ng + g * 16 + (t & 15); }
+// Bytes per position of the key copies of `bits` (8: hd, 4: kvt_sparse_k4_row), and of their scales (8: one f32; 4:
+// an f16 per group).
 static inline int64_t kvt_sparse_key_row_bytes(int32_t bits, int32_t hd) { return bits == 4 ? kvt_sparse_k4_row(hd) : hd; }
+static inline int64_t kvt_sparse_key_scale_bytes(int32_t bits, int32_t hd) { return bits == 4 ? 2 * kvt_sparse_k4_groups(hd) : 4; }
 
 // Key copies of one KV head for the scans: kc in the layout of `bits` (8: kvt_sparse_k8_at, 4: kvt_sparse_k4_at), ks
-// [positions] their scales (the key ~ v * ks[t], v the stored integer: [-127, 127] or [-7, 7]).
+// their scales (8: f32 [positions], the key ~ v * ks[t], v in [-127, 127]; 4: f16 bits at kvt_sparse_k4s_at, v in
+// [-7, 7] times its group's scale).
 typedef struct {
     const void *kc;
-    const float *ks;
+    const void *ks;
     int32_t bits;
 } kvt_sparse_keys;
 // The copies of `bits` of KV head kh of ly.
 static inline kvt_sparse_keys kvt_sparse_keys_of(const kvt_sparse_layer *ly, int32_t bits, int32_t kh, int32_t hd) {
     kvt_sparse_keys k = {bits == 4 ? (const void *)(ly->k4 + kh * ly->cap * kvt_sparse_k4_row(hd))
                                    : (const void *)(ly->k8 + kh * ly->cap * (int64_t)hd),
-                         (bits == 4 ? ly->k4s : ly->k8s) + kh * ly->cap, bits};
+                         bits == 4 ? (const void *)(ly->k4s + kh * ly->cap * kvt_sparse_k4_groups(hd))
+                                   : (const void *)(ly->k8s + kh * ly->cap),
+                         bits};
     return k;
 }
 
-// Key k ([hd] f32) as position t of a KV head's copies of `bits` (kc: that head's buffer, layout above; ks: its scales):
-// one scale per row, ks[t] = max |k| / 127 (8) or / 7 (4) (1 for a zero row), v = round(k / ks[t]) (within the range).
-void kvt_sparse_quant_key(const float *k, int32_t hd, int32_t bits, int64_t t, void *kc, float *ks);
+// Key k ([hd] f32) as position t of a KV head's copies of `bits` (kc, ks: that head's buffers, layouts above): 8, one f32
+// scale per row, max |k| / 127; 4, one per group of dimensions, max |k| / 7 over the group rounded to f16 (1 for a zero
+// group or one whose scale is no f16 normal); v = round(k / scale) within the range.
+void kvt_sparse_quant_key(const float *k, int32_t hd, int32_t bits, int64_t t, void *kc, void *ks);
 
-// raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t = v_t * ks[t] (the copies k of any width) for
-// t < n_keys, -inf for n_keys <= t < n: (float)(q16_i . v_t) * (ks[t] * (qscale[i] * scale)), the integer sum exact
-// (|q16| <= 32767, |v| <= 127, hd <= 512 keep it below 2^31), so the same bits on every path.
+// raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t the copy of any width for t < n_keys, -inf
+// for n_keys <= t < n: int8, (float)(q16_i . v_t) * (ks[t] * qs) with qs = qscale[i] * scale; 4-bit, the same term per
+// scale group (the group's integer sum times its scale times qs), the groups' terms added in order from the first. The
+// integer sums are exact (|q16| <= 32767, |v| <= 127, hd <= 512 keep them below 2^31), so the same bits on every path.
 void kvt_sparse_score_keys(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
                            int64_t n_keys, int64_t n, float scale, float *raw);
 // The same products for positions [t0, t0 + n_keys) only (k: the KV head's whole buffers), position t written at

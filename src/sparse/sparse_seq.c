@@ -148,7 +148,9 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     int32_t *sel = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
     int8_t *k8 = NULL;
     uint8_t *k4 = NULL;
-    float *k8s = NULL, *k4s = NULL, *lo = NULL, *hi = NULL;
+    float *k8s = NULL, *lo = NULL, *hi = NULL;
+    uint16_t *k4s = NULL;
+    const int64_t s4 = kvt_sparse_k4_groups((int32_t)hd); // 4-bit scales per position
     const int64_t np = pages_of(s, cap), onp = pages_of(s, oc), r4 = kvt_sparse_k4_row((int32_t)hd);
     if (uses_bits(s, 8)) {
         k8 = kvt_sparse_zalloc((size_t)(H * cap * hd), &ok);
@@ -156,7 +158,7 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     }
     if (uses_bits(s, 4)) {
         k4 = kvt_sparse_zalloc((size_t)(H * cap * r4), &ok);
-        k4s = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
+        k4s = kvt_sparse_zalloc((size_t)(H * cap * s4) * 2, &ok);
     }
     if (s->p.mode == KVT_SPARSE_QUEST) {
         lo = kvt_sparse_zalloc((size_t)(H * np * hd) * 4, &ok);
@@ -174,7 +176,7 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
         }
         if (k4) {
             memcpy(k4 + kh * cap * r4, ly->k4 + kh * oc * r4, (size_t)(oc * r4));
-            memcpy(k4s + kh * cap, ly->k4s + kh * oc, (size_t)oc * 4);
+            memcpy(k4s + kh * cap * s4, ly->k4s + kh * oc * s4, (size_t)(oc * s4) * 2);
         }
         if (lo) {
             memcpy(lo + kh * np * hd, ly->lo + kh * onp * hd, (size_t)(onp * hd) * 4);
@@ -214,7 +216,10 @@ static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int6
             ops->from_float(k + (t * H + kh) * hd, s->krow_t, hd);
             ops->to_float(s->krow_t, s->krow, hd);
             if (ly->k8) kvt_sparse_quant_key(s->krow, hd, 8, pos, ly->k8 + kh * cap * hd, ly->k8s + kh * cap);
-            if (ly->k4) kvt_sparse_quant_key(s->krow, hd, 4, pos, ly->k4 + kh * cap * kvt_sparse_k4_row(hd), ly->k4s + kh * cap);
+            if (ly->k4) {
+                kvt_sparse_quant_key(s->krow, hd, 4, pos, ly->k4 + kh * cap * kvt_sparse_k4_row(hd),
+                                     ly->k4s + kh * cap * kvt_sparse_k4_groups(hd));
+            }
             if (ly->lo) {
                 const int64_t pg = pos / s->p.page;
                 float *lo = ly->lo + (kh * np + pg) * hd, *hi = ly->hi + (kh * np + pg) * hd;
@@ -359,7 +364,7 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
         }
         if (cap > 0 && x->k4) {
             memcpy(y->k4, x->k4, (size_t)(H * cap * kvt_sparse_k4_row((int32_t)hd)));
-            memcpy(y->k4s, x->k4s, (size_t)(H * cap) * 4);
+            memcpy(y->k4s, x->k4s, (size_t)(H * cap * kvt_sparse_k4_groups((int32_t)hd)) * 2);
         }
         if (cap > 0 && x->lo) {
             memcpy(y->lo, x->lo, (size_t)(H * np * hd) * 4);
