@@ -204,7 +204,8 @@ static void test_score_kernels_hd(const int HD) {
     kvt_sparse_quant_query(q, QPG, HD, q16, qs);
     const float scale = 0.125f;
     const int64_t n_keys = N - 2;
-    kvt_sparse_score_i8(q16, qs, QPG, HD, kb, ks, n_keys, N, scale, raw);
+    const kvt_sparse_keys kk = {kb, ks, 8};
+    kvt_sparse_score_keys(q16, qs, QPG, HD, kk, n_keys, N, scale, raw);
     bool ok = true;
     double qerr = 0.0;
     for (int i = 0; i < QPG; i++) {
@@ -223,7 +224,7 @@ static void test_score_kernels_hd(const int HD) {
     // {first row, count}: within a block, across a block's end, a whole block, from a block's start
     const int runs[5][2] = {{0, 5}, {5, 6}, {11, 17}, {28, 4}, {32, (int)n_keys - 32}};
     for (int r = 0; r < 5; r++) {
-        kvt_sparse_score_i8_rows(q16, qs, QPG, HD, kb, ks, runs[r][0], runs[r][1], N, scale, rows + runs[r][0]);
+        kvt_sparse_score_keys_rows(q16, qs, QPG, HD, kk, runs[r][0], runs[r][1], N, scale, rows + runs[r][0]);
     }
     ok = ok && memcmp(rows, ref, sizeof rows) == 0;
     double eerr = 0.0;
@@ -265,46 +266,66 @@ static void test_score_kernels_hd(const int HD) {
                 "query rounding %.3g steps, exp rel err %.3g, aggregate err %.3g, total %.6f", qerr, eerr, aerr, total);
 }
 
-// The block-layout int8 scan (kvt_sparse_k8_at) on every ISA the CPU has (the AVX-512 VNNI kernel splits each int16
-// query element in two bytes) against exact int64 sums: the same bits, for 1..8 query heads (the kernel takes 6 per
-// pass), head_dim 4..512 with the extreme values (|q16| = 32767, k = +-127: the int32 bound) and runs that start and
-// end anywhere in a block.
-static void test_score_blocks(void) {
+// The block-layout key scans (int8: kvt_sparse_k8_at; 4-bit: kvt_sparse_k4_at) on every ISA the CPU has (the AVX-512
+// VNNI kernel splits each int16 query element in two bytes) against exact int64 sums: the same bits, for 1..8 query heads
+// (the kernel takes 6 per pass), head_dim 4..512 (4-bit: a last half row at 4, 72) with the extreme values (|q16| = 32767,
+// k = +-127 or +-7: the int32 bound) and runs that start and end anywhere in a block; the 4-bit copies' unused nibbles
+// and positions hold garbage.
+static void test_score_blocks_bits(const int bits) {
     enum { MAXN = 213, MAXHD = 512, MAXQ = 8 }; // sets longer than the AVX-512 kernel's prefetch distance (64 entries)
     static int16_t q16[MAXQ * MAXHD];
-    static int8_t rows[MAXN * MAXHD], kb[(MAXN + 15) / 16 * 16 * MAXHD];
+    static int8_t rows[MAXN * MAXHD];
+    static uint8_t kb[(MAXN + 15) / 16 * 16 * MAXHD];
     static float ks[MAXN], qs[MAXQ], out[MAXQ * MAXN], ref[MAXQ * MAXN];
+    static uint16_t ks16[(MAXN + 15) / 16 * 16 * (MAXHD / 32)]; // 4-bit: f16 group scales (kvt_sparse_k4s_at)
     const int hds[] = {4, 64, 72, 256, 512};
+    const int lim = bits == 4 ? 7 : 127;
     bool ok = true;
     int cases = 0;
     const kvt_isa top = kvt_kernels_isa_detected(), saved = kvt_kernels_isa();
+    const kvt_sparse_keys kk = {kb, bits == 4 ? (const void *)ks16 : (const void *)ks, bits};
     for (int h = 0; h < 5; h++) {
         const int hd = hds[h];
+        const int ng = bits == 4 ? kvt_sparse_k4_groups(hd) : 1, gw = hd / ng;
         for (int qpg = 1; qpg <= MAXQ; qpg++) {
             const int extreme = (qpg + h) % 3 == 0; // every product at its largest magnitude, all of one sign
             for (int i = 0; i < qpg * hd; i++) q16[i] = extreme ? (int16_t)(i % 2 ? -32767 : 32767) : (int16_t)(frand() * 32767.0f);
+            for (size_t i = 0; i < sizeof kb; i++) kb[i] = (uint8_t)(frand() * 127.0f + 128.0f); // garbage
             for (int t = 0; t < MAXN; t++) {
                 for (int x = 0; x < hd; x++) {
-                    const int8_t v = extreme ? (int8_t)((x + t) % 2 ? -127 : 127) : (int8_t)(frand() * 127.0f);
+                    const int8_t v = extreme ? (int8_t)((x + t) % 2 ? -lim : lim) : (int8_t)lrintf(frand() * (float)lim);
                     rows[t * hd + x] = v;
-                    kb[kvt_sparse_k8_at(t, x, hd)] = v;
+                    if (bits == 4) {
+                        uint8_t *b = kb + kvt_sparse_k4_at(t, x, hd);
+                        const int sh = (x >> 2 & 1) * 4;
+                        *b = (uint8_t)((*b & ~(15 << sh)) | (v + 8) << sh);
+                    } else {
+                        kb[kvt_sparse_k8_at(t, x, hd)] = (uint8_t)v;
+                    }
                 }
                 ks[t] = 0.01f + 0.02f * (frand() + 1.0f);
+                for (int g = 0; g < ng; g++) ks16[kvt_sparse_k4s_at(t, g, ng)] = kvt_f32_to_f16(0.01f + 0.02f * (frand() + 1.0f));
             }
             for (int i = 0; i < qpg; i++) qs[i] = 0.5f + frand();
             const int t0 = (int)((frand() + 1.0f) * 10.0f), n = MAXN - t0 - (qpg % 4); // a run from t0
             for (int i = 0; i < qpg; i++) {
                 for (int t = t0; t < t0 + n; t++) {
-                    int64_t sum = 0;
-                    for (int x = 0; x < hd; x++) sum += (int64_t)q16[i * hd + x] * rows[t * hd + x];
-                    ok = ok && sum >= INT32_MIN && sum <= INT32_MAX;
-                    ref[i * MAXN + t - t0] = (float)sum * (ks[t] * (qs[i] * 0.25f));
+                    float f = 0.0f;
+                    for (int g = 0; g < ng; g++) { // 4-bit: per scale group, the terms added in order
+                        int64_t sum = 0;
+                        for (int x = g * gw; x < (g + 1) * gw; x++) sum += (int64_t)q16[i * hd + x] * rows[t * hd + x];
+                        ok = ok && sum >= INT32_MIN && sum <= INT32_MAX;
+                        const float sc = bits == 4 ? kvt_f16_to_f32(ks16[kvt_sparse_k4s_at(t, g, ng)]) : ks[t];
+                        const float term = (float)sum * (sc * (qs[i] * 0.25f));
+                        f = g == 0 ? term : f + term;
+                    }
+                    ref[i * MAXN + t - t0] = f;
                 }
             }
             for (int isa = KVT_ISA_SCALAR; isa <= (int)top; isa++) {
                 kvt_kernels_set_isa((kvt_isa)isa);
                 memset(out, 0, sizeof out);
-                kvt_sparse_score_i8_rows(q16, qs, qpg, hd, kb, ks, t0, n, MAXN, 0.25f, out);
+                kvt_sparse_score_keys_rows(q16, qs, qpg, hd, kk, t0, n, MAXN, 0.25f, out);
                 for (int i = 0; i < qpg; i++) ok = ok && memcmp(out + i * MAXN, ref + i * MAXN, (size_t)n * 4) == 0;
                 // a sorted subset (a re-rank's candidates): every other run of 1..7 positions, one pass
                 int32_t pos[MAXN];
@@ -315,7 +336,7 @@ static void test_score_blocks(void) {
                     t += len;
                 }
                 memset(out, 0, sizeof out);
-                kvt_sparse_score_i8_set(q16, qs, qpg, hd, kb, ks, pos, m, MAXN, 0.25f, out);
+                kvt_sparse_score_keys_set(q16, qs, qpg, hd, kk, pos, m, MAXN, 0.25f, out);
                 for (int i = 0; i < qpg; i++) {
                     for (int x = 0; x < m; x++) ok = ok && memcmp(&out[i * MAXN + x], &ref[i * MAXN + pos[x] - t0], 4) == 0;
                 }
@@ -323,8 +344,8 @@ static void test_score_blocks(void) {
                 // candidates so), cut inside a block
                 const int a = m / 3;
                 memset(out, 0, sizeof out);
-                kvt_sparse_score_i8_set(q16, qs, qpg, hd, kb, ks, pos, a, MAXN, 0.25f, out);
-                kvt_sparse_score_i8_set(q16, qs, qpg, hd, kb, ks, pos + a, m - a, MAXN, 0.25f, out + a);
+                kvt_sparse_score_keys_set(q16, qs, qpg, hd, kk, pos, a, MAXN, 0.25f, out);
+                kvt_sparse_score_keys_set(q16, qs, qpg, hd, kk, pos + a, m - a, MAXN, 0.25f, out + a);
                 for (int i = 0; i < qpg; i++) {
                     for (int x = 0; x < m; x++) ok = ok && memcmp(&out[i * MAXN + x], &ref[i * MAXN + pos[x] - t0], 4) == 0;
                 }
@@ -333,8 +354,52 @@ static void test_score_blocks(void) {
         }
     }
     kvt_kernels_set_isa(saved);
-    test_result(ok, "sparse: block-layout int8 scan of a range and of a sorted set (whole or in parts) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)",
+    test_result(ok, bits == 4 ? "sparse: block-layout 4-bit scan of a range and of a sorted set (whole or in parts) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)"
+                              : "sparse: block-layout int8 scan of a range and of a sorted set (whole or in parts) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)",
                 "%d cases", cases);
+}
+
+// The key copies as observe_keys writes them (kvt_sparse_quant_key): each element within half a step of the key (a
+// step: the row's scale, max |k| / 127 or / 7), the largest at +-127 / +-7, a zero row all 0 with scale 1; the other
+// elements of a 4-bit byte untouched.
+static void test_quant_key(void) {
+    enum { NT = 20 };
+    static uint8_t kc[32 * 128];
+    float ks[NT], k[128];
+    uint16_t ks16[32 * 4];
+    bool ok = true;
+    double worst = 0.0;
+    for (int c = 0; c < 3; c++) { // int8 at head_dim 72, 4-bit at 72 (one scale) and 128 (4 groups of 32)
+        const int bits = c == 0 ? 8 : 4, HD = c == 2 ? 128 : 72, lim = bits == 4 ? 7 : 127;
+        const int ng = bits == 4 ? kvt_sparse_k4_groups(HD) : 1, gw = HD / ng;
+        memset(kc, 0, sizeof kc);
+        for (int t = 0; t < NT; t++) {
+            // t 5: a zero row; t 7: its second group zero; the groups at different magnitudes
+            for (int x = 0; x < HD; x++) k[x] = t == 5 || (t == 7 && x / gw == 1) ? 0.0f : frand() * (float)(t + 1) * (float)(1 + x / gw);
+            kvt_sparse_quant_key(k, HD, bits, t, kc, bits == 4 ? (void *)ks16 : (void *)ks);
+            for (int g = 0; g < ng; g++) {
+                const float sc = bits == 4 ? kvt_f16_to_f32(ks16[kvt_sparse_k4s_at(t, g, ng)]) : ks[t];
+                int vmax = 0;
+                for (int x = g * gw; x < (g + 1) * gw; x++) {
+                    const int v = bits == 4 ? (kc[kvt_sparse_k4_at(t, x, HD)] >> ((x >> 2 & 1) * 4) & 15) - 8
+                                            : (int8_t)kc[kvt_sparse_k8_at(t, x, HD)];
+                    vmax = abs(v) > vmax ? abs(v) : vmax;
+                    worst = fmax(worst, fabs(v * (double)sc - k[x]) / sc);
+                }
+                const bool zero = t == 5 || (t == 7 && g == 1 && ng > 1);
+                // 4-bit: the scale rounded to f16 first, so the largest may land at 6 or 8 -> clamped to 7
+                ok = ok && (zero ? vmax == 0 && sc == 1.0f : bits == 4 ? vmax >= 6 && vmax <= lim : vmax == lim);
+            }
+        }
+    }
+    test_result(ok && worst <= 0.5 + 2e-3, "sparse: int8 and 4-bit (group scales, f16) key copies within half a step of the keys, extremes at +-127 / +-7",
+                "worst %.4g steps", worst);
+}
+
+static void test_score_blocks(void) {
+    test_score_blocks_bits(8);
+    test_score_blocks_bits(4);
+    test_quant_key();
 }
 
 static void test_score_kernels(void) {
@@ -967,6 +1032,22 @@ static void test_context(const char *path) {
                         max_diff(a0, b, n) > 0 && same_for_threads(m, &c13, &dd, vary_prefetch_top, a1, b, n, sb, &st, &err);
     test_result(same13, "sparse: asyncspade --sparse-share-layers: at most K positions per pair on average, differs from share; worker = inline, 1..4 threads, fast tier + host = contiguous, bit for bit",
                 "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
+    // --sparse-key-bits 4 (the 4-bit key copies for every scan; with --sparse-rerank-bits 8 the real query's re-rank on
+    // int8 copies kept beside them): K positions per pair, worker = inline, 1..4 threads and the paged store with a fast
+    // tier of the 4-bit summaries (fewer bytes reserved) + 4 blocks = the contiguous store, bit for bit; a selection that
+    // differs from the int8 copies'
+    for (int rb = 4; rb <= 8; rb += 4) {
+        kvt_context_params c14 = c10;
+        c14.sparse.key_bits = 4;
+        c14.sparse.rerank_bits = rb;
+        st = run_inline_worker(m, &c14, a1, &sa, b, &sb, &err);
+        const bool same14 = !st && max_diff(a1, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12 &&
+                            same_for_threads(m, &c14, &dd, vary_prefetch_top, a1, b, n, sb, &st, &err);
+        char nm[256];
+        snprintf(nm, sizeof nm, "sparse: asyncspade --sparse-key-bits 4%s: K positions per pair; worker = inline, 1..4 threads, fast tier + host = contiguous, bit for bit",
+                 rb == 8 ? " --sparse-rerank-bits 8" : "");
+        test_result(same14, nm, "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
+    }
     free(a1);
     free(a0);
     // a prompt restored from a session file (--kv-load) enters the key summaries: quest after a load = quest after
@@ -987,7 +1068,7 @@ static void test_context(const char *path) {
 
 // The CLI: --sparse flags on generate, their per-step JSON, and bad values refused.
 static void test_cli(const test_env *env, const char *model) {
-    const char *name = "sparse: generate --sparse asyncspade --json reports per-step records; bad values refused";
+    const char *name = "sparse: generate --sparse asyncspade --json reports per-step records, --sparse-key-bits 4 fewer summary bytes; bad values refused";
     if (!test_file_exists(env->cli)) {
         test_skip(name, "no kvtier binary");
         return;
@@ -1008,7 +1089,20 @@ static void test_cli(const test_env *env, const char *model) {
     const int bad2 = test_run(cmd, junk, sizeof junk);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse asyncspade --sparse-share-layers >/dev/null 2>&1", env->cli, model);
     const int bad3 = test_run(cmd, junk, sizeof junk); // --sparse-share-layers needs --sparse-share and a page re-rank
-    test_result(ok && bad1 != 0 && bad2 != 0 && bad3 != 0, name, "rc %d, bad values rc %d %d %d, output %.300s", rc, bad1, bad2, bad3, out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse asyncspade --sparse-key-bits 6 >/dev/null 2>&1", env->cli, model);
+    const int bad4 = test_run(cmd, junk, sizeof junk);
+    // the 4-bit copies: reported, and fewer summary bytes than the int8 run's
+    static char out4[1 << 16];
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -p 'one two three four five six seven eight nine ten eleven twelve' -n 6 --temp 0 -c 64 "
+             "--json --sparse asyncspade --sparse-budget 0.5 --sparse-sink 1 --sparse-recent 2 --sparse-key-bits 4 2>/dev/null",
+             env->cli, model);
+    const int rc4 = test_run(cmd, out4, sizeof out4);
+    const char *b8 = strstr(out, "\"summary_bytes\":"), *b4 = strstr(out4, "\"summary_bytes\":");
+    const bool ok4 = rc4 == 0 && strstr(out4, "\"key_bits\":4") && strstr(out, "\"key_bits\":8") && b8 && b4 &&
+                     atoll(b4 + 16) > 0 && atoll(b4 + 16) < atoll(b8 + 16);
+    test_result(ok && ok4 && bad1 != 0 && bad2 != 0 && bad3 != 0 && bad4 != 0, name, "rc %d %d, bad values rc %d %d %d %d, output %.300s",
+                rc, rc4, bad1, bad2, bad3, bad4, ok ? out4 : out);
 }
 
 // The int8 block layout's terms: asyncspade needs head_dim % 4 == 0 (refused with a message otherwise; quest does
@@ -1033,6 +1127,14 @@ static void test_k8_layout_terms(void) {
     ok = ok && q && !kvt_sparse_layer_reserve(s, q, 0, 100, &err) && q->lay[0].cap == 112 &&
          kvt_sparse_summary_held(s) == 112 * (8 + 4);
     kvt_sparse_free(s);
+    s = NULL;
+    p.key_bits = 4; // 4-bit copies: 4 bytes per position at head_dim 8, one f16 scale (each buffer a 64-byte multiple)
+    const int64_t l4 = kvt_sparse_alloc_bytes(112 * 4) + kvt_sparse_alloc_bytes(112 * 2);
+    ok = ok && kvt_sparse_summary_bytes(&p, &d) == 2 * l4 && !kvt_sparse_init(&p, &d, &s, &err) && s;
+    q = s ? kvt_sparse_seq_get(s, 0) : NULL;
+    ok = ok && q && !kvt_sparse_layer_reserve(s, q, 0, 100, &err) && q->lay[0].cap == 112 && !q->lay[0].k8 && q->lay[0].k4 &&
+         kvt_sparse_summary_held(s) == l4;
+    kvt_sparse_free(s);
     test_result(ok, "sparse: asyncspade refuses head_dim % 4 != 0 (quest does not); n_ctx 100 reserves and holds 7 blocks of 16",
                 "status %d: %s", (int)st, err.msg);
 }
@@ -1056,8 +1158,15 @@ static void test_zalloc(void) {
     kvt_sparse_dims d = {.n_layer = 1, .n_head = 9, .n_head_kv = 3, .head_dim = 64, .head_dim_v = 64, .n_ctx = 8192};
     const int64_t sb = kvt_sparse_summary_bytes(&p, &d);
     ok = ok && sb == ((int64_t)2 << 20) + 3 * 8192 * 4 && kvt_sparse_alloc_bytes(0) == 0 && kvt_sparse_alloc_bytes(65) == 128;
-    test_result(ok, "sparse: summary buffers zeroed, 64-byte aligned, 2 MiB-aligned from 1 MiB on (huge pages), counted as allocated",
-                "differ (summary bytes %lld)", (long long)sb);
+    // 4-bit copies: 32 bytes per position (0.75 MiB, under the huge-page size: 64-byte multiples) and two f16 group
+    // scales; both widths: both
+    p.key_bits = 4;
+    const int64_t sb4 = kvt_sparse_summary_bytes(&p, &d);
+    p.rerank_bits = 8;
+    const int64_t sb48 = kvt_sparse_summary_bytes(&p, &d);
+    ok = ok && sb4 == 3 * 8192 * 32 + 3 * 8192 * 4 && sb48 == sb + sb4;
+    test_result(ok, "sparse: summary buffers zeroed, 64-byte aligned, 2 MiB-aligned from 1 MiB on (huge pages), counted as allocated (int8, 4-bit, both)",
+                "differ (summary bytes %lld, 4-bit %lld, both %lld)", (long long)sb, (long long)sb4, (long long)sb48);
 }
 
 void test_sparse(const test_env *env) {

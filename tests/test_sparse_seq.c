@@ -146,6 +146,7 @@ typedef struct {
     bool sync;
     double rerank, fallback;
     bool tiers; // a small fast tier over a host tier (the worker prefetches every sequence's blocks)
+    int32_t key_bits; // asyncspade: --sparse-key-bits (0: 8)
 } config;
 
 static kvt_context_params config_params(const kvt_model *m, const config *cf) {
@@ -153,6 +154,7 @@ static kvt_context_params config_params(const kvt_model *m, const config *cf) {
     cp.sparse.sync = cf->sync;
     cp.sparse.rerank = cf->rerank;
     cp.sparse.fallback = cf->fallback;
+    cp.sparse.key_bits = cf->key_bits;
     if (cf->tiers) {
         cp.sparse.seqs = 4;
         kvt_sparse_dims d = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, cp.n_ctx, 2,
@@ -175,13 +177,14 @@ static void test_batch_independence(const kvt_model *m) {
     lane_make(&lc, 51, 2, V);
     lane_make(&ld, 23, 3, V);
     const config cfs[] = {
-        {"oracle", KVT_SPARSE_ORACLE, false, 0, 0, false},
-        {"quest", KVT_SPARSE_QUEST, false, 0, 0, false},
-        {"asyncspade (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false},
-        {"asyncspade (inline)", KVT_SPARSE_ASYNCSPADE, true, 0, 0, false},
-        {"asyncspade re-rank 2 + fallback 0.5", KVT_SPARSE_ASYNCSPADE, false, 2.0, 0.5, false},
-        {"asyncspade (worker) over a small fast tier", KVT_SPARSE_ASYNCSPADE, false, 0, 0, true},
-        {"quest over a small fast tier", KVT_SPARSE_QUEST, false, 0, 0, true},
+        {"oracle", KVT_SPARSE_ORACLE, false, 0, 0, false, 0},
+        {"quest", KVT_SPARSE_QUEST, false, 0, 0, false, 0},
+        {"asyncspade (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false, 0},
+        {"asyncspade (inline)", KVT_SPARSE_ASYNCSPADE, true, 0, 0, false, 0},
+        {"asyncspade re-rank 2 + fallback 0.5", KVT_SPARSE_ASYNCSPADE, false, 2.0, 0.5, false, 0},
+        {"asyncspade (worker) over a small fast tier", KVT_SPARSE_ASYNCSPADE, false, 0, 0, true, 0},
+        {"asyncspade 4-bit keys, re-rank 2 + fallback 0.5, over a small fast tier", KVT_SPARSE_ASYNCSPADE, false, 2.0, 0.5, true, 4},
+        {"quest over a small fast tier", KVT_SPARSE_QUEST, false, 0, 0, true, 0},
     };
     for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) {
         const kvt_context_params cp = config_params(m, &cfs[i]);
@@ -230,10 +233,11 @@ static void test_fork(const kvt_model *m) {
     lane_make(&la, 37, 0, V);
     lane_make(&lb, 37, 5, V);
     const config cfs[] = {
-        {"quest", KVT_SPARSE_QUEST, false, 0, 0, false},
-        {"asyncspade (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false},
-        {"asyncspade (inline)", KVT_SPARSE_ASYNCSPADE, true, 0, 0, false},
-        {"oracle", KVT_SPARSE_ORACLE, false, 0, 0, false},
+        {"quest", KVT_SPARSE_QUEST, false, 0, 0, false, 0},
+        {"asyncspade (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false, 0},
+        {"asyncspade (inline)", KVT_SPARSE_ASYNCSPADE, true, 0, 0, false, 0},
+        {"asyncspade 4-bit keys (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false, 4},
+        {"oracle", KVT_SPARSE_ORACLE, false, 0, 0, false, 0},
     };
     for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) {
         const kvt_context_params cp = config_params(m, &cfs[i]);
@@ -273,8 +277,9 @@ static void test_pushed_blocks(const kvt_model *m) {
     lane la;
     lane_make(&la, 40, 0, V);
     const config cfs[] = {
-        {"quest", KVT_SPARSE_QUEST, false, 0, 0, false},
-        {"asyncspade (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false},
+        {"quest", KVT_SPARSE_QUEST, false, 0, 0, false, 0},
+        {"asyncspade (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false, 0},
+        {"asyncspade 4-bit keys (worker)", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false, 4},
     };
     for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) {
         const kvt_context_params cp = config_params(m, &cfs[i]);

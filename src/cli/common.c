@@ -105,6 +105,8 @@ const char *const cli_engine_help =
     "  --sparse-real-layers N  asyncspade: the first N layers select with the real query (on the critical path)\n"
     "  --sparse-fallback C  asyncspade: heads whose predicted query has cosine < C with the real one are\n"
     "                       selected again with the real query (on the critical path; default 0: never)\n"
+    "  --sparse-key-bits B  asyncspade: 8 (int8, default) or 4 (4-bit) key copies for the predicted query's scan\n"
+    "  --sparse-rerank-bits B  asyncspade: key copies the real query scores (re-rank, fallback; default: key bits)\n"
     "  --sparse-stats       per step: overlap with the oracle set and attention mass recall (an exact pass)\n"
     "  --sparse-seqs N      sequences whose key summaries --kv-fast reserves (default 1; beam and serve: theirs)\n"
     KVT_BYTES_HELP;
@@ -228,15 +230,19 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         return 1;
     }
     int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page, &sp->real_layers, &sp->block,
-                       &sp->prefetch_layers, &sp->seqs, &sp->rerank_block};
+                       &sp->prefetch_layers, &sp->seqs, &sp->rerank_block, &sp->key_bits, &sp->rerank_bits};
     const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page",
                            "--sparse-real-layers", "--sparse-block", "--sparse-prefetch-layers", "--sparse-seqs",
-                           "--sparse-rerank-block"};
-    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0, 1, 0};
-    const int64_t hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16};
-    for (int i = 0; i < 10; i++) {
+                           "--sparse-rerank-block", "--sparse-key-bits", "--sparse-rerank-bits"};
+    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0, 1, 0, 4, 4};
+    const int64_t hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 8, 8};
+    for (int i = 0; i < 12; i++) {
         if (strcmp(flag, names[i])) continue;
         if (!kvt_args_int(a, flag, lo[i], hi[i], &v)) return -1;
+        if (i >= 10 && v != 4 && v != 8) {
+            fprintf(stderr, "kvtier %s: %s: 4 or 8 bits\n", a->cmd, flag);
+            return -1;
+        }
         *ints[i] = (int32_t)v;
         return 1;
     }
@@ -429,6 +435,8 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_bool(j, "rope_align", p->rope_align);
     kvt_json_kv_num(j, "fallback", p->fallback);
     kvt_json_kv_int(j, "real_layers", p->real_layers);
+    kvt_json_kv_int(j, "key_bits", p->key_bits);
+    kvt_json_kv_int(j, "rerank_bits", p->rerank_bits);
     kvt_json_kv_int(j, "summary_bytes", sm.summary_bytes);
     kvt_json_kv_int(j, "seqs", p->seqs);
     kvt_json_kv_int(j, "n_steps", sm.n_steps);

@@ -23,6 +23,8 @@ void kvt_sparse_params_resolve(kvt_sparse_params *p) {
     if (p->page <= 0) p->page = 16;
     if (p->budget <= 0 && p->budget_frac <= 0.0) p->budget_frac = 0.125;
     if (p->seqs <= 0) p->seqs = 1;
+    if (p->key_bits <= 0) p->key_bits = 8;
+    if (p->rerank_bits <= 0) p->rerank_bits = p->key_bits;
 }
 
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_dims *d) {
@@ -32,13 +34,20 @@ int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_d
     // the layers of every sequence at n_ctx positions (asyncspade: whole 16-position blocks), as allocated
     const int64_t cap = p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_k8_cap(d->n_ctx) : d->n_ctx;
     return (int64_t)d->n_layer * p.seqs *
-           kvt_sparse_layer_summary_bytes(p.mode, d->n_head_kv, d->head_dim, cap, (d->n_ctx + p.page - 1) / p.page);
+           kvt_sparse_layer_summary_bytes(&p, d->n_head_kv, d->head_dim, cap, (d->n_ctx + p.page - 1) / p.page);
 }
 
-int64_t kvt_sparse_layer_summary_bytes(kvt_sparse_mode mode, int64_t H, int64_t hd, int64_t cap, int64_t np) {
-    if (mode == KVT_SPARSE_QUEST) return 2 * kvt_sparse_alloc_bytes(H * np * hd * 4);
-    if (mode == KVT_SPARSE_ASYNCSPADE) return kvt_sparse_alloc_bytes(H * cap * hd) + kvt_sparse_alloc_bytes(H * cap * 4);
-    return 0;
+int64_t kvt_sparse_layer_summary_bytes(const kvt_sparse_params *p, int64_t H, int64_t hd, int64_t cap, int64_t np) {
+    if (p->mode == KVT_SPARSE_QUEST) return 2 * kvt_sparse_alloc_bytes(H * np * hd * 4);
+    if (p->mode != KVT_SPARSE_ASYNCSPADE) return 0;
+    int64_t b = 0;
+    for (int32_t bits = 4; bits <= 8; bits += 4) { // each width's copies and their scales
+        if (p->key_bits == bits || p->rerank_bits == bits) {
+            b += kvt_sparse_alloc_bytes(H * cap * kvt_sparse_key_row_bytes(bits, (int32_t)hd)) +
+                 kvt_sparse_alloc_bytes(H * cap * kvt_sparse_key_scale_bytes(bits, (int32_t)hd));
+        }
+    }
+    return b;
 }
 
 // With a re-rank the scratch also holds a re-rank's choice among its candidates, or the best candidates the worker
@@ -78,6 +87,9 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     if (p.window > 64) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-window %d: at most 64 queries", p.window);
     if (d->n_head_kv <= 0 || d->n_head % d->n_head_kv) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sparse attention: n_head %d not a multiple of n_head_kv %d", d->n_head, d->n_head_kv);
+    }
+    if ((p.key_bits != 4 && p.key_bits != 8) || (p.rerank_bits != 4 && p.rerank_bits != 8)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-key-bits %d / --sparse-rerank-bits %d: 4 or 8", p.key_bits, p.rerank_bits);
     }
     if (p.mode == KVT_SPARSE_ASYNCSPADE && d->head_dim % 4) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "sparse asyncspade: head_dim %d is not a multiple of 4 (the int8 key layout)", d->head_dim);
@@ -440,7 +452,8 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
                 if (s->p.rerank > 1.0 && kvt_sparse_layer_pieces(s) > 0) kvt_sparse_layer_budgets(s, sq, P);
                 if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale, pool);
             }
-            summary = H * P * (s->d.head_dim + 4);
+            summary = H * P * (kvt_sparse_key_row_bytes(s->p.key_bits, s->d.head_dim) + // the worker's scan
+                               kvt_sparse_key_scale_bytes(s->p.key_bits, s->d.head_dim));
         }
         // the selection time is on the critical path for oracle and quest (and asyncspade's re-rank / misses)
         stall += kvt_time_ms() - t0;

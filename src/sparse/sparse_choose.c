@@ -9,15 +9,15 @@
 #include "../kv/kv_paged.h"
 #include "sparse_impl.h"
 
-// raw[i * n + t] = scale * q_i . k8_t of KV head kh for t < n_keys, -inf for the rest (q: the group's qpg query
-// rows, taken as int16 with a scale per row: integer dot products with the int8 keys, sparse_score.c).
-static void score_int8(const kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, const float *q, int64_t n,
-                       int64_t n_keys, float scale, float *raw) {
+// raw[i * n + t] = scale * q_i . k_t of KV head kh for t < n_keys, -inf for the rest (q: the group's qpg query
+// rows, taken as int16 with a scale per row: integer dot products with the key copies of `bits`, sparse_score.c).
+static void score_keys(const kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, int32_t bits, const float *q,
+                       int64_t n, int64_t n_keys, float scale, float *raw) {
     int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
     float qs[KVT_SPARSE_MAX_QPG];
     kvt_sparse_quant_query(q, s->qpg, s->d.head_dim, q16, qs);
-    kvt_sparse_score_i8(q16, qs, s->qpg, s->d.head_dim, ly->k8 + (int64_t)kh * ly->cap * s->d.head_dim,
-                        ly->k8s + (int64_t)kh * ly->cap, n_keys, n, scale, raw);
+    kvt_sparse_score_keys(q16, qs, s->qpg, s->d.head_dim, kvt_sparse_keys_of(ly, bits, kh, s->d.head_dim), n_keys, n,
+                          scale, raw);
 }
 
 static double dot_d(const float *a, const float *b, int32_t d) {
@@ -137,7 +137,7 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
                                     ss->pred, ss->work);
         }
         memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
-        score_int8(s, ly, kh, ss->pred, n, P, scale, ss->raw);
+        score_keys(s, ly, kh, s->p.key_bits, ss->pred, n, P, scale, ss->raw);
         kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
         if (s->p.block > 1) { // whole pages of one score each: top-k over the pages
             page_max(ss->agg, n, s->p.block, s->p.block_sum);
@@ -210,9 +210,8 @@ static void rr_score_task(void *ctx, int64_t task, int thread) {
     const int64_t nk = sel[nc - 1] >= J->P ? nc - 1 : nc; // sorted: only the last can be P
     const int64_t x0 = nk * c / J->chunks, x1 = nk * (c + 1) / J->chunks;
     float *raw = rr_raw(J, kh);
-    kvt_sparse_score_i8_set(s->rr_q16 + (int64_t)kh * s->gd, s->rr_qs + (int64_t)kh * s->qpg, s->qpg, hd,
-                            J->ly->k8 + (int64_t)kh * J->ly->cap * hd, J->ly->k8s + (int64_t)kh * J->ly->cap, sel + x0,
-                            x1 - x0, nc, J->scale, raw + x0);
+    kvt_sparse_score_keys_set(s->rr_q16 + (int64_t)kh * s->gd, s->rr_qs + (int64_t)kh * s->qpg, s->qpg, hd,
+                              kvt_sparse_keys_of(J->ly, s->p.rerank_bits, kh, hd), sel + x0, x1 - x0, nc, J->scale, raw + x0);
     if (c == J->chunks - 1) {
         for (int64_t y = nk; y < nc; y++) {
             for (int32_t i = 0; i < s->qpg; i++) raw[(int64_t)i * nc + y] = -INFINITY;
@@ -430,7 +429,7 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale) {
     kvt_sparse_scratch *ss = &s->main_ss;
     const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n);
-    score_int8(s, ly, kh, qg, n, P, scale, ss->raw);
+    score_keys(s, ly, kh, s->p.rerank_bits, qg, n, P, scale, ss->raw);
     kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
     ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
 }

@@ -48,9 +48,11 @@ typedef struct {
 typedef struct {
     int64_t cap;        // positions the buffers have room for
     int64_t key_n;      // keys [0, key_n) are in the summaries (the rest is read from the store when needed)
-    int8_t *k8;         // asyncspade: [Hkv][cap * hd] int8 keys in blocks of 16 positions (kvt_sparse_k8_at; cap a
-                        // multiple of 16)
+    int8_t *k8;         // asyncspade (a width of 8 used): [Hkv][cap * hd] int8 keys in blocks of 16 positions
+                        // (kvt_sparse_k8_at; cap a multiple of 16)
     float *k8s;         // asyncspade: [Hkv][cap] their scales
+    uint8_t *k4;        // asyncspade (a width of 4 used): [Hkv][cap * kvt_sparse_k4_row(hd)] 4-bit keys (kvt_sparse_k4_at)
+    uint16_t *k4s;      // asyncspade: [Hkv][cap * kvt_sparse_k4_groups(hd)] their group scales, f16 (kvt_sparse_k4s_at)
     float *lo, *hi;     // quest: [Hkv][pages(cap)][hd] key bounds
     int32_t *sel;       // [Hkv][cap] the selected positions of the next step
     int64_t *nsel;      // [Hkv]
@@ -158,8 +160,9 @@ void *kvt_sparse_zalloc(size_t n, bool *ok);
 int64_t kvt_sparse_alloc_bytes(int64_t n);
 enum { KVT_SPARSE_HUGE_MIN = 1 << 20 };
 // Bytes allocated for one layer's key summaries of H KV heads with room for cap positions (np pages of them):
-// quest the pages' min and max (f32), asyncspade the int8 copies and their f32 scales (kvt_sparse_alloc_bytes each).
-int64_t kvt_sparse_layer_summary_bytes(kvt_sparse_mode mode, int64_t H, int64_t hd, int64_t cap, int64_t np);
+// quest the pages' min and max (f32), asyncspade the key copies of each width p uses (key_bits, rerank_bits) and their
+// f32 scales (kvt_sparse_alloc_bytes each).
+int64_t kvt_sparse_layer_summary_bytes(const kvt_sparse_params *p, int64_t H, int64_t hd, int64_t cap, int64_t np);
 
 // --- sparse_seq.c: per-sequence state ------------------------------------------------------------------
 
@@ -256,10 +259,6 @@ enum { KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };
 // The qpg query rows q ([qpg, hd] f32) as int16 (q16 [qpg, hd]) with one scale per row (qscale [qpg]):
 // q ~ q16 * qscale, max |q16| = 32767 (non-finite values count as 0).
 void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale);
-// raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t = k8[t] * k8s[t] (k8: int8 keys in the
-// layout of kvt_sparse_k8_at, k8s [n_keys]) for t < n_keys, -inf for n_keys <= t < n. Integer dot products: the same bits on every path.
-void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                         const float *k8s, int64_t n_keys, int64_t n, float scale, float *raw);
 // The layout of the int8 key copies (kvt_sparse_layer.k8, one KV head): blocks of 16 positions, each block hd / 4
 // groups of 4 dimensions, each group 16 positions x 4 bytes (64 bytes): element x of position t at
 // kvt_sparse_k8_at(t, x, hd). A group of 16 keys is then one vector row for VPDPBUSD (16 dot products at once, no
@@ -267,22 +266,105 @@ void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, i
 static inline int64_t kvt_sparse_k8_at(int64_t t, int32_t x, int32_t hd) {
     return (t >> 4) * 16 * (int64_t)hd + (int64_t)(x >> 2) * 64 + (t & 15) * 4 + (x & 3);
 }
-// Positions of an int8 buffer with room for n (whole blocks).
+// Positions of a key-copy buffer with room for n (whole blocks; both widths).
 static inline int64_t kvt_sparse_k8_cap(int64_t n) { return (n + 15) / 16 * 16; }
 
-// The same products for positions [t0, t0 + n_keys) only (k8, k8s: the KV head's whole buffers, layout above),
-// position t written at raw[i * stride + t - t0] (a run of positions scored into its place in a wider row: the same
-// bits as kvt_sparse_score_i8 over those positions).
-void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                              const float *k8s, int64_t t0, int64_t n_keys, int64_t stride, float scale, float *raw);
+// The layout of the 4-bit key copies (kvt_sparse_layer.k4, one KV head): blocks of 16 positions as the int8 layout, each
+// block (hd + 7) / 8 rows of 64 bytes; row r holds the int8 layout's groups 2r (low nibbles) and 2r + 1 (high nibbles)
+// of 4 dimensions x 16 positions (byte (t & 15) * 4 + (x & 3)), so that one 64-byte load, masked and shifted, gives two
+// VPDPBUSD operands. Element x of position t is nibble (x >> 2) & 1 of byte kvt_sparse_k4_at(t, x, hd), stored as v + 8
+// for v in [-7, 7]; the high nibbles of a last half row (hd % 8 == 4) are unused. One scale per group of 32 dimensions
+// (kvt_sparse_k4_groups: hd / 32 groups, or one for the whole row when hd is not a multiple of 32), as f16 bits, the
+// key's element x ~ v * scale of its group: group g of position t at kvt_sparse_k4s_at(t, g, ng) (16 positions side by
+// side, one vector of a block per group).
+static inline int64_t kvt_sparse_k4_row(int32_t hd) { return (hd + 7) / 8 * 4; } // bytes per position
+static inline int64_t kvt_sparse_k4_at(int64_t t, int32_t x, int32_t hd) {
+    return (t >> 4) * 16 * kvt_sparse_k4_row(hd) + (int64_t)(x >> 3) * 64 + (t & 15) * 4 + (x & 3);
+}
+static inline int32_t kvt_sparse_k4_groups(int32_t hd) { return hd % 32 == 0 ? hd / 32 : 1; }
+static inline int64_t kvt_sparse_k4s_at(int64_t t, int32_t g, int32_t ng) { return (t >> 4) * 16 * ng + g * 16 + (t & 15); }
+// Bytes per position of the key copies of `bits` (8: hd, 4: kvt_sparse_k4_row), and of their scales (8: one f32; 4:
+// an f16 per group).
+static inline int64_t kvt_sparse_key_row_bytes(int32_t bits, int32_t hd) { return bits == 4 ? kvt_sparse_k4_row(hd) : hd; }
+static inline int64_t kvt_sparse_key_scale_bytes(int32_t bits, int32_t hd) { return bits == 4 ? 2 * kvt_sparse_k4_groups(hd) : 4; }
+
+// Key copies of one KV head for the scans: kc in the layout of `bits` (8: kvt_sparse_k8_at, 4: kvt_sparse_k4_at), ks
+// their scales (8: f32 [positions], the key ~ v * ks[t], v in [-127, 127]; 4: f16 bits at kvt_sparse_k4s_at, v in
+// [-7, 7] times its group's scale).
+typedef struct {
+    const void *kc;
+    const void *ks;
+    int32_t bits;
+} kvt_sparse_keys;
+// The copies of `bits` of KV head kh of ly.
+static inline kvt_sparse_keys kvt_sparse_keys_of(const kvt_sparse_layer *ly, int32_t bits, int32_t kh, int32_t hd) {
+    kvt_sparse_keys k = {bits == 4 ? (const void *)(ly->k4 + kh * ly->cap * kvt_sparse_k4_row(hd))
+                                   : (const void *)(ly->k8 + kh * ly->cap * (int64_t)hd),
+                         bits == 4 ? (const void *)(ly->k4s + kh * ly->cap * kvt_sparse_k4_groups(hd))
+                                   : (const void *)(ly->k8s + kh * ly->cap),
+                         bits};
+    return k;
+}
+
+// Key k ([hd] f32) as position t of a KV head's copies of `bits` (kc, ks: that head's buffers, layouts above): 8, one f32
+// scale per row, max |k| / 127; 4, one per group of dimensions, max |k| / 7 over the group rounded to f16 (1 for a zero
+// group or one whose scale is no f16 normal); v = round(k / scale) within the range.
+void kvt_sparse_quant_key(const float *k, int32_t hd, int32_t bits, int64_t t, void *kc, void *ks);
+
+// raw[i * n + t] = scale * q_i . k_t with q_i = q16_i * qscale[i] and k_t the copy of any width for t < n_keys, -inf
+// for n_keys <= t < n: int8, (float)(q16_i . v_t) * (ks[t] * qs) with qs = qscale[i] * scale; 4-bit, the same term per
+// scale group (the group's integer sum times its scale times qs), the groups' terms added in order from the first. The
+// integer sums are exact (|q16| <= 32767, |v| <= 127, hd <= 512 keep them below 2^31), so the same bits on every path.
+void kvt_sparse_score_keys(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                           int64_t n_keys, int64_t n, float scale, float *raw);
+// The same products for positions [t0, t0 + n_keys) only (k: the KV head's whole buffers), position t written at
+// raw[i * stride + t - t0] (a run of positions scored into its place in a wider row: the same bits as
+// kvt_sparse_score_keys over those positions).
+void kvt_sparse_score_keys_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                int64_t t0, int64_t n_keys, int64_t stride, float scale, float *raw);
 // The same products for the m sorted positions pos[0 .. m) (a re-rank's candidates), the x-th at raw[i * stride + x].
-void kvt_sparse_score_i8_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                             const float *k8s, const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw);
-// The scan of both (qs: qscale times the attention scale; pos NULL: the range [t0, t0 + n_keys), else the n_keys
+void kvt_sparse_score_keys_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                               const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw);
+// The 16-position blocks a scan visits (the vector kernels): the range [t0, t0 + n) (pos NULL) or the n sorted positions
+// of pos (a run of entries in one block), from kvt_sparse_blocks_of. kvt_sparse_blocks_next gives the next block's first position *b0, the lanes to
+// score (bit j: position b0 + j) and where the first of them goes (*out: its index in the range or the list; the others
+// follow in lane order); false at the end. it->x: the list entries consumed so far.
+typedef struct {
+    const int32_t *pos;
+    int64_t t0, n, x, b; // b: the range's next block
+} kvt_sparse_blocks;
+static inline kvt_sparse_blocks kvt_sparse_blocks_of(const int32_t *pos, int64_t t0, int64_t n) {
+    const kvt_sparse_blocks it = {pos, t0, n, 0, t0 & ~(int64_t)15};
+    return it;
+}
+static inline bool kvt_sparse_blocks_next(kvt_sparse_blocks *it, int64_t *b0, uint32_t *lanes, int64_t *out) {
+    uint32_t m = 0;
+    if (it->pos) {
+        if (it->x >= it->n) return false;
+        *out = it->x;
+        *b0 = it->pos[it->x] & ~(int32_t)15;
+        for (; it->x < it->n && it->pos[it->x] < *b0 + 16; it->x++) m |= 1u << (it->pos[it->x] - *b0);
+    } else {
+        const int64_t t1 = it->t0 + it->n;
+        if (it->b >= t1) return false;
+        *b0 = it->b;
+        const int64_t j0 = it->t0 > *b0 ? it->t0 - *b0 : 0, j1 = t1 < *b0 + 16 ? t1 - *b0 : 16;
+        m = ((1u << j1) - 1u) & ~((1u << j0) - 1u);
+        *out = *b0 + j0 - it->t0;
+        it->b += 16;
+    }
+    *lanes = m;
+    return true;
+}
+
+// The scan of all of these (any width; qs: qscale times the attention scale; pos NULL: the range [t0, t0 + n_keys), else the n_keys
 // sorted positions of pos) on AVX-512 VNNI (sparse_score_avx512.c; the same bits: integer sums).
-void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8,
-                                     const float *k8s, int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride,
-                                     float *raw);
+void kvt_sparse_dot_blocks_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                  int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
+// The 4-bit scan on AVX2 (sparse_score_avx2.c: VPMADDUBSW, exact in int16 for nibbles; the same bits). int8 copies on
+// AVX2 take the portable loop (its AVX2 clone): their byte products would saturate VPMADDUBSW.
+void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                 int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
 

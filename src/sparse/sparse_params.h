@@ -72,6 +72,10 @@ typedef struct {
     int32_t prefetch_layers; // asyncspade: the blocks of a selection go to the store's copy engine when the
                           // attention is this many layers before it (0: as soon as the worker has selected, a
                           // whole step ahead)
+    int32_t key_bits;     // asyncspade: bits of the key copies the predicted query scans (the worker's scan of every
+                          // position): 8 (int8, default; 0 means 8) or 4 (4-bit, half the bytes; kvt_sparse_k4_at)
+    int32_t rerank_bits;  // asyncspade: bits of the key copies the real query scores (re-rank, fallback, real layers):
+                          // 8 or 4; 0: key_bits. A copy of each width used is kept (4 and 8: both, the bytes of both)
     bool stats;           // per step: oracle overlap and attention mass recall (costs an exact scoring pass)
     int32_t seqs;         // sequences of n_ctx positions whose key summaries the fast budget reserves (0: 1;
                           // beam and serve set theirs: kvt_sparse_summary_bytes)

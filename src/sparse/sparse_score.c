@@ -1,4 +1,4 @@
-// sparse_score.c - the arithmetic of selection: query rows against the int8 key copies, and the group's
+// sparse_score.c - the arithmetic of selection: query rows against the int8 or 4-bit key copies, and the group's
 // softmax mass. Both run once per (layer, KV head) and position at every decode step (asyncspade scans every
 // key with the predicted query), so they are the selection's cost: integer dot products (exact, so any
 // vector width gives the same bits) and a polynomial exp the compiler vectorizes (plain float operations
@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../kernels/f16.h"
 #include "../kernels/quant.h"
 #include "sparse_impl.h"
 
@@ -25,53 +26,108 @@ void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q1
     }
 }
 
-// raw[i * stride + x] = (q16_i . k8_t) * k8s[t] * qs[i] for the x-th position t of [t0, t0 + n_keys) (pos NULL) or of
-// pos[0 .. n_keys) (k8 in the layout of kvt_sparse_k8_at). The integer sum is exact: |q| <= 32767, |k| <= 127,
-// hd <= 512 keep it below 2^31.
-SCORE_CLONES
-static void dot_blocks_i8(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8, const float *k8s,
-                          int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw) {
-    for (int64_t x = 0; x < n_keys; x++) {
-        const int64_t t = pos ? pos[x] : t0 + x;
-        const int8_t *k = k8 + kvt_sparse_k8_at(t, 0, hd); // dimension 4g + c at k[64 g + c]
-        for (int32_t i = 0; i < qpg; i++) {
-            const int16_t *qi = q16 + (int64_t)i * hd;
-            int32_t s = 0;
-            for (int32_t g = 0; g < hd / 4; g++) {
-                for (int32_t c = 0; c < 4; c++) s += (int32_t)qi[4 * g + c] * (int32_t)k[64 * g + c];
+void kvt_sparse_quant_key(const float *k, int32_t hd, int32_t bits, int64_t t, void *kc, void *ks) {
+    const int32_t ng = bits == 4 ? kvt_sparse_k4_groups(hd) : 1, gw = hd / ng;
+    const float lim = bits == 4 ? 7.0f : 127.0f;
+    for (int32_t g = 0; g < ng; g++) {
+        const float *kg = k + g * gw;
+        float mx = 0.0f;
+        for (int32_t x = 0; x < gw; x++) mx = fabsf(kg[x]) > mx ? fabsf(kg[x]) : mx;
+        float sc = mx > 0.0f ? mx / lim : 1.0f;
+        if (bits == 4) { // the scale as stored (f16): a normal, else 1 (the group's values then round to 0)
+            uint16_t h = kvt_f32_to_f16(sc);
+            if (!(kvt_f16_to_f32(h) >= 6.103515625e-05f && kvt_f16_to_f32(h) <= 65504.0f)) h = kvt_f32_to_f16(1.0f);
+            ((uint16_t *)ks)[kvt_sparse_k4s_at(t, g, ng)] = h;
+            sc = kvt_f16_to_f32(h);
+        } else {
+            ((float *)ks)[t] = sc;
+        }
+        for (int32_t x = g * gw; x < (g + 1) * gw; x++) {
+            long v = lrintf(k[x] / sc);
+            v = v > (long)lim ? (long)lim : v < -(long)lim ? -(long)lim : v;
+            if (bits == 4) {
+                uint8_t *b = (uint8_t *)kc + kvt_sparse_k4_at(t, x, hd);
+                const int32_t sh = (x >> 2 & 1) * 4;
+                *b = (uint8_t)((*b & ~(15 << sh)) | (int32_t)(v + 8) << sh);
+            } else {
+                ((int8_t *)kc)[kvt_sparse_k8_at(t, x, hd)] = (int8_t)v;
             }
-            raw[i * stride + x] = (float)s * (k8s[t] * qs[i]);
         }
     }
 }
 
-static void score_blocks(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8, const float *k8s,
-                         int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float scale, float *raw) {
+// raw[i * stride + x] = the score of the x-th position t of [t0, t0 + n_keys) (pos NULL) or of pos[0 .. n_keys) without
+// the attention scale's factor folded into qs (the copies of k.bits, layouts of kvt_sparse_k8_at and kvt_sparse_k4_at; the
+// terms of kvt_sparse_score_keys). The portable reference of every path: integer sums, exact (|q| <= 32767, |v| <= 127
+// or the stored nibble <= 15, hd <= 512 keep them below 2^31).
+SCORE_CLONES
+static void dot_blocks(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys kk, int64_t t0,
+                       int64_t n_keys, const int32_t *pos, int64_t stride, float *raw) {
+    const int32_t ng = kvt_sparse_k4_groups(hd), gr = hd / ng / 8; // 4-bit: scale groups, whole rows of 8 dimensions each
+    for (int64_t x = 0; x < n_keys; x++) {
+        const int64_t t = pos ? pos[x] : t0 + x;
+        for (int32_t i = 0; i < qpg; i++) {
+            const int16_t *qi = q16 + (int64_t)i * hd;
+            if (kk.bits == 4) { // dimension 8r + c (c < 4) in the low nibble of k[64 r + c], 8r + 4 + c in its high one
+                const uint8_t *k = (const uint8_t *)kk.kc + kvt_sparse_k4_at(t, 0, hd);
+                float f = 0.0f;
+                for (int32_t g = 0; g < ng; g++) {
+                    int32_t s = 0;
+                    const int32_t r0 = ng > 1 ? g * gr : 0, r1 = ng > 1 ? r0 + gr : hd / 8;
+                    for (int32_t r = r0; r < r1; r++) {
+                        for (int32_t c = 0; c < 4; c++) {
+                            const int32_t b = k[64 * r + c];
+                            s += (int32_t)qi[8 * r + c] * ((b & 15) - 8) + (int32_t)qi[8 * r + 4 + c] * ((b >> 4) - 8);
+                        }
+                    }
+                    for (int32_t c = 0; ng == 1 && hd % 8 && c < 4; c++) s += (int32_t)qi[hd - 4 + c] * ((k[64 * (hd / 8) + c] & 15) - 8);
+                    const float term = (float)s * (kvt_f16_to_f32(((const uint16_t *)kk.ks)[kvt_sparse_k4s_at(t, g, ng)]) * qs[i]);
+                    f = g == 0 ? term : f + term;
+                }
+                raw[i * stride + x] = f;
+            } else { // dimension 4g + c at k[64 g + c]
+                const int8_t *k = (const int8_t *)kk.kc + kvt_sparse_k8_at(t, 0, hd);
+                int32_t s = 0;
+                for (int32_t g = 0; g < hd / 4; g++) {
+                    for (int32_t c = 0; c < 4; c++) s += (int32_t)qi[4 * g + c] * (int32_t)k[64 * g + c];
+                }
+                raw[i * stride + x] = (float)s * (((const float *)kk.ks)[t] * qs[i]);
+            }
+        }
+    }
+}
+
+static void score_blocks(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k, int64_t t0,
+                         int64_t n_keys, const int32_t *pos, int64_t stride, float scale, float *raw) {
     float qs[KVT_SPARSE_MAX_QPG] = {0};
     for (int32_t i = 0; i < qpg; i++) qs[i] = qscale[i] * scale;
 #if defined(__x86_64__)
     if (kvt_kernels_isa() == KVT_ISA_AVX512) {
-        kvt_sparse_dot_blocks_i8_avx512(q16, qs, qpg, hd, k8, k8s, t0, n_keys, pos, stride, raw);
+        kvt_sparse_dot_blocks_avx512(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
+        return;
+    }
+    if (kvt_kernels_isa() == KVT_ISA_AVX2 && k.bits == 4) {
+        kvt_sparse_dot_blocks4_avx2(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
         return;
     }
 #endif
-    dot_blocks_i8(q16, qs, qpg, hd, k8, k8s, t0, n_keys, pos, stride, raw);
+    dot_blocks(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
 }
 
-void kvt_sparse_score_i8_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                              const float *k8s, int64_t t0, int64_t n_keys, int64_t stride, float scale, float *raw) {
-    score_blocks(q16, qscale, qpg, hd, k8, k8s, t0, n_keys, NULL, stride, scale, raw);
+void kvt_sparse_score_keys_rows(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                int64_t t0, int64_t n_keys, int64_t stride, float scale, float *raw) {
+    score_blocks(q16, qscale, qpg, hd, k, t0, n_keys, NULL, stride, scale, raw);
 }
 
-void kvt_sparse_score_i8_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                             const float *k8s, const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw) {
-    score_blocks(q16, qscale, qpg, hd, k8, k8s, 0, m, pos, stride, scale, raw);
+void kvt_sparse_score_keys_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                               const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw) {
+    score_blocks(q16, qscale, qpg, hd, k, 0, m, pos, stride, scale, raw);
 }
 
-void kvt_sparse_score_i8(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, const int8_t *k8,
-                         const float *k8s, int64_t n_keys, int64_t n, float scale, float *raw) {
+void kvt_sparse_score_keys(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                           int64_t n_keys, int64_t n, float scale, float *raw) {
     if (n_keys > n) n_keys = n;
-    kvt_sparse_score_i8_rows(q16, qscale, qpg, hd, k8, k8s, 0, n_keys, n, scale, raw);
+    kvt_sparse_score_keys_rows(q16, qscale, qpg, hd, k, 0, n_keys, n, scale, raw);
     for (int32_t i = 0; i < qpg; i++) {
         for (int64_t t = n_keys; t < n; t++) raw[(int64_t)i * n + t] = -INFINITY;
     }

@@ -1,13 +1,17 @@
-// sparse_score_avx512.c - the int8 key scan of sparse_score.c (dot_blocks_i8) for AVX-512 VNNI CPUs (Makefile flags for
-// *_avx512.c; called only when kvt_kernels_isa() is KVT_ISA_AVX512). The keys are stored in blocks of 16 positions with
-// 4 dimensions of 16 keys per 64-byte row (kvt_sparse_k8_at), so one VPDPBUSD multiplies 4 dimensions of 16 keys with 4
-// broadcast query bytes and sums them into 16 int32 lanes: 16 dot products at once, no horizontal sums.
+// sparse_score_avx512.c - the key scan of sparse_score.c (dot_blocks) for AVX-512 VNNI CPUs (Makefile flags for
+// *_avx512.c; called only when kvt_kernels_isa() is KVT_ISA_AVX512), on the int8 and the 4-bit key copies. Both are
+// stored in blocks of 16 positions with 4 dimensions of 16 keys per 64-byte operand (kvt_sparse_k8_at; the 4-bit layout,
+// kvt_sparse_k4_at, packs two such operands in the low and high nibbles of one 64-byte row), so one VPDPBUSD multiplies
+// 4 dimensions of 16 keys with 4 broadcast query bytes and sums them into 16 int32 lanes: 16 dot products at once, no
+// horizontal sums.
 //
 // VPDPBUSD multiplies unsigned by signed bytes, so each int16 query element is split as q = 256 qh + ql (ql in
-// [0, 255] unsigned, qh in [-128, 127] signed): q . k = 256 (qh . k) + ql . k, where ql . k is VPDPBUSD(ql, k) and
-// qh . k = VPDPBUSD(k + 128, qh) - 128 sum(qh) (k + 128 = k XOR 0x80 as unsigned). Every sum is exact in int32 (the
-// total is below 2^31 for |q| <= 32767, |k| <= 127, hd <= 512, and wrap-around cancels in the intermediate ones), so
-// the scores are the same bits as the portable loop's: raw[i * stride + t - t0] = (float)(q16_i . k8_t) * (k8s[t] * qs[i]).
+// [0, 255] unsigned, qh in [-128, 127] signed): q . k = 256 (qh . k) + ql . k. int8 keys: ql . k is VPDPBUSD(ql, k) and
+// qh . k = VPDPBUSD(k + 128, qh) - 128 sum(qh) (k + 128 = k XOR 0x80 as unsigned). 4-bit keys, stored as u = k + 8 in
+// [0, 15] (a valid signed and unsigned byte): ql . u = VPDPBUSD(ql, u), qh . u = VPDPBUSD(u, qh), and q . k = 256 (qh . u)
+// + ql . u - 8 sum(q). Every sum is exact in int32 (the total is below 2^31 for |q| <= 32767, |k| <= 127 or u <= 15,
+// hd <= 512, and wrap-around cancels in the intermediate ones), so the scores are the same bits as the portable loop's:
+// raw[i * stride + t - t0] = (float)(q16_i . v_t) * (ks[t] * qs[i]).
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <stdint.h>
@@ -15,13 +19,34 @@
 
 #include "sparse_impl.h"
 
-enum { HC = 6 }; // query heads per pass: 2 HC accumulators, the key row and its XOR stay in registers
+enum { HC = 6 }; // query heads per pass: 2 HC accumulators, the key operands stay in registers
 
-// One block of 16 positions (blk), hc query heads (split rows ql, qh of hd bytes each, corr[i] = 128 sum(qh_i)); lanes
-// [j0, j1) of the block are stored at raw[i * stride + j - j0] (the first lane of the range to the pointer given).
-static inline __attribute__((always_inline)) void block_heads(int32_t hc, int32_t hd, const int8_t *blk, const uint8_t *ql,
-                                                              const int8_t *qh, const int32_t *corr, const float *qs,
-                                                              __m512 ks, __mmask16 m, int64_t stride, float *raw) {
+// The products of 4 dimensions (group g) of the 16 keys with hc query heads: al += ql . a, ah += b . qh (a, b: the
+// group's keys as the signed and the unsigned operand).
+static inline __attribute__((always_inline)) void group_heads(int32_t hc, int32_t hd, __m512i *al, __m512i *ah,
+                                                              const uint8_t *ql, const int8_t *qh, int32_t g, __m512i a,
+                                                              __m512i b) {
+#pragma GCC unroll 8
+    for (int32_t i = 0; i < hc; i++) {
+        int32_t lw, hw;
+        memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
+        memcpy(&hw, qh + (int64_t)i * hd + 4 * g, 4);
+        al[i] = _mm512_dpbusd_epi32(al[i], _mm512_set1_epi32(lw), a);
+        ah[i] = _mm512_dpbusd_epi32(ah[i], b, _mm512_set1_epi32(hw));
+    }
+}
+
+// The lanes of the range in f, moved to the front, stored from the range's first position on.
+static inline __attribute__((always_inline)) void store_lanes(__m512 f, __mmask16 m, float *raw) {
+    _mm512_mask_storeu_ps(raw, (__mmask16)((1u << __builtin_popcount(m)) - 1u), _mm512_maskz_compress_ps(m, f));
+}
+
+// One block of 16 positions of int8 copies (blk, scales ks of its lanes), hc query heads (split rows ql, qh of hd bytes
+// each; corr[2 i] = 128 sum(qh_i)); lanes [j0, j1) of the block are stored at raw[i * stride + j - j0] (the first lane of
+// the range to the pointer given).
+static inline __attribute__((always_inline)) void block_heads8(int32_t hc, int32_t hd, const uint8_t *blk, const uint8_t *ql,
+                                                               const int8_t *qh, const int32_t *corr, const float *qs,
+                                                               __m512 ks, __mmask16 m, int64_t stride, float *raw) {
     // the head loops unrolled (hc is a constant in each copy) so that the 2 hc accumulators live in registers: rolled
     // (GCC's -O2 for hc = 3) they went through the stack, a store and a reload on every VPDPBUSD's dependency chain
     __m512i al[HC], ah[HC];
@@ -30,83 +55,132 @@ static inline __attribute__((always_inline)) void block_heads(int32_t hc, int32_
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
     for (int32_t g = 0; g < hd / 4; g++) {
         const __m512i kv = _mm512_loadu_si512(blk + 64 * g);
-        const __m512i ku = _mm512_xor_si512(kv, x80);
-#pragma GCC unroll 8
-        for (int32_t i = 0; i < hc; i++) {
-            int32_t lw, hw;
-            memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
-            memcpy(&hw, qh + (int64_t)i * hd + 4 * g, 4);
-            al[i] = _mm512_dpbusd_epi32(al[i], _mm512_set1_epi32(lw), kv);
-            ah[i] = _mm512_dpbusd_epi32(ah[i], ku, _mm512_set1_epi32(hw));
-        }
+        group_heads(hc, hd, al, ah, ql, qh, g, kv, _mm512_xor_si512(kv, x80));
     }
 #pragma GCC unroll 8
     for (int32_t i = 0; i < hc; i++) {
-        const __m512i d = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ah[i], _mm512_set1_epi32(corr[i])), 8), al[i]);
-        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ks, _mm512_set1_ps(qs[i])));
-        // the lanes of the range, moved to the front, stored from the range's first position on
-        _mm512_mask_storeu_ps(raw + i * stride, (__mmask16)((1u << __builtin_popcount(m)) - 1u), _mm512_maskz_compress_ps(m, f));
+        const __m512i d = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ah[i], _mm512_set1_epi32(corr[2 * i])), 8), al[i]);
+        store_lanes(_mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ks, _mm512_set1_ps(qs[i]))), m, raw + i * stride);
     }
+}
+
+// The same for 4-bit copies (ks16: the block's f16 group scales, kvt_sparse_k4s_at), one scale group after the other (ng
+// of them, gr rows each; one group: the whole row, a last half row when hd % 8): per group, corr[(i * ng + g) * 2] =
+// 8 sum(qh_i) and [.. + 1] = 8 sum(ql_i) over its dimensions; the groups' float terms added in order.
+static inline __attribute__((always_inline)) void block_heads4(int32_t hc, int32_t hd, int32_t ng, const uint8_t *blk,
+                                                               const uint16_t *ks16, const uint8_t *ql, const int8_t *qh,
+                                                               const int32_t *corr, const float *qs, __mmask16 m,
+                                                               int64_t stride, float *raw) {
+    __m512i al[HC], ah[HC];
+    __m512 acc[HC];
+#pragma GCC unroll 8
+    for (int32_t i = 0; i < hc; i++) acc[i] = _mm512_setzero_ps(); // replaced by group 0's terms (ng >= 1)
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const int32_t gr = ng > 1 ? hd / ng / 8 : hd / 8;
+    for (int32_t g = 0; g < ng; g++) {
+#pragma GCC unroll 8
+        for (int32_t i = 0; i < hc; i++) al[i] = ah[i] = _mm512_setzero_si512();
+        for (int32_t r = g * gr; r < (g + 1) * gr; r++) {
+            const __m512i v = _mm512_loadu_si512(blk + 64 * r);
+            const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            group_heads(hc, hd, al, ah, ql, qh, 2 * r, lo, lo);
+            group_heads(hc, hd, al, ah, ql, qh, 2 * r + 1, hi, hi);
+        }
+        if (ng == 1 && hd % 8) { // a last half row: its low nibbles only
+            const __m512i lo = _mm512_and_si512(_mm512_loadu_si512(blk + 64 * (hd / 8)), m4);
+            group_heads(hc, hd, al, ah, ql, qh, hd / 4 - 1, lo, lo);
+        }
+        const __m512 ks = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ks16 + 16 * g)));
+#pragma GCC unroll 8
+        for (int32_t i = 0; i < hc; i++) {
+            const int32_t *c = corr + (i * ng + g) * 2;
+            const __m512i d = _mm512_sub_epi32(
+                _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ah[i], _mm512_set1_epi32(c[0])), 8), al[i]),
+                _mm512_set1_epi32(c[1]));
+            const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ks, _mm512_set1_ps(qs[i])));
+            acc[i] = g == 0 ? f : _mm512_add_ps(acc[i], f);
+        }
+    }
+#pragma GCC unroll 8
+    for (int32_t i = 0; i < hc; i++) store_lanes(acc[i], m, raw + i * stride);
 }
 
 enum { PF_AHEAD = 64 }; // entries of a position list between the one scored and the one whose block is requested
 
-// The lines of the block holding position t (its 16 int8 keys and their scales) requested into the cache.
-static inline void prefetch_block(const int8_t *k8, const float *k8s, int32_t t, int32_t hd) {
+// The lines of the block holding position t (its 16 keys, bb bytes, and their scales, sb bytes) requested into the cache.
+static inline void prefetch_block(const uint8_t *kc, const uint8_t *ks, int32_t t, int64_t bb, int64_t sb) {
     const int64_t b0 = t & ~(int32_t)15;
-    for (int32_t o = 0; o < 16 * hd; o += 64) _mm_prefetch((const char *)(k8 + b0 * hd) + o, _MM_HINT_T0);
-    _mm_prefetch((const char *)(k8s + b0), _MM_HINT_T0);
+    for (int64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)(kc + b0 / 16 * bb) + o, _MM_HINT_T0);
+    for (int64_t o = 0; o < sb; o += 64) _mm_prefetch((const char *)(ks + b0 / 16 * sb) + o, _MM_HINT_T0);
 }
 
-void kvt_sparse_dot_blocks_i8_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, const int8_t *k8,
-                                     const float *k8s, int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride,
-                                     float *raw) {
+// The block loop for copies of `bits` (a constant in each copy: the block's loads and the accumulators in registers).
+static inline __attribute__((always_inline)) void scan(int32_t bits, const int16_t *q16, const float *qs, int32_t qpg,
+                                                       int32_t hd, const kvt_sparse_keys k, int64_t t0, int64_t n_keys,
+                                                       const int32_t *pos, int64_t stride, float *raw) {
     uint8_t ql[HC * KVT_SPARSE_MAX_HD];
     int8_t qh[HC * KVT_SPARSE_MAX_HD];
-    int32_t corr[HC];
-    const int64_t t1 = t0 + n_keys;
+    int32_t corr[2 * HC * (KVT_SPARSE_MAX_HD / 32)];
+    const uint8_t *kc = k.kc, *ksb = k.ks;
+    const int32_t ng = bits == 4 ? kvt_sparse_k4_groups(hd) : 1, gw = hd / ng;
+    // bytes of a block's keys and of its scales
+    const int64_t bb = 16 * kvt_sparse_key_row_bytes(bits, hd), sb = 16 * kvt_sparse_key_scale_bytes(bits, hd);
     for (int32_t h0 = 0; h0 < qpg; h0 += HC) {
         const int32_t hc = qpg - h0 < HC ? qpg - h0 : HC;
         for (int32_t i = 0; i < hc; i++) {
-            int32_t sum = 0;
-            for (int32_t x = 0; x < hd; x++) {
-                const int32_t v = q16[(int64_t)(h0 + i) * hd + x];
-                ql[i * hd + x] = (uint8_t)(v & 0xff);
-                qh[i * hd + x] = (int8_t)(v >> 8); // arithmetic shift: floor(v / 256)
-                sum += qh[i * hd + x];
+            for (int32_t g = 0; g < ng; g++) { // per scale group (int8: one, the row)
+                int32_t sh = 0, sl = 0;
+                for (int32_t x = g * gw; x < (g + 1) * gw; x++) {
+                    const int32_t v = q16[(int64_t)(h0 + i) * hd + x];
+                    ql[i * hd + x] = (uint8_t)(v & 0xff);
+                    qh[i * hd + x] = (int8_t)(v >> 8); // arithmetic shift: floor(v / 256)
+                    sh += qh[i * hd + x];
+                    sl += ql[i * hd + x];
+                }
+                corr[(i * ng + g) * 2] = bits == 4 ? 8 * sh : 128 * sh;
+                corr[(i * ng + g) * 2 + 1] = bits == 4 ? 8 * sl : 0;
             }
-            corr[i] = 128 * sum;
         }
         // a list's blocks come from memory (scattered): each block's lines are requested PF_AHEAD entries (about
         // PF_AHEAD / 16 blocks of whole pages) before it is scored, so that their latency overlaps the blocks before it
-        for (int64_t y = 0; pos && y < n_keys && y <= PF_AHEAD; y += 16) prefetch_block(k8, k8s, pos[y], hd);
+        for (int64_t y = 0; pos && y < n_keys && y <= PF_AHEAD; y += 16) prefetch_block(kc, ksb, pos[y], bb, sb);
         // block by block: the range's positions in it, or the list's (sorted: a run of entries in one block)
-        for (int64_t x = 0, b0 = pos ? 0 : t0 & ~(int64_t)15; pos ? x < n_keys : b0 < t1;) {
-            uint32_t bits = 0;
-            int64_t out = x;
-            if (pos) {
-                b0 = pos[x] & ~(int32_t)15;
-                for (; x < n_keys && pos[x] < b0 + 16; x++) bits |= 1u << (pos[x] - b0);
-                if (x + PF_AHEAD < n_keys) prefetch_block(k8, k8s, pos[x + PF_AHEAD], hd);
-            } else {
-                const int64_t j0 = t0 > b0 ? t0 - b0 : 0, j1 = t1 < b0 + 16 ? t1 - b0 : 16;
-                bits = ((1u << j1) - 1u) & ~((1u << j0) - 1u);
-                out = b0 + j0 - t0;
-            }
-            const __mmask16 m = (__mmask16)bits;
-            const __m512 ks = _mm512_maskz_loadu_ps(m, k8s + b0);
-            const int8_t *blk = k8 + b0 * hd;
+        kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, t0, n_keys);
+        int64_t b0, out;
+        uint32_t bits_m;
+        while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
+            if (pos && it.x + PF_AHEAD < n_keys) prefetch_block(kc, ksb, pos[it.x + PF_AHEAD], bb, sb);
+            const __mmask16 m = (__mmask16)bits_m;
+            const uint8_t *blk = kc + b0 / 16 * bb;
             float *r = raw + (int64_t)h0 * stride + out;
-            switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
-            case 1: block_heads(1, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
-            case 2: block_heads(2, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
-            case 3: block_heads(3, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
-            case 4: block_heads(4, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
-            case 5: block_heads(5, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
-            default: block_heads(HC, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            if (bits == 4) {
+                const uint16_t *ks16 = (const uint16_t *)k.ks + b0 * ng;
+                switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
+                case 1: block_heads4(1, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+                case 2: block_heads4(2, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+                case 3: block_heads4(3, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+                case 4: block_heads4(4, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+                case 5: block_heads4(5, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+                default: block_heads4(HC, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+                }
+                continue;
             }
-            if (!pos) b0 += 16;
+            const __m512 ks = _mm512_maskz_loadu_ps(m, (const float *)k.ks + b0);
+            switch (hc) {
+            case 1: block_heads8(1, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 2: block_heads8(2, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 3: block_heads8(3, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 4: block_heads8(4, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            case 5: block_heads8(5, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            default: block_heads8(HC, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            }
         }
     }
+}
+
+void kvt_sparse_dot_blocks_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                  int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw) {
+    if (k.bits == 4) scan(4, q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
+    else scan(8, q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
 }
 #endif

@@ -35,6 +35,11 @@ static bool has_summaries(const kvt_sparse *s) {
 
 static int64_t pages_of(const kvt_sparse *s, int64_t cap) { return (cap + s->p.page - 1) / s->p.page; }
 
+// asyncspade keeps key copies of this width (for the predicted query's scan or the real query's).
+static bool uses_bits(const kvt_sparse *s, int32_t bits) {
+    return s->p.mode == KVT_SPARSE_ASYNCSPADE && (s->p.key_bits == bits || s->p.rerank_bits == bits);
+}
+
 int64_t kvt_sparse_kept_pages(const kvt_sparse *s) {
     if (s->p.mode != KVT_SPARSE_ASYNCSPADE || s->p.keep <= 0.0 || s->p.rerank <= 1.0 || s->p.rerank_block <= 1) return 0;
     return (s->d.n_ctx + s->p.rerank_block - 1) / s->p.rerank_block;
@@ -48,12 +53,14 @@ int64_t kvt_sparse_layer_pieces(const kvt_sparse *s) {
 // Bytes of one layer's key summaries with room for cap positions.
 static int64_t layer_summary_bytes(const kvt_sparse *s, int64_t cap) {
     const int64_t H = s->d.n_head_kv, hd = s->d.head_dim;
-    return kvt_sparse_layer_summary_bytes(s->p.mode, H, hd, cap, s->p.mode == KVT_SPARSE_QUEST ? pages_of(s, cap) : 0);
+    return kvt_sparse_layer_summary_bytes(&s->p, H, hd, cap, s->p.mode == KVT_SPARSE_QUEST ? pages_of(s, cap) : 0);
 }
 
 static void layer_free(kvt_sparse_layer *ly) {
     free(ly->k8);
     free(ly->k8s);
+    free(ly->k4);
+    free(ly->k4s);
     free(ly->lo);
     free(ly->hi);
     free(ly->sel);
@@ -140,18 +147,25 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     bool ok = true;
     int32_t *sel = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
     int8_t *k8 = NULL;
+    uint8_t *k4 = NULL;
     float *k8s = NULL, *lo = NULL, *hi = NULL;
-    const int64_t np = pages_of(s, cap), onp = pages_of(s, oc);
-    if (s->p.mode == KVT_SPARSE_ASYNCSPADE) {
+    uint16_t *k4s = NULL;
+    const int64_t s4 = kvt_sparse_k4_groups((int32_t)hd); // 4-bit scales per position
+    const int64_t np = pages_of(s, cap), onp = pages_of(s, oc), r4 = kvt_sparse_k4_row((int32_t)hd);
+    if (uses_bits(s, 8)) {
         k8 = kvt_sparse_zalloc((size_t)(H * cap * hd), &ok);
         k8s = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
+    }
+    if (uses_bits(s, 4)) {
+        k4 = kvt_sparse_zalloc((size_t)(H * cap * r4), &ok);
+        k4s = kvt_sparse_zalloc((size_t)(H * cap * s4) * 2, &ok);
     }
     if (s->p.mode == KVT_SPARSE_QUEST) {
         lo = kvt_sparse_zalloc((size_t)(H * np * hd) * 4, &ok);
         hi = kvt_sparse_zalloc((size_t)(H * np * hd) * 4, &ok);
     }
     if (!ok) {
-        free(sel), free(k8), free(k8s), free(lo), free(hi);
+        free(sel), free(k8), free(k8s), free(k4), free(k4s), free(lo), free(hi);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of %lld positions", (long long)cap);
     }
     for (int64_t kh = 0; oc > 0 && kh < H; kh++) {
@@ -160,13 +174,17 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
             memcpy(k8 + kh * cap * hd, ly->k8 + kh * oc * hd, (size_t)(oc * hd));
             memcpy(k8s + kh * cap, ly->k8s + kh * oc, (size_t)oc * 4);
         }
+        if (k4) {
+            memcpy(k4 + kh * cap * r4, ly->k4 + kh * oc * r4, (size_t)(oc * r4));
+            memcpy(k4s + kh * cap * s4, ly->k4s + kh * oc * s4, (size_t)(oc * s4) * 2);
+        }
         if (lo) {
             memcpy(lo + kh * np * hd, ly->lo + kh * onp * hd, (size_t)(onp * hd) * 4);
             memcpy(hi + kh * np * hd, ly->hi + kh * onp * hd, (size_t)(onp * hd) * 4);
         }
     }
-    free(ly->sel), free(ly->k8), free(ly->k8s), free(ly->lo), free(ly->hi);
-    ly->sel = sel, ly->k8 = k8, ly->k8s = k8s, ly->lo = lo, ly->hi = hi;
+    free(ly->sel), free(ly->k8), free(ly->k8s), free(ly->k4), free(ly->k4s), free(ly->lo), free(ly->hi);
+    ly->sel = sel, ly->k8 = k8, ly->k8s = k8s, ly->k4 = k4, ly->k4s = k4s, ly->lo = lo, ly->hi = hi;
     ly->cap = cap;
     q->summary_bytes += grow;
     s->summary_held += grow;
@@ -197,13 +215,10 @@ static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int6
         for (int32_t kh = 0; kh < H; kh++) {
             ops->from_float(k + (t * H + kh) * hd, s->krow_t, hd);
             ops->to_float(s->krow_t, s->krow, hd);
-            if (ly->k8) {
-                float mx = 0.0f;
-                for (int32_t x = 0; x < hd; x++) mx = fabsf(s->krow[x]) > mx ? fabsf(s->krow[x]) : mx;
-                const float sc = mx > 0.0f ? mx / 127.0f : 1.0f;
-                int8_t *dst = ly->k8 + kh * cap * hd;
-                for (int32_t x = 0; x < hd; x++) dst[kvt_sparse_k8_at(pos, x, hd)] = (int8_t)lrintf(s->krow[x] / sc);
-                ly->k8s[kh * cap + pos] = sc;
+            if (ly->k8) kvt_sparse_quant_key(s->krow, hd, 8, pos, ly->k8 + kh * cap * hd, ly->k8s + kh * cap);
+            if (ly->k4) {
+                kvt_sparse_quant_key(s->krow, hd, 4, pos, ly->k4 + kh * cap * kvt_sparse_k4_row(hd),
+                                     ly->k4s + kh * cap * kvt_sparse_k4_groups(hd));
             }
             if (ly->lo) {
                 const int64_t pg = pos / s->p.page;
@@ -346,6 +361,10 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
         if (cap > 0 && x->k8) {
             memcpy(y->k8, x->k8, (size_t)(H * cap * hd));
             memcpy(y->k8s, x->k8s, (size_t)(H * cap) * 4);
+        }
+        if (cap > 0 && x->k4) {
+            memcpy(y->k4, x->k4, (size_t)(H * cap * kvt_sparse_k4_row((int32_t)hd)));
+            memcpy(y->k4s, x->k4s, (size_t)(H * cap * kvt_sparse_k4_groups((int32_t)hd)) * 2);
         }
         if (cap > 0 && x->lo) {
             memcpy(y->lo, x->lo, (size_t)(H * np * hd) * 4);

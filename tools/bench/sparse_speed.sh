@@ -18,7 +18,8 @@
 #      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier),
 #      KEEP (--sparse-keep of the "asyncspade pages keep" config, default 0.25: within 2% of dense on Gemma 3 4K),
 #      ONLY (comma list of config names to run, e.g. "dense,quest p16,asyncspade rr4 block64"; default all),
-#      STORES (default "disk ram"), EXTRA (more asyncspade configs: "name|flags;name|flags", run with the others),
+#      STORES (default "disk ram"), EXTRA (more asyncspade configs: "name|flags;name|flags", run with the others; their
+#      summaries reserved as the flags ask, "name|flags|int8": the int8 copies' bytes whatever the flags),
 #      BINS (binaries to compare, alternating run by run: "tag=path tag=path", e.g. "old=/tmp/kvtier.old new=build/kvtier";
 #      each config's rows then appear per binary as "name@tag", compared with "quest p16@tag" of the same binary; the
 #      first binary's `info` gives the model dims)
@@ -70,6 +71,21 @@ abytes() { if [ "$1" -ge $((1 << 20)) ]; then echo $(( ($1 + (2 << 20) - 1) / (2
 quest_sum() { echo $((NL * 2 * $(abytes $((NKV * ((CTX + $1 - 1) / $1) * HD * 4))))); }
 CAP=$(( (CTX + 15) / 16 * 16 )) # n_ctx in whole 16-position blocks
 ASYNC_SUM=$((NL * ($(abytes $((NKV * CAP * HD))) + $(abytes $((NKV * CAP * 4)))) ))
+# asyncspade's summary bytes for its flags: the int8 copies (f32 scale per position), the 4-bit ones (--sparse-key-bits
+# 4: head_dim / 2 bytes per position and an f16 scale per 32 dimensions), or both (--sparse-rerank-bits 8 beside it)
+async_sum() {
+    local f=" $1 " kb=8 rb s=0 b row sc
+    case "$f" in *" --sparse-key-bits 4 "*) kb=4 ;; esac
+    rb=$kb
+    case "$f" in *" --sparse-rerank-bits 4 "*) rb=4 ;; *" --sparse-rerank-bits 8 "*) rb=8 ;; esac
+    for b in 4 8; do
+        [ "$kb" = $b ] || [ "$rb" = $b ] || continue
+        row=$HD sc=4
+        [ $b = 4 ] && row=$(( (HD + 7) / 8 * 4 )) sc=$(( HD % 32 ? 2 : HD / 16 ))
+        s=$((s + $(abytes $((NKV * CAP * row))) + $(abytes $((NKV * CAP * sc)))))
+    done
+    echo $((NL * s))
+}
 
 SESSION=$OUT/prefix-$(cat "$M" "$OUT/prefix.txt" | cksum | cut -d' ' -f1)-$CTX.kvs # per model and text
 if [ ! -s "$SESSION" ]; then
@@ -101,10 +117,17 @@ CONFIGS=(
     # mass, so fewer pages (blocks) change per step
     "asyncspade pages keep|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5 --sparse-keep $KEEP|$ASYNC_SUM"
 )
-# EXTRA="name|asyncspade flags;name|flags": asyncspade configurations added to the list (int8 summaries reserved)
+# EXTRA="name|asyncspade flags;name|flags": asyncspade configurations added to the list (their summaries reserved:
+# int8, or 4-bit with --sparse-key-bits 4); "name|flags|int8" reserves the int8 copies' bytes whatever the flags (a
+# 4-bit config then gives the store's blocks what the int8 copies would have taken: the same --kv-fast in all)
 if [ -n "${EXTRA:-}" ]; then
     IFS=';' read -r -a extra <<< "$EXTRA"
-    for e in "${extra[@]}"; do CONFIGS+=("$e|$ASYNC_SUM"); done
+    for e in "${extra[@]}"; do
+        case "$e" in
+            *"|int8") CONFIGS+=("${e%|int8}|$ASYNC_SUM") ;;
+            *) CONFIGS+=("$e|$(async_sum "${e#*|}")") ;;
+        esac
+    done
 fi
 if [ -n "${ONLY:-}" ]; then
     sel=() seen=","

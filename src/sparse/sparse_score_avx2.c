@@ -1,0 +1,115 @@
+// sparse_score_avx2.c - the 4-bit key scan of sparse_score.c (dot_blocks) for AVX2 CPUs (Makefile flags for *_avx2.c;
+// called when kvt_kernels_isa() is KVT_ISA_AVX2 and the copies are 4-bit). The layout is kvt_sparse_k4_at's: a 64-byte
+// row of a 16-position block holds two groups of 4 dimensions (low and high nibbles), each as 16 positions x 4 bytes, so
+// a 32-byte half row is 8 positions x 4 dimensions.
+//
+// Each int16 query element is split as q = 256 qh + ql (ql in [0, 255] unsigned, qh in [-128, 127] signed) and the keys
+// are the stored nibbles u = k + 8 in [0, 15] (a valid signed and unsigned byte): VPMADDUBSW(ql, u) and VPMADDUBSW(u, qh)
+// sum two byte products into int16 lanes (at most 2 * 255 * 15 = 7650 and 2 * 15 * 128 = 3840: never saturated),
+// VPMADDWD with 1 and 256 the pairs into int32: q . u per position; q . k = q . u - 8 sum(q). Every sum is exact in int32
+// (as the portable loop's), so the scores are the same bits (per scale group (float)(sum - 8 sum(q)) * (scale * qs[i]),
+// the groups' terms added in order).
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../kernels/f16.h"
+#include "sparse_impl.h"
+
+enum { HC = 3 }; // query heads per pass: 2 accumulators each (the block's two halves), the half rows in registers
+
+// One block of 16 positions (blk, its f16 group scales ks16: kvt_sparse_k4s_at), hc query heads (split rows ql, qh of hd
+// bytes each; corr[i * ng + g] = 8 sum(q_i) over group g's dimensions), one scale group after the other (ng of them;
+// the 4-dimension groups [g * hd / ng / 4, (g + 1) * ...)), their terms added in order; the lanes set in `lanes` stored
+// in order from raw[i * stride] on.
+static inline __attribute__((always_inline)) void block_heads(int32_t hc, int32_t hd, int32_t ng, const uint8_t *blk,
+                                                              const uint16_t *ks16, const uint8_t *ql, const int8_t *qh,
+                                                              const int32_t *corr, const float *qs, uint32_t lanes,
+                                                              int64_t stride, float *raw) {
+    __m256i acc[HC][2];
+    float f[HC][16];
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi16(1), c256 = _mm256_set1_epi16(256);
+    const int32_t gq = hd / ng / 4; // 4-dimension groups per scale group
+    for (int32_t sg = 0; sg < ng; sg++) {
+#pragma GCC unroll 4
+        for (int32_t i = 0; i < hc; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+        for (int32_t g = sg * gq; g < (sg + 1) * gq; g++) { // group g: nibble g & 1 of row g / 2
+            const uint8_t *row = blk + 64 * (g >> 1);
+            __m256i u[2];
+            for (int32_t h = 0; h < 2; h++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(row + 32 * h));
+                u[h] = _mm256_and_si256(g & 1 ? _mm256_srli_epi16(v, 4) : v, m4);
+            }
+#pragma GCC unroll 4
+            for (int32_t i = 0; i < hc; i++) {
+                int32_t lw, hw;
+                memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
+                memcpy(&hw, qh + (int64_t)i * hd + 4 * g, 4);
+                const __m256i bl = _mm256_set1_epi32(lw), bh = _mm256_set1_epi32(hw);
+                for (int32_t h = 0; h < 2; h++) {
+                    const __m256i lo = _mm256_madd_epi16(_mm256_maddubs_epi16(bl, u[h]), one);
+                    const __m256i hi = _mm256_madd_epi16(_mm256_maddubs_epi16(u[h], bh), c256);
+                    acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_add_epi32(lo, hi));
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int32_t i = 0; i < hc; i++) {
+            int32_t d[16];
+            _mm256_storeu_si256((__m256i *)d, acc[i][0]);
+            _mm256_storeu_si256((__m256i *)(d + 8), acc[i][1]);
+            for (int32_t j = 0; j < 16; j++) {
+                if (!(lanes >> j & 1)) continue;
+                const float term = (float)(d[j] - corr[i * ng + sg]) * (kvt_f16_to_f32(ks16[16 * sg + j]) * qs[i]);
+                f[i][j] = sg == 0 ? term : f[i][j] + term;
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int32_t i = 0; i < hc; i++) {
+        int64_t o = 0;
+        for (int32_t j = 0; j < 16; j++) {
+            if (lanes >> j & 1) raw[i * stride + o++] = f[i][j];
+        }
+    }
+}
+
+void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                 int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw) {
+    uint8_t ql[HC * KVT_SPARSE_MAX_HD];
+    int8_t qh[HC * KVT_SPARSE_MAX_HD];
+    int32_t corr[HC * (KVT_SPARSE_MAX_HD / 32)];
+    const uint8_t *kc = k.kc;
+    const int32_t ng = kvt_sparse_k4_groups(hd), gw = hd / ng;
+    const int64_t bb = 16 * kvt_sparse_k4_row(hd); // bytes of a block
+    for (int32_t h0 = 0; h0 < qpg; h0 += HC) {
+        const int32_t hc = qpg - h0 < HC ? qpg - h0 : HC;
+        for (int32_t i = 0; i < hc; i++) {
+            for (int32_t g = 0; g < ng; g++) {
+                int32_t sum = 0;
+                for (int32_t x = g * gw; x < (g + 1) * gw; x++) {
+                    const int32_t v = q16[(int64_t)(h0 + i) * hd + x];
+                    ql[i * hd + x] = (uint8_t)(v & 0xff);
+                    qh[i * hd + x] = (int8_t)(v >> 8); // arithmetic shift: floor(v / 256)
+                    sum += v;
+                }
+                corr[i * ng + g] = 8 * sum;
+            }
+        }
+        kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, t0, n_keys);
+        int64_t b0, out;
+        uint32_t lanes;
+        while (kvt_sparse_blocks_next(&it, &b0, &lanes, &out)) {
+            const uint8_t *blk = kc + b0 / 16 * bb;
+            float *r = raw + (int64_t)h0 * stride + out;
+            const uint16_t *ks16 = (const uint16_t *)k.ks + b0 * ng;
+            switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
+            case 1: block_heads(1, hd, ng, blk, ks16, ql, qh, corr, qs + h0, lanes, stride, r); break;
+            case 2: block_heads(2, hd, ng, blk, ks16, ql, qh, corr, qs + h0, lanes, stride, r); break;
+            default: block_heads(HC, hd, ng, blk, ks16, ql, qh, corr, qs + h0, lanes, stride, r); break;
+            }
+        }
+    }
+}
+#endif
