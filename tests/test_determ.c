@@ -113,8 +113,10 @@ static kvt_status attend_all(kvt_kv *kv, const kvt_attn_params *ap, const float 
     return st;
 }
 
-static void attention_window(void) {
-    enum { HEADS = 4, KV_HEADS = 2, DIM = 64, N = 200 };
+// heads query heads over kv_heads KV heads; decode splits a token's query heads over the threads (one head a task
+// below 64 positions, two past it: with 9 over 3, a task's heads then straddle two KV heads).
+static void attention_window(const int HEADS, const int KV_HEADS) {
+    enum { DIM = 64, N = 200 };
     kvt_kv_params kp = {KVT_TYPE_F16, 1, KV_HEADS, DIM, DIM, 256, 16, 0};
     kvt_kv *kv = NULL;
     kvt_err err = {0};
@@ -131,9 +133,9 @@ static void attention_window(void) {
         kvt_attn_params ap = {HEADS, 0.125f, 0, windows[w]};
         char name[160], why[200] = "";
         snprintf(name, sizeof name,
-                 "determ: attention (window %d) of %d positions: prefill on 1 thread = one token at a time on 1..4 threads "
-                 "= prefill on 3",
-                 windows[w], N);
+                 "determ: attention (%d heads, %d KV heads, window %d) of %d positions: prefill on 1 thread = one token "
+                 "at a time on 1..4 threads = prefill on 3",
+                 HEADS, KV_HEADS, windows[w], N);
         bool ok = !st && !(st = attend_all(kv, &ap, q, N, 1, false, ref, &err));
         for (int t = 1; ok && t <= 4; t++) {
             ok = !(st = attend_all(kv, &ap, q, N, t, true, o, &err)) && !memcmp(ref, o, sizeof(float) * N * HEADS * DIM);
@@ -440,7 +442,8 @@ void test_determ(const test_env *env) {
         }
         for (size_t i = 0; i < sizeof mm_types / sizeof *mm_types; i++) matmul_rows_alone_vs_batch((kvt_isa)isa, mm_types[i]);
     }
-    attention_window();
+    attention_window(4, 2);
+    attention_window(9, 3); // SmolLM2-135M's heads
     char dir[] = "/tmp/kvt_test_determ_XXXXXX";
     const char *disk = mkdtemp(dir);
     // f16, q8_0, q4_1 and the q4_K/q6_K mix: every kernel family

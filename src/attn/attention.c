@@ -100,6 +100,8 @@ typedef struct {
     int64_t pos0, n, n_tok; // n_tok: tokens per task
     int64_t n_chunk;        // chunks of the single token when they are separate tasks (split), else 1
     int64_t c0;             // split: the first chunk its window sees (chunks c0 .. c0 + n_chunk - 1)
+    int64_t n_hs;           // tasks per (token task, group, chunk): query heads [k * hpt, (k + 1) * hpt) of the group
+    int32_t hpt;
     float *out;
     float *part; // [n_head, n_chunk, 2 + hdv] (m, l, o) per chunk when split
     // attention mass (decode for a store that wants it, else NULL): the workspace's mass area (mass_floats)
@@ -115,18 +117,20 @@ static bool fail(attn_job *J, const kvt_err *e) {
     return false;
 }
 
-// One (tokens [t0, t1), group g[, chunk c when split]): stream over the tiles for every query head of g and
-// every token. Per token the floating-point operations are those of attending it alone, tile by tile in order,
-// chunk by chunk (see chunk_tiles).
+// One (tokens [t0, t1), group g, its query heads [a, a + qh)[, chunk c when split]): stream over the tiles for
+// those query heads and every token. Per token and head the floating-point operations are those of attending it
+// alone, tile by tile in order, chunk by chunk (see chunk_tiles).
 static void attn_task(void *vctx, int64_t task, int thread) {
     attn_job *J = vctx;
     kvt_kv *kv = J->kv;
     const int32_t H = J->p->n_head, hd = kv->head_dim, hdv = kv->head_dim_v, T = J->T;
-    const int32_t qpg = H / kv->n_head_kv, qh = group_qheads(kv, H);
-    const int64_t C = J->n_chunk, n_tt = (J->n + J->n_tok - 1) / J->n_tok; // token tasks
-    const int64_t tt = n_tt - 1 - task / (kv->n_group * C); // the last tokens (most positions) first
-    const int32_t g = (int32_t)((task / C) % kv->n_group);
+    const int32_t qpg = H / kv->n_head_kv, gq = group_qheads(kv, H);
+    const int64_t C = J->n_chunk, S = J->n_hs, n_tt = (J->n + J->n_tok - 1) / J->n_tok; // token tasks
+    const int64_t tt = n_tt - 1 - task / (kv->n_group * S * C); // the last tokens (most positions) first
+    const int32_t g = (int32_t)((task / (S * C)) % kv->n_group);
     const int64_t c = task % C;
+    // the task's query heads: [a, a + qh) of the group's gq (each head's operations are its own: any split, same bits)
+    const int32_t a = (int32_t)((task / C) % S) * J->hpt, qh = gq - a < J->hpt ? gq - a : J->hpt;
     const bool split = C > 1;
     const int64_t t0 = tt * J->n_tok, t1 = tt + 1 < n_tt ? t0 + J->n_tok : J->n, nj = t1 - t0;
     const int64_t pos_last = J->pos0 + t1 - 1; // last position attended by the last token (causal)
@@ -147,7 +151,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     float *fo = fl + nj * qh;                     // [nj, qh, hdv]
     uint8_t *qd = (uint8_t *)(((uintptr_t)(fo + nj * qh * hdv) + 63) & ~(uintptr_t)63); // [nj, qh, qrow]
     uint8_t *vt = qd + nj * qh * qrow;            // [group_heads, T, vrow] gathered V rows, kv type
-    const int32_t h0 = g * qh;                    // first query head of the group
+    const int32_t h0 = g * gq + a;                // first query head of the task
     for (int64_t j = 0; j < nj; j++) {
         for (int32_t i = 0; i < qh; i++) {
             qops->from_float(J->q + (t0 + j) * (int64_t)H * hd + (int64_t)(h0 + i) * hd, qd + (j * qh + i) * qrow, hd);
@@ -193,7 +197,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 const int64_t cj = pos + 1 - p < cnt ? pos + 1 - p : cnt; // causal: positions <= pos
                 const int64_t lo = first_visible(W, pos), x0 = lo > p ? lo - p : 0; // window: positions >= lo
                 for (int32_t i = 0; i < qh && cj > x0; i++) {
-                    const uint8_t *kb = (const uint8_t *)v.k + (i / qpg) * v.k_hstride + off * v.k_stride;
+                    const uint8_t *kb = (const uint8_t *)v.k + ((a + i) / qpg) * v.k_hstride + off * v.k_stride;
                     const uint8_t *qj = qd + (j * qh + i) * qrow;
                     float *si = s + (j * qh + i) * T + (p - pa);
                     for (int64_t x = x0; x < cj; x++) {
@@ -204,7 +208,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 }
             }
             if (!direct) {
-                for (int32_t h = 0; h < kv->group_heads; h++) {
+                for (int32_t h = a / qpg; h <= (a + qh - 1) / qpg; h++) { // the task's KV heads
                     const uint8_t *src = (const uint8_t *)v.v + h * v.v_hstride + off * v.v_stride;
                     uint8_t *dst = vt + (h * (int64_t)T + p - pa) * vrow;
                     if (v.v_stride == vrow) memcpy(dst, src, (size_t)(cnt * vrow));
@@ -230,7 +234,7 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 const int64_t ji = j * qh + i;
                 float *si = s + ji * T + x0;
                 float *oi = o + ji * hdv;
-                const uint8_t *vb = vbase + (i / qpg) * vhstr;
+                const uint8_t *vb = vbase + ((a + i) / qpg) * vhstr;
                 float mn = m[ji]; // the running max after the tile (the F16 merge finds its own)
                 if (J->rec || !f16) {
                     for (int64_t x = 0; x < cnt - x0; x++) mn = si[x] > mn ? si[x] : mn;
@@ -258,9 +262,10 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             }
             // F16 V: llama.cpp's flash attention, position by position with o in f16, the query heads of one KV
             // head together (they read the same V rows)
-            for (int32_t i = 0; f16 && i < qh; i += qpg) {
+            for (int32_t i = 0, nh; f16 && i < qh; i += nh) {
                 const int64_t ji = j * qh + i;
-                kvt_attn_merge_f16(qpg, s + ji * T + x0, T, cnt - x0, vbase + (i / qpg) * vhstr, vstr, m + ji, l + ji,
+                nh = qpg - (a + i) % qpg < qh - i ? qpg - (a + i) % qpg : qh - i; // heads of this KV head in the task
+                kvt_attn_merge_f16(nh, s + ji * T + x0, T, cnt - x0, vbase + ((a + i) / qpg) * vhstr, vstr, m + ji, l + ji,
                                    o + ji * hdv, hdv, hdv);
             }
             for (int32_t i = 0; fold && i < qh; i++) {
@@ -352,7 +357,8 @@ kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_
     }
     const int nt = kvt_threadpool_n_threads(pool);
     attn_job J = {.kv = kv, .seq = seq, .layer = layer, .p = p, .T = tile_of(p->tile), .q = q, .pos0 = pos0, .n = n,
-                  .out = out, .scratch = scratch, .part = workspace, .n_chunk = 1};
+                  .out = out, .scratch = scratch, .part = workspace, .n_chunk = 1, .n_hs = 1,
+                  .hpt = group_qheads(kv, p->n_head)};
     // one token on several threads: its chunks (those its window sees) are the tasks; same result either way
     const int64_t T = J.T, CT = chunk_tiles(J.T);
     const int64_t c_end = ((pos0 + 1 + T - 1) / T + CT - 1) / CT, c0 = first_visible(p->window, pos0) / T / CT;
@@ -361,6 +367,20 @@ kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_
         J.n_chunk = c_end - c0;
     }
     J.n_tok = J.n_chunk > 1 ? 1 : tokens_per_task(n, pos0, nt);
+    // one token with too few (group, chunk) tasks to keep the threads busy (SmolLM2: 1 group of 9 query heads, one
+    // chunk below 64 positions): the group's query heads split too, down to one head per task. Each head's
+    // operations are the same whatever the split. Only the contiguous store: every task acquires the blocks it
+    // reads, and the paged store's frontier and statistics count readers
+    if (n == 1 && nt > 1 && kv->ops->name && !strcmp(kv->ops->name, "contiguous")) {
+        const int64_t want = 8 * (int64_t)nt, have = (int64_t)kv->n_group * J.n_chunk;
+        if (have < want) {
+            const int32_t gq = J.hpt;
+            int64_t S = (want + have - 1) / have;
+            if (S > gq) S = gq;
+            J.hpt = (int32_t)((gq + S - 1) / S);
+            J.n_hs = (gq + J.hpt - 1) / J.hpt;
+        }
+    }
     // decode for a store that ranks blocks by attention mass: the mass area of the workspace, if the tile fits it
     const int64_t p_first = first_visible(p->window, pos0);
     if (n == 1 && workspace && kvt_kv_paged_wants_attn_mass(kv) &&
@@ -373,7 +393,7 @@ kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_
         for (int64_t i = 0; i < p->n_head * J.n_tiles; i++) J.rec[i * (1 + J.runs)] = -INFINITY;
     }
     atomic_init(&J.failed, 0);
-    kvt_threadpool_run(pool, attn_task, &J, (n + J.n_tok - 1) / J.n_tok * kv->n_group * J.n_chunk);
+    kvt_threadpool_run(pool, attn_task, &J, (n + J.n_tok - 1) / J.n_tok * kv->n_group * J.n_hs * J.n_chunk);
     if (!atomic_load(&J.failed) && J.n_chunk > 1) kvt_threadpool_run(pool, merge_task, &J, p->n_head);
     if (!atomic_load(&J.failed) && J.ml) mass_export(&J, p_first);
     if (atomic_load(&J.failed)) {

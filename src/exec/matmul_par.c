@@ -84,7 +84,13 @@ void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *con
     for (int i = 0; i < n_out; i++) {
         int64_t chunk = w[i]->rows / ((int64_t)nt * per_thread);
         const int64_t wrs = kvt_row_size(w[i]->type, w[i]->cols), min_rows = MIN_TASK_BYTES / (wrs > 0 ? wrs : 1);
-        if (n_tok <= 4 && chunk < min_rows) chunk = min_rows;
+        if (n_tok <= 4 && chunk < min_rows) {
+            // as few tasks as MIN_TASK_BYTES allows, but a multiple of the threads, of equal size (SmolLM2's wo, 576 rows:
+            // 2 x 288, not 368 + 208 with one thread waiting on the other)
+            int64_t k = w[i]->rows / (min_rows > 0 ? min_rows : 1);
+            k = k < 1 ? nt : (k + nt - 1) / nt * nt;
+            chunk = (w[i]->rows + k - 1) / k;
+        }
         chunk = chunk < align ? align : (chunk + align - 1) / align * align;
         J.part[i].chunk = chunk;
         J.part[i].first = n_tasks;
