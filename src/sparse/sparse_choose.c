@@ -233,27 +233,18 @@ static void rr_softmax_task(void *ctx, int64_t task, int thread) {
 // Pass 3 with pages (rerank_block Q > 1): KV head kh's middle candidates (sorted, [c0, c1)) cut into pieces at page ends
 // in one pass over the softmax terms (rows, [qpg][nc]): each piece's mass into raw (NaN as -inf; NULL: not kept), its
 // score into v (the mass, times f in a page kept at P - 1; NaN as -inf) and its number of candidates into w; returns the
-// pieces' count. A candidate's mass is its rows' terms times their inv summed in row order from 0 (rows with NaN inv left
-// out), a piece's the sum of its candidates' in order from 0: the operations of kvt_sparse_aggregate_rows, page_mass and
+// pieces' count; agg: scratch of c1 - c0 floats. A candidate's mass is kvt_sparse_aggregate_rows' (its rows' terms times
+// their inv summed in row order), a piece's the sum of its candidates' in order from 0: the operations of page_mass and
 // the hysteresis' factor in the same order, so the same bits.
 static int64_t rr_pieces(const kvt_sparse *s, const float *rows, const float *inv, const int32_t *sel, int64_t nc, int64_t c0,
-                         int64_t c1, const uint8_t *kept, float f, float *v, float *raw, int32_t *w) {
+                         int64_t c1, const uint8_t *kept, float f, float *agg, float *v, float *raw, int32_t *w) {
     const int32_t Q = s->p.rerank_block;
-    const float *r[KVT_SPARSE_MAX_QPG];
-    float sc[KVT_SPARSE_MAX_QPG];
-    int32_t nr = 0;
-    for (int32_t i = 0; i < s->qpg; i++) {
-        if (!isnan(inv[i])) r[nr] = rows + (int64_t)i * nc, sc[nr++] = inv[i];
-    }
+    kvt_sparse_aggregate_rows(rows + c0, s->qpg, c1 - c0, nc, inv, agg); // vectorized, the rows in order
     int64_t ns = 0;
     for (int64_t x = c0, e; x < c1; x = e, ns++) {
         const int32_t end = (sel[x] / Q + 1) * Q; // sorted: the page's candidates are the run below its end
         float m = 0.0f;
-        for (e = x; e < c1 && sel[e] < end; e++) {
-            float a = 0.0f;
-            for (int32_t i = 0; i < nr; i++) a += r[i][e] * sc[i];
-            m += a;
-        }
+        for (e = x; e < c1 && sel[e] < end; e++) m += agg[e - c0];
         const float mk = kept && kept[sel[x] / Q] ? m * f : m;
         v[ns] = isnan(mk) ? -INFINITY : mk;
         if (raw) raw[ns] = isnan(m) ? -INFINITY : m;
@@ -289,7 +280,7 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
     if (s->p.rerank_block > 1 && s->sh_vals) { // share: the layer's pages are chosen together (share_choose)
         const int64_t N = s->d.n_ctx;
         const int64_t ns = c_sink + c_recent > nc ? 0 // sink and recent overlap (a context shorter than both): no middle
-                                                   : rr_pieces(s, rows, inv, sel, nc, c_sink, nc - c_recent, kept, f, s->sh_vals + kh * N,
+                                                   : rr_pieces(s, rows, inv, sel, nc, c_sink, nc - c_recent, kept, f, ss->agg, s->sh_vals + kh * N,
                                                                s->sh_raw ? s->sh_raw + kh * N : NULL, s->sh_wts + kh * N);
         s->sh_cnt[kh] = c_sink, s->sh_cnt[H + kh] = c_recent, s->sh_cnt[2 * H + kh] = ns;
         return;
@@ -298,7 +289,7 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
         const int64_t c1 = nc - c_recent, kk = K - c_sink - c_recent; // kk < the middle's candidates (nc > K)
         float *v = ss->agg;
         int32_t *w = ss->csel;
-        const int64_t ns = rr_pieces(s, rows, inv, sel, nc, c_sink, c1, kept, f, v, NULL, w);
+        const int64_t ns = rr_pieces(s, rows, inv, sel, nc, c_sink, c1, kept, f, ss->vals, v, NULL, w);
         float thr = INFINITY;
         int64_t ties = 0;
         if (kk > 0) { // the kk-th largest, a piece counted once per candidate; what the pieces above it leave to the ties
@@ -320,7 +311,7 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
         if (keep) mark_kept(s, ly, kh, sel, c);
         return;
     }
-    kvt_sparse_aggregate_rows(rows, s->qpg, nc, inv, ss->agg);
+    kvt_sparse_aggregate_rows(rows, s->qpg, nc, nc, inv, ss->agg);
     if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block); // (no middle: no piece)
     // top-K over the candidates in position order (sink and recent: their first and last ones)
     const int64_t m = s->p.rerank_block > 1 // the candidates of a page share its mass: top-k over the pages
