@@ -258,8 +258,12 @@ static void test_score_kernels_hd(const int HD) {
     memcpy(r2, r1, sizeof r2);
     kvt_sparse_aggregate(r1, QPG, N, a1);
     for (int i = QPG - 1; i >= 0; i--) inv[i] = kvt_sparse_softmax_row(r2 + i * N, N);
-    kvt_sparse_aggregate_rows(r2, QPG, N, inv, a2);
+    kvt_sparse_aggregate_rows(r2, QPG, N, N, inv, a2);
     ok = ok && isnan(inv[QPG - 1]) && memcmp(a1, a2, sizeof a1) == 0;
+    // a part of the rows (the re-rank's middle candidates: row stride N): the same bits as that part of the whole
+    float a3[N];
+    kvt_sparse_aggregate_rows(r2 + 3, QPG, N - 5, N, inv, a3);
+    ok = ok && memcmp(a3, a2 + 3, (size_t)(N - 5) * sizeof(float)) == 0;
     test_result(ok, HD == 72 ? "sparse: int8 scores exact, exp and group softmax against scalar references (head_dim 72)"
                 : HD == 64 ? "sparse: int8 scores exact, exp and group softmax against scalar references (head_dim 64)"
                            : "sparse: int8 scores exact, exp and group softmax against scalar references (head_dim 128)",

@@ -229,36 +229,39 @@ static void rr_softmax_task(void *ctx, int64_t task, int thread) {
     J->s->rr_inv[task] = kvt_sparse_softmax_row(rr_raw(J, kh) + (int64_t)i * nc, nc);
 }
 
-// share, in pass 3: KV head kh's middle candidates (sorted, [c_sink, nc - c_recent)) cut into pieces at page ends, each
-// one page score (agg; NaN as -inf) and its number of candidates, into the head's rows of sh_vals / sh_wts.
-// kept (NULL: none): the pages kept at P - 1, whose pieces score f times their mass (the hysteresis); with share_layers
-// the pieces' unscaled mass into the head's row of sh_raw (the layers' budgets compare masses, not the hysteresis).
-static void share_pieces(kvt_sparse *s, int32_t kh, const int32_t *sel, int64_t nc, int64_t c_sink, int64_t c_recent,
-                         const float *agg, const uint8_t *kept, float f) {
-    const int32_t H = s->d.n_head_kv, Q = s->p.rerank_block;
-    float *v = s->sh_vals + (int64_t)kh * s->d.n_ctx, *raw = s->sh_raw ? s->sh_raw + (int64_t)kh * s->d.n_ctx : NULL;
-    int32_t *w = s->sh_wts + (int64_t)kh * s->d.n_ctx;
+// Pass 3 with pages (rerank_block Q > 1): KV head kh's middle candidates (sorted, [c0, c1)) cut into pieces at page ends
+// in one pass over the softmax terms (rows, [qpg][nc]): each piece's mass into raw (NaN as -inf; NULL: not kept), its
+// score into v (the mass, times f in a page kept at P - 1; NaN as -inf) and its number of candidates into w; returns the
+// pieces' count; agg: scratch of c1 - c0 floats. A candidate's mass is kvt_sparse_aggregate_rows' (its rows' terms times
+// their inv summed in row order), a piece's the sum of its candidates' in order from 0: the operations of page_mass and
+// the hysteresis' factor in the same order, so the same bits.
+static int64_t rr_pieces(const kvt_sparse *s, const float *rows, const float *inv, const int32_t *sel, int64_t nc, int64_t c0,
+                         int64_t c1, const uint8_t *kept, float f, float *agg, float *v, float *raw, int32_t *w) {
+    const int32_t Q = s->p.rerank_block;
+    kvt_sparse_aggregate_rows(rows + c0, s->qpg, c1 - c0, nc, inv, agg); // vectorized, the rows in order
     int64_t ns = 0;
-    for (int64_t x = c_sink, e; x < nc - c_recent; x = e, ns++) {
-        const int32_t end = (sel[x] / Q + 1) * Q;
-        for (e = x + 1; e < nc - c_recent && sel[e] < end; e++) {}
-        const float m = kept && kept[sel[x] / Q] ? agg[x] * f : agg[x];
-        v[ns] = isnan(m) ? -INFINITY : m;
-        if (raw) raw[ns] = isnan(agg[x]) ? -INFINITY : agg[x];
+    for (int64_t x = c0, e; x < c1; x = e, ns++) {
+        const int32_t end = (sel[x] / Q + 1) * Q; // sorted: the page's candidates are the run below its end
+        float m = 0.0f;
+        for (e = x; e < c1 && sel[e] < end; e++) m += agg[e - c0];
+        const float mk = kept && kept[sel[x] / Q] ? m * f : m;
+        v[ns] = isnan(mk) ? -INFINITY : mk;
+        if (raw) raw[ns] = isnan(m) ? -INFINITY : m;
         w[ns] = (int32_t)(e - x);
     }
-    s->sh_cnt[kh] = c_sink, s->sh_cnt[H + kh] = c_recent, s->sh_cnt[2 * H + kh] = ns;
+    return ns;
 }
 
 // Pass 3, task kh: the group's mass per candidate (the rows summed in order), pages, hysteresis, top-K, in the scratch
-// of the thread that runs it. With share, only the head's pieces of pages (share_pieces): the layer's top-k over every
-// head's pages follows (share_choose).
+// of the thread that runs it. With pages, the pieces straight from the softmax terms (rr_pieces), then top-K over them
+// as kvt_sparse_topk_pages does (the same threshold and ties, so the same set); with share, only the head's pieces (into
+// sh_vals, sh_wts, sh_raw): the layer's top-k over every head's pages follows (share_choose).
 static void rr_choose_task(void *ctx, int64_t task, int thread) {
     const rerank_job *J = ctx;
     kvt_sparse *s = J->s;
     kvt_sparse_layer *ly = J->ly;
     kvt_sparse_scratch *ss = s->rr_ss ? &s->rr_ss[thread] : &s->main_ss;
-    const int32_t kh = (int32_t)task;
+    const int32_t kh = (int32_t)task, H = s->d.n_head_kv;
     const int64_t n = J->P + 1, K = J->K;
     const bool keep = ly->kept != NULL;
     int32_t *sel = sel_of(ly, kh);
@@ -267,25 +270,48 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
         if (keep) mark_kept(s, ly, kh, sel, nc);
         return;
     }
-    int64_t c_sink = 0, c_recent = 0;
-    for (int64_t x = 0; x < nc; x++) {
-        c_sink += sel[x] < s->p.sink;
-        c_recent += sel[x] >= n - s->p.recent;
-    }
-    kvt_sparse_aggregate_rows(rr_raw(J, kh), s->qpg, nc, s->rr_inv + (int64_t)kh * s->qpg, ss->agg);
-    const uint8_t *kept = J->use_kept ? ly->kept + kh * kvt_sparse_kept_pages(s) : NULL;
-    if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block);
+    int64_t c_sink = 0, c_recent = 0; // sorted: a prefix and a suffix
+    while (c_sink < nc && sel[c_sink] < s->p.sink) c_sink++;
+    while (c_recent < nc && sel[nc - 1 - c_recent] >= n - s->p.recent) c_recent++;
+    const float *rows = rr_raw(J, kh), *inv = s->rr_inv + (int64_t)kh * s->qpg;
+    const uint8_t *kept = J->use_kept ? ly->kept + kh * kvt_sparse_kept_pages(s) : NULL; // kept: only with pages
+    const float f = (float)(1.0 + s->p.keep);
     if (s->p.rerank_block > 1 && s->sh_vals) { // share: the layer's pages are chosen together (share_choose)
-        share_pieces(s, kh, sel, nc, c_sink, c_recent, ss->agg, kept, (float)(1.0 + s->p.keep));
+        const int64_t N = s->d.n_ctx;
+        const int64_t ns = c_sink + c_recent > nc ? 0 // sink and recent overlap (a context shorter than both): no middle
+                                                   : rr_pieces(s, rows, inv, sel, nc, c_sink, nc - c_recent, kept, f, ss->agg, s->sh_vals + kh * N,
+                                                               s->sh_raw ? s->sh_raw + kh * N : NULL, s->sh_wts + kh * N);
+        s->sh_cnt[kh] = c_sink, s->sh_cnt[H + kh] = c_recent, s->sh_cnt[2 * H + kh] = ns;
         return;
     }
-    if (kept) { // a page kept at P - 1 is resident: it leaves the set only for (1 + keep) times its mass
-        const float f = (float)(1.0 + s->p.keep);
-        for (int64_t x = c_sink, end = 0, pg = 0; x < nc - c_recent; x++) { // sorted: one division per page
-            if (sel[x] >= end) pg = sel[x] / s->p.rerank_block, end = (pg + 1) * s->p.rerank_block;
-            if (kept[pg]) ss->agg[x] *= f;
+    if (s->p.rerank_block > 1 && c_sink + c_recent <= nc) { // top-K over the pieces, as kvt_sparse_topk_pages
+        const int64_t c1 = nc - c_recent, kk = K - c_sink - c_recent; // kk < the middle's candidates (nc > K)
+        float *v = ss->agg;
+        int32_t *w = ss->csel;
+        const int64_t ns = rr_pieces(s, rows, inv, sel, nc, c_sink, c1, kept, f, ss->vals, v, NULL, w);
+        float thr = INFINITY;
+        int64_t ties = 0;
+        if (kk > 0) { // the kk-th largest, a piece counted once per candidate; what the pieces above it leave to the ties
+            memcpy(ss->vals, v, (size_t)ns * sizeof(float));
+            memcpy(ss->wts, w, (size_t)ns * sizeof(int32_t));
+            thr = kvt_sparse_weighted_kth(ss->vals, ss->wts, ns, kk);
+            ties = kk;
+            for (int64_t i = 0; i < ns; i++) ties -= v[i] > thr ? w[i] : 0;
         }
+        int64_t c = c_sink, x = c_sink; // the pieces in order, in place (c <= x); ties to the lower positions
+        for (int64_t i = 0; i < ns; x += w[i], i++) {
+            int64_t take = v[i] > thr ? w[i] : 0;
+            if (kk > 0 && v[i] == thr) take = ties < w[i] ? ties : w[i], ties -= take;
+            for (int64_t y = 0; y < take; y++) sel[c + y] = sel[x + y];
+            c += take;
+        }
+        for (int64_t y = c1; y < nc; y++) sel[c++] = sel[y];
+        ly->nsel[kh] = c;
+        if (keep) mark_kept(s, ly, kh, sel, c);
+        return;
     }
+    kvt_sparse_aggregate_rows(rows, s->qpg, nc, nc, inv, ss->agg);
+    if (s->p.rerank_block > 1) page_mass(ss->agg, sel, nc, c_sink, c_recent, s->p.rerank_block); // (no middle: no piece)
     // top-K over the candidates in position order (sink and recent: their first and last ones)
     const int64_t m = s->p.rerank_block > 1 // the candidates of a page share its mass: top-k over the pages
                           ? kvt_sparse_topk_pages(ss->agg, nc, K, c_sink, c_recent, s->p.rerank_block, sel, ss->csel, ss->vals, ss->wts)
@@ -296,7 +322,7 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
 }
 
 // share, on the caller after pass 3: one top-k over the pages of every KV head with candidates to drop (the pieces of
-// share_pieces), for the sum of their budgets' middles, as kvt_sparse_topk_pages over the heads' middles side by side
+// rr_pieces), for the sum of their budgets' middles, as kvt_sparse_topk_pages over the heads' middles side by side
 // (the same threshold; ties to the first head, then the lower position); each head then keeps its sink, its recent and
 // its chosen pages. Serial over the pieces (K / page of them per head), in a fixed order: the same bits on any thread
 // count.

@@ -246,12 +246,12 @@ kvt_status kvt_sparse_read_keys(kvt_kv *kv, int32_t seq, int32_t layer, int64_t 
 void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg);
 // kvt_sparse_aggregate in two parts (the rows may run on different threads, the same bits): one row's softmax terms
 // (s [n] overwritten by exp(s - max)), returning 1 / their sum (NaN: no finite score, the row adds nothing); then
-// agg[t] = sum_i s_i[t] * inv[i] over the rows in order.
+// agg[t] = sum_i s_i[t] * inv[i] over the rows in order (row i at s + i * stride, n of its terms).
 float kvt_sparse_softmax_row(float *s, int64_t n);
 // Every position of each page of B positions ([p0, p0 + B), the last page cut at n) set to the sum of the page's scores,
 // summed in position order (the same bits as a serial loop per page; pages side by side in vector lanes).
 void kvt_sparse_page_sums(float *score, int64_t n, int32_t B);
-void kvt_sparse_aggregate_rows(const float *s, int32_t qpg, int64_t n, const float *inv, float *agg);
+void kvt_sparse_aggregate_rows(const float *s, int32_t qpg, int64_t n, int64_t stride, const float *inv, float *agg);
 
 // Bounds of the selection's stack rows (sparse_score.c, sparse.c).
 enum { KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };

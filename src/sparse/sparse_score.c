@@ -226,16 +226,16 @@ float kvt_sparse_softmax_row(float *s, int64_t n) {
     return sum > 0.0f ? 1.0f / sum : 0.0f;
 }
 
-void kvt_sparse_aggregate_rows(const float *s, int32_t qpg, int64_t n, const float *inv, float *agg) {
+void kvt_sparse_aggregate_rows(const float *s, int32_t qpg, int64_t n, int64_t stride, const float *inv, float *agg) {
     memset(agg, 0, (size_t)n * sizeof(float));
     for (int32_t i = 0; i < qpg; i++) {
         if (isnan(inv[i])) continue;
-        add_scaled(agg, s + i * n, n, inv[i]);
+        add_scaled(agg, s + i * stride, n, inv[i]);
     }
 }
 
 void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg) {
     float inv[KVT_SPARSE_MAX_QPG];
     for (int32_t i = 0; i < qpg; i++) inv[i] = kvt_sparse_softmax_row(s + i * n, n);
-    kvt_sparse_aggregate_rows(s, qpg, n, inv, agg);
+    kvt_sparse_aggregate_rows(s, qpg, n, n, inv, agg);
 }
