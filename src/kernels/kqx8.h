@@ -16,8 +16,11 @@
 // p = 0..3 a lane sums 16 products of one sub-block: |sum| <= 16 * 15 * 128 < 2^15, so it packs to
 // int16 exactly, and the scale is applied in the int16 x int16 dot (VPMADDWD / VPDPWSSD).
 
+// Software prefetch distance in bytes (0: none). Off: on Zen 4 the 18 prefetches per super-block cost more
+// than they hide (kq_decode_bench, one thread, TinyLlama shapes: AVX-512 20-23 GB/s with 4096, 26-28 without;
+// AVX2 17-23 -> 22-25; two threads no loss; docs/log/BENCHMARKS-kernels-2.md, 2026-11-29 kq6x8).
 #ifndef KQX8_PF
-#define KQX8_PF 4096 // software prefetch distance in bytes (0: none)
+#define KQX8_PF 0
 #endif
 
 #ifdef KVT_SIMD_AVX512
