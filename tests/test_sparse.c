@@ -999,6 +999,12 @@ static void test_context(const char *path) {
     const bool same10 = !st && same_for_threads(m, &c10, &dd, vary_prefetch_top, a, b, n, sb, &st, &err);
     test_result(same10, "sparse: asyncspade re-rank block 4, prefetch top 1 or all, lru or attn-ema: 1..4 threads, fast tier + host = contiguous, bit for bit",
                 "%s", st ? err.msg : "differ");
+    // the same a layer ahead (--sparse-prefetch-layers 1): the worker's candidates cut by prefetch top there too
+    kvt_context_params c10l = c10;
+    c10l.sparse.prefetch_layers = 1;
+    const bool same10l = !st && same_for_threads(m, &c10l, &dd, vary_prefetch_top, a, b, n, sb, &st, &err);
+    test_result(same10l, "sparse: asyncspade re-rank block 4, prefetch top 1 or all, a layer ahead: 1..4 threads, fast tier + host = contiguous, bit for bit",
+                "%s", st ? err.msg : "differ");
     // --sparse-block-sum: candidate pages by their predicted mass; worker = inline, K positions
     c10.sparse.block_sum = true;
     st = run_inline_worker(m, &c10, a, &sa, b, &sb, &err);

@@ -49,39 +49,38 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 // The blocks of KV head kh's new selection (sel, m positions) to the store's copy engine. With prefetch_top and a
-// re-rank, only the blocks of the prefetch_top * K best candidates by their predicted score (agg), best block first
+// re-rank, only the blocks of the prefetch_top * K best candidates by their predicted score (sc[x]: sel[x]'s), best block first
 // (sink and recent first: attention reads them whatever the re-rank keeps), so that a fast tier of about K positions
 // is filled with what the real query will most likely keep instead of being churned by all F * K candidates.
 // final: sel is the set attention reads now; the store marks the shard's other blocks as the first to evict.
 // Nothing to do on a store that is not paged (the contiguous cache holds every position in memory).
-static void prefetch_head(kvt_sparse *s, kvt_sparse_scratch *ss, const int32_t *sel, int64_t m, int64_t n, int64_t K,
-                          int32_t seq, int32_t layer, int32_t kh, bool final) {
+static void prefetch_head(kvt_sparse *s, kvt_sparse_scratch *ss, const int32_t *sel, const float *sc, int64_t m, int64_t n,
+                          int64_t K, int32_t seq, int32_t layer, int32_t kh, bool final) {
     const kvt_kv *kv = s->kv;
     if (strcmp(kv->ops->name, "paged") != 0) return;
     const int64_t B = kv->block_tokens;
     int64_t nb = 0;
     const int64_t K2 = (int64_t)ceil(s->p.prefetch_top * (double)K);
-    if (K > 0 && s->p.prefetch_top > 0.0 && s->p.rerank > 1.0 && K2 < m) {
+    if (K > 0 && sc && s->p.prefetch_top > 0.0 && s->p.rerank > 1.0 && K2 < m) {
         // the K2 best of the n positions are the K2 best of the m candidates (sel: the best F * K by the same scores,
         // ties to the earlier position, sink and recent all in): top-k over the candidates' scores (compacted into
         // raw, free by now) gives the same positions at half the work
         int64_t c_sink = 0, c_recent = 0;
         for (int64_t x = 0; x < m; x++) {
-            ss->raw[x] = ss->agg[sel[x]];
+            ss->raw[x] = sc[x];
             c_sink += sel[x] < s->p.sink;
             c_recent += sel[x] >= n - s->p.recent;
         }
         const int64_t m2 = s->p.block > 1 // whole pages of one score (page_max): top-k over the pages
                                ? kvt_sparse_topk_pages(ss->raw, m, K2, c_sink, c_recent, s->p.block, sel, ss->csel, ss->vals, ss->wts)
                                : kvt_sparse_topk(ss->raw, m, K2, c_sink, c_recent, ss->csel, ss->mark, ss->vals);
-        for (int64_t x = 0; x < m2; x++) ss->csel[x] = sel[ss->csel[x]];
         m = m2;
         uint64_t *key = (uint64_t *)ss->blk; // (descending score, ascending block), as one sortable key
         for (int64_t x = 0; x < m; x++) {
-            const int32_t t = ss->csel[x];
-            const float sc = t < s->p.sink || t >= n - s->p.recent ? INFINITY : ss->agg[t];
+            const int32_t t = sel[ss->csel[x]];
+            const float v = t < s->p.sink || t >= n - s->p.recent ? INFINITY : sc[ss->csel[x]];
             uint32_t u;
-            memcpy(&u, &sc, 4);
+            memcpy(&u, &v, 4);
             u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); // ascending with the float
             const uint64_t k = ((uint64_t)~u << 32) | (uint64_t)(t / B);
             if (nb > 0 && (key[nb - 1] & 0xffffffffu) == (uint64_t)(t / B)) {
@@ -145,7 +144,10 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
         } else {
             ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
         }
-        if (pf_layer >= 0 && s->kv) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], n, K0, pf_seq, pf_layer, kh, false);
+        const int32_t *sel = sel_of(ly, kh);
+        float *sc = ly->sel_score + (int64_t)kh * ly->cap; // the candidates' predicted scores (the prefetch order)
+        for (int64_t x = 0; x < ly->nsel[kh]; x++) sc[x] = ss->agg[sel[x]];
+        if (pf_layer >= 0 && s->kv) prefetch_head(s, ss, sel, sc, ly->nsel[kh], n, K0, pf_seq, pf_layer, kh, false);
     }
     if (ly->gram && !align && (s->p.predictor == KVT_SPARSE_PRED_RIDGE || s->p.predictor == KVT_SPARSE_PRED_SIMPLEX)) {
         ly->gram_n = hn, ly->gram_shift = 0; // every head's products are up to date
@@ -515,7 +517,11 @@ void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P) {
 
 void kvt_sparse_prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq,
                                    int32_t layer, bool final) {
-    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) prefetch_head(s, ss, sel_of(ly, kh), ly->nsel[kh], 0, 0, seq, layer, kh, final);
+    const int64_t n = ly->sel_pos + 1, K = final || !ly->sel_score ? 0 : kvt_sparse_budget_of(s, n);
+    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
+        const float *sc = K > 0 ? ly->sel_score + (int64_t)kh * ly->cap : NULL;
+        prefetch_head(s, ss, sel_of(ly, kh), sc, ly->nsel[kh], n, K, seq, layer, kh, final);
+    }
 }
 
 void *kvt_sparse_worker_main(void *arg) {

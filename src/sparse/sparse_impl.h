@@ -55,6 +55,7 @@ typedef struct {
     uint16_t *k4s;      // asyncspade: [Hkv][cap * kvt_sparse_k4_groups(hd)] their group scales, f16 (kvt_sparse_k4s_at)
     float *lo, *hi;     // quest: [Hkv][pages(cap)][hd] key bounds
     int32_t *sel;       // [Hkv][cap] the selected positions of the next step
+    float *sel_score;   // [Hkv][cap] asyncspade: the predicted score of each of sel's positions (the prefetch order)
     int64_t *nsel;      // [Hkv]
     float *hist;        // asyncspade: [Hkv][W + 1][gd] last queries, oldest first
     float *pred_q;      // asyncspade: [Hkv][gd] the predicted query of the selection
@@ -217,7 +218,9 @@ void kvt_sparse_wait_seq(kvt_sparse *s, kvt_sparse_seq *q);
 void kvt_sparse_post(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int32_t layer, int64_t P);
 // The blocks holding layer ly's selection of seq, handed to the paged store's copy engine (a no-op on other
 // stores); ss: the calling thread's scratch. final: the set attention reads now (head-wise blocks: the store is
-// told, kvt_kv_paged_set_selected, so that it evicts the blocks the set left out first).
+// told, kvt_kv_paged_set_selected, so that it evicts the blocks the set left out first); every block of it.
+// Not final: the worker's candidates for decode position ly->sel_pos, ordered and cut by prefetch_top as the
+// worker's own prefetch does (ly->sel_score).
 void kvt_sparse_prefetch_selection(kvt_sparse *s, kvt_sparse_scratch *ss, const kvt_sparse_layer *ly, int32_t seq,
                                    int32_t layer, bool final);
 // prefetch_layers > 0: the selection prefetch_layers layers ahead goes to the store if the worker made it.

@@ -64,6 +64,7 @@ static void layer_free(kvt_sparse_layer *ly) {
     free(ly->lo);
     free(ly->hi);
     free(ly->sel);
+    free(ly->sel_score);
     free(ly->nsel);
     free(ly->hist);
     free(ly->pred_q);
@@ -146,6 +147,7 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     }
     bool ok = true;
     int32_t *sel = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
+    float *sel_score = s->p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok) : NULL;
     int8_t *k8 = NULL;
     uint8_t *k4 = NULL;
     float *k8s = NULL, *lo = NULL, *hi = NULL;
@@ -165,11 +167,12 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
         hi = kvt_sparse_zalloc((size_t)(H * np * hd) * 4, &ok);
     }
     if (!ok) {
-        free(sel), free(k8), free(k8s), free(k4), free(k4s), free(lo), free(hi);
+        free(sel), free(sel_score), free(k8), free(k8s), free(k4), free(k4s), free(lo), free(hi);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of %lld positions", (long long)cap);
     }
     for (int64_t kh = 0; oc > 0 && kh < H; kh++) {
         memcpy(sel + kh * cap, ly->sel + kh * oc, (size_t)oc * 4);
+        if (sel_score) memcpy(sel_score + kh * cap, ly->sel_score + kh * oc, (size_t)oc * 4);
         if (k8) {
             memcpy(k8 + kh * cap * hd, ly->k8 + kh * oc * hd, (size_t)(oc * hd));
             memcpy(k8s + kh * cap, ly->k8s + kh * oc, (size_t)oc * 4);
@@ -183,8 +186,8 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
             memcpy(hi + kh * np * hd, ly->hi + kh * onp * hd, (size_t)(onp * hd) * 4);
         }
     }
-    free(ly->sel), free(ly->k8), free(ly->k8s), free(ly->k4), free(ly->k4s), free(ly->lo), free(ly->hi);
-    ly->sel = sel, ly->k8 = k8, ly->k8s = k8s, ly->k4 = k4, ly->k4s = k4s, ly->lo = lo, ly->hi = hi;
+    free(ly->sel), free(ly->sel_score), free(ly->k8), free(ly->k8s), free(ly->k4), free(ly->k4s), free(ly->lo), free(ly->hi);
+    ly->sel = sel, ly->sel_score = sel_score, ly->k8 = k8, ly->k8s = k8s, ly->k4 = k4, ly->k4s = k4s, ly->lo = lo, ly->hi = hi;
     ly->cap = cap;
     q->summary_bytes += grow;
     s->summary_held += grow;
@@ -358,6 +361,7 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
         }
         const int64_t cap = x->cap, np = pages_of(s, cap);
         if (cap > 0) memcpy(y->sel, x->sel, (size_t)(H * cap) * 4);
+        if (cap > 0 && x->sel_score) memcpy(y->sel_score, x->sel_score, (size_t)(H * cap) * 4);
         if (cap > 0 && x->k8) {
             memcpy(y->k8, x->k8, (size_t)(H * cap * hd));
             memcpy(y->k8s, x->k8s, (size_t)(H * cap) * 4);
