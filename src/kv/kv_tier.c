@@ -183,12 +183,21 @@ kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src,
     return KVT_OK;
 }
 
+// The block's name in a read's error message: `what`, or (NULL: a batch read) its disk slot, formatted into buf [40]
+// only when there is an error to report.
+static const char *read_name(const kvt_tier_store *t, off_t off, const char *what, char *buf) {
+    if (what) return what;
+    snprintf(buf, 40, "disk slot %lld", (long long)(off / t->slot_bytes));
+    return buf;
+}
+
 // A disk read's start: counts it and fails it where a test injects a failure (fail_read_at).
 static kvt_status read_begin(kvt_tier_store *t, off_t off, const char *what, kvt_err *err) {
     int64_t nr = atomic_fetch_add(&t->n_reads, 1) + 1;
     if (t->fail_read_at > 0 && nr == t->fail_read_at) {
-        return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s (injected)", what,
-                          t->path, (long long)off, strerror(EIO));
+        char nb[40];
+        return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s (injected)",
+                          read_name(t, off, what, nb), t->path, (long long)off, strerror(EIO));
     }
     return KVT_OK;
 }
@@ -197,24 +206,25 @@ static kvt_status read_begin(kvt_tier_store *t, off_t off, const char *what, kvt
 // time), then the CRC32C check and the copy to dst when buf is the bounce buffer.
 static kvt_status read_finish(kvt_tier_store *t, off_t off, uint8_t *buf, int64_t done, void *dst, uint32_t crc,
                               const char *what, kvt_err *err) {
+    char nb[40];
     while (done < t->slot_bytes) {
         ssize_t r = disk_rw(t, false, buf + done, (size_t)(t->slot_bytes - done), off + done);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
-            return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s", what, t->path,
-                              (long long)(off + done), strerror(errno));
+            return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s",
+                              read_name(t, off, what, nb), t->path, (long long)(off + done), strerror(errno));
         }
         if (r == 0) {
             return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld: short read (%lld of %lld bytes)",
-                              what, t->path, (long long)off, (long long)done, (long long)t->slot_bytes);
+                              read_name(t, off, what, nb), t->path, (long long)off, (long long)done, (long long)t->slot_bytes);
         }
         done += r;
     }
     uint32_t got = kvt_crc32c(0, buf, (size_t)t->data_bytes);
     if (got != crc) {
         return kvt_errorf(err, KVT_ERR_CHECKSUM,
-                          "KV disk block %s in %s at offset %lld is corrupt: CRC32C 0x%08x, expected 0x%08x", what,
-                          t->path, (long long)off, got, crc);
+                          "KV disk block %s in %s at offset %lld is corrupt: CRC32C 0x%08x, expected 0x%08x",
+                          read_name(t, off, what, nb), t->path, (long long)off, got, crc);
     }
     if (buf != dst) memcpy(dst, buf, (size_t)t->data_bytes);
     return KVT_OK;
@@ -231,36 +241,30 @@ kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *
 
 void kvt_tier_disk_read_many(kvt_tier_store *t, int n, const int64_t *slot, void *const *dst, void *const *bounce,
                              const uint32_t *crc, kvt_status *st, kvt_err *err) {
-    void *buf[KVT_TIER_READ_MANY];
-    size_t len[KVT_TIER_READ_MANY];
-    off_t off[KVT_TIER_READ_MANY];
-    ssize_t res[KVT_TIER_READ_MANY];
-    int idx[KVT_TIER_READ_MANY]; // the blocks in the ring's batch
-    char what[KVT_TIER_READ_MANY][40];
     for (int i0 = 0; i0 < n; i0 += KVT_TIER_READ_MANY) {
         const int m = n - i0 < KVT_TIER_READ_MANY ? n - i0 : KVT_TIER_READ_MANY;
+        // the ring's requests: request x reads block i0 + idx[x] whole into rb[x] (its dst, or its bounce buffer)
+        void *rb[KVT_TIER_READ_MANY];
+        size_t rl[KVT_TIER_READ_MANY];
+        off_t ro[KVT_TIER_READ_MANY];
+        ssize_t rr[KVT_TIER_READ_MANY];
+        int idx[KVT_TIER_READ_MANY];
+        int64_t done[KVT_TIER_READ_MANY]; // bytes the ring read (0: read_finish reads it all: no ring, or a ring error)
         int k = 0;
         for (int j = 0; j < m; j++) {
             const int i = i0 + j;
-            snprintf(what[j], sizeof what[j], "disk slot %lld", (long long)slot[i]);
-            off[j] = (off_t)slot[i] * t->slot_bytes;
-            buf[j] = direct_ok(t, dst[i]) ? dst[i] : bounce[i];
-            len[j] = (size_t)t->slot_bytes;
-            res[j] = 0; // nothing read yet: read_finish reads it all (no ring, or the injected failure)
-            if (!(st[i] = read_begin(t, off[j], what[j], &err[i])) && t->ring) idx[k++] = j;
+            const off_t off = (off_t)slot[i] * t->slot_bytes;
+            done[j] = 0;
+            if ((st[i] = read_begin(t, off, NULL, &err[i])) || !t->ring) continue;
+            rb[k] = direct_ok(t, dst[i]) ? dst[i] : bounce[i], rl[k] = (size_t)t->slot_bytes, ro[k] = off, idx[k++] = j;
         }
-        if (k > 0) { // the ring's requests, compacted
-            void *b2[KVT_TIER_READ_MANY];
-            size_t l2[KVT_TIER_READ_MANY];
-            off_t o2[KVT_TIER_READ_MANY];
-            ssize_t r2[KVT_TIER_READ_MANY];
-            for (int x = 0; x < k; x++) b2[x] = buf[idx[x]], l2[x] = len[idx[x]], o2[x] = off[idx[x]];
-            kvt_uring_rw_many(t->ring, false, k, b2, l2, o2, r2);
-            for (int x = 0; x < k; x++) res[idx[x]] = r2[x] > 0 ? r2[x] : 0; // an error: read again, one by one
-        }
+        if (k > 0) kvt_uring_rw_many(t->ring, false, k, rb, rl, ro, rr);
+        for (int x = 0; x < k; x++) done[idx[x]] = rr[x] > 0 ? rr[x] : 0; // an error: read again, one by one
         for (int j = 0; j < m; j++) {
             const int i = i0 + j;
-            if (!st[i]) st[i] = read_finish(t, off[j], buf[j], res[j], dst[i], crc[i], what[j], &err[i]);
+            if (st[i]) continue;
+            uint8_t *buf = direct_ok(t, dst[i]) ? dst[i] : bounce[i];
+            st[i] = read_finish(t, (off_t)slot[i] * t->slot_bytes, buf, done[j], dst[i], crc[i], NULL, &err[i]);
         }
     }
 }

@@ -35,10 +35,11 @@ void kvt_sparse_quant_key(const float *k, int32_t hd, int32_t bits, int64_t t, v
         for (int32_t x = 0; x < gw; x++) mx = fabsf(kg[x]) > mx ? fabsf(kg[x]) : mx;
         float sc = mx > 0.0f ? mx / lim : 1.0f;
         if (bits == 4) { // the scale as stored (f16): a normal, else 1 (the group's values then round to 0)
-            uint16_t h = kvt_f32_to_f16(sc);
-            if (!(kvt_f16_to_f32(h) >= 6.103515625e-05f && kvt_f16_to_f32(h) <= 65504.0f)) h = kvt_f32_to_f16(1.0f);
-            ((uint16_t *)ks)[kvt_sparse_k4s_at(t, g, ng)] = h;
-            sc = kvt_f16_to_f32(h);
+            const uint16_t h = kvt_f32_to_f16(sc);
+            const float hs = kvt_f16_to_f32(h);
+            const bool normal = hs >= 6.103515625e-05f && hs <= 65504.0f; // the smallest and largest f16 normals
+            ((uint16_t *)ks)[kvt_sparse_k4s_at(t, g, ng)] = normal ? h : kvt_f32_to_f16(1.0f);
+            sc = normal ? hs : 1.0f;
         } else {
             ((float *)ks)[t] = sc;
         }
