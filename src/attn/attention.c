@@ -369,9 +369,9 @@ kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_
     J.n_tok = J.n_chunk > 1 ? 1 : tokens_per_task(n, pos0, nt);
     // one token with too few (group, chunk) tasks to keep the threads busy (SmolLM2: 1 group of 9 query heads, one
     // chunk below 64 positions): the group's query heads split too, down to one head per task. Each head's
-    // operations are the same whatever the split. Only the contiguous store: every task acquires the blocks it
-    // reads, and the paged store's frontier and statistics count readers
-    if (n == 1 && nt > 1 && kv->ops->name && !strcmp(kv->ops->name, "contiguous")) {
+    // operations are the same whatever the split. Only a store whose reads are free (the contiguous one): every
+    // task acquires the blocks it reads, and the paged store's frontier and statistics count readers
+    if (n == 1 && nt > 1 && kv->ops->free_reads) {
         const int64_t want = 8 * (int64_t)nt, have = (int64_t)kv->n_group * J.n_chunk;
         if (have < want) {
             const int32_t gq = J.hpt;

@@ -97,6 +97,10 @@ typedef struct {
     void (*seq_free)(kvt_kv *kv, int32_t seq);
     void (*stats)(kvt_kv *kv, kvt_kv_stats *out);
     void (*free)(kvt_kv *kv);
+    // Capability: acquire/release keep no per-reader state and cost nothing (views are slices of memory the
+    // store holds for its lifetime), so callers may split one block's readers over as many tasks as they like.
+    // 0 where readers are counted (the paged store's frontier, statistics and pins).
+    int free_reads;
 } kvt_kv_ops;
 
 // Common header of every implementation (the first member of its struct).

@@ -78,7 +78,8 @@ static void contig_free(kvt_kv *kv) {
 }
 
 static const kvt_kv_ops k_contig_ops = {"contiguous",   contig_append, contig_acquire, contig_release, contig_truncate,
-                                        NULL,           NULL,          contig_stats,   contig_free};
+                                        NULL,           NULL,          contig_stats,   contig_free,
+                                        .free_reads = 1};
 
 int64_t kvt_kv_contig_bytes(const kvt_kv_params *p) {
     return (int64_t)p->n_layer * p->n_ctx *

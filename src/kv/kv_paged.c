@@ -1170,7 +1170,8 @@ static void paged_free(kvt_kv *kv) {
 }
 
 const kvt_kv_ops kvp_ops = {"paged",        paged_append,   paged_acquire, paged_release, paged_truncate,
-                                       paged_seq_fork, paged_seq_free, paged_stats,   paged_free};
+                                       paged_seq_fork, paged_seq_free, paged_stats,   paged_free,
+                                       .free_reads = 0};
 
 kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err *err) {
     *out = NULL;
