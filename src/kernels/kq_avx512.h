@@ -23,7 +23,9 @@
 #define KQ_PF 4096 // software prefetch distance of the rows kernels in bytes (0: none)
 #endif
 #ifndef KQ6_PF
-#define KQ6_PF KQ_PF // the same for q6_K
+// q6_K rows: none. On Zen 4 the 14 prefetches per 4 super-blocks cost more than they hide once the kernel is
+// faster (kq_decode_bench, 1 thread, DRAM: 20.4 GB/s with 4096, 24.3-25.3 without; docs/log/BENCHMARKS-kernels-2.md)
+#define KQ6_PF 0
 #endif
 static int64_t kp_prep_size(int64_t n) { return (n / KVT_QK_K) * KP; }
 static void q4_K_prep(int64_t n, const void *x, void *p) {
