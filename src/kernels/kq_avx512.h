@@ -22,6 +22,11 @@
 #ifndef KQ_PF
 #define KQ_PF 4096 // software prefetch distance of the rows kernels in bytes (0: none)
 #endif
+#ifndef KQ6_PF
+// q6_K rows: none. On Zen 4 the 14 prefetches per 4 super-blocks cost more than they hide once the kernel is
+// faster (kq_decode_bench, 1 thread, DRAM: 20.4 GB/s with 4096, 24.3-25.3 without; docs/log/BENCHMARKS-kernels-2.md)
+#define KQ6_PF 0
+#endif
 static int64_t kp_prep_size(int64_t n) { return (n / KVT_QK_K) * KP; }
 static void q4_K_prep(int64_t n, const void *x, void *p) {
     static const int ord[8] = {0, 2, 1, 3, 4, 6, 5, 7};
@@ -155,21 +160,22 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
 }
 
 INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
-    const __m512i sh01 = _mm512_set_epi16(2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i sh23 = _mm512_add_epi16(sh01, _mm512_set1_epi16(4));
-    // i16 scale patterns (scale byte in the high byte, then >> 8 for the sign):
-    // 128-bit lane L takes group L (4 words) then group 4 + L (4 words), of half h
-    const __m512i shs = _mm512_set_epi8(7, -1, 7, -1, 7, -1, 7, -1, 3, -1, 3, -1, 3, -1, 3, -1, 6, -1, 6, -1, 6, -1, 6, -1, 2, -1, 2, -1, 2, -1, 2, -1,
-                                        5, -1, 5, -1, 5, -1, 5, -1, 1, -1, 1, -1, 1, -1, 1, -1, 4, -1, 4, -1, 4, -1, 4, -1, 0, -1, 0, -1, 0, -1, 0, -1);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    // qh (32 bytes, in both 256-bit halves) shifted right by 0 (low half) / 2 (high half) per 16-bit word: then
+    // bits 4-5 of each byte are the high bits of the high-nibble values (elements 64.. of the half), and shifted left
+    // by 4 those of the low-nibble values; the bits a 16-bit shift moves across bytes are masked off
+    const __m512i shq = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    // int16 scale words of half h (idx + 8h): 128-bit lane L takes group L (4 words) then group 4 + L (4 words)
+    const __m512i sidx = _mm512_set_epi16(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2, 5, 5, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4, 0, 0, 0, 0);
+    const __m512i sidx8 = _mm512_add_epi16(sidx, _mm512_set1_epi16(8));
     float acc[KP_NT];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = 0;
     for (int64_t b0 = 0; b0 < nb; b0 += KP_KB(NT)) {
         const int nk = nb - b0 < KP_KB(NT) ? (int)(nb - b0) : KP_KB(NT);
         __m512i is[4][KP_NT];
         float d[4];
-#if KQ_PF
-        UNROLL for (int l = 0; l < 14; l++) _mm_prefetch((const char *)(x + b0) + KQ_PF + 64 * l, _MM_HINT_T0);
+#if KQ6_PF
+        UNROLL for (int l = 0; l < 14; l++) _mm_prefetch((const char *)(x + b0) + KQ6_PF + 64 * l, _MM_HINT_T0);
 #endif
         UNROLL for (int k = 0; k < 4; k++) {
             if (k >= nk) {
@@ -177,19 +183,16 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
                 continue;
             }
             const kvt_block_q6_K *xb = x + b0 + k;
-            const __m128i sc8 = _mm_loadu_si128((const __m128i *)xb->scales);
-            const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-            const __m512i scb = _mm512_broadcast_i32x4(sc8);
-            const __m512i s0 = _mm512_srai_epi16(_mm512_shuffle_epi8(scb, shs), 8);
-            const __m512i s1 = _mm512_srai_epi16(_mm512_shuffle_epi8(scb, _mm512_add_epi8(shs, _mm512_set1_epi16(0x0800))), 8);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xb->scales));
+            const __m512i scz = _mm512_castsi256_si512(sc16);
+            const __m512i s0 = _mm512_permutexvar_epi16(sidx, scz), s1 = _mm512_permutexvar_epi16(sidx8, scz);
             __m512i w[4];
             UNROLL for (int h = 0; h < 2; h++) {
                 const __m512i l = ld512(xb->ql + 64 * h);
                 const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xb->qh + 32 * h)));
-                const __m512i h01 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, sh01), m3), 4);
-                const __m512i h23 = _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, sh23), m3), 4);
-                w[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), h01);
-                w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), h23);
+                const __m512i t = _mm512_srlv_epi16(hb, shq);
+                w[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_slli_epi16(t, 4), m30));
+                w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(t, m30));
             }
             d[k] = _cvtsh_ss(xb->d);
             UNROLL for (int t = 0; t < NT; t++) {

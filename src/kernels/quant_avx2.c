@@ -339,7 +339,10 @@ INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
         KQ_PREFETCH(x + ib, sizeof(kvt_block_q6_K));
         const int8_t *sc = x[ib].scales;
         const __m128i sc8 = loadu128(sc);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8), scb = _mm256_broadcastsi128_si256(sc8);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        // the scale words of groups 8h .. 8h + 7 in both 128-bit lanes
+        const __m256i scw[2] = {_mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16)),
+                                _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1))};
         __m256i isum[NTMAX];
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
@@ -359,10 +362,11 @@ INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
             v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
                                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
             UNROLL for (int k = 0; k < 4; k++) {
-                const int g = 8 * h + 2 * k; // scale groups g (low lane) and g+1 (high lane)
-                // every word sc[g] << 8 (low lane) or sc[g + 1] << 8 (high lane), then sign-extended by the shift
-                const __m256i six = _mm256_set_m128i(_mm_set1_epi16((short)(((g + 1) << 8) | 0x80)), _mm_set1_epi16((short)((g << 8) | 0x80)));
-                const __m256i scv = _mm256_srai_epi16(_mm256_shuffle_epi8(scb, six), 8);
+                // scale groups 8h + 2k (every word of the low lane) and 8h + 2k + 1 (high lane)
+                const int j = 2 * k;
+                const __m256i six = _mm256_set_m128i(_mm_set1_epi16((short)((2 * j + 3) << 8 | (2 * j + 2))),
+                                                     _mm_set1_epi16((short)((2 * j + 1) << 8 | 2 * j)));
+                const __m256i scv = _mm256_shuffle_epi8(scw[h], six);
                 UNROLL for (int t = 0; t < NT; t++) {
                     const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
                     const __m256i p = _mm256_maddubs_epi16(v[k], loadu256(y->qs + 128 * h + 32 * k));
