@@ -204,6 +204,27 @@ static void log_evict(void *ud, int32_t layer, int32_t group, int64_t index) {
     if (g->n < 32) g->layer[g->n] = layer, g->index[g->n++] = index;
 }
 
+// A store of head-wise blocks with a fast tier of 4 (LRU, victim window `window`, 0: the default) whose evictions
+// go to *lg: 16 positions demoted to the host tier, every layer read by its caller's prefetches, then blocks 0..3 of
+// (layer 0, head 0) read into the fast tier. *out: the store (freed by the caller, also on error).
+static kvt_status four_read(evict_log *lg, int32_t window, kvt_kv **out, kvt_err *err) {
+    kvt_kv_paged_params p = params(KVT_TYPE_F32, 1, 4, -1);
+    p.evict = "lru";
+    p.victim_window = window;
+    p.on_evict = log_evict;
+    p.on_evict_ud = lg;
+    kvt_status st = kvt_kv_paged_init(&p, out, err);
+    kvt_kv *kv = *out;
+    if (!st) st = fill(kv, 0, 1, 0, 16, err);
+    if (!st) st = kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_HOST, err);
+    for (int l = 0; !st && l < NL; l++) kvt_kv_paged_set_caller_prefetch(kv, 0, l, true);
+    kvt_kv_view w;
+    for (int64_t b = 0; b < 4 && !st; b++) {
+        if (!(st = kv->ops->acquire(kv, 0, 0, 0, b, &w, err))) kv->ops->release(kv, 0, 0, 0, b);
+    }
+    return st;
+}
+
 // Head-wise blocks, a fast tier of 4: blocks 0..3 of (layer 0, head 0) are read into it, then 2 blocks of layer 1
 // need room. LRU evicts layer 0's blocks 0 and 1 (the least recently read); once a selection of layer 0 holds only
 // blocks 0 and 1 (kvt_kv_paged_set_selected), its dropped blocks 2 and 3 go first. Reading a dropped block clears
@@ -214,18 +235,8 @@ static void selected_evict(void) {
     kvt_status st = KVT_OK;
     for (int with = 0; with < 3 && !st; with++) {
         kvt_kv *kv = NULL;
-        kvt_kv_paged_params p = params(KVT_TYPE_F32, 1, 4, -1);
-        p.evict = "lru";
-        p.on_evict = log_evict;
-        p.on_evict_ud = &lg[with];
-        st = kvt_kv_paged_init(&p, &kv, &err);
-        if (!st) st = fill(kv, 0, 1, 0, 16, &err);
-        if (!st) st = kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_HOST, &err);
-        for (int l = 0; l < NL; l++) kvt_kv_paged_set_caller_prefetch(kv, 0, l, true);
+        st = four_read(&lg[with], 0, &kv, &err);
         kvt_kv_view w;
-        for (int64_t b = 0; b < 4 && !st; b++) {
-            if (!(st = kv->ops->acquire(kv, 0, 0, 0, b, &w, &err))) kv->ops->release(kv, 0, 0, 0, b);
-        }
         const int64_t keep[2] = {0, 1};
         if (with) kvt_kv_paged_set_selected(kv, 0, 0, 0, keep, 2);
         if (with == 2 && !st && !(st = kv->ops->acquire(kv, 0, 0, 0, 2, &w, &err))) kv->ops->release(kv, 0, 0, 0, 2);
@@ -575,15 +586,87 @@ static void disk_batch(const char *disk) {
                 (long long)pre[2], (long long)fast[0], (long long)fast[1], (long long)fast[2], exact[0], exact[1], exact[2]);
 }
 
+// The blocks a selection drops are the fast tier's first victims even where the victim search's window does not see
+// them (kv_paged.c dropped_victim): head-wise blocks, a fast tier of 4 holding blocks 0..3 of (layer 0, head 0), a
+// window of one block; the selection {0, 1, 3} drops block 2, and the next load (a block of layer 1) evicts block 2,
+// where the window alone (with no selection) evicts the block it examines. LRU.
+static void dropped_outside_window(void) {
+    evict_log lg[2] = {{0}};
+    kvt_err err = {0};
+    kvt_status st = KVT_OK;
+    for (int with = 0; with < 2 && !st; with++) {
+        kvt_kv *kv = NULL;
+        st = four_read(&lg[with], 1, &kv, &err);
+        kvt_kv_view w;
+        const int64_t keep[3] = {0, 1, 3};
+        if (with) kvt_kv_paged_set_selected(kv, 0, 0, 0, keep, 3);
+        kvt_kv_paged_drain(kv);
+        lg[with].n = 0;
+        if (!st && !(st = kv->ops->acquire(kv, 0, 1, 0, 0, &w, &err))) kv->ops->release(kv, 0, 1, 0, 0);
+        kvt_kv_free(kv);
+    }
+    test_result(!st && lg[0].n == 1 && lg[1].n == 1 && lg[1].layer[0] == 0 && lg[1].index[0] == 2 && lg[0].index[0] != 2,
+                "kv_sched: a block the selection dropped is the first victim outside the victim window",
+                "%s evicted: window of 1 %d (%lld), selection {0, 1, 3}: %d (layer %d block %lld)", st ? err.msg : "",
+                lg[0].n, (long long)lg[0].index[0], lg[1].n, lg[1].layer[0], (long long)lg[1].index[0]);
+}
+
+// kvt_kv_paged_prefetch_begin / _end: the blocks handed over between them that the readers need within their layer
+// (late) and that are only on disk are read by _end on the calling thread in one batch and are in the fast tier when
+// it returns (their acquires hit); an earlier layer's hand-over (not late) is queued for the copy engine as before.
+// A sequence of 16 blocks per layer demoted to disk, a fast tier of 12; a reader at layer 1.
+static void late_batch(const char *disk) {
+    kvt_err err = {0};
+    kvt_kv *kv = NULL;
+    kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 12, 0);
+    p.disk_dir = disk;
+    p.n_io_threads = 1;
+    kvt_status st = kvt_kv_paged_init(&p, &kv, &err);
+    if (!st && strcmp(kvt_kv_paged_disk_engine(kv), "io_uring") != 0) {
+        kvt_kv_free(kv);
+        test_skip("kv_sched: a late hand-over read in one batch by kvt_kv_paged_prefetch_end", "no io_uring");
+        return;
+    }
+    if (!st) st = fill(kv, 0, 1, 0, 64, &err);
+    for (int l = 0; !st && l < NL; l++) kvt_kv_paged_set_caller_prefetch(kv, 0, l, true);
+    if (!st) st = kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_DISK, &err);
+    kvt_kv_paged_drain(kv);
+    kvt_kv_view w;
+    if (!st && !(st = kv->ops->acquire(kv, 0, 1, 0, 0, &w, &err))) kv->ops->release(kv, 0, 1, 0, 0);
+    kvt_kv_stats a, b, c;
+    kvt_kv_get_stats(kv, &a);
+    const int64_t late[4] = {2, 5, 7, 9};
+    if (!st) {
+        kvt_kv_paged_prefetch_begin(kv);
+        kvt_kv_paged_prefetch(kv, 0, 1, 0, late, 4);
+        kvt_kv_paged_prefetch_end(kv);
+    }
+    kvt_kv_get_stats(kv, &b);
+    for (int i = 0; i < 4 && !st; i++) {
+        if (!(st = kv->ops->acquire(kv, 0, 1, 0, late[i], &w, &err))) kv->ops->release(kv, 0, 1, 0, late[i]);
+    }
+    kvt_kv_get_stats(kv, &c);
+    const int64_t loads = b.moved_count[KVT_TIER_DISK][KVT_TIER_FAST] - a.moved_count[KVT_TIER_DISK][KVT_TIER_FAST];
+    const bool ok = !st && loads == 4 && b.io_batches - a.io_batches == 1 && b.handover[1][KVT_HO_ABSENT] - a.handover[1][KVT_HO_ABSENT] == 4 &&
+                    c.misses == b.misses && c.hits - b.hits == 4 && holds(kv, 0, 1, 64);
+    test_result(ok, "kv_sched: a late hand-over's disk blocks are read in one batch by kvt_kv_paged_prefetch_end (then hits)",
+                "%s loads %lld, batches %lld, late absent %lld, misses after %lld, hits after %lld", st ? err.msg : "",
+                (long long)loads, (long long)(b.io_batches - a.io_batches),
+                (long long)(b.handover[1][KVT_HO_ABSENT] - a.handover[1][KVT_HO_ABSENT]), (long long)(c.misses - b.misses),
+                (long long)(c.hits - b.hits));
+    kvt_kv_free(kv);
+}
+
 void test_kv_sched(const test_env *env) {
     (void)env;
     block_io();
     plan_prefetch();
     caller_prefetch();
     selected_evict();
+    dropped_outside_window();
     char dir[] = "/tmp/kvt_test_kvsched_XXXXXX";
     const char *disk = mkdtemp(dir);
-    if (disk) plan_two_hops(disk), disk_batch(disk);
+    if (disk) plan_two_hops(disk), disk_batch(disk), late_batch(disk);
     else test_skip("kv_sched: plan and batches with a disk tier", "cannot create a directory in /tmp");
     if (disk) rmdir(disk);
     plan_evict();

@@ -119,6 +119,35 @@ static void json_decode_steps(kvt_json *j, const stream_ctx *s) {
         kvt_json_kv_num(j, "kv_hits_per_step", (double)(now.hits - a->hits) * per);
         kvt_json_kv_num(j, "kv_misses_per_step", (double)(now.misses - a->misses) * per);
         kvt_json_kv_num(j, "kv_prefetches_per_step", (double)(now.prefetches - a->prefetches) * per);
+        // where the misses come from, and the state of the blocks handed over late (kv.h kvt_kv_stats)
+        kvt_json_key(j, "kv_miss_kinds_per_step");
+        kvt_json_obj_begin(j);
+        kvt_json_kv_num(j, "queued_early", (double)(now.miss_queued_early - a->miss_queued_early) * per);
+        kvt_json_kv_num(j, "queued_late", (double)(now.miss_queued_late - a->miss_queued_late) * per);
+        kvt_json_kv_num(j, "inflight", (double)(now.miss_inflight - a->miss_inflight) * per);
+        kvt_json_kv_num(j, "evicted", (double)(now.miss_evicted - a->miss_evicted) * per);
+        kvt_json_kv_num(j, "cold", (double)(now.miss_cold - a->miss_cold) * per);
+        kvt_json_kv_num(j, "evicted_unread", (double)(now.evicted_unread - a->evicted_unread) * per);
+        kvt_json_kv_num(j, "prefetch_noroom", (double)(now.pf_noroom - a->pf_noroom) * per);
+        kvt_json_kv_num(j, "io_batches", (double)(now.io_batches - a->io_batches) * per);
+        kvt_json_kv_num(j, "io_batch_blocks", (double)(now.io_batch_blocks - a->io_batch_blocks) * per);
+        kvt_json_kv_num(j, "io_batch_prep_ms", (now.io_batch_prep_ms - a->io_batch_prep_ms) * per);
+        kvt_json_kv_num(j, "io_batch_read_ms", (now.io_batch_read_ms - a->io_batch_read_ms) * per);
+        kvt_json_kv_num(j, "evict_dropped", (double)(now.evict_dropped - a->evict_dropped) * per);
+        kvt_json_kv_num(j, "evict_searched", (double)(now.evict_searched - a->evict_searched) * per);
+        kvt_json_kv_num(j, "wait_busy_ms", (now.wait_busy_ms - a->wait_busy_ms) * per);
+        kvt_json_kv_num(j, "wait_room_ms", (now.wait_room_ms - a->wait_room_ms) * per);
+        kvt_json_kv_num(j, "lock_ms", (now.lock_ms - a->lock_ms) * per);
+        kvt_json_obj_end(j);
+        static const char *const ho_name[KVT_HO_COUNT] = {"resident", "queued", "inflight", "evicted", "noroom", "absent"};
+        for (int late = 0; late < 2; late++) {
+            kvt_json_key(j, late ? "kv_handover_late_per_step" : "kv_handover_early_per_step");
+            kvt_json_obj_begin(j);
+            for (int k = 0; k < KVT_HO_COUNT; k++) {
+                kvt_json_kv_num(j, ho_name[k], (double)(now.handover[late][k] - a->handover[late][k]) * per);
+            }
+            kvt_json_obj_end(j);
+        }
         kvt_gpu_layers_stats g;
         if (kvt_context_gpu_stats(s->ctx, &g)) { // the device KV's tiers per step (gpu_kv.h): what crossed PCIe
             const kvt_gpu_kv_stats *k = &g.kv, *k0 = &s->gpu_at_first.kv;

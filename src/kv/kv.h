@@ -45,6 +45,10 @@ const char *kvt_tier_name(kvt_tier t); // "fast", "host", "disk"
 // at every 4 KiB page. NULL when out of memory.
 void *kvt_kv_arena_alloc(size_t bytes);
 
+// States of a block handed over as a prefetch (kvt_kv_stats.handover): in the fast tier, queued already, being
+// loaded, evicted unread after a prefetch loaded it, absent after a prefetch found no room for it, absent otherwise.
+enum { KVT_HO_RESIDENT, KVT_HO_QUEUED, KVT_HO_INFLIGHT, KVT_HO_EVICTED, KVT_HO_NOROOM, KVT_HO_ABSENT, KVT_HO_COUNT };
+
 // Transfer accounting of a cache (all counters since init).
 typedef struct {
     int64_t budget_bytes[KVT_TIER_COUNT];   // -1: unlimited, 0: tier absent
@@ -53,7 +57,8 @@ typedef struct {
     int64_t moved_bytes[KVT_TIER_COUNT][KVT_TIER_COUNT]; // [src][dst]
     int64_t moved_count[KVT_TIER_COUNT][KVT_TIER_COUNT]; // transfers [src][dst]
     double moved_ms[KVT_TIER_COUNT][KVT_TIER_COUNT];     // time spent copying [src][dst]
-    double stall_ms;      // time compute threads waited in acquire/append (summed over threads)
+    double stall_ms;      // time compute threads waited in acquire/append (summed over threads), and callers of
+                          // kvt_kv_paged_prefetch_end for its reads
     double copy_cpu_ms;   // CPU time the transfers took on the threads that ran them (memcpy, CRC32C, I/O calls; a
                           // copy between memory tiers counts its wall time: reading a thread's CPU clock costs more)
     int64_t hits, misses; // acquires that found the block in T0 / had to wait for it
@@ -74,6 +79,27 @@ typedef struct {
     // compute pool (kvt_kv_paged_help: time that would otherwise be spin, so not added to an iteration).
     double acquire_ms, lock_ms, wait_busy_ms, wait_room_ms, load_ms, io_cpu_ms, io_help_ms;
     int64_t wakeups, io_items, io_idle, io_busy_max;
+    // Where the misses come from (the paged store): a miss found its block still in the prefetch queue, handed over
+    // early (miss_queued_early: by a prefetch of another layer than the frontier's, e.g. sparse decoding's worker a
+    // step ahead) or late (miss_queued_late: while the readers were at its layer, e.g. the real query's final set);
+    // being loaded by a copy thread (miss_inflight: the reader waits for it); loaded by a prefetch and evicted
+    // before any read (miss_evicted); or none of these (miss_cold: never handed over since its last read).
+    int64_t miss_queued_early, miss_queued_late, miss_inflight, miss_evicted, miss_cold;
+    // The blocks handed over by kvt_kv_paged_prefetch, [0] early (needed beyond the readers' layer: sparse decoding's
+    // worker, a step ahead) and [1] late (needed within the layer the readers are at: the real query's final set), by
+    // their state then (KVT_HO_*). evicted_unread: blocks a prefetch loaded that were evicted from the fast tier
+    // before any read; pf_noroom: queued prefetches not loaded because no resident block could go (the victim
+    // search's limit: only blocks needed later than the one loaded).
+    int64_t handover[2][6];
+    int64_t evicted_unread, pf_noroom;
+    // The copy engine's disk batches (kv_paged_io.c): batches read, blocks in them, the wall time a copy thread took
+    // to prepare them (victim searches and evictions, under the store's mutex) and to read them (one submission and
+    // the wait for all of its reads).
+    int64_t io_batches, io_batch_blocks;
+    double io_batch_prep_ms, io_batch_read_ms;
+    // Fast-tier victims taken from the blocks a selection dropped (kvt_kv_paged_set_selected; no search), and victim
+    // searches of the fast tier over a window of resident blocks.
+    int64_t evict_dropped, evict_searched;
 } kvt_kv_stats;
 
 typedef struct kvt_kv kvt_kv;

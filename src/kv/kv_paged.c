@@ -240,6 +240,30 @@ KVT_VICTIM_INLINE void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
     *out = evict_info(u->s, &u->e, &u->s->blk[id]);
 }
 
+// A fast-tier victim from the blocks a selection dropped (kv_paged.dl, in the order they were dropped), or -1. Every
+// policy evicts a dropped block first (next_use, evict_info), so the window search below would pick one where its
+// window holds one; but the window samples 256 of thousands of resident blocks, which holds none of the few dozen
+// dropped ones most of the time, and then evicted a block a later layer still needs after examining 256 blocks under the store's mutex
+// (tens of us per load at 8K). Oldest first: a block dropped long ago and not chosen since is the least likely to
+// come back (latest first read 8% more from disk; docs/log/SPARSE-log-2.md, "Where the readers' misses come from").
+// An entry is used only if its block is still dropped, in the fast tier, not held, and admitted as the window search
+// would admit it (plan rank and limit: kvt_evict_may_displace; clean where the policy prefers clean blocks); entries
+// that no longer qualify are discarded. Not for an attn-ema prefetch's admission (incoming).
+static int64_t dropped_victim(kv_paged *s, int64_t limit, int64_t xrank) {
+    while (s->n_dl > 0) {
+        const int64_t id = s->dl[s->dl_head];
+        pblock *B = &s->blk[id];
+        const bool ok = B->dropped && B->refs == 1 && B->slot[T0] >= 0 && !B->busy && B->pins == 0 &&
+                        !(s->pol->clean_first && s->tier[T2].present && B->slot[T2] < 0); // the search prefers clean ones
+        if (ok && !kvt_evict_may_displace(B->prank, next_use(s, B), limit, xrank)) return -1; // kept for another load
+        s->dl_head = (s->dl_head + 1) % s->cap_dl;
+        s->n_dl--;
+        B->in_dl = false;
+        if (ok) return id;
+    }
+    return -1;
+}
+
 // Best victim of tier t (not pinned, not busy); -1 if none: kvt_victim_pick (kv_victim.h, the rule the simulator
 // runs too) over a window of up to victim_window (VICTIM_SAMPLE) resident blocks (kvt_victim_window: all of them
 // when there are fewer, else a window that moves on at every call). Exhaustive scans made each eviction
@@ -260,6 +284,14 @@ KVT_VICTIM_INLINE void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
 // candidates (KVT_VICTIM_INCOMING, as the simulator admits its prefetches); -2 if the policy picks it (the
 // prefetch is not worth a resident block).
 int64_t kvp_pick_victim(kv_paged *s, int t, int64_t limit, int64_t xrank, int64_t incoming) {
+    if (t == T0 && incoming < 0 && s->n_dl > 0) {
+        const int64_t d = dropped_victim(s, limit, xrank);
+        if (d >= 0) {
+            s->st.evict_dropped++;
+            return d;
+        }
+    }
+    if (t == T0) s->st.evict_searched++;
     victim_ud u = {.s = s, .e = evict_ctx_now(s), .t = t, .limit = limit, .xrank = xrank, .n = s->n_res[t],
                    .incoming = incoming};
     u.m = kvt_victim_window(u.n, s->victim_window, &s->victim_pos[t], &u.start);
@@ -412,6 +444,11 @@ static int ensure_free(kv_paged *s, int t, bool wait, int64_t limit, kvt_err *er
 kvt_status kvp_evict(kv_paged *s, int64_t id, int t, kvt_err *err) {
     pblock *B = &s->blk[id];
     if (t == T0 && s->p.on_evict) s->p.on_evict(s->p.on_evict_ud, B->layer, B->group, B->index);
+    if (t == T0 && B->pf_unread) { // a prefetch loaded it and nobody read it
+        B->pf_unread = false;
+        B->lost = true;
+        s->st.evicted_unread++;
+    }
     if (t == T1 && B->slot[T0] >= 0) { // a duplicate: T0 keeps the data
         kvp_drop_copy(s, id, T1);
         return KVT_OK;
@@ -588,7 +625,7 @@ int64_t kvp_queue_pop(kv_paged *s) {
     s->st.io_items++;
     pblock *B = &s->blk[id];
     s->q_disk -= B->qdisk;
-    B->queued = B->qplan = B->qattn = B->qdisk = false;
+    B->queued = B->qplan = B->qattn = B->qdisk = B->qlate = false;
     return id;
 }
 
@@ -608,9 +645,18 @@ static void queue_take(kv_paged *s) {
     bool loaded;
     if (++s->n_io_busy > s->st.io_busy_max) s->st.io_busy_max = s->n_io_busy;
     kvt_status st = load(s, id, false, plan ? INT64_MAX : next_use(s, &s->blk[id]), attn, &loaded, &e);
-    if (!st && loaded) s->st.prefetches++;
-    else if (!st && plan) stage_t1(s, id);
-    if (!loaded) s->st.io_idle++;
+    if (!st && loaded) {
+        s->st.prefetches++;
+        s->blk[id].pf_unread = true;
+        s->blk[id].noroom = false;
+    } else if (!st && plan) stage_t1(s, id);
+    if (!loaded) {
+        s->st.io_idle++;
+        if (!st && !plan && !attn) {
+            s->blk[id].noroom = true;
+            s->st.pf_noroom++;
+        }
+    }
     s->n_io_busy--;
     pthread_cond_broadcast(&s->cv);
 }
@@ -750,8 +796,11 @@ static void schedule_prefetch(kv_paged *s, const pseq *q, int32_t shard, int64_t
 
 int64_t kvp_block_new(kv_paged *s, int32_t layer, int32_t group, int64_t index) {
     int64_t id;
-    if (s->n_free_blk > 0) id = s->free_blk[--s->n_free_blk];
-    else {
+    bool in_dl = false; // a reused id may still be listed in dl (each id once: the entry stays the block's)
+    if (s->n_free_blk > 0) {
+        id = s->free_blk[--s->n_free_blk];
+        in_dl = s->blk[id].in_dl;
+    } else {
         if (s->n_blk == s->cap_blk) {
             int64_t cap = s->cap_blk ? s->cap_blk * 2 : 256;
             pblock *nb = realloc(s->blk, (size_t)cap * sizeof *nb);
@@ -763,6 +812,7 @@ int64_t kvp_block_new(kv_paged *s, int32_t layer, int32_t group, int64_t index) 
     }
     pblock *B = &s->blk[id];
     memset(B, 0, sizeof *B);
+    B->in_dl = in_dl;
     B->refs = 1;
     B->layer = layer;
     B->group = group;
@@ -854,6 +904,21 @@ static kvt_status pin_block(kv_paged *s, int64_t id, int64_t *stall_t0, kvt_err 
     }
 }
 
+// What a reader's miss found (kvt_kv_stats miss_*): the block's state before the reader waits for or loads it.
+typedef enum { MISS_QUEUED_EARLY, MISS_QUEUED_LATE, MISS_INFLIGHT, MISS_EVICTED, MISS_COLD } miss_kind;
+
+static miss_kind miss_kind_of(const pblock *B) {
+    if (B->busy) return MISS_INFLIGHT;
+    if (B->queued) return B->qlate ? MISS_QUEUED_LATE : MISS_QUEUED_EARLY;
+    return B->lost ? MISS_EVICTED : MISS_COLD;
+}
+
+static void miss_count(kv_paged *s, miss_kind k) {
+    int64_t *c[] = {&s->st.miss_queued_early, &s->st.miss_queued_late, &s->st.miss_inflight, &s->st.miss_evicted,
+                    &s->st.miss_cold};
+    (*c[k])++;
+}
+
 static void unpin(kv_paged *s, int64_t id) {
     if (--s->blk[id].pins == 0) pthread_cond_broadcast(&s->cv);
 }
@@ -884,6 +949,7 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
         return st;
     }
     int64_t id = sh->ids[b], t0 = 0;
+    const miss_kind mk = miss_kind_of(&s->blk[id]);
     // the reader joins the frontier before it waits for the block: else, while its load is under way, the
     // frontier follows the other readers past the block, which then looks needed last and is evicted
     reader_at(s, sched_key(s, &s->blk[id]));
@@ -894,10 +960,11 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
     pblock *B = &s->blk[id];
     B->last_use = ++s->tick;
     B->uses++;
-    B->dropped = false;
+    B->dropped = B->pf_unread = B->lost = B->noroom = false;
     if (t0) {
         s->st.stall_ms += (double)(kvt_time_ns() - t0) / 1e6;
         s->st.misses++;
+        miss_count(s, mk);
     } else s->st.hits++;
     uint8_t *d = kvt_tier_ptr(&s->tier[T0], B->slot[T0]);
     schedule_prefetch(s, q, layer * kv->n_group + group, b);
@@ -1161,6 +1228,8 @@ static void paged_free(kvt_kv *kv) {
     free(s->blk);
     free(s->free_blk);
     free(s->q);
+    free(s->dl);
+    free(s->late_ids);
     free(s->pf_win);
     pthread_cond_destroy(&s->qcv);
     pthread_cond_destroy(&s->cv);
@@ -1292,50 +1361,6 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
     }
     pthread_mutex_unlock(&s->mu);
     return off;
-}
-
-void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n) {
-    kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &kvp_ops || s->n_io == 0) return;
-    pthread_mutex_lock(&s->mu);
-    pseq *q = kvp_seq_get(s, seq, NULL);
-    if (q && layer >= 0 && layer < kv->n_layer && group >= 0 && group < kv->n_group) {
-        const pshard *sh = &q->sh[layer * kv->n_group + group];
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t id = blocks[i] >= 0 && blocks[i] < sh->n_blk ? sh->ids[blocks[i]] : -1;
-            if (id >= 0) s->blk[id].dropped = false;
-            if (id < 0 || s->blk[id].slot[T0] >= 0 || s->blk[id].busy || s->blk[id].queued) continue;
-            kvp_queue_push(s, id);
-        }
-    }
-    kvp_queue_wake(s);
-    pthread_mutex_unlock(&s->mu);
-}
-
-void kvt_kv_paged_set_selected(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n) {
-    kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &kvp_ops) return;
-    pthread_mutex_lock(&s->mu);
-    pseq *q = kvp_seq_get(s, seq, NULL);
-    if (q && layer >= 0 && layer < kv->n_layer && group >= 0 && group < kv->n_group) {
-        const pshard *sh = &q->sh[layer * kv->n_group + group];
-        int64_t i = 0;
-        for (int64_t b = sh->n_drop; b < sh->n_blk; b++) {
-            while (i < n && blocks[i] < b) i++;
-            const int64_t id = sh->ids[b];
-            if (id >= 0 && s->blk[id].refs == 1) s->blk[id].dropped = !(i < n && blocks[i] == b);
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-}
-
-void kvt_kv_paged_set_caller_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, bool on) {
-    kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &kvp_ops || layer < 0 || layer >= kv->n_layer) return;
-    pthread_mutex_lock(&s->mu);
-    pseq *q = kvp_seq_get(s, seq, NULL);
-    for (int32_t g = 0; q && g < kv->n_group; g++) q->sh[layer * kv->n_group + g].caller_fetch = on;
-    pthread_mutex_unlock(&s->mu);
 }
 
 bool kvt_kv_paged_wants_attn_mass(const kvt_kv *kv) {

@@ -79,6 +79,16 @@ int64_t kvt_kv_paged_disk_offset(kvt_kv *kv, int32_t seq, int32_t layer, int32_t
 // blocks): a hint, ignored for blocks already in T0 or queued, for unknown ones, and without a copy engine
 // (a store without lower tiers, or prefetch 0). Any thread.
 void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, const int64_t *blocks, int64_t n);
+// Between kvt_kv_paged_prefetch_begin and _end (on one thread), the blocks that thread hands over with
+// kvt_kv_paged_prefetch which the readers need within the layer they are at (sparse decoding's final set, handed over
+// right before attention reads it) and which are only on disk are not queued: _end reads them on the calling thread
+// (the copy engine's disk batches: the same victims and counts, KVT_TIER_READ_MANY per io_uring submission, one wait
+// each) and returns once they are in the fast tier; those it could not load go to the copy engine. Queued one by one,
+// they were read by the copy threads while attention ran, and attention waited for them (docs/log/SPARSE-log-2.md,
+// "Where the readers' misses come from"). Other threads' hand-overs, and earlier ones, are queued as before. Nothing
+// without a disk tier read through io_uring or a copy engine, or with io_batch 1, or on another store.
+void kvt_kv_paged_prefetch_begin(kvt_kv *kv);
+void kvt_kv_paged_prefetch_end(kvt_kv *kv);
 // Sparse decoding's selection of (seq, layer, group) for the step being decoded: the blocks blocks[0 .. n)
 // (ascending). Every other block of the shard is marked dropped: eviction takes dropped blocks first under any
 // policy (a dropped block is not needed again as far as the store knows), so a selection that fits the fast tier

@@ -31,8 +31,13 @@ typedef struct {
                         // a resident block below it
     bool dropped;       // the caller's last selection of its shard left it out (kvt_kv_paged_set_selected): evicted
                         // first, whatever the policy; cleared when it is read or handed over again
+    bool pf_unread;     // loaded into the fast tier by the copy engine and not read since (kvt_kv_stats miss counts)
+    bool lost;          // evicted from the fast tier while pf_unread (cleared when read)
     uint64_t last_use, uses;
     float attn_ema;     // EMA of the block's attention mass (kvt_kv_paged_attn_mass; policy attn-ema)
+    bool qlate;         // queued by a caller's prefetch while the readers were at its layer (kvt_kv_stats miss counts)
+    bool noroom;        // its last prefetch found no room (kvt_kv_stats handover; cleared when read or loaded)
+    bool in_dl;         // listed in kv_paged.dl (it may have left the fast tier or lost its mark since)
     int64_t prank;      // plan rank: iteration in which the earliest planned sequence holding it runs
                         // (INT64_MAX: none, or no plan)
 } pblock;
@@ -83,6 +88,13 @@ typedef struct {
     int32_t n_rd, cap_rd;
     int64_t victim_pos[2]; // start of the next victim sample window in res[T0] / res[T1]
     int64_t victim_window; // resident blocks examined per eviction (p.victim_window, VICTIM_SAMPLE by default)
+    bool late_on;          // kvt_kv_paged_prefetch_begin .. _end: late_owner's late disk blocks go to late_ids
+    pthread_t late_owner;
+    int64_t *late_ids;     // [cap_late] collected for kvt_kv_paged_prefetch_end
+    int64_t n_late, cap_late;
+    int64_t *dl;           // [cap_dl] ring from dl_head: blocks a selection dropped while in the fast tier
+    int64_t dl_head, n_dl, cap_dl; // (kvt_kv_paged_set_selected), the fast tier's first victims in that order
+                                   // (kv_paged.c dropped_victim); checked when taken
     int32_t n_loading_t1;  // loads copying a block out of T1 (each then leaves a droppable T1 duplicate)
     // copy engine
     pthread_t *io;
@@ -129,6 +141,10 @@ int64_t kvp_queue_pop(kv_paged *s); // takes the head entry (q_len > 0), clears 
 // and p.io_batch > 1 with a ring, takes it and the entries after it that are the same, up to io_batch, loads them
 // together and returns true; else takes nothing and returns false.
 bool kvp_queue_take_disk(kv_paged *s);
+// Loads the blocks ids[0 .. n) that are still only on disk, not busy and not queued into the fast tier on the calling
+// thread, as a copy thread's batches do (the same victims and counts), KVT_TIER_READ_MANY per submission; returns
+// when they are read. Without a ring it does nothing. Releases the mutex while reading.
+void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n);
 void kvp_queue_wake(kv_paged *s);
 int64_t kvp_io_target(const kv_paged *s); // copy threads the queue wants at work (io_mem, one more per disk block)
 // Blocks and sequences.

@@ -49,17 +49,96 @@ static int64_t room_for(kv_paged *s, int64_t id) {
     return kvt_tier_alloc(&s->tier[T0]);
 }
 
-bool kvp_queue_take_disk(kv_paged *s) {
-    const int nmax = s->p.io_batch == 0 ? IO_BATCH_DEFAULT : s->p.io_batch < KVT_TIER_READ_MANY ? s->p.io_batch : KVT_TIER_READ_MANY;
-    if (nmax <= 1 || !s->tier[T2].ring || s->q_len == 0 || !disk_load(s, s->q[s->q_head])) return false;
+// A batch of disk loads being prepared (the mutex held) and read (released).
+typedef struct {
+    int n;
+    int64_t p0; // when its preparation began (ns)
     int64_t ids[KVT_TIER_READ_MANY], slot[KVT_TIER_READ_MANY];
     void *dst[KVT_TIER_READ_MANY], *bounce[KVT_TIER_READ_MANY];
     uint32_t crc[KVT_TIER_READ_MANY];
     kvt_status st[KVT_TIER_READ_MANY];
     kvt_err err[KVT_TIER_READ_MANY];
+} disk_batch;
+
+// Adds block id (only on disk, not busy, not queued) to batch b as load() would load it for a prefetch: marked busy,
+// a fast-tier slot made by room_for. Returns false (the block left as it was, but for its noroom mark) if no victim
+// may go or there is no bounce buffer.
+static bool batch_add(kv_paged *s, disk_batch *b, int64_t id) {
     const kvt_tier_store *D = &s->tier[T2];
-    int n = 0;
-    while (n < nmax && s->q_len > 0 && !s->stop) { // the head's entries in queue order, as queue_take takes them
+    s->blk[id].busy = true;
+    if (++s->n_io_busy > s->st.io_busy_max) s->st.io_busy_max = s->n_io_busy;
+    const int64_t ds = room_for(s, id);
+    pblock *B = &s->blk[id];
+    uint8_t *dp = ds >= 0 ? kvt_tier_ptr(&s->tier[T0], ds) : NULL;
+    // a bounce buffer where the fast-tier slot cannot be the O_DIRECT buffer itself (kv_tier.c direct_ok)
+    const bool direct = dp && D->slot_bytes == D->data_bytes && (uintptr_t)dp % 4096 == 0;
+    void *bb = dp && !direct ? kvp_bounce_get(s) : NULL;
+    if (dp && (direct || bb)) {
+        B->slot[T0] = ds;
+        const int n = b->n++;
+        b->ids[n] = id, b->slot[n] = B->slot[T2], b->dst[n] = dp, b->bounce[n] = bb, b->crc[n] = B->crc;
+        return true;
+    }
+    if (ds >= 0) kvt_tier_release(&s->tier[T0], ds); // no bounce buffer (out of memory): not loaded
+    else {
+        B->noroom = true;
+        s->st.pf_noroom++;
+    }
+    B->busy = false;
+    s->n_io_busy--;
+    s->st.io_idle++;
+    pthread_cond_broadcast(&s->cv);
+    return false;
+}
+
+// Reads batch b (n > 0) with one submission and one wait, the mutex released meanwhile, then finishes each block as
+// kvp_transfer's end and load's do, block by block in batch order: the same bytes moved and counted.
+static void batch_read(kv_paged *s, disk_batch *b) {
+    const int n = b->n;
+    pthread_mutex_unlock(&s->mu);
+    const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
+    kvt_tier_disk_read_many(&s->tier[T2], n, b->slot, b->dst, b->bounce, b->crc, b->st, b->err);
+    const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = (double)(kvt_thread_cpu_ns() - c0) / 1e6;
+    kvp_lock_timed(s);
+    s->st.copy_cpu_ms += cpu_ms;
+    s->st.io_batches++;
+    s->st.io_batch_blocks += n;
+    s->st.io_batch_prep_ms += (double)(t0 - b->p0) / 1e6;
+    s->st.io_batch_read_ms += ms;
+    for (int i = 0; i < n; i++) {
+        if (b->bounce[i]) kvp_bounce_put(s, b->bounce[i]);
+        pblock *B = &s->blk[b->ids[i]];
+        const int64_t ds = B->slot[T0];
+        bool ok = !b->st[i];
+        if (ok) {
+            B->last_use = s->tick; // a load counts as a use for recency (prefetched blocks stay until read)
+            ok = kvp_res_add(s, T0, b->ids[i]);
+        }
+        if (ok) {
+            s->st.moved_bytes[T2][T0] += s->block_bytes;
+            s->st.moved_count[T2][T0]++;
+            s->st.moved_ms[T2][T0] += ms / n; // the batch's wall time, shared
+            s->st.prefetches++;
+            B->pf_unread = true;
+            B->noroom = false;
+        } else {
+            kvt_tier_release(&s->tier[T0], ds);
+            B->slot[T0] = -1;
+            s->st.io_idle++;
+        }
+        B->busy = false;
+        s->n_io_busy--;
+    }
+    b->n = 0;
+}
+
+bool kvp_queue_take_disk(kv_paged *s) {
+    const int nmax = s->p.io_batch == 0 ? IO_BATCH_DEFAULT : s->p.io_batch < KVT_TIER_READ_MANY ? s->p.io_batch : KVT_TIER_READ_MANY;
+    if (nmax <= 1 || !s->tier[T2].ring || s->q_len == 0 || !disk_load(s, s->q[s->q_head])) return false;
+    disk_batch b;
+    b.n = 0;
+    b.p0 = kvt_time_ns();
+    while (b.n < nmax && s->q_len > 0 && !s->stop) { // the head's entries in queue order, as queue_take takes them
         const int64_t id = s->q[s->q_head];
         if (idle_entry(s, id)) {
             kvp_queue_pop(s);
@@ -68,56 +147,28 @@ bool kvp_queue_take_disk(kv_paged *s) {
         }
         if (!disk_load(s, id)) break;
         kvp_queue_pop(s);
-        s->blk[id].busy = true;
-        if (++s->n_io_busy > s->st.io_busy_max) s->st.io_busy_max = s->n_io_busy;
-        const int64_t ds = room_for(s, id);
-        pblock *B = &s->blk[id];
-        uint8_t *dp = ds >= 0 ? kvt_tier_ptr(&s->tier[T0], ds) : NULL;
-        // a bounce buffer where the fast-tier slot cannot be the O_DIRECT buffer itself (kv_tier.c direct_ok)
-        const bool direct = dp && D->slot_bytes == D->data_bytes && (uintptr_t)dp % 4096 == 0;
-        void *bb = dp && !direct ? kvp_bounce_get(s) : NULL;
-        if (dp && (direct || bb)) {
-            B->slot[T0] = ds;
-            ids[n] = id, slot[n] = B->slot[T2], dst[n] = dp, bounce[n] = bb, crc[n] = B->crc;
-            n++;
-            continue;
-        }
-        if (ds >= 0) kvt_tier_release(&s->tier[T0], ds); // no bounce buffer (out of memory): not loaded
-        B->busy = false;
-        s->n_io_busy--;
-        s->st.io_idle++;
-        pthread_cond_broadcast(&s->cv);
+        batch_add(s, &b, id);
     }
-    if (n > 0) {
-        pthread_mutex_unlock(&s->mu);
-        const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
-        kvt_tier_disk_read_many(&s->tier[T2], n, slot, dst, bounce, crc, st, err);
-        const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = (double)(kvt_thread_cpu_ns() - c0) / 1e6;
-        kvp_lock_timed(s);
-        s->st.copy_cpu_ms += cpu_ms;
-        for (int i = 0; i < n; i++) { // as kvp_transfer's end and load's, block by block in queue order
-            if (bounce[i]) kvp_bounce_put(s, bounce[i]);
-            pblock *B = &s->blk[ids[i]];
-            const int64_t ds = B->slot[T0];
-            bool ok = !st[i];
-            if (ok) {
-                B->last_use = s->tick; // a load counts as a use for recency (prefetched blocks stay until read)
-                ok = kvp_res_add(s, T0, ids[i]);
-            }
-            if (ok) {
-                s->st.moved_bytes[T2][T0] += s->block_bytes;
-                s->st.moved_count[T2][T0]++;
-                s->st.moved_ms[T2][T0] += ms / n; // the batch's wall time, shared
-                s->st.prefetches++;
-            } else {
-                kvt_tier_release(&s->tier[T0], ds);
-                B->slot[T0] = -1;
-                s->st.io_idle++;
-            }
-            B->busy = false;
-            s->n_io_busy--;
-        }
-    }
+    if (b.n > 0) batch_read(s, &b);
     pthread_cond_broadcast(&s->cv);
     return true;
+}
+
+void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n) {
+    if (!s->tier[T2].ring) return;
+    disk_batch b;
+    b.n = 0;
+    b.p0 = kvt_time_ns();
+    for (int64_t i = 0; i < n; i++) {
+        const pblock *B = &s->blk[ids[i]];
+        // a reader or a copy thread may have taken it since it was collected
+        if (B->queued || !disk_load(s, ids[i])) continue;
+        batch_add(s, &b, ids[i]);
+        if (b.n == KVT_TIER_READ_MANY) {
+            batch_read(s, &b);
+            b.p0 = kvt_time_ns();
+        }
+    }
+    if (b.n > 0) batch_read(s, &b);
+    pthread_cond_broadcast(&s->cv);
 }

@@ -74,7 +74,7 @@ kvt_status kvt_tier_disk_init(kvt_tier_store *t, const char *dir, int64_t budget
         return st;
     }
     t->io_why = "disabled by the caller";
-    if (!no_uring) t->ring = kvt_uring_open(t->fd, 64, &t->io_why);
+    if (!no_uring) t->ring = kvt_uring_open(t->fd, 128, &t->io_why); // room for a batch of KVT_TIER_READ_MANY and others
     return KVT_OK;
 }
 

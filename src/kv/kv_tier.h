@@ -78,7 +78,7 @@ kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *
 // err[i] the outcome of each (messages name the disk slot). With a ring, the reads go to it together
 // (kvt_uring_rw_many: one submission, one wait), KVT_TIER_READ_MANY at a time; a request the ring fails or reads
 // short is finished (or redone) by the one-at-a-time path, which reports its error. Without a ring, one pread each.
-#define KVT_TIER_READ_MANY 32
+#define KVT_TIER_READ_MANY 64
 void kvt_tier_disk_read_many(kvt_tier_store *t, int n, const int64_t *slot, void *const *dst, void *const *bounce,
                              const uint32_t *crc, kvt_status *st, kvt_err *err);
 

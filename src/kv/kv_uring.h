@@ -30,7 +30,7 @@ ssize_t kvt_uring_rw(kvt_uring *u, bool write, void *buf, size_t n, off_t off);
 // returns when all of them have completed. res[i]: bytes transferred (may be short), or -errno. Requests beyond the
 // ring's free entries, or all of them if the submission fails, are done with pread/pwrite. As kvt_uring_rw for
 // n = 1 (which it is). Pieces of KVT_URING_MANY_MAX at most are submitted at once.
-#define KVT_URING_MANY_MAX 32
+#define KVT_URING_MANY_MAX 64
 void kvt_uring_rw_many(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off, ssize_t *res);
 // True if this build has io_uring support compiled in.
 bool kvt_uring_compiled(void);

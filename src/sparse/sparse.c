@@ -464,7 +464,9 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         // those evicted since the worker prefetched them, which a fast tier smaller than a step's set does: without
         // this, twice the misses at the same bytes, docs/log/SPARSE-log-2.md), so that the copy engine loads the misses in
         // parallel while attention reads the first blocks; and the store evicts the blocks this set left out first
+        kvt_kv_paged_prefetch_begin(kv); // the set's blocks only on disk read now, in one batch (kv_paged.h)
         kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, layer, true);
+        kvt_kv_paged_prefetch_end(kv);
         int64_t nsel = 0;
         for (int32_t kh = 0; kh < H; kh++) nsel += ly->nsel[kh];
         st = kvt_sparse_attend_set(kv, seq, layer, p, q, ly->sel, ly->nsel, ly->cap, out, pool, s->scratch, err);
