@@ -12,6 +12,9 @@
 
 #include "../src/base/threadpool.h"
 #include "../src/base/timer.h"
+#include "../src/exec/matmul_par.h"
+#include "../src/kernels/dtype.h"
+#include "../src/kernels/quant.h"
 #include "test.h"
 
 #define MAX_TASKS 67
@@ -183,7 +186,98 @@ static void stats_test(void) {
                 (long long)on.jobs, (long long)on.tasks, (long long)on.inline_jobs, on.caller_ms, (long long)off.jobs);
 }
 
+// kvt_matmul_par_ex (the decode fusions' hook): each task's epilogue runs once, right after its rows and with
+// them computed, the tasks of a part cover its rows exactly once, start at multiples of row_align, and parts of the
+// same shape get the same chunks; the products are kvt_matmul_par's bits, with the input converted or given.
+#define EPI_ROWS 1000
+typedef struct {
+    float *const *y;
+    int64_t n_tok, rows, row_align;
+    _Atomic int64_t bad;
+    _Atomic int seen[2][EPI_ROWS];       // per part and row: epilogue calls that covered it
+    _Atomic int64_t chunk_r0[2][EPI_ROWS]; // per part and chunk index: its first row + 1
+} epi_check;
+
+static void epi_fn(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r1) {
+    epi_check *e = vctx;
+    bool ok = part >= 0 && part < 2 && r0 >= 0 && r0 < r1 && r1 <= e->rows && r0 % e->row_align == 0 && chunk >= 0 &&
+              chunk < EPI_ROWS;
+    for (int64_t r = r0; ok && r < r1; r++) {
+        atomic_fetch_add(&e->seen[part][r], 1);
+        for (int64_t t = 0; t < e->n_tok; t++) ok &= e->y[part][t * e->rows + r] == e->y[part][t * e->rows + r]; // written
+    }
+    if (ok) atomic_store(&e->chunk_r0[part][chunk], r0 + 1);
+    if (!ok) atomic_fetch_add(&e->bad, 1);
+}
+
+static void matmul_ex_test(void) {
+    enum { COLS = 256, ROWS = 600, NTOK = 3 };
+    int64_t bad = 0, cases = 0;
+    float *x = malloc(sizeof(float) * NTOK * COLS), *wf = malloc(sizeof(float) * ROWS * COLS);
+    float *ref = malloc(sizeof(float) * 2 * NTOK * ROWS), *out = malloc(sizeof(float) * 2 * NTOK * ROWS);
+    void *scratch = NULL, *xq = NULL;
+    const int64_t sb = kvt_matmul_scratch_bytes(COLS, NTOK);
+    epi_check *e = calloc(1, sizeof *e);
+    const kvt_type types[] = {KVT_TYPE_Q8_0, KVT_TYPE_F32};
+    if (!x || !wf || !ref || !out || !e || posix_memalign(&scratch, 64, (size_t)sb) || posix_memalign(&xq, 64, (size_t)sb)) {
+        bad = -1;
+        goto done;
+    }
+    for (int i = 0; i < NTOK * COLS; i++) x[i] = (float)((i * 37) % 101 - 50) / 17.0f;
+    for (int i = 0; i < ROWS * COLS; i++) wf[i] = (float)((i * 53) % 97 - 48) / 29.0f;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const kvt_type_ops *ops = kvt_type_ops_get(types[ti]), *dot = kvt_type_ops_get(ops->vec_dot_type);
+        const int64_t wrs = kvt_row_size(types[ti], COLS), drs = kvt_row_size(ops->vec_dot_type, COLS);
+        uint8_t *wd = malloc((size_t)(wrs * ROWS));
+        if (!wd) {
+            bad = -1;
+            goto done;
+        }
+        for (int r = 0; r < ROWS; r++) ops->from_float(wf + r * COLS, wd + r * wrs, COLS);
+        for (int t = 0; t < NTOK; t++) dot->from_float(x + t * COLS, (uint8_t *)xq + t * drs, COLS);
+        const kvt_weight w = {wd, types[ti], COLS, ROWS, NULL, types[ti]};
+        const kvt_weight *ws[2] = {&w, &w};
+        float *ry[2] = {ref, ref + NTOK * ROWS}, *oy[2] = {out, out + NTOK * ROWS};
+        for (int threads = 1; threads <= 4; threads++) {
+            kvt_threadpool *pool = NULL;
+            kvt_err err;
+            if (kvt_threadpool_init(threads, &pool, &err)) {
+                bad = -1;
+                goto done;
+            }
+            kvt_matmul_par(pool, ws, ry, 2, x, NTOK, scratch);
+            for (int n_tok = 1; n_tok <= NTOK; n_tok += 2) {
+                for (int variant = 0; variant < 4; variant++) { // row_align 1, 32, 96, 96 with the input given
+                    memset(e, 0, sizeof *e);
+                    memset(out, 0xff, sizeof(float) * 2 * NTOK * ROWS); // NaN until written
+                    e->y = oy, e->n_tok = n_tok, e->rows = ROWS, e->row_align = variant == 0 ? 1 : variant == 1 ? 32 : 96;
+                    const kvt_mm_opts o = {epi_fn, e, e->row_align, variant == 3 ? xq : NULL};
+                    kvt_matmul_par_ex(pool, ws, oy, 2, x, n_tok, scratch, &o); // one token: x's (xq's) first row
+                    cases++;
+                    bool ok = atomic_load(&e->bad) == 0;
+                    for (int part = 0; part < 2; part++) {
+                        for (int r = 0; r < ROWS; r++) ok &= atomic_load(&e->seen[part][r]) == 1;
+                        for (int c = 0; c < EPI_ROWS; c++) ok &= atomic_load(&e->chunk_r0[0][c]) == atomic_load(&e->chunk_r0[1][c]);
+                        for (int t = 0; t < n_tok; t++) { // the product of token t alone = its row of the 3-token product
+                            ok &= memcmp(oy[part] + t * ROWS, ry[part] + t * ROWS, sizeof(float) * ROWS) == 0;
+                        }
+                    }
+                    bad += !ok;
+                }
+            }
+            kvt_threadpool_free(pool);
+        }
+        free(wd);
+    }
+done:
+    test_result(bad == 0, "pool: kvt_matmul_par_ex: every task's epilogue once after its rows, rows covered once, chunks "
+                "aligned and equal across same-shape parts, products equal to kvt_matmul_par's (input converted or given)",
+                "%lld of %lld cases wrong (-1: setup failed)", (long long)bad, (long long)cases);
+    free(x), free(wf), free(ref), free(out), free(scratch), free(xq), free(e);
+}
+
 void test_pool(const test_env *env) {
+    matmul_ex_test();
     idle_work_test();
     stats_test();
     for (int threads = 2; threads <= 4; threads += 2) {

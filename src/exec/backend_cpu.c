@@ -2,6 +2,7 @@
 // and thread pool, exactly the CPU forward pass as it ran before the backend table (same calls in the same order, so
 // the logits are bit for bit those of before).
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -14,6 +15,85 @@
 
 static void matmul(kvt_context *c, const kvt_weight *w, const float *x, int64_t n, float *y) {
     kvt_matmul_par(c->pool, &w, &y, 1, x, n, c->qact);
+}
+
+// Decode's small steps inside the matmuls' pool jobs (kvt_mm_opts epilogues), so that no thread idles while the
+// caller runs them between two jobs. Each is element-wise, so every element sees the operations it saw as a
+// separate step, in the same order: the same bits.
+
+// The residual add of an output projection (wo, w_down) without a post-norm: x[t, r0..r1) += tmp[t, r0..r1) for
+// the rows a task just computed.
+typedef struct {
+    kvt_context *c;
+    int64_t n; // tokens
+} resid_fuse;
+
+static void resid_epi(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r1) {
+    (void)part, (void)chunk;
+    const resid_fuse *f = vctx;
+    const int64_t E = f->c->m->hp.n_embd;
+    for (int64_t t = 0; t < f->n; t++) kvt_vec_add_f32(f->c->x + t * E + r0, f->c->tmp + t * E + r0, r1 - r0);
+}
+
+// tmp = w in (in f32, or xq: already in w's dot type), then x += tmp inside the tasks when there is no post-norm;
+// returns whether it added.
+static bool matmul_resid(kvt_context *c, const kvt_weight *w, const float *in, const void *xq, int64_t n, const float *post) {
+    resid_fuse f = {c, n};
+    const kvt_mm_opts o = {post ? NULL : resid_epi, &f, 0, xq};
+    kvt_matmul_par_ex(c->pool, &w, &c->tmp, 1, in, n, c->qact, &o);
+    return !post;
+}
+
+// The gated activation of the FFN and the conversion of its rows into w_down's dot type, done by whichever of the
+// gate and up tasks of a row chunk ends second (the chunks of both are the same rows), in decode (n <= 4 tokens).
+typedef struct {
+    kvt_context *c;
+    int64_t n, F;                // tokens, n_ff
+    bool gelu;
+    const kvt_type_ops *dot;     // w_down's dot type
+    kvt_type dot_type;
+    int64_t dot_row;             // bytes of a converted row of F
+} glu_fuse;
+
+static void glu_epi(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r1) {
+    (void)part;
+    const glu_fuse *f = vctx;
+    kvt_context *c = f->c;
+    // acq_rel: the second sees the first's rows
+    if (atomic_fetch_add_explicit(&c->ffn_pair[chunk], 1, memory_order_acq_rel) == 0) return;
+    uint8_t *xq = c->qffn;
+    const int64_t off = kvt_row_size(f->dot_type, r0); // r0 is a multiple of the dot type's block (row_align)
+    for (int64_t t = 0; t < f->n; t++) {
+        float *g = c->gate + t * f->F + r0;
+        if (f->gelu) kvt_geglu_f32(g, c->up + t * f->F + r0, r1 - r0);
+        else kvt_swiglu_f32(g, c->up + t * f->F + r0, r1 - r0);
+        f->dot->from_float(g, xq + t * f->dot_row + off, r1 - r0);
+    }
+}
+
+// gate, up, the gated activation and w_down; returns whether w_down's output was added to x (matmul_resid).
+static bool ffn(kvt_context *c, const kvt_layer *L, int64_t n) {
+    const kvt_hparams *hp = &c->m->hp;
+    const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
+    float *gu_out[2] = {c->gate, c->up};
+    const bool gelu = hp->ffn_act == KVT_FFN_GEGLU;
+    const kvt_type_ops *wd = kvt_type_ops_get(L->w_down.type);
+    const kvt_type_ops *dot = wd ? kvt_type_ops_get(wd->vec_dot_type) : NULL;
+    int64_t blck = 0, bsize = 0;
+    const bool fuse = n <= KVT_FFN_FUSE_TOKENS && dot && dot->from_float && L->w_gate.type == L->w_up.type &&
+                      L->w_gate.rows == hp->n_ff &&
+                      L->w_gate.rows == L->w_up.rows && L->w_gate.cols == L->w_up.cols &&
+                      kvt_type_layout(wd->vec_dot_type, &blck, &bsize) && blck > 0 && hp->n_ff % blck == 0;
+    if (!fuse) {
+        kvt_matmul_par(c->pool, gu, gu_out, 2, c->xn, n, c->qact);
+        kvt_glu_par(c->pool, gelu, c->gate, c->up, n * hp->n_ff);
+        return matmul_resid(c, &L->w_down, c->gate, NULL, n, L->post_ffn_norm);
+    }
+    glu_fuse f = {c, n, hp->n_ff, gelu, dot, wd->vec_dot_type, kvt_row_size(wd->vec_dot_type, hp->n_ff)};
+    memset(c->ffn_pair, 0, (size_t)(hp->n_ff / 16 + 1) * sizeof *c->ffn_pair); // chunks are >= 16 rows
+    const kvt_mm_opts og = {glu_epi, &f, blck, NULL};
+    kvt_matmul_par_ex(c->pool, gu, gu_out, 2, c->xn, n, c->qact, &og);
+    return matmul_resid(c, &L->w_down, NULL, c->qffn, n, L->post_ffn_norm);
 }
 
 // Per-head RMS norm (qwen3) then rope, for one token's `heads` heads at x; cs = the token's rope table.
@@ -67,11 +147,66 @@ static void ew_range(void *vctx, int64_t t0, int64_t t1) {
     }
 }
 
+// EW_QK of decode inside the q/k/v job: the task that completes a q or k head's rows (the heads' row counts in
+// c->head_rows) adds its bias, norms and ropes it for every token; v's bias is added by the task of its rows.
+typedef struct {
+    kvt_context *c;
+    const kvt_layer *L;
+    int64_t n; // tokens
+} qk_fuse;
+
+static void qk_epi(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r1) {
+    (void)chunk;
+    const qk_fuse *f = vctx;
+    kvt_context *c = f->c;
+    const kvt_hparams *hp = &c->m->hp;
+    const kvt_layer *L = f->L;
+    const int64_t Q = L->wq.rows, K = L->wk.rows, V = L->wv.rows, hd = hp->head_dim;
+    if (part == 2) {
+        if (L->bv) {
+            for (int64_t t = 0; t < f->n; t++) kvt_vec_add_f32(c->v + t * V + r0, L->bv + r0, r1 - r0);
+        }
+        return;
+    }
+    float *y = part == 0 ? c->q : c->k;
+    const float *bias = part == 0 ? L->bq : L->bk, *norm = part == 0 ? L->q_norm : L->k_norm;
+    const int64_t ld = part == 0 ? Q : K;
+    _Atomic int *cnt = c->head_rows + (part == 0 ? 0 : hp->n_head);
+    for (int64_t h = r0 / hd; h * hd < r1; h++) {
+        const int64_t a = h * hd > r0 ? h * hd : r0, b = (h + 1) * hd < r1 ? (h + 1) * hd : r1;
+        // acq_rel: the task that completes the head sees the rows the others wrote
+        if (atomic_fetch_add_explicit(&cnt[h], (int)(b - a), memory_order_acq_rel) + (b - a) < hd) continue;
+        for (int64_t t = 0; t < f->n; t++) {
+            float *xh = y + t * ld + h * hd;
+            if (bias) kvt_vec_add_f32(xh, bias + h * hd, hd);
+            const float *cs = c->rope_cs + ((L->rope_local ? c->p.n_ubatch : 0) + t) * hp->n_rot;
+            qk_finish(c, xh, cs, 1, norm);
+        }
+    }
+}
+
 // Runs the element-wise stage `flags` over n tokens: two tokens per task at least, on the pool when
 // there are two such tasks, else on the caller.
 static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *norm, const float *post, int64_t n) {
     ew_job j = {c, L, norm, post, flags};
     kvt_par_ranges(c->pool, n, 2, ew_range, &j);
+}
+
+// q, k, v = wq|wk|wv xn, then EW_QK (in decode inside the job: qk_epi).
+static void qkv(kvt_context *c, const kvt_layer *L, int64_t n) {
+    const kvt_hparams *hp = &c->m->hp;
+    const kvt_weight *w[3] = {&L->wq, &L->wk, &L->wv};
+    float *y[3] = {c->q, c->k, c->v};
+    if (n > KVT_FFN_FUSE_TOKENS || L->wq.rows != (int64_t)hp->n_head * hp->head_dim ||
+        L->wk.rows != (int64_t)hp->n_head_kv * hp->head_dim) {
+        kvt_matmul_par(c->pool, w, y, 3, c->xn, n, c->qact);
+        ew_run(c, L, EW_QK, NULL, NULL, n);
+        return;
+    }
+    memset(c->head_rows, 0, (size_t)(hp->n_head + hp->n_head_kv) * sizeof *c->head_rows);
+    qk_fuse f = {c, L, n};
+    const kvt_mm_opts o = {qk_epi, &f, 0, NULL};
+    kvt_matmul_par_ex(c->pool, w, y, 3, c->xn, n, c->qact, &o);
 }
 
 
@@ -152,10 +287,7 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
     for (int32_t il = il0; il < il1; il++) {
         const kvt_layer *L = &m->layers[il];
         const kvt_attn_params ap = {hp->n_head, hp->attn_scale, KVT_ATTN_TILE, L->window};
-        const kvt_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
-        float *qkv_out[3] = {c->q, c->k, c->v};
-        kvt_matmul_par(c->pool, qkv, qkv_out, 3, c->xn, n, c->qact);
-        ew_run(c, L, EW_QK, NULL, NULL, n);
+        qkv(c, L, n);
         kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
         if (il + 1 == il1 && head && head->logits && head->n_out < n) { // the last layer past attention: output rows only
@@ -163,16 +295,12 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
             rows_out(c, head, n);
             n = head->n_out;
         }
-        matmul(c, &L->wo, c->att, n, c->tmp);
-        ew_run(c, NULL, EW_ADD | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
-        const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
-        float *gu_out[2] = {c->gate, c->up};
-        kvt_matmul_par(c->pool, gu, gu_out, 2, c->xn, n, c->qact);
-        kvt_glu_par(c->pool, hp->ffn_act == KVT_FFN_GEGLU, c->gate, c->up, n * hp->n_ff);
-        matmul(c, &L->w_down, c->gate, n, c->tmp);
+        const int add_o = matmul_resid(c, &L->wo, c->att, NULL, n, L->post_attn_norm) ? 0 : EW_ADD;
+        ew_run(c, NULL, add_o | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
+        const int add_d = ffn(c, L, n) ? 0 : EW_ADD;
         // residual, then the next layer's attention pre-norm in the same pass
-        if (il + 1 < il1) ew_run(c, NULL, EW_ADD | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
-        else ew_run(c, NULL, EW_ADD, NULL, L->post_ffn_norm, n);
+        if (il + 1 < il1) ew_run(c, NULL, add_d | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
+        else if (add_d) ew_run(c, NULL, add_d, NULL, L->post_ffn_norm, n);
     }
     // logits of the rows asked for: their normed rows packed at the start of xn (row k from row out[k] >= k; from
     // row k itself when the last layer already packed them, n == n_out)

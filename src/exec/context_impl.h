@@ -14,6 +14,10 @@ typedef struct {
     bool head;
 } kvt_stage;
 
+// Decode micro-batches of up to this many tokens run the FFN's gated activation inside the gate/up job
+// (backend_cpu.c).
+#define KVT_FFN_FUSE_TOKENS 4
+
 struct kvt_context {
     const kvt_model *m;
     kvt_context_params p;
@@ -32,6 +36,10 @@ struct kvt_context {
     float *up;     // [ub, n_ff]
     float *tmp;    // [ub, n_embd] projection output
     void *qact;    // kvt_matmul_scratch_bytes(max_width, ub): activations in the weights' dot types
+    void *qffn;    // kvt_matmul_scratch_bytes(n_ff, KVT_FFN_FUSE_TOKENS): decode's gated FFN activation in w_down's
+                   // dot type, written by the gate/up job's tasks (backend_cpu.c) while they still read qact
+    _Atomic int *head_rows; // [n_head + n_head_kv] rows of each q, then k head computed in decode's q/k/v job
+    _Atomic int *ffn_pair; // [n_ff / 16 + 1] per row chunk of gate/up: how many of the two are done (backend_cpu.c)
     float *rope_cs;// [2, ub, n_rot] cos/sin per token: global layers, then local (sliding-window) layers
     float *logits; // [logits_rows, n_vocab]
     int64_t logits_rows;

@@ -27,6 +27,7 @@ typedef struct {
     void *cvt_buf[2];
     int64_t cvt_row[2];
     int n_cvt;
+    const kvt_mm_opts *o; // epilogue (kvt_matmul_par_ex), or NULL
 } mm_job;
 
 static void cvt_task(void *vj, int64_t t, int thread) {
@@ -46,14 +47,33 @@ static void mm_task(void *vj, int64_t t, int thread) {
     int64_t r0 = (t - P->first) * P->chunk, r1 = r0 + P->chunk;
     if (r1 > P->w->rows) r1 = P->w->rows;
     kvt_matmul_rows(P->w->type, J->cols, P->w->data, r0, r1, P->xq, J->n_tok, P->y, P->w->rows);
+    if (J->o && J->o->epilogue) J->o->epilogue(J->o->ctx, i, t - P->first, r0, r1);
+}
+
+static int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        const int64_t r = a % b;
+        a = b, b = r;
+    }
+    return a;
 }
 
 void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
                     int64_t n_tok, void *scratch) {
-    mm_job J = {.n_part = n_out, .x = x, .n_tok = n_tok, .cols = w[0]->cols};
+    kvt_matmul_par_ex(pool, w, y, n_out, x, n_tok, scratch, NULL);
+}
+
+void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
+                       int64_t n_tok, void *scratch, const kvt_mm_opts *opts) {
+    mm_job J = {.n_part = n_out, .x = x, .n_tok = n_tok, .cols = w[0]->cols, .o = opts};
+    const bool given = opts && opts->xq; // the input comes converted
     uint8_t *buf = scratch;
     kvt_type dot_types[2];
     for (int i = 0; i < n_out; i++) {
+        J.part[i].w = w[i];
+        J.part[i].y = y[i];
+        J.part[i].xq = given ? opts->xq : NULL;
+        if (given) continue;
         kvt_type dt = kvt_type_ops_get(w[i]->type)->vec_dot_type;
         int k = 0;
         while (k < J.n_cvt && dot_types[k] != dt) k++;
@@ -64,12 +84,12 @@ void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *con
             J.cvt_buf[k] = buf + (size_t)k * (size_t)((J.cols * 4 + 64) * n_tok);
             J.n_cvt++;
         }
-        J.part[i].w = w[i];
-        J.part[i].y = y[i];
         J.part[i].xq = J.cvt_buf[k];
     }
     // a few rows of decode input are converted faster here than a dispatch costs
-    if (n_tok <= 4) {
+    if (given) {
+        // nothing to convert
+    } else if (n_tok <= 4) {
         for (int64_t t = 0; t < (int64_t)J.n_cvt * n_tok; t++) cvt_task(&J, t, 0);
     } else {
         kvt_threadpool_run(pool, cvt_task, &J, (int64_t)J.n_cvt * n_tok);
@@ -79,7 +99,8 @@ void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *con
     // in decode a task reads at least MIN_TASK_BYTES of weights (small models: each task
     // costs a dispatch and the activation's prep, more than its rows would take)
     const int nt = kvt_threadpool_n_threads(pool);
-    const int64_t per_thread = n_tok >= 16 ? 4 : 8, align = n_tok >= 16 ? 32 : 16;
+    const int64_t per_thread = n_tok >= 16 ? 4 : 8, align0 = n_tok >= 16 ? 32 : 16;
+    const int64_t ra = opts && opts->row_align > 1 ? opts->row_align : 1, align = align0 / gcd64(align0, ra) * ra; // lcm
     int64_t n_tasks = 0;
     for (int i = 0; i < n_out; i++) {
         int64_t chunk = w[i]->rows / ((int64_t)nt * per_thread);

@@ -24,4 +24,21 @@ int64_t kvt_matmul_scratch_bytes(int64_t max_cols, int64_t n_tok);
 void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
                     int64_t n_tok, void *scratch);
 
+// What kvt_matmul_par_ex adds: small element-wise steps run inside the product's own pool job, in the task that
+// produced their rows, instead of serially on the caller between two jobs (decode: backend_cpu.c's fusions).
+typedef struct {
+    // Called by the task that computed rows [r0, r1) of y[part] (every token's), right after them and concurrently
+    // with other tasks; chunk is the task's index among part's tasks. Parts whose weights have the same rows and
+    // row size are cut into the same chunks. NULL: none.
+    void (*epilogue)(void *ctx, int part, int64_t chunk, int64_t r0, int64_t r1);
+    void *ctx;
+    int64_t row_align; // every task's first row a multiple of this too (<= 1: only the kernels' own alignment)
+    const void *xq;    // non-NULL: the input, already in the dot type of every w[i] (all the same), as the conversion
+                       // would write it ([n_tok] rows of kvt_row_size(dot type, cols) bytes); x and scratch unused
+} kvt_mm_opts;
+
+// kvt_matmul_par with opts (NULL: as kvt_matmul_par). The products are the same bits whatever the options.
+void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
+                       int64_t n_tok, void *scratch, const kvt_mm_opts *opts);
+
 #endif
