@@ -243,8 +243,8 @@ KVT_VICTIM_INLINE void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
 // A fast-tier victim from the blocks a selection dropped (kv_paged.dl, in the order they were dropped), or -1. Every
 // policy evicts a dropped block first (next_use, evict_info), so the window search below would pick one where its
 // window holds one; but the window samples 256 of thousands of resident blocks, which holds none of the few dozen
-// dropped ones most of the time, and then evicted a block a later layer still needs after examining 256 blocks under the store's mutex
-// (tens of us per load at 8K). Oldest first: a block dropped long ago and not chosen since is the least likely to
+// dropped ones most of the time, and then evicted a block a later layer still needs after examining 256 blocks under
+// the store's mutex (tens of us per load at 8K). Oldest first: a block dropped long ago and not chosen since is the least likely to
 // come back (latest first read 8% more from disk; docs/log/SPARSE-log-2.md, "Where the readers' misses come from").
 // An entry is used only if its block is still dropped, in the fast tier, not held, and admitted as the window search
 // would admit it (plan rank and limit: kvt_evict_may_displace; clean where the policy prefers clean blocks); entries
