@@ -90,7 +90,7 @@ static bool ffn(kvt_context *c, const kvt_layer *L, int64_t n) {
         return matmul_resid(c, &L->w_down, c->gate, NULL, n, L->post_ffn_norm);
     }
     glu_fuse f = {c, n, hp->n_ff, gelu, dot, wd->vec_dot_type, kvt_row_size(wd->vec_dot_type, hp->n_ff)};
-    memset(c->ffn_pair, 0, (size_t)(hp->n_ff / 16 + 1) * sizeof *c->ffn_pair); // chunks are >= 16 rows
+    memset(c->ffn_pair, 0, (size_t)(hp->n_ff / KVT_MATMUL_MIN_CHUNK_ROWS + 1) * sizeof *c->ffn_pair);
     const kvt_mm_opts og = {glu_epi, &f, blck, NULL};
     kvt_matmul_par_ex(c->pool, gu, gu_out, 2, c->xn, n, c->qact, &og);
     return matmul_resid(c, &L->w_down, NULL, c->qffn, n, L->post_ffn_norm);

@@ -99,7 +99,8 @@ void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *
     // in decode a task reads at least MIN_TASK_BYTES of weights (small models: each task
     // costs a dispatch and the activation's prep, more than its rows would take)
     const int nt = kvt_threadpool_n_threads(pool);
-    const int64_t per_thread = n_tok >= 16 ? 4 : 8, align0 = n_tok >= 16 ? 32 : 16;
+    const int64_t per_thread = n_tok >= 16 ? 4 : 8;
+    const int64_t align0 = n_tok >= 16 ? 2 * KVT_MATMUL_MIN_CHUNK_ROWS : KVT_MATMUL_MIN_CHUNK_ROWS;
     const int64_t ra = opts && opts->row_align > 1 ? opts->row_align : 1, align = align0 / gcd64(align0, ra) * ra; // lcm
     int64_t n_tasks = 0;
     for (int i = 0; i < n_out; i++) {

@@ -24,6 +24,10 @@ int64_t kvt_matmul_scratch_bytes(int64_t max_cols, int64_t n_tok);
 void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
                     int64_t n_tok, void *scratch);
 
+// Every task of kvt_matmul_par(_ex) but a part's last covers a multiple of this many rows (more with row_align or
+// in prefill): per-chunk state of its callers needs at most rows / KVT_MATMUL_MIN_CHUNK_ROWS + 1 entries.
+#define KVT_MATMUL_MIN_CHUNK_ROWS 16
+
 // What kvt_matmul_par_ex adds: small element-wise steps run inside the product's own pool job, in the task that
 // produced their rows, instead of serially on the caller between two jobs (decode: backend_cpu.c's fusions).
 typedef struct {

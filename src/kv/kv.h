@@ -90,7 +90,7 @@ typedef struct {
     // their state then (KVT_HO_*). evicted_unread: blocks a prefetch loaded that were evicted from the fast tier
     // before any read; pf_noroom: queued prefetches not loaded because no resident block could go (the victim
     // search's limit: only blocks needed later than the one loaded).
-    int64_t handover[2][6];
+    int64_t handover[2][KVT_HO_COUNT];
     int64_t evicted_unread, pf_noroom;
     // The copy engine's disk batches (kv_paged_io.c): batches read, blocks in them, the wall time a copy thread took
     // to prepare them (victim searches and evictions, under the store's mutex) and to read them (one submission and
