@@ -46,6 +46,8 @@ typedef struct sengine {
     pthread_cond_t cv;
     sjob *inbox, *inbox_tail; // submitted, not yet in the scheduler
     sjob *jobs;               // in the scheduler
+    sjob *transit;            // the job the scheduler thread took from the inbox or the fetching list and has not yet
+                              // put in the job list or the fetching list (or ended): s_cancel marks it there too
     int32_t n_inbox;
     int64_t sched_waiting;    // jobs the scheduler has not admitted (as of its last iteration)
     bool stopping, cancel_pending;
@@ -139,6 +141,7 @@ static bool fetch_begin(sengine *e, sjob *j) {
     if (m < 0 || m >= nb || !(j->fj = kvt_prefix_fetch_start(e->fetch, j->prompt, m, nb))) return false;
     j->deadline_ms = kvt_time_ms() + e->fetch_wait_ms;
     pthread_mutex_lock(&e->mu);
+    if (e->transit == j) e->transit = NULL;
     j->next = NULL;
     sjob **tail = &e->fetching;
     while (*tail) tail = &(*tail)->next;
@@ -159,6 +162,7 @@ static void job_enter(sengine *e, sjob *j) {
         j->next = e->jobs;
         e->jobs = j;
     }
+    if (e->transit == j) e->transit = NULL; // a cancel from now on finds it in the job list, or it ends below
     pthread_mutex_unlock(&e->mu);
     kvt_sched_request rq = {j->prompt, j->p.n_prompt, j->p.max_tokens, j->p.sampling, j->p.n, !j->p.ignore_eos, j};
     kvt_err err = {0};
@@ -202,7 +206,7 @@ static void take_fetched(sengine *e) {
             const bool done = kvt_prefix_fetch_done(e->fetch, x->fj);
             if (x->cancelled || done || now >= x->deadline_ms) {
                 *pp = x->next;
-                j = x;
+                j = e->transit = x;
                 late = !x->cancelled && !done;
                 e->n_fetching--;
                 e->sched_waiting++;
@@ -232,16 +236,21 @@ static double fetch_deadline(const sengine *e) {
 // Moves the inbox into the scheduler and passes cancellations on. Scheduler thread; mu not held.
 static void take_inbox(sengine *e) {
     pthread_mutex_lock(&e->mu);
-    sjob *in = e->inbox;
-    e->inbox = e->inbox_tail = NULL;
-    e->sched_waiting += e->n_inbox; // waiting in the scheduler now (the next iteration counts them exactly)
-    e->n_inbox = 0;
     const bool cancels = e->cancel_pending;
     e->cancel_pending = false;
     pthread_mutex_unlock(&e->mu);
-    while (in) {
-        sjob *j = in;
-        in = in->next;
+    for (;;) { // one job at a time, in transit until it is in a list a cancel searches (or ended)
+        pthread_mutex_lock(&e->mu);
+        sjob *j = e->inbox;
+        if (j) {
+            e->inbox = j->next;
+            if (!e->inbox) e->inbox_tail = NULL;
+            e->n_inbox--;
+            e->sched_waiting++; // waiting in the scheduler now (the next iteration counts them exactly)
+            e->transit = j;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (!j) break;
         if (!fetch_begin(e, j)) job_enter(e, j);
     }
     take_fetched(e);
@@ -353,6 +362,7 @@ static void s_cancel(kvt_engine *base, uint64_t id) {
     sengine *e = (sengine *)base;
     pthread_mutex_lock(&e->mu);
     for (sjob *j = e->inbox; j; j = j->next) j->cancelled = j->cancelled || j->id == id;
+    if (e->transit && e->transit->id == id) e->transit->cancelled = true; // job_enter or take_fetched ends it
     for (sjob *j = e->fetching; j; j = j->next) {
         if (j->id == id) j->cancelled = e->fetch_ready = true; // the scheduler thread ends it
     }
