@@ -16,12 +16,11 @@
 // p = 0..3 a lane sums 16 products of one sub-block: |sum| <= 16 * 15 * 128 < 2^15, so it packs to
 // int16 exactly, and the scale is applied in the int16 x int16 dot (VPMADDWD / VPDPWSSD).
 
-// Software prefetch distance in bytes (0: none). Off: on Zen 4 the 18 prefetches per super-block cost more
-// than they hide (kq_decode_bench, one thread, TinyLlama shapes: AVX-512 20-23 GB/s with 4096, 26-28 without;
-// AVX2 17-23 -> 22-25; two threads no loss; docs/log/BENCHMARKS-kernels-2.md, 2026-11-29 kq6x8).
-#ifndef KQX8_PF
-#define KQX8_PF 0
-#endif
+// Software prefetch in the decode GEMV: kvt_kernels_prefetch() bytes ahead, per CPU (quant.h). None on AMD: on
+// Zen 4 the 18 prefetches per super-block cost more than they hide (kq_decode_bench, one thread, TinyLlama shapes:
+// AVX-512 20-23 GB/s with 4096, 26-28 without; AVX2 17-23 -> 22-25; two threads no loss;
+// docs/log/BENCHMARKS-kernels-2.md, 2026-11-29 kq6x8); on Intel they let the reads overlap the arithmetic (the
+// same log, intel11). Batches (2..8 tokens) none.
 
 #ifdef KVT_SIMD_AVX512
 #define KQX8_GEMV_FN kvt_q4kx8_gemv_avx512
@@ -118,7 +117,8 @@ int64_t kvt_q4kx8_gemm_scratch_avx512(int64_t n) { return kq_scratch(n, 0); }
 // Rows 8g .. 8g + 7 (the group at G) against NT <= X8_NT q8_K rows yb[t] (nb super-blocks each): Y[t * ldy + r].
 // The weights of a chunk are masked once for the NT tokens; each token's arithmetic is the one-token GEMV's.
 #define X8_NT 4
-INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, int NT, float *Y, int64_t ldy) {
+INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, int NT, float *Y, int64_t ldy,
+                        int64_t pf) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0);
     // scale words of sub-block j (add j to the index bytes): per 128-bit lane q (rows 2q, 2q + 1), the int16
     // pairs of packs(lo, hi) take (sc_j of row 2q) x2, (row 2q + 1) x2, then sub-block j + 1 likewise
@@ -129,9 +129,7 @@ INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *cons
     UNROLL for (int t = 0; t < NT; t++) acc[t] = macc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *in = G + b * KVT_X8_SB;
-#if KQX8_PF
-        UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + KQX8_PF + 64 * l, _MM_HINT_T0);
-#endif
+        if (pf) UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, _MM_HINT_T0);
         __m512i sc, mn;
         x8_scales(in, &sc, &mn);
         __m512i is[X8_NT];
@@ -173,10 +171,13 @@ INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *cons
     }
     UNROLL for (int t = 0; t < NT; t++) _mm256_storeu_ps(Y + t * ldy, _mm256_sub_ps(acc[t], macc[t]));
 }
-static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) { x8_group_nt(nb, G, &yb, 1, Y, 0); }
+static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) { x8_group_nt(nb, G, &yb, 1, Y, 0, 0); }
+static void x8_group_pf(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y, int64_t pf) {
+    x8_group_nt(nb, G, &yb, 1, Y, 0, pf);
+}
 #define X8_NT_FN(T) \
     static __attribute__((noinline)) void x8_group_t##T(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, float *Y, \
-                                                        int64_t ldy) { x8_group_nt(nb, G, yb, T, Y, ldy); }
+                                                        int64_t ldy) { x8_group_nt(nb, G, yb, T, Y, ldy, 0); }
 X8_NT_FN(2)
 X8_NT_FN(3)
 X8_NT_FN(4)
@@ -205,7 +206,7 @@ void kvt_q4kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, 
 
 #else
 
-static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) {
+INLINE void x8_group_body(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y, int64_t pf) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     // scale words of sub-block j (add j): per 128-bit lane (rows 2L, 2L + 1), dwords (row 2L, e = 0, 1), (row 2L + 1, ..)
     const __m256i shb = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128,
@@ -215,9 +216,7 @@ static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, flo
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *in = G + b * KVT_X8_SB;
         const kvt_block_q8_K *y = yb + b;
-#if KQX8_PF
-        UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + KQX8_PF + 64 * l, _MM_HINT_T0);
-#endif
+        if (pf) UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, _MM_HINT_T0);
         const __m256i H = x8_ld256(in + 1088);
         const __m256i hA = _mm256_and_si256(H, m4), hB = _mm256_and_si256(_mm256_srli_epi16(H, 4), m4);
         const __m256i LA = x8_ld256(in + 1024), LB = x8_ld256(in + 1056);
@@ -259,11 +258,19 @@ static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, flo
     }
     _mm256_storeu_ps(Y, _mm256_sub_ps(acc, macc));
 }
+static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) { x8_group_body(nb, G, yb, Y, 0); }
+static void x8_group_pf(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y, int64_t pf) {
+    x8_group_body(nb, G, yb, Y, pf);
+}
 
 #endif
 
 // Y[8g + r] for the groups g in [g0, g1) of the q4_K_x8 matrix W (n columns) against the q8_K row y.
 void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y) {
-    const int64_t nb = n / KVT_QK_K;
+    const int64_t nb = n / KVT_QK_K, pf = kvt_kernels_prefetch();
+    if (pf) {
+        for (int64_t g = g0; g < g1; g++) x8_group_pf(nb, (const uint8_t *)W + g * nb * KVT_X8_SB, y, Y + 8 * g, pf);
+        return;
+    }
     for (int64_t g = g0; g < g1; g++) x8_group(nb, (const uint8_t *)W + g * nb * KVT_X8_SB, y, Y + 8 * g);
 }

@@ -11,9 +11,8 @@
 // are one 16-byte load each, the nibbles four 32-byte loads, the activations' quads dword broadcasts: no
 // gathers, no per-row horizontal sums.
 
-#ifndef Q41X8_PF
-#define Q41X8_PF 0 // software prefetch distance in bytes (0: none)
-#endif
+// Software prefetch: kvt_kernels_prefetch() bytes ahead in the decode GEMV (per CPU: quant.h), none in batches (their
+// groups are read once per token, from L1/L2 after the first).
 
 #ifdef KVT_SIMD_AVX512
 #define Q41X8_MM_FN kvt_q41x8_mm_avx512
@@ -27,15 +26,17 @@ INLINE __m256i q41x8_bcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-// Y[0..8) for the group at G (nb blocks) against the q8_1 row y.
-static void q41x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_1 *y, float *Y) {
+// Y[0..8) for the group at G (nb blocks) against the q8_1 row y; the lines pf bytes ahead prefetched (0: none).
+INLINE void q41x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_1 *y, float *Y, int64_t pf) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 a[8], ms = _mm256_setzero_ps();
     UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, G += KVT_Q41X8_B, y++) {
-#if Q41X8_PF
-        UNROLL for (int l = 0; l < 3; l++) _mm_prefetch((const char *)G + Q41X8_PF + 64 * l, _MM_HINT_T0);
-#endif
+        if (pf) { // a block is 160 bytes: the 64-byte lines from pf to pf + 160 (one of them the next block's too)
+            _mm_prefetch((const char *)G + pf, _MM_HINT_T0);
+            _mm_prefetch((const char *)G + pf + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)G + pf + 128, _MM_HINT_T0);
+        }
         const __m256 D = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + 128))),
                                        _mm256_set1_ps(_cvtsh_ss(y->d)));
         ms = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + 144))), _mm256_set1_ps(_cvtsh_ss(y->s)),
@@ -57,8 +58,12 @@ static void q41x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_1 *y, f
 // rows X. Batches take the GEMV token by token per group (the group's rows then come from L1/L2): each output
 // is the GEMV's whatever the batch.
 void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy) {
-    const int64_t nb = n / KVT_QK;
+    const int64_t nb = n / KVT_QK, pf = n_tok == 1 ? kvt_kernels_prefetch() : 0;
+    if (pf) { // decode with prefetch (its own copy of the loop, so that the one without has no test per block)
+        for (int64_t g = g0; g < g1; g++) q41x8_group(nb, (const uint8_t *)W + g * nb * KVT_Q41X8_B, X, Y + 8 * g, pf);
+        return;
+    }
     for (int64_t g = g0; g < g1; g++)
         for (int64_t t = 0; t < n_tok; t++)
-            q41x8_group(nb, (const uint8_t *)W + g * nb * KVT_Q41X8_B, (const kvt_block_q8_1 *)X + t * nb, Y + t * ldy + 8 * g);
+            q41x8_group(nb, (const uint8_t *)W + g * nb * KVT_Q41X8_B, (const kvt_block_q8_1 *)X + t * nb, Y + t * ldy + 8 * g, 0);
 }

@@ -17,7 +17,14 @@
 //    (_mm512_reduce_add_ps(acc0 + acc1), gcc's tree, then + kvt_hsum8(cacc), + tail) are the same additions done
 //    lane-wise over the 8 rows.
 // Batches run the GEMV token by token per group (the group's rows then come from L1/L2): an output is the
-// GEMV's whatever the batch. (No software prefetch: 256-4096 bytes ahead measured no gain, docs/log/BENCHMARKS-kernels-2.md.)
+// GEMV's whatever the batch. Software prefetch in decode: kvt_kernels_prefetch() bytes ahead, per CPU (quant.h: none on
+// AMD, where 256-4096 bytes ahead measured no gain, docs/log/BENCHMARKS-kernels-2.md; Intel: the same log, intel11).
+
+// The 5 lines from pf bytes past a block (272 bytes) at B (pf 0: none).
+#define Q80X8_PREFETCH(B, pf)                                                                        \
+    do {                                                                                             \
+        if (pf) UNROLL for (int l_ = 0; l_ < 5; l_++) _mm_prefetch((const char *)(B) + (pf) + 64 * l_, _MM_HINT_T0); \
+    } while (0)
 
 #ifdef KVT_SIMD_AVX512
 #define Q80X8_MM_FN kvt_q80x8_mm_avx512
@@ -34,8 +41,8 @@ INLINE int64_t q80x8_ld64(const int8_t *p) {
 }
 
 #ifdef KVT_SIMD_AVX512
-// Y[0..8) for the group at G (nb blocks) against the prepared row P (x32_prep, WT_Q8_0).
-static void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y) {
+// Y[0..8) for the group at G (nb blocks) against the prepared row P (x32_prep, WT_Q8_0); prefetch pf bytes ahead.
+INLINE void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y, int64_t pf) {
     const int64_t nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;
     const float *pd = (const float *)P, *pc = pd + nbp;
     const int8_t *pq = (const int8_t *)(pc + nbp);
@@ -48,6 +55,7 @@ static void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y) {
         UNROLL for (int j = 0; j < 8; j++) {
             const uint8_t *B = G + (g + j) * KVT_Q80X8_B;
             const int8_t *y = pq + 32 * (g + j);
+            Q80X8_PREFETCH(B, pf);
             const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(B + 256)));
             cacc[j] = _mm256_fmadd_ps(dx, _mm256_set1_ps(pc[g + j]), cacc[j]);
             const __m512 D = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_mul_ps(dx, _mm256_set1_ps(pd[g + j]))));
@@ -63,6 +71,7 @@ static void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y) {
     __m256 tail = _mm256_setzero_ps();
     for (int64_t ib = nfull; ib < nb; ib++) { // x32_row's tail: tail += (dx * dy) * total, then tail += dx * c
         const uint8_t *B = G + ib * KVT_Q80X8_B;
+        Q80X8_PREFETCH(B, pf);
         const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(B + 256)));
         __m512i s = _mm512_setzero_si512();
         UNROLL for (int p = 0; p < 4; p++)
@@ -86,13 +95,14 @@ static void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y) {
     _mm256_storeu_ps(Y, _mm256_add_ps(_mm256_add_ps(main, hc), tail));
 }
 #else
-// Y[0..8) for the group at G (nb blocks) against the prepared row P (x32_prep, WT_Q8_0).
-static void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y) {
+// Y[0..8) for the group at G (nb blocks) against the prepared row P (x32_prep, WT_Q8_0); prefetch pf bytes ahead.
+INLINE void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y, int64_t pf) {
     const float *pd = (const float *)P;
     const int8_t *pq = (const int8_t *)(pd + 2 * nb_pad(nb));
     const __m256i ones = _mm256_set1_epi16(1), order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, G += KVT_Q80X8_B) {
+        Q80X8_PREFETCH(G, pf);
         __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; // rows 0-3, 4-7: lane 2r + h, quads 2P + h
         UNROLL for (int p = 0; p < 4; p++) {
             const __m256i yv = _mm256_set1_epi64x(q80x8_ld64(pq + 32 * b + 8 * p));
@@ -118,7 +128,12 @@ void Q80X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X
                  void *scratch) {
     const int64_t nb = n / KVT_QK, prs = x32_prep_size(n), xrs = nb * (int64_t)sizeof(kvt_block_q8_0);
     for (int64_t t = 0; t < n_tok; t++) x32_prep(n, (const char *)X + t * xrs, (char *)scratch + t * prs, WT_Q8_0);
+    const int64_t pf = n_tok == 1 ? kvt_kernels_prefetch() : 0;
+    if (pf) { // decode with prefetch (its own copy of the loop, so that the one without has no test per block)
+        for (int64_t g = g0; g < g1; g++) q80x8_group(nb, (const uint8_t *)W + g * nb * KVT_Q80X8_B, scratch, Y + 8 * g, pf);
+        return;
+    }
     for (int64_t g = g0; g < g1; g++)
         for (int64_t t = 0; t < n_tok; t++)
-            q80x8_group(nb, (const uint8_t *)W + g * nb * KVT_Q80X8_B, (const char *)scratch + t * prs, Y + t * ldy + 8 * g);
+            q80x8_group(nb, (const uint8_t *)W + g * nb * KVT_Q80X8_B, (const char *)scratch + t * prs, Y + t * ldy + 8 * g, 0);
 }

@@ -813,6 +813,36 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
     return old;
 }
 
+#ifndef KVT_PF_INTEL
+#define KVT_PF_INTEL 2048
+#endif
+static int64_t detect_prefetch(void) {
+    int64_t pf = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    // "GenuineIntel": EBX, EDX, ECX of leaf 0
+    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pf = KVT_PF_INTEL;
+#endif
+    const char *e = getenv("KVT_PREFETCH");
+    if (e && *e) {
+        char *end;
+        const long long v = strtoll(e, &end, 10);
+        if (!*end && v >= 0 && v <= 65536) pf = (int64_t)v / 64 * 64;
+    }
+    return pf;
+}
+static _Atomic int64_t g_prefetch = -1;
+int64_t kvt_kernels_prefetch(void) {
+    int64_t v = atomic_load_explicit(&g_prefetch, memory_order_relaxed);
+    if (v < 0) atomic_store_explicit(&g_prefetch, v = detect_prefetch(), memory_order_relaxed);
+    return v;
+}
+int64_t kvt_kernels_set_prefetch(int64_t bytes) {
+    const int64_t old = kvt_kernels_prefetch();
+    atomic_store_explicit(&g_prefetch, (bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes) / 64 * 64, memory_order_relaxed);
+    return old;
+}
+
 const char *kvt_isa_name(kvt_isa isa) {
     switch (isa) {
     case KVT_ISA_SCALAR: return "scalar";

@@ -11,7 +11,9 @@
 //   stream - the same tasks reading the same bytes with 256-bit loads (XOR-reduced), nothing computed
 //   probe  - kvt_measure_read_bw (kvtier bench's DRAM probe: 512 MiB in 64 KiB chunks), once per type
 // and prints GB/s of each and gemv as a share of stream and of probe. Timings are wall time: run under
-// /work/quiet (or on an idle machine).
+// /work/quiet (or on an idle machine). The x8 decode GEMVs' software prefetch distance is the CPU's
+// (kvt_kernels_prefetch: 0 on AMD, 2048 bytes on Intel); KVT_PREFETCH=BYTES sets another, to compare.
+// Types: -T q4_1_x8, q8_0_x8, f16, q8_0, ... as well (the repacked ones packed as the model loader does).
 
 #include <immintrin.h>
 #include <stdio.h>
@@ -99,8 +101,9 @@ int main(int argc, char **argv) {
     kvt_threadpool *pool;
     kvt_err err;
     if (kvt_threadpool_init(nth, &pool, &err) != KVT_OK) return fprintf(stderr, "pool: %s\n", err.msg), 1;
-    printf("isa %s, %d thread(s), %lld MiB of copies per case, %s pages\n", kvt_isa_name(kvt_kernels_isa()), nth,
-           (long long)mib, huge ? "huge (madvise)" : "4 KiB");
+    printf("isa %s, %d thread(s), %lld MiB of copies per case, %s pages, x8 decode prefetch %lld bytes\n",
+           kvt_isa_name(kvt_kernels_isa()), nth, (long long)mib, huge ? "huge (madvise)" : "4 KiB",
+           (long long)kvt_kernels_prefetch());
     printf("%-8s %-5s %12s %9s %9s %9s %8s %8s\n", "type", "shape", "rows x cols", "gemv", "stream", "probe",
            "%stream", "%probe");
     const double probe = kvt_measure_read_bw(pool, (int64_t)512 << 20, 5) / 1e9;
