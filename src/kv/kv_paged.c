@@ -673,7 +673,7 @@ static void *io_main(void *arg) {
         }
         // sleep with nothing queued, or while more threads are awake than the queue wants (kvp_io_target)
         // (asleep until it takes a wake token: kvp_queue_wake hands out no more tokens than threads asleep)
-        while (!s->stop && ((s->q_len == 0 && s->clean_want == 0) || s->n_io_awake > kvp_io_target(s))) {
+        while (!s->stop && (s->q_len == 0 || s->n_io_awake > kvp_io_target(s))) {
             s->n_io_awake--;
             while (!s->stop && s->io_tokens == 0) pthread_cond_wait(&s->qcv, &s->mu);
             if (s->io_tokens > 0) s->io_tokens--;
@@ -681,13 +681,7 @@ static void *io_main(void *arg) {
         }
         if (s->stop) break;
         if (c0 < 0) c0 = kvt_thread_cpu_ns();
-        if (s->q_len == 0) { // nothing queued: the dropped blocks the next late batches evict get disk copies
-            const int64_t want = s->clean_want;
-            s->clean_want = 0;
-            kvp_clean_victims(s, want);
-        } else if (!kvp_queue_take_disk(s)) {
-            queue_take(s); // disk loads in a batch (kv_paged_io.c), else one entry
-        }
+        if (!kvp_queue_take_disk(s)) queue_take(s); // disk loads in a batch (kv_paged_io.c), else one entry
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -741,9 +735,8 @@ bool kvt_kv_paged_help(void *kv) {
 // switches per serving iteration at rho 5, docs/log/BENCHMARKS-serve.md). A block only on disk waits for the device instead,
 // so each such block queued may keep one more thread at work.
 int64_t kvp_io_target(const kv_paged *s) {
-    const int64_t clean = s->clean_want > 0; // a write of dropped blocks ahead of their eviction: one thread
-    int64_t n = s->io_mem + s->q_disk + clean;
-    if (n > s->q_len + clean) n = s->q_len + clean;
+    int64_t n = s->io_mem + s->q_disk;
+    if (n > s->q_len) n = s->q_len;
     return n < s->n_io ? n : s->n_io;
 }
 
@@ -1430,7 +1423,7 @@ void kvt_kv_paged_drain(kvt_kv *kv) {
     kv_paged *s = (kv_paged *)kv;
     if (kv->ops != &kvp_ops) return;
     pthread_mutex_lock(&s->mu);
-    while (s->n_io > 0 && (s->q_len > 0 || s->n_io_busy > 0 || s->clean_want > 0)) {
+    while (s->n_io > 0 && (s->q_len > 0 || s->n_io_busy > 0)) {
         if (s->io_mem == 0 && s->q_len > 0) readers_take(s, INT64_MAX); // no copy thread takes them: the caller does
         else pthread_cond_wait(&s->cv, &s->mu);
     }

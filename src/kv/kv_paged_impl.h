@@ -92,7 +92,6 @@ typedef struct {
     pthread_t late_owner;
     int64_t *late_ids;     // [cap_late] collected for kvt_kv_paged_prefetch_end
     int64_t n_late, cap_late;
-    int64_t clean_want;    // dropped blocks a copy thread gives disk copies ahead of their eviction (kvp_clean_victims)
     int64_t *dl;           // [cap_dl] ring from dl_head: blocks a selection dropped while in the fast tier
     int64_t dl_head, n_dl, cap_dl; // (kvt_kv_paged_set_selected), the fast tier's first victims in that order
                                    // (kv_paged.c dropped_victim); checked when taken
@@ -147,8 +146,9 @@ bool kvp_queue_take_disk(kv_paged *s);
 // when they are read. Without a ring it does nothing. Releases the mutex while reading.
 void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n);
 // Gives the fast tier's next `need` victims from the dropped list (kv_paged.c dropped_victim) that have no disk copy
-// one, written together (kv_paged_io.c): their eviction then only drops the fast-tier copy. Releases the mutex while
-// writing. Nothing without a ring, with a host tier, or with a policy that prefers clean victims.
+// one, written together (kv_paged_io.c; at most KVT_TIER_READ_MANY): their eviction then only drops the fast-tier
+// copy. Releases the mutex while writing. Nothing without a ring, with a host tier, or with a policy that prefers
+// clean victims.
 void kvp_clean_victims(kv_paged *s, int64_t need);
 bool kvp_dirty_victims(const kv_paged *s, int64_t need); // whether one of those has no disk copy
 void kvp_queue_wake(kv_paged *s);

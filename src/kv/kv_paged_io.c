@@ -176,8 +176,10 @@ bool kvp_dirty_victims(const kv_paged *s, int64_t need) {
 // copies before a batch evicts them: those without one (written in the fast tier and never on disk: a restored or
 // prefilled context's blocks, evicted for the first time) are written together, one submission and one wait, instead
 // of one synchronous write per victim inside the batch's preparation (each a device round trip on the critical path of
-// kvp_load_disk_now). kvp_load_disk_now runs it for its own victims; kvt_kv_paged_prefetch_end then has a copy thread
-// run it for the next ones (clean_want: the next layers' victims, written while the readers attend). The eviction then
+// kvp_load_disk_now). kvp_load_disk_now runs it when one of its own victims has no disk copy, for KVT_TIER_READ_MANY
+// victims: its own and the next ones (the next layers'), so that the next batches find theirs written (a write
+// submission every few layers instead of one write per victim; no other thread is woken for it, which on 2 vCPUs
+// preempted the compute threads: Quest's selection stall rose, docs/log/SPARSE-log-2.md). The eviction then
 // only drops the fast-tier copy. Which blocks are evicted does not change (with a disk copy a block is chosen as
 // without one: this runs only for policies that do not prefer clean victims, where dropped_victim takes the list in
 // order); the blocks written are those the evictions would write (moved T0 -> T2, counted here instead of in the
@@ -246,7 +248,9 @@ void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n) {
     if (!s->tier[T2].ring) return;
     int64_t need = 0; // the loads below, less the fast tier's free slots: the victims they take
     for (int64_t i = 0; i < n; i++) need += !s->blk[ids[i]].queued && disk_load(s, ids[i]);
-    kvp_clean_victims(s, need - (s->tier[T0].max_slots - s->tier[T0].n_used));
+    need -= s->tier[T0].max_slots - s->tier[T0].n_used;
+    // one of them without a disk copy: it and the next victims without one (the next layers') written together
+    if (need > 0 && kvp_dirty_victims(s, need)) kvp_clean_victims(s, need > KVT_TIER_READ_MANY ? need : KVT_TIER_READ_MANY);
     disk_batch b;
     b.n = 0;
     b.p0 = kvt_time_ns();

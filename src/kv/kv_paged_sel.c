@@ -49,8 +49,6 @@ void kvt_kv_paged_prefetch_end(kvt_kv *kv) {
             const pblock *B = &s->blk[s->late_ids[i]];
             if (B->refs > 0 && B->slot[T0] < 0 && !B->busy && !B->queued) kvp_queue_push(s, s->late_ids[i]);
         }
-        // the victims of the next late batches (the next layers') get their disk copies meanwhile, off this path
-        if (s->n_late > 0 && s->n_io > 0 && kvp_dirty_victims(s, KVT_TIER_READ_MANY)) s->clean_want = KVT_TIER_READ_MANY;
         s->n_late = 0;
         kvp_queue_wake(s);
     }
