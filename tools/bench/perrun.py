@@ -51,4 +51,4 @@ for name in sorted(runs, key=lambda n: (n.split("@")[0] != a.base, n)):
 print()
 for name, r in summary:
     ok = sum(x >= a.goal for x in r)
-    print(f"{name}: {ok} of {len(r)} runs >= {a.goal}x {a.base} (lowest {min(r):.2f}x, median {statistics.median(r):.2f}x)")
+    print(f"{name}: {ok} of {len(r)} runs >= {a.goal}x {a.base} (lowest {min(r):.3f}x, median {statistics.median(r):.3f}x)")
