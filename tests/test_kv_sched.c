@@ -657,6 +657,78 @@ static void late_batch(const char *disk) {
     kvt_kv_free(kv);
 }
 
+// The victims a late batch takes (the blocks a selection dropped) that have no disk copy are written first, together
+// (kv_paged_io.c clean_victims), then only dropped: a sequence of 16 blocks per layer written into a fast tier of 12
+// (spread: the blocks evicted while it is written go to disk one by one; the 12 left resident have no disk copy);
+// a selection that drops every block of both layers; then a late hand-over of layer 0's blocks that are only on disk,
+// read by kvt_kv_paged_prefetch_end. Each load evicts one dropped block; those and the dropped blocks after them (the
+// next victims) are written before in one submission: every fast -> disk move is one of these writes, the loads hit
+// after, and every block reads back exactly (the written ones through their CRC). With the submission's 2nd write
+// (a victim of this batch) failed by injection: that victim stays without a disk copy and its eviction writes it as
+// before (no error; the same moves, one block fewer written together, the same data).
+static void late_batch_dirty(const char *disk) {
+    const char *name = "kv_sched: a late batch's victims without a disk copy are written together first (then dropped), "
+                       "an injected write failure written again by the eviction";
+    int64_t moved[2] = {0}, cleaned[2] = {0}, cbatches[2] = {0}, loads[2] = {0}, hits[2] = {0};
+    bool exact[2] = {false, false};
+    kvt_err err = {0};
+    kvt_status st = KVT_OK;
+    int64_t w0 = 0; // disk writes while the sequence is written (each a fast -> disk move)
+    for (int f = 0; f < 2 && !st; f++) {
+        kvt_kv *kv = NULL;
+        kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 12, 0);
+        p.disk_dir = disk;
+        p.n_io_threads = 1;
+        p.evict = "spread";
+        p.fault_write_at = f ? w0 + 2 : 0;
+        st = kvt_kv_paged_init(&p, &kv, &err);
+        if (!st && strcmp(kvt_kv_paged_disk_engine(kv), "io_uring") != 0) {
+            kvt_kv_free(kv);
+            test_skip(name, "no io_uring");
+            return;
+        }
+        if (!st) st = fill(kv, 0, 1, 0, 64, &err);
+        kvt_kv_paged_drain(kv);
+        for (int l = 0; !st && l < NL; l++) {
+            kvt_kv_paged_set_caller_prefetch(kv, 0, l, true);
+            kvt_kv_paged_set_selected(kv, 0, l, 0, NULL, 0);
+        }
+        kvt_kv_view w;
+        if (!st && !(st = kv->ops->acquire(kv, 0, 0, 0, 0, &w, &err))) kv->ops->release(kv, 0, 0, 0, 0); // readers at layer 0
+        kvt_kv_paged_drain(kv);
+        kvt_kv_stats a, b, c;
+        kvt_kv_get_stats(kv, &a);
+        if (!f) w0 = a.moved_count[KVT_TIER_FAST][KVT_TIER_DISK];
+        const int64_t late[4] = {1, 2, 3, 4}; // written first, evicted while the rest was written: on disk
+        const int nl = 4;
+        if (!st) {
+            kvt_kv_paged_prefetch_begin(kv);
+            kvt_kv_paged_prefetch(kv, 0, 0, 0, late, nl);
+            kvt_kv_paged_prefetch_end(kv);
+        }
+        kvt_kv_get_stats(kv, &b);
+        const int64_t absent = b.handover[1][KVT_HO_ABSENT] - a.handover[1][KVT_HO_ABSENT];
+        for (int i = 0; i < nl && !st && absent > 0; i++) {
+            if (!(st = kv->ops->acquire(kv, 0, 0, 0, late[i], &w, &err))) kv->ops->release(kv, 0, 0, 0, late[i]);
+        }
+        kvt_kv_get_stats(kv, &c);
+        moved[f] = b.moved_count[KVT_TIER_FAST][KVT_TIER_DISK] - a.moved_count[KVT_TIER_FAST][KVT_TIER_DISK];
+        cleaned[f] = b.io_clean_blocks - a.io_clean_blocks;
+        cbatches[f] = b.io_clean_batches - a.io_clean_batches;
+        loads[f] = b.moved_count[KVT_TIER_DISK][KVT_TIER_FAST] - a.moved_count[KVT_TIER_DISK][KVT_TIER_FAST];
+        hits[f] = c.misses == b.misses ? c.hits - b.hits : -1;
+        exact[f] = !st && holds(kv, 0, 1, 64);
+        kvt_kv_free(kv);
+    }
+    const bool ok = !st && loads[0] == 4 && moved[0] == cleaned[0] && cleaned[0] > loads[0] && cbatches[0] == 1 &&
+                    hits[0] == 4 && exact[0] && loads[1] == loads[0] && moved[1] == moved[0] && cleaned[1] == cleaned[0] - 1 &&
+                    cbatches[1] == 1 && hits[1] == 4 && exact[1];
+    test_result(ok, name, "%s loads %lld/%lld, fast->disk %lld/%lld, written together %lld/%lld in %lld/%lld submissions, hits after %lld/%lld, exact %d%d",
+                st ? err.msg : "", (long long)loads[0], (long long)loads[1], (long long)moved[0], (long long)moved[1],
+                (long long)cleaned[0], (long long)cleaned[1], (long long)cbatches[0], (long long)cbatches[1],
+                (long long)hits[0], (long long)hits[1], exact[0], exact[1]);
+}
+
 void test_kv_sched(const test_env *env) {
     (void)env;
     block_io();
@@ -666,7 +738,7 @@ void test_kv_sched(const test_env *env) {
     dropped_outside_window();
     char dir[] = "/tmp/kvt_test_kvsched_XXXXXX";
     const char *disk = mkdtemp(dir);
-    if (disk) plan_two_hops(disk), disk_batch(disk), late_batch(disk);
+    if (disk) plan_two_hops(disk), disk_batch(disk), late_batch(disk), late_batch_dirty(disk);
     else test_skip("kv_sched: plan and batches with a disk tier", "cannot create a directory in /tmp");
     if (disk) rmdir(disk);
     plan_evict();

@@ -97,6 +97,9 @@ typedef struct {
     // the wait for all of its reads).
     int64_t io_batches, io_batch_blocks;
     double io_batch_prep_ms, io_batch_read_ms;
+    // Victims a batch read on the caller's thread (kvt_kv_paged_prefetch_end) would evict without a disk copy, written
+    // before it in one submission (kv_paged_io.c clean_victims): submissions, and blocks written by them.
+    int64_t io_clean_batches, io_clean_blocks;
     // Fast-tier victims taken from the blocks a selection dropped (kvt_kv_paged_set_selected; no search), and victim
     // searches of the fast tier over a window of resident blocks.
     int64_t evict_dropped, evict_searched;

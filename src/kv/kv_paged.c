@@ -1303,6 +1303,7 @@ kvt_status kvt_kv_paged_init(const kvt_kv_paged_params *p, kvt_kv **out, kvt_err
     if (!st && p->disk_dir) {
         st = kvt_tier_disk_init(&s->tier[T2], p->disk_dir, p->disk_max, s->block_bytes, p->keep_files, p->no_uring, err);
         s->tier[T2].fail_read_at = p->fault_read_at;
+        s->tier[T2].fail_write_at = p->fault_write_at;
     }
     int32_t seq0;
     if (!st) st = seq_alloc(s, &seq0, err);

@@ -51,6 +51,7 @@ typedef struct {
                             // read is a submission and a wait of its own); needs io_uring (else one at a time)
     bool keep_files;        // leave the disk file in disk_dir (else unlinked as soon as it is created)
     int64_t fault_read_at;  // tests: the n-th disk read fails with EIO (0: never)
+    int64_t fault_write_at; // tests: the n-th disk write fails with EIO (0: never)
     bool no_uring;          // disk I/O with pread/pwrite even where io_uring works (also: env KVT_NO_URING=1)
     const int32_t *layer_window; // [n_layer] attention window of each layer in positions (0: whole context),
                                  // or NULL (every layer global); copied at init

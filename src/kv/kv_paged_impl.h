@@ -145,6 +145,12 @@ bool kvp_queue_take_disk(kv_paged *s);
 // thread, as a copy thread's batches do (the same victims and counts), KVT_TIER_READ_MANY per submission; returns
 // when they are read. Without a ring it does nothing. Releases the mutex while reading.
 void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n);
+// Gives the fast tier's next `need` victims from the dropped list (kv_paged.c dropped_victim) that have no disk copy
+// one, written together (kv_paged_io.c; at most KVT_TIER_READ_MANY): their eviction then only drops the fast-tier
+// copy. Releases the mutex while writing. Nothing without a ring, with a host tier, or with a policy that prefers
+// clean victims.
+void kvp_clean_victims(kv_paged *s, int64_t need);
+bool kvp_dirty_victims(const kv_paged *s, int64_t need); // whether one of those has no disk copy
 void kvp_queue_wake(kv_paged *s);
 int64_t kvp_io_target(const kv_paged *s); // copy threads the queue wants at work (io_mem, one more per disk block)
 // Blocks and sequences.

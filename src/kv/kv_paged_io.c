@@ -154,8 +154,103 @@ bool kvp_queue_take_disk(kv_paged *s) {
     return true;
 }
 
+// Whether a dropped block is one of the fast tier's next victims (the test dropped_victim takes them by).
+static bool dl_victim(const pblock *B) { return B->dropped && B->refs == 1 && B->slot[T0] >= 0 && !B->busy && B->pins == 0; }
+
+static bool clean_applies(const kv_paged *s) {
+    return s->tier[T2].ring && !s->tier[T1].present && !s->pol->clean_first && s->n_dl > 0;
+}
+
+bool kvp_dirty_victims(const kv_paged *s, int64_t need) {
+    if (!clean_applies(s)) return false;
+    for (int64_t i = 0, seen = 0; i < s->n_dl && seen < need; i++) {
+        const pblock *B = &s->blk[s->dl[(s->dl_head + i) % s->cap_dl]];
+        if (!dl_victim(B)) continue;
+        seen++;
+        if (B->slot[T1] < 0 && B->slot[T2] < 0) return true;
+    }
+    return false;
+}
+
+// The fast tier's first victims for `need` loads, the dropped list's head (kv_paged.c dropped_victim), get their disk
+// copies before a batch evicts them: those without one (written in the fast tier and never on disk: a restored or
+// prefilled context's blocks, evicted for the first time) are written together, one submission and one wait, instead
+// of one synchronous write per victim inside the batch's preparation (each a device round trip on the critical path of
+// kvp_load_disk_now). kvp_load_disk_now runs it when one of its own victims has no disk copy, for KVT_TIER_READ_MANY
+// victims: its own and the next ones (the next layers'), so that the next batches find theirs written (a write
+// submission every few layers instead of one write per victim; no other thread is woken for it, which on 2 vCPUs
+// preempted the compute threads: Quest's selection stall rose, docs/log/SPARSE-log-2.md). The eviction then
+// only drops the fast-tier copy. Which blocks are evicted does not change (with a disk copy a block is chosen as
+// without one: this runs only for policies that do not prefer clean victims, where dropped_victim takes the list in
+// order); the blocks written are those the evictions would write (moved T0 -> T2, counted here instead of in the
+// eviction), only earlier, except one re-selected before its eviction: it stays resident with its disk copy (written
+// where it would not have been; a later append drops the copy, as for any block). The blocks are busy while written (pins 0: no reader or writer holds them; pin_block waits).
+// A write that fails leaves its block as it was: its eviction writes it again and reports an error there as before.
+void kvp_clean_victims(kv_paged *s, int64_t need) {
+    kvt_tier_store *D = &s->tier[T2];
+    if (need <= 0 || !clean_applies(s)) return;
+    if (need > KVT_TIER_READ_MANY) need = KVT_TIER_READ_MANY;
+    int64_t ids[KVT_TIER_READ_MANY], slot[KVT_TIER_READ_MANY];
+    const void *src[KVT_TIER_READ_MANY];
+    void *bounce[KVT_TIER_READ_MANY];
+    uint32_t crc[KVT_TIER_READ_MANY];
+    kvt_status st[KVT_TIER_READ_MANY];
+    kvt_err err[KVT_TIER_READ_MANY];
+    int n = 0;
+    for (int64_t i = 0, seen = 0; i < s->n_dl && seen < need; i++) {
+        const int64_t id = s->dl[(s->dl_head + i) % s->cap_dl];
+        pblock *B = &s->blk[id];
+        if (!dl_victim(B)) continue; // not a victim
+        seen++;
+        if (B->slot[T1] >= 0 || B->slot[T2] >= 0) continue; // clean already
+        const int64_t ds = kvt_tier_alloc(D);
+        if (ds < 0) break; // the disk tier is full: the evictions make room as before
+        const uint8_t *sp = kvt_tier_ptr(&s->tier[T0], B->slot[T0]);
+        const bool direct = D->slot_bytes == D->data_bytes && (uintptr_t)sp % 4096 == 0;
+        void *bb = direct ? NULL : kvp_bounce_get(s);
+        if (!direct && !bb) {
+            kvt_tier_release(D, ds);
+            break;
+        }
+        B->busy = true; // nobody evicts, reads into or writes it meanwhile
+        ids[n] = id, slot[n] = ds, src[n] = sp, bounce[n] = bb;
+        n++;
+    }
+    if (n == 0) return;
+    s->n_io_busy++; // kvt_kv_paged_drain waits for it
+    pthread_mutex_unlock(&s->mu);
+    const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
+    kvt_tier_disk_write_many(D, n, slot, src, bounce, crc, st, err);
+    const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = (double)(kvt_thread_cpu_ns() - c0) / 1e6;
+    kvp_lock_timed(s);
+    s->st.copy_cpu_ms += cpu_ms;
+    s->st.io_clean_batches++;
+    for (int i = 0; i < n; i++) {
+        if (bounce[i]) kvp_bounce_put(s, bounce[i]);
+        pblock *B = &s->blk[ids[i]];
+        if (st[i]) {
+            kvt_tier_release(D, slot[i]);
+        } else {
+            B->slot[T2] = slot[i];
+            B->crc = crc[i];
+            s->st.io_clean_blocks++;
+            s->st.moved_bytes[T0][T2] += s->block_bytes;
+            s->st.moved_count[T0][T2]++;
+            s->st.moved_ms[T0][T2] += ms / n;
+        }
+        B->busy = false;
+    }
+    s->n_io_busy--;
+    pthread_cond_broadcast(&s->cv);
+}
+
 void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n) {
     if (!s->tier[T2].ring) return;
+    int64_t need = 0; // the loads below, less the fast tier's free slots: the victims they take
+    for (int64_t i = 0; i < n; i++) need += !s->blk[ids[i]].queued && disk_load(s, ids[i]);
+    need -= s->tier[T0].max_slots - s->tier[T0].n_used;
+    // one of them without a disk copy: it and the next victims without one (the next layers') written together
+    if (need > 0 && kvp_dirty_victims(s, need)) kvp_clean_victims(s, need > KVT_TIER_READ_MANY ? need : KVT_TIER_READ_MANY);
     disk_batch b;
     b.n = 0;
     b.p0 = kvt_time_ns();

@@ -158,17 +158,28 @@ static bool direct_ok(const kvt_tier_store *t, const void *p) {
     return t->slot_bytes == t->data_bytes && (uintptr_t)p % DISK_ALIGN == 0;
 }
 
-kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src, void *bounce, uint32_t *crc,
-                               const char *what, kvt_err *err) {
-    const uint8_t *buf = src; // [slot_bytes] what goes to disk: the block itself when O_DIRECT can take it
-    if (!direct_ok(t, src)) {
-        memcpy(bounce, src, (size_t)t->data_bytes);
-        if (t->slot_bytes > t->data_bytes) memset((uint8_t *)bounce + t->data_bytes, 0, (size_t)(t->slot_bytes - t->data_bytes));
-        buf = bounce;
+// What goes to disk for src: the block itself when O_DIRECT can take it, else bounce (the data, zero padded).
+static const uint8_t *write_buf(const kvt_tier_store *t, const void *src, void *bounce) {
+    if (direct_ok(t, src)) return src;
+    memcpy(bounce, src, (size_t)t->data_bytes);
+    if (t->slot_bytes > t->data_bytes) memset((uint8_t *)bounce + t->data_bytes, 0, (size_t)(t->slot_bytes - t->data_bytes));
+    return bounce;
+}
+
+// A disk write's start: counts it and fails it where a test injects a failure (fail_write_at).
+static kvt_status write_begin(kvt_tier_store *t, off_t off, const char *what, kvt_err *err) {
+    int64_t nw = atomic_fetch_add(&t->n_writes, 1) + 1;
+    if (t->fail_write_at > 0 && nw == t->fail_write_at) {
+        return kvt_errorf(err, KVT_ERR_IO, "KV disk write of %s to %s at offset %lld failed: %s (injected)", what, t->path,
+                          (long long)off, strerror(EIO));
     }
-    *crc = kvt_crc32c(0, src, (size_t)t->data_bytes);
-    const off_t off = (off_t)slot * t->slot_bytes;
-    int64_t done = 0;
+    return KVT_OK;
+}
+
+// The rest of a write of buf [slot_bytes] to the slot at `off` from byte `done` on (one pwrite or ring request at a
+// time).
+static kvt_status write_finish(kvt_tier_store *t, off_t off, const uint8_t *buf, int64_t done, const char *what,
+                               kvt_err *err) {
     while (done < t->slot_bytes) {
         ssize_t w = disk_rw(t, true, (uint8_t *)buf + done, (size_t)(t->slot_bytes - done), off + done);
         if (w < 0 && errno == EINTR) continue;
@@ -181,6 +192,15 @@ kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src,
         done += w;
     }
     return KVT_OK;
+}
+
+kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src, void *bounce, uint32_t *crc,
+                               const char *what, kvt_err *err) {
+    const uint8_t *buf = write_buf(t, src, bounce);
+    *crc = kvt_crc32c(0, src, (size_t)t->data_bytes);
+    const off_t off = (off_t)slot * t->slot_bytes;
+    kvt_status st = write_begin(t, off, what, err);
+    return st ? st : write_finish(t, off, buf, 0, what, err);
 }
 
 // The block's name in a read's error message: `what`, or (NULL: a batch read) its disk slot, formatted into buf [40]
@@ -265,6 +285,42 @@ void kvt_tier_disk_read_many(kvt_tier_store *t, int n, const int64_t *slot, void
             if (st[i]) continue;
             uint8_t *buf = direct_ok(t, dst[i]) ? dst[i] : bounce[i];
             st[i] = read_finish(t, (off_t)slot[i] * t->slot_bytes, buf, done[j], dst[i], crc[i], NULL, &err[i]);
+        }
+    }
+}
+
+void kvt_tier_disk_write_many(kvt_tier_store *t, int n, const int64_t *slot, const void *const *src, void *const *bounce,
+                              uint32_t *crc, kvt_status *st, kvt_err *err) {
+    for (int i0 = 0; i0 < n; i0 += KVT_TIER_READ_MANY) {
+        const int m = n - i0 < KVT_TIER_READ_MANY ? n - i0 : KVT_TIER_READ_MANY;
+        // the ring's requests: request x writes block i0 + idx[x] whole from wb[x] (its src, or its bounce buffer)
+        void *wb[KVT_TIER_READ_MANY];
+        const uint8_t *buf[KVT_TIER_READ_MANY];
+        size_t wl[KVT_TIER_READ_MANY];
+        off_t wo[KVT_TIER_READ_MANY];
+        ssize_t wr[KVT_TIER_READ_MANY];
+        int idx[KVT_TIER_READ_MANY];
+        int64_t done[KVT_TIER_READ_MANY]; // bytes the ring wrote (0: write_finish writes it all: no ring, or a ring error)
+        int k = 0;
+        for (int j = 0; j < m; j++) {
+            const int i = i0 + j;
+            const off_t off = (off_t)slot[i] * t->slot_bytes;
+            done[j] = 0;
+            buf[j] = write_buf(t, src[i], bounce[i]);
+            crc[i] = kvt_crc32c(0, src[i], (size_t)t->data_bytes);
+            char nb[40];
+            snprintf(nb, sizeof nb, "disk slot %lld", (long long)slot[i]);
+            if ((st[i] = write_begin(t, off, nb, &err[i])) || !t->ring) continue;
+            wb[k] = (void *)buf[j], wl[k] = (size_t)t->slot_bytes, wo[k] = off, idx[k++] = j;
+        }
+        if (k > 0) kvt_uring_rw_many(t->ring, true, k, wb, wl, wo, wr);
+        for (int x = 0; x < k; x++) done[idx[x]] = wr[x] > 0 ? wr[x] : 0; // an error: written again, one by one
+        for (int j = 0; j < m; j++) {
+            const int i = i0 + j;
+            if (st[i]) continue;
+            char nb[40];
+            snprintf(nb, sizeof nb, "disk slot %lld", (long long)slot[i]);
+            st[i] = write_finish(t, (off_t)slot[i] * t->slot_bytes, buf[j], done[j], nb, &err[i]);
         }
     }
 }

@@ -42,6 +42,8 @@ typedef struct {
     bool keep;           // leave the file in its directory (else it is unlinked as soon as it is open)
     _Atomic int64_t n_reads;   // disk reads so far
     int64_t fail_read_at;      // tests: the n-th disk read (1-based) fails with EIO; 0 never
+    _Atomic int64_t n_writes;  // disk writes so far
+    int64_t fail_write_at;     // tests: the n-th disk write (1-based) fails with EIO; 0 never
     kvt_uring *ring;           // disk I/O through io_uring, or NULL: pread/pwrite on the calling thread
     const char *io_why;        // why ring is NULL (static string), "" otherwise
 } kvt_tier_store;
@@ -81,5 +83,11 @@ kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *
 #define KVT_TIER_READ_MANY 64
 void kvt_tier_disk_read_many(kvt_tier_store *t, int n, const int64_t *slot, void *const *dst, void *const *bounce,
                              const uint32_t *crc, kvt_status *st, kvt_err *err);
+// n block writes at once, as kvt_tier_disk_write for each i in [0, n): src[i] to slot[i] through bounce[i] (as for
+// reads), crc[i] its CRC32C; st[i] and err[i] the outcome of each (messages name the disk slot). With a ring, one
+// submission and one wait per KVT_TIER_READ_MANY; a request the ring fails or writes short is finished (or redone)
+// by the one-at-a-time path, which reports its error. Without a ring, one pwrite each.
+void kvt_tier_disk_write_many(kvt_tier_store *t, int n, const int64_t *slot, const void *const *src, void *const *bounce,
+                              uint32_t *crc, kvt_status *st, kvt_err *err);
 
 #endif

@@ -23,6 +23,8 @@
 #      BINS (binaries to compare, alternating run by run: "tag=path tag=path", e.g. "old=/tmp/kvtier.old new=build/kvtier";
 #      each config's rows then appear per binary as "name@tag", compared with "quest p16@tag" of the same binary; the
 #      first binary's `info` gives the model dims)
+# After the table: the disk rows per run against Quest page 16's run of the same repetition (tools/bench/perrun.py),
+# and whether KV_DISK takes O_DIRECT (the store's disk reads then bypass the page cache; tmpfs does not).
 #
 # The prompt's prefill is the same dense computation in every mode, so it runs once: the text minus its
 # last ~100 bytes is prefilled and saved (--kv-save); each run restores it (--kv-load, summaries included)
@@ -176,8 +178,15 @@ for rep in $(seq 1 "$REPS"); do
     done
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+# the disk tier's file is opened with O_DIRECT (src/kv/kv_tier.c; buffered only where open refuses it), so on a disk
+# file system its reads bypass this machine's page cache; tmpfs (which takes O_DIRECT on recent kernels) is memory
+FSTYPE=$(stat -f -c %T "$KV_DISK" 2>/dev/null || echo unknown)
+case "$FSTYPE" in
+    tmpfs|ramfs) DIRECT="$FSTYPE: memory, not a disk measurement" ;;
+    *) DIRECT="$FSTYPE, the store's file opened with O_DIRECT: its reads bypass the page cache" ;;
+esac
 
-python3 - "$OUT" "$KVB" "$FAST" "$LOAD0" "$LOAD1" "$REPS" "$KV_BLOCK" "$KV_EVICT" "$NAMES" "${STORES:-disk ram}" <<'EOF'
+python3 - "$OUT" "$KVB" "$FAST" "$LOAD0" "$LOAD1" "$REPS" "$KV_BLOCK" "$KV_EVICT" "$NAMES" "${STORES:-disk ram}" "$KV_DISK" "$DIRECT" <<'EOF'
 import glob, json, os, statistics, sys
 out, kvb, fast, load0, load1, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], int(sys.argv[6])
 B, evict = sys.argv[7], sys.argv[8]
@@ -229,6 +238,8 @@ for store in stores:
               f"{rng([mb(x) for x in disk], '{:.2f}')} | {rng([mb(x) for x in host], '{:.2f}')} | "
               f"{rng([mb(x) for x in fastr], '{:.2f}')} | {rng(stall, '{:.2f}')} | {rng(pct, '{:.0f}%')} | "
               f"{rng(wcpu, '{:.1f}')} | {rng(sst, '{:.1f}')} | {vs('dense')} | {vs('quest p16')} | {vs('quest p4')} |")
-print(f"\nfast tier (disk rows): {fast} bytes = 1/8 of the KV of the context for the blocks, plus each mode's key "
+print(f"\nKV_DISK {sys.argv[11]} ({sys.argv[12]}). fast tier (disk rows): {fast} bytes = 1/8 of the KV of the context for the blocks, plus each mode's key "
       f"summaries, eviction {evict}; RAM rows: the contiguous store, no tiers. Speed-ups: ratio of the median TPOTs.")
 EOF
+# per run: each config's run r against quest p16's run r (the same binary's), disk rows (tools/bench/perrun.py)
+case " ${STORES:-disk ram} " in *" disk "*) echo; python3 tools/bench/perrun.py "$OUT" --store disk ;; esac
