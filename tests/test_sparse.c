@@ -1115,6 +1115,39 @@ static void test_cli(const test_env *env, const char *model) {
                 rc, rc4, bad1, bad2, bad3, bad4, ok ? out4 : out);
 }
 
+// --sparse-preset acc: the same settings and tokens as its flags written out; a later flag overrides it; a bad name refused.
+static void test_cli_preset(const test_env *env, const char *model) {
+    const char *name = "sparse: --sparse-preset acc = its flags (settings and tokens), a later flag overrides it, bad name refused";
+    if (!test_file_exists(env->cli)) {
+        test_skip(name, "no kvtier binary");
+        return;
+    }
+    static char o1[1 << 16], o2[1 << 16], o3[1 << 16];
+    char cmd[1024], junk[64];
+    const char *run = "%s generate -m %s -p 'one two three four five six seven eight nine ten eleven twelve' -n 6 --temp 0 "
+                      "-c 64 --json --sparse-budget 0.5 --sparse-sink 1 --sparse-recent 2 %s 2>/dev/null";
+    snprintf(cmd, sizeof cmd, run, env->cli, model, "--sparse-preset acc");
+    const int rc1 = test_run(cmd, o1, sizeof o1);
+    snprintf(cmd, sizeof cmd, run, env->cli, model,
+             "--sparse asyncspade --sparse-rerank 8 --sparse-block 8 --sparse-block-sum --sparse-rerank-block 8 "
+             "--sparse-prefetch-top 0.5 --sparse-keep 0.25 --sparse-share --sparse-dense-layers 1");
+    const int rc2 = test_run(cmd, o2, sizeof o2);
+    snprintf(cmd, sizeof cmd, run, env->cli, model, "--sparse-preset acc --sparse-dense-layers 0");
+    const int rc3 = test_run(cmd, o3, sizeof o3);
+    // the settings and the generated ids: everything before "summary_bytes" (timings follow)
+    const char *s1 = strstr(o1, "\"sparse\":{"), *s2 = strstr(o2, "\"sparse\":{");
+    const char *e1 = s1 ? strstr(s1, "\"summary_bytes\"") : NULL, *e2 = s2 ? strstr(s2, "\"summary_bytes\"") : NULL;
+    const char *i1 = strstr(o1, "\"ids\":["), *i2 = strstr(o2, "\"ids\":[");
+    const bool same = rc1 == 0 && rc2 == 0 && e1 && e2 && e1 - s1 == e2 - s2 && !memcmp(s1, s2, (size_t)(e1 - s1)) && i1 &&
+                      i2 && strchr(i1, ']') && strchr(i1, ']') - i1 == (strchr(i2, ']') ? strchr(i2, ']') - i2 : -1) &&
+                      !strncmp(i1, i2, (size_t)(strchr(i1, ']') - i1)) && strstr(s1, "\"dense_layers\":1") && strstr(s1, "\"rerank_block\":8") &&
+                      strstr(s1, "\"share\":true");
+    const bool over = rc3 == 0 && strstr(o3, "\"dense_layers\":0") && strstr(o3, "\"rerank_block\":8");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse-preset fast >/dev/null 2>&1", env->cli, model);
+    const int bad = test_run(cmd, junk, sizeof junk);
+    test_result(same && over && bad != 0, name, "rc %d %d %d, bad rc %d, output %.300s", rc1, rc2, rc3, bad, s1 ? s1 : o1);
+}
+
 // The int8 block layout's terms: asyncspade needs head_dim % 4 == 0 (refused with a message otherwise; quest does
 // not), reserves n_ctx rounded up to whole 16-position blocks, and a sequence's buffers hold whole blocks.
 static void test_k8_layout_terms(void) {
@@ -1203,4 +1236,5 @@ void test_sparse(const test_env *env) {
     }
     test_context(path);
     test_cli(env, path);
+    test_cli_preset(env, path);
 }

@@ -107,6 +107,10 @@ const char *const cli_engine_help =
     "                       selected again with the real query (on the critical path; default 0: never)\n"
     "  --sparse-key-bits B  asyncspade: 8 (int8, default) or 4 (4-bit) key copies for the predicted query's scan\n"
     "  --sparse-rerank-bits B  asyncspade: key copies the real query scores (re-rank, fallback; default: key bits)\n"
+    "  --sparse-preset keep|doc|acc  asyncspade with a measured set of the flags above (docs/SPARSE.md): keep\n"
+    "                       (pages of 16, re-rank x4, keep 0.25), doc (x6 + share, pages of 16), acc (pages of 8,\n"
+    "                       x8 + share, 1 dense first layer: the accuracy one; --kv-block 8 on a paged store);\n"
+    "                       flags after it change its settings\n"
     "  --sparse-stats       per step: overlap with the oracle set and attention mass recall (an exact pass)\n"
     "  --sparse-seqs N      sequences whose key summaries --kv-fast reserves (default 1; beam and serve: theirs)\n"
     KVT_BYTES_HELP;
@@ -201,10 +205,40 @@ bool cli_context_init(const char *cmd, const kvt_model *m, const kvt_context_par
     return true;
 }
 
+// --sparse-preset NAME: asyncspade with a measured set of the selection flags (docs/SPARSE.md, "Presets"); it sets
+// only these fields, so flags after it change them and others (budget, sink, recent, stats) keep their values:
+//   keep: --sparse-rerank 4 --sparse-block 16 --sparse-block-sum --sparse-rerank-block 16 --sparse-prefetch-top 0.5
+//         --sparse-keep 0.25 (the speed configuration KEEP)
+//   doc:  keep's with --sparse-rerank 6 --sparse-share (the documented configuration)
+//   acc:  --sparse-rerank 8 --sparse-block 8 --sparse-block-sum --sparse-rerank-block 8 --sparse-prefetch-top 0.5
+//         --sparse-keep 0.25 --sparse-share --sparse-dense-layers 1 (the accuracy configuration, pages of 8)
+static bool cli_sparse_preset(const char *name, kvt_sparse_params *sp) {
+    const bool acc = !strcmp(name, "acc");
+    if (!acc && strcmp(name, "keep") && strcmp(name, "doc")) return false;
+    sp->mode = KVT_SPARSE_ASYNCSPADE;
+    sp->rerank = acc ? 8.0 : !strcmp(name, "doc") ? 6.0 : 4.0;
+    sp->block = sp->rerank_block = acc ? 8 : 16;
+    sp->block_sum = true;
+    sp->prefetch_top = 0.5;
+    sp->keep = 0.25;
+    sp->share = strcmp(name, "keep") != 0;
+    sp->dense_layers = acc ? 1 : 0;
+    return true;
+}
+
 // The --sparse-* flags into p->sparse: 1 consumed, 0 not one, -1 bad value (message printed).
 static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp) {
     int64_t v;
     double f;
+    if (!strcmp(flag, "--sparse-preset")) {
+        const char *s = kvt_args_value(a, flag);
+        if (!s) return -1;
+        if (!cli_sparse_preset(s, sp)) {
+            fprintf(stderr, "kvtier %s: --sparse-preset: '%s' is not keep, doc or acc\n", a->cmd, s);
+            return -1;
+        }
+        return 1;
+    }
     if (!strcmp(flag, "--sparse")) {
         const char *s = kvt_args_value(a, flag);
         if (!s) return -1;
