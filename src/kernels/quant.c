@@ -770,7 +770,7 @@ const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {
 #include <cpuid.h>
 // F16C from CPUID leaf 1, ECX bit 29 (clang before 15 has no "f16c" in __builtin_cpu_supports).
 static int cpu_has_f16c(void) {
-    unsigned a, b, c, d;
+    unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
     return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
 }
 #endif
@@ -819,7 +819,7 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 static int64_t detect_prefetch(void) {
     int64_t pf = 0;
 #if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
+    unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
     // "GenuineIntel": EBX, EDX, ECX of leaf 0
     if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pf = KVT_PF_INTEL;
 #endif
