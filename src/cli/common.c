@@ -205,27 +205,6 @@ bool cli_context_init(const char *cmd, const kvt_model *m, const kvt_context_par
     return true;
 }
 
-// --sparse-preset NAME: asyncspade with a measured set of the selection flags (docs/SPARSE.md, "Presets"); it sets
-// only these fields, so flags after it change them and others (budget, sink, recent, stats) keep their values:
-//   keep: --sparse-rerank 4 --sparse-block 16 --sparse-block-sum --sparse-rerank-block 16 --sparse-prefetch-top 0.5
-//         --sparse-keep 0.25 (the speed configuration KEEP)
-//   doc:  keep's with --sparse-rerank 6 --sparse-share (the documented configuration)
-//   acc:  --sparse-rerank 8 --sparse-block 8 --sparse-block-sum --sparse-rerank-block 8 --sparse-prefetch-top 0.5
-//         --sparse-keep 0.25 --sparse-share --sparse-dense-layers 1 (the accuracy configuration, pages of 8)
-static bool cli_sparse_preset(const char *name, kvt_sparse_params *sp) {
-    const bool acc = !strcmp(name, "acc");
-    if (!acc && strcmp(name, "keep") && strcmp(name, "doc")) return false;
-    sp->mode = KVT_SPARSE_ASYNCSPADE;
-    sp->rerank = acc ? 8.0 : !strcmp(name, "doc") ? 6.0 : 4.0;
-    sp->block = sp->rerank_block = acc ? 8 : 16;
-    sp->block_sum = true;
-    sp->prefetch_top = 0.5;
-    sp->keep = 0.25;
-    sp->share = strcmp(name, "keep") != 0;
-    sp->dense_layers = acc ? 1 : 0;
-    return true;
-}
-
 // The --sparse-* flags into p->sparse: 1 consumed, 0 not one, -1 bad value (message printed).
 static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp) {
     int64_t v;
@@ -233,7 +212,7 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
     if (!strcmp(flag, "--sparse-preset")) {
         const char *s = kvt_args_value(a, flag);
         if (!s) return -1;
-        if (!cli_sparse_preset(s, sp)) {
+        if (!kvt_sparse_params_preset(s, sp)) {
             fprintf(stderr, "kvtier %s: --sparse-preset: '%s' is not keep, doc or acc\n", a->cmd, s);
             return -1;
         }

@@ -40,6 +40,20 @@ bool kvt_sparse_pred_parse(const char *s, kvt_sparse_pred *out) {
     return false;
 }
 
+bool kvt_sparse_params_preset(const char *name, kvt_sparse_params *p) {
+    const bool acc = !strcmp(name, "acc");
+    if (!acc && strcmp(name, "keep") && strcmp(name, "doc")) return false;
+    p->mode = KVT_SPARSE_ASYNCSPADE;
+    p->rerank = acc ? 8.0 : !strcmp(name, "doc") ? 6.0 : 4.0;
+    p->block = p->rerank_block = acc ? 8 : 16;
+    p->block_sum = true;
+    p->prefetch_top = 0.5;
+    p->keep = 0.25;
+    p->share = strcmp(name, "keep") != 0;
+    p->dense_layers = acc ? 1 : 0;
+    return true;
+}
+
 int64_t kvt_sparse_predict_work_floats(int32_t max_window, int32_t d) {
     (void)max_window;
     return d;
