@@ -87,8 +87,8 @@ bool kvt_sparse_mode_parse(const char *s, kvt_sparse_mode *out);
 // "ridge", "last", "ridge-head", "simplex"; parse returns false on another name.
 const char *kvt_sparse_pred_name(kvt_sparse_pred m);
 bool kvt_sparse_pred_parse(const char *s, kvt_sparse_pred *out);
-// A measured set of asyncspade's selection settings (docs/SPARSE.md, the --sparse-preset row), written into p; only these fields,
-// so settings applied after it change them and the others (budget, sink, recent, stats) keep their values:
+// A measured set of asyncspade's selection settings (docs/SPARSE.md, the --sparse-preset row), written into p; only
+// these fields, so settings applied after it change them and the others (budget, sink, recent, stats) keep theirs:
 //   "keep": rerank 4, block 16, block_sum, rerank_block 16, prefetch_top 0.5, keep 0.25 (the speed configuration KEEP)
 //   "doc":  keep's with rerank 6 and share (the documented configuration)
 //   "acc":  rerank 8, block 8, block_sum, rerank_block 8, prefetch_top 0.5, keep 0.25, share, dense_layers 1 (the
