@@ -599,6 +599,54 @@ static void test_disk_integrity(const char *path) {
     kvt_model_free(m);
 }
 
+// The set-up of the two batch tests below: case c's disk tier (bit 0: pread/pwrite, no ring; bit 1: 4096-byte blocks,
+// moved straight from and into their aligned buffers, else 1000 bytes through the bounce buffers), BATCH_NB disk
+// slots, and BATCH_NB source blocks filled with the pattern (i * a + x * m).
+enum { BATCH_NB = 6 };
+typedef struct {
+    kvt_tier_store t;
+    int64_t data;               // bytes per block
+    uint8_t *src, *dst, *bnc;   // [BATCH_NB][4096] (4096-aligned): sources, read-back destinations, bounce buffers
+    int64_t slot[BATCH_NB];
+} batch_case;
+
+// false, with the reason in detail [600] and nothing left to free, when the set-up fails
+static bool batch_setup(batch_case *b, int c, int a, int m, char *detail) {
+    memset(b, 0, sizeof *b);
+    b->data = c & 2 ? 4096 : 1000;
+    kvt_err err = {0};
+    if (kvt_tier_disk_init(&b->t, "/tmp", -1, b->data, false, c & 1, &err)) {
+        snprintf(detail, 600, "case %d: %s", c, err.msg);
+        return false;
+    }
+    bool ok = !posix_memalign((void **)&b->src, 4096, BATCH_NB * 4096) &&
+              !posix_memalign((void **)&b->dst, 4096, BATCH_NB * 4096) &&
+              !posix_memalign((void **)&b->bnc, 4096, BATCH_NB * 4096);
+    for (int i = 0; ok && i < BATCH_NB; i++) {
+        for (int64_t x = 0; x < b->data; x++) b->src[i * 4096 + x] = (uint8_t)(i * a + x * m);
+        ok = (b->slot[i] = kvt_tier_alloc(&b->t)) >= 0;
+    }
+    if (!ok) {
+        snprintf(detail, 600, "case %d: set-up failed (memory or slots)", c);
+        free(b->src), free(b->dst), free(b->bnc);
+        kvt_tier_free(&b->t);
+    }
+    return ok;
+}
+
+static void batch_free(batch_case *b) {
+    free(b->src), free(b->dst), free(b->bnc);
+    kvt_tier_free(&b->t);
+}
+
+// Flips one bit of block i's disk copy (O_DIRECT: whole aligned pages, read and written through bnc's first page).
+static bool batch_corrupt(batch_case *b, int i, int byte, uint8_t bit) {
+    const off_t off = (off_t)b->slot[i] * b->t.slot_bytes;
+    if (pread(b->t.fd, b->bnc, 4096, off) != 4096) return false;
+    b->bnc[byte] ^= bit;
+    return pwrite(b->t.fd, b->bnc, 4096, off) == 4096;
+}
+
 // kvt_tier_disk_read_many (the copy engine's disk batches) against one read at a time: 6 blocks written, the disk
 // copy of block 2 corrupted, the 5th read of the batch failed by injection; each block's outcome is its own (the
 // others read back exactly), with blocks that need the bounce buffer (1000 bytes) and blocks read straight into
@@ -607,44 +655,29 @@ static void test_read_many(void) {
     bool ok = true;
     char detail[600] = "";
     for (int c = 0; c < 4 && ok; c++) {
-        const bool no_uring = c & 1;
-        const int64_t data = c & 2 ? 4096 : 1000;
-        kvt_tier_store t;
-        kvt_err err = {0};
-        if (kvt_tier_disk_init(&t, "/tmp", -1, data, false, no_uring, &err)) {
-            snprintf(detail, sizeof detail, "%s", err.msg);
+        batch_case b;
+        if (!batch_setup(&b, c, 31, 7, detail)) {
             ok = false;
             break;
         }
-        enum { NB = 6 };
-        uint8_t *src = NULL, *dst = NULL, *bnc = NULL;
-        ok = !posix_memalign((void **)&src, 4096, NB * 4096) && !posix_memalign((void **)&dst, 4096, NB * 4096) &&
-             !posix_memalign((void **)&bnc, 4096, NB * 4096);
-        int64_t slot[NB];
-        void *dp[NB], *bp[NB];
-        uint32_t crc[NB];
-        kvt_status st[NB];
-        kvt_err e[NB];
-        for (int i = 0; ok && i < NB; i++) {
-            for (int64_t x = 0; x < data; x++) src[i * 4096 + x] = (uint8_t)(i * 31 + x * 7);
-            slot[i] = kvt_tier_alloc(&t);
-            dp[i] = dst + i * 4096, bp[i] = bnc + i * 4096;
-            ok = slot[i] >= 0 && !kvt_tier_disk_write(&t, slot[i], src + i * 4096, bp[i], &crc[i], "test block", &err);
+        void *dp[BATCH_NB], *bp[BATCH_NB];
+        uint32_t crc[BATCH_NB];
+        kvt_status st[BATCH_NB];
+        kvt_err e[BATCH_NB], err = {0};
+        for (int i = 0; ok && i < BATCH_NB; i++) {
+            dp[i] = b.dst + i * 4096, bp[i] = b.bnc + i * 4096;
+            ok = !kvt_tier_disk_write(&b.t, b.slot[i], b.src + i * 4096, bp[i], &crc[i], "test block", &err);
         }
-        const off_t off2 = (off_t)slot[2] * t.slot_bytes; // (O_DIRECT: whole aligned pages)
-        ok = ok && pread(t.fd, bnc, 4096, off2) == 4096;
-        if (ok) bnc[17] ^= 0x10;
-        ok = ok && pwrite(t.fd, bnc, 4096, off2) == 4096;
+        ok = ok && batch_corrupt(&b, 2, 17, 0x10);
         if (!ok && !detail[0]) snprintf(detail, sizeof detail, "case %d: setup failed: %s", c, err.msg);
-        t.fail_read_at = t.n_reads + 5; // the batch's 5th read (block 4)
-        if (ok) kvt_tier_disk_read_many(&t, NB, slot, dp, bp, crc, st, e);
-        for (int i = 0; ok && i < NB; i++) {
+        b.t.fail_read_at = b.t.n_reads + 5; // the batch's 5th read (block 4)
+        if (ok) kvt_tier_disk_read_many(&b.t, BATCH_NB, b.slot, dp, bp, crc, st, e);
+        for (int i = 0; ok && i < BATCH_NB; i++) {
             const kvt_status want = i == 2 ? KVT_ERR_CHECKSUM : i == 4 ? KVT_ERR_IO : KVT_OK;
-            ok = st[i] == want && (want || !memcmp(dp[i], src + i * 4096, (size_t)data));
+            ok = st[i] == want && (want || !memcmp(dp[i], b.src + i * 4096, (size_t)b.data));
             if (!ok) snprintf(detail, sizeof detail, "case %d block %d: status %d (want %d) %s", c, i, st[i], want, st[i] ? e[i].msg : "data differ");
         }
-        free(src), free(dst), free(bnc);
-        kvt_tier_free(&t);
+        batch_free(&b);
     }
     test_result(ok, "kv: disk reads in a batch: each block checked and reported on its own (corrupt, failed, exact), "
                 "ring and pread, bounce and direct", "%s", detail);
@@ -659,52 +692,36 @@ static void test_write_many(void) {
     bool ok = true;
     char detail[600] = "";
     for (int c = 0; c < 4 && ok; c++) {
-        const bool no_uring = c & 1;
-        const int64_t data = c & 2 ? 4096 : 1000;
-        kvt_tier_store t;
-        kvt_err err = {0};
-        if (kvt_tier_disk_init(&t, "/tmp", -1, data, false, no_uring, &err)) {
-            snprintf(detail, sizeof detail, "%s", err.msg);
+        batch_case b;
+        if (!batch_setup(&b, c, 29, 5, detail)) {
             ok = false;
             break;
         }
-        enum { NB = 6 };
-        uint8_t *src = NULL, *dst = NULL, *bnc = NULL;
-        ok = !posix_memalign((void **)&src, 4096, NB * 4096) && !posix_memalign((void **)&dst, 4096, NB * 4096) &&
-             !posix_memalign((void **)&bnc, 4096, NB * 4096);
-        int64_t slot[NB];
-        const void *sp[NB];
-        void *bp[NB];
-        uint32_t crc[NB], crc1[NB];
-        kvt_status st[NB];
-        kvt_err e[NB];
-        for (int i = 0; ok && i < NB; i++) {
-            for (int64_t x = 0; x < data; x++) src[i * 4096 + x] = (uint8_t)(i * 29 + x * 5);
-            slot[i] = kvt_tier_alloc(&t);
-            sp[i] = src + i * 4096, bp[i] = bnc + i * 4096;
-            crc1[i] = kvt_crc32c(0, src + i * 4096, (size_t)data);
-            ok = slot[i] >= 0;
+        const void *sp[BATCH_NB];
+        void *bp[BATCH_NB];
+        uint32_t crc[BATCH_NB], crc1[BATCH_NB];
+        kvt_status st[BATCH_NB];
+        kvt_err e[BATCH_NB], err = {0};
+        for (int i = 0; i < BATCH_NB; i++) {
+            sp[i] = b.src + i * 4096, bp[i] = b.bnc + i * 4096;
+            crc1[i] = kvt_crc32c(0, b.src + i * 4096, (size_t)b.data);
         }
-        t.fail_write_at = t.n_writes + 3; // the batch's 3rd write (block 2)
-        if (ok) kvt_tier_disk_write_many(&t, NB, slot, sp, bp, crc, st, e);
-        for (int i = 0; ok && i < NB; i++) {
+        b.t.fail_write_at = b.t.n_writes + 3; // the batch's 3rd write (block 2)
+        kvt_tier_disk_write_many(&b.t, BATCH_NB, b.slot, sp, bp, crc, st, e);
+        for (int i = 0; ok && i < BATCH_NB; i++) {
             const kvt_status want = i == 2 ? KVT_ERR_IO : KVT_OK;
             ok = st[i] == want && (want ? strstr(e[i].msg, "(injected)") && strstr(e[i].msg, "disk slot") : crc[i] == crc1[i]);
             if (!ok) snprintf(detail, sizeof detail, "case %d block %d: write status %d (want %d) %s", c, i, st[i], want, st[i] ? e[i].msg : "crc differs");
         }
-        const off_t off5 = (off_t)slot[5] * t.slot_bytes; // (O_DIRECT: whole aligned pages)
-        ok = ok && pread(t.fd, bnc, 4096, off5) == 4096;
-        if (ok) bnc[33] ^= 0x04;
-        ok = ok && pwrite(t.fd, bnc, 4096, off5) == 4096;
-        for (int i = 0; ok && i < NB; i++) {
+        ok = ok && batch_corrupt(&b, 5, 33, 0x04);
+        for (int i = 0; ok && i < BATCH_NB; i++) {
             if (i == 2) continue;
-            const kvt_status r = kvt_tier_disk_read(&t, slot[i], dst + i * 4096, bnc + i * 4096, crc[i], "test block", &err);
+            const kvt_status r = kvt_tier_disk_read(&b.t, b.slot[i], b.dst + i * 4096, b.bnc + i * 4096, crc[i], "test block", &err);
             const kvt_status want = i == 5 ? KVT_ERR_CHECKSUM : KVT_OK;
-            ok = r == want && (want ? strstr(err.msg, "test block") && strstr(err.msg, "is corrupt") : !memcmp(dst + i * 4096, src + i * 4096, (size_t)data));
+            ok = r == want && (want ? strstr(err.msg, "test block") && strstr(err.msg, "is corrupt") : !memcmp(b.dst + i * 4096, b.src + i * 4096, (size_t)b.data));
             if (!ok) snprintf(detail, sizeof detail, "case %d block %d: read status %d (want %d) %s", c, i, r, want, r ? err.msg : "data differ");
         }
-        free(src), free(dst), free(bnc);
-        kvt_tier_free(&t);
+        batch_free(&b);
     }
     test_result(ok, "kv: disk writes in a batch: each block written and reported on its own (failed, exact; a corrupt copy "
                 "reported on read as before), ring and pwrite, bounce and direct", "%s", detail);

@@ -166,12 +166,21 @@ static const uint8_t *write_buf(const kvt_tier_store *t, const void *src, void *
     return bounce;
 }
 
+// The block's name in a transfer's error message: `what`, or (NULL: a batch transfer) its disk slot, formatted into
+// buf [40] only when there is an error to report.
+static const char *block_name(const kvt_tier_store *t, off_t off, const char *what, char *buf) {
+    if (what) return what;
+    snprintf(buf, 40, "disk slot %lld", (long long)(off / t->slot_bytes));
+    return buf;
+}
+
 // A disk write's start: counts it and fails it where a test injects a failure (fail_write_at).
 static kvt_status write_begin(kvt_tier_store *t, off_t off, const char *what, kvt_err *err) {
     int64_t nw = atomic_fetch_add(&t->n_writes, 1) + 1;
     if (t->fail_write_at > 0 && nw == t->fail_write_at) {
-        return kvt_errorf(err, KVT_ERR_IO, "KV disk write of %s to %s at offset %lld failed: %s (injected)", what, t->path,
-                          (long long)off, strerror(EIO));
+        char nb[40];
+        return kvt_errorf(err, KVT_ERR_IO, "KV disk write of %s to %s at offset %lld failed: %s (injected)",
+                          block_name(t, off, what, nb), t->path, (long long)off, strerror(EIO));
     }
     return KVT_OK;
 }
@@ -185,8 +194,9 @@ static kvt_status write_finish(kvt_tier_store *t, off_t off, const uint8_t *buf,
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             int e = w < 0 ? errno : ENOSPC;
+            char nb[40];
             return kvt_errorf(err, e == ENOSPC || e == EDQUOT ? KVT_ERR_BUDGET : KVT_ERR_IO,
-                              "KV disk write of %s to %s at offset %lld failed: %s", what, t->path,
+                              "KV disk write of %s to %s at offset %lld failed: %s", block_name(t, off, what, nb), t->path,
                               (long long)(off + done), strerror(e));
         }
         done += w;
@@ -203,13 +213,6 @@ kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src,
     return st ? st : write_finish(t, off, buf, 0, what, err);
 }
 
-// The block's name in a read's error message: `what`, or (NULL: a batch read) its disk slot, formatted into buf [40]
-// only when there is an error to report.
-static const char *read_name(const kvt_tier_store *t, off_t off, const char *what, char *buf) {
-    if (what) return what;
-    snprintf(buf, 40, "disk slot %lld", (long long)(off / t->slot_bytes));
-    return buf;
-}
 
 // A disk read's start: counts it and fails it where a test injects a failure (fail_read_at).
 static kvt_status read_begin(kvt_tier_store *t, off_t off, const char *what, kvt_err *err) {
@@ -217,7 +220,7 @@ static kvt_status read_begin(kvt_tier_store *t, off_t off, const char *what, kvt
     if (t->fail_read_at > 0 && nr == t->fail_read_at) {
         char nb[40];
         return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s (injected)",
-                          read_name(t, off, what, nb), t->path, (long long)off, strerror(EIO));
+                          block_name(t, off, what, nb), t->path, (long long)off, strerror(EIO));
     }
     return KVT_OK;
 }
@@ -232,11 +235,11 @@ static kvt_status read_finish(kvt_tier_store *t, off_t off, uint8_t *buf, int64_
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld failed: %s",
-                              read_name(t, off, what, nb), t->path, (long long)(off + done), strerror(errno));
+                              block_name(t, off, what, nb), t->path, (long long)(off + done), strerror(errno));
         }
         if (r == 0) {
             return kvt_errorf(err, KVT_ERR_IO, "KV disk read of %s from %s at offset %lld: short read (%lld of %lld bytes)",
-                              read_name(t, off, what, nb), t->path, (long long)off, (long long)done, (long long)t->slot_bytes);
+                              block_name(t, off, what, nb), t->path, (long long)off, (long long)done, (long long)t->slot_bytes);
         }
         done += r;
     }
@@ -244,7 +247,7 @@ static kvt_status read_finish(kvt_tier_store *t, off_t off, uint8_t *buf, int64_
     if (got != crc) {
         return kvt_errorf(err, KVT_ERR_CHECKSUM,
                           "KV disk block %s in %s at offset %lld is corrupt: CRC32C 0x%08x, expected 0x%08x",
-                          read_name(t, off, what, nb), t->path, (long long)off, got, crc);
+                          block_name(t, off, what, nb), t->path, (long long)off, got, crc);
     }
     if (buf != dst) memcpy(dst, buf, (size_t)t->data_bytes);
     return KVT_OK;
@@ -259,68 +262,55 @@ kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *
     return read_finish(t, off, buf, 0, dst, crc, what, err);
 }
 
-void kvt_tier_disk_read_many(kvt_tier_store *t, int n, const int64_t *slot, void *const *dst, void *const *bounce,
-                             const uint32_t *crc, kvt_status *st, kvt_err *err) {
+// n block transfers in one direction (the batch calls below): each block's start (counted; a write's CRC32C and its
+// buffer), the ring's requests together, KVT_TIER_READ_MANY at a time, then each block's finish, which does the rest of
+// a request the ring failed or did short one at a time (and a read's CRC check and copy out of its bounce buffer).
+// blk[i] [data_bytes] is the block: the destination of a read, the source of a write.
+static void disk_many(kvt_tier_store *t, bool write, int n, const int64_t *slot, void *const *blk, void *const *bounce,
+                      uint32_t *crc, kvt_status *st, kvt_err *err) {
     for (int i0 = 0; i0 < n; i0 += KVT_TIER_READ_MANY) {
         const int m = n - i0 < KVT_TIER_READ_MANY ? n - i0 : KVT_TIER_READ_MANY;
-        // the ring's requests: request x reads block i0 + idx[x] whole into rb[x] (its dst, or its bounce buffer)
+        uint8_t *buf[KVT_TIER_READ_MANY]; // [slot_bytes] what block i0 + j moves through: itself or its bounce buffer
+        int64_t done[KVT_TIER_READ_MANY]; // bytes the ring moved (0: the finish moves it all: no ring, or a ring error)
+        // the ring's requests: request x moves block i0 + idx[x] whole through rb[x]
         void *rb[KVT_TIER_READ_MANY];
         size_t rl[KVT_TIER_READ_MANY];
         off_t ro[KVT_TIER_READ_MANY];
         ssize_t rr[KVT_TIER_READ_MANY];
         int idx[KVT_TIER_READ_MANY];
-        int64_t done[KVT_TIER_READ_MANY]; // bytes the ring read (0: read_finish reads it all: no ring, or a ring error)
         int k = 0;
         for (int j = 0; j < m; j++) {
             const int i = i0 + j;
             const off_t off = (off_t)slot[i] * t->slot_bytes;
             done[j] = 0;
-            if ((st[i] = read_begin(t, off, NULL, &err[i])) || !t->ring) continue;
-            rb[k] = direct_ok(t, dst[i]) ? dst[i] : bounce[i], rl[k] = (size_t)t->slot_bytes, ro[k] = off, idx[k++] = j;
+            if (write) {
+                buf[j] = (uint8_t *)write_buf(t, blk[i], bounce[i]);
+                crc[i] = kvt_crc32c(0, blk[i], (size_t)t->data_bytes);
+            } else {
+                buf[j] = direct_ok(t, blk[i]) ? blk[i] : bounce[i];
+            }
+            st[i] = write ? write_begin(t, off, NULL, &err[i]) : read_begin(t, off, NULL, &err[i]);
+            if (st[i] || !t->ring) continue;
+            rb[k] = buf[j], rl[k] = (size_t)t->slot_bytes, ro[k] = off, idx[k++] = j;
         }
-        if (k > 0) kvt_uring_rw_many(t->ring, false, k, rb, rl, ro, rr);
-        for (int x = 0; x < k; x++) done[idx[x]] = rr[x] > 0 ? rr[x] : 0; // an error: read again, one by one
+        if (k > 0) kvt_uring_rw_many(t->ring, write, k, rb, rl, ro, rr);
+        for (int x = 0; x < k; x++) done[idx[x]] = rr[x] > 0 ? rr[x] : 0; // an error: moved again, one by one
         for (int j = 0; j < m; j++) {
             const int i = i0 + j;
             if (st[i]) continue;
-            uint8_t *buf = direct_ok(t, dst[i]) ? dst[i] : bounce[i];
-            st[i] = read_finish(t, (off_t)slot[i] * t->slot_bytes, buf, done[j], dst[i], crc[i], NULL, &err[i]);
+            const off_t off = (off_t)slot[i] * t->slot_bytes;
+            st[i] = write ? write_finish(t, off, buf[j], done[j], NULL, &err[i])
+                          : read_finish(t, off, buf[j], done[j], blk[i], crc[i], NULL, &err[i]);
         }
     }
 }
 
+void kvt_tier_disk_read_many(kvt_tier_store *t, int n, const int64_t *slot, void *const *dst, void *const *bounce,
+                             const uint32_t *crc, kvt_status *st, kvt_err *err) {
+    disk_many(t, false, n, slot, dst, bounce, (uint32_t *)crc, st, err); // a read only reads crc[]
+}
+
 void kvt_tier_disk_write_many(kvt_tier_store *t, int n, const int64_t *slot, const void *const *src, void *const *bounce,
                               uint32_t *crc, kvt_status *st, kvt_err *err) {
-    for (int i0 = 0; i0 < n; i0 += KVT_TIER_READ_MANY) {
-        const int m = n - i0 < KVT_TIER_READ_MANY ? n - i0 : KVT_TIER_READ_MANY;
-        // the ring's requests: request x writes block i0 + idx[x] whole from wb[x] (its src, or its bounce buffer)
-        void *wb[KVT_TIER_READ_MANY];
-        const uint8_t *buf[KVT_TIER_READ_MANY];
-        size_t wl[KVT_TIER_READ_MANY];
-        off_t wo[KVT_TIER_READ_MANY];
-        ssize_t wr[KVT_TIER_READ_MANY];
-        int idx[KVT_TIER_READ_MANY];
-        int64_t done[KVT_TIER_READ_MANY]; // bytes the ring wrote (0: write_finish writes it all: no ring, or a ring error)
-        int k = 0;
-        for (int j = 0; j < m; j++) {
-            const int i = i0 + j;
-            const off_t off = (off_t)slot[i] * t->slot_bytes;
-            done[j] = 0;
-            buf[j] = write_buf(t, src[i], bounce[i]);
-            crc[i] = kvt_crc32c(0, src[i], (size_t)t->data_bytes);
-            char nb[40];
-            snprintf(nb, sizeof nb, "disk slot %lld", (long long)slot[i]);
-            if ((st[i] = write_begin(t, off, nb, &err[i])) || !t->ring) continue;
-            wb[k] = (void *)buf[j], wl[k] = (size_t)t->slot_bytes, wo[k] = off, idx[k++] = j;
-        }
-        if (k > 0) kvt_uring_rw_many(t->ring, true, k, wb, wl, wo, wr);
-        for (int x = 0; x < k; x++) done[idx[x]] = wr[x] > 0 ? wr[x] : 0; // an error: written again, one by one
-        for (int j = 0; j < m; j++) {
-            const int i = i0 + j;
-            if (st[i]) continue;
-            char nb[40];
-            snprintf(nb, sizeof nb, "disk slot %lld", (long long)slot[i]);
-            st[i] = write_finish(t, (off_t)slot[i] * t->slot_bytes, buf[j], done[j], nb, &err[i]);
-        }
-    }
+    disk_many(t, true, n, slot, (void *const *)src, bounce, crc, st, err); // a write only reads src[i]'s bytes
 }

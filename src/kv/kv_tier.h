@@ -69,7 +69,7 @@ uint8_t *kvt_tier_ptr(const kvt_tier_store *t, int64_t slot);
 // Disk I/O of data_bytes, straight from / into the memory block when it is 4096-aligned and the disk slot
 // has no padding, else through `bounce` (4096-aligned, slot_bytes). write returns the CRC32C of the data
 // in *crc; read checks it against `crc` (a failed read leaves `dst` undefined: the caller drops it).
-// `what` names the block in error messages (with file and offset).
+// `what` names the block in error messages (with file and offset; NULL: its disk slot).
 kvt_status kvt_tier_disk_write(kvt_tier_store *t, int64_t slot, const void *src, void *bounce, uint32_t *crc,
                                const char *what, kvt_err *err);
 kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *bounce, uint32_t crc, const char *what,
