@@ -99,6 +99,19 @@ void test_cli(const test_env *env) {
     test_result(rc == 0 && strstr(out, "\"ids\":[463,449,306,461,458,327,473,372]") && strstr(out, "\"store\":\"paged\""),
                 "cli: generate --plan FILE configures the paged KV store", "exit %d: %.300s", rc, out);
     unlink("/tmp/kvt_plan.json");
+    // a disk tier: the disk batches' counters, the victims written together before a late batch among them, are printed
+    // per decoded token (decode) and as totals (kv), beside the bytes moved between tiers
+    snprintf(cmd, sizeof cmd,
+             "%s generate -m %s -p 'Once upon a time' -n 8 --temp 0 --kv-fast 16K --kv-disk /tmp --kv-block 16 --json",
+             env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    const char *dec = strstr(out, "\"kv_miss_kinds_per_step\""), *kvo = strstr(out, "\"transfers_total\":"); // kv comes first
+    const char *kvc = kvo ? strstr(kvo, "\"io_clean_blocks\":") : NULL;
+    test_result(rc == 0 && strstr(out, "\"ids\":[463,449,306,461,458,327,473,372]") && dec && kvc && kvc < dec &&
+                    strstr(kvo, "\"io_clean_batches\":") && strstr(kvo, "\"io_batch_blocks\":") &&
+                    strstr(dec, "\"io_clean_batches\":") && strstr(dec, "\"io_clean_blocks\":"),
+                "cli: generate --kv-disk --json prints the disk batches' counters, io_clean_* included", "exit %d: %.600s", rc,
+                out);
     // bad input: one clear line, non-zero exit
     expect_error("cli: missing model file", env->cli, "generate -m /nonexistent.gguf -p hi", 1, "/nonexistent.gguf");
     expect_error("cli: unknown flag", env->cli, "generate --bogus", 2, "unknown flag");

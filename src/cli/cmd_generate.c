@@ -133,6 +133,10 @@ static void json_decode_steps(kvt_json *j, const stream_ctx *s) {
         kvt_json_kv_num(j, "io_batch_blocks", (double)(now.io_batch_blocks - a->io_batch_blocks) * per);
         kvt_json_kv_num(j, "io_batch_prep_ms", (now.io_batch_prep_ms - a->io_batch_prep_ms) * per);
         kvt_json_kv_num(j, "io_batch_read_ms", (now.io_batch_read_ms - a->io_batch_read_ms) * per);
+        // victims without a disk copy written together before a late batch (kv_paged_io.c kvp_clean_victims): their
+        // bytes are in kv_moved_bytes_per_step fast_to_disk
+        kvt_json_kv_num(j, "io_clean_batches", (double)(now.io_clean_batches - a->io_clean_batches) * per);
+        kvt_json_kv_num(j, "io_clean_blocks", (double)(now.io_clean_blocks - a->io_clean_blocks) * per);
         kvt_json_kv_num(j, "evict_dropped", (double)(now.evict_dropped - a->evict_dropped) * per);
         kvt_json_kv_num(j, "evict_searched", (double)(now.evict_searched - a->evict_searched) * per);
         kvt_json_kv_num(j, "wait_busy_ms", (now.wait_busy_ms - a->wait_busy_ms) * per);

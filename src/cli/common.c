@@ -607,6 +607,12 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
     kvt_json_kv_int(j, "hits", st.hits);
     kvt_json_kv_int(j, "misses", st.misses);
     kvt_json_kv_int(j, "prefetches", st.prefetches);
+    // the disk batches (kv_paged_io.c): loads read in batches, and victims without a disk copy written together
+    // (their bytes are in moved_bytes fast_to_disk)
+    kvt_json_kv_int(j, "io_batches", st.io_batches);
+    kvt_json_kv_int(j, "io_batch_blocks", st.io_batch_blocks);
+    kvt_json_kv_int(j, "io_clean_batches", st.io_clean_batches);
+    kvt_json_kv_int(j, "io_clean_blocks", st.io_clean_blocks);
     kvt_json_kv_int(j, "block_bytes", st.block_bytes);
     kvt_json_obj_end(j);
     kvt_gpu_layers_stats gs;

@@ -24,7 +24,8 @@
 #      each config's rows then appear per binary as "name@tag", compared with "quest p16@tag" of the same binary; the
 #      first binary's `info` gives the model dims)
 # After the table: the disk rows per run against Quest page 16's run of the same repetition (tools/bench/perrun.py),
-# and whether KV_DISK takes O_DIRECT (the store's disk reads then bypass the page cache; tmpfs does not).
+# whether KV_DISK takes O_DIRECT (the store's disk reads then bypass the page cache; tmpfs does not), and where the disk
+# rows' store stall goes per token (disk batches, their blocks, read and preparation times, victims written together).
 #
 # The prompt's prefill is the same dense computation in every mode, so it runs once: the text minus its
 # last ~100 bytes is prefilled and saved (--kv-save); each run restores it (--kv-load, summaries included)
@@ -243,3 +244,27 @@ print(f"\nKV_DISK {sys.argv[11]} ({sys.argv[12]}). fast tier (disk rows): {fast}
 EOF
 # per run: each config's run r against quest p16's run r (the same binary's), disk rows (tools/bench/perrun.py)
 case " ${STORES:-disk ram} " in *" disk "*) echo; python3 tools/bench/perrun.py "$OUT" --store disk ;; esac
+# where the disk rows' store stall goes, per decoded token (medians over the runs; the JSON's "decode" object): the
+# disk batches (the final set's late blocks, read on the caller's thread one submission per layer, and the copy
+# engine's), the blocks in them and their read and preparation time, the victims without a disk copy written together
+# before a late batch (io_clean_*), and the blocks the final sets handed over that were only on disk
+case " ${STORES:-disk ram} " in *" disk "*)
+python3 - "$OUT" "$NAMES" "$REPS" <<'EOF2'
+import json, statistics, sys
+out, names, reps = sys.argv[1], sys.argv[2].split("|"), int(sys.argv[3])
+print("\n| mode (disk) | store stall ms | disk batches | blocks in them | batch read ms | batch prep ms | clean batches | clean blocks "
+      "| late hand-overs only on disk |")
+print("|---|---|---|---|---|---|---|---|---|")
+for n in names:
+    d = []
+    for i in range(1, reps + 1):
+        try: d.append(json.load(open(f"{out}/run-disk-{n.replace(' ', '_')}-{i}.json"))["decode"])
+        except Exception: pass
+    if not d: continue
+    m = lambda f: statistics.median(f(x) for x in d)
+    k = lambda key: m(lambda x: x["kv_miss_kinds_per_step"].get(key, 0))
+    print(f"| {n} | {m(lambda x: x['kv_stall_ms_per_step']):.1f} | {k('io_batches'):.1f} | {k('io_batch_blocks'):.0f} | "
+          f"{k('io_batch_read_ms'):.1f} | {k('io_batch_prep_ms'):.1f} | {k('io_clean_batches'):.1f} | {k('io_clean_blocks'):.0f} | "
+          f"{m(lambda x: x['kv_handover_late_per_step']['absent']):.0f} |")
+EOF2
+;; esac
