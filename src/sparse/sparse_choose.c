@@ -9,7 +9,8 @@
 #include "../kv/kv_paged.h"
 #include "sparse_impl.h"
 
-// The worker, between parts of its work: while a re-rank runs (on the critical path, over the pool's threads), it
+// The worker, between parts of its work (each KV head's prediction, its scan every SCAN_PART positions, each softmax
+// row, the aggregate, the top-k): while a re-rank runs (on the critical path, over the pool's threads), it
 // sleeps, so that the re-rank has the cores (on a machine with as many cores as the pool has threads, a running worker
 // took one of them from the re-rank: the candidates' scores then ran mostly on the caller, in 1.3-1.6x the time, and
 // the documented configuration's re-rank met a running worker at ~85% of its layers; docs/log/SPARSE-log-2.md, "The
@@ -185,14 +186,24 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
         const bool worker = ss == &s->work_ss;
         if (worker) worker_yield(s);
         score_keys(s, ly, kh, s->p.key_bits, ss->pred, n, P, scale, ss->raw, worker);
-        kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
-        if (worker) worker_yield(s);
+        if (worker) { // kvt_sparse_aggregate, with a check after each softmax row (the same operations, the same bits)
+            float inv[KVT_SPARSE_MAX_QPG];
+            for (int32_t i = 0; i < s->qpg; i++) {
+                inv[i] = kvt_sparse_softmax_row(ss->raw + (int64_t)i * n, n);
+                worker_yield(s);
+            }
+            kvt_sparse_aggregate_rows(ss->raw, s->qpg, n, n, inv, ss->agg);
+            worker_yield(s);
+        } else {
+            kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
+        }
         if (s->p.block > 1) { // whole pages of one score each: top-k over the pages
             page_max(ss->agg, n, s->p.block, s->p.block_sum);
             ly->nsel[kh] = kvt_sparse_topk_pages(ss->agg, n, K, s->p.sink, s->p.recent, s->p.block, NULL, sel_of(ly, kh), ss->vals, ss->wts);
         } else {
             ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
         }
+        if (worker) worker_yield(s);
         const int32_t *sel = sel_of(ly, kh);
         float *sc = ly->sel_score + (int64_t)kh * ly->cap; // the candidates' predicted scores (the prefetch order)
         for (int64_t x = 0; x < ly->nsel[kh]; x++) sc[x] = ss->agg[sel[x]];
