@@ -9,15 +9,63 @@
 #include "../kv/kv_paged.h"
 #include "sparse_impl.h"
 
+// The worker, between parts of its work (each KV head's prediction, its scan every SCAN_PART positions, each softmax
+// row, the aggregate, the top-k): while a re-rank runs (on the critical path, over the pool's threads), it
+// sleeps, so that the re-rank has the cores (on a machine with as many cores as the pool has threads, a running worker
+// took one of them from the re-rank: the candidates' scores then ran mostly on the caller, in 1.3-1.6x the time, and
+// the documented configuration's re-rank met a running worker at ~85% of its layers; docs/log/SPARSE-log-2.md, "The
+// worker gives the cores to the re-rank"). Only the timing changes: the worker computes the same values whenever it
+// runs. rr_running and worker_paused are sequentially consistent: the worker sets worker_paused before it reads
+// rr_running, the re-rank clears rr_running before it reads worker_paused, so that one of them sees the other's store
+// (no lost wake-up: rr_end then broadcasts under mu).
+static void worker_yield(kvt_sparse *s) {
+    if (atomic_load_explicit(&s->rr_running, memory_order_relaxed) == 0) return;
+    pthread_mutex_lock(&s->mu);
+    atomic_store(&s->worker_paused, 1);
+    while (atomic_load(&s->rr_running) > 0 && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+    atomic_store(&s->worker_paused, 0);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void rr_begin(kvt_sparse *s) {
+    if (s->has_worker) atomic_fetch_add(&s->rr_running, 1);
+}
+
+static void rr_end(kvt_sparse *s) {
+    if (!s->has_worker) return;
+    if (atomic_fetch_sub(&s->rr_running, 1) == 1 && atomic_load(&s->worker_paused)) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+enum { SCAN_PART = 2048 }; // positions of the worker's scan between two checks of worker_yield (a multiple of 16)
+
 // raw[i * n + t] = scale * q_i . k_t of KV head kh for t < n_keys, -inf for the rest (q: the group's qpg query
 // rows, taken as int16 with a scale per row: integer dot products with the key copies of `bits`, sparse_score.c).
-static void score_keys(const kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, int32_t bits, const float *q,
-                       int64_t n, int64_t n_keys, float scale, float *raw) {
+// yield (the worker): the positions in parts of SCAN_PART, worker_yield between them (each score is computed alone:
+// the same bits in one call or in parts).
+static void score_keys(kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, int32_t bits, const float *q, int64_t n,
+                       int64_t n_keys, float scale, float *raw, bool yield) {
     int16_t q16[KVT_SPARSE_MAX_QPG * KVT_SPARSE_MAX_HD];
     float qs[KVT_SPARSE_MAX_QPG];
     kvt_sparse_quant_query(q, s->qpg, s->d.head_dim, q16, qs);
-    kvt_sparse_score_keys(q16, qs, s->qpg, s->d.head_dim, kvt_sparse_keys_of(ly, bits, kh, s->d.head_dim), n_keys, n,
-                          scale, raw);
+    const kvt_sparse_keys k = kvt_sparse_keys_of(ly, bits, kh, s->d.head_dim);
+    if (!yield) {
+        kvt_sparse_score_keys(q16, qs, s->qpg, s->d.head_dim, k, n_keys, n, scale, raw);
+        return;
+    }
+    if (n_keys > n) n_keys = n;
+    for (int64_t t0 = 0; t0 < n_keys; t0 += SCAN_PART) {
+        worker_yield(s);
+        const int64_t m = n_keys - t0 < SCAN_PART ? n_keys - t0 : SCAN_PART;
+        kvt_sparse_score_keys_rows(q16, qs, s->qpg, s->d.head_dim, k, t0, m, n, scale, raw + t0);
+    }
+    for (int32_t i = 0; i < s->qpg; i++) {
+        for (int64_t t = n_keys; t < n; t++) raw[(int64_t)i * n + t] = -INFINITY;
+    }
+    worker_yield(s);
 }
 
 static double dot_d(const float *a, const float *b, int32_t d) {
@@ -136,14 +184,27 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
                                     ss->pred, ss->work);
         }
         memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
-        score_keys(s, ly, kh, s->p.key_bits, ss->pred, n, P, scale, ss->raw);
-        kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
+        const bool worker = ss == &s->work_ss;
+        if (worker) worker_yield(s);
+        score_keys(s, ly, kh, s->p.key_bits, ss->pred, n, P, scale, ss->raw, worker);
+        if (worker) { // kvt_sparse_aggregate, with a check after each softmax row (the same operations, the same bits)
+            float inv[KVT_SPARSE_MAX_QPG];
+            for (int32_t i = 0; i < s->qpg; i++) {
+                inv[i] = kvt_sparse_softmax_row(ss->raw + (int64_t)i * n, n);
+                worker_yield(s);
+            }
+            kvt_sparse_aggregate_rows(ss->raw, s->qpg, n, n, inv, ss->agg);
+            worker_yield(s);
+        } else {
+            kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
+        }
         if (s->p.block > 1) { // whole pages of one score each: top-k over the pages
             page_max(ss->agg, n, s->p.block, s->p.block_sum);
             ly->nsel[kh] = kvt_sparse_topk_pages(ss->agg, n, K, s->p.sink, s->p.recent, s->p.block, NULL, sel_of(ly, kh), ss->vals, ss->wts);
         } else {
             ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
         }
+        if (worker) worker_yield(s);
         const int32_t *sel = sel_of(ly, kh);
         float *sc = ly->sel_score + (int64_t)kh * ly->cap; // the candidates' predicted scores (the prefetch order)
         for (int64_t x = 0; x < ly->nsel[kh]; x++) sc[x] = ss->agg[sel[x]];
@@ -441,6 +502,7 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
     rerank_job J = {s, ly, P, kvt_sparse_budget_of(s, P + 1), scale, ly->kept != NULL && ly->kept_pos == P - 1,
                     pool ? kvt_threadpool_n_threads(pool) : 1};
     const int32_t H = s->d.n_head_kv;
+    rr_begin(s); // the worker sleeps at its next check until rr_end
     for (int32_t kh = 0; kh < H; kh++) {
         if (rr_active(&J, kh)) {
             kvt_sparse_quant_query(q + (int64_t)kh * s->gd, s->qpg, s->d.head_dim, s->rr_q16 + (int64_t)kh * s->gd,
@@ -451,13 +513,14 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
     rr_pass(pool, rr_softmax_task, &J, (int64_t)H * s->qpg);
     rr_pass(pool, rr_choose_task, &J, H);
     if (s->p.rerank_block > 1 && s->sh_vals) share_choose(&J);
+    rr_end(s);
     ly->kept_pos = P;
 }
 
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale) {
     kvt_sparse_scratch *ss = &s->main_ss;
     const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n);
-    score_keys(s, ly, kh, s->p.rerank_bits, qg, n, P, scale, ss->raw);
+    score_keys(s, ly, kh, s->p.rerank_bits, qg, n, P, scale, ss->raw, false);
     kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
     ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
 }

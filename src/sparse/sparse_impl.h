@@ -13,6 +13,7 @@
 #define KVT_SPARSE_IMPL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "sparse.h"
 
@@ -131,6 +132,9 @@ struct kvt_sparse {
     // the asyncspade worker
     pthread_t th;
     bool has_worker, stop;
+    // the worker gives the cores to the re-rank (on the critical path): rr_running counts the re-ranks under way; the
+    // worker checks it between parts of its scan and sleeps on cv while it is not 0, with worker_paused set (sparse_choose.c)
+    _Atomic int32_t rr_running, worker_paused;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     kvt_sparse_job *queue;   // ring of cap_queue jobs, q_count of them from q_head
