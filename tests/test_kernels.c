@@ -851,10 +851,10 @@ int test_kernels_main(void) {
                 test_repack_x32(q8 ? KVT_TYPE_Q8_0 : KVT_TYPE_Q4_1, shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4],
                                 (int)shp[i][5]);
     }
-    // the decode GEMVs of q4_1_x8, q8_0_x8 and q4_K_x8 with software prefetch on and off (kvt_kernels_prefetch: per CPU, so
-    // each machine runs one setting otherwise): the same bits, cut groups included
+    // the decode GEMVs of q4_1_x8, q8_0_x8, q4_K_x8 and q6_K with software prefetch on and off (kvt_kernels_prefetch: per
+    // CPU, so each machine runs one setting otherwise): the same bits, cut groups included
     {
-        const int64_t pfs[] = {0, 64, 2048, 8192}, old = kvt_kernels_prefetch();
+        const int64_t pfs[] = {0, 64, 2048, 4096, 8192}, old = kvt_kernels_prefetch();
         for (size_t k = 0; k < sizeof pfs / sizeof pfs[0]; k++) {
             kvt_kernels_set_prefetch(pfs[k]);
             CHECK("set_prefetch", kvt_kernels_prefetch() == pfs[k], "prefetch %lld after setting %lld",
@@ -866,6 +866,8 @@ int test_kernels_main(void) {
             test_repack_q4_K(2816, 24, 1, 0, 24, 0);
             test_repack_q4_K(512, 40, 1, 5, 37, 0);
             test_repack_q4_K(2048, 16, 1, 0, 16, 1);
+            test_repack_q6_K(2048, 24, 1, 0, 24);
+            test_repack_q6_K(768, 17, 1, 1, 16);
         }
         kvt_kernels_set_prefetch(old);
     }

@@ -22,11 +22,10 @@
 #ifndef KQ_PF
 #define KQ_PF 4096 // software prefetch distance of the rows kernels in bytes (0: none)
 #endif
-#ifndef KQ6_PF
-// q6_K rows: none. On Zen 4 the 14 prefetches per 4 super-blocks cost more than they hide once the kernel is
-// faster (kq_decode_bench, 1 thread, DRAM: 20.4 GB/s with 4096, 24.3-25.3 without; docs/log/BENCHMARKS-kernels-2.md)
-#define KQ6_PF 0
-#endif
+// q6_K rows in decode (one activation row) prefetch kvt_kernels_prefetch() bytes ahead, per CPU (quant.h): none on AMD,
+// where on Zen 4 the 14 prefetches per 4 super-blocks cost more than they hide (kq_decode_bench, 1 thread, DRAM: 20.4
+// GB/s with 4096, 24.3-25.3 without; docs/log/BENCHMARKS-kernels-2.md); on Intel the x8 GEMVs' distance, into L2
+// (matmul_avx2.c: KVT_X8_PF_HINT): 67-74% of the plain stream -> 93-102% (the same log, q4dec11). Batches: none.
 static int64_t kp_prep_size(int64_t n) { return (n / KVT_QK_K) * KP; }
 static void q4_K_prep(int64_t n, const void *x, void *p) {
     static const int ord[8] = {0, 2, 1, 3, 4, 6, 5, 7};
@@ -168,15 +167,14 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
     // int16 scale words of half h (idx + 8h): 128-bit lane L takes group L (4 words) then group 4 + L (4 words)
     const __m512i sidx = _mm512_set_epi16(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2, 5, 5, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4, 0, 0, 0, 0);
     const __m512i sidx8 = _mm512_add_epi16(sidx, _mm512_set1_epi16(8));
+    const int64_t pf = NT == 1 ? kvt_kernels_prefetch() : 0; // bytes ahead (0: none)
     float acc[KP_NT];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = 0;
     for (int64_t b0 = 0; b0 < nb; b0 += KP_KB(NT)) {
         const int nk = nb - b0 < KP_KB(NT) ? (int)(nb - b0) : KP_KB(NT);
         __m512i is[4][KP_NT];
         float d[4];
-#if KQ6_PF
-        UNROLL for (int l = 0; l < 14; l++) _mm_prefetch((const char *)(x + b0) + KQ6_PF + 64 * l, _MM_HINT_T0);
-#endif
+        if (pf) UNROLL for (int l = 0; l < 14; l++) _mm_prefetch((const char *)(x + b0) + pf + 64 * l, KVT_X8_PF_HINT);
         UNROLL for (int k = 0; k < 4; k++) {
             if (k >= nk) {
                 UNROLL for (int t = 0; t < NT; t++) is[k][t] = _mm512_setzero_si512();

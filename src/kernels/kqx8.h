@@ -129,7 +129,7 @@ INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *cons
     UNROLL for (int t = 0; t < NT; t++) acc[t] = macc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *in = G + b * KVT_X8_SB;
-        if (pf) UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, _MM_HINT_T0);
+        if (pf) UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
         __m512i sc, mn;
         x8_scales(in, &sc, &mn);
         __m512i is[X8_NT];
@@ -216,7 +216,7 @@ INLINE void x8_group_body(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *in = G + b * KVT_X8_SB;
         const kvt_block_q8_K *y = yb + b;
-        if (pf) UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, _MM_HINT_T0);
+        if (pf) UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
         const __m256i H = x8_ld256(in + 1088);
         const __m256i hA = _mm256_and_si256(H, m4), hB = _mm256_and_si256(_mm256_srli_epi16(H, 4), m4);
         const __m256i LA = x8_ld256(in + 1024), LB = x8_ld256(in + 1056);

@@ -33,9 +33,9 @@ INLINE void q41x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_1 *y, f
     UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, G += KVT_Q41X8_B, y++) {
         if (pf) { // a block is 160 bytes: the 64-byte lines from pf to pf + 160 (one of them the next block's too)
-            _mm_prefetch((const char *)G + pf, _MM_HINT_T0);
-            _mm_prefetch((const char *)G + pf + 64, _MM_HINT_T0);
-            _mm_prefetch((const char *)G + pf + 128, _MM_HINT_T0);
+            _mm_prefetch((const char *)G + pf, KVT_X8_PF_HINT);
+            _mm_prefetch((const char *)G + pf + 64, KVT_X8_PF_HINT);
+            _mm_prefetch((const char *)G + pf + 128, KVT_X8_PF_HINT);
         }
         const __m256 D = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + 128))),
                                        _mm256_set1_ps(_cvtsh_ss(y->d)));

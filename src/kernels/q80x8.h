@@ -23,7 +23,7 @@
 // The 5 lines from pf bytes past a block (272 bytes) at B (pf 0: none).
 #define Q80X8_PREFETCH(B, pf)                                                                        \
     do {                                                                                             \
-        if (pf) UNROLL for (int l_ = 0; l_ < 5; l_++) _mm_prefetch((const char *)(B) + (pf) + 64 * l_, _MM_HINT_T0); \
+        if (pf) UNROLL for (int l_ = 0; l_ < 5; l_++) _mm_prefetch((const char *)(B) + (pf) + 64 * l_, KVT_X8_PF_HINT); \
     } while (0)
 
 #ifdef KVT_SIMD_AVX512

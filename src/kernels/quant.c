@@ -814,7 +814,7 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 }
 
 #ifndef KVT_PF_INTEL
-#define KVT_PF_INTEL 2048
+#define KVT_PF_INTEL 4096
 #endif
 static int64_t detect_prefetch(void) {
     int64_t pf = 0;

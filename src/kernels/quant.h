@@ -71,10 +71,10 @@ kvt_isa kvt_kernels_isa_detected(void);
 // process; call it while no kernel runs. Returns the ISA in use before.
 kvt_isa kvt_kernels_set_isa(kvt_isa isa);
 const char *kvt_isa_name(kvt_isa isa);
-// Software prefetch distance in bytes of the decode GEMVs that stream repacked weights (q4_1_x8, q8_0_x8, q4_K_x8), per
+// Software prefetch distance in bytes of the decode GEMVs that stream weights (q4_1_x8, q8_0_x8, q4_K_x8, q6_K rows), per
 // CPU: 0 (none) on AMD, where the prefetches cost more than they hide (docs/log/BENCHMARKS-kernels-2.md, kq6x8),
 // KVT_PF_INTEL on Intel, whose decode from DRAM overlapped the kernels' arithmetic with the reads only with
-// them (the same log, intel11). KVT_PREFETCH=BYTES (0 .. 65536, a multiple of 64) overrides it, to measure.
+// them (the same log, intel11; 4096 bytes into L2 since q4dec11). KVT_PREFETCH=BYTES (0 .. 65536, a multiple of 64) overrides it, to measure.
 // Prefetches only: no result changes with it.
 int64_t kvt_kernels_prefetch(void);
 // Tests and benchmarks: that distance from now on (clamped to 0 .. 65536, a multiple of 64); returns the old one.
