@@ -100,7 +100,10 @@ INLINE void kq_tokens(int NT, const __m512i *is, const __m128i *mp, float d, flo
     }
 }
 
-INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+// pf: unused (no software prefetch in the q4_K rows: decode reads q4_K_x8, kqx8.h); the q6_K rows' signature.
+INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy,
+                    int64_t pf) {
+    (void)pf;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     // i16 scale patterns: lanes 0,1 take scale byte A, lanes 2,3 byte B (see packs below)
     const __m512i shA = _mm512_set_epi8(-1, 3, -1, 3, -1, 3, -1, 3, -1, 2, -1, 2, -1, 2, -1, 2, -1, 3, -1, 3, -1, 3, -1, 3, -1, 2, -1, 2, -1, 2, -1, 2,
@@ -158,7 +161,9 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
     UNROLL for (int t = 0; t < NT; t++) Y[t * ldy] = acc[t] - macc[t];
 }
 
-INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+// pf: bytes ahead to prefetch the row's blocks (0: none; the rows loop passes kvt_kernels_prefetch() for one token).
+INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy,
+                    int64_t pf) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     // qh (32 bytes, in both 256-bit halves) shifted right by 0 (low half) / 2 (high half) per 16-bit word: then
     // bits 4-5 of each byte are the high bits of the high-nibble values (elements 64.. of the half), and shifted left
@@ -167,7 +172,6 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
     // int16 scale words of half h (idx + 8h): 128-bit lane L takes group L (4 words) then group 4 + L (4 words)
     const __m512i sidx = _mm512_set_epi16(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2, 5, 5, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4, 0, 0, 0, 0);
     const __m512i sidx8 = _mm512_add_epi16(sidx, _mm512_set1_epi16(8));
-    const int64_t pf = NT == 1 ? kvt_kernels_prefetch() : 0; // bytes ahead (0: none)
     float acc[KP_NT];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = 0;
     for (int64_t b0 = 0; b0 < nb; b0 += KP_KB(NT)) {
@@ -221,18 +225,18 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
                             int nt, float *Y, int64_t ldy, void *scratch) {                         \
         (void)scratch;                                                                              \
-        const int64_t nb = n / KVT_QK_K;                                                            \
+        const int64_t nb = n / KVT_QK_K, pf = nt == 1 ? kvt_kernels_prefetch() : 0;                \
         for (int64_t r = 0; r < nr; r++) {                                                          \
             const BT *x = (const BT *)((const char *)W + r * (int64_t)wrs);                         \
             switch (nt) {                                                                           \
-            case 1: name##_row(nb, x, P, prs, 1, Y + r, ldy); break;                                \
-            case 2: name##_row(nb, x, P, prs, 2, Y + r, ldy); break;                                \
-            case 3: name##_row(nb, x, P, prs, 3, Y + r, ldy); break;                                \
-            case 4: name##_row(nb, x, P, prs, 4, Y + r, ldy); break;                                \
-            case 5: name##_row(nb, x, P, prs, 5, Y + r, ldy); break;                                \
-            case 6: name##_row(nb, x, P, prs, 6, Y + r, ldy); break;                                \
-            case 7: name##_row(nb, x, P, prs, 7, Y + r, ldy); break;                                \
-            default: name##_row(nb, x, P, prs, 8, Y + r, ldy); break;                               \
+            case 1: name##_row(nb, x, P, prs, 1, Y + r, ldy, pf); break;                            \
+            case 2: name##_row(nb, x, P, prs, 2, Y + r, ldy, pf); break;                            \
+            case 3: name##_row(nb, x, P, prs, 3, Y + r, ldy, pf); break;                            \
+            case 4: name##_row(nb, x, P, prs, 4, Y + r, ldy, pf); break;                            \
+            case 5: name##_row(nb, x, P, prs, 5, Y + r, ldy, pf); break;                            \
+            case 6: name##_row(nb, x, P, prs, 6, Y + r, ldy, pf); break;                            \
+            case 7: name##_row(nb, x, P, prs, 7, Y + r, ldy, pf); break;                            \
+            default: name##_row(nb, x, P, prs, 8, Y + r, ldy, pf); break;                           \
             }                                                                                       \
         }                                                                                           \
     }

@@ -52,20 +52,17 @@ static void score_keys(kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, in
     float qs[KVT_SPARSE_MAX_QPG];
     kvt_sparse_quant_query(q, s->qpg, s->d.head_dim, q16, qs);
     const kvt_sparse_keys k = kvt_sparse_keys_of(ly, bits, kh, s->d.head_dim);
-    if (!yield) {
-        kvt_sparse_score_keys(q16, qs, s->qpg, s->d.head_dim, k, n_keys, n, scale, raw);
-        return;
-    }
     if (n_keys > n) n_keys = n;
-    for (int64_t t0 = 0; t0 < n_keys; t0 += SCAN_PART) {
-        worker_yield(s);
-        const int64_t m = n_keys - t0 < SCAN_PART ? n_keys - t0 : SCAN_PART;
+    const int64_t part = yield ? SCAN_PART : n_keys; // positions per call (the caller: all in one)
+    for (int64_t t0 = 0; t0 < n_keys; t0 += part) {
+        if (yield) worker_yield(s);
+        const int64_t m = n_keys - t0 < part ? n_keys - t0 : part;
         kvt_sparse_score_keys_rows(q16, qs, s->qpg, s->d.head_dim, k, t0, m, n, scale, raw + t0);
     }
     for (int32_t i = 0; i < s->qpg; i++) {
         for (int64_t t = n_keys; t < n; t++) raw[(int64_t)i * n + t] = -INFINITY;
     }
-    worker_yield(s);
+    if (yield) worker_yield(s);
 }
 
 static double dot_d(const float *a, const float *b, int32_t d) {
@@ -185,19 +182,14 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
         }
         memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
         const bool worker = ss == &s->work_ss;
-        if (worker) worker_yield(s);
-        score_keys(s, ly, kh, s->p.key_bits, ss->pred, n, P, scale, ss->raw, worker);
-        if (worker) { // kvt_sparse_aggregate, with a check after each softmax row (the same operations, the same bits)
-            float inv[KVT_SPARSE_MAX_QPG];
-            for (int32_t i = 0; i < s->qpg; i++) {
-                inv[i] = kvt_sparse_softmax_row(ss->raw + (int64_t)i * n, n);
-                worker_yield(s);
-            }
-            kvt_sparse_aggregate_rows(ss->raw, s->qpg, n, n, inv, ss->agg);
-            worker_yield(s);
-        } else {
-            kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
+        score_keys(s, ly, kh, s->p.key_bits, ss->pred, n, P, scale, ss->raw, worker); // (checks first)
+        float inv[KVT_SPARSE_MAX_QPG]; // kvt_sparse_aggregate's operations, the worker checking after each softmax row
+        for (int32_t i = 0; i < s->qpg; i++) {
+            inv[i] = kvt_sparse_softmax_row(ss->raw + (int64_t)i * n, n);
+            if (worker) worker_yield(s);
         }
+        kvt_sparse_aggregate_rows(ss->raw, s->qpg, n, n, inv, ss->agg);
+        if (worker) worker_yield(s);
         if (s->p.block > 1) { // whole pages of one score each: top-k over the pages
             page_max(ss->agg, n, s->p.block, s->p.block_sum);
             ly->nsel[kh] = kvt_sparse_topk_pages(ss->agg, n, K, s->p.sink, s->p.recent, s->p.block, NULL, sel_of(ly, kh), ss->vals, ss->wts);

@@ -11,8 +11,8 @@
 //   stream - the same tasks reading the same bytes with 256-bit loads (XOR-reduced), nothing computed
 //   probe  - kvt_measure_read_bw (kvtier bench's DRAM probe: 512 MiB in 64 KiB chunks), once per type
 // and prints GB/s of each and gemv as a share of stream and of probe. Timings are wall time: run under
-// /work/quiet (or on an idle machine). The x8 decode GEMVs' software prefetch distance is the CPU's
-// (kvt_kernels_prefetch: 0 on AMD, 2048 bytes on Intel); KVT_PREFETCH=BYTES sets another, to compare.
+// /work/quiet (or on an idle machine). The decode GEMVs' software prefetch distance is the CPU's
+// (kvt_kernels_prefetch: 0 on AMD, 4096 bytes into L2 on Intel); KVT_PREFETCH=BYTES sets another, to compare.
 // Types: -T q4_1_x8, q8_0_x8, f16, q8_0, ... as well (the repacked ones packed as the model loader does).
 
 #include <immintrin.h>
