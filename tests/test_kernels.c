@@ -861,6 +861,11 @@ int test_kernels_main(void) {
                   (long long)kvt_kernels_prefetch(), (long long)pfs[k]);
             test_repack_x32(KVT_TYPE_Q4_1, 576, 40, 1, 5, 37, 0);
             test_repack_x32(KVT_TYPE_Q4_1, 2048, 16, 1, 0, 16, 1);
+            // q4_1_x8's decode streams (q41x8.h: 4 groups at once, then 2, then 1): 11 groups (4 x 2 + 2 + 1), 5 cut to
+            // 1 .. 6 (4 + 1), 15 of 17 (4 x 3 + 2 + 1)
+            test_repack_x32(KVT_TYPE_Q4_1, 576, 88, 1, 0, 88, 0);
+            test_repack_x32(KVT_TYPE_Q4_1, 2048, 56, 1, 3, 53, 0);
+            test_repack_x32(KVT_TYPE_Q4_1, 320, 136, 1, 5, 133, 2);
             test_repack_x32(KVT_TYPE_Q8_0, 576, 40, 1, 5, 37, 0);
             test_repack_x32(KVT_TYPE_Q8_0, 2048, 16, 1, 0, 16, 1);
             test_repack_q4_K(2816, 24, 1, 0, 24, 0);

@@ -26,32 +26,49 @@ INLINE __m256i q41x8_bcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-// Y[0..8) for the group at G (nb blocks) against the q8_1 row y; the lines pf bytes ahead prefetched (0: none).
-INLINE void q41x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_1 *y, float *Y, int64_t pf) {
+// Decode with prefetch reads Q41X8_NS groups at once, from Q41X8_NS parts of its range of groups: from DRAM one
+// sequential stream kept too few reads in flight per core (the core's window spans few lines of one stream, and the
+// prefetchers follow one stream). On the Intel Xeon (2 threads, kq_decode_bench, both ISAs) 4 streams read q4_1_x8 at
+// 93-129% of the plain stream where one read 72-101%; 2 streams 84-124%, 8 no better than 4; the scales loaded a block
+// ahead gave nothing (docs/log/BENCHMARKS-kernels-2.md, dec11a). Each group keeps its own accumulators and the q4_1
+// order: the same bits however many streams.
+#define Q41X8_NS 4
+
+// Y[k * ystep .. + 8) for the ns groups at G + k * step (k < ns, nb blocks each) against the q8_1 row y; the lines pf
+// bytes ahead of each prefetched (0: none).
+INLINE void q41x8_groups(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
+                         int64_t ystep, int64_t pf) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 a[8], ms = _mm256_setzero_ps();
-    UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    __m256 a[Q41X8_NS][8], ms[Q41X8_NS];
+    UNROLL for (int k = 0; k < ns; k++) {
+        ms[k] = _mm256_setzero_ps();
+        UNROLL for (int i = 0; i < 8; i++) a[k][i] = _mm256_setzero_ps();
+    }
     for (int64_t b = 0; b < nb; b++, G += KVT_Q41X8_B, y++) {
-        if (pf) { // a block is 160 bytes: the 64-byte lines from pf to pf + 160 (one of them the next block's too)
-            _mm_prefetch((const char *)G + pf, KVT_X8_PF_HINT);
-            _mm_prefetch((const char *)G + pf + 64, KVT_X8_PF_HINT);
-            _mm_prefetch((const char *)G + pf + 128, KVT_X8_PF_HINT);
-        }
-        const __m256 D = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + 128))),
-                                       _mm256_set1_ps(_cvtsh_ss(y->d)));
-        ms = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(G + 144))), _mm256_set1_ps(_cvtsh_ss(y->s)),
-                             ms);
-        UNROLL for (int q = 0; q < 4; q++) {
-            const __m256i w = _mm256_loadu_si256((const __m256i *)(G + 32 * q));
-            const __m256i pl = kvt_dot_u8s8(_mm256_and_si256(w, m4), q41x8_bcast4(y->qs + 4 * q));
-            const __m256i ph = kvt_dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), q41x8_bcast4(y->qs + 16 + 4 * q));
-            a[q] = _mm256_fmadd_ps(D, _mm256_cvtepi32_ps(pl), a[q]);
-            a[q + 4] = _mm256_fmadd_ps(D, _mm256_cvtepi32_ps(ph), a[q + 4]);
+        const __m256 dy = _mm256_set1_ps(_cvtsh_ss(y->d)), sy = _mm256_set1_ps(_cvtsh_ss(y->s));
+        UNROLL for (int k = 0; k < ns; k++) {
+            const uint8_t *g = G + k * step;
+            if (pf) { // a block is 160 bytes: the 64-byte lines from pf to pf + 160 (one of them the next block's too)
+                _mm_prefetch((const char *)g + pf, KVT_X8_PF_HINT);
+                _mm_prefetch((const char *)g + pf + 64, KVT_X8_PF_HINT);
+                _mm_prefetch((const char *)g + pf + 128, KVT_X8_PF_HINT);
+            }
+            const __m256 D = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 128))), dy);
+            ms[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 144))), sy, ms[k]);
+            UNROLL for (int q = 0; q < 4; q++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(g + 32 * q));
+                const __m256i pl = kvt_dot_u8s8(_mm256_and_si256(w, m4), q41x8_bcast4(y->qs + 4 * q));
+                const __m256i ph = kvt_dot_u8s8(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), q41x8_bcast4(y->qs + 16 + 4 * q));
+                a[k][q] = _mm256_fmadd_ps(D, _mm256_cvtepi32_ps(pl), a[k][q]);
+                a[k][q + 4] = _mm256_fmadd_ps(D, _mm256_cvtepi32_ps(ph), a[k][q + 4]);
+            }
         }
     }
-    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
-                                   _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
-    _mm256_storeu_ps(Y, _mm256_add_ps(s, ms));
+    UNROLL for (int k = 0; k < ns; k++) {
+        const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[k][0], a[k][4]), _mm256_add_ps(a[k][2], a[k][6])),
+                                       _mm256_add_ps(_mm256_add_ps(a[k][1], a[k][5]), _mm256_add_ps(a[k][3], a[k][7])));
+        _mm256_storeu_ps(Y + k * ystep, _mm256_add_ps(s, ms[k]));
+    }
 }
 
 // Y[t * ldy + 8g + r] for the groups g in [g0, g1) of the q4_1_x8 matrix W (n columns) against the n_tok q8_1
@@ -60,10 +77,17 @@ INLINE void q41x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_1 *y, f
 void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy) {
     const int64_t nb = n / KVT_QK, pf = n_tok == 1 ? kvt_kernels_prefetch() : 0;
     if (pf) { // decode with prefetch (its own copy of the loop, so that the one without has no test per block)
-        for (int64_t g = g0; g < g1; g++) q41x8_group(nb, (const uint8_t *)W + g * nb * KVT_Q41X8_B, X, Y + 8 * g, pf);
+        // Q41X8_NS streams: group g + k * h for k < Q41X8_NS (h = the groups / Q41X8_NS); the last (< Q41X8_NS)
+        // groups two, then one at a time
+        const int64_t gb = nb * KVT_Q41X8_B, h = (g1 - g0) / Q41X8_NS;
+        int64_t g = g0;
+        for (; g < g0 + h; g++) q41x8_groups(Q41X8_NS, nb, (const uint8_t *)W + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);
+        for (g = g0 + Q41X8_NS * h; g + 2 <= g1; g += 2) q41x8_groups(2, nb, (const uint8_t *)W + g * gb, gb, X, Y + 8 * g, 8, pf);
+        if (g < g1) q41x8_groups(1, nb, (const uint8_t *)W + g * gb, 0, X, Y + 8 * g, 0, pf);
         return;
     }
     for (int64_t g = g0; g < g1; g++)
         for (int64_t t = 0; t < n_tok; t++)
-            q41x8_group(nb, (const uint8_t *)W + g * nb * KVT_Q41X8_B, (const kvt_block_q8_1 *)X + t * nb, Y + t * ldy + 8 * g, 0);
+            q41x8_groups(1, nb, (const uint8_t *)W + g * nb * KVT_Q41X8_B, 0, (const kvt_block_q8_1 *)X + t * nb,
+                         Y + t * ldy + 8 * g, 0, 0);
 }
