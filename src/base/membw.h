@@ -7,8 +7,9 @@
 
 #include "threadpool.h"
 
-// Reads `bytes` (rounded to 64 KiB chunks) `reps` times; returns the best
-// bytes/second over the repetitions, or 0 if the buffer cannot be allocated.
+// Reads `bytes` (rounded up to whole sets of four 64 KiB chunks) `reps` times in each of three patterns (one stream
+// per task; four streams per task; four streams with software prefetch); returns the best bytes/second over the
+// repetitions and patterns, or 0 if the buffer cannot be allocated.
 double kvt_measure_read_bw(kvt_threadpool *pool, int64_t bytes, int reps);
 
 #endif
