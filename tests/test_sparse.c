@@ -12,6 +12,7 @@
 #include "../src/kernels/f16.h"
 #include "../src/kernels/quant.h"
 #include "../src/model/model.h"
+#include "../src/kv/kv_paged.h"
 #include "../src/sparse/sparse_impl.h"
 #include "test.h"
 #include "test_util.h"
@@ -714,7 +715,7 @@ static void test_attend_set(kvt_type type, double tol) {
     }
     kvt_status st = kv->ops->append(kv, 0, 0, 0, n, k, v, &err);
     if (!st) st = kvt_attention(kv, 0, 0, &ap, q, n - 1, 1, a, pool, sc, NULL, &err);
-    if (!st) st = kvt_sparse_attend_set(kv, 0, 0, &ap, q, sel, nsel, NCTX, b, pool, ss, &err);
+    if (!st) st = kvt_sparse_attend_set(kv, 0, 0, &ap, q, sel, nsel, NCTX, false, b, pool, ss, &err);
     double md = 0;
     for (int i = 0; i < H * HD; i++) md = fmax(md, fabs((double)a[i] - b[i]));
     test_result(!st && md < tol, name, "%s (max diff %.3g)", st ? err.msg : "outputs differ", md);
@@ -724,6 +725,65 @@ static void test_attend_set(kvt_type type, double tol) {
     free(v);
     kvt_kv_free(kv);
     kvt_threadpool_free(pool);
+}
+
+// Attention over a set whose late disk reads are in flight (kvt_kv_paged_prefetch_end_async: two passes, the resident
+// blocks first) has the bits of the one-pass attention: a paged F16 store of 2 head-wise shards of 10 blocks, a fast
+// tier of 8 blocks, demoted to disk; every third position selected; blocks 1, 4 and 7 of each head handed over late.
+static void test_attend_set_late(void) {
+    const char *name = "sparse: attention with a late batch in flight (two passes) has the one-pass bits";
+    const int32_t H = 4, HKV = 2, HD = 32, NCTX = 160;
+    char dir[] = "/tmp/kvt_test_sparse_late_XXXXXX";
+    const char *disk = mkdtemp(dir);
+    if (!disk) {
+        test_skip(name, "cannot create a directory in /tmp");
+        return;
+    }
+    kvt_kv_paged_params pp = kvt_kv_paged_params_default();
+    pp.type = KVT_TYPE_F16, pp.n_layer = 1, pp.n_head_kv = HKV, pp.head_dim = HD, pp.head_dim_v = HD, pp.n_ctx = NCTX;
+    pp.block_tokens = 16, pp.group_heads = 1, pp.n_io_threads = 1, pp.disk_dir = disk;
+    pp.fast_bytes = 8 * kvt_kv_paged_block_bytes(&pp);
+    kvt_kv *kv = NULL;
+    kvt_threadpool *pool = NULL;
+    kvt_err err = {0};
+    kvt_status st = kvt_threadpool_init(2, &pool, &err);
+    if (!st) st = kvt_kv_paged_init(&pp, &kv, &err);
+    const int64_t n = 150;
+    float *k = malloc((size_t)(n * HKV * HD) * 4), *v = malloc((size_t)(n * HKV * HD) * 4);
+    float q[4 * 32], a[4 * 32], b[4 * 32];
+    for (int64_t i = 0; i < n * HKV * HD; i++) k[i] = frand(), v[i] = frand();
+    for (int i = 0; i < H * HD; i++) q[i] = frand() * 3.0f;
+    kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
+    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}, false};
+    float *ss[2];
+    for (int i = 0; i < 2; i++) ss[i] = aligned_alloc(64, (size_t)(kvt_sparse_attn_scratch_floats(&d) * 4 + 63) / 64 * 64);
+    int32_t sel[2 * 160];
+    int64_t nsel[2] = {0, 0};
+    for (int h = 0; h < HKV; h++) {
+        for (int64_t i = h; i < n; i += 3) sel[h * NCTX + nsel[h]++] = (int32_t)i;
+    }
+    bool pend = false;
+    if (!st) st = kv->ops->append(kv, 0, 0, 0, n, k, v, &err);
+    if (!st) kvt_kv_paged_set_caller_prefetch(kv, 0, 0, true);
+    if (!st) st = kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_DISK, &err);
+    kvt_kv_paged_drain(kv);
+    if (!st) st = kvt_sparse_attend_set(kv, 0, 0, &ap, q, sel, nsel, NCTX, false, a, pool, ss, &err);
+    if (!st) st = kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_DISK, &err);
+    kvt_kv_paged_drain(kv);
+    if (!st) {
+        const int64_t late[3] = {1, 4, 7};
+        kvt_kv_paged_prefetch_begin(kv);
+        for (int32_t h = 0; h < HKV; h++) kvt_kv_paged_prefetch(kv, 0, 0, h, late, 3);
+        pend = kvt_kv_paged_prefetch_end_async(kv);
+        st = kvt_sparse_attend_set(kv, 0, 0, &ap, q, sel, nsel, NCTX, pend, b, pool, ss, &err);
+    }
+    test_result(!st && memcmp(a, b, sizeof a) == 0, name, "%s (a batch in flight: %d)", st ? err.msg : "outputs differ", pend);
+    for (int i = 0; i < 2; i++) free(ss[i]);
+    free(k);
+    free(v);
+    kvt_kv_free(kv);
+    kvt_threadpool_free(pool);
+    rmdir(disk);
 }
 
 enum { N_PROMPT = 40, N_STEP = 8 };
@@ -1229,6 +1289,7 @@ void test_sparse(const test_env *env) {
     test_share_layers();
     test_attend_set(KVT_TYPE_F32, 1e-5);
     test_attend_set(KVT_TYPE_F16, 2e-3);
+    test_attend_set_late();
     char path[512];
     if (!test_data(env, "qwen3-tiny.gguf", path, sizeof path)) {
         test_skip("sparse: context cases", test_data_missing(env, "qwen3-tiny.gguf"));

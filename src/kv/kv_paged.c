@@ -97,7 +97,7 @@ int64_t kvp_lock_timed(kv_paged *s) {
 // Sleeps on the store's condition (the mutex held), adding the time asleep to *ms.
 static void wait_timed(kv_paged *s, double *ms) {
     const int64_t t0 = kvt_time_ns();
-    pthread_cond_wait(&s->cv, &s->mu);
+    kvp_cond_wait(s);
     *ms += (double)(kvt_time_ns() - t0) / 1e6;
     s->st.wakeups++;
 }
@@ -925,8 +925,10 @@ static void unpin(kv_paged *s, int64_t id) {
 
 // --- the kvt_kv_ops table ----------------------------------------------------------
 
-static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b, kvt_kv_view *out,
-                                kvt_err *err) {
+// The acquire; with ready, only a block in the fast tier and not busy now (*ready false, nothing done or counted,
+// else).
+static kvt_status acquire_as(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b, bool *ready,
+                             kvt_kv_view *out, kvt_err *err) {
     kv_paged *s = (kv_paged *)kv;
     const int64_t a0 = kvp_lock_timed(s);
     kvt_status st = KVT_OK;
@@ -949,6 +951,10 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
         return st;
     }
     int64_t id = sh->ids[b], t0 = 0;
+    if (ready && !(*ready = !s->blk[id].busy && s->blk[id].slot[T0] >= 0)) { // not there now
+        pthread_mutex_unlock(&s->mu);
+        return KVT_OK;
+    }
     const miss_kind mk = miss_kind_of(&s->blk[id]);
     // the reader joins the frontier before it waits for the block: else, while its load is under way, the
     // frontier follows the other readers past the block, which then looks needed last and is evicted
@@ -979,6 +985,22 @@ static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t 
     if (a0) s->st.acquire_ms += (double)(kvt_time_ns() - a0) / 1e6;
     pthread_mutex_unlock(&s->mu);
     return KVT_OK;
+}
+
+static kvt_status paged_acquire(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b, kvt_kv_view *out,
+                                kvt_err *err) {
+    return acquire_as(kv, seq, layer, group, b, NULL, out, err);
+}
+
+int64_t kvt_kv_paged_fast_slots(const kvt_kv *kv) {
+    return kv->ops == &kvp_ops ? ((const kv_paged *)kv)->tier[T0].max_slots : INT64_MAX;
+}
+
+kvt_status kvt_kv_paged_acquire_ready(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b,
+                                      kvt_kv_view *out, bool *ready, kvt_err *err) {
+    *ready = true;
+    if (kv->ops != &kvp_ops) return kv->ops->acquire(kv, seq, layer, group, b, out, err);
+    return acquire_as(kv, seq, layer, group, b, ready, out, err);
 }
 
 static void paged_release(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b) {
@@ -1210,6 +1232,7 @@ static void paged_free(kvt_kv *kv) {
     kv_paged *s = (kv_paged *)kv;
     if (!s) return;
     pthread_mutex_lock(&s->mu);
+    kvp_late_finish(s); // a late batch in flight: its buffers are about to go
     s->stop = true;
     pthread_cond_broadcast(&s->qcv);
     pthread_mutex_unlock(&s->mu);
@@ -1230,6 +1253,7 @@ static void paged_free(kvt_kv *kv) {
     free(s->q);
     free(s->dl);
     free(s->late_ids);
+    free(s->late_io);
     free(s->pf_win);
     pthread_cond_destroy(&s->qcv);
     pthread_cond_destroy(&s->cv);
@@ -1425,7 +1449,7 @@ void kvt_kv_paged_drain(kvt_kv *kv) {
     pthread_mutex_lock(&s->mu);
     while (s->n_io > 0 && (s->q_len > 0 || s->n_io_busy > 0)) {
         if (s->io_mem == 0 && s->q_len > 0) readers_take(s, INT64_MAX); // no copy thread takes them: the caller does
-        else pthread_cond_wait(&s->cv, &s->mu);
+        else kvp_cond_wait(s);
     }
     pthread_mutex_unlock(&s->mu);
 }

@@ -90,6 +90,18 @@ void kvt_kv_paged_prefetch(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group
 // without a disk tier read through io_uring or a copy engine, or with io_batch 1, or on another store.
 void kvt_kv_paged_prefetch_begin(kvt_kv *kv);
 void kvt_kv_paged_prefetch_end(kvt_kv *kv);
+// _end without its last wait: the last submission of the late reads (up to KVT_TIER_READ_MANY blocks) is left in
+// flight, its blocks busy, so that the caller computes over the blocks already resident meanwhile
+// (kvt_kv_paged_acquire_ready); kvt_kv_paged_late_wait then waits for it. Any thread that waits for one of those
+// blocks (an acquire) finishes the batch itself, so an acquire never waits for a caller that does not come.
+// Returns whether a batch is in flight.
+bool kvt_kv_paged_prefetch_end_async(kvt_kv *kv);
+void kvt_kv_paged_late_wait(kvt_kv *kv); // the batch _end_async left in flight done (its wait counted as stall)
+// The store's acquire, only if block b is in the fast tier and not being moved now: *ready false (nothing held,
+// nothing counted) else. Other stores: their acquire (*ready true).
+int64_t kvt_kv_paged_fast_slots(const kvt_kv *kv); // blocks the fast tier holds (INT64_MAX unlimited or another store)
+kvt_status kvt_kv_paged_acquire_ready(kvt_kv *kv, int32_t seq, int32_t layer, int32_t group, int64_t b,
+                                      kvt_kv_view *out, bool *ready, kvt_err *err);
 // Sparse decoding's selection of (seq, layer, group) for the step being decoded: the blocks blocks[0 .. n)
 // (ascending). Every other block of the shard is marked dropped: eviction takes dropped blocks first under any
 // policy (a dropped block is not needed again as far as the store knows), so a selection that fits the fast tier

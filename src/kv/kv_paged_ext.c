@@ -307,7 +307,7 @@ kvt_status kvt_kv_paged_seq_demote(kvt_kv *kv, int32_t seq, kvt_tier tier, kvt_e
         waited = false;
         for (int64_t id = 0; id < s->n_blk && !waited; id++) {
             if (mark[id] == 2 && (s->blk[id].busy || s->blk[id].pins > 0)) {
-                pthread_cond_wait(&s->cv, &s->mu);
+                kvp_cond_wait(s);
                 waited = true;
             }
         }
@@ -332,7 +332,7 @@ kvt_status kvt_kv_paged_seq_demote(kvt_kv *kv, int32_t seq, kvt_tier tier, kvt_e
         if (mark[id] != 2) continue;
         // kvp_transfer() below lets go of the mutex while it copies, and meanwhile the copy engine may start loading
         // another block of this sequence: wait for that to end before taking the block
-        while (s->blk[id].busy || s->blk[id].pins > 0) pthread_cond_wait(&s->cv, &s->mu);
+        while (s->blk[id].busy || s->blk[id].pins > 0) kvp_cond_wait(s);
         pblock *B = &s->blk[id];
         B->busy = true;
         if (!copy_at_or_below(B, to)) {

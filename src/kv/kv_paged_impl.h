@@ -92,6 +92,8 @@ typedef struct {
     pthread_t late_owner;
     int64_t *late_ids;     // [cap_late] collected for kvt_kv_paged_prefetch_end
     int64_t n_late, cap_late;
+    bool late_pend;        // the last batch of late_ids' reads in flight (kvt_kv_paged_prefetch_end_async): late_io
+    void *late_io;         // its batch and pending reads (kv_paged_io.c), allocated at the first one
     int64_t *dl;           // [cap_dl] ring from dl_head: blocks a selection dropped while in the fast tier
     int64_t dl_head, n_dl, cap_dl; // (kvt_kv_paged_set_selected), the fast tier's first victims in that order
                                    // (kv_paged.c dropped_victim); checked when taken
@@ -144,7 +146,17 @@ bool kvp_queue_take_disk(kv_paged *s);
 // Loads the blocks ids[0 .. n) that are still only on disk, not busy and not queued into the fast tier on the calling
 // thread, as a copy thread's batches do (the same victims and counts), KVT_TIER_READ_MANY per submission; returns
 // when they are read. Without a ring it does nothing. Releases the mutex while reading.
-void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n);
+// async: the last submission is left in flight (late_pend; late_io allocated, else read now) for kvp_late_finish,
+// and the function returns once it is submitted.
+void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n, bool async);
+// Waits for the batch kvp_load_disk_now left in flight (if any: late_pend) and finishes its blocks as a batch read
+// does, then hands the late blocks not loaded to the copy engine (kvp_late_requeue); any thread may (whoever waits for
+// one of its busy blocks: kvp_cond_wait). Releases the mutex while waiting.
+void kvp_late_finish(kv_paged *s);
+void kvp_late_requeue(kv_paged *s); // late_ids not loaded (no room, a failed read) to the copy engine; n_late = 0
+// Sleeps on s->cv (the mutex held), or, with a late batch in flight, finishes it instead (its blocks are busy until
+// then, and the thread that left it in flight may be the one waited for).
+void kvp_cond_wait(kv_paged *s);
 // Gives the fast tier's next `need` victims from the dropped list (kv_paged.c dropped_victim) that have no disk copy
 // one, written together (kv_paged_io.c; at most KVT_TIER_READ_MANY): their eviction then only drops the fast-tier
 // copy. Releases the mutex while writing. Nothing without a ring, with a host tier, or with a policy that prefers

@@ -15,6 +15,7 @@
 // evict the same blocks in the same order (tests/test_kv_sched.c disk_batch). Results never depend on it (the store
 // returns the same bits whatever is resident).
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "../base/timer.h"
 #include "kv_paged_impl.h"
@@ -91,15 +92,10 @@ static bool batch_add(kv_paged *s, disk_batch *b, int64_t id) {
     return false;
 }
 
-// Reads batch b (n > 0) with one submission and one wait, the mutex released meanwhile, then finishes each block as
-// kvp_transfer's end and load's do, block by block in batch order: the same bytes moved and counted.
-static void batch_read(kv_paged *s, disk_batch *b) {
+// Finishes each block of batch b (read; the mutex held) as kvp_transfer's end and load's do, block by block in batch
+// order: the same bytes moved and counted. t0: when its submission began; ms, cpu_ms: the read's time and CPU.
+static void batch_done(kv_paged *s, disk_batch *b, int64_t t0, double ms, double cpu_ms) {
     const int n = b->n;
-    pthread_mutex_unlock(&s->mu);
-    const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
-    kvt_tier_disk_read_many(&s->tier[T2], n, b->slot, b->dst, b->bounce, b->crc, b->st, b->err);
-    const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = (double)(kvt_thread_cpu_ns() - c0) / 1e6;
-    kvp_lock_timed(s);
     s->st.copy_cpu_ms += cpu_ms;
     s->st.io_batches++;
     s->st.io_batch_blocks += n;
@@ -130,6 +126,74 @@ static void batch_read(kv_paged *s, disk_batch *b) {
         s->n_io_busy--;
     }
     b->n = 0;
+}
+
+// Reads batch b (n > 0) with one submission and one wait, the mutex released meanwhile, then finishes its blocks.
+static void batch_read(kv_paged *s, disk_batch *b) {
+    kvt_tier_pending p;
+    pthread_mutex_unlock(&s->mu);
+    const int64_t t0 = kvt_time_ns(), c0 = kvt_thread_cpu_ns();
+    kvt_tier_disk_read_start(&s->tier[T2], b->n, b->slot, b->dst, b->bounce, b->crc, b->st, b->err, &p);
+    kvt_tier_disk_read_finish(&s->tier[T2], b->slot, b->dst, b->crc, b->st, b->err, &p);
+    const double ms = (double)(kvt_time_ns() - t0) / 1e6, cpu_ms = (double)(kvt_thread_cpu_ns() - c0) / 1e6;
+    kvp_lock_timed(s);
+    batch_done(s, b, t0, ms, cpu_ms);
+}
+
+// The late batch left in flight (kv_paged.late_io): the batch, its pending reads, when its submission began and what
+// the submission took (wall and CPU ns; the wait's are added by kvp_late_finish).
+typedef struct {
+    disk_batch b;
+    kvt_tier_pending p;
+    int64_t t0, sub_ns, sub_cpu_ns;
+} late_io;
+
+// Submits batch b (n > 0) and leaves it in flight as s->late_io (late_pend), the mutex released while submitting.
+// False (nothing done) where late_io cannot be had.
+static bool batch_submit_late(kv_paged *s, disk_batch *b) {
+    if (!s->late_io && !(s->late_io = malloc(sizeof(late_io)))) return false;
+    late_io *L = s->late_io;
+    L->b = *b; // its arrays must stay put while the reads are in flight
+    b->n = 0;
+    pthread_mutex_unlock(&s->mu);
+    L->t0 = kvt_time_ns();
+    const int64_t c0 = kvt_thread_cpu_ns();
+    kvt_tier_disk_read_start(&s->tier[T2], L->b.n, L->b.slot, L->b.dst, L->b.bounce, L->b.crc, L->b.st, L->b.err, &L->p);
+    L->sub_ns = kvt_time_ns() - L->t0, L->sub_cpu_ns = kvt_thread_cpu_ns() - c0;
+    kvp_lock_timed(s);
+    s->late_pend = true;
+    pthread_cond_broadcast(&s->cv); // a thread asleep on one of its blocks now finishes it (kvp_cond_wait)
+    return true;
+}
+
+void kvp_late_finish(kv_paged *s) {
+    if (!s->late_pend) return;
+    s->late_pend = false; // one finisher; the others wait on cv for its blocks as for any busy block
+    late_io *L = s->late_io;
+    pthread_mutex_unlock(&s->mu);
+    const int64_t t1 = kvt_time_ns(), c1 = kvt_thread_cpu_ns();
+    kvt_tier_disk_read_finish(&s->tier[T2], L->b.slot, L->b.dst, L->b.crc, L->b.st, L->b.err, &L->p);
+    // the read's time on a caller's thread: the submission and the wait (not the time between, spent computing)
+    const double ms = (double)(L->sub_ns + kvt_time_ns() - t1) / 1e6;
+    const double cpu_ms = (double)(L->sub_cpu_ns + kvt_thread_cpu_ns() - c1) / 1e6;
+    kvp_lock_timed(s);
+    batch_done(s, &L->b, L->t0, ms, cpu_ms);
+    kvp_late_requeue(s);
+    pthread_cond_broadcast(&s->cv);
+}
+
+void kvp_late_requeue(kv_paged *s) {
+    for (int64_t i = 0; i < s->n_late; i++) { // not loaded (no room then, a read failed): to the copy engine
+        const pblock *B = &s->blk[s->late_ids[i]];
+        if (B->refs > 0 && B->slot[T0] < 0 && !B->busy && !B->queued) kvp_queue_push(s, s->late_ids[i]);
+    }
+    s->n_late = 0;
+    kvp_queue_wake(s);
+}
+
+void kvp_cond_wait(kv_paged *s) {
+    if (s->late_pend) kvp_late_finish(s);
+    else pthread_cond_wait(&s->cv, &s->mu);
 }
 
 bool kvp_queue_take_disk(kv_paged *s) {
@@ -244,7 +308,7 @@ void kvp_clean_victims(kv_paged *s, int64_t need) {
     pthread_cond_broadcast(&s->cv);
 }
 
-void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n) {
+void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n, bool async) {
     if (!s->tier[T2].ring) return;
     int64_t need = 0; // the loads below, less the fast tier's free slots: the victims they take
     for (int64_t i = 0; i < n; i++) need += !s->blk[ids[i]].queued && disk_load(s, ids[i]);
@@ -264,6 +328,6 @@ void kvp_load_disk_now(kv_paged *s, const int64_t *ids, int64_t n) {
             b.p0 = kvt_time_ns();
         }
     }
-    if (b.n > 0) batch_read(s, &b);
+    if (b.n > 0 && !(async && batch_submit_late(s, &b))) batch_read(s, &b);
     pthread_cond_broadcast(&s->cv);
 }

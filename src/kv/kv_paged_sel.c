@@ -28,6 +28,7 @@ void kvt_kv_paged_prefetch_begin(kvt_kv *kv) {
     kv_paged *s = (kv_paged *)kv;
     if (kv->ops != &kvp_ops || s->n_io == 0 || !s->tier[T2].ring || s->p.io_batch == 1) return;
     pthread_mutex_lock(&s->mu);
+    kvp_late_finish(s); // the previous layer's batch, if left in flight (late_ids are reused)
     if (!s->late_on) { // one thread at a time: another's hand-overs meanwhile are queued as before
         s->late_on = true;
         s->late_owner = pthread_self();
@@ -36,21 +37,35 @@ void kvt_kv_paged_prefetch_begin(kvt_kv *kv) {
     pthread_mutex_unlock(&s->mu);
 }
 
-void kvt_kv_paged_prefetch_end(kvt_kv *kv) {
+static bool prefetch_end(kvt_kv *kv, bool async) {
     kv_paged *s = (kv_paged *)kv;
-    if (kv->ops != &kvp_ops) return;
+    if (kv->ops != &kvp_ops) return false;
     pthread_mutex_lock(&s->mu);
+    bool pend = false;
     if (s->late_on && pthread_equal(s->late_owner, pthread_self())) {
         s->late_on = false;
         const int64_t t0 = s->n_late > 0 ? kvt_time_ns() : 0;
-        kvp_load_disk_now(s, s->late_ids, s->n_late);
+        kvp_load_disk_now(s, s->late_ids, s->n_late, async);
         if (t0) s->st.stall_ms += (double)(kvt_time_ns() - t0) / 1e6; // the caller waited for the disk as a reader
-        for (int64_t i = 0; i < s->n_late; i++) { // not loaded (no room then, a read failed): to the copy engine
-            const pblock *B = &s->blk[s->late_ids[i]];
-            if (B->refs > 0 && B->slot[T0] < 0 && !B->busy && !B->queued) kvp_queue_push(s, s->late_ids[i]);
-        }
-        s->n_late = 0;
-        kvp_queue_wake(s);
+        pend = s->late_pend;
+        if (!pend) kvp_late_requeue(s); // else when the batch in flight is done (kvp_late_finish)
+    }
+    pthread_mutex_unlock(&s->mu);
+    return pend;
+}
+
+void kvt_kv_paged_prefetch_end(kvt_kv *kv) { (void)prefetch_end(kv, false); }
+
+bool kvt_kv_paged_prefetch_end_async(kvt_kv *kv) { return prefetch_end(kv, true); }
+
+void kvt_kv_paged_late_wait(kvt_kv *kv) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &kvp_ops) return;
+    pthread_mutex_lock(&s->mu);
+    if (s->late_pend) {
+        const int64_t t0 = kvt_time_ns();
+        kvp_late_finish(s);
+        s->st.stall_ms += (double)(kvt_time_ns() - t0) / 1e6;
     }
     pthread_mutex_unlock(&s->mu);
 }

@@ -262,47 +262,67 @@ kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *
     return read_finish(t, off, buf, 0, dst, crc, what, err);
 }
 
-// n block transfers in one direction (the batch calls below): each block's start (counted; a write's CRC32C and its
-// buffer), the ring's requests together, KVT_TIER_READ_MANY at a time, then each block's finish, which does the rest of
-// a request the ring failed or did short one at a time (and a read's CRC check and copy out of its bounce buffer).
-// blk[i] [data_bytes] is the block: the destination of a read, the source of a write.
+// Up to KVT_TIER_READ_MANY block transfers in one direction (the batch calls below), in two steps: disk_start does
+// each block's start (counted; a write's CRC32C and its buffer) and hands the ring its requests together; disk_finish
+// waits for them, then does each block's finish, which does the rest of a request the ring failed or did short one at a
+// time (and a read's CRC check and copy out of its bounce buffer). blk[i] [data_bytes] is the block: the destination of
+// a read, the source of a write. The arrays stay the caller's until disk_finish returns.
+static void disk_start(kvt_tier_store *t, bool write, int n, const int64_t *slot, void *const *blk, void *const *bounce,
+                       uint32_t *crc, kvt_status *st, kvt_err *err, kvt_tier_pending *p) {
+    const int m = n < KVT_TIER_READ_MANY ? n : KVT_TIER_READ_MANY;
+    // the ring's requests: request x moves block idx[x] whole through rb[x]
+    void *rb[KVT_TIER_READ_MANY];
+    size_t rl[KVT_TIER_READ_MANY];
+    off_t ro[KVT_TIER_READ_MANY];
+    int k = 0;
+    p->n = m, p->write = write;
+    for (int i = 0; i < m; i++) {
+        const off_t off = (off_t)slot[i] * t->slot_bytes;
+        if (write) {
+            p->buf[i] = (uint8_t *)write_buf(t, blk[i], bounce[i]);
+            crc[i] = kvt_crc32c(0, blk[i], (size_t)t->data_bytes);
+        } else {
+            p->buf[i] = direct_ok(t, blk[i]) ? blk[i] : bounce[i];
+        }
+        st[i] = write ? write_begin(t, off, NULL, &err[i]) : read_begin(t, off, NULL, &err[i]);
+        if (st[i] || !t->ring) continue;
+        rb[k] = p->buf[i], rl[k] = (size_t)t->slot_bytes, ro[k] = off, p->idx[k++] = i;
+    }
+    p->k = k;
+    if (k > 0) kvt_uring_rw_start(t->ring, write, k, rb, rl, ro, &p->ring);
+}
+
+static void disk_finish(kvt_tier_store *t, const int64_t *slot, void *const *blk, const uint32_t *crc, kvt_status *st,
+                        kvt_err *err, kvt_tier_pending *p) {
+    int64_t done[KVT_TIER_READ_MANY] = {0}; // bytes the ring moved (0: the finish moves it all: no ring, or a ring error)
+    ssize_t rr[KVT_TIER_READ_MANY];
+    if (p->k > 0) kvt_uring_rw_finish(t->ring, &p->ring, rr);
+    for (int x = 0; x < p->k; x++) done[p->idx[x]] = rr[x] > 0 ? rr[x] : 0; // an error: moved again, one by one
+    for (int i = 0; i < p->n; i++) {
+        if (st[i]) continue;
+        const off_t off = (off_t)slot[i] * t->slot_bytes;
+        st[i] = p->write ? write_finish(t, off, p->buf[i], done[i], NULL, &err[i])
+                         : read_finish(t, off, p->buf[i], done[i], blk[i], crc[i], NULL, &err[i]);
+    }
+}
+
 static void disk_many(kvt_tier_store *t, bool write, int n, const int64_t *slot, void *const *blk, void *const *bounce,
                       uint32_t *crc, kvt_status *st, kvt_err *err) {
+    kvt_tier_pending p;
     for (int i0 = 0; i0 < n; i0 += KVT_TIER_READ_MANY) {
-        const int m = n - i0 < KVT_TIER_READ_MANY ? n - i0 : KVT_TIER_READ_MANY;
-        uint8_t *buf[KVT_TIER_READ_MANY]; // [slot_bytes] what block i0 + j moves through: itself or its bounce buffer
-        int64_t done[KVT_TIER_READ_MANY]; // bytes the ring moved (0: the finish moves it all: no ring, or a ring error)
-        // the ring's requests: request x moves block i0 + idx[x] whole through rb[x]
-        void *rb[KVT_TIER_READ_MANY];
-        size_t rl[KVT_TIER_READ_MANY];
-        off_t ro[KVT_TIER_READ_MANY];
-        ssize_t rr[KVT_TIER_READ_MANY];
-        int idx[KVT_TIER_READ_MANY];
-        int k = 0;
-        for (int j = 0; j < m; j++) {
-            const int i = i0 + j;
-            const off_t off = (off_t)slot[i] * t->slot_bytes;
-            done[j] = 0;
-            if (write) {
-                buf[j] = (uint8_t *)write_buf(t, blk[i], bounce[i]);
-                crc[i] = kvt_crc32c(0, blk[i], (size_t)t->data_bytes);
-            } else {
-                buf[j] = direct_ok(t, blk[i]) ? blk[i] : bounce[i];
-            }
-            st[i] = write ? write_begin(t, off, NULL, &err[i]) : read_begin(t, off, NULL, &err[i]);
-            if (st[i] || !t->ring) continue;
-            rb[k] = buf[j], rl[k] = (size_t)t->slot_bytes, ro[k] = off, idx[k++] = j;
-        }
-        if (k > 0) kvt_uring_rw_many(t->ring, write, k, rb, rl, ro, rr);
-        for (int x = 0; x < k; x++) done[idx[x]] = rr[x] > 0 ? rr[x] : 0; // an error: moved again, one by one
-        for (int j = 0; j < m; j++) {
-            const int i = i0 + j;
-            if (st[i]) continue;
-            const off_t off = (off_t)slot[i] * t->slot_bytes;
-            st[i] = write ? write_finish(t, off, buf[j], done[j], NULL, &err[i])
-                          : read_finish(t, off, buf[j], done[j], blk[i], crc[i], NULL, &err[i]);
-        }
+        disk_start(t, write, n - i0, slot + i0, blk + i0, bounce + i0, crc + i0, st + i0, err + i0, &p);
+        disk_finish(t, slot + i0, blk + i0, crc + i0, st + i0, err + i0, &p);
     }
+}
+
+void kvt_tier_disk_read_start(kvt_tier_store *t, int n, const int64_t *slot, void *const *dst, void *const *bounce,
+                              const uint32_t *crc, kvt_status *st, kvt_err *err, kvt_tier_pending *p) {
+    disk_start(t, false, n, slot, dst, bounce, (uint32_t *)crc, st, err, p); // a read only reads crc[]
+}
+
+void kvt_tier_disk_read_finish(kvt_tier_store *t, const int64_t *slot, void *const *dst, const uint32_t *crc,
+                               kvt_status *st, kvt_err *err, kvt_tier_pending *p) {
+    disk_finish(t, slot, dst, crc, st, err, p);
 }
 
 void kvt_tier_disk_read_many(kvt_tier_store *t, int n, const int64_t *slot, void *const *dst, void *const *bounce,

@@ -83,6 +83,21 @@ kvt_status kvt_tier_disk_read(kvt_tier_store *t, int64_t slot, void *dst, void *
 #define KVT_TIER_READ_MANY 64
 void kvt_tier_disk_read_many(kvt_tier_store *t, int n, const int64_t *slot, void *const *dst, void *const *bounce,
                              const uint32_t *crc, kvt_status *st, kvt_err *err);
+// kvt_tier_disk_read_many in two calls for n <= KVT_TIER_READ_MANY, for a caller that computes while the reads are in
+// flight: _start starts them (with a ring, one submission) and returns; _finish waits for them and does the rest (the
+// CRC checks, the copies out of bounce buffers, a request the ring failed), giving st[i] and err[i]. The arrays and *p
+// stay where they are between the two calls; every _start needs its _finish.
+typedef struct {
+    int n, k; // blocks; of them the ring's requests, block idx[x] for request x
+    bool write;
+    uint8_t *buf[KVT_TIER_READ_MANY]; // what block i moves through: itself or its bounce buffer
+    int idx[KVT_TIER_READ_MANY];
+    kvt_uring_pending ring;
+} kvt_tier_pending;
+void kvt_tier_disk_read_start(kvt_tier_store *t, int n, const int64_t *slot, void *const *dst, void *const *bounce,
+                              const uint32_t *crc, kvt_status *st, kvt_err *err, kvt_tier_pending *p);
+void kvt_tier_disk_read_finish(kvt_tier_store *t, const int64_t *slot, void *const *dst, const uint32_t *crc,
+                               kvt_status *st, kvt_err *err, kvt_tier_pending *p);
 // n block writes at once, as kvt_tier_disk_write for each i in [0, n): src[i] to slot[i] through bounce[i] (as for
 // reads), crc[i] its CRC32C; st[i] and err[i] the outcome of each (messages name the disk slot). With a ring, one
 // submission and one wait per KVT_TIER_READ_MANY; a request the ring fails or writes short is finished (or redone)

@@ -11,10 +11,7 @@
 #include <pthread.h>
 
 // A request of one thread: filled by the reaper when its completion arrives.
-typedef struct {
-    bool done;
-    int res; // bytes, or -errno
-} ureq;
+typedef kvt_uring_req ureq;
 
 struct kvt_uring {
     struct io_uring ring;
@@ -79,68 +76,84 @@ static bool all_done(const ureq *q, int n) {
     return true;
 }
 
-void kvt_uring_rw_many(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off, ssize_t *res) {
-    ureq q[KVT_URING_MANY_MAX];
+void kvt_uring_rw_start(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off,
+                        kvt_uring_pending *p) {
     struct io_uring_sqe *sq[KVT_URING_MANY_MAX];
-    for (int i0 = 0; i0 < n; i0 += KVT_URING_MANY_MAX) { // in pieces of at most KVT_URING_MANY_MAX
-        const int m = n - i0 < KVT_URING_MANY_MAX ? n - i0 : KVT_URING_MANY_MAX;
-        int k = 0; // requests in the ring: q[0 .. k) for i0 .. i0 + k; the rest synchronously
-        pthread_mutex_lock(&u->mu);
-        for (; k < m; k++) {
-            struct io_uring_sqe *sqe = sq[k] = io_uring_get_sqe(&u->ring);
-            if (!sqe) break; // more requests in flight than ring entries
-            const int i = i0 + k;
-            if (write) io_uring_prep_write(sqe, u->fd, buf[i], (unsigned)len[i], (__u64)off[i]);
-            else io_uring_prep_read(sqe, u->fd, buf[i], (unsigned)len[i], (__u64)off[i]);
-            q[k] = (ureq){false, 0};
-            io_uring_sqe_set_data(sqe, &q[k]);
+    const int m = n < KVT_URING_MANY_MAX ? n : KVT_URING_MANY_MAX;
+    p->n = m, p->write = write;
+    for (int i = 0; i < m; i++) p->buf[i] = buf[i], p->len[i] = len[i], p->off[i] = off[i];
+    ureq *q = p->q;
+    int k = 0; // requests in the ring: q[0 .. k); the rest synchronously
+    pthread_mutex_lock(&u->mu);
+    for (; k < m; k++) {
+        struct io_uring_sqe *sqe = sq[k] = io_uring_get_sqe(&u->ring);
+        if (!sqe) break; // more requests in flight than ring entries
+        if (write) io_uring_prep_write(sqe, u->fd, buf[k], (unsigned)len[k], (__u64)off[k]);
+        else io_uring_prep_read(sqe, u->fd, buf[k], (unsigned)len[k], (__u64)off[k]);
+        q[k] = (ureq){false, 0};
+        io_uring_sqe_set_data(sqe, &q[k]);
+    }
+    // the kernel takes entries in the order they were prepared; those it has not taken are the ring's last
+    // io_uring_sq_ready() entries, ours (entries left from an earlier failure come before them)
+    int sub = 0;
+    for (int tries = 0; k > 0 && tries < 4; tries++) {
+        const int r = io_uring_submit(&u->ring);
+        const unsigned left = io_uring_sq_ready(&u->ring);
+        sub = left >= (unsigned)k ? 0 : k - (int)left;
+        if (r < 0 || sub == k) break;
+    }
+    if (sub < k) {
+        // not submitted: each entry left becomes a no-op that no one waits for (it goes with the next
+        // submission) and its request is done synchronously
+        for (int j = sub; j < k; j++) {
+            io_uring_prep_nop(sq[j]);
+            io_uring_sqe_set_data(sq[j], NULL);
         }
-        // the kernel takes entries in the order they were prepared; those it has not taken are the ring's last
-        // io_uring_sq_ready() entries, ours (entries left from an earlier failure come before them)
-        int sub = 0;
-        for (int tries = 0; k > 0 && tries < 4; tries++) {
-            const int r = io_uring_submit(&u->ring);
-            const unsigned left = io_uring_sq_ready(&u->ring);
-            sub = left >= (unsigned)k ? 0 : k - (int)left;
-            if (r < 0 || sub == k) break;
+        k = sub;
+    }
+    p->k = k;
+    pthread_mutex_unlock(&u->mu);
+}
+
+void kvt_uring_rw_finish(kvt_uring *u, kvt_uring_pending *p, ssize_t *res) {
+    const ureq *q = p->q;
+    const int k = p->k;
+    pthread_mutex_lock(&u->mu);
+    while (!all_done(q, k)) { // one thread reaps for all (u->reaping); the others wait for it on cv
+        if (u->reaping) {
+            pthread_cond_wait(&u->cv, &u->mu);
+            continue;
         }
-        if (sub < k) {
-            // not submitted: each entry left becomes a no-op that no one waits for (it goes with the next
-            // submission) and its request is done synchronously
-            for (int j = sub; j < k; j++) {
-                io_uring_prep_nop(sq[j]);
-                io_uring_sqe_set_data(sq[j], NULL);
-            }
-            k = sub;
-        }
-        while (!all_done(q, k)) { // one thread reaps for all (u->reaping); the others wait for it on cv
-            if (u->reaping) {
-                pthread_cond_wait(&u->cv, &u->mu);
-                continue;
-            }
-            u->reaping = true;
+        u->reaping = true;
+        reap_ready(u);
+        if (!all_done(q, k)) {
+            struct io_uring_cqe *cqe;
+            pthread_mutex_unlock(&u->mu);
+            // waits on the completion side only (submits nothing); an error (EINTR) is retried: the requests
+            // are in the kernel's hands and q must outlive them
+            (void)io_uring_wait_cqe(&u->ring, &cqe);
+            pthread_mutex_lock(&u->mu);
             reap_ready(u);
-            if (!all_done(q, k)) {
-                struct io_uring_cqe *cqe;
-                pthread_mutex_unlock(&u->mu);
-                // waits on the completion side only (submits nothing); an error (EINTR) is retried: the requests
-                // are in the kernel's hands and q must outlive them
-                (void)io_uring_wait_cqe(&u->ring, &cqe);
-                pthread_mutex_lock(&u->mu);
-                reap_ready(u);
-            }
-            u->reaping = false;
-            pthread_cond_broadcast(&u->cv);
         }
-        pthread_mutex_unlock(&u->mu);
-        for (int j = 0; j < m; j++) {
-            const int i = i0 + j;
-            if (j < k) res[i] = q[j].res;
-            else {
-                const ssize_t r = write ? pwrite(u->fd, buf[i], len[i], off[i]) : pread(u->fd, buf[i], len[i], off[i]);
-                res[i] = r < 0 ? -(ssize_t)errno : r;
-            }
+        u->reaping = false;
+        pthread_cond_broadcast(&u->cv);
+    }
+    pthread_mutex_unlock(&u->mu);
+    for (int j = 0; j < p->n; j++) {
+        if (j < k) res[j] = q[j].res;
+        else {
+            const ssize_t r = p->write ? pwrite(u->fd, p->buf[j], p->len[j], p->off[j])
+                                       : pread(u->fd, p->buf[j], p->len[j], p->off[j]);
+            res[j] = r < 0 ? -(ssize_t)errno : r;
         }
+    }
+}
+
+void kvt_uring_rw_many(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off, ssize_t *res) {
+    kvt_uring_pending p;
+    for (int i0 = 0; i0 < n; i0 += KVT_URING_MANY_MAX) { // in pieces of at most KVT_URING_MANY_MAX
+        kvt_uring_rw_start(u, write, n - i0, buf + i0, len + i0, off + i0, &p);
+        kvt_uring_rw_finish(u, &p, res + i0);
     }
 }
 
@@ -180,6 +193,18 @@ ssize_t kvt_uring_rw(kvt_uring *u, bool write, void *buf, size_t n, off_t off) {
 void kvt_uring_rw_many(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off, ssize_t *res) {
     (void)u, (void)write, (void)buf, (void)len, (void)off;
     for (int i = 0; i < n; i++) res[i] = -ENOSYS;
+}
+
+void kvt_uring_rw_start(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off,
+                        kvt_uring_pending *p) {
+    (void)u, (void)write, (void)buf, (void)len, (void)off;
+    p->n = n < KVT_URING_MANY_MAX ? n : KVT_URING_MANY_MAX;
+    p->k = 0;
+}
+
+void kvt_uring_rw_finish(kvt_uring *u, kvt_uring_pending *p, ssize_t *res) {
+    (void)u;
+    for (int i = 0; i < p->n; i++) res[i] = -ENOSYS;
 }
 
 #endif

@@ -32,6 +32,25 @@ ssize_t kvt_uring_rw(kvt_uring *u, bool write, void *buf, size_t n, off_t off);
 // n = 1 (which it is). Pieces of KVT_URING_MANY_MAX at most are submitted at once.
 #define KVT_URING_MANY_MAX 64
 void kvt_uring_rw_many(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off, ssize_t *res);
+// kvt_uring_rw_many in two calls, for a caller that computes while its requests are in flight: _start submits n <=
+// KVT_URING_MANY_MAX requests (as one piece of kvt_uring_rw_many) and returns; _finish waits for them (or does with
+// pread/pwrite those the ring did not take) and gives their res[i]. *p must stay where it is between the two (other
+// threads reaping the ring write its done flags). Every _start needs its _finish.
+typedef struct {
+    bool done;
+    int res; // bytes, or -errno
+} kvt_uring_req;
+typedef struct {
+    int n, k; // requests; q[0 .. k) in the ring, the rest done by _finish synchronously
+    bool write;
+    void *buf[KVT_URING_MANY_MAX];
+    size_t len[KVT_URING_MANY_MAX];
+    off_t off[KVT_URING_MANY_MAX];
+    kvt_uring_req q[KVT_URING_MANY_MAX];
+} kvt_uring_pending;
+void kvt_uring_rw_start(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off,
+                        kvt_uring_pending *p);
+void kvt_uring_rw_finish(kvt_uring *u, kvt_uring_pending *p, ssize_t *res);
 // True if this build has io_uring support compiled in.
 bool kvt_uring_compiled(void);
 

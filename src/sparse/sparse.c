@@ -466,10 +466,11 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         // parallel while attention reads the first blocks; and the store evicts the blocks this set left out first
         kvt_kv_paged_prefetch_begin(kv); // the set's blocks only on disk read now, in one batch (kv_paged.h)
         kvt_sparse_prefetch_selection(s, &s->main_ss, ly, seq, layer, true);
-        kvt_kv_paged_prefetch_end(kv);
+        // the last submission of those reads stays in flight while attention works over the resident blocks
+        const bool late = kvt_kv_paged_prefetch_end_async(kv);
         int64_t nsel = 0;
         for (int32_t kh = 0; kh < H; kh++) nsel += ly->nsel[kh];
-        st = kvt_sparse_attend_set(kv, seq, layer, p, q, ly->sel, ly->nsel, ly->cap, out, pool, s->scratch, err);
+        st = kvt_sparse_attend_set(kv, seq, layer, p, q, ly->sel, ly->nsel, ly->cap, late, out, pool, s->scratch, err);
         if (st) return st;
         step_add(s, sq, layer, P, nsel, H * held, summary, stall, wait, s->p.stats ? (int32_t)H : 0, mass, mass_min, ovl);
     }

@@ -1,11 +1,14 @@
 // sparse_attn.c - exact attention of one query token over selected positions, and exact scoring of every
 // position (the oracle), both reading the KV store through acquire/release.
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "../kernels/quant.h"
 #include "../kernels/vec.h"
+#include "../kv/kv_paged.h"
 #include "sparse_impl.h"
 
 int64_t kvt_sparse_attn_scratch_floats(const kvt_sparse_dims *d) {
@@ -14,9 +17,26 @@ int64_t kvt_sparse_attn_scratch_floats(const kvt_sparse_dims *d) {
     return qpg * (d->head_dim + 32) + qpg * d->n_ctx + d->n_ctx + 2 * qpg + qpg * d->head_dim_v + 64;
 }
 
+// A run of a KV head's selected positions that lie in one block, for the two-pass attention (attend_pass_task).
+typedef struct {
+    int64_t a, e, b; // sel[a .. e) lie in block b
+    kvt_kv_view v;   // held: the block acquired (from the first pass on, until the second's end)
+    bool held, scored;
+} sp_run;
+
+// KV head kh's attention between the two passes: its runs, the first not accumulated yet, its scores and state.
+typedef struct {
+    sp_run *run;
+    int64_t nrun, next, held; // runs; the first not accumulated yet; the blocks held
+    float *s, *m, *l, *o; // scores [qpg, ns] at their positions' indexes; m, l [qpg]; o [qpg, hdv]
+} sp_head;
+
 typedef struct {
     kvt_kv *kv;
     int32_t seq, layer, qpg;
+    sp_head *head;          // the two-pass attention's per-head state, pass 1 or 2 (attend_pass_task)
+    int pass;
+    int64_t pin_cap;        // blocks a head may hold from pass 1 to pass 2
     const kvt_attn_params *p;
     const float *q;
     int64_t n;              // positions held (scoring) 
@@ -131,6 +151,118 @@ static void attend_task(void *vctx, int64_t kh64, int thread) {
     }
 }
 
+// Run R's scores (block held): h->s[i * ns + x] for x in [R->a, R->e), as attend_task computes them.
+static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, int64_t qrow, int64_t ns, const int32_t *sel,
+                      sp_head *h, const sp_run *R) {
+    const kvt_kv *kv = J->kv;
+    const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
+    const uint8_t *kb = (const uint8_t *)R->v.k + jh * R->v.k_hstride;
+    for (int32_t i = 0; i < J->qpg; i++) {
+        float *si = h->s + (int64_t)i * ns;
+        for (int64_t x = R->a; x < R->e; x++) {
+            float d;
+            ops->vec_dot(kv->head_dim, &d, kb + (sel[x] - R->v.pos0) * R->v.k_stride, qd + i * qrow);
+            si[x] = d * J->p->scale;
+        }
+    }
+}
+
+// Run R's step of the online softmax from its scores: the same operations in the same order as attend_task's.
+static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *sel, sp_head *h, const sp_run *R) {
+    const kvt_kv *kv = J->kv;
+    const int32_t hdv = kv->head_dim_v;
+    const uint8_t *vb = (const uint8_t *)R->v.v + jh * R->v.v_hstride;
+    for (int32_t i = 0; i < J->qpg; i++) {
+        const float *si = h->s + (int64_t)i * ns;
+        float bm = -INFINITY;
+        for (int64_t x = R->a; x < R->e; x++) bm = si[x] > bm ? si[x] : bm;
+        float *m = h->m, *l = h->l;
+        const float mn = bm > m[i] ? bm : m[i], corr = expf(m[i] - mn);
+        float *oi = h->o + (int64_t)i * hdv;
+        if (corr != 1.0f) {
+            l[i] *= corr;
+            kvt_vec_scale_f32(oi, corr, hdv);
+        }
+        for (int64_t x = R->a; x < R->e; x++) {
+            const float w = expf(si[x] - mn);
+            l[i] += w;
+            kvt_vec_mad_rows(kv->type, oi, vb + (sel[x] - R->v.pos0) * R->v.v_stride, R->v.v_stride, &w, 1, hdv);
+        }
+        m[i] = mn;
+    }
+}
+
+// attend_task in two passes around a late batch of disk reads in flight (kvt_kv_paged_prefetch_end_async). Pass 1
+// (the reads in flight): the runs whose blocks are resident now are acquired and scored, and the leading ones (every
+// run before them as well) accumulated; pass 2 (the reads done): the rest, in position order. Every run is scored as
+// attend_task scores it and accumulated in the same order, so the output has attend_task's bits; only the work before
+// the first late run, and the scores of the resident runs after it, move into the wait.
+static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
+    sp_job *J = vctx;
+    kvt_kv *kv = J->kv;
+    const int32_t kh = (int32_t)kh64, hdv = kv->head_dim_v, qpg = J->qpg, jh = kh % kv->group_heads;
+    const int32_t g = kh / kv->group_heads;
+    const int64_t qrow = qrow_of(kv), ns = J->nsel[kh];
+    const int32_t *sel = J->sel + kh * J->sel_stride;
+    sp_head *h = &J->head[kh];
+    uint8_t *qd = (uint8_t *)J->scratch[thread];
+    queries_in(J, kh, qd, qrow);
+    if (J->pass == 1) {
+        h->nrun = h->next = h->held = 0;
+        for (int64_t a = 0; a < ns;) {
+            const int64_t b = sel[a] / kv->block_tokens;
+            int64_t e = a;
+            while (e < ns && sel[e] / kv->block_tokens == b) e++;
+            h->run[h->nrun++] = (sp_run){.a = a, .e = e, .b = b};
+            a = e;
+        }
+        for (int32_t i = 0; i < qpg; i++) {
+            h->m[i] = -INFINITY;
+            h->l[i] = 0.0f;
+        }
+        memset(h->o, 0, (size_t)qpg * hdv * sizeof(float));
+    }
+    for (int64_t r = 0; r < h->nrun; r++) {
+        sp_run *R = &h->run[r];
+        if (!R->held) {
+            if (J->pass == 1 && h->held >= J->pin_cap) break; // the fast tier's room for the others' loads
+            kvt_err e;
+            bool ready = true;
+            const kvt_status st = J->pass == 1 ? kvt_kv_paged_acquire_ready(kv, J->seq, J->layer, g, R->b, &R->v, &ready, &e)
+                                               : kv->ops->acquire(kv, J->seq, J->layer, g, R->b, &R->v, &e);
+            if (st) {
+                sp_fail(J, &e);
+                return;
+            }
+            if (!ready) continue; // in flight, or evicted: pass 2
+            R->held = true;
+            h->held++;
+            if (sel[R->e - 1] >= R->v.pos0 + R->v.n) {
+                kvt_errorf(&e, KVT_ERR_INVALID_ARG, "KV layer %d holds no position %d", J->layer, sel[R->e - 1]);
+                sp_fail(J, &e);
+                return;
+            }
+        }
+        if (!R->scored) {
+            run_score(J, jh, qd, qrow, ns, sel, h, R);
+            R->scored = true;
+        }
+        if (r == h->next) { // then let go: a block is held only from its scores to its accumulation
+            run_accum(J, jh, ns, sel, h, R);
+            h->next++;
+            kv->ops->release(kv, J->seq, J->layer, g, R->b);
+            R->held = false;
+            h->held--;
+        }
+    }
+    if (J->pass != 2) return;
+    for (int32_t i = 0; i < qpg; i++) {
+        const float inv = h->l[i] > 0.0f ? 1.0f / h->l[i] : 0.0f;
+        float *dst = J->out + (int64_t)(kh * qpg + i) * hdv;
+        for (int32_t x = 0; x < hdv; x++) dst[x] = h->o[(int64_t)i * hdv + x] * inv;
+    }
+}
+
 // Every position [0, n) of KV head kh scored with the real query: agg[t] = sum over the group's heads of
 // softmax(q_h . k * scale)[t].
 static void score_task(void *vctx, int64_t kh64, int thread) {
@@ -180,11 +312,53 @@ static kvt_status run(sp_job *J, kvt_task_fn fn, kvt_threadpool *pool, kvt_err *
 }
 
 kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q,
-                                 const int32_t *sel, const int64_t *nsel, int64_t sel_stride, float *out,
+                                 const int32_t *sel, const int64_t *nsel, int64_t sel_stride, bool late, float *out,
                                  kvt_threadpool *pool, float *const *scratch, kvt_err *err) {
     sp_job J = {.kv = kv, .seq = seq, .layer = layer, .qpg = p->n_head / kv->n_head_kv, .p = p, .q = q, .sel = sel,
                 .nsel = nsel, .sel_stride = sel_stride, .out = out, .scratch = scratch};
-    return run(&J, attend_task, pool, err);
+    const int32_t H = kv->n_head_kv, qpg = J.qpg;
+    // the two passes' state: per KV head its runs (at most one per position) and floats; one allocation
+    int64_t bytes = (int64_t)H * (int64_t)sizeof(sp_head);
+    for (int32_t kh = 0; late && kh < H; kh++) {
+        bytes += nsel[kh] * (int64_t)sizeof(sp_run) + (qpg * nsel[kh] + 2 * qpg + (int64_t)qpg * kv->head_dim_v) * 4 + 64;
+    }
+    void *mem = late ? malloc((size_t)bytes) : NULL;
+    if (!mem) { // no batch in flight (or no memory for the state: then the batch waited for first): one pass
+        if (late) kvt_kv_paged_late_wait(kv);
+        return run(&J, attend_task, pool, err);
+    }
+    J.head = mem;
+    uint8_t *at = (uint8_t *)(J.head + H);
+    for (int32_t kh = 0; kh < H; kh++) {
+        sp_head *h = &J.head[kh];
+        memset(h, 0, sizeof *h);
+        h->run = (sp_run *)at;
+        at += nsel[kh] * (int64_t)sizeof(sp_run);
+        at = (uint8_t *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
+        h->s = (float *)at;
+        h->m = h->s + qpg * nsel[kh];
+        h->l = h->m + qpg;
+        h->o = h->l + qpg;
+        at = (uint8_t *)(h->o + (int64_t)qpg * kv->head_dim_v);
+    }
+    // pass 1 holds the blocks it scored until pass 2 accumulates them: at most a quarter of the fast tier in all, so
+    // that the loads of pass 2 (one block at a time per head, as attend_task) always find room
+    J.pin_cap = kvt_kv_paged_fast_slots(kv) / (4 * H);
+    J.pass = 1;
+    kvt_status st = run(&J, attend_pass_task, pool, err);
+    kvt_kv_paged_late_wait(kv); // whatever pass 1 did
+    if (!st) {
+        J.pass = 2;
+        st = run(&J, attend_pass_task, pool, err);
+    }
+    for (int32_t kh = 0; kh < H; kh++) { // a failed pass leaves blocks held
+        const sp_head *h = &J.head[kh];
+        for (int64_t r = 0; r < h->nrun; r++) {
+            if (h->run[r].held) kv->ops->release(kv, seq, layer, kh / kv->group_heads, h->run[r].b);
+        }
+    }
+    free(mem);
+    return st;
 }
 
 kvt_status kvt_sparse_score_exact(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q,

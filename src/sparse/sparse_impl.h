@@ -237,8 +237,11 @@ int64_t kvt_sparse_attn_scratch_floats(const kvt_sparse_dims *d);
 
 // Exact attention of the single query token q ([n_head * head_dim]) over the selected positions of each
 // KV head: sel + kh * sel_stride, nsel[kh] sorted positions. out: [n_head * head_dim_v]. One task per KV head.
+// late: a batch of the set's disk reads is in flight (kvt_kv_paged_prefetch_end_async): the resident blocks' work is
+// done while it completes and the rest after kvt_kv_paged_late_wait, with the same bits (sparse_attn.c
+// attend_pass_task).
 kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q,
-                                 const int32_t *sel, const int64_t *nsel, int64_t sel_stride, float *out,
+                                 const int32_t *sel, const int64_t *nsel, int64_t sel_stride, bool late, float *out,
                                  kvt_threadpool *pool, float *const *scratch, kvt_err *err);
 // The oracle score of positions [0, n) of every KV head with the real query: agg + kh * agg_stride gets the sum
 // over the group's query heads of their softmax probabilities (keys read from the store).
