@@ -331,6 +331,32 @@ static void test_matmul_kquant_isas(kvt_type t, int64_t n, int64_t n_rows, int64
     free(wq), free(xq), free(y2), free(y5);
 }
 
+// AVX2 q6_K decode (quant_avx2.c's rows two at a time, rows i and h + i, per strip of matmul.c): every output of
+// kvt_matmul_rows for one token bit for bit AVX2's q6_K dot of its row alone (the decode path before the pairs; the
+// scalar reference is matched within test_matmul's tolerance, AVX-512 bit for bit by test_matmul_kquant_isas),
+// sentinels kept outside [r0, r1).
+static void test_q6k_decode_pairs(int64_t n, int64_t n_rows, int64_t r0, int64_t r1) {
+    const kvt_type t = KVT_TYPE_Q6_K;
+    char *wq, *xq;
+    if (!quant_operands(t, n, n_rows, 1, &wq, &xq)) { g_fail++; return; }
+    const int64_t wrs = kvt_row_size(t, n);
+    float *y = xmalloc((size_t)(n_rows + 1) * sizeof *y);
+    if (!y) { g_fail++; return; }
+    for (int64_t r = 0; r <= n_rows; r++) y[r] = -7.f;
+    kvt_matmul_rows_isa(KVT_ISA_AVX2, t, n, wq, r0, r1, xq, 1, y, n_rows);
+    int64_t bad = 0;
+    for (int64_t r = 0; r <= n_rows; r++) {
+        float e = -7.f;
+        if (r >= r0 && r < r1) kvt_type_ops_isa(t, KVT_ISA_AVX2)->vec_dot(n, &e, wq + r * wrs, xq);
+        bad += memcmp(&e, &y[r], sizeof e) != 0;
+    }
+    char name[128];
+    snprintf(name, sizeof name, "q6_K_decode_pairs_avx2_n%lld_rows%lld_r%lld-%lld", (long long)n, (long long)n_rows,
+             (long long)r0, (long long)r1);
+    CHECK(name, bad == 0, "%lld outputs differ from the AVX2 dot of the row alone", (long long)bad);
+    free(wq), free(xq), free(y);
+}
+
 // A repacked matrix (quant.h) against its source: unpack(pack(W)) gives W's bytes back (all rows and [r0, r1)),
 // and every output of kvt_matmul_rows on the repacked matrix is bit-identical to the source matrix's, on every
 // ISA this CPU runs (the x8 GEMV for one token, the other paths for batches and cut groups), sentinels kept
@@ -924,6 +950,11 @@ int test_kernels_main(void) {
             test_matmul(KVT_TYPE_Q4_1, 32 * nb, 5, 1, 0, 5);
             test_matmul(KVT_TYPE_Q4_1, 32 * nb, 5, 3, 1, 5);
         }
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) { // one row, a pair, an odd row out, several strips with an odd last one
+        const int64_t q6[][4] = {{256, 1, 0, 1}, {256, 2, 0, 2}, {512, 3, 0, 3}, {512, 17, 1, 16}, {512, 1401, 0, 1401},
+                                 {2048, 317, 3, 316}};
+        for (size_t i = 0; i < sizeof q6 / sizeof q6[0]; i++) test_q6k_decode_pairs(q6[i][0], q6[i][1], q6[i][2], q6[i][3]);
+    }
     if (kvt_kernels_isa() >= KVT_ISA_AVX512) {
         const kvt_type kq[] = {KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
         const int64_t toks[] = {1, 3, 11};

@@ -206,61 +206,78 @@ void kvt_q4kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, 
 
 #else
 
-INLINE void x8_group_body(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y, int64_t pf) {
+// One super-block (at in, against y) of a group of 8 rows into its chains acc, macc; the lines pf bytes ahead
+// prefetched (0: none).
+INLINE void x8_sb(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m256 *macc, int64_t pf) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     // scale words of sub-block j (add j): per 128-bit lane (rows 2L, 2L + 1), dwords (row 2L, e = 0, 1), (row 2L + 1, ..)
     const __m256i shb = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128,
                                          0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128);
     const __m256i mperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *in = G + b * KVT_X8_SB;
-        const kvt_block_q8_K *y = yb + b;
-        if (pf) UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
-        const __m256i H = x8_ld256(in + 1088);
-        const __m256i hA = _mm256_and_si256(H, m4), hB = _mm256_and_si256(_mm256_srli_epi16(H, 4), m4);
-        const __m256i LA = x8_ld256(in + 1024), LB = x8_ld256(in + 1056);
-        const __m256i scA = _mm256_or_si256(_mm256_and_si256(LA, m4), _mm256_and_si256(_mm256_slli_epi16(hA, 4), m30));
-        const __m256i scB = _mm256_or_si256(_mm256_and_si256(LB, m4), _mm256_and_si256(_mm256_slli_epi16(hB, 4), m30));
-        __m256i isA = _mm256_setzero_si256(), isB = _mm256_setzero_si256();
-        UNROLL for (int c = 0; c < 4; c++) {
-            __m256i plA = _mm256_setzero_si256(), phA = plA, plB = plA, phB = plA;
-            UNROLL for (int p = 0; p < 4; p++) {
-                const __m256i qA = x8_ld256(in + 64 * (4 * c + p)), qB = x8_ld256(in + 64 * (4 * c + p) + 32);
-                const __m256i yl = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 8 * p));
-                const __m256i yh = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 32 + 8 * p));
-                // int16 pair sums, |.| <= 2 * 15 * 128; four of them still exact in int16
-                plA = _mm256_add_epi16(plA, _mm256_maddubs_epi16(_mm256_and_si256(qA, m4), yl));
-                phA = _mm256_add_epi16(phA, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(qA, 4), m4), yh));
-                plB = _mm256_add_epi16(plB, _mm256_maddubs_epi16(_mm256_and_si256(qB, m4), yl));
-                phB = _mm256_add_epi16(phB, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(qB, 4), m4), yh));
-            }
-            const __m256i s0 = _mm256_add_epi8(shb, _mm256_set1_epi8((char)(2 * c)));
-            const __m256i s1 = _mm256_add_epi8(shb, _mm256_set1_epi8((char)(2 * c + 1)));
-            isA = _mm256_add_epi32(isA, _mm256_add_epi32(_mm256_madd_epi16(plA, _mm256_shuffle_epi8(scA, s0)),
-                                                         _mm256_madd_epi16(phA, _mm256_shuffle_epi8(scA, s1))));
-            isB = _mm256_add_epi32(isB, _mm256_add_epi32(_mm256_madd_epi16(plB, _mm256_shuffle_epi8(scB, s0)),
-                                                         _mm256_madd_epi16(phB, _mm256_shuffle_epi8(scB, s1))));
+    if (pf) UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
+    const __m256i H = x8_ld256(in + 1088);
+    const __m256i hA = _mm256_and_si256(H, m4), hB = _mm256_and_si256(_mm256_srli_epi16(H, 4), m4);
+    const __m256i LA = x8_ld256(in + 1024), LB = x8_ld256(in + 1056);
+    const __m256i scA = _mm256_or_si256(_mm256_and_si256(LA, m4), _mm256_and_si256(_mm256_slli_epi16(hA, 4), m30));
+    const __m256i scB = _mm256_or_si256(_mm256_and_si256(LB, m4), _mm256_and_si256(_mm256_slli_epi16(hB, 4), m30));
+    __m256i isA = _mm256_setzero_si256(), isB = _mm256_setzero_si256();
+    UNROLL for (int c = 0; c < 4; c++) {
+        __m256i plA = _mm256_setzero_si256(), phA = plA, plB = plA, phB = plA;
+        UNROLL for (int p = 0; p < 4; p++) {
+            const __m256i qA = x8_ld256(in + 64 * (4 * c + p)), qB = x8_ld256(in + 64 * (4 * c + p) + 32);
+            const __m256i yl = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 8 * p));
+            const __m256i yh = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 32 + 8 * p));
+            // int16 pair sums, |.| <= 2 * 15 * 128; four of them still exact in int16
+            plA = _mm256_add_epi16(plA, _mm256_maddubs_epi16(_mm256_and_si256(qA, m4), yl));
+            phA = _mm256_add_epi16(phA, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(qA, 4), m4), yh));
+            plB = _mm256_add_epi16(plB, _mm256_maddubs_epi16(_mm256_and_si256(qB, m4), yl));
+            phB = _mm256_add_epi16(phB, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(qB, 4), m4), yh));
         }
-        // lane 128-bit L: [r 2L, r 2L+1, r 4+2L, r 5+2L] -> rows in order
-        const __m256i S = _mm256_permute4x64_epi64(_mm256_hadd_epi32(isA, isB), 0xD8);
-        const __m256i mnA = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LA, 4), m4), _mm256_and_si256(_mm256_slli_epi16(hA, 2), m30));
-        const __m256i mnB = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LB, 4), m4), _mm256_and_si256(_mm256_slli_epi16(hB, 2), m30));
-        const __m128i bs = x8_bs32(y);
-        const __m256i bsb = _mm256_set_m128i(bs, bs);
-        const __m256i R01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnA)), bsb);
-        const __m256i R23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnA, 1)), bsb);
-        const __m256i R45 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnB)), bsb);
-        const __m256i R67 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnB, 1)), bsb);
-        const __m256i h3 = _mm256_hadd_epi32(_mm256_hadd_epi32(R01, R23), _mm256_hadd_epi32(R45, R67));
-        const __m256i M = _mm256_permutevar8x32_epi32(h3, mperm);
-        x8_chain(S, M, in, y->d, &acc, &macc);
+        const __m256i s0 = _mm256_add_epi8(shb, _mm256_set1_epi8((char)(2 * c)));
+        const __m256i s1 = _mm256_add_epi8(shb, _mm256_set1_epi8((char)(2 * c + 1)));
+        isA = _mm256_add_epi32(isA, _mm256_add_epi32(_mm256_madd_epi16(plA, _mm256_shuffle_epi8(scA, s0)),
+                                                     _mm256_madd_epi16(phA, _mm256_shuffle_epi8(scA, s1))));
+        isB = _mm256_add_epi32(isB, _mm256_add_epi32(_mm256_madd_epi16(plB, _mm256_shuffle_epi8(scB, s0)),
+                                                     _mm256_madd_epi16(phB, _mm256_shuffle_epi8(scB, s1))));
     }
+    // lane 128-bit L: [r 2L, r 2L+1, r 4+2L, r 5+2L] -> rows in order
+    const __m256i S = _mm256_permute4x64_epi64(_mm256_hadd_epi32(isA, isB), 0xD8);
+    const __m256i mnA = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LA, 4), m4), _mm256_and_si256(_mm256_slli_epi16(hA, 2), m30));
+    const __m256i mnB = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LB, 4), m4), _mm256_and_si256(_mm256_slli_epi16(hB, 2), m30));
+    const __m128i bs = x8_bs32(y);
+    const __m256i bsb = _mm256_set_m128i(bs, bs);
+    const __m256i R01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnA)), bsb);
+    const __m256i R23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnA, 1)), bsb);
+    const __m256i R45 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnB)), bsb);
+    const __m256i R67 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnB, 1)), bsb);
+    const __m256i h3 = _mm256_hadd_epi32(_mm256_hadd_epi32(R01, R23), _mm256_hadd_epi32(R45, R67));
+    const __m256i M = _mm256_permutevar8x32_epi32(h3, mperm);
+    x8_chain(S, M, in, y->d, acc, macc);
+}
+
+INLINE void x8_group_body(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y, int64_t pf) {
+    __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) x8_sb(G + b * KVT_X8_SB, yb + b, &acc, &macc, pf);
     _mm256_storeu_ps(Y, _mm256_sub_ps(acc, macc));
 }
-static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) { x8_group_body(nb, G, yb, Y, 0); }
-static void x8_group_pf(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y, int64_t pf) {
-    x8_group_body(nb, G, yb, Y, pf);
+
+// Two streams (kq_decode_bench and model decode on the Intel Xeon with KVT_ISA=avx2: docs/log/BENCHMARKS-kernels-2.md,
+// dec11b): the groups g0 + i and g0 + h + i (h = half the groups, rounded up) super-block by super-block, so that the
+// prefetchers follow two streams at once; the odd group out alone. Each group's chains are the one-group ones (the
+// same bits whatever the pairing).
+INLINE void x8_pairs(int64_t nb, const uint8_t *W, int64_t g0, int64_t g1, const kvt_block_q8_K *yb, float *Y, int64_t pf) {
+    const int64_t h = (g1 - g0 + 1) / 2, gs = nb * KVT_X8_SB;
+    for (int64_t i = 0; i < g1 - g0 - h; i++) {
+        const uint8_t *GA = W + (g0 + i) * gs, *GB = W + (g0 + h + i) * gs;
+        __m256 accA = _mm256_setzero_ps(), maccA = accA, accB = accA, maccB = accA;
+        for (int64_t b = 0; b < nb; b++) {
+            x8_sb(GA + b * KVT_X8_SB, yb + b, &accA, &maccA, pf);
+            x8_sb(GB + b * KVT_X8_SB, yb + b, &accB, &maccB, pf);
+        }
+        _mm256_storeu_ps(Y + 8 * (g0 + i), _mm256_sub_ps(accA, maccA));
+        _mm256_storeu_ps(Y + 8 * (g0 + h + i), _mm256_sub_ps(accB, maccB));
+    }
+    if ((g1 - g0) & 1) x8_group_body(nb, W + (g0 + h - 1) * gs, yb, Y + 8 * (g0 + h - 1), pf);
 }
 
 #endif
@@ -268,9 +285,14 @@ static void x8_group_pf(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, 
 // Y[8g + r] for the groups g in [g0, g1) of the q4_K_x8 matrix W (n columns) against the q8_K row y.
 void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y) {
     const int64_t nb = n / KVT_QK_K, pf = kvt_kernels_prefetch();
+#ifdef KVT_SIMD_AVX512
     if (pf) {
         for (int64_t g = g0; g < g1; g++) x8_group_pf(nb, (const uint8_t *)W + g * nb * KVT_X8_SB, y, Y + 8 * g, pf);
         return;
     }
     for (int64_t g = g0; g < g1; g++) x8_group(nb, (const uint8_t *)W + g * nb * KVT_X8_SB, y, Y + 8 * g);
+#else
+    if (pf) x8_pairs(nb, W, g0, g1, y, Y, pf); // its own copy without a test per super-block
+    else x8_pairs(nb, W, g0, g1, y, Y, 0);
+#endif
 }

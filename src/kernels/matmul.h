@@ -105,6 +105,8 @@ const kvt_mm_kernel *kvt_mm_kernel_avx512(kvt_type wt);
 // q4_K_x8 decode (kqx8.h): Y[8g + r] for the 8-row groups g in [g0, g1) of W (n columns) against one q8_K row y.
 void kvt_q4kx8_gemv_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
 void kvt_q4kx8_gemv_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
+// AVX2 q6_K decode (quant_avx2.c): Y[r] for the nr rows at W (stride wrs) against one q8_K row y, two rows at once.
+void kvt_q6k_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *y, float *Y);
 // q4_1_x8 (q41x8.h): Y[t * ldy + 8g + r] for the groups g in [g0, g1) against n_tok q8_1 rows X (decode and batches).
 void kvt_q41x8_mm_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy);
 void kvt_q41x8_mm_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,

@@ -902,6 +902,17 @@ static void q8_0_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
 #endif // GEMM tiles
 
 
+#ifndef KVT_SIMD_AVX512
+// AVX2 q6_K decode: the q8_K row as it is, and quant_avx2.c's rows two at a time (nt_max 1: batches take the GEMM tile).
+static int64_t q6k_prep_size(int64_t n) { return (kvt_row_size(KVT_TYPE_Q8_K, n) + 63) & ~(int64_t)63; }
+static void q6k_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)kvt_row_size(KVT_TYPE_Q8_K, n)); }
+static void q6k_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, int nt, float *Y,
+                     int64_t ldy, void *scratch) {
+    (void)prs, (void)nt, (void)ldy, (void)scratch;
+    kvt_q6k_rows_avx2(n, W, wrs, nr, P, Y);
+}
+#endif
+
 // ==================================================================== table
 
 // The GEMM tiles of gemm_avx2.c / gemm_avx512.c from 2 tokens on (bitwise equal to the rows kernels' decode)
@@ -933,7 +944,7 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows},
     [KVT_TYPE_Q4_K] = {NULL, NULL, NULL, G2(q4_K)}, // decode: quant_avx2.c's q4_K dot
     [KVT_TYPE_Q5_K] = {NULL, NULL, NULL, G2(q5_K)},
-    [KVT_TYPE_Q6_K] = {NULL, NULL, NULL, G2(q6_K)},
+    [KVT_TYPE_Q6_K] = {q6k_prep_size, q6k_prep, q6k_rows, G2(q6_K), .nt_max = 1},
 #endif
 };
 

@@ -329,59 +329,86 @@ DEFINE_DISPATCH(q5_K)
 // q6_K: values are used unsigned (0..63) and the offset 32 is removed with the
 // activation block sums: sum sc*(q-32)*y = sum sc*q*y - 32 * sum_g sc_g*bsum_g.
 // Per super-block the exact integer total, then one scalar fma (matmul.h), as q4_K.
+// Super-block ib of the q6_K row x against NT q8_K rows (stride ys) into the chains acc[t].
+INLINE void q6_K_sb(const kvt_block_q6_K *x, int64_t ib, const void *yv, size_t ys, int NT, float *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const int8_t *sc = x[ib].scales;
+    const __m128i sc8 = loadu128(sc);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    // the scale words of groups 8h .. 8h + 7 in both 128-bit lanes
+    const __m256i scw[2] = {_mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16)),
+                            _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1))};
+    __m256i isum[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) {
+        const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+        // start from -32 * sum_g sc_g * bsum_g
+        const __m256i off = _mm256_madd_epi16(sc16, loadu256(y->bsums));
+        isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+    }
+    UNROLL for (int h = 0; h < 2; h++) {
+        const __m256i qa = loadu256(x[ib].ql + 64 * h);
+        const __m256i qb = loadu256(x[ib].ql + 64 * h + 32);
+        const __m256i qh = loadu256(x[ib].qh + 32 * h);
+        // value bits 4-5: bits 2k, 2k + 1 of qh moved in place within each byte (16-bit shifts, masked)
+        __m256i v[4];
+        v[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+        v[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+        v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
+        v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+        UNROLL for (int k = 0; k < 4; k++) {
+            // scale groups 8h + 2k (every word of the low lane) and 8h + 2k + 1 (high lane)
+            const int j = 2 * k;
+            const __m256i six = _mm256_set_m128i(_mm_set1_epi16((short)((2 * j + 3) << 8 | (2 * j + 2))),
+                                                 _mm_set1_epi16((short)((2 * j + 1) << 8 | 2 * j)));
+            const __m256i scv = _mm256_shuffle_epi8(scw[h], six);
+            UNROLL for (int t = 0; t < NT; t++) {
+                const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+                const __m256i p = _mm256_maddubs_epi16(v[k], loadu256(y->qs + 128 * h + 32 * k));
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, scv));
+            }
+        }
+    }
+    const float d = h2f(x[ib].d);
+    UNROLL for (int t = 0; t < NT; t++) {
+        const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+        acc[t] = fmaf((float)hsum_epi32(isum[t]), d * y->d, acc[t]);
+    }
+}
+
 INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     const kvt_block_q6_K *x = xv;
     const int64_t nb = n / KVT_QK_K;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     float acc[NTMAX];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = 0;
     for (int64_t ib = 0; ib < nb; ib++) {
         KQ_PREFETCH(x + ib, sizeof(kvt_block_q6_K));
-        const int8_t *sc = x[ib].scales;
-        const __m128i sc8 = loadu128(sc);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-        // the scale words of groups 8h .. 8h + 7 in both 128-bit lanes
-        const __m256i scw[2] = {_mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16)),
-                                _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1))};
-        __m256i isum[NTMAX];
-        UNROLL for (int t = 0; t < NT; t++) {
-            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
-            // start from -32 * sum_g sc_g * bsum_g
-            const __m256i off = _mm256_madd_epi16(sc16, loadu256(y->bsums));
-            isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
-        }
-        UNROLL for (int h = 0; h < 2; h++) {
-            const __m256i qa = loadu256(x[ib].ql + 64 * h);
-            const __m256i qb = loadu256(x[ib].ql + 64 * h + 32);
-            const __m256i qh = loadu256(x[ib].qh + 32 * h);
-            // value bits 4-5: bits 2k, 2k + 1 of qh moved in place within each byte (16-bit shifts, masked)
-            __m256i v[4];
-            v[0] = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            v[1] = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
-            v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-            UNROLL for (int k = 0; k < 4; k++) {
-                // scale groups 8h + 2k (every word of the low lane) and 8h + 2k + 1 (high lane)
-                const int j = 2 * k;
-                const __m256i six = _mm256_set_m128i(_mm_set1_epi16((short)((2 * j + 3) << 8 | (2 * j + 2))),
-                                                     _mm_set1_epi16((short)((2 * j + 1) << 8 | 2 * j)));
-                const __m256i scv = _mm256_shuffle_epi8(scw[h], six);
-                UNROLL for (int t = 0; t < NT; t++) {
-                    const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
-                    const __m256i p = _mm256_maddubs_epi16(v[k], loadu256(y->qs + 128 * h + 32 * k));
-                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, scv));
-                }
-            }
-        }
-        const float d = h2f(x[ib].d);
-        UNROLL for (int t = 0; t < NT; t++) {
-            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
-            acc[t] = fmaf((float)hsum_epi32(isum[t]), d * y->d, acc[t]);
-        }
+        q6_K_sb(x, ib, yv, ys, NT, acc);
     }
     UNROLL for (int t = 0; t < NT; t++) s[t * ss] = acc[t];
 }
+
+// Decode: Y[r] for the nr q6_K rows at W (stride wrs) against the q8_K row y. Rows i and h + i (h = half the rows,
+// rounded up) super-block by super-block, so that the reads are two streams the prefetchers follow at once; each
+// row's chain is q6_K_dot's (the same bits).
+#ifndef KVT_SIMD_AVX512
+void kvt_q6k_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *y, float *Y) {
+    const int64_t nb = n / KVT_QK_K, h = (nr + 1) / 2;
+    for (int64_t i = 0; i < nr - h; i++) {
+        const kvt_block_q6_K *xa = (const kvt_block_q6_K *)((const char *)W + i * wrs);
+        const kvt_block_q6_K *xb = (const kvt_block_q6_K *)((const char *)W + (h + i) * wrs);
+        float a = 0, b = 0;
+        for (int64_t ib = 0; ib < nb; ib++) {
+            KQ_PREFETCH(xa + ib, sizeof(kvt_block_q6_K));
+            q6_K_sb(xa, ib, y, 0, 1, &a);
+            KQ_PREFETCH(xb + ib, sizeof(kvt_block_q6_K));
+            q6_K_sb(xb, ib, y, 0, 1, &b);
+        }
+        Y[i] = a, Y[h + i] = b;
+    }
+    if (nr & 1) q6_K_body(n, (const char *)W + (h - 1) * wrs, y, 0, 1, Y + h - 1, 0);
+}
+#endif
 DEFINE_DISPATCH(q6_K)
 
 // ------------------------------------------------------ activation quantizers
