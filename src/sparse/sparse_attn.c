@@ -85,72 +85,6 @@ static void unhold(sp_job *J, int32_t kh, int64_t held) {
     if (held >= 0) J->kv->ops->release(J->kv, J->seq, J->layer, kh / J->kv->group_heads, held);
 }
 
-// Attention of KV head kh's query heads over its selected positions: online softmax over runs of positions
-// in one block (exact over the set).
-static void attend_task(void *vctx, int64_t kh64, int thread) {
-    sp_job *J = vctx;
-    kvt_kv *kv = J->kv;
-    const int32_t kh = (int32_t)kh64, hd = kv->head_dim, hdv = kv->head_dim_v, qpg = J->qpg, jh = kh % kv->group_heads;
-    const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
-    const int64_t qrow = qrow_of(kv);
-    float *sc = J->scratch[thread];
-    uint8_t *qd = (uint8_t *)sc;
-    const int32_t *sel = J->sel + kh * J->sel_stride;
-    const int64_t ns = J->nsel[kh];
-    float *s = sc + qpg * qrow / 4 + 16; // [qpg, ns] scores of a run (ns: a run is never longer)
-    float *m = s + (int64_t)qpg * ns;    // [qpg]
-    float *l = m + qpg, *o = l + qpg;    // [qpg], [qpg, hdv]
-    queries_in(J, kh, qd, qrow);
-    for (int32_t i = 0; i < qpg; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-    }
-    memset(o, 0, (size_t)qpg * hdv * sizeof(float));
-    int64_t held = -1;
-    kvt_kv_view v = {0};
-    for (int64_t a = 0; a < ns;) {
-        const int64_t b = sel[a] / kv->block_tokens;
-        int64_t e = a;
-        while (e < ns && sel[e] / kv->block_tokens == b) e++; // the run [a, e) lies in block b
-        if (!hold(J, kh, b, &held, &v)) return;
-        if (sel[e - 1] >= v.pos0 + v.n) {
-            kvt_err er;
-            kvt_errorf(&er, KVT_ERR_INVALID_ARG, "KV layer %d holds no position %d", J->layer, sel[e - 1]);
-            sp_fail(J, &er);
-            break;
-        }
-        const uint8_t *kb = (const uint8_t *)v.k + jh * v.k_hstride, *vb = (const uint8_t *)v.v + jh * v.v_hstride;
-        for (int32_t i = 0; i < qpg; i++) {
-            float *si = s + (int64_t)i * ns, bm = -INFINITY;
-            for (int64_t x = a; x < e; x++) {
-                float d;
-                ops->vec_dot(hd, &d, kb + (sel[x] - v.pos0) * v.k_stride, qd + i * qrow);
-                si[x - a] = d * J->p->scale;
-                bm = si[x - a] > bm ? si[x - a] : bm;
-            }
-            const float mn = bm > m[i] ? bm : m[i], corr = expf(m[i] - mn);
-            float *oi = o + (int64_t)i * hdv;
-            if (corr != 1.0f) {
-                l[i] *= corr;
-                kvt_vec_scale_f32(oi, corr, hdv);
-            }
-            for (int64_t x = a; x < e; x++) {
-                const float w = expf(si[x - a] - mn);
-                l[i] += w;
-                kvt_vec_mad_rows(kv->type, oi, vb + (sel[x] - v.pos0) * v.v_stride, v.v_stride, &w, 1, hdv);
-            }
-            m[i] = mn;
-        }
-        a = e;
-    }
-    unhold(J, kh, held);
-    for (int32_t i = 0; i < qpg; i++) {
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-        float *dst = J->out + (int64_t)(kh * qpg + i) * hdv;
-        for (int32_t x = 0; x < hdv; x++) dst[x] = o[(int64_t)i * hdv + x] * inv;
-    }
-}
-
 // Run R's scores (block held): h->s[i * ns + x] for x in [R->a, R->e), as attend_task computes them.
 static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, int64_t qrow, int64_t ns, const int32_t *sel,
                       sp_head *h, const sp_run *R) {
@@ -192,6 +126,63 @@ static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *se
     }
 }
 
+// KV head kh's online softmax state before its first run: m = -inf, l = 0, o = 0.
+static void head_init(const sp_job *J, sp_head *h) {
+    for (int32_t i = 0; i < J->qpg; i++) {
+        h->m[i] = -INFINITY;
+        h->l[i] = 0.0f;
+    }
+    memset(h->o, 0, (size_t)J->qpg * J->kv->head_dim_v * sizeof(float));
+}
+
+// KV head kh's outputs from its state after its last run: o / l per query head (0 where l is 0).
+static void head_out(const sp_job *J, int32_t kh, const sp_head *h) {
+    const int32_t hdv = J->kv->head_dim_v;
+    for (int32_t i = 0; i < J->qpg; i++) {
+        const float inv = h->l[i] > 0.0f ? 1.0f / h->l[i] : 0.0f;
+        float *dst = J->out + (int64_t)(kh * J->qpg + i) * hdv;
+        for (int32_t x = 0; x < hdv; x++) dst[x] = h->o[(int64_t)i * hdv + x] * inv;
+    }
+}
+
+// Attention of KV head kh's query heads over its selected positions: online softmax over runs of positions
+// in one block (exact over the set): each run scored (run_score), then accumulated (run_accum).
+static void attend_task(void *vctx, int64_t kh64, int thread) {
+    sp_job *J = vctx;
+    kvt_kv *kv = J->kv;
+    const int32_t kh = (int32_t)kh64, qpg = J->qpg, jh = kh % kv->group_heads;
+    const int64_t qrow = qrow_of(kv);
+    float *sc = J->scratch[thread];
+    uint8_t *qd = (uint8_t *)sc;
+    const int32_t *sel = J->sel + kh * J->sel_stride;
+    const int64_t ns = J->nsel[kh];
+    sp_head h = {.s = sc + qpg * qrow / 4 + 16}; // s [qpg, ns] scores at their positions' indexes
+    h.m = h.s + (int64_t)qpg * ns;              // [qpg]
+    h.l = h.m + qpg, h.o = h.l + qpg;            // [qpg], [qpg, hdv]
+    queries_in(J, kh, qd, qrow);
+    head_init(J, &h);
+    int64_t held = -1;
+    sp_run R = {0};
+    for (int64_t a = 0; a < ns;) {
+        const int64_t b = sel[a] / kv->block_tokens;
+        int64_t e = a;
+        while (e < ns && sel[e] / kv->block_tokens == b) e++; // the run [a, e) lies in block b
+        if (!hold(J, kh, b, &held, &R.v)) return;
+        if (sel[e - 1] >= R.v.pos0 + R.v.n) {
+            kvt_err er;
+            kvt_errorf(&er, KVT_ERR_INVALID_ARG, "KV layer %d holds no position %d", J->layer, sel[e - 1]);
+            sp_fail(J, &er);
+            break;
+        }
+        R.a = a, R.e = e, R.b = b;
+        run_score(J, jh, qd, qrow, ns, sel, &h, &R);
+        run_accum(J, jh, ns, sel, &h, &R);
+        a = e;
+    }
+    unhold(J, kh, held);
+    head_out(J, kh, &h);
+}
+
 // attend_task in two passes around a late batch of disk reads in flight (kvt_kv_paged_prefetch_end_async). Pass 1
 // (the reads in flight): the runs whose blocks are resident now are acquired and scored, and the leading ones (every
 // run before them as well) accumulated; pass 2 (the reads done): the rest, in position order. Every run is scored as
@@ -200,7 +191,7 @@ static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *se
 static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
     sp_job *J = vctx;
     kvt_kv *kv = J->kv;
-    const int32_t kh = (int32_t)kh64, hdv = kv->head_dim_v, qpg = J->qpg, jh = kh % kv->group_heads;
+    const int32_t kh = (int32_t)kh64, jh = kh % kv->group_heads;
     const int32_t g = kh / kv->group_heads;
     const int64_t qrow = qrow_of(kv), ns = J->nsel[kh];
     const int32_t *sel = J->sel + kh * J->sel_stride;
@@ -216,11 +207,7 @@ static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
             h->run[h->nrun++] = (sp_run){.a = a, .e = e, .b = b};
             a = e;
         }
-        for (int32_t i = 0; i < qpg; i++) {
-            h->m[i] = -INFINITY;
-            h->l[i] = 0.0f;
-        }
-        memset(h->o, 0, (size_t)qpg * hdv * sizeof(float));
+        head_init(J, h);
     }
     for (int64_t r = 0; r < h->nrun; r++) {
         sp_run *R = &h->run[r];
@@ -255,12 +242,7 @@ static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
             h->held--;
         }
     }
-    if (J->pass != 2) return;
-    for (int32_t i = 0; i < qpg; i++) {
-        const float inv = h->l[i] > 0.0f ? 1.0f / h->l[i] : 0.0f;
-        float *dst = J->out + (int64_t)(kh * qpg + i) * hdv;
-        for (int32_t x = 0; x < hdv; x++) dst[x] = h->o[(int64_t)i * hdv + x] * inv;
-    }
+    if (J->pass == 2) head_out(J, kh, h);
 }
 
 // Every position [0, n) of KV head kh scored with the real query: agg[t] = sum over the group's heads of
