@@ -615,24 +615,36 @@ static void dropped_outside_window(void) {
 // (late) and that are only on disk are read by _end on the calling thread in one batch and are in the fast tier when
 // it returns (their acquires hit); an earlier layer's hand-over (not late) is queued for the copy engine as before.
 // A sequence of 16 blocks per layer demoted to disk, a fast tier of 12; a reader at layer 1.
-static void late_batch(const char *disk) {
-    kvt_err err = {0};
-    kvt_kv *kv = NULL;
+// The setting of the late-batch tests: a sequence of 16 blocks per layer demoted to disk, a fast tier of 12, its layers'
+// prefetch the caller's, a reader at layer 1 (its block 0 read). NULL in *kv where the disk engine is not io_uring (the
+// test named `name` then counted as skipped); else the store, and the status of the set-up.
+static kvt_status late_setup(const char *disk, const char *name, kvt_kv **kv, kvt_err *err) {
     kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 12, 0);
     p.disk_dir = disk;
     p.n_io_threads = 1;
-    kvt_status st = kvt_kv_paged_init(&p, &kv, &err);
-    if (!st && strcmp(kvt_kv_paged_disk_engine(kv), "io_uring") != 0) {
-        kvt_kv_free(kv);
-        test_skip("kv_sched: a late hand-over read in one batch by kvt_kv_paged_prefetch_end", "no io_uring");
-        return;
+    *kv = NULL;
+    kvt_status st = kvt_kv_paged_init(&p, kv, err);
+    if (!st && strcmp(kvt_kv_paged_disk_engine(*kv), "io_uring") != 0) {
+        kvt_kv_free(*kv);
+        *kv = NULL;
+        test_skip(name, "no io_uring");
+        return KVT_OK;
     }
-    if (!st) st = fill(kv, 0, 1, 0, 64, &err);
-    for (int l = 0; !st && l < NL; l++) kvt_kv_paged_set_caller_prefetch(kv, 0, l, true);
-    if (!st) st = kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_DISK, &err);
-    kvt_kv_paged_drain(kv);
+    if (!st) st = fill(*kv, 0, 1, 0, 64, err);
+    for (int l = 0; !st && l < NL; l++) kvt_kv_paged_set_caller_prefetch(*kv, 0, l, true);
+    if (!st) st = kvt_kv_paged_seq_demote(*kv, 0, KVT_TIER_DISK, err);
+    if (*kv) kvt_kv_paged_drain(*kv);
     kvt_kv_view w;
-    if (!st && !(st = kv->ops->acquire(kv, 0, 1, 0, 0, &w, &err))) kv->ops->release(kv, 0, 1, 0, 0);
+    if (!st && !(st = (*kv)->ops->acquire(*kv, 0, 1, 0, 0, &w, err))) (*kv)->ops->release(*kv, 0, 1, 0, 0);
+    return st;
+}
+
+static void late_batch(const char *disk) {
+    kvt_err err = {0};
+    kvt_kv *kv;
+    kvt_status st = late_setup(disk, "kv_sched: a late hand-over read in one batch by kvt_kv_paged_prefetch_end", &kv, &err);
+    if (!st && !kv) return;
+    kvt_kv_view w;
     kvt_kv_stats a, b, c;
     kvt_kv_get_stats(kv, &a);
     const int64_t late[4] = {2, 5, 7, 9};
@@ -663,22 +675,10 @@ static void late_batch(const char *disk) {
 // are the same, in one batch, and hold what was written. The setting of late_batch.
 static void late_batch_async(const char *disk) {
     kvt_err err = {0};
-    kvt_kv *kv = NULL;
-    kvt_kv_paged_params p = params(KVT_TYPE_F32, 0, 12, 0);
-    p.disk_dir = disk;
-    p.n_io_threads = 1;
-    kvt_status st = kvt_kv_paged_init(&p, &kv, &err);
-    if (!st && strcmp(kvt_kv_paged_disk_engine(kv), "io_uring") != 0) {
-        kvt_kv_free(kv);
-        test_skip("kv_sched: a late batch left in flight by kvt_kv_paged_prefetch_end_async", "no io_uring");
-        return;
-    }
-    if (!st) st = fill(kv, 0, 1, 0, 64, &err);
-    for (int l = 0; !st && l < NL; l++) kvt_kv_paged_set_caller_prefetch(kv, 0, l, true);
-    if (!st) st = kvt_kv_paged_seq_demote(kv, 0, KVT_TIER_DISK, &err);
-    kvt_kv_paged_drain(kv);
+    kvt_kv *kv;
+    kvt_status st = late_setup(disk, "kv_sched: a late batch left in flight by kvt_kv_paged_prefetch_end_async", &kv, &err);
+    if (!st && !kv) return;
     kvt_kv_view w;
-    if (!st && !(st = kv->ops->acquire(kv, 0, 1, 0, 0, &w, &err))) kv->ops->release(kv, 0, 1, 0, 0);
     kvt_kv_stats a, b;
     kvt_kv_get_stats(kv, &a);
     const int64_t late[4] = {2, 5, 7, 9};

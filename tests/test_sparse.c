@@ -682,6 +682,14 @@ static void test_share_layers(void) {
                 (long long)c2[1], (long long)d2[0], (long long)d2[1]);
 }
 
+// Random keys and values of n positions x hkv heads x hd (malloc'd: *k, *v) and a query of h heads x hd (q), from frand in
+// that order.
+static void rand_kvq(int64_t n, int32_t hkv, int32_t hd, int32_t h, float **k, float **v, float *q) {
+    *k = malloc((size_t)(n * hkv * hd) * 4), *v = malloc((size_t)(n * hkv * hd) * 4);
+    for (int64_t i = 0; i < n * hkv * hd; i++) (*k)[i] = frand(), (*v)[i] = frand();
+    for (int i = 0; i < h * hd; i++) q[i] = frand() * 3.0f;
+}
+
 // Exact attention over every position equals the dense streamed attention (to rounding): an F32 cache to 1e-5;
 // an F16 cache to f16 rounding, as the dense path keeps the V accumulator in f16 there (llama.cpp's flash
 // attention, kvt_attn_merge_f16) and the sparse path in f32 (|v| <= 1: 2e-3).
@@ -699,10 +707,8 @@ static void test_attend_set(kvt_type type, double tol) {
         return;
     }
     const int64_t n = 150;
-    float *k = malloc((size_t)(n * HKV * HD) * 4), *v = malloc((size_t)(n * HKV * HD) * 4);
-    float q[4 * 32], a[4 * 32], b[4 * 32];
-    for (int64_t i = 0; i < n * HKV * HD; i++) k[i] = frand(), v[i] = frand();
-    for (int i = 0; i < H * HD; i++) q[i] = frand() * 3.0f;
+    float *k, *v, q[4 * 32], a[4 * 32], b[4 * 32];
+    rand_kvq(n, HKV, HD, H, &k, &v, q);
     kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
     kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, type, {0}, false};
     void *sc[2] = {malloc((size_t)kvt_attn_scratch_bytes(kv, H, KVT_ATTN_TILE)), malloc((size_t)kvt_attn_scratch_bytes(kv, H, KVT_ATTN_TILE))};
@@ -749,10 +755,8 @@ static void test_attend_set_late(void) {
     kvt_status st = kvt_threadpool_init(2, &pool, &err);
     if (!st) st = kvt_kv_paged_init(&pp, &kv, &err);
     const int64_t n = 150;
-    float *k = malloc((size_t)(n * HKV * HD) * 4), *v = malloc((size_t)(n * HKV * HD) * 4);
-    float q[4 * 32], a[4 * 32], b[4 * 32];
-    for (int64_t i = 0; i < n * HKV * HD; i++) k[i] = frand(), v[i] = frand();
-    for (int i = 0; i < H * HD; i++) q[i] = frand() * 3.0f;
+    float *k, *v, q[4 * 32], a[4 * 32], b[4 * 32];
+    rand_kvq(n, HKV, HD, H, &k, &v, q);
     kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
     kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}, false};
     float *ss[2];
