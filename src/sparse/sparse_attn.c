@@ -299,10 +299,11 @@ kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const k
     sp_job J = {.kv = kv, .seq = seq, .layer = layer, .qpg = p->n_head / kv->n_head_kv, .p = p, .q = q, .sel = sel,
                 .nsel = nsel, .sel_stride = sel_stride, .out = out, .scratch = scratch};
     const int32_t H = kv->n_head_kv, qpg = J.qpg;
-    // the two passes' state: per KV head its runs (at most one per position) and floats; one allocation
+    // the two passes' state: per KV head its runs (at most one per position) and floats, each from a 64-byte boundary
+    // (64 bytes of slack each); one allocation
     int64_t bytes = (int64_t)H * (int64_t)sizeof(sp_head);
     for (int32_t kh = 0; late && kh < H; kh++) {
-        bytes += nsel[kh] * (int64_t)sizeof(sp_run) + (qpg * nsel[kh] + 2 * qpg + (int64_t)qpg * kv->head_dim_v) * 4 + 64;
+        bytes += nsel[kh] * (int64_t)sizeof(sp_run) + (qpg * nsel[kh] + 2 * qpg + (int64_t)qpg * kv->head_dim_v) * 4 + 128;
     }
     void *mem = late ? malloc((size_t)bytes) : NULL;
     if (!mem) { // no batch in flight (or no memory for the state: then the batch waited for first): one pass
@@ -314,6 +315,7 @@ kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const k
     for (int32_t kh = 0; kh < H; kh++) {
         sp_head *h = &J.head[kh];
         memset(h, 0, sizeof *h);
+        at = (uint8_t *)(((uintptr_t)at + 63) & ~(uintptr_t)63); // the runs and the floats each from a 64-byte line
         h->run = (sp_run *)at;
         at += nsel[kh] * (int64_t)sizeof(sp_run);
         at = (uint8_t *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
