@@ -153,6 +153,27 @@ static void matmul_ref(kvt_type t, const uint8_t *w, int64_t n_rows, int64_t n_c
     free(xq);
 }
 
+// A context made with KVT_CUDA_MMV=mmv and KVT_CUDA_ATTN=attn (read by ctx_init; the caller's values put back): the
+// suite names both paths itself, whatever the library's defaults.
+static int ctx_with(const kvt_cuda_api *api, const char *mmv, const char *attn, kvt_cuda_ctx **out, char *msg, int n) {
+    static const char *const name[2] = {"KVT_CUDA_MMV", "KVT_CUDA_ATTN"};
+    const char *val[2] = {mmv, attn};
+    char saved[2][64];
+    bool had[2];
+    for (int i = 0; i < 2; i++) {
+        const char *was = getenv(name[i]);
+        had[i] = was != NULL;
+        snprintf(saved[i], sizeof saved[i], "%s", was ? was : "");
+        setenv(name[i], val[i], 1);
+    }
+    const int rc = api->ctx_init(0, out, msg, n);
+    for (int i = 0; i < 2; i++) {
+        if (had[i]) setenv(name[i], saved[i], 1);
+        else unsetenv(name[i]);
+    }
+    return rc;
+}
+
 // Runs a case on the alternative context (KVT_CUDA_MMV=q8_1, KVT_CUDA_ATTN=tiled): its allocations, copies and kernels;
 // false (the case reported failed) when that context could not be made on a machine that has a device.
 static bool use_alt(gpu *g, const char *name, kvt_cuda_ctx **saved) {
@@ -170,13 +191,15 @@ static bool use_alt(gpu *g, const char *name, kvt_cuda_ctx **saved) {
 enum { MM_VEC, MM_VEC_Q8_1, MM_GEMM };
 static const char *const k_mm_name[] = {"mul_mat_vec", "mul_mat_vec_q8_1", "mul_mat_gemm"};
 
-// One path and weight type: mul_mat_vec over 1 .. 8 tokens, on 96 x 512 weights and on 37 x 4096 (an odd row count,
-// several items per lane); mul_mat_gemm over 1, 2, 8, 9, 64, 512 tokens on 96 x 512.
+// One path and weight type: mul_mat_vec over 1 .. 9, 16, 17 and 64 (KVT_CUDA_MMV_BATCH_MAX) tokens, on 96 x 512 weights
+// and on 37 x 4096 (an odd row count, several items per lane), every row of every call bit for bit that row's call
+// alone (batch invariance: tiles of 8 rows summed as calls of their own); mul_mat_gemm over 1, 2, 8, 9, 64, 512 tokens
+// on 96 x 512.
 static void case_matmul(gpu *g, kvt_type t, int path) {
     char name[128];
     const bool gemm = path == MM_GEMM;
     snprintf(name, sizeof name, "cuda %s %s x %s tokens, %s", k_mm_name[path], kvt_type_name(t),
-             gemm ? "{1,2,8,9,64,512}" : "{1..8}", gemm ? "96 x 512" : "96 x 512 and 37 x 4096");
+             gemm ? "{1,2,8,9,64,512}" : "{1..9,16,17,64}", gemm ? "96 x 512" : "96 x 512 and 37 x 4096, rows as alone");
     kvt_cuda_ctx *ctx0 = g->ctx;
     if (path == MM_VEC_Q8_1 && !use_alt(g, name, &ctx0)) return;
     if (!case_begin(g, name)) {
@@ -185,17 +208,23 @@ static void case_matmul(gpu *g, kvt_type t, int path) {
     }
     double worst = 0;
     for (int shape = 0; shape < (gemm ? 1 : 2) && !g->err[0]; shape++) {
-        const int64_t n_rows = shape ? 37 : 96, n_cols = shape ? 4096 : 512, max_t = gemm ? 512 : KVT_CUDA_MMV_MAX_ROWS;
+        const int64_t n_rows = shape ? 37 : 96, n_cols = shape ? 4096 : 512, max_t = gemm ? 512 : KVT_CUDA_MMV_BATCH_MAX;
         uint8_t *w = make_weights(g, t, n_rows, n_cols);
         float *x = frand_array(g, max_t * n_cols), *y = malloc((size_t)(max_t * n_rows) * sizeof *y),
-              *ref = malloc((size_t)(max_t * n_rows) * sizeof *ref);
-        if (w && x && y && ref) {
+              *ref = malloc((size_t)(max_t * n_rows) * sizeof *ref), *alone = malloc((size_t)(max_t * n_rows) * sizeof *alone);
+        if (w && x && y && ref && alone) {
             matmul_ref(t, w, n_rows, n_cols, x, max_t, ref); // row t of the reference does not depend on the others
             void *dw = dput(g, w, (size_t)(n_rows * kvt_row_size(t, n_cols)));
             float *dx = dput(g, x, (size_t)(max_t * n_cols) * sizeof(float));
-            for (int nt = 1; nt <= max_t && dw && dx; nt++) {
-                bool listed = !gemm;
-                for (int i = 0; i < N_TOKENS; i++) listed |= k_tokens[i] == nt;
+            for (int64_t r = 0; !gemm && r < max_t && dw && dx && !g->err[0]; r++) { // each activation row alone
+                float *dy = dpoison(g, (size_t)n_rows * sizeof(float));
+                if (!dy || !cu_ok(g, g->api->mul_mat_vec(g->ctx, (int)t, dw, n_rows, n_cols, dx + r * n_cols, 1, dy), "mul_mat_vec") ||
+                    !dget(g, alone + r * n_rows, dy, (size_t)n_rows * sizeof(float)))
+                    break;
+            }
+            for (int nt = 1; nt <= max_t && dw && dx && !g->err[0]; nt++) {
+                bool listed = !gemm && (nt <= 9 || nt == 16 || nt == 17 || nt == max_t);
+                for (int i = 0; gemm && i < N_TOKENS; i++) listed |= k_tokens[i] == nt;
                 if (!listed) continue;
                 float *dy = dpoison(g, (size_t)(nt * n_rows) * sizeof(float));
                 if (!dy) break;
@@ -205,11 +234,13 @@ static void case_matmul(gpu *g, kvt_type t, int path) {
                 const double e = nmse(y, ref, (int64_t)nt * n_rows);
                 printf("# cuda-result %s %s %d nmse %.3g\n", k_mm_name[path], kvt_type_name(t), nt, e);
                 worst = fmax(worst, e);
+                if (!gemm && memcmp(y, alone, (size_t)(nt * n_rows) * sizeof(float)))
+                    snprintf(g->err, sizeof g->err, "%d rows: not bit for bit each row's call alone", nt);
             }
         } else {
             snprintf(g->err, sizeof g->err, "out of host memory");
         }
-        free(w), free(x), free(y), free(ref);
+        free(w), free(x), free(y), free(ref), free(alone);
     }
     case_report(g, name, worst, NMSE_MATMUL);
     g->ctx = ctx0;
@@ -777,7 +808,7 @@ void test_cuda(const test_env *env) {
     } else {
         g.api = g.be.api;
         char msg[256] = "";
-        if (g.api->ctx_init(0, &g.ctx, msg, (int)sizeof msg) != KVT_CUDA_OK) {
+        if (ctx_with(g.api, "f32", "chunked", &g.ctx, msg, (int)sizeof msg) != KVT_CUDA_OK) {
             test_result(false, "cuda: context on device 0", "%s", msg);
             snprintf(g.skip, sizeof g.skip, "no CUDA context: %s", msg);
         } else {
@@ -785,21 +816,8 @@ void test_cuda(const test_env *env) {
             if (g.api->device_info(0, &info, msg, (int)sizeof msg) == KVT_CUDA_OK)
                 printf("# cuda device 0: %s, sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.n_sm,
                        (double)info.vram_bytes / (1 << 30));
-            // the alternative context: KVT_CUDA_MMV and KVT_CUDA_ATTN are read by ctx_init (the caller's values put back)
-            static const char *const vars[2][2] = {{"KVT_CUDA_MMV", "q8_1"}, {"KVT_CUDA_ATTN", "tiled"}};
-            char saved[2][64];
-            bool had[2];
-            for (int i = 0; i < 2; i++) {
-                const char *was = getenv(vars[i][0]);
-                had[i] = was != NULL;
-                snprintf(saved[i], sizeof saved[i], "%s", was ? was : "");
-                setenv(vars[i][0], vars[i][1], 1);
-            }
-            if (g.api->ctx_init(0, &g.ctx_alt, g.skip_alt, (int)sizeof g.skip_alt) != KVT_CUDA_OK) g.ctx_alt = NULL;
-            for (int i = 0; i < 2; i++) {
-                if (had[i]) setenv(vars[i][0], saved[i], 1);
-                else unsetenv(vars[i][0]);
-            }
+            if (ctx_with(g.api, "q8_1", "tiled", &g.ctx_alt, g.skip_alt, (int)sizeof g.skip_alt) != KVT_CUDA_OK)
+                g.ctx_alt = NULL;
         }
     }
     for (int path = MM_VEC; path <= MM_GEMM; path++)

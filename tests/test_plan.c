@@ -76,7 +76,9 @@ static void test_example(void) {
     kvt_kv_settings kv;
     memset(&kv, 0, sizeof kv);
     if (ok) kvt_plan_apply(back, &kv);
-    test_result(ok && kv.fast_bytes == pl->kv_fast_bytes && kv.host_bytes == pl->kv_host_bytes &&
+    const bool gpu = pl->gpu_units > 0; // a split plan's fast tier is the device KV's VRAM, the CPU store unbudgeted
+    test_result(ok && kv.fast_bytes == (gpu ? 0 : pl->kv_fast_bytes) && kv.vram_bytes == (gpu ? pl->kv_fast_bytes : 0) &&
+                    kv.host_bytes == pl->kv_host_bytes &&
                     kv.disk_bytes == pl->kv_disk_bytes && kv.disk_dir && !strcmp(kv.disk_dir, "/tmp/kvt-disk") &&
                     kv.block_tokens == pl->kv_block_tokens && kv.group_heads == pl->kv_group_heads &&
                     back->cpu_units == pl->cpu_units && fabs(back->predicted_ms_per_token - pl->predicted_ms_per_token) < 1e-3,

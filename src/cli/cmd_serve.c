@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../gguf/gguf.h"
+#include "../sched/scheduler.h"
 #include "../serve/chat_template.h"
 #include "args.h"
 #include "commands.h"

@@ -149,6 +149,7 @@ static int cli_apply_plan(kvt_args *a, const char *flag, kvt_context_params *p) 
             const int32_t nl = plan->n_units - 2; // embedding, layers, output
             p->n_gpu_layers = plan->gpu_units - 1 < nl ? plan->gpu_units - 1 : nl;
             p->gpu_output = true;
+            p->kv_vram_bytes = kv.vram_bytes; // the device layers' KV within the plan's fast tier
         } else {
             fprintf(stderr, "kvtier %s: --plan: the plan puts %d of its %d units on a GPU, but %s: running them on the CPU\n",
                     a->cmd, plan->gpu_units, plan->n_units, e.msg);

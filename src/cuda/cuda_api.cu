@@ -144,7 +144,8 @@ void ctx_free(kvt_cuda_ctx *ctx) {
 
 int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
     *out = nullptr;
-    // mul_mat_vec's activations: KVT_CUDA_MMV=f32 (the default) or q8_1 (cuda_matvec.cu)
+    // mul_mat_vec's activations: KVT_CUDA_MMV=q8_1 (the default since an H200 measured it, 2026-11-30: decode of a
+    // llama3-8b Q4_K_M 2.23x the f32 path's) or f32 (cuda_matvec.cu)
     const char *mmv = getenv("KVT_CUDA_MMV");
     if (mmv && *mmv && strcmp(mmv, "f32") != 0 && strcmp(mmv, "q8_1") != 0) {
         if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_MMV=%.64s: f32 or q8_1", mmv);
@@ -170,7 +171,7 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
         e = cudaStreamCreateWithFlags(&ctx->stream[i], cudaStreamNonBlocking);
         what = "cudaStreamCreateWithFlags";
     }
-    ctx->mmv_q8_1 = mmv && !strcmp(mmv, "q8_1");
+    ctx->mmv_q8_1 = !mmv || !*mmv || !strcmp(mmv, "q8_1");
     ctx->attn_tiled = attn && !strcmp(attn, "tiled");
     if (e == cudaSuccess && ctx->mmv_q8_1) { // rows of up to 65536 columns without growing (q8_1_bytes)
         ctx->q8_bytes = (size_t)KVT_CUDA_MMV_MAX_ROWS * 65536 + (size_t)KVT_CUDA_MMV_MAX_ROWS * 2048 * 8;
@@ -287,6 +288,7 @@ int stream_sync(kvt_cuda_ctx *ctx, int stream) {
 } // namespace
 struct kvt_cuda_graph {
     cudaGraphExec_t exec; // the executable graph of the last capture (NULL: none yet)
+    size_t n_nodes;       // its graph's node count: a capture with another count is instantiated anew, not updated
 };
 namespace {
 
@@ -312,12 +314,24 @@ int graph_end(kvt_cuda_ctx *ctx, kvt_cuda_graph **g, int launch, int *updated) {
         return ctx_fail(ctx, KVT_CUDA_ERR_NOMEM, "out of host memory for a graph");
     }
     *updated = 0;
+    size_t n_nodes = 0;
+    if (cudaGraphGetNodes(graph, nullptr, &n_nodes) != cudaSuccess) n_nodes = 0, (void)cudaGetLastError();
+    if ((*g)->exec && (n_nodes == 0 || n_nodes != (*g)->n_nodes)) { // another topology for sure: no update tried (a
+        cudaGraphExecDestroy((*g)->exec);                           // refused update is an API error to a sanitizer)
+        (*g)->exec = nullptr;
+    }
+    (*g)->n_nodes = n_nodes;
     if ((*g)->exec) {
         cudaGraphExecUpdateResultInfo info;
         if (cudaGraphExecUpdate((*g)->exec, graph, &info) == cudaSuccess) {
             *updated = 1;
-        } else { // another topology: instantiate anew
+        } else { // another topology: instantiate anew (KVT_CUDA_GRAPH_DEBUG=1: why, on stderr)
             (void)cudaGetLastError();
+            if (getenv("KVT_CUDA_GRAPH_DEBUG")) {
+                cudaGraphNodeType t = cudaGraphNodeTypeCount;
+                if (info.errorNode) (void)cudaGraphNodeGetType(info.errorNode, &t);
+                fprintf(stderr, "kvt cuda graph: update refused: result %d, node type %d\n", (int)info.result, (int)t);
+            }
             cudaGraphExecDestroy((*g)->exec);
             (*g)->exec = nullptr;
         }

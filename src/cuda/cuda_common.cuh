@@ -17,7 +17,7 @@ struct kvt_cuda_ctx {
     cublasHandle_t cublas;
     void *ws;         // device workspace (dequantized weights, chunk states), grown by ctx_workspace
     size_t ws_bytes;
-    int mmv_q8_1;     // mul_mat_vec over q8_1 activations (KVT_CUDA_MMV=q8_1 at ctx_init), else f32 activations
+    int mmv_q8_1;     // mul_mat_vec over q8_1 activations (the default; KVT_CUDA_MMV=f32 at ctx_init: f32 activations)
     int attn_tiled;   // attn_paged of >= 16 query rows by the tiled kernel (KVT_CUDA_ATTN=tiled at ctx_init)
     void *q8;         // device buffer of mul_mat_vec's q8_1 activations (made at ctx_init when mmv_q8_1), grown by
     size_t q8_bytes;  // ctx_q8_1_buffer

@@ -1,17 +1,21 @@
-// cuda_matvec.cu - weight matrix x up to KVT_CUDA_MMV_MAX_ROWS activation rows (decode), two paths, each one kernel
+// cuda_matvec.cu - weight matrix x up to KVT_CUDA_MMV_BATCH_MAX activation rows (decode), two paths, each one kernel
 // template over the weight types:
 //
-// f32 (the default): one warp per weight row: lane l decodes the 8-element groups l, l + 32, ... of the row once
+// f32 (KVT_CUDA_MMV=f32 when the context is made; always for F16 and BF16 weights): one warp per weight row: lane l decodes the 8-element groups l, l + 32, ... of the row once
 // (cuda_blocks.cuh) and multiplies each into every activation row (f32 activations, not quantized; f32 accumulation),
 // then the warp sums its lanes by shuffles.
 //
-// q8_1 (KVT_CUDA_MMV=q8_1 when the context is made; quantized weight types): a first kernel quantizes the activation
+// q8_1 (the default for the quantized weight types; an H200, 2026-11-30: decode of a llama3-8b Q4_K_M 2.23x the f32
+// path's): a first kernel quantizes the activation
 // rows into the context's q8_1 buffer (one thread per block of 32), then one warp per kMmvqRows weight rows: lane l
 // takes the items l, l + 32, ... of the rows (cuda_mmvq_items.cuh: 32-bit and 16-byte weight loads, integer dot
 // products with dp4a, one float multiply-add per block and scale) for every activation row, then the warp sums its
 // lanes by shuffles. F16 and BF16 weights keep the f32 path.
 //
 // Either way the weights are read once for all n_tok rows, so at n_tok <= 8 the kernels are bound by the weight bytes.
+// Past 8 rows (up to KVT_CUDA_MMV_BATCH_MAX) a warp takes the rows in tiles of 8, its weight row again from cache for
+// each tile: every activation row gets the sums a call of its own gives, bit for bit, whatever rows share the call
+// (a beam search's schedules, the serving scheduler's batches: the same tokens).
 #include "cuda_common.cuh"
 #include "cuda_mmvq_items.cuh"
 
@@ -27,17 +31,20 @@ __global__ void __launch_bounds__(32 * kWarps)
     const int lane = threadIdx.x % 32;
     if (r >= n_rows) return;
     const uint8_t *row = W + r * row_bytes<T>(n_cols);
-    float acc[KVT_CUDA_MMV_MAX_ROWS];
+    for (int t0 = 0; t0 < n_tok; t0 += KVT_CUDA_MMV_MAX_ROWS) { // tiles of rows, each summed as a call of its own
+        const int nt = n_tok - t0 < KVT_CUDA_MMV_MAX_ROWS ? n_tok - t0 : KVT_CUDA_MMV_MAX_ROWS;
+        float acc[KVT_CUDA_MMV_MAX_ROWS];
 #pragma unroll
-    for (int t = 0; t < KVT_CUDA_MMV_MAX_ROWS; t++) acc[t] = 0.0f;
-    mmv_lane<T>(row, n_cols, x, n_tok, lane, acc);
+        for (int t = 0; t < KVT_CUDA_MMV_MAX_ROWS; t++) acc[t] = 0.0f;
+        mmv_lane<T>(row, n_cols, x + (int64_t)t0 * n_cols, nt, lane, acc);
 #pragma unroll
-    for (int t = 0; t < KVT_CUDA_MMV_MAX_ROWS; t++) {
-        if (t < n_tok) {
-            float v = acc[t];
+        for (int t = 0; t < KVT_CUDA_MMV_MAX_ROWS; t++) {
+            if (t < nt) {
+                float v = acc[t];
 #pragma unroll
-            for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-            if (lane == 0) y[t * n_rows + r] = v;
+                for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+                if (lane == 0) y[(t0 + t) * n_rows + r] = v;
+            }
         }
     }
 }
@@ -57,21 +64,25 @@ __global__ void __launch_bounds__(32 * kWarps, 1) // (without the 1, ptxas for s
     const int64_t r0 = ((int64_t)blockIdx.x * kWarps + threadIdx.x / 32) * kMmvqRows;
     const int lane = threadIdx.x % 32;
     if (r0 >= n_rows) return;
-    float acc[kMmvqRows][NT];
+    for (int t0 = 0; t0 < n_tok; t0 += NT) { // tiles of NT rows (past 8 rows), each summed as a call of its own
+        const int nt = n_tok - t0 < NT ? n_tok - t0 : NT;
+        float acc[kMmvqRows][NT];
 #pragma unroll
-    for (int r = 0; r < kMmvqRows; r++)
+        for (int r = 0; r < kMmvqRows; r++)
 #pragma unroll
-        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    mmvq_lane<T, NT, kMmvqRows>(W, n_rows, n_cols, r0, xq, xd, n_tok, lane, acc);
+            for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+        mmvq_lane<T, NT, kMmvqRows>(W, n_rows, n_cols, r0, xq + (int64_t)t0 * n_cols, xd + (int64_t)t0 * (n_cols / 32), nt,
+                                    lane, acc);
 #pragma unroll
-    for (int r = 0; r < kMmvqRows; r++) {
+        for (int r = 0; r < kMmvqRows; r++) {
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (r0 + r < n_rows && t < n_tok) { // uniform over the warp
-                float v = acc[r][t];
+            for (int t = 0; t < NT; t++) {
+                if (r0 + r < n_rows && t < nt) { // uniform over the warp
+                    float v = acc[r][t];
 #pragma unroll
-                for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-                if (lane == 0) y[t * n_rows + r0 + r] = v;
+                    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+                    if (lane == 0) y[(t0 + t) * n_rows + r0 + r] = v;
+                }
             }
         }
     }
@@ -138,9 +149,9 @@ int kvt_cu_mul_mat_vec(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_row
     int rc = kvt_cu_check_matrix(ctx, "mul_mat_vec", type, n_rows, n_cols);
     if (rc) return rc;
     if (type == KVT_CUDA_F32) return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: f32 weights not handled");
-    if (n_tok < 1 || n_tok > KVT_CUDA_MMV_MAX_ROWS)
+    if (n_tok < 1 || n_tok > KVT_CUDA_MMV_BATCH_MAX)
         return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: %lld activation rows (1 to %d)", (long long)n_tok,
-                        KVT_CUDA_MMV_MAX_ROWS);
+                        KVT_CUDA_MMV_BATCH_MAX);
     // the q8_1 path where the context asks for it and the weights are 16-byte aligned (its 16-byte loads of q4_K and
     // q5_K blocks; every weight from dev_malloc is)
     if (ctx->mmv_q8_1 && mmvq_type(type) && (uintptr_t)W % 16 == 0)

@@ -28,9 +28,10 @@
 extern "C" {
 #endif
 
-#define KVT_CUDA_ABI_VERSION 7 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
+#define KVT_CUDA_ABI_VERSION 8 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
                                // 4: kvt_cuda_attn_args.row_stride; 5: copy_batch; 6: argmax's flag_nonfinite;
-                               // 7: CUDA graphs (graph_begin, graph_end, graph_free), workspace_reserve
+                               // 7: CUDA graphs (graph_begin, graph_end, graph_free), workspace_reserve;
+                               // 8: mul_mat_vec takes up to KVT_CUDA_MMV_BATCH_MAX rows (tiles of 8)
 #define KVT_CUDA_API_SYMBOL "kvt_cuda_get_api"
 // File name of the library (build/ beside the kvtier binaries)
 #define KVT_CUDA_LIB_FILE "libkvtier-cuda.so"
@@ -71,8 +72,11 @@ enum {
     KVT_CUDA_BF16 = 30
 };
 
-// Rows of at most this many activation rows go through mul_mat_vec.
+// Activation rows of one register tile of mul_mat_vec (its kernels hold this many sums per weight row).
 #define KVT_CUDA_MMV_MAX_ROWS 8
+// Most activation rows of one mul_mat_vec call: tiles of KVT_CUDA_MMV_MAX_ROWS, each row summed as in a call of its
+// own (a row's result does not depend on the rows beside it: batch invariance up to this many rows).
+#define KVT_CUDA_MMV_BATCH_MAX 64
 // Positions per chunk of paged attention (each chunk one thread block; states merged in order).
 #define KVT_CUDA_ATTN_CHUNK 64
 // Largest head_dim paged attention handles.
@@ -186,10 +190,12 @@ typedef struct {
     //    each row kvt_row_size(type, n_cols) bytes, consecutive; n_cols a multiple of the type's block
     //    and of 8 (KVT_CUDA_ERR_ARG otherwise).
     // x: device [n_tok, n_cols] f32, 16-byte aligned; y: device [n_tok, n_rows] f32 (not overlapping x).
-    // mul_mat_vec: 1 <= n_tok <= KVT_CUDA_MMV_MAX_ROWS; each weight element is read once for all n_tok rows;
-    //   activations are used as f32 (not quantized), or, in a context made while the environment has
-    //   KVT_CUDA_MMV=q8_1 (ctx_init refuses any value but f32 and q8_1), quantized to q8_1 (blocks of 32, f32 scale)
-    //   in a buffer of the context with integer dot products for the quantized types (F16 and BF16 stay f32).
+    // mul_mat_vec: 1 <= n_tok <= KVT_CUDA_MMV_BATCH_MAX; each weight element is read from memory once for all n_tok
+    //   rows (tiles of KVT_CUDA_MMV_MAX_ROWS rows, the later tiles' weights from cache); every row's y bit for bit
+    //   what a call with that row alone gives (same sums in the same order), so results do not depend on the batch;
+    //   activations of the quantized types are quantized to q8_1 (blocks of 32, f32 scale) in a buffer of the context,
+    //   with integer dot products (the default), or, in a context made while the environment has KVT_CUDA_MMV=f32
+    //   (ctx_init refuses any value but f32 and q8_1), used as f32; F16 and BF16 always take f32 activations.
     int (*mul_mat_vec)(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols,
                        const float *x, int64_t n_tok, float *y);
     // mul_mat_gemm: any n_tok >= 1. Dequantizes W to f16 and x to f16 in the context's workspace

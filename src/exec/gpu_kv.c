@@ -59,6 +59,8 @@ typedef struct {
     size_t bytes;
     void *ddst;         // the same as device addresses (copy_batch's)
     const void *dsrc;
+    int64_t vc, hc;     // the chunks of the VRAM and the pinned slot: copies merge within one chunk pair only (one
+                        // DMA must not span two allocations, even where they lie side by side: CUDA refuses it)
 } xfer;
 
 // The disk thread (not p.disk_sync): a pinned slot leaving (its block evicted from pinned host ahead of need), written
@@ -245,12 +247,12 @@ static void lst_del(kvt_gpu_kv *kv, bool host, int64_t id) {
 
 enum { Q_WB, Q_LD, Q_DLD }; // a fetch's write-backs, its loads, the loads waiting for disk reads
 static kvt_status queue_copy(kvt_gpu_kv *kv, int which, void *dst, const void *src, void *ddst, const void *dsrc, int64_t bytes,
-                             kvt_err *err) {
+                             int64_t vslot, int64_t hslot, kvt_err *err) {
     xfer **list = which == Q_WB ? &kv->wb : which == Q_LD ? &kv->ld : &kv->dld;
     int64_t *n = which == Q_WB ? &kv->n_wb : which == Q_LD ? &kv->n_ld : &kv->n_dld;
     int64_t *cap = which == Q_WB ? &kv->cap_wb : which == Q_LD ? &kv->cap_ld : &kv->cap_dld;
     if (!grow((void **)list, cap, *n + 1, sizeof **list)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
-    (*list)[(*n)++] = (xfer){dst, src, (size_t)bytes, ddst, dsrc};
+    (*list)[(*n)++] = (xfer){dst, src, (size_t)bytes, ddst, dsrc, vslot / kv->vram.per_chunk, hslot / kv->host.per_chunk};
     return KVT_OK;
 }
 
@@ -656,8 +658,8 @@ static kvt_status vram_slot(kvt_gpu_kv *kv, int32_t f, int64_t *id, kvt_err *err
     if (b->dhi > b->dlo) { // the rows written since the host copy was made, of K and of V
         const int64_t off = b->dlo * kv->p.row_bytes, n = (b->dhi - b->dlo) * kv->p.row_bytes, v = kv->slot_bytes / 2;
         uint8_t *dst = slot_host(kv, b->hslot), *src = slot_dev(kv, &kv->vram, b->vslot), *dd = slot_dev(kv, &kv->host, b->hslot);
-        if ((st = queue_copy(kv, Q_WB, dst + off, src + off, dd + off, src + off, n, err)) ||
-            (st = queue_copy(kv, Q_WB, dst + v + off, src + v + off, dd + v + off, src + v + off, n, err)))
+        if ((st = queue_copy(kv, Q_WB, dst + off, src + off, dd + off, src + off, n, b->vslot, b->hslot, err)) ||
+            (st = queue_copy(kv, Q_WB, dst + v + off, src + v + off, dd + v + off, src + v + off, n, b->vslot, b->hslot, err)))
             return st;
         kv->st.writebacks++;
     }
@@ -745,7 +747,8 @@ static kvt_status flush(kvt_gpu_kv *kv, const xfer *list, int64_t n, bool to_hos
         int64_t j = i + 1;
         size_t bytes = list[i].bytes;
         while (j < n && (uint8_t *)list[i].dst + bytes == list[j].dst && (const uint8_t *)list[i].src + bytes == list[j].src &&
-               (uint8_t *)list[i].ddst + bytes == list[j].ddst && (const uint8_t *)list[i].dsrc + bytes == list[j].dsrc)
+               (uint8_t *)list[i].ddst + bytes == list[j].ddst && (const uint8_t *)list[i].dsrc + bytes == list[j].dsrc &&
+               list[i].vc == list[j].vc && list[i].hc == list[j].hc)
             bytes += list[j++].bytes;
         kv->quiet = false;
         (to_host ? &kv->st.d2h_bytes : &kv->st.h2d_bytes)[0] += (int64_t)bytes;
@@ -799,7 +802,7 @@ static kvt_status fetch(kvt_gpu_kv *kv, int32_t l, kvt_err *err) {
             res_add(kv, id);
             uint8_t *vd = slot_dev(kv, &kv->vram, slot);
             st = queue_copy(kv, B->pending ? Q_DLD : Q_LD, vd, slot_host(kv, B->hslot), vd, slot_dev(kv, &kv->host, B->hslot),
-                            kv->slot_bytes, err);
+                            kv->slot_bytes, slot, B->hslot, err);
             place(kv, B);
             kv->st.loads++;
         }

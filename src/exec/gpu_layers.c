@@ -198,9 +198,11 @@ void kvt_gpu_layers_free(kvt_gpu_layers *g) {
     free(g);
 }
 
-// y = W x over n rows: the matrix-vector kernel up to KVT_CUDA_MMV_MAX_ROWS rows, the GEMM past that.
+// y = W x over n rows: the matrix-vector kernel up to KVT_CUDA_MMV_BATCH_MAX rows (each row's sums independent of the
+// rows beside it: a beam schedule or a serving batch that groups the same rows otherwise gets the same bits), the GEMM
+// (f16 operands) past that.
 static int mm(kvt_gpu_layers *g, const kvt_weight *w, const void *dw, const float *x, int64_t n, float *y) {
-    return n <= KVT_CUDA_MMV_MAX_ROWS ? g->api->mul_mat_vec(g->ctx, (int)kvt_weight_file_type(w), dw, w->rows, w->cols, x, n, y)
+    return n <= KVT_CUDA_MMV_BATCH_MAX ? g->api->mul_mat_vec(g->ctx, (int)kvt_weight_file_type(w), dw, w->rows, w->cols, x, n, y)
                                       : g->api->mul_mat_gemm(g->ctx, (int)kvt_weight_file_type(w), dw, w->rows, w->cols, x, n, y);
 }
 

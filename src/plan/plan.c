@@ -354,8 +354,8 @@ void kvt_plan_print(const kvt_plan *pl, FILE *f) {
             (long long)pl->kv_block_tokens, (long long)pl->kv_offloaded_bytes);
     fprintf(f, "max ctx   fast only %s, fast+host %s, fast+host+disk %s\n", a, b, pl->disk_avail > 0 ? c : "(no disk budget)");
     if (pl->error[0]) fprintf(f, "INFEASIBLE: %s\n", pl->error);
-    else fprintf(f, "flags     --kv-fast %lld --kv-host %lld%s%s%s%lld --kv-block %lld --kv-granularity %s\n",
-                 (long long)pl->kv_fast_bytes, (long long)pl->kv_host_bytes, pl->kv_disk_dir[0] ? " --kv-disk " : "",
+    else fprintf(f, "flags     %s %lld --kv-host %lld%s%s%s%lld --kv-block %lld --kv-granularity %s\n",
+                 pl->gpu_units > 0 ? "-ngl (the split) --kv-vram" : "--kv-fast", (long long)pl->kv_fast_bytes, (long long)pl->kv_host_bytes, pl->kv_disk_dir[0] ? " --kv-disk " : "",
                  pl->kv_disk_dir, pl->kv_disk_dir[0] ? " --kv-disk-max " : " --kv-disk-max ", (long long)pl->kv_disk_bytes,
                  (long long)pl->kv_block_tokens, gran);
 }
@@ -502,7 +502,9 @@ kvt_status kvt_plan_load(const char *path, kvt_plan *pl, kvt_err *err) {
 }
 
 void kvt_plan_apply(const kvt_plan *pl, kvt_kv_settings *kv) {
-    kv->fast_bytes = pl->kv_fast_bytes;
+    const bool gpu = pl->gpu_units > 0; // the split's fast tier is VRAM (plan.c's kv_in: layers_fast = the device's)
+    kv->fast_bytes = gpu ? 0 : pl->kv_fast_bytes;
+    kv->vram_bytes = gpu ? pl->kv_fast_bytes : 0;
     kv->host_bytes = pl->kv_host_bytes;
     kv->disk_bytes = pl->kv_disk_bytes;
     kv->disk_dir = pl->kv_disk_dir[0] ? pl->kv_disk_dir : NULL;

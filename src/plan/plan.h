@@ -25,6 +25,8 @@ typedef struct {
     const char *disk_dir; // T2 directory (NULL: none)
     int64_t block_tokens; // positions per KV block
     int32_t group_heads;  // KV heads per shard; 0 = layer-wise (all heads of a layer)
+    int64_t vram_bytes;   // the device layers' KV in VRAM (--kv-vram): a plan with GPU units gives its fast tier here
+                          // and leaves the CPU store's fast_bytes 0 (the CPU layers' KV at home in DRAM); 0: none
 } kvt_kv_settings;
 
 // The request: workload and memory limits (-1 = take from the profile).
@@ -103,7 +105,8 @@ kvt_status kvt_plan_save(const kvt_plan *plan, const char *path, kvt_err *err);
 // model it was made for) is refused.
 kvt_status kvt_plan_load(const char *path, kvt_plan *plan, kvt_err *err);
 kvt_status kvt_plan_parse(const char *text, kvt_plan *plan, kvt_err *err);
-// Sets the KV settings from a plan (disk_dir points into plan).
+// Sets the KV settings from a plan (disk_dir points into plan). A plan with GPU units: its fast tier is the VRAM of the
+// device layers' KV (vram_bytes), the CPU store unbudgeted (fast_bytes 0).
 void kvt_plan_apply(const kvt_plan *plan, kvt_kv_settings *kv);
 
 #endif

@@ -138,15 +138,21 @@ static int weight_row(kvt_cuda_ctx *ctx, int type, const void *W, int64_t r, int
     return KVT_CUDA_OK;
 }
 
+// y = W x in double sums; f16: both operands rounded to f16 first, as the device's GEMM (cuda_gemm.cu) takes them, so
+// that a layer path that lets the batch choose between the matvec and the GEMM shows here as on a GPU
 static int k_mul_mat(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
-                   int64_t n_tok, float *y) {
+                   int64_t n_tok, float *y, bool f16) {
     float *w = malloc((size_t)n_cols * sizeof *w);
     int rc = w ? KVT_CUDA_OK : KVT_CUDA_ERR_NOMEM;
     for (int64_t r = 0; !rc && r < n_rows; r++) {
         rc = weight_row(ctx, type, W, r, n_cols, w);
+        for (int64_t k = 0; f16 && k < n_cols; k++) w[k] = kvt_f16_to_f32(kvt_f32_to_f16(w[k]));
         for (int64_t t = 0; !rc && t < n_tok; t++) {
             double s = 0;
-            for (int64_t k = 0; k < n_cols; k++) s += (double)w[k] * x[t * n_cols + k];
+            for (int64_t k = 0; k < n_cols; k++) {
+                const float a = x[t * n_cols + k];
+                s += (double)w[k] * (f16 ? kvt_f16_to_f32(kvt_f32_to_f16(a)) : a);
+            }
             y[t * n_rows + r] = (float)s;
         }
     }
@@ -155,9 +161,9 @@ static int k_mul_mat(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows,
 }
 static int k_mul_mat_vec(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
                        int64_t n_tok, float *y) {
-    if (type == KVT_CUDA_F32 || n_tok < 1 || n_tok > KVT_CUDA_MMV_MAX_ROWS)
+    if (type == KVT_CUDA_F32 || n_tok < 1 || n_tok > KVT_CUDA_MMV_BATCH_MAX)
         return fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: type %d, %lld rows", type, (long long)n_tok);
-    return k_mul_mat(ctx, type, W, n_rows, n_cols, x, n_tok, y);
+    return k_mul_mat(ctx, type, W, n_rows, n_cols, x, n_tok, y, false);
 }
 static int k_dequant_f16(kvt_cuda_ctx *ctx, int type, const void *src, int64_t n, uint16_t *dst) {
     float *f = malloc((size_t)n * sizeof *f);
@@ -281,7 +287,7 @@ static int run_op(kvt_cuda_ctx *ctx, op *o) {
         return KVT_CUDA_OK;
     case OP_MEMSET: memset(o->c, o->byte, o->bytes); return KVT_CUDA_OK;
     case OP_MMV: return k_mul_mat_vec(ctx, o->type, o->a, o->n0, o->n1, o->b, o->n2, o->c);
-    case OP_MM: return k_mul_mat(ctx, o->type, o->a, o->n0, o->n1, o->b, o->n2, o->c);
+    case OP_MM: return k_mul_mat(ctx, o->type, o->a, o->n0, o->n1, o->b, o->n2, o->c, true);
     case OP_DEQ: return k_dequant_f16(ctx, o->type, o->a, o->n0, o->c);
     case OP_NORM: return k_rmsnorm(ctx, o->a, o->b, o->c, o->n0, o->n1, o->f);
     case OP_ROPE: return k_rope(ctx, o->c, &o->rope);
@@ -396,6 +402,15 @@ static bool is_pinned(const kvt_cuda_ctx *ctx, const void *p) {
     }
     return false;
 }
+// A copy touching pinned memory must stay inside one allocation (CUDA answers cudaErrorInvalidValue to a DMA that
+// spans two, even two lying side by side, as an H200 showed on 2026-11-30).
+static bool pinned_span_bad(const kvt_cuda_ctx *ctx, const void *p, size_t bytes) {
+    for (int i = 0; i < ctx->n_pinned; i++) {
+        const char *a = ctx->pinned[i].p, *c = p;
+        if (c >= a && c < a + ctx->pinned[i].n) return bytes > (size_t)(a + ctx->pinned[i].n - c);
+    }
+    return false;
+}
 
 static void cap_discard(kvt_cuda_ctx *ctx);
 static void ctx_free(kvt_cuda_ctx *ctx) {
@@ -448,6 +463,9 @@ static int memset_dev(kvt_cuda_ctx *ctx, void *dst, int byte, size_t bytes) {
 }
 static int copy_h2d(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
     op o = {.kind = OP_COPY, .c = dst, .a = src, .bytes = bytes};
+    if (pinned_span_bad(ctx, src, bytes)) 
+        return fail(ctx, KVT_CUDA_ERR_RUNTIME, "fake cudaMemcpyAsync: invalid argument (%zu bytes past one pinned allocation)",
+                    bytes);
     if (!is_pinned(ctx, src)) { // pageable: read now
         if (ctx->capturing && ctx->in_cap[stream]) return spoil(ctx, "a copy from pageable host memory");
         if (!(o.own = malloc(bytes ? bytes : 1))) return fail(ctx, KVT_CUDA_ERR_NOMEM, "fake: out of memory");
@@ -458,6 +476,9 @@ static int copy_h2d(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes,
 }
 static int copy_d2h(kvt_cuda_ctx *ctx, void *dst, const void *src, size_t bytes, int stream) {
     if (ctx->capturing && !is_pinned(ctx, dst)) return spoil(ctx, "a copy to pageable host memory");
+    if (pinned_span_bad(ctx, dst, bytes)) 
+        return fail(ctx, KVT_CUDA_ERR_RUNTIME, "fake cudaMemcpyAsync: invalid argument (%zu bytes past one pinned allocation)",
+                    bytes);
     int rc = submit(ctx, stream, &(op){.kind = OP_COPY, .c = dst, .a = src, .bytes = bytes});
     if (rc || is_pinned(ctx, dst)) return rc;
     force(ctx, stream, ctx->total[stream]); // pageable: returns once done
@@ -520,7 +541,7 @@ static int stream_sync(kvt_cuda_ctx *ctx, int stream) {
 #define COMPUTE KVT_CUDA_STREAM_COMPUTE
 static int q_mul_mat_vec(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
                          int64_t n_tok, float *y) {
-    if (type == KVT_CUDA_F32 || n_tok < 1 || n_tok > KVT_CUDA_MMV_MAX_ROWS)
+    if (type == KVT_CUDA_F32 || n_tok < 1 || n_tok > KVT_CUDA_MMV_BATCH_MAX)
         return fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: type %d, %lld rows", type, (long long)n_tok);
     return submit(ctx, COMPUTE, &(op){.kind = OP_MMV, .type = type, .a = W, .n0 = n_rows, .n1 = n_cols, .b = x, .n2 = n_tok, .c = y});
 }
