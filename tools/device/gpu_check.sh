@@ -14,7 +14,8 @@
 #              RATES_Q8=1 (default) the same decode with mul_mat_vec over q8_1 activations (KVT_CUDA_MMV=q8_1), eager
 #              and with --cuda-graphs, its GB/s beside the f32 path's and the device's; RATES_TILED=1 (default) the
 #              prefill with the tiled attention kernel (KVT_CUDA_ATTN=tiled) beside the chunked one's
-#   LBS        the same model, `kvtier beam` 32 beams, step 32, KV within --kv-vram (LBS_VRAM, default 512M) below
+#   LBS        the same model, `kvtier beam` 32 beams, step 32, blocks of LBS_BLOCK (32) positions, KV within --kv-vram
+#              (LBS_VRAM, default 512M) below
 #              the beams' KV: layerwise and balanced, time of each (goal balanced <= 1/3 of layerwise), beams equal
 #   HELM       Qwen3-8B shape (f16: the device runs no bf16), `kvtier plan --vram 8G` on this machine's profile,
 #              then the planned split (`generate --plan FILE`): measured ms/token against the plan's (goal 15%);
@@ -268,7 +269,7 @@ lbs() {
   local s ms=() ids=() kvb=()
   for s in layerwise balanced; do
     timeout "${LBS_S:-200}" $KVT beam -m "$m" -ngl 999 -f "$OUT/lbs_prompt.txt" --beams "${LBS_BEAMS:-32}" --step 32 -n "${LBS_N:-64}" \
-      --ignore-eos --schedule "$s" --kv-vram "${LBS_VRAM:-512M}" ${LBS_BLOCK:+--kv-block $LBS_BLOCK} --kv-evict lookahead -t "$T" --json \
+      --ignore-eos --schedule "$s" --kv-vram "${LBS_VRAM:-512M}" --kv-block "${LBS_BLOCK:-32}" --kv-evict lookahead -t "$T" --json \
       >"$OUT/lbs_$s.json" 2>"$OUT/lbs_$s.err" || { echo "lbs $s: failed: $(tail -1 "$OUT/lbs_$s.err")"; row lbs "$s" failed - FAIL; rc=1; return; }
     ms+=("$(jnum_in "$OUT/lbs_$s.json" '"time_ms"' total)")
     ids+=("$(tr -d '\n' <"$OUT/lbs_$s.json" | grep -o '"ids":\[[0-9,]*\]' | tr '\n' ' ')")
