@@ -153,21 +153,23 @@ static void matmul_ref(kvt_type t, const uint8_t *w, int64_t n_rows, int64_t n_c
     free(xq);
 }
 
-// A context made with KVT_CUDA_MMV=mmv and KVT_CUDA_ATTN=attn (read by ctx_init; the caller's values put back): the
-// suite names both paths itself, whatever the library's defaults.
-static int ctx_with(const kvt_cuda_api *api, const char *mmv, const char *attn, kvt_cuda_ctx **out, char *msg, int n) {
-    static const char *const name[2] = {"KVT_CUDA_MMV", "KVT_CUDA_ATTN"};
-    const char *val[2] = {mmv, attn};
-    char saved[2][64];
-    bool had[2];
-    for (int i = 0; i < 2; i++) {
+// A context made with KVT_CUDA_MMV=mmv, KVT_CUDA_ATTN=attn and KVT_CUDA_ATTN_DECODE=dec (read by ctx_init; the
+// caller's values put back): the suite names both paths itself, whatever the library's defaults.
+static int ctx_with(const kvt_cuda_api *api, const char *mmv, const char *attn, const char *dec, kvt_cuda_ctx **out, char *msg,
+                    int n) {
+    enum { NV = 3 };
+    static const char *const name[NV] = {"KVT_CUDA_MMV", "KVT_CUDA_ATTN", "KVT_CUDA_ATTN_DECODE"};
+    const char *val[NV] = {mmv, attn, dec};
+    char saved[NV][64];
+    bool had[NV];
+    for (int i = 0; i < NV; i++) {
         const char *was = getenv(name[i]);
         had[i] = was != NULL;
         snprintf(saved[i], sizeof saved[i], "%s", was ? was : "");
         setenv(name[i], val[i], 1);
     }
     const int rc = api->ctx_init(0, out, msg, n);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NV; i++) {
         if (had[i]) setenv(name[i], saved[i], 1);
         else unsetenv(name[i]);
     }
@@ -687,6 +689,24 @@ static bool pool_upload(gpu *g, kv_pool *p, int n_seq, void **dk, void **dv) {
 
 static const int k_attn_cfg[2][2] = {{64, 16}, {128, 48}}; // head_dim, block_len (48: not a divisor of the chunk)
 
+// The same decode call on the alternative context (KVT_CUDA_ATTN_DECODE=gqa: the query heads of a KV head in one
+// block): every output bit for bit the per-head kernel's `want` (n floats); a difference is the case's error.
+static void attn_decode_gqa(gpu *g, const kvt_cuda_attn_args *a, const float *want, int n, int D, int BL) {
+    kvt_cuda_ctx *c0 = g->ctx;
+    g->ctx = g->ctx_alt;
+    kvt_cuda_attn_args b = *a;
+    b.out = dpoison(g, (size_t)n * sizeof(float));
+    float *got = malloc((size_t)n * sizeof *got);
+    if (got && b.out && cu_ok(g, g->api->attn_paged(g->ctx, &b), "attn_paged (gqa)") && dget(g, got, b.out, (size_t)n * sizeof(float))) {
+        int differ = 0;
+        for (int i = 0; i < n; i++) differ += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+        printf("# cuda-result attn_decode_gqa d%d/b%d: %d of %d outputs differ from the per-head kernel's\n", D, BL, differ, n);
+        if (differ) snprintf(g->err, sizeof g->err, "KVT_CUDA_ATTN_DECODE=gqa: %d of %d outputs not the per-head kernel's", differ, n);
+    }
+    free(got);
+    g->ctx = c0;
+}
+
 // Decode: 7 sequences of 1, 2, 8, 9, 64, 512 and 100 positions, one query row each, in one call; the
 // blocks shuffled in one pool. pinned: the pool travels from pinned host memory on the COPY stream.
 static void case_attn_decode(gpu *g, bool pinned) {
@@ -724,6 +744,7 @@ static void case_attn_decode(gpu *g, bool pinned) {
                         printf("# cuda-result attn_decode%s d%d/b%d %d nmse %.3g\n", pinned ? "(pinned)" : "", D, BL, lens[s], e);
                         worst = fmax(worst, e);
                     }
+                    if (g->ctx_alt && !pinned) attn_decode_gqa(g, &a, got, NSEQ * NH * D, D, BL);
                 }
             }
         }
@@ -808,7 +829,7 @@ void test_cuda(const test_env *env) {
     } else {
         g.api = g.be.api;
         char msg[256] = "";
-        if (ctx_with(g.api, "f32", "chunked", &g.ctx, msg, (int)sizeof msg) != KVT_CUDA_OK) {
+        if (ctx_with(g.api, "f32", "chunked", "head", &g.ctx, msg, (int)sizeof msg) != KVT_CUDA_OK) {
             test_result(false, "cuda: context on device 0", "%s", msg);
             snprintf(g.skip, sizeof g.skip, "no CUDA context: %s", msg);
         } else {
@@ -816,7 +837,7 @@ void test_cuda(const test_env *env) {
             if (g.api->device_info(0, &info, msg, (int)sizeof msg) == KVT_CUDA_OK)
                 printf("# cuda device 0: %s, sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.n_sm,
                        (double)info.vram_bytes / (1 << 30));
-            if (ctx_with(g.api, "q8_1", "tiled", &g.ctx_alt, g.skip_alt, (int)sizeof g.skip_alt) != KVT_CUDA_OK)
+            if (ctx_with(g.api, "q8_1", "tiled", "gqa", &g.ctx_alt, g.skip_alt, (int)sizeof g.skip_alt) != KVT_CUDA_OK)
                 g.ctx_alt = NULL;
         }
     }

@@ -157,6 +157,13 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
         if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_ATTN=%.64s: chunked or tiled", attn);
         return KVT_CUDA_ERR_ARG;
     }
+    // the chunk states (decode and short calls): KVT_CUDA_ATTN_DECODE=head (the default: one block per query head) or
+    // gqa (one block per KV head for its query heads; the same bits)
+    const char *attn_dec = getenv("KVT_CUDA_ATTN_DECODE");
+    if (attn_dec && *attn_dec && strcmp(attn_dec, "head") != 0 && strcmp(attn_dec, "gqa") != 0) {
+        if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_ATTN_DECODE=%.64s: head or gqa", attn_dec);
+        return KVT_CUDA_ERR_ARG;
+    }
     int rc = check_device(device, err, err_len);
     if (rc) return rc;
     kvt_cuda_ctx *ctx = new (std::nothrow) kvt_cuda_ctx();
@@ -173,6 +180,7 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
     }
     ctx->mmv_q8_1 = !mmv || !*mmv || !strcmp(mmv, "q8_1");
     ctx->attn_tiled = attn && !strcmp(attn, "tiled");
+    ctx->attn_gqa = attn_dec && !strcmp(attn_dec, "gqa");
     if (e == cudaSuccess && ctx->mmv_q8_1) { // rows of up to 65536 columns without growing (q8_1_bytes)
         ctx->q8_bytes = (size_t)KVT_CUDA_MMV_MAX_ROWS * 65536 + (size_t)KVT_CUDA_MMV_MAX_ROWS * 2048 * 8;
         e = cudaMalloc(&ctx->q8, ctx->q8_bytes);

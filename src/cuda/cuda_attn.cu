@@ -8,6 +8,9 @@
 // Every reduction has a fixed order, so results do not depend on how the blocks are scheduled.
 // The pieces (score lanes, max and sum, P.V, the merge) are in cuda_attn_items.cuh.
 //
+// GQA (a context made with KVT_CUDA_ATTN_DECODE=gqa; 2026-11-30, not yet run on a device): pass 1 by one block per
+// (chunk, KV head, row) for the KV head's query heads together, each head's state bit for bit pass 1's above.
+//
 // Tiled (a context made with KVT_CUDA_ATTN=tiled, for calls of at least kTiledMinRows query rows: prefill): one
 // thread block per (tile of KVT_ATTN_TQ rows, head) walks the K/V of its rows' sequences in tiles of 32 positions
 // through shared memory, each row keeping its online-softmax state (cuda_attn_items.cuh, "tiled prefill attention"):
@@ -47,6 +50,49 @@ __global__ void __launch_bounds__(kThreads) attn_chunk_kernel(kvt_cuda_attn_args
     __syncthreads();
     for (int d = threadIdx.x; d < D; d += kThreads) st[2 + d] = attn_pv_item(a, sc, seq, kvh, p0, n, d);
     if (threadIdx.x == 0) st[0] = m, st[1] = s;
+}
+
+// The GQA decode kernel (KVT_CUDA_ATTN_DECODE=gqa): one thread block per (chunk, KV head, query row) computes the
+// chunk states of the KV head's G query heads together: every K and V row of the chunk read once for G heads (the
+// per-head kernel reads it G times), each head's state bit for bit what attn_chunk_kernel writes (the same pieces, G
+// at a time: cuda_attn_items.cuh).
+__global__ void __launch_bounds__(kThreads) attn_chunk_gqa_kernel(kvt_cuda_attn_args a, int n_chunks, float *__restrict__ states) {
+    const int c = blockIdx.x, kvh = blockIdx.y, row = blockIdx.z;
+    const int seq = a.row_seq ? a.row_seq[row] : row;
+    const int D = a.head_dim, G = a.n_head / a.n_kv_head, h0 = kvh * G;
+    int64_t p0;
+    const int n = attn_chunk_span(a.seq_len[row], a.window, c, &p0);
+    __shared__ float q[kAttnGqaMax * KVT_CUDA_ATTN_MAX_HEAD_DIM];
+    __shared__ float sc[kAttnGqaMax * KVT_CUDA_ATTN_CHUNK];
+    __shared__ float ms[2 * kAttnGqaMax];
+    const float *qh = a.q + (int64_t)row * (a.row_stride > 0 ? a.row_stride : a.n_head * D) + (int64_t)h0 * D;
+    for (int i = threadIdx.x; i < G * D; i += kThreads) q[i] = qh[i]; // the G heads' rows are consecutive
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int i = warp; i < n; i += kThreads / 32) {
+        float dot[kAttnGqaMax];
+        attn_score_lanes_g(a, q, G, seq, kvh, p0 + i, lane, dot);
+        for (int g = 0; g < G; g++) {
+            float v = dot[g];
+            for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+            if (lane == 0) sc[g * KVT_CUDA_ATTN_CHUNK + i] = v * a.scale;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < G) attn_max_sum(sc + threadIdx.x * KVT_CUDA_ATTN_CHUNK, n, &ms[2 * threadIdx.x], &ms[2 * threadIdx.x + 1]);
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * KVT_CUDA_ATTN_CHUNK; i += kThreads)
+        if (i % KVT_CUDA_ATTN_CHUNK < n) sc[i] = expf(sc[i] - ms[2 * (i / KVT_CUDA_ATTN_CHUNK)]);
+    __syncthreads();
+    for (int d = threadIdx.x; d < D; d += kThreads) {
+        float o[kAttnGqaMax];
+        attn_pv_items_g(a, sc, G, seq, kvh, p0, n, d, o);
+        for (int g = 0; g < G; g++) states[attn_state_offset(a, row, h0 + g, n_chunks, c) + 2 + d] = o[g];
+    }
+    if (threadIdx.x < G) {
+        float *st = states + attn_state_offset(a, row, h0 + threadIdx.x, n_chunks, c);
+        st[0] = ms[2 * threadIdx.x], st[1] = ms[2 * threadIdx.x + 1];
+    }
 }
 
 __global__ void __launch_bounds__(kThreads) attn_merge_kernel(kvt_cuda_attn_args a, int n_chunks, const float *__restrict__ states) {
@@ -153,8 +199,13 @@ int kvt_cu_attn_paged(kvt_cuda_ctx *ctx, const kvt_cuda_attn_args *a) {
     int rc = ctx_workspace(ctx, (size_t)a->n_q * a->n_head * n_chunks * (a->head_dim + 2) * sizeof(float), &ws);
     if (rc) return rc;
     const cudaStream_t s = ctx->stream[KVT_CUDA_STREAM_COMPUTE];
-    attn_chunk_kernel<<<dim3(n_chunks, a->n_head, a->n_q), kThreads, 0, s>>>(*a, n_chunks, (float *)ws);
-    if ((rc = ctx_check_launch(ctx, "attn_chunk_kernel"))) return rc;
+    if (ctx->attn_gqa && a->n_head / a->n_kv_head <= kAttnGqaMax) {
+        attn_chunk_gqa_kernel<<<dim3(n_chunks, a->n_kv_head, a->n_q), kThreads, 0, s>>>(*a, n_chunks, (float *)ws);
+        if ((rc = ctx_check_launch(ctx, "attn_chunk_gqa_kernel"))) return rc;
+    } else {
+        attn_chunk_kernel<<<dim3(n_chunks, a->n_head, a->n_q), kThreads, 0, s>>>(*a, n_chunks, (float *)ws);
+        if ((rc = ctx_check_launch(ctx, "attn_chunk_kernel"))) return rc;
+    }
     attn_merge_kernel<<<dim3(a->n_head, a->n_q), kThreads, 0, s>>>(*a, n_chunks, (const float *)ws);
     return ctx_check_launch(ctx, "attn_merge_kernel");
 }

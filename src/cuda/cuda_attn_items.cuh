@@ -30,6 +30,16 @@ __host__ __device__ __forceinline__ int64_t attn_state_offset(const kvt_cuda_att
     return (((int64_t)row * a.n_head + h) * n_chunks + c) * (a.head_dim + 2);
 }
 
+// One step of a score or P.V sum with its rounding spelled out (no contraction left to the compiler), so that the
+// per-head and the GQA kernels, whose loops differ, give the same bits: acc + (q0 k0 + q1 k1) as fma(q1, k1, q0 k0).
+__host__ __device__ __forceinline__ float attn_qk2(float acc, float q0, float k0, float q1, float k1) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(acc, fmaf(q1, k1, __fmul_rn(q0, k0)));
+#else
+    return acc + fmaf(q1, k1, q0 * k0);
+#endif
+}
+
 // Lane `lane`'s part of q . K[p] (dims 2 lane, 2 lane + 1, 2 lane + 64, ...); the warp sums the 32 parts.
 __host__ __device__ __forceinline__ float attn_score_lane(const kvt_cuda_attn_args &a, const float *q, int seq, int kvh, int64_t p,
                                                           int lane) {
@@ -37,9 +47,34 @@ __host__ __device__ __forceinline__ float attn_score_lane(const kvt_cuda_attn_ar
     float dot = 0.0f;
     for (int d2 = lane; d2 < a.head_dim / 2; d2 += 32) {
         const float2 kk = __half22float2(k[d2]);
-        dot += q[2 * d2] * kk.x + q[2 * d2 + 1] * kk.y;
+        dot = attn_qk2(dot, q[2 * d2], kk.x, q[2 * d2 + 1], kk.y);
     }
     return dot;
+}
+
+// Most query heads per KV head the GQA decode kernel takes (KVT_CUDA_ATTN_DECODE=gqa); more: the per-head kernel.
+constexpr int kAttnGqaMax = 8;
+
+// attn_score_lane for the G query heads of KV head kvh at once (q: [G][head_dim]): K[p] read once; dot[g] gets what
+// attn_score_lane gives for head g (the same sums in the same order: bit for bit).
+__host__ __device__ __forceinline__ void attn_score_lanes_g(const kvt_cuda_attn_args &a, const float *q, int G, int seq, int kvh,
+                                                            int64_t p, int lane, float dot[kAttnGqaMax]) {
+    const __half2 *k = (const __half2 *)attn_kv_row(a.k_blocks, a, seq, p, kvh);
+    for (int g = 0; g < G; g++) dot[g] = 0.0f;
+    for (int d2 = lane; d2 < a.head_dim / 2; d2 += 32) {
+        const float2 kk = __half22float2(k[d2]);
+        for (int g = 0; g < G; g++) dot[g] = attn_qk2(dot[g], q[g * a.head_dim + 2 * d2], kk.x, q[g * a.head_dim + 2 * d2 + 1], kk.y);
+    }
+}
+
+// attn_pv_item for G heads at once (e: [G][KVT_CUDA_ATTN_CHUNK] weights): V[p][d] read once; o[g] bit for bit head g's.
+__host__ __device__ __forceinline__ void attn_pv_items_g(const kvt_cuda_attn_args &a, const float *e, int G, int seq, int kvh,
+                                                         int64_t p0, int n, int d, float o[kAttnGqaMax]) {
+    for (int g = 0; g < G; g++) o[g] = 0.0f;
+    for (int i = 0; i < n; i++) {
+        const float v = __half2float(attn_kv_row(a.v_blocks, a, seq, p0 + i, kvh)[d]);
+        for (int g = 0; g < G; g++) o[g] = fmaf(e[g * KVT_CUDA_ATTN_CHUNK + i], v, o[g]);
+    }
 }
 
 // m = max of the n scores sc, s = sum exp(sc - m), in index order (every thread computes the same).
@@ -54,7 +89,7 @@ __host__ __device__ __forceinline__ void attn_max_sum(const float *sc, int n, fl
 __host__ __device__ __forceinline__ float attn_pv_item(const kvt_cuda_attn_args &a, const float *e, int seq, int kvh, int64_t p0,
                                                        int n, int d) {
     float o = 0.0f;
-    for (int i = 0; i < n; i++) o += e[i] * __half2float(attn_kv_row(a.v_blocks, a, seq, p0 + i, kvh)[d]);
+    for (int i = 0; i < n; i++) o = fmaf(e[i], __half2float(attn_kv_row(a.v_blocks, a, seq, p0 + i, kvh)[d]), o);
     return o;
 }
 

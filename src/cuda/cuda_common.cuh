@@ -19,6 +19,7 @@ struct kvt_cuda_ctx {
     size_t ws_bytes;
     int mmv_q8_1;     // mul_mat_vec over q8_1 activations (the default; KVT_CUDA_MMV=f32 at ctx_init: f32 activations)
     int attn_tiled;   // attn_paged of >= 16 query rows by the tiled kernel (KVT_CUDA_ATTN=tiled at ctx_init)
+    int attn_gqa;     // the chunk states of a KV head's query heads in one block (KVT_CUDA_ATTN_DECODE=gqa at ctx_init)
     void *q8;         // device buffer of mul_mat_vec's q8_1 activations (made at ctx_init when mmv_q8_1), grown by
     size_t q8_bytes;  // ctx_q8_1_buffer
     char err[KVT_CUDA_ERR_MAX];

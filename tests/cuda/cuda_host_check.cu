@@ -564,11 +564,54 @@ void check_attention() {
                              &ref[(size_t)(NSEQ * NH * D)], &err);
         double num = 0, den = 0;
         for (size_t i = 0; i < out.size(); i++) num += ((double)out[i] - ref[i]) * ((double)out[i] - ref[i]), den += (double)ref[i] * ref[i];
-        char what[160], msg[KVT_ERR_MSG_MAX + 64];
+        char what[256], msg[KVT_ERR_MSG_MAX + 64];
         snprintf(what, sizeof what, "attention pieces, head_dim %d, block %d, window %d: 3 decode rows + 9 prefill rows against kvt_attention",
                  D, BL, W);
         snprintf(msg, sizeof msg, "%s%snmse %.3g", ok ? "" : err.msg, ok ? "" : "; ", num / den);
         report(ok && num / den <= 1e-6, what, msg);
+        // the GQA decode kernel's pieces (KVT_CUDA_ATTN_DECODE=gqa): per (row, KV head, chunk), its NH / NKV heads at
+        // once, the lanes summed in the same serial order: every state bit for bit the per-head pieces'
+        {
+            const int G = NH / NKV;
+            std::vector<float> gstates(states.size(), quiet_nan());
+            float gsc[kAttnGqaMax * KVT_CUDA_ATTN_CHUNK];
+            for (int row = 0; row < n_q; row++)
+                for (int kvh = 0; kvh < NKV; kvh++)
+                    for (int c = 0; c < n_chunks; c++) {
+                        int64_t p0;
+                        const int n = attn_chunk_span(a.seq_len[row], a.window, c, &p0), seq = a.row_seq[row];
+                        const float *qg = a.q + ((int64_t)row * NH + kvh * G) * D;
+                        for (int i = 0; i < n; i++) {
+                            float sum[kAttnGqaMax] = {0};
+                            for (int lane = 0; lane < 32; lane++) {
+                                float dot[kAttnGqaMax];
+                                attn_score_lanes_g(a, qg, G, seq, kvh, p0 + i, lane, dot);
+                                for (int g = 0; g < G; g++) sum[g] += dot[g];
+                            }
+                            for (int g = 0; g < G; g++) gsc[g * KVT_CUDA_ATTN_CHUNK + i] = sum[g] * a.scale;
+                        }
+                        float m[kAttnGqaMax], s[kAttnGqaMax];
+                        for (int g = 0; g < G; g++) {
+                            attn_max_sum(gsc + g * KVT_CUDA_ATTN_CHUNK, n, &m[g], &s[g]);
+                            for (int i = 0; i < n; i++) gsc[g * KVT_CUDA_ATTN_CHUNK + i] = expf(gsc[g * KVT_CUDA_ATTN_CHUNK + i] - m[g]);
+                        }
+                        for (int d = 0; d < D; d++) {
+                            float o[kAttnGqaMax];
+                            attn_pv_items_g(a, gsc, G, seq, kvh, p0, n, d, o);
+                            for (int g = 0; g < G; g++) gstates[(size_t)attn_state_offset(a, row, kvh * G + g, n_chunks, c) + 2 + d] = o[g];
+                        }
+                        for (int g = 0; g < G; g++) {
+                            float *st = &gstates[(size_t)attn_state_offset(a, row, kvh * G + g, n_chunks, c)];
+                            st[0] = m[g], st[1] = s[g];
+                        }
+                    }
+            size_t differ = 0;
+            for (size_t i = 0; i < states.size(); i++) differ += memcmp(&states[i], &gstates[i], sizeof(float)) != 0;
+            snprintf(what, sizeof what, "GQA decode attention pieces (%d heads per KV head), head_dim %d, block %d, window %d: every "
+                     "chunk state bit for bit the per-head pieces'", G, D, BL, W);
+            snprintf(msg, sizeof msg, "%zu of %zu floats differ", differ, states.size());
+            report(differ == 0, what, msg);
+        }
         // the tiled kernel over the same rows: tiles of 8 rows mixing sequences (rows 0-7: the 3 decode rows and 5
         // prefill rows), and the last 9 prefill rows alone as one call (one sequence, a partial tile of rows)
         std::vector<float> tiled(out.size(), quiet_nan());

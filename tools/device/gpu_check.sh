@@ -21,7 +21,8 @@
 #              then the planned split (`generate --plan FILE`): measured ms/token against the plan's (goal 15%);
 #              then (HELM_VALIDATE=1) `kvtier plan --validate --gpu` of the same (the plan's split run and compared by
 #              the planner itself); the profile's rates of kvtier's own matvec and batched KV copies in the table
-#   HEADINFER  llama3-8b Q4_K_M, a HI_CTX-token prompt (16384), all KV in VRAM, within --kv-vram 1G (lookahead), and
+#   HEADINFER  llama3-8b Q4_K_M, a HI_CTX-token prompt (16384), all KV in VRAM (and again with the GQA decode attention,
+#              KVT_CUDA_ATTN_DECODE=gqa; HI_GQA=0 leaves it out), within --kv-vram 1G (lookahead), and
 #              within it head-wise (--kv-granularity head; HI_HEAD=0 leaves it out):
 #              TPOT beside the link time of the KV bytes that crossed PCIe per step (goal 1.2x), tokens equal
 #   KVTIERS    llama3-8b Q4_K_M, a KT_CTX-token prompt (4096), blocks of KT_BLOCK (32) positions: all KV in VRAM, within
@@ -339,18 +340,23 @@ headinfer() {
   prompt_of "$m" $((ctx - 64)) "$OUT/hi_prompt.txt"
   printf "\n%-22s %8s %10s %12s %14s %10s %8s\n" "headinfer llama3-8b" "prompt" "TPOT ms" "KV MB/step" "link ms/step" "TPOT/link" "tokens"
   local kvv flags ids0="" line
-  # all KV in VRAM; within the budget (blocks of every KV head); within it head-wise (a block per KV head, HeadInfer's
-  # granularity; HI_HEAD=0 leaves it out)
-  local runs="all ${HI_VRAM:-1G}"; [ "${HI_HEAD:-1}" = 1 ] && runs="$runs ${HI_VRAM:-1G}/head"
+  # all KV in VRAM (and, HI_GQA=1, the same with the GQA decode attention kernel, KVT_CUDA_ATTN_DECODE=gqa: the same
+  # tokens, its TPOT beside the per-head kernel's); within the budget (blocks of every KV head); within it head-wise (a
+  # block per KV head, HeadInfer's granularity; HI_HEAD=0 leaves it out)
+  local runs="all"; [ "${HI_GQA:-1}" = 1 ] && runs="$runs all/gqa"
+  runs="$runs ${HI_VRAM:-1G}"; [ "${HI_HEAD:-1}" = 1 ] && runs="$runs ${HI_VRAM:-1G}/head"
   for kvv in $runs; do
     [ "$kvv" = all ] || left "headinfer KV $kvv" || continue
-    flags=""; [ "$kvv" = all ] || flags="--kv-vram ${kvv%/head} --kv-evict lookahead"
-    local f=""; [ "${kvv%/head}" = "$kvv" ] || { flags="$flags --kv-granularity head"; f=_head; }
+    local base=${kvv%%/*} sfx="" envp=""; [ "$base" = "$kvv" ] || sfx=${kvv#*/}
+    flags=""; [ "$base" = all ] || flags="--kv-vram $base --kv-evict lookahead"
+    [ "$sfx" = head ] && flags="$flags --kv-granularity head"
+    [ "$sfx" = gqa ] && envp="KVT_CUDA_ATTN_DECODE=gqa"
+    local f=${sfx:+_$sfx}
     # shellcheck disable=SC2086
-    timeout "${HI_S:-200}" $KVT generate -m "$m" -ngl 999 -t "$T" -c $((ctx + ctx / 16 + gen + 64)) -f "$OUT/hi_prompt.txt" -n "$gen" \
-      --temp 0 --ignore-eos --no-progress --json $flags >"$OUT/hi_${kvv%/head}$f.json" 2>"$OUT/hi_${kvv%/head}$f.err" ||
-      { echo "headinfer $kvv: failed: $(tail -1 "$OUT/hi_${kvv%/head}$f.err")"; row headinfer "KV $kvv" failed - FAIL; rc=1; continue; }
-    local j="$OUT/hi_${kvv%/head}$f.json" ids
+    env $envp timeout "${HI_S:-200}" $KVT generate -m "$m" -ngl 999 -t "$T" -c $((ctx + ctx / 16 + gen + 64)) -f "$OUT/hi_prompt.txt" -n "$gen" \
+      --temp 0 --ignore-eos --no-progress --json $flags >"$OUT/hi_$base$f.json" 2>"$OUT/hi_$base$f.err" ||
+      { echo "headinfer $kvv: failed: $(tail -1 "$OUT/hi_$base$f.err")"; row headinfer "KV $kvv" failed - FAIL; rc=1; continue; }
+    local j="$OUT/hi_$base$f.json" ids
     ids=$(grep -o '"ids":\[[0-9,]*\]' "$j" | head -1)
     [ -z "$ids0" ] && ids0=$ids
     line=$(awk -v kvv="$kvv" -v gbps="${gbps:-0}" -v same="$([ "$ids" = "$ids0" ] && echo same || echo DIFFER)" '
@@ -362,8 +368,8 @@ headinfer() {
     echo "$line"
     # shellcheck disable=SC2086
     set -- $line # KV, budget, prompt, TPOT, MB/step, link ms, TPOT/link, tokens
-    row headinfer "TPOT ms, ${ctx}-token prompt, KV $kvv" "$4" "$([ "$kvv" = all ] && echo - || echo "1.2 x link $6 ms")" \
-      "$([ "$kvv" = all ] && echo - || calc '%s' "(\"$7\" != \"-\" && \"$7\" + 0 <= 1.2) ? \"ok ($7x)\" : \"NOT MET ($7x)\"") tokens $8"
+    row headinfer "TPOT ms, ${ctx}-token prompt, KV $kvv" "$4" "$([ "$base" = all ] && echo - || echo "1.2 x link $6 ms")" \
+      "$([ "$base" = all ] && echo - || calc '%s' "(\"$7\" != \"-\" && \"$7\" + 0 <= 1.2) ? \"ok ($7x)\" : \"NOT MET ($7x)\"") tokens $8"
   done
   echo "  (link ms/step: the KV bytes that crossed PCIe per decode step at the probe's ${gbps:-?} GB/s pinned H2D)"
 }
