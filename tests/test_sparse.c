@@ -735,9 +735,13 @@ static void test_attend_set(kvt_type type, double tol) {
 
 // Attention over a set whose late disk reads are in flight (kvt_kv_paged_prefetch_end_async: two passes, the resident
 // blocks first) has the bits of the one-pass attention: a paged F16 store of 2 head-wise shards of 10 blocks, a fast
-// tier of 8 blocks, demoted to disk; every third position selected; blocks 1, 4 and 7 of each head handed over late.
-static void test_attend_set_late(void) {
-    const char *name = "sparse: attention with a late batch in flight (two passes) has the one-pass bits";
+// tier of fast_blocks blocks, demoted to disk; every third position selected; blocks 1, 4 and 7 of each head handed over
+// late. 8 blocks: the second pass per KV head; 40: split per query head (pass 3 holds every run left, pass 4). The
+// one-pass attention over a contiguous store (split per query head: its reads are free) has the same bits too.
+static void test_attend_set_late(int fast_blocks) {
+    char name[160];
+    snprintf(name, sizeof name, "sparse: attention with a late batch in flight (two passes, fast tier %d blocks) and per "
+             "query head has the one-pass bits", fast_blocks);
     const int32_t H = 4, HKV = 2, HD = 32, NCTX = 160;
     char dir[] = "/tmp/kvt_test_sparse_late_XXXXXX";
     const char *disk = mkdtemp(dir);
@@ -748,17 +752,21 @@ static void test_attend_set_late(void) {
     kvt_kv_paged_params pp = kvt_kv_paged_params_default();
     pp.type = KVT_TYPE_F16, pp.n_layer = 1, pp.n_head_kv = HKV, pp.head_dim = HD, pp.head_dim_v = HD, pp.n_ctx = NCTX;
     pp.block_tokens = 16, pp.group_heads = 1, pp.n_io_threads = 1, pp.disk_dir = disk;
-    pp.fast_bytes = 8 * kvt_kv_paged_block_bytes(&pp);
+    pp.fast_bytes = fast_blocks * kvt_kv_paged_block_bytes(&pp);
     kvt_kv *kv = NULL;
     kvt_threadpool *pool = NULL;
     kvt_err err = {0};
     kvt_status st = kvt_threadpool_init(2, &pool, &err);
     if (!st) st = kvt_kv_paged_init(&pp, &kv, &err);
     const int64_t n = 150;
-    float *k, *v, q[4 * 32], a[4 * 32], b[4 * 32];
+    float *k, *v, q[4 * 32], a[4 * 32], b[4 * 32], c[4 * 32];
     rand_kvq(n, HKV, HD, H, &k, &v, q);
     kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
     kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}, false};
+    kvt_kv_params kp = {KVT_TYPE_F16, 1, HKV, HD, HD, NCTX, 16, 0};
+    kvt_kv *kc = NULL;
+    if (!st) st = kvt_kv_contig_init(&kp, &kc, &err);
+    if (!st) st = kc->ops->append(kc, 0, 0, 0, n, k, v, &err);
     float *ss[2];
     for (int i = 0; i < 2; i++) ss[i] = aligned_alloc(64, (size_t)(kvt_sparse_attn_scratch_floats(&d) * 4 + 63) / 64 * 64);
     int32_t sel[2 * 160];
@@ -781,7 +789,10 @@ static void test_attend_set_late(void) {
         pend = kvt_kv_paged_prefetch_end_async(kv);
         st = kvt_sparse_attend_set(kv, 0, 0, &ap, q, sel, nsel, NCTX, pend, b, pool, ss, &err);
     }
-    test_result(!st && memcmp(a, b, sizeof a) == 0, name, "%s (a batch in flight: %d)", st ? err.msg : "outputs differ", pend);
+    if (!st) st = kvt_sparse_attend_set(kc, 0, 0, &ap, q, sel, nsel, NCTX, false, c, pool, ss, &err);
+    test_result(!st && memcmp(a, b, sizeof a) == 0 && memcmp(a, c, sizeof a) == 0, name, "%s (a batch in flight: %d)",
+                st ? err.msg : "outputs differ", pend);
+    kvt_kv_free(kc);
     for (int i = 0; i < 2; i++) free(ss[i]);
     free(k);
     free(v);
@@ -1293,7 +1304,8 @@ void test_sparse(const test_env *env) {
     test_share_layers();
     test_attend_set(KVT_TYPE_F32, 1e-5);
     test_attend_set(KVT_TYPE_F16, 2e-3);
-    test_attend_set_late();
+    test_attend_set_late(8);
+    test_attend_set_late(40);
     char path[512];
     if (!test_data(env, "qwen3-tiny.gguf", path, sizeof path)) {
         test_skip("sparse: context cases", test_data_missing(env, "qwen3-tiny.gguf"));

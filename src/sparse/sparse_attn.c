@@ -22,6 +22,7 @@ typedef struct {
     int64_t a, e, b; // sel[a .. e) lie in block b
     kvt_kv_view v;   // held: the block acquired (from the first pass on, until the second's end)
     bool held, scored;
+    _Atomic int32_t left; // split second pass: the query heads still to accumulate it (the last releases it)
 } sp_run;
 
 // KV head kh's attention between the two passes: its runs, the first not accumulated yet, its scores and state.
@@ -29,6 +30,7 @@ typedef struct {
     sp_run *run;
     int64_t nrun, next, held; // runs; the first not accumulated yet; the blocks held
     float *s, *m, *l, *o; // scores [qpg, ns] at their positions' indexes; m, l [qpg]; o [qpg, hdv]
+    int32_t i0;           // the query head of row 0 (s, m, l, o hold rows i0 .. of the group's heads)
 } sp_head;
 
 typedef struct {
@@ -36,6 +38,7 @@ typedef struct {
     int32_t seq, layer, qpg;
     sp_head *head;          // the two-pass attention's per-head state, pass 1 or 2 (attend_pass_task)
     int pass;
+    bool split;             // attend_task: one task per query head (a store whose reads are free), else per KV head
     int64_t pin_cap;        // blocks a head may hold from pass 1 to pass 2
     const kvt_attn_params *p;
     const float *q;
@@ -56,10 +59,11 @@ static void sp_fail(sp_job *J, const kvt_err *e) {
 }
 
 // Queries of KV head kh's group converted to the dot type of the store: qpg rows of qrow bytes at qd.
-static void queries_in(const sp_job *J, int32_t kh, uint8_t *qd, int64_t qrow) {
+// Only the rows of query heads [i0, i1).
+static void queries_in(const sp_job *J, int32_t kh, uint8_t *qd, int64_t qrow, int32_t i0, int32_t i1) {
     const kvt_type_ops *qops = kvt_type_ops_get(kvt_type_ops_get(J->kv->type)->vec_dot_type);
     const int32_t hd = J->kv->head_dim;
-    for (int32_t i = 0; i < J->qpg; i++) qops->from_float(J->q + (int64_t)(kh * J->qpg + i) * hd, qd + i * qrow, hd);
+    for (int32_t i = i0; i < i1; i++) qops->from_float(J->q + (int64_t)(kh * J->qpg + i) * hd, qd + i * qrow, hd);
 }
 
 static int64_t qrow_of(const kvt_kv *kv) {
@@ -85,14 +89,15 @@ static void unhold(sp_job *J, int32_t kh, int64_t held) {
     if (held >= 0) J->kv->ops->release(J->kv, J->seq, J->layer, kh / J->kv->group_heads, held);
 }
 
-// Run R's scores (block held): h->s[i * ns + x] for x in [R->a, R->e), as attend_task computes them.
+// Run R's scores (block held) for query heads [i0, i1): h->s[(i - h->i0) * ns + x] for x in [R->a, R->e), as
+// attend_task computes them (each query head's scores and softmax are its own: any split of the heads, the same bits).
 static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, int64_t qrow, int64_t ns, const int32_t *sel,
-                      sp_head *h, const sp_run *R) {
+                      sp_head *h, const sp_run *R, int32_t i0, int32_t i1) {
     const kvt_kv *kv = J->kv;
     const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
     const uint8_t *kb = (const uint8_t *)R->v.k + jh * R->v.k_hstride;
-    for (int32_t i = 0; i < J->qpg; i++) {
-        float *si = h->s + (int64_t)i * ns;
+    for (int32_t i = i0; i < i1; i++) {
+        float *si = h->s + (int64_t)(i - h->i0) * ns;
         for (int64_t x = R->a; x < R->e; x++) {
             float d;
             ops->vec_dot(kv->head_dim, &d, kb + (sel[x] - R->v.pos0) * R->v.k_stride, qd + i * qrow);
@@ -101,66 +106,85 @@ static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, int64_t qr
     }
 }
 
-// Run R's step of the online softmax from its scores: the same operations in the same order as attend_task's.
-static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *sel, sp_head *h, const sp_run *R) {
+enum { MAD_ROWS = 32 }; // V rows per kvt_vec_mad_rows call in run_accum
+
+// Run R's step of the online softmax from its scores for query heads [i0, i1): the same operations in the same order
+// as attend_task's.
+static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *sel, sp_head *h, const sp_run *R,
+                      int32_t i0, int32_t i1) {
     const kvt_kv *kv = J->kv;
     const int32_t hdv = kv->head_dim_v;
     const uint8_t *vb = (const uint8_t *)R->v.v + jh * R->v.v_hstride;
-    for (int32_t i = 0; i < J->qpg; i++) {
-        const float *si = h->s + (int64_t)i * ns;
+    for (int32_t r = i0 - h->i0; r < i1 - h->i0; r++) { // r: the query head's row
+        const float *si = h->s + (int64_t)r * ns;
         float bm = -INFINITY;
         for (int64_t x = R->a; x < R->e; x++) bm = si[x] > bm ? si[x] : bm;
         float *m = h->m, *l = h->l;
+        const int32_t i = r;
         const float mn = bm > m[i] ? bm : m[i], corr = expf(m[i] - mn);
         float *oi = h->o + (int64_t)i * hdv;
         if (corr != 1.0f) {
             l[i] *= corr;
             kvt_vec_scale_f32(oi, corr, hdv);
         }
+        // the V rows of consecutive positions in one kvt_vec_mad_rows call (up to MAD_ROWS): it adds them row by row in
+        // order, each element's FMAs as one call per row would do them (the same bits), loading o once per call
+        float wb[MAD_ROWS];
+        int64_t nb = 0, x0 = R->a;
         for (int64_t x = R->a; x < R->e; x++) {
             const float w = expf(si[x] - mn);
             l[i] += w;
-            kvt_vec_mad_rows(kv->type, oi, vb + (sel[x] - R->v.pos0) * R->v.v_stride, R->v.v_stride, &w, 1, hdv);
+            if (nb > 0 && (nb == MAD_ROWS || sel[x] != sel[x0] + nb)) {
+                kvt_vec_mad_rows(kv->type, oi, vb + (sel[x0] - R->v.pos0) * R->v.v_stride, R->v.v_stride, wb, nb, hdv);
+                nb = 0;
+            }
+            if (nb == 0) x0 = x;
+            wb[nb++] = w;
         }
+        if (nb > 0) kvt_vec_mad_rows(kv->type, oi, vb + (sel[x0] - R->v.pos0) * R->v.v_stride, R->v.v_stride, wb, nb, hdv);
         m[i] = mn;
     }
 }
 
-// KV head kh's online softmax state before its first run: m = -inf, l = 0, o = 0.
-static void head_init(const sp_job *J, sp_head *h) {
-    for (int32_t i = 0; i < J->qpg; i++) {
-        h->m[i] = -INFINITY;
-        h->l[i] = 0.0f;
+// KV head kh's online softmax state before its first run, rows of query heads [i0, i1): m = -inf, l = 0, o = 0.
+static void head_init(const sp_job *J, sp_head *h, int32_t i0, int32_t i1) {
+    for (int32_t r = i0 - h->i0; r < i1 - h->i0; r++) {
+        h->m[r] = -INFINITY;
+        h->l[r] = 0.0f;
     }
-    memset(h->o, 0, (size_t)J->qpg * J->kv->head_dim_v * sizeof(float));
+    memset(h->o + (int64_t)(i0 - h->i0) * J->kv->head_dim_v, 0, (size_t)(i1 - i0) * J->kv->head_dim_v * sizeof(float));
 }
 
-// KV head kh's outputs from its state after its last run: o / l per query head (0 where l is 0).
-static void head_out(const sp_job *J, int32_t kh, const sp_head *h) {
+// KV head kh's outputs from its state after its last run: o / l per query head in [i0, i1) (0 where l is 0).
+static void head_out(const sp_job *J, int32_t kh, const sp_head *h, int32_t i0, int32_t i1) {
     const int32_t hdv = J->kv->head_dim_v;
-    for (int32_t i = 0; i < J->qpg; i++) {
-        const float inv = h->l[i] > 0.0f ? 1.0f / h->l[i] : 0.0f;
+    for (int32_t i = i0; i < i1; i++) {
+        const int32_t r = i - h->i0;
+        const float inv = h->l[r] > 0.0f ? 1.0f / h->l[r] : 0.0f;
         float *dst = J->out + (int64_t)(kh * J->qpg + i) * hdv;
-        for (int32_t x = 0; x < hdv; x++) dst[x] = h->o[(int64_t)i * hdv + x] * inv;
+        for (int32_t x = 0; x < hdv; x++) dst[x] = h->o[(int64_t)r * hdv + x] * inv;
     }
 }
 
 // Attention of KV head kh's query heads over its selected positions: online softmax over runs of positions
-// in one block (exact over the set): each run scored (run_score), then accumulated (run_accum).
-static void attend_task(void *vctx, int64_t kh64, int thread) {
+// in one block (exact over the set): each run scored (run_score), then accumulated (run_accum). Task kh, or with
+// J->split task kh * qpg + i: query head i of KV head kh alone (its scores and softmax are its own: the same bits;
+// 3 KV heads on 2 threads left a core idle a third of the time).
+static void attend_task(void *vctx, int64_t task, int thread) {
     sp_job *J = vctx;
     kvt_kv *kv = J->kv;
-    const int32_t kh = (int32_t)kh64, qpg = J->qpg, jh = kh % kv->group_heads;
+    const int32_t qpg = J->qpg, kh = (int32_t)(J->split ? task / qpg : task), jh = kh % kv->group_heads;
+    const int32_t i0 = J->split ? (int32_t)(task % qpg) : 0, i1 = J->split ? i0 + 1 : qpg, nr = i1 - i0;
     const int64_t qrow = qrow_of(kv);
     float *sc = J->scratch[thread];
     uint8_t *qd = (uint8_t *)sc;
     const int32_t *sel = J->sel + kh * J->sel_stride;
     const int64_t ns = J->nsel[kh];
-    sp_head h = {.s = sc + qpg * qrow / 4 + 16}; // s [qpg, ns] scores at their positions' indexes
-    h.m = h.s + (int64_t)qpg * ns;              // [qpg]
-    h.l = h.m + qpg, h.o = h.l + qpg;            // [qpg], [qpg, hdv]
-    queries_in(J, kh, qd, qrow);
-    head_init(J, &h);
+    sp_head h = {.s = sc + qpg * qrow / 4 + 16, .i0 = i0}; // s [nr, ns] scores at their positions' indexes
+    h.m = h.s + (int64_t)nr * ns;                         // [nr]
+    h.l = h.m + nr, h.o = h.l + nr;                        // [nr], [nr, hdv]
+    queries_in(J, kh, qd, qrow, i0, i1);
+    head_init(J, &h, i0, i1);
     int64_t held = -1;
     sp_run R = {0};
     for (int64_t a = 0; a < ns;) {
@@ -175,12 +199,12 @@ static void attend_task(void *vctx, int64_t kh64, int thread) {
             break;
         }
         R.a = a, R.e = e, R.b = b;
-        run_score(J, jh, qd, qrow, ns, sel, &h, &R);
-        run_accum(J, jh, ns, sel, &h, &R);
+        run_score(J, jh, qd, qrow, ns, sel, &h, &R, i0, i1);
+        run_accum(J, jh, ns, sel, &h, &R, i0, i1);
         a = e;
     }
     unhold(J, kh, held);
-    head_out(J, kh, &h);
+    head_out(J, kh, &h, i0, i1);
 }
 
 // attend_task in two passes around a late batch of disk reads in flight (kvt_kv_paged_prefetch_end_async). Pass 1
@@ -197,7 +221,7 @@ static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
     const int32_t *sel = J->sel + kh * J->sel_stride;
     sp_head *h = &J->head[kh];
     uint8_t *qd = (uint8_t *)J->scratch[thread];
-    queries_in(J, kh, qd, qrow);
+    queries_in(J, kh, qd, qrow, 0, J->qpg);
     if (J->pass == 1) {
         h->nrun = h->next = h->held = 0;
         for (int64_t a = 0; a < ns;) {
@@ -207,16 +231,16 @@ static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
             h->run[h->nrun++] = (sp_run){.a = a, .e = e, .b = b};
             a = e;
         }
-        head_init(J, h);
+        head_init(J, h, 0, J->qpg);
     }
-    for (int64_t r = 0; r < h->nrun; r++) {
+    for (int64_t r = h->next; r < h->nrun; r++) { // the runs before next are accumulated and let go
         sp_run *R = &h->run[r];
         if (!R->held) {
             if (J->pass == 1 && h->held >= J->pin_cap) break; // the fast tier's room for the others' loads
             kvt_err e;
             bool ready = true;
             const kvt_status st = J->pass == 1 ? kvt_kv_paged_acquire_ready(kv, J->seq, J->layer, g, R->b, &R->v, &ready, &e)
-                                               : kv->ops->acquire(kv, J->seq, J->layer, g, R->b, &R->v, &e);
+                                               : kv->ops->acquire(kv, J->seq, J->layer, g, R->b, &R->v, &e); // 2, 3
             if (st) {
                 sp_fail(J, &e);
                 return;
@@ -231,18 +255,44 @@ static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
             }
         }
         if (!R->scored) {
-            run_score(J, jh, qd, qrow, ns, sel, h, R);
+            run_score(J, jh, qd, qrow, ns, sel, h, R, 0, J->qpg);
             R->scored = true;
         }
+        if (J->pass == 3) continue; // held and scored: accumulated by pass 4
         if (r == h->next) { // then let go: a block is held only from its scores to its accumulation
-            run_accum(J, jh, ns, sel, h, R);
+            run_accum(J, jh, ns, sel, h, R, 0, J->qpg);
             h->next++;
             kv->ops->release(kv, J->seq, J->layer, g, R->b);
             R->held = false;
             h->held--;
         }
     }
-    if (J->pass == 2) head_out(J, kh, h);
+    if (J->pass == 2) head_out(J, kh, h, 0, J->qpg);
+    if (J->pass == 3) {
+        for (int64_t r = h->next; r < h->nrun; r++) atomic_store(&h->run[r].left, J->qpg);
+    }
+}
+
+// Pass 4 of the split second pass, task kh * qpg + i: query head i of KV head kh accumulates the runs pass 1 left (pass
+// 3 held and scored them all), in position order, with attend_task's operations; the last query head to accumulate a
+// run releases its block.
+static void accum_head_task(void *vctx, int64_t task, int thread) {
+    (void)thread;
+    sp_job *J = vctx;
+    kvt_kv *kv = J->kv;
+    const int32_t kh = (int32_t)(task / J->qpg), i = (int32_t)(task % J->qpg), jh = kh % kv->group_heads;
+    const int32_t g = kh / kv->group_heads;
+    const int32_t *sel = J->sel + kh * J->sel_stride;
+    sp_head *h = &J->head[kh];
+    for (int64_t r = h->next; r < h->nrun; r++) {
+        sp_run *R = &h->run[r];
+        run_accum(J, jh, J->nsel[kh], sel, h, R, i, i + 1);
+        if (atomic_fetch_sub(&R->left, 1) == 1) {
+            kv->ops->release(kv, J->seq, J->layer, g, R->b);
+            R->held = false;
+        }
+    }
+    head_out(J, kh, h, i, i + 1);
 }
 
 // Every position [0, n) of KV head kh scored with the real query: agg[t] = sum over the group's heads of
@@ -256,7 +306,7 @@ static void score_task(void *vctx, int64_t kh64, int thread) {
     float *sc = J->scratch[thread];
     uint8_t *qd = (uint8_t *)sc;
     float *s = sc + qpg * qrow / 4 + 16; // [qpg, n]
-    queries_in(J, kh, qd, qrow);
+    queries_in(J, kh, qd, qrow, 0, qpg);
     int64_t held = -1;
     kvt_kv_view v = {0};
     for (int64_t p = 0; p < n;) {
@@ -285,7 +335,7 @@ static void score_task(void *vctx, int64_t kh64, int thread) {
 
 static kvt_status run(sp_job *J, kvt_task_fn fn, kvt_threadpool *pool, kvt_err *err) {
     atomic_init(&J->failed, 0);
-    kvt_threadpool_run(pool, fn, J, J->kv->n_head_kv);
+    kvt_threadpool_run(pool, fn, J, J->split ? (int64_t)J->kv->n_head_kv * J->qpg : J->kv->n_head_kv);
     if (atomic_load(&J->failed)) {
         if (err) *err = J->err;
         return J->err.status;
@@ -308,6 +358,7 @@ kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const k
     void *mem = late ? malloc((size_t)bytes) : NULL;
     if (!mem) { // no batch in flight (or no memory for the state: then the batch waited for first): one pass
         if (late) kvt_kv_paged_late_wait(kv);
+        J.split = kv->ops->free_reads != 0; // per query head where an acquire costs nothing (else 3x the acquires)
         return run(&J, attend_task, pool, err);
     }
     J.head = mem;
@@ -331,7 +382,18 @@ kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const k
     J.pass = 1;
     kvt_status st = run(&J, attend_pass_task, pool, err);
     kvt_kv_paged_late_wait(kv); // whatever pass 1 did
-    if (!st) {
+    int64_t left = 0; // the runs pass 1 did not accumulate, every head
+    for (int32_t kh = 0; kh < H; kh++) left += J.head[kh].nrun - J.head[kh].next;
+    if (!st && left <= kvt_kv_paged_fast_slots(kv) / 2) {
+        // the split second pass: pass 3 (per KV head) holds and scores every run left, pass 4 (per query head: 3 KV
+        // heads on 2 threads left a core idle a third of pass 2) accumulates them; at most half the fast tier held
+        J.pass = 3;
+        st = run(&J, attend_pass_task, pool, err);
+        if (!st) {
+            atomic_init(&J.failed, 0);
+            kvt_threadpool_run(pool, accum_head_task, &J, (int64_t)H * qpg);
+        }
+    } else if (!st) {
         J.pass = 2;
         st = run(&J, attend_pass_task, pool, err);
     }
