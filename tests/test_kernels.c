@@ -357,6 +357,37 @@ static void test_q6k_decode_pairs(int64_t n, int64_t n_rows, int64_t r0, int64_t
     free(wq), free(xq), free(y);
 }
 
+// Decode of several rows at once (kq_avx512.h's q6_K rows with prefetch: KQ6_NS streams, then a pair, then one;
+// quant_avx2.c's q6_K pairs; matmul_avx2.c's float rows: FP_DR adjacent rows): every output of kvt_matmul_rows on isa
+// for one token, with software prefetch at 0 and 4096 bytes, bit for bit the row computed alone without prefetch (one
+// row: the float tile, q6k_row), sentinels kept outside [r0, r1). The scalar reference: test_matmul's tolerance.
+static void test_decode_streams(kvt_isa isa, kvt_type t, int64_t n, int64_t n_rows, int64_t r0, int64_t r1) {
+    char *wq, *xq;
+    if (!quant_operands(t, n, n_rows, 1, &wq, &xq)) { g_fail++; return; }
+    float *y = xmalloc((size_t)(n_rows + 1) * sizeof *y), *e = xmalloc((size_t)(n_rows + 1) * sizeof *e);
+    if (!y || !e) { g_fail++; return; }
+    const int64_t old = kvt_kernels_prefetch();
+    kvt_kernels_set_prefetch(0);
+    for (int64_t r = 0; r <= n_rows; r++) {
+        e[r] = -7.f;
+        if (r >= r0 && r < r1) kvt_matmul_rows_isa(isa, t, n, wq, r, r + 1, xq, 1, e, n_rows);
+    }
+    int64_t bad = 0;
+    const int64_t pfs[] = {0, 4096};
+    for (int k = 0; k < 2; k++) {
+        kvt_kernels_set_prefetch(pfs[k]);
+        for (int64_t r = 0; r <= n_rows; r++) y[r] = -7.f;
+        kvt_matmul_rows_isa(isa, t, n, wq, r0, r1, xq, 1, y, n_rows);
+        for (int64_t r = 0; r <= n_rows; r++) bad += memcmp(&e[r], &y[r], sizeof *y) != 0;
+    }
+    kvt_kernels_set_prefetch(old);
+    char name[128];
+    snprintf(name, sizeof name, "decode_streams_%s_%s_n%lld_rows%lld_r%lld-%lld", kvt_isa_name(isa), kvt_type_name(t),
+             (long long)n, (long long)n_rows, (long long)r0, (long long)r1);
+    CHECK(name, bad == 0, "%lld outputs differ from the row computed alone", (long long)bad);
+    free(wq), free(xq), free(y), free(e);
+}
+
 // A repacked matrix (quant.h) against its source: unpack(pack(W)) gives W's bytes back (all rows and [r0, r1)),
 // and every output of kvt_matmul_rows on the repacked matrix is bit-identical to the source matrix's, on every
 // ISA this CPU runs (the x8 GEMV for one token, the other paths for batches and cut groups), sentinels kept
@@ -971,6 +1002,30 @@ int test_kernels_main(void) {
     test_rope_fused();
     test_swiglu();
     test_geglu();
+    // (last, so that the random data of the cases above stay what they were)
+    // decode of several rows: every count of rows 1..13 (4 streams of h rows, then a pair, then one), cut ranges, several
+    // strips (f16 n 2048: 64 rows a strip; q6_K n 2048: 156), a float tail (67, 1125)
+    for (int isa = KVT_ISA_AVX2; isa <= (int)kvt_kernels_isa(); isa++) {
+        const kvt_type ft[] = {KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_F32, KVT_TYPE_Q6_K};
+        for (size_t i = 0; i < sizeof ft / sizeof ft[0]; i++) {
+            const int64_t n1 = ft[i] == KVT_TYPE_Q6_K ? 256 : 67, n2 = ft[i] == KVT_TYPE_Q6_K ? 768 : 1125;
+            for (int64_t nr = 1; nr <= 13; nr++) test_decode_streams((kvt_isa)isa, ft[i], nr & 1 ? n1 : n2, nr, 0, nr);
+            test_decode_streams((kvt_isa)isa, ft[i], n2, 41, 3, 38);
+            test_decode_streams((kvt_isa)isa, ft[i], 2048, 350, 1, 347);
+        }
+    }
+    // q4_K_x8's AVX-512 decode streams (kqx8.h x8_groups512: 4 groups at once, then 2, then 1) with prefetch on and off:
+    // 11 groups, 15 of 17, 16 cut to 1 .. 15
+    {
+        const int64_t pfs[] = {0, 4096}, old = kvt_kernels_prefetch();
+        for (int k = 0; k < 2; k++) {
+            kvt_kernels_set_prefetch(pfs[k]);
+            test_repack_q4_K(512, 88, 1, 0, 88, 0);
+            test_repack_q4_K(256, 136, 1, 8, 128, 0);
+            test_repack_q4_K(768, 128, 1, 3, 125, 0);
+        }
+        kvt_kernels_set_prefetch(old);
+    }
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,
           "unsupported types must give NULL");

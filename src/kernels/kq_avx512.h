@@ -221,11 +221,78 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
     UNROLL for (int t = 0; t < NT; t++) Y[t * ldy] = acc[t];
 }
 
+// Decode (one token, with prefetch) of q6_K rows in KQ6_NS streams: rows r + k * h (k < ns) of a rows call, one
+// super-block of each in turn, so that each core keeps misses of several streams in flight (as q41x8.h's groups; on the
+// Intel Xeon, kq_decode_bench, 2 threads, DRAM, 2026-11-30: 34-37 GB/s where one row at a time read 26-28 in the same
+// rounds; docs/log/BENCHMARKS-kernels-2.md, dec11c). A
+// row's arithmetic is q6k_row's with NT = 1: the exact integer total of each super-block (here lane k of the
+// reduction of the ns rows' block b, there lane b - b0 of 4 blocks' of one row), then acc = fmaf(S, d * dy, acc) in
+// block order; so the same bits whatever the streams.
+#ifndef KQ6_NS
+#define KQ6_NS 4
+#endif
+INLINE void q6k_rows_ns(int ns, int64_t nb, const kvt_block_q6_K *x, int64_t step, const char *y, float *Y,
+                        int64_t ystep, int64_t pf) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i shq = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i sidx = _mm512_set_epi16(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2, 5, 5, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4, 0, 0, 0, 0);
+    const __m512i sidx8 = _mm512_add_epi16(sidx, _mm512_set1_epi16(8));
+    float acc[KQ6_NS];
+    UNROLL for (int k = 0; k < ns; k++) acc[k] = 0;
+    for (int64_t b = 0; b < nb; b++, y += KP) {
+        __m512i is[4];
+        float d[4];
+        UNROLL for (int k = 0; k < 4; k++) {
+            if (k >= ns) {
+                is[k] = _mm512_setzero_si512();
+                continue;
+            }
+            const kvt_block_q6_K *xb = x + k * step + b;
+            if (pf) UNROLL for (int l = 0; l < 4; l++) _mm_prefetch((const char *)xb + pf + 64 * l, KVT_X8_PF_HINT);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xb->scales));
+            const __m512i scz = _mm512_castsi256_si512(sc16);
+            const __m512i s0 = _mm512_permutexvar_epi16(sidx, scz), s1 = _mm512_permutexvar_epi16(sidx8, scz);
+            const __m256i off = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(y + 256)));
+            __m512i v = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5)));
+            UNROLL for (int h = 0; h < 2; h++) {
+                const __m512i l = ld512(xb->ql + 64 * h);
+                const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(xb->qh + 32 * h)));
+                const __m512i t = _mm512_srlv_epi16(hb, shq);
+                const __m512i w0 = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_slli_epi16(t, 4), m30));
+                const __m512i w1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(t, m30));
+                const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, ld512(y + 128 * h));
+                const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w1, ld512(y + 128 * h + 64));
+                v = _mm512_dpwssd_epi32(v, _mm512_packs_epi32(p0, p1), h ? s1 : s0);
+            }
+            is[k] = v;
+            d[k] = _cvtsh_ss(xb->d);
+        }
+        _Alignas(16) float sf[4];
+        _mm_store_ps(sf, _mm_cvtepi32_ps(kq_hsum4x16(is[0], is[1], is[2], is[3])));
+        float dy;
+        memcpy(&dy, y + 288, 4);
+        UNROLL for (int k = 0; k < ns; k++) acc[k] = fmaf(sf[k], d[k] * dy, acc[k]);
+    }
+    UNROLL for (int k = 0; k < ns; k++) Y[k * ystep] = acc[k];
+}
+static void q6_K_dec(int64_t nb, const char *W, size_t wrs, int64_t nr, const char *P, float *Y, int64_t pf) {
+    const int64_t step = (int64_t)wrs / (int64_t)sizeof(kvt_block_q6_K), h = nr / KQ6_NS;
+    const kvt_block_q6_K *x = (const kvt_block_q6_K *)W;
+    int64_t r = 0;
+    for (; r < h; r++) q6k_rows_ns(KQ6_NS, nb, x + r * step, h * step, P, Y + r, h, pf);
+    for (r = KQ6_NS * h; r + 2 <= nr; r += 2) q6k_rows_ns(2, nb, x + r * step, step, P, Y + r, 1, pf);
+    if (r < nr) q6k_rows_ns(1, nb, x + r * step, 0, P, Y + r, 0, pf);
+}
+
 #define DEFINE_KP_ROWS(name, BT)                                                                    \
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
                             int nt, float *Y, int64_t ldy, void *scratch) {                         \
         (void)scratch;                                                                              \
         const int64_t nb = n / KVT_QK_K, pf = nt == 1 ? kvt_kernels_prefetch() : 0;                \
+        if (KP_DEC_##name && pf && KQ6_NS > 1) {                                                    \
+            q6_K_dec(nb, W, wrs, nr, P, Y, pf);                                                     \
+            return;                                                                                 \
+        }                                                                                           \
         for (int64_t r = 0; r < nr; r++) {                                                          \
             const BT *x = (const BT *)((const char *)W + r * (int64_t)wrs);                         \
             switch (nt) {                                                                           \
@@ -242,6 +309,8 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
     }
 #define q4_K_row q4k_row
 #define q6_K_row q6k_row
+#define KP_DEC_q4_K 0
+#define KP_DEC_q6_K 1
 DEFINE_KP_ROWS(q4_K, kvt_block_q4_K)
 DEFINE_KP_ROWS(q6_K, kvt_block_q6_K)
 

@@ -172,8 +172,58 @@ INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *cons
     UNROLL for (int t = 0; t < NT; t++) _mm256_storeu_ps(Y + t * ldy, _mm256_sub_ps(acc[t], macc[t]));
 }
 static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) { x8_group_nt(nb, G, &yb, 1, Y, 0, 0); }
-static void x8_group_pf(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y, int64_t pf) {
-    x8_group_nt(nb, G, &yb, 1, Y, 0, pf);
+
+// Decode with prefetch in X8_NS streams: the groups at G + k * step (k < ns) super-block by super-block, each with the
+// one-token arithmetic of x8_group_nt (its own chains acc, macc: the same bits whatever the streams). One group at a
+// time read q4_K_x8 at about the plain one-stream rate (the core's misses in flight come from one stream); on the Intel
+// Xeon (kq_decode_bench, 2 threads, DRAM, 2026-11-30, alternating rounds) 4 streams read 33-37 GB/s where one read
+// 27-33 in every round, 2 streams in between (docs/log/BENCHMARKS-kernels-2.md, dec11c).
+#ifndef X8_NS
+#define X8_NS 4
+#endif
+INLINE void x8_groups512(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
+                         int64_t ystep, int64_t pf) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0);
+    const __m512i shb = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 0, -128, 8, -128, 8, -128, 1, -128, 1, -128, 9, -128, 9, -128));
+    const __m512i rows8 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13);
+    const __m512i mrow = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    __m256 acc[X8_NS], macc[X8_NS];
+    UNROLL for (int k = 0; k < ns; k++) acc[k] = macc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const kvt_block_q8_K *y = yb + b;
+        const __m512i bs = _mm512_broadcast_i32x4(x8_bs32(y));
+        UNROLL for (int k = 0; k < ns; k++) {
+            const uint8_t *in = G + k * step + b * KVT_X8_SB;
+            UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
+            __m512i sc, mn;
+            x8_scales(in, &sc, &mn);
+            __m512i is = _mm512_setzero_si512();
+            UNROLL for (int c = 0; c < 4; c++) {
+                __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
+                UNROLL for (int p = 0; p < 4; p++) {
+                    const __m512i q = _mm512_loadu_si512(in + 64 * (4 * c + p));
+                    const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(q, mF0);
+                    const int8_t *yq = y->qs + 64 * c + 8 * p;
+                    pl = _mm512_dpbusd_epi32(pl, lo, _mm512_set1_epi64(x8_ld64(yq)));
+                    ph = _mm512_dpbusd_epi32(ph, hi, _mm512_set1_epi64(x8_ld64(yq + 32)));
+                }
+                const __m512i s = _mm512_shuffle_epi8(sc, _mm512_add_epi8(shb, _mm512_set1_epi8((char)(2 * c))));
+                is = _mm512_dpwssd_epi32(is, _mm512_packs_epi32(pl, _mm512_srai_epi32(ph, 4)), s);
+            }
+            const __m512i mlo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(mn)), mhi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(mn, 1));
+            const __m512i i2 = _mm512_add_epi32(is, _mm512_shuffle_epi32(is, _MM_PERM_BADC));
+            const __m256i S = _mm512_castsi512_si256(_mm512_permutexvar_epi32(rows8, i2));
+            __m512i ma = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mlo, bs);
+            __m512i mb = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mhi, bs);
+            ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_BADC));
+            ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_CDAB));
+            mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_BADC));
+            mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_CDAB));
+            const __m256i M = _mm512_castsi512_si256(_mm512_permutex2var_epi32(ma, mrow, mb));
+            x8_chain(S, M, in, y->d, &acc[k], &macc[k]);
+        }
+    }
+    UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, _mm256_sub_ps(acc[k], macc[k]));
 }
 #define X8_NT_FN(T) \
     static __attribute__((noinline)) void x8_group_t##T(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, float *Y, \
@@ -286,8 +336,13 @@ INLINE void x8_pairs(int64_t nb, const uint8_t *W, int64_t g0, int64_t g1, const
 void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y) {
     const int64_t nb = n / KVT_QK_K, pf = kvt_kernels_prefetch();
 #ifdef KVT_SIMD_AVX512
-    if (pf) {
-        for (int64_t g = g0; g < g1; g++) x8_group_pf(nb, (const uint8_t *)W + g * nb * KVT_X8_SB, y, Y + 8 * g, pf);
+    if (pf) { // X8_NS streams: groups g + k * h (h = the groups / X8_NS); the rest two at a time, then one
+        const int64_t gs = nb * KVT_X8_SB, h = (g1 - g0) / X8_NS;
+        const uint8_t *w = W;
+        int64_t g = g0;
+        for (; g < g0 + h; g++) x8_groups512(X8_NS, nb, w + g * gs, h * gs, y, Y + 8 * g, 8 * h, pf);
+        for (g = g0 + X8_NS * h; g + 2 <= g1; g += 2) x8_groups512(2, nb, w + g * gs, gs, y, Y + 8 * g, 8, pf);
+        if (g < g1) x8_groups512(1, nb, w + g * gs, 0, y, Y + 8 * g, 0, pf);
         return;
     }
     for (int64_t g = g0; g < g1; g++) x8_group(nb, (const uint8_t *)W + g * nb * KVT_X8_SB, y, Y + 8 * g);
