@@ -296,13 +296,15 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
     // the schedule: layers in order, micro-batch after micro-batch; a sequence outside this one: not known
     // (with the scheduler's plan: a sequence of plan iteration it runs it iterations on, the next micro-batch for one of
     // this iteration that has not run yet)
-    // (a shared block: its nearest use over the sequences that hold it)
+    // (a shared block: its nearest use over the sequences that hold it; a holder in the micro-batch is the nearest)
     int64_t next = INT64_MAX;
     for (int64_t h = 0; h < b->n_hold; h++) {
         const int32_t s = b->hold[h];
         int64_t n = INT64_MAX;
-        if (in_batch(kv, s)) n = b->layer >= v->f ? b->layer - v->f : kv->nv - v->f + b->layer;
-        else if (s < kv->seq_cap && kv->pit[s] >= 0) {
+        if (in_batch(kv, s)) {
+            next = b->layer >= v->f ? b->layer - v->f : kv->nv - v->f + b->layer;
+            break;
+        } else if (s < kv->seq_cap && kv->pit[s] >= 0) {
             const int64_t it = kv->pit[s] == 0 && kv->ran[s] != kv->plan_id ? 0 : kv->pit[s] > 1 ? kv->pit[s] : 1;
             n = kv->nv - v->f + b->layer + it * kv->nv;
         }
