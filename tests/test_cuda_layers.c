@@ -788,14 +788,15 @@ static void check_argmax(const test_env *env, const char *path) {
 }
 
 // Beam search on the device layers (kvt_beam_run, 4 beams x 2, steps of 4 tokens, 12 tokens, balanced, the groups sized
-// by --kv-vram 64 blocks of one layer): the device KV copies a sequence's blocks on every fork (the CPU store shares
-// them), so the search counts a fork's blocks as private copies: res.fork_blocks is the parent's blocks summed over the
-// forks (8 forks a step of a 9-, 13-, 17-position parent: 8 x (3 + 4 + 5) = 96), the device KV's fork copies are those
-// blocks in every device layer (4 x 96 slots, res.fork_copy_bytes), and each step's groups hold no more private bytes
-// than the budget: a group of beams of ceil((len + 4) / 4) blocks of 4 layers each.
+// by --kv-vram 64 blocks of one layer): the device KV shares a parent's full blocks between its forks and copies only
+// the partly filled last block (as the CPU store, which copies it at the first write), so the groups count shared
+// blocks once and res.fork_blocks is the forks of a parent whose last block is partial (8 forks a step of a 9-, 13-,
+// 17-position parent: 3 x 8 = 24), the device KV's fork copies those blocks in every device layer (4 x 24 slots,
+// res.fork_copy_bytes); each step's groups: at least one, at most the private-copies count (a group of beams of
+// ceil((len + 4) / 4) private blocks of 4 layers each).
 static void check_beam_forks(const char *path) {
-    const char *name = "cuda layers: beam search on the device: the forks' block copies counted (96 blocks, 4 x 96 slots) "
-                       "and the balanced groups sized by them";
+    const char *name = "cuda layers: beam search on the device: full blocks shared by the forks, only partial last blocks "
+                       "copied (24 blocks, 4 x 24 slots), the balanced groups counting shared blocks once";
     kvt_err err = {0};
     kvt_model *m = NULL;
     kvt_context *c = NULL;
@@ -810,20 +811,118 @@ static void check_beam_forks(const char *path) {
     kvt_beam_result res = {0};
     kvt_gpu_layers_stats g0 = {0}, g1 = {0};
     ok = ok && kvt_context_gpu_stats(c, &g0) && !kvt_beam_run(c, &bp, prompt, N_PROMPT, &res, &err) && kvt_context_gpu_stats(c, &g1);
-    const int64_t blocks = 8 * (3 + 4 + 5);
+    const int64_t blocks = 3 * 8;
     bool groups = ok && res.n_steps == 3;
-    for (int32_t s = 0; groups && s < 3; s++) { // beams of len + 4 positions: per group floor(64 / (4 x blocks)) beams
+    for (int32_t s = 0; groups && s < 3; s++) { // private copies: per group floor(64 / (4 x blocks)) beams
         const int64_t per = 64 / (4 * ((N_PROMPT + 4 * s + 4 + 3) / 4));
-        groups = res.groups_per_step[s] >= (8 + per - 1) / per;
+        groups = res.groups_per_step[s] >= 1 && res.groups_per_step[s] <= (8 + per - 1) / per;
     }
-    const int64_t dev = g1.kv.fork_blocks - g0.kv.fork_blocks;
-    test_result(ok && res.fork_blocks == blocks && dev == 4 * blocks && res.fork_copy_bytes == dev * SLOT && groups, name,
-                "%s; fork blocks %lld (want %lld), device block copies %lld (want %lld), %lld bytes; groups %d %d %d",
+    const int64_t dev = g1.kv.fork_blocks - g0.kv.fork_blocks, shared = g1.kv.fork_shared_blocks - g0.kv.fork_shared_blocks;
+    test_result(ok && res.fork_blocks == blocks && dev == 4 * blocks && res.fork_copy_bytes == dev * SLOT && shared > 0 && groups,
+                name, "%s; fork blocks %lld (want %lld), device block copies %lld (want %lld), %lld bytes, %lld shared; groups %d %d %d",
                 err.msg, (long long)res.fork_blocks, (long long)blocks, (long long)dev, (long long)(4 * blocks),
-                (long long)res.fork_copy_bytes, res.n_steps > 0 ? res.groups_per_step[0] : -1,
+                (long long)res.fork_copy_bytes, (long long)shared, res.n_steps > 0 ? res.groups_per_step[0] : -1,
                 res.n_steps > 1 ? res.groups_per_step[1] : -1, res.n_steps > 2 ? res.groups_per_step[2] : -1);
+    if (ok) printf("# beam forks on the device: %lld blocks copied, %lld shared; groups per step %d %d %d\n", (long long)dev,
+                   (long long)shared, res.groups_per_step[0], res.groups_per_step[1], res.groups_per_step[2]);
     kvt_beam_result_free(&res);
     kvt_context_free(c);
+    kvt_model_free(m);
+}
+
+// Forks sharing the device KV's full blocks (gpu_kv.h): a prompt of 17 positions (4 full blocks of 4 and a partial
+// one) in sequence 0, forked 4 times; 4 decode steps of the 5 sequences, each its own tokens (the writes after the fork
+// stay private); sequence 1 truncated to 10 positions (into block 2, shared by all 5: copy on write) and decoded 2
+// steps alone; one more step of the 5. The reference: no fork shares anything (the 5 sequences prefilled apart, from
+// empty forks). Every logits row must equal the reference's bit for bit, all in VRAM and within budgets that evict and
+// reload shared blocks: 3 blocks of VRAM (the rest in pinned host), no VRAM, 2 blocks over 4 pinned and a disk (T2).
+enum { FK_PROMPT = 17, FK_SEQS = 5, FK_ROWS = 4 * FK_SEQS + 2 + FK_SEQS };
+static bool fork_run(const kvt_model *m, int64_t vram, int64_t pinned, bool share, float *out, kvt_gpu_layers_stats *g,
+                     kvt_err *err) {
+    kvt_context_params p = kvt_context_params_default();
+    p.n_ctx = 64, p.n_threads = 1, p.kv_paged = true, p.kv_block = 4, p.n_gpu_layers = 4;
+    p.kv_vram_bytes = vram, p.kv_pinned_bytes = pinned, p.kv_disk_dir = pinned > 0 ? "/tmp" : NULL;
+    kvt_context *c = NULL;
+    if (kvt_context_init(m, &p, &c, err)) return false;
+    const int64_t V = m->hp.n_vocab;
+    int32_t prompt[FK_PROMPT], seq[FK_SEQS] = {0};
+    for (int i = 0; i < FK_PROMPT; i++) prompt[i] = 1 + (i * 37) % 255;
+    bool ok = true;
+    if (!share) {
+        for (int k = 1; ok && k < FK_SEQS; k++) ok = !kvt_context_seq_fork(c, 0, &seq[k], err); // empty: nothing shared
+        for (int k = 0; ok && k < FK_SEQS; k++) ok = !kvt_decode_seq(c, seq[k], prompt, FK_PROMPT, false, err);
+    } else {
+        ok = !kvt_decode_seq(c, 0, prompt, FK_PROMPT, false, err);
+        ok = ok && kvt_context_gpu_stats(c, &g[0]);
+        for (int k = 1; ok && k < FK_SEQS; k++) ok = !kvt_context_seq_fork(c, 0, &seq[k], err);
+    }
+    ok = ok && kvt_context_gpu_stats(c, &g[1]);
+    int64_t row = 0;
+    for (int st = 0; ok && st < 5; st++) {
+        if (st == 4) { // sequence 1 back into its third block (shared), decoded alone: copy on write
+            kvt_context_seq_truncate(c, seq[1], 10);
+            for (int r = 0; ok && r < 2; r++) {
+                const int32_t t = 7 + 11 * r;
+                ok = !kvt_decode_seq(c, seq[1], &t, 1, false, err);
+                if (ok) memcpy(out + row++ * V, kvt_context_logits(c), (size_t)V * sizeof(float));
+            }
+        }
+        int32_t toks[FK_SEQS];
+        for (int k = 0; k < FK_SEQS; k++) toks[k] = 1 + (k * 13 + st * 7) % 250;
+        ok = ok && !kvt_decode_batch(c, seq, toks, FK_SEQS, err);
+        if (ok) memcpy(out + row * V, kvt_context_logits(c), (size_t)(FK_SEQS * V) * sizeof(float)), row += FK_SEQS;
+    }
+    ok = ok && kvt_context_gpu_stats(c, &g[2]);
+    kvt_context_free(c);
+    return ok && row == FK_ROWS;
+}
+
+static void check_fork_share(const char *path) {
+    enum { N = 4 };
+    static const struct { int64_t vram, pinned; const char *name; } cfg[N] = {
+        {0, 0, "cuda layers: forks share the device KV's full blocks (4 forks of 17 positions: only the partial last block "
+               "copied, one copy of the prefix in VRAM), writes after the fork private, a truncate into a shared block copied "
+               "on write: bit for bit the run without sharing"},
+        {3 * SLOT, 0, "cuda layers: shared device KV blocks within 3 blocks of VRAM (evicted to pinned host, reloaded once "
+                      "for all their sequences): bit for bit the run without sharing"},
+        {1, 0, "cuda layers: shared device KV blocks with no VRAM (read from pinned host): bit for bit the run without sharing"},
+        {2 * SLOT, 4 * SLOT, "cuda layers: shared device KV blocks within 2 blocks of VRAM over 4 pinned, the rest on disk "
+                             "(T2): evicted, written, read back, bit for bit the run without sharing"}};
+    kvt_err err = {0};
+    kvt_model *m = NULL;
+    bool ok = !kvt_model_load(path, false, &m, &err);
+    const int64_t V = ok ? m->hp.n_vocab : 1;
+    float *ref = malloc((size_t)(FK_ROWS * V) * sizeof(float)), *got = malloc((size_t)(FK_ROWS * V) * sizeof(float));
+    kvt_gpu_layers_stats gr[3] = {0};
+    ok = ok && ref && got && fork_run(m, 0, 0, false, ref, gr, &err);
+    for (int i = 0; i < N; i++) {
+        kvt_gpu_layers_stats g[3] = {0};
+        kvt_err e = {0};
+        const bool ran = ok && fork_run(m, cfg[i].vram, cfg[i].pinned, true, got, g, &e);
+        const bool same = ran && !memcmp(got, ref, (size_t)(FK_ROWS * V) * sizeof(float));
+        const kvt_gpu_kv_stats *a = &g[0].kv, *b = &g[1].kv, *z = &g[2].kv;
+        // the forks: 4 x 4 layers of the partial block copied, 4 x 4 x 4 full blocks shared; one block set of 4 x (5 + 4)
+        const int64_t copied = b->fork_blocks - a->fork_blocks, shared = b->fork_shared_blocks - a->fork_shared_blocks;
+        const int64_t blocks = b->blocks_vram + b->blocks_host + b->blocks_disk;
+        bool fork = ran && copied == 16 && b->fork_bytes - a->fork_bytes == 16 * SLOT && shared == 64 && blocks == 36 &&
+                    z->cow_blocks == 4 && gr[1].kv.blocks_vram + gr[1].kv.blocks_host == 100 && gr[2].kv.fork_shared_blocks == 0;
+        if (cfg[i].vram == 0) fork = fork && b->blocks_vram == 36 && z->loads == 0;
+        else if (cfg[i].pinned > 0) fork = fork && z->disk_writes > 0 && z->disk_reads > 0 && z->loads > 0;
+        else if (cfg[i].vram > 1) fork = fork && z->loads > 0 && z->evictions > 0;
+        test_result(same && fork, cfg[i].name,
+                    "%s%s; same logits %d; fork copies %lld blocks (%lld bytes), shared %lld, blocks after the forks %lld (%lld "
+                    "in VRAM; without sharing %lld), copies on write %lld; loads %lld, evictions %lld, disk writes %lld, reads %lld",
+                    err.msg, e.msg, same, (long long)copied, (long long)(b->fork_bytes - a->fork_bytes), (long long)shared,
+                    (long long)blocks, (long long)b->blocks_vram, (long long)(gr[1].kv.blocks_vram + gr[1].kv.blocks_host),
+                    (long long)z->cow_blocks, (long long)z->loads, (long long)z->evictions, (long long)z->disk_writes,
+                    (long long)z->disk_reads);
+        if (ran) printf("# fork sharing (VRAM %lld, pinned %lld): %lld blocks after 4 forks (%lld without sharing), %lld copied "
+                        "on fork, %lld on write; loads %lld, evictions %lld, disk %lld written / %lld read\n",
+                        (long long)cfg[i].vram, (long long)cfg[i].pinned, (long long)blocks,
+                        (long long)(gr[1].kv.blocks_vram + gr[1].kv.blocks_host), (long long)copied, (long long)z->cow_blocks,
+                        (long long)z->loads, (long long)z->evictions, (long long)z->disk_writes, (long long)z->disk_reads);
+    }
+    free(ref), free(got);
     kvt_model_free(m);
 }
 
@@ -860,6 +959,7 @@ void test_cuda_layers(const test_env *env) {
         check_argmax(env, path);
         check_graphs(path, emulated);
         check_beam_forks(path);
+        check_fork_share(path);
         if (test_file_exists(env->cli)) check_cli(env, path), check_planner(env, path);
         else test_skip("cuda layers: kvtier generate and beam --kv-vram", "no kvtier binary");
     } else {

@@ -100,7 +100,7 @@ static void print_json(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_bea
     kvt_json_kv_num(&j, "prefetch_wait", r->prefetch_ms);
     kvt_json_obj_end(&j);
     kvt_json_kv_int(&j, "prefetched_blocks", r->prefetched_blocks);
-    kvt_json_kv_int(&j, "fork_copied_blocks", r->fork_blocks); // the device layers' KV copied on forks (0: shared)
+    kvt_json_kv_int(&j, "fork_copied_blocks", r->fork_blocks); // the device layers' KV copied on forks (partly filled last blocks)
     kvt_json_kv_int(&j, "fork_copied_bytes", r->fork_copy_bytes);
     cli_json_kv_stats(&j, ctx);
     kvt_kv_stats ks;

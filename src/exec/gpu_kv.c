@@ -27,7 +27,7 @@ typedef struct {
 } slab;
 
 typedef struct {
-    int32_t seq, layer;   // owner (seq -1: a free id); layer: i * ng + j for head group j of device layer i
+    int32_t seq, layer;   // a holder (seq -1: a free id); layer: i * ng + j for head group j of device layer i
     int64_t idx;          // block index in its (sequence, layer)
     int64_t vslot, hslot; // VRAM slot, host slot (-1: none)
     int64_t res;          // position in the resident list (-1: not in VRAM)
@@ -40,6 +40,8 @@ typedef struct {
     bool pending;         // the disk thread: its read, or the load that follows the read, not issued yet (held)
     uint64_t last_use, uses;
     int64_t need_call;    // the micro-batch whose reads include it (its layer's fetch marked it)
+    int32_t *hold;        // [n_hold] the sequences whose tables hold it at (layer, idx): forks share full blocks (the
+    int64_t n_hold, cap_hold; // reference count is n_hold; a write into a block with n_hold > 1 copies it first)
 } gblk;
 
 typedef struct {
@@ -222,10 +224,12 @@ static void slot_put(slab *s, int64_t id) {
 // never read before a fetch brings it back).
 static void place(kvt_gpu_kv *kv, const gblk *b) {
     uint8_t *a = b->vslot >= 0 ? slot_dev(kv, &kv->vram, b->vslot) : b->hslot >= 0 ? slot_dev(kv, &kv->host, b->hslot) : NULL;
-    const size_t e = (size_t)b->seq * kv->mb + b->idx;
-    kv->hk[b->layer][e] = a;
-    kv->hv[b->layer][e] = a ? a + kv->slot_bytes / 2 : NULL;
-    kv->tdirty[b->layer][b->seq] = 1;
+    for (int64_t h = 0; h < b->n_hold; h++) { // every table that holds it (a shared block is in VRAM once for all)
+        const size_t e = (size_t)b->hold[h] * kv->mb + b->idx;
+        kv->hk[b->layer][e] = a;
+        kv->hv[b->layer][e] = a ? a + kv->slot_bytes / 2 : NULL;
+        kv->tdirty[b->layer][b->hold[h]] = 1;
+    }
 }
 
 // The resident list (host false: blocks in VRAM) and the host list (true: blocks with a host slot).
@@ -292,11 +296,19 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
     // the schedule: layers in order, micro-batch after micro-batch; a sequence outside this one: not known
     // (with the scheduler's plan: a sequence of plan iteration it runs it iterations on, the next micro-batch for one of
     // this iteration that has not run yet)
+    // (a shared block: its nearest use over the sequences that hold it; a holder in the micro-batch is the nearest)
     int64_t next = INT64_MAX;
-    if (in_batch(kv, b->seq)) next = b->layer >= v->f ? b->layer - v->f : kv->nv - v->f + b->layer;
-    else if (b->seq < kv->seq_cap && kv->pit[b->seq] >= 0) {
-        const int64_t it = kv->pit[b->seq] == 0 && kv->ran[b->seq] != kv->plan_id ? 0 : kv->pit[b->seq] > 1 ? kv->pit[b->seq] : 1;
-        next = kv->nv - v->f + b->layer + it * kv->nv;
+    for (int64_t h = 0; h < b->n_hold; h++) {
+        const int32_t s = b->hold[h];
+        int64_t n = INT64_MAX;
+        if (in_batch(kv, s)) {
+            next = b->layer >= v->f ? b->layer - v->f : kv->nv - v->f + b->layer;
+            break;
+        } else if (s < kv->seq_cap && kv->pit[s] >= 0) {
+            const int64_t it = kv->pit[s] == 0 && kv->ran[s] != kv->plan_id ? 0 : kv->pit[s] > 1 ? kv->pit[s] : 1;
+            n = kv->nv - v->f + b->layer + it * kv->nv;
+        }
+        if (n < next) next = n;
     }
     const int64_t cap = v->host ? kv->host.cap : kv->vram.cap, total = kv->n_B - kv->n_free_id;
     const double frac = cap < 0 || total <= cap ? 0.0 : 1.0 - (double)cap / (double)total;
@@ -307,6 +319,7 @@ static void victim_info(void *ud, int64_t id, kvt_evict_info *out) {
 
 static kvt_status flush(kvt_gpu_kv *kv, const xfer *list, int64_t n, bool to_host, kvt_err *err);
 static kvt_status sync_both(kvt_gpu_kv *kv, kvt_err *err);
+static kvt_status block_unshare(kvt_gpu_kv *kv, int32_t seq, int32_t i, int64_t idx, kvt_err *err);
 
 // Before a host slot is rewritten from the host (a disk write reads it, its next owner reuses it): the fetch's
 // pending copies are issued (write-backs before loads, as at its end) and both streams finish everything queued.
@@ -692,10 +705,15 @@ static kvt_status block_new(kvt_gpu_kv *kv, int32_t seq, int32_t layer, int64_t 
             kv->cap_B = cap;
         }
         id = kv->n_B++;
+        kv->B[id].hold = NULL, kv->B[id].cap_hold = 0;
     }
     gblk *b = &kv->B[id];
+    int32_t *hold = b->hold;
+    int64_t cap_hold = b->cap_hold;
+    if (!grow((void **)&hold, &cap_hold, 1, sizeof *hold)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+    hold[0] = seq;
     *b = (gblk){.seq = seq, .layer = layer, .idx = idx, .vslot = -1, .hslot = -1, .res = -1, .hres = -1, .dslot = -1,
-                .wslot = -1, .need_call = kv->call};
+                .wslot = -1, .need_call = kv->call, .hold = hold, .n_hold = 1, .cap_hold = cap_hold};
     gseq *S = &kv->seq[seq];
     S->blk[(size_t)layer * kv->mb + idx] = id;
     S->n_blk[layer] = idx + 1;
@@ -724,7 +742,20 @@ static void block_free(kvt_gpu_kv *kv, int64_t id) {
     slot_put(&kv->host, b->hslot);
     if (b->dslot >= 0) kvt_tier_release(&kv->disk, b->dslot);
     b->seq = -1;
+    b->n_hold = 0;
     kv->free_id[kv->n_free_id++] = id;
+}
+
+// seq's table drops its reference to block id (the last one frees it).
+static void block_unref(kvt_gpu_kv *kv, int64_t id, int32_t seq) {
+    gblk *b = &kv->B[id];
+    for (int64_t h = 0; h < b->n_hold; h++) {
+        if (b->hold[h] != seq) continue;
+        b->hold[h] = b->hold[--b->n_hold];
+        break;
+    }
+    if (b->n_hold == 0) block_free(kv, id);
+    else if (b->seq == seq) b->seq = b->hold[0];
 }
 
 static kvt_status batch_issue(kvt_gpu_kv *kv, const kvt_cuda_copy *batch, int n, kvt_err *err) {
@@ -989,6 +1020,7 @@ void kvt_gpu_kv_free(kvt_gpu_kv *kv) {
     for (int j = 0; j < 2; j++) A->event_free(kv->ctx, kv->ev_copy[j]);
     A->event_free(kv->ctx, kv->ev_compute);
     for (int32_t s = 0; kv->seq && s < kv->seq_cap; s++) free(kv->seq[s].blk), free(kv->seq[s].n_blk);
+    for (int64_t id = 0; id < kv->n_B; id++) free(kv->B[id].hold);
     free(kv->seq), free(kv->tk), free(kv->tv), free(kv->hk), free(kv->hv), free(kv->tdirty), free(kv->window);
     if (kv->has_disk) kvt_tier_free(&kv->disk);
     free(kv->bounce), free(kv->hres), free(kv->plan), free(kv->plan_it), free(kv->pit), free(kv->ran), free(kv->gbs);
@@ -1024,6 +1056,23 @@ kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, cons
         kv->ran[seqs[t]] = kv->plan_id;
         if (len < kv->bs[k].min_len) kv->bs[k].min_len = len;
         if (len > kv->bs[k].max_len) kv->bs[k].max_len = len;
+    }
+    // copy on write: a row writing into a block that other sequences share (a truncate into it, a rewrite) gets a
+    // copy of its own first (both streams idle; the block's bytes unchanged)
+    bool synced = false;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t b = pos[t] / kv->p.block_len;
+        for (int32_t i = 0; i < kv->nv; i++) {
+            const gseq *S = &kv->seq[seqs[t]];
+            if (b >= S->n_blk[i] || kv->B[S->blk[(size_t)i * kv->mb + b]].n_hold < 2) continue;
+            kvt_status st = synced ? KVT_OK : sync_both(kv, err);
+            synced = true;
+            if (st || (st = block_unshare(kv, seqs[t], i, b, err))) return st;
+        }
+    }
+    if (synced) {
+        kvt_status st = sync_both(kv, err);
+        if (st) return st;
     }
     kv->n_rows = n;
     kv->call++;
@@ -1212,54 +1261,87 @@ static kvt_status sync_both(kvt_gpu_kv *kv, kvt_err *err) {
     return kv->dw ? disk_drain(kv, err) : KVT_OK; // (every leaving slot free)
 }
 
+// Block did (new, placed by block_new outside a fetch) gets block sid's bytes, wherever sid is (both streams idle).
+static kvt_status block_copy(kvt_gpu_kv *kv, int64_t sid, int64_t did, kvt_err *err) {
+    const kvt_cuda_api *A = kv->api;
+    const gblk *s = &kv->B[sid], *d = &kv->B[did];
+    const size_t n = (size_t)kv->slot_bytes;
+    kvt_status st;
+    kv->quiet = false;
+    if (s->vslot < 0 && s->hslot < 0) { // only on disk: read into d's host slot, or through the bounce
+        char what[96];
+        disk_what(s, what, sizeof what);
+        uint8_t *to = d->vslot >= 0 ? kv->bounce : slot_host(kv, d->hslot);
+        if ((st = kvt_tier_disk_read(&kv->disk, s->dslot, to, kv->bounce, s->crc, what, err))) return st;
+        kv->st.disk_reads++;
+        kv->st.disk_read_bytes += (int64_t)n;
+        if (d->vslot >= 0) {
+            CU(A->copy_h2d(kv->ctx, slot_dev(kv, &kv->vram, d->vslot), kv->bounce, n, KVT_CUDA_STREAM_COPY), "fork");
+            CU(A->stream_sync(kv->ctx, KVT_CUDA_STREAM_COPY), "fork"); // (the bounce is reused)
+            kv->st.h2d_bytes += (int64_t)n;
+        }
+    } else if (s->vslot >= 0 && d->vslot >= 0) {
+        CU(A->copy_d2d(kv->ctx, slot_dev(kv, &kv->vram, d->vslot), slot_dev(kv, &kv->vram, s->vslot), n, KVT_CUDA_STREAM_COPY), "fork");
+        kv->st.d2d_bytes += (int64_t)n;
+    } else if (s->vslot >= 0) {
+        CU(A->copy_d2h(kv->ctx, slot_host(kv, d->hslot), slot_dev(kv, &kv->vram, s->vslot), n, KVT_CUDA_STREAM_COPY), "fork");
+        kv->st.d2h_bytes += (int64_t)n;
+    } else if (d->vslot >= 0) {
+        CU(A->copy_h2d(kv->ctx, slot_dev(kv, &kv->vram, d->vslot), slot_host(kv, s->hslot), n, KVT_CUDA_STREAM_COPY), "fork");
+        kv->st.h2d_bytes += (int64_t)n;
+    } else {
+        memcpy(slot_host(kv, d->hslot), slot_host(kv, s->hslot), n); // both streams idle
+        kv->st.h2h_bytes += (int64_t)n;
+    }
+    kv->st.transfers += d->vslot >= 0 || s->vslot >= 0;
+    kv->st.fork_blocks++;
+    kv->st.fork_bytes += (int64_t)n;
+    if (d->vslot >= 0) { // all its rows came from s: the host copy (none yet) lacks them
+        gblk *w = &kv->B[did];
+        w->dlo = 0, w->dhi = (int32_t)kv->p.block_len;
+    }
+    return KVT_OK;
+}
+
+// seq's block idx of block layer i is shared: seq gets a copy of its own (copy on write; both streams idle).
+static kvt_status block_unshare(kvt_gpu_kv *kv, int32_t seq, int32_t i, int64_t idx, kvt_err *err) {
+    const int64_t old = kv->seq[seq].blk[(size_t)i * kv->mb + idx], n_blk = kv->seq[seq].n_blk[i];
+    block_unref(kv, old, seq); // (first: a host eviction while placing the copy must not point seq's table at old)
+    kvt_status st = block_new(kv, seq, i, idx, -1, err);
+    kv->seq[seq].n_blk[i] = n_blk > idx + 1 ? n_blk : idx + 1;
+    if (st) return st;
+    kv->st.cow_blocks++;
+    return block_copy(kv, old, kv->seq[seq].blk[(size_t)i * kv->mb + idx], err);
+}
+
 kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *err) {
     if (src < 0 || src >= kv->seq_cap || kv->seq[src].n_pos < 0 || src == dst) return KVT_OK;
     kvt_gpu_kv_truncate(kv, dst, 0);
     gseq *D;
     kvt_status st = seq_get(kv, dst, &D, err);
     if (st || (st = sync_both(kv, err))) return st;
-    const kvt_cuda_api *A = kv->api;
+    const int64_t n_pos = kv->seq[src].n_pos;
     for (int32_t i = 0; i < kv->nv; i++) {
         for (int64_t b = 0; b < kv->seq[src].n_blk[i]; b++) {
-            if ((st = block_new(kv, dst, i, b, -1, err))) return st;
-            const gblk *s = &kv->B[kv->seq[src].blk[(size_t)i * kv->mb + b]], *d = &kv->B[kv->seq[dst].blk[(size_t)i * kv->mb + b]];
-            const size_t n = (size_t)kv->slot_bytes;
-            kv->quiet = false;
-            if (s->vslot < 0 && s->hslot < 0) { // only on disk: read into dst's host slot, or through the bounce
-                char what[96];
-                disk_what(s, what, sizeof what);
-                uint8_t *to = d->vslot >= 0 ? kv->bounce : slot_host(kv, d->hslot);
-                if ((st = kvt_tier_disk_read(&kv->disk, s->dslot, to, kv->bounce, s->crc, what, err))) return st;
-                kv->st.disk_reads++;
-                kv->st.disk_read_bytes += (int64_t)n;
-                if (d->vslot >= 0) {
-                    CU(A->copy_h2d(kv->ctx, slot_dev(kv, &kv->vram, d->vslot), kv->bounce, n, KVT_CUDA_STREAM_COPY), "fork");
-                    CU(A->stream_sync(kv->ctx, KVT_CUDA_STREAM_COPY), "fork"); // (the bounce is reused)
-                    kv->st.h2d_bytes += (int64_t)n;
-                }
-            } else if (s->vslot >= 0 && d->vslot >= 0) {
-                CU(A->copy_d2d(kv->ctx, slot_dev(kv, &kv->vram, d->vslot), slot_dev(kv, &kv->vram, s->vslot), n, KVT_CUDA_STREAM_COPY), "fork");
-                kv->st.d2d_bytes += (int64_t)n;
-            } else if (s->vslot >= 0) {
-                CU(A->copy_d2h(kv->ctx, slot_host(kv, d->hslot), slot_dev(kv, &kv->vram, s->vslot), n, KVT_CUDA_STREAM_COPY), "fork");
-                kv->st.d2h_bytes += (int64_t)n;
-            } else if (d->vslot >= 0) {
-                CU(A->copy_h2d(kv->ctx, slot_dev(kv, &kv->vram, d->vslot), slot_host(kv, s->hslot), n, KVT_CUDA_STREAM_COPY), "fork");
-                kv->st.h2d_bytes += (int64_t)n;
-            } else {
-                memcpy(slot_host(kv, d->hslot), slot_host(kv, s->hslot), n); // both streams idle
-                kv->st.h2h_bytes += (int64_t)n;
+            const int64_t sid = kv->seq[src].blk[(size_t)i * kv->mb + b];
+            if ((b + 1) * kv->p.block_len <= n_pos) { // full: shared (a later write into it copies it first)
+                gblk *B = &kv->B[sid];
+                if (!grow((void **)&B->hold, &B->cap_hold, B->n_hold + 1, sizeof *B->hold))
+                    return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+                B->hold[B->n_hold++] = dst;
+                kv->seq[dst].blk[(size_t)i * kv->mb + b] = sid;
+                kv->seq[dst].n_blk[i] = b + 1;
+                place(kv, B);
+                kv->st.fork_shared_blocks++;
+                continue;
             }
-            kv->st.transfers += d->vslot >= 0 || s->vslot >= 0;
-            kv->st.fork_blocks++;
-            kv->st.fork_bytes += (int64_t)n;
-            if (d->vslot >= 0) { // all its rows came from src: the host copy (none yet) lacks them
-                gblk *w = &kv->B[kv->seq[dst].blk[(size_t)i * kv->mb + b]];
-                w->dlo = 0, w->dhi = (int32_t)kv->p.block_len;
-            }
+            // the partly filled last block (the next write goes into it): copied
+            if ((st = block_new(kv, dst, i, b, -1, err)) ||
+                (st = block_copy(kv, sid, kv->seq[dst].blk[(size_t)i * kv->mb + b], err)))
+                return st;
         }
     }
-    kv->seq[dst].n_pos = kv->seq[src].n_pos;
+    kv->seq[dst].n_pos = n_pos;
     return sync_both(kv, err);
 }
 
@@ -1270,7 +1352,7 @@ void kvt_gpu_kv_truncate(kvt_gpu_kv *kv, int32_t seq, int64_t n_keep) {
     kvt_err e;
     sync_both(kv, &e); // no kernel or copy may still use a slot that goes (a failure shows at the next call)
     for (int32_t i = 0; i < kv->nv; i++) {
-        for (int64_t b = keep; b < S->n_blk[i]; b++) block_free(kv, S->blk[(size_t)i * kv->mb + b]);
+        for (int64_t b = keep; b < S->n_blk[i]; b++) block_unref(kv, S->blk[(size_t)i * kv->mb + b], seq);
         if (S->n_blk[i] > keep) S->n_blk[i] = keep;
     }
     if (n_keep <= 0) {

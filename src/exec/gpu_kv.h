@@ -118,9 +118,12 @@ kvt_status kvt_gpu_kv_reserve(kvt_gpu_kv *kv, kvt_err *err);
 // Marks every table row to be uploaded again (after a capture that failed: its table copies never ran).
 void kvt_gpu_kv_tables_dirty(kvt_gpu_kv *kv);
 
-// dst gets a copy of src's KV (positions [0, n_pos(src))), placed in free VRAM slots, else in host slots (no
-// eviction); truncate keeps positions [0, n_keep) (n_keep 0: the sequence goes). Unknown sequences: no-ops. Both
-// wait for the streams first.
+// dst gets src's KV (positions [0, n_pos(src))): src's full blocks are shared (a block in several sequences' tables,
+// one slot wherever it is: VRAM, pinned host, disk; freed with its last reference), its partly filled last block is
+// copied into a free VRAM slot, else a host slot (no eviction). A micro-batch row writing into a shared block (after
+// a truncate into it, or a rewrite) copies it first (kvt_gpu_kv_begin: copy on write). truncate keeps positions
+// [0, n_keep) (n_keep 0: the sequence goes), dropping its references. Unknown sequences: no-ops. Both wait for the
+// streams first.
 kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *err);
 void kvt_gpu_kv_truncate(kvt_gpu_kv *kv, int32_t seq, int64_t n_keep);
 
@@ -157,7 +160,10 @@ typedef struct {
     int64_t disk_reclaims;     // the disk thread: blocks needed again while leaving pinned memory, taken back (no read)
     int64_t pinned_staging_bytes; // the disk thread: pinned slots past the budget (a quarter of it) kept free ahead of need
                                // while the tier is under pressure, so that evictions are written while kernels run
-    int64_t fork_blocks, fork_bytes; // blocks forks copied (one per block layer: every device layer and head group), bytes
+    int64_t fork_blocks, fork_bytes; // blocks forks copied (one per block layer: every device layer and head group; a
+                               // fork copies only the partly filled last block), copies on write included, bytes
+    int64_t fork_shared_blocks; // blocks forks shared (full blocks: a reference, no copy)
+    int64_t cow_blocks;        // shared blocks copied before a write into them (copy on write; in fork_blocks too)
 } kvt_gpu_kv_stats;
 void kvt_gpu_kv_get_stats(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *out);
 

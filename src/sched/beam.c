@@ -65,8 +65,9 @@ typedef struct {
     int64_t bt;           // positions per block
     int64_t lblock_bytes; // bytes of one logical block (every layer and group)
     int32_t next_lid;     // next logical block id
-    bool fork_copies;     // forks copy every block (the device layers' KV, which the groups are sized for): a fork's
-                          // blocks get ids of their own
+    bool gpu_forks;       // device layers hold KV: a fork shares the parent's full blocks and copies its partly
+                          // filled last block at once (gpu_kv.h; the store copies it at the first write: the same
+                          // logical blocks), counted in res->fork_blocks
     int64_t order;
     kvt_beam_result *res;
 } beam_run;
@@ -547,11 +548,7 @@ static kvt_status fork_cand(beam_run *r, const bcand *parent, uint64_t stream, b
     c->n = parent->n;
     c->n_blk = parent->n_blk;
     c->own_last = false;
-    if (r->fork_copies) { // the device copies them all: private blocks, the last one too
-        for (size_t b = 0; b < c->n_blk; b++) c->blk[b] = r->next_lid++;
-        c->own_last = true;
-        r->res->fork_blocks += (int64_t)c->n_blk;
-    }
+    if (r->gpu_forks && parent->len % r->bt) r->res->fork_blocks++; // the device's copy of the partly filled last block
     c->len = parent->len;
     c->order = r->order++;
     c->step_start = (int64_t)c->n;
@@ -618,14 +615,13 @@ kvt_status kvt_beam_run(kvt_context *ctx, const kvt_beam_params *p, const int32_
     kvt_gpu_layers_stats gs;
     const bool gpu = kvt_context_gpu_stats(ctx, &gs) && gs.layers > 0;
     const int64_t fork_bytes0 = gpu ? gs.kv.fork_bytes : 0;
-    r.fork_copies = gpu && gs.layers >= kvt_context_model(ctx)->hp.n_layer;
+    r.gpu_forks = gpu;
     if (p->fast_budget == 0 && budget < 0 && gpu && gs.kv.vram_cap_bytes >= 0) {
         // device layers with a VRAM budget for their KV (--kv-vram) and no fast tier of the CPU store: the groups are
         // sized by VRAM (LBS on a GPU). The store's block bytes count every layer, the VRAM budget the device layers'
         // only (blocks of the same f16 rows): scaled by n_layer / device layers.
         const int64_t n_layer = kvt_context_model(ctx)->hp.n_layer;
         budget = gs.kv.vram_cap_bytes * n_layer / gs.layers;
-        r.fork_copies = true;
     }
     const kvt_beam_scorer scorer = p->scorer ? p->scorer : kvt_beam_score_mean_logprob;
     const int32_t N = p->n_beams, W = p->width;

@@ -96,11 +96,10 @@ typedef struct {
     // kvt_beam_step_predict summed over the steps, per schedule (share = true: refcounted blocks)
     int64_t pred_load[KVT_BEAM_SCHED_COUNT], pred_store[KVT_BEAM_SCHED_COUNT];
     int64_t prefetched_blocks; // balanced: blocks the helper thread acquired ahead of their group
-    // Device layers (-ngl) copy a sequence's KV blocks on every fork (gpu_kv.h), where the CPU store shares them: the
-    // blocks of block_tokens positions the forks copied (each holds every device layer's and head group's block; 0 on the
-    // CPU path), and the device KV's bytes they took (measured: gpu_kv's fork_bytes over the run). When the groups are
-    // sized by the VRAM budget (or every layer is on the device), a fork's blocks count as private copies in the groups
-    // and in pred_load / pred_store.
+    // Device layers (-ngl): a fork shares the parent's full KV blocks and copies its partly filled last block (gpu_kv.h;
+    // the CPU store copies it at the first write): the blocks of block_tokens positions the forks copied (each holds
+    // every device layer's and head group's block; 0 on the CPU path), and the device KV's bytes they took (measured:
+    // gpu_kv's fork_bytes over the run). The groups and pred_load / pred_store count shared blocks once, as on the CPU.
     int64_t fork_blocks, fork_copy_bytes;
 } kvt_beam_result;
 
