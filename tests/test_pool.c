@@ -66,10 +66,11 @@ static void delay_hook(void *arg, kvt_pool_hook_point point) {
 }
 
 // Runs n_jobs jobs on a pool of n_threads; returns the number of violations, and the time in ms.
-static int64_t stress(int n_threads, int n_jobs, bool hooked, double *ms) {
+static int64_t stress(int n_threads, int n_jobs, bool hooked, int spin, double *ms) {
     kvt_threadpool *pool;
     kvt_err err;
     if (kvt_threadpool_init(n_threads, &pool, &err)) return -1;
+    kvt_threadpool_set_spin(pool, spin);
     if (hooked) kvt_threadpool_set_hook(pool, delay_hook, NULL);
     static job_ctx slots[N_SLOTS];
     _Atomic int64_t errors = 0;
@@ -276,15 +277,44 @@ done:
     free(x), free(wf), free(ref), free(out), free(scratch), free(xq), free(e);
 }
 
+// The spin budget (kvt_threadpool_set_spin): default, clamped, restored by a negative value; with no spin at all
+// (workers yield at once, then sleep) and with a few rounds, every task still runs once, none late.
+static void spin_test(const test_env *env) {
+    kvt_threadpool *pool = NULL;
+    kvt_err err = {0};
+    int64_t bad = 0;
+    if (kvt_threadpool_init(2, &pool, &err) == KVT_OK) {
+        bad += kvt_threadpool_get_spin(pool) != KVT_THREADPOOL_SPIN_DEFAULT;
+        bad += kvt_threadpool_set_spin(pool, 200) != 200 || kvt_threadpool_get_spin(pool) != 200;
+        bad += kvt_threadpool_set_spin(pool, 0) != 0 || kvt_threadpool_get_spin(pool) != 0;
+        bad += kvt_threadpool_set_spin(pool, -1) != KVT_THREADPOOL_SPIN_DEFAULT;
+        bad += kvt_threadpool_set_spin(pool, 1 << 30) != 1 << 24;
+        kvt_threadpool_free(pool);
+    } else bad = -1;
+    bad += kvt_threadpool_get_spin(NULL) != KVT_THREADPOOL_SPIN_DEFAULT;
+    test_result(bad == 0, "pool: kvt_threadpool_set_spin: default, clamped, restored", "%lld wrong value(s)", (long long)bad);
+    for (int spin = 0; spin <= 200; spin += 200) {
+        const int n_jobs = env->quick ? 1500 : 6000;
+        double ms = 0;
+        const int64_t v = stress(2, n_jobs, true, spin, &ms);
+        char name[160];
+        snprintf(name, sizeof name, "pool: spin budget %d, %d jobs on 2 threads, race windows widened: every task once, none late",
+                 spin, n_jobs);
+        test_result(v == 0, name, "%lld violation(s)", (long long)v);
+        printf("#   %.0f ms, %.2f us per job\n", ms, 1000.0 * ms / n_jobs);
+    }
+}
+
 void test_pool(const test_env *env) {
     matmul_ex_test();
+    spin_test(env);
     idle_work_test();
     stats_test();
     for (int threads = 2; threads <= 4; threads += 2) {
         for (int hooked = 0; hooked <= 1; hooked++) {
             const int n_jobs = hooked ? (env->quick ? 1500 : 6000) : (env->quick ? 4000 : 30000);
             double ms = 0;
-            const int64_t bad = stress(threads, n_jobs, hooked, &ms);
+            const int64_t bad = stress(threads, n_jobs, hooked, -1, &ms);
             char name[160];
             snprintf(name, sizeof name, "pool: %d back-to-back jobs of 2..%d tasks on %d threads%s: every task once, none late",
                      n_jobs, MAX_TASKS - 1, threads, hooked ? ", race windows widened" : "");

@@ -32,7 +32,7 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define SPIN_ITERS 20000  // pause-loop iterations before yielding the core
+#define SPIN_ITERS KVT_THREADPOOL_SPIN_DEFAULT  // pause-loop iterations before yielding the core (the caller's wait; the workers' default)
 #define YIELD_ITERS 200   // sched_yield rounds before sleeping on the condition variable
 #define IDLE_EVERY 16     // spin rounds between two calls of the idle function (kvt_threadpool_set_idle)
 
@@ -50,6 +50,7 @@ struct kvt_threadpool {
     _Atomic uint64_t generation; // bumped to publish a job
     _Atomic int sleeping;        // workers blocked on cv
     _Atomic int stop;
+    _Atomic int spin;            // a worker's pause rounds between jobs before it yields (kvt_threadpool_set_spin)
     _Atomic(kvt_threadpool_hook) hook; // tests only (NULL otherwise): called at the race windows
     _Atomic(void *) hook_arg;
     _Atomic(kvt_threadpool_idle_fn) idle; // work for spinning threads (kvt_threadpool_set_idle), or NULL
@@ -112,12 +113,13 @@ static void *worker_main(void *arg) {
     for (;;) {
         uint64_t gen;
         int spins = 0;
+        const int spin = atomic_load_explicit(&p->spin, memory_order_relaxed); // the budget, read at the start of each wait
         while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
             if (atomic_load_explicit(&p->stop, memory_order_relaxed)) return NULL;
-            if (++spins < SPIN_ITERS) {
+            if (++spins < spin) {
                 if (idle_work(p, spins)) spins = -1; // it did work: try again at once, the spin starts anew
                 else CPU_RELAX();
-            } else if (spins < SPIN_ITERS + YIELD_ITERS) {
+            } else if (spins < spin + YIELD_ITERS) {
                 sched_yield(); // another process may want this core
             } else {
                 pthread_mutex_lock(&p->mu);
@@ -146,6 +148,7 @@ kvt_status kvt_threadpool_init(int n_threads, kvt_threadpool **out, kvt_err *err
     kvt_threadpool *p = calloc(1, sizeof *p);
     if (!p) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for thread pool");
     p->n_threads = n_threads;
+    atomic_init(&p->spin, SPIN_ITERS);
     const char *st = getenv("KVT_POOL_STATS");
     p->stats = st && st[0] && strcmp(st, "0") != 0;
     pthread_mutex_init(&p->mu, NULL);
@@ -270,6 +273,17 @@ void kvt_threadpool_set_hook(kvt_threadpool *p, kvt_threadpool_hook hook, void *
     if (!p) return;
     atomic_store(&p->hook_arg, arg);
     atomic_store(&p->hook, hook);
+}
+
+int kvt_threadpool_set_spin(kvt_threadpool *p, int spin_iters) {
+    if (spin_iters < 0) spin_iters = SPIN_ITERS;
+    if (spin_iters > 1 << 24) spin_iters = 1 << 24;
+    if (p) atomic_store_explicit(&p->spin, spin_iters, memory_order_relaxed);
+    return spin_iters;
+}
+
+int kvt_threadpool_get_spin(const kvt_threadpool *p) {
+    return p ? atomic_load_explicit(&((kvt_threadpool *)p)->spin, memory_order_relaxed) : SPIN_ITERS;
 }
 
 void kvt_threadpool_set_idle(kvt_threadpool *p, kvt_threadpool_idle_fn fn, void *arg) {

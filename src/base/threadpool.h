@@ -64,6 +64,15 @@ void kvt_threadpool_set_hook(kvt_threadpool *pool, kvt_threadpool_hook hook, voi
 typedef bool (*kvt_threadpool_idle_fn)(void *arg);
 void kvt_threadpool_set_idle(kvt_threadpool *pool, kvt_threadpool_idle_fn fn, void *arg);
 
+// A worker's spin budget between jobs: the pause rounds it spins (taking idle work, above) before it yields its core
+// (sched_yield a while, then sleeps on a condition variable). Default KVT_THREADPOOL_SPIN_DEFAULT (~0.7 ms on a Xeon:
+// decode issues hundreds of small jobs per token). A smaller budget gives the core sooner to other threads of the
+// process (the asyncspade selection worker: forward.c sets it when one runs). Timing only: results do not depend on it.
+// spin_iters < 0 restores the default; returns the budget now in force. Workers read it at the start of each wait.
+#define KVT_THREADPOOL_SPIN_DEFAULT 20000
+int kvt_threadpool_set_spin(kvt_threadpool *pool, int spin_iters);
+int kvt_threadpool_get_spin(const kvt_threadpool *pool);
+
 // Number of physical cores (falls back to online CPUs).
 int kvt_physical_cores(void);
 

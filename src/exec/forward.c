@@ -166,6 +166,8 @@ static kvt_status check_params(const kvt_model *m, const kvt_context_params *p, 
     return KVT_OK;
 }
 
+#define KVT_SPARSE_POOL_SPIN 200 // the pool's spin budget while an asyncspade worker runs (KVT_THREADPOOL_SPIN_DEFAULT otherwise)
+
 kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kvt_context **out, kvt_err *err) {
     *out = NULL;
     const kvt_hparams *hp = &m->hp;
@@ -201,6 +203,9 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
         return st;
     }
     kvt_threadpool_set_idle(c->pool, kvt_kv_paged_help, c->kv); // threads waiting in the pool take queued KV copies
+    // The asyncspade selection worker shares the cores with the pool: the pool's workers give theirs up after a short
+    // spin between jobs instead of ~0.7 ms (docs/log/SPARSE-log-2.md, "The pool's spin while the asyncspade worker runs").
+    if (c->p.sparse.mode == KVT_SPARSE_ASYNCSPADE && !c->p.sparse.sync) kvt_threadpool_set_spin(c->pool, KVT_SPARSE_POOL_SPIN);
     const int64_t ub = c->p.n_ubatch, E = hp->n_embd, Q = (int64_t)hp->n_head * hp->head_dim,
                   K = (int64_t)hp->n_head_kv * hp->head_dim, V = (int64_t)hp->n_head_kv * hp->head_dim_v,
                   A = (int64_t)hp->n_head * hp->head_dim_v, F = hp->n_ff;
