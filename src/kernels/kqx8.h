@@ -114,6 +114,18 @@ void kvt_q4kx8_gemm_avx512(int64_t n, const void *W, int64_t nr, const void *X, 
 }
 int64_t kvt_q4kx8_gemm_scratch_avx512(int64_t n) { return kq_scratch(n, 0); }
 
+// The min dots of one super-block of a group: rows 0-3 from mlo, 4-7 from mhi (each row's sub-block mins, 16-bit),
+// times the activation's 8 sub-block sums bs; dword r of the result is row r's total.
+INLINE __m256i x8_min_dots(__m512i mlo, __m512i mhi, __m512i bs, __m512i mrow) {
+    __m512i ma = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mlo, bs);
+    __m512i mb = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mhi, bs);
+    ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_BADC));
+    ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_CDAB));
+    mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_BADC));
+    mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_CDAB));
+    return _mm512_castsi512_si256(_mm512_permutex2var_epi32(ma, mrow, mb));
+}
+
 // Rows 8g .. 8g + 7 (the group at G) against NT <= X8_NT q8_K rows yb[t] (nb super-blocks each): Y[t * ldy + r].
 // The weights of a chunk are masked once for the NT tokens; each token's arithmetic is the one-token GEMV's.
 #define X8_NT 4
@@ -159,13 +171,7 @@ INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *cons
             const __m256i S = _mm512_castsi512_si256(_mm512_permutexvar_epi32(rows8, i2));
             // min dots: rows 0-3 and 4-7, dword 4r + i = m_2i * bs_2i + m_2i+1 * bs_2i+1
             const __m512i bs = _mm512_broadcast_i32x4(x8_bs32(y));
-            __m512i ma = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mlo, bs);
-            __m512i mb = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mhi, bs);
-            ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_BADC));
-            ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_CDAB));
-            mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_BADC));
-            mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_CDAB));
-            const __m256i M = _mm512_castsi512_si256(_mm512_permutex2var_epi32(ma, mrow, mb));
+            const __m256i M = x8_min_dots(mlo, mhi, bs, mrow);
             x8_chain(S, M, in, y->d, &acc[t], &macc[t]);
         }
     }
@@ -213,13 +219,7 @@ INLINE void x8_groups512(int ns, int64_t nb, const uint8_t *G, int64_t step, con
             const __m512i mlo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(mn)), mhi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(mn, 1));
             const __m512i i2 = _mm512_add_epi32(is, _mm512_shuffle_epi32(is, _MM_PERM_BADC));
             const __m256i S = _mm512_castsi512_si256(_mm512_permutexvar_epi32(rows8, i2));
-            __m512i ma = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mlo, bs);
-            __m512i mb = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mhi, bs);
-            ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_BADC));
-            ma = _mm512_add_epi32(ma, _mm512_shuffle_epi32(ma, _MM_PERM_CDAB));
-            mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_BADC));
-            mb = _mm512_add_epi32(mb, _mm512_shuffle_epi32(mb, _MM_PERM_CDAB));
-            const __m256i M = _mm512_castsi512_si256(_mm512_permutex2var_epi32(ma, mrow, mb));
+            const __m256i M = x8_min_dots(mlo, mhi, bs, mrow);
             x8_chain(S, M, in, y->d, &acc[k], &macc[k]);
         }
     }
