@@ -27,7 +27,7 @@ typedef struct {
 } slab;
 
 typedef struct {
-    int32_t seq, layer;   // a holder (seq -1: a free id); layer: i * ng + j for head group j of device layer i
+    int32_t layer;        // i * ng + j for head group j of device layer i
     int64_t idx;          // block index in its (sequence, layer)
     int64_t vslot, hslot; // VRAM slot, host slot (-1: none)
     int64_t res;          // position in the resident list (-1: not in VRAM)
@@ -40,8 +40,8 @@ typedef struct {
     bool pending;         // the disk thread: its read, or the load that follows the read, not issued yet (held)
     uint64_t last_use, uses;
     int64_t need_call;    // the micro-batch whose reads include it (its layer's fetch marked it)
-    int32_t *hold;        // [n_hold] the sequences whose tables hold it at (layer, idx): forks share full blocks (the
-    int64_t n_hold, cap_hold; // reference count is n_hold; a write into a block with n_hold > 1 copies it first)
+    int32_t *hold;        // [n_hold] the sequences whose tables hold it at (layer, idx), n_hold 0: a free id; forks
+    int64_t n_hold, cap_hold; // share full blocks (a write into a block with n_hold > 1 copies it first)
 } gblk;
 
 typedef struct {
@@ -337,7 +337,8 @@ static kvt_status make_quiet(kvt_gpu_kv *kv, kvt_err *err) {
 }
 
 static void disk_what(const gblk *b, char *what, size_t n) {
-    snprintf(what, n, "device KV block %lld of sequence %d, block layer %d", (long long)b->idx, b->seq, b->layer);
+    snprintf(what, n, "device KV block %lld of sequence %d, block layer %d", (long long)b->idx, b->n_hold ? b->hold[0] : -1,
+             b->layer);
 }
 
 // Block id leaves pinned host memory (both streams quiet): to disk unless its disk copy is current, or just dropped
@@ -712,7 +713,7 @@ static kvt_status block_new(kvt_gpu_kv *kv, int32_t seq, int32_t layer, int64_t 
     int64_t cap_hold = b->cap_hold;
     if (!grow((void **)&hold, &cap_hold, 1, sizeof *hold)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     hold[0] = seq;
-    *b = (gblk){.seq = seq, .layer = layer, .idx = idx, .vslot = -1, .hslot = -1, .res = -1, .hres = -1, .dslot = -1,
+    *b = (gblk){.layer = layer, .idx = idx, .vslot = -1, .hslot = -1, .res = -1, .hres = -1, .dslot = -1,
                 .wslot = -1, .need_call = kv->call, .hold = hold, .n_hold = 1, .cap_hold = cap_hold};
     gseq *S = &kv->seq[seq];
     S->blk[(size_t)layer * kv->mb + idx] = id;
@@ -741,8 +742,6 @@ static void block_free(kvt_gpu_kv *kv, int64_t id) {
     slot_put(&kv->vram, b->vslot);
     slot_put(&kv->host, b->hslot);
     if (b->dslot >= 0) kvt_tier_release(&kv->disk, b->dslot);
-    b->seq = -1;
-    b->n_hold = 0;
     kv->free_id[kv->n_free_id++] = id;
 }
 
@@ -755,7 +754,6 @@ static void block_unref(kvt_gpu_kv *kv, int64_t id, int32_t seq) {
         break;
     }
     if (b->n_hold == 0) block_free(kv, id);
-    else if (b->seq == seq) b->seq = b->hold[0];
 }
 
 static kvt_status batch_issue(kvt_gpu_kv *kv, const kvt_cuda_copy *batch, int n, kvt_err *err) {
@@ -1367,7 +1365,7 @@ void kvt_gpu_kv_get_stats(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *out) {
     *out = kv->st;
     out->blocks_vram = kv->n_res;
     out->blocks_disk = 0;
-    for (int64_t id = 0; id < kv->n_B; id++) out->blocks_disk += kv->B[id].seq >= 0 && kv->B[id].vslot < 0 && kv->B[id].hslot < 0;
+    for (int64_t id = 0; id < kv->n_B; id++) out->blocks_disk += kv->B[id].n_hold > 0 && kv->B[id].vslot < 0 && kv->B[id].hslot < 0;
     out->blocks_host = kv->n_B - kv->n_free_id - kv->n_res - out->blocks_disk;
     out->disk_bytes = kv->has_disk ? kv->disk.n_used * kv->disk.slot_bytes : 0;
 }

@@ -115,12 +115,11 @@ static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *se
     const kvt_kv *kv = J->kv;
     const int32_t hdv = kv->head_dim_v;
     const uint8_t *vb = (const uint8_t *)R->v.v + jh * R->v.v_hstride;
-    for (int32_t r = i0 - h->i0; r < i1 - h->i0; r++) { // r: the query head's row
-        const float *si = h->s + (int64_t)r * ns;
+    float *m = h->m, *l = h->l;
+    for (int32_t i = i0 - h->i0; i < i1 - h->i0; i++) { // i: the query head's row
+        const float *si = h->s + (int64_t)i * ns;
         float bm = -INFINITY;
         for (int64_t x = R->a; x < R->e; x++) bm = si[x] > bm ? si[x] : bm;
-        float *m = h->m, *l = h->l;
-        const int32_t i = r;
         const float mn = bm > m[i] ? bm : m[i], corr = expf(m[i] - mn);
         float *oi = h->o + (int64_t)i * hdv;
         if (corr != 1.0f) {
@@ -144,6 +143,14 @@ static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *se
         if (nb > 0) kvt_vec_mad_rows(kv->type, oi, vb + (sel[x0] - R->v.pos0) * R->v.v_stride, R->v.v_stride, wb, nb, hdv);
         m[i] = mn;
     }
+}
+
+// The end of the run that starts at sel[a]: the first index past a whose position lies in another block.
+static int64_t run_end(const int32_t *sel, int64_t a, int64_t ns, int64_t block_tokens) {
+    const int64_t b = sel[a] / block_tokens;
+    int64_t e = a;
+    while (e < ns && sel[e] / block_tokens == b) e++;
+    return e;
 }
 
 // KV head kh's online softmax state before its first run, rows of query heads [i0, i1): m = -inf, l = 0, o = 0.
@@ -188,9 +195,7 @@ static void attend_task(void *vctx, int64_t task, int thread) {
     int64_t held = -1;
     sp_run R = {0};
     for (int64_t a = 0; a < ns;) {
-        const int64_t b = sel[a] / kv->block_tokens;
-        int64_t e = a;
-        while (e < ns && sel[e] / kv->block_tokens == b) e++; // the run [a, e) lies in block b
+        const int64_t b = sel[a] / kv->block_tokens, e = run_end(sel, a, ns, kv->block_tokens); // [a, e) in block b
         if (!hold(J, kh, b, &held, &R.v)) return;
         if (sel[e - 1] >= R.v.pos0 + R.v.n) {
             kvt_err er;
@@ -225,10 +230,8 @@ static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
     if (J->pass == 1) {
         h->nrun = h->next = h->held = 0;
         for (int64_t a = 0; a < ns;) {
-            const int64_t b = sel[a] / kv->block_tokens;
-            int64_t e = a;
-            while (e < ns && sel[e] / kv->block_tokens == b) e++;
-            h->run[h->nrun++] = (sp_run){.a = a, .e = e, .b = b};
+            const int64_t e = run_end(sel, a, ns, kv->block_tokens);
+            h->run[h->nrun++] = (sp_run){.a = a, .e = e, .b = sel[a] / kv->block_tokens};
             a = e;
         }
         head_init(J, h, 0, J->qpg);
@@ -389,10 +392,7 @@ kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const k
         // heads on 2 threads left a core idle a third of pass 2) accumulates them; at most half the fast tier held
         J.pass = 3;
         st = run(&J, attend_pass_task, pool, err);
-        if (!st) {
-            atomic_init(&J.failed, 0);
-            kvt_threadpool_run(pool, accum_head_task, &J, (int64_t)H * qpg);
-        }
+        if (!st) kvt_threadpool_run(pool, accum_head_task, &J, (int64_t)H * qpg); // (it cannot fail)
     } else if (!st) {
         J.pass = 2;
         st = run(&J, attend_pass_task, pool, err);
