@@ -86,6 +86,13 @@ void test_cli(const test_env *env) {
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "\"avg_ts\"") && strstr(out, "\"n_prompt\":16"), "cli: bench -o json", "exit %d: %s",
                 rc, out);
+    { // the tg test's probes beside its repetitions: one before the first and one after each (2 reps: 3), and their median share
+        const char *pa = strstr(out, "\"probe_adjacent_gbps\":[");
+        int n_probes = 0;
+        for (const char *c = pa ? strchr(pa, '[') : NULL; c && *c && *c != ']'; c++) n_probes += *c == ',' || *c == '[';
+        test_result(rc == 0 && strstr(out, "\"dram_pct_adjacent\":") && n_probes == 3,
+                    "cli: bench -o json: a tg test's adjacent probes (reps + 1) and their median share", "%d probes: %s", n_probes, out);
+    }
     snprintf(cmd, sizeof cmd, "%s bench -m %s -p 8,16 -n 0,4 -r 1", env->cli, model);
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "| pp8 |") && strstr(out, "| pp16 |") && strstr(out, "| tg4 |") && !strstr(out, "tg0"),

@@ -9,6 +9,12 @@
 // buffer, each thread XOR-reading 64 KiB chunks in turn (sequential streams,
 // as decode's row ranges are). On a shared VM that rate moves by 30% within
 // minutes, so it is measured beside each test, and the best pass is kept.
+// Since the rate moves between repetitions too, a tg test also probes once (one
+// pass of each access pattern, the best kept) before its first repetition and
+// after each: a repetition's weight read rate over the larger of the probes on
+// either side of it is its share of the bandwidth of that moment, and the
+// median of those shares over the repetitions is reported beside the best-of-5
+// figure (json "dram_pct_adjacent"; "probe_adjacent_gbps" holds the probes).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,9 +32,29 @@ typedef struct {
     int64_t n_prompt, n_gen;
     double *ns;       // [reps] nanoseconds per repetition
     double mem_bw;    // tg: DRAM read bytes/s probed right after the repetitions (0: not measured)
+    double *adj;      // tg: [reps + 1] DRAM read bytes/s probed before repetition 0 and after each (NULL: not measured)
 } bench_test;
 
 #define BW_PROBES 5
+#define BW_PROBE_BYTES ((int64_t)512 << 20)
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// The median over t's repetitions of (bpt bytes x n_gen tokens / the repetition's seconds) / the larger of the probes
+// before and after it, as a percentage; 0 when not measured. sc: scratch of reps doubles.
+static double adjacent_pct(const bench_test *t, int reps, int64_t bpt, double *sc) {
+    if (!t->adj || reps <= 0) return 0;
+    for (int k = 0; k < reps; k++) {
+        const double bw = t->adj[k] > t->adj[k + 1] ? t->adj[k] : t->adj[k + 1];
+        if (bw <= 0) return 0;
+        sc[k] = 100.0 * (double)bpt * (double)t->n_gen / (t->ns[k] / 1e9) / bw;
+    }
+    qsort(sc, (size_t)reps, sizeof *sc, cmp_double);
+    return reps % 2 ? sc[reps / 2] : 0.5 * (sc[reps / 2 - 1] + sc[reps / 2]);
+}
 
 // Weight bytes one decode step reads: every layer matrix and the output matrix.
 static int64_t bytes_per_token(const kvt_model *m) {
@@ -102,7 +128,10 @@ int cmd_bench(int argc, char **argv) {
             printf("usage: kvtier bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [-o md|json]\n"
                    "  -p N[,N..]  prompt tokens of the pp tests (0: skip)\n"
                    "  -n N[,N..]  generated tokens of the tg tests (0: skip)\n"
-                   "  -r N        repetitions (after one warm-up run)\n%s",
+                   "  -r N        repetitions (after one warm-up run)\n"
+                   "A tg test's GB/s column: the weights read per second, \"of\" the best of 5 DRAM probes after its\n"
+                   "repetitions, and (adjacent) the median over the repetitions of each one's rate over the probes\n"
+                   "run just before and after it.\n%s",
                    cli_engine_help);
             free(pp);
             free(tg);
@@ -148,8 +177,10 @@ int cmd_bench(int argc, char **argv) {
     bench_test *tests = calloc((size_t)(n_pp + n_tg), sizeof *tests); // [n_tests] in -p then -n order
     int n_tests = 0;
     double *ns = calloc((size_t)(n_pp + n_tg) * (size_t)reps, sizeof *ns); // [n_pp + n_tg][reps]
+    double *adj = calloc((size_t)(n_pp + n_tg) * (size_t)(reps + 1), sizeof *adj); // [n_pp + n_tg][reps + 1]
+    double *sc = calloc((size_t)reps, sizeof *sc);                               // [reps] adjacent_pct's scratch
     kvt_err err = {0};
-    if (!toks || !ns || !tests) goto done;
+    if (!toks || !ns || !tests || !adj || !sc) goto done;
     if (!cli_load_model("bench", model_path, false, &m, NULL)) goto done;
     if (need > cp.n_ctx) {
         fprintf(stderr, "kvtier bench: %lld tokens exceed the context size %lld\n", (long long)need, (long long)cp.n_ctx);
@@ -166,7 +197,7 @@ int cmd_bench(int argc, char **argv) {
         bool is_pp = i < n_pp;
         int64_t x = is_pp ? pp[i] : tg[i - n_pp];
         if (x <= 0) continue;
-        tests[n_tests] = (bench_test){is_pp ? "pp" : "tg", is_pp ? x : 0, is_pp ? 0 : x, ns + n_tests * reps, 0};
+        tests[n_tests] = (bench_test){is_pp ? "pp" : "tg", is_pp ? x : 0, is_pp ? 0 : x, ns + n_tests * reps, 0, NULL};
         n_tests++;
         any_tg = any_tg || !is_pp;
     }
@@ -174,12 +205,17 @@ int cmd_bench(int argc, char **argv) {
     for (int ti = 0; ti < n_tests; ti++) {
         bench_test *t = &tests[ti];
         if (!run_once(ctx, t, toks, &err)) goto fail; // warm-up
+        if (t->n_gen && pool) {
+            t->adj = adj + (int64_t)ti * (reps + 1);
+            t->adj[0] = kvt_measure_read_bw(pool, BW_PROBE_BYTES, 1);
+        }
         for (int64_t k = 0; k < reps; k++) {
             int64_t t0 = kvt_time_ns();
             if (!run_once(ctx, t, toks, &err)) goto fail;
             t->ns[k] = (double)(kvt_time_ns() - t0);
+            if (t->adj) t->adj[k + 1] = kvt_measure_read_bw(pool, BW_PROBE_BYTES, 1);
         }
-        if (t->n_gen && pool) t->mem_bw = kvt_measure_read_bw(pool, (int64_t)512 << 20, BW_PROBES);
+        if (t->n_gen && pool) t->mem_bw = kvt_measure_read_bw(pool, BW_PROBE_BYTES, BW_PROBES);
     }
     kvt_threadpool_free(pool);
     pool = NULL;
@@ -219,6 +255,13 @@ int cmd_bench(int argc, char **argv) {
                 kvt_json_kv_num(&j, "gbps", (double)bpt * at / 1e9);
                 kvt_json_kv_num(&j, "mem_read_gbps", t->mem_bw / 1e9);
             }
+            if (t->adj) {
+                kvt_json_kv_num(&j, "dram_pct_adjacent", adjacent_pct(t, (int)reps, bpt, sc));
+                kvt_json_key(&j, "probe_adjacent_gbps");
+                kvt_json_arr_begin(&j);
+                for (int64_t k = 0; k <= reps; k++) kvt_json_num(&j, t->adj[k] / 1e9);
+                kvt_json_arr_end(&j);
+            }
             kvt_json_key(&j, "samples_ns");
             kvt_json_arr_begin(&j);
             for (int64_t k = 0; k < reps; k++) kvt_json_int(&j, (int64_t)t->ns[k]);
@@ -239,7 +282,11 @@ int cmd_bench(int argc, char **argv) {
             double an, sn, at, st;
             stats(t->ns, (int)reps, n_tok, &an, &sn, &at, &st);
             char gb[64] = "";
-            if (t->n_gen) snprintf(gb, sizeof gb, "%.1f of %.1f", (double)bpt * at / 1e9, t->mem_bw / 1e9);
+            if (t->n_gen && t->adj)
+                snprintf(gb, sizeof gb, "%.1f of %.1f (adjacent %.0f%%)", (double)bpt * at / 1e9, t->mem_bw / 1e9,
+                         adjacent_pct(t, (int)reps, bpt, sc));
+            else if (t->n_gen)
+                snprintf(gb, sizeof gb, "%.1f of %.1f", (double)bpt * at / 1e9, t->mem_bw / 1e9);
             printf("| %s | %.2f MiB | %.2f M | CPU | %d | %s%lld | %.2f ± %.2f | %s |\n", type_desc,
                    m->weight_bytes / 1048576.0, m->n_params / 1e6, kvt_context_n_threads(ctx), t->name,
                    (long long)n_tok, at, st, gb);
@@ -264,6 +311,8 @@ done:
     kvt_context_free(ctx);
     free(toks);
     free(ns);
+    free(adj);
+    free(sc);
     free(tests);
     free(pp);
     free(tg);
