@@ -113,6 +113,67 @@ static void test_page_sums(void) {
     test_result(ok, "sparse: page sums (pages side by side) = a serial sum per page, bit for bit", "differ");
 }
 
+// kvt_sparse_piece_sums16: 16 pieces of B values, each summed in order from 0 as a serial loop, bit for bit.
+static void test_piece_sums16(void) {
+    static float a[16 * 40], m[16];
+    const int32_t Bs[] = {1, 4, 8, 16, 17, 40};
+    bool ok = true;
+    for (int it = 0; it < 60 && ok; it++) {
+        const int32_t B = Bs[it % 6];
+        for (int64_t t = 0; t < 16 * B; t++) a[t] = (frand() + 1.0f) * (t % 5 ? 1e-3f : 1.0f) * (it % 7 == 0 && t % 3 == 0 ? 0.0f : 1.0f);
+        kvt_sparse_piece_sums16(a, B, m);
+        for (int32_t j = 0; j < 16 && ok; j++) {
+            float r = 0.0f;
+            for (int32_t t = 0; t < B; t++) r += a[j * B + t];
+            ok = memcmp(&r, &m[j], sizeof r) == 0;
+        }
+    }
+    test_result(ok, "sparse: the re-rank's piece sums (16 pieces side by side) = a serial sum from 0 per piece, bit for bit", "differ");
+}
+
+// kvt_sparse_weighted_kth (a radix select) = the k-th largest by a sort, counting each value its weight times, for random
+// multisets with ties, negative values, both zeros and infinities, every k at the edges and random ones between.
+static int cmp_desc(const void *x, const void *y) {
+    const float a = *(const float *)x, b = *(const float *)y;
+    return a > b ? -1 : a < b;
+}
+
+static void test_weighted_kth(void) {
+    enum { MAXN = 700 };
+    static float v[MAXN], vs[MAXN], sorted[MAXN * 8];
+    static int32_t w[MAXN], ws[MAXN];
+    bool ok = true;
+    int bad_it = -1;
+    for (int it = 0; it < 400 && ok; it++) {
+        const int64_t n = 1 + (int64_t)((frand() + 1.0f) * 0.5f * (MAXN - 1)) % (it % 3 ? MAXN : 20);
+        const int levels = it % 4 == 0 ? 3 : 1000; // many ties, or few
+        int64_t total = 0, ns = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float x = (float)(int)((frand() + 1.0f) * 0.5f * levels) / (float)levels * (it % 2 ? 1.0f : -2.0f) + (it % 5 == 0 ? 0.5f : 0.0f);
+            if (i % 53 == 7) x = -0.0f;
+            if (i % 61 == 3) x = 0.0f;
+            if (it % 9 == 0 && i % 17 == 1) x = INFINITY;
+            if (it % 11 == 0 && i % 13 == 2) x = -INFINITY;
+            if (it % 6 == 0) x = ldexpf(1.0f + frand() * 0.5f, (int)(frand() * 30.0f)); // wide exponents
+            v[i] = x;
+            w[i] = 1 + (int32_t)((frand() + 1.0f) * 0.5f * 7.0f);
+            for (int32_t r = 0; r < w[i]; r++) sorted[ns++] = x;
+            total += w[i];
+        }
+        qsort(sorted, (size_t)ns, sizeof *sorted, cmp_desc);
+        for (int64_t j = 0; j < 12 && ok; j++) {
+            const int64_t k = j == 0 ? 1 : j == 1 ? total : 1 + (int64_t)((frand() + 1.0f) * 0.5f * (float)(total - 1));
+            memcpy(vs, v, (size_t)n * sizeof *v);
+            memcpy(ws, w, (size_t)n * sizeof *w);
+            const float got = kvt_sparse_weighted_kth(vs, ws, n, k);
+            ok = got == sorted[k - 1];
+            if (!ok) bad_it = it;
+        }
+    }
+    test_result(ok, "sparse: weighted k-th largest (radix select) = the k-th of the sorted multiset (ties, +-0, +-inf, wide exponents)",
+                "differs at iteration %d", bad_it);
+}
+
 // Eq. 2 read literally (weights on the simplex): an alternating sequence a, b, a, b, ... is continued exactly
 // (each window's weights go to the rows equal to the last one, the shifted window then gives the other);
 // softmax-normalized ridge weights cannot (softmax(1, 0) mixes both rows).
@@ -1293,6 +1354,8 @@ void test_sparse(const test_env *env) {
     test_predictor_simplex();
     test_predict_gram();
     test_page_sums();
+    test_piece_sums16();
+    test_weighted_kth();
     test_rope_align();
     test_quest_bound();
     test_score_kernels();

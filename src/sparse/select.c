@@ -339,8 +339,8 @@ int64_t kvt_sparse_topk(const float *score, int64_t n, int64_t K, int64_t sink, 
 }
 
 // The k-th largest (1 <= k <= the total weight) of v[0 .. n) counting value i w[i] times, reordering v and w
-// (quickselect with a three-way partition; no NaN in v).
-static float weighted_kth(float *v, int32_t *w, int64_t n, int64_t k) {
+// (quickselect with a three-way partition; no NaN in v). The reference of weighted_kth below.
+static float weighted_kth_qs(float *v, int32_t *w, int64_t n, int64_t k) {
     int64_t lo = 0, hi = n; // the values left: [lo, hi)
     for (;;) {
         const float a = v[lo], b = v[lo + (hi - lo - 1) / 2], c = v[hi - 1];
@@ -362,6 +362,66 @@ static float weighted_kth(float *v, int32_t *w, int64_t n, int64_t k) {
         else if (k <= G + E) return piv;
         else k -= G + E, lo = lt;
     }
+}
+
+// A float's order as an unsigned integer (-0 as +0, which compares equal to it), and back.
+static inline uint32_t order_key(float x) {
+    if (x == 0.0f) x = 0.0f;
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+static inline float order_value(uint32_t k) {
+    const uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+// The k-th largest (1 <= k <= the total weight) of v[0 .. n) counting value i w[i] times; v and w are scratch (their
+// contents are lost). The value is defined by the multiset alone (the one v such that the weight above v is < k and the
+// weight at or above v is >= k), so any exact method gives it: a radix select on order_key's bytes, the highest first
+// (each pass: the weights per byte value among the values left, the byte where the weight from the top reaches k, the
+// values with that byte kept in place), without the quickselect's branches on every comparison (this was ~4 us per
+// KV head in the re-rank's pass 3 and ~10 us in the worker's top-k here; docs/log/SPARSE-log-2.md, "The re-rank's stall
+// taken apart"). A -0 comes out as +0 (equal to it in every comparison of the callers); with a NaN in v (no caller
+// passes one), the quickselect.
+static inline uint32_t key_at(const float *v, int64_t i) { // the keys live in v's place (memcpy: no aliasing)
+    uint32_t u;
+    memcpy(&u, v + i, sizeof u);
+    return u;
+}
+
+static float weighted_kth(float *v, int32_t *w, int64_t n, int64_t k) {
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) nan |= isnan(v[i]);
+    if (nan) return weighted_kth_qs(v, w, n, k);
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t u = order_key(v[i]);
+        memcpy(v + i, &u, sizeof u);
+    }
+    int64_t m = n;
+    for (int32_t shift = 24; shift >= 0 && m > 1; shift -= 8) {
+        int64_t h[256];
+        memset(h, 0, sizeof h);
+        for (int64_t i = 0; i < m; i++) h[(key_at(v, i) >> shift) & 255u] += w[i];
+        int32_t b = 255;
+        int64_t above = 0;
+        while (b > 0 && above + h[b] < k) above += h[b--];
+        k -= above;
+        int64_t c = 0;
+        for (int64_t i = 0; i < m; i++) {
+            const uint32_t x = key_at(v, i);
+            const int32_t y = w[i];
+            memcpy(v + c, &x, sizeof x);
+            w[c] = y;
+            c += ((x >> shift) & 255u) == (uint32_t)b;
+        }
+        m = c;
+    }
+    // every value left has the same key (all its bytes chosen), or one value is left
+    return order_value(key_at(v, 0));
 }
 
 // The end of the piece of the middle [m0, m1) that starts at a: the rest of a's page (pos NULL: x's page is x / B; else

@@ -40,7 +40,10 @@ static void rr_end(kvt_sparse *s) {
     }
 }
 
-enum { SCAN_PART = 2048 }; // positions of the worker's scan between two checks of worker_yield (a multiple of 16)
+// positions of the worker's scan between two checks of worker_yield (a multiple of 16): 256 (~4-6 us of scan here) and not
+// 2048 (~30-45 us), so that a re-rank that finds the worker scanning gets the second core sooner (docs/log/SPARSE-log-2.md,
+// "The re-rank's stall taken apart")
+enum { SCAN_PART = 256 };
 
 // raw[i * n + t] = scale * q_i . k_t of KV head kh for t < n_keys, -inf for the rest (q: the group's qpg query
 // rows, taken as int16 with a scale per row: integer dot products with the key copies of `bits`, sparse_score.c).
@@ -295,14 +298,35 @@ static int64_t rr_pieces(const kvt_sparse *s, const float *rows, const float *in
     const int32_t Q = s->p.rerank_block;
     kvt_sparse_aggregate_rows(rows + c0, s->qpg, c1 - c0, nc, inv, agg); // vectorized, the rows in order
     int64_t ns = 0;
-    for (int64_t x = c0, e; x < c1; x = e, ns++) {
+    float m16[16];
+    for (int64_t x = c0, e; x < c1; x = e) {
+        // 16 whole pages in a row (the worker's candidates come in whole pages): their masses side by side, each summed
+        // in the same order from 0 (kvt_sparse_piece_sums16); a page is whole when its Q candidates are Q consecutive
+        // entries from a page start (sorted and distinct: exactly the page's positions)
+        int32_t F = 0;
+        while (F < 16 && x + (int64_t)(F + 1) * Q <= c1 && sel[x + (int64_t)F * Q] % Q == 0 &&
+               sel[x + (int64_t)F * Q + Q - 1] == sel[x + (int64_t)F * Q] + Q - 1) {
+            F++;
+        }
+        if (F == 16) {
+            kvt_sparse_piece_sums16(agg + (x - c0), Q, m16);
+            for (int32_t j = 0; j < 16; j++, ns++) {
+                const float m = m16[j];
+                const float mk = kept && kept[sel[x + (int64_t)j * Q] / Q] ? m * f : m;
+                v[ns] = isnan(mk) ? -INFINITY : mk;
+                if (raw) raw[ns] = isnan(m) ? -INFINITY : m;
+                w[ns] = Q;
+            }
+            e = x + 16 * (int64_t)Q;
+            continue;
+        }
         const int32_t end = (sel[x] / Q + 1) * Q; // sorted: the page's candidates are the run below its end
         float m = 0.0f;
         for (e = x; e < c1 && sel[e] < end; e++) m += agg[e - c0];
         const float mk = kept && kept[sel[x] / Q] ? m * f : m;
         v[ns] = isnan(mk) ? -INFINITY : mk;
         if (raw) raw[ns] = isnan(m) ? -INFINITY : m;
-        w[ns] = (int32_t)(e - x);
+        w[ns++] = (int32_t)(e - x);
     }
     return ns;
 }
@@ -357,7 +381,8 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
         for (int64_t i = 0; i < ns; x += w[i], i++) {
             int64_t take = v[i] > thr ? w[i] : 0;
             if (kk > 0 && v[i] == thr) take = ties < w[i] ? ties : w[i], ties -= take;
-            for (int64_t y = 0; y < take; y++) sel[c + y] = sel[x + y];
+            if (take == 16 && c < x) memmove(sel + c, sel + x, 16 * sizeof *sel); // a whole page of 16: one move
+            else if (c < x) for (int64_t y = 0; y < take; y++) sel[c + y] = sel[x + y];
             c += take;
         }
         for (int64_t y = c1; y < nc; y++) sel[c++] = sel[y];

@@ -261,6 +261,8 @@ float kvt_sparse_softmax_row(float *s, int64_t n);
 // Every position of each page of B positions ([p0, p0 + B), the last page cut at n) set to the sum of the page's scores,
 // summed in position order (the same bits as a serial loop per page; pages side by side in vector lanes).
 void kvt_sparse_page_sums(float *score, int64_t n, int32_t B);
+// m[j] = the in-order sum (from 0) of a[j B .. j B + B) for j < 16 (the rerank's pieces of whole pages, 16 at once).
+void kvt_sparse_piece_sums16(const float *a, int32_t B, float *m);
 void kvt_sparse_aggregate_rows(const float *s, int32_t qpg, int64_t n, int64_t stride, const float *inv, float *agg);
 
 // Bounds of the selection's stack rows (sparse_score.c, sparse.c).

@@ -220,6 +220,20 @@ void kvt_sparse_page_sums(float *score, int64_t n, int32_t B) {
     }
 }
 
+// m[j] = 0 + a[j B] + a[j B + 1] + ... + a[j B + B - 1] for 16 pieces of B values side by side (a: 16 B values), each
+// sum serial in position order from 0 (the operations of a scalar loop `m = 0.0f; for (...) m += a[t]`), one piece per
+// vector lane: the same bits in every clone.
+SCORE_CLONES
+void kvt_sparse_piece_sums16(const float *a, int32_t B, float *m) {
+    enum { PL = 16 };
+    float acc[PL];
+    for (int32_t j = 0; j < PL; j++) acc[j] = 0.0f;
+    for (int32_t t = 0; t < B; t++) {
+        for (int32_t j = 0; j < PL; j++) acc[j] += a[(int64_t)j * B + t];
+    }
+    for (int32_t j = 0; j < PL; j++) m[j] = acc[j];
+}
+
 float kvt_sparse_softmax_row(float *s, int64_t n) {
     const float mx = row_max(s, n);
     if (!(mx > -INFINITY)) return NAN; // no finite score: the row adds nothing

@@ -23,6 +23,8 @@
 #      BINS (binaries to compare, alternating run by run: "tag=path tag=path", e.g. "old=/tmp/kvtier.old new=build/kvtier";
 #      each config's rows then appear per binary as "name@tag", compared with "quest p16@tag" of the same binary; the
 #      first binary's `info` gives the model dims)
+# Beside each run's JSON, run-*.json.cpu: the wall clock, /proc/stat's busy and steal ticks around the run and the run's own
+# CPU (GNU time), so that perrun.py can tell a slow run's cause (other processes, the host's steal) from the run itself.
 # After the table: the disk rows per run against Quest page 16's run of the same repetition (tools/bench/perrun.py),
 # whether KV_DISK takes O_DIRECT (the store's disk reads then bypass the page cache; tmpfs does not), and where the disk
 # rows' store stall goes per token (disk batches, their blocks, read and preparation times, victims written together).
@@ -161,8 +163,14 @@ bin_of() { # the binary of a config name (name@tag: the tag's; else BIN)
     echo "$BIN"
 }
 NAMES=$(printf '%s\n' "${CONFIGS[@]}" | cut -d'|' -f1 | paste -sd'|')
+HZ=$(getconf CLK_TCK)
+run_timed() { # FILE CMD...: CMD, its user and system CPU seconds into FILE where GNU time is installed
+    local o=$1
+    shift
+    if [ -x /usr/bin/time ]; then /usr/bin/time -f "%U %S" -o "$o" "$@"; else "$@"; fi
+}
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
-rm -f "$OUT"/run-*.json
+rm -f "$OUT"/run-*.json "$OUT"/run-*.json.cpu "$OUT"/run-*.json.time
 for rep in $(seq 1 "$REPS"); do
     for store in ${STORES:-disk ram}; do
         for c in "${CONFIGS[@]}"; do
@@ -171,9 +179,14 @@ for rep in $(seq 1 "$REPS"); do
             [ "$store" = disk ] && tier=(--kv-fast $((FAST + sum)) --kv-disk "$KV_DISK" --kv-block "$KV_BLOCK" --kv-granularity "$KV_GRAN" --kv-evict "$KV_EVICT")
             [ "${name%@*}" = dense ] || flags="$flags --sparse-budget $BUDGET"
             f="$OUT/run-$store-${name// /_}-$rep.json"
+            # the machine around the run ($f.cpu, read by perrun.py): wall clock, /proc/stat's busy and steal ticks of all
+            # vCPUs, and the run's own user + system CPU (/usr/bin/time), so that a slow run shows whether other work or
+            # the host took the vCPUs meanwhile
+            c0=$(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $9}' /proc/stat) w0=$(date +%s.%N)
             # shellcheck disable=SC2086
-            "$(bin_of "$name")" generate -m "$M" -f "$TEXT" -n "$N" --temp 0 --ignore-eos -t "$T" -c "$CTX" --json \
+            run_timed "$f.time" "$(bin_of "$name")" generate -m "$M" -f "$TEXT" -n "$N" --temp 0 --ignore-eos -t "$T" -c "$CTX" --json \
                 --kv-load "$SESSION" "${tier[@]}" $flags > "$f" 2> "$f.err" || { echo "FAILED: $f" >&2; cat "$f.err" >&2; }
+            echo "$w0 $(date +%s.%N) $c0 $(awk '/^cpu /{print $2 + $3 + $4 + $7 + $8, $9}' /proc/stat) $HZ $(cat "$f.time" 2>/dev/null | tail -1)" > "$f.cpu"
             echo "$(date -u +%T) $store $name rep $rep load $(cut -d' ' -f1 /proc/loadavg)" >&2
         done
     done
