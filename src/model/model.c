@@ -334,40 +334,46 @@ static kvt_status load_layer(loader *L, int il, kvt_layer *ly) {
 // released (MADV_DONTNEED: they stay readable in the mapping, for the GPU upload and the fingerprint, and
 // are read again from the page cache only then). Nothing repacked with KVT_REPACK=0 or when memory is short.
 // A tied output matrix is repacked only if its repacking reads rows back (row_to_float: q8_0_x8): token_embd then
-// points at the same repacked copy.
+// points at the same repacked copy. The other matrices of a mapped file (F16, Q6_K, ..., a tied output whose
+// repacking cannot read rows back) are copied there as they are (KVT_HUGE_COPY=0: not): the GEMVs then read
+// every weight through huge pages (fewer TLB misses than the file's 4 KiB pages).
 // pack 0: only the size (m->repack_bytes); pack 1: the repacking (kvt_model_repack, under m->repack_lock).
 static void model_repack(kvt_model *m, int pack) {
     const char *env = getenv("KVT_REPACK");
     if (env && !strcmp(env, "0")) return;
+    const char *hc = getenv("KVT_HUGE_COPY");
+    const bool copy = !(hc && !strcmp(hc, "0")) && kvt_gguf_is_mapped(m->gguf);
     int64_t total = 0;
     for (int pass = 0; pass < 1 + pack; pass++) {
         int64_t off = 0;
         for (int32_t il = -1; il < m->hp.n_layer; il++) {
             kvt_layer *L = il >= 0 ? &m->layers[il] : NULL;
-            // a tied output (token_embd) only where its repacking can read a row back for the embedding lookup
-            const kvt_repack_ops *orp = m->output.data ? kvt_type_repack(m->output.type) : NULL;
-            const bool out_ok = !m->tied_output || (orp && orp->row_to_float);
-            kvt_weight *ws[] = {L ? &L->wq : out_ok ? &m->output : NULL, L ? &L->wk : NULL, L ? &L->wv : NULL,
+            kvt_weight *ws[] = {L ? &L->wq : &m->output, L ? &L->wk : NULL, L ? &L->wv : NULL,
                                 L ? &L->wo : NULL, L ? &L->w_gate : NULL, L ? &L->w_up : NULL, L ? &L->w_down : NULL};
             for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++) {
                 kvt_weight *w = ws[k];
                 const kvt_repack_ops *rp = w && w->data ? kvt_type_repack(w->type) : NULL;
-                const int64_t rs = rp ? kvt_row_size(w->type, w->cols) : -1;
-                if (!rp || rs <= 0 || w->rows % rp->row_align) continue;
+                // a tied output (token_embd) repacked only where its repacking can read a row back for the embedding
+                // lookup; else copied as it is
+                if (rp && w == &m->output && m->tied_output && !rp->row_to_float) rp = NULL;
+                const int64_t rs = w && w->data ? kvt_row_size(w->type, w->cols) : -1;
+                if (rs <= 0 || (rp && w->rows % rp->row_align)) continue;
+                if (!rp && (!copy || w->data != w->file_data)) continue;
                 const int64_t bytes = rs * w->rows;
                 if (pass == 1) {
                     void *dst = (char *)m->repack_buf + off;
-                    rp->pack(w->data, dst, w->rows, w->cols);
+                    if (rp) rp->pack(w->data, dst, w->rows, w->cols);
+                    else memcpy(dst, w->data, (size_t)bytes); // the same layout, on huge pages
                     if (kvt_gguf_is_mapped(m->gguf)) {
                         const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)w->data;
                         const uintptr_t s = (a + pg - 1) / pg * pg, e = (a + (uintptr_t)bytes) / pg * pg;
                         if (e > s) madvise((void *)s, e - s, MADV_DONTNEED);
                     }
                     w->data = dst;
-                    w->type = rp->to;
+                    if (rp) w->type = rp->to;
                     if (w == &m->output && m->tied_output) { // the embedding lookup reads it (kvt_matrix_row_to_float)
                         m->tok_embd.data = dst;
-                        m->tok_embd.type = rp->to;
+                        m->tok_embd.type = w->type;
                     }
                 }
                 off += (bytes + 63) & ~(int64_t)63;
