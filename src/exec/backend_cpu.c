@@ -4,61 +4,14 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../attn/attention.h"
-#include "../base/timer.h"
 #include "../kernels/quant.h"
 #include "../kernels/vec.h"
 #include "context_impl.h"
 #include "ew_par.h"
 #include "matmul_par.h"
-
-// KVT_STEP_STATS=1 (measurement only): the wall time of each step of a forward pass (the caller's clock between two
-// steps), the product tasks' time in it (both threads), GB/s of the step's weights, printed at exit. Process-wide,
-// unsynchronized: one context at a time.
-enum { ST_EMB, ST_QKV, ST_ATT, ST_WO, ST_EW1, ST_GU, ST_DOWN, ST_EW2, ST_OUT, ST_N };
-static const char *k_st_name[ST_N] = {"rope+norm0", "qkv", "attend", "wo", "ew1", "gate/up", "down", "ew2", "output"};
-static int64_t st_ns[ST_N], st_busy[ST_N], st_cnt[ST_N], st_bytes[ST_N], st_t, st_b;
-static void st_print(void) {
-    int64_t tot = 0;
-    const double jobs = kvt_mm_st.jobs ? (double)kvt_mm_st.jobs : 1.0;
-    for (int k = 0; k < 2; k++)
-        fprintf(stderr, "thread %d: %lld decode product jobs, %lld tasks, start latency %.1f us/job, tail %.1f us/job\n", k,
-                (long long)kvt_mm_st.jobs, (long long)kvt_mm_st.tasks[k], (double)kvt_mm_st.lat_ns[k] / 1e3 / jobs,
-                (double)kvt_mm_st.tail_ns[k] / 1e3 / jobs);
-    for (int i = 0; i < ST_N; i++) tot += st_ns[i];
-    fprintf(stderr, "step stats: %lld ns total\n", (long long)tot);
-    for (int i = 0; i < ST_N; i++)
-        fprintf(stderr, "  %-10s %8.1f ms %5.1f%%  busy %8.1f ms (%5.1f%% of 2x wall)  %6.2f GB/s  n %lld\n", k_st_name[i],
-                st_ns[i] / 1e6, 100.0 * st_ns[i] / (tot ? tot : 1), st_busy[i] / 1e6,
-                100.0 * st_busy[i] / (2.0 * (st_ns[i] ? st_ns[i] : 1)), st_ns[i] ? (double)st_bytes[i] / st_ns[i] : 0.0,
-                (long long)st_cnt[i]);
-}
-static inline bool st_on(void) {
-    int on = atomic_load_explicit(&kvt_step_stats_on, memory_order_relaxed);
-    if (on < 0) {
-        const char *e = getenv("KVT_STEP_STATS");
-        int expect = -1;
-        on = e && e[0] && e[0] != '0';
-        if (atomic_compare_exchange_strong(&kvt_step_stats_on, &expect, on) && on) atexit(st_print);
-    }
-    return on > 0;
-}
-static inline void st_begin(void) {
-    if (!st_on()) return;
-    st_t = kvt_time_ns();
-    st_b = atomic_load(&kvt_mm_busy_ns);
-}
-static inline void st_end(int k, int64_t bytes) {
-    if (atomic_load_explicit(&kvt_step_stats_on, memory_order_relaxed) <= 0) return;
-    const int64_t t = kvt_time_ns(), b = atomic_load(&kvt_mm_busy_ns);
-    st_ns[k] += t - st_t, st_busy[k] += b - st_b, st_cnt[k]++, st_bytes[k] += bytes;
-    st_t = t, st_b = b;
-}
-static int64_t wbytes(const kvt_weight *w) { return kvt_row_size(w->type, w->cols) * w->rows; }
 
 static void matmul(kvt_context *c, const kvt_weight *w, const float *x, int64_t n, float *y) {
     kvt_matmul_par(c->pool, &w, &y, 1, x, n, c->qact);
@@ -140,7 +93,6 @@ static bool ffn(kvt_context *c, const kvt_layer *L, int64_t n) {
     memset(c->ffn_pair, 0, (size_t)(hp->n_ff / KVT_MATMUL_MIN_CHUNK_ROWS + 1) * sizeof *c->ffn_pair);
     const kvt_mm_opts og = {glu_epi, &f, blck, NULL};
     kvt_matmul_par_ex(c->pool, gu, gu_out, 2, c->xn, n, c->qact, &og);
-    st_end(ST_GU, wbytes(&L->w_gate) + wbytes(&L->w_up));
     return matmul_resid(c, &L->w_down, NULL, c->qffn, n, L->post_ffn_norm);
 }
 
@@ -320,7 +272,6 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
     const kvt_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
     if (x != c->x) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "cpu backend: the residual stream must be the context's");
-    st_begin();
     if (il0 < il1) {
         kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
                               m->rope_freqs};
@@ -333,30 +284,23 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
         }
         ew_run(c, NULL, EW_NORM, m->layers[il0].attn_norm, NULL, n);
     }
-    st_end(ST_EMB, 0);
     for (int32_t il = il0; il < il1; il++) {
         const kvt_layer *L = &m->layers[il];
         const kvt_attn_params ap = {hp->n_head, hp->attn_scale, KVT_ATTN_TILE, L->window};
         qkv(c, L, n);
-        st_end(ST_QKV, wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv));
         kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
-        st_end(ST_ATT, 0);
         if (il + 1 == il1 && head && head->logits && head->n_out < n) { // the last layer past attention: output rows only
             if (head->n_out <= 0) return KVT_OK;
             rows_out(c, head, n);
             n = head->n_out;
         }
         const int add_o = matmul_resid(c, &L->wo, c->att, NULL, n, L->post_attn_norm) ? 0 : EW_ADD;
-        st_end(ST_WO, wbytes(&L->wo));
         ew_run(c, NULL, add_o | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
-        st_end(ST_EW1, 0);
         const int add_d = ffn(c, L, n) ? 0 : EW_ADD;
-        st_end(ST_DOWN, wbytes(&L->w_down));
         // residual, then the next layer's attention pre-norm in the same pass
         if (il + 1 < il1) ew_run(c, NULL, add_d | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
         else if (add_d) ew_run(c, NULL, add_d, NULL, L->post_ffn_norm, n);
-        st_end(ST_EW2, 0);
     }
     // logits of the rows asked for: their normed rows packed at the start of xn (row k from row out[k] >= k; from
     // row k itself when the last layer already packed them, n == n_out)
@@ -366,7 +310,6 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
         kvt_rmsnorm_f32(c->xn + k * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
     }
     matmul(c, &m->output, c->xn, head->n_out, head->logits);
-    st_end(ST_OUT, wbytes(&m->output));
     if (hp->logit_softcap > 0.0f) {
         const float cap = hp->logit_softcap;
         for (int64_t i = 0; i < head->n_out * hp->n_vocab; i++) head->logits[i] = cap * tanhf(head->logits[i] / cap);

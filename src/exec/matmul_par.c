@@ -2,16 +2,6 @@
 
 #include "../kernels/matmul.h"
 #include "../kernels/quant.h"
-#include "../base/timer.h"
-
-#include <stdatomic.h>
-
-// KVT_STEP_STATS=1 (measurement only, backend_cpu.c prints them): time inside the product tasks, all threads
-// together; per decode job, when threads 0 and 1 ran their first task (after the dispatch) and how long after
-// their last one the job returned (the tail: waiting for the other thread)
-_Atomic int64_t kvt_mm_busy_ns;
-_Atomic int kvt_step_stats_on = -1; // -1: not read yet
-kvt_mm_step_stats kvt_mm_st;
 
 // Activations are converted to at most two dot types per call (e.g. Q8_K for
 // q4_K and q6_K weights share one); two buffers of the widest (f32) size.
@@ -40,7 +30,6 @@ typedef struct {
     int64_t cvt_row[2];
     int n_cvt;
     const kvt_mm_opts *o; // epilogue (kvt_matmul_par_ex), or NULL
-    int64_t st_first[2], st_last[2], st_n[2]; // KVT_STEP_STATS: each thread's first task start, last task end, tasks
 } mm_job;
 
 static void cvt_task(void *vj, int64_t t, int thread) {
@@ -57,20 +46,10 @@ static void mm_task(void *vj, int64_t t, int thread) {
     int i = J->n_part - 1;
     while (i > 0 && t < J->part[i].first) i--;
     const mm_part *P = &J->part[i];
-    const int64_t ts = atomic_load_explicit(&kvt_step_stats_on, memory_order_relaxed) > 0 ? kvt_time_ns() : 0;
     int64_t r0 = (t - P->first) * P->chunk, r1 = r0 + P->chunk;
     if (r1 > P->w->rows) r1 = P->w->rows;
     kvt_matmul_rows(P->w->type, J->cols, P->w->data, r0, r1, P->xq, J->n_tok, P->y, P->w->rows);
     if (J->o && J->o->epilogue) J->o->epilogue(J->o->ctx, i, t - P->first, r0, r1);
-    if (ts) {
-        const int64_t te = kvt_time_ns();
-        atomic_fetch_add_explicit(&kvt_mm_busy_ns, te - ts, memory_order_relaxed);
-        if (thread < 2) {
-            if (!J->st_first[thread]) J->st_first[thread] = ts;
-            J->st_last[thread] = te;
-            J->st_n[thread]++;
-        }
-    }
 }
 
 static int64_t gcd64(int64_t a, int64_t b) {
@@ -141,16 +120,5 @@ void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *
         J.part[i].first = n_tasks;
         n_tasks += (w[i]->rows + chunk - 1) / chunk;
     }
-    const int64_t t0 = atomic_load_explicit(&kvt_step_stats_on, memory_order_relaxed) > 0 ? kvt_time_ns() : 0;
     kvt_threadpool_run(pool, mm_task, &J, n_tasks);
-    if (t0 && n_tok <= 4) {
-        const int64_t t1 = kvt_time_ns();
-        kvt_mm_st.jobs++;
-        for (int k = 0; k < 2; k++) {
-            if (!J.st_n[k]) continue;
-            kvt_mm_st.lat_ns[k] += J.st_first[k] - t0;
-            kvt_mm_st.tail_ns[k] += t1 - J.st_last[k];
-            kvt_mm_st.tasks[k] += J.st_n[k];
-        }
-    }
 }

@@ -7,7 +7,6 @@
 #ifndef KVT_MATMUL_PAR_H
 #define KVT_MATMUL_PAR_H
 
-#include <stdatomic.h>
 #include <stdint.h>
 
 #include "../base/threadpool.h"
@@ -45,15 +44,5 @@ typedef struct {
 // kvt_matmul_par with opts (NULL: as kvt_matmul_par). The products are the same bits whatever the options.
 void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
                        int64_t n_tok, void *scratch, const kvt_mm_opts *opts);
-
-// KVT_STEP_STATS=1 (measurement only; backend_cpu.c reads the variable and prints a decode step breakdown at exit):
-// time inside product tasks (all threads), and per decode job (n_tok <= 4) of threads 0 and 1: tasks run, time from
-// the dispatch to their first task, from their last task to the job's return. Written by the calling thread.
-typedef struct {
-    int64_t jobs, tasks[2], lat_ns[2], tail_ns[2];
-} kvt_mm_step_stats;
-extern _Atomic int64_t kvt_mm_busy_ns;
-extern _Atomic int kvt_step_stats_on; // -1 until backend_cpu.c reads KVT_STEP_STATS
-extern kvt_mm_step_stats kvt_mm_st;
 
 #endif
