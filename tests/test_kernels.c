@@ -361,6 +361,8 @@ static void test_q6k_decode_pairs(int64_t n, int64_t n_rows, int64_t r0, int64_t
 // quant_avx2.c's q6_K pairs; matmul_avx2.c's float rows: FP_DR adjacent rows): every output of kvt_matmul_rows on isa
 // for one token, with software prefetch at 0 and 4096 bytes, bit for bit the row computed alone without prefetch (one
 // row: the float tile, q6k_row), sentinels kept outside [r0, r1). The scalar reference: test_matmul's tolerance.
+// g_study_v: the study form (matmul.h kvt_kernels_decode_variant) of t for the range call (the rows alone: the default).
+static int g_study_v;
 static void test_decode_streams(kvt_isa isa, kvt_type t, int64_t n, int64_t n_rows, int64_t r0, int64_t r1) {
     char *wq, *xq;
     if (!quant_operands(t, n, n_rows, 1, &wq, &xq)) { g_fail++; return; }
@@ -377,13 +379,15 @@ static void test_decode_streams(kvt_isa isa, kvt_type t, int64_t n, int64_t n_ro
     for (int k = 0; k < 2; k++) {
         kvt_kernels_set_prefetch(pfs[k]);
         for (int64_t r = 0; r <= n_rows; r++) y[r] = -7.f;
+        const int ov = kvt_kernels_set_decode_variant(t, g_study_v);
         kvt_matmul_rows_isa(isa, t, n, wq, r0, r1, xq, 1, y, n_rows);
+        kvt_kernels_set_decode_variant(t, ov);
         for (int64_t r = 0; r <= n_rows; r++) bad += memcmp(&e[r], &y[r], sizeof *y) != 0;
     }
     kvt_kernels_set_prefetch(old);
     char name[128];
-    snprintf(name, sizeof name, "decode_streams_%s_%s_n%lld_rows%lld_r%lld-%lld", kvt_isa_name(isa), kvt_type_name(t),
-             (long long)n, (long long)n_rows, (long long)r0, (long long)r1);
+    snprintf(name, sizeof name, "decode_streams_%s_%s_n%lld_rows%lld_r%lld-%lld%s%.0d", kvt_isa_name(isa), kvt_type_name(t),
+             (long long)n, (long long)n_rows, (long long)r0, (long long)r1, g_study_v ? "_v" : "", g_study_v);
     CHECK(name, bad == 0, "%lld outputs differ from the row computed alone", (long long)bad);
     free(wq), free(xq), free(y), free(e);
 }
@@ -1025,6 +1029,42 @@ int test_kernels_main(void) {
             test_repack_q4_K(768, 128, 1, 3, 125, 0);
         }
         kvt_kernels_set_prefetch(old);
+    }
+    // the study forms of the decode GEMVs (matmul.h kvt_kernels_decode_variant; kq_decode_bench -A/-B), prefetch on and
+    // off: the same bits as the default form. q8_0_x8 (q80x8.h: 1, 2 or 4 groups at once, AVX-512 in turns of 1 or 4
+    // blocks, then a pair, then one): 11 groups, 5 cut to 1 .. 6, 15 of 17, 3 groups without a full 8-block group, a
+    // tail of 2 blocks (576), extreme values; float rows (1, 2, 4 adjacent rows, 2 or 4 streams in a strip): every
+    // count of rows 1..13, cut ranges, several strips, a float tail.
+    {
+        const int64_t pfs[] = {0, 4096}, old = kvt_kernels_prefetch();
+        const int qv[] = {1, 2, 4, 12, 14}, fv[] = {1, 4, 12, 14, 22, 24};
+        for (int k = 0; k < 2; k++) {
+            kvt_kernels_set_prefetch(pfs[k]);
+            for (size_t i = 0; i < sizeof qv / sizeof qv[0]; i++) {
+                const int ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q8_0_X8, qv[i]);
+                CHECK("set_decode_variant", kvt_kernels_decode_variant(KVT_TYPE_Q8_0_X8) == qv[i], "variant not set");
+                test_repack_x32(KVT_TYPE_Q8_0, 576, 88, 1, 0, 88, 0);
+                test_repack_x32(KVT_TYPE_Q8_0, 2048, 56, 1, 3, 53, 0);
+                test_repack_x32(KVT_TYPE_Q8_0, 320, 136, 1, 5, 133, 2);
+                test_repack_x32(KVT_TYPE_Q8_0, 224, 24, 1, 0, 24, 0);
+                test_repack_x32(KVT_TYPE_Q8_0, 576, 40, 1, 5, 37, 0);
+                test_repack_x32(KVT_TYPE_Q8_0, 2048, 32, 1, 0, 32, 1);
+                kvt_kernels_set_decode_variant(KVT_TYPE_Q8_0_X8, ov);
+            }
+        }
+        kvt_kernels_set_prefetch(old);
+        for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++) {
+            g_study_v = fv[i];
+            for (int isa = KVT_ISA_AVX2; isa <= (int)kvt_kernels_isa(); isa++) {
+                const kvt_type ft[] = {KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_F32};
+                for (size_t j = 0; j < sizeof ft / sizeof ft[0]; j++) {
+                    for (int64_t nr = 1; nr <= 13; nr++) test_decode_streams((kvt_isa)isa, ft[j], nr & 1 ? 67 : 1125, nr, 0, nr);
+                    test_decode_streams((kvt_isa)isa, ft[j], 1125, 41, 3, 38);
+                    test_decode_streams((kvt_isa)isa, ft[j], 2048, 350, 1, 347);
+                }
+            }
+            g_study_v = 0;
+        }
     }
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,

@@ -20,6 +20,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #define STRIP_BYTES (256 * 1024) // weight rows per strip (L2)
@@ -27,6 +28,15 @@
 #define STACK_SCRATCH (32 * 1024)
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static _Atomic int g_decode_variant[KVT_TYPE_COUNT];
+int kvt_kernels_decode_variant(kvt_type t) {
+    return (unsigned)t < KVT_TYPE_COUNT ? atomic_load_explicit(&g_decode_variant[t], memory_order_relaxed) : 0;
+}
+int kvt_kernels_set_decode_variant(kvt_type t, int v) {
+    if ((unsigned)t >= KVT_TYPE_COUNT) return 0;
+    return atomic_exchange_explicit(&g_decode_variant[t], v, memory_order_relaxed);
+}
 
 static int64_t strip_rows(int64_t wrs) {
     const int64_t s = STRIP_BYTES / (wrs > 0 ? wrs : 1);
@@ -52,7 +62,7 @@ static void run_rows(const kvt_mm_kernel *mm, int64_t n, const char *w, int64_t 
 }
 
 // Returns 0 if scratch memory could not be had (caller falls back).
-static int matmul_kernel(const kvt_mm_kernel *mm, int64_t n, const char *w, int64_t wrs, int64_t r0, int64_t r1,
+static int matmul_kernel(kvt_type wt, const kvt_mm_kernel *mm, int64_t n, const char *w, int64_t wrs, int64_t r0, int64_t r1,
                          const char *x, int64_t xrs, int64_t n_tok, float *Y, int64_t ldy) {
     const int64_t prs = mm->prep_size(n);
     const int64_t tb = token_block(prs, n_tok, nt_max(mm));
@@ -66,7 +76,8 @@ static int matmul_kernel(const kvt_mm_kernel *mm, int64_t n, const char *w, int6
         P = (char *)(((uintptr_t)heap + 63) & ~(uintptr_t)63);
     }
     void *scratch = rsb ? P + tb * prs : NULL;
-    const int64_t strip = strip_rows(wrs);
+    // (a study form, matmul.h: float decode streams over the call's whole range rather than per strip)
+    const int64_t strip = n_tok == 1 && kvt_kernels_decode_variant(wt) >= 20 ? r1 - r0 : strip_rows(wrs);
     if (tb == n_tok) { // all tokens prepared once (always the case for decode)
         for (int64_t t = 0; t < n_tok; t++) mm->prep(n, x + t * xrs, P + t * prs);
         for (int64_t rs = r0; rs < r1; rs += strip)
@@ -297,7 +308,7 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
             return;
         }
     }
-    if (mm && mm->rows && matmul_kernel(mm, n, W, wrs, r0, r1, Xq, xrs, n_tok, Y, ldy)) return;
+    if (mm && mm->rows && matmul_kernel(wt, mm, n, W, wrs, r0, r1, Xq, xrs, n_tok, Y, ldy)) return;
     matmul_generic(ops, n, W, wrs, r0, r1, Xq, xrs, n_tok, Y, ldy);
 }
 

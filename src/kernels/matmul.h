@@ -78,6 +78,17 @@ void kvt_matmul_rows(kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t 
 void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
                          const void *Xq, int64_t n_tok, float *Y, int64_t ldy);
 
+// Study hook (kq_decode_bench -A/-B, the kernel tests): the form of type t's decode GEMV (one token), 0 = the default
+// form. Every form gives the same bits (each row's order of the comment above); the kernel reads it once per call.
+// Forms: q8_0_x8 (q80x8.h; default: Q80X8_NS = 4 streams with prefetch, 1 without): the groups of a call read as v % 10
+// streams at once (1, 2, 4), block by block; AVX-512 v >= 10: turns of 4 blocks; f32/f16/bf16 (both ISAs: the float rows
+// kernel of matmul_avx2.c): v rows at once (1, 2, 4: adjacent rows, the next rows' lines prefetched) or v % 10 streams
+// (12, 14: rows h apart in a strip of matmul.c, each row's next row prefetched; 22, 24: the same over the call's whole
+// row range, not per strip). Any other value: the default. For tests and
+// benchmarks only; set it while no kernel runs.
+int kvt_kernels_decode_variant(kvt_type t);
+int kvt_kernels_set_decode_variant(kvt_type t, int v); // returns the old value
+
 // ---- internal: SIMD matmul kernels (matmul_avx2.c / matmul_avx512.c) ----
 // prep converts one activation row (vec_dot_type, n elements) into the
 // kernel's layout of prep_size(n) bytes (multiple of 64; P rows 64-aligned);

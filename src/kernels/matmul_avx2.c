@@ -102,7 +102,7 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
 #else
 #define FP_ACC_MAX 12
 #endif
-#define DEFINE_FP_TILE(name, ET, LDW, CVT)                                                          \
+#define DEFINE_FP_TILE(name, ET, LDW, CVT, KT)                                                        \
     INLINE void name##_tile(int64_t n, const char *W, size_t wrs, int NR, const float *P, size_t prs, \
                             int NT, float *Y, int64_t ldy) {                                        \
         FV acc[FP_NR][NTMAX];                                                                       \
@@ -153,9 +153,60 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
             Y[r] = s;                                                                               \
         }                                                                                           \
     }                                                                                               \
+    /* study forms (kvt_kernels_decode_variant): ND rows at W + k * rstep (k < ND) at once into Y[k * ystep], */ \
+    /* one chain each (the tile's order), each row's lines pfd bytes on prefetched */               \
+    INLINE void name##_decs(int64_t n, const char *W, size_t rstep, int ND, const float *y, float *Y, int64_t ystep, \
+                            size_t pfd) {                                                           \
+        enum { L = 64 / (int)sizeof(ET) };                                                          \
+        FV acc[4];                                                                                  \
+        UNROLL for (int r = 0; r < ND; r++) acc[r] = fv_zero();                                     \
+        const int64_t nv = n & ~(int64_t)(FV_N - 1);                                                \
+        int64_t i = 0;                                                                              \
+        for (; i + L <= nv; i += L) {                                                               \
+            UNROLL for (int r = 0; r < ND; r++)                                                     \
+                _mm_prefetch(W + r * rstep + pfd + i * (int64_t)sizeof(ET), FP_PF_HINT);            \
+            UNROLL for (int u = 0; u < L; u += FV_N) {                                              \
+                const FV yv = fv_ld(y + i + u);                                                     \
+                UNROLL for (int r = 0; r < ND; r++)                                                 \
+                    acc[r] = fv_fma(LDW((const ET *)(W + r * rstep) + i + u), yv, acc[r]);          \
+            }                                                                                       \
+        }                                                                                           \
+        for (; i < nv; i += FV_N) {                                                                 \
+            const FV yv = fv_ld(y + i);                                                             \
+            UNROLL for (int r = 0; r < ND; r++) acc[r] = fv_fma(LDW((const ET *)(W + r * rstep) + i), yv, acc[r]); \
+        }                                                                                           \
+        UNROLL for (int r = 0; r < ND; r++) {                                                       \
+            const ET *x = (const ET *)(W + r * rstep);                                              \
+            float s = fv_hsum(acc[r]);                                                              \
+            for (int64_t j = nv; j < n; j++) s += CVT(x[j]) * y[j];                                 \
+            Y[r * ystep] = s;                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+    /* the nr rows at w in the study form v: 1, 2, 4 adjacent rows at once, or v - 10 (2, 4) streams h rows apart */ \
+    static void name##_dec_study(int v, int64_t n, const char *w, size_t wrs, int64_t nr, const float *y, float *Y) { \
+        int64_t r = 0;                                                                              \
+        if (v == 12 || v == 14 || v == 22 || v == 24) {                                             \
+            const int64_t ns = v % 10, h = nr / ns;                                                 \
+            for (; r < h; r++) {                                                                    \
+                if (ns == 4) name##_decs(n, w + r * wrs, h * wrs, 4, y, Y + r, h, wrs);             \
+                else name##_decs(n, w + r * wrs, h * wrs, 2, y, Y + r, h, wrs);                     \
+            }                                                                                       \
+            r = ns * h;                                                                             \
+        } else if (v == 4) {                                                                        \
+            for (; r + 4 <= nr; r += 4) name##_decs(n, w + r * wrs, wrs, 4, y, Y + r, 1, 4 * wrs);  \
+        }                                                                                           \
+        if (v != 1)                                                                                 \
+            for (; r + 2 <= nr; r += 2) name##_decs(n, w + r * wrs, wrs, 2, y, Y + r, 1, 2 * wrs);  \
+        for (; r < nr; r++) name##_decs(n, w + r * wrs, wrs, 1, y, Y + r, 1, wrs);                  \
+    }                                                                                               \
     INLINE void name##_rows_nt(int64_t n, const char *w, size_t wrs, int64_t nr, const void *P, size_t prs, \
                                int NT, float *Y, int64_t ldy) {                                     \
         if (NT == 1) {                                                                              \
+            const int v = kvt_kernels_decode_variant(KT); /* a study form: once per call */         \
+            if (v == 1 || v == 4 || v == 12 || v == 14 || v == 22 || v == 24) {                     \
+                name##_dec_study(v, n, w, wrs, nr, P, Y);                                           \
+                return;                                                                             \
+            }                                                                                       \
             int64_t r = 0;                                                                          \
             for (; r + FP_DR <= nr; r += FP_DR) name##_dec(n, w + r * wrs, wrs, P, Y + r, FP_DR * wrs); \
             for (; r < nr; r++) name##_tile(n, w + r * wrs, wrs, 1, P, prs, 1, Y + r, ldy);        \
@@ -177,9 +228,9 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
         }                                                                                           \
     }
 
-DEFINE_FP_TILE(f32, float, fv_ld_f32, cvt_f32)
-DEFINE_FP_TILE(f16, uint16_t, fv_ld_f16, kvt_f16_to_f32)
-DEFINE_FP_TILE(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32)
+DEFINE_FP_TILE(f32, float, fv_ld_f32, cvt_f32, KVT_TYPE_F32)
+DEFINE_FP_TILE(f16, uint16_t, fv_ld_f16, kvt_f16_to_f32, KVT_TYPE_F16)
+DEFINE_FP_TILE(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32, KVT_TYPE_BF16)
 
 // ======================================================= 32-element blocks
 

@@ -14,6 +14,16 @@
 // /work/quiet (or on an idle machine). The decode GEMVs' software prefetch distance is the CPU's
 // (kvt_kernels_prefetch: 0 on AMD, 4096 bytes into L2 on Intel); KVT_PREFETCH=BYTES sets another, to compare.
 // Types: -T q4_1_x8, q8_0_x8, f16, q8_0, ... as well (the repacked ones packed as the model loader does).
+//
+// Paired A/B (-A SPEC and/or -B SPEC; -P pairs=40): two forms of the same decode GEMV compared within one process on
+// the same matrix copies, call by call: each pair is one pass of A and one of B over all copies (order A B, then B A,
+// ...) and one pass of the probe's best pattern over the same bytes (4 streams per task, lines 4 KiB ahead
+// prefetched into L2: membw.c's BW_FOUR_PF) in the same alternation. SPEC: comma-separated v=N (the kernel's study
+// form, matmul.h kvt_kernels_decode_variant: e.g. q8_0_x8 v=2, f16 v=14), pf=BYTES (the decode prefetch distance),
+// or "0" (the defaults). Prints per form the median GB/s and its median share of the same pair's probe, the median
+// of the paired ratios B/A and the share of pairs B wins; with -v, every pair. The bandwidth of a shared VM swings
+// within minutes: only such paired figures resolve a 5-10% difference (docs/log/BENCHMARKS-kernels-2.md, ms11c).
+//   build/kq_decode_bench -t 2 -s avx2 -M 512 -T q8_0_x8 -S gate -S down -A v=0 -B v=4 -P 40
 
 #include <immintrin.h>
 #include <stdio.h>
@@ -58,6 +68,55 @@ __attribute__((target("avx2"))) static void stream_task(void *vj, int64_t t, int
     _mm256_storeu_si256((__m256i *)r, a);
     J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
 }
+// The probe's best pattern (membw.c BW_FOUR_PF) over one task's bytes of the same copy: its range in 4 parts, 64
+// bytes of each in turn, each part's line 4096 bytes ahead prefetched into L2.
+__attribute__((target("avx2"))) static void stream4_task(void *vj, int64_t t, int thread) {
+    stream_job *J = vj;
+    const int64_t r0 = t * J->chunk, r1 = r0 + J->chunk < J->rows ? r0 + J->chunk : J->rows;
+    const int64_t len = (r1 - r0) * J->wrs / 256 * 64; // bytes per part (a multiple of 64)
+    const char *p = J->w + r0 * J->wrs;
+    __m256i x[4];
+    for (int k = 0; k < 4; k++) x[k] = _mm256_setzero_si256();
+    for (int64_t i = 0; i < len; i += 64)
+        for (int k = 0; k < 4; k++) {
+            const char *q = p + k * len + i;
+            _mm_prefetch(q + 4096, _MM_HINT_T1);
+            x[k] = _mm256_xor_si256(x[k], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q),
+                                                           _mm256_loadu_si256((const __m256i *)(q + 32))));
+        }
+    const __m256i a = _mm256_xor_si256(_mm256_xor_si256(x[0], x[1]), _mm256_xor_si256(x[2], x[3]));
+    uint64_t r[4];
+    _mm256_storeu_si256((__m256i *)r, a);
+    J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
+}
+
+// A form of -A / -B: the study form v and the prefetch distance pf (-1: the CPU's).
+typedef struct {
+    int v;
+    int64_t pf;
+} form;
+static int form_parse(const char *s, form *f) {
+    f->v = 0, f->pf = -1;
+    if (!strcmp(s, "0")) return 1;
+    while (*s) {
+        char *end;
+        if (!strncmp(s, "v=", 2)) f->v = (int)strtol(s + 2, &end, 10);
+        else if (!strncmp(s, "pf=", 3)) f->pf = strtoll(s + 3, &end, 10);
+        else return 0;
+        if (end == s || (*end && *end != ',')) return 0;
+        s = *end ? end + 1 : end;
+    }
+    return 1;
+}
+static int cmp_dbl(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static int64_t decode_chunk(int64_t rows, int64_t wrs, int nt) {
     int64_t chunk = rows / ((int64_t)nt * 8);
     const int64_t min_rows = 128 * 1024 / wrs;
@@ -68,7 +127,8 @@ static int64_t decode_chunk(int64_t rows, int64_t wrs, int nt) {
 int main(int argc, char **argv) {
     int nth = 2, reps = 5, ntypes = 0, nshapes = 0, isa = -1;
     int64_t mib = 512;
-    int huge = 1;
+    int huge = 1, pairs = 40, paired = 0, verbose = 0;
+    form fa = {0, -1}, fb = {0, -1};
     kvt_type types[8];
     shape shapes[8];
     for (int i = 1; i < argc; i++) {
@@ -76,6 +136,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-M") && i + 1 < argc) mib = atoll(argv[++i]);
         else if (!strcmp(argv[i], "-H") && i + 1 < argc) huge = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-P") && i + 1 < argc) pairs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-v")) verbose = 1;
+        else if ((!strcmp(argv[i], "-A") || !strcmp(argv[i], "-B")) && i + 1 < argc) {
+            paired = 1;
+            if (!form_parse(argv[i + 1], argv[i][1] == 'A' ? &fa : &fb))
+                return fprintf(stderr, "bad form %s (v=N,pf=BYTES or 0)\n", argv[i + 1]), 1;
+            i++;
+        }
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
             const char *s = argv[++i];
             isa = !strcmp(s, "scalar") ? 0 : !strcmp(s, "avx2") ? 1 : 2;
@@ -88,13 +156,16 @@ int main(int argc, char **argv) {
             if (k == sizeof k_shapes / sizeof k_shapes[0]) return fprintf(stderr, "unknown shape %s\n", s), 1;
             shapes[nshapes++] = k_shapes[k];
         } else {
-            fprintf(stderr, "usage: %s [-t threads] [-s scalar|avx2|avx512] [-r reps] [-M MiB] [-H 1|0] [-T type]... [-S shape]...\n",
+            fprintf(stderr,
+                    "usage: %s [-t threads] [-s scalar|avx2|avx512] [-r reps] [-M MiB] [-H 1|0] [-T type]... [-S shape]...\n"
+                    "       [-A form] [-B form] [-P pairs] [-v]   (paired A/B; form: v=N,pf=BYTES or 0: see the source)\n",
                     argv[0]);
             return 1;
         }
     }
     if (nth < 1 || nth > 64) nth = 2;
     if (reps < 1) reps = 1;
+    if (pairs < 1) pairs = 1;
     if (isa >= 0) kvt_kernels_set_isa((kvt_isa)isa);
     if (!ntypes) types[0] = KVT_TYPE_Q4_K_X8, types[1] = KVT_TYPE_Q6_K, ntypes = 2;
     if (!nshapes) shapes[0] = k_shapes[0], shapes[1] = k_shapes[1], shapes[2] = k_shapes[2], nshapes = 3;
@@ -104,9 +175,17 @@ int main(int argc, char **argv) {
     printf("isa %s, %d thread(s), %lld MiB of copies per case, %s pages, x8 decode prefetch %lld bytes\n",
            kvt_isa_name(kvt_kernels_isa()), nth, (long long)mib, huge ? "huge (madvise)" : "4 KiB",
            (long long)kvt_kernels_prefetch());
-    printf("%-8s %-5s %12s %9s %9s %9s %8s %8s\n", "type", "shape", "rows x cols", "gemv", "stream", "probe",
-           "%stream", "%probe");
-    const double probe = kvt_measure_read_bw(pool, (int64_t)512 << 20, 5) / 1e9;
+    const int64_t pf_cpu = kvt_kernels_prefetch();
+    if (paired) {
+        printf("paired: A = v=%d,pf=%lld, B = v=%d,pf=%lld, %d pairs (one pass of A, B and the 4-stream probe each)\n",
+               fa.v, (long long)(fa.pf < 0 ? pf_cpu : fa.pf), fb.v, (long long)(fb.pf < 0 ? pf_cpu : fb.pf), pairs);
+        printf("%-8s %-5s %12s %8s %8s %8s %7s %7s %7s %7s\n", "type", "shape", "rows x cols", "A GB/s", "B GB/s",
+               "probe", "A%prb", "B%prb", "B/A", "B wins");
+    } else {
+        printf("%-8s %-5s %12s %9s %9s %9s %8s %8s\n", "type", "shape", "rows x cols", "gemv", "stream", "probe",
+               "%stream", "%probe");
+    }
+    const double probe = paired ? 0 : kvt_measure_read_bw(pool, (int64_t)512 << 20, 5) / 1e9;
     for (int ti = 0; ti < ntypes; ti++)
         for (int si = 0; si < nshapes; si++) {
             const kvt_type t = types[ti], qt = kvt_type_repacked_from(t);
@@ -149,27 +228,75 @@ int main(int argc, char **argv) {
             stream_job *J = calloc(1, sizeof *J);
             J->wrs = wrs, J->rows = rows, J->chunk = decode_chunk(rows, wrs, nth);
             const int64_t ntask = (rows + J->chunk - 1) / J->chunk;
-            double best_g = 1e30, best_s = 1e30;
-            for (int rep = -1; rep < reps; rep++) { // rep -1: warm-up
-                int64_t t0 = kvt_time_ns();
-                for (int c = 0; c < copies; c++) {
-                    W.data = w + stride * (size_t)c;
-                    const kvt_weight *wp = &W;
-                    kvt_matmul_par(pool, &wp, &y, 1, x, 1, scratch);
+            if (paired) {
+                // one pass over all copies: f (a form) or the probe pattern (f NULL); returns GB/s
+                double *ga = malloc((size_t)pairs * 5 * sizeof *ga), *gb = ga + pairs, *gp = gb + pairs, *ra = gp + pairs,
+                       *rb = ra + pairs;
+                if (!ga) return fprintf(stderr, "out of memory\n"), 1;
+                int wins = 0;
+                for (int i = -1; i < pairs; i++) { // i -1: warm-up
+                    double g[3];
+                    for (int k = 0; k < 3; k++) {
+                        const int which = k == 2 ? 2 : (i & 1) ? 1 - k : k; // A B P, then B A P
+                        const form *f = which == 0 ? &fa : &fb;
+                        int64_t t0 = kvt_time_ns();
+                        if (which < 2) {
+                            kvt_kernels_set_decode_variant(t, f->v);
+                            kvt_kernels_set_prefetch(f->pf < 0 ? pf_cpu : f->pf);
+                            t0 = kvt_time_ns();
+                            for (int c = 0; c < copies; c++) {
+                                W.data = w + stride * (size_t)c;
+                                const kvt_weight *wp = &W;
+                                kvt_matmul_par(pool, &wp, &y, 1, x, 1, scratch);
+                            }
+                        } else {
+                            for (int c = 0; c < copies; c++) {
+                                J->w = w + stride * (size_t)c;
+                                kvt_threadpool_run(pool, stream4_task, J, ntask);
+                            }
+                        }
+                        g[which] = (double)wbytes * copies / ((double)(kvt_time_ns() - t0) / 1e9) / 1e9;
+                    }
+                    kvt_kernels_set_decode_variant(t, 0);
+                    kvt_kernels_set_prefetch(pf_cpu);
+                    if (i < 0) continue;
+                    ga[i] = g[0], gb[i] = g[1], gp[i] = g[2];
+                    wins += g[1] > g[0];
+                    if (verbose)
+                        printf("  pair %2d: A %6.2f B %6.2f probe %6.2f GB/s  B/A %.3f\n", i, g[0], g[1], g[2], g[1] / g[0]);
                 }
-                const double g = (double)(kvt_time_ns() - t0) / 1e9 / copies;
-                t0 = kvt_time_ns();
-                for (int c = 0; c < copies; c++) {
-                    J->w = w + stride * (size_t)c;
-                    kvt_threadpool_run(pool, stream_task, J, ntask);
+                double *q = malloc((size_t)pairs * sizeof *q);
+                if (!q) return fprintf(stderr, "out of memory\n"), 1;
+                for (int i = 0; i < pairs; i++) q[i] = gb[i] / ga[i], ra[i] = ga[i] / gp[i], rb[i] = gb[i] / gp[i];
+                const double mq = median(q, pairs), mra = median(ra, pairs), mrb = median(rb, pairs);
+                const double ma = median(ga, pairs), mb = median(gb, pairs), mp = median(gp, pairs);
+                printf("%-8s %-5s %5lld x %-5lld %8.2f %8.2f %8.2f %6.0f%% %6.0f%% %7.3f %6.0f%%\n", kvt_type_name(t),
+                       shapes[si].name, (long long)rows, (long long)n, ma, mb, mp, 100 * mra, 100 * mrb, mq,
+                       100.0 * wins / pairs);
+                free(ga), free(q);
+            } else {
+                double best_g = 1e30, best_s = 1e30;
+                for (int rep = -1; rep < reps; rep++) { // rep -1: warm-up
+                    int64_t t0 = kvt_time_ns();
+                    for (int c = 0; c < copies; c++) {
+                        W.data = w + stride * (size_t)c;
+                        const kvt_weight *wp = &W;
+                        kvt_matmul_par(pool, &wp, &y, 1, x, 1, scratch);
+                    }
+                    const double g = (double)(kvt_time_ns() - t0) / 1e9 / copies;
+                    t0 = kvt_time_ns();
+                    for (int c = 0; c < copies; c++) {
+                        J->w = w + stride * (size_t)c;
+                        kvt_threadpool_run(pool, stream_task, J, ntask);
+                    }
+                    const double st = (double)(kvt_time_ns() - t0) / 1e9 / copies;
+                    if (rep >= 0 && g < best_g) best_g = g;
+                    if (rep >= 0 && st < best_s) best_s = st;
                 }
-                const double st = (double)(kvt_time_ns() - t0) / 1e9 / copies;
-                if (rep >= 0 && g < best_g) best_g = g;
-                if (rep >= 0 && st < best_s) best_s = st;
+                const double gg = (double)wbytes / best_g / 1e9, sg = (double)wbytes / best_s / 1e9;
+                printf("%-8s %-5s %5lld x %-5lld %9.2f %9.2f %9.2f %7.0f%% %7.0f%%   (y0 %g)\n", kvt_type_name(t),
+                       shapes[si].name, (long long)rows, (long long)n, gg, sg, probe, 100 * gg / sg, 100 * gg / probe, y[0]);
             }
-            const double gg = (double)wbytes / best_g / 1e9, sg = (double)wbytes / best_s / 1e9;
-            printf("%-8s %-5s %5lld x %-5lld %9.2f %9.2f %9.2f %7.0f%% %7.0f%%   (y0 %g)\n", kvt_type_name(t),
-                   shapes[si].name, (long long)rows, (long long)n, gg, sg, probe, 100 * gg / sg, 100 * gg / probe, y[0]);
             fflush(stdout);
             munmap(w, stride * (size_t)copies);
             free(f), free(x), free(y), free(tmp), free(scratch), free(J);
