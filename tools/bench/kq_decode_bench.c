@@ -45,7 +45,7 @@ typedef struct {
 static const shape k_shapes[] = {{"gate", 5632, 2048}, {"down", 2048, 5632}, {"out", 32000, 2048},
                                  {"q", 2048, 2048},    {"kv", 256, 2048}};
 
-// The tasks of kvt_matmul_par's decode split (its chunk rule: 8 tasks per thread, at least 128 KiB, rows a
+// The tasks of kvt_matmul_par's decode split (its chunk rule: 8 tasks per thread, at least 256 KiB (MIN_TASK_BYTES of src/exec/matmul_par.c), rows a
 // multiple of 16), each reading its rows' bytes.
 typedef struct {
     const char *w;
@@ -119,7 +119,7 @@ static double median(double *v, int n) {
 
 static int64_t decode_chunk(int64_t rows, int64_t wrs, int nt) {
     int64_t chunk = rows / ((int64_t)nt * 8);
-    const int64_t min_rows = 128 * 1024 / wrs;
+    const int64_t min_rows = 256 * 1024 / wrs;
     if (chunk < min_rows) chunk = min_rows;
     return chunk < 16 ? 16 : (chunk + 15) / 16 * 16;
 }
