@@ -1037,7 +1037,7 @@ int test_kernels_main(void) {
     // count of rows 1..13, cut ranges, several strips, a float tail.
     {
         const int64_t pfs[] = {0, 4096}, old = kvt_kernels_prefetch();
-        const int qv[] = {1, 2, 4, 12, 14}, fv[] = {1, 4, 12, 14, 22, 24};
+        const int qv[] = {1, 2, 4, 12, 14}, fv[] = {1, 4, 9, 12, 14, 22, 24};
         for (int k = 0; k < 2; k++) {
             kvt_kernels_set_prefetch(pfs[k]);
             for (size_t i = 0; i < sizeof qv / sizeof qv[0]; i++) {

@@ -33,6 +33,10 @@ static _Atomic int g_decode_variant[KVT_TYPE_COUNT];
 int kvt_kernels_decode_variant(kvt_type t) {
     return (unsigned)t < KVT_TYPE_COUNT ? atomic_load_explicit(&g_decode_variant[t], memory_order_relaxed) : 0;
 }
+int kvt_kernels_decode_form(kvt_type t) {
+    const int v = kvt_kernels_decode_variant(t);
+    return v == 0 && t == KVT_TYPE_F16 && kvt_kernels_prefetch() > 0 ? 24 : v;
+}
 int kvt_kernels_set_decode_variant(kvt_type t, int v) {
     if ((unsigned)t >= KVT_TYPE_COUNT) return 0;
     return atomic_exchange_explicit(&g_decode_variant[t], v, memory_order_relaxed);
@@ -77,7 +81,7 @@ static int matmul_kernel(kvt_type wt, const kvt_mm_kernel *mm, int64_t n, const 
     }
     void *scratch = rsb ? P + tb * prs : NULL;
     // (a study form, matmul.h: float decode streams over the call's whole range rather than per strip)
-    const int64_t strip = n_tok == 1 && kvt_kernels_decode_variant(wt) >= 20 ? r1 - r0 : strip_rows(wrs);
+    const int64_t strip = n_tok == 1 && kvt_kernels_decode_form(wt) >= 20 ? r1 - r0 : strip_rows(wrs);
     if (tb == n_tok) { // all tokens prepared once (always the case for decode)
         for (int64_t t = 0; t < n_tok; t++) mm->prep(n, x + t * xrs, P + t * prs);
         for (int64_t rs = r0; rs < r1; rs += strip)

@@ -202,7 +202,7 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
     INLINE void name##_rows_nt(int64_t n, const char *w, size_t wrs, int64_t nr, const void *P, size_t prs, \
                                int NT, float *Y, int64_t ldy) {                                     \
         if (NT == 1) {                                                                              \
-            const int v = kvt_kernels_decode_variant(KT); /* a study form: once per call */         \
+            const int v = kvt_kernels_decode_form(KT); /* the type's default or a study form */      \
             if (v == 1 || v == 4 || v == 12 || v == 14 || v == 22 || v == 24) {                     \
                 name##_dec_study(v, n, w, wrs, nr, P, Y);                                           \
                 return;                                                                             \
