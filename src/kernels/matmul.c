@@ -35,7 +35,7 @@ int kvt_kernels_decode_variant(kvt_type t) {
 }
 int kvt_kernels_decode_form(kvt_type t) {
     const int v = kvt_kernels_decode_variant(t);
-    return v == 0 && t == KVT_TYPE_F16 && kvt_kernels_prefetch() > 0 ? 24 : v;
+    return v == 0 && (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16) && kvt_kernels_prefetch() > 0 ? 24 : v;
 }
 int kvt_kernels_set_decode_variant(kvt_type t, int v) {
     if ((unsigned)t >= KVT_TYPE_COUNT) return 0;
