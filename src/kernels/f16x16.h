@@ -36,10 +36,8 @@ void kvt_f16x16_mm_avx512(int64_t n, const void *W, int64_t r0, int64_t r1, cons
                           int64_t ldy, void *scratch);
 int64_t kvt_f16x16_scratch_avx2(int64_t n, int64_t n_tok);
 int64_t kvt_f16x16_scratch_avx512(int64_t n, int64_t n_tok);
-// Batches of at most this many tokens run the GEMV token by token; larger ones the GEMM tile.
-#ifndef KVT_F16X16_GEMV_MAX
-#define KVT_F16X16_GEMV_MAX 1
-#endif
+// Batches of 1 .. 8 tokens (AVX2: 6) run the GEMV (each panel's weights converted once per k for the batch's tokens, several
+// panels in flight); larger ones the GEMM tile.
 // k elements per block of the GEMM (the packed f32 activations of a token tile: KC * tile * 4 bytes, in L1)
 #ifndef KVT_F16X16_KC
 #define KVT_F16X16_KC 256

@@ -12,6 +12,7 @@
 #define FX_H 1  // vectors per panel
 #define FX_L 16 // lanes per vector
 #define FX_NP 8 // GEMV: panels in flight (8 FMA chains)
+#define FX_SMALL 8 // batches up to this many tokens: the GEMV with NT tokens
 #define FX_TP 2 // GEMM tile: panels
 #define FX_TT 12 // GEMM tile: tokens (2 x 12 = 24 zmm accumulators)
 typedef __m512 fx_v;
@@ -26,6 +27,7 @@ typedef __m512 fx_v;
 #define FX_H 2
 #define FX_L 8
 #define FX_NP 4 // 8 ymm chains
+#define FX_SMALL 6
 #define FX_TP 1
 #define FX_TT 6 // 2 x 6 = 12 ymm accumulators, 2 weight vectors, 1 broadcast
 typedef __m256 fx_v;
@@ -43,33 +45,39 @@ typedef __m256 fx_v;
 #define FX_INLINE static inline __attribute__((always_inline))
 #define FX_UNROLL _Pragma("GCC unroll 32")
 
-// ---- GEMV: NP panels at w (panel stride wps elements) against the f32 row xf; y[16q + i] for q < NP
-FX_INLINE void fx_gemv_np(const int NP, int64_t n, const uint16_t *w, int64_t wps, const float *xf, float *y,
-                          int64_t pf) {
-    fx_v acc[FX_NP * FX_H];
-    FX_UNROLL for (int q = 0; q < NP * FX_H; q++) acc[q] = fx_zero();
+// ---- GEMV: NP panels at w (panel stride wps elements) against NT f32 rows xf (stride n); y[t * ldy + 16q + i] for
+// q < NP, t < NT (NT = 1: decode; 2 .. FX_SMALL: small batches, each weight converted once for the NT rows)
+FX_INLINE void fx_gemv_np(const int NP, const int NT, int64_t n, const uint16_t *w, int64_t wps, const float *xf,
+                          float *y, int64_t ldy, int64_t pf) {
+    fx_v acc[FX_NP * FX_H][FX_SMALL];
+    FX_UNROLL for (int q = 0; q < NP * FX_H; q++) FX_UNROLL for (int t = 0; t < NT; t++) acc[q][t] = fx_zero();
     int64_t k = 0;
     for (; k + 2 <= n; k += 2) {
         if (pf) {
             FX_UNROLL for (int q = 0; q < NP; q++) _mm_prefetch((const char *)(w + q * wps + 16 * k) + pf, _MM_HINT_T0);
         }
-        const fx_v x0 = fx_bc(xf + k), x1 = fx_bc(xf + k + 1);
-        FX_UNROLL for (int q = 0; q < NP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++)
-            acc[q * FX_H + h] = fx_fma(fx_ldw(w + q * wps + 16 * k + FX_L * h), x0, acc[q * FX_H + h]);
-        FX_UNROLL for (int q = 0; q < NP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++)
-            acc[q * FX_H + h] = fx_fma(fx_ldw(w + q * wps + 16 * (k + 1) + FX_L * h), x1, acc[q * FX_H + h]);
+        FX_UNROLL for (int e = 0; e < 2; e++) {
+            fx_v x[FX_SMALL];
+            FX_UNROLL for (int t = 0; t < NT; t++) x[t] = fx_bc(xf + t * n + k + e);
+            FX_UNROLL for (int q = 0; q < NP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++) {
+                const fx_v wv = fx_ldw(w + q * wps + 16 * (k + e) + FX_L * h);
+                FX_UNROLL for (int t = 0; t < NT; t++) acc[q * FX_H + h][t] = fx_fma(wv, x[t], acc[q * FX_H + h][t]);
+            }
+        }
     }
     for (; k < n; k++) {
-        const fx_v x0 = fx_bc(xf + k);
-        FX_UNROLL for (int q = 0; q < NP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++)
-            acc[q * FX_H + h] = fx_fma(fx_ldw(w + q * wps + 16 * k + FX_L * h), x0, acc[q * FX_H + h]);
+        FX_UNROLL for (int q = 0; q < NP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++) {
+            const fx_v wv = fx_ldw(w + q * wps + 16 * k + FX_L * h);
+            FX_UNROLL for (int t = 0; t < NT; t++) acc[q * FX_H + h][t] = fx_fma(wv, fx_bc(xf + t * n + k), acc[q * FX_H + h][t]);
+        }
     }
-    FX_UNROLL for (int q = 0; q < NP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++)
-        fx_sty(y + 16 * q + FX_L * h, acc[q * FX_H + h]);
+    FX_UNROLL for (int q = 0; q < NP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++) FX_UNROLL for (int t = 0; t < NT; t++)
+        fx_sty(y + t * ldy + 16 * q + FX_L * h, acc[q * FX_H + h][t]);
 }
 
-#define FX_GEMV_CASE(c) case c: fx_gemv_np(c, n, w, wps, xf, y, pf); break;
-static void fx_gemv_tail(int np, int64_t n, const uint16_t *w, int64_t wps, const float *xf, float *y, int64_t pf) {
+#define FX_GEMV_CASE(c) case c: fx_gemv_np(c, 1, n, w, wps, xf, y, ldy, pf); break;
+static void fx_gemv_tail(int np, int64_t n, const uint16_t *w, int64_t wps, const float *xf, float *y, int64_t ldy,
+                         int64_t pf) {
     switch (np) {
         FX_GEMV_CASE(1) FX_GEMV_CASE(2) FX_GEMV_CASE(3)
 #if FX_NP > 4
@@ -79,13 +87,31 @@ static void fx_gemv_tail(int np, int64_t n, const uint16_t *w, int64_t wps, cons
     }
 }
 
-// Panels [p0, p1) of W for one token (xf: its f32 values), into Yp[16 (p - p0) + i].
-static void fx_gemv(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const float *xf, float *Yp) {
-    const int64_t wps = 16 * n, pf = kvt_kernels_prefetch();
-    int64_t p = p0;
-    for (; p + FX_NP <= p1; p += FX_NP) fx_gemv_np(FX_NP, n, W + p * wps, wps, xf, Yp + 16 * (p - p0), pf);
-    if (p < p1) fx_gemv_tail((int)(p1 - p), n, W + p * wps, wps, xf, Yp + 16 * (p - p0), pf);
-}
+// Panels [p0, p1) of W for NT tokens (xf: their f32 values, stride n), into Yp[t * ldy + 16 (p - p0) + i]; NPT panels
+// at once (NT * NPT * FX_H FMA chains).
+#define FX_GEMV_NT(NT, NPT)                                                                                          \
+    static void fx_gemv_##NT(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const float *xf, float *Yp,      \
+                             int64_t ldy, int64_t pf) {                                                              \
+        const int64_t wps = 16 * n;                                                                                  \
+        int64_t p = p0;                                                                                              \
+        for (; p + (NPT) <= p1; p += (NPT)) fx_gemv_np(NPT, NT, n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf); \
+        if (NT == 1 && p < p1) fx_gemv_tail((int)(p1 - p), n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf);   \
+        else                                                                                                         \
+            for (; p < p1; p++) fx_gemv_np(1, NT, n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf);           \
+    }
+#ifdef KVT_SIMD_AVX512
+FX_GEMV_NT(1, 8) FX_GEMV_NT(2, 8) FX_GEMV_NT(3, 6) FX_GEMV_NT(4, 4) FX_GEMV_NT(5, 4) FX_GEMV_NT(6, 4) FX_GEMV_NT(7, 3)
+FX_GEMV_NT(8, 3)
+#else
+FX_GEMV_NT(1, 4) FX_GEMV_NT(2, 3) FX_GEMV_NT(3, 2) FX_GEMV_NT(4, 1) FX_GEMV_NT(5, 1) FX_GEMV_NT(6, 1)
+#endif
+typedef void (*fx_gemv_fn)(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const float *xf, float *Yp, int64_t ldy,
+                           int64_t pf);
+static const fx_gemv_fn k_gemv[FX_SMALL] = {fx_gemv_1, fx_gemv_2, fx_gemv_3, fx_gemv_4, fx_gemv_5, fx_gemv_6,
+#if FX_SMALL > 6
+                                            fx_gemv_7, fx_gemv_8
+#endif
+};
 
 // ---- GEMM tile: TP panels at w (stride wps) x NT tokens, kc k's; xp: [kc][NT] f32; Y[t * ldy + 16q + i], the
 // accumulators starting at 0 (first) or at Y's values (a later k block of the same chains)
@@ -201,23 +227,20 @@ static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const 
 
 static int64_t a64(int64_t b) { return (b + 63) & ~(int64_t)63; }
 int64_t FX(scratch)(int64_t n, int64_t n_tok) {
-    return a64(n * 4) + a64(n_tok * KVT_F16X16_KC * 4 + FX_TP * 16 * KVT_F16X16_KC * 4) + a64(16 * n_tok * 4);
+    return a64(FX_SMALL * n * 4) + a64(n_tok * KVT_F16X16_KC * 4 + FX_TP * 16 * KVT_F16X16_KC * 4) + a64(16 * n_tok * 4);
 }
 
-// Panels [p0, p1) into Yp (see fx_gemv / fx_gemm).
+// Panels [p0, p1) into Yp (see fx_gemv_NT / fx_gemm).
 static void fx_panels(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const uint16_t *X, int64_t n_tok,
                       float *Yp, int64_t ldy, char *scratch) {
-    if (n_tok <= KVT_F16X16_GEMV_MAX) {
+    if (n_tok <= FX_SMALL) {
         float *xf = (float *)scratch;
-        for (int64_t t = 0; t < n_tok; t++) {
-            const uint16_t *x = X + t * n;
-            int64_t k = 0;
-            for (; k + 8 <= n; k += 8) _mm256_storeu_ps(xf + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + k))));
-            for (; k < n; k++) xf[k] = _cvtsh_ss(x[k]);
-            fx_gemv(n, W, p0, p1, xf, Yp + t * ldy);
-        }
+        int64_t i = 0;
+        for (; i + 8 <= n_tok * n; i += 8) _mm256_storeu_ps(xf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(X + i))));
+        for (; i < n_tok * n; i++) xf[i] = _cvtsh_ss(X[i]);
+        k_gemv[n_tok - 1](n, W, p0, p1, xf, Yp, ldy, kvt_kernels_prefetch());
     } else {
-        fx_gemm(n, W, p0, p1, X, n_tok, Yp, ldy, (float *)(scratch + a64(n * 4)));
+        fx_gemm(n, W, p0, p1, X, n_tok, Yp, ldy, (float *)(scratch + a64(FX_SMALL * n * 4)));
     }
 }
 
@@ -229,7 +252,7 @@ void FX(mm)(int64_t n, const void *W, int64_t r0, int64_t r1, const void *X, int
     const int64_t pa = (r0 + 15) / 16, pb = r1 / 16;
     if (pa < pb) fx_panels(n, w, pa, pb, x, n_tok, Y + 16 * pa, ldy, s);
     // a panel cut by [r0, r1): whole into scratch, its rows of the range copied out
-    float *tmp = (float *)(s + a64(n * 4) + a64(n_tok * KVT_F16X16_KC * 4 + FX_TP * 16 * KVT_F16X16_KC * 4));
+    float *tmp = (float *)(s + a64(FX_SMALL * n * 4) + a64(n_tok * KVT_F16X16_KC * 4 + FX_TP * 16 * KVT_F16X16_KC * 4));
     for (int64_t p = r0 / 16; p * 16 < r1; p++) {
         if (p >= pa && p < pb) continue;
         fx_panels(n, w, p, p + 1, x, n_tok, tmp, 16, s);
