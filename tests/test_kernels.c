@@ -1122,8 +1122,38 @@ int test_kernels_main(void) {
                 test_repack_x32(KVT_TYPE_Q8_0, 2048, 32, 1, 0, 32, 1);
                 kvt_kernels_set_decode_variant(KVT_TYPE_Q8_0_X8, ov);
             }
+            // q4_1_x8 and q4_K_x8 in 1, 2, 4 streams (q41x8.h, AVX-512 11, 12, 14: in 512-bit vectors; kqx8.h x8_decode_ns
+            // on both ISAs): 11 groups, 5 cut to 1 .. 6
+            // (q4_K_x8 16 cut to 1 .. 15), 15 of 17, 7 groups
+            const int xv[] = {1, 2, 4, 11, 12, 14}; // (q4_K_x8: 11, 12, 14 run its default)
+            for (size_t i = 0; i < sizeof xv / sizeof xv[0]; i++) {
+                int ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q4_1_X8, xv[i]);
+                test_repack_x32(KVT_TYPE_Q4_1, 576, 88, 1, 0, 88, 0);
+                test_repack_x32(KVT_TYPE_Q4_1, 2048, 56, 1, 3, 53, 0);
+                test_repack_x32(KVT_TYPE_Q4_1, 320, 136, 1, 5, 133, 2);
+                test_repack_x32(KVT_TYPE_Q4_1, 64, 56, 1, 0, 56, 0);
+                kvt_kernels_set_decode_variant(KVT_TYPE_Q4_1_X8, ov);
+                ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q4_K_X8, xv[i]);
+                test_repack_q4_K(512, 88, 1, 0, 88, 0);
+                test_repack_q4_K(256, 136, 1, 8, 128, 0);
+                test_repack_q4_K(768, 128, 1, 3, 125, 0);
+                test_repack_q4_K(256, 56, 1, 0, 56, 1);
+                kvt_kernels_set_decode_variant(KVT_TYPE_Q4_K_X8, ov);
+            }
         }
         kvt_kernels_set_prefetch(old);
+        // q6_K rows in 1, 2, 4 streams per strip or over the whole range (kq_avx512.h q6_K_dec, quant_avx2.c; 9: AVX2's
+        // pairs per strip, its default)
+        const int q6v[] = {1, 2, 4, 9, 22, 24};
+        for (size_t i = 0; i < sizeof q6v / sizeof q6v[0]; i++) {
+            g_study_v = q6v[i];
+            for (int isa = KVT_ISA_AVX2; isa <= (int)kvt_kernels_isa(); isa++) {
+                for (int64_t nr = 1; nr <= 13; nr++) test_decode_streams((kvt_isa)isa, KVT_TYPE_Q6_K, nr & 1 ? 256 : 768, nr, 0, nr);
+                test_decode_streams((kvt_isa)isa, KVT_TYPE_Q6_K, 768, 41, 3, 38);
+                test_decode_streams((kvt_isa)isa, KVT_TYPE_Q6_K, 2048, 350, 1, 347);
+            }
+            g_study_v = 0;
+        }
         for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++) {
             g_study_v = fv[i];
             for (int isa = KVT_ISA_AVX2; isa <= (int)kvt_kernels_isa(); isa++) {

@@ -275,13 +275,19 @@ INLINE void q6k_rows_ns(int ns, int64_t nb, const kvt_block_q6_K *x, int64_t ste
     }
     UNROLL for (int k = 0; k < ns; k++) Y[k * ystep] = acc[k];
 }
-static void q6_K_dec(int64_t nb, const char *W, size_t wrs, int64_t nr, const char *P, float *Y, int64_t pf) {
-    const int64_t step = (int64_t)wrs / (int64_t)sizeof(kvt_block_q6_K), h = nr / KQ6_NS;
+// ns (1, 2, 4) streams: KQ6_NS, or a study form (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K) % 10).
+static void q6_K_dec(int ns, int64_t nb, const char *W, size_t wrs, int64_t nr, const char *P, float *Y, int64_t pf) {
+    const int64_t step = (int64_t)wrs / (int64_t)sizeof(kvt_block_q6_K), h = nr / ns;
     const kvt_block_q6_K *x = (const kvt_block_q6_K *)W;
     int64_t r = 0;
-    for (; r < h; r++) q6k_rows_ns(KQ6_NS, nb, x + r * step, h * step, P, Y + r, h, pf);
-    for (r = KQ6_NS * h; r + 2 <= nr; r += 2) q6k_rows_ns(2, nb, x + r * step, step, P, Y + r, 1, pf);
-    if (r < nr) q6k_rows_ns(1, nb, x + r * step, 0, P, Y + r, 0, pf);
+    if (ns > 1) {
+        if (ns == 4)
+            for (; r < h; r++) q6k_rows_ns(4, nb, x + r * step, h * step, P, Y + r, h, pf);
+        else
+            for (; r < h; r++) q6k_rows_ns(2, nb, x + r * step, h * step, P, Y + r, h, pf);
+        for (r = ns * h; r + 2 <= nr; r += 2) q6k_rows_ns(2, nb, x + r * step, step, P, Y + r, 1, pf);
+    }
+    for (; r < nr; r++) q6k_rows_ns(1, nb, x + r * step, 0, P, Y + r, 0, pf);
 }
 
 #define DEFINE_KP_ROWS(name, BT)                                                                    \
@@ -289,8 +295,9 @@ static void q6_K_dec(int64_t nb, const char *W, size_t wrs, int64_t nr, const ch
                             int nt, float *Y, int64_t ldy, void *scratch) {                         \
         (void)scratch;                                                                              \
         const int64_t nb = n / KVT_QK_K, pf = nt == 1 ? kvt_kernels_prefetch() : 0;                \
-        if (KP_DEC_##name && pf && KQ6_NS > 1) {                                                    \
-            q6_K_dec(nb, W, wrs, nr, P, Y, pf);                                                     \
+        const int sv_ = KP_DEC_##name && nt == 1 ? kvt_kernels_decode_variant(KVT_TYPE_Q6_K) % 10 : 0;  \
+        if (KP_DEC_##name && nt == 1 && (sv_ == 1 || sv_ == 2 || sv_ == 4 || (pf && KQ6_NS > 1))) {   \
+            q6_K_dec(sv_ == 1 || sv_ == 2 || sv_ == 4 ? sv_ : KQ6_NS, nb, W, wrs, nr, P, Y, pf);        \
             return;                                                                                 \
         }                                                                                           \
         for (int64_t r = 0; r < nr; r++) {                                                          \

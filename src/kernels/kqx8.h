@@ -225,6 +225,7 @@ INLINE void x8_groups512(int ns, int64_t nb, const uint8_t *G, int64_t step, con
     }
     UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, _mm256_sub_ps(acc[k], macc[k]));
 }
+#define x8_groups_isa x8_groups512
 #define X8_NT_FN(T) \
     static __attribute__((noinline)) void x8_group_t##T(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, float *Y, \
                                                         int64_t ldy) { x8_group_nt(nb, G, yb, T, Y, ldy, 0); }
@@ -330,19 +331,47 @@ INLINE void x8_pairs(int64_t nb, const uint8_t *W, int64_t g0, int64_t g1, const
     if ((g1 - g0) & 1) x8_group_body(nb, W + (g0 + h - 1) * gs, yb, Y + 8 * (g0 + h - 1), pf);
 }
 
+// A study form (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q4_K_X8) 4; the 256-bit counterpart of x8_groups512): the
+// ns groups at G + k * step (k < ns) super-block by super-block, each with x8_sb's one-group chains: the same bits.
+INLINE void x8_groups256(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
+                         int64_t ystep, int64_t pf) {
+    __m256 acc[4], macc[4];
+    UNROLL for (int k = 0; k < ns; k++) acc[k] = macc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) UNROLL for (int k = 0; k < ns; k++) x8_sb(G + k * step + b * KVT_X8_SB, yb + b, &acc[k], &macc[k], pf);
+    UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, _mm256_sub_ps(acc[k], macc[k]));
+}
+#define x8_groups_isa x8_groups256
+
 #endif
 
 // Y[8g + r] for the groups g in [g0, g1) of the q4_K_x8 matrix W (n columns) against the q8_K row y.
+// The groups [g0, g1) of a decode in ns streams (1, 2 or 4): groups g + k * h (h = the groups / ns); the rest two at a
+// time, then one.
+static void x8_decode_ns(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64_t g1, const kvt_block_q8_K *y, float *Y,
+                         int64_t pf) {
+    const int64_t gs = nb * KVT_X8_SB, h = (g1 - g0) / ns;
+    int64_t g = g0;
+    if (ns > 1) {
+        if (ns == 4)
+            for (; g < g0 + h; g++) x8_groups_isa(4, nb, w + g * gs, h * gs, y, Y + 8 * g, 8 * h, pf);
+        else
+            for (; g < g0 + h; g++) x8_groups_isa(2, nb, w + g * gs, h * gs, y, Y + 8 * g, 8 * h, pf);
+        for (g = g0 + ns * h; g + 2 <= g1; g += 2) x8_groups_isa(2, nb, w + g * gs, gs, y, Y + 8 * g, 8, pf);
+    }
+    for (; g < g1; g++) x8_groups_isa(1, nb, w + g * gs, 0, y, Y + 8 * g, 0, pf);
+}
+
 void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y) {
     const int64_t nb = n / KVT_QK_K, pf = kvt_kernels_prefetch();
+    // a study form (matmul.h kvt_kernels_decode_variant: 1, 2, 4 streams, x8_decode_ns), else the default below
+    const int v = kvt_kernels_decode_variant(KVT_TYPE_Q4_K_X8);
+    if (v == 1 || v == 2 || v == 4) {
+        x8_decode_ns(v, nb, W, g0, g1, y, Y, pf);
+        return;
+    }
 #ifdef KVT_SIMD_AVX512
     if (pf) { // X8_NS streams: groups g + k * h (h = the groups / X8_NS); the rest two at a time, then one
-        const int64_t gs = nb * KVT_X8_SB, h = (g1 - g0) / X8_NS;
-        const uint8_t *w = W;
-        int64_t g = g0;
-        for (; g < g0 + h; g++) x8_groups512(X8_NS, nb, w + g * gs, h * gs, y, Y + 8 * g, 8 * h, pf);
-        for (g = g0 + X8_NS * h; g + 2 <= g1; g += 2) x8_groups512(2, nb, w + g * gs, gs, y, Y + 8 * g, 8, pf);
-        if (g < g1) x8_groups512(1, nb, w + g * gs, 0, y, Y + 8 * g, 0, pf);
+        x8_decode_ns(X8_NS, nb, W, g0, g1, y, Y, pf);
         return;
     }
     for (int64_t g = g0; g < g1; g++) x8_group(nb, (const uint8_t *)W + g * nb * KVT_X8_SB, y, Y + 8 * g);

@@ -82,7 +82,8 @@ static int matmul_kernel(kvt_type wt, const kvt_mm_kernel *mm, int64_t n, const 
         P = (char *)(((uintptr_t)heap + 63) & ~(uintptr_t)63);
     }
     void *scratch = rsb ? P + tb * prs : NULL;
-    // (a study form, matmul.h: float decode streams over the call's whole range rather than per strip)
+    // (form >= 20, matmul.h: decode streams over the call's whole range rather than per strip: f16/bf16 by default on
+    // Intel, or a study form)
     const int64_t strip = n_tok == 1 && kvt_kernels_decode_form(wt) >= 20 ? r1 - r0 : strip_rows(wrs);
     if (tb == n_tok) { // all tokens prepared once (always the case for decode)
         for (int64_t t = 0; t < n_tok; t++) mm->prep(n, x + t * xrs, P + t * prs);

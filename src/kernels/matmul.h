@@ -89,8 +89,12 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // streams at once (1, 2, 4), block by block; AVX-512 v >= 10: turns of 4 blocks; f32/f16/bf16 (both ISAs: the float rows
 // kernel of matmul_avx2.c): v rows at once (1, 2, 4: adjacent rows, the next rows' lines prefetched) or v % 10 streams
 // (12, 14: rows h apart in a strip of matmul.c, each row's next row prefetched; 22, 24: the same over the call's whole
-// row range, not per strip). Any other value: the default. For tests and
-// benchmarks only; set it while no kernel runs.
+// row range, not per strip); q4_1_x8 (q41x8.h; default 4 streams with prefetch): v % 10 streams (1, 2, 4), AVX-512
+// 11, 12, 14 in 512-bit vectors; q4_K_x8 (kqx8.h; default AVX-512 4 streams, AVX2 pairs, with prefetch): 1, 2, 4
+// streams; q6_K (kq_avx512.h, quant_avx2.c; default AVX-512 4 streams with prefetch, AVX2 pairs): v % 10 streams (1, 2,
+// 4; AVX2 only 4, else its pairs), per strip, or (22, 24) over the call's whole row range (AVX2 24: paired 1.05-1.12x
+// in 2026-11-30's sets, the model not shown faster: docs/log/BENCHMARKS-kernels-2.md, dec11g). Any other value: the
+// default. For tests and benchmarks only; set it while no kernel runs.
 int kvt_kernels_decode_variant(kvt_type t);
 int kvt_kernels_set_decode_variant(kvt_type t, int v); // returns the old value
 // The form type t's decode GEMV runs: the study form set above, or else the type's default: f16 and bf16 on a CPU whose

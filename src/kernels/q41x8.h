@@ -71,19 +71,95 @@ INLINE void q41x8_groups(int ns, int64_t nb, const uint8_t *G, int64_t step, con
     }
 }
 
+#ifdef KVT_SIMD_AVX512
+// The same sums with 512-bit vectors (a study form, kvt_kernels_decode_variant(KVT_TYPE_Q4_1_X8) 11, 12, 14: ns 1, 2, 4
+// groups; on the Intel Xeon the 256-bit loop above is bound by its instructions near the DRAM rate). Per group 4 zmm
+// hold the 8 accumulators in pairs, A[p] = a[2p] | a[2p + 1] (low nibbles of quads 2p, 2p + 1: one 64-byte load)
+// and A[2 + p] = a[4 + 2p] | a[5 + 2p] (their high nibbles), each half lane r the same FMA chain as before (D = the
+// rows' dx * dy in both halves); the activation dwords of a pair come from one vpermd per block for all groups.
+// The end: (A0 + A2) + (A1 + A3) = [(a0 + a4) + (a2 + a6) | (a1 + a5) + (a3 + a7)], low half + high half + ms:
+// kvt_hsum8's order, so the same bits as q41x8_groups.
+INLINE void q41x8_groups512(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
+                            int64_t ystep, int64_t pf) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i ix[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                           _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+                           _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
+                           _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
+    __m512 a[Q41X8_NS][4];
+    __m256 ms[Q41X8_NS];
+    UNROLL for (int k = 0; k < ns; k++) {
+        ms[k] = _mm256_setzero_ps();
+        UNROLL for (int i = 0; i < 4; i++) a[k][i] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++, G += KVT_Q41X8_B, y++) {
+        const __m512 dy = _mm512_set1_ps(_cvtsh_ss(y->d));
+        const __m256 sy = _mm256_set1_ps(_cvtsh_ss(y->s));
+        const __m512i yq = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y->qs));
+        __m512i yv[4]; // dwords (2p | 2p + 1) for p < 2: low nibbles; p >= 2: high
+        UNROLL for (int i = 0; i < 4; i++) yv[i] = _mm512_permutexvar_epi32(ix[i], yq);
+        UNROLL for (int k = 0; k < ns; k++) {
+            const uint8_t *g = G + k * step;
+            if (pf) {
+                _mm_prefetch((const char *)g + pf, KVT_X8_PF_HINT);
+                _mm_prefetch((const char *)g + pf + 64, KVT_X8_PF_HINT);
+                _mm_prefetch((const char *)g + pf + 128, KVT_X8_PF_HINT);
+            }
+            const __m512 D = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(g + 128)))), dy);
+            ms[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 144))), sy, ms[k]);
+            UNROLL for (int p = 0; p < 2; p++) {
+                const __m512i w = _mm512_loadu_si512((const void *)(g + 64 * p));
+                const __m512i pl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(w, m4), yv[p]);
+                const __m512i ph = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(w, 4), m4), yv[2 + p]);
+                a[k][p] = _mm512_fmadd_ps(D, _mm512_cvtepi32_ps(pl), a[k][p]);
+                a[k][2 + p] = _mm512_fmadd_ps(D, _mm512_cvtepi32_ps(ph), a[k][2 + p]);
+            }
+        }
+    }
+    UNROLL for (int k = 0; k < ns; k++) {
+        const __m512 z = _mm512_add_ps(_mm512_add_ps(a[k][0], a[k][2]), _mm512_add_ps(a[k][1], a[k][3]));
+        const __m256 s = _mm256_add_ps(_mm512_castps512_ps256(z), _mm512_extractf32x8_ps(z, 1));
+        _mm256_storeu_ps(Y + k * ystep, _mm256_add_ps(s, ms[k]));
+    }
+}
+#endif
+
 // Y[t * ldy + 8g + r] for the groups g in [g0, g1) of the q4_1_x8 matrix W (n columns) against the n_tok q8_1
 // rows X. Batches take the GEMV token by token per group (the group's rows then come from L1/L2): each output
 // is the GEMV's whatever the batch.
 void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy) {
     const int64_t nb = n / KVT_QK, pf = n_tok == 1 ? kvt_kernels_prefetch() : 0;
-    if (pf) { // decode with prefetch (its own copy of the loop, so that the one without has no test per block)
-        // Q41X8_NS streams: group g + k * h for k < Q41X8_NS (h = the groups / Q41X8_NS); the last (< Q41X8_NS)
-        // groups two, then one at a time
-        const int64_t gb = nb * KVT_Q41X8_B, h = (g1 - g0) / Q41X8_NS;
+    // decode: Q41X8_NS streams with prefetch, or a study form (matmul.h kvt_kernels_decode_variant: v 1, 2, 4 streams)
+    const int v = n_tok == 1 ? kvt_kernels_decode_variant(KVT_TYPE_Q4_1_X8) : 0;
+    const int ns = v % 10 == 1 || v % 10 == 2 || v % 10 == 4 ? v % 10 : pf ? Q41X8_NS : 1;
+#ifdef KVT_SIMD_AVX512
+    if (n_tok == 1 && v >= 10 && v < 20) { // 512-bit vectors (a study form)
+        const int64_t gb = nb * KVT_Q41X8_B, h = (g1 - g0) / ns;
+        const uint8_t *w = W;
         int64_t g = g0;
-        for (; g < g0 + h; g++) q41x8_groups(Q41X8_NS, nb, (const uint8_t *)W + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);
-        for (g = g0 + Q41X8_NS * h; g + 2 <= g1; g += 2) q41x8_groups(2, nb, (const uint8_t *)W + g * gb, gb, X, Y + 8 * g, 8, pf);
-        if (g < g1) q41x8_groups(1, nb, (const uint8_t *)W + g * gb, 0, X, Y + 8 * g, 0, pf);
+        if (ns > 1) {
+            if (ns == 4)
+                for (; g < g0 + h; g++) q41x8_groups512(4, nb, w + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);
+            else
+                for (; g < g0 + h; g++) q41x8_groups512(2, nb, w + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);
+            for (g = g0 + ns * h; g + 2 <= g1; g += 2) q41x8_groups512(2, nb, w + g * gb, gb, X, Y + 8 * g, 8, pf);
+        }
+        for (; g < g1; g++) q41x8_groups512(1, nb, w + g * gb, 0, X, Y + 8 * g, 0, pf);
+        return;
+    }
+#endif
+    if (n_tok == 1 && (pf || ns > 1)) { // (its own copy of the loop, so that the batches' has no test per block)
+        // ns streams: group g + k * h for k < ns (h = the groups / ns); the last (< ns) groups two, then one at a time
+        const int64_t gb = nb * KVT_Q41X8_B, h = (g1 - g0) / ns;
+        int64_t g = g0;
+        if (ns > 1) {
+            if (ns == 4)
+                for (; g < g0 + h; g++) q41x8_groups(4, nb, (const uint8_t *)W + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);
+            else
+                for (; g < g0 + h; g++) q41x8_groups(2, nb, (const uint8_t *)W + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);
+            for (g = g0 + ns * h; g + 2 <= g1; g += 2) q41x8_groups(2, nb, (const uint8_t *)W + g * gb, gb, X, Y + 8 * g, 8, pf);
+        }
+        for (; g < g1; g++) q41x8_groups(1, nb, (const uint8_t *)W + g * gb, 0, X, Y + 8 * g, 0, pf);
         return;
     }
     for (int64_t g = g0; g < g1; g++)

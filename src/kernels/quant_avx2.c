@@ -19,6 +19,7 @@
 #include "bits_avx2.h"
 #include "f16.h"
 #include "fvec_avx.h"
+#include "matmul.h"
 #include "quant.h"
 #include "vec.h"
 
@@ -392,8 +393,30 @@ INLINE void q6_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
 // rounded up) super-block by super-block, so that the reads are two streams the prefetchers follow at once; each
 // row's chain is q6_K_dot's (the same bits).
 #ifndef KVT_SIMD_AVX512
+// A study form (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K) % 10 = 4): the rows at W + k * step (k < ns)
+// super-block by super-block in turn, each its own chain (q6_K_dot's): Y[k * ystep].
+INLINE void q6k_rows_ns_avx2(int ns, int64_t nb, const char *W, int64_t step, const void *y, float *Y, int64_t ystep) {
+    float acc[4] = {0, 0, 0, 0};
+    for (int64_t ib = 0; ib < nb; ib++)
+        UNROLL for (int k = 0; k < ns; k++) {
+            const kvt_block_q6_K *x = (const kvt_block_q6_K *)(W + k * step);
+            KQ_PREFETCH(x + ib, sizeof(kvt_block_q6_K));
+            q6_K_sb(x, ib, y, 0, 1, &acc[k]);
+        }
+    UNROLL for (int k = 0; k < ns; k++) Y[k * ystep] = acc[k];
+}
 void kvt_q6k_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *y, float *Y) {
     const int64_t nb = n / KVT_QK_K, h = (nr + 1) / 2;
+    // the study forms 4, 14, 24 (24: matmul.c gives the call's whole range, not a strip): 4 streams; else the pairs below
+    if (kvt_kernels_decode_variant(KVT_TYPE_Q6_K) % 10 == 4) { // rows r + k * h4 (h4 = the rows / 4), pairs, then one
+        const int64_t h4 = nr / 4, rs = (int64_t)wrs;
+        const char *w = W;
+        int64_t r = 0;
+        for (; r < h4; r++) q6k_rows_ns_avx2(4, nb, w + r * rs, h4 * rs, y, Y + r, h4);
+        for (r = 4 * h4; r + 2 <= nr; r += 2) q6k_rows_ns_avx2(2, nb, w + r * rs, rs, y, Y + r, 1);
+        if (r < nr) q6k_rows_ns_avx2(1, nb, w + r * rs, 0, y, Y + r, 0);
+        return;
+    }
     for (int64_t i = 0; i < nr - h; i++) {
         const kvt_block_q6_K *xa = (const kvt_block_q6_K *)((const char *)W + i * wrs);
         const kvt_block_q6_K *xb = (const kvt_block_q6_K *)((const char *)W + (h + i) * wrs);
