@@ -1170,6 +1170,7 @@ int test_kernels_main(void) {
     // f16_x16: tails of k (n odd, not a multiple of 8 or of the GEMM's k block), of panels (the GEMV's 8 or 4 in
     // flight), token counts through every GEMM tile width, cut ranges
     {
+        const int fx_on = kvt_f16x16_set_enabled(1); // the kernels whatever KVT_F16X16 says for models
         const int64_t fx[][5] = {{300, 80, 1, 0, 80},   {517, 144, 1, 3, 141},  {2048, 48, 1, 0, 48},
                                  {520, 64, 13, 5, 61},   {257, 32, 2, 0, 32},    {1000, 48, 30, 16, 47},
                                  {64, 16, 25, 0, 16},    {777, 112, 7, 17, 111}, {256, 272, 12, 0, 272}, {301, 80, 3, 1, 79},
@@ -1180,6 +1181,7 @@ int test_kernels_main(void) {
         const int64_t pf = kvt_kernels_set_prefetch(0);
         test_f16x16(517, 144, 1, 0, 144, 0);
         kvt_kernels_set_prefetch(pf);
+        kvt_f16x16_set_enabled(fx_on);
     }
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,
