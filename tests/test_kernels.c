@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../src/kernels/f16.h"
+#include "../src/kernels/f16x16.h"
 #include "../src/kernels/matmul.h"
 #include "../src/kernels/quant.h"
 #include "../src/kernels/vec.h"
@@ -521,6 +522,76 @@ static void test_repack_x32(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok
         CHECK(name, bad == 0, "%lld rows differ from q8_0's to_float", (long long)bad);
     }
     free(wr), free(f0), free(f1), free(wq), free(xq);
+}
+
+// f16_x16 (f16x16.h): the repacking (pack, unpack, row_to_float against f16's) and kvt_matmul_rows on every ISA
+// bit for bit against the scalar reference of one FMA chain per output (an fmaf loop written here), for a row range
+// cut anywhere and every token alone or in the batch; the result near the exact dot. extreme: weights and
+// activations of f16's largest and smallest (subnormal) magnitudes, both signs.
+static void test_f16x16(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
+    const kvt_repack_ops *rp = kvt_type_repack(KVT_TYPE_F16);
+    char name[160];
+    snprintf(name, sizeof name, "f16x16_n%lld_rows%lld_tok%lld_r%lld-%lld%s", (long long)n, (long long)n_rows,
+             (long long)n_tok, (long long)r0, (long long)r1, extreme ? "_extreme" : "");
+    if (!rp || rp->to != KVT_TYPE_F16_X16 || rp->row_align != 16 || kvt_type_repacked_from(KVT_TYPE_F16_X16) != KVT_TYPE_F16 ||
+        kvt_type_ops_get(KVT_TYPE_F16_X16)->vec_dot_type != KVT_TYPE_F16) {
+        CHECK(name, false, "no f16 -> f16_x16 repacking");
+        return;
+    }
+    const int64_t ldy = n_rows + 5;
+    uint16_t *w = xmalloc((size_t)(n_rows * n) * 2), *wr = xmalloc((size_t)(n_rows * n) * 2),
+             *wu = xmalloc((size_t)(n_rows * n) * 2), *x = xmalloc((size_t)(n_tok * n) * 2);
+    float *f = xmalloc((size_t)(n_rows + n_tok) * (size_t)n * 4), *want = xmalloc((size_t)(n_tok * ldy) * 4),
+          *y = xmalloc((size_t)(n_tok * ldy) * 4), *y1 = xmalloc((size_t)ldy * 4);
+    if (!w || !wr || !wu || !x || !f || !want || !y || !y1) { g_fail++; return; }
+    fill_data(f, (n_rows + n_tok) * n, 1.f, 0.f);
+    for (int64_t i = 0; i < n_rows * n; i++) w[i] = kvt_f32_to_f16(f[i] * 0.05f);
+    for (int64_t i = 0; i < n_tok * n; i++) x[i] = kvt_f32_to_f16(f[n_rows * n + i]);
+    if (extreme) {
+        static const uint16_t ev[] = {0x7BFF, 0xFBFF, 0x0001, 0x8001, 0x03FF, 0x0400, 0x3C00};
+        for (int64_t i = 0; i < n_rows * n; i += 7) w[i] = ev[(i / 7) % 7];
+        for (int64_t i = 0; i < n_tok * n; i += 5) x[i] = ev[(i / 5 + 3) % 7];
+    }
+    rp->pack(w, wr, n_rows, n);
+    rp->unpack(wr, wu, 0, n_rows, n);
+    int64_t bad = memcmp(w, wu, (size_t)(n_rows * n) * 2) != 0;
+    for (int64_t r = 0; r < n_rows; r++) {
+        kvt_matrix_row_to_float(KVT_TYPE_F16_X16, wr, r, n, f);
+        for (int64_t k = 0; k < n; k++) bad += memcmp(&f[k], &(float){kvt_f16_to_f32(w[r * n + k])}, 4) != 0;
+    }
+    // the order of f16x16.h, written out
+    double worst = 0;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < n_rows; r++) {
+            float acc = 0;
+            double exact = 0, mag = 0;
+            for (int64_t k = 0; k < n; k++) {
+                const float a = kvt_f16_to_f32(w[r * n + k]), b = kvt_f16_to_f32(x[t * n + k]);
+                acc = fmaf(a, b, acc);
+                exact += (double)a * b, mag += fabs((double)a * b);
+            }
+            want[t * ldy + r] = acc;
+            const double e = fabs(acc - exact) / (mag + 1e-30);
+            if (!extreme && !(e <= worst)) worst = e;
+        }
+    int64_t diff = 0;
+    for (int isa = KVT_ISA_SCALAR; isa <= (int)kvt_kernels_isa(); isa++) {
+        for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = -12345.f;
+        kvt_matmul_rows_isa((kvt_isa)isa, KVT_TYPE_F16_X16, n, wr, r0, r1, x, n_tok, y, ldy);
+        for (int64_t t = 0; t < n_tok; t++) {
+            // the token alone
+            for (int64_t i = 0; i < ldy; i++) y1[i] = -12345.f;
+            kvt_matmul_rows_isa((kvt_isa)isa, KVT_TYPE_F16_X16, n, wr, r0, r1, x + t * n, 1, y1, ldy);
+            for (int64_t r = 0; r < ldy; r++) {
+                const float wv = r >= r0 && r < r1 ? want[t * ldy + r] : -12345.f;
+                diff += memcmp(&y[t * ldy + r], &wv, 4) != 0;
+                diff += memcmp(&y1[r], &wv, 4) != 0;
+            }
+        }
+    }
+    CHECK(name, bad == 0 && diff == 0 && worst < 1e-5, "%lld repack errors, %lld outputs differ from the fmaf chain, worst rel %.3g",
+          (long long)bad, (long long)diff, worst);
+    free(w), free(wr), free(wu), free(x), free(f), free(want), free(y), free(y1);
 }
 
 // kvt_matmul_rows against dequantize-then-dot, sentinels outside [r0, r1).
@@ -1095,6 +1166,22 @@ int test_kernels_main(void) {
             }
             g_study_v = 0;
         }
+    }
+    // f16_x16: tails of k (n odd, not a multiple of 8 or of the GEMM's k block), of panels (the GEMV's 8 or 4 in
+    // flight), token counts through every GEMM tile width, cut ranges
+    {
+        const int fx_on = kvt_f16x16_set_enabled(1); // the kernels whatever KVT_F16X16 says for models
+        const int64_t fx[][5] = {{300, 80, 1, 0, 80},   {517, 144, 1, 3, 141},  {2048, 48, 1, 0, 48},
+                                 {520, 64, 13, 5, 61},   {257, 32, 2, 0, 32},    {1000, 48, 30, 16, 47},
+                                 {64, 16, 25, 0, 16},    {777, 112, 7, 17, 111}, {256, 272, 12, 0, 272}, {301, 80, 3, 1, 79},
+                                 {520, 144, 4, 0, 144}, {130, 208, 2, 0, 208},
+                                 {300, 96, 6, 0, 96},    {300, 96, 8, 2, 90}};
+        for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) test_f16x16(fx[i][0], fx[i][1], fx[i][2], fx[i][3], fx[i][4], 0);
+        test_f16x16(333, 48, 5, 1, 47, 1);
+        const int64_t pf = kvt_kernels_set_prefetch(0);
+        test_f16x16(517, 144, 1, 0, 144, 0);
+        kvt_kernels_set_prefetch(pf);
+        kvt_f16x16_set_enabled(fx_on);
     }
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,

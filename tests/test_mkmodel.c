@@ -1,6 +1,7 @@
 // test_mkmodel.c - `kvtier mkmodel` writes random-weight GGUFs that the model
 // loader accepts, with the requested hyperparameters and tensor types.
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +183,49 @@ static void tied_q8_0_repacked(const char *path) {
     free(lg[0]), free(lg[1]);
 }
 
+// A tied f16 token_embd/output is repacked (f16_x16, whose order is one FMA chain per output: other bits than f16's
+// lane-split order) on the first context, the embedding lookup reading the repacked copy: logits within 2e-3 of the
+// largest of the unrepacked file's (KVT_REPACK=0): each matmul's input is rounded to f16 (2^-11 relative), so another
+// summation order moves a rounding now and then (measured 3.2-3.6e-4 on every ISA).
+static void tied_f16_repacked(void) {
+    const char *name = "mkmodel qwen3 tied f16: token_embd/output repacked (f16_x16), logits near unrepacked";
+    const char *env = getenv("KVT_REPACK"), *fx = getenv("KVT_F16X16");
+    if ((env && !strcmp(env, "0")) || (fx && !strcmp(fx, "0"))) {
+        test_skip(name, "KVT_REPACK=0 or KVT_F16X16=0");
+        return;
+    }
+    char path[64];
+    if (!tmp_path(path, sizeof path)) {
+        test_result(false, name, "mkstemp failed");
+        return;
+    }
+    static const char *const args[] = {"--arch", "qwen3", "--dim", "128", "--layers", "2", "--heads", "4",
+                                       "--kv-heads", "2", "--head-dim", "64", "--ff", "320", "--vocab", "512",
+                                       "--tied", "--type", "f16", NULL};
+    const int rc = run_mk(path, args);
+    float *lg[2] = {malloc(15 * 512 * sizeof(float)), malloc(15 * 512 * sizeof(float))};
+    kvt_model *m[2] = {NULL, NULL};
+    kvt_err err = {0};
+    setenv("KVT_REPACK", "0", 1);
+    bool ok = rc == 0 && lg[0] && lg[1] && tied_logits(path, lg[0], &m[0], &err);
+    unsetenv("KVT_REPACK");
+    ok = ok && tied_logits(path, lg[1], &m[1], &err);
+    const bool types = ok && m[0]->tok_embd.type == KVT_TYPE_F16 && m[1]->tok_embd.type == KVT_TYPE_F16_X16 &&
+                       m[1]->output.type == KVT_TYPE_F16_X16 && m[1]->output.data == m[1]->tok_embd.data &&
+                       m[1]->tok_embd.data != m[1]->tok_embd.file_data && m[1]->layers[0].wq.type == KVT_TYPE_F16_X16;
+    double mx = 0, md = 0;
+    for (int i = 0; ok && i < 15 * 512; i++) {
+        mx = fmax(mx, fabs(lg[0][i]));
+        md = fmax(md, fabs((double)lg[0][i] - lg[1][i]));
+    }
+    const bool near = ok && md <= 2e-3 * mx && mx > 0;
+    test_result(ok && types && near, name, "%s (largest logit %g, largest difference %g)",
+                !ok ? err.msg : !types ? "types not repacked as expected" : "logits differ", mx, md);
+    kvt_model_free(m[0]), kvt_model_free(m[1]);
+    free(lg[0]), free(lg[1]);
+    remove(path);
+}
+
 static void test_qwen3_tied(void) {
     const char *name = "mkmodel qwen3 tied q8_0";
     char path[64];
@@ -211,6 +255,7 @@ static void test_qwen3_tied(void) {
     kvt_model_free(m);
     tied_q8_0_repacked(path);
     remove(path);
+    tied_f16_repacked();
 }
 
 static void test_qwen2_fallback(void) {

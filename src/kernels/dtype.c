@@ -48,6 +48,7 @@ static const type_layout k_layouts[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_K_X8] = {"q4_K_x8", 256, 144, false},
     [KVT_TYPE_Q4_1_X8] = {"q4_1_x8", 32, 20, false},
     [KVT_TYPE_Q8_0_X8] = {"q8_0_x8", 32, 34, false},
+    [KVT_TYPE_F16_X16] = {"f16_x16", 1, 2, false},
 };
 
 const char *kvt_type_name(kvt_type t) {

@@ -29,7 +29,8 @@ typedef enum {
     KVT_TYPE_Q4_K_X8 = 40,  // q4_K repacked at load, 8 rows interleaved (quant.h: kvt_type_repack)
     KVT_TYPE_Q4_1_X8 = 41,  // q4_1 repacked at load, 8 rows interleaved (quant.h)
     KVT_TYPE_Q8_0_X8 = 42,  // q8_0 repacked at load, 8 rows interleaved (quant.h)
-    KVT_TYPE_COUNT = 43
+    KVT_TYPE_F16_X16 = 43,  // f16 repacked at load, 16 rows interleaved per element (f16x16.h)
+    KVT_TYPE_COUNT = 44
 } kvt_type;
 
 #define KVT_QK 32   // elements per block of Q4_0, Q4_1, Q8_0, Q8_1

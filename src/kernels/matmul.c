@@ -18,6 +18,8 @@
 // the same blocking with kvt_type_ops.vec_dot_multi on the raw activations.
 #include "matmul.h"
 
+#include "f16x16.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -222,6 +224,18 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
     const kvt_type st = kvt_type_repacked_from(wt);
     const kvt_repack_ops *rp = kvt_type_repack(st);
     const int64_t wrs = kvt_row_size(st, n);
+    if (wt == KVT_TYPE_F16_X16) { // every ISA and batch: one FMA chain per output, the same bits (f16x16.h)
+        if (isa >= KVT_ISA_AVX2) {
+            const int a5 = isa == KVT_ISA_AVX512;
+            void *s = gemm_scratch(0, (size_t)(a5 ? kvt_f16x16_scratch_avx512 : kvt_f16x16_scratch_avx2)(n, n_tok));
+            if (s) {
+                (a5 ? kvt_f16x16_mm_avx512 : kvt_f16x16_mm_avx2)(n, W, r0, r1, Xq, n_tok, Y, ldy, s);
+                return;
+            }
+        }
+        kvt_f16x16_mm_ref(n, W, r0, r1, Xq, n_tok, Y, ldy);
+        return;
+    }
     if (wt == KVT_TYPE_Q4_1_X8 && isa >= KVT_ISA_AVX2) { // every batch: the GEMV token by token (q41x8.h)
         const x8_ctx c = {isa, NULL};
         x8_groups(x8_q41, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_1, n), n_tok, Y, ldy);

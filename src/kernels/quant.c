@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "f16.h"
+#include "f16x16.h"
 
 // Round to nearest, ties to even, for |f| < 2^22 (no libm, no rounding-mode
 // dependence beyond the default).
@@ -723,9 +724,11 @@ static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q6_K] = {KVT_TYPE_Q6_K, 1, q6_K_copy_pack, q6_K_copy_unpack, NULL},
     [KVT_TYPE_Q4_1] = {KVT_TYPE_Q4_1_X8, 8, q4_1_x8_pack, q4_1_x8_unpack, NULL},
     [KVT_TYPE_Q8_0] = {KVT_TYPE_Q8_0_X8, 8, q8_0_x8_pack, q8_0_x8_unpack, q8_0_x8_row_to_float},
+    [KVT_TYPE_F16] = {KVT_TYPE_F16_X16, 16, kvt_f16x16_pack, kvt_f16x16_unpack, kvt_f16x16_row_to_float},
 };
 
 const kvt_repack_ops *kvt_type_repack(kvt_type t) {
+    if (t == KVT_TYPE_F16 && !kvt_f16x16_enabled()) return NULL; // KVT_F16X16=0 (f16x16.h)
     return (unsigned)t < KVT_TYPE_COUNT && k_repack[t].pack ? &k_repack[t] : NULL;
 }
 
@@ -756,6 +759,7 @@ static const kvt_type_ops k_repacked_ops[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_K_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_K, NULL},
     [KVT_TYPE_Q4_1_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_1, NULL},
     [KVT_TYPE_Q8_0_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_0, NULL},
+    [KVT_TYPE_F16_X16] = {NULL, NULL, NULL, KVT_TYPE_F16, NULL},
 };
 
 const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {

@@ -1,0 +1,262 @@
+// f16x16_simd.h - the f16_x16 kernels (f16x16.h) for AVX2 (f16x16_avx2.c) and AVX-512 (f16x16_avx512.c,
+// KVT_SIMD_AVX512): a panel's 16 rows are one zmm, or two ymm (FX_H halves of FX_L lanes). Every output is the
+// single FMA chain over k of f16x16.h, so both builds and the scalar reference give the same bits.
+#include <immintrin.h>
+#include <string.h>
+
+#include "f16x16.h"
+#include "quant.h"
+
+#ifdef KVT_SIMD_AVX512
+#define FX(name) kvt_f16x16_##name##_avx512
+#define FX_H 1  // vectors per panel
+#define FX_L 16 // lanes per vector
+#define FX_NP 8 // GEMV: panels in flight (8 FMA chains)
+#define FX_SMALL 8 // batches up to this many tokens: the GEMV with NT tokens
+#define FX_TP 2 // GEMM tile: panels
+#define FX_TT 12 // GEMM tile: tokens (2 x 12 = 24 zmm accumulators)
+typedef __m512 fx_v;
+#define fx_zero _mm512_setzero_ps
+#define fx_ldw(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define fx_bc(p) _mm512_set1_ps(*(p))
+#define fx_fma _mm512_fmadd_ps
+#define fx_ldy _mm512_loadu_ps
+#define fx_sty _mm512_storeu_ps
+#else
+#define FX(name) kvt_f16x16_##name##_avx2
+#define FX_H 2
+#define FX_L 8
+#define FX_NP 4 // 8 ymm chains
+#define FX_SMALL 6
+#define FX_TP 1
+#define FX_TT 6 // 2 x 6 = 12 ymm accumulators, 2 weight vectors, 1 broadcast
+typedef __m256 fx_v;
+#define fx_zero _mm256_setzero_ps
+#define fx_ldw(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define fx_bc(p) _mm256_broadcast_ss(p)
+#define fx_fma _mm256_fmadd_ps
+#define fx_ldy _mm256_loadu_ps
+#define fx_sty _mm256_storeu_ps
+#endif
+
+#ifndef FX_WF32
+#define FX_WF32 1 // the GEMM tile reads the k block's weights converted to f32 once (else converts per tile)
+#endif
+#define FX_INLINE static inline __attribute__((always_inline))
+#define FX_UNROLL _Pragma("GCC unroll 32")
+
+// ---- GEMV: NP panels at w (panel stride wps elements) against NT f32 rows xf (stride n); y[t * ldy + 16q + i] for
+// q < NP, t < NT (NT = 1: decode; 2 .. FX_SMALL: small batches, each weight converted once for the NT rows)
+FX_INLINE void fx_gemv_np(const int NP, const int NT, int64_t n, const uint16_t *w, int64_t wps, const float *xf,
+                          float *y, int64_t ldy, int64_t pf) {
+    fx_v acc[FX_NP * FX_H][FX_SMALL];
+    FX_UNROLL for (int q = 0; q < NP * FX_H; q++) FX_UNROLL for (int t = 0; t < NT; t++) acc[q][t] = fx_zero();
+    int64_t k = 0;
+    for (; k + 2 <= n; k += 2) {
+        if (pf) {
+            FX_UNROLL for (int q = 0; q < NP; q++) _mm_prefetch((const char *)(w + q * wps + 16 * k) + pf, _MM_HINT_T0);
+        }
+        FX_UNROLL for (int e = 0; e < 2; e++) {
+            fx_v x[FX_SMALL];
+            FX_UNROLL for (int t = 0; t < NT; t++) x[t] = fx_bc(xf + t * n + k + e);
+            FX_UNROLL for (int q = 0; q < NP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++) {
+                const fx_v wv = fx_ldw(w + q * wps + 16 * (k + e) + FX_L * h);
+                FX_UNROLL for (int t = 0; t < NT; t++) acc[q * FX_H + h][t] = fx_fma(wv, x[t], acc[q * FX_H + h][t]);
+            }
+        }
+    }
+    for (; k < n; k++) {
+        FX_UNROLL for (int q = 0; q < NP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++) {
+            const fx_v wv = fx_ldw(w + q * wps + 16 * k + FX_L * h);
+            FX_UNROLL for (int t = 0; t < NT; t++) acc[q * FX_H + h][t] = fx_fma(wv, fx_bc(xf + t * n + k), acc[q * FX_H + h][t]);
+        }
+    }
+    FX_UNROLL for (int q = 0; q < NP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++) FX_UNROLL for (int t = 0; t < NT; t++)
+        fx_sty(y + t * ldy + 16 * q + FX_L * h, acc[q * FX_H + h][t]);
+}
+
+#define FX_GEMV_CASE(c) case c: fx_gemv_np(c, 1, n, w, wps, xf, y, ldy, pf); break;
+static void fx_gemv_tail(int np, int64_t n, const uint16_t *w, int64_t wps, const float *xf, float *y, int64_t ldy,
+                         int64_t pf) {
+    switch (np) {
+        FX_GEMV_CASE(1) FX_GEMV_CASE(2) FX_GEMV_CASE(3)
+#if FX_NP > 4
+        FX_GEMV_CASE(4) FX_GEMV_CASE(5) FX_GEMV_CASE(6) FX_GEMV_CASE(7)
+#endif
+    default: break;
+    }
+}
+
+// Panels [p0, p1) of W for NT tokens (xf: their f32 values, stride n), into Yp[t * ldy + 16 (p - p0) + i]; NPT panels
+// at once (NT * NPT * FX_H FMA chains).
+#define FX_GEMV_NT(NT, NPT)                                                                                          \
+    static void fx_gemv_##NT(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const float *xf, float *Yp,      \
+                             int64_t ldy, int64_t pf) {                                                              \
+        const int64_t wps = 16 * n;                                                                                  \
+        int64_t p = p0;                                                                                              \
+        for (; p + (NPT) <= p1; p += (NPT)) fx_gemv_np(NPT, NT, n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf); \
+        if (NT == 1 && p < p1) fx_gemv_tail((int)(p1 - p), n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf);   \
+        else                                                                                                         \
+            for (; p < p1; p++) fx_gemv_np(1, NT, n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf);           \
+    }
+#ifdef KVT_SIMD_AVX512
+FX_GEMV_NT(1, 8) FX_GEMV_NT(2, 8) FX_GEMV_NT(3, 6) FX_GEMV_NT(4, 4) FX_GEMV_NT(5, 4) FX_GEMV_NT(6, 4) FX_GEMV_NT(7, 3)
+FX_GEMV_NT(8, 3)
+#else
+FX_GEMV_NT(1, 4) FX_GEMV_NT(2, 3) FX_GEMV_NT(3, 2) FX_GEMV_NT(4, 1) FX_GEMV_NT(5, 1) FX_GEMV_NT(6, 1)
+#endif
+typedef void (*fx_gemv_fn)(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const float *xf, float *Yp, int64_t ldy,
+                           int64_t pf);
+static const fx_gemv_fn k_gemv[FX_SMALL] = {fx_gemv_1, fx_gemv_2, fx_gemv_3, fx_gemv_4, fx_gemv_5, fx_gemv_6,
+#if FX_SMALL > 6
+                                            fx_gemv_7, fx_gemv_8
+#endif
+};
+
+// ---- GEMM tile: TP panels at w (stride wps) x NT tokens, kc k's; xp: [kc][NT] f32; Y[t * ldy + 16q + i], the
+// accumulators starting at 0 (first) or at Y's values (a later k block of the same chains)
+#if FX_WF32
+// (the weights of the k block as f32, [TP][kc][16], converted once for all the token tiles)
+FX_INLINE void fx_tile(const int TP, const int NT, int64_t kc, const float *w, int64_t wps, const float *xp,
+                       float *Y, int64_t ldy, int first) {
+#define fx_ldt(p) fx_ldy(p)
+#else
+FX_INLINE void fx_tile(const int TP, const int NT, int64_t kc, const uint16_t *w, int64_t wps, const float *xp,
+                       float *Y, int64_t ldy, int first) {
+#define fx_ldt(p) fx_ldw(p)
+#endif
+    fx_v acc[FX_TP * FX_H][FX_TT];
+    FX_UNROLL for (int t = 0; t < NT; t++) FX_UNROLL for (int v = 0; v < TP * FX_H; v++)
+        acc[v][t] = first ? fx_zero() : fx_ldy(Y + t * ldy + FX_L * v);
+    for (int64_t k = 0; k < kc; k++) {
+        fx_v wv[FX_TP * FX_H];
+        FX_UNROLL for (int q = 0; q < TP; q++) FX_UNROLL for (int h = 0; h < FX_H; h++)
+            wv[q * FX_H + h] = fx_ldt(w + q * wps + 16 * k + FX_L * h);
+        FX_UNROLL for (int t = 0; t < NT; t++) {
+            const fx_v x = fx_bc(xp + k * NT + t);
+            FX_UNROLL for (int v = 0; v < TP * FX_H; v++) acc[v][t] = fx_fma(wv[v], x, acc[v][t]);
+        }
+    }
+    FX_UNROLL for (int t = 0; t < NT; t++) FX_UNROLL for (int v = 0; v < TP * FX_H; v++)
+        fx_sty(Y + t * ldy + FX_L * v, acc[v][t]);
+}
+
+#if FX_WF32
+typedef float fx_wt;
+#else
+typedef uint16_t fx_wt;
+#endif
+typedef void (*fx_tile_fn)(int64_t kc, const fx_wt *w, int64_t wps, const float *xp, float *Y, int64_t ldy, int first);
+#define FX_TILE_DEF(tp, nt)                                                                                          \
+    static void fx_tile_##tp##_##nt(int64_t kc, const fx_wt *w, int64_t wps, const float *xp, float *Y, int64_t ldy, \
+                                    int first) {                                                                     \
+        fx_tile(tp, nt, kc, w, wps, xp, Y, ldy, first);                                                              \
+    }
+#define FX_TILE_ROW(tp) \
+    FX_TILE_DEF(tp, 1) FX_TILE_DEF(tp, 2) FX_TILE_DEF(tp, 3) FX_TILE_DEF(tp, 4) FX_TILE_DEF(tp, 5) FX_TILE_DEF(tp, 6)
+FX_TILE_ROW(1)
+#if FX_TT > 6
+#define FX_TILE_ROW2(tp) \
+    FX_TILE_DEF(tp, 7) FX_TILE_DEF(tp, 8) FX_TILE_DEF(tp, 9) FX_TILE_DEF(tp, 10) FX_TILE_DEF(tp, 11) FX_TILE_DEF(tp, 12)
+FX_TILE_ROW2(1)
+#endif
+#if FX_TP > 1
+FX_TILE_ROW(2)
+FX_TILE_ROW2(2)
+#endif
+#define FX_TILE_REF(tp) fx_tile_##tp##_1, fx_tile_##tp##_2, fx_tile_##tp##_3, fx_tile_##tp##_4, fx_tile_##tp##_5, fx_tile_##tp##_6
+#define FX_TILE_REF2(tp) fx_tile_##tp##_7, fx_tile_##tp##_8, fx_tile_##tp##_9, fx_tile_##tp##_10, fx_tile_##tp##_11, fx_tile_##tp##_12
+static const fx_tile_fn k_tiles[FX_TP][FX_TT] = {
+#if FX_TT > 6
+    {FX_TILE_REF(1), FX_TILE_REF2(1)},
+#else
+    {FX_TILE_REF(1)},
+#endif
+#if FX_TP > 1
+    {FX_TILE_REF(2), FX_TILE_REF2(2)},
+#endif
+};
+
+// Panels [p0, p1) of W for n_tok (> 1) tokens into Yp[t * ldy + 16 (p - p0) + i]; xp: n_tok * KC floats of scratch.
+static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const uint16_t *X, int64_t n_tok, float *Yp,
+                    int64_t ldy, float *xp) {
+    const int64_t wps = 16 * n, KC = KVT_F16X16_KC;
+    const int64_t n_tiles = (n_tok + FX_TT - 1) / FX_TT, base = n_tok / n_tiles, extra = n_tok % n_tiles;
+    for (int64_t k0 = 0; k0 < n; k0 += KC) {
+        const int64_t kc = n - k0 < KC ? n - k0 : KC;
+        // the tokens' values of this k block as f32, tile by tile: tile j (tokens t0 .. t0 + nt) at xp + t0 * kc,
+        // [kc][nt]
+        for (int64_t j = 0, t0 = 0; j < n_tiles; j++) {
+            const int64_t nt = base + (j < extra);
+            float *o = xp + t0 * kc;
+            for (int64_t t = 0; t < nt; t++) {
+                const uint16_t *x = X + (t0 + t) * n + k0;
+                int64_t k = 0;
+                for (; k + 8 <= kc; k += 8) {
+                    float f[8];
+                    _mm256_storeu_ps(f, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + k))));
+                    for (int e = 0; e < 8; e++) o[(k + e) * nt + t] = f[e];
+                }
+                for (; k < kc; k++) o[k * nt + t] = _cvtsh_ss(x[k]);
+            }
+            t0 += nt;
+        }
+        for (int64_t p = p0; p < p1; p += FX_TP) {
+            const int tp = p1 - p < FX_TP ? (int)(p1 - p) : FX_TP;
+#if FX_WF32
+            float *wf = xp + n_tok * KC;
+            for (int q = 0; q < tp; q++) {
+                const uint16_t *src = W + (p + q) * wps + 16 * k0;
+                for (int64_t e = 0; e < 16 * kc; e += 8)
+                    _mm256_store_ps(wf + q * 16 * kc + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + e))));
+            }
+            const fx_wt *wt = wf;
+            const int64_t ws = 16 * kc;
+#else
+            const fx_wt *wt = W + p * wps + 16 * k0;
+            const int64_t ws = wps;
+#endif
+            for (int64_t j = 0, t0 = 0; j < n_tiles; j++) {
+                const int64_t nt = base + (j < extra);
+                k_tiles[tp - 1][nt - 1](kc, wt, ws, xp + t0 * kc, Yp + t0 * ldy + 16 * (p - p0), ldy, k0 == 0);
+                t0 += nt;
+            }
+        }
+    }
+}
+
+static int64_t a64(int64_t b) { return (b + 63) & ~(int64_t)63; }
+int64_t FX(scratch)(int64_t n, int64_t n_tok) {
+    return a64(FX_SMALL * n * 4) + a64(n_tok * KVT_F16X16_KC * 4 + FX_TP * 16 * KVT_F16X16_KC * 4) + a64(16 * n_tok * 4);
+}
+
+// Panels [p0, p1) into Yp (see fx_gemv_NT / fx_gemm).
+static void fx_panels(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const uint16_t *X, int64_t n_tok,
+                      float *Yp, int64_t ldy, char *scratch) {
+    if (n_tok <= FX_SMALL) {
+        float *xf = (float *)scratch;
+        int64_t i = 0;
+        for (; i + 8 <= n_tok * n; i += 8) _mm256_storeu_ps(xf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(X + i))));
+        for (; i < n_tok * n; i++) xf[i] = _cvtsh_ss(X[i]);
+        k_gemv[n_tok - 1](n, W, p0, p1, xf, Yp, ldy, kvt_kernels_prefetch());
+    } else {
+        fx_gemm(n, W, p0, p1, X, n_tok, Yp, ldy, (float *)(scratch + a64(FX_SMALL * n * 4)));
+    }
+}
+
+void FX(mm)(int64_t n, const void *W, int64_t r0, int64_t r1, const void *X, int64_t n_tok, float *Y, int64_t ldy,
+            void *scratch) {
+    if (r0 >= r1 || n_tok <= 0 || n <= 0) return;
+    const uint16_t *w = W, *x = X;
+    char *s = scratch;
+    const int64_t pa = (r0 + 15) / 16, pb = r1 / 16;
+    if (pa < pb) fx_panels(n, w, pa, pb, x, n_tok, Y + 16 * pa, ldy, s);
+    // a panel cut by [r0, r1): whole into scratch, its rows of the range copied out
+    float *tmp = (float *)(s + a64(FX_SMALL * n * 4) + a64(n_tok * KVT_F16X16_KC * 4 + FX_TP * 16 * KVT_F16X16_KC * 4));
+    for (int64_t p = r0 / 16; p * 16 < r1; p++) {
+        if (p >= pa && p < pb) continue;
+        fx_panels(n, w, p, p + 1, x, n_tok, tmp, 16, s);
+        const int64_t a = p * 16 > r0 ? p * 16 : r0, b = p * 16 + 16 < r1 ? p * 16 + 16 : r1;
+        for (int64_t t = 0; t < n_tok; t++) memcpy(Y + t * ldy + a, tmp + t * 16 + (a - p * 16), (size_t)(b - a) * 4);
+    }
+}
