@@ -525,7 +525,8 @@ static void test_repack_x32(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok
 }
 
 // f16_x16 (f16x16.h): the repacking (pack, unpack, row_to_float against f16's) and kvt_matmul_rows on every ISA
-// bit for bit against the scalar reference of one FMA chain per output (an fmaf loop written here), for a row range
+// bit for bit against the scalar reference of one FMA chain per output (an fmaf loop written here), the repacked
+// matrix and the same rows as f16 (packed into panels on the fly by matmul.c) alike, for a row range
 // cut anywhere and every token alone or in the batch; the result near the exact dot. extreme: weights and
 // activations of f16's largest and smallest (subnormal) magnitudes, both signs.
 static void test_f16x16(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
@@ -542,7 +543,7 @@ static void test_f16x16(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, in
     uint16_t *w = xmalloc((size_t)(n_rows * n) * 2), *wr = xmalloc((size_t)(n_rows * n) * 2),
              *wu = xmalloc((size_t)(n_rows * n) * 2), *x = xmalloc((size_t)(n_tok * n) * 2);
     float *f = xmalloc((size_t)(n_rows + n_tok) * (size_t)n * 4), *want = xmalloc((size_t)(n_tok * ldy) * 4),
-          *y = xmalloc((size_t)(n_tok * ldy) * 4), *y1 = xmalloc((size_t)ldy * 4);
+          *y = xmalloc((size_t)(n_tok * ldy) * 4), *y1 = xmalloc((size_t)(ldy * (n_tok + 1)) * 4);
     if (!w || !wr || !wu || !x || !f || !want || !y || !y1) { g_fail++; return; }
     fill_data(f, (n_rows + n_tok) * n, 1.f, 0.f);
     for (int64_t i = 0; i < n_rows * n; i++) w[i] = kvt_f32_to_f16(f[i] * 0.05f);
@@ -578,6 +579,11 @@ static void test_f16x16(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, in
     for (int isa = KVT_ISA_SCALAR; isa <= (int)kvt_kernels_isa(); isa++) {
         for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = -12345.f;
         kvt_matmul_rows_isa((kvt_isa)isa, KVT_TYPE_F16_X16, n, wr, r0, r1, x, n_tok, y, ldy);
+        // the rows as f16 (not repacked: matmul.c packs them into panels on the fly): the same bits
+        float *yu = y1 + ldy; // [n_tok, ldy] after the one-token row
+        for (int64_t i = 0; i < n_tok * ldy; i++) yu[i] = -12345.f;
+        kvt_matmul_rows_isa((kvt_isa)isa, KVT_TYPE_F16, n, w, r0, r1, x, n_tok, yu, ldy);
+        for (int64_t i = 0; i < n_tok * ldy; i++) diff += memcmp(&yu[i], &y[i], 4) != 0;
         for (int64_t t = 0; t < n_tok; t++) {
             // the token alone
             for (int64_t i = 0; i < ldy; i++) y1[i] = -12345.f;

@@ -5,22 +5,64 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "f16.h"
 
-void kvt_f16x16_pack(const void *src, void *dst, int64_t rows, int64_t n) {
-    const uint16_t *s = src;
+#ifdef __SSE2__
+// o[16 (k + j) + i] = r[i][k + j] for i, j < 8: an 8 x 8 transpose of 16-bit values in three rounds of unpacks.
+static void t8x8(const uint16_t *const *r, int64_t k, uint16_t *o) {
+    __m128i a[8], b[8], c[8];
+    for (int i = 0; i < 8; i++) a[i] = _mm_loadu_si128((const __m128i *)(r[i] + k));
+    for (int i = 0; i < 4; i++) {
+        b[2 * i] = _mm_unpacklo_epi16(a[2 * i], a[2 * i + 1]);
+        b[2 * i + 1] = _mm_unpackhi_epi16(a[2 * i], a[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 2; i++) {
+            c[4 * h + 2 * i] = _mm_unpacklo_epi32(b[4 * h + i], b[4 * h + i + 2]);
+            c[4 * h + 2 * i + 1] = _mm_unpackhi_epi32(b[4 * h + i], b[4 * h + i + 2]);
+        }
+    for (int j = 0; j < 4; j++) {
+        _mm_storeu_si128((__m128i *)(o + 16 * (k + 2 * j)), _mm_unpacklo_epi64(c[j], c[j + 4]));
+        _mm_storeu_si128((__m128i *)(o + 16 * (k + 2 * j + 1)), _mm_unpackhi_epi64(c[j], c[j + 4]));
+    }
+}
+#endif
+
+void kvt_f16x16_pack_rows(const void *src, size_t src_rs, int64_t nr, int64_t n, void *dst) {
     uint16_t *d = dst;
-    for (int64_t p = 0; p < rows / 16; p++) {
-        const uint16_t *in = s + p * 16 * n;
+    for (int64_t p = 0; p * 16 < nr; p++) {
         uint16_t *o = d + p * 16 * n;
-        // 64 columns of the 16 rows at a time (the rows' lines stay in L1)
+#ifdef __SSE2__
+        if (16 * p + 16 <= nr && n % 8 == 0) { // a whole panel: 8 x 8 transposes
+            const uint16_t *r[16];
+            for (int i = 0; i < 16; i++) r[i] = (const uint16_t *)((const char *)src + (16 * p + i) * (int64_t)src_rs);
+            for (int64_t k = 0; k < n; k += 8) {
+                t8x8(r, k, o);
+                t8x8(r + 8, k, o + 8);
+            }
+            continue;
+        }
+#endif
         for (int64_t k0 = 0; k0 < n; k0 += 64) {
             const int64_t k1 = k0 + 64 < n ? k0 + 64 : n;
-            for (int i = 0; i < 16; i++)
-                for (int64_t k = k0; k < k1; k++) o[16 * k + i] = in[i * n + k];
+            for (int i = 0; i < 16; i++) {
+                const int64_t r = 16 * p + i;
+                if (r < nr) {
+                    const uint16_t *in = (const uint16_t *)((const char *)src + r * (int64_t)src_rs);
+                    for (int64_t k = k0; k < k1; k++) o[16 * k + i] = in[k];
+                } else
+                    for (int64_t k = k0; k < k1; k++) o[16 * k + i] = 0;
+            }
         }
     }
+}
+
+void kvt_f16x16_pack(const void *src, void *dst, int64_t rows, int64_t n) {
+    kvt_f16x16_pack_rows(src, (size_t)(2 * n), rows, n, dst);
 }
 
 void kvt_f16x16_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {

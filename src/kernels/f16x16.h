@@ -15,8 +15,10 @@
 // 12 ymm) converts each panel's 16 weights of a k once per tile and broadcasts each token's x[k] from an f32 copy
 // of the activations packed per k block (L1); a k block's partial sums go through Y (an f32 store and reload: the
 // chain is unchanged).
-// The unrepacked f16 path (KVT_REPACK=0, or a matrix whose rows are not a multiple of 16) keeps its own order
-// (matmul.h: lane-split accumulators and a horizontal sum), so its bits differ from these.
+// Unrepacked f16 matrices (KVT_REPACK=0, memory short at load, rows not a multiple of 16, a matrix given to
+// kvt_matmul_rows as f16) take the same order: matmul.c packs strips of their rows into panels in a per-thread buffer
+// (kvt_f16x16_pack_rows) and runs these kernels on them, so an f16 matrix gives the same bits whether or not it was
+// repacked. Only KVT_F16X16=0 restores the f16 order of matmul.h (lane-split accumulators, a horizontal sum).
 #ifndef KVT_F16X16_H
 #define KVT_F16X16_H
 
@@ -45,6 +47,9 @@ int64_t kvt_f16x16_scratch_avx512(int64_t n, int64_t n_tok);
 
 // The repacking (quant.c's table): pack (rows a multiple of 16), unpack rows [r0, r1) back to f16 rows, row r as f32.
 void kvt_f16x16_pack(const void *src, void *dst, int64_t rows, int64_t n);
+// dst = rows [0, nr) of the row-major f16 matrix src (row stride src_rs bytes, n columns) in the f16_x16 layout,
+// the last panel's missing rows zero: ceil(nr / 16) * 16 * n * 2 bytes.
+void kvt_f16x16_pack_rows(const void *src, size_t src_rs, int64_t nr, int64_t n, void *dst);
 void kvt_f16x16_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n);
 void kvt_f16x16_row_to_float(const void *W, int64_t r, int64_t n, float *dst);
 // Whether f16 matrices are repacked (KVT_F16X16=0: not; read once). Tests may set it (returns the old value).

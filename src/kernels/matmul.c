@@ -18,6 +18,7 @@
 // the same blocking with kvt_type_ops.vec_dot_multi on the raw activations.
 #include "matmul.h"
 
+#include "f16.h"
 #include "f16x16.h"
 
 #include <math.h>
@@ -300,9 +301,44 @@ static void matmul_unpacked(kvt_isa isa, kvt_type st, const kvt_repack_ops *rp, 
     }
 }
 
+// An f16 matrix not repacked (KVT_REPACK=0, memory short at load, rows not a multiple of 16): strips of its rows
+// packed into 16-row panels in a per-thread buffer and the f16_x16 kernels run on them, so that its outputs are the
+// repacked matrix's bits (f16x16.h; each output's chain depends on its row and the activations alone, not on the
+// rows packed beside it). Without the buffer, the scalar reference row by row on the same order.
+#define F16P_STRIP_BYTES (256 * 1024)
+static void matmul_f16_panels(kvt_isa isa, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq,
+                              int64_t n_tok, float *Y, int64_t ldy) {
+    const size_t wrs = (size_t)(2 * n);
+    int64_t strip = F16P_STRIP_BYTES / (int64_t)wrs / 16 * 16;
+    if (strip < 16) strip = 16;
+    if (strip > (r1 - r0 + 15) / 16 * 16) strip = (r1 - r0 + 15) / 16 * 16;
+    char *pan = gemm_scratch(1, (size_t)strip * wrs);
+    for (int64_t rs = r0; rs < r1; rs += strip) {
+        const int64_t nr = min64(strip, r1 - rs);
+        const char *src = (const char *)W + rs * (int64_t)wrs;
+        if (!pan) { // row by row, the same chain (f16x16.h)
+            for (int64_t r = 0; r < nr; r++) {
+                for (int64_t t = 0; t < n_tok; t++) {
+                    const uint16_t *w = (const uint16_t *)(src + r * (int64_t)wrs), *x = (const uint16_t *)Xq + t * n;
+                    float acc = 0.0f;
+                    for (int64_t k = 0; k < n; k++) acc = fmaf(kvt_f16_to_f32(w[k]), kvt_f16_to_f32(x[k]), acc);
+                    Y[t * ldy + rs + r] = acc;
+                }
+            }
+            continue;
+        }
+        kvt_f16x16_pack_rows(src, wrs, nr, n, pan);
+        matmul_repacked(isa, KVT_TYPE_F16_X16, n, pan, 0, nr, Xq, n_tok, Y + rs, ldy);
+    }
+}
+
 void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
                          const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
     if (isa > kvt_kernels_isa()) isa = KVT_ISA_SCALAR;
+    if (wt == KVT_TYPE_F16 && kvt_f16x16_enabled()) {
+        if (r0 < r1 && n_tok > 0 && n > 0) matmul_f16_panels(isa, n, W, r0, r1, Xq, n_tok, Y, ldy);
+        return;
+    }
     if (kvt_type_repacked_from(wt) != wt) {
         if (r0 < r1 && n_tok > 0 && kvt_row_size(wt, n) > 0) matmul_repacked(isa, wt, n, W, r0, r1, Xq, n_tok, Y, ldy);
         return;

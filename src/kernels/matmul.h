@@ -48,8 +48,9 @@
 //   f16_x16 (f16 repacked at load into 16-row panels, f16x16.h; KVT_F16X16=0: not): its own order, the same on every
 //     ISA (scalar too): per output one FMA chain over k ascending, acc = fmaf(w[k], x[k], acc) from 0, no split and no
 //     horizontal sum; the GEMV (1-8 tokens, AVX2 1-6) and the GEMM tile give the same bits, so a row's result depends
-//     on neither the ISA nor the batch nor the row range. Unrepacked f16 (KVT_REPACK=0, rows not a multiple of 16)
-//     keeps the f16 order above: other bits than the repacked matrix.
+//     on neither the ISA nor the batch nor the row range. Unrepacked f16 (KVT_REPACK=0, memory short, rows not a
+//     multiple of 16) takes the same order (rows packed into panels on the fly): the same bits as the repacked
+//     matrix. With KVT_F16X16=0 f16 keeps the f16 order above (lane-split, a horizontal sum).
 //  avx512: the same sources with 16-lane vectors (f32/f16/bf16: one 16-lane accumulator over 16-wide
 //   slices, s = _mm512_reduce_add_ps(a); q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows
