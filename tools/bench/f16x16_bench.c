@@ -3,7 +3,7 @@
 //   cc -O2 -std=c11 -D_GNU_SOURCE -o build/f16x16_bench tools/bench/f16x16_bench.c build/libkvtier.a -lm -lpthread
 //      and the Makefile's LDLIBS (e.g. -luring -ljansson -lmicrohttpd -lhiredis)
 //   build/f16x16_bench [n=2048] [rows=2816] [tokens=128] [reps=5] [rounds=3]    (KVT_ISA=avx2 for the AVX2 kernels)
-// Per round: best of reps calls of each layout (f16, then f16_x16), 2 * n * rows * tokens / time.
+// Per round: best of reps calls of each layout (f16 with KVT_F16X16 off, then f16_x16), 2 * n * rows * tokens / time.
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -38,6 +38,9 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++) {
         double g[2];
         for (int l = 0; l < 2; l++) {
+            // l = 0: the f16 kernels in their own (lane-split) order; with f16_x16 on, kvt_matmul_rows would run f16
+            // rows in the f16_x16 order on panels packed on the fly (matmul.c)
+            kvt_f16x16_set_enabled(l);
             double best = 1e30;
             for (int i = 0; i < reps; i++) {
                 const double t0 = now();
