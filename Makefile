@@ -239,7 +239,11 @@ cuda-check:
 	  $(MAKE) --no-print-directory $(BUILD)/cuda-host-check && ./$(BUILD)/cuda-host-check || exit 1; \
 	else echo "cuda-check: nvcc or CUDA sources absent, nothing to compile"; fi
 	$(MAKE) --no-print-directory $(BUILD)/kvtier-tests $(BUILD)/libkvtier-cuda-fake.so
-	KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so KVT_CUDA_NO_BENCH=1 ./$(BUILD)/kvtier-tests cuda
+	@# the emulation must load (a symbol it lacks would turn every case into a skip, silently)
+	@KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so KVT_CUDA_NO_BENCH=1 ./$(BUILD)/kvtier-tests cuda > $(BUILD)/cuda-check.out 2>&1; \
+	  rc=$$?; cat $(BUILD)/cuda-check.out; \
+	  if grep -q "CUDA library not loadable" $(BUILD)/cuda-check.out; then echo "cuda-check: the CPU emulation did not load"; exit 1; fi; \
+	  exit $$rc
 	KVT_CUDA_LIB=$(BUILD)/libkvtier-cuda-fake.so ./$(BUILD)/kvtier-tests cuda_layers
 	@# the emulation's streams run late (tests/cuda/cuda_fake.c): a missing event between COPY and COMPUTE in the
 	@# device KV's fetches (src/exec/gpu_kv.c) gives other bytes

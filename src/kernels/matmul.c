@@ -32,18 +32,8 @@
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-static _Atomic int g_decode_variant[KVT_TYPE_COUNT];
-int kvt_kernels_decode_variant(kvt_type t) {
-    return (unsigned)t < KVT_TYPE_COUNT ? atomic_load_explicit(&g_decode_variant[t], memory_order_relaxed) : 0;
-}
-int kvt_kernels_decode_form(kvt_type t) {
-    const int v = kvt_kernels_decode_variant(t);
-    return v == 0 && (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16) && kvt_kernels_prefetch() > 0 ? 24 : v;
-}
-int kvt_kernels_set_decode_variant(kvt_type t, int v) {
-    if ((unsigned)t >= KVT_TYPE_COUNT) return 0;
-    return atomic_exchange_explicit(&g_decode_variant[t], v, memory_order_relaxed);
-}
+// kvt_kernels_decode_variant, kvt_kernels_decode_form and kvt_kernels_set_decode_variant: quant.c (beside
+// kvt_kernels_prefetch; the kernels of quant_avx2.c read them too, also in the CUDA emulation's library).
 
 static int64_t strip_rows(int64_t wrs) {
     const int64_t s = STRIP_BYTES / (wrs > 0 ? wrs : 1);

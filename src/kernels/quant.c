@@ -13,6 +13,7 @@
 
 #include "f16.h"
 #include "f16x16.h"
+#include "matmul.h"
 
 // Round to nearest, ties to even, for |f| < 2^22 (no libm, no rounding-mode
 // dependence beyond the default).
@@ -840,6 +841,20 @@ int64_t kvt_kernels_prefetch(void) {
     int64_t v = atomic_load_explicit(&g_prefetch, memory_order_relaxed);
     if (v < 0) atomic_store_explicit(&g_prefetch, v = detect_prefetch(), memory_order_relaxed);
     return v;
+}
+
+// The decode forms (matmul.h): a study form set for a type, else its default.
+static _Atomic int g_decode_variant[KVT_TYPE_COUNT];
+int kvt_kernels_decode_variant(kvt_type t) {
+    return (unsigned)t < KVT_TYPE_COUNT ? atomic_load_explicit(&g_decode_variant[t], memory_order_relaxed) : 0;
+}
+int kvt_kernels_decode_form(kvt_type t) {
+    const int v = kvt_kernels_decode_variant(t);
+    return v == 0 && (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16) && kvt_kernels_prefetch() > 0 ? 24 : v;
+}
+int kvt_kernels_set_decode_variant(kvt_type t, int v) {
+    if ((unsigned)t >= KVT_TYPE_COUNT) return 0;
+    return atomic_exchange_explicit(&g_decode_variant[t], v, memory_order_relaxed);
 }
 int64_t kvt_kernels_set_prefetch(int64_t bytes) {
     const int64_t old = kvt_kernels_prefetch();
