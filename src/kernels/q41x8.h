@@ -127,6 +127,23 @@ INLINE void q41x8_groups512(int ns, int64_t nb, const uint8_t *G, int64_t step, 
 // Y[t * ldy + 8g + r] for the groups g in [g0, g1) of the q4_1_x8 matrix W (n columns) against the n_tok q8_1
 // rows X. Batches take the GEMV token by token per group (the group's rows then come from L1/L2): each output
 // is the GEMV's whatever the batch.
+// The groups [g0, g1) of a decode in ns streams through the groups kernel fn: group g + k * h for k < ns (h = the
+// groups / ns); the last (< ns) groups two, then one at a time. (ns a constant per call of fn, so its loops unroll.)
+#define Q41X8_STREAMS(fn)                                                                                          \
+    do {                                                                                                           \
+        const int64_t gb = nb * KVT_Q41X8_B, h = (g1 - g0) / ns;                                                   \
+        const uint8_t *w = W;                                                                                      \
+        int64_t g = g0;                                                                                            \
+        if (ns > 1) {                                                                                              \
+            if (ns == 4)                                                                                           \
+                for (; g < g0 + h; g++) fn(4, nb, w + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);                    \
+            else                                                                                                   \
+                for (; g < g0 + h; g++) fn(2, nb, w + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);                    \
+            for (g = g0 + ns * h; g + 2 <= g1; g += 2) fn(2, nb, w + g * gb, gb, X, Y + 8 * g, 8, pf);             \
+        }                                                                                                          \
+        for (; g < g1; g++) fn(1, nb, w + g * gb, 0, X, Y + 8 * g, 0, pf);                                         \
+    } while (0)
+
 void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy) {
     const int64_t nb = n / KVT_QK, pf = n_tok == 1 ? kvt_kernels_prefetch() : 0;
     // decode: Q41X8_NS streams with prefetch, or a study form (matmul.h kvt_kernels_decode_variant: v 1, 2, 4 streams)
@@ -134,32 +151,12 @@ void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X
     const int ns = v % 10 == 1 || v % 10 == 2 || v % 10 == 4 ? v % 10 : pf ? Q41X8_NS : 1;
 #ifdef KVT_SIMD_AVX512
     if (n_tok == 1 && v >= 10 && v < 20) { // 512-bit vectors (a study form)
-        const int64_t gb = nb * KVT_Q41X8_B, h = (g1 - g0) / ns;
-        const uint8_t *w = W;
-        int64_t g = g0;
-        if (ns > 1) {
-            if (ns == 4)
-                for (; g < g0 + h; g++) q41x8_groups512(4, nb, w + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);
-            else
-                for (; g < g0 + h; g++) q41x8_groups512(2, nb, w + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);
-            for (g = g0 + ns * h; g + 2 <= g1; g += 2) q41x8_groups512(2, nb, w + g * gb, gb, X, Y + 8 * g, 8, pf);
-        }
-        for (; g < g1; g++) q41x8_groups512(1, nb, w + g * gb, 0, X, Y + 8 * g, 0, pf);
+        Q41X8_STREAMS(q41x8_groups512);
         return;
     }
 #endif
     if (n_tok == 1 && (pf || ns > 1)) { // (its own copy of the loop, so that the batches' has no test per block)
-        // ns streams: group g + k * h for k < ns (h = the groups / ns); the last (< ns) groups two, then one at a time
-        const int64_t gb = nb * KVT_Q41X8_B, h = (g1 - g0) / ns;
-        int64_t g = g0;
-        if (ns > 1) {
-            if (ns == 4)
-                for (; g < g0 + h; g++) q41x8_groups(4, nb, (const uint8_t *)W + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);
-            else
-                for (; g < g0 + h; g++) q41x8_groups(2, nb, (const uint8_t *)W + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);
-            for (g = g0 + ns * h; g + 2 <= g1; g += 2) q41x8_groups(2, nb, (const uint8_t *)W + g * gb, gb, X, Y + 8 * g, 8, pf);
-        }
-        for (; g < g1; g++) q41x8_groups(1, nb, (const uint8_t *)W + g * gb, 0, X, Y + 8 * g, 0, pf);
+        Q41X8_STREAMS(q41x8_groups);
         return;
     }
     for (int64_t g = g0; g < g1; g++)
