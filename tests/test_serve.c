@@ -263,6 +263,22 @@ static void test_request_ok(void) {
                 "serve.request: chat with text parts; max_completion_tokens wins over max_tokens", "%s",
                 r ? "wrong values" : e.message);
     kvt_request_free(r);
+
+    // neutral values of the fields kvtier does not implement are accepted (clients send them by default);
+    // n_predict is llama-server's max_tokens
+    r = parse(KVT_REQ_COMPLETION,
+              "{\"prompt\":\"x\",\"n_predict\":7,\"logit_bias\":{},\"echo\":false,\"suffix\":null,\"best_of\":1,"
+              "\"presence_penalty\":0,\"frequency_penalty\":0.0,\"repeat_penalty\":1,\"response_format\":{\"type\":\"text\"},"
+              "\"tools\":[]}",
+              &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(p && p->max_tokens == 7, "serve.request: neutral values of unimplemented fields accepted; n_predict as max_tokens",
+                "%s", r ? "wrong max_tokens" : e.message);
+    kvt_request_free(r);
+    r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":-1,\"max_tokens\":3}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(p && p->max_tokens == 3, "serve.request: max_tokens wins over n_predict", "%s", r ? "wrong" : e.message);
+    kvt_request_free(r);
 }
 
 static void test_request_errors(void) {
@@ -321,6 +337,21 @@ static void test_request_errors(void) {
          "must be a boolean"},
         {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":3}", "top_logprobs",
          "requires logprobs"},
+        // fields kvtier does not implement that would change the answer (attack run 2026-11-30: silently ignored)
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":-100}}", "logit_bias", "not supported"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo", "not supported"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix", "not supported"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", "best_of", "not supported"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"presence_penalty\":0.5}", "presence_penalty", "not supported"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"repeat_penalty\":1.1}", "repeat_penalty", "not supported"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"n_probs\":5}", "n_probs", "not supported"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", "grammar", "not supported"},
+        {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
+         "response_format", "not supported"},
+        {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\"}]}", "tools",
+         "not supported"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":0}", "n_predict", "out of range"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":-2}", "n_predict", "out of range"},
     };
     int bad = 0;
     char msg[KVT_ERR_MSG_MAX + 128] = "";

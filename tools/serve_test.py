@@ -334,7 +334,7 @@ def t_slow(s):
     assert st == 200 and dt < 10, (st, dt)
 
 
-@case("POST /tokenize and /detokenize round-trip, with pieces")
+@case("POST /tokenize and /detokenize round-trip, with pieces; a bad id, logit_bias, n_predict")
 def t_tokenize(s):
     st, _, r = s.post("/tokenize", {"content": "Hello world, again"})
     ids = r["tokens"]
@@ -343,6 +343,12 @@ def t_tokenize(s):
     assert st == 200 and r["content"] == "Hello world, again", r
     st, _, r = s.post("/tokenize", {"content": "Hello", "with_pieces": True})
     assert st == 200 and "".join(t["piece"] for t in r["tokens"]).strip() == "Hello", r
+    st, _, r = s.post("/detokenize", {"tokens": [99999999]})  # attack run 2026-11-30: a use after free
+    assert st == 400 and "99999999" in r["error"]["message"], (st, r)
+    st, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 2, "logit_bias": {"5": -100}})
+    assert st == 400 and r["error"]["param"] == "logit_bias", (st, r)  # not silently ignored
+    st, _, r = s.post("/v1/completions", {"prompt": "A", "n_predict": 2, "temperature": 0})
+    assert st == 200 and r["usage"]["completion_tokens"] <= 2, (st, r)  # llama-server's name for max_tokens
 
 
 @case("a client that disconnects (mid-stream, or waiting for a whole answer) cancels its job; the server goes on")

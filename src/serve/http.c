@@ -281,9 +281,10 @@ static enum MHD_Result answer_tokenize(kvt_http *h, struct MHD_Connection *c, co
         const int32_t n_vocab = kvt_tokenizer_n_vocab(h->tok);
         for (int64_t i = 0; i < p->n_prompt_ids; i++) {
             if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= n_vocab) {
+                const int32_t bad = p->prompt_ids[i]; // p points into req
                 kvt_request_free(req);
                 return send_error(h, c, 400, "invalid_request_error", "tokens[%lld] = %d is not a token id (0..%d)",
-                                  (long long)i, p->prompt_ids[i], n_vocab - 1);
+                                  (long long)i, bad, n_vocab - 1);
             }
         }
         int64_t len = kvt_detokenize(h->tok, p->prompt_ids, p->n_prompt_ids, NULL, 0);

@@ -267,6 +267,10 @@ static kvt_status parse_sampling(kvt_request *r, json_t *root, kvt_api_error *e)
     kvt_request_params *p = &r->p;
     int64_t x;
     bool given;
+    // n_predict: llama-server's name (-1: no limit); max_tokens and max_completion_tokens win over it
+    if (get_int(root, "n_predict", -1, INT32_MAX, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    if (given && x == 0) return bad(e, "n_predict", "0 is out of range: -1 (no limit) or at least 1");
+    if (given) p->max_tokens = x;
     if (get_int(root, "max_tokens", 1, INT32_MAX, &p->max_tokens, NULL, e) != KVT_OK ||
         get_int(root, "max_completion_tokens", 1, INT32_MAX, &p->max_tokens, NULL, e) != KVT_OK ||
         get_num(root, "temperature", 0, 2, false, &p->temperature, e) != KVT_OK ||
@@ -312,6 +316,41 @@ static kvt_status parse_logprobs_stream(kvt_request *r, json_t *root, kvt_api_er
                                   "stream_options.include_usage: must be a boolean, got %s", type_name(iu));
         p->include_usage = iu && json_is_true(iu);
     }
+    return KVT_OK;
+}
+
+// Fields that would change the answer and that kvtier does not implement: refused when they ask for something
+// (a neutral value, as clients send by default, is accepted), so that no answer silently ignores them.
+static kvt_status parse_unsupported(const kvt_request *r, json_t *root, kvt_api_error *e) {
+    static const struct {
+        const char *key;
+        double neutral; // numbers: the value that asks for nothing
+    } num[] = {{"presence_penalty", 0}, {"frequency_penalty", 0}, {"repeat_penalty", 1}, {"typical_p", 1},
+               {"mirostat", 0}, {"n_probs", 0}, {"tfs_z", 1}, {"dry_multiplier", 0}, {"xtc_probability", 0}};
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
+        json_t *v = field(root, num[i].key);
+        if (v && (!json_is_number(v) || json_number_value(v) != num[i].neutral))
+            return kvt_api_errorf(e, 400, NULL, num[i].key, "%s: not supported by kvtier (only %g, its neutral value, "
+                                  "is accepted)", num[i].key, num[i].neutral);
+    }
+    // objects, lists and strings: only an empty one (or false) is accepted
+    static const char *const other[] = {"logit_bias", "suffix", "echo", "grammar", "json_schema", "tools",
+                                        "functions", "logits_processors", "guided_json", "guided_regex"};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        json_t *v = field(root, other[i]);
+        bool neutral = !v || json_is_false(v) || (json_is_object(v) && json_object_size(v) == 0) ||
+                       (json_is_array(v) && json_array_size(v) == 0) || (json_is_string(v) && json_string_length(v) == 0);
+        if (!neutral) return kvt_api_errorf(e, 400, NULL, other[i], "%s: not supported by kvtier", other[i]);
+    }
+    json_t *rf = field(root, "response_format");
+    if (rf) {
+        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
+            return bad(e, "response_format", "not supported by kvtier (only {\"type\": \"text\"} is accepted)");
+    }
+    json_t *bo = field(root, "best_of");
+    if (bo && (!json_is_integer(bo) || json_integer_value(bo) != r->p.n))
+        return bad(e, "best_of", "not supported by kvtier (only best_of equal to n is accepted)");
     return KVT_OK;
 }
 
@@ -367,6 +406,7 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
         if (st == KVT_OK) st = parse_sampling(r, root, aerr);
         if (st == KVT_OK) st = parse_stop(r, root, aerr);
         if (st == KVT_OK) st = parse_logprobs_stream(r, root, aerr);
+        if (st == KVT_OK) st = parse_unsupported(r, root, aerr);
     }
     if (st != KVT_OK) {
         kvt_request_free(r);

@@ -1,7 +1,10 @@
 // request.h - parse and validate OpenAI /v1/completions and /v1/chat/completions request bodies.
 //
-// Built only with jansson (the Makefile defines KVT_HAVE_JANSSON). Fields read (others are
-// ignored, as llama-server does):
+// Built only with jansson (the Makefile defines KVT_HAVE_JANSSON). Fields read (unknown fields are
+// ignored, as llama-server does; but the known ones kvtier does not implement and that would change the
+// answer are refused when they ask for something: logit_bias, echo, suffix, best_of other than n,
+// presence/frequency/repeat penalties, response_format other than text, grammar, json_schema, tools,
+// n_probs, typical_p, mirostat, ...: a neutral value is accepted):
 //   model                   string (optional; echoed back)
 //   prompt (completions)    a string, a list of token ids, or a list holding exactly one string or
 //                           one list of token ids; several prompts in one request are refused (send
@@ -10,7 +13,8 @@
 //                           text: string}...]} (text parts are concatenated); role is checked by
 //                           the chat template (kvt_chat_template_apply)
 //   max_tokens, max_completion_tokens   integer >= 1 or null; the latter wins when both are given;
-//                           absent: -1 (until the end of the context or an end-of-generation token)
+//                           absent: -1 (until the end of the context or an end-of-generation token);
+//                           n_predict (llama-server's name; -1: no limit) when neither is given
 //   temperature [0, 2] (default 1), top_p (0, 1] (default 1), top_k integer >= 0 (0: off),
 //   min_p [0, 1] (default 0), seed integer (absent: random)
 //   stop                    string or list of up to KVT_REQ_MAX_STOP non-empty strings
