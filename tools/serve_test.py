@@ -445,7 +445,7 @@ def t_sparse(kvtier, model, extra):
         name = ("--sparse %s: concurrent requests (8 clients, -np 4) give the same greedy text as each alone and as "
                 "`kvtier generate` with the same flags" % mode)
         flags = ["--sparse", mode, "--sparse-budget", "0.25", "--sparse-sink", "2", "--sparse-recent", "8",
-                 "--sparse-page", "4", "--sparse-window", "4"]
+                 *(["--sparse-page", "4"] if mode == "quest" else ["--sparse-window", "4"])]  # another mode's: refused
         try:
             s = Server(kvtier, model, "-c", "512", "--kv-block", "16", "-np", "4", *flags, *extra)
             concurrent_equal_alone(s)

@@ -1,4 +1,4 @@
-// file.c - reading a whole file into memory.
+// file.c - reading a whole file into memory; writing one whole or not at all.
 #include "file.h"
 
 #include <errno.h>
@@ -69,4 +69,29 @@ kvt_status kvt_read_text(const char *path, char **out, size_t *len, kvt_err *err
     *out = buf;
     if (len) *len = n;
     return KVT_OK;
+}
+
+kvt_status kvt_file_write_atomic(const char *path, void (*write)(void *ctx, FILE *f), void *ctx, kvt_err *err) {
+    if (!path[0]) return kvt_errorf(err, KVT_ERR_IO, "cannot write a file with an empty path");
+    const size_t n = strlen(path) + 5;
+    char *tmp = malloc(n);
+    if (!tmp) return kvt_errorf(err, KVT_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(tmp, n, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        kvt_status st = kvt_errorf(err, KVT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    write(ctx, f);
+    int e = fflush(f) != 0 || ferror(f) ? (errno ? errno : EIO) : 0;
+    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    if (!e && rename(tmp, path) != 0) e = errno;
+    kvt_status st = KVT_OK;
+    if (e) {
+        unlink(tmp);
+        st = kvt_errorf(err, KVT_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    free(tmp);
+    return st;
 }

@@ -1,7 +1,9 @@
 // cmd_generate.c - `kvtier generate`: prompt in, continuation out.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../base/json.h"
 #include "../base/timer.h"
@@ -167,11 +169,22 @@ static void json_decode_steps(kvt_json *j, const stream_ctx *s) {
     kvt_json_obj_end(j);
 }
 
+// false with errno set; a partly written file is removed
 static bool write_logits(const char *path, const float *l, int32_t n) {
     FILE *f = fopen(path, "w");
     if (!f) return false;
     for (int32_t i = 0; i < n; i++) fprintf(f, "%.6f\n", l[i]);
-    return fclose(f) == 0;
+    bool ok = !ferror(f);
+    int e = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
+    if (!ok) {
+        unlink(path);
+        errno = e;
+    }
+    return ok;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -233,6 +246,9 @@ int cmd_generate(int argc, char **argv) {
             return 2;
         }
     }
+    if ((kv_save && !cli_check_out_path("generate", "--kv-save", kv_save)) ||
+        (dump && !cli_check_out_path("generate", "--dump-logits", dump)))
+        return 1;
     char *file_text = NULL;
     const char *prompt = NULL;
     size_t plen = 0;
@@ -327,7 +343,7 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     if (dump && !write_logits(dump, plogits, model->hp.n_vocab)) {
-        fprintf(stderr, "kvtier generate: cannot write logits to %s\n", dump);
+        fprintf(stderr, "kvtier generate: --dump-logits: cannot write %s: %s\n", dump, strerror(errno));
         goto done;
     }
     const int64_t n_prefilled = n_prompt - sinfo.n_loaded; // prompt tokens decoded here

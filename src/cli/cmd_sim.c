@@ -1,9 +1,11 @@
 // cmd_sim.c - `kvtier sim`: the discrete-event simulator of a serving engine over
 // tiered KV (src/sim, docs/SIMULATOR.md): one configuration over seeds, or a
 // sweep over policies x oversubscription written as one table.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../base/json.h"
 #include "../model/shapes.h"
@@ -270,7 +272,7 @@ int cmd_sim(int argc, char **argv) {
         }
         FILE *f = stdout;
         if (!rc && out_path && !(f = fopen(out_path, "w"))) {
-            fprintf(stderr, "kvtier sim: -o %s: cannot write\n", out_path);
+            fprintf(stderr, "kvtier sim: -o %s: cannot write: %s\n", out_path, strerror(errno));
             rc = 1;
         }
         if (!rc) {
@@ -282,7 +284,14 @@ int cmd_sim(int argc, char **argv) {
                 fprintf(stderr, "kvtier sim: %s\n", err.msg);
                 rc = 1;
             }
-            if (f != stdout) fclose(f);
+            if (f != stdout) {
+                const bool bad = ferror(f) != 0;
+                if ((fclose(f) != 0 || bad) && !rc) {
+                    fprintf(stderr, "kvtier sim: -o %s: write failed: %s\n", out_path, strerror(errno));
+                    rc = 1;
+                }
+            }
+            if (f != stdout && rc) unlink(out_path); // no partial table left
         }
     } else {
         kvt_sim_summary s;

@@ -2,9 +2,11 @@
 
 #include "../plan/plan.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../base/timer.h"
@@ -190,8 +192,61 @@ void cli_progress_on(cli_progress *pr, kvt_context_params *cp, bool on) {
     cp->progress_user = pr;
 }
 
+// The first --sparse-* flag that does nothing under the chosen mode (given without --sparse, or a flag of
+// another mode), or NULL. The CLI's parameters start from kvt_context_params_default, so a field that differs
+// from its default was given.
+static const char *sparse_flag_unused(const kvt_sparse_params *p, const char **mode_needed) {
+    const kvt_sparse_mode m = p->mode;
+    const bool off = m == KVT_SPARSE_OFF, as = m == KVT_SPARSE_ASYNCSPADE;
+    *mode_needed = "oracle, quest or asyncspade";
+    if (off) {
+        if (p->budget || p->budget_frac) return "--sparse-budget";
+        if (p->sink != -1) return "--sparse-sink";
+        if (p->recent != -1) return "--sparse-recent";
+        if (p->dense_layers) return "--sparse-dense-layers";
+        if (p->stats) return "--sparse-stats";
+    }
+    *mode_needed = "quest";
+    if (m != KVT_SPARSE_QUEST && p->page) return "--sparse-page";
+    *mode_needed = "asyncspade";
+    if (!as) {
+        const struct {
+            bool set;
+            const char *flag;
+        } k[] = {{p->window != 0, "--sparse-window"},
+                 {p->block != 0, "--sparse-block"},
+                 {p->prefetch_layers != 0, "--sparse-prefetch-layers"},
+                 {p->rerank != 0, "--sparse-rerank"},
+                 {p->block_sum, "--sparse-block-sum"},
+                 {p->rerank_block != 0, "--sparse-rerank-block"},
+                 {p->keep != 0, "--sparse-keep"},
+                 {p->share, "--sparse-share"},
+                 {p->share_layers, "--sparse-share-layers"},
+                 {p->layer_floor != 0, "--sparse-layer-floor"},
+                 {p->prefetch_top != 0, "--sparse-prefetch-top"},
+                 {p->sync, "--sparse-sync"},
+                 {p->predictor != KVT_SPARSE_PRED_RIDGE, "--sparse-predictor"},
+                 {p->lambda != 0, "--sparse-lambda"},
+                 {p->rope_align, "--sparse-rope-align"},
+                 {p->real_layers != 0, "--sparse-real-layers"},
+                 {p->fallback != 0, "--sparse-fallback"},
+                 {p->key_bits != 0, "--sparse-key-bits"},
+                 {p->rerank_bits != 0, "--sparse-rerank-bits"}};
+        for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+            if (k[i].set) return k[i].flag;
+    }
+    return NULL;
+}
+
 bool cli_context_init(const char *cmd, const kvt_model *m, const kvt_context_params *cp, kvt_context **ctx) {
     kvt_err err = {0};
+    const char *need = NULL, *unused = sparse_flag_unused(&cp->sparse, &need);
+    if (unused) {
+        fprintf(stderr, "kvtier %s: %s does nothing with --sparse %s: it needs --sparse %s\n", cmd, unused,
+                kvt_sparse_mode_name(cp->sparse.mode), need);
+        *ctx = NULL;
+        return false;
+    }
     if (kvt_context_init(m, cp, ctx, &err)) {
         fprintf(stderr, "kvtier %s: %s\n", cmd, err.msg);
         return false;
@@ -714,5 +769,36 @@ bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, s
     }
     *text = in->prompt;
     *len = strlen(in->prompt);
+    return true;
+}
+
+bool cli_check_out_path(const char *cmd, const char *flag, const char *path) {
+    if (!path[0]) {
+        fprintf(stderr, "kvtier %s: %s: the path is empty\n", cmd, flag);
+        return false;
+    }
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kvtier %s: %s: %s is a directory; give a file name\n", cmd, flag, path);
+        return false;
+    }
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash) {
+        snprintf(dir, sizeof dir, ".");
+    } else if (slash == path) {
+        snprintf(dir, sizeof dir, "/");
+    } else if ((size_t)(slash - path) < sizeof dir) {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = 0;
+    } else {
+        fprintf(stderr, "kvtier %s: %s: the path is too long\n", cmd, flag);
+        return false;
+    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
+        const char *why = stat(dir, &st) != 0 ? strerror(errno) : !S_ISDIR(st.st_mode) ? "not a directory" : strerror(errno);
+        fprintf(stderr, "kvtier %s: %s: cannot create %s: its folder %s: %s\n", cmd, flag, path, dir, why);
+        return false;
+    }
     return true;
 }

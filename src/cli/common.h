@@ -64,6 +64,10 @@ char *cli_detokenize(const kvt_tokenizer *tok, const int32_t *ids, int64_t n, in
 // -1 when out of memory. Pieces have no length limit (Qwen2 has tokens of hundreds of bytes).
 int64_t cli_token_piece(const kvt_tokenizer *tok, int32_t id, char **buf, size_t *cap);
 
+// Checks before any work that an output file can be created at path: not empty, not a directory, its
+// folder an existing directory that this process may write. false with "kvtier CMD: FLAG: PATH: why" printed.
+bool cli_check_out_path(const char *cmd, const char *flag, const char *path);
+
 // Tokenizes text into a malloc'ed array; NULL on error (message printed).
 int32_t *cli_tokenize(const char *cmd, const kvt_tokenizer *tok, const char *text, size_t len, bool add_special,
                       bool parse_special, int64_t *n);

@@ -1,4 +1,5 @@
 // main.c - the `kvtier` command: dispatch to subcommands.
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,6 +35,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    // past a file size limit (ulimit -f) a write fails with EFBIG instead of killing the process, so the
+    // error paths run: a message naming the file, temporary and partial files removed
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

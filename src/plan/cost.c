@@ -87,7 +87,10 @@ kvt_status kvt_costs_from_gguf(const kvt_gguf *g, kvt_costs *c, kvt_err *err) {
         u->param_bytes += bytes;
         unit_add(u, t->type, bytes, macs);
     }
-    if (!te) return kvt_errorf(err, KVT_ERR_NOT_FOUND, "%s: no token_embd.weight", kvt_gguf_path(g));
+    if (!te) {
+        kvt_costs_free(c); // the caller frees only what succeeded
+        return kvt_errorf(err, KVT_ERR_NOT_FOUND, "%s: no token_embd.weight", kvt_gguf_path(g));
+    }
     if (!have_output) { // tied: the output projection reads token_embd
         c->tied_bytes = (int64_t)te->size;
         out->param_bytes += (int64_t)te->size;

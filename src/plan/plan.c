@@ -1,6 +1,7 @@
 // plan.c - exhaustive partition search (helm.txt Algorithm 1) and KV placement.
 #include "plan.h"
 
+#include "../base/file.h"
 #include "../base/json.h"
 
 #include <errno.h>
@@ -426,16 +427,14 @@ void kvt_plan_write_json(const kvt_plan *pl, FILE *f) {
     fputc('\n', f);
 }
 
+static void plan_write_cb(void *ctx, FILE *f) { kvt_plan_write_json(ctx, f); }
+
 kvt_status kvt_plan_save(const kvt_plan *pl, const char *path, kvt_err *err) {
     if (!pl->feasible) {
         return kvt_errorf(err, KVT_ERR_BUDGET, "%s: not written: the plan is infeasible: %s", path,
                           pl->error[0] ? pl->error : "no placement fits");
     }
-    FILE *f = fopen(path, "w");
-    if (!f) return kvt_errorf(err, KVT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    kvt_plan_write_json(pl, f);
-    if (fclose(f)) return kvt_errorf(err, KVT_ERR_IO, "%s: write failed", path);
-    return KVT_OK;
+    return kvt_file_write_atomic(path, plan_write_cb, (void *)pl, err); // a partial plan is never left
 }
 
 kvt_status kvt_plan_parse(const char *text, kvt_plan *pl, kvt_err *err) {

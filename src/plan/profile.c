@@ -10,6 +10,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "../base/file.h"
 #include "../base/json.h"
 #include "../base/membw.h"
 #include "../base/threadpool.h"
@@ -365,12 +366,10 @@ void kvt_profile_write(const kvt_profile *p, FILE *f) {
     fputc('\n', f);
 }
 
+static void profile_write_cb(void *ctx, FILE *f) { kvt_profile_write(ctx, f); }
+
 kvt_status kvt_profile_save(const kvt_profile *p, const char *path, kvt_err *err) {
-    FILE *f = fopen(path, "w");
-    if (!f) return kvt_errorf(err, KVT_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    kvt_profile_write(p, f);
-    if (fclose(f)) return kvt_errorf(err, KVT_ERR_IO, "%s: write failed", path);
-    return KVT_OK;
+    return kvt_file_write_atomic(path, profile_write_cb, (void *)p, err); // a partial profile is never left
 }
 
 // ---------------------------------------------------------------- JSON in
@@ -592,9 +591,13 @@ static kvt_status jp_value(jp *p, kvt_jv *v, int depth) {
         p->i += 4;
         return KVT_OK;
     }
+    // a JSON number only (strtod alone also takes inf, nan, hex); finite and within int64_t, so that the
+    // readers' integer conversions are defined
+    if (c != '-' && !(c >= '0' && c <= '9')) return jp_fail(p, "unexpected character");
     char *end;
     v->num = strtod(p->s + p->i, &end);
     if (end == p->s + p->i) return jp_fail(p, "unexpected character");
+    if (!(fabs(v->num) <= 9.2e18)) return jp_fail(p, "number out of range (at most 9.2e18)");
     v->kind = KVT_JV_NUM;
     p->i = (size_t)(end - p->s);
     return KVT_OK;
