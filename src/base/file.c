@@ -58,12 +58,12 @@ kvt_status kvt_read_text(const char *path, char **out, size_t *len, kvt_err *err
         if (r == 0) break;
         n += r;
     }
-    const int bad = ferror(f);
+    const int bad = ferror(f), e = errno; // EISDIR for a directory
     fclose(f);
     if (!buf) return kvt_errorf(err, KVT_ERR_NOMEM, "%s: out of memory after %zu bytes", path, n);
     if (bad) {
         free(buf);
-        return kvt_errorf(err, KVT_ERR_IO, "%s: read failed", path);
+        return kvt_errorf(err, KVT_ERR_IO, "%s: read failed: %s", path, strerror(e));
     }
     buf[n] = 0;
     *out = buf;

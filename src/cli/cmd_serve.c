@@ -258,6 +258,10 @@ int cmd_serve(int argc, char **argv) {
             if (!(host = kvt_args_value(&a, flag))) return 2;
         } else if (!strcmp(flag, "--api-key")) {
             if (!(api_key = kvt_args_value(&a, flag))) return 2;
+            if (!api_key[0]) { // an unset variable ("--api-key $KEY") would make an empty password
+                fprintf(stderr, "kvtier serve: --api-key: the key is empty\n");
+                return 2;
+            }
         } else if (!strcmp(flag, "--port")) {
             if (!kvt_args_int(&a, flag, 0, 65535, &port)) return 2;
         } else if (!strcmp(flag, "-np") || !strcmp(flag, "--parallel")) {

@@ -263,10 +263,10 @@ int cmd_sim(int argc, char **argv) {
             for (int i = 0; i < nr; i++) {
                 char *end;
                 rhos[i] = strtod(rs[i], &end);
-                if (*end || !(rhos[i] > 0)) nr = -1;
+                if (*end || end == rs[i] || !(rhos[i] >= 0.01 && rhos[i] <= 1000)) nr = -1; // --rho's range; no inf
             }
             if (nr <= 0) {
-                fprintf(stderr, "kvtier sim: --rhos: expected positive numbers a,b,c (at most %d)\n", MAX_LIST);
+                fprintf(stderr, "kvtier sim: --rhos: expected numbers in [0.01, 1000] a,b,c (at most %d)\n", MAX_LIST);
                 rc = 2;
             }
         }

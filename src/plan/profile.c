@@ -597,6 +597,8 @@ static kvt_status jp_value(jp *p, kvt_jv *v, int depth) {
     char *end;
     v->num = strtod(p->s + p->i, &end);
     if (end == p->s + p->i) return jp_fail(p, "unexpected character");
+    for (const char *q = p->s + p->i; q < end; q++)
+        if (!strchr("0123456789+-.eE", *q)) return jp_fail(p, "not a JSON number");
     if (!(fabs(v->num) <= 9.2e18)) return jp_fail(p, "number out of range (at most 9.2e18)");
     v->kind = KVT_JV_NUM;
     p->i = (size_t)(end - p->s);
