@@ -16,7 +16,7 @@
 
 // Runs `cli ARGS` (stdout to /dev/null) under sh, with `pre` before it (e.g. "ulimit -f 1;"): exit code, stderr in out.
 static int run_cli(const char *pre, const char *cli, const char *args, char *out, size_t cap) {
-    char cmd[4096];
+    char cmd[8192];
     // the limit only catches a hang: generous, since make tsan runs 5-15x slower
     snprintf(cmd, sizeof cmd, "%s timeout 120 %s %s 2>&1 >/dev/null", pre, cli, args);
     return test_run(cmd, out, cap);
