@@ -20,7 +20,8 @@
 // ...) and one pass of the probe's best pattern over the same bytes (4 streams per task, lines 4 KiB ahead
 // prefetched into L2: membw.c's BW_FOUR_PF) in the same alternation. SPEC: comma-separated v=N (the kernel's study
 // form, matmul.h kvt_kernels_decode_variant: e.g. q8_0_x8 v=2, f16 v=14), pf=BYTES (the decode prefetch distance),
-// or "0" (the defaults). Prints per form the median GB/s and its median share of the same pair's probe, the median
+// t=TYPE (another layout of the -T type's rows, e.g. -T q6_K -B t=q6_K_x8: its own copies of the same rows), or "0"
+// (the defaults). Prints per form the median GB/s and its median share of the same pair's probe, the median
 // of the paired ratios B/A and the share of pairs B wins; with -v, every pair. The bandwidth of a shared VM swings
 // within minutes: only such paired figures resolve a 5-10% difference (docs/log/BENCHMARKS-kernels-2.md, ms11c).
 //   build/kq_decode_bench -t 2 -s avx2 -M 512 -T q8_0_x8 -S gate -S down -A v=0 -B v=4 -P 40
@@ -90,19 +91,29 @@ __attribute__((target("avx2"))) static void stream4_task(void *vj, int64_t t, in
     J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
 }
 
-// A form of -A / -B: the study form v and the prefetch distance pf (-1: the CPU's).
+// A form of -A / -B: the study form v, the prefetch distance pf (-1: the CPU's) and the weight type t (-1: the -T
+// type; another one of the same bytes per row, e.g. q6_K against q6_K_x8: its own copies, built the same way).
 typedef struct {
     int v;
     int64_t pf;
+    int t;
 } form;
 static int form_parse(const char *s, form *f) {
-    f->v = 0, f->pf = -1;
+    f->v = 0, f->pf = -1, f->t = -1;
     if (!strcmp(s, "0")) return 1;
     while (*s) {
         char *end;
         if (!strncmp(s, "v=", 2)) f->v = (int)strtol(s + 2, &end, 10);
         else if (!strncmp(s, "pf=", 3)) f->pf = strtoll(s + 3, &end, 10);
-        else return 0;
+        else if (!strncmp(s, "t=", 2)) {
+            char name[32];
+            size_t k = 0;
+            for (end = (char *)s + 2; *end && *end != ',' && k + 1 < sizeof name; end++) name[k++] = *end;
+            name[k] = 0;
+            kvt_type t;
+            if (!kvt_type_from_name(name, &t)) return 0;
+            f->t = (int)t;
+        } else return 0;
         if (end == s || (*end && *end != ',')) return 0;
         s = *end ? end + 1 : end;
     }
@@ -128,7 +139,7 @@ int main(int argc, char **argv) {
     int nth = 2, reps = 5, ntypes = 0, nshapes = 0, isa = -1;
     int64_t mib = 512;
     int huge = 1, pairs = 40, paired = 0, verbose = 0;
-    form fa = {0, -1}, fb = {0, -1};
+    form fa = {0, -1, -1}, fb = {0, -1, -1};
     kvt_type types[8];
     shape shapes[8];
     for (int i = 1; i < argc; i++) {
@@ -141,7 +152,7 @@ int main(int argc, char **argv) {
         else if ((!strcmp(argv[i], "-A") || !strcmp(argv[i], "-B")) && i + 1 < argc) {
             paired = 1;
             if (!form_parse(argv[i + 1], argv[i][1] == 'A' ? &fa : &fb))
-                return fprintf(stderr, "bad form %s (v=N,pf=BYTES or 0)\n", argv[i + 1]), 1;
+                return fprintf(stderr, "bad form %s (v=N,pf=BYTES,t=TYPE or 0)\n", argv[i + 1]), 1;
             i++;
         }
         else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
@@ -158,7 +169,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr,
                     "usage: %s [-t threads] [-s scalar|avx2|avx512] [-r reps] [-M MiB] [-H 1|0] [-T type]... [-S shape]...\n"
-                    "       [-A form] [-B form] [-P pairs] [-v]   (paired A/B; form: v=N,pf=BYTES or 0: see the source)\n",
+                    "       [-A form] [-B form] [-P pairs] [-v]   (paired A/B; form: v=N,pf=BYTES,t=TYPE or 0: see the source)\n",
                     argv[0]);
             return 1;
         }
@@ -177,8 +188,10 @@ int main(int argc, char **argv) {
            (long long)kvt_kernels_prefetch());
     const int64_t pf_cpu = kvt_kernels_prefetch();
     if (paired) {
-        printf("paired: A = v=%d,pf=%lld, B = v=%d,pf=%lld, %d pairs (one pass of A, B and the 4-stream probe each)\n",
-               fa.v, (long long)(fa.pf < 0 ? pf_cpu : fa.pf), fb.v, (long long)(fb.pf < 0 ? pf_cpu : fb.pf), pairs);
+        printf("paired: A = v=%d,pf=%lld%s%s, B = v=%d,pf=%lld%s%s, %d pairs (one pass of A, B and the 4-stream probe each)\n",
+               fa.v, (long long)(fa.pf < 0 ? pf_cpu : fa.pf), fa.t >= 0 ? ",t=" : "", fa.t >= 0 ? kvt_type_name((kvt_type)fa.t) : "",
+               fb.v, (long long)(fb.pf < 0 ? pf_cpu : fb.pf), fb.t >= 0 ? ",t=" : "", fb.t >= 0 ? kvt_type_name((kvt_type)fb.t) : "",
+               pairs);
         printf("%-8s %-5s %12s %8s %8s %8s %7s %7s %7s %7s\n", "type", "shape", "rows x cols", "A GB/s", "B GB/s",
                "probe", "A%prb", "B%prb", "B/A", "B wins");
     } else {
@@ -224,6 +237,23 @@ int main(int argc, char **argv) {
                 memcpy(w, tmp, wbytes);
             }
             for (int c = 1; c < copies; c++) memcpy(w + stride * (size_t)c, w, wbytes);
+            // a paired form of another type (t=): its own copies of the same rows, made the same way
+            char *wf[2] = {w, w};
+            kvt_type tf[2] = {t, t};
+            for (int k = 0; k < 2 && paired; k++) {
+                const form *fm = k ? &fb : &fa;
+                if (fm->t < 0 || (kvt_type)fm->t == t) continue;
+                const kvt_type ft = (kvt_type)fm->t, fq = kvt_type_repacked_from(ft);
+                if (fq != qt) return fprintf(stderr, "t=%s is not a layout of %s\n", kvt_type_name(ft), kvt_type_name(qt)), 1;
+                const kvt_repack_ops *frp = fq != ft ? kvt_type_repack(fq) : NULL;
+                char *b = mmap(NULL, stride * (size_t)copies, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (b == MAP_FAILED) return fprintf(stderr, "out of memory\n"), 1;
+                if (huge) madvise(b, stride * (size_t)copies, MADV_HUGEPAGE);
+                if (frp) frp->pack(tmp, b, rows, n);
+                else memcpy(b, tmp, wbytes);
+                for (int c = 1; c < copies; c++) memcpy(b + stride * (size_t)c, b, wbytes);
+                wf[k] = b, tf[k] = ft;
+            }
             kvt_weight W = {.data = w, .type = t, .cols = n, .rows = rows};
             stream_job *J = calloc(1, sizeof *J);
             J->wrs = wrs, J->rows = rows, J->chunk = decode_chunk(rows, wrs, nth);
@@ -241,11 +271,12 @@ int main(int argc, char **argv) {
                         const form *f = which == 0 ? &fa : &fb;
                         int64_t t0 = kvt_time_ns();
                         if (which < 2) {
-                            kvt_kernels_set_decode_variant(t, f->v);
+                            kvt_kernels_set_decode_variant(tf[which], f->v);
                             kvt_kernels_set_prefetch(f->pf < 0 ? pf_cpu : f->pf);
+                            W.type = tf[which];
                             t0 = kvt_time_ns();
                             for (int c = 0; c < copies; c++) {
-                                W.data = w + stride * (size_t)c;
+                                W.data = wf[which] + stride * (size_t)c;
                                 const kvt_weight *wp = &W;
                                 kvt_matmul_par(pool, &wp, &y, 1, x, 1, scratch);
                             }
@@ -257,7 +288,8 @@ int main(int argc, char **argv) {
                         }
                         g[which] = (double)wbytes * copies / ((double)(kvt_time_ns() - t0) / 1e9) / 1e9;
                     }
-                    kvt_kernels_set_decode_variant(t, 0);
+                    kvt_kernels_set_decode_variant(tf[0], 0);
+                    kvt_kernels_set_decode_variant(tf[1], 0);
                     kvt_kernels_set_prefetch(pf_cpu);
                     if (i < 0) continue;
                     ga[i] = g[0], gb[i] = g[1], gp[i] = g[2];
@@ -299,6 +331,8 @@ int main(int argc, char **argv) {
             }
             fflush(stdout);
             munmap(w, stride * (size_t)copies);
+            for (int k = 0; k < 2; k++)
+                if (wf[k] != w) munmap(wf[k], stride * (size_t)copies);
             free(f), free(x), free(y), free(tmp), free(scratch), free(J);
         }
     kvt_threadpool_free(pool);
