@@ -415,13 +415,31 @@ static void test_score_blocks_bits(const int bits) {
                 for (int i = 0; i < qpg; i++) {
                     for (int x = 0; x < m; x++) ok = ok && memcmp(&out[i * MAXN + x], &ref[i * MAXN + pos[x] - t0], 4) == 0;
                 }
+                // whole blocks (a re-rank's candidates in pages of 16: the kernels' whole-block path and pairs of blocks)
+                // among partial ones and gaps, whole and in parts cut inside a block and at a block's start
+                m = 0;
+                for (int b = t0 / 16; b * 16 < t0 + n; b++) {
+                    const int kind = (b * 7 + qpg + h) % 5; // 0-2: whole, 3: part, 4: none
+                    for (int u = b * 16; kind < 4 && u < b * 16 + 16; u++) {
+                        if (u >= t0 && u < t0 + n && (kind < 3 || u % 3 == 0)) pos[m++] = u;
+                    }
+                }
+                for (int cut = 0; cut < 3; cut++) {
+                    const int c = cut == 0 ? m : cut == 1 ? m / 2 : (m / 2) & ~15;
+                    memset(out, 0, sizeof out);
+                    kvt_sparse_score_keys_set(q16, qs, qpg, hd, kk, pos, c, MAXN, 0.25f, out);
+                    if (c < m) kvt_sparse_score_keys_set(q16, qs, qpg, hd, kk, pos + c, m - c, MAXN, 0.25f, out + c);
+                    for (int i = 0; i < qpg; i++) {
+                        for (int x = 0; x < m; x++) ok = ok && memcmp(&out[i * MAXN + x], &ref[i * MAXN + pos[x] - t0], 4) == 0;
+                    }
+                }
                 cases++;
             }
         }
     }
     kvt_kernels_set_isa(saved);
-    test_result(ok, bits == 4 ? "sparse: block-layout 4-bit scan of a range and of a sorted set (whole or in parts) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)"
-                              : "sparse: block-layout int8 scan of a range and of a sorted set (whole or in parts) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)",
+    test_result(ok, bits == 4 ? "sparse: block-layout 4-bit scan of a range and of a sorted set (whole or in parts; runs and whole blocks) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)"
+                              : "sparse: block-layout int8 scan of a range and of a sorted set (whole or in parts; runs and whole blocks) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)",
                 "%d cases", cases);
 }
 

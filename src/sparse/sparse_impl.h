@@ -151,6 +151,8 @@ struct kvt_sparse {
     int64_t *ps_n, *ps_fb, *ps_ncos;
     double *ps_mass, *ps_ovl, *ps_cos;
     int64_t n_pred_sel, n_fallback; // asyncspade: predicted selections used, of which redone with the real query
+    const kvt_sparse_layer *warm_ly; // kvt_sparse_warm_begin's layer (NULL: none), its re-rank's budget warm_k
+    int64_t warm_k;
 };
 
 enum { KVT_SPARSE_CATCHUP = 64 }; // positions read back from the store per chunk
@@ -338,7 +340,8 @@ void kvt_sparse_score_keys_rows(const int16_t *q16, const float *qscale, int32_t
 void kvt_sparse_score_keys_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
                                const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw);
 // The 16-position blocks a scan visits (the vector kernels): the range [t0, t0 + n) (pos NULL) or the n sorted positions
-// of pos (a run of entries in one block), from kvt_sparse_blocks_of. kvt_sparse_blocks_next gives the next block's first position *b0, the lanes to
+// of pos (a run of entries in one block; pos strictly increasing: 16 entries from a block's start to its end are that
+// whole block), from kvt_sparse_blocks_of. kvt_sparse_blocks_next gives the next block's first position *b0, the lanes to
 // score (bit j: position b0 + j) and where the first of them goes (*out: its index in the range or the list; the others
 // follow in lane order); false at the end. it->x: the list entries consumed so far.
 typedef struct {
@@ -354,7 +357,13 @@ static inline bool kvt_sparse_blocks_next(kvt_sparse_blocks *it, int64_t *b0, ui
     if (it->pos) {
         if (it->x >= it->n) return false;
         *out = it->x;
-        *b0 = it->pos[it->x] & ~(int32_t)15;
+        const int32_t p = it->pos[it->x];
+        *b0 = p & ~(int32_t)15;
+        if ((p & 15) == 0 && it->x + 15 < it->n && it->pos[it->x + 15] == p + 15) { // a whole block (the common case:
+            it->x += 16;                                                           // whole pages of candidates)
+            *lanes = 0xffffu;
+            return true;
+        }
         for (; it->x < it->n && it->pos[it->x] < *b0 + 16; it->x++) m |= 1u << (it->pos[it->x] - *b0);
     } else {
         const int64_t t1 = it->t0 + it->n;

@@ -38,7 +38,8 @@ static inline __attribute__((always_inline)) void group_heads(int32_t hc, int32_
 
 // The lanes of the range in f, moved to the front, stored from the range's first position on.
 static inline __attribute__((always_inline)) void store_lanes(__m512 f, __mmask16 m, float *raw) {
-    _mm512_mask_storeu_ps(raw, (__mmask16)((1u << __builtin_popcount(m)) - 1u), _mm512_maskz_compress_ps(m, f));
+    if (m == 0xffff) _mm512_storeu_ps(raw, f); // a whole block (most of a re-rank's candidates): no compress
+    else _mm512_mask_storeu_ps(raw, (__mmask16)((1u << __builtin_popcount(m)) - 1u), _mm512_maskz_compress_ps(m, f));
 }
 
 // One block of 16 positions of int8 copies (blk, scales ks of its lanes), hc query heads (split rows ql, qh of hd bytes
@@ -61,6 +62,46 @@ static inline __attribute__((always_inline)) void block_heads8(int32_t hc, int32
     for (int32_t i = 0; i < hc; i++) {
         const __m512i d = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ah[i], _mm512_set1_epi32(corr[2 * i])), 8), al[i]);
         store_lanes(_mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ks, _mm512_set1_ps(qs[i]))), m, raw + i * stride);
+    }
+}
+
+// Two blocks of int8 copies at once (blk[0], blk[1]; scales ks[j], lanes m[j], stored at raw[j] + i * stride), hc <= 4
+// query heads: each group's broadcast query bytes serve both blocks (half the broadcasts per block), and 4 hc
+// independent VPDPBUSD chains instead of 2 hc. Each lane's integer sums and float operations are block_heads8's: the
+// same bits.
+static inline __attribute__((always_inline)) void block_pair8(int32_t hc, int32_t hd, const uint8_t *const *blk,
+                                                              const uint8_t *ql, const int8_t *qh, const int32_t *corr,
+                                                              const float *qs, const __m512 *ks, const __mmask16 *m,
+                                                              int64_t stride, float *const *raw) {
+    __m512i al[2][4], ah[2][4];
+#pragma GCC unroll 4
+    for (int32_t i = 0; i < hc; i++) al[0][i] = ah[0][i] = al[1][i] = ah[1][i] = _mm512_setzero_si512();
+    const __m512i x80 = _mm512_set1_epi8((char)0x80);
+#pragma GCC unroll 16
+    for (int32_t g = 0; g < hd / 4; g++) {
+        const __m512i k0 = _mm512_loadu_si512(blk[0] + 64 * g), k1 = _mm512_loadu_si512(blk[1] + 64 * g);
+        const __m512i u0 = _mm512_xor_si512(k0, x80), u1 = _mm512_xor_si512(k1, x80);
+#pragma GCC unroll 4
+        for (int32_t i = 0; i < hc; i++) {
+            int32_t lw, hw;
+            memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
+            memcpy(&hw, qh + (int64_t)i * hd + 4 * g, 4);
+            const __m512i l = _mm512_set1_epi32(lw), h = _mm512_set1_epi32(hw);
+            al[0][i] = _mm512_dpbusd_epi32(al[0][i], l, k0);
+            ah[0][i] = _mm512_dpbusd_epi32(ah[0][i], u0, h);
+            al[1][i] = _mm512_dpbusd_epi32(al[1][i], l, k1);
+            ah[1][i] = _mm512_dpbusd_epi32(ah[1][i], u1, h);
+        }
+    }
+#pragma GCC unroll 2
+    for (int32_t j = 0; j < 2; j++) {
+#pragma GCC unroll 4
+        for (int32_t i = 0; i < hc; i++) {
+            const __m512i d =
+                _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ah[j][i], _mm512_set1_epi32(corr[2 * i])), 8), al[j][i]);
+            store_lanes(_mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ks[j], _mm512_set1_ps(qs[i]))), m[j],
+                        raw[j] + i * stride);
+        }
     }
 }
 
@@ -105,7 +146,8 @@ static inline __attribute__((always_inline)) void block_heads4(int32_t hc, int32
     for (int32_t i = 0; i < hc; i++) store_lanes(acc[i], m, raw + i * stride);
 }
 
-enum { PF_AHEAD = 64 }; // entries of a position list between the one scored and the one whose block is requested
+enum { PF_AHEAD = 64, PF_BLOCKS = 4 }; // entries of a position list between the one scored and the one whose block is requested; blocks of it (the
+// pair kernel's walk)
 
 // The lines of the block holding position t (its 16 keys, bb bytes, and their scales, sb bytes) requested into the cache.
 static inline void prefetch_block(const uint8_t *kc, const uint8_t *ks, int32_t t, int64_t bb, int64_t sb) {
@@ -148,6 +190,48 @@ static inline __attribute__((always_inline)) void scan(int32_t bits, const int16
         kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, t0, n_keys);
         int64_t b0, out;
         uint32_t bits_m;
+        if (bits == 8 && hc <= 4) { // two blocks at a time (block_pair8), the last one alone
+            const uint8_t *blk2[2];
+            __m512 ks2[2];
+            __mmask16 m2[2];
+            float *r2[2];
+            int32_t nb = 0;
+            // a list's blocks requested PF_BLOCKS blocks ahead of the one scored, by a second walk of the list
+            kvt_sparse_blocks pf = kvt_sparse_blocks_of(pos, t0, n_keys);
+            int64_t pb, po;
+            uint32_t pm;
+            for (int32_t j = 0; pos && j < PF_BLOCKS && kvt_sparse_blocks_next(&pf, &pb, &pm, &po); j++) {
+                prefetch_block(kc, ksb, (int32_t)pb, bb, sb);
+            }
+            while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
+                if (pos && kvt_sparse_blocks_next(&pf, &pb, &pm, &po)) prefetch_block(kc, ksb, (int32_t)pb, bb, sb);
+                blk2[nb] = kc + b0 / 16 * bb;
+                m2[nb] = (__mmask16)bits_m;
+                ks2[nb] = _mm512_maskz_loadu_ps(m2[nb], (const float *)k.ks + b0);
+                r2[nb] = raw + (int64_t)h0 * stride + out;
+                if (++nb < 2) continue;
+                nb = 0;
+                switch (hd == 64 ? hc : hc + 4) { // head_dim 64 (SmolLM2, TinyLlama) a constant: the group loop unrolled
+                case 1: block_pair8(1, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+                case 2: block_pair8(2, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+                case 3: block_pair8(3, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+                case 4: block_pair8(4, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+                case 5: block_pair8(1, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+                case 6: block_pair8(2, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+                case 7: block_pair8(3, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+                default: block_pair8(4, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+                }
+            }
+            if (nb == 1) {
+                switch (hc) {
+                case 1: block_heads8(1, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
+                case 2: block_heads8(2, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
+                case 3: block_heads8(3, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
+                default: block_heads8(4, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
+                }
+            }
+            continue;
+        }
         while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
             if (pos && it.x + PF_AHEAD < n_keys) prefetch_block(kc, ksb, pos[it.x + PF_AHEAD], bb, sb);
             const __mmask16 m = (__mmask16)bits_m;
