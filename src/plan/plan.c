@@ -460,9 +460,16 @@ kvt_status kvt_plan_parse(const char *text, kvt_plan *pl, kvt_err *err) {
         pl->ctx = (int64_t)kvt_jv_num(&root, "ctx", 0);
         pl->batch = (int64_t)kvt_jv_num(&root, "batch", 1);
         pl->prompt = (int64_t)kvt_jv_num(&root, "prompt", 0);
-        pl->n_units = (int32_t)kvt_jv_num(&root, "n_units", 0);
-        pl->cpu_units = (int32_t)kvt_jv_num(&root, "cpu_units", 0);
-        pl->gpu_units = (int32_t)kvt_jv_num(&root, "gpu_units", 0);
+        // unit counts: range-checked before the int32_t conversion (a double past INT32_MAX converts undefined)
+        const double n_units = kvt_jv_num(&root, "n_units", 0), cpu_units = kvt_jv_num(&root, "cpu_units", 0),
+                     gpu_units = kvt_jv_num(&root, "gpu_units", 0), max_units = 1 << 20;
+        const bool units_ok = n_units >= 0 && n_units <= max_units && cpu_units >= 0 && cpu_units <= max_units &&
+                              gpu_units >= 0 && gpu_units <= max_units;
+        if (units_ok) {
+            pl->n_units = (int32_t)n_units;
+            pl->cpu_units = (int32_t)cpu_units;
+            pl->gpu_units = (int32_t)gpu_units;
+        }
         pl->all_gpu_feasible = kvt_jv_num(&root, "all_gpu_feasible", 0) != 0;
         pl->predicted_ms_per_token = kvt_jv_num(&root, "predicted_ms_per_token", 0);
         pl->roofline_ms_per_token = kvt_jv_num(&root, "roofline_ms_per_token", 0);
@@ -479,6 +486,11 @@ kvt_status kvt_plan_parse(const char *text, kvt_plan *pl, kvt_err *err) {
         pl->max_ctx_all = (int64_t)kvt_jv_num(&root, "max_ctx_fast_host_disk", 0);
         if (!pl->feasible)
             st = kvt_errorf(err, KVT_ERR_BUDGET, "plan: infeasible (%s)", pl->error[0] ? pl->error : "no placement fits");
+        else if (!units_ok || pl->cpu_units + pl->gpu_units != pl->n_units || (pl->n_units > 0 && pl->n_units < 3))
+            st = kvt_errorf(err, KVT_ERR_FORMAT,
+                            "plan: n_units, cpu_units, gpu_units must be 0..%d with cpu_units + gpu_units = n_units "
+                            "(0, or 3 and more: embedding, layers, output)",
+                            1 << 20);
         else if (pl->kv_fast_bytes < 0 || pl->kv_host_bytes < 0 || pl->kv_disk_bytes < 0 || pl->kv_block_tokens < 1)
             st = kvt_errorf(err, KVT_ERR_FORMAT, "plan: negative KV budget or block size < 1");
         else if (pl->kv_disk_bytes > 0 && !pl->kv_disk_dir[0])

@@ -393,7 +393,12 @@ kvt_status kvt_profile_parse(const char *text, kvt_profile *p, kvt_err *err) {
     }
     kvt_profile_init(p);
     snprintf(p->name, sizeof p->name, "%s", kvt_jv_str(&root, "name", "unnamed"));
-    p->cpu_threads = (int32_t)kvt_jv_num(&root, "cpu_threads", 0);
+    const double threads = kvt_jv_num(&root, "cpu_threads", 0); // range-checked before the int32_t conversion
+    if (!(threads >= 0 && threads <= 1 << 20)) {
+        kvt_jv_free(&root);
+        return kvt_errorf(err, KVT_ERR_FORMAT, "profile: cpu_threads must be 0..%d", 1 << 20);
+    }
+    p->cpu_threads = (int32_t)threads;
     p->cpu_read_gbps = kvt_jv_num(&root, "cpu_read_gbps", 0);
     p->l3_bytes = (int64_t)kvt_jv_num(&root, "l3_bytes", 0);
     p->l3_read_gbps = kvt_jv_num(&root, "l3_read_gbps", 0);
