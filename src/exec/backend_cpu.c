@@ -198,8 +198,9 @@ static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *n
     kvt_par_ranges(c->pool, n, 2, ew_range, &j);
 }
 
-// q, k, v = wq|wk|wv xn, then EW_QK (in decode inside the job: qk_epi). A decode step of one sequence under asyncspade's
-// re-rank: the job's tasks also request the lines of the layer's candidates (kvt_sparse_warm_begin; timing only).
+// q, k, v = wq|wk|wv xn, then EW_QK (in decode inside the job: qk_epi). With warm_up (off; a study): in a decode step of one
+// sequence under asyncspade's re-rank the job's tasks also request the lines of the layer's candidates
+// (kvt_sparse_warm_begin; timing only).
 static void qkv(kvt_context *c, const kvt_ubatch *u, int32_t il, const kvt_layer *L, int64_t n) {
     const kvt_hparams *hp = &c->m->hp;
     const kvt_weight *w[3] = {&L->wq, &L->wk, &L->wv};
@@ -212,8 +213,11 @@ static void qkv(kvt_context *c, const kvt_ubatch *u, int32_t il, const kvt_layer
     }
     memset(c->head_rows, 0, (size_t)(hp->n_head + hp->n_head_kv) * sizeof *c->head_rows);
     const bool one = n == 1 && u->n == 1 && !(u->seqs ? u->prompt_rows && u->prompt_rows[0] : u->prompt);
+    // off: the lead's A/B (2026-11-30 12:18-12:26 UTC, docs/log/SPARSE-log-2.md) measured the warm-up moving ~0.7 ms a
+    // token out of the re-rank's stall but adding ~3 ms elsewhere in the token (TPOT 38.4 against 35.7 ms by the means)
+    const bool warm_up = false;
     qk_fuse f = {c, L, n,
-                 c->sp && one && kvt_sparse_warm_begin(c->sp, u->seqs ? u->seqs[0] : u->seq, il, u->seqs ? u->pos[0] : u->pos0)};
+                 warm_up && c->sp && one && kvt_sparse_warm_begin(c->sp, u->seqs ? u->seqs[0] : u->seq, il, u->seqs ? u->pos[0] : u->pos0)};
     const kvt_mm_opts o = {qk_epi, &f, 0, NULL};
     kvt_matmul_par_ex(c->pool, w, y, 3, c->xn, n, c->qact, &o);
 }
