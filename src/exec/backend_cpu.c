@@ -154,7 +154,6 @@ typedef struct {
     kvt_context *c;
     const kvt_layer *L;
     int64_t n; // tokens
-    bool warm; // kvt_sparse_warm_part: each task requests its share of the layer's re-rank candidates (timing only)
 } qk_fuse;
 
 static void qk_epi(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r1) {
@@ -164,10 +163,6 @@ static void qk_epi(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r1) 
     const kvt_hparams *hp = &c->m->hp;
     const kvt_layer *L = f->L;
     const int64_t Q = L->wq.rows, K = L->wk.rows, V = L->wv.rows, hd = hp->head_dim;
-    if (f->warm) { // the rows' share of the candidates, while the job's other tasks compute
-        const int64_t off = part == 0 ? 0 : part == 1 ? Q : Q + K;
-        kvt_sparse_warm_part(c->sp, off + r0, off + r1, Q + K + V);
-    }
     if (part == 2) {
         if (L->bv) {
             for (int64_t t = 0; t < f->n; t++) kvt_vec_add_f32(c->v + t * V + r0, L->bv + r0, r1 - r0);
@@ -198,10 +193,8 @@ static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *n
     kvt_par_ranges(c->pool, n, 2, ew_range, &j);
 }
 
-// q, k, v = wq|wk|wv xn, then EW_QK (in decode inside the job: qk_epi). With warm_up (off; a study): in a decode step of one
-// sequence under asyncspade's re-rank the job's tasks also request the lines of the layer's candidates
-// (kvt_sparse_warm_begin; timing only).
-static void qkv(kvt_context *c, const kvt_ubatch *u, int32_t il, const kvt_layer *L, int64_t n) {
+// q, k, v = wq|wk|wv xn, then EW_QK (in decode inside the job: qk_epi).
+static void qkv(kvt_context *c, const kvt_layer *L, int64_t n) {
     const kvt_hparams *hp = &c->m->hp;
     const kvt_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *y[3] = {c->q, c->k, c->v};
@@ -212,12 +205,7 @@ static void qkv(kvt_context *c, const kvt_ubatch *u, int32_t il, const kvt_layer
         return;
     }
     memset(c->head_rows, 0, (size_t)(hp->n_head + hp->n_head_kv) * sizeof *c->head_rows);
-    const bool one = n == 1 && u->n == 1 && !(u->seqs ? u->prompt_rows && u->prompt_rows[0] : u->prompt);
-    // off: the lead's A/B (2026-11-30 12:18-12:26 UTC, docs/log/SPARSE-log-2.md) measured the warm-up moving ~0.7 ms a
-    // token out of the re-rank's stall but adding ~3 ms elsewhere in the token (TPOT 38.4 against 35.7 ms by the means)
-    const bool warm_up = false;
-    qk_fuse f = {c, L, n,
-                 warm_up && c->sp && one && kvt_sparse_warm_begin(c->sp, u->seqs ? u->seqs[0] : u->seq, il, u->seqs ? u->pos[0] : u->pos0)};
+    qk_fuse f = {c, L, n};
     const kvt_mm_opts o = {qk_epi, &f, 0, NULL};
     kvt_matmul_par_ex(c->pool, w, y, 3, c->xn, n, c->qact, &o);
 }
@@ -300,7 +288,7 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
     for (int32_t il = il0; il < il1; il++) {
         const kvt_layer *L = &m->layers[il];
         const kvt_attn_params ap = {hp->n_head, hp->attn_scale, KVT_ATTN_TILE, L->window};
-        qkv(c, u, il, L, n);
+        qkv(c, L, n);
         kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
         if (il + 1 == il1 && head && head->logits && head->n_out < n) { // the last layer past attention: output rows only

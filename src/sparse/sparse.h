@@ -98,15 +98,6 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
                                 const float *q, const float *k, int64_t pos0, int64_t n, bool prompt, float *out,
                                 kvt_threadpool *pool, void *const *scratch, void *workspace, kvt_err *err);
 
-// Timing only (backend_cpu.c's q/k/v projection of a decode step): the int8 lines of asyncspade's re-rank candidates of
-// (seq, layer) for decode position P requested into the cache while the projection computes, so that the re-rank's
-// first pass finds them warm. kvt_sparse_warm_begin, on the caller before the projection's job: whether there is such a
-// candidate set (asyncspade with a re-rank, the worker's job for it done: nothing is requested that the worker may still
-// write); kvt_sparse_warm_part, from any thread of that job: the blocks of candidates [f0 / den, f1 / den) of each KV
-// head. Neither changes a result (prefetch hints only).
-bool kvt_sparse_warm_begin(kvt_sparse *s, int32_t seq, int32_t layer, int64_t P);
-void kvt_sparse_warm_part(const kvt_sparse *s, int64_t f0, int64_t f1, int64_t den);
-
 // Decode steps of sequence seq recorded since it was created (or the last clear), for the positions it
 // still holds: *n of them, valid until the next call.
 const kvt_sparse_step *kvt_sparse_steps(const kvt_sparse *s, int32_t seq, int64_t *n);

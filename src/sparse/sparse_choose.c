@@ -534,44 +534,6 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
     ly->kept_pos = P;
 }
 
-bool kvt_sparse_warm_begin(kvt_sparse *s, int32_t seq, int32_t layer, int64_t P) {
-    s->warm_ly = NULL;
-    if (s->p.mode != KVT_SPARSE_ASYNCSPADE || s->p.rerank <= 1.0 || !s->has_worker || seq < 0 || seq >= s->n_seqs ||
-        !s->seqs[seq] || layer < s->p.real_layers) {
-        return false;
-    }
-    kvt_sparse_layer *ly = &s->seqs[seq]->lay[layer];
-    if (!ly->sel || !ly->nsel) return false;
-    if (pthread_mutex_trylock(&s->mu) != 0) return false; // never waits: a hint
-    const bool done = !ly->busy && ly->sel_pos == P;        // the worker's job for P is over (its writes seen)
-    pthread_mutex_unlock(&s->mu);
-    if (!done || ly->hist_next != P) return false;          // a rewind: no current selection
-    s->warm_ly = ly;
-    s->warm_k = kvt_sparse_budget_of(s, P + 1);
-    return true;
-}
-
-void kvt_sparse_warm_part(const kvt_sparse *s, int64_t f0, int64_t f1, int64_t den) {
-    const kvt_sparse_layer *ly = s->warm_ly;
-    if (!ly || den <= 0) return;
-    const int32_t hd = s->d.head_dim, bits = s->p.rerank_bits;
-    const int64_t bb = 16 * kvt_sparse_key_row_bytes(bits, hd), sb = 16 * kvt_sparse_key_scale_bytes(bits, hd);
-    for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
-        const int64_t nc = ly->nsel[kh];
-        if (nc <= s->warm_k) continue; // the re-rank leaves this head as it is
-        const int32_t *sel = sel_of(ly, kh);
-        const kvt_sparse_keys k = kvt_sparse_keys_of(ly, bits, kh, hd);
-        int64_t last = -1;
-        for (int64_t x = nc * f0 / den, x1 = nc * f1 / den; x < x1; x++) {
-            const int64_t b = sel[x] >> 4;
-            if (b == last) continue;
-            last = b;
-            for (int64_t o = 0; o < bb; o += 64) __builtin_prefetch((const char *)k.kc + b * bb + o, 0, 3);
-            for (int64_t o = 0; o < sb; o += 64) __builtin_prefetch((const char *)k.ks + b * sb + o, 0, 3);
-        }
-    }
-}
-
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale) {
     kvt_sparse_scratch *ss = &s->main_ss;
     const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n);

@@ -151,8 +151,6 @@ struct kvt_sparse {
     int64_t *ps_n, *ps_fb, *ps_ncos;
     double *ps_mass, *ps_ovl, *ps_cos;
     int64_t n_pred_sel, n_fallback; // asyncspade: predicted selections used, of which redone with the real query
-    const kvt_sparse_layer *warm_ly; // kvt_sparse_warm_begin's layer (NULL: none), its re-rank's budget warm_k
-    int64_t warm_k;
 };
 
 enum { KVT_SPARSE_CATCHUP = 64 }; // positions read back from the store per chunk
