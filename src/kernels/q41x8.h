@@ -1,6 +1,7 @@
 // q41x8.h - the decode GEMV of q4_1_x8 (q4_1 repacked at load, 8 rows interleaved: quant.h), included by
 // matmul_avx2.c for both of its builds (AVX2; with KVT_SIMD_AVX512 the same 256-bit code with VPDPBUSD: on the
-// Zen 4 a 512-bit operation costs two 256-bit ones, so 512-bit vectors would only add shuffles).
+// Zen 4 a 512-bit operation costs two 256-bit ones, so 512-bit vectors would only add shuffles; but decode where the
+// CPU prefetches (the Intel Xeon) takes the 512-bit form q41x8_groups512 below, fewer instructions a block).
 //
 // One activation row (q8_1) against groups of 8 rows, one row per lane. Per row the q4_1 order of matmul.h:
 // its 8-lane accumulator (lane i: per block in order, acc_i = fma(dx * dy, float(exact integer dot of the
@@ -72,8 +73,11 @@ INLINE void q41x8_groups(int ns, int64_t nb, const uint8_t *G, int64_t step, con
 }
 
 #ifdef KVT_SIMD_AVX512
-// The same sums with 512-bit vectors (a study form, kvt_kernels_decode_variant(KVT_TYPE_Q4_1_X8) 11, 12, 14: ns 1, 2, 4
-// groups; on the Intel Xeon the 256-bit loop above is bound by its instructions near the DRAM rate). Per group 4 zmm
+// The same sums with 512-bit vectors: the AVX-512 decode default where decode prefetches (4 streams; study forms
+// kvt_kernels_decode_variant(KVT_TYPE_Q4_1_X8) 11, 12, 14: ns 1, 2, 4 groups; 4 is the 256-bit loop above in 4
+// streams). On the Intel Xeon the 256-bit loop is bound by its instructions near the DRAM rate; this one has fewer
+// (1.125x in cache, dec11g), and in the model, alternating in one binary (docs/log/BENCHMARKS-kernels-2.md, small11),
+// SmolLM2 Q4_1 (partly in L3) decoded 1.07-1.18x faster in 6-7 of 8 rounds and TinyLlama Q4_1 1.09x in 5 of 5. Per group 4 zmm
 // hold the 8 accumulators in pairs, A[p] = a[2p] | a[2p + 1] (low nibbles of quads 2p, 2p + 1: one 64-byte load)
 // and A[2 + p] = a[4 + 2p] | a[5 + 2p] (their high nibbles), each half lane r the same FMA chain as before (D = the
 // rows' dx * dy in both halves); the activation dwords of a pair come from one vpermd per block for all groups.
@@ -150,7 +154,7 @@ void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X
     const int v = n_tok == 1 ? kvt_kernels_decode_variant(KVT_TYPE_Q4_1_X8) : 0;
     const int ns = v % 10 == 1 || v % 10 == 2 || v % 10 == 4 ? v % 10 : pf ? Q41X8_NS : 1;
 #ifdef KVT_SIMD_AVX512
-    if (n_tok == 1 && v >= 10 && v < 20) { // 512-bit vectors (a study form)
+    if (n_tok == 1 && ((v >= 10 && v < 20) || (v == 0 && pf))) { // 512-bit vectors (the default with prefetch)
         Q41X8_STREAMS(q41x8_groups512);
         return;
     }
