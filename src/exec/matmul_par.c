@@ -3,9 +3,6 @@
 #include "../kernels/matmul.h"
 #include "../kernels/quant.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-
 // Activations are converted to at most two dot types per call (e.g. Q8_K for
 // q4_K and q6_K weights share one); two buffers of the widest (f32) size.
 // (256 KiB: SmolLM2's gate/up and down in 2 tasks each, not 4; 13 of 16 alternating rounds faster than 128 KiB,
@@ -18,10 +15,8 @@ typedef struct {
     const kvt_weight *w;
     float *y;
     const void *xq;   // [n_tok, cols] in w's dot type
-    int64_t chunk;    // rows per task (the first n_big tasks; all of them when n_big is 0)
+    int64_t chunk;    // rows per task
     int64_t first;    // first task index of this weight
-    int64_t n_big;    // guided cut (decode, small matrices): n_big tasks of chunk rows, then tasks of tail rows
-    int64_t tail;
 } mm_part;
 
 typedef struct {
@@ -51,25 +46,10 @@ static void mm_task(void *vj, int64_t t, int thread) {
     int i = J->n_part - 1;
     while (i > 0 && t < J->part[i].first) i--;
     const mm_part *P = &J->part[i];
-    const int64_t j = t - P->first;
-    int64_t r0, r1;
-    if (!P->n_big || j < P->n_big) r0 = j * P->chunk, r1 = r0 + P->chunk;
-    else r0 = P->n_big * P->chunk + (j - P->n_big) * P->tail, r1 = r0 + P->tail;
+    int64_t r0 = (t - P->first) * P->chunk, r1 = r0 + P->chunk;
     if (r1 > P->w->rows) r1 = P->w->rows;
     kvt_matmul_rows(P->w->type, J->cols, P->w->data, r0, r1, P->xq, J->n_tok, P->y, P->w->rows);
     if (J->o && J->o->epilogue) J->o->epilogue(J->o->ctx, i, t - P->first, r0, r1);
-}
-
-// Guided cut of a small decode matrix (KVT_MM_TAIL=m,pct for study: m tail tasks a part holding pct% of its rows;
-// m = 0: equal tasks as before).
-static int tail_m = -1, tail_pct = 25;
-static void tail_init(void) {
-    if (tail_m >= 0) return;
-    const char *e = getenv("KVT_MM_TAIL");
-    int m = 4, pct = 25;
-    if (e) sscanf(e, "%d,%d", &m, &pct);
-    tail_pct = pct;
-    tail_m = m < 0 ? 0 : m;
 }
 
 static int64_t gcd64(int64_t a, int64_t b) {
@@ -134,26 +114,9 @@ void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *
             int64_t k = w[i]->rows / (min_rows > 0 ? min_rows : 1);
             k = k < 1 ? nt : (k + nt - 1) / nt * nt;
             chunk = (w[i]->rows + k - 1) / k;
-            tail_init();
-            if (tail_m > 0 && k == nt) {
-                // guided: nt large tasks first, then tail_m small ones, so the threads (which start and run at
-                // different speeds) end together; each row's arithmetic is the same, only the thread differs
-                const int64_t R = w[i]->rows;
-                int64_t s = R * tail_pct / 100 / tail_m;
-                s = s < align ? align : (s + align / 2) / align * align;
-                int64_t B = (R - tail_m * s + nt - 1) / nt;
-                B = B < align ? align : (B + align - 1) / align * align;
-                if ((int64_t)nt * B < R) {
-                    J.part[i].chunk = B, J.part[i].n_big = nt, J.part[i].tail = s;
-                    J.part[i].first = n_tasks;
-                    n_tasks += nt + (R - nt * B + s - 1) / s;
-                    continue;
-                }
-            }
         }
         chunk = chunk < align ? align : (chunk + align - 1) / align * align;
         J.part[i].chunk = chunk;
-        J.part[i].n_big = 0;
         J.part[i].first = n_tasks;
         n_tasks += (w[i]->rows + chunk - 1) / chunk;
     }
