@@ -150,11 +150,12 @@ INLINE void q41x8_groups512(int ns, int64_t nb, const uint8_t *G, int64_t step, 
 
 void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy) {
     const int64_t nb = n / KVT_QK, pf = n_tok == 1 ? kvt_kernels_prefetch() : 0;
-    // decode: Q41X8_NS streams with prefetch, or a study form (matmul.h kvt_kernels_decode_variant: v 1, 2, 4 streams)
-    const int v = n_tok == 1 ? kvt_kernels_decode_variant(KVT_TYPE_Q4_1_X8) : 0;
+    // decode: the type's form (matmul.h kvt_kernels_decode_form: with prefetch 14, Q41X8_NS = 4 streams, in 512-bit
+    // vectors where the build has them; a study form v: v % 10 streams, 512-bit for 11, 12, 14)
+    const int v = n_tok == 1 ? kvt_kernels_decode_form(KVT_TYPE_Q4_1_X8) : 0;
     const int ns = v % 10 == 1 || v % 10 == 2 || v % 10 == 4 ? v % 10 : pf ? Q41X8_NS : 1;
 #ifdef KVT_SIMD_AVX512
-    if (n_tok == 1 && ((v >= 10 && v < 20) || (v == 0 && pf))) { // 512-bit vectors (the default with prefetch)
+    if (n_tok == 1 && v >= 10 && v < 20) { // 512-bit vectors
         Q41X8_STREAMS(q41x8_groups512);
         return;
     }
