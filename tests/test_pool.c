@@ -252,7 +252,7 @@ static void matmul_ex_test(void) {
                     memset(e, 0, sizeof *e);
                     memset(out, 0xff, sizeof(float) * 2 * NTOK * ROWS); // NaN until written
                     e->y = oy, e->n_tok = n_tok, e->rows = ROWS, e->row_align = variant == 0 ? 1 : variant == 1 ? 32 : 96;
-                    const kvt_mm_opts o = {.epilogue = epi_fn, .ctx = e, .row_align = e->row_align, .xq = variant == 3 ? xq : NULL};
+                    const kvt_mm_opts o = {epi_fn, e, e->row_align, variant == 3 ? xq : NULL};
                     kvt_matmul_par_ex(pool, ws, oy, 2, x, n_tok, scratch, &o); // one token: x's (xq's) first row
                     cases++;
                     bool ok = atomic_load(&e->bad) == 0;

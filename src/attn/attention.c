@@ -91,7 +91,26 @@ static void state_out(float *dst, float L, const float *O, int32_t hdv) {
     for (int32_t x = 0; x < hdv; x++) dst[x] = O[x] * inv;
 }
 
-typedef kvt_attn_job attn_job; // attention.h
+typedef struct {
+    kvt_kv *kv;
+    int32_t seq, layer;
+    const kvt_attn_params *p;
+    int32_t T;
+    const float *q;
+    int64_t pos0, n, n_tok; // n_tok: tokens per task
+    int64_t n_chunk;        // chunks of the single token when they are separate tasks (split), else 1
+    int64_t c0;             // split: the first chunk its window sees (chunks c0 .. c0 + n_chunk - 1)
+    int64_t n_hs;           // tasks per (token task, group, chunk): query heads [k * hpt, (k + 1) * hpt) of the group
+    int32_t hpt;
+    float *out;
+    float *part; // [n_head, n_chunk, 2 + hdv] (m, l, o) per chunk when split
+    // attention mass (decode for a store that wants it, else NULL): the workspace's mass area (mass_floats)
+    float *ml, *rec, *mass;
+    int64_t n_tiles, runs; // rec: [n_head][n_tiles][1 + runs]
+    void *const *scratch;
+    _Atomic int failed;
+    kvt_err err;
+} attn_job;
 
 static bool fail(attn_job *J, const kvt_err *e) {
     if (!atomic_exchange(&J->failed, 1)) J->err = *e;
@@ -330,108 +349,56 @@ static void mass_export(const attn_job *J, int64_t p_first) {
     }
 }
 
-// The job of n tokens at pos0 on nt threads: its tasks (decode: the chunks and head splits below) and the
-// attention-mass area. kvt_attention and the decode plan (kvt_attn_decode_plan) share it: the same tasks.
-static void job_init(attn_job *J, kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q,
-                     int64_t pos0, int64_t n, float *out, int nt, void *const *scratch, void *workspace) {
-    *J = (attn_job){.kv = kv, .seq = seq, .layer = layer, .p = p, .T = tile_of(p->tile), .q = q, .pos0 = pos0, .n = n,
-                    .out = out, .scratch = scratch, .part = workspace, .n_chunk = 1, .n_hs = 1,
-                    .hpt = group_qheads(kv, p->n_head)};
-    // one token on several threads: its chunks (those its window sees) are the tasks; same result either way
-    const int64_t T = J->T, CT = chunk_tiles(J->T);
-    const int64_t c_end = ((pos0 + 1 + T - 1) / T + CT - 1) / CT, c0 = first_visible(p->window, pos0) / T / CT;
-    if (n == 1 && nt > 1 && workspace && c_end - c0 > 1 && c_end - c0 <= max_chunks(kv)) {
-        J->c0 = c0;
-        J->n_chunk = c_end - c0;
-    }
-    J->n_tok = J->n_chunk > 1 ? 1 : tokens_per_task(n, pos0, nt);
-    // one token with too few (group, chunk) tasks to keep the threads busy (SmolLM2: 1 group of 9 query heads, one
-    // chunk below 64 positions): the group's query heads split too, down to one head per task. Each head's
-    // operations are the same whatever the split. Only a store whose reads are free (the contiguous one): every
-    // task acquires the blocks it reads, and the paged store's frontier and statistics count readers
-    if (n == 1 && nt > 1 && kv->ops->free_reads) {
-        const int64_t want = 8 * (int64_t)nt, have = (int64_t)kv->n_group * J->n_chunk;
-        if (have < want) {
-            const int32_t gq = J->hpt;
-            int64_t S = (want + have - 1) / have;
-            if (S > gq) S = gq;
-            J->hpt = (int32_t)((gq + S - 1) / S);
-            J->n_hs = (gq + J->hpt - 1) / J->hpt;
-        }
-    }
-    // decode for a store that ranks blocks by attention mass: the mass area of the workspace, if the tile fits it
-    if (n == 1 && workspace && kvt_kv_paged_wants_attn_mass(kv) &&
-        mass_floats(kv, p->n_head, T) <= mass_floats(kv, p->n_head, KVT_ATTN_TILE)) {
-        J->ml = (float *)((uint8_t *)workspace + part_bytes(kv, p->n_head));
-        J->n_tiles = (kv->n_ctx + T - 1) / T;
-        J->runs = mass_runs(T, kv->block_tokens);
-        J->rec = J->ml + 2 * p->n_head;
-        J->mass = J->rec + p->n_head * J->n_tiles * (1 + J->runs);
-        for (int64_t i = 0; i < p->n_head * J->n_tiles; i++) J->rec[i * (1 + J->runs)] = -INFINITY;
-    }
-    J->n_att = (n + J->n_tok - 1) / J->n_tok * kv->n_group * J->n_hs * J->n_chunk;
-    atomic_init(&J->failed, 0);
-    atomic_init(&J->n_done, 0);
-}
-
 kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q, int64_t pos0,
                          int64_t n, float *out, kvt_threadpool *pool, void *const *scratch, void *workspace,
                          kvt_err *err) {
     if (p->n_head % kv->n_head_kv) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "n_head %d not a multiple of n_head_kv %d", p->n_head, kv->n_head_kv);
     }
-    attn_job J;
-    job_init(&J, kv, seq, layer, p, q, pos0, n, out, kvt_threadpool_n_threads(pool), scratch, workspace);
-    kvt_threadpool_run(pool, attn_task, &J, J.n_att);
+    const int nt = kvt_threadpool_n_threads(pool);
+    attn_job J = {.kv = kv, .seq = seq, .layer = layer, .p = p, .T = tile_of(p->tile), .q = q, .pos0 = pos0, .n = n,
+                  .out = out, .scratch = scratch, .part = workspace, .n_chunk = 1, .n_hs = 1,
+                  .hpt = group_qheads(kv, p->n_head)};
+    // one token on several threads: its chunks (those its window sees) are the tasks; same result either way
+    const int64_t T = J.T, CT = chunk_tiles(J.T);
+    const int64_t c_end = ((pos0 + 1 + T - 1) / T + CT - 1) / CT, c0 = first_visible(p->window, pos0) / T / CT;
+    if (n == 1 && nt > 1 && workspace && c_end - c0 > 1 && c_end - c0 <= max_chunks(kv)) {
+        J.c0 = c0;
+        J.n_chunk = c_end - c0;
+    }
+    J.n_tok = J.n_chunk > 1 ? 1 : tokens_per_task(n, pos0, nt);
+    // one token with too few (group, chunk) tasks to keep the threads busy (SmolLM2: 1 group of 9 query heads, one
+    // chunk below 64 positions): the group's query heads split too, down to one head per task. Each head's
+    // operations are the same whatever the split. Only a store whose reads are free (the contiguous one): every
+    // task acquires the blocks it reads, and the paged store's frontier and statistics count readers
+    if (n == 1 && nt > 1 && kv->ops->free_reads) {
+        const int64_t want = 8 * (int64_t)nt, have = (int64_t)kv->n_group * J.n_chunk;
+        if (have < want) {
+            const int32_t gq = J.hpt;
+            int64_t S = (want + have - 1) / have;
+            if (S > gq) S = gq;
+            J.hpt = (int32_t)((gq + S - 1) / S);
+            J.n_hs = (gq + J.hpt - 1) / J.hpt;
+        }
+    }
+    // decode for a store that ranks blocks by attention mass: the mass area of the workspace, if the tile fits it
+    const int64_t p_first = first_visible(p->window, pos0);
+    if (n == 1 && workspace && kvt_kv_paged_wants_attn_mass(kv) &&
+        mass_floats(kv, p->n_head, T) <= mass_floats(kv, p->n_head, KVT_ATTN_TILE)) {
+        J.ml = (float *)((uint8_t *)workspace + part_bytes(kv, p->n_head));
+        J.n_tiles = (kv->n_ctx + T - 1) / T;
+        J.runs = mass_runs(T, kv->block_tokens);
+        J.rec = J.ml + 2 * p->n_head;
+        J.mass = J.rec + p->n_head * J.n_tiles * (1 + J.runs);
+        for (int64_t i = 0; i < p->n_head * J.n_tiles; i++) J.rec[i * (1 + J.runs)] = -INFINITY;
+    }
+    atomic_init(&J.failed, 0);
+    kvt_threadpool_run(pool, attn_task, &J, (n + J.n_tok - 1) / J.n_tok * kv->n_group * J.n_hs * J.n_chunk);
     if (!atomic_load(&J.failed) && J.n_chunk > 1) kvt_threadpool_run(pool, merge_task, &J, p->n_head);
-    if (!atomic_load(&J.failed) && J.ml) mass_export(&J, first_visible(p->window, pos0));
+    if (!atomic_load(&J.failed) && J.ml) mass_export(&J, p_first);
     if (atomic_load(&J.failed)) {
         if (err) *err = J.err;
         return J.err.status;
-    }
-    return KVT_OK;
-}
-
-bool kvt_attn_decode_plan(kvt_attn_job *J, kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p,
-                          const float *q, int64_t pos0, float *out, int n_threads, void *const *scratch,
-                          void *workspace) {
-    if (p->n_head % kv->n_head_kv || !workspace || !kv->ops->free_reads) return false;
-    job_init(J, kv, seq, layer, p, q, pos0, 1, out, n_threads, scratch, workspace);
-    return !J->ml;
-}
-
-int64_t kvt_attn_decode_tasks(const kvt_attn_job *J) { return J->n_att + (J->n_chunk > 1 ? J->p->n_head : 0); }
-
-void kvt_attn_decode_task_heads(const kvt_attn_job *J, int64_t task, int32_t *h0, int32_t *h1) {
-    *h0 = *h1 = 0;
-    if (task >= J->n_att) return; // a merge task: it waits for the attention tasks itself
-    const int32_t gq = group_qheads(J->kv, J->p->n_head), g = (int32_t)((task / (J->n_hs * J->n_chunk)) % J->kv->n_group);
-    const int32_t a = (int32_t)((task / J->n_chunk) % J->n_hs) * J->hpt, qh = gq - a < J->hpt ? gq - a : J->hpt;
-    *h0 = g * gq + a;
-    *h1 = *h0 + qh;
-}
-
-bool kvt_attn_decode_ready(kvt_attn_job *J, int64_t task) {
-    return task < J->n_att || atomic_load_explicit(&J->n_done, memory_order_acquire) >= J->n_att;
-}
-
-void kvt_attn_decode_run(kvt_attn_job *J, int64_t task, int thread) {
-    if (task < J->n_att) {
-        if (!atomic_load_explicit(&J->failed, memory_order_relaxed)) attn_task(J, task, thread);
-        atomic_fetch_add_explicit(&J->n_done, 1, memory_order_release);
-        return;
-    }
-    // a merge task: every attention task was claimed before it, so each is running or done
-    for (int spins = 0; !kvt_attn_decode_ready(J, task);) kvt_threadpool_wait_round(&spins);
-    if (!atomic_load_explicit(&J->failed, memory_order_relaxed)) merge_task(J, task - J->n_att, thread);
-}
-
-void kvt_attn_decode_fail(kvt_attn_job *J, const kvt_err *e) { fail(J, e); }
-
-kvt_status kvt_attn_decode_end(kvt_attn_job *J, kvt_err *err) {
-    if (atomic_load(&J->failed)) {
-        if (err) *err = J->err;
-        return J->err.status;
     }
     return KVT_OK;
 }

@@ -32,8 +32,6 @@
 #ifndef KVT_ATTENTION_H
 #define KVT_ATTENTION_H
 
-#include <stdatomic.h>
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "../base/status.h"
@@ -73,52 +71,5 @@ int64_t kvt_attn_workspace_bytes(const kvt_kv *kv, int32_t n_head, int n_threads
 kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p, const float *q, int64_t pos0,
                          int64_t n, float *out, kvt_threadpool *pool, void *const *scratch, void *workspace,
                          kvt_err *err);
-
-// Decode attention of one token (n == 1) as tasks of the caller's own pool job (backend_cpu.c runs them inside the
-// q/k/v projection's job, after its product tasks): exactly kvt_attention's tasks (the same chunks, head splits and
-// merges), so the same bits. Attention tasks come first, then (several chunks) one merge task per query head, which
-// waits inside the job for every attention task. The caller runs attention task t only once the query heads
-// kvt_attn_decode_task_heads names are final (roped) and the token's K and V appended. The job lives on the
-// caller's stack; its fields are attention.c's.
-typedef struct kvt_attn_job { // the fields are attention.c's
-    kvt_kv *kv;
-    int32_t seq, layer;
-    const kvt_attn_params *p;
-    int32_t T;
-    const float *q;
-    int64_t pos0, n, n_tok; // n_tok: tokens per task
-    int64_t n_chunk;        // chunks of the single token when they are separate tasks (split), else 1
-    int64_t c0;             // split: the first chunk its window sees (chunks c0 .. c0 + n_chunk - 1)
-    int64_t n_hs;           // tasks per (token task, group, chunk): query heads [k * hpt, (k + 1) * hpt) of the group
-    int32_t hpt;
-    float *out;
-    float *part; // [n_head, n_chunk, 2 + hdv] (m, l, o) per chunk when split
-    // attention mass (decode for a store that wants it, else NULL): the workspace's mass area (mass_floats)
-    float *ml, *rec, *mass;
-    int64_t n_tiles, runs; // rec: [n_head][n_tiles][1 + runs]
-    void *const *scratch;
-    int64_t n_att;          // attention tasks (a decode plan's merge tasks follow them)
-    _Atomic int64_t n_done; // attention tasks finished (a decode plan's merge tasks wait for all)
-    _Atomic int failed;
-    kvt_err err;
-} kvt_attn_job;
-
-// Fills *J for the token at pos0 on n_threads threads; false when the plan does not apply (a store whose reads are
-// counted, one that wants the attention mass, no workspace): then call kvt_attention.
-bool kvt_attn_decode_plan(kvt_attn_job *J, kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_params *p,
-                          const float *q, int64_t pos0, float *out, int n_threads, void *const *scratch,
-                          void *workspace);
-// Tasks of the plan (attention, then merge).
-int64_t kvt_attn_decode_tasks(const kvt_attn_job *J);
-// Query heads [*h0, *h1) that task reads (a merge task: none).
-void kvt_attn_decode_task_heads(const kvt_attn_job *J, int64_t task, int32_t *h0, int32_t *h1);
-// A merge task: whether every attention task is done (an attention task: true).
-bool kvt_attn_decode_ready(kvt_attn_job *J, int64_t task);
-// Runs task (any thread; concurrently with the others; a merge task not ready waits).
-void kvt_attn_decode_run(kvt_attn_job *J, int64_t task, int thread);
-// Marks the plan failed (e.g. the append failed): its tasks then compute nothing, and end returns e.
-void kvt_attn_decode_fail(kvt_attn_job *J, const kvt_err *e);
-// After every task ran: the status.
-kvt_status kvt_attn_decode_end(kvt_attn_job *J, kvt_err *err);
 
 #endif

@@ -282,15 +282,6 @@ int kvt_threadpool_set_spin(kvt_threadpool *p, int spin_iters) {
     return spin_iters;
 }
 
-void kvt_threadpool_wait_round(int *spins) {
-    if (*spins < SPIN_ITERS) {
-        ++*spins;
-        CPU_RELAX();
-    } else {
-        sched_yield();
-    }
-}
-
 int kvt_threadpool_get_spin(const kvt_threadpool *p) {
     return p ? atomic_load_explicit(&((kvt_threadpool *)p)->spin, memory_order_relaxed) : SPIN_ITERS;
 }

@@ -73,12 +73,6 @@ void kvt_threadpool_set_idle(kvt_threadpool *pool, kvt_threadpool_idle_fn fn, vo
 int kvt_threadpool_set_spin(kvt_threadpool *pool, int spin_iters);
 int kvt_threadpool_get_spin(const kvt_threadpool *pool);
 
-// One round of a task's wait for another task of the same job (a dependency inside a job: backend_cpu.c's decode
-// attention inside the q/k/v job): a pause, or past KVT_THREADPOOL_SPIN_DEFAULT rounds a sched_yield (the task
-// waited on may run on a descheduled thread). *spins counts the rounds (start at 0). Such a wait is safe only for a
-// task claimed before the waiting one: it is running, so it ends.
-void kvt_threadpool_wait_round(int *spins);
-
 // Number of physical cores (falls back to online CPUs).
 int kvt_physical_cores(void);
 

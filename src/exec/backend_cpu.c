@@ -40,7 +40,7 @@ static void resid_epi(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r
 // returns whether it added.
 static bool matmul_resid(kvt_context *c, const kvt_weight *w, const float *in, const void *xq, int64_t n, const float *post) {
     resid_fuse f = {c, n};
-    const kvt_mm_opts o = {.epilogue = post ? NULL : resid_epi, .ctx = &f, .xq = xq};
+    const kvt_mm_opts o = {post ? NULL : resid_epi, &f, 0, xq};
     kvt_matmul_par_ex(c->pool, &w, &c->tmp, 1, in, n, c->qact, &o);
     return !post;
 }
@@ -92,7 +92,7 @@ static bool ffn(kvt_context *c, const kvt_layer *L, int64_t n) {
     }
     glu_fuse f = {c, n, hp->n_ff, gelu, dot, wd->vec_dot_type, kvt_row_size(wd->vec_dot_type, hp->n_ff)};
     memset(c->ffn_pair, 0, (size_t)(hp->n_ff / KVT_MATMUL_MIN_CHUNK_ROWS + 1) * sizeof *c->ffn_pair);
-    const kvt_mm_opts og = {.epilogue = glu_epi, .ctx = &f, .row_align = blck};
+    const kvt_mm_opts og = {glu_epi, &f, blck, NULL};
     kvt_matmul_par_ex(c->pool, gu, gu_out, 2, c->xn, n, c->qact, &og);
     return matmul_resid(c, &L->w_down, NULL, c->qffn, n, L->post_ffn_norm);
 }
@@ -150,98 +150,39 @@ static void ew_range(void *vctx, int64_t t0, int64_t t1) {
 
 // EW_QK of decode inside the q/k/v job: the task that completes a q or k head's rows (the heads' row counts in
 // c->head_rows) adds its bias, norms and ropes it for every token; v's bias is added by the task of its rows.
-// With decode attention in the job too (qkv_attn), a q head's count then goes to 2 * head_dim (final), and the task
-// that ends the last k/v rows appends the token's K and V to the store.
 typedef struct {
     kvt_context *c;
     const kvt_layer *L;
-    int64_t n;          // tokens
-    int role[3];        // 0 q, 1 k, 2 v: what each part of the job is
-    // decode attention in the job (NULL: none)
-    kvt_attn_job *aj;
-    const kvt_ubatch *u;
-    int32_t il;
-    _Atomic int kv_rows;  // k and v rows whose epilogue is done
-    _Atomic int appended; // the token's K and V are in the store
-    int64_t n_att_tasks;    // the attention's tasks (kvt_attn_decode_tasks)
-    _Atomic int64_t next;   // the next of them to claim (qk_attn)
+    int64_t n; // tokens
 } qk_fuse;
-
-// The token's K and V into the store, by the task that ended the last k/v rows (every k head roped: each task adds
-// its rows after its own epilogue).
-static void qk_append(qk_fuse *f) {
-    kvt_context *c = f->c;
-    const kvt_ubatch *u = f->u;
-    kvt_err e;
-    if (c->kv->ops->append(c->kv, u->seqs ? u->seqs[0] : u->seq, f->il, u->seqs ? u->pos[0] : u->pos0, 1, c->k, c->v, &e))
-        kvt_attn_decode_fail(f->aj, &e);
-    atomic_store_explicit(&f->appended, 1, memory_order_release);
-}
 
 static void qk_epi(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r1) {
     (void)chunk;
-    qk_fuse *f = vctx;
+    const qk_fuse *f = vctx;
     kvt_context *c = f->c;
     const kvt_hparams *hp = &c->m->hp;
     const kvt_layer *L = f->L;
     const int64_t Q = L->wq.rows, K = L->wk.rows, V = L->wv.rows, hd = hp->head_dim;
-    const int role = f->role[part];
-    if (role == 2) {
+    if (part == 2) {
         if (L->bv) {
             for (int64_t t = 0; t < f->n; t++) kvt_vec_add_f32(c->v + t * V + r0, L->bv + r0, r1 - r0);
         }
-    } else {
-        float *y = role == 0 ? c->q : c->k;
-        const float *bias = role == 0 ? L->bq : L->bk, *norm = role == 0 ? L->q_norm : L->k_norm;
-        const int64_t ld = role == 0 ? Q : K;
-        _Atomic int *cnt = c->head_rows + (role == 0 ? 0 : hp->n_head);
-        for (int64_t h = r0 / hd; h * hd < r1; h++) {
-            const int64_t a = h * hd > r0 ? h * hd : r0, b = (h + 1) * hd < r1 ? (h + 1) * hd : r1;
-            // acq_rel: the task that completes the head sees the rows the others wrote
-            if (atomic_fetch_add_explicit(&cnt[h], (int)(b - a), memory_order_acq_rel) + (b - a) < hd) continue;
-            for (int64_t t = 0; t < f->n; t++) {
-                float *xh = y + t * ld + h * hd;
-                if (bias) kvt_vec_add_f32(xh, bias + h * hd, hd);
-                const float *cs = c->rope_cs + ((L->rope_local ? c->p.n_ubatch : 0) + t) * hp->n_rot;
-                qk_finish(c, xh, cs, 1, norm);
-            }
-            if (f->aj && role == 0) atomic_store_explicit(&cnt[h], (int)(2 * hd), memory_order_release); // final
-        }
+        return;
     }
-    if (f->aj && role != 0 && atomic_fetch_add_explicit(&f->kv_rows, (int)(r1 - r0), memory_order_acq_rel) + (r1 - r0) == K + V)
-        qk_append(f);
-}
-
-// The decode attention of the q/k/v job, after its product tasks: one pool task per thread, each claiming the
-// attention's tasks in order (f->next), a task only once it is ready: the token's K and V in the store, its query
-// heads final, and for a merge task every attention task done. A thread waits (spinning: the product tasks it waits
-// for were claimed before) holding no attention task, so a thread descheduled while it waits delays nobody.
-static bool qk_ready(qk_fuse *f, int64_t s) {
-    if (!kvt_attn_decode_ready(f->aj, s)) return false;
-    int32_t h0, h1;
-    kvt_attn_decode_task_heads(f->aj, s, &h0, &h1);
-    if (h1 > h0 && !atomic_load_explicit(&f->appended, memory_order_acquire)) return false;
-    const int fin = 2 * f->c->m->hp.head_dim;
-    for (int32_t h = h0; h < h1; h++) {
-        if (atomic_load_explicit(&f->c->head_rows[h], memory_order_acquire) != fin) return false;
-    }
-    return true;
-}
-
-static void qk_attn(void *vctx, int64_t i, int thread) {
-    (void)i;
-    qk_fuse *f = vctx;
-    int spins = 0;
-    for (int64_t s = atomic_load_explicit(&f->next, memory_order_relaxed); s < f->n_att_tasks;) {
-        if (!qk_ready(f, s)) {
-            kvt_threadpool_wait_round(&spins);
-            s = atomic_load_explicit(&f->next, memory_order_relaxed);
-            continue;
+    float *y = part == 0 ? c->q : c->k;
+    const float *bias = part == 0 ? L->bq : L->bk, *norm = part == 0 ? L->q_norm : L->k_norm;
+    const int64_t ld = part == 0 ? Q : K;
+    _Atomic int *cnt = c->head_rows + (part == 0 ? 0 : hp->n_head);
+    for (int64_t h = r0 / hd; h * hd < r1; h++) {
+        const int64_t a = h * hd > r0 ? h * hd : r0, b = (h + 1) * hd < r1 ? (h + 1) * hd : r1;
+        // acq_rel: the task that completes the head sees the rows the others wrote
+        if (atomic_fetch_add_explicit(&cnt[h], (int)(b - a), memory_order_acq_rel) + (b - a) < hd) continue;
+        for (int64_t t = 0; t < f->n; t++) {
+            float *xh = y + t * ld + h * hd;
+            if (bias) kvt_vec_add_f32(xh, bias + h * hd, hd);
+            const float *cs = c->rope_cs + ((L->rope_local ? c->p.n_ubatch : 0) + t) * hp->n_rot;
+            qk_finish(c, xh, cs, 1, norm);
         }
-        if (!atomic_compare_exchange_weak_explicit(&f->next, &s, s + 1, memory_order_relaxed, memory_order_relaxed)) continue;
-        kvt_attn_decode_run(f->aj, s, thread);
-        spins = 0;
-        s = atomic_load_explicit(&f->next, memory_order_relaxed);
     }
 }
 
@@ -252,45 +193,23 @@ static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *n
     kvt_par_ranges(c->pool, n, 2, ew_range, &j);
 }
 
-// q, k, v = wq|wk|wv xn, then EW_QK (in decode inside the job: qk_epi). One decode token on the dense store whose
-// reads are free: the attention (append and attend) in the same job too, its tasks after the products' (k and v
-// first, so the store is written while q's tasks run): *attended then says so.
-static kvt_status qkv(kvt_context *c, const kvt_ubatch *u, int32_t il, const kvt_attn_params *ap, int64_t n,
-                      bool *attended, kvt_err *err) {
-    const kvt_layer *L = &c->m->layers[il];
+// q, k, v = wq|wk|wv xn, then EW_QK (in decode inside the job: qk_epi).
+static void qkv(kvt_context *c, const kvt_layer *L, int64_t n) {
     const kvt_hparams *hp = &c->m->hp;
     const kvt_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *y[3] = {c->q, c->k, c->v};
-    *attended = false;
     if (n > KVT_FFN_FUSE_TOKENS || L->wq.rows != (int64_t)hp->n_head * hp->head_dim ||
         L->wk.rows != (int64_t)hp->n_head_kv * hp->head_dim) {
         kvt_matmul_par(c->pool, w, y, 3, c->xn, n, c->qact);
         ew_run(c, L, EW_QK, NULL, NULL, n);
-        return KVT_OK;
+        return;
     }
     memset(c->head_rows, 0, (size_t)(hp->n_head + hp->n_head_kv) * sizeof *c->head_rows);
-    qk_fuse f = {.c = c, .L = L, .n = n, .role = {0, 1, 2}, .u = u, .il = il};
-    kvt_attn_job aj;
-    kvt_mm_opts o = {.epilogue = qk_epi, .ctx = &f};
-    if (n == 1 && !c->sp && L->wv.rows == (int64_t)hp->n_head_kv * hp->head_dim_v &&
-        kvt_attn_decode_plan(&aj, c->kv, u->seqs ? u->seqs[0] : u->seq, il, ap, c->q, u->seqs ? u->pos[0] : u->pos0,
-                             c->att, kvt_threadpool_n_threads(c->pool), c->attn_scratch, c->attn_ws)) {
-        f.aj = &aj;
-        atomic_init(&f.kv_rows, 0);
-        atomic_init(&f.appended, 0);
-        w[0] = &L->wk, w[1] = &L->wv, w[2] = &L->wq;
-        y[0] = c->k, y[1] = c->v, y[2] = c->q;
-        f.role[0] = 1, f.role[1] = 2, f.role[2] = 0;
-        f.n_att_tasks = kvt_attn_decode_tasks(&aj);
-        atomic_init(&f.next, 0);
-        o.n_extra = kvt_threadpool_n_threads(c->pool);
-        o.extra = qk_attn;
-    }
+    qk_fuse f = {c, L, n};
+    const kvt_mm_opts o = {qk_epi, &f, 0, NULL};
     kvt_matmul_par_ex(c->pool, w, y, 3, c->xn, n, c->qact, &o);
-    if (!f.aj) return KVT_OK;
-    *attended = true;
-    return kvt_attn_decode_end(&aj, err);
 }
+
 
 // Attention of n tokens of seq at [pos0, pos0 + n) (their keys k, just appended; prompt: a prompt's tokens): dense,
 // or sparse (src/sparse/).
@@ -369,9 +288,8 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
     for (int32_t il = il0; il < il1; il++) {
         const kvt_layer *L = &m->layers[il];
         const kvt_attn_params ap = {hp->n_head, hp->attn_scale, KVT_ATTN_TILE, L->window};
-        bool attended;
-        kvt_status st = qkv(c, u, il, &ap, n, &attended, err);
-        if (!st && !attended) st = attend(c, u, il, &ap, err);
+        qkv(c, L, n);
+        kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
         if (il + 1 == il1 && head && head->logits && head->n_out < n) { // the last layer past attention: output rows only
             if (head->n_out <= 0) return KVT_OK;

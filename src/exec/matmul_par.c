@@ -30,7 +30,6 @@ typedef struct {
     int64_t cvt_row[2];
     int n_cvt;
     const kvt_mm_opts *o; // epilogue (kvt_matmul_par_ex), or NULL
-    int64_t n_mm;         // product tasks (the extra tasks follow)
 } mm_job;
 
 static void cvt_task(void *vj, int64_t t, int thread) {
@@ -44,10 +43,6 @@ static void cvt_task(void *vj, int64_t t, int thread) {
 static void mm_task(void *vj, int64_t t, int thread) {
     (void)thread;
     mm_job *J = vj;
-    if (t >= J->n_mm) {
-        J->o->extra(J->o->ctx, t - J->n_mm, thread);
-        return;
-    }
     int i = J->n_part - 1;
     while (i > 0 && t < J->part[i].first) i--;
     const mm_part *P = &J->part[i];
@@ -125,6 +120,5 @@ void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *
         J.part[i].first = n_tasks;
         n_tasks += (w[i]->rows + chunk - 1) / chunk;
     }
-    J.n_mm = n_tasks;
-    kvt_threadpool_run(pool, mm_task, &J, n_tasks + (opts && opts->extra && opts->n_extra > 0 ? opts->n_extra : 0));
+    kvt_threadpool_run(pool, mm_task, &J, n_tasks);
 }

@@ -39,11 +39,6 @@ typedef struct {
     int64_t row_align; // every task's first row a multiple of this too (<= 1: only the kernels' own alignment)
     const void *xq;    // non-NULL: the input, already in the dot type of every w[i] (all the same), as the conversion
                        // would write it ([n_tok] rows of kvt_row_size(dot type, cols) bytes); x and scratch unused
-    // n_extra > 0: the job runs n_extra more tasks after the products' own, extra(ctx, i, thread) for i < n_extra
-    // (claimed in order after every product task: decode attention inside the q/k/v job, backend_cpu.c). A task may
-    // wait for work claimed before it (kvt_threadpool_wait_round), never for a later task.
-    int64_t n_extra;
-    void (*extra)(void *ctx, int64_t i, int thread);
 } kvt_mm_opts;
 
 // kvt_matmul_par with opts (NULL: as kvt_matmul_par). The products are the same bits whatever the options.
