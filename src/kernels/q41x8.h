@@ -35,9 +35,19 @@ INLINE __m256i q41x8_bcast4(const int8_t *p) {
 // order: the same bits however many streams.
 #define Q41X8_NS 4
 
+// With the prefetch into L2 above, forms 31, 32, 34 (the default) also prefetch into L1 the lines Q41X8_ND bytes ahead
+// of each stream (docs/log/BENCHMARKS-kernels-3.md, k11q).
+#define Q41X8_ND 1024
+#define Q41X8_NEAR(g, nd)                                                                                              \
+    do {                                                                                                               \
+        _mm_prefetch((const char *)(g) + (nd), _MM_HINT_T0);                                                           \
+        _mm_prefetch((const char *)(g) + (nd) + 64, _MM_HINT_T0);                                                      \
+        _mm_prefetch((const char *)(g) + (nd) + 128, _MM_HINT_T0);                                                     \
+    } while (0)
+
 // Y[k * ystep .. + 8) for the ns groups at G + k * step (k < ns, nb blocks each) against the q8_1 row y; the lines pf
 // bytes ahead of each prefetched (0: none).
-INLINE void q41x8_groups(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
+INLINE void q41x8_groups(int ns, int nd, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
                          int64_t ystep, int64_t pf) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 a[Q41X8_NS][8], ms[Q41X8_NS];
@@ -53,6 +63,7 @@ INLINE void q41x8_groups(int ns, int64_t nb, const uint8_t *G, int64_t step, con
                 _mm_prefetch((const char *)g + pf, KVT_X8_PF_HINT);
                 _mm_prefetch((const char *)g + pf + 64, KVT_X8_PF_HINT);
                 _mm_prefetch((const char *)g + pf + 128, KVT_X8_PF_HINT);
+                if (nd) Q41X8_NEAR(g, nd);
             }
             const __m256 D = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 128))), dy);
             ms[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 144))), sy, ms[k]);
@@ -70,6 +81,15 @@ INLINE void q41x8_groups(int ns, int64_t nb, const uint8_t *G, int64_t step, con
                                        _mm256_add_ps(_mm256_add_ps(a[k][1], a[k][5]), _mm256_add_ps(a[k][3], a[k][7])));
         _mm256_storeu_ps(Y + k * ystep, _mm256_add_ps(s, ms[k]));
     }
+}
+
+INLINE void q41x8_groupso(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
+                          int64_t ystep, int64_t pf) {
+    q41x8_groups(ns, 0, nb, G, step, y, Y, ystep, pf);
+}
+INLINE void q41x8_groupsn(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
+                          int64_t ystep, int64_t pf) {
+    q41x8_groups(ns, Q41X8_ND, nb, G, step, y, Y, ystep, pf);
 }
 
 #ifdef KVT_SIMD_AVX512
@@ -90,7 +110,7 @@ INLINE void q41x8_groups(int ns, int64_t nb, const uint8_t *G, int64_t step, con
 // here is subnormal (every value is a multiple of 2^-48: f16 scales, integer dots) or near overflow; at the end 1/16 of
 // them is added by one FMA, which rounds once, as the add of a[4 + 2p] did. (2) The activation's d and s converted by
 // one vcvtph2ps of the block's first 8 bytes (before: a word insert, a conversion and a broadcast each).
-INLINE void q41x8_groups512(int ns, int hx, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y,
+INLINE void q41x8_groups512(int ns, int hx, int nd, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y,
                             float *Y, int64_t ystep, int64_t pf) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i ix[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
@@ -123,6 +143,7 @@ INLINE void q41x8_groups512(int ns, int hx, int64_t nb, const uint8_t *G, int64_
                 _mm_prefetch((const char *)g + pf, KVT_X8_PF_HINT);
                 _mm_prefetch((const char *)g + pf + 64, KVT_X8_PF_HINT);
                 _mm_prefetch((const char *)g + pf + 128, KVT_X8_PF_HINT);
+                if (nd) Q41X8_NEAR(g, nd);
             }
             const __m512 D = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(g + 128)))), dy);
             ms[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 144))), sy, ms[k]);
@@ -146,11 +167,15 @@ INLINE void q41x8_groups512(int ns, int hx, int64_t nb, const uint8_t *G, int64_
 }
 INLINE void q41x8_groups512o(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
                              int64_t ystep, int64_t pf) {
-    q41x8_groups512(ns, 0, nb, G, step, y, Y, ystep, pf);
+    q41x8_groups512(ns, 0, 0, nb, G, step, y, Y, ystep, pf);
 }
 INLINE void q41x8_groups512h(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
                              int64_t ystep, int64_t pf) {
-    q41x8_groups512(ns, 1, nb, G, step, y, Y, ystep, pf);
+    q41x8_groups512(ns, 1, 0, nb, G, step, y, Y, ystep, pf);
+}
+INLINE void q41x8_groups512n(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
+                             int64_t ystep, int64_t pf) {
+    q41x8_groups512(ns, 1, Q41X8_ND, nb, G, step, y, Y, ystep, pf);
 }
 #endif
 
@@ -176,14 +201,16 @@ INLINE void q41x8_groups512h(int ns, int64_t nb, const uint8_t *G, int64_t step,
 
 void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy) {
     const int64_t nb = n / KVT_QK, pf = n_tok == 1 ? kvt_kernels_prefetch() : 0;
-    // decode: the type's form (matmul.h kvt_kernels_decode_form: with prefetch 24, Q41X8_NS = 4 streams, in 512-bit
-    // vectors where the build has them; a study form v: v % 10 streams, 512-bit for 11, 12, 14 (the form before
-    // k11q) and 21, 22, 24)
+    // decode: the type's form (matmul.h kvt_kernels_decode_form: with prefetch 34, Q41X8_NS = 4 streams, in 512-bit
+    // vectors where the build has them, lines Q41X8_ND ahead into L1 too; a study form v: v % 10 streams, 512-bit for
+    // 11, 12, 14 (the form before k11q), 21, 22, 24 and 31, 32, 34; the L1 prefetch for 31, 32, 34)
     const int v = n_tok == 1 ? kvt_kernels_decode_form(KVT_TYPE_Q4_1_X8) : 0;
     const int ns = v % 10 == 1 || v % 10 == 2 || v % 10 == 4 ? v % 10 : pf ? Q41X8_NS : 1;
 #ifdef KVT_SIMD_AVX512
-    if (n_tok == 1 && v >= 10 && v < 30) { // 512-bit vectors
-        if (v >= 20)
+    if (n_tok == 1 && v >= 10 && v < 40) { // 512-bit vectors
+        if (v >= 30)
+            Q41X8_STREAMS(q41x8_groups512n);
+        else if (v >= 20)
             Q41X8_STREAMS(q41x8_groups512h);
         else
             Q41X8_STREAMS(q41x8_groups512o);
@@ -191,11 +218,14 @@ void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X
     }
 #endif
     if (n_tok == 1 && (pf || ns > 1)) { // (its own copy of the loop, so that the batches' has no test per block)
-        Q41X8_STREAMS(q41x8_groups);
+        if (v >= 30 && v < 40)
+            Q41X8_STREAMS(q41x8_groupsn);
+        else
+            Q41X8_STREAMS(q41x8_groupso);
         return;
     }
     for (int64_t g = g0; g < g1; g++)
         for (int64_t t = 0; t < n_tok; t++)
-            q41x8_groups(1, nb, (const uint8_t *)W + g * nb * KVT_Q41X8_B, 0, (const kvt_block_q8_1 *)X + t * nb,
+            q41x8_groups(1, 0, nb, (const uint8_t *)W + g * nb * KVT_Q41X8_B, 0, (const kvt_block_q8_1 *)X + t * nb,
                          Y + t * ldy + 8 * g, 0, 0);
 }
