@@ -87,23 +87,26 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // Study hook (kq_decode_bench -A/-B, the kernel tests): the form of type t's decode GEMV (one token), 0 = the default
 // form. Every form gives the same bits (each row's order of the comment above); the kernel reads it once per call.
 // Forms: q8_0_x8 (q80x8.h; default: Q80X8_NS = 4 streams with prefetch, 1 without): the groups of a call read as v % 10
-// streams at once (1, 2, 4), block by block; AVX-512 v >= 10: turns of 4 blocks; f32/f16/bf16 (both ISAs: the float rows
-// kernel of matmul_avx2.c): v rows at once (1, 2, 4: adjacent rows, the next rows' lines prefetched) or v % 10 streams
-// (12, 14: rows h apart in a strip of matmul.c, each row's next row prefetched; 22, 24: the same over the call's whole
-// row range, not per strip); q4_1_x8 (q41x8.h; default 4 streams with prefetch): v % 10 streams (1, 2, 4), AVX-512
-// 11, 12, 14 in 512-bit vectors; q4_K_x8 (kqx8.h; default AVX-512 4 streams, AVX2 pairs, with prefetch): 1, 2, 4
-// streams; q6_K (kq_avx512.h, quant_avx2.c; default AVX-512 4 streams with prefetch, AVX2 pairs): v % 10 streams (1, 2,
-// 4; AVX2 only 4, else its pairs), per strip, or (22, 24) over the call's whole row range (AVX2 24: paired 1.05-1.12x
-// in 2026-11-30's sets, the model not shown faster: docs/log/BENCHMARKS-kernels-2.md, dec11g). Any other value: the
-// default. For tests and benchmarks only; set it while no kernel runs.
+// streams at once (1, 2, 4), block by block; AVX-512 v >= 10: turns of 4 blocks; f32/f16/bf16 (both ISAs: the float
+// rows kernel of matmul_avx2.c): v rows at once (1, 2, 4: adjacent rows, the next rows' lines prefetched) or v % 10
+// streams (12, 14: rows h apart in a strip of matmul.c, each row's next row prefetched; 22, 24: the same over the
+// call's whole row range, not per strip); q4_1_x8 (q41x8.h; default 4 streams with prefetch): v % 10 streams (1, 2, 4),
+// AVX-512 21, 22, 24 in 512-bit vectors, 11, 12, 14 the same with the older, longer block (a shift per nibble pair),
+// 31, 32, 34 (the default) 21, 22, 24 and their 256-bit loop with lines 1024 bytes ahead also prefetched into L1;
+// q4_K_x8 (kqx8.h; default AVX-512 4 streams, AVX2 pairs, with prefetch): 1, 2, 4 streams; q6_K (kq_avx512.h,
+// quant_avx2.c; default AVX-512 4 streams with prefetch, AVX2 pairs): v % 10 streams (1, 2, 4; AVX2 only 4, else its
+// pairs), per strip, or (22, 24) over the call's whole row range (AVX2 24: paired 1.05-1.12x in 2026-11-30's sets, the
+// model not shown faster: docs/log/BENCHMARKS-kernels-2.md, dec11g). Any other value: the default. For tests and
+// benchmarks only; set it while no kernel runs.
 int kvt_kernels_decode_variant(kvt_type t);
 int kvt_kernels_set_decode_variant(kvt_type t, int v); // returns the old value
 // The form type t's decode GEMV runs: the study form set above, or else the type's default: f16 and bf16 on a CPU whose
 // decode prefetches (kvt_kernels_prefetch() > 0: Intel) 24, four streams over the call's whole row range (paired
-// against the adjacent rows, 2026-11-30: f16 1.06-1.15x, bf16 1.05-1.16x on gate, down and q, both ISAs, 78-100% of
-// the pairs won; docs/log/BENCHMARKS-kernels-2.md, "f16 decode in four streams"), q4_1_x8 there 14 (4 streams, 512-bit
-// vectors in the AVX-512 build, the 256-bit loop in the AVX2 one; docs/log/BENCHMARKS-kernels-2.md, small11); every
-// other case (f32, AMD) 0 (for the float rows the adjacent-rows form: 9 names that one explicitly, for comparisons).
+// against the adjacent rows, 2026-11-30: f16 1.06-1.15x, bf16 1.05-1.16x on gate, down and q, both ISAs, 78-100% of the
+// pairs won; docs/log/BENCHMARKS-kernels-2.md, "f16 decode in four streams"), q4_1_x8 there 34 (4 streams, L1 prefetch
+// too, 512-bit vectors in the AVX-512 build, the 256-bit loop in the AVX2 one; docs/log/BENCHMARKS-kernels-2.md,
+// small11, and BENCHMARKS-kernels-3.md, k11q); every other case (f32, AMD) 0 (for the float rows the adjacent-rows
+// form: 9 names that one explicitly, for comparisons).
 int kvt_kernels_decode_form(kvt_type t);
 
 // ---- internal: SIMD matmul kernels (matmul_avx2.c / matmul_avx512.c) ----

@@ -851,7 +851,7 @@ int kvt_kernels_decode_variant(kvt_type t) {
 int kvt_kernels_decode_form(kvt_type t) {
     const int v = kvt_kernels_decode_variant(t);
     if (v != 0 || kvt_kernels_prefetch() <= 0) return v;
-    return t == KVT_TYPE_F16 || t == KVT_TYPE_BF16 ? 24 : t == KVT_TYPE_Q4_1_X8 ? 14 : 0;
+    return t == KVT_TYPE_F16 || t == KVT_TYPE_BF16 ? 24 : t == KVT_TYPE_Q4_1_X8 ? 34 : 0;
 }
 int kvt_kernels_set_decode_variant(kvt_type t, int v) {
     if ((unsigned)t >= KVT_TYPE_COUNT) return 0;
