@@ -1131,7 +1131,7 @@ int test_kernels_main(void) {
             // q4_1_x8 and q4_K_x8 in 1, 2, 4 streams (q41x8.h, AVX-512 11, 12, 14: in 512-bit vectors; kqx8.h x8_decode_ns
             // on both ISAs): 11 groups, 5 cut to 1 .. 6
             // (q4_K_x8 16 cut to 1 .. 15), 15 of 17, 7 groups
-            const int xv[] = {1, 2, 4, 11, 12, 14, 21, 22, 24, 31, 32, 34}; // (q4_K_x8: 11 .. 34 run its default)
+            const int xv[] = {1, 2, 4, 11, 12, 14, 21, 22, 24, 31, 32, 34, 5, 6, 8, 9}; // (q4_1_x8: 5 .. 9 its default; q4_K_x8: 11 .. 34 its default, 5 AVX2, 8 AVX-512: before k11k, 6, 9: k11k without the L1 prefetch)
             for (size_t i = 0; i < sizeof xv / sizeof xv[0]; i++) {
                 int ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q4_1_X8, xv[i]);
                 test_repack_x32(KVT_TYPE_Q4_1, 576, 88, 1, 0, 88, 0);
@@ -1149,8 +1149,8 @@ int test_kernels_main(void) {
         }
         kvt_kernels_set_prefetch(old);
         // q6_K rows in 1, 2, 4 streams per strip or over the whole range (kq_avx512.h q6_K_dec, quant_avx2.c; 9: AVX2's
-        // pairs per strip, its default)
-        const int q6v[] = {1, 2, 4, 9, 22, 24};
+        // pairs per strip, its default; 8: AVX-512's KQ6_NS streams without the L1 prefetch)
+        const int q6v[] = {1, 2, 4, 8, 9, 22, 24};
         for (size_t i = 0; i < sizeof q6v / sizeof q6v[0]; i++) {
             g_study_v = q6v[i];
             for (int isa = KVT_ISA_AVX2; isa <= (int)kvt_kernels_isa(); isa++) {

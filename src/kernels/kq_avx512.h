@@ -231,8 +231,12 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
 #ifndef KQ6_NS
 #define KQ6_NS 4
 #endif
+// The default form also prefetches each block's lines KQ6_ND bytes ahead into L1 (as q41x8.h; study form 8: without;
+// docs/log/BENCHMARKS-kernels-3.md, the lead's section).
+#define KQ6_ND 1024
+// nd: each line nd bytes ahead also prefetched into L1 (0: none).
 INLINE void q6k_rows_ns(int ns, int64_t nb, const kvt_block_q6_K *x, int64_t step, const char *y, float *Y,
-                        int64_t ystep, int64_t pf) {
+                        int64_t ystep, int64_t pf, int64_t nd) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m512i shq = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     const __m512i sidx = _mm512_set_epi16(7, 7, 7, 7, 3, 3, 3, 3, 6, 6, 6, 6, 2, 2, 2, 2, 5, 5, 5, 5, 1, 1, 1, 1, 4, 4, 4, 4, 0, 0, 0, 0);
@@ -249,6 +253,7 @@ INLINE void q6k_rows_ns(int ns, int64_t nb, const kvt_block_q6_K *x, int64_t ste
             }
             const kvt_block_q6_K *xb = x + k * step + b;
             if (pf) UNROLL for (int l = 0; l < 4; l++) _mm_prefetch((const char *)xb + pf + 64 * l, KVT_X8_PF_HINT);
+            if (pf && nd) UNROLL for (int l = 0; l < 4; l++) _mm_prefetch((const char *)xb + nd + 64 * l, _MM_HINT_T0);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)xb->scales));
             const __m512i scz = _mm512_castsi256_si512(sc16);
             const __m512i s0 = _mm512_permutexvar_epi16(sidx, scz), s1 = _mm512_permutexvar_epi16(sidx8, scz);
@@ -275,19 +280,21 @@ INLINE void q6k_rows_ns(int ns, int64_t nb, const kvt_block_q6_K *x, int64_t ste
     }
     UNROLL for (int k = 0; k < ns; k++) Y[k * ystep] = acc[k];
 }
-// ns (1, 2, 4) streams: KQ6_NS, or a study form (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K) % 10).
-static void q6_K_dec(int ns, int64_t nb, const char *W, size_t wrs, int64_t nr, const char *P, float *Y, int64_t pf) {
+// ns (1, 2, 4) streams: KQ6_NS, or a study form (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K) % 10); nd: the
+// L1 prefetch distance (KQ6_ND in the default form, 0 in the study forms).
+static void q6_K_dec(int ns, int64_t nb, const char *W, size_t wrs, int64_t nr, const char *P, float *Y, int64_t pf,
+                     int64_t nd) {
     const int64_t step = (int64_t)wrs / (int64_t)sizeof(kvt_block_q6_K), h = nr / ns;
     const kvt_block_q6_K *x = (const kvt_block_q6_K *)W;
     int64_t r = 0;
     if (ns > 1) {
         if (ns == 4)
-            for (; r < h; r++) q6k_rows_ns(4, nb, x + r * step, h * step, P, Y + r, h, pf);
+            for (; r < h; r++) q6k_rows_ns(4, nb, x + r * step, h * step, P, Y + r, h, pf, nd);
         else
-            for (; r < h; r++) q6k_rows_ns(2, nb, x + r * step, h * step, P, Y + r, h, pf);
-        for (r = ns * h; r + 2 <= nr; r += 2) q6k_rows_ns(2, nb, x + r * step, step, P, Y + r, 1, pf);
+            for (; r < h; r++) q6k_rows_ns(2, nb, x + r * step, h * step, P, Y + r, h, pf, nd);
+        for (r = ns * h; r + 2 <= nr; r += 2) q6k_rows_ns(2, nb, x + r * step, step, P, Y + r, 1, pf, nd);
     }
-    for (; r < nr; r++) q6k_rows_ns(1, nb, x + r * step, 0, P, Y + r, 0, pf);
+    for (; r < nr; r++) q6k_rows_ns(1, nb, x + r * step, 0, P, Y + r, 0, pf, nd);
 }
 
 #define DEFINE_KP_ROWS(name, BT)                                                                    \
@@ -297,7 +304,8 @@ static void q6_K_dec(int ns, int64_t nb, const char *W, size_t wrs, int64_t nr, 
         const int64_t nb = n / KVT_QK_K, pf = nt == 1 ? kvt_kernels_prefetch() : 0;                \
         const int sv_ = KP_DEC_##name && nt == 1 ? kvt_kernels_decode_variant(KVT_TYPE_Q6_K) % 10 : 0;  \
         if (KP_DEC_##name && nt == 1 && (sv_ == 1 || sv_ == 2 || sv_ == 4 || (pf && KQ6_NS > 1))) {   \
-            q6_K_dec(sv_ == 1 || sv_ == 2 || sv_ == 4 ? sv_ : KQ6_NS, nb, W, wrs, nr, P, Y, pf);        \
+            const int st_ = sv_ == 1 || sv_ == 2 || sv_ == 4 || sv_ == 8; /* study forms: no L1 prefetch */ \
+            q6_K_dec(sv_ == 1 || sv_ == 2 || sv_ == 4 ? sv_ : KQ6_NS, nb, W, wrs, nr, P, Y, pf, st_ ? 0 : KQ6_ND); \
             return;                                                                                 \
         }                                                                                           \
         for (int64_t r = 0; r < nr; r++) {                                                          \

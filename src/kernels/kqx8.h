@@ -22,6 +22,10 @@
 // docs/log/BENCHMARKS-kernels-2.md, 2026-11-29 kq6x8); on Intel they let the reads overlap the arithmetic (the
 // same log, intel11). Batches (2..8 tokens) none.
 
+// With that prefetch (into L2), the default forms also prefetch each line KQX8_ND bytes ahead into L1, as q4_1_x8 and
+// q8_0_x8 do (docs/log/BENCHMARKS-kernels-3.md, k11q; for q4_K_x8 the lead's section there).
+#define KQX8_ND 1024
+
 #ifdef KVT_SIMD_AVX512
 #define KQX8_GEMV_FN kvt_q4kx8_gemv_avx512
 #else
@@ -56,8 +60,9 @@ INLINE void x8_scales(const uint8_t *in, __m512i *sc, __m512i *mn) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     const __m512i L = _mm512_loadu_si512(in + 1024);
     const __m256i H = _mm256_loadu_si256((const __m256i *)(in + 1088));
-    const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(H, _mm256_set1_epi8(0x0F))),
-                                         _mm256_and_si256(_mm256_srli_epi16(H, 4), _mm256_set1_epi8(0x0F)), 1);
+    // the high bits of rows 0-3 in H's low nibbles, of rows 4-7 in its high ones: h unmasked (the bits a 16-bit shift
+    // moves across bytes, and the other nibble, fall outside m30 below)
+    const __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(H), _mm256_srli_epi16(H, 4), 1);
     *sc = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
     *mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
 }
@@ -187,7 +192,73 @@ static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, flo
 #ifndef X8_NS
 #define X8_NS 4
 #endif
+// The one-token arithmetic of a super-block with fewer operations (2026-11-30, k11k; the same integers S and M, so the
+// same bits): (1) the min dots by two VPDPBUSD on the mins as bytes (lane 2r + e: row r's sub-blocks 4e .. 4e + 3),
+// the activation's sums of 32 split as bs = 128 * bh + bl (bl 0..127, bh -32..32; once per super-block for all
+// streams); was a zero extension to words, two VPDPWSSD and a 16-to-8 reduction of 9 operations; (2) S and M reduced
+// together (S of row r to lane r, M to lane 8 + r: two permutes and one add) and one float chain in 16 lanes, acc in
+// 0..7 and macc in 8..15: acc = fma(S, d * dy, acc) and macc + (dmin * dy) * M as fma(that product, 1, macc) (the
+// same rounding), one conversion of d and dmin, one of S and M.
+// nd: with pf, each line's lines nd bytes ahead also prefetched into L1 (0: none; KQX8_ND in the default form).
+INLINE void x8_groups512_nd(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
+                            int64_t ystep, int64_t pf, const int64_t nd) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0);
+    const __m512i shb = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 0, -128, 8, -128, 8, -128, 1, -128, 1, -128, 9, -128, 9, -128));
+    // is: lane 4q + k (k = 0, 1 rows 2q, 2q + 1 even sub-blocks, k = 2, 3 the odd ones); t (min dots): lane 2r + e
+    const __m512i idxA = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i idxB = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512 ones = _mm512_set1_ps(1.0f);
+    __m512 ac[X8_NS];
+    UNROLL for (int k = 0; k < ns; k++) ac[k] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const kvt_block_q8_K *y = yb + b;
+        const __m128i b16 = x8_bs32(y);
+        const __m128i b8 = _mm_packs_epi16(_mm_and_si128(b16, _mm_set1_epi16(127)), _mm_srai_epi16(b16, 7));
+        const __m512i BL = _mm512_broadcastq_epi64(b8), BH = _mm512_broadcastq_epi64(_mm_unpackhi_epi64(b8, b8));
+        const __m512 dyv = _mm512_set1_ps(y->d);
+        UNROLL for (int k = 0; k < ns; k++) {
+            const uint8_t *in = G + k * step + b * KVT_X8_SB;
+            // the prefetches spread over the super-block: the scales' and d's two lines here, each weight line's before
+            // its chunk's load (was 18 at once; kq_decode_bench paired, DRAM: 1.02-1.05x, 2026-11-30 k11k)
+            if (pf) UNROLL for (int l = 16; l < KVT_X8_SB / 64; l++) {
+                _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
+                if (nd) _mm_prefetch((const char *)in + nd + 64 * l, _MM_HINT_T0);
+            }
+            __m512i sc, mn;
+            x8_scales(in, &sc, &mn);
+            __m512i is = _mm512_setzero_si512();
+            UNROLL for (int c = 0; c < 4; c++) {
+                __m512i pl = _mm512_setzero_si512(), ph = _mm512_setzero_si512();
+                UNROLL for (int p = 0; p < 4; p++) {
+                    if (pf) _mm_prefetch((const char *)in + pf + 64 * (4 * c + p), KVT_X8_PF_HINT);
+                    if (pf && nd) _mm_prefetch((const char *)in + nd + 64 * (4 * c + p), _MM_HINT_T0);
+                    const __m512i q = _mm512_loadu_si512(in + 64 * (4 * c + p));
+                    const int8_t *yq = y->qs + 64 * c + 8 * p;
+                    pl = _mm512_dpbusd_epi32(pl, _mm512_and_si512(q, m4), _mm512_set1_epi64(x8_ld64(yq)));
+                    ph = _mm512_dpbusd_epi32(ph, _mm512_and_si512(q, mF0), _mm512_set1_epi64(x8_ld64(yq + 32)));
+                }
+                const __m512i s = _mm512_shuffle_epi8(sc, _mm512_add_epi8(shb, _mm512_set1_epi8((char)(2 * c))));
+                is = _mm512_dpwssd_epi32(is, _mm512_packs_epi32(pl, _mm512_srai_epi32(ph, 4)), s);
+            }
+            const __m512i t = _mm512_dpbusd_epi32(_mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), mn, BH), 7), mn, BL);
+            const __m512 F = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_permutex2var_epi32(is, idxA, t), _mm512_permutex2var_epi32(is, idxB, t)));
+            const __m512 DD = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(in + 1120))), dyv);
+            ac[k] = _mm512_fmadd_ps(_mm512_mask_mul_ps(F, 0xFF00, F, DD), _mm512_mask_mov_ps(DD, 0xFF00, ones), ac[k]);
+        }
+    }
+    UNROLL for (int k = 0; k < ns; k++)
+        _mm256_storeu_ps(Y + k * ystep, _mm256_sub_ps(_mm512_castps512_ps256(ac[k]), _mm512_extractf32x8_ps(ac[k], 1)));
+}
+// The default form (L1 prefetch too) and study form 9 (k11k's spread prefetches into L2 only).
 INLINE void x8_groups512(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
+                         int64_t ystep, int64_t pf) {
+    x8_groups512_nd(ns, nb, G, step, yb, Y, ystep, pf, KQX8_ND);
+}
+INLINE void x8_groups512f(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
+                          int64_t ystep, int64_t pf) {
+    x8_groups512_nd(ns, nb, G, step, yb, Y, ystep, pf, 0);
+}
+INLINE void x8_groups512o(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
                          int64_t ystep, int64_t pf) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0);
     const __m512i shb = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 0, -128, 8, -128, 8, -128, 1, -128, 1, -128, 9, -128, 9, -128));
@@ -259,13 +330,18 @@ void kvt_q4kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, 
 
 // One super-block (at in, against y) of a group of 8 rows into its chains acc, macc; the lines pf bytes ahead
 // prefetched (0: none).
-INLINE void x8_sb(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m256 *macc, int64_t pf) {
+// sp: the prefetches spread over the super-block (each line's before its chunk's loads), else 18 at once at the start;
+// sp 2: with each, the line KQX8_ND bytes ahead into L1 too.
+INLINE void x8_sb_sp(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m256 *macc, int64_t pf, const int sp) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     // scale words of sub-block j (add j): per 128-bit lane (rows 2L, 2L + 1), dwords (row 2L, e = 0, 1), (row 2L + 1, ..)
     const __m256i shb = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128,
                                          0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128);
     const __m256i mperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    if (pf) UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
+    if (pf) UNROLL for (int l = sp ? 16 : 0; l < KVT_X8_SB / 64; l++) {
+        _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
+        if (sp == 2) _mm_prefetch((const char *)in + KQX8_ND + 64 * l, _MM_HINT_T0);
+    }
     const __m256i H = x8_ld256(in + 1088);
     const __m256i hA = _mm256_and_si256(H, m4), hB = _mm256_and_si256(_mm256_srli_epi16(H, 4), m4);
     const __m256i LA = x8_ld256(in + 1024), LB = x8_ld256(in + 1056);
@@ -275,6 +351,8 @@ INLINE void x8_sb(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m25
     UNROLL for (int c = 0; c < 4; c++) {
         __m256i plA = _mm256_setzero_si256(), phA = plA, plB = plA, phB = plA;
         UNROLL for (int p = 0; p < 4; p++) {
+            if (pf && sp) _mm_prefetch((const char *)in + pf + 64 * (4 * c + p), KVT_X8_PF_HINT);
+            if (pf && sp == 2) _mm_prefetch((const char *)in + KQX8_ND + 64 * (4 * c + p), _MM_HINT_T0);
             const __m256i qA = x8_ld256(in + 64 * (4 * c + p)), qB = x8_ld256(in + 64 * (4 * c + p) + 32);
             const __m256i yl = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 8 * p));
             const __m256i yh = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 32 + 8 * p));
@@ -306,6 +384,8 @@ INLINE void x8_sb(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m25
     x8_chain(S, M, in, y->d, acc, macc);
 }
 
+#define x8_sb(in, y, acc, macc, pf) x8_sb_sp(in, y, acc, macc, pf, 0)
+
 INLINE void x8_group_body(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y, int64_t pf) {
     __m256 acc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) x8_sb(G + b * KVT_X8_SB, yb + b, &acc, &macc, pf);
@@ -316,14 +396,15 @@ INLINE void x8_group_body(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb
 // dec11b): the groups g0 + i and g0 + h + i (h = half the groups, rounded up) super-block by super-block, so that the
 // prefetchers follow two streams at once; the odd group out alone. Each group's chains are the one-group ones (the
 // same bits whatever the pairing).
-INLINE void x8_pairs(int64_t nb, const uint8_t *W, int64_t g0, int64_t g1, const kvt_block_q8_K *yb, float *Y, int64_t pf) {
+INLINE void x8_pairs(int64_t nb, const uint8_t *W, int64_t g0, int64_t g1, const kvt_block_q8_K *yb, float *Y, int64_t pf,
+                     const int sp) {
     const int64_t h = (g1 - g0 + 1) / 2, gs = nb * KVT_X8_SB;
     for (int64_t i = 0; i < g1 - g0 - h; i++) {
         const uint8_t *GA = W + (g0 + i) * gs, *GB = W + (g0 + h + i) * gs;
         __m256 accA = _mm256_setzero_ps(), maccA = accA, accB = accA, maccB = accA;
         for (int64_t b = 0; b < nb; b++) {
-            x8_sb(GA + b * KVT_X8_SB, yb + b, &accA, &maccA, pf);
-            x8_sb(GB + b * KVT_X8_SB, yb + b, &accB, &maccB, pf);
+            x8_sb_sp(GA + b * KVT_X8_SB, yb + b, &accA, &maccA, pf, sp);
+            x8_sb_sp(GB + b * KVT_X8_SB, yb + b, &accB, &maccB, pf, sp);
         }
         _mm256_storeu_ps(Y + 8 * (g0 + i), _mm256_sub_ps(accA, maccA));
         _mm256_storeu_ps(Y + 8 * (g0 + h + i), _mm256_sub_ps(accB, maccB));
@@ -347,19 +428,27 @@ INLINE void x8_groups256(int ns, int64_t nb, const uint8_t *G, int64_t step, con
 // Y[8g + r] for the groups g in [g0, g1) of the q4_K_x8 matrix W (n columns) against the q8_K row y.
 // The groups [g0, g1) of a decode in ns streams (1, 2 or 4): groups g + k * h (h = the groups / ns); the rest two at a
 // time, then one.
-static void x8_decode_ns(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64_t g1, const kvt_block_q8_K *y, float *Y,
-                         int64_t pf) {
-    const int64_t gs = nb * KVT_X8_SB, h = (g1 - g0) / ns;
-    int64_t g = g0;
-    if (ns > 1) {
-        if (ns == 4)
-            for (; g < g0 + h; g++) x8_groups_isa(4, nb, w + g * gs, h * gs, y, Y + 8 * g, 8 * h, pf);
-        else
-            for (; g < g0 + h; g++) x8_groups_isa(2, nb, w + g * gs, h * gs, y, Y + 8 * g, 8 * h, pf);
-        for (g = g0 + ns * h; g + 2 <= g1; g += 2) x8_groups_isa(2, nb, w + g * gs, gs, y, Y + 8 * g, 8, pf);
+#define X8_DECODE_NS(NAME, GROUPS)                                                                                   \
+    static void NAME(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64_t g1, const kvt_block_q8_K *y, float *Y,   \
+                     int64_t pf) {                                                                                       \
+        const int64_t gs = nb * KVT_X8_SB, h = (g1 - g0) / ns;                                                          \
+        int64_t g = g0;                                                                                                  \
+        if (ns > 1) {                                                                                                    \
+            if (ns == 4)                                                                                                 \
+                for (; g < g0 + h; g++) GROUPS(4, nb, w + g * gs, h * gs, y, Y + 8 * g, 8 * h, pf);                      \
+            else                                                                                                         \
+                for (; g < g0 + h; g++) GROUPS(2, nb, w + g * gs, h * gs, y, Y + 8 * g, 8 * h, pf);                      \
+            for (g = g0 + ns * h; g + 2 <= g1; g += 2) GROUPS(2, nb, w + g * gs, gs, y, Y + 8 * g, 8, pf);               \
+        }                                                                                                                \
+        for (; g < g1; g++) GROUPS(1, nb, w + g * gs, 0, y, Y + 8 * g, 0, pf);                                           \
     }
-    for (; g < g1; g++) x8_groups_isa(1, nb, w + g * gs, 0, y, Y + 8 * g, 0, pf);
-}
+X8_DECODE_NS(x8_decode_ns, x8_groups_isa)
+#ifdef KVT_SIMD_AVX512
+// study form 8: the arithmetic before k11k (x8_groups512o) in X8_NS streams, for paired comparisons
+X8_DECODE_NS(x8_decode_ns_o, x8_groups512o)
+// study form 9: k11k's arithmetic and spread prefetches into L2 only (before the L1 prefetch)
+X8_DECODE_NS(x8_decode_ns_f, x8_groups512f)
+#endif
 
 void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y) {
     const int64_t nb = n / KVT_QK_K, pf = kvt_kernels_prefetch();
@@ -370,13 +459,19 @@ void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *
         return;
     }
 #ifdef KVT_SIMD_AVX512
-    if (pf) { // X8_NS streams: groups g + k * h (h = the groups / X8_NS); the rest two at a time, then one
-        x8_decode_ns(X8_NS, nb, W, g0, g1, y, Y, pf);
+    if (v == 8 || v == 9) {
+        (v == 8 ? x8_decode_ns_o : x8_decode_ns_f)(X8_NS, nb, W, g0, g1, y, Y, pf);
         return;
     }
-    for (int64_t g = g0; g < g1; g++) x8_group(nb, (const uint8_t *)W + g * nb * KVT_X8_SB, y, Y + 8 * g);
+    // with prefetch X8_NS streams: groups g + k * h (h = the groups / X8_NS); the rest two at a time, then one;
+    // without (AMD) one group at a time
+    x8_decode_ns(pf ? X8_NS : 1, nb, W, g0, g1, y, Y, pf);
 #else
-    if (pf) x8_pairs(nb, W, g0, g1, y, Y, pf); // its own copy without a test per super-block
-    else x8_pairs(nb, W, g0, g1, y, Y, 0);
+    // with prefetch the lines' prefetches spread over each super-block (study form 5: 18 at once, as before k11k)
+    // (study form 6: spread, into L2 only, as k11k; the default also prefetches into L1 KQX8_ND bytes ahead)
+    if (v == 5 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 0);
+    else if (v == 6 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 1);
+    else if (pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 2); // its own copy without a test per super-block
+    else x8_pairs(nb, W, g0, g1, y, Y, 0, 0);
 #endif
 }
