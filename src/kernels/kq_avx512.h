@@ -231,9 +231,8 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
 #ifndef KQ6_NS
 #define KQ6_NS 4
 #endif
-// The default form also prefetches each block's lines KQ6_ND bytes ahead into L1 (as q41x8.h; study form 8: without;
-// docs/log/BENCHMARKS-kernels-3.md, the lead's section).
-#define KQ6_ND 1024
+// The default form also prefetches each block's lines KVT_X8_PF_NEAR (matmul_avx2.c) bytes ahead into L1 (as q41x8.h;
+// study form 8: without; docs/log/BENCHMARKS-kernels-3.md, the lead's section).
 // nd: each line nd bytes ahead also prefetched into L1 (0: none).
 INLINE void q6k_rows_ns(int ns, int64_t nb, const kvt_block_q6_K *x, int64_t step, const char *y, float *Y,
                         int64_t ystep, int64_t pf, int64_t nd) {
@@ -281,7 +280,7 @@ INLINE void q6k_rows_ns(int ns, int64_t nb, const kvt_block_q6_K *x, int64_t ste
     UNROLL for (int k = 0; k < ns; k++) Y[k * ystep] = acc[k];
 }
 // ns (1, 2, 4) streams: KQ6_NS, or a study form (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K) % 10); nd: the
-// L1 prefetch distance (KQ6_ND in the default form, 0 in the study forms).
+// L1 prefetch distance (KVT_X8_PF_NEAR in the default form, 0 in the study forms).
 static void q6_K_dec(int ns, int64_t nb, const char *W, size_t wrs, int64_t nr, const char *P, float *Y, int64_t pf,
                      int64_t nd) {
     const int64_t step = (int64_t)wrs / (int64_t)sizeof(kvt_block_q6_K), h = nr / ns;
@@ -305,7 +304,7 @@ static void q6_K_dec(int ns, int64_t nb, const char *W, size_t wrs, int64_t nr, 
         const int sv_ = KP_DEC_##name && nt == 1 ? kvt_kernels_decode_variant(KVT_TYPE_Q6_K) % 10 : 0;  \
         if (KP_DEC_##name && nt == 1 && (sv_ == 1 || sv_ == 2 || sv_ == 4 || (pf && KQ6_NS > 1))) {   \
             const int st_ = sv_ == 1 || sv_ == 2 || sv_ == 4 || sv_ == 8; /* study forms: no L1 prefetch */ \
-            q6_K_dec(sv_ == 1 || sv_ == 2 || sv_ == 4 ? sv_ : KQ6_NS, nb, W, wrs, nr, P, Y, pf, st_ ? 0 : KQ6_ND); \
+            q6_K_dec(sv_ == 1 || sv_ == 2 || sv_ == 4 ? sv_ : KQ6_NS, nb, W, wrs, nr, P, Y, pf, st_ ? 0 : KVT_X8_PF_NEAR); \
             return;                                                                                 \
         }                                                                                           \
         for (int64_t r = 0; r < nr; r++) {                                                          \

@@ -22,9 +22,8 @@
 // docs/log/BENCHMARKS-kernels-2.md, 2026-11-29 kq6x8); on Intel they let the reads overlap the arithmetic (the
 // same log, intel11). Batches (2..8 tokens) none.
 
-// With that prefetch (into L2), the default forms also prefetch each line KQX8_ND bytes ahead into L1, as q4_1_x8 and
-// q8_0_x8 do (docs/log/BENCHMARKS-kernels-3.md, k11q; for q4_K_x8 the lead's section there).
-#define KQX8_ND 1024
+// With that prefetch (into L2), the default forms also prefetch each line KVT_X8_PF_NEAR (matmul_avx2.c) bytes ahead
+// into L1, as q4_1_x8 and q8_0_x8 do (docs/log/BENCHMARKS-kernels-3.md, k11q; for q4_K_x8 the lead's section there).
 
 #ifdef KVT_SIMD_AVX512
 #define KQX8_GEMV_FN kvt_q4kx8_gemv_avx512
@@ -199,7 +198,7 @@ static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, flo
 // together (S of row r to lane r, M to lane 8 + r: two permutes and one add) and one float chain in 16 lanes, acc in
 // 0..7 and macc in 8..15: acc = fma(S, d * dy, acc) and macc + (dmin * dy) * M as fma(that product, 1, macc) (the
 // same rounding), one conversion of d and dmin, one of S and M.
-// nd: with pf, each line's lines nd bytes ahead also prefetched into L1 (0: none; KQX8_ND in the default form).
+// nd: with pf, each line's lines nd bytes ahead also prefetched into L1 (0: none; KVT_X8_PF_NEAR in the default form).
 INLINE void x8_groups512_nd(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
                             int64_t ystep, int64_t pf, const int64_t nd) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0);
@@ -252,7 +251,7 @@ INLINE void x8_groups512_nd(int ns, int64_t nb, const uint8_t *G, int64_t step, 
 // The default form (L1 prefetch too) and study form 9 (k11k's spread prefetches into L2 only).
 INLINE void x8_groups512(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
                          int64_t ystep, int64_t pf) {
-    x8_groups512_nd(ns, nb, G, step, yb, Y, ystep, pf, KQX8_ND);
+    x8_groups512_nd(ns, nb, G, step, yb, Y, ystep, pf, KVT_X8_PF_NEAR);
 }
 INLINE void x8_groups512f(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
                           int64_t ystep, int64_t pf) {
@@ -331,7 +330,7 @@ void kvt_q4kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, 
 // One super-block (at in, against y) of a group of 8 rows into its chains acc, macc; the lines pf bytes ahead
 // prefetched (0: none).
 // sp: the prefetches spread over the super-block (each line's before its chunk's loads), else 18 at once at the start;
-// sp 2: with each, the line KQX8_ND bytes ahead into L1 too.
+// sp 2: with each, the line KVT_X8_PF_NEAR bytes ahead into L1 too.
 INLINE void x8_sb_sp(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m256 *macc, int64_t pf, const int sp) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     // scale words of sub-block j (add j): per 128-bit lane (rows 2L, 2L + 1), dwords (row 2L, e = 0, 1), (row 2L + 1, ..)
@@ -340,7 +339,7 @@ INLINE void x8_sb_sp(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __
     const __m256i mperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     if (pf) UNROLL for (int l = sp ? 16 : 0; l < KVT_X8_SB / 64; l++) {
         _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
-        if (sp == 2) _mm_prefetch((const char *)in + KQX8_ND + 64 * l, _MM_HINT_T0);
+        if (sp == 2) _mm_prefetch((const char *)in + KVT_X8_PF_NEAR + 64 * l, _MM_HINT_T0);
     }
     const __m256i H = x8_ld256(in + 1088);
     const __m256i hA = _mm256_and_si256(H, m4), hB = _mm256_and_si256(_mm256_srli_epi16(H, 4), m4);
@@ -352,7 +351,7 @@ INLINE void x8_sb_sp(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __
         __m256i plA = _mm256_setzero_si256(), phA = plA, plB = plA, phB = plA;
         UNROLL for (int p = 0; p < 4; p++) {
             if (pf && sp) _mm_prefetch((const char *)in + pf + 64 * (4 * c + p), KVT_X8_PF_HINT);
-            if (pf && sp == 2) _mm_prefetch((const char *)in + KQX8_ND + 64 * (4 * c + p), _MM_HINT_T0);
+            if (pf && sp == 2) _mm_prefetch((const char *)in + KVT_X8_PF_NEAR + 64 * (4 * c + p), _MM_HINT_T0);
             const __m256i qA = x8_ld256(in + 64 * (4 * c + p)), qB = x8_ld256(in + 64 * (4 * c + p) + 32);
             const __m256i yl = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 8 * p));
             const __m256i yh = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 32 + 8 * p));
@@ -468,7 +467,7 @@ void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *
     x8_decode_ns(pf ? X8_NS : 1, nb, W, g0, g1, y, Y, pf);
 #else
     // with prefetch the lines' prefetches spread over each super-block (study form 5: 18 at once, as before k11k)
-    // (study form 6: spread, into L2 only, as k11k; the default also prefetches into L1 KQX8_ND bytes ahead)
+    // (study form 6: spread, into L2 only, as k11k; the default also prefetches into L1 KVT_X8_PF_NEAR bytes ahead)
     if (v == 5 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 0);
     else if (v == 6 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 1);
     else if (pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 2); // its own copy without a test per super-block

@@ -86,6 +86,10 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
 // q4dec11).
 #define KVT_X8_PF_HINT _MM_HINT_T1
 #endif
+// With that prefetch, the default decode forms of q4_1_x8, q8_0_x8, q4_K_x8 and the AVX-512 q6_K rows also prefetch the
+// lines KVT_X8_PF_NEAR bytes ahead into L1 (paired from DRAM on the Intel Xeon: 1.05-1.15x, 92-103% of the probe;
+// 1024 chosen on q4_1_x8 among 256, 512, 1024; docs/log/BENCHMARKS-kernels-3.md, k11q and the lead).
+#define KVT_X8_PF_NEAR 1024
 #ifndef FP_PF_HINT
 #define FP_PF_HINT _MM_HINT_T1 // the next group's lines into L2
 #endif

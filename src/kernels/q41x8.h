@@ -35,9 +35,8 @@ INLINE __m256i q41x8_bcast4(const int8_t *p) {
 // order: the same bits however many streams.
 #define Q41X8_NS 4
 
-// With the prefetch into L2 above, forms 31, 32, 34 (the default) also prefetch into L1 the lines Q41X8_ND bytes ahead
-// of each stream (docs/log/BENCHMARKS-kernels-3.md, k11q).
-#define Q41X8_ND 1024
+// With the prefetch into L2 above, forms 31, 32, 34 (the default) also prefetch into L1 the lines KVT_X8_PF_NEAR
+// (matmul_avx2.c) bytes ahead of each stream (docs/log/BENCHMARKS-kernels-3.md, k11q).
 #define Q41X8_NEAR(g, nd)                                                                                              \
     do {                                                                                                               \
         _mm_prefetch((const char *)(g) + (nd), _MM_HINT_T0);                                                           \
@@ -89,7 +88,7 @@ INLINE void q41x8_groupso(int ns, int64_t nb, const uint8_t *G, int64_t step, co
 }
 INLINE void q41x8_groupsn(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
                           int64_t ystep, int64_t pf) {
-    q41x8_groups(ns, Q41X8_ND, nb, G, step, y, Y, ystep, pf);
+    q41x8_groups(ns, KVT_X8_PF_NEAR, nb, G, step, y, Y, ystep, pf);
 }
 
 #ifdef KVT_SIMD_AVX512
@@ -175,7 +174,7 @@ INLINE void q41x8_groups512h(int ns, int64_t nb, const uint8_t *G, int64_t step,
 }
 INLINE void q41x8_groups512n(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_1 *y, float *Y,
                              int64_t ystep, int64_t pf) {
-    q41x8_groups512(ns, 1, Q41X8_ND, nb, G, step, y, Y, ystep, pf);
+    q41x8_groups512(ns, 1, KVT_X8_PF_NEAR, nb, G, step, y, Y, ystep, pf);
 }
 #endif
 
@@ -202,7 +201,7 @@ INLINE void q41x8_groups512n(int ns, int64_t nb, const uint8_t *G, int64_t step,
 void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy) {
     const int64_t nb = n / KVT_QK, pf = n_tok == 1 ? kvt_kernels_prefetch() : 0;
     // decode: the type's form (matmul.h kvt_kernels_decode_form: with prefetch 34, Q41X8_NS = 4 streams, in 512-bit
-    // vectors where the build has them, lines Q41X8_ND ahead into L1 too; a study form v: v % 10 streams, 512-bit for
+    // vectors where the build has them, lines KVT_X8_PF_NEAR ahead into L1 too; a study form v: v % 10 streams, 512-bit for
     // 11, 12, 14 (the form before k11q), 21, 22, 24 and 31, 32, 34; the L1 prefetch for 31, 32, 34)
     const int v = n_tok == 1 ? kvt_kernels_decode_form(KVT_TYPE_Q4_1_X8) : 0;
     const int ns = v % 10 == 1 || v % 10 == 2 || v % 10 == 4 ? v % 10 : pf ? Q41X8_NS : 1;

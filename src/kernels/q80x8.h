@@ -27,14 +27,14 @@
 // no gain: docs/log/BENCHMARKS-kernels-2.md, ms11c). Without prefetch (AMD) one group at a time, as measured there.
 #define Q80X8_NS 4
 
-// The 5 lines from pf bytes past a block (272 bytes) at B (pf 0: none), and those 1024 bytes past it into L1 (paired
-// 1.06-1.11x from DRAM on both ISAs: docs/log/BENCHMARKS-kernels-3.md, k11q).
+// The 5 lines from pf bytes past a block (272 bytes) at B (pf 0: none), and those KVT_X8_PF_NEAR bytes past it into
+// L1 (paired 1.06-1.11x from DRAM on both ISAs: docs/log/BENCHMARKS-kernels-3.md, k11q).
 #define Q80X8_PREFETCH(B, pf)                                                                                          \
     do {                                                                                                               \
         if (pf)                                                                                                        \
             UNROLL for (int l_ = 0; l_ < 5; l_++) {                                                                    \
                 _mm_prefetch((const char *)(B) + (pf) + 64 * l_, KVT_X8_PF_HINT);                                      \
-                _mm_prefetch((const char *)(B) + 1024 + 64 * l_, _MM_HINT_T0);                                         \
+                _mm_prefetch((const char *)(B) + KVT_X8_PF_NEAR + 64 * l_, _MM_HINT_T0);                               \
             }                                                                                                          \
     } while (0)
 
