@@ -397,9 +397,8 @@ static void test_decode_streams(kvt_isa isa, kvt_type t, int64_t n, int64_t n_ro
 // and every output of kvt_matmul_rows on the repacked matrix is bit-identical to the source matrix's, on every
 // ISA this CPU runs (the x8 GEMV for one token, the other paths for batches and cut groups), sentinels kept
 // outside [r0, r1); and each token's GEMV equals the batch. wq: n_rows x n of t, xq: n_tok activation rows.
-static void repack_check(kvt_type t, const char *wq, const char *xq, int64_t n, int64_t n_rows, int64_t n_tok,
-                         int64_t r0, int64_t r1, int extreme) {
-    const kvt_repack_ops *rp = kvt_type_repack(t);
+static void repack_check(kvt_type t, const kvt_repack_ops *rp, const char *wq, const char *xq, int64_t n, int64_t n_rows,
+                         int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
     const int64_t wrs = kvt_row_size(t, n), xrs = kvt_row_size(kvt_type_ops_get(t)->vec_dot_type, n), ldy = n_rows + 2;
     char *wr = xmalloc((size_t)(n_rows * wrs)), *wu = xmalloc((size_t)(n_rows * wrs));
     float *y0 = xmalloc((size_t)(n_tok * ldy) * sizeof *y0), *y1 = xmalloc((size_t)(n_tok * ldy) * sizeof *y1);
@@ -458,22 +457,52 @@ static void test_repack_q4_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r
             }
         }
     }
-    repack_check(t, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
+    repack_check(t, rp, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
     free(wq), free(xq);
 }
 
-// q6_K "repacked" at load (a copy: the same type and layout, quant.c): repack_check.
-static void test_repack_q6_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1) {
+// q6_K "repacked" at load: a copy (the same type and layout, quant.c), or q6_K_r where the AVX2 kernels are the
+// dispatched ones (quant.h): repack_check of both. extreme (q6_K_r): values 63 (1) or 0 .. 63 by element (2),
+// scales -128, activations -128 / 127 (the int16 bound of the pair sums added before the scales).
+static void test_repack_q6_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
     const kvt_type t = KVT_TYPE_Q6_K;
-    const kvt_repack_ops *rp = kvt_type_repack(t);
+    const kvt_repack_ops *rp = kvt_type_repack(t), *cp = kvt_type_repack_into(t), *rr = kvt_type_repack_into(KVT_TYPE_Q6_K_R);
     char *wq, *xq;
-    if (!rp || rp->to != t || rp->row_align != 1 || kvt_type_repacked_from(t) != t ||
-        !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
-        CHECK("repack_q6_K_table", false, "no q6_K copy (q6_K -> q6_K, any rows)");
+    if (!rp || !cp || !rr || rp->to != (kvt_kernels_isa() == KVT_ISA_AVX2 ? KVT_TYPE_Q6_K_R : t) || cp->to != t ||
+        rr->to != KVT_TYPE_Q6_K_R || cp->row_align != 1 || rr->row_align != 1 || kvt_type_repacked_from(t) != t ||
+        kvt_type_repacked_from(KVT_TYPE_Q6_K_R) != t || !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
+        CHECK("repack_q6_K_table", false, "no q6_K copy (q6_K -> q6_K, any rows) or q6_K_r");
         return;
     }
-    repack_check(t, wq, xq, n, n_rows, n_tok, r0, r1, 0);
+    if (extreme) {
+        for (int64_t i = 0; i < n_rows * n / KVT_QK_K; i++) {
+            kvt_block_q6_K *b = (kvt_block_q6_K *)wq + i;
+            for (int k = 0; k < 128; k++) b->ql[k] = (uint8_t)(extreme == 1 ? 0xFF : (k * 37 + i) & 0xFF);
+            for (int k = 0; k < 64; k++) b->qh[k] = (uint8_t)(extreme == 1 ? 0xFF : (k * 91 + i) & 0xFF);
+            memset(b->scales, 0x80, sizeof b->scales);
+        }
+        for (int64_t i = 0; i < n_tok * n / KVT_QK_K; i++) {
+            kvt_block_q8_K *y = (kvt_block_q8_K *)xq + i;
+            for (int k = 0; k < KVT_QK_K; k++) y->qs[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
+            for (int g = 0; g < KVT_QK_K / 16; g++) {
+                int sum = 0;
+                for (int k = 0; k < 16; k++) sum += y->qs[16 * g + k];
+                y->bsums[g] = (int16_t)sum;
+            }
+        }
+    } else {
+        repack_check(t, cp, wq, xq, n, n_rows, n_tok, r0, r1, 0);
+    }
+    repack_check(t, rr, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
     free(wq), free(xq);
+}
+
+// The same, leaving the generator as it was: the later cases keep their data (q4_1's tolerance against the
+// dequantized dot is tight for some draws).
+static void test_repack_q6_K_keep_rng(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
+    const uint64_t s = g_rng;
+    test_repack_q6_K(n, n_rows, n_tok, r0, r1, extreme);
+    g_rng = s;
 }
 
 // The 32-element x8 layouts (q4_1_x8, q8_0_x8): repack_check, and for q8_0_x8 (whose tied matrices are repacked)
@@ -500,7 +529,7 @@ static void test_repack_x32(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok
             for (int k = 0; k < KVT_QK; k++) y[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
         }
     }
-    repack_check(t, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
+    repack_check(t, rp, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
     // the embedding lookup of a tied matrix: every row read back from the repacked matrix
     const int64_t wrs = kvt_row_size(t, n);
     char *wr = xmalloc((size_t)(n_rows * wrs));
@@ -1009,8 +1038,10 @@ int test_kernels_main(void) {
             test_repack_q4_K(2816, 24, 1, 0, 24, 0);
             test_repack_q4_K(512, 40, 1, 5, 37, 0);
             test_repack_q4_K(2048, 16, 1, 0, 16, 1);
-            test_repack_q6_K(2048, 24, 1, 0, 24);
-            test_repack_q6_K(768, 17, 1, 1, 16);
+            test_repack_q6_K(2048, 24, 1, 0, 24, 0);
+            test_repack_q6_K(768, 17, 1, 1, 16, 0);
+            test_repack_q6_K_keep_rng(512, 7, 1, 0, 7, 1);
+            test_repack_q6_K_keep_rng(1024, 10, 3, 1, 9, 2);
         }
         kvt_kernels_set_prefetch(old);
     }
@@ -1018,7 +1049,9 @@ int test_kernels_main(void) {
     {
         static const int64_t shp[][5] = {{256, 1, 1, 0, 1}, {512, 13, 1, 2, 11}, {2048, 24, 3, 0, 24}, {768, 17, 9, 1, 16}};
         for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
-            test_repack_q6_K(shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4]);
+            test_repack_q6_K(shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4], 0);
+        test_repack_q6_K_keep_rng(512, 13, 9, 2, 11, 1);
+        test_repack_q6_K_keep_rng(768, 17, 1, 0, 17, 2);
     }
     // GEMM tiles against the GEMV, bit for bit, on every SIMD ISA this CPU runs (KVT_ISA may cap it):
     // rows and tokens not multiples of the tiles, K of one block

@@ -10,6 +10,7 @@
 #include "../src/cli/commands.h"
 #include "../src/exec/context.h"
 #include "../src/gguf/gguf.h"
+#include "../src/kernels/quant.h"
 #include "../src/model/model.h"
 #include "../src/model/shapes.h"
 #include "../src/model/tokenizer.h"
@@ -126,7 +127,7 @@ static void test_llama_q4_k_m(void) {
         kvt_model_repack(m);
         const void *buf = m->repack_buf, *wq = l1->wq.data;
         rok = rok && buf && l1->wq.type == KVT_TYPE_Q4_K_X8 && l1->w_gate.type == KVT_TYPE_Q4_K_X8 &&
-              m->layers[0].wv.type == KVT_TYPE_Q6_K && l1->wq.file_type == KVT_TYPE_Q4_K && m->tok_embd.type == KVT_TYPE_Q4_K;
+              m->layers[0].wv.type == kvt_type_repack(KVT_TYPE_Q6_K)->to && l1->wq.file_type == KVT_TYPE_Q4_K && m->tok_embd.type == KVT_TYPE_Q4_K;
         kvt_model_repack(m);
         rok = rok && m->repack_buf == buf && l1->wq.data == wq;
         test_result(rok, rname, "repack_bytes %lld, buf %p, wq %s", (long long)m->repack_bytes, m->repack_buf,

@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
         const kvt_type t = types[ti];
         // a repacked type (q4_K_x8): quantized as its source type, then repacked as the model loader does
         const kvt_type qt = kvt_type_repacked_from(t);
-        const kvt_repack_ops *rp = qt != t ? kvt_type_repack(qt) : NULL;
+        const kvt_repack_ops *rp = qt != t ? kvt_type_repack_into(t) : NULL;
         const kvt_type_ops *ops = isa < 0 ? kvt_type_ops_get(qt) : kvt_type_ops_isa(qt, (kvt_isa)isa);
         if (!ops || !ops->vec_dot) {
             printf("%-6s unsupported\n", kvt_type_name(t));

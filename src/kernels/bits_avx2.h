@@ -7,6 +7,18 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifndef KVT_X8_PF_HINT
+// The decode GEMVs' software prefetch (q41x8.h, kqx8.h, q80x8.h, kq_avx512.h's q6_K rows, quant_avx2.c's q6_K_r
+// rows), kvt_kernels_prefetch() bytes ahead: into L2. On the Intel Xeon (2 threads, kq_decode_bench, DRAM) T1 at 4096 bytes read q4_1_x8 at
+// 93-100% of the plain stream where T0 at 2048 read it at 79-86%; NTA lost a third (docs/log/BENCHMARKS-kernels-2.md,
+// q4dec11).
+#define KVT_X8_PF_HINT _MM_HINT_T1
+#endif
+// With that prefetch, the default decode forms of q4_1_x8, q8_0_x8, q4_K_x8, the AVX-512 q6_K rows and the AVX2 q6_K_r
+// rows also prefetch the lines KVT_X8_PF_NEAR bytes ahead into L1 (paired from DRAM on the Intel Xeon: 1.05-1.15x, 92-103% of the probe;
+// 1024 chosen on q4_1_x8 among 256, 512, 1024; docs/log/BENCHMARKS-kernels-3.md, k11q and the lead).
+#define KVT_X8_PF_NEAR 1024
+
 // Sum of the 8 lanes in one fixed order, ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)): the canonical
 // horizontal sum of the rows kernels and the GEMM tiles (batch invariance needs the same one in both).
 static inline __attribute__((always_inline)) float kvt_hsum8(__m256 v) {

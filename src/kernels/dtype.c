@@ -49,6 +49,7 @@ static const type_layout k_layouts[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_1_X8] = {"q4_1_x8", 32, 20, false},
     [KVT_TYPE_Q8_0_X8] = {"q8_0_x8", 32, 34, false},
     [KVT_TYPE_F16_X16] = {"f16_x16", 1, 2, false},
+    [KVT_TYPE_Q6_K_R] = {"q6_K_r", 256, 210, false},
 };
 
 const char *kvt_type_name(kvt_type t) {

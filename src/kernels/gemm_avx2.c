@@ -666,7 +666,17 @@ INLINE __m256i k_sub_values(const char *blk, int m, int Q6) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(((const kvt_block_q4_K *)blk)->qs + 32 * (m / 2)));
         return _mm256_and_si256(m & 1 ? _mm256_srli_epi16(q, 4) : q, m4);
     }
-    const kvt_block_q6_K *x = (const kvt_block_q6_K *)blk; // as quant_avx2.c's q6_K body: half h, k
+    const kvt_block_q6_K *x = (const kvt_block_q6_K *)blk;
+    if (Q6 == 2) { // q6_K_r (quant.h): groups 2m, 2m + 1 are lane m / 4 of pair j = m % 4, A and B by 8 bytes
+        const int L = m / 4, j = m % 4;
+        const __m128i p = _mm_loadu_si128((const __m128i *)(x->ql + 32 * j + 16 * L));
+        const __m128i nb = _mm_loadu_si128((const __m128i *)(x->qh + 32 * (j >> 1) + 16 * L));
+        const __m128i a = _mm_and_si128(p, _mm_set1_epi8(0x3F));
+        const __m128i b = _mm_or_si128(_mm_and_si128(j & 1 ? _mm_srli_epi16(nb, 4) : nb, _mm_set1_epi8(0x0F)),
+                                       _mm_and_si128(_mm_srli_epi16(p, 2), _mm_set1_epi8(0x30)));
+        return _mm256_set_m128i(_mm_unpackhi_epi64(a, b), _mm_unpacklo_epi64(a, b));
+    }
+    // as quant_avx2.c's q6_K body: half h, k
     const int h = m / 4, k = m % 4;
     const __m256i ql = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (k & 1)));
     const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
@@ -742,6 +752,7 @@ static void q4kx8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) {
     }
 }
 static void q6k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { k8_gprep(n, w, wrs, nr, s, 1); }
+static void q6kr_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { k8_gprep(n, w, wrs, nr, s, 2); }
 
 INLINE __m256i bcast32(const void *p) {
     int32_t v;
@@ -908,5 +919,6 @@ DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q5_K
 DEFINE_L8(q4_K, KVT_TYPE_Q4_K, q4k8_tile, K8_TM, k45_psize, k45_prep, q4k8_wsize, q4k8_gprep, K8_STRIP)
 DEFINE_L8(q4kx8, KVT_TYPE_Q4_K_X8, q4k8_tile, K8_TM, k45_psize, k45_prep, q4k8_wsize, q4kx8_gprep, K8_STRIP)
 DEFINE_L8(q6_K, KVT_TYPE_Q6_K, q6k8_tile, K8_TM, k_psize0, k_prep0, q6k8_wsize, q6k8_gprep, K8_STRIP)
+DEFINE_L8(q6kr, KVT_TYPE_Q6_K_R, q6k8_tile, K8_TM, k_psize0, k_prep0, q6k8_wsize, q6kr_gprep, K8_STRIP)
 DEFINE_L8(q8_0, KVT_TYPE_Q8_0, q8g_tile, Q8G_TM, q8g_psize, q8g_prep, q8g_wsize, q8g_gprep, Q8G_STRIP)
 #endif

@@ -213,7 +213,7 @@ static void x8_q4k(const void *ctx, int64_t n, const void *W, int64_t g0, int64_
 static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
                             const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
     const kvt_type st = kvt_type_repacked_from(wt);
-    const kvt_repack_ops *rp = kvt_type_repack(st);
+    const kvt_repack_ops *rp = kvt_type_repack_into(wt);
     const int64_t wrs = kvt_row_size(st, n);
     if (wt == KVT_TYPE_F16_X16) { // every ISA and batch: one FMA chain per output, the same bits (f16x16.h)
         if (isa >= KVT_ISA_AVX2) {
@@ -247,6 +247,26 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
         return;
     }
     const int64_t a0 = (r0 + 7) / 8 * 8, a1 = r1 / 8 * 8, xrs = kvt_row_size(KVT_TYPE_Q8_K, n);
+    if (wt == KVT_TYPE_Q6_K_R && isa == KVT_ISA_AVX2) {
+        // decode: the activation row in the layout's order, then quant_avx2.c's rows in pairs per strip (as q6_K's
+        // rows kernel through matmul_kernel); batches: gemm_avx2.c's 8-row q6_K tile on side data made from the rows
+        if (n_tok == 1) {
+            char *P = gemm_scratch(0, (size_t)xrs);
+            if (P) {
+                kvt_q6r_prep(n, Xq, P);
+                const int64_t strip = strip_rows(wrs);
+                for (int64_t rs = r0; rs < r1; rs += strip)
+                    kvt_q6r_rows_avx2(n, (const char *)W + rs * wrs, (size_t)wrs, min64(strip, r1 - rs), P, Y + rs);
+                return;
+            }
+        } else {
+            void *S = gemm_scratch(0, (size_t)kvt_gemm_scratch_q6kr_avx2(n, n_tok));
+            if (S) {
+                kvt_gemm_q6kr_avx2(n, (const char *)W + r0 * wrs, (size_t)wrs, r1 - r0, Xq, (size_t)xrs, n_tok, Y + r0, ldy, S);
+                return;
+            }
+        }
+    }
     if (wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2 && a0 < a1) {
         // batches of whole groups straight from the repacked layout: AVX-512 the x8 GEMV per token (2 .. 8 tokens;
         // gemm_avx2.c's tile is slower there) or the 16-row panel packed from the groups; AVX2 gemm_avx2.c's 8-row

@@ -98,7 +98,8 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // default AVX-512 4 streams with prefetch into L2 and L1, AVX2 pairs): v % 10 streams (1, 2, 4; AVX2 only 4, else its
 // pairs; AVX-512 8: the default without the L1 prefetch), per strip, or (22, 24) over the call's whole row range
 // (AVX2 24: paired 1.05-1.12x in 2026-11-30's sets, the model not shown faster: docs/log/BENCHMARKS-kernels-2.md,
-// dec11g). Any other value: the default. For tests and
+// dec11g); q6_K_r (quant_avx2.c, AVX2 only; default pairs with prefetch into L2 and L1 where the CPU's decode
+// prefetches): 8 the q6_K rows' one prefetch into L1 instead. Any other value: the default. For tests and
 // benchmarks only; set it while no kernel runs.
 int kvt_kernels_decode_variant(kvt_type t);
 int kvt_kernels_set_decode_variant(kvt_type t, int v); // returns the old value
@@ -140,6 +141,8 @@ void kvt_q4kx8_gemv_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const
 void kvt_q4kx8_gemv_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
 // AVX2 q6_K decode (quant_avx2.c): Y[r] for the nr rows at W (stride wrs) against one q8_K row y, two rows at once.
 void kvt_q6k_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *y, float *Y);
+// The same for q6_K_r rows (quant.h) against a q8_K row prepared by kvt_q6r_prep.
+void kvt_q6r_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *y, float *Y);
 // q4_1_x8 (q41x8.h): Y[t * ldy + 8g + r] for the groups g in [g0, g1) against n_tok q8_1 rows X (decode and batches).
 void kvt_q41x8_mm_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy);
 void kvt_q41x8_mm_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
@@ -187,5 +190,6 @@ KVT_GEMM_DECL(q4_K, avx2)
 KVT_GEMM_DECL(q4kx8, avx2) // q4_K_x8 groups (rows a multiple of 8 from a group start; wrs: the q4_K row size)
 KVT_GEMM_DECL(q5_K, avx2)
 KVT_GEMM_DECL(q6_K, avx2)
+KVT_GEMM_DECL(q6kr, avx2) // q6_K_r rows (quant.h; wrs: the q6_K row size): the q6_K tile's bits
 
 #endif

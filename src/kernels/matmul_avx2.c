@@ -23,6 +23,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "bits_avx2.h"
 #include "fvec_avx.h"
 #include "x32_avx.h"
 #include "f16.h"
@@ -79,17 +80,7 @@ static void f32_prep(int64_t n, const void *x, void *p) { memcpy(p, x, (size_t)n
 #ifndef FP_DR
 #define FP_DR 2 // decode: weight rows at once
 #endif
-#ifndef KVT_X8_PF_HINT
-// The decode GEMVs' software prefetch (q41x8.h, kqx8.h, q80x8.h, kq_avx512.h's q6_K rows), kvt_kernels_prefetch()
-// bytes ahead: into L2. On the Intel Xeon (2 threads, kq_decode_bench, DRAM) T1 at 4096 bytes read q4_1_x8 at
-// 93-100% of the plain stream where T0 at 2048 read it at 79-86%; NTA lost a third (docs/log/BENCHMARKS-kernels-2.md,
-// q4dec11).
-#define KVT_X8_PF_HINT _MM_HINT_T1
-#endif
-// With that prefetch, the default decode forms of q4_1_x8, q8_0_x8, q4_K_x8 and the AVX-512 q6_K rows also prefetch the
-// lines KVT_X8_PF_NEAR bytes ahead into L1 (paired from DRAM on the Intel Xeon: 1.05-1.15x, 92-103% of the probe;
-// 1024 chosen on q4_1_x8 among 256, 512, 1024; docs/log/BENCHMARKS-kernels-3.md, k11q and the lead).
-#define KVT_X8_PF_NEAR 1024
+// KVT_X8_PF_HINT, KVT_X8_PF_NEAR: the decode GEMVs' prefetch (bits_avx2.h).
 #ifndef FP_PF_HINT
 #define FP_PF_HINT _MM_HINT_T1 // the next group's lines into L2
 #endif

@@ -720,6 +720,62 @@ static void q6_K_copy_unpack(const void *W, void *dst, int64_t r0, int64_t r1, i
     memcpy(dst, (const char *)W + r0 * wrs, (size_t)((r1 - r0) * wrs));
 }
 
+// q6_K_r (quant.h): element a(j, i) of pair j, byte i; b(j, i) = a(j, i) + 8.
+static inline int q6r_elem(int j, int i) { return 16 * (8 * (i >> 4) + 2 * j + ((i >> 3) & 1)) + (i & 7); }
+// Sets the 6-bit value q of element e of a q6_K block whose ql, qh start zeroed (q6_K_from_float's placement).
+static inline void q6_K_set(kvt_block_q6_K *b, int e, int q) {
+    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    b->ql[64 * h + l + 32 * (k & 1)] |= (uint8_t)((q & 0xF) << (k < 2 ? 0 : 4));
+    b->qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
+}
+static void q6_K_r_pack(const void *src, void *dst, int64_t rows, int64_t n) {
+    const kvt_block_q6_K *x = src;
+    kvt_block_q6_K *o = dst;
+    for (int64_t b = 0; b < rows * (n / KVT_QK_K); b++) {
+        kvt_block_q6_K t = x[b]; // scales, d
+        memset(t.ql, 0, sizeof t.ql), memset(t.qh, 0, sizeof t.qh);
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < 32; i++) {
+                const int e = q6r_elem(j, i), qa = q6_K_value(&x[b], e), qb = q6_K_value(&x[b], e + 8);
+                t.ql[32 * j + i] = (uint8_t)(qa | (qb >> 4) << 6);
+                t.qh[32 * (j >> 1) + i] |= (uint8_t)((qb & 15) << (4 * (j & 1)));
+            }
+        o[b] = t;
+    }
+}
+static void q6_K_r_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {
+    const int64_t nb = n / KVT_QK_K;
+    const kvt_block_q6_K *x = (const kvt_block_q6_K *)W + r0 * nb;
+    kvt_block_q6_K *o = dst;
+    for (int64_t b = 0; b < (r1 - r0) * nb; b++) {
+        kvt_block_q6_K t = x[b];
+        memset(t.ql, 0, sizeof t.ql), memset(t.qh, 0, sizeof t.qh);
+        for (int j = 0; j < 4; j++)
+            for (int i = 0; i < 32; i++) {
+                const int e = q6r_elem(j, i), p = x[b].ql[32 * j + i];
+                q6_K_set(&t, e, p & 63);
+                q6_K_set(&t, e + 8, (p >> 6) << 4 | (x[b].qh[32 * (j >> 1) + i] >> (4 * (j & 1)) & 15));
+            }
+        o[b] = t;
+    }
+}
+void kvt_q6r_prep(int64_t n, const void *x, void *p) {
+    const kvt_block_q8_K *y = x;
+    kvt_block_q8_K *o = p;
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        o[b].d = y[b].d;
+        // the 8 bytes at a(j, i) for i = 8c .. 8c + 7 are elements 128 (c >> 1) + 32 j + 16 (c & 1) + 0..7 (b: + 8)
+        for (int j = 0; j < 4; j++)
+            for (int c = 0; c < 4; c++) {
+                const int e = q6r_elem(j, 8 * c);
+                memcpy(o[b].qs + 64 * j + 8 * c, y[b].qs + e, 8);
+                memcpy(o[b].qs + 64 * j + 32 + 8 * c, y[b].qs + e + 8, 8);
+            }
+        for (int g = 0; g < KVT_QK_K / 16; g++) o[b].bsums[g] = (int16_t)-y[b].bsums[g];
+    }
+}
+static const kvt_repack_ops k_repack_q6r = {KVT_TYPE_Q6_K_R, 1, q6_K_r_pack, q6_K_r_unpack, NULL};
+
 static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_K] = {KVT_TYPE_Q4_K_X8, 8, q4_K_x8_pack, q4_K_x8_unpack, NULL},
     [KVT_TYPE_Q6_K] = {KVT_TYPE_Q6_K, 1, q6_K_copy_pack, q6_K_copy_unpack, NULL},
@@ -730,10 +786,19 @@ static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
 
 const kvt_repack_ops *kvt_type_repack(kvt_type t) {
     if (t == KVT_TYPE_F16 && !kvt_f16x16_enabled()) return NULL; // KVT_F16X16=0 (f16x16.h)
+    if (t == KVT_TYPE_Q6_K && kvt_kernels_isa() == KVT_ISA_AVX2) return &k_repack_q6r;
     return (unsigned)t < KVT_TYPE_COUNT && k_repack[t].pack ? &k_repack[t] : NULL;
 }
 
+const kvt_repack_ops *kvt_type_repack_into(kvt_type to) {
+    if (to == KVT_TYPE_Q6_K_R) return &k_repack_q6r;
+    for (int i = 0; i < KVT_TYPE_COUNT; i++)
+        if (k_repack[i].pack && k_repack[i].to == to) return &k_repack[i];
+    return NULL;
+}
+
 kvt_type kvt_type_repacked_from(kvt_type t) {
+    if (t == KVT_TYPE_Q6_K_R) return KVT_TYPE_Q6_K;
     for (int i = 0; i < KVT_TYPE_COUNT; i++)
         if (k_repack[i].pack && k_repack[i].to == t) return (kvt_type)i;
     return t;
@@ -742,8 +807,8 @@ kvt_type kvt_type_repacked_from(kvt_type t) {
 bool kvt_matrix_row_to_float(kvt_type t, const void *W, int64_t r, int64_t n, float *dst) {
     const kvt_type st = kvt_type_repacked_from(t);
     if (st != t) {
-        const kvt_repack_ops *rp = kvt_type_repack(st);
-        if (!rp->row_to_float) return false;
+        const kvt_repack_ops *rp = kvt_type_repack_into(t);
+        if (!rp || !rp->row_to_float) return false;
         rp->row_to_float(W, r, n, dst);
         return true;
     }
@@ -761,6 +826,7 @@ static const kvt_type_ops k_repacked_ops[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_1_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_1, NULL},
     [KVT_TYPE_Q8_0_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_0, NULL},
     [KVT_TYPE_F16_X16] = {NULL, NULL, NULL, KVT_TYPE_F16, NULL},
+    [KVT_TYPE_Q6_K_R] = {NULL, NULL, NULL, KVT_TYPE_Q8_K, NULL},
 };
 
 const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {

@@ -210,8 +210,26 @@ typedef struct {
 // The repacking of weights of type t (NULL: none). to_type(from) and from_type(to) below. q6_K's is a plain
 // copy (to == q6_K: the same layout, moved into the repacked weights' huge pages; quant.c).
 const kvt_repack_ops *kvt_type_repack(kvt_type t);
+// The repacking whose result is the repacked type `to` (NULL: none), whatever ISA runs now (a matrix repacked
+// under one ISA stays readable under every other).
+const kvt_repack_ops *kvt_type_repack_into(kvt_type to);
 // The source type of a repacked type (t itself for any other type).
 kvt_type kvt_type_repacked_from(kvt_type t);
+// q6_K_r: q6_K with each 210-byte block's 6-bit values rearranged (scales and d where q6_K has them), the
+// repacking of q6_K when the AVX2 kernels are the dispatched ones (kvt_kernels_isa() == avx2; other ISAs keep
+// q6_K's copy), so that the AVX2 decode builds its 6-bit vectors and applies its scales in fewer operations
+// (quant_avx2.c). With q(e) the 6-bit value (0..63) of element e and, for pair j < 4 and byte i < 32,
+//   a(j, i) = 16 g + (i & 7), g = 8 (i >> 4) + 2 j + ((i >> 3) & 1), and b(j, i) = a(j, i) + 8
+// (lane i >> 4 of a 32-byte vector: groups of 16 from the super-block's first (lane 0) or second (lane 1) half;
+// the A and B vectors of a pair hold the same group at every byte, so their int16 pair sums can be added before
+// one madd with the scales):
+//   ql[32 j + i]         = q(a(j, i)) | (q(b(j, i)) >> 4) << 6
+//   qh[32 (j >> 1) + i]  = low 4 bits of q(b(j, i)) in the low (j even) or high (j odd) nibble
+// The decode reads the q8_K activation row in the same order (kvt_q6r_prep: qs[64 j + i] = element a(j, i),
+// qs[64 j + 32 + i] = element b(j, i), bsums negated); every output keeps the q6_K order of matmul.h (the exact
+// integer total per super-block, then the scalar chain): the bits of the q6_K matrix on every ISA.
+// p = the q8_K row x (n elements) prepared for the q6_K_r decode (same size as x).
+void kvt_q6r_prep(int64_t n, const void *x, void *p);
 // dst[0..n) = row r of the matrix W of type t (rows of n elements; a repacked type too), dequantized: the
 // embedding lookup. False (dst untouched) if t has no to_float or its repacking no row_to_float.
 bool kvt_matrix_row_to_float(kvt_type t, const void *W, int64_t r, int64_t n, float *dst);

@@ -431,6 +431,80 @@ void kvt_q6k_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const v
     }
     if (nr & 1) q6_K_body(n, (const char *)W + (h - 1) * wrs, y, 0, 1, Y + h - 1, 0);
 }
+
+// q6_K_r decode (quant.h): the exact integer total of one super-block against the prepared activation block y
+// (kvt_q6r_prep: the layout's order, bsums negated). Per pair j: A = ql & 63 (one op), B = the nibble | ql's top
+// two bits (4-5 ops); the int16 pair sums of A and B (each at most 2 * 63 * 128: their sum fits) added, then one
+// madd with the scale words of the pair's groups (one shuffle of the 16 scales as words: lane 0 groups 2j, 2j + 1,
+// lane 1 groups 8 + 2j, 8 + 2j + 1, the same control in both lanes). About 50 vector operations where q6_K_sb has 70.
+INLINE int q6r_total(const kvt_block_q6_K *x, const kvt_block_q8_K *y) {
+    const __m256i m3f = _mm256_set1_epi8(0x3F), m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(x->scales));
+    // -32 * sum_g sc_g * bsum_g (|32 sc| <= 4096 fits the words)
+    __m256i isum = _mm256_madd_epi16(_mm256_slli_epi16(sc16, 5), loadu256(y->bsums));
+    const __m256i n0 = loadu256(x->qh), n1 = loadu256(x->qh + 32);
+    UNROLL for (int j = 0; j < 4; j++) {
+        const __m256i p = loadu256(x->ql + 32 * j);
+        const __m256i nb = j == 0 ? n0 : j == 1 ? _mm256_srli_epi16(n0, 4) : j == 2 ? n1 : _mm256_srli_epi16(n1, 4);
+        const __m256i a = _mm256_and_si256(p, m3f);
+        const __m256i b = _mm256_or_si256(_mm256_and_si256(nb, m4), _mm256_and_si256(_mm256_srli_epi16(p, 2), m30));
+        const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(a, loadu256(y->qs + 64 * j)),
+                                           _mm256_maddubs_epi16(b, loadu256(y->qs + 64 * j + 32)));
+        // words 0-3 of a lane: scale word 2j, words 4-7: 2j + 1 (bytes 2w, 2w + 1 of word w)
+        const long long w0 = (long long)(0x0100010001000100ull + 0x0202020202020202ull * (uint64_t)(2 * j));
+        const long long w1 = (long long)(0x0100010001000100ull + 0x0202020202020202ull * (uint64_t)(2 * j + 1));
+        const __m256i scv = _mm256_shuffle_epi8(sc16, _mm256_set_epi64x(w1, w0, w1, w0));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s, scv));
+    }
+    return hsum_epi32(isum);
+}
+INLINE void q6r_sb(const kvt_block_q6_K *x, const kvt_block_q8_K *y, float *acc) {
+    *acc = fmaf((float)q6r_total(x, y), h2f(x->d) * y->d, *acc);
+}
+// The block's lines pf bytes ahead into L2 and KVT_X8_PF_NEAR (bits_avx2.h) ahead into L1 (pf > 0), or those KQ_PF
+// ahead into L1 as the q6_K rows (pf 0).
+#define Q6R_PREFETCH(p, pf)                                                                            \
+    do {                                                                                               \
+        if (pf) {                                                                                      \
+            UNROLL for (int l_ = 0; l_ < 4; l_++) {                                                    \
+                _mm_prefetch((const char *)(p) + (pf) + 64 * l_, KVT_X8_PF_HINT);                      \
+                _mm_prefetch((const char *)(p) + KVT_X8_PF_NEAR + 64 * l_, _MM_HINT_T0);               \
+            }                                                                                          \
+        } else {                                                                                       \
+            KQ_PREFETCH(p, sizeof(kvt_block_q6_K));                                                    \
+        }                                                                                              \
+    } while (0)
+// Y[r] for the nr q6_K_r rows at W (stride wrs) against the prepared row y: rows i and h + i in turn, as
+// kvt_q6k_rows_avx2, each row's chain q6_K_dot's. Prefetch: with the CPU's decode prefetch (kvt_kernels_prefetch() >
+// 0: Intel) into L2 that far ahead and into L1 KVT_X8_PF_NEAR ahead (paired from DRAM on the Intel Xeon, against the
+// q6_K rows' one prefetch into L1 KQ_PF ahead: 1.04-1.07x, docs/log/BENCHMARKS-kernels-3.md, k11s); else, or in the
+// study form 8 (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R)), the q6_K rows' prefetch.
+void kvt_q6r_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *yv, float *Y) {
+    const int64_t nb = n / KVT_QK_K, h = (nr + 1) / 2;
+    const int64_t pf = kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R) == 8 ? 0 : kvt_kernels_prefetch();
+    const kvt_block_q8_K *y = yv;
+    for (int64_t i = 0; i < nr - h; i++) {
+        const kvt_block_q6_K *xa = (const kvt_block_q6_K *)((const char *)W + i * wrs);
+        const kvt_block_q6_K *xb = (const kvt_block_q6_K *)((const char *)W + (h + i) * wrs);
+        float a = 0, b = 0;
+        for (int64_t ib = 0; ib < nb; ib++) {
+            Q6R_PREFETCH(xa + ib, pf);
+            q6r_sb(xa + ib, y + ib, &a);
+            Q6R_PREFETCH(xb + ib, pf);
+            q6r_sb(xb + ib, y + ib, &b);
+        }
+        Y[i] = a, Y[h + i] = b;
+    }
+    if (nr & 1) {
+        const kvt_block_q6_K *x = (const kvt_block_q6_K *)((const char *)W + (h - 1) * wrs);
+        float a = 0;
+        for (int64_t ib = 0; ib < nb; ib++) {
+            Q6R_PREFETCH(x + ib, pf);
+            q6r_sb(x + ib, y + ib, &a);
+        }
+        Y[h - 1] = a;
+    }
+}
 #endif
 DEFINE_DISPATCH(q6_K)
 

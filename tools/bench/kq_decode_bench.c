@@ -202,7 +202,7 @@ int main(int argc, char **argv) {
     for (int ti = 0; ti < ntypes; ti++)
         for (int si = 0; si < nshapes; si++) {
             const kvt_type t = types[ti], qt = kvt_type_repacked_from(t);
-            const kvt_repack_ops *rp = qt != t ? kvt_type_repack(qt) : NULL;
+            const kvt_repack_ops *rp = qt != t ? kvt_type_repack_into(t) : NULL;
             const int64_t rows = shapes[si].rows, n = shapes[si].cols, wrs = kvt_row_size(qt, n);
             const kvt_type_ops *ops = kvt_type_ops_get(qt);
             if (!ops || !ops->vec_dot || wrs <= 0) {
@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
                 if (fm->t < 0 || (kvt_type)fm->t == t) continue;
                 const kvt_type ft = (kvt_type)fm->t, fq = kvt_type_repacked_from(ft);
                 if (fq != qt) return fprintf(stderr, "t=%s is not a layout of %s\n", kvt_type_name(ft), kvt_type_name(qt)), 1;
-                const kvt_repack_ops *frp = fq != ft ? kvt_type_repack(fq) : NULL;
+                const kvt_repack_ops *frp = fq != ft ? kvt_type_repack_into(ft) : NULL;
                 char *b = mmap(NULL, stride * (size_t)copies, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
                 if (b == MAP_FAILED) return fprintf(stderr, "out of memory\n"), 1;
                 if (huge) madvise(b, stride * (size_t)copies, MADV_HUGEPAGE);
