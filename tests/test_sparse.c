@@ -336,8 +336,9 @@ static void test_score_kernels_hd(const int HD) {
 // VNNI kernel splits each int16 query element in two bytes) against exact int64 sums: the same bits, for 1..8 query heads
 // (the kernel takes 6 per pass), head_dim 4..512 (4-bit: a last half row at 4, 72) with the extreme values (|q16| = 32767,
 // k = +-127 or +-7: the int32 bound) and runs that start and end anywhere in a block; the 4-bit copies' unused nibbles
-// and positions hold garbage.
-static void test_score_blocks_bits(const int bits) {
+// and positions hold garbage. qbits 8: an int8 query (|q16| <= 127, --sparse-rerank-qbits 8: one VNNI product per 4
+// dimensions on AVX-512, VPMADDUBSW with k's sign on AVX2), the extremes +-127.
+static void test_score_blocks_bits(const int bits, const int qbits) {
     enum { MAXN = 213, MAXHD = 512, MAXQ = 8 }; // sets longer than the AVX-512 kernel's prefetch distance (64 entries)
     static int16_t q16[MAXQ * MAXHD];
     static int8_t rows[MAXN * MAXHD];
@@ -355,7 +356,8 @@ static void test_score_blocks_bits(const int bits) {
         const int ng = bits == 4 ? kvt_sparse_k4_groups(hd) : 1, gw = hd / ng;
         for (int qpg = 1; qpg <= MAXQ; qpg++) {
             const int extreme = (qpg + h) % 3 == 0; // every product at its largest magnitude, all of one sign
-            for (int i = 0; i < qpg * hd; i++) q16[i] = extreme ? (int16_t)(i % 2 ? -32767 : 32767) : (int16_t)(frand() * 32767.0f);
+            const float qlim = qbits == 8 ? 127.0f : 32767.0f;
+            for (int i = 0; i < qpg * hd; i++) q16[i] = extreme ? (int16_t)(i % 2 ? -qlim : qlim) : (int16_t)lrintf(frand() * qlim);
             for (size_t i = 0; i < sizeof kb; i++) kb[i] = (uint8_t)(frand() * 127.0f + 128.0f); // garbage
             for (int t = 0; t < MAXN; t++) {
                 for (int x = 0; x < hd; x++) {
@@ -439,7 +441,8 @@ static void test_score_blocks_bits(const int bits) {
     }
     kvt_kernels_set_isa(saved);
     test_result(ok, bits == 4 ? "sparse: block-layout 4-bit scan of a range and of a sorted set (whole or in parts; runs and whole blocks) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)"
-                              : "sparse: block-layout int8 scan of a range and of a sorted set (whole or in parts; runs and whole blocks) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)",
+                : qbits == 8 ? "sparse: block-layout int8 scan, int8 query, of a range and of a sorted set (whole or in parts; runs and whole blocks) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)"
+                             : "sparse: block-layout int8 scan of a range and of a sorted set (whole or in parts; runs and whole blocks) = exact sums on every ISA (1..8 query heads, head_dim 4..512, extremes)",
                 "%d cases", cases);
 }
 
@@ -481,8 +484,9 @@ static void test_quant_key(void) {
 }
 
 static void test_score_blocks(void) {
-    test_score_blocks_bits(8);
-    test_score_blocks_bits(4);
+    test_score_blocks_bits(8, 16);
+    test_score_blocks_bits(8, 8);
+    test_score_blocks_bits(4, 16);
     test_quant_key();
 }
 
@@ -1159,6 +1163,19 @@ static void test_context(const char *path) {
     const bool same10l = !st && same_for_threads(m, &c10l, &dd, vary_prefetch_top, a, b, n, sb, &st, &err);
     test_result(same10l, "sparse: asyncspade re-rank block 4, prefetch top 1 or all, a layer ahead: 1..4 threads, fast tier + host = contiguous, bit for bit",
                 "%s", st ? err.msg : "differ");
+    // --sparse-rerank-qbits 8 (the re-rank's real query as int8): K positions per pair, worker = inline, 1..4 threads and
+    // the paged store = the contiguous store, bit for bit (on this model the same selection as the int16 query's)
+    kvt_context_params c10q = c10;
+    c10q.sparse.rerank_qbits = 8;
+    {
+        float *aq = malloc((size_t)n * sizeof *aq);
+        st = aq ? run_inline_worker(m, &c10q, aq, &sa, b, &sb, &err) : kvt_errorf(&err, KVT_ERR_NOMEM, "out of memory");
+        const bool sameq = !st && max_diff(aq, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12 &&
+                           same_for_threads(m, &c10q, &dd, vary_prefetch_top, aq, b, n, sb, &st, &err);
+        test_result(sameq, "sparse: asyncspade --sparse-rerank-qbits 8: K positions per pair; worker = inline, 1..4 threads, fast tier + host = contiguous, bit for bit",
+                    "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
+        free(aq);
+    }
     // --sparse-block-sum: candidate pages by their predicted mass; worker = inline, K positions
     c10.sparse.block_sum = true;
     st = run_inline_worker(m, &c10, a, &sa, b, &sb, &err);
@@ -1255,6 +1272,8 @@ static void test_cli(const test_env *env, const char *model) {
     const int bad3 = test_run(cmd, junk, sizeof junk); // --sparse-share-layers needs --sparse-share and a page re-rank
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse asyncspade --sparse-key-bits 6 >/dev/null 2>&1", env->cli, model);
     const int bad4 = test_run(cmd, junk, sizeof junk);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse asyncspade --sparse-rerank-qbits 12 >/dev/null 2>&1", env->cli, model);
+    const int bad5 = test_run(cmd, junk, sizeof junk);
     // the 4-bit copies: reported, and fewer summary bytes than the int8 run's
     static char out4[1 << 16];
     snprintf(cmd, sizeof cmd,
@@ -1265,13 +1284,14 @@ static void test_cli(const test_env *env, const char *model) {
     const char *b8 = strstr(out, "\"summary_bytes\":"), *b4 = strstr(out4, "\"summary_bytes\":");
     const bool ok4 = rc4 == 0 && strstr(out4, "\"key_bits\":4") && strstr(out, "\"key_bits\":8") && b8 && b4 &&
                      atoll(b4 + 16) > 0 && atoll(b4 + 16) < atoll(b8 + 16);
-    test_result(ok && ok4 && bad1 != 0 && bad2 != 0 && bad3 != 0 && bad4 != 0, name, "rc %d %d, bad values rc %d %d %d %d, output %.300s",
-                rc, rc4, bad1, bad2, bad3, bad4, ok ? out4 : out);
+    test_result(ok && ok4 && bad1 != 0 && bad2 != 0 && bad3 != 0 && bad4 != 0 && bad5 != 0, name,
+                "rc %d %d, bad values rc %d %d %d %d %d, output %.300s", rc, rc4, bad1, bad2, bad3, bad4, bad5, ok ? out4 : out);
 }
 
-// --sparse-preset acc: the same settings and tokens as its flags written out; a later flag overrides it; a bad name refused.
+// --sparse-preset acc: the same settings and tokens as its flags written out; a later flag overrides it; a bad name refused;
+// keep takes the int8 re-rank query, acc the int16 one.
 static void test_cli_preset(const test_env *env, const char *model) {
-    const char *name = "sparse: --sparse-preset acc = its flags (settings and tokens), a later flag overrides it, bad name refused";
+    const char *name = "sparse: --sparse-preset acc = its flags (settings and tokens), a later flag overrides it, bad name refused; keep's re-rank query int8";
     if (!test_file_exists(env->cli)) {
         test_skip(name, "no kvtier binary");
         return;
@@ -1299,7 +1319,12 @@ static void test_cli_preset(const test_env *env, const char *model) {
     const bool over = rc3 == 0 && strstr(o3, "\"dense_layers\":0") && strstr(o3, "\"rerank_block\":8");
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse-preset fast >/dev/null 2>&1", env->cli, model);
     const int bad = test_run(cmd, junk, sizeof junk);
-    test_result(same && over && bad != 0, name, "rc %d %d %d, bad rc %d, output %.300s", rc1, rc2, rc3, bad, s1 ? s1 : o1);
+    static char o4[1 << 16];
+    snprintf(cmd, sizeof cmd, run, env->cli, model, "--sparse-preset keep");
+    const int rc4 = test_run(cmd, o4, sizeof o4);
+    const bool qb = rc4 == 0 && strstr(o4, "\"rerank_qbits\":8") && strstr(o1, "\"rerank_qbits\":16");
+    test_result(same && over && bad != 0 && qb, name, "rc %d %d %d %d, bad rc %d, output %.300s", rc1, rc2, rc3, rc4, bad,
+                s1 ? s1 : o1);
 }
 
 // The int8 block layout's terms: asyncspade needs head_dim % 4 == 0 (refused with a message otherwise; quest does

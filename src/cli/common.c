@@ -109,9 +109,11 @@ const char *const cli_engine_help =
     "                       selected again with the real query (on the critical path; default 0: never)\n"
     "  --sparse-key-bits B  asyncspade: 8 (int8, default) or 4 (4-bit) key copies for the predicted query's scan\n"
     "  --sparse-rerank-bits B  asyncspade: key copies the real query scores (re-rank, fallback; default: key bits)\n"
+    "  --sparse-rerank-qbits B  asyncspade: the re-rank's real query as int16 (16, default) or int8 (8)\n"
     "  --sparse-preset keep|doc|acc  asyncspade with a measured set of the flags above (docs/SPARSE.md): keep\n"
-    "                       (pages of 16, re-rank x4, keep 0.25), doc (x6 + share, pages of 16), acc (pages of 8,\n"
-    "                       x8 + share, 1 dense first layer: the accuracy one; --kv-block 8 on a paged store);\n"
+    "                       (pages of 16, re-rank x4, keep 0.25, int8 re-rank query), doc (x6 + share, pages of 16),\n"
+    "                       acc (pages of 8, x8 + share, 1 dense first layer: the accuracy one; --kv-block 8 on\n"
+    "                       a paged store);\n"
     "                       flags after it change its settings\n"
     "  --sparse-stats       per step: overlap with the oracle set and attention mass recall (an exact pass)\n"
     "  --sparse-seqs N      sequences whose key summaries --kv-fast reserves (default 1; beam and serve: theirs)\n"
@@ -231,7 +233,8 @@ static const char *sparse_flag_unused(const kvt_sparse_params *p, const char **m
                  {p->real_layers != 0, "--sparse-real-layers"},
                  {p->fallback != 0, "--sparse-fallback"},
                  {p->key_bits != 0, "--sparse-key-bits"},
-                 {p->rerank_bits != 0, "--sparse-rerank-bits"}};
+                 {p->rerank_bits != 0, "--sparse-rerank-bits"},
+                 {p->rerank_qbits != 0, "--sparse-rerank-qbits"}};
         for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
             if (k[i].set) return k[i].flag;
     }
@@ -313,6 +316,15 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
             return -1;
         }
         *ints[i] = (int32_t)v;
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-rerank-qbits")) {
+        if (!kvt_args_int(a, flag, 8, 16, &v)) return -1;
+        if (v != 8 && v != 16) {
+            fprintf(stderr, "kvtier %s: %s: 8 or 16 bits\n", a->cmd, flag);
+            return -1;
+        }
+        sp->rerank_qbits = (int32_t)v;
         return 1;
     }
     if (!strcmp(flag, "--sparse-rerank")) {
@@ -506,6 +518,7 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_int(j, "real_layers", p->real_layers);
     kvt_json_kv_int(j, "key_bits", p->key_bits);
     kvt_json_kv_int(j, "rerank_bits", p->rerank_bits);
+    kvt_json_kv_int(j, "rerank_qbits", p->rerank_qbits);
     kvt_json_kv_int(j, "summary_bytes", sm.summary_bytes);
     kvt_json_kv_int(j, "seqs", p->seqs);
     kvt_json_kv_int(j, "n_steps", sm.n_steps);

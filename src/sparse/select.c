@@ -51,6 +51,7 @@ bool kvt_sparse_params_preset(const char *name, kvt_sparse_params *p) {
     p->keep = 0.25;
     p->share = strcmp(name, "keep") != 0;
     p->dense_layers = acc ? 1 : 0;
+    p->rerank_qbits = strcmp(name, "keep") ? 16 : 8; // keep: the int8 real query (docs/SPARSE.md, "Speed at 8K"); acc: int16
     return true;
 }
 

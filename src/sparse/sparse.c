@@ -25,6 +25,7 @@ void kvt_sparse_params_resolve(kvt_sparse_params *p) {
     if (p->seqs <= 0) p->seqs = 1;
     if (p->key_bits <= 0) p->key_bits = 8;
     if (p->rerank_bits <= 0) p->rerank_bits = p->key_bits;
+    if (p->rerank_qbits <= 0) p->rerank_qbits = 16;
 }
 
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_dims *d) {
@@ -90,6 +91,9 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     }
     if ((p.key_bits != 4 && p.key_bits != 8) || (p.rerank_bits != 4 && p.rerank_bits != 8)) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-key-bits %d / --sparse-rerank-bits %d: 4 or 8", p.key_bits, p.rerank_bits);
+    }
+    if (p.rerank_qbits != 8 && p.rerank_qbits != 16) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-rerank-qbits %d: 8 or 16", p.rerank_qbits);
     }
     if (p.mode == KVT_SPARSE_ASYNCSPADE && d->head_dim % 4) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "sparse asyncspade: head_dim %d is not a multiple of 4 (the int8 key layout)", d->head_dim);

@@ -522,8 +522,8 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
     rr_begin(s); // the worker sleeps at its next check until rr_end
     for (int32_t kh = 0; kh < H; kh++) {
         if (rr_active(&J, kh)) {
-            kvt_sparse_quant_query(q + (int64_t)kh * s->gd, s->qpg, s->d.head_dim, s->rr_q16 + (int64_t)kh * s->gd,
-                                   s->rr_qs + (int64_t)kh * s->qpg);
+            kvt_sparse_quant_query_bits(q + (int64_t)kh * s->gd, s->qpg, s->d.head_dim, s->p.rerank_qbits,
+                                        s->rr_q16 + (int64_t)kh * s->gd, s->rr_qs + (int64_t)kh * s->qpg);
         }
     }
     rr_pass(pool, rr_score_task, &J, (int64_t)H * J.chunks);

@@ -271,6 +271,9 @@ enum { KVT_SPARSE_MAX_HD = 512, KVT_SPARSE_MAX_QPG = 64 };
 // The qpg query rows q ([qpg, hd] f32) as int16 (q16 [qpg, hd]) with one scale per row (qscale [qpg]):
 // q ~ q16 * qscale, max |q16| = 32767 (non-finite values count as 0).
 void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale);
+// The same with `bits` 16 (kvt_sparse_quant_query) or 8: max |q16| = 127 (an int8 query held in int16: the scans take one
+// VNNI product per 4 dimensions instead of two; --sparse-rerank-qbits 8).
+void kvt_sparse_quant_query_bits(const float *q, int32_t qpg, int32_t hd, int32_t bits, int16_t *q16, float *qscale);
 // The layout of the int8 key copies (kvt_sparse_layer.k8, one KV head): blocks of 16 positions, each block hd / 4
 // groups of 4 dimensions, each group 16 positions x 4 bytes (64 bytes): element x of position t at
 // kvt_sparse_k8_at(t, x, hd). A group of 16 keys is then one vector row for VPDPBUSD (16 dot products at once, no
@@ -381,9 +384,13 @@ static inline bool kvt_sparse_blocks_next(kvt_sparse_blocks *it, int64_t *b0, ui
 void kvt_sparse_dot_blocks_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
                                   int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
 // The 4-bit scan on AVX2 (sparse_score_avx2.c: VPMADDUBSW, exact in int16 for nibbles; the same bits). int8 copies on
-// AVX2 take the portable loop (its AVX2 clone): their byte products would saturate VPMADDUBSW.
+// AVX2 with an int16 query take the portable loop (its AVX2 clone): their byte products would saturate VPMADDUBSW.
 void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
                                  int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
+// The int8 copies on AVX2 against an int8 query (every element of q16 in [-127, 127]; --sparse-rerank-qbits 8): |k| times
+// q with k's sign in VPMADDUBSW, exact in int16 (sparse_score_avx2.c; the same bits).
+void kvt_sparse_dot_blocks8q_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                  int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
 

@@ -76,6 +76,8 @@ typedef struct {
                           // position): 8 (int8, default; 0 means 8) or 4 (4-bit, half the bytes; kvt_sparse_k4_at)
     int32_t rerank_bits;  // asyncspade: bits of the key copies the real query scores (re-rank, fallback, real layers):
                           // 8 or 4; 0: key_bits. A copy of each width used is kept (4 and 8: both, the bytes of both)
+    int32_t rerank_qbits; // asyncspade with rerank: the real query of the re-rank's scoring as int16 (16; 0 means 16) or
+                          // int8 (8: |q| <= 127 with a scale per query head, one VNNI product per 4 dimensions instead of two)
     bool stats;           // per step: oracle overlap and attention mass recall (costs an exact scoring pass)
     int32_t seqs;         // sequences of n_ctx positions whose key summaries the fast budget reserves (0: 1;
                           // beam and serve set theirs: kvt_sparse_summary_bytes)
@@ -89,10 +91,11 @@ const char *kvt_sparse_pred_name(kvt_sparse_pred m);
 bool kvt_sparse_pred_parse(const char *s, kvt_sparse_pred *out);
 // A measured set of asyncspade's selection settings (docs/SPARSE.md, the --sparse-preset row), written into p; only
 // these fields, so settings applied after it change them and the others (budget, sink, recent, stats) keep theirs:
-//   "keep": rerank 4, block 16, block_sum, rerank_block 16, prefetch_top 0.5, keep 0.25 (the speed configuration KEEP)
-//   "doc":  keep's with rerank 6 and share (the documented configuration)
-//   "acc":  rerank 8, block 8, block_sum, rerank_block 8, prefetch_top 0.5, keep 0.25, share, dense_layers 1 (the
-//           accuracy configuration, pages of 8)
+//   "keep": rerank 4, block 16, block_sum, rerank_block 16, prefetch_top 0.5, keep 0.25, rerank_qbits 8 (the speed
+//           configuration KEEP)
+//   "doc":  keep's with rerank 6, share and rerank_qbits 16 (the documented configuration)
+//   "acc":  rerank 8, block 8, block_sum, rerank_block 8, prefetch_top 0.5, keep 0.25, share, dense_layers 1,
+//           rerank_qbits 16 (the accuracy configuration, pages of 8)
 // Returns false (p unchanged) on another name.
 bool kvt_sparse_params_preset(const char *name, kvt_sparse_params *p);
 

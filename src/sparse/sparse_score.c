@@ -12,18 +12,23 @@
 
 #define SCORE_CLONES KVT_SPARSE_CLONES
 
-void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale) {
+void kvt_sparse_quant_query_bits(const float *q, int32_t qpg, int32_t hd, int32_t bits, int16_t *q16, float *qscale) {
+    const float lim = bits == 8 ? 127.0f : 32767.0f;
     for (int32_t i = 0; i < qpg; i++) {
         const float *qi = q + (int64_t)i * hd;
         float mx = 0.0f;
         for (int32_t x = 0; x < hd; x++) mx = fabsf(qi[x]) > mx ? fabsf(qi[x]) : mx;
-        const float sc = mx > 0.0f && isfinite(mx) ? mx / 32767.0f : 1.0f;
+        const float sc = mx > 0.0f && isfinite(mx) ? mx / lim : 1.0f;
         for (int32_t x = 0; x < hd; x++) {
             const float v = isfinite(qi[x]) ? qi[x] / sc : 0.0f;
-            q16[(int64_t)i * hd + x] = (int16_t)lrintf(v > 32767.0f ? 32767.0f : v < -32767.0f ? -32767.0f : v);
+            q16[(int64_t)i * hd + x] = (int16_t)lrintf(v > lim ? lim : v < -lim ? -lim : v);
         }
         qscale[i] = sc;
     }
+}
+
+void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q16, float *qscale) {
+    kvt_sparse_quant_query_bits(q, qpg, hd, 16, q16, qscale);
 }
 
 void kvt_sparse_quant_key(const float *k, int32_t hd, int32_t bits, int64_t t, void *kc, void *ks) {
@@ -110,6 +115,14 @@ static void score_blocks(const int16_t *q16, const float *qscale, int32_t qpg, i
     if (kvt_kernels_isa() == KVT_ISA_AVX2 && k.bits == 4) {
         kvt_sparse_dot_blocks4_avx2(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
         return;
+    }
+    if (kvt_kernels_isa() == KVT_ISA_AVX2) { // int8 copies: an int8 query (every element in [-127, 127]) has a kernel
+        bool q8 = true;
+        for (int64_t x = 0; q8 && x < (int64_t)qpg * hd; x++) q8 = q16[x] >= -127 && q16[x] <= 127;
+        if (q8) {
+            kvt_sparse_dot_blocks8q_avx2(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
+            return;
+        }
     }
 #endif
     dot_blocks(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);

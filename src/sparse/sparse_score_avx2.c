@@ -112,4 +112,92 @@ void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qp
         }
     }
 }
+
+// The int8 copies (kvt_sparse_k8_at: a 64-byte row of a 16-position block holds 4 dimensions of its 16 keys, a 32-byte
+// half 8 positions) against an int8 query (every element in [-127, 127]: --sparse-rerank-qbits 8). VPMADDUBSW takes
+// |k| (unsigned, <= 127) and q with k's sign (sign(q, k), in [-127, 127]): two products per int16 lane, at most
+// 2 * 127 * 127 = 32258, never saturated; VPMADDWD with 1 sums the pairs into int32: q . k per position, exact, so the
+// same bits as the portable loop ((float)(q . k) * (ks[t] * qs[i])).
+enum { HC8 = 4 }; // query heads per pass: 2 accumulators each (the block's two halves)
+
+static inline __attribute__((always_inline)) void block_heads8q(int32_t hc, int32_t hd, const uint8_t *blk, const int8_t *q8,
+                                                                const float *ks, const float *qs, uint32_t lanes,
+                                                                int64_t stride, float *raw) {
+    __m256i acc[HC8][2];
+    const __m256i one = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+    for (int32_t i = 0; i < hc; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+    for (int32_t g = 0; g < hd / 4; g++) {
+        __m256i kv[2], ak[2];
+        for (int32_t h = 0; h < 2; h++) {
+            kv[h] = _mm256_loadu_si256((const __m256i *)(blk + 64 * g + 32 * h));
+            ak[h] = _mm256_abs_epi8(kv[h]);
+        }
+#pragma GCC unroll 4
+        for (int32_t i = 0; i < hc; i++) {
+            int32_t w;
+            memcpy(&w, q8 + (int64_t)i * hd + 4 * g, 4);
+            const __m256i b = _mm256_set1_epi32(w);
+            for (int32_t h = 0; h < 2; h++) {
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ak[h], _mm256_sign_epi8(b, kv[h])), one);
+                acc[i][h] = _mm256_add_epi32(acc[i][h], p);
+            }
+        }
+    }
+    // the lanes' scales (the others not read: a list's last block may end the buffer)
+    const __m256i idx = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __m256 kss[2];
+    for (int32_t h = 0; h < 2; h++) {
+        const __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int32_t)(lanes >> 8 * h)), idx), idx);
+        kss[h] = _mm256_maskload_ps(ks + 8 * h, on);
+    }
+#pragma GCC unroll 4
+    for (int32_t i = 0; i < hc; i++) {
+        float f[16];
+        for (int32_t h = 0; h < 2; h++) {
+            const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][h]), _mm256_mul_ps(kss[h], _mm256_set1_ps(qs[i])));
+            _mm256_storeu_ps(f + 8 * h, v);
+        }
+        float *r = raw + i * stride;
+        if (lanes == 0xffff) {
+            memcpy(r, f, sizeof f);
+            continue;
+        }
+        int64_t o = 0;
+        for (int32_t j = 0; j < 16; j++) {
+            if (lanes >> j & 1) r[o++] = f[j];
+        }
+    }
+}
+
+void kvt_sparse_dot_blocks8q_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                  int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw) {
+    int8_t q8[HC8 * KVT_SPARSE_MAX_HD];
+    const uint8_t *kc = k.kc;
+    const float *ks = k.ks;
+    const int64_t bb = 16 * (int64_t)hd; // bytes of a block
+    for (int32_t h0 = 0; h0 < qpg; h0 += HC8) {
+        const int32_t hc = qpg - h0 < HC8 ? qpg - h0 : HC8;
+        for (int64_t x = 0; x < (int64_t)hc * hd; x++) q8[x] = (int8_t)q16[(int64_t)h0 * hd + x];
+        // a list's blocks requested 64 entries (about 4 blocks of whole pages) before they are scored
+        for (int64_t y = 0; pos && y < n_keys && y <= 64; y += 16) _mm_prefetch((const char *)(kc + (pos[y] >> 4) * bb), _MM_HINT_T0);
+        kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, t0, n_keys);
+        int64_t b0, out;
+        uint32_t lanes;
+        while (kvt_sparse_blocks_next(&it, &b0, &lanes, &out)) {
+            if (pos && it.x + 64 < n_keys) {
+                const uint8_t *p = kc + (pos[it.x + 64] >> 4) * bb;
+                for (int64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+            }
+            const uint8_t *blk = kc + b0 / 16 * bb;
+            float *r = raw + (int64_t)h0 * stride + out;
+            switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
+            case 1: block_heads8q(1, hd, blk, q8, ks + b0, qs + h0, lanes, stride, r); break;
+            case 2: block_heads8q(2, hd, blk, q8, ks + b0, qs + h0, lanes, stride, r); break;
+            case 3: block_heads8q(3, hd, blk, q8, ks + b0, qs + h0, lanes, stride, r); break;
+            default: block_heads8q(HC8, hd, blk, q8, ks + b0, qs + h0, lanes, stride, r); break;
+            }
+        }
+    }
+}
 #endif

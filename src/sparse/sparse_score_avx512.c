@@ -12,6 +12,10 @@
 // + ql . u - 8 sum(q). Every sum is exact in int32 (the total is below 2^31 for |q| <= 32767, |k| <= 127 or u <= 15,
 // hd <= 512, and wrap-around cancels in the intermediate ones), so the scores are the same bits as the portable loop's:
 // raw[i * stride + t - t0] = (float)(q16_i . v_t) * (ks[t] * qs[i]).
+//
+// An int8 query (every element of a pass's query heads in [-127, 127]: --sparse-rerank-qbits 8 quantizes the re-rank's
+// real query so) needs no split: q . k = VPDPBUSD(k + 128, q) - 128 sum(q), one VPDPBUSD per 4 dimensions and head
+// instead of two; the same exact integer, so the same bits as the split form and the portable loop give for that query.
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <stdint.h>
@@ -23,17 +27,26 @@ enum { HC = 6 }; // query heads per pass: 2 HC accumulators, the key operands st
 
 // The products of 4 dimensions (group g) of the 16 keys with hc query heads: al += ql . a, ah += b . qh (a, b: the
 // group's keys as the signed and the unsigned operand).
-static inline __attribute__((always_inline)) void group_heads(int32_t hc, int32_t hd, __m512i *al, __m512i *ah,
+// q8 (an int8 query, held in qh): ah += b . q only.
+static inline __attribute__((always_inline)) void group_heads(int32_t q8, int32_t hc, int32_t hd, __m512i *al, __m512i *ah,
                                                               const uint8_t *ql, const int8_t *qh, int32_t g, __m512i a,
                                                               __m512i b) {
 #pragma GCC unroll 8
     for (int32_t i = 0; i < hc; i++) {
         int32_t lw, hw;
-        memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
         memcpy(&hw, qh + (int64_t)i * hd + 4 * g, 4);
-        al[i] = _mm512_dpbusd_epi32(al[i], _mm512_set1_epi32(lw), a);
+        if (!q8) {
+            memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
+            al[i] = _mm512_dpbusd_epi32(al[i], _mm512_set1_epi32(lw), a);
+        }
         ah[i] = _mm512_dpbusd_epi32(ah[i], b, _mm512_set1_epi32(hw));
     }
+}
+
+// The exact q . k of the accumulators: the split form 256 (ah - corr) + al, the int8 query's ah - corr.
+static inline __attribute__((always_inline)) __m512i dot_of(int32_t q8, __m512i al, __m512i ah, int32_t corr) {
+    const __m512i h = _mm512_sub_epi32(ah, _mm512_set1_epi32(corr));
+    return q8 ? h : _mm512_add_epi32(_mm512_slli_epi32(h, 8), al);
 }
 
 // The lanes of the range in f, moved to the front, stored from the range's first position on.
@@ -43,9 +56,9 @@ static inline __attribute__((always_inline)) void store_lanes(__m512 f, __mmask1
 }
 
 // One block of 16 positions of int8 copies (blk, scales ks of its lanes), hc query heads (split rows ql, qh of hd bytes
-// each; corr[2 i] = 128 sum(qh_i)); lanes [j0, j1) of the block are stored at raw[i * stride + j - j0] (the first lane of
-// the range to the pointer given).
-static inline __attribute__((always_inline)) void block_heads8(int32_t hc, int32_t hd, const uint8_t *blk, const uint8_t *ql,
+// each; corr[2 i] = 128 sum(qh_i); q8: the int8 query in qh, corr[2 i] = 128 sum(q_i)); lanes [j0, j1) of the block are
+// stored at raw[i * stride + j - j0] (the first lane of the range to the pointer given).
+static inline __attribute__((always_inline)) void block_heads8(int32_t q8, int32_t hc, int32_t hd, const uint8_t *blk, const uint8_t *ql,
                                                                const int8_t *qh, const int32_t *corr, const float *qs,
                                                                __m512 ks, __mmask16 m, int64_t stride, float *raw) {
     // the head loops unrolled (hc is a constant in each copy) so that the 2 hc accumulators live in registers: rolled
@@ -56,11 +69,11 @@ static inline __attribute__((always_inline)) void block_heads8(int32_t hc, int32
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
     for (int32_t g = 0; g < hd / 4; g++) {
         const __m512i kv = _mm512_loadu_si512(blk + 64 * g);
-        group_heads(hc, hd, al, ah, ql, qh, g, kv, _mm512_xor_si512(kv, x80));
+        group_heads(q8, hc, hd, al, ah, ql, qh, g, kv, _mm512_xor_si512(kv, x80));
     }
 #pragma GCC unroll 8
     for (int32_t i = 0; i < hc; i++) {
-        const __m512i d = _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ah[i], _mm512_set1_epi32(corr[2 * i])), 8), al[i]);
+        const __m512i d = dot_of(q8, al[i], ah[i], corr[2 * i]);
         store_lanes(_mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ks, _mm512_set1_ps(qs[i]))), m, raw + i * stride);
     }
 }
@@ -69,7 +82,7 @@ static inline __attribute__((always_inline)) void block_heads8(int32_t hc, int32
 // query heads: each group's broadcast query bytes serve both blocks (half the broadcasts per block), and 4 hc
 // independent VPDPBUSD chains instead of 2 hc. Each lane's integer sums and float operations are block_heads8's: the
 // same bits.
-static inline __attribute__((always_inline)) void block_pair8(int32_t hc, int32_t hd, const uint8_t *const *blk,
+static inline __attribute__((always_inline)) void block_pair8(int32_t q8, int32_t hc, int32_t hd, const uint8_t *const *blk,
                                                               const uint8_t *ql, const int8_t *qh, const int32_t *corr,
                                                               const float *qs, const __m512 *ks, const __mmask16 *m,
                                                               int64_t stride, float *const *raw) {
@@ -84,12 +97,15 @@ static inline __attribute__((always_inline)) void block_pair8(int32_t hc, int32_
 #pragma GCC unroll 4
         for (int32_t i = 0; i < hc; i++) {
             int32_t lw, hw;
-            memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
             memcpy(&hw, qh + (int64_t)i * hd + 4 * g, 4);
-            const __m512i l = _mm512_set1_epi32(lw), h = _mm512_set1_epi32(hw);
-            al[0][i] = _mm512_dpbusd_epi32(al[0][i], l, k0);
+            const __m512i h = _mm512_set1_epi32(hw);
+            if (!q8) {
+                memcpy(&lw, ql + (int64_t)i * hd + 4 * g, 4);
+                const __m512i l = _mm512_set1_epi32(lw);
+                al[0][i] = _mm512_dpbusd_epi32(al[0][i], l, k0);
+                al[1][i] = _mm512_dpbusd_epi32(al[1][i], l, k1);
+            }
             ah[0][i] = _mm512_dpbusd_epi32(ah[0][i], u0, h);
-            al[1][i] = _mm512_dpbusd_epi32(al[1][i], l, k1);
             ah[1][i] = _mm512_dpbusd_epi32(ah[1][i], u1, h);
         }
     }
@@ -97,8 +113,7 @@ static inline __attribute__((always_inline)) void block_pair8(int32_t hc, int32_
     for (int32_t j = 0; j < 2; j++) {
 #pragma GCC unroll 4
         for (int32_t i = 0; i < hc; i++) {
-            const __m512i d =
-                _mm512_add_epi32(_mm512_slli_epi32(_mm512_sub_epi32(ah[j][i], _mm512_set1_epi32(corr[2 * i])), 8), al[j][i]);
+            const __m512i d = dot_of(q8, al[j][i], ah[j][i], corr[2 * i]);
             store_lanes(_mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(ks[j], _mm512_set1_ps(qs[i]))), m[j],
                         raw[j] + i * stride);
         }
@@ -124,12 +139,12 @@ static inline __attribute__((always_inline)) void block_heads4(int32_t hc, int32
         for (int32_t r = g * gr; r < (g + 1) * gr; r++) {
             const __m512i v = _mm512_loadu_si512(blk + 64 * r);
             const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            group_heads(hc, hd, al, ah, ql, qh, 2 * r, lo, lo);
-            group_heads(hc, hd, al, ah, ql, qh, 2 * r + 1, hi, hi);
+            group_heads(0, hc, hd, al, ah, ql, qh, 2 * r, lo, lo);
+            group_heads(0, hc, hd, al, ah, ql, qh, 2 * r + 1, hi, hi);
         }
         if (ng == 1 && hd % 8) { // a last half row: its low nibbles only
             const __m512i lo = _mm512_and_si512(_mm512_loadu_si512(blk + 64 * (hd / 8)), m4);
-            group_heads(hc, hd, al, ah, ql, qh, hd / 4 - 1, lo, lo);
+            group_heads(0, hc, hd, al, ah, ql, qh, hd / 4 - 1, lo, lo);
         }
         const __m512 ks = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(ks16 + 16 * g)));
 #pragma GCC unroll 8
@@ -156,6 +171,70 @@ static inline void prefetch_block(const uint8_t *kc, const uint8_t *ks, int32_t 
     for (int64_t o = 0; o < sb; o += 64) _mm_prefetch((const char *)(ks + b0 / 16 * sb) + o, _MM_HINT_T0);
 }
 
+// The int8 copies' block walk for hc query heads from h0 (q8: the int8 query; a constant in each copy): two blocks at a
+// time (block_pair8) where hc <= 4, the last one alone; one at a time otherwise.
+static inline __attribute__((always_inline)) void walk8(int32_t q8, int32_t hc, int32_t h0, int32_t hd, const uint8_t *ql,
+                                                        const int8_t *qh, const int32_t *corr, const float *qs,
+                                                        const kvt_sparse_keys k, int64_t t0, int64_t n_keys,
+                                                        const int32_t *pos, int64_t stride, float *raw) {
+    const uint8_t *kc = k.kc, *ksb = k.ks;
+    const int64_t bb = 16 * kvt_sparse_key_row_bytes(8, hd), sb = 16 * kvt_sparse_key_scale_bytes(8, hd);
+    kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, t0, n_keys);
+    int64_t b0, out;
+    uint32_t bits_m;
+    if (hc <= 4) {
+        const uint8_t *blk2[2];
+        __m512 ks2[2];
+        __mmask16 m2[2];
+        float *r2[2];
+        int32_t nb = 0;
+        // a list's blocks requested PF_BLOCKS blocks ahead of the one scored, by a second walk of the list
+        kvt_sparse_blocks pf = kvt_sparse_blocks_of(pos, t0, n_keys);
+        int64_t pb, po;
+        uint32_t pm;
+        for (int32_t j = 0; pos && j < PF_BLOCKS && kvt_sparse_blocks_next(&pf, &pb, &pm, &po); j++) {
+            prefetch_block(kc, ksb, (int32_t)pb, bb, sb);
+        }
+        while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
+            if (pos && kvt_sparse_blocks_next(&pf, &pb, &pm, &po)) prefetch_block(kc, ksb, (int32_t)pb, bb, sb);
+            blk2[nb] = kc + b0 / 16 * bb;
+            m2[nb] = (__mmask16)bits_m;
+            ks2[nb] = _mm512_maskz_loadu_ps(m2[nb], (const float *)k.ks + b0);
+            r2[nb] = raw + (int64_t)h0 * stride + out;
+            if (++nb < 2) continue;
+            nb = 0;
+            switch (hd == 64 ? hc : hc + 4) { // head_dim 64 (SmolLM2, TinyLlama) a constant: the group loop unrolled
+            case 1: block_pair8(q8, 1, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+            case 2: block_pair8(q8, 2, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+            case 3: block_pair8(q8, 3, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+            case 4: block_pair8(q8, 4, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+            case 5: block_pair8(q8, 1, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+            case 6: block_pair8(q8, 2, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+            case 7: block_pair8(q8, 3, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+            default: block_pair8(q8, 4, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
+            }
+        }
+        if (nb == 1) {
+            switch (hc) {
+            case 1: block_heads8(q8, 1, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
+            case 2: block_heads8(q8, 2, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
+            case 3: block_heads8(q8, 3, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
+            default: block_heads8(q8, 4, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
+            }
+        }
+        return;
+    }
+    while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
+        if (pos && it.x + PF_AHEAD < n_keys) prefetch_block(kc, ksb, pos[it.x + PF_AHEAD], bb, sb);
+        const __mmask16 m = (__mmask16)bits_m;
+        const __m512 ks = _mm512_maskz_loadu_ps(m, (const float *)k.ks + b0);
+        const uint8_t *blk = kc + b0 / 16 * bb;
+        float *r = raw + (int64_t)h0 * stride + out;
+        if (hc == 5) block_heads8(q8, 5, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r);
+        else block_heads8(q8, HC, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r);
+    }
+}
+
 // The block loop for copies of `bits` (a constant in each copy: the block's loads and the accumulators in registers).
 static inline __attribute__((always_inline)) void scan(int32_t bits, const int16_t *q16, const float *qs, int32_t qpg,
                                                        int32_t hd, const kvt_sparse_keys k, int64_t t0, int64_t n_keys,
@@ -169,13 +248,16 @@ static inline __attribute__((always_inline)) void scan(int32_t bits, const int16
     const int64_t bb = 16 * kvt_sparse_key_row_bytes(bits, hd), sb = 16 * kvt_sparse_key_scale_bytes(bits, hd);
     for (int32_t h0 = 0; h0 < qpg; h0 += HC) {
         const int32_t hc = qpg - h0 < HC ? qpg - h0 : HC;
+        // int8 copies and every element of these heads in [-127, 127]: the int8 query, unsplit, in qh
+        bool q8 = bits == 8;
+        for (int64_t x = (int64_t)h0 * hd; q8 && x < (int64_t)(h0 + hc) * hd; x++) q8 = q16[x] >= -127 && q16[x] <= 127;
         for (int32_t i = 0; i < hc; i++) {
             for (int32_t g = 0; g < ng; g++) { // per scale group (int8: one, the row)
                 int32_t sh = 0, sl = 0;
                 for (int32_t x = g * gw; x < (g + 1) * gw; x++) {
                     const int32_t v = q16[(int64_t)(h0 + i) * hd + x];
-                    ql[i * hd + x] = (uint8_t)(v & 0xff);
-                    qh[i * hd + x] = (int8_t)(v >> 8); // arithmetic shift: floor(v / 256)
+                    ql[i * hd + x] = q8 ? 0 : (uint8_t)(v & 0xff);
+                    qh[i * hd + x] = q8 ? (int8_t)v : (int8_t)(v >> 8); // arithmetic shift: floor(v / 256)
                     sh += qh[i * hd + x];
                     sl += ql[i * hd + x];
                 }
@@ -186,77 +268,28 @@ static inline __attribute__((always_inline)) void scan(int32_t bits, const int16
         // a list's blocks come from memory (scattered): each block's lines are requested PF_AHEAD entries (about
         // PF_AHEAD / 16 blocks of whole pages) before it is scored, so that their latency overlaps the blocks before it
         for (int64_t y = 0; pos && y < n_keys && y <= PF_AHEAD; y += 16) prefetch_block(kc, ksb, pos[y], bb, sb);
+        if (bits == 8) {
+            if (q8) walk8(1, hc, h0, hd, ql, qh, corr, qs, k, t0, n_keys, pos, stride, raw);
+            else walk8(0, hc, h0, hd, ql, qh, corr, qs, k, t0, n_keys, pos, stride, raw);
+            continue;
+        }
         // block by block: the range's positions in it, or the list's (sorted: a run of entries in one block)
         kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, t0, n_keys);
         int64_t b0, out;
         uint32_t bits_m;
-        if (bits == 8 && hc <= 4) { // two blocks at a time (block_pair8), the last one alone
-            const uint8_t *blk2[2];
-            __m512 ks2[2];
-            __mmask16 m2[2];
-            float *r2[2];
-            int32_t nb = 0;
-            // a list's blocks requested PF_BLOCKS blocks ahead of the one scored, by a second walk of the list
-            kvt_sparse_blocks pf = kvt_sparse_blocks_of(pos, t0, n_keys);
-            int64_t pb, po;
-            uint32_t pm;
-            for (int32_t j = 0; pos && j < PF_BLOCKS && kvt_sparse_blocks_next(&pf, &pb, &pm, &po); j++) {
-                prefetch_block(kc, ksb, (int32_t)pb, bb, sb);
-            }
-            while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
-                if (pos && kvt_sparse_blocks_next(&pf, &pb, &pm, &po)) prefetch_block(kc, ksb, (int32_t)pb, bb, sb);
-                blk2[nb] = kc + b0 / 16 * bb;
-                m2[nb] = (__mmask16)bits_m;
-                ks2[nb] = _mm512_maskz_loadu_ps(m2[nb], (const float *)k.ks + b0);
-                r2[nb] = raw + (int64_t)h0 * stride + out;
-                if (++nb < 2) continue;
-                nb = 0;
-                switch (hd == 64 ? hc : hc + 4) { // head_dim 64 (SmolLM2, TinyLlama) a constant: the group loop unrolled
-                case 1: block_pair8(1, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
-                case 2: block_pair8(2, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
-                case 3: block_pair8(3, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
-                case 4: block_pair8(4, 64, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
-                case 5: block_pair8(1, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
-                case 6: block_pair8(2, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
-                case 7: block_pair8(3, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
-                default: block_pair8(4, hd, blk2, ql, qh, corr, qs + h0, ks2, m2, stride, r2); break;
-                }
-            }
-            if (nb == 1) {
-                switch (hc) {
-                case 1: block_heads8(1, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
-                case 2: block_heads8(2, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
-                case 3: block_heads8(3, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
-                default: block_heads8(4, hd, blk2[0], ql, qh, corr, qs + h0, ks2[0], m2[0], stride, r2[0]); break;
-                }
-            }
-            continue;
-        }
         while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
             if (pos && it.x + PF_AHEAD < n_keys) prefetch_block(kc, ksb, pos[it.x + PF_AHEAD], bb, sb);
             const __mmask16 m = (__mmask16)bits_m;
             const uint8_t *blk = kc + b0 / 16 * bb;
             float *r = raw + (int64_t)h0 * stride + out;
-            if (bits == 4) {
-                const uint16_t *ks16 = (const uint16_t *)k.ks + b0 * ng;
-                switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
-                case 1: block_heads4(1, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
-                case 2: block_heads4(2, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
-                case 3: block_heads4(3, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
-                case 4: block_heads4(4, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
-                case 5: block_heads4(5, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
-                default: block_heads4(HC, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
-                }
-                continue;
-            }
-            const __m512 ks = _mm512_maskz_loadu_ps(m, (const float *)k.ks + b0);
-            switch (hc) {
-            case 1: block_heads8(1, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
-            case 2: block_heads8(2, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
-            case 3: block_heads8(3, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
-            case 4: block_heads8(4, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
-            case 5: block_heads8(5, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
-            default: block_heads8(HC, hd, blk, ql, qh, corr, qs + h0, ks, m, stride, r); break;
+            const uint16_t *ks16 = (const uint16_t *)k.ks + b0 * ng;
+            switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
+            case 1: block_heads4(1, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+            case 2: block_heads4(2, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+            case 3: block_heads4(3, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+            case 4: block_heads4(4, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+            case 5: block_heads4(5, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
+            default: block_heads4(HC, hd, ng, blk, ks16, ql, qh, corr, qs + h0, m, stride, r); break;
             }
         }
     }

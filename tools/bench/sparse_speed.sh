@@ -17,6 +17,8 @@
 #      that is larger than the fast tier instead of losing all of it, as LRU does),
 #      PROMPT_BYTES (default 21300), DOCS_REV (default e95fce2), CTX (default 8192), BUDGET (default 0.125), BIN (default build/kvtier),
 #      KEEP (--sparse-keep of the "asyncspade pages keep" config, default 0.25: within 2% of dense on Gemma 3 4K),
+#      RR_QBITS (--sparse-rerank-qbits of that config, default 8 as --sparse-preset keep; set it empty for a binary older
+#      than the flag),
 #      ONLY (comma list of config names to run, e.g. "dense,quest p16,asyncspade rr4 block64"; default all),
 #      STORES (default "disk ram"), EXTRA (more asyncspade configs: "name|flags;name|flags", run with the others; their
 #      summaries reserved as the flags ask, "name|flags|int8": the int8 copies' bytes whatever the flags),
@@ -44,7 +46,7 @@ TEXT="" N=64 REPS=2 T=2 OUT=/var/tmp/kvtier-sparse-speed
 while getopts "m:f:n:r:t:o:" o; do
     case $o in
         m) M=$OPTARG ;; f) TEXT=$OPTARG ;; n) N=$OPTARG ;; r) REPS=$OPTARG ;; t) T=$OPTARG ;; o) OUT=$OPTARG ;;
-        *) sed -n 2,28p "$0"; exit 2 ;;
+        *) sed -n 2,30p "$0"; exit 2 ;;
     esac
 done
 BIN=${BIN:-build/kvtier}
@@ -57,6 +59,7 @@ BUDGET=${BUDGET:-0.125}
 PROMPT_BYTES=${PROMPT_BYTES:-21300}
 DOCS_REV=${DOCS_REV:-e95fce2}
 KEEP=${KEEP:-0.25}
+RR_QBITS=${RR_QBITS-8}
 mkdir -p "$OUT"
 if [ -z "$TEXT" ]; then
     TEXT=$OUT/prompt.txt
@@ -120,7 +123,7 @@ CONFIGS=(
     "asyncspade pages|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5|$ASYNC_SUM"
     # the same with hysteresis (docs/log/SPARSE-log-2.md, "hysteresis"): a page the previous step kept counts (1 + KEEP) times its
     # mass, so fewer pages (blocks) change per step
-    "asyncspade pages keep|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5 --sparse-keep $KEEP|$ASYNC_SUM"
+    "asyncspade pages keep|--sparse asyncspade --sparse-rerank 4 --sparse-block $KV_BLOCK --sparse-block-sum --sparse-rerank-block $KV_BLOCK --sparse-prefetch-top 0.5 --sparse-keep $KEEP${RR_QBITS:+ --sparse-rerank-qbits $RR_QBITS}|$ASYNC_SUM"
     # the documented accuracy configuration (docs/SPARSE.md: re-rank x6, the layer's KV heads sharing their budgets) in
     # pages of KV_BLOCK, and the same with x8 (docs/log/SPARSE-log-2.md, "Pages of 8 in blocks of 8": at KV_BLOCK=8 SmolLM2
     # 4K +2.07%, mass recall 0.908); their Quest baselines are "quest p16" (run at KV_BLOCK=16) and "quest p$KV_BLOCK"
