@@ -430,6 +430,20 @@ static void repack_check(kvt_type t, const kvt_repack_ops *rp, const char *wq, c
     free(wr), free(wu), free(y0), free(y1);
 }
 
+// The q8_K activation blocks xq[0 .. nb) set to their extremes for the repack tests: -128 everywhere (extreme 1) or
+// 127 / -128 by element (2), with their block sums.
+static void extreme_q8_K(char *xq, int64_t nb, int extreme) {
+    for (int64_t i = 0; i < nb; i++) {
+        kvt_block_q8_K *y = (kvt_block_q8_K *)xq + i;
+        for (int k = 0; k < KVT_QK_K; k++) y->qs[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
+        for (int g = 0; g < KVT_QK_K / 16; g++) {
+            int sum = 0;
+            for (int k = 0; k < 16; k++) sum += y->qs[16 * g + k];
+            y->bsums[g] = (int16_t)sum;
+        }
+    }
+}
+
 // q4_K repacked at load (q4_K_x8): repack_check. extreme: nibbles 15, scales and mins 63, activations -128 / 127
 // (the int16 bounds).
 static void test_repack_q4_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
@@ -447,15 +461,7 @@ static void test_repack_q4_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r
             memset(b->qs, extreme == 1 ? 0xFF : 0xF0 + (int)(i % 16), sizeof b->qs);
             memset(b->scales, 0xFF, sizeof b->scales);
         }
-        for (int64_t i = 0; i < n_tok * n / KVT_QK_K; i++) {
-            kvt_block_q8_K *y = (kvt_block_q8_K *)xq + i;
-            for (int k = 0; k < KVT_QK_K; k++) y->qs[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
-            for (int g = 0; g < KVT_QK_K / 16; g++) {
-                int sum = 0;
-                for (int k = 0; k < 16; k++) sum += y->qs[16 * g + k];
-                y->bsums[g] = (int16_t)sum;
-            }
-        }
+        extreme_q8_K(xq, n_tok * n / KVT_QK_K, extreme);
     }
     repack_check(t, rp, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
     free(wq), free(xq);
@@ -481,15 +487,7 @@ static void test_repack_q6_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r
             for (int k = 0; k < 64; k++) b->qh[k] = (uint8_t)(extreme == 1 ? 0xFF : (k * 91 + i) & 0xFF);
             memset(b->scales, 0x80, sizeof b->scales);
         }
-        for (int64_t i = 0; i < n_tok * n / KVT_QK_K; i++) {
-            kvt_block_q8_K *y = (kvt_block_q8_K *)xq + i;
-            for (int k = 0; k < KVT_QK_K; k++) y->qs[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
-            for (int g = 0; g < KVT_QK_K / 16; g++) {
-                int sum = 0;
-                for (int k = 0; k < 16; k++) sum += y->qs[16 * g + k];
-                y->bsums[g] = (int16_t)sum;
-            }
-        }
+        extreme_q8_K(xq, n_tok * n / KVT_QK_K, extreme);
     } else {
         repack_check(t, cp, wq, xq, n, n_rows, n_tok, r0, r1, 0);
     }
