@@ -19,6 +19,24 @@
 // 1024 chosen on q4_1_x8 among 256, 512, 1024; docs/log/BENCHMARKS-kernels-3.md, k11q and the lead).
 #define KVT_X8_PF_NEAR 1024
 
+// The groups [g0, g1) of an x8 decode GEMV (q41x8.h, kqx8.h) in ns streams (1, 2 or 4) through the groups kernel
+// FN(ns, nb, w, step, X, Y, ystep, pf): groups g + k * h for k < ns (h = the groups / ns), then the rest two at a time,
+// then one; GB: the bytes of one group (its nb blocks), W: the groups' base, X: the activation row. (ns a constant per
+// call of FN, so its loops unroll.)
+#define KVT_X8_STREAMS(FN, ns, nb, W, GB, g0, g1, X, Y, pf)                                                         \
+    do {                                                                                                           \
+        const int64_t gb_ = (GB), h_ = ((g1) - (g0)) / (ns);                                                       \
+        int64_t g_ = (g0);                                                                                         \
+        if ((ns) > 1) {                                                                                            \
+            if ((ns) == 4)                                                                                         \
+                for (; g_ < (g0) + h_; g_++) FN(4, nb, (W) + g_ * gb_, h_ * gb_, X, (Y) + 8 * g_, 8 * h_, pf);     \
+            else                                                                                                   \
+                for (; g_ < (g0) + h_; g_++) FN(2, nb, (W) + g_ * gb_, h_ * gb_, X, (Y) + 8 * g_, 8 * h_, pf);     \
+            for (g_ = (g0) + (ns) * h_; g_ + 2 <= (g1); g_ += 2) FN(2, nb, (W) + g_ * gb_, gb_, X, (Y) + 8 * g_, 8, pf); \
+        }                                                                                                          \
+        for (; g_ < (g1); g_++) FN(1, nb, (W) + g_ * gb_, 0, X, (Y) + 8 * g_, 0, pf);                              \
+    } while (0)
+
 // Sum of the 8 lanes in one fixed order, ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)): the canonical
 // horizontal sum of the rows kernels and the GEMM tiles (batch invariance needs the same one in both).
 static inline __attribute__((always_inline)) float kvt_hsum8(__m256 v) {

@@ -425,21 +425,11 @@ INLINE void x8_groups256(int ns, int64_t nb, const uint8_t *G, int64_t step, con
 #endif
 
 // Y[8g + r] for the groups g in [g0, g1) of the q4_K_x8 matrix W (n columns) against the q8_K row y.
-// The groups [g0, g1) of a decode in ns streams (1, 2 or 4): groups g + k * h (h = the groups / ns); the rest two at a
-// time, then one.
+// The groups [g0, g1) of a decode in ns streams (1, 2 or 4) through GROUPS (bits_avx2.h KVT_X8_STREAMS).
 #define X8_DECODE_NS(NAME, GROUPS)                                                                                   \
     static void NAME(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64_t g1, const kvt_block_q8_K *y, float *Y,   \
                      int64_t pf) {                                                                                       \
-        const int64_t gs = nb * KVT_X8_SB, h = (g1 - g0) / ns;                                                          \
-        int64_t g = g0;                                                                                                  \
-        if (ns > 1) {                                                                                                    \
-            if (ns == 4)                                                                                                 \
-                for (; g < g0 + h; g++) GROUPS(4, nb, w + g * gs, h * gs, y, Y + 8 * g, 8 * h, pf);                      \
-            else                                                                                                         \
-                for (; g < g0 + h; g++) GROUPS(2, nb, w + g * gs, h * gs, y, Y + 8 * g, 8 * h, pf);                      \
-            for (g = g0 + ns * h; g + 2 <= g1; g += 2) GROUPS(2, nb, w + g * gs, gs, y, Y + 8 * g, 8, pf);               \
-        }                                                                                                                \
-        for (; g < g1; g++) GROUPS(1, nb, w + g * gs, 0, y, Y + 8 * g, 0, pf);                                           \
+        KVT_X8_STREAMS(GROUPS, ns, nb, w, nb * KVT_X8_SB, g0, g1, y, Y, pf);                                             \
     }
 X8_DECODE_NS(x8_decode_ns, x8_groups_isa)
 #ifdef KVT_SIMD_AVX512

@@ -181,22 +181,8 @@ INLINE void q41x8_groups512n(int ns, int64_t nb, const uint8_t *G, int64_t step,
 // Y[t * ldy + 8g + r] for the groups g in [g0, g1) of the q4_1_x8 matrix W (n columns) against the n_tok q8_1
 // rows X. Batches take the GEMV token by token per group (the group's rows then come from L1/L2): each output
 // is the GEMV's whatever the batch.
-// The groups [g0, g1) of a decode in ns streams through the groups kernel fn: group g + k * h for k < ns (h = the
-// groups / ns); the last (< ns) groups two, then one at a time. (ns a constant per call of fn, so its loops unroll.)
-#define Q41X8_STREAMS(fn)                                                                                          \
-    do {                                                                                                           \
-        const int64_t gb = nb * KVT_Q41X8_B, h = (g1 - g0) / ns;                                                   \
-        const uint8_t *w = W;                                                                                      \
-        int64_t g = g0;                                                                                            \
-        if (ns > 1) {                                                                                              \
-            if (ns == 4)                                                                                           \
-                for (; g < g0 + h; g++) fn(4, nb, w + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);                    \
-            else                                                                                                   \
-                for (; g < g0 + h; g++) fn(2, nb, w + g * gb, h * gb, X, Y + 8 * g, 8 * h, pf);                    \
-            for (g = g0 + ns * h; g + 2 <= g1; g += 2) fn(2, nb, w + g * gb, gb, X, Y + 8 * g, 8, pf);             \
-        }                                                                                                          \
-        for (; g < g1; g++) fn(1, nb, w + g * gb, 0, X, Y + 8 * g, 0, pf);                                         \
-    } while (0)
+// The groups [g0, g1) of a decode in ns streams through the groups kernel fn (bits_avx2.h KVT_X8_STREAMS).
+#define Q41X8_STREAMS(fn) KVT_X8_STREAMS(fn, ns, nb, (const uint8_t *)W, nb * KVT_Q41X8_B, g0, g1, X, Y, pf)
 
 void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy) {
     const int64_t nb = n / KVT_QK, pf = n_tok == 1 ? kvt_kernels_prefetch() : 0;
