@@ -422,6 +422,25 @@ INLINE void x8_groups256(int ns, int64_t nb, const uint8_t *G, int64_t step, con
 }
 #define x8_groups_isa x8_groups256
 
+// The default with prefetch (2026-12-01, k4r): x8_groups256 with x8_sb_sp's spread prefetches into L2 and L1 (sp 2), y
+// laundered per group and super-block (an empty volatile asm) so that each super-block broadcasts its own activation
+// quads. x8_pairs' two groups read the same y, and GCC then shares the 32 broadcasts between them, keeps them on the
+// stack and reassociates the int16 sums into wide trees: about 157 vmovdqa (spill stores and reloads) per pair of
+// super-blocks in x8_pairs inlined into the GEMV at -O2, 82 here. Paired from DRAM on the Intel Xeon (kq_decode_bench
+// -s avx2, 2 threads): 1.03-1.05x over x8_pairs (study form 7), 92-95% -> 96-97% of the probe
+// (docs/log/BENCHMARKS-kernels-3.md, k4r). The same chains per group: the same bits.
+INLINE void x8_groups256l(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
+                          int64_t ystep, int64_t pf) {
+    __m256 acc[4], macc[4];
+    UNROLL for (int k = 0; k < ns; k++) acc[k] = macc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) UNROLL for (int k = 0; k < ns; k++) {
+        const kvt_block_q8_K *y = yb + b;
+        __asm__ volatile("" : "+r"(y));
+        x8_sb_sp(G + k * step + b * KVT_X8_SB, y, &acc[k], &macc[k], pf, 2);
+    }
+    UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, _mm256_sub_ps(acc[k], macc[k]));
+}
+
 #endif
 
 // Y[8g + r] for the groups g in [g0, g1) of the q4_K_x8 matrix W (n columns) against the q8_K row y.
@@ -432,6 +451,9 @@ INLINE void x8_groups256(int ns, int64_t nb, const uint8_t *G, int64_t step, con
         KVT_X8_STREAMS(GROUPS, ns, nb, w, nb * KVT_X8_SB, g0, g1, y, Y, pf);                                             \
     }
 X8_DECODE_NS(x8_decode_ns, x8_groups_isa)
+#ifndef KVT_SIMD_AVX512
+X8_DECODE_NS(x8_decode_nsl, x8_groups256l)
+#endif
 #ifdef KVT_SIMD_AVX512
 // study form 8: the arithmetic before k11k (x8_groups512o) in X8_NS streams, for paired comparisons
 X8_DECODE_NS(x8_decode_ns_o, x8_groups512o)
@@ -457,10 +479,14 @@ void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *
     x8_decode_ns(pf ? X8_NS : 1, nb, W, g0, g1, y, Y, pf);
 #else
     // with prefetch the lines' prefetches spread over each super-block (study form 5: 18 at once, as before k11k)
-    // (study form 6: spread, into L2 only, as k11k; the default also prefetches into L1 KVT_X8_PF_NEAR bytes ahead)
+    // (study form 6: spread, into L2 only, as k11k; 7: also into L1 KVT_X8_PF_NEAR bytes ahead, as before k4r; the
+    // default: that in two streams, y laundered: x8_groups256l; 9: the same in 4 streams; 8: the default without prefetch)
     if (v == 5 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 0);
     else if (v == 6 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 1);
-    else if (pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 2); // its own copy without a test per super-block
+    else if (v == 7 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 2);
+    else if (v == 9 && pf) x8_decode_nsl(4, nb, W, g0, g1, y, Y, pf);
+    else if (pf) x8_decode_nsl(2, nb, W, g0, g1, y, Y, pf);
+    else if (v == 8) x8_decode_nsl(2, nb, W, g0, g1, y, Y, 0);
     else x8_pairs(nb, W, g0, g1, y, Y, 0, 0);
 #endif
 }
