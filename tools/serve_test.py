@@ -276,6 +276,13 @@ def t_logprobs(s):
     _, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 4, "temperature": 0, "logprobs": 2})
     lp = r["choices"][0]["logprobs"]
     assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) >= 1, lp
+    # more positions than the first capacity of the logprob records (16, then doubled): each position's alternatives
+    # stay its own after the records move (they once pointed into the freed array: a crash or garbage, 2026-12-01)
+    _, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 40, "temperature": 0, "logprobs": 1,
+                                         "ignore_eos": True})
+    lp = r["choices"][0]["logprobs"]
+    assert len(lp["tokens"]) == len(lp["top_logprobs"]) == r["usage"]["completion_tokens"] > 16, lp
+    assert all(len(m) == 1 and abs(list(m.values())[0] - v) < 1e-4 for m, v in zip(lp["top_logprobs"], lp["token_logprobs"])), lp
 
 
 @case("400: malformed JSON, missing field, mistyped field, bad token id, prompt longer than the context")

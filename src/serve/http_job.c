@@ -258,6 +258,7 @@ static bool record_logprobs(kvt_http_job *j, choice *c, const kvt_engine_token *
         size_t cap = c->cap_lps ? 2 * c->cap_lps : 16;
         lp_entry *p = realloc(c->lps, cap * sizeof *p);
         if (!p) return false;
+        for (size_t k = 0; k < c->n_lps; k++) p[k].lp.top = p[k].alts; // into each entry: moved with it
         c->lps = p;
         c->cap_lps = cap;
     }

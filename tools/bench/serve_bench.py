@@ -15,7 +15,8 @@ bytes moved between tiers during the run (from /metrics before and after).
 
 Prompts are token ids drawn uniformly from [--vocab-lo, --vocab-hi) (both servers accept an id list as
 `prompt`), so their length is exact; with --shared-prefix P every prompt starts with the same P ids
-(a system prompt). Output lengths are drawn per workload; `ignore_eos` makes the server generate them all
+(a system prompt). --prompt-file FILE (a JSON list of strings or id lists) takes the prompts from FILE in turn
+instead (a real text's slices: tools/bench/serve_sparse.sh). Output lengths are drawn per workload; `ignore_eos` makes the server generate them all
 (llama-server and kvtier both accept it).
 
 Workloads (prompt tokens; output tokens), uniform over the ranges:
@@ -77,8 +78,11 @@ def make_requests(a):
                 n_out = min(n_out, a.max_tokens)
         if a.max_prompt:
             n_prompt = min(n_prompt, a.max_prompt)
-        n_own = max(1, n_prompt - len(shared))
-        prompt = shared + [rng.randrange(a.vocab_lo, a.vocab_hi) for _ in range(n_own)]
+        if a.prompt_file:  # the file's prompts in turn (strings or id lists), not random ids
+            prompt = a.prompts[i % len(a.prompts)]
+        else:
+            n_own = max(1, n_prompt - len(shared))
+            prompt = shared + [rng.randrange(a.vocab_lo, a.vocab_hi) for _ in range(n_own)]
         if a.rate > 0:
             t += rng.expovariate(a.rate)
         reqs.append({"i": i, "kind": kind, "at": t, "prompt": prompt, "max_tokens": n_out})
@@ -173,6 +177,7 @@ def run_one(a, req, t0, res):
             if n_out > 1:
                 out["tpot"] = (end - first) / (n_out - 1)
         if usage:
+            out["n_prompt"] = usage.get("prompt_tokens", out["n_prompt"])
             det = usage.get("prompt_tokens_details") or {}
             out["cached"] = det.get("cached_tokens", 0) or 0
     except (OSError, ValueError, http.client.HTTPException) as ex:
@@ -225,6 +230,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=0, help="uniform: output tokens; others: a cap (0: none)")
     ap.add_argument("--max-prompt", type=int, default=0, help="cap on prompt tokens (a server's -c)")
     ap.add_argument("--shared-prefix", type=int, default=0, help="ids every prompt starts with")
+    ap.add_argument("--prompt-file", default="",
+                    help="JSON list of prompts (strings or token-id lists), used in turn instead of random ids")
     ap.add_argument("--vocab-lo", type=int, default=1000)
     ap.add_argument("--vocab-hi", type=int, default=30000)
     ap.add_argument("--no-ignore-eos", action="store_true", help="let the model stop at end-of-generation")
@@ -235,6 +242,7 @@ def main():
     if a.workload == "uniform" and a.max_tokens <= 0:
         ap.error("--workload uniform needs --max-tokens")
 
+    a.prompts = json.load(open(a.prompt_file)) if a.prompt_file else None
     reqs = make_requests(a)
     m0 = scrape_metrics(a)
     res, threads = [], []
