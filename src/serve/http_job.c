@@ -42,6 +42,14 @@ typedef struct {
     char *chosen_bytes;            // owned; alts[i].token are owned too
 } lp_entry;
 
+// The response's view of entry e: lp with its alternatives pointing into e (not stored in e: the entries move when
+// their array grows).
+static kvt_resp_logprob lp_view(const lp_entry *e) {
+    kvt_resp_logprob v = e->lp;
+    v.top = e->alts;
+    return v;
+}
+
 typedef struct {
     kvt_utf8_stream u8;
     kvt_stop *stop;
@@ -193,7 +201,7 @@ static void stream_piece(kvt_http_job *j, int32_t i, const char *text, size_t n,
         j->failed_oom = true;
         return;
     }
-    for (size_t k = 0; k < n_lps; k++) lps[k] = c->lps[k].lp;
+    for (size_t k = 0; k < n_lps; k++) lps[k] = lp_view(&c->lps[k]);
     kvt_resp_choice rc = {i, text ? text : k_empty, n, finish, lp, lps, n_lps, !c->role_sent};
     if (j->p->kind == KVT_REQ_CHAT && finish && !n) rc.text = NULL; // the closing chunk has an empty delta
     c->role_sent = true;
@@ -258,7 +266,6 @@ static bool record_logprobs(kvt_http_job *j, choice *c, const kvt_engine_token *
         size_t cap = c->cap_lps ? 2 * c->cap_lps : 16;
         lp_entry *p = realloc(c->lps, cap * sizeof *p);
         if (!p) return false;
-        for (size_t k = 0; k < c->n_lps; k++) p[k].lp.top = p[k].alts; // into each entry: moved with it
         c->lps = p;
         c->cap_lps = cap;
     }
@@ -270,7 +277,6 @@ static bool record_logprobs(kvt_http_job *j, choice *c, const kvt_engine_token *
         if (!alt_of(j, t->top_ids[k], t->top_logprobs[k], &e->alts[k])) return false;
         e->lp.n_top++;
     }
-    e->lp.top = e->alts;
     e->lp.text_offset = (int64_t)c->text.len; // completions: where the token's text begins (non-stream)
     c->n_lps++;
     return true;
@@ -393,7 +399,7 @@ void kvt_http_job_body(kvt_http_job *j, int fd, int *status, char **body) {
             choice *c = &j->ch[i];
             lps[i] = malloc((c->n_lps + 1) * sizeof **lps);
             ok = ok && lps[i];
-            for (size_t k = 0; ok && k < c->n_lps; k++) lps[i][k] = c->lps[k].lp;
+            for (size_t k = 0; ok && k < c->n_lps; k++) lps[i][k] = lp_view(&c->lps[k]);
             kvt_resp_choice one = {i, c->text.p ? c->text.p : k_empty, c->text.len, c->finish, j->p->logprobs, lps[i],
                                    c->n_lps, false};
             rc[i] = one;
