@@ -394,6 +394,10 @@ def t_metrics(s):
                  "kvtier_iterations_total", "kvtier_preemptions_total", "kvtier_prefetch_plans_total"):
         assert name in text, name
     assert s.metric("kvtier_generated_tokens_total") > 0
+    # dense (--sparse off): the sparse counters are there, at zero
+    for name in ("kvtier_sparse_steps_total", 'kvtier_sparse_read_bytes_total{kind="kv"}',
+                 'kvtier_sparse_positions_total{kind="selected"}', "kvtier_sparse_stall_seconds_total"):
+        assert s.metric(name) == 0, (name, s.metric(name))
 
 
 def concurrent_equal_alone(s, n_req=8, long=False):
@@ -454,8 +458,22 @@ def t_sparse(kvtier, model, extra):
         flags = ["--sparse", mode, "--sparse-budget", "0.25", "--sparse-sink", "2", "--sparse-recent", "8",
                  *(["--sparse-page", "4"] if mode == "quest" else ["--sparse-window", "4"])]  # another mode's: refused
         try:
-            s = Server(kvtier, model, "-c", "512", "--kv-block", "16", "-np", "4", *flags, *extra)
+            s = Server(kvtier, model, "-c", "512", "--kv-block", "16", "-np", "4", "--metrics", *flags, *extra)
             concurrent_equal_alone(s)
+            # /metrics: the sparse steps' counters (each request's tokens after its first are sparse decode steps)
+            m = {k: s.metric(k) for k in ("kvtier_sparse_steps_total", "kvtier_generated_tokens_total",
+                                          'kvtier_sparse_positions_total{kind="selected"}',
+                                          'kvtier_sparse_positions_total{kind="context"}',
+                                          'kvtier_sparse_read_bytes_total{kind="kv"}',
+                                          'kvtier_sparse_read_bytes_total{kind="summary"}',
+                                          "kvtier_sparse_stall_seconds_total", "kvtier_sparse_worker_wait_seconds_total",
+                                          'kvtier_sparse_worker_seconds_total{kind="wall"}')}
+            assert 0 < m["kvtier_sparse_steps_total"] < m["kvtier_generated_tokens_total"], m
+            assert 0 < m['kvtier_sparse_positions_total{kind="selected"}'] < m['kvtier_sparse_positions_total{kind="context"}'], m
+            assert m['kvtier_sparse_read_bytes_total{kind="kv"}'] > 0 and m['kvtier_sparse_read_bytes_total{kind="summary"}'] > 0, m
+            assert m["kvtier_sparse_stall_seconds_total"] > 0, m
+            assert 0 <= m["kvtier_sparse_worker_wait_seconds_total"] <= m["kvtier_sparse_stall_seconds_total"], m
+            assert (m['kvtier_sparse_worker_seconds_total{kind="wall"}'] > 0) == (mode == "asyncspade"), m
             prompt = "Story 5: once upon a time" + " and then" * 25
             _, _, r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 24, "temperature": 0})
             text = r["choices"][0]["text"]

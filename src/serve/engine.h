@@ -28,6 +28,7 @@
 #include "../kv/prefix_store.h"
 #include "../model/tokenizer.h"
 #include "../sched/sampler.h"
+#include "../sparse/sparse.h"
 #include "../sched/scheduler.h"
 
 #define KVT_ENGINE_MAX_TOP 20
@@ -96,6 +97,8 @@ typedef struct {
     int64_t plans;                     // prefetch plans published to the KV store
     double prefix_attach_seconds;      // scheduler thread time spent giving admitted prompts their cached prefix
     kvt_kv_stats kv;                   // the store's counters (as of the last finished job)
+    kvt_sparse_totals sparse;          // sparse decode attention's counters (kvt_sparse_totals_get; zeros when off), taken
+                                       // with kv
     const char *kv_store;              // the store's name
     int32_t n_prefix;                  // stores of the prefix cache's second level (0: none; 2: dir in front of redis)
     const char *prefix_store[KVT_ENGINE_PREFIX_LEVELS]; // [n_prefix] their names ("dir", "redis"), nearest first

@@ -189,6 +189,7 @@ static void *worker_main(void *arg) {
         else if (res.outcome == KVT_ENGINE_CANCELLED) e->st.jobs_cancelled++;
         else e->st.jobs_failed++;
         kvt_context_kv_stats(e->ctx, &e->st.kv);
+        if (kvt_context_sparse(e->ctx)) kvt_sparse_totals_get(kvt_context_sparse(e->ctx), &e->st.sparse);
         pthread_mutex_unlock(&e->mu);
         j->cb.on_done(j->cb.user, &res);
         free(j->prompt);

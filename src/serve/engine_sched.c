@@ -313,6 +313,7 @@ static void *sched_main(void *arg) {
         e->st.plans = after.plans;
         e->st.prefix_attach_seconds = after.attach_ms / 1e3;
         kvt_context_kv_stats(e->ctx, &e->st.kv);
+        if (kvt_context_sparse(e->ctx)) kvt_sparse_totals_get(kvt_context_sparse(e->ctx), &e->st.sparse);
         pthread_mutex_unlock(&e->mu);
     }
 }

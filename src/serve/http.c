@@ -385,6 +385,32 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
                     kvt_tier_name((kvt_tier)b), (long long)s.kv.moved_bytes[a][b]);
         }
     }
+    { // sparse decode attention (--sparse; zeros when off): what generate --json's "sparse" reports per step, summed
+        const kvt_sparse_totals *z = &s.sparse;
+        METRIC("sparse_steps_total", "counter", "Sparse decode steps (tokens decoded by a sequence with sparse attention).");
+        fprintf(f, "kvtier_sparse_steps_total %lld\n", (long long)z->steps);
+        METRIC("sparse_positions_total", "counter", "Positions attended (selected) and held (context) by the sparse decode "
+               "steps, summed over their sparse (layer, KV head) pairs.");
+        fprintf(f, "kvtier_sparse_positions_total{kind=\"selected\"} %lld\n", (long long)z->selected);
+        fprintf(f, "kvtier_sparse_positions_total{kind=\"context\"} %lld\n", (long long)z->context);
+        METRIC("sparse_read_bytes_total", "counter", "Bytes the sparse decode steps read: K and V of the attended rows "
+               "(kv, dense layers included) and key summaries scanned to select (summary).");
+        fprintf(f, "kvtier_sparse_read_bytes_total{kind=\"kv\"} %lld\n", (long long)z->kv_read_bytes);
+        fprintf(f, "kvtier_sparse_read_bytes_total{kind=\"summary\"} %lld\n", (long long)z->summary_read_bytes);
+        METRIC("sparse_stall_seconds_total", "counter", "Time the sparse decode steps waited for their selections (the "
+               "asyncspade worker, or selection on the caller: quest, oracle, re-rank, fallback).");
+        fprintf(f, "kvtier_sparse_stall_seconds_total %.6f\n", z->stall_ms / 1e3);
+        METRIC("sparse_worker_wait_seconds_total", "counter", "Of sparse_stall_seconds_total, waiting for the asyncspade worker.");
+        fprintf(f, "kvtier_sparse_worker_wait_seconds_total %.6f\n", z->wait_ms / 1e3);
+        METRIC("sparse_worker_seconds_total", "counter", "The asyncspade worker's wall and thread CPU time in its jobs.");
+        fprintf(f, "kvtier_sparse_worker_seconds_total{kind=\"wall\"} %.6f\n", z->worker_ms / 1e3);
+        fprintf(f, "kvtier_sparse_worker_seconds_total{kind=\"cpu\"} %.6f\n", z->worker_cpu_ms / 1e3);
+        METRIC("sparse_predicted_selections_total", "counter", "asyncspade: predicted (layer, KV head) selections used "
+               "(predicted), of which selected again with the real query (fallback); counted only with --sparse-fallback or "
+               "--sparse-stats.");
+        fprintf(f, "kvtier_sparse_predicted_selections_total{result=\"predicted\"} %lld\n", (long long)z->predicted);
+        fprintf(f, "kvtier_sparse_predicted_selections_total{result=\"fallback\"} %lld\n", (long long)z->fallbacks);
+    }
     METRIC("kv_hits_total", "counter", "KV block acquires that found the block in the fast tier.");
     fprintf(f, "kvtier_kv_hits_total %lld\n", (long long)s.kv.hits);
     METRIC("kv_misses_total", "counter", "KV block acquires that waited for the block.");

@@ -283,6 +283,13 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *o, kvt_
     return KVT_OK;
 }
 
+void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *o) {
+    pthread_mutex_t *mu = (pthread_mutex_t *)&s->mu; // the worker adds its times under mu while it runs
+    pthread_mutex_lock(mu);
+    *o = s->tot;
+    pthread_mutex_unlock(mu);
+}
+
 int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n) {
     if (s->p.budget > 0) return s->p.budget;
     return (int64_t)ceil(s->p.budget_frac * (double)n);
@@ -341,6 +348,13 @@ static void step_close(kvt_sparse *s, kvt_sparse_seq *q, const kvt_sparse_step *
     s->agg_summary_read += (double)c->summary_read_bytes;
     s->agg_stall += c->stall_ms;
     s->agg_wait += c->wait_ms;
+    s->tot.steps++;
+    s->tot.selected += c->selected;
+    s->tot.context += c->context;
+    s->tot.kv_read_bytes += c->kv_read_bytes;
+    s->tot.summary_read_bytes += c->summary_read_bytes;
+    s->tot.stall_ms += c->stall_ms;
+    s->tot.wait_ms += c->wait_ms;
     if (c->n_pairs_stats > 0) {
         s->agg_ovl += c->oracle_overlap * c->n_pairs_stats;
         s->agg_mass += c->mass_recall * c->n_pairs_stats;

@@ -140,6 +140,21 @@ typedef struct {
 // NOMEM only for the percentile's sort buffer.
 kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *out, kvt_err *err);
 
+// Cumulative counters of every decode step of every sequence since init (kvt_sparse_steps_clear does not reset them;
+// sequences freed since included): cheap to read at any time between steps (serve's /metrics).
+typedef struct {
+    int64_t steps;              // sparse decode steps (tokens decoded by a sequence)
+    int64_t selected, context;  // positions attended / held, summed over the sparse (layer, KV head) pairs
+    int64_t kv_read_bytes;      // K and V bytes of the attended rows (dense layers included)
+    int64_t summary_read_bytes; // bytes of key summaries scanned to select
+    double stall_ms;            // time the steps waited for selections
+    double wait_ms;             // of which waiting for the asyncspade worker
+    double worker_ms, worker_cpu_ms; // asyncspade: the worker's wall and thread CPU time in its jobs
+    int64_t predicted, fallbacks; // asyncspade: predicted (layer, KV head) selections used, of which redone with the real
+                                  // query; counted only with --sparse-fallback or --sparse-stats (the cosine check)
+} kvt_sparse_totals;
+void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *out);
+
 // --- pieces, exposed for the tests ---------------------------------------------------------------------
 
 // Predicts the next row of a sequence of rows hist[0 .. n) ([n, d], oldest first): for each window w of

@@ -554,8 +554,10 @@ void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t lay
         const double cs = aa > 0.0 && bb > 0.0 ? ab / sqrt(aa * bb) : 0.0;
         if (s->p.stats) s->ps_cos[pr] += cs, s->ps_ncos[pr]++;
         s->n_pred_sel++;
+        s->tot.predicted++;
         if (s->p.fallback <= 0.0 || cs >= s->p.fallback) continue;
         s->n_fallback++;
+        s->tot.fallbacks++;
         if (s->p.stats) s->ps_fb[pr]++;
         kvt_sparse_select_real(s, ly, kh, P, b, scale);
     }
@@ -622,6 +624,8 @@ void *kvt_sparse_worker_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         s->agg_worker_ms += ms;
         s->agg_worker_cpu_ms += cpu_ms;
+        s->tot.worker_ms += ms;
+        s->tot.worker_cpu_ms += cpu_ms;
         ly->busy = 0;
         pthread_cond_broadcast(&s->cv);
     }

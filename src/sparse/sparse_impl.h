@@ -151,6 +151,7 @@ struct kvt_sparse {
     int64_t *ps_n, *ps_fb, *ps_ncos;
     double *ps_mass, *ps_ovl, *ps_cos;
     int64_t n_pred_sel, n_fallback; // asyncspade: predicted selections used, of which redone with the real query
+    kvt_sparse_totals tot;   // since init, never cleared (kvt_sparse_totals_get); worker_ms / worker_cpu_ms under mu
 };
 
 enum { KVT_SPARSE_CATCHUP = 64 }; // positions read back from the store per chunk
