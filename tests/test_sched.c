@@ -392,6 +392,115 @@ static void sched_sparse(const kvt_model *m) {
     tmp_dir_remove(dir);
 }
 
+// Admission and preemption under sparse selection (quest, asyncspade with page-aligned selections) over a bounded fast
+// tier with a disk tier: three 200-token prompts whose KV together is 2.5x the fast tier. Round 1 (cold: each prompt
+// prefilled in several chunks, counted whole) runs them one at a time in every mode. Round 2 sends them again: the
+// prefix cache leaves each one chunk, so a sparse request is counted at its decode working set (the selected blocks,
+// kvt_context_decode_bytes) and the three decode together; dense still one at a time. Every request's greedy ids =
+// kvt_generate alone with the same settings.
+enum { SA_N = 3, SA_PROMPT = 200, SA_GEN = 8 };
+static void sched_sparse_admission(const kvt_model *m) {
+    char dir[] = "/tmp/kvt_test_sched_sa_XXXXXX";
+    if (!tmp_dir(dir)) return;
+    uint64_t seed = 3;
+    int32_t prompts[SA_N][SA_PROMPT];
+    for (int i = 0; i < SA_N; i++) {
+        for (int t = 0; t < SA_PROMPT; t++) prompts[i][t] = (int32_t)rng_in(&seed, 1, m->hp.n_vocab - 1);
+    }
+    for (int mi = 0; mi < 3; mi++) { // dense, quest, asyncspade
+        kvt_sparse_params sp = {0};
+        sp.mode = mi == 0 ? KVT_SPARSE_OFF : mi == 1 ? KVT_SPARSE_QUEST : KVT_SPARSE_ASYNCSPADE;
+        sp.budget = 16;
+        sp.sink = 2;
+        sp.recent = 4;
+        sp.page = 4;
+        sp.window = 4;
+        sp.block = 4; // asyncspade: whole pages of 4 = the store's blocks
+        sp.seqs = SA_N;
+        kvt_context_params cp = kvt_context_params_default();
+        cp.n_ctx = 512;
+        cp.n_threads = 2;
+        cp.n_ubatch = 32;
+        cp.kv_paged = true;
+        cp.kv_block = 4;
+        cp.sparse = sp;
+        kvt_err err = {0};
+        char why[640] = "";
+        bool ok = true;
+        // the reference: kvt_generate alone, same settings, every block in RAM
+        int32_t want[SA_N][SA_GEN];
+        kvt_context *ctx = NULL;
+        ok = !kvt_context_init(m, &cp, &ctx, &err);
+        const int64_t bb = ok ? kvt_context_kv_block_bytes(ctx) : 0;
+        const int64_t ws = ok ? kvt_context_decode_bytes(ctx, SA_PROMPT + 1) : 0; // a decode step's working set
+        const bool ws_ok = mi == 0 ? ws == (SA_PROMPT / 4 + 1) * bb : ws * 2 < (SA_PROMPT / 4 + 1) * bb;
+        for (int i = 0; ok && i < SA_N; i++) {
+            kvt_context_truncate(ctx, 0);
+            kvt_generate_params gp = kvt_generate_params_default();
+            gp.n_predict = SA_GEN;
+            gp.sampling = greedy();
+            gp.stop_at_eog = false;
+            kvt_generate_stats gs;
+            ok = !kvt_generate(ctx, NULL, prompts[i], SA_PROMPT, &gp, want[i], NULL, NULL, NULL, &gs, &err) && gs.n_gen == SA_GEN;
+        }
+        kvt_context_free(ctx);
+        ctx = NULL;
+        if (!ok) snprintf(why, sizeof why, "reference: %.400s", err.msg);
+        // the fast tier: 60 blocks (the three prompts: 150), no host tier, a disk tier
+        const kvt_sparse_dims sd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v,
+                                    cp.n_ctx, cp.n_threads, cp.kv_type, {0}, true};
+        cp.kv_fast_bytes = 60 * bb + kvt_sparse_summary_bytes(&cp.sparse, &sd);
+        cp.kv_disk_dir = dir;
+        kvt_sched *s = NULL;
+        kvt_sched_params spp = kvt_sched_params_default();
+        spp.n_parallel = SA_N;
+        spp.token_budget = 64;
+        spp.preempt = true;
+        spp.prefix_cache = true;
+        kvt_sched_callbacks cb = {on_tok, on_fin, on_done};
+        ok = ok && !kvt_context_init(m, &cp, &ctx, &err) && !kvt_sched_init(ctx, NULL, &spp, &cb, &s, &err);
+        if (!ok && !why[0]) snprintf(why, sizeof why, "init: %.400s", err.msg);
+        int64_t most[2] = {0, 0}; // sequences running at once at most, per round
+        for (int round = 0; ok && round < 2; round++) {
+            rec recs[SA_N];
+            memset(recs, 0, sizeof recs);
+            for (int i = 0; ok && i < SA_N; i++) {
+                kvt_sched_request rq = {prompts[i], SA_PROMPT, round ? SA_GEN : 1, greedy(), 1, false, &recs[i]};
+                uint64_t id;
+                ok = !kvt_sched_submit(s, &rq, &id, &err);
+            }
+            for (int it = 0; ok && it < 2000 && !kvt_sched_idle(s); it++) {
+                int64_t rows;
+                ok = !kvt_sched_step(s, &rows, &err);
+                kvt_sched_stats ss;
+                kvt_sched_stats_get(s, &ss);
+                if (ss.running > most[round]) most[round] = ss.running;
+            }
+            if (!ok) snprintf(why, sizeof why, "round %d: %.400s", round, err.msg);
+            for (int i = 0; ok && i < SA_N; i++) {
+                const int n = round ? SA_GEN : 1;
+                ok = recs[i].done == 1 && recs[i].res.outcome == KVT_SCHED_DONE && recs[i].n_ids[0] == n &&
+                     !memcmp(recs[i].ids[0], want[i], (size_t)n * 4);
+                if (!ok) snprintf(why, sizeof why, "round %d request %d: done %d, %d ids, outcome %d", round, i, recs[i].done,
+                                  recs[i].n_ids[0], recs[i].res.outcome);
+            }
+        }
+        kvt_sched_stats ss = {0};
+        if (s) kvt_sched_stats_get(s, &ss);
+        kvt_sched_free(s);
+        kvt_context_free(ctx);
+        const bool together = mi == 0 ? most[1] == 1 : most[1] == SA_N;
+        char name[300];
+        snprintf(name, sizeof name, "sched: %s over a fast tier of 2/5 of three cached prompts: %s; greedy ids = kvt_generate "
+                 "alone", kvt_sparse_mode_name(sp.mode), mi == 0 ? "admitted one at a time (each counted at all its KV)"
+                 : "the cache hits decode together (counted at their selected blocks), the cold prefills one at a time");
+        test_result(ok && ws_ok && most[0] == 1 && together, name, "%s; working set %lld of %lld bytes, at most %lld / %lld "
+                    "running (cold / hit), %lld preemptions", why, (long long)ws, (long long)((SA_PROMPT / 4 + 1) * bb),
+                    (long long)most[0], (long long)most[1], (long long)ss.preemptions);
+    }
+    tmp_dir_remove(dir);
+}
+
 // A long prompt prefilled in chunks: its filled blocks join the prefix cache chunk by chunk, so a request with the
 // same prompt arriving before the first one's prefill ends shares them (cached tokens), with the same ids.
 static void sched_prefix_chunks(const kvt_model *m) {
@@ -691,6 +800,7 @@ void test_sched(const test_env *env) {
     sched_tiers(m, env->quick);
     sched_prefix_chunks(m);
     sched_sparse(m);
+    sched_sparse_admission(m);
     sched_store_host(m);
     engine_fetch(m);
     sched_cancel(m);

@@ -12,7 +12,7 @@ enum { W = KVT_SP_WAITING, P = KVT_SP_PREFILL, D = KVT_SP_DECODE };
 // state, swapped, n, n_live, prompt, prefilled, demand
 static kvt_sched_policy_req rq(int32_t state, bool swapped, int32_t n, int32_t n_live, int64_t prompt, int64_t prefilled,
                                int64_t demand) {
-    return (kvt_sched_policy_req){state, swapped, n, n_live, prompt, prefilled, demand};
+    return (kvt_sched_policy_req){state, swapped, n, n_live, prompt, prefilled, demand, 0};
 }
 
 static bool same_ids(const int64_t *got, int64_t n_got, const int64_t *want, int64_t n_want, char *msg, size_t cap,
@@ -52,6 +52,13 @@ static void test_admit(void) {
     // with no slot used, a prompt larger than the limit is admitted all the same
     kvt_sched_policy_req e[] = {rq(W, false, 1, 0, 4000, 0, 0), rq(W, false, 1, 0, 1, 0, 0)};
     ok = ok && same_ids(out, kvt_sched_policy_admit(&p, e, 2, out), (int64_t[]){0}, 1, msg, sizeof msg, "large");
+    // a caller-given need (a sparse request's working set, scheduler.c) replaces the prompt's blocks: 700 held, a
+    // 400-token prompt (2500) fits in 1000 when it needs 250, and the next one (need 100) then not
+    kvt_sched_policy_req f[] = {rq(D, false, 1, 1, 8, 8, 700), rq(W, false, 1, 0, 400, 0, 0), rq(W, false, 1, 0, 1, 0, 0)};
+    ok = ok && kvt_sched_policy_need(&p, &f[1]) == 2500 && kvt_sched_policy_admit(&p, f, 3, out) == 0;
+    f[1].need = 250;
+    ok = ok && kvt_sched_policy_need(&p, &f[1]) == 250;
+    ok = ok && same_ids(out, kvt_sched_policy_admit(&p, f, 3, out), (int64_t[]){1}, 1, msg, sizeof msg, "need");
     const kvt_sched_policy_req pre = rq(P, false, 3, 1, 8, 0, 0);
     ok = ok && kvt_sched_policy_slots(&a[0]) == 2 && kvt_sched_policy_slots(&pre) == 3;
     test_result(ok, "sched_policy: admission is FCFS within n_parallel slots and the resident limit; nothing overtakes, "

@@ -168,5 +168,12 @@ int64_t kvt_context_kv_bytes(const kvt_context *ctx);
 // sequence costs the store).
 int64_t kvt_context_kv_block(const kvt_context *ctx);
 int64_t kvt_context_kv_block_bytes(const kvt_context *ctx);
+// KV bytes, in whole blocks of the store's shards, that a decode step of a sequence holding n positions reads at most:
+// every block of a dense layer, a sliding-window layer's window, and under sparse decode attention (quest,
+// asyncspade) a sparse layer's selected blocks (kvt_sparse_step_blocks per KV head, at most the shards' blocks). The
+// working set a decoding sequence keeps in the fast tier (the scheduler's admission and preemption under sparse).
+int64_t kvt_context_decode_bytes(const kvt_context *ctx, int64_t n);
+// True when decode steps attend sparsely with a selection (quest, asyncspade; not the oracle, which reads every key).
+bool kvt_context_sparse_selects(const kvt_context *ctx);
 
 #endif

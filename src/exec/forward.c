@@ -591,4 +591,32 @@ int64_t kvt_context_kv_block_bytes(const kvt_context *c) {
     return (int64_t)hp->n_layer * hp->n_head_kv * kvt_row_size(c->p.kv_type, (hp->head_dim + hp->head_dim_v) * c->p.kv_block);
 }
 
+bool kvt_context_sparse_selects(const kvt_context *c) {
+    const kvt_sparse_params *p = c->sp ? kvt_sparse_get_params(c->sp) : NULL;
+    return p && (p->mode == KVT_SPARSE_QUEST || p->mode == KVT_SPARSE_ASYNCSPADE);
+}
+
+int64_t kvt_context_decode_bytes(const kvt_context *c, int64_t n) {
+    const kvt_hparams *hp = &c->m->hp;
+    const int64_t B = c->p.kv_block > 0 ? c->p.kv_block : 1, nb = (n + B - 1) / B, H = hp->n_head_kv;
+    const int64_t g = c->p.kv_group > 0 && c->p.kv_group < H ? c->p.kv_group : H, shards = (H + g - 1) / g;
+    const int64_t head_block = kvt_row_size(c->p.kv_type, (hp->head_dim + hp->head_dim_v) * B); // one head's block
+    const kvt_sparse_params *sp = kvt_context_sparse_selects(c) ? kvt_sparse_get_params(c->sp) : NULL;
+    const int64_t per_head = sp ? kvt_sparse_step_blocks(sp, n, B) : nb;
+    int64_t bytes = 0;
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        const int64_t w = kvt_hparams_layer_window(hp, l);
+        int64_t blocks = shards * nb; // shard blocks
+        if (w > 0) {
+            const int64_t wb = (w + B - 1) / B + 1;
+            blocks = shards * (wb < nb ? wb : nb);
+        } else if (sp && l >= sp->dense_layers) { // each KV head its selection: a shard (g heads) at most their union
+            const int64_t sel = g * per_head;
+            blocks = shards * (sel < nb ? sel : nb);
+        }
+        bytes += blocks * g * head_block;
+    }
+    return bytes;
+}
+
 void kvt_context_truncate(kvt_context *c, int64_t n_keep) { kvt_context_seq_truncate(c, 0, n_keep); }

@@ -6,7 +6,7 @@
 int32_t kvt_sched_policy_slots(const kvt_sched_policy_req *r) { return r->state == KVT_SP_PREFILL ? r->n : r->n_live; }
 
 int64_t kvt_sched_policy_need(const kvt_sched_policy_params *p, const kvt_sched_policy_req *r) {
-    return (r->n_prompt + p->block_tokens - 1) / p->block_tokens * p->block_bytes;
+    return r->need > 0 ? r->need : (r->n_prompt + p->block_tokens - 1) / p->block_tokens * p->block_bytes;
 }
 
 int64_t kvt_sched_policy_admit(const kvt_sched_policy_params *p, const kvt_sched_policy_req *reqs, int64_t n,

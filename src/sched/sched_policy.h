@@ -35,6 +35,9 @@ typedef struct {
     int64_t n_prompt;     // prompt tokens
     int64_t n_prefilled;  // prompt tokens already in its KV (KVT_SP_PREFILL)
     int64_t demand;       // admitted requests: KV its running sequences hold plus one more block each, in any tier
+                          // (the caller may count less: what each iteration reads of it, e.g. a sparse decode step's
+                          // selected blocks, kvt_context_decode_bytes)
+    int64_t need;         // waiting requests: KV it is counted at when admitted (0: its prompt's blocks)
 } kvt_sched_policy_req;
 
 typedef struct {
@@ -57,7 +60,8 @@ typedef struct {
 
 // Slots an admitted request holds: n while its prompt runs (its choices will fork from it), else n_live.
 int32_t kvt_sched_policy_slots(const kvt_sched_policy_req *r);
-// KV a waiting request is counted at when admitted: its prompt's blocks, ceil(n_prompt / block_tokens) x block_bytes.
+// KV a waiting request is counted at when admitted: r->need if > 0, else its prompt's blocks,
+// ceil(n_prompt / block_tokens) x block_bytes.
 int64_t kvt_sched_policy_need(const kvt_sched_policy_params *p, const kvt_sched_policy_req *r);
 
 // (a) Admission: the waiting requests to admit now, in arrival order, as view indices into admit[] (room for

@@ -234,17 +234,57 @@ void kvt_sched_stats_get(const kvt_sched *s, kvt_sched_stats *out) {
     }
 }
 
-// Bytes of KV the request's running sequences hold plus one more block each (its next), in any tier.
+// Sparse decode attention with a selection (quest, asyncspade): a decode step of a sequence reads only its selected
+// blocks (kvt_context_decode_bytes), so a decoding sequence is counted at that working set, not at all it holds. A
+// prompt is attended densely: a prefill of several chunks re-reads the prompt's KV at every chunk, so it counts
+// whole (as dense); a prompt whose rest (after the prefix cache) is computed in one chunk reads the cached prefix once,
+// in that one pass, and is counted at the working set it keeps from then on: its decode steps' plus the chunk's blocks.
+// Dense: every sequence at what it holds (unchanged).
+
+// The rest of a prompt fits the chunk of one iteration whatever the decode rows beside it (n_parallel at most).
+static bool one_chunk(const kvt_sched *s, int64_t rest) { return rest + s->p.n_parallel <= s->p.token_budget; }
+
+// The working set of a sparse request of n sequences over n_prompt positions, rest of them still to compute in one
+// chunk: each sequence's decode step plus its next block, and the chunk's blocks.
+static int64_t sparse_need(const kvt_sched *s, int32_t n, int64_t n_prompt, int64_t rest) {
+    const int64_t B = kvt_context_kv_block(s->ctx);
+    return (int64_t)n * (kvt_context_decode_bytes(s->ctx, n_prompt + 1) + s->block_bytes) + (rest + B - 1) / B * s->block_bytes;
+}
+
+// Bytes of KV the request's running sequences hold plus one more block each (its next), in any tier; under sparse
+// selection, of a decoding (or one-chunk prefilling) request, at most their working set (see above).
 static int64_t req_demand(kvt_sched *s, const req *r) {
     kvt_kv *kv = kvt_context_kv(s->ctx);
+    const bool sparse = kvt_context_sparse_selects(s->ctx);
+    const int64_t rest = r->p.n_prompt - r->n_prefilled;
     int64_t sum = 0;
     for (int32_t i = 0; i < r->p.n; i++) {
         if (!r->ch[i].live || r->ch[i].seq < 0) continue;
         int64_t b[KVT_TIER_COUNT];
         kvt_kv_paged_seq_usage(kv, r->ch[i].seq, b);
-        sum += b[KVT_TIER_FAST] + b[KVT_TIER_HOST] + b[KVT_TIER_DISK] + s->block_bytes;
+        int64_t held = b[KVT_TIER_FAST] + b[KVT_TIER_HOST] + b[KVT_TIER_DISK];
+        if (sparse && r->state == R_DECODE) {
+            const int64_t ws = kvt_context_decode_bytes(s->ctx, kvt_context_seq_n_past(s->ctx, r->ch[i].seq) + 1);
+            held = ws < held ? ws : held;
+        } else if (sparse && r->state == R_PREFILL && one_chunk(s, rest)) {
+            const int64_t ws = sparse_need(s, 1, r->p.n_prompt, rest) - s->block_bytes;
+            held = ws < held ? ws : held;
+        }
+        sum += held + s->block_bytes;
     }
     return sum;
+}
+
+// KV a waiting request is counted at when admitted (kvt_sched_policy_req.need; 0: its prompt's blocks): under sparse
+// selection, when the prefix cache leaves the rest of its prompt to one chunk, its working set (see above).
+static int64_t req_need(kvt_sched *s, const req *r) {
+    if (!s->pc || !kvt_context_sparse_selects(s->ctx)) return 0;
+    const int64_t cached = kvt_sched_prefix_probe(s, r->prompt, r->p.n_prompt) * kvt_context_kv_block(s->ctx);
+    const int64_t rest = r->p.n_prompt - cached;
+    if (!one_chunk(s, rest)) return 0;
+    const int64_t B = kvt_context_kv_block(s->ctx), whole = (r->p.n_prompt + B - 1) / B * s->block_bytes;
+    const int64_t ws = sparse_need(s, r->p.n, r->p.n_prompt, rest);
+    return ws < whole ? ws : 0;
 }
 
 // Admits r: its prompt's sequence (with the prefix cache's blocks) and one sampler per choice.
@@ -337,13 +377,13 @@ static kvt_status grow(kvt_sched *s, int64_t n, kvt_err *err) {
 }
 
 // The decisions' parameters and view of the requests (sched_policy.h), in list order; with `demand` and
-// preemption, the admitted requests' demand (req_demand). Returns the view's length, -1 when out of memory.
+// preemption, the admitted requests' demand (req_demand) and, with need_of_waiting, the waiting ones' need (req_need). Returns the view's length, -1 when out of memory.
 static kvt_sched_policy_params policy_params(const kvt_sched *s) {
     return (kvt_sched_policy_params){s->p.n_parallel, s->p.token_budget, s->resident, kvt_context_kv_block(s->ctx),
                                      s->block_bytes};
 }
 
-static int64_t view_build(kvt_sched *s, bool demand, kvt_err *err) {
+static int64_t view_build(kvt_sched *s, bool demand, bool need_of_waiting, kvt_err *err) {
     int64_t n = 0;
     for (const req *r = s->head; r; r = r->next) n++;
     if (n > s->view_cap) {
@@ -365,8 +405,10 @@ static int64_t view_build(kvt_sched *s, bool demand, kvt_err *err) {
     n = 0;
     for (req *r = s->head; r; r = r->next, n++) {
         const int32_t state = r->state == R_WAITING ? KVT_SP_WAITING : r->state == R_PREFILL ? KVT_SP_PREFILL : KVT_SP_DECODE;
-        const int64_t d = demand && s->resident >= 0 && r->state != R_WAITING ? req_demand(s, r) : 0;
-        s->view[n] = (kvt_sched_policy_req){state, r->swapped, r->p.n, r->n_live, r->p.n_prompt, r->n_prefilled, d};
+        const bool mem = demand && s->resident >= 0;
+        const int64_t d = mem && r->state != R_WAITING ? req_demand(s, r) : 0;
+        const int64_t need = mem && need_of_waiting && r->state == R_WAITING ? req_need(s, r) : 0;
+        s->view[n] = (kvt_sched_policy_req){state, r->swapped, r->p.n, r->n_live, r->p.n_prompt, r->n_prefilled, d, need};
         s->view_req[n] = r;
     }
     return n;
@@ -375,7 +417,7 @@ static int64_t view_build(kvt_sched *s, bool demand, kvt_err *err) {
 // Preemption by swap and resumption (s->resident >= 0): the running requests' demand must fit in fast + host.
 static kvt_status balance(kvt_sched *s, kvt_err *err) {
     const kvt_sched_policy_params pp = policy_params(s);
-    const int64_t n = view_build(s, true, err);
+    const int64_t n = view_build(s, true, false, err);
     if (n < 0) return err->status;
     kvt_sched_policy_load load = kvt_sched_policy_running(s->view, n);
     for (int64_t v; (v = kvt_sched_policy_victim(&pp, s->view, n, &load)) >= 0;) { // the latest admitted running one
@@ -413,7 +455,7 @@ static kvt_status balance(kvt_sched *s, kvt_err *err) {
 // Admits waiting requests in arrival order while slots (and, with preemption, fast + host) allow.
 static kvt_status admit_waiting(kvt_sched *s, kvt_err *err) {
     const kvt_sched_policy_params pp = policy_params(s);
-    int64_t n = view_build(s, true, err);
+    int64_t n = view_build(s, true, true, err);
     if (n < 0) return err->status;
     for (;;) {
         const int64_t n_admit = kvt_sched_policy_admit(&pp, s->view, n, s->pick);
@@ -467,7 +509,7 @@ static void publish_plan(kvt_sched *s, int64_t n_runs) {
 // Returns the runs.
 static int64_t build_runs(kvt_sched *s, kvt_err *err) {
     const kvt_sched_policy_params pp = policy_params(s);
-    const int64_t nv = view_build(s, false, err); // the split needs no demand
+    const int64_t nv = view_build(s, false, false, err); // the split needs no demand
     if (nv < 0) return -1;
     const int64_t n_split = kvt_sched_policy_split(&pp, s->view, nv, s->split);
     int64_t n = 0;

@@ -65,7 +65,7 @@ int64_t kvt_sim_sched_kvtier(const kvt_sim_sched_view *v, kvt_sim_batch *b, void
         const kvt_sim_req *r = &v->reqs[id];
         const int32_t state = !run ? KVT_SP_WAITING : r->prefilled < r->prompt ? KVT_SP_PREFILL : KVT_SP_DECODE;
         k->view[i] = (kvt_sched_policy_req){state, run && r->swapped, 1, run ? 1 : 0, r->prompt, r->prefilled,
-                                            run ? r->n_blocks + 1 : 0};
+                                            run ? r->n_blocks + 1 : 0, 0};
         k->ids[i] = id;
     }
     b->n_swap_out = b->n_swap_in = b->n_admit = 0;

@@ -283,6 +283,21 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *o, kvt_
     return KVT_OK;
 }
 
+int64_t kvt_sparse_step_blocks(const kvt_sparse_params *pp, int64_t n, int64_t B) {
+    kvt_sparse_params p = *pp;
+    kvt_sparse_params_resolve(&p);
+    if (B < 1) B = 1;
+    const int64_t nb = (n + B - 1) / B;
+    if (p.mode != KVT_SPARSE_QUEST && p.mode != KVT_SPARSE_ASYNCSPADE) return nb;
+    int64_t K = p.budget > 0 ? p.budget : (int64_t)ceil(p.budget_frac * (double)n);
+    if (K < (int64_t)p.sink + p.recent) K = (int64_t)p.sink + p.recent;
+    // the page the selection is aligned to (0: token level)
+    const int64_t P = p.mode == KVT_SPARSE_QUEST ? p.page
+                      : p.rerank > 1.0 && p.rerank_block > 1 ? p.rerank_block : p.block > 1 ? p.block : 0;
+    const int64_t blocks = P > 0 ? ((K + P - 1) / P + 2) * ((P + B - 1) / B) : K;
+    return blocks < nb ? blocks : nb;
+}
+
 void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *o) {
     pthread_mutex_t *mu = (pthread_mutex_t *)&s->mu; // the worker adds its times under mu while it runs
     pthread_mutex_lock(mu);

@@ -109,6 +109,15 @@ const kvt_sparse_params *kvt_sparse_get_params(const kvt_sparse *s);
 // not queries); 1 otherwise (the last token's logits). s NULL: 1.
 int64_t kvt_sparse_prompt_tail(const kvt_sparse *s);
 const kvt_sparse_dims *kvt_sparse_get_dims(const kvt_sparse *s);
+// Blocks of block_tokens positions that one sparse (layer, KV head) pair's decode step reads from the store at most,
+// with n positions held (the working set a step keeps in the fast tier): ceil(n / block_tokens) for off and oracle
+// (the oracle scores every key); otherwise the budget K (sink and recent included) as whole pages plus the two
+// partial ones at sink and recent when the selection is page-aligned (quest's page, asyncspade's rerank_block or
+// block), one block a position at token level; at most every block. Not counted: a re-rank's candidates that the
+// worker prefetches beyond the K it keeps (speculative loads, evicted first by nothing but the store's policy). With
+// share / share_layers a head's or layer's budget varies around K (the sum is kept): approximately per layer.
+// p resolved or not.
+int64_t kvt_sparse_step_blocks(const kvt_sparse_params *p, int64_t n, int64_t block_tokens);
 
 // The figures of one (layer, KV head) pair over the steps recorded with stats (-1 where none).
 typedef struct {
