@@ -215,6 +215,26 @@ def per_iteration(m0, m1):
     return out
 
 
+def sparse_counters(m0, m1):
+    """kvtier's sparse decode counters over the run (from /metrics before and after; None without them): steps, positions
+    selected / held, KV and summary bytes read, selection stall and of it the worker wait (s), the worker's wall and CPU
+    (s), and beside them the run's decode seconds, generated tokens and bytes moved between tiers."""
+    if not m1 or "kvtier_sparse_steps_total" not in m1:
+        return None
+    d = lambda k: m1.get(k, 0.0) - m0.get(k, 0.0)
+    return {"steps": d("kvtier_sparse_steps_total"),
+            "selected": d('kvtier_sparse_positions_total{kind="selected"}'),
+            "context": d('kvtier_sparse_positions_total{kind="context"}'),
+            "kv_read_bytes": d('kvtier_sparse_read_bytes_total{kind="kv"}'),
+            "summary_read_bytes": d('kvtier_sparse_read_bytes_total{kind="summary"}'),
+            "stall_s": d("kvtier_sparse_stall_seconds_total"), "wait_s": d("kvtier_sparse_worker_wait_seconds_total"),
+            "worker_s": d('kvtier_sparse_worker_seconds_total{kind="wall"}'),
+            "worker_cpu_s": d('kvtier_sparse_worker_seconds_total{kind="cpu"}'),
+            "decode_s": d("kvtier_decode_seconds_total"), "prompt_s": d("kvtier_prompt_seconds_total"),
+            "generated_tokens": d("kvtier_generated_tokens_total"), "iterations": d("kvtier_iterations_total"),
+            "moved_bytes": moved_bytes(m0, m1)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="http://127.0.0.1:8080")
@@ -290,6 +310,7 @@ def main():
         "kv_hits": m1.get("kvtier_kv_hits_total", 0) - m0.get("kvtier_kv_hits_total", 0) if m1 else None,
         "kv_misses": m1.get("kvtier_kv_misses_total", 0) - m0.get("kvtier_kv_misses_total", 0) if m1 else None,
         "per_iteration": per_iteration(m0, m1),
+        "sparse": sparse_counters(m0, m1),
     }
     if a.json:
         print(json.dumps(summary))

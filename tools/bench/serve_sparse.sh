@@ -22,7 +22,9 @@
 # (asyncspade; 1 token otherwise), so their TTFT is a cache hit's (the summaries read back from the store), and their
 # TPOT is P sequences decoding together. Each round's JSON (tools/bench/serve_bench.py --json) goes to DIR; the table
 # at the end gives per configuration: TPOT (median and p90 over every request of the hot rounds), throughput, TTFT,
-# KV moved bytes and the store's stall per iteration (/metrics; serve reports no sparse selection stall).
+# KV moved bytes and the store's stall per iteration, iterations per hot run (3 x N: the requests ran one at a time),
+# and from serve's sparse counters (/metrics): the selection stall's share of the decode time, the stall per sparse step
+# (and of it the wait for the asyncspade worker), the KV bytes a step reads, the bytes moved between tiers per token.
 #
 # The prompts: the repository's docs as at commit e95fce2 (the text of tools/bench/sparse_speed.sh), P slices starting
 # 40000 bytes apart (distinct text: no shared prefix between the requests), each its first PROMPT_TOKENS ids (`kvtier
@@ -64,15 +66,23 @@ fi
 read -r KVB NL NKV HD < <("$BIN" info -m "$M" --json | python3 -c '
 import json,sys; i=json.load(sys.stdin); print(i["kv_bytes_per_token_f16"], i["n_layer"], i["n_head_kv"], i["head_dim"])')
 # --kv-fast of the disk store: FAST_FRAC of the P sequences' KV of CTX positions for the blocks, plus the mode's key
-# summaries for P sequences (reserved from --kv-fast: --sparse-seqs is serve's -np), as tools/bench/sparse_speed.sh
-# (approximately: without its allocation rounding): asyncspade's int8 copies (head_dim + 4 bytes per position, KV head
-# and layer), Quest's min/max per page of 16, dense none
+# summaries for P sequences (reserved from --kv-fast: --sparse-seqs is serve's -np), as kvt_sparse_summary_bytes and
+# tools/bench/sparse_speed.sh count them, each buffer as allocated (64-byte multiples, whole 2 MiB pages from 1 MiB
+# on): asyncspade's int8 copies (head_dim bytes per position, KV head and layer; CTX in whole 16-position blocks) and
+# their f32 scales, Quest's f32 min/max per page of 16, dense none. (Before 2026-12-01 05:10 UTC this left out the
+# rounding: under asyncspade the store's blocks then got 1/3 of FAST_FRAC, the 2 MiB pages taking the rest.)
 fast_of() {
-    case " $1 " in
-        *" --sparse off "*) python3 -c "print(int($FAST_FRAC * $KVB * $CTX * $P))" ;;
-        *" --sparse quest "*) python3 -c "print(int($FAST_FRAC * $KVB * $CTX * $P + $P * $NL * 2 * $NKV * (($CTX + 15) // 16) * $HD * 4))" ;;
-        *) python3 -c "print(int($FAST_FRAC * $KVB * $CTX * $P + $P * $NL * $NKV * $CTX * ($HD + 4)))" ;;
-    esac
+    python3 - "$1" "$FAST_FRAC" "$KVB" "$CTX" "$P" "$NL" "$NKV" "$HD" <<'PY'
+import sys
+f, frac = " %s " % sys.argv[1], float(sys.argv[2])
+kvb, ctx, p, nl, nkv, hd = map(int, sys.argv[3:])
+ab = lambda n: (n + (2 << 20) - 1) // (2 << 20) * (2 << 20) if n >= 1 << 20 else (n + 63) // 64 * 64
+blocks = int(frac * kvb * ctx * p)
+if " --sparse off " in f: s = 0
+elif " --sparse quest " in f: s = nl * 2 * ab(nkv * ((ctx + 15) // 16) * hd * 4)
+else: cap = (ctx + 15) // 16 * 16; s = nl * (ab(nkv * cap * hd) + ab(nkv * cap * 4))
+print(blocks + p * s)
+PY
 }
 IFS=';' read -r -a cfgs <<< "$CONFIGS"
 SRV=""
@@ -112,10 +122,13 @@ def pct(v, p):
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 print(f"CPU: {cpu}, {os.cpu_count()} vCPUs; store {store}; {R} rounds x {H} hot runs per configuration\n")
 print("| config | TPOT median ms | TPOT p90 ms | TPOT per round (median) | tok/s (per run) | TTFT hit median ms | TTFT cold median / max ms "
-      "| cached / prompt tokens | KV moved MB per hot run | store stall ms / iteration | process CPU ms / iteration |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+      "| cached / prompt tokens | KV moved MB per hot run | store stall ms / iteration | process CPU ms / iteration "
+      "| iterations per hot run | selection stall % of decode time | selection stall ms per step (worker wait) "
+      "| KV read MB per step | moved MB per token |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for n in names:
     tp, thr, tt, cold, moved, st, cpu_it, rounds, cached, prompt = [], [], [], [], [], [], [], [], 0, 0
+    its, share, sms, wms, rd, mpt = [], [], [], [], [], []
     for r in range(1, R + 1):
         try: c = json.load(open(f"{out}/{store}-{n}-{r}-cold.json")); cold += c["ttft_ms"]
         except Exception: pass
@@ -127,11 +140,18 @@ for n in names:
             cached += j["cached_tokens"]; prompt += j["prompt_tokens"]
             if j["kv_moved_bytes"] is not None: moved.append(j["kv_moved_bytes"] / 1e6)
             pi = j.get("per_iteration") or {}
-            if pi: st.append(pi["stall_ms"]); cpu_it.append(pi["process_cpu_ms"])
+            if pi: st.append(pi["stall_ms"]); cpu_it.append(pi["process_cpu_ms"]); its.append(pi["iterations"])
+            sp = j.get("sparse") or {}
+            if sp:
+                if sp["decode_s"] > 0: share.append(100 * sp["stall_s"] / sp["decode_s"])
+                if sp["steps"] > 0:
+                    sms.append(1e3 * sp["stall_s"] / sp["steps"]); wms.append(1e3 * sp["wait_s"] / sp["steps"])
+                    rd.append(sp["kv_read_bytes"] / sp["steps"] / 1e6)
+                if sp["generated_tokens"] > 0: mpt.append(sp["moved_bytes"] / sp["generated_tokens"] / 1e6)
         if rt: rounds.append(statistics.median(rt))
     if not tp: print(f"| {n} | failed |"); continue
     f = lambda v, d=1: "-" if not v else (f"{min(v):.{d}f}-{max(v):.{d}f}" if len(v) > 1 else f"{v[0]:.{d}f}")
     print(f"| {n} | {statistics.median(tp):.1f} | {pct(tp, 90):.1f} | {' '.join(f'{x:.1f}' for x in rounds)} | {f(thr)} | "
           f"{statistics.median(tt):.0f} | {statistics.median(cold):.0f} / {max(cold):.0f} | {cached} / {prompt} | {f(moved)} | "
-          f"{f(st, 2)} | {f(cpu_it)} |")
+          f"{f(st, 2)} | {f(cpu_it)} | {f(its, 0)} | {f(share)} | {f(sms, 2)} ({f(wms, 2)}) | {f(rd, 2)} | {f(mpt, 2)} |")
 EOF
