@@ -446,6 +446,8 @@ static void test_score_blocks_bits(const int bits, const int qbits) {
                 "%d cases", cases);
 }
 
+void test_sparse_resid_rows(void); // tests/test_sparse_resid.c
+
 // The key copies as observe_keys writes them (kvt_sparse_quant_key): each element within half a step of the key (a
 // step: the row's scale, max |k| / 127 or / 7), the largest at +-127 / +-7, a zero row all 0 with scale 1; the other
 // elements of a 4-bit byte untouched.
@@ -1176,6 +1178,26 @@ static void test_context(const char *path) {
                     "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
         free(aq);
     }
+    // --sparse-rerank-resid (the worker's kept scores plus the residual on half the rows, every head past a gate of 0.01
+    // after 1 calibration call): K positions per pair, worker = inline, 1..4 threads and the paged store = the contiguous
+    // store, bit for bit; a calibration longer than the run (every re-rank the exact pass) = without the flag, bit for bit
+    for (int e = 0; e < 2; e++) {
+        kvt_context_params c10r = c10q;
+        c10r.sparse.rerank_resid = 0.5;
+        c10r.sparse.rerank_resid_gate = 0.01;
+        c10r.sparse.rerank_resid_cal = e ? 1 << 20 : 1;
+        float *ar = malloc((size_t)n * sizeof *ar), *ax = malloc((size_t)n * sizeof *ax);
+        int64_t sx = 0;
+        st = ar && ax ? run_inline_worker(m, &c10r, ar, &sa, b, &sb, &err) : kvt_errorf(&err, KVT_ERR_NOMEM, "out of memory");
+        bool same = !st && max_diff(ar, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12 &&
+                    same_for_threads(m, &c10r, &dd, vary_prefetch_top, ar, b, n, sb, &st, &err);
+        if (same && e) same = !(st = run(m, &c10q, ax, &sx, &err)) && max_diff(ar, ax, n) == 0;
+        test_result(same, e ? "sparse: asyncspade --sparse-rerank-resid while calibrating (the exact pass) = without it; K positions, worker = inline, 1..4 threads, fast tier + host = contiguous, bit for bit"
+                            : "sparse: asyncspade --sparse-rerank-resid 0.5: K positions per pair; worker = inline, 1..4 threads, fast tier + host = contiguous, bit for bit",
+                    "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
+        free(ar);
+        free(ax);
+    }
     // --sparse-block-sum: candidate pages by their predicted mass; worker = inline, K positions
     c10.sparse.block_sum = true;
     st = run_inline_worker(m, &c10, a, &sa, b, &sb, &err);
@@ -1323,6 +1345,19 @@ static void test_cli_preset(const test_env *env, const char *model) {
     snprintf(cmd, sizeof cmd, run, env->cli, model, "--sparse-preset keep");
     const int rc4 = test_run(cmd, o4, sizeof o4);
     const bool qb = rc4 == 0 && strstr(o4, "\"rerank_qbits\":8") && strstr(o1, "\"rerank_qbits\":16");
+    // --sparse-rerank-resid: the residual re-rank runs (its rows reported), the exact pass not at all with a gate of 0
+    // past one calibration call; refused without int8 copies for both scans
+    static char o5[1 << 16];
+    snprintf(cmd, sizeof cmd, run, env->cli, model,
+             "--sparse-preset keep --sparse-rerank-resid 0.5 --sparse-rerank-resid-gate 0.01 --sparse-rerank-resid-cal 1");
+    const int rc5 = test_run(cmd, o5, sizeof o5);
+    const char *rr = strstr(o5, "\"rerank_resid_rows\":");
+    const bool resid = rc5 == 0 && rr && strtod(rr + 20, NULL) > 0.0 && strstr(o5, "\"rerank_resid_exact_frac\":0,");
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 -c 64 --sparse-preset keep --sparse-rerank-resid 0.5 --sparse-key-bits 4 >/dev/null 2>&1",
+             env->cli, model);
+    const int bad4 = test_run(cmd, junk, sizeof junk);
+    test_result(resid && bad4 != 0, "sparse: --sparse-rerank-resid runs the residual re-rank (rows reported), refused with 4-bit scans",
+                "rc %d, bad rc %d, output %.400s", rc5, bad4, rr ? rr : o5);
     test_result(same && over && bad != 0 && qb, name, "rc %d %d %d %d, bad rc %d, output %.300s", rc1, rc2, rc3, rc4, bad,
                 s1 ? s1 : o1);
 }
@@ -1402,6 +1437,7 @@ void test_sparse(const test_env *env) {
     test_rope_align();
     test_quest_bound();
     test_score_kernels();
+    test_sparse_resid_rows();
     test_k8_layout_terms();
     test_topk();
     test_topk_random();

@@ -110,6 +110,12 @@ const char *const cli_engine_help =
     "  --sparse-key-bits B  asyncspade: 8 (int8, default) or 4 (4-bit) key copies for the predicted query's scan\n"
     "  --sparse-rerank-bits B  asyncspade: key copies the real query scores (re-rank, fallback; default: key bits)\n"
     "  --sparse-rerank-qbits B  asyncspade: the re-rank's real query as int16 (16, default) or int8 (8)\n"
+    "  --sparse-rerank-resid R  asyncspade: the re-rank as the worker's scores plus the residual (q - q^) . k on\n"
+    "                       share R of the int8 key rows (those with the most residual energy), in the KV heads\n"
+    "                       whose calibration passes the gate (default 0: always the exact pass)\n"
+    "  --sparse-rerank-resid-gate G  with --sparse-rerank-resid: the residual only in KV heads whose first re-ranks\n"
+    "                       (exact) kept on average >= G of their candidates' mass (default 0.8)\n"
+    "  --sparse-rerank-resid-cal N  with --sparse-rerank-resid: those first re-ranks per layer and KV head (4)\n"
     "  --sparse-preset keep|doc|acc  asyncspade with a measured set of the flags above (docs/SPARSE.md): keep\n"
     "                       (pages of 16, re-rank x4, keep 0.25, int8 re-rank query), doc (x6 + share, pages of 16),\n"
     "                       acc (pages of 8, x8 + share, 1 dense first layer: the accuracy one; --kv-block 8 on\n"
@@ -234,7 +240,10 @@ static const char *sparse_flag_unused(const kvt_sparse_params *p, const char **m
                  {p->fallback != 0, "--sparse-fallback"},
                  {p->key_bits != 0, "--sparse-key-bits"},
                  {p->rerank_bits != 0, "--sparse-rerank-bits"},
-                 {p->rerank_qbits != 0, "--sparse-rerank-qbits"}};
+                 {p->rerank_qbits != 0, "--sparse-rerank-qbits"},
+                 {p->rerank_resid != 0, "--sparse-rerank-resid"},
+                 {p->rerank_resid_gate != 0, "--sparse-rerank-resid-gate"},
+                 {p->rerank_resid_cal != 0, "--sparse-rerank-resid-cal"}};
         for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
             if (k[i].set) return k[i].flag;
     }
@@ -325,6 +334,21 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
             return -1;
         }
         sp->rerank_qbits = (int32_t)v;
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-rerank-resid-gate")) {
+        if (!kvt_args_float(a, flag, 0.0, 1.0, &f)) return -1;
+        sp->rerank_resid_gate = f;
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-rerank-resid-cal")) {
+        if (!kvt_args_int(a, flag, 1, 1 << 20, &v)) return -1;
+        sp->rerank_resid_cal = (int32_t)v;
+        return 1;
+    }
+    if (!strcmp(flag, "--sparse-rerank-resid")) {
+        if (!kvt_args_float(a, flag, 0.0, 1.0, &f)) return -1;
+        sp->rerank_resid = f;
         return 1;
     }
     if (!strcmp(flag, "--sparse-rerank")) {
@@ -519,6 +543,11 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_int(j, "key_bits", p->key_bits);
     kvt_json_kv_int(j, "rerank_bits", p->rerank_bits);
     kvt_json_kv_int(j, "rerank_qbits", p->rerank_qbits);
+    kvt_json_kv_num(j, "rerank_resid", p->rerank_resid);
+    kvt_json_kv_num(j, "rerank_resid_gate", p->rerank_resid_gate);
+    kvt_json_kv_int(j, "rerank_resid_cal", p->rerank_resid_cal);
+    kvt_json_kv_num(j, "rerank_resid_rows", sm.rerank_resid_rows);
+    kvt_json_kv_num(j, "rerank_resid_exact_frac", sm.rerank_resid_exact_frac);
     kvt_json_kv_int(j, "summary_bytes", sm.summary_bytes);
     kvt_json_kv_int(j, "seqs", p->seqs);
     kvt_json_kv_int(j, "n_steps", sm.n_steps);

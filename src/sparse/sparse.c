@@ -26,6 +26,8 @@ void kvt_sparse_params_resolve(kvt_sparse_params *p) {
     if (p->key_bits <= 0) p->key_bits = 8;
     if (p->rerank_bits <= 0) p->rerank_bits = p->key_bits;
     if (p->rerank_qbits <= 0) p->rerank_qbits = 16;
+    if (p->rerank_resid_gate <= 0.0) p->rerank_resid_gate = 0.8;
+    if (p->rerank_resid_cal <= 0) p->rerank_resid_cal = 4;
 }
 
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_dims *d) {
@@ -95,6 +97,13 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     if (p.rerank_qbits != 8 && p.rerank_qbits != 16) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-rerank-qbits %d: 8 or 16", p.rerank_qbits);
     }
+    if (!(p.rerank_resid >= 0.0 && p.rerank_resid <= 1.0) || !(p.rerank_resid_gate >= 0.0 && p.rerank_resid_gate <= 1.0)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-rerank-resid %g / -gate %g: shares in [0, 1]", p.rerank_resid,
+                          p.rerank_resid_gate);
+    }
+    if (p.rerank_resid > 0.0 && (p.key_bits != 8 || p.rerank_bits != 8)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-rerank-resid needs the int8 copies for both scans (--sparse-key-bits 8, --sparse-rerank-bits 8)");
+    }
     if (p.mode == KVT_SPARSE_ASYNCSPADE && d->head_dim % 4) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "sparse asyncspade: head_dim %d is not a multiple of 4 (the int8 key layout)", d->head_dim);
     }
@@ -139,6 +148,13 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
         s->rr_q16 = kvt_sparse_zalloc((size_t)(H * s->gd) * 2, &ok);
         s->rr_qs = kvt_sparse_zalloc((size_t)(H * s->qpg) * 4, &ok);
         s->rr_inv = kvt_sparse_zalloc((size_t)(H * s->qpg) * 4, &ok);
+        if (p.rerank_resid > 0.0) {
+            s->rs_nr = kvt_sparse_zalloc((size_t)H * 4, &ok);
+            s->rs_rows = kvt_sparse_zalloc((size_t)(H * (hd / 4 + 1)) * 4, &ok);
+            s->rs_corr = kvt_sparse_zalloc((size_t)(H * s->qpg) * 4, &ok);
+            s->rs_d8 = kvt_sparse_zalloc((size_t)(H * s->gd), &ok);
+            s->rs_qs = kvt_sparse_zalloc((size_t)(H * s->qpg) * 4, &ok);
+        }
     }
     if (ok && p.mode == KVT_SPARSE_ASYNCSPADE && p.rerank > 1.0 && p.rerank_block > 1 && p.share) {
         s->sh_vals = kvt_sparse_zalloc((size_t)(H * N) * 4, &ok);
@@ -192,6 +208,7 @@ void kvt_sparse_free(kvt_sparse *s) {
     for (int32_t i = 0; s->rr_ss && i < s->d.n_threads; i++) ss_free(&s->rr_ss[i]);
     free(s->rr_ss);
     void *bufs[] = {s->exact, s->osel, s->kbuf, s->krow, s->krow_t, s->queue, s->pair_mass, s->rr_raw, s->rr_q16, s->rr_qs, s->rr_inv,
+                    s->rs_nr, s->rs_rows, s->rs_corr, s->rs_d8, s->rs_qs,
                     s->sh_vals, s->sh_wts, s->sh_v, s->sh_w, s->sh_cnt, s->sh_raw, s->ls_v, s->ls_v2, s->ls_w, s->ls_w2,
                     s->ps_n, s->ps_fb, s->ps_ncos, s->ps_mass, s->ps_ovl, s->ps_cos};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -223,6 +240,7 @@ void kvt_sparse_steps_clear(kvt_sparse *s) {
     s->agg_worker_ms = s->agg_worker_cpu_ms = 0.0;
     pthread_mutex_unlock(&s->mu);
     s->n_pair_mass = s->n_pred_sel = s->n_fallback = 0;
+    s->n_rr_resid = s->n_rr_exact = s->n_rr_rows = 0;
     const size_t np = (size_t)s->d.n_layer * s->d.n_head_kv;
     memset(s->ps_n, 0, np * 8);
     memset(s->ps_fb, 0, np * 8);
@@ -264,6 +282,8 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *o, kvt_
     pthread_mutex_unlock(mu);
     o->oracle_overlap = o->mass_recall = o->mass_recall_p5 = o->query_cos = -1.0;
     o->fallback_frac = s->n_pred_sel ? (double)s->n_fallback / (double)s->n_pred_sel : 0.0;
+    o->rerank_resid_rows = s->n_rr_resid ? (double)s->n_rr_rows / ((double)s->n_rr_resid * (s->d.head_dim / 4)) : -1.0;
+    o->rerank_resid_exact_frac = s->n_rr_resid + s->n_rr_exact ? (double)s->n_rr_exact / (double)(s->n_rr_resid + s->n_rr_exact) : 0.0;
     const int64_t np = s->agg_pairs;
     if (np == 0) return KVT_OK;
     if (s->p.mode == KVT_SPARSE_ASYNCSPADE) {

@@ -145,6 +145,10 @@ typedef struct {
     double query_cos;              // asyncspade with stats: mean cosine of predicted and real query (-1: none)
     double fallback_frac;          // asyncspade: share of its predicted (step, layer, KV head) selections redone
                                    // with the real query (--sparse-fallback; 0 without)
+    double rerank_resid_rows;      // --sparse-rerank-resid: the mean share of a candidate's int8 key rows its residual
+                                   // calls read (-1: none)
+    double rerank_resid_exact_frac; // --sparse-rerank-resid: share of the re-rank's (call, KV head) pairs that took
+                                   // the exact pass (more than half the rows needed; no kept scores)
 } kvt_sparse_summary;
 // NOMEM only for the percentile's sort buffer.
 kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *out, kvt_err *err);

@@ -185,10 +185,13 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
         }
         memcpy(ly->pred_q + (int64_t)kh * gd, ss->pred, (size_t)gd * sizeof(float));
         const bool worker = ss == &s->work_ss;
-        score_keys(s, ly, kh, s->p.key_bits, ss->pred, n, P, scale, ss->raw, worker); // (checks first)
+        // --sparse-rerank-resid: the raw scores kept in the layer for the re-rank (s^), the softmax terms into the scratch
+        float *sh = ly->shat ? ly->shat + (int64_t)kh * s->qpg * ly->cap : NULL;
+        score_keys(s, ly, kh, s->p.key_bits, ss->pred, n, P, scale, sh ? sh : ss->raw, worker); // (checks first)
         float inv[KVT_SPARSE_MAX_QPG]; // kvt_sparse_aggregate's operations, the worker checking after each softmax row
         for (int32_t i = 0; i < s->qpg; i++) {
-            inv[i] = kvt_sparse_softmax_row(ss->raw + (int64_t)i * n, n);
+            inv[i] = sh ? kvt_sparse_softmax_row_to(sh + (int64_t)i * n, ss->raw + (int64_t)i * n, n)
+                        : kvt_sparse_softmax_row(ss->raw + (int64_t)i * n, n);
             if (worker) worker_yield(s);
         }
         kvt_sparse_aggregate_rows(ss->raw, s->qpg, n, n, inv, ss->agg);
@@ -268,7 +271,8 @@ static void rr_score_task(void *ctx, int64_t task, int thread) {
     const int64_t nk = sel[nc - 1] >= J->P ? nc - 1 : nc; // sorted: only the last can be P
     const int64_t x0 = nk * c / J->chunks, x1 = nk * (c + 1) / J->chunks;
     float *raw = rr_raw(J, kh);
-    kvt_sparse_score_keys_set(s->rr_q16 + (int64_t)kh * s->gd, s->rr_qs + (int64_t)kh * s->qpg, s->qpg, hd,
+    if (s->rs_nr && s->rs_nr[kh] > 0) kvt_sparse_resid_score(s, J->ly, kh, J->P, sel, x0, x1, nc, raw);
+    else kvt_sparse_score_keys_set(s->rr_q16 + (int64_t)kh * s->gd, s->rr_qs + (int64_t)kh * s->qpg, s->qpg, hd,
                               kvt_sparse_keys_of(J->ly, s->p.rerank_bits, kh, hd), sel + x0, x1 - x0, nc, J->scale, raw + x0);
     if (c == J->chunks - 1) {
         for (int64_t y = nk; y < nc; y++) {
@@ -367,7 +371,12 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
         const int64_t c1 = nc - c_recent, kk = K - c_sink - c_recent; // kk < the middle's candidates (nc > K)
         float *v = ss->agg;
         int32_t *w = ss->csel;
-        const int64_t ns = rr_pieces(s, rows, inv, sel, nc, c_sink, c1, kept, f, ss->vals, v, NULL, w);
+        // --sparse-rerank-resid, a head calibrating: the share of its middle candidates' mass the chosen pieces hold
+        double *cal = ly->rs_cal ? ly->rs_cal + 2 * kh : NULL;
+        if (cal && cal[0] >= kvt_sparse_resid_cal_calls(s)) cal = NULL;
+        float *pm = cal ? ss->raw : NULL;
+        double m_all = 0.0, m_kept = 0.0;
+        const int64_t ns = rr_pieces(s, rows, inv, sel, nc, c_sink, c1, kept, f, ss->vals, v, pm, w);
         float thr = INFINITY;
         int64_t ties = 0;
         if (kk > 0) { // the kk-th largest, a piece counted once per candidate; what the pieces above it leave to the ties
@@ -381,6 +390,7 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
         for (int64_t i = 0; i < ns; x += w[i], i++) {
             int64_t take = v[i] > thr ? w[i] : 0;
             if (kk > 0 && v[i] == thr) take = ties < w[i] ? ties : w[i], ties -= take;
+            if (pm && pm[i] > 0.0f) m_all += pm[i], m_kept += take == w[i] ? pm[i] : (double)pm[i] * (double)take / w[i];
             if (take == 16 && c < x) memmove(sel + c, sel + x, 16 * sizeof *sel); // a whole page of 16: one move
             else if (c < x) for (int64_t y = 0; y < take; y++) sel[c + y] = sel[x + y];
             c += take;
@@ -388,6 +398,7 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
         for (int64_t y = c1; y < nc; y++) sel[c++] = sel[y];
         ly->nsel[kh] = c;
         if (keep) mark_kept(s, ly, kh, sel, c);
+        if (cal && m_all > 0.0) cal[0] += 1.0, cal[1] += m_kept / m_all;
         return;
     }
     kvt_sparse_aggregate_rows(rows, s->qpg, nc, nc, inv, ss->agg);
@@ -524,6 +535,10 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
         if (rr_active(&J, kh)) {
             kvt_sparse_quant_query_bits(q + (int64_t)kh * s->gd, s->qpg, s->d.head_dim, s->p.rerank_qbits,
                                         s->rr_q16 + (int64_t)kh * s->gd, s->rr_qs + (int64_t)kh * s->qpg);
+            if (s->rs_nr) { // --sparse-rerank-resid: the rows of the residual, or 0 (the exact pass)
+                s->rs_nr[kh] = 0;
+                if (ly->shat && ly->sel_pos == P) kvt_sparse_resid_plan(s, ly, kh, q + (int64_t)kh * s->gd, scale);
+            }
         }
     }
     rr_pass(pool, rr_score_task, &J, (int64_t)H * J.chunks);

@@ -78,6 +78,11 @@ typedef struct {
     float *lv;
     int32_t *lw;
     int64_t ln, lkk, lpos, lalloc;
+    float *shat;        // --sparse-rerank-resid: [Hkv][qpg * cap] the worker's raw predicted scores of its last selection
+                        // (row i of head kh at kh * qpg * cap + i * (sel_pos + 1), indexed by position)
+    double *rs_cal;     // --sparse-rerank-resid: [Hkv][2] the head's calibration: re-rank calls measured, the sum of their
+                        // total variation distances (kvt_sparse_resid_calibrate); from KVT_SPARSE_RESID_CAL calls on, the
+                        // mean decides between the residual and the exact pass
     uint8_t busy;       // a worker job for this layer is queued or running (under mu)
 } kvt_sparse_layer;
 
@@ -116,6 +121,11 @@ struct kvt_sparse {
     int16_t *rr_q16;         // [Hkv][gd] the real query as int16 (kvt_sparse_quant_query)
     float *rr_qs;            // [Hkv][qpg] its row scales
     float *rr_inv;           // [Hkv][qpg] 1 / each row's exp sum (kvt_sparse_softmax_row)
+    // --sparse-rerank-resid: each KV head's residual plan (kvt_sparse_resid_plan, sparse_resid.c): nr rows (0: the
+    // exact pass), their indices, the residual over them as int8 [qpg][4 * nr], 128 * each row's sum, scale * its scale
+    int32_t *rs_nr, *rs_rows, *rs_corr; // [Hkv], [Hkv][hd / 4], [Hkv][qpg]
+    int8_t *rs_d8;           // [Hkv][gd]
+    float *rs_qs;            // [Hkv][qpg]
     // asyncspade with share: the layer's pages over every KV head, for one top-k (kvt_sparse_rerank, share_choose)
     float *sh_vals;            // [Hkv][n_ctx] each head's pieces (its middle candidates cut at page ends): their score
     int32_t *sh_wts;           // [Hkv][n_ctx] and their candidates
@@ -152,6 +162,8 @@ struct kvt_sparse {
     double *ps_mass, *ps_ovl, *ps_cos;
     int64_t n_pred_sel, n_fallback; // asyncspade: predicted selections used, of which redone with the real query
     kvt_sparse_totals tot;   // since init, never cleared (kvt_sparse_totals_get); worker_ms / worker_cpu_ms under mu
+    int64_t n_rr_resid, n_rr_exact, n_rr_rows; // --sparse-rerank-resid: (call, KV head) pairs by the residual, by the
+                                               // exact pass (more than half the rows); rows the residual ones read
 };
 
 enum { KVT_SPARSE_CATCHUP = 64 }; // positions read back from the store per chunk
@@ -214,6 +226,14 @@ void kvt_sparse_layer_budgets(kvt_sparse *s, kvt_sparse_seq *q, int64_t P);
 void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale);
 void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P);
 void *kvt_sparse_worker_main(void *arg);
+// --sparse-rerank-resid (sparse_resid.c): KV head kh's plan for this re-rank (s->rs_*: the rows holding the share of the
+// residual q - q^'s energy, or 0 rows: the exact pass), q the group's real query [gd], from ly->pred_q; serial, before
+// pass 1. Then pass 1 over the candidates sel[x0, x1) (stride nc): raw = s^ + the residual's product on the plan's rows.
+// --sparse-rerank-resid: re-rank calls a KV head is measured in (the exact pass) before its residual is decided.
+static inline double kvt_sparse_resid_cal_calls(const kvt_sparse *s) { return s->p.rerank_resid_cal; }
+void kvt_sparse_resid_plan(kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, const float *q, float scale);
+void kvt_sparse_resid_score(const kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, int64_t P, const int32_t *sel,
+                            int64_t x0, int64_t x1, int64_t nc, float *raw);
 // Waits until no job for (q, layer) is queued or running; the milliseconds waited.
 double kvt_sparse_wait_layer(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer);
 // Every layer of q.
@@ -259,6 +279,8 @@ void kvt_sparse_aggregate(float *s, int32_t qpg, int64_t n, float *agg);
 // (s [n] overwritten by exp(s - max)), returning 1 / their sum (NaN: no finite score, the row adds nothing); then
 // agg[t] = sum_i s_i[t] * inv[i] over the rows in order (row i at s + i * stride, n of its terms).
 float kvt_sparse_softmax_row(float *s, int64_t n);
+// The same with the terms into e [n] (s kept): the same bits in e as kvt_sparse_softmax_row gives in s.
+float kvt_sparse_softmax_row_to(const float *s, float *e, int64_t n);
 // Every position of each page of B positions ([p0, p0 + B), the last page cut at n) set to the sum of the page's scores,
 // summed in position order (the same bits as a serial loop per page; pages side by side in vector lanes).
 void kvt_sparse_page_sums(float *score, int64_t n, int32_t B);
@@ -341,6 +363,16 @@ void kvt_sparse_score_keys_rows(const int16_t *q16, const float *qscale, int32_t
 // The same products for the m sorted positions pos[0 .. m) (a re-rank's candidates), the x-th at raw[i * stride + x].
 void kvt_sparse_score_keys_set(const int16_t *q16, const float *qscale, int32_t qpg, int32_t hd, kvt_sparse_keys k,
                                const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw);
+// The residual's loop: for the m sorted candidates pos, raw[i * stride + x] = shat[i * sh_stride + pos[x]] + (float)(the
+// integer sum of d8 [qpg][4 nr] with the int8 keys' nr rows `rows`) * (ks[pos[x]] * qs[i]) (corr [qpg]: 128 * each row of
+// d8's sum, for the kernel's unsigned form); the portable loop, or its AVX-512 VNNI form (sparse_resid_avx512.c): the
+// same bits.
+void kvt_sparse_resid_rows(const int8_t *d8, const int32_t *corr, const float *qs, int32_t qpg, int32_t hd, const int32_t *rows,
+                           int32_t nr, kvt_sparse_keys k, const int32_t *pos, int64_t m, const float *shat, int64_t sh_stride,
+                           int64_t stride, float *raw);
+void kvt_sparse_resid_avx512(const int8_t *d8, const int32_t *corr, const float *qs, int32_t qpg, int32_t hd,
+                             const int32_t *rows, int32_t nr, kvt_sparse_keys k, const int32_t *pos, int64_t m,
+                             const float *shat, int64_t sh_stride, int64_t stride, float *raw);
 // The 16-position blocks a scan visits (the vector kernels): the range [t0, t0 + n) (pos NULL) or the n sorted positions
 // of pos (a run of entries in one block; pos strictly increasing: 16 entries from a block's start to its end are that
 // whole block), from kvt_sparse_blocks_of. kvt_sparse_blocks_next gives the next block's first position *b0, the lanes to

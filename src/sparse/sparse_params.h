@@ -78,6 +78,14 @@ typedef struct {
                           // 8 or 4; 0: key_bits. A copy of each width used is kept (4 and 8: both, the bytes of both)
     int32_t rerank_qbits; // asyncspade with rerank: the real query of the re-rank's scoring as int16 (16; 0 means 16) or
                           // int8 (8: |q| <= 127 with a scale per query head, one VNNI product per 4 dimensions instead of two)
+    double rerank_resid;  // asyncspade with rerank and int8 copies for both scans: the re-rank's scores as the worker's kept
+                          // predicted scores s^ plus the residual (q - q^) . k on this share (0..1] of the int8 blocks'
+                          // 4-dimension rows, those with the most residual energy per call and KV head (at least one), in
+                          // the KV heads whose calibration passes rerank_resid_gate; 0: the exact pass (default)
+    double rerank_resid_gate; // with rerank_resid: a KV head takes the residual when, over its first rerank_resid_cal
+                          // re-rank calls (the exact pass), its chosen pages held on average at least this share of its
+                          // candidates' mass (0: 0.8); below, it stays on the exact pass
+    int32_t rerank_resid_cal; // with rerank_resid: calibration calls per (layer, KV head) (0: 4)
     bool stats;           // per step: oracle overlap and attention mass recall (costs an exact scoring pass)
     int32_t seqs;         // sequences of n_ctx positions whose key summaries the fast budget reserves (0: 1;
                           // beam and serve set theirs: kvt_sparse_summary_bytes)

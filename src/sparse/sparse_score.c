@@ -187,6 +187,20 @@ static float exp_sum(float *s, int64_t n, float mx) {
     return sum;
 }
 
+SCORE_CLONES
+static float exp_sum_to(const float *s, float *e, int64_t n, float mx) { // exp_sum with the terms into e (s kept)
+    enum { LANES = 16 };
+    float part[LANES] = {0};
+    const int64_t nv = n / LANES * LANES;
+    for (int64_t t = 0; t < nv; t += LANES) {
+        for (int32_t j = 0; j < LANES; j++) part[j] += (e[t + j] = exp_neg(s[t + j] - mx));
+    }
+    for (int64_t t = nv; t < n; t++) part[t - nv] += (e[t] = exp_neg(s[t] - mx));
+    float sum = 0.0f;
+    for (int32_t j = 0; j < LANES; j++) sum += part[j];
+    return sum;
+}
+
 // The largest of s[0 .. n) (-inf when none is above it; NaN never wins), in 16 lanes so that it vectorizes: a maximum
 // is exact, so the lanes give the value of a serial scan (where +0 and -0 tie, either may come out: the only use,
 // exp(s - max), is the same for both).
@@ -251,6 +265,13 @@ float kvt_sparse_softmax_row(float *s, int64_t n) {
     const float mx = row_max(s, n);
     if (!(mx > -INFINITY)) return NAN; // no finite score: the row adds nothing
     const float sum = exp_sum(s, n, mx);
+    return sum > 0.0f ? 1.0f / sum : 0.0f;
+}
+
+float kvt_sparse_softmax_row_to(const float *s, float *e, int64_t n) {
+    const float mx = row_max(s, n);
+    if (!(mx > -INFINITY)) return NAN;
+    const float sum = exp_sum_to(s, e, n, mx);
     return sum > 0.0f ? 1.0f / sum : 0.0f;
 }
 

@@ -72,6 +72,8 @@ static void layer_free(kvt_sparse_layer *ly) {
     free(ly->kept);
     free(ly->lv);
     free(ly->lw);
+    free(ly->shat);
+    free(ly->rs_cal);
 }
 
 void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q) {
@@ -162,17 +164,21 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
         k4 = kvt_sparse_zalloc((size_t)(H * cap * r4), &ok);
         k4s = kvt_sparse_zalloc((size_t)(H * cap * s4) * 2, &ok);
     }
+    const int64_t qpg = s->qpg;
+    float *shat = s->p.rerank_resid > 0.0 && s->p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_zalloc((size_t)(H * qpg * cap) * 4, &ok) : NULL;
+    double *rs_cal = shat && !ly->rs_cal ? kvt_sparse_zalloc((size_t)(2 * H) * 8, &ok) : NULL; // (once: not per position)
     if (s->p.mode == KVT_SPARSE_QUEST) {
         lo = kvt_sparse_zalloc((size_t)(H * np * hd) * 4, &ok);
         hi = kvt_sparse_zalloc((size_t)(H * np * hd) * 4, &ok);
     }
     if (!ok) {
-        free(sel), free(sel_score), free(k8), free(k8s), free(k4), free(k4s), free(lo), free(hi);
+        free(sel), free(sel_score), free(k8), free(k8s), free(k4), free(k4s), free(lo), free(hi), free(shat), free(rs_cal);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of %lld positions", (long long)cap);
     }
     for (int64_t kh = 0; oc > 0 && kh < H; kh++) {
         memcpy(sel + kh * cap, ly->sel + kh * oc, (size_t)oc * 4);
         if (sel_score) memcpy(sel_score + kh * cap, ly->sel_score + kh * oc, (size_t)oc * 4);
+        if (shat) memcpy(shat + kh * qpg * cap, ly->shat + kh * qpg * oc, (size_t)(qpg * oc) * 4); // rows of stride <= oc
         if (k8) {
             memcpy(k8 + kh * cap * hd, ly->k8 + kh * oc * hd, (size_t)(oc * hd));
             memcpy(k8s + kh * cap, ly->k8s + kh * oc, (size_t)oc * 4);
@@ -186,6 +192,9 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
             memcpy(hi + kh * np * hd, ly->hi + kh * onp * hd, (size_t)(onp * hd) * 4);
         }
     }
+    free(ly->shat);
+    ly->shat = shat;
+    if (rs_cal) ly->rs_cal = rs_cal;
     free(ly->sel), free(ly->sel_score), free(ly->k8), free(ly->k8s), free(ly->k4), free(ly->k4s), free(ly->lo), free(ly->hi);
     ly->sel = sel, ly->sel_score = sel_score, ly->k8 = k8, ly->k8s = k8s, ly->k4 = k4, ly->k4s = k4s, ly->lo = lo, ly->hi = hi;
     ly->cap = cap;
@@ -375,6 +384,8 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
             memcpy(y->hi, x->hi, (size_t)(H * np * hd) * 4);
         }
         memcpy(y->nsel, x->nsel, (size_t)H * 8);
+        if (cap > 0 && x->shat) memcpy(y->shat, x->shat, (size_t)(H * s->qpg * cap) * 4);
+        if (cap > 0 && x->rs_cal) memcpy(y->rs_cal, x->rs_cal, (size_t)(2 * H) * 8);
         if (x->hist) {
             memcpy(y->hist, x->hist, (size_t)(H * W1 * s->gd) * 4);
             memcpy(y->pred_q, x->pred_q, (size_t)(H * s->gd) * 4);
