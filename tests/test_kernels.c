@@ -1217,6 +1217,12 @@ int test_kernels_main(void) {
         test_f16x16(333, 48, 5, 1, 47, 1);
         const int64_t pf = kvt_kernels_set_prefetch(0);
         test_f16x16(517, 144, 1, 0, 144, 0);
+        // the decode prefetch on any CPU: split into L2 and L1 (the default), and study form 1 (L1 alone)
+        kvt_kernels_set_prefetch(4096);
+        test_f16x16(2048, 80, 1, 0, 80, 0);
+        const int fv = kvt_kernels_set_decode_variant(KVT_TYPE_F16_X16, 1);
+        test_f16x16(2048, 80, 1, 2, 78, 0);
+        kvt_kernels_set_decode_variant(KVT_TYPE_F16_X16, fv);
         kvt_kernels_set_prefetch(pf);
         kvt_f16x16_set_enabled(fx_on);
     }
