@@ -1162,7 +1162,7 @@ int test_kernels_main(void) {
             // q4_1_x8 and q4_K_x8 in 1, 2, 4 streams (q41x8.h, AVX-512 11, 12, 14: in 512-bit vectors; kqx8.h x8_decode_ns
             // on both ISAs): 11 groups, 5 cut to 1 .. 6
             // (q4_K_x8 16 cut to 1 .. 15), 15 of 17, 7 groups
-            const int xv[] = {1, 2, 4, 11, 12, 14, 21, 22, 24, 31, 32, 34, 5, 6, 7, 8, 9}; // (q4_1_x8: 5 .. 9 its default; q4_K_x8: 11 .. 34 its default, 5 AVX2, 8 AVX-512: before k11k, 6, 9: k11k without the L1 prefetch; AVX2 7: pairs before k4r, 8: the default without prefetch, 9: 4 streams)
+            const int xv[] = {1, 2, 4, 11, 12, 14, 21, 22, 24, 31, 32, 34, 35, 5, 6, 7, 8, 9}; // (q4_1_x8: 35 the AVX2 default with the full L2 distance, 5 .. 9 its default; q4_K_x8: 11 .. 34 its default, 5 AVX2, 8 AVX-512: before k11k, 6, 9: k11k without the L1 prefetch; AVX2 7: pairs before k4r, 8: the default without prefetch, 9: 4 streams)
             for (size_t i = 0; i < sizeof xv / sizeof xv[0]; i++) {
                 int ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q4_1_X8, xv[i]);
                 test_repack_x32(KVT_TYPE_Q4_1, 576, 88, 1, 0, 88, 0);
@@ -1217,6 +1217,12 @@ int test_kernels_main(void) {
         test_f16x16(333, 48, 5, 1, 47, 1);
         const int64_t pf = kvt_kernels_set_prefetch(0);
         test_f16x16(517, 144, 1, 0, 144, 0);
+        // the decode prefetch on any CPU: split into L2 and L1 (the default), and study form 1 (L1 alone)
+        kvt_kernels_set_prefetch(4096);
+        test_f16x16(2048, 80, 1, 0, 80, 0);
+        const int fv = kvt_kernels_set_decode_variant(KVT_TYPE_F16_X16, 1);
+        test_f16x16(2048, 80, 1, 2, 78, 0);
+        kvt_kernels_set_decode_variant(KVT_TYPE_F16_X16, fv);
         kvt_kernels_set_prefetch(pf);
         kvt_f16x16_set_enabled(fx_on);
     }

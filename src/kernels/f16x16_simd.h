@@ -4,7 +4,9 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "bits_avx2.h"
 #include "f16x16.h"
+#include "matmul.h"
 #include "quant.h"
 
 #ifdef KVT_SIMD_AVX512
@@ -46,14 +48,22 @@ typedef __m256 fx_v;
 #define FX_UNROLL _Pragma("GCC unroll 32")
 
 // ---- GEMV: NP panels at w (panel stride wps elements) against NT f32 rows xf (stride n); y[t * ldy + 16q + i] for
-// q < NP, t < NT (NT = 1: decode; 2 .. FX_SMALL: small batches, each weight converted once for the NT rows)
+// q < NP, t < NT (NT = 1: decode; 2 .. FX_SMALL: small batches, each weight converted once for the NT rows).
+// Prefetch (pf > 0: kvt_kernels_prefetch(), the CPU's decode distance): each panel's line pf bytes ahead into L2 and,
+// with nd > 0, its line nd bytes ahead into L1 (KVT_X8_PF_NEAR, as the x8 GEMVs); nd 0: the line pf bytes ahead into
+// L1 only (the form before 2026-12-01; study form 1 of KVT_TYPE_F16_X16). Paired from DRAM on the Intel Xeon the split
+// read 1.06-1.10x faster on both ISAs, 98-103% of the probe (docs/log/BENCHMARKS-kernels-3.md, k14): with 4 (AVX2) or
+// 8 (AVX-512) panels at 4096 bytes ahead, 16-32 KiB of lines were requested into L1 at once.
 FX_INLINE void fx_gemv_np(const int NP, const int NT, int64_t n, const uint16_t *w, int64_t wps, const float *xf,
-                          float *y, int64_t ldy, int64_t pf) {
+                          float *y, int64_t ldy, int64_t pf, int64_t nd) {
     fx_v acc[FX_NP * FX_H][FX_SMALL];
     FX_UNROLL for (int q = 0; q < NP * FX_H; q++) FX_UNROLL for (int t = 0; t < NT; t++) acc[q][t] = fx_zero();
     int64_t k = 0;
     for (; k + 2 <= n; k += 2) {
-        if (pf) {
+        if (pf && nd) {
+            FX_UNROLL for (int q = 0; q < NP; q++) _mm_prefetch((const char *)(w + q * wps + 16 * k) + pf, KVT_X8_PF_HINT);
+            FX_UNROLL for (int q = 0; q < NP; q++) _mm_prefetch((const char *)(w + q * wps + 16 * k) + nd, _MM_HINT_T0);
+        } else if (pf) {
             FX_UNROLL for (int q = 0; q < NP; q++) _mm_prefetch((const char *)(w + q * wps + 16 * k) + pf, _MM_HINT_T0);
         }
         FX_UNROLL for (int e = 0; e < 2; e++) {
@@ -75,9 +85,9 @@ FX_INLINE void fx_gemv_np(const int NP, const int NT, int64_t n, const uint16_t 
         fx_sty(y + t * ldy + 16 * q + FX_L * h, acc[q * FX_H + h][t]);
 }
 
-#define FX_GEMV_CASE(c) case c: fx_gemv_np(c, 1, n, w, wps, xf, y, ldy, pf); break;
+#define FX_GEMV_CASE(c) case c: fx_gemv_np(c, 1, n, w, wps, xf, y, ldy, pf, nd); break;
 static void fx_gemv_tail(int np, int64_t n, const uint16_t *w, int64_t wps, const float *xf, float *y, int64_t ldy,
-                         int64_t pf) {
+                         int64_t pf, int64_t nd) {
     switch (np) {
         FX_GEMV_CASE(1) FX_GEMV_CASE(2) FX_GEMV_CASE(3)
 #if FX_NP > 4
@@ -91,13 +101,14 @@ static void fx_gemv_tail(int np, int64_t n, const uint16_t *w, int64_t wps, cons
 // at once (NT * NPT * FX_H FMA chains).
 #define FX_GEMV_NT(NT, NPT)                                                                                          \
     static void fx_gemv_##NT(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const float *xf, float *Yp,      \
-                             int64_t ldy, int64_t pf) {                                                              \
+                             int64_t ldy, int64_t pf, int64_t nd) {                                                  \
         const int64_t wps = 16 * n;                                                                                  \
         int64_t p = p0;                                                                                              \
-        for (; p + (NPT) <= p1; p += (NPT)) fx_gemv_np(NPT, NT, n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf); \
-        if (NT == 1 && p < p1) fx_gemv_tail((int)(p1 - p), n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf);   \
+        for (; p + (NPT) <= p1; p += (NPT))                                                                          \
+            fx_gemv_np(NPT, NT, n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf, nd);                           \
+        if (NT == 1 && p < p1) fx_gemv_tail((int)(p1 - p), n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf, nd); \
         else                                                                                                         \
-            for (; p < p1; p++) fx_gemv_np(1, NT, n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf);           \
+            for (; p < p1; p++) fx_gemv_np(1, NT, n, W + p * wps, wps, xf, Yp + 16 * (p - p0), ldy, pf, nd);       \
     }
 #ifdef KVT_SIMD_AVX512
 FX_GEMV_NT(1, 8) FX_GEMV_NT(2, 8) FX_GEMV_NT(3, 6) FX_GEMV_NT(4, 4) FX_GEMV_NT(5, 4) FX_GEMV_NT(6, 4) FX_GEMV_NT(7, 3)
@@ -106,7 +117,7 @@ FX_GEMV_NT(8, 3)
 FX_GEMV_NT(1, 4) FX_GEMV_NT(2, 3) FX_GEMV_NT(3, 2) FX_GEMV_NT(4, 1) FX_GEMV_NT(5, 1) FX_GEMV_NT(6, 1)
 #endif
 typedef void (*fx_gemv_fn)(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const float *xf, float *Yp, int64_t ldy,
-                           int64_t pf);
+                           int64_t pf, int64_t nd);
 static const fx_gemv_fn k_gemv[FX_SMALL] = {fx_gemv_1, fx_gemv_2, fx_gemv_3, fx_gemv_4, fx_gemv_5, fx_gemv_6,
 #if FX_SMALL > 6
                                             fx_gemv_7, fx_gemv_8
@@ -238,7 +249,9 @@ static void fx_panels(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, cons
         int64_t i = 0;
         for (; i + 8 <= n_tok * n; i += 8) _mm256_storeu_ps(xf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(X + i))));
         for (; i < n_tok * n; i++) xf[i] = _cvtsh_ss(X[i]);
-        k_gemv[n_tok - 1](n, W, p0, p1, xf, Yp, ldy, kvt_kernels_prefetch());
+        // (the prefetch form: matmul.h kvt_kernels_decode_variant(KVT_TYPE_F16_X16) 1 = the L1 prefetch alone, else split)
+        const int64_t nd = kvt_kernels_decode_variant(KVT_TYPE_F16_X16) == 1 ? 0 : KVT_X8_PF_NEAR;
+        k_gemv[n_tok - 1](n, W, p0, p1, xf, Yp, ldy, kvt_kernels_prefetch(), nd);
     } else {
         fx_gemm(n, W, p0, p1, X, n_tok, Yp, ldy, (float *)(scratch + a64(FX_SMALL * n * 4)));
     }

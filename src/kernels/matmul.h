@@ -92,7 +92,8 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // streams (12, 14: rows h apart in a strip of matmul.c, each row's next row prefetched; 22, 24: the same over the
 // call's whole row range, not per strip); q4_1_x8 (q41x8.h; default 4 streams with prefetch): v % 10 streams (1, 2, 4),
 // AVX-512 21, 22, 24 in 512-bit vectors, 11, 12, 14 the same with the older, longer block (a shift per nibble pair),
-// 31, 32, 34 (the default) 21, 22, 24 and their 256-bit loop with lines 1024 bytes ahead also prefetched into L1;
+// 31, 32, 34 (the default) 21, 22, 24 and their 256-bit loop with lines 1024 bytes ahead also prefetched into L1 (the
+// AVX2 build's loop: lines into L2 at half the CPU's distance; 35 there: the full distance, the form before k14);
 // q4_K_x8 (kqx8.h; default AVX-512 4 streams, AVX2 two streams with the activation pointer laundered per super-block,
 // with prefetch into L2 and L1): 1, 2, 4 streams, 5 / 8 (AVX2 / AVX-512) the forms before k11k, 6 / 9 k11k's without
 // the L1 prefetch, AVX2 7 the pairs before k4r, 9 the default in 4 streams, 8 the default's loop without prefetch;
@@ -101,7 +102,9 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // (22, 24) over the call's whole row range
 // (AVX2 24: paired 1.05-1.12x in 2026-11-30's sets, the model not shown faster: docs/log/BENCHMARKS-kernels-2.md,
 // dec11g); q6_K_r (quant_avx2.c, AVX2 only; default pairs with prefetch into L2 and L1 where the CPU's decode
-// prefetches): 8 the q6_K rows' one prefetch into L1 instead. Any other value: the default. For tests and
+// prefetches): 8 the q6_K rows' one prefetch into L1 instead; f16_x16 (f16x16_simd.h; default lines into L2 at the
+// CPU's distance and into L1 KVT_X8_PF_NEAR ahead): 1 the single prefetch into L1 at the CPU's distance (before k14).
+// Any other value: the default. For tests and
 // benchmarks only; set it while no kernel runs.
 int kvt_kernels_decode_variant(kvt_type t);
 int kvt_kernels_set_decode_variant(kvt_type t, int v); // returns the old value
