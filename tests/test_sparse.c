@@ -18,12 +18,7 @@
 #include "test_util.h"
 
 static uint64_t rng_state = 88172645463325252ull;
-static float frand(void) { // [-1, 1)
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
+static float frand(void) { return test_xorshift_unit(&rng_state); } // [-1, 1)
 
 // q_t = 2 cos(th) q_{t-1} - q_{t-2}: a rotation (what RoPE does to a fixed query), a linear recurrence of order
 // 2; the ridge predictor (no softmax) with windows >= 2 predicts it; with softmax weights a constant sequence.

@@ -8,16 +8,12 @@
 #include "../src/kernels/quant.h"
 #include "../src/sparse/sparse_impl.h"
 #include "test.h"
+#include "test_util.h"
 
 void test_sparse_resid_rows(void);
 
 static uint64_t rng_state = 88172645463325252ull;
-static float frand(void) { // [-1, 1)
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
+static float frand(void) { return test_xorshift_unit(&rng_state); } // [-1, 1)
 
 // --sparse-rerank-resid's loop (kvt_sparse_resid_rows): s^ + the int8 residual's exact integer sum over the chosen
 // rows times (ks * qs), the same bits on every ISA (1..8 query heads, head_dim 4..256, runs, whole blocks, parts, the

@@ -110,3 +110,12 @@ const char *test_data_missing(const test_env *env, const char *name) {
              env && env->shared ? env->shared : "(none)");
     return why;
 }
+
+float test_xorshift_unit(uint64_t *state) {
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    return (float)((x >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}

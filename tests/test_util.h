@@ -14,5 +14,7 @@ float *test_read_floats(const char *path, int64_t *n);
 // Runs a shell command: its exit status (-1 if killed by a signal) and its stdout in out (NUL-terminated,
 // at most cap - 1 bytes).
 int test_run(const char *cmd, char *out, size_t cap);
+// The next value of the xorshift64 sequence in *state (13, 7, 17), as a float in [-1, 1) from its top 53 bits.
+float test_xorshift_unit(uint64_t *state);
 
 #endif

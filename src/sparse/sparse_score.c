@@ -187,8 +187,10 @@ static float exp_sum(float *s, int64_t n, float mx) {
     return sum;
 }
 
+// exp_sum with the terms into e (s kept). A copy of exp_sum's loop rather than exp_sum calling it with e = s: the
+// vectorizer's overlap check would send that in-place call to its scalar loop.
 SCORE_CLONES
-static float exp_sum_to(const float *s, float *e, int64_t n, float mx) { // exp_sum with the terms into e (s kept)
+static float exp_sum_to(const float *s, float *e, int64_t n, float mx) {
     enum { LANES = 16 };
     float part[LANES] = {0};
     const int64_t nv = n / LANES * LANES;
