@@ -188,7 +188,7 @@ def t_models(s):
     assert st == 200 and obj["object"] == "list" and obj["data"][0]["object"] == "model", obj
 
 
-@case("POST /v1/completions: text, finish_reason, usage")
+@case("POST /v1/completions: text, finish_reason, usage, timings")
 def t_completion(s):
     st, _, r = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0})
     assert st == 200, (st, r)
@@ -199,6 +199,10 @@ def t_completion(s):
     assert u["prompt_tokens"] > 0 and 1 <= u["completion_tokens"] <= 12, u
     assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
     assert "cached_tokens" in u["prompt_tokens_details"], u
+    t = r["timings"]  # llama-server's fields
+    assert t["predicted_n"] == u["completion_tokens"], (t, u)
+    assert t["prompt_n"] + t["cache_n"] == u["prompt_tokens"] and t["cache_n"] == u["prompt_tokens_details"]["cached_tokens"], (t, u)
+    assert t["prompt_ms"] > 0 and t["predicted_ms"] >= 0 and t["predicted_per_second"] >= 0, t
 
 
 @case("POST /v1/chat/completions: assistant message; a repeated prompt reports cached_tokens")
@@ -225,6 +229,8 @@ def t_stream(s):
         st, chunks, done, _ = s.stream(path, body)
         assert st == 200 and done, (st, done)
         assert all(c["usage"] is None for c in chunks[:-1]), "usage before the last chunk"
+        assert all("timings" not in c for c in chunks[:-1]), "timings before the last chunk"
+        assert chunks[-1]["timings"]["predicted_n"] == chunks[-1]["usage"]["completion_tokens"], chunks[-1]
         u, w = dict(chunks[-1]["usage"]), dict(whole["usage"])
         u.pop("prompt_tokens_details"), w.pop("prompt_tokens_details")  # cached_tokens differ: the second run reuses
         assert chunks[-1]["choices"] == [] and u == w, (chunks[-1], whole["usage"])

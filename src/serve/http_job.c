@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../base/timer.h"
 #include "response.h"
 #include "sse.h"
 #include "stop.h"
@@ -74,6 +75,8 @@ struct kvt_http_job {
     kvt_engine *engine;
     uint64_t job_id;
     bool submitted, done, failed_oom, hung_up;
+    int64_t t_submit, t_first, t_done; // kvt_time_ns when the job was made (the request parsed, then submitted), at the first
+                                       // generated token (0: none yet), at on_done
     kvt_engine_result res;
     choice *ch;
     bytes out;                     // streamed SSE bytes not yet read
@@ -117,6 +120,7 @@ kvt_http_job *kvt_http_job_create(kvt_request *req, const kvt_tokenizer *tok, co
     j->p = p;
     j->tok = tok;
     j->created = (int64_t)time(NULL);
+    j->t_submit = kvt_time_ns();
     snprintf(j->id, sizeof j->id, "%s-%llu", p->kind == KVT_REQ_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)serial);
     return j;
 }
@@ -186,8 +190,16 @@ static void stream_event(kvt_http_job *j, const kvt_resp *r) {
 
 static kvt_resp resp_of(const kvt_http_job *j, bool chunk, const kvt_resp_choice *choices, size_t n,
                         const kvt_resp_usage *usage) {
-    kvt_resp r = {j->p->kind, chunk, j->id, j->model, j->created, choices, n, usage, chunk && j->p->include_usage};
+    kvt_resp r = {j->p->kind, chunk, j->id, j->model, j->created, choices, n, usage, chunk && j->p->include_usage, NULL};
     return r;
+}
+
+// The request's timings (kvt_resp_timings) once it is done; under j->mu.
+static kvt_resp_timings timings_of(const kvt_http_job *j) {
+    const kvt_engine_result *r = &j->res;
+    const int64_t first = j->t_first ? j->t_first : j->t_done;
+    return (kvt_resp_timings){r->prompt_tokens - r->cached_tokens, r->cached_tokens, r->completion_tokens,
+                              (double)(first - j->t_submit) / 1e6, (double)(j->t_done - first) / 1e6};
 }
 
 // Streams text[0..n) (and the logprobs gathered since the last chunk) of choice i, with finish when non-NULL.
@@ -286,6 +298,7 @@ static bool on_token(void *user, int32_t i, const kvt_engine_token *t) {
     kvt_http_job *j = user;
     pthread_mutex_lock(&j->mu);
     choice *c = &j->ch[i];
+    if (!j->t_first) j->t_first = kvt_time_ns();
     bool go = !c->stopped && !j->failed_oom;
     if (go && !t->eog) {
         if (j->p->logprobs && !record_logprobs(j, c, t)) j->failed_oom = true;
@@ -322,13 +335,16 @@ static void on_done(void *user, const kvt_engine_result *r) {
     pthread_mutex_lock(&j->mu);
     j->res = *r;
     j->done = true;
+    j->t_done = kvt_time_ns();
     if (j->p->stream) {
         if (r->outcome == KVT_ENGINE_FAILED) stream_error(j, 500, "server_error", r->err.msg);
         else if (r->outcome == KVT_ENGINE_CANCELLED) stream_error(j, 503, "unavailable_error", "the request was cancelled");
         else if (j->failed_oom) stream_error(j, 500, "server_error", "out of memory while streaming");
         else if (j->p->include_usage) {
             kvt_resp_usage u = {r->prompt_tokens, r->completion_tokens, r->cached_tokens};
+            const kvt_resp_timings t = timings_of(j);
             kvt_resp resp = resp_of(j, true, NULL, 0, &u);
+            resp.timings = &t;
             stream_event(j, &resp);
         }
         bytes_add(&j->out, KVT_SSE_DONE, strlen(KVT_SSE_DONE));
@@ -405,7 +421,9 @@ void kvt_http_job_body(kvt_http_job *j, int fd, int *status, char **body) {
             rc[i] = one;
         }
         kvt_resp_usage u = {j->res.prompt_tokens, j->res.completion_tokens, j->res.cached_tokens};
+        const kvt_resp_timings t = timings_of(j);
         kvt_resp r = resp_of(j, false, rc, (size_t)j->p->n, &u);
+        r.timings = &t;
         if (ok && !kvt_resp_json(&r, body, NULL, NULL)) *status = 200;
         for (int32_t i = 0; i < j->p->n; i++) free(lps[i]);
     }

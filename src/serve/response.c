@@ -136,6 +136,24 @@ static json_t *usage_json(const kvt_resp_usage *u, bool *ok) {
     return o;
 }
 
+static json_t *timings_json(const kvt_resp_timings *t, bool *ok) {
+    json_t *o = json_object();
+    if (!o) {
+        *ok = false;
+        return NULL;
+    }
+    set(o, "cache_n", json_integer(t->cache_n), ok);
+    set(o, "prompt_n", json_integer(t->prompt_n), ok);
+    set(o, "prompt_ms", json_real(t->prompt_ms), ok);
+    set(o, "prompt_per_token_ms", json_real(t->prompt_n > 0 ? t->prompt_ms / (double)t->prompt_n : 0.0), ok);
+    set(o, "prompt_per_second", json_real(t->prompt_ms > 0 ? 1e3 * (double)t->prompt_n / t->prompt_ms : 0.0), ok);
+    set(o, "predicted_n", json_integer(t->predicted_n), ok);
+    set(o, "predicted_ms", json_real(t->predicted_ms), ok);
+    set(o, "predicted_per_token_ms", json_real(t->predicted_n > 0 ? t->predicted_ms / (double)t->predicted_n : 0.0), ok);
+    set(o, "predicted_per_second", json_real(t->predicted_ms > 0 ? 1e3 * (double)t->predicted_n / t->predicted_ms : 0.0), ok);
+    return o;
+}
+
 kvt_status kvt_resp_json(const kvt_resp *r, char **out, size_t *out_len, kvt_err *err) {
     *out = NULL;
     bool ok = true;
@@ -156,6 +174,7 @@ kvt_status kvt_resp_json(const kvt_resp *r, char **out, size_t *out_len, kvt_err
     set(root, "choices", choices, &ok);
     if (r->usage) set(root, "usage", usage_json(r->usage, &ok), &ok);
     else if (r->usage_null) set(root, "usage", json_null(), &ok);
+    if (r->timings) set(root, "timings", timings_json(r->timings, &ok), &ok);
     char *s = ok ? json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(root);
     if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "response: out of memory building %s", object);

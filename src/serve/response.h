@@ -56,6 +56,15 @@ typedef struct {
     int64_t prompt_tokens, completion_tokens, cached_tokens;
 } kvt_resp_usage;
 
+// A request's wall times (llama-server's "timings" fields), measured by serve: prompt_ms from the request's arrival (parsed,
+// then submitted to the engine) to its first generated token (queue wait, cached prefix and prompt computation), predicted_ms from then to
+// its end. prompt_n counts the prompt tokens computed (not the cached_n reused), predicted_n the tokens generated (every
+// choice). The per-token and per-second fields are derived (0 where n or ms is 0).
+typedef struct {
+    int64_t prompt_n, cache_n, predicted_n;
+    double prompt_ms, predicted_ms;
+} kvt_resp_timings;
+
 typedef struct {
     kvt_req_kind kind;            // KVT_REQ_COMPLETION or KVT_REQ_CHAT
     bool chunk;                   // a streamed chunk instead of the whole response
@@ -66,6 +75,7 @@ typedef struct {
     size_t n_choices;
     const kvt_resp_usage *usage;  // NULL: no usage (or null, see below)
     bool usage_null;              // with usage NULL: write "usage": null (chunks of an include_usage stream)
+    const kvt_resp_timings *timings; // NULL: no "timings"
 } kvt_resp;
 
 // Builds the JSON text of r into a newly allocated NUL-terminated *out (caller frees; *out_len its
