@@ -143,7 +143,9 @@ static void idle_work_test(void) {
     int64_t bad = 0;
     if (kvt_threadpool_init(2, &pool, &err) == KVT_OK) {
         kvt_threadpool_set_idle(pool, idle_take, &ic);
-        for (int j = 0; j < 20; j++) {
+        // 20 jobs; more (up to 1000, ~2 s) until some idle work was taken: on a loaded machine the worker may not
+        // run at all during the first ones (the caller then runs every task itself and never waits)
+        for (int j = 0; j < 20 || (atomic_load(&ic.done) == 0 && j < 1000); j++) {
             slow_ctx sc;
             for (int i = 0; i < 8; i++) atomic_init(&sc.count[i], 0);
             kvt_threadpool_run(pool, task_slow, &sc, 8);
