@@ -203,19 +203,15 @@ void Q41X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X
     }
 #endif
     if (n_tok == 1 && (pf || ns > 1)) { // (its own copy of the loop, so that the batches' has no test per block)
-#ifndef KVT_SIMD_AVX512
-        // The AVX2 build's 256-bit loop with the L1 prefetch: lines half the CPU's distance ahead into L2 (paired from
-        // DRAM on the Intel Xeon 1.02-1.04x, docs/log/BENCHMARKS-kernels-3.md, k14); study form 35 the full distance.
-        if (v >= 30 && v < 40 && v != 35) {
-            const int64_t pf2 = pf / 2 / 64 * 64;
-            KVT_X8_STREAMS(q41x8_groupsn, ns, nb, (const uint8_t *)W, nb * KVT_Q41X8_B, g0, g1, X, Y, pf2);
-            return;
-        }
-#endif
-        if (v >= 30 && v < 40)
-            Q41X8_STREAMS(q41x8_groupsn);
-        else
+        if (v >= 30 && v < 40) {
+            // The 256-bit loop with the L1 prefetch (reached in the AVX2 build only: AVX-512 took its own above): lines
+            // half the CPU's distance ahead into L2 (paired from DRAM on the Intel Xeon 1.02-1.04x,
+            // docs/log/BENCHMARKS-kernels-3.md, k14); study form 35 the full distance.
+            const int64_t pfn = v == 35 ? pf : pf / 2 / 64 * 64;
+            KVT_X8_STREAMS(q41x8_groupsn, ns, nb, (const uint8_t *)W, nb * KVT_Q41X8_B, g0, g1, X, Y, pfn);
+        } else {
             Q41X8_STREAMS(q41x8_groupso);
+        }
         return;
     }
     for (int64_t g = g0; g < g1; g++)

@@ -303,13 +303,18 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *o, kvt_
     return KVT_OK;
 }
 
+// K for n positions held: the budget, or its fraction of n rounded up.
+static int64_t params_budget(const kvt_sparse_params *p, int64_t n) {
+    return p->budget > 0 ? p->budget : (int64_t)ceil(p->budget_frac * (double)n);
+}
+
 int64_t kvt_sparse_step_blocks(const kvt_sparse_params *pp, int64_t n, int64_t B) {
     kvt_sparse_params p = *pp;
     kvt_sparse_params_resolve(&p);
     if (B < 1) B = 1;
     const int64_t nb = (n + B - 1) / B;
     if (p.mode != KVT_SPARSE_QUEST && p.mode != KVT_SPARSE_ASYNCSPADE) return nb;
-    int64_t K = p.budget > 0 ? p.budget : (int64_t)ceil(p.budget_frac * (double)n);
+    int64_t K = params_budget(&p, n);
     if (K < (int64_t)p.sink + p.recent) K = (int64_t)p.sink + p.recent;
     // the page the selection is aligned to (0: token level)
     const int64_t P = p.mode == KVT_SPARSE_QUEST ? p.page
@@ -325,10 +330,7 @@ void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *o) {
     pthread_mutex_unlock(mu);
 }
 
-int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n) {
-    if (s->p.budget > 0) return s->p.budget;
-    return (int64_t)ceil(s->p.budget_frac * (double)n);
-}
+int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n) { return params_budget(&s->p, n); }
 
 // --- the attention call ---------------------------------------------------------------------------------
 

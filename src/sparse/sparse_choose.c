@@ -373,7 +373,7 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
         int32_t *w = ss->csel;
         // --sparse-rerank-resid, a head calibrating: the share of its middle candidates' mass the chosen pieces hold
         double *cal = ly->rs_cal ? ly->rs_cal + 2 * kh : NULL;
-        if (cal && cal[0] >= kvt_sparse_resid_cal_calls(s)) cal = NULL;
+        if (cal && cal[0] >= s->p.rerank_resid_cal) cal = NULL;
         float *pm = cal ? ss->raw : NULL;
         double m_all = 0.0, m_kept = 0.0;
         const int64_t ns = rr_pieces(s, rows, inv, sel, nc, c_sink, c1, kept, f, ss->vals, v, pm, w);

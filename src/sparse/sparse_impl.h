@@ -80,9 +80,9 @@ typedef struct {
     int64_t ln, lkk, lpos, lalloc;
     float *shat;        // --sparse-rerank-resid: [Hkv][qpg * cap] the worker's raw predicted scores of its last selection
                         // (row i of head kh at kh * qpg * cap + i * (sel_pos + 1), indexed by position)
-    double *rs_cal;     // --sparse-rerank-resid: [Hkv][2] the head's calibration: re-rank calls measured, the sum of their
-                        // total variation distances (kvt_sparse_resid_calibrate); from KVT_SPARSE_RESID_CAL calls on, the
-                        // mean decides between the residual and the exact pass
+    double *rs_cal;     // --sparse-rerank-resid: [Hkv][2] the head's calibration: re-rank calls measured, the sum of the
+                        // shares of their candidates' mass the chosen pages held (sparse_choose.c); from rerank_resid_cal
+                        // calls on, the mean against rerank_resid_gate decides between the residual and the exact pass
     uint8_t busy;       // a worker job for this layer is queued or running (under mu)
 } kvt_sparse_layer;
 
@@ -163,7 +163,8 @@ struct kvt_sparse {
     int64_t n_pred_sel, n_fallback; // asyncspade: predicted selections used, of which redone with the real query
     kvt_sparse_totals tot;   // since init, never cleared (kvt_sparse_totals_get); worker_ms / worker_cpu_ms under mu
     int64_t n_rr_resid, n_rr_exact, n_rr_rows; // --sparse-rerank-resid: (call, KV head) pairs by the residual, by the
-                                               // exact pass (more than half the rows); rows the residual ones read
+                                               // exact pass after calibration (the gate not passed); rows the residual
+                                               // ones read
 };
 
 enum { KVT_SPARSE_CATCHUP = 64 }; // positions read back from the store per chunk
@@ -227,10 +228,9 @@ void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, con
 void kvt_sparse_select_oracle(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P);
 void *kvt_sparse_worker_main(void *arg);
 // --sparse-rerank-resid (sparse_resid.c): KV head kh's plan for this re-rank (s->rs_*: the rows holding the share of the
-// residual q - q^'s energy, or 0 rows: the exact pass), q the group's real query [gd], from ly->pred_q; serial, before
-// pass 1. Then pass 1 over the candidates sel[x0, x1) (stride nc): raw = s^ + the residual's product on the plan's rows.
-// --sparse-rerank-resid: re-rank calls a KV head is measured in (the exact pass) before its residual is decided.
-static inline double kvt_sparse_resid_cal_calls(const kvt_sparse *s) { return s->p.rerank_resid_cal; }
+// residual q - q^'s energy, or 0 rows: the exact pass, while calibrating or where the gate is not passed), q the group's
+// real query [gd], from ly->pred_q; serial, before pass 1. Then pass 1 over the candidates sel[x0, x1) (stride nc): raw =
+// s^ + the residual's product on the plan's rows.
 void kvt_sparse_resid_plan(kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, const float *q, float scale);
 void kvt_sparse_resid_score(const kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, int64_t P, const int32_t *sel,
                             int64_t x0, int64_t x1, int64_t nc, float *raw);

@@ -17,7 +17,7 @@ void kvt_sparse_resid_plan(kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh
     const int32_t hd = s->d.head_dim, qpg = s->qpg, ng = hd / 4;
     const double *cal = ly->rs_cal + 2 * kh; // calls measured, the sum of their kept mass shares
     s->rs_nr[kh] = 0;
-    if (cal[0] < kvt_sparse_resid_cal_calls(s)) return; // calibrating: the exact pass
+    if (cal[0] < s->p.rerank_resid_cal) return; // calibrating: the exact pass
     if (!(cal[1] >= s->p.rerank_resid_gate * cal[0])) { // attention too flat over the candidates: the exact pass
         s->n_rr_exact++;
         return;
