@@ -41,6 +41,17 @@ typedef __m256 fx_v;
 #define fx_sty _mm256_storeu_ps
 #endif
 
+// GEMM: while a panel's tiles run, the next panel's weights of the k block (FX_TP * 32 * KC bytes) are prefetched into
+// L2, a share before each tile, so that their conversion to f32 (FX_WF32) does not wait on DRAM. AVX2 on the AMD EPYC
+// Zen 3 (2 vCPUs, tl-f16 pp128): 4 of 5 alternating rounds, median 85.1 -> 89.0 t/s (docs/log/BENCHMARKS-kernels-3.md,
+// z3pp). The AVX-512 build (not measured with it) keeps the form before; FX_PF_W=1 there to study it.
+#ifndef FX_PF_W
+#ifdef KVT_SIMD_AVX512
+#define FX_PF_W 0
+#else
+#define FX_PF_W 1
+#endif
+#endif
 #ifndef FX_WF32
 #define FX_WF32 1 // the GEMM tile reads the k block's weights converted to f32 once (else converts per tile)
 #endif
@@ -188,7 +199,34 @@ static const fx_tile_fn k_tiles[FX_TP][FX_TT] = {
 #endif
 };
 
-// Panels [p0, p1) of W for n_tok (> 1) tokens into Yp[t * ldy + 16 (p - p0) + i]; xp: n_tok * KC floats of scratch.
+static int64_t a64(int64_t b) { return (b + 63) & ~(int64_t)63; }
+
+// o[e] lane t = v[t] lane e (8 x 8 floats).
+FX_INLINE void fx_t8x8(const __m256 v[8], __m256 o[8]) {
+    __m256 a[8], b[8];
+    FX_UNROLL for (int i = 0; i < 4; i++) {
+        a[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+        a[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+    }
+    FX_UNROLL for (int h = 0; h < 2; h++) {
+        b[4 * h] = _mm256_shuffle_ps(a[4 * h], a[4 * h + 2], 0x44);
+        b[4 * h + 1] = _mm256_shuffle_ps(a[4 * h], a[4 * h + 2], 0xEE);
+        b[4 * h + 2] = _mm256_shuffle_ps(a[4 * h + 1], a[4 * h + 3], 0x44);
+        b[4 * h + 3] = _mm256_shuffle_ps(a[4 * h + 1], a[4 * h + 3], 0xEE);
+    }
+    FX_UNROLL for (int i = 0; i < 4; i++) {
+        o[i] = _mm256_permute2f128_ps(b[i], b[4 + i], 0x20);
+        o[i + 4] = _mm256_permute2f128_ps(b[i], b[4 + i], 0x31);
+    }
+}
+
+// The packed activations of a k block (xp: n_tok * KC floats), then FX_XP_SLACK floats that the transpose's last
+// 8-float store may run into (tile of nt < 8 tokens: 8 - nt lanes past its k block; the next tile's or k's store, or
+// the scalar tail, writes them afterwards), then the converted weights (FX_WF32).
+#define FX_XP_SLACK 16
+#define FX_XP_BYTES(n_tok) a64((n_tok) * KVT_F16X16_KC * 4 + FX_XP_SLACK * 4 + FX_TP * 16 * KVT_F16X16_KC * 4)
+
+// Panels [p0, p1) of W for n_tok (> 1) tokens into Yp[t * ldy + 16 (p - p0) + i]; xp: FX_XP_BYTES of scratch.
 static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const uint16_t *X, int64_t n_tok, float *Yp,
                     int64_t ldy, float *xp) {
     const int64_t wps = 16 * n, KC = KVT_F16X16_KC;
@@ -200,9 +238,22 @@ static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const 
         for (int64_t j = 0, t0 = 0; j < n_tiles; j++) {
             const int64_t nt = base + (j < extra);
             float *o = xp + t0 * kc;
+            const uint16_t *x0 = X + t0 * n + k0;
+            int64_t k8 = 0;
+            // tiles of up to 8 tokens (AVX2's 6): 8 k's at once, an 8 x 8 transpose and 8 overlapping stores (see
+            // FX_XP_SLACK) where the scalar form below stores each value alone (on the Zen 3, AVX2 tl-f16 pp128: 8% of
+            // the run; 5 of 5 alternating rounds, median 79.0 -> 83.6 t/s, z3pp). The same values, so the same bits.
+            if (nt <= 8)
+                for (; k8 + 8 <= kc; k8 += 8) {
+                    __m256 v[8], r[8];
+                    FX_UNROLL for (int t = 0; t < 8; t++)
+                        v[t] = t < nt ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x0 + t * n + k8))) : _mm256_setzero_ps();
+                    fx_t8x8(v, r);
+                    FX_UNROLL for (int e = 0; e < 8; e++) _mm256_storeu_ps(o + (k8 + e) * nt, r[e]);
+                }
             for (int64_t t = 0; t < nt; t++) {
-                const uint16_t *x = X + (t0 + t) * n + k0;
-                int64_t k = 0;
+                const uint16_t *x = x0 + t * n;
+                int64_t k = k8;
                 for (; k + 8 <= kc; k += 8) {
                     float f[8];
                     _mm256_storeu_ps(f, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + k))));
@@ -215,7 +266,7 @@ static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const 
         for (int64_t p = p0; p < p1; p += FX_TP) {
             const int tp = p1 - p < FX_TP ? (int)(p1 - p) : FX_TP;
 #if FX_WF32
-            float *wf = xp + n_tok * KC;
+            float *wf = xp + n_tok * KC + FX_XP_SLACK;
             for (int q = 0; q < tp; q++) {
                 const uint16_t *src = W + (p + q) * wps + 16 * k0;
                 for (int64_t e = 0; e < 16 * kc; e += 8)
@@ -227,8 +278,14 @@ static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const 
             const fx_wt *wt = W + p * wps + 16 * k0;
             const int64_t ws = wps;
 #endif
+            // the next panels' weights of this k block (or the first panels' of the next) into L2, a share per tile
+            const int64_t pn = p + FX_TP < p1 ? p + FX_TP : p0, kn = p + FX_TP < p1 ? k0 : k0 + KC;
+            const int64_t pf_lines = FX_PF_W && kn < n ? (FX_TP * 32 * (n - kn < KC ? n - kn : KC) + 63) / 64 : 0;
+            const char *pfw = (const char *)(W + pn * wps + 16 * kn);
             for (int64_t j = 0, t0 = 0; j < n_tiles; j++) {
                 const int64_t nt = base + (j < extra);
+                for (int64_t l = j * pf_lines / n_tiles; l < (j + 1) * pf_lines / n_tiles; l++)
+                    _mm_prefetch(pfw + 64 * l, _MM_HINT_T1);
                 k_tiles[tp - 1][nt - 1](kc, wt, ws, xp + t0 * kc, Yp + t0 * ldy + 16 * (p - p0), ldy, k0 == 0);
                 t0 += nt;
             }
@@ -236,10 +293,7 @@ static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const 
     }
 }
 
-static int64_t a64(int64_t b) { return (b + 63) & ~(int64_t)63; }
-int64_t FX(scratch)(int64_t n, int64_t n_tok) {
-    return a64(FX_SMALL * n * 4) + a64(n_tok * KVT_F16X16_KC * 4 + FX_TP * 16 * KVT_F16X16_KC * 4) + a64(16 * n_tok * 4);
-}
+int64_t FX(scratch)(int64_t n, int64_t n_tok) { return a64(FX_SMALL * n * 4) + FX_XP_BYTES(n_tok) + a64(16 * n_tok * 4); }
 
 // Panels [p0, p1) into Yp (see fx_gemv_NT / fx_gemm).
 static void fx_panels(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const uint16_t *X, int64_t n_tok,
@@ -265,7 +319,7 @@ void FX(mm)(int64_t n, const void *W, int64_t r0, int64_t r1, const void *X, int
     const int64_t pa = (r0 + 15) / 16, pb = r1 / 16;
     if (pa < pb) fx_panels(n, w, pa, pb, x, n_tok, Y + 16 * pa, ldy, s);
     // a panel cut by [r0, r1): whole into scratch, its rows of the range copied out
-    float *tmp = (float *)(s + a64(FX_SMALL * n * 4) + a64(n_tok * KVT_F16X16_KC * 4 + FX_TP * 16 * KVT_F16X16_KC * 4));
+    float *tmp = (float *)(s + a64(FX_SMALL * n * 4) + FX_XP_BYTES(n_tok));
     for (int64_t p = r0 / 16; p * 16 < r1; p++) {
         if (p >= pa && p < pb) continue;
         fx_panels(n, w, p, p + 1, x, n_tok, tmp, 16, s);
