@@ -60,7 +60,7 @@ typedef __m256 fx_v;
 
 // ---- GEMV: NP panels at w (panel stride wps elements) against NT f32 rows xf (stride n); y[t * ldy + 16q + i] for
 // q < NP, t < NT (NT = 1: decode; 2 .. FX_SMALL: small batches, each weight converted once for the NT rows).
-// Prefetch (pf > 0: kvt_kernels_prefetch(), the CPU's decode distance): each panel's line pf bytes ahead into L2 and,
+// Prefetch (pf > 0: kvt_kernels_prefetch_dense(), the CPU's dense decode distance): each panel's line pf bytes ahead into L2 and,
 // with nd > 0, its line nd bytes ahead into L1 (KVT_X8_PF_NEAR, as the x8 GEMVs); nd 0: the line pf bytes ahead into
 // L1 only (the form before 2026-12-01; study form 1 of KVT_TYPE_F16_X16). Paired from DRAM on the Intel Xeon the split
 // read 1.06-1.10x faster on both ISAs, 98-103% of the probe (docs/log/BENCHMARKS-kernels-3.md, k14): with 4 (AVX2) or
@@ -305,7 +305,7 @@ static void fx_panels(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, cons
         for (; i < n_tok * n; i++) xf[i] = _cvtsh_ss(X[i]);
         // (the prefetch form: matmul.h kvt_kernels_decode_variant(KVT_TYPE_F16_X16) 1 = the L1 prefetch alone, else split)
         const int64_t nd = kvt_kernels_decode_variant(KVT_TYPE_F16_X16) == 1 ? 0 : KVT_X8_PF_NEAR;
-        k_gemv[n_tok - 1](n, W, p0, p1, xf, Yp, ldy, kvt_kernels_prefetch(), nd);
+        k_gemv[n_tok - 1](n, W, p0, p1, xf, Yp, ldy, kvt_kernels_prefetch_dense(), nd);
     } else {
         fx_gemm(n, W, p0, p1, X, n_tok, Yp, ldy, (float *)(scratch + a64(FX_SMALL * n * 4)));
     }

@@ -22,7 +22,7 @@
 #ifndef KQ_PF
 #define KQ_PF 4096 // software prefetch distance of the rows kernels in bytes (0: none)
 #endif
-// q6_K rows in decode (one activation row) prefetch kvt_kernels_prefetch() bytes ahead, per CPU (quant.h): none on AMD,
+// q6_K rows in decode (one activation row) prefetch kvt_kernels_prefetch() bytes ahead, per CPU (quant.h): none on AMD Zen 4,
 // where on Zen 4 the 14 prefetches per 4 super-blocks cost more than they hide (kq_decode_bench, 1 thread, DRAM: 20.4
 // GB/s with 4096, 24.3-25.3 without; docs/log/BENCHMARKS-kernels-2.md); on Intel the x8 GEMVs' distance, into L2
 // (matmul_avx2.c: KVT_X8_PF_HINT): 67-74% of the plain stream -> 93-102% (the same log, q4dec11). Batches: none.

@@ -16,8 +16,8 @@
 // p = 0..3 a lane sums 16 products of one sub-block: |sum| <= 16 * 15 * 128 < 2^15, so it packs to
 // int16 exactly, and the scale is applied in the int16 x int16 dot (VPMADDWD / VPDPWSSD).
 
-// Software prefetch in the decode GEMV: kvt_kernels_prefetch() bytes ahead, per CPU (quant.h). None on AMD: on
-// Zen 4 the 18 prefetches per super-block cost more than they hide (kq_decode_bench, one thread, TinyLlama shapes:
+// Software prefetch in the decode GEMV: kvt_kernels_prefetch() bytes ahead, per CPU (quant.h). None on AMD Zen 4: there
+// the 18 prefetches per super-block cost more than they hide (kq_decode_bench, one thread, TinyLlama shapes:
 // AVX-512 20-23 GB/s with 4096, 26-28 without; AVX2 17-23 -> 22-25; two threads no loss;
 // docs/log/BENCHMARKS-kernels-2.md, 2026-11-29 kq6x8); on Intel they let the reads overlap the arithmetic (the
 // same log, intel11). Batches (2..8 tokens) none.

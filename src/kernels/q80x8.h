@@ -18,7 +18,7 @@
 //    lane-wise over the 8 rows.
 // Batches run the GEMV token by token per group (the group's rows then come from L1/L2): an output is the
 // GEMV's whatever the batch. Software prefetch in decode: kvt_kernels_prefetch() bytes ahead, per CPU (quant.h: none on
-// AMD, where 256-4096 bytes ahead measured no gain, docs/log/BENCHMARKS-kernels-2.md; Intel: the same log, intel11).
+// AMD Zen 4, where 256-4096 bytes ahead measured no gain (Zen 3 gains: BENCHMARKS-kernels-3.md, z3dec), docs/log/BENCHMARKS-kernels-2.md; Intel: the same log, intel11).
 
 // Decode with prefetch reads Q80X8_NS groups at once (group g + k * h of the call's groups, as q41x8.h), block by
 // block in turn, each group its own chains: on the Intel Xeon (2 threads, kq_decode_bench's paired A/B, DRAM) one

@@ -887,25 +887,49 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #ifndef KVT_PF_INTEL
 #define KVT_PF_INTEL 4096
 #endif
-static int64_t detect_prefetch(void) {
-    int64_t pf = 0;
+#ifndef KVT_PF_AMD_AVX2
+#define KVT_PF_AMD_AVX2 4096
+#endif
+// This CPU's decode prefetch distances (quant.h): *quant for the quantized GEMVs, *dense for f16_x16 and the f16/bf16
+// rows. GenuineIntel: KVT_PF_INTEL for both. AuthenticAMD without AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the
+// quantized GEMVs, none for the dense ones (paired on a Zen 3, docs/log/BENCHMARKS-kernels-3.md, z3dec); AMD with
+// AVX-512 (Zen 4 on): none (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets both.
+static void detect_prefetch(int64_t *quant, int64_t *dense) {
+    int64_t pq = 0, pd = 0;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
-    // "GenuineIntel": EBX, EDX, ECX of leaf 0
-    if (__get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pf = KVT_PF_INTEL;
+    if (__get_cpuid(0, &a, &b, &c, &d)) {
+        // the vendor: EBX, EDX, ECX of leaf 0, "GenuineIntel" or "AuthenticAMD"
+        if (b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pq = pd = KVT_PF_INTEL;
+        __builtin_cpu_init();
+        if (b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u && !__builtin_cpu_supports("avx512f"))
+            pq = KVT_PF_AMD_AVX2;
+    }
 #endif
     const char *e = getenv("KVT_PREFETCH");
     if (e && *e) {
         char *end;
         const long long v = strtoll(e, &end, 10);
-        if (!*end && v >= 0 && v <= 65536) pf = (int64_t)v / 64 * 64;
+        if (!*end && v >= 0 && v <= 65536) pq = pd = (int64_t)v / 64 * 64;
     }
-    return pf;
+    *quant = pq, *dense = pd;
 }
-static _Atomic int64_t g_prefetch = -1;
+// -1: not detected yet. Concurrent first calls compute the same values, so the relaxed stores are benign.
+static _Atomic int64_t g_prefetch = -1, g_prefetch_dense = -1;
+static void prefetch_init(void) {
+    int64_t q, d;
+    detect_prefetch(&q, &d);
+    atomic_store_explicit(&g_prefetch_dense, d, memory_order_relaxed);
+    atomic_store_explicit(&g_prefetch, q, memory_order_relaxed);
+}
 int64_t kvt_kernels_prefetch(void) {
     int64_t v = atomic_load_explicit(&g_prefetch, memory_order_relaxed);
-    if (v < 0) atomic_store_explicit(&g_prefetch, v = detect_prefetch(), memory_order_relaxed);
+    if (v < 0) prefetch_init(), v = atomic_load_explicit(&g_prefetch, memory_order_relaxed);
+    return v;
+}
+int64_t kvt_kernels_prefetch_dense(void) {
+    int64_t v = atomic_load_explicit(&g_prefetch_dense, memory_order_relaxed);
+    if (v < 0) prefetch_init(), v = atomic_load_explicit(&g_prefetch_dense, memory_order_relaxed);
     return v;
 }
 
@@ -916,16 +940,23 @@ int kvt_kernels_decode_variant(kvt_type t) {
 }
 int kvt_kernels_decode_form(kvt_type t) {
     const int v = kvt_kernels_decode_variant(t);
-    if (v != 0 || kvt_kernels_prefetch() <= 0) return v;
-    return t == KVT_TYPE_F16 || t == KVT_TYPE_BF16 ? 24 : t == KVT_TYPE_Q4_1_X8 ? 34 : 0;
+    if (v != 0) return v;
+    if (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16) return kvt_kernels_prefetch_dense() > 0 ? 24 : 0;
+    return t == KVT_TYPE_Q4_1_X8 && kvt_kernels_prefetch() > 0 ? 34 : 0;
 }
 int kvt_kernels_set_decode_variant(kvt_type t, int v) {
     if ((unsigned)t >= KVT_TYPE_COUNT) return 0;
     return atomic_exchange_explicit(&g_decode_variant[t], v, memory_order_relaxed);
 }
+static int64_t prefetch_clamp(int64_t bytes) { return (bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes) / 64 * 64; }
 int64_t kvt_kernels_set_prefetch(int64_t bytes) {
     const int64_t old = kvt_kernels_prefetch();
-    atomic_store_explicit(&g_prefetch, (bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes) / 64 * 64, memory_order_relaxed);
+    atomic_store_explicit(&g_prefetch, prefetch_clamp(bytes), memory_order_relaxed);
+    return old;
+}
+int64_t kvt_kernels_set_prefetch_dense(int64_t bytes) {
+    const int64_t old = kvt_kernels_prefetch_dense();
+    atomic_store_explicit(&g_prefetch_dense, prefetch_clamp(bytes), memory_order_relaxed);
     return old;
 }
 

@@ -71,14 +71,20 @@ kvt_isa kvt_kernels_isa_detected(void);
 // process; call it while no kernel runs. Returns the ISA in use before.
 kvt_isa kvt_kernels_set_isa(kvt_isa isa);
 const char *kvt_isa_name(kvt_isa isa);
-// Software prefetch distance in bytes of the decode GEMVs that stream weights (q4_1_x8, q8_0_x8, q4_K_x8, q6_K rows), per
-// CPU: 0 (none) on AMD, where the prefetches cost more than they hide (docs/log/BENCHMARKS-kernels-2.md, kq6x8),
-// KVT_PF_INTEL on Intel, whose decode from DRAM overlapped the kernels' arithmetic with the reads only with
-// them (the same log, intel11; 4096 bytes into L2 since q4dec11). KVT_PREFETCH=BYTES (0 .. 65536, a multiple of 64) overrides it, to measure.
-// Prefetches only: no result changes with it.
+// Software prefetch distance in bytes of the decode GEMVs that stream quantized weights (q4_1_x8, q8_0_x8, q4_K_x8, q6_K
+// rows), per CPU: KVT_PF_INTEL on Intel, whose decode from DRAM overlapped the kernels' arithmetic with the reads only
+// with them (docs/log/BENCHMARKS-kernels-2.md, intel11; 4096 bytes into L2 since q4dec11); KVT_PF_AMD_AVX2 (4096) on
+// AMD without AVX-512 (Zen 3: 1.07-1.28x paired, docs/log/BENCHMARKS-kernels-3.md, z3dec); 0 (none) on AMD with
+// AVX-512 (Zen 4), where the prefetches cost more than they hide (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES
+// (0 .. 65536, a multiple of 64) overrides it and the dense distance below, to measure. Prefetches only: no result
+// changes with them.
 int64_t kvt_kernels_prefetch(void);
-// Tests and benchmarks: that distance from now on (clamped to 0 .. 65536, a multiple of 64); returns the old one.
+// The same for the dense decode GEMVs (f16_x16; the f16 and bf16 rows' default form, matmul.h): Intel's distance on
+// Intel, 0 on AMD (Zen 3: f16_x16 read its plain stream at 96-106% of the probe without, 0.85-0.94x with; z3dec).
+int64_t kvt_kernels_prefetch_dense(void);
+// Tests and benchmarks: those distances from now on (clamped to 0 .. 65536, a multiple of 64); return the old one.
 int64_t kvt_kernels_set_prefetch(int64_t bytes);
+int64_t kvt_kernels_set_prefetch_dense(int64_t bytes);
 // Table of one instruction set; NULL if that ISA is not compiled in, not
 // supported by this CPU, or does not cover t. For tests and benchmarks.
 const kvt_type_ops *kvt_type_ops_isa(kvt_type t, kvt_isa isa);

@@ -12,7 +12,8 @@
 //   probe  - kvt_measure_read_bw (kvtier bench's DRAM probe: 512 MiB in 64 KiB chunks), once per type
 // and prints GB/s of each and gemv as a share of stream and of probe. Timings are wall time: run under
 // /work/quiet (or on an idle machine). The decode GEMVs' software prefetch distance is the CPU's
-// (kvt_kernels_prefetch: 0 on AMD, 4096 bytes into L2 on Intel); KVT_PREFETCH=BYTES sets another, to compare.
+// (kvt_kernels_prefetch and, for f16_x16, kvt_kernels_prefetch_dense: quant.h); KVT_PREFETCH=BYTES sets another, to
+// compare (pf=BYTES below sets both).
 // Types: -T q4_1_x8, q8_0_x8, f16, q8_0, ... as well (the repacked ones packed as the model loader does).
 //
 // Paired A/B (-A SPEC and/or -B SPEC; -P pairs=40): two forms of the same decode GEMV compared within one process on
@@ -186,7 +187,7 @@ int main(int argc, char **argv) {
     printf("isa %s, %d thread(s), %lld MiB of copies per case, %s pages, x8 decode prefetch %lld bytes\n",
            kvt_isa_name(kvt_kernels_isa()), nth, (long long)mib, huge ? "huge (madvise)" : "4 KiB",
            (long long)kvt_kernels_prefetch());
-    const int64_t pf_cpu = kvt_kernels_prefetch();
+    const int64_t pf_cpu = kvt_kernels_prefetch(), pfd_cpu = kvt_kernels_prefetch_dense();
     if (paired) {
         printf("paired: A = v=%d,pf=%lld%s%s, B = v=%d,pf=%lld%s%s, %d pairs (one pass of A, B and the 4-stream probe each)\n",
                fa.v, (long long)(fa.pf < 0 ? pf_cpu : fa.pf), fa.t >= 0 ? ",t=" : "", fa.t >= 0 ? kvt_type_name((kvt_type)fa.t) : "",
@@ -273,6 +274,7 @@ int main(int argc, char **argv) {
                         if (which < 2) {
                             kvt_kernels_set_decode_variant(tf[which], f->v);
                             kvt_kernels_set_prefetch(f->pf < 0 ? pf_cpu : f->pf);
+                            kvt_kernels_set_prefetch_dense(f->pf < 0 ? pfd_cpu : f->pf);
                             W.type = tf[which];
                             t0 = kvt_time_ns();
                             for (int c = 0; c < copies; c++) {
@@ -291,6 +293,7 @@ int main(int argc, char **argv) {
                     kvt_kernels_set_decode_variant(tf[0], 0);
                     kvt_kernels_set_decode_variant(tf[1], 0);
                     kvt_kernels_set_prefetch(pf_cpu);
+                    kvt_kernels_set_prefetch_dense(pfd_cpu);
                     if (i < 0) continue;
                     ga[i] = g[0], gb[i] = g[1], gp[i] = g[2];
                     wins += g[1] > g[0];
