@@ -365,14 +365,17 @@ void kvt_sparse_score_keys_set(const int16_t *q16, const float *qscale, int32_t 
                                const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw);
 // The residual's loop: for the m sorted candidates pos, raw[i * stride + x] = shat[i * sh_stride + pos[x]] + (float)(the
 // integer sum of d8 [qpg][4 nr] with the int8 keys' nr rows `rows`) * (ks[pos[x]] * qs[i]) (corr [qpg]: 128 * each row of
-// d8's sum, for the kernel's unsigned form); the portable loop, or its AVX-512 VNNI form (sparse_resid_avx512.c): the
-// same bits.
+// d8's sum, for the kernel's unsigned form); the portable loop, or its AVX-512 VNNI form (sparse_resid_avx512.c) or its AVX2
+// form (sparse_resid_avx2.c: |k| and d with k's sign in VPMADDUBSW, d in [-127, 127]; corr not needed): the same bits.
 void kvt_sparse_resid_rows(const int8_t *d8, const int32_t *corr, const float *qs, int32_t qpg, int32_t hd, const int32_t *rows,
                            int32_t nr, kvt_sparse_keys k, const int32_t *pos, int64_t m, const float *shat, int64_t sh_stride,
                            int64_t stride, float *raw);
 void kvt_sparse_resid_avx512(const int8_t *d8, const int32_t *corr, const float *qs, int32_t qpg, int32_t hd,
                              const int32_t *rows, int32_t nr, kvt_sparse_keys k, const int32_t *pos, int64_t m,
                              const float *shat, int64_t sh_stride, int64_t stride, float *raw);
+void kvt_sparse_resid_avx2(const int8_t *d8, const float *qs, int32_t qpg, int32_t hd, const int32_t *rows, int32_t nr,
+                           kvt_sparse_keys k, const int32_t *pos, int64_t m, const float *shat, int64_t sh_stride,
+                           int64_t stride, float *raw);
 // The 16-position blocks a scan visits (the vector kernels): the range [t0, t0 + n) (pos NULL) or the n sorted positions
 // of pos (a run of entries in one block; pos strictly increasing: 16 entries from a block's start to its end are that
 // whole block), from kvt_sparse_blocks_of. kvt_sparse_blocks_next gives the next block's first position *b0, the lanes to
