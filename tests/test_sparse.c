@@ -327,6 +327,49 @@ static void test_score_kernels_hd(const int HD) {
                 "query rounding %.3g steps, exp rel err %.3g, aggregate err %.3g, total %.6f", qerr, eerr, aerr, total);
 }
 
+// The softmax rows (kvt_sparse_softmax_row in place, _to into a second buffer) on every ISA the CPU has (AVX2: the
+// explicit kernel kvt_sparse_exp_sum_avx2) against a portable reference: every term kvt_sparse_exp_neg(s - max), their
+// sum in 16 partial sums (lane t mod 16, in order) added in order; the same bits, for lengths 0..40, 255, 256, 1000 with
+// -inf, NaN, -87 and values far below the maximum among them.
+static void test_softmax_isa(void) {
+    enum { MAXN = 1000 };
+    static float s[MAXN], a[MAXN], b[MAXN], ref[MAXN];
+    const int lens[] = {0, 1, 5, 15, 16, 17, 31, 33, 40, 255, 256, MAXN};
+    const kvt_isa top = kvt_kernels_isa_detected(), saved = kvt_kernels_isa();
+    bool ok = true;
+    int cases = 0;
+    for (int l = 0; l < (int)(sizeof lens / sizeof *lens); l++) {
+        const int n = lens[l];
+        for (int v = 0; v < 3; v++) {
+            for (int t = 0; t < n; t++) {
+                const int k = (t * 7 + v * 3 + l) % 23;
+                s[t] = k == 0 ? -INFINITY : k == 1 && v > 0 ? NAN : k == 2 ? -87.0f : k == 3 ? -200.0f : frand() * (v == 2 ? 60.0f : 8.0f);
+            }
+            float mx = -INFINITY;
+            for (int t = 0; t < n; t++) mx = s[t] > mx ? s[t] : mx;
+            float rinv = NAN;
+            if (mx > -INFINITY) {
+                float part[16] = {0}, sum = 0.0f;
+                for (int t = 0; t < n; t++) part[t % 16] += (ref[t] = kvt_sparse_exp_neg(s[t] - mx));
+                for (int j = 0; j < 16; j++) sum += part[j];
+                rinv = sum > 0.0f ? 1.0f / sum : 0.0f;
+            }
+            for (int isa = KVT_ISA_SCALAR; isa <= (int)top; isa++) {
+                kvt_kernels_set_isa((kvt_isa)isa);
+                memcpy(a, s, (size_t)n * sizeof(float));
+                const float ia = kvt_sparse_softmax_row(a, n), ib = kvt_sparse_softmax_row_to(s, b, n);
+                const bool same = isnan(rinv) ? isnan(ia) && isnan(ib) : memcmp(&ia, &rinv, 4) == 0 && memcmp(&ib, &rinv, 4) == 0;
+                ok = ok && same;
+                if (!isnan(rinv)) ok = ok && memcmp(a, ref, (size_t)n * 4) == 0 && memcmp(b, ref, (size_t)n * 4) == 0;
+                cases++;
+            }
+        }
+    }
+    kvt_kernels_set_isa(saved);
+    test_result(ok, "sparse: softmax rows (in place and into a buffer) = the portable exp_neg terms and 16-lane sum, bit for bit on every ISA (lengths 0..1000, -inf, NaN)",
+                "%d cases", cases);
+}
+
 // The block-layout key scans (int8: kvt_sparse_k8_at; 4-bit: kvt_sparse_k4_at) on every ISA the CPU has (the AVX-512
 // VNNI kernel splits each int16 query element in two bytes) against exact int64 sums: the same bits, for 1..8 query heads
 // (the kernel takes 6 per pass), head_dim 4..512 (4-bit: a last half row at 4, 72) with the extreme values (|q16| = 32767,
@@ -481,6 +524,7 @@ static void test_quant_key(void) {
 }
 
 static void test_score_blocks(void) {
+    test_softmax_isa();
     test_score_blocks_bits(8, 16);
     test_score_blocks_bits(8, 8);
     test_score_blocks_bits(4, 16);

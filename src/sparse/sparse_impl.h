@@ -365,14 +365,17 @@ void kvt_sparse_score_keys_set(const int16_t *q16, const float *qscale, int32_t 
                                const int32_t *pos, int64_t m, int64_t stride, float scale, float *raw);
 // The residual's loop: for the m sorted candidates pos, raw[i * stride + x] = shat[i * sh_stride + pos[x]] + (float)(the
 // integer sum of d8 [qpg][4 nr] with the int8 keys' nr rows `rows`) * (ks[pos[x]] * qs[i]) (corr [qpg]: 128 * each row of
-// d8's sum, for the kernel's unsigned form); the portable loop, or its AVX-512 VNNI form (sparse_resid_avx512.c): the
-// same bits.
+// d8's sum, for the kernel's unsigned form); the portable loop, or its AVX-512 VNNI form (sparse_resid_avx512.c) or its AVX2
+// form (sparse_resid_avx2.c: |k| and d with k's sign in VPMADDUBSW, d in [-127, 127]; corr not needed): the same bits.
 void kvt_sparse_resid_rows(const int8_t *d8, const int32_t *corr, const float *qs, int32_t qpg, int32_t hd, const int32_t *rows,
                            int32_t nr, kvt_sparse_keys k, const int32_t *pos, int64_t m, const float *shat, int64_t sh_stride,
                            int64_t stride, float *raw);
 void kvt_sparse_resid_avx512(const int8_t *d8, const int32_t *corr, const float *qs, int32_t qpg, int32_t hd,
                              const int32_t *rows, int32_t nr, kvt_sparse_keys k, const int32_t *pos, int64_t m,
                              const float *shat, int64_t sh_stride, int64_t stride, float *raw);
+void kvt_sparse_resid_avx2(const int8_t *d8, const float *qs, int32_t qpg, int32_t hd, const int32_t *rows, int32_t nr,
+                           kvt_sparse_keys k, const int32_t *pos, int64_t m, const float *shat, int64_t sh_stride,
+                           int64_t stride, float *raw);
 // The 16-position blocks a scan visits (the vector kernels): the range [t0, t0 + n) (pos NULL) or the n sorted positions
 // of pos (a run of entries in one block; pos strictly increasing: 16 entries from a block's start to its end are that
 // whole block), from kvt_sparse_blocks_of. kvt_sparse_blocks_next gives the next block's first position *b0, the lanes to
@@ -416,16 +419,24 @@ static inline bool kvt_sparse_blocks_next(kvt_sparse_blocks *it, int64_t *b0, ui
 // sorted positions of pos) on AVX-512 VNNI (sparse_score_avx512.c; the same bits: integer sums).
 void kvt_sparse_dot_blocks_avx512(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
                                   int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
-// The 4-bit scan on AVX2 (sparse_score_avx2.c: VPMADDUBSW, exact in int16 for nibbles; the same bits). int8 copies on
-// AVX2 with an int16 query take the portable loop (its AVX2 clone): their byte products would saturate VPMADDUBSW.
+// The 4-bit scan on AVX2 (sparse_score_avx2.c: VPMADDUBSW, exact in int16 for nibbles; the same bits).
 void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
                                  int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
 // The int8 copies on AVX2 against an int8 query (every element of q16 in [-127, 127]; --sparse-rerank-qbits 8): |k| times
 // q with k's sign in VPMADDUBSW, exact in int16 (sparse_score_avx2.c; the same bits).
 void kvt_sparse_dot_blocks8q_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
                                   int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
+// The int8 copies on AVX2 against an int16 query (any element; the worker's scan, --sparse-rerank-qbits 16): the keys
+// widened to int16 and VPMADDWD, exact in int32 (sparse_score_avx2.c; the same bits). Before it (2026-12-01) this case
+// took the portable loop's AVX2 clone, which GCC left scalar: the worker's CPU per token ~6x (docs/log/SPARSE-log-2.md,
+// "The worker's scan and the softmax's exponentials on AVX2").
+void kvt_sparse_dot_blocks8_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                 int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw);
 // e^x for x <= 0, relative error below 2e-7 against expf; 0 for x <= -87, -inf and NaN (exposed for the tests).
 float kvt_sparse_exp_neg(float x);
+// The softmax's terms e[t] = kvt_sparse_exp_neg(s[t] - mx) for t < n (e may be s) and their sum (16 partial sums, lane
+// t mod 16, added in order at the end) on AVX2 (sparse_score_avx2.c): the bits of sparse_score.c's portable exp_sum.
+float kvt_sparse_exp_sum_avx2(const float *s, float *e, int64_t n, float mx);
 
 // The predictor's Gram matrix kept from step to step (select.c): G ([n, n] used of row stride ld) holds the dot products
 // of rows [0, *g_n) of the history as it was, which has since dropped *g_shift rows from its front; the products still

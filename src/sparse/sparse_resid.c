@@ -77,6 +77,12 @@ void kvt_sparse_resid_rows(const int8_t *d8, const int32_t *corr, const float *q
         kvt_sparse_resid_avx512(d8, corr, qs, qpg, hd, rows, nr, k, pos, m, shat, sh_stride, stride, raw);
         return;
     }
+    bool d127 = true; // the AVX2 form takes d with k's sign: every element in [-127, 127] (the plan's int8 residual is)
+    for (int64_t x = 0; x < (int64_t)qpg * 4 * nr; x++) d127 = d127 && d8[x] != -128;
+    if (kvt_kernels_isa() == KVT_ISA_AVX2 && d127) {
+        kvt_sparse_resid_avx2(d8, qs, qpg, hd, rows, nr, k, pos, m, shat, sh_stride, stride, raw);
+        return;
+    }
 #endif
     (void)corr; // the portable loop sums d . k directly (the kernel's (k + 128) . d - corr is the same integer)
     const int8_t *k8 = k.kc;

@@ -116,13 +116,12 @@ static void score_blocks(const int16_t *q16, const float *qscale, int32_t qpg, i
         kvt_sparse_dot_blocks4_avx2(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
         return;
     }
-    if (kvt_kernels_isa() == KVT_ISA_AVX2) { // int8 copies: an int8 query (every element in [-127, 127]) has a kernel
+    if (kvt_kernels_isa() == KVT_ISA_AVX2) { // int8 copies: an int8 query (every element in [-127, 127]) has its own kernel
         bool q8 = true;
         for (int64_t x = 0; q8 && x < (int64_t)qpg * hd; x++) q8 = q16[x] >= -127 && q16[x] <= 127;
-        if (q8) {
-            kvt_sparse_dot_blocks8q_avx2(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
-            return;
-        }
+        if (q8) kvt_sparse_dot_blocks8q_avx2(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
+        else kvt_sparse_dot_blocks8_avx2(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw); // int16: widened keys
+        return;
     }
 #endif
     dot_blocks(q16, qs, qpg, hd, k, t0, n_keys, pos, stride, raw);
@@ -263,17 +262,26 @@ void kvt_sparse_piece_sums16(const float *a, int32_t B, float *m) {
     for (int32_t j = 0; j < PL; j++) m[j] = acc[j];
 }
 
+// The exponentials and their sum: exp_sum's bits (the AVX2 kernel: the same operations written out, since GCC's AVX2 clone
+// of exp_sum stays scalar; an AVX-512 CPU runs exp_sum's vectorized clone).
+static float exp_sum_any(const float *s, float *e, int64_t n, float mx) {
+#if defined(__x86_64__)
+    if (kvt_kernels_isa() == KVT_ISA_AVX2) return kvt_sparse_exp_sum_avx2(s, e, n, mx);
+#endif
+    return e == s ? exp_sum(e, n, mx) : exp_sum_to(s, e, n, mx);
+}
+
 float kvt_sparse_softmax_row(float *s, int64_t n) {
     const float mx = row_max(s, n);
     if (!(mx > -INFINITY)) return NAN; // no finite score: the row adds nothing
-    const float sum = exp_sum(s, n, mx);
+    const float sum = exp_sum_any(s, s, n, mx);
     return sum > 0.0f ? 1.0f / sum : 0.0f;
 }
 
 float kvt_sparse_softmax_row_to(const float *s, float *e, int64_t n) {
     const float mx = row_max(s, n);
     if (!(mx > -INFINITY)) return NAN;
-    const float sum = exp_sum_to(s, e, n, mx);
+    const float sum = exp_sum_any(s, e, n, mx);
     return sum > 0.0f ? 1.0f / sum : 0.0f;
 }
 

@@ -1,5 +1,6 @@
-// sparse_score_avx2.c - the 4-bit key scan of sparse_score.c (dot_blocks) for AVX2 CPUs (Makefile flags for *_avx2.c;
-// called when kvt_kernels_isa() is KVT_ISA_AVX2 and the copies are 4-bit). The layout is kvt_sparse_k4_at's: a 64-byte
+// sparse_score_avx2.c - the key scans of sparse_score.c (dot_blocks) for AVX2 CPUs (Makefile flags for *_avx2.c; called
+// when kvt_kernels_isa() is KVT_ISA_AVX2): the 4-bit copies, and below the int8 copies against an int8 and an int16 query.
+// The 4-bit copies: the layout is kvt_sparse_k4_at's: a 64-byte
 // row of a 16-position block holds two groups of 4 dimensions (low and high nibbles), each as 16 positions x 4 bytes, so
 // a 32-byte half row is 8 positions x 4 dimensions.
 //
@@ -120,6 +121,36 @@ void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qp
 // same bits as the portable loop ((float)(q . k) * (ks[t] * qs[i])).
 enum { HC8 = 4 }; // query heads per pass: 2 accumulators each (the block's two halves)
 
+// The exact dot products d[i][h] (positions 8h .. 8h + 7 of the block) of hc query heads as raw scores:
+// (float)d * (ks[t] * qs[i]), the portable loop's operations; the lanes set in `lanes` stored in order from
+// raw[i * stride] on (the other lanes' scales are not read: a list's last block may end the buffer).
+static inline __attribute__((always_inline)) void store_heads(int32_t hc, __m256i d[][2], const float *ks, const float *qs,
+                                                              uint32_t lanes, int64_t stride, float *raw) {
+    const __m256i idx = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __m256 kss[2];
+    for (int32_t h = 0; h < 2; h++) {
+        const __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int32_t)(lanes >> 8 * h)), idx), idx);
+        kss[h] = _mm256_maskload_ps(ks + 8 * h, on);
+    }
+#pragma GCC unroll 4
+    for (int32_t i = 0; i < hc; i++) {
+        float f[16];
+        for (int32_t h = 0; h < 2; h++) {
+            const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(d[i][h]), _mm256_mul_ps(kss[h], _mm256_set1_ps(qs[i])));
+            _mm256_storeu_ps(f + 8 * h, v);
+        }
+        float *r = raw + i * stride;
+        if (lanes == 0xffff) {
+            memcpy(r, f, sizeof f);
+            continue;
+        }
+        int64_t o = 0;
+        for (int32_t j = 0; j < 16; j++) {
+            if (lanes >> j & 1) r[o++] = f[j];
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void block_heads8q(int32_t hc, int32_t hd, const uint8_t *blk, const int8_t *q8,
                                                                 const float *ks, const float *qs, uint32_t lanes,
                                                                 int64_t stride, float *raw) {
@@ -144,30 +175,7 @@ static inline __attribute__((always_inline)) void block_heads8q(int32_t hc, int3
             }
         }
     }
-    // the lanes' scales (the others not read: a list's last block may end the buffer)
-    const __m256i idx = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    __m256 kss[2];
-    for (int32_t h = 0; h < 2; h++) {
-        const __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int32_t)(lanes >> 8 * h)), idx), idx);
-        kss[h] = _mm256_maskload_ps(ks + 8 * h, on);
-    }
-#pragma GCC unroll 4
-    for (int32_t i = 0; i < hc; i++) {
-        float f[16];
-        for (int32_t h = 0; h < 2; h++) {
-            const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[i][h]), _mm256_mul_ps(kss[h], _mm256_set1_ps(qs[i])));
-            _mm256_storeu_ps(f + 8 * h, v);
-        }
-        float *r = raw + i * stride;
-        if (lanes == 0xffff) {
-            memcpy(r, f, sizeof f);
-            continue;
-        }
-        int64_t o = 0;
-        for (int32_t j = 0; j < 16; j++) {
-            if (lanes >> j & 1) r[o++] = f[j];
-        }
-    }
+    store_heads(hc, acc, ks, qs, lanes, stride, raw);
 }
 
 void kvt_sparse_dot_blocks8q_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
@@ -199,5 +207,127 @@ void kvt_sparse_dot_blocks8q_avx2(const int16_t *q16, const float *qs, int32_t q
             }
         }
     }
+}
+
+// The int8 copies against an int16 query (any element in [-32767, 32767]: the worker's scan with the predicted query, the
+// re-rank with --sparse-rerank-qbits 16). VPMADDUBSW's byte products would saturate, so the keys are widened to int16
+// (VPMOVSXBW: 16 bytes = 4 positions x 4 dimensions) and VPMADDWD multiplies them with the query's 4 dimensions
+// broadcast: per position two int32 partial sums (dimensions 0-1 and 2-3 of each group), added over the groups; at the
+// end VPHADDD adds each position's two partials. Every sum is exact in int32 (|q . k| <= 32767 * 127 * hd < 2^31 for
+// hd <= 512), so the dot products are the portable loop's integers, and the scores its bits.
+enum { HC16 = 3 }; // query heads per pass: 4 accumulators each (4 positions x 2 partials per accumulator)
+
+static inline __attribute__((always_inline)) void block_heads16q(int32_t hc, int32_t hd, const uint8_t *blk, const int16_t *q16,
+                                                                 const float *ks, const float *qs, uint32_t lanes,
+                                                                 int64_t stride, float *raw) {
+    __m256i acc[HC16][4];
+#pragma GCC unroll 4
+    for (int32_t i = 0; i < hc; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm256_setzero_si256();
+    for (int32_t g = 0; g < hd / 4; g++) {
+        const uint8_t *row = blk + 64 * g;
+        __m256i qb[HC16];
+#pragma GCC unroll 4
+        for (int32_t i = 0; i < hc; i++) {
+            int64_t w;
+            memcpy(&w, q16 + (int64_t)i * hd + 4 * g, 8);
+            qb[i] = _mm256_set1_epi64x(w);
+        }
+#pragma GCC unroll 4
+        for (int32_t p = 0; p < 4; p++) { // positions 4p .. 4p + 3
+            const __m256i k = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 16 * p)));
+#pragma GCC unroll 4
+            for (int32_t i = 0; i < hc; i++) acc[i][p] = _mm256_add_epi32(acc[i][p], _mm256_madd_epi16(k, qb[i]));
+        }
+    }
+    __m256i d[HC16][2];
+#pragma GCC unroll 4
+    for (int32_t i = 0; i < hc; i++) {
+        for (int32_t h = 0; h < 2; h++) { // VPHADDD per 128-bit lane: positions 0 1 4 5 | 2 3 6 7 (of 8h ..), then in order
+            const __m256i s = _mm256_hadd_epi32(acc[i][2 * h], acc[i][2 * h + 1]);
+            d[i][h] = _mm256_permute4x64_epi64(s, 0xD8);
+        }
+    }
+    store_heads(hc, d, ks, qs, lanes, stride, raw);
+}
+
+void kvt_sparse_dot_blocks8_avx2(const int16_t *q16, const float *qs, int32_t qpg, int32_t hd, kvt_sparse_keys k,
+                                 int64_t t0, int64_t n_keys, const int32_t *pos, int64_t stride, float *raw) {
+    const uint8_t *kc = k.kc;
+    const float *ks = k.ks;
+    const int64_t bb = 16 * (int64_t)hd; // bytes of a block
+    for (int32_t h0 = 0; h0 < qpg; h0 += HC16) {
+        const int32_t hc = qpg - h0 < HC16 ? qpg - h0 : HC16;
+        const int16_t *qh = q16 + (int64_t)h0 * hd;
+        // a list's blocks requested 64 entries (about 4 blocks of whole pages) before they are scored
+        for (int64_t y = 0; pos && y < n_keys && y <= 64; y += 16) _mm_prefetch((const char *)(kc + (pos[y] >> 4) * bb), _MM_HINT_T0);
+        kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, t0, n_keys);
+        int64_t b0, out;
+        uint32_t lanes;
+        while (kvt_sparse_blocks_next(&it, &b0, &lanes, &out)) {
+            if (pos && it.x + 64 < n_keys) {
+                const uint8_t *p = kc + (pos[it.x + 64] >> 4) * bb;
+                for (int64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+            }
+            const uint8_t *blk = kc + b0 / 16 * bb;
+            float *r = raw + (int64_t)h0 * stride + out;
+            switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
+            case 1: block_heads16q(1, hd, blk, qh, ks + b0, qs + h0, lanes, stride, r); break;
+            case 2: block_heads16q(2, hd, blk, qh, ks + b0, qs + h0, lanes, stride, r); break;
+            default: block_heads16q(HC16, hd, blk, qh, ks + b0, qs + h0, lanes, stride, r); break;
+            }
+        }
+    }
+}
+
+// The softmax's exponentials (sparse_score.c's exp_sum / exp_sum_to: e[t] = exp_neg(s[t] - mx), their sum in 16 partial
+// sums, lane j taking the terms t = j mod 16 in order, then the 16 added in order): GCC leaves the portable loop scalar
+// in its AVX2 clone (the selects of exp_neg are not if-converted), so it is written out here with the same float
+// operations in the same order, each rounded alone (no FMA): the same bits. e may be s (in place).
+static inline __attribute__((always_inline)) __m256 exp_neg8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f), shift = _mm256_set1_ps(12582912.0f);
+    const __m256 in = _mm256_cmp_ps(x, lo, _CMP_GT_OQ); // x > -87 (false for NaN)
+    const __m256 xc = _mm256_blendv_ps(lo, x, in);
+    const __m256 t = _mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)), shift);
+    const __m256 nf = _mm256_sub_ps(t, shift);
+    const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000));
+    const __m256 r = _mm256_sub_ps(_mm256_sub_ps(xc, _mm256_mul_ps(nf, _mm256_set1_ps(0.693359375f))),
+                                   _mm256_mul_ps(nf, _mm256_set1_ps(-2.12194440e-4f)));
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+    const __m256 two_n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
+    return _mm256_and_ps(_mm256_mul_ps(p, two_n), in); // 0 where x <= -87, -inf or NaN
+}
+
+float kvt_sparse_exp_sum_avx2(const float *s, float *e, int64_t n, float mx) {
+    const __m256 m = _mm256_set1_ps(mx);
+    __m256 part0 = _mm256_setzero_ps(), part1 = _mm256_setzero_ps(); // lanes 0-7 and 8-15
+    const int64_t nv = n / 16 * 16;
+    for (int64_t t = 0; t < nv; t += 16) {
+        const __m256 e0 = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(s + t), m));
+        const __m256 e1 = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(s + t + 8), m));
+        _mm256_storeu_ps(e + t, e0);
+        _mm256_storeu_ps(e + t + 8, e1);
+        part0 = _mm256_add_ps(part0, e0);
+        part1 = _mm256_add_ps(part1, e1);
+    }
+    float part[16], tail[16] = {0};
+    _mm256_storeu_ps(part, part0);
+    _mm256_storeu_ps(part + 8, part1);
+    if (nv < n) { // the last n - nv terms, lane t - nv each (a whole vector of them, the rest's lanes not stored)
+        float x[16];
+        for (int64_t t = nv; t < n; t++) x[t - nv] = s[t];
+        for (int64_t t = n - nv; t < 16; t++) x[t] = -INFINITY;
+        _mm256_storeu_ps(tail, exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(x), m)));
+        _mm256_storeu_ps(tail + 8, exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(x + 8), m)));
+        for (int64_t t = nv; t < n; t++) part[t - nv] += (e[t] = tail[t - nv]);
+    }
+    float sum = 0.0f;
+    for (int32_t j = 0; j < 16; j++) sum += part[j];
+    return sum;
 }
 #endif
