@@ -978,6 +978,7 @@ int64_t kvt_kernels_set_prefetch(int64_t bytes) {
     atomic_store_explicit(&g_prefetch, v, memory_order_relaxed);
     return old;
 }
+void kvt_kernels_reset_prefetch(void) { prefetch_init(); }
 int64_t kvt_kernels_set_prefetch_dense(int64_t bytes) {
     const int64_t old = kvt_kernels_prefetch_dense();
     atomic_store_explicit(&g_prefetch_dense, prefetch_clamp(bytes), memory_order_relaxed);

@@ -90,6 +90,8 @@ int64_t kvt_kernels_prefetch_dense(void);
 // Tests and benchmarks: those distances from now on (clamped to 0 .. 65536, a multiple of 64); return the old one.
 int64_t kvt_kernels_set_prefetch(int64_t bytes);
 int64_t kvt_kernels_set_prefetch_dense(int64_t bytes);
+// Tests and benchmarks: the CPU's distances again (all of them, per type too; KVT_PREFETCH as at the first call).
+void kvt_kernels_reset_prefetch(void);
 // Table of one instruction set; NULL if that ISA is not compiled in, not
 // supported by this CPU, or does not cover t. For tests and benchmarks.
 const kvt_type_ops *kvt_type_ops_isa(kvt_type t, kvt_isa isa);
