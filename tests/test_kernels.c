@@ -369,15 +369,14 @@ static void test_decode_streams(kvt_isa isa, kvt_type t, int64_t n, int64_t n_ro
     if (!quant_operands(t, n, n_rows, 1, &wq, &xq)) { g_fail++; return; }
     float *y = xmalloc((size_t)(n_rows + 1) * sizeof *y), *e = xmalloc((size_t)(n_rows + 1) * sizeof *e);
     if (!y || !e) { g_fail++; return; }
-    const int64_t old = kvt_kernels_prefetch();
     kvt_kernels_set_prefetch(0);
     for (int64_t r = 0; r <= n_rows; r++) {
         e[r] = -7.f;
         if (r >= r0 && r < r1) kvt_matmul_rows_isa(isa, t, n, wq, r, r + 1, xq, 1, e, n_rows);
     }
     int64_t bad = 0;
-    const int64_t pfs[] = {0, 4096};
-    for (int k = 0; k < 2; k++) {
+    const int64_t pfs[] = {0, 2048, 4096};
+    for (int k = 0; k < 3; k++) {
         kvt_kernels_set_prefetch(pfs[k]);
         for (int64_t r = 0; r <= n_rows; r++) y[r] = -7.f;
         const int ov = kvt_kernels_set_decode_variant(t, g_study_v);
@@ -385,7 +384,7 @@ static void test_decode_streams(kvt_isa isa, kvt_type t, int64_t n, int64_t n_ro
         kvt_kernels_set_decode_variant(t, ov);
         for (int64_t r = 0; r <= n_rows; r++) bad += memcmp(&e[r], &y[r], sizeof *y) != 0;
     }
-    kvt_kernels_set_prefetch(old);
+    kvt_kernels_reset_prefetch();
     char name[128];
     snprintf(name, sizeof name, "decode_streams_%s_%s_n%lld_rows%lld_r%lld-%lld%s%.0d", kvt_isa_name(isa), kvt_type_name(t),
              (long long)n, (long long)n_rows, (long long)r0, (long long)r1, g_study_v ? "_v" : "", g_study_v);

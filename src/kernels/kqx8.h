@@ -16,7 +16,8 @@
 // p = 0..3 a lane sums 16 products of one sub-block: |sum| <= 16 * 15 * 128 < 2^15, so it packs to
 // int16 exactly, and the scale is applied in the int16 x int16 dot (VPMADDWD / VPDPWSSD).
 
-// Software prefetch in the decode GEMV: kvt_kernels_prefetch() bytes ahead, per CPU (quant.h). None on AMD Zen 4: there
+// Software prefetch in the decode GEMV: kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8) bytes ahead, per CPU (quant.h;
+// 2048 on AMD Zen 3, z3k). None on AMD Zen 4: there
 // the 18 prefetches per super-block cost more than they hide (kq_decode_bench, one thread, TinyLlama shapes:
 // AVX-512 20-23 GB/s with 4096, 26-28 without; AVX2 17-23 -> 22-25; two threads no loss;
 // docs/log/BENCHMARKS-kernels-2.md, 2026-11-29 kq6x8); on Intel they let the reads overlap the arithmetic (the
@@ -462,7 +463,7 @@ X8_DECODE_NS(x8_decode_ns_f, x8_groups512f)
 #endif
 
 void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y) {
-    const int64_t nb = n / KVT_QK_K, pf = kvt_kernels_prefetch();
+    const int64_t nb = n / KVT_QK_K, pf = kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8);
     // a study form (matmul.h kvt_kernels_decode_variant: 1, 2, 4 streams, x8_decode_ns), else the default below
     const int v = kvt_kernels_decode_variant(KVT_TYPE_Q4_K_X8);
     if (v == 1 || v == 2 || v == 4) {

@@ -890,35 +890,52 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #ifndef KVT_PF_AMD_AVX2
 #define KVT_PF_AMD_AVX2 4096
 #endif
-// This CPU's decode prefetch distances (quant.h): *quant for the quantized GEMVs, *dense for f16_x16 and the f16/bf16
-// rows. GenuineIntel: KVT_PF_INTEL for both. AuthenticAMD without AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the
-// quantized GEMVs, none for the dense ones (paired on a Zen 3, docs/log/BENCHMARKS-kernels-3.md, z3dec); AMD with
-// AVX-512 (Zen 4 on): none (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets both.
-static void detect_prefetch(int64_t *quant, int64_t *dense) {
-    int64_t pq = 0, pd = 0;
+#ifndef KVT_PF_AMD_AVX2_Q4K
+#define KVT_PF_AMD_AVX2_Q4K 2048
+#endif
+#ifndef KVT_PF_AMD_AVX2_Q6K
+#define KVT_PF_AMD_AVX2_Q6K KVT_PF_AMD_AVX2
+#endif
+// This CPU's decode prefetch distances (quant.h): *quant for the quantized GEMVs, *q4k and *q6k for q4_K_x8 and the
+// q6_K_r rows, *dense for f16_x16 and the f16/bf16 rows. GenuineIntel: KVT_PF_INTEL for all. AuthenticAMD without
+// AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (2048) for q4_K_x8 and
+// KVT_PF_AMD_AVX2_Q6K (4096, as the others: 2048 lost) for the q6_K_r rows (model decode paired on a Zen 3,
+// docs/log/BENCHMARKS-kernels-3.md, z3k), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
+// (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets all of them.
+static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t *dense) {
+    int64_t pq = 0, pd = 0, p4 = 0, p6 = 0;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
     if (__get_cpuid(0, &a, &b, &c, &d)) {
         // the vendor: EBX, EDX, ECX of leaf 0, "GenuineIntel" or "AuthenticAMD"
-        if (b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pq = pd = KVT_PF_INTEL;
+        if (b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pq = pd = p4 = p6 = KVT_PF_INTEL;
         __builtin_cpu_init();
         if (b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u && !__builtin_cpu_supports("avx512f"))
-            pq = KVT_PF_AMD_AVX2;
+            pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K;
     }
 #endif
     const char *e = getenv("KVT_PREFETCH");
     if (e && *e) {
         char *end;
         const long long v = strtoll(e, &end, 10);
-        if (!*end && v >= 0 && v <= 65536) pq = pd = (int64_t)v / 64 * 64;
+        if (!*end && v >= 0 && v <= 65536) pq = pd = p4 = p6 = (int64_t)v / 64 * 64;
     }
-    *quant = pq, *dense = pd;
+    *quant = pq, *q4k = p4, *q6k = p6, *dense = pd;
 }
 // -1: not detected yet. Concurrent first calls compute the same values, so the relaxed stores are benign.
+// g_prefetch_type: the per-type distances plus one (0: not detected yet, so the zero-initialised array needs no setup).
 static _Atomic int64_t g_prefetch = -1, g_prefetch_dense = -1;
+static _Atomic int64_t g_prefetch_type[KVT_TYPE_COUNT];
+static void prefetch_store_types(int64_t quant, int64_t q4k, int64_t q6k) {
+    for (int t = 0; t < KVT_TYPE_COUNT; t++) {
+        const int64_t v = t == KVT_TYPE_Q4_K_X8 ? q4k : t == KVT_TYPE_Q6_K_R ? q6k : quant;
+        atomic_store_explicit(&g_prefetch_type[t], v + 1, memory_order_relaxed);
+    }
+}
 static void prefetch_init(void) {
-    int64_t q, d;
-    detect_prefetch(&q, &d);
+    int64_t q, q4, q6, d;
+    detect_prefetch(&q, &q4, &q6, &d);
+    prefetch_store_types(q, q4, q6);
     atomic_store_explicit(&g_prefetch_dense, d, memory_order_relaxed);
     atomic_store_explicit(&g_prefetch, q, memory_order_relaxed);
 }
@@ -926,6 +943,12 @@ int64_t kvt_kernels_prefetch(void) {
     int64_t v = atomic_load_explicit(&g_prefetch, memory_order_relaxed);
     if (v < 0) prefetch_init(), v = atomic_load_explicit(&g_prefetch, memory_order_relaxed);
     return v;
+}
+int64_t kvt_kernels_prefetch_type(kvt_type t) {
+    if ((unsigned)t >= KVT_TYPE_COUNT) return kvt_kernels_prefetch();
+    int64_t v = atomic_load_explicit(&g_prefetch_type[t], memory_order_relaxed);
+    if (v == 0) prefetch_init(), v = atomic_load_explicit(&g_prefetch_type[t], memory_order_relaxed);
+    return v - 1;
 }
 int64_t kvt_kernels_prefetch_dense(void) {
     int64_t v = atomic_load_explicit(&g_prefetch_dense, memory_order_relaxed);
@@ -950,10 +973,12 @@ int kvt_kernels_set_decode_variant(kvt_type t, int v) {
 }
 static int64_t prefetch_clamp(int64_t bytes) { return (bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes) / 64 * 64; }
 int64_t kvt_kernels_set_prefetch(int64_t bytes) {
-    const int64_t old = kvt_kernels_prefetch();
-    atomic_store_explicit(&g_prefetch, prefetch_clamp(bytes), memory_order_relaxed);
+    const int64_t old = kvt_kernels_prefetch(), v = prefetch_clamp(bytes);
+    prefetch_store_types(v, v, v);
+    atomic_store_explicit(&g_prefetch, v, memory_order_relaxed);
     return old;
 }
+void kvt_kernels_reset_prefetch(void) { prefetch_init(); }
 int64_t kvt_kernels_set_prefetch_dense(int64_t bytes) {
     const int64_t old = kvt_kernels_prefetch_dense();
     atomic_store_explicit(&g_prefetch_dense, prefetch_clamp(bytes), memory_order_relaxed);

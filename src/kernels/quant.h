@@ -79,12 +79,19 @@ const char *kvt_isa_name(kvt_isa isa);
 // (0 .. 65536, a multiple of 64) overrides it and the dense distance below, to measure. Prefetches only: no result
 // changes with them.
 int64_t kvt_kernels_prefetch(void);
+// The distance of the decode GEMV of type t (KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R: the q6_K_r rows; any other: the one
+// above): kvt_kernels_prefetch() but for those two on AMD without AVX-512, KVT_PF_AMD_AVX2_Q4K (2048: q4_K_x8 decode
+// 1.07-1.09x median paired at the model level on a Zen 3) and KVT_PF_AMD_AVX2_Q6K (4096; docs/log/BENCHMARKS-kernels-3.md,
+// z3k). KVT_PREFETCH and kvt_kernels_set_prefetch set it for every type.
+int64_t kvt_kernels_prefetch_type(kvt_type t);
 // The same for the dense decode GEMVs (f16_x16; the f16 and bf16 rows' default form, matmul.h): Intel's distance on
 // Intel, 0 on AMD (Zen 3: f16_x16 read its plain stream at 96-106% of the probe without, 0.85-0.94x with; z3dec).
 int64_t kvt_kernels_prefetch_dense(void);
 // Tests and benchmarks: those distances from now on (clamped to 0 .. 65536, a multiple of 64); return the old one.
 int64_t kvt_kernels_set_prefetch(int64_t bytes);
 int64_t kvt_kernels_set_prefetch_dense(int64_t bytes);
+// Tests and benchmarks: the CPU's distances again (all of them, per type too; KVT_PREFETCH as at the first call).
+void kvt_kernels_reset_prefetch(void);
 // Table of one instruction set; NULL if that ISA is not compiled in, not
 // supported by this CPU, or does not cover t. For tests and benchmarks.
 const kvt_type_ops *kvt_type_ops_isa(kvt_type t, kvt_isa isa);

@@ -475,13 +475,13 @@ INLINE void q6r_sb(const kvt_block_q6_K *x, const kvt_block_q8_K *y, float *acc)
         }                                                                                              \
     } while (0)
 // Y[r] for the nr q6_K_r rows at W (stride wrs) against the prepared row y: rows i and h + i in turn, as
-// kvt_q6k_rows_avx2, each row's chain q6_K_dot's. Prefetch: with the CPU's decode prefetch (kvt_kernels_prefetch() >
-// 0: Intel, AMD Zen 3) into L2 that far ahead and into L1 KVT_X8_PF_NEAR ahead (paired from DRAM on the Intel Xeon, against the
+// kvt_q6k_rows_avx2, each row's chain q6_K_dot's. Prefetch: with the CPU's decode prefetch
+// (kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R) > 0: Intel, AMD Zen 3) into L2 that far ahead and into L1 KVT_X8_PF_NEAR ahead (paired from DRAM on the Intel Xeon, against the
 // q6_K rows' one prefetch into L1 KQ_PF ahead: 1.04-1.07x, docs/log/BENCHMARKS-kernels-3.md, k11s); else, or in the
 // study form 8 (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R)), the q6_K rows' prefetch.
 void kvt_q6r_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *yv, float *Y) {
     const int64_t nb = n / KVT_QK_K, h = (nr + 1) / 2;
-    const int64_t pf = kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R) == 8 ? 0 : kvt_kernels_prefetch();
+    const int64_t pf = kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R) == 8 ? 0 : kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R);
     const kvt_block_q8_K *y = yv;
     for (int64_t i = 0; i < nr - h; i++) {
         const kvt_block_q6_K *xa = (const kvt_block_q6_K *)((const char *)W + i * wrs);

@@ -12,8 +12,8 @@
 //   probe  - kvt_measure_read_bw (kvtier bench's DRAM probe: 512 MiB in 64 KiB chunks), once per type
 // and prints GB/s of each and gemv as a share of stream and of probe. Timings are wall time: run under
 // /work/quiet (or on an idle machine). The decode GEMVs' software prefetch distance is the CPU's
-// (kvt_kernels_prefetch and, for f16_x16, kvt_kernels_prefetch_dense: quant.h); KVT_PREFETCH=BYTES sets another, to
-// compare (pf=BYTES below sets both).
+// (kvt_kernels_prefetch_type per type and, for f16_x16, kvt_kernels_prefetch_dense: quant.h); KVT_PREFETCH=BYTES sets
+// another, to compare (pf=BYTES below sets all of them; pf=-1 restores the CPU's, kvt_kernels_reset_prefetch).
 // Types: -T q4_1_x8, q8_0_x8, f16, q8_0, ... as well (the repacked ones packed as the model loader does).
 //
 // Paired A/B (-A SPEC and/or -B SPEC; -P pairs=40): two forms of the same decode GEMV compared within one process on
@@ -184,10 +184,11 @@ int main(int argc, char **argv) {
     kvt_threadpool *pool;
     kvt_err err;
     if (kvt_threadpool_init(nth, &pool, &err) != KVT_OK) return fprintf(stderr, "pool: %s\n", err.msg), 1;
-    printf("isa %s, %d thread(s), %lld MiB of copies per case, %s pages, x8 decode prefetch %lld bytes\n",
+    printf("isa %s, %d thread(s), %lld MiB of copies per case, %s pages, x8 decode prefetch %lld bytes (q4_K_x8 %lld, q6_K rows %lld)\n",
            kvt_isa_name(kvt_kernels_isa()), nth, (long long)mib, huge ? "huge (madvise)" : "4 KiB",
-           (long long)kvt_kernels_prefetch());
-    const int64_t pf_cpu = kvt_kernels_prefetch(), pfd_cpu = kvt_kernels_prefetch_dense();
+           (long long)kvt_kernels_prefetch(), (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8),
+           (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R));
+    const int64_t pf_cpu = kvt_kernels_prefetch();
     if (paired) {
         printf("paired: A = v=%d,pf=%lld%s%s, B = v=%d,pf=%lld%s%s, %d pairs (one pass of A, B and the 4-stream probe each)\n",
                fa.v, (long long)(fa.pf < 0 ? pf_cpu : fa.pf), fa.t >= 0 ? ",t=" : "", fa.t >= 0 ? kvt_type_name((kvt_type)fa.t) : "",
@@ -273,8 +274,8 @@ int main(int argc, char **argv) {
                         int64_t t0 = kvt_time_ns();
                         if (which < 2) {
                             kvt_kernels_set_decode_variant(tf[which], f->v);
-                            kvt_kernels_set_prefetch(f->pf < 0 ? pf_cpu : f->pf);
-                            kvt_kernels_set_prefetch_dense(f->pf < 0 ? pfd_cpu : f->pf);
+                            if (f->pf < 0) kvt_kernels_reset_prefetch(); // the CPU's, per type too
+                            else kvt_kernels_set_prefetch(f->pf), kvt_kernels_set_prefetch_dense(f->pf);
                             W.type = tf[which];
                             t0 = kvt_time_ns();
                             for (int c = 0; c < copies; c++) {
@@ -292,8 +293,7 @@ int main(int argc, char **argv) {
                     }
                     kvt_kernels_set_decode_variant(tf[0], 0);
                     kvt_kernels_set_decode_variant(tf[1], 0);
-                    kvt_kernels_set_prefetch(pf_cpu);
-                    kvt_kernels_set_prefetch_dense(pfd_cpu);
+                    kvt_kernels_reset_prefetch();
                     if (i < 0) continue;
                     ga[i] = g[0], gb[i] = g[1], gp[i] = g[2];
                     wins += g[1] > g[0];
