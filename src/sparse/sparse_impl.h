@@ -414,6 +414,25 @@ static inline bool kvt_sparse_blocks_next(kvt_sparse_blocks *it, int64_t *b0, ui
     *lanes = m;
     return true;
 }
+// A block's 16 scores f stored from r on: the lanes set in `lanes`, in order (the vector kernels' epilogue).
+static inline void kvt_sparse_store_lanes(float *r, const float *f, uint32_t lanes) {
+    if (lanes == 0xffff) {
+        for (int32_t j = 0; j < 16; j++) r[j] = f[j];
+        return;
+    }
+    int64_t o = 0;
+    for (int32_t j = 0; j < 16; j++) {
+        if (lanes >> j & 1) r[o++] = f[j];
+    }
+}
+// The residual pass's prefetch (its vector kernels) of the 16-position block at pb (a multiple of 16) into L1: the plan's
+// nr rows (64 bytes each) of its int8 copies kc (bb bytes a block), its key scales ks and the qpg query heads' rows of s^.
+static inline void kvt_sparse_resid_prefetch(const uint8_t *kc, int64_t bb, const int32_t *rows, int32_t nr, const float *ks,
+                                             const float *shat, int64_t sh_stride, int32_t qpg, int64_t pb) {
+    for (int32_t j = 0; j < nr; j++) __builtin_prefetch(kc + pb / 16 * bb + 64 * rows[j], 0, 3);
+    __builtin_prefetch(ks + pb, 0, 3);
+    for (int32_t i = 0; i < qpg; i++) __builtin_prefetch(shat + i * sh_stride + pb, 0, 3);
+}
 
 // The scan of all of these (any width; qs: qscale times the attention scale; pos NULL: the range [t0, t0 + n_keys), else the n_keys
 // sorted positions of pos) on AVX-512 VNNI (sparse_score_avx512.c; the same bits: integer sums).

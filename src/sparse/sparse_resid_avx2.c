@@ -21,22 +21,14 @@ void kvt_sparse_resid_avx2(const int8_t *d8, const float *qs, int32_t qpg, int32
     const int64_t bb = 16 * (int64_t)hd;
     const __m256i one = _mm256_set1_epi16(1), idx = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     enum { AHEAD = 64 }; // candidates ahead whose rows, scales and s^ are prefetched
-    for (int64_t y = 0; y < m && y <= AHEAD; y += 16) {
-        const int64_t pb = pos[y] & ~(int64_t)15;
-        for (int32_t j = 0; j < nr; j++) _mm_prefetch((const char *)(kc + pb / 16 * bb + 64 * rows[j]), _MM_HINT_T0);
-        _mm_prefetch((const char *)(ksf + pb), _MM_HINT_T0);
-        for (int32_t i = 0; i < qpg; i++) _mm_prefetch((const char *)(shat + i * sh_stride + pb), _MM_HINT_T0);
-    }
+    for (int64_t y = 0; y < m && y <= AHEAD; y += 16)
+        kvt_sparse_resid_prefetch(kc, bb, rows, nr, ksf, shat, sh_stride, qpg, pos[y] & ~(int64_t)15);
     kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, 0, m);
     int64_t b0, out;
     uint32_t lanes;
     while (kvt_sparse_blocks_next(&it, &b0, &lanes, &out)) {
-        if (it.x + AHEAD < m) {
-            const int64_t pb = pos[it.x + AHEAD] & ~(int64_t)15;
-            for (int32_t j = 0; j < nr; j++) _mm_prefetch((const char *)(kc + pb / 16 * bb + 64 * rows[j]), _MM_HINT_T0);
-            _mm_prefetch((const char *)(ksf + pb), _MM_HINT_T0);
-            for (int32_t i = 0; i < qpg; i++) _mm_prefetch((const char *)(shat + i * sh_stride + pb), _MM_HINT_T0);
-        }
+        if (it.x + AHEAD < m)
+            kvt_sparse_resid_prefetch(kc, bb, rows, nr, ksf, shat, sh_stride, qpg, pos[it.x + AHEAD] & ~(int64_t)15);
         __m256i on[2]; // the block's lanes to read (the others not read: a list's last block may end the buffers)
         __m256 ks[2];
         for (int32_t h = 0; h < 2; h++) {
@@ -71,15 +63,7 @@ void kvt_sparse_resid_avx2(const int8_t *d8, const float *qs, int32_t qpg, int32
                     const __m256 sh = _mm256_maskload_ps(shat + (int64_t)(h0 + i) * sh_stride + b0 + 8 * h, on[h]);
                     _mm256_storeu_ps(f + 8 * h, _mm256_add_ps(sh, c));
                 }
-                float *r = raw + (int64_t)(h0 + i) * stride + out;
-                if (lanes == 0xffff) {
-                    memcpy(r, f, sizeof f);
-                    continue;
-                }
-                int64_t o = 0;
-                for (int32_t j = 0; j < 16; j++) {
-                    if (lanes >> j & 1) r[o++] = f[j];
-                }
+                kvt_sparse_store_lanes(raw + (int64_t)(h0 + i) * stride + out, f, lanes);
             }
         }
     }

@@ -17,22 +17,14 @@ void kvt_sparse_resid_avx512(const int8_t *d8, const int32_t *corr, const float 
     const int64_t bb = 16 * (int64_t)hd;
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
     enum { AHEAD = 64 }; // candidates ahead whose rows, scales and s^ are prefetched
-    for (int64_t y = 0; y < m && y <= AHEAD; y += 16) {
-        const int64_t pb = pos[y] & ~(int64_t)15;
-        for (int32_t j = 0; j < nr; j++) _mm_prefetch((const char *)(kc + pb / 16 * bb + 64 * rows[j]), _MM_HINT_T0);
-        _mm_prefetch((const char *)(ksf + pb), _MM_HINT_T0);
-        for (int32_t i = 0; i < qpg; i++) _mm_prefetch((const char *)(shat + i * sh_stride + pb), _MM_HINT_T0);
-    }
+    for (int64_t y = 0; y < m && y <= AHEAD; y += 16)
+        kvt_sparse_resid_prefetch(kc, bb, rows, nr, ksf, shat, sh_stride, qpg, pos[y] & ~(int64_t)15);
     kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, 0, m);
     int64_t b0, out;
     uint32_t bits_m;
     while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
-        if (it.x + AHEAD < m) {
-            const int64_t pb = pos[it.x + AHEAD] & ~(int64_t)15;
-            for (int32_t j = 0; j < nr; j++) _mm_prefetch((const char *)(kc + pb / 16 * bb + 64 * rows[j]), _MM_HINT_T0);
-            _mm_prefetch((const char *)(ksf + pb), _MM_HINT_T0);
-            for (int32_t i = 0; i < qpg; i++) _mm_prefetch((const char *)(shat + i * sh_stride + pb), _MM_HINT_T0);
-        }
+        if (it.x + AHEAD < m)
+            kvt_sparse_resid_prefetch(kc, bb, rows, nr, ksf, shat, sh_stride, qpg, pos[it.x + AHEAD] & ~(int64_t)15);
         const __mmask16 mk = (__mmask16)bits_m;
         const __mmask16 st = (__mmask16)((1u << __builtin_popcount(bits_m)) - 1u);
         const __m512 ks = _mm512_maskz_loadu_ps(mk, ksf + b0);

@@ -119,6 +119,18 @@ void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qp
 // |k| (unsigned, <= 127) and q with k's sign (sign(q, k), in [-127, 127]): two products per int16 lane, at most
 // 2 * 127 * 127 = 32258, never saturated; VPMADDWD with 1 sums the pairs into int32: q . k per position, exact, so the
 // same bits as the portable loop ((float)(q . k) * (ks[t] * qs[i])).
+// The int8 scans of a list (pos set; nothing for a range): its blocks are requested 64 entries (about 4 blocks of whole
+// pages) before they are scored: the first line of each of the first 64 entries' blocks before the loop, then, at entry
+// x, the whole block of entry x + 64 (kc: the copies, bb bytes a block).
+static inline void list_prefetch_first(const uint8_t *kc, int64_t bb, const int32_t *pos, int64_t n_keys) {
+    for (int64_t y = 0; pos && y < n_keys && y <= 64; y += 16) _mm_prefetch((const char *)(kc + (pos[y] >> 4) * bb), _MM_HINT_T0);
+}
+static inline void list_prefetch_ahead(const uint8_t *kc, int64_t bb, const int32_t *pos, int64_t n_keys, int64_t x) {
+    if (!pos || x + 64 >= n_keys) return;
+    const uint8_t *p = kc + (pos[x + 64] >> 4) * bb;
+    for (int64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
 enum { HC8 = 4 }; // query heads per pass: 2 accumulators each (the block's two halves)
 
 // The exact dot products d[i][h] (positions 8h .. 8h + 7 of the block) of hc query heads as raw scores:
@@ -139,15 +151,7 @@ static inline __attribute__((always_inline)) void store_heads(int32_t hc, __m256
             const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(d[i][h]), _mm256_mul_ps(kss[h], _mm256_set1_ps(qs[i])));
             _mm256_storeu_ps(f + 8 * h, v);
         }
-        float *r = raw + i * stride;
-        if (lanes == 0xffff) {
-            memcpy(r, f, sizeof f);
-            continue;
-        }
-        int64_t o = 0;
-        for (int32_t j = 0; j < 16; j++) {
-            if (lanes >> j & 1) r[o++] = f[j];
-        }
+        kvt_sparse_store_lanes(raw + i * stride, f, lanes);
     }
 }
 
@@ -187,16 +191,12 @@ void kvt_sparse_dot_blocks8q_avx2(const int16_t *q16, const float *qs, int32_t q
     for (int32_t h0 = 0; h0 < qpg; h0 += HC8) {
         const int32_t hc = qpg - h0 < HC8 ? qpg - h0 : HC8;
         for (int64_t x = 0; x < (int64_t)hc * hd; x++) q8[x] = (int8_t)q16[(int64_t)h0 * hd + x];
-        // a list's blocks requested 64 entries (about 4 blocks of whole pages) before they are scored
-        for (int64_t y = 0; pos && y < n_keys && y <= 64; y += 16) _mm_prefetch((const char *)(kc + (pos[y] >> 4) * bb), _MM_HINT_T0);
+        list_prefetch_first(kc, bb, pos, n_keys);
         kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, t0, n_keys);
         int64_t b0, out;
         uint32_t lanes;
         while (kvt_sparse_blocks_next(&it, &b0, &lanes, &out)) {
-            if (pos && it.x + 64 < n_keys) {
-                const uint8_t *p = kc + (pos[it.x + 64] >> 4) * bb;
-                for (int64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
-            }
+            list_prefetch_ahead(kc, bb, pos, n_keys, it.x);
             const uint8_t *blk = kc + b0 / 16 * bb;
             float *r = raw + (int64_t)h0 * stride + out;
             switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
@@ -258,16 +258,12 @@ void kvt_sparse_dot_blocks8_avx2(const int16_t *q16, const float *qs, int32_t qp
     for (int32_t h0 = 0; h0 < qpg; h0 += HC16) {
         const int32_t hc = qpg - h0 < HC16 ? qpg - h0 : HC16;
         const int16_t *qh = q16 + (int64_t)h0 * hd;
-        // a list's blocks requested 64 entries (about 4 blocks of whole pages) before they are scored
-        for (int64_t y = 0; pos && y < n_keys && y <= 64; y += 16) _mm_prefetch((const char *)(kc + (pos[y] >> 4) * bb), _MM_HINT_T0);
+        list_prefetch_first(kc, bb, pos, n_keys);
         kvt_sparse_blocks it = kvt_sparse_blocks_of(pos, t0, n_keys);
         int64_t b0, out;
         uint32_t lanes;
         while (kvt_sparse_blocks_next(&it, &b0, &lanes, &out)) {
-            if (pos && it.x + 64 < n_keys) {
-                const uint8_t *p = kc + (pos[it.x + 64] >> 4) * bb;
-                for (int64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
-            }
+            list_prefetch_ahead(kc, bb, pos, n_keys, it.x);
             const uint8_t *blk = kc + b0 / 16 * bb;
             float *r = raw + (int64_t)h0 * stride + out;
             switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
