@@ -922,39 +922,31 @@ static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t 
     }
     *quant = pq, *q4k = p4, *q6k = p6, *dense = pd;
 }
-// -1: not detected yet. Concurrent first calls compute the same values, so the relaxed stores are benign.
-// g_prefetch_type: the per-type distances plus one (0: not detected yet, so the zero-initialised array needs no setup).
-static _Atomic int64_t g_prefetch = -1, g_prefetch_dense = -1;
-static _Atomic int64_t g_prefetch_type[KVT_TYPE_COUNT];
-static void prefetch_store_types(int64_t quant, int64_t q4k, int64_t q6k) {
-    for (int t = 0; t < KVT_TYPE_COUNT; t++) {
-        const int64_t v = t == KVT_TYPE_Q4_K_X8 ? q4k : t == KVT_TYPE_Q6_K_R ? q6k : quant;
-        atomic_store_explicit(&g_prefetch_type[t], v + 1, memory_order_relaxed);
+// The distances by slot, each plus one (0: not detected yet, so the zero-initialised array needs no set-up): a type's
+// slot (kvt_kernels_prefetch_type), PF_QUANT (kvt_kernels_prefetch) and PF_DENSE (kvt_kernels_prefetch_dense).
+// Concurrent first calls detect the same values, so the relaxed stores are benign.
+enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_SLOTS };
+static _Atomic int64_t g_prefetch[PF_SLOTS];
+// Every slot from the four distances; dense < 0 leaves PF_DENSE as it is.
+static void prefetch_store(int64_t quant, int64_t q4k, int64_t q6k, int64_t dense) {
+    for (int s = 0; s < PF_SLOTS; s++) {
+        const int64_t v = s == KVT_TYPE_Q4_K_X8 ? q4k : s == KVT_TYPE_Q6_K_R ? q6k : s == PF_DENSE ? dense : quant;
+        if (v >= 0) atomic_store_explicit(&g_prefetch[s], v + 1, memory_order_relaxed);
     }
 }
 static void prefetch_init(void) {
     int64_t q, q4, q6, d;
     detect_prefetch(&q, &q4, &q6, &d);
-    prefetch_store_types(q, q4, q6);
-    atomic_store_explicit(&g_prefetch_dense, d, memory_order_relaxed);
-    atomic_store_explicit(&g_prefetch, q, memory_order_relaxed);
+    prefetch_store(q, q4, q6, d);
 }
-int64_t kvt_kernels_prefetch(void) {
-    int64_t v = atomic_load_explicit(&g_prefetch, memory_order_relaxed);
-    if (v < 0) prefetch_init(), v = atomic_load_explicit(&g_prefetch, memory_order_relaxed);
-    return v;
-}
-int64_t kvt_kernels_prefetch_type(kvt_type t) {
-    if ((unsigned)t >= KVT_TYPE_COUNT) return kvt_kernels_prefetch();
-    int64_t v = atomic_load_explicit(&g_prefetch_type[t], memory_order_relaxed);
-    if (v == 0) prefetch_init(), v = atomic_load_explicit(&g_prefetch_type[t], memory_order_relaxed);
+static int64_t prefetch_slot(int s) {
+    int64_t v = atomic_load_explicit(&g_prefetch[s], memory_order_relaxed);
+    if (v == 0) prefetch_init(), v = atomic_load_explicit(&g_prefetch[s], memory_order_relaxed);
     return v - 1;
 }
-int64_t kvt_kernels_prefetch_dense(void) {
-    int64_t v = atomic_load_explicit(&g_prefetch_dense, memory_order_relaxed);
-    if (v < 0) prefetch_init(), v = atomic_load_explicit(&g_prefetch_dense, memory_order_relaxed);
-    return v;
-}
+int64_t kvt_kernels_prefetch(void) { return prefetch_slot(PF_QUANT); }
+int64_t kvt_kernels_prefetch_type(kvt_type t) { return prefetch_slot((unsigned)t < KVT_TYPE_COUNT ? (int)t : PF_QUANT); }
+int64_t kvt_kernels_prefetch_dense(void) { return prefetch_slot(PF_DENSE); }
 
 // The decode forms (matmul.h): a study form set for a type, else its default.
 static _Atomic int g_decode_variant[KVT_TYPE_COUNT];
@@ -972,16 +964,16 @@ int kvt_kernels_set_decode_variant(kvt_type t, int v) {
     return atomic_exchange_explicit(&g_decode_variant[t], v, memory_order_relaxed);
 }
 static int64_t prefetch_clamp(int64_t bytes) { return (bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes) / 64 * 64; }
+// (the setters detect first, so that a later first read cannot overwrite what they set)
 int64_t kvt_kernels_set_prefetch(int64_t bytes) {
     const int64_t old = kvt_kernels_prefetch(), v = prefetch_clamp(bytes);
-    prefetch_store_types(v, v, v);
-    atomic_store_explicit(&g_prefetch, v, memory_order_relaxed);
+    prefetch_store(v, v, v, -1);
     return old;
 }
 void kvt_kernels_reset_prefetch(void) { prefetch_init(); }
 int64_t kvt_kernels_set_prefetch_dense(int64_t bytes) {
     const int64_t old = kvt_kernels_prefetch_dense();
-    atomic_store_explicit(&g_prefetch_dense, prefetch_clamp(bytes), memory_order_relaxed);
+    atomic_store_explicit(&g_prefetch[PF_DENSE], prefetch_clamp(bytes) + 1, memory_order_relaxed);
     return old;
 }
 
