@@ -1214,7 +1214,8 @@ int test_kernels_main(void) {
                                  {300, 96, 6, 0, 96},    {300, 96, 8, 2, 90}};
         for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) test_f16x16(fx[i][0], fx[i][1], fx[i][2], fx[i][3], fx[i][4], 0);
         test_f16x16(333, 48, 5, 1, 47, 1);
-        const int64_t pf = kvt_kernels_set_prefetch(0), pfd = kvt_kernels_set_prefetch_dense(0);
+        kvt_kernels_set_prefetch(0);
+        kvt_kernels_set_prefetch_dense(0);
         test_f16x16(517, 144, 1, 0, 144, 0);
         // the decode prefetch on any CPU: split into L2 and L1 (the default), and study form 1 (L1 alone)
         kvt_kernels_set_prefetch(4096);
@@ -1223,8 +1224,7 @@ int test_kernels_main(void) {
         const int fv = kvt_kernels_set_decode_variant(KVT_TYPE_F16_X16, 1);
         test_f16x16(2048, 80, 1, 2, 78, 0);
         kvt_kernels_set_decode_variant(KVT_TYPE_F16_X16, fv);
-        kvt_kernels_set_prefetch(pf);
-        kvt_kernels_set_prefetch_dense(pfd);
+        kvt_kernels_reset_prefetch(); // the CPU's distances again, per type too
         kvt_f16x16_set_enabled(fx_on);
     }
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&
