@@ -87,43 +87,71 @@ static void test_predict_gram(void) {
 }
 
 // kvt_sparse_page_sums: each page's positions hold the page's sum in position order, as a serial loop per page.
+// On every ISA the CPU has (AVX2 with B a multiple of 8: kvt_sparse_page_sums_avx2 for the groups of 16 whole pages), with
+// zeros of both signs among the values (a page's sum starts from its first value, not from 0).
 static void test_page_sums(void) {
     enum { MAXN = 3000 };
-    static float a[MAXN], b[MAXN];
-    const int32_t Bs[] = {1, 3, 8, 16, 17, 64};
+    static float s[MAXN], a[MAXN], b[MAXN];
+    const int32_t Bs[] = {1, 3, 8, 16, 17, 64, 24};
+    const int nb = (int)(sizeof Bs / sizeof *Bs);
+    const kvt_isa top = kvt_kernels_isa_detected(), saved = kvt_kernels_isa();
     bool ok = true;
-    for (int it = 0; it < 120 && ok; it++) {
-        const int64_t n = 1 + (int64_t)((frand() + 1.0f) * 0.5f * (MAXN - 1));
-        const int32_t B = Bs[it % 6];
-        for (int64_t t = 0; t < n; t++) a[t] = b[t] = frand() * (t % 7 ? 1.0f : 1e4f);
-        kvt_sparse_page_sums(a, n, B);
+    int cases = 0;
+    for (int it = 0; it < 140 && ok; it++) {
+        const int64_t n = it % 10 == 9 ? 16 * 16 * 3 : 1 + (int64_t)((frand() + 1.0f) * 0.5f * (MAXN - 1));
+        const int32_t B = Bs[it % nb];
+        for (int64_t t = 0; t < n; t++) s[t] = b[t] = it % 5 == 2 && t % 3 ? -0.0f : frand() * (t % 7 ? 1.0f : 1e4f);
         for (int64_t p0 = 0; p0 < n; p0 += B) {
             const int64_t p1 = p0 + B < n ? p0 + B : n;
             float m = b[p0];
             for (int64_t t = p0 + 1; t < p1; t++) m += b[t];
             for (int64_t t = p0; t < p1; t++) b[t] = m;
         }
-        ok = memcmp(a, b, (size_t)n * sizeof *a) == 0;
-    }
-    test_result(ok, "sparse: page sums (pages side by side) = a serial sum per page, bit for bit", "differ");
-}
-
-// kvt_sparse_piece_sums16: 16 pieces of B values, each summed in order from 0 as a serial loop, bit for bit.
-static void test_piece_sums16(void) {
-    static float a[16 * 40], m[16];
-    const int32_t Bs[] = {1, 4, 8, 16, 17, 40};
-    bool ok = true;
-    for (int it = 0; it < 60 && ok; it++) {
-        const int32_t B = Bs[it % 6];
-        for (int64_t t = 0; t < 16 * B; t++) a[t] = (frand() + 1.0f) * (t % 5 ? 1e-3f : 1.0f) * (it % 7 == 0 && t % 3 == 0 ? 0.0f : 1.0f);
-        kvt_sparse_piece_sums16(a, B, m);
-        for (int32_t j = 0; j < 16 && ok; j++) {
-            float r = 0.0f;
-            for (int32_t t = 0; t < B; t++) r += a[j * B + t];
-            ok = memcmp(&r, &m[j], sizeof r) == 0;
+        for (int isa = KVT_ISA_SCALAR; isa <= (int)top && ok; isa++) {
+            kvt_kernels_set_isa((kvt_isa)isa);
+            memcpy(a, s, (size_t)n * sizeof *a);
+            kvt_sparse_page_sums(a, n, B);
+            ok = memcmp(a, b, (size_t)n * sizeof *a) == 0;
+            cases++;
         }
     }
-    test_result(ok, "sparse: the re-rank's piece sums (16 pieces side by side) = a serial sum from 0 per piece, bit for bit", "differ");
+    kvt_kernels_set_isa(saved);
+    test_result(ok, "sparse: page sums (pages side by side) = a serial sum per page, bit for bit on every ISA", "%d cases", cases);
+}
+
+// kvt_sparse_piece_sums16: 16 pieces of B values, each summed in order from 0 as a serial loop, bit for bit, on every ISA
+// the CPU has (AVX2 with B a multiple of 8: the explicit kernel kvt_sparse_piece_sums16_avx2); values of mixed magnitudes
+// and signs (the order of the additions shows), zeros of both signs, infinities and NaN.
+static void test_piece_sums16(void) {
+    static float a[16 * 48], m[16];
+    const int32_t Bs[] = {1, 4, 8, 16, 17, 24, 40, 48};
+    const int nb = (int)(sizeof Bs / sizeof *Bs);
+    const kvt_isa top = kvt_kernels_isa_detected(), saved = kvt_kernels_isa();
+    bool ok = true;
+    int cases = 0;
+    for (int it = 0; it < 96 && ok; it++) {
+        const int32_t B = Bs[it % nb];
+        for (int64_t t = 0; t < 16 * B; t++) {
+            a[t] = (frand() + 1.0f) * (t % 5 ? 1e-3f : 1.0f) * (it % 7 == 0 && t % 3 == 0 ? 0.0f : 1.0f);
+            if (it % 4 == 1) a[t] = frand() * (t % 3 ? 1e4f : 1e-4f); // both signs, cancellations
+            if (it % 8 == 3 && t % 11 == 0) a[t] = -0.0f;
+            if (it % 16 == 5 && t == 7) a[t] = INFINITY;
+            if (it % 16 == 13 && t == 9) a[t] = NAN;
+        }
+        for (int isa = KVT_ISA_SCALAR; isa <= (int)top && ok; isa++) {
+            kvt_kernels_set_isa((kvt_isa)isa);
+            kvt_sparse_piece_sums16(a, B, m);
+            cases++;
+            for (int32_t j = 0; j < 16 && ok; j++) {
+                float r = 0.0f;
+                for (int32_t t = 0; t < B; t++) r += a[j * B + t];
+                ok = memcmp(&r, &m[j], sizeof r) == 0 || (isnan(r) && isnan(m[j]));
+            }
+        }
+    }
+    kvt_kernels_set_isa(saved);
+    test_result(ok, "sparse: the re-rank's piece sums (16 pieces side by side) = a serial sum from 0 per piece, bit for bit on every ISA",
+                "%d cases", cases);
 }
 
 // kvt_sparse_weighted_kth (a radix select) = the k-th largest by a sort, counting each value its weight times, for random

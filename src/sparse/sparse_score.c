@@ -227,9 +227,8 @@ static void add_scaled(float *agg, const float *s, int64_t n, float f) {
 }
 
 SCORE_CLONES
-void kvt_sparse_page_sums(float *score, int64_t n, int32_t B) {
+static void page_sums(float *score, int64_t n, int32_t B, int64_t p0) {
     enum { PL = 16 }; // pages summed side by side, one per vector lane; each page's sum serial in position order
-    int64_t p0 = 0;
     for (; p0 + PL * B <= n; p0 += PL * B) {
         float acc[PL];
         for (int32_t j = 0; j < PL; j++) acc[j] = score[p0 + (int64_t)j * B];
@@ -248,11 +247,20 @@ void kvt_sparse_page_sums(float *score, int64_t n, int32_t B) {
     }
 }
 
+void kvt_sparse_page_sums(float *score, int64_t n, int32_t B) {
+    int64_t p0 = 0;
+#if defined(__x86_64__)
+    // the AVX2 clone of page_sums is scalar (GCC 12): the explicit kernel takes the groups of 16 whole pages, the rest here
+    if (kvt_kernels_isa() == KVT_ISA_AVX2 && B % 8 == 0) p0 = kvt_sparse_page_sums_avx2(score, n, B);
+#endif
+    page_sums(score, n, B, p0);
+}
+
 // m[j] = 0 + a[j B] + a[j B + 1] + ... + a[j B + B - 1] for 16 pieces of B values side by side (a: 16 B values), each
 // sum serial in position order from 0 (the operations of a scalar loop `m = 0.0f; for (...) m += a[t]`), one piece per
 // vector lane: the same bits in every clone.
 SCORE_CLONES
-void kvt_sparse_piece_sums16(const float *a, int32_t B, float *m) {
+static void piece_sums16(const float *a, int32_t B, float *m) {
     enum { PL = 16 };
     float acc[PL];
     for (int32_t j = 0; j < PL; j++) acc[j] = 0.0f;
@@ -260,6 +268,16 @@ void kvt_sparse_piece_sums16(const float *a, int32_t B, float *m) {
         for (int32_t j = 0; j < PL; j++) acc[j] += a[(int64_t)j * B + t];
     }
     for (int32_t j = 0; j < PL; j++) m[j] = acc[j];
+}
+
+void kvt_sparse_piece_sums16(const float *a, int32_t B, float *m) {
+#if defined(__x86_64__)
+    if (kvt_kernels_isa() == KVT_ISA_AVX2 && B % 8 == 0) { // the AVX2 clone above is scalar (GCC 12): the explicit kernel
+        kvt_sparse_piece_sums16_avx2(a, B, m);
+        return;
+    }
+#endif
+    piece_sums16(a, B, m);
 }
 
 // The exponentials and their sum: exp_sum's bits (the AVX2 kernel: the same operations written out, since GCC's AVX2 clone

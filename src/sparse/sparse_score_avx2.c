@@ -12,6 +12,7 @@
 // the groups' terms added in order).
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -325,5 +326,66 @@ float kvt_sparse_exp_sum_avx2(const float *s, float *e, int64_t n, float mx) {
     float sum = 0.0f;
     for (int32_t j = 0; j < 16; j++) sum += part[j];
     return sum;
+}
+
+// The re-rank's piece sums (sparse_score.c's kvt_sparse_piece_sums16: m[j] = 0 + a[j B] + ... + a[j B + B - 1], each sum
+// serial in order from 0) for B a multiple of 8: GCC leaves the portable loop scalar in its AVX2 clone (its pieces are B
+// floats apart), so here each 8 x 8 tile of pieces 8h .. 8h + 7 and values t0 .. t0 + 7 is transposed in registers
+// (VUNPCKLPS/HPS, VSHUFPS, VPERM2F128) and piece 8h + j's values added to lane j in order: the same additions, so the same
+// bits.
+static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+#pragma GCC unroll 8
+    for (int32_t i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);     // r0[0] r1[0] r0[1] r1[1] | r0[4] r1[4] r0[5] r1[5]
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]); // r0[2] r1[2] r0[3] r1[3] | r0[6] r1[6] r0[7] r1[7]
+    }
+#pragma GCC unroll 8
+    for (int32_t i = 0; i < 2; i++) { // rows 4i .. 4i + 3: u[4i + c] holds values c and c + 4 of those rows
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+#pragma GCC unroll 8
+    for (int32_t c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);     // value c of rows 0 .. 7
+        r[c + 4] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31); // value c + 4
+    }
+}
+
+// The 16 pieces' sums into m; from0: from 0 (0 + a[j B] + ...), else from the first value (a[j B] + a[j B + 1] + ..., the
+// page sums' order).
+static inline __attribute__((always_inline)) void sums16(const float *a, int32_t B, bool from0, float *m) {
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int32_t t0 = 0; t0 < B; t0 += 8) {
+#pragma GCC unroll 8
+        for (int32_t h = 0; h < 2; h++) {
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int32_t j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(a + (int64_t)(8 * h + j) * B + t0);
+            transpose8(r);
+            acc[h] = t0 == 0 && !from0 ? r[0] : _mm256_add_ps(acc[h], r[0]);
+#pragma GCC unroll 8
+            for (int32_t t = 1; t < 8; t++) acc[h] = _mm256_add_ps(acc[h], r[t]);
+        }
+    }
+    _mm256_storeu_ps(m, acc[0]);
+    _mm256_storeu_ps(m + 8, acc[1]);
+}
+
+void kvt_sparse_piece_sums16_avx2(const float *a, int32_t B, float *m) { sums16(a, B, true, m); }
+
+int64_t kvt_sparse_page_sums_avx2(float *score, int64_t n, int32_t B) {
+    int64_t p0 = 0;
+    for (; p0 + 16 * (int64_t)B <= n; p0 += 16 * (int64_t)B) {
+        float m[16];
+        sums16(score + p0, B, false, m);
+        for (int32_t j = 0; j < 16; j++) {
+            const __m256 v = _mm256_set1_ps(m[j]);
+            for (int32_t t = 0; t < B; t += 8) _mm256_storeu_ps(score + p0 + (int64_t)j * B + t, v);
+        }
+    }
+    return p0;
 }
 #endif
