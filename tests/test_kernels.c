@@ -1139,12 +1139,12 @@ int test_kernels_main(void) {
     }
     // the study forms of the decode GEMVs (matmul.h kvt_kernels_decode_variant; kq_decode_bench -A/-B), prefetch on and
     // off: the same bits as the default form. q8_0_x8 (q80x8.h: 1, 2 or 4 groups at once, AVX-512 in turns of 1 or 4
-    // blocks, then a pair, then one): 11 groups, 5 cut to 1 .. 6, 15 of 17, 3 groups without a full 8-block group, a
+    // blocks, AVX2 100-104 without the L1 prefetch, 200-204 with it, then a pair, then one): 11 groups, 5 cut to 1 .. 6, 15 of 17, 3 groups without a full 8-block group, a
     // tail of 2 blocks (576), extreme values; float rows (1, 2, 4 adjacent rows, 2 or 4 streams in a strip): every
     // count of rows 1..13, cut ranges, several strips, a float tail.
     {
         const int64_t pfs[] = {0, 4096}, old = kvt_kernels_prefetch();
-        const int qv[] = {1, 2, 4, 12, 14}, fv[] = {1, 4, 9, 12, 14, 22, 24};
+        const int qv[] = {1, 2, 4, 12, 14, 100, 101, 102, 104, 200, 201, 204}, fv[] = {1, 4, 9, 12, 14, 22, 24};
         for (int k = 0; k < 2; k++) {
             kvt_kernels_set_prefetch(pfs[k]);
             for (size_t i = 0; i < sizeof qv / sizeof qv[0]; i++) {
@@ -1226,6 +1226,14 @@ int test_kernels_main(void) {
         kvt_kernels_set_decode_variant(KVT_TYPE_F16_X16, fv);
         kvt_kernels_reset_prefetch(); // the CPU's distances again, per type too
         kvt_f16x16_set_enabled(fx_on);
+    }
+    { // q8_0_x8's L1 prefetch flag (quant.h): the CPU's, left by kvt_kernels_set_prefetch; every other type's 1
+        const int l1 = kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8);
+        kvt_kernels_set_prefetch(2048);
+        CHECK("prefetch_l1", (l1 == 0 || l1 == 1) && kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8) == l1 &&
+                                 kvt_kernels_prefetch_l1(KVT_TYPE_Q4_1_X8) == 1 && kvt_kernels_prefetch_l1((kvt_type)1000) == 1,
+              "q8_0_x8 %d, q4_1_x8 %d", kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8), kvt_kernels_prefetch_l1(KVT_TYPE_Q4_1_X8));
+        kvt_kernels_reset_prefetch();
     }
     CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,

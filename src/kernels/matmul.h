@@ -87,7 +87,8 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // Study hook (kq_decode_bench -A/-B, the kernel tests): the form of type t's decode GEMV (one token), 0 = the default
 // form. Every form gives the same bits (each row's order of the comment above); the kernel reads it once per call.
 // Forms: q8_0_x8 (q80x8.h; default: Q80X8_NS = 4 streams with prefetch, 1 without): the groups of a call read as v % 10
-// streams at once (1, 2, 4), block by block; AVX-512 v >= 10: turns of 4 blocks; f32/f16/bf16 (both ISAs: the float
+// streams at once (1, 2, 4), block by block; AVX-512 v >= 10: turns of 4 blocks; AVX2 v / 100 = 1: without the L1
+// prefetch (the default where kvt_kernels_prefetch_l1 says so: AMD Zen 3), 2: with it (the default elsewhere); f32/f16/bf16 (both ISAs: the float
 // rows kernel of matmul_avx2.c): v rows at once (1, 2, 4: adjacent rows, the next rows' lines prefetched) or v % 10
 // streams (12, 14: rows h apart in a strip of matmul.c, each row's next row prefetched; 22, 24: the same over the
 // call's whole row range, not per strip); q4_1_x8 (q41x8.h; default 4 streams with prefetch): v % 10 streams (1, 2, 4),

@@ -17,7 +17,8 @@
 //    (_mm512_reduce_add_ps(acc0 + acc1), gcc's tree, then + kvt_hsum8(cacc), + tail) are the same additions done
 //    lane-wise over the 8 rows.
 // Batches run the GEMV token by token per group (the group's rows then come from L1/L2): an output is the
-// GEMV's whatever the batch. Software prefetch in decode: kvt_kernels_prefetch() bytes ahead, per CPU (quant.h: none on
+// GEMV's whatever the batch. Software prefetch in decode: kvt_kernels_prefetch_type(KVT_TYPE_Q8_0_X8) bytes ahead,
+// into L1 too where kvt_kernels_prefetch_l1 says so (AVX2 on AMD Zen 3 not: z4q8), per CPU (quant.h: none on
 // AMD Zen 4, where 256-4096 bytes ahead measured no gain (Zen 3 gains: BENCHMARKS-kernels-3.md, z3dec), docs/log/BENCHMARKS-kernels-2.md; Intel: the same log, intel11).
 
 // Decode with prefetch reads Q80X8_NS groups at once (group g + k * h of the call's groups, as q41x8.h), block by
@@ -28,7 +29,8 @@
 #define Q80X8_NS 4
 
 // The 5 lines from pf bytes past a block (272 bytes) at B (pf 0: none), and those KVT_X8_PF_NEAR bytes past it into
-// L1 (paired 1.06-1.11x from DRAM on both ISAs: docs/log/BENCHMARKS-kernels-3.md, k11q).
+// L1 (paired 1.06-1.11x from DRAM on both ISAs on the Intel Xeon: docs/log/BENCHMARKS-kernels-3.md, k11q; on the AMD
+// Zen 3 the AVX2 loop 1.01-1.09x faster without the L1 lines, Q80X8_PREFETCH_F's form 1: z4q8).
 #define Q80X8_PREFETCH(B, pf)                                                                                          \
     do {                                                                                                               \
         if (pf)                                                                                                        \
@@ -171,10 +173,18 @@ static void q80x8_decode(int ns, int turn4, int64_t nb, const uint8_t *W, int64_
     if (g < g1) q80x8_group(nb, W + g * gb, P, Y + 8 * g, pf);
 }
 #else
+// The AVX2 prefetch of form pfm: 0 Q80X8_PREFETCH (into L2 and L1), 1 only the lines pf bytes ahead, into L2 (the
+// default where kvt_kernels_prefetch_l1 says no: AMD Zen 3).
+#define Q80X8_PREFETCH_F(B, pf, pfm)                                                                                   \
+    do {                                                                                                               \
+        if ((pfm) == 0) Q80X8_PREFETCH(B, pf);                                                                         \
+        else if (pf)                                                                                                   \
+            UNROLL for (int l_ = 0; l_ < 5; l_++) _mm_prefetch((const char *)(B) + (pf) + 64 * l_, KVT_X8_PF_HINT);    \
+    } while (0)
 // Y[k * ystep .. + 8) for the ns groups at G + k * step (k < ns; nb blocks each) against the prepared row P (x32_prep,
-// WT_Q8_0), block by block in turn, each group its own chain; prefetch pf bytes ahead.
-INLINE void q80x8_groups(int ns, int64_t nb, const uint8_t *G, int64_t step, const char *P, float *Y, int64_t ystep,
-                         int64_t pf) {
+// WT_Q8_0), block by block in turn, each group its own chain; prefetch pf bytes ahead (form pfm).
+INLINE void q80x8_groups(int ns, int pfm, int64_t nb, const uint8_t *G, int64_t step, const char *P, float *Y,
+                         int64_t ystep, int64_t pf) {
     const float *pd = (const float *)P;
     const int8_t *pq = (const int8_t *)(pd + 2 * nb_pad(nb));
     const __m256i ones = _mm256_set1_epi16(1), order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
@@ -185,7 +195,7 @@ INLINE void q80x8_groups(int ns, int64_t nb, const uint8_t *G, int64_t step, con
         UNROLL for (int p = 0; p < 4; p++) yv[p] = _mm256_set1_epi64x(q80x8_ld64(pq + 32 * b + 8 * p));
         UNROLL for (int k = 0; k < ns; k++) {
             const uint8_t *g = G + k * step;
-            Q80X8_PREFETCH(g, pf);
+            Q80X8_PREFETCH_F(g, pf, pfm);
             __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}; // rows 0-3, 4-7: lane 2r + h, quads 2P + h
             UNROLL for (int p = 0; p < 4; p++) {
                 UNROLL for (int h = 0; h < 2; h++) {
@@ -202,20 +212,26 @@ INLINE void q80x8_groups(int ns, int64_t nb, const uint8_t *G, int64_t step, con
     UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, acc[k]);
 }
 INLINE void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y, int64_t pf) {
-    q80x8_groups(1, nb, G, 0, P, Y, 0, pf);
+    q80x8_groups(1, 0, nb, G, 0, P, Y, 0, pf);
 }
-// The groups [g0, g1) of a decode in ns streams (2 or 4: group g + k * h, as q41x8.h), then pairs, then one.
-static void q80x8_decode(int ns, int turn4, int64_t nb, const uint8_t *W, int64_t g0, int64_t g1, const char *P, float *Y,
+#define Q80X8_DECODE_PFM(pfm)                                                                                          \
+    do {                                                                                                               \
+        for (; g < g0 + h; g++) {                                                                                      \
+            if (ns == 4) q80x8_groups(4, pfm, nb, W + g * gb, h * gb, P, Y + 8 * g, 8 * h, pf);                        \
+            else if (ns == 2) q80x8_groups(2, pfm, nb, W + g * gb, h * gb, P, Y + 8 * g, 8 * h, pf);                   \
+            else q80x8_groups(1, pfm, nb, W + g * gb, 0, P, Y + 8 * g, 0, pf);                                         \
+        }                                                                                                              \
+        for (g = g0 + ns * h; g + 2 <= g1; g += 2) q80x8_groups(2, pfm, nb, W + g * gb, gb, P, Y + 8 * g, 8, pf);      \
+        if (g < g1) q80x8_groups(1, pfm, nb, W + g * gb, 0, P, Y + 8 * g, 0, pf);                                      \
+    } while (0)
+// The groups [g0, g1) of a decode in ns streams (1, 2 or 4: group g + k * h, as q41x8.h), then pairs, then one, with
+// the prefetch of form pfm (Q80X8_PREFETCH_F).
+static void q80x8_decode(int ns, int pfm, int64_t nb, const uint8_t *W, int64_t g0, int64_t g1, const char *P, float *Y,
                          int64_t pf) {
-    (void)turn4;
     const int64_t gb = nb * KVT_Q80X8_B, h = (g1 - g0) / ns;
     int64_t g = g0;
-    for (; g < g0 + h; g++) {
-        if (ns == 4) q80x8_groups(4, nb, W + g * gb, h * gb, P, Y + 8 * g, 8 * h, pf);
-        else q80x8_groups(2, nb, W + g * gb, h * gb, P, Y + 8 * g, 8 * h, pf);
-    }
-    for (g = g0 + ns * h; g + 2 <= g1; g += 2) q80x8_groups(2, nb, W + g * gb, gb, P, Y + 8 * g, 8, pf);
-    if (g < g1) q80x8_group(nb, W + g * gb, P, Y + 8 * g, pf);
+    if (pfm == 1) Q80X8_DECODE_PFM(1);
+    else Q80X8_DECODE_PFM(0);
 }
 #endif
 
@@ -227,12 +243,19 @@ void Q80X8_MM_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X
                  void *scratch) {
     const int64_t nb = n / KVT_QK, prs = x32_prep_size(n), xrs = nb * (int64_t)sizeof(kvt_block_q8_0);
     for (int64_t t = 0; t < n_tok; t++) x32_prep(n, (const char *)X + t * xrs, (char *)scratch + t * prs, WT_Q8_0);
-    const int64_t pf = n_tok == 1 ? kvt_kernels_prefetch() : 0;
+    const int64_t pf = n_tok == 1 ? kvt_kernels_prefetch_type(KVT_TYPE_Q8_0_X8) : 0;
     if (n_tok == 1) { // Q80X8_NS streams with prefetch, or a study form (matmul.h: kvt_kernels_decode_variant)
         const int v = kvt_kernels_decode_variant(KVT_TYPE_Q8_0_X8);
         const int ns = v % 10 == 1 || v % 10 == 2 || v % 10 == 4 ? v % 10 : pf ? Q80X8_NS : 1;
+#ifdef KVT_SIMD_AVX512
         if (ns > 1) {
             q80x8_decode(ns, v >= 10, nb, W, g0, g1, scratch, Y, pf);
+#else
+        // the L1 prefetch as the CPU's (kvt_kernels_prefetch_l1) or v / 100 says (1: without, 2: with)
+        const int l1 = (v / 100) % 10 == 1 ? 0 : (v / 100) % 10 == 2 ? 1 : kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8);
+        if (ns > 1 || (pf && !l1)) {
+            q80x8_decode(ns, !l1, nb, W, g0, g1, scratch, Y, pf);
+#endif
             return;
         }
     }

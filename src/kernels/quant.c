@@ -896,14 +896,19 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #ifndef KVT_PF_AMD_AVX2_Q6K
 #define KVT_PF_AMD_AVX2_Q6K KVT_PF_AMD_AVX2
 #endif
+#ifndef KVT_PF_AMD_AVX2_Q80_L1
+#define KVT_PF_AMD_AVX2_Q80_L1 0
+#endif
 // This CPU's decode prefetch distances (quant.h): *quant for the quantized GEMVs, *q4k and *q6k for q4_K_x8 and the
 // q6_K_r rows, *dense for f16_x16 and the f16/bf16 rows. GenuineIntel: KVT_PF_INTEL for all. AuthenticAMD without
 // AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (2048) for q4_K_x8 and
 // KVT_PF_AMD_AVX2_Q6K (4096, as the others: 2048 lost) for the q6_K_r rows (model decode paired on a Zen 3,
 // docs/log/BENCHMARKS-kernels-3.md, z3k), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
-// (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets all of them.
-static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t *dense) {
-    int64_t pq = 0, pd = 0, p4 = 0, p6 = 0;
+// (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets all of them. *q80l1: whether q8_0_x8's decode also
+// prefetches into L1 (kvt_kernels_prefetch_l1): yes but on AMD without AVX-512 (KVT_PF_AMD_AVX2_Q80_L1, 0: paired
+// 1.01-1.09x without on a Zen 3, docs/log/BENCHMARKS-kernels-3.md, z4q8); KVT_PREFETCH leaves it.
+static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t *dense, int64_t *q80l1) {
+    int64_t pq = 0, pd = 0, p4 = 0, p6 = 0, l1 = 1;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
     if (__get_cpuid(0, &a, &b, &c, &d)) {
@@ -911,7 +916,7 @@ static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t 
         if (b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pq = pd = p4 = p6 = KVT_PF_INTEL;
         __builtin_cpu_init();
         if (b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u && !__builtin_cpu_supports("avx512f"))
-            pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K;
+            pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K, l1 = KVT_PF_AMD_AVX2_Q80_L1 != 0;
     }
 #endif
     const char *e = getenv("KVT_PREFETCH");
@@ -920,24 +925,27 @@ static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t 
         const long long v = strtoll(e, &end, 10);
         if (!*end && v >= 0 && v <= 65536) pq = pd = p4 = p6 = (int64_t)v / 64 * 64;
     }
-    *quant = pq, *q4k = p4, *q6k = p6, *dense = pd;
+    *quant = pq, *q4k = p4, *q6k = p6, *dense = pd, *q80l1 = l1;
 }
 // The distances by slot, each plus one (0: not detected yet, so the zero-initialised array needs no set-up): a type's
-// slot (kvt_kernels_prefetch_type), PF_QUANT (kvt_kernels_prefetch) and PF_DENSE (kvt_kernels_prefetch_dense).
-// Concurrent first calls detect the same values, so the relaxed stores are benign.
-enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_SLOTS };
+// slot (kvt_kernels_prefetch_type), PF_QUANT (kvt_kernels_prefetch), PF_DENSE (kvt_kernels_prefetch_dense), then
+// from PF_L1 a type's L1 flag (kvt_kernels_prefetch_l1). Concurrent first calls detect the same values, so the relaxed
+// stores are benign.
+enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_SLOTS = PF_L1 + KVT_TYPE_COUNT };
 static _Atomic int64_t g_prefetch[PF_SLOTS];
-// Every slot from the four distances; dense < 0 leaves PF_DENSE as it is.
-static void prefetch_store(int64_t quant, int64_t q4k, int64_t q6k, int64_t dense) {
+// Every slot from the four distances and q8_0_x8's L1 flag (every other type's: 1); dense < 0 leaves PF_DENSE as it
+// is, q80l1 < 0 the L1 flags.
+static void prefetch_store(int64_t quant, int64_t q4k, int64_t q6k, int64_t dense, int64_t q80l1) {
     for (int s = 0; s < PF_SLOTS; s++) {
-        const int64_t v = s == KVT_TYPE_Q4_K_X8 ? q4k : s == KVT_TYPE_Q6_K_R ? q6k : s == PF_DENSE ? dense : quant;
+        const int64_t v = s >= PF_L1 ? (q80l1 < 0 ? -1 : s - PF_L1 == KVT_TYPE_Q8_0_X8 ? q80l1 : 1)
+                          : s == KVT_TYPE_Q4_K_X8 ? q4k : s == KVT_TYPE_Q6_K_R ? q6k : s == PF_DENSE ? dense : quant;
         if (v >= 0) atomic_store_explicit(&g_prefetch[s], v + 1, memory_order_relaxed);
     }
 }
 static void prefetch_init(void) {
-    int64_t q, q4, q6, d;
-    detect_prefetch(&q, &q4, &q6, &d);
-    prefetch_store(q, q4, q6, d);
+    int64_t q, q4, q6, d, l1;
+    detect_prefetch(&q, &q4, &q6, &d, &l1);
+    prefetch_store(q, q4, q6, d, l1);
 }
 static int64_t prefetch_slot(int s) {
     int64_t v = atomic_load_explicit(&g_prefetch[s], memory_order_relaxed);
@@ -947,6 +955,7 @@ static int64_t prefetch_slot(int s) {
 int64_t kvt_kernels_prefetch(void) { return prefetch_slot(PF_QUANT); }
 int64_t kvt_kernels_prefetch_type(kvt_type t) { return prefetch_slot((unsigned)t < KVT_TYPE_COUNT ? (int)t : PF_QUANT); }
 int64_t kvt_kernels_prefetch_dense(void) { return prefetch_slot(PF_DENSE); }
+int kvt_kernels_prefetch_l1(kvt_type t) { return (unsigned)t < KVT_TYPE_COUNT ? prefetch_slot(PF_L1 + (int)t) != 0 : 1; }
 
 // The decode forms (matmul.h): a study form set for a type, else its default.
 static _Atomic int g_decode_variant[KVT_TYPE_COUNT];
@@ -967,7 +976,7 @@ static int64_t prefetch_clamp(int64_t bytes) { return (bytes < 0 ? 0 : bytes > 6
 // (the setters detect first, so that a later first read cannot overwrite what they set)
 int64_t kvt_kernels_set_prefetch(int64_t bytes) {
     const int64_t old = kvt_kernels_prefetch(), v = prefetch_clamp(bytes);
-    prefetch_store(v, v, v, -1);
+    prefetch_store(v, v, v, -1, -1);
     return old;
 }
 void kvt_kernels_reset_prefetch(void) { prefetch_init(); }
