@@ -451,7 +451,8 @@ INLINE void x8_groups256l(int ns, int64_t nb, const uint8_t *G, int64_t step, co
 // into L2 only, 2 into L2 and each line KVT_X8_PF_NEAR ahead into L1 too (x8_sb_sp's sp 2), 3 into L1 only, pf ahead.
 // The 6-bit scales straight from L and H (the bits of H outside 0x30 fall out of the masks: no isolated nibbles of
 // H); the mins after the products, from L and H loaded again through a laundered pointer (nothing of them live across
-// the products). About 51 instructions a super-block fewer (objdump: 463 against 523 per super-block, in two streams).
+// the products). About 60 instructions a super-block fewer (objdump, two streams: 462 against x8_decode_nsl's 523;
+// 443 with one prefetch a line).
 // On the AMD EPYC Zen 3 (kq_decode_bench -s avx2, 2 threads, paired against x8_groups256l): from DRAM 1.11-1.31x,
 // 64-80% -> 83-89% of the probe at the same 2048 bytes; at 1024 bytes 93-99% (docs/log/BENCHMARKS-kernels-3.md, z4k).
 INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m256 *macc, int64_t pf, const int npf) {
