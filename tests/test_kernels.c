@@ -1018,7 +1018,7 @@ int test_kernels_main(void) {
     // the decode GEMVs of q4_1_x8, q8_0_x8, q4_K_x8 and q6_K with software prefetch on and off (kvt_kernels_prefetch: per
     // CPU, so each machine runs one setting otherwise): the same bits, cut groups included
     {
-        const int64_t pfs[] = {0, 64, 2048, 4096, 8192}, old = kvt_kernels_prefetch();
+        const int64_t pfs[] = {0, 64, 1024, 2048, 4096, 8192}, old = kvt_kernels_prefetch();
         for (size_t k = 0; k < sizeof pfs / sizeof pfs[0]; k++) {
             kvt_kernels_set_prefetch(pfs[k]);
             CHECK("set_prefetch", kvt_kernels_prefetch() == pfs[k], "prefetch %lld after setting %lld",
@@ -1161,7 +1161,7 @@ int test_kernels_main(void) {
             // q4_1_x8 and q4_K_x8 in 1, 2, 4 streams (q41x8.h, AVX-512 11, 12, 14: in 512-bit vectors; kqx8.h x8_decode_ns
             // on both ISAs): 11 groups, 5 cut to 1 .. 6
             // (q4_K_x8 16 cut to 1 .. 15), 15 of 17, 7 groups
-            const int xv[] = {1, 2, 4, 11, 12, 14, 21, 22, 24, 31, 32, 34, 35, 5, 6, 7, 8, 9}; // (q4_1_x8: 35 the AVX2 default with the full L2 distance, 5 .. 9 its default; q4_K_x8: 11 .. 34 its default, 5 AVX2, 8 AVX-512: before k11k, 6, 9: k11k without the L1 prefetch; AVX2 7: pairs before k4r, 8: the default without prefetch, 9: 4 streams)
+            const int xv[] = {1, 2, 4, 10, 11, 12, 13, 14, 21, 22, 24, 31, 32, 34, 35, 5, 6, 7, 8, 9}; // (q4_1_x8: 35 the AVX2 default with the full L2 distance, 5 .. 13 its default; q4_K_x8: 15 .. 34 its default, 5 AVX2, 8 AVX-512: before k11k, 6, 9: k11k without the L1 prefetch; AVX2 7: pairs before k4r, 8: the old default without prefetch, 9: it in 4 streams, 10: the default before z4k, 11, 12, 13: z4k's x8_sb_z into L2, L2 and L1, L1, 14: the default in 4 streams)
             for (size_t i = 0; i < sizeof xv / sizeof xv[0]; i++) {
                 int ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q4_1_X8, xv[i]);
                 test_repack_x32(KVT_TYPE_Q4_1, 576, 88, 1, 0, 88, 0);

@@ -17,7 +17,7 @@
 // int16 exactly, and the scale is applied in the int16 x int16 dot (VPMADDWD / VPDPWSSD).
 
 // Software prefetch in the decode GEMV: kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8) bytes ahead, per CPU (quant.h;
-// 2048 on AMD Zen 3, z3k). None on AMD Zen 4: there
+// 1024 on AMD Zen 3 with the AVX2 GEMV of z4k, into L1 only: x8_sb_z). None on AMD Zen 4: there
 // the 18 prefetches per super-block cost more than they hide (kq_decode_bench, one thread, TinyLlama shapes:
 // AVX-512 20-23 GB/s with 4096, 26-28 without; AVX2 17-23 -> 22-25; two threads no loss;
 // docs/log/BENCHMARKS-kernels-2.md, 2026-11-29 kq6x8); on Intel they let the reads overlap the arithmetic (the
@@ -423,7 +423,7 @@ INLINE void x8_groups256(int ns, int64_t nb, const uint8_t *G, int64_t step, con
 }
 #define x8_groups_isa x8_groups256
 
-// The default with prefetch (2026-12-01, k4r): x8_groups256 with x8_sb_sp's spread prefetches into L2 and L1 (sp 2), y
+// The default with prefetch from k4r until z4k (2026-12-01; study form 10 now): x8_groups256 with x8_sb_sp's spread prefetches into L2 and L1 (sp 2), y
 // laundered per group and super-block (an empty volatile asm) so that each super-block broadcasts its own activation
 // quads. x8_pairs' two groups read the same y, and GCC then shares the 32 broadcasts between them, keeps them on the
 // stack and reassociates the int16 sums into wide trees: about 157 vmovdqa (spill stores and reloads) per pair of
@@ -442,6 +442,102 @@ INLINE void x8_groups256l(int ns, int64_t nb, const uint8_t *G, int64_t step, co
     UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, _mm256_sub_ps(acc[k], macc[k]));
 }
 
+// The default with prefetch since 2026-12-01 (z4k): x8_sb_sp's arithmetic (the same integers S, M: the same bits) in
+// fewer instructions and without spills. GCC reassociates x8_sb_sp's int16 chains into trees and sinks the scale
+// products past the next slices, so that it computed the products in batches and kept their sums on the stack (about 40
+// vmovdqa a super-block, in x8_decode_nsl); here an empty asm on each int16 chain after each add and on the int32
+// sums after each slice keeps every chain a chain in registers (about 6 vmovdqa, the constants). npf (a constant,
+// no run-time test per prefetch, where x8_sb_sp tests pf at each of its 18): 0 none, 1 the spread prefetch pf ahead
+// into L2 only, 2 into L2 and each line KVT_X8_PF_NEAR ahead into L1 too (x8_sb_sp's sp 2), 3 into L1 only, pf ahead.
+// The 6-bit scales straight from L and H (the bits of H outside 0x30 fall out of the masks: no isolated nibbles of
+// H); the mins after the products, from L and H loaded again through a laundered pointer (nothing of them live across
+// the products). About 60 instructions a super-block fewer (objdump, two streams: 462 against x8_decode_nsl's 523;
+// 443 with one prefetch a line).
+// On the AMD EPYC Zen 3 (kq_decode_bench -s avx2, 2 threads, paired against x8_groups256l): from DRAM 1.11-1.31x,
+// 64-80% -> 83-89% of the probe at the same 2048 bytes; at 1024 bytes 93-99% (docs/log/BENCHMARKS-kernels-3.md, z4k).
+INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m256 *macc, int64_t pf, const int npf) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i shb = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128,
+                                         0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128);
+    const __m256i mperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i sc[2], is[2];
+    {
+        const __m256i H = x8_ld256(in + 1088), LA = x8_ld256(in + 1024), LB = x8_ld256(in + 1056);
+        // rows 0-3: h in H's low nibbles (bits 0-1 the scale's high bits, 2-3 the min's), rows 4-7 in its high ones
+        sc[0] = _mm256_or_si256(_mm256_and_si256(LA, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+        sc[1] = _mm256_or_si256(_mm256_and_si256(LB, m4), _mm256_and_si256(H, m30));
+    }
+    is[0] = is[1] = _mm256_setzero_si256();
+    UNROLL for (int c = 0; c < 4; c++) {
+        // scale words of sub-blocks 2c, 2c + 1 (x8_sb_sp's s0, s1)
+        const __m256i s0 = _mm256_add_epi8(shb, _mm256_set1_epi8((char)(2 * c)));
+        const __m256i s1 = _mm256_add_epi8(shb, _mm256_set1_epi8((char)(2 * c + 1)));
+        // [h]: rows 4h .. 4h + 3 (the 32-byte half h of each chunk); int16 pair sums as in x8_sb_sp
+        __m256i pl[2], ph[2];
+        pl[0] = ph[0] = pl[1] = ph[1] = _mm256_setzero_si256();
+        UNROLL for (int p = 0; p < 4; p++) {
+            const uint8_t *q = in + 64 * (4 * c + p);
+            if (npf == 1 || npf == 2) _mm_prefetch((const char *)q + pf, KVT_X8_PF_HINT);
+            if (npf == 2) _mm_prefetch((const char *)q + KVT_X8_PF_NEAR, _MM_HINT_T0);
+            if (npf == 3) _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+            const __m256i yl = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 8 * p));
+            const __m256i yh = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 32 + 8 * p));
+            UNROLL for (int h = 0; h < 2; h++) {
+                const __m256i w = x8_ld256(q + 32 * h);
+                pl[h] = _mm256_add_epi16(pl[h], _mm256_maddubs_epi16(_mm256_and_si256(w, m4), yl));
+                ph[h] = _mm256_add_epi16(ph[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), yh));
+                __asm__("" : "+x"(pl[h]), "+x"(ph[h])); // a chain, not a tree (above)
+            }
+        }
+        UNROLL for (int h = 0; h < 2; h++) {
+            is[h] = _mm256_add_epi32(is[h], _mm256_madd_epi16(pl[h], _mm256_shuffle_epi8(sc[h], s0)));
+            is[h] = _mm256_add_epi32(is[h], _mm256_madd_epi16(ph[h], _mm256_shuffle_epi8(sc[h], s1)));
+            __asm__ volatile("" : "+x"(is[h])); // this slice's sums taken here (above)
+        }
+    }
+    if (npf) UNROLL for (int l = 16; l < KVT_X8_SB / 64; l++) {
+        _mm_prefetch((const char *)in + pf + 64 * l, npf == 3 ? _MM_HINT_T0 : KVT_X8_PF_HINT);
+        if (npf == 2) _mm_prefetch((const char *)in + KVT_X8_PF_NEAR + 64 * l, _MM_HINT_T0);
+    }
+    // lane 128-bit L: [r 2L, r 2L+1, r 4+2L, r 5+2L] -> rows in order
+    const __m256i S = _mm256_permute4x64_epi64(_mm256_hadd_epi32(is[0], is[1]), 0xD8);
+    const uint8_t *im = in;
+    __asm__ volatile("" : "+r"(im));
+    const __m256i H = x8_ld256(im + 1088), LA = x8_ld256(im + 1024), LB = x8_ld256(im + 1056);
+    const __m256i mnA = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LA, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+    const __m256i mnB = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LB, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+    const __m128i bs = x8_bs32(y);
+    const __m256i bsb = _mm256_set_m128i(bs, bs);
+    const __m256i R01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnA)), bsb);
+    const __m256i R23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnA, 1)), bsb);
+    const __m256i R45 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnB)), bsb);
+    const __m256i R67 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnB, 1)), bsb);
+    const __m256i h3 = _mm256_hadd_epi32(_mm256_hadd_epi32(R01, R23), _mm256_hadd_epi32(R45, R67));
+    const __m256i M = _mm256_permutevar8x32_epi32(h3, mperm);
+    x8_chain(S, M, in, y->d, acc, macc);
+}
+
+// x8_groups256l with x8_sb_z (npf as there; pf the distance when npf > 0), y laundered as there.
+INLINE void x8_groups256z(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
+                          int64_t ystep, int64_t pf, const int npf) {
+    __m256 acc[4], macc[4];
+    UNROLL for (int k = 0; k < ns; k++) acc[k] = macc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) UNROLL for (int k = 0; k < ns; k++) {
+        const kvt_block_q8_K *y = yb + b;
+        __asm__ volatile("" : "+r"(y));
+        x8_sb_z(G + k * step + b * KVT_X8_SB, y, &acc[k], &macc[k], pf, npf);
+    }
+    UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, _mm256_sub_ps(acc[k], macc[k]));
+}
+#define X8_GZ(NAME, NPF)                                                                                               \
+    INLINE void NAME(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,           \
+                     int64_t ystep, int64_t pf) {                                                                      \
+        x8_groups256z(ns, nb, G, step, yb, Y, ystep, pf, NPF);                                                         \
+    }
+X8_GZ(x8_groupsz1, 1)
+X8_GZ(x8_groupsz2, 2)
+X8_GZ(x8_groupsz3, 3)
+
 #endif
 
 // Y[8g + r] for the groups g in [g0, g1) of the q4_K_x8 matrix W (n columns) against the q8_K row y.
@@ -454,6 +550,9 @@ INLINE void x8_groups256l(int ns, int64_t nb, const uint8_t *G, int64_t step, co
 X8_DECODE_NS(x8_decode_ns, x8_groups_isa)
 #ifndef KVT_SIMD_AVX512
 X8_DECODE_NS(x8_decode_nsl, x8_groups256l)
+X8_DECODE_NS(x8_decode_z1, x8_groupsz1)
+X8_DECODE_NS(x8_decode_z2, x8_groupsz2)
+X8_DECODE_NS(x8_decode_z3, x8_groupsz3)
 #endif
 #ifdef KVT_SIMD_AVX512
 // study form 8: the arithmetic before k11k (x8_groups512o) in X8_NS streams, for paired comparisons
@@ -479,14 +578,24 @@ void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *
     // without (AMD) one group at a time
     x8_decode_ns(pf ? X8_NS : 1, nb, W, g0, g1, y, Y, pf);
 #else
-    // with prefetch the lines' prefetches spread over each super-block (study form 5: 18 at once, as before k11k)
-    // (study form 6: spread, into L2 only, as k11k; 7: also into L1 KVT_X8_PF_NEAR bytes ahead, as before k4r; the
-    // default: that in two streams, y laundered: x8_groups256l; 9: the same in 4 streams; 8: the default without prefetch)
-    if (v == 5 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 0);
+    // with prefetch: x8_groups256z in two streams, into L2 pf ahead and L1 KVT_X8_PF_NEAR ahead, or where pf is no
+    // farther than that into L1 only (z4k: on the AMD EPYC Zen 3 at 1024 bytes the same rate as both prefetches, paired
+    // 1.01 / 1.00, 18 instructions a super-block fewer). Study forms: 10 the default before z4k (x8_groups256l: the same
+    // prefetches in x8_sb_sp); x8_groups256z into 11 L2 only, 12 L2 and L1, 13 L1 only (whatever pf), 14 the default in
+    // 4 streams; 5, 6, 7 x8_pairs with x8_sb_sp's prefetches at once (5: as before k11k), spread into L2 (6: k11k),
+    // into L2 and L1 (7: before k4r); 9 x8_groups256l in 4 streams, 8 x8_groups256l without prefetch. Without prefetch
+    // (pf 0) x8_pairs as before (AMD Zen 4 under KVT_ISA=avx2: not measured here).
+    if (pf && v >= 10 && v <= 14) {
+        if (v == 10) x8_decode_nsl(2, nb, W, g0, g1, y, Y, pf);
+        else if (v == 11) x8_decode_z1(2, nb, W, g0, g1, y, Y, pf);
+        else if (v == 12) x8_decode_z2(2, nb, W, g0, g1, y, Y, pf);
+        else if (v == 13) x8_decode_z3(2, nb, W, g0, g1, y, Y, pf);
+        else (pf > KVT_X8_PF_NEAR ? x8_decode_z2 : x8_decode_z3)(4, nb, W, g0, g1, y, Y, pf);
+    } else if (v == 5 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 0);
     else if (v == 6 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 1);
     else if (v == 7 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 2);
     else if (v == 9 && pf) x8_decode_nsl(4, nb, W, g0, g1, y, Y, pf);
-    else if (pf) x8_decode_nsl(2, nb, W, g0, g1, y, Y, pf);
+    else if (pf) (pf > KVT_X8_PF_NEAR ? x8_decode_z2 : x8_decode_z3)(2, nb, W, g0, g1, y, Y, pf);
     else if (v == 8) x8_decode_nsl(2, nb, W, g0, g1, y, Y, 0);
     else x8_pairs(nb, W, g0, g1, y, Y, 0, 0);
 #endif

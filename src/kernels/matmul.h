@@ -96,8 +96,10 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // 31, 32, 34 (the default) 21, 22, 24 and their 256-bit loop with lines 1024 bytes ahead also prefetched into L1 (the
 // AVX2 build's loop: lines into L2 at half the CPU's distance; 35 there: the full distance, the form before k14);
 // q4_K_x8 (kqx8.h; default AVX-512 4 streams, AVX2 two streams with the activation pointer laundered per super-block,
-// with prefetch into L2 and L1): 1, 2, 4 streams, 5 / 8 (AVX2 / AVX-512) the forms before k11k, 6 / 9 k11k's without
-// the L1 prefetch, AVX2 7 the pairs before k4r, 9 the default in 4 streams, 8 the default's loop without prefetch;
+// with prefetch into L2 and L1, or L1 only at distances up to KVT_X8_PF_NEAR: x8_sb_z): 1, 2, 4 streams, 5 / 8
+// (AVX2 / AVX-512) the forms before k11k, 6 / 9 k11k's without the L1 prefetch, AVX2 7 the pairs before k4r, 10 the
+// default before z4k (x8_sb_sp), 9 that in 4 streams, 8 that without prefetch; 11, 12, 13 x8_sb_z into L2 only, L2
+// and L1, L1 only; 14 the default in 4 streams;
 // q6_K (kq_avx512.h, quant_avx2.c; default AVX-512 4 streams with prefetch into L2 and L1, AVX2 pairs): v % 10
 // streams (1, 2, 4; AVX2 only 4, else its pairs; AVX-512 8: the default without the L1 prefetch), per strip, or
 // (22, 24) over the call's whole row range

@@ -891,7 +891,7 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #define KVT_PF_AMD_AVX2 4096
 #endif
 #ifndef KVT_PF_AMD_AVX2_Q4K
-#define KVT_PF_AMD_AVX2_Q4K 2048
+#define KVT_PF_AMD_AVX2_Q4K 1024
 #endif
 #ifndef KVT_PF_AMD_AVX2_Q6K
 #define KVT_PF_AMD_AVX2_Q6K KVT_PF_AMD_AVX2
@@ -901,7 +901,7 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #endif
 // This CPU's decode prefetch distances (quant.h): *quant for the quantized GEMVs, *q4k and *q6k for q4_K_x8 and the
 // q6_K_r rows, *dense for f16_x16 and the f16/bf16 rows. GenuineIntel: KVT_PF_INTEL for all. AuthenticAMD without
-// AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (2048) for q4_K_x8 and
+// AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (1024, z4k; 2048 z3k) for q4_K_x8 and
 // KVT_PF_AMD_AVX2_Q6K (4096, as the others: 2048 lost) for the q6_K_r rows (model decode paired on a Zen 3,
 // docs/log/BENCHMARKS-kernels-3.md, z3k), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
 // (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets all of them. *q80l1: whether q8_0_x8's decode also

@@ -80,8 +80,8 @@ const char *kvt_isa_name(kvt_isa isa);
 // changes with them.
 int64_t kvt_kernels_prefetch(void);
 // The distance of the decode GEMV of type t (KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R: the q6_K_r rows; any other: the one
-// above): kvt_kernels_prefetch() but for those two on AMD without AVX-512, KVT_PF_AMD_AVX2_Q4K (2048: q4_K_x8 decode
-// 1.07-1.09x median paired at the model level on a Zen 3) and KVT_PF_AMD_AVX2_Q6K (4096; docs/log/BENCHMARKS-kernels-3.md,
+// above): kvt_kernels_prefetch() but for those two on AMD without AVX-512, KVT_PF_AMD_AVX2_Q4K (1024 since z4k's
+// AVX2 GEMV, into L1 only there: kqx8.h; 2048 before, 1.07-1.09x median paired at the model level on a Zen 3) and KVT_PF_AMD_AVX2_Q6K (4096; docs/log/BENCHMARKS-kernels-3.md,
 // z3k). KVT_PREFETCH and kvt_kernels_set_prefetch set it for every type.
 int64_t kvt_kernels_prefetch_type(kvt_type t);
 // The same for the dense decode GEMVs (f16_x16; the f16 and bf16 rows' default form, matmul.h): Intel's distance on
