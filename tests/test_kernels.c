@@ -1227,11 +1227,14 @@ int test_kernels_main(void) {
         kvt_kernels_reset_prefetch(); // the CPU's distances again, per type too
         kvt_f16x16_set_enabled(fx_on);
     }
-    { // q8_0_x8's L1 prefetch flag (quant.h): the CPU's, left by kvt_kernels_set_prefetch; every other type's 1
-        const int l1 = kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8);
+    { // q8_0_x8's and q4_1_x8's L1 prefetch flags (quant.h): the CPU's, left by kvt_kernels_set_prefetch; every other
+      // type's 1; q4_1_x8's decode form 34 with it, 4 without (matmul.h)
+        const int l1 = kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8), l41 = kvt_kernels_prefetch_l1(KVT_TYPE_Q4_1_X8);
         kvt_kernels_set_prefetch(2048);
-        CHECK("prefetch_l1", (l1 == 0 || l1 == 1) && kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8) == l1 &&
-                                 kvt_kernels_prefetch_l1(KVT_TYPE_Q4_1_X8) == 1 && kvt_kernels_prefetch_l1((kvt_type)1000) == 1,
+        CHECK("prefetch_l1", (l1 == 0 || l1 == 1) && kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8) == l1 && (l41 == 0 || l41 == 1) &&
+                                 kvt_kernels_prefetch_l1(KVT_TYPE_Q4_1_X8) == l41 && kvt_kernels_prefetch_l1(KVT_TYPE_Q4_K_X8) == 1 &&
+                                 kvt_kernels_prefetch_l1((kvt_type)1000) == 1 &&
+                                 kvt_kernels_decode_form(KVT_TYPE_Q4_1_X8) == (l41 ? 34 : 4),
               "q8_0_x8 %d, q4_1_x8 %d", kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8), kvt_kernels_prefetch_l1(KVT_TYPE_Q4_1_X8));
         kvt_kernels_reset_prefetch();
     }

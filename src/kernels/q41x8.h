@@ -36,7 +36,8 @@ INLINE __m256i q41x8_bcast4(const int8_t *p) {
 #define Q41X8_NS 4
 
 // With the prefetch into L2 above, forms 31, 32, 34 (the default) also prefetch into L1 the lines KVT_X8_PF_NEAR
-// (matmul_avx2.c) bytes ahead of each stream (docs/log/BENCHMARKS-kernels-3.md, k11q).
+// (matmul_avx2.c) bytes ahead of each stream (docs/log/BENCHMARKS-kernels-3.md, k11q); not on AMD Zen 3, where the
+// default is form 4 (kvt_kernels_prefetch_l1, quant.h: the AVX2 loop 0.99-1.04x paired from DRAM without, z4q41).
 #define Q41X8_NEAR(g, nd)                                                                                              \
     do {                                                                                                               \
         _mm_prefetch((const char *)(g) + (nd), _MM_HINT_T0);                                                           \

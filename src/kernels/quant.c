@@ -899,6 +899,9 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #ifndef KVT_PF_AMD_AVX2_Q80_L1
 #define KVT_PF_AMD_AVX2_Q80_L1 0
 #endif
+#ifndef KVT_PF_AMD_AVX2_Q41_L1
+#define KVT_PF_AMD_AVX2_Q41_L1 0
+#endif
 // This CPU's decode prefetch distances (quant.h): *quant for the quantized GEMVs, *q4k and *q6k for q4_K_x8 and the
 // q6_K_r rows, *dense for f16_x16 and the f16/bf16 rows. GenuineIntel: KVT_PF_INTEL for all. AuthenticAMD without
 // AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (1024, z4k; 2048 z3k) for q4_K_x8 and
@@ -906,9 +909,10 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 // docs/log/BENCHMARKS-kernels-3.md, z3k), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
 // (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets all of them. *q80l1: whether q8_0_x8's decode also
 // prefetches into L1 (kvt_kernels_prefetch_l1): yes but on AMD without AVX-512 (KVT_PF_AMD_AVX2_Q80_L1, 0: paired
-// 1.01-1.09x without on a Zen 3, docs/log/BENCHMARKS-kernels-3.md, z4q8); KVT_PREFETCH leaves it.
-static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t *dense, int64_t *q80l1) {
-    int64_t pq = 0, pd = 0, p4 = 0, p6 = 0, l1 = 1;
+// 1.01-1.09x without on a Zen 3, docs/log/BENCHMARKS-kernels-3.md, z4q8); *q41l1 the same for q4_1_x8
+// (KVT_PF_AMD_AVX2_Q41_L1, 0: its AVX2 decode form 4 instead of 34, z4q41); KVT_PREFETCH leaves them.
+static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t *dense, int64_t *q80l1, int64_t *q41l1) {
+    int64_t pq = 0, pd = 0, p4 = 0, p6 = 0, l1 = 1, l41 = 1;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
     if (__get_cpuid(0, &a, &b, &c, &d)) {
@@ -916,7 +920,8 @@ static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t 
         if (b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pq = pd = p4 = p6 = KVT_PF_INTEL;
         __builtin_cpu_init();
         if (b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u && !__builtin_cpu_supports("avx512f"))
-            pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K, l1 = KVT_PF_AMD_AVX2_Q80_L1 != 0;
+            pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K, l1 = KVT_PF_AMD_AVX2_Q80_L1 != 0,
+            l41 = KVT_PF_AMD_AVX2_Q41_L1 != 0;
     }
 #endif
     const char *e = getenv("KVT_PREFETCH");
@@ -925,7 +930,7 @@ static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t 
         const long long v = strtoll(e, &end, 10);
         if (!*end && v >= 0 && v <= 65536) pq = pd = p4 = p6 = (int64_t)v / 64 * 64;
     }
-    *quant = pq, *q4k = p4, *q6k = p6, *dense = pd, *q80l1 = l1;
+    *quant = pq, *q4k = p4, *q6k = p6, *dense = pd, *q80l1 = l1, *q41l1 = l41;
 }
 // The distances by slot, each plus one (0: not detected yet, so the zero-initialised array needs no set-up): a type's
 // slot (kvt_kernels_prefetch_type), PF_QUANT (kvt_kernels_prefetch), PF_DENSE (kvt_kernels_prefetch_dense), then
@@ -933,19 +938,22 @@ static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t 
 // stores are benign.
 enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_SLOTS = PF_L1 + KVT_TYPE_COUNT };
 static _Atomic int64_t g_prefetch[PF_SLOTS];
-// Every slot from the four distances and q8_0_x8's L1 flag (every other type's: 1); dense < 0 leaves PF_DENSE as it
-// is, q80l1 < 0 the L1 flags.
-static void prefetch_store(int64_t quant, int64_t q4k, int64_t q6k, int64_t dense, int64_t q80l1) {
+// Every slot from the four distances and q8_0_x8's and q4_1_x8's L1 flags (every other type's: 1); dense < 0 leaves
+// PF_DENSE as it is, q80l1 < 0 the L1 flags.
+static void prefetch_store(int64_t quant, int64_t q4k, int64_t q6k, int64_t dense, int64_t q80l1, int64_t q41l1) {
     for (int s = 0; s < PF_SLOTS; s++) {
-        const int64_t v = s >= PF_L1 ? (q80l1 < 0 ? -1 : s - PF_L1 == KVT_TYPE_Q8_0_X8 ? q80l1 : 1)
+        const int64_t v = s >= PF_L1 ? (q80l1 < 0                              ? -1
+                                        : s - PF_L1 == KVT_TYPE_Q8_0_X8 ? q80l1
+                                        : s - PF_L1 == KVT_TYPE_Q4_1_X8 ? q41l1
+                                                                        : 1)
                           : s == KVT_TYPE_Q4_K_X8 ? q4k : s == KVT_TYPE_Q6_K_R ? q6k : s == PF_DENSE ? dense : quant;
         if (v >= 0) atomic_store_explicit(&g_prefetch[s], v + 1, memory_order_relaxed);
     }
 }
 static void prefetch_init(void) {
-    int64_t q, q4, q6, d, l1;
-    detect_prefetch(&q, &q4, &q6, &d, &l1);
-    prefetch_store(q, q4, q6, d, l1);
+    int64_t q, q4, q6, d, l1, l41;
+    detect_prefetch(&q, &q4, &q6, &d, &l1, &l41);
+    prefetch_store(q, q4, q6, d, l1, l41);
 }
 static int64_t prefetch_slot(int s) {
     int64_t v = atomic_load_explicit(&g_prefetch[s], memory_order_relaxed);
@@ -966,7 +974,9 @@ int kvt_kernels_decode_form(kvt_type t) {
     const int v = kvt_kernels_decode_variant(t);
     if (v != 0) return v;
     if (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16) return kvt_kernels_prefetch_dense() > 0 ? 24 : 0;
-    return t == KVT_TYPE_Q4_1_X8 && kvt_kernels_prefetch() > 0 ? 34 : 0;
+    // q4_1_x8: 34 (4 streams, the L1 prefetch), 4 (4 streams, L2 only) where kvt_kernels_prefetch_l1 says no (z4q41)
+    if (t == KVT_TYPE_Q4_1_X8 && kvt_kernels_prefetch() > 0) return kvt_kernels_prefetch_l1(t) ? 34 : 4;
+    return 0;
 }
 int kvt_kernels_set_decode_variant(kvt_type t, int v) {
     if ((unsigned)t >= KVT_TYPE_COUNT) return 0;
@@ -976,7 +986,7 @@ static int64_t prefetch_clamp(int64_t bytes) { return (bytes < 0 ? 0 : bytes > 6
 // (the setters detect first, so that a later first read cannot overwrite what they set)
 int64_t kvt_kernels_set_prefetch(int64_t bytes) {
     const int64_t old = kvt_kernels_prefetch(), v = prefetch_clamp(bytes);
-    prefetch_store(v, v, v, -1, -1);
+    prefetch_store(v, v, v, -1, -1, -1);
     return old;
 }
 void kvt_kernels_reset_prefetch(void) { prefetch_init(); }

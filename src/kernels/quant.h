@@ -88,9 +88,10 @@ int64_t kvt_kernels_prefetch_type(kvt_type t);
 // Intel, 0 on AMD (Zen 3: f16_x16 read its plain stream at 96-106% of the probe without, 0.85-0.94x with; z3dec).
 int64_t kvt_kernels_prefetch_dense(void);
 // Whether the decode GEMV of type t, where it prefetches (the distances above), also prefetches the lines
-// KVT_X8_PF_NEAR bytes ahead into L1 (bits_avx2.h): 1 but for q8_0_x8 on AMD without AVX-512 (Zen 3: its AVX2 GEMV
-// read 1.01-1.09x faster from DRAM without, paired; docs/log/BENCHMARKS-kernels-3.md, z4q8). Only q8_0_x8's reads it
-// (the other GEMVs' L1 prefetch is their form's, matmul.h). kvt_kernels_set_prefetch leaves it; the reset restores it.
+// KVT_X8_PF_NEAR bytes ahead into L1 (bits_avx2.h): 1 but for q8_0_x8 and q4_1_x8 on AMD without AVX-512 (Zen 3: q8_0_x8's AVX2
+// GEMV read 1.01-1.09x faster from DRAM without, paired, z4q8; q4_1_x8's 0.99-1.04x, SmolLM2 Q4_1 decode faster in 4 of
+// 5 rounds, z4q41; docs/log/BENCHMARKS-kernels-3.md). q8_0_x8's GEMV reads it, and q4_1_x8's default decode form
+// (kvt_kernels_decode_form: 34 with, 4 without; the other GEMVs' L1 prefetch is their form's, matmul.h). kvt_kernels_set_prefetch leaves it; the reset restores it.
 int kvt_kernels_prefetch_l1(kvt_type t);
 // Tests and benchmarks: those distances from now on (clamped to 0 .. 65536, a multiple of 64); return the old one.
 int64_t kvt_kernels_set_prefetch(int64_t bytes);
