@@ -902,58 +902,55 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #ifndef KVT_PF_AMD_AVX2_Q41_L1
 #define KVT_PF_AMD_AVX2_Q41_L1 0
 #endif
-// This CPU's decode prefetch distances (quant.h): *quant for the quantized GEMVs, *q4k and *q6k for q4_K_x8 and the
-// q6_K_r rows, *dense for f16_x16 and the f16/bf16 rows. GenuineIntel: KVT_PF_INTEL for all. AuthenticAMD without
-// AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (1024, z4k; 2048 z3k) for q4_K_x8 and
-// KVT_PF_AMD_AVX2_Q6K (4096, as the others: 2048 lost) for the q6_K_r rows (model decode paired on a Zen 3,
+// The prefetch slots: a type's distance (kvt_kernels_prefetch_type), PF_QUANT (kvt_kernels_prefetch), PF_DENSE
+// (kvt_kernels_prefetch_dense), then from PF_L1 a type's L1 flag (kvt_kernels_prefetch_l1).
+enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_SLOTS = PF_L1 + KVT_TYPE_COUNT };
+// This CPU's value of every slot (quant.h). Distances: GenuineIntel KVT_PF_INTEL for all. AuthenticAMD without
+// AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (1024, z4k; 2048 z3k) for
+// q4_K_x8 and KVT_PF_AMD_AVX2_Q6K (4096, as the others: 2048 lost) for the q6_K_r rows (model decode paired on a Zen 3,
 // docs/log/BENCHMARKS-kernels-3.md, z3k), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
-// (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets all of them. *q80l1: whether q8_0_x8's decode also
-// prefetches into L1 (kvt_kernels_prefetch_l1): yes but on AMD without AVX-512 (KVT_PF_AMD_AVX2_Q80_L1, 0: paired
-// 1.01-1.09x without on a Zen 3, docs/log/BENCHMARKS-kernels-3.md, z4q8); *q41l1 the same for q4_1_x8
+// (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets all the distances. L1 flags: 1 but on AMD without AVX-512
+// for q8_0_x8 (KVT_PF_AMD_AVX2_Q80_L1, 0: paired 1.01-1.09x without on a Zen 3, z4q8) and q4_1_x8
 // (KVT_PF_AMD_AVX2_Q41_L1, 0: its AVX2 decode form 4 instead of 34, z4q41); KVT_PREFETCH leaves them.
-static void detect_prefetch(int64_t *quant, int64_t *q4k, int64_t *q6k, int64_t *dense, int64_t *q80l1, int64_t *q41l1) {
-    int64_t pq = 0, pd = 0, p4 = 0, p6 = 0, l1 = 1, l41 = 1;
+static void detect_prefetch(int64_t v[PF_SLOTS]) {
+    int64_t pq = 0, pd = 0, p4 = 0, p6 = 0;
+    bool amd_avx2 = false;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
     if (__get_cpuid(0, &a, &b, &c, &d)) {
         // the vendor: EBX, EDX, ECX of leaf 0, "GenuineIntel" or "AuthenticAMD"
         if (b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pq = pd = p4 = p6 = KVT_PF_INTEL;
         __builtin_cpu_init();
-        if (b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u && !__builtin_cpu_supports("avx512f"))
-            pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K, l1 = KVT_PF_AMD_AVX2_Q80_L1 != 0,
-            l41 = KVT_PF_AMD_AVX2_Q41_L1 != 0;
+        amd_avx2 = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u && !__builtin_cpu_supports("avx512f");
+        if (amd_avx2) pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K;
     }
 #endif
     const char *e = getenv("KVT_PREFETCH");
     if (e && *e) {
         char *end;
-        const long long v = strtoll(e, &end, 10);
-        if (!*end && v >= 0 && v <= 65536) pq = pd = p4 = p6 = (int64_t)v / 64 * 64;
+        const long long x = strtoll(e, &end, 10);
+        if (!*end && x >= 0 && x <= 65536) pq = pd = p4 = p6 = (int64_t)x / 64 * 64;
     }
-    *quant = pq, *q4k = p4, *q6k = p6, *dense = pd, *q80l1 = l1, *q41l1 = l41;
+    for (int s = 0; s < PF_L1; s++)
+        v[s] = s == KVT_TYPE_Q4_K_X8 ? p4 : s == KVT_TYPE_Q6_K_R ? p6 : s == PF_DENSE ? pd : pq;
+    for (int t = 0; t < KVT_TYPE_COUNT; t++) v[PF_L1 + t] = 1;
+    if (amd_avx2) {
+        v[PF_L1 + KVT_TYPE_Q8_0_X8] = KVT_PF_AMD_AVX2_Q80_L1 != 0;
+        v[PF_L1 + KVT_TYPE_Q4_1_X8] = KVT_PF_AMD_AVX2_Q41_L1 != 0;
+    }
 }
-// The distances by slot, each plus one (0: not detected yet, so the zero-initialised array needs no set-up): a type's
-// slot (kvt_kernels_prefetch_type), PF_QUANT (kvt_kernels_prefetch), PF_DENSE (kvt_kernels_prefetch_dense), then
-// from PF_L1 a type's L1 flag (kvt_kernels_prefetch_l1). Concurrent first calls detect the same values, so the relaxed
-// stores are benign.
-enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_SLOTS = PF_L1 + KVT_TYPE_COUNT };
+// The slots, each value plus one (0: not detected yet, so the zero-initialised array needs no set-up). Concurrent
+// first calls detect the same values, so the relaxed stores are benign.
 static _Atomic int64_t g_prefetch[PF_SLOTS];
-// Every slot from the four distances and q8_0_x8's and q4_1_x8's L1 flags (every other type's: 1); dense < 0 leaves
-// PF_DENSE as it is, q80l1 < 0 the L1 flags.
-static void prefetch_store(int64_t quant, int64_t q4k, int64_t q6k, int64_t dense, int64_t q80l1, int64_t q41l1) {
-    for (int s = 0; s < PF_SLOTS; s++) {
-        const int64_t v = s >= PF_L1 ? (q80l1 < 0                              ? -1
-                                        : s - PF_L1 == KVT_TYPE_Q8_0_X8 ? q80l1
-                                        : s - PF_L1 == KVT_TYPE_Q4_1_X8 ? q41l1
-                                                                        : 1)
-                          : s == KVT_TYPE_Q4_K_X8 ? q4k : s == KVT_TYPE_Q6_K_R ? q6k : s == PF_DENSE ? dense : quant;
-        if (v >= 0) atomic_store_explicit(&g_prefetch[s], v + 1, memory_order_relaxed);
-    }
+// Every slot s from v[s]; v[s] < 0 leaves slot s as it is.
+static void prefetch_store(const int64_t v[PF_SLOTS]) {
+    for (int s = 0; s < PF_SLOTS; s++)
+        if (v[s] >= 0) atomic_store_explicit(&g_prefetch[s], v[s] + 1, memory_order_relaxed);
 }
 static void prefetch_init(void) {
-    int64_t q, q4, q6, d, l1, l41;
-    detect_prefetch(&q, &q4, &q6, &d, &l1, &l41);
-    prefetch_store(q, q4, q6, d, l1, l41);
+    int64_t v[PF_SLOTS];
+    detect_prefetch(v);
+    prefetch_store(v);
 }
 static int64_t prefetch_slot(int s) {
     int64_t v = atomic_load_explicit(&g_prefetch[s], memory_order_relaxed);
@@ -986,7 +983,9 @@ static int64_t prefetch_clamp(int64_t bytes) { return (bytes < 0 ? 0 : bytes > 6
 // (the setters detect first, so that a later first read cannot overwrite what they set)
 int64_t kvt_kernels_set_prefetch(int64_t bytes) {
     const int64_t old = kvt_kernels_prefetch(), v = prefetch_clamp(bytes);
-    prefetch_store(v, v, v, -1, -1, -1);
+    int64_t set[PF_SLOTS];
+    for (int s = 0; s < PF_SLOTS; s++) set[s] = s < PF_L1 && s != PF_DENSE ? v : -1; // the distances but the dense one
+    prefetch_store(set);
     return old;
 }
 void kvt_kernels_reset_prefetch(void) { prefetch_init(); }
