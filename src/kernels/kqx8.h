@@ -328,6 +328,23 @@ void kvt_q4kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, 
 
 #else
 
+// The end of an AVX2 super-block (x8_sb_sp, x8_sb_z): the min dots M of the 8 rows from their 6-bit mins as bytes (mnA:
+// rows 0-3, mnB: rows 4-7, lane order of the packed L bytes) against the activation's sums of 32, then x8_chain with the
+// scale dots S.
+INLINE void x8_mins_chain(__m256i mnA, __m256i mnB, __m256i S, const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc,
+                          __m256 *macc) {
+    const __m256i mperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m128i bs = x8_bs32(y);
+    const __m256i bsb = _mm256_set_m128i(bs, bs);
+    const __m256i R01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnA)), bsb);
+    const __m256i R23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnA, 1)), bsb);
+    const __m256i R45 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnB)), bsb);
+    const __m256i R67 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnB, 1)), bsb);
+    const __m256i h3 = _mm256_hadd_epi32(_mm256_hadd_epi32(R01, R23), _mm256_hadd_epi32(R45, R67));
+    const __m256i M = _mm256_permutevar8x32_epi32(h3, mperm);
+    x8_chain(S, M, in, y->d, acc, macc);
+}
+
 // One super-block (at in, against y) of a group of 8 rows into its chains acc, macc; the lines pf bytes ahead
 // prefetched (0: none).
 // sp: the prefetches spread over the super-block (each line's before its chunk's loads), else 18 at once at the start;
@@ -337,7 +354,6 @@ INLINE void x8_sb_sp(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __
     // scale words of sub-block j (add j): per 128-bit lane (rows 2L, 2L + 1), dwords (row 2L, e = 0, 1), (row 2L + 1, ..)
     const __m256i shb = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128,
                                          0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128);
-    const __m256i mperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     if (pf) UNROLL for (int l = sp ? 16 : 0; l < KVT_X8_SB / 64; l++) {
         _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
         if (sp == 2) _mm_prefetch((const char *)in + KVT_X8_PF_NEAR + 64 * l, _MM_HINT_T0);
@@ -373,15 +389,7 @@ INLINE void x8_sb_sp(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __
     const __m256i S = _mm256_permute4x64_epi64(_mm256_hadd_epi32(isA, isB), 0xD8);
     const __m256i mnA = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LA, 4), m4), _mm256_and_si256(_mm256_slli_epi16(hA, 2), m30));
     const __m256i mnB = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LB, 4), m4), _mm256_and_si256(_mm256_slli_epi16(hB, 2), m30));
-    const __m128i bs = x8_bs32(y);
-    const __m256i bsb = _mm256_set_m128i(bs, bs);
-    const __m256i R01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnA)), bsb);
-    const __m256i R23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnA, 1)), bsb);
-    const __m256i R45 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnB)), bsb);
-    const __m256i R67 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnB, 1)), bsb);
-    const __m256i h3 = _mm256_hadd_epi32(_mm256_hadd_epi32(R01, R23), _mm256_hadd_epi32(R45, R67));
-    const __m256i M = _mm256_permutevar8x32_epi32(h3, mperm);
-    x8_chain(S, M, in, y->d, acc, macc);
+    x8_mins_chain(mnA, mnB, S, in, y, acc, macc);
 }
 
 #define x8_sb(in, y, acc, macc, pf) x8_sb_sp(in, y, acc, macc, pf, 0)
@@ -459,7 +467,6 @@ INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     const __m256i shb = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128,
                                          0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128);
-    const __m256i mperm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     __m256i sc[2], is[2];
     {
         const __m256i H = x8_ld256(in + 1088), LA = x8_ld256(in + 1024), LB = x8_ld256(in + 1056);
@@ -506,15 +513,7 @@ INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m
     const __m256i H = x8_ld256(im + 1088), LA = x8_ld256(im + 1024), LB = x8_ld256(im + 1056);
     const __m256i mnA = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LA, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
     const __m256i mnB = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LB, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-    const __m128i bs = x8_bs32(y);
-    const __m256i bsb = _mm256_set_m128i(bs, bs);
-    const __m256i R01 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnA)), bsb);
-    const __m256i R23 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnA, 1)), bsb);
-    const __m256i R45 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(mnB)), bsb);
-    const __m256i R67 = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(mnB, 1)), bsb);
-    const __m256i h3 = _mm256_hadd_epi32(_mm256_hadd_epi32(R01, R23), _mm256_hadd_epi32(R45, R67));
-    const __m256i M = _mm256_permutevar8x32_epi32(h3, mperm);
-    x8_chain(S, M, in, y->d, acc, macc);
+    x8_mins_chain(mnA, mnB, S, in, y, acc, macc);
 }
 
 // x8_groups256l with x8_sb_z (npf as there; pf the distance when npf > 0), y laundered as there.
