@@ -503,7 +503,8 @@ INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m
         }
     }
     if (npf) UNROLL for (int l = 16; l < KVT_X8_SB / 64; l++) {
-        _mm_prefetch((const char *)in + pf + 64 * l, npf == 3 ? _MM_HINT_T0 : KVT_X8_PF_HINT);
+        if (npf == 3) _mm_prefetch((const char *)in + pf + 64 * l, _MM_HINT_T0); // (the hint a constant for clang)
+        else _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
         if (npf == 2) _mm_prefetch((const char *)in + KVT_X8_PF_NEAR + 64 * l, _MM_HINT_T0);
     }
     // lane 128-bit L: [r 2L, r 2L+1, r 4+2L, r 5+2L] -> rows in order
