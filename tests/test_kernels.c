@@ -1158,10 +1158,11 @@ int test_kernels_main(void) {
                 test_repack_x32(KVT_TYPE_Q8_0, 2048, 32, 1, 0, 32, 1);
                 kvt_kernels_set_decode_variant(KVT_TYPE_Q8_0_X8, ov);
             }
-            // q4_1_x8 and q4_K_x8 in 1, 2, 4 streams (q41x8.h, AVX-512 11, 12, 14: in 512-bit vectors; kqx8.h x8_decode_ns
-            // on both ISAs): 11 groups, 5 cut to 1 .. 6
-            // (q4_K_x8 16 cut to 1 .. 15), 15 of 17, 7 groups
-            const int xv[] = {1, 2, 4, 10, 11, 12, 13, 14, 21, 22, 24, 31, 32, 34, 35, 5, 6, 7, 8, 9}; // (q4_1_x8: 35 the AVX2 default with the full L2 distance, 5 .. 13 its default; q4_K_x8: 15 .. 34 its default, 5 AVX2, 8 AVX-512: before k11k, 6, 9: k11k without the L1 prefetch; AVX2 7: pairs before k4r, 8: the old default without prefetch, 9: it in 4 streams, 10: the default before z4k, 11, 12, 13: z4k's x8_sb_z into L2, L2 and L1, L1, 14: the default in 4 streams)
+            // q4_1_x8 and q4_K_x8 study forms (matmul.h kvt_kernels_decode_variant; each form's meaning is at its
+            // dispatch: q41x8.h, kqx8.h KQX8_GEMV_FN): 1, 2, 4 streams on both ISAs; q4_1_x8 5 .. 13 its default, 35 the
+            // AVX2 default at the full L2 distance; q4_K_x8 5 .. 14 the AVX2 and AVX-512 forms, 15 .. 34 its default.
+            // Shapes: 11 groups, 5 cut to 1 .. 6 (q4_K_x8 16 cut to 1 .. 15), 15 of 17, 7 groups.
+            const int xv[] = {1, 2, 4, 10, 11, 12, 13, 14, 21, 22, 24, 31, 32, 34, 35, 5, 6, 7, 8, 9};
             for (size_t i = 0; i < sizeof xv / sizeof xv[0]; i++) {
                 int ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q4_1_X8, xv[i]);
                 test_repack_x32(KVT_TYPE_Q4_1, 576, 88, 1, 0, 88, 0);

@@ -553,6 +553,12 @@ X8_DECODE_NS(x8_decode_nsl, x8_groups256l)
 X8_DECODE_NS(x8_decode_z1, x8_groupsz1)
 X8_DECODE_NS(x8_decode_z2, x8_groupsz2)
 X8_DECODE_NS(x8_decode_z3, x8_groupsz3)
+// the default with prefetch: into L2 pf ahead and L1 KVT_X8_PF_NEAR ahead, or into L1 only where pf is no farther
+static void x8_decode_zd(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64_t g1, const kvt_block_q8_K *y, float *Y,
+                         int64_t pf) {
+    if (pf > KVT_X8_PF_NEAR) x8_decode_z2(ns, nb, w, g0, g1, y, Y, pf);
+    else x8_decode_z3(ns, nb, w, g0, g1, y, Y, pf);
+}
 #endif
 #ifdef KVT_SIMD_AVX512
 // study form 8: the arithmetic before k11k (x8_groups512o) in X8_NS streams, for paired comparisons
@@ -590,12 +596,12 @@ void KQX8_GEMV_FN(int64_t n, const void *W, int64_t g0, int64_t g1, const void *
         else if (v == 11) x8_decode_z1(2, nb, W, g0, g1, y, Y, pf);
         else if (v == 12) x8_decode_z2(2, nb, W, g0, g1, y, Y, pf);
         else if (v == 13) x8_decode_z3(2, nb, W, g0, g1, y, Y, pf);
-        else (pf > KVT_X8_PF_NEAR ? x8_decode_z2 : x8_decode_z3)(4, nb, W, g0, g1, y, Y, pf);
+        else x8_decode_zd(4, nb, W, g0, g1, y, Y, pf);
     } else if (v == 5 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 0);
     else if (v == 6 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 1);
     else if (v == 7 && pf) x8_pairs(nb, W, g0, g1, y, Y, pf, 2);
     else if (v == 9 && pf) x8_decode_nsl(4, nb, W, g0, g1, y, Y, pf);
-    else if (pf) (pf > KVT_X8_PF_NEAR ? x8_decode_z2 : x8_decode_z3)(2, nb, W, g0, g1, y, Y, pf);
+    else if (pf) x8_decode_zd(2, nb, W, g0, g1, y, Y, pf);
     else if (v == 8) x8_decode_nsl(2, nb, W, g0, g1, y, Y, 0);
     else x8_pairs(nb, W, g0, g1, y, Y, 0, 0);
 #endif

@@ -214,24 +214,24 @@ INLINE void q80x8_groups(int ns, int pfm, int64_t nb, const uint8_t *G, int64_t 
 INLINE void q80x8_group(int64_t nb, const uint8_t *G, const char *P, float *Y, int64_t pf) {
     q80x8_groups(1, 0, nb, G, 0, P, Y, 0, pf);
 }
-#define Q80X8_DECODE_PFM(pfm)                                                                                          \
-    do {                                                                                                               \
-        for (; g < g0 + h; g++) {                                                                                      \
-            if (ns == 4) q80x8_groups(4, pfm, nb, W + g * gb, h * gb, P, Y + 8 * g, 8 * h, pf);                        \
-            else if (ns == 2) q80x8_groups(2, pfm, nb, W + g * gb, h * gb, P, Y + 8 * g, 8 * h, pf);                   \
-            else q80x8_groups(1, pfm, nb, W + g * gb, 0, P, Y + 8 * g, 0, pf);                                         \
-        }                                                                                                              \
-        for (g = g0 + ns * h; g + 2 <= g1; g += 2) q80x8_groups(2, pfm, nb, W + g * gb, gb, P, Y + 8 * g, 8, pf);      \
-        if (g < g1) q80x8_groups(1, pfm, nb, W + g * gb, 0, P, Y + 8 * g, 0, pf);                                      \
-    } while (0)
 // The groups [g0, g1) of a decode in ns streams (1, 2 or 4: group g + k * h, as q41x8.h), then pairs, then one, with
-// the prefetch of form pfm (Q80X8_PREFETCH_F).
-static void q80x8_decode(int ns, int pfm, int64_t nb, const uint8_t *W, int64_t g0, int64_t g1, const char *P, float *Y,
-                         int64_t pf) {
+// the prefetch of form pfm (Q80X8_PREFETCH_F; inlined with pfm a constant).
+INLINE void q80x8_decode_pfm(int ns, const int pfm, int64_t nb, const uint8_t *W, int64_t g0, int64_t g1, const char *P,
+                             float *Y, int64_t pf) {
     const int64_t gb = nb * KVT_Q80X8_B, h = (g1 - g0) / ns;
     int64_t g = g0;
-    if (pfm == 1) Q80X8_DECODE_PFM(1);
-    else Q80X8_DECODE_PFM(0);
+    for (; g < g0 + h; g++) {
+        if (ns == 4) q80x8_groups(4, pfm, nb, W + g * gb, h * gb, P, Y + 8 * g, 8 * h, pf);
+        else if (ns == 2) q80x8_groups(2, pfm, nb, W + g * gb, h * gb, P, Y + 8 * g, 8 * h, pf);
+        else q80x8_groups(1, pfm, nb, W + g * gb, 0, P, Y + 8 * g, 0, pf);
+    }
+    for (g = g0 + ns * h; g + 2 <= g1; g += 2) q80x8_groups(2, pfm, nb, W + g * gb, gb, P, Y + 8 * g, 8, pf);
+    if (g < g1) q80x8_groups(1, pfm, nb, W + g * gb, 0, P, Y + 8 * g, 0, pf);
+}
+static void q80x8_decode(int ns, int pfm, int64_t nb, const uint8_t *W, int64_t g0, int64_t g1, const char *P, float *Y,
+                         int64_t pf) {
+    if (pfm == 1) q80x8_decode_pfm(ns, 1, nb, W, g0, g1, P, Y, pf);
+    else q80x8_decode_pfm(ns, 0, nb, W, g0, g1, P, Y, pf);
 }
 #endif
 
