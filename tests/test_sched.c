@@ -355,6 +355,24 @@ static void sched_tiers(const kvt_model *m, bool quick) {
 // chunked prefills, n = 2 forks, the prefix cache (cached blocks read back into the key summaries; asyncspade
 // computes its query window of the prompt), preemption by swap to disk: every request's greedy ids = kvt_generate
 // alone under the same settings.
+// Every request's sparse figures (kvt_sched_result.sparse_steps): one decode step per generated token after the first,
+// in each choice, with fewer positions attended than held.
+static bool sparse_counted(const rec *recs, const workload *w, int nr, char *why, size_t cap) {
+    for (int i = 0; i < nr; i++) {
+        const kvt_sparse_totals *t = &recs[i].res.sparse_steps;
+        int64_t want = 0;
+        for (int c = 0; c < w[i].n; c++) want += recs[i].n_ids[c] - 1;
+        if (!recs[i].res.sparse || t->steps != want || t->selected <= 0 || t->selected > t->context ||
+            (want > 0 && t->kv_read_bytes <= 0) || t->stall_ms < 0 || t->wait_ms > t->stall_ms + 1e-9) {
+            snprintf(why, cap, "request %d: sparse %d, %lld steps (want %lld), selected %lld of %lld, %lld K/V bytes, stall "
+                     "%.3f ms, wait %.3f ms", i, recs[i].res.sparse, (long long)t->steps, (long long)want,
+                     (long long)t->selected, (long long)t->context, (long long)t->kv_read_bytes, t->stall_ms, t->wait_ms);
+            return false;
+        }
+    }
+    return true;
+}
+
 static void sched_sparse(const kvt_model *m) {
     char dir[] = "/tmp/kvt_test_sched_sparse_XXXXXX";
     if (!tmp_dir(dir)) return;
@@ -378,14 +396,15 @@ static void sched_sparse(const kvt_model *m) {
         rec recs[NR];
         kvt_sched_stats ss = {0}, ss2 = {0};
         tiers plain = {0, 0, NULL, false, false, NULL, NULL, &sp};
-        ok = ok && run_sched(m, w, NR, 3, 7, &plain, recs, &ss, why, sizeof why);
+        ok = ok && run_sched(m, w, NR, 3, 7, &plain, recs, &ss, why, sizeof why) && sparse_counted(recs, w, NR, why, sizeof why);
         tiers small = {2 * 2, 2 * 4, dir, true, true, NULL, NULL, &sp};
-        ok = ok && run_sched(m, w, NR, 8, 40, &small, recs, &ss, why, sizeof why);
+        ok = ok && run_sched(m, w, NR, 8, 40, &small, recs, &ss, why, sizeof why) && sparse_counted(recs, w, NR, why, sizeof why);
         tiers cache = {0, 0, NULL, false, true, NULL, NULL, &sp};
-        ok = ok && run_sched(m, w, NR, 4, 20, &cache, recs, &ss2, why, sizeof why);
+        ok = ok && run_sched(m, w, NR, 4, 20, &cache, recs, &ss2, why, sizeof why) && sparse_counted(recs, w, NR, why, sizeof why);
         char name[256];
         snprintf(name, sizeof name, "sched: sparse %s for every sequence (batched, chunked, n = 2, prefix cache, preemption "
-                 "to disk): every request's greedy ids = kvt_generate alone", kvt_sparse_mode_name(sp.mode));
+                 "to disk): every request's greedy ids = kvt_generate alone; its sparse figures one step per token after the first",
+                 kvt_sparse_mode_name(sp.mode));
         test_result(ok && ss.preemptions > 0 && ss2.cached_tokens > 0, name, "%s; %lld preemptions, %lld cached tokens", why,
                     (long long)ss.preemptions, (long long)ss2.cached_tokens);
     }

@@ -203,6 +203,7 @@ def t_completion(s):
     assert t["predicted_n"] == u["completion_tokens"], (t, u)
     assert t["prompt_n"] + t["cache_n"] == u["prompt_tokens"] and t["cache_n"] == u["prompt_tokens_details"]["cached_tokens"], (t, u)
     assert t["prompt_ms"] > 0 and t["predicted_ms"] >= 0 and t["predicted_per_second"] >= 0, t
+    assert "sparse" not in t, t  # dense decoding: no sparse figures
 
 
 @case("POST /v1/chat/completions: assistant message; a repeated prompt reports cached_tokens")
@@ -483,6 +484,11 @@ def t_sparse(kvtier, model, extra):
             prompt = "Story 5: once upon a time" + " and then" * 25
             _, _, r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 24, "temperature": 0})
             text = r["choices"][0]["text"]
+            # the response's own sparse figures: one decode step per token after the first
+            sp = r["timings"]["sparse"]
+            assert sp["steps"] == r["usage"]["completion_tokens"] - 1, (sp, r["usage"])
+            assert 0 < sp["selected_frac"] < 1 and sp["kv_read_bytes"] > 0 and sp["summary_read_bytes"] > 0, sp
+            assert 0 <= sp["wait_ms"] <= sp["stall_ms"], sp
             g = json.loads(subprocess.run([kvtier, "generate", "-m", model, "-p", prompt, "-n", "24", "--temp", "0",
                                            "-t", "2", "-c", "512", "--kv-block", "16", "--json", *flags],
                                           capture_output=True, text=True,

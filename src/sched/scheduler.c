@@ -34,6 +34,7 @@ typedef struct req {
     choice *ch;          // [p.n]
     int32_t n_live;
     int64_t cached, completion;
+    kvt_sparse_totals sparse; // its choices' sparse decode steps, taken as their sequences are freed (seq_free)
     const kvt_prefix_staged *staged; // blocks read beforehand (borrowed until released), or NULL
 } req;
 
@@ -125,6 +126,12 @@ static void staged_release(req *r) {
     r->staged = NULL;
 }
 
+// Frees sequence seq of request r, its sparse step records counted first.
+static void seq_free(kvt_sched *s, req *r, int32_t seq) {
+    kvt_sparse_seq_totals_add(kvt_context_sparse(s->ctx), seq, r->p.n_prompt, &r->sparse);
+    kvt_context_seq_free(s->ctx, seq);
+}
+
 // Frees the request's sequences and samplers and unlinks it; then on_done.
 static void req_end(kvt_sched *s, req *r, kvt_sched_outcome how, const kvt_err *why) {
     staged_release(r);
@@ -135,7 +142,7 @@ static void req_end(kvt_sched *s, req *r, kvt_sched_outcome how, const kvt_err *
         }
     }
     for (int32_t i = 0; i < r->p.n; i++) {
-        if (r->ch[i].seq > 0) kvt_context_seq_free(s->ctx, r->ch[i].seq);
+        if (r->ch[i].seq > 0) seq_free(s, r, r->ch[i].seq);
         kvt_sampler_free(r->ch[i].smp);
     }
     kvt_sched_result res;
@@ -145,6 +152,8 @@ static void req_end(kvt_sched *s, req *r, kvt_sched_outcome how, const kvt_err *
     res.prompt_tokens = r->p.n_prompt;
     res.cached_tokens = r->cached;
     res.completion_tokens = r->completion;
+    res.sparse = kvt_context_sparse_selects(s->ctx);
+    res.sparse_steps = r->sparse;
     void *user = r->p.user;
     free(r->ch);
     free(r->prompt);
@@ -322,7 +331,7 @@ static void choice_end(kvt_sched *s, req *r, int32_t i, kvt_sched_finish why) {
     choice *c = &r->ch[i];
     c->live = false;
     r->n_live--;
-    if (c->seq > 0) kvt_context_seq_free(s->ctx, c->seq);
+    if (c->seq > 0) seq_free(s, r, c->seq);
     c->seq = -1;
     s->cb.on_finish(r->p.user, i, why);
 }

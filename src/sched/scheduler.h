@@ -34,6 +34,7 @@
 #include "../base/status.h"
 #include "../exec/context.h"
 #include "../kv/prefix_store.h"
+#include "../sparse/sparse.h"
 #include "prefix_cache.h"
 #include "../model/tokenizer.h"
 #include "sampler.h"
@@ -53,6 +54,9 @@ typedef struct {
     int64_t prompt_tokens;       // the prompt's length
     int64_t cached_tokens;       // prompt positions given by the prefix cache
     int64_t completion_tokens;   // over all choices
+    bool sparse;                 // decode steps attend sparsely with a selection (kvt_context_sparse_selects)
+    kvt_sparse_totals sparse_steps; // with sparse: the request's decode steps over all choices (kvt_sparse_seq_totals_add;
+                                 // the worker's times and predicted / fallback counts stay 0)
 } kvt_sched_result;
 
 // Events of request `req` (user: the request's user pointer). on_token: token id of choice index, sampled

@@ -59,6 +59,9 @@ typedef struct {
     int64_t prompt_tokens;             // per choice (the prompt is counted once in usage)
     int64_t cached_tokens;             // prompt tokens whose KV was reused instead of computed
     int64_t completion_tokens;         // over all choices
+    bool sparse;                       // decode steps attend sparsely with a selection (quest, asyncspade)
+    kvt_sparse_totals sparse_steps;    // with sparse: the job's decode steps over all choices (kvt_sparse_seq_totals_add;
+                                       // the worker's times and predicted / fallback counts stay 0)
 } kvt_engine_result;
 
 typedef struct {

@@ -146,6 +146,8 @@ static void run_job(fcfs *e, fcfs_job *j, kvt_engine_result *res) {
             e->n_prev = n_prompt;
         }
         res->completion_tokens += gs.n_gen;
+        res->sparse = kvt_context_sparse_selects(e->ctx);
+        kvt_sparse_seq_totals_add(kvt_context_sparse(e->ctx), 0, n_prompt, &res->sparse_steps);
         pthread_mutex_lock(&e->mu);
         e->st.prompt_tokens += n_prompt - n_cached;
         e->st.cached_tokens += n_cached;

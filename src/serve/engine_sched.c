@@ -101,6 +101,8 @@ static void on_done(void *user, const kvt_sched_result *r) {
     res.prompt_tokens = r->prompt_tokens;
     res.cached_tokens = r->cached_tokens;
     res.completion_tokens = r->completion_tokens;
+    res.sparse = r->sparse;
+    res.sparse_steps = r->sparse_steps;
     pthread_mutex_lock(&e->mu);
     unlink_job(e, j);
     if (res.outcome == KVT_ENGINE_DONE) e->st.jobs_done++;

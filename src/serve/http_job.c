@@ -198,8 +198,11 @@ static kvt_resp resp_of(const kvt_http_job *j, bool chunk, const kvt_resp_choice
 static kvt_resp_timings timings_of(const kvt_http_job *j) {
     const kvt_engine_result *r = &j->res;
     const int64_t first = j->t_first ? j->t_first : j->t_done;
+    const kvt_sparse_totals *sp = &r->sparse_steps;
     return (kvt_resp_timings){r->prompt_tokens - r->cached_tokens, r->cached_tokens, r->completion_tokens,
-                              (double)(first - j->t_submit) / 1e6, (double)(j->t_done - first) / 1e6};
+                              (double)(first - j->t_submit) / 1e6, (double)(j->t_done - first) / 1e6,
+                              r->sparse, sp->steps, sp->selected, sp->context, sp->kv_read_bytes,
+                              sp->summary_read_bytes, sp->stall_ms, sp->wait_ms};
 }
 
 // Streams text[0..n) (and the logprobs gathered since the last chunk) of choice i, with finish when non-NULL.

@@ -136,6 +136,25 @@ static json_t *usage_json(const kvt_resp_usage *u, bool *ok) {
     return o;
 }
 
+static json_t *sparse_json(const kvt_resp_timings *t, bool *ok) {
+    json_t *o = json_object();
+    if (!o) {
+        *ok = false;
+        return NULL;
+    }
+    const double n = t->sparse_steps > 0 ? (double)t->sparse_steps : 1.0;
+    set(o, "steps", json_integer(t->sparse_steps), ok);
+    set(o, "selected", json_integer(t->sparse_selected), ok);
+    set(o, "context", json_integer(t->sparse_context), ok);
+    set(o, "selected_frac", json_real(t->sparse_context > 0 ? (double)t->sparse_selected / (double)t->sparse_context : 0.0), ok);
+    set(o, "kv_read_bytes", json_integer(t->sparse_kv_read_bytes), ok);
+    set(o, "summary_read_bytes", json_integer(t->sparse_summary_read_bytes), ok);
+    set(o, "stall_ms", json_real(t->sparse_stall_ms), ok);
+    set(o, "stall_per_step_ms", json_real(t->sparse_stall_ms / n), ok);
+    set(o, "wait_ms", json_real(t->sparse_wait_ms), ok);
+    return o;
+}
+
 static json_t *timings_json(const kvt_resp_timings *t, bool *ok) {
     json_t *o = json_object();
     if (!o) {
@@ -151,6 +170,7 @@ static json_t *timings_json(const kvt_resp_timings *t, bool *ok) {
     set(o, "predicted_ms", json_real(t->predicted_ms), ok);
     set(o, "predicted_per_token_ms", json_real(t->predicted_n > 0 ? t->predicted_ms / (double)t->predicted_n : 0.0), ok);
     set(o, "predicted_per_second", json_real(t->predicted_ms > 0 ? 1e3 * (double)t->predicted_n / t->predicted_ms : 0.0), ok);
+    if (t->sparse) set(o, "sparse", sparse_json(t, ok), ok);
     return o;
 }
 

@@ -60,9 +60,16 @@ typedef struct {
 // then submitted to the engine) to its first generated token (queue wait, cached prefix and prompt computation), predicted_ms from then to
 // its end. prompt_n counts the prompt tokens computed (not the cached_n reused), predicted_n the tokens generated (every
 // choice). The per-token and per-second fields are derived (0 where n or ms is 0).
+// With sparse (decode steps attend a selection: --sparse quest or asyncspade) "timings" also holds "sparse", the
+// request's decode steps over every choice: steps, the positions attended (selected) of those held (context) summed
+// over the sparse (layer, KV head) pairs and their ratio, the K/V and key-summary bytes read, and the time the steps
+// waited for selections (stall_ms; wait_ms of it for the asyncspade worker), in all and per step.
 typedef struct {
     int64_t prompt_n, cache_n, predicted_n;
     double prompt_ms, predicted_ms;
+    bool sparse;
+    int64_t sparse_steps, sparse_selected, sparse_context, sparse_kv_read_bytes, sparse_summary_read_bytes;
+    double sparse_stall_ms, sparse_wait_ms;
 } kvt_resp_timings;
 
 typedef struct {

@@ -230,6 +230,21 @@ const kvt_sparse_step *kvt_sparse_steps(const kvt_sparse *s, int32_t seq, int64_
     return q ? q->steps : NULL;
 }
 
+void kvt_sparse_seq_totals_add(const kvt_sparse *s, int32_t seq, int64_t pos0, kvt_sparse_totals *acc) {
+    int64_t n = 0;
+    const kvt_sparse_step *st = s ? kvt_sparse_steps(s, seq, &n) : NULL;
+    for (int64_t i = 0; i < n; i++) {
+        if (st[i].pos < pos0) continue;
+        acc->steps++;
+        acc->selected += st[i].selected;
+        acc->context += st[i].context;
+        acc->kv_read_bytes += st[i].kv_read_bytes;
+        acc->summary_read_bytes += st[i].summary_read_bytes;
+        acc->stall_ms += st[i].stall_ms;
+        acc->wait_ms += st[i].wait_ms;
+    }
+}
+
 void kvt_sparse_steps_clear(kvt_sparse *s) {
     for (int32_t i = 0; i < s->n_seqs; i++) {
         if (s->seqs[i]) s->seqs[i]->n_steps = 0;

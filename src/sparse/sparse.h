@@ -167,6 +167,11 @@ typedef struct {
                                   // query; counted only with --sparse-fallback or --sparse-stats (the cosine check)
 } kvt_sparse_totals;
 void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *out);
+// Adds the recorded decode steps of sequence seq at positions >= pos0 (kvt_sparse_steps) into *acc: steps, selected,
+// context, kv_read_bytes, summary_read_bytes, stall_ms, wait_ms (the worker's times and the predicted / fallback
+// counts are kept per context only: acc's are left as they are). s NULL, or no records: *acc unchanged. Serve's
+// per-request figures: called before the request's sequences are freed (their records go with them).
+void kvt_sparse_seq_totals_add(const kvt_sparse *s, int32_t seq, int64_t pos0, kvt_sparse_totals *acc);
 
 // --- pieces, exposed for the tests ---------------------------------------------------------------------
 
