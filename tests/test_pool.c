@@ -265,6 +265,19 @@ static void matmul_ex_test(void) {
                             ok &= memcmp(oy[part] + t * ROWS, ry[part] + t * ROWS, sizeof(float) * ROWS) == 0;
                         }
                     }
+                    // the prefetch window's ranges (weight_pf.h) are these tasks' bytes, in task order
+                    kvt_wpf_range rr[4 * EPI_ROWS / KVT_MATMUL_MIN_CHUNK_ROWS];
+                    const int nr = kvt_matmul_par_ranges(pool, ws, 2, n_tok, e->row_align, rr, (int)(sizeof rr / sizeof rr[0]));
+                    int k = 0;
+                    for (int part = 0; part < 2; part++) {
+                        int64_t sum = 0;
+                        for (int c = 0; c < EPI_ROWS && atomic_load(&e->chunk_r0[part][c]) > 0; c++, k++) {
+                            ok &= k < nr && rr[k].p == wd + (atomic_load(&e->chunk_r0[part][c]) - 1) * wrs;
+                            if (k < nr) sum += rr[k].bytes;
+                        }
+                        ok &= sum == ROWS * wrs;
+                    }
+                    ok &= k == nr;
                     bad += !ok;
                 }
             }
@@ -277,6 +290,56 @@ done:
                 "aligned and equal across same-shape parts, products equal to kvt_matmul_par's (input converted or given)",
                 "%lld of %lld cases wrong (-1: setup failed)", (long long)bad, (long long)cases);
     free(x), free(wf), free(ref), free(out), free(scratch), free(xq), free(e);
+}
+
+// The weight prefetch window (weight_pf.h): kvt_wpf_step requests each chunk of a posted window once, the ranges'
+// chunks in turns, as many as the budget allows (whole rounds), none once a window is emptied or replaced; four
+// threads stepping one window together take each chunk once.
+typedef struct {
+    kvt_wpf *w;
+    _Atomic int64_t steps;
+} wpf_ctx;
+
+static void wpf_task(void *vctx, int64_t task, int thread) {
+    (void)task, (void)thread;
+    wpf_ctx *c = vctx;
+    while (kvt_wpf_step(c->w)) atomic_fetch_add(&c->steps, 1);
+}
+
+static void wpf_test(void) {
+    static char buf[40000];
+    kvt_wpf w;
+    kvt_wpf_init(&w);
+    int64_t bad = 0;
+    bad += kvt_wpf_step(&w); // empty
+    const kvt_wpf_range r[3] = {{buf, 10000}, {buf + 10000, 2048}, {buf + 20000, 20000}};
+    const int64_t all = (10000 + KVT_WPF_CHUNK - 1) / KVT_WPF_CHUNK + 1 + (20000 + KVT_WPF_CHUNK - 1) / KVT_WPF_CHUNK;
+    // budgets: all; 1 round of 3 chunks' worth + 1 = 2 rounds (range 1 has one chunk: 3 + 2); 2 + 1 = 3 rounds (3 + 2 + 2)
+    const int64_t budget[3] = {1 << 30, 3 * KVT_WPF_CHUNK, 7 * KVT_WPF_CHUNK}, want[3] = {all, 5, 7};
+    for (int i = 0; i < 3; i++) {
+        kvt_wpf_post(&w, r, 3, budget[i]);
+        int64_t n = 0;
+        while (kvt_wpf_step(&w) && n <= all) n++;
+        bad += n != want[i];
+    }
+    kvt_wpf_post(&w, r, 3, 1 << 30);
+    kvt_wpf_post(&w, r, 0, 1 << 30); // replaced by none
+    bad += kvt_wpf_step(&w);
+    kvt_threadpool *pool = NULL;
+    kvt_err err;
+    if (kvt_threadpool_init(4, &pool, &err)) {
+        bad = -1;
+    } else {
+        for (int rep = 0; rep < 200; rep++) {
+            wpf_ctx c = {&w, 0};
+            kvt_wpf_post(&w, r, 3, 1 << 30);
+            kvt_threadpool_run(pool, wpf_task, &c, 4);
+            bad += atomic_load(&c.steps) != all;
+        }
+        kvt_threadpool_free(pool);
+    }
+    test_result(bad == 0, "pool: weight prefetch window: each chunk once (4 threads too), the budget's whole rounds, none when "
+                "empty or replaced", "%lld wrong (-1: setup failed)", (long long)bad);
 }
 
 // The spin budget (kvt_threadpool_set_spin): default, clamped, restored by a negative value; with no spin at all
@@ -309,6 +372,7 @@ static void spin_test(const test_env *env) {
 
 void test_pool(const test_env *env) {
     matmul_ex_test();
+    wpf_test();
     spin_test(env);
     idle_work_test();
     stats_test();

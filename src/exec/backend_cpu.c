@@ -14,6 +14,23 @@
 #include "ew_par.h"
 #include "matmul_par.h"
 
+// Decode, before a product job: the weights of the job after it become the prefetch window (weight_pf.h), so that the
+// threads which wait at that job's end, or spin while the caller runs the serial steps after it, request their
+// lines. Only cache hints: the same bits.
+static void pf_next(kvt_context *c, const kvt_weight *const *w, int n_w, int64_t n) {
+    if (n > KVT_FFN_FUSE_TOKENS || c->wpf_budget <= 0) return;
+    kvt_wpf_range r[KVT_WPF_RANGES];
+    const int k = kvt_matmul_par_ranges(c->pool, w, n_w, n, 0, r, KVT_WPF_RANGES);
+    kvt_wpf_post(&c->wpf, r, k, c->wpf_budget);
+}
+
+// The job after a layer's w_down: the q/k/v of the next layer L, or without one (L NULL) the output matrix when
+// `out`, else none (an empty window).
+static void pf_qkv(kvt_context *c, const kvt_layer *L, bool out, int64_t n) {
+    const kvt_weight *w[3] = {L ? &L->wq : &c->m->output, L ? &L->wk : NULL, L ? &L->wv : NULL};
+    pf_next(c, w, L ? 3 : out ? 1 : 0, n);
+}
+
 static void matmul(kvt_context *c, const kvt_weight *w, const float *x, int64_t n, float *y) {
     kvt_matmul_par(c->pool, &w, &y, 1, x, n, c->qact);
 }
@@ -73,7 +90,8 @@ static void glu_epi(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r1)
 }
 
 // gate, up, the gated activation and w_down; returns whether w_down's output was added to x (matmul_resid).
-static bool ffn(kvt_context *c, const kvt_layer *L, int64_t n) {
+// next, out: the job after w_down (pf_qkv's L and out), for the prefetch window.
+static bool ffn(kvt_context *c, const kvt_layer *L, int64_t n, const kvt_layer *next, bool out) {
     const kvt_hparams *hp = &c->m->hp;
     const kvt_weight *gu[2] = {&L->w_gate, &L->w_up};
     float *gu_out[2] = {c->gate, c->up};
@@ -88,12 +106,15 @@ static bool ffn(kvt_context *c, const kvt_layer *L, int64_t n) {
     if (!fuse) {
         kvt_matmul_par(c->pool, gu, gu_out, 2, c->xn, n, c->qact);
         kvt_glu_par(c->pool, gelu, c->gate, c->up, n * hp->n_ff);
+        pf_qkv(c, next, out, n);
         return matmul_resid(c, &L->w_down, c->gate, NULL, n, L->post_ffn_norm);
     }
     glu_fuse f = {c, n, hp->n_ff, gelu, dot, wd->vec_dot_type, kvt_row_size(wd->vec_dot_type, hp->n_ff)};
     memset(c->ffn_pair, 0, (size_t)(hp->n_ff / KVT_MATMUL_MIN_CHUNK_ROWS + 1) * sizeof *c->ffn_pair);
     const kvt_mm_opts og = {glu_epi, &f, blck, NULL};
+    pf_next(c, (const kvt_weight *const[]){&L->w_down}, 1, n);
     kvt_matmul_par_ex(c->pool, gu, gu_out, 2, c->xn, n, c->qact, &og);
+    pf_qkv(c, next, out, n);
     return matmul_resid(c, &L->w_down, NULL, c->qffn, n, L->post_ffn_norm);
 }
 
@@ -288,6 +309,7 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
     for (int32_t il = il0; il < il1; il++) {
         const kvt_layer *L = &m->layers[il];
         const kvt_attn_params ap = {hp->n_head, hp->attn_scale, KVT_ATTN_TILE, L->window};
+        pf_next(c, (const kvt_weight *const[]){&L->wo}, 1, n);
         qkv(c, L, n);
         kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
@@ -296,9 +318,11 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
             rows_out(c, head, n);
             n = head->n_out;
         }
+        pf_next(c, (const kvt_weight *const[]){&L->w_gate, &L->w_up}, 2, n);
         const int add_o = matmul_resid(c, &L->wo, c->att, NULL, n, L->post_attn_norm) ? 0 : EW_ADD;
         ew_run(c, NULL, add_o | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
-        const int add_d = ffn(c, L, n) ? 0 : EW_ADD;
+        const bool out = head && head->n_out > 0 && head->logits;
+        const int add_d = ffn(c, L, n, il + 1 < il1 ? &m->layers[il + 1] : NULL, out) ? 0 : EW_ADD;
         // residual, then the next layer's attention pre-norm in the same pass
         if (il + 1 < il1) ew_run(c, NULL, add_d | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
         else if (add_d) ew_run(c, NULL, add_d, NULL, L->post_ffn_norm, n);
@@ -310,6 +334,7 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
         const int64_t t = n == head->n_out ? k : head->out ? head->out[k] : n - head->n_out + k;
         kvt_rmsnorm_f32(c->xn + k * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
     }
+    pf_qkv(c, il0 == 0 && il1 > 0 ? &m->layers[0] : NULL, false, head->n_out); // the next token's first job
     matmul(c, &m->output, c->xn, head->n_out, head->logits);
     if (hp->logit_softcap > 0.0f) {
         const float cap = hp->logit_softcap;

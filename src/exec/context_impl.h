@@ -6,6 +6,7 @@
 #include "../sparse/sparse.h"
 #include "backend.h"
 #include "context.h"
+#include "weight_pf.h"
 
 // A stage of the split: backend b runs layers [il0, il1), and the output when head is set (backend.h).
 typedef struct {
@@ -62,6 +63,10 @@ struct kvt_context {
     int64_t lazy_row0, lazy_rows;
     bool lazy_failed;    // fetching them failed (the rows are NaN; kvt_context_argmax returns lazy_err)
     kvt_err lazy_err;
+    // Decode's weight prefetch in the pool's idle time (weight_pf.h): the window of the next product job, posted by
+    // backend_cpu.c, stepped by the pool's idle function (forward.c); wpf_budget bytes at most a window (0: off).
+    kvt_wpf wpf;
+    int64_t wpf_budget;
 };
 
 // The CPU backend of context c (its ops; c->cpu_be.ops = &kvt_backend_cpu_ops): the layers and the output as the

@@ -168,6 +168,13 @@ static kvt_status check_params(const kvt_model *m, const kvt_context_params *p, 
 
 #define KVT_SPARSE_POOL_SPIN 200 // the pool's spin budget while an asyncspade worker runs (KVT_THREADPOOL_SPIN_DEFAULT otherwise)
 
+// The pool's idle work (kvt_threadpool_set_idle): a queued KV copy of the tiered store, else a chunk of decode's
+// weight prefetch window (weight_pf.h).
+static bool ctx_idle(void *arg) {
+    kvt_context *c = arg;
+    return c && (kvt_kv_paged_help(c->kv) || kvt_wpf_step(&c->wpf));
+}
+
 kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kvt_context **out, kvt_err *err) {
     *out = NULL;
     const kvt_hparams *hp = &m->hp;
@@ -202,7 +209,9 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
         kvt_context_free(c);
         return st;
     }
-    kvt_threadpool_set_idle(c->pool, kvt_kv_paged_help, c->kv); // threads waiting in the pool take queued KV copies
+    kvt_wpf_init(&c->wpf);
+    c->wpf_budget = KVT_WPF_BUDGET;
+    kvt_threadpool_set_idle(c->pool, ctx_idle, c); // threads waiting in the pool take queued KV copies, then prefetch
     // The asyncspade selection worker shares the cores with the pool: the pool's workers give theirs up after a short
     // spin between jobs instead of ~0.7 ms (docs/log/SPARSE-log-2.md, "The pool's spin while the asyncspade worker runs").
     if (c->p.sparse.mode == KVT_SPARSE_ASYNCSPADE && !c->p.sparse.sync) kvt_threadpool_set_spin(c->pool, KVT_SPARSE_POOL_SPIN);

@@ -60,6 +60,41 @@ static int64_t gcd64(int64_t a, int64_t b) {
     return a;
 }
 
+// Rows per task of weight w in a job of n_tok tokens (row_align as kvt_mm_opts'):
+// enough tasks to balance the threads; for batches, fewer and larger tasks
+// (each task re-lays the activations for the GEMM tiles, panels are 32 rows);
+// in decode a task reads at least MIN_TASK_BYTES of weights (small models: each task
+// costs a dispatch and the activation's prep, more than its rows would take)
+static int64_t part_chunk(const kvt_threadpool *pool, const kvt_weight *w, int64_t n_tok, int64_t row_align) {
+    const int nt = kvt_threadpool_n_threads(pool);
+    const int64_t per_thread = n_tok >= 16 ? 4 : 8;
+    const int64_t align0 = n_tok >= 16 ? 2 * KVT_MATMUL_MIN_CHUNK_ROWS : KVT_MATMUL_MIN_CHUNK_ROWS;
+    const int64_t ra = row_align > 1 ? row_align : 1, align = align0 / gcd64(align0, ra) * ra; // lcm
+    int64_t chunk = w->rows / ((int64_t)nt * per_thread);
+    const int64_t wrs = kvt_row_size(w->type, w->cols), min_rows = MIN_TASK_BYTES / (wrs > 0 ? wrs : 1);
+    if (n_tok <= 4 && chunk < min_rows) {
+        // as few tasks as MIN_TASK_BYTES allows, but a multiple of the threads, of equal size (SmolLM2's wo, 576 rows:
+        // 2 x 288, not 368 + 208 with one thread waiting on the other)
+        int64_t k = w->rows / (min_rows > 0 ? min_rows : 1);
+        k = k < 1 ? nt : (k + nt - 1) / nt * nt;
+        chunk = (w->rows + k - 1) / k;
+    }
+    return chunk < align ? align : (chunk + align - 1) / align * align;
+}
+
+int kvt_matmul_par_ranges(const kvt_threadpool *pool, const kvt_weight *const *w, int n_out, int64_t n_tok,
+                          int64_t row_align, kvt_wpf_range *r, int max) {
+    int n = 0;
+    for (int i = 0; i < n_out; i++) {
+        const int64_t chunk = part_chunk(pool, w[i], n_tok, row_align), wrs = kvt_row_size(w[i]->type, w[i]->cols);
+        for (int64_t r0 = 0; r0 < w[i]->rows && n < max; r0 += chunk, n++) {
+            const int64_t r1 = r0 + chunk < w[i]->rows ? r0 + chunk : w[i]->rows;
+            r[n] = (kvt_wpf_range){(const char *)w[i]->data + r0 * wrs, (r1 - r0) * wrs};
+        }
+    }
+    return n;
+}
+
 void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
                     int64_t n_tok, void *scratch) {
     kvt_matmul_par_ex(pool, w, y, n_out, x, n_tok, scratch, NULL);
@@ -96,29 +131,11 @@ void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *
     } else {
         kvt_threadpool_run(pool, cvt_task, &J, (int64_t)J.n_cvt * n_tok);
     }
-    // enough tasks to balance the threads; for batches, fewer and larger tasks
-    // (each task re-lays the activations for the GEMM tiles, panels are 32 rows);
-    // in decode a task reads at least MIN_TASK_BYTES of weights (small models: each task
-    // costs a dispatch and the activation's prep, more than its rows would take)
-    const int nt = kvt_threadpool_n_threads(pool);
-    const int64_t per_thread = n_tok >= 16 ? 4 : 8;
-    const int64_t align0 = n_tok >= 16 ? 2 * KVT_MATMUL_MIN_CHUNK_ROWS : KVT_MATMUL_MIN_CHUNK_ROWS;
-    const int64_t ra = opts && opts->row_align > 1 ? opts->row_align : 1, align = align0 / gcd64(align0, ra) * ra; // lcm
     int64_t n_tasks = 0;
     for (int i = 0; i < n_out; i++) {
-        int64_t chunk = w[i]->rows / ((int64_t)nt * per_thread);
-        const int64_t wrs = kvt_row_size(w[i]->type, w[i]->cols), min_rows = MIN_TASK_BYTES / (wrs > 0 ? wrs : 1);
-        if (n_tok <= 4 && chunk < min_rows) {
-            // as few tasks as MIN_TASK_BYTES allows, but a multiple of the threads, of equal size (SmolLM2's wo, 576 rows:
-            // 2 x 288, not 368 + 208 with one thread waiting on the other)
-            int64_t k = w[i]->rows / (min_rows > 0 ? min_rows : 1);
-            k = k < 1 ? nt : (k + nt - 1) / nt * nt;
-            chunk = (w[i]->rows + k - 1) / k;
-        }
-        chunk = chunk < align ? align : (chunk + align - 1) / align * align;
-        J.part[i].chunk = chunk;
+        J.part[i].chunk = part_chunk(pool, w[i], n_tok, opts ? opts->row_align : 0);
         J.part[i].first = n_tasks;
-        n_tasks += (w[i]->rows + chunk - 1) / chunk;
+        n_tasks += (w[i]->rows + J.part[i].chunk - 1) / J.part[i].chunk;
     }
     kvt_threadpool_run(pool, mm_task, &J, n_tasks);
 }

@@ -11,6 +11,7 @@
 
 #include "../base/threadpool.h"
 #include "../model/model.h"
+#include "weight_pf.h"
 
 #define KVT_MM_MAX_OUT 4
 
@@ -44,5 +45,11 @@ typedef struct {
 // kvt_matmul_par with opts (NULL: as kvt_matmul_par). The products are the same bits whatever the options.
 void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
                        int64_t n_tok, void *scratch, const kvt_mm_opts *opts);
+
+// The weight bytes of each task kvt_matmul_par_ex(pool, w, .., n_out, .., n_tok, .., opts with row_align) runs, in
+// task order: writes at most max ranges to r and returns how many (weight_pf.h's window of the next job). Rows of
+// a (repacked) weight are kvt_row_size(type, cols) bytes each, in row order.
+int kvt_matmul_par_ranges(const kvt_threadpool *pool, const kvt_weight *const *w, int n_out, int64_t n_tok,
+                          int64_t row_align, kvt_wpf_range *r, int max);
 
 #endif
