@@ -1040,7 +1040,19 @@ int test_kernels_main(void) {
             test_repack_q6_K_keep_rng(512, 7, 1, 0, 7, 1);
             test_repack_q6_K_keep_rng(1024, 10, 3, 1, 9, 2);
         }
+        // the q6_K_r rows' study forms (quant_avx2.c kvt_q6r_rows_avx2: 8 the q6_K rows' prefetch, 10 none, 11 / 12 / 13
+        // into L2 / L2 and L1 / L1 only) at 0 and 4096 bytes: an even and an odd row count, a cut range
+        const int q6rv[] = {8, 10, 11, 12, 13};
+        for (size_t i = 0; i < sizeof q6rv / sizeof q6rv[0]; i++)
+            for (int k = 0; k < 2; k++) {
+                kvt_kernels_set_prefetch(k ? 4096 : 0);
+                const int ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q6_K_R, q6rv[i]);
+                test_repack_q6_K_keep_rng(2048, 24, 1, 0, 24, 0);
+                test_repack_q6_K_keep_rng(768, 17, 1, 1, 16, 0);
+                kvt_kernels_set_decode_variant(KVT_TYPE_Q6_K_R, ov);
+            }
         kvt_kernels_set_prefetch(old);
+        kvt_kernels_reset_prefetch(); // the CPU's distances again, per type too
     }
     // q6_K "repacked" (copied unchanged into the repacked weights' huge pages): rows of any count, cut ranges, tokens
     {

@@ -894,7 +894,7 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #define KVT_PF_AMD_AVX2_Q4K 1024
 #endif
 #ifndef KVT_PF_AMD_AVX2_Q6K
-#define KVT_PF_AMD_AVX2_Q6K KVT_PF_AMD_AVX2
+#define KVT_PF_AMD_AVX2_Q6K 1024
 #endif
 #ifndef KVT_PF_AMD_AVX2_Q80_L1
 #define KVT_PF_AMD_AVX2_Q80_L1 0
@@ -907,8 +907,8 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_SLOTS = PF_L1 + KVT_TYPE_COUNT };
 // This CPU's value of every slot (quant.h). Distances: GenuineIntel KVT_PF_INTEL for all. AuthenticAMD without
 // AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (1024, z4k; 2048 z3k) for
-// q4_K_x8 and KVT_PF_AMD_AVX2_Q6K (4096, as the others: 2048 lost) for the q6_K_r rows (model decode paired on a Zen 3,
-// docs/log/BENCHMARKS-kernels-3.md, z3k), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
+// q4_K_x8 and KVT_PF_AMD_AVX2_Q6K (1024: into L1 only, paired 1.02-1.09x against 4096, z5k6; z3k's 2048 lost with
+// the L2 + L1 prefetch) for the q6_K_r rows (docs/log/BENCHMARKS-kernels-3.md), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
 // (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets all the distances. L1 flags: 1 but on AMD without AVX-512
 // for q8_0_x8 (KVT_PF_AMD_AVX2_Q80_L1, 0: paired 1.01-1.09x without on a Zen 3, z4q8) and q4_1_x8
 // (KVT_PF_AMD_AVX2_Q41_L1, 0: its AVX2 decode form 4 instead of 34, z4q41); KVT_PREFETCH leaves them.

@@ -81,8 +81,8 @@ const char *kvt_isa_name(kvt_isa isa);
 int64_t kvt_kernels_prefetch(void);
 // The distance of the decode GEMV of type t (KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R: the q6_K_r rows; any other: the one
 // above): kvt_kernels_prefetch() but for those two on AMD without AVX-512, KVT_PF_AMD_AVX2_Q4K (1024 since z4k's
-// AVX2 GEMV, into L1 only there: kqx8.h; 2048 before, 1.07-1.09x median paired at the model level on a Zen 3) and KVT_PF_AMD_AVX2_Q6K (4096; docs/log/BENCHMARKS-kernels-3.md,
-// z3k). KVT_PREFETCH and kvt_kernels_set_prefetch set it for every type.
+// AVX2 GEMV, into L1 only there: kqx8.h; 2048 before, 1.07-1.09x median paired at the model level on a Zen 3) and KVT_PF_AMD_AVX2_Q6K (1024 since z5k6,
+// into L1 only there as q4_K_x8's; 4096 before; docs/log/BENCHMARKS-kernels-3.md, z3k, z5k6). KVT_PREFETCH and kvt_kernels_set_prefetch set it for every type.
 int64_t kvt_kernels_prefetch_type(kvt_type t);
 // The same for the dense decode GEMVs (f16_x16; the f16 and bf16 rows' default form, matmul.h): Intel's distance on
 // Intel, 0 on AMD (Zen 3: f16_x16 read its plain stream at 96-106% of the probe without, 0.85-0.94x with; z3dec).

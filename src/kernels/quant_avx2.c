@@ -461,36 +461,31 @@ INLINE int q6r_total(const kvt_block_q6_K *x, const kvt_block_q8_K *y) {
 INLINE void q6r_sb(const kvt_block_q6_K *x, const kvt_block_q8_K *y, float *acc) {
     *acc = fmaf((float)q6r_total(x, y), h2f(x->d) * y->d, *acc);
 }
-// The block's lines pf bytes ahead into L2 and KVT_X8_PF_NEAR (bits_avx2.h) ahead into L1 (pf > 0), or those KQ_PF
-// ahead into L1 as the q6_K rows (pf 0).
-#define Q6R_PREFETCH(p, pf)                                                                            \
-    do {                                                                                               \
-        if (pf) {                                                                                      \
-            UNROLL for (int l_ = 0; l_ < 4; l_++) {                                                    \
-                _mm_prefetch((const char *)(p) + (pf) + 64 * l_, KVT_X8_PF_HINT);                      \
-                _mm_prefetch((const char *)(p) + KVT_X8_PF_NEAR + 64 * l_, _MM_HINT_T0);               \
-            }                                                                                          \
-        } else {                                                                                       \
-            KQ_PREFETCH(p, sizeof(kvt_block_q6_K));                                                    \
-        }                                                                                              \
-    } while (0)
-// Y[r] for the nr q6_K_r rows at W (stride wrs) against the prepared row y: rows i and h + i in turn, as
-// kvt_q6k_rows_avx2, each row's chain q6_K_dot's. Prefetch: with the CPU's decode prefetch
-// (kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R) > 0: Intel, AMD Zen 3) into L2 that far ahead and into L1 KVT_X8_PF_NEAR ahead (paired from DRAM on the Intel Xeon, against the
-// q6_K rows' one prefetch into L1 KQ_PF ahead: 1.04-1.07x, docs/log/BENCHMARKS-kernels-3.md, k11s); else, or in the
-// study form 8 (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R)), the q6_K rows' prefetch.
-void kvt_q6r_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *yv, float *Y) {
+// The prefetch of the block at p, its 4 lines (210 bytes: 4 lines at 64-byte steps reach every line once the blocks
+// follow each other). npf (a constant: no run-time tests in the loop; the hints constants for clang): 0 none, 1 into
+// L2 pf ahead, 2 into L2 pf ahead and into L1 KVT_X8_PF_NEAR (bits_avx2.h) ahead, 3 into L1 only pf ahead, 4 the q6_K
+// rows' prefetch (into L1 KQ_PF ahead).
+INLINE void q6r_prefetch(const kvt_block_q6_K *p, int64_t pf, const int npf) {
+    if (npf == 4) KQ_PREFETCH(p, sizeof(kvt_block_q6_K));
+    if (npf >= 1 && npf <= 3) UNROLL for (int l = 0; l < 4; l++) {
+        if (npf == 1 || npf == 2) _mm_prefetch((const char *)p + pf + 64 * l, KVT_X8_PF_HINT);
+        if (npf == 2) _mm_prefetch((const char *)p + KVT_X8_PF_NEAR + 64 * l, _MM_HINT_T0);
+        if (npf == 3) _mm_prefetch((const char *)p + pf + 64 * l, _MM_HINT_T0);
+    }
+}
+// Y[r] for the nr q6_K_r rows at W (stride wrs) against the prepared row y, prefetch npf (q6r_prefetch) pf ahead: rows
+// i and h + i in turn, as kvt_q6k_rows_avx2, each row's chain q6_K_dot's.
+INLINE void q6r_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const kvt_block_q8_K *y, float *Y, int64_t pf,
+                     const int npf) {
     const int64_t nb = n / KVT_QK_K, h = (nr + 1) / 2;
-    const int64_t pf = kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R) == 8 ? 0 : kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R);
-    const kvt_block_q8_K *y = yv;
     for (int64_t i = 0; i < nr - h; i++) {
         const kvt_block_q6_K *xa = (const kvt_block_q6_K *)((const char *)W + i * wrs);
         const kvt_block_q6_K *xb = (const kvt_block_q6_K *)((const char *)W + (h + i) * wrs);
         float a = 0, b = 0;
         for (int64_t ib = 0; ib < nb; ib++) {
-            Q6R_PREFETCH(xa + ib, pf);
+            q6r_prefetch(xa + ib, pf, npf);
             q6r_sb(xa + ib, y + ib, &a);
-            Q6R_PREFETCH(xb + ib, pf);
+            q6r_prefetch(xb + ib, pf, npf);
             q6r_sb(xb + ib, y + ib, &b);
         }
         Y[i] = a, Y[h + i] = b;
@@ -499,10 +494,29 @@ void kvt_q6r_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const v
         const kvt_block_q6_K *x = (const kvt_block_q6_K *)((const char *)W + (h - 1) * wrs);
         float a = 0;
         for (int64_t ib = 0; ib < nb; ib++) {
-            Q6R_PREFETCH(x + ib, pf);
+            q6r_prefetch(x + ib, pf, npf);
             q6r_sb(x + ib, y + ib, &a);
         }
         Y[h - 1] = a;
+    }
+}
+// The q6_K_r rows (matmul.h). Prefetch: with the CPU's decode prefetch (pf = kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R)
+// > 0: Intel, AMD Zen 3) into L2 pf ahead and into L1 KVT_X8_PF_NEAR ahead (paired from DRAM on the Intel Xeon,
+// against the q6_K rows' one prefetch into L1 KQ_PF ahead: 1.04-1.07x, docs/log/BENCHMARKS-kernels-3.md, k11s), or
+// into L1 only where pf is no farther than KVT_X8_PF_NEAR (as kqx8.h's x8_sb_z; the Zen 3's 1024: paired from DRAM
+// 1.02-1.09x against L2 at 4096 and L1 at 1024, z5k6); else the q6_K rows' prefetch. Study
+// forms (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R)): 8 the q6_K rows' prefetch, 10 none, 11 / 12 / 13 into
+// L2 only / L2 and L1 / L1 only pf ahead whatever pf is.
+void kvt_q6r_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *yv, float *Y) {
+    const int64_t pf = kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R);
+    const int v = kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R);
+    const kvt_block_q8_K *y = yv;
+    switch (v == 8 ? 4 : v >= 10 && v <= 13 ? v - 10 : pf <= 0 ? 4 : pf > KVT_X8_PF_NEAR ? 2 : 3) {
+    case 0: q6r_rows(n, W, wrs, nr, y, Y, pf, 0); break;
+    case 1: q6r_rows(n, W, wrs, nr, y, Y, pf, 1); break;
+    case 2: q6r_rows(n, W, wrs, nr, y, Y, pf, 2); break;
+    case 3: q6r_rows(n, W, wrs, nr, y, Y, pf, 3); break;
+    default: q6r_rows(n, W, wrs, nr, y, Y, pf, 4); break;
     }
 }
 #endif
