@@ -210,7 +210,13 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
         return st;
     }
     kvt_wpf_init(&c->wpf);
-    c->wpf_budget = KVT_WPF_BUDGET;
+    c->wpf_budget = KVT_WPF_BUDGET; // KVT_WEIGHT_PF=BYTES sets the window (0: off), for measurements on other CPUs
+    const char *wpf = getenv("KVT_WEIGHT_PF");
+    if (wpf && *wpf) {
+        char *end = NULL;
+        const long long b = strtoll(wpf, &end, 10);
+        if (end && !*end && b >= 0) c->wpf_budget = b;
+    }
     kvt_threadpool_set_idle(c->pool, ctx_idle, c); // threads waiting in the pool take queued KV copies, then prefetch
     // The asyncspade selection worker shares the cores with the pool: the pool's workers give theirs up after a short
     // spin between jobs instead of ~0.7 ms (docs/log/SPARSE-log-2.md, "The pool's spin while the asyncspade worker runs").
