@@ -19,6 +19,18 @@
 // 1024 chosen on q4_1_x8 among 256, 512, 1024; docs/log/BENCHMARKS-kernels-3.md, k11q and the lead).
 #define KVT_X8_PF_NEAR 1024
 
+// One 64-byte line of a decode GEMV's stream at p prefetched as kind npf (a constant where it is inlined, so the hints
+// are constants for clang): 0 none, 1 into L2 pf ahead, 2 into L2 pf ahead and into L1 KVT_X8_PF_NEAR ahead, 3 into L1
+// only pf ahead (kqx8.h's x8_sb_z, quant_avx2.c's q6_K_r rows).
+static inline __attribute__((always_inline)) void kvt_x8_prefetch_line(const void *p, int64_t pf, const int npf) {
+    if (npf == 1 || npf == 2) _mm_prefetch((const char *)p + pf, KVT_X8_PF_HINT);
+    if (npf == 2) _mm_prefetch((const char *)p + KVT_X8_PF_NEAR, _MM_HINT_T0);
+    if (npf == 3) _mm_prefetch((const char *)p + pf, _MM_HINT_T0);
+}
+// The default kind for the CPU's distance pf > 0: into L1 only where pf is no farther than KVT_X8_PF_NEAR (on the AMD
+// Zen 3's 1024: z4k's q4_K_x8, z5k6's q6_K_r rows), else into L2 and L1 (2).
+static inline int kvt_x8_pf_kind(int64_t pf) { return pf > KVT_X8_PF_NEAR ? 2 : 3; }
+
 // The groups [g0, g1) of an x8 decode GEMV (q41x8.h, kqx8.h) in ns streams (1, 2 or 4) through the groups kernel
 // FN(ns, nb, w, step, X, Y, ystep, pf): groups g + k * h for k < ns (h = the groups / ns), then the rest two at a time,
 // then one; GB: the bytes of one group (its nb blocks), W: the groups' base, X: the activation row. (ns a constant per

@@ -484,9 +484,7 @@ INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m
         pl[0] = ph[0] = pl[1] = ph[1] = _mm256_setzero_si256();
         UNROLL for (int p = 0; p < 4; p++) {
             const uint8_t *q = in + 64 * (4 * c + p);
-            if (npf == 1 || npf == 2) _mm_prefetch((const char *)q + pf, KVT_X8_PF_HINT);
-            if (npf == 2) _mm_prefetch((const char *)q + KVT_X8_PF_NEAR, _MM_HINT_T0);
-            if (npf == 3) _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+            kvt_x8_prefetch_line(q, pf, npf);
             const __m256i yl = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 8 * p));
             const __m256i yh = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 32 + 8 * p));
             UNROLL for (int h = 0; h < 2; h++) {
@@ -502,11 +500,7 @@ INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m
             __asm__ volatile("" : "+x"(is[h])); // this slice's sums taken here (above)
         }
     }
-    if (npf) UNROLL for (int l = 16; l < KVT_X8_SB / 64; l++) {
-        if (npf == 3) _mm_prefetch((const char *)in + pf + 64 * l, _MM_HINT_T0); // (the hint a constant for clang)
-        else _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
-        if (npf == 2) _mm_prefetch((const char *)in + KVT_X8_PF_NEAR + 64 * l, _MM_HINT_T0);
-    }
+    UNROLL for (int l = 16; l < KVT_X8_SB / 64; l++) kvt_x8_prefetch_line(in + 64 * l, pf, npf);
     // lane 128-bit L: [r 2L, r 2L+1, r 4+2L, r 5+2L] -> rows in order
     const __m256i S = _mm256_permute4x64_epi64(_mm256_hadd_epi32(is[0], is[1]), 0xD8);
     const uint8_t *im = in;
@@ -556,7 +550,7 @@ X8_DECODE_NS(x8_decode_z3, x8_groupsz3)
 // the default with prefetch: into L2 pf ahead and L1 KVT_X8_PF_NEAR ahead, or into L1 only where pf is no farther
 static void x8_decode_zd(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64_t g1, const kvt_block_q8_K *y, float *Y,
                          int64_t pf) {
-    if (pf > KVT_X8_PF_NEAR) x8_decode_z2(ns, nb, w, g0, g1, y, Y, pf);
+    if (kvt_x8_pf_kind(pf) == 2) x8_decode_z2(ns, nb, w, g0, g1, y, Y, pf);
     else x8_decode_z3(ns, nb, w, g0, g1, y, Y, pf);
 }
 #endif

@@ -467,11 +467,7 @@ INLINE void q6r_sb(const kvt_block_q6_K *x, const kvt_block_q8_K *y, float *acc)
 // rows' prefetch (into L1 KQ_PF ahead).
 INLINE void q6r_prefetch(const kvt_block_q6_K *p, int64_t pf, const int npf) {
     if (npf == 4) KQ_PREFETCH(p, sizeof(kvt_block_q6_K));
-    if (npf >= 1 && npf <= 3) UNROLL for (int l = 0; l < 4; l++) {
-        if (npf == 1 || npf == 2) _mm_prefetch((const char *)p + pf + 64 * l, KVT_X8_PF_HINT);
-        if (npf == 2) _mm_prefetch((const char *)p + KVT_X8_PF_NEAR + 64 * l, _MM_HINT_T0);
-        if (npf == 3) _mm_prefetch((const char *)p + pf + 64 * l, _MM_HINT_T0);
-    }
+    if (npf >= 1 && npf <= 3) UNROLL for (int l = 0; l < 4; l++) kvt_x8_prefetch_line((const char *)p + 64 * l, pf, npf);
 }
 // Y[r] for the nr q6_K_r rows at W (stride wrs) against the prepared row y, prefetch npf (q6r_prefetch) pf ahead: rows
 // i and h + i in turn, as kvt_q6k_rows_avx2, each row's chain q6_K_dot's.
@@ -511,7 +507,7 @@ void kvt_q6r_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const v
     const int64_t pf = kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R);
     const int v = kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R);
     const kvt_block_q8_K *y = yv;
-    switch (v == 8 ? 4 : v >= 10 && v <= 13 ? v - 10 : pf <= 0 ? 4 : pf > KVT_X8_PF_NEAR ? 2 : 3) {
+    switch (v == 8 ? 4 : v >= 10 && v <= 13 ? v - 10 : pf <= 0 ? 4 : kvt_x8_pf_kind(pf)) {
     case 0: q6r_rows(n, W, wrs, nr, y, Y, pf, 0); break;
     case 1: q6r_rows(n, W, wrs, nr, y, Y, pf, 1); break;
     case 2: q6r_rows(n, W, wrs, nr, y, Y, pf, 2); break;
