@@ -224,8 +224,14 @@ FX_INLINE void fx_t8x8(const __m256 v[8], __m256 o[8]) {
 // 8-float store may run into (tile of nt < 8 tokens: 8 - nt lanes past its k block; the next tile's or k's store, or
 // the scalar tail, writes them afterwards), then the converted weights (FX_WF32).
 #define FX_XP_SLACK 16
-#define FX_XP_BYTES(n_tok) a64((n_tok) * KVT_F16X16_KC * 4 + FX_XP_SLACK * 4 + FX_TP * 16 * KVT_F16X16_KC * 4)
+#ifdef KVT_SIMD_AVX512
+#define FX_WF_ROWS (FX_TP * 16) // rows of weights converted to f32 at once (a k block)
+#else
+#define FX_WF_ROWS 48 // AVX2: three panels, two tiles of 24 rows (fx_gemm3)
+#endif
+#define FX_XP_BYTES(n_tok) a64((n_tok) * KVT_F16X16_KC * 4 + FX_XP_SLACK * 4 + FX_WF_ROWS * KVT_F16X16_KC * 4)
 
+#if defined(KVT_SIMD_AVX512) || !FX_WF32 // (AVX2: fx_gemm3 below)
 // Panels [p0, p1) of W for n_tok (> 1) tokens into Yp[t * ldy + 16 (p - p0) + i]; xp: FX_XP_BYTES of scratch.
 static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const uint16_t *X, int64_t n_tok, float *Yp,
                     int64_t ldy, float *xp) {
@@ -292,6 +298,120 @@ static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const 
         }
     }
 }
+#endif
+
+#if !defined(KVT_SIMD_AVX512) && FX_WF32
+// ---- AVX2 GEMM in tiles of 3 vectors (24 rows) x 4 tokens: 12 ymm accumulators, 3 weight vectors and a broadcast (16
+// registers), 4 broadcasts and 3 weight loads per 12 FMAs where the 1 panel x 6 tokens tile takes 6 and 2. The weights
+// of a k block are converted to f32 three panels at a time, as two [kc][24] blocks (one per tile of 24 rows: 24 KiB
+// at kc 256, in L1 with the tile's 4 KiB of activations); panels left over (1 or 2) take the 16-row tile, 1 panel x
+// nt tokens. Every output is still the one FMA chain of f16x16.h (same bits).
+#define FX3_TT 4
+FX_INLINE void fx_tile3(const int NT, int64_t kc, const float *w, const float *xp, float *Y, int64_t ldy, int first) {
+    __m256 acc[3][FX3_TT];
+    FX_UNROLL for (int t = 0; t < NT; t++) FX_UNROLL for (int v = 0; v < 3; v++)
+        acc[v][t] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(Y + t * ldy + 8 * v);
+    for (int64_t k = 0; k < kc; k++) {
+        __m256 wv[3];
+        FX_UNROLL for (int v = 0; v < 3; v++) wv[v] = _mm256_load_ps(w + 24 * k + 8 * v);
+        FX_UNROLL for (int t = 0; t < NT; t++) {
+            const __m256 x = _mm256_broadcast_ss(xp + k * NT + t);
+            FX_UNROLL for (int v = 0; v < 3; v++) acc[v][t] = _mm256_fmadd_ps(wv[v], x, acc[v][t]);
+        }
+    }
+    FX_UNROLL for (int t = 0; t < NT; t++) FX_UNROLL for (int v = 0; v < 3; v++)
+        _mm256_storeu_ps(Y + t * ldy + 8 * v, acc[v][t]);
+}
+#define FX3_TILE_DEF(nt)                                                                                             \
+    static void fx_tile3_##nt(int64_t kc, const float *w, const float *xp, float *Y, int64_t ldy, int first) {       \
+        fx_tile3(nt, kc, w, xp, Y, ldy, first);                                                                      \
+    }
+FX3_TILE_DEF(1) FX3_TILE_DEF(2) FX3_TILE_DEF(3) FX3_TILE_DEF(4)
+typedef void (*fx_tile3_fn)(int64_t kc, const float *w, const float *xp, float *Y, int64_t ldy, int first);
+static const fx_tile3_fn k_tiles3[FX3_TT] = {fx_tile3_1, fx_tile3_2, fx_tile3_3, fx_tile3_4};
+
+// The k block [k0, k0 + kc) of n_tok tokens X (f16 rows, stride n) as f32 in token tiles of nt <= 4 (base + 1 for the
+// first extra tiles, base after): tile j (tokens t0 .. t0 + nt) at xp + t0 * kc, [kc][nt]. 8 k's at once by a 4 x 8
+// transpose, each k's 4 values stored as one 16-byte store (for nt < 4 running 4 - nt lanes past the tile's block:
+// written afterwards by the next store, tile or tail; FX_XP_SLACK at the end).
+static void fx_pack4(const uint16_t *X, int64_t n, int64_t k0, int64_t kc, int64_t n_tiles, int64_t base, int64_t extra,
+                     float *xp) {
+    for (int64_t j = 0, t0 = 0; j < n_tiles; j++) {
+        const int64_t nt = base + (j < extra);
+        float *o = xp + t0 * kc;
+        const uint16_t *x0 = X + t0 * n + k0;
+        int64_t k8 = 0;
+        for (; k8 + 8 <= kc; k8 += 8) {
+            __m256 v[4];
+            FX_UNROLL for (int t = 0; t < 4; t++)
+                v[t] = t < nt ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x0 + t * n + k8))) : _mm256_setzero_ps();
+            const __m256 a0 = _mm256_unpacklo_ps(v[0], v[1]), a1 = _mm256_unpackhi_ps(v[0], v[1]);
+            const __m256 a2 = _mm256_unpacklo_ps(v[2], v[3]), a3 = _mm256_unpackhi_ps(v[2], v[3]);
+            __m256 r[4]; // r[e]: k8 + e (low half), k8 + e + 4 (high half)
+            r[0] = _mm256_shuffle_ps(a0, a2, 0x44);
+            r[1] = _mm256_shuffle_ps(a0, a2, 0xEE);
+            r[2] = _mm256_shuffle_ps(a1, a3, 0x44);
+            r[3] = _mm256_shuffle_ps(a1, a3, 0xEE);
+            // (k ascending: each store's lanes past nt are written again by the next)
+            FX_UNROLL for (int e = 0; e < 4; e++) _mm_storeu_ps(o + (k8 + e) * nt, _mm256_castps256_ps128(r[e]));
+            FX_UNROLL for (int e = 0; e < 4; e++) _mm_storeu_ps(o + (k8 + e + 4) * nt, _mm256_extractf128_ps(r[e], 1));
+        }
+        for (int64_t t = 0; t < nt; t++)
+            for (int64_t k = k8; k < kc; k++) o[k * nt + t] = _cvtsh_ss(x0[t * n + k]);
+        t0 += nt;
+    }
+}
+
+// As fx_gemm (panels [p0, p1) into Yp; xp: FX_XP_BYTES of scratch), in the tiles above.
+static void fx_gemm3(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const uint16_t *X, int64_t n_tok, float *Yp,
+                     int64_t ldy, float *xp) {
+    const int64_t wps = 16 * n, KC = KVT_F16X16_KC;
+    const int64_t n_tiles = (n_tok + FX3_TT - 1) / FX3_TT, base = n_tok / n_tiles, extra = n_tok % n_tiles;
+    float *wf = xp + n_tok * KC + FX_XP_SLACK;
+    for (int64_t k0 = 0; k0 < n; k0 += KC) {
+        const int64_t kc = n - k0 < KC ? n - k0 : KC;
+        fx_pack4(X, n, k0, kc, n_tiles, base, extra, xp);
+        for (int64_t p = p0; p < p1;) {
+            const int g = p1 - p >= 3 ? 3 : 1; // panels this step
+            if (g == 3) { // [2][kc][24]: vector v (8 rows) of the 3 panels' 6 at wf + (v / 3) 24 kc + 8 (v % 3)
+                const uint16_t *src = W + p * wps + 16 * k0;
+                for (int64_t k = 0; k < kc; k++)
+                    FX_UNROLL for (int v = 0; v < 6; v++)
+                        _mm256_store_ps(wf + (v / 3) * 24 * kc + 24 * k + 8 * (v % 3),
+                                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + (v / 2) * wps + 16 * k + 8 * (v % 2)))));
+            } else {
+                const uint16_t *src = W + p * wps + 16 * k0;
+                for (int64_t e = 0; e < 16 * kc; e += 8)
+                    _mm256_store_ps(wf + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + e))));
+            }
+            // the next step's panels' weights of this k block (or the first panels' of the next) into L2, a share
+            // per tile
+            const int64_t pn = p + g < p1 ? p + g : p0, kn = p + g < p1 ? k0 : k0 + KC;
+            const int gn = p1 - pn >= 3 ? 3 : 1;
+            const int64_t kcn = n - kn < KC ? n - kn : KC, lpp = (32 * kcn + 63) / 64; // lines per panel
+            const int64_t pf_lines = FX_PF_W && kn < n ? gn * lpp : 0, n_calls = (g == 3 ? 2 : 1) * n_tiles;
+            const char *pfw = (const char *)(W + pn * wps + 16 * kn);
+            int64_t call = 0;
+            for (int h = 0; h < (g == 3 ? 2 : 1); h++)
+                for (int64_t j = 0, t0 = 0; j < n_tiles; j++, call++) {
+                    const int64_t nt = base + (j < extra);
+                    for (int64_t l = call * pf_lines / n_calls; l < (call + 1) * pf_lines / n_calls; l++)
+                        _mm_prefetch(pfw + (l / lpp) * 2 * wps + 64 * (l % lpp), _MM_HINT_T1);
+                    float *y = Yp + t0 * ldy + 16 * (p - p0);
+                    if (g == 3)
+                        k_tiles3[nt - 1](kc, wf + h * 24 * kc, xp + t0 * kc, y + 24 * h, ldy, k0 == 0);
+                    else
+                        k_tiles[0][nt - 1](kc, wf, 16 * kc, xp + t0 * kc, y, ldy, k0 == 0);
+                    t0 += nt;
+                }
+            p += g;
+        }
+    }
+}
+#define FX_GEMM fx_gemm3
+#else
+#define FX_GEMM fx_gemm
+#endif
 
 int64_t FX(scratch)(int64_t n, int64_t n_tok) { return a64(FX_SMALL * n * 4) + FX_XP_BYTES(n_tok) + a64(16 * n_tok * 4); }
 
@@ -307,7 +427,7 @@ static void fx_panels(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, cons
         const int64_t nd = kvt_kernels_decode_variant(KVT_TYPE_F16_X16) == 1 ? 0 : KVT_X8_PF_NEAR;
         k_gemv[n_tok - 1](n, W, p0, p1, xf, Yp, ldy, kvt_kernels_prefetch_dense(), nd);
     } else {
-        fx_gemm(n, W, p0, p1, X, n_tok, Yp, ldy, (float *)(scratch + a64(FX_SMALL * n * 4)));
+        FX_GEMM(n, W, p0, p1, X, n_tok, Yp, ldy, (float *)(scratch + a64(FX_SMALL * n * 4)));
     }
 }
 
