@@ -97,6 +97,22 @@ void test_cli(const test_env *env) {
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "| pp8 |") && strstr(out, "| pp16 |") && strstr(out, "| tg4 |") && !strstr(out, "tg0"),
                 "cli: bench -p 8,16 -n 0,4: one test per size, as llama-bench's lists", "exit %d: %s", rc, out);
+    // -d (llama-bench's n_depth): every test again after that many tokens in the cache, named "@ dN", depth by depth
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 8 -n 2 -d 0,16 -r 1", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    {
+        const char *t0 = strstr(out, "| pp8 |"), *t1 = strstr(out, "| tg2 |"), *t2 = strstr(out, "| pp8 @ d16 |"),
+                   *t3 = strstr(out, "| tg2 @ d16 |");
+        test_result(rc == 0 && t0 && t1 && t2 && t3 && t0 < t1 && t1 < t2 && t2 < t3,
+                    "cli: bench -d 0,16: each test at each depth, named as llama-bench's (pp8 @ d16)", "exit %d: %s", rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 8 -n 0 -d 16 -r 1 -o json", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "\"n_depth\":16") && strstr(out, "\"n_prompt\":8") && !strstr(out, "\"n_depth\":0"),
+                "cli: bench -d 16 -o json: n_depth as llama-bench's json", "exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 8 -n 0 -d 16,x -r 1 2>&1", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 2 && strstr(out, "-d"), "cli: bench -d 16,x: refused (exit 2)", "exit %d: %s", rc, out);
     // a plan file configures the KV store; ids stay those of llama.cpp
     snprintf(cmd, sizeof cmd,
              "%s plan -m %s --ctx 512 --profile profiles/rtx4060-laptop.json -o /tmp/kvt_plan.json >/dev/null && "

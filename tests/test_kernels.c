@@ -886,6 +886,48 @@ static void test_attn_merge_f16(void) {
           "%d states differ from llama.cpp's steps, %d sums off, max |out - dense softmax| %.3g", bad, far, worst);
 }
 
+// kvt_attn_kq_f16: on every ISA here (scalar, AVX2, AVX-512 where the CPU has it) each score is that ISA's F16
+// vec_dot of (K row, query) times scale, bit for bit, for any head count (pairs and a single), row count, head dim
+// (with and without a tail past the vector steps) and strides.
+static void test_attn_kq_f16(void) {
+    enum { NP = 37, DMAX = 272, QMAX = 5 };
+    static uint16_t k[NP * (DMAX + 8)], q16[QMAX * DMAX];
+    static float qf[QMAX * DMAX], sk[QMAX * 64], sr[QMAX * 64];
+    static const int64_t dims[] = {64, 256, 72, 40, 128, 264, 8};
+    const kvt_isa isa = kvt_kernels_isa();
+    int bad = 0, cases = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int nq = 1; nq <= QMAX; nq++) {
+            const int64_t n = dims[di], kst = (n + (nq % 2) * 8) * 2, qst = n + (nq == 3 ? 16 : 0); // padded rows too
+            const float scale = nq == 2 ? 1.0f : 0.125f + 0.01f * (float)nq;
+            for (int64_t i = 0; i < NP * kst / 2; i++) k[i] = kvt_f32_to_f16(rnd_normal());
+            for (int h = 0; h < nq; h++)
+                for (int64_t i = 0; i < n; i++) {
+                    q16[h * qst + i] = kvt_f32_to_f16(2.0f * rnd_normal());
+                    qf[h * qst + i] = kvt_f16_to_f32(q16[h * qst + i]);
+                }
+            for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) {
+                kvt_kernels_set_isa((kvt_isa)si);
+                if (kvt_kernels_isa() != (kvt_isa)si) continue;
+                const kvt_vec_dot_fn dot = kvt_type_ops_get(KVT_TYPE_F16)->vec_dot;
+                for (int64_t np = 1; np <= NP; np += 9) {
+                    for (int64_t i = 0; i < QMAX * 64; i++) sk[i] = sr[i] = -1.0f;
+                    kvt_attn_kq_f16(n, k, kst, np, q16, qf, qst, nq, scale, sk, 64);
+                    for (int h = 0; h < nq; h++)
+                        for (int64_t x = 0; x < np; x++) {
+                            float d;
+                            dot(n, &d, (const char *)k + x * kst, q16 + h * qst);
+                            sr[h * 64 + x] = d * scale;
+                        }
+                    bad += memcmp(sk, sr, sizeof sk) != 0;
+                    cases++;
+                }
+            }
+            kvt_kernels_set_isa(isa);
+        }
+    CHECK("attn_kq_f16", bad == 0 && cases > 0, "%d of %d cases differ from the F16 vec_dot times scale", bad, cases);
+}
+
 // kvt_rope_apply: the same bits on the scalar code (fmaf calls) and this CPU's SIMD build, and the fused
 // rotation x0' = fma(x0, c, -(x1 s)), x1' = fma(x0, s, x1 c) of llama.cpp's CPU build, both pairings.
 static void test_rope_fused(void) {
@@ -1122,6 +1164,7 @@ int test_kernels_main(void) {
     test_vec_mad_rows();
     test_act_quant_llamacpp();
     test_attn_merge_f16();
+    test_attn_kq_f16();
     test_rope_fused();
     test_swiglu();
     test_geglu();

@@ -25,9 +25,12 @@ int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile) {
     const int64_t qh = group_qheads(kv, n_head), T = tile_of(tile), TC = ATTN_TOKENS;
     const kvt_type dt = kvt_type_ops_get(kv->type)->vec_dot_type;
     // per token of a task: scores [qh, T] f32, chunk state and merged state m/l [qh] f32 + acc [qh, hdv] f32
-    // (twice), queries [qh] rows of the K dot type; shared: gathered V rows [T, group_heads * head_dim_v] kv type
+    // (twice), queries [qh] rows of the K dot type; shared: gathered V rows [T, group_heads * head_dim_v] kv type;
+    // an F16 cache: the queries again as f32 [qh] rows of the dot type's padded length (kq_f16_scores)
+    const int64_t qrow = (kvt_row_size(dt, kv->head_dim) + 63) / 64 * 64;
+    const int64_t qf = kv->type == KVT_TYPE_F16 ? TC * qh * (qrow / 2) * 4 + 64 : 0;
     return TC * (qh * T * 4 + 2 * (qh * 8 + qh * (int64_t)kv->head_dim_v * 4) + qh * (kvt_row_size(dt, kv->head_dim) + 64)) +
-           T * kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim_v) + 256;
+           T * kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim_v) + 256 + qf;
 }
 
 // Fixed chunking: positions [c * CP, (c + 1) * CP) form chunk c, CP = chunk_tiles * T >= KVT_ATTN_CHUNK,
@@ -151,10 +154,14 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     float *fo = fl + nj * qh;                     // [nj, qh, hdv]
     uint8_t *qd = (uint8_t *)(((uintptr_t)(fo + nj * qh * hdv) + 63) & ~(uintptr_t)63); // [nj, qh, qrow]
     uint8_t *vt = qd + nj * qh * qrow;            // [group_heads, T, vrow] gathered V rows, kv type
+    // F16: the queries as f32 [nj, qh, qrow / 2] (their f16 values), for kvt_attn_kq_f16
+    float *qf = f16 ? (float *)(((uintptr_t)(vt + (int64_t)kv->group_heads * T * vrow) + 63) & ~(uintptr_t)63) : NULL;
+    const int64_t qst = qrow / 2; // elements per query row, f16 and f32 alike
     const int32_t h0 = g * gq + a;                // first query head of the task
     for (int64_t j = 0; j < nj; j++) {
         for (int32_t i = 0; i < qh; i++) {
             qops->from_float(J->q + (t0 + j) * (int64_t)H * hd + (int64_t)(h0 + i) * hd, qd + (j * qh + i) * qrow, hd);
+            if (qf) qops->to_float(qd + (j * qh + i) * qrow, qf + (j * qh + i) * qst, hd);
             m[j * qh + i] = fm[j * qh + i] = -INFINITY;
             l[j * qh + i] = fl[j * qh + i] = 0.0f;
         }
@@ -196,7 +203,15 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 const int64_t pos = J->pos0 + t0 + j;
                 const int64_t cj = pos + 1 - p < cnt ? pos + 1 - p : cnt; // causal: positions <= pos
                 const int64_t lo = first_visible(W, pos), x0 = lo > p ? lo - p : 0; // window: positions >= lo
-                for (int32_t i = 0; i < qh && cj > x0; i++) {
+                // F16: the query heads of one KV head together, each score the vec_dot's bits (kvt_attn_kq_f16)
+                for (int32_t i = 0, nh; qf && i < qh && cj > x0; i += nh) {
+                    nh = qpg - (a + i) % qpg < qh - i ? qpg - (a + i) % qpg : qh - i; // heads of this KV head in the task
+                    const uint8_t *kb = (const uint8_t *)v.k + ((a + i) / qpg) * v.k_hstride + (off + x0) * v.k_stride;
+                    const int64_t ji = j * qh + i;
+                    kvt_attn_kq_f16(hd, kb, v.k_stride, cj - x0, (const uint16_t *)(qd + ji * qrow), qf + ji * qst, qst, nh,
+                                    J->p->scale, s + ji * T + (p - pa) + x0, T);
+                }
+                for (int32_t i = 0; !qf && i < qh && cj > x0; i++) {
                     const uint8_t *kb = (const uint8_t *)v.k + ((a + i) / qpg) * v.k_hstride + off * v.k_stride;
                     const uint8_t *qj = qd + (j * qh + i) * qrow;
                     float *si = s + (j * qh + i) * T + (p - pa);

@@ -4,6 +4,10 @@
 // warm-up, plus the weight bytes streamed per generated token as GB/s next
 // to this machine's measured read bandwidth. -p and -n take comma lists as
 // llama-bench's do (-p 32,128,512: one pp test each).
+// -d N[,N..] (llama-bench's n_depth): each test runs once per depth, after N tokens already in the KV cache: before
+// every repetition (and the warm-up) the cache is emptied and N prompt tokens are decoded as one batch, not timed;
+// the timed pp or tg tokens then follow at positions N, N+1, ... The md output names the test "pp512 @ d4096" and
+// the json carries "n_depth", as llama-bench's do. The tests run depth by depth, each depth's pp then tg tests.
 // The read bandwidth of a tg test is probed right after its repetitions, with
 // the engine's thread count: the best of BW_PROBES passes over a 512 MiB
 // buffer, each thread XOR-reading 64 KiB chunks in turn (sequential streams,
@@ -30,6 +34,7 @@
 typedef struct {
     const char *name; // "pp" or "tg"
     int64_t n_prompt, n_gen;
+    int64_t n_depth;  // tokens in the KV cache before each repetition (filled untimed)
     double *ns;       // [reps] nanoseconds per repetition
     double mem_bw;    // tg: DRAM read bytes/s probed right after the repetitions (0: not measured)
     double *adj;      // tg: [reps + 1] DRAM read bytes/s probed before repetition 0 and after each (NULL: not measured)
@@ -85,11 +90,18 @@ static bool parse_sizes(const char *flag, const char *text, int64_t **v, int *n)
     }
 }
 
-static bool run_once(kvt_context *ctx, const bench_test *t, const int32_t *toks, kvt_err *err) {
+// Empties the cache and fills the test's depth (toks[0, n_depth), one batch): not timed.
+static bool fill_depth(kvt_context *ctx, const bench_test *t, const int32_t *toks, kvt_err *err) {
     kvt_context_truncate(ctx, 0);
-    if (t->n_prompt > 0) return kvt_decode(ctx, toks, t->n_prompt, false, err) == KVT_OK;
+    return t->n_depth <= 0 || kvt_decode(ctx, toks, t->n_depth, false, err) == KVT_OK;
+}
+
+// The timed part of one repetition: the test's tokens (toks[n_depth, ...)) after the depth fill_depth left.
+static bool run_once(kvt_context *ctx, const bench_test *t, const int32_t *toks, kvt_err *err) {
+    const int32_t *tk = toks + t->n_depth;
+    if (t->n_prompt > 0) return kvt_decode(ctx, tk, t->n_prompt, false, err) == KVT_OK;
     for (int64_t i = 0; i < t->n_gen; i++) {
-        if (kvt_decode(ctx, &toks[i], 1, false, err)) return false;
+        if (kvt_decode(ctx, &tk[i], 1, false, err)) return false;
     }
     return true;
 }
@@ -115,8 +127,8 @@ static void stats(const double *ns, int n, int64_t n_tok, double *avg_ns, double
 int cmd_bench(int argc, char **argv) {
     kvt_args a = {"bench", argc, argv, 0};
     const char *model_path = NULL, *out_fmt = "md";
-    int64_t *pp = NULL, *tg = NULL, reps = 5; // [n_pp], [n_tg]: sizes of the pp and tg tests
-    int n_pp = 0, n_tg = 0;
+    int64_t *pp = NULL, *tg = NULL, *dp = NULL, reps = 5; // [n_pp], [n_tg]: sizes of the pp and tg tests; [n_dp] depths
+    int n_pp = 0, n_tg = 0, n_dp = 0;
     bool ok = true;
     kvt_context_params cp = kvt_context_params_default();
     const char *flag;
@@ -125,9 +137,11 @@ int cmd_bench(int argc, char **argv) {
         if (e < 0) ok = false;
         if (e > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
-            printf("usage: kvtier bench -m MODEL [-p 512] [-n 128] [-r 5] [-t N] [-o md|json]\n"
+            printf("usage: kvtier bench -m MODEL [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [-o md|json]\n"
                    "  -p N[,N..]  prompt tokens of the pp tests (0: skip)\n"
                    "  -n N[,N..]  generated tokens of the tg tests (0: skip)\n"
+                   "  -d N[,N..]  depth (llama-bench's n_depth): each test again after N tokens already in the KV cache,\n"
+                   "              filled before every repetition and not timed; named \"pp512 @ d4096\" (json: n_depth)\n"
                    "  -r N        repetitions (after one warm-up run)\n"
                    "A tg test's GB/s column: the weights read per second, \"of\" the best of 5 DRAM probes after its\n"
                    "repetitions, and (adjacent) the median over the repetitions of each one's rate over the probes\n"
@@ -135,6 +149,7 @@ int cmd_bench(int argc, char **argv) {
                    cli_engine_help);
             free(pp);
             free(tg);
+            free(dp);
             return 0;
         } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
             ok = (model_path = kvt_args_value(&a, flag)) != NULL;
@@ -143,6 +158,9 @@ int cmd_bench(int argc, char **argv) {
             const char *v = kvt_args_value(&a, flag);
             bool is_p = flag[1] == 'p' || !strcmp(flag, "--n-prompt");
             ok = v && parse_sizes(flag, v, is_p ? &pp : &tg, is_p ? &n_pp : &n_tg);
+        } else if (!strcmp(flag, "-d") || !strcmp(flag, "--n-depth")) {
+            const char *v = kvt_args_value(&a, flag);
+            ok = v && parse_sizes(flag, v, &dp, &n_dp);
         } else if (!strcmp(flag, "-r") || !strcmp(flag, "--repetitions")) {
             ok = kvt_args_int(&a, flag, 1, 1000, &reps);
         } else if (!strcmp(flag, "-o") || !strcmp(flag, "--output")) {
@@ -158,26 +176,31 @@ int cmd_bench(int argc, char **argv) {
     }
     if (ok && !n_pp) ok = parse_sizes("-p", "512", &pp, &n_pp);
     if (ok && !n_tg) ok = parse_sizes("-n", "128", &tg, &n_tg);
+    if (ok && !n_dp) ok = parse_sizes("-d", "0", &dp, &n_dp);
     if (!ok) {
         free(pp);
         free(tg);
+        free(dp);
         return 2;
     }
     kvt_model *m = NULL;
     int rc = 1;
     kvt_context *ctx = NULL;
     kvt_threadpool *pool = NULL; // the bandwidth probe's (tg tests)
-    int64_t need = 0;
-    for (int i = 0; i < n_pp + n_tg; i++) {
-        int64_t x = i < n_pp ? pp[i] : tg[i - n_pp];
-        if (x > need) need = x;
+    int64_t need = 0; // the most positions a test uses: its depth and its tokens
+    for (int d = 0; d < n_dp; d++) {
+        for (int i = 0; i < n_pp + n_tg; i++) {
+            int64_t x = i < n_pp ? pp[i] : tg[i - n_pp];
+            if (x > 0 && dp[d] + x > need) need = dp[d] + x;
+        }
     }
     if (cp.n_ctx <= 0) cp.n_ctx = need > 0 ? need : 1;
+    const int64_t n_max = (int64_t)n_dp * (n_pp + n_tg); // tests at most: (depth, size) pairs
     int32_t *toks = malloc((size_t)(need + 1) * sizeof *toks);
-    bench_test *tests = calloc((size_t)(n_pp + n_tg), sizeof *tests); // [n_tests] in -p then -n order
+    bench_test *tests = calloc((size_t)n_max, sizeof *tests); // [n_tests] per depth in -d order, -p then -n order
     int n_tests = 0;
-    double *ns = calloc((size_t)(n_pp + n_tg) * (size_t)reps, sizeof *ns); // [n_pp + n_tg][reps]
-    double *adj = calloc((size_t)(n_pp + n_tg) * (size_t)(reps + 1), sizeof *adj); // [n_pp + n_tg][reps + 1]
+    double *ns = calloc((size_t)n_max * (size_t)reps, sizeof *ns);             // [n_max][reps]
+    double *adj = calloc((size_t)n_max * (size_t)(reps + 1), sizeof *adj); // [n_max][reps + 1]
     double *sc = calloc((size_t)reps, sizeof *sc);                               // [reps] adjacent_pct's scratch
     kvt_err err = {0};
     if (!toks || !ns || !tests || !adj || !sc) goto done;
@@ -193,23 +216,26 @@ int cmd_bench(int argc, char **argv) {
         toks[i] = (int32_t)((r >> 33) % (uint64_t)m->hp.n_vocab);
     }
     bool any_tg = false;
-    for (int i = 0; i < n_pp + n_tg; i++) {
-        bool is_pp = i < n_pp;
-        int64_t x = is_pp ? pp[i] : tg[i - n_pp];
-        if (x <= 0) continue;
-        tests[n_tests] = (bench_test){is_pp ? "pp" : "tg", is_pp ? x : 0, is_pp ? 0 : x, ns + n_tests * reps, 0, NULL};
-        n_tests++;
-        any_tg = any_tg || !is_pp;
+    for (int d = 0; d < n_dp; d++) {
+        for (int i = 0; i < n_pp + n_tg; i++) {
+            bool is_pp = i < n_pp;
+            int64_t x = is_pp ? pp[i] : tg[i - n_pp];
+            if (x <= 0) continue;
+            tests[n_tests] = (bench_test){is_pp ? "pp" : "tg", is_pp ? x : 0, is_pp ? 0 : x, dp[d], ns + n_tests * reps, 0, NULL};
+            n_tests++;
+            any_tg = any_tg || !is_pp;
+        }
     }
     if (any_tg && kvt_threadpool_init(kvt_context_n_threads(ctx), &pool, NULL) != KVT_OK) pool = NULL;
     for (int ti = 0; ti < n_tests; ti++) {
         bench_test *t = &tests[ti];
-        if (!run_once(ctx, t, toks, &err)) goto fail; // warm-up
+        if (!fill_depth(ctx, t, toks, &err) || !run_once(ctx, t, toks, &err)) goto fail; // warm-up
         if (t->n_gen && pool) {
             t->adj = adj + (int64_t)ti * (reps + 1);
             t->adj[0] = kvt_measure_read_bw(pool, BW_PROBE_BYTES, 1);
         }
         for (int64_t k = 0; k < reps; k++) {
+            if (!fill_depth(ctx, t, toks, &err)) goto fail;
             int64_t t0 = kvt_time_ns();
             if (!run_once(ctx, t, toks, &err)) goto fail;
             t->ns[k] = (double)(kvt_time_ns() - t0);
@@ -247,6 +273,7 @@ int cmd_bench(int argc, char **argv) {
             kvt_json_kv_str(&j, "type_v", kvt_type_name(cp.kv_type));
             kvt_json_kv_int(&j, "n_prompt", t->n_prompt);
             kvt_json_kv_int(&j, "n_gen", t->n_gen);
+            kvt_json_kv_int(&j, "n_depth", t->n_depth);
             kvt_json_kv_int(&j, "avg_ns", (int64_t)an);
             kvt_json_kv_int(&j, "stddev_ns", (int64_t)sn);
             kvt_json_kv_num(&j, "avg_ts", at);
@@ -287,9 +314,11 @@ int cmd_bench(int argc, char **argv) {
                          adjacent_pct(t, (int)reps, bpt, sc));
             else if (t->n_gen)
                 snprintf(gb, sizeof gb, "%.1f of %.1f", (double)bpt * at / 1e9, t->mem_bw / 1e9);
-            printf("| %s | %.2f MiB | %.2f M | CPU | %d | %s%lld | %.2f ± %.2f | %s |\n", type_desc,
+            char depth[32] = "";
+            if (t->n_depth > 0) snprintf(depth, sizeof depth, " @ d%lld", (long long)t->n_depth);
+            printf("| %s | %.2f MiB | %.2f M | CPU | %d | %s%lld%s | %.2f ± %.2f | %s |\n", type_desc,
                    m->weight_bytes / 1048576.0, m->n_params / 1e6, kvt_context_n_threads(ctx), t->name,
-                   (long long)n_tok, at, st, gb);
+                   (long long)n_tok, depth, at, st, gb);
         }
     }
     rc = 0;
@@ -316,6 +345,7 @@ done:
     free(tests);
     free(pp);
     free(tg);
+    free(dp);
     kvt_model_free(m);
     return rc;
 }

@@ -283,6 +283,11 @@ static inline void kvt_attn_merge_factors(const float *s, int64_t n, float *m, f
     *m = M;
     *l = L;
 }
+// for kvt_attn_kq_f16 (vec.h): the SIMD forms, queries as f32 rows
+void kvt_attn_kq_f16_avx2(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
+                          float scale, float *s, int64_t s_stride);
+void kvt_attn_kq_f16_avx512(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride,
+                            int nq, float scale, float *s, int64_t s_stride);
 void kvt_attn_merge_f16_avx2(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
                              float *m, float *l, float *o, int64_t o_stride, int64_t hdv);
 void kvt_attn_merge_f16_avx512(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,

@@ -159,6 +159,86 @@ DEFINE_DISPATCH_ROWWISE(f32)
 DEFINE_DISPATCH_ROWWISE(f16)
 DEFINE_DISPATCH_ROWWISE(bf16)
 
+// kvt_attn_kq_f16 (vec.h): H (1 or 2) query heads' scores against one f16 K row, each dot the F16 row dot above
+// (f16_body with NT = 1) operation for operation: four accumulators over 4 * FV_N-wide steps, the same reduction, the
+// tail's products in double; the query read as f32 (its f16 values, exact), the K row loaded and converted once for
+// the H heads. s[h * s_stride] = that dot times scale, in float as the caller's d * scale.
+INLINE void kq_f16_row(int64_t n, const uint16_t *k, const float *qf, int64_t q_stride, int H, float scale, float *s,
+                       int64_t s_stride) {
+    FV acc[2][4];
+    UNROLL for (int h = 0; h < H; h++)
+        UNROLL for (int u = 0; u < 4; u++) acc[h][u] = fv_zero();
+    int64_t i = 0;
+    for (; i + 4 * FV_N <= n; i += 4 * FV_N) {
+        UNROLL for (int u = 0; u < 4; u++) {
+            const FV w = fv_ld_f16(k + i + u * FV_N);
+            UNROLL for (int h = 0; h < H; h++) acc[h][u] = fv_fma(w, fv_ld(qf + h * q_stride + i + u * FV_N), acc[h][u]);
+        }
+    }
+    UNROLL for (int h = 0; h < H; h++) {
+        const float *q = qf + h * q_stride;
+        double sum = dot_hsum(fv_add(fv_add(acc[h][0], acc[h][2]), fv_add(acc[h][1], acc[h][3])));
+        for (int64_t j = i; j < n; j++) sum += (double)(kvt_f16_to_f32(k[j]) * q[j]);
+        const float d = (float)sum;
+        s[h * s_stride] = d * scale;
+    }
+}
+
+#ifdef KVT_SIMD_AVX512
+#define KQ_F16_FN kvt_attn_kq_f16_avx512
+#else
+#define KQ_F16_FN kvt_attn_kq_f16_avx2
+// Four positions' scores of H (1 or 2) heads, n a multiple of 32 (no tail): each position's accumulators as
+// kq_f16_row's, the four lane sums reduced together: per position its halves added (dot_hsum's first step), then
+// hadd(A, B), hadd(C, D) and hadd of those give lane p = (t0 + t1) + (t2 + t3) of position p, dot_hsum's two hadds
+// lane for lane. Without a tail the double round trip of the row kernel is exact, so these are its bits.
+INLINE void kq_f16_pos4(int64_t n, const uint16_t *k, int64_t k_stride, const float *qf, int64_t q_stride, int H,
+                        float scale, float *s, int64_t s_stride) {
+    __m128 t[2][4];
+    UNROLL for (int p = 0; p < 4; p++) {
+        const uint16_t *kp = (const uint16_t *)((const char *)k + p * k_stride);
+        FV acc[2][4];
+        UNROLL for (int h = 0; h < H; h++)
+            UNROLL for (int u = 0; u < 4; u++) acc[h][u] = fv_zero();
+        for (int64_t i = 0; i < n; i += 4 * FV_N) {
+            UNROLL for (int u = 0; u < 4; u++) {
+                const FV w = fv_ld_f16(kp + i + u * FV_N);
+                UNROLL for (int h = 0; h < H; h++) acc[h][u] = fv_fma(w, fv_ld(qf + h * q_stride + i + u * FV_N), acc[h][u]);
+            }
+        }
+        UNROLL for (int h = 0; h < H; h++) {
+            const __m256 a = fv_add(fv_add(acc[h][0], acc[h][2]), fv_add(acc[h][1], acc[h][3]));
+            t[h][p] = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        }
+    }
+    UNROLL for (int h = 0; h < H; h++) {
+        const __m128 d = _mm_hadd_ps(_mm_hadd_ps(t[h][0], t[h][1]), _mm_hadd_ps(t[h][2], t[h][3]));
+        _mm_storeu_ps(s + h * s_stride, _mm_mul_ps(d, _mm_set1_ps(scale)));
+    }
+}
+#endif
+void KQ_F16_FN(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
+               float scale, float *s, int64_t s_stride) {
+    int64_t x0 = 0;
+#ifndef KVT_SIMD_AVX512
+    if (n % (4 * FV_N) == 0) {
+        for (; x0 + 4 <= np; x0 += 4) {
+            const void *kx = (const char *)k + x0 * k_stride;
+            int h = 0;
+            for (; h + 2 <= nq; h += 2)
+                kq_f16_pos4(n, kx, k_stride, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x0, s_stride);
+            if (h < nq) kq_f16_pos4(n, kx, k_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
+        }
+    }
+#endif
+    for (int64_t x = x0; x < np; x++) {
+        const uint16_t *kx = (const uint16_t *)((const char *)k + x * k_stride);
+        int h = 0;
+        for (; h + 2 <= nq; h += 2) kq_f16_row(n, kx, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x, s_stride);
+        if (h < nq) kq_f16_row(n, kx, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x, s_stride);
+    }
+}
+
 // ------------------------------------------- q8_0 and q4_0 (x q8_0 activations)
 
 // Signed 8-bit weights of block ib.

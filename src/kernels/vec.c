@@ -35,6 +35,23 @@ void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const
 
 static inline float round_f16(float x) { return kvt_f16_to_f32(kvt_f32_to_f16(x)); }
 
+void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
+                     int64_t q_stride, int nq, float scale, float *s, int64_t s_stride) {
+    switch (kvt_kernels_isa()) {
+    case KVT_ISA_AVX512: kvt_attn_kq_f16_avx512(n, k, k_stride, np, qf, q_stride, nq, scale, s, s_stride); return;
+    case KVT_ISA_AVX2: kvt_attn_kq_f16_avx2(n, k, k_stride, np, qf, q_stride, nq, scale, s, s_stride); return;
+    default: break;
+    }
+    const kvt_vec_dot_fn dot = kvt_type_ops_get(KVT_TYPE_F16)->vec_dot;
+    for (int h = 0; h < nq; h++) {
+        for (int64_t x = 0; x < np; x++) {
+            float d;
+            dot(n, &d, (const char *)k + x * k_stride, q16 + h * q_stride);
+            s[h * s_stride + x] = d * scale;
+        }
+    }
+}
+
 void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
                         float *l, float *o, int64_t o_stride, int64_t hdv) {
     switch (kvt_kernels_isa()) {

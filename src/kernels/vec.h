@@ -29,6 +29,14 @@ void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const
 // trips' latency).
 void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
                         float *l, float *o, int64_t o_stride, int64_t hdv);
+// Attention scores of nq query heads against np f16 K rows (the K.Q of an F16 cache): for h in [0, nq), x in [0, np),
+// s[h * s_stride + x] = d * scale, d the F16 type's vec_dot of this ISA (kvt_type_ops_get(KVT_TYPE_F16)->vec_dot)
+// of K row x (k + x * k_stride bytes, n elements) with query h, so the same bits as one vec_dot call per pair.
+// q: the queries as f16 rows (q16 + h * q_stride elements, the dot type) and the same values as f32 rows (qf +
+// h * q_stride); the SIMD kernels read qf (no per-dot conversion) and convert each K row once for two heads, the
+// scalar path calls the vec_dot with q16. Nothing is allocated; no error.
+void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
+                     int64_t q_stride, int nq, float scale, float *s, int64_t s_stride);
 // y[i] += x[i]
 void kvt_vec_add_f32(float *y, const float *x, int64_t n);
 // y = x / rms(x) * w  (w may be NULL: no weight); the f32 squares summed in double, as llama.cpp
