@@ -385,7 +385,7 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
         __m256 D[X32_NT];
         UNROLL for (int t = 0; t < NT; t++) {
             D[t] = _mm256_mul_ps(dx, _mm256_loadu_ps(pd[t] + g));
-            if (WT != WT_Q8_0 || Q8_OFFSET) cacc[t] = _mm256_fmadd_ps(cx, _mm256_loadu_ps(pc[t] + g), cacc[t]);
+            if (WT != WT_Q8_0 || Q8_OFFSET != 0) cacc[t] = _mm256_fmadd_ps(cx, _mm256_loadu_ps(pc[t] + g), cacc[t]);
         }
 #ifdef KVT_SIMD_AVX512
         UNROLL for (int k = 0; k < 4; k++) {
@@ -416,7 +416,7 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
         UNROLL for (int t = 0; t < NT; t++) {
             const __m256i p = blk_dot256(b, pq[t] + 32 * ib, WT);
             tail[t] += dx * pd[t][ib] * (float)kvt_hsum8(_mm256_cvtepi32_ps(p));
-            if (WT != WT_Q8_0 || Q8_OFFSET) tail[t] += cx * pc[t][ib];
+            if (WT != WT_Q8_0 || Q8_OFFSET != 0) tail[t] += cx * pc[t][ib];
         }
     }
     UNROLL for (int t = 0; t < NT; t++) {
@@ -961,36 +961,40 @@ static void q6k_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const voi
 
 // ==================================================================== table
 
-// The GEMM tiles of gemm_avx2.c / gemm_avx512.c from 2 tokens on (bitwise equal to the rows kernels' decode)
+// The GEMM tiles of gemm_avx2.c / gemm_avx512.c from 2 tokens on (bitwise equal to the rows kernels' decode).
+// Every entry is written with designated fields (KR: the rows kernel; G2, GEMM: the many-token path), so that a
+// field left out is zero by rule and no compiler warns about it.
+#define KR(ps, p, r) .prep_size = ps, .prep = p, .rows = r
+#define GEMM(min_tok, scr, fn) , .gemm_min_tok = min_tok, .gemm_scratch = scr, .gemm = fn
 #ifndef KVT_SIMD_AVX512
-#define G2(name) 2, kvt_gemm_scratch_##name##_avx2, kvt_gemm_##name##_avx2
+#define G2(name) GEMM(2, kvt_gemm_scratch_##name##_avx2, kvt_gemm_##name##_avx2)
 #elif KVT_MM_AVX512_GEMM
 #define G2(name)
 #else
-#define G2(name) , 2, kvt_gemm_scratch_##name##_avx512, kvt_gemm_##name##_avx512
+#define G2(name) GEMM(2, kvt_gemm_scratch_##name##_avx512, kvt_gemm_##name##_avx512)
 #endif
 static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
 #ifdef KVT_SIMD_AVX512
-    [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows G2(f32)},
-    [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows MM_GEMM512(, 16, f16_gemm_scratch, f16_gemm) G2(f16)},
-    [KVT_TYPE_BF16] = {fp_prep_size, bf16_prep, bf16_rows G2(bf16)},
-    [KVT_TYPE_Q4_0] = {x32_prep_size, q4_0_prep, q4_0_rows, .nt_max = X32_NT},
-    [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows512, .nt_max = X32_NT},
-    [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows MM_GEMM512(, 8, q8p_scratch, q8_0_gemm), .nt_max = X32_NT},
-    [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows, .nt_max = X32_NT},
-    [KVT_TYPE_Q4_K] = {kp_prep_size, q4_K_prep, q4_K_rows, KQ4_GEMM_MIN, kq_scratch, q4_K_gemm, .nt_max = KP_NT},
-    [KVT_TYPE_Q6_K] = {kp_prep_size, q6_K_prep, q6_K_rows, KQ6_GEMM_MIN, kq_scratch, q6_K_gemm, .nt_max = KP_NT},
+    [KVT_TYPE_F32] = {KR(fp_prep_size, f32_prep, f32_rows) G2(f32)},
+    [KVT_TYPE_F16] = {KR(fp_prep_size, f16_prep, f16_rows) MM_GEMM512(GEMM(16, f16_gemm_scratch, f16_gemm)) G2(f16)},
+    [KVT_TYPE_BF16] = {KR(fp_prep_size, bf16_prep, bf16_rows) G2(bf16)},
+    [KVT_TYPE_Q4_0] = {KR(x32_prep_size, q4_0_prep, q4_0_rows), .nt_max = X32_NT},
+    [KVT_TYPE_Q4_1] = {KR(x32_prep_size, q4_1_prep, q4_1_rows512), .nt_max = X32_NT},
+    [KVT_TYPE_Q8_0] = {KR(x32_prep_size, q8_0_prep, q8_0_rows) MM_GEMM512(GEMM(8, q8p_scratch, q8_0_gemm)), .nt_max = X32_NT},
+    [KVT_TYPE_Q5_0] = {KR(x32_prep_size, q5_0_prep, q5_0_rows), .nt_max = X32_NT},
+    [KVT_TYPE_Q4_K] = {KR(kp_prep_size, q4_K_prep, q4_K_rows) GEMM(KQ4_GEMM_MIN, kq_scratch, q4_K_gemm), .nt_max = KP_NT},
+    [KVT_TYPE_Q6_K] = {KR(kp_prep_size, q6_K_prep, q6_K_rows) GEMM(KQ6_GEMM_MIN, kq_scratch, q6_K_gemm), .nt_max = KP_NT},
 #else
-    [KVT_TYPE_F32] = {fp_prep_size, f32_prep, f32_rows, G2(f32)},
-    [KVT_TYPE_F16] = {fp_prep_size, f16_prep, f16_rows, G2(f16)},
-    [KVT_TYPE_BF16] = {fp_prep_size, bf16_prep, bf16_rows, G2(bf16)},
-    [KVT_TYPE_Q4_0] = {x32_prep_size, q4_0_prep, q4_0_rows, G2(q4_0)},
-    [KVT_TYPE_Q4_1] = {x32_prep_size, q4_1_prep, q4_1_rows, G2(q4_1)},
-    [KVT_TYPE_Q8_0] = {x32_prep_size, q8_0_prep, q8_0_rows, G2(q8_0)},
-    [KVT_TYPE_Q5_0] = {x32_prep_size, q5_0_prep, q5_0_rows},
-    [KVT_TYPE_Q4_K] = {NULL, NULL, NULL, G2(q4_K)}, // decode: quant_avx2.c's q4_K dot
-    [KVT_TYPE_Q5_K] = {NULL, NULL, NULL, G2(q5_K)},
-    [KVT_TYPE_Q6_K] = {q6k_prep_size, q6k_prep, q6k_rows, G2(q6_K), .nt_max = 1},
+    [KVT_TYPE_F32] = {KR(fp_prep_size, f32_prep, f32_rows) G2(f32)},
+    [KVT_TYPE_F16] = {KR(fp_prep_size, f16_prep, f16_rows) G2(f16)},
+    [KVT_TYPE_BF16] = {KR(fp_prep_size, bf16_prep, bf16_rows) G2(bf16)},
+    [KVT_TYPE_Q4_0] = {KR(x32_prep_size, q4_0_prep, q4_0_rows) G2(q4_0)},
+    [KVT_TYPE_Q4_1] = {KR(x32_prep_size, q4_1_prep, q4_1_rows) G2(q4_1)},
+    [KVT_TYPE_Q8_0] = {KR(x32_prep_size, q8_0_prep, q8_0_rows) G2(q8_0)},
+    [KVT_TYPE_Q5_0] = {KR(x32_prep_size, q5_0_prep, q5_0_rows)},
+    [KVT_TYPE_Q4_K] = {KR(NULL, NULL, NULL) G2(q4_K)}, // decode: quant_avx2.c's q4_K dot
+    [KVT_TYPE_Q5_K] = {KR(NULL, NULL, NULL) G2(q5_K)},
+    [KVT_TYPE_Q6_K] = {KR(q6k_prep_size, q6k_prep, q6k_rows) G2(q6_K), .nt_max = 1},
 #endif
 };
 

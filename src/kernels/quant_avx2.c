@@ -50,17 +50,6 @@ INLINE float h2f(uint16_t h) { return _cvtsh_ss(h); }
 INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 INLINE __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
 
-// acc + sum of products of unsigned bytes u with signed bytes s, 4 per i32 lane.
-// The non-VNNI path goes through i16 pair sums: callers keep |u*s| pair sums
-// below 32768 (true for all formats here: u <= 128, |s| <= 127).
-INLINE __m256i dot_u8s8_acc(__m256i acc, __m256i u, __m256i s) {
-#ifdef KVT_SIMD_AVX512
-    return _mm256_dpbusd_epi32(acc, u, s);
-#else
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-#endif
-}
-
 // Sum of products of signed bytes (x != -128).
 INLINE __m256i dot_s8s8(__m256i x_abs, __m256i x, __m256i y) {
     return kvt_dot_u8s8(x_abs, _mm256_sign_epi8(y, x));
