@@ -148,12 +148,11 @@ DEFINE_DISPATCH_ROWWISE(f32)
 DEFINE_DISPATCH_ROWWISE(f16)
 DEFINE_DISPATCH_ROWWISE(bf16)
 
-// kvt_attn_kq_f16 (vec.h): H (1 or 2) query heads' scores against one f16 K row, each dot the F16 row dot above
-// (f16_body with NT = 1) operation for operation: four accumulators over 4 * FV_N-wide steps, the same reduction, the
-// tail's products in double; the query read as f32 (its f16 values, exact), the K row loaded and converted once for
-// the H heads. s[h * s_stride] = that dot times scale, in float as the caller's d * scale.
-INLINE void kq_f16_row(int64_t n, const uint16_t *k, const float *qf, int64_t q_stride, int H, float scale, float *s,
-                       int64_t s_stride) {
+// kvt_attn_kq_f16 (vec.h): the accumulation of H (1 or 2) query heads' dots against one f16 K row, as the F16 row
+// dot above (f16_body with NT = 1) operation for operation: four accumulators over 4 * FV_N-wide steps, folded as
+// (a0 + a2) + (a1 + a3) into sum[h]; the query read as f32 (its f16 values, exact), the K row loaded and converted
+// once for the H heads. Returns the elements done (the rest is the caller's tail).
+INLINE int64_t kq_f16_acc(int64_t n, const uint16_t *k, const float *qf, int64_t q_stride, int H, FV *sum) {
     FV acc[2][4];
     UNROLL for (int h = 0; h < H; h++)
         UNROLL for (int u = 0; u < 4; u++) acc[h][u] = fv_zero();
@@ -164,12 +163,21 @@ INLINE void kq_f16_row(int64_t n, const uint16_t *k, const float *qf, int64_t q_
             UNROLL for (int h = 0; h < H; h++) acc[h][u] = fv_fma(w, fv_ld(qf + h * q_stride + i + u * FV_N), acc[h][u]);
         }
     }
+    UNROLL for (int h = 0; h < H; h++) sum[h] = fv_add(fv_add(acc[h][0], acc[h][2]), fv_add(acc[h][1], acc[h][3]));
+    return i;
+}
+
+// H heads' scores against one K row: the row dot's reduction (dot_hsum, the tail's products in double);
+// s[h * s_stride] = that dot times scale, in float as the caller's d * scale.
+INLINE void kq_f16_row(int64_t n, const uint16_t *k, const float *qf, int64_t q_stride, int H, float scale, float *s,
+                       int64_t s_stride) {
+    FV sum[2];
+    const int64_t i = kq_f16_acc(n, k, qf, q_stride, H, sum);
     UNROLL for (int h = 0; h < H; h++) {
         const float *q = qf + h * q_stride;
-        double sum = dot_hsum(fv_add(fv_add(acc[h][0], acc[h][2]), fv_add(acc[h][1], acc[h][3])));
-        for (int64_t j = i; j < n; j++) sum += (double)(kvt_f16_to_f32(k[j]) * q[j]);
-        const float d = (float)sum;
-        s[h * s_stride] = d * scale;
+        double d = dot_hsum(sum[h]);
+        for (int64_t j = i; j < n; j++) d += (double)(kvt_f16_to_f32(k[j]) * q[j]);
+        s[h * s_stride] = (float)d * scale;
     }
 }
 
@@ -177,28 +185,17 @@ INLINE void kq_f16_row(int64_t n, const uint16_t *k, const float *qf, int64_t q_
 #define KQ_F16_FN kvt_attn_kq_f16_avx512
 #else
 #define KQ_F16_FN kvt_attn_kq_f16_avx2
-// Four positions' scores of H (1 or 2) heads, n a multiple of 32 (no tail): each position's accumulators as
-// kq_f16_row's, the four lane sums reduced together: per position its halves added (dot_hsum's first step), then
-// hadd(A, B), hadd(C, D) and hadd of those give lane p = (t0 + t1) + (t2 + t3) of position p, dot_hsum's two hadds
-// lane for lane. Without a tail the double round trip of the row kernel is exact, so these are its bits.
+// Four positions' scores of H (1 or 2) heads, n a multiple of 32 (no tail): each position's sums kq_f16_acc's, the
+// four lane sums reduced together: per position its halves added (dot_hsum's first step), then hadd(A, B), hadd(C, D)
+// and hadd of those give lane p = (t0 + t1) + (t2 + t3) of position p, dot_hsum's two hadds lane for lane. Without a
+// tail the double round trip of the row kernel is exact, so these are its bits.
 INLINE void kq_f16_pos4(int64_t n, const uint16_t *k, int64_t k_stride, const float *qf, int64_t q_stride, int H,
                         float scale, float *s, int64_t s_stride) {
     __m128 t[2][4];
     UNROLL for (int p = 0; p < 4; p++) {
-        const uint16_t *kp = (const uint16_t *)((const char *)k + p * k_stride);
-        FV acc[2][4];
-        UNROLL for (int h = 0; h < H; h++)
-            UNROLL for (int u = 0; u < 4; u++) acc[h][u] = fv_zero();
-        for (int64_t i = 0; i < n; i += 4 * FV_N) {
-            UNROLL for (int u = 0; u < 4; u++) {
-                const FV w = fv_ld_f16(kp + i + u * FV_N);
-                UNROLL for (int h = 0; h < H; h++) acc[h][u] = fv_fma(w, fv_ld(qf + h * q_stride + i + u * FV_N), acc[h][u]);
-            }
-        }
-        UNROLL for (int h = 0; h < H; h++) {
-            const __m256 a = fv_add(fv_add(acc[h][0], acc[h][2]), fv_add(acc[h][1], acc[h][3]));
-            t[h][p] = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-        }
+        FV sum[2];
+        kq_f16_acc(n, (const uint16_t *)((const char *)k + p * k_stride), qf, q_stride, H, sum);
+        UNROLL for (int h = 0; h < H; h++) t[h][p] = _mm_add_ps(_mm256_castps256_ps128(sum[h]), _mm256_extractf128_ps(sum[h], 1));
     }
     UNROLL for (int h = 0; h < H; h++) {
         const __m128 d = _mm_hadd_ps(_mm_hadd_ps(t[h][0], t[h][1]), _mm_hadd_ps(t[h][2], t[h][3]));
