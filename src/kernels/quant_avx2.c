@@ -21,6 +21,7 @@
 #include "fvec_avx.h"
 #include "matmul.h"
 #include "quant.h"
+#include "quant_ops_table.h"
 #include "vec.h"
 
 #ifdef KVT_SIMD_AVX512
@@ -1133,23 +1134,7 @@ REF_TO_FLOAT(q6_K, KVT_TYPE_Q6_K)
 REF_FROM_FLOAT(q6_K, KVT_TYPE_Q6_K)
 REF_TO_FLOAT(q8_K, KVT_TYPE_Q8_K)
 
-#define OPS(name, vt) {name##_to_float, name##_from_float, name##_dot, vt, name##_multi}
-#define OPS_ACT(name, vt) {name##_to_float, name##_from_float, NULL, vt, NULL}
-
-static const kvt_type_ops k_ops[KVT_TYPE_COUNT] = {
-    [KVT_TYPE_F32] = OPS(f32, KVT_TYPE_F32),
-    [KVT_TYPE_F16] = OPS(f16, KVT_TYPE_F16),
-    [KVT_TYPE_BF16] = OPS(bf16, KVT_TYPE_BF16),
-    [KVT_TYPE_Q4_0] = OPS(q4_0, KVT_TYPE_Q8_0),
-    [KVT_TYPE_Q4_1] = OPS(q4_1, KVT_TYPE_Q8_1),
-    [KVT_TYPE_Q5_0] = OPS(q5_0, KVT_TYPE_Q8_0),
-    [KVT_TYPE_Q8_0] = OPS(q8_0, KVT_TYPE_Q8_0),
-    [KVT_TYPE_Q8_1] = OPS_ACT(q8_1, KVT_TYPE_Q8_1),
-    [KVT_TYPE_Q4_K] = OPS(q4_K, KVT_TYPE_Q8_K),
-    [KVT_TYPE_Q5_K] = OPS(q5_K, KVT_TYPE_Q8_K),
-    [KVT_TYPE_Q6_K] = OPS(q6_K, KVT_TYPE_Q8_K),
-    [KVT_TYPE_Q8_K] = OPS_ACT(q8_K, KVT_TYPE_Q8_K),
-};
+KVT_TYPE_OPS_TABLE(k_ops);
 
 const kvt_type_ops *KVT_TABLE_FN(kvt_type t) {
     if ((unsigned)t >= KVT_TYPE_COUNT || !k_ops[t].to_float) return NULL;
