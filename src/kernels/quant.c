@@ -36,35 +36,24 @@ static void f32_dot(int64_t n, float *s, const void *x, const void *y) {
     *s = (float)sum;
 }
 
-static void f16_to_float(const void *src, float *dst, int64_t n) {
-    const uint16_t *h = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = kvt_f16_to_f32(h[i]);
-}
-static void f16_from_float(const float *src, void *dst, int64_t n) {
-    uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) h[i] = kvt_f32_to_f16(src[i]);
-}
-static void f16_dot(int64_t n, float *s, const void *x, const void *y) {
-    const uint16_t *a = x, *b = y;
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)kvt_f16_to_f32(a[i]) * kvt_f16_to_f32(b[i]);
-    *s = (float)sum;
-}
-
-static void bf16_to_float(const void *src, float *dst, int64_t n) {
-    const uint16_t *h = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = kvt_bf16_to_f32(h[i]);
-}
-static void bf16_from_float(const float *src, void *dst, int64_t n) {
-    uint16_t *h = dst;
-    for (int64_t i = 0; i < n; i++) h[i] = kvt_f32_to_bf16(src[i]);
-}
-static void bf16_dot(int64_t n, float *s, const void *x, const void *y) {
-    const uint16_t *a = x, *b = y;
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) sum += (double)kvt_bf16_to_f32(a[i]) * kvt_bf16_to_f32(b[i]);
-    *s = (float)sum;
-}
+// f16 and bf16: each element converted to f32 on its own (f16.h); the dot sums the products in double, in order.
+#define HALF_OPS(name, to_f32, from_f32)                                                            \
+    static void name##_to_float(const void *src, float *dst, int64_t n) {                           \
+        const uint16_t *h = src;                                                                    \
+        for (int64_t i = 0; i < n; i++) dst[i] = to_f32(h[i]);                                      \
+    }                                                                                               \
+    static void name##_from_float(const float *src, void *dst, int64_t n) {                         \
+        uint16_t *h = dst;                                                                          \
+        for (int64_t i = 0; i < n; i++) h[i] = from_f32(src[i]);                                    \
+    }                                                                                               \
+    static void name##_dot(int64_t n, float *s, const void *x, const void *y) {                     \
+        const uint16_t *a = x, *b = y;                                                              \
+        double sum = 0;                                                                             \
+        for (int64_t i = 0; i < n; i++) sum += (double)to_f32(a[i]) * to_f32(b[i]);                 \
+        *s = (float)sum;                                                                            \
+    }
+HALF_OPS(f16, kvt_f16_to_f32, kvt_f32_to_f16)
+HALF_OPS(bf16, kvt_bf16_to_f32, kvt_f32_to_bf16)
 
 // ------------------------------------------------------- 32-element block types
 
