@@ -149,6 +149,10 @@ static inline void kvt_engine_free(kvt_engine *e) {
 // (free() it), KVT_ERR_NOMEM if it cannot be made.
 kvt_status kvt_engine_job_accept(const kvt_engine_job *job, int64_t n_ctx, int32_t **prompt, kvt_err *err);
 
+// What every engine's submit checks under its lock: KVT_ERR_BUDGET when the engine is stopping or when
+// n_waiting jobs (queued, not yet running) already fill max_queue; KVT_OK otherwise.
+kvt_status kvt_engine_job_admit(bool stopping, int64_t n_waiting, int64_t max_queue, kvt_err *err);
+
 // The first engine: one kvt_context (ctx, owned by the engine from now on, also on error) on one worker
 // thread; jobs run one at a time in arrival order, their n choices one after the other. At most
 // max_queue jobs wait (submit beyond: KVT_ERR_BUDGET). The KV of the previous job's prompt stays in the

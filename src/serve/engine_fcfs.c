@@ -215,12 +215,7 @@ static kvt_status fcfs_submit(kvt_engine *base, const kvt_engine_job *job, const
     j->cb = *cb;
     atomic_init(&j->cancelled, false);
     pthread_mutex_lock(&e->mu);
-    kvt_status st = KVT_OK;
-    if (e->stopping) {
-        st = kvt_errorf(err, KVT_ERR_BUDGET, "the server is shutting down");
-    } else if (e->n_queued >= e->max_queue) {
-        st = kvt_errorf(err, KVT_ERR_BUDGET, "the queue is full (%d requests waiting)", e->n_queued);
-    }
+    kvt_status st = kvt_engine_job_admit(e->stopping, e->n_queued, e->max_queue, err);
     if (st) {
         e->st.jobs_rejected++;
         pthread_mutex_unlock(&e->mu);

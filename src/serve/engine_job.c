@@ -20,3 +20,11 @@ kvt_status kvt_engine_job_accept(const kvt_engine_job *job, int64_t n_ctx, int32
     memcpy(*prompt, job->prompt, (size_t)job->n_prompt * sizeof **prompt);
     return KVT_OK;
 }
+
+kvt_status kvt_engine_job_admit(bool stopping, int64_t n_waiting, int64_t max_queue, kvt_err *err) {
+    if (stopping) return kvt_errorf(err, KVT_ERR_BUDGET, "the server is shutting down");
+    if (n_waiting >= max_queue) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "the queue is full (%lld requests waiting)", (long long)n_waiting);
+    }
+    return KVT_OK;
+}

@@ -336,13 +336,7 @@ static kvt_status s_submit(kvt_engine *base, const kvt_engine_job *job, const kv
     j->p.prompt = j->prompt = prompt;
     j->cb = *cb;
     pthread_mutex_lock(&e->mu);
-    kvt_status st = KVT_OK;
-    if (e->stopping) {
-        st = kvt_errorf(err, KVT_ERR_BUDGET, "the server is shutting down");
-    } else if (e->n_inbox + e->n_fetching + e->sched_waiting >= e->max_queue) {
-        st = kvt_errorf(err, KVT_ERR_BUDGET, "the queue is full (%lld requests waiting)",
-                        (long long)(e->n_inbox + e->n_fetching + e->sched_waiting));
-    }
+    kvt_status st = kvt_engine_job_admit(e->stopping, e->n_inbox + e->n_fetching + e->sched_waiting, e->max_queue, err);
     if (st) {
         e->st.jobs_rejected++;
         pthread_mutex_unlock(&e->mu);
