@@ -13,8 +13,9 @@
 
 int64_t kvt_sparse_attn_scratch_floats(const kvt_sparse_dims *d) {
     const int64_t qpg = d->n_head / d->n_head_kv;
-    // queries in the dot type (<= f32 each, padded), scores [qpg, n_ctx], aggregate [n_ctx], m/l [qpg], o [qpg, hdv]
-    return qpg * (d->head_dim + 32) + qpg * d->n_ctx + d->n_ctx + 2 * qpg + qpg * d->head_dim_v + 64;
+    // queries in the dot type (<= f32 each, padded), an F16 cache's queries again as f32 (padded: queries_in), scores
+    // [qpg, n_ctx], aggregate [n_ctx], m/l [qpg], o [qpg, hdv]
+    return 2 * qpg * (d->head_dim + 32) + qpg * d->n_ctx + d->n_ctx + 2 * qpg + qpg * d->head_dim_v + 64;
 }
 
 // A run of a KV head's selected positions that lie in one block, for the two-pass attention (attend_pass_task).
@@ -58,16 +59,25 @@ static void sp_fail(sp_job *J, const kvt_err *e) {
     if (!atomic_exchange(&J->failed, 1)) J->err = *e;
 }
 
-// Queries of KV head kh's group converted to the dot type of the store: qpg rows of qrow bytes at qd.
-// Only the rows of query heads [i0, i1).
-static void queries_in(const sp_job *J, int32_t kh, uint8_t *qd, int64_t qrow, int32_t i0, int32_t i1) {
-    const kvt_type_ops *qops = kvt_type_ops_get(kvt_type_ops_get(J->kv->type)->vec_dot_type);
-    const int32_t hd = J->kv->head_dim;
-    for (int32_t i = i0; i < i1; i++) qops->from_float(J->q + (int64_t)(kh * J->qpg + i) * hd, qd + i * qrow, hd);
-}
-
 static int64_t qrow_of(const kvt_kv *kv) {
     return (kvt_row_size(kvt_type_ops_get(kv->type)->vec_dot_type, kv->head_dim) + 63) / 64 * 64;
+}
+
+// An F16 cache's queries as f32 (for kvt_attn_kq_f16): qpg rows of qrow / 2 floats from the end of the qpg rows of qd
+// (qrow is a multiple of 64 bytes: 64-byte aligned as qd); NULL for other cache types (their scores: the type's vec_dot).
+static float *queries_f32(const sp_job *J, uint8_t *qd, int64_t qrow) {
+    return J->kv->type == KVT_TYPE_F16 ? (float *)(qd + J->qpg * qrow) : NULL;
+}
+
+// Queries of KV head kh's group converted to the dot type of the store: qpg rows of qrow bytes at qd, and with qf
+// (an F16 cache) their f16 values again as f32 rows of qrow / 2 floats at qf. Only the rows of query heads [i0, i1).
+static void queries_in(const sp_job *J, int32_t kh, uint8_t *qd, float *qf, int64_t qrow, int32_t i0, int32_t i1) {
+    const kvt_type_ops *qops = kvt_type_ops_get(kvt_type_ops_get(J->kv->type)->vec_dot_type);
+    const int32_t hd = J->kv->head_dim;
+    for (int32_t i = i0; i < i1; i++) {
+        qops->from_float(J->q + (int64_t)(kh * J->qpg + i) * hd, qd + i * qrow, hd);
+        if (qf) qops->to_float(qd + i * qrow, qf + i * (qrow / 2), hd);
+    }
 }
 
 // Makes block b of KV head kh's group held in *v (releasing the one held before).
@@ -91,11 +101,23 @@ static void unhold(sp_job *J, int32_t kh, int64_t held) {
 
 // Run R's scores (block held) for query heads [i0, i1): h->s[(i - h->i0) * ns + x] for x in [R->a, R->e), as
 // attend_task computes them (each query head's scores and softmax are its own: any split of the heads, the same bits).
-static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, int64_t qrow, int64_t ns, const int32_t *sel,
-                      sp_head *h, const sp_run *R, int32_t i0, int32_t i1) {
+// An F16 cache (qf set): each stretch of consecutive positions in one kvt_attn_kq_f16 call for the heads together,
+// every score the F16 vec_dot's bits times scale, as the loop below.
+static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, const float *qf, int64_t qrow, int64_t ns,
+                      const int32_t *sel, sp_head *h, const sp_run *R, int32_t i0, int32_t i1) {
     const kvt_kv *kv = J->kv;
     const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
     const uint8_t *kb = (const uint8_t *)R->v.k + jh * R->v.k_hstride;
+    if (qf) {
+        const int64_t qst = qrow / 2;
+        for (int64_t x0 = R->a, x1; x0 < R->e; x0 = x1) {
+            for (x1 = x0 + 1; x1 < R->e && sel[x1] == sel[x0] + (x1 - x0);) x1++; // sel[x0 .. x1) consecutive
+            kvt_attn_kq_f16(kv->head_dim, kb + (sel[x0] - R->v.pos0) * R->v.k_stride, R->v.k_stride, x1 - x0,
+                            (const uint16_t *)(qd + i0 * qrow), qf + i0 * qst, qst, i1 - i0, J->p->scale,
+                            h->s + (int64_t)(i0 - h->i0) * ns + x0, ns);
+        }
+        return;
+    }
     for (int32_t i = i0; i < i1; i++) {
         float *si = h->s + (int64_t)(i - h->i0) * ns;
         for (int64_t x = R->a; x < R->e; x++) {
@@ -185,12 +207,13 @@ static void attend_task(void *vctx, int64_t task, int thread) {
     const int64_t qrow = qrow_of(kv);
     float *sc = J->scratch[thread];
     uint8_t *qd = (uint8_t *)sc;
+    float *qf = queries_f32(J, qd, qrow);
     const int32_t *sel = J->sel + kh * J->sel_stride;
     const int64_t ns = J->nsel[kh];
-    sp_head h = {.s = sc + qpg * qrow / 4 + 16, .i0 = i0}; // s [nr, ns] scores at their positions' indexes
+    sp_head h = {.s = sc + qpg * qrow / 4 + (qf ? qpg * qrow / 2 : 0) + 16, .i0 = i0}; // s [nr, ns] at the positions' indexes
     h.m = h.s + (int64_t)nr * ns;                         // [nr]
     h.l = h.m + nr, h.o = h.l + nr;                        // [nr], [nr, hdv]
-    queries_in(J, kh, qd, qrow, i0, i1);
+    queries_in(J, kh, qd, qf, qrow, i0, i1);
     head_init(J, &h, i0, i1);
     int64_t held = -1;
     sp_run R = {0};
@@ -204,7 +227,7 @@ static void attend_task(void *vctx, int64_t task, int thread) {
             break;
         }
         R.a = a, R.e = e, R.b = b;
-        run_score(J, jh, qd, qrow, ns, sel, &h, &R, i0, i1);
+        run_score(J, jh, qd, qf, qrow, ns, sel, &h, &R, i0, i1);
         run_accum(J, jh, ns, sel, &h, &R, i0, i1);
         a = e;
     }
@@ -226,7 +249,8 @@ static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
     const int32_t *sel = J->sel + kh * J->sel_stride;
     sp_head *h = &J->head[kh];
     uint8_t *qd = (uint8_t *)J->scratch[thread];
-    queries_in(J, kh, qd, qrow, 0, J->qpg);
+    float *qf = queries_f32(J, qd, qrow);
+    queries_in(J, kh, qd, qf, qrow, 0, J->qpg);
     if (J->pass == 1) {
         h->nrun = h->next = h->held = 0;
         for (int64_t a = 0; a < ns;) {
@@ -258,7 +282,7 @@ static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
             }
         }
         if (!R->scored) {
-            run_score(J, jh, qd, qrow, ns, sel, h, R, 0, J->qpg);
+            run_score(J, jh, qd, qf, qrow, ns, sel, h, R, 0, J->qpg);
             R->scored = true;
         }
         if (J->pass == 3) continue; // held and scored: accumulated by pass 4
@@ -308,8 +332,9 @@ static void score_task(void *vctx, int64_t kh64, int thread) {
     const int64_t qrow = qrow_of(kv), n = J->n;
     float *sc = J->scratch[thread];
     uint8_t *qd = (uint8_t *)sc;
-    float *s = sc + qpg * qrow / 4 + 16; // [qpg, n]
-    queries_in(J, kh, qd, qrow, 0, qpg);
+    float *qf = queries_f32(J, qd, qrow);
+    float *s = sc + qpg * qrow / 4 + (qf ? qpg * qrow / 2 : 0) + 16; // [qpg, n]
+    queries_in(J, kh, qd, qf, qrow, 0, qpg);
     int64_t held = -1;
     kvt_kv_view v = {0};
     for (int64_t p = 0; p < n;) {
@@ -323,7 +348,8 @@ static void score_task(void *vctx, int64_t kh64, int thread) {
             break;
         }
         const uint8_t *kb = (const uint8_t *)v.k + jh * v.k_hstride + (p - v.pos0) * v.k_stride;
-        for (int32_t i = 0; i < qpg; i++) {
+        if (qf) kvt_attn_kq_f16(hd, kb, v.k_stride, cnt, (const uint16_t *)qd, qf, qrow / 2, qpg, J->p->scale, s + p, n);
+        for (int32_t i = 0; !qf && i < qpg; i++) {
             for (int64_t x = 0; x < cnt; x++) {
                 float d;
                 ops->vec_dot(hd, &d, kb + x * v.k_stride, qd + i * qrow);
