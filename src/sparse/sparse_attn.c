@@ -39,7 +39,8 @@ typedef struct {
     int32_t seq, layer, qpg;
     sp_head *head;          // the two-pass attention's per-head state, pass 1 or 2 (attend_pass_task)
     int pass;
-    bool split;             // attend_task: one task per query head (a store whose reads are free), else per KV head
+    bool split;             // attend_task: one task per pair of query heads (a store whose reads are free: SPLIT_HEADS), else
+                            // per KV head
     int64_t pin_cap;        // blocks a head may hold from pass 1 to pass 2
     const kvt_attn_params *p;
     const float *q;
@@ -195,15 +196,22 @@ static void head_out(const sp_job *J, int32_t kh, const sp_head *h, int32_t i0, 
     }
 }
 
+// Query heads per task of the split one-pass attention: a pair (an F16 cache's K rows converted once for both in
+// kvt_attn_kq_f16), and the tasks of a group of qpg query heads.
+enum { SPLIT_HEADS = 2 };
+static int32_t split_tasks(int32_t qpg) { return (qpg + SPLIT_HEADS - 1) / SPLIT_HEADS; }
+
 // Attention of KV head kh's query heads over its selected positions: online softmax over runs of positions
 // in one block (exact over the set): each run scored (run_score), then accumulated (run_accum). Task kh, or with
-// J->split task kh * qpg + i: query head i of KV head kh alone (its scores and softmax are its own: the same bits;
-// 3 KV heads on 2 threads left a core idle a third of the time).
+// J->split task kh * split_tasks(qpg) + c: query heads [2c, 2c + 2) of KV head kh (the last task of an odd group one
+// head; each query head's scores and softmax are its own: the same bits; 3 KV heads on 2 threads left a core idle a
+// third of the time, and the pairs share the conversion of the K rows).
 static void attend_task(void *vctx, int64_t task, int thread) {
     sp_job *J = vctx;
     kvt_kv *kv = J->kv;
-    const int32_t qpg = J->qpg, kh = (int32_t)(J->split ? task / qpg : task), jh = kh % kv->group_heads;
-    const int32_t i0 = J->split ? (int32_t)(task % qpg) : 0, i1 = J->split ? i0 + 1 : qpg, nr = i1 - i0;
+    const int32_t qpg = J->qpg, nt = split_tasks(qpg), kh = (int32_t)(J->split ? task / nt : task), jh = kh % kv->group_heads;
+    const int32_t i0 = J->split ? (int32_t)(task % nt) * SPLIT_HEADS : 0;
+    const int32_t i1 = J->split && i0 + SPLIT_HEADS < qpg ? i0 + SPLIT_HEADS : qpg, nr = i1 - i0;
     const int64_t qrow = qrow_of(kv);
     float *sc = J->scratch[thread];
     uint8_t *qd = (uint8_t *)sc;
@@ -364,7 +372,7 @@ static void score_task(void *vctx, int64_t kh64, int thread) {
 
 static kvt_status run(sp_job *J, kvt_task_fn fn, kvt_threadpool *pool, kvt_err *err) {
     atomic_init(&J->failed, 0);
-    kvt_threadpool_run(pool, fn, J, J->split ? (int64_t)J->kv->n_head_kv * J->qpg : J->kv->n_head_kv);
+    kvt_threadpool_run(pool, fn, J, J->split ? (int64_t)J->kv->n_head_kv * split_tasks(J->qpg) : J->kv->n_head_kv);
     if (atomic_load(&J->failed)) {
         if (err) *err = J->err;
         return J->err.status;
@@ -387,7 +395,7 @@ kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const k
     void *mem = late ? malloc((size_t)bytes) : NULL;
     if (!mem) { // no batch in flight (or no memory for the state: then the batch waited for first): one pass
         if (late) kvt_kv_paged_late_wait(kv);
-        J.split = kv->ops->free_reads != 0; // per query head where an acquire costs nothing (else 3x the acquires)
+        J.split = kv->ops->free_reads != 0; // per pair of query heads where an acquire costs nothing (else more acquires)
         return run(&J, attend_task, pool, err);
     }
     J.head = mem;
