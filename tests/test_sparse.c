@@ -479,6 +479,53 @@ static void rand_kvq(int64_t n, int32_t hkv, int32_t hd, int32_t h, float **k, f
     for (int i = 0; i < h * hd; i++) q[i] = frand() * 3.0f;
 }
 
+// The oracle's exact scores of an F16 cache (kvt_sparse_score_exact: the query heads of a KV head against a block's
+// positions in one kvt_attn_kq_f16 call) have the bits of one F16 vec_dot per (position, query head) times the scale,
+// aggregated by kvt_sparse_aggregate: head dims 64 (the four-position kernel) and 40 (a tail past the vector steps).
+static void test_score_exact_f16(int32_t HD) {
+    char name[128];
+    snprintf(name, sizeof name, "sparse: exact scores of an F16 cache have the F16 vec_dot's bits (head dim %d)", HD);
+    const int32_t H = 6, HKV = 2, NCTX = 200, qpg = H / HKV;
+    const int64_t n = 150;
+    kvt_kv_params kp = {KVT_TYPE_F16, 1, HKV, HD, HD, NCTX, 64, 0};
+    kvt_kv *kv = NULL;
+    kvt_threadpool *pool = NULL;
+    kvt_err err = {0};
+    if (kvt_threadpool_init(2, &pool, &err) || kvt_kv_contig_init(&kp, &kv, &err)) {
+        test_result(false, name, "%s", err.msg);
+        kvt_threadpool_free(pool);
+        return;
+    }
+    float *k, *v, q[6 * 64];
+    rand_kvq(n, HKV, HD, H, &k, &v, q);
+    kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
+    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}, false};
+    float *ss[2];
+    for (int i = 0; i < 2; i++) ss[i] = aligned_alloc(64, (size_t)(kvt_sparse_attn_scratch_floats(&d) * 4 + 63) / 64 * 64);
+    float *agg = calloc((size_t)(HKV * NCTX), 4), *ref = calloc((size_t)(HKV * NCTX), 4), *s = malloc((size_t)(qpg * n) * 4);
+    uint16_t *k16 = malloc((size_t)HD * 2), q16[64];
+    kvt_status st = kv->ops->append(kv, 0, 0, 0, n, k, v, &err);
+    if (!st) st = kvt_sparse_score_exact(kv, 0, 0, &ap, q, n, agg, NCTX, pool, ss, &err);
+    const kvt_type_ops *ops = kvt_type_ops_get(KVT_TYPE_F16);
+    for (int32_t kh = 0; kh < HKV; kh++) {
+        for (int32_t i = 0; i < qpg; i++) {
+            ops->from_float(q + (int64_t)(kh * qpg + i) * HD, q16, HD);
+            for (int64_t t = 0; t < n; t++) {
+                float dd;
+                ops->from_float(k + (t * HKV + kh) * HD, k16, HD);
+                ops->vec_dot(HD, &dd, k16, q16);
+                s[i * n + t] = dd * ap.scale;
+            }
+        }
+        kvt_sparse_aggregate(s, qpg, n, ref + kh * NCTX);
+    }
+    test_result(!st && memcmp(agg, ref, (size_t)(HKV * NCTX) * 4) == 0, name, "%s", st ? err.msg : "scores differ");
+    for (int i = 0; i < 2; i++) free(ss[i]);
+    free(agg), free(ref), free(s), free(k16), free(k), free(v);
+    kvt_kv_free(kv);
+    kvt_threadpool_free(pool);
+}
+
 // Exact attention over every position equals the dense streamed attention (to rounding): an F32 cache to 1e-5;
 // an F16 cache to f16 rounding, as the dense path keeps the V accumulator in f16 there (llama.cpp's flash
 // attention, kvt_attn_merge_f16) and the sparse path in f32 (|v| <= 1: 2e-3).
@@ -1148,6 +1195,8 @@ void test_sparse(const test_env *env) {
     test_share_layers();
     test_attend_set(KVT_TYPE_F32, 1e-5);
     test_attend_set(KVT_TYPE_F16, 2e-3);
+    test_score_exact_f16(64);
+    test_score_exact_f16(40);
     test_attend_set_late(8);
     test_attend_set_late(40);
     char path[512];

@@ -13,8 +13,9 @@
 
 int64_t kvt_sparse_attn_scratch_floats(const kvt_sparse_dims *d) {
     const int64_t qpg = d->n_head / d->n_head_kv;
-    // queries in the dot type (<= f32 each, padded), scores [qpg, n_ctx], aggregate [n_ctx], m/l [qpg], o [qpg, hdv]
-    return qpg * (d->head_dim + 32) + qpg * d->n_ctx + d->n_ctx + 2 * qpg + qpg * d->head_dim_v + 64;
+    // queries in the dot type (<= f32 each, padded), an F16 cache's queries again as f32 (padded: queries_in), scores
+    // [qpg, n_ctx], aggregate [n_ctx], m/l [qpg], o [qpg, hdv]
+    return 2 * qpg * (d->head_dim + 32) + qpg * d->n_ctx + d->n_ctx + 2 * qpg + qpg * d->head_dim_v + 64;
 }
 
 // A run of a KV head's selected positions that lie in one block, for the two-pass attention (attend_pass_task).
@@ -38,7 +39,8 @@ typedef struct {
     int32_t seq, layer, qpg;
     sp_head *head;          // the two-pass attention's per-head state, pass 1 or 2 (attend_pass_task)
     int pass;
-    bool split;             // attend_task: one task per query head (a store whose reads are free), else per KV head
+    bool split;             // attend_task: one task per pair of query heads (a store whose reads are free: SPLIT_HEADS), else
+                            // per KV head
     int64_t pin_cap;        // blocks a head may hold from pass 1 to pass 2
     const kvt_attn_params *p;
     const float *q;
@@ -58,16 +60,25 @@ static void sp_fail(sp_job *J, const kvt_err *e) {
     if (!atomic_exchange(&J->failed, 1)) J->err = *e;
 }
 
-// Queries of KV head kh's group converted to the dot type of the store: qpg rows of qrow bytes at qd.
-// Only the rows of query heads [i0, i1).
-static void queries_in(const sp_job *J, int32_t kh, uint8_t *qd, int64_t qrow, int32_t i0, int32_t i1) {
-    const kvt_type_ops *qops = kvt_type_ops_get(kvt_type_ops_get(J->kv->type)->vec_dot_type);
-    const int32_t hd = J->kv->head_dim;
-    for (int32_t i = i0; i < i1; i++) qops->from_float(J->q + (int64_t)(kh * J->qpg + i) * hd, qd + i * qrow, hd);
-}
-
 static int64_t qrow_of(const kvt_kv *kv) {
     return (kvt_row_size(kvt_type_ops_get(kv->type)->vec_dot_type, kv->head_dim) + 63) / 64 * 64;
+}
+
+// An F16 cache's queries as f32 (for kvt_attn_kq_f16): qpg rows of qrow / 2 floats from the end of the qpg rows of qd
+// (qrow is a multiple of 64 bytes: 64-byte aligned as qd); NULL for other cache types (their scores: the type's vec_dot).
+static float *queries_f32(const sp_job *J, uint8_t *qd, int64_t qrow) {
+    return J->kv->type == KVT_TYPE_F16 ? (float *)(qd + J->qpg * qrow) : NULL;
+}
+
+// Queries of KV head kh's group converted to the dot type of the store: qpg rows of qrow bytes at qd, and with qf
+// (an F16 cache) their f16 values again as f32 rows of qrow / 2 floats at qf. Only the rows of query heads [i0, i1).
+static void queries_in(const sp_job *J, int32_t kh, uint8_t *qd, float *qf, int64_t qrow, int32_t i0, int32_t i1) {
+    const kvt_type_ops *qops = kvt_type_ops_get(kvt_type_ops_get(J->kv->type)->vec_dot_type);
+    const int32_t hd = J->kv->head_dim;
+    for (int32_t i = i0; i < i1; i++) {
+        qops->from_float(J->q + (int64_t)(kh * J->qpg + i) * hd, qd + i * qrow, hd);
+        if (qf) qops->to_float(qd + i * qrow, qf + i * (qrow / 2), hd);
+    }
 }
 
 // Makes block b of KV head kh's group held in *v (releasing the one held before).
@@ -91,11 +102,23 @@ static void unhold(sp_job *J, int32_t kh, int64_t held) {
 
 // Run R's scores (block held) for query heads [i0, i1): h->s[(i - h->i0) * ns + x] for x in [R->a, R->e), as
 // attend_task computes them (each query head's scores and softmax are its own: any split of the heads, the same bits).
-static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, int64_t qrow, int64_t ns, const int32_t *sel,
-                      sp_head *h, const sp_run *R, int32_t i0, int32_t i1) {
+// An F16 cache (qf set): each stretch of consecutive positions in one kvt_attn_kq_f16 call for the heads together,
+// every score the F16 vec_dot's bits times scale, as the loop below.
+static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, const float *qf, int64_t qrow, int64_t ns,
+                      const int32_t *sel, sp_head *h, const sp_run *R, int32_t i0, int32_t i1) {
     const kvt_kv *kv = J->kv;
     const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
     const uint8_t *kb = (const uint8_t *)R->v.k + jh * R->v.k_hstride;
+    if (qf) {
+        const int64_t qst = qrow / 2;
+        for (int64_t x0 = R->a, x1; x0 < R->e; x0 = x1) {
+            for (x1 = x0 + 1; x1 < R->e && sel[x1] == sel[x0] + (x1 - x0);) x1++; // sel[x0 .. x1) consecutive
+            kvt_attn_kq_f16(kv->head_dim, kb + (sel[x0] - R->v.pos0) * R->v.k_stride, R->v.k_stride, x1 - x0,
+                            (const uint16_t *)(qd + i0 * qrow), qf + i0 * qst, qst, i1 - i0, J->p->scale,
+                            h->s + (int64_t)(i0 - h->i0) * ns + x0, ns);
+        }
+        return;
+    }
     for (int32_t i = i0; i < i1; i++) {
         float *si = h->s + (int64_t)(i - h->i0) * ns;
         for (int64_t x = R->a; x < R->e; x++) {
@@ -173,24 +196,32 @@ static void head_out(const sp_job *J, int32_t kh, const sp_head *h, int32_t i0, 
     }
 }
 
+// Query heads per task of the split one-pass attention: a pair (an F16 cache's K rows converted once for both in
+// kvt_attn_kq_f16), and the tasks of a group of qpg query heads.
+enum { SPLIT_HEADS = 2 };
+static int32_t split_tasks(int32_t qpg) { return (qpg + SPLIT_HEADS - 1) / SPLIT_HEADS; }
+
 // Attention of KV head kh's query heads over its selected positions: online softmax over runs of positions
 // in one block (exact over the set): each run scored (run_score), then accumulated (run_accum). Task kh, or with
-// J->split task kh * qpg + i: query head i of KV head kh alone (its scores and softmax are its own: the same bits;
-// 3 KV heads on 2 threads left a core idle a third of the time).
+// J->split task kh * split_tasks(qpg) + c: query heads [2c, 2c + 2) of KV head kh (the last task of an odd group one
+// head; each query head's scores and softmax are its own: the same bits; 3 KV heads on 2 threads left a core idle a
+// third of the time, and the pairs share the conversion of the K rows).
 static void attend_task(void *vctx, int64_t task, int thread) {
     sp_job *J = vctx;
     kvt_kv *kv = J->kv;
-    const int32_t qpg = J->qpg, kh = (int32_t)(J->split ? task / qpg : task), jh = kh % kv->group_heads;
-    const int32_t i0 = J->split ? (int32_t)(task % qpg) : 0, i1 = J->split ? i0 + 1 : qpg, nr = i1 - i0;
+    const int32_t qpg = J->qpg, nt = split_tasks(qpg), kh = (int32_t)(J->split ? task / nt : task), jh = kh % kv->group_heads;
+    const int32_t i0 = J->split ? (int32_t)(task % nt) * SPLIT_HEADS : 0;
+    const int32_t i1 = J->split && i0 + SPLIT_HEADS < qpg ? i0 + SPLIT_HEADS : qpg, nr = i1 - i0;
     const int64_t qrow = qrow_of(kv);
     float *sc = J->scratch[thread];
     uint8_t *qd = (uint8_t *)sc;
+    float *qf = queries_f32(J, qd, qrow);
     const int32_t *sel = J->sel + kh * J->sel_stride;
     const int64_t ns = J->nsel[kh];
-    sp_head h = {.s = sc + qpg * qrow / 4 + 16, .i0 = i0}; // s [nr, ns] scores at their positions' indexes
+    sp_head h = {.s = sc + qpg * qrow / 4 + (qf ? qpg * qrow / 2 : 0) + 16, .i0 = i0}; // s [nr, ns] at the positions' indexes
     h.m = h.s + (int64_t)nr * ns;                         // [nr]
     h.l = h.m + nr, h.o = h.l + nr;                        // [nr], [nr, hdv]
-    queries_in(J, kh, qd, qrow, i0, i1);
+    queries_in(J, kh, qd, qf, qrow, i0, i1);
     head_init(J, &h, i0, i1);
     int64_t held = -1;
     sp_run R = {0};
@@ -204,7 +235,7 @@ static void attend_task(void *vctx, int64_t task, int thread) {
             break;
         }
         R.a = a, R.e = e, R.b = b;
-        run_score(J, jh, qd, qrow, ns, sel, &h, &R, i0, i1);
+        run_score(J, jh, qd, qf, qrow, ns, sel, &h, &R, i0, i1);
         run_accum(J, jh, ns, sel, &h, &R, i0, i1);
         a = e;
     }
@@ -226,7 +257,8 @@ static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
     const int32_t *sel = J->sel + kh * J->sel_stride;
     sp_head *h = &J->head[kh];
     uint8_t *qd = (uint8_t *)J->scratch[thread];
-    queries_in(J, kh, qd, qrow, 0, J->qpg);
+    float *qf = queries_f32(J, qd, qrow);
+    queries_in(J, kh, qd, qf, qrow, 0, J->qpg);
     if (J->pass == 1) {
         h->nrun = h->next = h->held = 0;
         for (int64_t a = 0; a < ns;) {
@@ -258,7 +290,7 @@ static void attend_pass_task(void *vctx, int64_t kh64, int thread) {
             }
         }
         if (!R->scored) {
-            run_score(J, jh, qd, qrow, ns, sel, h, R, 0, J->qpg);
+            run_score(J, jh, qd, qf, qrow, ns, sel, h, R, 0, J->qpg);
             R->scored = true;
         }
         if (J->pass == 3) continue; // held and scored: accumulated by pass 4
@@ -308,8 +340,9 @@ static void score_task(void *vctx, int64_t kh64, int thread) {
     const int64_t qrow = qrow_of(kv), n = J->n;
     float *sc = J->scratch[thread];
     uint8_t *qd = (uint8_t *)sc;
-    float *s = sc + qpg * qrow / 4 + 16; // [qpg, n]
-    queries_in(J, kh, qd, qrow, 0, qpg);
+    float *qf = queries_f32(J, qd, qrow);
+    float *s = sc + qpg * qrow / 4 + (qf ? qpg * qrow / 2 : 0) + 16; // [qpg, n]
+    queries_in(J, kh, qd, qf, qrow, 0, qpg);
     int64_t held = -1;
     kvt_kv_view v = {0};
     for (int64_t p = 0; p < n;) {
@@ -323,7 +356,8 @@ static void score_task(void *vctx, int64_t kh64, int thread) {
             break;
         }
         const uint8_t *kb = (const uint8_t *)v.k + jh * v.k_hstride + (p - v.pos0) * v.k_stride;
-        for (int32_t i = 0; i < qpg; i++) {
+        if (qf) kvt_attn_kq_f16(hd, kb, v.k_stride, cnt, (const uint16_t *)qd, qf, qrow / 2, qpg, J->p->scale, s + p, n);
+        for (int32_t i = 0; !qf && i < qpg; i++) {
             for (int64_t x = 0; x < cnt; x++) {
                 float d;
                 ops->vec_dot(hd, &d, kb + x * v.k_stride, qd + i * qrow);
@@ -338,7 +372,7 @@ static void score_task(void *vctx, int64_t kh64, int thread) {
 
 static kvt_status run(sp_job *J, kvt_task_fn fn, kvt_threadpool *pool, kvt_err *err) {
     atomic_init(&J->failed, 0);
-    kvt_threadpool_run(pool, fn, J, J->split ? (int64_t)J->kv->n_head_kv * J->qpg : J->kv->n_head_kv);
+    kvt_threadpool_run(pool, fn, J, J->split ? (int64_t)J->kv->n_head_kv * split_tasks(J->qpg) : J->kv->n_head_kv);
     if (atomic_load(&J->failed)) {
         if (err) *err = J->err;
         return J->err.status;
@@ -361,7 +395,7 @@ kvt_status kvt_sparse_attend_set(kvt_kv *kv, int32_t seq, int32_t layer, const k
     void *mem = late ? malloc((size_t)bytes) : NULL;
     if (!mem) { // no batch in flight (or no memory for the state: then the batch waited for first): one pass
         if (late) kvt_kv_paged_late_wait(kv);
-        J.split = kv->ops->free_reads != 0; // per query head where an acquire costs nothing (else 3x the acquires)
+        J.split = kv->ops->free_reads != 0; // per pair of query heads where an acquire costs nothing (else more acquires)
         return run(&J, attend_task, pool, err);
     }
     J.head = mem;
