@@ -1083,8 +1083,9 @@ int test_kernels_main(void) {
             test_repack_q6_K_keep_rng(1024, 10, 3, 1, 9, 2);
         }
         // the q6_K_r rows' study forms (quant_avx2.c kvt_q6r_rows_avx2: 8 the q6_K rows' prefetch, 10 none, 11 / 12 / 13
-        // into L2 / L2 and L1 / L1 only) at 0 and 4096 bytes: an even and an odd row count, a cut range
-        const int q6rv[] = {8, 10, 11, 12, 13};
+        // into L2 / L2 and L1 / L1 only, 22 / 24 two / four rows reduced together) at 0 and 4096 bytes: an even and an odd
+        // row count, a cut range
+        const int q6rv[] = {0, 8, 10, 11, 12, 13, 20, 22, 24};
         for (size_t i = 0; i < sizeof q6rv / sizeof q6rv[0]; i++)
             for (int k = 0; k < 2; k++) {
                 kvt_kernels_set_prefetch(k ? 4096 : 0);

@@ -104,9 +104,11 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // streams (1, 2, 4; AVX2 only 4, else its pairs; AVX-512 8: the default without the L1 prefetch), per strip, or
 // (22, 24) over the call's whole row range
 // (AVX2 24: paired 1.05-1.12x in 2026-11-30's sets, the model not shown faster: docs/log/BENCHMARKS-kernels-2.md,
-// dec11g); q6_K_r (quant_avx2.c, AVX2 only; default pairs with prefetch into L2 and L1 where the CPU's decode
-// prefetches, into L1 only at distances up to KVT_X8_PF_NEAR): 8 the q6_K rows' one prefetch into L1 instead, 10 no
-// prefetch, 11 / 12 / 13 into L2 only / L2 and L1 / L1 only at any distance; f16_x16 (f16x16_simd.h; default lines into L2 at the
+// dec11g); q6_K_r (quant_avx2.c, AVX2 only; default pairs, the two rows' super-block totals reduced together (q8k),
+// with prefetch into L2 and L1 where the CPU's decode prefetches, into L1 only at distances up to KVT_X8_PF_NEAR): 20
+// the pairs reduced row by row (the default before q8k), and on that loop 8 the q6_K rows' one prefetch into L1
+// instead, 10 no prefetch, 11 / 12 / 13 into L2 only / L2 and L1 / L1 only at any distance; 24 four rows reduced
+// together; f16_x16 (f16x16_simd.h; default lines into L2 at the
 // CPU's distance and into L1 KVT_X8_PF_NEAR ahead): 1 the single prefetch into L1 at the CPU's distance (before k14).
 // Any other value: the default. For tests and
 // benchmarks only; set it while no kernel runs.

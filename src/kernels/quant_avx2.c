@@ -504,7 +504,7 @@ void kvt_q6k_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const v
 // two bits (4-5 ops); the int16 pair sums of A and B (each at most 2 * 63 * 128: their sum fits) added, then one
 // madd with the scale words of the pair's groups (one shuffle of the 16 scales as words: lane 0 groups 2j, 2j + 1,
 // lane 1 groups 8 + 2j, 8 + 2j + 1, the same control in both lanes). About 50 vector operations where q6_K_sb has 70.
-INLINE int q6r_total(const kvt_block_q6_K *x, const kvt_block_q8_K *y) {
+INLINE __m256i q6r_isum(const kvt_block_q6_K *x, const kvt_block_q8_K *y) {
     const __m256i m3f = _mm256_set1_epi8(0x3F), m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     const __m256i sc16 = _mm256_cvtepi8_epi16(loadu128(x->scales));
     // -32 * sum_g sc_g * bsum_g (|32 sc| <= 4096 fits the words)
@@ -523,8 +523,9 @@ INLINE int q6r_total(const kvt_block_q6_K *x, const kvt_block_q8_K *y) {
         const __m256i scv = _mm256_shuffle_epi8(sc16, _mm256_set_epi64x(w1, w0, w1, w0));
         isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s, scv));
     }
-    return hsum_epi32(isum);
+    return isum;
 }
+INLINE int q6r_total(const kvt_block_q6_K *x, const kvt_block_q8_K *y) { return hsum_epi32(q6r_isum(x, y)); }
 INLINE void q6r_sb(const kvt_block_q6_K *x, const kvt_block_q8_K *y, float *acc) {
     *acc = fmaf((float)q6r_total(x, y), h2f(x->d) * y->d, *acc);
 }
@@ -563,24 +564,87 @@ INLINE void q6r_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const kvt
         Y[h - 1] = a;
     }
 }
-// The q6_K_r rows (matmul.h). Prefetch: with the CPU's decode prefetch (pf = kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R)
-// > 0: Intel, AMD Zen 3) into L2 pf ahead and into L1 KVT_X8_PF_NEAR ahead (paired from DRAM on the Intel Xeon,
-// against the q6_K rows' one prefetch into L1 KQ_PF ahead: 1.04-1.07x, docs/log/BENCHMARKS-kernels-3.md, k11s), or
-// into L1 only where pf is no farther than KVT_X8_PF_NEAR (as kqx8.h's x8_sb_z; the Zen 3's 1024: paired from DRAM
-// 1.02-1.09x against L2 at 4096 and L1 at 1024, z5k6); else the q6_K rows' prefetch. Study
-// forms (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R)): 8 the q6_K rows' prefetch, 10 none, 11 / 12 / 13 into
-// L2 only / L2 and L1 / L1 only pf ahead whatever pf is.
+// The default decode (ns 2) and a study form (ns 4: kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R) 24): Y[k * ystep] for
+// the ns q6_K_r rows at
+// W + k * step, super-block by super-block in turn, the ns integer totals of a super-block reduced together (two
+// hadd levels and one 128-bit add: the same int32 sums modulo 2^32 as hsum_epi32, so the same totals) and the rows'
+// chains acc_k = fma(float(total_k), d_k * y_d, acc_k) lane-wise in one 128-bit vector (the scalar chain's
+// operations, so q6_K_dot's bits). Against q6r_rows' hsum_epi32 and scalar fma per row and super-block: 1.09-1.13x
+// in L2 on the AMD Zen 3 (one thread, paired), 1.01-1.05x from DRAM (docs/log/BENCHMARKS-kernels-4.md, q8k).
+INLINE void q6r_rows_ns(const int ns, int64_t nb, const char *W, int64_t step, const kvt_block_q8_K *y, float *Y,
+                        int64_t ystep, int64_t pf, const int npf) {
+    __m128 acc = _mm_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ib++) {
+        __m256i s[4];
+        uint16_t dh[4] = {0, 0, 0, 0};
+        UNROLL for (int k = 0; k < ns; k++) {
+            const kvt_block_q6_K *x = (const kvt_block_q6_K *)(W + k * step) + ib;
+            q6r_prefetch(x, pf, npf);
+            s[k] = q6r_isum(x, y + ib);
+            memcpy(&dh[k], &x->d, sizeof dh[k]);
+        }
+        // lane 4h + k of t: row k's quarter h of its 8 lanes (k < 2 for ns 2: lanes 2, 3 row 0's and 1's again)
+        const __m256i t01 = _mm256_hadd_epi32(s[0], s[1]);
+        const __m256i t = _mm256_hadd_epi32(t01, ns == 4 ? _mm256_hadd_epi32(s[2], s[3]) : t01);
+        const __m128i tot = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        __m128i dv;
+        if (ns == 4) dv = _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], 0, 0, 0, 0);
+        else dv = _mm_setr_epi16((short)dh[0], (short)dh[1], (short)dh[0], (short)dh[1], 0, 0, 0, 0);
+        const __m128 d = _mm_mul_ps(_mm_cvtph_ps(dv), _mm_set1_ps(y[ib].d));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(tot), d, acc);
+    }
+    float a[4];
+    _mm_storeu_ps(a, acc);
+    UNROLL for (int k = 0; k < ns; k++) Y[k * ystep] = a[k];
+}
+// The rows of q6r_rows in ns (2, 4) streams (q6r_rows_ns): rows r + k * h (h = the rows / ns), then pairs, then one.
+INLINE void q6r_rows_st(const int ns, int64_t n, const void *W, size_t wrs, int64_t nr, const kvt_block_q8_K *y,
+                        float *Y, int64_t pf, const int npf) {
+    const int64_t nb = n / KVT_QK_K, h = nr / ns, rs = (int64_t)wrs;
+    const char *w = W;
+    int64_t r = 0;
+    for (; r < h; r++) q6r_rows_ns(ns, nb, w + r * rs, h * rs, y, Y + r, h, pf, npf);
+    for (r = ns * h; r + 2 <= nr; r += 2) q6r_rows_ns(2, nb, w + r * rs, rs, y, Y + r, 1, pf, npf);
+    if (r < nr) {
+        const kvt_block_q6_K *x = (const kvt_block_q6_K *)(w + r * rs);
+        float a = 0;
+        for (int64_t ib = 0; ib < nb; ib++) {
+            q6r_prefetch(x + ib, pf, npf);
+            q6r_sb(x + ib, y + ib, &a);
+        }
+        Y[r] = a;
+    }
+}
+// The q6_K_r rows (matmul.h): pairs (q6r_rows_st), or a study form's loop. Prefetch: with the CPU's decode prefetch
+// (pf = kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R) > 0: Intel, AMD Zen 3) into L2 pf ahead and into L1 KVT_X8_PF_NEAR
+// ahead (paired from DRAM on the Intel Xeon, against the q6_K rows' one prefetch into L1 KQ_PF ahead: 1.04-1.07x,
+// docs/log/BENCHMARKS-kernels-3.md, k11s), or into L1 only where pf is no farther than KVT_X8_PF_NEAR (as kqx8.h's
+// x8_sb_z; the Zen 3's 1024: paired from DRAM 1.02-1.09x against L2 at 4096 and L1 at 1024, z5k6); else the q6_K
+// rows' prefetch. Study forms (matmul.h kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R)), on q6r_rows, whose pairs reduce
+// row by row: 8 the q6_K rows' prefetch, 10 none, 11 / 12 / 13 into L2 only / L2 and L1 / L1 only pf ahead whatever pf
+// is, 20 the default prefetch; 22 the default, 24 four rows at once.
 void kvt_q6r_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *yv, float *Y) {
     const int64_t pf = kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R);
     const int v = kvt_kernels_decode_variant(KVT_TYPE_Q6_K_R);
     const kvt_block_q8_K *y = yv;
-    switch (v == 8 ? 4 : v >= 10 && v <= 13 ? v - 10 : pf <= 0 ? 4 : kvt_x8_pf_kind(pf)) {
-    case 0: q6r_rows(n, W, wrs, nr, y, Y, pf, 0); break;
-    case 1: q6r_rows(n, W, wrs, nr, y, Y, pf, 1); break;
-    case 2: q6r_rows(n, W, wrs, nr, y, Y, pf, 2); break;
-    case 3: q6r_rows(n, W, wrs, nr, y, Y, pf, 3); break;
-    default: q6r_rows(n, W, wrs, nr, y, Y, pf, 4); break;
+    const int k = v == 8 ? 4 : v >= 10 && v <= 13 ? v - 10 : pf <= 0 ? 4 : kvt_x8_pf_kind(pf);
+    if (v == 8 || (v >= 10 && v <= 13) || v == 20) { // q6r_rows: the pairs reduced row by row (the default before q8k)
+        switch (k) {
+        case 0: q6r_rows(n, W, wrs, nr, y, Y, pf, 0); break;
+        case 1: q6r_rows(n, W, wrs, nr, y, Y, pf, 1); break;
+        case 2: q6r_rows(n, W, wrs, nr, y, Y, pf, 2); break;
+        case 3: q6r_rows(n, W, wrs, nr, y, Y, pf, 3); break;
+        default: q6r_rows(n, W, wrs, nr, y, Y, pf, 4); break;
+        }
+        return;
     }
+    const int ns = v == 24 ? 4 : 2; // the default: pairs reduced together (q6r_rows_ns); 24: four rows
+    if (ns == 4 && k == 2) q6r_rows_st(4, n, W, wrs, nr, y, Y, pf, 2);
+    else if (ns == 4 && k == 3) q6r_rows_st(4, n, W, wrs, nr, y, Y, pf, 3);
+    else if (ns == 4) q6r_rows_st(4, n, W, wrs, nr, y, Y, pf, 4);
+    else if (k == 2) q6r_rows_st(2, n, W, wrs, nr, y, Y, pf, 2);
+    else if (k == 3) q6r_rows_st(2, n, W, wrs, nr, y, Y, pf, 3);
+    else q6r_rows_st(2, n, W, wrs, nr, y, Y, pf, 4);
 }
 #endif
 DEFINE_DISPATCH(q6_K)
