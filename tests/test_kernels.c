@@ -858,21 +858,25 @@ static void test_attn_merge_f16(void) {
             }
             far += fabs(l[2] - sum) > 1e-4 * sum;
         }
-    // several heads over the same V rows in one call (AVX2: 3 at a time, then 2 or 1): each as if alone
+    // several heads over the same V rows in one call (AVX2: their factors 8 at a time, one head a lane, o 4, 3, 2
+    // or 1 heads at a time): each as if alone
     const kvt_isa isa = kvt_kernels_isa();
-    for (int nh = 1; nh <= 6; nh++)
+    for (int nh = 1; nh <= 12; nh++)
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li += 2) {
-            const int64_t hdv = nh % 2 ? 136 : 64, n = lens[li];
-            static float sh[6][NMAX], oh[6][DMAX], o1[DMAX];
-            float mh[6], lh[6];
+            const int64_t hdv = nh % 2 ? 136 : nh % 4 ? 72 : 64, n = lens[li];
+            static float sh[12][NMAX], oh[12][DMAX], o1[DMAX];
+            float mh[12], lh[12];
             for (int64_t i = 0; i < n * hdv; i++) v[i] = kvt_f32_to_f16(rnd_normal());
             for (int h = 0; h < nh; h++)
                 for (int64_t i = 0; i < n; i++) sh[h][i] = 2.0f * rnd_normal();
-            for (int si = isa < KVT_ISA_AVX2 ? (int)isa : KVT_ISA_AVX2; si <= (int)isa; si++) {
+            if (nh % 3 == 0) sh[nh - 1][n / 2] = sh[0][n - 1] = 20.0f; // a late new max, in a later block of positions
+            for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) { // every ISA here
                 kvt_kernels_set_isa((kvt_isa)si);
                 const int64_t np = si == KVT_ISA_AVX512 && __builtin_cpu_supports("avx512fp16") ? hdv & ~(int64_t)127 : 0;
                 for (int h = 0; h < nh; h++) mh[h] = -INFINITY, lh[h] = 0, memset(oh[h], 0, sizeof oh[h]);
-                kvt_attn_merge_f16(nh, sh[0], NMAX, n, v, hdv * 2, mh, lh, oh[0], DMAX, hdv);
+                const int64_t cut = nh % 2 ? 0 : n / 3; // even head counts: two calls, the state carried over
+                kvt_attn_merge_f16(nh, sh[0], NMAX, cut, v, hdv * 2, mh, lh, oh[0], DMAX, hdv);
+                kvt_attn_merge_f16(nh, sh[0] + cut, NMAX, n - cut, v + cut * hdv, hdv * 2, mh, lh, oh[0], DMAX, hdv);
                 for (int h = 0; h < nh; h++) {
                     float m1 = -INFINITY, l1 = 0;
                     memset(o1, 0, sizeof o1);

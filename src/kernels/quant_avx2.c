@@ -845,10 +845,10 @@ static const uint64_t EXP2_32[32] = { // bits of 2^(i/32) rounded to double, min
     0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
     0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
 INLINE __m256d pd_bits(uint64_t b) { return _mm256_castsi256_pd(_mm256_set1_epi64x((long long)b)); }
-static void expf_libm4(const float *x, float *y) {
-    const __m128 xv = _mm_loadu_ps(x);
+// 2^(k/32) times the cubic in r for 4 lanes, in double (to be rounded to float)
+INLINE __m256d expf_core4(__m128 xv) {
     const __m256d xd = _mm256_cvtps_pd(xv);
-    const __m256d inv_ln2n = pd_bits(0x40471547652b82fe), shift = pd_bits(0x4338000000000000); // 32/ln2, 1.5*2^52
+    const __m256d inv_ln2n = pd_bits(0x40471547652b82fe), shift = pd_bits(0x4338000000000000);
     const __m256d kd0 = _mm256_fmadd_pd(inv_ln2n, xd, shift);
     const __m256i ki = _mm256_castpd_si256(kd0);
     const __m256d kd = _mm256_sub_pd(kd0, shift);
@@ -857,14 +857,35 @@ static void expf_libm4(const float *x, float *y) {
                                        _mm256_slli_epi64(ki, 47));
     const __m256d z = _mm256_fmadd_pd(pd_bits(0x3ebc6af84b912394), r, pd_bits(0x3f2ebfce50fac4f3));
     const __m256d r2 = _mm256_mul_pd(r, r);
-    __m256d v = _mm256_fmadd_pd(pd_bits(0x3f962e42ff0c52d6), r, _mm256_set1_pd(1.0));
-    v = _mm256_mul_pd(_mm256_fmadd_pd(z, r2, v), _mm256_castsi256_pd(t));
-    _mm_storeu_ps(y, _mm256_cvtpd_ps(v));
+    const __m256d v = _mm256_fmadd_pd(pd_bits(0x3f962e42ff0c52d6), r, _mm256_set1_pd(1.0));
+    return _mm256_mul_pd(_mm256_fmadd_pd(z, r2, v), _mm256_castsi256_pd(t));
+}
+static void expf_libm4(const float *x, float *y) {
+    const __m128 xv = _mm_loadu_ps(x);
+    _mm_storeu_ps(y, _mm256_cvtpd_ps(expf_core4(xv)));
     // |x| >= 88, inf, nan: libm's own special cases
     const int far = _mm_movemask_ps(_mm_cmpge_ps(_mm_andnot_ps(_mm_set1_ps(-0.0f), xv), _mm_set1_ps(88.0f))) |
                     _mm_movemask_ps(_mm_cmpunord_ps(xv, xv));
     for (int k = 0; k < 4; k++)
         if (far >> k & 1) y[k] = expf(x[k]);
+}
+
+// expf_libm4 on 8 lanes in registers (the same operations per lane), inline: the callers' loops overlap the table
+// gathers of successive calls
+INLINE __m256 expf_libm8(__m256 x) {
+    __m256 y = _mm256_set_m128(_mm256_cvtpd_ps(expf_core4(_mm256_extractf128_ps(x, 1))),
+                               _mm256_cvtpd_ps(expf_core4(_mm256_castps256_ps128(x))));
+    const int far = _mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), _mm256_set1_ps(88.0f), _CMP_GE_OQ),
+                                                    _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+    if (far) { // |x| >= 88, inf, nan: libm's own special cases
+        float xs[8], ys[8];
+        _mm256_storeu_ps(xs, x);
+        _mm256_storeu_ps(ys, y);
+        for (int k = 0; k < 8; k++)
+            if (far >> k & 1) ys[k] = expf(xs[k]);
+        y = _mm256_loadu_ps(ys);
+    }
+    return y;
 }
 
 static int libm_expf_matches(void) {
@@ -883,6 +904,7 @@ static int libm_expf_matches(void) {
     return v;
 }
 
+#ifdef KVT_SIMD_AVX512
 // The same ms, w, *m and *l as kvt_attn_merge_factors (n <= KVT_MERGE_ROWS): the running max first, then the
 // exponentials of the same arguments, then the sum's FMA chain in position order.
 static void merge_factors(const float *s, int64_t n, float *m, float *l, float *ms, float *w) {
@@ -908,7 +930,6 @@ static void merge_factors(const float *s, int64_t n, float *m, float *l, float *
     *l = L;
 }
 
-#ifdef KVT_SIMD_AVX512
 // kvt_attn_merge_f16 with 16-lane vectors (per element the same operations as the AVX2 and scalar code).
 INLINE __m512 round_f16_zmm(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 #define MERGE_HEADS 4 // heads merged together: 4 x 4 zmm accumulators
@@ -1083,77 +1104,129 @@ void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, con
 
 INLINE __m256 round_f16_ps(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
-// kvt_attn_merge_f16 for H <= 3 query heads that read the same V rows, 8 * K columns at a time: each head's o
-// in H x K registers, each V row converted once for all H heads, and the factors read as pre-broadcast vectors
-// (wb[h][r], sb[h][r]) so that 3 heads x 4 vectors of o stay in registers. Per element and
-// position the scalar code's operations (the scale when the position raised the max, then the FMA, each rounded
-// to f16): the heads and columns only give the rounding chains, which are latency-bound alone, company.
-INLINE void merge_blk(const int H, const int K, int64_t nr, const float (*ms)[KVT_MERGE_ROWS],
-                      const __m256 (*sb)[KVT_MERGE_ROWS], const __m256 (*wb)[KVT_MERGE_ROWS],
-                      const char *v0, int64_t stride, float *o, int64_t o_stride) {
+// The factors of up to 8 heads (G) over nr <= KVT_MERGE_ROWS positions, one head a lane: per lane and position
+// the operations of kvt_attn_merge_factors (the running max by a compare and blends, the exponentials of the same
+// arguments by expf_libm4, the sum's FMA chain in position order), so the same ms, w, *m and *l; the branches and
+// serial chains of 8 heads become one vector each. Out: ms[r][h], w[r][h]; nz[r] bit h: ms[r][h] != 1.
+static void merge_factors8(int G, const float *s, int64_t s_stride, int64_t nr, float *m, float *l, float (*ms)[8],
+                           float (*w)[8], uint8_t *nz) {
+    if (!libm_expf_matches()) {
+        for (int h = 0; h < G; h++) {
+            float msh[KVT_MERGE_ROWS], wh[KVT_MERGE_ROWS];
+            kvt_attn_merge_factors(s + h * s_stride, nr, m + h, l + h, msh, wh);
+            for (int64_t r = 0; r < nr; r++) ms[r][h] = msh[r], w[r][h] = wh[r];
+        }
+        for (int64_t r = 0; r < nr; r++) {
+            nz[r] = 0;
+            for (int h = 0; h < G; h++) nz[r] |= (uint8_t)((ms[r][h] != 1.0f) << h);
+        }
+        return;
+    }
+    float a[KVT_MERGE_ROWS][8], mi[8] = {0}, li[8] = {0}; // padding lanes: 0 (exp(0) = 1)
+    for (int h = 0; h < G; h++) mi[h] = m[h], li[h] = l[h];
+    for (int64_t r = 0; r < nr; r++) {
+        UNROLL for (int h = 0; h < 8; h++) a[r][h] = h < G ? s[h * s_stride + r] : 0.0f; // the scores, transposed
+    }
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 M = _mm256_loadu_ps(mi), L = _mm256_loadu_ps(li);
+    for (int64_t r = 0; r < nr; r++) {
+        const __m256 x = _mm256_loadu_ps(a[r]), u = _mm256_cmp_ps(x, M, _CMP_GT_OQ); // s > M (false for NaN)
+        const __m256 e = expf_libm8(_mm256_blendv_ps(_mm256_sub_ps(x, M), _mm256_sub_ps(M, x), u));
+        M = _mm256_blendv_ps(M, x, u);
+        const __m256 msv = _mm256_blendv_ps(one, e, u), wv = _mm256_blendv_ps(e, one, u);
+        L = _mm256_fmadd_ps(L, msv, wv);
+        _mm256_storeu_ps(ms[r], msv);
+        _mm256_storeu_ps(w[r], wv);
+        nz[r] = (uint8_t)_mm256_movemask_ps(_mm256_cmp_ps(msv, one, _CMP_NEQ_UQ));
+    }
+    _mm256_storeu_ps(mi, M);
+    _mm256_storeu_ps(li, L);
+    for (int h = 0; h < G; h++) m[h] = mi[h], l[h] = li[h];
+}
+
+// H <= 3 query heads (lanes c .. c + H - 1 of the factors) that read the same V rows, 8 * K columns at a time: each
+// head's o in H x K registers, each V vector converted once for the H heads, the weights read as pre-broadcast
+// vectors (wb[r][h]). Per element and position the scalar code's operations (the scale when ms != 1, then the FMA,
+// each rounded to f16): the heads and columns only give the rounding chains, which are latency-bound alone, company.
+INLINE void merge_blk(const int H, const int K, int64_t nr, int c, const float (*ms)[8], const uint8_t *nz,
+                      const __m256 (*wb)[3], const char *v0, int64_t stride, float *o, int64_t o_stride) {
     __m256 acc[3][8];
+    const unsigned hm = (1u << H) - 1;
     UNROLL for (int h = 0; h < H; h++) UNROLL for (int k = 0; k < K; k++) acc[h][k] = _mm256_loadu_ps(o + h * o_stride + 8 * k);
     for (int64_t r = 0; r < nr; r++) {
         const uint16_t *hp = (const uint16_t *)(v0 + r * stride);
-        UNROLL for (int h = 0; h < H; h++) {
-            if (ms[h][r] != 1.0f) {
-                UNROLL for (int k = 0; k < K; k++) acc[h][k] = round_f16_ps(_mm256_mul_ps(acc[h][k], sb[h][r]));
+        const unsigned z = (unsigned)nz[r] >> c & hm;
+        if (z) {
+            UNROLL for (int h = 0; h < H; h++) {
+                if (z >> h & 1) {
+                    const __m256 sb = _mm256_broadcast_ss(&ms[r][c + h]);
+                    UNROLL for (int k = 0; k < K; k++) acc[h][k] = round_f16_ps(_mm256_mul_ps(acc[h][k], sb));
+                }
             }
         }
         UNROLL for (int k = 0; k < K; k++) { // one converted V vector live at a time: no accumulator spills
             const __m256 x = _mm256_cvtph_ps(loadu128(hp + 8 * k));
-            UNROLL for (int h = 0; h < H; h++) acc[h][k] = round_f16_ps(_mm256_fmadd_ps(x, wb[h][r], acc[h][k]));
+            UNROLL for (int h = 0; h < H; h++) acc[h][k] = round_f16_ps(_mm256_fmadd_ps(x, wb[r][h], acc[h][k]));
         }
     }
     UNROLL for (int h = 0; h < H; h++) UNROLL for (int k = 0; k < K; k++) _mm256_storeu_ps(o + h * o_stride + 8 * k, acc[h][k]);
 }
 
-// columns [i, hdv) of one head (fewer than 8 * K): 8 at a time, the last group partial
-static void merge_tail(int64_t nr, const float *ms, const float *w, const char *v0, int64_t stride, float *o, int64_t i,
-                       int64_t hdv) {
+// columns [i, hdv) of lane c's head (fewer than 8): the last group partial
+static void merge_tail(int64_t nr, int c, const float (*ms)[8], const float (*w)[8], const char *v0, int64_t stride,
+                       float *o, int64_t i, int64_t hdv) {
     for (; i < hdv; i += 8) {
-        const int64_t c = hdv - i < 8 ? hdv - i : 8;
+        const int64_t cn = hdv - i < 8 ? hdv - i : 8;
         float t[8] = {0}, hb[8];
-        memcpy(t, o + i, (size_t)c * sizeof(float));
+        memcpy(t, o + i, (size_t)cn * sizeof(float));
         __m256 acc = _mm256_loadu_ps(t);
         for (int64_t r = 0; r < nr; r++) {
             const uint16_t *h = (const uint16_t *)(v0 + r * stride) + i;
-            for (int64_t k = 0; k < 8; k++) hb[k] = k < c ? kvt_f16_to_f32(h[k]) : 0.0f;
-            if (ms[r] != 1.0f) acc = round_f16_ps(_mm256_mul_ps(acc, _mm256_set1_ps(ms[r])));
-            acc = round_f16_ps(_mm256_fmadd_ps(_mm256_loadu_ps(hb), _mm256_set1_ps(w[r]), acc));
+            for (int64_t k = 0; k < 8; k++) hb[k] = k < cn ? kvt_f16_to_f32(h[k]) : 0.0f;
+            if (ms[r][c] != 1.0f) acc = round_f16_ps(_mm256_mul_ps(acc, _mm256_set1_ps(ms[r][c])));
+            acc = round_f16_ps(_mm256_fmadd_ps(_mm256_loadu_ps(hb), _mm256_set1_ps(w[r][c]), acc));
         }
         _mm256_storeu_ps(t, acc);
-        memcpy(o + i, t, (size_t)c * sizeof(float));
+        memcpy(o + i, t, (size_t)cn * sizeof(float));
     }
 }
 
-// kvt_attn_merge_f16: the factors of up to KVT_MERGE_ROWS positions first, then the heads three at a time (two or
-// one for the rest), o 32 columns at a time in registers (64 for a head alone), the last columns 8 at a time.
+// H <= 3 heads (lanes c ..) over all columns: 8 * K at a time (K by H: 12 accumulators at most), then the tail
+static void merge_heads(int H, int c, int64_t nr, const float (*ms)[8], const float (*w)[8], const uint8_t *nz,
+                        const char *v0, int64_t stride, float *o, int64_t o_stride, int64_t hdv) {
+    __m256 wb[KVT_MERGE_ROWS][3];
+    for (int64_t r = 0; r < nr; r++)
+        for (int h = 0; h < H; h++) wb[r][h] = _mm256_set1_ps(w[r][c + h]);
+    int64_t i = 0;
+#define MERGE_BLK(h, k)                                                                                      \
+    for (; i + 8 * (k) <= hdv; i += 8 * (k)) merge_blk(h, k, nr, c, ms, nz, (const __m256(*)[3])wb, v0 + i * 2, stride, o + i, o_stride)
+    switch (H) { // 8 or more chains in flight: fewer leave the rounding chains' latency bare
+    case 3: MERGE_BLK(3, 4); MERGE_BLK(3, 2); MERGE_BLK(3, 1); break;
+    case 2: MERGE_BLK(2, 4); MERGE_BLK(2, 2); MERGE_BLK(2, 1); break;
+    default: MERGE_BLK(1, 8); MERGE_BLK(1, 4); MERGE_BLK(1, 1); break;
+    }
+#undef MERGE_BLK
+    for (int h = 0; h < H && i < hdv; h++) merge_tail(nr, c + h, ms, w, v0, stride, o + h * o_stride, i, hdv);
+}
+
+// kvt_attn_merge_f16: the heads 8 at a time; per block of up to KVT_MERGE_ROWS positions their factors together
+// (merge_factors8), then o in sub-groups of up to 3 heads (sizes as even as possible: 8 = 2 + 3 + 3, 4 = 2 + 2).
 void kvt_attn_merge_f16_avx2(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
                              float *m, float *l, float *o, int64_t o_stride, int64_t hdv) {
-    float ms[3][KVT_MERGE_ROWS], w[3][KVT_MERGE_ROWS];
-    __m256 sb[3][KVT_MERGE_ROWS], wb[3][KVT_MERGE_ROWS];
-    for (int h0 = 0; h0 < nh; h0 += 3) {
-        const int H = nh - h0 < 3 ? nh - h0 : 3;
-        float *oh = o + h0 * o_stride;
+    float ms[KVT_MERGE_ROWS][8], w[KVT_MERGE_ROWS][8];
+    uint8_t nz[KVT_MERGE_ROWS];
+    for (int g0 = 0; g0 < nh; g0 += 8) {
+        const int G = nh - g0 < 8 ? nh - g0 : 8, ns = (G + 2) / 3;
         for (int64_t r0 = 0; r0 < n; r0 += KVT_MERGE_ROWS) {
             const int64_t nr = n - r0 < KVT_MERGE_ROWS ? n - r0 : KVT_MERGE_ROWS;
-            for (int h = 0; h < H; h++) {
-                merge_factors(s + (h0 + h) * s_stride + r0, nr, m + h0 + h, l + h0 + h, ms[h], w[h]);
-                for (int64_t r = 0; r < nr; r++) sb[h][r] = _mm256_set1_ps(ms[h][r]), wb[h][r] = _mm256_set1_ps(w[h][r]);
-            }
+            merge_factors8(G, s + g0 * s_stride + r0, s_stride, nr, m + g0, l + g0, ms, w, nz);
             const char *v0 = (const char *)v + r0 * stride;
-            const int K = H == 1 ? 8 : 4;
-            int64_t i = 0;
-            for (; i + 8 * K <= hdv; i += 8 * K) {
-                const char *vi = v0 + i * 2;
-                switch (H) {
-                case 3: merge_blk(3, 4, nr, ms, sb, wb, vi, stride, oh + i, o_stride); break;
-                case 2: merge_blk(2, 4, nr, ms, sb, wb, vi, stride, oh + i, o_stride); break;
-                default: merge_blk(1, 8, nr, ms, sb, wb, vi, stride, oh + i, o_stride); break;
-                }
+            for (int k = 0, c = 0; k < ns; k++) {
+                const int H = (G - c) / (ns - k);
+                merge_heads(H, c, nr, (const float(*)[8])ms, (const float(*)[8])w, nz, v0, stride, o + (g0 + c) * o_stride,
+                            o_stride, hdv);
+                c += H;
             }
-            for (int h = 0; h < H && i < hdv; h++) merge_tail(nr, ms[h], w[h], v0, stride, oh + h * o_stride, i, hdv);
         }
     }
 }
