@@ -370,7 +370,10 @@ def t_disconnect(s):
     for stream in (True, False):
         before = s.metric('kvtier_requests_total{outcome="cancelled"}')
         k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
-        body = json.dumps({"prompt": "A", "max_tokens": 3000, "stream": stream, "temperature": 0}).encode()  # no EOS
+        # no EOS; whole answers: 16 choices (~2047 tokens each on the tiny model take ~0.65 s, which a loaded
+        # machine's 0.3 s sleep below could outlast: the job would end done, not cancelled)
+        body = json.dumps({"prompt": "A", "max_tokens": 3000, "stream": stream, "temperature": 0,
+                           "n": 1 if stream else 16}).encode()
         k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % len(body) + body)
         if stream:
