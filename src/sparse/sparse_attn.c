@@ -356,12 +356,15 @@ static void score_task(void *vctx, int64_t kh64, int thread) {
             break;
         }
         const uint8_t *kb = (const uint8_t *)v.k + jh * v.k_hstride + (p - v.pos0) * v.k_stride;
-        if (qf) kvt_attn_kq_f16(hd, kb, v.k_stride, cnt, (const uint16_t *)qd, qf, qrow / 2, qpg, J->p->scale, s + p, n);
-        for (int32_t i = 0; !qf && i < qpg; i++) {
-            for (int64_t x = 0; x < cnt; x++) {
-                float d;
-                ops->vec_dot(hd, &d, kb + x * v.k_stride, qd + i * qrow);
-                s[i * n + p + x] = d * J->p->scale;
+        if (qf) {
+            kvt_attn_kq_f16(hd, kb, v.k_stride, cnt, (const uint16_t *)qd, qf, qrow / 2, qpg, J->p->scale, s + p, n);
+        } else {
+            for (int32_t i = 0; i < qpg; i++) {
+                for (int64_t x = 0; x < cnt; x++) {
+                    float d;
+                    ops->vec_dot(hd, &d, kb + x * v.k_stride, qd + i * qrow);
+                    s[i * n + p + x] = d * J->p->scale;
+                }
             }
         }
         p += cnt;
