@@ -718,6 +718,25 @@ static void test_vec_mad_rows(void) {
     CHECK("vec_mad_rows_bitwise", bad == 0, "%d elements differ from row-by-row kvt_vec_mad", bad);
 }
 
+// kvt_vec_expf_sub: bitwise libm's expf(x - m) for every length around the 8-lane vectors, including arguments far
+// out of range, infinities and NaN.
+static void test_vec_expf_sub(void) {
+    int bad = 0;
+    enum { E = 4099 };
+    static float xe[E], ye[E];
+    for (int i = 0; i < E; i++) xe[i] = i % 97 == 0 ? (i % 2 ? 200.0f : -300.0f) : 40.0f * rnd_normal();
+    xe[5] = NAN, xe[6] = INFINITY, xe[7] = -INFINITY;
+    for (int64_t n = 0; n <= E; n += n < 40 ? 1 : 1021) {
+        const float m = n % 3 ? 1.5f : -2.25f;
+        kvt_vec_expf_sub(xe, m, ye, n);
+        for (int64_t i = 0; i < n; i++) {
+            const float want = expf(xe[i] - m);
+            bad += memcmp(&ye[i], &want, sizeof want) != 0 && !(isnan(ye[i]) && isnan(want));
+        }
+    }
+    CHECK("vec_expf_sub_bitwise", bad == 0, "%d values differ from libm's expf", bad);
+}
+
 // The activation quantizers of q8_0 and q8_1 (every ISA the CPU runs) compute llama.cpp's x86 expressions:
 // d = amax / 127 stored as f16, q = round-half-even(x * (127 / amax)), q8_1's s = f16(d * sum q). The
 // multiplier 127 / amax is not always 1 / d in float: blocks are built where the two give other bytes.
@@ -1167,6 +1186,7 @@ int test_kernels_main(void) {
     } // (without AVX-512 there is one ISA: nothing to compare)
     test_vec_mad();
     test_vec_mad_rows();
+    test_vec_expf_sub();
     test_act_quant_llamacpp();
     test_attn_merge_f16();
     test_attn_kq_f16();

@@ -1102,6 +1102,16 @@ void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, con
     }
 }
 
+// y[i] = expf(x[i] - m): libm's expf bits (expf_libm8 where libm_expf_matches(), else libm itself).
+void kvt_vec_expf_sub_avx2(const float *x, float m, float *y, int64_t n) {
+    int64_t i = 0;
+    if (libm_expf_matches()) {
+        const __m256 mv = _mm256_set1_ps(m);
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf_libm8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
+    }
+    for (; i < n; i++) y[i] = expf(x[i] - m);
+}
+
 INLINE __m256 round_f16_ps(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
 // The factors of up to 8 heads (G) over nr <= KVT_MERGE_ROWS positions, one head a lane: per lane and position

@@ -33,6 +33,14 @@ void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const
     for (int64_t r = 0; r < n_rows; r++) kvt_vec_mad(t, y, (const char *)x + r * stride, s[r], n);
 }
 
+void kvt_vec_expf_sub(const float *x, float m, float *y, int64_t n) {
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
+        kvt_vec_expf_sub_avx2(x, m, y, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) y[i] = expf(x[i] - m);
+}
+
 static inline float round_f16(float x) { return kvt_f16_to_f32(kvt_f32_to_f16(x)); }
 
 void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,

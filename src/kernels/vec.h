@@ -15,6 +15,9 @@ void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n);
 // of type t (F32 or F16): the attention's V accumulation for a tile of positions. The result is
 // bitwise that of n_rows calls of kvt_vec_mad.
 void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n);
+// y[i] = expf(x[i] - m) for i in [0, n), with libm's expf bits (the SIMD kernels: glibc's expf as 8 lanes where it
+// matches this libm, checked once; libm's expf otherwise). y may be x.
+void kvt_vec_expf_sub(const float *x, float m, float *y, int64_t n);
 // The online-softmax merge of one tile of n >= 0 attention scores s[0..n) and F16 V rows x_r = (const char *)v +
 // r * stride (hdv elements each) into a running state (*m, *l, o[0..hdv)), computed as llama.cpp's CPU flash
 // attention computes it for an F16 V cache (ggml's flash_attn_ext over one KV chunk): positions in order; a

@@ -100,6 +100,17 @@ static void unhold(sp_job *J, int32_t kh, int64_t held) {
     if (held >= 0) J->kv->ops->release(J->kv, J->seq, J->layer, kh / J->kv->group_heads, held);
 }
 
+enum { PF_ROWS = 16 }; // run_score / run_accum: the next stretch's K / V rows (F16) requested up to this many positions ahead
+
+// Requests the cache lines of a row of `bytes` bytes at p (hints only: no effect on any value): to L1 (l2 false) or
+// L2.
+static inline void prefetch_row(const uint8_t *p, int64_t bytes, bool l2) {
+    for (int64_t o = 0; o < bytes; o += 64) {
+        if (l2) __builtin_prefetch(p + o, 0, 2);
+        else __builtin_prefetch(p + o, 0, 3);
+    }
+}
+
 // Run R's scores (block held) for query heads [i0, i1): h->s[(i - h->i0) * ns + x] for x in [R->a, R->e), as
 // attend_task computes them (each query head's scores and softmax are its own: any split of the heads, the same bits).
 // An F16 cache (qf set): each stretch of consecutive positions in one kvt_attn_kq_f16 call for the heads together,
@@ -110,9 +121,12 @@ static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, const floa
     const kvt_type_ops *ops = kvt_type_ops_get(kv->type);
     const uint8_t *kb = (const uint8_t *)R->v.k + jh * R->v.k_hstride;
     if (qf) {
-        const int64_t qst = qrow / 2;
+        const int64_t qst = qrow / 2, krow = 2 * (int64_t)kv->head_dim;
         for (int64_t x0 = R->a, x1; x0 < R->e; x0 = x1) {
             for (x1 = x0 + 1; x1 < R->e && sel[x1] == sel[x0] + (x1 - x0);) x1++; // sel[x0 .. x1) consecutive
+            // the next stretch's K rows (to L1): hints only
+            const int64_t xe = R->e - x1 < PF_ROWS ? R->e : x1 + PF_ROWS;
+            for (int64_t x = x1; x < xe; x++) prefetch_row(kb + (sel[x] - R->v.pos0) * R->v.k_stride, krow, false);
             kvt_attn_kq_f16(kv->head_dim, kb + (sel[x0] - R->v.pos0) * R->v.k_stride, R->v.k_stride, x1 - x0,
                             (const uint16_t *)(qd + i0 * qrow), qf + i0 * qst, qst, i1 - i0, J->p->scale,
                             h->s + (int64_t)(i0 - h->i0) * ns + x0, ns);
@@ -129,42 +143,56 @@ static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, const floa
     }
 }
 
-enum { MAD_ROWS = 32 }; // V rows per kvt_vec_mad_rows call in run_accum
+enum { MAD_ROWS = 32, ACC_HEADS = 4 }; // run_accum: positions per expf / kvt_vec_mad_rows call; query heads per pass
 
-// Run R's step of the online softmax from its scores for query heads [i0, i1): the same operations in the same order
-// as attend_task's.
+// Run R's step of the online softmax from its scores for query heads [i0, i1): per query head the same operations in
+// the same order as one head at a time (max, correction, then position by position w = expf(s - max), l += w, o +=
+// w * v), so the same bits: up to ACC_HEADS heads in a pass, their weights of up to MAD_ROWS positions at a time
+// (kvt_vec_expf_sub: libm's expf bits), then the V rows of each stretch of consecutive positions in one
+// kvt_vec_mad_rows call per head (its FMAs per element in row order, as row-by-row kvt_vec_mad), with the next
+// stretch's V rows requested meanwhile (a hint: the rows of a selection are cold).
 static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *sel, sp_head *h, const sp_run *R,
                       int32_t i0, int32_t i1) {
     const kvt_kv *kv = J->kv;
     const int32_t hdv = kv->head_dim_v;
     const uint8_t *vb = (const uint8_t *)R->v.v + jh * R->v.v_hstride;
     float *m = h->m, *l = h->l;
-    for (int32_t i = i0 - h->i0; i < i1 - h->i0; i++) { // i: the query head's row
-        const float *si = h->s + (int64_t)i * ns;
-        float bm = -INFINITY;
-        for (int64_t x = R->a; x < R->e; x++) bm = si[x] > bm ? si[x] : bm;
-        const float mn = bm > m[i] ? bm : m[i], corr = expf(m[i] - mn);
-        float *oi = h->o + (int64_t)i * hdv;
-        if (corr != 1.0f) {
-            l[i] *= corr;
-            kvt_vec_scale_f32(oi, corr, hdv);
-        }
-        // the V rows of consecutive positions in one kvt_vec_mad_rows call (up to MAD_ROWS): it adds them row by row in
-        // order, each element's FMAs as one call per row would do them (the same bits), loading o once per call
-        float wb[MAD_ROWS];
-        int64_t nb = 0, x0 = R->a;
-        for (int64_t x = R->a; x < R->e; x++) {
-            const float w = expf(si[x] - mn);
-            l[i] += w;
-            if (nb > 0 && (nb == MAD_ROWS || sel[x] != sel[x0] + nb)) {
-                kvt_vec_mad_rows(kv->type, oi, vb + (sel[x0] - R->v.pos0) * R->v.v_stride, R->v.v_stride, wb, nb, hdv);
-                nb = 0;
+    const bool pf = kv->type == KVT_TYPE_F16;
+    const int64_t vrow = 2 * (int64_t)hdv;
+    for (int32_t g0 = i0 - h->i0; g0 < i1 - h->i0; g0 += ACC_HEADS) { // rows g0 .. g0 + nh of s, m, l, o
+        const int32_t nh = i1 - h->i0 - g0 < ACC_HEADS ? i1 - h->i0 - g0 : ACC_HEADS;
+        float mn[ACC_HEADS], wb[ACC_HEADS][MAD_ROWS];
+        for (int32_t c = 0; c < nh; c++) {
+            const int32_t i = g0 + c;
+            const float *si = h->s + (int64_t)i * ns;
+            float bm = -INFINITY;
+            for (int64_t x = R->a; x < R->e; x++) bm = si[x] > bm ? si[x] : bm;
+            mn[c] = bm > m[i] ? bm : m[i];
+            const float corr = expf(m[i] - mn[c]);
+            if (corr != 1.0f) {
+                l[i] *= corr;
+                kvt_vec_scale_f32(h->o + (int64_t)i * hdv, corr, hdv);
             }
-            if (nb == 0) x0 = x;
-            wb[nb++] = w;
         }
-        if (nb > 0) kvt_vec_mad_rows(kv->type, oi, vb + (sel[x0] - R->v.pos0) * R->v.v_stride, R->v.v_stride, wb, nb, hdv);
-        m[i] = mn;
+        for (int64_t c0 = R->a; c0 < R->e; c0 += MAD_ROWS) {
+            const int64_t c1 = R->e - c0 < MAD_ROWS ? R->e : c0 + MAD_ROWS;
+            for (int32_t c = 0; c < nh; c++) {
+                const int32_t i = g0 + c;
+                kvt_vec_expf_sub(h->s + (int64_t)i * ns + c0, mn[c], wb[c], c1 - c0);
+                for (int64_t x = 0; x < c1 - c0; x++) l[i] += wb[c][x];
+            }
+            for (int64_t x0 = c0, x1; x0 < c1; x0 = x1) {
+                for (x1 = x0 + 1; x1 < c1 && sel[x1] == sel[x0] + (x1 - x0);) x1++; // sel[x0 .. x1) consecutive
+                if (pf) { // the next stretch's V rows (to L1): hints only
+                    const int64_t xe = R->e - x1 < PF_ROWS ? R->e : x1 + PF_ROWS;
+                    for (int64_t x = x1; x < xe; x++) prefetch_row(vb + (sel[x] - R->v.pos0) * R->v.v_stride, vrow, false);
+                }
+                for (int32_t c = 0; c < nh; c++)
+                    kvt_vec_mad_rows(kv->type, h->o + (int64_t)(g0 + c) * hdv, vb + (sel[x0] - R->v.pos0) * R->v.v_stride,
+                                     R->v.v_stride, wb[c] + (x0 - c0), x1 - x0, hdv);
+            }
+        }
+        for (int32_t c = 0; c < nh; c++) m[g0 + c] = mn[c];
     }
 }
 
