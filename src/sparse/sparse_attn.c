@@ -102,13 +102,14 @@ static void unhold(sp_job *J, int32_t kh, int64_t held) {
 
 enum { PF_ROWS = 16 }; // run_score / run_accum: the next stretch's K / V rows (F16) requested up to this many positions ahead
 
-// Requests the cache lines of a row of `bytes` bytes at p (hints only: no effect on any value): to L1 (l2 false) or
-// L2.
-static inline void prefetch_row(const uint8_t *p, int64_t bytes, bool l2) {
-    for (int64_t o = 0; o < bytes; o += 64) {
-        if (l2) __builtin_prefetch(p + o, 0, 2);
-        else __builtin_prefetch(p + o, 0, 3);
-    }
+// Requests into L1 the cache lines of the rows of positions sel[*done .. e) (each `bytes` bytes at base + (sel[x] -
+// pos0) * stride) and sets *done = e; nothing when e <= *done, so that consecutive stretches request each row once.
+// Hints only: no effect on any value.
+static inline void prefetch_rows(const uint8_t *base, int64_t stride, int64_t pos0, const int32_t *sel, int64_t *done,
+                                 int64_t e, int64_t bytes) {
+    for (int64_t x = *done; x < e; x++)
+        for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(base + (sel[x] - pos0) * stride + o, 0, 3);
+    if (e > *done) *done = e;
 }
 
 // Run R's scores (block held) for query heads [i0, i1): h->s[(i - h->i0) * ns + x] for x in [R->a, R->e), as
@@ -122,11 +123,12 @@ static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, const floa
     const uint8_t *kb = (const uint8_t *)R->v.k + jh * R->v.k_hstride;
     if (qf) {
         const int64_t qst = qrow / 2, krow = 2 * (int64_t)kv->head_dim;
+        int64_t pf_done = R->a + 1; // positions whose K rows were requested: [.., pf_done)
         for (int64_t x0 = R->a, x1; x0 < R->e; x0 = x1) {
             for (x1 = x0 + 1; x1 < R->e && sel[x1] == sel[x0] + (x1 - x0);) x1++; // sel[x0 .. x1) consecutive
             // the next stretch's K rows (to L1): hints only
-            const int64_t xe = R->e - x1 < PF_ROWS ? R->e : x1 + PF_ROWS;
-            for (int64_t x = x1; x < xe; x++) prefetch_row(kb + (sel[x] - R->v.pos0) * R->v.k_stride, krow, false);
+            if (pf_done < x1) pf_done = x1;
+            prefetch_rows(kb, R->v.k_stride, R->v.pos0, sel, &pf_done, R->e - x1 < PF_ROWS ? R->e : x1 + PF_ROWS, krow);
             kvt_attn_kq_f16(kv->head_dim, kb + (sel[x0] - R->v.pos0) * R->v.k_stride, R->v.k_stride, x1 - x0,
                             (const uint16_t *)(qd + i0 * qrow), qf + i0 * qst, qst, i1 - i0, J->p->scale,
                             h->s + (int64_t)(i0 - h->i0) * ns + x0, ns);
@@ -162,6 +164,7 @@ static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *se
     for (int32_t g0 = i0 - h->i0; g0 < i1 - h->i0; g0 += ACC_HEADS) { // rows g0 .. g0 + nh of s, m, l, o
         const int32_t nh = i1 - h->i0 - g0 < ACC_HEADS ? i1 - h->i0 - g0 : ACC_HEADS;
         float mn[ACC_HEADS], wb[ACC_HEADS][MAD_ROWS];
+        int64_t pf_done = R->a + 1; // positions whose V rows this pass requested: [.., pf_done)
         for (int32_t c = 0; c < nh; c++) {
             const int32_t i = g0 + c;
             const float *si = h->s + (int64_t)i * ns;
@@ -184,8 +187,9 @@ static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *se
             for (int64_t x0 = c0, x1; x0 < c1; x0 = x1) {
                 for (x1 = x0 + 1; x1 < c1 && sel[x1] == sel[x0] + (x1 - x0);) x1++; // sel[x0 .. x1) consecutive
                 if (pf) { // the next stretch's V rows (to L1): hints only
-                    const int64_t xe = R->e - x1 < PF_ROWS ? R->e : x1 + PF_ROWS;
-                    for (int64_t x = x1; x < xe; x++) prefetch_row(vb + (sel[x] - R->v.pos0) * R->v.v_stride, vrow, false);
+                    if (pf_done < x1) pf_done = x1;
+                    prefetch_rows(vb, R->v.v_stride, R->v.pos0, sel, &pf_done, R->e - x1 < PF_ROWS ? R->e : x1 + PF_ROWS,
+                                  vrow);
                 }
                 for (int32_t c = 0; c < nh; c++)
                     kvt_vec_mad_rows(kv->type, h->o + (int64_t)(g0 + c) * hdv, vb + (sel[x0] - R->v.pos0) * R->v.v_stride,
