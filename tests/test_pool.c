@@ -218,11 +218,12 @@ static void matmul_ex_test(void) {
     int64_t bad = 0, cases = 0;
     float *x = malloc(sizeof(float) * NTOK * COLS), *wf = malloc(sizeof(float) * ROWS * COLS);
     float *ref = malloc(sizeof(float) * 2 * NTOK * ROWS), *out = malloc(sizeof(float) * 2 * NTOK * ROWS);
+    float *fy = malloc(sizeof(float) * 2 * NTOK * ROWS); // kvt_mm_opts' fused_y
     void *scratch = NULL, *xq = NULL;
     const int64_t sb = kvt_matmul_scratch_bytes(COLS, NTOK);
     epi_check *e = calloc(1, sizeof *e);
     const kvt_type types[] = {KVT_TYPE_Q8_0, KVT_TYPE_F32};
-    if (!x || !wf || !ref || !out || !e || posix_memalign(&scratch, 64, (size_t)sb) || posix_memalign(&xq, 64, (size_t)sb)) {
+    if (!x || !wf || !ref || !out || !fy || !e || posix_memalign(&scratch, 64, (size_t)sb) || posix_memalign(&xq, 64, (size_t)sb)) {
         bad = -1;
         goto done;
     }
@@ -231,15 +232,16 @@ static void matmul_ex_test(void) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const kvt_type_ops *ops = kvt_type_ops_get(types[ti]), *dot = kvt_type_ops_get(ops->vec_dot_type);
         const int64_t wrs = kvt_row_size(types[ti], COLS), drs = kvt_row_size(ops->vec_dot_type, COLS);
-        uint8_t *wd = malloc((size_t)(wrs * ROWS));
+        uint8_t *wd = malloc((size_t)(wrs * ROWS * 2));
         if (!wd) {
             bad = -1;
             goto done;
         }
         for (int r = 0; r < ROWS; r++) ops->from_float(wf + r * COLS, wd + r * wrs, COLS);
+        memcpy(wd + ROWS * wrs, wd, (size_t)(wrs * ROWS)); // w2: the same rows right after w's
         for (int t = 0; t < NTOK; t++) dot->from_float(x + t * COLS, (uint8_t *)xq + t * drs, COLS);
-        const kvt_weight w = {wd, types[ti], COLS, ROWS, NULL, types[ti]};
-        const kvt_weight *ws[2] = {&w, &w};
+        const kvt_weight w = {wd, types[ti], COLS, ROWS, NULL, types[ti]}, w2 = {wd + ROWS * wrs, types[ti], COLS, ROWS, NULL, types[ti]};
+        const kvt_weight *ws[2] = {&w, &w}, *wf2[2] = {&w, &w2};
         float *ry[2] = {ref, ref + NTOK * ROWS}, *oy[2] = {out, out + NTOK * ROWS};
         for (int threads = 1; threads <= 4; threads++) {
             kvt_threadpool *pool = NULL;
@@ -250,26 +252,38 @@ static void matmul_ex_test(void) {
             }
             kvt_matmul_par(pool, ws, ry, 2, x, NTOK, scratch);
             for (int n_tok = 1; n_tok <= NTOK; n_tok += 2) {
-                for (int variant = 0; variant < 4; variant++) { // row_align 1, 32, 96, 96 with the input given
+                // row_align 1, 32, 96, 96 with the input given; 4: fused_y with w twice (not back to back: unfused);
+                // 5, 6: fused_y with w and w2 back to back (one group: its tasks span both), row_align 1 and 8
+                for (int variant = 0; variant < 7; variant++) {
+                    const bool fused = variant >= 5;
+                    const kvt_weight *const *wv = fused ? wf2 : ws;
                     memset(e, 0, sizeof *e);
                     memset(out, 0xff, sizeof(float) * 2 * NTOK * ROWS); // NaN until written
-                    e->y = oy, e->n_tok = n_tok, e->rows = ROWS, e->row_align = variant == 0 ? 1 : variant == 1 ? 32 : 96;
-                    const kvt_mm_opts o = {epi_fn, e, e->row_align, variant == 3 ? xq : NULL};
-                    kvt_matmul_par_ex(pool, ws, oy, 2, x, n_tok, scratch, &o); // one token: x's (xq's) first row
+                    memset(fy, 0xff, sizeof(float) * 2 * NTOK * ROWS);
+                    e->y = oy, e->n_tok = n_tok, e->rows = ROWS;
+                    e->row_align = variant == 1 ? 32 : variant == 2 || variant == 3 ? 96 : variant == 6 ? 8 : 1;
+                    const kvt_mm_opts o = {epi_fn, e, e->row_align, variant == 3 ? xq : NULL, variant >= 4 ? fy : NULL};
+                    kvt_matmul_par_ex(pool, wv, oy, 2, x, n_tok, scratch, &o); // one token: x's (xq's) first row
                     cases++;
                     bool ok = atomic_load(&e->bad) == 0;
                     for (int part = 0; part < 2; part++) {
                         for (int r = 0; r < ROWS; r++) ok &= atomic_load(&e->seen[part][r]) == 1;
-                        for (int c = 0; c < EPI_ROWS; c++) ok &= atomic_load(&e->chunk_r0[0][c]) == atomic_load(&e->chunk_r0[1][c]);
+                        for (int c = 0; !fused && c < EPI_ROWS; c++) ok &= atomic_load(&e->chunk_r0[0][c]) == atomic_load(&e->chunk_r0[1][c]);
                         for (int t = 0; t < n_tok; t++) { // the product of token t alone = its row of the 3-token product
                             ok &= memcmp(oy[part] + t * ROWS, ry[part] + t * ROWS, sizeof(float) * ROWS) == 0;
                         }
                     }
-                    // the prefetch window's ranges (weight_pf.h) are these tasks' bytes, in task order
+                    // the prefetch window's ranges (weight_pf.h) are these tasks' bytes, in task order: per part (the
+                    // chunks' first rows), or fused, back to back from w's first byte to w2's last
                     kvt_wpf_range rr[4 * EPI_ROWS / KVT_MATMUL_MIN_CHUNK_ROWS];
-                    const int nr = kvt_matmul_par_ranges(pool, ws, 2, n_tok, e->row_align, rr, (int)(sizeof rr / sizeof rr[0]));
+                    const int nr = kvt_matmul_par_ranges(pool, wv, 2, n_tok, &o, rr, (int)(sizeof rr / sizeof rr[0]));
                     int k = 0;
-                    for (int part = 0; part < 2; part++) {
+                    if (fused) {
+                        const char *at = (const char *)wd;
+                        for (; k < nr; k++) ok &= rr[k].p == at && rr[k].bytes > 0, at += rr[k].bytes;
+                        ok &= at == (const char *)wd + 2 * ROWS * wrs && nr > 0;
+                    }
+                    for (int part = 0; !fused && part < 2; part++) {
                         int64_t sum = 0;
                         for (int c = 0; c < EPI_ROWS && atomic_load(&e->chunk_r0[part][c]) > 0; c++, k++) {
                             ok &= k < nr && rr[k].p == wd + (atomic_load(&e->chunk_r0[part][c]) - 1) * wrs;
@@ -287,9 +301,10 @@ static void matmul_ex_test(void) {
     }
 done:
     test_result(bad == 0, "pool: kvt_matmul_par_ex: every task's epilogue once after its rows, rows covered once, chunks "
-                "aligned and equal across same-shape parts, products equal to kvt_matmul_par's (input converted or given)",
+                "aligned and equal across same-shape parts, products equal to kvt_matmul_par's (input converted or given; "
+                "parts back to back fused into one matrix with fused_y)",
                 "%lld of %lld cases wrong (-1: setup failed)", (long long)bad, (long long)cases);
-    free(x), free(wf), free(ref), free(out), free(scratch), free(xq), free(e);
+    free(x), free(wf), free(ref), free(out), free(fy), free(scratch), free(xq), free(e);
 }
 
 // The weight prefetch window (weight_pf.h): kvt_wpf_step requests each chunk of a posted window once, the ranges'

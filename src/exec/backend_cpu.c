@@ -17,18 +17,27 @@
 // Decode, before a product job: the weights of the job after it become the prefetch window (weight_pf.h), so that the
 // threads which wait at that job's end, or spin while the caller runs the serial steps after it, request their
 // lines. Only cache hints: the same bits.
-static void pf_next(kvt_context *c, const kvt_weight *const *w, int n_w, int64_t n) {
+// fused: that job runs with kvt_mm_opts' fused_y (its tasks differ).
+static void pf_next(kvt_context *c, const kvt_weight *const *w, int n_w, int64_t n, bool fused) {
     if (n > KVT_FFN_FUSE_TOKENS || c->wpf_budget <= 0) return;
     kvt_wpf_range r[KVT_WPF_RANGES];
-    const int k = kvt_matmul_par_ranges(c->pool, w, n_w, n, 0, r, KVT_WPF_RANGES);
+    const kvt_mm_opts o = {NULL, NULL, 0, NULL, fused ? c->qkv_y : NULL};
+    const int k = kvt_matmul_par_ranges(c->pool, w, n_w, n, &o, r, KVT_WPF_RANGES);
     kvt_wpf_post(&c->wpf, r, k, c->wpf_budget);
+}
+
+// Whether decode's q/k/v job of L runs in the fused form (qkv below: the heads' epilogue, the product's fused_y).
+static bool qkv_fused(const kvt_context *c, const kvt_layer *L, int64_t n) {
+    const kvt_hparams *hp = &c->m->hp;
+    return n <= KVT_FFN_FUSE_TOKENS && L->wq.rows == (int64_t)hp->n_head * hp->head_dim &&
+           L->wk.rows == (int64_t)hp->n_head_kv * hp->head_dim && L->wv.rows == (int64_t)hp->n_head_kv * hp->head_dim_v;
 }
 
 // The job after a layer's w_down: the q/k/v of the next layer L, or without one (L NULL) the output matrix when
 // `out`, else none (an empty window).
 static void pf_qkv(kvt_context *c, const kvt_layer *L, bool out, int64_t n) {
     const kvt_weight *w[3] = {L ? &L->wq : &c->m->output, L ? &L->wk : NULL, L ? &L->wv : NULL};
-    pf_next(c, w, L ? 3 : out ? 1 : 0, n);
+    pf_next(c, w, L ? 3 : out ? 1 : 0, n, L && qkv_fused(c, L, n));
 }
 
 static void matmul(kvt_context *c, const kvt_weight *w, const float *x, int64_t n, float *y) {
@@ -57,7 +66,7 @@ static void resid_epi(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r
 // returns whether it added.
 static bool matmul_resid(kvt_context *c, const kvt_weight *w, const float *in, const void *xq, int64_t n, const float *post) {
     resid_fuse f = {c, n};
-    const kvt_mm_opts o = {post ? NULL : resid_epi, &f, 0, xq};
+    const kvt_mm_opts o = {post ? NULL : resid_epi, &f, 0, xq, NULL};
     kvt_matmul_par_ex(c->pool, &w, &c->tmp, 1, in, n, c->qact, &o);
     return !post;
 }
@@ -111,8 +120,8 @@ static bool ffn(kvt_context *c, const kvt_layer *L, int64_t n, const kvt_layer *
     }
     glu_fuse f = {c, n, hp->n_ff, gelu, dot, wd->vec_dot_type, kvt_row_size(wd->vec_dot_type, hp->n_ff)};
     memset(c->ffn_pair, 0, (size_t)(hp->n_ff / KVT_MATMUL_MIN_CHUNK_ROWS + 1) * sizeof *c->ffn_pair);
-    const kvt_mm_opts og = {glu_epi, &f, blck, NULL};
-    pf_next(c, (const kvt_weight *const[]){&L->w_down}, 1, n);
+    const kvt_mm_opts og = {glu_epi, &f, blck, NULL, NULL};
+    pf_next(c, (const kvt_weight *const[]){&L->w_down}, 1, n, false);
     kvt_matmul_par_ex(c->pool, gu, gu_out, 2, c->xn, n, c->qact, &og);
     pf_qkv(c, next, out, n);
     return matmul_resid(c, &L->w_down, NULL, c->qffn, n, L->post_ffn_norm);
@@ -214,20 +223,20 @@ static void ew_run(kvt_context *c, const kvt_layer *L, int flags, const float *n
     kvt_par_ranges(c->pool, n, 2, ew_range, &j);
 }
 
-// q, k, v = wq|wk|wv xn, then EW_QK (in decode inside the job: qk_epi).
+// q, k, v = wq|wk|wv xn, then EW_QK (in decode inside the job: qk_epi; the matrices that lie back to back in one
+// type as one, kvt_mm_opts' fused_y: SmolLM2 Q4_1's 6 tasks a layer become 2).
 static void qkv(kvt_context *c, const kvt_layer *L, int64_t n) {
     const kvt_hparams *hp = &c->m->hp;
     const kvt_weight *w[3] = {&L->wq, &L->wk, &L->wv};
     float *y[3] = {c->q, c->k, c->v};
-    if (n > KVT_FFN_FUSE_TOKENS || L->wq.rows != (int64_t)hp->n_head * hp->head_dim ||
-        L->wk.rows != (int64_t)hp->n_head_kv * hp->head_dim) {
+    if (!qkv_fused(c, L, n)) {
         kvt_matmul_par(c->pool, w, y, 3, c->xn, n, c->qact);
         ew_run(c, L, EW_QK, NULL, NULL, n);
         return;
     }
     memset(c->head_rows, 0, (size_t)(hp->n_head + hp->n_head_kv) * sizeof *c->head_rows);
     qk_fuse f = {c, L, n};
-    const kvt_mm_opts o = {qk_epi, &f, 0, NULL};
+    const kvt_mm_opts o = {qk_epi, &f, 0, NULL, c->qkv_y};
     kvt_matmul_par_ex(c->pool, w, y, 3, c->xn, n, c->qact, &o);
 }
 
@@ -309,7 +318,7 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
     for (int32_t il = il0; il < il1; il++) {
         const kvt_layer *L = &m->layers[il];
         const kvt_attn_params ap = {hp->n_head, hp->attn_scale, KVT_ATTN_TILE, L->window};
-        pf_next(c, (const kvt_weight *const[]){&L->wo}, 1, n);
+        pf_next(c, (const kvt_weight *const[]){&L->wo}, 1, n, false);
         qkv(c, L, n);
         kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
@@ -318,7 +327,7 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
             rows_out(c, head, n);
             n = head->n_out;
         }
-        pf_next(c, (const kvt_weight *const[]){&L->w_gate, &L->w_up}, 2, n);
+        pf_next(c, (const kvt_weight *const[]){&L->w_gate, &L->w_up}, 2, n, false);
         const int add_o = matmul_resid(c, &L->wo, c->att, NULL, n, L->post_attn_norm) ? 0 : EW_ADD;
         ew_run(c, NULL, add_o | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
         const bool out = head && head->n_out > 0 && head->logits;

@@ -39,6 +39,7 @@ struct kvt_context {
     void *qact;    // kvt_matmul_scratch_bytes(max_width, ub): activations in the weights' dot types
     void *qffn;    // kvt_matmul_scratch_bytes(n_ff, KVT_FFN_FUSE_TOKENS): decode's gated FFN activation in w_down's
                    // dot type, written by the gate/up job's tasks (backend_cpu.c) while they still read qact
+    float *qkv_y;  // [KVT_FFN_FUSE_TOKENS, q + k + v rows] decode's fused q/k/v product (kvt_mm_opts' fused_y)
     _Atomic int *head_rows; // [n_head + n_head_kv] rows of each q, then k head computed in decode's q/k/v job
     _Atomic int *ffn_pair; // [n_ff / KVT_MATMUL_MIN_CHUNK_ROWS + 1] per row chunk of gate/up: how many of the two are done (backend_cpu.c)
     float *rope_cs;// [2, ub, n_rot] cos/sin per token: global layers, then local (sliding-window) layers

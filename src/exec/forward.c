@@ -240,6 +240,7 @@ kvt_status kvt_context_init(const kvt_model *m, const kvt_context_params *pp, kv
     c->qact = xalloc(c, (size_t)kvt_matmul_scratch_bytes(wmax, ub), &ok);
     c->qffn = xalloc(c, (size_t)kvt_matmul_scratch_bytes(F, KVT_FFN_FUSE_TOKENS), &ok);
     c->ffn_pair = xalloc(c, (size_t)(F / KVT_MATMUL_MIN_CHUNK_ROWS + 1) * sizeof *c->ffn_pair, &ok);
+    c->qkv_y = xalloc(c, (size_t)(KVT_FFN_FUSE_TOKENS * (Q + K + V)) * 4, &ok);
     c->head_rows = xalloc(c, (size_t)(hp->n_head + hp->n_head_kv) * sizeof *c->head_rows, &ok);
     c->rope_cs = xalloc(c, (size_t)(2 * ub * hp->n_rot) * 4, &ok);
     c->attn_scratch = calloc((size_t)c->p.n_threads, sizeof(void *));
@@ -279,6 +280,7 @@ void kvt_context_free(kvt_context *c) {
     free(c->qffn);
     free((void *)c->ffn_pair);
     free((void *)c->head_rows);
+    free(c->qkv_y);
     free(c->rope_cs);
     if (c->attn_scratch) {
         for (int i = 0; i < c->p.n_threads; i++) free(c->attn_scratch[i]);

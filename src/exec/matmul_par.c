@@ -3,6 +3,8 @@
 #include "../kernels/matmul.h"
 #include "../kernels/quant.h"
 
+#include <string.h>
+
 // Activations are converted to at most two dot types per call (e.g. Q8_K for
 // q4_K and q6_K weights share one); two buffers of the widest (f32) size.
 // (256 KiB: SmolLM2's gate/up and down in 2 tasks each, not 4; 13 of 16 alternating rounds faster than 128 KiB,
@@ -11,17 +13,25 @@
 
 int64_t kvt_matmul_scratch_bytes(int64_t max_cols, int64_t n_tok) { return 2 * (max_cols * 4 + 64) * n_tok + 128; }
 
+// A group: consecutive parts whose matrices lie back to back (kvt_mm_opts' fused_y), run as one matrix; else one part.
 typedef struct {
-    const kvt_weight *w;
-    float *y;
+    kvt_weight w;     // the group's matrix: its first part's, rows = the parts' total
+    float *y;         // where its tasks write: the part's y (one part), or its region of fused_y ([n_tok, w.rows])
     const void *xq;   // [n_tok, cols] in w's dot type
     int64_t chunk;    // rows per task
-    int64_t first;    // first task index of this weight
+    int64_t first;    // first task index of this group
+    int p0, p1;       // its parts [p0, p1)
+} mm_group;
+
+typedef struct {
+    float *y;
+    int64_t off; // first row in its group
 } mm_part;
 
 typedef struct {
+    mm_group grp[KVT_MM_MAX_OUT];
     mm_part part[KVT_MM_MAX_OUT];
-    int n_part;
+    int n_grp;
     const float *x;
     int64_t n_tok, cols;
     // conversion tasks (when run on the pool)
@@ -31,6 +41,50 @@ typedef struct {
     int n_cvt;
     const kvt_mm_opts *o; // epilogue (kvt_matmul_par_ex), or NULL
 } mm_job;
+
+static int64_t part_chunk(const kvt_threadpool *pool, const kvt_weight *w, int64_t n_tok, int64_t row_align);
+
+// Parts i - 1 and i in one group: fusion asked for (fused_y), the same type and cols, i's rows right after i - 1's,
+// and i's first row a multiple of row_align in the group (so every epilogue's first row is one too).
+static bool mm_joins(const kvt_weight *const *w, int i, int64_t group_rows, const kvt_mm_opts *o) {
+    if (!o || !o->fused_y) return false;
+    const kvt_weight *a = w[i - 1], *b = w[i];
+    const int64_t rs = kvt_row_size(a->type, a->cols), ra = o->row_align > 1 ? o->row_align : 1;
+    return a->type == b->type && a->cols == b->cols && rs > 0 && group_rows % ra == 0 &&
+           (const char *)a->data + a->rows * rs == (const char *)b->data;
+}
+
+// Fills J's groups (w, p0, p1, y, chunk, first) and parts' offsets; the parts' y and the groups' xq are the caller's.
+// Returns the number of tasks.
+static int64_t mm_plan(const kvt_threadpool *pool, mm_job *J, const kvt_weight *const *w, float *const *y, int n_out,
+                       int64_t n_tok, const kvt_mm_opts *o) {
+    J->n_grp = 0;
+    int64_t fused_rows = 0, n_tasks = 0;
+    for (int i = 0; i < n_out; i++) {
+        mm_group *G = J->n_grp > 0 ? &J->grp[J->n_grp - 1] : NULL;
+        if (G && mm_joins(w, i, G->w.rows, o)) {
+            J->part[i].off = G->w.rows;
+            G->w.rows += w[i]->rows;
+            G->p1 = i + 1;
+        } else {
+            G = &J->grp[J->n_grp++];
+            *G = (mm_group){.w = *w[i], .y = y ? y[i] : NULL, .p0 = i, .p1 = i + 1};
+            J->part[i].off = 0;
+        }
+        J->part[i].y = y ? y[i] : NULL;
+    }
+    for (int g = 0; g < J->n_grp; g++) {
+        mm_group *G = &J->grp[g];
+        if (G->p1 - G->p0 > 1) {
+            G->y = o->fused_y + fused_rows * n_tok;
+            fused_rows += G->w.rows;
+        }
+        G->chunk = part_chunk(pool, &G->w, n_tok, o ? o->row_align : 0);
+        G->first = n_tasks;
+        n_tasks += (G->w.rows + G->chunk - 1) / G->chunk;
+    }
+    return n_tasks;
+}
 
 static void cvt_task(void *vj, int64_t t, int thread) {
     (void)thread;
@@ -43,13 +97,25 @@ static void cvt_task(void *vj, int64_t t, int thread) {
 static void mm_task(void *vj, int64_t t, int thread) {
     (void)thread;
     mm_job *J = vj;
-    int i = J->n_part - 1;
-    while (i > 0 && t < J->part[i].first) i--;
-    const mm_part *P = &J->part[i];
-    int64_t r0 = (t - P->first) * P->chunk, r1 = r0 + P->chunk;
-    if (r1 > P->w->rows) r1 = P->w->rows;
-    kvt_matmul_rows(P->w->type, J->cols, P->w->data, r0, r1, P->xq, J->n_tok, P->y, P->w->rows);
-    if (J->o && J->o->epilogue) J->o->epilogue(J->o->ctx, i, t - P->first, r0, r1);
+    int g = J->n_grp - 1;
+    while (g > 0 && t < J->grp[g].first) g--;
+    const mm_group *G = &J->grp[g];
+    const int64_t chunk = t - G->first, r0 = chunk * G->chunk, r1 = r0 + G->chunk < G->w.rows ? r0 + G->chunk : G->w.rows;
+    kvt_matmul_rows(G->w.type, J->cols, G->w.data, r0, r1, G->xq, J->n_tok, G->y, G->w.rows);
+    if (G->p1 - G->p0 == 1) {
+        if (J->o && J->o->epilogue) J->o->epilogue(J->o->ctx, G->p0, chunk, r0, r1);
+        return;
+    }
+    for (int i = G->p0; i < G->p1; i++) { // a fused group: each part's rows of the task to its y, then its epilogue
+        const mm_part *P = &J->part[i];
+        const int64_t rows = (i + 1 < G->p1 ? J->part[i + 1].off : G->w.rows) - P->off;
+        const int64_t a = r0 > P->off ? r0 : P->off, b = r1 < P->off + rows ? r1 : P->off + rows;
+        if (a >= b) continue;
+        for (int64_t k = 0; k < J->n_tok; k++) {
+            memcpy(P->y + k * rows + (a - P->off), G->y + k * G->w.rows + a, (size_t)(b - a) * sizeof(float));
+        }
+        if (J->o->epilogue) J->o->epilogue(J->o->ctx, i, chunk, a - P->off, b - P->off);
+    }
 }
 
 static int64_t gcd64(int64_t a, int64_t b) {
@@ -83,13 +149,16 @@ static int64_t part_chunk(const kvt_threadpool *pool, const kvt_weight *w, int64
 }
 
 int kvt_matmul_par_ranges(const kvt_threadpool *pool, const kvt_weight *const *w, int n_out, int64_t n_tok,
-                          int64_t row_align, kvt_wpf_range *r, int max) {
+                          const kvt_mm_opts *opts, kvt_wpf_range *r, int max) {
+    mm_job J;
+    mm_plan(pool, &J, w, NULL, n_out, n_tok, opts);
     int n = 0;
-    for (int i = 0; i < n_out; i++) {
-        const int64_t chunk = part_chunk(pool, w[i], n_tok, row_align), wrs = kvt_row_size(w[i]->type, w[i]->cols);
-        for (int64_t r0 = 0; r0 < w[i]->rows && n < max; r0 += chunk, n++) {
-            const int64_t r1 = r0 + chunk < w[i]->rows ? r0 + chunk : w[i]->rows;
-            r[n] = (kvt_wpf_range){(const char *)w[i]->data + r0 * wrs, (r1 - r0) * wrs};
+    for (int g = 0; g < J.n_grp; g++) {
+        const mm_group *G = &J.grp[g];
+        const int64_t chunk = G->chunk, wrs = kvt_row_size(G->w.type, G->w.cols);
+        for (int64_t r0 = 0; r0 < G->w.rows && n < max; r0 += chunk, n++) {
+            const int64_t r1 = r0 + chunk < G->w.rows ? r0 + chunk : G->w.rows;
+            r[n] = (kvt_wpf_range){(const char *)G->w.data + r0 * wrs, (r1 - r0) * wrs};
         }
     }
     return n;
@@ -102,16 +171,15 @@ void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *con
 
 void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
                        int64_t n_tok, void *scratch, const kvt_mm_opts *opts) {
-    mm_job J = {.n_part = n_out, .x = x, .n_tok = n_tok, .cols = w[0]->cols, .o = opts};
+    mm_job J = {.x = x, .n_tok = n_tok, .cols = w[0]->cols, .o = opts};
+    const int64_t n_tasks = mm_plan(pool, &J, w, y, n_out, n_tok, opts);
     const bool given = opts && opts->xq; // the input comes converted
     uint8_t *buf = scratch;
     kvt_type dot_types[2];
-    for (int i = 0; i < n_out; i++) {
-        J.part[i].w = w[i];
-        J.part[i].y = y[i];
-        J.part[i].xq = given ? opts->xq : NULL;
+    for (int g = 0; g < J.n_grp; g++) {
+        J.grp[g].xq = given ? opts->xq : NULL;
         if (given) continue;
-        kvt_type dt = kvt_type_ops_get(w[i]->type)->vec_dot_type;
+        kvt_type dt = kvt_type_ops_get(J.grp[g].w.type)->vec_dot_type;
         int k = 0;
         while (k < J.n_cvt && dot_types[k] != dt) k++;
         if (k == J.n_cvt) { // a new dot type: convert the input once into the next buffer
@@ -121,7 +189,7 @@ void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *
             J.cvt_buf[k] = buf + (size_t)k * (size_t)((J.cols * 4 + 64) * n_tok);
             J.n_cvt++;
         }
-        J.part[i].xq = J.cvt_buf[k];
+        J.grp[g].xq = J.cvt_buf[k];
     }
     // a few rows of decode input are converted faster here than a dispatch costs
     if (given) {
@@ -130,12 +198,6 @@ void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *
         for (int64_t t = 0; t < (int64_t)J.n_cvt * n_tok; t++) cvt_task(&J, t, 0);
     } else {
         kvt_threadpool_run(pool, cvt_task, &J, (int64_t)J.n_cvt * n_tok);
-    }
-    int64_t n_tasks = 0;
-    for (int i = 0; i < n_out; i++) {
-        J.part[i].chunk = part_chunk(pool, w[i], n_tok, opts ? opts->row_align : 0);
-        J.part[i].first = n_tasks;
-        n_tasks += (w[i]->rows + J.part[i].chunk - 1) / J.part[i].chunk;
     }
     kvt_threadpool_run(pool, mm_task, &J, n_tasks);
 }

@@ -40,16 +40,24 @@ typedef struct {
     int64_t row_align; // every task's first row a multiple of this too (<= 1: only the kernels' own alignment)
     const void *xq;    // non-NULL: the input, already in the dot type of every w[i] (all the same), as the conversion
                        // would write it ([n_tok] rows of kvt_row_size(dot type, cols) bytes); x and scratch unused
+    // Non-NULL: consecutive w[i] of one type and cols whose rows lie back to back in memory (the repacking places a
+    // layer's matrices one after the other: wq|wk|wv) run as one matrix, so that a task's rows may span them (fewer,
+    // longer kernel calls); its tasks write their rows here, [n_tok, the group's rows] per such group, groups in
+    // order (n_tok * the rows of all w[i] floats are enough), then copy each part's rows to its y and call the
+    // epilogue for that part's rows; chunk is then the task's index in the group. Each row's bits are those of the
+    // unfused product (matmul.h: a row's result does not depend on the call's rows). Used only for groups of 2+.
+    float *fused_y;
 } kvt_mm_opts;
 
 // kvt_matmul_par with opts (NULL: as kvt_matmul_par). The products are the same bits whatever the options.
 void kvt_matmul_par_ex(kvt_threadpool *pool, const kvt_weight *const *w, float *const *y, int n_out, const float *x,
                        int64_t n_tok, void *scratch, const kvt_mm_opts *opts);
 
-// The weight bytes of each task kvt_matmul_par_ex(pool, w, .., n_out, .., n_tok, .., opts with row_align) runs, in
-// task order: writes at most max ranges to r and returns how many (weight_pf.h's window of the next job). Rows of
-// a (repacked) weight are kvt_row_size(type, cols) bytes each, in row order.
+// The weight bytes of each task kvt_matmul_par_ex(pool, w, .., n_out, .., n_tok, .., opts) runs (opts' row_align and
+// whether fused_y is set count; NULL: as kvt_matmul_par), in task order: writes at most max ranges to r and returns
+// how many (weight_pf.h's window of the next job). Rows of a (repacked) weight are kvt_row_size(type, cols) bytes
+// each, in row order.
 int kvt_matmul_par_ranges(const kvt_threadpool *pool, const kvt_weight *const *w, int n_out, int64_t n_tok,
-                          int64_t row_align, kvt_wpf_range *r, int max);
+                          const kvt_mm_opts *opts, kvt_wpf_range *r, int max);
 
 #endif
