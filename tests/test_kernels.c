@@ -1285,14 +1285,16 @@ int test_kernels_main(void) {
         }
     }
     // f16_x16: tails of k (n odd, not a multiple of 8 or of the GEMM's k block), of panels (the GEMV's 8 or 4 in
-    // flight), token counts through every GEMM tile width, cut ranges
+    // flight), token counts through every GEMM tile width, cut ranges, token counts over the GEMM's token block
     {
         const int fx_on = kvt_f16x16_set_enabled(1); // the kernels whatever KVT_F16X16 says for models
         const int64_t fx[][5] = {{300, 80, 1, 0, 80},   {517, 144, 1, 3, 141},  {2048, 48, 1, 0, 48},
                                  {520, 64, 13, 5, 61},   {257, 32, 2, 0, 32},    {1000, 48, 30, 16, 47},
                                  {64, 16, 25, 0, 16},    {777, 112, 7, 17, 111}, {256, 272, 12, 0, 272}, {301, 80, 3, 1, 79},
                                  {520, 144, 4, 0, 144}, {130, 208, 2, 0, 208},
-                                 {300, 96, 6, 0, 96},    {300, 96, 8, 2, 90}};
+                                 {300, 96, 6, 0, 96},    {300, 96, 8, 2, 90},
+                                 // (AVX2: two token blocks of fx_gemm3, 34 tiles and 2 (33 tiles of 4 tokens, 3 of 3))
+                                 {520, 256, 141, 5, 251}};
         for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) test_f16x16(fx[i][0], fx[i][1], fx[i][2], fx[i][3], fx[i][4], 0);
         test_f16x16(333, 48, 5, 1, 47, 1);
         kvt_kernels_set_prefetch(0);

@@ -330,16 +330,49 @@ FX3_TILE_DEF(1) FX3_TILE_DEF(2) FX3_TILE_DEF(3) FX3_TILE_DEF(4)
 typedef void (*fx_tile3_fn)(int64_t kc, const float *w, const float *xp, float *Y, int64_t ldy, int first);
 static const fx_tile3_fn k_tiles3[FX3_TT] = {fx_tile3_1, fx_tile3_2, fx_tile3_3, fx_tile3_4};
 
-// The k block [k0, k0 + kc) of n_tok tokens X (f16 rows, stride n) as f32 in token tiles of nt <= 4 (base + 1 for the
-// first extra tiles, base after): tile j (tokens t0 .. t0 + nt) at xp + t0 * kc, [kc][nt]. 8 k's at once by a 4 x 8
-// transpose, each k's 4 values stored as one 16-byte store (for nt < 4 running 4 - nt lanes past the tile's block:
-// written afterwards by the next store, tile or tail; FX_XP_SLACK at the end).
-static void fx_pack4(const uint16_t *X, int64_t n, int64_t k0, int64_t kc, int64_t n_tiles, int64_t base, int64_t extra,
-                     float *xp) {
-    for (int64_t j = 0, t0 = 0; j < n_tiles; j++) {
+// Token tiles per block of fx_gemm3: as many as keep a block's packed activations of a k block (KC floats a token)
+// and its outputs of the task's rows (rows floats a token) within FX_TOK_BLOCK_BYTES (about half of the Zen 3's
+// 512 KiB L2), at least FX_TOK_BLOCK_MIN tiles (a block converts the weights again: 32 tiles, 128 tokens, is the cost
+// pp128 always had); all n_tiles when they fit. Before, all the tokens were one block: at pp512 a k block's
+// activations alone (512 KiB) and a 256-row task's outputs (512 KiB) left L2 at every panel group and k block.
+#ifndef FX_TOK_BLOCK_BYTES
+#define FX_TOK_BLOCK_BYTES (256 * 1024)
+#endif
+#ifndef FX_TOK_BLOCK_MIN
+#define FX_TOK_BLOCK_MIN 32
+#endif
+static int64_t fx_tok_block(int64_t rows, int64_t n_tiles) {
+    int64_t bt = FX_TOK_BLOCK_BYTES / (4 * FX3_TT * (KVT_F16X16_KC + rows));
+    if (bt < FX_TOK_BLOCK_MIN) bt = FX_TOK_BLOCK_MIN;
+    return bt < n_tiles ? bt : n_tiles;
+}
+
+#ifndef FX_PACK_PF
+#define FX_PACK_PF 2 // fx_pack4: tiles ahead whose activation rows are prefetched (0: none)
+#endif
+// The first token of tile j when the tokens are cut into tiles of base + 1 (the first extra tiles) and base tokens.
+static int64_t fx_tile_t0(int64_t j, int64_t base, int64_t extra) { return j * base + (j < extra ? j : extra); }
+
+// The k block [k0, k0 + kc) of the tiles [j0, j1) of tokens X (f16 rows, stride n) as f32, tile j of nt <= 4 tokens
+// (base + 1 for the first extra tiles, base after; tokens t0 .. t0 + nt) at xp + (t0 - t0 of j0) * kc, [kc][nt]. 8 k's
+// at once by a 4 x 8 transpose, each k's 4 values stored as one 16-byte store (for nt < 4 running 4 - nt lanes past
+// the tile's block: written afterwards by the next store, tile or tail; FX_XP_SLACK at the end).
+static void fx_pack4(const uint16_t *X, int64_t n, int64_t k0, int64_t kc, int64_t j0, int64_t j1, int64_t base,
+                     int64_t extra, float *xp) {
+    const int64_t tb = fx_tile_t0(j0, base, extra);
+    for (int64_t j = j0, t0 = tb; j < j1; j++) {
         const int64_t nt = base + (j < extra);
-        float *o = xp + t0 * kc;
+        float *o = xp + (t0 - tb) * kc;
         const uint16_t *x0 = X + t0 * n + k0;
+        // the rows of the tile FX_PACK_PF tiles ahead (their 2 kc bytes of this k block, from L3 at long prompts: a
+        // tile's rows are 4 short streams that the hardware prefetcher barely starts) into L1
+        if (j + FX_PACK_PF < j1) {
+            const int64_t ta = fx_tile_t0(j + FX_PACK_PF, base, extra), na = base + (j + FX_PACK_PF < extra);
+            for (int64_t t = 0; t < na; t++) {
+                const char *r = (const char *)(X + (ta + t) * n + k0);
+                for (int64_t b = 0; b < 2 * kc + 63; b += 64) _mm_prefetch(r + b, _MM_HINT_T0);
+            }
+        }
         int64_t k8 = 0;
         for (; k8 + 8 <= kc; k8 += 8) {
             __m256 v[4];
@@ -362,49 +395,66 @@ static void fx_pack4(const uint16_t *X, int64_t n, int64_t k0, int64_t kc, int64
     }
 }
 
-// As fx_gemm (panels [p0, p1) into Yp; xp: FX_XP_BYTES of scratch), in the tiles above.
+// As fx_gemm (panels [p0, p1) into Yp; xp: FX_XP_BYTES of scratch), in the tiles above, the tokens in blocks of whole
+// tiles (fx_tok_block) run one after the other through all the k blocks: a block's packed activations of a k block
+// and its outputs of the task's rows, reloaded at each k block, stay in L2 (the same FMA chains: the same bits).
 static void fx_gemm3(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const uint16_t *X, int64_t n_tok, float *Yp,
                      int64_t ldy, float *xp) {
     const int64_t wps = 16 * n, KC = KVT_F16X16_KC;
     const int64_t n_tiles = (n_tok + FX3_TT - 1) / FX3_TT, base = n_tok / n_tiles, extra = n_tok % n_tiles;
+    const int64_t bt = fx_tok_block(16 * (p1 - p0), n_tiles);
     float *wf = xp + n_tok * KC + FX_XP_SLACK;
-    for (int64_t k0 = 0; k0 < n; k0 += KC) {
-        const int64_t kc = n - k0 < KC ? n - k0 : KC;
-        fx_pack4(X, n, k0, kc, n_tiles, base, extra, xp);
-        for (int64_t p = p0; p < p1;) {
-            const int g = p1 - p >= 3 ? 3 : 1; // panels this step
-            if (g == 3) { // [2][kc][24]: vector v (8 rows) of the 3 panels' 6 at wf + (v / 3) 24 kc + 8 (v % 3)
-                const uint16_t *src = W + p * wps + 16 * k0;
-                for (int64_t k = 0; k < kc; k++)
-                    FX_UNROLL for (int v = 0; v < 6; v++)
-                        _mm256_store_ps(wf + (v / 3) * 24 * kc + 24 * k + 8 * (v % 3),
-                                        _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + (v / 2) * wps + 16 * k + 8 * (v % 2)))));
-            } else {
-                const uint16_t *src = W + p * wps + 16 * k0;
-                for (int64_t e = 0; e < 16 * kc; e += 8)
-                    _mm256_store_ps(wf + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + e))));
-            }
-            // the next step's panels' weights of this k block (or the first panels' of the next) into L2, a share
-            // per tile
-            const int64_t pn = p + g < p1 ? p + g : p0, kn = p + g < p1 ? k0 : k0 + KC;
-            const int gn = p1 - pn >= 3 ? 3 : 1;
-            const int64_t kcn = n - kn < KC ? n - kn : KC, lpp = (32 * kcn + 63) / 64; // lines per panel
-            const int64_t pf_lines = FX_PF_W && kn < n ? gn * lpp : 0, n_calls = (g == 3 ? 2 : 1) * n_tiles;
-            const char *pfw = (const char *)(W + pn * wps + 16 * kn);
-            int64_t call = 0;
-            for (int h = 0; h < (g == 3 ? 2 : 1); h++)
-                for (int64_t j = 0, t0 = 0; j < n_tiles; j++, call++) {
-                    const int64_t nt = base + (j < extra);
-                    for (int64_t l = call * pf_lines / n_calls; l < (call + 1) * pf_lines / n_calls; l++)
-                        _mm_prefetch(pfw + (l / lpp) * 2 * wps + 64 * (l % lpp), _MM_HINT_T1);
-                    float *y = Yp + t0 * ldy + 16 * (p - p0);
-                    if (g == 3)
-                        k_tiles3[nt - 1](kc, wf + h * 24 * kc, xp + t0 * kc, y + 24 * h, ldy, k0 == 0);
-                    else
-                        k_tiles[0][nt - 1](kc, wf, 16 * kc, xp + t0 * kc, y, ldy, k0 == 0);
-                    t0 += nt;
+    for (int64_t j0 = 0; j0 < n_tiles; j0 += bt) {
+        const int64_t j1 = j0 + bt < n_tiles ? j0 + bt : n_tiles, tb = fx_tile_t0(j0, base, extra);
+        for (int64_t k0 = 0; k0 < n; k0 += KC) {
+            const int64_t kc = n - k0 < KC ? n - k0 : KC;
+            fx_pack4(X, n, k0, kc, j0, j1, base, extra, xp);
+            for (int64_t p = p0; p < p1;) {
+                const int g = p1 - p >= 3 ? 3 : 1; // panels this step
+                if (g == 3) { // [2][kc][24]: vector v (8 rows) of the 3 panels' 6 at wf + (v / 3) 24 kc + 8 (v % 3)
+                    const uint16_t *src = W + p * wps + 16 * k0;
+                    for (int64_t k = 0; k < kc; k++)
+                        FX_UNROLL for (int v = 0; v < 6; v++)
+                            _mm256_store_ps(wf + (v / 3) * 24 * kc + 24 * k + 8 * (v % 3),
+                                            _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + (v / 2) * wps + 16 * k + 8 * (v % 2)))));
+                } else {
+                    const uint16_t *src = W + p * wps + 16 * k0;
+                    for (int64_t e = 0; e < 16 * kc; e += 8)
+                        _mm256_store_ps(wf + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + e))));
                 }
-            p += g;
+                // the next step's panels' weights of this k block (or the first panels' of the next k block, or of the
+                // first k block for the next token block) into L2, a share per tile
+                const int64_t pn = p + g < p1 ? p + g : p0;
+                int64_t kn = p + g < p1 ? k0 : k0 + KC;
+                if (kn >= n && j1 < n_tiles) kn = 0;
+                const int gn = p1 - pn >= 3 ? 3 : 1;
+                const int64_t kcn = n - kn < KC ? n - kn : KC, lpp = (32 * kcn + 63) / 64; // lines per panel
+                const int64_t pf_lines = FX_PF_W && kn < n ? gn * lpp : 0, n_calls = (g == 3 ? 2 : 1) * (j1 - j0);
+                const char *pfw = (const char *)(W + pn * wps + 16 * kn);
+                // (call c prefetches lines [c pf_lines / n_calls, (c + 1) pf_lines / n_calls), kept as quotient and
+                // remainder: no division per call)
+                const int64_t pq = pf_lines / n_calls, pr = pf_lines % n_calls;
+                int64_t l = 0, rem = 0, lp = 0, lq = 0; // l: next line; lp, lq: l as panel and line in it
+                for (int h = 0; h < (g == 3 ? 2 : 1); h++)
+                    for (int64_t j = j0, t0 = tb; j < j1; j++) {
+                        const int64_t nt = base + (j < extra);
+                        rem += pr;
+                        const int64_t le = l + pq + (rem >= n_calls);
+                        if (rem >= n_calls) rem -= n_calls;
+                        for (; l < le; l++) {
+                            _mm_prefetch(pfw + lp * 2 * wps + 64 * lq, _MM_HINT_T1);
+                            if (++lq == lpp) lq = 0, lp++;
+                        }
+                        float *y = Yp + t0 * ldy + 16 * (p - p0);
+                        const float *x = xp + (t0 - tb) * kc;
+                        if (g == 3)
+                            k_tiles3[nt - 1](kc, wf + h * 24 * kc, x, y + 24 * h, ldy, k0 == 0);
+                        else
+                            k_tiles[0][nt - 1](kc, wf, 16 * kc, x, y, ldy, k0 == 0);
+                        t0 += nt;
+                    }
+                p += g;
+            }
         }
     }
 }
