@@ -905,6 +905,39 @@ static void test_attn_merge_f16(void) {
             }
             kvt_kernels_set_isa(isa);
         }
+    // values at f16's edges (AVX2 rounds o by a float add unless a result is 0 / NaN / large, or V is large): o
+    // ending at -0 or in f16's subnormals, V large enough to leave the bounded case, o overflowing to infinity
+    for (int kind = 0; kind < 4; kind++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li += 3) {
+            const int nh = 8;
+            const int64_t hdv = 64, n = lens[li];
+            static float sh[8][NMAX], oh[8][DMAX], o1[DMAX];
+            float mh[8], lh[8];
+            for (int64_t i = 0; i < n * hdv; i++) {
+                const int64_t k = i % hdv;
+                float x = rnd_normal();
+                if (kind == 0) x = k < 16 ? -0.0f : k < 32 ? -1e-7f * (1.0f + fabsf(x)) : k < 48 ? 0.0f : x; // -0, tiny
+                if (kind == 1) x *= 3e-5f;                                    // subnormal o
+                if (kind == 2) x *= k < 8 ? 3000.0f : 1.0f;                   // large V: the conversions
+                if (kind == 3) x = k < 8 ? 50000.0f : k < 16 ? -60000.0f : x; // o overflows
+                v[i] = kvt_f32_to_f16(x);
+            }
+            for (int h = 0; h < nh; h++)
+                for (int64_t i = 0; i < n; i++) sh[h][i] = (kind == 0 ? 30.0f : 2.0f) * rnd_normal();
+            for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) {
+                kvt_kernels_set_isa((kvt_isa)si);
+                const int64_t np = si == KVT_ISA_AVX512 && __builtin_cpu_supports("avx512fp16") ? hdv & ~(int64_t)127 : 0;
+                for (int h = 0; h < nh; h++) mh[h] = -INFINITY, lh[h] = 0, memset(oh[h], 0, sizeof oh[h]);
+                kvt_attn_merge_f16(nh, sh[0], NMAX, n, v, hdv * 2, mh, lh, oh[0], DMAX, hdv);
+                for (int h = 0; h < nh; h++) {
+                    float m1 = -INFINITY, l1 = 0;
+                    memset(o1, 0, sizeof o1);
+                    attn_merge_ref(sh[h], n, v, hdv, &m1, &l1, o1, np);
+                    bad += memcmp(o1, oh[h], (size_t)hdv * 4) != 0 || m1 != mh[h] || l1 != lh[h];
+                }
+            }
+            kvt_kernels_set_isa(isa);
+        }
     CHECK("attn_merge_f16", bad == 0 && far == 0 && worst < 2e-2,
           "%d states differ from llama.cpp's steps, %d sums off, max |out - dense softmax| %.3g", bad, far, worst);
 }

@@ -203,11 +203,51 @@ INLINE void kq_f16_pos4(int64_t n, const uint16_t *k, int64_t k_stride, const fl
         _mm_storeu_ps(s + h * s_stride, _mm_mul_ps(d, _mm_set1_ps(scale)));
     }
 }
+
+// Head dim 64, several heads: kq_f16_pos4's operations with the roles turned: the K rows of up to KQ64_ROWS positions
+// converted to f32 once (kf) for all the heads, each head's query held in 8 registers while the FMAs read the rows
+// from kf (one load an FMA where pos4 took two and a conversion per pair of heads). Per position the same
+// accumulators (fma(k, q, 0) then fma(k, q, acc), a0..a3 by column), the same sum and reduction: the same bits.
+enum { KQ64_ROWS = 32 };
+INLINE void kq64_pos4(const float *kf, const __m256 *q, float scale, float *s) {
+    __m128 t[4];
+    UNROLL for (int p = 0; p < 4; p++) {
+        const float *kr = kf + p * 64;
+        __m256 a[4];
+        UNROLL for (int u = 0; u < 4; u++) a[u] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + 8 * u), q[u], _mm256_setzero_ps());
+        UNROLL for (int u = 0; u < 4; u++) a[u] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + 32 + 8 * u), q[4 + u], a[u]);
+        const __m256 sum = _mm256_add_ps(_mm256_add_ps(a[0], a[2]), _mm256_add_ps(a[1], a[3]));
+        t[p] = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+    }
+    const __m128 d = _mm_hadd_ps(_mm_hadd_ps(t[0], t[1]), _mm_hadd_ps(t[2], t[3]));
+    _mm_storeu_ps(s, _mm_mul_ps(d, _mm_set1_ps(scale)));
+}
+// Positions [0, np & ~3) of nq heads, n = 64.
+static void kq64_heads(const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq, float scale,
+                       float *s, int64_t s_stride) {
+    float kf[KQ64_ROWS * 64];
+    for (int64_t x0 = 0; x0 + 4 <= np; x0 += KQ64_ROWS) {
+        const int64_t nb = (np - x0 < KQ64_ROWS ? np - x0 : KQ64_ROWS) & ~(int64_t)3;
+        for (int64_t x = 0; x < nb; x++) {
+            const uint16_t *kx = (const uint16_t *)((const char *)k + (x0 + x) * k_stride);
+            UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(kf + x * 64 + 8 * u, _mm256_cvtph_ps(loadu128(kx + 8 * u)));
+        }
+        for (int h = 0; h < nq; h++) {
+            __m256 q[8];
+            UNROLL for (int u = 0; u < 8; u++) q[u] = _mm256_loadu_ps(qf + h * q_stride + 8 * u);
+            for (int64_t x = 0; x < nb; x += 4) kq64_pos4(kf + x * 64, q, scale, s + h * s_stride + x0 + x);
+        }
+    }
+}
 #endif
 void KQ_F16_FN(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
                float scale, float *s, int64_t s_stride) {
     int64_t x0 = 0;
 #ifndef KVT_SIMD_AVX512
+    if (n == 64 && nq > 1 && np >= 4) {
+        kq64_heads(k, k_stride, np, qf, q_stride, nq, scale, s, s_stride);
+        x0 = np & ~(int64_t)3;
+    }
     if (n % (4 * FV_N) == 0) {
         for (; x0 + 4 <= np; x0 += 4) {
             const void *kx = (const char *)k + x0 * k_stride;
@@ -1155,11 +1195,11 @@ static void merge_factors8(int G, const float *s, int64_t s_stride, int64_t nr, 
 }
 
 // H <= 3 query heads (lanes c .. c + H - 1 of the factors) that read the same V rows, 8 * K columns at a time: each
-// head's o in H x K registers, each V vector converted once for the H heads, the weights read as pre-broadcast
-// vectors (wb[r][h]). Per element and position the scalar code's operations (the scale when ms != 1, then the FMA,
+// head's o in H x K registers, each V vector converted once for the H heads, the weights broadcast from w[r] at each
+// use (one load; vectors broadcast ahead cost a broadcast and a store each per call). Per element and position the scalar code's operations (the scale when ms != 1, then the FMA,
 // each rounded to f16): the heads and columns only give the rounding chains, which are latency-bound alone, company.
 INLINE void merge_blk(const int H, const int K, int64_t nr, int c, const float (*ms)[8], const uint8_t *nz,
-                      const __m256 (*wb)[3], const char *v0, int64_t stride, float *o, int64_t o_stride) {
+                      const float (*w)[8], const char *v0, int64_t stride, float *o, int64_t o_stride) {
     __m256 acc[3][8];
     const unsigned hm = (1u << H) - 1;
     UNROLL for (int h = 0; h < H; h++) UNROLL for (int k = 0; k < K; k++) acc[h][k] = _mm256_loadu_ps(o + h * o_stride + 8 * k);
@@ -1176,7 +1216,7 @@ INLINE void merge_blk(const int H, const int K, int64_t nr, int c, const float (
         }
         UNROLL for (int k = 0; k < K; k++) { // one converted V vector live at a time: no accumulator spills
             const __m256 x = _mm256_cvtph_ps(loadu128(hp + 8 * k));
-            UNROLL for (int h = 0; h < H; h++) acc[h][k] = round_f16_ps(_mm256_fmadd_ps(x, wb[r][h], acc[h][k]));
+            UNROLL for (int h = 0; h < H; h++) acc[h][k] = round_f16_ps(_mm256_fmadd_ps(x, _mm256_broadcast_ss(&w[r][c + h]), acc[h][k]));
         }
     }
     UNROLL for (int h = 0; h < H; h++) UNROLL for (int k = 0; k < K; k++) _mm256_storeu_ps(o + h * o_stride + 8 * k, acc[h][k]);
@@ -1204,12 +1244,9 @@ static void merge_tail(int64_t nr, int c, const float (*ms)[8], const float (*w)
 // H <= 3 heads (lanes c ..) over all columns: 8 * K at a time (K by H: 12 accumulators at most), then the tail
 static void merge_heads(int H, int c, int64_t nr, const float (*ms)[8], const float (*w)[8], const uint8_t *nz,
                         const char *v0, int64_t stride, float *o, int64_t o_stride, int64_t hdv) {
-    __m256 wb[KVT_MERGE_ROWS][3];
-    for (int64_t r = 0; r < nr; r++)
-        for (int h = 0; h < H; h++) wb[r][h] = _mm256_set1_ps(w[r][c + h]);
     int64_t i = 0;
 #define MERGE_BLK(h, k)                                                                                      \
-    for (; i + 8 * (k) <= hdv; i += 8 * (k)) merge_blk(h, k, nr, c, ms, nz, (const __m256(*)[3])wb, v0 + i * 2, stride, o + i, o_stride)
+    for (; i + 8 * (k) <= hdv; i += 8 * (k)) merge_blk(h, k, nr, c, ms, nz, w, v0 + i * 2, stride, o + i, o_stride)
     switch (H) { // 8 or more chains in flight: fewer leave the rounding chains' latency bare
     case 3: MERGE_BLK(3, 4); MERGE_BLK(3, 2); MERGE_BLK(3, 1); break;
     case 2: MERGE_BLK(2, 4); MERGE_BLK(2, 2); MERGE_BLK(2, 1); break;
