@@ -1196,8 +1196,9 @@ static void merge_factors8(int G, const float *s, int64_t s_stride, int64_t nr, 
 
 // H <= 3 query heads (lanes c .. c + H - 1 of the factors) that read the same V rows, 8 * K columns at a time: each
 // head's o in H x K registers, each V vector converted once for the H heads, the weights broadcast from w[r] at each
-// use (one load; vectors broadcast ahead cost a broadcast and a store each per call). Per element and position the scalar code's operations (the scale when ms != 1, then the FMA,
-// each rounded to f16): the heads and columns only give the rounding chains, which are latency-bound alone, company.
+// use (one load; vectors broadcast ahead cost a broadcast and a store each per call). Per element and position the
+// scalar code's operations (the scale when ms != 1, then the FMA, each rounded to f16): the heads and columns only
+// give the rounding chains, which are latency-bound alone, company.
 INLINE void merge_blk(const int H, const int K, int64_t nr, int c, const float (*ms)[8], const uint8_t *nz,
                       const float (*w)[8], const char *v0, int64_t stride, float *o, int64_t o_stride) {
     __m256 acc[3][8];
