@@ -829,10 +829,36 @@ static void attn_merge_ref(const float *s, int64_t n, const uint16_t *v, int64_t
     }
 }
 
+// nh heads' scores sh[h][0..n) (row stride NMAX) over the F16 V rows v ([n][hdv]) merged by kvt_attn_merge_f16 in one
+// call or, with cut > 0, two (the state carried over), on every ISA up to isa, against each head alone in the llama.cpp
+// transcription: returns how many (ISA, head) states differ. Leaves the ISA at isa.
+enum { MERGE_NMAX = 150, MERGE_DMAX = 136 };
+static int merge_heads_check(kvt_isa isa, int nh, const float (*sh)[MERGE_NMAX], int64_t n, int64_t cut, const uint16_t *v,
+                             int64_t hdv) {
+    static float oh[12][MERGE_DMAX], o1[MERGE_DMAX];
+    float mh[12], lh[12];
+    int bad = 0;
+    for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) { // every ISA here
+        kvt_kernels_set_isa((kvt_isa)si);
+        const int64_t np = si == KVT_ISA_AVX512 && __builtin_cpu_supports("avx512fp16") ? hdv & ~(int64_t)127 : 0;
+        for (int h = 0; h < nh; h++) mh[h] = -INFINITY, lh[h] = 0, memset(oh[h], 0, sizeof oh[h]);
+        kvt_attn_merge_f16(nh, sh[0], MERGE_NMAX, cut, v, hdv * 2, mh, lh, oh[0], MERGE_DMAX, hdv);
+        kvt_attn_merge_f16(nh, sh[0] + cut, MERGE_NMAX, n - cut, v + cut * hdv, hdv * 2, mh, lh, oh[0], MERGE_DMAX, hdv);
+        for (int h = 0; h < nh; h++) {
+            float m1 = -INFINITY, l1 = 0;
+            memset(o1, 0, sizeof o1);
+            attn_merge_ref(sh[h], n, v, hdv, &m1, &l1, o1, np);
+            bad += memcmp(o1, oh[h], (size_t)hdv * 4) != 0 || m1 != mh[h] || l1 != lh[h];
+        }
+    }
+    kvt_kernels_set_isa(isa);
+    return bad;
+}
+
 static void test_attn_merge_f16(void) {
     // llama.cpp's AVX512-FP16 path (see quant_avx2.c): this CPU's SIMD kernels take it when it has the instructions
     const int fp16 = kvt_kernels_isa() == KVT_ISA_AVX512 && __builtin_cpu_supports("avx512fp16");
-    enum { NMAX = 150, DMAX = 136 };
+    enum { NMAX = MERGE_NMAX, DMAX = MERGE_DMAX };
     static uint16_t v[NMAX * DMAX];
     static float s[NMAX], o_ref[DMAX], o_sc[DMAX], o_simd[DMAX];
     static const int64_t dims[] = {64, 128, 136, 5, 72};
@@ -883,36 +909,20 @@ static void test_attn_merge_f16(void) {
     for (int nh = 1; nh <= 12; nh++)
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li += 2) {
             const int64_t hdv = nh % 2 ? 136 : nh % 4 ? 72 : 64, n = lens[li];
-            static float sh[12][NMAX], oh[12][DMAX], o1[DMAX];
-            float mh[12], lh[12];
+            static float sh[12][NMAX];
             for (int64_t i = 0; i < n * hdv; i++) v[i] = kvt_f32_to_f16(rnd_normal());
             for (int h = 0; h < nh; h++)
                 for (int64_t i = 0; i < n; i++) sh[h][i] = 2.0f * rnd_normal();
             if (nh % 3 == 0) sh[nh - 1][n / 2] = sh[0][n - 1] = 20.0f; // a late new max, in a later block of positions
-            for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) { // every ISA here
-                kvt_kernels_set_isa((kvt_isa)si);
-                const int64_t np = si == KVT_ISA_AVX512 && __builtin_cpu_supports("avx512fp16") ? hdv & ~(int64_t)127 : 0;
-                for (int h = 0; h < nh; h++) mh[h] = -INFINITY, lh[h] = 0, memset(oh[h], 0, sizeof oh[h]);
-                const int64_t cut = nh % 2 ? 0 : n / 3; // even head counts: two calls, the state carried over
-                kvt_attn_merge_f16(nh, sh[0], NMAX, cut, v, hdv * 2, mh, lh, oh[0], DMAX, hdv);
-                kvt_attn_merge_f16(nh, sh[0] + cut, NMAX, n - cut, v + cut * hdv, hdv * 2, mh, lh, oh[0], DMAX, hdv);
-                for (int h = 0; h < nh; h++) {
-                    float m1 = -INFINITY, l1 = 0;
-                    memset(o1, 0, sizeof o1);
-                    attn_merge_ref(sh[h], n, v, hdv, &m1, &l1, o1, np);
-                    bad += memcmp(o1, oh[h], (size_t)hdv * 4) != 0 || m1 != mh[h] || l1 != lh[h];
-                }
-            }
-            kvt_kernels_set_isa(isa);
+            // even head counts: two calls, the state carried over
+            bad += merge_heads_check(isa, nh, (const float (*)[MERGE_NMAX])sh, n, nh % 2 ? 0 : n / 3, v, hdv);
         }
-    // values at f16's edges (AVX2 rounds o by a float add unless a result is 0 / NaN / large, or V is large): o
-    // ending at -0 or in f16's subnormals, V large enough to leave the bounded case, o overflowing to infinity
+    // values at f16's edges: o ending at -0 or in f16's subnormals, large V, o overflowing to infinity
     for (int kind = 0; kind < 4; kind++)
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li += 3) {
             const int nh = 8;
             const int64_t hdv = 64, n = lens[li];
-            static float sh[8][NMAX], oh[8][DMAX], o1[DMAX];
-            float mh[8], lh[8];
+            static float sh[8][NMAX];
             for (int64_t i = 0; i < n * hdv; i++) {
                 const int64_t k = i % hdv;
                 float x = rnd_normal();
@@ -924,19 +934,7 @@ static void test_attn_merge_f16(void) {
             }
             for (int h = 0; h < nh; h++)
                 for (int64_t i = 0; i < n; i++) sh[h][i] = (kind == 0 ? 30.0f : 2.0f) * rnd_normal();
-            for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) {
-                kvt_kernels_set_isa((kvt_isa)si);
-                const int64_t np = si == KVT_ISA_AVX512 && __builtin_cpu_supports("avx512fp16") ? hdv & ~(int64_t)127 : 0;
-                for (int h = 0; h < nh; h++) mh[h] = -INFINITY, lh[h] = 0, memset(oh[h], 0, sizeof oh[h]);
-                kvt_attn_merge_f16(nh, sh[0], NMAX, n, v, hdv * 2, mh, lh, oh[0], DMAX, hdv);
-                for (int h = 0; h < nh; h++) {
-                    float m1 = -INFINITY, l1 = 0;
-                    memset(o1, 0, sizeof o1);
-                    attn_merge_ref(sh[h], n, v, hdv, &m1, &l1, o1, np);
-                    bad += memcmp(o1, oh[h], (size_t)hdv * 4) != 0 || m1 != mh[h] || l1 != lh[h];
-                }
-            }
-            kvt_kernels_set_isa(isa);
+            bad += merge_heads_check(isa, nh, (const float (*)[MERGE_NMAX])sh, n, 0, v, hdv);
         }
     CHECK("attn_merge_f16", bad == 0 && far == 0 && worst < 2e-2,
           "%d states differ from llama.cpp's steps, %d sums off, max |out - dense softmax| %.3g", bad, far, worst);
