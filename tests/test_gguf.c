@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "../src/gguf/gguf.h"
+#include "../src/kernels/dtype.h"
 #include "test.h"
 #include "test_util.h"
 
@@ -75,6 +76,13 @@ void test_gguf(const test_env *env) {
         test_result(ok, "gguf: values read back", "mismatch");
         kvt_gguf_free(g);
     }
+    // llama.cpp's file type names and its guess from the most common tensor type
+    const char *f15 = kvt_gguf_ftype_name(15), *f0 = kvt_gguf_ftype_name(0);
+    test_result(f15 && !strcmp(f15, "Q4_K - Medium") && f0 && !strcmp(f0, "all F32") && !kvt_gguf_ftype_name(4) &&
+                    !kvt_gguf_ftype_name(UINT32_MAX) && kvt_gguf_ftype_guess(KVT_TYPE_Q4_K) == 15 &&
+                    kvt_gguf_ftype_guess(KVT_TYPE_Q8_0) == 7 && kvt_gguf_ftype_guess(KVT_TYPE_BF16) == 32 &&
+                    kvt_gguf_ftype_guess(KVT_TYPE_Q8_K) == UINT32_MAX && kvt_gguf_ftype_guess(1000) == UINT32_MAX,
+                "gguf: file type names and guesses", "Q4_K_M -> %s", f15 ? f15 : "NULL");
     // every truncation must fail cleanly with a format error, never crash
     bool all = true;
     for (size_t cut = 0; cut < n; cut++) {

@@ -89,6 +89,9 @@ static void test_llama_q4_k_m(void) {
     int64_t ft = -1;
     kvt_gguf_get_i64(m->gguf, "general.file_type", &ft, NULL);
     ok = ok && ft == 15;
+    char desc[96];
+    kvt_model_desc(m, desc, sizeof desc);
+    test_result(!strcmp(desc, "llama ?B Q4_K - Medium"), "mkmodel q4_k_m: llama-bench's description", "'%s'", desc);
     // norms ~1, weights ~N(0, 0.02)
     double sum = 0;
     for (int i = 0; i < 256; i++) sum += m->layers[0].attn_norm[i];

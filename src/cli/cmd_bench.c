@@ -247,8 +247,8 @@ int cmd_bench(int argc, char **argv) {
     pool = NULL;
     const int64_t bpt = bytes_per_token(m);
     const char *fname = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
-    char type_desc[64];
-    snprintf(type_desc, sizeof type_desc, "%s %s", kvt_arch_name(m->hp.arch), kvt_type_name(kvt_weight_file_type(&m->layers[0].wq)));
+    char type_desc[96];
+    kvt_model_desc(m, type_desc, sizeof type_desc);
     if (!strcmp(out_fmt, "json")) {
         kvt_json j;
         kvt_json_init(&j, stdout);

@@ -54,6 +54,8 @@ int cmd_info(int argc, char **argv) {
     const int64_t total = m->weight_bytes + kv16 * n_ctx + act;
     kvt_str name = {"", 0};
     kvt_gguf_get_str(m->gguf, "general.name", &name, NULL);
+    char desc[96]; // llama-bench's "model" column
+    kvt_model_desc(m, desc, sizeof desc);
     if (json) {
         kvt_json j;
         kvt_json_init(&j, stdout);
@@ -62,6 +64,7 @@ int cmd_info(int argc, char **argv) {
         kvt_json_key(&j, "name");
         kvt_json_strn(&j, name.ptr, name.len);
         kvt_json_kv_str(&j, "arch", kvt_arch_name(hp->arch));
+        kvt_json_kv_str(&j, "description", desc);
         kvt_json_kv_int(&j, "gguf_version", kvt_gguf_version(m->gguf));
         kvt_json_kv_int(&j, "n_vocab", hp->n_vocab);
         kvt_json_kv_int(&j, "n_embd", hp->n_embd);
@@ -98,6 +101,7 @@ int cmd_info(int argc, char **argv) {
         printf("file          %s (GGUF v%u)\n", model_path, kvt_gguf_version(m->gguf));
         printf("name          %.*s\n", (int)name.len, name.ptr);
         printf("architecture  %s\n", kvt_arch_name(hp->arch));
+        printf("description   %s\n", desc);
         printf("shape         vocab %d, embd %d, layers %d, heads %d (kv %d), head_dim %d, ff %d, ctx_train %d\n",
                hp->n_vocab, hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_ctx_train);
         printf("rope          %s, dims %d, base %g, scale %g; output %s\n", hp->rope_type == KVT_ROPE_NEOX ? "neox" : "normal",

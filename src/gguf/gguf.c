@@ -479,3 +479,33 @@ const kvt_gguf_tensor *kvt_gguf_find_tensor(const kvt_gguf *g, const char *name)
     }
     return NULL;
 }
+
+// LLAMA_FTYPE_* numbers and names (llama.h, llama-model-loader.cpp).
+static const struct {
+    uint32_t ftype;
+    const char *name;
+} k_ftype_names[] = {
+    {0, "all F32"},       {1, "F16"},           {2, "Q4_0"},          {3, "Q4_1"},          {7, "Q8_0"},
+    {8, "Q5_0"},          {9, "Q5_1"},          {10, "Q2_K - Medium"}, {11, "Q3_K - Small"}, {12, "Q3_K - Medium"},
+    {13, "Q3_K - Large"}, {14, "Q4_K - Small"}, {15, "Q4_K - Medium"}, {16, "Q5_K - Small"}, {17, "Q5_K - Medium"},
+    {18, "Q6_K"},         {19, "IQ2_XXS - 2.0625 bpw"}, {20, "IQ2_XS - 2.3125 bpw"}, {21, "Q2_K - Small"},
+    {22, "IQ3_XS - 3.3 bpw"}, {23, "IQ3_XXS - 3.0625 bpw"}, {24, "IQ1_S - 1.5625 bpw"}, {25, "IQ4_NL - 4.5 bpw"},
+    {26, "IQ3_S - 3.4375 bpw"}, {27, "IQ3_S mix - 3.66 bpw"}, {28, "IQ2_S - 2.5 bpw"}, {29, "IQ2_M - 2.7 bpw"},
+    {30, "IQ4_XS - 4.25 bpw"}, {31, "IQ1_M - 1.75 bpw"}, {32, "BF16"}, {36, "TQ1_0 - 1.69 bpw ternary"},
+    {37, "TQ2_0 - 2.06 bpw ternary"}, {38, "MXFP4 MoE"},
+};
+
+const char *kvt_gguf_ftype_name(uint32_t ftype) {
+    for (size_t i = 0; i < sizeof k_ftype_names / sizeof k_ftype_names[0]; i++) {
+        if (k_ftype_names[i].ftype == ftype) return k_ftype_names[i].name;
+    }
+    return NULL;
+}
+
+uint32_t kvt_gguf_ftype_guess(uint32_t tensor_type) {
+    // GGUF tensor type ids -> file type: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_M, Q4_K_M, Q5_K_M, Q6_K,
+    // and BF16 (30)
+    static const uint32_t k_guess[] = {0, 1, 2, 3, UINT32_MAX, UINT32_MAX, 8, 9, 7, UINT32_MAX, 10, 12, 15, 17, 18};
+    if (tensor_type < sizeof k_guess / sizeof k_guess[0]) return k_guess[tensor_type];
+    return tensor_type == 30 ? 32 : UINT32_MAX;
+}

@@ -98,6 +98,13 @@ kvt_str kvt_gguf_arr_str(const kvt_gguf *g, const kvt_gguf_arr *arr, uint64_t i)
 // Compares a kvt_str with a C string.
 bool kvt_str_eq(kvt_str s, const char *c);
 
+// llama.cpp's name of a `general.file_type` value (its LLAMA_FTYPE_* numbers: 15 -> "Q4_K - Medium", 1 -> "F16"),
+// as llama-bench prints it; NULL for a number it does not define. A static string.
+const char *kvt_gguf_ftype_name(uint32_t ftype);
+// The `general.file_type` a file whose metadata lacks it would be guessed to have from its most common tensor
+// type (llama.cpp's rule: q4_K -> Q4_K_M, q3_K -> Q3_K_M, ...); UINT32_MAX when that type has no file type.
+uint32_t kvt_gguf_ftype_guess(uint32_t tensor_type);
+
 // --- tensors ----------------------------------------------------------------
 int64_t kvt_gguf_n_tensors(const kvt_gguf *g);
 const kvt_gguf_tensor *kvt_gguf_tensor_at(const kvt_gguf *g, int64_t i);

@@ -218,6 +218,29 @@ void kvt_hparams_shape_str(const kvt_hparams *hp, char *buf, size_t n) {
              hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, hp->n_ff, hp->n_vocab);
 }
 
+void kvt_model_desc(const kvt_model *m, char *buf, size_t n) {
+    kvt_str size = {"?B", 2};
+    kvt_gguf_get_str(m->gguf, "general.size_label", &size, NULL);
+    uint32_t ftype = UINT32_MAX;
+    const bool guessed = kvt_gguf_get_u32(m->gguf, "general.file_type", &ftype, NULL) != KVT_OK;
+    if (guessed) { // the most common tensor type, the first of those in type order on a tie
+        int64_t count[KVT_TYPE_GGUF_END] = {0}, best = 0;
+        for (int64_t i = 0; i < kvt_gguf_n_tensors(m->gguf); i++) {
+            const uint32_t t = (uint32_t)kvt_gguf_tensor_at(m->gguf, i)->type;
+            if (t < KVT_TYPE_GGUF_END) count[t]++;
+        }
+        for (uint32_t t = 0; t < KVT_TYPE_GGUF_END; t++) {
+            if (count[t] > best) {
+                best = count[t];
+                ftype = kvt_gguf_ftype_guess(t);
+            }
+        }
+    }
+    const char *name = kvt_gguf_ftype_name(ftype);
+    snprintf(buf, n, "%s %.*s %s%s", kvt_arch_name(m->hp.arch), (int)(size.len < 32 ? size.len : 32), size.ptr,
+             guessed ? "(guessed) " : "", name ? name : "unknown");
+}
+
 typedef struct {
     kvt_model *m;
     kvt_err *err;

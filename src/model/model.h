@@ -116,6 +116,12 @@ void kvt_model_free(kvt_model *m);
 // Thread-safe against itself; the model's weights must not be in use by another thread on the first call.
 void kvt_model_repack(const kvt_model *m);
 
+// The model's description as llama-bench prints it, one line into buf (n bytes, NUL-terminated, truncated to fit):
+// "arch size ftype", e.g. "gemma3 270M Q4_K - Medium": size from `general.size_label` ("?B" without it), the file
+// type's name from `general.file_type`, or "(guessed) NAME" from the most common tensor type where the file lacks
+// it (llama.cpp's rule).
+void kvt_model_desc(const kvt_model *m, char *buf, size_t n);
+
 // Reads only hyperparameters (no tensors validated); for `plan` and `info`.
 kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err);
 
