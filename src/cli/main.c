@@ -24,7 +24,7 @@ static const command k_commands[] = {
     {"plan", cmd_plan, "choose layer and KV placement and predict ms/token"},
     {"kvbench", cmd_kvbench, "decode speed with the KV cache over memory tiers (docs/BENCHMARKS.md)"},
     {"sim", cmd_sim, "discrete-event simulator: KV tiering policies under serving (docs/SIMULATOR.md)"},
-    {"serve", cmd_serve, "OpenAI-compatible server (in progress: chat template checks; docs/SERVING.md)"},
+    {"serve", cmd_serve, "OpenAI-compatible server with continuous batching over the tiered KV store (docs/SERVING.md)"},
 };
 
 static void usage(FILE *f) {
