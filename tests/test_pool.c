@@ -214,7 +214,7 @@ static void epi_fn(void *vctx, int part, int64_t chunk, int64_t r0, int64_t r1) 
 }
 
 static void matmul_ex_test(void) {
-    enum { COLS = 256, ROWS = 600, NTOK = 3 };
+    enum { COLS = 256, ROWS = 600, NTOK = 20 }; // 1 and 3 tokens: decode's cut; 20: prefill's (2 threads: a tail)
     int64_t bad = 0, cases = 0;
     float *x = malloc(sizeof(float) * NTOK * COLS), *wf = malloc(sizeof(float) * ROWS * COLS);
     float *ref = malloc(sizeof(float) * 2 * NTOK * ROWS), *out = malloc(sizeof(float) * 2 * NTOK * ROWS);
@@ -251,7 +251,9 @@ static void matmul_ex_test(void) {
                 goto done;
             }
             kvt_matmul_par(pool, ws, ry, 2, x, NTOK, scratch);
-            for (int n_tok = 1; n_tok <= NTOK; n_tok += 2) {
+            static const int toks[] = {1, 3, NTOK};
+            for (size_t ni = 0; ni < sizeof toks / sizeof toks[0]; ni++) {
+                const int n_tok = toks[ni];
                 // row_align 1, 32, 96, 96 with the input given; 4: fused_y with w twice (not back to back: unfused);
                 // 5, 6: fused_y with w and w2 back to back (one group: its tasks span both), row_align 1 and 8
                 for (int variant = 0; variant < 7; variant++) {

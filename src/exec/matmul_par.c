@@ -10,6 +10,8 @@
 // (256 KiB: SmolLM2's gate/up and down in 2 tasks each, not 4; 13 of 16 alternating rounds faster than 128 KiB,
 // TinyLlama's level: docs/log/BENCHMARKS-kernels-2.md, dec11e)
 #define MIN_TASK_BYTES (256 * 1024)
+// Batches of at least this many tokens are cut as prefill (part_chunk: larger tasks, mm_rows: the tail)
+#define KVT_MM_PREFILL_TOKENS 16
 
 int64_t kvt_matmul_scratch_bytes(int64_t max_cols, int64_t n_tok) { return 2 * (max_cols * 4 + 64) * n_tok + 128; }
 
@@ -18,7 +20,9 @@ typedef struct {
     kvt_weight w;     // the group's matrix: its first part's, rows = the parts' total
     float *y;         // where its tasks write: the part's y (one part), or its region of fused_y ([n_tok, w.rows])
     const void *xq;   // [n_tok, cols] in w's dot type
-    int64_t chunk;    // rows per task
+    int64_t chunk;    // rows per task of the equal cut (with a tail: mm_rows, as many tasks)
+    int64_t unit;     // rows of a unit: the tasks' alignment (chunk and every task's first row are multiples)
+    int tail;         // tasks of each of the tail's two sizes (mm_rows; 0: every task chunk rows)
     int64_t first;    // first task index of this group
     int p0, p1;       // its parts [p0, p1)
 } mm_group;
@@ -42,7 +46,48 @@ typedef struct {
     const kvt_mm_opts *o; // epilogue (kvt_matmul_par_ex), or NULL
 } mm_job;
 
-static int64_t part_chunk(const kvt_threadpool *pool, const kvt_weight *w, int64_t n_tok, int64_t row_align);
+static int64_t part_chunk(const kvt_threadpool *pool, const kvt_weight *w, int64_t n_tok, int64_t row_align,
+                          int64_t *unit);
+
+// Prefill's tail (mm_group's tail > 0): the tasks are claimed in index order, and on a loaded machine the threads'
+// rates differ, so with equal tasks one thread waited at a job's end for most of a task (2 threads, TinyLlama F16
+// pp512: ~0.9 ms of CPU a token, docs/log/BENCHMARKS-kernels-5.md, ptask). So the same number of tasks is cut
+// unequally: the last `tail` tasks a quarter chunk each, the `tail` before them half a chunk, the first ones share
+// the rest (larger than a chunk), and the threads end within a small task of each other. The count stays that of
+// equal chunks because each task packs the activations once (the kernels' GEMM): more tasks would cost more packs.
+// A row's bits do not depend on its task (matmul.h). Task i of G: writes its rows [*r0, *r1); false if it has none.
+static int64_t mm_units(const mm_group *G) { return (G->w.rows + G->unit - 1) / G->unit; }
+static int64_t mm_count(const mm_group *G) { return (G->w.rows + G->chunk - 1) / G->chunk; }
+
+static bool mm_rows(const mm_group *G, int64_t i, int64_t *r0, int64_t *r1) {
+    const int64_t R = G->w.rows, U = mm_units(G), c = G->chunk / G->unit, N = mm_count(G);
+    if (i < 0 || i >= N) return false;
+    int64_t a = i * c, b = a + c;
+    if (G->tail > 0) {
+        const int64_t t = G->tail, h = (c + 1) / 2, q = (c + 3) / 4, nh = N - 2 * t, uh = U - t * (h + q);
+        const int64_t base = uh / nh, ex = uh % nh;
+        if (i < nh) {
+            a = i * base + (i < ex ? i : ex);
+            b = a + base + (i < ex);
+        } else if (i < nh + t) {
+            a = uh + (i - nh) * h;
+            b = a + h;
+        } else {
+            a = uh + t * h + (i - nh - t) * q;
+            b = a + q;
+        }
+    }
+    *r0 = a * G->unit;
+    *r1 = b * G->unit < R ? b * G->unit : R;
+    return true;
+}
+
+// The tail's threads for G (mm_rows), or 0 where the cut would not be smaller towards the end.
+static int mm_tail(const mm_group *G, int nt) {
+    const int64_t c = G->chunk / G->unit, N = mm_count(G), h = (c + 1) / 2, q = (c + 3) / 4;
+    if (nt < 2 || c < 2 || N <= 2 * (int64_t)nt) return 0;
+    return (mm_units(G) - nt * (h + q)) / (N - 2 * nt) >= c ? nt : 0;
+}
 
 // Parts i - 1 and i in one group: fusion asked for (fused_y), the same type and cols, i's rows right after i - 1's,
 // and i's first row a multiple of row_align in the group (so every epilogue's first row is one too).
@@ -73,15 +118,21 @@ static int64_t mm_plan(const kvt_threadpool *pool, mm_job *J, const kvt_weight *
         }
         J->part[i].y = y ? y[i] : NULL;
     }
+    // prefill: the tail for the last group and those of its shape (parts of one shape keep the same chunks)
+    const mm_group *last = &J->grp[J->n_grp - 1];
+    const int nt = kvt_threadpool_n_threads(pool);
     for (int g = 0; g < J->n_grp; g++) {
         mm_group *G = &J->grp[g];
         if (G->p1 - G->p0 > 1) {
             G->y = o->fused_y + fused_rows * n_tok;
             fused_rows += G->w.rows;
         }
-        G->chunk = part_chunk(pool, &G->w, n_tok, o ? o->row_align : 0);
+        G->chunk = part_chunk(pool, &G->w, n_tok, o ? o->row_align : 0, &G->unit);
+        const bool same = G->w.rows == last->w.rows && kvt_row_size(G->w.type, G->w.cols) ==
+                                                            kvt_row_size(last->w.type, last->w.cols);
+        G->tail = n_tok >= KVT_MM_PREFILL_TOKENS && same ? mm_tail(G, nt) : 0;
         G->first = n_tasks;
-        n_tasks += (G->w.rows + G->chunk - 1) / G->chunk;
+        n_tasks += mm_count(G);
     }
     return n_tasks;
 }
@@ -100,7 +151,9 @@ static void mm_task(void *vj, int64_t t, int thread) {
     int g = J->n_grp - 1;
     while (g > 0 && t < J->grp[g].first) g--;
     const mm_group *G = &J->grp[g];
-    const int64_t chunk = t - G->first, r0 = chunk * G->chunk, r1 = r0 + G->chunk < G->w.rows ? r0 + G->chunk : G->w.rows;
+    const int64_t chunk = t - G->first;
+    int64_t r0 = 0, r1 = 0;
+    mm_rows(G, chunk, &r0, &r1);
     kvt_matmul_rows(G->w.type, J->cols, G->w.data, r0, r1, G->xq, J->n_tok, G->y, G->w.rows);
     if (G->p1 - G->p0 == 1) {
         if (J->o && J->o->epilogue) J->o->epilogue(J->o->ctx, G->p0, chunk, r0, r1);
@@ -131,11 +184,15 @@ static int64_t gcd64(int64_t a, int64_t b) {
 // (each task re-lays the activations for the GEMM tiles, panels are 32 rows);
 // in decode a task reads at least MIN_TASK_BYTES of weights (small models: each task
 // costs a dispatch and the activation's prep, more than its rows would take)
-static int64_t part_chunk(const kvt_threadpool *pool, const kvt_weight *w, int64_t n_tok, int64_t row_align) {
+// (*unit: the alignment, a divisor of the result)
+static int64_t part_chunk(const kvt_threadpool *pool, const kvt_weight *w, int64_t n_tok, int64_t row_align,
+                          int64_t *unit) {
     const int nt = kvt_threadpool_n_threads(pool);
-    const int64_t per_thread = n_tok >= 16 ? 4 : 8;
-    const int64_t align0 = n_tok >= 16 ? 2 * KVT_MATMUL_MIN_CHUNK_ROWS : KVT_MATMUL_MIN_CHUNK_ROWS;
+    const bool prefill = n_tok >= KVT_MM_PREFILL_TOKENS;
+    const int64_t per_thread = prefill ? 4 : 8;
+    const int64_t align0 = prefill ? 2 * KVT_MATMUL_MIN_CHUNK_ROWS : KVT_MATMUL_MIN_CHUNK_ROWS;
     const int64_t ra = row_align > 1 ? row_align : 1, align = align0 / gcd64(align0, ra) * ra; // lcm
+    *unit = align;
     int64_t chunk = w->rows / ((int64_t)nt * per_thread);
     const int64_t wrs = kvt_row_size(w->type, w->cols), min_rows = MIN_TASK_BYTES / (wrs > 0 ? wrs : 1);
     if (n_tok <= 4 && chunk < min_rows) {
@@ -155,9 +212,9 @@ int kvt_matmul_par_ranges(const kvt_threadpool *pool, const kvt_weight *const *w
     int n = 0;
     for (int g = 0; g < J.n_grp; g++) {
         const mm_group *G = &J.grp[g];
-        const int64_t chunk = G->chunk, wrs = kvt_row_size(G->w.type, G->w.cols);
-        for (int64_t r0 = 0; r0 < G->w.rows && n < max; r0 += chunk, n++) {
-            const int64_t r1 = r0 + chunk < G->w.rows ? r0 + chunk : G->w.rows;
+        const int64_t wrs = kvt_row_size(G->w.type, G->w.cols);
+        int64_t r0, r1;
+        for (int64_t i = 0; n < max && mm_rows(G, i, &r0, &r1); i++, n++) {
             r[n] = (kvt_wpf_range){(const char *)G->w.data + r0 * wrs, (r1 - r0) * wrs};
         }
     }

@@ -26,7 +26,9 @@ void kvt_matmul_par(kvt_threadpool *pool, const kvt_weight *const *w, float *con
                     int64_t n_tok, void *scratch);
 
 // Every task of kvt_matmul_par(_ex) but a part's last covers a multiple of this many rows (more with row_align or
-// in prefill): per-chunk state of its callers needs at most rows / KVT_MATMUL_MIN_CHUNK_ROWS + 1 entries.
+// in prefill): per-chunk state of its callers needs at most rows / KVT_MATMUL_MIN_CHUNK_ROWS + 1 entries. In
+// prefill (16 tokens or more, 2+ threads) the tasks of the job's last part, and of the parts of its shape, get
+// smaller towards its end (so the threads end together); parts of one shape are still cut alike.
 #define KVT_MATMUL_MIN_CHUNK_ROWS 16
 
 // What kvt_matmul_par_ex adds: small element-wise steps run inside the product's own pool job, in the task that
