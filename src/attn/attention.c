@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "../kernels/f16.h"
 #include "../kernels/quant.h"
 #include "../kernels/vec.h"
 #include "../kv/kv_paged.h"
@@ -20,6 +21,11 @@ static int64_t first_visible(int64_t w, int64_t pos) { return w > 0 && pos - w +
 // Query tokens attended together by one task in prefill: each block is acquired once per task for all of
 // them, not once per token (fewer acquisitions, and far fewer loads when the fast tier is small).
 #define ATTN_TOKENS 64
+// An F16 tile's V rows are converted to f32 once when at least this many (token, query head) rows of a task read them.
+#define VF_ROWS 2
+
+// First row of tile pa read by a task whose first visible position is p_first.
+static int64_t ps_of(int64_t pa, int64_t p_first) { return p_first > pa ? p_first - pa : 0; }
 
 int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile) {
     const int64_t qh = group_qheads(kv, n_head), T = tile_of(tile), TC = ATTN_TOKENS;
@@ -28,9 +34,11 @@ int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile) {
     // (twice), queries [qh] rows of the K dot type; shared: gathered V rows [T, group_heads * head_dim_v] kv type;
     // an F16 cache: the queries again as f32 [qh] rows of the dot type's padded length (kq_f16_scores)
     const int64_t qrow = (kvt_row_size(dt, kv->head_dim) + 63) / 64 * 64;
+    // and the tile's V rows as f32 [group_heads, T, head_dim_v] (vf: converted once for the task's rows)
     const int64_t qf = kv->type == KVT_TYPE_F16 ? TC * qh * (qrow / 2) * 4 + 64 : 0;
+    const int64_t vf = kv->type == KVT_TYPE_F16 ? (int64_t)kv->group_heads * T * kv->head_dim_v * 4 + 64 : 0;
     return TC * (qh * T * 4 + 2 * (qh * 8 + qh * (int64_t)kv->head_dim_v * 4) + qh * (kvt_row_size(dt, kv->head_dim) + 64)) +
-           T * kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim_v) + 256 + qf;
+           T * kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim_v) + 256 + qf + vf;
 }
 
 // Fixed chunking: positions [c * CP, (c + 1) * CP) form chunk c, CP = chunk_tiles * T >= KVT_ATTN_CHUNK,
@@ -157,6 +165,10 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     // F16: the queries as f32 [nj, qh, qrow / 2] (their f16 values), for kvt_attn_kq_f16
     float *qf = f16 ? (float *)(((uintptr_t)(vt + (int64_t)kv->group_heads * T * vrow) + 63) & ~(uintptr_t)63) : NULL;
     const int64_t qst = qrow / 2; // elements per query row, f16 and f32 alike
+    // F16: the tile's V rows as f32 [group_heads, T, hdv] (exact: the same bits as converting at each use), when
+    // at least VF_ROWS (token, head) rows of the task read each KV head's rows: one conversion for all of them
+    float *vf = f16 ? (float *)(((uintptr_t)(qf + nj * qh * qst) + 63) & ~(uintptr_t)63) : NULL;
+    const bool conv = f16 && nj * (qh < qpg ? qh : qpg) >= VF_ROWS;
     const int32_t h0 = g * gq + a;                // first query head of the task
     for (int64_t j = 0; j < nj; j++) {
         for (int32_t i = 0; i < qh; i++) {
@@ -234,7 +246,21 @@ static void attn_task(void *vctx, int64_t task, int thread) {
         }
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
         // merge the tile into the running (m, l, o) of every head of every token that attends it
-        const int64_t vstr = direct ? v.v_stride : vrow, vhstr = direct ? v.v_hstride : T * vrow;
+        int64_t vstr = direct ? v.v_stride : vrow, vhstr = direct ? v.v_hstride : T * vrow;
+        kvt_type vtype = kv->type;
+        // F16 V in chunk 0 (positions [0, KVT_ATTN_CHUNK)): llama.cpp's order, o in f16 (kvt_attn_merge_f16);
+        // every later chunk in f32 with one max per tile (attention.h)
+        const bool f16m = f16 && tl < CT, cv = conv && !f16m;
+        if (cv) { // the tile's rows [ps, pb) of the task's KV heads, to f32 once
+            for (int32_t h = a / qpg; h <= (a + qh - 1) / qpg; h++) {
+                for (int64_t x = ps_of(pa, p_first); x < pb - pa; x++) {
+                    const uint8_t *src = direct ? (const uint8_t *)v.v + h * v.v_hstride + (pa + x - v.pos0) * v.v_stride
+                                                : vt + (h * (int64_t)T + x) * vrow;
+                    kvt_f16_to_f32_row((const uint16_t *)src, vf + (h * (int64_t)T + x) * hdv, hdv);
+                }
+            }
+            vstr = (int64_t)hdv * 4, vhstr = T * vstr, vtype = KVT_TYPE_F32;
+        }
         for (int64_t j = 0; j < nj; j++) {
             const int64_t pos = J->pos0 + t0 + j, lo = first_visible(W, pos);
             if (pos < pa) continue;
@@ -242,18 +268,32 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             // the tile lies before the token's window (its chunk state is still empty, nothing to fold)
             if (x0 >= cnt) continue;
             // V rows of the tile from its position pa + x0 on (the token's first visible one)
-            const uint8_t *vbase = direct ? (const uint8_t *)v.v + (pa + x0 - v.pos0) * v.v_stride : vt + x0 * vrow;
+            const uint8_t *vbase = cv ? (const uint8_t *)(vf + x0 * hdv)
+                                   : direct ? (const uint8_t *)v.v + (pa + x0 - v.pos0) * v.v_stride : vt + x0 * vrow;
             // the token's chunk ends with this tile: fold it (prefill; split tasks save it instead)
             const bool fold = !split && ((tl + 1) % CT == 0 || pos < pa + T);
-            for (int32_t i = 0; i < qh; i++) {
+            for (int32_t i = 0, nh; f16m && i < qh; i += nh) { // the query heads of one KV head together
+                const int64_t ji = j * qh + i;
+                nh = qpg - (a + i) % qpg < qh - i ? qpg - (a + i) % qpg : qh - i; // heads of this KV head in the task
+                for (int32_t k = 0; J->rec && k < nh; k++) { // decode: each head's weights per block (read only)
+                    const float *sk = s + (ji + k) * T + x0;
+                    float mk = m[ji + k];
+                    for (int64_t x = 0; x < cnt - x0; x++) mk = sk[x] > mk ? sk[x] : mk;
+                    float *r = J->rec + ((int64_t)(h0 + i + k) * J->n_tiles + tl) * (1 + J->runs);
+                    const int64_t bt = kv->block_tokens, ba = pa / bt;
+                    r[0] = mk;
+                    for (int64_t q = 0; q < J->runs; q++) r[1 + q] = 0.0f;
+                    for (int64_t x = 0; x < cnt - x0; x++) r[1 + (pa + x0 + x) / bt - ba] += expf(sk[x] - mk);
+                }
+                kvt_attn_merge_f16(nh, s + ji * T + x0, T, cnt - x0, vbase + ((a + i) / qpg) * vhstr, vstr, m + ji, l + ji,
+                                   o + ji * hdv, hdv, hdv);
+            }
+            for (int32_t i = 0; !f16m && i < qh; i++) { // per head: the max, the correction, the weights
                 const int64_t ji = j * qh + i;
                 float *si = s + ji * T + x0;
                 float *oi = o + ji * hdv;
-                const uint8_t *vb = vbase + ((a + i) / qpg) * vhstr;
-                float mn = m[ji]; // the running max after the tile (the F16 merge finds its own)
-                if (J->rec || !f16) {
-                    for (int64_t x = 0; x < cnt - x0; x++) mn = si[x] > mn ? si[x] : mn;
-                }
+                float mn = m[ji]; // the running max after the tile
+                for (int64_t x = 0; x < cnt - x0; x++) mn = si[x] > mn ? si[x] : mn;
                 if (J->rec) { // decode: the tile's weights per block, relative to mn (read only: the result is unchanged)
                     float *r = J->rec + ((int64_t)(h0 + i) * J->n_tiles + tl) * (1 + J->runs);
                     const int64_t bt = kv->block_tokens, ba = pa / bt;
@@ -261,27 +301,21 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                     for (int64_t k = 0; k < J->runs; k++) r[1 + k] = 0.0f;
                     for (int64_t x = 0; x < cnt - x0; x++) r[1 + (pa + x0 + x) / bt - ba] += expf(si[x] - mn);
                 }
-                if (!f16) {
-                    float corr = expf(m[ji] - mn);
-                    if (corr != 1.0f) {
-                        l[ji] *= corr;
-                        kvt_vec_scale_f32(oi, corr, hdv);
-                    }
-                    for (int64_t x = 0; x < cnt - x0; x++) { // scores -> weights, in place
-                        si[x] = expf(si[x] - mn);
-                        l[ji] += si[x];
-                    }
-                    kvt_vec_mad_rows(kv->type, oi, vb, vstr, si, cnt - x0, hdv);
-                    m[ji] = mn;
+                float corr = expf(m[ji] - mn);
+                if (corr != 1.0f) {
+                    l[ji] *= corr;
+                    kvt_vec_scale_f32(oi, corr, hdv);
                 }
+                kvt_vec_expf_sub(si, mn, si, cnt - x0); // scores -> weights, in place (libm's expf bits)
+                m[ji] = mn;
             }
-            // F16 V: llama.cpp's flash attention, position by position with o in f16, the query heads of one KV
-            // head together (they read the same V rows)
-            for (int32_t i = 0, nh; f16 && i < qh; i += nh) {
+            // the sums l, each in position order (the heads' chains interleaved: latency-bound one by one)
+            for (int64_t x = 0; !f16m && x < cnt - x0; x++) {
+                for (int32_t i = 0; i < qh; i++) l[j * qh + i] += s[(j * qh + i) * T + x0 + x];
+            }
+            for (int32_t i = 0; !f16m && i < qh; i++) {
                 const int64_t ji = j * qh + i;
-                nh = qpg - (a + i) % qpg < qh - i ? qpg - (a + i) % qpg : qh - i; // heads of this KV head in the task
-                kvt_attn_merge_f16(nh, s + ji * T + x0, T, cnt - x0, vbase + ((a + i) / qpg) * vhstr, vstr, m + ji, l + ji,
-                                   o + ji * hdv, hdv, hdv);
+                kvt_vec_mad_rows(vtype, o + ji * hdv, vbase + ((a + i) / qpg) * vhstr, vstr, s + ji * T + x0, cnt - x0, hdv);
             }
             for (int32_t i = 0; fold && i < qh; i++) {
                 const int64_t ji = j * qh + i;

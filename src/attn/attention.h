@@ -23,12 +23,18 @@
 // chunk states folded afterwards, with the same operations.
 //
 // Numerics: the queries are rounded to the K dot type (f16 for an F16 cache) and each score is that dot times
-// `scale`. With an F16 V cache a chunk is merged position by position as llama.cpp's CPU flash attention does
-// (kvt_attn_merge_f16: running max, o kept in f16 — on AVX512-FP16 CPUs its first head_dim_v & ~127 columns in
-// f16 arithmetic, as llama.cpp's build for such a CPU does — and ggml's f16 dot order for the scores), so for
-// the same queries and cache a context of up to KVT_ATTN_CHUNK positions gives llama.cpp's output (flash
-// attention on, its default; batches under 64 tokens and decode) bit for bit; the chunk states are folded in
-// f32 (as llama.cpp folds its split-KV partials). Other V types accumulate o in f32 with one max per tile.
+// `scale` (for an F16 cache in ggml's f16 dot order, kvt_attn_kq_f16). Chunk 0 (positions [0, KVT_ATTN_CHUNK))
+// of an F16 V cache is merged position by position as llama.cpp's CPU flash attention does for batches under 64
+// tokens (kvt_attn_merge_f16: running max, o kept in f16 — on AVX512-FP16 CPUs its first head_dim_v & ~127
+// columns in f16 arithmetic, as llama.cpp's build for such a CPU does), so a context of up to KVT_ATTN_CHUNK
+// positions gives llama.cpp's output (flash attention on, its default) bit for bit: the golden tests' regime.
+// Every later chunk, and every chunk of another V type, is merged with o in f32 and one running max per tile
+// (the tile's max, one correction expf(old - new max) of l and o, the weights expf(s - max) with libm's bits
+// (kvt_vec_expf_sub), l summed in position order, o += w * v by kvt_vec_mad_rows), as llama.cpp's tiled path
+// does for 64 or more query rows; an F16 tile's V rows are converted to f32 once for the task's rows that read
+// them (exact). The chunk states are folded in f32 (as llama.cpp folds its split-KV partials). The form depends
+// on the position only, so a token's bits stay independent of its batch, the thread count, the block size and the
+// tiers; long prompts get the f32 form's speed (prefill reads each tile's V rows once for up to 64 tokens).
 #ifndef KVT_ATTENTION_H
 #define KVT_ATTENTION_H
 
