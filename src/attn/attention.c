@@ -123,6 +123,23 @@ typedef struct {
     kvt_err err;
 } attn_job;
 
+// The running max after a tile: max(m, s[0..n)).
+static float tile_max(const float *s, int64_t n, float m) {
+    for (int64_t x = 0; x < n; x++) m = s[x] > m ? s[x] : m;
+    return m;
+}
+
+// Decode's attention mass record of query head h for tile tl: the max mn and the weights expf(s - mn) of the
+// tile's n scores (from position p on) summed per block. Read only: the attention's result is unchanged.
+static void tile_mass(const attn_job *J, int64_t h, int64_t tl, int64_t pa, int64_t p, const float *s, int64_t n,
+                      float mn) {
+    float *r = J->rec + (h * J->n_tiles + tl) * (1 + J->runs);
+    const int64_t bt = J->kv->block_tokens, ba = pa / bt;
+    r[0] = mn;
+    for (int64_t k = 0; k < J->runs; k++) r[1 + k] = 0.0f;
+    for (int64_t x = 0; x < n; x++) r[1 + (p + x) / bt - ba] += expf(s[x] - mn);
+}
+
 static bool fail(attn_job *J, const kvt_err *e) {
     if (!atomic_exchange(&J->failed, 1)) J->err = *e;
     return false;
@@ -275,15 +292,9 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             for (int32_t i = 0, nh; f16m && i < qh; i += nh) { // the query heads of one KV head together
                 const int64_t ji = j * qh + i;
                 nh = qpg - (a + i) % qpg < qh - i ? qpg - (a + i) % qpg : qh - i; // heads of this KV head in the task
-                for (int32_t k = 0; J->rec && k < nh; k++) { // decode: each head's weights per block (read only)
+                for (int32_t k = 0; J->rec && k < nh; k++) { // decode: each head's weights per block
                     const float *sk = s + (ji + k) * T + x0;
-                    float mk = m[ji + k];
-                    for (int64_t x = 0; x < cnt - x0; x++) mk = sk[x] > mk ? sk[x] : mk;
-                    float *r = J->rec + ((int64_t)(h0 + i + k) * J->n_tiles + tl) * (1 + J->runs);
-                    const int64_t bt = kv->block_tokens, ba = pa / bt;
-                    r[0] = mk;
-                    for (int64_t q = 0; q < J->runs; q++) r[1 + q] = 0.0f;
-                    for (int64_t x = 0; x < cnt - x0; x++) r[1 + (pa + x0 + x) / bt - ba] += expf(sk[x] - mk);
+                    tile_mass(J, h0 + i + k, tl, pa, pa + x0, sk, cnt - x0, tile_max(sk, cnt - x0, m[ji + k]));
                 }
                 kvt_attn_merge_f16(nh, s + ji * T + x0, T, cnt - x0, vbase + ((a + i) / qpg) * vhstr, vstr, m + ji, l + ji,
                                    o + ji * hdv, hdv, hdv);
@@ -292,15 +303,8 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 const int64_t ji = j * qh + i;
                 float *si = s + ji * T + x0;
                 float *oi = o + ji * hdv;
-                float mn = m[ji]; // the running max after the tile
-                for (int64_t x = 0; x < cnt - x0; x++) mn = si[x] > mn ? si[x] : mn;
-                if (J->rec) { // decode: the tile's weights per block, relative to mn (read only: the result is unchanged)
-                    float *r = J->rec + ((int64_t)(h0 + i) * J->n_tiles + tl) * (1 + J->runs);
-                    const int64_t bt = kv->block_tokens, ba = pa / bt;
-                    r[0] = mn;
-                    for (int64_t k = 0; k < J->runs; k++) r[1 + k] = 0.0f;
-                    for (int64_t x = 0; x < cnt - x0; x++) r[1 + (pa + x0 + x) / bt - ba] += expf(si[x] - mn);
-                }
+                const float mn = tile_max(si, cnt - x0, m[ji]); // the running max after the tile
+                if (J->rec) tile_mass(J, h0 + i, tl, pa, pa + x0, si, cnt - x0, mn); // decode: its weights per block
                 float corr = expf(m[ji] - mn);
                 if (corr != 1.0f) {
                     l[ji] *= corr;
