@@ -637,6 +637,103 @@ static void test_attend_set_late(int fast_blocks) {
     rmdir(disk);
 }
 
+// Attention over a set does not depend on the store's block size: contiguous stores of blocks of 1, 8, 16, 64 and 160
+// positions and a paged store of blocks of 16 give the same bits for the same selection (scattered positions, whole
+// pages, the last positions), with keys of random scores (the max rises rarely) and with scores rising along the
+// positions (a rise in most chunks); and the output is the definition's (a scalar online softmax position by position
+// in double) to rounding.
+static void test_attend_set_blocks(kvt_type type, bool rising) {
+    char name[192];
+    snprintf(name, sizeof name, "sparse: attention over a set has the same bits for store blocks of 1, 8, 16, 64, 160 and "
+             "paged 16 (%s cache, %s scores) and is the online softmax to rounding", kvt_type_name(type),
+             rising ? "rising" : "random");
+    const int32_t H = 6, HKV = 2, HD = 32, NCTX = 160, qpg = H / HKV;
+    const int64_t n = 150, blocks[5] = {1, 8, 16, 64, 160};
+    float *k, *v, q[6 * 32], out[6][6 * 32];
+    rand_kvq(n, HKV, HD, H, &k, &v, q);
+    if (rising) { // each key leans on its group's first query by a share growing with the position: that head's scores
+                  // climb by ~100 over the positions, its max rising every few positions (past attention's slack of 8)
+        for (int64_t t = 0; t < n; t++) {
+            for (int32_t kh = 0; kh < HKV; kh++) {
+                for (int32_t x = 0; x < HD; x++) k[(t * HKV + kh) * HD + x] = 0.3f * k[(t * HKV + kh) * HD + x] + (float)t / (float)n * q[kh * qpg * HD + x] * 8.0f;
+            }
+        }
+    }
+    int32_t sel[2 * 160];
+    int64_t nsel[2] = {0, 0};
+    for (int32_t h = 0; h < HKV; h++) { // positions 0-2, every 5th (h = 0) or pages of 8 (h = 1), the last 12
+        for (int64_t i = 0; i < n; i++) {
+            const bool keep = i < 3 || i >= n - 12 || (h == 0 ? i % 5 == 2 : (i / 8) % 3 == 1);
+            if (keep) sel[h * NCTX + nsel[h]++] = (int32_t)i;
+        }
+    }
+    kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
+    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, type, {0}, false};
+    float *ss[2];
+    for (int i = 0; i < 2; i++) ss[i] = aligned_alloc(64, (size_t)(kvt_sparse_attn_scratch_floats(&d) * 4 + 63) / 64 * 64);
+    kvt_threadpool *pool = NULL;
+    kvt_err err = {0};
+    kvt_status st = kvt_threadpool_init(2, &pool, &err);
+    for (int b = 0; b < 6 && !st; b++) {
+        kvt_kv *kv = NULL;
+        if (b < 5) {
+            kvt_kv_params kp = {type, 1, HKV, HD, HD, NCTX, blocks[b], 0};
+            st = kvt_kv_contig_init(&kp, &kv, &err);
+        } else {
+            kvt_kv_paged_params pp = kvt_kv_paged_params_default();
+            pp.type = type, pp.n_layer = 1, pp.n_head_kv = HKV, pp.head_dim = HD, pp.head_dim_v = HD, pp.n_ctx = NCTX;
+            pp.block_tokens = 16, pp.group_heads = 1, pp.n_io_threads = 1;
+            st = kvt_kv_paged_init(&pp, &kv, &err);
+        }
+        if (!st) st = kv->ops->append(kv, 0, 0, 0, n, k, v, &err);
+        if (!st) st = kvt_sparse_attend_set(kv, 0, 0, &ap, q, sel, nsel, NCTX, false, out[b], pool, ss, &err);
+        kvt_kv_free(kv);
+    }
+    bool same = !st;
+    for (int b = 1; b < 6 && same; b++) same = memcmp(out[0], out[b], sizeof out[0]) == 0;
+    // the definition in double over the values the cache holds
+    const kvt_type_ops *ops = kvt_type_ops_get(type);
+    uint8_t row[32 * 4];
+    float kr[32], vr[32];
+    double md = 0;
+    for (int32_t hq = 0; hq < H && !st; hq++) {
+        const int32_t kh = hq / qpg;
+        float qr[32];
+        if (type == KVT_TYPE_F16) { // the query as the dot type holds it
+            ops->from_float(q + hq * HD, row, HD);
+            ops->to_float(row, qr, HD);
+        } else {
+            memcpy(qr, q + hq * HD, sizeof qr);
+        }
+        double m = -INFINITY, l = 0, o[32] = {0};
+        for (int64_t x = 0; x < nsel[kh]; x++) {
+            const int64_t t = sel[kh * NCTX + x];
+            ops->from_float(k + (t * HKV + kh) * HD, row, HD);
+            ops->to_float(row, kr, HD);
+            ops->from_float(v + (t * HKV + kh) * HD, row, HD);
+            ops->to_float(row, vr, HD);
+            double dot = 0;
+            for (int32_t j = 0; j < HD; j++) dot += (double)qr[j] * kr[j];
+            const double sc = dot * ap.scale;
+            if (sc > m) {
+                const double c = exp(m - sc);
+                l *= c;
+                for (int32_t j = 0; j < HD; j++) o[j] *= c;
+                m = sc;
+            }
+            const double w = exp(sc - m);
+            l += w;
+            for (int32_t j = 0; j < HD; j++) o[j] += w * vr[j];
+        }
+        for (int32_t j = 0; j < HD; j++) md = fmax(md, fabs(o[j] / l - out[0][hq * HD + j]));
+    }
+    test_result(same && md < 1e-5, name, "%s (max diff to the definition %.3g)", st ? err.msg : same ? "off" : "outputs differ", md);
+    for (int i = 0; i < 2; i++) free(ss[i]);
+    free(k);
+    free(v);
+    kvt_threadpool_free(pool);
+}
+
 enum { N_PROMPT = 40, N_STEP = 8 };
 
 // Prefill then N_STEP greedy-free decode steps (fixed tokens); logits [N_STEP, n_vocab], steps recorded.
@@ -897,6 +994,27 @@ static void test_context(const char *path) {
                 "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
     const bool same8 = !st && same_for_threads(m, &c8, &dd, vary_tiers, a, b, n, sb, &st, &err);
     test_result(same8, "sparse: asyncspade re-rank among block candidates: 1..4 threads, fast tier + host = contiguous, bit for bit",
+                "%s", st ? err.msg : "differ");
+    // the store's block size changes no bit: quest (pages of 4) and asyncspade's re-rank among block candidates, blocks
+    // of 16 (contiguous) against 4 and 8 (paged) and 64 (contiguous)
+    bool sameb = !st;
+    for (int mi = 0; mi < 2 && sameb; mi++) {
+        kvt_context_params cb = c8;
+        cb.sparse.mode = mi ? KVT_SPARSE_ASYNCSPADE : KVT_SPARSE_QUEST;
+        cb.sparse.page = 4;
+        int64_t s0 = 0, s1 = 0;
+        st = run(m, &cb, a, &s0, &err);
+        const int64_t blk[3] = {4, 64, 8};
+        for (int j = 0; j < 3 && !st && sameb; j++) {
+            kvt_context_params cj = cb;
+            cj.kv_block = blk[j];
+            cj.kv_paged = j != 1;
+            st = run(m, &cj, b, &s1, &err);
+            sameb = !st && max_diff(a, b, n) == 0 && s0 == s1;
+        }
+        sameb = sameb && !st;
+    }
+    test_result(sameb, "sparse: quest and asyncspade re-rank: store blocks of 4, 8, 16, 64 (paged and contiguous), bit for bit",
                 "%s", st ? err.msg : "differ");
     // --sparse-rerank-block 4: the real query keeps whole pages of 4 candidates (by their summed mass): K positions per
     // pair, worker = inline; 1..4 threads and the paged store (the worker prefetching only its K best candidates'
@@ -1198,6 +1316,10 @@ void test_sparse(const test_env *env) {
     test_score_exact_f16(64);
     test_score_exact_f16(40);
     test_attend_set_late(8);
+    for (int ty = 0; ty < 2; ty++) {
+        test_attend_set_blocks(ty ? KVT_TYPE_F16 : KVT_TYPE_F32, false);
+        test_attend_set_blocks(ty ? KVT_TYPE_F16 : KVT_TYPE_F32, true);
+    }
     test_attend_set_late(40);
     char path[512];
     if (!test_data(env, "qwen3-tiny.gguf", path, sizeof path)) {

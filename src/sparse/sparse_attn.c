@@ -147,56 +147,97 @@ static void run_score(const sp_job *J, int32_t jh, const uint8_t *qd, const floa
 
 enum { MAD_ROWS = 32, ACC_HEADS = 4 }; // run_accum: positions per expf / kvt_vec_mad_rows call; query heads per pass
 
-// Run R's step of the online softmax from its scores for query heads [i0, i1): per query head the same operations in
-// the same order as one head at a time (max, correction, then position by position w = expf(s - max), l += w, o +=
-// w * v), so the same bits: up to ACC_HEADS heads in a pass, their weights of up to MAD_ROWS positions at a time
-// (kvt_vec_expf_sub: libm's expf bits), then the V rows of each stretch of consecutive positions in one
-// kvt_vec_mad_rows call per head (its FMAs per element in row order, as row-by-row kvt_vec_mad), with the next
-// stretch's V rows requested meanwhile (a hint: the rows of a selection are cold).
+// The running max of a query head rises only for a score more than RISE_SLACK over it (weights expf(s - max) up to
+// e^8 ~ 3000: far from f32's range, and the rounding of a product does not depend on its scale), so that after the
+// first position a rise is rare even where the scores climb along the positions.
+#define RISE_SLACK 8.0f
+
+// A score more than RISE_SLACK above row i's running max (or any score before the first) becomes its max, after l and o
+// are scaled by expf(old max - score).
+static inline bool rises(const sp_head *h, int32_t i, float s) { return s > h->m[i] + RISE_SLACK; }
+
+static inline void rise_to(sp_head *h, int32_t i, float s, int32_t hdv) {
+    if (!rises(h, i, s)) return;
+    const float corr = expf(h->m[i] - s);
+    if (corr != 1.0f) {
+        h->l[i] *= corr;
+        kvt_vec_scale_f32(h->o + (int64_t)i * hdv, corr, hdv);
+    }
+    h->m[i] = s;
+}
+
+// Weights w[0 .. x1 - x0) = expf(s - m) of positions sel[x0 .. x1) added to row i's l in order, and their V rows to its
+// o: each stretch of consecutive positions in one kvt_vec_mad_rows call (row order: the bits of row-by-row).
+static inline void add_rows(sp_head *h, int32_t i, const float *w, const int32_t *sel, int64_t x0, int64_t x1,
+                            const uint8_t *vb, const kvt_kv_view *v, kvt_type type, int32_t hdv) {
+    for (int64_t x = 0; x < x1 - x0; x++) h->l[i] += w[x];
+    for (int64_t y0 = x0, y1; y0 < x1; y0 = y1) {
+        for (y1 = y0 + 1; y1 < x1 && sel[y1] == sel[y0] + (y1 - y0);) y1++; // sel[y0 .. y1) consecutive
+        kvt_vec_mad_rows(type, h->o + (int64_t)i * hdv, vb + (sel[y0] - v->pos0) * v->v_stride, v->v_stride, w + (y0 - x0),
+                         y1 - y0, hdv);
+    }
+}
+
+// Run R's step of the online softmax from its scores for query heads [i0, i1), position by position: a score more than
+// RISE_SLACK above the running max first becomes the max (l and o scaled by expf(old max - score)), then w = expf(s -
+// max), l += w, o += w * v. The state after a position depends on the selected positions up to it only, never on how
+// they are cut into runs, so the output has the same bits whatever the store's block size, the passes around a late
+// batch and the split of the heads (each query head's state is its own). Computed MAD_ROWS positions at a time: for
+// up to ACC_HEADS heads together where a head's max rises at the chunk's first position at most (the usual case), the
+// chunk's weights in one kvt_vec_expf_sub call (libm's expf bits) and each stretch of consecutive positions in one
+// kvt_vec_mad_rows call per head, the next stretch's V rows requested meanwhile (a hint: the rows of a selection are
+// cold); a head whose max rises inside the chunk takes it in pieces between its rises, with the same operations.
 static void run_accum(const sp_job *J, int32_t jh, int64_t ns, const int32_t *sel, sp_head *h, const sp_run *R,
                       int32_t i0, int32_t i1) {
     const kvt_kv *kv = J->kv;
     const int32_t hdv = kv->head_dim_v;
     const uint8_t *vb = (const uint8_t *)R->v.v + jh * R->v.v_hstride;
-    float *m = h->m, *l = h->l;
     const bool pf = kv->type == KVT_TYPE_F16;
     const int64_t vrow = 2 * (int64_t)hdv;
     for (int32_t g0 = i0 - h->i0; g0 < i1 - h->i0; g0 += ACC_HEADS) { // rows g0 .. g0 + nh of s, m, l, o
         const int32_t nh = i1 - h->i0 - g0 < ACC_HEADS ? i1 - h->i0 - g0 : ACC_HEADS;
-        float mn[ACC_HEADS], wb[ACC_HEADS][MAD_ROWS];
+        float wb[ACC_HEADS][MAD_ROWS];
         int64_t pf_done = R->a + 1; // positions whose V rows this pass requested: [.., pf_done)
-        for (int32_t c = 0; c < nh; c++) {
-            const int32_t i = g0 + c;
-            const float *si = h->s + (int64_t)i * ns;
-            float bm = -INFINITY;
-            for (int64_t x = R->a; x < R->e; x++) bm = si[x] > bm ? si[x] : bm;
-            mn[c] = bm > m[i] ? bm : m[i];
-            const float corr = expf(m[i] - mn[c]);
-            if (corr != 1.0f) {
-                l[i] *= corr;
-                kvt_vec_scale_f32(h->o + (int64_t)i * hdv, corr, hdv);
-            }
-        }
         for (int64_t c0 = R->a; c0 < R->e; c0 += MAD_ROWS) {
             const int64_t c1 = R->e - c0 < MAD_ROWS ? R->e : c0 + MAD_ROWS;
+            bool whole[ACC_HEADS]; // head c's max does not rise past c0 in this chunk
+            int32_t nwhole = 0;
             for (int32_t c = 0; c < nh; c++) {
                 const int32_t i = g0 + c;
-                kvt_vec_expf_sub(h->s + (int64_t)i * ns + c0, mn[c], wb[c], c1 - c0);
-                for (int64_t x = 0; x < c1 - c0; x++) l[i] += wb[c][x];
+                const float *si = h->s + (int64_t)i * ns;
+                rise_to(h, i, si[c0], hdv);
+                whole[c] = true;
+                for (int64_t x = c0 + 1; x < c1; x++) whole[c] = whole[c] && !rises(h, i, si[x]);
+                if (!whole[c]) continue;
+                nwhole++;
+                kvt_vec_expf_sub(si + c0, h->m[i], wb[c], c1 - c0);
+                for (int64_t x = 0; x < c1 - c0; x++) h->l[i] += wb[c][x];
             }
-            for (int64_t x0 = c0, x1; x0 < c1; x0 = x1) {
+            for (int64_t x0 = c0, x1; nwhole > 0 && x0 < c1; x0 = x1) {
                 for (x1 = x0 + 1; x1 < c1 && sel[x1] == sel[x0] + (x1 - x0);) x1++; // sel[x0 .. x1) consecutive
                 if (pf) { // the next stretch's V rows (to L1): hints only
                     if (pf_done < x1) pf_done = x1;
                     prefetch_rows(vb, R->v.v_stride, R->v.pos0, sel, &pf_done, R->e - x1 < PF_ROWS ? R->e : x1 + PF_ROWS,
                                   vrow);
                 }
-                for (int32_t c = 0; c < nh; c++)
-                    kvt_vec_mad_rows(kv->type, h->o + (int64_t)(g0 + c) * hdv, vb + (sel[x0] - R->v.pos0) * R->v.v_stride,
-                                     R->v.v_stride, wb[c] + (x0 - c0), x1 - x0, hdv);
+                for (int32_t c = 0; c < nh; c++) {
+                    if (whole[c])
+                        kvt_vec_mad_rows(kv->type, h->o + (int64_t)(g0 + c) * hdv, vb + (sel[x0] - R->v.pos0) * R->v.v_stride,
+                                         R->v.v_stride, wb[c] + (x0 - c0), x1 - x0, hdv);
+                }
+            }
+            for (int32_t c = 0; c < nh; c++) { // the heads whose max rises inside the chunk: piece by piece
+                if (whole[c]) continue;
+                const int32_t i = g0 + c;
+                const float *si = h->s + (int64_t)i * ns;
+                for (int64_t x0 = c0, x1; x0 < c1; x0 = x1) {
+                    rise_to(h, i, si[x0], hdv);
+                    for (x1 = x0 + 1; x1 < c1 && !rises(h, i, si[x1]);) x1++; // [x0, x1): one max
+                    kvt_vec_expf_sub(si + x0, h->m[i], wb[c], x1 - x0);
+                    add_rows(h, i, wb[c], sel, x0, x1, vb, &R->v, kv->type, hdv);
+                }
             }
         }
-        for (int32_t c = 0; c < nh; c++) m[g0 + c] = mn[c];
     }
 }
 
