@@ -402,16 +402,17 @@ static void probe_test(void) {
     kvt_threadpool *pools[2] = {NULL, NULL};
     bad += kvt_threadpool_init(1, &pools[0], NULL) != KVT_OK;
     bad += kvt_threadpool_init(2, &pools[1], NULL) != KVT_OK;
-    bad += kvt_read_probe_init(1000000, 0, &p, NULL) != KVT_ERR_INVALID_ARG || p != NULL;
-    if (kvt_read_probe_init(1000000, 1, &p, NULL) == KVT_OK) {
-        bad += kvt_read_probe_bytes(p) != 1048576; // 15.3 chunks: 16
+    bad += kvt_read_probe_init(1000000, 0, 0, &p, NULL) != KVT_ERR_INVALID_ARG || p != NULL;
+    if (kvt_read_probe_init(1000000, 3000000, 1, &p, NULL) == KVT_OK) {
+        bad += kvt_read_probe_bytes(p) != 1048576; // 15.3 chunks: 16 (in 3 windows: a pass reads one)
         bad += pools[1] && kvt_read_probe_pass(p, pools[1], KVT_READ_ONE) != 0; // 2 threads, made for 1
+        for (int k = 0; k < 4; k++) bad += pools[0] && !(kvt_read_probe_pass(p, pools[0], KVT_READ_FOUR) > 0); // windows in turn
         kvt_read_probe_free(p);
     } else {
         bad++;
     }
     p = NULL;
-    if (kvt_read_probe_init(1, 2, &p, NULL) == KVT_OK) {
+    if (kvt_read_probe_init(1, 0, 2, &p, NULL) == KVT_OK) {
         bad += kvt_read_probe_bytes(p) != 4 * 65536;
         for (int t = 0; t < 2; t++) {
             for (int k = 0; k < KVT_READ_N_PATTERNS; k++) bad += pools[t] && !(kvt_read_probe_pass(p, pools[t], k) > 0);

@@ -98,28 +98,32 @@ static void bw_task(void *vj, int64_t t, int thread) {
 }
 
 struct kvt_read_probe {
-    uint64_t *buf;    // [n_chunks * CHUNK / 8], 2 MiB pages, written once (faulted in) at init
+    uint64_t *buf;    // [n_win][n_chunks * CHUNK / 8], 2 MiB pages, written once (faulted in) at init
     uint64_t *sums;   // [n_threads * 8]: one cache line a thread
-    int64_t n_chunks; // a multiple of STREAMS
+    int64_t n_chunks; // of a pass (a window), a multiple of STREAMS
+    int64_t n_win;    // windows the passes read in turns
+    int64_t next;     // passes so far (the next one reads window next % n_win)
     int n_threads;
 };
 
-kvt_status kvt_read_probe_init(int64_t bytes, int n_threads, kvt_read_probe **out, kvt_err *err) {
+kvt_status kvt_read_probe_init(int64_t bytes, int64_t ring_bytes, int n_threads, kvt_read_probe **out, kvt_err *err) {
     *out = NULL;
     if (n_threads < 1) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "read probe: %d threads", n_threads);
     int64_t n_chunks = (bytes / CHUNK + STREAMS - 1) / STREAMS * STREAMS; // whole sets of STREAMS chunks
     if (n_chunks < STREAMS) n_chunks = STREAMS;
+    const int64_t n_win = ring_bytes > n_chunks * CHUNK ? (ring_bytes + n_chunks * CHUNK - 1) / (n_chunks * CHUNK) : 1;
     kvt_read_probe *p = calloc(1, sizeof *p);
     // 2 MiB pages, as the repacked weights that decode streams: on 4 KiB pages the probe read 5-40% less here
     // (docs/BENCHMARKS.md), so a decode could pass "100% of DRAM"
-    if (p) p->buf = kvt_alloc_huge((size_t)(n_chunks * CHUNK), true);
+    if (p) p->buf = kvt_alloc_huge((size_t)(n_win * n_chunks * CHUNK), true);
     if (p) p->sums = calloc((size_t)n_threads * 8, sizeof(uint64_t));
     if (!p || !p->buf || !p->sums) {
         kvt_read_probe_free(p);
-        return kvt_errorf(err, KVT_ERR_NOMEM, "read probe: out of memory for %lld bytes", (long long)(n_chunks * CHUNK));
+        return kvt_errorf(err, KVT_ERR_NOMEM, "read probe: out of memory for %lld bytes", (long long)(n_win * n_chunks * CHUNK));
     }
-    memset(p->buf, 1, (size_t)(n_chunks * CHUNK)); // every page faulted in now, not in a timed pass
+    memset(p->buf, 1, (size_t)(n_win * n_chunks * CHUNK)); // every page faulted in now, not in a timed pass
     p->n_chunks = n_chunks;
+    p->n_win = n_win;
     p->n_threads = n_threads;
     *out = p;
     return KVT_OK;
@@ -137,7 +141,8 @@ int64_t kvt_read_probe_bytes(const kvt_read_probe *p) { return p->n_chunks * CHU
 double kvt_read_probe_pass(kvt_read_probe *p, kvt_threadpool *pool, kvt_read_pattern pat) {
     if (kvt_threadpool_n_threads(pool) > p->n_threads || pat < 0 || pat >= KVT_READ_N_PATTERNS) return 0;
     // KVT_READ_ONE: task t reads chunk t; KVT_READ_FOUR*: task t the chunks t + k * n_chunks / STREAMS
-    bw_job J = {p->buf, p->sums, pat == KVT_READ_ONE ? 0 : p->n_chunks / STREAMS * (CHUNK / 8), pat == KVT_READ_FOUR_PF};
+    const uint64_t *win = p->buf + p->next++ % p->n_win * p->n_chunks * (CHUNK / 8);
+    bw_job J = {win, p->sums, pat == KVT_READ_ONE ? 0 : p->n_chunks / STREAMS * (CHUNK / 8), pat == KVT_READ_FOUR_PF};
     const int64_t t0 = kvt_time_ns();
     kvt_threadpool_run(pool, bw_task, &J, pat == KVT_READ_ONE ? p->n_chunks : p->n_chunks / STREAMS);
     const int64_t ns = kvt_time_ns() - t0;
@@ -146,7 +151,7 @@ double kvt_read_probe_pass(kvt_read_probe *p, kvt_threadpool *pool, kvt_read_pat
 
 double kvt_measure_read_bw(kvt_threadpool *pool, int64_t bytes, int reps) {
     kvt_read_probe *p = NULL;
-    if (kvt_read_probe_init(bytes, kvt_threadpool_n_threads(pool), &p, NULL) != KVT_OK) return 0;
+    if (kvt_read_probe_init(bytes, bytes, kvt_threadpool_n_threads(pool), &p, NULL) != KVT_OK) return 0;
     double best = 0;
     for (int r = 0; r < reps; r++)
         for (int pat = 0; pat < KVT_READ_N_PATTERNS; pat++) {

@@ -19,14 +19,16 @@
 // either side of it is its share of the bandwidth of that moment, and the
 // median of those shares over the repetitions is reported beside the best-of-5
 // figure (json "dram_pct_adjacent"; "probe_adjacent_gbps" holds the probes).
-// The token-paired share (json "dram_pct_paired", on by default, --probe): right after each generated token of every
-// repetition, the engine's own pool (its threads, warm) reads a buffer of the test's bytes per token once (allocated
-// and faulted in once per run; the access pattern the fastest of the three in a calibration of 3 passes each before
-// the test's first repetition). The share is the median over all tokens of (probe seconds / token seconds), i.e. the
-// token's weight read rate over the rate of a same-size read taken right beside it: the VM's bandwidth drifts by
-// 10-25% between the adjacent probes of one run, much less within a token and its probe. With paired probes a
-// repetition's time is the sum of its tokens' times (the probes between them are not counted). The probes read a
-// buffer of their own: the tokens, and every logit, are those of a run without them.
+// The token-paired share (json "dram_pct_paired", on by default, --probe): after the timed repetitions, as many
+// paired ones, not timed as a whole: after every second generated token the engine's own pool (its threads, warm)
+// reads a buffer of the test's bytes per token once (allocated and faulted in once per run; the access pattern the
+// fastest of the three in a calibration of 3 passes each). The share is the median over those tokens of (probe
+// seconds / token seconds) x (token bytes / probe bytes): the token's weight read rate over the rate of a same-size
+// read taken right beside it (the VM's bandwidth drifts by 10-25% between the adjacent probes of one run, much less
+// within a token and its probe). Only tokens that follow a token, not a probe, count, and the timed repetitions have
+// no probe between their tokens: a token right after a probe ran ~10% slower (SmolLM2 Q4_1, 96 MB a token, on an AMD
+// Zen 3 with a 32 MB L3: part of a token's weights is still cached for the next one, which a probe evicts;
+// docs/log/BENCHMARKS-kernels-5.md, dp). The probes read a buffer of their own: no token or logit changes.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,8 +48,9 @@ typedef struct {
     double *ns;       // [reps] nanoseconds per repetition
     double mem_bw;    // tg: DRAM read bytes/s probed right after the repetitions (0: not measured)
     double *adj;      // tg: [reps + 1] DRAM read bytes/s probed before repetition 0 and after each (NULL: not measured)
-    double *pair;     // tg with paired probes: [reps * n_gen] each token's (probe seconds / token seconds), then sorted
-    double *pair_bw;  // and [reps * n_gen] each probe's read bytes/s (NULL: not measured)
+    double *pair;     // tg with paired probes: [n_pair] each probed token's (probe seconds / token seconds), then sorted
+    double *pair_bw;  // and [n_pair] each probe's read bytes/s (NULL: not measured)
+    int64_t n_pair;
     kvt_read_pattern pat; // the paired probe's access pattern (the calibration's fastest)
 } bench_test;
 
@@ -77,8 +80,9 @@ static double adjacent_pct(const bench_test *t, int reps, int64_t bpt, double *s
 // The paired share of t (percent): the median over its tokens of probe seconds / token seconds, scaled by the bytes
 // each read (bpt for the token, pb for the probe); 0 when not measured. Sorts t->pair.
 static double paired_pct(bench_test *t, int reps, int64_t bpt, int64_t pb) {
-    if (!t->pair || pb <= 0) return 0;
-    return 100.0 * (double)bpt / (double)pb * kvt_median_f64(t->pair, (int64_t)reps * t->n_gen);
+    (void)reps;
+    if (!t->pair || pb <= 0 || t->n_pair <= 0) return 0;
+    return 100.0 * (double)bpt / (double)pb * kvt_median_f64(t->pair, t->n_pair);
 }
 
 // The paired probe's pattern: 3 passes of each, in turns; the one with the shortest median pass.
@@ -128,11 +132,10 @@ static bool fill_depth(kvt_context *ctx, const bench_test *t, const int32_t *tok
     return t->n_depth <= 0 || kvt_decode(ctx, toks, t->n_depth, false, err) == KVT_OK;
 }
 
-// The timed part of one repetition: the test's tokens (toks[n_depth, ...)) after the depth fill_depth left; its
-// nanoseconds into *ns (NULL: not timed). With pr (a tg test's paired probes, repetition `rep`): after each token a
-// probe pass on the context's pool, each ratio into t->pair and t->pair_bw, and *ns the sum of the tokens' times.
-static bool run_once(kvt_context *ctx, bench_test *t, const int32_t *toks, kvt_read_probe *pr, int64_t rep, double *ns,
-                     kvt_err *err) {
+// One repetition: the test's tokens (toks[n_depth, ...)) after the depth fill_depth left; its nanoseconds into *ns
+// (NULL: not timed). With pr (a tg test's paired repetition): after every second token (i odd: its predecessor was
+// not followed by a probe) a probe pass on the context's pool, its ratio appended to t->pair and t->pair_bw.
+static bool run_once(kvt_context *ctx, bench_test *t, const int32_t *toks, kvt_read_probe *pr, double *ns, kvt_err *err) {
     const int32_t *tk = toks + t->n_depth;
     const int64_t t0 = kvt_time_ns();
     if (t->n_prompt > 0) {
@@ -140,19 +143,17 @@ static bool run_once(kvt_context *ctx, bench_test *t, const int32_t *toks, kvt_r
         if (ns) *ns = (double)(kvt_time_ns() - t0);
         return true;
     }
-    double sum = 0;
     for (int64_t i = 0; i < t->n_gen; i++) {
         const int64_t a = kvt_time_ns();
         if (kvt_decode(ctx, &tk[i], 1, false, err)) return false;
         const double d = (double)(kvt_time_ns() - a);
-        sum += d;
-        if (pr && t->pair) {
+        if (pr && t->pair && i % 2 == 1) {
             const double ps = kvt_read_probe_pass(pr, kvt_context_pool(ctx), t->pat);
-            t->pair[rep * t->n_gen + i] = ps * 1e9 / (d > 0 ? d : 1);
-            t->pair_bw[rep * t->n_gen + i] = ps > 0 ? (double)kvt_read_probe_bytes(pr) / ps : 0;
+            t->pair[t->n_pair] = ps * 1e9 / (d > 0 ? d : 1);
+            t->pair_bw[t->n_pair++] = ps > 0 ? (double)kvt_read_probe_bytes(pr) / ps : 0;
         }
     }
-    if (ns) *ns = pr && t->pair ? sum : (double)(kvt_time_ns() - t0);
+    if (ns) *ns = (double)(kvt_time_ns() - t0);
     return true;
 }
 
@@ -195,12 +196,12 @@ int cmd_bench(int argc, char **argv) {
                    "  -r N        repetitions (after one warm-up run)\n"
                    "  --probe L   a tg test's DRAM read probes, a comma list (default adjacent,paired; none: no probes):\n"
                    "              adjacent: 512 MiB read before the first repetition and after each (and the best of 5 after\n"
-                   "              them); paired: after every generated token, a read of as many bytes as a token's weights\n"
-                   "              on the engine's threads (a repetition's time is then its tokens' times, probes excluded)\n"
+                   "              them); paired: -r more repetitions, not timed, where every second generated token is\n"
+                   "              followed by a read of as many bytes as a token's weights on the engine's threads\n"
                    "A tg test's GB/s column: the weights read per second, \"of\" the best of 5 DRAM probes after its\n"
                    "repetitions; (adjacent) the median over the repetitions of each one's rate over the probes run just\n"
-                   "before and after it; (paired) the median over all tokens of each token's rate over the rate of the\n"
-                   "same-size probe right after it (json: dram_pct_adjacent, dram_pct_paired).\n%s",
+                   "before and after it; (paired) the median over the probed tokens of each one's rate over the rate of\n"
+                   "the same-size probe right after it (json: dram_pct_adjacent, dram_pct_paired).\n%s",
                    cli_engine_help);
             free(pp);
             free(tg);
@@ -292,36 +293,42 @@ int cmd_bench(int argc, char **argv) {
             int64_t x = is_pp ? pp[i] : tg[i - n_pp];
             if (x <= 0) continue;
             tests[n_tests] = (bench_test){is_pp ? "pp" : "tg", is_pp ? x : 0, is_pp ? 0 : x, dp[d], ns + n_tests * reps, 0, NULL,
-                                          NULL, NULL, KVT_READ_FOUR_PF};
+                                          NULL, NULL, 0, KVT_READ_FOUR_PF};
             n_tests++;
             any_tg = any_tg || !is_pp;
         }
     }
     const int64_t bpt = bytes_per_token(m);
     if (any_tg && probe_adj && kvt_threadpool_init(kvt_context_n_threads(ctx), &pool, NULL) != KVT_OK) pool = NULL;
-    if (any_tg && probe_pair && kvt_read_probe_init(bpt, kvt_context_n_threads(ctx), &pr, &err) != KVT_OK) goto fail;
+    // below 256 MiB a token, 4 windows read in turns (SmolLM2 Q4_1, 96 MB: a window read every second token came 35%
+    // faster than the DRAM rate at times, part of it still in the 32 MB L3 of an AMD Zen 3)
+    const int64_t ring = bpt < ((int64_t)256 << 20) ? 4 * bpt : bpt;
+    if (any_tg && probe_pair && kvt_read_probe_init(bpt, ring, kvt_context_n_threads(ctx), &pr, &err) != KVT_OK) goto fail;
     for (int ti = 0; ti < n_tests; ti++) {
         bench_test *t = &tests[ti];
-        if (!fill_depth(ctx, t, toks, &err) || !run_once(ctx, t, toks, NULL, 0, NULL, &err)) goto fail; // warm-up
-        if (t->n_gen && pr) {
-            t->pair = calloc((size_t)(reps * t->n_gen), sizeof *t->pair);
-            t->pair_bw = calloc((size_t)(reps * t->n_gen), sizeof *t->pair_bw);
-            if (!t->pair || !t->pair_bw) {
-                snprintf(err.msg, sizeof err.msg, "out of memory for the paired probes");
-                goto fail;
-            }
-            t->pat = probe_calibrate(pr, kvt_context_pool(ctx));
-        }
+        if (!fill_depth(ctx, t, toks, &err) || !run_once(ctx, t, toks, NULL, NULL, &err)) goto fail; // warm-up
         if (t->n_gen && pool) {
             t->adj = adj + (int64_t)ti * (reps + 1);
             t->adj[0] = kvt_measure_read_bw(pool, BW_PROBE_BYTES, 1);
         }
         for (int64_t k = 0; k < reps; k++) {
             if (!fill_depth(ctx, t, toks, &err)) goto fail;
-            if (!run_once(ctx, t, toks, pr, k, &t->ns[k], &err)) goto fail;
+            if (!run_once(ctx, t, toks, NULL, &t->ns[k], &err)) goto fail;
             if (t->adj) t->adj[k + 1] = kvt_measure_read_bw(pool, BW_PROBE_BYTES, 1);
         }
         if (t->n_gen && pool) t->mem_bw = kvt_measure_read_bw(pool, BW_PROBE_BYTES, BW_PROBES);
+        if (t->n_gen > 1 && pr) { // the paired repetitions
+            t->pair = calloc((size_t)(reps * (t->n_gen / 2)), sizeof *t->pair);
+            t->pair_bw = calloc((size_t)(reps * (t->n_gen / 2)), sizeof *t->pair_bw);
+            if (!t->pair || !t->pair_bw) {
+                snprintf(err.msg, sizeof err.msg, "out of memory for the paired probes");
+                goto fail;
+            }
+            t->pat = probe_calibrate(pr, kvt_context_pool(ctx));
+            for (int64_t k = 0; k < reps; k++) {
+                if (!fill_depth(ctx, t, toks, &err) || !run_once(ctx, t, toks, pr, NULL, &err)) goto fail;
+            }
+        }
     }
     kvt_threadpool_free(pool);
     pool = NULL;
@@ -364,7 +371,7 @@ int cmd_bench(int argc, char **argv) {
             }
             if (t->pair) {
                 kvt_json_kv_num(&j, "dram_pct_paired", paired_pct(t, (int)reps, bpt, pb));
-                kvt_json_kv_num(&j, "probe_paired_gbps", kvt_median_f64(t->pair_bw, reps * t->n_gen) / 1e9);
+                kvt_json_kv_num(&j, "probe_paired_gbps", kvt_median_f64(t->pair_bw, t->n_pair) / 1e9);
                 kvt_json_kv_int(&j, "probe_paired_bytes", pb);
                 kvt_json_kv_str(&j, "probe_paired_pattern", pattern_name[t->pat]);
             }
