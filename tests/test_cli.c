@@ -93,6 +93,21 @@ void test_cli(const test_env *env) {
         test_result(rc == 0 && strstr(out, "\"dram_pct_adjacent\":") && n_probes == 3,
                     "cli: bench -o json: a tg test's adjacent probes (reps + 1) and their median share", "%d probes: %s", n_probes, out);
     }
+    test_result(rc == 0 && strstr(out, "\"dram_pct_paired\":") && strstr(out, "\"probe_paired_gbps\":") &&
+                    strstr(out, "\"probe_paired_pattern\":"),
+                "cli: bench -o json: a tg test's token-paired share", "exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 0 -n 3 -r 1 --probe none", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "| tg3 |") && !strstr(out, "adjacent") && !strstr(out, "paired"),
+                "cli: bench --probe none: no shares", "exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 0 -n 3 -r 1 --probe paired", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "paired ") && !strstr(out, "adjacent"), "cli: bench --probe paired: that share alone",
+                "exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s -p 0 -n 3 -r 1 --probe adjacent,nope 2>&1", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 2 && strstr(out, "--probe"), "cli: bench --probe with an unknown item: refused (exit 2)", "exit %d: %s",
+                rc, out);
     snprintf(cmd, sizeof cmd, "%s bench -m %s -p 8,16 -n 0,4 -r 1", env->cli, model);
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "| pp8 |") && strstr(out, "| pp16 |") && strstr(out, "| tg4 |") && !strstr(out, "tg0"),

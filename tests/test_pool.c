@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../src/base/membw.h"
 #include "../src/base/threadpool.h"
 #include "../src/base/timer.h"
 #include "../src/exec/matmul_par.h"
@@ -387,7 +388,48 @@ static void spin_test(const test_env *env) {
     }
 }
 
+// kvt_median_f64 (kvtier bench's shares) and the reusable read probe (its token-paired probes): sizes rounded to
+// whole sets of four 64 KiB chunks, every pattern's pass timed (> 0) on 1 and 2 threads, a pool wider than the probe
+// and a pattern out of range refused (0).
+static void probe_test(void) {
+    int64_t bad = 0;
+    double odd[] = {3, 1, 2}, even[] = {4, 1, 3, 2}, one[] = {7};
+    bad += kvt_median_f64(odd, 3) != 2;
+    bad += kvt_median_f64(even, 4) != 2.5;
+    bad += kvt_median_f64(one, 1) != 7;
+    bad += kvt_median_f64(one, 0) != 0;
+    kvt_read_probe *p = NULL;
+    kvt_threadpool *pools[2] = {NULL, NULL};
+    bad += kvt_threadpool_init(1, &pools[0], NULL) != KVT_OK;
+    bad += kvt_threadpool_init(2, &pools[1], NULL) != KVT_OK;
+    bad += kvt_read_probe_init(1000000, 0, 0, &p, NULL) != KVT_ERR_INVALID_ARG || p != NULL;
+    if (kvt_read_probe_init(1000000, 3000000, 1, &p, NULL) == KVT_OK) {
+        bad += kvt_read_probe_bytes(p) != 1048576; // 15.3 chunks: 16 (in 3 windows: a pass reads one)
+        bad += pools[1] && kvt_read_probe_pass(p, pools[1], KVT_READ_ONE) != 0; // 2 threads, made for 1
+        for (int k = 0; k < 4; k++) bad += pools[0] && !(kvt_read_probe_pass(p, pools[0], KVT_READ_FOUR) > 0); // windows in turn
+        kvt_read_probe_free(p);
+    } else {
+        bad++;
+    }
+    p = NULL;
+    if (kvt_read_probe_init(1, 0, 2, &p, NULL) == KVT_OK) {
+        bad += kvt_read_probe_bytes(p) != 4 * 65536;
+        for (int t = 0; t < 2; t++) {
+            for (int k = 0; k < KVT_READ_N_PATTERNS; k++) bad += pools[t] && !(kvt_read_probe_pass(p, pools[t], k) > 0);
+            bad += pools[t] && kvt_read_probe_pass(p, pools[t], KVT_READ_N_PATTERNS) != 0;
+        }
+        kvt_read_probe_free(p);
+    } else {
+        bad++;
+    }
+    kvt_threadpool_free(pools[0]);
+    kvt_threadpool_free(pools[1]);
+    test_result(bad == 0, "pool: kvt_median_f64, and the reusable read probe's sizes, passes and refusals", "%lld wrong",
+                (long long)bad);
+}
+
 void test_pool(const test_env *env) {
+    probe_test();
     matmul_ex_test();
     wpf_test();
     spin_test(env);

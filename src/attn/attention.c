@@ -59,6 +59,7 @@ static int64_t max_chunks(const kvt_kv *kv) { return (kv->n_ctx + KVT_ATTN_CHUNK
 // is cut into ATTN_SPLIT tasks per thread of at least ATTN_MIN_TOKENS, claimed heaviest first (attn_task), so the
 // threads finish together: with one task per thread the last one did 3/4 of the work at n = 128, 2 threads.
 #define ATTN_SPLIT 4
+#define ATTN_SMALL 512 // decode: (query head, position) pairs a thread under which the heads split one task a thread (below)
 #define ATTN_MIN_TOKENS 8
 static int64_t tokens_per_task(int64_t n, int64_t pos0, int nt) {
     int64_t tc = (n + nt - 1) / nt;
@@ -423,9 +424,13 @@ kvt_status kvt_attention(kvt_kv *kv, int32_t seq, int32_t layer, const kvt_attn_
     // one token with too few (group, chunk) tasks to keep the threads busy (SmolLM2: 1 group of 9 query heads, one
     // chunk below 64 positions): the group's query heads split too, down to one head per task. Each head's
     // operations are the same whatever the split. Only a store whose reads are free (the contiguous one): every
-    // task acquires the blocks it reads, and the paged store's frontier and statistics count readers
+    // task acquires the blocks it reads, and the paged store's frontier and statistics count readers.
+    // A small attention (fewer than ATTN_SMALL (query head, position) pairs a thread) splits only into one task a
+    // thread: a task's claim and set-up cost more than its heads (SmolLM2 Q4_1 at <= 32 positions, 2 threads: 2 tasks
+    // instead of 9 one-head tasks, token-paired ~0.9% faster a token: docs/log/BENCHMARKS-kernels-5.md, dp).
     if (n == 1 && nt > 1 && kv->ops->free_reads) {
-        const int64_t want = 8 * (int64_t)nt, have = (int64_t)kv->n_group * J.n_chunk;
+        const int64_t span = pos0 + 1 - first_visible(p->window, pos0), pairs = (int64_t)p->n_head * span;
+        const int64_t want = pairs < ATTN_SMALL * nt ? nt : 8 * (int64_t)nt, have = (int64_t)kv->n_group * J.n_chunk;
         if (have < want) {
             const int32_t gq = J.hpt;
             int64_t S = (want + have - 1) / have;

@@ -11,14 +11,13 @@
 // Access patterns the probe tries, its figure the best of them: decode kernels that read several streams per thread
 // with software prefetch (q4_1_x8: 4 groups at once) read faster than one plain stream per thread, so a probe of one
 // pattern only would understate the limit (the q4_1_x8 decode read 103-125% of it on an Intel Xeon, 2026-11-29).
-typedef enum { BW_ONE, BW_FOUR, BW_FOUR_PF, BW_N_PATTERNS } bw_pattern;
 #define STREAMS 4
 #define PF_BYTES 4096 // the prefetch distance of the four-stream pattern (the decode GEMVs' on Intel: quant.h)
 
 typedef struct {
     const uint64_t *buf;
     uint64_t *sums;  // [n_threads * 8] (one cache line each)
-    int64_t stride;  // BW_FOUR*: uint64 words between a task's streams (its chunks t + k * tasks, k < STREAMS)
+    int64_t stride;  // KVT_READ_FOUR*: uint64 words between a task's streams (its chunks t + k * tasks, k < STREAMS)
     bool pf;
 } bw_job;
 
@@ -98,32 +97,67 @@ static void bw_task(void *vj, int64_t t, int thread) {
     J->sums[thread * 8] ^= J->stride ? chunks_xor4(p, J->stride, J->pf) : chunk_xor(p);
 }
 
-double kvt_measure_read_bw(kvt_threadpool *pool, int64_t bytes, int reps) {
+struct kvt_read_probe {
+    uint64_t *buf;    // [n_win][n_chunks * CHUNK / 8], 2 MiB pages, written once (faulted in) at init
+    uint64_t *sums;   // [n_threads * 8]: one cache line a thread
+    int64_t n_chunks; // of a pass (a window), a multiple of STREAMS
+    int64_t n_win;    // windows the passes read in turns
+    int64_t next;     // passes so far (the next one reads window next % n_win)
+    int n_threads;
+};
+
+kvt_status kvt_read_probe_init(int64_t bytes, int64_t ring_bytes, int n_threads, kvt_read_probe **out, kvt_err *err) {
+    *out = NULL;
+    if (n_threads < 1) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "read probe: %d threads", n_threads);
     int64_t n_chunks = (bytes / CHUNK + STREAMS - 1) / STREAMS * STREAMS; // whole sets of STREAMS chunks
     if (n_chunks < STREAMS) n_chunks = STREAMS;
+    const int64_t n_win = ring_bytes > n_chunks * CHUNK ? (ring_bytes + n_chunks * CHUNK - 1) / (n_chunks * CHUNK) : 1;
+    kvt_read_probe *p = calloc(1, sizeof *p);
     // 2 MiB pages, as the repacked weights that decode streams: on 4 KiB pages the probe read 5-40% less here
     // (docs/BENCHMARKS.md), so a decode could pass "100% of DRAM"
-    uint64_t *buf = kvt_alloc_huge((size_t)(n_chunks * CHUNK), true);
-    int nt = kvt_threadpool_n_threads(pool);
-    uint64_t *sums = calloc((size_t)nt * 8, sizeof(uint64_t));
-    if (!buf || !sums) {
-        free(buf);
-        free(sums);
-        return 0;
+    if (p) p->buf = kvt_alloc_huge((size_t)(n_win * n_chunks * CHUNK), true);
+    if (p) p->sums = calloc((size_t)n_threads * 8, sizeof(uint64_t));
+    if (!p || !p->buf || !p->sums) {
+        kvt_read_probe_free(p);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "read probe: out of memory for %lld bytes", (long long)(n_win * n_chunks * CHUNK));
     }
-    memset(buf, 1, (size_t)(n_chunks * CHUNK));
+    memset(p->buf, 1, (size_t)(n_win * n_chunks * CHUNK)); // every page faulted in now, not in a timed pass
+    p->n_chunks = n_chunks;
+    p->n_win = n_win;
+    p->n_threads = n_threads;
+    *out = p;
+    return KVT_OK;
+}
+
+void kvt_read_probe_free(kvt_read_probe *p) {
+    if (!p) return;
+    free(p->buf);
+    free(p->sums);
+    free(p);
+}
+
+int64_t kvt_read_probe_bytes(const kvt_read_probe *p) { return p->n_chunks * CHUNK; }
+
+double kvt_read_probe_pass(kvt_read_probe *p, kvt_threadpool *pool, kvt_read_pattern pat) {
+    if (kvt_threadpool_n_threads(pool) > p->n_threads || pat < 0 || pat >= KVT_READ_N_PATTERNS) return 0;
+    // KVT_READ_ONE: task t reads chunk t; KVT_READ_FOUR*: task t the chunks t + k * n_chunks / STREAMS
+    const uint64_t *win = p->buf + p->next++ % p->n_win * p->n_chunks * (CHUNK / 8);
+    bw_job J = {win, p->sums, pat == KVT_READ_ONE ? 0 : p->n_chunks / STREAMS * (CHUNK / 8), pat == KVT_READ_FOUR_PF};
+    const int64_t t0 = kvt_time_ns();
+    kvt_threadpool_run(pool, bw_task, &J, pat == KVT_READ_ONE ? p->n_chunks : p->n_chunks / STREAMS);
+    const int64_t ns = kvt_time_ns() - t0;
+    return ns > 0 ? (double)ns / 1e9 : 1e-9;
+}
+
+double kvt_measure_read_bw(kvt_threadpool *pool, int64_t bytes, int reps) {
+    kvt_read_probe *p = NULL;
+    if (kvt_read_probe_init(bytes, bytes, kvt_threadpool_n_threads(pool), &p, NULL) != KVT_OK) return 0;
     double best = 0;
     for (int r = 0; r < reps; r++)
-        for (int pat = 0; pat < BW_N_PATTERNS; pat++) {
-            // BW_ONE: task t reads chunk t; BW_FOUR*: task t the chunks t + k * n_chunks / STREAMS
-            bw_job J = {buf, sums, pat == BW_ONE ? 0 : n_chunks / STREAMS * (CHUNK / 8), pat == BW_FOUR_PF};
-            int64_t t0 = kvt_time_ns();
-            kvt_threadpool_run(pool, bw_task, &J, pat == BW_ONE ? n_chunks : n_chunks / STREAMS);
-            double s = (double)(kvt_time_ns() - t0) / 1e9;
-            double bw = (double)(n_chunks * CHUNK) / s;
+        for (int pat = 0; pat < KVT_READ_N_PATTERNS; pat++) {
+            const double bw = (double)kvt_read_probe_bytes(p) / kvt_read_probe_pass(p, pool, (kvt_read_pattern)pat);
             if (bw > best) best = bw;
         }
-    free(buf);
-    free(sums);
+    kvt_read_probe_free(p);
     return best;
 }

@@ -23,3 +23,9 @@ static int cmp_f64(const void *a, const void *b) {
 void kvt_sort_f64(double *v, int64_t n) {
     if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_f64);
 }
+
+double kvt_median_f64(double *v, int64_t n) {
+    if (n <= 0) return 0;
+    kvt_sort_f64(v, n);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}

@@ -19,6 +19,16 @@
 // either side of it is its share of the bandwidth of that moment, and the
 // median of those shares over the repetitions is reported beside the best-of-5
 // figure (json "dram_pct_adjacent"; "probe_adjacent_gbps" holds the probes).
+// The token-paired share (json "dram_pct_paired", on by default, --probe): after the timed repetitions, as many
+// paired ones, not timed as a whole: after every second generated token the engine's own pool (its threads, warm)
+// reads a buffer of the test's bytes per token once (allocated and faulted in once per run; the access pattern the
+// fastest of the three in a calibration of 3 passes each). The share is the median over those tokens of (probe
+// seconds / token seconds) x (token bytes / probe bytes): the token's weight read rate over the rate of a same-size
+// read taken right beside it (the VM's bandwidth drifts by 10-25% between the adjacent probes of one run, much less
+// within a token and its probe). Only tokens that follow a token, not a probe, count, and the timed repetitions have
+// no probe between their tokens: a token right after a probe ran ~10% slower (SmolLM2 Q4_1, 96 MB a token, on an AMD
+// Zen 3 with a 32 MB L3: part of a token's weights is still cached for the next one, which a probe evicts;
+// docs/log/BENCHMARKS-kernels-5.md, dp). The probes read a buffer of their own: no token or logit changes.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +48,13 @@ typedef struct {
     double *ns;       // [reps] nanoseconds per repetition
     double mem_bw;    // tg: DRAM read bytes/s probed right after the repetitions (0: not measured)
     double *adj;      // tg: [reps + 1] DRAM read bytes/s probed before repetition 0 and after each (NULL: not measured)
+    double *pair;     // tg with paired probes: [n_pair] each probed token's (probe seconds / token seconds), then sorted
+    double *pair_bw;  // and [n_pair] each probe's read bytes/s (NULL: not measured)
+    int64_t n_pair;
+    kvt_read_pattern pat; // the paired probe's access pattern (the calibration's fastest)
 } bench_test;
+
+static const char *const pattern_name[KVT_READ_N_PATTERNS] = {"one_stream", "four_streams", "four_streams_pf"};
 
 #define BW_PROBES 5
 #define BW_PROBE_BYTES ((int64_t)512 << 20)
@@ -59,6 +75,26 @@ static double adjacent_pct(const bench_test *t, int reps, int64_t bpt, double *s
     }
     qsort(sc, (size_t)reps, sizeof *sc, cmp_double);
     return reps % 2 ? sc[reps / 2] : 0.5 * (sc[reps / 2 - 1] + sc[reps / 2]);
+}
+
+// The paired share of t (percent): the median over its tokens of probe seconds / token seconds, scaled by the bytes
+// each read (bpt for the token, pb for the probe); 0 when not measured. Sorts t->pair.
+static double paired_pct(bench_test *t, int reps, int64_t bpt, int64_t pb) {
+    (void)reps;
+    if (!t->pair || pb <= 0 || t->n_pair <= 0) return 0;
+    return 100.0 * (double)bpt / (double)pb * kvt_median_f64(t->pair, t->n_pair);
+}
+
+// The paired probe's pattern: 3 passes of each, in turns; the one with the shortest median pass.
+static kvt_read_pattern probe_calibrate(kvt_read_probe *pr, kvt_threadpool *pool) {
+    double s[KVT_READ_N_PATTERNS][3];
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < KVT_READ_N_PATTERNS; k++) s[k][r] = kvt_read_probe_pass(pr, pool, (kvt_read_pattern)k);
+    int best = 0;
+    for (int k = 0; k < KVT_READ_N_PATTERNS; k++) {
+        if (kvt_median_f64(s[k], 3) < kvt_median_f64(s[best], 3)) best = k;
+    }
+    return (kvt_read_pattern)best;
 }
 
 // Weight bytes one decode step reads: every layer matrix and the output matrix.
@@ -96,13 +132,28 @@ static bool fill_depth(kvt_context *ctx, const bench_test *t, const int32_t *tok
     return t->n_depth <= 0 || kvt_decode(ctx, toks, t->n_depth, false, err) == KVT_OK;
 }
 
-// The timed part of one repetition: the test's tokens (toks[n_depth, ...)) after the depth fill_depth left.
-static bool run_once(kvt_context *ctx, const bench_test *t, const int32_t *toks, kvt_err *err) {
+// One repetition: the test's tokens (toks[n_depth, ...)) after the depth fill_depth left; its nanoseconds into *ns
+// (NULL: not timed). With pr (a tg test's paired repetition): after every second token (i odd: its predecessor was
+// not followed by a probe) a probe pass on the context's pool, its ratio appended to t->pair and t->pair_bw.
+static bool run_once(kvt_context *ctx, bench_test *t, const int32_t *toks, kvt_read_probe *pr, double *ns, kvt_err *err) {
     const int32_t *tk = toks + t->n_depth;
-    if (t->n_prompt > 0) return kvt_decode(ctx, tk, t->n_prompt, false, err) == KVT_OK;
-    for (int64_t i = 0; i < t->n_gen; i++) {
-        if (kvt_decode(ctx, &tk[i], 1, false, err)) return false;
+    const int64_t t0 = kvt_time_ns();
+    if (t->n_prompt > 0) {
+        if (kvt_decode(ctx, tk, t->n_prompt, false, err) != KVT_OK) return false;
+        if (ns) *ns = (double)(kvt_time_ns() - t0);
+        return true;
     }
+    for (int64_t i = 0; i < t->n_gen; i++) {
+        const int64_t a = kvt_time_ns();
+        if (kvt_decode(ctx, &tk[i], 1, false, err)) return false;
+        const double d = (double)(kvt_time_ns() - a);
+        if (pr && t->pair && i % 2 == 1) {
+            const double ps = kvt_read_probe_pass(pr, kvt_context_pool(ctx), t->pat);
+            t->pair[t->n_pair] = ps * 1e9 / (d > 0 ? d : 1);
+            t->pair_bw[t->n_pair++] = ps > 0 ? (double)kvt_read_probe_bytes(pr) / ps : 0;
+        }
+    }
+    if (ns) *ns = (double)(kvt_time_ns() - t0);
     return true;
 }
 
@@ -129,7 +180,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *out_fmt = "md";
     int64_t *pp = NULL, *tg = NULL, *dp = NULL, reps = 5; // [n_pp], [n_tg]: sizes of the pp and tg tests; [n_dp] depths
     int n_pp = 0, n_tg = 0, n_dp = 0;
-    bool ok = true;
+    bool ok = true, probe_adj = true, probe_pair = true;
     kvt_context_params cp = kvt_context_params_default();
     const char *flag;
     while (ok && kvt_args_next(&a, &flag)) {
@@ -137,15 +188,20 @@ int cmd_bench(int argc, char **argv) {
         if (e < 0) ok = false;
         if (e > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
-            printf("usage: kvtier bench -m MODEL [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [-o md|json]\n"
+            printf("usage: kvtier bench -m MODEL [-p 512] [-n 128] [-d 0] [-r 5] [-t N] [-o md|json] [--probe adjacent,paired]\n"
                    "  -p N[,N..]  prompt tokens of the pp tests (0: skip)\n"
                    "  -n N[,N..]  generated tokens of the tg tests (0: skip)\n"
                    "  -d N[,N..]  depth (llama-bench's n_depth): each test again after N tokens already in the KV cache,\n"
                    "              filled before every repetition and not timed; named \"pp512 @ d4096\" (json: n_depth)\n"
                    "  -r N        repetitions (after one warm-up run)\n"
+                   "  --probe L   a tg test's DRAM read probes, a comma list (default adjacent,paired; none: no probes):\n"
+                   "              adjacent: 512 MiB read before the first repetition and after each (and the best of 5 after\n"
+                   "              them); paired: -r more repetitions, not timed, where every second generated token is\n"
+                   "              followed by a read of as many bytes as a token's weights on the engine's threads\n"
                    "A tg test's GB/s column: the weights read per second, \"of\" the best of 5 DRAM probes after its\n"
-                   "repetitions, and (adjacent) the median over the repetitions of each one's rate over the probes\n"
-                   "run just before and after it.\n%s",
+                   "repetitions; (adjacent) the median over the repetitions of each one's rate over the probes run just\n"
+                   "before and after it; (paired) the median over the probed tokens of each one's rate over the rate of\n"
+                   "the same-size probe right after it (json: dram_pct_adjacent, dram_pct_paired).\n%s",
                    cli_engine_help);
             free(pp);
             free(tg);
@@ -161,6 +217,20 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(flag, "-d") || !strcmp(flag, "--n-depth")) {
             const char *v = kvt_args_value(&a, flag);
             ok = v && parse_sizes(flag, v, &dp, &n_dp);
+        } else if (!strcmp(flag, "--probe")) {
+            const char *v = kvt_args_value(&a, flag);
+            ok = v != NULL;
+            probe_adj = probe_pair = false;
+            for (const char *q = v; ok && q && *q;) {
+                const size_t len = strcspn(q, ",");
+                if (len == 8 && !strncmp(q, "adjacent", len)) probe_adj = true;
+                else if (len == 6 && !strncmp(q, "paired", len)) probe_pair = true;
+                else if (!(len == 4 && !strncmp(q, "none", len))) {
+                    fprintf(stderr, "kvtier bench: --probe: '%s' is not a comma list of adjacent, paired or none\n", v);
+                    ok = false;
+                }
+                q += len + (q[len] == ',');
+            }
         } else if (!strcmp(flag, "-r") || !strcmp(flag, "--repetitions")) {
             ok = kvt_args_int(&a, flag, 1, 1000, &reps);
         } else if (!strcmp(flag, "-o") || !strcmp(flag, "--output")) {
@@ -186,7 +256,8 @@ int cmd_bench(int argc, char **argv) {
     kvt_model *m = NULL;
     int rc = 1;
     kvt_context *ctx = NULL;
-    kvt_threadpool *pool = NULL; // the bandwidth probe's (tg tests)
+    kvt_threadpool *pool = NULL; // the adjacent bandwidth probes' (tg tests)
+    kvt_read_probe *pr = NULL;   // the paired probes' buffer (tg tests)
     int64_t need = 0; // the most positions a test uses: its depth and its tokens
     for (int d = 0; d < n_dp; d++) {
         for (int i = 0; i < n_pp + n_tg; i++) {
@@ -221,31 +292,47 @@ int cmd_bench(int argc, char **argv) {
             bool is_pp = i < n_pp;
             int64_t x = is_pp ? pp[i] : tg[i - n_pp];
             if (x <= 0) continue;
-            tests[n_tests] = (bench_test){is_pp ? "pp" : "tg", is_pp ? x : 0, is_pp ? 0 : x, dp[d], ns + n_tests * reps, 0, NULL};
+            tests[n_tests] = (bench_test){is_pp ? "pp" : "tg", is_pp ? x : 0, is_pp ? 0 : x, dp[d], ns + n_tests * reps, 0, NULL,
+                                          NULL, NULL, 0, KVT_READ_FOUR_PF};
             n_tests++;
             any_tg = any_tg || !is_pp;
         }
     }
-    if (any_tg && kvt_threadpool_init(kvt_context_n_threads(ctx), &pool, NULL) != KVT_OK) pool = NULL;
+    const int64_t bpt = bytes_per_token(m);
+    if (any_tg && probe_adj && kvt_threadpool_init(kvt_context_n_threads(ctx), &pool, NULL) != KVT_OK) pool = NULL;
+    // below 256 MiB a token, 4 windows read in turns (SmolLM2 Q4_1, 96 MB: a window read every second token came 35%
+    // faster than the DRAM rate at times, part of it still in the 32 MB L3 of an AMD Zen 3)
+    const int64_t ring = bpt < ((int64_t)256 << 20) ? 4 * bpt : bpt;
+    if (any_tg && probe_pair && kvt_read_probe_init(bpt, ring, kvt_context_n_threads(ctx), &pr, &err) != KVT_OK) goto fail;
     for (int ti = 0; ti < n_tests; ti++) {
         bench_test *t = &tests[ti];
-        if (!fill_depth(ctx, t, toks, &err) || !run_once(ctx, t, toks, &err)) goto fail; // warm-up
+        if (!fill_depth(ctx, t, toks, &err) || !run_once(ctx, t, toks, NULL, NULL, &err)) goto fail; // warm-up
         if (t->n_gen && pool) {
             t->adj = adj + (int64_t)ti * (reps + 1);
             t->adj[0] = kvt_measure_read_bw(pool, BW_PROBE_BYTES, 1);
         }
         for (int64_t k = 0; k < reps; k++) {
             if (!fill_depth(ctx, t, toks, &err)) goto fail;
-            int64_t t0 = kvt_time_ns();
-            if (!run_once(ctx, t, toks, &err)) goto fail;
-            t->ns[k] = (double)(kvt_time_ns() - t0);
+            if (!run_once(ctx, t, toks, NULL, &t->ns[k], &err)) goto fail;
             if (t->adj) t->adj[k + 1] = kvt_measure_read_bw(pool, BW_PROBE_BYTES, 1);
         }
         if (t->n_gen && pool) t->mem_bw = kvt_measure_read_bw(pool, BW_PROBE_BYTES, BW_PROBES);
+        if (t->n_gen > 1 && pr) { // the paired repetitions
+            t->pair = calloc((size_t)(reps * (t->n_gen / 2)), sizeof *t->pair);
+            t->pair_bw = calloc((size_t)(reps * (t->n_gen / 2)), sizeof *t->pair_bw);
+            if (!t->pair || !t->pair_bw) {
+                snprintf(err.msg, sizeof err.msg, "out of memory for the paired probes");
+                goto fail;
+            }
+            t->pat = probe_calibrate(pr, kvt_context_pool(ctx));
+            for (int64_t k = 0; k < reps; k++) {
+                if (!fill_depth(ctx, t, toks, &err) || !run_once(ctx, t, toks, pr, NULL, &err)) goto fail;
+            }
+        }
     }
     kvt_threadpool_free(pool);
     pool = NULL;
-    const int64_t bpt = bytes_per_token(m);
+    const int64_t pb = pr ? kvt_read_probe_bytes(pr) : 0;
     const char *fname = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
     char type_desc[96];
     kvt_model_desc(m, type_desc, sizeof type_desc);
@@ -280,7 +367,13 @@ int cmd_bench(int argc, char **argv) {
             kvt_json_kv_num(&j, "stddev_ts", st);
             if (t->n_gen) {
                 kvt_json_kv_num(&j, "gbps", (double)bpt * at / 1e9);
-                kvt_json_kv_num(&j, "mem_read_gbps", t->mem_bw / 1e9);
+                if (t->adj) kvt_json_kv_num(&j, "mem_read_gbps", t->mem_bw / 1e9);
+            }
+            if (t->pair) {
+                kvt_json_kv_num(&j, "dram_pct_paired", paired_pct(t, (int)reps, bpt, pb));
+                kvt_json_kv_num(&j, "probe_paired_gbps", kvt_median_f64(t->pair_bw, t->n_pair) / 1e9);
+                kvt_json_kv_int(&j, "probe_paired_bytes", pb);
+                kvt_json_kv_str(&j, "probe_paired_pattern", pattern_name[t->pat]);
             }
             if (t->adj) {
                 kvt_json_kv_num(&j, "dram_pct_adjacent", adjacent_pct(t, (int)reps, bpt, sc));
@@ -308,12 +401,18 @@ int cmd_bench(int argc, char **argv) {
             int64_t n_tok = t->n_prompt + t->n_gen;
             double an, sn, at, st;
             stats(t->ns, (int)reps, n_tok, &an, &sn, &at, &st);
-            char gb[64] = "";
+            char gb[96] = "", shares[64] = "";
+            if (t->adj) snprintf(shares, sizeof shares, "adjacent %.0f%%", adjacent_pct(t, (int)reps, bpt, sc));
+            if (t->pair) {
+                const size_t l = strlen(shares);
+                snprintf(shares + l, sizeof shares - l, "%spaired %.0f%%", l ? ", " : "", paired_pct(t, (int)reps, bpt, pb));
+            }
             if (t->n_gen && t->adj)
-                snprintf(gb, sizeof gb, "%.1f of %.1f (adjacent %.0f%%)", (double)bpt * at / 1e9, t->mem_bw / 1e9,
-                         adjacent_pct(t, (int)reps, bpt, sc));
+                snprintf(gb, sizeof gb, "%.1f of %.1f (%s)", (double)bpt * at / 1e9, t->mem_bw / 1e9, shares);
+            else if (t->n_gen && t->pair)
+                snprintf(gb, sizeof gb, "%.1f (%s)", (double)bpt * at / 1e9, shares);
             else if (t->n_gen)
-                snprintf(gb, sizeof gb, "%.1f of %.1f", (double)bpt * at / 1e9, t->mem_bw / 1e9);
+                snprintf(gb, sizeof gb, "%.1f", (double)bpt * at / 1e9);
             char depth[32] = "";
             if (t->n_depth > 0) snprintf(depth, sizeof depth, " @ d%lld", (long long)t->n_depth);
             printf("| %s | %.2f MiB | %.2f M | CPU | %d | %s%lld%s | %.2f ± %.2f | %s |\n", type_desc,
@@ -337,6 +436,11 @@ done:
                     (long long)ps.inline_jobs, ps.inline_ms, ps.caller_ms, ps.wait_ms, ps.between_ms, ps.worker_ms);
     }
     kvt_threadpool_free(pool);
+    kvt_read_probe_free(pr);
+    for (int ti = 0; tests && ti < n_tests; ti++) {
+        free(tests[ti].pair);
+        free(tests[ti].pair_bw);
+    }
     kvt_context_free(ctx);
     free(toks);
     free(ns);

@@ -143,6 +143,9 @@ kvt_status kvt_context_argmax(kvt_context *ctx, int32_t *ids, bool *finite, kvt_
 int64_t kvt_context_n_past(const kvt_context *ctx);
 int64_t kvt_context_n_ctx(const kvt_context *ctx);
 int kvt_context_n_threads(const kvt_context *ctx);
+// The compute pool, for measurements that must run on the engine's own threads (`kvtier bench`'s token-paired DRAM
+// probe): jobs may be run on it only between decode calls, from the thread that calls them; the context owns it.
+kvt_threadpool *kvt_context_pool(kvt_context *ctx);
 // The compute pool's counts (kvt_threadpool_get_stats: all zero unless KVT_POOL_STATS=1 was set at kvt_context_init).
 void kvt_context_pool_stats(const kvt_context *ctx, kvt_threadpool_stats *out);
 // Forgets positions >= n_keep.

@@ -578,6 +578,7 @@ kvt_status kvt_context_argmax(kvt_context *c, int32_t *ids, bool *finite, kvt_er
 int64_t kvt_context_n_past(const kvt_context *c) { return c->n_past[0]; }
 int64_t kvt_context_n_ctx(const kvt_context *c) { return c->p.n_ctx; }
 int kvt_context_n_threads(const kvt_context *c) { return c->p.n_threads; }
+kvt_threadpool *kvt_context_pool(kvt_context *c) { return c->pool; }
 void kvt_context_pool_stats(const kvt_context *c, kvt_threadpool_stats *out) { kvt_threadpool_get_stats(c->pool, out); }
 const kvt_model *kvt_context_model(const kvt_context *c) { return c->m; }
 kvt_kv *kvt_context_kv(kvt_context *c) { return c->kv; }
