@@ -296,3 +296,9 @@ $(HIREDIS_STAMP):
 $(BUILD)/src/kv/prefix_store_redis.o $(BUILD)/tests/test_prefix_store_redis.o: $(HIREDIS_STAMP)
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(FAKE_OBJ:.o=.d)
+
+# prefill attention at depth alone (one layer's kvt_attention): tools/bench/attn_prefill_bench.c
+.PHONY: attn-prefill-bench
+attn-prefill-bench: $(BUILD)/attn_prefill_bench
+$(BUILD)/attn_prefill_bench: tools/bench/attn_prefill_bench.c $(BUILD)/libkvtier.a
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)

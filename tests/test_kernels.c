@@ -982,6 +982,96 @@ static void test_attn_kq_f16(void) {
     CHECK("attn_kq_f16", bad == 0 && cases > 0, "%d of %d cases differ from the F16 vec_dot times scale", bad, cases);
 }
 
+// kvt_attn_kq_kf32: where it reports done (the AVX2 kernels, head dims multiple of 32), each score has the bits of
+// kvt_attn_kq_f16 on the same rows given as f16 (the F16 vec_dot times scale), for any head count, row count and
+// strides; elsewhere it writes nothing and says so (scalar: the reference kvt_attn_kq_f16 is then used).
+static void test_attn_kq_kf32(void) {
+    enum { NP = 37, DMAX = 256, QMAX = 9 };
+    static uint16_t k[NP * (DMAX + 8)], q16[QMAX * (DMAX + 16)];
+    static float kf[NP * (DMAX + 8)], qf[QMAX * (DMAX + 16)], sk[QMAX * 64], sr[QMAX * 64];
+    static const int64_t dims[] = {64, 256, 32, 128, 72};
+    const kvt_isa isa = kvt_kernels_isa();
+    int bad = 0, cases = 0, done = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int nq = 1; nq <= QMAX; nq++) {
+            const int64_t n = dims[di], kst = n + (nq % 2) * 8, qst = n + (nq == 3 ? 16 : 0);
+            const float scale = 0.125f + 0.01f * (float)nq;
+            for (int64_t i = 0; i < NP * kst; i++) k[i] = kvt_f32_to_f16(rnd_normal()), kf[i] = kvt_f16_to_f32(k[i]);
+            for (int h = 0; h < nq; h++)
+                for (int64_t i = 0; i < n; i++) {
+                    q16[h * qst + i] = kvt_f32_to_f16(2.0f * rnd_normal());
+                    qf[h * qst + i] = kvt_f16_to_f32(q16[h * qst + i]);
+                }
+            for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) {
+                kvt_kernels_set_isa((kvt_isa)si);
+                if (kvt_kernels_isa() != (kvt_isa)si) continue;
+                for (int64_t np = 1; np <= NP; np += 3) {
+                    for (int64_t i = 0; i < QMAX * 64; i++) sk[i] = sr[i] = -1.0f;
+                    const int ok = kvt_attn_kq_kf32_ok(n), r = kvt_attn_kq_kf32(n, kf, kst, np, qf, qst, nq, scale, sk, 64);
+                    kvt_attn_kq_f16(n, k, kst * 2, np, q16, qf, qst, nq, scale, sr, 64);
+                    if (r != ok) bad++;
+                    else if (r) bad += memcmp(sk, sr, sizeof sk) != 0, done++;
+                    else for (int64_t i = 0; i < QMAX * 64; i++) bad += sk[i] != -1.0f;
+                    cases++;
+                }
+            }
+            kvt_kernels_set_isa(isa);
+        }
+    CHECK("attn_kq_kf32", bad == 0 && cases > 0 && (isa < KVT_ISA_AVX2 || done > 0),
+          "%d of %d cases differ from kvt_attn_kq_f16 (%d computed)", bad, cases, done);
+}
+
+// kvt_vec_max_f32, kvt_vec_scale_f32, kvt_vec_fold_f32, kvt_vec_sum_rows_f32: on every ISA here the scalar loop's values (max: the same
+// value, NaNs skipped; scale and fold: the same bits), lengths around the vector widths.
+static void test_vec_max_fold(void) {
+    enum { N = 77 };
+    static float x[N], y[N], y0[N], z[N];
+    const kvt_isa isa = kvt_kernels_isa();
+    int bad = 0;
+    for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) {
+        kvt_kernels_set_isa((kvt_isa)si);
+        if (kvt_kernels_isa() != (kvt_isa)si) continue;
+        for (int64_t n = 0; n <= N; n++) {
+            for (int64_t i = 0; i < N; i++) x[i] = 8.0f * rnd_normal(), y[i] = y0[i] = rnd_normal(), z[i] = rnd_normal();
+            if (n > 5) x[n / 2] = NAN;
+            for (int t = 0; t < 3; t++) {
+                const float m = t == 0 ? -INFINITY : t == 1 ? 0.5f : 30.0f;
+                float want = m;
+                for (int64_t i = 0; i < n; i++) want = x[i] > want ? x[i] : want;
+                bad += kvt_vec_max_f32(x, n, m) != want;
+            }
+            const float a = 0.75f + 0.01f * (float)n, b = 1.5f - 0.01f * (float)n;
+            kvt_vec_fold_f32(y, a, z, b, n);
+            for (int64_t i = 0; i < n; i++) {
+                const float ya = y0[i] * a, zb = z[i] * b, w = ya + zb;
+                bad += memcmp(&y[i], &w, sizeof w) != 0;
+            }
+            for (int64_t i = 0; i < n; i++) z[i] = y0[i];
+            kvt_vec_scale_f32(z, b, n);
+            for (int64_t i = 0; i < n; i++) {
+                const float w = y0[i] * b;
+                bad += memcmp(&z[i], &w, sizeof w) != 0;
+            }
+        }
+    }
+    for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) { // kvt_vec_sum_rows_f32 against the scalar chains
+        kvt_kernels_set_isa((kvt_isa)si);
+        if (kvt_kernels_isa() != (kvt_isa)si) continue;
+        static float sr[19 * 40], l[19], lr[19];
+        for (int nh = 1; nh <= 19; nh += 3)
+            for (int64_t n = 0; n <= 37; n += (n < 18 ? 1 : 5)) {
+                for (int i = 0; i < 19 * 40; i++) sr[i] = rnd_normal() * (i % 7 == 0 ? 1e4f : 1.0f);
+                for (int i = 0; i < nh; i++) l[i] = lr[i] = rnd_normal();
+                kvt_vec_sum_rows_f32(l, sr + 1, 40, nh, n);
+                for (int i = 0; i < nh; i++)
+                    for (int64_t x = 0; x < n; x++) lr[i] += sr[1 + i * 40 + x];
+                bad += memcmp(l, lr, (size_t)nh * sizeof(float)) != 0;
+            }
+    }
+    kvt_kernels_set_isa(isa);
+    CHECK("vec_max_scale_fold", bad == 0, "%d values differ from the scalar loops", bad);
+}
+
 // kvt_rope_apply: the same bits on the scalar code (fmaf calls) and this CPU's SIMD build, and the fused
 // rotation x0' = fma(x0, c, -(x1 s)), x1' = fma(x0, s, x1 c) of llama.cpp's CPU build, both pairings.
 static void test_rope_fused(void) {
@@ -1221,6 +1311,8 @@ int test_kernels_main(void) {
     test_act_quant_llamacpp();
     test_attn_merge_f16();
     test_attn_kq_f16();
+    test_attn_kq_kf32();
+    test_vec_max_fold();
     test_rope_fused();
     test_swiglu();
     test_geglu();

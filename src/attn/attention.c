@@ -37,8 +37,12 @@ int64_t kvt_attn_scratch_bytes(const kvt_kv *kv, int32_t n_head, int32_t tile) {
     // and the tile's V rows as f32 [group_heads, T, head_dim_v] (vf: converted once for the task's rows)
     const int64_t qf = kv->type == KVT_TYPE_F16 ? TC * qh * (qrow / 2) * 4 + 64 : 0;
     const int64_t vf = kv->type == KVT_TYPE_F16 ? (int64_t)kv->group_heads * T * kv->head_dim_v * 4 + 64 : 0;
+    // and the tile's K rows as f32 [group_heads, T, head_dim] (kf: converted once for the task's tokens)
+    const int64_t kf = kv->type == KVT_TYPE_F16 ? (int64_t)kv->group_heads * T * kv->head_dim * 4 + 64 : 0;
+    // and 4 floats per query head for the exponentials of one token's heads taken together (ex)
+    const int64_t ex = 4 * qh * 4 + 64;
     return TC * (qh * T * 4 + 2 * (qh * 8 + qh * (int64_t)kv->head_dim_v * 4) + qh * (kvt_row_size(dt, kv->head_dim) + 64)) +
-           T * kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim_v) + 256 + qf + vf;
+           T * kvt_row_size(kv->type, (int64_t)kv->group_heads * kv->head_dim_v) + 256 + qf + vf + kf + ex;
 }
 
 // Fixed chunking: positions [c * CP, (c + 1) * CP) form chunk c, CP = chunk_tiles * T >= KVT_ATTN_CHUNK,
@@ -93,7 +97,7 @@ static void state_fold(float *M, float *L, float *O, float m, float l, const flo
     const float mn = m > *M ? m : *M;
     const float a = expf(*M - mn), b = expf(m - mn);
     *L = *L * a + l * b;
-    for (int32_t x = 0; x < hdv; x++) O[x] = O[x] * a + o[x] * b;
+    kvt_vec_fold_f32(O, a, o, b, hdv);
     *M = mn;
 }
 
@@ -125,10 +129,7 @@ typedef struct {
 } attn_job;
 
 // The running max after a tile: max(m, s[0..n)).
-static float tile_max(const float *s, int64_t n, float m) {
-    for (int64_t x = 0; x < n; x++) m = s[x] > m ? s[x] : m;
-    return m;
-}
+static float tile_max(const float *s, int64_t n, float m) { return kvt_vec_max_f32(s, n, m); }
 
 // Decode's attention mass record of query head h for tile tl: the max mn and the weights expf(s - mn) of the
 // tile's n scores (from position p on) summed per block. Read only: the attention's result is unchanged.
@@ -187,6 +188,12 @@ static void attn_task(void *vctx, int64_t task, int thread) {
     // at least VF_ROWS (token, head) rows of the task read each KV head's rows: one conversion for all of them
     float *vf = f16 ? (float *)(((uintptr_t)(qf + nj * qh * qst) + 63) & ~(uintptr_t)63) : NULL;
     const bool conv = f16 && nj * (qh < qpg ? qh : qpg) >= VF_ROWS;
+    // F16, several tokens: the tile's K rows as f32 [group_heads, T, hd], converted once for all of them (the
+    // scores by kvt_attn_kq_kf32 after the tile's rows are read, the same bits as kvt_attn_kq_f16 per token)
+    float *kf = f16 ? (float *)(((uintptr_t)(vf + (int64_t)kv->group_heads * T * hdv) + 63) & ~(uintptr_t)63) : NULL;
+    const bool kc = f16 && nj > 1 && kvt_attn_kq_kf32_ok(hd);
+    // [4, qh] f32: the arguments and values of one token's exponentials, all its heads at once (libm's bits)
+    float *ex = (float *)(((uintptr_t)(f16 ? kf + (int64_t)kv->group_heads * T * hd : (float *)(vt + (int64_t)kv->group_heads * T * vrow)) + 63) & ~(uintptr_t)63);
     const int32_t h0 = g * gq + a;                // first query head of the task
     for (int64_t j = 0; j < nj; j++) {
         for (int32_t i = 0; i < qh; i++) {
@@ -229,7 +236,12 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 fail(J, &e);
                 break;
             }
-            for (int64_t j = 0; j < nj; j++) {
+            for (int32_t h = a / qpg; kc && h <= (a + qh - 1) / qpg; h++) { // the task's KV heads' rows, to f32
+                const uint8_t *src = (const uint8_t *)v.k + h * v.k_hstride + off * v.k_stride;
+                for (int64_t x = 0; x < cnt; x++)
+                    kvt_f16_to_f32_row((const uint16_t *)(src + x * v.k_stride), kf + (h * (int64_t)T + p - pa + x) * hd, hd);
+            }
+            for (int64_t j = 0; !kc && j < nj; j++) {
                 const int64_t pos = J->pos0 + t0 + j;
                 const int64_t cj = pos + 1 - p < cnt ? pos + 1 - p : cnt; // causal: positions <= pos
                 const int64_t lo = first_visible(W, pos), x0 = lo > p ? lo - p : 0; // window: positions >= lo
@@ -263,6 +275,16 @@ static void attn_task(void *vctx, int64_t task, int thread) {
             p += cnt;
         }
         if (atomic_load_explicit(&J->failed, memory_order_relaxed)) break;
+        for (int64_t j = 0; kc && j < nj; j++) { // the scores from the converted K rows (kc)
+            const int64_t pos = J->pos0 + t0 + j, lo = first_visible(W, pos);
+            const int64_t cj = (pos + 1 < pb ? pos + 1 : pb) - pa, x0 = lo > pa ? lo - pa : 0; // [pa + x0, pa + cj)
+            for (int32_t i = 0, nh; i < qh && cj > x0; i += nh) {
+                nh = qpg - (a + i) % qpg < qh - i ? qpg - (a + i) % qpg : qh - i; // heads of this KV head in the task
+                const int64_t ji = j * qh + i;
+                kvt_attn_kq_kf32(hd, kf + (((a + i) / qpg) * (int64_t)T + x0) * hd, hd, cj - x0, qf + ji * qst, qst, nh,
+                                 J->p->scale, s + ji * T + x0, T);
+            }
+        }
         // merge the tile into the running (m, l, o) of every head of every token that attends it
         int64_t vstr = direct ? v.v_stride : vrow, vhstr = direct ? v.v_hstride : T * vrow;
         kvt_type vtype = kv->type;
@@ -300,31 +322,50 @@ static void attn_task(void *vctx, int64_t task, int thread) {
                 kvt_attn_merge_f16(nh, s + ji * T + x0, T, cnt - x0, vbase + ((a + i) / qpg) * vhstr, vstr, m + ji, l + ji,
                                    o + ji * hdv, hdv, hdv);
             }
-            for (int32_t i = 0; !f16m && i < qh; i++) { // per head: the max, the correction, the weights
+            // per head: the max, the correction expf(m - max) (all the heads' at once), the weights
+            for (int32_t i = 0; !f16m && i < qh; i++) {
                 const int64_t ji = j * qh + i;
                 float *si = s + ji * T + x0;
-                float *oi = o + ji * hdv;
                 const float mn = tile_max(si, cnt - x0, m[ji]); // the running max after the tile
                 if (J->rec) tile_mass(J, h0 + i, tl, pa, pa + x0, si, cnt - x0, mn); // decode: its weights per block
-                float corr = expf(m[ji] - mn);
-                if (corr != 1.0f) {
+                ex[i] = m[ji] - mn;
+                ex[qh + i] = mn;
+            }
+            if (!f16m) kvt_vec_expf_sub(ex, 0.0f, ex + 2 * qh, qh); // expf(d - 0) = expf(d), bit for bit
+            for (int32_t i = 0; !f16m && i < qh; i++) {
+                const int64_t ji = j * qh + i;
+                float *si = s + ji * T + x0;
+                const float mn = ex[qh + i], corr = ex[2 * qh + i];
+                // a fresh state (m -inf, l and o 0) under a finite max: corr is 0 and leaves l and o as they are
+                if (corr != 1.0f && !(m[ji] == -INFINITY && mn > -INFINITY)) {
                     l[ji] *= corr;
-                    kvt_vec_scale_f32(oi, corr, hdv);
+                    kvt_vec_scale_f32(o + ji * hdv, corr, hdv);
                 }
                 kvt_vec_expf_sub(si, mn, si, cnt - x0); // scores -> weights, in place (libm's expf bits)
                 m[ji] = mn;
             }
-            // the sums l, each in position order (the heads' chains interleaved: latency-bound one by one)
-            for (int64_t x = 0; !f16m && x < cnt - x0; x++) {
-                for (int32_t i = 0; i < qh; i++) l[j * qh + i] += s[(j * qh + i) * T + x0 + x];
-            }
+            // the sums l, each in position order (8 heads at a time in the lanes of one vector: kvt_vec_sum_rows_f32)
+            if (!f16m) kvt_vec_sum_rows_f32(l + j * qh, s + j * qh * T + x0, T, qh, cnt - x0);
             for (int32_t i = 0; !f16m && i < qh; i++) {
                 const int64_t ji = j * qh + i;
                 kvt_vec_mad_rows(vtype, o + ji * hdv, vbase + ((a + i) / qpg) * vhstr, vstr, s + ji * T + x0, cnt - x0, hdv);
             }
+            // fold: state_fold's operations (the same bits), the exponentials of all the heads at once
             for (int32_t i = 0; fold && i < qh; i++) {
                 const int64_t ji = j * qh + i;
-                state_fold(fm + ji, fl + ji, fo + ji * hdv, m[ji], l[ji], o + ji * hdv, hdv);
+                const float mn = m[ji] > fm[ji] ? m[ji] : fm[ji];
+                ex[2 * i] = m[ji] == -INFINITY ? 0.0f : fm[ji] - mn;
+                ex[2 * i + 1] = m[ji] == -INFINITY ? 0.0f : m[ji] - mn;
+            }
+            if (fold) kvt_vec_expf_sub(ex, 0.0f, ex + 2 * qh, 2 * qh);
+            for (int32_t i = 0; fold && i < qh; i++) {
+                const int64_t ji = j * qh + i;
+                if (m[ji] != -INFINITY) {
+                    const float mn = m[ji] > fm[ji] ? m[ji] : fm[ji], fa = ex[2 * qh + 2 * i], fb = ex[2 * qh + 2 * i + 1];
+                    fl[ji] = fl[ji] * fa + l[ji] * fb;
+                    kvt_vec_fold_f32(fo + ji * hdv, fa, o + ji * hdv, fb, hdv);
+                    fm[ji] = mn;
+                } // else: no position (state_fold's early return)
                 m[ji] = -INFINITY;
                 l[ji] = 0.0f;
                 memset(o + ji * hdv, 0, (size_t)hdv * sizeof(float));

@@ -209,10 +209,10 @@ INLINE void kq_f16_pos4(int64_t n, const uint16_t *k, int64_t k_stride, const fl
 // from kf (one load an FMA where pos4 took two and a conversion per pair of heads). Per position the same
 // accumulators (fma(k, q, 0) then fma(k, q, acc), a0..a3 by column), the same sum and reduction: the same bits.
 enum { KQ64_ROWS = 32 };
-INLINE void kq64_pos4(const float *kf, const __m256 *q, float scale, float *s) {
+INLINE void kq64_pos4(const float *kf, int64_t kf_stride, const __m256 *q, float scale, float *s) {
     __m128 t[4];
     UNROLL for (int p = 0; p < 4; p++) {
-        const float *kr = kf + p * 64;
+        const float *kr = kf + p * kf_stride;
         __m256 a[4];
         UNROLL for (int u = 0; u < 4; u++) a[u] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + 8 * u), q[u], _mm256_setzero_ps());
         UNROLL for (int u = 0; u < 4; u++) a[u] = _mm256_fmadd_ps(_mm256_loadu_ps(kr + 32 + 8 * u), q[4 + u], a[u]);
@@ -221,6 +221,15 @@ INLINE void kq64_pos4(const float *kf, const __m256 *q, float scale, float *s) {
     }
     const __m128 d = _mm_hadd_ps(_mm_hadd_ps(t[0], t[1]), _mm_hadd_ps(t[2], t[3]));
     _mm_storeu_ps(s, _mm_mul_ps(d, _mm_set1_ps(scale)));
+}
+// Positions [0, np & ~3) of nq heads, n = 64, the K rows as f32 (kf + x * kf_stride floats).
+static void kq64_heads_f32(const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
+                           float scale, float *s, int64_t s_stride) {
+    for (int h = 0; h < nq; h++) {
+        __m256 q[8];
+        UNROLL for (int u = 0; u < 8; u++) q[u] = _mm256_loadu_ps(qf + h * q_stride + 8 * u);
+        for (int64_t x = 0; x + 4 <= np; x += 4) kq64_pos4(kf + x * kf_stride, kf_stride, q, scale, s + h * s_stride + x);
+    }
 }
 // Positions [0, np & ~3) of nq heads, n = 64.
 static void kq64_heads(const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq, float scale,
@@ -232,12 +241,66 @@ static void kq64_heads(const void *k, int64_t k_stride, int64_t np, const float 
             const uint16_t *kx = (const uint16_t *)((const char *)k + (x0 + x) * k_stride);
             UNROLL for (int u = 0; u < 8; u++) _mm256_storeu_ps(kf + x * 64 + 8 * u, _mm256_cvtph_ps(loadu128(kx + 8 * u)));
         }
-        for (int h = 0; h < nq; h++) {
-            __m256 q[8];
-            UNROLL for (int u = 0; u < 8; u++) q[u] = _mm256_loadu_ps(qf + h * q_stride + 8 * u);
-            for (int64_t x = 0; x < nb; x += 4) kq64_pos4(kf + x * 64, q, scale, s + h * s_stride + x0 + x);
+        kq64_heads_f32(kf, 64, nb, qf, q_stride, nq, scale, s + x0, s_stride);
+    }
+}
+
+// kvt_attn_kq_kf32 (vec.h): the K rows given as f32 (kf + x * kf_stride floats, their f16 values), n a multiple
+// of 4 * FV_N: kq_f16_acc's accumulation with the loads of f32 rows in place of the f16 conversions (the same
+// values), so the same sums, reduced as kq_f16_pos4 and kq_f16_row reduce them: the F16 vec_dot's bits.
+INLINE int64_t kqf_acc(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, FV *sum) {
+    FV acc[2][4];
+    UNROLL for (int h = 0; h < H; h++)
+        UNROLL for (int u = 0; u < 4; u++) acc[h][u] = fv_zero();
+    int64_t i = 0;
+    for (; i + 4 * FV_N <= n; i += 4 * FV_N) {
+        UNROLL for (int u = 0; u < 4; u++) {
+            const FV w = fv_ld(k + i + u * FV_N);
+            UNROLL for (int h = 0; h < H; h++) acc[h][u] = fv_fma(w, fv_ld(qf + h * q_stride + i + u * FV_N), acc[h][u]);
         }
     }
+    UNROLL for (int h = 0; h < H; h++) sum[h] = fv_add(fv_add(acc[h][0], acc[h][2]), fv_add(acc[h][1], acc[h][3]));
+    return i;
+}
+INLINE void kqf_pos4(int64_t n, const float *k, int64_t kf_stride, const float *qf, int64_t q_stride, int H, float scale,
+                     float *s, int64_t s_stride) {
+    __m128 t[2][4];
+    UNROLL for (int p = 0; p < 4; p++) {
+        FV sum[2];
+        kqf_acc(n, k + p * kf_stride, qf, q_stride, H, sum);
+        UNROLL for (int h = 0; h < H; h++) t[h][p] = _mm_add_ps(_mm256_castps256_ps128(sum[h]), _mm256_extractf128_ps(sum[h], 1));
+    }
+    UNROLL for (int h = 0; h < H; h++) {
+        const __m128 d = _mm_hadd_ps(_mm_hadd_ps(t[h][0], t[h][1]), _mm_hadd_ps(t[h][2], t[h][3]));
+        _mm_storeu_ps(s + h * s_stride, _mm_mul_ps(d, _mm_set1_ps(scale)));
+    }
+}
+INLINE void kqf_row(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, float scale, float *s,
+                    int64_t s_stride) {
+    FV sum[2];
+    kqf_acc(n, k, qf, q_stride, H, sum);
+    UNROLL for (int h = 0; h < H; h++) s[h * s_stride] = (float)(double)dot_hsum(sum[h]) * scale;
+}
+int kvt_attn_kq_kf32_avx2(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
+                          int nq, float scale, float *s, int64_t s_stride) {
+    if (n % (4 * FV_N)) return 0;
+    int64_t x0 = 0;
+    if (n == 64 && nq > 1) {
+        kq64_heads_f32(kf, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
+        x0 = np & ~(int64_t)3;
+    }
+    for (; x0 + 4 <= np; x0 += 4) {
+        int h = 0;
+        for (; h + 2 <= nq; h += 2)
+            kqf_pos4(n, kf + x0 * kf_stride, kf_stride, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x0, s_stride);
+        if (h < nq) kqf_pos4(n, kf + x0 * kf_stride, kf_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
+    }
+    for (; x0 < np; x0++) {
+        int h = 0;
+        for (; h + 2 <= nq; h += 2) kqf_row(n, kf + x0 * kf_stride, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x0, s_stride);
+        if (h < nq) kqf_row(n, kf + x0 * kf_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
+    }
+    return 1;
 }
 #endif
 void KQ_F16_FN(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
@@ -1150,6 +1213,85 @@ void kvt_vec_expf_sub_avx2(const float *x, float m, float *y, int64_t n) {
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf_libm8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
     }
     for (; i < n; i++) y[i] = expf(x[i] - m);
+}
+
+void kvt_vec_scale_f32_avx2(float *y, float s, int64_t n) {
+    const __m256 sv = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), sv));
+    for (; i < n; i++) y[i] *= s;
+}
+
+// y = y * a + x * b: two roundings of the products, one of the sum (no FMA), as the scalar form.
+void kvt_vec_fold_f32_avx2(float *y, float a, const float *x, float b, int64_t n) {
+    const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(y + i), av), _mm256_mul_ps(_mm256_loadu_ps(x + i), bv)));
+    for (; i < n; i++) {
+        const float ya = y[i] * a, xb = x[i] * b;
+        y[i] = ya + xb;
+    }
+}
+
+// 8 rows at a time: their 8 x 8 blocks transposed (lane i: row i), added column by column in position order; the
+// rows past the last multiple of 8 and the columns past the last block, scalar, in the same order.
+void kvt_vec_sum_rows_f32_avx2(float *l, const float *s, int64_t s_stride, int nh, int64_t n) {
+    int i = 0;
+    for (; i + 8 <= nh; i += 8) {
+        const float *r = s + i * s_stride;
+        __m256 acc = _mm256_loadu_ps(l + i);
+        int64_t x = 0;
+        for (; x + 8 <= n; x += 8) {
+            __m256 v[8];
+            UNROLL for (int k = 0; k < 8; k++) v[k] = _mm256_loadu_ps(r + k * s_stride + x);
+            const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+            const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+            const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+            const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            // column c (position x + c) of the 8 rows: c = 0..3 from the low halves, 4..7 from the high ones
+            const __m256 c[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                                 _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                                 _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                                 _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+            UNROLL for (int k = 0; k < 8; k++) acc = _mm256_add_ps(acc, c[k]);
+        }
+        _mm256_storeu_ps(l + i, acc);
+        for (int k = 0; k < 8 && x < n; k++) {
+            float a = l[i + k];
+            for (int64_t y = x; y < n; y++) a += r[k * s_stride + y];
+            l[i + k] = a;
+        }
+    }
+    for (; i < nh; i++) {
+        float a = l[i];
+        for (int64_t x = 0; x < n; x++) a += s[i * s_stride + x];
+        l[i] = a;
+    }
+}
+
+// max(m, x[0..n)): four 8-lane maxima (a NaN of x loses to the other operand, as the scalar loop skips it), folded.
+float kvt_vec_max_f32_avx2(const float *x, int64_t n, float m) {
+    int64_t i = 0;
+    if (n >= 8) {
+        __m256 a[4];
+        UNROLL for (int u = 0; u < 4; u++) a[u] = _mm256_set1_ps(m);
+        for (; i + 32 <= n; i += 32)
+            UNROLL for (int u = 0; u < 4; u++) a[u] = _mm256_max_ps(_mm256_loadu_ps(x + i + 8 * u), a[u]);
+        for (; i + 8 <= n; i += 8) a[0] = _mm256_max_ps(_mm256_loadu_ps(x + i), a[0]);
+        const __m256 b = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        __m128 c = _mm_max_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+        c = _mm_max_ps(c, _mm_movehl_ps(c, c));
+        c = _mm_max_ss(c, _mm_shuffle_ps(c, c, 1));
+        const float r = _mm_cvtss_f32(c);
+        m = r > m ? r : m;
+    }
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
 }
 
 INLINE __m256 round_f16_ps(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }

@@ -8,7 +8,22 @@
 #include "quant.h"
 
 void kvt_vec_scale_f32(float *y, float s, int64_t n) {
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
+        kvt_vec_scale_f32_avx2(y, s, n);
+        return;
+    }
     for (int64_t i = 0; i < n; i++) y[i] *= s;
+}
+
+void kvt_vec_fold_f32(float *y, float a, const float *x, float b, int64_t n) {
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
+        kvt_vec_fold_f32_avx2(y, a, x, b, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const float ya = y[i] * a, xb = x[i] * b;
+        y[i] = ya + xb;
+    }
 }
 
 void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n) {
@@ -58,6 +73,32 @@ void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, con
             s[h * s_stride + x] = d * scale;
         }
     }
+}
+
+int kvt_attn_kq_kf32_ok(int64_t n) { return kvt_kernels_isa() == KVT_ISA_AVX2 && n % 32 == 0; }
+
+int kvt_attn_kq_kf32(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
+                     float scale, float *s, int64_t s_stride) {
+    if (!kvt_attn_kq_kf32_ok(n)) return 0;
+    return kvt_attn_kq_kf32_avx2(n, kf, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
+}
+
+void kvt_vec_sum_rows_f32(float *l, const float *s, int64_t s_stride, int nh, int64_t n) {
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
+        kvt_vec_sum_rows_f32_avx2(l, s, s_stride, nh, n);
+        return;
+    }
+    for (int i = 0; i < nh; i++) {
+        float a = l[i];
+        for (int64_t x = 0; x < n; x++) a += s[i * s_stride + x];
+        l[i] = a;
+    }
+}
+
+float kvt_vec_max_f32(const float *x, int64_t n, float m) {
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2) return kvt_vec_max_f32_avx2(x, n, m);
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
 }
 
 void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,

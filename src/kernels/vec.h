@@ -9,6 +9,9 @@
 
 // y[i] *= s
 void kvt_vec_scale_f32(float *y, float s, int64_t n);
+// y[i] = y[i] * a + x[i] * b, each product rounded, then the sum (no fused multiply-add): the fold of two
+// online-softmax states' accumulators; the SIMD form the same bits.
+void kvt_vec_fold_f32(float *y, float a, const float *x, float b, int64_t n);
 // y[i] += s * x[i], x of type t (F32 or F16): accumulates a V row
 void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n);
 // y[k] += s[r] * x_r[k] over rows r = 0..n_rows-1 in order, x_r = (const char *)x + r * stride bytes,
@@ -40,6 +43,21 @@ void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, con
 // scalar path calls the vec_dot with q16. Nothing is allocated; no error.
 void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
                      int64_t q_stride, int nq, float scale, float *s, int64_t s_stride);
+// kvt_attn_kq_f16 with the K rows already converted to f32: kf + x * kf_stride floats (n elements each, every one an
+// f16 value, so the conversion was exact), e.g. a tile's rows converted once for many queries. Each score has the
+// bits kvt_attn_kq_f16 gives for those f16 rows (the same F16 vec_dot per pair, times scale). Returns 1 when done;
+// 0, nothing written, where this ISA has no such form (only the AVX2 kernels have it, for n a multiple of 32): the
+// caller then uses kvt_attn_kq_f16 on the f16 rows. kvt_attn_kq_kf32_ok(n) says beforehand which it will be.
+int kvt_attn_kq_kf32(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
+                     float scale, float *s, int64_t s_stride);
+int kvt_attn_kq_kf32_ok(int64_t n);
+// l[i] += s[i * s_stride + x] for x = 0..n-1 in order, for each i in [0, nh): nh running sums of score rows, each
+// the chain of single-precision adds in position order (the online softmax's sums l); the SIMD form takes 8 rows at
+// once (8 x 8 transposes, one lane a row), the same adds per row, so the same bits.
+void kvt_vec_sum_rows_f32(float *l, const float *s, int64_t s_stride, int nh, int64_t n);
+// The running max after n values: max(m, x[0..n)) as the loop m = x[i] > m ? x[i] : m computes it (NaNs in x skipped),
+// the SIMD form in any order: the same value (a zero's sign aside: max(-0, +0) may be either).
+float kvt_vec_max_f32(const float *x, int64_t n, float m);
 // y[i] += x[i]
 void kvt_vec_add_f32(float *y, const float *x, int64_t n);
 // y = x / rms(x) * w  (w may be NULL: no weight); the f32 squares summed in double, as llama.cpp
