@@ -16,7 +16,10 @@
 # probes once (one pass of each access pattern) before the first repetition and after each, and
 # reports the median over the repetitions of the repetition's read rate over the larger of the two
 # probes beside it (the VM's rate moves by a third within minutes; the best-of-5 column keeps the
-# best moment's rate, so it understates a repetition run at a slower one).
+# best moment's rate, so it understates a repetition run at a slower one). The token-paired column is
+# `kvtier bench`'s dram_pct_paired: after the timed repetitions, as many untimed ones with a read of a token's
+# weight bytes after every second token on the engine's pool; the median over those tokens of the token's read
+# rate over that probe's (the steadiest of the three on a VM whose rate moves; docs/BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LLAMA_BENCH="${LLAMA_BENCH:-/work/peer/build/bin/llama-bench}"
@@ -49,8 +52,8 @@ for m in "${models[@]}"; do
 done
 python3 - "$tmp/list" <<'PY'
 import json, os, sys
-print("| model | test | llama.cpp t/s | kvtier t/s | kvtier / llama.cpp | kvtier GB/s (of DRAM read, best of 5 probes) | % of DRAM | % of DRAM, adjacent probes (median of reps) |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| model | test | llama.cpp t/s | kvtier t/s | kvtier / llama.cpp | kvtier GB/s (of DRAM read, best of 5 probes) | % of DRAM | % of DRAM, adjacent probes (median of reps) | % of DRAM, token-paired |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for line in open(sys.argv[1]):
     m, test, lf, kf = line.split()
     l = json.load(open(lf))[0]
@@ -59,6 +62,7 @@ for line in open(sys.argv[1]):
     gb = f'{k["gbps"]:.1f} of {k["mem_read_gbps"]:.1f}' if "gbps" in k else ""
     pc = f'{100 * k["gbps"] / k["mem_read_gbps"]:.0f}%' if k.get("mem_read_gbps") else ""
     pa = f'{k["dram_pct_adjacent"]:.0f}%' if k.get("dram_pct_adjacent") else ""
+    pp = f'{k["dram_pct_paired"]:.0f}%' if k.get("dram_pct_paired") else ""
     print(f'| {os.path.basename(m)} | {test}{n} | {l["avg_ts"]:.2f} ± {l["stddev_ts"]:.2f} | '
-          f'{k["avg_ts"]:.2f} ± {k["stddev_ts"]:.2f} | {k["avg_ts"] / l["avg_ts"]:.2f} | {gb} | {pc} | {pa} |')
+          f'{k["avg_ts"]:.2f} ± {k["stddev_ts"]:.2f} | {k["avg_ts"] / l["avg_ts"]:.2f} | {gb} | {pc} | {pa} | {pp} |')
 PY
