@@ -152,20 +152,24 @@ DEFINE_DISPATCH_ROWWISE(bf16)
 // kvt_attn_kq_f16 (vec.h): the accumulation of H (1 or 2) query heads' dots against one f16 K row, as the F16 row
 // dot above (f16_body with NT = 1) operation for operation: four accumulators over 4 * FV_N-wide steps, folded as
 // (a0 + a2) + (a1 + a3) into sum[h]; the query read as f32 (its f16 values, exact), the K row loaded and converted
-// once for the H heads. Returns the elements done (the rest is the caller's tail).
-INLINE int64_t kq_f16_acc(int64_t n, const uint16_t *k, const float *qf, int64_t q_stride, int H, FV *sum) {
+// once for the H heads. With kf32 the K row is given as f32 already (kvt_attn_kq_kf32: its f16 values, so the same
+// sums). Returns the elements done (the rest is the caller's tail).
+INLINE int64_t kq_acc(int64_t n, const void *k, bool kf32, const float *qf, int64_t q_stride, int H, FV *sum) {
     FV acc[2][4];
     UNROLL for (int h = 0; h < H; h++)
         UNROLL for (int u = 0; u < 4; u++) acc[h][u] = fv_zero();
     int64_t i = 0;
     for (; i + 4 * FV_N <= n; i += 4 * FV_N) {
         UNROLL for (int u = 0; u < 4; u++) {
-            const FV w = fv_ld_f16(k + i + u * FV_N);
+            const FV w = kf32 ? fv_ld((const float *)k + i + u * FV_N) : fv_ld_f16((const uint16_t *)k + i + u * FV_N);
             UNROLL for (int h = 0; h < H; h++) acc[h][u] = fv_fma(w, fv_ld(qf + h * q_stride + i + u * FV_N), acc[h][u]);
         }
     }
     UNROLL for (int h = 0; h < H; h++) sum[h] = fv_add(fv_add(acc[h][0], acc[h][2]), fv_add(acc[h][1], acc[h][3]));
     return i;
+}
+INLINE int64_t kq_f16_acc(int64_t n, const uint16_t *k, const float *qf, int64_t q_stride, int H, FV *sum) {
+    return kq_acc(n, k, false, qf, q_stride, H, sum);
 }
 
 // H heads' scores against one K row: the row dot's reduction (dot_hsum, the tail's products in double);
@@ -249,18 +253,7 @@ static void kq64_heads(const void *k, int64_t k_stride, int64_t np, const float 
 // of 4 * FV_N: kq_f16_acc's accumulation with the loads of f32 rows in place of the f16 conversions (the same
 // values), so the same sums, reduced as kq_f16_pos4 and kq_f16_row reduce them: the F16 vec_dot's bits.
 INLINE int64_t kqf_acc(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, FV *sum) {
-    FV acc[2][4];
-    UNROLL for (int h = 0; h < H; h++)
-        UNROLL for (int u = 0; u < 4; u++) acc[h][u] = fv_zero();
-    int64_t i = 0;
-    for (; i + 4 * FV_N <= n; i += 4 * FV_N) {
-        UNROLL for (int u = 0; u < 4; u++) {
-            const FV w = fv_ld(k + i + u * FV_N);
-            UNROLL for (int h = 0; h < H; h++) acc[h][u] = fv_fma(w, fv_ld(qf + h * q_stride + i + u * FV_N), acc[h][u]);
-        }
-    }
-    UNROLL for (int h = 0; h < H; h++) sum[h] = fv_add(fv_add(acc[h][0], acc[h][2]), fv_add(acc[h][1], acc[h][3]));
-    return i;
+    return kq_acc(n, k, true, qf, q_stride, H, sum);
 }
 INLINE void kqf_pos4(int64_t n, const float *k, int64_t kf_stride, const float *qf, int64_t q_stride, int H, float scale,
                      float *s, int64_t s_stride) {
