@@ -79,8 +79,7 @@ static double adjacent_pct(const bench_test *t, int reps, int64_t bpt, double *s
 
 // The paired share of t (percent): the median over its tokens of probe seconds / token seconds, scaled by the bytes
 // each read (bpt for the token, pb for the probe); 0 when not measured. Sorts t->pair.
-static double paired_pct(bench_test *t, int reps, int64_t bpt, int64_t pb) {
-    (void)reps;
+static double paired_pct(bench_test *t, int64_t bpt, int64_t pb) {
     if (!t->pair || pb <= 0 || t->n_pair <= 0) return 0;
     return 100.0 * (double)bpt / (double)pb * kvt_median_f64(t->pair, t->n_pair);
 }
@@ -370,7 +369,7 @@ int cmd_bench(int argc, char **argv) {
                 if (t->adj) kvt_json_kv_num(&j, "mem_read_gbps", t->mem_bw / 1e9);
             }
             if (t->pair) {
-                kvt_json_kv_num(&j, "dram_pct_paired", paired_pct(t, (int)reps, bpt, pb));
+                kvt_json_kv_num(&j, "dram_pct_paired", paired_pct(t, bpt, pb));
                 kvt_json_kv_num(&j, "probe_paired_gbps", kvt_median_f64(t->pair_bw, t->n_pair) / 1e9);
                 kvt_json_kv_int(&j, "probe_paired_bytes", pb);
                 kvt_json_kv_str(&j, "probe_paired_pattern", pattern_name[t->pat]);
@@ -405,7 +404,7 @@ int cmd_bench(int argc, char **argv) {
             if (t->adj) snprintf(shares, sizeof shares, "adjacent %.0f%%", adjacent_pct(t, (int)reps, bpt, sc));
             if (t->pair) {
                 const size_t l = strlen(shares);
-                snprintf(shares + l, sizeof shares - l, "%spaired %.0f%%", l ? ", " : "", paired_pct(t, (int)reps, bpt, pb));
+                snprintf(shares + l, sizeof shares - l, "%spaired %.0f%%", l ? ", " : "", paired_pct(t, bpt, pb));
             }
             if (t->n_gen && t->adj)
                 snprintf(gb, sizeof gb, "%.1f of %.1f (%s)", (double)bpt * at / 1e9, t->mem_bw / 1e9, shares);
