@@ -940,6 +940,15 @@ static void test_attn_merge_f16(void) {
           "%d states differ from llama.cpp's steps, %d sums off, max |out - dense softmax| %.3g", bad, far, worst);
 }
 
+// nq random queries of n values, row stride qst: q16 their f16 bits and qf the same values as f32.
+static void fill_queries_f16(uint16_t *q16, float *qf, int nq, int64_t n, int64_t qst) {
+    for (int h = 0; h < nq; h++)
+        for (int64_t i = 0; i < n; i++) {
+            q16[h * qst + i] = kvt_f32_to_f16(2.0f * rnd_normal());
+            qf[h * qst + i] = kvt_f16_to_f32(q16[h * qst + i]);
+        }
+}
+
 // kvt_attn_kq_f16: on every ISA here (scalar, AVX2, AVX-512 where the CPU has it) each score is that ISA's F16
 // vec_dot of (K row, query) times scale, bit for bit, for any head count (pairs and a single), row count, head dim
 // (with and without a tail past the vector steps) and strides.
@@ -955,11 +964,7 @@ static void test_attn_kq_f16(void) {
             const int64_t n = dims[di], kst = (n + (nq % 2) * 8) * 2, qst = n + (nq == 3 ? 16 : 0); // padded rows too
             const float scale = nq == 2 ? 1.0f : 0.125f + 0.01f * (float)nq;
             for (int64_t i = 0; i < NP * kst / 2; i++) k[i] = kvt_f32_to_f16(rnd_normal());
-            for (int h = 0; h < nq; h++)
-                for (int64_t i = 0; i < n; i++) {
-                    q16[h * qst + i] = kvt_f32_to_f16(2.0f * rnd_normal());
-                    qf[h * qst + i] = kvt_f16_to_f32(q16[h * qst + i]);
-                }
+            fill_queries_f16(q16, qf, nq, n, qst);
             for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) {
                 kvt_kernels_set_isa((kvt_isa)si);
                 if (kvt_kernels_isa() != (kvt_isa)si) continue;
@@ -997,11 +1002,7 @@ static void test_attn_kq_kf32(void) {
             const int64_t n = dims[di], kst = n + (nq % 2) * 8, qst = n + (nq == 3 ? 16 : 0);
             const float scale = 0.125f + 0.01f * (float)nq;
             for (int64_t i = 0; i < NP * kst; i++) k[i] = kvt_f32_to_f16(rnd_normal()), kf[i] = kvt_f16_to_f32(k[i]);
-            for (int h = 0; h < nq; h++)
-                for (int64_t i = 0; i < n; i++) {
-                    q16[h * qst + i] = kvt_f32_to_f16(2.0f * rnd_normal());
-                    qf[h * qst + i] = kvt_f16_to_f32(q16[h * qst + i]);
-                }
+            fill_queries_f16(q16, qf, nq, n, qst);
             for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) {
                 kvt_kernels_set_isa((kvt_isa)si);
                 if (kvt_kernels_isa() != (kvt_isa)si) continue;
