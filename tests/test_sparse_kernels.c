@@ -18,8 +18,8 @@ static uint64_t rng_state = 88172645463325252ull;
 static float frand(void) { return test_xorshift_unit(&rng_state); } // [-1, 1)
 
 // kvt_sparse_page_sums: each page's positions hold the page's sum in position order, as a serial loop per page.
-// On every ISA the CPU has (AVX2 with B a multiple of 8: kvt_sparse_page_sums_avx2 for the groups of 16 whole pages), with
-// zeros of both signs among the values (a page's sum starts from its first value, not from 0).
+// On every ISA the CPU has (AVX2 and AVX-512 with B a multiple of 8: kvt_sparse_page_sums_avx2 for the groups of 16 whole
+// pages), with zeros of both signs among the values (a page's sum starts from its first value, not from 0).
 static void test_page_sums(void) {
     enum { MAXN = 3000 };
     static float s[MAXN], a[MAXN], b[MAXN];
@@ -51,8 +51,8 @@ static void test_page_sums(void) {
 }
 
 // kvt_sparse_piece_sums16: 16 pieces of B values, each summed in order from 0 as a serial loop, bit for bit, on every ISA
-// the CPU has (AVX2 with B a multiple of 8: the explicit kernel kvt_sparse_piece_sums16_avx2); values of mixed magnitudes
-// and signs (the order of the additions shows), zeros of both signs, infinities and NaN.
+// the CPU has (AVX2 and AVX-512 with B a multiple of 8: the explicit kernel kvt_sparse_piece_sums16_avx2); values of mixed
+// magnitudes and signs (the order of the additions shows), zeros of both signs, infinities and NaN.
 static void test_piece_sums16(void) {
     static float a[16 * 48], m[16];
     const int32_t Bs[] = {1, 4, 8, 16, 17, 24, 40, 48};

@@ -458,10 +458,12 @@ float kvt_sparse_exp_neg(float x);
 float kvt_sparse_exp_sum_avx2(const float *s, float *e, int64_t n, float mx);
 // kvt_sparse_piece_sums16 on AVX2 for B a multiple of 8 (sparse_score_avx2.c: 8 x 8 tiles transposed in registers, each
 // piece's values added in order from 0 in its lane): the same bits. Before it (2026-12-01) the AVX2 clone of the portable
-// loop ran, which GCC 12 leaves scalar.
+// loop ran, which GCC 12 leaves scalar; its AVX-512 clone is as scalar (4-lane inserts, the sums in memory), so AVX-512
+// CPUs take this kernel too (2026-12-02, AMD EPYC Zen 5).
 void kvt_sparse_piece_sums16_avx2(const float *a, int32_t B, float *m);
 // kvt_sparse_page_sums' groups of 16 whole pages on AVX2 (B a multiple of 8; the same tiles, each page summed in order
-// from its first value): the same bits; returns where the pages it left (fewer than 16 whole ones) start.
+// from its first value): the same bits; returns where the pages it left (fewer than 16 whole ones) start. AVX-512 CPUs
+// take it too (GCC 12's AVX-512 clone of the portable loop is scalar as well).
 int64_t kvt_sparse_page_sums_avx2(float *score, int64_t n, int32_t B);
 
 // The predictor's Gram matrix kept from step to step (select.c): G ([n, n] used of row stride ld) holds the dot products

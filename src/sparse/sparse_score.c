@@ -250,8 +250,9 @@ static void page_sums(float *score, int64_t n, int32_t B, int64_t p0) {
 void kvt_sparse_page_sums(float *score, int64_t n, int32_t B) {
     int64_t p0 = 0;
 #if defined(__x86_64__)
-    // the AVX2 clone of page_sums is scalar (GCC 12): the explicit kernel takes the groups of 16 whole pages, the rest here
-    if (kvt_kernels_isa() == KVT_ISA_AVX2 && B % 8 == 0) p0 = kvt_sparse_page_sums_avx2(score, n, B);
+    // the AVX2 and AVX-512 clones of page_sums are scalar (GCC 12: 4-lane inserts, the sums in memory): the explicit AVX2
+    // kernel takes the groups of 16 whole pages on both ISAs, the rest here
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2 && B % 8 == 0) p0 = kvt_sparse_page_sums_avx2(score, n, B);
 #endif
     page_sums(score, n, B, p0);
 }
@@ -272,7 +273,7 @@ static void piece_sums16(const float *a, int32_t B, float *m) {
 
 void kvt_sparse_piece_sums16(const float *a, int32_t B, float *m) {
 #if defined(__x86_64__)
-    if (kvt_kernels_isa() == KVT_ISA_AVX2 && B % 8 == 0) { // the AVX2 clone above is scalar (GCC 12): the explicit kernel
+    if (kvt_kernels_isa() >= KVT_ISA_AVX2 && B % 8 == 0) { // the AVX2 and AVX-512 clones above are scalar (GCC 12)
         kvt_sparse_piece_sums16_avx2(a, B, m);
         return;
     }
