@@ -29,6 +29,32 @@ static int g_fail;
         }                                                                                            \
     } while (0)
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+// The CPU's prefetch distances on an AMD CPU of family 0x1A on with AVX-512 (Zen 5; quant.c detect_prefetch, z5dq):
+// 1024 bytes for the 32-block x8 GEMVs (q8_0_x8, q4_1_x8, their decode form then 34), none for the K-quant and dense
+// ones. Other CPUs: nothing to check here (their distances: quant.h). Skipped under KVT_PREFETCH.
+static void test_prefetch_zen5(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const char *e = getenv("KVT_PREFETCH");
+    if ((e && *e) || !__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u) return;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__get_cpuid(1, &a, &b, &c, &d)) return;
+    const unsigned fam = (a >> 8 & 0xF) == 0xF ? 0xF + (a >> 20 & 0xFF) : a >> 8 & 0xF;
+    if (fam < 0x1A) return;
+    CHECK("prefetch_zen5", kvt_kernels_prefetch() == 1024 && kvt_kernels_prefetch_type(KVT_TYPE_Q8_0_X8) == 1024 &&
+                               kvt_kernels_prefetch_type(KVT_TYPE_Q4_1_X8) == 1024 &&
+                               kvt_kernels_decode_form(KVT_TYPE_Q4_1_X8) == 34,
+          "x8 distances %lld %lld, q4_1_x8 form %d", (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q8_0_X8),
+          (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q4_1_X8), kvt_kernels_decode_form(KVT_TYPE_Q4_1_X8));
+    CHECK("prefetch_zen5", !kvt_kernels_prefetch_type(KVT_TYPE_Q4_K) && !kvt_kernels_prefetch_type(KVT_TYPE_Q6_K) &&
+                               !kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8) && !kvt_kernels_prefetch_dense(),
+          "K-quant / dense distances not 0");
+#endif
+}
+
 // ------------------------------------------------------------------ random
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -1210,6 +1236,10 @@ int test_kernels_main(void) {
             kvt_kernels_set_prefetch(pfs[k]);
             CHECK("set_prefetch", kvt_kernels_prefetch() == pfs[k], "prefetch %lld after setting %lld",
                   (long long)kvt_kernels_prefetch(), (long long)pfs[k]);
+            const kvt_type pft[] = {KVT_TYPE_Q4_K, KVT_TYPE_Q6_K, KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R, KVT_TYPE_Q8_0_X8, KVT_TYPE_Q4_1_X8};
+            for (size_t i = 0; i < sizeof pft / sizeof pft[0]; i++)
+                CHECK("set_prefetch", kvt_kernels_prefetch_type(pft[i]) == pfs[k], "%s prefetch %lld after setting %lld",
+                      kvt_type_name(pft[i]), (long long)kvt_kernels_prefetch_type(pft[i]), (long long)pfs[k]);
             test_repack_x32(KVT_TYPE_Q4_1, 576, 40, 1, 5, 37, 0);
             test_repack_x32(KVT_TYPE_Q4_1, 2048, 16, 1, 0, 16, 1);
             // q4_1_x8's decode streams (q41x8.h: 4 groups at once, then 2, then 1): 11 groups (4 x 2 + 2 + 1), 5 cut to
@@ -1241,6 +1271,7 @@ int test_kernels_main(void) {
             }
         kvt_kernels_set_prefetch(old);
         kvt_kernels_reset_prefetch(); // the CPU's distances again, per type too
+        test_prefetch_zen5();
     }
     // q6_K "repacked" (copied unchanged into the repacked weights' huge pages): rows of any count, cut ranges, tokens
     {

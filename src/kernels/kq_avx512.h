@@ -22,7 +22,8 @@
 #ifndef KQ_PF
 #define KQ_PF 4096 // software prefetch distance of the rows kernels in bytes (0: none)
 #endif
-// q6_K rows in decode (one activation row) prefetch kvt_kernels_prefetch() bytes ahead, per CPU (quant.h): none on AMD Zen 4,
+// q6_K rows in decode (one activation row) prefetch kvt_kernels_prefetch_type(KVT_TYPE_Q6_K) bytes ahead (q4_K rows: its
+// own), per CPU (quant.h): none on AMD Zen 4 and Zen 5 (z5dq: neutral there, 0.97-1.06x paired at 1024 and 4096),
 // where on Zen 4 the 14 prefetches per 4 super-blocks cost more than they hide (kq_decode_bench, 1 thread, DRAM: 20.4
 // GB/s with 4096, 24.3-25.3 without; docs/log/BENCHMARKS-kernels-2.md); on Intel the x8 GEMVs' distance, into L2
 // (matmul_avx2.c: KVT_X8_PF_HINT): 67-74% of the plain stream -> 93-102% (the same log, q4dec11). Batches: none.
@@ -296,11 +297,11 @@ static void q6_K_dec(int ns, int64_t nb, const char *W, size_t wrs, int64_t nr, 
     for (; r < nr; r++) q6k_rows_ns(1, nb, x + r * step, 0, P, Y + r, 0, pf, nd);
 }
 
-#define DEFINE_KP_ROWS(name, BT)                                                                    \
+#define DEFINE_KP_ROWS(name, BT, TT)                                                                \
     static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
                             int nt, float *Y, int64_t ldy, void *scratch) {                         \
         (void)scratch;                                                                              \
-        const int64_t nb = n / KVT_QK_K, pf = nt == 1 ? kvt_kernels_prefetch() : 0;                \
+        const int64_t nb = n / KVT_QK_K, pf = nt == 1 ? kvt_kernels_prefetch_type(TT) : 0;         \
         const int sv_ = KP_DEC_##name && nt == 1 ? kvt_kernels_decode_variant(KVT_TYPE_Q6_K) % 10 : 0;  \
         if (KP_DEC_##name && nt == 1 && (sv_ == 1 || sv_ == 2 || sv_ == 4 || (pf && KQ6_NS > 1))) {   \
             const int st_ = sv_ == 1 || sv_ == 2 || sv_ == 4 || sv_ == 8; /* study forms: no L1 prefetch */ \
@@ -325,8 +326,8 @@ static void q6_K_dec(int ns, int64_t nb, const char *W, size_t wrs, int64_t nr, 
 #define q6_K_row q6k_row
 #define KP_DEC_q4_K 0
 #define KP_DEC_q6_K 1
-DEFINE_KP_ROWS(q4_K, kvt_block_q4_K)
-DEFINE_KP_ROWS(q6_K, kvt_block_q6_K)
+DEFINE_KP_ROWS(q4_K, kvt_block_q4_K, KVT_TYPE_Q4_K)
+DEFINE_KP_ROWS(q6_K, kvt_block_q6_K, KVT_TYPE_Q6_K)
 
 // ------------------------------------------------------------- gemm (16-row panel)
 // Panel, per super-block (KQ_PSB bytes), rows past the real ones zero:

@@ -118,7 +118,7 @@ int kvt_kernels_set_decode_variant(kvt_type t, int v); // returns the old value
 // dense decode prefetches (kvt_kernels_prefetch_dense() > 0: Intel) 24, four streams over the call's whole row range (paired
 // against the adjacent rows, 2026-11-30: f16 1.06-1.15x, bf16 1.05-1.16x on gate, down and q, both ISAs, 78-100% of the
 // pairs won; docs/log/BENCHMARKS-kernels-2.md, "f16 decode in four streams"), q4_1_x8 where kvt_kernels_prefetch() > 0
-// (Intel, AMD without AVX-512) 34 (4 streams, L1 prefetch
+// (Intel, AMD without AVX-512, AMD Zen 5) 34 (4 streams, L1 prefetch
 // too, 512-bit vectors in the AVX-512 build, the 256-bit loop in the AVX2 one; docs/log/BENCHMARKS-kernels-2.md,
 // small11, and BENCHMARKS-kernels-3.md, k11q, z3dec), but 4 (4 streams, L2 only, the full distance) where
 // kvt_kernels_prefetch_l1(KVT_TYPE_Q4_1_X8) says no (AMD Zen 3: paired 0.99-1.04x from DRAM, 1.05-1.07x from L3, z4q41); every other case (f32, Zen 4) 0 (for the float rows the adjacent-rows

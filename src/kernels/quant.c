@@ -870,6 +870,9 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #ifndef KVT_PF_AMD_AVX2_Q6K
 #define KVT_PF_AMD_AVX2_Q6K 1024
 #endif
+#ifndef KVT_PF_AMD_ZEN5
+#define KVT_PF_AMD_ZEN5 1024
+#endif
 #ifndef KVT_PF_AMD_AVX2_Q80_L1
 #define KVT_PF_AMD_AVX2_Q80_L1 0
 #endif
@@ -883,12 +886,15 @@ enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_SLOTS = PF_L1 + KVT_TYPE_C
 // AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (1024, z4k; 2048 z3k) for
 // q4_K_x8 and KVT_PF_AMD_AVX2_Q6K (1024: into L1 only, paired 1.02-1.09x against 4096, z5k6; z3k's 2048 lost with
 // the L2 + L1 prefetch) for the q6_K_r rows (docs/log/BENCHMARKS-kernels-3.md), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
-// (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES sets all the distances. L1 flags: 1 but on AMD without AVX-512
+// (BENCHMARKS-kernels-2.md, kq6x8) but on family 0x1A on (Zen 5) KVT_PF_AMD_ZEN5 (1024) for the 32-block x8 GEMVs
+// (q8_0_x8, q4_1_x8: paired 1.20-1.30x and 1.10-1.14x from DRAM, z5dq in docs/log/BENCHMARKS-kernels-5.md) and still
+// none for the K-quant ones (q4_K, q4_K_x8, q6_K: 0.89-0.91x and 0.97-1.06x with it) and the dense ones (f16_x16:
+// 0.88-0.98x). KVT_PREFETCH=BYTES sets all the distances. L1 flags: 1 but on AMD without AVX-512
 // for q8_0_x8 (KVT_PF_AMD_AVX2_Q80_L1, 0: paired 1.01-1.09x without on a Zen 3, z4q8) and q4_1_x8
 // (KVT_PF_AMD_AVX2_Q41_L1, 0: its AVX2 decode form 4 instead of 34, z4q41); KVT_PREFETCH leaves them.
 static void detect_prefetch(int64_t v[PF_SLOTS]) {
     int64_t pq = 0, pd = 0, p4 = 0, p6 = 0;
-    bool amd_avx2 = false;
+    bool amd_avx2 = false, zen5 = false;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
     if (__get_cpuid(0, &a, &b, &c, &d)) {
@@ -897,16 +903,21 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
         __builtin_cpu_init();
         amd_avx2 = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u && !__builtin_cpu_supports("avx512f");
         if (amd_avx2) pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K;
+        unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0, fam = 0; // leaf 1: the family, base + extended where base is 0xF
+        if (__get_cpuid(1, &a1, &b1, &c1, &d1)) fam = (a1 >> 8 & 0xF) == 0xF ? 0xF + (a1 >> 20 & 0xFF) : a1 >> 8 & 0xF;
+        zen5 = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u && !amd_avx2 && fam >= 0x1A;
+        if (zen5) pq = KVT_PF_AMD_ZEN5;
     }
 #endif
     const char *e = getenv("KVT_PREFETCH");
     if (e && *e) {
         char *end;
         const long long x = strtoll(e, &end, 10);
-        if (!*end && x >= 0 && x <= 65536) pq = pd = p4 = p6 = (int64_t)x / 64 * 64;
+        if (!*end && x >= 0 && x <= 65536) pq = pd = p4 = p6 = (int64_t)x / 64 * 64, zen5 = false;
     }
     for (int s = 0; s < PF_L1; s++)
-        v[s] = s == KVT_TYPE_Q4_K_X8 ? p4 : s == KVT_TYPE_Q6_K_R ? p6 : s == PF_DENSE ? pd : pq;
+        v[s] = s == KVT_TYPE_Q4_K_X8 ? p4 : s == KVT_TYPE_Q6_K_R ? p6 : s == PF_DENSE ? pd
+             : zen5 && (s == KVT_TYPE_Q4_K || s == KVT_TYPE_Q6_K) ? 0 : pq;
     for (int t = 0; t < KVT_TYPE_COUNT; t++) v[PF_L1 + t] = 1;
     if (amd_avx2) {
         v[PF_L1 + KVT_TYPE_Q8_0_X8] = KVT_PF_AMD_AVX2_Q80_L1 != 0;

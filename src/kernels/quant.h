@@ -75,12 +75,16 @@ const char *kvt_isa_name(kvt_isa isa);
 // rows), per CPU: KVT_PF_INTEL on Intel, whose decode from DRAM overlapped the kernels' arithmetic with the reads only
 // with them (docs/log/BENCHMARKS-kernels-2.md, intel11; 4096 bytes into L2 since q4dec11); KVT_PF_AMD_AVX2 (4096) on
 // AMD without AVX-512 (Zen 3: 1.07-1.28x paired, docs/log/BENCHMARKS-kernels-3.md, z3dec); 0 (none) on AMD with
-// AVX-512 (Zen 4), where the prefetches cost more than they hide (BENCHMARKS-kernels-2.md, kq6x8). KVT_PREFETCH=BYTES
+// AVX-512 (Zen 4), where the prefetches cost more than they hide (BENCHMARKS-kernels-2.md, kq6x8), but KVT_PF_AMD_ZEN5
+// (1024) on AMD family 0x1A on with AVX-512 (Zen 5) for q8_0_x8 and q4_1_x8 (paired 1.20-1.30x and 1.10-1.14x from DRAM,
+// docs/log/BENCHMARKS-kernels-5.md, z5dq; the q4_K, q4_K_x8 and q6_K rows and the dense ones still none there: the
+// per-type distances below). KVT_PREFETCH=BYTES
 // (0 .. 65536, a multiple of 64) overrides it and the dense distance below, to measure. Prefetches only: no result
 // changes with them.
 int64_t kvt_kernels_prefetch(void);
-// The distance of the decode GEMV of type t (KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R: the q6_K_r rows; any other: the one
-// above): kvt_kernels_prefetch() but for those two on AMD without AVX-512, KVT_PF_AMD_AVX2_Q4K (1024 since z4k's
+// The distance of the decode GEMV of type t (KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R: the q6_K_r rows, KVT_TYPE_Q4_K /
+// KVT_TYPE_Q6_K: the AVX-512 K-quant rows of kq_avx512.h; any other: the one above): kvt_kernels_prefetch() but 0 for
+// the K-quant ones on Zen 5, and for those two on AMD without AVX-512 KVT_PF_AMD_AVX2_Q4K (1024 since z4k's
 // AVX2 GEMV, into L1 only there: kqx8.h; 2048 before, 1.07-1.09x median paired at the model level on a Zen 3) and KVT_PF_AMD_AVX2_Q6K (1024 since z5k6,
 // into L1 only there as q4_K_x8's; 4096 before; docs/log/BENCHMARKS-kernels-3.md, z3k, z5k6). KVT_PREFETCH and kvt_kernels_set_prefetch set it for every type.
 int64_t kvt_kernels_prefetch_type(kvt_type t);

@@ -21,8 +21,8 @@
 // ...) and one pass of the probe's best pattern over the same bytes (4 streams per task, lines 4 KiB ahead
 // prefetched into L2: membw.c's BW_FOUR_PF) in the same alternation. SPEC: comma-separated v=N (the kernel's study
 // form, matmul.h kvt_kernels_decode_variant: e.g. q8_0_x8 v=2, f16 v=14), pf=BYTES (the decode prefetch distance),
-// t=TYPE (another layout of the -T type's rows, e.g. -T q6_K -B t=q6_K_x8: its own copies of the same rows), or "0"
-// (the defaults). Prints per form the median GB/s and its median share of the same pair's probe, the median
+// t=TYPE (another layout of the -T type's rows, e.g. -T q6_K -B t=q6_K_x8: its own copies of the same rows), s=ISA
+// (the kernels of another instruction set, at most the CPU's: e.g. -s avx512 -B s=avx2), or "0" (the defaults). Prints per form the median GB/s and its median share of the same pair's probe, the median
 // of the paired ratios B/A and the share of pairs B wins; with -v, every pair. The bandwidth of a shared VM swings
 // within minutes: only such paired figures resolve a 5-10% difference (docs/log/BENCHMARKS-kernels-2.md, ms11c).
 //   build/kq_decode_bench -t 2 -s avx2 -M 512 -T q8_0_x8 -S gate -S down -A v=0 -B v=4 -P 40
@@ -92,15 +92,16 @@ __attribute__((target("avx2"))) static void stream4_task(void *vj, int64_t t, in
     J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
 }
 
-// A form of -A / -B: the study form v, the prefetch distance pf (-1: the CPU's) and the weight type t (-1: the -T
-// type; another one of the same bytes per row, e.g. q6_K against q6_K_x8: its own copies, built the same way).
+// A form of -A / -B: the study form v, the prefetch distance pf (-1: the CPU's), the weight type t (-1: the -T
+// type; another one of the same bytes per row, e.g. q6_K against q6_K_x8: its own copies, built the same way) and the
+// kernels' ISA s (-1: -s's; e.g. s=avx2 against the AVX-512 build's form of the same rows).
 typedef struct {
     int v;
     int64_t pf;
-    int t;
+    int t, isa;
 } form;
 static int form_parse(const char *s, form *f) {
-    f->v = 0, f->pf = -1, f->t = -1;
+    f->v = 0, f->pf = -1, f->t = -1, f->isa = -1;
     if (!strcmp(s, "0")) return 1;
     while (*s) {
         char *end;
@@ -114,6 +115,14 @@ static int form_parse(const char *s, form *f) {
             kvt_type t;
             if (!kvt_type_from_name(name, &t)) return 0;
             f->t = (int)t;
+        } else if (!strncmp(s, "s=", 2)) {
+            f->isa = -1;
+            for (int i = KVT_ISA_SCALAR; i <= KVT_ISA_AVX512; i++) {
+                const char *nm = kvt_isa_name((kvt_isa)i);
+                const size_t l = strlen(nm);
+                if (!strncmp(s + 2, nm, l) && (!s[2 + l] || s[2 + l] == ',')) f->isa = i, end = (char *)s + 2 + l;
+            }
+            if (f->isa < 0) return 0;
         } else return 0;
         if (end == s || (*end && *end != ',')) return 0;
         s = *end ? end + 1 : end;
@@ -140,7 +149,7 @@ int main(int argc, char **argv) {
     int nth = 2, reps = 5, ntypes = 0, nshapes = 0, isa = -1;
     int64_t mib = 512;
     int huge = 1, pairs = 40, paired = 0, verbose = 0;
-    form fa = {0, -1, -1}, fb = {0, -1, -1};
+    form fa = {0, -1, -1, -1}, fb = {0, -1, -1, -1};
     kvt_type types[8];
     shape shapes[8];
     for (int i = 1; i < argc; i++) {
@@ -189,11 +198,13 @@ int main(int argc, char **argv) {
            (long long)kvt_kernels_prefetch(), (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8),
            (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R));
     const int64_t pf_cpu = kvt_kernels_prefetch();
+    const kvt_isa isa_run = kvt_kernels_isa(); // -s's (a form's s= sets another for its passes)
     if (paired) {
-        printf("paired: A = v=%d,pf=%lld%s%s, B = v=%d,pf=%lld%s%s, %d pairs (one pass of A, B and the 4-stream probe each)\n",
+        printf("paired: A = v=%d,pf=%lld%s%s,s=%s, B = v=%d,pf=%lld%s%s,s=%s, %d pairs (one pass of A, B and the 4-stream probe each)\n",
                fa.v, (long long)(fa.pf < 0 ? pf_cpu : fa.pf), fa.t >= 0 ? ",t=" : "", fa.t >= 0 ? kvt_type_name((kvt_type)fa.t) : "",
-               fb.v, (long long)(fb.pf < 0 ? pf_cpu : fb.pf), fb.t >= 0 ? ",t=" : "", fb.t >= 0 ? kvt_type_name((kvt_type)fb.t) : "",
-               pairs);
+               kvt_isa_name(fa.isa < 0 ? isa_run : (kvt_isa)fa.isa), fb.v, (long long)(fb.pf < 0 ? pf_cpu : fb.pf),
+               fb.t >= 0 ? ",t=" : "", fb.t >= 0 ? kvt_type_name((kvt_type)fb.t) : "",
+               kvt_isa_name(fb.isa < 0 ? isa_run : (kvt_isa)fb.isa), pairs);
         printf("%-8s %-5s %12s %8s %8s %8s %7s %7s %7s %7s\n", "type", "shape", "rows x cols", "A GB/s", "B GB/s",
                "probe", "A%prb", "B%prb", "B/A", "B wins");
     } else {
@@ -274,6 +285,7 @@ int main(int argc, char **argv) {
                         int64_t t0 = kvt_time_ns();
                         if (which < 2) {
                             kvt_kernels_set_decode_variant(tf[which], f->v);
+                            kvt_kernels_set_isa(f->isa < 0 ? isa_run : (kvt_isa)f->isa);
                             if (f->pf < 0) kvt_kernels_reset_prefetch(); // the CPU's, per type too
                             else kvt_kernels_set_prefetch(f->pf), kvt_kernels_set_prefetch_dense(f->pf);
                             W.type = tf[which];
@@ -294,6 +306,7 @@ int main(int argc, char **argv) {
                     kvt_kernels_set_decode_variant(tf[0], 0);
                     kvt_kernels_set_decode_variant(tf[1], 0);
                     kvt_kernels_reset_prefetch();
+                    kvt_kernels_set_isa(isa_run);
                     if (i < 0) continue;
                     ga[i] = g[0], gb[i] = g[1], gp[i] = g[2];
                     wins += g[1] > g[0];
