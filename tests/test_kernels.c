@@ -987,7 +987,7 @@ static void test_attn_kq_f16(void) {
     CHECK("attn_kq_f16", bad == 0 && cases > 0, "%d of %d cases differ from the F16 vec_dot times scale", bad, cases);
 }
 
-// kvt_attn_kq_kf32: where it reports done (the AVX2 kernels, head dims multiple of 32), each score has the bits of
+// kvt_attn_kq_kf32: where it reports done (the AVX2 kernels, head dims multiple of 32; AVX-512, multiple of 64), each score has the bits of
 // kvt_attn_kq_f16 on the same rows given as f16 (the F16 vec_dot times scale), for any head count, row count and
 // strides; elsewhere it writes nothing and says so (scalar: the reference kvt_attn_kq_f16 is then used).
 static void test_attn_kq_kf32(void) {
@@ -996,7 +996,7 @@ static void test_attn_kq_kf32(void) {
     static float kf[NP * (DMAX + 8)], qf[QMAX * (DMAX + 16)], sk[QMAX * 64], sr[QMAX * 64];
     static const int64_t dims[] = {64, 256, 32, 128, 72};
     const kvt_isa isa = kvt_kernels_isa();
-    int bad = 0, cases = 0, done = 0;
+    int bad = 0, cases = 0, done[KVT_ISA_AVX512 + 1] = {0};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
         for (int nq = 1; nq <= QMAX; nq++) {
             const int64_t n = dims[di], kst = n + (nq % 2) * 8, qst = n + (nq == 3 ? 16 : 0);
@@ -1011,15 +1011,18 @@ static void test_attn_kq_kf32(void) {
                     const int ok = kvt_attn_kq_kf32_ok(n), r = kvt_attn_kq_kf32(n, kf, kst, np, qf, qst, nq, scale, sk, 64);
                     kvt_attn_kq_f16(n, k, kst * 2, np, q16, qf, qst, nq, scale, sr, 64);
                     if (r != ok) bad++;
-                    else if (r) bad += memcmp(sk, sr, sizeof sk) != 0, done++;
+                    else if (r) bad += memcmp(sk, sr, sizeof sk) != 0, done[si]++;
                     else for (int64_t i = 0; i < QMAX * 64; i++) bad += sk[i] != -1.0f;
                     cases++;
                 }
             }
             kvt_kernels_set_isa(isa);
         }
-    CHECK("attn_kq_kf32", bad == 0 && cases > 0 && (isa < KVT_ISA_AVX2 || done > 0),
-          "%d of %d cases differ from kvt_attn_kq_f16 (%d computed)", bad, cases, done);
+    // every SIMD ISA of this CPU computes (the scalar one never)
+    const bool all = done[KVT_ISA_SCALAR] == 0 && (isa < KVT_ISA_AVX2 || done[KVT_ISA_AVX2] > 0) &&
+                     (isa < KVT_ISA_AVX512 || done[KVT_ISA_AVX512] > 0);
+    CHECK("attn_kq_kf32", bad == 0 && cases > 0 && all, "%d of %d cases differ from kvt_attn_kq_f16 (computed: %d AVX2, %d AVX-512)",
+          bad, cases, done[KVT_ISA_AVX2], done[KVT_ISA_AVX512]);
 }
 
 // kvt_vec_max_f32, kvt_vec_scale_f32, kvt_vec_fold_f32, kvt_vec_sum_rows_f32: on every ISA here the scalar loop's values (max: the same

@@ -290,9 +290,11 @@ void kvt_attn_kq_f16_avx2(int64_t n, const void *k, int64_t k_stride, int64_t np
                           float scale, float *s, int64_t s_stride);
 void kvt_attn_kq_f16_avx512(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride,
                             int nq, float scale, float *s, int64_t s_stride);
-// for kvt_attn_kq_kf32 (vec.h): 1 when done, 0 where n is not a multiple of 32 (nothing written)
+// for kvt_attn_kq_kf32 (vec.h): 1 when done, 0 where n is not a multiple of 32 (AVX2) or 64 (AVX-512): nothing written
 int kvt_attn_kq_kf32_avx2(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
                           int nq, float scale, float *s, int64_t s_stride);
+int kvt_attn_kq_kf32_avx512(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
+                            int nq, float scale, float *s, int64_t s_stride);
 // for kvt_vec_scale_f32 and kvt_vec_fold_f32 (vec.h)
 void kvt_vec_scale_f32_avx2(float *y, float s, int64_t n);
 void kvt_vec_fold_f32_avx2(float *y, float a, const float *x, float b, int64_t n);

@@ -186,8 +186,64 @@ INLINE void kq_f16_row(int64_t n, const uint16_t *k, const float *qf, int64_t q_
     }
 }
 
+// kvt_attn_kq_kf32 (vec.h): the K rows given as f32 (kf + x * kf_stride floats, their f16 values), n a multiple
+// of 4 * FV_N: kq_f16_acc's accumulation with the loads of f32 rows in place of the f16 conversions (the same
+// values), so the same sums, reduced as kq_f16_pos4 / kq_f16_pos16 and kq_f16_row reduce them: the F16 vec_dot's bits.
+INLINE int64_t kqf_acc(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, FV *sum) {
+    return kq_acc(n, k, true, qf, q_stride, H, sum);
+}
+INLINE void kqf_row(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, float scale, float *s,
+                    int64_t s_stride) {
+    FV sum[2];
+    kqf_acc(n, k, qf, q_stride, H, sum);
+    UNROLL for (int h = 0; h < H; h++) s[h * s_stride] = (float)(double)dot_hsum(sum[h]) * scale;
+}
+
 #ifdef KVT_SIMD_AVX512
 #define KQ_F16_FN kvt_attn_kq_f16_avx512
+// The horizontal sums of 16 vectors at once, lane for lane dot_hsum's additions (_mm512_reduce_add_ps: the 256-bit
+// halves added, then the 128-bit halves, then elements 0 + 2 and 1 + 3, then those two): v[0..16) are the sums of
+// the positions 4 (i % 4) + i / 4 (so that the transposes leave lane p to position p); each addition adds the same
+// two values as dot_hsum's (a + b = b + a), so the same bits.
+INLINE __m512 hsum16(const __m512 *v) {
+    __m512 a[8], b[4], c[2];
+    UNROLL for (int j = 0; j < 8; j++) // per vector t3[i] = v[i] + v[i + 8], two vectors in one
+        a[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    UNROLL for (int j = 0; j < 4; j++) // t6[i] = t3[i] + t3[i + 4], four vectors in one (a 128-bit lane each)
+        b[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    UNROLL for (int j = 0; j < 2; j++) // t8[0] = t6[0] + t6[2], t8[1] = t6[1] + t6[3]
+        c[j] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * j], b[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(b[2 * j], b[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)), // t8[0] + t8[1]
+                         _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+// Sixteen positions' scores of one head, n a multiple of 64 (no tail: the row dot's double round trip is exact),
+// K rows f16 (kf32 false: k_stride bytes) or f32 (kf32: k_stride floats): per position kq_acc's sums, reduced
+// together by hsum16: the bits of kq_f16_row / kqf_row.
+INLINE void kq_pos16(int64_t n, const void *k, bool kf32, int64_t k_stride, const float *qf, float scale, float *s) {
+    __m512 sum[16];
+    UNROLL for (int i = 0; i < 16; i++) {
+        const int64_t p = 4 * (i % 4) + i / 4;
+        kq_acc(n, kf32 ? (const void *)((const float *)k + p * k_stride) : (const void *)((const char *)k + p * k_stride),
+               kf32, qf, 0, 1, sum + i);
+    }
+    _mm512_storeu_ps(s, _mm512_mul_ps(hsum16(sum), _mm512_set1_ps(scale)));
+}
+int kvt_attn_kq_kf32_avx512(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
+                            int nq, float scale, float *s, int64_t s_stride) {
+    if (n % (4 * FV_N)) return 0;
+    int64_t x0 = 0;
+    for (; x0 + 16 <= np; x0 += 16)
+        for (int h = 0; h < nq; h++) kq_pos16(n, kf + x0 * kf_stride, true, kf_stride, qf + h * q_stride, scale, s + h * s_stride + x0);
+    for (; x0 < np; x0++) {
+        int h = 0;
+        for (; h + 2 <= nq; h += 2) kqf_row(n, kf + x0 * kf_stride, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x0, s_stride);
+        if (h < nq) kqf_row(n, kf + x0 * kf_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
+    }
+    return 1;
+}
 #else
 #define KQ_F16_FN kvt_attn_kq_f16_avx2
 // Four positions' scores of H (1 or 2) heads, n a multiple of 32 (no tail): each position's sums kq_f16_acc's, the
@@ -249,12 +305,6 @@ static void kq64_heads(const void *k, int64_t k_stride, int64_t np, const float 
     }
 }
 
-// kvt_attn_kq_kf32 (vec.h): the K rows given as f32 (kf + x * kf_stride floats, their f16 values), n a multiple
-// of 4 * FV_N: kq_f16_acc's accumulation with the loads of f32 rows in place of the f16 conversions (the same
-// values), so the same sums, reduced as kq_f16_pos4 and kq_f16_row reduce them: the F16 vec_dot's bits.
-INLINE int64_t kqf_acc(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, FV *sum) {
-    return kq_acc(n, k, true, qf, q_stride, H, sum);
-}
 INLINE void kqf_pos4(int64_t n, const float *k, int64_t kf_stride, const float *qf, int64_t q_stride, int H, float scale,
                      float *s, int64_t s_stride) {
     __m128 t[2][4];
@@ -267,12 +317,6 @@ INLINE void kqf_pos4(int64_t n, const float *k, int64_t kf_stride, const float *
         const __m128 d = _mm_hadd_ps(_mm_hadd_ps(t[h][0], t[h][1]), _mm_hadd_ps(t[h][2], t[h][3]));
         _mm_storeu_ps(s + h * s_stride, _mm_mul_ps(d, _mm_set1_ps(scale)));
     }
-}
-INLINE void kqf_row(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, float scale, float *s,
-                    int64_t s_stride) {
-    FV sum[2];
-    kqf_acc(n, k, qf, q_stride, H, sum);
-    UNROLL for (int h = 0; h < H; h++) s[h * s_stride] = (float)(double)dot_hsum(sum[h]) * scale;
 }
 int kvt_attn_kq_kf32_avx2(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
                           int nq, float scale, float *s, int64_t s_stride) {
@@ -299,7 +343,12 @@ int kvt_attn_kq_kf32_avx2(int64_t n, const float *kf, int64_t kf_stride, int64_t
 void KQ_F16_FN(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
                float scale, float *s, int64_t s_stride) {
     int64_t x0 = 0;
-#ifndef KVT_SIMD_AVX512
+#ifdef KVT_SIMD_AVX512
+    if (n % (4 * FV_N) == 0)
+        for (; x0 + 16 <= np; x0 += 16)
+            for (int h = 0; h < nq; h++)
+                kq_pos16(n, (const char *)k + x0 * k_stride, false, k_stride, qf + h * q_stride, scale, s + h * s_stride + x0);
+#else
     if (n == 64 && nq > 1 && np >= 4) {
         kq64_heads(k, k_stride, np, qf, q_stride, nq, scale, s, s_stride);
         x0 = np & ~(int64_t)3;

@@ -75,11 +75,18 @@ void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, con
     }
 }
 
-int kvt_attn_kq_kf32_ok(int64_t n) { return kvt_kernels_isa() == KVT_ISA_AVX2 && n % 32 == 0; }
+int kvt_attn_kq_kf32_ok(int64_t n) {
+    switch (kvt_kernels_isa()) {
+    case KVT_ISA_AVX512: return n % 64 == 0;
+    case KVT_ISA_AVX2: return n % 32 == 0;
+    default: return 0;
+    }
+}
 
 int kvt_attn_kq_kf32(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
                      float scale, float *s, int64_t s_stride) {
     if (!kvt_attn_kq_kf32_ok(n)) return 0;
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) return kvt_attn_kq_kf32_avx512(n, kf, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
     return kvt_attn_kq_kf32_avx2(n, kf, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
 }
 
