@@ -264,6 +264,7 @@ void kvt_vec_mad_avx2(int f16, float *y, const void *x, float s, int64_t n);
 void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n);
 // for kvt_vec_expf_sub (vec.h)
 void kvt_vec_expf_sub_avx2(const float *x, float m, float *y, int64_t n);
+void kvt_vec_expf_sub_avx512(const float *x, float m, float *y, int64_t n);
 // for kvt_attn_merge_f16 (vec.h): positions are taken KVT_MERGE_ROWS at a time; kvt_attn_merge_factors gives
 // their ms and w factors and updates *m, *l
 #define KVT_MERGE_ROWS 64

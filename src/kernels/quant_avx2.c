@@ -198,54 +198,22 @@ INLINE void kqf_row(int64_t n, const float *k, const float *qf, int64_t q_stride
     kqf_acc(n, k, qf, q_stride, H, sum);
     UNROLL for (int h = 0; h < H; h++) s[h * s_stride] = (float)(double)dot_hsum(sum[h]) * scale;
 }
-
-#ifdef KVT_SIMD_AVX512
-#define KQ_F16_FN kvt_attn_kq_f16_avx512
-// The horizontal sums of 16 vectors at once, lane for lane dot_hsum's additions (_mm512_reduce_add_ps: the 256-bit
-// halves added, then the 128-bit halves, then elements 0 + 2 and 1 + 3, then those two): v[0..16) are the sums of
-// the positions 4 (i % 4) + i / 4 (so that the transposes leave lane p to position p); each addition adds the same
-// two values as dot_hsum's (a + b = b + a), so the same bits.
-INLINE __m512 hsum16(const __m512 *v) {
-    __m512 a[8], b[4], c[2];
-    UNROLL for (int j = 0; j < 8; j++) // per vector t3[i] = v[i] + v[i + 8], two vectors in one
-        a[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    UNROLL for (int j = 0; j < 4; j++) // t6[i] = t3[i] + t3[i + 4], four vectors in one (a 128-bit lane each)
-        b[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    UNROLL for (int j = 0; j < 2; j++) // t8[0] = t6[0] + t6[2], t8[1] = t6[1] + t6[3]
-        c[j] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * j], b[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(b[2 * j], b[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)), // t8[0] + t8[1]
-                         _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-// Sixteen positions' scores of one head, n a multiple of 64 (no tail: the row dot's double round trip is exact),
-// K rows f16 (kf32 false: k_stride bytes) or f32 (kf32: k_stride floats): per position kq_acc's sums, reduced
-// together by hsum16: the bits of kq_f16_row / kqf_row.
-INLINE void kq_pos16(int64_t n, const void *k, bool kf32, int64_t k_stride, const float *qf, float scale, float *s) {
-    __m512 sum[16];
-    UNROLL for (int i = 0; i < 16; i++) {
-        const int64_t p = 4 * (i % 4) + i / 4;
-        kq_acc(n, kf32 ? (const void *)((const float *)k + p * k_stride) : (const void *)((const char *)k + p * k_stride),
-               kf32, qf, 0, 1, sum + i);
-    }
-    _mm512_storeu_ps(s, _mm512_mul_ps(hsum16(sum), _mm512_set1_ps(scale)));
-}
-int kvt_attn_kq_kf32_avx512(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
-                            int nq, float scale, float *s, int64_t s_stride) {
-    if (n % (4 * FV_N)) return 0;
-    int64_t x0 = 0;
-    for (; x0 + 16 <= np; x0 += 16)
-        for (int h = 0; h < nq; h++) kq_pos16(n, kf + x0 * kf_stride, true, kf_stride, qf + h * q_stride, scale, s + h * s_stride + x0);
-    for (; x0 < np; x0++) {
+// Positions [x0, np) of nq heads one K row at a time (two heads a row), the row kernels: K rows f16 (kf32 false:
+// k + x * k_stride bytes) or f32 (kf32: k + x * k_stride floats).
+INLINE void kq_rows(int64_t n, const void *k, bool kf32, int64_t k_stride, int64_t x0, int64_t np, const float *qf,
+                    int64_t q_stride, int nq, float scale, float *s, int64_t s_stride) {
+    for (int64_t x = x0; x < np; x++) {
+        const uint16_t *kx = (const uint16_t *)((const char *)k + x * k_stride);
+        const float *kfx = (const float *)k + x * k_stride;
         int h = 0;
-        for (; h + 2 <= nq; h += 2) kqf_row(n, kf + x0 * kf_stride, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x0, s_stride);
-        if (h < nq) kqf_row(n, kf + x0 * kf_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
+        for (; kf32 && h + 2 <= nq; h += 2) kqf_row(n, kfx, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x, s_stride);
+        if (kf32 && h < nq) kqf_row(n, kfx, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x, s_stride);
+        for (; !kf32 && h + 2 <= nq; h += 2) kq_f16_row(n, kx, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x, s_stride);
+        if (!kf32 && h < nq) kq_f16_row(n, kx, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x, s_stride);
     }
-    return 1;
 }
-#else
-#define KQ_F16_FN kvt_attn_kq_f16_avx2
+
+#ifndef KVT_SIMD_AVX512
 // Four positions' scores of H (1 or 2) heads, n a multiple of 32 (no tail): each position's sums kq_f16_acc's, the
 // four lane sums reduced together: per position its halves added (dot_hsum's first step), then hadd(A, B), hadd(C, D)
 // and hadd of those give lane p = (t0 + t1) + (t2 + t3) of position p, dot_hsum's two hadds lane for lane. Without a
@@ -332,23 +300,12 @@ int kvt_attn_kq_kf32_avx2(int64_t n, const float *kf, int64_t kf_stride, int64_t
             kqf_pos4(n, kf + x0 * kf_stride, kf_stride, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x0, s_stride);
         if (h < nq) kqf_pos4(n, kf + x0 * kf_stride, kf_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
     }
-    for (; x0 < np; x0++) {
-        int h = 0;
-        for (; h + 2 <= nq; h += 2) kqf_row(n, kf + x0 * kf_stride, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x0, s_stride);
-        if (h < nq) kqf_row(n, kf + x0 * kf_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
-    }
+    kq_rows(n, kf, true, kf_stride, x0, np, qf, q_stride, nq, scale, s, s_stride);
     return 1;
 }
-#endif
-void KQ_F16_FN(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
-               float scale, float *s, int64_t s_stride) {
+void kvt_attn_kq_f16_avx2(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
+                          float scale, float *s, int64_t s_stride) {
     int64_t x0 = 0;
-#ifdef KVT_SIMD_AVX512
-    if (n % (4 * FV_N) == 0)
-        for (; x0 + 16 <= np; x0 += 16)
-            for (int h = 0; h < nq; h++)
-                kq_pos16(n, (const char *)k + x0 * k_stride, false, k_stride, qf + h * q_stride, scale, s + h * s_stride + x0);
-#else
     if (n == 64 && nq > 1 && np >= 4) {
         kq64_heads(k, k_stride, np, qf, q_stride, nq, scale, s, s_stride);
         x0 = np & ~(int64_t)3;
@@ -362,14 +319,9 @@ void KQ_F16_FN(int64_t n, const void *k, int64_t k_stride, int64_t np, const flo
             if (h < nq) kq_f16_pos4(n, kx, k_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
         }
     }
-#endif
-    for (int64_t x = x0; x < np; x++) {
-        const uint16_t *kx = (const uint16_t *)((const char *)k + x * k_stride);
-        int h = 0;
-        for (; h + 2 <= nq; h += 2) kq_f16_row(n, kx, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x, s_stride);
-        if (h < nq) kq_f16_row(n, kx, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x, s_stride);
-    }
+    kq_rows(n, k, false, k_stride, x0, np, qf, q_stride, nq, scale, s, s_stride);
 }
+#endif
 
 // ------------------------------------------- q8_0 and q4_0 (x q8_0 activations)
 
@@ -1050,6 +1002,8 @@ static int libm_expf_matches(void) {
 }
 
 #ifdef KVT_SIMD_AVX512
+#include "attn_avx512.h"
+
 // The same ms, w, *m and *l as kvt_attn_merge_factors (n <= KVT_MERGE_ROWS): the running max first, then the
 // exponentials of the same arguments, then the sum's FMA chain in position order.
 static void merge_factors(const float *s, int64_t n, float *m, float *l, float *ms, float *w) {

@@ -49,6 +49,10 @@ void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const
 }
 
 void kvt_vec_expf_sub(const float *x, float m, float *y, int64_t n) {
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
+        kvt_vec_expf_sub_avx512(x, m, y, n);
+        return;
+    }
     if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
         kvt_vec_expf_sub_avx2(x, m, y, n);
         return;

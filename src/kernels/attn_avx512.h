@@ -1,0 +1,99 @@
+// attn_avx512.h - attention kernels of the AVX-512 build, included by quant_avx2.c when built as quant_avx512.c
+// (KVT_SIMD_AVX512), after kq_acc, kq_rows and expf_libm8 / libm_expf_matches:
+//  - the K.Q of an F16 cache (kvt_attn_kq_f16, kvt_attn_kq_kf32: vec.h): sixteen positions of one head at a time,
+//    their row sums reduced together, with the bits of the F16 vec_dot (f16_body) times scale;
+//  - kvt_vec_expf_sub (vec.h): libm's expf bits on 16 lanes, the table read by permutes (no gathers).
+// The horizontal sums of 16 vectors at once, lane for lane dot_hsum's additions (_mm512_reduce_add_ps: the 256-bit
+// halves added, then the 128-bit halves, then elements 0 + 2 and 1 + 3, then those two): v[0..16) are the sums of
+// the positions 4 (i % 4) + i / 4 (so that the transposes leave lane p to position p); each addition adds the same
+// two values as dot_hsum's (a + b = b + a), so the same bits.
+INLINE __m512 hsum16(const __m512 *v) {
+    __m512 a[8], b[4], c[2];
+    UNROLL for (int j = 0; j < 8; j++) // per vector t3[i] = v[i] + v[i + 8], two vectors in one
+        a[j] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(v[2 * j], v[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    UNROLL for (int j = 0; j < 4; j++) // t6[i] = t3[i] + t3[i + 4], four vectors in one (a 128-bit lane each)
+        b[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(a[2 * j], a[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    UNROLL for (int j = 0; j < 2; j++) // t8[0] = t6[0] + t6[2], t8[1] = t6[1] + t6[3]
+        c[j] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * j], b[2 * j + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(b[2 * j], b[2 * j + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)), // t8[0] + t8[1]
+                         _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+// Sixteen positions' scores of one head, n a multiple of 64 (no tail: the row dot's double round trip is exact),
+// K rows f16 (kf32 false: k_stride bytes) or f32 (kf32: k_stride floats): per position kq_acc's sums, reduced
+// together by hsum16: the bits of kq_f16_row / kqf_row.
+INLINE void kq_pos16(int64_t n, const void *k, bool kf32, int64_t k_stride, const float *qf, float scale, float *s) {
+    __m512 sum[16];
+    UNROLL for (int i = 0; i < 16; i++) {
+        const int64_t p = 4 * (i % 4) + i / 4;
+        kq_acc(n, kf32 ? (const void *)((const float *)k + p * k_stride) : (const void *)((const char *)k + p * k_stride),
+               kf32, qf, 0, 1, sum + i);
+    }
+    _mm512_storeu_ps(s, _mm512_mul_ps(hsum16(sum), _mm512_set1_ps(scale)));
+}
+int kvt_attn_kq_kf32_avx512(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
+                            int nq, float scale, float *s, int64_t s_stride) {
+    if (n % (4 * FV_N)) return 0;
+    int64_t x0 = 0;
+    for (; x0 + 16 <= np; x0 += 16)
+        for (int h = 0; h < nq; h++) kq_pos16(n, kf + x0 * kf_stride, true, kf_stride, qf + h * q_stride, scale, s + h * s_stride + x0);
+    kq_rows(n, kf, true, kf_stride, x0, np, qf, q_stride, nq, scale, s, s_stride);
+    return 1;
+}
+void kvt_attn_kq_f16_avx512(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride,
+                            int nq, float scale, float *s, int64_t s_stride) {
+    int64_t x0 = 0;
+    if (n % (4 * FV_N) == 0)
+        for (; x0 + 16 <= np; x0 += 16)
+            for (int h = 0; h < nq; h++)
+                kq_pos16(n, (const char *)k + x0 * k_stride, false, k_stride, qf + h * q_stride, scale, s + h * s_stride + x0);
+    kq_rows(n, k, false, k_stride, x0, np, qf, q_stride, nq, scale, s, s_stride);
+}
+
+// expf_core4 on 8 lanes of 512-bit doubles (the same operations per lane), the table read by two permutes of its
+// four vectors (index bits 0-3) and a blend (bit 4) instead of a gather.
+INLINE __m512d pd8_bits(uint64_t b) { return _mm512_castsi512_pd(_mm512_set1_epi64((long long)b)); }
+INLINE __m512d expf_core8(__m256 xv) {
+    const __m512d xd = _mm512_cvtps_pd(xv);
+    const __m512d inv_ln2n = pd8_bits(0x40471547652b82fe), shift = pd8_bits(0x4338000000000000);
+    const __m512d kd0 = _mm512_fmadd_pd(inv_ln2n, xd, shift);
+    const __m512i ki = _mm512_castpd_si512(kd0), ix = _mm512_and_si512(ki, _mm512_set1_epi64(31));
+    const __m512d kd = _mm512_sub_pd(kd0, shift);
+    const __m512d r = _mm512_fmsub_pd(inv_ln2n, xd, kd);
+    const __m512d *tab = (const __m512d *)(const void *)EXP2_32;
+    const __m512d lo = _mm512_permutex2var_pd(_mm512_loadu_pd((const double *)tab), ix, _mm512_loadu_pd((const double *)tab + 8));
+    const __m512d hi = _mm512_permutex2var_pd(_mm512_loadu_pd((const double *)tab + 16), ix, _mm512_loadu_pd((const double *)tab + 24));
+    const __m512i t = _mm512_add_epi64(_mm512_castpd_si512(_mm512_mask_blend_pd(_mm512_test_epi64_mask(ix, _mm512_set1_epi64(16)), lo, hi)),
+                                       _mm512_slli_epi64(ki, 47));
+    const __m512d z = _mm512_fmadd_pd(pd8_bits(0x3ebc6af84b912394), r, pd8_bits(0x3f2ebfce50fac4f3));
+    const __m512d r2 = _mm512_mul_pd(r, r);
+    const __m512d v = _mm512_fmadd_pd(pd8_bits(0x3f962e42ff0c52d6), r, _mm512_set1_pd(1.0));
+    return _mm512_mul_pd(_mm512_fmadd_pd(z, r2, v), _mm512_castsi512_pd(t));
+}
+// expf_libm8 on 16 lanes (libm's bits where libm_expf_matches()).
+INLINE __m512 expf_libm16(__m512 x) {
+    const __m256 hi = _mm512_cvtpd_ps(expf_core8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1))));
+    __m512 y = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(expf_core8(_mm512_castps512_ps256(x))))),
+                                                   _mm256_castps_pd(hi), 1));
+    const __mmask16 far = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(88.0f), _CMP_NLT_UQ); // also NaN
+    if (far) { // |x| >= 88, inf, nan: libm's own special cases
+        float xs[16], ys[16];
+        _mm512_storeu_ps(xs, x);
+        _mm512_storeu_ps(ys, y);
+        for (int k = 0; k < 16; k++)
+            if (far >> k & 1) ys[k] = expf(xs[k]);
+        y = _mm512_loadu_ps(ys);
+    }
+    return y;
+}
+// kvt_vec_expf_sub (vec.h) on AVX-512: 16 lanes, then 8 (expf_libm8), then libm.
+void kvt_vec_expf_sub_avx512(const float *x, float m, float *y, int64_t n) {
+    int64_t i = 0;
+    if (libm_expf_matches()) {
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, expf_libm16(_mm512_sub_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(m))));
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf_libm8(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(m))));
+    }
+    for (; i < n; i++) y[i] = expf(x[i] - m);
+}
