@@ -2,7 +2,9 @@
 // (KVT_SIMD_AVX512), after kq_acc, kq_rows and expf_libm8 / libm_expf_matches:
 //  - the K.Q of an F16 cache (kvt_attn_kq_f16, kvt_attn_kq_kf32: vec.h): sixteen positions of one head at a time,
 //    their row sums reduced together, with the bits of the F16 vec_dot (f16_body) times scale;
-//  - kvt_vec_expf_sub (vec.h): libm's expf bits on 16 lanes, the table read by permutes (no gathers).
+//  - kvt_vec_expf_sub (vec.h): libm's expf bits on 16 lanes, the table read by permutes (no gathers);
+//  - kvt_vec_scale_f32, kvt_vec_fold_f32, kvt_vec_max_f32 (vec.h) on 16 lanes.
+// (kvt_vec_sum_rows_f32 and kvt_vec_mad_rows take their AVX2 forms on AVX-512 CPUs.)
 // The horizontal sums of 16 vectors at once, lane for lane dot_hsum's additions (_mm512_reduce_add_ps: the 256-bit
 // halves added, then the 128-bit halves, then elements 0 + 2 and 1 + 3, then those two): v[0..16) are the sums of
 // the positions 4 (i % 4) + i / 4 (so that the transposes leave lane p to position p); each addition adds the same
@@ -96,4 +98,37 @@ void kvt_vec_expf_sub_avx512(const float *x, float m, float *y, int64_t n) {
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf_libm8(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(m))));
     }
     for (; i < n; i++) y[i] = expf(x[i] - m);
+}
+
+// kvt_vec_scale_f32, kvt_vec_fold_f32 and kvt_vec_max_f32 (vec.h) on 16 lanes, then the AVX2 forms' 8 lanes and
+// scalar tails (per element the same operations: the same bits; the max the same value).
+void kvt_vec_scale_f32_avx512(float *y, float s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), _mm512_set1_ps(s)));
+    for (; i < n; i++) y[i] *= s;
+}
+void kvt_vec_fold_f32_avx512(float *y, float a, const float *x, float b, int64_t n) {
+    const __m512 av = _mm512_set1_ps(a), bv = _mm512_set1_ps(b);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(y + i), av), _mm512_mul_ps(_mm512_loadu_ps(x + i), bv)));
+    for (; i < n; i++) {
+        const float ya = y[i] * a, xb = x[i] * b;
+        y[i] = ya + xb;
+    }
+}
+// four 16-lane maxima (a NaN of x loses to the other operand, as the scalar loop skips it), folded
+float kvt_vec_max_f32_avx512(const float *x, int64_t n, float m) {
+    int64_t i = 0;
+    if (n >= 16) {
+        __m512 a[4];
+        UNROLL for (int u = 0; u < 4; u++) a[u] = _mm512_set1_ps(m);
+        for (; i + 64 <= n; i += 64)
+            UNROLL for (int u = 0; u < 4; u++) a[u] = _mm512_max_ps(_mm512_loadu_ps(x + i + 16 * u), a[u]);
+        for (; i + 16 <= n; i += 16) a[0] = _mm512_max_ps(_mm512_loadu_ps(x + i), a[0]);
+        const float r = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3])));
+        m = r > m ? r : m;
+    }
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
 }

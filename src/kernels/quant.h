@@ -299,10 +299,13 @@ int kvt_attn_kq_kf32_avx512(int64_t n, const float *kf, int64_t kf_stride, int64
 // for kvt_vec_scale_f32 and kvt_vec_fold_f32 (vec.h)
 void kvt_vec_scale_f32_avx2(float *y, float s, int64_t n);
 void kvt_vec_fold_f32_avx2(float *y, float a, const float *x, float b, int64_t n);
+void kvt_vec_scale_f32_avx512(float *y, float s, int64_t n);
+void kvt_vec_fold_f32_avx512(float *y, float a, const float *x, float b, int64_t n);
 // for kvt_vec_sum_rows_f32 (vec.h)
 void kvt_vec_sum_rows_f32_avx2(float *l, const float *s, int64_t s_stride, int nh, int64_t n);
 // for kvt_vec_max_f32 (vec.h)
 float kvt_vec_max_f32_avx2(const float *x, int64_t n, float m);
+float kvt_vec_max_f32_avx512(const float *x, int64_t n, float m);
 void kvt_attn_merge_f16_avx2(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
                              float *m, float *l, float *o, int64_t o_stride, int64_t hdv);
 void kvt_attn_merge_f16_avx512(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,

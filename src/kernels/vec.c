@@ -8,6 +8,10 @@
 #include "quant.h"
 
 void kvt_vec_scale_f32(float *y, float s, int64_t n) {
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
+        kvt_vec_scale_f32_avx512(y, s, n);
+        return;
+    }
     if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
         kvt_vec_scale_f32_avx2(y, s, n);
         return;
@@ -16,6 +20,10 @@ void kvt_vec_scale_f32(float *y, float s, int64_t n) {
 }
 
 void kvt_vec_fold_f32(float *y, float a, const float *x, float b, int64_t n) {
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
+        kvt_vec_fold_f32_avx512(y, a, x, b, n);
+        return;
+    }
     if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
         kvt_vec_fold_f32_avx2(y, a, x, b, n);
         return;
@@ -107,6 +115,7 @@ void kvt_vec_sum_rows_f32(float *l, const float *s, int64_t s_stride, int nh, in
 }
 
 float kvt_vec_max_f32(const float *x, int64_t n, float m) {
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) return kvt_vec_max_f32_avx512(x, n, m);
     if (kvt_kernels_isa() >= KVT_ISA_AVX2) return kvt_vec_max_f32_avx2(x, n, m);
     for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
