@@ -697,9 +697,9 @@ static void test_vec_mad(void) {
 }
 
 // kvt_vec_mad_rows: bitwise equal to the row-by-row kvt_vec_mad it replaces, for both element types,
-// widths around the 64-column register block and strides wider than a row.
+// widths around the 64- and 128-column register blocks and strides wider than a row.
 static void test_vec_mad_rows(void) {
-    enum { R = 33, N = 136, S = N + 8 };
+    enum { R = 33, N = 272, S = N + 8 };
     int bad = 0;
     for (int f16 = 0; f16 <= 1; f16++)
         for (int64_t n = 1; n <= N; n += (n < 70 ? 1 : 13)) {
@@ -956,7 +956,7 @@ static void test_attn_kq_f16(void) {
     enum { NP = 37, DMAX = 272, QMAX = 5 };
     static uint16_t k[NP * (DMAX + 8)], q16[QMAX * DMAX];
     static float qf[QMAX * DMAX], sk[QMAX * 64], sr[QMAX * 64];
-    static const int64_t dims[] = {64, 256, 72, 40, 128, 264, 8};
+    static const int64_t dims[] = {64, 256, 72, 40, 128, 264, 8, 192};
     const kvt_isa isa = kvt_kernels_isa();
     int bad = 0, cases = 0;
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
@@ -994,7 +994,7 @@ static void test_attn_kq_kf32(void) {
     enum { NP = 37, DMAX = 256, QMAX = 9 };
     static uint16_t k[NP * (DMAX + 8)], q16[QMAX * (DMAX + 16)];
     static float kf[NP * (DMAX + 8)], qf[QMAX * (DMAX + 16)], sk[QMAX * 64], sr[QMAX * 64];
-    static const int64_t dims[] = {64, 256, 32, 128, 72};
+    static const int64_t dims[] = {64, 256, 32, 128, 72, 192};
     const kvt_isa isa = kvt_kernels_isa();
     int bad = 0, cases = 0, done[KVT_ISA_AVX512 + 1] = {0};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)

@@ -4,7 +4,8 @@
 //    their row sums reduced together, with the bits of the F16 vec_dot (f16_body) times scale;
 //  - kvt_vec_expf_sub (vec.h): libm's expf bits on 16 lanes, the table read by permutes (no gathers);
 //  - kvt_vec_scale_f32, kvt_vec_fold_f32, kvt_vec_max_f32 (vec.h) on 16 lanes.
-// (kvt_vec_sum_rows_f32 and kvt_vec_mad_rows take their AVX2 forms on AVX-512 CPUs.)
+//  - kvt_vec_mad_rows (vec.h), 128 columns at a time.
+// (kvt_vec_sum_rows_f32 takes its AVX2 form on AVX-512 CPUs.)
 // The horizontal sums of 16 vectors at once, lane for lane dot_hsum's additions (_mm512_reduce_add_ps: the 256-bit
 // halves added, then the 128-bit halves, then elements 0 + 2 and 1 + 3, then those two): v[0..16) are the sums of
 // the positions 4 (i % 4) + i / 4 (so that the transposes leave lane p to position p); each addition adds the same
@@ -23,35 +24,65 @@ INLINE __m512 hsum16(const __m512 *v) {
     return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)), // t8[0] + t8[1]
                          _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
-// Sixteen positions' scores of one head, n a multiple of 64 (no tail: the row dot's double round trip is exact),
-// K rows f16 (kf32 false: k_stride bytes) or f32 (kf32: k_stride floats): per position kq_acc's sums, reduced
-// together by hsum16: the bits of kq_f16_row / kqf_row.
+// Row x of the K rows: f16 (kf32 false: k + x * k_stride bytes) or f32 (kf32: k + x * k_stride floats).
+INLINE const void *kq_krow(const void *k, bool kf32, int64_t k_stride, int64_t x) {
+    return kf32 ? (const void *)((const float *)k + x * k_stride) : (const void *)((const char *)k + x * k_stride);
+}
+// Sixteen positions' scores of one head, n a multiple of 64 (no tail: the row dot's double round trip is exact):
+// per position kq_acc's sums, reduced together by hsum16: the bits of kq_f16_row / kqf_row.
 INLINE void kq_pos16(int64_t n, const void *k, bool kf32, int64_t k_stride, const float *qf, float scale, float *s) {
     __m512 sum[16];
-    UNROLL for (int i = 0; i < 16; i++) {
-        const int64_t p = 4 * (i % 4) + i / 4;
-        kq_acc(n, kf32 ? (const void *)((const float *)k + p * k_stride) : (const void *)((const char *)k + p * k_stride),
-               kf32, qf, 0, 1, sum + i);
-    }
+    UNROLL for (int i = 0; i < 16; i++) kq_acc(n, kq_krow(k, kf32, k_stride, 4 * (i % 4) + i / 4), kf32, qf, 0, 1, sum + i);
     _mm512_storeu_ps(s, _mm512_mul_ps(hsum16(sum), _mm512_set1_ps(scale)));
+}
+// The same for eight positions of two heads (each K row read once for both): lane 8 h + p of hsum16's result is
+// head h, position p.
+INLINE void kq_pos8h2(int64_t n, const void *k, bool kf32, int64_t k_stride, const float *qf, int64_t q_stride,
+                      float scale, float *s, int64_t s_stride) {
+    __m512 sum[16];
+    UNROLL for (int p = 0; p < 8; p++) {
+        __m512 t[2];
+        kq_acc(n, kq_krow(k, kf32, k_stride, p), kf32, qf, q_stride, 2, t);
+        UNROLL for (int h = 0; h < 2; h++) sum[4 * ((8 * h + p) % 4) + (8 * h + p) / 4] = t[h];
+    }
+    const __m512 d = _mm512_mul_ps(hsum16(sum), _mm512_set1_ps(scale));
+    _mm256_storeu_ps(s, _mm512_castps512_ps256(d));
+    _mm256_storeu_ps(s + s_stride, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
+}
+// Positions [0, np & ~15) of nq heads, n a multiple of 64: pairs of heads eight positions at a time, a last odd
+// head sixteen.
+INLINE void kq_blocks(int64_t n, const void *k, bool kf32, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride,
+                      int nq, float scale, float *s, int64_t s_stride) {
+    for (int64_t x0 = 0; x0 + 16 <= np; x0 += 16) {
+        int h = 0;
+        for (; h + 2 <= nq; h += 2)
+            for (int64_t x = x0; x < x0 + 16; x += 8)
+                kq_pos8h2(n, kq_krow(k, kf32, k_stride, x), kf32, k_stride, qf + h * q_stride, q_stride, scale,
+                          s + h * s_stride + x, s_stride);
+        if (h < nq) kq_pos16(n, kq_krow(k, kf32, k_stride, x0), kf32, k_stride, qf + h * q_stride, scale, s + h * s_stride + x0);
+    }
+}
+// kq_blocks with the common head dims as constants (the accumulation loop unrolled), then the rows past them.
+INLINE void kq_avx512(int64_t n, const void *k, bool kf32, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride,
+                      int nq, float scale, float *s, int64_t s_stride) {
+    switch (n % (4 * FV_N) ? 0 : n) {
+    case 0: break;
+    case 64: kq_blocks(64, k, kf32, k_stride, np, qf, q_stride, nq, scale, s, s_stride); break;
+    case 128: kq_blocks(128, k, kf32, k_stride, np, qf, q_stride, nq, scale, s, s_stride); break;
+    case 256: kq_blocks(256, k, kf32, k_stride, np, qf, q_stride, nq, scale, s, s_stride); break;
+    default: kq_blocks(n, k, kf32, k_stride, np, qf, q_stride, nq, scale, s, s_stride); break;
+    }
+    kq_rows(n, k, kf32, k_stride, n % (4 * FV_N) ? 0 : np & ~(int64_t)15, np, qf, q_stride, nq, scale, s, s_stride);
 }
 int kvt_attn_kq_kf32_avx512(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
                             int nq, float scale, float *s, int64_t s_stride) {
     if (n % (4 * FV_N)) return 0;
-    int64_t x0 = 0;
-    for (; x0 + 16 <= np; x0 += 16)
-        for (int h = 0; h < nq; h++) kq_pos16(n, kf + x0 * kf_stride, true, kf_stride, qf + h * q_stride, scale, s + h * s_stride + x0);
-    kq_rows(n, kf, true, kf_stride, x0, np, qf, q_stride, nq, scale, s, s_stride);
+    kq_avx512(n, kf, true, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
     return 1;
 }
 void kvt_attn_kq_f16_avx512(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride,
                             int nq, float scale, float *s, int64_t s_stride) {
-    int64_t x0 = 0;
-    if (n % (4 * FV_N) == 0)
-        for (; x0 + 16 <= np; x0 += 16)
-            for (int h = 0; h < nq; h++)
-                kq_pos16(n, (const char *)k + x0 * k_stride, false, k_stride, qf + h * q_stride, scale, s + h * s_stride + x0);
-    kq_rows(n, k, false, k_stride, x0, np, qf, q_stride, nq, scale, s, s_stride);
+    kq_avx512(n, k, false, k_stride, np, qf, q_stride, nq, scale, s, s_stride);
 }
 
 // expf_core4 on 8 lanes of 512-bit doubles (the same operations per lane), the table read by two permutes of its
@@ -131,4 +162,29 @@ float kvt_vec_max_f32_avx512(const float *x, int64_t n, float m) {
     }
     for (; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
+}
+
+// kvt_vec_mad_rows (vec.h) on AVX-512: y held in registers 128 columns at a time (8 vectors: 8 independent FMA
+// chains, as the AVX2 form's 64 columns in 8 of its vectors), the same FMAs in the same order per element; the
+// columns past the last multiple of 128 by the AVX2 form (64 columns and less: no gain from 16 lanes with half
+// the chains).
+void kvt_vec_mad_rows_avx512(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n) {
+    int64_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m512 acc[8];
+        UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm512_loadu_ps(y + i + 16 * k);
+        for (int64_t r = 0; r < n_rows; r++) {
+            const __m512 sv = _mm512_set1_ps(s[r]);
+            const char *row = (const char *)x + r * stride;
+            if (f16) {
+                const uint16_t *h = (const uint16_t *)row + i;
+                UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm512_fmadd_ps(fv_ld_f16(h + 16 * k), sv, acc[k]);
+            } else {
+                const float *f = (const float *)row + i;
+                UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(f + 16 * k), sv, acc[k]);
+            }
+        }
+        UNROLL for (int k = 0; k < 8; k++) _mm512_storeu_ps(y + i + 16 * k, acc[k]);
+    }
+    if (i < n) kvt_vec_mad_rows_avx2(f16, y + i, (const char *)x + i * (f16 ? 2 : 4), stride, s, n_rows, n - i);
 }

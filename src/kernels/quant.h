@@ -262,6 +262,7 @@ void kvt_f32_to_f16_row_avx2(const float *src, uint16_t *dst, int64_t n);
 void kvt_vec_mad_avx2(int f16, float *y, const void *x, float s, int64_t n);
 // for kvt_vec_mad_rows
 void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n);
+void kvt_vec_mad_rows_avx512(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n);
 // for kvt_vec_expf_sub (vec.h)
 void kvt_vec_expf_sub_avx2(const float *x, float m, float *y, int64_t n);
 void kvt_vec_expf_sub_avx512(const float *x, float m, float *y, int64_t n);

@@ -49,6 +49,10 @@ void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n) {
 }
 
 void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n) {
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
+        kvt_vec_mad_rows_avx512(t == KVT_TYPE_F16, y, x, stride, s, n_rows, n);
+        return;
+    }
     if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
         kvt_vec_mad_rows_avx2(t == KVT_TYPE_F16, y, x, stride, s, n_rows, n);
         return;
