@@ -1,11 +1,12 @@
 // attn_avx512.h - attention kernels of the AVX-512 build, included by quant_avx2.c when built as quant_avx512.c
-// (KVT_SIMD_AVX512), after kq_acc, kq_rows and expf_libm8 / libm_expf_matches:
+// (KVT_SIMD_AVX512), after kq_acc, kq_rows, expf_libm8 / libm_expf_matches and mad_rows_cols:
 //  - the K.Q of an F16 cache (kvt_attn_kq_f16, kvt_attn_kq_kf32: vec.h): sixteen positions of one head at a time,
 //    their row sums reduced together, with the bits of the F16 vec_dot (f16_body) times scale;
 //  - kvt_vec_expf_sub (vec.h): libm's expf bits on 16 lanes, the table read by permutes (no gathers);
-//  - kvt_vec_scale_f32, kvt_vec_fold_f32, kvt_vec_max_f32 (vec.h) on 16 lanes.
 //  - kvt_vec_mad_rows (vec.h), 128 columns at a time.
-// (kvt_vec_sum_rows_f32 takes its AVX2 form on AVX-512 CPUs.)
+// (kvt_vec_scale_f32, kvt_vec_fold_f32, kvt_vec_max_f32: quant_avx2.c's FV forms, 16 lanes here; kvt_vec_sum_rows_f32
+// takes its AVX2 form on AVX-512 CPUs.)
+
 // The horizontal sums of 16 vectors at once, lane for lane dot_hsum's additions (_mm512_reduce_add_ps: the 256-bit
 // halves added, then the 128-bit halves, then elements 0 + 2 and 1 + 3, then those two): v[0..16) are the sums of
 // the positions 4 (i % 4) + i / 4 (so that the transposes leave lane p to position p); each addition adds the same
@@ -115,8 +116,7 @@ INLINE __m512 expf_libm16(__m512 x) {
         float xs[16], ys[16];
         _mm512_storeu_ps(xs, x);
         _mm512_storeu_ps(ys, y);
-        for (int k = 0; k < 16; k++)
-            if (far >> k & 1) ys[k] = expf(xs[k]);
+        expf_lanes(xs, ys, far, 16);
         y = _mm512_loadu_ps(ys);
     }
     return y;
@@ -131,60 +131,12 @@ void kvt_vec_expf_sub_avx512(const float *x, float m, float *y, int64_t n) {
     for (; i < n; i++) y[i] = expf(x[i] - m);
 }
 
-// kvt_vec_scale_f32, kvt_vec_fold_f32 and kvt_vec_max_f32 (vec.h) on 16 lanes, then the AVX2 forms' 8 lanes and
-// scalar tails (per element the same operations: the same bits; the max the same value).
-void kvt_vec_scale_f32_avx512(float *y, float s, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), _mm512_set1_ps(s)));
-    for (; i < n; i++) y[i] *= s;
-}
-void kvt_vec_fold_f32_avx512(float *y, float a, const float *x, float b, int64_t n) {
-    const __m512 av = _mm512_set1_ps(a), bv = _mm512_set1_ps(b);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(y + i), av), _mm512_mul_ps(_mm512_loadu_ps(x + i), bv)));
-    for (; i < n; i++) {
-        const float ya = y[i] * a, xb = x[i] * b;
-        y[i] = ya + xb;
-    }
-}
-// four 16-lane maxima (a NaN of x loses to the other operand, as the scalar loop skips it), folded
-float kvt_vec_max_f32_avx512(const float *x, int64_t n, float m) {
-    int64_t i = 0;
-    if (n >= 16) {
-        __m512 a[4];
-        UNROLL for (int u = 0; u < 4; u++) a[u] = _mm512_set1_ps(m);
-        for (; i + 64 <= n; i += 64)
-            UNROLL for (int u = 0; u < 4; u++) a[u] = _mm512_max_ps(_mm512_loadu_ps(x + i + 16 * u), a[u]);
-        for (; i + 16 <= n; i += 16) a[0] = _mm512_max_ps(_mm512_loadu_ps(x + i), a[0]);
-        const float r = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(a[0], a[1]), _mm512_max_ps(a[2], a[3])));
-        m = r > m ? r : m;
-    }
-    for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
-}
-
 // kvt_vec_mad_rows (vec.h) on AVX-512: y held in registers 128 columns at a time (8 vectors: 8 independent FMA
 // chains, as the AVX2 form's 64 columns in 8 of its vectors), the same FMAs in the same order per element; the
 // columns past the last multiple of 128 by the AVX2 form (64 columns and less: no gain from 16 lanes with half
 // the chains).
 void kvt_vec_mad_rows_avx512(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n) {
     int64_t i = 0;
-    for (; i + 128 <= n; i += 128) {
-        __m512 acc[8];
-        UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm512_loadu_ps(y + i + 16 * k);
-        for (int64_t r = 0; r < n_rows; r++) {
-            const __m512 sv = _mm512_set1_ps(s[r]);
-            const char *row = (const char *)x + r * stride;
-            if (f16) {
-                const uint16_t *h = (const uint16_t *)row + i;
-                UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm512_fmadd_ps(fv_ld_f16(h + 16 * k), sv, acc[k]);
-            } else {
-                const float *f = (const float *)row + i;
-                UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm512_fmadd_ps(_mm512_loadu_ps(f + 16 * k), sv, acc[k]);
-            }
-        }
-        UNROLL for (int k = 0; k < 8; k++) _mm512_storeu_ps(y + i + 16 * k, acc[k]);
-    }
+    for (; i + 128 <= n; i += 128) mad_rows_cols(f16, y + i, (const char *)x + i * (f16 ? 2 : 4), stride, s, n_rows);
     if (i < n) kvt_vec_mad_rows_avx2(f16, y + i, (const char *)x + i * (f16 ? 2 : 4), stride, s, n_rows, n - i);
 }
