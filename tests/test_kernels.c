@@ -723,9 +723,9 @@ static void test_vec_mad(void) {
 }
 
 // kvt_vec_mad_rows: bitwise equal to the row-by-row kvt_vec_mad it replaces, for both element types,
-// widths around the 64-column register block and strides wider than a row.
+// widths around the 64- and 128-column register blocks and strides wider than a row.
 static void test_vec_mad_rows(void) {
-    enum { R = 33, N = 136, S = N + 8 };
+    enum { R = 33, N = 272, S = N + 8 };
     int bad = 0;
     for (int f16 = 0; f16 <= 1; f16++)
         for (int64_t n = 1; n <= N; n += (n < 70 ? 1 : 13)) {
@@ -982,7 +982,7 @@ static void test_attn_kq_f16(void) {
     enum { NP = 37, DMAX = 272, QMAX = 5 };
     static uint16_t k[NP * (DMAX + 8)], q16[QMAX * DMAX];
     static float qf[QMAX * DMAX], sk[QMAX * 64], sr[QMAX * 64];
-    static const int64_t dims[] = {64, 256, 72, 40, 128, 264, 8};
+    static const int64_t dims[] = {64, 256, 72, 40, 128, 264, 8, 192};
     const kvt_isa isa = kvt_kernels_isa();
     int bad = 0, cases = 0;
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
@@ -1013,16 +1013,16 @@ static void test_attn_kq_f16(void) {
     CHECK("attn_kq_f16", bad == 0 && cases > 0, "%d of %d cases differ from the F16 vec_dot times scale", bad, cases);
 }
 
-// kvt_attn_kq_kf32: where it reports done (the AVX2 kernels, head dims multiple of 32), each score has the bits of
+// kvt_attn_kq_kf32: where it reports done (the AVX2 kernels, head dims multiple of 32; AVX-512, multiple of 64), each score has the bits of
 // kvt_attn_kq_f16 on the same rows given as f16 (the F16 vec_dot times scale), for any head count, row count and
 // strides; elsewhere it writes nothing and says so (scalar: the reference kvt_attn_kq_f16 is then used).
 static void test_attn_kq_kf32(void) {
     enum { NP = 37, DMAX = 256, QMAX = 9 };
     static uint16_t k[NP * (DMAX + 8)], q16[QMAX * (DMAX + 16)];
     static float kf[NP * (DMAX + 8)], qf[QMAX * (DMAX + 16)], sk[QMAX * 64], sr[QMAX * 64];
-    static const int64_t dims[] = {64, 256, 32, 128, 72};
+    static const int64_t dims[] = {64, 256, 32, 128, 72, 192};
     const kvt_isa isa = kvt_kernels_isa();
-    int bad = 0, cases = 0, done = 0;
+    int bad = 0, cases = 0, done[KVT_ISA_AVX512 + 1] = {0};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
         for (int nq = 1; nq <= QMAX; nq++) {
             const int64_t n = dims[di], kst = n + (nq % 2) * 8, qst = n + (nq == 3 ? 16 : 0);
@@ -1037,15 +1037,18 @@ static void test_attn_kq_kf32(void) {
                     const int ok = kvt_attn_kq_kf32_ok(n), r = kvt_attn_kq_kf32(n, kf, kst, np, qf, qst, nq, scale, sk, 64);
                     kvt_attn_kq_f16(n, k, kst * 2, np, q16, qf, qst, nq, scale, sr, 64);
                     if (r != ok) bad++;
-                    else if (r) bad += memcmp(sk, sr, sizeof sk) != 0, done++;
+                    else if (r) bad += memcmp(sk, sr, sizeof sk) != 0, done[si]++;
                     else for (int64_t i = 0; i < QMAX * 64; i++) bad += sk[i] != -1.0f;
                     cases++;
                 }
             }
             kvt_kernels_set_isa(isa);
         }
-    CHECK("attn_kq_kf32", bad == 0 && cases > 0 && (isa < KVT_ISA_AVX2 || done > 0),
-          "%d of %d cases differ from kvt_attn_kq_f16 (%d computed)", bad, cases, done);
+    // every SIMD ISA of this CPU computes (the scalar one never)
+    const bool all = done[KVT_ISA_SCALAR] == 0 && (isa < KVT_ISA_AVX2 || done[KVT_ISA_AVX2] > 0) &&
+                     (isa < KVT_ISA_AVX512 || done[KVT_ISA_AVX512] > 0);
+    CHECK("attn_kq_kf32", bad == 0 && cases > 0 && all, "%d of %d cases differ from kvt_attn_kq_f16 (computed: %d AVX2, %d AVX-512)",
+          bad, cases, done[KVT_ISA_AVX2], done[KVT_ISA_AVX512]);
 }
 
 // kvt_vec_max_f32, kvt_vec_scale_f32, kvt_vec_fold_f32, kvt_vec_sum_rows_f32: on every ISA here the scalar loop's values (max: the same

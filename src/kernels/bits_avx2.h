@@ -58,6 +58,13 @@ static inline __attribute__((always_inline)) float kvt_hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+// The largest of 8 lanes (the same value in any order of the maxima, a zero's sign aside).
+static inline __attribute__((always_inline)) float kvt_hmax8(__m256 v) {
+    __m128 c = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    c = _mm_max_ps(c, _mm_movehl_ps(c, c));
+    return _mm_cvtss_f32(_mm_max_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
 // i32 lanes: lane i the dot of bytes 4i..4i+3 of u (unsigned) and of s (int8): VPDPBUSD with KVT_SIMD_AVX512, else
 // maddubs + madd, whose pair sums saturate at int16 (exact for the callers' operands: 4-bit weights, or q8_0's
 // |x| <= 127 in the sign trick).

@@ -20,6 +20,11 @@
 #define fv_ld_bf16(p) \
     _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define fv_hsum _mm512_reduce_add_ps
+#define fv_mul _mm512_mul_ps
+#define fv_max _mm512_max_ps
+#define fv_set1 _mm512_set1_ps
+#define fv_st(p, v) _mm512_storeu_ps(p, v)
+#define fv_hmax _mm512_reduce_max_ps
 #else
 #define FV __m256
 #define FV_N 8
@@ -31,6 +36,11 @@
 #define fv_ld_bf16(p) \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define fv_hsum kvt_hsum8
+#define fv_mul _mm256_mul_ps
+#define fv_max _mm256_max_ps
+#define fv_set1 _mm256_set1_ps
+#define fv_st(p, v) _mm256_storeu_ps(p, v)
+#define fv_hmax kvt_hmax8
 #endif
 
 #endif

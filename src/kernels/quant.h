@@ -266,8 +266,10 @@ void kvt_f32_to_f16_row_avx2(const float *src, uint16_t *dst, int64_t n);
 void kvt_vec_mad_avx2(int f16, float *y, const void *x, float s, int64_t n);
 // for kvt_vec_mad_rows
 void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n);
+void kvt_vec_mad_rows_avx512(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n);
 // for kvt_vec_expf_sub (vec.h)
 void kvt_vec_expf_sub_avx2(const float *x, float m, float *y, int64_t n);
+void kvt_vec_expf_sub_avx512(const float *x, float m, float *y, int64_t n);
 // for kvt_attn_merge_f16 (vec.h): positions are taken KVT_MERGE_ROWS at a time; kvt_attn_merge_factors gives
 // their ms and w factors and updates *m, *l
 #define KVT_MERGE_ROWS 64
@@ -294,16 +296,21 @@ void kvt_attn_kq_f16_avx2(int64_t n, const void *k, int64_t k_stride, int64_t np
                           float scale, float *s, int64_t s_stride);
 void kvt_attn_kq_f16_avx512(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride,
                             int nq, float scale, float *s, int64_t s_stride);
-// for kvt_attn_kq_kf32 (vec.h): 1 when done, 0 where n is not a multiple of 32 (nothing written)
+// for kvt_attn_kq_kf32 (vec.h): 1 when done, 0 where n is not a multiple of 32 (AVX2) or 64 (AVX-512): nothing written
 int kvt_attn_kq_kf32_avx2(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
                           int nq, float scale, float *s, int64_t s_stride);
+int kvt_attn_kq_kf32_avx512(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
+                            int nq, float scale, float *s, int64_t s_stride);
 // for kvt_vec_scale_f32 and kvt_vec_fold_f32 (vec.h)
 void kvt_vec_scale_f32_avx2(float *y, float s, int64_t n);
 void kvt_vec_fold_f32_avx2(float *y, float a, const float *x, float b, int64_t n);
+void kvt_vec_scale_f32_avx512(float *y, float s, int64_t n);
+void kvt_vec_fold_f32_avx512(float *y, float a, const float *x, float b, int64_t n);
 // for kvt_vec_sum_rows_f32 (vec.h)
 void kvt_vec_sum_rows_f32_avx2(float *l, const float *s, int64_t s_stride, int nh, int64_t n);
 // for kvt_vec_max_f32 (vec.h)
 float kvt_vec_max_f32_avx2(const float *x, int64_t n, float m);
+float kvt_vec_max_f32_avx512(const float *x, int64_t n, float m);
 void kvt_attn_merge_f16_avx2(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
                              float *m, float *l, float *o, int64_t o_stride, int64_t hdv);
 void kvt_attn_merge_f16_avx512(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,

@@ -186,10 +186,34 @@ INLINE void kq_f16_row(int64_t n, const uint16_t *k, const float *qf, int64_t q_
     }
 }
 
-#ifdef KVT_SIMD_AVX512
-#define KQ_F16_FN kvt_attn_kq_f16_avx512
-#else
-#define KQ_F16_FN kvt_attn_kq_f16_avx2
+// kvt_attn_kq_kf32 (vec.h): the K rows given as f32 (kf + x * kf_stride floats, their f16 values), n a multiple
+// of 4 * FV_N: kq_f16_acc's accumulation with the loads of f32 rows in place of the f16 conversions (the same
+// values), so the same sums, reduced as kq_f16_pos4 / kq_f16_pos16 and kq_f16_row reduce them: the F16 vec_dot's bits.
+INLINE int64_t kqf_acc(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, FV *sum) {
+    return kq_acc(n, k, true, qf, q_stride, H, sum);
+}
+INLINE void kqf_row(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, float scale, float *s,
+                    int64_t s_stride) {
+    FV sum[2];
+    kqf_acc(n, k, qf, q_stride, H, sum);
+    UNROLL for (int h = 0; h < H; h++) s[h * s_stride] = (float)(double)dot_hsum(sum[h]) * scale;
+}
+// Positions [x0, np) of nq heads one K row at a time (two heads a row), the row kernels: K rows f16 (kf32 false:
+// k + x * k_stride bytes) or f32 (kf32: k + x * k_stride floats).
+INLINE void kq_rows(int64_t n, const void *k, bool kf32, int64_t k_stride, int64_t x0, int64_t np, const float *qf,
+                    int64_t q_stride, int nq, float scale, float *s, int64_t s_stride) {
+    for (int64_t x = x0; x < np; x++) {
+        const uint16_t *kx = (const uint16_t *)((const char *)k + x * k_stride);
+        const float *kfx = (const float *)k + x * k_stride;
+        int h = 0;
+        for (; kf32 && h + 2 <= nq; h += 2) kqf_row(n, kfx, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x, s_stride);
+        if (kf32 && h < nq) kqf_row(n, kfx, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x, s_stride);
+        for (; !kf32 && h + 2 <= nq; h += 2) kq_f16_row(n, kx, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x, s_stride);
+        if (!kf32 && h < nq) kq_f16_row(n, kx, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x, s_stride);
+    }
+}
+
+#ifndef KVT_SIMD_AVX512
 // Four positions' scores of H (1 or 2) heads, n a multiple of 32 (no tail): each position's sums kq_f16_acc's, the
 // four lane sums reduced together: per position its halves added (dot_hsum's first step), then hadd(A, B), hadd(C, D)
 // and hadd of those give lane p = (t0 + t1) + (t2 + t3) of position p, dot_hsum's two hadds lane for lane. Without a
@@ -249,12 +273,6 @@ static void kq64_heads(const void *k, int64_t k_stride, int64_t np, const float 
     }
 }
 
-// kvt_attn_kq_kf32 (vec.h): the K rows given as f32 (kf + x * kf_stride floats, their f16 values), n a multiple
-// of 4 * FV_N: kq_f16_acc's accumulation with the loads of f32 rows in place of the f16 conversions (the same
-// values), so the same sums, reduced as kq_f16_pos4 and kq_f16_row reduce them: the F16 vec_dot's bits.
-INLINE int64_t kqf_acc(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, FV *sum) {
-    return kq_acc(n, k, true, qf, q_stride, H, sum);
-}
 INLINE void kqf_pos4(int64_t n, const float *k, int64_t kf_stride, const float *qf, int64_t q_stride, int H, float scale,
                      float *s, int64_t s_stride) {
     __m128 t[2][4];
@@ -267,12 +285,6 @@ INLINE void kqf_pos4(int64_t n, const float *k, int64_t kf_stride, const float *
         const __m128 d = _mm_hadd_ps(_mm_hadd_ps(t[h][0], t[h][1]), _mm_hadd_ps(t[h][2], t[h][3]));
         _mm_storeu_ps(s + h * s_stride, _mm_mul_ps(d, _mm_set1_ps(scale)));
     }
-}
-INLINE void kqf_row(int64_t n, const float *k, const float *qf, int64_t q_stride, int H, float scale, float *s,
-                    int64_t s_stride) {
-    FV sum[2];
-    kqf_acc(n, k, qf, q_stride, H, sum);
-    UNROLL for (int h = 0; h < H; h++) s[h * s_stride] = (float)(double)dot_hsum(sum[h]) * scale;
 }
 int kvt_attn_kq_kf32_avx2(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
                           int nq, float scale, float *s, int64_t s_stride) {
@@ -288,18 +300,12 @@ int kvt_attn_kq_kf32_avx2(int64_t n, const float *kf, int64_t kf_stride, int64_t
             kqf_pos4(n, kf + x0 * kf_stride, kf_stride, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x0, s_stride);
         if (h < nq) kqf_pos4(n, kf + x0 * kf_stride, kf_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
     }
-    for (; x0 < np; x0++) {
-        int h = 0;
-        for (; h + 2 <= nq; h += 2) kqf_row(n, kf + x0 * kf_stride, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x0, s_stride);
-        if (h < nq) kqf_row(n, kf + x0 * kf_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
-    }
+    kq_rows(n, kf, true, kf_stride, x0, np, qf, q_stride, nq, scale, s, s_stride);
     return 1;
 }
-#endif
-void KQ_F16_FN(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
-               float scale, float *s, int64_t s_stride) {
+void kvt_attn_kq_f16_avx2(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
+                          float scale, float *s, int64_t s_stride) {
     int64_t x0 = 0;
-#ifndef KVT_SIMD_AVX512
     if (n == 64 && nq > 1 && np >= 4) {
         kq64_heads(k, k_stride, np, qf, q_stride, nq, scale, s, s_stride);
         x0 = np & ~(int64_t)3;
@@ -313,14 +319,9 @@ void KQ_F16_FN(int64_t n, const void *k, int64_t k_stride, int64_t np, const flo
             if (h < nq) kq_f16_pos4(n, kx, k_stride, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x0, s_stride);
         }
     }
-#endif
-    for (int64_t x = x0; x < np; x++) {
-        const uint16_t *kx = (const uint16_t *)((const char *)k + x * k_stride);
-        int h = 0;
-        for (; h + 2 <= nq; h += 2) kq_f16_row(n, kx, qf + h * q_stride, q_stride, 2, scale, s + h * s_stride + x, s_stride);
-        if (h < nq) kq_f16_row(n, kx, qf + h * q_stride, q_stride, 1, scale, s + h * s_stride + x, s_stride);
-    }
+    kq_rows(n, k, false, k_stride, x0, np, qf, q_stride, nq, scale, s, s_stride);
 }
+#endif
 
 // ------------------------------------------- q8_0 and q4_0 (x q8_0 activations)
 
@@ -966,6 +967,12 @@ static void expf_libm4(const float *x, float *y) {
         if (far >> k & 1) y[k] = expf(x[k]);
 }
 
+// ys[k] = expf(xs[k]) for the lanes k < nl whose bit is set in far (libm's special cases)
+static void expf_lanes(const float *xs, float *ys, unsigned far, int nl) {
+    for (int k = 0; k < nl; k++)
+        if (far >> k & 1) ys[k] = expf(xs[k]);
+}
+
 // expf_libm4 on 8 lanes in registers (the same operations per lane), inline: the callers' loops overlap the table
 // gathers of successive calls
 INLINE __m256 expf_libm8(__m256 x) {
@@ -977,8 +984,7 @@ INLINE __m256 expf_libm8(__m256 x) {
         float xs[8], ys[8];
         _mm256_storeu_ps(xs, x);
         _mm256_storeu_ps(ys, y);
-        for (int k = 0; k < 8; k++)
-            if (far >> k & 1) ys[k] = expf(xs[k]);
+        expf_lanes(xs, ys, (unsigned)far, 8);
         y = _mm256_loadu_ps(ys);
     }
     return y;
@@ -1142,6 +1148,65 @@ void kvt_attn_merge_f16_avx512(int nh, const float *s, int64_t s_stride, int64_t
 }
 #endif
 
+// ------------------------------------------------------------- small vector ops
+
+#ifdef KVT_SIMD_AVX512
+#define VEC_FN(name) name##_avx512
+#else
+#define VEC_FN(name) name##_avx2
+#endif
+// kvt_vec_scale_f32, kvt_vec_fold_f32, kvt_vec_max_f32 (vec.h) on FV_N lanes, the tails scalar: per element the
+// scalar loops' operations (fold: y = y * a + x * b, two roundings of the products, one of the sum, no FMA), so the
+// same bits; the max the same value (four FV_N-lane maxima, a NaN of x losing to the other operand as the scalar
+// loop skips it, folded).
+void VEC_FN(kvt_vec_scale_f32)(float *y, float s, int64_t n) {
+    const FV sv = fv_set1(s);
+    int64_t i = 0;
+    for (; i + FV_N <= n; i += FV_N) fv_st(y + i, fv_mul(fv_ld(y + i), sv));
+    for (; i < n; i++) y[i] *= s;
+}
+void VEC_FN(kvt_vec_fold_f32)(float *y, float a, const float *x, float b, int64_t n) {
+    const FV av = fv_set1(a), bv = fv_set1(b);
+    int64_t i = 0;
+    for (; i + FV_N <= n; i += FV_N) fv_st(y + i, fv_add(fv_mul(fv_ld(y + i), av), fv_mul(fv_ld(x + i), bv)));
+    for (; i < n; i++) {
+        const float ya = y[i] * a, xb = x[i] * b;
+        y[i] = ya + xb;
+    }
+}
+float VEC_FN(kvt_vec_max_f32)(const float *x, int64_t n, float m) {
+    int64_t i = 0;
+    if (n >= FV_N) {
+        FV a[4];
+        UNROLL for (int u = 0; u < 4; u++) a[u] = fv_set1(m);
+        for (; i + 4 * FV_N <= n; i += 4 * FV_N)
+            UNROLL for (int u = 0; u < 4; u++) a[u] = fv_max(fv_ld(x + i + FV_N * u), a[u]);
+        for (; i + FV_N <= n; i += FV_N) a[0] = fv_max(fv_ld(x + i), a[0]);
+        const float r = fv_hmax(fv_max(fv_max(a[0], a[1]), fv_max(a[2], a[3])));
+        m = r > m ? r : m;
+    }
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+// kvt_vec_mad_rows' register block: y[0..8 FV_N) += s[r] * x_r[..] for rows r in order (x_r = (const char *)x +
+// r * stride, f16 or f32), y held in 8 vectors (8 independent FMA chains), the FMAs of kvt_vec_mad per element.
+INLINE void mad_rows_cols(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows) {
+    FV acc[8];
+    UNROLL for (int k = 0; k < 8; k++) acc[k] = fv_ld(y + FV_N * k);
+    for (int64_t r = 0; r < n_rows; r++) {
+        const FV sv = fv_set1(s[r]);
+        const char *row = (const char *)x + r * stride;
+        if (f16) UNROLL for (int k = 0; k < 8; k++) acc[k] = fv_fma(fv_ld_f16((const uint16_t *)row + FV_N * k), sv, acc[k]);
+        else UNROLL for (int k = 0; k < 8; k++) acc[k] = fv_fma(fv_ld((const float *)row + FV_N * k), sv, acc[k]);
+    }
+    UNROLL for (int k = 0; k < 8; k++) fv_st(y + FV_N * k, acc[k]);
+}
+
+#ifdef KVT_SIMD_AVX512
+#include "attn_avx512.h"
+#endif
+
 // ------------------------------------------------------------- f16 rows
 
 #ifndef KVT_SIMD_AVX512
@@ -1173,25 +1238,10 @@ void kvt_vec_mad_avx2(int f16, float *y, const void *x, float s, int64_t n) {
 }
 
 // y[k] += s[r] * x_r[k] for rows r = 0..n_rows-1 in order: the same FMAs, in the same order per element,
-// as n_rows calls of kvt_vec_mad_avx2, with y held in registers 64 columns at a time.
+// as n_rows calls of kvt_vec_mad_avx2, with y held in registers 64 columns at a time (mad_rows_cols).
 void kvt_vec_mad_rows_avx2(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n) {
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m256 acc[8];
-        UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm256_loadu_ps(y + i + 8 * k);
-        for (int64_t r = 0; r < n_rows; r++) {
-            const __m256 sv = _mm256_set1_ps(s[r]);
-            const char *row = (const char *)x + r * stride;
-            if (f16) {
-                const uint16_t *h = (const uint16_t *)row + i;
-                UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(loadu128(h + 8 * k)), sv, acc[k]);
-            } else {
-                const float *f = (const float *)row + i;
-                UNROLL for (int k = 0; k < 8; k++) acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(f + 8 * k), sv, acc[k]);
-            }
-        }
-        UNROLL for (int k = 0; k < 8; k++) _mm256_storeu_ps(y + i + 8 * k, acc[k]);
-    }
+    for (; i + 64 <= n; i += 64) mad_rows_cols(f16, y + i, (const char *)x + i * (f16 ? 2 : 4), stride, s, n_rows);
     if (i < n) { // columns past the last multiple of 64: row by row, as kvt_vec_mad_avx2 does them
         const size_t es = f16 ? 2 : 4;
         for (int64_t r = 0; r < n_rows; r++) kvt_vec_mad_avx2(f16, y + i, (const char *)x + r * stride + i * es, s[r], n - i);
@@ -1206,25 +1256,6 @@ void kvt_vec_expf_sub_avx2(const float *x, float m, float *y, int64_t n) {
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf_libm8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
     }
     for (; i < n; i++) y[i] = expf(x[i] - m);
-}
-
-void kvt_vec_scale_f32_avx2(float *y, float s, int64_t n) {
-    const __m256 sv = _mm256_set1_ps(s);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), sv));
-    for (; i < n; i++) y[i] *= s;
-}
-
-// y = y * a + x * b: two roundings of the products, one of the sum (no FMA), as the scalar form.
-void kvt_vec_fold_f32_avx2(float *y, float a, const float *x, float b, int64_t n) {
-    const __m256 av = _mm256_set1_ps(a), bv = _mm256_set1_ps(b);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(y + i), av), _mm256_mul_ps(_mm256_loadu_ps(x + i), bv)));
-    for (; i < n; i++) {
-        const float ya = y[i] * a, xb = x[i] * b;
-        y[i] = ya + xb;
-    }
 }
 
 // 8 rows at a time: their 8 x 8 blocks transposed (lane i: row i), added column by column in position order; the
@@ -1265,26 +1296,6 @@ void kvt_vec_sum_rows_f32_avx2(float *l, const float *s, int64_t s_stride, int n
         for (int64_t x = 0; x < n; x++) a += s[i * s_stride + x];
         l[i] = a;
     }
-}
-
-// max(m, x[0..n)): four 8-lane maxima (a NaN of x loses to the other operand, as the scalar loop skips it), folded.
-float kvt_vec_max_f32_avx2(const float *x, int64_t n, float m) {
-    int64_t i = 0;
-    if (n >= 8) {
-        __m256 a[4];
-        UNROLL for (int u = 0; u < 4; u++) a[u] = _mm256_set1_ps(m);
-        for (; i + 32 <= n; i += 32)
-            UNROLL for (int u = 0; u < 4; u++) a[u] = _mm256_max_ps(_mm256_loadu_ps(x + i + 8 * u), a[u]);
-        for (; i + 8 <= n; i += 8) a[0] = _mm256_max_ps(_mm256_loadu_ps(x + i), a[0]);
-        const __m256 b = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
-        __m128 c = _mm_max_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
-        c = _mm_max_ps(c, _mm_movehl_ps(c, c));
-        c = _mm_max_ss(c, _mm_shuffle_ps(c, c, 1));
-        const float r = _mm_cvtss_f32(c);
-        m = r > m ? r : m;
-    }
-    for (; i < n; i++) m = x[i] > m ? x[i] : m;
-    return m;
 }
 
 INLINE __m256 round_f16_ps(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }

@@ -8,6 +8,10 @@
 #include "quant.h"
 
 void kvt_vec_scale_f32(float *y, float s, int64_t n) {
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
+        kvt_vec_scale_f32_avx512(y, s, n);
+        return;
+    }
     if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
         kvt_vec_scale_f32_avx2(y, s, n);
         return;
@@ -16,6 +20,10 @@ void kvt_vec_scale_f32(float *y, float s, int64_t n) {
 }
 
 void kvt_vec_fold_f32(float *y, float a, const float *x, float b, int64_t n) {
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
+        kvt_vec_fold_f32_avx512(y, a, x, b, n);
+        return;
+    }
     if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
         kvt_vec_fold_f32_avx2(y, a, x, b, n);
         return;
@@ -41,6 +49,10 @@ void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n) {
 }
 
 void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n) {
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
+        kvt_vec_mad_rows_avx512(t == KVT_TYPE_F16, y, x, stride, s, n_rows, n);
+        return;
+    }
     if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
         kvt_vec_mad_rows_avx2(t == KVT_TYPE_F16, y, x, stride, s, n_rows, n);
         return;
@@ -49,6 +61,10 @@ void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const
 }
 
 void kvt_vec_expf_sub(const float *x, float m, float *y, int64_t n) {
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
+        kvt_vec_expf_sub_avx512(x, m, y, n);
+        return;
+    }
     if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
         kvt_vec_expf_sub_avx2(x, m, y, n);
         return;
@@ -75,11 +91,18 @@ void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, con
     }
 }
 
-int kvt_attn_kq_kf32_ok(int64_t n) { return kvt_kernels_isa() == KVT_ISA_AVX2 && n % 32 == 0; }
+int kvt_attn_kq_kf32_ok(int64_t n) {
+    switch (kvt_kernels_isa()) {
+    case KVT_ISA_AVX512: return n % 64 == 0;
+    case KVT_ISA_AVX2: return n % 32 == 0;
+    default: return 0;
+    }
+}
 
 int kvt_attn_kq_kf32(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
                      float scale, float *s, int64_t s_stride) {
     if (!kvt_attn_kq_kf32_ok(n)) return 0;
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) return kvt_attn_kq_kf32_avx512(n, kf, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
     return kvt_attn_kq_kf32_avx2(n, kf, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
 }
 
@@ -96,6 +119,7 @@ void kvt_vec_sum_rows_f32(float *l, const float *s, int64_t s_stride, int nh, in
 }
 
 float kvt_vec_max_f32(const float *x, int64_t n, float m) {
+    if (kvt_kernels_isa() == KVT_ISA_AVX512) return kvt_vec_max_f32_avx512(x, n, m);
     if (kvt_kernels_isa() >= KVT_ISA_AVX2) return kvt_vec_max_f32_avx2(x, n, m);
     for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;

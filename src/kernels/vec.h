@@ -46,8 +46,9 @@ void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, con
 // kvt_attn_kq_f16 with the K rows already converted to f32: kf + x * kf_stride floats (n elements each, every one an
 // f16 value, so the conversion was exact), e.g. a tile's rows converted once for many queries. Each score has the
 // bits kvt_attn_kq_f16 gives for those f16 rows (the same F16 vec_dot per pair, times scale). Returns 1 when done;
-// 0, nothing written, where this ISA has no such form (only the AVX2 kernels have it, for n a multiple of 32): the
-// caller then uses kvt_attn_kq_f16 on the f16 rows. kvt_attn_kq_kf32_ok(n) says beforehand which it will be.
+// 0, nothing written, where this ISA has no such form (the AVX2 kernels have it for n a multiple of 32, the AVX-512
+// ones for n a multiple of 64, the scalar ones not): the caller then uses kvt_attn_kq_f16 on the f16 rows.
+// kvt_attn_kq_kf32_ok(n) says beforehand which it will be.
 int kvt_attn_kq_kf32(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
                      float scale, float *s, int64_t s_stride);
 int kvt_attn_kq_kf32_ok(int64_t n);
