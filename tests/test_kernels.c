@@ -866,7 +866,7 @@ static int merge_heads_check(kvt_isa isa, int nh, const float (*sh)[MERGE_NMAX],
     int bad = 0;
     for (int si = KVT_ISA_SCALAR; si <= (int)isa; si++) { // every ISA here
         kvt_kernels_set_isa((kvt_isa)si);
-        const int64_t np = si == KVT_ISA_AVX512 && __builtin_cpu_supports("avx512fp16") ? hdv & ~(int64_t)127 : 0;
+        const int64_t np = kvt_attn_merge_f16_cols(hdv);
         for (int h = 0; h < nh; h++) mh[h] = -INFINITY, lh[h] = 0, memset(oh[h], 0, sizeof oh[h]);
         kvt_attn_merge_f16(nh, sh[0], MERGE_NMAX, cut, v, hdv * 2, mh, lh, oh[0], MERGE_DMAX, hdv);
         kvt_attn_merge_f16(nh, sh[0] + cut, MERGE_NMAX, n - cut, v + cut * hdv, hdv * 2, mh, lh, oh[0], MERGE_DMAX, hdv);
@@ -883,7 +883,7 @@ static int merge_heads_check(kvt_isa isa, int nh, const float (*sh)[MERGE_NMAX],
 
 static void test_attn_merge_f16(void) {
     // llama.cpp's AVX512-FP16 path (see quant_avx2.c): this CPU's SIMD kernels take it when it has the instructions
-    const int fp16 = kvt_kernels_isa() == KVT_ISA_AVX512 && __builtin_cpu_supports("avx512fp16");
+    const int fp16 = kvt_attn_merge_f16_cols(128) > 0;
     enum { NMAX = MERGE_NMAX, DMAX = MERGE_DMAX };
     static uint16_t v[NMAX * DMAX];
     static float s[NMAX], o_ref[DMAX], o_sc[DMAX], o_simd[DMAX];

@@ -313,6 +313,7 @@ float kvt_vec_max_f32_avx2(const float *x, int64_t n, float m);
 float kvt_vec_max_f32_avx512(const float *x, int64_t n, float m);
 void kvt_attn_merge_f16_avx2(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
                              float *m, float *l, float *o, int64_t o_stride, int64_t hdv);
+int64_t kvt_attn_merge_f16_cols_avx512(int64_t hdv); // for kvt_attn_merge_f16_cols (vec.h)
 void kvt_attn_merge_f16_avx512(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
                                float *m, float *l, float *o, int64_t o_stride, int64_t hdv);
 

@@ -1102,6 +1102,9 @@ static void merge_fp16_cols(int H, int64_t nr, float ms[][KVT_MERGE_ROWS], float
 }
 #endif
 
+// kvt_attn_merge_f16_cols (vec.h) on AVX-512: the columns merged in f16 arithmetic, llama.cpp's AVX512-FP16 form.
+int64_t kvt_attn_merge_f16_cols_avx512(int64_t hdv) { return cpu_fp16() ? FP16_COLS(hdv) : 0; }
+
 void kvt_attn_merge_f16_avx512(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride,
                                float *m, float *l, float *o, int64_t o_stride, int64_t hdv) {
     for (int h0 = 0; h0 < nh; h0 += MERGE_HEADS) {

@@ -125,6 +125,10 @@ float kvt_vec_max_f32(const float *x, int64_t n, float m) {
     return m;
 }
 
+int64_t kvt_attn_merge_f16_cols(int64_t hdv) {
+    return kvt_kernels_isa() == KVT_ISA_AVX512 ? kvt_attn_merge_f16_cols_avx512(hdv) : 0;
+}
+
 void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
                         float *l, float *o, int64_t o_stride, int64_t hdv) {
     switch (kvt_kernels_isa()) {

@@ -35,6 +35,9 @@ void kvt_vec_expf_sub(const float *x, float m, float *y, int64_t n);
 // trips' latency).
 void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
                         float *l, float *o, int64_t o_stride, int64_t hdv);
+// How many of hdv V columns kvt_attn_merge_f16 takes in f16 arithmetic under the current ISA: hdv & ~127 where the
+// AVX-512 kernels run on a CPU with AVX512-FP16 and the build's compiler knows that ISA (GCC 12, clang 16), else 0.
+int64_t kvt_attn_merge_f16_cols(int64_t hdv);
 // Attention scores of nq query heads against np f16 K rows (the K.Q of an F16 cache): for h in [0, nq), x in [0, np),
 // s[h * s_stride + x] = d * scale, d the F16 type's vec_dot of this ISA (kvt_type_ops_get(KVT_TYPE_F16)->vec_dot)
 // of K row x (k + x * k_stride bytes, n elements) with query h, so the same bits as one vec_dot call per pair.
