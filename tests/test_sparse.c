@@ -1194,7 +1194,7 @@ static void test_cli_preset(const test_env *env, const char *model) {
     snprintf(cmd, sizeof cmd, run, env->cli, model, "--sparse-preset acc");
     const int rc1 = test_run(cmd, o1, sizeof o1);
     snprintf(cmd, sizeof cmd, run, env->cli, model,
-             "--sparse asyncspade --sparse-rerank 8 --sparse-block 8 --sparse-block-sum --sparse-rerank-block 8 "
+             "--sparse asyncspade --sparse-rerank 8 --sparse-block 4 --sparse-block-sum --sparse-rerank-block 4 "
              "--sparse-prefetch-top 0.5 --sparse-keep 0.25 --sparse-share --sparse-dense-layers 1");
     const int rc2 = test_run(cmd, o2, sizeof o2);
     snprintf(cmd, sizeof cmd, run, env->cli, model, "--sparse-preset acc --sparse-dense-layers 0");
@@ -1205,9 +1205,9 @@ static void test_cli_preset(const test_env *env, const char *model) {
     const char *i1 = strstr(o1, "\"ids\":["), *i2 = strstr(o2, "\"ids\":[");
     const bool same = rc1 == 0 && rc2 == 0 && e1 && e2 && e1 - s1 == e2 - s2 && !memcmp(s1, s2, (size_t)(e1 - s1)) && i1 &&
                       i2 && strchr(i1, ']') && strchr(i1, ']') - i1 == (strchr(i2, ']') ? strchr(i2, ']') - i2 : -1) &&
-                      !strncmp(i1, i2, (size_t)(strchr(i1, ']') - i1)) && strstr(s1, "\"dense_layers\":1") && strstr(s1, "\"rerank_block\":8") &&
+                      !strncmp(i1, i2, (size_t)(strchr(i1, ']') - i1)) && strstr(s1, "\"dense_layers\":1") && strstr(s1, "\"rerank_block\":4") &&
                       strstr(s1, "\"share\":true");
-    const bool over = rc3 == 0 && strstr(o3, "\"dense_layers\":0") && strstr(o3, "\"rerank_block\":8");
+    const bool over = rc3 == 0 && strstr(o3, "\"dense_layers\":0") && strstr(o3, "\"rerank_block\":4");
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse-preset fast >/dev/null 2>&1", env->cli, model);
     const int bad = test_run(cmd, junk, sizeof junk);
     static char o4[1 << 16];

@@ -118,7 +118,7 @@ const char *const cli_engine_help =
     "  --sparse-rerank-resid-cal N  with --sparse-rerank-resid: those first re-ranks per layer and KV head (4)\n"
     "  --sparse-preset keep|doc|acc  asyncspade with a measured set of the flags above (docs/SPARSE.md): keep\n"
     "                       (pages of 16, re-rank x4, keep 0.25, int8 re-rank query), doc (x6 + share, pages of 16),\n"
-    "                       acc (pages of 8, x8 + share, 1 dense first layer: the accuracy one; --kv-block 8 on\n"
+    "                       acc (pages of 4, x8 + share, 1 dense first layer: the accuracy one; --kv-block 4 on\n"
     "                       a paged store);\n"
     "                       flags after it change its settings\n"
     "  --sparse-stats       per step: overlap with the oracle set and attention mass recall (an exact pass)\n"

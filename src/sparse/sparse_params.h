@@ -102,8 +102,8 @@ bool kvt_sparse_pred_parse(const char *s, kvt_sparse_pred *out);
 //   "keep": rerank 4, block 16, block_sum, rerank_block 16, prefetch_top 0.5, keep 0.25, rerank_qbits 8 (the speed
 //           configuration KEEP)
 //   "doc":  keep's with rerank 6, share and rerank_qbits 16 (the documented configuration)
-//   "acc":  rerank 8, block 8, block_sum, rerank_block 8, prefetch_top 0.5, keep 0.25, share, dense_layers 1,
-//           rerank_qbits 16 (the accuracy configuration, pages of 8)
+//   "acc":  rerank 8, block 4, block_sum, rerank_block 4, prefetch_top 0.5, keep 0.25, share, dense_layers 1,
+//           rerank_qbits 16 (the accuracy configuration, pages of 4; pages of 8 until 2026-12-02)
 // Returns false (p unchanged) on another name.
 bool kvt_sparse_params_preset(const char *name, kvt_sparse_params *p);
 
