@@ -901,11 +901,12 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
         // the vendor: EBX, EDX, ECX of leaf 0, "GenuineIntel" or "AuthenticAMD"
         if (b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pq = pd = p4 = p6 = KVT_PF_INTEL;
         __builtin_cpu_init();
-        amd_avx2 = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u && !__builtin_cpu_supports("avx512f");
+        const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; // "AuthenticAMD"
+        amd_avx2 = amd && !__builtin_cpu_supports("avx512f");
         if (amd_avx2) pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K;
         unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0, fam = 0; // leaf 1: the family, base + extended where base is 0xF
         if (__get_cpuid(1, &a1, &b1, &c1, &d1)) fam = (a1 >> 8 & 0xF) == 0xF ? 0xF + (a1 >> 20 & 0xFF) : a1 >> 8 & 0xF;
-        zen5 = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u && !amd_avx2 && fam >= 0x1A;
+        zen5 = amd && !amd_avx2 && fam >= 0x1A;
         if (zen5) pq = KVT_PF_AMD_ZEN5;
     }
 #endif
