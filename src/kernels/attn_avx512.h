@@ -81,8 +81,9 @@ int kvt_attn_kq_kf32_avx512(int64_t n, const float *kf, int64_t kf_stride, int64
     kq_avx512(n, kf, true, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
     return 1;
 }
-void kvt_attn_kq_f16_avx512(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride,
-                            int nq, float scale, float *s, int64_t s_stride) {
+void kvt_attn_kq_f16_avx512(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
+                            int64_t q_stride, int nq, float scale, float *s, int64_t s_stride) {
+    (void)q16;
     kq_avx512(n, k, false, k_stride, np, qf, q_stride, nq, scale, s, s_stride);
 }
 

@@ -291,11 +291,11 @@ static inline void kvt_attn_merge_factors(const float *s, int64_t n, float *m, f
     *m = M;
     *l = L;
 }
-// for kvt_attn_kq_f16 (vec.h): the SIMD forms, queries as f32 rows
-void kvt_attn_kq_f16_avx2(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
-                          float scale, float *s, int64_t s_stride);
-void kvt_attn_kq_f16_avx512(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride,
-                            int nq, float scale, float *s, int64_t s_stride);
+// for kvt_attn_kq_f16 (vec.h): the SIMD forms read the queries as f32 rows (qf; q16 unused)
+void kvt_attn_kq_f16_avx2(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
+                          int64_t q_stride, int nq, float scale, float *s, int64_t s_stride);
+void kvt_attn_kq_f16_avx512(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
+                            int64_t q_stride, int nq, float scale, float *s, int64_t s_stride);
 // for kvt_attn_kq_kf32 (vec.h): 1 when done, 0 where n is not a multiple of 32 (AVX2) or 64 (AVX-512): nothing written
 int kvt_attn_kq_kf32_avx2(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride,
                           int nq, float scale, float *s, int64_t s_stride);

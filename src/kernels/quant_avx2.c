@@ -303,8 +303,9 @@ int kvt_attn_kq_kf32_avx2(int64_t n, const float *kf, int64_t kf_stride, int64_t
     kq_rows(n, kf, true, kf_stride, x0, np, qf, q_stride, nq, scale, s, s_stride);
     return 1;
 }
-void kvt_attn_kq_f16_avx2(int64_t n, const void *k, int64_t k_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
-                          float scale, float *s, int64_t s_stride) {
+void kvt_attn_kq_f16_avx2(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
+                          int64_t q_stride, int nq, float scale, float *s, int64_t s_stride) {
+    (void)q16;
     int64_t x0 = 0;
     if (n == 64 && nq > 1 && np >= 4) {
         kq64_heads(k, k_stride, np, qf, q_stride, nq, scale, s, s_stride);

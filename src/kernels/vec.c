@@ -7,39 +7,21 @@
 #include "f16.h"
 #include "quant.h"
 
-void kvt_vec_scale_f32(float *y, float s, int64_t n) {
-    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
-        kvt_vec_scale_f32_avx512(y, s, n);
-        return;
-    }
-    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
-        kvt_vec_scale_f32_avx2(y, s, n);
-        return;
-    }
+// ---- the scalar reference forms (the SIMD ones: quant_avx2.c, attn_avx512.h) ----
+
+static void scale_ref(float *y, float s, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= s;
 }
 
-void kvt_vec_fold_f32(float *y, float a, const float *x, float b, int64_t n) {
-    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
-        kvt_vec_fold_f32_avx512(y, a, x, b, n);
-        return;
-    }
-    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
-        kvt_vec_fold_f32_avx2(y, a, x, b, n);
-        return;
-    }
+static void fold_ref(float *y, float a, const float *x, float b, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float ya = y[i] * a, xb = x[i] * b;
         y[i] = ya + xb;
     }
 }
 
-void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n) {
-    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
-        kvt_vec_mad_avx2(t == KVT_TYPE_F16, y, x, s, n);
-        return;
-    }
-    if (t == KVT_TYPE_F16) {
+static void mad_ref(int f16, float *y, const void *x, float s, int64_t n) {
+    if (f16) {
         const uint16_t *h = x;
         for (int64_t i = 0; i < n; i++) y[i] += s * kvt_f16_to_f32(h[i]);
     } else {
@@ -48,39 +30,17 @@ void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n) {
     }
 }
 
-void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n) {
-    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
-        kvt_vec_mad_rows_avx512(t == KVT_TYPE_F16, y, x, stride, s, n_rows, n);
-        return;
-    }
-    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
-        kvt_vec_mad_rows_avx2(t == KVT_TYPE_F16, y, x, stride, s, n_rows, n);
-        return;
-    }
-    for (int64_t r = 0; r < n_rows; r++) kvt_vec_mad(t, y, (const char *)x + r * stride, s[r], n);
+static void mad_rows_ref(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n) {
+    for (int64_t r = 0; r < n_rows; r++) mad_ref(f16, y, (const char *)x + r * stride, s[r], n);
 }
 
-void kvt_vec_expf_sub(const float *x, float m, float *y, int64_t n) {
-    if (kvt_kernels_isa() == KVT_ISA_AVX512) {
-        kvt_vec_expf_sub_avx512(x, m, y, n);
-        return;
-    }
-    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
-        kvt_vec_expf_sub_avx2(x, m, y, n);
-        return;
-    }
+static void expf_sub_ref(const float *x, float m, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = expf(x[i] - m);
 }
 
-static inline float round_f16(float x) { return kvt_f16_to_f32(kvt_f32_to_f16(x)); }
-
-void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
-                     int64_t q_stride, int nq, float scale, float *s, int64_t s_stride) {
-    switch (kvt_kernels_isa()) {
-    case KVT_ISA_AVX512: kvt_attn_kq_f16_avx512(n, k, k_stride, np, qf, q_stride, nq, scale, s, s_stride); return;
-    case KVT_ISA_AVX2: kvt_attn_kq_f16_avx2(n, k, k_stride, np, qf, q_stride, nq, scale, s, s_stride); return;
-    default: break;
-    }
+static void kq_f16_ref(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
+                       int64_t q_stride, int nq, float scale, float *s, int64_t s_stride) {
+    (void)qf;
     const kvt_vec_dot_fn dot = kvt_type_ops_get(KVT_TYPE_F16)->vec_dot;
     for (int h = 0; h < nq; h++) {
         for (int64_t x = 0; x < np; x++) {
@@ -91,26 +51,7 @@ void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, con
     }
 }
 
-int kvt_attn_kq_kf32_ok(int64_t n) {
-    switch (kvt_kernels_isa()) {
-    case KVT_ISA_AVX512: return n % 64 == 0;
-    case KVT_ISA_AVX2: return n % 32 == 0;
-    default: return 0;
-    }
-}
-
-int kvt_attn_kq_kf32(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
-                     float scale, float *s, int64_t s_stride) {
-    if (!kvt_attn_kq_kf32_ok(n)) return 0;
-    if (kvt_kernels_isa() == KVT_ISA_AVX512) return kvt_attn_kq_kf32_avx512(n, kf, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
-    return kvt_attn_kq_kf32_avx2(n, kf, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
-}
-
-void kvt_vec_sum_rows_f32(float *l, const float *s, int64_t s_stride, int nh, int64_t n) {
-    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
-        kvt_vec_sum_rows_f32_avx2(l, s, s_stride, nh, n);
-        return;
-    }
+static void sum_rows_ref(float *l, const float *s, int64_t s_stride, int nh, int64_t n) {
     for (int i = 0; i < nh; i++) {
         float a = l[i];
         for (int64_t x = 0; x < n; x++) a += s[i * s_stride + x];
@@ -118,24 +59,20 @@ void kvt_vec_sum_rows_f32(float *l, const float *s, int64_t s_stride, int nh, in
     }
 }
 
-float kvt_vec_max_f32(const float *x, int64_t n, float m) {
-    if (kvt_kernels_isa() == KVT_ISA_AVX512) return kvt_vec_max_f32_avx512(x, n, m);
-    if (kvt_kernels_isa() >= KVT_ISA_AVX2) return kvt_vec_max_f32_avx2(x, n, m);
+static float max_ref(const float *x, int64_t n, float m) {
     for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
 }
 
-int64_t kvt_attn_merge_f16_cols(int64_t hdv) {
-    return kvt_kernels_isa() == KVT_ISA_AVX512 ? kvt_attn_merge_f16_cols_avx512(hdv) : 0;
+static inline float round_f16(float x) { return kvt_f16_to_f32(kvt_f32_to_f16(x)); }
+
+static int64_t merge_f16_cols_none(int64_t hdv) {
+    (void)hdv;
+    return 0;
 }
 
-void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
-                        float *l, float *o, int64_t o_stride, int64_t hdv) {
-    switch (kvt_kernels_isa()) {
-    case KVT_ISA_AVX512: kvt_attn_merge_f16_avx512(nh, s, s_stride, n, v, stride, m, l, o, o_stride, hdv); return;
-    case KVT_ISA_AVX2: kvt_attn_merge_f16_avx2(nh, s, s_stride, n, v, stride, m, l, o, o_stride, hdv); return;
-    default: break;
-    }
+static void merge_f16_ref(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
+                          float *l, float *o, int64_t o_stride, int64_t hdv) {
     for (int h = 0; h < nh; h++) {
         const float *sh = s + h * s_stride;
         float *oh = o + h * o_stride;
@@ -154,6 +91,139 @@ void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, con
     }
 }
 
+static void swiglu_ref(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+// ---- the backends: one table per instruction set, picked per call by kvt_kernels_isa() ----
+
+typedef struct {
+    void (*scale)(float *y, float s, int64_t n);
+    void (*fold)(float *y, float a, const float *x, float b, int64_t n);
+    void (*mad)(int f16, float *y, const void *x, float s, int64_t n);
+    void (*mad_rows)(int f16, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n);
+    void (*expf_sub)(const float *x, float m, float *y, int64_t n);
+    void (*kq_f16)(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
+                   int64_t q_stride, int nq, float scale, float *s, int64_t s_stride);
+    // kvt_attn_kq_kf32's kernel, for head dims a multiple of kq_kf32_mult (0, NULL: none)
+    int (*kq_kf32)(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
+                   float scale, float *s, int64_t s_stride);
+    int64_t kq_kf32_mult;
+    void (*sum_rows)(float *l, const float *s, int64_t s_stride, int nh, int64_t n);
+    float (*max)(const float *x, int64_t n, float m);
+    int64_t (*merge_f16_cols)(int64_t hdv);
+    void (*merge_f16)(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
+                      float *l, float *o, int64_t o_stride, int64_t hdv);
+    void (*swiglu)(float *g, const float *u, int64_t n);
+    void (*rope_apply)(const kvt_rope_params *p, const float *cs, float *x);
+} kvt_vec_ops;
+
+static const kvt_vec_ops k_vec_scalar = {
+    .scale = scale_ref,
+    .fold = fold_ref,
+    .mad = mad_ref,
+    .mad_rows = mad_rows_ref,
+    .expf_sub = expf_sub_ref,
+    .kq_f16 = kq_f16_ref,
+    .kq_kf32 = NULL,
+    .kq_kf32_mult = 0,
+    .sum_rows = sum_rows_ref,
+    .max = max_ref,
+    .merge_f16_cols = merge_f16_cols_none,
+    .merge_f16 = merge_f16_ref,
+    .swiglu = swiglu_ref,
+    .rope_apply = kvt_rope_rotate,
+};
+static const kvt_vec_ops k_vec_avx2 = {
+    .scale = kvt_vec_scale_f32_avx2,
+    .fold = kvt_vec_fold_f32_avx2,
+    .mad = kvt_vec_mad_avx2,
+    .mad_rows = kvt_vec_mad_rows_avx2,
+    .expf_sub = kvt_vec_expf_sub_avx2,
+    .kq_f16 = kvt_attn_kq_f16_avx2,
+    .kq_kf32 = kvt_attn_kq_kf32_avx2,
+    .kq_kf32_mult = 32,
+    .sum_rows = kvt_vec_sum_rows_f32_avx2,
+    .max = kvt_vec_max_f32_avx2,
+    .merge_f16_cols = merge_f16_cols_none,
+    .merge_f16 = kvt_attn_merge_f16_avx2,
+    .swiglu = kvt_swiglu_avx2,
+    .rope_apply = kvt_rope_apply_avx2,
+};
+// AVX-512: the AVX2 kernels where there is no 512-bit form (mad, sum_rows, rope)
+static const kvt_vec_ops k_vec_avx512 = {
+    .scale = kvt_vec_scale_f32_avx512,
+    .fold = kvt_vec_fold_f32_avx512,
+    .mad = kvt_vec_mad_avx2,
+    .mad_rows = kvt_vec_mad_rows_avx512,
+    .expf_sub = kvt_vec_expf_sub_avx512,
+    .kq_f16 = kvt_attn_kq_f16_avx512,
+    .kq_kf32 = kvt_attn_kq_kf32_avx512,
+    .kq_kf32_mult = 64,
+    .sum_rows = kvt_vec_sum_rows_f32_avx2,
+    .max = kvt_vec_max_f32_avx512,
+    .merge_f16_cols = kvt_attn_merge_f16_cols_avx512,
+    .merge_f16 = kvt_attn_merge_f16_avx512,
+    .swiglu = kvt_swiglu_avx512,
+    .rope_apply = kvt_rope_apply_avx2,
+};
+
+static const kvt_vec_ops *vec_ops(void) {
+    switch (kvt_kernels_isa()) {
+    case KVT_ISA_AVX512: return &k_vec_avx512;
+    case KVT_ISA_AVX2: return &k_vec_avx2;
+    default: return &k_vec_scalar;
+    }
+}
+
+// ---- the public entries (vec.h) ----
+
+void kvt_vec_scale_f32(float *y, float s, int64_t n) { vec_ops()->scale(y, s, n); }
+
+void kvt_vec_fold_f32(float *y, float a, const float *x, float b, int64_t n) { vec_ops()->fold(y, a, x, b, n); }
+
+void kvt_vec_mad(kvt_type t, float *y, const void *x, float s, int64_t n) {
+    vec_ops()->mad(t == KVT_TYPE_F16, y, x, s, n);
+}
+
+void kvt_vec_mad_rows(kvt_type t, float *y, const void *x, int64_t stride, const float *s, int64_t n_rows, int64_t n) {
+    vec_ops()->mad_rows(t == KVT_TYPE_F16, y, x, stride, s, n_rows, n);
+}
+
+void kvt_vec_expf_sub(const float *x, float m, float *y, int64_t n) { vec_ops()->expf_sub(x, m, y, n); }
+
+void kvt_attn_kq_f16(int64_t n, const void *k, int64_t k_stride, int64_t np, const uint16_t *q16, const float *qf,
+                     int64_t q_stride, int nq, float scale, float *s, int64_t s_stride) {
+    vec_ops()->kq_f16(n, k, k_stride, np, q16, qf, q_stride, nq, scale, s, s_stride);
+}
+
+int kvt_attn_kq_kf32_ok(int64_t n) {
+    const kvt_vec_ops *o = vec_ops();
+    return o->kq_kf32 && n % o->kq_kf32_mult == 0;
+}
+
+int kvt_attn_kq_kf32(int64_t n, const float *kf, int64_t kf_stride, int64_t np, const float *qf, int64_t q_stride, int nq,
+                     float scale, float *s, int64_t s_stride) {
+    const kvt_vec_ops *o = vec_ops();
+    if (!o->kq_kf32 || n % o->kq_kf32_mult != 0) return 0;
+    return o->kq_kf32(n, kf, kf_stride, np, qf, q_stride, nq, scale, s, s_stride);
+}
+
+void kvt_vec_sum_rows_f32(float *l, const float *s, int64_t s_stride, int nh, int64_t n) {
+    vec_ops()->sum_rows(l, s, s_stride, nh, n);
+}
+
+float kvt_vec_max_f32(const float *x, int64_t n, float m) { return vec_ops()->max(x, n, m); }
+
+int64_t kvt_attn_merge_f16_cols(int64_t hdv) { return vec_ops()->merge_f16_cols(hdv); }
+
+void kvt_attn_merge_f16(int nh, const float *s, int64_t s_stride, int64_t n, const void *v, int64_t stride, float *m,
+                        float *l, float *o, int64_t o_stride, int64_t hdv) {
+    vec_ops()->merge_f16(nh, s, s_stride, n, v, stride, m, l, o, o_stride, hdv);
+}
+
+void kvt_swiglu_f32(float *g, const float *u, int64_t n) { vec_ops()->swiglu(g, u, n); }
+
 void kvt_vec_add_f32(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
@@ -167,15 +237,6 @@ void kvt_rmsnorm_f32(float *y, const float *x, const float *w, int64_t n, float 
     } else {
         for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
     }
-}
-
-void kvt_swiglu_f32(float *g, const float *u, int64_t n) {
-    switch (kvt_kernels_isa()) {
-    case KVT_ISA_AVX512: kvt_swiglu_avx512(g, u, n); return;
-    case KVT_ISA_AVX2: kvt_swiglu_avx2(g, u, n); return;
-    default: break;
-    }
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
 // gelu of every f16 value, rounded to f16, as llama.cpp's CPU build tabulates it (ggml_table_gelu_f16; the
@@ -210,10 +271,4 @@ void kvt_rope_cache(const kvt_rope_params *p, int64_t pos, float *cs) {
     }
 }
 
-void kvt_rope_apply(const kvt_rope_params *p, const float *cs, float *x) {
-    if (kvt_kernels_isa() >= KVT_ISA_AVX2) {
-        kvt_rope_apply_avx2(p, cs, x);
-        return;
-    }
-    kvt_rope_rotate(p, cs, x);
-}
+void kvt_rope_apply(const kvt_rope_params *p, const float *cs, float *x) { vec_ops()->rope_apply(p, cs, x); }

@@ -1,4 +1,5 @@
-// vec.h - small element-wise vector ops of the forward pass (f32 unless noted).
+// vec.h - small element-wise vector ops of the forward pass (f32 unless noted). Each runs the form of the
+// instruction set kvt_kernels_isa() names (vec.c: one table of kernels per ISA; the scalar forms are the reference).
 #ifndef KVT_VEC_H
 #define KVT_VEC_H
 
