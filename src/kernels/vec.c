@@ -119,54 +119,21 @@ typedef struct {
 } kvt_vec_ops;
 
 static const kvt_vec_ops k_vec_scalar = {
-    .scale = scale_ref,
-    .fold = fold_ref,
-    .mad = mad_ref,
-    .mad_rows = mad_rows_ref,
-    .expf_sub = expf_sub_ref,
-    .kq_f16 = kq_f16_ref,
-    .kq_kf32 = NULL,
-    .kq_kf32_mult = 0,
-    .sum_rows = sum_rows_ref,
-    .max = max_ref,
-    .merge_f16_cols = merge_f16_cols_none,
-    .merge_f16 = merge_f16_ref,
-    .swiglu = swiglu_ref,
-    .rope_apply = kvt_rope_rotate,
+    .scale = scale_ref, .fold = fold_ref, .mad = mad_ref, .mad_rows = mad_rows_ref, .expf_sub = expf_sub_ref,
+    .kq_f16 = kq_f16_ref, .kq_kf32 = NULL, .kq_kf32_mult = 0, .sum_rows = sum_rows_ref, .max = max_ref,
+    .merge_f16_cols = merge_f16_cols_none, .merge_f16 = merge_f16_ref, .swiglu = swiglu_ref, .rope_apply = kvt_rope_rotate,
 };
-static const kvt_vec_ops k_vec_avx2 = {
-    .scale = kvt_vec_scale_f32_avx2,
-    .fold = kvt_vec_fold_f32_avx2,
-    .mad = kvt_vec_mad_avx2,
-    .mad_rows = kvt_vec_mad_rows_avx2,
-    .expf_sub = kvt_vec_expf_sub_avx2,
-    .kq_f16 = kvt_attn_kq_f16_avx2,
-    .kq_kf32 = kvt_attn_kq_kf32_avx2,
-    .kq_kf32_mult = 32,
-    .sum_rows = kvt_vec_sum_rows_f32_avx2,
-    .max = kvt_vec_max_f32_avx2,
-    .merge_f16_cols = merge_f16_cols_none,
-    .merge_f16 = kvt_attn_merge_f16_avx2,
-    .swiglu = kvt_swiglu_avx2,
-    .rope_apply = kvt_rope_apply_avx2,
-};
-// AVX-512: the AVX2 kernels where there is no 512-bit form (mad, sum_rows, rope)
-static const kvt_vec_ops k_vec_avx512 = {
-    .scale = kvt_vec_scale_f32_avx512,
-    .fold = kvt_vec_fold_f32_avx512,
-    .mad = kvt_vec_mad_avx2,
-    .mad_rows = kvt_vec_mad_rows_avx512,
-    .expf_sub = kvt_vec_expf_sub_avx512,
-    .kq_f16 = kvt_attn_kq_f16_avx512,
-    .kq_kf32 = kvt_attn_kq_kf32_avx512,
-    .kq_kf32_mult = 64,
-    .sum_rows = kvt_vec_sum_rows_f32_avx2,
-    .max = kvt_vec_max_f32_avx512,
-    .merge_f16_cols = kvt_attn_merge_f16_cols_avx512,
-    .merge_f16 = kvt_attn_merge_f16_avx512,
-    .swiglu = kvt_swiglu_avx512,
-    .rope_apply = kvt_rope_apply_avx2,
-};
+// The SIMD tables: each ISA's form of every op; the AVX2 kernels where no 512-bit form exists (mad, sum_rows, rope).
+#define KVT_VEC_OPS_SIMD(isa, kf32_mult, cols)                                                                         \
+    {                                                                                                                  \
+        .scale = kvt_vec_scale_f32_##isa, .fold = kvt_vec_fold_f32_##isa, .mad = kvt_vec_mad_avx2,                     \
+        .mad_rows = kvt_vec_mad_rows_##isa, .expf_sub = kvt_vec_expf_sub_##isa, .kq_f16 = kvt_attn_kq_f16_##isa,       \
+        .kq_kf32 = kvt_attn_kq_kf32_##isa, .kq_kf32_mult = kf32_mult, .sum_rows = kvt_vec_sum_rows_f32_avx2,           \
+        .max = kvt_vec_max_f32_##isa, .merge_f16_cols = cols, .merge_f16 = kvt_attn_merge_f16_##isa,                   \
+        .swiglu = kvt_swiglu_##isa, .rope_apply = kvt_rope_apply_avx2,                                                 \
+    }
+static const kvt_vec_ops k_vec_avx2 = KVT_VEC_OPS_SIMD(avx2, 32, merge_f16_cols_none);
+static const kvt_vec_ops k_vec_avx512 = KVT_VEC_OPS_SIMD(avx512, 64, kvt_attn_merge_f16_cols_avx512);
 
 static const kvt_vec_ops *vec_ops(void) {
     switch (kvt_kernels_isa()) {
