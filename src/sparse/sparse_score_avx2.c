@@ -103,6 +103,7 @@ void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qp
         int64_t b0, out;
         uint32_t lanes;
         while (kvt_sparse_blocks_next(&it, &b0, &lanes, &out)) {
+            if (!pos) kvt_sparse_range_prefetch(kc, bb, k.ks, 16 * kvt_sparse_key_scale_bytes(4, hd), b0);
             const uint8_t *blk = kc + b0 / 16 * bb;
             float *r = raw + (int64_t)h0 * stride + out;
             const uint16_t *ks16 = (const uint16_t *)k.ks + b0 * ng;
@@ -123,10 +124,10 @@ void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qp
 // The int8 scans of a list (pos set; nothing for a range): its blocks are requested 64 entries (about 4 blocks of whole
 // pages) before they are scored: the first line of each of the first 64 entries' blocks before the loop, then, at entry
 // x, the whole block of entry x + 64 (kc: the copies, bb bytes a block).
-static inline void list_prefetch_first(const uint8_t *kc, int64_t bb, const int32_t *pos, int64_t n_keys) {
+static inline __attribute__((always_inline)) void list_prefetch_first(const uint8_t *kc, int64_t bb, const int32_t *pos, int64_t n_keys) {
     for (int64_t y = 0; pos && y < n_keys && y <= 64; y += 16) _mm_prefetch((const char *)(kc + (pos[y] >> 4) * bb), _MM_HINT_T0);
 }
-static inline void list_prefetch_ahead(const uint8_t *kc, int64_t bb, const int32_t *pos, int64_t n_keys, int64_t x) {
+static inline __attribute__((always_inline)) void list_prefetch_ahead(const uint8_t *kc, int64_t bb, const int32_t *pos, int64_t n_keys, int64_t x) {
     if (!pos || x + 64 >= n_keys) return;
     const uint8_t *p = kc + (pos[x + 64] >> 4) * bb;
     for (int64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
@@ -198,6 +199,7 @@ void kvt_sparse_dot_blocks8q_avx2(const int16_t *q16, const float *qs, int32_t q
         uint32_t lanes;
         while (kvt_sparse_blocks_next(&it, &b0, &lanes, &out)) {
             list_prefetch_ahead(kc, bb, pos, n_keys, it.x);
+            if (!pos) kvt_sparse_range_prefetch(kc, bb, ks, 64, b0);
             const uint8_t *blk = kc + b0 / 16 * bb;
             float *r = raw + (int64_t)h0 * stride + out;
             switch (hc) { // the head count a constant in each copy: the accumulators stay in registers
@@ -265,6 +267,7 @@ void kvt_sparse_dot_blocks8_avx2(const int16_t *q16, const float *qs, int32_t qp
         uint32_t lanes;
         while (kvt_sparse_blocks_next(&it, &b0, &lanes, &out)) {
             list_prefetch_ahead(kc, bb, pos, n_keys, it.x);
+            if (!pos) kvt_sparse_range_prefetch(kc, bb, ks, 64, b0);
             const uint8_t *blk = kc + b0 / 16 * bb;
             float *r = raw + (int64_t)h0 * stride + out;
             switch (hc) { // the head count a constant in each copy: the accumulators stay in registers

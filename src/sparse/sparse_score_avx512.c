@@ -165,7 +165,7 @@ enum { PF_AHEAD = 64, PF_BLOCKS = 4 }; // entries of a position list between the
 // pair kernel's walk)
 
 // The lines of the block holding position t (its 16 keys, bb bytes, and their scales, sb bytes) requested into the cache.
-static inline void prefetch_block(const uint8_t *kc, const uint8_t *ks, int32_t t, int64_t bb, int64_t sb) {
+static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *kc, const uint8_t *ks, int32_t t, int64_t bb, int64_t sb) {
     const int64_t b0 = t & ~(int32_t)15;
     for (int64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)(kc + b0 / 16 * bb) + o, _MM_HINT_T0);
     for (int64_t o = 0; o < sb; o += 64) _mm_prefetch((const char *)(ks + b0 / 16 * sb) + o, _MM_HINT_T0);
@@ -197,6 +197,7 @@ static inline __attribute__((always_inline)) void walk8(int32_t q8, int32_t hc, 
         }
         while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
             if (pos && kvt_sparse_blocks_next(&pf, &pb, &pm, &po)) prefetch_block(kc, ksb, (int32_t)pb, bb, sb);
+            if (!pos) kvt_sparse_range_prefetch(kc, bb, ksb, sb, b0);
             blk2[nb] = kc + b0 / 16 * bb;
             m2[nb] = (__mmask16)bits_m;
             ks2[nb] = _mm512_maskz_loadu_ps(m2[nb], (const float *)k.ks + b0);
@@ -226,6 +227,7 @@ static inline __attribute__((always_inline)) void walk8(int32_t q8, int32_t hc, 
     }
     while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
         if (pos && it.x + PF_AHEAD < n_keys) prefetch_block(kc, ksb, pos[it.x + PF_AHEAD], bb, sb);
+        if (!pos) kvt_sparse_range_prefetch(kc, bb, ksb, sb, b0);
         const __mmask16 m = (__mmask16)bits_m;
         const __m512 ks = _mm512_maskz_loadu_ps(m, (const float *)k.ks + b0);
         const uint8_t *blk = kc + b0 / 16 * bb;
@@ -279,6 +281,7 @@ static inline __attribute__((always_inline)) void scan(int32_t bits, const int16
         uint32_t bits_m;
         while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
             if (pos && it.x + PF_AHEAD < n_keys) prefetch_block(kc, ksb, pos[it.x + PF_AHEAD], bb, sb);
+            if (!pos) kvt_sparse_range_prefetch(kc, bb, ksb, sb, b0);
             const __mmask16 m = (__mmask16)bits_m;
             const uint8_t *blk = kc + b0 / 16 * bb;
             float *r = raw + (int64_t)h0 * stride + out;
