@@ -71,7 +71,8 @@ __attribute__((target("avx2"), always_inline)) static inline uint64_t chunks_xor
     for (int64_t i = 0; i < CHUNK / 8; i += 8) { // 64 bytes of each stream per step
         for (int k = 0; k < ns; k++) {
             const uint64_t *q = p + k * stride + i;
-            if (pf) _mm_prefetch((const char *)q + pf, l1 ? _MM_HINT_T0 : _MM_HINT_T1);
+            if (pf && l1) _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+            else if (pf) _mm_prefetch((const char *)q + pf, _MM_HINT_T1);
             x[k] = _mm256_xor_si256(x[k], _mm256_xor_si256(_mm256_load_si256((const __m256i *)q),
                                                            _mm256_load_si256((const __m256i *)(q + 4))));
         }

@@ -71,19 +71,22 @@ __attribute__((target("avx2"))) static void stream_task(void *vj, int64_t t, int
     _mm256_storeu_si256((__m256i *)r, a);
     J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
 }
-// membw.c's KVT_READ_FOUR_PF over one task's bytes of the same copy: its range in 4 parts, 64
-// bytes of each in turn, each part's line 4096 bytes ahead prefetched into L2.
-__attribute__((target("avx2"))) static void stream4_task(void *vj, int64_t t, int thread) {
+// The probe patterns over one task's bytes of the same copy: its range in np parts, 64 bytes of each in turn, each
+// part's line pf bytes ahead prefetched, into L1 (l1) or L2: np 4, 4096 into L2 as membw.c's KVT_READ_FOUR_PF; np 2,
+// 2048 into L1 as KVT_READ_TWO_PF_L1 (the faster on an AMD Zen 5: docs/log/BENCHMARKS-kernels-5.md, z5kq).
+__attribute__((target("avx2"), always_inline)) static inline void stream_parts(void *vj, int64_t t, int thread, const int np,
+                                                                              const int pf, const bool l1) {
     stream_job *J = vj;
     const int64_t r0 = t * J->chunk, r1 = r0 + J->chunk < J->rows ? r0 + J->chunk : J->rows;
-    const int64_t len = (r1 - r0) * J->wrs / 256 * 64; // bytes per part (a multiple of 64)
+    const int64_t len = (r1 - r0) * J->wrs / (64 * np) * 64; // bytes per part (a multiple of 64)
     const char *p = J->w + r0 * J->wrs;
     __m256i x[4];
     for (int k = 0; k < 4; k++) x[k] = _mm256_setzero_si256();
     for (int64_t i = 0; i < len; i += 64)
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < np; k++) {
             const char *q = p + k * len + i;
-            _mm_prefetch(q + 4096, _MM_HINT_T1);
+            if (l1) _mm_prefetch(q + pf, _MM_HINT_T0);
+            else _mm_prefetch(q + pf, _MM_HINT_T1);
             x[k] = _mm256_xor_si256(x[k], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q),
                                                            _mm256_loadu_si256((const __m256i *)(q + 32))));
         }
@@ -92,24 +95,11 @@ __attribute__((target("avx2"))) static void stream4_task(void *vj, int64_t t, in
     _mm256_storeu_si256((__m256i *)r, a);
     J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
 }
-// membw.c's KVT_READ_TWO_PF_L1 over one task's bytes: its range in 2 parts, 64 bytes of each in turn, each part's line
-// 2048 bytes ahead prefetched into L1 (the faster pattern on an AMD Zen 5: docs/log/BENCHMARKS-kernels-5.md, z5kq).
+__attribute__((target("avx2"))) static void stream4_task(void *vj, int64_t t, int thread) {
+    stream_parts(vj, t, thread, 4, 4096, false);
+}
 __attribute__((target("avx2"))) static void stream2_task(void *vj, int64_t t, int thread) {
-    stream_job *J = vj;
-    const int64_t r0 = t * J->chunk, r1 = r0 + J->chunk < J->rows ? r0 + J->chunk : J->rows;
-    const int64_t len = (r1 - r0) * J->wrs / 128 * 64; // bytes per part (a multiple of 64)
-    const char *p = J->w + r0 * J->wrs;
-    __m256i x[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int64_t i = 0; i < len; i += 64)
-        for (int k = 0; k < 2; k++) {
-            const char *q = p + k * len + i;
-            _mm_prefetch(q + 2048, _MM_HINT_T0);
-            x[k] = _mm256_xor_si256(x[k], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q),
-                                                           _mm256_loadu_si256((const __m256i *)(q + 32))));
-        }
-    uint64_t r[4];
-    _mm256_storeu_si256((__m256i *)r, _mm256_xor_si256(x[0], x[1]));
-    J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
+    stream_parts(vj, t, thread, 2, 2048, true);
 }
 
 // A form of -A / -B: the study form v, the prefetch distance pf (-1: the CPU's), the weight type t (-1: the -T
