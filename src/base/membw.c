@@ -13,12 +13,16 @@
 // pattern only would understate the limit (the q4_1_x8 decode read 103-125% of it on an Intel Xeon, 2026-11-29).
 #define STREAMS 4
 #define PF_BYTES 4096 // the prefetch distance of the four-stream pattern (the decode GEMVs' on Intel: quant.h)
+// The two-stream pattern's distance, into L1: on an AMD EPYC Zen 5 (2 threads) it read 1.12-1.37x the four-stream
+// prefetching pattern and 1.1-1.4x the others, as fast as the decode GEMVs' own reads there, which the three older
+// patterns did not reach (q8_0_x8 at up to 169% of them: docs/log/BENCHMARKS-kernels-5.md, z5dq and z5kq).
+#define PF2_BYTES 2048
 
 typedef struct {
     const uint64_t *buf;
     uint64_t *sums;  // [n_threads * 8] (one cache line each)
-    int64_t stride;  // KVT_READ_FOUR*: uint64 words between a task's streams (its chunks t + k * tasks, k < STREAMS)
-    bool pf;
+    int64_t stride;  // multi-stream patterns: uint64 words between a task's streams (its chunks t + k * tasks)
+    kvt_read_pattern pat;
 } bw_job;
 
 // XOR-reduces one chunk; the reduction keeps the loads alive. The AVX2 form
@@ -56,16 +60,19 @@ static uint64_t chunk_xor(const uint64_t *p) {
     return a ^ b ^ c ^ d;
 }
 
-// XOR-reduces STREAMS chunks `stride` words apart, line by line in turn (several reads in flight per core, as the
-// x8 decode GEMVs); with pf, each stream's lines PF_BYTES ahead prefetched into L2 first.
+// XOR-reduces ns chunks `stride` words apart, line by line in turn (several reads in flight per core, as the
+// x8 decode GEMVs); with pf, each stream's line pf bytes ahead prefetched first, into L2 (l1 false) or L1.
 #ifdef HAVE_AVX2_XOR
-__attribute__((target("avx2"))) static uint64_t chunks_xor4_avx2(const uint64_t *p, int64_t stride, bool pf) {
+__attribute__((target("avx2"), always_inline)) static inline uint64_t chunks_xorn_avx2(const uint64_t *p, int64_t stride,
+                                                                                     const int ns, const int pf,
+                                                                                     const bool l1) {
     __m256i x[STREAMS];
     for (int k = 0; k < STREAMS; k++) x[k] = _mm256_setzero_si256();
     for (int64_t i = 0; i < CHUNK / 8; i += 8) { // 64 bytes of each stream per step
-        for (int k = 0; k < STREAMS; k++) {
+        for (int k = 0; k < ns; k++) {
             const uint64_t *q = p + k * stride + i;
-            if (pf) _mm_prefetch((const char *)q + PF_BYTES, _MM_HINT_T1);
+            if (pf && l1) _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+            else if (pf) _mm_prefetch((const char *)q + pf, _MM_HINT_T1);
             x[k] = _mm256_xor_si256(x[k], _mm256_xor_si256(_mm256_load_si256((const __m256i *)q),
                                                            _mm256_load_si256((const __m256i *)(q + 4))));
         }
@@ -75,17 +82,26 @@ __attribute__((target("avx2"))) static uint64_t chunks_xor4_avx2(const uint64_t 
     _mm256_storeu_si256((__m256i *)r, a);
     return r[0] ^ r[1] ^ r[2] ^ r[3];
 }
+
+// The multi-stream pattern pat's form (its streams and prefetch constants).
+__attribute__((target("avx2"))) static uint64_t chunks_pat_avx2(const uint64_t *p, int64_t stride, kvt_read_pattern pat) {
+    if (pat == KVT_READ_FOUR) return chunks_xorn_avx2(p, stride, STREAMS, 0, false);
+    if (pat == KVT_READ_FOUR_PF) return chunks_xorn_avx2(p, stride, STREAMS, PF_BYTES, false);
+    return chunks_xorn_avx2(p, stride, 2, PF2_BYTES, true);
+}
 #endif
 
-static uint64_t chunks_xor4(const uint64_t *p, int64_t stride, bool pf) {
+static uint64_t chunks_xorn(const uint64_t *p, int64_t stride, kvt_read_pattern pat) {
 #ifdef HAVE_AVX2_XOR
-    if (__builtin_cpu_supports("avx2")) return chunks_xor4_avx2(p, stride, pf);
+    if (__builtin_cpu_supports("avx2")) return chunks_pat_avx2(p, stride, pat);
 #endif
+    const int ns = pat == KVT_READ_TWO_PF_L1 ? 2 : STREAMS;
+    const int pf = pat == KVT_READ_FOUR ? 0 : pat == KVT_READ_FOUR_PF ? PF_BYTES : PF2_BYTES;
     uint64_t x[STREAMS] = {0};
     for (int64_t i = 0; i < CHUNK / 8; i += 8)
-        for (int k = 0; k < STREAMS; k++) {
+        for (int k = 0; k < ns; k++) {
             const uint64_t *q = p + k * stride + i;
-            if (pf) __builtin_prefetch((const char *)q + PF_BYTES);
+            if (pf) __builtin_prefetch((const char *)q + pf);
             x[k] ^= q[0] ^ q[1] ^ q[2] ^ q[3] ^ q[4] ^ q[5] ^ q[6] ^ q[7];
         }
     return x[0] ^ x[1] ^ x[2] ^ x[3];
@@ -94,7 +110,7 @@ static uint64_t chunks_xor4(const uint64_t *p, int64_t stride, bool pf) {
 static void bw_task(void *vj, int64_t t, int thread) {
     bw_job *J = vj;
     const uint64_t *p = J->buf + t * (CHUNK / 8);
-    J->sums[thread * 8] ^= J->stride ? chunks_xor4(p, J->stride, J->pf) : chunk_xor(p);
+    J->sums[thread * 8] ^= J->pat == KVT_READ_ONE ? chunk_xor(p) : chunks_xorn(p, J->stride, J->pat);
 }
 
 struct kvt_read_probe {
@@ -140,11 +156,12 @@ int64_t kvt_read_probe_bytes(const kvt_read_probe *p) { return p->n_chunks * CHU
 
 double kvt_read_probe_pass(kvt_read_probe *p, kvt_threadpool *pool, kvt_read_pattern pat) {
     if (kvt_threadpool_n_threads(pool) > p->n_threads || pat < 0 || pat >= KVT_READ_N_PATTERNS) return 0;
-    // KVT_READ_ONE: task t reads chunk t; KVT_READ_FOUR*: task t the chunks t + k * n_chunks / STREAMS
+    // ns streams a task: task t reads the chunks t + k * n_chunks / ns, k < ns (n_chunks is a multiple of 4)
+    const int64_t n_str = pat == KVT_READ_ONE ? 1 : pat == KVT_READ_TWO_PF_L1 ? 2 : STREAMS;
     const uint64_t *win = p->buf + p->next++ % p->n_win * p->n_chunks * (CHUNK / 8);
-    bw_job J = {win, p->sums, pat == KVT_READ_ONE ? 0 : p->n_chunks / STREAMS * (CHUNK / 8), pat == KVT_READ_FOUR_PF};
+    bw_job J = {win, p->sums, p->n_chunks / n_str * (CHUNK / 8), pat};
     const int64_t t0 = kvt_time_ns();
-    kvt_threadpool_run(pool, bw_task, &J, pat == KVT_READ_ONE ? p->n_chunks : p->n_chunks / STREAMS);
+    kvt_threadpool_run(pool, bw_task, &J, p->n_chunks / n_str);
     const int64_t ns = kvt_time_ns() - t0;
     return ns > 0 ? (double)ns / 1e9 : 1e-9;
 }

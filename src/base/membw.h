@@ -7,9 +7,9 @@
 
 #include "threadpool.h"
 
-// Reads `bytes` (rounded up to whole sets of four 64 KiB chunks) `reps` times in each of three patterns (one stream
-// per task; four streams per task; four streams with software prefetch); returns the best bytes/second over the
-// repetitions and patterns, or 0 if the buffer cannot be allocated.
+// Reads `bytes` (rounded up to whole sets of four 64 KiB chunks) `reps` times in each of the patterns below
+// (kvt_read_pattern); returns the best bytes/second over the repetitions and patterns, or 0 if the buffer cannot be
+// allocated.
 double kvt_measure_read_bw(kvt_threadpool *pool, int64_t bytes, int reps);
 
 // A probe buffer made once and read many times: `kvtier bench`'s token-paired probe reads as many bytes as a decode
@@ -18,8 +18,9 @@ double kvt_measure_read_bw(kvt_threadpool *pool, int64_t bytes, int reps);
 typedef struct kvt_read_probe kvt_read_probe;
 // The access patterns: each pool task XOR-reads one 64 KiB chunk (one stream a thread), or four chunks a quarter of
 // the buffer apart line by line in turns (four streams a thread, as the x8 decode GEMVs), or the same with the lines
-// 4 KiB ahead of each stream prefetched into L2.
-typedef enum { KVT_READ_ONE, KVT_READ_FOUR, KVT_READ_FOUR_PF, KVT_READ_N_PATTERNS } kvt_read_pattern;
+// 4 KiB ahead of each stream prefetched into L2, or two chunks half the buffer apart with the lines 2 KiB ahead
+// prefetched into L1 (the fastest on an AMD Zen 5, where the others read slower than its decode GEMVs).
+typedef enum { KVT_READ_ONE, KVT_READ_FOUR, KVT_READ_FOUR_PF, KVT_READ_TWO_PF_L1, KVT_READ_N_PATTERNS } kvt_read_pattern;
 // bytes: what a pass reads, rounded up to whole sets of four 64 KiB chunks (kvt_read_probe_bytes); ring_bytes: the
 // buffer holds enough such windows for ring_bytes (at least one), and the passes read them in turns, so that a window
 // is read again only after ring_bytes / bytes passes (a window read every other token could otherwise still be in a

@@ -22,7 +22,7 @@
 // The token-paired share (json "dram_pct_paired", on by default, --probe): after the timed repetitions, as many
 // paired ones, not timed as a whole: after every second generated token the engine's own pool (its threads, warm)
 // reads a buffer of the test's bytes per token once (allocated and faulted in once per run; the access pattern the
-// fastest of the three in a calibration of 3 passes each). The share is the median over those tokens of (probe
+// fastest of the four (membw.h) in a calibration of 3 passes each). The share is the median over those tokens of (probe
 // seconds / token seconds) x (token bytes / probe bytes): the token's weight read rate over the rate of a same-size
 // read taken right beside it (the VM's bandwidth drifts by 10-25% between the adjacent probes of one run, much less
 // within a token and its probe). Only tokens that follow a token, not a probe, count, and the timed repetitions have
@@ -54,7 +54,8 @@ typedef struct {
     kvt_read_pattern pat; // the paired probe's access pattern (the calibration's fastest)
 } bench_test;
 
-static const char *const pattern_name[KVT_READ_N_PATTERNS] = {"one_stream", "four_streams", "four_streams_pf"};
+static const char *const pattern_name[KVT_READ_N_PATTERNS] = {"one_stream", "four_streams", "four_streams_pf",
+                                                                       "two_streams_pf_l1"};
 
 #define BW_PROBES 5
 #define BW_PROBE_BYTES ((int64_t)512 << 20)

@@ -18,8 +18,9 @@
 //
 // Paired A/B (-A SPEC and/or -B SPEC; -P pairs=40): two forms of the same decode GEMV compared within one process on
 // the same matrix copies, call by call: each pair is one pass of A and one of B over all copies (order A B, then B A,
-// ...) and one pass of the probe's best pattern over the same bytes (4 streams per task, lines 4 KiB ahead
-// prefetched into L2: membw.c's BW_FOUR_PF) in the same alternation. SPEC: comma-separated v=N (the kernel's study
+// ...) and one pass of each of two probe patterns over the same bytes, the faster counting (4 streams per task, lines
+// 4 KiB ahead prefetched into L2: membw.c's KVT_READ_FOUR_PF; 2 streams, lines 2 KiB ahead into L1: KVT_READ_TWO_PF_L1)
+// in the same alternation. SPEC: comma-separated v=N (the kernel's study
 // form, matmul.h kvt_kernels_decode_variant: e.g. q8_0_x8 v=2, f16 v=14), pf=BYTES (the decode prefetch distance),
 // t=TYPE (another layout of the -T type's rows, e.g. -T q6_K -B t=q6_K_x8: its own copies of the same rows), s=ISA
 // (the kernels of another instruction set, at most the CPU's: e.g. -s avx512 -B s=avx2), or "0" (the defaults). Prints per form the median GB/s and its median share of the same pair's probe, the median
@@ -70,19 +71,22 @@ __attribute__((target("avx2"))) static void stream_task(void *vj, int64_t t, int
     _mm256_storeu_si256((__m256i *)r, a);
     J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
 }
-// The probe's best pattern (membw.c BW_FOUR_PF) over one task's bytes of the same copy: its range in 4 parts, 64
-// bytes of each in turn, each part's line 4096 bytes ahead prefetched into L2.
-__attribute__((target("avx2"))) static void stream4_task(void *vj, int64_t t, int thread) {
+// The probe patterns over one task's bytes of the same copy: its range in np parts, 64 bytes of each in turn, each
+// part's line pf bytes ahead prefetched, into L1 (l1) or L2: np 4, 4096 into L2 as membw.c's KVT_READ_FOUR_PF; np 2,
+// 2048 into L1 as KVT_READ_TWO_PF_L1 (the faster on an AMD Zen 5: docs/log/BENCHMARKS-kernels-5.md, z5kq).
+__attribute__((target("avx2"), always_inline)) static inline void stream_parts(void *vj, int64_t t, int thread, const int np,
+                                                                              const int pf, const bool l1) {
     stream_job *J = vj;
     const int64_t r0 = t * J->chunk, r1 = r0 + J->chunk < J->rows ? r0 + J->chunk : J->rows;
-    const int64_t len = (r1 - r0) * J->wrs / 256 * 64; // bytes per part (a multiple of 64)
+    const int64_t len = (r1 - r0) * J->wrs / (64 * np) * 64; // bytes per part (a multiple of 64)
     const char *p = J->w + r0 * J->wrs;
     __m256i x[4];
     for (int k = 0; k < 4; k++) x[k] = _mm256_setzero_si256();
     for (int64_t i = 0; i < len; i += 64)
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < np; k++) {
             const char *q = p + k * len + i;
-            _mm_prefetch(q + 4096, _MM_HINT_T1);
+            if (l1) _mm_prefetch(q + pf, _MM_HINT_T0);
+            else _mm_prefetch(q + pf, _MM_HINT_T1);
             x[k] = _mm256_xor_si256(x[k], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q),
                                                            _mm256_loadu_si256((const __m256i *)(q + 32))));
         }
@@ -90,6 +94,12 @@ __attribute__((target("avx2"))) static void stream4_task(void *vj, int64_t t, in
     uint64_t r[4];
     _mm256_storeu_si256((__m256i *)r, a);
     J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
+}
+__attribute__((target("avx2"))) static void stream4_task(void *vj, int64_t t, int thread) {
+    stream_parts(vj, t, thread, 4, 4096, false);
+}
+__attribute__((target("avx2"))) static void stream2_task(void *vj, int64_t t, int thread) {
+    stream_parts(vj, t, thread, 2, 2048, true);
 }
 
 // A form of -A / -B: the study form v, the prefetch distance pf (-1: the CPU's), the weight type t (-1: the -T
@@ -200,7 +210,7 @@ int main(int argc, char **argv) {
     const int64_t pf_cpu = kvt_kernels_prefetch();
     const kvt_isa isa_run = kvt_kernels_isa(); // -s's (a form's s= sets another for its passes)
     if (paired) {
-        printf("paired: A = v=%d,pf=%lld%s%s,s=%s, B = v=%d,pf=%lld%s%s,s=%s, %d pairs (one pass of A, B and the 4-stream probe each)\n",
+        printf("paired: A = v=%d,pf=%lld%s%s,s=%s, B = v=%d,pf=%lld%s%s,s=%s, %d pairs (one pass of A, B and each of the 2 probe patterns)\n",
                fa.v, (long long)(fa.pf < 0 ? pf_cpu : fa.pf), fa.t >= 0 ? ",t=" : "", fa.t >= 0 ? kvt_type_name((kvt_type)fa.t) : "",
                kvt_isa_name(fa.isa < 0 ? isa_run : (kvt_isa)fa.isa), fb.v, (long long)(fb.pf < 0 ? pf_cpu : fb.pf),
                fb.t >= 0 ? ",t=" : "", fb.t >= 0 ? kvt_type_name((kvt_type)fb.t) : "",
@@ -295,11 +305,19 @@ int main(int argc, char **argv) {
                                 const kvt_weight *wp = &W;
                                 kvt_matmul_par(pool, &wp, &y, 1, x, 1, scratch);
                             }
-                        } else {
-                            for (int c = 0; c < copies; c++) {
-                                J->w = w + stride * (size_t)c;
-                                kvt_threadpool_run(pool, stream4_task, J, ntask);
+                        } else { // the faster of the two probe patterns (a pass of each)
+                            double best = 0;
+                            for (int pt = 0; pt < 2; pt++) {
+                                t0 = kvt_time_ns();
+                                for (int c = 0; c < copies; c++) {
+                                    J->w = w + stride * (size_t)c;
+                                    kvt_threadpool_run(pool, pt ? stream2_task : stream4_task, J, ntask);
+                                }
+                                const double gp = (double)wbytes * copies / ((double)(kvt_time_ns() - t0) / 1e9) / 1e9;
+                                if (gp > best) best = gp;
                             }
+                            g[2] = best;
+                            continue;
                         }
                         g[which] = (double)wbytes * copies / ((double)(kvt_time_ns() - t0) / 1e9) / 1e9;
                     }
