@@ -33,8 +33,8 @@ static int g_fail;
 #include <cpuid.h>
 #endif
 // The CPU's prefetch distances on an AMD CPU of family 0x1A on with AVX-512 (Zen 5; quant.c detect_prefetch, z5dq):
-// 1024 bytes for the 32-block x8 GEMVs (q8_0_x8, q4_1_x8, their decode form then 34), none for the K-quant and dense
-// ones. Other CPUs: nothing to check here (their distances: quant.h). Skipped under KVT_PREFETCH.
+// 1024 bytes for the 32-block x8 GEMVs (q8_0_x8, q4_1_x8, their decode form then 34), none for the K-quant ones, 256
+// for the dense ones (z5f16: f16 and bf16 then take decode form 24). Other CPUs: nothing to check here (their distances: quant.h). Skipped under KVT_PREFETCH.
 static void test_prefetch_zen5(void) {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0;
@@ -50,8 +50,10 @@ static void test_prefetch_zen5(void) {
           "x8 distances %lld %lld, q4_1_x8 form %d", (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q8_0_X8),
           (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q4_1_X8), kvt_kernels_decode_form(KVT_TYPE_Q4_1_X8));
     CHECK("prefetch_zen5", !kvt_kernels_prefetch_type(KVT_TYPE_Q4_K) && !kvt_kernels_prefetch_type(KVT_TYPE_Q6_K) &&
-                               !kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8) && !kvt_kernels_prefetch_dense(),
-          "K-quant / dense distances not 0");
+                               !kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8),
+          "K-quant distances not 0");
+    CHECK("prefetch_zen5", kvt_kernels_prefetch_dense() == 256 && kvt_kernels_decode_form(KVT_TYPE_BF16) == 24,
+          "dense distance %lld, bf16 form %d", (long long)kvt_kernels_prefetch_dense(), kvt_kernels_decode_form(KVT_TYPE_BF16));
 #endif
 }
 

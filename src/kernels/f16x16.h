@@ -13,7 +13,8 @@
 // The GEMV keeps one accumulator per 16 rows (a zmm, two ymm) and runs several panels at once so that the FMA
 // chains overlap; the GEMM tile (AVX-512: 2 panels x 12 tokens, 24 zmm accumulators; AVX2: 24 rows (3 ymm, half
 // of three panels) x 4 tokens, 12 ymm, a panel left over 1 panel x 4 tokens) reads a k block's weights converted to
-// f32 once and broadcasts each token's x[k] from an f32 copy of the activations packed per k block (L1); a k
+// f32 once (AVX-512: converts the f16 weights in each tile, f16x16_simd.h FX_WF32) and broadcasts each token's x[k]
+// from an f32 copy of the activations packed per k block (L1); a k
 // block's partial sums go through Y (an f32 store and reload: the chain is unchanged).
 // Unrepacked f16 matrices (KVT_REPACK=0, memory short at load, rows not a multiple of 16, a matrix given to
 // kvt_matmul_rows as f16) take the same order: matmul.c packs strips of their rows into panels in a per-thread buffer

@@ -52,8 +52,16 @@ typedef __m256 fx_v;
 #define FX_PF_W 1
 #endif
 #endif
+// FX_WF32 1: the GEMM tile reads the k block's weights converted to f32 once for all the token tiles (a store and
+// reload of 2 f32 bytes per f16 byte); 0: each tile converts the f16 weights it reads (2 conversions per 24 FMAs on
+// AVX-512). AVX-512 on the AMD EPYC Zen 5 (one thread, n 2048, 128 tokens): 0 is 1.08-1.18x faster (z5f16,
+// docs/log/BENCHMARKS-kernels-5.md); AVX2 (fx_gemm3, 3 weight vectors per 12 FMAs) keeps 1.
 #ifndef FX_WF32
-#define FX_WF32 1 // the GEMM tile reads the k block's weights converted to f32 once (else converts per tile)
+#ifdef KVT_SIMD_AVX512
+#define FX_WF32 0
+#else
+#define FX_WF32 1
+#endif
 #endif
 #define FX_INLINE static inline __attribute__((always_inline))
 #define FX_UNROLL _Pragma("GCC unroll 32")
@@ -224,7 +232,9 @@ FX_INLINE void fx_t8x8(const __m256 v[8], __m256 o[8]) {
 // 8-float store may run into (tile of nt < 8 tokens: 8 - nt lanes past its k block; the next tile's or k's store, or
 // the scalar tail, writes them afterwards), then the converted weights (FX_WF32).
 #define FX_XP_SLACK 16
-#ifdef KVT_SIMD_AVX512
+#if !FX_WF32
+#define FX_WF_ROWS 0
+#elif defined(KVT_SIMD_AVX512)
 #define FX_WF_ROWS (FX_TP * 16) // rows of weights converted to f32 at once (a k block)
 #else
 #define FX_WF_ROWS 48 // AVX2: three panels, two tiles of 24 rows (fx_gemm3)
@@ -249,6 +259,9 @@ static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const 
             // tiles of up to 8 tokens (AVX2's 6): 8 k's at once, an 8 x 8 transpose and 8 overlapping stores (see
             // FX_XP_SLACK) where the scalar form below stores each value alone (on the Zen 3, AVX2 tl-f16 pp128: 8% of
             // the run; 5 of 5 alternating rounds, median 79.0 -> 83.6 t/s, z3pp). The same values, so the same bits.
+            // Tiles of 9 .. 16 tokens (AVX-512's 12) the same in two groups of 8 tokens: for each k the first group's
+            // store, then the second's, whose lanes past nt run into the next k's (written afterwards by its first
+            // store) or the slack. (Before, these tiles took the scalar form: on the AMD EPYC Zen 5, z5f16.)
             if (nt <= 8)
                 for (; k8 + 8 <= kc; k8 += 8) {
                     __m256 v[8], r[8];
@@ -256,6 +269,19 @@ static void fx_gemm(int64_t n, const uint16_t *W, int64_t p0, int64_t p1, const 
                         v[t] = t < nt ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x0 + t * n + k8))) : _mm256_setzero_ps();
                     fx_t8x8(v, r);
                     FX_UNROLL for (int e = 0; e < 8; e++) _mm256_storeu_ps(o + (k8 + e) * nt, r[e]);
+                }
+            else if (nt <= 16)
+                for (; k8 + 8 <= kc; k8 += 8) {
+                    __m256 v[8], r[2][8];
+                    FX_UNROLL for (int t = 0; t < 8; t++) v[t] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x0 + t * n + k8)));
+                    fx_t8x8(v, r[0]);
+                    FX_UNROLL for (int t = 0; t < 8; t++)
+                        v[t] = t + 8 < nt ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x0 + (t + 8) * n + k8))) : _mm256_setzero_ps();
+                    fx_t8x8(v, r[1]);
+                    FX_UNROLL for (int e = 0; e < 8; e++) {
+                        _mm256_storeu_ps(o + (k8 + e) * nt, r[0][e]);
+                        _mm256_storeu_ps(o + (k8 + e) * nt + 8, r[1][e]);
+                    }
                 }
             for (int64_t t = 0; t < nt; t++) {
                 const uint16_t *x = x0 + t * n;

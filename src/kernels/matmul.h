@@ -115,7 +115,7 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 int kvt_kernels_decode_variant(kvt_type t);
 int kvt_kernels_set_decode_variant(kvt_type t, int v); // returns the old value
 // The form type t's decode GEMV runs: the study form set above, or else the type's default: f16 and bf16 on a CPU whose
-// dense decode prefetches (kvt_kernels_prefetch_dense() > 0: Intel) 24, four streams over the call's whole row range (paired
+// dense decode prefetches (kvt_kernels_prefetch_dense() > 0: Intel, AMD Zen 5) 24, four streams over the call's whole row range (paired
 // against the adjacent rows, 2026-11-30: f16 1.06-1.15x, bf16 1.05-1.16x on gate, down and q, both ISAs, 78-100% of the
 // pairs won; docs/log/BENCHMARKS-kernels-2.md, "f16 decode in four streams"), q4_1_x8 where kvt_kernels_prefetch() > 0
 // (Intel, AMD without AVX-512, AMD Zen 5) 34 (4 streams, L1 prefetch

@@ -873,6 +873,9 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #ifndef KVT_PF_AMD_ZEN5
 #define KVT_PF_AMD_ZEN5 1024
 #endif
+#ifndef KVT_PF_AMD_ZEN5_DENSE
+#define KVT_PF_AMD_ZEN5_DENSE 256
+#endif
 #ifndef KVT_PF_AMD_AVX2_Q80_L1
 #define KVT_PF_AMD_AVX2_Q80_L1 0
 #endif
@@ -888,8 +891,9 @@ enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_SLOTS = PF_L1 + KVT_TYPE_C
 // the L2 + L1 prefetch) for the q6_K_r rows (docs/log/BENCHMARKS-kernels-3.md), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
 // (BENCHMARKS-kernels-2.md, kq6x8) but on family 0x1A on (Zen 5) KVT_PF_AMD_ZEN5 (1024) for the 32-block x8 GEMVs
 // (q8_0_x8, q4_1_x8: paired 1.20-1.30x and 1.10-1.14x from DRAM, z5dq in docs/log/BENCHMARKS-kernels-5.md) and still
-// none for the K-quant ones (q4_K, q4_K_x8, q6_K: 0.89-0.91x and 0.97-1.06x with it) and the dense ones (f16_x16:
-// 0.88-0.98x). KVT_PREFETCH=BYTES sets all the distances. L1 flags: 1 but on AMD without AVX-512
+// none for the K-quant ones (q4_K, q4_K_x8, q6_K: 0.89-0.91x and 0.97-1.06x with it); the dense ones KVT_PF_AMD_ZEN5_DENSE
+// (256: f16_x16's split form, its L1 prefetch KVT_X8_PF_NEAR ahead, paired 1.03-1.22x against none; bf16's four-stream
+// form 24, 1.02-1.07x; z5f16 in docs/log/BENCHMARKS-kernels-5.md; z5dq's 1024 and 4096 lost, 0.88-0.98x). KVT_PREFETCH=BYTES sets all the distances. L1 flags: 1 but on AMD without AVX-512
 // for q8_0_x8 (KVT_PF_AMD_AVX2_Q80_L1, 0: paired 1.01-1.09x without on a Zen 3, z4q8) and q4_1_x8
 // (KVT_PF_AMD_AVX2_Q41_L1, 0: its AVX2 decode form 4 instead of 34, z4q41); KVT_PREFETCH leaves them.
 static void detect_prefetch(int64_t v[PF_SLOTS]) {
@@ -907,7 +911,7 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
         unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0, fam = 0; // leaf 1: the family, base + extended where base is 0xF
         if (__get_cpuid(1, &a1, &b1, &c1, &d1)) fam = (a1 >> 8 & 0xF) == 0xF ? 0xF + (a1 >> 20 & 0xFF) : a1 >> 8 & 0xF;
         zen5 = amd && !amd_avx2 && fam >= 0x1A;
-        if (zen5) pq = KVT_PF_AMD_ZEN5;
+        if (zen5) pq = KVT_PF_AMD_ZEN5, pd = KVT_PF_AMD_ZEN5_DENSE;
     }
 #endif
     const char *e = getenv("KVT_PREFETCH");

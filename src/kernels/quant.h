@@ -77,8 +77,8 @@ const char *kvt_isa_name(kvt_isa isa);
 // AMD without AVX-512 (Zen 3: 1.07-1.28x paired, docs/log/BENCHMARKS-kernels-3.md, z3dec); 0 (none) on AMD with
 // AVX-512 (Zen 4), where the prefetches cost more than they hide (BENCHMARKS-kernels-2.md, kq6x8), but KVT_PF_AMD_ZEN5
 // (1024) on AMD family 0x1A on with AVX-512 (Zen 5) for q8_0_x8 and q4_1_x8 (paired 1.20-1.30x and 1.10-1.14x from DRAM,
-// docs/log/BENCHMARKS-kernels-5.md, z5dq; the q4_K, q4_K_x8 and q6_K rows and the dense ones still none there: the
-// per-type distances below). KVT_PREFETCH=BYTES
+// docs/log/BENCHMARKS-kernels-5.md, z5dq; the q4_K, q4_K_x8 and q6_K rows still none there: the per-type distances
+// below; the dense ones KVT_PF_AMD_ZEN5_DENSE, 256, z5f16). KVT_PREFETCH=BYTES
 // (0 .. 65536, a multiple of 64) overrides it and the dense distance below, to measure. Prefetches only: no result
 // changes with them.
 int64_t kvt_kernels_prefetch(void);
