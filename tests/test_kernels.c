@@ -54,6 +54,7 @@ static void test_prefetch_zen5(void) {
           "K-quant distances not 0");
     CHECK("prefetch_zen5", kvt_kernels_prefetch_dense() == 256 && kvt_kernels_decode_form(KVT_TYPE_BF16) == 24,
           "dense distance %lld, bf16 form %d", (long long)kvt_kernels_prefetch_dense(), kvt_kernels_decode_form(KVT_TYPE_BF16));
+    CHECK("prefetch_zen5", kvt_kernels_f16_decode_avx2(), "f16_x16 decode not on its AVX2 GEMV");
 #endif
 }
 

@@ -216,8 +216,8 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
     const kvt_repack_ops *rp = kvt_type_repack_into(wt);
     const int64_t wrs = kvt_row_size(st, n);
     if (wt == KVT_TYPE_F16_X16) { // every ISA and batch: one FMA chain per output, the same bits (f16x16.h)
-        if (isa >= KVT_ISA_AVX2) {
-            const int a5 = isa == KVT_ISA_AVX512;
+        if (isa >= KVT_ISA_AVX2) { // (one token on Zen 5: the AVX2 GEMV, kvt_kernels_f16_decode_avx2)
+            const int a5 = isa == KVT_ISA_AVX512 && !(n_tok == 1 && kvt_kernels_f16_decode_avx2());
             void *s = gemm_scratch(0, (size_t)(a5 ? kvt_f16x16_scratch_avx512 : kvt_f16x16_scratch_avx2)(n, n_tok));
             if (s) {
                 (a5 ? kvt_f16x16_mm_avx512 : kvt_f16x16_mm_avx2)(n, W, r0, r1, Xq, n_tok, Y, ldy, s);

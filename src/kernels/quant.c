@@ -884,7 +884,8 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #endif
 // The prefetch slots: a type's distance (kvt_kernels_prefetch_type), PF_QUANT (kvt_kernels_prefetch), PF_DENSE
 // (kvt_kernels_prefetch_dense), then from PF_L1 a type's L1 flag (kvt_kernels_prefetch_l1).
-enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_SLOTS = PF_L1 + KVT_TYPE_COUNT };
+// PF_F16_AVX2 (after them): kvt_kernels_f16_decode_avx2.
+enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_F16_AVX2 = PF_L1 + KVT_TYPE_COUNT, PF_SLOTS };
 // This CPU's value of every slot (quant.h). Distances: GenuineIntel KVT_PF_INTEL for all. AuthenticAMD without
 // AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (1024, z4k; 2048 z3k) for
 // q4_K_x8 and KVT_PF_AMD_AVX2_Q6K (1024: into L1 only, paired 1.02-1.09x against 4096, z5k6; z3k's 2048 lost with
@@ -898,7 +899,7 @@ enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_SLOTS = PF_L1 + KVT_TYPE_C
 // (KVT_PF_AMD_AVX2_Q41_L1, 0: its AVX2 decode form 4 instead of 34, z4q41); KVT_PREFETCH leaves them.
 static void detect_prefetch(int64_t v[PF_SLOTS]) {
     int64_t pq = 0, pd = 0, p4 = 0, p6 = 0;
-    bool amd_avx2 = false, zen5 = false;
+    bool amd_avx2 = false, zen5 = false, zen5_cpu = false;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
     if (__get_cpuid(0, &a, &b, &c, &d)) {
@@ -910,7 +911,7 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
         if (amd_avx2) pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K;
         unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0, fam = 0; // leaf 1: the family, base + extended where base is 0xF
         if (__get_cpuid(1, &a1, &b1, &c1, &d1)) fam = (a1 >> 8 & 0xF) == 0xF ? 0xF + (a1 >> 20 & 0xFF) : a1 >> 8 & 0xF;
-        zen5 = amd && !amd_avx2 && fam >= 0x1A;
+        zen5 = zen5_cpu = amd && !amd_avx2 && fam >= 0x1A;
         if (zen5) pq = KVT_PF_AMD_ZEN5, pd = KVT_PF_AMD_ZEN5_DENSE;
     }
 #endif
@@ -924,6 +925,7 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
         v[s] = s == KVT_TYPE_Q4_K_X8 ? p4 : s == KVT_TYPE_Q6_K_R ? p6 : s == PF_DENSE ? pd
              : zen5 && (s == KVT_TYPE_Q4_K || s == KVT_TYPE_Q6_K) ? 0 : pq;
     for (int t = 0; t < KVT_TYPE_COUNT; t++) v[PF_L1 + t] = 1;
+    v[PF_F16_AVX2] = zen5_cpu;
     if (amd_avx2) {
         v[PF_L1 + KVT_TYPE_Q8_0_X8] = KVT_PF_AMD_AVX2_Q80_L1 != 0;
         v[PF_L1 + KVT_TYPE_Q4_1_X8] = KVT_PF_AMD_AVX2_Q41_L1 != 0;
@@ -951,6 +953,7 @@ int64_t kvt_kernels_prefetch(void) { return prefetch_slot(PF_QUANT); }
 int64_t kvt_kernels_prefetch_type(kvt_type t) { return prefetch_slot((unsigned)t < KVT_TYPE_COUNT ? (int)t : PF_QUANT); }
 int64_t kvt_kernels_prefetch_dense(void) { return prefetch_slot(PF_DENSE); }
 int kvt_kernels_prefetch_l1(kvt_type t) { return (unsigned)t < KVT_TYPE_COUNT ? prefetch_slot(PF_L1 + (int)t) != 0 : 1; }
+int kvt_kernels_f16_decode_avx2(void) { return prefetch_slot(PF_F16_AVX2) != 0; }
 
 // The decode forms (matmul.h): a study form set for a type, else its default.
 static _Atomic int g_decode_variant[KVT_TYPE_COUNT];
