@@ -427,26 +427,33 @@ static inline void kvt_sparse_store_lanes(float *r, const float *f, uint32_t lan
 }
 // The residual pass's prefetch (its vector kernels) of the 16-position block at pb (a multiple of 16) into L1: the plan's
 // nr rows (64 bytes each) of its int8 copies kc (bb bytes a block), its key scales ks and the qpg query heads' rows of s^.
-static inline __attribute__((always_inline)) void kvt_sparse_resid_prefetch(const uint8_t *kc, int64_t bb, const int32_t *rows, int32_t nr, const float *ks,
-                                             const float *shat, int64_t sh_stride, int32_t qpg, int64_t pb) {
+static inline __attribute__((always_inline)) void kvt_sparse_resid_prefetch(const uint8_t *kc, int64_t bb, const int32_t *rows,
+                                                                            int32_t nr, const float *ks, const float *shat,
+                                                                            int64_t sh_stride, int32_t qpg, int64_t pb) {
     for (int32_t j = 0; j < nr; j++) __builtin_prefetch(kc + pb / 16 * bb + 64 * rows[j], 0, 3);
     __builtin_prefetch(ks + pb, 0, 3);
     for (int32_t i = 0; i < qpg; i++) __builtin_prefetch(shat + i * sh_stride + pb, 0, 3);
 }
 
-// The range scans' prefetch (the vector kernels, pos NULL: the worker's scan of every key): the keys (kc, bb bytes a block)
-// and the scales (ks, sb bytes a block) of the 16-position block KVT_SPARSE_PF_RANGE blocks after the one at position b0,
-// requested into L1. Without it the scan ran at a third of the speed of a plain read of the same bytes (AMD EPYC Zen 5: 47 MB
-// of int8 copies, 6-7.5 ms against 2 ms; the hardware's stream prefetch does not keep up with the VNNI work between the
-// loads; 2.3-2.4 ms with it at 4-16 blocks ahead; docs/log/SPARSE-log-3.md, "z5st"). Near a range's end the address lies
-// past it (the next part of the same head's keys when the worker scans in parts, else past the buffer): a prefetch is a
-// hint that never faults, and the address is computed as an integer, so no pointer leaves its object.
-enum { KVT_SPARSE_PF_RANGE = 8 };
-static inline __attribute__((always_inline)) void kvt_sparse_range_prefetch(const void *kc, int64_t bb, const void *ks, int64_t sb, int64_t b0) {
-    const int64_t b = b0 / 16 + KVT_SPARSE_PF_RANGE;
+// The lines of 16-position block b (its keys: kc + b * bb, bb bytes; its scales: ks + b * sb, sb bytes) requested into
+// L1: the scans' prefetch. Hints only; b may lie past the keys (a prefetch never faults; the address is computed as an
+// integer, so no pointer leaves its object). always_inline: GCC deletes calls of a static function that only
+// prefetches as free of side effects (docs/log/SPARSE-log-3.md, "z5st").
+static inline __attribute__((always_inline)) void kvt_sparse_block_prefetch(const void *kc, int64_t bb, const void *ks,
+                                                                            int64_t sb, int64_t b) {
     const uintptr_t k = (uintptr_t)kc + (uintptr_t)(b * bb), sc = (uintptr_t)ks + (uintptr_t)(b * sb);
     for (int64_t o = 0; o < bb; o += 64) __builtin_prefetch((const void *)(k + (uintptr_t)o), 0, 3);
     for (int64_t o = 0; o < sb; o += 64) __builtin_prefetch((const void *)(sc + (uintptr_t)o), 0, 3);
+}
+// The range scans' prefetch (the vector kernels, pos NULL: the worker's scan of every key): the block
+// KVT_SPARSE_PF_RANGE blocks after the one at position b0. Without it the scan ran at a third of the speed of a plain
+// read of the same bytes (AMD EPYC Zen 5: 47 MB of int8 copies, 6-7.5 ms against 2 ms; the hardware's stream prefetch
+// does not keep up with the VNNI work between the loads; 2.3-2.4 ms with it at 4-16 blocks ahead; docs/log/SPARSE-log-3.md,
+// "z5st"). Near a range's end the block lies past it (the next part of the same head's keys, or past the buffer).
+enum { KVT_SPARSE_PF_RANGE = 8 };
+static inline __attribute__((always_inline)) void kvt_sparse_range_prefetch(const void *kc, int64_t bb, const void *ks,
+                                                                            int64_t sb, int64_t b0) {
+    kvt_sparse_block_prefetch(kc, bb, ks, sb, b0 / 16 + KVT_SPARSE_PF_RANGE);
 }
 
 // The scan of all of these (any width; qs: qscale times the attention scale; pos NULL: the range [t0, t0 + n_keys), else the n_keys

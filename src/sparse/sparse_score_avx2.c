@@ -124,13 +124,13 @@ void kvt_sparse_dot_blocks4_avx2(const int16_t *q16, const float *qs, int32_t qp
 // The int8 scans of a list (pos set; nothing for a range): its blocks are requested 64 entries (about 4 blocks of whole
 // pages) before they are scored: the first line of each of the first 64 entries' blocks before the loop, then, at entry
 // x, the whole block of entry x + 64 (kc: the copies, bb bytes a block).
-static inline __attribute__((always_inline)) void list_prefetch_first(const uint8_t *kc, int64_t bb, const int32_t *pos, int64_t n_keys) {
+static inline __attribute__((always_inline)) void list_prefetch_first(const uint8_t *kc, int64_t bb, const int32_t *pos,
+                                                                      int64_t n_keys) {
     for (int64_t y = 0; pos && y < n_keys && y <= 64; y += 16) _mm_prefetch((const char *)(kc + (pos[y] >> 4) * bb), _MM_HINT_T0);
 }
-static inline __attribute__((always_inline)) void list_prefetch_ahead(const uint8_t *kc, int64_t bb, const int32_t *pos, int64_t n_keys, int64_t x) {
-    if (!pos || x + 64 >= n_keys) return;
-    const uint8_t *p = kc + (pos[x + 64] >> 4) * bb;
-    for (int64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+static inline __attribute__((always_inline)) void list_prefetch_ahead(const uint8_t *kc, int64_t bb, const int32_t *pos,
+                                                                      int64_t n_keys, int64_t x) {
+    if (pos && x + 64 < n_keys) kvt_sparse_block_prefetch(kc, bb, kc, 0, pos[x + 64] >> 4); // (the keys, no scales)
 }
 
 enum { HC8 = 4 }; // query heads per pass: 2 accumulators each (the block's two halves)

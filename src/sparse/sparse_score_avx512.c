@@ -164,12 +164,6 @@ static inline __attribute__((always_inline)) void block_heads4(int32_t hc, int32
 enum { PF_AHEAD = 64, PF_BLOCKS = 4 }; // entries of a position list between the one scored and the one whose block is requested; blocks of it (the
 // pair kernel's walk)
 
-// The lines of the block holding position t (its 16 keys, bb bytes, and their scales, sb bytes) requested into the cache.
-static inline __attribute__((always_inline)) void prefetch_block(const uint8_t *kc, const uint8_t *ks, int32_t t, int64_t bb, int64_t sb) {
-    const int64_t b0 = t & ~(int32_t)15;
-    for (int64_t o = 0; o < bb; o += 64) _mm_prefetch((const char *)(kc + b0 / 16 * bb) + o, _MM_HINT_T0);
-    for (int64_t o = 0; o < sb; o += 64) _mm_prefetch((const char *)(ks + b0 / 16 * sb) + o, _MM_HINT_T0);
-}
 
 // The int8 copies' block walk for hc query heads from h0 (q8: the int8 query; a constant in each copy): two blocks at a
 // time (block_pair8) where hc <= 4, the last one alone; one at a time otherwise.
@@ -193,10 +187,10 @@ static inline __attribute__((always_inline)) void walk8(int32_t q8, int32_t hc, 
         int64_t pb, po;
         uint32_t pm;
         for (int32_t j = 0; pos && j < PF_BLOCKS && kvt_sparse_blocks_next(&pf, &pb, &pm, &po); j++) {
-            prefetch_block(kc, ksb, (int32_t)pb, bb, sb);
+            kvt_sparse_block_prefetch(kc, bb, ksb, sb, (int64_t)pb >> 4);
         }
         while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
-            if (pos && kvt_sparse_blocks_next(&pf, &pb, &pm, &po)) prefetch_block(kc, ksb, (int32_t)pb, bb, sb);
+            if (pos && kvt_sparse_blocks_next(&pf, &pb, &pm, &po)) kvt_sparse_block_prefetch(kc, bb, ksb, sb, (int64_t)pb >> 4);
             if (!pos) kvt_sparse_range_prefetch(kc, bb, ksb, sb, b0);
             blk2[nb] = kc + b0 / 16 * bb;
             m2[nb] = (__mmask16)bits_m;
@@ -226,7 +220,7 @@ static inline __attribute__((always_inline)) void walk8(int32_t q8, int32_t hc, 
         return;
     }
     while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
-        if (pos && it.x + PF_AHEAD < n_keys) prefetch_block(kc, ksb, pos[it.x + PF_AHEAD], bb, sb);
+        if (pos && it.x + PF_AHEAD < n_keys) kvt_sparse_block_prefetch(kc, bb, ksb, sb, (int64_t)pos[it.x + PF_AHEAD] >> 4);
         if (!pos) kvt_sparse_range_prefetch(kc, bb, ksb, sb, b0);
         const __mmask16 m = (__mmask16)bits_m;
         const __m512 ks = _mm512_maskz_loadu_ps(m, (const float *)k.ks + b0);
@@ -269,7 +263,7 @@ static inline __attribute__((always_inline)) void scan(int32_t bits, const int16
         }
         // a list's blocks come from memory (scattered): each block's lines are requested PF_AHEAD entries (about
         // PF_AHEAD / 16 blocks of whole pages) before it is scored, so that their latency overlaps the blocks before it
-        for (int64_t y = 0; pos && y < n_keys && y <= PF_AHEAD; y += 16) prefetch_block(kc, ksb, pos[y], bb, sb);
+        for (int64_t y = 0; pos && y < n_keys && y <= PF_AHEAD; y += 16) kvt_sparse_block_prefetch(kc, bb, ksb, sb, (int64_t)pos[y] >> 4);
         if (bits == 8) {
             if (q8) walk8(1, hc, h0, hd, ql, qh, corr, qs, k, t0, n_keys, pos, stride, raw);
             else walk8(0, hc, h0, hd, ql, qh, corr, qs, k, t0, n_keys, pos, stride, raw);
@@ -280,7 +274,7 @@ static inline __attribute__((always_inline)) void scan(int32_t bits, const int16
         int64_t b0, out;
         uint32_t bits_m;
         while (kvt_sparse_blocks_next(&it, &b0, &bits_m, &out)) {
-            if (pos && it.x + PF_AHEAD < n_keys) prefetch_block(kc, ksb, pos[it.x + PF_AHEAD], bb, sb);
+            if (pos && it.x + PF_AHEAD < n_keys) kvt_sparse_block_prefetch(kc, bb, ksb, sb, (int64_t)pos[it.x + PF_AHEAD] >> 4);
             if (!pos) kvt_sparse_range_prefetch(kc, bb, ksb, sb, b0);
             const __mmask16 m = (__mmask16)bits_m;
             const uint8_t *blk = kc + b0 / 16 * bb;
