@@ -25,56 +25,39 @@ typedef struct {
     kvt_read_pattern pat;
 } bw_job;
 
-// XOR-reduces one chunk; the reduction keeps the loads alive. The AVX2 form
-// reads 128 bytes per iteration so that the loop is limited by memory, not
-// by instructions (a scalar loop tops out below DRAM bandwidth on one core).
+// XOR-reduces the bytes; the reduction keeps the loads alive. The AVX2 forms read 128 (one stream) or 64 bytes of each
+// stream per iteration so that the loop is limited by memory, not by instructions (a scalar loop tops out below DRAM
+// bandwidth on one core).
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-__attribute__((target("avx2"))) static uint64_t chunk_xor_avx2(const uint64_t *p) {
+__attribute__((target("avx2"))) static uint64_t xor_one_avx2(const char *p, int64_t len) {
     __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    for (int64_t i = 0; i < CHUNK / 8; i += 16) {
-        a = _mm256_xor_si256(a, _mm256_load_si256((const __m256i *)(p + i)));
-        b = _mm256_xor_si256(b, _mm256_load_si256((const __m256i *)(p + i + 4)));
-        c = _mm256_xor_si256(c, _mm256_load_si256((const __m256i *)(p + i + 8)));
-        d = _mm256_xor_si256(d, _mm256_load_si256((const __m256i *)(p + i + 12)));
+    for (int64_t i = 0; i + 128 <= len; i += 128) {
+        a = _mm256_xor_si256(a, _mm256_loadu_si256((const __m256i *)(p + i)));
+        b = _mm256_xor_si256(b, _mm256_loadu_si256((const __m256i *)(p + i + 32)));
+        c = _mm256_xor_si256(c, _mm256_loadu_si256((const __m256i *)(p + i + 64)));
+        d = _mm256_xor_si256(d, _mm256_loadu_si256((const __m256i *)(p + i + 96)));
     }
     a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
     uint64_t r[4];
     _mm256_storeu_si256((__m256i *)r, a);
     return r[0] ^ r[1] ^ r[2] ^ r[3];
 }
-#define HAVE_AVX2_XOR 1
-#endif
 
-static uint64_t chunk_xor(const uint64_t *p) {
-#ifdef HAVE_AVX2_XOR
-    if (__builtin_cpu_supports("avx2")) return chunk_xor_avx2(p);
-#endif
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (int64_t i = 0; i < CHUNK / 8; i += 4) {
-        a ^= p[i];
-        b ^= p[i + 1];
-        c ^= p[i + 2];
-        d ^= p[i + 3];
-    }
-    return a ^ b ^ c ^ d;
-}
-
-// XOR-reduces ns chunks `stride` words apart, line by line in turn (several reads in flight per core, as the
-// x8 decode GEMVs); with pf, each stream's line pf bytes ahead prefetched first, into L2 (l1 false) or L1.
-#ifdef HAVE_AVX2_XOR
-__attribute__((target("avx2"), always_inline)) static inline uint64_t chunks_xorn_avx2(const uint64_t *p, int64_t stride,
-                                                                                     const int ns, const int pf,
-                                                                                     const bool l1) {
+// ns streams `stride` bytes apart, 64 bytes of each in turn (several reads in flight per core, as the x8 decode
+// GEMVs); with pf, each stream's line pf bytes ahead prefetched first, into L2 (l1 false) or L1.
+__attribute__((target("avx2"), always_inline)) static inline uint64_t xor_streams_avx2(const char *p, int64_t stride,
+                                                                                     int64_t len, const int ns,
+                                                                                     const int pf, const bool l1) {
     __m256i x[STREAMS];
     for (int k = 0; k < STREAMS; k++) x[k] = _mm256_setzero_si256();
-    for (int64_t i = 0; i < CHUNK / 8; i += 8) { // 64 bytes of each stream per step
+    for (int64_t i = 0; i + 64 <= len; i += 64) {
         for (int k = 0; k < ns; k++) {
-            const uint64_t *q = p + k * stride + i;
-            if (pf && l1) _mm_prefetch((const char *)q + pf, _MM_HINT_T0);
-            else if (pf) _mm_prefetch((const char *)q + pf, _MM_HINT_T1);
-            x[k] = _mm256_xor_si256(x[k], _mm256_xor_si256(_mm256_load_si256((const __m256i *)q),
-                                                           _mm256_load_si256((const __m256i *)(q + 4))));
+            const char *q = p + k * stride + i;
+            if (pf && l1) _mm_prefetch(q + pf, _MM_HINT_T0);
+            else if (pf) _mm_prefetch(q + pf, _MM_HINT_T1);
+            x[k] = _mm256_xor_si256(x[k], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q),
+                                                           _mm256_loadu_si256((const __m256i *)(q + 32))));
         }
     }
     const __m256i a = _mm256_xor_si256(_mm256_xor_si256(x[0], x[1]), _mm256_xor_si256(x[2], x[3]));
@@ -83,34 +66,41 @@ __attribute__((target("avx2"), always_inline)) static inline uint64_t chunks_xor
     return r[0] ^ r[1] ^ r[2] ^ r[3];
 }
 
-// The multi-stream pattern pat's form (its streams and prefetch constants).
-__attribute__((target("avx2"))) static uint64_t chunks_pat_avx2(const uint64_t *p, int64_t stride, kvt_read_pattern pat) {
-    if (pat == KVT_READ_FOUR) return chunks_xorn_avx2(p, stride, STREAMS, 0, false);
-    if (pat == KVT_READ_FOUR_PF) return chunks_xorn_avx2(p, stride, STREAMS, PF_BYTES, false);
-    return chunks_xorn_avx2(p, stride, 2, PF2_BYTES, true);
+// Pattern pat's form (its streams and prefetch constants).
+__attribute__((target("avx2"))) static uint64_t xor_pat_avx2(const char *p, int64_t stride, int64_t len,
+                                                            kvt_read_pattern pat) {
+    if (pat == KVT_READ_ONE) return xor_one_avx2(p, len);
+    if (pat == KVT_READ_FOUR) return xor_streams_avx2(p, stride, len, STREAMS, 0, false);
+    if (pat == KVT_READ_FOUR_PF) return xor_streams_avx2(p, stride, len, STREAMS, PF_BYTES, false);
+    return xor_streams_avx2(p, stride, len, 2, PF2_BYTES, true);
 }
+#define HAVE_AVX2_XOR 1
 #endif
 
-static uint64_t chunks_xorn(const uint64_t *p, int64_t stride, kvt_read_pattern pat) {
+uint64_t kvt_read_streams(const void *p, int64_t stride, int64_t len, kvt_read_pattern pat) {
 #ifdef HAVE_AVX2_XOR
-    if (__builtin_cpu_supports("avx2")) return chunks_pat_avx2(p, stride, pat);
+    if (__builtin_cpu_supports("avx2")) return xor_pat_avx2(p, stride, len, pat);
 #endif
-    const int ns = pat == KVT_READ_TWO_PF_L1 ? 2 : STREAMS;
-    const int pf = pat == KVT_READ_FOUR ? 0 : pat == KVT_READ_FOUR_PF ? PF_BYTES : PF2_BYTES;
+    const int ns = kvt_read_pattern_streams(pat);
+    const int pf = pat == KVT_READ_FOUR_PF ? PF_BYTES : pat == KVT_READ_TWO_PF_L1 ? PF2_BYTES : 0;
+    const int step = pat == KVT_READ_ONE ? 128 : 64;
     uint64_t x[STREAMS] = {0};
-    for (int64_t i = 0; i < CHUNK / 8; i += 8)
+    for (int64_t i = 0; i + step <= len; i += step)
         for (int k = 0; k < ns; k++) {
-            const uint64_t *q = p + k * stride + i;
+            const uint64_t *q = (const uint64_t *)((const char *)p + k * stride + i);
             if (pf) __builtin_prefetch((const char *)q + pf);
-            x[k] ^= q[0] ^ q[1] ^ q[2] ^ q[3] ^ q[4] ^ q[5] ^ q[6] ^ q[7];
+            for (int j = 0; j < step / 8; j++) x[k] ^= q[j];
         }
     return x[0] ^ x[1] ^ x[2] ^ x[3];
 }
 
+int kvt_read_pattern_streams(kvt_read_pattern pat) {
+    return pat == KVT_READ_ONE ? 1 : pat == KVT_READ_TWO_PF_L1 ? 2 : STREAMS;
+}
+
 static void bw_task(void *vj, int64_t t, int thread) {
     bw_job *J = vj;
-    const uint64_t *p = J->buf + t * (CHUNK / 8);
-    J->sums[thread * 8] ^= J->pat == KVT_READ_ONE ? chunk_xor(p) : chunks_xorn(p, J->stride, J->pat);
+    J->sums[thread * 8] ^= kvt_read_streams(J->buf + t * (CHUNK / 8), J->stride * 8, CHUNK, J->pat);
 }
 
 struct kvt_read_probe {
@@ -157,7 +147,7 @@ int64_t kvt_read_probe_bytes(const kvt_read_probe *p) { return p->n_chunks * CHU
 double kvt_read_probe_pass(kvt_read_probe *p, kvt_threadpool *pool, kvt_read_pattern pat) {
     if (kvt_threadpool_n_threads(pool) > p->n_threads || pat < 0 || pat >= KVT_READ_N_PATTERNS) return 0;
     // ns streams a task: task t reads the chunks t + k * n_chunks / ns, k < ns (n_chunks is a multiple of 4)
-    const int64_t n_str = pat == KVT_READ_ONE ? 1 : pat == KVT_READ_TWO_PF_L1 ? 2 : STREAMS;
+    const int64_t n_str = kvt_read_pattern_streams(pat);
     const uint64_t *win = p->buf + p->next++ % p->n_win * p->n_chunks * (CHUNK / 8);
     bw_job J = {win, p->sums, p->n_chunks / n_str * (CHUNK / 8), pat};
     const int64_t t0 = kvt_time_ns();

@@ -33,4 +33,11 @@ int64_t kvt_read_probe_bytes(const kvt_read_probe *p);
 // (> 0), or 0 when the pool has more threads than init allowed or pat is not a pattern.
 double kvt_read_probe_pass(kvt_read_probe *p, kvt_threadpool *pool, kvt_read_pattern pat);
 
+// One task's read in pattern pat: its streams (kvt_read_pattern_streams: 1, 4 or 2) start `stride` bytes apart at p,
+// each `len` bytes long; returns the XOR of the 64-bit words read (which keeps the loads alive). Reads whole 128-byte
+// (KVT_READ_ONE) or 64-byte steps of each stream: the bytes past the last whole step are not read. Any alignment. The
+// probe's passes read their chunks with it, and tools/bench/kq_decode_bench.c a decode task's rows.
+uint64_t kvt_read_streams(const void *p, int64_t stride, int64_t len, kvt_read_pattern pat);
+int kvt_read_pattern_streams(kvt_read_pattern pat);
+
 #endif

@@ -28,7 +28,6 @@
 // within minutes: only such paired figures resolve a 5-10% difference (docs/log/BENCHMARKS-kernels-2.md, ms11c).
 //   build/kq_decode_bench -t 2 -s avx2 -M 512 -T q8_0_x8 -S gate -S down -A v=0 -B v=4 -P 40
 
-#include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,52 +54,19 @@ typedef struct {
     int64_t wrs, rows, chunk;
     uint64_t sums[64 * 8];
 } stream_job;
-__attribute__((target("avx2"))) static void stream_task(void *vj, int64_t t, int thread) {
+// The task's rows read in pattern pat (membw.c's kvt_read_streams): one stream, or the range in that pattern's parts,
+// 64 bytes of each in turn.
+static void stream_pat(void *vj, int64_t t, int thread, kvt_read_pattern pat) {
     stream_job *J = vj;
     const int64_t r0 = t * J->chunk, r1 = r0 + J->chunk < J->rows ? r0 + J->chunk : J->rows;
-    const __m256i *p = (const __m256i *)(J->w + r0 * J->wrs), *e = (const __m256i *)(J->w + r1 * J->wrs);
-    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    for (; p + 4 <= e; p += 4) {
-        a = _mm256_xor_si256(a, _mm256_loadu_si256(p));
-        b = _mm256_xor_si256(b, _mm256_loadu_si256(p + 1));
-        c = _mm256_xor_si256(c, _mm256_loadu_si256(p + 2));
-        d = _mm256_xor_si256(d, _mm256_loadu_si256(p + 3));
-    }
-    a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
-    uint64_t r[4];
-    _mm256_storeu_si256((__m256i *)r, a);
-    J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
+    const int64_t len = (r1 - r0) * J->wrs / (64 * kvt_read_pattern_streams(pat)) * 64; // bytes per part
+    J->sums[(thread & 63) * 8] ^= kvt_read_streams(J->w + r0 * J->wrs, len, len, pat);
 }
-// The probe patterns over one task's bytes of the same copy: its range in np parts, 64 bytes of each in turn, each
-// part's line pf bytes ahead prefetched, into L1 (l1) or L2: np 4, 4096 into L2 as membw.c's KVT_READ_FOUR_PF; np 2,
-// 2048 into L1 as KVT_READ_TWO_PF_L1 (the faster on an AMD Zen 5: docs/log/BENCHMARKS-kernels-5.md, z5kq).
-__attribute__((target("avx2"), always_inline)) static inline void stream_parts(void *vj, int64_t t, int thread, const int np,
-                                                                              const int pf, const bool l1) {
-    stream_job *J = vj;
-    const int64_t r0 = t * J->chunk, r1 = r0 + J->chunk < J->rows ? r0 + J->chunk : J->rows;
-    const int64_t len = (r1 - r0) * J->wrs / (64 * np) * 64; // bytes per part (a multiple of 64)
-    const char *p = J->w + r0 * J->wrs;
-    __m256i x[4];
-    for (int k = 0; k < 4; k++) x[k] = _mm256_setzero_si256();
-    for (int64_t i = 0; i < len; i += 64)
-        for (int k = 0; k < np; k++) {
-            const char *q = p + k * len + i;
-            if (l1) _mm_prefetch(q + pf, _MM_HINT_T0);
-            else _mm_prefetch(q + pf, _MM_HINT_T1);
-            x[k] = _mm256_xor_si256(x[k], _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q),
-                                                           _mm256_loadu_si256((const __m256i *)(q + 32))));
-        }
-    const __m256i a = _mm256_xor_si256(_mm256_xor_si256(x[0], x[1]), _mm256_xor_si256(x[2], x[3]));
-    uint64_t r[4];
-    _mm256_storeu_si256((__m256i *)r, a);
-    J->sums[(thread & 63) * 8] ^= r[0] ^ r[1] ^ r[2] ^ r[3];
-}
-__attribute__((target("avx2"))) static void stream4_task(void *vj, int64_t t, int thread) {
-    stream_parts(vj, t, thread, 4, 4096, false);
-}
-__attribute__((target("avx2"))) static void stream2_task(void *vj, int64_t t, int thread) {
-    stream_parts(vj, t, thread, 2, 2048, true);
-}
+static void stream_task(void *vj, int64_t t, int thread) { stream_pat(vj, t, thread, KVT_READ_ONE); }
+// The probe patterns over one task's bytes of the same copy: KVT_READ_FOUR_PF (4 parts, lines 4 KiB ahead into L2) and
+// KVT_READ_TWO_PF_L1 (2 parts, 2 KiB ahead into L1: the faster on an AMD Zen 5, docs/log/BENCHMARKS-kernels-5.md, z5kq).
+static void stream4_task(void *vj, int64_t t, int thread) { stream_pat(vj, t, thread, KVT_READ_FOUR_PF); }
+static void stream2_task(void *vj, int64_t t, int thread) { stream_pat(vj, t, thread, KVT_READ_TWO_PF_L1); }
 
 // A form of -A / -B: the study form v, the prefetch distance pf (-1: the CPU's), the weight type t (-1: the -T
 // type; another one of the same bytes per row, e.g. q6_K against q6_K_x8: its own copies, built the same way) and the
