@@ -7,7 +7,8 @@ the oracle set at several budgets, and passkey retrieval, each mode beside dense
   tools/sparse_eval.py passkey -m MODEL [--lengths 2048,4096,8192] [--depths D,...] [--budget 0.125]
                                [--config NAME=FLAGS ...] [--modes off,oracle,quest,NAME] [--base SESSION]
                                [--check-load]
-  tools/sparse_eval.py agree   -m MODEL -f TEXT [-c 2048] [-n 256] [--budget 0.125]
+  tools/sparse_eval.py agree   -m MODEL -f TEXT [-c 2048] [-n 256] [--budget 0.125] [--config NAME=FLAGS ...]
+                               [--modes oracle,quest,NAME]
   tools/sparse_eval.py recall  -m MODEL -f TEXT [--lengths 4096,8192] [-n 128] [--budget 0.125] [--modes ...]
   tools/sparse_eval.py variants -m MODEL -f TEXT [-c 1024] [--chunks 1] [--budget 0.125] [--only NAME,...]
 
@@ -293,7 +294,8 @@ def run_recall(args):
 def run_agree(args):
     """Greedy agreement with dense: the text's first tokens as the prompt (about -c minus the generated count),
     then -n tokens generated greedily by dense and by each mode; reports the tokens equal to dense's before the
-    first difference and the share equal position by position."""
+    first difference and the share equal position by position, and the distinct tokens of each continuation (a
+    few: a repetition loop, which every mode tends to reproduce, so that agreement says little there)."""
     import tempfile
     tmp = tempfile.mkdtemp(prefix="kvt-agree-")
     atexit.register(shutil.rmtree, tmp, True)  # nothing left in /tmp, whatever the exit
@@ -302,9 +304,10 @@ def run_agree(args):
     ctx = ["-c", str(args.ctx), "-t", str(args.threads), "--no-progress", "--ignore-eos"]
     kvtier(args, ["generate", "-m", args.model, "-f", save_f, "-n", "1", "--temp", "0", "--json", "--kv-save", sess] + ctx)
     ref = None
-    print("\n| mode | budget | tokens equal before the first difference | equal position by position | run s |")
-    print("|---|---|---|---|---|")
-    for mode in ["off"] + MODES:
+    print("\n| mode | budget | tokens equal before the first difference | equal position by position | distinct tokens | run s |")
+    print("|---|---|---|---|---|---|")
+    modes = [m for m in args.modes if m != "off"] if args.modes else MODES + list(CONFIGS)
+    for mode in ["off"] + modes:
         r, sec = kvtier(args, ["generate", "-m", args.model, "-f", pre_f, "-n", str(args.n_gen), "--temp", "0", "--json",
                                "--kv-load", sess] + ctx + sparse_flags(mode, args.budget))
         toks = r["ids"]
@@ -313,9 +316,9 @@ def run_agree(args):
         first = next((i for i, (a, b) in enumerate(zip(ref, toks)) if a != b), min(len(ref), len(toks)))
         same = sum(1 for a, b in zip(ref, toks) if a == b)
         print(json.dumps({"mode": mode, "budget": args.budget, "n_prompt": r["n_prompt"], "n_gen": len(toks),
-                          "first_diff": first, "equal": same, "s": sec}), flush=True)
-        print("| %s | %s | %d / %d | %d / %d | %.0f |" % (mode, args.budget if mode != "off" else 1, first, len(ref),
-                                                          same, len(ref), sec), flush=True)
+                          "first_diff": first, "equal": same, "distinct": len(set(toks)), "s": sec}), flush=True)
+        print("| %s | %s | %d / %d | %d / %d | %d | %.0f |" % (mode, args.budget if mode != "off" else 1, first, len(ref),
+                                                               same, len(ref), len(set(toks)), sec), flush=True)
     os.unlink(sess)
 
 
