@@ -1229,6 +1229,22 @@ static void test_cli_preset(const test_env *env, const char *model) {
                 "rc %d, bad rc %d, output %.400s", rc5, bad4, rr ? rr : o5);
     test_result(same && over && bad != 0 && qb, name, "rc %d %d %d %d, bad rc %d, output %.300s", rc1, rc2, rc3, rc4, bad,
                 s1 ? s1 : o1);
+    // --sparse-page-elems: acc's pages shrink to at most E key elements per KV head (this model: head_dim 32, so acc's 256
+    // keep pages of 4, as above); E 64: pages of 2, E 16: 1; an explicit --sparse-rerank-block after it keeps its size
+    static char o6[3][1 << 16];
+    const char *pe_flags[3] = {"--sparse-page-elems 64", "--sparse-page-elems 16", "--sparse-page-elems 64 --sparse-rerank-block 4"};
+    const char *pe_want[3] = {"2,", "1,", "4,"}; // block and rerank_block
+    bool pe = true;
+    for (int i = 0; i < 3; i++) {
+        char f[128], wb[32], wr[40];
+        snprintf(f, sizeof f, "--sparse-preset acc %s", pe_flags[i]);
+        snprintf(cmd, sizeof cmd, run, env->cli, model, f);
+        snprintf(wb, sizeof wb, "\"block\":%s", pe_want[i]);
+        snprintf(wr, sizeof wr, "\"rerank_block\":%s", pe_want[i]);
+        pe = pe && test_run(cmd, o6[i], sizeof o6[i]) == 0 && strstr(o6[i], wb) && strstr(o6[i], wr);
+    }
+    test_result(pe, "sparse: --sparse-page-elems caps acc's page (E / head_dim positions, at least 1); an explicit page size kept",
+                "output %.300s", o6[0]);
 }
 
 // The int8 block layout's terms: asyncspade needs head_dim % 4 == 0 (refused with a message otherwise; quest does

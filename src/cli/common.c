@@ -89,6 +89,8 @@ const char *const cli_engine_help =
     "  --sparse-block-sum   asyncspade with --sparse-block: a page's score is its predicted mass (the sum)\n"
     "  --sparse-rerank-block Q  asyncspade with --sparse-rerank: the real query keeps whole pages of Q\n"
     "                       positions (most candidate mass first), so the set fits a fast tier of K (0: token level)\n"
+    "  --sparse-page-elems E  asyncspade: pages of --sparse-block / --sparse-rerank-block shrink to at most E key\n"
+    "                       elements per KV head (max(1, E / head_dim) positions; acc: 256; 0: as given)\n"
     "  --sparse-keep H      asyncspade with --sparse-rerank-block: a page the previous step kept counts\n"
     "                       (1 + H) times its mass (fewer pages change per step; default 0: off)\n"
     "  --sparse-share       asyncspade with --sparse-rerank-block: a layer's KV heads share their budgets\n"
@@ -118,8 +120,8 @@ const char *const cli_engine_help =
     "  --sparse-rerank-resid-cal N  with --sparse-rerank-resid: those first re-ranks per layer and KV head (4)\n"
     "  --sparse-preset keep|doc|acc  asyncspade with a measured set of the flags above (docs/SPARSE.md): keep\n"
     "                       (pages of 16, re-rank x4, keep 0.25, int8 re-rank query), doc (x6 + share, pages of 16),\n"
-    "                       acc (pages of 4, x8 + share, 1 dense first layer: the accuracy one; --kv-block 4 on\n"
-    "                       a paged store);\n"
+    "                       acc (pages of 4, at most 256 key elements: 1 position at head_dim 256; x8 + share,\n"
+    "                       1 dense first layer: the accuracy one; --kv-block 4 on a paged store);\n"
     "                       flags after it change its settings\n"
     "  --sparse-stats       per step: overlap with the oracle set and attention mass recall (an exact pass)\n"
     "  --sparse-seqs N      sequences whose key summaries --kv-fast reserves (default 1; beam and serve: theirs)\n"
@@ -227,6 +229,7 @@ static const char *sparse_flag_unused(const kvt_sparse_params *p, const char **m
                  {p->rerank != 0, "--sparse-rerank"},
                  {p->block_sum, "--sparse-block-sum"},
                  {p->rerank_block != 0, "--sparse-rerank-block"},
+                 {p->page_elems != 0, "--sparse-page-elems"},
                  {p->keep != 0, "--sparse-keep"},
                  {p->share, "--sparse-share"},
                  {p->share_layers, "--sparse-share-layers"},
@@ -311,20 +314,22 @@ static int cli_sparse_flag(kvt_args *a, const char *flag, kvt_sparse_params *sp)
         return 1;
     }
     int32_t *ints[] = {&sp->sink, &sp->recent, &sp->window, &sp->dense_layers, &sp->page, &sp->real_layers, &sp->block,
-                       &sp->prefetch_layers, &sp->seqs, &sp->rerank_block, &sp->key_bits, &sp->rerank_bits};
+                       &sp->prefetch_layers, &sp->seqs, &sp->rerank_block, &sp->key_bits, &sp->rerank_bits,
+                       &sp->page_elems};
     const char *names[] = {"--sparse-sink", "--sparse-recent", "--sparse-window", "--sparse-dense-layers", "--sparse-page",
                            "--sparse-real-layers", "--sparse-block", "--sparse-prefetch-layers", "--sparse-seqs",
-                           "--sparse-rerank-block", "--sparse-key-bits", "--sparse-rerank-bits"};
-    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0, 1, 0, 4, 4};
-    const int64_t hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 8, 8};
-    for (int i = 0; i < 12; i++) {
+                           "--sparse-rerank-block", "--sparse-key-bits", "--sparse-rerank-bits", "--sparse-page-elems"};
+    const int64_t lo[] = {0, 1, 1, 0, 1, 0, 0, 0, 1, 0, 4, 4, 0};
+    const int64_t hi[] = {1 << 20, 1 << 20, 64, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 8, 8, 1 << 20};
+    for (int i = 0; i < 13; i++) {
         if (strcmp(flag, names[i])) continue;
         if (!kvt_args_int(a, flag, lo[i], hi[i], &v)) return -1;
-        if (i >= 10 && v != 4 && v != 8) {
+        if ((i == 10 || i == 11) && v != 4 && v != 8) {
             fprintf(stderr, "kvtier %s: %s: 4 or 8 bits\n", a->cmd, flag);
             return -1;
         }
         *ints[i] = (int32_t)v;
+        if (ints[i] == &sp->block || ints[i] == &sp->rerank_block) sp->page_elems = 0; // an explicit page size is kept
         return 1;
     }
     if (!strcmp(flag, "--sparse-rerank-qbits")) {

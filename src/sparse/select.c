@@ -46,6 +46,7 @@ bool kvt_sparse_params_preset(const char *name, kvt_sparse_params *p) {
     p->mode = KVT_SPARSE_ASYNCSPADE;
     p->rerank = acc ? 8.0 : !strcmp(name, "doc") ? 6.0 : 4.0;
     p->block = p->rerank_block = acc ? 4 : 16; // acc: pages of 4 since 2026-12-02 (docs/SPARSE.md, "ACC4")
+    p->page_elems = acc ? 256 : 0; // acc: a page at most 256 key elements per KV head (Gemma 3: 1 position; docs/SPARSE.md, "gacc")
     p->block_sum = true;
     p->prefetch_top = 0.5;
     p->keep = 0.25;

@@ -81,6 +81,11 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     if (pp->mode == KVT_SPARSE_OFF) return KVT_OK;
     kvt_sparse_params p = *pp;
     kvt_sparse_params_resolve(&p);
+    if (p.mode == KVT_SPARSE_ASYNCSPADE && p.page_elems > 0 && d->head_dim > 0) { // pages of at most page_elems key elements
+        const int32_t q = p.page_elems / d->head_dim > 1 ? p.page_elems / d->head_dim : 1;
+        if (p.block > q) p.block = q;
+        if (p.rerank_block > q) p.rerank_block = q;
+    }
     if (p.budget_frac > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-budget %g: a fraction must be <= 1", p.budget_frac);
     if (p.fallback < 0.0 || p.fallback > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-fallback %g: a cosine in [0, 1]", p.fallback);
     if (p.layer_floor < 0.0 || p.layer_floor > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-layer-floor %g: a fraction in [0, 1]", p.layer_floor);

@@ -51,6 +51,10 @@ typedef struct {
     int32_t block;        // asyncspade: select whole pages of block positions (a page's score: the largest of its
                           // positions' scores), so that the set maps onto the store's blocks (--kv-block); 0 or
                           // 1: token-level (default)
+    int32_t page_elems;   // asyncspade: the most key elements a page of block / rerank_block positions may hold per KV head:
+                          // at init each of the two larger than 1 becomes min(itself, max(1, page_elems / head_dim)) (acc: 256,
+                          // pages of 4 at head_dim <= 64, 2 at 128, 1 at 256); 0: as given. --sparse-block and
+                          // --sparse-rerank-block set it to 0 (an explicit page size is kept)
     bool block_sum;       // asyncspade with block: a page's score is the sum of its positions' scores (the group's
                           // predicted mass in the page) instead of their largest
     int32_t rerank_block; // asyncspade with rerank: the real query keeps whole pages of rerank_block positions (a
@@ -102,8 +106,9 @@ bool kvt_sparse_pred_parse(const char *s, kvt_sparse_pred *out);
 //   "keep": rerank 4, block 16, block_sum, rerank_block 16, prefetch_top 0.5, keep 0.25, rerank_qbits 8 (the speed
 //           configuration KEEP)
 //   "doc":  keep's with rerank 6, share and rerank_qbits 16 (the documented configuration)
-//   "acc":  rerank 8, block 4, block_sum, rerank_block 4, prefetch_top 0.5, keep 0.25, share, dense_layers 1,
-//           rerank_qbits 16 (the accuracy configuration, pages of 4; pages of 8 until 2026-12-02)
+//   "acc":  rerank 8, block 4, block_sum, rerank_block 4, page_elems 256, prefetch_top 0.5, keep 0.25, share, dense_layers 1,
+//           rerank_qbits 16 (the accuracy configuration, pages of 4; pages of 8 until 2026-12-02; since 2026-12-02 18:00 UTC
+//           pages of at most 256 key elements: 1 position on Gemma 3's 256-dimension heads, docs/SPARSE.md "gacc")
 // Returns false (p unchanged) on another name.
 bool kvt_sparse_params_preset(const char *name, kvt_sparse_params *p);
 
