@@ -33,7 +33,8 @@ static int g_fail;
 #include <cpuid.h>
 #endif
 // The CPU's prefetch distances on an AMD CPU of family 0x1A on with AVX-512 (Zen 5; quant.c detect_prefetch, z5dq):
-// 1024 bytes for the 32-block x8 GEMVs (q8_0_x8, q4_1_x8, their decode form then 34), none for the K-quant ones, 256
+// 1024 bytes for the 32-block x8 GEMVs (q8_0_x8, q4_1_x8, their decode form then 34) and q4_K_x8 (its decode on the
+// AVX2 GEMV, z5dq2), none for the other K-quant ones, 256
 // for the dense ones (z5f16: f16 and bf16 then take decode form 24). Other CPUs: nothing to check here (their distances: quant.h). Skipped under KVT_PREFETCH.
 static void test_prefetch_zen5(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -50,11 +51,13 @@ static void test_prefetch_zen5(void) {
           "x8 distances %lld %lld, q4_1_x8 form %d", (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q8_0_X8),
           (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q4_1_X8), kvt_kernels_decode_form(KVT_TYPE_Q4_1_X8));
     CHECK("prefetch_zen5", !kvt_kernels_prefetch_type(KVT_TYPE_Q4_K) && !kvt_kernels_prefetch_type(KVT_TYPE_Q6_K) &&
-                               !kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8),
-          "K-quant distances not 0");
+                               kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8) == 1024,
+          "K-quant distances not 0 (q4_K_x8: not 1024)");
     CHECK("prefetch_zen5", kvt_kernels_prefetch_dense() == 256 && kvt_kernels_decode_form(KVT_TYPE_BF16) == 24,
           "dense distance %lld, bf16 form %d", (long long)kvt_kernels_prefetch_dense(), kvt_kernels_decode_form(KVT_TYPE_BF16));
-    CHECK("prefetch_zen5", kvt_kernels_f16_decode_avx2(), "f16_x16 decode not on its AVX2 GEMV");
+    CHECK("prefetch_zen5", kvt_kernels_decode_avx2(KVT_TYPE_F16_X16) && kvt_kernels_decode_avx2(KVT_TYPE_Q4_K_X8) &&
+                               !kvt_kernels_decode_avx2(KVT_TYPE_Q8_0_X8),
+          "f16_x16 / q4_K_x8 decode not on its AVX2 GEMV");
 #endif
 }
 

@@ -216,8 +216,8 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
     const kvt_repack_ops *rp = kvt_type_repack_into(wt);
     const int64_t wrs = kvt_row_size(st, n);
     if (wt == KVT_TYPE_F16_X16) { // every ISA and batch: one FMA chain per output, the same bits (f16x16.h)
-        if (isa >= KVT_ISA_AVX2) { // (one token on Zen 5: the AVX2 GEMV, kvt_kernels_f16_decode_avx2)
-            const int a5 = isa == KVT_ISA_AVX512 && !(n_tok == 1 && kvt_kernels_f16_decode_avx2());
+        if (isa >= KVT_ISA_AVX2) { // (one token on Zen 5: the AVX2 GEMV, kvt_kernels_decode_avx2)
+            const int a5 = isa == KVT_ISA_AVX512 && !(n_tok == 1 && kvt_kernels_decode_avx2(wt));
             void *s = gemm_scratch(0, (size_t)(a5 ? kvt_f16x16_scratch_avx512 : kvt_f16x16_scratch_avx2)(n, n_tok));
             if (s) {
                 (a5 ? kvt_f16x16_mm_avx512 : kvt_f16x16_mm_avx2)(n, W, r0, r1, Xq, n_tok, Y, ldy, s);
@@ -241,8 +241,8 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
             return;
         }
     }
-    if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) { // decode (kqx8.h)
-        const x8_ctx c = {isa, NULL};
+    if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) { // decode (kqx8.h; Zen 5: AVX2, kvt_kernels_decode_avx2)
+        const x8_ctx c = {isa == KVT_ISA_AVX512 && kvt_kernels_decode_avx2(wt) ? KVT_ISA_AVX2 : isa, NULL};
         x8_groups(x8_q4k, &c, n, W, wrs, r0, r1, Xq, 0, 1, Y, 0);
         return;
     }

@@ -884,15 +884,16 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #endif
 // The prefetch slots: a type's distance (kvt_kernels_prefetch_type), PF_QUANT (kvt_kernels_prefetch), PF_DENSE
 // (kvt_kernels_prefetch_dense), then from PF_L1 a type's L1 flag (kvt_kernels_prefetch_l1).
-// PF_F16_AVX2 (after them): kvt_kernels_f16_decode_avx2.
-enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_F16_AVX2 = PF_L1 + KVT_TYPE_COUNT, PF_SLOTS };
+// PF_DEC_AVX2 (after them): kvt_kernels_decode_avx2.
+enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_DEC_AVX2 = PF_L1 + KVT_TYPE_COUNT, PF_SLOTS };
 // This CPU's value of every slot (quant.h). Distances: GenuineIntel KVT_PF_INTEL for all. AuthenticAMD without
 // AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (1024, z4k; 2048 z3k) for
 // q4_K_x8 and KVT_PF_AMD_AVX2_Q6K (1024: into L1 only, paired 1.02-1.09x against 4096, z5k6; z3k's 2048 lost with
 // the L2 + L1 prefetch) for the q6_K_r rows (docs/log/BENCHMARKS-kernels-3.md), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
 // (BENCHMARKS-kernels-2.md, kq6x8) but on family 0x1A on (Zen 5) KVT_PF_AMD_ZEN5 (1024) for the 32-block x8 GEMVs
-// (q8_0_x8, q4_1_x8: paired 1.20-1.30x and 1.10-1.14x from DRAM, z5dq in docs/log/BENCHMARKS-kernels-5.md) and still
-// none for the K-quant ones (q4_K, q4_K_x8, q6_K: 0.89-0.91x and 0.97-1.06x with it); the dense ones KVT_PF_AMD_ZEN5_DENSE
+// (q8_0_x8, q4_1_x8: paired 1.20-1.30x and 1.10-1.14x from DRAM, z5dq in docs/log/BENCHMARKS-kernels-5.md) and for
+// q4_K_x8, whose decode runs its AVX2 GEMV there (kvt_kernels_decode_avx2: into L1 only at that distance, z5dq2), and
+// still none for the other K-quant ones (q4_K, q6_K: 0.89-0.91x and 0.97-1.06x with it); the dense ones KVT_PF_AMD_ZEN5_DENSE
 // (256: f16_x16's split form, its L1 prefetch KVT_X8_PF_NEAR ahead, paired 1.03-1.22x against none; bf16's four-stream
 // form 24, 1.02-1.07x; z5f16 in docs/log/BENCHMARKS-kernels-5.md; z5dq's 1024 and 4096 lost, 0.88-0.98x). KVT_PREFETCH=BYTES sets all the distances. L1 flags: 1 but on AMD without AVX-512
 // for q8_0_x8 (KVT_PF_AMD_AVX2_Q80_L1, 0: paired 1.01-1.09x without on a Zen 3, z4q8) and q4_1_x8
@@ -912,7 +913,7 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
         unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0, fam = 0; // leaf 1: the family, base + extended where base is 0xF
         if (__get_cpuid(1, &a1, &b1, &c1, &d1)) fam = (a1 >> 8 & 0xF) == 0xF ? 0xF + (a1 >> 20 & 0xFF) : a1 >> 8 & 0xF;
         zen5 = zen5_cpu = amd && !amd_avx2 && fam >= 0x1A;
-        if (zen5) pq = KVT_PF_AMD_ZEN5, pd = KVT_PF_AMD_ZEN5_DENSE;
+        if (zen5) pq = p4 = KVT_PF_AMD_ZEN5, pd = KVT_PF_AMD_ZEN5_DENSE;
     }
 #endif
     const char *e = getenv("KVT_PREFETCH");
@@ -925,7 +926,7 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
         v[s] = s == KVT_TYPE_Q4_K_X8 ? p4 : s == KVT_TYPE_Q6_K_R ? p6 : s == PF_DENSE ? pd
              : zen5 && (s == KVT_TYPE_Q4_K || s == KVT_TYPE_Q6_K) ? 0 : pq;
     for (int t = 0; t < KVT_TYPE_COUNT; t++) v[PF_L1 + t] = 1;
-    v[PF_F16_AVX2] = zen5_cpu;
+    v[PF_DEC_AVX2] = zen5_cpu;
     if (amd_avx2) {
         v[PF_L1 + KVT_TYPE_Q8_0_X8] = KVT_PF_AMD_AVX2_Q80_L1 != 0;
         v[PF_L1 + KVT_TYPE_Q4_1_X8] = KVT_PF_AMD_AVX2_Q41_L1 != 0;
@@ -953,7 +954,9 @@ int64_t kvt_kernels_prefetch(void) { return prefetch_slot(PF_QUANT); }
 int64_t kvt_kernels_prefetch_type(kvt_type t) { return prefetch_slot((unsigned)t < KVT_TYPE_COUNT ? (int)t : PF_QUANT); }
 int64_t kvt_kernels_prefetch_dense(void) { return prefetch_slot(PF_DENSE); }
 int kvt_kernels_prefetch_l1(kvt_type t) { return (unsigned)t < KVT_TYPE_COUNT ? prefetch_slot(PF_L1 + (int)t) != 0 : 1; }
-int kvt_kernels_f16_decode_avx2(void) { return prefetch_slot(PF_F16_AVX2) != 0; }
+int kvt_kernels_decode_avx2(kvt_type t) {
+    return (t == KVT_TYPE_F16_X16 || t == KVT_TYPE_Q4_K_X8) && prefetch_slot(PF_DEC_AVX2) != 0;
+}
 
 // The decode forms (matmul.h): a study form set for a type, else its default.
 static _Atomic int g_decode_variant[KVT_TYPE_COUNT];
