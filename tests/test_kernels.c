@@ -35,7 +35,8 @@ static int g_fail;
 // The CPU's prefetch distances on an AMD CPU of family 0x1A on with AVX-512 (Zen 5; quant.c detect_prefetch, z5dq):
 // 1024 bytes for the 32-block x8 GEMVs (q8_0_x8, q4_1_x8, their decode form then 34) and q4_K_x8 (its decode on the
 // AVX2 GEMV, z5dq2), none for the other K-quant ones, 256
-// for the dense ones (z5f16: f16 and bf16 then take decode form 24). Other CPUs: nothing to check here (their distances: quant.h). Skipped under KVT_PREFETCH.
+// for the dense ones (z5f16: f16 and bf16 then take decode form 24); q6_K repacked to q6_K_r, whose decode runs the AVX2
+// GEMV (z5q6). Other CPUs: nothing to check here (their distances: quant.h). Skipped under KVT_PREFETCH.
 static void test_prefetch_zen5(void) {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0;
@@ -56,8 +57,12 @@ static void test_prefetch_zen5(void) {
     CHECK("prefetch_zen5", kvt_kernels_prefetch_dense() == 256 && kvt_kernels_decode_form(KVT_TYPE_BF16) == 24,
           "dense distance %lld, bf16 form %d", (long long)kvt_kernels_prefetch_dense(), kvt_kernels_decode_form(KVT_TYPE_BF16));
     CHECK("prefetch_zen5", kvt_kernels_decode_avx2(KVT_TYPE_F16_X16) && kvt_kernels_decode_avx2(KVT_TYPE_Q4_K_X8) &&
-                               !kvt_kernels_decode_avx2(KVT_TYPE_Q8_0_X8),
-          "f16_x16 / q4_K_x8 decode not on its AVX2 GEMV");
+                               kvt_kernels_decode_avx2(KVT_TYPE_Q6_K_R) && !kvt_kernels_decode_avx2(KVT_TYPE_Q8_0_X8),
+          "f16_x16 / q4_K_x8 / q6_K_r decode not on its AVX2 GEMV");
+    // q6_K repacked to q6_K_r there (z5q6), its decode with the q6_K rows' prefetch (distance slot 0: into L1 KQ_PF ahead)
+    const kvt_repack_ops *q6 = kvt_type_repack(KVT_TYPE_Q6_K);
+    CHECK("prefetch_zen5", kvt_kernels_isa() != KVT_ISA_AVX512 || (q6 && q6->to == KVT_TYPE_Q6_K_R && !kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R)),
+          "q6_K not repacked to q6_K_r on AVX-512 (or its distance not 0)");
 #endif
 }
 
@@ -499,13 +504,14 @@ static void test_repack_q4_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r
 }
 
 // q6_K "repacked" at load: a copy (the same type and layout, quant.c), or q6_K_r where the AVX2 kernels are the
-// dispatched ones (quant.h): repack_check of both. extreme (q6_K_r): values 63 (1) or 0 .. 63 by element (2),
+// dispatched ones or the AVX-512 decode runs the AVX2 GEMVs (Zen 5; quant.h): repack_check of both. extreme (q6_K_r): values 63 (1) or 0 .. 63 by element (2),
 // scales -128, activations -128 / 127 (the int16 bound of the pair sums added before the scales).
 static void test_repack_q6_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
     const kvt_type t = KVT_TYPE_Q6_K;
     const kvt_repack_ops *rp = kvt_type_repack(t), *cp = kvt_type_repack_into(t), *rr = kvt_type_repack_into(KVT_TYPE_Q6_K_R);
     char *wq, *xq;
-    if (!rp || !cp || !rr || rp->to != (kvt_kernels_isa() == KVT_ISA_AVX2 ? KVT_TYPE_Q6_K_R : t) || cp->to != t ||
+    const bool to_r = kvt_kernels_isa() == KVT_ISA_AVX2 || (kvt_kernels_isa() == KVT_ISA_AVX512 && kvt_kernels_decode_avx2(KVT_TYPE_Q6_K_R));
+    if (!rp || !cp || !rr || rp->to != (to_r ? KVT_TYPE_Q6_K_R : t) || cp->to != t ||
         rr->to != KVT_TYPE_Q6_K_R || cp->row_align != 1 || rr->row_align != 1 || kvt_type_repacked_from(t) != t ||
         kvt_type_repacked_from(KVT_TYPE_Q6_K_R) != t || !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
         CHECK("repack_q6_K_table", false, "no q6_K copy (q6_K -> q6_K, any rows) or q6_K_r");
@@ -1284,7 +1290,8 @@ int test_kernels_main(void) {
     }
     // q6_K "repacked" (copied unchanged into the repacked weights' huge pages): rows of any count, cut ranges, tokens
     {
-        static const int64_t shp[][5] = {{256, 1, 1, 0, 1}, {512, 13, 1, 2, 11}, {2048, 24, 3, 0, 24}, {768, 17, 9, 1, 16}};
+        static const int64_t shp[][5] = {{256, 1, 1, 0, 1}, {512, 13, 1, 2, 11}, {2048, 24, 3, 0, 24}, {768, 17, 9, 1, 16},
+                                         {1024, 35, 20, 1, 34}, {512, 16, 8, 0, 16}};
         for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
             test_repack_q6_K(shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4], 0);
         test_repack_q6_K_keep_rng(512, 13, 9, 2, 11, 1);

@@ -358,8 +358,8 @@ DEFINE_KP_ROWS(q6_K, kvt_block_q6_K, KVT_TYPE_Q6_K)
 #define KQ_PSB (KQ_DMIN + 64)
 
 // Transposes 16 rows of 8 dwords (row i in in[i]) into 8 zmm of 16 dwords
-// (column kk, lane l = row l) stored at dst + 64*kk.
-INLINE void transpose16x8_store(const __m256i in[16], uint8_t *dst) {
+// (column kk, lane l = row l) stored at lo + 64*kk (kk < 4) and hi + 64*(kk - 4).
+INLINE void transpose16x8_store2(const __m256i in[16], uint8_t *lo, uint8_t *hi) {
     // rows fed as [0-3, 8-11 | 4-7, 12-15] so that lane l ends up as row l
     static const int ord[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
     __m512i z[8], t[8], u[8];
@@ -376,9 +376,24 @@ INLINE void transpose16x8_store(const __m256i in[16], uint8_t *dst) {
     }
     // u[c] (c < 4): 128-bit lanes = rows ord[0..3] col c, col c+4, rows ord[8..11] col c, col c+4
     UNROLL for (int c = 0; c < 4; c++) {
-        _mm512_store_si512((void *)(dst + 64 * c), _mm512_shuffle_i32x4(u[c], u[c + 4], 0x88));
-        _mm512_store_si512((void *)(dst + 64 * (c + 4)), _mm512_shuffle_i32x4(u[c], u[c + 4], 0xdd));
+        _mm512_store_si512((void *)(lo + 64 * c), _mm512_shuffle_i32x4(u[c], u[c + 4], 0x88));
+        _mm512_store_si512((void *)(hi + 64 * c), _mm512_shuffle_i32x4(u[c], u[c + 4], 0xdd));
     }
+}
+// The same, column kk at dst + 64*kk.
+INLINE void transpose16x8_store(const __m256i in[16], uint8_t *dst) { transpose16x8_store2(in, dst, dst + 256); }
+
+// Sub-blocks j and 4 + j (j < 4) of a q6_K_r block (quant.h: pair j, bytes i < 16 of the first half, 16 .. 31 of the
+// second): A = ql & 63 are elements 0..7 and 16..23 of a sub-block, B = the qh nibble | ql's top two bits the elements
+// 8 later. *lo: elements 0..15 of sub-block j (lane 0: A[0..7], B[0..7]) and of 4 + j (lane 1); *hi: elements 16..31.
+INLINE void kq_sub2_q6r(const kvt_block_q6_K *b, int j, __m256i *lo, __m256i *hi) {
+    const __m256i p = _mm256_loadu_si256((const __m256i *)(b->ql + 32 * j));
+    const __m256i n = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * (j >> 1)));
+    const __m256i a = _mm256_and_si256(p, _mm256_set1_epi8(0x3F));
+    const __m256i nb = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(n, 4) : n, _mm256_set1_epi8(0x0F));
+    const __m256i bv = _mm256_or_si256(nb, _mm256_and_si256(_mm256_srli_epi16(p, 2), _mm256_set1_epi8(0x30)));
+    *lo = _mm256_unpacklo_epi64(a, bv);
+    *hi = _mm256_unpackhi_epi64(a, bv);
 }
 
 // The 32 values of sub-block j (elements 32j .. 32j + 31) of a q4_K / q6_K super-block, in element order.
@@ -450,7 +465,7 @@ INLINE void kq_pack_scales(int Q6, const __m128i s8[KQ_R], uint8_t *pb) {
     }
 }
 
-// Packs rows [0, nr) (nr <= 16) of nb super-blocks.
+// Packs rows [0, nr) (nr <= 16) of nb super-blocks of q4_K (Q6 0), q6_K (1) or q6_K_r (2: the q6_K panel).
 INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
     const size_t bs = Q6 ? sizeof(kvt_block_q6_K) : sizeof(kvt_block_q4_K);
     for (int64_t b = 0; b < nb; b++) {
@@ -473,6 +488,18 @@ INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8
             }
         }
         kq_pack_scales(Q6, s8, pb);
+        if (Q6 == 2) { // q6_K_r: sub-blocks j and 4 + j from the same bytes (quads 0..3 of both, then 4..7)
+            UNROLL for (int j = 0; j < 4; j++) {
+                __m256i lo[KQ_R], hi[KQ_R];
+                UNROLL for (int r = 0; r < KQ_R; r++) {
+                    if (blk[r]) kq_sub2_q6r((const kvt_block_q6_K *)blk[r], j, &lo[r], &hi[r]);
+                    else lo[r] = hi[r] = _mm256_setzero_si256();
+                }
+                transpose16x8_store2(lo, pb + 512 * j, pb + 512 * (4 + j));
+                transpose16x8_store2(hi, pb + 512 * j + 256, pb + 512 * (4 + j) + 256);
+            }
+            continue;
+        }
         for (int j = 0; j < 8; j++) {
             __m256i v[KQ_R];
             UNROLL for (int r = 0; r < KQ_R; r++) v[r] = blk[r] ? kq_sub(Q6, blk[r], j) : _mm256_setzero_si256();
@@ -570,3 +597,13 @@ static void q6_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
                       float *Y, int64_t ldy, void *scratch) {
     kq_gemm_p(1, kq_pack_rows, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
 }
+// q6_K_r rows (quant.h): the q6_K panel packed from them (kq_sub2_q6r), so the q6_K tile's bits.
+static void kq_pack_q6r(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
+    (void)Q6;
+    kq_pack(2, nb, W, wrs, nr, pan);
+}
+void kvt_q6kr_gemm_avx512(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
+                          float *Y, int64_t ldy, void *scratch) {
+    kq_gemm_p(1, kq_pack_q6r, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
+}
+int64_t kvt_q6kr_gemm_scratch_avx512(int64_t n) { return kq_scratch(n, 0); }

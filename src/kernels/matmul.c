@@ -247,9 +247,18 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
         return;
     }
     const int64_t a0 = (r0 + 7) / 8 * 8, a1 = r1 / 8 * 8, xrs = kvt_row_size(KVT_TYPE_Q8_K, n);
-    if (wt == KVT_TYPE_Q6_K_R && isa == KVT_ISA_AVX2) {
+    if (wt == KVT_TYPE_Q6_K_R && isa >= KVT_ISA_AVX2) {
         // decode: the activation row in the layout's order, then quant_avx2.c's rows in pairs per strip (as q6_K's
-        // rows kernel through matmul_kernel); batches: gemm_avx2.c's 8-row q6_K tile on side data made from the rows
+        // rows kernel through matmul_kernel); batches: gemm_avx2.c's 8-row q6_K tile on side data made from the rows,
+        // on AVX-512 (Zen 5, kvt_kernels_decode_avx2) from KVT_Q6KR_GEMM_MIN tokens kq_avx512.h's q6_K panel tile on
+        // panels packed from them (the q6_K bits on both ISAs, as the AVX-512 q6_K rows)
+        if (isa == KVT_ISA_AVX512 && n_tok >= KVT_Q6KR_GEMM_MIN) {
+            void *pan = gemm_scratch(0, (size_t)kvt_q6kr_gemm_scratch_avx512(n));
+            if (pan) {
+                kvt_q6kr_gemm_avx512(n, (const char *)W + r0 * wrs, (size_t)wrs, r1 - r0, Xq, (size_t)xrs, n_tok, Y + r0, ldy, pan);
+                return;
+            }
+        }
         if (n_tok == 1) {
             char *P = gemm_scratch(0, (size_t)xrs);
             if (P) {

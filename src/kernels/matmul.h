@@ -184,6 +184,14 @@ void kvt_q4kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, 
 void kvt_q4kx8_gemm_avx512(int64_t n, const void *W, int64_t nr, const void *X, int64_t n_tok, float *Y, int64_t ldy,
                            void *scratch);
 int64_t kvt_q4kx8_gemm_scratch_avx512(int64_t n);
+// q6_K_r rows (quant.h; wrs: the q6_K row size) on AVX-512, batches of KVT_Q6KR_GEMM_MIN tokens on: Y[t * ldy + r],
+// r < nr, against n_tok q8_K rows X (stride xrs), with kvt_q6kr_gemm_scratch_avx512(n) bytes of 64-aligned scratch:
+// kq_avx512.h's q6_K panel tile on panels packed from the q6_K_r rows, so the q6_K bits (q6_K_r is the AVX-512
+// layout on AMD Zen 5 only, whose decode runs the AVX2 q6_K_r GEMV: kvt_kernels_decode_avx2).
+#define KVT_Q6KR_GEMM_MIN 9
+void kvt_q6kr_gemm_avx512(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
+                          float *Y, int64_t ldy, void *scratch);
+int64_t kvt_q6kr_gemm_scratch_avx512(int64_t n);
 
 // GEMM tiles (gemm_avx2.c, and gemm_avx512.c for isa avx512), the gemm entries
 // of the SIMD kernels: each output is bit-identical to that ISA's GEMV for that

@@ -702,17 +702,29 @@ static inline void q6_K_set(kvt_block_q6_K *b, int e, int q) {
     b->ql[64 * h + l + 32 * (k & 1)] |= (uint8_t)((q & 0xF) << (k < 2 ? 0 : 4));
     b->qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
 }
+// q[e] = the 6-bit value of element e of the q6_K block b (q6_K_value's, 32 contiguous bytes at a time).
+static void q6_K_values(const kvt_block_q6_K *b, uint8_t q[KVT_QK_K]) {
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t lo = b->ql[64 * h + l + 32 * (k & 1)];
+                q[128 * h + 32 * k + l] = (uint8_t)((k < 2 ? lo & 0xF : lo >> 4) | ((b->qh[32 * h + l] >> (2 * k)) & 3) << 4);
+            }
+}
+// (at load, every q6_K matrix where the q6_K_r decode runs: the values of a block decoded once, then placed)
 static void q6_K_r_pack(const void *src, void *dst, int64_t rows, int64_t n) {
     const kvt_block_q6_K *x = src;
     kvt_block_q6_K *o = dst;
+    uint8_t q[KVT_QK_K];
     for (int64_t b = 0; b < rows * (n / KVT_QK_K); b++) {
         kvt_block_q6_K t = x[b]; // scales, d
-        memset(t.ql, 0, sizeof t.ql), memset(t.qh, 0, sizeof t.qh);
+        q6_K_values(&x[b], q);
         for (int j = 0; j < 4; j++)
             for (int i = 0; i < 32; i++) {
-                const int e = q6r_elem(j, i), qa = q6_K_value(&x[b], e), qb = q6_K_value(&x[b], e + 8);
+                const int e = q6r_elem(j, i), qa = q[e], qb = q[e + 8];
                 t.ql[32 * j + i] = (uint8_t)(qa | (qb >> 4) << 6);
-                t.qh[32 * (j >> 1) + i] |= (uint8_t)((qb & 15) << (4 * (j & 1)));
+                if (j & 1) t.qh[32 * (j >> 1) + i] |= (uint8_t)((qb & 15) << 4);
+                else t.qh[32 * (j >> 1) + i] = (uint8_t)(qb & 15);
             }
         o[b] = t;
     }
@@ -760,7 +772,10 @@ static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
 
 const kvt_repack_ops *kvt_type_repack(kvt_type t) {
     if (t == KVT_TYPE_F16 && !kvt_f16x16_enabled()) return NULL; // KVT_F16X16=0 (f16x16.h)
-    if (t == KVT_TYPE_Q6_K && kvt_kernels_isa() == KVT_ISA_AVX2) return &k_repack_q6r;
+    // q6_K_r where the AVX2 q6_K_r decode runs: AVX2 machines, and AVX-512 ones where decode takes the AVX2 GEMVs (Zen 5)
+    const kvt_isa isa = kvt_kernels_isa();
+    if (t == KVT_TYPE_Q6_K && (isa == KVT_ISA_AVX2 || (isa == KVT_ISA_AVX512 && kvt_kernels_decode_avx2(KVT_TYPE_Q6_K_R))))
+        return &k_repack_q6r;
     return (unsigned)t < KVT_TYPE_COUNT && k_repack[t].pack ? &k_repack[t] : NULL;
 }
 
@@ -893,7 +908,9 @@ enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_DEC_AVX2 = PF_L1 + KVT_TYP
 // (BENCHMARKS-kernels-2.md, kq6x8) but on family 0x1A on (Zen 5) KVT_PF_AMD_ZEN5 (1024) for the 32-block x8 GEMVs
 // (q8_0_x8, q4_1_x8: paired 1.20-1.30x and 1.10-1.14x from DRAM, z5dq in docs/log/BENCHMARKS-kernels-5.md) and for
 // q4_K_x8, whose decode runs its AVX2 GEMV there (kvt_kernels_decode_avx2: into L1 only at that distance, z5dq2), and
-// still none for the other K-quant ones (q4_K, q6_K: 0.89-0.91x and 0.97-1.06x with it); the dense ones KVT_PF_AMD_ZEN5_DENSE
+// still none for the other K-quant ones (q4_K, q6_K: 0.89-0.91x and 0.97-1.06x with it; q6_K_r, whose decode runs its
+// AVX2 GEMV there too: its slot 0 gives the q6_K rows' prefetch, into L1 KQ_PF = 4096 ahead, which read faster than
+// 1024-8192 into L1, L2 or both: 0.84-1.01x, z5q6); the dense ones KVT_PF_AMD_ZEN5_DENSE
 // (256: f16_x16's split form, its L1 prefetch KVT_X8_PF_NEAR ahead, paired 1.03-1.22x against none; bf16's four-stream
 // form 24, 1.02-1.07x; z5f16 in docs/log/BENCHMARKS-kernels-5.md; z5dq's 1024 and 4096 lost, 0.88-0.98x). KVT_PREFETCH=BYTES sets all the distances. L1 flags: 1 but on AMD without AVX-512
 // for q8_0_x8 (KVT_PF_AMD_AVX2_Q80_L1, 0: paired 1.01-1.09x without on a Zen 3, z4q8) and q4_1_x8
@@ -955,7 +972,7 @@ int64_t kvt_kernels_prefetch_type(kvt_type t) { return prefetch_slot((unsigned)t
 int64_t kvt_kernels_prefetch_dense(void) { return prefetch_slot(PF_DENSE); }
 int kvt_kernels_prefetch_l1(kvt_type t) { return (unsigned)t < KVT_TYPE_COUNT ? prefetch_slot(PF_L1 + (int)t) != 0 : 1; }
 int kvt_kernels_decode_avx2(kvt_type t) {
-    return (t == KVT_TYPE_F16_X16 || t == KVT_TYPE_Q4_K_X8) && prefetch_slot(PF_DEC_AVX2) != 0;
+    return (t == KVT_TYPE_F16_X16 || t == KVT_TYPE_Q4_K_X8 || t == KVT_TYPE_Q6_K_R) && prefetch_slot(PF_DEC_AVX2) != 0;
 }
 
 // The decode forms (matmul.h): a study form set for a type, else its default.

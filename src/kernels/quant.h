@@ -98,11 +98,13 @@ int64_t kvt_kernels_prefetch_dense(void);
 // (kvt_kernels_decode_form: 34 with, 4 without; the other GEMVs' L1 prefetch is their form's, matmul.h). kvt_kernels_set_prefetch leaves it; the reset restores it.
 int kvt_kernels_prefetch_l1(kvt_type t);
 // Whether type t's decode GEMV (one token) runs its AVX2 kernel where the AVX-512 ones are dispatched: 1 on AMD Zen 5
-// (family 0x1A on with AVX-512) for f16_x16 and q4_K_x8, where the 256-bit loop reads DRAM faster (f16: tl-f16 tg32 with
+// (family 0x1A on with AVX-512) for f16_x16, q4_K_x8 and q6_K_r (q6_K then repacked to q6_K_r there as on AVX2, its
+// batches the AVX-512 q6_K panel tile packed from it: kvt_q6kr_gemm_avx512; z5q6), where the 256-bit loop reads DRAM faster (f16: tl-f16 tg32 with
 // KVT_ISA=avx2 4 of 4 alternating rounds ahead, medians 16.6 -> 19.1 t/s, token-paired share 85-86% -> 92-102%,
 // "f16 decode on Zen 5"; q4_K_x8 with lines 1024 bytes ahead into L1, its distance there: paired 1.01-1.08x, z5dq2;
 // docs/log/BENCHMARKS-kernels-5.md), else 0. The same bits: every f16_x16 kernel runs one FMA chain per output
-// (f16x16.h); q4_K_x8's GEMVs sum the exact integer totals of a super-block into the same float chains (kqx8.h).
+// (f16x16.h); q4_K_x8's GEMVs sum the exact integer totals of a super-block into the same float chains (kqx8.h), and
+// so do the q6_K / q6_K_r kernels of both ISAs (kq_avx512.h, quant_avx2.c).
 int kvt_kernels_decode_avx2(kvt_type t);
 // Tests and benchmarks: those distances from now on (clamped to 0 .. 65536, a multiple of 64); return the old one.
 int64_t kvt_kernels_set_prefetch(int64_t bytes);

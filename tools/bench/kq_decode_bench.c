@@ -27,6 +27,8 @@
 // of the paired ratios B/A and the share of pairs B wins; with -v, every pair. The bandwidth of a shared VM swings
 // within minutes: only such paired figures resolve a 5-10% difference (docs/log/BENCHMARKS-kernels-2.md, ms11c).
 //   build/kq_decode_bench -t 2 -s avx2 -M 512 -T q8_0_x8 -S gate -S down -A v=0 -B v=4 -P 40
+//   build/kq_decode_bench -t 2 -s avx512 -M 512 -T q6_K -S down -S out -A 0 -B t=q6_K_R,s=avx2 -P 20
+//     (q6_K's AVX-512 rows against the AVX2 q6_K_r rows of the same matrix: z5q6, docs/log/BENCHMARKS-kernels-5.md)
 
 #include <stdio.h>
 #include <stdlib.h>
