@@ -2,6 +2,7 @@
 // for random budgets, block sizes, granularities, policies and prefetch depths;
 // fork / copy-on-write; disk integrity (CRC mismatch, injected I/O errors);
 // budget errors; the pure eviction policies; CRC32C.
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -651,6 +652,36 @@ static bool batch_corrupt(batch_case *b, int i, int byte, uint8_t bit) {
 // copy of block 2 corrupted, the 5th read of the batch failed by injection; each block's outcome is its own (the
 // others read back exactly), with blocks that need the bounce buffer (1000 bytes) and blocks read straight into
 // their 4096-aligned destination, through the ring and with pread (no_uring).
+// A request the kernel takes and never completes (a read of an empty pipe through the ring) is cancelled after the
+// ring's stall time and done again with pread (which a pipe refuses: ESPIPE), so the caller returns instead of
+// waiting for ever (kv_uring.h, kvt_uring_set_stall_ms).
+static void test_uring_stall(void) {
+    const char *name = "kv: a ring request that never completes is cancelled after the stall time (no hang)";
+    int pfd[2];
+    const char *why = "pipe failed";
+    kvt_uring *u = pipe(pfd) == 0 ? kvt_uring_open(pfd[0], 4, &why) : NULL;
+    if (!u) {
+        test_skip(name, why);
+        return;
+    }
+    if (!kvt_uring_set_stall_ms(u, 50)) {
+        kvt_uring_close(u);
+        close(pfd[0]), close(pfd[1]);
+        test_skip(name, "this kernel's io_uring waits take no timeout (IORING_FEAT_EXT_ARG, Linux 5.11)");
+        return;
+    }
+    char buf[8];
+    const double t0 = kvt_time_ms();
+    const ssize_t r = kvt_uring_rw(u, false, buf, sizeof buf, 0);
+    const int e = errno;
+    const double ms = kvt_time_ms() - t0;
+    const int64_t stalls = kvt_uring_stalls(u);
+    kvt_uring_close(u);
+    close(pfd[0]), close(pfd[1]);
+    test_result(r < 0 && e == ESPIPE && stalls == 1 && ms >= 45.0, name, "r %zd errno %d stalls %lld after %.1f ms", r, e,
+                (long long)stalls, ms);
+}
+
 static void test_read_many(void) {
     bool ok = true;
     char detail[600] = "";
@@ -732,6 +763,8 @@ void test_session(const test_env *env, const char *synth_path);
 
 void test_kv(const test_env *env) {
     test_crc();
+    if (kvt_uring_compiled()) test_uring_stall();
+    else test_skip("kv: a ring request that never completes is cancelled after the stall time (no hang)", "built without liburing");
     test_read_many();
     test_write_many();
     test_policies();

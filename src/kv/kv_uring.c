@@ -19,6 +19,8 @@ struct kvt_uring {
     pthread_mutex_t mu; // guards the submission queue, the done flags and `reaping`
     pthread_cond_t cv;  // a request completed, or the reaper role became free
     bool reaping;       // a thread waits in io_uring_wait_cqe (the completion side has one user at a time)
+    int64_t stall_ms;   // a wait with no completion for this long cancels what is in flight (kvt_uring_set_stall_ms)
+    int64_t stalls;     // such cancellations so far
 };
 
 bool kvt_uring_compiled(void) { return true; }
@@ -41,6 +43,7 @@ kvt_uring *kvt_uring_open(int fd, unsigned entries, const char **why) {
         return NULL;
     }
     u->fd = fd;
+    u->stall_ms = KVT_URING_STALL_MS;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
     *why = "";
@@ -115,6 +118,45 @@ void kvt_uring_rw_start(kvt_uring *u, bool write, int n, void *const *buf, const
     pthread_mutex_unlock(&u->mu);
 }
 
+bool kvt_uring_set_stall_ms(kvt_uring *u, int64_t ms) {
+    pthread_mutex_lock(&u->mu);
+    u->stall_ms = ms > 0 ? ms : KVT_URING_STALL_MS;
+    pthread_mutex_unlock(&u->mu);
+    return (u->ring.features & IORING_FEAT_EXT_ARG) != 0;
+}
+
+int64_t kvt_uring_stalls(kvt_uring *u) {
+    pthread_mutex_lock(&u->mu);
+    const int64_t n = u->stalls;
+    pthread_mutex_unlock(&u->mu);
+    return n;
+}
+
+// Waits for a completion (mu not held). Where the kernel takes a wait's timeout as an argument (IORING_FEAT_EXT_ARG:
+// no entry of the submission queue, which other threads fill under mu), the wait ends after u->stall_ms with nothing
+// completed: then, with mu held, every request in flight on the ring is cancelled (IORING_ASYNC_CANCEL_ANY); each
+// completes with -ECANCELED (or -EINTR) and its owner does it again with pread/pwrite (kvt_uring_rw_finish). A request
+// the kernel holds past that (a device that never answers) is still waited for: its buffer stays in the kernel's hands.
+static void wait_or_cancel(kvt_uring *u, int64_t stall_ms) {
+    struct io_uring_cqe *cqe;
+    if (!(u->ring.features & IORING_FEAT_EXT_ARG)) {
+        (void)io_uring_wait_cqe(&u->ring, &cqe); // an error (EINTR) is retried by the caller's loop
+        return;
+    }
+    struct __kernel_timespec ts = {.tv_sec = stall_ms / 1000, .tv_nsec = (stall_ms % 1000) * 1000000};
+    if (io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts) != -ETIME) return;
+    pthread_mutex_lock(&u->mu);
+    if (!io_uring_cq_ready(&u->ring)) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+        if (sqe) {
+            io_uring_prep_cancel(sqe, NULL, IORING_ASYNC_CANCEL_ANY);
+            io_uring_sqe_set_data(sqe, NULL); // its own completion is nobody's
+            if (io_uring_submit(&u->ring) >= 0) u->stalls++;
+        }
+    }
+    pthread_mutex_unlock(&u->mu);
+}
+
 void kvt_uring_rw_finish(kvt_uring *u, kvt_uring_pending *p, ssize_t *res) {
     const ureq *q = p->q;
     const int k = p->k;
@@ -127,11 +169,11 @@ void kvt_uring_rw_finish(kvt_uring *u, kvt_uring_pending *p, ssize_t *res) {
         u->reaping = true;
         reap_ready(u);
         if (!all_done(q, k)) {
-            struct io_uring_cqe *cqe;
+            const int64_t stall_ms = u->stall_ms;
             pthread_mutex_unlock(&u->mu);
-            // waits on the completion side only (submits nothing); an error (EINTR) is retried: the requests
-            // are in the kernel's hands and q must outlive them
-            (void)io_uring_wait_cqe(&u->ring, &cqe);
+            // waits on the completion side (submits nothing but a cancel after a stall); an error (EINTR) is
+            // retried: the requests are in the kernel's hands and q must outlive them
+            wait_or_cancel(u, stall_ms);
             pthread_mutex_lock(&u->mu);
             reap_ready(u);
         }
@@ -140,7 +182,8 @@ void kvt_uring_rw_finish(kvt_uring *u, kvt_uring_pending *p, ssize_t *res) {
     }
     pthread_mutex_unlock(&u->mu);
     for (int j = 0; j < p->n; j++) {
-        if (j < k) res[j] = q[j].res;
+        // a request cancelled after a stall (wait_or_cancel) is done again synchronously
+        if (j < k && q[j].res != -ECANCELED && q[j].res != -EINTR) res[j] = q[j].res;
         else {
             const ssize_t r = p->write ? pwrite(u->fd, p->buf[j], p->len[j], p->off[j])
                                        : pread(u->fd, p->buf[j], p->len[j], p->off[j]);
@@ -183,6 +226,16 @@ kvt_uring *kvt_uring_open(int fd, unsigned entries, const char **why) {
 }
 
 void kvt_uring_close(kvt_uring *u) { (void)u; }
+
+bool kvt_uring_set_stall_ms(kvt_uring *u, int64_t ms) {
+    (void)u, (void)ms;
+    return false;
+}
+
+int64_t kvt_uring_stalls(kvt_uring *u) {
+    (void)u;
+    return 0;
+}
 
 ssize_t kvt_uring_rw(kvt_uring *u, bool write, void *buf, size_t n, off_t off) {
     (void)u, (void)write, (void)buf, (void)n, (void)off;

@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct kvt_uring kvt_uring;
@@ -51,6 +52,15 @@ typedef struct {
 void kvt_uring_rw_start(kvt_uring *u, bool write, int n, void *const *buf, const size_t *len, const off_t *off,
                         kvt_uring_pending *p);
 void kvt_uring_rw_finish(kvt_uring *u, kvt_uring_pending *p, ssize_t *res);
+// A stalled ring: when a waiting thread sees no completion for stall_ms (default KVT_URING_STALL_MS), every request
+// in flight on the ring is cancelled and done again with pread/pwrite by its owner, so that a completion the kernel
+// never posts (seen once, 2026-12-03: an O_DIRECT write taken by the kernel, no io-wq worker, no completion, the test
+// suite waiting for ever) costs the stall time, not a hang; kvt_uring_stalls counts those cancellations. Needs a
+// kernel with IORING_FEAT_EXT_ARG (5.11 on): kvt_uring_set_stall_ms returns false where the wait has no timeout (an
+// older kernel). ms <= 0 restores the default.
+#define KVT_URING_STALL_MS 5000
+bool kvt_uring_set_stall_ms(kvt_uring *u, int64_t ms);
+int64_t kvt_uring_stalls(kvt_uring *u);
 // True if this build has io_uring support compiled in.
 bool kvt_uring_compiled(void);
 
