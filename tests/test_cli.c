@@ -147,8 +147,9 @@ void test_cli(const test_env *env) {
     const char *kvc = kvo ? strstr(kvo, "\"io_clean_blocks\":") : NULL;
     test_result(rc == 0 && strstr(out, "\"ids\":[463,449,306,461,458,327,473,372]") && dec && kvc && kvc < dec &&
                     strstr(kvo, "\"io_clean_batches\":") && strstr(kvo, "\"io_batch_blocks\":") &&
+                    strstr(kvo, "\"io_ring_cancels\":0") &&
                     strstr(dec, "\"io_clean_batches\":") && strstr(dec, "\"io_clean_blocks\":"),
-                "cli: generate --kv-disk --json prints the disk batches' counters, io_clean_* included", "exit %d: %.600s", rc,
+                "cli: generate --kv-disk --json prints the disk batches' counters, io_clean_* and io_ring_cancels included", "exit %d: %.600s", rc,
                 out);
     // bad input: one clear line, non-zero exit
     expect_error("cli: missing model file", env->cli, "generate -m /nonexistent.gguf -p hi", 1, "/nonexistent.gguf");

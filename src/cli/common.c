@@ -716,6 +716,7 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
     kvt_json_kv_int(j, "io_batch_blocks", st.io_batch_blocks);
     kvt_json_kv_int(j, "io_clean_batches", st.io_clean_batches);
     kvt_json_kv_int(j, "io_clean_blocks", st.io_clean_blocks);
+    if (eng) kvt_json_kv_int(j, "io_ring_cancels", st.io_ring_cancels); // disk requests redone after the ring's stall time
     kvt_json_kv_int(j, "block_bytes", st.block_bytes);
     kvt_json_obj_end(j);
     kvt_gpu_layers_stats gs;

@@ -103,6 +103,9 @@ typedef struct {
     // Fast-tier victims taken from the blocks a selection dropped (kvt_kv_paged_set_selected; no search), and victim
     // searches of the fast tier over a window of resident blocks.
     int64_t evict_dropped, evict_searched;
+    // Disk requests of the io_uring engine cancelled after its stall time with no completion (kv_uring.h
+    // kvt_uring_set_stall_ms) and redone with pread/pwrite: 0 on a healthy disk; no ring, 0.
+    int64_t io_ring_cancels;
 } kvt_kv_stats;
 
 typedef struct kvt_kv kvt_kv;

@@ -1225,6 +1225,7 @@ static void paged_stats(kvt_kv *kv, kvt_kv_stats *out) {
         out->used_bytes[t] = T->n_used * T->slot_bytes;
     }
     out->block_bytes = s->block_bytes;
+    if (s->tier[T2].present && s->tier[T2].ring) out->io_ring_cancels = kvt_uring_stalls(s->tier[T2].ring);
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -428,6 +428,9 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
     }
     METRIC("kv_wakeups_total", "counter", "Sleeps of threads on the KV store's condition that ended (blocks moved, room made).");
     fprintf(f, "kvtier_kv_wakeups_total %lld\n", (long long)s.kv.wakeups);
+    METRIC("kv_disk_ring_cancels_total", "counter", "Disk requests of the io_uring engine cancelled after its stall time "
+           "with no completion, then redone with pread/pwrite (0 on a healthy disk, or without io_uring).");
+    fprintf(f, "kvtier_kv_disk_ring_cancels_total %lld\n", (long long)s.kv.io_ring_cancels);
     METRIC("kv_copy_thread_cpu_seconds_total", "counter", "CPU time of the KV copy engine's threads (with no copy thread "
            "on memory copies: the wall time of the copies that compute threads took).");
     fprintf(f, "kvtier_kv_copy_thread_cpu_seconds_total %.6f\n", s.kv.io_cpu_ms / 1e3);
