@@ -36,9 +36,9 @@ JANSSON ?= $(shell printf '\043include <jansson.h>\nint main(void){json_decref(j
              $(CC) -x c - -ljansson -o /dev/null 2>/dev/null && echo 1 || echo 0)
 MHD     ?= $(shell printf '\043include <microhttpd.h>\nint main(void){return MHD_is_feature_supported(MHD_FEATURE_IPv6) < 0;}\n' | \
              $(CC) -x c - -lmicrohttpd -o /dev/null 2>/dev/null && echo 1 || echo 0)
-SERVE_JSON_SRC := src/serve/request.c src/serve/response.c
+SERVE_JSON_SRC := src/serve/request.c src/serve/response.c src/serve/native.c
 # the HTTP layer (http.c, http_job.c) needs both libraries
-SERVE_HTTP_SRC := src/serve/http.c src/serve/http_job.c
+SERVE_HTTP_SRC := src/serve/http.c src/serve/http_job.c src/serve/native_prompt.c
 SERVE_SRC := $(filter-out $(if $(filter 1,$(JANSSON)),,$(SERVE_JSON_SRC)) \
                $(if $(filter 11,$(JANSSON)$(MHD)),,$(SERVE_HTTP_SRC)),$(wildcard src/serve/*.c))
 ifeq ($(JANSSON),1)
@@ -187,7 +187,7 @@ fuzz:
 	SHARED=$(SHARED) fuzz/run.sh
 
 # ---- fuzz-request (issue 12): the OpenAI request parser, run by `make fuzz` before the GGUF target ----
-FUZZ_REQUEST_SRC := fuzz/fuzz_request.c src/serve/request.c src/serve/response.c src/serve/chat_template.c \
+FUZZ_REQUEST_SRC := fuzz/fuzz_request.c src/serve/request.c src/serve/response.c src/serve/native.c src/serve/chat_template.c \
                     src/serve/utf8_stream.c src/serve/sse.c src/serve/stop.c src/base/status.c
 .PHONY: fuzz-request
 fuzz: fuzz-request

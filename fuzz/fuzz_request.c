@@ -6,7 +6,7 @@
 // valid UTF-8 with no character split, and the prompt through the request's stop strings (a
 // violation traps).
 // Seeds (fuzz/seeds/request) hold the selector byte first: '0' completions, '1' chat, 0x80
-// /tokenize, 0x81 /detokenize.
+// /tokenize, 0x81 /detokenize, 0xC0 llama-server's /completion (native.h: its answers and /props are built too).
 // With clang: libFuzzer entry point (make fuzz). Without: KVT_FUZZ_STANDALONE builds a small
 // mutation driver: `fuzz_request SECONDS seed...`.
 #include <stddef.h>
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../src/serve/chat_template.h"
+#include "../src/serve/native.h"
 #include "../src/serve/request.h"
 #include "../src/serve/response.h"
 #include "../src/serve/sse.h"
@@ -70,13 +71,35 @@ static void check_stop(const kvt_request_params *p, const char *text, size_t pie
     kvt_stop_free(st);
 }
 
+// A parsed /completion request through its answers: a token event and the summary (text the prompt's), and /props.
+static void check_native(const kvt_request_params *p, const char *text) {
+    if (!p->native) __builtin_trap();
+    kvt_resp_alt alt = {text, strlen(text) < 4 ? strlen(text) : 4, -1.0, 7};
+    kvt_resp_logprob lp = {alt, &alt, 1, 0};
+    const int32_t *ids = p->prompt_ids;
+    size_t n_ids = (size_t)p->n_prompt_ids;
+    kvt_resp_timings t = {.prompt_n = 3, .predicted_n = 2, .prompt_ms = 1.5};
+    for (int stop = 0; stop < 2; stop++) {
+        kvt_native_resp r = {.stop = stop, .content = text, .len = strlen(text), .tokens = ids, .n_tokens = n_ids,
+                             .probs = &lp, .n_probs = 1, .has_probs = p->logprobs, .model = p->model,
+                             .prompt = text, .prompt_len = strlen(text), .params = p,
+                             .n_probs_asked = p->top_logprobs, .stop_type = "word",
+                             .stopping_word = p->n_stop ? p->stop[0] : "", .timings = stop ? &t : NULL};
+        char *json = NULL;
+        if (kvt_native_resp_json(&r, &json, NULL, NULL) == KVT_OK) free(json);
+    }
+    kvt_native_props pr = {2048, 1, p->model, text, text, "chatml", "<s>", "</s>", true};
+    char *json = NULL;
+    if (kvt_native_props_json(&pr, &json, NULL) == KVT_OK) free(json);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     uint8_t sel = data[0];
     const char *body = (const char *)data + 1;
     size_t n = size - 1;
     check_utf8(body, n, 1 + sel % 5);
-    kvt_req_kind kind = (sel & 0x80) ? ((sel & 1) ? KVT_REQ_DETOKENIZE : KVT_REQ_TOKENIZE)
+    kvt_req_kind kind = (sel & 0x80) ? ((sel & 1) ? KVT_REQ_DETOKENIZE : (sel & 0x40) ? KVT_REQ_NATIVE : KVT_REQ_TOKENIZE)
                         : (sel & 1)  ? KVT_REQ_CHAT
                                      : KVT_REQ_COMPLETION;
     kvt_request *r = NULL;
@@ -97,6 +120,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kvt_request_free(r);
         return 0;
     }
+    if (kind == KVT_REQ_NATIVE) {
+        if (p->native->pieces && p->native->n_pieces && p->native->pieces[0].text) text = p->native->pieces[0].text;
+        check_native(p, text);
+        check_stop(p, text, 1 + (sel >> 2) % 7);
+        kvt_request_free(r);
+        return 0;
+    }
     char *prompt = NULL;
     if (kind == KVT_REQ_CHAT) {
         kvt_chat_template *t = NULL;
@@ -108,7 +138,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     check_stop(p, text, 1 + (sel >> 2) % 7);
-    kvt_resp_alt alt = {text, strlen(text) < 4 ? strlen(text) : 4, -1.0};
+    kvt_resp_alt alt = {text, strlen(text) < 4 ? strlen(text) : 4, -1.0, 0};
     kvt_resp_logprob lp = {alt, &alt, 1, 0};
     kvt_resp_choice c = {.text = text, .len = strlen(text), .finish_reason = "stop", .has_logprobs = p->logprobs,
                          .logprobs = &lp, .n_logprobs = 1, .role = true};
@@ -158,7 +188,9 @@ int main(int argc, char **argv) {
         }
         uint8_t *buf = malloc(n);
         memcpy(buf, seeds[s], n);
-        buf[0] = (uint8_t)((buf[0] & 0x81) | ((iters << 1) & 0x7e)); // keep the endpoint, vary the format
+        // keep the endpoint (for /tokenize and /completion bit 6 too), vary the format
+        const uint8_t keep = (buf[0] & 0x80) ? 0xc1 : 0x81;
+        buf[0] = (uint8_t)((buf[0] & keep) | ((iters << 1) & 0x7e & ~keep));
         int k = (int)((r >> 7) % 4);
         for (int j = 0; j < k; j++) {
             r = r * 6364136223846793005ull + 1442695040888963407ull;

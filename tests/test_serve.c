@@ -486,8 +486,8 @@ static void test_response(void) {
                 "serve.response: text_completion with usage and cached_tokens", "shape differs");
     json_decref(j);
 
-    kvt_resp_alt top[2] = {{"Hi", 2, -0.1}, {"\xe2\x82", 2, -2.5}}; // the second is a partial character
-    kvt_resp_logprob lp = {{"Hi", 2, -0.1}, top, 2, 0};
+    kvt_resp_alt top[2] = {{"Hi", 2, -0.1, 0}, {"\xe2\x82", 2, -2.5, 0}}; // the second is a partial character
+    kvt_resp_logprob lp = {{"Hi", 2, -0.1, 0}, top, 2, 0};
     kvt_resp_choice cc = {.index = 1, .text = "Hi", .len = 2, .finish_reason = "length", .has_logprobs = true,
                           .logprobs = &lp, .n_logprobs = 1};
     r = (kvt_resp){.kind = KVT_REQ_CHAT, .id = "chatcmpl-2", .model = "m", .created = 1, .choices = &cc, .n_choices = 1,
@@ -531,7 +531,7 @@ static void test_response(void) {
                 "serve.response: the include_usage chunk has no choices and the usage", "shape differs");
     json_decref(j);
 
-    kvt_resp_logprob lps[2] = {{{"Hi", 2, -0.1}, top, 2, 0}, {{" there", 6, -0.7}, top, 1, 2}};
+    kvt_resp_logprob lps[2] = {{{"Hi", 2, -0.1, 0}, top, 2, 0}, {{" there", 6, -0.7, 0}, top, 1, 2}};
     kvt_resp_choice lc = {.index = 0, .text = "Hi there", .len = 8, .has_logprobs = true, .logprobs = lps, .n_logprobs = 2};
     r = (kvt_resp){.kind = KVT_REQ_COMPLETION, .chunk = true, .id = "c", .model = "m", .choices = &lc, .n_choices = 1};
     j = build(&r);

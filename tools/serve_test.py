@@ -368,6 +368,143 @@ def t_tokenize(s):
     assert st == 200 and r["usage"]["completion_tokens"] <= 2, (st, r)  # llama-server's name for max_tokens
 
 
+def native_stream(s, body):
+    """POSTs a streaming /completion (llama-server's shape: data events, no [DONE]); returns (status, events, raw)."""
+    c = s.conn()
+    try:
+        c.request("POST", "/completion", body=json.dumps(dict(body, stream=True)))
+        r = c.getresponse()
+        raw = r.read().decode("utf-8")
+    finally:
+        c.close()
+    events = []
+    for ev in raw.split("\n\n"):
+        if ev:
+            assert ev.startswith("data: ") and ev[6:] != "[DONE]", "event %r" % ev
+            events.append(json.loads(ev[6:]))
+    return r.status, events, raw
+
+
+NATIVE_SUMMARY = ("index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted", "tokens_evaluated",
+                  "generation_settings", "prompt", "has_new_line", "truncated", "stop_type", "stopping_word",
+                  "tokens_cached", "timings")
+
+
+@case("POST /completion (llama-server's native shape): greedy text equals /v1/completions; summary fields; "
+      "return_tokens round-trips through /detokenize; stream events add up to the same text, no [DONE]")
+def t_native(s):
+    body = {"prompt": "Once upon a time", "n_predict": 12, "temperature": 0}
+    st, _, r = s.post("/completion", dict(body, return_tokens=True))
+    assert st == 200, (st, r)
+    assert all(k in r for k in NATIVE_SUMMARY), sorted(r)
+    _, _, v1 = s.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0})
+    assert r["content"] == v1["choices"][0]["text"], (r["content"], v1["choices"][0]["text"])
+    assert r["tokens_predicted"] == v1["usage"]["completion_tokens"] == r["timings"]["predicted_n"], (r, v1["usage"])
+    assert r["tokens_evaluated"] == v1["usage"]["prompt_tokens"], (r, v1["usage"])
+    assert r["stop"] is True and r["prompt"].endswith("Once upon a time") and r["truncated"] is False, r  # BOS shown
+    assert r["stop_type"] in ("eos", "limit") and r["stopping_word"] == "", r
+    assert r["tokens_cached"] == r["tokens_evaluated"] + r["tokens_predicted"] - 1, r
+    assert r["has_new_line"] == ("\n" in r["content"]), r
+    g = r["generation_settings"]
+    assert g["n_predict"] == 12 and g["temperature"] == 0 and g["n_probs"] == 0 and g["stream"] is False, g
+    assert len(r["tokens"]) == r["tokens_predicted"], r
+    if r["stop_type"] == "limit" and "\ufffd" not in r["content"]:  # (the test model's bytes need not be UTF-8)
+        _, _, d = s.post("/detokenize", {"tokens": r["tokens"]})
+        assert d["content"] == r["content"], (d, r["content"])
+    st, _, plain = s.post("/completion", body)
+    assert plain["tokens"] == [] and plain["content"] == r["content"], plain  # tokens only with return_tokens
+    st, events, raw = native_stream(s, body)
+    assert st == 200 and "[DONE]" not in raw, raw[-200:]
+    assert all(e["stop"] is False and len(e["tokens"]) <= 1 for e in events[:-1]), events[:-1]
+    last = events[-1]
+    assert last["stop"] is True and last["content"] == "" and all(k in last for k in NATIVE_SUMMARY), last
+    assert "".join(e["content"] for e in events) == r["content"], ("".join(e["content"] for e in events), r["content"])
+    assert last["tokens_predicted"] == r["tokens_predicted"] and last["stop_type"] == r["stop_type"], (last, r)
+    assert [t for e in events for t in e["tokens"]] == r["tokens"], "streamed token ids differ"
+
+
+@case("/completion: a stop word cuts the text (stop_type word, stopping_word), whole and streamed; seed -1 is random; "
+      "n_predict wins over max_tokens")
+def t_native_stop(s):
+    _, _, r = s.post("/completion", {"prompt": "A", "n_predict": 40, "temperature": 0})
+    text = r["content"]
+    cand = [i for i in range(3, len(text) - 3) if text[i:i + 2].isascii() and text[i:i + 2].strip()]
+    assert cand, "no ASCII stop candidate in %r" % text
+    stop = text[cand[len(cand) // 2]:cand[len(cand) // 2] + 2]
+    want = text[:text.index(stop)]
+    body = {"prompt": "A", "n_predict": 40, "temperature": 0, "stop": ["\x01zz", stop]}
+    _, _, r = s.post("/completion", body)
+    assert r["content"] == want and r["stop_type"] == "word" and r["stopping_word"] == stop, (r, stop, want)
+    st, events, _ = native_stream(s, body)
+    assert "".join(e["content"] for e in events) == want and events[-1]["stopping_word"] == stop, events[-1]
+    _, _, r = s.post("/completion", {"prompt": "A", "n_predict": 3, "max_tokens": 9, "temperature": 0,
+                                     "ignore_eos": True})
+    assert r["tokens_predicted"] == 3 and r["stop_type"] == "limit", r
+    seeds = set()
+    for _ in range(2):
+        _, _, r = s.post("/completion", {"prompt": "A", "n_predict": 1, "seed": -1})
+        seeds.add(r["generation_settings"]["seed"])
+    assert len(seeds) == 2 and all(0 <= x < 2 ** 31 for x in seeds), seeds  # random, as llama-server's -1
+
+
+@case("/completion: n_predict -1 ends at the context's end (truncated, limit); token-id and mixed prompts; n_probs")
+def t_native_prompts(s):
+    _, _, props = s.request("GET", "/props")
+    n_ctx = json.loads(props)["default_generation_settings"]["n_ctx"]
+    ids = long_prompt_ids(n_ctx - 6, 5)
+    st, _, r = s.post("/completion", {"prompt": ids, "n_predict": -1, "temperature": 0, "ignore_eos": True})
+    assert st == 200 and r["tokens_evaluated"] == n_ctx - 6 and r["tokens_predicted"] == 6, (st, r)
+    assert r["truncated"] is True and r["stop_type"] == "limit", r
+    # a token-id prompt is used as given (no BOS added); a string prompt gets BOS as the model asks
+    _, _, tok = s.post("/tokenize", {"content": "The sky is", "add_special": True})
+    _, _, a = s.post("/completion", {"prompt": "The sky is", "n_predict": 8, "temperature": 0})
+    _, _, b = s.post("/completion", {"prompt": tok["tokens"], "n_predict": 8, "temperature": 0})
+    assert a["content"] == b["content"] and a["tokens_evaluated"] == b["tokens_evaluated"], (a, b)
+    _, _, tail = s.post("/tokenize", {"content": " blue and"})
+    _, _, head = s.post("/tokenize", {"content": "The sky is", "add_special": True})
+    _, _, m = s.post("/completion", {"prompt": ["The sky is"] + tail["tokens"], "n_predict": 8, "temperature": 0})
+    _, _, i = s.post("/completion", {"prompt": head["tokens"] + tail["tokens"], "n_predict": 8, "temperature": 0})
+    assert m["content"] == i["content"] and m["tokens_evaluated"] == i["tokens_evaluated"], (m, i)
+    _, _, o = s.post("/completion", {"prompt": {"prompt_string": "The sky is"}, "n_predict": 8, "temperature": 0})
+    assert o["content"] == a["content"], (o, a)
+    st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 5, "temperature": 0, "n_probs": 3})
+    probs = r["completion_probabilities"]
+    assert st == 200 and 1 <= len(probs) <= r["tokens_predicted"], r
+    for p in probs:
+        assert len(p["top_logprobs"]) == 3 and p["logprob"] <= 0 and isinstance(p["bytes"], list), p
+        assert p["id"] == p["top_logprobs"][0]["id"], p  # greedy: the most likely token
+    st, events, _ = native_stream(s, {"prompt": "A", "n_predict": 5, "temperature": 0, "n_probs": 3})
+    streamed = [p for e in events for p in e.get("completion_probabilities", [])]
+    assert [p["id"] for p in streamed] == [p["id"] for p in probs], (streamed, probs)
+
+
+@case("/completion refuses (400 naming the field) what kvtier does not implement; /props; GET /slots is 501")
+def t_native_refused(s):
+    for body, param in (({"mirostat": 2}, "mirostat"), ({"repeat_penalty": 1.2}, "repeat_penalty"),
+                        ({"n_probs": 50}, "n_probs"), ({"post_sampling_probs": True, "n_probs": 2}, "post_sampling_probs"),
+                        ({"grammar": "root ::= \"a\""}, "grammar"), ({"top_n_sigma": 1.5}, "top_n_sigma"),
+                        ({"samplers": ["temperature", "top_k"], "top_k": 5, "temperature": 0.7}, "samplers"),
+                        ({"n": 2}, "n"), ({"prompt": ["one", "two"]}, "prompt"), ({"lora": [{"id": 0}]}, "lora")):
+        st, _, r = s.post("/completion", dict({"prompt": "A", "n_predict": 2}, **body))
+        assert st == 400 and r["error"]["param"] == param, (body, st, r)
+    # accepted: the default sampler order, neutral values, llama-server's ignored fields
+    st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 2, "samplers": "kpmt", "cache_prompt": True,
+                                      "id_slot": -1, "mirostat": 0, "repeat_penalty": 1.0, "top_k": 40,
+                                      "temperature": 0.5, "seed": 3})
+    assert st == 200, (st, r)
+    st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 2, "samplers": ["top_k", "temperature"],
+                                      "top_p": 0.5, "temperature": 0})
+    assert st == 200 and r["generation_settings"]["top_p"] == 1.0, r  # top_p left out of the chain: not applied
+    st, _, data = s.request("GET", "/props")
+    p = json.loads(data)
+    assert st == 200 and p["default_generation_settings"]["n_ctx"] == 2048 and p["total_slots"] >= 1, p
+    assert p["model_path"] and p["modalities"] == {"vision": False, "video": False, "audio": False}, p
+    assert p["default_generation_settings"]["params"]["n_predict"] == -1 and p["endpoint_metrics"] is True, p
+    st, _, data = s.request("GET", "/slots")
+    assert st == 501, st
+    err_shape(json.loads(data), 501)
+
+
 @case("a client that disconnects (mid-stream, or waiting for a whole answer) cancels its job; the server goes on")
 def t_disconnect(s):
     for stream in (True, False):
@@ -793,7 +930,7 @@ def t_sigterm(kvtier, model, extra):
 
 def t_equal_generate(kvtier, smollm2):
     name = ("SmolLM2: temperature 0 output equals `kvtier generate` (completions, one reusing the previous "
-            "prompt's KV blocks by the prefix cache; the chat-rendered prompt)")
+            "prompt's KV blocks by the prefix cache; the chat-rendered prompt; /completion, whole and streamed)")
     if not smollm2 or not os.path.exists(smollm2):
         skip(name, "SmolLM2 not in the cache (make model)")
         return
@@ -824,6 +961,13 @@ def t_equal_generate(kvtier, smollm2):
             if g["n_prompt"] != r["usage"]["prompt_tokens"] or g["text"] != text:
                 ok, why = False, "%s: served %r (%d prompt tokens), generate %r (%d)" % (
                     path, text, r["usage"]["prompt_tokens"], g["text"], g["n_prompt"])
+            if path == "/v1/completions":  # llama-server's native /completion: the same text, streamed or not
+                _, _, n = s.post("/completion", {"prompt": prompt, "n_predict": 24, "temperature": 0})
+                _, events, _ = native_stream(s, {"prompt": prompt, "n_predict": 24, "temperature": 0})
+                streamed = "".join(e["content"] for e in events)
+                if n["content"] != g["text"] or streamed != g["text"] or n["tokens_evaluated"] != g["n_prompt"]:
+                    ok, why = False, "/completion: %r, streamed %r (%d prompt tokens), generate %r (%d)" % (
+                        n["content"], streamed, n["tokens_evaluated"], g["text"], g["n_prompt"])
         if ok and not (cached[1] > 0 and cached[1] % 4 == 0):
             ok, why = False, "cached_tokens %s: the second prompt should reuse whole blocks of the first's" % cached
         report(ok, name, why)
@@ -846,7 +990,8 @@ def main():
         report(False, "start", str(e))
         return 1
     for t in (t_health, t_models, t_completion, t_chat, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
-              t_hostile, t_slow, t_tokenize, t_disconnect, t_metrics, t_concurrent, t_load):
+              t_hostile, t_slow, t_tokenize, t_native, t_native_stop, t_native_prompts, t_native_refused,
+              t_disconnect, t_metrics, t_concurrent, t_load):
         t(s)
     rc = s.stop()
     report(rc == 0, "SIGTERM on an idle server: exit 0", "exit %s" % rc)

@@ -204,6 +204,10 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         goto done;
     }
+    kvt_str tmpl_src = {NULL, 0}; // GET /props: the GGUF's template, when kvtier renders chats from it
+    if (tmpl_name || fallback || kvt_gguf_get_str(g, "tokenizer.chat_template", &tmpl_src, NULL) != KVT_OK)
+        tmpl_src.ptr = NULL;
+    kvt_http_set_info(h, model_path, tmpl_src.ptr, tmpl_src.len);
     char *path_copy = strdup(model_path);
     kvt_http_set_ready(h, e, tok, t, path_copy ? basename(path_copy) : model_path);
     free(path_copy);

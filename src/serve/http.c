@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "http_job.h"
+#include "native.h"
 #include "request.h"
 #include "response.h"
 
@@ -33,6 +34,7 @@ struct kvt_http {
     const kvt_tokenizer *tok;
     const kvt_chat_template *tmpl;
     char *model_id;
+    char *model_path, *chat_template_src; // GET /props (kvt_http_set_info); NULL: unknown
     int64_t started;
     atomic_ullong serial;
     atomic_llong answers[6]; // responses by status class: [2] 2xx, [4] 4xx, [5] 5xx
@@ -92,7 +94,8 @@ static enum MHD_Result send_error(kvt_http *h, struct MHD_Connection *c, int sta
 
 // ---- the routes ----
 
-typedef enum { R_HEALTH, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_METRICS } route_id;
+typedef enum { R_HEALTH, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_METRICS, R_NATIVE, R_PROPS,
+               R_SLOTS } route_id;
 typedef struct {
     const char *path;
     const char *method;
@@ -105,6 +108,8 @@ static const route k_routes[] = {
     {"/v1/chat/completions", "POST", R_CHAT},   {"/chat/completions", "POST", R_CHAT},
     {"/tokenize", "POST", R_TOKENIZE},     {"/detokenize", "POST", R_DETOKENIZE},
     {"/metrics", "GET", R_METRICS},
+    {"/completion", "POST", R_NATIVE},     {"/props", "GET", R_PROPS}, // llama-server's native endpoints (native.h)
+    {"/slots", "GET", R_SLOTS},
 };
 
 static enum MHD_Result answer_health(kvt_http *h, struct MHD_Connection *c) {
@@ -120,6 +125,7 @@ static enum MHD_Result answer_health(kvt_http *h, struct MHD_Connection *c) {
 // `kvtier generate`), a chat's rendered prompt with special-token parsing and no BOS added (the template
 // writes it), or the given ids (checked against the vocabulary). NULL with *ae filled on error.
 static int32_t *prompt_ids(kvt_http *h, const kvt_request_params *p, int64_t *n, kvt_api_error *ae) {
+    if (p->native && p->native->pieces) return kvt_native_prompt_ids(p->native, h->tok, n, ae); // strings and ids
     const int32_t n_vocab = kvt_tokenizer_n_vocab(h->tok);
     if (p->prompt_ids) {
         for (int64_t i = 0; i < p->n_prompt_ids; i++) {
@@ -227,6 +233,13 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
         free(ids);
         return send_error(h, c, 500, "server_error", "out of memory for the request");
     }
+    if (kind == KVT_REQ_NATIVE) { // the prompt's text (special tokens rendered, as llama-server) for the answer
+        if (!p->has_seed) job.sampling.seed &= 0x7fffffff; // reported in generation_settings: 31 bits, as llama-server's
+        int64_t len = kvt_detokenize_ex(h->tok, ids, n_prompt, NULL, 0, false, true);
+        char *text = len >= 0 ? malloc((size_t)len + 1) : NULL;
+        if (text) kvt_detokenize_ex(h->tok, ids, n_prompt, text, len, false, true);
+        kvt_http_job_set_native(j, text, text ? (size_t)len : 0, job.sampling.seed, n_prompt);
+    }
     kvt_engine_callbacks cb = kvt_http_job_callbacks(j);
     uint64_t id;
     kvt_err err = {0};
@@ -326,6 +339,27 @@ static enum MHD_Result answer_tokenize(kvt_http *h, struct MHD_Connection *c, co
 static enum MHD_Result answer_models(kvt_http *h, struct MHD_Connection *c) {
     char *out = NULL;
     kvt_resp_models_json(h->model_id, h->started, &out, NULL);
+    return out ? send_body(h, c, 200, out, k_json, NULL, NULL) : send_error(h, c, 500, "server_error", "out of memory");
+}
+
+// GET /props: llama-server's server properties, the fields kvtier fills truthfully (native.h).
+static enum MHD_Result answer_props(kvt_http *h, struct MHD_Connection *c) {
+    kvt_engine_stats s;
+    kvt_engine_stats_get(h->engine, &s);
+    char *tok_text[2] = {NULL, NULL};
+    const int32_t special[2] = {kvt_token_bos(h->tok), kvt_token_eos(h->tok)};
+    for (int i = 0; i < 2; i++) {
+        size_t len = 0;
+        const char *t = special[i] >= 0 ? kvt_token_text(h->tok, special[i], &len) : "";
+        tok_text[i] = strndup(t ? t : "", t ? len : 0);
+    }
+    kvt_native_props pr = {kvt_engine_n_ctx(h->engine), s.n_parallel > 0 ? s.n_parallel : 1, h->model_id,
+                           h->model_path, h->chat_template_src, kvt_chat_template_name(h->tmpl), tok_text[0],
+                           tok_text[1], h->p.metrics};
+    char *out = NULL;
+    if (tok_text[0] && tok_text[1]) kvt_native_props_json(&pr, &out, NULL);
+    free(tok_text[0]);
+    free(tok_text[1]);
     return out ? send_body(h, c, 200, out, k_json, NULL, NULL) : send_error(h, c, 500, "server_error", "out of memory");
 }
 
@@ -588,6 +622,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_TOKENIZE: return answer_tokenize(h, c, cn, false);
     case R_DETOKENIZE: return answer_tokenize(h, c, cn, true);
     case R_METRICS: return answer_metrics(h, c);
+    case R_NATIVE: return answer_completion(h, c, cn, KVT_REQ_NATIVE);
+    case R_PROPS: return answer_props(h, c);
+    case R_SLOTS:
+        return send_error(h, c, 501, "not_supported_error", "GET /slots is not supported by kvtier: requests are not "
+                          "bound to slots (the sequences share one prefix cache); GET /metrics has the engine's state");
     default: return answer_health(h, c);
     }
 }
@@ -665,6 +704,13 @@ void kvt_http_set_ready(kvt_http *h, kvt_engine *e, const kvt_tokenizer *tok, co
     atomic_store(&h->ready, true);
 }
 
+void kvt_http_set_info(kvt_http *h, const char *model_path, const char *chat_template, size_t chat_template_len) {
+    free(h->model_path);
+    free(h->chat_template_src);
+    h->model_path = model_path ? strdup(model_path) : NULL;
+    h->chat_template_src = chat_template ? strndup(chat_template, chat_template_len) : NULL;
+}
+
 void kvt_http_quiesce(kvt_http *h) {
     atomic_store(&h->stopping, true);
     if (h->listen_fd < 0) h->listen_fd = (int)MHD_quiesce_daemon(h->d);
@@ -677,5 +723,7 @@ void kvt_http_stop(kvt_http *h) {
     if (h->listen_fd >= 0) close(h->listen_fd);
     free(h->api_key);
     free(h->model_id);
+    free(h->model_path);
+    free(h->chat_template_src);
     free(h);
 }

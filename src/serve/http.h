@@ -8,6 +8,7 @@
 //   POST /v1/completions, /v1/chat/completions   (request.h lists the fields; stream: SSE, data: [DONE])
 //   POST /tokenize, /detokenize
 //   GET  /metrics              Prometheus text (501 unless params.metrics)
+//   POST /completion, GET /props   llama-server's native shapes (native.h); GET /slots: 501
 // Errors are OpenAI error objects: 400 (malformed JSON, bad fields, prompt longer than the context),
 // 401 (api_key set, no "Authorization: Bearer KEY"; /health is open), 404 unknown path, 405 wrong
 // method (with Allow), 413 body over max_body, 503 + Retry-After (queue full, loading, stopping).
@@ -43,6 +44,9 @@ int kvt_http_port(const kvt_http *h);
 // kvt_http_stop) and the model's name for responses (copied).
 void kvt_http_set_ready(kvt_http *h, kvt_engine *e, const kvt_tokenizer *tok, const kvt_chat_template *tmpl,
                         const char *model_id);
+// What GET /props reports beyond the engine: the model file's path and the GGUF's chat template text (len bytes;
+// NULL when kvtier does not use it, e.g. --chat-template NAME), copied. Call before kvt_http_set_ready.
+void kvt_http_set_info(kvt_http *h, const char *model_path, const char *chat_template, size_t chat_template_len);
 // Stops accepting connections (requests on open connections get 503 from now on).
 void kvt_http_quiesce(kvt_http *h);
 // Closes every connection and stops the server's threads; then frees. Cancel or finish the engine's jobs

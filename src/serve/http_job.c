@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "../base/timer.h"
+#include "native.h"
 #include "response.h"
 #include "sse.h"
 #include "stop.h"
@@ -60,6 +61,13 @@ typedef struct {
     lp_entry *lps;                 // logprobs of the positions (whole response), or of the current chunk (stream)
     size_t n_lps, cap_lps;
     const char *finish;
+    // llama-server's /completion (KVT_REQ_NATIVE)
+    bytes pend;                    // a stream: the text emitted for the current token
+    int32_t *ids;                  // return_tokens: the generated ids (end-of-generation included, as llama-server)
+    size_t n_ids, cap_ids;
+    int64_t n_gen, raw_len;        // tokens seen; bytes of their pieces (a position's offset in the raw text)
+    size_t which;                  // the stop string that matched (stopped)
+    bool nl;                       // a stream: a newline was sent
 } choice;
 
 struct kvt_http_job {
@@ -83,6 +91,10 @@ struct kvt_http_job {
     size_t out_pos;
     char *piece;                   // scratch: a token's bytes
     size_t piece_cap;
+    char *prompt_text;             // native: the prompt's text (kvt_http_job_set_native)
+    size_t prompt_len;
+    uint64_t seed;
+    int64_t n_prompt;
 };
 
 static const char *k_empty = "";
@@ -135,11 +147,14 @@ void kvt_http_job_unref(kvt_http_job *j) {
         lps_clear(&j->ch[i]);
         free(j->ch[i].lps);
         free(j->ch[i].text.p);
+        free(j->ch[i].pend.p);
+        free(j->ch[i].ids);
         kvt_stop_free(j->ch[i].stop);
     }
     free(j->ch);
     free(j->out.p);
     free(j->piece);
+    free(j->prompt_text);
     free(j->model);
     kvt_request_free(j->req);
     pthread_mutex_destroy(&j->mu);
@@ -148,6 +163,13 @@ void kvt_http_job_unref(kvt_http_job *j) {
 }
 
 const kvt_request_params *kvt_http_job_params(const kvt_http_job *j) { return j->p; }
+
+void kvt_http_job_set_native(kvt_http_job *j, char *prompt_text, size_t prompt_len, uint64_t seed, int64_t n_prompt) {
+    j->prompt_text = prompt_text;
+    j->prompt_len = prompt_len;
+    j->seed = seed;
+    j->n_prompt = n_prompt;
+}
 
 void kvt_http_job_set_id(kvt_http_job *j, kvt_engine *e, uint64_t id) {
     pthread_mutex_lock(&j->mu);
@@ -176,16 +198,22 @@ static int64_t piece_of(kvt_http_job *j, int32_t id) {
     }
 }
 
-// Appends one SSE event with r's JSON to the stream (j->mu held).
-static void stream_event(kvt_http_job *j, const kvt_resp *r) {
-    char *json = NULL, *ev = NULL;
-    size_t jl = 0, el = 0;
-    if (kvt_resp_json(r, &json, &jl, NULL) || kvt_sse_frame(json, jl, &ev, &el, NULL) || !bytes_add(&j->out, ev, el)) {
-        j->failed_oom = true;
-    }
+// Appends one SSE event with the JSON text json[0..jl) (NULL: out of memory; freed) to the stream (j->mu held).
+static void push_event(kvt_http_job *j, char *json, size_t jl) {
+    char *ev = NULL;
+    size_t el = 0;
+    if (!json || kvt_sse_frame(json, jl, &ev, &el, NULL) || !bytes_add(&j->out, ev, el)) j->failed_oom = true;
     free(json);
     free(ev);
     pthread_cond_broadcast(&j->cv);
+}
+
+// Appends one SSE event with r's JSON to the stream (j->mu held).
+static void stream_event(kvt_http_job *j, const kvt_resp *r) {
+    char *json = NULL;
+    size_t jl = 0;
+    kvt_resp_json(r, &json, &jl, NULL);
+    push_event(j, json, jl);
 }
 
 static kvt_resp resp_of(const kvt_http_job *j, bool chunk, const kvt_resp_choice *choices, size_t n,
@@ -208,6 +236,10 @@ static kvt_resp_timings timings_of(const kvt_http_job *j) {
 // Streams text[0..n) (and the logprobs gathered since the last chunk) of choice i, with finish when non-NULL.
 static void stream_piece(kvt_http_job *j, int32_t i, const char *text, size_t n, const char *finish) {
     choice *c = &j->ch[i];
+    if (j->p->kind == KVT_REQ_NATIVE) { // one event per token, sent by on_token (native_partial)
+        if (!bytes_add(&c->pend, text, n)) j->failed_oom = true;
+        return;
+    }
     bool lp = j->p->logprobs && c->n_lps > 0;
     if (!n && !finish && !lp && (c->role_sent || j->p->kind != KVT_REQ_CHAT)) return;
     size_t n_lps = c->n_lps;
@@ -242,7 +274,7 @@ static bool emit_text(kvt_http_job *j, int32_t i, const char *s, size_t n, bool 
     bool matched = false;
     if (!c->stopped) {
         kvt_err err = {0};
-        matched = kvt_stop_feed(c->stop, u, un, &emit, &elen, NULL, &err);
+        matched = kvt_stop_feed(c->stop, u, un, &emit, &elen, &c->which, &err);
         if (!matched && err.status) j->failed_oom = true;
     }
     bytes tail = {0};
@@ -273,17 +305,24 @@ static bool alt_of(kvt_http_job *j, int32_t id, float logprob, kvt_resp_alt *a) 
     a->token = s;
     a->len = (size_t)n;
     a->logprob = logprob;
+    a->id = id;
     return true;
 }
 
+// arr (n elements of size elem used of *cap) with room for one more: arr itself or a larger copy (*cap doubled, or
+// first at first); NULL when out of memory (arr is then unchanged).
+static void *grow(void *arr, size_t n, size_t *cap, size_t elem, size_t first) {
+    if (n < *cap) return arr;
+    size_t c = *cap ? 2 * *cap : first;
+    void *p = realloc(arr, c * elem);
+    if (p) *cap = c;
+    return p;
+}
+
 static bool record_logprobs(kvt_http_job *j, choice *c, const kvt_engine_token *t) {
-    if (c->n_lps == c->cap_lps) {
-        size_t cap = c->cap_lps ? 2 * c->cap_lps : 16;
-        lp_entry *p = realloc(c->lps, cap * sizeof *p);
-        if (!p) return false;
-        c->lps = p;
-        c->cap_lps = cap;
-    }
+    lp_entry *lps = grow(c->lps, c->n_lps, &c->cap_lps, sizeof *lps, 16);
+    if (!lps) return false;
+    c->lps = lps;
     lp_entry *e = &c->lps[c->n_lps];
     memset(e, 0, sizeof *e);
     if (!alt_of(j, t->id, t->logprob, &e->lp.chosen)) return false;
@@ -293,7 +332,43 @@ static bool record_logprobs(kvt_http_job *j, choice *c, const kvt_engine_token *
         e->lp.n_top++;
     }
     e->lp.text_offset = (int64_t)c->text.len; // completions: where the token's text begins (non-stream)
+    if (j->p->kind == KVT_REQ_NATIVE) e->lp.text_offset = c->raw_len; // its offset in the generated bytes
     c->n_lps++;
+    return true;
+}
+
+// A native stream's event for one token (has_id) or for the text held back until the end: the text emitted since
+// the last event and the token's probabilities (j->mu held).
+static void native_partial(kvt_http_job *j, int32_t i, int32_t id, bool has_id) {
+    choice *c = &j->ch[i];
+    kvt_resp_logprob *lps = malloc((c->n_lps + 1) * sizeof *lps);
+    if (!lps) {
+        j->failed_oom = true;
+        return;
+    }
+    for (size_t k = 0; k < c->n_lps; k++) lps[k] = lp_view(&c->lps[k]);
+    if (c->pend.len && memchr(c->pend.p, '\n', c->pend.len)) c->nl = true;
+    kvt_native_resp r = {.content = c->pend.p ? c->pend.p : k_empty, .len = c->pend.len, .tokens = &id,
+                         .n_tokens = has_id, .probs = lps, .n_probs = c->n_lps,
+                         .has_probs = j->p->logprobs && c->n_lps > 0, .tokens_predicted = c->n_gen,
+                         .tokens_evaluated = j->n_prompt};
+    char *json = NULL;
+    size_t jl = 0;
+    kvt_native_resp_json(&r, &json, &jl, NULL);
+    push_event(j, json, jl);
+    free(lps);
+    lps_clear(c);
+    c->pend.len = 0;
+}
+
+// Native bookkeeping of a token before its text: its id (return_tokens), the count; false when out of memory.
+static bool native_token(kvt_http_job *j, choice *c, int32_t id) {
+    c->n_gen++;
+    if (!j->p->native || !j->p->native->return_tokens || j->p->stream) return true;
+    int32_t *ids = grow(c->ids, c->n_ids, &c->cap_ids, sizeof *ids, 64);
+    if (!ids) return false;
+    c->ids = ids;
+    c->ids[c->n_ids++] = id;
     return true;
 }
 
@@ -301,14 +376,19 @@ static bool on_token(void *user, int32_t i, const kvt_engine_token *t) {
     kvt_http_job *j = user;
     pthread_mutex_lock(&j->mu);
     choice *c = &j->ch[i];
+    const bool native = j->p->kind == KVT_REQ_NATIVE;
     if (!j->t_first) j->t_first = kvt_time_ns();
     bool go = !c->stopped && !j->failed_oom;
+    const bool live = go;
+    if (go && native && !native_token(j, c, t->id)) j->failed_oom = true;
     if (go && !t->eog) {
         if (j->p->logprobs && !record_logprobs(j, c, t)) j->failed_oom = true;
         int64_t n = piece_of(j, t->id);
         if (n < 0) j->failed_oom = true;
         else go = emit_text(j, i, j->piece, (size_t)n, false, NULL);
+        c->raw_len += n > 0 ? n : 0;
     }
+    if (native && j->p->stream && live && !j->failed_oom) native_partial(j, i, t->id, true);
     go = go && !j->failed_oom;
     pthread_mutex_unlock(&j->mu);
     return go;
@@ -320,6 +400,7 @@ static void on_finish(void *user, int32_t i, kvt_finish why) {
     choice *c = &j->ch[i];
     c->finish = why == KVT_FINISH_LENGTH && !c->stopped ? "length" : "stop";
     emit_text(j, i, NULL, 0, true, c->finish);
+    if (j->p->kind == KVT_REQ_NATIVE && j->p->stream && c->pend.len) native_partial(j, i, 0, false); // the held-back text
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -333,6 +414,50 @@ static void stream_error(kvt_http_job *j, int status, const char *type, const ch
     free(ev);
 }
 
+// The native summary of choice 0 (the only one) as JSON text, *len its length (may be NULL): the whole answer, or a
+// stream's last event (its text and tokens went in the token events). NULL when out of memory (j->mu held, job done).
+// completion_probabilities leave out the positions whose text begins after the end of a stop-string-cut content.
+static char *native_summary(kvt_http_job *j, size_t *len) {
+    const choice *c = &j->ch[0];
+    const kvt_request_params *p = j->p;
+    const bool stream = p->stream, length = c->finish && !strcmp(c->finish, "length");
+    size_t n_lps = stream ? 0 : c->n_lps;
+    while (c->stopped && n_lps > 0 && c->lps[n_lps - 1].lp.text_offset >= (int64_t)c->text.len) n_lps--;
+    kvt_resp_logprob *lps = malloc((n_lps + 1) * sizeof *lps);
+    if (!lps) return NULL;
+    for (size_t k = 0; k < n_lps; k++) lps[k] = lp_view(&c->lps[k]);
+    const kvt_resp_timings t = timings_of(j);
+    const int64_t held = j->res.prompt_tokens + j->res.completion_tokens - 1; // the last token is never evaluated
+    kvt_native_resp r = {
+        .stop = true,
+        .content = !stream && c->text.p ? c->text.p : k_empty,
+        .len = stream ? 0 : c->text.len,
+        .tokens = c->ids,
+        .n_tokens = stream ? 0 : c->n_ids,
+        .probs = lps,
+        .n_probs = n_lps,
+        .has_probs = n_lps > 0,
+        .tokens_predicted = j->res.completion_tokens,
+        .tokens_evaluated = j->res.prompt_tokens,
+        .model = j->model,
+        .prompt = j->prompt_text,
+        .prompt_len = j->prompt_len,
+        .params = p,
+        .n_probs_asked = p->top_logprobs,
+        .seed = j->seed,
+        .has_new_line = stream ? c->nl : c->text.len && memchr(c->text.p, '\n', c->text.len),
+        .truncated = length && (p->max_tokens < 0 || c->n_gen < p->max_tokens), // the context's end, as llama-server
+        .stop_type = c->stopped ? "word" : length ? "limit" : "eos",
+        .stopping_word = c->stopped && c->which < p->n_stop ? p->stop[c->which] : k_empty,
+        .tokens_cached = held > 0 ? held : 0,
+        .timings = &t,
+    };
+    char *json = NULL;
+    kvt_native_resp_json(&r, &json, len, NULL);
+    free(lps);
+    return json;
+}
+
 static void on_done(void *user, const kvt_engine_result *r) {
     kvt_http_job *j = user;
     pthread_mutex_lock(&j->mu);
@@ -343,14 +468,18 @@ static void on_done(void *user, const kvt_engine_result *r) {
         if (r->outcome == KVT_ENGINE_FAILED) stream_error(j, 500, "server_error", r->err.msg);
         else if (r->outcome == KVT_ENGINE_CANCELLED) stream_error(j, 503, "unavailable_error", "the request was cancelled");
         else if (j->failed_oom) stream_error(j, 500, "server_error", "out of memory while streaming");
-        else if (j->p->include_usage) {
+        else if (j->p->kind == KVT_REQ_NATIVE) {
+            size_t jl = 0;
+            char *json = native_summary(j, &jl);
+            push_event(j, json, jl);
+        } else if (j->p->include_usage) {
             kvt_resp_usage u = {r->prompt_tokens, r->completion_tokens, r->cached_tokens};
             const kvt_resp_timings t = timings_of(j);
             kvt_resp resp = resp_of(j, true, NULL, 0, &u);
             resp.timings = &t;
             stream_event(j, &resp);
         }
-        bytes_add(&j->out, KVT_SSE_DONE, strlen(KVT_SSE_DONE));
+        if (j->p->kind != KVT_REQ_NATIVE) bytes_add(&j->out, KVT_SSE_DONE, strlen(KVT_SSE_DONE)); // llama-server: none
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -406,6 +535,12 @@ void kvt_http_job_body(kvt_http_job *j, int fd, int *status, char **body) {
         }
         *status = ae.http_status;
         *body = kvt_api_error_json(&ae);
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+    if (j->p->kind == KVT_REQ_NATIVE) {
+        *body = native_summary(j, NULL);
+        *status = *body ? 200 : 500;
         pthread_mutex_unlock(&j->mu);
         return;
     }

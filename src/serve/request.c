@@ -1,6 +1,8 @@
 // request.c - OpenAI request bodies parsed with jansson and validated field by field (request.h).
 #include "request.h"
 
+#include "native.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -16,6 +18,7 @@ struct kvt_request {
     size_t n_owned;
     int32_t *ids;
     const char **stops;
+    struct kvt_native_ext *native; // KVT_REQ_NATIVE
 };
 
 kvt_status kvt_api_errorf(kvt_api_error *e, int http_status, const char *type, const char *param, const char *fmt,
@@ -267,17 +270,18 @@ static kvt_status parse_sampling(kvt_request *r, json_t *root, kvt_api_error *e)
     kvt_request_params *p = &r->p;
     int64_t x;
     bool given;
+    const bool nat = p->kind == KVT_REQ_NATIVE; // llama-server clamps these into range (kvt_native_finish)
     // n_predict: llama-server's name (-1: no limit); max_tokens and max_completion_tokens win over it
     if (get_int(root, "n_predict", -1, INT32_MAX, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     if (given && x == 0) return bad(e, "n_predict", "0 is out of range: -1 (no limit) or at least 1");
     if (given) p->max_tokens = x;
     if (get_int(root, "max_tokens", 1, INT32_MAX, &p->max_tokens, NULL, e) != KVT_OK ||
         get_int(root, "max_completion_tokens", 1, INT32_MAX, &p->max_tokens, NULL, e) != KVT_OK ||
-        get_num(root, "temperature", 0, 2, false, &p->temperature, e) != KVT_OK ||
-        get_num(root, "top_p", 0, 1, true, &p->top_p, e) != KVT_OK ||
-        get_num(root, "min_p", 0, 1, false, &p->min_p, e) != KVT_OK)
+        get_num(root, "temperature", nat ? -HUGE_VAL : 0, nat ? HUGE_VAL : 2, false, &p->temperature, e) != KVT_OK ||
+        get_num(root, "top_p", 0, nat ? HUGE_VAL : 1, true, &p->top_p, e) != KVT_OK ||
+        get_num(root, "min_p", nat ? -HUGE_VAL : 0, nat ? HUGE_VAL : 1, false, &p->min_p, e) != KVT_OK)
         return KVT_ERR_INVALID_ARG;
-    if (get_int(root, "top_k", 0, INT32_MAX, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    if (get_int(root, "top_k", nat ? INT32_MIN : 0, INT32_MAX, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     if (given) p->top_k = (int32_t)x;
     if (get_int(root, "seed", INT64_MIN, INT64_MAX, &x, &p->has_seed, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     if (p->has_seed) p->seed = (uint64_t)x;
@@ -295,7 +299,7 @@ static kvt_status parse_logprobs_stream(kvt_request *r, json_t *root, kvt_api_er
         if (get_int(root, "logprobs", 0, KVT_REQ_MAX_TOP_LOGPROBS, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
         p->logprobs = given;
         p->top_logprobs = given ? (int32_t)x : 0;
-    } else {
+    } else if (p->kind == KVT_REQ_CHAT) { // (native: n_probs, kvt_native_parse)
         if (get_bool(root, "logprobs", &p->logprobs, e) != KVT_OK ||
             get_int(root, "top_logprobs", 0, KVT_REQ_MAX_TOP_LOGPROBS, &x, &given, e) != KVT_OK)
             return KVT_ERR_INVALID_ARG;
@@ -328,6 +332,7 @@ static kvt_status parse_unsupported(const kvt_request *r, json_t *root, kvt_api_
     } num[] = {{"presence_penalty", 0}, {"frequency_penalty", 0}, {"repeat_penalty", 1}, {"typical_p", 1},
                {"mirostat", 0}, {"n_probs", 0}, {"tfs_z", 1}, {"dry_multiplier", 0}, {"xtc_probability", 0}};
     for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
+        if (r->p.kind == KVT_REQ_NATIVE && !strcmp(num[i].key, "n_probs")) continue; // implemented there
         json_t *v = field(root, num[i].key);
         if (v && (!json_is_number(v) || json_number_value(v) != num[i].neutral))
             return kvt_api_errorf(e, 400, NULL, num[i].key, "%s: not supported by kvtier (only %g, its neutral value, "
@@ -402,11 +407,17 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
     if (kind == KVT_REQ_TOKENIZE || kind == KVT_REQ_DETOKENIZE) {
         if (st == KVT_OK) st = parse_tokens_req(r, root, aerr);
     } else {
-        if (st == KVT_OK) st = kind == KVT_REQ_CHAT ? parse_messages(r, root, aerr) : parse_prompt(r, root, aerr);
+        if (st == KVT_OK) {
+            st = kind == KVT_REQ_CHAT     ? parse_messages(r, root, aerr)
+                 : kind == KVT_REQ_NATIVE ? kvt_native_parse(root, p, &r->native, aerr)
+                                          : parse_prompt(r, root, aerr);
+            p->native = r->native;
+        }
         if (st == KVT_OK) st = parse_sampling(r, root, aerr);
         if (st == KVT_OK) st = parse_stop(r, root, aerr);
         if (st == KVT_OK) st = parse_logprobs_stream(r, root, aerr);
         if (st == KVT_OK) st = parse_unsupported(r, root, aerr);
+        if (st == KVT_OK && kind == KVT_REQ_NATIVE) st = kvt_native_finish(root, p, r->native, aerr);
     }
     if (st != KVT_OK) {
         kvt_request_free(r);
@@ -423,8 +434,20 @@ void kvt_request_free(kvt_request *r) {
     free(r->msgs);
     free(r->ids);
     free(r->stops);
+    kvt_native_free(r->native);
     json_decref(r->root);
     free(r);
 }
 
 const kvt_request_params *kvt_request_get(const kvt_request *r) { return &r->p; }
+
+// The field readers, for native.c (native.h).
+kvt_status kvt_req_get_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, bool *present,
+                           kvt_api_error *e) {
+    return get_int(obj, key, lo, hi, out, present, e);
+}
+kvt_status kvt_req_get_bool(json_t *obj, const char *key, bool *out, kvt_api_error *e) { return get_bool(obj, key, out, e); }
+kvt_status kvt_req_check_str(json_t *v, const char *param, const char **out, kvt_api_error *e) {
+    return check_str(v, param, out, e);
+}
+const char *kvt_req_type_name(const json_t *v) { return type_name(v); }

@@ -40,7 +40,8 @@
 #define KVT_REQ_MAX_N 64
 #define KVT_REQ_MAX_TOP_LOGPROBS 20
 
-typedef enum { KVT_REQ_COMPLETION, KVT_REQ_CHAT, KVT_REQ_TOKENIZE, KVT_REQ_DETOKENIZE } kvt_req_kind;
+// KVT_REQ_NATIVE: llama-server's POST /completion (native.h lists its fields beyond the shared ones)
+typedef enum { KVT_REQ_COMPLETION, KVT_REQ_CHAT, KVT_REQ_TOKENIZE, KVT_REQ_DETOKENIZE, KVT_REQ_NATIVE } kvt_req_kind;
 
 // An error to answer with, in the OpenAI shape (kvt_api_error_json).
 typedef struct {
@@ -72,6 +73,7 @@ typedef struct {
     bool stream, include_usage;
     bool ignore_eos;             // llama-server's extension: generate max_tokens whatever the model ends with
     bool add_special, parse_special, with_pieces; // tokenize only
+    const struct kvt_native_ext *native; // KVT_REQ_NATIVE: the /completion fields of native.h; NULL otherwise
 } kvt_request_params;
 
 typedef struct kvt_request kvt_request; // opaque

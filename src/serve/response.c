@@ -35,35 +35,38 @@ static void append(json_t *arr, json_t *v, bool *ok) {
     if (!v || json_array_append_new(arr, v) != 0) *ok = false;
 }
 
-static json_t *chat_alt(const kvt_resp_alt *a, bool *ok) {
+// {"token", "logprob", "bytes"} of an alternative, and its "id" when ids (llama-server's native shape).
+static json_t *chat_alt(const kvt_resp_alt *a, bool ids, bool *ok) {
     json_t *o = json_object();
     if (!o) {
         *ok = false;
         return NULL;
     }
+    if (ids) set(o, "id", json_integer(a->id), ok);
     set(o, "token", jtext(a->token, a->len), ok);
     set(o, "logprob", json_real(a->logprob), ok);
     set(o, "bytes", jbytes(a->token, a->len), ok);
     return o;
 }
 
-static json_t *chat_logprobs(const kvt_resp_choice *c, bool *ok) {
-    json_t *o = json_object(), *content = json_array();
-    if (!o || !content) {
-        json_decref(o);
-        json_decref(content);
-        *ok = false;
-        return NULL;
-    }
-    for (size_t i = 0; i < c->n_logprobs; i++) {
-        const kvt_resp_logprob *lp = &c->logprobs[i];
-        json_t *e = chat_alt(&lp->chosen, ok), *top = json_array();
-        for (size_t k = 0; top && k < lp->n_top; k++) append(top, chat_alt(&lp->top[k], ok), ok);
+json_t *kvt_resp_logprob_list(const kvt_resp_logprob *lps, size_t n, bool ids, bool *ok) {
+    json_t *content = json_array();
+    if (!content) *ok = false;
+    for (size_t i = 0; content && i < n; i++) {
+        const kvt_resp_logprob *lp = &lps[i];
+        json_t *e = chat_alt(&lp->chosen, ids, ok), *top = json_array();
+        for (size_t k = 0; top && k < lp->n_top; k++) append(top, chat_alt(&lp->top[k], ids, ok), ok);
         if (e) set(e, "top_logprobs", top, ok);
         else json_decref(top);
         append(content, e, ok);
     }
-    set(o, "content", content, ok);
+    return content;
+}
+
+static json_t *chat_logprobs(const kvt_resp_choice *c, bool *ok) {
+    json_t *o = json_object();
+    if (!o) *ok = false;
+    else set(o, "content", kvt_resp_logprob_list(c->logprobs, c->n_logprobs, false, ok), ok);
     return o;
 }
 
@@ -259,3 +262,9 @@ kvt_status kvt_resp_models_json(const char *model_id, int64_t created, char **ou
     }
     return dump(root, ok, "the model list", out, err);
 }
+
+json_t *kvt_resp_jtext(const char *s, size_t n) { return jtext(s, n); }
+json_t *kvt_resp_jbytes(const char *s, size_t n) { return jbytes(s, n); }
+json_t *kvt_resp_timings_json(const kvt_resp_timings *t, bool *ok) { return timings_json(t, ok); }
+void kvt_resp_set(json_t *obj, const char *key, json_t *v, bool *ok) { set(obj, key, v, ok); }
+void kvt_resp_append(json_t *arr, json_t *v, bool *ok) { append(arr, v, ok); }

@@ -30,6 +30,7 @@ typedef struct {
     const char *token;
     size_t len;
     double logprob;
+    int32_t id;                   // the token id (written by native.c's completion_probabilities only)
 } kvt_resp_alt;
 
 // The chosen token at one position, its alternatives (most likely first) and, for completions,
@@ -88,6 +89,19 @@ typedef struct {
 // Builds the JSON text of r into a newly allocated NUL-terminated *out (caller frees; *out_len its
 // length, may be NULL). Errors: KVT_ERR_NOMEM.
 kvt_status kvt_resp_json(const kvt_resp *r, char **out, size_t *out_len, kvt_err *err);
+
+// Writers shared with native.c (jansson values; NULL when out of memory): text with invalid UTF-8 as U+FFFD, the
+// list of a string's bytes, the "timings" object (*ok false when a part could not be made).
+struct json_t;
+struct json_t *kvt_resp_jtext(const char *s, size_t n);
+struct json_t *kvt_resp_jbytes(const char *s, size_t n);
+struct json_t *kvt_resp_timings_json(const kvt_resp_timings *t, bool *ok);
+// obj[key] = v / arr += v, taking v (NULL after a failed allocation, or a failed set: *ok becomes false).
+void kvt_resp_set(struct json_t *obj, const char *key, struct json_t *v, bool *ok);
+void kvt_resp_append(struct json_t *arr, struct json_t *v, bool *ok);
+// The list [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}] of n positions (chat
+// logprobs' "content"); ids: each alternative also has llama-server's "id".
+struct json_t *kvt_resp_logprob_list(const kvt_resp_logprob *lps, size_t n, bool ids, bool *ok);
 
 // POST /tokenize answer: {"tokens":[ids]} or, with pieces, {"tokens":[{"id","piece"}]} where a
 // piece is a string when its bytes are valid UTF-8, else the list of its bytes (as llama-server).

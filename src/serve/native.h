@@ -1,0 +1,118 @@
+// native.h - llama-server's native endpoints: POST /completion requests and answers, GET /props (built with jansson).
+//
+// So that a script written for llama-server works unchanged (docs/SERVING.md, "llama-server's native endpoints").
+// A /completion request is a kvt_request of kind KVT_REQ_NATIVE: request.c parses the fields it shares with
+// /v1/completions (n_predict/max_tokens, temperature, top_k, top_p, min_p, seed, stop, stream, ignore_eos, the shared
+// refusals) and calls kvt_native_parse before them and kvt_native_finish after them for the rest:
+//   prompt          a string; a list of token ids (no BOS added); a list mixing strings and token ids (BOS as the model
+//                   asks only when the first element is a string); {"prompt_string": one of those}; a list holding
+//                   one of those. Several prompts (a list of strings or lists) are refused: one request per prompt.
+//   n_probs         integer 0..KVT_REQ_MAX_TOP_LOGPROBS ("logprobs" when n_probs is absent): completion_probabilities
+//   return_tokens   boolean: the generated token ids in "tokens"
+//   id_slot         integer >= -1: accepted and ignored (every sequence shares the prefix cache, so the slot never
+//                   changes the answer); cache_prompt, timings_per_token, return_progress, verbose, n_keep,
+//                   n_discard, n_cache_reuse, sse_ping_interval, backend_sampling: accepted and ignored likewise
+//   samplers        a list of sampler names or a string of sampler characters: accepted when the samplers kvtier
+//                   implements (top_k, top_p, min_p, temperature) that are listed keep that order; one left out of the
+//                   list is not applied (as llama-server: top_k 0, top_p 1, min_p 0, temperature 1)
+//   n_predict       wins over max_tokens (as llama-server); -1: until an end-of-generation token or the context's end
+//   seed            -1 (or 4294967295) is a random seed, as llama-server
+//   temperature, top_k, min_p, top_p above 1: clamped into range as llama-server clamps them; absent: llama-server's
+//                   defaults (kvt_native_defaults), not /v1's
+// Refused (400 naming the field) when they ask for something: n > 1 (n_cmpl), post_sampling_probs, dynatemp_range,
+// top_n_sigma, min_keep > 1, n_indent, t_max_predict_ms, reasoning_budget_tokens, lora, response_fields,
+// multimodal_data, the samplers kvtier lacks when listed with a non-neutral setting (refused by their own fields), an
+// unknown sampler name, and the implemented samplers in another order.
+#ifndef KVT_NATIVE_H
+#define KVT_NATIVE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../model/tokenizer.h"
+#include "request.h"
+#include "response.h"
+
+// One element of a prompt given as a list mixing strings and token ids.
+typedef struct {
+    const char *text; // a string (points into the request's JSON), or NULL for a token id
+    int32_t id;
+} kvt_native_piece;
+
+// The /completion fields beyond kvt_request_params (owned by the request).
+struct kvt_native_ext {
+    kvt_native_piece *pieces; // the prompt as a mixed list; NULL otherwise
+    size_t n_pieces;
+    int32_t *ids;             // storage of p->prompt_ids when the prompt is a list of token ids
+    int32_t n_probs;          // alternatives per token in completion_probabilities (0: none)
+    bool return_tokens;
+    int64_t id_slot;          // as given (-1: any)
+};
+
+// request.c's field readers (request.h describes them), for native.c.
+kvt_status kvt_req_get_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, bool *present,
+                           kvt_api_error *e);
+kvt_status kvt_req_get_bool(json_t *obj, const char *key, bool *out, kvt_api_error *e);
+kvt_status kvt_req_check_str(json_t *v, const char *param, const char **out, kvt_api_error *e);
+const char *kvt_req_type_name(const json_t *v);
+
+// llama-server's sampling defaults, those of a /completion request that does not set them: temperature 0.8, top_k
+// 40, top_p 0.95, min_p 0.05 (the other samplers off).
+void kvt_native_defaults(kvt_request_params *p);
+// Before the shared fields: the prompt, n_probs, return_tokens, id_slot and the native refusals into p and a new *out
+// (freed by kvt_native_free, also on error). Errors: KVT_ERR_INVALID_ARG (400 in *e naming the field), KVT_ERR_NOMEM.
+kvt_status kvt_native_parse(json_t *root, kvt_request_params *p, struct kvt_native_ext **out, kvt_api_error *e);
+// After the shared fields: n_predict's precedence, the random seed, the clamps, samplers and n. Errors as above.
+kvt_status kvt_native_finish(json_t *root, kvt_request_params *p, struct kvt_native_ext *x, kvt_api_error *e);
+void kvt_native_free(struct kvt_native_ext *x);
+
+// The token ids of a mixed prompt (x->pieces): strings tokenized with special-token parsing, BOS as the model asks
+// only for a first string; ids checked against the vocabulary. A new array (n + 1 entries, caller frees) and *n, or
+// NULL with *e filled (400 for a bad id or text, 500 out of memory).
+int32_t *kvt_native_prompt_ids(const struct kvt_native_ext *x, const kvt_tokenizer *tok, int64_t *n, kvt_api_error *e);
+
+// A streamed token (stop false) or the summary (stop true: the whole answer, or a stream's last event).
+typedef struct {
+    bool stop;
+    const char *content;            // the text (a stream's summary: "")
+    size_t len;
+    const int32_t *tokens;          // "tokens" (may be NULL with n_tokens 0)
+    size_t n_tokens;
+    const kvt_resp_logprob *probs;  // completion_probabilities (written when has_probs; alternatives with ids)
+    size_t n_probs;
+    bool has_probs;
+    int64_t tokens_predicted, tokens_evaluated;
+    // the summary only
+    const char *model;
+    const char *prompt;             // the prompt's text (detokenized, as llama-server)
+    size_t prompt_len;
+    const kvt_request_params *params; // generation_settings
+    int32_t n_probs_asked;
+    uint64_t seed;                  // the seed used
+    bool has_new_line, truncated;
+    const char *stop_type;          // "eos", "limit", "word"
+    const char *stopping_word;      // "" when none
+    int64_t tokens_cached;
+    const kvt_resp_timings *timings; // NULL: no "timings"
+} kvt_native_resp;
+
+// The JSON text of r into a new *out (caller frees; *out_len its length, may be NULL). Errors: KVT_ERR_NOMEM.
+kvt_status kvt_native_resp_json(const kvt_native_resp *r, char **out, size_t *out_len, kvt_err *err);
+
+// What GET /props reports (all borrowed).
+typedef struct {
+    int64_t n_ctx;
+    int32_t total_slots;
+    const char *model_alias, *model_path;
+    const char *chat_template;      // the GGUF's tokenizer.chat_template when kvtier uses it; "" otherwise
+    const char *chat_format;        // kvtier's format name (chatml, llama3, ...)
+    const char *bos_token, *eos_token;
+    bool metrics;
+} kvt_native_props;
+
+// GET /props answer into a new *out (caller frees). Errors: KVT_ERR_NOMEM.
+kvt_status kvt_native_props_json(const kvt_native_props *pr, char **out, kvt_err *err);
+
+#endif
