@@ -157,6 +157,12 @@ void test_cli_attack(const test_env *env) {
     snprintf(args, sizeof args, "serve -m %s --port 0 --api-key ''", model);
     expect("cli_attack: serve --api-key '' (an empty password) is refused", "", cli, args, 2,
            (const char *const[]){"--api-key", "empty", NULL});
+    snprintf(args, sizeof args, "serve -m %s --port 0 --kv-cache-dir ''", model);
+    expect("cli_attack: serve --kv-cache-dir '' is refused by name", "", cli, args, 2,
+           (const char *const[]){"--kv-cache-dir", "empty", NULL});
+    snprintf(args, sizeof args, "serve -m %s --port 0 --kv-remote ''", model);
+    expect("cli_attack: serve --kv-remote '' is refused by name", "", cli, args, 2,
+           (const char *const[]){"--kv-remote", "empty", NULL});
     snprintf(args, sizeof args, "tokenize -m %s -f %s", model, dir);
     expect("cli_attack: tokenize -f DIRECTORY says why", "", cli, args, 1, (const char *const[]){"Is a directory", NULL});
 

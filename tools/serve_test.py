@@ -581,6 +581,25 @@ def t_concurrent(s):
     concurrent_equal_alone(s)
 
 
+def t_small_kv(kvtier, model, extra):
+    name = ("a bounded fast tier with no disk below it: a warning at start-up naming the budget and the positions it "
+            "holds; a request past it fails (500, the full tier named) and the server goes on serving")
+    try:
+        s = Server(kvtier, model, "--kv-block", "16", "--kv-fast", "32K", "-c", "2048", *extra)
+        time.sleep(0.2)
+        s.log.seek(0)
+        log = s.log.read().decode()
+        assert "warning" in log and "--kv-fast 32768" in log and "no --kv-disk" in log, "start-up log: %r" % log
+        st, _, body = s.post("/v1/completions", {"prompt": "hello " * 300, "max_tokens": 4, "temperature": 0})
+        assert st == 500 and "fast tier full" in json.dumps(body), "long prompt: %s %r" % (st, body)
+        st, _, body = s.post("/v1/completions", {"prompt": "hi", "max_tokens": 2, "temperature": 0})
+        assert st == 200, "short prompt after the failure: %s %r" % (st, body)
+        rc = s.stop()
+        report(rc == 0, name, "exit %s" % rc)
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+
+
 def t_preempt(kvtier, model, extra):
     name = ("preemption: tiny fast and host tiers over a disk tier, 8 concurrent requests (-np 8): requests are swapped "
             "out and resumed (/metrics), the texts equal each alone")
@@ -998,6 +1017,7 @@ def main():
     t_queue_full(a.kvtier, a.model, extra)
     t_auth(a.kvtier, a.model, extra)
     t_sigterm(a.kvtier, a.model, extra)
+    t_small_kv(a.kvtier, a.model, extra)
     t_preempt(a.kvtier, a.model, extra)
     t_cache_dir(a.kvtier, a.model, extra)
     t_remote(a.kvtier, a.model, extra)

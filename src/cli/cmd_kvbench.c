@@ -5,10 +5,12 @@
 // ("KV tiers"): (a) fast 1/4 + disk, (b) fast 1/8 + host 1/8 + disk, (c) fast
 // 1/4 + host rest (a link faster than compute), per
 // eviction policy, and the granularity ablation. Prints markdown tables.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "../base/timer.h"
 #include "../kv/kv_paged.h"
@@ -166,6 +168,27 @@ static bool in_list(const char *list, const char *item) {
     return false;
 }
 
+// A comma list of names (--only, --policies): every item must be one of `allowed` (NULL-terminated); an empty item
+// or an unknown one is refused by name, before the model loads and the benchmark starts. Returns false after printing.
+static bool check_list(const char *flag, const char *list, const char *const *allowed) {
+    if (!list) return true;
+    const char *p = list;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        bool ok = false;
+        for (const char *const *a = allowed; n > 0 && *a; a++) ok = ok || (strlen(*a) == n && !strncmp(*a, p, n));
+        if (!ok) {
+            fprintf(stderr, "kvtier kvbench: %s: %s item '%.*s' in '%s' (one of:", flag, n ? "unknown" : "empty", (int)n, p,
+                    list);
+            for (const char *const *a = allowed; *a; a++) fprintf(stderr, " %s", *a);
+            fprintf(stderr, ")\n");
+            return false;
+        }
+        if (!p[n]) return true;
+        p += n + 1;
+    }
+}
+
 static void row(const char *label, const bench_run *r, const bench_run *base, int64_t n_tok, const links *L,
                 int64_t n_gen) {
     double bpt, tl;
@@ -237,6 +260,14 @@ int cmd_kvbench(int argc, char **argv) {
             kvt_args_unknown(&a, flag);
             return 2;
         }
+    }
+    static const char *const k_sections[] = {"base", "p", "a", "b", "c", "d", "gran", NULL};
+    static const char *const k_policies[] = {"lru", "lfu", "lookahead", "spread", NULL};
+    if (!check_list("--only", only, k_sections) || !check_list("--policies", policies, k_policies)) return 2;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kvtier kvbench: --dir '%s': %s\n", dir, stat(dir, &st) != 0 ? strerror(errno) : "not a directory");
+        return 2;
     }
     kvt_model *m;
     if (!cli_load_model("kvbench", model_path, false, &m, NULL)) return 1;

@@ -111,6 +111,24 @@ typedef struct {
     int64_t fetch_max, fetch_wait_ms; // --kv-fetch-max, --kv-fetch-wait: the background read of that store
 } serve_opts;
 
+// A bounded KV store with no disk tier below it (--kv-fast, and --kv-host if any) that cannot hold -np full contexts
+// serves until the sequences outgrow it, then fails those requests (500, the budget named): said once at start-up,
+// with the positions it holds, so that the operator sizes it or adds --kv-disk before the first failure.
+static void warn_small_kv(const kvt_context_params *cp, const kvt_context *ctx, int n_parallel) {
+    if (cp->kv_disk_dir || cp->kv_fast_bytes <= 0) return;
+    const int64_t n_ctx = kvt_context_n_ctx(ctx), blk = kvt_context_kv_block(ctx), bb = kvt_context_kv_block_bytes(ctx);
+    if (blk <= 0 || bb <= 0) return;
+    // what one full sequence holds: every block, but a sliding-window layer only its window (decode_bytes) where no
+    // sparse selection leaves unread blocks resident
+    const int64_t per_seq = kvt_context_sparse_selects(ctx) ? (n_ctx + blk - 1) / blk * bb : kvt_context_decode_bytes(ctx, n_ctx);
+    const int64_t have = cp->kv_fast_bytes + (cp->kv_host_bytes > 0 ? cp->kv_host_bytes : 0);
+    if (per_seq <= 0 || have >= (int64_t)n_parallel * per_seq) return;
+    fprintf(stderr, "kvtier serve: warning: the KV budget (--kv-fast %lld%s bytes, no --kv-disk) holds about %lld of the "
+            "%d x %lld positions that -np %d full contexts need: requests past it fail (raise --kv-fast, or add "
+            "--kv-host/--kv-disk)\n", (long long)cp->kv_fast_bytes, cp->kv_host_bytes > 0 ? " + --kv-host" : "",
+            (long long)(have / bb * blk), n_parallel, (long long)n_ctx, n_parallel);
+}
+
 // The prefix cache's second level (--kv-cache-dir, --kv-remote, or both: the directory in front of the server), for
 // ctx's KV layout and model; *out NULL when neither flag is given. false (message printed) when one cannot be opened.
 static bool open_prefix_store(const serve_opts *o, const kvt_model *model, kvt_context *ctx, kvt_prefix_store **out) {
@@ -184,6 +202,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
         kvt_context_free(ctx);
         goto done;
     }
+    warn_small_kv(cp, ctx, o->n_parallel);
     int64_t ub = cp->n_ubatch > 0 ? cp->n_ubatch : 512; // the context's micro-batch, as kvt_context_init sets it
     if (ub > kvt_context_n_ctx(ctx)) ub = kvt_context_n_ctx(ctx);
     const int64_t n_ctx = kvt_context_n_ctx(ctx);
@@ -276,10 +295,18 @@ int cmd_serve(int argc, char **argv) {
             if (!kvt_args_int(&a, flag, 0, 64, &lookahead)) return 2;
         } else if (!strcmp(flag, "--kv-cache-dir")) {
             if (!(cache_dir = kvt_args_value(&a, flag))) return 2;
+            if (!*cache_dir) {
+                fprintf(stderr, "kvtier serve: --kv-cache-dir: the value is empty\n");
+                return 2;
+            }
         } else if (!strcmp(flag, "--kv-cache-max")) {
             if (!kvt_args_bytes_pos(&a, flag, &cache_max)) return 2;
         } else if (!strcmp(flag, "--kv-remote")) {
             if (!(remote = kvt_args_value(&a, flag))) return 2;
+            if (!*remote) {
+                fprintf(stderr, "kvtier serve: --kv-remote: the value is empty\n");
+                return 2;
+            }
         } else if (!strcmp(flag, "--kv-fetch-max")) {
             if (!kvt_args_bytes(&a, flag, &fetch_max)) return 2;
         } else if (!strcmp(flag, "--kv-fetch-wait")) {

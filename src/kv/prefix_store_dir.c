@@ -399,7 +399,8 @@ kvt_status kvt_prefix_store_dir_open_params(const char *dir, const kvt_prefix_id
                                             const kvt_prefix_store_dir_params *p, kvt_prefix_store **out,
                                             kvt_err *err) {
     *out = NULL;
-    if (!dir || !*dir || !id || payload_bytes <= 0 || p->max_bytes < 0 || p->inflight_bytes < 0) {
+    if (dir && !*dir) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "kv cache dir: the path is empty");
+    if (!dir || !id || payload_bytes <= 0 || p->max_bytes < 0 || p->inflight_bytes < 0) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "kv cache dir: bad arguments (dir, identity, payload %" PRId64
                           " bytes, max %" PRId64 " bytes)", payload_bytes, p->max_bytes);
     }

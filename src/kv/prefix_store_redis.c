@@ -31,7 +31,7 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
     (void)id, (void)payload_bytes, (void)p;
     *out = NULL;
     return kvt_errorf(err, KVT_ERR_UNSUPPORTED,
-                      "--kv-remote %s: kvtier was built without hiredis (apt-get install libhiredis-dev, rebuild)",
+                      "Redis URL '%s': kvtier was built without hiredis (apt-get install libhiredis-dev, rebuild)",
                       url ? url : "");
 }
 
@@ -416,19 +416,19 @@ static const kvt_prefix_store_ops redis_ops = {"redis",
 // Splits url into s->host/port or s->path.
 static kvt_status parse_url(redis_store *s, const char *url, kvt_err *err) {
     if (strncmp(url, "unix://", 7) == 0) {
-        if (url[7] != '/') return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-remote %s: expected unix:///PATH", url);
+        if (url[7] != '/') return kvt_errorf(err, KVT_ERR_INVALID_ARG, "Redis URL '%s': expected unix:///PATH", url);
         s->path = strdup(url + 7);
-        return s->path ? KVT_OK : kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+        return s->path ? KVT_OK : kvt_errorf(err, KVT_ERR_NOMEM, "Redis URL '%s': out of memory", url);
     }
     if (strncmp(url, "redis://", 8) != 0) {
-        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-remote %s: expected redis://HOST[:PORT] or unix:///PATH",
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "Redis URL '%s': expected redis://HOST[:PORT] or unix:///PATH",
                           url);
     }
     const char *h = url + 8, *end;
     size_t hl;
     if (*h == '[') { // [IPv6]
         const char *rb = strchr(h, ']');
-        if (!rb) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-remote %s: unclosed [", url);
+        if (!rb) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "Redis URL '%s': unclosed [", url);
         hl = (size_t)(rb - h - 1), h++, end = rb + 1;
     } else {
         end = h + strcspn(h, ":/");
@@ -439,17 +439,17 @@ static kvt_status parse_url(redis_store *s, const char *url, kvt_err *err) {
         char *e;
         const long port = strtol(end + 1, &e, 10);
         if (e == end + 1 || port < 1 || port > 65535) {
-            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--kv-remote %s: bad port", url);
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "Redis URL '%s': bad port", url);
         }
         s->port = (int)port;
         end = e;
     }
     if (!hl || memchr(h, '@', hl) || (*end && strcmp(end, "/") != 0)) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG,
-                          "--kv-remote %s: expected redis://HOST[:PORT] (no credentials, database or path)", url);
+                          "Redis URL '%s': expected redis://HOST[:PORT] (no credentials, database or path)", url);
     }
     s->host = strndup(h, hl);
-    return s->host ? KVT_OK : kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+    return s->host ? KVT_OK : kvt_errorf(err, KVT_ERR_NOMEM, "Redis URL '%s': out of memory", url);
 }
 
 static kvt_status make_key_prefix(redis_store *s, const char *url, kvt_err *err) {
@@ -469,7 +469,7 @@ static kvt_status make_key_prefix(redis_store *s, const char *url, kvt_err *err)
     const int len = snprintf(NULL, 0, fmt, s->p.key_prefix, v, arch, id->model_fingerprint, id->kv_type, id->layout,
                              id->block_tokens, id->n_layer, id->n_head_kv, id->head_dim, id->head_dim_v);
     s->key_prefix = malloc((size_t)len + 1);
-    if (!s->key_prefix) return kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+    if (!s->key_prefix) return kvt_errorf(err, KVT_ERR_NOMEM, "Redis URL '%s': out of memory", url);
     snprintf(s->key_prefix, (size_t)len + 1, fmt, s->p.key_prefix, v, arch, id->model_fingerprint, id->kv_type,
              id->layout, id->block_tokens, id->n_layer, id->n_head_kv, id->head_dim, id->head_dim_v);
     s->key_prefix_len = (size_t)len;
@@ -485,13 +485,13 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
         p->command_timeout_ms < 1 || p->retry_ms < 0 || p->pipeline < 1 || p->pipeline_bytes < 0 ||
         p->inflight_bytes < 0 || p->ttl_s < 0 || !p->key_prefix) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG,
-                          "--kv-remote %s: bad arguments (payload %" PRId64 " bytes, pool %d, timeouts %d/%d ms, "
+                          "Redis URL '%s': bad arguments (payload %" PRId64 " bytes, pool %d, timeouts %d/%d ms, "
                           "pipeline %d)",
                           url ? url : "", payload_bytes, p->pool_size, p->connect_timeout_ms, p->command_timeout_ms,
                           p->pipeline);
     }
     redis_store *s = calloc(1, sizeof *s);
-    if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+    if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "Redis URL '%s': out of memory", url);
     s->com.base = (kvt_prefix_store){&redis_ops, *id, payload_bytes};
     s->p = *p;
     kvt_prefix_counters_init(&s->com.cnt);
@@ -501,17 +501,17 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
     s->pool = calloc((size_t)p->pool_size, sizeof *s->pool);
     s->wout = malloc((size_t)p->pipeline * sizeof *s->wout);
     kvt_status st = KVT_OK;
-    if (!s->url || !s->pool || !s->wout) st = kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+    if (!s->url || !s->pool || !s->wout) st = kvt_errorf(err, KVT_ERR_NOMEM, "Redis URL '%s': out of memory", url);
     if (!st) st = parse_url(s, url, err);
     if (!st) st = make_key_prefix(s, url, err);
     s->p.key_prefix = NULL; // the caller's string is not kept: s->key_prefix has it
     if (!st && !(s->wpre = malloc(s->key_prefix_len + 128))) {
-        st = kvt_errorf(err, KVT_ERR_NOMEM, "--kv-remote %s: out of memory", url);
+        st = kvt_errorf(err, KVT_ERR_NOMEM, "Redis URL '%s': out of memory", url);
     }
     if (!st) { // reachable now? (a later outage is a miss, not an error)
         const int ci = conn_acquire(s);
         if (ci < 0) {
-            st = kvt_errorf(err, KVT_ERR_IO, "--kv-remote %s: cannot connect (within %d ms)", url,
+            st = kvt_errorf(err, KVT_ERR_IO, "Redis URL '%s': cannot connect (within %d ms)", url,
                             p->connect_timeout_ms);
         } else {
             pipe_guard g;
@@ -519,7 +519,7 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
             redisReply *r = redisCommand(s->pool[ci].c, "PING");
             pipe_restore(&g);
             if (!r || r->type == REDIS_REPLY_ERROR) {
-                st = kvt_errorf(err, KVT_ERR_IO, "--kv-remote %s: PING failed: %s", url,
+                st = kvt_errorf(err, KVT_ERR_IO, "Redis URL '%s': PING failed: %s", url,
                                 r ? r->str : s->pool[ci].c->errstr);
             }
             if (r) freeReplyObject(r);
