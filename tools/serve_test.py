@@ -584,6 +584,7 @@ def t_concurrent(s):
 def t_small_kv(kvtier, model, extra):
     name = ("a bounded fast tier with no disk below it: a warning at start-up naming the budget and the positions it "
             "holds; a request past it fails (500, the full tier named) and the server goes on serving")
+    s = None
     try:
         s = Server(kvtier, model, "--kv-block", "16", "--kv-fast", "32K", "-c", "2048", *extra)
         time.sleep(0.2)
@@ -598,6 +599,9 @@ def t_small_kv(kvtier, model, extra):
         report(rc == 0, name, "exit %s" % rc)
     except Exception as e:  # noqa: BLE001
         report(False, name, "%s: %s" % (type(e).__name__, e))
+    finally:
+        if s is not None:
+            s.stop()
 
 
 def t_preempt(kvtier, model, extra):
