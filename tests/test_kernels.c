@@ -29,42 +29,8 @@ static int g_fail;
         }                                                                                            \
     } while (0)
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-// The CPU's prefetch distances on an AMD CPU of family 0x1A on with AVX-512 (Zen 5; quant.c detect_prefetch, z5dq):
-// 1024 bytes for the 32-block x8 GEMVs (q8_0_x8, q4_1_x8, their decode form then 34) and q4_K_x8 (its decode on the
-// AVX2 GEMV, z5dq2), none for the other K-quant ones, 256
-// for the dense ones (z5f16: f16 and bf16 then take decode form 24); q6_K repacked to q6_K_r, whose decode runs the AVX2
-// GEMV (z5q6). Other CPUs: nothing to check here (their distances: quant.h). Skipped under KVT_PREFETCH.
-static void test_prefetch_zen5(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    const char *e = getenv("KVT_PREFETCH");
-    if ((e && *e) || !__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u) return;
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__get_cpuid(1, &a, &b, &c, &d)) return;
-    const unsigned fam = (a >> 8 & 0xF) == 0xF ? 0xF + (a >> 20 & 0xFF) : a >> 8 & 0xF;
-    if (fam < 0x1A) return;
-    CHECK("prefetch_zen5", kvt_kernels_prefetch() == 1024 && kvt_kernels_prefetch_type(KVT_TYPE_Q8_0_X8) == 1024 &&
-                               kvt_kernels_prefetch_type(KVT_TYPE_Q4_1_X8) == 1024 &&
-                               kvt_kernels_decode_form(KVT_TYPE_Q4_1_X8) == 34,
-          "x8 distances %lld %lld, q4_1_x8 form %d", (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q8_0_X8),
-          (long long)kvt_kernels_prefetch_type(KVT_TYPE_Q4_1_X8), kvt_kernels_decode_form(KVT_TYPE_Q4_1_X8));
-    CHECK("prefetch_zen5", !kvt_kernels_prefetch_type(KVT_TYPE_Q4_K) && !kvt_kernels_prefetch_type(KVT_TYPE_Q6_K) &&
-                               kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8) == 1024,
-          "K-quant distances not 0 (q4_K_x8: not 1024)");
-    CHECK("prefetch_zen5", kvt_kernels_prefetch_dense() == 256 && kvt_kernels_decode_form(KVT_TYPE_BF16) == 24,
-          "dense distance %lld, bf16 form %d", (long long)kvt_kernels_prefetch_dense(), kvt_kernels_decode_form(KVT_TYPE_BF16));
-    CHECK("prefetch_zen5", kvt_kernels_decode_avx2(KVT_TYPE_F16_X16) && kvt_kernels_decode_avx2(KVT_TYPE_Q4_K_X8) &&
-                               kvt_kernels_decode_avx2(KVT_TYPE_Q6_K_R) && !kvt_kernels_decode_avx2(KVT_TYPE_Q8_0_X8),
-          "f16_x16 / q4_K_x8 / q6_K_r decode not on its AVX2 GEMV");
-    // q6_K repacked to q6_K_r there (z5q6), its decode with the q6_K rows' prefetch (distance slot 0: into L1 KQ_PF ahead)
-    const kvt_repack_ops *q6 = kvt_type_repack(KVT_TYPE_Q6_K);
-    CHECK("prefetch_zen5", kvt_kernels_isa() != KVT_ISA_AVX512 || (q6 && q6->to == KVT_TYPE_Q6_K_R && !kvt_kernels_prefetch_type(KVT_TYPE_Q6_K_R)),
-          "q6_K not repacked to q6_K_r on AVX-512 (or its distance not 0)");
-#endif
-}
+// The CPU-specific choices (prefetch distances, decode kernels) on AMD with AVX-512: test_kernels_cpu.c.
+int test_kernels_cpu_amd(void);
 
 // ------------------------------------------------------------------ random
 
@@ -1286,7 +1252,7 @@ int test_kernels_main(void) {
             }
         kvt_kernels_set_prefetch(old);
         kvt_kernels_reset_prefetch(); // the CPU's distances again, per type too
-        test_prefetch_zen5();
+        g_fail += test_kernels_cpu_amd();
     }
     // q6_K "repacked" (copied unchanged into the repacked weights' huge pages): rows of any count, cut ranges, tokens
     {

@@ -17,10 +17,11 @@
 // int16 exactly, and the scale is applied in the int16 x int16 dot (VPMADDWD / VPDPWSSD).
 
 // Software prefetch in the decode GEMV: kvt_kernels_prefetch_type(KVT_TYPE_Q4_K_X8) bytes ahead, per CPU (quant.h;
-// 1024 on AMD Zen 3 with the AVX2 GEMV of z4k, into L1 only: x8_sb_z). None on AMD Zen 4: there
+// 1024 on AMD Zen 3 with the AVX2 GEMV of z4k, into L1 only: x8_sb_z). None for the AVX-512 GEMV on AMD Zen 4: there
 // the 18 prefetches per super-block cost more than they hide (kq_decode_bench, one thread, TinyLlama shapes:
 // AVX-512 20-23 GB/s with 4096, 26-28 without; AVX2 17-23 -> 22-25; two threads no loss;
-// docs/log/BENCHMARKS-kernels-2.md, 2026-11-29 kq6x8); on Intel they let the reads overlap the arithmetic (the
+// docs/log/BENCHMARKS-kernels-2.md, 2026-11-29 kq6x8; with 1024, two threads: 0.79x); but Zen 4's decode runs the
+// AVX2 GEMV with 2048 (x8_decode_zd: 1.03-1.09x against the AVX-512 one without, z4q4k, quant.h kvt_kernels_decode_avx2); on Intel they let the reads overlap the arithmetic (the
 // same log, intel11). Batches (2..8 tokens) none.
 
 // With that prefetch (into L2), the default forms also prefetch each line KVT_X8_PF_NEAR (matmul_avx2.c) bytes ahead

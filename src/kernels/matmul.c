@@ -241,7 +241,7 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
             return;
         }
     }
-    if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) { // decode (kqx8.h; Zen 5: AVX2, kvt_kernels_decode_avx2)
+    if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) { // decode (kqx8.h; Zen 4 and 5: AVX2, kvt_kernels_decode_avx2)
         const x8_ctx c = {isa == KVT_ISA_AVX512 && kvt_kernels_decode_avx2(wt) ? KVT_ISA_AVX2 : isa, NULL};
         x8_groups(x8_q4k, &c, n, W, wrs, r0, r1, Xq, 0, 1, Y, 0);
         return;

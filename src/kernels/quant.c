@@ -888,6 +888,9 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #ifndef KVT_PF_AMD_ZEN5
 #define KVT_PF_AMD_ZEN5 1024
 #endif
+#ifndef KVT_PF_AMD_ZEN4_Q4K
+#define KVT_PF_AMD_ZEN4_Q4K 2048
+#endif
 #ifndef KVT_PF_AMD_ZEN5_DENSE
 #define KVT_PF_AMD_ZEN5_DENSE 256
 #endif
@@ -899,13 +902,15 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #endif
 // The prefetch slots: a type's distance (kvt_kernels_prefetch_type), PF_QUANT (kvt_kernels_prefetch), PF_DENSE
 // (kvt_kernels_prefetch_dense), then from PF_L1 a type's L1 flag (kvt_kernels_prefetch_l1).
-// PF_DEC_AVX2 (after them): kvt_kernels_decode_avx2.
-enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_DEC_AVX2 = PF_L1 + KVT_TYPE_COUNT, PF_SLOTS };
+// From PF_DEC_AVX2 (after them) a type's kvt_kernels_decode_avx2.
+enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_DEC_AVX2 = PF_L1 + KVT_TYPE_COUNT, PF_SLOTS = PF_DEC_AVX2 + KVT_TYPE_COUNT };
 // This CPU's value of every slot (quant.h). Distances: GenuineIntel KVT_PF_INTEL for all. AuthenticAMD without
 // AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (1024, z4k; 2048 z3k) for
 // q4_K_x8 and KVT_PF_AMD_AVX2_Q6K (1024: into L1 only, paired 1.02-1.09x against 4096, z5k6; z3k's 2048 lost with
 // the L2 + L1 prefetch) for the q6_K_r rows (docs/log/BENCHMARKS-kernels-3.md), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
-// (BENCHMARKS-kernels-2.md, kq6x8) but on family 0x1A on (Zen 5) KVT_PF_AMD_ZEN5 (1024) for the 32-block x8 GEMVs
+// (BENCHMARKS-kernels-2.md, kq6x8) but KVT_PF_AMD_ZEN4_Q4K (2048) for q4_K_x8 on family 0x19 (Zen 4), whose decode runs
+// its AVX2 GEMV there (kvt_kernels_decode_avx2; paired 1.03-1.09x against the AVX-512 GEMV without, z4q4k in
+// docs/log/BENCHMARKS-kernels-5.md), and on family 0x1A on (Zen 5) KVT_PF_AMD_ZEN5 (1024) for the 32-block x8 GEMVs
 // (q8_0_x8, q4_1_x8: paired 1.20-1.30x and 1.10-1.14x from DRAM, z5dq in docs/log/BENCHMARKS-kernels-5.md) and for
 // q4_K_x8, whose decode runs its AVX2 GEMV there (kvt_kernels_decode_avx2: into L1 only at that distance, z5dq2), and
 // still none for the other K-quant ones (q4_K, q6_K: 0.89-0.91x and 0.97-1.06x with it; q6_K_r, whose decode runs its
@@ -917,7 +922,7 @@ enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_DEC_AVX2 = PF_L1 + KVT_TYP
 // (KVT_PF_AMD_AVX2_Q41_L1, 0: its AVX2 decode form 4 instead of 34, z4q41); KVT_PREFETCH leaves them.
 static void detect_prefetch(int64_t v[PF_SLOTS]) {
     int64_t pq = 0, pd = 0, p4 = 0, p6 = 0;
-    bool amd_avx2 = false, zen5 = false, zen5_cpu = false;
+    bool amd_avx2 = false, zen4 = false, zen5 = false, zen5_cpu = false;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
     if (__get_cpuid(0, &a, &b, &c, &d)) {
@@ -931,6 +936,8 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
         if (__get_cpuid(1, &a1, &b1, &c1, &d1)) fam = (a1 >> 8 & 0xF) == 0xF ? 0xF + (a1 >> 20 & 0xFF) : a1 >> 8 & 0xF;
         zen5 = zen5_cpu = amd && !amd_avx2 && fam >= 0x1A;
         if (zen5) pq = p4 = KVT_PF_AMD_ZEN5, pd = KVT_PF_AMD_ZEN5_DENSE;
+        zen4 = amd && !amd_avx2 && fam == 0x19;
+        if (zen4) p4 = KVT_PF_AMD_ZEN4_Q4K;
     }
 #endif
     const char *e = getenv("KVT_PREFETCH");
@@ -943,7 +950,9 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
         v[s] = s == KVT_TYPE_Q4_K_X8 ? p4 : s == KVT_TYPE_Q6_K_R ? p6 : s == PF_DENSE ? pd
              : zen5 && (s == KVT_TYPE_Q4_K || s == KVT_TYPE_Q6_K) ? 0 : pq;
     for (int t = 0; t < KVT_TYPE_COUNT; t++) v[PF_L1 + t] = 1;
-    v[PF_DEC_AVX2] = zen5_cpu;
+    for (int t = 0; t < KVT_TYPE_COUNT; t++) // Zen 5: f16_x16, q4_K_x8, q6_K_r; Zen 4: q4_K_x8
+        v[PF_DEC_AVX2 + t] = (zen5_cpu && (t == KVT_TYPE_F16_X16 || t == KVT_TYPE_Q4_K_X8 || t == KVT_TYPE_Q6_K_R)) ||
+                             (zen4 && t == KVT_TYPE_Q4_K_X8);
     if (amd_avx2) {
         v[PF_L1 + KVT_TYPE_Q8_0_X8] = KVT_PF_AMD_AVX2_Q80_L1 != 0;
         v[PF_L1 + KVT_TYPE_Q4_1_X8] = KVT_PF_AMD_AVX2_Q41_L1 != 0;
@@ -971,9 +980,7 @@ int64_t kvt_kernels_prefetch(void) { return prefetch_slot(PF_QUANT); }
 int64_t kvt_kernels_prefetch_type(kvt_type t) { return prefetch_slot((unsigned)t < KVT_TYPE_COUNT ? (int)t : PF_QUANT); }
 int64_t kvt_kernels_prefetch_dense(void) { return prefetch_slot(PF_DENSE); }
 int kvt_kernels_prefetch_l1(kvt_type t) { return (unsigned)t < KVT_TYPE_COUNT ? prefetch_slot(PF_L1 + (int)t) != 0 : 1; }
-int kvt_kernels_decode_avx2(kvt_type t) {
-    return (t == KVT_TYPE_F16_X16 || t == KVT_TYPE_Q4_K_X8 || t == KVT_TYPE_Q6_K_R) && prefetch_slot(PF_DEC_AVX2) != 0;
-}
+int kvt_kernels_decode_avx2(kvt_type t) { return (unsigned)t < KVT_TYPE_COUNT && prefetch_slot(PF_DEC_AVX2 + (int)t) != 0; }
 
 // The decode forms (matmul.h): a study form set for a type, else its default.
 static _Atomic int g_decode_variant[KVT_TYPE_COUNT];

@@ -75,7 +75,8 @@ const char *kvt_isa_name(kvt_isa isa);
 // rows), per CPU: KVT_PF_INTEL on Intel, whose decode from DRAM overlapped the kernels' arithmetic with the reads only
 // with them (docs/log/BENCHMARKS-kernels-2.md, intel11; 4096 bytes into L2 since q4dec11); KVT_PF_AMD_AVX2 (4096) on
 // AMD without AVX-512 (Zen 3: 1.07-1.28x paired, docs/log/BENCHMARKS-kernels-3.md, z3dec); 0 (none) on AMD with
-// AVX-512 (Zen 4), where the prefetches cost more than they hide (BENCHMARKS-kernels-2.md, kq6x8), but KVT_PF_AMD_ZEN5
+// AVX-512 (Zen 4), where the prefetches cost more than they hide (BENCHMARKS-kernels-2.md, kq6x8; but q4_K_x8's there:
+// below), but KVT_PF_AMD_ZEN5
 // (1024) on AMD family 0x1A on with AVX-512 (Zen 5) for q8_0_x8 and q4_1_x8 (paired 1.20-1.30x and 1.10-1.14x from DRAM,
 // docs/log/BENCHMARKS-kernels-5.md, z5dq; the q4_K, q4_K_x8 and q6_K rows still none there: the per-type distances
 // below; the dense ones KVT_PF_AMD_ZEN5_DENSE, 256, z5f16). KVT_PREFETCH=BYTES
@@ -84,7 +85,7 @@ const char *kvt_isa_name(kvt_isa isa);
 int64_t kvt_kernels_prefetch(void);
 // The distance of the decode GEMV of type t (KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R: the q6_K_r rows, KVT_TYPE_Q4_K /
 // KVT_TYPE_Q6_K: the AVX-512 K-quant rows of kq_avx512.h; any other: the one above): kvt_kernels_prefetch() but 0 for
-// the K-quant ones on Zen 5, and for those two on AMD without AVX-512 KVT_PF_AMD_AVX2_Q4K (1024 since z4k's
+// the K-quant ones on Zen 5, KVT_PF_AMD_ZEN4_Q4K (2048) for q4_K_x8 on Zen 4 (its AVX2 GEMV there, below), and for those two on AMD without AVX-512 KVT_PF_AMD_AVX2_Q4K (1024 since z4k's
 // AVX2 GEMV, into L1 only there: kqx8.h; 2048 before, 1.07-1.09x median paired at the model level on a Zen 3) and KVT_PF_AMD_AVX2_Q6K (1024 since z5k6,
 // into L1 only there as q4_K_x8's; 4096 before; docs/log/BENCHMARKS-kernels-3.md, z3k, z5k6). KVT_PREFETCH and kvt_kernels_set_prefetch set it for every type.
 int64_t kvt_kernels_prefetch_type(kvt_type t);
@@ -97,8 +98,10 @@ int64_t kvt_kernels_prefetch_dense(void);
 // 5 rounds, z4q41; docs/log/BENCHMARKS-kernels-3.md). q8_0_x8's GEMV reads it, and q4_1_x8's default decode form
 // (kvt_kernels_decode_form: 34 with, 4 without; the other GEMVs' L1 prefetch is their form's, matmul.h). kvt_kernels_set_prefetch leaves it; the reset restores it.
 int kvt_kernels_prefetch_l1(kvt_type t);
-// Whether type t's decode GEMV (one token) runs its AVX2 kernel where the AVX-512 ones are dispatched: 1 on AMD Zen 5
-// (family 0x1A on with AVX-512) for f16_x16, q4_K_x8 and q6_K_r (q6_K then repacked to q6_K_r there as on AVX2, its
+// Whether type t's decode GEMV (one token) runs its AVX2 kernel where the AVX-512 ones are dispatched: 1 on AMD Zen 4
+// (family 0x19 with AVX-512) for q4_K_x8, with lines 2048 bytes ahead (paired against the AVX-512 GEMV without prefetch
+// 1.03-1.09x in 10 of 10 shape sets, 68-100% of the pairs won, z4q4k in docs/log/BENCHMARKS-kernels-5.md; f16_x16 and
+// q6_K_r there 0.97-1.01x: not), and on AMD Zen 5 (family 0x1A on with AVX-512) for f16_x16, q4_K_x8 and q6_K_r (q6_K then repacked to q6_K_r there as on AVX2, its
 // batches the AVX-512 q6_K panel tile packed from it: kvt_q6kr_gemm_avx512; z5q6), where the 256-bit loop reads DRAM faster (f16: tl-f16 tg32 with
 // KVT_ISA=avx2 4 of 4 alternating rounds ahead, medians 16.6 -> 19.1 t/s, token-paired share 85-86% -> 92-102%,
 // "f16 decode on Zen 5"; q4_K_x8 with lines 1024 bytes ahead into L1, its distance there: paired 1.01-1.08x, z5dq2;
