@@ -1,4 +1,4 @@
-// kq_avx512.h - q4_K / q6_K matmul kernels for AVX-512 VNNI, included by matmul_avx2.c when built as
+// kq_avx512.h - q4_K / q6_K matmul kernels (and q5_K's batches: the q4_K panel tile) for AVX-512 VNNI, included by matmul_avx2.c when built as
 // matmul_avx512.c (KVT_SIMD_AVX512). Two paths, both in the one order of matmul.h ("only totals": per
 // super-block the exact int32 total S of the scaled products, then acc = fma(float(S), d * dy, acc) in
 // one scalar chain per output; q4_K also macc = macc + (dmin * dy) * float(M) with M the exact integer
@@ -351,6 +351,14 @@ DEFINE_KP_ROWS(q6_K, kvt_block_q6_K, KVT_TYPE_Q6_K)
 #ifndef KQ6_GEMM_MIN
 #define KQ6_GEMM_MIN 9
 #endif
+// q5_K (no rows kernel of its own: below the tile each token's GEMV, row by row; tl-q5_k, 2 threads, AMD Zen 4,
+// 2026-12-04, `kvtier bench -p 2,...,8`: the tile from 5 tokens on 76-78 against 71-73 t/s, at 4 tokens 63-68 against
+// 85-87, at 2 33-36 against 64-65; z4q5k)
+#ifndef KQ5_GEMM_MIN
+#define KQ5_GEMM_MIN 5
+#endif
+// kq_pack's kind of q5_K rows (the q4_K tile runs them: the same scales, mins and chains, values 0..31)
+#define KQ_Q5 3
 #define KQ_SC 4096
 #define KQ_MP (KQ_SC + 1024)
 #define KQ_D (KQ_MP + 512)
@@ -396,9 +404,19 @@ INLINE void kq_sub2_q6r(const kvt_block_q6_K *b, int j, __m256i *lo, __m256i *hi
     *hi = _mm256_unpackhi_epi64(a, bv);
 }
 
-// The 32 values of sub-block j (elements 32j .. 32j + 31) of a q4_K / q6_K super-block, in element order.
+// The 32 values of sub-block j (elements 32j .. 32j + 31) of a q4_K (Q6 0), q6_K (1) or q5_K (KQ_Q5) super-block, in
+// element order. q5_K: q4_K's nibble and, as bit 4, bit j of the element's qh byte (0..31).
 INLINE __m256i kq_sub(int Q6, const char *blk, int j) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (Q6 == KQ_Q5) {
+        const kvt_block_q5_K *b = (const kvt_block_q5_K *)blk;
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (j >> 1)));
+        const __m256i h = _mm256_loadu_si256((const __m256i *)b->qh);
+        // bit j of each byte to its bit 4 (16-bit shifts: the mask keeps the bits that stay in their byte)
+        const __m256i hb = j >= 4 ? _mm256_srli_epi16(h, j - 4) : _mm256_slli_epi16(h, 4 - j);
+        return _mm256_or_si256(_mm256_and_si256(j & 1 ? _mm256_srli_epi16(q, 4) : q, m4),
+                               _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+    }
     if (!Q6) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(((const kvt_block_q4_K *)blk)->qs + 32 * (j >> 1)));
         return _mm256_and_si256(j & 1 ? _mm256_srli_epi16(q, 4) : q, m4);
@@ -465,9 +483,11 @@ INLINE void kq_pack_scales(int Q6, const __m128i s8[KQ_R], uint8_t *pb) {
     }
 }
 
-// Packs rows [0, nr) (nr <= 16) of nb super-blocks of q4_K (Q6 0), q6_K (1) or q6_K_r (2: the q6_K panel).
+// Packs rows [0, nr) (nr <= 16) of nb super-blocks of q4_K (Q6 0), q6_K (1), q6_K_r (2: the q6_K panel) or q5_K
+// (KQ_Q5: the q4_K panel with values 0..31; its d, dmin and scales where q4_K has them).
 INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
-    const size_t bs = Q6 ? sizeof(kvt_block_q6_K) : sizeof(kvt_block_q4_K);
+    const int K6 = Q6 == 1 || Q6 == 2; // a q6_K panel
+    const size_t bs = K6 ? sizeof(kvt_block_q6_K) : Q6 == KQ_Q5 ? sizeof(kvt_block_q5_K) : sizeof(kvt_block_q4_K);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *pb = pan + b * KQ_PSB;
         float *d = (float *)(pb + KQ_D), *dmin = (float *)(pb + KQ_DMIN);
@@ -477,17 +497,21 @@ INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8
             blk[r] = r < nr ? W + (size_t)r * wrs + (size_t)b * bs : NULL;
             d[r] = dmin[r] = 0;
             s8[r] = _mm_setzero_si128();
-            if (blk[r] && Q6) {
+            if (blk[r] && K6) {
                 const kvt_block_q6_K *x = (const kvt_block_q6_K *)blk[r];
                 s8[r] = _mm_loadu_si128((const __m128i *)x->scales);
                 d[r] = _cvtsh_ss(x->d);
+            } else if (blk[r] && Q6 == KQ_Q5) {
+                const kvt_block_q5_K *x = (const kvt_block_q5_K *)blk[r];
+                s8[r] = kq_q4k_scales(x->scales);
+                d[r] = _cvtsh_ss(x->d), dmin[r] = _cvtsh_ss(x->dmin);
             } else if (blk[r]) {
                 const kvt_block_q4_K *x = (const kvt_block_q4_K *)blk[r];
                 s8[r] = kq_q4k_scales(x->scales);
                 d[r] = _cvtsh_ss(x->d), dmin[r] = _cvtsh_ss(x->dmin);
             }
         }
-        kq_pack_scales(Q6, s8, pb);
+        kq_pack_scales(K6, s8, pb);
         if (Q6 == 2) { // q6_K_r: sub-blocks j and 4 + j from the same bytes (quads 0..3 of both, then 4..7)
             UNROLL for (int j = 0; j < 4; j++) {
                 __m256i lo[KQ_R], hi[KQ_R];
@@ -596,6 +620,15 @@ static void q4_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
 static void q6_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
                       float *Y, int64_t ldy, void *scratch) {
     kq_gemm_p(1, kq_pack_rows, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
+}
+// q5_K rows: the q4_K tile on their panel (KQ_Q5), the totals and chains of quant_avx2.c's q5_K GEMV, so its bits.
+static void kq_pack_q5(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
+    (void)Q6;
+    kq_pack(KQ_Q5, nb, W, wrs, nr, pan);
+}
+static void q5_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
+                      float *Y, int64_t ldy, void *scratch) {
+    kq_gemm_p(0, kq_pack_q5, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
 }
 // q6_K_r rows (quant.h): the q6_K panel packed from them (kq_sub2_q6r), so the q6_K tile's bits.
 static void kq_pack_q6r(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {

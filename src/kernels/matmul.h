@@ -32,8 +32,9 @@
 //     scaled products (|S| < 2^28), acc = fma(float(S), d * dy, acc) in a scalar chain; q4_K/q5_K also
 //     macc = macc + (dmin * dy) * (float)(exact integer min dot), a scalar chain; Y = acc - macc (q6_K:
 //     acc). (Only totals: so the 8-row q4_K/q6_K tiles, rows in the lanes, may sum a sub-block's
-//     products in int16 before its scale.) The same order, so the same bits, on avx512: q5_K through
-//     this body, q4_K/q6_K through kq_avx512.h (the GEMV's 512-bit integer partial sums reduced to the
+//     products in int16 before its scale.) The same order, so the same bits, on avx512: q5_K's GEMV through
+//     this body (its batches from KQ5_GEMM_MIN = 5 tokens the q4_K panel tile of kq_avx512.h on q5_K's 5-bit values),
+//     q4_K/q6_K through kq_avx512.h (the GEMV's 512-bit integer partial sums reduced to the
 //     total per super-block; the 16-row VPDPBUSD panel tile from 2 tokens on, one row per lane).
 //     q4_K_x8 (q4_K repacked at load, quant.h): the same totals and chains, 8 rows in the lanes (kqx8.h),
 //     so a repacked matrix gives the q4_K bits; its batches read the groups (AVX2: the 8-row q4_K tile on

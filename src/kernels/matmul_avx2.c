@@ -984,6 +984,7 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q5_0] = {KR(x32_prep_size, q5_0_prep, q5_0_rows), .nt_max = X32_NT},
     [KVT_TYPE_Q4_K] = {KR(kp_prep_size, q4_K_prep, q4_K_rows) GEMM(KQ4_GEMM_MIN, kq_scratch, q4_K_gemm), .nt_max = KP_NT},
     [KVT_TYPE_Q6_K] = {KR(kp_prep_size, q6_K_prep, q6_K_rows) GEMM(KQ6_GEMM_MIN, kq_scratch, q6_K_gemm), .nt_max = KP_NT},
+    [KVT_TYPE_Q5_K] = {KR(NULL, NULL, NULL) GEMM(KQ5_GEMM_MIN, kq_scratch, q5_K_gemm)}, // decode: quant_avx2.c's q5_K dot
 #else
     [KVT_TYPE_F32] = {KR(fp_prep_size, f32_prep, f32_rows) G2(f32)},
     [KVT_TYPE_F16] = {KR(fp_prep_size, f16_prep, f16_rows) G2(f16)},
