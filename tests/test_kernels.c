@@ -17,17 +17,7 @@
 
 static int g_fail;
 
-#define CHECK(name, cond, ...)                                                                       \
-    do {                                                                                             \
-        if (cond) {                                                                                  \
-            printf("ok %s\n", name);                                                                 \
-        } else {                                                                                     \
-            printf("FAIL %s: ", name);                                                               \
-            printf(__VA_ARGS__);                                                                     \
-            printf("\n");                                                                            \
-            g_fail++;                                                                                \
-        }                                                                                            \
-    } while (0)
+#include "test_check.h"
 
 // The CPU-specific choices (prefetch distances, decode kernels) on AMD with AVX-512: test_kernels_cpu.c.
 int test_kernels_cpu_amd(void);

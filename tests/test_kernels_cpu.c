@@ -20,17 +20,7 @@
 
 static int g_fail;
 
-#define CHECK(name, cond, ...)                                                                                       \
-    do {                                                                                                             \
-        if (cond) {                                                                                                  \
-            printf("ok %s\n", name);                                                                                 \
-        } else {                                                                                                     \
-            printf("FAIL %s: ", name);                                                                               \
-            printf(__VA_ARGS__);                                                                                     \
-            printf("\n");                                                                                            \
-            g_fail++;                                                                                                \
-        }                                                                                                            \
-    } while (0)
+#include "test_check.h"
 
 static void check_zen4(void) {
     CHECK("prefetch_zen4", kvt_kernels_prefetch() == 0 && kvt_kernels_prefetch_type(KVT_TYPE_Q8_0_X8) == 0 &&
