@@ -436,22 +436,25 @@ static void extreme_q8_K(char *xq, int64_t nb, int extreme) {
     }
 }
 
-// q4_K repacked at load (q4_K_x8): repack_check. extreme: nibbles 15, scales and mins 63, activations -128 / 127
-// (the int16 bounds).
-static void test_repack_q4_K(int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
-    const kvt_type t = KVT_TYPE_Q4_K;
-    const kvt_repack_ops *rp = kvt_type_repack(t);
+// q4_K / q5_K repacked at load (q4_K_x8, q5_K_x8): repack_check. extreme: nibbles 15 (q5_K: values 31, every qh bit
+// set) or 0xF0 + i % 16 (q5_K: qh bytes by element), scales and mins 63, activations -128 / 127 (the int16 bounds).
+static void test_repack_k45(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
+    const bool q5 = t == KVT_TYPE_Q5_K;
+    const kvt_repack_ops *rp = q5 ? kvt_type_repack_into(KVT_TYPE_Q5_K_X8) : kvt_type_repack(t);
+    const kvt_type to = q5 ? KVT_TYPE_Q5_K_X8 : KVT_TYPE_Q4_K_X8;
     char *wq, *xq;
-    if (!rp || rp->to != KVT_TYPE_Q4_K_X8 || kvt_type_repacked_from(rp->to) != t ||
-        !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
-        CHECK("repack_q4_K_table", false, "no q4_K -> q4_K_x8 repacking");
+    if (!rp || rp->to != to || kvt_type_repacked_from(rp->to) != t || !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
+        CHECK(q5 ? "repack_q5_K_table" : "repack_q4_K_table", false, "no %s -> %s repacking", kvt_type_name(t),
+              kvt_type_name(to));
         return;
     }
     if (extreme) {
+        const size_t bs = q5 ? sizeof(kvt_block_q5_K) : sizeof(kvt_block_q4_K);
         for (int64_t i = 0; i < n_rows * n / KVT_QK_K; i++) {
-            kvt_block_q4_K *b = (kvt_block_q4_K *)wq + i;
-            memset(b->qs, extreme == 1 ? 0xFF : 0xF0 + (int)(i % 16), sizeof b->qs);
-            memset(b->scales, 0xFF, sizeof b->scales);
+            uint8_t *b = (uint8_t *)wq + i * (int64_t)bs;
+            memset(b + bs - 128, extreme == 1 ? 0xFF : 0xF0 + (int)(i % 16), 128); // qs (the last member of both)
+            memset(b + 4, 0xFF, 12);                                                // scales
+            for (int k = 0; q5 && k < 32; k++) b[16 + k] = (uint8_t)(extreme == 1 ? 0xFF : (k * 91 + i) & 0xFF); // qh
         }
         extreme_q8_K(xq, n_tok * n / KVT_QK_K, extreme);
     }
@@ -1177,12 +1180,17 @@ int test_kernels_main(void) {
                                          // batches on whole groups across strips (8-row tile: 2-8 tokens, AVX2 beyond)
                                          {2816, 128, 4, 0, 128}, {1024, 48, 8, 3, 45}, {512, 64, 6, 8, 64},
                                          {2816, 136, 33, 8, 120}};
-        for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
-            test_repack_q4_K(shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4], 0);
-        test_repack_q4_K(2048, 16, 1, 0, 16, 1);
-        test_repack_q4_K(2048, 16, 2, 0, 16, 2);
-        test_repack_q4_K(2048, 24, 7, 0, 24, 1);
-        test_repack_q4_K(512, 24, 9, 1, 23, 1);
+        // (q5_K_x8: the same shapes; its batches unpack: matmul.c)
+        for (int q5 = 0; q5 <= 1; q5++) {
+            const kvt_type t = q5 ? KVT_TYPE_Q5_K : KVT_TYPE_Q4_K;
+            for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+                test_repack_k45(t, shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4], 0);
+            test_repack_k45(t, 2048, 16, 1, 0, 16, 1);
+            test_repack_k45(t, 2048, 16, 2, 0, 16, 2);
+            test_repack_k45(t, 2048, 24, 7, 0, 24, 1);
+            test_repack_k45(t, 512, 24, 9, 1, 23, 1);
+            test_repack_k45(t, 5632, 32, 1, 0, 32, 2);
+        }
     }
     // q4_1 and q8_0 repacked at load: one group, cut groups, K with a short last 8-block group (576: SmolLM2's width;
     // 5632: TinyLlama's n_ff) and below one group (64, 224), every token count of the x8 GEMVs (q8_0_x8: up to
@@ -1207,7 +1215,8 @@ int test_kernels_main(void) {
             kvt_kernels_set_prefetch(pfs[k]);
             CHECK("set_prefetch", kvt_kernels_prefetch() == pfs[k], "prefetch %lld after setting %lld",
                   (long long)kvt_kernels_prefetch(), (long long)pfs[k]);
-            const kvt_type pft[] = {KVT_TYPE_Q4_K, KVT_TYPE_Q6_K, KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R, KVT_TYPE_Q8_0_X8, KVT_TYPE_Q4_1_X8};
+            const kvt_type pft[] = {KVT_TYPE_Q4_K,    KVT_TYPE_Q6_K,    KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R,
+                                    KVT_TYPE_Q8_0_X8, KVT_TYPE_Q4_1_X8, KVT_TYPE_Q5_K_X8};
             for (size_t i = 0; i < sizeof pft / sizeof pft[0]; i++)
                 CHECK("set_prefetch", kvt_kernels_prefetch_type(pft[i]) == pfs[k], "%s prefetch %lld after setting %lld",
                       kvt_type_name(pft[i]), (long long)kvt_kernels_prefetch_type(pft[i]), (long long)pfs[k]);
@@ -1220,9 +1229,12 @@ int test_kernels_main(void) {
             test_repack_x32(KVT_TYPE_Q4_1, 320, 136, 1, 5, 133, 2);
             test_repack_x32(KVT_TYPE_Q8_0, 576, 40, 1, 5, 37, 0);
             test_repack_x32(KVT_TYPE_Q8_0, 2048, 16, 1, 0, 16, 1);
-            test_repack_q4_K(2816, 24, 1, 0, 24, 0);
-            test_repack_q4_K(512, 40, 1, 5, 37, 0);
-            test_repack_q4_K(2048, 16, 1, 0, 16, 1);
+            for (int q5 = 0; q5 <= 1; q5++) {
+                const kvt_type t = q5 ? KVT_TYPE_Q5_K : KVT_TYPE_Q4_K;
+                test_repack_k45(t, 2816, 24, 1, 0, 24, 0);
+                test_repack_k45(t, 512, 40, 1, 5, 37, 0);
+                test_repack_k45(t, 2048, 16, 1, 0, 16, 1);
+            }
             test_repack_q6_K(2048, 24, 1, 0, 24, 0);
             test_repack_q6_K(768, 17, 1, 1, 16, 0);
             test_repack_q6_K_keep_rng(512, 7, 1, 0, 7, 1);
@@ -1338,9 +1350,12 @@ int test_kernels_main(void) {
         const int64_t pfs[] = {0, 4096}, old = kvt_kernels_prefetch();
         for (int k = 0; k < 2; k++) {
             kvt_kernels_set_prefetch(pfs[k]);
-            test_repack_q4_K(512, 88, 1, 0, 88, 0);
-            test_repack_q4_K(256, 136, 1, 8, 128, 0);
-            test_repack_q4_K(768, 128, 1, 3, 125, 0);
+            for (int q5 = 0; q5 <= 1; q5++) {
+                const kvt_type t = q5 ? KVT_TYPE_Q5_K : KVT_TYPE_Q4_K;
+                test_repack_k45(t, 512, 88, 1, 0, 88, 0);
+                test_repack_k45(t, 256, 136, 1, 8, 128, 0);
+                test_repack_k45(t, 768, 128, 1, 3, 125, 0);
+            }
         }
         kvt_kernels_set_prefetch(old);
     }
@@ -1378,11 +1393,17 @@ int test_kernels_main(void) {
                 test_repack_x32(KVT_TYPE_Q4_1, 64, 56, 1, 0, 56, 0);
                 kvt_kernels_set_decode_variant(KVT_TYPE_Q4_1_X8, ov);
                 ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q4_K_X8, xv[i]);
-                test_repack_q4_K(512, 88, 1, 0, 88, 0);
-                test_repack_q4_K(256, 136, 1, 8, 128, 0);
-                test_repack_q4_K(768, 128, 1, 3, 125, 0);
-                test_repack_q4_K(256, 56, 1, 0, 56, 1);
+                test_repack_k45(KVT_TYPE_Q4_K, 512, 88, 1, 0, 88, 0);
+                test_repack_k45(KVT_TYPE_Q4_K, 256, 136, 1, 8, 128, 0);
+                test_repack_k45(KVT_TYPE_Q4_K, 768, 128, 1, 3, 125, 0);
+                test_repack_k45(KVT_TYPE_Q4_K, 256, 56, 1, 0, 56, 1);
                 kvt_kernels_set_decode_variant(KVT_TYPE_Q4_K_X8, ov);
+                if (xv[i] == 1 || xv[i] == 4) { // q5_K_x8's study forms: 1, 4 streams (kqx8.h kvt_q5kx8_gemv_avx2)
+                    ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q5_K_X8, xv[i]);
+                    test_repack_k45(KVT_TYPE_Q5_K, 512, 88, 1, 0, 88, 0);
+                    test_repack_k45(KVT_TYPE_Q5_K, 768, 128, 1, 3, 125, 2);
+                    kvt_kernels_set_decode_variant(KVT_TYPE_Q5_K_X8, ov);
+                }
             }
         }
         kvt_kernels_set_prefetch(old);

@@ -70,24 +70,41 @@ INLINE void x8_scales(const uint8_t *in, __m512i *sc, __m512i *mn) {
 
 // kq_avx512.h's 16-row panel from q4_K_x8 groups: rows [0, nr) (nr 8 or 16: one or two groups at W, W + 8 wrs).
 // Chunk (c, p) lane 2r + e holds row r's quad 2p + e of slice c: its low nibbles are the panel's quad
-// 16c + 2p + e, its high nibbles quad 16c + 8 + 2p + e.
-static void kq_pack_x8(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
-    (void)Q6;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+// 16c + 2p + e, its high nibbles quad 16c + 8 + 2p + e. q5 (q5_K_x8): the q4_K panel with values 0..31 (kq_pack's
+// KQ_Q5), the fifth bits from the group's qh chunk p, whose lanes are the quads' (quant.h).
+INLINE void kq_pack_x8_k(int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan, const int q5) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *pb = pan + b * KQ_PSB;
-        const uint8_t *G[2] = {(const uint8_t *)W + b * KVT_X8_SB, nr > 8 ? (const uint8_t *)W + 8 * wrs + b * KVT_X8_SB : NULL};
+        const int64_t SB = q5 ? KVT_Q5X8_SB : KVT_X8_SB;
+        const uint8_t *G[2] = {(const uint8_t *)W + b * SB, nr > 8 ? (const uint8_t *)W + 8 * wrs + b * SB : NULL};
         UNROLL for (int k = 0; k < 16; k++) { // chunk (c, p) = (k / 4, k % 4)
+            const int c = k / 4, p = k % 4;
             const __m512i a = _mm512_loadu_si512(G[0] + 64 * k);
             const __m512i z = G[1] ? _mm512_loadu_si512(G[1] + 64 * k) : _mm512_setzero_si512();
             const __m512i q0 = _mm512_permutex2var_epi32(a, ev, z), q1 = _mm512_permutex2var_epi32(a, od, z);
-            const int Q = 16 * (k / 4) + 2 * (k % 4);
-            _mm512_store_si512((void *)(pb + 64 * Q), _mm512_and_si512(q0, m4));
-            _mm512_store_si512((void *)(pb + 64 * (Q + 1)), _mm512_and_si512(q1, m4));
-            _mm512_store_si512((void *)(pb + 64 * (Q + 8)), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4));
-            _mm512_store_si512((void *)(pb + 64 * (Q + 9)), _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4));
+            const int Q = 16 * c + 2 * p;
+            __m512i v[4] = {_mm512_and_si512(q0, m4), _mm512_and_si512(q1, m4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4),
+                            _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4)};
+            if (q5) { // bits 2c (low nibbles) and 2c + 1 (high) of the quads' qh bytes to bit 4 (0xF8: a | (b & c))
+                const __m512i ha = _mm512_loadu_si512(G[0] + KVT_X8_SB + 64 * p);
+                const __m512i hz = G[1] ? _mm512_loadu_si512(G[1] + KVT_X8_SB + 64 * p) : _mm512_setzero_si512();
+                const __m512i h[2] = {_mm512_permutex2var_epi32(ha, ev, hz), _mm512_permutex2var_epi32(ha, od, hz)};
+                UNROLL for (int e = 0; e < 2; e++) {
+                    const __m512i bl = c == 0 ? _mm512_slli_epi16(h[e], 4) : c == 1 ? _mm512_slli_epi16(h[e], 2)
+                                     : c == 2 ? h[e] : _mm512_srli_epi16(h[e], 2);
+                    const __m512i bh = c == 0 ? _mm512_slli_epi16(h[e], 3) : c == 1 ? _mm512_slli_epi16(h[e], 1)
+                                     : c == 2 ? _mm512_srli_epi16(h[e], 1) : _mm512_srli_epi16(h[e], 3);
+                    v[e] = _mm512_ternarylogic_epi32(v[e], bl, m10, 0xF8);
+                    v[2 + e] = _mm512_ternarylogic_epi32(v[2 + e], bh, m10, 0xF8);
+                }
+            }
+            _mm512_store_si512((void *)(pb + 64 * Q), v[0]);
+            _mm512_store_si512((void *)(pb + 64 * (Q + 1)), v[1]);
+            _mm512_store_si512((void *)(pb + 64 * (Q + 8)), v[2]);
+            _mm512_store_si512((void *)(pb + 64 * (Q + 9)), v[3]);
         }
         _Alignas(64) uint8_t sc[2][64], mn[2][64];
         _Alignas(16) uint16_t dh[2][16];
@@ -111,6 +128,15 @@ static void kq_pack_x8(int Q6, int64_t nb, const char *W, size_t wrs, int nr, ui
     }
 }
 
+static void kq_pack_x8(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
+    (void)Q6;
+    kq_pack_x8_k(nb, W, wrs, nr, pan, 0);
+}
+static void kq_pack_x8_q5(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
+    (void)Q6;
+    kq_pack_x8_k(nb, W, wrs, nr, pan, 1);
+}
+
 // Y[t * ldy + r] for the nr rows (a multiple of 8) of the q4_K_x8 matrix at W and n_tok q8_K rows X: kq_gemm's
 // tile on panels packed from the repacked rows (kq_scratch(n, n_tok) bytes of scratch).
 void kvt_q4kx8_gemm_avx512(int64_t n, const void *W, int64_t nr, const void *X, int64_t n_tok, float *Y, int64_t ldy,
@@ -119,6 +145,13 @@ void kvt_q4kx8_gemm_avx512(int64_t n, const void *W, int64_t nr, const void *X, 
               n_tok, Y, ldy, scratch);
 }
 int64_t kvt_q4kx8_gemm_scratch_avx512(int64_t n) { return kq_scratch(n, 0); }
+// The same for q5_K_x8 (its panels from kq_pack_x8_q5): the q4_K tile on q5_K's values, the q5_K bits (its scratch
+// kvt_q4kx8_gemm_scratch_avx512(n) bytes).
+void kvt_q5kx8_gemm_avx512(int64_t n, const void *W, int64_t nr, const void *X, int64_t n_tok, float *Y, int64_t ldy,
+                           void *scratch) {
+    kq_gemm_p(0, kq_pack_x8_q5, n, W, (size_t)kvt_row_size(KVT_TYPE_Q5_K, n), nr, X, (size_t)kvt_row_size(KVT_TYPE_Q8_K, n),
+              n_tok, Y, ldy, scratch);
+}
 
 // The min dots of one super-block of a group: rows 0-3 from mlo, 4-7 from mhi (each row's sub-block mins, 16-bit),
 // times the activation's 8 sub-block sums bs; dword r of the result is row r's total.
@@ -134,40 +167,61 @@ INLINE __m256i x8_min_dots(__m512i mlo, __m512i mhi, __m512i bs, __m512i mrow) {
 
 // Rows 8g .. 8g + 7 (the group at G) against NT <= X8_NT q8_K rows yb[t] (nb super-blocks each): Y[t * ldy + r].
 // The weights of a chunk are masked once for the NT tokens; each token's arithmetic is the one-token GEMV's.
+// q5 (q5_K_x8, quant.h): the fifth bits of the qh chunks or'ed in as bit 4 (kqx8.h's AVX2 x8_sb_z), the high nibbles
+// shifted down (not in place), and the int16 packing of the pair sums made per two chunks (p < 2, p >= 2) so that it
+// stays exact: 8 products of at most 31 * 128 (16 of them would not fit).
 #define X8_NT 4
-INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, int NT, float *Y, int64_t ldy,
-                        int64_t pf) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0);
+INLINE void x8_group_nt_k(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, int NT, float *Y, int64_t ldy,
+                          int64_t pf, const int q5) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), mF0 = _mm512_set1_epi8((char)0xF0), m10 = _mm512_set1_epi8(0x10);
     // scale words of sub-block j (add j to the index bytes): per 128-bit lane q (rows 2q, 2q + 1), the int16
     // pairs of packs(lo, hi) take (sc_j of row 2q) x2, (row 2q + 1) x2, then sub-block j + 1 likewise
     const __m512i shb = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 0, -128, 8, -128, 8, -128, 1, -128, 1, -128, 9, -128, 9, -128));
     const __m512i rows8 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 1, 4, 5, 8, 9, 12, 13);
     const __m512i mrow = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const int64_t SB = q5 ? KVT_Q5X8_SB : KVT_X8_SB;
     __m256 acc[X8_NT], macc[X8_NT];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = macc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *in = G + b * KVT_X8_SB;
+        const uint8_t *in = G + b * SB;
         if (pf) UNROLL for (int l = 0; l < KVT_X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
+        if (pf && q5) UNROLL for (int l = KVT_X8_SB / 64; l < KVT_Q5X8_SB / 64; l++) _mm_prefetch((const char *)in + pf + 64 * l, KVT_X8_PF_HINT);
         __m512i sc, mn;
         x8_scales(in, &sc, &mn);
         __m512i is[X8_NT];
         UNROLL for (int t = 0; t < NT; t++) is[t] = _mm512_setzero_si512();
         UNROLL for (int c = 0; c < 4; c++) {
-            __m512i pl[X8_NT], ph[X8_NT];
-            UNROLL for (int t = 0; t < NT; t++) pl[t] = ph[t] = _mm512_setzero_si512();
+            __m512i pl[2][X8_NT], ph[2][X8_NT]; // [h]: chunks p of h = p / 2 (q5), all in [0] (q4)
+            UNROLL for (int h = 0; h < 2; h++) UNROLL for (int t = 0; t < NT; t++) pl[h][t] = ph[h][t] = _mm512_setzero_si512();
             UNROLL for (int p = 0; p < 4; p++) {
+                const int h = q5 ? p / 2 : 0;
                 const __m512i q = _mm512_loadu_si512(in + 64 * (4 * c + p));
-                const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(q, mF0);
+                __m512i lo = _mm512_and_si512(q, m4), hi = q5 ? _mm512_and_si512(_mm512_srli_epi16(q, 4), m4) : _mm512_and_si512(q, mF0);
+                if (q5) { // bits 2c, 2c + 1 of the rows' qh bytes to bit 4 (0xF8: a | (b & c))
+                    const __m512i qh = _mm512_loadu_si512(in + KVT_X8_SB + 64 * p);
+                    const __m512i bl = c == 0 ? _mm512_slli_epi16(qh, 4) : c == 1 ? _mm512_slli_epi16(qh, 2)
+                                     : c == 2 ? qh : _mm512_srli_epi16(qh, 2);
+                    const __m512i bh = c == 0 ? _mm512_slli_epi16(qh, 3) : c == 1 ? _mm512_slli_epi16(qh, 1)
+                                     : c == 2 ? _mm512_srli_epi16(qh, 1) : _mm512_srli_epi16(qh, 3);
+                    lo = _mm512_ternarylogic_epi32(lo, bl, m10, 0xF8);
+                    hi = _mm512_ternarylogic_epi32(hi, bh, m10, 0xF8);
+                }
                 UNROLL for (int t = 0; t < NT; t++) {
                     const int8_t *yq = yb[t][b].qs + 64 * c + 8 * p;
-                    pl[t] = _mm512_dpbusd_epi32(pl[t], lo, _mm512_set1_epi64(x8_ld64(yq)));
-                    // the high nibbles in place (16x their value): exact, divided out below
-                    ph[t] = _mm512_dpbusd_epi32(ph[t], hi, _mm512_set1_epi64(x8_ld64(yq + 32)));
+                    pl[h][t] = _mm512_dpbusd_epi32(pl[h][t], lo, _mm512_set1_epi64(x8_ld64(yq)));
+                    // q4: the high nibbles in place (16x their value): exact, divided out below
+                    ph[h][t] = _mm512_dpbusd_epi32(ph[h][t], hi, _mm512_set1_epi64(x8_ld64(yq + 32)));
                 }
             }
             const __m512i s = _mm512_shuffle_epi8(sc, _mm512_add_epi8(shb, _mm512_set1_epi8((char)(2 * c))));
-            UNROLL for (int t = 0; t < NT; t++)
-                is[t] = _mm512_dpwssd_epi32(is[t], _mm512_packs_epi32(pl[t], _mm512_srai_epi32(ph[t], 4)), s);
+            UNROLL for (int t = 0; t < NT; t++) {
+                if (q5) {
+                    is[t] = _mm512_dpwssd_epi32(is[t], _mm512_packs_epi32(pl[0][t], ph[0][t]), s);
+                    is[t] = _mm512_dpwssd_epi32(is[t], _mm512_packs_epi32(pl[1][t], ph[1][t]), s);
+                } else {
+                    is[t] = _mm512_dpwssd_epi32(is[t], _mm512_packs_epi32(pl[0][t], _mm512_srai_epi32(ph[0][t], 4)), s);
+                }
+            }
         }
         const __m512i mlo = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(mn)), mhi = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(mn, 1));
         UNROLL for (int t = 0; t < NT; t++) {
@@ -183,7 +237,10 @@ INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *cons
     }
     UNROLL for (int t = 0; t < NT; t++) _mm256_storeu_ps(Y + t * ldy, _mm256_sub_ps(acc[t], macc[t]));
 }
-static void x8_group(int64_t nb, const uint8_t *G, const kvt_block_q8_K *yb, float *Y) { x8_group_nt(nb, G, &yb, 1, Y, 0, 0); }
+INLINE void x8_group_nt(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, int NT, float *Y, int64_t ldy,
+                        int64_t pf) {
+    x8_group_nt_k(nb, G, yb, NT, Y, ldy, pf, 0);
+}
 
 // Decode with prefetch in X8_NS streams: the groups at G + k * step (k < ns) super-block by super-block, each with the
 // one-token arithmetic of x8_group_nt (its own chains acc, macc: the same bits whatever the streams). One group at a
@@ -304,27 +361,43 @@ INLINE void x8_groups512o(int ns, int64_t nb, const uint8_t *G, int64_t step, co
 X8_NT_FN(2)
 X8_NT_FN(3)
 X8_NT_FN(4)
+#define X8_NT5_FN(T) \
+    static __attribute__((noinline)) void x8_group5_t##T(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, float *Y, \
+                                                         int64_t ldy) { x8_group_nt_k(nb, G, yb, T, Y, ldy, 0, 1); }
+X8_NT5_FN(1)
+X8_NT5_FN(2)
+X8_NT5_FN(3)
+X8_NT5_FN(4)
+
+X8_NT_FN(1)
+// The groups [g0, g1) (gb bytes each) against n_tok q8_K rows X (stride xrs), X8_NT tokens a pass: fn[nt - 1].
+typedef void (*x8_nt_fn)(int64_t nb, const uint8_t *G, const kvt_block_q8_K *const *yb, float *Y, int64_t ldy);
+INLINE void x8_gemv_nt(const x8_nt_fn fn[X8_NT], int64_t nb, int64_t gb, const void *W, int64_t g0, int64_t g1, const void *X,
+                       size_t xrs, int64_t n_tok, float *Y, int64_t ldy) {
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *G = (const uint8_t *)W + g * gb;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += X8_NT) {
+            const kvt_block_q8_K *yb[X8_NT];
+            const int nt = (int)(n_tok - t0 < X8_NT ? n_tok - t0 : X8_NT);
+            for (int t = 0; t < nt; t++) yb[t] = (const kvt_block_q8_K *)((const char *)X + (t0 + t) * xrs);
+            fn[nt - 1](nb, G, yb, Y + t0 * ldy + 8 * g, ldy);
+        }
+    }
+}
 
 // Y[t * ldy + 8g + r] for the groups g in [g0, g1) of the q4_K_x8 matrix W (n columns) against n_tok (2 ..
 // KVT_Q4KX8_GEMM_MIN - 1) q8_K rows X (stride xrs): the GEMV's arithmetic per token, X8_NT tokens per pass.
 void kvt_q4kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, size_t xrs, int64_t n_tok,
                               float *Y, int64_t ldy) {
-    const int64_t nb = n / KVT_QK_K;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *G = (const uint8_t *)W + g * nb * KVT_X8_SB;
-        for (int64_t t0 = 0; t0 < n_tok; t0 += X8_NT) {
-            const kvt_block_q8_K *yb[X8_NT];
-            const int nt = (int)(n_tok - t0 < X8_NT ? n_tok - t0 : X8_NT);
-            for (int t = 0; t < nt; t++) yb[t] = (const kvt_block_q8_K *)((const char *)X + (t0 + t) * xrs);
-            float *Yt = Y + t0 * ldy + 8 * g;
-            switch (nt) {
-            case 1: x8_group(nb, G, yb[0], Yt); break;
-            case 2: x8_group_t2(nb, G, yb, Yt, ldy); break;
-            case 3: x8_group_t3(nb, G, yb, Yt, ldy); break;
-            default: x8_group_t4(nb, G, yb, Yt, ldy); break;
-            }
-        }
-    }
+    static const x8_nt_fn fn[X8_NT] = {x8_group_t1, x8_group_t2, x8_group_t3, x8_group_t4};
+    x8_gemv_nt(fn, n / KVT_QK_K, n / KVT_QK_K * KVT_X8_SB, W, g0, g1, X, xrs, n_tok, Y, ldy);
+}
+// The same for the q5_K_x8 matrix W (2 .. KVT_Q5KX8_GEMM_MIN - 1 tokens; x8_group_nt_k with q5; its one-token decode is
+// the AVX2 GEMV's, kvt_q5kx8_gemv_avx2: the same integers S, M and chains, the same bits).
+void kvt_q5kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, size_t xrs, int64_t n_tok,
+                              float *Y, int64_t ldy) {
+    static const x8_nt_fn fn[X8_NT] = {x8_group5_t1, x8_group5_t2, x8_group5_t3, x8_group5_t4};
+    x8_gemv_nt(fn, n / KVT_QK_K, n / KVT_QK_K * KVT_Q5X8_SB, W, g0, g1, X, xrs, n_tok, Y, ldy);
 }
 
 #else
@@ -464,7 +537,11 @@ INLINE void x8_groups256l(int ns, int64_t nb, const uint8_t *G, int64_t step, co
 // 443 with one prefetch a line).
 // On the AMD EPYC Zen 3 (kq_decode_bench -s avx2, 2 threads, paired against x8_groups256l): from DRAM 1.11-1.31x,
 // 64-80% -> 83-89% of the probe at the same 2048 bytes; at 1024 bytes 93-99% (docs/log/BENCHMARKS-kernels-3.md, z4k).
-INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m256 *macc, int64_t pf, const int npf) {
+// q5 (q5_K_x8, quant.h): the fifth bits from the qh chunks after the q4_K_x8 part: the bit of slice c in each byte
+// moved to bit 4 (16-bit shifts; the bits they move across bytes fall outside 0x10) and or'ed into the nibble. The
+// int16 pair sums stay exact: |.| <= 4 * 2 * 31 * 128 = 31744 (q4: 15360).
+INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m256 *macc, int64_t pf, const int npf,
+                    const int q5) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     const __m256i shb = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128,
                                          0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128);
@@ -490,8 +567,18 @@ INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m
             const __m256i yh = _mm256_set1_epi64x(x8_ld64(y->qs + 64 * c + 32 + 8 * p));
             UNROLL for (int h = 0; h < 2; h++) {
                 const __m256i w = x8_ld256(q + 32 * h);
-                pl[h] = _mm256_add_epi16(pl[h], _mm256_maddubs_epi16(_mm256_and_si256(w, m4), yl));
-                ph[h] = _mm256_add_epi16(ph[h], _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), yh));
+                __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+                if (q5) { // bits 2c (lo) and 2c + 1 (hi) of the rows' qh bytes to bit 4
+                    const __m256i qh = x8_ld256(in + KVT_X8_SB + 64 * p + 32 * h), m10 = _mm256_set1_epi8(0x10);
+                    const __m256i bl = c == 0 ? _mm256_slli_epi16(qh, 4) : c == 1 ? _mm256_slli_epi16(qh, 2)
+                                     : c == 2 ? qh : _mm256_srli_epi16(qh, 2);
+                    const __m256i bh = c == 0 ? _mm256_slli_epi16(qh, 3) : c == 1 ? _mm256_slli_epi16(qh, 1)
+                                     : c == 2 ? _mm256_srli_epi16(qh, 1) : _mm256_srli_epi16(qh, 3);
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(bl, m10));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(bh, m10));
+                }
+                pl[h] = _mm256_add_epi16(pl[h], _mm256_maddubs_epi16(lo, yl));
+                ph[h] = _mm256_add_epi16(ph[h], _mm256_maddubs_epi16(hi, yh));
                 __asm__("" : "+x"(pl[h]), "+x"(ph[h])); // a chain, not a tree (above)
             }
         }
@@ -502,6 +589,7 @@ INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m
         }
     }
     UNROLL for (int l = 16; l < KVT_X8_SB / 64; l++) kvt_x8_prefetch_line(in + 64 * l, pf, npf);
+    if (q5) UNROLL for (int l = KVT_X8_SB / 64; l < KVT_Q5X8_SB / 64; l++) kvt_x8_prefetch_line(in + 64 * l, pf, npf);
     // lane 128-bit L: [r 2L, r 2L+1, r 4+2L, r 5+2L] -> rows in order
     const __m256i S = _mm256_permute4x64_epi64(_mm256_hadd_epi32(is[0], is[1]), 0xD8);
     const uint8_t *im = in;
@@ -512,26 +600,33 @@ INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m
     x8_mins_chain(mnA, mnB, S, in, y, acc, macc);
 }
 
-// x8_groups256l with x8_sb_z (npf as there; pf the distance when npf > 0), y laundered as there.
+// x8_groups256l with x8_sb_z (npf as there; pf the distance when npf > 0), y laundered as there; q5: q5_K_x8.
 INLINE void x8_groups256z(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
-                          int64_t ystep, int64_t pf, const int npf) {
+                          int64_t ystep, int64_t pf, const int npf, const int q5) {
     __m256 acc[4], macc[4];
     UNROLL for (int k = 0; k < ns; k++) acc[k] = macc[k] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) UNROLL for (int k = 0; k < ns; k++) {
         const kvt_block_q8_K *y = yb + b;
         __asm__ volatile("" : "+r"(y));
-        x8_sb_z(G + k * step + b * KVT_X8_SB, y, &acc[k], &macc[k], pf, npf);
+        x8_sb_z(G + k * step + b * (q5 ? KVT_Q5X8_SB : KVT_X8_SB), y, &acc[k], &macc[k], pf, npf, q5);
     }
     UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, _mm256_sub_ps(acc[k], macc[k]));
 }
 #define X8_GZ(NAME, NPF)                                                                                               \
     INLINE void NAME(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,           \
                      int64_t ystep, int64_t pf) {                                                                      \
-        x8_groups256z(ns, nb, G, step, yb, Y, ystep, pf, NPF);                                                         \
+        x8_groups256z(ns, nb, G, step, yb, Y, ystep, pf, NPF, Q5);                                                     \
     }
+#define Q5 0
 X8_GZ(x8_groupsz1, 1)
 X8_GZ(x8_groupsz2, 2)
 X8_GZ(x8_groupsz3, 3)
+#undef Q5
+#define Q5 1
+X8_GZ(x8_groups5z0, 0)
+X8_GZ(x8_groups5z2, 2)
+X8_GZ(x8_groups5z3, 3)
+#undef Q5
 
 #endif
 
@@ -553,6 +648,36 @@ static void x8_decode_zd(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64
                          int64_t pf) {
     if (kvt_x8_pf_kind(pf) == 2) x8_decode_z2(ns, nb, w, g0, g1, y, Y, pf);
     else x8_decode_z3(ns, nb, w, g0, g1, y, Y, pf);
+}
+
+// Y[8g + r] for the groups g in [g0, g1) of the q5_K_x8 matrix W (n columns) against the q8_K row y: x8_sb_z's
+// arithmetic with the fifth bits (q5), the q5_K bits (matmul.h). The one q5_K_x8 GEMV: on AVX-512 machines too
+// (matmul.c). In 2 streams (study forms, kvt_kernels_decode_variant(KVT_TYPE_Q5_K_X8): 1, 2, 4 streams); with the
+// CPU's prefetch (kvt_kernels_prefetch_type(KVT_TYPE_Q5_K_X8): q4_K_x8's distance) as x8_decode_zd, else none.
+#define X8_DECODE5(NAME, GROUPS)                                                                                     \
+    static void NAME(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64_t g1, const kvt_block_q8_K *y, float *Y,   \
+                     int64_t pf) {                                                                                       \
+        KVT_X8_STREAMS(GROUPS, ns, nb, w, nb * KVT_Q5X8_SB, g0, g1, y, Y, pf);                                           \
+    }
+X8_DECODE5(x8_decode5_z0, x8_groups5z0)
+X8_DECODE5(x8_decode5_z2, x8_groups5z2)
+X8_DECODE5(x8_decode5_z3, x8_groups5z3)
+void kvt_q5kx8_gemv_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y) {
+    const int64_t nb = n / KVT_QK_K, pf = kvt_kernels_prefetch_type(KVT_TYPE_Q5_K_X8);
+    const int v = kvt_kernels_decode_variant(KVT_TYPE_Q5_K_X8), ns = v == 1 || v == 4 ? v : 2;
+    if (!pf) x8_decode5_z0(ns, nb, W, g0, g1, y, Y, 0);
+    else if (kvt_x8_pf_kind(pf) == 2) x8_decode5_z2(ns, nb, W, g0, g1, y, Y, pf);
+    else x8_decode5_z3(ns, nb, W, g0, g1, y, Y, pf);
+}
+// Small batches: Y[t * ldy + 8g + r] for the groups [g0, g1) and the n_tok q8_K rows X (stride xrs bytes): the GEMV's
+// arithmetic token by token per group (the group's rows then come from L1/L2), so each output is the GEMV's.
+void kvt_q5kx8_gemv_nt_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, size_t xrs, int64_t n_tok,
+                            float *Y, int64_t ldy) {
+    const int64_t nb = n / KVT_QK_K;
+    for (int64_t g = g0; g < g1; g++)
+        for (int64_t t = 0; t < n_tok; t++)
+            x8_groups256z(1, nb, (const uint8_t *)W + g * nb * KVT_Q5X8_SB, 0,
+                          (const kvt_block_q8_K *)((const char *)X + t * (int64_t)xrs), Y + t * ldy + 8 * g, 0, 0, 0, 1);
 }
 #endif
 #ifdef KVT_SIMD_AVX512

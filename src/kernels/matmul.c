@@ -160,7 +160,9 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
 // GEMV (q80x8.h) token by token (AVX2: up to KVT_Q80X8_TOK_MAX tokens, larger batches unpacked); q4_K_x8 decode
 // through its GEMV (kqx8.h); q4_K_x8 batches of whole groups read the groups directly: AVX-512 2-8 tokens the
 // GEMV's arithmetic per token (kqx8.h), from 9 tokens the q4_K panel tile on panels packed from them (kqx8.h);
-// AVX2 gemm_avx2.c's 8-row q4_K tile on side data made from them; the scalar ISA and q4_K_x8's rows of a group
+// AVX2 gemm_avx2.c's 8-row q4_K tile on side data made from them; q5_K_x8 decode through its AVX2 GEMV on both ISAs,
+// its batches as q4_K_x8's on AVX-512 (kqx8.h), on AVX2 the GEMV token by token up to KVT_Q5KX8_TOK_MAX tokens, larger
+// ones unpacked; the scalar ISA and q4_K_x8's rows of a group
 // cut by [r0, r1) go through the source type's paths on rows unpacked into a per-thread buffer, X8_STRIP_BYTES at
 // a time. The same bits either way (each row's order is its source type's).
 #define X8_STRIP_BYTES (256 * 1024)
@@ -210,6 +212,14 @@ static void x8_q4k(const void *ctx, int64_t n, const void *W, int64_t g0, int64_
     (c->isa == KVT_ISA_AVX512 ? kvt_q4kx8_gemv_avx512 : kvt_q4kx8_gemv_avx2)(n, W, g0, g1, X, Y);
 }
 
+static void x8_q5k(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
+                   float *Y, int64_t ldy) {
+    const x8_ctx *c = ctx;
+    if (n_tok == 1) kvt_q5kx8_gemv_avx2(n, W, g0, g1, X, Y);
+    else (c->isa == KVT_ISA_AVX512 ? kvt_q5kx8_gemv_nt_avx512 : kvt_q5kx8_gemv_nt_avx2)(n, W, g0, g1, X,
+              (size_t)kvt_row_size(KVT_TYPE_Q8_K, n), n_tok, Y, ldy);
+}
+
 static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
                             const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
     const kvt_type st = kvt_type_repacked_from(wt);
@@ -240,6 +250,24 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
             x8_groups(x8_q80, &c, n, W, wrs, r0, r1, Xq, wrs, n_tok, Y, ldy);
             return;
         }
+    }
+    if (wt == KVT_TYPE_Q5_K_X8 && isa == KVT_ISA_AVX512 && n_tok >= KVT_Q5KX8_GEMM_MIN) {
+        // AVX-512 batches: whole groups through the q4_K panel tile on panels packed from them (kqx8.h), the rows of a
+        // group cut by the range unpacked (the q5_K paths: the same bits)
+        const int64_t a0 = (r0 + 7) / 8 * 8, a1 = r1 / 8 * 8;
+        void *pan = a0 < a1 ? gemm_scratch(0, (size_t)kvt_q4kx8_gemm_scratch_avx512(n)) : NULL;
+        if (pan) {
+            kvt_q5kx8_gemm_avx512(n, (const char *)W + a0 * wrs, a1 - a0, Xq, n_tok, Y + a0, ldy, pan);
+            if (r0 < a0) matmul_unpacked(isa, st, rp, n, W, r0, a0, Xq, n_tok, Y, ldy);
+            if (a1 < r1) matmul_unpacked(isa, st, rp, n, W, a1, r1, Xq, n_tok, Y, ldy);
+            return;
+        }
+    }
+    if (n_tok <= KVT_Q5KX8_TOK_MAX && wt == KVT_TYPE_Q5_K_X8 && isa >= KVT_ISA_AVX2) {
+        // decode and small batches (kqx8.h: the AVX2 GEMV on every x86 ISA, token by token in batches)
+        const x8_ctx c = {isa, NULL};
+        x8_groups(x8_q5k, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_K, n), n_tok, Y, ldy);
+        return;
     }
     if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) { // decode (kqx8.h; Zen 4 and 5: AVX2, kvt_kernels_decode_avx2)
         const x8_ctx c = {isa == KVT_ISA_AVX512 && kvt_kernels_decode_avx2(wt) ? KVT_ISA_AVX2 : isa, NULL};

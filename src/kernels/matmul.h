@@ -40,6 +40,11 @@
 //     so a repacked matrix gives the q4_K bits; its batches read the groups (AVX2: the 8-row q4_K tile on
 //     side data made from them; AVX-512: the GEMV per token up to 8 tokens, then the q4_K panel tile packed from
 //     them), only the rows of a group cut by the call's row range run the q4_K paths on unpacked rows.
+//     q5_K_x8 (q5_K repacked at load where the AVX2 kernels run, quant.h): the same totals and chains, 8 rows in the
+//     lanes (kqx8.h), so a repacked matrix gives the q5_K bits on both ISAs: decode the AVX2 GEMV (on AVX-512 machines
+//     too), batches AVX2 the GEMV token by token up to KVT_Q5KX8_TOK_MAX tokens, AVX-512 2-4 tokens the GEMV's
+//     arithmetic per token (4 tokens a pass) and from KVT_Q5KX8_GEMM_MIN the q4_K panel tile packed from the groups;
+//     larger AVX2 batches and the rows of a group cut by the range the q5_K paths on unpacked rows.
 //     q4_1_x8 (q4_1 repacked, as q4_K_x8): the q4_1 order above, a row's 8 accumulator lanes in lane r of 8 vectors
 //     (q41x8.h), so a repacked matrix gives the q4_1 bits; batches too (the same GEMV token by token).
 //     q8_0_x8 (q8_0 repacked, as q4_K_x8): each ISA's q8_0 order above (avx2: the totals and the scalar chain;
@@ -153,6 +158,22 @@ const kvt_mm_kernel *kvt_mm_kernel_avx512(kvt_type wt);
 // q4_K_x8 decode (kqx8.h): Y[8g + r] for the 8-row groups g in [g0, g1) of W (n columns) against one q8_K row y.
 void kvt_q4kx8_gemv_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
 void kvt_q4kx8_gemv_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
+// q5_K_x8 (quant.h) decode: Y[8g + r] for the groups [g0, g1) against one q8_K row y (the AVX2 build only, the one
+// q5_K_x8 decode on every x86 ISA: kqx8.h).
+void kvt_q5kx8_gemv_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
+// The same for n_tok q8_K rows X (stride xrs bytes) into Y[t * ldy + 8g + r]: AVX2 token by token per group (batches up
+// to KVT_Q5KX8_TOK_MAX tokens; matmul.c unpacks larger ones for the q5_K kernels), AVX-512 the GEMV's arithmetic 4
+// tokens a pass (2 .. KVT_Q5KX8_GEMM_MIN - 1 tokens); the same bits.
+void kvt_q5kx8_gemv_nt_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, size_t xrs, int64_t n_tok,
+                            float *Y, int64_t ldy);
+void kvt_q5kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, size_t xrs, int64_t n_tok,
+                              float *Y, int64_t ldy);
+#define KVT_Q5KX8_TOK_MAX 8
+// AVX-512 batches of q5_K_x8 from KVT_Q5KX8_GEMM_MIN tokens: as kvt_q4kx8_gemm_avx512 (its scratch size too), the
+// q5_K bits.
+#define KVT_Q5KX8_GEMM_MIN 5
+void kvt_q5kx8_gemm_avx512(int64_t n, const void *W, int64_t nr, const void *X, int64_t n_tok, float *Y, int64_t ldy,
+                           void *scratch);
 // AVX2 q6_K decode (quant_avx2.c): Y[r] for the nr rows at W (stride wrs) against one q8_K row y, two rows at once.
 void kvt_q6k_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const void *y, float *Y);
 // The same for q6_K_r rows (quant.h) against a q8_K row prepared by kvt_q6r_prep.

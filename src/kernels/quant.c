@@ -575,38 +575,48 @@ KVT_TYPE_OPS_TABLE(k_ref_ops);
 
 // ------------------------------------------------------------ load-time repacking (quant.h)
 
-static void q4_K_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) {
-    const int64_t nb = n / KVT_QK_K, wrs = nb * (int64_t)sizeof(kvt_block_q4_K);
+// q4_K_x8 and q5_K_x8 (quant.h; q5: the source rows q5_K, their qh after the q4_K_x8 part of each super-block).
+// Both block types start with d, dmin, scales[12]; qs is their last member.
+static inline __attribute__((always_inline)) void k45_x8_pack(const void *src, void *dst, int64_t rows, int64_t n,
+                                                              const int q5) {
+    const int64_t bs = q5 ? (int64_t)sizeof(kvt_block_q5_K) : (int64_t)sizeof(kvt_block_q4_K), nb = n / KVT_QK_K,
+                  wrs = nb * bs, qso = q5 ? offsetof(kvt_block_q5_K, qs) : offsetof(kvt_block_q4_K, qs);
     for (int64_t g = 0; g < rows / 8; g++)
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *o = (uint8_t *)dst + g * 8 * wrs + b * KVT_X8_SB, h[64];
+            uint8_t *o = (uint8_t *)dst + g * 8 * wrs + b * 8 * bs, h[64];
             for (int r = 0; r < 8; r++) {
-                const kvt_block_q4_K *x = (const kvt_block_q4_K *)((const char *)src + (8 * g + r) * wrs) + b;
+                const uint8_t *x = (const uint8_t *)src + (8 * g + r) * wrs + b * bs;
                 for (int c = 0; c < 4; c++)
-                    for (int p = 0; p < 4; p++) memcpy(o + 64 * (4 * c + p) + 8 * r, x->qs + 32 * c + 8 * p, 8);
+                    for (int p = 0; p < 4; p++) memcpy(o + 64 * (4 * c + p) + 8 * r, x + qso + 32 * c + 8 * p, 8);
                 uint8_t sc[8], m[8];
-                kvt_k_scales_unpack(x->scales, sc, m);
+                kvt_k_scales_unpack(x + 4, sc, m);
                 for (int j = 0; j < 8; j++) {
                     o[1024 + 8 * r + j] = (uint8_t)((sc[j] & 15) | (m[j] & 15) << 4);
                     h[8 * r + j] = (uint8_t)((sc[j] >> 4) | (m[j] >> 4) << 2);
                 }
-                memcpy(o + 1120 + 2 * r, &x->d, 2);
-                memcpy(o + 1136 + 2 * r, &x->dmin, 2);
+                memcpy(o + 1120 + 2 * r, x, 2);     // d
+                memcpy(o + 1136 + 2 * r, x + 2, 2); // dmin
+                for (int p = 0; q5 && p < 4; p++) memcpy(o + 1152 + 64 * p + 8 * r, x + offsetof(kvt_block_q5_K, qh) + 8 * p, 8);
             }
             for (int i = 0; i < 32; i++) o[1088 + i] = (uint8_t)(h[i] | h[i + 32] << 4);
         }
 }
+static void q4_K_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) { k45_x8_pack(src, dst, rows, n, 0); }
+static void q5_K_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) { k45_x8_pack(src, dst, rows, n, 1); }
 
 // Eight bytes at once (SWAR; the unpacking runs on every batched product of a repacked matrix).
-static void q4_K_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {
-    const int64_t nb = n / KVT_QK_K, wrs = nb * (int64_t)sizeof(kvt_block_q4_K);
+static inline __attribute__((always_inline)) void k45_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1,
+                                                                int64_t n, const int q5) {
+    const int64_t bs = q5 ? (int64_t)sizeof(kvt_block_q5_K) : (int64_t)sizeof(kvt_block_q4_K), nb = n / KVT_QK_K,
+                  wrs = nb * bs, qso = q5 ? offsetof(kvt_block_q5_K, qs) : offsetof(kvt_block_q4_K, qs);
     const uint64_t lo4 = 0x0F0F0F0F0F0F0F0Full, lo2 = 0x0303030303030303ull;
     for (int64_t r = r0; r < r1; r++) {
         const int rr = (int)(r % 8);
         const uint8_t *in = (const uint8_t *)W + (r / 8) * 8 * wrs;
-        kvt_block_q4_K *x = (kvt_block_q4_K *)((char *)dst + (r - r0) * wrs);
-        for (int64_t b = 0; b < nb; b++, in += KVT_X8_SB, x++) {
-            for (int k = 0; k < 16; k++) memcpy(x->qs + 8 * k, in + 64 * k + 8 * rr, 8);
+        uint8_t *x = (uint8_t *)dst + (r - r0) * wrs;
+        for (int64_t b = 0; b < nb; b++, in += 8 * bs, x += bs) {
+            for (int k = 0; k < 16; k++) memcpy(x + qso + 8 * k, in + 64 * k + 8 * rr, 8);
+            for (int p = 0; q5 && p < 4; p++) memcpy(x + offsetof(kvt_block_q5_K, qh) + 8 * p, in + 1152 + 64 * p + 8 * rr, 8);
             uint64_t L, H;
             memcpy(&L, in + 1024 + 8 * rr, 8);
             memcpy(&H, in + 1088 + 8 * (rr & 3), 8);
@@ -616,12 +626,18 @@ static void q4_K_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int
             const uint32_t s03 = (uint32_t)sc, s47 = (uint32_t)(sc >> 32), m03 = (uint32_t)m, m47 = (uint32_t)(m >> 32);
             const uint32_t w[3] = {s03 | (s47 >> 4 & 0x03030303u) << 6, m03 | (m47 >> 4 & 0x03030303u) << 6,
                                    (s47 & 0x0F0F0F0Fu) | (m47 & 0x0F0F0F0Fu) << 4};
-            memcpy(x->scales, w, 12);
-            memcpy(&x->d, in + 1120 + 2 * rr, 2);
-            memcpy(&x->dmin, in + 1136 + 2 * rr, 2);
+            memcpy(x + 4, w, 12);
+            memcpy(x, in + 1120 + 2 * rr, 2);
+            memcpy(x + 2, in + 1136 + 2 * rr, 2);
         }
     }
 }
+static void q4_K_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) { k45_x8_unpack(W, dst, r0, r1, n, 0); }
+static void q5_K_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) { k45_x8_unpack(W, dst, r0, r1, n, 1); }
+_Static_assert(offsetof(kvt_block_q4_K, scales) == 4 && offsetof(kvt_block_q5_K, scales) == 4 &&
+                   8 * sizeof(kvt_block_q4_K) == KVT_X8_SB && 8 * sizeof(kvt_block_q5_K) == KVT_Q5X8_SB &&
+                   KVT_Q5X8_SB == KVT_X8_SB + 256,
+               "k45_x8 layouts");
 
 // The 32-element x8 layouts (quant.h: q4_1_x8, q8_0_x8) of a source block of bs bytes, nh f16 header words (d, m)
 // then its quants: in a group's block (8 * bs bytes), row r's quant chunk k (cb bytes) at cb * (8k + r), its header
@@ -761,6 +777,8 @@ void kvt_q6r_prep(int64_t n, const void *x, void *p) {
     }
 }
 static const kvt_repack_ops k_repack_q6r = {KVT_TYPE_Q6_K_R, 1, q6_K_r_pack, q6_K_r_unpack, NULL};
+// q5_K_x8 where its decode GEMV runs (kqx8.h: AVX2, on AVX-512 machines too); the scalar ISA keeps q5_K rows.
+static const kvt_repack_ops k_repack_q5x8 = {KVT_TYPE_Q5_K_X8, 8, q5_K_x8_pack, q5_K_x8_unpack, NULL};
 
 static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_K] = {KVT_TYPE_Q4_K_X8, 8, q4_K_x8_pack, q4_K_x8_unpack, NULL},
@@ -770,17 +788,30 @@ static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
     [KVT_TYPE_F16] = {KVT_TYPE_F16_X16, 16, kvt_f16x16_pack, kvt_f16x16_unpack, kvt_f16x16_row_to_float},
 };
 
+bool kvt_q5kx8_enabled(void) {
+    static _Atomic int on; // 0: not read yet, 1: off, 2: on
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v == 0) {
+        const char *e = getenv("KVT_Q5KX8");
+        v = e && !strcmp(e, "0") ? 1 : 2;
+        atomic_store_explicit(&on, v, memory_order_relaxed);
+    }
+    return v == 2;
+}
+
 const kvt_repack_ops *kvt_type_repack(kvt_type t) {
     if (t == KVT_TYPE_F16 && !kvt_f16x16_enabled()) return NULL; // KVT_F16X16=0 (f16x16.h)
     // q6_K_r where the AVX2 q6_K_r decode runs: AVX2 machines, and AVX-512 ones where decode takes the AVX2 GEMVs (Zen 5)
     const kvt_isa isa = kvt_kernels_isa();
     if (t == KVT_TYPE_Q6_K && (isa == KVT_ISA_AVX2 || (isa == KVT_ISA_AVX512 && kvt_kernels_decode_avx2(KVT_TYPE_Q6_K_R))))
         return &k_repack_q6r;
+    if (t == KVT_TYPE_Q5_K && isa >= KVT_ISA_AVX2 && kvt_q5kx8_enabled()) return &k_repack_q5x8;
     return (unsigned)t < KVT_TYPE_COUNT && k_repack[t].pack ? &k_repack[t] : NULL;
 }
 
 const kvt_repack_ops *kvt_type_repack_into(kvt_type to) {
     if (to == KVT_TYPE_Q6_K_R) return &k_repack_q6r;
+    if (to == KVT_TYPE_Q5_K_X8) return &k_repack_q5x8;
     for (int i = 0; i < KVT_TYPE_COUNT; i++)
         if (k_repack[i].pack && k_repack[i].to == to) return &k_repack[i];
     return NULL;
@@ -788,6 +819,7 @@ const kvt_repack_ops *kvt_type_repack_into(kvt_type to) {
 
 kvt_type kvt_type_repacked_from(kvt_type t) {
     if (t == KVT_TYPE_Q6_K_R) return KVT_TYPE_Q6_K;
+    if (t == KVT_TYPE_Q5_K_X8) return KVT_TYPE_Q5_K;
     for (int i = 0; i < KVT_TYPE_COUNT; i++)
         if (k_repack[i].pack && k_repack[i].to == t) return (kvt_type)i;
     return t;
@@ -816,6 +848,7 @@ static const kvt_type_ops k_repacked_ops[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q8_0_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_0, NULL},
     [KVT_TYPE_F16_X16] = {NULL, NULL, NULL, KVT_TYPE_F16, NULL},
     [KVT_TYPE_Q6_K_R] = {NULL, NULL, NULL, KVT_TYPE_Q8_K, NULL},
+    [KVT_TYPE_Q5_K_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_K, NULL},
 };
 
 const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {
@@ -947,7 +980,7 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
         if (!*end && x >= 0 && x <= 65536) pq = pd = p4 = p6 = (int64_t)x / 64 * 64, zen5 = false;
     }
     for (int s = 0; s < PF_L1; s++)
-        v[s] = s == KVT_TYPE_Q4_K_X8 ? p4 : s == KVT_TYPE_Q6_K_R ? p6 : s == PF_DENSE ? pd
+        v[s] = s == KVT_TYPE_Q4_K_X8 || s == KVT_TYPE_Q5_K_X8 ? p4 : s == KVT_TYPE_Q6_K_R ? p6 : s == PF_DENSE ? pd
              : zen5 && (s == KVT_TYPE_Q4_K || s == KVT_TYPE_Q6_K) ? 0 : pq;
     for (int t = 0; t < KVT_TYPE_COUNT; t++) v[PF_L1 + t] = 1;
     for (int t = 0; t < KVT_TYPE_COUNT; t++) // Zen 5: f16_x16, q4_K_x8, q6_K_r; Zen 4: q4_K_x8

@@ -213,6 +213,13 @@ static inline void kvt_q4kx8_scales(const uint8_t *in, int r, uint8_t sc[8], uin
         m[j] = (uint8_t)((L >> 4) | (h >> 2) << 4);
     }
 }
+// q5_K_x8: q5_K rows in groups of 8 the same way (group g at the q5_K offset of row 8g); per super-block b a group
+// holds KVT_Q5X8_SB bytes at b * KVT_Q5X8_SB: [0, 1152) q4_K_x8's layout above of the rows' d, dmin, scales and qs,
+// then [1152, 1408) qh: chunk p (p < 4) at 1152 + 64p: row r's q5_K qh[8p .. 8p + 8) at 8r, so a 32-byte half of
+// chunk p holds the fifth bits (bit 2c: low nibbles of slice c, bit 2c + 1: high) of the qs in the halves of chunks
+// (c, p). Its decode GEMV (kqx8.h, AVX2, on AVX-512 machines too) keeps the q5_K order of matmul.h (the exact
+// integer totals and the same chains): the bits of the q5_K matrix on every ISA.
+#define KVT_Q5X8_SB (8 * 176)
 // q4_1_x8: q4_1 rows in groups of 8 the same way (group g at the q4_1 offset of row 8g); per block b of 32
 // elements a group holds KVT_Q41X8_B bytes at b * KVT_Q41X8_B:
 //   [0, 128)   qs: dword 8Q + r (Q < 4) = row r's q4_1 qs[4Q .. 4Q + 4) (low nibbles: elements 4Q + i, high:
@@ -243,8 +250,12 @@ typedef struct {
     void (*row_to_float)(const void *W, int64_t r, int64_t n, float *dst);
 } kvt_repack_ops;
 // The repacking of weights of type t (NULL: none). to_type(from) and from_type(to) below. q6_K's is a plain
-// copy (to == q6_K: the same layout, moved into the repacked weights' huge pages; quant.c).
+// copy (to == q6_K: the same layout, moved into the repacked weights' huge pages; quant.c). q5_K's (q5_K_x8) only
+// where the AVX2 kernels run (AVX2 and AVX-512 machines) and kvt_q5kx8_enabled().
 const kvt_repack_ops *kvt_type_repack(kvt_type t);
+// Whether q5_K matrices are repacked to q5_K_x8 at load: yes unless the environment sets KVT_Q5KX8=0 (read once; for
+// paired comparisons in one binary: the same bits either way).
+bool kvt_q5kx8_enabled(void);
 // The repacking whose result is the repacked type `to` (NULL: none), whatever ISA runs now (a matrix repacked
 // under one ISA stays readable under every other).
 const kvt_repack_ops *kvt_type_repack_into(kvt_type to);
