@@ -724,21 +724,33 @@ static void q4k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { 
 // lane 2r + e holds row r's quad 2p + e of slice c, i.e. quad 16c + 2p + e (low nibbles, sub-block 2c) and
 // 16c + 8 + 2p + e (high nibbles, sub-block 2c + 1); a lane permute and two 128-bit selects give the 8 rows
 // of a quad, no transpose.
-static void q4kx8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) {
-    (void)wrs, (void)nr;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), eo = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+// q5 (q5_K_x8, quant.h): the values 0..31 (K8_Q5's side data), bit 4 from the qh chunk p, whose lanes are the quads'.
+INLINE void kx8_gprep(int64_t n, const char *w, void *s, const int q5) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), eo = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     for (int64_t b = 0; b < n / KVT_QK_K; b++) {
-        const uint8_t *in = (const uint8_t *)w + b * KVT_X8_SB;
+        const uint8_t *in = (const uint8_t *)w + b * (q5 ? KVT_Q5X8_SB : KVT_X8_SB);
         uint8_t *o = (uint8_t *)s + b * KG_SIZE(0);
         UNROLL for (int k = 0; k < 16; k++) { // chunk (c, p) = (k / 4, k % 4): quads Q, Q + 1 (low), Q + 8, Q + 9 (high)
             const __m256i A = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(in + 64 * k)), eo);
             const __m256i B = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(in + 64 * k + 32)), eo);
             const __m256i ev = _mm256_permute2x128_si256(A, B, 0x20), od = _mm256_permute2x128_si256(A, B, 0x31);
-            const int Q = 16 * (k / 4) + 2 * (k % 4);
-            _mm256_store_si256((__m256i *)(o + 32 * Q), _mm256_and_si256(ev, m4));
-            _mm256_store_si256((__m256i *)(o + 32 * (Q + 1)), _mm256_and_si256(od, m4));
-            _mm256_store_si256((__m256i *)(o + 32 * (Q + 8)), _mm256_and_si256(_mm256_srli_epi16(ev, 4), m4));
-            _mm256_store_si256((__m256i *)(o + 32 * (Q + 9)), _mm256_and_si256(_mm256_srli_epi16(od, 4), m4));
+            const int c = k / 4, p = k % 4, Q = 16 * c + 2 * p;
+            __m256i v[4] = {_mm256_and_si256(ev, m4), _mm256_and_si256(od, m4), _mm256_and_si256(_mm256_srli_epi16(ev, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(od, 4), m4)};
+            if (q5) { // bits 2c (low nibbles) and 2c + 1 (high) of the quads' qh bytes to bit 4
+                const __m256i HA = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(in + KVT_X8_SB + 64 * p)), eo);
+                const __m256i HB = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(in + KVT_X8_SB + 64 * p + 32)), eo);
+                const __m256i h[2] = {_mm256_permute2x128_si256(HA, HB, 0x20), _mm256_permute2x128_si256(HA, HB, 0x31)};
+                UNROLL for (int e = 0; e < 2; e++) {
+                    const __m256i bl = c == 0 ? _mm256_slli_epi16(h[e], 4) : c == 1 ? _mm256_slli_epi16(h[e], 2)
+                                     : c == 2 ? h[e] : _mm256_srli_epi16(h[e], 2);
+                    const __m256i bh = c == 0 ? _mm256_slli_epi16(h[e], 3) : c == 1 ? _mm256_slli_epi16(h[e], 1)
+                                     : c == 2 ? _mm256_srli_epi16(h[e], 1) : _mm256_srli_epi16(h[e], 3);
+                    v[e] = _mm256_or_si256(v[e], _mm256_and_si256(bl, m10));
+                    v[2 + e] = _mm256_or_si256(v[2 + e], _mm256_and_si256(bh, m10));
+                }
+            }
+            UNROLL for (int i = 0; i < 4; i++) _mm256_store_si256((__m256i *)(o + 32 * (Q + (i & 1) + 8 * (i >> 1))), v[i]);
         }
         int16_t *sc16 = (int16_t *)(o + KG_SC), *mn16 = (int16_t *)(o + KG_MN(0));
         for (int r = 0; r < 8; r++) {
@@ -750,6 +762,14 @@ static void q4kx8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) {
         _mm256_store_ps((float *)(o + KG_D(0)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + 1120))));
         _mm256_store_ps((float *)(o + KG_DMIN(0)), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(in + 1136))));
     }
+}
+static void q4kx8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) {
+    (void)wrs, (void)nr;
+    kx8_gprep(n, w, s, 0);
+}
+static void q5kx8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) {
+    (void)wrs, (void)nr;
+    kx8_gprep(n, w, s, 1);
 }
 static void q6k8_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { k8_gprep(n, w, wrs, nr, s, 1); }
 static void q6kr_gprep(int64_t n, const char *w, size_t wrs, int nr, void *s) { k8_gprep(n, w, wrs, nr, s, 2); }
@@ -784,19 +804,23 @@ INLINE void l8_store(float *Y, int R, __m256 v) {
     for (int r = 0; r < R; r++) Y[r] = o[r];
 }
 
+// Q6: 0 q4_K, 1 q6_K, K8_Q5 q5_K (the q4_K side data with values 0..31: a sub-block's int16 sums in two halves of 4
+// quads, each at most 4 pair sums of 2 * 31 * 128 < 2^15, then the same madd with the scales).
+#define K8_Q5 3
 INLINE void k8_tile(TILE_ARGS, int R, int T, int Q6) {
     (void)W, (void)wrs, (void)ss;
+    const int K6 = Q6 == 1;
     const int64_t nb = n / KVT_QK_K;
     __m256 acc[TMAX], macc[TMAX];
     UNROLL for (int t = 0; t < T; t++) acc[t] = macc[t] = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ib++) {
-        const char *g = S + ib * KG_SIZE(Q6);
+        const char *g = S + ib * KG_SIZE(K6);
         const kvt_block_q8_K *y[TMAX];
         UNROLL for (int t = 0; t < T; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + ib;
         __m256i isum[TMAX];
         UNROLL for (int t = 0; t < T; t++) {
             isum[t] = _mm256_setzero_si256();
-            if (Q6) { // -32 * sum_g sc_g * bsum_g
+            if (K6) { // -32 * sum_g sc_g * bsum_g
                 __m256i off = _mm256_setzero_si256();
                 UNROLL for (int p = 0; p < 8; p++)
                     off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(g + KG_MN(1) + 32 * p)),
@@ -804,21 +828,27 @@ INLINE void k8_tile(TILE_ARGS, int R, int T, int Q6) {
                 isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off, 5));
             }
         }
-        if (Q6) {
+        if (K6) {
             for (int gr = 0; gr < 16; gr++) {
                 const __m256i scv = _mm256_load_si256((const __m256i *)(g + KG_SC + 32 * gr));
                 k8_group(g, y, T, 4 * gr, 2, scv, isum);
                 k8_group(g, y, T, 4 * gr + 2, 2, scv, isum);
             }
+        } else if (Q6 == K8_Q5) {
+            for (int j = 0; j < 8; j++) {
+                const __m256i scv = _mm256_load_si256((const __m256i *)(g + KG_SC + 32 * j));
+                k8_group(g, y, T, 8 * j, 4, scv, isum);
+                k8_group(g, y, T, 8 * j + 4, 4, scv, isum);
+            }
         } else {
             for (int j = 0; j < 8; j++)
                 k8_group(g, y, T, 8 * j, 8, _mm256_load_si256((const __m256i *)(g + KG_SC + 32 * j)), isum);
         }
-        const __m256 dv = _mm256_load_ps((const float *)(g + KG_D(Q6)));
+        const __m256 dv = _mm256_load_ps((const float *)(g + KG_D(K6)));
         UNROLL for (int t = 0; t < T; t++) {
             const __m256 dy = _mm256_set1_ps(y[t]->d);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dv, dy), acc[t]);
-            if (Q6) continue;
+            if (K6) continue;
             const char *bs = P + t * ps + ib * KA; // 8 int16 sums of 32: pairs (2p, 2p + 1)
             __m256i md = _mm256_setzero_si256();
             UNROLL for (int p = 0; p < 4; p++)
@@ -828,7 +858,7 @@ INLINE void k8_tile(TILE_ARGS, int R, int T, int Q6) {
             macc[t] = _mm256_add_ps(macc[t], _mm256_mul_ps(_mm256_mul_ps(dmv, dy), _mm256_cvtepi32_ps(md)));
         }
     }
-    UNROLL for (int t = 0; t < T; t++) l8_store(Y + t * ldy, R, Q6 ? acc[t] : _mm256_sub_ps(acc[t], macc[t]));
+    UNROLL for (int t = 0; t < T; t++) l8_store(Y + t * ldy, R, K6 ? acc[t] : _mm256_sub_ps(acc[t], macc[t]));
 }
 
 // q8_0 over 8 weight rows at once, rows in the lanes. The AVX2 order of q8_0 (matmul.h) is per block the exact
@@ -915,9 +945,11 @@ INLINE void q8g_tile(TILE_ARGS, int R, int T) {
 #endif
 INLINE void q4k8_tile(TILE_ARGS, int R, int T) { k8_tile(TILE_PASS, R, T, 0); }
 INLINE void q6k8_tile(TILE_ARGS, int R, int T) { k8_tile(TILE_PASS, R, T, 1); }
+INLINE void q5k8_tile(TILE_ARGS, int R, int T) { k8_tile(TILE_PASS, R, T, K8_Q5); }
 DEFINE_GEMM(q5_K, KVT_TYPE_Q5_K, 1x8, 1, 8, k45_psize, k45_prep, k45_wsize, q5_K_wprep)
 DEFINE_L8(q4_K, KVT_TYPE_Q4_K, q4k8_tile, K8_TM, k45_psize, k45_prep, q4k8_wsize, q4k8_gprep, K8_STRIP)
 DEFINE_L8(q4kx8, KVT_TYPE_Q4_K_X8, q4k8_tile, K8_TM, k45_psize, k45_prep, q4k8_wsize, q4kx8_gprep, K8_STRIP)
+DEFINE_L8(q5kx8, KVT_TYPE_Q5_K_X8, q5k8_tile, K8_TM, k45_psize, k45_prep, q4k8_wsize, q5kx8_gprep, K8_STRIP)
 DEFINE_L8(q6_K, KVT_TYPE_Q6_K, q6k8_tile, K8_TM, k_psize0, k_prep0, q6k8_wsize, q6k8_gprep, K8_STRIP)
 DEFINE_L8(q6kr, KVT_TYPE_Q6_K_R, q6k8_tile, K8_TM, k_psize0, k_prep0, q6k8_wsize, q6kr_gprep, K8_STRIP)
 DEFINE_L8(q8_0, KVT_TYPE_Q8_0, q8g_tile, Q8G_TM, q8g_psize, q8g_prep, q8g_wsize, q8g_gprep, Q8G_STRIP)

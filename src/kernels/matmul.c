@@ -251,13 +251,18 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
             return;
         }
     }
-    if (wt == KVT_TYPE_Q5_K_X8 && isa == KVT_ISA_AVX512 && n_tok >= KVT_Q5KX8_GEMM_MIN) {
-        // AVX-512 batches: whole groups through the q4_K panel tile on panels packed from them (kqx8.h), the rows of a
+    if (wt == KVT_TYPE_Q5_K_X8 && ((isa == KVT_ISA_AVX512 && n_tok >= KVT_Q5KX8_GEMM_MIN) ||
+                                   (isa == KVT_ISA_AVX2 && n_tok > KVT_Q5KX8_TOK_MAX))) {
+        // batches: whole groups through the q4_K tile on q5_K's values (AVX-512: kq_avx512.h's panel tile on panels
+        // packed from the groups, kqx8.h; AVX2: gemm_avx2.c's 8-row tile on side data made from them), the rows of a
         // group cut by the range unpacked (the q5_K paths: the same bits)
         const int64_t a0 = (r0 + 7) / 8 * 8, a1 = r1 / 8 * 8;
-        void *pan = a0 < a1 ? gemm_scratch(0, (size_t)kvt_q4kx8_gemm_scratch_avx512(n)) : NULL;
+        const int64_t sz = isa == KVT_ISA_AVX512 ? kvt_q4kx8_gemm_scratch_avx512(n) : kvt_gemm_scratch_q5kx8_avx2(n, n_tok);
+        void *pan = a0 < a1 ? gemm_scratch(0, (size_t)sz) : NULL;
         if (pan) {
-            kvt_q5kx8_gemm_avx512(n, (const char *)W + a0 * wrs, a1 - a0, Xq, n_tok, Y + a0, ldy, pan);
+            if (isa == KVT_ISA_AVX512) kvt_q5kx8_gemm_avx512(n, (const char *)W + a0 * wrs, a1 - a0, Xq, n_tok, Y + a0, ldy, pan);
+            else kvt_gemm_q5kx8_avx2(n, (const char *)W + a0 * wrs, (size_t)wrs, a1 - a0, Xq, (size_t)kvt_row_size(KVT_TYPE_Q8_K, n),
+                                     n_tok, Y + a0, ldy, pan);
             if (r0 < a0) matmul_unpacked(isa, st, rp, n, W, r0, a0, Xq, n_tok, Y, ldy);
             if (a1 < r1) matmul_unpacked(isa, st, rp, n, W, a1, r1, Xq, n_tok, Y, ldy);
             return;

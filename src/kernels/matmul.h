@@ -231,6 +231,7 @@ KVT_GEMM_DECL(q4_1, avx2)
 KVT_GEMM_DECL(q8_0, avx2)
 KVT_GEMM_DECL(q4_K, avx2)
 KVT_GEMM_DECL(q4kx8, avx2) // q4_K_x8 groups (rows a multiple of 8 from a group start; wrs: the q4_K row size)
+KVT_GEMM_DECL(q5kx8, avx2) // q5_K_x8 groups (as q4kx8; wrs: the q5_K row size): the 8-row q4_K tile on q5_K's values
 KVT_GEMM_DECL(q5_K, avx2)
 KVT_GEMM_DECL(q6_K, avx2)
 KVT_GEMM_DECL(q6kr, avx2) // q6_K_r rows (quant.h; wrs: the q6_K row size): the q6_K tile's bits
