@@ -76,6 +76,18 @@ static inline __attribute__((always_inline)) __m256i kvt_dot_u8s8(__m256i u, __m
 #endif
 }
 
+// Bit j (0..7) of every byte of h moved to bit 4 of that byte by one 16-bit shift (none for j = 4); the bits the shift
+// carries across bytes lie outside 0x10, so the caller masks with 0x10: q5_K's fifth bit of an element from its qh byte
+// (bit j for sub-block j; kq_avx512.h, kqx8.h, gemm_avx2.c).
+static inline __attribute__((always_inline)) __m256i kvt_bit_to4_256(__m256i h, const int j) {
+    return j == 4 ? h : j > 4 ? _mm256_srli_epi16(h, j - 4) : _mm256_slli_epi16(h, 4 - j);
+}
+#ifdef KVT_SIMD_AVX512
+static inline __attribute__((always_inline)) __m512i kvt_bit_to4_512(__m512i h, const int j) {
+    return j == 4 ? h : j > 4 ? _mm512_srli_epi16(h, j - 4) : _mm512_slli_epi16(h, 4 - j);
+}
+#endif
+
 // 0x10 in byte i where bit i of the little-endian 32-bit word at p is set, 0 elsewhere (q5_0's fifth
 // bits): byte i of the broadcast word's byte i/8 is tested against the bit 1 << (i % 8).
 static inline __attribute__((always_inline)) __m256i kvt_bits32_to_0x10(const uint8_t *p) {

@@ -742,12 +742,8 @@ INLINE void kx8_gprep(int64_t n, const char *w, void *s, const int q5) {
                 const __m256i HB = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(in + KVT_X8_SB + 64 * p + 32)), eo);
                 const __m256i h[2] = {_mm256_permute2x128_si256(HA, HB, 0x20), _mm256_permute2x128_si256(HA, HB, 0x31)};
                 UNROLL for (int e = 0; e < 2; e++) {
-                    const __m256i bl = c == 0 ? _mm256_slli_epi16(h[e], 4) : c == 1 ? _mm256_slli_epi16(h[e], 2)
-                                     : c == 2 ? h[e] : _mm256_srli_epi16(h[e], 2);
-                    const __m256i bh = c == 0 ? _mm256_slli_epi16(h[e], 3) : c == 1 ? _mm256_slli_epi16(h[e], 1)
-                                     : c == 2 ? _mm256_srli_epi16(h[e], 1) : _mm256_srli_epi16(h[e], 3);
-                    v[e] = _mm256_or_si256(v[e], _mm256_and_si256(bl, m10));
-                    v[2 + e] = _mm256_or_si256(v[2 + e], _mm256_and_si256(bh, m10));
+                    v[e] = _mm256_or_si256(v[e], _mm256_and_si256(kvt_bit_to4_256(h[e], 2 * c), m10));
+                    v[2 + e] = _mm256_or_si256(v[2 + e], _mm256_and_si256(kvt_bit_to4_256(h[e], 2 * c + 1), m10));
                 }
             }
             UNROLL for (int i = 0; i < 4; i++) _mm256_store_si256((__m256i *)(o + 32 * (Q + (i & 1) + 8 * (i >> 1))), v[i]);

@@ -412,10 +412,8 @@ INLINE __m256i kq_sub(int Q6, const char *blk, int j) {
         const kvt_block_q5_K *b = (const kvt_block_q5_K *)blk;
         const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (j >> 1)));
         const __m256i h = _mm256_loadu_si256((const __m256i *)b->qh);
-        // bit j of each byte to its bit 4 (16-bit shifts: the mask keeps the bits that stay in their byte)
-        const __m256i hb = j >= 4 ? _mm256_srli_epi16(h, j - 4) : _mm256_slli_epi16(h, 4 - j);
         return _mm256_or_si256(_mm256_and_si256(j & 1 ? _mm256_srli_epi16(q, 4) : q, m4),
-                               _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+                               _mm256_and_si256(kvt_bit_to4_256(h, j), _mm256_set1_epi8(0x10)));
     }
     if (!Q6) {
         const __m256i q = _mm256_loadu_si256((const __m256i *)(((const kvt_block_q4_K *)blk)->qs + 32 * (j >> 1)));

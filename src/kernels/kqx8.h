@@ -93,12 +93,8 @@ INLINE void kq_pack_x8_k(int64_t nb, const char *W, size_t wrs, int nr, uint8_t 
                 const __m512i hz = G[1] ? _mm512_loadu_si512(G[1] + KVT_X8_SB + 64 * p) : _mm512_setzero_si512();
                 const __m512i h[2] = {_mm512_permutex2var_epi32(ha, ev, hz), _mm512_permutex2var_epi32(ha, od, hz)};
                 UNROLL for (int e = 0; e < 2; e++) {
-                    const __m512i bl = c == 0 ? _mm512_slli_epi16(h[e], 4) : c == 1 ? _mm512_slli_epi16(h[e], 2)
-                                     : c == 2 ? h[e] : _mm512_srli_epi16(h[e], 2);
-                    const __m512i bh = c == 0 ? _mm512_slli_epi16(h[e], 3) : c == 1 ? _mm512_slli_epi16(h[e], 1)
-                                     : c == 2 ? _mm512_srli_epi16(h[e], 1) : _mm512_srli_epi16(h[e], 3);
-                    v[e] = _mm512_ternarylogic_epi32(v[e], bl, m10, 0xF8);
-                    v[2 + e] = _mm512_ternarylogic_epi32(v[2 + e], bh, m10, 0xF8);
+                    v[e] = _mm512_ternarylogic_epi32(v[e], kvt_bit_to4_512(h[e], 2 * c), m10, 0xF8);
+                    v[2 + e] = _mm512_ternarylogic_epi32(v[2 + e], kvt_bit_to4_512(h[e], 2 * c + 1), m10, 0xF8);
                 }
             }
             _mm512_store_si512((void *)(pb + 64 * Q), v[0]);
@@ -199,12 +195,8 @@ INLINE void x8_group_nt_k(int64_t nb, const uint8_t *G, const kvt_block_q8_K *co
                 __m512i lo = _mm512_and_si512(q, m4), hi = q5 ? _mm512_and_si512(_mm512_srli_epi16(q, 4), m4) : _mm512_and_si512(q, mF0);
                 if (q5) { // bits 2c, 2c + 1 of the rows' qh bytes to bit 4 (0xF8: a | (b & c))
                     const __m512i qh = _mm512_loadu_si512(in + KVT_X8_SB + 64 * p);
-                    const __m512i bl = c == 0 ? _mm512_slli_epi16(qh, 4) : c == 1 ? _mm512_slli_epi16(qh, 2)
-                                     : c == 2 ? qh : _mm512_srli_epi16(qh, 2);
-                    const __m512i bh = c == 0 ? _mm512_slli_epi16(qh, 3) : c == 1 ? _mm512_slli_epi16(qh, 1)
-                                     : c == 2 ? _mm512_srli_epi16(qh, 1) : _mm512_srli_epi16(qh, 3);
-                    lo = _mm512_ternarylogic_epi32(lo, bl, m10, 0xF8);
-                    hi = _mm512_ternarylogic_epi32(hi, bh, m10, 0xF8);
+                    lo = _mm512_ternarylogic_epi32(lo, kvt_bit_to4_512(qh, 2 * c), m10, 0xF8);
+                    hi = _mm512_ternarylogic_epi32(hi, kvt_bit_to4_512(qh, 2 * c + 1), m10, 0xF8);
                 }
                 UNROLL for (int t = 0; t < NT; t++) {
                     const int8_t *yq = yb[t][b].qs + 64 * c + 8 * p;
@@ -570,12 +562,8 @@ INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m
                 __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
                 if (q5) { // bits 2c (lo) and 2c + 1 (hi) of the rows' qh bytes to bit 4
                     const __m256i qh = x8_ld256(in + KVT_X8_SB + 64 * p + 32 * h), m10 = _mm256_set1_epi8(0x10);
-                    const __m256i bl = c == 0 ? _mm256_slli_epi16(qh, 4) : c == 1 ? _mm256_slli_epi16(qh, 2)
-                                     : c == 2 ? qh : _mm256_srli_epi16(qh, 2);
-                    const __m256i bh = c == 0 ? _mm256_slli_epi16(qh, 3) : c == 1 ? _mm256_slli_epi16(qh, 1)
-                                     : c == 2 ? _mm256_srli_epi16(qh, 1) : _mm256_srli_epi16(qh, 3);
-                    lo = _mm256_or_si256(lo, _mm256_and_si256(bl, m10));
-                    hi = _mm256_or_si256(hi, _mm256_and_si256(bh, m10));
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(kvt_bit_to4_256(qh, 2 * c), m10));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(kvt_bit_to4_256(qh, 2 * c + 1), m10));
                 }
                 pl[h] = _mm256_add_epi16(pl[h], _mm256_maddubs_epi16(lo, yl));
                 ph[h] = _mm256_add_epi16(ph[h], _mm256_maddubs_epi16(hi, yh));

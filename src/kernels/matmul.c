@@ -161,8 +161,8 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
 // through its GEMV (kqx8.h); q4_K_x8 batches of whole groups read the groups directly: AVX-512 2-8 tokens the
 // GEMV's arithmetic per token (kqx8.h), from 9 tokens the q4_K panel tile on panels packed from them (kqx8.h);
 // AVX2 gemm_avx2.c's 8-row q4_K tile on side data made from them; q5_K_x8 decode through its AVX2 GEMV on both ISAs,
-// its batches as q4_K_x8's on AVX-512 (kqx8.h), on AVX2 the GEMV token by token up to KVT_Q5KX8_TOK_MAX tokens, larger
-// ones unpacked; the scalar ISA and q4_K_x8's rows of a group
+// its batches as q4_K_x8's (AVX2: the GEMV token by token up to KVT_Q5KX8_TOK_MAX tokens, the tile beyond); the scalar
+// ISA and the x8 types' rows of a group
 // cut by [r0, r1) go through the source type's paths on rows unpacked into a per-thread buffer, X8_STRIP_BYTES at
 // a time. The same bits either way (each row's order is its source type's).
 #define X8_STRIP_BYTES (256 * 1024)
@@ -213,11 +213,10 @@ static void x8_q4k(const void *ctx, int64_t n, const void *W, int64_t g0, int64_
 }
 
 static void x8_q5k(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
-                   float *Y, int64_t ldy) {
-    const x8_ctx *c = ctx;
+                   float *Y, int64_t ldy) { // the AVX2 GEMV: decode on both ISAs, AVX2's small batches token by token
+    (void)ctx;
     if (n_tok == 1) kvt_q5kx8_gemv_avx2(n, W, g0, g1, X, Y);
-    else (c->isa == KVT_ISA_AVX512 ? kvt_q5kx8_gemv_nt_avx512 : kvt_q5kx8_gemv_nt_avx2)(n, W, g0, g1, X,
-              (size_t)kvt_row_size(KVT_TYPE_Q8_K, n), n_tok, Y, ldy);
+    else kvt_q5kx8_gemv_nt_avx2(n, W, g0, g1, X, (size_t)kvt_row_size(KVT_TYPE_Q8_K, n), n_tok, Y, ldy);
 }
 
 static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
@@ -251,27 +250,9 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
             return;
         }
     }
-    if (wt == KVT_TYPE_Q5_K_X8 && ((isa == KVT_ISA_AVX512 && n_tok >= KVT_Q5KX8_GEMM_MIN) ||
-                                   (isa == KVT_ISA_AVX2 && n_tok > KVT_Q5KX8_TOK_MAX))) {
-        // batches: whole groups through the q4_K tile on q5_K's values (AVX-512: kq_avx512.h's panel tile on panels
-        // packed from the groups, kqx8.h; AVX2: gemm_avx2.c's 8-row tile on side data made from them), the rows of a
-        // group cut by the range unpacked (the q5_K paths: the same bits)
-        const int64_t a0 = (r0 + 7) / 8 * 8, a1 = r1 / 8 * 8;
-        const int64_t sz = isa == KVT_ISA_AVX512 ? kvt_q4kx8_gemm_scratch_avx512(n) : kvt_gemm_scratch_q5kx8_avx2(n, n_tok);
-        void *pan = a0 < a1 ? gemm_scratch(0, (size_t)sz) : NULL;
-        if (pan) {
-            if (isa == KVT_ISA_AVX512) kvt_q5kx8_gemm_avx512(n, (const char *)W + a0 * wrs, a1 - a0, Xq, n_tok, Y + a0, ldy, pan);
-            else kvt_gemm_q5kx8_avx2(n, (const char *)W + a0 * wrs, (size_t)wrs, a1 - a0, Xq, (size_t)kvt_row_size(KVT_TYPE_Q8_K, n),
-                                     n_tok, Y + a0, ldy, pan);
-            if (r0 < a0) matmul_unpacked(isa, st, rp, n, W, r0, a0, Xq, n_tok, Y, ldy);
-            if (a1 < r1) matmul_unpacked(isa, st, rp, n, W, a1, r1, Xq, n_tok, Y, ldy);
-            return;
-        }
-    }
-    if (n_tok <= KVT_Q5KX8_TOK_MAX && wt == KVT_TYPE_Q5_K_X8 && isa >= KVT_ISA_AVX2) {
-        // decode and small batches (kqx8.h: the AVX2 GEMV on every x86 ISA, token by token in batches)
-        const x8_ctx c = {isa, NULL};
-        x8_groups(x8_q5k, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_K, n), n_tok, Y, ldy);
+    if (wt == KVT_TYPE_Q5_K_X8 && isa >= KVT_ISA_AVX2 && (n_tok == 1 || (isa == KVT_ISA_AVX2 && n_tok <= KVT_Q5KX8_TOK_MAX))) {
+        // decode on both ISAs and AVX2's small batches: the AVX2 GEMV (kqx8.h), token by token in batches
+        x8_groups(x8_q5k, NULL, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_K, n), n_tok, Y, ldy);
         return;
     }
     if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) { // decode (kqx8.h; Zen 4 and 5: AVX2, kvt_kernels_decode_avx2)
@@ -309,21 +290,25 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
             }
         }
     }
-    if (wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2 && a0 < a1) {
-        // batches of whole groups straight from the repacked layout: AVX-512 the x8 GEMV per token (2 .. 8 tokens;
-        // gemm_avx2.c's tile is slower there) or the 16-row panel packed from the groups; AVX2 gemm_avx2.c's 8-row
-        // tile on side data made from the groups (the q4_K bits on both ISAs)
+    if ((wt == KVT_TYPE_Q4_K_X8 || wt == KVT_TYPE_Q5_K_X8) && isa >= KVT_ISA_AVX2 && a0 < a1) {
+        // batches of whole groups straight from the repacked layout: AVX-512 the x8 GEMV's arithmetic per token
+        // (q4_K_x8 2 .. 8 tokens, gemm_avx2.c's tile is slower there; q5_K_x8 2 .. 4) or the 16-row panel packed from
+        // the groups; AVX2 gemm_avx2.c's 8-row tile on side data made from the groups (q5_K_x8: past
+        // KVT_Q5KX8_TOK_MAX tokens, the GEMV above before). The q4_K / q5_K bits on both ISAs.
+        const int q5 = wt == KVT_TYPE_Q5_K_X8;
         int done = 0;
-        if (isa == KVT_ISA_AVX512 && n_tok < KVT_Q4KX8_GEMM_MIN) {
-            kvt_q4kx8_gemv_nt_avx512(n, W, a0 / 8, a1 / 8, Xq, (size_t)xrs, n_tok, Y, ldy);
+        if (isa == KVT_ISA_AVX512 && n_tok < (q5 ? KVT_Q5KX8_GEMM_MIN : KVT_Q4KX8_GEMM_MIN)) {
+            (q5 ? kvt_q5kx8_gemv_nt_avx512 : kvt_q4kx8_gemv_nt_avx512)(n, W, a0 / 8, a1 / 8, Xq, (size_t)xrs, n_tok, Y, ldy);
             done = 1;
         } else if (isa == KVT_ISA_AVX512) {
             void *pan = gemm_scratch(0, (size_t)kvt_q4kx8_gemm_scratch_avx512(n));
-            if ((done = pan != NULL)) kvt_q4kx8_gemm_avx512(n, (const char *)W + a0 * wrs, a1 - a0, Xq, n_tok, Y + a0, ldy, pan);
+            if ((done = pan != NULL))
+                (q5 ? kvt_q5kx8_gemm_avx512 : kvt_q4kx8_gemm_avx512)(n, (const char *)W + a0 * wrs, a1 - a0, Xq, n_tok, Y + a0, ldy, pan);
         } else {
-            void *S = gemm_scratch(0, (size_t)kvt_gemm_scratch_q4kx8_avx2(n, n_tok));
+            void *S = gemm_scratch(0, (size_t)(q5 ? kvt_gemm_scratch_q5kx8_avx2 : kvt_gemm_scratch_q4kx8_avx2)(n, n_tok));
             if ((done = S != NULL))
-                kvt_gemm_q4kx8_avx2(n, (const char *)W + a0 * wrs, (size_t)wrs, a1 - a0, Xq, (size_t)xrs, n_tok, Y + a0, ldy, S);
+                (q5 ? kvt_gemm_q5kx8_avx2 : kvt_gemm_q4kx8_avx2)(n, (const char *)W + a0 * wrs, (size_t)wrs, a1 - a0, Xq, (size_t)xrs,
+                                                               n_tok, Y + a0, ldy, S);
         }
         if (done) {
             if (r0 < a0) matmul_unpacked(isa, st, rp, n, W, r0, a0, Xq, n_tok, Y, ldy);

@@ -43,8 +43,9 @@
 //     q5_K_x8 (q5_K repacked at load where the AVX2 kernels run, quant.h): the same totals and chains, 8 rows in the
 //     lanes (kqx8.h), so a repacked matrix gives the q5_K bits on both ISAs: decode the AVX2 GEMV (on AVX-512 machines
 //     too), batches AVX2 the GEMV token by token up to KVT_Q5KX8_TOK_MAX tokens, AVX-512 2-4 tokens the GEMV's
-//     arithmetic per token (4 tokens a pass) and from KVT_Q5KX8_GEMM_MIN the q4_K panel tile packed from the groups;
-//     larger AVX2 batches and the rows of a group cut by the range the q5_K paths on unpacked rows.
+//     arithmetic per token (4 tokens a pass) and from KVT_Q5KX8_GEMM_MIN the q4_K panel tile packed from the groups,
+//     larger AVX2 batches the 8-row q4_K tile on q5_K's values; the rows of a group cut by the range the q5_K paths on
+//     unpacked rows.
 //     q4_1_x8 (q4_1 repacked, as q4_K_x8): the q4_1 order above, a row's 8 accumulator lanes in lane r of 8 vectors
 //     (q41x8.h), so a repacked matrix gives the q4_1 bits; batches too (the same GEMV token by token).
 //     q8_0_x8 (q8_0 repacked, as q4_K_x8): each ISA's q8_0 order above (avx2: the totals and the scalar chain;
@@ -162,8 +163,8 @@ void kvt_q4kx8_gemv_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, con
 // q5_K_x8 decode on every x86 ISA: kqx8.h).
 void kvt_q5kx8_gemv_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y);
 // The same for n_tok q8_K rows X (stride xrs bytes) into Y[t * ldy + 8g + r]: AVX2 token by token per group (batches up
-// to KVT_Q5KX8_TOK_MAX tokens; matmul.c unpacks larger ones for the q5_K kernels), AVX-512 the GEMV's arithmetic 4
-// tokens a pass (2 .. KVT_Q5KX8_GEMM_MIN - 1 tokens); the same bits.
+// to KVT_Q5KX8_TOK_MAX tokens; larger ones: kvt_gemm_q5kx8_avx2), AVX-512 the GEMV's arithmetic 4 tokens a pass
+// (2 .. KVT_Q5KX8_GEMM_MIN - 1 tokens); the same bits.
 void kvt_q5kx8_gemv_nt_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, size_t xrs, int64_t n_tok,
                             float *Y, int64_t ldy);
 void kvt_q5kx8_gemv_nt_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, size_t xrs, int64_t n_tok,
