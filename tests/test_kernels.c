@@ -503,27 +503,85 @@ static void test_repack_q6_K_keep_rng(int64_t n, int64_t n_rows, int64_t n_tok, 
 // row_to_float equals q8_0's to_float on every row. extreme: q4_1 nibbles 15 (1) or 0xF0 + i % 16 (2); q8_0 weights
 // -128 / 127 (1) or -127 + i % 255 (2); activations -128 or 127 (the largest integer dots, both signs, and the int16
 // bounds of AVX2's sign trick).
+// q4_0 (one order on every ISA: matmul.h): kvt_matmul_rows on every ISA this CPU runs, on the q4_0 rows (packed into
+// q4_0_x8 groups per call by matmul.c, the last group padded) and, where the rows fill groups, on the repacked matrix,
+// bit for bit equal to the scalar reference's vec_dot written out here (per block the integer total, then
+// s + (S * dx) * dy); sentinels kept outside [r0, r1).
+static void q4_0_isa_check(const char *wq, const char *xq, int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1,
+                           int extreme) {
+    const int64_t wrs = kvt_row_size(KVT_TYPE_Q4_0, n), xrs = kvt_row_size(KVT_TYPE_Q8_0, n), ldy = n_rows + 2;
+    const kvt_repack_ops *rp = kvt_type_repack(KVT_TYPE_Q4_0);
+    float *ref = xmalloc((size_t)(n_tok * ldy) * sizeof *ref), *y = xmalloc((size_t)(n_tok * ldy) * sizeof *y);
+    char *wr = xmalloc((size_t)((n_rows + 7) / 8 * 8 * wrs));
+    if (!ref || !y || !wr || !rp) { g_fail++; return; }
+    for (int64_t i = 0; i < n_tok * ldy; i++) ref[i] = -7.f;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t r = r0; r < r1; r++) {
+            const kvt_block_q4_0 *a = (const kvt_block_q4_0 *)(wq + r * wrs);
+            const kvt_block_q8_0 *b = (const kvt_block_q8_0 *)(xq + t * xrs);
+            float sum = 0;
+            for (int64_t i = 0; i < n / KVT_QK; i++) {
+                int isum = 0;
+                for (int j = 0; j < KVT_QK / 2; j++)
+                    isum += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + KVT_QK / 2];
+                sum = sum + ((float)isum * kvt_f16_to_f32(a[i].d)) * kvt_f16_to_f32(b[i].d);
+            }
+            ref[t * ldy + r] = sum;
+        }
+    if (n_rows % 8 == 0) rp->pack(wq, wr, n_rows, n);
+    int64_t bad = 0;
+    for (int isa = KVT_ISA_SCALAR; isa <= (int)kvt_kernels_isa(); isa++)
+        for (int rep = 0; rep <= (n_rows % 8 == 0); rep++) {
+            for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = -7.f;
+            kvt_matmul_rows_isa((kvt_isa)isa, rep ? KVT_TYPE_Q4_0_X8 : KVT_TYPE_Q4_0, n, rep ? wr : wq, r0, r1, xq, n_tok, y, ldy);
+            bad += memcmp(ref, y, (size_t)(n_tok * ldy) * sizeof *y) != 0;
+            for (int64_t t = 0; t < n_tok; t++) { // each token alone, and the per-row dot of the ISA's type ops
+                for (int64_t r = r0; r < r1; r++) y[t * ldy + r] = -7.f;
+                kvt_matmul_rows_isa((kvt_isa)isa, rep ? KVT_TYPE_Q4_0_X8 : KVT_TYPE_Q4_0, n, rep ? wr : wq, r0, r1, xq + t * xrs, 1,
+                                    y + t * ldy, ldy);
+                const kvt_type_ops *ops = kvt_type_ops_isa(KVT_TYPE_Q4_0, (kvt_isa)isa);
+                for (int64_t r = r0; ops && r < r1; r++) {
+                    float d = 0;
+                    ops->vec_dot(n, &d, wq + r * wrs, xq + t * xrs);
+                    bad += memcmp(&d, &ref[t * ldy + r], sizeof d) != 0;
+                }
+            }
+            bad += memcmp(ref, y, (size_t)(n_tok * ldy) * sizeof *y) != 0;
+        }
+    char name[128];
+    snprintf(name, sizeof name, "q4_0_isa_bits_n%lld_rows%lld_tok%lld_r%lld-%lld%s", (long long)n, (long long)n_rows,
+             (long long)n_tok, (long long)r0, (long long)r1, extreme ? "_extreme" : "");
+    CHECK(name, bad == 0, "%lld passes differ from the scalar reference's bits", (long long)bad);
+    free(ref), free(y), free(wr);
+}
+
 static void test_repack_x32(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
     const kvt_repack_ops *rp = kvt_type_repack(t);
-    const bool q8 = t == KVT_TYPE_Q8_0;
+    const bool q8 = t == KVT_TYPE_Q8_0, q40 = t == KVT_TYPE_Q4_0;
     char *wq, *xq;
-    if (!rp || rp->to != (q8 ? KVT_TYPE_Q8_0_X8 : KVT_TYPE_Q4_1_X8) || kvt_type_repacked_from(rp->to) != t ||
-        (q8 && !rp->row_to_float) || !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
-        CHECK(q8 ? "repack_q8_0_table" : "repack_q4_1_table", false, "no %s repacking", kvt_type_name(t));
+    if (!rp || rp->to != (q8 ? KVT_TYPE_Q8_0_X8 : q40 ? KVT_TYPE_Q4_0_X8 : KVT_TYPE_Q4_1_X8) || kvt_type_repacked_from(rp->to) != t ||
+        ((q8 || q40) && !rp->row_to_float) || !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
+        CHECK(q8 ? "repack_q8_0_table" : q40 ? "repack_q4_0_table" : "repack_q4_1_table", false, "no %s repacking", kvt_type_name(t));
         return;
     }
     if (extreme) {
         for (int64_t i = 0; i < n_rows * n / KVT_QK; i++) {
             for (int k = 0; q8 && k < KVT_QK; k++)
                 ((kvt_block_q8_0 *)wq + i)->qs[k] = (int8_t)(extreme == 1 ? ((k + i) % 2 ? 127 : -128) : -127 + (int)((i * 32 + k) % 255));
-            if (!q8) memset(((kvt_block_q4_1 *)wq + i)->qs, extreme == 1 ? 0xFF : 0xF0 + (int)(i % 16), KVT_QK / 2);
+            if (q40) { // and scales of 11 significant bits, so that float(S) * dx rounds (a product in another order differs)
+                memset(((kvt_block_q4_0 *)wq + i)->qs, extreme == 1 ? 0xFF : (i % 3) ? 0x00 : 0xF0 + (int)(i % 16), KVT_QK / 2);
+                ((kvt_block_q4_0 *)wq + i)->d = (uint16_t)(0x2000 | (0x3FF - i % 7));
+            }
+            else if (!q8) memset(((kvt_block_q4_1 *)wq + i)->qs, extreme == 1 ? 0xFF : 0xF0 + (int)(i % 16), KVT_QK / 2);
         }
         for (int64_t i = 0; i < n_tok * n / KVT_QK; i++) {
-            int8_t *y = q8 ? ((kvt_block_q8_0 *)xq + i)->qs : ((kvt_block_q8_1 *)xq + i)->qs;
+            int8_t *y = q8 || q40 ? ((kvt_block_q8_0 *)xq + i)->qs : ((kvt_block_q8_1 *)xq + i)->qs;
             for (int k = 0; k < KVT_QK; k++) y[k] = (int8_t)(extreme == 1 ? -128 : (k % 3) ? 127 : -128);
+            if (q40) ((kvt_block_q8_0 *)xq + i)->d = (uint16_t)(0x2400 | (0x3FF - i % 5));
         }
     }
-    repack_check(t, rp, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
+    if (n_rows % 8 == 0) repack_check(t, rp, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
+    if (q40) q4_0_isa_check(wq, xq, n, n_rows, n_tok, r0, r1, extreme);
     // the embedding lookup of a tied matrix: every row read back from the repacked matrix
     const int64_t wrs = kvt_row_size(t, n);
     char *wr = xmalloc((size_t)(n_rows * wrs));
@@ -531,18 +589,18 @@ static void test_repack_x32(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok
     if (!wr || !f0 || !f1) { g_fail++; return; }
     rp->pack(wq, wr, n_rows, n);
     int64_t bad = 0;
-    for (int64_t r = 0; q8 && r < n_rows; r++) {
+    for (int64_t r = 0; (q8 || q40) && n_rows % 8 == 0 && r < n_rows; r++) {
         kvt_type_ops_get(t)->to_float(wq + r * wrs, f0, n);
         bool ok = kvt_matrix_row_to_float(rp->to, wr, r, n, f1);
         bad += !ok || memcmp(f0, f1, (size_t)n * sizeof *f0) != 0;
         ok = kvt_matrix_row_to_float(t, wq, r, n, f1);
         bad += !ok || memcmp(f0, f1, (size_t)n * sizeof *f0) != 0;
     }
-    if (q8) {
+    if ((q8 || q40) && n_rows % 8 == 0) {
         char name[128];
-        snprintf(name, sizeof name, "repack_q8_0_x8_row_to_float_n%lld_rows%lld%s", (long long)n, (long long)n_rows,
-                 extreme ? "_extreme" : "");
-        CHECK(name, bad == 0, "%lld rows differ from q8_0's to_float", (long long)bad);
+        snprintf(name, sizeof name, "repack_%s_row_to_float_n%lld_rows%lld%s", kvt_type_name(rp->to), (long long)n,
+                 (long long)n_rows, extreme ? "_extreme" : "");
+        CHECK(name, bad == 0, "%lld rows differ from %s's to_float", (long long)bad, kvt_type_name(t));
     }
     free(wr), free(f0), free(f1), free(wq), free(xq);
 }
@@ -1206,6 +1264,18 @@ int test_kernels_main(void) {
             for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
                 test_repack_x32(q8 ? KVT_TYPE_Q8_0 : KVT_TYPE_Q4_1, shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4],
                                 (int)shp[i][5]);
+        // q4_0 (q4_0_x8, and unrepacked rows packed per call): the same shapes, every token count of the batch tile
+        // (Q40X8_TT: 4 on AVX2, 8 on AVX-512) and past it, and row counts that leave a partial group (13, 21, 3)
+        // (the generator left as it was: the later cases keep their data, as test_repack_q6_K_keep_rng)
+        const uint64_t rng = g_rng;
+        for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+            test_repack_x32(KVT_TYPE_Q4_0, shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4], (int)shp[i][5]);
+        static const int64_t q40[][6] = {{64, 13, 1, 0, 13, 0},  {96, 21, 3, 2, 20, 0},  {576, 3, 6, 0, 3, 0},
+                                         {2048, 13, 11, 1, 12, 1}, {512, 21, 4, 0, 21, 2}, {320, 8, 12, 0, 8, 1},
+                                         {5632, 24, 2, 0, 24, 2},  {5632, 96, 9, 3, 93, 0}}; // (the last: 2 strips)
+        for (size_t i = 0; i < sizeof q40 / sizeof q40[0]; i++)
+            test_repack_x32(KVT_TYPE_Q4_0, q40[i][0], q40[i][1], q40[i][2], q40[i][3], q40[i][4], (int)q40[i][5]);
+        g_rng = rng;
     }
     // the decode GEMVs of q4_1_x8, q8_0_x8, q4_K_x8 and q6_K with software prefetch on and off (kvt_kernels_prefetch: per
     // CPU, so each machine runs one setting otherwise): the same bits, cut groups included
@@ -1216,7 +1286,7 @@ int test_kernels_main(void) {
             CHECK("set_prefetch", kvt_kernels_prefetch() == pfs[k], "prefetch %lld after setting %lld",
                   (long long)kvt_kernels_prefetch(), (long long)pfs[k]);
             const kvt_type pft[] = {KVT_TYPE_Q4_K,    KVT_TYPE_Q6_K,    KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R,
-                                    KVT_TYPE_Q8_0_X8, KVT_TYPE_Q4_1_X8, KVT_TYPE_Q5_K_X8};
+                                    KVT_TYPE_Q8_0_X8, KVT_TYPE_Q4_1_X8, KVT_TYPE_Q5_K_X8, KVT_TYPE_Q4_0_X8};
             for (size_t i = 0; i < sizeof pft / sizeof pft[0]; i++)
                 CHECK("set_prefetch", kvt_kernels_prefetch_type(pft[i]) == pfs[k], "%s prefetch %lld after setting %lld",
                       kvt_type_name(pft[i]), (long long)kvt_kernels_prefetch_type(pft[i]), (long long)pfs[k]);
@@ -1229,6 +1299,12 @@ int test_kernels_main(void) {
             test_repack_x32(KVT_TYPE_Q4_1, 320, 136, 1, 5, 133, 2);
             test_repack_x32(KVT_TYPE_Q8_0, 576, 40, 1, 5, 37, 0);
             test_repack_x32(KVT_TYPE_Q8_0, 2048, 16, 1, 0, 16, 1);
+            // q4_0_x8's decode streams (q40x8.h, as q4_1_x8's; the generator kept)
+            const uint64_t rng = g_rng;
+            test_repack_x32(KVT_TYPE_Q4_0, 576, 88, 1, 0, 88, 0);
+            test_repack_x32(KVT_TYPE_Q4_0, 2048, 56, 1, 3, 53, 0);
+            test_repack_x32(KVT_TYPE_Q4_0, 320, 136, 1, 5, 133, 2);
+            g_rng = rng;
             for (int q5 = 0; q5 <= 1; q5++) {
                 const kvt_type t = q5 ? KVT_TYPE_Q5_K : KVT_TYPE_Q4_K;
                 test_repack_k45(t, 2816, 24, 1, 0, 24, 0);

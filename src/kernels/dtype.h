@@ -32,7 +32,8 @@ typedef enum {
     KVT_TYPE_F16_X16 = 43,  // f16 repacked at load, 16 rows interleaved per element (f16x16.h)
     KVT_TYPE_Q6_K_R = 44,   // q6_K rearranged at load within each block for the AVX2 decode (quant.h)
     KVT_TYPE_Q5_K_X8 = 45,  // q5_K repacked at load, 8 rows interleaved (quant.h)
-    KVT_TYPE_COUNT = 46
+    KVT_TYPE_Q4_0_X8 = 46,  // q4_0 repacked at load, 8 rows interleaved (quant.h)
+    KVT_TYPE_COUNT = 47
 } kvt_type;
 
 #define KVT_QK 32   // elements per block of Q4_0, Q4_1, Q8_0, Q8_1

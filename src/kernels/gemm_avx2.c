@@ -16,11 +16,9 @@
 //  - q8_0 (matmul_avx2.c q8_0_rows): per block the exact integer total, then
 //    the scalar reference's (S * dx) * dy and a sum per block; the tile takes 8 weight rows in the lanes (repacked per
 //    strip, interleaved, as the q4_K one);
-//  - q4_0 (matmul_avx2.c x32_row): per group of 8 blocks the scale
-//    products dx*dy as a vector, block k into accumulator k & 1, the offset
-//    terms in a third, a scalar tail for the last < 8 blocks; q4_1
-//    (q4_1_row, llama.cpp's order) one accumulator over all blocks and the
-//    m * s terms in a scalar FMA chain;
+//  - q4_1 (q4_1_row, llama.cpp's order) one accumulator over all blocks and the
+//    m * s terms in a scalar FMA chain (q4_0 has no tile here: matmul.c runs it through q40x8.h, its order on
+//    every ISA);
 //  - K-quants (quant_avx2.c bodies): exact i32 sums per super-block (q6_K:
 //    lanes as in the GEMV; q4_K/q5_K: the row's total), one fma per
 //    super-block, the min term in a scalar. The q4_K tile takes 8 weight
@@ -28,8 +26,6 @@
 //    load serves 8 rows and a sub-block is summed in int16 before its scale;
 //    q4_K_x8 (q4_K repacked at load) takes the same tile, its side data made
 //    from the repacked groups (q4kx8_gprep: lane permutes, no transpose).
-// q4_0's two parity accumulators are independent chains, so its tile runs the K
-// loop twice (even blocks, then odd ones) with one accumulator per output.
 // Integer sums are exact, so their order is free.
 //
 // Driver: the activation rows are prepared once per call (type-specific
@@ -343,7 +339,7 @@ DEFINE_GEMM_S(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL,
 #ifndef KVT_SIMD_AVX512 // AVX-512 32-block and K-quant rows kernels sum otherwise (see top)
 
 // Prepared activation row (nbp = blocks rounded up to 8): float d[nbp], c[nbp]
-// as x32_prep makes them (c: q4_0 -8*d*sum(y), q4_1 the block's s). q8_0 has its own 8-row tile below.
+// as x32_prep makes them (c: q4_1's block s). q8_0 has its own 8-row tile below; q4_0 runs q40x8.h's kernels.
 // Weight side data: float dx[nbp], mx[nbp] (q4_1 m; else unused).
 INLINE int64_t nb_pad(int64_t nb) { return (nb + 7) & ~(int64_t)7; }
 INLINE void x32_wprep(int64_t n, const void *w, void *s, int WT) {
@@ -364,21 +360,14 @@ INLINE void x32_aprep(int64_t n, const void *x, void *p, int WT) {
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
     float *d = p, *c = d + nbp;
     for (int64_t ib = 0; ib < nb; ib++) {
-        if (WT == WT_Q4_1) {
-            const kvt_block_q8_1 *b = (const kvt_block_q8_1 *)x + ib;
-            d[ib] = _cvtsh_ss(b->d);
-            c[ib] = _cvtsh_ss(b->s);
-        } else {
-            const kvt_block_q8_0 *b = (const kvt_block_q8_0 *)x + ib; // q4_0's activations
-            d[ib] = _cvtsh_ss(b->d);
-            int sum = 0;
-            for (int j = 0; j < KVT_QK; j++) sum += b->qs[j];
-            c[ib] = -(float)8 * d[ib] * (float)sum;
-        }
+        (void)WT; // q4_1 (q8_1 activations)
+        const kvt_block_q8_1 *b = (const kvt_block_q8_1 *)x + ib;
+        d[ib] = _cvtsh_ss(b->d);
+        c[ib] = _cvtsh_ss(b->s);
     }
     for (int64_t ib = nb; ib < nbp; ib++) d[ib] = c[ib] = 0;
 }
-// Weight block of a nibble format (q4_0, q4_1): the 32 unsigned values.
+// Weight block of q4_1: the 32 unsigned values.
 typedef struct {
     __m256i a;
 } x32_w;
@@ -417,63 +406,9 @@ INLINE void q4_1_order_tile(TILE_ARGS, int R, int T) {
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) + ms[r][t];
 }
 
-INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) {
-    if (WT == WT_Q4_1) {
-        q4_1_order_tile(TILE_PASS, R, T);
-        return;
-    }
-    const size_t bs = x32_block_size(WT), ys = WT == WT_Q4_1 ? sizeof(kvt_block_q8_1) : sizeof(kvt_block_q8_0);
-    const size_t yo = WT == WT_Q4_1 ? 4 : 2;
-    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;
-    __m256 a0[RMAX][TMAX], cacc[RMAX][TMAX];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) cacc[r][t] = _mm256_setzero_ps();
-    UNROLL for (int u = 0; u < 2; u++) {
-        __m256 acc[RMAX][TMAX];
-        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-        for (int64_t g = 0; g < nfull; g += 8) {
-            float dsc[RMAX][TMAX][8] __attribute__((aligned(32)));
-            UNROLL for (int r = 0; r < R; r++) {
-                const float *sd = (const float *)(S + r * ss);
-                const __m256 dx = _mm256_loadu_ps(sd + g);
-                UNROLL for (int t = 0; t < T; t++) {
-                    const float *pd = (const float *)(P + t * ps);
-                    _mm256_store_ps(dsc[r][t], _mm256_mul_ps(dx, _mm256_loadu_ps(pd + g)));
-                    if (u == 0) {
-                        const __m256 cx = WT == WT_Q4_1 ? _mm256_loadu_ps(sd + nbp + g) : dx;
-                        cacc[r][t] = _mm256_fmadd_ps(cx, _mm256_loadu_ps(pd + nbp + g), cacc[r][t]);
-                    }
-                }
-            }
-            UNROLL for (int k = u; k < 8; k += 2) {
-                x32_w w[RMAX];
-                UNROLL for (int r = 0; r < R; r++) w[r] = x32_decode(W + r * wrs + (g + k) * bs, WT);
-                UNROLL for (int t = 0; t < T; t++) {
-                    const __m256i y = _mm256_loadu_si256((const __m256i *)(X + t * xrs + (g + k) * ys + yo));
-                    UNROLL for (int r = 0; r < R; r++) {
-                        const __m256i p = x32_dot(w[r], y, WT);
-                        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&dsc[r][t][k]), acc[r][t]);
-                    }
-                }
-            }
-        }
-        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) {
-            if (u == 0) {
-                a0[r][t] = acc[r][t];
-                continue;
-            }
-            const float *sd = (const float *)(S + r * ss), *pd = (const float *)(P + t * ps);
-            float tail = 0;
-            for (int64_t ib = nfull; ib < nb; ib++) { // fewer than 8 blocks left
-                const float dx = sd[ib], cx = WT == WT_Q4_1 ? sd[nbp + ib] : dx;
-                const __m256i y = _mm256_loadu_si256((const __m256i *)(X + t * xrs + ib * ys + yo));
-                const __m256i p = x32_dot(x32_decode(W + r * wrs + ib * bs, WT), y, WT);
-                tail += dx * pd[ib] * (float)kvt_hsum8(_mm256_cvtepi32_ps(p));
-                tail += cx * pd[nbp + ib];
-            }
-            const float main = kvt_hsum8(_mm256_add_ps(a0[r][t], acc[r][t]));
-            Y[t * ldy + r] = main + kvt_hsum8(cacc[r][t]) + tail;
-        }
-    }
+INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) { // q4_1 (q4_0 runs q40x8.h's kernels: matmul.c)
+    (void)WT;
+    q4_1_order_tile(TILE_PASS, R, T);
 }
 
 #define DEFINE_X32(name, TYPE, WT)                                                                  \
@@ -481,7 +416,6 @@ INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) {
     static void name##_wprep(int64_t n, const void *w, void *s) { x32_wprep(n, w, s, WT); }          \
     INLINE void name##_tile(TILE_ARGS, int R, int T) { x32_tile(TILE_PASS, R, T, WT); }              \
     DEFINE_GEMM(name, TYPE, 2x4, 2, 4, x32_psize, name##_aprep, x32_wsize, name##_wprep)
-DEFINE_X32(q4_0, KVT_TYPE_Q4_0, WT_Q4_0)
 DEFINE_X32(q4_1, KVT_TYPE_Q4_1, WT_Q4_1)
 
 // ================================================================ K-quants

@@ -9,7 +9,8 @@
 // all of them. Decode (n_tok == 1) prepares its single row
 // once and streams the weights through.
 // GEMM path (n_tok >= the kernel's gemm_min_tok, 2): register tiles of
-// gemm_avx2.c (AVX2: every type but the activation-only ones and q5_0) and
+// gemm_avx2.c (AVX2: every type but the activation-only ones, q4_0 and q5_0; q4_0 runs q40x8.h on its rows packed
+// into q4_0_x8 groups, or the repacked matrix's) and
 // gemm_avx512.c (AVX-512: f32, f16, bf16) and kq_avx512.h (AVX-512: q4_K, q6_K),
 // bit-identical per output to that ISA's decode kernels, so a row's result does
 // not depend on the batch it is computed in. (The older AVX-512 panel tiles for
@@ -94,10 +95,11 @@ static int matmul_kernel(kvt_type wt, const kvt_mm_kernel *mm, int64_t n, const 
     return 1;
 }
 
-// Per-thread scratch of the gemm paths (slot 0) and of the repacked types' unpacking (slot 1, which
-// calls the gemm paths), kept between calls (a fresh malloc of a few hundred KiB per call would be
+// Per-thread scratch of the gemm paths (slot 0), of the repacked types' unpacking (slot 1, which
+// calls the gemm paths) and of q4_0 rows packed into q4_0_x8 groups (slot 2, which calls slot 0's paths; reached from
+// slot 1's unpacking too), kept between calls (a fresh malloc of a few hundred KiB per call would be
 // mmap'ed and page-faulted every time); freed by the key's destructor when the thread exits.
-#define N_SCRATCH 2
+#define N_SCRATCH 3
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
 static int g_scratch_ok;
@@ -156,7 +158,8 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
     }
 }
 
-// Repacked types (quant.h): q4_1_x8 through its GEMV (q41x8.h) for every batch, token by token; q8_0_x8 through its
+// Repacked types (quant.h): q4_0_x8 through q40x8.h (the decode GEMV, batches in tiles of tokens per group); q4_1_x8
+// through its GEMV (q41x8.h) for every batch, token by token; q8_0_x8 through its
 // GEMV (q80x8.h) token by token (AVX2: up to KVT_Q80X8_TOK_MAX tokens, larger batches unpacked); q4_K_x8 decode
 // through its GEMV (kqx8.h); q4_K_x8 batches of whole groups read the groups directly: AVX-512 2-8 tokens the
 // GEMV's arithmetic per token (kqx8.h), from 9 tokens the q4_K panel tile on panels packed from them (kqx8.h);
@@ -205,6 +208,11 @@ static void x8_q80(const void *ctx, int64_t n, const void *W, int64_t g0, int64_
     const x8_ctx *c = ctx;
     (c->isa == KVT_ISA_AVX512 ? kvt_q80x8_mm_avx512 : kvt_q80x8_mm_avx2)(n, W, g0, g1, X, n_tok, Y, ldy, c->scratch);
 }
+static void x8_q40(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
+                   float *Y, int64_t ldy) {
+    const x8_ctx *c = ctx;
+    (c->isa == KVT_ISA_AVX512 ? kvt_q40x8_mm_avx512 : kvt_q40x8_mm_avx2)(n, W, g0, g1, X, n_tok, Y, ldy, c->scratch);
+}
 static void x8_q4k(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
                    float *Y, int64_t ldy) { // one token (decode)
     const x8_ctx *c = ctx;
@@ -240,6 +248,14 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
         const x8_ctx c = {isa, NULL};
         x8_groups(x8_q41, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_1, n), n_tok, Y, ldy);
         return;
+    }
+    if (wt == KVT_TYPE_Q4_0_X8 && isa >= KVT_ISA_AVX2) { // decode and every batch (q40x8.h)
+        const int64_t sz = (isa == KVT_ISA_AVX512 ? kvt_q40x8_scratch_avx512 : kvt_q40x8_scratch_avx2)(n, n_tok);
+        const x8_ctx c = {isa, gemm_scratch(0, (size_t)sz)};
+        if (c.scratch) {
+            x8_groups(x8_q40, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_0, n), n_tok, Y, ldy);
+            return;
+        }
     }
     if (wt == KVT_TYPE_Q8_0_X8 && (isa == KVT_ISA_AVX512 || (isa == KVT_ISA_AVX2 && n_tok <= KVT_Q80X8_TOK_MAX))) {
         // decode and small batches (q80x8.h); without its scratch, the q8_0 paths on unpacked rows below
@@ -369,6 +385,31 @@ static void matmul_f16_panels(kvt_isa isa, int64_t n, const void *W, int64_t r0,
     }
 }
 
+// q4_0 rows not repacked (KVT_REPACK=0, memory short at load, rows not a multiple of 8, unpacked groups of a
+// repacked matrix): strips of them packed into q4_0_x8 groups in a per-thread buffer (the last group padded with zero
+// rows) and q40x8.h's kernels run on them: q4_0's order per row, the same bits. Returns false without the buffer (the
+// caller then takes the type's vec_dot, the same order).
+#define Q40P_STRIP_BYTES (256 * 1024)
+static bool matmul_q4_0_groups(kvt_isa isa, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq,
+                               int64_t n_tok, float *Y, int64_t ldy) {
+    const int64_t wrs = kvt_row_size(KVT_TYPE_Q4_0, n);
+    int64_t strip = Q40P_STRIP_BYTES / wrs / 8 * 8;
+    if (strip < 8) strip = 8;
+    if (strip > (r1 - r0 + 7) / 8 * 8) strip = (r1 - r0 + 7) / 8 * 8;
+    // the kernel's scratch (slot 0) had first: matmul_repacked below then finds it and never falls back to the unpacking
+    // of slot 1, which would come back here and pack into this buffer while it is in use
+    const int64_t sz = (isa == KVT_ISA_AVX512 ? kvt_q40x8_scratch_avx512 : kvt_q40x8_scratch_avx2)(n, n_tok);
+    if (!gemm_scratch(0, (size_t)sz)) return false;
+    char *pan = gemm_scratch(2, (size_t)(strip * wrs));
+    if (!pan) return false;
+    for (int64_t rs = r0; rs < r1; rs += strip) {
+        const int64_t nr = min64(strip, r1 - rs);
+        kvt_q4_0_x8_pack_rows((const char *)W + rs * wrs, (size_t)wrs, nr, n, pan);
+        matmul_repacked(isa, KVT_TYPE_Q4_0_X8, n, pan, 0, nr, Xq, n_tok, Y + rs, ldy);
+    }
+    return true;
+}
+
 void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
                          const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
     if (isa > kvt_kernels_isa()) isa = KVT_ISA_SCALAR;
@@ -376,6 +417,9 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
         if (r0 < r1 && n_tok > 0 && n > 0) matmul_f16_panels(isa, n, W, r0, r1, Xq, n_tok, Y, ldy);
         return;
     }
+    if (wt == KVT_TYPE_Q4_0 && isa >= KVT_ISA_AVX2 && r0 < r1 && n_tok > 0 && kvt_row_size(wt, n) > 0 &&
+        matmul_q4_0_groups(isa, n, W, r0, r1, Xq, n_tok, Y, ldy))
+        return;
     if (kvt_type_repacked_from(wt) != wt) {
         if (r0 < r1 && n_tok > 0 && kvt_row_size(wt, n) > 0) matmul_repacked(isa, wt, n, W, r0, r1, Xq, n_tok, Y, ldy);
         return;

@@ -12,9 +12,9 @@
 //    for all nt rows; float kernels additionally tile 4 weight rows (decode, nt = 1: 2 rows at once, one
 //    FMA chain each, the next pair's lines prefetched into L2).
 //
-// 32-block integer kernels (q4_0, q4_1, q5_0, q8_0) use unsigned weights u in
+// 32-block integer kernels (q4_1, q5_0, q8_0; q4_0 has its own, q40x8.h, below) use unsigned weights u in
 // [0, 255] against signed activations: dot(w, y) = dot(u, y) - o * sum(y) with
-// o = 8 (q4_0), 16 (q5_0) or 128 (q8_0 on AVX-512), so a block contributes
+// o = 16 (q5_0) or 128 (q8_0 on AVX-512), so a block contributes
 //   dx * dy * dot(u, y) + dx * c,   c = -o * dy * sum(y)
 // The second terms are accumulated 8 blocks at a time as vectors. q4_1 (x = d*q + m, activations with
 // s = dy * sum(y)) contributes dx * dy * dot(q, y) + m * s and is summed in llama.cpp's order instead
@@ -266,7 +266,6 @@ INLINE void x32_prep(int64_t n, const void *x, void *p, int WT) {
     }
     for (int64_t ib = nb; ib < nbp; ib++) d[ib] = c[ib] = 0;
 }
-static void q4_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q4_0); }
 static void q4_1_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q4_1); }
 static void q8_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q8_0); }
 static void q5_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q5_0); }
@@ -462,7 +461,6 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
             }                                                                                       \
         }                                                                                           \
     }
-DEFINE_X32_ROWS(q4_0, WT_Q4_0)
 #ifndef KVT_SIMD_AVX512 // AVX-512: q4_1_rows512 below
 // q4_1: two rows per call (twice the independent FMA chains), an odd last row alone
 static void q4_1_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, int nt, float *Y,
@@ -697,6 +695,8 @@ static void q4_1_rows512(int64_t n, const void *W, size_t wrs, int64_t nr, const
 #include "q41x8.h"
 // q8_0_x8 decode and small batches (both ISAs)
 #include "q80x8.h"
+// q4_0_x8 decode and batches (both ISAs); unrepacked q4_0 rows are packed into it per strip (matmul.c)
+#include "q40x8.h"
 
 // ============================================ old AVX-512 panel tiles (off by default)
 // f16 and q8_0 panels of 16 weight rows (see the note at KVT_MM_AVX512_GEMM).
@@ -978,7 +978,6 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_F32] = {KR(fp_prep_size, f32_prep, f32_rows) G2(f32)},
     [KVT_TYPE_F16] = {KR(fp_prep_size, f16_prep, f16_rows) MM_GEMM512(GEMM(16, f16_gemm_scratch, f16_gemm)) G2(f16)},
     [KVT_TYPE_BF16] = {KR(fp_prep_size, bf16_prep, bf16_rows) G2(bf16)},
-    [KVT_TYPE_Q4_0] = {KR(x32_prep_size, q4_0_prep, q4_0_rows), .nt_max = X32_NT},
     [KVT_TYPE_Q4_1] = {KR(x32_prep_size, q4_1_prep, q4_1_rows512), .nt_max = X32_NT},
     [KVT_TYPE_Q8_0] = {KR(x32_prep_size, q8_0_prep, q8_0_rows) MM_GEMM512(GEMM(8, q8p_scratch, q8_0_gemm)), .nt_max = X32_NT},
     [KVT_TYPE_Q5_0] = {KR(x32_prep_size, q5_0_prep, q5_0_rows), .nt_max = X32_NT},
@@ -989,7 +988,6 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_F32] = {KR(fp_prep_size, f32_prep, f32_rows) G2(f32)},
     [KVT_TYPE_F16] = {KR(fp_prep_size, f16_prep, f16_rows) G2(f16)},
     [KVT_TYPE_BF16] = {KR(fp_prep_size, bf16_prep, bf16_rows) G2(bf16)},
-    [KVT_TYPE_Q4_0] = {KR(x32_prep_size, q4_0_prep, q4_0_rows) G2(q4_0)},
     [KVT_TYPE_Q4_1] = {KR(x32_prep_size, q4_1_prep, q4_1_rows) G2(q4_1)},
     [KVT_TYPE_Q8_0] = {KR(x32_prep_size, q8_0_prep, q8_0_rows) G2(q8_0)},
     [KVT_TYPE_Q5_0] = {KR(x32_prep_size, q5_0_prep, q5_0_rows)},

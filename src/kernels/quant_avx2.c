@@ -379,8 +379,31 @@ INLINE float q5_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_blo
     }
 
 DEFINE_SYM32_BODY(q8_0)
-DEFINE_SYM32_BODY(q4_0)
 DEFINE_SYM32_BODY(q5_0)
+
+// q4_0 in its order on every ISA (matmul.h: the scalar reference's): per block the exact int32 total S of the
+// products (q - 8) * y, then s = s + (float(S) * dx) * dy in one chain. (matmul.c runs q4_0 matrices through q40x8.h's
+// kernels in the same order; this is the per-row dot of the other callers.)
+INLINE void q4_0_body(int64_t n, const void *x, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    const int64_t nb = n / KVT_QK;
+    float acc[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    const __m256i one8 = _mm256_set1_epi8(1);
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const __m256i u = unpack_nibbles16(((const kvt_block_q4_0 *)x)[ib].qs); // q, unsigned: exact for any y
+        const float dw = q4_0_wscale(x, ib);
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib;
+            const __m256i yq = loadu256(y->qs);
+            const __m256i p = _mm256_sub_epi32(kvt_dot_u8s8(u, yq), _mm256_slli_epi32(kvt_dot_u8s8(one8, yq), 3));
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+            h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
+            acc[t] = acc[t] + ((float)_mm_cvtsi128_si32(h) * dw) * h2f(y->d);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = acc[t];
+}
 DEFINE_DISPATCH(q8_0)
 DEFINE_DISPATCH(q4_0)
 DEFINE_DISPATCH(q5_0)
