@@ -507,24 +507,32 @@ static void test_repack_q6_K_keep_rng(int64_t n, int64_t n_rows, int64_t n_tok, 
 // q4_0_x8 groups per call by matmul.c, the last group padded) and, where the rows fill groups, on the repacked matrix,
 // bit for bit equal to the scalar reference's vec_dot written out here (per block the integer total, then
 // s + (S * dx) * dy); sentinels kept outside [r0, r1).
-static void q4_0_isa_check(const char *wq, const char *xq, int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1,
-                           int extreme) {
-    const int64_t wrs = kvt_row_size(KVT_TYPE_Q4_0, n), xrs = kvt_row_size(KVT_TYPE_Q8_0, n), ldy = n_rows + 2;
-    const kvt_repack_ops *rp = kvt_type_repack(KVT_TYPE_Q4_0);
+static void q4_0_isa_check(kvt_type wt, const char *wq, const char *xq, int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0,
+                           int64_t r1, int extreme) {
+    const int q5 = wt == KVT_TYPE_Q5_0;
+    const kvt_type xt = q5 ? KVT_TYPE_Q5_0_X8 : KVT_TYPE_Q4_0_X8;
+    const int64_t wrs = kvt_row_size(wt, n), xrs = kvt_row_size(KVT_TYPE_Q8_0, n), ldy = n_rows + 2;
+    const kvt_repack_ops *rp = kvt_type_repack(wt);
     float *ref = xmalloc((size_t)(n_tok * ldy) * sizeof *ref), *y = xmalloc((size_t)(n_tok * ldy) * sizeof *y);
     char *wr = xmalloc((size_t)((n_rows + 7) / 8 * 8 * wrs));
     if (!ref || !y || !wr || !rp) { g_fail++; return; }
     for (int64_t i = 0; i < n_tok * ldy; i++) ref[i] = -7.f;
     for (int64_t t = 0; t < n_tok; t++)
         for (int64_t r = r0; r < r1; r++) {
-            const kvt_block_q4_0 *a = (const kvt_block_q4_0 *)(wq + r * wrs);
             const kvt_block_q8_0 *b = (const kvt_block_q8_0 *)(xq + t * xrs);
             float sum = 0;
             for (int64_t i = 0; i < n / KVT_QK; i++) {
+                const uint8_t *a = (const uint8_t *)wq + r * wrs + i * (q5 ? 22 : 18), *qs = a + (q5 ? 6 : 2);
+                uint32_t qh = 0;
+                if (q5) memcpy(&qh, a + 2, 4);
                 int isum = 0;
-                for (int j = 0; j < KVT_QK / 2; j++)
-                    isum += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + KVT_QK / 2];
-                sum = sum + ((float)isum * kvt_f16_to_f32(a[i].d)) * kvt_f16_to_f32(b[i].d);
+                for (int j = 0; j < KVT_QK / 2; j++) {
+                    const int lo = (qs[j] & 0xF) | (int)(qh >> j & 1) << 4, hi = (qs[j] >> 4) | (int)(qh >> (j + 16) & 1) << 4;
+                    isum += (lo - (q5 ? 16 : 8)) * b[i].qs[j] + (hi - (q5 ? 16 : 8)) * b[i].qs[j + KVT_QK / 2];
+                }
+                uint16_t d;
+                memcpy(&d, a, 2);
+                sum = sum + ((float)isum * kvt_f16_to_f32(d)) * kvt_f16_to_f32(b[i].d);
             }
             ref[t * ldy + r] = sum;
         }
@@ -533,13 +541,12 @@ static void q4_0_isa_check(const char *wq, const char *xq, int64_t n, int64_t n_
     for (int isa = KVT_ISA_SCALAR; isa <= (int)kvt_kernels_isa(); isa++)
         for (int rep = 0; rep <= (n_rows % 8 == 0); rep++) {
             for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = -7.f;
-            kvt_matmul_rows_isa((kvt_isa)isa, rep ? KVT_TYPE_Q4_0_X8 : KVT_TYPE_Q4_0, n, rep ? wr : wq, r0, r1, xq, n_tok, y, ldy);
+            kvt_matmul_rows_isa((kvt_isa)isa, rep ? xt : wt, n, rep ? wr : wq, r0, r1, xq, n_tok, y, ldy);
             bad += memcmp(ref, y, (size_t)(n_tok * ldy) * sizeof *y) != 0;
             for (int64_t t = 0; t < n_tok; t++) { // each token alone, and the per-row dot of the ISA's type ops
                 for (int64_t r = r0; r < r1; r++) y[t * ldy + r] = -7.f;
-                kvt_matmul_rows_isa((kvt_isa)isa, rep ? KVT_TYPE_Q4_0_X8 : KVT_TYPE_Q4_0, n, rep ? wr : wq, r0, r1, xq + t * xrs, 1,
-                                    y + t * ldy, ldy);
-                const kvt_type_ops *ops = kvt_type_ops_isa(KVT_TYPE_Q4_0, (kvt_isa)isa);
+                kvt_matmul_rows_isa((kvt_isa)isa, rep ? xt : wt, n, rep ? wr : wq, r0, r1, xq + t * xrs, 1, y + t * ldy, ldy);
+                const kvt_type_ops *ops = kvt_type_ops_isa(wt, (kvt_isa)isa);
                 for (int64_t r = r0; ops && r < r1; r++) {
                     float d = 0;
                     ops->vec_dot(n, &d, wq + r * wrs, xq + t * xrs);
@@ -549,7 +556,7 @@ static void q4_0_isa_check(const char *wq, const char *xq, int64_t n, int64_t n_
             bad += memcmp(ref, y, (size_t)(n_tok * ldy) * sizeof *y) != 0;
         }
     char name[128];
-    snprintf(name, sizeof name, "q4_0_isa_bits_n%lld_rows%lld_tok%lld_r%lld-%lld%s", (long long)n, (long long)n_rows,
+    snprintf(name, sizeof name, "%s_isa_bits_n%lld_rows%lld_tok%lld_r%lld-%lld%s", kvt_type_name(wt), (long long)n, (long long)n_rows,
              (long long)n_tok, (long long)r0, (long long)r1, extreme ? "_extreme" : "");
     CHECK(name, bad == 0, "%lld passes differ from the scalar reference's bits", (long long)bad);
     free(ref), free(y), free(wr);
@@ -557,18 +564,26 @@ static void q4_0_isa_check(const char *wq, const char *xq, int64_t n, int64_t n_
 
 static void test_repack_x32(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok, int64_t r0, int64_t r1, int extreme) {
     const kvt_repack_ops *rp = kvt_type_repack(t);
-    const bool q8 = t == KVT_TYPE_Q8_0, q40 = t == KVT_TYPE_Q4_0;
+    const bool q8 = t == KVT_TYPE_Q8_0, q50 = t == KVT_TYPE_Q5_0, q40 = t == KVT_TYPE_Q4_0 || q50; // q40: q4_0 or q5_0
+    const kvt_type to = q8 ? KVT_TYPE_Q8_0_X8 : q50 ? KVT_TYPE_Q5_0_X8 : q40 ? KVT_TYPE_Q4_0_X8 : KVT_TYPE_Q4_1_X8;
     char *wq, *xq;
-    if (!rp || rp->to != (q8 ? KVT_TYPE_Q8_0_X8 : q40 ? KVT_TYPE_Q4_0_X8 : KVT_TYPE_Q4_1_X8) || kvt_type_repacked_from(rp->to) != t ||
-        ((q8 || q40) && !rp->row_to_float) || !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
-        CHECK(q8 ? "repack_q8_0_table" : q40 ? "repack_q4_0_table" : "repack_q4_1_table", false, "no %s repacking", kvt_type_name(t));
+    if (!rp || rp->to != to || kvt_type_repacked_from(rp->to) != t || ((q8 || q40) && !rp->row_to_float) ||
+        !quant_operands(t, n, n_rows, n_tok, &wq, &xq)) {
+        char name[64];
+        snprintf(name, sizeof name, "repack_%s_table", kvt_type_name(t));
+        CHECK(name, false, "no %s repacking", kvt_type_name(t));
         return;
     }
     if (extreme) {
         for (int64_t i = 0; i < n_rows * n / KVT_QK; i++) {
             for (int k = 0; q8 && k < KVT_QK; k++)
                 ((kvt_block_q8_0 *)wq + i)->qs[k] = (int8_t)(extreme == 1 ? ((k + i) % 2 ? 127 : -128) : -127 + (int)((i * 32 + k) % 255));
-            if (q40) { // and scales of 11 significant bits, so that float(S) * dx rounds (a product in another order differs)
+            if (q50) { // values 31 (1) or fifth bits by element (2), as q4_0 below
+                kvt_block_q5_0 *b = (kvt_block_q5_0 *)wq + i;
+                memset(b->qs, extreme == 1 ? 0xFF : (i % 3) ? 0x00 : 0xF0 + (int)(i % 16), KVT_QK / 2);
+                for (int k = 0; k < 4; k++) b->qh[k] = (uint8_t)(extreme == 1 ? 0xFF : (k * 91 + i) & 0xFF);
+                b->d = (uint16_t)(0x2000 | (0x3FF - i % 7));
+            } else if (q40) { // and scales of 11 significant bits, so that float(S) * dx rounds (another order differs)
                 memset(((kvt_block_q4_0 *)wq + i)->qs, extreme == 1 ? 0xFF : (i % 3) ? 0x00 : 0xF0 + (int)(i % 16), KVT_QK / 2);
                 ((kvt_block_q4_0 *)wq + i)->d = (uint16_t)(0x2000 | (0x3FF - i % 7));
             }
@@ -581,13 +596,13 @@ static void test_repack_x32(kvt_type t, int64_t n, int64_t n_rows, int64_t n_tok
         }
     }
     if (n_rows % 8 == 0) repack_check(t, rp, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
-    if (q40) q4_0_isa_check(wq, xq, n, n_rows, n_tok, r0, r1, extreme);
+    if (q40) q4_0_isa_check(t, wq, xq, n, n_rows, n_tok, r0, r1, extreme);
     // the embedding lookup of a tied matrix: every row read back from the repacked matrix
     const int64_t wrs = kvt_row_size(t, n);
     char *wr = xmalloc((size_t)(n_rows * wrs));
     float *f0 = xmalloc((size_t)n * sizeof *f0), *f1 = xmalloc((size_t)n * sizeof *f1);
     if (!wr || !f0 || !f1) { g_fail++; return; }
-    rp->pack(wq, wr, n_rows, n);
+    if (n_rows % 8 == 0) rp->pack(wq, wr, n_rows, n); // (whole groups only: the repacking's row_align)
     int64_t bad = 0;
     for (int64_t r = 0; (q8 || q40) && n_rows % 8 == 0 && r < n_rows; r++) {
         kvt_type_ops_get(t)->to_float(wq + r * wrs, f0, n);
@@ -1268,13 +1283,17 @@ int test_kernels_main(void) {
         // (Q40X8_TT: 4 on AVX2, 8 on AVX-512) and past it, and row counts that leave a partial group (13, 21, 3)
         // (the generator left as it was: the later cases keep their data, as test_repack_q6_K_keep_rng)
         const uint64_t rng = g_rng;
-        for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
-            test_repack_x32(KVT_TYPE_Q4_0, shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4], (int)shp[i][5]);
+        for (int q5 = 0; q5 <= 1; q5++)
+            for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+                test_repack_x32(q5 ? KVT_TYPE_Q5_0 : KVT_TYPE_Q4_0, shp[i][0], shp[i][1], shp[i][2], shp[i][3], shp[i][4],
+                                (int)shp[i][5]);
         static const int64_t q40[][6] = {{64, 13, 1, 0, 13, 0},  {96, 21, 3, 2, 20, 0},  {576, 3, 6, 0, 3, 0},
                                          {2048, 13, 11, 1, 12, 1}, {512, 21, 4, 0, 21, 2}, {320, 8, 12, 0, 8, 1},
                                          {5632, 24, 2, 0, 24, 2},  {5632, 96, 9, 3, 93, 0}}; // (the last: 2 strips)
-        for (size_t i = 0; i < sizeof q40 / sizeof q40[0]; i++)
-            test_repack_x32(KVT_TYPE_Q4_0, q40[i][0], q40[i][1], q40[i][2], q40[i][3], q40[i][4], (int)q40[i][5]);
+        for (int q5 = 0; q5 <= 1; q5++)
+            for (size_t i = 0; i < sizeof q40 / sizeof q40[0]; i++)
+                test_repack_x32(q5 ? KVT_TYPE_Q5_0 : KVT_TYPE_Q4_0, q40[i][0], q40[i][1], q40[i][2], q40[i][3], q40[i][4],
+                                (int)q40[i][5]);
         g_rng = rng;
     }
     // the decode GEMVs of q4_1_x8, q8_0_x8, q4_K_x8 and q6_K with software prefetch on and off (kvt_kernels_prefetch: per
@@ -1286,7 +1305,7 @@ int test_kernels_main(void) {
             CHECK("set_prefetch", kvt_kernels_prefetch() == pfs[k], "prefetch %lld after setting %lld",
                   (long long)kvt_kernels_prefetch(), (long long)pfs[k]);
             const kvt_type pft[] = {KVT_TYPE_Q4_K,    KVT_TYPE_Q6_K,    KVT_TYPE_Q4_K_X8, KVT_TYPE_Q6_K_R,
-                                    KVT_TYPE_Q8_0_X8, KVT_TYPE_Q4_1_X8, KVT_TYPE_Q5_K_X8, KVT_TYPE_Q4_0_X8};
+                                    KVT_TYPE_Q8_0_X8, KVT_TYPE_Q4_1_X8, KVT_TYPE_Q5_K_X8, KVT_TYPE_Q4_0_X8, KVT_TYPE_Q5_0_X8};
             for (size_t i = 0; i < sizeof pft / sizeof pft[0]; i++)
                 CHECK("set_prefetch", kvt_kernels_prefetch_type(pft[i]) == pfs[k], "%s prefetch %lld after setting %lld",
                       kvt_type_name(pft[i]), (long long)kvt_kernels_prefetch_type(pft[i]), (long long)pfs[k]);
@@ -1304,6 +1323,8 @@ int test_kernels_main(void) {
             test_repack_x32(KVT_TYPE_Q4_0, 576, 88, 1, 0, 88, 0);
             test_repack_x32(KVT_TYPE_Q4_0, 2048, 56, 1, 3, 53, 0);
             test_repack_x32(KVT_TYPE_Q4_0, 320, 136, 1, 5, 133, 2);
+            test_repack_x32(KVT_TYPE_Q5_0, 2048, 56, 1, 3, 53, 0);
+            test_repack_x32(KVT_TYPE_Q5_0, 320, 136, 1, 5, 133, 1);
             g_rng = rng;
             for (int q5 = 0; q5 <= 1; q5++) {
                 const kvt_type t = q5 ? KVT_TYPE_Q5_K : KVT_TYPE_Q4_K;

@@ -9,8 +9,8 @@
 // all of them. Decode (n_tok == 1) prepares its single row
 // once and streams the weights through.
 // GEMM path (n_tok >= the kernel's gemm_min_tok, 2): register tiles of
-// gemm_avx2.c (AVX2: every type but the activation-only ones, q4_0 and q5_0; q4_0 runs q40x8.h on its rows packed
-// into q4_0_x8 groups, or the repacked matrix's) and
+// gemm_avx2.c (AVX2: every type but the activation-only ones, q4_0 and q5_0, which run q40x8.h on their rows packed
+// into q4_0_x8 / q5_0_x8 groups, or the repacked matrix's) and
 // gemm_avx512.c (AVX-512: f32, f16, bf16) and kq_avx512.h (AVX-512: q4_K, q6_K),
 // bit-identical per output to that ISA's decode kernels, so a row's result does
 // not depend on the batch it is computed in. (The older AVX-512 panel tiles for
@@ -158,7 +158,7 @@ static void matmul_generic(const kvt_type_ops *ops, int64_t n, const char *w, in
     }
 }
 
-// Repacked types (quant.h): q4_0_x8 through q40x8.h (the decode GEMV, batches in tiles of tokens per group); q4_1_x8
+// Repacked types (quant.h): q4_0_x8 and q5_0_x8 through q40x8.h (the decode GEMV, batches in tiles of tokens per group); q4_1_x8
 // through its GEMV (q41x8.h) for every batch, token by token; q8_0_x8 through its
 // GEMV (q80x8.h) token by token (AVX2: up to KVT_Q80X8_TOK_MAX tokens, larger batches unpacked); q4_K_x8 decode
 // through its GEMV (kqx8.h); q4_K_x8 batches of whole groups read the groups directly: AVX-512 2-8 tokens the
@@ -213,6 +213,11 @@ static void x8_q40(const void *ctx, int64_t n, const void *W, int64_t g0, int64_
     const x8_ctx *c = ctx;
     (c->isa == KVT_ISA_AVX512 ? kvt_q40x8_mm_avx512 : kvt_q40x8_mm_avx2)(n, W, g0, g1, X, n_tok, Y, ldy, c->scratch);
 }
+static void x8_q50(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
+                   float *Y, int64_t ldy) {
+    const x8_ctx *c = ctx;
+    (c->isa == KVT_ISA_AVX512 ? kvt_q50x8_mm_avx512 : kvt_q50x8_mm_avx2)(n, W, g0, g1, X, n_tok, Y, ldy, c->scratch);
+}
 static void x8_q4k(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
                    float *Y, int64_t ldy) { // one token (decode)
     const x8_ctx *c = ctx;
@@ -249,11 +254,12 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
         x8_groups(x8_q41, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_1, n), n_tok, Y, ldy);
         return;
     }
-    if (wt == KVT_TYPE_Q4_0_X8 && isa >= KVT_ISA_AVX2) { // decode and every batch (q40x8.h)
+    if ((wt == KVT_TYPE_Q4_0_X8 || wt == KVT_TYPE_Q5_0_X8) && isa >= KVT_ISA_AVX2) { // decode and every batch (q40x8.h)
         const int64_t sz = (isa == KVT_ISA_AVX512 ? kvt_q40x8_scratch_avx512 : kvt_q40x8_scratch_avx2)(n, n_tok);
         const x8_ctx c = {isa, gemm_scratch(0, (size_t)sz)};
         if (c.scratch) {
-            x8_groups(x8_q40, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_0, n), n_tok, Y, ldy);
+            x8_groups(wt == KVT_TYPE_Q5_0_X8 ? x8_q50 : x8_q40, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_0, n),
+                      n_tok, Y, ldy);
             return;
         }
     }
@@ -385,14 +391,15 @@ static void matmul_f16_panels(kvt_isa isa, int64_t n, const void *W, int64_t r0,
     }
 }
 
-// q4_0 rows not repacked (KVT_REPACK=0, memory short at load, rows not a multiple of 8, unpacked groups of a
-// repacked matrix): strips of them packed into q4_0_x8 groups in a per-thread buffer (the last group padded with zero
-// rows) and q40x8.h's kernels run on them: q4_0's order per row, the same bits. Returns false without the buffer (the
-// caller then takes the type's vec_dot, the same order).
+// q4_0 and q5_0 rows not repacked (KVT_REPACK=0, memory short at load, rows not a multiple of 8, unpacked groups of a
+// repacked matrix): strips of them packed into q4_0_x8 / q5_0_x8 groups in a per-thread buffer (the last group padded
+// with zero rows) and q40x8.h's kernels run on them: the type's order per row, the same bits. Returns false without
+// the buffer (the caller then takes the type's vec_dot, the same order).
 #define Q40P_STRIP_BYTES (256 * 1024)
-static bool matmul_q4_0_groups(kvt_isa isa, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq,
-                               int64_t n_tok, float *Y, int64_t ldy) {
-    const int64_t wrs = kvt_row_size(KVT_TYPE_Q4_0, n);
+static bool matmul_q50_groups(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq,
+                              int64_t n_tok, float *Y, int64_t ldy) {
+    const int q5 = wt == KVT_TYPE_Q5_0;
+    const int64_t wrs = kvt_row_size(wt, n);
     int64_t strip = Q40P_STRIP_BYTES / wrs / 8 * 8;
     if (strip < 8) strip = 8;
     if (strip > (r1 - r0 + 7) / 8 * 8) strip = (r1 - r0 + 7) / 8 * 8;
@@ -404,8 +411,8 @@ static bool matmul_q4_0_groups(kvt_isa isa, int64_t n, const void *W, int64_t r0
     if (!pan) return false;
     for (int64_t rs = r0; rs < r1; rs += strip) {
         const int64_t nr = min64(strip, r1 - rs);
-        kvt_q4_0_x8_pack_rows((const char *)W + rs * wrs, (size_t)wrs, nr, n, pan);
-        matmul_repacked(isa, KVT_TYPE_Q4_0_X8, n, pan, 0, nr, Xq, n_tok, Y + rs, ldy);
+        kvt_x8_q50_pack_rows(q5, (const char *)W + rs * wrs, (size_t)wrs, nr, n, pan);
+        matmul_repacked(isa, q5 ? KVT_TYPE_Q5_0_X8 : KVT_TYPE_Q4_0_X8, n, pan, 0, nr, Xq, n_tok, Y + rs, ldy);
     }
     return true;
 }
@@ -417,8 +424,8 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
         if (r0 < r1 && n_tok > 0 && n > 0) matmul_f16_panels(isa, n, W, r0, r1, Xq, n_tok, Y, ldy);
         return;
     }
-    if (wt == KVT_TYPE_Q4_0 && isa >= KVT_ISA_AVX2 && r0 < r1 && n_tok > 0 && kvt_row_size(wt, n) > 0 &&
-        matmul_q4_0_groups(isa, n, W, r0, r1, Xq, n_tok, Y, ldy))
+    if ((wt == KVT_TYPE_Q4_0 || wt == KVT_TYPE_Q5_0) && isa >= KVT_ISA_AVX2 && r0 < r1 && n_tok > 0 && kvt_row_size(wt, n) > 0 &&
+        matmul_q50_groups(isa, wt, n, W, r0, r1, Xq, n_tok, Y, ldy))
         return;
     if (kvt_type_repacked_from(wt) != wt) {
         if (r0 < r1 && n_tok > 0 && kvt_row_size(wt, n) > 0) matmul_repacked(isa, wt, n, W, r0, r1, Xq, n_tok, Y, ldy);

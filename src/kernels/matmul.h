@@ -20,19 +20,19 @@
 //   q8_0 (x q8_0 blocks of 32): per block the exact int32 total S of its 32 products (|S| < 2^20), then
 //     acc = acc + (float(S) * dx) * dy in one scalar chain in block order; Y = acc (the scalar order).
 //     (Only totals: so the 8-row AVX2 tile, rows in the lanes, sums each row's block in any integer order.)
-//   q4_0 (x q8_0 blocks of 32), on every ISA (scalar, avx2, avx512: one order, so one set of bits): the scalar
-//     reference's, per block in order the exact int32 total S of the 32 products (q - 8) * y, then
-//     acc = acc + (float(S) * dx) * dy, one chain; Y = acc. Its kernels (q40x8.h) take 8 rows in the lanes of
-//     q4_0_x8 groups (q4_0 repacked at load; rows not repacked are packed into groups per call: matmul.c), decode
-//     and every batch alike. (Until 2026-12-04: q5_0's per-ISA lane order below, o = 8.)
-//   q5_0 (x q8_0 blocks of 32; q8_0 so on avx512): blocks in groups of 8 (g = 0, 8, ...): per group
+//   q4_0 and q5_0 (x q8_0 blocks of 32), on every ISA (scalar, avx2, avx512: one order, so one set of bits): the
+//     scalar reference's, per block in order the exact int32 total S of the 32 products (q - o) * y (o = 8, q5_0 16),
+//     then acc = acc + (float(S) * dx) * dy, one chain; Y = acc. Their kernels (q40x8.h) take 8 rows in the lanes of
+//     q4_0_x8 / q5_0_x8 groups (repacked at load; rows not repacked are packed into groups per call: matmul.c),
+//     decode and every batch alike. (Until 2026-12-04 both had the per-ISA lane order below, with o = 8 and 16.)
+//   q8_0 on avx512 (weights offset by 128, o = 128): blocks in groups of 8 (g = 0, 8, ...): per group
 //     D[j] = dx[g+j] * dy[g+j] (f32 product), and cacc = fma(cx[g..g+8], c[g..g+8],
-//     cacc) with c = (-o * dy) * (float)sum(y), o = 16, cx = dx;
+//     cacc) with c = (-o * dy) * (float)sum(y), cx = dx;
 //     per block j of the group in order: p = 8 int32 lanes (lane i: the exact integer dot of
-//     the block's elements 4i..4i+3; q5_0 dots the stored unsigned value (value + o), the -o is in c),
+//     the block's elements 4i..4i+3 of the stored unsigned value (value + o), the -o is in c),
 //     acc[j & 1] = fma(float(p), broadcast(D[j]), acc[j & 1]); blocks past the
 //     last full group: tail = tail + (dx * dy) * hsum(float(p)), then tail = tail + cx * c;
-//     Y = (hsum(acc0 + acc1) + hsum(cacc)) + tail.  (avx512 q8_0: the weights offset by 128, o = 128.)
+//     Y = (hsum(acc0 + acc1) + hsum(cacc)) + tail (16-lane pairs on avx512: x32_row).
 //   q4_K/q5_K/q6_K (x q8_K, super-blocks of 256): per super-block the exact int32 total S of the
 //     scaled products (|S| < 2^28), acc = fma(float(S), d * dy, acc) in a scalar chain; q4_K/q5_K also
 //     macc = macc + (dmin * dy) * (float)(exact integer min dot), a scalar chain; Y = acc - macc (q6_K:
@@ -51,7 +51,7 @@
 //     arithmetic per token (4 tokens a pass) and from KVT_Q5KX8_GEMM_MIN the q4_K panel tile packed from the groups,
 //     larger AVX2 batches the 8-row q4_K tile on q5_K's values; the rows of a group cut by the range the q5_K paths on
 //     unpacked rows.
-//     q4_0_x8 (q4_0 repacked, as q4_K_x8): q4_0's order above, one row per lane (q40x8.h).
+//     q4_0_x8, q5_0_x8 (q4_0, q5_0 repacked, as q4_K_x8): their order above, one row per lane (q40x8.h).
 //     q4_1_x8 (q4_1 repacked, as q4_K_x8): the q4_1 order above, a row's 8 accumulator lanes in lane r of 8 vectors
 //     (q41x8.h), so a repacked matrix gives the q4_1 bits; batches too (the same GEMV token by token).
 //     q8_0_x8 (q8_0 repacked, as q4_K_x8): each ISA's q8_0 order above (avx2: the totals and the scalar chain;
@@ -210,6 +210,11 @@ KVT_X8_MM_DECL(q80x8, avx512)
 // scalar reference's bits).
 KVT_X8_MM_DECL(q40x8, avx2)
 KVT_X8_MM_DECL(q40x8, avx512)
+// q5_0_x8 (q40x8.h): the same for its groups, in q5_0's order, with kvt_q40x8_scratch_ISA(n, n_tok) bytes of scratch.
+void kvt_q50x8_mm_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy,
+                       void *scratch);
+void kvt_q50x8_mm_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
+                         int64_t ldy, void *scratch);
 // AVX-512 batches (KVT_Q4KX8_GEMM_MIN tokens on): Y[t * ldy + r], r < nr (a multiple of 8), from the rows at W (a
 // group start), with kvt_q4kx8_gemm_scratch_avx512(n) bytes of 64-aligned scratch; the q4_K tile's bits.
 #define KVT_Q4KX8_GEMM_MIN 9

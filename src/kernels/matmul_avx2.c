@@ -12,9 +12,9 @@
 //    for all nt rows; float kernels additionally tile 4 weight rows (decode, nt = 1: 2 rows at once, one
 //    FMA chain each, the next pair's lines prefetched into L2).
 //
-// 32-block integer kernels (q4_1, q5_0, q8_0; q4_0 has its own, q40x8.h, below) use unsigned weights u in
+// 32-block integer kernels (q4_1, q8_0; q4_0 and q5_0 have their own, q40x8.h, below) use unsigned weights u in
 // [0, 255] against signed activations: dot(w, y) = dot(u, y) - o * sum(y) with
-// o = 16 (q5_0) or 128 (q8_0 on AVX-512), so a block contributes
+// o = 128 (q8_0 on AVX-512), so a block contributes
 //   dx * dy * dot(u, y) + dx * c,   c = -o * dy * sum(y)
 // The second terms are accumulated 8 blocks at a time as vectors. q4_1 (x = d*q + m, activations with
 // s = dy * sum(y)) contributes dx * dy * dot(q, y) + m * s and is summed in llama.cpp's order instead
@@ -268,7 +268,6 @@ INLINE void x32_prep(int64_t n, const void *x, void *p, int WT) {
 }
 static void q4_1_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q4_1); }
 static void q8_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q8_0); }
-static void q5_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q5_0); }
 
 // f16 scales of 8 consecutive blocks at byte offset off -> 8 floats.
 INLINE __m256 load_scales8(const char *blk, size_t bs, size_t off) {
@@ -534,7 +533,6 @@ static void q8_0_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
     }
 }
 #endif
-DEFINE_X32_ROWS(q5_0, WT_Q5_0)
 
 #ifdef KVT_SIMD_AVX512
 // q4_1 on AVX-512: two outputs per zmm (lanes 0-7 and 8-15), each lane doing exactly q4_1_row's operations:
@@ -980,7 +978,6 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_BF16] = {KR(fp_prep_size, bf16_prep, bf16_rows) G2(bf16)},
     [KVT_TYPE_Q4_1] = {KR(x32_prep_size, q4_1_prep, q4_1_rows512), .nt_max = X32_NT},
     [KVT_TYPE_Q8_0] = {KR(x32_prep_size, q8_0_prep, q8_0_rows) MM_GEMM512(GEMM(8, q8p_scratch, q8_0_gemm)), .nt_max = X32_NT},
-    [KVT_TYPE_Q5_0] = {KR(x32_prep_size, q5_0_prep, q5_0_rows), .nt_max = X32_NT},
     [KVT_TYPE_Q4_K] = {KR(kp_prep_size, q4_K_prep, q4_K_rows) GEMM(KQ4_GEMM_MIN, kq_scratch, q4_K_gemm), .nt_max = KP_NT},
     [KVT_TYPE_Q6_K] = {KR(kp_prep_size, q6_K_prep, q6_K_rows) GEMM(KQ6_GEMM_MIN, kq_scratch, q6_K_gemm), .nt_max = KP_NT},
     [KVT_TYPE_Q5_K] = {KR(NULL, NULL, NULL) GEMM(KQ5_GEMM_MIN, kq_scratch, q5_K_gemm)}, // decode: quant_avx2.c's q5_K dot
@@ -990,7 +987,6 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_BF16] = {KR(fp_prep_size, bf16_prep, bf16_rows) G2(bf16)},
     [KVT_TYPE_Q4_1] = {KR(x32_prep_size, q4_1_prep, q4_1_rows) G2(q4_1)},
     [KVT_TYPE_Q8_0] = {KR(x32_prep_size, q8_0_prep, q8_0_rows) G2(q8_0)},
-    [KVT_TYPE_Q5_0] = {KR(x32_prep_size, q5_0_prep, q5_0_rows)},
     [KVT_TYPE_Q4_K] = {KR(NULL, NULL, NULL) G2(q4_K)}, // decode: quant_avx2.c's q4_K dot
     [KVT_TYPE_Q5_K] = {KR(NULL, NULL, NULL) G2(q5_K)},
     [KVT_TYPE_Q6_K] = {KR(q6k_prep_size, q6k_prep, q6k_rows) G2(q6_K), .nt_max = 1},

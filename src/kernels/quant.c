@@ -674,40 +674,68 @@ static void q4_1_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) { 
 static void q4_1_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {
     x8_unpack32(W, dst, r0, r1, n, 20, 2, 4);
 }
-// q4_0_x8 (quant.h): q4_1_x8's layout without the m words.
-static void q4_0_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) { x8_pack32(src, dst, rows, n, 18, 1, 4); }
-static void q4_0_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) {
-    x8_unpack32(W, dst, r0, r1, n, 18, 1, 4);
-}
-void kvt_q4_0_x8_pack_rows(const void *src, size_t wrs, int64_t nr, int64_t n, void *dst) {
-    const int64_t nb = n / KVT_QK, ng = (nr + 7) / 8;
-    if (nr % 8) memset((uint8_t *)dst + (ng - 1) * nb * KVT_Q40X8_B, 0, (size_t)(nb * KVT_Q40X8_B)); // the padded group
-    for (int64_t i = 0; i < nr; i++) { // row by row, as x8_pack32 lays a block out
-        const int r = (int)(i % 8);
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *x = (const uint8_t *)src + i * (int64_t)wrs + b * 18;
-            uint8_t *o = (uint8_t *)dst + ((i / 8) * nb + b) * KVT_Q40X8_B;
-            for (int k = 0; k < 4; k++) memcpy(o + 4 * (8 * k + r), x + 2 + 4 * k, 4);
-            memcpy(o + 128 + 2 * r, x, 2);
-        }
+// q4_0_x8 and q5_0_x8 (quant.h): one row's block x (q4_0: d, qs; q5_0: d, qh, qs) into lane r of the group's block o
+// (q4_1_x8's layout without the m words; q5_0: then the fifth bits in H, byte 4r + k: bit Q of element 4Q + k, bit
+// 4 + Q of element 16 + 4Q + k), and back.
+static void x8_q50_put(const uint8_t *x, int r, uint8_t *o, int q5) {
+    const uint8_t *qs = x + (q5 ? 6 : 2);
+    for (int k = 0; k < 4; k++) memcpy(o + 4 * (8 * k + r), qs + 4 * k, 4);
+    memcpy(o + 128 + 2 * r, x, 2);
+    if (!q5) return;
+    uint32_t qh;
+    memcpy(&qh, x + 2, 4);
+    for (int k = 0; k < 4; k++) {
+        int h = 0;
+        for (int Q = 0; Q < 4; Q++) h |= (int)(qh >> (4 * Q + k) & 1) << Q | (int)(qh >> (16 + 4 * Q + k) & 1) << (4 + Q);
+        o[144 + 4 * r + k] = (uint8_t)h;
     }
 }
-// q4_0_to_float's expression (d * (float)(q - 8)) per element.
-static void q4_0_x8_row_to_float(const void *W, int64_t r, int64_t n, float *dst) {
-    const int64_t nb = n / KVT_QK, wrs = nb * (int64_t)sizeof(kvt_block_q4_0);
-    const int rr = (int)(r % 8);
-    const uint8_t *in = (const uint8_t *)W + (r / 8) * 8 * wrs;
-    for (int64_t b = 0; b < nb; b++, in += KVT_Q40X8_B, dst += KVT_QK) {
-        uint16_t h;
-        memcpy(&h, in + 128 + 2 * rr, 2);
-        const float d = kvt_f16_to_f32(h);
-        for (int j = 0; j < KVT_QK / 2; j++) {
-            const uint8_t q = in[4 * (8 * (j / 4) + rr) + j % 4];
-            dst[j] = d * (float)((q & 0xF) - 8);
-            dst[j + KVT_QK / 2] = d * (float)((q >> 4) - 8);
+static void x8_q50_get(const uint8_t *o, int r, uint8_t *x, int q5) {
+    uint8_t *qs = x + (q5 ? 6 : 2);
+    for (int k = 0; k < 4; k++) memcpy(qs + 4 * k, o + 4 * (8 * k + r), 4);
+    memcpy(x, o + 128 + 2 * r, 2);
+    if (!q5) return;
+    uint32_t qh = 0;
+    for (int k = 0; k < 4; k++)
+        for (int Q = 0; Q < 4; Q++) {
+            const uint32_t h = o[144 + 4 * r + k];
+            qh |= (h >> Q & 1) << (4 * Q + k) | (h >> (4 + Q) & 1) << (16 + 4 * Q + k);
         }
+    memcpy(x + 2, &qh, 4);
+}
+void kvt_x8_q50_pack_rows(int q5, const void *src, size_t wrs, int64_t nr, int64_t n, void *dst) {
+    const int64_t nb = n / KVT_QK, ng = (nr + 7) / 8, bs = q5 ? 22 : 18, gb = 8 * bs;
+    if (nr % 8) memset((uint8_t *)dst + (ng - 1) * nb * gb, 0, (size_t)(nb * gb)); // the padded group
+    for (int64_t i = 0; i < nr; i++)
+        for (int64_t b = 0; b < nb; b++)
+            x8_q50_put((const uint8_t *)src + i * (int64_t)wrs + b * bs, (int)(i % 8), (uint8_t *)dst + ((i / 8) * nb + b) * gb, q5);
+}
+static void x8_q50_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n, int q5) {
+    const int64_t nb = n / KVT_QK, bs = q5 ? 22 : 18, gb = 8 * bs;
+    for (int64_t i = r0; i < r1; i++)
+        for (int64_t b = 0; b < nb; b++)
+            x8_q50_get((const uint8_t *)W + ((i / 8) * nb + b) * gb, (int)(i % 8), (uint8_t *)dst + (i - r0) * nb * bs + b * bs, q5);
+}
+static void q4_0_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) {
+    kvt_x8_q50_pack_rows(0, src, (size_t)(n / KVT_QK * 18), rows, n, dst);
+}
+static void q5_0_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) {
+    kvt_x8_q50_pack_rows(1, src, (size_t)(n / KVT_QK * 22), rows, n, dst);
+}
+static void q4_0_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) { x8_q50_unpack(W, dst, r0, r1, n, 0); }
+static void q5_0_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) { x8_q50_unpack(W, dst, r0, r1, n, 1); }
+// row r read back: its blocks unpacked and the source type's to_float (its expression, d * (float)(q - o), per element)
+static void x8_q50_row_to_float(const void *W, int64_t r, int64_t n, float *dst, kvt_type st) {
+    const int q5 = st == KVT_TYPE_Q5_0;
+    const int64_t nb = n / KVT_QK, bs = q5 ? 22 : 18;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t blk[22];
+        x8_q50_get((const uint8_t *)W + ((r / 8) * nb + b) * 8 * bs, (int)(r % 8), blk, q5);
+        k_ref_ops[st].to_float(blk, dst + b * KVT_QK, KVT_QK);
     }
 }
+static void q4_0_x8_row_to_float(const void *W, int64_t r, int64_t n, float *dst) { x8_q50_row_to_float(W, r, n, dst, KVT_TYPE_Q4_0); }
+static void q5_0_x8_row_to_float(const void *W, int64_t r, int64_t n, float *dst) { x8_q50_row_to_float(W, r, n, dst, KVT_TYPE_Q5_0); }
 // q8_0_x8 (quant.h): row r's 8-byte chunk P of block b at b * KVT_Q80X8_B + 64P + 8(r % 8) of its group, its d at
 // + 256 + 2(r % 8).
 static void q8_0_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) { x8_pack32(src, dst, rows, n, 34, 1, 8); }
@@ -715,7 +743,8 @@ static void q8_0_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int
     x8_unpack32(W, dst, r0, r1, n, 34, 1, 8);
 }
 _Static_assert(sizeof(kvt_block_q4_1) == 20 && 8 * 20 == KVT_Q41X8_B && sizeof(kvt_block_q8_0) == 34 &&
-                   8 * 34 == KVT_Q80X8_B && sizeof(kvt_block_q4_0) == 18 && 8 * 18 == KVT_Q40X8_B,
+                   8 * 34 == KVT_Q80X8_B && sizeof(kvt_block_q4_0) == 18 && 8 * 18 == KVT_Q40X8_B &&
+                   sizeof(kvt_block_q5_0) == 22 && 8 * 22 == KVT_Q50X8_B,
                "x8_pack32 block sizes");
 
 // q8_0_to_float's expression (d * (float)q) per element.
@@ -819,6 +848,7 @@ static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q6_K] = {KVT_TYPE_Q6_K, 1, q6_K_copy_pack, q6_K_copy_unpack, NULL},
     [KVT_TYPE_Q4_1] = {KVT_TYPE_Q4_1_X8, 8, q4_1_x8_pack, q4_1_x8_unpack, NULL},
     [KVT_TYPE_Q4_0] = {KVT_TYPE_Q4_0_X8, 8, q4_0_x8_pack, q4_0_x8_unpack, q4_0_x8_row_to_float},
+    [KVT_TYPE_Q5_0] = {KVT_TYPE_Q5_0_X8, 8, q5_0_x8_pack, q5_0_x8_unpack, q5_0_x8_row_to_float},
     [KVT_TYPE_Q8_0] = {KVT_TYPE_Q8_0_X8, 8, q8_0_x8_pack, q8_0_x8_unpack, q8_0_x8_row_to_float},
     [KVT_TYPE_F16] = {KVT_TYPE_F16_X16, 16, kvt_f16x16_pack, kvt_f16x16_unpack, kvt_f16x16_row_to_float},
 };
@@ -885,6 +915,7 @@ static const kvt_type_ops k_repacked_ops[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q6_K_R] = {NULL, NULL, NULL, KVT_TYPE_Q8_K, NULL},
     [KVT_TYPE_Q5_K_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_K, NULL},
     [KVT_TYPE_Q4_0_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_0, NULL},
+    [KVT_TYPE_Q5_0_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_0, NULL},
 };
 
 const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {

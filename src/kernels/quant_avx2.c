@@ -331,16 +331,7 @@ INLINE __m256i q8_0_weights(const void *x, int64_t ib) {
     return loadu256(((const kvt_block_q8_0 *)x)[ib].qs);
 }
 INLINE float q8_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_block_q8_0 *)x)[ib].d); }
-INLINE __m256i q4_0_weights(const void *x, int64_t ib) {
-    return _mm256_sub_epi8(unpack_nibbles16(((const kvt_block_q4_0 *)x)[ib].qs), _mm256_set1_epi8(8));
-}
 INLINE float q4_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_block_q4_0 *)x)[ib].d); }
-// q5_0: the nibbles plus 16 where bit i of qh is set, minus 16.
-INLINE __m256i q5_0_weights(const void *x, int64_t ib) {
-    const kvt_block_q5_0 *b = (const kvt_block_q5_0 *)x + ib;
-    const __m256i q = _mm256_or_si256(unpack_nibbles16(b->qs), kvt_bits32_to_0x10(b->qh));
-    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-}
 INLINE float q5_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_block_q5_0 *)x)[ib].d); }
 
 // Shared body of weight formats with one scale per 32 signed values, dotted
@@ -379,23 +370,25 @@ INLINE float q5_0_wscale(const void *x, int64_t ib) { return h2f(((const kvt_blo
     }
 
 DEFINE_SYM32_BODY(q8_0)
-DEFINE_SYM32_BODY(q5_0)
 
-// q4_0 in its order on every ISA (matmul.h: the scalar reference's): per block the exact int32 total S of the
-// products (q - 8) * y, then s = s + (float(S) * dx) * dy in one chain. (matmul.c runs q4_0 matrices through q40x8.h's
-// kernels in the same order; this is the per-row dot of the other callers.)
-INLINE void q4_0_body(int64_t n, const void *x, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+// q4_0 and q5_0 in their order on every ISA (matmul.h: the scalar reference's): per block the exact int32 total S of
+// the products (q - o) * y (o = 8, q5_0 16), then s = s + (float(S) * dx) * dy in one chain. The values unsigned and
+// the offset as an integer: exact for any activation byte, -128 included (the sign trick is not). (matmul.c runs their
+// matrices through q40x8.h's kernels in the same order; this is the per-row dot of the other callers.)
+INLINE void q50_body(int64_t n, const void *x, const void *yv, size_t ys, int NT, float *s, int64_t ss, int q5) {
     const int64_t nb = n / KVT_QK;
     float acc[NTMAX];
     UNROLL for (int t = 0; t < NT; t++) acc[t] = 0.0f;
     const __m256i one8 = _mm256_set1_epi8(1);
     for (int64_t ib = 0; ib < nb; ib++) {
-        const __m256i u = unpack_nibbles16(((const kvt_block_q4_0 *)x)[ib].qs); // q, unsigned: exact for any y
-        const float dw = q4_0_wscale(x, ib);
+        const kvt_block_q5_0 *b5 = (const kvt_block_q5_0 *)x + ib;
+        const __m256i u = q5 ? _mm256_or_si256(unpack_nibbles16(b5->qs), kvt_bits32_to_0x10(b5->qh))
+                             : unpack_nibbles16(((const kvt_block_q4_0 *)x)[ib].qs);
+        const float dw = q5 ? q5_0_wscale(x, ib) : q4_0_wscale(x, ib);
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib;
             const __m256i yq = loadu256(y->qs);
-            const __m256i p = _mm256_sub_epi32(kvt_dot_u8s8(u, yq), _mm256_slli_epi32(kvt_dot_u8s8(one8, yq), 3));
+            const __m256i p = _mm256_sub_epi32(kvt_dot_u8s8(u, yq), _mm256_slli_epi32(kvt_dot_u8s8(one8, yq), q5 ? 4 : 3));
             __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
             h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
             h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
@@ -403,6 +396,12 @@ INLINE void q4_0_body(int64_t n, const void *x, const void *yv, size_t ys, int N
         }
     }
     UNROLL for (int t = 0; t < NT; t++) s[t * ss] = acc[t];
+}
+INLINE void q4_0_body(int64_t n, const void *x, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    q50_body(n, x, yv, ys, NT, s, ss, 0);
+}
+INLINE void q5_0_body(int64_t n, const void *x, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    q50_body(n, x, yv, ys, NT, s, ss, 1);
 }
 DEFINE_DISPATCH(q8_0)
 DEFINE_DISPATCH(q4_0)
