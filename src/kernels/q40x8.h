@@ -14,8 +14,8 @@
 // or the row range.
 //
 // Decode: Q40X8_NS groups at once (bits_avx2.h KVT_X8_STREAMS) where the CPU's decode prefetches
-// (kvt_kernels_prefetch_type), one group at a time without. Batches: per group, the block's nibbles unpacked once
-// for Q40X8_TT tokens at a time.
+// (kvt_kernels_prefetch_type), one group at a time without. Batches: per strip of groups (Q40X8_STRIP_BYTES of
+// weights, kept in L2) tiles of Q40X8_TT tokens pass over its groups, each block's values unpacked once per tile.
 
 #ifdef KVT_SIMD_AVX512
 #define Q40X8_ISA(name) name##_avx512
@@ -138,6 +138,51 @@ INLINE void q40x8_tile(int q5, int nt, int64_t nb, const uint8_t *G, const q40x8
     UNROLL for (int t = 0; t < nt; t++) _mm256_storeu_ps(Y + t * ldy, acc[t]);
 }
 
+#ifdef KVT_SIMD_AVX512
+// Two groups at G and G + gb (16 rows: lanes 0-7 the first, 8-15 the second) against nt <= Q40X8_TT prepared rows:
+// q40x8_tile's operations lane for lane in 512-bit vectors (the same bits), half the instructions per row.
+INLINE void q40x8_tile2(int q5, int nt, int64_t nb, const uint8_t *G, int64_t gb, const q40x8_act *A, float *Y,
+                        int64_t ldy) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    const int64_t bs = q5 ? KVT_Q50X8_B : KVT_Q40X8_B;
+    __m512 acc[Q40X8_TT];
+    UNROLL for (int t = 0; t < nt; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, G += bs) {
+        __m512i lo[4], hi[4];
+        const __m512i H = q5 ? _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(G + 144))),
+                                                  _mm256_loadu_si256((const __m256i *)(G + gb + 144)), 1)
+                             : _mm512_setzero_si512();
+        UNROLL for (int q = 0; q < 4; q++) {
+            const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(G + 32 * q))),
+                                                 _mm256_loadu_si256((const __m256i *)(G + gb + 32 * q)), 1);
+            lo[q] = _mm512_and_si512(w, m4);
+            hi[q] = _mm512_and_si512(_mm512_srli_epi16(w, 4), m4);
+            if (q5) {
+                lo[q] = _mm512_or_si512(lo[q], _mm512_and_si512(kvt_bit_to4_512(H, q), b4));
+                hi[q] = _mm512_or_si512(hi[q], _mm512_and_si512(kvt_bit_to4_512(H, 4 + q), b4));
+            }
+        }
+        const __m512 dx = _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128((const __m128i *)(G + gb + 128)),
+                                                           _mm_loadu_si128((const __m128i *)(G + 128))));
+        UNROLL for (int t = 0; t < nt; t++) {
+            const int8_t *y = A[t].y[b].qs;
+            __m512i s0 = _mm512_set1_epi32(A[t].c[b]), s1 = _mm512_setzero_si512();
+            UNROLL for (int q = 0; q < 4; q++) {
+                int32_t vl, vh;
+                memcpy(&vl, y + 4 * q, 4);
+                memcpy(&vh, y + 16 + 4 * q, 4);
+                s0 = _mm512_dpbusd_epi32(s0, lo[q], _mm512_set1_epi32(vl));
+                s1 = _mm512_dpbusd_epi32(s1, hi[q], _mm512_set1_epi32(vh));
+            }
+            const __m512 tot = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(_mm512_mul_ps(tot, dx), _mm512_set1_ps(A[t].dy[b])));
+        }
+    }
+    UNROLL for (int t = 0; t < nt; t++) _mm512_storeu_ps(Y + t * ldy, acc[t]); // rows 8g .. 8g + 16: contiguous
+}
+#define Q40X8_TILE2_CASE(k)                                                                                            \
+    case k: q40x8_tile2(q5, k, nb, G, gb, A, Y + t0 * ldy + 8 * g, ldy); break;
+#endif
 #define Q40X8_TILE_CASE(k)                                                                                             \
     case k: q40x8_tile(q5, k, nb, G, A, Y + t0 * ldy + 8 * g, ldy); break;
 // (KVT_X8_STREAMS passes no type: one groups function per type)
@@ -182,7 +227,24 @@ INLINE void q40x8_mm(int q5, int64_t n, const void *W, int64_t g0, int64_t g1, c
         const int nt = (int)(n_tok - t0 < Q40X8_TT ? n_tok - t0 : Q40X8_TT);
         for (int t = 0; t < nt; t++)
             A[t] = (q40x8_act){(const kvt_block_q8_0 *)X + (t0 + t) * nb, dy + (t0 + t) * nb, c + (t0 + t) * nb};
-        for (int64_t g = s0; g < g1 && g < s0 + gs; g++) {
+        int64_t g = s0;
+#ifdef KVT_SIMD_AVX512
+        for (; g + 2 <= g1 && g + 2 <= s0 + gs; g += 2) { // two groups at a time (q40x8_tile2)
+            const uint8_t *G = (const uint8_t *)W + g * gb;
+            switch (nt) {
+                Q40X8_TILE2_CASE(1)
+                Q40X8_TILE2_CASE(2)
+                Q40X8_TILE2_CASE(3)
+                Q40X8_TILE2_CASE(4)
+                Q40X8_TILE2_CASE(5)
+                Q40X8_TILE2_CASE(6)
+                Q40X8_TILE2_CASE(7)
+                Q40X8_TILE2_CASE(8)
+            default: break;
+            }
+        }
+#endif
+        for (; g < g1 && g < s0 + gs; g++) {
             const uint8_t *G = (const uint8_t *)W + g * gb;
             switch (nt) {
                 Q40X8_TILE_CASE(1)
