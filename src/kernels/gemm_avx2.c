@@ -338,17 +338,17 @@ DEFINE_GEMM_S(bf16, KVT_TYPE_BF16, FP_SHAPE, FP_RM, FP_TM, fp_psize, NULL, NULL,
 // ======================================================= 32-element blocks
 #ifndef KVT_SIMD_AVX512 // AVX-512 32-block and K-quant rows kernels sum otherwise (see top)
 
-// Prepared activation row (nbp = blocks rounded up to 8): float d[nbp], c[nbp]
-// as x32_prep makes them (c: q4_1's block s). q8_0 has its own 8-row tile below; q4_0 runs q40x8.h's kernels.
-// Weight side data: float dx[nbp], mx[nbp] (q4_1 m; else unused).
+// q4_1 (the one 32-element nibble format with a tile here: q8_0 has its own 8-row tile below, q4_0 and q5_0 run
+// q40x8.h's kernels). Prepared activation row (nbp = blocks rounded up to 8): float d[nbp], c[nbp] as x32_prep makes
+// them (c: the block's s). Weight side data: float dx[nbp], mx[nbp] (m).
 INLINE int64_t nb_pad(int64_t nb) { return (nb + 7) & ~(int64_t)7; }
-INLINE void x32_wprep(int64_t n, const void *w, void *s, int WT) {
+static void q4_1_wprep(int64_t n, const void *w, void *s) {
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
-    const size_t bs = x32_block_size(WT);
+    const size_t bs = sizeof(kvt_block_q4_1);
     float *d = s, *m = d + nbp;
     for (int64_t ib = 0; ib < nb; ib++) {
         d[ib] = _cvtsh_ss(ld16((const char *)w + ib * bs));
-        m[ib] = WT == WT_Q4_1 ? _cvtsh_ss(ld16((const char *)w + ib * bs + 2)) : 0.f;
+        m[ib] = _cvtsh_ss(ld16((const char *)w + ib * bs + 2));
     }
     for (int64_t ib = nb; ib < nbp; ib++) d[ib] = m[ib] = 0;
 }
@@ -356,48 +356,34 @@ static int64_t x32_wsize(int64_t n) { return align64(8 * nb_pad(n / KVT_QK)); }
 
 static int64_t x32_psize(int64_t n) { return align64(8 * nb_pad(n / KVT_QK)); }
 
-INLINE void x32_aprep(int64_t n, const void *x, void *p, int WT) {
+static void q4_1_aprep(int64_t n, const void *x, void *p) {
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
     float *d = p, *c = d + nbp;
     for (int64_t ib = 0; ib < nb; ib++) {
-        (void)WT; // q4_1 (q8_1 activations)
         const kvt_block_q8_1 *b = (const kvt_block_q8_1 *)x + ib;
         d[ib] = _cvtsh_ss(b->d);
         c[ib] = _cvtsh_ss(b->s);
     }
     for (int64_t ib = nb; ib < nbp; ib++) d[ib] = c[ib] = 0;
 }
-// Weight block of q4_1: the 32 unsigned values.
-typedef struct {
-    __m256i a;
-} x32_w;
-INLINE x32_w x32_decode(const char *blk, int WT) {
-    const __m128i q = _mm_loadu_si128((const __m128i *)(blk + (WT == WT_Q4_1 ? 4 : 2)));
-    return (x32_w){_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F))};
-}
-// i32 lanes of dot(weights, y) for one block, as matmul_avx2.c blk_dot256 (AVX2).
-INLINE __m256i x32_dot(x32_w w, __m256i y, int WT) {
-    (void)WT;
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(w.a, y), _mm256_set1_epi16(1));
-}
 
-// q4_1: llama.cpp's order as matmul_avx2.c q4_1_row (one accumulator per output over the blocks in order, the
-// m * s terms in a scalar FMA chain).
-INLINE void q4_1_order_tile(TILE_ARGS, int R, int T) {
+// llama.cpp's order as matmul_avx2.c q4_1_row (one accumulator per output over the blocks in order, the m * s terms
+// in a scalar FMA chain); a block's i32 lanes as there (x32_avx.h blk_u8, kvt_dot_u8s8).
+INLINE void q4_1_tile(TILE_ARGS, int R, int T) {
     const size_t bs = sizeof(kvt_block_q4_1), ys = sizeof(kvt_block_q8_1);
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
     __m256 acc[RMAX][TMAX];
     float ms[RMAX][TMAX];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps(), ms[r][t] = 0;
     for (int64_t ib = 0; ib < nb; ib++) {
-        x32_w w[RMAX];
-        UNROLL for (int r = 0; r < R; r++) w[r] = x32_decode(W + r * wrs + ib * bs, WT_Q4_1);
+        __m256i w[RMAX];
+        UNROLL for (int r = 0; r < R; r++) w[r] = blk_u8(W + r * wrs + ib * bs);
         UNROLL for (int t = 0; t < T; t++) {
             const float *pd = (const float *)(P + t * ps);
             const __m256i y = _mm256_loadu_si256((const __m256i *)(X + t * xrs + ib * ys + 4));
             UNROLL for (int r = 0; r < R; r++) {
                 const float *sd = (const float *)(S + r * ss);
-                const __m256i p = x32_dot(w[r], y, WT_Q4_1);
+                const __m256i p = kvt_dot_u8s8(w[r], y);
                 acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(sd[ib] * pd[ib]), _mm256_cvtepi32_ps(p), acc[r][t]);
                 ms[r][t] = fmaf(sd[nbp + ib], pd[nbp + ib], ms[r][t]);
             }
@@ -405,18 +391,7 @@ INLINE void q4_1_order_tile(TILE_ARGS, int R, int T) {
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = kvt_hsum8(acc[r][t]) + ms[r][t];
 }
-
-INLINE void x32_tile(TILE_ARGS, int R, int T, int WT) { // q4_1 (q4_0 runs q40x8.h's kernels: matmul.c)
-    (void)WT;
-    q4_1_order_tile(TILE_PASS, R, T);
-}
-
-#define DEFINE_X32(name, TYPE, WT)                                                                  \
-    static void name##_aprep(int64_t n, const void *x, void *p) { x32_aprep(n, x, p, WT); }          \
-    static void name##_wprep(int64_t n, const void *w, void *s) { x32_wprep(n, w, s, WT); }          \
-    INLINE void name##_tile(TILE_ARGS, int R, int T) { x32_tile(TILE_PASS, R, T, WT); }              \
-    DEFINE_GEMM(name, TYPE, 2x4, 2, 4, x32_psize, name##_aprep, x32_wsize, name##_wprep)
-DEFINE_X32(q4_1, KVT_TYPE_Q4_1, WT_Q4_1)
+DEFINE_GEMM(q4_1, KVT_TYPE_Q4_1, 2x4, 2, 4, x32_psize, q4_1_aprep, x32_wsize, q4_1_wprep)
 
 // ================================================================ K-quants
 //

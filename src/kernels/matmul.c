@@ -96,8 +96,8 @@ static int matmul_kernel(kvt_type wt, const kvt_mm_kernel *mm, int64_t n, const 
 }
 
 // Per-thread scratch of the gemm paths (slot 0), of the repacked types' unpacking (slot 1, which
-// calls the gemm paths) and of q4_0 rows packed into q4_0_x8 groups (slot 2, which calls slot 0's paths; reached from
-// slot 1's unpacking too), kept between calls (a fresh malloc of a few hundred KiB per call would be
+// calls the gemm paths) and of rows packed into a repacked layout per call (slot 2, matmul_packed, which calls slot 0's
+// paths; reached from slot 1's unpacking too), kept between calls (a fresh malloc of a few hundred KiB per call would be
 // mmap'ed and page-faulted every time); freed by the key's destructor when the thread exits.
 #define N_SCRATCH 3
 static pthread_key_t g_scratch_key;
@@ -196,7 +196,8 @@ static void x8_groups(x8_kernel fn, const void *ctx, int64_t n, const void *W, i
 
 typedef struct {
     kvt_isa isa;
-    void *scratch; // q8_0_x8: the kernel's scratch
+    void *scratch; // q8_0_x8, q4_0_x8, q5_0_x8: the kernel's scratch
+    int q5;        // q4_0_x8 / q5_0_x8: which
 } x8_ctx;
 static void x8_q41(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
                    float *Y, int64_t ldy) {
@@ -211,12 +212,7 @@ static void x8_q80(const void *ctx, int64_t n, const void *W, int64_t g0, int64_
 static void x8_q40(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
                    float *Y, int64_t ldy) {
     const x8_ctx *c = ctx;
-    (c->isa == KVT_ISA_AVX512 ? kvt_q40x8_mm_avx512 : kvt_q40x8_mm_avx2)(n, W, g0, g1, X, n_tok, Y, ldy, c->scratch);
-}
-static void x8_q50(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
-                   float *Y, int64_t ldy) {
-    const x8_ctx *c = ctx;
-    (c->isa == KVT_ISA_AVX512 ? kvt_q50x8_mm_avx512 : kvt_q50x8_mm_avx2)(n, W, g0, g1, X, n_tok, Y, ldy, c->scratch);
+    (c->isa == KVT_ISA_AVX512 ? kvt_q40x8_mm_avx512 : kvt_q40x8_mm_avx2)(c->q5, n, W, g0, g1, X, n_tok, Y, ldy, c->scratch);
 }
 static void x8_q4k(const void *ctx, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok,
                    float *Y, int64_t ldy) { // one token (decode)
@@ -250,23 +246,21 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
         return;
     }
     if (wt == KVT_TYPE_Q4_1_X8 && isa >= KVT_ISA_AVX2) { // every batch: the GEMV token by token (q41x8.h)
-        const x8_ctx c = {isa, NULL};
+        const x8_ctx c = {isa, NULL, 0};
         x8_groups(x8_q41, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_1, n), n_tok, Y, ldy);
         return;
     }
     if ((wt == KVT_TYPE_Q4_0_X8 || wt == KVT_TYPE_Q5_0_X8) && isa >= KVT_ISA_AVX2) { // decode and every batch (q40x8.h)
-        const int64_t sz = (isa == KVT_ISA_AVX512 ? kvt_q40x8_scratch_avx512 : kvt_q40x8_scratch_avx2)(n, n_tok);
-        const x8_ctx c = {isa, gemm_scratch(0, (size_t)sz)};
+        const x8_ctx c = {isa, gemm_scratch(0, (size_t)kvt_q40x8_scratch(n, n_tok)), wt == KVT_TYPE_Q5_0_X8};
         if (c.scratch) {
-            x8_groups(wt == KVT_TYPE_Q5_0_X8 ? x8_q50 : x8_q40, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_0, n),
-                      n_tok, Y, ldy);
+            x8_groups(x8_q40, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_0, n), n_tok, Y, ldy);
             return;
         }
     }
     if (wt == KVT_TYPE_Q8_0_X8 && (isa == KVT_ISA_AVX512 || (isa == KVT_ISA_AVX2 && n_tok <= KVT_Q80X8_TOK_MAX))) {
         // decode and small batches (q80x8.h); without its scratch, the q8_0 paths on unpacked rows below
         const int64_t sz = isa == KVT_ISA_AVX512 ? kvt_q80x8_scratch_avx512(n, n_tok) : kvt_q80x8_scratch_avx2(n, n_tok);
-        const x8_ctx c = {isa, gemm_scratch(0, (size_t)sz)};
+        const x8_ctx c = {isa, gemm_scratch(0, (size_t)sz), 0};
         if (c.scratch) {
             x8_groups(x8_q80, &c, n, W, wrs, r0, r1, Xq, wrs, n_tok, Y, ldy);
             return;
@@ -278,7 +272,7 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
         return;
     }
     if (n_tok == 1 && wt == KVT_TYPE_Q4_K_X8 && isa >= KVT_ISA_AVX2) { // decode (kqx8.h; Zen 4 and 5: AVX2, kvt_kernels_decode_avx2)
-        const x8_ctx c = {isa == KVT_ISA_AVX512 && kvt_kernels_decode_avx2(wt) ? KVT_ISA_AVX2 : isa, NULL};
+        const x8_ctx c = {isa == KVT_ISA_AVX512 && kvt_kernels_decode_avx2(wt) ? KVT_ISA_AVX2 : isa, NULL, 0};
         x8_groups(x8_q4k, &c, n, W, wrs, r0, r1, Xq, 0, 1, Y, 0);
         return;
     }
@@ -360,61 +354,44 @@ static void matmul_unpacked(kvt_isa isa, kvt_type st, const kvt_repack_ops *rp, 
     }
 }
 
-// An f16 matrix not repacked (KVT_REPACK=0, memory short at load, rows not a multiple of 16): strips of its rows
-// packed into 16-row panels in a per-thread buffer and the f16_x16 kernels run on them, so that its outputs are the
-// repacked matrix's bits (f16x16.h; each output's chain depends on its row and the activations alone, not on the
-// rows packed beside it). Without the buffer, the scalar reference row by row on the same order.
-#define F16P_STRIP_BYTES (256 * 1024)
-static void matmul_f16_panels(kvt_isa isa, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq,
-                              int64_t n_tok, float *Y, int64_t ldy) {
-    const size_t wrs = (size_t)(2 * n);
-    int64_t strip = F16P_STRIP_BYTES / (int64_t)wrs / 16 * 16;
-    if (strip < 16) strip = 16;
-    if (strip > (r1 - r0 + 15) / 16 * 16) strip = (r1 - r0 + 15) / 16 * 16;
-    char *pan = gemm_scratch(1, (size_t)strip * wrs);
-    for (int64_t rs = r0; rs < r1; rs += strip) {
-        const int64_t nr = min64(strip, r1 - rs);
-        const char *src = (const char *)W + rs * (int64_t)wrs;
-        if (!pan) { // row by row, the same chain (f16x16.h)
-            for (int64_t r = 0; r < nr; r++) {
-                for (int64_t t = 0; t < n_tok; t++) {
-                    const uint16_t *w = (const uint16_t *)(src + r * (int64_t)wrs), *x = (const uint16_t *)Xq + t * n;
-                    float acc = 0.0f;
-                    for (int64_t k = 0; k < n; k++) acc = fmaf(kvt_f16_to_f32(w[k]), kvt_f16_to_f32(x[k]), acc);
-                    Y[t * ldy + rs + r] = acc;
-                }
-            }
-            continue;
-        }
-        kvt_f16x16_pack_rows(src, wrs, nr, n, pan);
-        matmul_repacked(isa, KVT_TYPE_F16_X16, n, pan, 0, nr, Xq, n_tok, Y + rs, ldy);
-    }
-}
-
-// q4_0 and q5_0 rows not repacked (KVT_REPACK=0, memory short at load, rows not a multiple of 8, unpacked groups of a
-// repacked matrix): strips of them packed into q4_0_x8 / q5_0_x8 groups in a per-thread buffer (the last group padded
-// with zero rows) and q40x8.h's kernels run on them: the type's order per row, the same bits. Returns false without
-// the buffer (the caller then takes the type's vec_dot, the same order).
-#define Q40P_STRIP_BYTES (256 * 1024)
-static bool matmul_q50_groups(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq,
-                              int64_t n_tok, float *Y, int64_t ldy) {
-    const int q5 = wt == KVT_TYPE_Q5_0;
-    const int64_t wrs = kvt_row_size(wt, n);
-    int64_t strip = Q40P_STRIP_BYTES / wrs / 8 * 8;
-    if (strip < 8) strip = 8;
-    if (strip > (r1 - r0 + 7) / 8 * 8) strip = (r1 - r0 + 7) / 8 * 8;
-    // the kernel's scratch (slot 0) had first: matmul_repacked below then finds it and never falls back to the unpacking
-    // of slot 1, which would come back here and pack into this buffer while it is in use
-    const int64_t sz = (isa == KVT_ISA_AVX512 ? kvt_q40x8_scratch_avx512 : kvt_q40x8_scratch_avx2)(n, n_tok);
-    if (!gemm_scratch(0, (size_t)sz)) return false;
+// A matrix not repacked (KVT_REPACK=0, memory short at load, rows not a multiple of the groups, unpacked groups of a
+// repacked matrix) whose type's repacking `to` (groups of `align` rows) can pack any number of rows (pack: the last
+// group padded): rows [r0, r1) in strips of PACK_STRIP_BYTES packed into a per-thread buffer (slot 2) and
+// matmul_repacked run on them, so that the outputs are the repacked matrix's bits (each output's order depends on its
+// row and the activations alone, not on the rows packed beside it). kscratch: the bytes of slot 0 that
+// matmul_repacked's kernel takes, had first, so that it never falls back to the unpacking of slot 1, which could come
+// back here and pack into slot 2 while it is in use. Returns false, having written nothing, without the buffers.
+typedef void (*pack_rows_fn)(const void *src, size_t wrs, int64_t nr, int64_t n, void *dst);
+#define PACK_STRIP_BYTES (256 * 1024)
+static bool matmul_packed(kvt_isa isa, kvt_type to, int64_t align, pack_rows_fn pack, int64_t kscratch, int64_t n,
+                          const void *W, int64_t r0, int64_t r1, const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
+    const int64_t wrs = kvt_row_size(kvt_type_repacked_from(to), n);
+    int64_t strip = PACK_STRIP_BYTES / wrs / align * align;
+    if (strip < align) strip = align;
+    if (strip > (r1 - r0 + align - 1) / align * align) strip = (r1 - r0 + align - 1) / align * align;
+    if (kscratch > 0 && !gemm_scratch(0, (size_t)kscratch)) return false;
     char *pan = gemm_scratch(2, (size_t)(strip * wrs));
     if (!pan) return false;
     for (int64_t rs = r0; rs < r1; rs += strip) {
         const int64_t nr = min64(strip, r1 - rs);
-        kvt_x8_q50_pack_rows(q5, (const char *)W + rs * wrs, (size_t)wrs, nr, n, pan);
-        matmul_repacked(isa, q5 ? KVT_TYPE_Q5_0_X8 : KVT_TYPE_Q4_0_X8, n, pan, 0, nr, Xq, n_tok, Y + rs, ldy);
+        pack((const char *)W + rs * wrs, (size_t)wrs, nr, n, pan);
+        matmul_repacked(isa, to, n, pan, 0, nr, Xq, n_tok, Y + rs, ldy);
     }
     return true;
+}
+
+// An f16 matrix not repacked: matmul_packed into 16-row panels (f16x16.h). Without the buffer, the scalar reference
+// row by row on the same order (one FMA chain per output).
+static void matmul_f16_panels(kvt_isa isa, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq,
+                              int64_t n_tok, float *Y, int64_t ldy) {
+    if (matmul_packed(isa, KVT_TYPE_F16_X16, 16, kvt_f16x16_pack_rows, 0, n, W, r0, r1, Xq, n_tok, Y, ldy)) return;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t t = 0; t < n_tok; t++) {
+            const uint16_t *w = (const uint16_t *)W + r * n, *x = (const uint16_t *)Xq + t * n;
+            float acc = 0.0f;
+            for (int64_t k = 0; k < n; k++) acc = fmaf(kvt_f16_to_f32(w[k]), kvt_f16_to_f32(x[k]), acc);
+            Y[t * ldy + r] = acc;
+        }
 }
 
 void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
@@ -424,8 +401,12 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
         if (r0 < r1 && n_tok > 0 && n > 0) matmul_f16_panels(isa, n, W, r0, r1, Xq, n_tok, Y, ldy);
         return;
     }
+    // q4_0 and q5_0 rows not repacked: packed into q4_0_x8 / q5_0_x8 groups per strip (q40x8.h's kernels, the type's
+    // order); without the buffers, the type's vec_dot below (the same order)
     if ((wt == KVT_TYPE_Q4_0 || wt == KVT_TYPE_Q5_0) && isa >= KVT_ISA_AVX2 && r0 < r1 && n_tok > 0 && kvt_row_size(wt, n) > 0 &&
-        matmul_q50_groups(isa, wt, n, W, r0, r1, Xq, n_tok, Y, ldy))
+        matmul_packed(isa, wt == KVT_TYPE_Q5_0 ? KVT_TYPE_Q5_0_X8 : KVT_TYPE_Q4_0_X8, 8,
+                      wt == KVT_TYPE_Q5_0 ? kvt_q5_0_x8_pack_rows : kvt_q4_0_x8_pack_rows, kvt_q40x8_scratch(n, n_tok), n, W,
+                      r0, r1, Xq, n_tok, Y, ldy))
         return;
     if (kvt_type_repacked_from(wt) != wt) {
         if (r0 < r1 && n_tok > 0 && kvt_row_size(wt, n) > 0) matmul_repacked(isa, wt, n, W, r0, r1, Xq, n_tok, Y, ldy);

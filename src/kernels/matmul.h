@@ -205,16 +205,14 @@ void kvt_q41x8_mm_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const
     int64_t kvt_##name##_scratch_##isa(int64_t n, int64_t n_tok);
 KVT_X8_MM_DECL(q80x8, avx2)
 KVT_X8_MM_DECL(q80x8, avx512)
-// q4_0_x8 (q40x8.h): Y[t * ldy + 8g + r] for the groups g in [g0, g1) against n_tok q8_0 rows X, with
-// kvt_q40x8_scratch_ISA(n, n_tok) bytes of 64-aligned scratch: decode and every batch, each row in q4_0's order (the
-// scalar reference's bits).
-KVT_X8_MM_DECL(q40x8, avx2)
-KVT_X8_MM_DECL(q40x8, avx512)
-// q5_0_x8 (q40x8.h): the same for its groups, in q5_0's order, with kvt_q40x8_scratch_ISA(n, n_tok) bytes of scratch.
-void kvt_q50x8_mm_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y, int64_t ldy,
-                       void *scratch);
-void kvt_q50x8_mm_avx512(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
+// q4_0_x8, q5_0_x8 (q40x8.h; q5: q5_0_x8): Y[t * ldy + 8g + r] for the groups g in [g0, g1) against n_tok q8_0 rows X,
+// with kvt_q40x8_scratch(n, n_tok) bytes of 64-aligned scratch (per token and block the activation's dy and offset
+// term): decode and every batch, each row in its type's order (the scalar reference's bits).
+void kvt_q40x8_mm_avx2(int q5, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
+                       int64_t ldy, void *scratch);
+void kvt_q40x8_mm_avx512(int q5, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
                          int64_t ldy, void *scratch);
+static inline int64_t kvt_q40x8_scratch(int64_t n, int64_t n_tok) { return n_tok * (n / KVT_QK) * 8 + 64; }
 // AVX-512 batches (KVT_Q4KX8_GEMM_MIN tokens on): Y[t * ldy + r], r < nr (a multiple of 8), from the rows at W (a
 // group start), with kvt_q4kx8_gemm_scratch_avx512(n) bytes of 64-aligned scratch; the q4_K tile's bits.
 #define KVT_Q4KX8_GEMM_MIN 9

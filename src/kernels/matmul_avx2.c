@@ -230,14 +230,12 @@ DEFINE_FP_TILE(bf16, uint16_t, fv_ld_bf16, kvt_bf16_to_f32, KVT_TYPE_BF16)
 // ======================================================= 32-element blocks
 
 // Prepared row of nb blocks, nbp = nb rounded up to 8:
-//   float d[nbp]; float c[nbp]; int8 qs[32 * nb]
-// Blocks of complete 8-groups are stored pair-interleaved on AVX-512 for the
-// nibble formats ([A 0-15, B 0-15, A 16-31, B 16-31]); the rest in order.
+//   float d[nbp]; float c[nbp]; int8 qs[32 * nb] (the blocks' values in order)
 INLINE int64_t nb_pad(int64_t nb) { return (nb + 7) & ~(int64_t)7; }
 static int64_t x32_prep_size(int64_t n) { return align64(8 * nb_pad(n / KVT_QK) + n); }
 
 INLINE void x32_prep(int64_t n, const void *x, void *p, int WT) {
-    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;
+    const int64_t nb = n / KVT_QK, nbp = nb_pad(nb);
     float *d = p, *c = d + nbp;
     int8_t *qs = (int8_t *)(c + nbp);
     for (int64_t ib = 0; ib < nb; ib++) {
@@ -252,17 +250,10 @@ INLINE void x32_prep(int64_t n, const void *x, void *p, int WT) {
             int sum = 0;
             for (int j = 0; j < KVT_QK; j++) sum += b->qs[j];
             d[ib] = kvt_f16_to_f32(b->d);
-            c[ib] = -(float)(WT == WT_Q4_0 ? 8 : WT == WT_Q5_0 ? 16 : Q8_OFFSET) * d[ib] * (float)sum;
+            c[ib] = -(float)Q8_OFFSET * d[ib] * (float)sum;
             q = b->qs;
         }
-        if (PAIR_NIBBLES && WT != WT_Q8_0 && WT != WT_Q4_1 && ib < nfull) {
-            int8_t *pair = qs + 64 * (ib / 2);
-            const int o = 16 * (int)(ib & 1);
-            memcpy(pair + o, q, 16);
-            memcpy(pair + 32 + o, q + 16, 16);
-        } else {
-            memcpy(qs + 32 * ib, q, 32);
-        }
+        memcpy(qs + 32 * ib, q, 32);
     }
     for (int64_t ib = nb; ib < nbp; ib++) d[ib] = c[ib] = 0;
 }
@@ -331,7 +322,7 @@ INLINE void q4_1_rr(int64_t n, const char *x, size_t wrs, int RR, const char *P,
         UNROLL for (int k = 0; k < 8; k++) {
             if (k >= gn) break;
             __m256i u[2];
-            UNROLL for (int r = 0; r < RR; r++) u[r] = blk_u8(x + r * wrs + (g + k) * bs, WT_Q4_1);
+            UNROLL for (int r = 0; r < RR; r++) u[r] = blk_u8(x + r * wrs + (g + k) * bs);
             UNROLL for (int t = 0; t < NT; t++) {
                 UNROLL for (int r = 0; r < RR; r++) {
                     const __m256i p = blk_dot_u8(u[r], pq[t] + 32 * (g + k));
@@ -348,12 +339,11 @@ INLINE void q4_1_row(int64_t n, const char *x, const char *P, size_t prs, int NT
 }
 
 
-INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy, int WT) {
-    if (WT == WT_Q4_1) {
-        q4_1_row(n, x, P, prs, NT, Y, ldy);
-        return;
-    }
-    const size_t bs = x32_block_size(WT);
+#ifdef KVT_SIMD_AVX512
+// q8_0 on AVX-512 (matmul.h: the offset-128 grouped order): one row against NT prepared rows; per full 8-block group
+// the blocks in pairs, 16 lanes (lanes 8h + i: block 2k + h, quad i), into acc[k & 1], the offset terms in cacc.
+INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT, float *Y, int64_t ldy) {
+    const size_t bs = sizeof(kvt_block_q8_0);
     const int64_t nb = n / KVT_QK, nbp = nb_pad(nb), nfull = nb & ~(int64_t)7;
     const float *pd[X32_NT], *pc[X32_NT];
     const int8_t *pq[X32_NT];
@@ -363,31 +353,22 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
         pq[t] = (const int8_t *)(pc[t] + nbp);
     }
     __m256 cacc[X32_NT];
-#ifdef KVT_SIMD_AVX512
     __m512 acc[X32_NT][2];
     UNROLL for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = _mm512_setzero_ps(), cacc[t] = _mm256_setzero_ps();
-    // lane -> block-in-group index for pair k: nibble formats [2k x4, 2k+1 x4] x2, q8_0 [2k x8, 2k+1 x8]
+    // lane -> block-in-group index for pair k: [2k x8, 2k+1 x8]
     __m512i idx[4];
     UNROLL for (int k = 0; k < 4; k++)
-        idx[k] = WT == WT_Q8_0 ? _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k)
-                               : _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k);
-#else
-    __m256 acc[X32_NT][2];
-    UNROLL for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps(), cacc[t] = _mm256_setzero_ps();
-    float dsc[X32_NT][8] __attribute__((aligned(32)));
-#endif
+        idx[k] = _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k);
     for (int64_t g = 0; g < nfull; g += 8) {
         const char *blk = x + g * bs;
-        const __m256 dx = load_scales8(blk, bs, 0);
-        const __m256 cx = WT == WT_Q4_1 ? load_scales8(blk, bs, 2) : dx; // multiplies c
+        const __m256 dx = load_scales8(blk, bs, 0); // also multiplies c
         __m256 D[X32_NT];
         UNROLL for (int t = 0; t < NT; t++) {
             D[t] = _mm256_mul_ps(dx, _mm256_loadu_ps(pd[t] + g));
-            if (WT != WT_Q8_0 || Q8_OFFSET != 0) cacc[t] = _mm256_fmadd_ps(cx, _mm256_loadu_ps(pc[t] + g), cacc[t]);
+            cacc[t] = _mm256_fmadd_ps(dx, _mm256_loadu_ps(pc[t] + g), cacc[t]);
         }
-#ifdef KVT_SIMD_AVX512
         UNROLL for (int k = 0; k < 4; k++) {
-            const __m512i u = pair_u8(blk + 2 * k * bs, WT);
+            const __m512i u = q8_pair_u8(blk + 2 * k * bs);
             UNROLL for (int t = 0; t < NT; t++) {
                 const __m512i yv = _mm512_loadu_si512((const void *)(pq[t] + 32 * (g + 2 * k)));
                 const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yv);
@@ -395,48 +376,25 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
                 acc[t][k & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, acc[t][k & 1]);
             }
         }
-#else
-        UNROLL for (int t = 0; t < NT; t++) _mm256_store_ps(dsc[t], D[t]);
-        UNROLL for (int k = 0; k < 8; k++) {
-            const char *b = blk + k * bs;
-            UNROLL for (int t = 0; t < NT; t++) {
-                const __m256i p = blk_dot256(b, pq[t] + 32 * (g + k), WT);
-                acc[t][k & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&dsc[t][k]), acc[t][k & 1]);
-            }
-        }
-#endif
     }
     float tail[X32_NT] = {0};
     for (int64_t ib = nfull; ib < nb; ib++) { // fewer than 8 blocks left
         const char *b = x + ib * bs;
         const float dx = kvt_f16_to_f32(ld16(b));
-        const float cx = WT == WT_Q4_1 ? kvt_f16_to_f32(ld16(b + 2)) : dx;
         UNROLL for (int t = 0; t < NT; t++) {
-            const __m256i p = blk_dot256(b, pq[t] + 32 * ib, WT);
+            const __m256i p = q8_blk_dot256(b, pq[t] + 32 * ib);
             tail[t] += dx * pd[t][ib] * (float)kvt_hsum8(_mm256_cvtepi32_ps(p));
-            if (WT != WT_Q8_0 || Q8_OFFSET != 0) tail[t] += cx * pc[t][ib];
+            tail[t] += dx * pc[t][ib];
         }
     }
     UNROLL for (int t = 0; t < NT; t++) {
-#ifdef KVT_SIMD_AVX512
         const float main = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
-#else
-        const float main = kvt_hsum8(_mm256_add_ps(acc[t][0], acc[t][1]));
-#endif
         Y[t * ldy] = main + kvt_hsum8(cacc[t]) + tail[t];
     }
 }
-
-#ifdef KVT_SIMD_AVX512
-#define X32_CASES_5_8(WT)                                                                           \
-    case 5: x32_row(n, w + r * wrs, P, prs, 5, Y + r, ldy, WT); break;                              \
-    case 6: x32_row(n, w + r * wrs, P, prs, 6, Y + r, ldy, WT); break;                              \
-    case 7: x32_row(n, w + r * wrs, P, prs, 7, Y + r, ldy, WT); break;                              \
-    default: x32_row(n, w + r * wrs, P, prs, 8, Y + r, ldy, WT); break;
-#else
-#define X32_CASES_5_8(WT)
 #endif
-// Decode streams each weight row once from DRAM. The lean kernels (float, q4_0/q5_0/q8_0, K-quants) use no
+
+// Decode streams each weight row once from DRAM. The lean kernels (float, q8_0, K-quants) use no
 // software prefetch: on the AMD Zen 4 the hardware prefetcher alone reads faster (a row-ahead _mm_prefetch
 // of every line cost 20-25% of Q8_0 / Q4_K_M decode, and a same-row one 1024-4096 bytes ahead 40-45% of F16
 // decode, one thread). q4_1, whose kernel spends more instructions per byte and reads two rows at once, needs
@@ -445,21 +403,6 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
 // (bench_kernels -p 1): AVX2 6.4 GB/s with a burst of a row pair's lines per pair into L1 (the old way),
 // 10.3-11.9 with that burst into L2, 11.9-12.6 spread per group into L2; AVX-512 12.5 -> 14.5-15.2.
 #define Q41_PF_PAIRS 4
-#define DEFINE_X32_ROWS(name, WT)                                                                   \
-    static void name##_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, \
-                            int nt, float *Y, int64_t ldy, void *scratch) {                         \
-        (void)scratch;                                                                              \
-        const char *w = W;                                                                          \
-        for (int64_t r = 0; r < nr; r++) {                                                          \
-            switch (nt) {                                                                           \
-            case 1: x32_row(n, w + r * wrs, P, prs, 1, Y + r, ldy, WT); break;                      \
-            case 2: x32_row(n, w + r * wrs, P, prs, 2, Y + r, ldy, WT); break;                      \
-            case 3: x32_row(n, w + r * wrs, P, prs, 3, Y + r, ldy, WT); break;                      \
-            case 4: x32_row(n, w + r * wrs, P, prs, 4, Y + r, ldy, WT); break;                      \
-            X32_CASES_5_8(WT)                                                                       \
-            }                                                                                       \
-        }                                                                                           \
-    }
 #ifndef KVT_SIMD_AVX512 // AVX-512: q4_1_rows512 below
 // q4_1: two rows per call (twice the independent FMA chains), an odd last row alone
 static void q4_1_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, int nt, float *Y,
@@ -483,7 +426,23 @@ static void q4_1_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
 }
 #endif
 #ifdef KVT_SIMD_AVX512
-DEFINE_X32_ROWS(q8_0, WT_Q8_0)
+static void q8_0_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const void *P, size_t prs, int nt, float *Y,
+                      int64_t ldy, void *scratch) {
+    (void)scratch;
+    const char *w = W;
+    for (int64_t r = 0; r < nr; r++) {
+        switch (nt) { // (each output's arithmetic is its own: any count gives the same bits)
+        case 1: x32_row(n, w + r * wrs, P, prs, 1, Y + r, ldy); break;
+        case 2: x32_row(n, w + r * wrs, P, prs, 2, Y + r, ldy); break;
+        case 3: x32_row(n, w + r * wrs, P, prs, 3, Y + r, ldy); break;
+        case 4: x32_row(n, w + r * wrs, P, prs, 4, Y + r, ldy); break;
+        case 5: x32_row(n, w + r * wrs, P, prs, 5, Y + r, ldy); break;
+        case 6: x32_row(n, w + r * wrs, P, prs, 6, Y + r, ldy); break;
+        case 7: x32_row(n, w + r * wrs, P, prs, 7, Y + r, ldy); break;
+        default: x32_row(n, w + r * wrs, P, prs, 8, Y + r, ldy); break;
+        }
+    }
+}
 #else
 // q8_0 on AVX2 (matmul.h): per block the exact integer total S of its 32 products, then acc = acc +
 // (float(S) * dx) * dy, one chain per output in block order (the scalar reference's operations) (gemm_avx2.c's 8-row tile keeps 8 rows' chains in its

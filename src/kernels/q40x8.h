@@ -195,11 +195,8 @@ INLINE void q40x8_groups5(int ns, int64_t nb, const uint8_t *G, int64_t step, co
     q40x8_groups(1, ns, nb, G, step, A, Y, ystep, pf);
 }
 
-// Bytes of scratch for n_tok activation rows of n columns: per token and block dy and c (q4_0_x8 and q5_0_x8 alike).
-int64_t Q40X8_ISA(kvt_q40x8_scratch)(int64_t n, int64_t n_tok) { return n_tok * (n / KVT_QK) * 8 + 64; }
-
 // Y[t * ldy + 8g + r] for the groups g in [g0, g1) of the q4_0_x8 (q5: q5_0_x8) matrix W (n columns) against the n_tok
-// q8_0 rows X, with kvt_q40x8_scratch_ISA(n, n_tok) bytes of scratch.
+// q8_0 rows X, with kvt_q40x8_scratch(n, n_tok) bytes of scratch (matmul.h).
 INLINE void q40x8_mm(int q5, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
                      int64_t ldy, void *scratch) {
     const int64_t nb = n / KVT_QK, gb = nb * (q5 ? KVT_Q50X8_B : KVT_Q40X8_B);
@@ -262,11 +259,8 @@ INLINE void q40x8_mm(int q5, int64_t n, const void *W, int64_t g0, int64_t g1, c
         }
     }
 }
-void Q40X8_ISA(kvt_q40x8_mm)(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
-                             int64_t ldy, void *scratch) {
-    q40x8_mm(0, n, W, g0, g1, X, n_tok, Y, ldy, scratch);
-}
-void Q40X8_ISA(kvt_q50x8_mm)(int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
-                             int64_t ldy, void *scratch) {
-    q40x8_mm(1, n, W, g0, g1, X, n_tok, Y, ldy, scratch);
+void Q40X8_ISA(kvt_q40x8_mm)(int q5, int64_t n, const void *W, int64_t g0, int64_t g1, const void *X, int64_t n_tok, float *Y,
+                             int64_t ldy, void *scratch) { // (q5 a constant in each instance of the body)
+    if (q5) q40x8_mm(1, n, W, g0, g1, X, n_tok, Y, ldy, scratch);
+    else q40x8_mm(0, n, W, g0, g1, X, n_tok, Y, ldy, scratch);
 }

@@ -703,7 +703,7 @@ static void x8_q50_get(const uint8_t *o, int r, uint8_t *x, int q5) {
         }
     memcpy(x + 2, &qh, 4);
 }
-void kvt_x8_q50_pack_rows(int q5, const void *src, size_t wrs, int64_t nr, int64_t n, void *dst) {
+static void x8_q50_pack_rows(int q5, const void *src, size_t wrs, int64_t nr, int64_t n, void *dst) {
     const int64_t nb = n / KVT_QK, ng = (nr + 7) / 8, bs = q5 ? 22 : 18, gb = 8 * bs;
     if (nr % 8) memset((uint8_t *)dst + (ng - 1) * nb * gb, 0, (size_t)(nb * gb)); // the padded group
     for (int64_t i = 0; i < nr; i++)
@@ -716,11 +716,17 @@ static void x8_q50_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int6
         for (int64_t b = 0; b < nb; b++)
             x8_q50_get((const uint8_t *)W + ((i / 8) * nb + b) * gb, (int)(i % 8), (uint8_t *)dst + (i - r0) * nb * bs + b * bs, q5);
 }
+void kvt_q4_0_x8_pack_rows(const void *src, size_t wrs, int64_t nr, int64_t n, void *dst) {
+    x8_q50_pack_rows(0, src, wrs, nr, n, dst);
+}
+void kvt_q5_0_x8_pack_rows(const void *src, size_t wrs, int64_t nr, int64_t n, void *dst) {
+    x8_q50_pack_rows(1, src, wrs, nr, n, dst);
+}
 static void q4_0_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) {
-    kvt_x8_q50_pack_rows(0, src, (size_t)(n / KVT_QK * 18), rows, n, dst);
+    x8_q50_pack_rows(0, src, (size_t)(n / KVT_QK * 18), rows, n, dst);
 }
 static void q5_0_x8_pack(const void *src, void *dst, int64_t rows, int64_t n) {
-    kvt_x8_q50_pack_rows(1, src, (size_t)(n / KVT_QK * 22), rows, n, dst);
+    x8_q50_pack_rows(1, src, (size_t)(n / KVT_QK * 22), rows, n, dst);
 }
 static void q4_0_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) { x8_q50_unpack(W, dst, r0, r1, n, 0); }
 static void q5_0_x8_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n) { x8_q50_unpack(W, dst, r0, r1, n, 1); }

@@ -236,16 +236,17 @@ static inline void kvt_q4kx8_scales(const uint8_t *in, int r, uint8_t sc[8], uin
 // q4_0's order (matmul.h) is the scalar reference's on every ISA: per block the exact integer total S of the 32
 // products (q - 8) * y, then acc = acc + (float(S) * dx) * dy in one chain in block order; its kernels (q40x8.h) keep
 // it with one row per lane, so a q4_0 matrix, repacked or not, gives the same bits on every ISA and in every batch.
-// Unrepacked q4_0 rows are packed into this layout per strip by matmul.c (kvt_x8_q50_pack_rows).
+// Unrepacked q4_0 rows are packed into this layout per strip by matmul.c (kvt_q4_0_x8_pack_rows).
 #define KVT_Q40X8_B (8 * 18)
 // q5_0_x8: q5_0 rows the same way, a block KVT_Q50X8_B bytes: [0, 144) q4_0_x8's layout of the rows' low nibbles and
 // d, then [144, 176) H, the fifth bits in the quads' lanes: byte 4r + k holds in bit Q (Q < 4) the fifth bit of row r's
 // element 4Q + k (the low nibble of quad Q's byte k) and in bit 4 + Q that of element 16 + 4Q + k (its high nibble).
 // q5_0's order is q4_0's with the offset 16 (matmul.h), the scalar reference's on every ISA.
 #define KVT_Q50X8_B (8 * 22)
-// dst = the nr q4_0 (q5: q5_0) rows at src (stride wrs bytes, n columns) as ceil(nr / 8) q4_0_x8 (q5_0_x8) groups, the
+// dst = the nr q4_0 (q5_0) rows at src (stride wrs bytes, n columns) as ceil(nr / 8) q4_0_x8 (q5_0_x8) groups, the
 // rows past nr of the last group zero (d = 0: their outputs are 0). dst holds ceil(nr / 8) * 8 row sizes.
-void kvt_x8_q50_pack_rows(int q5, const void *src, size_t wrs, int64_t nr, int64_t n, void *dst);
+void kvt_q4_0_x8_pack_rows(const void *src, size_t wrs, int64_t nr, int64_t n, void *dst);
+void kvt_q5_0_x8_pack_rows(const void *src, size_t wrs, int64_t nr, int64_t n, void *dst);
 // q8_0_x8: q8_0 rows in groups of 8 the same way (group g at the q8_0 offset of row 8g); per block b of 32
 // elements a group holds KVT_Q80X8_B bytes at b * KVT_Q80X8_B:
 //   [0, 256)   qs: row r's q8_0 qs[8P .. 8P + 8) at 64P + 8r (P < 4), so one 64-byte load holds chunk P of the 8

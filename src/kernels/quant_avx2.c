@@ -389,10 +389,7 @@ INLINE void q50_body(int64_t n, const void *x, const void *yv, size_t ys, int NT
             const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib;
             const __m256i yq = loadu256(y->qs);
             const __m256i p = _mm256_sub_epi32(kvt_dot_u8s8(u, yq), _mm256_slli_epi32(kvt_dot_u8s8(one8, yq), q5 ? 4 : 3));
-            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-            h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
-            acc[t] = acc[t] + ((float)_mm_cvtsi128_si32(h) * dw) * h2f(y->d);
+            acc[t] = acc[t] + ((float)hsum_epi32(p) * dw) * h2f(y->d);
         }
     }
     UNROLL for (int t = 0; t < NT; t++) s[t * ss] = acc[t];
