@@ -21,6 +21,8 @@ static int g_fail;
 
 // The CPU-specific choices (prefetch distances, decode kernels) on AMD with AVX-512: test_kernels_cpu.c.
 int test_kernels_cpu_amd(void);
+// bf16_x16 (bf16x16.h): test_bf16x16.c.
+int test_bf16x16(void);
 
 // ------------------------------------------------------------------ random
 
@@ -1555,6 +1557,7 @@ int test_kernels_main(void) {
         kvt_kernels_reset_prefetch(); // the CPU's distances again, per type too
         kvt_f16x16_set_enabled(fx_on);
     }
+    g_fail += test_bf16x16();
     { // q8_0_x8's and q4_1_x8's L1 prefetch flags (quant.h): the CPU's, left by kvt_kernels_set_prefetch; every other
       // type's 1; q4_1_x8's decode form 34 with it, 4 without (matmul.h)
         const int l1 = kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8), l41 = kvt_kernels_prefetch_l1(KVT_TYPE_Q4_1_X8);

@@ -187,14 +187,16 @@ static void tied_q8_0_repacked(const char *path) {
     free(lg[0]), free(lg[1]);
 }
 
-// A tied f16 token_embd/output is repacked (f16_x16) on the first context, the embedding lookup reading the
-// repacked copy; the unrepacked file (KVT_REPACK=0) runs the same order (matmul.c packs f16 rows into panels on the
-// fly, f16x16.h): the same logits bit for bit.
-static void tied_f16_repacked(void) {
-    const char *name = "mkmodel qwen3 tied f16: token_embd/output repacked (f16_x16), the unrepacked logits bit for bit";
-    const char *env = getenv("KVT_REPACK"), *fx = getenv("KVT_F16X16");
+// A tied f16 (bf16) token_embd/output is repacked (f16_x16, bf16_x16) on the first context, the embedding lookup
+// reading the repacked copy; the unrepacked file (KVT_REPACK=0) runs the same order (matmul.c packs the rows into
+// panels per call, f16x16.h / bf16x16.h): the same logits bit for bit.
+static void tied_half_repacked(bool bf) {
+    const char *name = bf ? "mkmodel qwen3 tied bf16: token_embd/output repacked (bf16_x16), the unrepacked logits bit for bit"
+                          : "mkmodel qwen3 tied f16: token_embd/output repacked (f16_x16), the unrepacked logits bit for bit";
+    const kvt_type plain = bf ? KVT_TYPE_BF16 : KVT_TYPE_F16, packed = bf ? KVT_TYPE_BF16_X16 : KVT_TYPE_F16_X16;
+    const char *env = getenv("KVT_REPACK"), *fx = getenv(bf ? "KVT_BF16X16" : "KVT_F16X16");
     if ((env && !strcmp(env, "0")) || (fx && !strcmp(fx, "0"))) {
-        test_skip(name, "KVT_REPACK=0 or KVT_F16X16=0");
+        test_skip(name, bf ? "KVT_REPACK=0 or KVT_BF16X16=0" : "KVT_REPACK=0 or KVT_F16X16=0");
         return;
     }
     char path[64];
@@ -202,9 +204,9 @@ static void tied_f16_repacked(void) {
         test_result(false, name, "mkstemp failed");
         return;
     }
-    static const char *const args[] = {"--arch", "qwen3", "--dim", "128", "--layers", "2", "--heads", "4",
-                                       "--kv-heads", "2", "--head-dim", "64", "--ff", "320", "--vocab", "512",
-                                       "--tied", "--type", "f16", NULL};
+    const char *const args[] = {"--arch", "qwen3", "--dim", "128", "--layers", "2", "--heads", "4",
+                                "--kv-heads", "2", "--head-dim", "64", "--ff", "320", "--vocab", "512",
+                                "--tied", "--type", bf ? "bf16" : "f16", NULL};
     const int rc = run_mk(path, args);
     float *lg[2] = {malloc(15 * 512 * sizeof(float)), malloc(15 * 512 * sizeof(float))};
     kvt_model *m[2] = {NULL, NULL};
@@ -213,9 +215,9 @@ static void tied_f16_repacked(void) {
     bool ok = rc == 0 && lg[0] && lg[1] && tied_logits(path, lg[0], &m[0], &err);
     unsetenv("KVT_REPACK");
     ok = ok && tied_logits(path, lg[1], &m[1], &err);
-    const bool types = ok && m[0]->tok_embd.type == KVT_TYPE_F16 && m[1]->tok_embd.type == KVT_TYPE_F16_X16 &&
-                       m[1]->output.type == KVT_TYPE_F16_X16 && m[1]->output.data == m[1]->tok_embd.data &&
-                       m[1]->tok_embd.data != m[1]->tok_embd.file_data && m[1]->layers[0].wq.type == KVT_TYPE_F16_X16;
+    const bool types = ok && m[0]->tok_embd.type == plain && m[1]->tok_embd.type == packed && m[1]->output.type == packed &&
+                       m[1]->output.data == m[1]->tok_embd.data && m[1]->tok_embd.data != m[1]->tok_embd.file_data &&
+                       m[1]->layers[0].wq.type == packed;
     double mx = 0, md = 0;
     for (int i = 0; ok && i < 15 * 512; i++) {
         mx = fmax(mx, fabs(lg[0][i]));
@@ -258,7 +260,8 @@ static void test_qwen3_tied(void) {
     kvt_model_free(m);
     tied_q8_0_repacked(path);
     remove(path);
-    tied_f16_repacked();
+    tied_half_repacked(false);
+    tied_half_repacked(true);
 }
 
 static void test_qwen2_fallback(void) {

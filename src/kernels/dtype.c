@@ -53,6 +53,7 @@ static const type_layout k_layouts[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q5_K_X8] = {"q5_K_x8", 256, 176, false},
     [KVT_TYPE_Q4_0_X8] = {"q4_0_x8", 32, 18, false},
     [KVT_TYPE_Q5_0_X8] = {"q5_0_x8", 32, 22, false},
+    [KVT_TYPE_BF16_X16] = {"bf16_x16", 1, 2, false},
 };
 
 const char *kvt_type_name(kvt_type t) {

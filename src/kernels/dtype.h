@@ -34,7 +34,8 @@ typedef enum {
     KVT_TYPE_Q5_K_X8 = 45,  // q5_K repacked at load, 8 rows interleaved (quant.h)
     KVT_TYPE_Q4_0_X8 = 46,  // q4_0 repacked at load, 8 rows interleaved (quant.h)
     KVT_TYPE_Q5_0_X8 = 47,  // q5_0 repacked at load, 8 rows interleaved (quant.h)
-    KVT_TYPE_COUNT = 48
+    KVT_TYPE_BF16_X16 = 48, // bf16 repacked at load, 16 rows interleaved per element pair (bf16x16.h)
+    KVT_TYPE_COUNT = 49
 } kvt_type;
 
 #define KVT_QK 32   // elements per block of Q4_0, Q4_1, Q8_0, Q8_1

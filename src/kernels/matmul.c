@@ -19,6 +19,7 @@
 // the same blocking with kvt_type_ops.vec_dot_multi on the raw activations.
 #include "matmul.h"
 
+#include "bf16x16.h"
 #include "f16.h"
 #include "f16x16.h"
 
@@ -245,6 +246,17 @@ static void matmul_repacked(kvt_isa isa, kvt_type wt, int64_t n, const void *W, 
         kvt_f16x16_mm_ref(n, W, r0, r1, Xq, n_tok, Y, ldy);
         return;
     }
+    if (wt == KVT_TYPE_BF16_X16) { // every ISA and batch: bf16x16.h's chain per output, the same bits
+        if (isa >= KVT_ISA_AVX2) {
+            void *s = gemm_scratch(0, (size_t)kvt_bf16x16_scratch(n, n_tok));
+            if (s) {
+                (isa == KVT_ISA_AVX512 ? kvt_bf16x16_mm_avx512 : kvt_bf16x16_mm_avx2)(n, W, r0, r1, Xq, n_tok, Y, ldy, s);
+                return;
+            }
+        }
+        kvt_bf16x16_mm_ref(n, W, r0, r1, Xq, n_tok, Y, ldy);
+        return;
+    }
     if (wt == KVT_TYPE_Q4_1_X8 && isa >= KVT_ISA_AVX2) { // every batch: the GEMV token by token (q41x8.h)
         const x8_ctx c = {isa, NULL, 0};
         x8_groups(x8_q41, &c, n, W, wrs, r0, r1, Xq, kvt_row_size(KVT_TYPE_Q8_1, n), n_tok, Y, ldy);
@@ -394,11 +406,26 @@ static void matmul_f16_panels(kvt_isa isa, int64_t n, const void *W, int64_t r0,
         }
 }
 
+// A bf16 matrix not repacked: matmul_packed into bf16_x16 panels (n even); an odd n or without the buffer, the
+// reference on the plain rows (the same order).
+static void matmul_bf16_panels(kvt_isa isa, int64_t n, const void *W, int64_t r0, int64_t r1, const void *Xq,
+                               int64_t n_tok, float *Y, int64_t ldy) {
+    if (n % 2 == 0 &&
+        matmul_packed(isa, KVT_TYPE_BF16_X16, 16, kvt_bf16x16_pack_rows, kvt_bf16x16_scratch(n, n_tok), n, W, r0, r1, Xq,
+                      n_tok, Y, ldy))
+        return;
+    kvt_bf16x16_rows_ref(n, W, (size_t)(2 * n), r0, r1, Xq, n_tok, Y, ldy);
+}
+
 void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int64_t r0, int64_t r1,
                          const void *Xq, int64_t n_tok, float *Y, int64_t ldy) {
     if (isa > kvt_kernels_isa()) isa = KVT_ISA_SCALAR;
     if (wt == KVT_TYPE_F16 && kvt_f16x16_enabled()) {
         if (r0 < r1 && n_tok > 0 && n > 0) matmul_f16_panels(isa, n, W, r0, r1, Xq, n_tok, Y, ldy);
+        return;
+    }
+    if (wt == KVT_TYPE_BF16 && kvt_bf16x16_enabled()) {
+        if (r0 < r1 && n_tok > 0 && n > 0) matmul_bf16_panels(isa, n, W, r0, r1, Xq, n_tok, Y, ldy);
         return;
     }
     // q4_0 and q5_0 rows not repacked: packed into q4_0_x8 / q5_0_x8 groups per strip (q40x8.h's kernels, the type's

@@ -64,6 +64,13 @@
 //     on neither the ISA nor the batch nor the row range. Unrepacked f16 (KVT_REPACK=0, memory short, rows not a
 //     multiple of 16) takes the same order (rows packed into panels on the fly): the same bits as the repacked
 //     matrix. With KVT_F16X16=0 f16 keeps the f16 order above (lane-split, a horizontal sum).
+//   bf16_x16 (bf16 repacked at load into 16-row panels of element pairs, bf16x16.h; KVT_BF16X16=0: not): its own
+//     order, the same on every ISA (scalar too): per output one chain over the pairs ascending, the odd element's
+//     FMA then the even one's, each rounded to nearest with denormal inputs as zero and tiny results flushed
+//     (VDPBF16PS's definition, run by AVX512_BF16 CPUs in one instruction, and by FMAs under MXCSR's FTZ | DAZ
+//     elsewhere); bf16 activations (rounded to nearest even). Unrepacked bf16 (KVT_REPACK=0, rows not a multiple
+//     of 16) is packed into panels per call, an odd n runs the scalar chain with a zero element n: the same bits.
+//     With KVT_BF16X16=0 bf16 keeps the float order above (lane-split, a horizontal sum).
 //  avx512: the same sources with 16-lane vectors (f32/f16/bf16: one 16-lane accumulator over 16-wide
 //   slices, s = _mm512_reduce_add_ps(a); q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c (float types only) follow the float rows

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "f16.h"
+#include "bf16x16.h"
 #include "f16x16.h"
 #include "matmul.h"
 
@@ -857,6 +858,7 @@ static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q5_0] = {KVT_TYPE_Q5_0_X8, 8, q5_0_x8_pack, q5_0_x8_unpack, q5_0_x8_row_to_float},
     [KVT_TYPE_Q8_0] = {KVT_TYPE_Q8_0_X8, 8, q8_0_x8_pack, q8_0_x8_unpack, q8_0_x8_row_to_float},
     [KVT_TYPE_F16] = {KVT_TYPE_F16_X16, 16, kvt_f16x16_pack, kvt_f16x16_unpack, kvt_f16x16_row_to_float},
+    [KVT_TYPE_BF16] = {KVT_TYPE_BF16_X16, 16, kvt_bf16x16_pack, kvt_bf16x16_unpack, kvt_bf16x16_row_to_float},
 };
 
 bool kvt_q5kx8_enabled(void) {
@@ -872,6 +874,7 @@ bool kvt_q5kx8_enabled(void) {
 
 const kvt_repack_ops *kvt_type_repack(kvt_type t) {
     if (t == KVT_TYPE_F16 && !kvt_f16x16_enabled()) return NULL; // KVT_F16X16=0 (f16x16.h)
+    if (t == KVT_TYPE_BF16 && !kvt_bf16x16_enabled()) return NULL; // KVT_BF16X16=0 (bf16x16.h)
     // q6_K_r where the AVX2 q6_K_r decode runs: AVX2 machines, and AVX-512 ones where decode takes the AVX2 GEMVs (Zen 5)
     const kvt_isa isa = kvt_kernels_isa();
     if (t == KVT_TYPE_Q6_K && (isa == KVT_ISA_AVX2 || (isa == KVT_ISA_AVX512 && kvt_kernels_decode_avx2(KVT_TYPE_Q6_K_R))))
@@ -922,6 +925,7 @@ static const kvt_type_ops k_repacked_ops[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q5_K_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_K, NULL},
     [KVT_TYPE_Q4_0_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_0, NULL},
     [KVT_TYPE_Q5_0_X8] = {NULL, NULL, NULL, KVT_TYPE_Q8_0, NULL},
+    [KVT_TYPE_BF16_X16] = {NULL, NULL, NULL, KVT_TYPE_BF16, NULL},
 };
 
 const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {
