@@ -379,9 +379,9 @@ static void model_repack(kvt_model *m, int pack) {
                 // a tied output (token_embd) repacked only where its repacking can read a row back for the embedding
                 // lookup; else copied as it is
                 if (rp && w == &m->output && m->tied_output && !rp->row_to_float) rp = NULL;
+                if (rp && rp->to == KVT_TYPE_BF16_X16 && w->cols % 2) rp = NULL; // (element pairs: odd columns copied as they are)
                 const int64_t rs = w && w->data ? kvt_row_size(w->type, w->cols) : -1;
-                // (bf16_x16 takes element pairs: an odd column count stays bf16)
-                if (rs <= 0 || (rp && (w->rows % rp->row_align || (rp->to == KVT_TYPE_BF16_X16 && w->cols % 2)))) continue;
+                if (rs <= 0 || (rp && w->rows % rp->row_align)) continue;
                 if (!rp && (!copy || w->data != w->file_data)) continue;
                 const int64_t bytes = rs * w->rows;
                 if (pass == 1) {
