@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../base/json.h"
+#include "../kernels/quant.h"
 #include "commands.h"
 #include "common.h"
 
@@ -116,9 +117,14 @@ int cmd_info(int argc, char **argv) {
         }
         printf("\nparameters    %.2f M\n", m->n_params / 1e6);
         printf("weights       %.2f MiB (%.3f bits/param)\n", m->weight_bytes / MiB, 8.0 * m->weight_bytes / (double)m->n_params);
-        if (m->repack_bytes)
-            printf("repacked      %.2f MiB of them when computing (q4_0 -> q4_0_x8, q5_0 -> q5_0_x8, q4_K -> q4_K_x8, q5_K -> q5_K_x8, q4_1 -> q4_1_x8, q8_0 -> q8_0_x8, f16 -> f16_x16; the other matrices copied as they are, onto huge pages, for the CPU kernels), in place of the file's pages\n",
-                   m->repack_bytes / MiB);
+        if (m->repack_bytes) { // the layouts this CPU's kernels repack the file's matrix types into (quant.h)
+            printf("repacked      %.2f MiB of them when computing (", m->repack_bytes / MiB);
+            for (int t = 0; t < KVT_TYPE_COUNT; t++) {
+                const kvt_repack_ops *rp = type_count[t] ? kvt_type_repack((kvt_type)t) : NULL;
+                if (rp && rp->to != (kvt_type)t) printf("%s -> %s, ", kvt_type_name((kvt_type)t), kvt_type_name(rp->to));
+            }
+            printf("the other matrices copied as they are, onto huge pages, for the CPU kernels), in place of the file's pages\n");
+        }
         printf("KV per token  %lld bytes f16, %lld bytes f32\n", (long long)kv16, (long long)kv32);
         printf("memory @ctx %lld: weights %.1f MiB + KV f16 %.1f MiB + activations %.1f MiB = %.1f MiB\n",
                (long long)n_ctx, m->weight_bytes / MiB, kv16 * n_ctx / MiB, act / MiB, total / MiB);
