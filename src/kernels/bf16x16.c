@@ -11,20 +11,14 @@
 #include "f16.h"
 
 void kvt_bf16x16_pack_rows(const void *src, size_t src_rs, int64_t nr, int64_t n, void *dst) {
-    const int64_t np = (n + 1) / 2; // pairs (an odd n's last one with a zero element n)
+    const int64_t np = n / 2; // pairs
     uint32_t *d = dst;
     for (int64_t p = 0; p * 16 < nr; p++) {
         uint32_t *o = d + p * 16 * np;
         for (int i = 0; i < 16; i++) {
             const int64_t r = 16 * p + i;
-            if (r >= nr) {
-                for (int64_t j = 0; j < np; j++) o[16 * j + i] = 0;
-                continue;
-            }
             const uint16_t *in = (const uint16_t *)((const char *)src + r * (int64_t)src_rs);
-            int64_t j = 0;
-            for (; 2 * j + 1 < n; j++) o[16 * j + i] = (uint32_t)in[2 * j] | (uint32_t)in[2 * j + 1] << 16;
-            if (j < np) o[16 * j + i] = in[2 * j];
+            for (int64_t j = 0; j < np; j++) o[16 * j + i] = r < nr ? (uint32_t)in[2 * j] | (uint32_t)in[2 * j + 1] << 16 : 0;
         }
     }
 }
@@ -51,23 +45,20 @@ void kvt_bf16x16_row_to_float(const void *W, int64_t r, int64_t n, float *dst) {
 // One step of the order: F(w * x + acc) under the FTZ | DAZ mode (kvt_bf16x16_mode_enter).
 static inline float step(uint16_t w, uint16_t x, float acc) { return fmaf(kvt_bf16_to_f32(w), kvt_bf16_to_f32(x), acc); }
 
-// The order of bf16x16.h on panels packed with kvt_bf16x16_pack_rows (n + (n & 1) columns), called between the mode's
-// enter and leave (not inlined into the caller: the mode's calls are the fence of its arithmetic).
+// The order of bf16x16.h on bf16_x16 panels, called between the mode's enter and leave (not inlined into the caller:
+// the mode's calls are the fence of its arithmetic).
 __attribute__((noinline)) static void mm_ref(int64_t n, const uint16_t *w, int64_t r0, int64_t r1, const uint16_t *x,
                                              int64_t n_tok, float *Y, int64_t ldy) {
-    const int64_t np = (n + 1) / 2;
     for (int64_t t = 0; t < n_tok; t++) {
         const uint16_t *xt = x + t * n;
         for (int64_t p = r0 / 16; p * 16 < r1; p++) {
-            const uint16_t *wp = w + p * 32 * np;
+            const uint16_t *wp = w + p * 16 * n;
             float acc[16] = {0};
-            for (int64_t j = 0; j < np; j++) {
-                const uint16_t xe = xt[2 * j], xo = 2 * j + 1 < n ? xt[2 * j + 1] : 0;
+            for (int64_t k = 0; k < n; k += 2)
                 for (int i = 0; i < 16; i++) {
-                    acc[i] = step(wp[32 * j + 2 * i + 1], xo, acc[i]);
-                    acc[i] = step(wp[32 * j + 2 * i], xe, acc[i]);
+                    acc[i] = step(wp[16 * k + 2 * i + 1], xt[k + 1], acc[i]);
+                    acc[i] = step(wp[16 * k + 2 * i], xt[k], acc[i]);
                 }
-            }
             for (int i = 0; i < 16; i++) {
                 const int64_t r = 16 * p + i;
                 if (r >= r0 && r < r1) Y[t * ldy + r] = acc[i];

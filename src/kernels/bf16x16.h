@@ -32,9 +32,9 @@
 #include <stdint.h>
 
 // Y[t * ldy + r] for r in [r0, r1) (any range; a panel cut by it is computed whole into scratch and only its rows
-// copied out) and t < n_tok, from the bf16_x16 matrix W (n columns, n even) and n_tok bf16 activation rows X
-// (stride n), with kvt_bf16x16_scratch(n, n_tok) bytes of 64-aligned scratch (the reference needs none; n odd: only
-// the reference, on rows packed with kvt_bf16x16_pack_rows).
+// copied out) and t < n_tok, from the bf16_x16 matrix W (n columns, n even: an odd n writes nothing) and n_tok bf16
+// activation rows X (stride n), with kvt_bf16x16_scratch(n, n_tok) bytes of 64-aligned scratch (the reference needs
+// none).
 void kvt_bf16x16_mm_ref(int64_t n, const void *W, int64_t r0, int64_t r1, const void *X, int64_t n_tok, float *Y,
                         int64_t ldy);
 void kvt_bf16x16_mm_avx2(int64_t n, const void *W, int64_t r0, int64_t r1, const void *X, int64_t n_tok, float *Y,
@@ -55,9 +55,8 @@ bool kvt_bf16x16_set_dp(bool on);
 // The repacking (quant.c's table): pack (rows a multiple of 16, n even), unpack rows [r0, r1) back to bf16 rows, row r
 // as f32.
 void kvt_bf16x16_pack(const void *src, void *dst, int64_t rows, int64_t n);
-// dst = rows [0, nr) of the row-major bf16 matrix src (row stride src_rs bytes, n columns) in the bf16_x16 layout of
-// n + (n & 1) columns, the last panel's missing rows and an odd n's last column zero: ceil(nr / 16) * 16 * (n + (n & 1))
-// * 2 bytes.
+// dst = rows [0, nr) of the row-major bf16 matrix src (row stride src_rs bytes, n columns, n even) in the bf16_x16
+// layout, the last panel's missing rows zero: ceil(nr / 16) * 16 * n * 2 bytes.
 void kvt_bf16x16_pack_rows(const void *src, size_t src_rs, int64_t nr, int64_t n, void *dst);
 void kvt_bf16x16_unpack(const void *W, void *dst, int64_t r0, int64_t r1, int64_t n);
 void kvt_bf16x16_row_to_float(const void *W, int64_t r, int64_t n, float *dst);

@@ -279,11 +279,7 @@ __attribute__((noinline)) static void bx_mm_fma(int64_t n, const uint32_t *W, in
 
 void BX(mm)(int64_t n, const void *W, int64_t r0, int64_t r1, const void *X, int64_t n_tok, float *Y, int64_t ldy,
             void *scratch) {
-    if (r0 >= r1 || n_tok <= 0 || n <= 0) return;
-    if (n & 1) { // (rows packed with a zero column n: the reference's stride)
-        kvt_bf16x16_mm_ref(n, W, r0, r1, X, n_tok, Y, ldy);
-        return;
-    }
+    if (r0 >= r1 || n_tok <= 0 || n <= 0 || n % 2) return; // (n even: bf16x16.h)
     float *tmp = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
 #ifdef KVT_SIMD_AVX512
     if (kvt_bf16x16_dp_ok()) {

@@ -846,19 +846,19 @@ void kvt_q6r_prep(int64_t n, const void *x, void *p) {
         for (int g = 0; g < KVT_QK_K / 16; g++) o[b].bsums[g] = (int16_t)-y[b].bsums[g];
     }
 }
-static const kvt_repack_ops k_repack_q6r = {KVT_TYPE_Q6_K_R, 1, q6_K_r_pack, q6_K_r_unpack, NULL};
+static const kvt_repack_ops k_repack_q6r = {KVT_TYPE_Q6_K_R, 1, q6_K_r_pack, q6_K_r_unpack, NULL, 0};
 // q5_K_x8 where its decode GEMV runs (kqx8.h: AVX2, on AVX-512 machines too); the scalar ISA keeps q5_K rows.
-static const kvt_repack_ops k_repack_q5x8 = {KVT_TYPE_Q5_K_X8, 8, q5_K_x8_pack, q5_K_x8_unpack, NULL};
+static const kvt_repack_ops k_repack_q5x8 = {KVT_TYPE_Q5_K_X8, 8, q5_K_x8_pack, q5_K_x8_unpack, NULL, 0};
 
 static const kvt_repack_ops k_repack[KVT_TYPE_COUNT] = {
-    [KVT_TYPE_Q4_K] = {KVT_TYPE_Q4_K_X8, 8, q4_K_x8_pack, q4_K_x8_unpack, NULL},
-    [KVT_TYPE_Q6_K] = {KVT_TYPE_Q6_K, 1, q6_K_copy_pack, q6_K_copy_unpack, NULL},
-    [KVT_TYPE_Q4_1] = {KVT_TYPE_Q4_1_X8, 8, q4_1_x8_pack, q4_1_x8_unpack, NULL},
-    [KVT_TYPE_Q4_0] = {KVT_TYPE_Q4_0_X8, 8, q4_0_x8_pack, q4_0_x8_unpack, q4_0_x8_row_to_float},
-    [KVT_TYPE_Q5_0] = {KVT_TYPE_Q5_0_X8, 8, q5_0_x8_pack, q5_0_x8_unpack, q5_0_x8_row_to_float},
-    [KVT_TYPE_Q8_0] = {KVT_TYPE_Q8_0_X8, 8, q8_0_x8_pack, q8_0_x8_unpack, q8_0_x8_row_to_float},
-    [KVT_TYPE_F16] = {KVT_TYPE_F16_X16, 16, kvt_f16x16_pack, kvt_f16x16_unpack, kvt_f16x16_row_to_float},
-    [KVT_TYPE_BF16] = {KVT_TYPE_BF16_X16, 16, kvt_bf16x16_pack, kvt_bf16x16_unpack, kvt_bf16x16_row_to_float},
+    [KVT_TYPE_Q4_K] = {KVT_TYPE_Q4_K_X8, 8, q4_K_x8_pack, q4_K_x8_unpack, NULL, 0},
+    [KVT_TYPE_Q6_K] = {KVT_TYPE_Q6_K, 1, q6_K_copy_pack, q6_K_copy_unpack, NULL, 0},
+    [KVT_TYPE_Q4_1] = {KVT_TYPE_Q4_1_X8, 8, q4_1_x8_pack, q4_1_x8_unpack, NULL, 0},
+    [KVT_TYPE_Q4_0] = {KVT_TYPE_Q4_0_X8, 8, q4_0_x8_pack, q4_0_x8_unpack, q4_0_x8_row_to_float, 0},
+    [KVT_TYPE_Q5_0] = {KVT_TYPE_Q5_0_X8, 8, q5_0_x8_pack, q5_0_x8_unpack, q5_0_x8_row_to_float, 0},
+    [KVT_TYPE_Q8_0] = {KVT_TYPE_Q8_0_X8, 8, q8_0_x8_pack, q8_0_x8_unpack, q8_0_x8_row_to_float, 0},
+    [KVT_TYPE_F16] = {KVT_TYPE_F16_X16, 16, kvt_f16x16_pack, kvt_f16x16_unpack, kvt_f16x16_row_to_float, 0},
+    [KVT_TYPE_BF16] = {KVT_TYPE_BF16_X16, 16, kvt_bf16x16_pack, kvt_bf16x16_unpack, kvt_bf16x16_row_to_float, 2},
 };
 
 bool kvt_q5kx8_enabled(void) {

@@ -267,6 +267,7 @@ typedef struct {
     // dst[0..n) = row r of the repacked matrix W dequantized, the source type's to_float bits (NULL: none, and
     // then a tied token_embd / output matrix of the source type is not repacked)
     void (*row_to_float)(const void *W, int64_t r, int64_t n, float *dst);
+    int col_align; // the matrix's columns must be a multiple of this (0: any; bf16_x16's element pairs: 2)
 } kvt_repack_ops;
 // The repacking of weights of type t (NULL: none). to_type(from) and from_type(to) below. q6_K's is a plain
 // copy (to == q6_K: the same layout, moved into the repacked weights' huge pages; quant.c). q5_K's (q5_K_x8) only

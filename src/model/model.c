@@ -379,7 +379,7 @@ static void model_repack(kvt_model *m, int pack) {
                 // a tied output (token_embd) repacked only where its repacking can read a row back for the embedding
                 // lookup; else copied as it is
                 if (rp && w == &m->output && m->tied_output && !rp->row_to_float) rp = NULL;
-                if (rp && rp->to == KVT_TYPE_BF16_X16 && w->cols % 2) rp = NULL; // (element pairs: odd columns copied as they are)
+                if (rp && rp->col_align > 1 && w->cols % rp->col_align) rp = NULL; // copied as it is
                 const int64_t rs = w && w->data ? kvt_row_size(w->type, w->cols) : -1;
                 if (rs <= 0 || (rp && w->rows % rp->row_align)) continue;
                 if (!rp && (!copy || w->data != w->file_data)) continue;
