@@ -281,6 +281,11 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     if (!cli_context_init("bench", m, &cp, &ctx)) goto done;
+    // layers on a device (-ngl, a plan's split): the host DRAM probes say nothing of its decode: left out
+    kvt_gpu_layers_stats gst;
+    const bool on_gpu = kvt_context_gpu_stats(ctx, &gst);
+    if (on_gpu) probe_adj = probe_pair = false;
+    const char *backend = on_gpu ? "CUDA" : "CPU";
     uint64_t r = 12345;
     for (int64_t i = 0; i < need; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
@@ -348,7 +353,7 @@ int cmd_bench(int argc, char **argv) {
             kvt_json_obj_begin(&j);
             kvt_json_kv_str(&j, "build_commit", "kvtier");
             kvt_json_kv_str(&j, "cpu_info", "cpu");
-            kvt_json_kv_str(&j, "backends", "CPU");
+            kvt_json_kv_str(&j, "backends", backend);
             kvt_json_kv_str(&j, "model_filename", fname);
             kvt_json_kv_str(&j, "model_type", type_desc);
             kvt_json_kv_int(&j, "model_size", m->weight_bytes);
@@ -415,8 +420,8 @@ int cmd_bench(int argc, char **argv) {
                 snprintf(gb, sizeof gb, "%.1f", (double)bpt * at / 1e9);
             char depth[32] = "";
             if (t->n_depth > 0) snprintf(depth, sizeof depth, " @ d%lld", (long long)t->n_depth);
-            printf("| %s | %.2f MiB | %.2f M | CPU | %d | %s%lld%s | %.2f ± %.2f | %s |\n", type_desc,
-                   m->weight_bytes / 1048576.0, m->n_params / 1e6, kvt_context_n_threads(ctx), t->name,
+            printf("| %s | %.2f MiB | %.2f M | %s | %d | %s%lld%s | %.2f ± %.2f | %s |\n", type_desc,
+                   m->weight_bytes / 1048576.0, m->n_params / 1e6, backend, kvt_context_n_threads(ctx), t->name,
                    (long long)n_tok, depth, at, st, gb);
         }
     }

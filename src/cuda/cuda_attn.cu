@@ -32,13 +32,15 @@ __global__ void __launch_bounds__(kThreads) attn_chunk_kernel(kvt_cuda_attn_args
     float *st = states + attn_state_offset(a, row, h, n_chunks, c);
     __shared__ float q[KVT_CUDA_ATTN_MAX_HEAD_DIM];
     __shared__ float sc[KVT_CUDA_ATTN_CHUNK];
+    __shared__ const __half *kr[KVT_CUDA_ATTN_CHUNK], *vr[KVT_CUDA_ATTN_CHUNK]; // the chunk's K and V rows
     const float *qh = a.q + (int64_t)row * (a.row_stride > 0 ? a.row_stride : a.n_head * D) + (int64_t)h * D;
     for (int d = threadIdx.x; d < D; d += kThreads) q[d] = qh[d];
+    for (int i = threadIdx.x; i < n; i += kThreads) attn_kv_rows(a, seq, p0 + i, kvh, &kr[i], &vr[i]);
     __syncthreads();
     // scores: warp w takes positions w, w + 4, ...; its lanes split the head dim
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int i = warp; i < n; i += kThreads / 32) {
-        float dot = attn_score_lane(a, q, seq, kvh, p0 + i, lane);
+        float dot = attn_score_lane(a, q, kr[i], lane);
         for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
         if (lane == 0) sc[i] = dot * a.scale;
     }
@@ -48,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) attn_chunk_kernel(kvt_cuda_attn_args
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += kThreads) sc[i] = expf(sc[i] - m);
     __syncthreads();
-    for (int d = threadIdx.x; d < D; d += kThreads) st[2 + d] = attn_pv_item(a, sc, seq, kvh, p0, n, d);
+    for (int d = threadIdx.x; d < D; d += kThreads) st[2 + d] = attn_pv_item(sc, vr, n, d);
     if (threadIdx.x == 0) st[0] = m, st[1] = s;
 }
 
@@ -65,13 +67,15 @@ __global__ void __launch_bounds__(kThreads) attn_chunk_gqa_kernel(kvt_cuda_attn_
     __shared__ float q[kAttnGqaMax * KVT_CUDA_ATTN_MAX_HEAD_DIM];
     __shared__ float sc[kAttnGqaMax * KVT_CUDA_ATTN_CHUNK];
     __shared__ float ms[2 * kAttnGqaMax];
+    __shared__ const __half *kr[KVT_CUDA_ATTN_CHUNK], *vr[KVT_CUDA_ATTN_CHUNK]; // the chunk's K and V rows
     const float *qh = a.q + (int64_t)row * (a.row_stride > 0 ? a.row_stride : a.n_head * D) + (int64_t)h0 * D;
     for (int i = threadIdx.x; i < G * D; i += kThreads) q[i] = qh[i]; // the G heads' rows are consecutive
+    for (int i = threadIdx.x; i < n; i += kThreads) attn_kv_rows(a, seq, p0 + i, kvh, &kr[i], &vr[i]);
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int i = warp; i < n; i += kThreads / 32) {
         float dot[kAttnGqaMax];
-        attn_score_lanes_g(a, q, G, seq, kvh, p0 + i, lane, dot);
+        attn_score_lanes_g(a, q, G, kr[i], lane, dot);
         for (int g = 0; g < G; g++) {
             float v = dot[g];
             for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -86,7 +90,7 @@ __global__ void __launch_bounds__(kThreads) attn_chunk_gqa_kernel(kvt_cuda_attn_
     __syncthreads();
     for (int d = threadIdx.x; d < D; d += kThreads) {
         float o[kAttnGqaMax];
-        attn_pv_items_g(a, sc, G, seq, kvh, p0, n, d, o);
+        attn_pv_items_g(sc, G, vr, n, d, o);
         for (int g = 0; g < G; g++) states[attn_state_offset(a, row, h0 + g, n_chunks, c) + 2 + d] = o[g];
     }
     if (threadIdx.x < G) {
@@ -122,6 +126,7 @@ __global__ void __launch_bounds__(32 * kTileWarps) attn_tiled_kernel(kvt_cuda_at
     __half2 *ks = (__half2 *)(pw + kTileWarps * KVT_ATTN_TK), *vs = ks + KVT_ATTN_TK * attn_tile_kstride(D);
     __shared__ int rseq[KVT_ATTN_TQ];
     __shared__ int64_t rlen[KVT_ATTN_TQ], rlo[KVT_ATTN_TQ];
+    __shared__ const __half *tkr[KVT_ATTN_TK], *tvr[KVT_ATTN_TK]; // the K and V rows of a tile's positions
     for (int e = tid; e < nr * D; e += blockDim.x) qs[e] = a.q[(r0 + e / D) * stride + (int64_t)h * D + e % D];
     if (tid < nr) {
         rseq[tid] = a.row_seq ? a.row_seq[r0 + tid] : r0 + tid;
@@ -144,7 +149,9 @@ __global__ void __launch_bounds__(32 * kTileWarps) attn_tiled_kernel(kvt_cuda_at
         for (int64_t t0 = lo; t0 < hi; t0 += KVT_ATTN_TK) {
             const int n = (int)min((int64_t)KVT_ATTN_TK, hi - t0);
             __syncthreads(); // the previous tile is read
-            for (int e = tid; e < KVT_ATTN_TK * (D / 2); e += blockDim.x) attn_tile_fill_item(a, S, kvh, t0, n, e, ks, vs);
+            if (tid < n) attn_kv_rows(a, S, t0 + tid, kvh, &tkr[tid], &tvr[tid]);
+            __syncthreads();
+            for (int e = tid; e < KVT_ATTN_TK * (D / 2); e += blockDim.x) attn_tile_fill_item(a, tkr, tvr, n, e, ks, vs);
             __syncthreads();
 #pragma unroll
             for (int rr = 0; rr < kTileRowsPerWarp; rr++) {

@@ -16,6 +16,15 @@ __host__ __device__ __forceinline__ const __half *attn_kv_row(const void *const 
     return blk + ((p % a.block_len) * a.n_kv_head + kvh) * (int64_t)a.head_dim;
 }
 
+// The K and V rows of position p (attn_kv_row of both tables). A kernel computes them once per position of its chunk
+// or tile (a 64-bit division each) into shared memory, and its threads read the rows from there: the pieces below take
+// rows, not positions (before 2026-12-04 each element read divided anew, and that division dominated the kernels).
+__host__ __device__ __forceinline__ void attn_kv_rows(const kvt_cuda_attn_args &a, int seq, int64_t p, int kvh, const __half **k,
+                                                      const __half **v) {
+    *k = attn_kv_row(a.k_blocks, a, seq, p, kvh);
+    *v = attn_kv_row(a.v_blocks, a, seq, p, kvh);
+}
+
 // The positions chunk c of a row attends: [*p0, *p0 + return value) of [c * CHUNK, (c + 1) * CHUNK), cut to the row's
 // positions [lo, len) (lo = len - window with a window, else 0); 0 positions outside them.
 __host__ __device__ __forceinline__ int attn_chunk_span(int64_t len, int window, int c, int64_t *p0) {
@@ -40,10 +49,10 @@ __host__ __device__ __forceinline__ float attn_qk2(float acc, float q0, float k0
 #endif
 }
 
-// Lane `lane`'s part of q . K[p] (dims 2 lane, 2 lane + 1, 2 lane + 64, ...); the warp sums the 32 parts.
-__host__ __device__ __forceinline__ float attn_score_lane(const kvt_cuda_attn_args &a, const float *q, int seq, int kvh, int64_t p,
-                                                          int lane) {
-    const __half2 *k = (const __half2 *)attn_kv_row(a.k_blocks, a, seq, p, kvh);
+// Lane `lane`'s part of q . K[p] (krow: K[p], attn_kv_rows; dims 2 lane, 2 lane + 1, 2 lane + 64, ...); the warp sums
+// the 32 parts.
+__host__ __device__ __forceinline__ float attn_score_lane(const kvt_cuda_attn_args &a, const float *q, const __half *krow, int lane) {
+    const __half2 *k = (const __half2 *)krow;
     float dot = 0.0f;
     for (int d2 = lane; d2 < a.head_dim / 2; d2 += 32) {
         const float2 kk = __half22float2(k[d2]);
@@ -57,9 +66,9 @@ constexpr int kAttnGqaMax = 8;
 
 // attn_score_lane for the G query heads of KV head kvh at once (q: [G][head_dim]): K[p] read once; dot[g] gets what
 // attn_score_lane gives for head g (the same sums in the same order: bit for bit).
-__host__ __device__ __forceinline__ void attn_score_lanes_g(const kvt_cuda_attn_args &a, const float *q, int G, int seq, int kvh,
-                                                            int64_t p, int lane, float dot[kAttnGqaMax]) {
-    const __half2 *k = (const __half2 *)attn_kv_row(a.k_blocks, a, seq, p, kvh);
+__host__ __device__ __forceinline__ void attn_score_lanes_g(const kvt_cuda_attn_args &a, const float *q, int G, const __half *krow,
+                                                            int lane, float dot[kAttnGqaMax]) {
+    const __half2 *k = (const __half2 *)krow;
     for (int g = 0; g < G; g++) dot[g] = 0.0f;
     for (int d2 = lane; d2 < a.head_dim / 2; d2 += 32) {
         const float2 kk = __half22float2(k[d2]);
@@ -68,11 +77,11 @@ __host__ __device__ __forceinline__ void attn_score_lanes_g(const kvt_cuda_attn_
 }
 
 // attn_pv_item for G heads at once (e: [G][KVT_CUDA_ATTN_CHUNK] weights): V[p][d] read once; o[g] bit for bit head g's.
-__host__ __device__ __forceinline__ void attn_pv_items_g(const kvt_cuda_attn_args &a, const float *e, int G, int seq, int kvh,
-                                                         int64_t p0, int n, int d, float o[kAttnGqaMax]) {
+__host__ __device__ __forceinline__ void attn_pv_items_g(const float *e, int G, const __half *const *vrows, int n, int d,
+                                                         float o[kAttnGqaMax]) {
     for (int g = 0; g < G; g++) o[g] = 0.0f;
     for (int i = 0; i < n; i++) {
-        const float v = __half2float(attn_kv_row(a.v_blocks, a, seq, p0 + i, kvh)[d]);
+        const float v = __half2float(vrows[i][d]);
         for (int g = 0; g < G; g++) o[g] = fmaf(e[g * KVT_CUDA_ATTN_CHUNK + i], v, o[g]);
     }
 }
@@ -85,11 +94,10 @@ __host__ __device__ __forceinline__ void attn_max_sum(const float *sc, int n, fl
     *m_out = m, *s_out = s;
 }
 
-// o[d] of a chunk: sum over its n positions p0 + i of e[i] * V[p0 + i][d], in position order.
-__host__ __device__ __forceinline__ float attn_pv_item(const kvt_cuda_attn_args &a, const float *e, int seq, int kvh, int64_t p0,
-                                                       int n, int d) {
+// o[d] of a chunk: sum over its n positions p0 + i of e[i] * V[p0 + i][d] (vrows[i]: V[p0 + i]), in position order.
+__host__ __device__ __forceinline__ float attn_pv_item(const float *e, const __half *const *vrows, int n, int d) {
     float o = 0.0f;
-    for (int i = 0; i < n; i++) o = fmaf(e[i], __half2float(attn_kv_row(a.v_blocks, a, seq, p0 + i, kvh)[d]), o);
+    for (int i = 0; i < n; i++) o = fmaf(e[i], __half2float(vrows[i][d]), o);
     return o;
 }
 
@@ -139,15 +147,16 @@ __host__ __device__ __forceinline__ bool attn_tile_seq_span(const int *rseq, con
     return true;
 }
 
-// Item e of 32 x head_dim / 2: the dims pair (2 i, 2 i + 1) of tile row j = e / (head_dim / 2) (position t0 + j) of K and
-// V into ks (stride attn_tile_kstride) and vs (stride head_dim / 2); rows j >= n are zero.
-__host__ __device__ __forceinline__ void attn_tile_fill_item(const kvt_cuda_attn_args &a, int seq, int kvh, int64_t t0, int n, int e,
-                                                             __half2 *ks, __half2 *vs) {
+// Item e of 32 x head_dim / 2: the dims pair (2 i, 2 i + 1) of tile row j = e / (head_dim / 2) (position t0 + j, whose
+// rows are krows[j], vrows[j]: attn_kv_rows) of K and V into ks (stride attn_tile_kstride) and vs (stride
+// head_dim / 2); rows j >= n are zero.
+__host__ __device__ __forceinline__ void attn_tile_fill_item(const kvt_cuda_attn_args &a, const __half *const *krows,
+                                                             const __half *const *vrows, int n, int e, __half2 *ks, __half2 *vs) {
     const int h2 = a.head_dim / 2, j = e / h2, i = e % h2;
     __half2 k = __floats2half2_rn(0.0f, 0.0f), v = k;
     if (j < n) {
-        k = ((const __half2 *)attn_kv_row(a.k_blocks, a, seq, t0 + j, kvh))[i];
-        v = ((const __half2 *)attn_kv_row(a.v_blocks, a, seq, t0 + j, kvh))[i];
+        k = ((const __half2 *)krows[j])[i];
+        v = ((const __half2 *)vrows[j])[i];
     }
     ks[j * attn_tile_kstride(a.head_dim) + i] = k;
     vs[j * h2 + i] = v;

@@ -139,7 +139,8 @@ kvt_status kvt_gpu_layers_init(const kvt_cuda_backend *b, const kvt_model *m, co
     }
     // scratch
     const int64_t U = p->n_ubatch, Q = (int64_t)hp->n_head * hd, K = (int64_t)hp->n_head_kv * hd;
-    const int64_t widths[9] = {E, E, Q, K, K, Q, E, hp->n_ff, hp->n_ff};
+    // `up` also holds the micro-batch's K and V as f16 before the FFN (layer): at least 2 K f16 = K f32 wide
+    const int64_t widths[9] = {E, E, Q, K, K, Q, E, hp->n_ff, hp->n_ff > K ? hp->n_ff : K};
     float **bufs[9] = {&g->x, &g->xn, &g->q, &g->k, &g->v, &g->att, &g->tmp, &g->gate, &g->up};
     for (int j = 0; !st && j < 9; j++) {
         if (g->api->dev_malloc(g->ctx, (size_t)(U * widths[j]) * sizeof(float), (void **)bufs[j]) != KVT_CUDA_OK)
@@ -206,6 +207,30 @@ static int mm(kvt_gpu_layers *g, const kvt_weight *w, const void *dw, const floa
                                       : g->api->mul_mat_gemm(g->ctx, (int)kvt_weight_file_type(w), dw, w->rows, w->cols, x, n, y);
 }
 
+// Head group j's K and V rows of the micro-batch (f16 kh, vh: row t at t * stride, gk elements) into their blocks, by
+// copy_batch: one copy per run of rows whose positions follow each other in one block and whose sources lie side by
+// side (stride == gk: one head group), so that a prefill's rows cross in one copy per block, in lists of at most
+// KVT_CUDA_COPY_BATCH_MAX copies (one launch each), not one launch per row.
+static kvt_status store_rows(kvt_gpu_layers *g, int32_t i, int32_t j, int64_t n, const int32_t *seqs, const int64_t *pos,
+                             const uint16_t *kh, const uint16_t *vh, int64_t gk, int64_t stride, int64_t voff, kvt_err *err) {
+    const int64_t bl = g->p.block_len, rb = gk * (int64_t)sizeof(uint16_t);
+    kvt_cuda_copy list[KVT_CUDA_COPY_BATCH_MAX];
+    int nc = 0;
+    for (int64_t t0 = 0, t1; t0 < n; t0 = t1) {
+        for (t1 = t0 + 1; t1 < n && stride == gk && seqs[t1] == seqs[t0] && pos[t1] == pos[t1 - 1] + 1 && pos[t1] % bl; t1++) {}
+        uint8_t *row = kvt_gpu_kv_row(g->kv, i, j, seqs[t0], pos[t0]);
+        if (t1 - t0 > 1) kvt_gpu_kv_row(g->kv, i, j, seqs[t0], pos[t1 - 1]); // the block's written rows: [first, last]
+        const size_t bytes = (size_t)((t1 - t0) * rb);
+        list[nc++] = (kvt_cuda_copy){row, kh + t0 * stride, bytes};
+        list[nc++] = (kvt_cuda_copy){row + voff, vh + t0 * stride, bytes};
+        if (nc + 2 > KVT_CUDA_COPY_BATCH_MAX || t1 == n) {
+            CU(g->api->copy_batch(g->ctx, list, nc, KVT_CUDA_STREAM_COMPUTE), "K and V into their blocks");
+            nc = 0;
+        }
+    }
+    return KVT_OK;
+}
+
 static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *seqs, const int64_t *pos, int32_t max_len,
                         kvt_err *err) {
     const void *const *tk, *const *tv;
@@ -239,11 +264,21 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
     const int32_t ng = g->p.group_heads > 0 ? hp->n_head_kv / g->p.group_heads : 1, gkv = hp->n_head_kv / ng;
     const int32_t gq = hp->n_head / ng; // query heads of a group (GQA: n_head / n_head_kv per KV head)
     const int64_t voff = kvt_gpu_kv_v_offset(g->kv), GK = gkv * hd;
+    // K and V of the micro-batch as f16 [n, K] each, in `up` (unused until the FFN; at least 2 K wide), then into their
+    // blocks (store_rows); one row of one group (a decode step's): converted straight into its block (2 launches, not 3)
+    uint16_t *kh = (uint16_t *)g->up, *vh = kh + n * K;
+    const bool direct = n == 1 && ng == 1;
+    if (!direct) {
+        CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->k, n * K, kh), "K to f16");
+        CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->v, n * K, vh), "V to f16");
+    }
     for (int32_t j = 0; j < ng; j++) {
-        for (int64_t t = 0; t < n; t++) {
-            uint8_t *row = kvt_gpu_kv_row(g->kv, i, j, seqs[t], pos[t]);
-            CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->k + t * K + j * GK, GK, (uint16_t *)row), "K into its block");
-            CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->v + t * K + j * GK, GK, (uint16_t *)(row + voff)), "V into its block");
+        if (direct) {
+            uint8_t *row = kvt_gpu_kv_row(g->kv, i, j, seqs[0], pos[0]);
+            CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->k, K, (uint16_t *)row), "K into its block");
+            CU(A->dequant_f16(g->ctx, KVT_CUDA_F32, g->v, K, (uint16_t *)(row + voff)), "V into its block");
+        } else if ((st = store_rows(g, i, j, n, seqs, pos, kh + j * GK, vh + j * GK, GK, K, voff, err))) {
+            return st;
         }
         if (j > 0) kvt_gpu_kv_tables(g->kv, i, j, &tk, &tv);
         const kvt_cuda_attn_args aa = {(int32_t)n, gq, gkv, (int32_t)hd, (int32_t)g->p.block_len, mb, max_len, hp->attn_scale,

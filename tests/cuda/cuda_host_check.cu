@@ -466,7 +466,9 @@ void attn_tiled_host(const kvt_cuda_attn_args &a, float *out) {
                 const int S = rseq[i];
                 for (int64_t t0 = lo; t0 < hi; t0 += KVT_ATTN_TK) {
                     const int n = (int)std::min((int64_t)KVT_ATTN_TK, hi - t0);
-                    for (int e = 0; e < KVT_ATTN_TK * (D / 2); e++) attn_tile_fill_item(a, S, kvh, t0, n, e, ks.data(), vs.data());
+                    const __half *tkr[KVT_ATTN_TK], *tvr[KVT_ATTN_TK];
+                    for (int j = 0; j < n; j++) attn_kv_rows(a, S, t0 + j, kvh, &tkr[j], &tvr[j]);
+                    for (int e = 0; e < KVT_ATTN_TK * (D / 2); e++) attn_tile_fill_item(a, tkr, tvr, n, e, ks.data(), vs.data());
                     for (int warp = 0; warp < warps; warp++)
                         for (int rr = 0; rr < rpw; rr++) {
                             const int r = warp * rpw + rr;
@@ -541,15 +543,17 @@ void check_attention() {
                     const int n = attn_chunk_span(a.seq_len[row], a.window, c, &p0);
                     float *st = &states[(size_t)attn_state_offset(a, row, h, n_chunks, c)];
                     const float *qh = a.q + ((int64_t)row * NH + h) * D;
+                    const __half *kr[KVT_CUDA_ATTN_CHUNK], *vr[KVT_CUDA_ATTN_CHUNK];
+                    for (int i = 0; i < n; i++) attn_kv_rows(a, seq, p0 + i, kvh, &kr[i], &vr[i]);
                     for (int i = 0; i < n; i++) {
                         float dot = 0.0f;
-                        for (int lane = 0; lane < 32; lane++) dot += attn_score_lane(a, qh, seq, kvh, p0 + i, lane);
+                        for (int lane = 0; lane < 32; lane++) dot += attn_score_lane(a, qh, kr[i], lane);
                         sc[i] = dot * a.scale;
                     }
                     float m, s;
                     attn_max_sum(sc, n, &m, &s);
                     for (int i = 0; i < n; i++) sc[i] = expf(sc[i] - m);
-                    for (int d = 0; d < D; d++) st[2 + d] = attn_pv_item(a, sc, seq, kvh, p0, n, d);
+                    for (int d = 0; d < D; d++) st[2 + d] = attn_pv_item(sc, vr, n, d);
                     st[0] = m, st[1] = s;
                 }
                 for (int d = 0; d < D; d++) // attn_merge_kernel
@@ -581,11 +585,13 @@ void check_attention() {
                         int64_t p0;
                         const int n = attn_chunk_span(a.seq_len[row], a.window, c, &p0), seq = a.row_seq[row];
                         const float *qg = a.q + ((int64_t)row * NH + kvh * G) * D;
+                        const __half *kr[KVT_CUDA_ATTN_CHUNK], *vr[KVT_CUDA_ATTN_CHUNK];
+                        for (int i = 0; i < n; i++) attn_kv_rows(a, seq, p0 + i, kvh, &kr[i], &vr[i]);
                         for (int i = 0; i < n; i++) {
                             float sum[kAttnGqaMax] = {0};
                             for (int lane = 0; lane < 32; lane++) {
                                 float dot[kAttnGqaMax];
-                                attn_score_lanes_g(a, qg, G, seq, kvh, p0 + i, lane, dot);
+                                attn_score_lanes_g(a, qg, G, kr[i], lane, dot);
                                 for (int g = 0; g < G; g++) sum[g] += dot[g];
                             }
                             for (int g = 0; g < G; g++) gsc[g * KVT_CUDA_ATTN_CHUNK + i] = sum[g] * a.scale;
@@ -597,7 +603,7 @@ void check_attention() {
                         }
                         for (int d = 0; d < D; d++) {
                             float o[kAttnGqaMax];
-                            attn_pv_items_g(a, gsc, G, seq, kvh, p0, n, d, o);
+                            attn_pv_items_g(gsc, G, vr, n, d, o);
                             for (int g = 0; g < G; g++) gstates[(size_t)attn_state_offset(a, row, kvh * G + g, n_chunks, c) + 2 + d] = o[g];
                         }
                         for (int g = 0; g < G; g++) {

@@ -107,6 +107,8 @@ suites() {
   echo
   awk '
     function num(x) { return (x == "inf" || x == "nan" || x == "-nan") ? 1e30 : x + 0 }
+    # "# cuda-result KERNEL SHAPE: N of M outputs differ from the per-head kernel'"'"'s" (a bit-for-bit check: limit 0)
+    /^# cuda-result / && $6 == "of" { bits[++nbits] = sprintf("%-20s %-16s %-22s %11s %8s %s", $3, $4, $5 " of " $7 " differ", $5, "0", $5 == 0 ? "ok" : "FAIL"); next }
     /^# cuda-result / {                     # one row per kernel and type: the worst nmse over its token counts
       k = $3 " " $4
       if (!(k in worst)) { order[++n] = k; worst[k] = -1 }
@@ -122,6 +124,7 @@ suites() {
         lim = (f[1] ~ /^(mul_mat|attn)/) ? 5e-4 : 1e-6
         printf "%-20s %-16s %-22s %11s %8.0e %s\n", f[1], f[2], toks[order[i]], shown[order[i]], lim, worst[order[i]] <= lim ? "ok" : "FAIL"
       }
+      for (i = 1; i <= nbits; i++) print bits[i]
       # "# cuda-bw TYPE GBPS DEVICE_GBPS PATH": PATH f32 or q8_1 (the activations of mul_mat_vec)
       if (nb) printf "\n%-20s %-10s %-6s %10s %14s %8s\n", "mul_mat_vec 4096^2", "type", "acts", "GB/s", "device GB/s", "share"
       for (i = 1; i <= nb; i++) {
@@ -254,7 +257,8 @@ ncu_part() {
   for pass in "prefill:-p ${RATES_P:-512} -n 0" "decode:-p 0 -n 8"; do
     local name=${pass%%:*} args=${pass#*:}
     # shellcheck disable=SC2086
-    timeout "${NCU_S:-150}" ncu --clock-control none --print-summary per-kernel --csv --metrics gpu__time_duration.sum \
+    # (at most NCU_LAUNCHES kernels: ncu stops the program for each one)
+    timeout "${NCU_S:-150}" ncu --clock-control none --launch-count "${NCU_LAUNCHES:-2500}" --print-summary per-kernel --csv --metrics gpu__time_duration.sum \
       $KVT bench -m "$m" -ngl 999 $args -r 1 -t "$T" >"$OUT/ncu_$name.csv" 2>"$OUT/ncu_$name.err" ||
       { echo "ncu $name: failed: $(tail -2 "$OUT/ncu_$name.err")"; continue; }
     echo "ncu, llama3-8b Q4_K_M $name ($args): kernel time by kernel"
