@@ -7,10 +7,11 @@
 
 namespace {
 
-// dst[8g .. 8g+8) = group g of src as f16, for g < n_groups (src read as one row of 8 * n_groups elements)
-template <int T> __global__ void dequant_kernel(const uint8_t *__restrict__ src, int64_t n_groups, __half *__restrict__ dst) {
+// dst[8g .. 8g+8) = group g of src as f16, for g < n_groups (src read as one row of 8 * n_groups elements); A16: dst
+// 16-byte aligned (a group per store)
+template <int T, bool A16> __global__ void dequant_kernel(const uint8_t *__restrict__ src, int64_t n_groups, __half *__restrict__ dst) {
     for (int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; g < n_groups; g += (int64_t)gridDim.x * blockDim.x)
-        dequant_item<T>(src, g, dst);
+        dequant_item<T, A16>(src, g, dst);
 }
 
 __global__ void f32_to_f16_kernel(const float *__restrict__ src, int64_t n, __half *__restrict__ dst) {
@@ -21,8 +22,10 @@ __global__ void f32_to_f16_kernel(const float *__restrict__ src, int64_t n, __ha
 template <int T> struct dequant_op {
     static int run(kvt_cuda_ctx *ctx, const void *src, int64_t n, __half *dst) {
         const int64_t n_groups = n / 8;
-        dequant_kernel<T><<<grid_for(n_groups, 256), 256, 0, ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>((const uint8_t *)src,
-                                                                                                   n_groups, dst);
+        const dim3 grid = grid_for(n_groups, 256);
+        cudaStream_t s = ctx->stream[KVT_CUDA_STREAM_COMPUTE];
+        if ((uintptr_t)dst % 16 == 0) dequant_kernel<T, true><<<grid, 256, 0, s>>>((const uint8_t *)src, n_groups, dst);
+        else dequant_kernel<T, false><<<grid, 256, 0, s>>>((const uint8_t *)src, n_groups, dst);
         return ctx_check_launch(ctx, "dequant_kernel");
     }
 };

@@ -55,11 +55,21 @@ __host__ __device__ __forceinline__ void mmv_lane(const uint8_t *row, int64_t n_
     }
 }
 
-// dequant_f16: group g (elements 8g .. 8g+7) of src (one row of type T) into dst as f16.
-template <int T> __host__ __device__ __forceinline__ void dequant_item(const uint8_t *src, int64_t g, __half *dst) {
+// dequant_f16: group g (elements 8g .. 8g+7) of src (one row of type T) into dst as f16; A16: dst is 16-byte
+// aligned, and the group goes out as one 16-byte store (one instruction, not 8 of 2 bytes).
+template <int T, bool A16 = false> __host__ __device__ __forceinline__ void dequant_item(const uint8_t *src, int64_t g, __half *dst) {
     float v[8];
     row_get8<T>(src, g, v);
-    for (int i = 0; i < 8; i++) dst[8 * g + i] = __float2half_rn(v[i]);
+    if (A16) {
+        union {
+            uint4 u;
+            __half h[8];
+        } o;
+        for (int i = 0; i < 8; i++) o.h[i] = __float2half_rn(v[i]);
+        *(uint4 *)(dst + 8 * g) = o.u;
+    } else {
+        for (int i = 0; i < 8; i++) dst[8 * g + i] = __float2half_rn(v[i]);
+    }
 }
 
 // get_rows: item k = (output row t, group g) of n_ids * n_cols / 8; an id out of [0, n_rows) gives NaN.

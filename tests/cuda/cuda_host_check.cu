@@ -100,6 +100,10 @@ template <int T> struct check_op {
             memcpy(&bits, &h[(size_t)i], 2);
             if (bits != kvt_f32_to_f16(ref[(size_t)i])) snprintf(msg, sizeof msg, "dequant_item: element %lld", (long long)i);
         }
+        // the same with 16-byte stores (a 16-byte aligned destination): the same bits
+        std::vector<uint4> h16((size_t)(n / 8));
+        for (int64_t g = 0; g < n / 8; g++) dequant_item<T, true>(W.data(), g, (__half *)h16.data());
+        if (!msg[0] && memcmp(h16.data(), h.data(), (size_t)n * 2)) snprintf(msg, sizeof msg, "dequant_item with 16-byte stores");
         // get_rows_item: ids 5, 0, 7, 5 and one out of range
         const int32_t ids[5] = {5, 0, 7, 5, (int32_t)n_rows};
         std::vector<float> rows((size_t)(5 * kN));
