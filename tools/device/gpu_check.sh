@@ -13,7 +13,8 @@
 #              of weights beside the profile's device read bandwidth (goal >= 60%), prefill tok/s (goal >= 5000);
 #              RATES_Q8=1 (default) the same decode with mul_mat_vec over q8_1 activations (KVT_CUDA_MMV=q8_1), eager
 #              and with --cuda-graphs, its GB/s beside the f32 path's and the device's; RATES_TILED=1 (default) the
-#              prefill with the tiled attention kernel (KVT_CUDA_ATTN=tiled) beside the chunked one's
+#              prefill with the tiled attention kernel (KVT_CUDA_ATTN=tiled) beside the chunked one's; RATES_GQA=1 (default)
+#              the prefill with the GQA attention kernel (KVT_CUDA_ATTN_DECODE=gqa) beside the per-head one's
 #   LBS        the same model, `kvtier beam` 32 beams, step 32, blocks of LBS_BLOCK (32) positions, KV within --kv-vram
 #              (LBS_VRAM, default 512M) below
 #              the beams' KV: layerwise and balanced, time of each (goal balanced <= 1/3 of layerwise), beams equal
@@ -191,6 +192,15 @@ rates() {
       "$(calc '%s' "${tgq:-0} > ${tg:-0} ? sprintf(\"faster (%.2fx)\", ${tgq:-0} / (${tg:-0} > 0 ? ${tg:-0} : 1)) : sprintf(\"not faster (%.2fx)\", ${tgq:-0} / (${tg:-0} > 0 ? ${tg:-0} : 1))")"
     row rates "decode GB/s of weights, q8_1 activations" "${gbq:-?}" ">= 60% of ${dev:-?} GB/s" \
       "$(calc '%s' "(${dev:-0} > 0 && ${gbq:-0} >= 0.6 * ${dev:-0}) ? sprintf(\"ok (%.0f%%)\", 100 * ${gbq:-0} / ${dev:-1}) : sprintf(\"NOT MET (%.0f%%)\", ${dev:-0} > 0 ? 100 * ${gbq:-0} / ${dev:-1} : 0)")"
+  fi
+  # prefill with the GQA attention kernel (KVT_CUDA_ATTN_DECODE=gqa: one block per KV head's query heads, K/V read once
+  # for them, bit for bit the per-head kernel; RATES_GQA=0 leaves it out): tok/s beside the per-head kernel's
+  if [ "${RATES_GQA:-1}" = 1 ]; then
+    KVT_CUDA_ATTN_DECODE=gqa timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p "${RATES_P:-512}" -n 0 -r "${RATES_R:-3}" -t "$T" -o json \
+      >"$OUT/rates_gqa.json" 2>"$OUT/rates_gqa.err" || { echo "rates: KVT_CUDA_ATTN_DECODE=gqa failed: $(tail -1 "$OUT/rates_gqa.err")"; row rates "prefill, GQA attention" failed - FAIL; rc=1; }
+    local ppg; ppg=$(tr -d '\n' <"$OUT/rates_gqa.json" | grep -o '"n_gen": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+    row rates "prefill ${RATES_P:-512} tok/s, GQA attention (KVT_CUDA_ATTN_DECODE=gqa)" "${ppg:-?}" ">= 5000; per head ${pp:-?}" \
+      "$(calc '%s' "${ppg:-0} >= 5000 ? sprintf(\"ok (%.2fx per head)\", ${ppg:-0} / (${pp:-0} > 0 ? ${pp:-0} : 1)) : sprintf(\"NOT MET (%.2fx per head)\", ${ppg:-0} / (${pp:-0} > 0 ? ${pp:-0} : 1))")"
   fi
   # prefill with the tiled attention kernel (KVT_CUDA_ATTN=tiled; the default stays chunked until this is measured;
   # RATES_TILED=0 leaves it out): tok/s beside the chunked kernel's and the goal
