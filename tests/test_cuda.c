@@ -288,11 +288,13 @@ static void case_dequant_rows(gpu *g, kvt_type t) {
     free(w), free(ref), free(got), free(rows), free(h);
 }
 
-// Achieved bandwidth of mul_mat_vec at one token (4096 x 4096 weights) beside the probe's device read bandwidth, with
-// f32 activations and with q8_1 activations (the quantized types; the time includes the activations' quantization).
-// Reported, not asserted (the issue's >= 60% is for a whole decode step). Lines "# cuda-bw TYPE GBPS LIMIT PATH".
+// Achieved bandwidth of mul_mat_vec at one token beside the probe's device read bandwidth, with f32 activations and
+// with q8_1 activations (the quantized types; the time includes the activations' quantization), for 4096 x 4096
+// weights (9 MB of Q4_K: a few microseconds, launch-bound) and a llama3-8b FFN's 14336 x 4096 and 4096 x 14336 (the
+// kernel's own rate). Reported, not asserted (the issue's >= 60% is for a whole decode step). Lines
+// "# cuda-bw TYPE GBPS LIMIT PATH ROWSxCOLS".
 static void case_matvec_bandwidth(gpu *g) {
-    const char *name = "cuda mul_mat_vec bandwidth, 4096 x 4096, 1 token, f32 and q8_1 activations (reported)";
+    const char *name = "cuda mul_mat_vec bandwidth, 4096 x 4096, 14336 x 4096, 4096 x 14336, 1 token, f32 and q8_1 activations (reported)";
     if (getenv("KVT_CUDA_NO_BENCH")) { // gpu_check.sh's compute-sanitizer run
         test_skip(name, "KVT_CUDA_NO_BENCH is set");
         return;
@@ -302,33 +304,37 @@ static void case_matvec_bandwidth(gpu *g) {
     memset(&prof, 0, sizeof prof);
     kvt_err perr = {0};
     const double limit = kvt_profile_gpu(0, true, &prof, &perr) == KVT_OK ? prof.gpu_mem_gbps : 0;
-    const int64_t N = 4096, K = 4096;
-    float *x = frand_array(g, K);
-    float *dx = x ? dput(g, x, K * sizeof(float)) : NULL, *dy = dpoison(g, N * sizeof(float));
-    for (int i = 0; i < N_WTYPES && dx && dy; i++) {
-        const kvt_type t = k_wtypes[i];
-        const size_t bytes = (size_t)(N * kvt_row_size(t, K));
-        void *dw = dalloc(g, bytes);
-        if (!dw || !cu_ok(g, g->api->memset_dev(g->ctx, dw, 0x11, bytes), "memset_dev")) break; // finite values of every type
-        for (int path = MM_VEC; path <= MM_VEC_Q8_1; path++) {
-            kvt_cuda_ctx *c = path == MM_VEC ? g->ctx : g->ctx_alt;
-            if (!c || (path == MM_VEC_Q8_1 && (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16))) continue; // no q8_1 path
-            cu_ok(g, g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "stream_sync"); // the memset done
-            kvt_cuda_ctx *ctx0 = g->ctx;
-            g->ctx = c; // (for cu_ok's message)
-            double best = INFINITY;
-            for (int rep = 0; rep < 5; rep++) {
-                const double t0 = kvt_time_ms();
-                for (int k = 0; k < 20; k++) cu_ok(g, g->api->mul_mat_vec(c, (int)t, dw, N, K, dx, 1, dy), "mul_mat_vec");
-                cu_ok(g, g->api->stream_sync(c, KVT_CUDA_STREAM_COMPUTE), "stream_sync");
-                best = fmin(best, (kvt_time_ms() - t0) / 20);
+    static const int64_t shapes[3][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}}; // rows N, columns K
+    const int64_t KMAX = 14336;
+    float *x = frand_array(g, KMAX);
+    float *dx = x ? dput(g, x, KMAX * sizeof(float)) : NULL, *dy = dpoison(g, KMAX * sizeof(float));
+    for (int sh = 0; sh < 3; sh++) {
+        const int64_t N = shapes[sh][0], K = shapes[sh][1];
+        for (int i = 0; i < N_WTYPES && dx && dy; i++) {
+            const kvt_type t = k_wtypes[i];
+            const size_t bytes = (size_t)(N * kvt_row_size(t, K));
+            void *dw = dalloc(g, bytes);
+            if (!dw || !cu_ok(g, g->api->memset_dev(g->ctx, dw, 0x11, bytes), "memset_dev")) break; // finite values of every type
+            for (int path = MM_VEC; path <= MM_VEC_Q8_1; path++) {
+                kvt_cuda_ctx *c = path == MM_VEC ? g->ctx : g->ctx_alt;
+                if (!c || (path == MM_VEC_Q8_1 && (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16))) continue; // no q8_1 path
+                cu_ok(g, g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "stream_sync"); // the memset done
+                kvt_cuda_ctx *ctx0 = g->ctx;
+                g->ctx = c; // (for cu_ok's message)
+                double best = INFINITY;
+                for (int rep = 0; rep < 5; rep++) {
+                    const double t0 = kvt_time_ms();
+                    for (int k = 0; k < 20; k++) cu_ok(g, g->api->mul_mat_vec(c, (int)t, dw, N, K, dx, 1, dy), "mul_mat_vec");
+                    cu_ok(g, g->api->stream_sync(c, KVT_CUDA_STREAM_COMPUTE), "stream_sync");
+                    best = fmin(best, (kvt_time_ms() - t0) / 20);
+                }
+                g->ctx = ctx0;
+                printf("# cuda-bw %s %.1f %.1f %s %lldx%lld\n", kvt_type_name(t), (double)bytes / (best * 1e-3) / 1e9, limit,
+                       path == MM_VEC ? "f32" : "q8_1", (long long)N, (long long)K);
             }
-            g->ctx = ctx0;
-            printf("# cuda-bw %s %.1f %.1f %s\n", kvt_type_name(t), (double)bytes / (best * 1e-3) / 1e9, limit,
-                   path == MM_VEC ? "f32" : "q8_1");
+            g->api->dev_free(g->ctx, dw);
+            g->allocs[--g->n_allocs] = NULL;
         }
-        g->api->dev_free(g->ctx, dw);
-        g->allocs[--g->n_allocs] = NULL;
     }
     free(x);
     const bool clean = case_end(g);

@@ -126,11 +126,11 @@ suites() {
         printf "%-20s %-16s %-22s %11s %8.0e %s\n", f[1], f[2], toks[order[i]], shown[order[i]], lim, worst[order[i]] <= lim ? "ok" : "FAIL"
       }
       for (i = 1; i <= nbits; i++) print bits[i]
-      # "# cuda-bw TYPE GBPS DEVICE_GBPS PATH": PATH f32 or q8_1 (the activations of mul_mat_vec)
-      if (nb) printf "\n%-20s %-10s %-6s %10s %14s %8s\n", "mul_mat_vec 4096^2", "type", "acts", "GB/s", "device GB/s", "share"
+      # "# cuda-bw TYPE GBPS DEVICE_GBPS PATH SHAPE": PATH f32 or q8_1 (the activations of mul_mat_vec), SHAPE rows x cols
+      if (nb) printf "\n%-20s %-10s %-6s %10s %14s %8s\n", "mul_mat_vec, 1 token", "type", "acts", "GB/s", "device GB/s", "share"
       for (i = 1; i <= nb; i++) {
         split(bw[i], f, " ")
-        printf "%-20s %-10s %-6s %10.1f %14.1f %7.0f%%\n", "  1 token", f[3], (f[6] == "" ? "f32" : f[6]), f[4], f[5], (f[5] > 0 ? 100 * f[4] / f[5] : 0)
+        printf "%-20s %-10s %-6s %10.1f %14.1f %7.0f%%\n", "  " (f[7] == "" ? "4096x4096" : f[7]), f[3], (f[6] == "" ? "f32" : f[6]), f[4], f[5], (f[5] > 0 ? 100 * f[4] / f[5] : 0)
       }
       # "# cuda-copy DIR SIZE batched X dma-per-block Y dma-one Z GB/s"
       if (nc) printf "\n%-20s %-6s %12s %16s %12s %8s\n", "copy_batch 64 MiB", "block", "batched GB/s", "DMA/block GB/s", "one DMA GB/s", "share"
@@ -264,15 +264,23 @@ ncu_part() {
   command -v ncu >/dev/null 2>&1 || { echo "ncu: not installed here"; return; }
   local m; m=$(model llama3-8b q4_k_m) || return
   local pass
-  for pass in "prefill:-p ${RATES_P:-512} -n 0" "decode:-p 0 -n 8"; do
-    local name=${pass%%:*} args=${pass#*:}
-    # shellcheck disable=SC2086
+  # bench runs each test twice (a warm-up, then -r 1): the prefill pass 2 x 512 tokens, the decode pass 2 x 2 steps
+  # (~850 kernels a step: 2026-12-04 measured ~10 ms of ncu per kernel, so few steps)
+  for pass in "prefill:-p ${RATES_P:-512} -n 0:2" "decode:-p 0 -n 2:4"; do
+    local name=${pass%%:*} rest=${pass#*:}
+    local args=${rest%%:*} runs=${rest##*:}
     # (at most NCU_LAUNCHES kernels: ncu stops the program for each one)
-    timeout "${NCU_S:-150}" ncu --clock-control none --launch-count "${NCU_LAUNCHES:-2500}" --print-summary per-kernel --csv --metrics gpu__time_duration.sum \
+    # shellcheck disable=SC2086
+    timeout "${NCU_S:-150}" ncu --clock-control none --launch-count "${NCU_LAUNCHES:-4000}" --print-summary per-kernel --csv --metrics gpu__time_duration.sum \
       $KVT bench -m "$m" -ngl 999 $args -r 1 -t "$T" >"$OUT/ncu_$name.csv" 2>"$OUT/ncu_$name.err" ||
       { echo "ncu $name: failed: $(tail -2 "$OUT/ncu_$name.err")"; continue; }
-    echo "ncu, llama3-8b Q4_K_M $name ($args): kernel time by kernel"
+    echo "ncu, llama3-8b Q4_K_M $name ($args, warm-up + 1 run): kernel time by kernel"
     ncu_shares "$OUT/ncu_$name.csv" | tee "$OUT/ncu_$name.txt"
+    # the kernels' own time per pass (prefill) or step (decode), beside the wall time RATES measured: the difference is
+    # launch gaps and host work
+    local all; all=$(grep "all kernels" "$OUT/ncu_$name.txt" | awk '{ print $NF }')
+    row ncu "$name: kernel ms per $([ "$name" = decode ] && echo step || echo pass) (ncu, $runs $([ "$name" = decode ] && echo steps || echo passes))" \
+      "$(calc '%.3f' "${all:-0} / $runs")" "-" "wall: see rates"
   done
 }
 [ "${NCU:-1}" = 1 ] && left ncu && ncu_part
