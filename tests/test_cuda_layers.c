@@ -41,8 +41,8 @@ static double nmse(const float *a, const float *ref, int64_t n) {
     return den > 0 ? num / den : num;
 }
 
-// The token sequence of the test and the CPU's logits along it: [N_PROMPT + N_STEPS + 2 + 1, n_vocab] (the prompt's
-// rows, the steps, the batch's two rows, the re-decode after the truncation).
+// The token sequence of the test and the CPU's logits along it: [N_PROMPT + N_STEPS + 2 + 1 + 2, n_vocab] (the
+// prompt's rows, the steps, the batch's two rows, the re-decode after the truncation, two runs' last rows).
 typedef struct {
     int32_t ids[N_PROMPT + N_STEPS + 1];
     float *logits;
@@ -122,6 +122,10 @@ static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, k
     kvt_context_seq_truncate(c, dst, N_PROMPT + 2);
     ok = ok && !kvt_decode_seq(c, dst, &r->ids[3], 1, false, err);
     if (ok) step(r, ref, kvt_context_logits(c), 1, &row);
+    // two runs of 2 tokens in one micro-batch, the logits of rows 1 and 3 (output rows that do not follow each other)
+    const kvt_batch_run runs[2] = {{0, &r->ids[4], 2, true, true}, {dst, &r->ids[6], 2, true, true}};
+    ok = ok && !kvt_decode_runs(c, runs, 2, err);
+    if (ok) step(r, ref, kvt_context_logits(c), 2, &row);
     if (!kvt_context_gpu_stats(c, &r->gs)) memset(&r->gs, 0, sizeof r->gs);
     kvt_context_free(c);
     return ok;
@@ -135,7 +139,7 @@ static void check_model(const char *path, int n, const int32_t *n_gpu, const cha
     kvt_model *m = NULL;
     bool ok = !kvt_model_load(path, false, &m, &err);
     run ref = {.n_vocab = ok ? m->hp.n_vocab : 0, .limit = limit, .tie = tie}, dev = ref;
-    ref.rows = dev.rows = N_PROMPT + N_STEPS + 3;
+    ref.rows = dev.rows = N_PROMPT + N_STEPS + 5;
     ref.logits = ok ? malloc((size_t)(ref.rows * ref.n_vocab) * sizeof(float)) : NULL;
     for (int i = 0; i < N_PROMPT; i++) ref.ids[i] = prompt ? prompt[i] : (int32_t)(1 + (i * 37) % (ok ? m->hp.n_vocab - 1 : 1));
     ok = ok && ref.logits && run_seq(m, 0, &ref, NULL, &err);
@@ -168,7 +172,7 @@ enum { SLOT = 2 * 4 * 2 * 64 * 2 }; // a block of the Q4_K_M llama: K and V, 4 p
 // owned by the caller; false with err set when either fails).
 static bool load_ref(const char *path, kvt_model **m, run *ref, kvt_err *err) {
     bool ok = !kvt_model_load(path, false, m, err);
-    const int64_t V = ok ? (*m)->hp.n_vocab : 0, rows = N_PROMPT + N_STEPS + 3;
+    const int64_t V = ok ? (*m)->hp.n_vocab : 0, rows = N_PROMPT + N_STEPS + 5;
     *ref = (run){.n_vocab = V, .limit = NMSE_LOGITS, .tie = 0.01f, .rows = rows};
     ref->logits = ok ? malloc((size_t)(rows * V) * sizeof(float)) : NULL;
     for (int i = 0; i < N_PROMPT; i++) ref->ids[i] = (int32_t)(1 + (i * 37) % (ok ? V - 1 : 1));
@@ -203,10 +207,12 @@ static void check_tiers(const char *path) {
     bool ok = load_ref(path, &m, &ref, &err);
     const int64_t V = ref.n_vocab, rows = ref.rows;
     // the positions each layer's attention reads over the sequence of run_seq: the prompt's rows (1 .. 9), the steps
-    // (10 .. 21), the batch's two rows (22 each), the re-decode after the truncation to N_PROMPT + 2 (12)
+    // (10 .. 21), the batch's two rows (22 each), the re-decode after the truncation to N_PROMPT + 2 (12), the two
+    // runs of 2 (23, 24 and 13, 14)
     int64_t pos = 0;
     for (int64_t l = 1; l <= N_PROMPT + N_STEPS; l++) pos += l;
     pos += 2 * (N_PROMPT + N_STEPS + 1) + N_PROMPT + 3;
+    pos += (N_PROMPT + N_STEPS + 2) + (N_PROMPT + N_STEPS + 3) + (N_PROMPT + 4) + (N_PROMPT + 5);
     run dev[N];
     bool reads = ok;
     char why[1200] = "";

@@ -376,10 +376,11 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
         g->d2h += n * E * (int64_t)sizeof(float);
     } else if (n_out > 0) { // the rows asked for, packed at the start of xn, normed; their logits
         const kvt_hparams *hp = &g->m->hp;
-        for (int64_t k = 0; k < n_out; k++) {
-            const int64_t t = out ? out[k] : n - n_out + k;
-            CU(g->api->copy_d2d(g->ctx, g->xn + k * E, g->x + t * E, (size_t)E * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
-               "output rows");
+        for (int64_t k0 = 0, k1; k0 < n_out; k0 = k1) { // one copy per run of consecutive rows (all of them: one)
+            const int64_t t0 = out ? out[k0] : n - n_out + k0;
+            for (k1 = k0 + 1; k1 < n_out && (out ? out[k1] : n - n_out + k1) == t0 + (k1 - k0); k1++) {}
+            CU(g->api->copy_d2d(g->ctx, g->xn + k0 * E, g->x + t0 * E, (size_t)((k1 - k0) * E) * sizeof(float),
+                                KVT_CUDA_STREAM_COMPUTE), "output rows");
         }
         CU(g->api->rmsnorm(g->ctx, g->xn, g->out_norm, g->xn, n_out, E, hp->rms_eps), "output norm");
         CU(mm(g, &g->m->output, g->w_out, g->xn, n_out, g->logits), "output");
