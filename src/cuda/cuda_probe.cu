@@ -17,7 +17,13 @@ namespace {
 // Each thread sums float4 loads over a grid-stride loop; one partial per thread keeps the loads live.
 __global__ void read_kernel(const float4 *__restrict__ src, int64_t n, float *__restrict__ sink) {
     float acc = 0.0f;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t S = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (; i + 3 * S < n; i += 4 * S) { // 4 loads in flight per thread
+        const float4 a = src[i], b = src[i + S], c = src[i + 2 * S], d = src[i + 3 * S];
+        acc += (a.x + a.y + a.z + a.w) + (b.x + b.y + b.z + b.w) + (c.x + c.y + c.z + c.w) + (d.x + d.y + d.z + d.w);
+    }
+    for (; i < n; i += S) {
         const float4 v = src[i];
         acc += v.x + v.y + v.z + v.w;
     }
@@ -95,16 +101,23 @@ bool probe(int device, bool quick, kvt_cuda_probe_result *out, probe_state &S) {
     const int reps = quick ? 3 : 5;
     float ms = 0;
 
-    // device memory read bandwidth
-    const int64_t n4 = (int64_t)(bytes / sizeof(float4));
+    // device memory read bandwidth: 1 GiB (20 times an H200's L2; the quick profile's 64 MiB was about its L2 and a
+    // read of ~20 us, where a launch's latency shows), read twice per sample
+    const size_t rbytes = (size_t)1 << 30;
+    void *rbuf = nullptr;
+    CK(cudaMalloc(&rbuf, rbytes));
     const int grid = prop.multiProcessorCount * 8;
+    fill_half<<<grid, 256>>>((__half *)rbuf, (int64_t)(rbytes / sizeof(__half)), 0.5f);
+    CK(cudaGetLastError());
+    const int64_t n4 = (int64_t)(rbytes / sizeof(float4));
     if (!time_best(S, reps, [&] {
-            read_kernel<<<grid, 256>>>((const float4 *)dbuf, n4, sink);
+            for (int k = 0; k < 2; k++) read_kernel<<<grid, 256>>>((const float4 *)rbuf, n4, sink);
             cudaError_t e = cudaGetLastError();
             return e == cudaSuccess ? true : S.fail("read_kernel launch", e);
         }, &ms))
         return false;
-    out->mem_gbps = (double)bytes / (ms * 1e-3) / 1e9;
+    CK(cudaFree(rbuf));
+    out->mem_gbps = 2.0 * (double)rbytes / (ms * 1e-3) / 1e9;
 
     // pinned copies, large
     if (!time_best(S, reps, [&] {
@@ -145,8 +158,10 @@ bool probe(int device, bool quick, kvt_cuda_probe_result *out, probe_state &S) {
     CK(cudaFree(dbuf));
 
     // GEMM: C[H, T] = W[H, H] x X[H, T], f16 inputs, f32 accumulate (the prefill shape of helm.txt:
-    // one weight matrix of a 4096-wide model against a 512-token micro-batch)
-    const int H = quick ? 2048 : 4096, T = quick ? 128 : 512;
+    // one weight matrix of a 4096-wide model against a 512-token micro-batch), kGemms of them back to back per sample:
+    // one GEMM of this size runs in ~30 us on an H200, and a sample of one timed cuBLAS's host work with it (the quick
+    // profile's 2048 x 2048 x 128 said 61 TFLOP/s on an H200 on 2026-12-04, where the layers' GEMMs ran at 614)
+    const int H = 4096, T = 512, kGemms = 10;
     __half *W = nullptr, *X = nullptr;
     float *C = nullptr;
     CK(cudaMalloc(&W, (size_t)H * H * sizeof(__half)));
@@ -162,14 +177,17 @@ bool probe(int device, bool quick, kvt_cuda_probe_result *out, probe_state &S) {
     }
     const float alpha = 1.0f, beta = 0.0f;
     bool ok = time_best(S, reps + 2, [&] {
-        cublasStatus_t cs = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, H, T, H, &alpha, W, CUDA_R_16F, H, X, CUDA_R_16F, H,
-                                         &beta, C, CUDA_R_32F, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (cs != CUBLAS_STATUS_SUCCESS) {
-            snprintf(S.err, (size_t)S.err_len, "cuBLAS cublasGemmEx failed (status %d)", (int)cs);
-            return false;
+        for (int k = 0; k < kGemms; k++) {
+            cublasStatus_t cs = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, H, T, H, &alpha, W, CUDA_R_16F, H, X, CUDA_R_16F, H,
+                                             &beta, C, CUDA_R_32F, H, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            if (cs != CUBLAS_STATUS_SUCCESS) {
+                snprintf(S.err, (size_t)S.err_len, "cuBLAS cublasGemmEx failed (status %d)", (int)cs);
+                return false;
+            }
         }
         return true;
     }, &ms);
+    ms /= kGemms;
     cublasDestroy(h);
     cudaFree(W);
     cudaFree(X);
