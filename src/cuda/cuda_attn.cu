@@ -8,8 +8,9 @@
 // Every reduction has a fixed order, so results do not depend on how the blocks are scheduled.
 // The pieces (score lanes, max and sum, P.V, the merge) are in cuda_attn_items.cuh.
 //
-// GQA (a context made with KVT_CUDA_ATTN_DECODE=gqa; 2026-11-30, not yet run on a device): pass 1 by one block per
-// (chunk, KV head, row) for the KV head's query heads together, each head's state bit for bit pass 1's above.
+// GQA (a context made with KVT_CUDA_ATTN_DECODE=gqa; 2026-11-30): pass 1 by one block per (chunk, KV head, row) for
+// the KV head's query heads together, each head's state bit for bit pass 1's above (on an H200 on 2026-12-04: every
+// output the per-head kernel's).
 //
 // Tiled (a context made with KVT_CUDA_ATTN=tiled, for calls of at least kTiledMinRows query rows: prefill): one
 // thread block per (tile of KVT_ATTN_TQ rows, head) walks the K/V of its rows' sequences in tiles of 32 positions
