@@ -248,6 +248,63 @@ static void case_matmul(gpu *g, kvt_type t, int path) {
     g->ctx = ctx0;
 }
 
+// mul_mat_vec_multi (ABI 9): three products of one x (q4_K 96 x 512, q6_K 40 x 512, f16 24 x 512: a layer's q, k, v of
+// mixed types) over 1, 3 and 9 tokens, each y bit for bit its own mul_mat_vec call, on the default context (f32
+// activations) and the alternative one (q8_1: x quantized once for the two quantized products); 0 and
+// KVT_CUDA_MV_MULTI_MAX + 1 products refused.
+static void case_matvec_multi(gpu *g, int path) {
+    char name[128];
+    snprintf(name, sizeof name, "cuda mul_mat_vec_multi (%s): q4_K, q6_K, f16 of one x x {1,3,9} tokens, each its call alone",
+             path == MM_VEC ? "f32 activations" : "q8_1 activations");
+    kvt_cuda_ctx *ctx0 = g->ctx;
+    if (path == MM_VEC_Q8_1 && !use_alt(g, name, &ctx0)) return;
+    if (!case_begin(g, name)) {
+        g->ctx = ctx0;
+        return;
+    }
+    static const kvt_type types[3] = {KVT_TYPE_Q4_K, KVT_TYPE_Q6_K, KVT_TYPE_F16};
+    static const int64_t rows[3] = {96, 40, 24};
+    const int64_t n_cols = 512, max_t = 9;
+    void *dw[3] = {NULL, NULL, NULL};
+    float *x = frand_array(g, max_t * n_cols), *a = malloc((size_t)(max_t * 96) * sizeof *a), *b = malloc((size_t)(max_t * 96) * sizeof *b);
+    float *dx = x ? dput(g, x, (size_t)(max_t * n_cols) * sizeof(float)) : NULL;
+    for (int i = 0; i < 3; i++) {
+        uint8_t *w = make_weights(g, types[i], rows[i], n_cols);
+        dw[i] = w ? dput(g, w, (size_t)(rows[i] * kvt_row_size(types[i], n_cols))) : NULL;
+        free(w);
+    }
+    static const int toks[3] = {1, 3, 9};
+    for (int k = 0; k < 3 && a && b && dx && dw[0] && dw[1] && dw[2] && !g->err[0]; k++) {
+        const int nt = toks[k];
+        kvt_cuda_mv mv[3];
+        float *dy[3], *dz[3];
+        for (int i = 0; i < 3; i++) {
+            dy[i] = dpoison(g, (size_t)(nt * rows[i]) * sizeof(float));
+            dz[i] = dpoison(g, (size_t)(nt * rows[i]) * sizeof(float));
+            mv[i] = (kvt_cuda_mv){(int)types[i], dw[i], rows[i], dy[i]};
+        }
+        if (!dy[2] || !dz[2] || !cu_ok(g, g->api->mul_mat_vec_multi(g->ctx, mv, 3, n_cols, dx, nt), "mul_mat_vec_multi")) break;
+        for (int i = 0; i < 3 && !g->err[0]; i++) {
+            if (!cu_ok(g, g->api->mul_mat_vec(g->ctx, (int)types[i], dw[i], rows[i], n_cols, dx, nt, dz[i]), "mul_mat_vec") ||
+                !dget(g, a, dy[i], (size_t)(nt * rows[i]) * sizeof(float)) || !dget(g, b, dz[i], (size_t)(nt * rows[i]) * sizeof(float)))
+                break;
+            if (memcmp(a, b, (size_t)(nt * rows[i]) * sizeof(float)))
+                snprintf(g->err, sizeof g->err, "%d tokens: product %d (%s) not bit for bit its call alone", nt, i, kvt_type_name(types[i]));
+        }
+    }
+    if (!g->err[0] && dx && dw[0]) { // the count of products is checked
+        kvt_cuda_mv mv[KVT_CUDA_MV_MULTI_MAX + 1];
+        for (int i = 0; i <= KVT_CUDA_MV_MULTI_MAX; i++) mv[i] = (kvt_cuda_mv){(int)types[0], dw[0], rows[0], NULL};
+        if (g->api->mul_mat_vec_multi(g->ctx, mv, 0, n_cols, dx, 1) != KVT_CUDA_ERR_ARG ||
+            g->api->mul_mat_vec_multi(g->ctx, mv, KVT_CUDA_MV_MULTI_MAX + 1, n_cols, dx, 1) != KVT_CUDA_ERR_ARG)
+            snprintf(g->err, sizeof g->err, "0 or %d products not refused", KVT_CUDA_MV_MULTI_MAX + 1);
+    }
+    free(x), free(a), free(b);
+    const bool clean = case_end(g);
+    test_result(clean, name, "%s", g->err);
+    g->ctx = ctx0;
+}
+
 // dequant_f16 (one weight matrix) and get_rows (embedding rows, ids with repeats) against to_float.
 static void case_dequant_rows(gpu *g, kvt_type t) {
     char name[96];
@@ -849,6 +906,8 @@ void test_cuda(const test_env *env) {
     }
     for (int path = MM_VEC; path <= MM_GEMM; path++)
         for (int i = 0; i < N_WTYPES; i++) case_matmul(&g, k_wtypes[i], path);
+    case_matvec_multi(&g, MM_VEC);
+    case_matvec_multi(&g, MM_VEC_Q8_1);
     case_dequant_rows(&g, KVT_TYPE_F32);
     for (int i = 0; i < N_WTYPES; i++) case_dequant_rows(&g, k_wtypes[i]);
     case_rmsnorm(&g);

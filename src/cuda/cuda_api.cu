@@ -389,6 +389,7 @@ const kvt_cuda_api k_api = {
     event_sync,
     stream_sync,
     kvt_cu_mul_mat_vec,
+    kvt_cu_mul_mat_vec_multi,
     kvt_cu_mul_mat_gemm,
     kvt_cu_dequant_f16,
     kvt_cu_rmsnorm,

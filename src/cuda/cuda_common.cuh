@@ -55,6 +55,7 @@ static inline unsigned grid_for(int64_t n, int threads) {
 int kvt_cu_check_matrix(kvt_cuda_ctx *ctx, const char *entry, int type, int64_t n_rows, int64_t n_cols);
 int kvt_cu_mul_mat_vec(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
                        int64_t n_tok, float *y);
+int kvt_cu_mul_mat_vec_multi(kvt_cuda_ctx *ctx, const kvt_cuda_mv *mv, int n, int64_t n_cols, const float *x, int64_t n_tok);
 // cuda_gemm.cu
 int kvt_cu_dequant_f16(kvt_cuda_ctx *ctx, int type, const void *src, int64_t n, uint16_t *dst);
 int kvt_cu_mul_mat_gemm(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,

@@ -98,22 +98,26 @@ int mmvq_launch(kvt_cuda_ctx *ctx, const void *W, int64_t n_rows, int64_t n_cols
     return ctx_check_launch(ctx, "mmvq_kernel");
 }
 
-// The q8_1 path of a quantized type (the float types never reach it: mmvq_type)
+// x [n_tok, n_cols] quantized to q8_1 into the context's buffer: *xq the values, *xd the blocks' scales
+int quantize_q8_1(kvt_cuda_ctx *ctx, const float *x, int64_t n_tok, int64_t n_cols, int8_t **xq, float2 **xd) {
+    void *buf = nullptr;
+    const int rc = ctx_q8_1_buffer(ctx, (size_t)q8_1_bytes(n_tok, n_cols), &buf);
+    if (rc) return rc;
+    *xq = (int8_t *)buf;
+    *xd = (float2 *)((uint8_t *)buf + q8_1_xq_bytes(n_tok, n_cols));
+    const int64_t n_blocks = n_tok * (n_cols / 32);
+    quantize_q8_1_kernel<<<grid_for(n_blocks, 128), 128, 0, ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>(x, n_blocks, *xq, *xd);
+    return ctx_check_launch(ctx, "quantize_q8_1_kernel");
+}
+
+// The q8_1 path of a quantized type over activations already quantized (quantize_q8_1; the float types never reach
+// it: mmvq_type)
 template <int T> struct mmvq_op {
-    static int run(kvt_cuda_ctx *ctx, const void *W, int64_t n_rows, int64_t n_cols, const float *x, int64_t n_tok,
-                   float *y) {
+    static int run(kvt_cuda_ctx *ctx, const void *W, int64_t n_rows, int64_t n_cols, const int8_t *xq, const float2 *xd,
+                   int64_t n_tok, float *y) {
         if constexpr (T == KVT_CUDA_F32 || T == KVT_CUDA_F16 || T == KVT_CUDA_BF16) {
             return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: no q8_1 path for type %d", T);
         } else {
-            void *buf = nullptr;
-            const int rc = ctx_q8_1_buffer(ctx, (size_t)q8_1_bytes(n_tok, n_cols), &buf);
-            if (rc) return rc;
-            int8_t *xq = (int8_t *)buf;
-            float2 *xd = (float2 *)((uint8_t *)buf + q8_1_xq_bytes(n_tok, n_cols));
-            const int64_t n_blocks = n_tok * (n_cols / 32);
-            quantize_q8_1_kernel<<<grid_for(n_blocks, 128), 128, 0, ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>(x, n_blocks, xq, xd);
-            const int lrc = ctx_check_launch(ctx, "quantize_q8_1_kernel");
-            if (lrc) return lrc;
             if (n_tok == 1) return mmvq_launch<T, 1>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);
             if (n_tok == 2) return mmvq_launch<T, 2>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);
             if (n_tok <= 4) return mmvq_launch<T, 4>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);
@@ -144,17 +148,49 @@ int kvt_cu_check_matrix(kvt_cuda_ctx *ctx, const char *entry, int type, int64_t 
     return KVT_CUDA_OK;
 }
 
+// The q8_1 path where the context asks for it and the weights are 16-byte aligned (its 16-byte loads of q4_K and q5_K
+// blocks; every weight from dev_malloc is)
+static bool takes_q8_1(const kvt_cuda_ctx *ctx, int type, const void *W) {
+    return ctx->mmv_q8_1 && mmvq_type(type) && (uintptr_t)W % 16 == 0;
+}
+
+static int check_mv(kvt_cuda_ctx *ctx, const char *entry, int type, int64_t n_rows, int64_t n_cols, int64_t n_tok) {
+    int rc = kvt_cu_check_matrix(ctx, entry, type, n_rows, n_cols);
+    if (rc) return rc;
+    if (type == KVT_CUDA_F32) return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "%s: f32 weights not handled", entry);
+    if (n_tok < 1 || n_tok > KVT_CUDA_MMV_BATCH_MAX)
+        return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "%s: %lld activation rows (1 to %d)", entry, (long long)n_tok,
+                        KVT_CUDA_MMV_BATCH_MAX);
+    return KVT_CUDA_OK;
+}
+
 int kvt_cu_mul_mat_vec(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
                        int64_t n_tok, float *y) {
-    int rc = kvt_cu_check_matrix(ctx, "mul_mat_vec", type, n_rows, n_cols);
-    if (rc) return rc;
-    if (type == KVT_CUDA_F32) return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: f32 weights not handled");
-    if (n_tok < 1 || n_tok > KVT_CUDA_MMV_BATCH_MAX)
-        return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: %lld activation rows (1 to %d)", (long long)n_tok,
-                        KVT_CUDA_MMV_BATCH_MAX);
-    // the q8_1 path where the context asks for it and the weights are 16-byte aligned (its 16-byte loads of q4_K and
-    // q5_K blocks; every weight from dev_malloc is)
-    if (ctx->mmv_q8_1 && mmvq_type(type) && (uintptr_t)W % 16 == 0)
-        return dispatch_type<mmvq_op>(type, false, ctx, W, n_rows, n_cols, x, n_tok, y);
-    return dispatch_type<mmv_op>(type, false, ctx, W, n_rows, n_cols, x, n_tok, y);
+    const kvt_cuda_mv mv = {type, W, n_rows, y};
+    return kvt_cu_mul_mat_vec_multi(ctx, &mv, 1, n_cols, x, n_tok);
+}
+
+int kvt_cu_mul_mat_vec_multi(kvt_cuda_ctx *ctx, const kvt_cuda_mv *mv, int n, int64_t n_cols, const float *x, int64_t n_tok) {
+    if (n < 1 || n > KVT_CUDA_MV_MULTI_MAX || !mv)
+        return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec_multi: %d products (1 to %d)", n, KVT_CUDA_MV_MULTI_MAX);
+    bool q8 = false; // any product over q8_1 activations: x quantized once, before the first
+    for (int i = 0; i < n; i++) {
+        const int rc = check_mv(ctx, n > 1 ? "mul_mat_vec_multi" : "mul_mat_vec", mv[i].type, mv[i].n_rows, n_cols, n_tok);
+        if (rc) return rc;
+        q8 = q8 || takes_q8_1(ctx, mv[i].type, mv[i].W);
+    }
+    int8_t *xq = nullptr;
+    float2 *xd = nullptr;
+    if (q8) {
+        const int rc = quantize_q8_1(ctx, x, n_tok, n_cols, &xq, &xd);
+        if (rc) return rc;
+    }
+    for (int i = 0; i < n; i++) {
+        const int rc = takes_q8_1(ctx, mv[i].type, mv[i].W)
+                           ? dispatch_type<mmvq_op>(mv[i].type, false, ctx, mv[i].W, mv[i].n_rows, n_cols, (const int8_t *)xq,
+                                                    (const float2 *)xd, n_tok, mv[i].y)
+                           : dispatch_type<mmv_op>(mv[i].type, false, ctx, mv[i].W, mv[i].n_rows, n_cols, x, n_tok, mv[i].y);
+        if (rc) return rc;
+    }
+    return KVT_CUDA_OK;
 }

@@ -28,10 +28,11 @@
 extern "C" {
 #endif
 
-#define KVT_CUDA_ABI_VERSION 8 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
+#define KVT_CUDA_ABI_VERSION 9 // 2: kvt_cuda_attn_args.window; 3: host_device_ptr, host memory mapped;
                                // 4: kvt_cuda_attn_args.row_stride; 5: copy_batch; 6: argmax's flag_nonfinite;
                                // 7: CUDA graphs (graph_begin, graph_end, graph_free), workspace_reserve;
-                               // 8: mul_mat_vec takes up to KVT_CUDA_MMV_BATCH_MAX rows (tiles of 8)
+                               // 8: mul_mat_vec takes up to KVT_CUDA_MMV_BATCH_MAX rows (tiles of 8);
+                               // 9: mul_mat_vec_multi
 #define KVT_CUDA_API_SYMBOL "kvt_cuda_get_api"
 // File name of the library (build/ beside the kvtier binaries)
 #define KVT_CUDA_LIB_FILE "libkvtier-cuda.so"
@@ -71,6 +72,17 @@ enum {
     KVT_CUDA_Q6_K = 14,
     KVT_CUDA_BF16 = 30
 };
+
+// One product of mul_mat_vec_multi: y = W x, W device n_rows rows of `type` (as mul_mat_vec's), y device
+// [n_tok, n_rows] f32.
+typedef struct {
+    int type;
+    const void *W;
+    int64_t n_rows;
+    float *y;
+} kvt_cuda_mv;
+// Most products of one mul_mat_vec_multi call.
+#define KVT_CUDA_MV_MULTI_MAX 4
 
 // Activation rows of one register tile of mul_mat_vec (its kernels hold this many sums per weight row).
 #define KVT_CUDA_MMV_MAX_ROWS 8
@@ -198,6 +210,10 @@ typedef struct {
     //   (ctx_init refuses any value but f32 and q8_1), used as f32; F16 and BF16 always take f32 activations.
     int (*mul_mat_vec)(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols,
                        const float *x, int64_t n_tok, float *y);
+    // mul_mat_vec_multi (ABI 9): the n products mv[0 .. n) (1 <= n <= KVT_CUDA_MV_MULTI_MAX) of the same x, each y bit
+    //   for bit its mul_mat_vec call's; x is quantized to q8_1 once for all of them (a layer's q, k and v, or gate and
+    //   up: one quantization launch, not one per product). No y may overlap x.
+    int (*mul_mat_vec_multi)(kvt_cuda_ctx *ctx, const kvt_cuda_mv *mv, int n, int64_t n_cols, const float *x, int64_t n_tok);
     // mul_mat_gemm: any n_tok >= 1. Dequantizes W to f16 and x to f16 in the context's workspace
     //   (grown as needed: (n_rows + n_tok) * n_cols * 2 bytes), then cublasGemmEx f16 x f16 -> f32
     //   (CUBLAS_COMPUTE_32F).

@@ -250,6 +250,20 @@ static kvt_status add_bias(kvt_gpu_layers *g, float *y, const float *b, int64_t 
     return KVT_OK;
 }
 
+// y_i = W_i x for the n (<= KVT_CUDA_MV_MULTI_MAX) weights w[i] of one input (a layer's q, k, v; gate, up): one
+// mul_mat_vec_multi call up to KVT_CUDA_MMV_BATCH_MAX rows (x quantized once for all of them), each its GEMM past that
+static kvt_status mm_multi(kvt_gpu_layers *g, int n_w, const kvt_weight *const *w, void *const *dw, const float *x, int64_t n,
+                           float *const *y, const char *what, kvt_err *err) {
+    if (n > KVT_CUDA_MMV_BATCH_MAX) {
+        for (int i = 0; i < n_w; i++) CU(mm(g, w[i], dw[i], x, n, y[i]), what);
+        return KVT_OK;
+    }
+    kvt_cuda_mv mv[KVT_CUDA_MV_MULTI_MAX];
+    for (int i = 0; i < n_w; i++) mv[i] = (kvt_cuda_mv){(int)kvt_weight_file_type(w[i]), dw[i], w[i]->rows, y[i]};
+    CU(g->api->mul_mat_vec_multi(g->ctx, mv, n_w, w[0]->cols, x, n), what);
+    return KVT_OK;
+}
+
 static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *seqs, const int64_t *pos, int32_t max_len,
                         kvt_err *err) {
     const void *const *tk, *const *tv;
@@ -262,9 +276,12 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
     const dev_layer *D = &g->L[i];
     const int64_t E = hp->n_embd, hd = hp->head_dim, K = (int64_t)hp->n_head_kv * hd;
     CU(A->rmsnorm(g->ctx, g->x, D->attn_norm, g->xn, n, E, hp->rms_eps), "rmsnorm");
-    CU(mm(g, &L->wq, D->wq, g->xn, n, g->q), "attn_q");
-    CU(mm(g, &L->wk, D->wk, g->xn, n, g->k), "attn_k");
-    CU(mm(g, &L->wv, D->wv, g->xn, n, g->v), "attn_v");
+    {
+        const kvt_weight *const w[3] = {&L->wq, &L->wk, &L->wv};
+        void *const dw[3] = {D->wq, D->wk, D->wv};
+        float *const y[3] = {g->q, g->k, g->v};
+        if ((st = mm_multi(g, 3, w, dw, g->xn, n, y, "attn_q, attn_k, attn_v", err))) return st;
+    }
     if (D->bq && (st = add_bias(g, g->q, D->bq, n, L->wq.rows, err))) return st;
     if (D->bk && (st = add_bias(g, g->k, D->bk, n, L->wk.rows, err))) return st;
     if (D->bv && (st = add_bias(g, g->v, D->bv, n, L->wv.rows, err))) return st;
@@ -307,8 +324,12 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
     if (D->post_attn_norm) CU(A->rmsnorm(g->ctx, g->tmp, D->post_attn_norm, g->tmp, n, E, hp->rms_eps), "post-attention norm");
     CU(A->add(g->ctx, g->x, g->tmp, n * E), "residual");
     CU(A->rmsnorm(g->ctx, g->x, D->ffn_norm, g->xn, n, E, hp->rms_eps), "rmsnorm");
-    CU(mm(g, &L->w_gate, D->wg, g->xn, n, g->gate), "ffn_gate");
-    CU(mm(g, &L->w_up, D->wu, g->xn, n, g->up), "ffn_up");
+    {
+        const kvt_weight *const w[2] = {&L->w_gate, &L->w_up};
+        void *const dw[2] = {D->wg, D->wu};
+        float *const y[2] = {g->gate, g->up};
+        if ((st = mm_multi(g, 2, w, dw, g->xn, n, y, "ffn_gate, ffn_up", err))) return st;
+    }
     if (hp->ffn_act == KVT_FFN_GEGLU) CU(A->geglu(g->ctx, g->gate, g->up, n * hp->n_ff), "geglu");
     else CU(A->swiglu(g->ctx, g->gate, g->up, n * hp->n_ff), "swiglu");
     CU(mm(g, &L->w_down, D->wd, g->gate, n, g->tmp), "ffn_down");

@@ -545,6 +545,14 @@ static int q_mul_mat_vec(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_r
         return fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: type %d, %lld rows", type, (long long)n_tok);
     return submit(ctx, COMPUTE, &(op){.kind = OP_MMV, .type = type, .a = W, .n0 = n_rows, .n1 = n_cols, .b = x, .n2 = n_tok, .c = y});
 }
+static int q_mul_mat_vec_multi(kvt_cuda_ctx *ctx, const kvt_cuda_mv *mv, int n, int64_t n_cols, const float *x, int64_t n_tok) {
+    if (n < 1 || n > KVT_CUDA_MV_MULTI_MAX || !mv) return fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec_multi: %d products", n);
+    for (int i = 0; i < n; i++) { // each as its own call (the device quantizes x once: the same bits)
+        const int rc = q_mul_mat_vec(ctx, mv[i].type, mv[i].W, mv[i].n_rows, n_cols, x, n_tok, mv[i].y);
+        if (rc) return rc;
+    }
+    return KVT_CUDA_OK;
+}
 static int q_mul_mat(kvt_cuda_ctx *ctx, int type, const void *W, int64_t n_rows, int64_t n_cols, const float *x,
                      int64_t n_tok, float *y) {
     return submit(ctx, COMPUTE, &(op){.kind = OP_MM, .type = type, .a = W, .n0 = n_rows, .n1 = n_cols, .b = x, .n2 = n_tok, .c = y});
@@ -643,7 +651,7 @@ static int workspace_reserve(kvt_cuda_ctx *ctx, size_t bytes) { // the fake's ke
 static const kvt_cuda_api k_fake = {
     KVT_CUDA_ABI_VERSION, (int)sizeof(kvt_cuda_api), device_count, device_info, ctx_init, ctx_free, last_error,
     dev_malloc, dev_free, host_malloc, host_free, memset_dev, copy_h2d, copy_d2h, copy_d2d, event_create, event_free,
-    event_record, stream_wait, event_sync, stream_sync, q_mul_mat_vec, q_mul_mat, q_dequant_f16, q_rmsnorm, q_rope,
+    event_record, stream_wait, event_sync, stream_sync, q_mul_mat_vec, q_mul_mat_vec_multi, q_mul_mat, q_dequant_f16, q_rmsnorm, q_rope,
     q_swiglu, q_geglu, q_add, q_get_rows, q_argmax, q_attn_paged, host_device_ptr, copy_batch, graph_begin, graph_end,
     graph_free, workspace_reserve,
 };
