@@ -4,10 +4,8 @@
 #include "bf16x16_mode.h"
 
 #include <math.h>
-#include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
 
+#include "../base/switch.h"
 #include "f16.h"
 
 void kvt_bf16x16_pack_rows(const void *src, size_t src_rs, int64_t nr, int64_t n, void *dst) {
@@ -121,18 +119,6 @@ void kvt_bf16x16_mode_leave(unsigned m) {
 #endif
 }
 
-static atomic_int g_enabled = -1;
-int kvt_bf16x16_enabled(void) {
-    int v = atomic_load_explicit(&g_enabled, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("KVT_BF16X16");
-        v = !(e && !strcmp(e, "0"));
-        atomic_store_explicit(&g_enabled, v, memory_order_relaxed);
-    }
-    return v;
-}
-int kvt_bf16x16_set_enabled(int on) {
-    const int old = kvt_bf16x16_enabled();
-    atomic_store_explicit(&g_enabled, on ? 1 : 0, memory_order_relaxed);
-    return old;
-}
+static kvt_switch g_enabled = KVT_SWITCH_INIT("KVT_BF16X16");
+int kvt_bf16x16_enabled(void) { return kvt_switch_on(&g_enabled); }
+int kvt_bf16x16_set_enabled(int on) { return kvt_switch_set(&g_enabled, on); }

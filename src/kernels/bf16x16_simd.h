@@ -6,9 +6,9 @@
 // AVX512_BF16) do both in one instruction. So both builds, both forms and the scalar reference give the same bits.
 #include <immintrin.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "../base/switch.h"
 #include "bf16x16.h"
 #include "bf16x16_mode.h"
 #include "bits_avx2.h"
@@ -211,7 +211,7 @@ BX_DP __attribute__((noinline)) static bool dp_matches(void) {
 }
 
 static atomic_int g_dp_hw = -1; // the CPU has AVX512_BF16 and passes dp_matches: 1, else 0
-static atomic_int g_dp = -1;    // in use
+static kvt_switch g_dp = KVT_SWITCH_INIT("KVT_BF16DP"); // asked for (in use where dp_hw() too)
 static int dp_hw(void) {
     int v = atomic_load_explicit(&g_dp_hw, memory_order_relaxed);
     if (v < 0) {
@@ -220,18 +220,10 @@ static int dp_hw(void) {
     }
     return v;
 }
-bool kvt_bf16x16_dp_ok(void) {
-    int v = atomic_load_explicit(&g_dp, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("KVT_BF16DP");
-        v = !(e && !strcmp(e, "0")) && dp_hw();
-        atomic_store_explicit(&g_dp, v, memory_order_relaxed);
-    }
-    return v == 1;
-}
+bool kvt_bf16x16_dp_ok(void) { return kvt_switch_on(&g_dp) && dp_hw(); }
 bool kvt_bf16x16_set_dp(bool on) {
     const bool old = kvt_bf16x16_dp_ok();
-    atomic_store_explicit(&g_dp, on && dp_hw(), memory_order_relaxed);
+    kvt_switch_set(&g_dp, on);
     return old;
 }
 #endif

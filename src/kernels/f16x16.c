@@ -2,13 +2,11 @@
 #include "f16x16.h"
 
 #include <math.h>
-#include <stdatomic.h>
-#include <stdlib.h>
-#include <string.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
 
+#include "../base/switch.h"
 #include "f16.h"
 
 #ifdef __SSE2__
@@ -101,18 +99,6 @@ void kvt_f16x16_mm_ref(int64_t n, const void *W, int64_t r0, int64_t r1, const v
     }
 }
 
-static atomic_int g_enabled = -1;
-int kvt_f16x16_enabled(void) {
-    int v = atomic_load_explicit(&g_enabled, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("KVT_F16X16");
-        v = !(e && !strcmp(e, "0"));
-        atomic_store_explicit(&g_enabled, v, memory_order_relaxed);
-    }
-    return v;
-}
-int kvt_f16x16_set_enabled(int on) {
-    const int old = kvt_f16x16_enabled();
-    atomic_store_explicit(&g_enabled, on ? 1 : 0, memory_order_relaxed);
-    return old;
-}
+static kvt_switch g_enabled = KVT_SWITCH_INIT("KVT_F16X16");
+int kvt_f16x16_enabled(void) { return kvt_switch_on(&g_enabled); }
+int kvt_f16x16_set_enabled(int on) { return kvt_switch_set(&g_enabled, on); }

@@ -163,6 +163,17 @@ suites() {
 }
 [ "${SUITES:-1}" = 1 ] && left suites && suites
 
+# prefill_variant MODEL PP ENV=VALUE NAME LABEL BASE: `bench -p RATES_P -n 0` with ENV=VALUE into rates_NAME.json, its
+# tok/s beside the goal and the default kernel's PP (BASE names that kernel)
+prefill_variant() {
+  local m=$1 pp=$2 env=$3 name=$4 label=$5 base=$6 v
+  env "$env" timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p "${RATES_P:-512}" -n 0 -r "${RATES_R:-3}" -t "$T" -o json \
+    >"$OUT/rates_$name.json" 2>"$OUT/rates_$name.err" || { echo "rates: $env failed: $(tail -1 "$OUT/rates_$name.err")"; row rates "prefill, $label" failed - FAIL; rc=1; }
+  v=$(tr -d '\n' <"$OUT/rates_$name.json" | grep -o '"n_gen": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+  row rates "prefill ${RATES_P:-512} tok/s, $label ($env)" "${v:-?}" ">= 5000; $base ${pp:-?}" \
+    "$(calc '%s' "${v:-0} >= 5000 ? sprintf(\"ok (%.2fx $base)\", ${v:-0} / (${pp:-0} > 0 ? ${pp:-0} : 1)) : sprintf(\"NOT MET (%.2fx $base)\", ${v:-0} / (${pp:-0} > 0 ? ${pp:-0} : 1))")"
+}
+
 # --- RATES: decode and prefill of a llama3-8b Q4_K_M, all on the device
 rates() {
   local m; m=$(model llama3-8b q4_k_m) || { row rates mkmodel failed - FAIL; rc=1; return; }
@@ -193,24 +204,12 @@ rates() {
     row rates "decode GB/s of weights, q8_1 activations" "${gbq:-?}" ">= 60% of ${dev:-?} GB/s" \
       "$(calc '%s' "(${dev:-0} > 0 && ${gbq:-0} >= 0.6 * ${dev:-0}) ? sprintf(\"ok (%.0f%%)\", 100 * ${gbq:-0} / ${dev:-1}) : sprintf(\"NOT MET (%.0f%%)\", ${dev:-0} > 0 ? 100 * ${gbq:-0} / ${dev:-1} : 0)")"
   fi
-  # prefill with the GQA attention kernel (KVT_CUDA_ATTN_DECODE=gqa: one block per KV head's query heads, K/V read once
-  # for them, bit for bit the per-head kernel; RATES_GQA=0 leaves it out): tok/s beside the per-head kernel's
-  if [ "${RATES_GQA:-1}" = 1 ]; then
-    KVT_CUDA_ATTN_DECODE=gqa timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p "${RATES_P:-512}" -n 0 -r "${RATES_R:-3}" -t "$T" -o json \
-      >"$OUT/rates_gqa.json" 2>"$OUT/rates_gqa.err" || { echo "rates: KVT_CUDA_ATTN_DECODE=gqa failed: $(tail -1 "$OUT/rates_gqa.err")"; row rates "prefill, GQA attention" failed - FAIL; rc=1; }
-    local ppg; ppg=$(tr -d '\n' <"$OUT/rates_gqa.json" | grep -o '"n_gen": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
-    row rates "prefill ${RATES_P:-512} tok/s, GQA attention (KVT_CUDA_ATTN_DECODE=gqa)" "${ppg:-?}" ">= 5000; per head ${pp:-?}" \
-      "$(calc '%s' "${ppg:-0} >= 5000 ? sprintf(\"ok (%.2fx per head)\", ${ppg:-0} / (${pp:-0} > 0 ? ${pp:-0} : 1)) : sprintf(\"NOT MET (%.2fx per head)\", ${ppg:-0} / (${pp:-0} > 0 ? ${pp:-0} : 1))")"
-  fi
-  # prefill with the tiled attention kernel (KVT_CUDA_ATTN=tiled; the default stays chunked until this is measured;
-  # RATES_TILED=0 leaves it out): tok/s beside the chunked kernel's and the goal
-  if [ "${RATES_TILED:-1}" = 1 ]; then
-    KVT_CUDA_ATTN=tiled timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p "${RATES_P:-512}" -n 0 -r "${RATES_R:-3}" -t "$T" -o json \
-      >"$OUT/rates_tiled.json" 2>"$OUT/rates_tiled.err" || { echo "rates: KVT_CUDA_ATTN=tiled failed: $(tail -1 "$OUT/rates_tiled.err")"; row rates "prefill, tiled attention" failed - FAIL; rc=1; }
-    local ppt; ppt=$(tr -d '\n' <"$OUT/rates_tiled.json" | grep -o '"n_gen": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
-    row rates "prefill ${RATES_P:-512} tok/s, tiled attention (KVT_CUDA_ATTN=tiled)" "${ppt:-?}" ">= 5000; chunked ${pp:-?}" \
-      "$(calc '%s' "${ppt:-0} >= 5000 ? sprintf(\"ok (%.2fx chunked)\", ${ppt:-0} / (${pp:-0} > 0 ? ${pp:-0} : 1)) : sprintf(\"NOT MET (%.2fx chunked)\", ${ppt:-0} / (${pp:-0} > 0 ? ${pp:-0} : 1))")"
-  fi
+  # prefill with another attention kernel, tok/s beside the default's (pp) and the goal: the GQA one
+  # (KVT_CUDA_ATTN_DECODE=gqa: one block per KV head's query heads, K/V read once for them, bit for bit the per-head
+  # kernel; RATES_GQA=0 leaves it out) and the tiled one (KVT_CUDA_ATTN=tiled, the default stays chunked until this is
+  # measured; RATES_TILED=0 leaves it out)
+  [ "${RATES_GQA:-1}" = 1 ] && prefill_variant "$m" "$pp" KVT_CUDA_ATTN_DECODE=gqa gqa "GQA attention" "per head"
+  [ "${RATES_TILED:-1}" = 1 ] && prefill_variant "$m" "$pp" KVT_CUDA_ATTN=tiled tiled "tiled attention" chunked
   # decode steps as CUDA graphs (--cuda-graphs, off by default until this passes): rate beside the eager one, same text
   [ "${RATES_GRAPHS:-1}" = 1 ] || return
   KVT_CUDA_MMV=f32 timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p 0 -n "${RATES_N:-128}" -r "${RATES_R:-3}" -t "$T" -o json --cuda-graphs \
