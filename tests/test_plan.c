@@ -158,6 +158,14 @@ static void test_profile_io(void) {
     // a small GEMV measurement runs and gives a positive figure
     double gf = 0, bw = kvt_profile_gemv_gbps(KVT_TYPE_Q8_0, 4096, 1 << 20, 1, 1, &gf, 8);
     test_result(bw > 0 && gf > 0, "plan: GEMV/GEMM micro-benchmark", "bw %g gflops %g", bw, gf);
+    // the types the model repacks at load are timed repacked (f16 / bf16 panels of 16 rows, q5_K_x8): positive too,
+    // with rows rounded up to the panel (1 MiB of f16 rows of 1024: 512 rows)
+    static const kvt_type repacked[] = {KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_Q5_K};
+    for (size_t i = 0; i < sizeof repacked / sizeof repacked[0]; i++) {
+        double g2 = 0, b2 = kvt_profile_gemv_gbps(repacked[i], 1024, (1 << 20) + 3000, 1, 1, &g2, 8);
+        test_result(b2 > 0 && g2 > 0, "plan: GEMV/GEMM micro-benchmark of a type repacked at load", "%s: bw %g gflops %g",
+                    kvt_type_name(repacked[i]), b2, g2);
+    }
     // the SwiGLU rate: positive, and it adds n_ff elements per token per block to the prefill prediction
     kvt_profile_init(&q);
     ok = kvt_profile_swiglu(2, 1, &q, &err) == KVT_OK && q.cpu_swiglu_gelems > 0;

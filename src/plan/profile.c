@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -65,26 +66,44 @@ double kvt_profile_l3_gbps(const kvt_profile *p) { return p->l3_read_gbps > 0 ? 
 
 // ---------------------------------------------------------------- GEMV / GEMM
 
-// W: `rows` copies of one quantized row of n pseudo-random values.
-static void *make_rows(kvt_type t, int64_t n, int64_t rows, size_t *rs_out) {
+// W: `rows` copies of one quantized row of n pseudo-random values, laid out as the model lays out a matrix of type t
+// at load (model.c model_repack): repacked where kvt_type_repack(t) has a repacking (f16 and bf16 into 16-row
+// panels, q5_K_x8, q6_K_r where the AVX2 kernels run; rows rounded up to its row multiple), on huge pages where the
+// kernel gives them. *type_out: the type the kernels then read; *rows_io: the rows made. Free with free_rows.
+static void *make_rows(kvt_type t, int64_t n, int64_t *rows_io, size_t *bytes_out, kvt_type *type_out) {
     const kvt_type_ops *ops = kvt_type_ops_get(t);
-    int64_t rs = kvt_row_size(t, n);
+    const kvt_repack_ops *rp = kvt_type_repack(t);
+    if (rp && rp->col_align > 1 && n % rp->col_align) rp = NULL;
+    const int64_t align = rp && rp->row_align > 1 ? rp->row_align : 1;
+    const int64_t rows = (*rows_io + align - 1) / align * align;
+    const int64_t rs = kvt_row_size(t, n);
     if (!ops || !ops->from_float || rs <= 0) return NULL;
+    const size_t bytes = (size_t)(rs * rows);
     float *src = malloc((size_t)n * sizeof(float));
-    void *W = NULL;
-    if (src && posix_memalign(&W, 64, (size_t)(rs * rows)) == 0) {
+    void *one = malloc((size_t)(rs * align)); // the first `align` rows, of type t
+    void *W = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (W == MAP_FAILED) W = NULL;
+    if (src && one && W) {
+        madvise(W, bytes, MADV_HUGEPAGE);
         uint32_t s = 12345;
         for (int64_t i = 0; i < n; i++) {
             s = s * 1664525u + 1013904223u;
             src[i] = (float)((s >> 8) & 0xFFFF) / 65536.0f - 0.5f;
         }
-        ops->from_float(src, W, n);
-        for (int64_t r = 1; r < rows; r++) memcpy((char *)W + r * rs, W, (size_t)rs);
-    } else {
+        ops->from_float(src, one, n);
+        for (int64_t r = 1; r < align; r++) memcpy((char *)one + r * rs, one, (size_t)rs);
+        if (rp) rp->pack(one, W, align, n); // one panel; every panel the same (all rows are)
+        else memcpy(W, one, (size_t)rs);
+        for (int64_t r = align; r < rows; r += align) memcpy((char *)W + r * rs, W, (size_t)(rs * align));
+        *rows_io = rows;
+        *bytes_out = bytes;
+        *type_out = rp ? rp->to : t;
+    } else if (W) {
+        munmap(W, bytes);
         W = NULL;
     }
     free(src);
-    *rs_out = (size_t)rs;
+    free(one);
     return W;
 }
 
@@ -100,8 +119,9 @@ double kvt_profile_gemv_gbps(kvt_type t, int64_t width, int64_t bytes, int n_thr
     int64_t rows = bytes / rs;
     if (rows < 64) rows = 64;
     const int64_t tok = gemm_tok > 1 ? gemm_tok : 1;
-    size_t wrs;
-    void *W = make_rows(t, n, rows, &wrs);                       // [rows, n] type t
+    size_t w_bytes = 0;
+    kvt_type wt = t;
+    void *W = make_rows(t, n, &rows, &w_bytes, &wt);             // [rows, n] type t (as the model lays it out: wt)
     float *Y = malloc((size_t)(rows > 4096 * tok ? rows : 4096 * tok) * sizeof(float)); // [tok, rows]
     float *xf = malloc((size_t)(n * tok) * sizeof(float));      // [tok, n] f32 activations
     void *scratch = NULL;                                        // converted activations
@@ -111,7 +131,7 @@ double kvt_profile_gemv_gbps(kvt_type t, int64_t width, int64_t bytes, int n_thr
         kvt_threadpool_init(n_threads, &pool, NULL))
         goto done;
     for (int64_t i = 0; i < n * tok; i++) xf[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
-    kvt_weight w = {.data = W, .type = t, .cols = n, .rows = rows};
+    kvt_weight w = {.data = W, .type = wt, .cols = n, .rows = rows};
     const kvt_weight *wp = &w;
     float *yp = Y;
     kvt_matmul_par(pool, &wp, &yp, 1, xf, 1, scratch); // warm-up (page faults)
@@ -150,7 +170,7 @@ double kvt_profile_gemv_gbps(kvt_type t, int64_t width, int64_t bytes, int n_thr
     }
 done:
     kvt_threadpool_free(pool);
-    free(W);
+    if (W) munmap(W, w_bytes);
     free(scratch);
     free(Y);
     free(xf);

@@ -178,20 +178,31 @@ static bool text_ends_with_delim(beam_run *r, bcand *c, int32_t id) {
     return c->n_text >= nd && memcmp(c->text + c->n_text - nd, d, nd) == 0;
 }
 
-// Chooses the next id of c from logits row ([n_vocab]): `forced` when >= 0 (temp 0: the first token
-// of a continuation, from its parent's top list), else argmax or a draw. Sets c->state.
-static kvt_status choose(beam_run *r, bcand *c, const float *row, int32_t forced, kvt_err *err) {
-    const kvt_beam_params *p = r->p;
+// The pure part of a choice from logits row ([n_vocab]): the id (argmax, or a draw from c's own stream at temp > 0)
+// and log(sum(exp(row))). It touches c->rng only, so the rows of a batch are drawn in
+// parallel (draw_rows) with the bits of one at a time.
+typedef struct {
     int32_t id;
-    if (forced >= 0) id = forced;
-    else if (p->temp > 0) id = sample(c, row, r->n_vocab, p->temp);
-    else top_k(row, r->n_vocab, 1, &id);
+    double lse;
+} draw;
+static draw draw_row(const beam_run *r, bcand *c, const float *row) {
+    draw d;
+    if (r->p->temp > 0) d.id = sample(c, row, r->n_vocab, r->p->temp);
+    else top_k(row, r->n_vocab, 1, &d.id);
+    d.lse = log_sum_exp(row, r->n_vocab);
+    return d;
+}
+
+// Appends the drawn id to c with its log-probability (token_logprob's bits) and sets c->state.
+static kvt_status choose(beam_run *r, bcand *c, const float *row, draw d, kvt_err *err) {
+    const kvt_beam_params *p = r->p;
+    const int32_t id = d.id;
     if (!kvt_grow((void **)&c->ids, &c->cap, c->n + 1, sizeof *c->ids) ||
         !kvt_grow((void **)&c->lp, &c->cap_lp, c->n + 1, sizeof *c->lp)) {
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for beam ids");
     }
     c->ids[c->n] = id;
-    c->lp[c->n] = token_logprob(row, r->n_vocab, id);
+    c->lp[c->n] = (float)((double)row[id] - d.lse); // token_logprob(row, n_vocab, id)
     c->n++;
     bool delim = text_ends_with_delim(r, c, id);
     if (p->stop_at_eog && p->tok && kvt_token_is_eog(p->tok, id)) c->state = C_FINISHED;
@@ -201,8 +212,9 @@ static kvt_status choose(beam_run *r, bcand *c, const float *row, int32_t forced
     return KVT_OK;
 }
 
-// After c's pending id was decoded with logits row: bookkeeping, then the next choice or the step end.
-static kvt_status after_decode(beam_run *r, bcand *c, const float *row, kvt_err *err) {
+// After c's pending id was decoded with logits row: bookkeeping, then the next choice (d: its draw, made by
+// draw_rows unless c ends its step) or the step end.
+static kvt_status after_decode(beam_run *r, bcand *c, const float *row, draw d, kvt_err *err) {
     if (!cand_note_append(r, c)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for block lists");
     if (c->state == C_PENDING_LAST) {
         if (!c->next && !(c->next = malloc((size_t)r->n_vocab * sizeof(float)))) {
@@ -212,7 +224,32 @@ static kvt_status after_decode(beam_run *r, bcand *c, const float *row, kvt_err 
         c->state = C_DONE;
         return KVT_OK;
     }
-    return choose(r, c, row, -1, err);
+    return choose(r, c, row, d, err);
+}
+
+// The draws of the rows of one batched forward pass (logits [n, n_vocab]; who[i]: row i's continuation), on the
+// context's thread pool: a vocabulary-wide exp sum per row (128K entries: about a millisecond) would otherwise run
+// one row at a time between forward passes. Rows that end their step draw nothing.
+typedef struct {
+    const beam_run *r;
+    bcand **who;
+    const float *logits;
+    draw *out;
+    int64_t n, per_task;
+} draw_job;
+static void draw_task(void *arg, int64_t t, int thread) {
+    (void)thread;
+    const draw_job *j = arg;
+    for (int64_t i = t * j->per_task; i < j->n && i < (t + 1) * j->per_task; i++) {
+        if (j->who[i]->state == C_PENDING) j->out[i] = draw_row(j->r, j->who[i], j->logits + i * j->r->n_vocab);
+    }
+}
+static void draw_rows(beam_run *r, bcand **who, const float *logits, int32_t n, draw *out) {
+    kvt_threadpool *pool = kvt_context_pool(r->ctx);
+    const int nt = pool ? kvt_threadpool_n_threads(pool) : 1;
+    draw_job j = {r, who, logits, out, n, (n + nt - 1) / nt};
+    if (pool && nt > 1 && n > 1) kvt_threadpool_run(pool, draw_task, &j, (n + j.per_task - 1) / j.per_task);
+    else draw_task(&j, 0, 0); // per_task >= n here: one task of all rows
 }
 
 // --- running a group of continuations through the step ------------------------------
@@ -220,6 +257,7 @@ static kvt_status after_decode(beam_run *r, bcand *c, const float *row, kvt_err 
 typedef struct {
     int32_t *seqs, *toks; // [n] batch
     bcand **who;          // [n]
+    draw *draws;          // [n] the rows' draws (draw_rows)
 } batch_buf;
 
 // Advances every continuation of members[0..n) to the end of its step, one token per forward pass.
@@ -240,8 +278,11 @@ static kvt_status run_members(beam_run *r, bcand **members, int32_t n, batch_buf
             *decode_ms += kvt_time_ms() - t0;
             if (st) return st;
             const float *logits = kvt_context_logits(r->ctx); // [nb, n_vocab]
+            const double td = kvt_time_ms();
+            draw_rows(r, bb->who, logits, nb, bb->draws);
+            r->res->select_ms += kvt_time_ms() - td; // the choice is counted as selection
             for (int32_t i = 0; i < nb; i++) {
-                if ((st = after_decode(r, bb->who[i], logits + (int64_t)i * r->n_vocab, err))) return st;
+                if ((st = after_decode(r, bb->who[i], logits + (int64_t)i * r->n_vocab, bb->draws[i], err))) return st;
             }
             r->res->n_forward++;
         } else {
@@ -250,7 +291,10 @@ static kvt_status run_members(beam_run *r, bcand **members, int32_t n, batch_buf
                 kvt_status st = kvt_decode_seq(r->ctx, bb->seqs[i], &bb->toks[i], 1, false, err);
                 *decode_ms += kvt_time_ms() - t0;
                 if (st) return st;
-                if ((st = after_decode(r, bb->who[i], kvt_context_logits(r->ctx), err))) return st;
+                bcand *c = bb->who[i];
+                const float *row = kvt_context_logits(r->ctx);
+                const draw d = c->state == C_PENDING ? draw_row(r, c, row) : (draw){0, 0};
+                if ((st = after_decode(r, c, row, d, err))) return st;
                 r->res->n_forward++;
             }
         }
@@ -633,9 +677,9 @@ kvt_status kvt_beam_run(kvt_context *ctx, const kvt_beam_params *p, const int32_
     id_key *keys = malloc(((size_t)N * W + (size_t)N) * sizeof *keys); // [N + N*W] duplicate search (temp > 0)
     bool *dup = malloc((size_t)N * W + (size_t)N);
     batch_buf bb = {malloc((size_t)N * W * sizeof(int32_t)), malloc((size_t)N * W * sizeof(int32_t)),
-                    malloc((size_t)N * W * sizeof(bcand *))};
+                    malloc((size_t)N * W * sizeof(bcand *)), malloc((size_t)N * W * sizeof(draw))};
     double decode_ms = 0;
-    if (!live || !pool || !conts || !keys || !dup || !bb.seqs || !bb.toks || !bb.who) {
+    if (!live || !pool || !conts || !keys || !dup || !bb.seqs || !bb.toks || !bb.who || !bb.draws) {
         st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %d beams x %d continuations", N, W);
         goto done;
     }
@@ -689,13 +733,16 @@ kvt_status kvt_beam_run(kvt_context *ctx, const kvt_beam_params *p, const int32_
         }
         n_conts = 0;
         for (int32_t b = 0; b < n_live && !st; b++) {
-            if (p->temp == 0) top_k(live[b]->next, r.n_vocab, w, bb.toks);
+            const float *row = live[b]->next;
+            if (p->temp == 0) top_k(row, r.n_vocab, w, bb.toks);
+            const double lse = log_sum_exp(row, r.n_vocab); // once for the w forks
             for (int32_t j = 0; j < w && !st; j++) {
                 bcand *c = NULL;
                 uint64_t stream = ((uint64_t)step << 40) ^ ((uint64_t)b * (uint64_t)w + (uint64_t)j + 1);
                 if ((st = fork_cand(&r, live[b], stream, &c, err))) break;
                 conts[n_conts++] = c;
-                st = choose(&r, c, live[b]->next, p->temp == 0 ? bb.toks[j] : -1, err);
+                const draw d = {p->temp == 0 ? bb.toks[j] : sample(c, row, r.n_vocab, p->temp), lse};
+                st = choose(&r, c, row, d, err);
             }
             cand_release_seq(&r, live[b]);
         }
@@ -772,6 +819,7 @@ done:
     free(bb.seqs);
     free(bb.toks);
     free(bb.who);
+    free(bb.draws);
     kvt_context_seq_truncate(ctx, 0, 0);
     res->total_ms = kvt_time_ms() - t_start;
     return st;

@@ -317,7 +317,9 @@ helm() {
   profile
   local np=${HELM_PROMPT:-128} ng=${HELM_GEN:-32}
   # the per-unit overheads of this CPU (helm 6.4.4), calibrated on a small model first unless the profile has them
-  if [ "${HELM_CALIBRATE:-1}" = 1 ] && [ -z "$(jnum "$OUT/profile.json" cpu_block_overhead_ms)" ]; then
+  # (kvtier profile writes 0: not calibrated)
+  local cal; cal=$(jnum "$OUT/profile.json" cpu_block_overhead_ms)
+  if [ "${HELM_CALIBRATE:-1}" = 1 ] && { [ -z "$cal" ] || [ "$cal" = 0 ]; }; then
     local sm; sm=$(model smollm2-135m q8_0) &&
       timeout 90 $KVT plan --validate --calibrate -t "$T" -m "$sm" --profile "$OUT/profile.json" --reps 3 >"$OUT/helm_calibrate.txt" 2>&1
   fi
