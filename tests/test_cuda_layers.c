@@ -154,6 +154,17 @@ static void check_model(const char *path, int n, const int32_t *n_gpu, const cha
                     err.msg, e.msg, dev.worst, limit, dev.mismatch, (long long)ref.rows, dev.far, 100.0 * tie);
         if (ran) printf("# %s: logits nmse %.3g at worst, %d of %lld greedy ids differ (near ties)\n", names[i], dev.worst,
                         dev.mismatch, (long long)ref.rows);
+        if (i == 0) { // the host time of the device layers' calls: in the device KV's calls and the waits are parts of it
+            const kvt_gpu_layers_stats *g = &dev.gs;
+            char name[400];
+            snprintf(name, sizeof name, "%s: the host time of its calls (run >= device KV + waits for the device, each >= 0)",
+                     names[i]);
+            test_result(ran && g->calls > 0 && g->run_ms > 0 && g->kv_ms >= 0 && g->sync_ms >= 0 &&
+                            g->kv_ms + g->sync_ms <= g->run_ms * (1 + 1e-9),
+                        name,
+                        "calls %lld, run %.3f ms, kv %.3f ms, sync %.3f ms", (long long)g->calls, g->run_ms, g->kv_ms,
+                        g->sync_ms);
+        }
     }
     free(ref.logits);
     kvt_model_free(m);

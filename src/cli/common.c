@@ -737,6 +737,13 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_kv_int(j, "argmax_calls", gs.argmax_calls); // greedy ids taken on the device (only the ids came back)
         kvt_json_kv_int(j, "graph_steps", gs.graph_steps);     // micro-batches run as one CUDA graph (--cuda-graphs)
         kvt_json_kv_int(j, "graph_updates", gs.graph_updates); // of those, graphs updated in place (not instantiated)
+        // host wall time in the device layers' calls: of it in the device KV's calls, and waiting for the device
+        kvt_json_key(j, "time_ms");
+        kvt_json_obj_begin(j);
+        kvt_json_kv_num(j, "run", gs.run_ms);
+        kvt_json_kv_num(j, "kv", gs.kv_ms);
+        kvt_json_kv_num(j, "sync", gs.sync_ms);
+        kvt_json_obj_end(j);
         const kvt_gpu_kv_stats *k = &gs.kv; // the KV tiers: VRAM over pinned host memory
         kvt_json_key(j, "kv");
         kvt_json_obj_begin(j);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/timer.h"
 #include "../kernels/dtype.h"
 #include "gpu_kv.h"
 
@@ -41,6 +42,7 @@ struct kvt_gpu_layers {
     kvt_cuda_graph *graph;        // p.graphs: the executable graph of the last captured micro-batch (NULL: none yet)
     bool graph_off;               // a capture failed: graphs are off for this context
     int64_t graph_steps, graph_updates;
+    double run_ms, kv_ms, sync_ms; // host wall time in the calls, in the device KV's calls, waiting for the device
 };
 
 static kvt_status cu_fail(const kvt_gpu_layers *g, const char *what, kvt_err *err) {
@@ -268,7 +270,9 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
                         kvt_err *err) {
     const void *const *tk, *const *tv;
     int32_t mb;
+    const double t0 = kvt_time_ms();
     kvt_status st = kvt_gpu_kv_layer(g->kv, i, &tk, &tv, &mb, err); // the layer's blocks fetched (or read from host)
+    g->kv_ms += kvt_time_ms() - t0;
     if (st) return st;
     const kvt_cuda_api *A = g->api;
     const kvt_hparams *hp = &g->m->hp;
@@ -338,15 +342,17 @@ static kvt_status layer(kvt_gpu_layers *g, int32_t i, int64_t n, const int32_t *
     return KVT_OK;
 }
 
-kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs, const int64_t *pos, float *x,
-                              const int64_t *out, int64_t n_out, float *logits, kvt_err *err) {
+static kvt_status run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs, const int64_t *pos, float *x, const int64_t *out,
+                      int64_t n_out, float *logits, kvt_err *err) {
     if (n < 1 || n > g->p.n_ubatch) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: %lld rows (1 .. %lld)", (long long)n,
                           (long long)g->p.n_ubatch);
     }
     int32_t max_len = 0;
     g->kept = 0;
+    double t0 = kvt_time_ms();
     kvt_status st = kvt_gpu_kv_begin(g->kv, n, seqs, pos, &max_len, err);
+    g->kv_ms += kvt_time_ms() - t0;
     if (st) return st;
     for (int64_t t = 0; t < n; t++) {
         g->hpos[t] = (int32_t)pos[t];
@@ -369,7 +375,10 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
         const int64_t chunks = (max_len + KVT_CUDA_ATTN_CHUNK - 1) / KVT_CUDA_ATTN_CHUNK;
         CU(g->api->workspace_reserve(g->ctx, (size_t)(n * hp->n_head * chunks * (hp->head_dim + 2)) * sizeof(float)),
            "attention workspace");
-        if ((st = kvt_gpu_kv_reserve(g->kv, err))) return st;
+        t0 = kvt_time_ms();
+        st = kvt_gpu_kv_reserve(g->kv, err);
+        g->kv_ms += kvt_time_ms() - t0;
+        if (st) return st;
         CU(g->api->graph_begin(g->ctx), "capture of a decode step");
     }
     for (int32_t i = 0; !st && i < g->nl; i++) st = layer(g, i, n, seqs, pos, max_len, err);
@@ -390,7 +399,10 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
         g->graph_updates += updated;
     }
     if (st) return st;
-    if ((st = kvt_gpu_kv_end(g->kv, err))) return st; // the next step's layer 0, overlapping what follows
+    t0 = kvt_time_ms();
+    st = kvt_gpu_kv_end(g->kv, err); // the next step's layer 0, overlapping what follows
+    g->kv_ms += kvt_time_ms() - t0;
+    if (st) return st;
     if (!g->p.output) {
         CU(g->api->copy_d2h(g->ctx, x, g->x, (size_t)(n * E) * sizeof(float), KVT_CUDA_STREAM_COMPUTE),
            "download of the activations");
@@ -413,8 +425,29 @@ kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs,
             g->d2h += n_out * hp->n_vocab * (int64_t)sizeof(float);
         }
     }
-    CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "forward pass");
+    t0 = kvt_time_ms();
+    const int rc = g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE);
+    g->sync_ms += kvt_time_ms() - t0;
+    if (rc != KVT_CUDA_OK) return cu_fail(g, "forward pass", err);
     return KVT_OK;
+}
+
+kvt_status kvt_gpu_layers_run(kvt_gpu_layers *g, int64_t n, const int32_t *seqs, const int64_t *pos, float *x,
+                              const int64_t *out, int64_t n_out, float *logits, kvt_err *err) {
+    const double t0 = kvt_time_ms();
+    const kvt_status st = run(g, n, seqs, pos, x, out, n_out, logits, err);
+    g->run_ms += kvt_time_ms() - t0;
+    return st;
+}
+
+// The host's wait for COMPUTE at the end of a fetch of kept rows (counted as run and sync time)
+static kvt_status sync_kept(kvt_gpu_layers *g, double t_call, const char *what, kvt_err *err) {
+    const double t0 = kvt_time_ms();
+    const int rc = g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE);
+    const double t1 = kvt_time_ms();
+    g->sync_ms += t1 - t0;
+    g->run_ms += t1 - t_call;
+    return rc == KVT_CUDA_OK ? KVT_OK : cu_fail(g, what, err);
 }
 
 static kvt_status check_kept(const kvt_gpu_layers *g, int64_t n_out, kvt_err *err) {
@@ -428,9 +461,10 @@ static kvt_status check_kept(const kvt_gpu_layers *g, int64_t n_out, kvt_err *er
 kvt_status kvt_gpu_layers_logits(kvt_gpu_layers *g, int64_t n_out, float *dst, kvt_err *err) {
     kvt_status st = check_kept(g, n_out, err);
     if (st) return st;
+    const double t0 = kvt_time_ms();
     const size_t bytes = (size_t)(n_out * g->m->hp.n_vocab) * sizeof(float);
     CU(g->api->copy_d2h(g->ctx, dst, g->logits, bytes, KVT_CUDA_STREAM_COMPUTE), "download of the logits");
-    CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "download of the logits");
+    if ((st = sync_kept(g, t0, "download of the logits", err))) return st;
     g->d2h += (int64_t)bytes;
     return KVT_OK;
 }
@@ -438,9 +472,10 @@ kvt_status kvt_gpu_layers_logits(kvt_gpu_layers *g, int64_t n_out, float *dst, k
 kvt_status kvt_gpu_layers_argmax(kvt_gpu_layers *g, int64_t n_out, int32_t *ids, kvt_err *err) {
     kvt_status st = check_kept(g, n_out, err);
     if (st) return st;
+    const double t0 = kvt_time_ms();
     CU(g->api->argmax(g->ctx, g->logits, n_out, g->m->hp.n_vocab, g->dids, 1), "argmax of the logits");
     CU(g->api->copy_d2h(g->ctx, ids, g->dids, (size_t)n_out * sizeof(int32_t), KVT_CUDA_STREAM_COMPUTE), "download of the ids");
-    CU(g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "argmax of the logits");
+    if ((st = sync_kept(g, t0, "argmax of the logits", err))) return st;
     g->d2h += n_out * (int64_t)sizeof(int32_t);
     g->argmax_calls++;
     return KVT_OK;
@@ -458,7 +493,19 @@ kvt_status kvt_gpu_layers_set_plan(kvt_gpu_layers *g, const int32_t *seqs, int64
 void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out) {
     kvt_gpu_kv_stats k;
     kvt_gpu_kv_get_stats(g->kv, &k);
-    *out = (kvt_gpu_layers_stats){g->nl, g->p.output, g->weight_bytes, k.vram_bytes, g->h2d + k.h2d_bytes + k.table_bytes,
-                                  g->d2h + k.d2h_bytes, k.d2d_bytes, g->calls, g->argmax_calls, g->graph_steps,
-                                  g->graph_updates, k};
+    *out = (kvt_gpu_layers_stats){.layers = g->nl,
+                                  .output = g->p.output,
+                                  .weight_bytes = g->weight_bytes,
+                                  .kv_bytes = k.vram_bytes,
+                                  .h2d_bytes = g->h2d + k.h2d_bytes + k.table_bytes,
+                                  .d2h_bytes = g->d2h + k.d2h_bytes,
+                                  .d2d_bytes = k.d2d_bytes,
+                                  .calls = g->calls,
+                                  .argmax_calls = g->argmax_calls,
+                                  .graph_steps = g->graph_steps,
+                                  .graph_updates = g->graph_updates,
+                                  .run_ms = g->run_ms,
+                                  .kv_ms = g->kv_ms,
+                                  .sync_ms = g->sync_ms,
+                                  .kv = k};
 }

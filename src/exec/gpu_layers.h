@@ -101,6 +101,10 @@ typedef struct {
     int64_t argmax_calls;  // greedy ids taken on the device (kvt_gpu_layers_argmax: only the ids downloaded)
     int64_t graph_steps;   // micro-batches whose layers ran as one CUDA graph (p.graphs)
     int64_t graph_updates; // of those, the graph updated in place (else instantiated anew)
+    // Host wall time, ms: in kvt_gpu_layers_run / _logits / _argmax calls (run), of it in the device KV's calls (kv: the
+    // blocks' bookkeeping, fetches queued, waits for slots and copies) and waiting for the device at the calls' ends
+    // (sync: the device's work the host's queuing did not cover). run - kv - sync: the host queuing the layers' kernels.
+    double run_ms, kv_ms, sync_ms;
     kvt_gpu_kv_stats kv;   // the KV cache's tiers and transfers (included in the totals above)
 } kvt_gpu_layers_stats;
 void kvt_gpu_layers_get_stats(const kvt_gpu_layers *g, kvt_gpu_layers_stats *out);

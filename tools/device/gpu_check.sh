@@ -68,6 +68,16 @@ if [ "${BUILD:-1}" = 1 ]; then
   echo "build: $(( $(date +%s) - t0 )) s"
 fi
 
+# the device layers' host time in a kvtier --json output: "run R ms (device KV K, waits for the device S) over C calls"
+gtimes() {
+  python3 -c '
+import json, sys
+try: g = json.load(open(sys.argv[1]))["gpu"]; t = g["time_ms"]
+except Exception: print("(no device times)"); sys.exit(0)
+print("host %.0f ms in %d calls: device KV %.0f, waits for the device %.0f, queuing the rest %.0f" %
+      (t["run"], g["calls"], t["kv"], t["sync"], t["run"] - t["kv"] - t["sync"]))' "$1" 2>/dev/null
+}
+
 # a model of a named shape made here (MKMODEL_FLAGS: extra flags, e.g. a tiny variant for a dry run)
 model() { # SHAPE TYPE -> prints the path
   local f="$MODELS/$1-$2${MKMODEL_FLAGS:+-small}.gguf"
@@ -298,7 +308,7 @@ lbs() {
     kvb+=("$(jnum_in "$OUT/lbs_$s.json" '"gpu"' host_to_device_bytes)")
     echo "lbs $s: $(jnum_in "$OUT/lbs_$s.json" '"time_ms"' total) ms, groups per step $(tr -d '\n' <"$OUT/lbs_$s.json" | grep -o '"groups_per_step":\[[0-9,]*\]')," \
          "KV loaded $(jnum_in "$OUT/lbs_$s.json" '"gpu"' host_to_device_bytes) B, zero-copy read $(jnum_in "$OUT/lbs_$s.json" '"gpu"' zero_copy_read_bytes) B," \
-         "forks copied $(jnum "$OUT/lbs_$s.json" fork_copied_bytes) B"
+         "forks copied $(jnum "$OUT/lbs_$s.json" fork_copied_bytes) B; $(gtimes "$OUT/lbs_$s.json")"
   done
   # the beams' KV must exceed the budget: the device KV's slots at the end (VRAM + pinned host) against it
   local v h; v=$(jnum_in "$OUT/lbs_layerwise.json" '"gpu"' vram_bytes); h=$(jnum_in "$OUT/lbs_layerwise.json" '"gpu"' pinned_bytes)
@@ -389,6 +399,7 @@ headinfer() {
       END { link = (gbps > 0) ? step / (gbps * 1e6) : 0; ratio = (link > 0) ? sprintf("%.2f", tpot / link) : "-"
             printf "%-22s %8d %10.2f %12.1f %14.2f %10s %8s\n", "  KV " kvv, np, tpot, step / 1e6, link, ratio, same }' "$j")
     echo "$line"
+    echo "      $(gtimes "$j")"
     # shellcheck disable=SC2086
     set -- $line # KV, budget, prompt, TPOT, MB/step, link ms, TPOT/link, tokens
     row headinfer "TPOT ms, ${ctx}-token prompt, KV $kvv" "$4" "$([ "$base" = all ] && echo - || echo "1.2 x link $6 ms")" \
