@@ -153,13 +153,14 @@ static void matmul_ref(kvt_type t, const uint8_t *w, int64_t n_rows, int64_t n_c
     free(xq);
 }
 
-// A context made with KVT_CUDA_MMV=mmv, KVT_CUDA_ATTN=attn and KVT_CUDA_ATTN_DECODE=dec (read by ctx_init; the
-// caller's values put back): the suite names both paths itself, whatever the library's defaults.
-static int ctx_with(const kvt_cuda_api *api, const char *mmv, const char *attn, const char *dec, kvt_cuda_ctx **out, char *msg,
-                    int n) {
-    enum { NV = 3 };
-    static const char *const name[NV] = {"KVT_CUDA_MMV", "KVT_CUDA_ATTN", "KVT_CUDA_ATTN_DECODE"};
-    const char *val[NV] = {mmv, attn, dec};
+// A context made with KVT_CUDA_MMV=mmv, KVT_CUDA_ATTN=attn, KVT_CUDA_ATTN_DECODE=dec and KVT_CUDA_MMVQ_ROWS=rows (read
+// by ctx_init; the caller's values put back; "": the library's default): the suite names both paths itself, whatever
+// the library's defaults.
+static int ctx_with(const kvt_cuda_api *api, const char *mmv, const char *attn, const char *dec, const char *rows,
+                    kvt_cuda_ctx **out, char *msg, int n) {
+    enum { NV = 4 };
+    static const char *const name[NV] = {"KVT_CUDA_MMV", "KVT_CUDA_ATTN", "KVT_CUDA_ATTN_DECODE", "KVT_CUDA_MMVQ_ROWS"};
+    const char *val[NV] = {mmv, attn, dec, rows};
     char saved[NV][64];
     bool had[NV];
     for (int i = 0; i < NV; i++) {
@@ -349,7 +350,8 @@ static void case_dequant_rows(gpu *g, kvt_type t) {
 // with q8_1 activations (the quantized types; the time includes the activations' quantization), for 4096 x 4096
 // weights (9 MB of Q4_K: a few microseconds, launch-bound) and a llama3-8b FFN's 14336 x 4096 and 4096 x 14336 (the
 // kernel's own rate). Reported, not asserted (the issue's >= 60% is for a whole decode step). Lines
-// "# cuda-bw TYPE GBPS LIMIT PATH ROWSxCOLS".
+// "# cuda-bw TYPE GBPS LIMIT PATH ROWSxCOLS". q4_K and q6_K (a Q4_K_M model's weights) also with 1 and 4 weight rows
+// per warp (KVT_CUDA_MMVQ_ROWS; PATH q8_1r1, q8_1r4) beside the default 2.
 static void case_matvec_bandwidth(gpu *g) {
     const char *name = "cuda mul_mat_vec bandwidth, 4096 x 4096, 14336 x 4096, 4096 x 14336, 1 token, f32 and q8_1 activations (reported)";
     if (getenv("KVT_CUDA_NO_BENCH")) { // gpu_check.sh's compute-sanitizer run
@@ -365,6 +367,12 @@ static void case_matvec_bandwidth(gpu *g) {
     const int64_t KMAX = 14336;
     float *x = frand_array(g, KMAX);
     float *dx = x ? dput(g, x, KMAX * sizeof(float)) : NULL, *dy = dpoison(g, KMAX * sizeof(float));
+    enum { N_PATHS = MM_VEC_Q8_1 + 3 }; // f32, q8_1, then q8_1 with 1 and 4 rows per warp
+    kvt_cuda_ctx *pctx[N_PATHS] = {g->ctx, g->ctx_alt, NULL, NULL};
+    static const char *const pname[N_PATHS] = {"f32", "q8_1", "q8_1r1", "q8_1r4"};
+    char pmsg[KVT_CUDA_ERR_MAX];
+    if (ctx_with(g->api, "q8_1", "chunked", "head", "1", &pctx[2], pmsg, (int)sizeof pmsg) != KVT_CUDA_OK) pctx[2] = NULL;
+    if (ctx_with(g->api, "q8_1", "chunked", "head", "4", &pctx[3], pmsg, (int)sizeof pmsg) != KVT_CUDA_OK) pctx[3] = NULL;
     for (int sh = 0; sh < 3; sh++) {
         const int64_t N = shapes[sh][0], K = shapes[sh][1];
         for (int i = 0; i < N_WTYPES && dx && dy; i++) {
@@ -372,9 +380,10 @@ static void case_matvec_bandwidth(gpu *g) {
             const size_t bytes = (size_t)(N * kvt_row_size(t, K));
             void *dw = dalloc(g, bytes);
             if (!dw || !cu_ok(g, g->api->memset_dev(g->ctx, dw, 0x11, bytes), "memset_dev")) break; // finite values of every type
-            for (int path = MM_VEC; path <= MM_VEC_Q8_1; path++) {
-                kvt_cuda_ctx *c = path == MM_VEC ? g->ctx : g->ctx_alt;
-                if (!c || (path == MM_VEC_Q8_1 && (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16))) continue; // no q8_1 path
+            for (int path = MM_VEC; path < N_PATHS; path++) {
+                kvt_cuda_ctx *c = pctx[path];
+                if (!c || (path != MM_VEC && (t == KVT_TYPE_F16 || t == KVT_TYPE_BF16))) continue; // no q8_1 path
+                if (path > MM_VEC_Q8_1 && t != KVT_TYPE_Q4_K && t != KVT_TYPE_Q6_K) continue; // rows per warp: q4_K, q6_K only
                 cu_ok(g, g->api->stream_sync(g->ctx, KVT_CUDA_STREAM_COMPUTE), "stream_sync"); // the memset done
                 kvt_cuda_ctx *ctx0 = g->ctx;
                 g->ctx = c; // (for cu_ok's message)
@@ -387,13 +396,15 @@ static void case_matvec_bandwidth(gpu *g) {
                 }
                 g->ctx = ctx0;
                 printf("# cuda-bw %s %.1f %.1f %s %lldx%lld\n", kvt_type_name(t), (double)bytes / (best * 1e-3) / 1e9, limit,
-                       path == MM_VEC ? "f32" : "q8_1", (long long)N, (long long)K);
+                       pname[path], (long long)N, (long long)K);
             }
             g->api->dev_free(g->ctx, dw);
             g->allocs[--g->n_allocs] = NULL;
         }
     }
     free(x);
+    for (int i = MM_VEC_Q8_1 + 1; i < N_PATHS; i++)
+        if (pctx[i]) g->api->ctx_free(pctx[i]);
     const bool clean = case_end(g);
     test_result(clean, name, "%s", g->err);
 }
@@ -892,7 +903,7 @@ void test_cuda(const test_env *env) {
     } else {
         g.api = g.be.api;
         char msg[256] = "";
-        if (ctx_with(g.api, "f32", "chunked", "head", &g.ctx, msg, (int)sizeof msg) != KVT_CUDA_OK) {
+        if (ctx_with(g.api, "f32", "chunked", "head", "", &g.ctx, msg, (int)sizeof msg) != KVT_CUDA_OK) {
             test_result(false, "cuda: context on device 0", "%s", msg);
             snprintf(g.skip, sizeof g.skip, "no CUDA context: %s", msg);
         } else {
@@ -900,7 +911,7 @@ void test_cuda(const test_env *env) {
             if (g.api->device_info(0, &info, msg, (int)sizeof msg) == KVT_CUDA_OK)
                 printf("# cuda device 0: %s, sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.n_sm,
                        (double)info.vram_bytes / (1 << 30));
-            if (ctx_with(g.api, "q8_1", "tiled", "gqa", &g.ctx_alt, g.skip_alt, (int)sizeof g.skip_alt) != KVT_CUDA_OK)
+            if (ctx_with(g.api, "q8_1", "tiled", "gqa", "", &g.ctx_alt, g.skip_alt, (int)sizeof g.skip_alt) != KVT_CUDA_OK)
                 g.ctx_alt = NULL;
         }
     }

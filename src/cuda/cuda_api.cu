@@ -164,6 +164,13 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
         if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_ATTN_DECODE=%.64s: head or gqa", attn_dec);
         return KVT_CUDA_ERR_ARG;
     }
+    // weight rows per warp of the q8_1 matvec of q4_K / q6_K at one activation row: KVT_CUDA_MMVQ_ROWS=1, 2 (the
+    // default) or 4 (the same bits; suite cuda times each on a device)
+    const char *mrows = getenv("KVT_CUDA_MMVQ_ROWS");
+    if (mrows && *mrows && strcmp(mrows, "1") != 0 && strcmp(mrows, "2") != 0 && strcmp(mrows, "4") != 0) {
+        if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_MMVQ_ROWS=%.64s: 1, 2 or 4", mrows);
+        return KVT_CUDA_ERR_ARG;
+    }
     int rc = check_device(device, err, err_len);
     if (rc) return rc;
     kvt_cuda_ctx *ctx = new (std::nothrow) kvt_cuda_ctx();
@@ -181,6 +188,7 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
     ctx->mmv_q8_1 = !mmv || !*mmv || !strcmp(mmv, "q8_1");
     ctx->attn_tiled = attn && !strcmp(attn, "tiled");
     ctx->attn_gqa = attn_dec && !strcmp(attn_dec, "gqa");
+    ctx->mmvq_rows = mrows && *mrows ? atoi(mrows) : 2;
     if (e == cudaSuccess && ctx->mmv_q8_1) { // rows of up to 65536 columns without growing (q8_1_bytes)
         ctx->q8_bytes = (size_t)KVT_CUDA_MMV_MAX_ROWS * 65536 + (size_t)KVT_CUDA_MMV_MAX_ROWS * 2048 * 8;
         e = cudaMalloc(&ctx->q8, ctx->q8_bytes);

@@ -144,19 +144,19 @@ void quantize_rows(const float *x, int64_t n_tok, int64_t n_cols, std::vector<in
     for (int64_t b = 0; b < n_tok * n_cols / 32; b++) q8_1_block(x + 32 * b, &xq[(size_t)(32 * b)], &xd[(size_t)b]);
 }
 
-// The warps of mmvq_kernel<T, NT> (kMmvqRows rows each) run lane by lane, each warp's lanes summed in lane order: y
+// The warps of mmvq_kernel<T, NT, R> (R rows each) run lane by lane, each warp's lanes summed in lane order: y
 // [n_tok, n_rows] as the kernel stores it (the rows past n_rows that the last warp repeats are dropped).
-template <int T, int NT>
+template <int T, int NT, int R = kMmvqRows>
 void mmvq_warps(const uint8_t *W, int64_t n_rows, int64_t n_cols, const int8_t *xq, const float2 *xd, int n_tok, float *y) {
-    for (int64_t r0 = 0; r0 < n_rows; r0 += kMmvqRows) {
-        float sum[kMmvqRows][NT] = {};
+    for (int64_t r0 = 0; r0 < n_rows; r0 += R) {
+        float sum[R][NT] = {};
         for (int lane = 0; lane < 32; lane++) {
-            float acc[kMmvqRows][NT] = {};
-            mmvq_lane<T, NT, kMmvqRows>(W, n_rows, n_cols, r0, xq, xd, n_tok, lane, acc);
-            for (int r = 0; r < kMmvqRows; r++)
+            float acc[R][NT] = {};
+            mmvq_lane<T, NT, R>(W, n_rows, n_cols, r0, xq, xd, n_tok, lane, acc);
+            for (int r = 0; r < R; r++)
                 for (int t = 0; t < NT; t++) sum[r][t] += acc[r][t];
         }
-        for (int r = 0; r < kMmvqRows; r++)
+        for (int r = 0; r < R; r++)
             for (int t = 0; t < n_tok; t++)
                 if (r0 + r < n_rows) y[t * n_rows + r0 + r] = sum[r][t];
     }
@@ -219,7 +219,16 @@ template <int T> struct check_mmvq_op {
                 std::vector<uint8_t> xv((size_t)kvt_row_size(ops->vec_dot_type, n_cols));
                 for (int nt = 1; nt <= KVT_CUDA_MMV_MAX_ROWS && !msg[0]; nt++) {
                     std::vector<float> y((size_t)(nt * n_rows), quiet_nan()), cpu((size_t)(nt * n_rows));
-                    if (nt == 1) mmvq_warps<T, 1>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
+                    if (nt == 1) {
+                        mmvq_warps<T, 1>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
+                        // decode's other rows per warp (KVT_CUDA_MMVQ_ROWS 1 and 4): every row bit for bit the same
+                        std::vector<float> y1(y.size()), y4(y.size());
+                        mmvq_warps<T, 1, 1>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y1.data());
+                        mmvq_warps<T, 1, 4>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y4.data());
+                        if (memcmp(y1.data(), y.data(), y.size() * sizeof(float)) || memcmp(y4.data(), y.data(), y.size() * sizeof(float)))
+                            snprintf(msg, sizeof msg, "%lld columns: 1 or 4 rows per warp give other bits than %d", (long long)n_cols,
+                                     kMmvqRows);
+                    }
                     else if (nt == 2) mmvq_warps<T, 2>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
                     else if (nt <= 4) mmvq_warps<T, 4>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
                     else mmvq_warps<T, 8>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
