@@ -103,7 +103,9 @@ typedef struct {
     int64_t graph_updates; // of those, the graph updated in place (else instantiated anew)
     // Host wall time, ms: in kvt_gpu_layers_run / _logits / _argmax calls (run), of it in the device KV's calls (kv: the
     // blocks' bookkeeping, fetches queued, waits for slots and copies) and waiting for the device at the calls' ends
-    // (sync: the device's work the host's queuing did not cover). run - kv - sync: the host queuing the layers' kernels.
+    // (sync: the device's work the host's queuing did not cover). run - kv - sync: the host queuing the layers' kernels
+    // (and, when the device's launch queue is full, launches that wait for it: a device-bound run whose kernels are
+    // small can show its device time there rather than in sync).
     double run_ms, kv_ms, sync_ms;
     kvt_gpu_kv_stats kv;   // the KV cache's tiers and transfers (included in the totals above)
 } kvt_gpu_layers_stats;
