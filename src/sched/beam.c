@@ -161,16 +161,36 @@ static void top_k(const float *row, int32_t n, int32_t k, int32_t *top) {
     }
 }
 
-// Draw from softmax(row / temp) with the candidate's own stream.
+// The weights of entries [0, m) of a row in a draw at temperature temp: e[k] = expf(row[k] / temp - ms), ms the row's
+// largest entry / temp (libm's expf bits whatever the ISA: kvt_vec_expf_sub).
+static void draw_weights(const float *row, int32_t m, float temp, float ms, float *e) {
+    for (int32_t k = 0; k < m; k++) e[k] = row[k] / temp;
+    kvt_vec_expf_sub(e, ms, e, m);
+}
+
+// Draw from softmax(row / temp) with the candidate's own stream: the weights summed in double in index order, then
+// the same weights again in the same order until the running sum passes the drawn point.
 static int32_t sample(bcand *c, const float *row, int32_t n, float temp) {
     float mx = row[0];
     for (int32_t i = 1; i < n; i++) mx = row[i] > mx ? row[i] : mx;
+    const float ms = mx / temp;
+    enum { CHUNK = 2048 };
+    float e[CHUNK];
     double tot = 0;
-    for (int32_t i = 0; i < n; i++) tot += exp(((double)row[i] - mx) / temp);
-    double u = (double)(splitmix(&c->rng) >> 11) * (1.0 / 9007199254740992.0) * tot, acc = 0;
-    for (int32_t i = 0; i < n; i++) {
-        acc += exp(((double)row[i] - mx) / temp);
-        if (u < acc) return i;
+    for (int32_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const int32_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        draw_weights(row + i0, m, temp, ms, e);
+        for (int32_t k = 0; k < m; k++) tot += e[k];
+    }
+    const double u = (double)(splitmix(&c->rng) >> 11) * (1.0 / 9007199254740992.0) * tot;
+    double acc = 0;
+    for (int32_t i0 = 0; i0 < n; i0 += CHUNK) {
+        const int32_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
+        draw_weights(row + i0, m, temp, ms, e);
+        for (int32_t k = 0; k < m; k++) {
+            acc += e[k];
+            if (u < acc) return i0 + k;
+        }
     }
     return n - 1;
 }
