@@ -153,14 +153,15 @@ static void matmul_ref(kvt_type t, const uint8_t *w, int64_t n_rows, int64_t n_c
     free(xq);
 }
 
-// A context made with KVT_CUDA_MMV=mmv, KVT_CUDA_ATTN=attn, KVT_CUDA_ATTN_DECODE=dec and KVT_CUDA_MMVQ_ROWS=rows (read
-// by ctx_init; the caller's values put back; "": the library's default): the suite names both paths itself, whatever
+// A context made with KVT_CUDA_MMV=mmv, KVT_CUDA_ATTN=attn, KVT_CUDA_ATTN_DECODE=dec, KVT_CUDA_MMVQ_ROWS=rows and
+// KVT_CUDA_MMVQ_ILP=ilp (read by ctx_init; the caller's values put back; "": the library's default): the suite names both paths itself, whatever
 // the library's defaults.
 static int ctx_with(const kvt_cuda_api *api, const char *mmv, const char *attn, const char *dec, const char *rows,
-                    kvt_cuda_ctx **out, char *msg, int n) {
-    enum { NV = 4 };
-    static const char *const name[NV] = {"KVT_CUDA_MMV", "KVT_CUDA_ATTN", "KVT_CUDA_ATTN_DECODE", "KVT_CUDA_MMVQ_ROWS"};
-    const char *val[NV] = {mmv, attn, dec, rows};
+                    const char *ilp, kvt_cuda_ctx **out, char *msg, int n) {
+    enum { NV = 5 };
+    static const char *const name[NV] = {"KVT_CUDA_MMV", "KVT_CUDA_ATTN", "KVT_CUDA_ATTN_DECODE", "KVT_CUDA_MMVQ_ROWS",
+                                         "KVT_CUDA_MMVQ_ILP"};
+    const char *val[NV] = {mmv, attn, dec, rows, ilp};
     char saved[NV][64];
     bool had[NV];
     for (int i = 0; i < NV; i++) {
@@ -351,7 +352,8 @@ static void case_dequant_rows(gpu *g, kvt_type t) {
 // weights (9 MB of Q4_K: a few microseconds, launch-bound) and a llama3-8b FFN's 14336 x 4096 and 4096 x 14336 (the
 // kernel's own rate). Reported, not asserted (the issue's >= 60% is for a whole decode step). Lines
 // "# cuda-bw TYPE GBPS LIMIT PATH ROWSxCOLS". q4_K and q6_K (a Q4_K_M model's weights) also with 1 and 4 weight rows
-// per warp (KVT_CUDA_MMVQ_ROWS; PATH q8_1r1, q8_1r4) beside the default 2.
+// per warp (KVT_CUDA_MMVQ_ROWS; PATH q8_1r1, q8_1r4) beside the default 2, and with 2 items a lane in flight
+// (KVT_CUDA_MMVQ_ILP=2; q8_1i2 with 2 rows, q8_1r1i2 with 1).
 static void case_matvec_bandwidth(gpu *g) {
     const char *name = "cuda mul_mat_vec bandwidth, 4096 x 4096, 14336 x 4096, 4096 x 14336, 1 token, f32 and q8_1 activations (reported)";
     if (getenv("KVT_CUDA_NO_BENCH")) { // gpu_check.sh's compute-sanitizer run
@@ -367,12 +369,15 @@ static void case_matvec_bandwidth(gpu *g) {
     const int64_t KMAX = 14336;
     float *x = frand_array(g, KMAX);
     float *dx = x ? dput(g, x, KMAX * sizeof(float)) : NULL, *dy = dpoison(g, KMAX * sizeof(float));
-    enum { N_PATHS = MM_VEC_Q8_1 + 3 }; // f32, q8_1, then q8_1 with 1 and 4 rows per warp
-    kvt_cuda_ctx *pctx[N_PATHS] = {g->ctx, g->ctx_alt, NULL, NULL};
-    static const char *const pname[N_PATHS] = {"f32", "q8_1", "q8_1r1", "q8_1r4"};
+    // f32, q8_1, then q8_1 with 1 and 4 rows per warp, and 2 items in flight with 2 and 1 rows
+    enum { N_PATHS = MM_VEC_Q8_1 + 5 };
+    kvt_cuda_ctx *pctx[N_PATHS] = {g->ctx, g->ctx_alt};
+    static const char *const pname[N_PATHS] = {"f32", "q8_1", "q8_1r1", "q8_1r4", "q8_1i2", "q8_1r1i2"};
+    static const char *const prows[N_PATHS] = {"", "", "1", "4", "2", "1"}, *const pilp[N_PATHS] = {"", "", "1", "1", "2", "2"};
     char pmsg[KVT_CUDA_ERR_MAX];
-    if (ctx_with(g->api, "q8_1", "chunked", "head", "1", &pctx[2], pmsg, (int)sizeof pmsg) != KVT_CUDA_OK) pctx[2] = NULL;
-    if (ctx_with(g->api, "q8_1", "chunked", "head", "4", &pctx[3], pmsg, (int)sizeof pmsg) != KVT_CUDA_OK) pctx[3] = NULL;
+    for (int i = MM_VEC_Q8_1 + 1; i < N_PATHS; i++)
+        if (ctx_with(g->api, "q8_1", "chunked", "head", prows[i], pilp[i], &pctx[i], pmsg, (int)sizeof pmsg) != KVT_CUDA_OK)
+            pctx[i] = NULL;
     for (int sh = 0; sh < 3; sh++) {
         const int64_t N = shapes[sh][0], K = shapes[sh][1];
         for (int i = 0; i < N_WTYPES && dx && dy; i++) {
@@ -903,7 +908,7 @@ void test_cuda(const test_env *env) {
     } else {
         g.api = g.be.api;
         char msg[256] = "";
-        if (ctx_with(g.api, "f32", "chunked", "head", "", &g.ctx, msg, (int)sizeof msg) != KVT_CUDA_OK) {
+        if (ctx_with(g.api, "f32", "chunked", "head", "", "", &g.ctx, msg, (int)sizeof msg) != KVT_CUDA_OK) {
             test_result(false, "cuda: context on device 0", "%s", msg);
             snprintf(g.skip, sizeof g.skip, "no CUDA context: %s", msg);
         } else {
@@ -911,7 +916,7 @@ void test_cuda(const test_env *env) {
             if (g.api->device_info(0, &info, msg, (int)sizeof msg) == KVT_CUDA_OK)
                 printf("# cuda device 0: %s, sm_%d%d, %d SMs, %.1f GiB\n", info.name, info.cc_major, info.cc_minor, info.n_sm,
                        (double)info.vram_bytes / (1 << 30));
-            if (ctx_with(g.api, "q8_1", "tiled", "gqa", "", &g.ctx_alt, g.skip_alt, (int)sizeof g.skip_alt) != KVT_CUDA_OK)
+            if (ctx_with(g.api, "q8_1", "tiled", "gqa", "", "", &g.ctx_alt, g.skip_alt, (int)sizeof g.skip_alt) != KVT_CUDA_OK)
                 g.ctx_alt = NULL;
         }
     }

@@ -171,6 +171,12 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
         if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_MMVQ_ROWS=%.64s: 1, 2 or 4", mrows);
         return KVT_CUDA_ERR_ARG;
     }
+    // the items a lane of that matvec loads before it uses the first: KVT_CUDA_MMVQ_ILP=1 (the default) or 2
+    const char *milp = getenv("KVT_CUDA_MMVQ_ILP");
+    if (milp && *milp && strcmp(milp, "1") != 0 && strcmp(milp, "2") != 0) {
+        if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_MMVQ_ILP=%.64s: 1 or 2", milp);
+        return KVT_CUDA_ERR_ARG;
+    }
     int rc = check_device(device, err, err_len);
     if (rc) return rc;
     kvt_cuda_ctx *ctx = new (std::nothrow) kvt_cuda_ctx();
@@ -189,6 +195,7 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
     ctx->attn_tiled = attn && !strcmp(attn, "tiled");
     ctx->attn_gqa = attn_dec && !strcmp(attn_dec, "gqa");
     ctx->mmvq_rows = mrows && *mrows ? atoi(mrows) : 2;
+    ctx->mmvq_ilp = milp && *milp ? atoi(milp) : 1;
     if (e == cudaSuccess && ctx->mmv_q8_1) { // rows of up to 65536 columns without growing (q8_1_bytes)
         ctx->q8_bytes = (size_t)KVT_CUDA_MMV_MAX_ROWS * 65536 + (size_t)KVT_CUDA_MMV_MAX_ROWS * 2048 * 8;
         e = cudaMalloc(&ctx->q8, ctx->q8_bytes);

@@ -22,6 +22,7 @@ struct kvt_cuda_ctx {
     int attn_gqa;     // the chunk states of a KV head's query heads in one block (KVT_CUDA_ATTN_DECODE=gqa at ctx_init)
     int mmvq_rows;    // weight rows per warp of the q8_1 matvec of q4_K / q6_K over one activation row (KVT_CUDA_MMVQ_ROWS
                       // at ctx_init: 1, 2 (the default) or 4; the same bits whatever it is; cuda_matvec.cu)
+    int mmvq_ilp;     // items a lane loads before it uses the first, there (KVT_CUDA_MMVQ_ILP: 1, the default, or 2)
     void *q8;         // device buffer of mul_mat_vec's q8_1 activations (made at ctx_init when mmv_q8_1), grown by
     size_t q8_bytes;  // ctx_q8_1_buffer
     char err[KVT_CUDA_ERR_MAX];

@@ -57,9 +57,10 @@ __global__ void quantize_q8_1_kernel(const float *__restrict__ x, int64_t n_bloc
         q8_1_block(x + 32 * b, xq + 32 * b, xd + b);
 }
 
-// R weight rows per warp (kMmvqRows, or the context's mmvq_rows for q4_K / q6_K at one activation row): each row's
-// sums are the same whatever R (its lanes' items in the same order, the same shuffles).
-template <int T, int NT, int R>
+// R weight rows per warp (kMmvqRows, or the context's mmvq_rows for q4_K / q6_K at one activation row), ILP items a
+// lane at a time (1, or the context's mmvq_ilp there): each row's sums are the same whatever R and ILP (its lanes'
+// items in the same order, the same shuffles).
+template <int T, int NT, int R, int ILP>
 __global__ void __launch_bounds__(32 * kWarps, 1) // (without the 1, ptxas for sm_89 caps q4_K at 64 registers and spills)
     mmvq_kernel(const uint8_t *__restrict__ W, int64_t n_rows, int64_t n_cols, const int8_t *__restrict__ xq,
                 const float2 *__restrict__ xd, int n_tok, float *__restrict__ y) {
@@ -73,7 +74,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1) // (without the 1, ptxas for s
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-        mmvq_lane<T, NT, R>(W, n_rows, n_cols, r0, xq + (int64_t)t0 * n_cols, xd + (int64_t)t0 * (n_cols / 32), nt, lane, acc);
+        mmvq_lane<T, NT, R, ILP>(W, n_rows, n_cols, r0, xq + (int64_t)t0 * n_cols, xd + (int64_t)t0 * (n_cols / 32), nt, lane,
+                                 acc);
 #pragma unroll
         for (int r = 0; r < R; r++) {
 #pragma unroll
@@ -89,14 +91,22 @@ __global__ void __launch_bounds__(32 * kWarps, 1) // (without the 1, ptxas for s
     }
 }
 
-template <int T, int NT, int R = kMmvqRows>
+template <int T, int NT, int R = kMmvqRows, int ILP = 1>
 int mmvq_launch(kvt_cuda_ctx *ctx, const void *W, int64_t n_rows, int64_t n_cols, const int8_t *xq, const float2 *xd,
                 int64_t n_tok, float *y) {
     const int64_t per_block = (int64_t)kWarps * R;
     const unsigned blocks = (unsigned)((n_rows + per_block - 1) / per_block);
-    mmvq_kernel<T, NT, R><<<blocks, 32 * kWarps, 0, ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>((const uint8_t *)W, n_rows,
-                                                                                           n_cols, xq, xd, (int)n_tok, y);
+    mmvq_kernel<T, NT, R, ILP><<<blocks, 32 * kWarps, 0, ctx->stream[KVT_CUDA_STREAM_COMPUTE]>>>(
+        (const uint8_t *)W, n_rows, n_cols, xq, xd, (int)n_tok, y);
     return ctx_check_launch(ctx, "mmvq_kernel");
+}
+
+// One activation row of q4_K / q6_K with R weight rows per warp and the context's items in flight (KVT_CUDA_MMVQ_ILP)
+template <int T, int R>
+int mmvq_decode(kvt_cuda_ctx *ctx, const void *W, int64_t n_rows, int64_t n_cols, const int8_t *xq, const float2 *xd,
+                float *y) {
+    return ctx->mmvq_ilp == 2 ? mmvq_launch<T, 1, R, 2>(ctx, W, n_rows, n_cols, xq, xd, 1, y)
+                              : mmvq_launch<T, 1, R, 1>(ctx, W, n_rows, n_cols, xq, xd, 1, y);
 }
 
 // x [n_tok, n_cols] quantized to q8_1 into the context's buffer: *xq the values, *xd the blocks' scales
@@ -119,9 +129,12 @@ template <int T> struct mmvq_op {
         if constexpr (T == KVT_CUDA_F32 || T == KVT_CUDA_F16 || T == KVT_CUDA_BF16) {
             return ctx_fail(ctx, KVT_CUDA_ERR_ARG, "mul_mat_vec: no q8_1 path for type %d", T);
         } else {
-            if constexpr (T == KVT_CUDA_Q4_K || T == KVT_CUDA_Q6_K) { // decode's weight rows per warp (KVT_CUDA_MMVQ_ROWS)
-                if (n_tok == 1 && ctx->mmvq_rows == 1) return mmvq_launch<T, 1, 1>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);
-                if (n_tok == 1 && ctx->mmvq_rows == 4) return mmvq_launch<T, 1, 4>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);
+            if constexpr (T == KVT_CUDA_Q4_K || T == KVT_CUDA_Q6_K) { // decode: KVT_CUDA_MMVQ_ROWS, KVT_CUDA_MMVQ_ILP
+                if (n_tok == 1) {
+                    if (ctx->mmvq_rows == 1) return mmvq_decode<T, 1>(ctx, W, n_rows, n_cols, xq, xd, y);
+                    if (ctx->mmvq_rows == 4) return mmvq_decode<T, 4>(ctx, W, n_rows, n_cols, xq, xd, y);
+                    return mmvq_decode<T, kMmvqRows>(ctx, W, n_rows, n_cols, xq, xd, y);
+                }
             }
             if (n_tok == 1) return mmvq_launch<T, 1>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);
             if (n_tok == 2) return mmvq_launch<T, 2>(ctx, W, n_rows, n_cols, xq, xd, n_tok, y);

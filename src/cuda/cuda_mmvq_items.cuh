@@ -312,8 +312,9 @@ constexpr int kMmvqRows = 2;
 
 // mul_mat_vec over q8_1 activations: lane `lane` (of 32) of the warp of weight rows r0 .. r0 + R (rows past n_rows
 // repeat the last row; the kernel drops their sums) adds into acc[r][t], t < n_tok <= NT, its items lane, lane + 32,
-// ... of each row times activation row t. The warp then sums acc over its lanes.
-template <int T, int NT, int R>
+// ... of each row times activation row t. The warp then sums acc over its lanes. ILP items a lane at a time (their
+// weights loaded before the first is used: more bytes in flight), added in the same order: the same sums for any ILP.
+template <int T, int NT, int R, int ILP = 1>
 __host__ __device__ __forceinline__ void mmvq_lane(const uint8_t *W, int64_t n_rows, int64_t n_cols, int64_t r0, const int8_t *xq,
                                                    const float2 *xd, int n_tok, int lane, float (*acc)[NT]) {
     typedef MQ<T> Q;
@@ -321,19 +322,29 @@ __host__ __device__ __forceinline__ void mmvq_lane(const uint8_t *W, int64_t n_r
     const uint8_t *rows[R];
     KVT_UNROLL
     for (int r = 0; r < R; r++) rows[r] = W + (r0 + r < n_rows ? r0 + r : n_rows - 1) * rb;
-    for (int64_t it = lane; it < n_items; it += 32) {
-        uint32_t w[R][Q::NW];
-        float f[R][Q::NF];
+    for (int64_t it0 = lane; it0 < n_items; it0 += 32 * ILP) {
+        uint32_t w[ILP][R][Q::NW];
+        float f[ILP][R][Q::NF];
         KVT_UNROLL
-        for (int r = 0; r < R; r++) Q::load(rows[r], it, w[r], f[r]);
-        KVT_UNROLL
-        for (int t = 0; t < NT; t++) {
-            if (t < n_tok) {
-                int32_t xi[Q::NX];
-                float2 xs[Q::NS];
-                Q::loadx(xq + t * n_cols, xd + t * (n_cols / 32), it, xi, xs);
+        for (int u = 0; u < ILP; u++) {
+            if (it0 + 32 * u < n_items) {
                 KVT_UNROLL
-                for (int r = 0; r < R; r++) acc[r][t] += Q::dot(w[r], f[r], xi, xs);
+                for (int r = 0; r < R; r++) Q::load(rows[r], it0 + 32 * u, w[u][r], f[u][r]);
+            }
+        }
+        KVT_UNROLL
+        for (int u = 0; u < ILP; u++) {
+            const int64_t it = it0 + 32 * u;
+            if (it >= n_items) break;
+            KVT_UNROLL
+            for (int t = 0; t < NT; t++) {
+                if (t < n_tok) {
+                    int32_t xi[Q::NX];
+                    float2 xs[Q::NS];
+                    Q::loadx(xq + t * n_cols, xd + t * (n_cols / 32), it, xi, xs);
+                    KVT_UNROLL
+                    for (int r = 0; r < R; r++) acc[r][t] += Q::dot(w[u][r], f[u][r], xi, xs);
+                }
             }
         }
     }

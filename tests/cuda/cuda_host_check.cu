@@ -146,13 +146,13 @@ void quantize_rows(const float *x, int64_t n_tok, int64_t n_cols, std::vector<in
 
 // The warps of mmvq_kernel<T, NT, R> (R rows each) run lane by lane, each warp's lanes summed in lane order: y
 // [n_tok, n_rows] as the kernel stores it (the rows past n_rows that the last warp repeats are dropped).
-template <int T, int NT, int R = kMmvqRows>
+template <int T, int NT, int R = kMmvqRows, int ILP = 1>
 void mmvq_warps(const uint8_t *W, int64_t n_rows, int64_t n_cols, const int8_t *xq, const float2 *xd, int n_tok, float *y) {
     for (int64_t r0 = 0; r0 < n_rows; r0 += R) {
         float sum[R][NT] = {};
         for (int lane = 0; lane < 32; lane++) {
             float acc[R][NT] = {};
-            mmvq_lane<T, NT, R>(W, n_rows, n_cols, r0, xq, xd, n_tok, lane, acc);
+            mmvq_lane<T, NT, R, ILP>(W, n_rows, n_cols, r0, xq, xd, n_tok, lane, acc);
             for (int r = 0; r < R; r++)
                 for (int t = 0; t < NT; t++) sum[r][t] += acc[r][t];
         }
@@ -221,13 +221,21 @@ template <int T> struct check_mmvq_op {
                     std::vector<float> y((size_t)(nt * n_rows), quiet_nan()), cpu((size_t)(nt * n_rows));
                     if (nt == 1) {
                         mmvq_warps<T, 1>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
-                        // decode's other rows per warp (KVT_CUDA_MMVQ_ROWS 1 and 4): every row bit for bit the same
-                        std::vector<float> y1(y.size()), y4(y.size());
-                        mmvq_warps<T, 1, 1>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y1.data());
-                        mmvq_warps<T, 1, 4>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y4.data());
-                        if (memcmp(y1.data(), y.data(), y.size() * sizeof(float)) || memcmp(y4.data(), y.data(), y.size() * sizeof(float)))
-                            snprintf(msg, sizeof msg, "%lld columns: 1 or 4 rows per warp give other bits than %d", (long long)n_cols,
-                                     kMmvqRows);
+                        // decode's other rows per warp and items in flight (KVT_CUDA_MMVQ_ROWS 1, 4; KVT_CUDA_MMVQ_ILP 2):
+                        // every row bit for bit the same
+                        std::vector<float> v[5];
+                        for (auto &e : v) e.assign(y.size(), quiet_nan());
+                        mmvq_warps<T, 1, 1>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, v[0].data());
+                        mmvq_warps<T, 1, 4>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, v[1].data());
+                        mmvq_warps<T, 1, kMmvqRows, 2>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, v[2].data());
+                        mmvq_warps<T, 1, 1, 2>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, v[3].data());
+                        mmvq_warps<T, 1, 4, 2>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, v[4].data());
+                        static const char *const vname[5] = {"1 row a warp", "4 rows a warp", "2 items a lane",
+                                                             "1 row a warp, 2 items a lane", "4 rows a warp, 2 items a lane"};
+                        for (int k = 0; k < 5 && !msg[0]; k++)
+                            if (memcmp(v[k].data(), y.data(), y.size() * sizeof(float)))
+                                snprintf(msg, sizeof msg, "%lld columns: %s: other bits than %d rows a warp, 1 item a lane",
+                                         (long long)n_cols, vname[k], kMmvqRows);
                     }
                     else if (nt == 2) mmvq_warps<T, 2>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());
                     else if (nt <= 4) mmvq_warps<T, 4>(W.data(), n_rows, n_cols, xq.data(), xd.data(), nt, y.data());

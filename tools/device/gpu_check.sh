@@ -9,7 +9,8 @@
 #   SUITES     `cuda` (every kernel against the CPU reference, outputs poisoned first; nmse table; matvec GB/s) and
 #              `cuda_layers` (-ngl against the CPU pass; the device KV's VRAM budgets bit for bit the all-VRAM run)
 #   RATES      llama3-8b Q4_K_M, all layers and the logits on the device: `kvtier bench -p 512 -n 128`: decode GB/s
-#              (RATES_ROWS, default "1 4": also decode with that many weight rows per warp, KVT_CUDA_MMVQ_ROWS)
+#              (RATES_MMVQ, default "1:1 4:1 2:2": also decode with ROWS weight rows a warp and ILP items a lane in
+#              flight in the q8_1 matvec of q4_K / q6_K, KVT_CUDA_MMVQ_ROWS / KVT_CUDA_MMVQ_ILP)
 #              (and, RATES_GRAPHS=1, decode tok/s with --cuda-graphs beside the eager one, and the same greedy text)
 #              of weights beside the profile's device read bandwidth (goal >= 60%), prefill tok/s (goal >= 5000);
 #              RATES_Q8=1 (default) the same decode with mul_mat_vec over q8_1 activations (KVT_CUDA_MMV=q8_1), eager
@@ -215,15 +216,18 @@ rates() {
     row rates "decode GB/s of weights, q8_1 activations" "${gbq:-?}" ">= 60% of ${dev:-?} GB/s" \
       "$(calc '%s' "(${dev:-0} > 0 && ${gbq:-0} >= 0.6 * ${dev:-0}) ? sprintf(\"ok (%.0f%%)\", 100 * ${gbq:-0} / ${dev:-1}) : sprintf(\"NOT MET (%.0f%%)\", ${dev:-0} > 0 ? 100 * ${gbq:-0} / ${dev:-1} : 0)")"
   fi
-  # decode with 1 and 4 weight rows per warp in the q8_1 matvec of q4_K / q6_K (KVT_CUDA_MMVQ_ROWS; the default 2; the
-  # same bits), tok/s beside the default's (RATES_ROWS="" leaves it out)
-  local rr
-  for rr in ${RATES_ROWS-1 4}; do
+  # decode with other shapes of the q8_1 matvec of q4_K / q6_K: ROWS:ILP pairs, the weight rows per warp
+  # (KVT_CUDA_MMVQ_ROWS, default 2) and the items a lane has in flight (KVT_CUDA_MMVQ_ILP, default 1); the same bits;
+  # tok/s beside the default's (RATES_MMVQ="" leaves it out)
+  local rr ri
+  for rr in ${RATES_MMVQ-1:1 4:1 2:2}; do
     [ "${RATES_Q8:-1}" = 1 ] || break
-    KVT_CUDA_MMV=q8_1 KVT_CUDA_MMVQ_ROWS=$rr timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p 0 -n "${RATES_N:-128}" -r "${RATES_R:-3}" \
-      -t "$T" -o json >"$OUT/rates_rows$rr.json" 2>"$OUT/rates_rows$rr.err" || { echo "rates: KVT_CUDA_MMVQ_ROWS=$rr failed: $(tail -1 "$OUT/rates_rows$rr.err")"; continue; }
-    local tgr; tgr=$(tr -d '\n' <"$OUT/rates_rows$rr.json" | grep -o '"n_prompt": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
-    row rates "decode tok/s, q8_1, $rr weight rows per warp (KVT_CUDA_MMVQ_ROWS=$rr)" "${tgr:-?}" "2 rows ${tgq:-?}" \
+    ri=${rr#*:}; rr=${rr%%:*}
+    KVT_CUDA_MMV=q8_1 KVT_CUDA_MMVQ_ROWS=$rr KVT_CUDA_MMVQ_ILP=$ri timeout "${RATES_S:-150}" $KVT bench -m "$m" -ngl 999 -p 0 \
+      -n "${RATES_N:-128}" -r "${RATES_R:-3}" -t "$T" -o json >"$OUT/rates_r${rr}i$ri.json" 2>"$OUT/rates_r${rr}i$ri.err" ||
+      { echo "rates: KVT_CUDA_MMVQ_ROWS=$rr KVT_CUDA_MMVQ_ILP=$ri failed: $(tail -1 "$OUT/rates_r${rr}i$ri.err")"; continue; }
+    local tgr; tgr=$(tr -d '\n' <"$OUT/rates_r${rr}i$ri.json" | grep -o '"n_prompt": *0,[^}]*"avg_ts": *[0-9.e+-]*' | head -1 | sed 's/.*: *//')
+    row rates "decode tok/s, q8_1, $rr rows a warp, $ri items a lane (KVT_CUDA_MMVQ_ROWS/_ILP)" "${tgr:-?}" "2 rows, 1 item ${tgq:-?}" \
       "$(calc '%.2f' "${tgr:-0} / (${tgq:-0} > 0 ? ${tgq:-0} : 1)")x"
   done
   # prefill with another attention kernel, tok/s beside the default's (pp) and the goal: the GQA one
