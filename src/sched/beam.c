@@ -261,8 +261,9 @@ static kvt_status after_decode(beam_run *r, bcand *c, const float *row, draw d, 
 }
 
 // The draws of the rows of one batched forward pass (logits [n, n_vocab]; who[i]: row i's continuation), on the
-// context's thread pool: a vocabulary-wide exp sum per row (128K entries: about a millisecond) would otherwise run
-// one row at a time between forward passes. Rows that end their step draw nothing.
+// context's thread pool: an argmax (or a draw) and a log-sum-exp over the vocabulary per row (128K entries: a few
+// hundred microseconds) would otherwise run one row at a time between forward passes. Rows that end their step draw
+// nothing.
 typedef struct {
     const beam_run *r;
     bcand **who;
