@@ -68,8 +68,9 @@ double kvt_profile_l3_gbps(const kvt_profile *p) { return p->l3_read_gbps > 0 ? 
 
 // W: `rows` copies of one quantized row of n pseudo-random values, laid out as the model lays out a matrix of type t
 // at load (model.c model_repack): repacked where kvt_type_repack(t) has a repacking (f16 and bf16 into 16-row
-// panels, q5_K_x8, q6_K_r where the AVX2 kernels run; rows rounded up to its row multiple), on huge pages where the
-// kernel gives them. *type_out: the type the kernels then read; *rows_io: the rows made. Free with free_rows.
+// panels, q4_K_x8, q8_0_x8, q4_0_x8, q4_1_x8, q5_K_x8, q6_K_r where the AVX2 kernels run; rows rounded up to its row
+// multiple), on huge pages where the kernel gives them. *type_out: the type the kernels then read; *rows_io: the rows
+// made; *bytes_out: the mapping's size (free with munmap).
 static void *make_rows(kvt_type t, int64_t n, int64_t *rows_io, size_t *bytes_out, kvt_type *type_out) {
     const kvt_type_ops *ops = kvt_type_ops_get(t);
     const kvt_repack_ops *rp = kvt_type_repack(t);
