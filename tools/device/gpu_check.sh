@@ -9,14 +9,14 @@
 #   SUITES     `cuda` (every kernel against the CPU reference, outputs poisoned first; nmse table; matvec GB/s) and
 #              `cuda_layers` (-ngl against the CPU pass; the device KV's VRAM budgets bit for bit the all-VRAM run)
 #   RATES      llama3-8b Q4_K_M, all layers and the logits on the device: `kvtier bench -p 512 -n 128`: decode GB/s
-#              (RATES_MMVQ, default "1:1 4:1 2:2": also decode with ROWS weight rows a warp and ILP items a lane in
-#              flight in the q8_1 matvec of q4_K / q6_K, KVT_CUDA_MMVQ_ROWS / KVT_CUDA_MMVQ_ILP)
 #              (and, RATES_GRAPHS=1, decode tok/s with --cuda-graphs beside the eager one, and the same greedy text)
 #              of weights beside the profile's device read bandwidth (goal >= 60%), prefill tok/s (goal >= 5000);
 #              RATES_Q8=1 (default) the same decode with mul_mat_vec over q8_1 activations (KVT_CUDA_MMV=q8_1), eager
 #              and with --cuda-graphs, its GB/s beside the f32 path's and the device's; RATES_TILED=1 (default) the
 #              prefill with the tiled attention kernel (KVT_CUDA_ATTN=tiled) beside the chunked one's; RATES_GQA=1 (default)
-#              the prefill with the GQA attention kernel (KVT_CUDA_ATTN_DECODE=gqa) beside the per-head one's
+#              the prefill with the GQA attention kernel (KVT_CUDA_ATTN_DECODE=gqa) beside the per-head one's;
+#              RATES_MMVQ (default "1:1 4:1 2:2") ROWS:ILP pairs: the decode with ROWS weight rows a warp and ILP items
+#              a lane in flight in the q8_1 matvec of q4_K / q6_K (KVT_CUDA_MMVQ_ROWS / KVT_CUDA_MMVQ_ILP)
 #   LBS        the same model, `kvtier beam` 32 beams, step 32, blocks of LBS_BLOCK (32) positions, KV within --kv-vram
 #              (LBS_VRAM, default 512M) below
 #              the beams' KV: layerwise and balanced, time of each (goal balanced <= 1/3 of layerwise), beams equal
