@@ -142,42 +142,42 @@ void ctx_free(kvt_cuda_ctx *ctx) {
     delete ctx;
 }
 
+// The environment variable `name` as one of n values (unset or empty: values[0], the default): *idx its index, or
+// KVT_CUDA_ERR_ARG with the message naming the variable, what it held and the values it takes.
+static int env_choice(const char *name, const char *const *values, int n, int *idx, char *err, int err_len) {
+    const char *v = getenv(name);
+    *idx = 0;
+    if (!v || !*v) return KVT_CUDA_OK;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, values[i])) return *idx = i, KVT_CUDA_OK;
+    if (err && err_len > 0) {
+        int k = snprintf(err, (size_t)err_len, "%s=%.64s: one of", name, v);
+        for (int i = 0; i < n && k > 0 && k < err_len; i++) k += snprintf(err + k, (size_t)(err_len - k), " %s", values[i]);
+    }
+    return KVT_CUDA_ERR_ARG;
+}
+
 int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
     *out = nullptr;
-    // mul_mat_vec's activations: KVT_CUDA_MMV=q8_1 (the default since an H200 measured it, 2026-11-30: decode of a
-    // llama3-8b Q4_K_M 2.23x the f32 path's) or f32 (cuda_matvec.cu)
-    const char *mmv = getenv("KVT_CUDA_MMV");
-    if (mmv && *mmv && strcmp(mmv, "f32") != 0 && strcmp(mmv, "q8_1") != 0) {
-        if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_MMV=%.64s: f32 or q8_1", mmv);
-        return KVT_CUDA_ERR_ARG;
-    }
-    // attn_paged of prefill rows: KVT_CUDA_ATTN=chunked (the default) or tiled (cuda_attn.cu)
-    const char *attn = getenv("KVT_CUDA_ATTN");
-    if (attn && *attn && strcmp(attn, "chunked") != 0 && strcmp(attn, "tiled") != 0) {
-        if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_ATTN=%.64s: chunked or tiled", attn);
-        return KVT_CUDA_ERR_ARG;
-    }
-    // the chunk states (decode and short calls): KVT_CUDA_ATTN_DECODE=head (the default: one block per query head) or
-    // gqa (one block per KV head for its query heads; the same bits)
-    const char *attn_dec = getenv("KVT_CUDA_ATTN_DECODE");
-    if (attn_dec && *attn_dec && strcmp(attn_dec, "head") != 0 && strcmp(attn_dec, "gqa") != 0) {
-        if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_ATTN_DECODE=%.64s: head or gqa", attn_dec);
-        return KVT_CUDA_ERR_ARG;
-    }
-    // weight rows per warp of the q8_1 matvec of q4_K / q6_K at one activation row: KVT_CUDA_MMVQ_ROWS=1, 2 (the
-    // default) or 4 (the same bits; suite cuda times each on a device)
-    const char *mrows = getenv("KVT_CUDA_MMVQ_ROWS");
-    if (mrows && *mrows && strcmp(mrows, "1") != 0 && strcmp(mrows, "2") != 0 && strcmp(mrows, "4") != 0) {
-        if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_MMVQ_ROWS=%.64s: 1, 2 or 4", mrows);
-        return KVT_CUDA_ERR_ARG;
-    }
-    // the items a lane of that matvec loads before it uses the first: KVT_CUDA_MMVQ_ILP=1 (the default) or 2
-    const char *milp = getenv("KVT_CUDA_MMVQ_ILP");
-    if (milp && *milp && strcmp(milp, "1") != 0 && strcmp(milp, "2") != 0) {
-        if (err && err_len > 0) snprintf(err, (size_t)err_len, "KVT_CUDA_MMVQ_ILP=%.64s: 1 or 2", milp);
-        return KVT_CUDA_ERR_ARG;
-    }
-    int rc = check_device(device, err, err_len);
+    // The context's choices from the environment, each value's default first:
+    // KVT_CUDA_MMV: mul_mat_vec's activations, q8_1 (the default since an H200 measured it, 2026-11-30: decode of a
+    //   llama3-8b Q4_K_M 2.23x the f32 path's) or f32 (cuda_matvec.cu);
+    // KVT_CUDA_ATTN: attn_paged of prefill rows, chunked or tiled (cuda_attn.cu);
+    // KVT_CUDA_ATTN_DECODE: the chunk states (decode and short calls), head (one block per query head) or gqa (one
+    //   block per KV head for its query heads; the same bits);
+    // KVT_CUDA_MMVQ_ROWS / KVT_CUDA_MMVQ_ILP: the weight rows a warp (2, 1 or 4) and the items a lane has in flight
+    //   (1 or 2) of the q8_1 matvec of q4_K / q6_K at one activation row (the same bits; suite cuda times each).
+    static const char *const mmv_v[] = {"q8_1", "f32"}, *const attn_v[] = {"chunked", "tiled"},
+                             *const dec_v[] = {"head", "gqa"}, *const rows_v[] = {"2", "1", "4"}, *const ilp_v[] = {"1", "2"};
+    static const int rows_of[] = {2, 1, 4};
+    int mmv = 0, attn = 0, dec = 0, rows = 0, ilp = 0;
+    int rc = env_choice("KVT_CUDA_MMV", mmv_v, 2, &mmv, err, err_len);
+    if (!rc) rc = env_choice("KVT_CUDA_ATTN", attn_v, 2, &attn, err, err_len);
+    if (!rc) rc = env_choice("KVT_CUDA_ATTN_DECODE", dec_v, 2, &dec, err, err_len);
+    if (!rc) rc = env_choice("KVT_CUDA_MMVQ_ROWS", rows_v, 3, &rows, err, err_len);
+    if (!rc) rc = env_choice("KVT_CUDA_MMVQ_ILP", ilp_v, 2, &ilp, err, err_len);
+    if (rc) return rc;
+    rc = check_device(device, err, err_len);
     if (rc) return rc;
     kvt_cuda_ctx *ctx = new (std::nothrow) kvt_cuda_ctx();
     if (!ctx) {
@@ -191,11 +191,11 @@ int ctx_init(int device, kvt_cuda_ctx **out, char *err, int err_len) {
         e = cudaStreamCreateWithFlags(&ctx->stream[i], cudaStreamNonBlocking);
         what = "cudaStreamCreateWithFlags";
     }
-    ctx->mmv_q8_1 = !mmv || !*mmv || !strcmp(mmv, "q8_1");
-    ctx->attn_tiled = attn && !strcmp(attn, "tiled");
-    ctx->attn_gqa = attn_dec && !strcmp(attn_dec, "gqa");
-    ctx->mmvq_rows = mrows && *mrows ? atoi(mrows) : 2;
-    ctx->mmvq_ilp = milp && *milp ? atoi(milp) : 1;
+    ctx->mmv_q8_1 = mmv == 0;
+    ctx->attn_tiled = attn == 1;
+    ctx->attn_gqa = dec == 1;
+    ctx->mmvq_rows = rows_of[rows];
+    ctx->mmvq_ilp = ilp + 1;
     if (e == cudaSuccess && ctx->mmv_q8_1) { // rows of up to 65536 columns without growing (q8_1_bytes)
         ctx->q8_bytes = (size_t)KVT_CUDA_MMV_MAX_ROWS * 65536 + (size_t)KVT_CUDA_MMV_MAX_ROWS * 2048 * 8;
         e = cudaMalloc(&ctx->q8, ctx->q8_bytes);
