@@ -373,9 +373,9 @@ static bool rr_case(kvt_sparse *s, int32_t H, int64_t P, const float *q, int (*k
     return true;
 }
 
-static kvt_sparse *rr_sparse(int32_t H, bool share) {
-    kvt_sparse_params p = {.mode = KVT_SPARSE_ASYNCSPADE, .budget = 9, .sink = 0, .recent = 1, .rerank = 4.0, .block = 4,
-                           .rerank_block = 4, .share = share, .sync = true};
+static kvt_sparse *rr_sparse_rb(int32_t H, bool share, int32_t rb) {
+    kvt_sparse_params p = {.mode = KVT_SPARSE_ASYNCSPADE, .budget = 9, .sink = 0, .recent = 1, .rerank = 4.0, .block = rb,
+                           .rerank_block = rb, .share = share, .sync = true};
     const kvt_sparse_dims d = {.n_layer = 1, .n_head = H, .n_head_kv = H, .head_dim = 4, .head_dim_v = 4, .n_ctx = 64,
                                .n_threads = 1, .kv_type = KVT_TYPE_F32};
     kvt_sparse *s = NULL;
@@ -388,6 +388,8 @@ static kvt_sparse *rr_sparse(int32_t H, bool share) {
     }
     return s;
 }
+
+static kvt_sparse *rr_sparse(int32_t H, bool share) { return rr_sparse_rb(H, share, 4); }
 
 // head 0: page 2 along x0 (its mass in one page); head 1: pages 2, 4, 6, 8 along x0 (spread over four)
 static int key_share(int32_t kh, int32_t t) {
@@ -412,14 +414,20 @@ static void test_share(void) {
     s = rr_sparse(2, false);
     ok = ok && s && rr_case(s, 2, 50, q2, key_share, sel, n) && same_set(sel[0], n[0], u0, 9) && same_set(sel[1], n[1], u1, 9);
     kvt_sparse_free(s);
-    test_result(ok, "sparse: --sparse-share: a layer's heads share 2K positions, the pages with the most mass first",
-                "got %lld + %lld positions", (long long)n[0], (long long)n[1]);
+    // token level (a piece per position): head 0's 4 heavy positions outweigh head 1's 16, which take the 12 left
+    s = rr_sparse_rb(2, true, 0);
+    const bool tok = s && rr_case(s, 2, 50, q2, key_share, sel, n) && same_set(sel[0], n[0], w0, 5) && same_set(sel[1], n[1], w1, 13);
+    kvt_sparse_free(s);
+    test_result(ok && tok, "sparse: --sparse-share: a layer's heads share 2K positions, the pages (or positions, token level) with the most mass first",
+                "got %lld + %lld positions (token level %s)", (long long)n[0], (long long)n[1], tok ? "ok" : "wrong");
 }
 
 // --sparse-share-layers: two layers of one KV head (K = 9: recent 1 and two pages of 4), layer 0's mass in one page,
 // layer 1's spread over four (key_share's heads 0 and 1). The first step (no record) keeps K per layer; the next step's
 // budgets come from it: layer 0 keeps its page, layer 1 three of its four (5 + 13 positions: 2K in all); with a floor of
-// 1 each layer keeps its own K; after a gap (no record of P - 1) each its own K; a fork copies the records.
+// 1 each layer keeps its own K; after a gap (no record of P - 1) each its own K; a fork copies the records. At token level
+// (rerank_block 0: a piece per position) the same counts: layer 0's 4 heavy positions outweigh layer 1's 16, which take
+// the 12 positions left of the 16 middle ones.
 static void sl_step(kvt_sparse *s, int32_t seq, int64_t P, const float *q, int64_t *n) {
     kvt_sparse_seq *sq = kvt_sparse_seq_get(s, seq);
     kvt_sparse_layer_budgets(s, sq, P);
@@ -432,9 +440,9 @@ static void sl_step(kvt_sparse *s, int32_t seq, int64_t P, const float *q, int64
     }
 }
 
-static bool sl_case(double floor, int64_t gap, bool fork, int64_t *n1, int64_t *n2) {
-    kvt_sparse_params p = {.mode = KVT_SPARSE_ASYNCSPADE, .budget = 9, .sink = 0, .recent = 1, .rerank = 4.0, .block = 4,
-                           .rerank_block = 4, .share = true, .share_layers = true, .layer_floor = floor, .sync = true};
+static bool sl_case(int32_t rb, double floor, int64_t gap, bool fork, int64_t *n1, int64_t *n2) {
+    kvt_sparse_params p = {.mode = KVT_SPARSE_ASYNCSPADE, .budget = 9, .sink = 0, .recent = 1, .rerank = 4.0, .block = rb,
+                           .rerank_block = rb, .share = true, .share_layers = true, .layer_floor = floor, .sync = true};
     const kvt_sparse_dims d = {.n_layer = 2, .n_head = 1, .n_head_kv = 1, .head_dim = 4, .head_dim_v = 4, .n_ctx = 64,
                                .n_threads = 1, .kv_type = KVT_TYPE_F32};
     kvt_sparse *s = NULL;
@@ -457,15 +465,16 @@ static bool sl_case(double floor, int64_t gap, bool fork, int64_t *n1, int64_t *
     return ok;
 }
 
-static void test_share_layers(void) {
+static void test_share_layers_at(int32_t rb) {
     int64_t a1[2], a2[2], b1[2], b2[2], c1[2], c2[2], d1[2], d2[2];
-    bool ok = sl_case(0.0, 0, false, a1, a2) && sl_case(1.0, 0, false, b1, b2) && sl_case(0.0, 1, false, c1, c2) &&
-              sl_case(0.0, 0, true, d1, d2);
+    bool ok = sl_case(rb, 0.0, 0, false, a1, a2) && sl_case(rb, 1.0, 0, false, b1, b2) && sl_case(rb, 0.0, 1, false, c1, c2) &&
+              sl_case(rb, 0.0, 0, true, d1, d2);
     ok = ok && a1[0] == 9 && a1[1] == 9 && a2[0] == 5 && a2[1] == 13; // the second step: 2K shared by the two layers
     ok = ok && b2[0] == 9 && b2[1] == 9;                               // floor 1: each layer's own
     ok = ok && c2[0] == 9 && c2[1] == 9;                               // no record of P - 1: each layer's own
     ok = ok && d2[0] == 5 && d2[1] == 13;                              // a fork copies the records
-    test_result(ok, "sparse: --sparse-share-layers: the next step's budgets from the layers' page masses (2K in all), floor 1 = own, not after a gap, fork copies",
+    test_result(ok, rb > 1 ? "sparse: --sparse-share-layers: the next step's budgets from the layers' page masses (2K in all), floor 1 = own, not after a gap, fork copies"
+                           : "sparse: --sparse-share-layers at token level: the next step's budgets from the layers' position masses (2K in all), floor 1 = own, not after a gap, fork copies",
                 "%lld %lld -> %lld %lld (share), %lld %lld (floor 1), %lld %lld (gap), %lld %lld (fork)", (long long)a1[0],
                 (long long)a1[1], (long long)a2[0], (long long)a2[1], (long long)b2[0], (long long)b2[1], (long long)c2[0],
                 (long long)c2[1], (long long)d2[0], (long long)d2[1]);
@@ -1104,6 +1113,20 @@ static void test_context(const char *path) {
                         max_diff(a0, b, n) > 0 && same_for_threads(m, &c13, &dd, vary_prefetch_top, a1, b, n, sb, &st, &err);
     test_result(same13, "sparse: asyncspade --sparse-share-layers: at most K positions per pair on average, differs from share; worker = inline, 1..4 threads, fast tier + host = contiguous, bit for bit",
                 "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
+    // the same two at token level (no pages: a piece per candidate position)
+    kvt_context_params c12t = c12;
+    c12t.sparse.block = c12t.sparse.rerank_block = 0;
+    c12t.sparse.keep = 0.0;
+    st = run_inline_worker(m, &c12t, a0, &sa, b, &sb, &err);
+    bool same13t = !st && max_diff(a0, b, n) == 0 && sa == sb && sa == (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12 &&
+                   same_for_threads(m, &c12t, &dd, vary_prefetch_top, a0, b, n, sb, &st, &err);
+    kvt_context_params c13t = c12t;
+    c13t.sparse.share_layers = true;
+    if (same13t) st = run_inline_worker(m, &c13t, a1, &sa, b, &sb, &err);
+    same13t = same13t && !st && max_diff(a1, b, n) == 0 && sa == sb && sa <= (int64_t)N_STEP * m->hp.n_layer * m->hp.n_head_kv * 12 &&
+              max_diff(a0, b, n) > 0 && same_for_threads(m, &c13t, &dd, vary_prefetch_top, a1, b, n, sb, &st, &err);
+    test_result(same13t, "sparse: asyncspade --sparse-share, --sparse-share-layers at token level: K / at most K positions per pair on average, differ; worker = inline, 1..4 threads, fast tier + host = contiguous, bit for bit",
+                "%s (selected %lld)", st ? err.msg : "differ", (long long)sa);
     // --sparse-key-bits 4 (the 4-bit key copies for every scan; with --sparse-rerank-bits 8 the real query's re-rank on
     // int8 copies kept beside them): K positions per pair, worker = inline, 1..4 threads and the paged store with a fast
     // tier of the 4-bit summaries (fewer bytes reserved) + 4 blocks = the contiguous store, bit for bit; a selection that
@@ -1160,7 +1183,7 @@ static void test_cli(const test_env *env, const char *model) {
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse quest --sparse-budget 1.5 >/dev/null 2>&1", env->cli, model);
     const int bad2 = test_run(cmd, junk, sizeof junk);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse asyncspade --sparse-share-layers >/dev/null 2>&1", env->cli, model);
-    const int bad3 = test_run(cmd, junk, sizeof junk); // --sparse-share-layers needs --sparse-share and a page re-rank
+    const int bad3 = test_run(cmd, junk, sizeof junk); // --sparse-share-layers needs --sparse-share and a re-rank
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse asyncspade --sparse-key-bits 6 >/dev/null 2>&1", env->cli, model);
     const int bad4 = test_run(cmd, junk, sizeof junk);
     snprintf(cmd, sizeof cmd, "%s generate -m %s -p hi -n 1 --sparse asyncspade --sparse-rerank-qbits 12 >/dev/null 2>&1", env->cli, model);
@@ -1326,7 +1349,8 @@ void test_sparse(const test_env *env) {
     test_topk_random();
     test_keep();
     test_share();
-    test_share_layers();
+    test_share_layers_at(4);
+    test_share_layers_at(0);
     test_attend_set(KVT_TYPE_F32, 1e-5);
     test_attend_set(KVT_TYPE_F16, 2e-3);
     test_score_exact_f16(64);

@@ -93,10 +93,11 @@ const char *const cli_engine_help =
     "                       elements per KV head (max(1, E / head_dim) positions; acc: 256; 0: as given)\n"
     "  --sparse-keep H      asyncspade with --sparse-rerank-block: a page the previous step kept counts\n"
     "                       (1 + H) times its mass (fewer pages change per step; default 0: off)\n"
-    "  --sparse-share       asyncspade with --sparse-rerank-block: a layer's KV heads share their budgets\n"
-    "                       (the pages with the most mass over every head)\n"
+    "  --sparse-share       asyncspade with --sparse-rerank: a layer's KV heads share their budgets (the\n"
+    "                       pages, or positions at token level, with the most mass over every head)\n"
     "  --sparse-share-layers  asyncspade with --sparse-share: the sparse layers share their budgets too (each\n"
-    "                       layer's from the previous step's page masses of every layer; same total)\n"
+    "                       layer's from the previous step's page or position masses of every layer;\n"
+    "                       same total)\n"
     "  --sparse-layer-floor F  with --sparse-share-layers: each layer keeps at least F of its own budget (0)\n"
     "  --sparse-prefetch-top G  asyncspade with --sparse-rerank: the worker prefetches only the blocks of its\n"
     "                       G*K best candidates, best first (default 0: every candidate)\n"
@@ -554,6 +555,7 @@ void cli_json_sparse(kvt_json *j, kvt_context *ctx, bool steps) {
     kvt_json_kv_num(j, "rerank_resid_rows", sm.rerank_resid_rows);
     kvt_json_kv_num(j, "rerank_resid_exact_frac", sm.rerank_resid_exact_frac);
     kvt_json_kv_int(j, "summary_bytes", sm.summary_bytes);
+    kvt_json_kv_int(j, "summary_peak_bytes", sm.summary_peak_bytes);
     kvt_json_kv_int(j, "seqs", p->seqs);
     kvt_json_kv_int(j, "n_steps", sm.n_steps);
     kvt_json_kv_num(j, "selected_frac", sm.selected_frac);

@@ -89,8 +89,8 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     if (p.budget_frac > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-budget %g: a fraction must be <= 1", p.budget_frac);
     if (p.fallback < 0.0 || p.fallback > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-fallback %g: a cosine in [0, 1]", p.fallback);
     if (p.layer_floor < 0.0 || p.layer_floor > 1.0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-layer-floor %g: a fraction in [0, 1]", p.layer_floor);
-    if (p.share_layers && !(p.share && p.rerank > 1.0 && p.rerank_block > 1)) {
-        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-share-layers needs --sparse-share, --sparse-rerank and --sparse-rerank-block");
+    if (p.share_layers && !(p.share && p.rerank > 1.0)) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-share-layers needs --sparse-share and --sparse-rerank");
     }
     if (p.window > 64) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "--sparse-window %d: at most 64 queries", p.window);
     if (d->n_head_kv <= 0 || d->n_head % d->n_head_kv) {
@@ -161,7 +161,7 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
             s->rs_qs = kvt_sparse_zalloc((size_t)(H * s->qpg) * 4, &ok);
         }
     }
-    if (ok && p.mode == KVT_SPARSE_ASYNCSPADE && p.rerank > 1.0 && p.rerank_block > 1 && p.share) {
+    if (ok && p.mode == KVT_SPARSE_ASYNCSPADE && p.rerank > 1.0 && p.share) { // pieces: pages, or single positions
         s->sh_vals = kvt_sparse_zalloc((size_t)(H * N) * 4, &ok);
         s->sh_wts = kvt_sparse_zalloc((size_t)(H * N) * 4, &ok);
         s->sh_v = kvt_sparse_zalloc((size_t)(H * N) * 4, &ok);
@@ -288,6 +288,7 @@ kvt_status kvt_sparse_summarize(const kvt_sparse *s, kvt_sparse_summary *o, kvt_
     memset(o, 0, sizeof *o);
     o->n_steps = s->agg_steps;
     o->summary_bytes = kvt_sparse_summary_bytes(&s->p, &s->d);
+    o->summary_peak_bytes = s->summary_peak;
     const double ns = s->agg_steps > 0 ? (double)s->agg_steps : 1.0;
     o->selected_frac = s->agg_ctx > 0 ? s->agg_sel / s->agg_ctx : 1.0;
     o->kv_read_bytes = s->agg_kv_read / ns;

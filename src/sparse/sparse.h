@@ -76,7 +76,8 @@ void kvt_sparse_params_resolve(kvt_sparse_params *p);
 // Bytes of the compact key summaries of p->seqs sequences of n_ctx positions each (asyncspade: n_ctx rounded up to
 // 16, the int8 copies' block; 0 for off and oracle):
 // the caller reserves them in the fast tier's budget. A sequence's summaries are allocated as it grows
-// (kvt_sparse_summary_held: what is held now), a fork copies its parent's.
+// (kvt_sparse_summary_held: what is held now); asyncspade's forks share their parent's key copies of whole blocks of
+// 16 positions (held once), so a fork adds the positions past them.
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *p, const kvt_sparse_dims *d);
 int64_t kvt_sparse_summary_held(const kvt_sparse *s);
 // NULL in *out for mode off. KVT_ERR_INVALID_ARG for a bad setting (named), KVT_ERR_NOMEM.
@@ -132,7 +133,8 @@ void kvt_sparse_pair_stats(const kvt_sparse *s, int32_t layer, int32_t kh, kvt_s
 // The steps recorded, aggregated over every sequence (records dropped with their sequence included).
 typedef struct {
     int64_t n_steps;
-    int64_t summary_bytes;         // bytes of the key summaries held (kvt_sparse_summary_bytes)
+    int64_t summary_bytes;         // bytes of the key summaries reserved (kvt_sparse_summary_bytes)
+    int64_t summary_peak_bytes;    // the most bytes of key summaries held at once (every sequence, shared copies once)
     double selected_frac;          // positions attended / positions held, over the sparse (layer, KV head) pairs
     double kv_read_bytes;          // per step, mean
     double summary_read_bytes;     // per step, mean

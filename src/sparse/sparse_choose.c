@@ -59,8 +59,16 @@ static void score_keys(kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, in
     const int64_t part = yield ? SCAN_PART : n_keys; // positions per call (the caller: all in one)
     for (int64_t t0 = 0; t0 < n_keys; t0 += part) {
         if (yield) worker_yield(s);
-        const int64_t m = n_keys - t0 < part ? n_keys - t0 : part;
-        kvt_sparse_score_keys_rows(q16, qs, s->qpg, s->d.head_dim, k, t0, m, n, scale, raw + t0);
+        int64_t m = n_keys - t0 < part ? n_keys - t0 : part;
+        if (t0 < ly->off) { // the shared base's positions (off: whole blocks of 16, as part): each score is its own
+            const int64_t mb = ly->off - t0 < m ? ly->off - t0 : m;
+            kvt_sparse_score_keys_rows(q16, qs, s->qpg, s->d.head_dim, kvt_sparse_base_keys_of(ly, bits, kh, s->d.head_dim), t0,
+                                       mb, n, scale, raw + t0);
+            if (mb == m) continue;
+            kvt_sparse_score_keys_rows(q16, qs, s->qpg, s->d.head_dim, k, 0, m - mb, n, scale, raw + t0 + mb);
+            continue;
+        }
+        kvt_sparse_score_keys_rows(q16, qs, s->qpg, s->d.head_dim, k, t0 - ly->off, m, n, scale, raw + t0);
     }
     for (int32_t i = 0; i < s->qpg; i++) {
         for (int64_t t = n_keys; t < n; t++) raw[(int64_t)i * n + t] = -INFINITY;
@@ -261,9 +269,8 @@ static float *rr_raw(const rerank_job *J, int32_t kh) { return J->s->rr_raw + (i
 // Pass 1, task kh * chunks + c: the c-th part of KV head kh's candidates scored in place (no copy of their int8 rows);
 // position P, the query's own, has no int8 row yet: -inf, as in the full scan (it is always kept, recent).
 static void rr_score_task(void *ctx, int64_t task, int thread) {
-    (void)thread;
     const rerank_job *J = ctx;
-    const kvt_sparse *s = J->s;
+    kvt_sparse *s = J->s;
     const int32_t kh = (int32_t)(task / J->chunks), c = (int32_t)(task % J->chunks), hd = s->d.head_dim;
     if (!rr_active(J, kh)) return;
     const int32_t *sel = sel_of(J->ly, kh);
@@ -271,9 +278,29 @@ static void rr_score_task(void *ctx, int64_t task, int thread) {
     const int64_t nk = sel[nc - 1] >= J->P ? nc - 1 : nc; // sorted: only the last can be P
     const int64_t x0 = nk * c / J->chunks, x1 = nk * (c + 1) / J->chunks;
     float *raw = rr_raw(J, kh);
-    if (s->rs_nr && s->rs_nr[kh] > 0) kvt_sparse_resid_score(s, J->ly, kh, J->P, sel, x0, x1, nc, raw);
-    else kvt_sparse_score_keys_set(s->rr_q16 + (int64_t)kh * s->gd, s->rr_qs + (int64_t)kh * s->qpg, s->qpg, hd,
-                              kvt_sparse_keys_of(J->ly, s->p.rerank_bits, kh, hd), sel + x0, x1 - x0, nc, J->scale, raw + x0);
+    if (s->rs_nr && s->rs_nr[kh] > 0) {
+        kvt_sparse_resid_score(s, J->ly, kh, J->P, sel, x0, x1, nc, raw); // (never a shared base: resid forks copy)
+    } else {
+        const int16_t *q16 = s->rr_q16 + (int64_t)kh * s->gd;
+        const float *qs = s->rr_qs + (int64_t)kh * s->qpg;
+        const int64_t off = J->ly->off;
+        int64_t xb = x0; // sorted: the candidates in the shared base first, then those in the own buffers
+        while (xb < x1 && sel[xb] < off) xb++;
+        if (xb > x0) {
+            kvt_sparse_score_keys_set(q16, qs, s->qpg, hd, kvt_sparse_base_keys_of(J->ly, s->p.rerank_bits, kh, hd), sel + x0,
+                                      xb - x0, nc, J->scale, raw + x0);
+        }
+        if (x1 > xb) {
+            const int32_t *pos = sel + xb;
+            if (off > 0) { // the own buffers' positions start at off
+                kvt_sparse_scratch *ss = s->rr_ss ? &s->rr_ss[thread] : &s->main_ss;
+                for (int64_t x = xb; x < x1; x++) ss->csel[x - xb] = sel[x] - (int32_t)off;
+                pos = ss->csel;
+            }
+            kvt_sparse_score_keys_set(q16, qs, s->qpg, hd, kvt_sparse_keys_of(J->ly, s->p.rerank_bits, kh, hd), pos, x1 - xb,
+                                      nc, J->scale, raw + xb);
+        }
+    }
     if (c == J->chunks - 1) {
         for (int64_t y = nk; y < nc; y++) {
             for (int32_t i = 0; i < s->qpg; i++) raw[(int64_t)i * nc + y] = -INFINITY;
@@ -291,7 +318,7 @@ static void rr_softmax_task(void *ctx, int64_t task, int thread) {
     J->s->rr_inv[task] = kvt_sparse_softmax_row(rr_raw(J, kh) + (int64_t)i * nc, nc);
 }
 
-// Pass 3 with pages (rerank_block Q > 1): KV head kh's middle candidates (sorted, [c0, c1)) cut into pieces at page ends
+// Pass 3 with pages (rerank_block Q > 1; with share, Q = 1 at token level): KV head kh's middle candidates (sorted, [c0, c1)) cut into pieces at page ends
 // in one pass over the softmax terms (rows, [qpg][nc]): each piece's mass into raw (NaN as -inf; NULL: not kept), its
 // score into v (the mass, times f in a page kept at P - 1; NaN as -inf) and its number of candidates into w; returns the
 // pieces' count; agg: scratch of c1 - c0 floats. A candidate's mass is kvt_sparse_aggregate_rows' (its rows' terms times
@@ -299,7 +326,7 @@ static void rr_softmax_task(void *ctx, int64_t task, int thread) {
 // the hysteresis' factor in the same order, so the same bits.
 static int64_t rr_pieces(const kvt_sparse *s, const float *rows, const float *inv, const int32_t *sel, int64_t nc, int64_t c0,
                          int64_t c1, const uint8_t *kept, float f, float *agg, float *v, float *raw, int32_t *w) {
-    const int32_t Q = s->p.rerank_block;
+    const int32_t Q = s->p.rerank_block > 1 ? s->p.rerank_block : 1; // token level (share): a piece per candidate
     kvt_sparse_aggregate_rows(rows + c0, s->qpg, c1 - c0, nc, inv, agg); // vectorized, the rows in order
     int64_t ns = 0;
     float m16[16];
@@ -359,7 +386,7 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
     const float *rows = rr_raw(J, kh), *inv = s->rr_inv + (int64_t)kh * s->qpg;
     const uint8_t *kept = J->use_kept ? ly->kept + kh * kvt_sparse_kept_pages(s) : NULL; // kept: only with pages
     const float f = (float)(1.0 + s->p.keep);
-    if (s->p.rerank_block > 1 && s->sh_vals) { // share: the layer's pages are chosen together (share_choose)
+    if (s->sh_vals) { // share: the layer's pages (or, at token level, positions) are chosen together (share_choose)
         const int64_t N = s->d.n_ctx;
         const int64_t ns = c_sink + c_recent > nc ? 0 // sink and recent overlap (a context shorter than both): no middle
                                                    : rr_pieces(s, rows, inv, sel, nc, c_sink, nc - c_recent, kept, f, ss->agg, s->sh_vals + kh * N,
@@ -544,7 +571,7 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
     rr_pass(pool, rr_score_task, &J, (int64_t)H * J.chunks);
     rr_pass(pool, rr_softmax_task, &J, (int64_t)H * s->qpg);
     rr_pass(pool, rr_choose_task, &J, H);
-    if (s->p.rerank_block > 1 && s->sh_vals) share_choose(&J);
+    if (s->sh_vals) share_choose(&J);
     rr_end(s);
     ly->kept_pos = P;
 }

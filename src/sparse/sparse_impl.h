@@ -44,16 +44,34 @@ typedef struct {
     int32_t *wts; // [n_ctx + 2] page weights of kvt_sparse_topk_pages
 } kvt_sparse_scratch;
 
+// asyncspade: the key copies of positions [0, n) of one layer of a sequence, frozen when the sequence was forked and
+// shared by it and its forks (each holds a reference; the last to let go frees it). Never written once made, so a
+// fork costs only the positions past n (a beam's continuations share the prompt's copies). Buffers as the layer's
+// below with `stride` positions per KV head (>= n); n a multiple of 16 (whole blocks of the int8 layout).
+typedef struct {
+    int64_t n, stride;
+    int8_t *k8;
+    float *k8s;
+    uint8_t *k4;
+    uint16_t *k4s;
+    int64_t bytes; // their allocated bytes, counted once in kvt_sparse.summary_held
+    int32_t refs;  // layers that hold it (the sequences' callers serialize forks and frees)
+} kvt_sparse_kbase;
+
 // One layer of one sequence. Buffers hold `cap` positions per KV head (grown as the sequence grows, at most
-// n_ctx); rows of KV head kh start at kh * cap (pages: kh * pages(cap)).
+// n_ctx); rows of KV head kh start at kh * cap (pages: kh * pages(cap)). asyncspade's key copies after a fork: the
+// positions [0, off) in the shared base kb, the layer's own buffers only [off, cap), rows of kh at kh * (cap - off)
+// (position t at t - off); off = 0 and kb = NULL otherwise.
 typedef struct {
     int64_t cap;        // positions the buffers have room for
     int64_t key_n;      // keys [0, key_n) are in the summaries (the rest is read from the store when needed)
-    int8_t *k8;         // asyncspade (a width of 8 used): [Hkv][cap * hd] int8 keys in blocks of 16 positions
+    kvt_sparse_kbase *kb; // the shared copies of positions [0, off), or NULL
+    int64_t off;        // kb ? kb->n : 0
+    int8_t *k8;         // asyncspade (a width of 8 used): [Hkv][(cap - off) * hd] int8 keys in blocks of 16 positions
                         // (kvt_sparse_k8_at; cap a multiple of 16)
-    float *k8s;         // asyncspade: [Hkv][cap] their scales
-    uint8_t *k4;        // asyncspade (a width of 4 used): [Hkv][cap * kvt_sparse_k4_row(hd)] 4-bit keys (kvt_sparse_k4_at)
-    uint16_t *k4s;      // asyncspade: [Hkv][cap * kvt_sparse_k4_groups(hd)] their group scales, f16 (kvt_sparse_k4s_at)
+    float *k8s;         // asyncspade: [Hkv][cap - off] their scales
+    uint8_t *k4;        // asyncspade (a width of 4 used): [Hkv][(cap - off) * kvt_sparse_k4_row(hd)] 4-bit keys (kvt_sparse_k4_at)
+    uint16_t *k4s;      // asyncspade: [Hkv][(cap - off) * kvt_sparse_k4_groups(hd)] their group scales, f16 (kvt_sparse_k4s_at)
     float *lo, *hi;     // quest: [Hkv][pages(cap)][hd] key bounds
     int32_t *sel;       // [Hkv][cap] the selected positions of the next step
     float *sel_score;   // [Hkv][cap] asyncspade: the predicted score of each of sel's positions (the prefetch order)
@@ -109,6 +127,7 @@ struct kvt_sparse {
     kvt_sparse_seq **seqs;   // [n_seqs] per sequence (NULL: none yet); the table is reallocated under mu
     int32_t n_seqs;
     int64_t summary_held;    // bytes of key summaries over every sequence
+    int64_t summary_peak;    // the most summary_held has been
     int64_t summary_limit;   // at most this many (d.bounded), else -1
     float **scratch;         // [n_threads] attention scratch
     float *exact;            // [Hkv][n_ctx] exact aggregated scores (oracle, stats)
@@ -334,12 +353,23 @@ typedef struct {
     const void *ks;
     int32_t bits;
 } kvt_sparse_keys;
-// The copies of `bits` of KV head kh of ly.
+// The copies of `bits` of KV head kh of ly's own buffers: position t (>= ly->off) at t - ly->off.
 static inline kvt_sparse_keys kvt_sparse_keys_of(const kvt_sparse_layer *ly, int32_t bits, int32_t kh, int32_t hd) {
-    kvt_sparse_keys k = {bits == 4 ? (const void *)(ly->k4 + kh * ly->cap * kvt_sparse_k4_row(hd))
-                                   : (const void *)(ly->k8 + kh * ly->cap * (int64_t)hd),
-                         bits == 4 ? (const void *)(ly->k4s + kh * ly->cap * kvt_sparse_k4_groups(hd))
-                                   : (const void *)(ly->k8s + kh * ly->cap),
+    const int64_t c = ly->cap - ly->off;
+    kvt_sparse_keys k = {bits == 4 ? (const void *)(ly->k4 + kh * c * kvt_sparse_k4_row(hd))
+                                   : (const void *)(ly->k8 + kh * c * (int64_t)hd),
+                         bits == 4 ? (const void *)(ly->k4s + kh * c * kvt_sparse_k4_groups(hd))
+                                   : (const void *)(ly->k8s + kh * c),
+                         bits};
+    return k;
+}
+// The copies of `bits` of KV head kh in ly's shared base (positions [0, ly->off); ly->kb not NULL).
+static inline kvt_sparse_keys kvt_sparse_base_keys_of(const kvt_sparse_layer *ly, int32_t bits, int32_t kh, int32_t hd) {
+    const kvt_sparse_kbase *b = ly->kb;
+    kvt_sparse_keys k = {bits == 4 ? (const void *)(b->k4 + kh * b->stride * kvt_sparse_k4_row(hd))
+                                   : (const void *)(b->k8 + kh * b->stride * (int64_t)hd),
+                         bits == 4 ? (const void *)(b->k4s + kh * b->stride * kvt_sparse_k4_groups(hd))
+                                   : (const void *)(b->k8s + kh * b->stride),
                          bits};
     return k;
 }

@@ -46,8 +46,9 @@ int64_t kvt_sparse_kept_pages(const kvt_sparse *s) {
 }
 
 int64_t kvt_sparse_layer_pieces(const kvt_sparse *s) {
-    if (s->p.mode != KVT_SPARSE_ASYNCSPADE || !s->p.share_layers || !s->p.share || s->p.rerank <= 1.0 || s->p.rerank_block <= 1) return 0;
-    return (int64_t)s->d.n_head_kv * (s->d.n_ctx / s->p.rerank_block + 2); // a head's pieces: at most one per page
+    if (s->p.mode != KVT_SPARSE_ASYNCSPADE || !s->p.share_layers || !s->p.share || s->p.rerank <= 1.0) return 0;
+    const int64_t Q = s->p.rerank_block > 1 ? s->p.rerank_block : 1; // token level: a piece per position
+    return (int64_t)s->d.n_head_kv * (s->d.n_ctx / Q + 2); // a head's pieces: at most one per page
 }
 
 // Bytes of one layer's key summaries with room for cap positions.
@@ -56,7 +57,42 @@ static int64_t layer_summary_bytes(const kvt_sparse *s, int64_t cap) {
     return kvt_sparse_layer_summary_bytes(&s->p, H, hd, cap, s->p.mode == KVT_SPARSE_QUEST ? pages_of(s, cap) : 0);
 }
 
-static void layer_free(kvt_sparse_layer *ly) {
+// The same for a layer's own buffers of positions [off, cap) (off > 0: asyncspade's copies after a shared base).
+static int64_t own_bytes(const kvt_sparse *s, int64_t cap, int64_t off) { return cap > off ? layer_summary_bytes(s, cap - off) : 0; }
+
+// asyncspade's four key copy buffers (k8, k8s, k4, k4s; NULL where that width is not used) and their bytes per
+// position: in every one a block of 16 positions is 16 times that many consecutive bytes (kvt_sparse_k8_at, k4_at,
+// k4s_at), and KV head kh's positions start at kh * stride positions.
+enum { KEYBUFS = 4 };
+static void key_row_bytes(const kvt_sparse *s, int64_t rb[KEYBUFS]) {
+    const int32_t hd = s->d.head_dim;
+    rb[0] = uses_bits(s, 8) ? hd : 0, rb[1] = uses_bits(s, 8) ? 4 : 0;
+    rb[2] = uses_bits(s, 4) ? kvt_sparse_k4_row(hd) : 0, rb[3] = uses_bits(s, 4) ? 2 * kvt_sparse_k4_groups(hd) : 0;
+}
+
+// Blocks [sb, sb + nb) of src (stride sc positions) to blocks [db, db + nb) of dst (stride dc), every KV head.
+static void copy_key_blocks(const kvt_sparse *s, void *const dst[KEYBUFS], int64_t dc, int64_t db, void *const src[KEYBUFS],
+                            int64_t sc, int64_t sb, int64_t nb) {
+    int64_t rb[KEYBUFS];
+    key_row_bytes(s, rb);
+    for (int a = 0; a < KEYBUFS; a++) {
+        for (int64_t kh = 0; rb[a] > 0 && nb > 0 && kh < s->d.n_head_kv; kh++) {
+            memcpy((uint8_t *)dst[a] + (kh * dc + 16 * db) * rb[a], (const uint8_t *)src[a] + (kh * sc + 16 * sb) * rb[a],
+                   (size_t)(16 * nb * rb[a]));
+        }
+    }
+}
+
+static void kbase_release(kvt_sparse *s, kvt_sparse_kbase *b) {
+    if (!b || --b->refs > 0) return;
+    s->summary_held -= b->bytes;
+    free(b->k8), free(b->k8s), free(b->k4), free(b->k4s);
+    free(b);
+}
+
+static void layer_free(kvt_sparse *s, kvt_sparse_layer *ly) {
+    kbase_release(s, ly->kb);
+    ly->kb = NULL;
     free(ly->k8);
     free(ly->k8s);
     free(ly->k4);
@@ -78,14 +114,14 @@ static void layer_free(kvt_sparse_layer *ly) {
 
 void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q) {
     if (!q) return;
-    for (int32_t l = 0; q->lay && l < s->d.n_layer; l++) layer_free(&q->lay[l]);
+    for (int32_t l = 0; q->lay && l < s->d.n_layer; l++) layer_free(s, &q->lay[l]);
     s->summary_held -= q->summary_bytes;
     free(q->lay);
     free(q->steps);
     free(q);
 }
 
-static kvt_sparse_seq *seq_new(const kvt_sparse *s) {
+static kvt_sparse_seq *seq_new(kvt_sparse *s) {
     kvt_sparse_seq *q = calloc(1, sizeof *q);
     if (!q) return NULL;
     q->lay = calloc((size_t)s->d.n_layer, sizeof *q->lay);
@@ -109,7 +145,7 @@ static kvt_sparse_seq *seq_new(const kvt_sparse *s) {
     }
     if (!ok) {
         if (q->lay) {
-            for (int32_t l = 0; l < s->d.n_layer; l++) layer_free(&q->lay[l]);
+            for (int32_t l = 0; l < s->d.n_layer; l++) layer_free(s, &q->lay[l]);
         }
         free(q->lay);
         free(q);
@@ -136,17 +172,27 @@ kvt_sparse_seq *kvt_sparse_seq_get(kvt_sparse *s, int32_t seq) {
     return s->seqs[seq];
 }
 
+// Fails with KVT_ERR_BUDGET, naming the reservation, when `more` bytes of summaries would pass it.
+static kvt_status check_held(const kvt_sparse *s, int64_t more, kvt_err *err) {
+    if (s->summary_limit < 0 || s->summary_held + more <= s->summary_limit) return KVT_OK;
+    return kvt_errorf(err, KVT_ERR_BUDGET,
+                      "sparse key summaries: %lld bytes held, %lld more exceed the %lld reserved in --kv-fast "
+                      "(for %d sequence(s) of n_ctx positions: raise --sparse-seqs or --kv-fast)",
+                      (long long)s->summary_held, (long long)more, (long long)s->summary_limit, s->p.seqs > 0 ? s->p.seqs : 1);
+}
+
+// b more bytes of summaries held over every sequence, the peak kept.
+static void held_add(kvt_sparse *s, int64_t b) {
+    s->summary_held += b;
+    if (s->summary_held > s->summary_peak) s->summary_peak = s->summary_held;
+}
+
 // Moves layer ly to buffers of cap positions, keeping the first old_cap positions of each KV head.
 static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, int64_t cap, kvt_err *err) {
-    const int64_t H = s->d.n_head_kv, hd = s->d.head_dim, oc = ly->cap;
-    const int64_t grow = layer_summary_bytes(s, cap) - layer_summary_bytes(s, oc);
-    if (s->summary_limit >= 0 && s->summary_held + grow > s->summary_limit) {
-        return kvt_errorf(err, KVT_ERR_BUDGET,
-                          "sparse key summaries: %lld bytes held, %lld more exceed the %lld reserved in --kv-fast "
-                          "(for %d sequence(s) of n_ctx positions: raise --sparse-seqs or --kv-fast)",
-                          (long long)s->summary_held, (long long)grow, (long long)s->summary_limit,
-                          s->p.seqs > 0 ? s->p.seqs : 1);
-    }
+    const int64_t H = s->d.n_head_kv, hd = s->d.head_dim, oc = ly->cap, off = ly->off;
+    const int64_t grow = own_bytes(s, cap, off) - own_bytes(s, oc, off);
+    kvt_status st = check_held(s, grow, err);
+    if (st) return st;
     bool ok = true;
     int32_t *sel = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
     float *sel_score = s->p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok) : NULL;
@@ -156,13 +202,14 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     uint16_t *k4s = NULL;
     const int64_t s4 = kvt_sparse_k4_groups((int32_t)hd); // 4-bit scales per position
     const int64_t np = pages_of(s, cap), onp = pages_of(s, oc), r4 = kvt_sparse_k4_row((int32_t)hd);
+    const int64_t kc = cap - off; // the key copies' own positions [off, cap)
     if (uses_bits(s, 8)) {
-        k8 = kvt_sparse_zalloc((size_t)(H * cap * hd), &ok);
-        k8s = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
+        k8 = kvt_sparse_zalloc((size_t)(H * kc * hd), &ok);
+        k8s = kvt_sparse_zalloc((size_t)(H * kc) * 4, &ok);
     }
     if (uses_bits(s, 4)) {
-        k4 = kvt_sparse_zalloc((size_t)(H * cap * r4), &ok);
-        k4s = kvt_sparse_zalloc((size_t)(H * cap * s4) * 2, &ok);
+        k4 = kvt_sparse_zalloc((size_t)(H * kc * r4), &ok);
+        k4s = kvt_sparse_zalloc((size_t)(H * kc * s4) * 2, &ok);
     }
     const int64_t qpg = s->qpg;
     float *shat = s->p.rerank_resid > 0.0 && s->p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_zalloc((size_t)(H * qpg * cap) * 4, &ok) : NULL;
@@ -179,18 +226,14 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
         memcpy(sel + kh * cap, ly->sel + kh * oc, (size_t)oc * 4);
         if (sel_score) memcpy(sel_score + kh * cap, ly->sel_score + kh * oc, (size_t)oc * 4);
         if (shat) memcpy(shat + kh * qpg * cap, ly->shat + kh * qpg * oc, (size_t)(qpg * oc) * 4); // rows of stride <= oc
-        if (k8) {
-            memcpy(k8 + kh * cap * hd, ly->k8 + kh * oc * hd, (size_t)(oc * hd));
-            memcpy(k8s + kh * cap, ly->k8s + kh * oc, (size_t)oc * 4);
-        }
-        if (k4) {
-            memcpy(k4 + kh * cap * r4, ly->k4 + kh * oc * r4, (size_t)(oc * r4));
-            memcpy(k4s + kh * cap * s4, ly->k4s + kh * oc * s4, (size_t)(oc * s4) * 2);
-        }
         if (lo) {
             memcpy(lo + kh * np * hd, ly->lo + kh * onp * hd, (size_t)(onp * hd) * 4);
             memcpy(hi + kh * np * hd, ly->hi + kh * onp * hd, (size_t)(onp * hd) * 4);
         }
+    }
+    if (oc > off) { // the own key copies: whole blocks (cap and off multiples of 16)
+        void *dst[KEYBUFS] = {k8, k8s, k4, k4s}, *src[KEYBUFS] = {ly->k8, ly->k8s, ly->k4, ly->k4s};
+        copy_key_blocks(s, dst, kc, 0, src, oc - off, 0, (oc - off) / 16);
     }
     free(ly->shat);
     ly->shat = shat;
@@ -199,7 +242,75 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     ly->sel = sel, ly->sel_score = sel_score, ly->k8 = k8, ly->k8s = k8s, ly->k4 = k4, ly->k4s = k4s, ly->lo = lo, ly->hi = hi;
     ly->cap = cap;
     q->summary_bytes += grow;
-    s->summary_held += grow;
+    held_add(s, grow);
+    return KVT_OK;
+}
+
+// Own key copy buffers of kc positions per KV head (NULL where a width is not used); false when out of memory.
+static bool alloc_keys(const kvt_sparse *s, int64_t kc, void *b[KEYBUFS]) {
+    int64_t rb[KEYBUFS];
+    key_row_bytes(s, rb);
+    bool ok = true;
+    for (int a = 0; a < KEYBUFS; a++) b[a] = rb[a] > 0 ? kvt_sparse_zalloc((size_t)(s->d.n_head_kv * kc * rb[a]), &ok) : NULL;
+    if (!ok) {
+        for (int a = 0; a < KEYBUFS; a++) free(b[a]), b[a] = NULL;
+    }
+    return ok;
+}
+
+static void set_keys(kvt_sparse_layer *ly, void *const b[KEYBUFS]) {
+    ly->k8 = b[0], ly->k8s = b[1], ly->k4 = b[2], ly->k4s = b[3];
+}
+
+// A layer whose keys [pos, ...) are about to be written (a rewind, a truncate) below its shared base: its own buffers
+// take every position again (the base's copied in), and it lets the base go.
+static kvt_status layer_own(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, int64_t pos, kvt_err *err) {
+    if (!ly->kb || pos >= ly->off) return KVT_OK;
+    const int64_t cap = ly->cap, off = ly->off, more = own_bytes(s, cap, 0) - own_bytes(s, cap, off);
+    kvt_status st = check_held(s, more, err);
+    if (st) return st;
+    void *b[KEYBUFS];
+    if (!alloc_keys(s, cap, b)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse key copies of %lld positions", (long long)cap);
+    kvt_sparse_kbase *kb = ly->kb;
+    void *src[KEYBUFS] = {kb->k8, kb->k8s, kb->k4, kb->k4s}, *own[KEYBUFS] = {ly->k8, ly->k8s, ly->k4, ly->k4s};
+    copy_key_blocks(s, b, cap, 0, src, kb->stride, 0, off / 16);
+    copy_key_blocks(s, b, cap, off / 16, own, cap - off, 0, (cap - off) / 16);
+    for (int a = 0; a < KEYBUFS; a++) free(own[a]);
+    set_keys(ly, b);
+    q->summary_bytes += more;
+    held_add(s, more);
+    ly->kb = NULL, ly->off = 0;
+    kbase_release(s, kb);
+    return KVT_OK;
+}
+
+// Whether a fork of ly shares its key copies: asyncspade's (not with --sparse-rerank-resid, whose predicted scores are
+// kept by position beside them) of at least one whole block.
+static bool shares_keys(const kvt_sparse *s, const kvt_sparse_layer *ly) {
+    return s->p.mode == KVT_SPARSE_ASYNCSPADE && s->p.rerank_resid <= 0.0 && (ly->k8 || ly->k4) && ly->key_n >= 16;
+}
+
+// Before a fork of ly: a layer without a base makes its key copies of the whole blocks [0, n) a base (its buffers
+// become the base's as they are, no copy) and keeps in new own buffers [n, cap) the positions from n (one partial
+// block copied). A layer with a base keeps it (its forks copy its own positions past the base).
+static kvt_status layer_freeze(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, kvt_err *err) {
+    if (ly->kb) return KVT_OK;
+    const int64_t cap = ly->cap, n = ly->key_n / 16 * 16, own = own_bytes(s, cap, n);
+    kvt_status st = check_held(s, own, err);
+    if (st) return st;
+    kvt_sparse_kbase *kb = calloc(1, sizeof *kb);
+    void *b[KEYBUFS];
+    if (!kb || !alloc_keys(s, cap - n, b)) {
+        free(kb);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse key copies of %lld positions", (long long)(cap - n));
+    }
+    *kb = (kvt_sparse_kbase){n, cap, ly->k8, ly->k8s, ly->k4, ly->k4s, own_bytes(s, cap, 0), 1};
+    void *src[KEYBUFS] = {kb->k8, kb->k8s, kb->k4, kb->k4s};
+    copy_key_blocks(s, b, cap - n, 0, src, cap, n / 16, (ly->key_n - n + 15) / 16); // the open block
+    set_keys(ly, b);
+    q->summary_bytes += own - kb->bytes; // (the base's bytes stay in summary_held until it is freed)
+    held_add(s, own);
+    ly->kb = kb, ly->off = n;
     return KVT_OK;
 }
 
@@ -208,8 +319,9 @@ kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t la
     const int64_t N = s->d.n_ctx;
     if (need > N) need = N;
     if (need <= ly->cap) return KVT_OK;
-    int64_t cap = 2 * ly->cap > need ? 2 * ly->cap : need; // doubling: appends cost amortized O(1)
-    if (cap < 64) cap = 64;
+    const int64_t off = ly->off, own = ly->cap - off; // (a shared base's positions are not grown)
+    int64_t cap = off + (2 * own > need - off ? 2 * own : need - off); // doubling: appends cost amortized O(1)
+    if (cap - off < 64) cap = off + 64;
     cap = (cap + s->p.page - 1) / s->p.page * s->p.page;
     if (cap > N) cap = N;
     if (s->p.mode == KVT_SPARSE_ASYNCSPADE) cap = kvt_sparse_k8_cap(cap); // whole blocks of the int8 layout
@@ -227,10 +339,11 @@ static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int6
         for (int32_t kh = 0; kh < H; kh++) {
             ops->from_float(k + (t * H + kh) * hd, s->krow_t, hd);
             ops->to_float(s->krow_t, s->krow, hd);
-            if (ly->k8) kvt_sparse_quant_key(s->krow, hd, 8, pos, ly->k8 + kh * cap * hd, ly->k8s + kh * cap);
+            const int64_t kc = cap - ly->off; // (pos >= off: callers unshare first, layer_own)
+            if (ly->k8) kvt_sparse_quant_key(s->krow, hd, 8, pos - ly->off, ly->k8 + kh * kc * hd, ly->k8s + kh * kc);
             if (ly->k4) {
-                kvt_sparse_quant_key(s->krow, hd, 4, pos, ly->k4 + kh * cap * kvt_sparse_k4_row(hd),
-                                     ly->k4s + kh * cap * kvt_sparse_k4_groups(hd));
+                kvt_sparse_quant_key(s->krow, hd, 4, pos - ly->off, ly->k4 + kh * kc * kvt_sparse_k4_row(hd),
+                                     ly->k4s + kh * kc * kvt_sparse_k4_groups(hd));
             }
             if (ly->lo) {
                 const int64_t pg = pos / s->p.page;
@@ -272,7 +385,9 @@ kvt_status kvt_sparse_layer_keys(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_spa
         return KVT_OK;
     }
     cut_keys(s, ly, pos0);
-    kvt_status st = kvt_sparse_layer_reserve(s, q, layer, pos0 + n + 1, err); // + 1: the next step's selection
+    kvt_status st = layer_own(s, q, ly, ly->key_n, err); // keys written from key_n: below a shared base, own them all
+    if (st) return st;
+    st = kvt_sparse_layer_reserve(s, q, layer, pos0 + n + 1, err); // + 1: the next step's selection
     if (st) return st;
     if (!has_summaries(s)) {
         ly->key_n = pos0 + n;
@@ -311,7 +426,7 @@ void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_
     if (ly->hist_next > pos0) ly->hist_next = -1; // the queries of the rewritten positions are gone
     cut_keys(s, ly, pos0);
     kvt_err e;
-    if (!has_summaries(s) || ly->key_n != pos0 || kvt_sparse_layer_reserve(s, q, layer, pos0 + n, &e)) return;
+    if (!has_summaries(s) || ly->key_n != pos0 || layer_own(s, q, ly, pos0, &e) || kvt_sparse_layer_reserve(s, q, layer, pos0 + n, &e)) return;
     observe_keys(s, ly, pos0, n, k);
     ly->key_n = pos0 + n;
 }
@@ -363,21 +478,33 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
     const int64_t H = s->d.n_head_kv, hd = s->d.head_dim, W1 = s->p.window + 1;
     for (int32_t l = 0; l < s->d.n_layer; l++) {
         kvt_sparse_layer *x = &a->lay[l], *y = &b->lay[l];
-        kvt_status st = x->cap > 0 ? layer_resize(s, b, y, x->cap, err) : KVT_OK;
+        // asyncspade's key copies: the whole blocks src holds become (or stay) a base both share; dst's own buffers
+        // take src's positions past it, with room to grow from there (the rest of the state is copied whole)
+        kvt_status st = KVT_OK;
+        if (x->kb && (x->key_n < x->off || !shares_keys(s, x))) st = layer_own(s, a, x, 0, err); // (cut below its base)
+        const bool share = !st && shares_keys(s, x);
+        if (share) st = layer_freeze(s, a, x, err);
+        int64_t cap = x->cap;
+        if (!st && share) {
+            y->kb = x->kb, y->kb->refs++, y->off = x->off;
+            const int64_t want = kvt_sparse_k8_cap(x->key_n + 1); // (reserve grows it from there)
+            if (want < cap) cap = want;
+        }
+        if (!st && cap > 0) st = layer_resize(s, b, y, cap, err);
         if (st) {
             kvt_sparse_seq_free(s, dst);
             return st;
         }
-        const int64_t cap = x->cap, np = pages_of(s, cap);
-        if (cap > 0) memcpy(y->sel, x->sel, (size_t)(H * cap) * 4);
-        if (cap > 0 && x->sel_score) memcpy(y->sel_score, x->sel_score, (size_t)(H * cap) * 4);
-        if (cap > 0 && x->k8) {
-            memcpy(y->k8, x->k8, (size_t)(H * cap * hd));
-            memcpy(y->k8s, x->k8s, (size_t)(H * cap) * 4);
+        const int64_t np = pages_of(s, cap);
+        for (int64_t kh = 0; cap > 0 && kh < H; kh++) { // the rows' first nsel entries (nsel <= cap, key_n + 1 at most)
+            const size_t m = (size_t)(cap == x->cap || x->nsel[kh] > cap ? cap : x->nsel[kh]) * 4;
+            memcpy(y->sel + kh * cap, x->sel + kh * x->cap, m);
+            if (x->sel_score) memcpy(y->sel_score + kh * cap, x->sel_score + kh * x->cap, m);
         }
-        if (cap > 0 && x->k4) {
-            memcpy(y->k4, x->k4, (size_t)(H * cap * kvt_sparse_k4_row((int32_t)hd)));
-            memcpy(y->k4s, x->k4s, (size_t)(H * cap * kvt_sparse_k4_groups((int32_t)hd)) * 2);
+        if (cap > x->off && (x->k8 || x->k4)) { // own positions [off, key_n): whole blocks
+            void *dk[KEYBUFS] = {y->k8, y->k8s, y->k4, y->k4s}, *sk[KEYBUFS] = {x->k8, x->k8s, x->k4, x->k4s};
+            const int64_t nb = share ? (x->key_n - x->off + 15) / 16 : (cap - x->off) / 16;
+            copy_key_blocks(s, dk, cap - x->off, 0, sk, x->cap - x->off, 0, nb);
         }
         if (cap > 0 && x->lo) {
             memcpy(y->lo, x->lo, (size_t)(H * np * hd) * 4);
