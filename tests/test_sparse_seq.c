@@ -576,6 +576,48 @@ static void test_beam(const kvt_model *m) {
     }
 }
 
+// beam's default reservation under asyncspade (kvt_sparse_fork_sets: the forks share sequence 0's key copies): 4 sets
+// for 3 beams x 2 at n_ctx 1024 where forks that copy need 7; a fast tier of that reservation and 8 KV blocks keeps the
+// beams of an unbounded store, bit for bit. Quest (forks copy): 1 + beams x width, as before.
+static void test_beam_reserve(const kvt_model *m) {
+    kvt_context_params cp = base_params(KVT_SPARSE_ASYNCSPADE);
+    cp.n_ctx = 1024;
+    cp.sparse.budget = 10;
+    kvt_beam_params bp = kvt_beam_params_default();
+    bp.n_beams = 3, bp.width = 2, bp.step = 4, bp.n_tokens = 12, bp.stop_at_eog = false;
+    const int64_t live = 1 + (int64_t)bp.n_beams * bp.width; // (cmd_beam's)
+    const int32_t sets = kvt_sparse_fork_sets(&cp.sparse, cp.n_ctx, live, bp.n_tokens);
+    kvt_sparse_params qp = cp.sparse;
+    qp.mode = KVT_SPARSE_QUEST;
+    const bool units = sets == 4 && kvt_sparse_fork_sets(&qp, cp.n_ctx, live, bp.n_tokens) == live;
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = 1 + (i * 53) % (m->hp.n_vocab - 1);
+    kvt_beam_result ref = {0}, r = {0};
+    kvt_err err = {0};
+    kvt_context *ctx = NULL;
+    kvt_status st = kvt_context_init(m, &cp, &ctx, &err);
+    if (!st) st = kvt_beam_run(ctx, &bp, prompt, 40, &ref, &err);
+    kvt_context_free(ctx);
+    kvt_sparse_dims d = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, cp.n_ctx, 2,
+                         KVT_TYPE_F16, {0}, true};
+    cp.sparse.seqs = sets;
+    cp.kv_fast_bytes = kvt_sparse_summary_bytes(&cp.sparse, &d) + 8 * block_bytes(m, cp.kv_block);
+    cp.kv_host_bytes = 8 << 20;
+    ctx = NULL;
+    if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+    if (!st) st = kvt_beam_run(ctx, &bp, prompt, 40, &r, &err);
+    kvt_context_free(ctx);
+    bool same_beams = !st && r.n_beams == ref.n_beams;
+    for (int32_t i = 0; same_beams && i < r.n_beams; i++) {
+        same_beams = r.beams[i].n == ref.beams[i].n && r.beams[i].score == ref.beams[i].score &&
+                     !memcmp(r.beams[i].ids, ref.beams[i].ids, (size_t)r.beams[i].n * sizeof(int32_t));
+    }
+    kvt_beam_result_free(&ref);
+    kvt_beam_result_free(&r);
+    test_result(units && same_beams, "sparse_seq: beam's reservation under asyncspade: 4 sets (not 7) hold 3 x 2 beams; the same beams as unbounded",
+                "%s (sets %d)", st ? err.msg : units ? "beams differ" : "sets", sets);
+}
+
 void test_sparse_seq(const test_env *env) {
     char path[512];
     if (!test_data(env, "qwen3-tiny.gguf", path, sizeof path)) {
@@ -596,5 +638,6 @@ void test_sparse_seq(const test_env *env) {
     test_truncate(m);
     test_summary_budget(m);
     test_beam(m);
+    test_beam_reserve(m);
     kvt_model_free(m);
 }

@@ -8,6 +8,7 @@
 #include "../base/timer.h"
 #include "../sched/beam.h"
 #include "../sched/dm_model.h"
+#include "../sparse/sparse.h"
 #include "commands.h"
 #include "common.h"
 
@@ -245,8 +246,9 @@ int cmd_beam(int argc, char **argv) {
     }
     cli_progress prog;
     cli_progress_on(&prog, &cp, !in.no_progress && !json);
-    // sparse key summaries: sequence 0 and a step's beams x width continuations each hold their own
-    if (cp.sparse.seqs <= 0) cp.sparse.seqs = 1 + bp.n_beams * bp.width;
+    // sparse key summaries: at most a parent and a step's beams x width continuations alive together (asyncspade's
+    // share sequence 0's copies: each holds the positions it generates)
+    if (cp.sparse.seqs <= 0) cp.sparse.seqs = kvt_sparse_fork_sets(&cp.sparse, cp.n_ctx, 1 + (int64_t)bp.n_beams * bp.width, bp.n_tokens);
     if (!cli_context_init("beam", model, &cp, &ctx)) goto done;
     if (prm_path) {
         if (!cli_load_model("beam", prm_path, false, &prm_model, NULL)) goto done;

@@ -40,6 +40,19 @@ int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_d
            kvt_sparse_layer_summary_bytes(&p, d->n_head_kv, d->head_dim, cap, (d->n_ctx + p.page - 1) / p.page);
 }
 
+int32_t kvt_sparse_fork_sets(const kvt_sparse_params *p, int64_t n_ctx, int64_t n_seqs, int64_t n_tail) {
+    if (n_seqs < 1) n_seqs = 1;
+    if (n_tail < 0) n_tail = 0;
+    int64_t sets = n_seqs;
+    if (p->mode == KVT_SPARSE_ASYNCSPADE && p->rerank_resid <= 0.0 && n_ctx > 0) {
+        const int64_t own = (2 * (n_tail + 17) > 64 ? 2 * (n_tail + 17) : 64) + 16;
+        const int64_t n = n_seqs > INT64_MAX / 2 / own ? INT64_MAX / 2 : 2 * n_seqs * own; // (no overflow)
+        const int64_t shared = 2 + n / n_ctx + (n % n_ctx != 0);
+        sets = shared < 1 + n_seqs ? shared : 1 + n_seqs; // (a sequence's own part never passes a set)
+    }
+    return sets < INT32_MAX ? (int32_t)sets : INT32_MAX;
+}
+
 int64_t kvt_sparse_layer_summary_bytes(const kvt_sparse_params *p, int64_t H, int64_t hd, int64_t cap, int64_t np) {
     if (p->mode == KVT_SPARSE_QUEST) return 2 * kvt_sparse_alloc_bytes(H * np * hd * 4);
     if (p->mode != KVT_SPARSE_ASYNCSPADE) return 0;
