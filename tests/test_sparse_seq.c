@@ -267,11 +267,11 @@ static void test_fork(const kvt_model *m) {
     free(got);
 }
 
-// asyncspade's forks share the key copies of their parent's whole blocks (a base): a fork of a fork decoding after its
-// parent and grandparent are freed = the same tokens alone; a fork truncated below the base (its own copies of every
-// position made again), and one forked again before it writes, = the same calls on a sequence that was never forked; a fork adds fewer summary bytes than its
-// parent holds, and every byte is freed with the last sequence. Both key widths, worker and re-rank (pass 1's
-// candidates in the base and past it).
+// Forks share the key summaries of their parent's whole blocks (a base): a fork of a fork decoding after its parent
+// and grandparent are freed = the same tokens alone; a fork truncated below the base (its own summaries of every
+// position made again), and one forked again before it writes, = the same calls on a sequence that was never forked;
+// a fork adds fewer summary bytes than its parent holds, and every byte is freed with the last sequence. asyncspade's
+// int8 and 4-bit copies (worker scans and a re-rank whose candidates lie in the base and past it), quest's page bounds.
 static void test_fork_share(const kvt_model *m) {
     const int32_t V = m->hp.n_vocab;
     const int64_t n = (int64_t)N_STEP * V;
@@ -283,6 +283,7 @@ static void test_fork_share(const kvt_model *m) {
         {"asyncspade", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false, 0},
         {"asyncspade 4-bit keys", KVT_SPARSE_ASYNCSPADE, false, 0, 0, false, 4},
         {"asyncspade re-rank 2", KVT_SPARSE_ASYNCSPADE, false, 2.0, 0, false, 0},
+        {"quest", KVT_SPARSE_QUEST, false, 0, 0, false, 0},
     };
     for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) {
         const kvt_context_params cp = config_params(m, &cfs[i]);
@@ -576,9 +577,9 @@ static void test_beam(const kvt_model *m) {
     }
 }
 
-// beam's default reservation under asyncspade (kvt_sparse_fork_sets: the forks share sequence 0's key copies): 4 sets
-// for 3 beams x 2 at n_ctx 1024 where forks that copy need 7; a fast tier of that reservation and 8 KV blocks keeps the
-// beams of an unbounded store, bit for bit. Quest (forks copy): 1 + beams x width, as before.
+// beam's default reservation under asyncspade (kvt_sparse_fork_sets: the forks share sequence 0's key summaries): 4 sets
+// for 3 beams x 2 at n_ctx 1024 where forks that copy (--sparse-rerank-resid) need 7, quest's 3; a fast tier of that
+// reservation and 8 KV blocks keeps the beams of an unbounded store, bit for bit.
 static void test_beam_reserve(const kvt_model *m) {
     kvt_context_params cp = base_params(KVT_SPARSE_ASYNCSPADE);
     cp.n_ctx = 1024;
@@ -587,9 +588,11 @@ static void test_beam_reserve(const kvt_model *m) {
     bp.n_beams = 3, bp.width = 2, bp.step = 4, bp.n_tokens = 12, bp.stop_at_eog = false;
     const int64_t live = 1 + (int64_t)bp.n_beams * bp.width; // (cmd_beam's)
     const int32_t sets = kvt_sparse_fork_sets(&cp.sparse, cp.n_ctx, live, bp.n_tokens);
-    kvt_sparse_params qp = cp.sparse;
-    qp.mode = KVT_SPARSE_QUEST;
-    const bool units = sets == 4 && kvt_sparse_fork_sets(&qp, cp.n_ctx, live, bp.n_tokens) == live;
+    kvt_sparse_params qp = cp.sparse, rp = cp.sparse;
+    qp.mode = KVT_SPARSE_QUEST; // (pages of 4)
+    rp.rerank = 2.0, rp.rerank_resid = 0.5;
+    const bool units = sets == 4 && kvt_sparse_fork_sets(&qp, cp.n_ctx, live, bp.n_tokens) == 3 &&
+                       kvt_sparse_fork_sets(&rp, cp.n_ctx, live, bp.n_tokens) == live;
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = 1 + (i * 53) % (m->hp.n_vocab - 1);
     kvt_beam_result ref = {0}, r = {0};

@@ -44,8 +44,10 @@ int32_t kvt_sparse_fork_sets(const kvt_sparse_params *p, int64_t n_ctx, int64_t 
     if (n_seqs < 1) n_seqs = 1;
     if (n_tail < 0) n_tail = 0;
     int64_t sets = n_seqs;
-    if (p->mode == KVT_SPARSE_ASYNCSPADE && p->rerank_resid <= 0.0 && n_ctx > 0) {
-        const int64_t own = (2 * (n_tail + 17) > 64 ? 2 * (n_tail + 17) : 64) + 16;
+    const bool quest = p->mode == KVT_SPARSE_QUEST;
+    if ((quest || p->mode == KVT_SPARSE_ASYNCSPADE) && p->rerank_resid <= 0.0 && n_ctx > 0) {
+        const int64_t B = quest ? (p->page > 0 ? p->page : 16) : 16; // the shared blocks' positions
+        const int64_t own = (2 * (n_tail + B + 1) > 64 ? 2 * (n_tail + B + 1) : 64) + B;
         const int64_t n = n_seqs > INT64_MAX / 2 / own ? INT64_MAX / 2 : 2 * n_seqs * own; // (no overflow)
         const int64_t shared = 2 + n / n_ctx + (n % n_ctx != 0);
         sets = shared < 1 + n_seqs ? shared : 1 + n_seqs; // (a sequence's own part never passes a set)

@@ -81,10 +81,11 @@ void kvt_sparse_params_resolve(kvt_sparse_params *p);
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *p, const kvt_sparse_dims *d);
 // The sets of n_ctx positions (p->seqs, the unit of kvt_sparse_summary_bytes) that n_seqs sequences alive together,
 // forks of one another, can hold at once, each writing at most n_tail positions past the sequence it was forked from
-// (beam: 1 + beams x width, -n). Forks that copy (quest, oracle, --sparse-rerank-resid): n_seqs. asyncspade's forks
-// share the first sequence's key copies: 2 (its copies as the base, its own positions past it) + every sequence's own
-// positions (each at most max(64, 2 (n_tail + 17)) + 16: their doubling), counted twice against the buffers' rounding
-// to 2 MiB, and never more than 1 + n_seqs (a sequence's own part is at most a set).
+// (beam: 1 + beams x width, -n). Forks that copy (--sparse-rerank-resid): n_seqs. Otherwise the forks share the first
+// sequence's key summaries in blocks of B positions (asyncspade 16, quest a page): 2 (its summaries as the base, its
+// own positions past it) + every sequence's own positions (each at most max(64, 2 (n_tail + B + 1)) + B: their
+// doubling), counted twice against the buffers' rounding to 2 MiB, and never more than 1 + n_seqs (a sequence's own
+// part is at most a set).
 int32_t kvt_sparse_fork_sets(const kvt_sparse_params *p, int64_t n_ctx, int64_t n_live, int64_t n_tail);
 int64_t kvt_sparse_summary_held(const kvt_sparse *s);
 // NULL in *out for mode off. KVT_ERR_INVALID_ARG for a bad setting (named), KVT_ERR_NOMEM.

@@ -610,10 +610,12 @@ void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t lay
 void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale) {
     kvt_sparse_scratch *ss = &s->main_ss;
     const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n), hd = s->d.head_dim;
-    const int64_t np = (ly->cap + s->p.page - 1) / s->p.page;
+    const int64_t P0 = ly->off / s->p.page, np = (ly->cap - ly->off + s->p.page - 1) / s->p.page; // (off: whole pages)
+    const int64_t bp = ly->kb ? ly->kb->stride : 0; // the shared base's pages [0, P0) per KV head
     for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
         for (int64_t pg = 0; pg * s->p.page < P; pg++) {
-            const float *lo = ly->lo + (kh * np + pg) * hd, *hi = ly->hi + (kh * np + pg) * hd;
+            const float *lo = pg < P0 ? (const float *)ly->kb->buf[0] + (kh * bp + pg) * hd : ly->lo + (kh * np + pg - P0) * hd;
+            const float *hi = pg < P0 ? (const float *)ly->kb->buf[1] + (kh * bp + pg) * hd : ly->hi + (kh * np + pg - P0) * hd;
             float best = -INFINITY;
             for (int32_t i = 0; i < s->qpg; i++) {
                 const float b = kvt_sparse_quest_bound(q + ((int64_t)kh * s->qpg + i) * hd, lo, hi, (int32_t)hd) * scale;

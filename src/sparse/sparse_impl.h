@@ -44,24 +44,23 @@ typedef struct {
     int32_t *wts; // [n_ctx + 2] page weights of kvt_sparse_topk_pages
 } kvt_sparse_scratch;
 
-// asyncspade: the key copies of positions [0, n) of one layer of a sequence, frozen when the sequence was forked and
-// shared by it and its forks (each holds a reference; the last to let go frees it). Never written once made, so a
-// fork costs only the positions past n (a beam's continuations share the prompt's copies). Buffers as the layer's
-// below with `stride` positions per KV head (>= n); n a multiple of 16 (whole blocks of the int8 layout).
+// The key summaries of positions [0, n) of one layer of a sequence (asyncspade's copies, quest's bounds), frozen when
+// the sequence was forked and shared by it and its forks (each holds a reference; the last to let go frees it). Never
+// written once made, so a fork costs only the positions past n (a beam's continuations share the prompt's). buf: the
+// layer's buffers as they were (asyncspade k8, k8s, k4, k4s; quest lo, hi, NULL, NULL), `stride` blocks per KV head
+// (blocks of 16 positions; quest: pages); n a multiple of the block.
 typedef struct {
     int64_t n, stride;
-    int8_t *k8;
-    float *k8s;
-    uint8_t *k4;
-    uint16_t *k4s;
+    void *buf[4];
     int64_t bytes; // their allocated bytes, counted once in kvt_sparse.summary_held
     int32_t refs;  // layers that hold it (the sequences' callers serialize forks and frees)
 } kvt_sparse_kbase;
 
 // One layer of one sequence. Buffers hold `cap` positions per KV head (grown as the sequence grows, at most
-// n_ctx); rows of KV head kh start at kh * cap (pages: kh * pages(cap)). asyncspade's key copies after a fork: the
-// positions [0, off) in the shared base kb, the layer's own buffers only [off, cap), rows of kh at kh * (cap - off)
-// (position t at t - off); off = 0 and kb = NULL otherwise.
+// n_ctx); rows of KV head kh start at kh * cap (pages: kh * pages(cap)). The key summaries (asyncspade's copies,
+// quest's bounds) after a fork: the positions [0, off) in the shared base kb, the layer's own buffers only [off, cap),
+// rows of kh at kh * (cap - off) (pages: kh * pages(cap - off); position t at t - off); off = 0 and kb = NULL
+// otherwise.
 typedef struct {
     int64_t cap;        // positions the buffers have room for
     int64_t key_n;      // keys [0, key_n) are in the summaries (the rest is read from the store when needed)
@@ -72,7 +71,7 @@ typedef struct {
     float *k8s;         // asyncspade: [Hkv][cap - off] their scales
     uint8_t *k4;        // asyncspade (a width of 4 used): [Hkv][(cap - off) * kvt_sparse_k4_row(hd)] 4-bit keys (kvt_sparse_k4_at)
     uint16_t *k4s;      // asyncspade: [Hkv][(cap - off) * kvt_sparse_k4_groups(hd)] their group scales, f16 (kvt_sparse_k4s_at)
-    float *lo, *hi;     // quest: [Hkv][pages(cap)][hd] key bounds
+    float *lo, *hi;     // quest: [Hkv][pages(cap - off)][hd] key bounds
     int32_t *sel;       // [Hkv][cap] the selected positions of the next step
     float *sel_score;   // [Hkv][cap] asyncspade: the predicted score of each of sel's positions (the prefetch order)
     int64_t *nsel;      // [Hkv]
@@ -363,13 +362,14 @@ static inline kvt_sparse_keys kvt_sparse_keys_of(const kvt_sparse_layer *ly, int
                          bits};
     return k;
 }
-// The copies of `bits` of KV head kh in ly's shared base (positions [0, ly->off); ly->kb not NULL).
+// The copies of `bits` of KV head kh in ly's shared base (positions [0, ly->off); ly->kb not NULL; blocks of 16).
 static inline kvt_sparse_keys kvt_sparse_base_keys_of(const kvt_sparse_layer *ly, int32_t bits, int32_t kh, int32_t hd) {
     const kvt_sparse_kbase *b = ly->kb;
-    kvt_sparse_keys k = {bits == 4 ? (const void *)(b->k4 + kh * b->stride * kvt_sparse_k4_row(hd))
-                                   : (const void *)(b->k8 + kh * b->stride * (int64_t)hd),
-                         bits == 4 ? (const void *)(b->k4s + kh * b->stride * kvt_sparse_k4_groups(hd))
-                                   : (const void *)(b->k8s + kh * b->stride),
+    const int64_t c = 16 * b->stride; // positions per KV head
+    kvt_sparse_keys k = {bits == 4 ? (const void *)((const uint8_t *)b->buf[2] + kh * c * kvt_sparse_k4_row(hd))
+                                   : (const void *)((const int8_t *)b->buf[0] + kh * c * (int64_t)hd),
+                         bits == 4 ? (const void *)((const uint16_t *)b->buf[3] + kh * c * kvt_sparse_k4_groups(hd))
+                                   : (const void *)((const float *)b->buf[1] + kh * c),
                          bits};
     return k;
 }

@@ -60,25 +60,40 @@ static int64_t layer_summary_bytes(const kvt_sparse *s, int64_t cap) {
 // The same for a layer's own buffers of positions [off, cap) (off > 0: asyncspade's copies after a shared base).
 static int64_t own_bytes(const kvt_sparse *s, int64_t cap, int64_t off) { return cap > off ? layer_summary_bytes(s, cap - off) : 0; }
 
-// asyncspade's four key copy buffers (k8, k8s, k4, k4s; NULL where that width is not used) and their bytes per
-// position: in every one a block of 16 positions is 16 times that many consecutive bytes (kvt_sparse_k8_at, k4_at,
-// k4s_at), and KV head kh's positions start at kh * stride positions.
+// A layer's shareable key summaries as four buffers (asyncspade: k8, k8s, k4, k4s, NULL where that width is not used;
+// quest: lo, hi) cut into blocks of B positions (asyncspade 16, the int8 and 4-bit layouts' blocks; quest a page): each
+// buffer holds a KV head's blocks side by side, kh's from kh * (blocks per head), bb[a] bytes each.
 enum { KEYBUFS = 4 };
-static void key_row_bytes(const kvt_sparse *s, int64_t rb[KEYBUFS]) {
+static int64_t key_block(const kvt_sparse *s) { return s->p.mode == KVT_SPARSE_QUEST ? s->p.page : 16; }
+static int64_t key_blocks_of(const kvt_sparse *s, int64_t positions) { return (positions + key_block(s) - 1) / key_block(s); }
+static void key_block_bytes(const kvt_sparse *s, int64_t bb[KEYBUFS]) {
     const int32_t hd = s->d.head_dim;
-    rb[0] = uses_bits(s, 8) ? hd : 0, rb[1] = uses_bits(s, 8) ? 4 : 0;
-    rb[2] = uses_bits(s, 4) ? kvt_sparse_k4_row(hd) : 0, rb[3] = uses_bits(s, 4) ? 2 * kvt_sparse_k4_groups(hd) : 0;
+    for (int a = 0; a < KEYBUFS; a++) bb[a] = 0;
+    if (s->p.mode == KVT_SPARSE_QUEST) {
+        bb[0] = bb[1] = (int64_t)hd * 4; // a page's element-wise minimum and maximum
+    } else if (s->p.mode == KVT_SPARSE_ASYNCSPADE) {
+        bb[0] = uses_bits(s, 8) ? 16 * (int64_t)hd : 0, bb[1] = uses_bits(s, 8) ? 16 * 4 : 0;
+        bb[2] = uses_bits(s, 4) ? 16 * kvt_sparse_k4_row(hd) : 0, bb[3] = uses_bits(s, 4) ? 16 * 2 * kvt_sparse_k4_groups(hd) : 0;
+    }
+}
+static void layer_bufs(const kvt_sparse *s, const kvt_sparse_layer *ly, void *b[KEYBUFS]) {
+    const bool quest = s->p.mode == KVT_SPARSE_QUEST;
+    b[0] = quest ? (void *)ly->lo : (void *)ly->k8, b[1] = quest ? (void *)ly->hi : (void *)ly->k8s;
+    b[2] = quest ? NULL : (void *)ly->k4, b[3] = quest ? NULL : (void *)ly->k4s;
+}
+static void set_keys(const kvt_sparse *s, kvt_sparse_layer *ly, void *const b[KEYBUFS]) {
+    if (s->p.mode == KVT_SPARSE_QUEST) ly->lo = b[0], ly->hi = b[1];
+    else ly->k8 = b[0], ly->k8s = b[1], ly->k4 = b[2], ly->k4s = b[3];
 }
 
-// Blocks [sb, sb + nb) of src (stride sc positions) to blocks [db, db + nb) of dst (stride dc), every KV head.
+// Blocks [sb, sb + nb) of src (sc blocks per KV head) to blocks [db, db + nb) of dst (dc per head), every KV head.
 static void copy_key_blocks(const kvt_sparse *s, void *const dst[KEYBUFS], int64_t dc, int64_t db, void *const src[KEYBUFS],
                             int64_t sc, int64_t sb, int64_t nb) {
-    int64_t rb[KEYBUFS];
-    key_row_bytes(s, rb);
+    int64_t bb[KEYBUFS];
+    key_block_bytes(s, bb);
     for (int a = 0; a < KEYBUFS; a++) {
-        for (int64_t kh = 0; rb[a] > 0 && nb > 0 && kh < s->d.n_head_kv; kh++) {
-            memcpy((uint8_t *)dst[a] + (kh * dc + 16 * db) * rb[a], (const uint8_t *)src[a] + (kh * sc + 16 * sb) * rb[a],
-                   (size_t)(16 * nb * rb[a]));
+        for (int64_t kh = 0; bb[a] > 0 && nb > 0 && kh < s->d.n_head_kv; kh++) {
+            memcpy((uint8_t *)dst[a] + (kh * dc + db) * bb[a], (const uint8_t *)src[a] + (kh * sc + sb) * bb[a], (size_t)(nb * bb[a]));
         }
     }
 }
@@ -86,7 +101,7 @@ static void copy_key_blocks(const kvt_sparse *s, void *const dst[KEYBUFS], int64
 static void kbase_release(kvt_sparse *s, kvt_sparse_kbase *b) {
     if (!b || --b->refs > 0) return;
     s->summary_held -= b->bytes;
-    free(b->k8), free(b->k8s), free(b->k4), free(b->k4s);
+    for (int a = 0; a < KEYBUFS; a++) free(b->buf[a]);
     free(b);
 }
 
@@ -187,79 +202,57 @@ static void held_add(kvt_sparse *s, int64_t b) {
     if (s->summary_held > s->summary_peak) s->summary_peak = s->summary_held;
 }
 
-// Moves layer ly to buffers of cap positions, keeping the first old_cap positions of each KV head.
-static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, int64_t cap, kvt_err *err) {
-    const int64_t H = s->d.n_head_kv, hd = s->d.head_dim, oc = ly->cap, off = ly->off;
-    const int64_t grow = own_bytes(s, cap, off) - own_bytes(s, oc, off);
-    kvt_status st = check_held(s, grow, err);
-    if (st) return st;
-    bool ok = true;
-    int32_t *sel = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
-    float *sel_score = s->p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok) : NULL;
-    int8_t *k8 = NULL;
-    uint8_t *k4 = NULL;
-    float *k8s = NULL, *lo = NULL, *hi = NULL;
-    uint16_t *k4s = NULL;
-    const int64_t s4 = kvt_sparse_k4_groups((int32_t)hd); // 4-bit scales per position
-    const int64_t np = pages_of(s, cap), onp = pages_of(s, oc), r4 = kvt_sparse_k4_row((int32_t)hd);
-    const int64_t kc = cap - off; // the key copies' own positions [off, cap)
-    if (uses_bits(s, 8)) {
-        k8 = kvt_sparse_zalloc((size_t)(H * kc * hd), &ok);
-        k8s = kvt_sparse_zalloc((size_t)(H * kc) * 4, &ok);
-    }
-    if (uses_bits(s, 4)) {
-        k4 = kvt_sparse_zalloc((size_t)(H * kc * r4), &ok);
-        k4s = kvt_sparse_zalloc((size_t)(H * kc * s4) * 2, &ok);
-    }
-    const int64_t qpg = s->qpg;
-    float *shat = s->p.rerank_resid > 0.0 && s->p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_zalloc((size_t)(H * qpg * cap) * 4, &ok) : NULL;
-    double *rs_cal = shat && !ly->rs_cal ? kvt_sparse_zalloc((size_t)(2 * H) * 8, &ok) : NULL; // (once: not per position)
-    if (s->p.mode == KVT_SPARSE_QUEST) {
-        lo = kvt_sparse_zalloc((size_t)(H * np * hd) * 4, &ok);
-        hi = kvt_sparse_zalloc((size_t)(H * np * hd) * 4, &ok);
-    }
-    if (!ok) {
-        free(sel), free(sel_score), free(k8), free(k8s), free(k4), free(k4s), free(lo), free(hi), free(shat), free(rs_cal);
-        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of %lld positions", (long long)cap);
-    }
-    for (int64_t kh = 0; oc > 0 && kh < H; kh++) {
-        memcpy(sel + kh * cap, ly->sel + kh * oc, (size_t)oc * 4);
-        if (sel_score) memcpy(sel_score + kh * cap, ly->sel_score + kh * oc, (size_t)oc * 4);
-        if (shat) memcpy(shat + kh * qpg * cap, ly->shat + kh * qpg * oc, (size_t)(qpg * oc) * 4); // rows of stride <= oc
-        if (lo) {
-            memcpy(lo + kh * np * hd, ly->lo + kh * onp * hd, (size_t)(onp * hd) * 4);
-            memcpy(hi + kh * np * hd, ly->hi + kh * onp * hd, (size_t)(onp * hd) * 4);
-        }
-    }
-    if (oc > off) { // the own key copies: whole blocks (cap and off multiples of 16)
-        void *dst[KEYBUFS] = {k8, k8s, k4, k4s}, *src[KEYBUFS] = {ly->k8, ly->k8s, ly->k4, ly->k4s};
-        copy_key_blocks(s, dst, kc, 0, src, oc - off, 0, (oc - off) / 16);
-    }
-    free(ly->shat);
-    ly->shat = shat;
-    if (rs_cal) ly->rs_cal = rs_cal;
-    free(ly->sel), free(ly->sel_score), free(ly->k8), free(ly->k8s), free(ly->k4), free(ly->k4s), free(ly->lo), free(ly->hi);
-    ly->sel = sel, ly->sel_score = sel_score, ly->k8 = k8, ly->k8s = k8s, ly->k4 = k4, ly->k4s = k4s, ly->lo = lo, ly->hi = hi;
-    ly->cap = cap;
-    q->summary_bytes += grow;
-    held_add(s, grow);
-    return KVT_OK;
-}
-
-// Own key copy buffers of kc positions per KV head (NULL where a width is not used); false when out of memory.
+// Own key summary buffers of kc blocks per KV head (NULL where one is not used); false when out of memory.
 static bool alloc_keys(const kvt_sparse *s, int64_t kc, void *b[KEYBUFS]) {
-    int64_t rb[KEYBUFS];
-    key_row_bytes(s, rb);
+    int64_t bb[KEYBUFS];
+    key_block_bytes(s, bb);
     bool ok = true;
-    for (int a = 0; a < KEYBUFS; a++) b[a] = rb[a] > 0 ? kvt_sparse_zalloc((size_t)(s->d.n_head_kv * kc * rb[a]), &ok) : NULL;
+    for (int a = 0; a < KEYBUFS; a++) b[a] = bb[a] > 0 ? kvt_sparse_zalloc((size_t)(s->d.n_head_kv * kc * bb[a]), &ok) : NULL;
     if (!ok) {
         for (int a = 0; a < KEYBUFS; a++) free(b[a]), b[a] = NULL;
     }
     return ok;
 }
 
-static void set_keys(kvt_sparse_layer *ly, void *const b[KEYBUFS]) {
-    ly->k8 = b[0], ly->k8s = b[1], ly->k4 = b[2], ly->k4s = b[3];
+// Moves layer ly to buffers of cap positions, keeping the first old_cap positions of each KV head.
+static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, int64_t cap, kvt_err *err) {
+    const int64_t H = s->d.n_head_kv, oc = ly->cap, off = ly->off;
+    const int64_t grow = own_bytes(s, cap, off) - own_bytes(s, oc, off);
+    kvt_status st = check_held(s, grow, err);
+    if (st) return st;
+    bool ok = true;
+    int32_t *sel = kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok);
+    float *sel_score = s->p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_zalloc((size_t)(H * cap) * 4, &ok) : NULL;
+    void *kb[KEYBUFS] = {NULL, NULL, NULL, NULL}; // the own key summaries, blocks of positions [off, cap)
+    const int64_t kc = key_blocks_of(s, cap - off), okc = key_blocks_of(s, oc - off);
+    if (!alloc_keys(s, kc, kb)) ok = false;
+    const int64_t qpg = s->qpg;
+    float *shat = s->p.rerank_resid > 0.0 && s->p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_zalloc((size_t)(H * qpg * cap) * 4, &ok) : NULL;
+    double *rs_cal = shat && !ly->rs_cal ? kvt_sparse_zalloc((size_t)(2 * H) * 8, &ok) : NULL; // (once: not per position)
+    if (!ok) {
+        free(sel), free(sel_score), free(shat), free(rs_cal);
+        for (int a = 0; a < KEYBUFS; a++) free(kb[a]);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of %lld positions", (long long)cap);
+    }
+    for (int64_t kh = 0; oc > 0 && kh < H; kh++) {
+        memcpy(sel + kh * cap, ly->sel + kh * oc, (size_t)oc * 4);
+        if (sel_score) memcpy(sel_score + kh * cap, ly->sel_score + kh * oc, (size_t)oc * 4);
+        if (shat) memcpy(shat + kh * qpg * cap, ly->shat + kh * qpg * oc, (size_t)(qpg * oc) * 4); // rows of stride <= oc
+    }
+    void *old[KEYBUFS];
+    layer_bufs(s, ly, old);
+    if (oc > off) copy_key_blocks(s, kb, kc, 0, old, okc, 0, okc); // the own summaries, whole blocks
+    free(ly->shat);
+    ly->shat = shat;
+    if (rs_cal) ly->rs_cal = rs_cal;
+    free(ly->sel), free(ly->sel_score);
+    for (int a = 0; a < KEYBUFS; a++) free(old[a]);
+    ly->sel = sel, ly->sel_score = sel_score;
+    set_keys(s, ly, kb);
+    ly->cap = cap;
+    q->summary_bytes += grow;
+    held_add(s, grow);
+    return KVT_OK;
 }
 
 // A layer whose keys [pos, ...) are about to be written (a rewind, a truncate) below its shared base: its own buffers
@@ -269,14 +262,15 @@ static kvt_status layer_own(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *
     const int64_t cap = ly->cap, off = ly->off, more = own_bytes(s, cap, 0) - own_bytes(s, cap, off);
     kvt_status st = check_held(s, more, err);
     if (st) return st;
-    void *b[KEYBUFS];
-    if (!alloc_keys(s, cap, b)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse key copies of %lld positions", (long long)cap);
+    const int64_t kc = key_blocks_of(s, cap), ob = off / key_block(s); // (off: whole blocks)
+    void *b[KEYBUFS], *own[KEYBUFS];
+    if (!alloc_keys(s, kc, b)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse key summaries of %lld positions", (long long)cap);
     kvt_sparse_kbase *kb = ly->kb;
-    void *src[KEYBUFS] = {kb->k8, kb->k8s, kb->k4, kb->k4s}, *own[KEYBUFS] = {ly->k8, ly->k8s, ly->k4, ly->k4s};
-    copy_key_blocks(s, b, cap, 0, src, kb->stride, 0, off / 16);
-    copy_key_blocks(s, b, cap, off / 16, own, cap - off, 0, (cap - off) / 16);
+    layer_bufs(s, ly, own);
+    copy_key_blocks(s, b, kc, 0, kb->buf, kb->stride, 0, ob);
+    copy_key_blocks(s, b, kc, ob, own, kc - ob, 0, kc - ob);
     for (int a = 0; a < KEYBUFS; a++) free(own[a]);
-    set_keys(ly, b);
+    set_keys(s, ly, b);
     q->summary_bytes += more;
     held_add(s, more);
     ly->kb = NULL, ly->off = 0;
@@ -284,30 +278,32 @@ static kvt_status layer_own(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *
     return KVT_OK;
 }
 
-// Whether a fork of ly shares its key copies: asyncspade's (not with --sparse-rerank-resid, whose predicted scores are
-// kept by position beside them) of at least one whole block.
+// Whether a fork of ly shares its key summaries: asyncspade's copies and quest's bounds (not with
+// --sparse-rerank-resid, whose predicted scores are kept by position beside them) of at least one whole block.
 static bool shares_keys(const kvt_sparse *s, const kvt_sparse_layer *ly) {
-    return s->p.mode == KVT_SPARSE_ASYNCSPADE && s->p.rerank_resid <= 0.0 && (ly->k8 || ly->k4) && ly->key_n >= 16;
+    const bool has = s->p.mode == KVT_SPARSE_QUEST ? ly->lo != NULL : s->p.mode == KVT_SPARSE_ASYNCSPADE && (ly->k8 || ly->k4);
+    return has && s->p.rerank_resid <= 0.0 && ly->key_n >= key_block(s);
 }
 
-// Before a fork of ly: a layer without a base makes its key copies of the whole blocks [0, n) a base (its buffers
+// Before a fork of ly: a layer without a base makes its key summaries of the whole blocks [0, n) a base (its buffers
 // become the base's as they are, no copy) and keeps in new own buffers [n, cap) the positions from n (one partial
-// block copied). A layer with a base keeps it (its forks copy its own positions past the base).
+// block copied: quest's open page). A layer with a base keeps it (its forks copy its own positions past the base).
 static kvt_status layer_freeze(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, kvt_err *err) {
     if (ly->kb) return KVT_OK;
-    const int64_t cap = ly->cap, n = ly->key_n / 16 * 16, own = own_bytes(s, cap, n);
+    const int64_t B = key_block(s), cap = ly->cap, n = ly->key_n / B * B, own = own_bytes(s, cap, n);
+    const int64_t kc = key_blocks_of(s, cap), nb = n / B;
     kvt_status st = check_held(s, own, err);
     if (st) return st;
     kvt_sparse_kbase *kb = calloc(1, sizeof *kb);
     void *b[KEYBUFS];
-    if (!kb || !alloc_keys(s, cap - n, b)) {
+    if (!kb || !alloc_keys(s, kc - nb, b)) {
         free(kb);
-        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse key copies of %lld positions", (long long)(cap - n));
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse key summaries of %lld positions", (long long)(cap - n));
     }
-    *kb = (kvt_sparse_kbase){n, cap, ly->k8, ly->k8s, ly->k4, ly->k4s, own_bytes(s, cap, 0), 1};
-    void *src[KEYBUFS] = {kb->k8, kb->k8s, kb->k4, kb->k4s};
-    copy_key_blocks(s, b, cap - n, 0, src, cap, n / 16, (ly->key_n - n + 15) / 16); // the open block
-    set_keys(ly, b);
+    kb->n = n, kb->stride = kc, kb->bytes = own_bytes(s, cap, 0), kb->refs = 1;
+    layer_bufs(s, ly, kb->buf);
+    copy_key_blocks(s, b, kc - nb, 0, kb->buf, kc, nb, key_blocks_of(s, ly->key_n) - nb); // the open block
+    set_keys(s, ly, b);
     q->summary_bytes += own - kb->bytes; // (the base's bytes stay in summary_held until it is freed)
     held_add(s, own);
     ly->kb = kb, ly->off = n;
@@ -333,7 +329,7 @@ kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t la
 static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int64_t n, const float *k) {
     const kvt_type_ops *ops = kvt_type_ops_get(s->d.kv_type);
     const int32_t hd = s->d.head_dim, H = s->d.n_head_kv;
-    const int64_t cap = ly->cap, np = pages_of(s, cap);
+    const int64_t cap = ly->cap, np = pages_of(s, cap - ly->off); // (quest: the own pages)
     for (int64_t t = 0; t < n; t++) {
         const int64_t pos = pos0 + t;
         for (int32_t kh = 0; kh < H; kh++) {
@@ -346,7 +342,7 @@ static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int6
                                      ly->k4s + kh * kc * kvt_sparse_k4_groups(hd));
             }
             if (ly->lo) {
-                const int64_t pg = pos / s->p.page;
+                const int64_t pg = (pos - ly->off) / s->p.page; // (off: whole pages)
                 float *lo = ly->lo + (kh * np + pg) * hd, *hi = ly->hi + (kh * np + pg) * hd;
                 const bool restart = pos % s->p.page == 0;
                 for (int32_t x = 0; x < hd; x++) {
@@ -475,7 +471,7 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
     if (!b) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of sequence %d", dst);
     a = s->seqs[src]; // the table may have moved
     b->lb_pos = a->lb_pos;
-    const int64_t H = s->d.n_head_kv, hd = s->d.head_dim, W1 = s->p.window + 1;
+    const int64_t H = s->d.n_head_kv, W1 = s->p.window + 1;
     for (int32_t l = 0; l < s->d.n_layer; l++) {
         kvt_sparse_layer *x = &a->lay[l], *y = &b->lay[l];
         // asyncspade's key copies: the whole blocks src holds become (or stay) a base both share; dst's own buffers
@@ -487,7 +483,7 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
         int64_t cap = x->cap;
         if (!st && share) {
             y->kb = x->kb, y->kb->refs++, y->off = x->off;
-            const int64_t want = kvt_sparse_k8_cap(x->key_n + 1); // (reserve grows it from there)
+            const int64_t want = key_blocks_of(s, x->key_n + 1) * key_block(s); // (reserve grows it from there)
             if (want < cap) cap = want;
         }
         if (!st && cap > 0) st = layer_resize(s, b, y, cap, err);
@@ -495,20 +491,16 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
             kvt_sparse_seq_free(s, dst);
             return st;
         }
-        const int64_t np = pages_of(s, cap);
         for (int64_t kh = 0; cap > 0 && kh < H; kh++) { // the rows' first nsel entries (nsel <= cap, key_n + 1 at most)
             const size_t m = (size_t)(cap == x->cap || x->nsel[kh] > cap ? cap : x->nsel[kh]) * 4;
             memcpy(y->sel + kh * cap, x->sel + kh * x->cap, m);
             if (x->sel_score) memcpy(y->sel_score + kh * cap, x->sel_score + kh * x->cap, m);
         }
-        if (cap > x->off && (x->k8 || x->k4)) { // own positions [off, key_n): whole blocks
-            void *dk[KEYBUFS] = {y->k8, y->k8s, y->k4, y->k4s}, *sk[KEYBUFS] = {x->k8, x->k8s, x->k4, x->k4s};
-            const int64_t nb = share ? (x->key_n - x->off + 15) / 16 : (cap - x->off) / 16;
-            copy_key_blocks(s, dk, cap - x->off, 0, sk, x->cap - x->off, 0, nb);
-        }
-        if (cap > 0 && x->lo) {
-            memcpy(y->lo, x->lo, (size_t)(H * np * hd) * 4);
-            memcpy(y->hi, x->hi, (size_t)(H * np * hd) * 4);
+        if (cap > x->off) { // the key summaries of the own positions [off, key_n): whole blocks
+            void *dk[KEYBUFS], *sk[KEYBUFS];
+            layer_bufs(s, y, dk), layer_bufs(s, x, sk);
+            const int64_t yc = key_blocks_of(s, cap - x->off), xc = key_blocks_of(s, x->cap - x->off);
+            copy_key_blocks(s, dk, yc, 0, sk, xc, 0, share ? key_blocks_of(s, x->key_n - x->off) : xc);
         }
         memcpy(y->nsel, x->nsel, (size_t)H * 8);
         if (cap > 0 && x->shat) memcpy(y->shat, x->shat, (size_t)(H * s->qpg * cap) * 4);
