@@ -40,7 +40,8 @@ typedef struct {
     float *cs;    // [n_rot] a rotation's cos/sin
     float *hrow;  // [W + 1][head_dim] one query head's history (ridge-head)
     int64_t *blk; // [n_ctx] blocks of a selection (prefetch)
-    int32_t *csel;// [n_ctx] a re-rank's choice, as indices into the candidates; the best candidates (prefetch_top)
+    int32_t *csel;// [n_ctx] a re-rank's choice, as indices into the candidates; the best candidates (prefetch_top);
+                  // in a re-rank's pass 1, its candidates past a shared base as positions in the own key copies
     int32_t *wts; // [n_ctx + 2] page weights of kvt_sparse_topk_pages
 } kvt_sparse_scratch;
 
