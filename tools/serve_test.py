@@ -546,7 +546,8 @@ def t_metrics(s):
     assert s.metric("kvtier_generated_tokens_total") > 0
     # dense (--sparse off): the sparse counters are there, at zero
     for name in ("kvtier_sparse_steps_total", 'kvtier_sparse_read_bytes_total{kind="kv"}',
-                 'kvtier_sparse_positions_total{kind="selected"}', "kvtier_sparse_stall_seconds_total"):
+                 'kvtier_sparse_positions_total{kind="selected"}', "kvtier_sparse_stall_seconds_total",
+                 'kvtier_sparse_summary_bytes{kind="peak"}'):
         assert s.metric(name) == 0, (name, s.metric(name))
 
 
@@ -647,6 +648,8 @@ def t_sparse(kvtier, model, extra):
             assert m["kvtier_sparse_stall_seconds_total"] > 0, m
             assert 0 <= m["kvtier_sparse_worker_wait_seconds_total"] <= m["kvtier_sparse_stall_seconds_total"], m
             assert (m['kvtier_sparse_worker_seconds_total{kind="wall"}'] > 0) == (mode == "asyncspade"), m
+            held, peak = s.metric('kvtier_sparse_summary_bytes{kind="held"}'), s.metric('kvtier_sparse_summary_bytes{kind="peak"}')
+            assert 0 <= held <= peak and peak > 0 and s.metric('kvtier_sparse_summary_bytes{kind="reserved"}') == -1, (held, peak)
             prompt = "Story 5: once upon a time" + " and then" * 25
             _, _, r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 24, "temperature": 0})
             text = r["choices"][0]["text"]

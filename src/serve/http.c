@@ -434,6 +434,11 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
         METRIC("sparse_stall_seconds_total", "counter", "Time the sparse decode steps waited for their selections (the "
                "asyncspade worker, or selection on the caller: quest, oracle, re-rank, fallback).");
         fprintf(f, "kvtier_sparse_stall_seconds_total %.6f\n", z->stall_ms / 1e3);
+        METRIC("sparse_summary_bytes", "gauge", "Bytes of the sparse key summaries: held now, held at the most (forks "
+               "share their parent's: counted once), reserved for them in the fast tier (-1: no --kv-fast).");
+        fprintf(f, "kvtier_sparse_summary_bytes{kind=\"held\"} %lld\n", (long long)z->summary_held);
+        fprintf(f, "kvtier_sparse_summary_bytes{kind=\"peak\"} %lld\n", (long long)z->summary_peak);
+        fprintf(f, "kvtier_sparse_summary_bytes{kind=\"reserved\"} %lld\n", (long long)z->summary_reserved);
         METRIC("sparse_worker_wait_seconds_total", "counter", "Of sparse_stall_seconds_total, waiting for the asyncspade worker.");
         fprintf(f, "kvtier_sparse_worker_wait_seconds_total %.6f\n", z->wait_ms / 1e3);
         METRIC("sparse_worker_seconds_total", "counter", "The asyncspade worker's wall and thread CPU time in its jobs.");

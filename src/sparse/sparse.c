@@ -364,6 +364,7 @@ void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *o) {
     pthread_mutex_lock(mu);
     *o = s->tot;
     pthread_mutex_unlock(mu);
+    o->summary_held = s->summary_held, o->summary_peak = s->summary_peak, o->summary_reserved = s->summary_limit;
 }
 
 int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n) { return params_budget(&s->p, n); }

@@ -175,11 +175,14 @@ typedef struct {
     double worker_ms, worker_cpu_ms; // asyncspade: the worker's wall and thread CPU time in its jobs
     int64_t predicted, fallbacks; // asyncspade: predicted (layer, KV head) selections used, of which redone with the real
                                   // query; counted only with --sparse-fallback or --sparse-stats (the cosine check)
+    int64_t summary_held, summary_peak; // bytes of key summaries held now and at the most (every sequence, a shared base
+                                        // once; gauges of the context, not of the steps)
+    int64_t summary_reserved;     // bytes reserved for them in --kv-fast (kvt_sparse_summary_bytes; -1: no --kv-fast)
 } kvt_sparse_totals;
 void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *out);
 // Adds the recorded decode steps of sequence seq at positions >= pos0 (kvt_sparse_steps) into *acc: steps, selected,
-// context, kv_read_bytes, summary_read_bytes, stall_ms, wait_ms (the worker's times and the predicted / fallback
-// counts are kept per context only: acc's are left as they are). s NULL, or no records: *acc unchanged. Serve's
+// context, kv_read_bytes, summary_read_bytes, stall_ms, wait_ms (the worker's times, the predicted / fallback counts
+// and the summary bytes are kept per context only: acc's are left as they are). s NULL, or no records: *acc unchanged. Serve's
 // per-request figures: called before the request's sequences are freed (their records go with them).
 void kvt_sparse_seq_totals_add(const kvt_sparse *s, int32_t seq, int64_t pos0, kvt_sparse_totals *acc);
 
