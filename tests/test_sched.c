@@ -216,7 +216,7 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
         kvt_context_free(ctx);
         ctx = NULL;
         const kvt_sparse_dims sd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v,
-                                    cp.n_ctx, cp.n_threads, cp.kv_type, {0}, true};
+                                    cp.n_ctx, cp.n_threads, cp.kv_type, {0}, true, 0};
         cp.kv_fast_bytes = t->fast_blocks * bb + (t->fast_blocks > 0 ? kvt_sparse_summary_bytes(&cp.sparse, &sd) : 0);
         cp.kv_host_bytes = t->host_blocks * bb;
         cp.kv_disk_dir = t->disk;
@@ -467,7 +467,7 @@ static void sched_sparse_admission(const kvt_model *m) {
         if (!ok) snprintf(why, sizeof why, "reference: %.400s", err.msg);
         // the fast tier: 60 blocks (the three prompts: 150), no host tier, a disk tier
         const kvt_sparse_dims sd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v,
-                                    cp.n_ctx, cp.n_threads, cp.kv_type, {0}, true};
+                                    cp.n_ctx, cp.n_threads, cp.kv_type, {0}, true, 0};
         cp.kv_fast_bytes = 60 * bb + kvt_sparse_summary_bytes(&cp.sparse, &sd);
         cp.kv_disk_dir = dir;
         kvt_sched *s = NULL;

@@ -508,7 +508,7 @@ static void test_score_exact_f16(int32_t HD) {
     float *k, *v, q[6 * 64];
     rand_kvq(n, HKV, HD, H, &k, &v, q);
     kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
-    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}, false};
+    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}, false, 0};
     float *ss[2];
     for (int i = 0; i < 2; i++) ss[i] = aligned_alloc(64, (size_t)(kvt_sparse_attn_scratch_floats(&d) * 4 + 63) / 64 * 64);
     float *agg = calloc((size_t)(HKV * NCTX), 4), *ref = calloc((size_t)(HKV * NCTX), 4), *s = malloc((size_t)(qpg * n) * 4);
@@ -555,7 +555,7 @@ static void test_attend_set(kvt_type type, double tol) {
     float *k, *v, q[4 * 32], a[4 * 32], b[4 * 32];
     rand_kvq(n, HKV, HD, H, &k, &v, q);
     kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
-    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, type, {0}, false};
+    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, type, {0}, false, 0};
     void *sc[2] = {malloc((size_t)kvt_attn_scratch_bytes(kv, H, KVT_ATTN_TILE)), malloc((size_t)kvt_attn_scratch_bytes(kv, H, KVT_ATTN_TILE))};
     float *ss[2];
     for (int i = 0; i < 2; i++) ss[i] = aligned_alloc(64, (size_t)(kvt_sparse_attn_scratch_floats(&d) * 4 + 63) / 64 * 64);
@@ -607,7 +607,7 @@ static void test_attend_set_late(int fast_blocks) {
     float *k, *v, q[4 * 32], a[4 * 32], b[4 * 32], c[4 * 32];
     rand_kvq(n, HKV, HD, H, &k, &v, q);
     kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
-    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}, false};
+    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, KVT_TYPE_F16, {0}, false, 0};
     kvt_kv_params kp = {KVT_TYPE_F16, 1, HKV, HD, HD, NCTX, 16, 0};
     kvt_kv *kc = NULL;
     if (!st) st = kvt_kv_contig_init(&kp, &kc, &err);
@@ -677,7 +677,7 @@ static void test_attend_set_blocks(kvt_type type, bool rising) {
         }
     }
     kvt_attn_params ap = {H, 1.0f / sqrtf((float)HD), KVT_ATTN_TILE, 0};
-    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, type, {0}, false};
+    kvt_sparse_dims d = {1, H, HKV, HD, HD, NCTX, 2, type, {0}, false, 0};
     float *ss[2];
     for (int i = 0; i < 2; i++) ss[i] = aligned_alloc(64, (size_t)(kvt_sparse_attn_scratch_floats(&d) * 4 + 63) / 64 * 64);
     kvt_threadpool *pool = NULL;
@@ -931,7 +931,7 @@ static void test_context(const char *path) {
     c2.sparse.sync = false;
     // the paged store with a small fast tier (the worker's chosen blocks prefetched from the host tier): the same
     // bits as the contiguous cache; the key summaries are taken from the fast budget
-    kvt_sparse_dims dd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, 64, 2, KVT_TYPE_F16, {0}, false};
+    kvt_sparse_dims dd = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, 64, 2, KVT_TYPE_F16, {0}, false, 0};
     const int64_t summary = kvt_sparse_summary_bytes(&c2.sparse, &dd);
     kvt_context_params c3 = c2;
     c3.kv_fast_bytes = summary + 4 * 4096;
@@ -1330,8 +1330,20 @@ static void test_zalloc(void) {
     p.rerank_bits = 8;
     const int64_t sb48 = kvt_sparse_summary_bytes(&p, &d);
     ok = ok && sb4 == 3 * 8192 * 32 + 3 * 8192 * 4 && sb48 == sb + sb4;
-    test_result(ok, "sparse: summary buffers zeroed, 64-byte aligned, 2 MiB-aligned from 1 MiB on (huge pages), counted as allocated (int8, 4-bit, both)",
-                "differ (summary bytes %lld, 4-bit %lld, both %lld)", (long long)sb, (long long)sb4, (long long)sb48);
+    // only the layers that keep summaries are reserved: Gemma 3's 18 layers, a global one every 6th (5, 11, 17): 3; from
+    // --sparse-dense-layers 6 on: 2; no windows: the 18 less the dense ones
+    kvt_sparse_params pg = {.mode = KVT_SPARSE_ASYNCSPADE, .budget = 8};
+    kvt_sparse_dims dg = {.n_layer = 18, .n_head = 4, .n_head_kv = 1, .head_dim = 256, .head_dim_v = 256, .n_ctx = 4096, .swa_period = 6};
+    const int64_t g3 = kvt_sparse_summary_bytes(&pg, &dg), layers3 = kvt_sparse_summary_layers(&pg, &dg);
+    pg.dense_layers = 6;
+    const int32_t layers2 = kvt_sparse_summary_layers(&pg, &dg);
+    dg.swa_period = 0;
+    const int32_t layers12 = kvt_sparse_summary_layers(&pg, &dg);
+    pg.dense_layers = 0;
+    ok = ok && layers3 == 3 && layers2 == 2 && layers12 == 12 && g3 * 6 == kvt_sparse_summary_bytes(&pg, &dg);
+    test_result(ok, "sparse: summary buffers zeroed, 64-byte aligned, 2 MiB-aligned from 1 MiB on (huge pages), counted as allocated (int8, 4-bit, both); only the layers that keep them reserved",
+                "differ (summary bytes %lld, 4-bit %lld, both %lld; layers %lld, %d, %d)", (long long)sb, (long long)sb4,
+                (long long)sb48, (long long)layers3, layers2, layers12);
 }
 
 void test_sparse(const test_env *env) {

@@ -158,7 +158,7 @@ static kvt_context_params config_params(const kvt_model *m, const config *cf) {
     if (cf->tiers) {
         cp.sparse.seqs = 4;
         kvt_sparse_dims d = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, cp.n_ctx, 2,
-                             KVT_TYPE_F16, {0}, true};
+                             KVT_TYPE_F16, {0}, true, 0};
         const int64_t blk = block_bytes(m, cp.kv_block);
         cp.kv_fast_bytes = kvt_sparse_summary_bytes(&cp.sparse, &d) + 6 * blk;
         cp.kv_host_bytes = 8 << 20;
@@ -469,7 +469,7 @@ static void test_summary_budget(const kvt_model *m) {
     lane_make(&lb, 60, 1, m->hp.n_vocab);
     kvt_context_params cp = base_params(KVT_SPARSE_ASYNCSPADE);
     kvt_sparse_dims d = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, cp.n_ctx, 2,
-                         KVT_TYPE_F16, {0}, true};
+                         KVT_TYPE_F16, {0}, true, 0};
     const int64_t one = kvt_sparse_summary_bytes(&cp.sparse, &d); // one sequence of n_ctx positions
     cp.sparse.seqs = 2;
     const int64_t two = kvt_sparse_summary_bytes(&cp.sparse, &d);
@@ -602,7 +602,7 @@ static void test_beam_reserve(const kvt_model *m) {
     if (!st) st = kvt_beam_run(ctx, &bp, prompt, 40, &ref, &err);
     kvt_context_free(ctx);
     kvt_sparse_dims d = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, cp.n_ctx, 2,
-                         KVT_TYPE_F16, {0}, true};
+                         KVT_TYPE_F16, {0}, true, 0};
     cp.sparse.seqs = sets;
     cp.kv_fast_bytes = kvt_sparse_summary_bytes(&cp.sparse, &d) + 8 * block_bytes(m, cp.kv_block);
     cp.kv_host_bytes = 8 << 20;

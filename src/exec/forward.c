@@ -39,7 +39,8 @@ static kvt_sparse_dims sparse_dims(const kvt_context *c) {
     const kvt_rope_params rp = {hp->n_rot, hp->rope_type == KVT_ROPE_NEOX, hp->rope_freq_base, hp->rope_freq_scale,
                                 c->m->rope_freqs};
     return (kvt_sparse_dims){hp->n_layer, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, c->p.n_ctx,
-                             c->p.n_threads, c->p.kv_type, rp, kvt_context_params_paged(&c->p) && c->p.kv_fast_bytes > 0};
+                             c->p.n_threads, c->p.kv_type, rp, kvt_context_params_paged(&c->p) && c->p.kv_fast_bytes > 0,
+                             hp->n_swa > 0 ? hp->swa_period : 0};
 }
 
 static int64_t sparse_summary_bytes(const kvt_context *c) {

@@ -36,8 +36,16 @@ int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *pp, const kvt_sparse_d
     if (p.mode != KVT_SPARSE_QUEST && p.mode != KVT_SPARSE_ASYNCSPADE) return 0; // the oracle reads the store's keys
     // the layers of every sequence at n_ctx positions (asyncspade: whole 16-position blocks), as allocated
     const int64_t cap = p.mode == KVT_SPARSE_ASYNCSPADE ? kvt_sparse_k8_cap(d->n_ctx) : d->n_ctx;
-    return (int64_t)d->n_layer * p.seqs *
+    return (int64_t)kvt_sparse_summary_layers(&p, d) * p.seqs *
            kvt_sparse_layer_summary_bytes(&p, d->n_head_kv, d->head_dim, cap, (d->n_ctx + p.page - 1) / p.page);
+}
+
+int32_t kvt_sparse_summary_layers(const kvt_sparse_params *p, const kvt_sparse_dims *d) {
+    int32_t n = 0;
+    for (int32_t il = p->dense_layers > 0 ? p->dense_layers : 0; il < d->n_layer; il++) {
+        n += d->swa_period <= 0 || il % d->swa_period == d->swa_period - 1;
+    }
+    return n;
 }
 
 int32_t kvt_sparse_fork_sets(const kvt_sparse_params *p, int64_t n_ctx, int64_t n_seqs, int64_t n_tail) {

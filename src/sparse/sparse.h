@@ -47,6 +47,9 @@ typedef struct {
     kvt_rope_params rope; // the RoPE of the (global) layers' queries, for rope_align (n_rot 0: none)
     bool bounded;         // the summaries of all sequences together must stay within kvt_sparse_summary_bytes
                           // (a --kv-fast budget reserved them): a step that would pass it fails (KVT_ERR_BUDGET)
+    int32_t swa_period;   // sliding windows (kvt_hparams_layer_window's rule): 0, every layer global; else layer il is
+                          // global iff il % swa_period == swa_period - 1. Only global layers from --sparse-dense-layers
+                          // on keep summaries (a window layer attends densely)
 } kvt_sparse_dims;
 
 // One decode step (token) of a sequence, summed over its sparse layers and KV heads.
@@ -79,6 +82,8 @@ void kvt_sparse_params_resolve(kvt_sparse_params *p);
 // (kvt_sparse_summary_held: what is held now); asyncspade's forks share their parent's key copies of whole blocks of
 // 16 positions (held once), so a fork adds the positions past them.
 int64_t kvt_sparse_summary_bytes(const kvt_sparse_params *p, const kvt_sparse_dims *d);
+// The layers that keep key summaries: the global layers (d->swa_period) from p->dense_layers on.
+int32_t kvt_sparse_summary_layers(const kvt_sparse_params *p, const kvt_sparse_dims *d);
 // The sets of n_ctx positions (p->seqs, the unit of kvt_sparse_summary_bytes) that n_seqs sequences alive together,
 // forks of one another, can hold at once, each writing at most n_tail positions past the sequence it was forked from
 // (beam: 1 + beams x width, -n). Forks that copy (--sparse-rerank-resid): n_seqs. Otherwise the forks share the first

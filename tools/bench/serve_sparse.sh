@@ -70,9 +70,10 @@ import json,sys; i=json.load(sys.stdin); print(i["kv_bytes_per_token_f16"], i["n
 # tools/bench/sparse_speed.sh count them, each buffer as allocated (64-byte multiples, whole 2 MiB pages from 1 MiB
 # on): asyncspade's int8 copies (head_dim bytes per position, KV head and layer; CTX in whole 16-position blocks) and
 # their f32 scales, Quest's f32 min/max per page of 16, dense none. (Before 2026-12-01 05:10 UTC this left out the
-# rounding: under asyncspade the store's blocks then got 1/3 of FAST_FRAC, the 2 MiB pages taking the rest.)
+# rounding: under asyncspade the store's blocks then got 1/3 of FAST_FRAC, the 2 MiB pages taking the rest.) The layers
+# counted: NL_SUM (default every layer), as kvt_sparse_summary_layers (the global layers from --sparse-dense-layers on).
 fast_of() {
-    python3 - "$1" "$FAST_FRAC" "$KVB" "$CTX" "$P" "$NL" "$NKV" "$HD" <<'PY'
+    python3 - "$1" "$FAST_FRAC" "$KVB" "$CTX" "$P" "${NL_SUM:-$NL}" "$NKV" "$HD" <<'PY'
 import sys
 f, frac = " %s " % sys.argv[1], float(sys.argv[2])
 kvb, ctx, p, nl, nkv, hd = map(int, sys.argv[3:])

@@ -74,11 +74,14 @@ head -c $(( $(wc -c < "$TEXT") - 150 )) "$TEXT" > "$OUT/prefix.txt"
 read -r KVB NL NKV HD < <("$BIN" info -m "$M" --json | python3 -c '
 import json,sys; i=json.load(sys.stdin); print(i["kv_bytes_per_token_f16"], i["n_layer"], i["n_head_kv"], i["head_dim"])')
 KV=$((KVB * CTX)); FAST=$((KV / 8))
+# the layers whose summaries the engine reserves (kvt_sparse_summary_layers: the global ones from --sparse-dense-layers
+# on); every layer for SmolLM2 without dense layers; set NL_SUM for window layers (Gemma 3: 3) or dense ones
+NLS=${NL_SUM:-$NL}
 # each buffer as kvt_sparse_alloc_bytes allocates it: 64-byte multiples, whole 2 MiB pages from 1 MiB on
 abytes() { if [ "$1" -ge $((1 << 20)) ]; then echo $(( ($1 + (2 << 20) - 1) / (2 << 20) * (2 << 20) )); else echo $(( ($1 + 63) / 64 * 64 )); fi; }
-quest_sum() { echo $((NL * 2 * $(abytes $((NKV * ((CTX + $1 - 1) / $1) * HD * 4))))); }
+quest_sum() { echo $((NLS * 2 * $(abytes $((NKV * ((CTX + $1 - 1) / $1) * HD * 4))))); }
 CAP=$(( (CTX + 15) / 16 * 16 )) # n_ctx in whole 16-position blocks
-ASYNC_SUM=$((NL * ($(abytes $((NKV * CAP * HD))) + $(abytes $((NKV * CAP * 4)))) ))
+ASYNC_SUM=$((NLS * ($(abytes $((NKV * CAP * HD))) + $(abytes $((NKV * CAP * 4)))) ))
 # asyncspade's summary bytes for its flags: the int8 copies (f32 scale per position), the 4-bit ones (--sparse-key-bits
 # 4: head_dim / 2 bytes per position and an f16 scale per 32 dimensions), or both (--sparse-rerank-bits 8 beside it)
 async_sum() {
@@ -92,7 +95,7 @@ async_sum() {
         [ $b = 4 ] && row=$(( (HD + 7) / 8 * 4 )) sc=$(( HD % 32 ? 2 : HD / 16 ))
         s=$((s + $(abytes $((NKV * CAP * row))) + $(abytes $((NKV * CAP * sc)))))
     done
-    echo $((NL * s))
+    echo $((NLS * s))
 }
 
 SESSION=$OUT/prefix-$(cat "$M" "$OUT/prefix.txt" | cksum | cut -d' ' -f1)-$CTX.kvs # per model and text
