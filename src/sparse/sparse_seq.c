@@ -474,8 +474,9 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
     const int64_t H = s->d.n_head_kv, W1 = s->p.window + 1;
     for (int32_t l = 0; l < s->d.n_layer; l++) {
         kvt_sparse_layer *x = &a->lay[l], *y = &b->lay[l];
-        // asyncspade's key copies: the whole blocks src holds become (or stay) a base both share; dst's own buffers
-        // take src's positions past it, with room to grow from there (the rest of the state is copied whole)
+        // the key summaries (asyncspade's copies, quest's bounds): the whole blocks src holds become (or stay) a base
+        // both share; dst's own buffers take src's positions past it, with room to grow from there (the rest of the
+        // state is copied whole)
         kvt_status st = KVT_OK;
         if (x->kb && (x->key_n < x->off || !shares_keys(s, x))) st = layer_own(s, a, x, 0, err); // (cut below its base)
         const bool share = !st && shares_keys(s, x);
