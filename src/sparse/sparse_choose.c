@@ -57,18 +57,15 @@ static void score_keys(kvt_sparse *s, const kvt_sparse_layer *ly, int32_t kh, in
     const kvt_sparse_keys k = kvt_sparse_keys_of(ly, bits, kh, s->d.head_dim);
     if (n_keys > n) n_keys = n;
     const int64_t part = yield ? SCAN_PART : n_keys; // positions per call (the caller: all in one)
+    const int64_t off = kvt_sparse_off(ly); // a shared base's positions [0, off): whole blocks of 16, as part
     for (int64_t t0 = 0; t0 < n_keys; t0 += part) {
         if (yield) worker_yield(s);
-        int64_t m = n_keys - t0 < part ? n_keys - t0 : part;
-        if (t0 < ly->off) { // the shared base's positions (off: whole blocks of 16, as part): each score is its own
-            const int64_t mb = ly->off - t0 < m ? ly->off - t0 : m;
+        const int64_t m = n_keys - t0 < part ? n_keys - t0 : part, mb = t0 >= off ? 0 : off - t0 < m ? off - t0 : m;
+        if (mb > 0) { // (each score is its own: the same bits in one run or two)
             kvt_sparse_score_keys_rows(q16, qs, s->qpg, s->d.head_dim, kvt_sparse_base_keys_of(ly, bits, kh, s->d.head_dim), t0,
                                        mb, n, scale, raw + t0);
-            if (mb == m) continue;
-            kvt_sparse_score_keys_rows(q16, qs, s->qpg, s->d.head_dim, k, 0, m - mb, n, scale, raw + t0 + mb);
-            continue;
         }
-        kvt_sparse_score_keys_rows(q16, qs, s->qpg, s->d.head_dim, k, t0 - ly->off, m, n, scale, raw + t0);
+        if (m > mb) kvt_sparse_score_keys_rows(q16, qs, s->qpg, s->d.head_dim, k, t0 + mb - off, m - mb, n, scale, raw + t0 + mb);
     }
     for (int32_t i = 0; i < s->qpg; i++) {
         for (int64_t t = n_keys; t < n; t++) raw[(int64_t)i * n + t] = -INFINITY;
@@ -283,7 +280,7 @@ static void rr_score_task(void *ctx, int64_t task, int thread) {
     } else {
         const int16_t *q16 = s->rr_q16 + (int64_t)kh * s->gd;
         const float *qs = s->rr_qs + (int64_t)kh * s->qpg;
-        const int64_t off = J->ly->off;
+        const int64_t off = kvt_sparse_off(J->ly);
         int64_t xb = x0; // sorted: the candidates in the shared base first, then those in the own buffers
         while (xb < x1 && sel[xb] < off) xb++;
         if (xb > x0) {
@@ -610,12 +607,14 @@ void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t lay
 void kvt_sparse_select_quest(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale) {
     kvt_sparse_scratch *ss = &s->main_ss;
     const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n), hd = s->d.head_dim;
-    const int64_t P0 = ly->off / s->p.page, np = (ly->cap - ly->off + s->p.page - 1) / s->p.page; // (off: whole pages)
+    const int64_t off = kvt_sparse_off(ly), P0 = off / s->p.page, np = (ly->cap - off + s->p.page - 1) / s->p.page; // (off: whole pages)
     const int64_t bp = ly->kb ? ly->kb->stride : 0; // the shared base's pages [0, P0) per KV head
     for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
         for (int64_t pg = 0; pg * s->p.page < P; pg++) {
-            const float *lo = pg < P0 ? (const float *)ly->kb->buf[0] + (kh * bp + pg) * hd : ly->lo + (kh * np + pg - P0) * hd;
-            const float *hi = pg < P0 ? (const float *)ly->kb->buf[1] + (kh * bp + pg) * hd : ly->hi + (kh * np + pg - P0) * hd;
+            const bool in_base = pg < P0;
+            const int64_t at = (in_base ? kh * bp + pg : kh * np + pg - P0) * hd;
+            const float *lo = (in_base ? (const float *)ly->kb->buf[0] : ly->lo) + at;
+            const float *hi = (in_base ? (const float *)ly->kb->buf[1] : ly->hi) + at;
             float best = -INFINITY;
             for (int32_t i = 0; i < s->qpg; i++) {
                 const float b = kvt_sparse_quest_bound(q + ((int64_t)kh * s->qpg + i) * hd, lo, hi, (int32_t)hd) * scale;

@@ -65,8 +65,7 @@ typedef struct {
 typedef struct {
     int64_t cap;        // positions the buffers have room for
     int64_t key_n;      // keys [0, key_n) are in the summaries (the rest is read from the store when needed)
-    kvt_sparse_kbase *kb; // the shared copies of positions [0, off), or NULL
-    int64_t off;        // kb ? kb->n : 0
+    kvt_sparse_kbase *kb; // the shared summaries of positions [0, off), or NULL (off: kvt_sparse_off)
     int8_t *k8;         // asyncspade (a width of 8 used): [Hkv][(cap - off) * hd] int8 keys in blocks of 16 positions
                         // (kvt_sparse_k8_at; cap a multiple of 16)
     float *k8s;         // asyncspade: [Hkv][cap - off] their scales
@@ -103,6 +102,9 @@ typedef struct {
                         // calls on, the mean against rerank_resid_gate decides between the residual and the exact pass
     uint8_t busy;       // a worker job for this layer is queued or running (under mu)
 } kvt_sparse_layer;
+
+// The first position of ly's own key summaries: its shared base's end, or 0.
+static inline int64_t kvt_sparse_off(const kvt_sparse_layer *ly) { return ly->kb ? ly->kb->n : 0; }
 
 // One sequence.
 typedef struct {
@@ -353,26 +355,24 @@ typedef struct {
     const void *ks;
     int32_t bits;
 } kvt_sparse_keys;
-// The copies of `bits` of KV head kh of ly's own buffers: position t (>= ly->off) at t - ly->off.
-static inline kvt_sparse_keys kvt_sparse_keys_of(const kvt_sparse_layer *ly, int32_t bits, int32_t kh, int32_t hd) {
-    const int64_t c = ly->cap - ly->off;
-    kvt_sparse_keys k = {bits == 4 ? (const void *)(ly->k4 + kh * c * kvt_sparse_k4_row(hd))
-                                   : (const void *)(ly->k8 + kh * c * (int64_t)hd),
-                         bits == 4 ? (const void *)(ly->k4s + kh * c * kvt_sparse_k4_groups(hd))
-                                   : (const void *)(ly->k8s + kh * c),
+// The copies of `bits` of KV head kh in the buffers k8, k8s, k4, k4s of c positions per KV head.
+static inline kvt_sparse_keys kvt_sparse_keys_in(const void *k8, const void *k8s, const void *k4, const void *k4s, int64_t c,
+                                                 int32_t bits, int32_t kh, int32_t hd) {
+    kvt_sparse_keys k = {bits == 4 ? (const void *)((const uint8_t *)k4 + kh * c * kvt_sparse_k4_row(hd))
+                                   : (const void *)((const int8_t *)k8 + kh * c * (int64_t)hd),
+                         bits == 4 ? (const void *)((const uint16_t *)k4s + kh * c * kvt_sparse_k4_groups(hd))
+                                   : (const void *)((const float *)k8s + kh * c),
                          bits};
     return k;
 }
-// The copies of `bits` of KV head kh in ly's shared base (positions [0, ly->off); ly->kb not NULL; blocks of 16).
+// The copies of `bits` of KV head kh of ly's own buffers: position t (>= kvt_sparse_off(ly)) at t - kvt_sparse_off(ly).
+static inline kvt_sparse_keys kvt_sparse_keys_of(const kvt_sparse_layer *ly, int32_t bits, int32_t kh, int32_t hd) {
+    return kvt_sparse_keys_in(ly->k8, ly->k8s, ly->k4, ly->k4s, ly->cap - kvt_sparse_off(ly), bits, kh, hd);
+}
+// The copies of `bits` of KV head kh in ly's shared base (positions [0, kvt_sparse_off(ly)); ly->kb not NULL).
 static inline kvt_sparse_keys kvt_sparse_base_keys_of(const kvt_sparse_layer *ly, int32_t bits, int32_t kh, int32_t hd) {
     const kvt_sparse_kbase *b = ly->kb;
-    const int64_t c = 16 * b->stride; // positions per KV head
-    kvt_sparse_keys k = {bits == 4 ? (const void *)((const uint8_t *)b->buf[2] + kh * c * kvt_sparse_k4_row(hd))
-                                   : (const void *)((const int8_t *)b->buf[0] + kh * c * (int64_t)hd),
-                         bits == 4 ? (const void *)((const uint16_t *)b->buf[3] + kh * c * kvt_sparse_k4_groups(hd))
-                                   : (const void *)((const float *)b->buf[1] + kh * c),
-                         bits};
-    return k;
+    return kvt_sparse_keys_in(b->buf[0], b->buf[1], b->buf[2], b->buf[3], 16 * b->stride, bits, kh, hd); // (blocks of 16)
 }
 
 // Key k ([hd] f32) as position t of a KV head's copies of `bits` (kc, ks: that head's buffers, layouts above): 8, one f32

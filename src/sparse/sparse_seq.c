@@ -216,7 +216,7 @@ static bool alloc_keys(const kvt_sparse *s, int64_t kc, void *b[KEYBUFS]) {
 
 // Moves layer ly to buffers of cap positions, keeping the first old_cap positions of each KV head.
 static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, int64_t cap, kvt_err *err) {
-    const int64_t H = s->d.n_head_kv, oc = ly->cap, off = ly->off;
+    const int64_t H = s->d.n_head_kv, oc = ly->cap, off = kvt_sparse_off(ly);
     const int64_t grow = own_bytes(s, cap, off) - own_bytes(s, oc, off);
     kvt_status st = check_held(s, grow, err);
     if (st) return st;
@@ -258,8 +258,8 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
 // A layer whose keys [pos, ...) are about to be written (a rewind, a truncate) below its shared base: its own buffers
 // take every position again (the base's copied in), and it lets the base go.
 static kvt_status layer_own(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, int64_t pos, kvt_err *err) {
-    if (!ly->kb || pos >= ly->off) return KVT_OK;
-    const int64_t cap = ly->cap, off = ly->off, more = own_bytes(s, cap, 0) - own_bytes(s, cap, off);
+    if (!ly->kb || pos >= kvt_sparse_off(ly)) return KVT_OK;
+    const int64_t cap = ly->cap, off = kvt_sparse_off(ly), more = own_bytes(s, cap, 0) - own_bytes(s, cap, off);
     kvt_status st = check_held(s, more, err);
     if (st) return st;
     const int64_t kc = key_blocks_of(s, cap), ob = off / key_block(s); // (off: whole blocks)
@@ -273,7 +273,7 @@ static kvt_status layer_own(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *
     set_keys(s, ly, b);
     q->summary_bytes += more;
     held_add(s, more);
-    ly->kb = NULL, ly->off = 0;
+    ly->kb = NULL;
     kbase_release(s, kb);
     return KVT_OK;
 }
@@ -306,7 +306,7 @@ static kvt_status layer_freeze(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     set_keys(s, ly, b);
     q->summary_bytes += own - kb->bytes; // (the base's bytes stay in summary_held until it is freed)
     held_add(s, own);
-    ly->kb = kb, ly->off = n;
+    ly->kb = kb;
     return KVT_OK;
 }
 
@@ -315,7 +315,7 @@ kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t la
     const int64_t N = s->d.n_ctx;
     if (need > N) need = N;
     if (need <= ly->cap) return KVT_OK;
-    const int64_t off = ly->off, own = ly->cap - off; // (a shared base's positions are not grown)
+    const int64_t off = kvt_sparse_off(ly), own = ly->cap - off; // (a shared base's positions are not grown)
     int64_t cap = off + (2 * own > need - off ? 2 * own : need - off); // doubling: appends cost amortized O(1)
     if (cap - off < 64) cap = off + 64;
     cap = (cap + s->p.page - 1) / s->p.page * s->p.page;
@@ -329,20 +329,20 @@ kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t la
 static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int64_t n, const float *k) {
     const kvt_type_ops *ops = kvt_type_ops_get(s->d.kv_type);
     const int32_t hd = s->d.head_dim, H = s->d.n_head_kv;
-    const int64_t cap = ly->cap, np = pages_of(s, cap - ly->off); // (quest: the own pages)
+    // the own buffers' positions and pages (pos >= off: the callers give the layer its own summaries first, layer_own)
+    const int64_t off = kvt_sparse_off(ly), kc = ly->cap - off, np = pages_of(s, kc);
     for (int64_t t = 0; t < n; t++) {
         const int64_t pos = pos0 + t;
         for (int32_t kh = 0; kh < H; kh++) {
             ops->from_float(k + (t * H + kh) * hd, s->krow_t, hd);
             ops->to_float(s->krow_t, s->krow, hd);
-            const int64_t kc = cap - ly->off; // (pos >= off: callers unshare first, layer_own)
-            if (ly->k8) kvt_sparse_quant_key(s->krow, hd, 8, pos - ly->off, ly->k8 + kh * kc * hd, ly->k8s + kh * kc);
+            if (ly->k8) kvt_sparse_quant_key(s->krow, hd, 8, pos - off, ly->k8 + kh * kc * hd, ly->k8s + kh * kc);
             if (ly->k4) {
-                kvt_sparse_quant_key(s->krow, hd, 4, pos - ly->off, ly->k4 + kh * kc * kvt_sparse_k4_row(hd),
+                kvt_sparse_quant_key(s->krow, hd, 4, pos - off, ly->k4 + kh * kc * kvt_sparse_k4_row(hd),
                                      ly->k4s + kh * kc * kvt_sparse_k4_groups(hd));
             }
             if (ly->lo) {
-                const int64_t pg = (pos - ly->off) / s->p.page; // (off: whole pages)
+                const int64_t pg = (pos - off) / s->p.page; // (off: whole pages)
                 float *lo = ly->lo + (kh * np + pg) * hd, *hi = ly->hi + (kh * np + pg) * hd;
                 const bool restart = pos % s->p.page == 0;
                 for (int32_t x = 0; x < hd; x++) {
@@ -478,12 +478,12 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
         // both share; dst's own buffers take src's positions past it, with room to grow from there (the rest of the
         // state is copied whole)
         kvt_status st = KVT_OK;
-        if (x->kb && (x->key_n < x->off || !shares_keys(s, x))) st = layer_own(s, a, x, 0, err); // (cut below its base)
+        if (x->kb && (x->key_n < kvt_sparse_off(x) || !shares_keys(s, x))) st = layer_own(s, a, x, 0, err); // (cut below its base)
         const bool share = !st && shares_keys(s, x);
         if (share) st = layer_freeze(s, a, x, err);
         int64_t cap = x->cap;
         if (!st && share) {
-            y->kb = x->kb, y->kb->refs++, y->off = x->off;
+            y->kb = x->kb, y->kb->refs++;
             const int64_t want = key_blocks_of(s, x->key_n + 1) * key_block(s); // (reserve grows it from there)
             if (want < cap) cap = want;
         }
@@ -497,11 +497,12 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
             memcpy(y->sel + kh * cap, x->sel + kh * x->cap, m);
             if (x->sel_score) memcpy(y->sel_score + kh * cap, x->sel_score + kh * x->cap, m);
         }
-        if (cap > x->off) { // the key summaries of the own positions [off, key_n): whole blocks
+        const int64_t off = kvt_sparse_off(x); // (y's too)
+        if (cap > off) { // the key summaries of the own positions [off, key_n): whole blocks
             void *dk[KEYBUFS], *sk[KEYBUFS];
             layer_bufs(s, y, dk), layer_bufs(s, x, sk);
-            const int64_t yc = key_blocks_of(s, cap - x->off), xc = key_blocks_of(s, x->cap - x->off);
-            copy_key_blocks(s, dk, yc, 0, sk, xc, 0, share ? key_blocks_of(s, x->key_n - x->off) : xc);
+            const int64_t yc = key_blocks_of(s, cap - off), xc = key_blocks_of(s, x->cap - off);
+            copy_key_blocks(s, dk, yc, 0, sk, xc, 0, share ? key_blocks_of(s, x->key_n - off) : xc);
         }
         memcpy(y->nsel, x->nsel, (size_t)H * 8);
         if (cap > 0 && x->shat) memcpy(y->shat, x->shat, (size_t)(H * s->qpg * cap) * 4);
