@@ -75,6 +75,16 @@ void test_cli(const test_env *env) {
     snprintf(cmd, sizeof cmd, "%s tokenize -m %s -f /tmp/kvt_tok.txt --no-bos", env->cli, vocab);
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && !strcmp(out, "15043 3186\n"), "cli: tokenize --no-bos", "exit %d: %s", rc, out);
+    // beam --rescore-dense: every beam's dense_score in the JSON (and, without --sparse, equal to its score)
+    snprintf(cmd, sizeof cmd, "%s beam -m %s -p 'Once upon a time' --beams 2 --width 2 --step 4 -n 8 --rescore-dense --json",
+             env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    {
+        const char *sc = strstr(out, "\"score\":"), *ds = strstr(out, "\"dense_score\":");
+        bool same = sc && ds && !strncmp(sc + 8, ds + 14, 12);
+        test_result(rc == 0 && same, "cli: beam --rescore-dense --json gives each beam's dense_score (= score without --sparse)",
+                    "exit %d: %.400s", rc, out);
+    }
     snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 32 --json", env->cli, model, text);
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "\"ppl\":") && strstr(out, "\"n_chunks\":"), "cli: perplexity --json", "exit %d: %s",

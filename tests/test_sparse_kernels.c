@@ -366,12 +366,52 @@ static void test_quant_key(void) {
                 "worst %.4g steps", worst);
 }
 
+// The int8 copy (kvt_sparse_quant_key, 8 bits; vectorized by the compiler since 2026-12-04) = the scalar formula it
+// replaced, byte for byte and scale for scale: scale max |k| / 127 (1 for a zero row), v = lrintf(k / scale) clamped to
+// [-127, 127], at kvt_sparse_k8_at. Rows of head_dim 4..512 with ties at .5 steps, zeros, a denormal, +-inf and NaN.
+static void test_quant_key8_ref(void) {
+    enum { NT = 18, MAXHD = 512 };
+    static int8_t kc[NT * MAXHD + 16 * MAXHD], ref[NT * MAXHD + 16 * MAXHD];
+    float ks[NT], rs[NT], k[MAXHD];
+    bool ok = true;
+    int cases = 0;
+    for (int hd = 4; hd <= MAXHD && ok; hd = hd < 16 ? hd + 4 : hd * 2) {
+        memset(kc, 0x5a, sizeof kc), memset(ref, 0x5a, sizeof ref);
+        for (int t = 0; t < NT; t++) {
+            for (int x = 0; x < hd; x++) k[x] = frand() * (float)(t + 1);
+            if (t == 1) memset(k, 0, sizeof k);                              // a zero row
+            if (t == 2) for (int x = 0; x < hd; x++) k[x] = (float)(x % 9) - 4.0f + (x % 2 ? 0.5f : -0.5f); // ties
+            if (t == 3) k[0] = 127.0f, k[hd - 1] = 63.5f;                     // scale 1: .5 steps exactly
+            if (t == 4) k[hd / 2] = 1e-40f;                                  // a denormal
+            if (t == 5) k[1] = INFINITY;
+            if (t == 6) k[hd - 1] = -INFINITY;
+            if (t == 7) k[0] = NAN;
+            kvt_sparse_quant_key(k, hd, 8, t, kc, ks);
+            float mx = 0.0f; // the formula it replaced
+            for (int x = 0; x < hd; x++) mx = fabsf(k[x]) > mx ? fabsf(k[x]) : mx;
+            const float sc = mx > 0.0f ? mx / 127.0f : 1.0f;
+            rs[t] = sc;
+            for (int x = 0; x < hd; x++) {
+                long v = lrintf(k[x] / sc);
+                v = v > 127 ? 127 : v < -127 ? -127 : v;
+                ref[kvt_sparse_k8_at(t, x, hd)] = (int8_t)v;
+            }
+            ok = ok && memcmp(&ks[t], &rs[t], sizeof(float)) == 0;
+            cases++;
+        }
+        ok = ok && memcmp(kc, ref, (size_t)kvt_sparse_k8_cap(NT) * hd) == 0;
+    }
+    test_result(ok, "sparse: int8 key copies = the scalar formula byte for byte (head_dim 4..512; ties, zeros, denormal, inf, NaN)",
+                "%d rows", cases);
+}
+
 static void test_score_blocks(void) {
     test_softmax_isa();
     test_score_blocks_bits(8, 16);
     test_score_blocks_bits(8, 8);
     test_score_blocks_bits(4, 16);
     test_quant_key();
+    test_quant_key8_ref();
 }
 
 static void test_score_kernels(void) {

@@ -621,6 +621,53 @@ static void test_beam_reserve(const kvt_model *m) {
                 "%s (sets %d)", st ? err.msg : units ? "beams differ" : "sets", sets);
 }
 
+// kvt_beam_result_rescore with a dense context of the same model (beam --rescore-dense): oracle with K >= the context is
+// dense, so every beam's dense score is its own score, bit for bit; asyncspade at a small budget changes the logits, so
+// some beam's dense score differs from its score, and rating those ids again gives the same bits (deterministic).
+static void test_beam_rescore(const kvt_model *m) {
+    const kvt_sparse_mode modes[] = {KVT_SPARSE_ORACLE, KVT_SPARSE_ASYNCSPADE};
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = 1 + (i * 53) % (m->hp.n_vocab - 1);
+    for (int mi = 0; mi < 2; mi++) {
+        kvt_context_params cp = base_params(modes[mi]);
+        cp.n_ctx = 128;
+        cp.sparse.budget = mi == 0 ? 128 : 6;
+        kvt_context_params dc = kvt_context_params_default();
+        dc.n_ctx = cp.n_ctx;
+        dc.n_threads = cp.n_threads;
+        kvt_beam_params bp = kvt_beam_params_default();
+        bp.n_beams = 3, bp.width = 2, bp.step = 4, bp.n_tokens = 16, bp.stop_at_eog = false;
+        kvt_beam_result r = {0};
+        kvt_err err = {0};
+        kvt_context *ctx = NULL;
+        kvt_beam_prm *dense = NULL;
+        kvt_status st = kvt_context_init(m, &cp, &ctx, &err);
+        if (!st) st = kvt_beam_run(ctx, &bp, prompt, 40, &r, &err);
+        if (!st) st = kvt_beam_prm_init(m, &dc, &dense, &err);
+        if (!st) st = kvt_beam_result_rescore(dense, prompt, 40, &r, &err);
+        bool ok = !st && r.n_beams == bp.n_beams, differ = false, again = true;
+        double first[8] = {0};
+        for (int32_t i = 0; ok && i < r.n_beams && i < 8; i++) {
+            ok = r.beams[i].rescored;
+            first[i] = r.beams[i].rescore;
+            differ |= r.beams[i].rescore != r.beams[i].score;
+        }
+        if (ok) st = kvt_beam_result_rescore(dense, prompt, 40, &r, &err);
+        for (int32_t i = 0; ok && !st && i < r.n_beams && i < 8; i++) again &= r.beams[i].rescore == first[i];
+        kvt_beam_prm_free(dense);
+        kvt_context_free(ctx);
+        kvt_beam_result_free(&r);
+        if (mi == 0) {
+            test_result(ok && !st && !differ, "sparse_seq: beam --rescore-dense under oracle with K >= context: the dense score is the score, bit for bit",
+                        "%s", st ? err.msg : "scores differ");
+        } else {
+            test_result(ok && !st && differ && again,
+                        "sparse_seq: beam --rescore-dense under asyncspade K=6: dense scores differ from the sparse ones, the same bits again",
+                        "%s", st ? err.msg : !differ ? "no score differs" : "not deterministic");
+        }
+    }
+}
+
 void test_sparse_seq(const test_env *env) {
     char path[512];
     if (!test_data(env, "qwen3-tiny.gguf", path, sizeof path)) {
@@ -642,5 +689,6 @@ void test_sparse_seq(const test_env *env) {
     test_summary_budget(m);
     test_beam(m);
     test_beam_reserve(m);
+    test_beam_rescore(m);
     kvt_model_free(m);
 }

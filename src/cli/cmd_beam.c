@@ -25,6 +25,9 @@ static const char *k_help =
     "  --schedule NAME      layerwise (default) | beam | prefix | balanced\n"
     "  --prm MODEL          rate candidates by a second GGUF (process reward model): mean token\n"
     "                       log-probability of the candidate under it (same vocabulary)\n"
+    "  --rescore-dense      after the search, rate every kept beam again by the same model with dense attention\n"
+    "                       (mean token log-probability; its own contiguous KV cache in RAM of -c positions):\n"
+    "                       what --sparse cost the beams (the JSON's dense_score; equal to score without --sparse)\n"
     "  --no-batch           one forward pass per continuation and token (bit-exact across schedules)\n"
     "  --ignore-eos         do not end beams at end-of-generation tokens\n"
     "  --no-special         do not parse special-token text in the prompt\n"
@@ -80,6 +83,7 @@ static void print_json(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_bea
         kvt_json_strn(&j, t ? t : "", (size_t)(t ? tl : 0));
         free(t);
         kvt_json_kv_num(&j, "score", b->score);
+        if (b->rescored) kvt_json_kv_num(&j, "dense_score", b->rescore);
         kvt_json_kv_bool(&j, "finished", b->finished);
         kvt_json_obj_end(&j);
     }
@@ -136,8 +140,9 @@ static void print_text(kvt_context *ctx, const kvt_tokenizer *tok, const char *p
         const kvt_beam_out *b = &r->beams[i];
         int64_t tl;
         char *t = cli_detokenize(tok, b->ids, b->n, &tl);
-        printf("=== beam %d  score %.4f  %lld tokens%s\n", i + 1, b->score, (long long)b->n,
-               b->finished ? "" : " (unfinished)");
+        printf("=== beam %d  score %.4f", i + 1, b->score);
+        if (b->rescored) printf("  dense %.4f", b->rescore);
+        printf("  %lld tokens%s\n", (long long)b->n, b->finished ? "" : " (unfinished)");
         fwrite(prompt, 1, plen, stdout);
         if (t) fwrite(t, 1, (size_t)tl, stdout);
         printf("\n");
@@ -158,7 +163,7 @@ int cmd_beam(int argc, char **argv) {
     kvt_args a = {"beam", argc, argv, 0};
     cli_input in = {0};
     const char *prm_path = NULL, *delim_arg = NULL;
-    bool json = false, parse_special = true;
+    bool json = false, parse_special = true, rescore = false;
     kvt_context_params cp = kvt_context_params_default();
     kvt_beam_params bp = kvt_beam_params_default();
     kvt_err err = {0};
@@ -201,6 +206,8 @@ int cmd_beam(int argc, char **argv) {
             }
         } else if (!strcmp(flag, "--prm")) {
             if (!(prm_path = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--rescore-dense")) {
+            rescore = true;
         } else if (!strcmp(flag, "--no-batch")) {
             bp.batched = false;
         } else if (!strcmp(flag, "--ignore-eos")) {
@@ -227,7 +234,7 @@ int cmd_beam(int argc, char **argv) {
     kvt_model *model = NULL, *prm_model = NULL;
     kvt_tokenizer *tok = NULL;
     kvt_context *ctx = NULL;
-    kvt_beam_prm *prm = NULL;
+    kvt_beam_prm *prm = NULL, *dense = NULL;
     kvt_beam_result res;
     memset(&res, 0, sizeof res);
     int32_t *ids = NULL;
@@ -273,6 +280,18 @@ int cmd_beam(int argc, char **argv) {
         fprintf(stderr, "kvtier beam: %s\n", err.msg);
         goto done;
     }
+    if (rescore) {
+        // the same model, dense attention, a contiguous cache: none of the search's tier, sparse or device settings
+        kvt_context_params dc = kvt_context_params_default();
+        dc.n_ctx = cp.n_ctx;
+        dc.n_threads = cp.n_threads;
+        dc.kv_type = cp.kv_type;
+        dc.n_ubatch = cp.n_ubatch;
+        if (kvt_beam_prm_init(model, &dc, &dense, &err) || kvt_beam_result_rescore(dense, ids, n_prompt, &res, &err)) {
+            fprintf(stderr, "kvtier beam: --rescore-dense: %s\n", err.msg);
+            goto done;
+        }
+    }
     if (json) {
         kvt_kv_stats ks;
         kvt_context_kv_stats(ctx, &ks);
@@ -289,6 +308,7 @@ int cmd_beam(int argc, char **argv) {
 done:
     kvt_beam_result_free(&res);
     kvt_beam_prm_free(prm);
+    kvt_beam_prm_free(dense);
     kvt_context_free(ctx);
     kvt_model_free(prm_model);
     free(ids);

@@ -938,3 +938,21 @@ kvt_status kvt_beam_prm_score(void *user, const kvt_beam_cand *c, double *score,
     kvt_context_truncate(p->ctx, c->n_prompt - 1);
     return KVT_OK;
 }
+
+kvt_status kvt_beam_result_rescore(kvt_beam_prm *p, const int32_t *prompt, int64_t n_prompt, kvt_beam_result *res,
+                                   kvt_err *err) {
+    if (!p || !prompt || n_prompt < 1 || !res) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "rescore: needs a scorer, a prompt of at least one token and results");
+    }
+    for (int32_t i = 0; i < res->n_beams; i++) {
+        kvt_beam_out *b = &res->beams[i];
+        // the PRM reads only the prompt and the ids; logprobs are the search's own, not needed here
+        kvt_beam_cand c = {prompt, n_prompt, b->ids, NULL, b->n, 0, b->finished};
+        double s;
+        kvt_status st = kvt_beam_prm_score(p, &c, &s, err);
+        if (st) return st;
+        b->rescore = s;
+        b->rescored = true;
+    }
+    return KVT_OK;
+}

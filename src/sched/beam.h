@@ -83,6 +83,8 @@ typedef struct {
     int64_t n;
     double score;
     bool finished;     // ended by end of generation or the token limit
+    bool rescored;     // kvt_beam_result_rescore ran: rescore holds its score
+    double rescore;    // the second scorer's mean token log-probability of ids (0 unless rescored)
 } kvt_beam_out;
 
 typedef struct {
@@ -108,5 +110,12 @@ typedef struct {
 kvt_status kvt_beam_run(kvt_context *ctx, const kvt_beam_params *p, const int32_t *prompt, int64_t n_prompt,
                         kvt_beam_result *res, kvt_err *err);
 void kvt_beam_result_free(kvt_beam_result *res);
+
+// Rates every kept beam of res again with p, after the search (the search itself is untouched): beams[i].rescore = p's
+// mean token log-probability of beams[i].ids after the prompt, and beams[i].rescored = true. With p built on the same
+// model and a dense context (kvt_context_params_default), it shows what a sparse search (--sparse) cost its beams: the
+// beams' log-probability under exact attention beside their own score. On an error the beams rated so far keep theirs.
+kvt_status kvt_beam_result_rescore(kvt_beam_prm *p, const int32_t *prompt, int64_t n_prompt, kvt_beam_result *res,
+                                   kvt_err *err);
 
 #endif

@@ -31,7 +31,33 @@ void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q1
     kvt_sparse_quant_query_bits(q, qpg, hd, 16, q16, qscale);
 }
 
+// The int8 copy of one key (kvt_sparse_quant_key's 8-bit case): its scale max|k| / 127 (1 for a zero key), each element
+// k / scale rounded to the nearest (ties to even, as lrintf) and clamped to [-127, 127] (NaN to -127, as lrintf's
+// x86 result clamped). Plain float operations in an order the compiler vectorizes (max is exact in any order, the rest
+// per element), so every clone writes the same bytes as the scalar code; the 4-byte groups go to kvt_sparse_k8_at.
+SCORE_CLONES
+static void quant_key8(const float *k, int32_t hd, int64_t t, int8_t *kc, float *ks) {
+    float mx = 0.0f;
+    for (int32_t x = 0; x < hd; x++) {
+        const float a = fabsf(k[x]);
+        mx = a > mx ? a : mx;
+    }
+    const float sc = mx > 0.0f ? mx / 127.0f : 1.0f;
+    ks[t] = sc;
+    int8_t row[KVT_SPARSE_MAX_HD];
+    for (int32_t x = 0; x < hd; x++) {
+        const float v = rintf(k[x] / sc);
+        row[x] = (int8_t)(v >= 127.0f ? 127 : v > -127.0f ? (int32_t)v : -127); // NaN: -127
+    }
+    int8_t *dst = kc + kvt_sparse_k8_at(t, 0, hd);
+    for (int32_t x = 0; x < hd; x += 4) memcpy(dst + (x >> 2) * 64, row + x, 4);
+}
+
 void kvt_sparse_quant_key(const float *k, int32_t hd, int32_t bits, int64_t t, void *kc, void *ks) {
+    if (bits == 8 && hd <= KVT_SPARSE_MAX_HD) {
+        quant_key8(k, hd, t, kc, ks);
+        return;
+    }
     const int32_t ng = bits == 4 ? kvt_sparse_k4_groups(hd) : 1, gw = hd / ng;
     const float lim = bits == 4 ? 7.0f : 127.0f;
     for (int32_t g = 0; g < ng; g++) {

@@ -325,8 +325,9 @@ kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t la
 }
 
 // Keys [pos0, pos0 + n) into ly's summaries, each rounded to the store's element type first (the bounds
-// and the int8 copies describe the keys attention reads). Rows come in order: a page restarts at its first.
-static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int64_t n, const float *k) {
+// and the int8 copies describe the keys attention reads; stored: k was read from the store, already those values, so
+// the rounding, an identity then, is skipped). Rows come in order: a page restarts at its first.
+static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int64_t n, const float *k, bool stored) {
     const kvt_type_ops *ops = kvt_type_ops_get(s->d.kv_type);
     const int32_t hd = s->d.head_dim, H = s->d.n_head_kv;
     // the own buffers' positions and pages (pos >= off: the callers give the layer its own summaries first, layer_own)
@@ -334,11 +335,15 @@ static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int6
     for (int64_t t = 0; t < n; t++) {
         const int64_t pos = pos0 + t;
         for (int32_t kh = 0; kh < H; kh++) {
-            ops->from_float(k + (t * H + kh) * hd, s->krow_t, hd);
-            ops->to_float(s->krow_t, s->krow, hd);
-            if (ly->k8) kvt_sparse_quant_key(s->krow, hd, 8, pos - off, ly->k8 + kh * kc * hd, ly->k8s + kh * kc);
+            const float *kr = k + (t * H + kh) * hd;
+            if (!stored) {
+                ops->from_float(kr, s->krow_t, hd);
+                ops->to_float(s->krow_t, s->krow, hd);
+                kr = s->krow;
+            }
+            if (ly->k8) kvt_sparse_quant_key(kr, hd, 8, pos - off, ly->k8 + kh * kc * hd, ly->k8s + kh * kc);
             if (ly->k4) {
-                kvt_sparse_quant_key(s->krow, hd, 4, pos - off, ly->k4 + kh * kc * kvt_sparse_k4_row(hd),
+                kvt_sparse_quant_key(kr, hd, 4, pos - off, ly->k4 + kh * kc * kvt_sparse_k4_row(hd),
                                      ly->k4s + kh * kc * kvt_sparse_k4_groups(hd));
             }
             if (ly->lo) {
@@ -346,7 +351,7 @@ static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int6
                 float *lo = ly->lo + (kh * np + pg) * hd, *hi = ly->hi + (kh * np + pg) * hd;
                 const bool restart = pos % s->p.page == 0;
                 for (int32_t x = 0; x < hd; x++) {
-                    const float v = s->krow[x];
+                    const float v = kr[x];
                     if (restart || v < lo[x]) lo[x] = v;
                     if (restart || v > hi[x]) hi[x] = v;
                 }
@@ -367,7 +372,7 @@ static kvt_status catch_up(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_sparse_la
         const int64_t c = end - ly->key_n < KVT_SPARSE_CATCHUP ? end - ly->key_n : KVT_SPARSE_CATCHUP;
         kvt_status st = kvt_sparse_read_keys(kv, seq, layer, ly->key_n, c, s->kbuf, err);
         if (st) return st;
-        observe_keys(s, ly, ly->key_n, c, s->kbuf);
+        observe_keys(s, ly, ly->key_n, c, s->kbuf, true);
         ly->key_n += c;
     }
     return KVT_OK;
@@ -391,7 +396,7 @@ kvt_status kvt_sparse_layer_keys(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_spa
     }
     if ((st = catch_up(s, kv, seq, ly, layer, pos0, err))) return st;
     if (!k) return catch_up(s, kv, seq, ly, layer, pos0 + n, err);
-    observe_keys(s, ly, pos0, n, k);
+    observe_keys(s, ly, pos0, n, k, false);
     ly->key_n = pos0 + n;
     return KVT_OK;
 }
@@ -423,7 +428,7 @@ void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_
     cut_keys(s, ly, pos0);
     kvt_err e;
     if (!has_summaries(s) || ly->key_n != pos0 || layer_own(s, q, ly, pos0, &e) || kvt_sparse_layer_reserve(s, q, layer, pos0 + n, &e)) return;
-    observe_keys(s, ly, pos0, n, k);
+    observe_keys(s, ly, pos0, n, k, false);
     ly->key_n = pos0 + n;
 }
 
