@@ -808,6 +808,43 @@ static kvt_status run_loaded(const kvt_model *m, const kvt_context_params *cp, f
     return st;
 }
 
+// Runs cp (selection inline: --sparse-sync) over the prompt and the steps, then counts in the last step's sets of every
+// sparse layer and KV head the pages of B positions that are cut: some but not all of their middle positions (between
+// the sink and the recent ones) selected. Logits into logits.
+static kvt_status cut_pages(const kvt_model *m, kvt_context_params cp, int32_t B, float *logits, int64_t *cut, kvt_err *err) {
+    cp.sparse.sync = true;
+    const int32_t V = m->hp.n_vocab;
+    kvt_context *ctx = NULL;
+    kvt_status st = kvt_context_init(m, &cp, &ctx, err);
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 1 + (i * 37) % (V - 1);
+    if (!st) st = kvt_decode(ctx, prompt, N_PROMPT, false, err);
+    for (int j = 0; !st && j < N_STEP; j++) {
+        const int32_t tok = 1 + (j * 13 + 7) % (V - 1);
+        st = kvt_decode(ctx, &tok, 1, false, err);
+        if (!st) memcpy(logits + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
+    *cut = 0;
+    kvt_sparse *sp = st ? NULL : kvt_context_sparse(ctx);
+    kvt_sparse_seq *q = sp ? kvt_sparse_seq_get(sp, 0) : NULL;
+    const int64_t P = N_PROMPT + N_STEP - 1, lo = cp.sparse.sink, hi = P - cp.sparse.recent + 1; // middle [lo, hi)
+    for (int32_t l = cp.sparse.dense_layers; q && l < m->hp.n_layer; l++) {
+        const kvt_sparse_layer *ly = &q->lay[l];
+        for (int32_t kh = 0; kh < m->hp.n_head_kv; kh++) {
+            uint8_t in[N_PROMPT + N_STEP] = {0};
+            for (int64_t x = 0; x < ly->nsel[kh]; x++) in[ly->sel[(int64_t)kh * ly->cap + x]] = 1;
+            for (int64_t p0 = 0; p0 < hi; p0 += B) {
+                int64_t have = 0, size = 0;
+                for (int64_t t = p0 > lo ? p0 : lo; t < p0 + B && t < hi; t++) size++, have += in[t];
+                *cut += have > 0 && have < size;
+            }
+        }
+    }
+    if (!st && !q) st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "no sparse state after the steps");
+    kvt_context_free(ctx);
+    return st;
+}
+
 // Runs cp with the selection inline (--sparse-sync: logits into a, selected total *sa), then with the worker (into b,
 // *sb); cp->sparse.sync is left false. Returns the first error.
 static kvt_status run_inline_worker(const kvt_model *m, kvt_context_params *cp, float *a, int64_t *sa, float *b,
@@ -1037,6 +1074,28 @@ static void test_context(const char *path) {
     const bool same10 = !st && same_for_threads(m, &c10, &dd, vary_prefetch_top, a, b, n, sb, &st, &err);
     test_result(same10, "sparse: asyncspade re-rank block 4, prefetch top 1 or all, lru or attn-ema: 1..4 threads, fast tier + host = contiguous, bit for bit",
                 "%s", st ? err.msg : "differ");
+    // a head whose prediction missed (--sparse-fallback) and the real layers select as the worker does, from the real
+    // query: under c10 (re-rank x2 among pages of 4, whole pages of 4 kept) fallback 1 = every layer real, bit for bit,
+    // and their sets are whole pages of 4 (at most the last page cut at the budget, per head), as c10's own; before
+    // 2026-12-04 they were K single positions (a page-granular store then read blocks for scattered positions)
+    {
+        kvt_context_params cf = c10, cr = c10;
+        cf.sparse.fallback = 1.0;
+        cr.sparse.real_layers = m->hp.n_layer;
+        int64_t cut_own = -1, cut_fb = -1, cut_real = -1;
+        float *fa = malloc((size_t)n * sizeof *fa), *fr = malloc((size_t)n * sizeof *fr);
+        st = fa && fr ? cut_pages(m, c10, 4, fa, &cut_own, &err) : kvt_errorf(&err, KVT_ERR_NOMEM, "out of memory");
+        if (!st) st = cut_pages(m, cf, 4, fa, &cut_fb, &err);
+        if (!st) st = cut_pages(m, cr, 4, fr, &cut_real, &err);
+        const int64_t heads = (int64_t)m->hp.n_layer * m->hp.n_head_kv;
+        const bool same = !st && max_diff(fa, fr, n) == 0;
+        free(fa), free(fr);
+        if (getenv("KVT_TEST_VERBOSE")) fprintf(stderr, "pages cut: own %lld, fallback %lld, real %lld\n", (long long)cut_own, (long long)cut_fb, (long long)cut_real);
+        test_result(same && cut_fb <= heads && cut_real == cut_fb && cut_own <= heads,
+                    "sparse: asyncspade fallback and real layers under a re-rank in pages: the worker's candidates from the real query, whole pages kept; fallback 1 = every layer real, bit for bit",
+                    "%s (pages cut: own %lld, fallback %lld, real %lld; at most %lld)", st ? err.msg : "differ",
+                    (long long)cut_own, (long long)cut_fb, (long long)cut_real, (long long)heads);
+    }
     // the same a layer ahead (--sparse-prefetch-layers 1): the worker's candidates cut by prefetch top there too
     kvt_context_params c10l = c10;
     c10l.sparse.prefetch_layers = 1;

@@ -575,10 +575,19 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
 
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale) {
     kvt_sparse_scratch *ss = &s->main_ss;
-    const int64_t n = P + 1, K = kvt_sparse_budget_of(s, n);
+    const int64_t n = P + 1, K0 = kvt_sparse_budget_of(s, n), mid = K0 - s->p.sink - s->p.recent;
+    const int64_t K = K0 + (s->p.rerank > 1.0 && mid > 0 ? (int64_t)((s->p.rerank - 1.0) * (double)mid) : 0);
     score_keys(s, ly, kh, s->p.rerank_bits, qg, n, P, scale, ss->raw, false);
     kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
-    ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
+    int32_t *sel = sel_of(ly, kh);
+    if (s->p.block > 1) { // the worker's pages (kvt_sparse_select_predicted)
+        page_max(ss->agg, n, s->p.block, s->p.block_sum);
+        ly->nsel[kh] = kvt_sparse_topk_pages(ss->agg, n, K, s->p.sink, s->p.recent, s->p.block, NULL, sel, ss->vals, ss->wts);
+    } else {
+        ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel, ss->mark, ss->vals);
+    }
+    float *sc = ly->sel_score ? ly->sel_score + (int64_t)kh * ly->cap : NULL; // (as the worker's: the candidates' scores)
+    for (int64_t x = 0; sc && x < ly->nsel[kh]; x++) sc[x] = ss->agg[sel[x]];
 }
 
 // asyncspade, on the caller once the real query q is here: the cosine of each KV head's predicted query with

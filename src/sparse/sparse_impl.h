@@ -234,6 +234,9 @@ void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, 
 // best candidates' only, best first); -1: none.
 void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale,
                                  int32_t pf_seq, int32_t pf_layer);
+// KV head kh's selection as the worker makes it (the same count: with a re-rank its candidates, rerank * K; pages of
+// --sparse-block when that is > 1), but from the real query qg ([qpg * head_dim]) on the key copies of --sparse-rerank-bits:
+// the fallback's (a head whose prediction missed) and the real layers'; the re-rank then narrows it as the worker's.
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale);
 void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t layer, int64_t P, const float *q, float scale);
 // The K best of each KV head's candidates (its current selection: F*K positions from the predicted query) by the
