@@ -745,6 +745,19 @@ static void test_attend_set_blocks(kvt_type type, bool rising) {
 
 enum { N_PROMPT = 40, N_STEP = 8 };
 
+// The fixed prompt of N_PROMPT ids and N_STEP fixed decode tokens on sequence 0 of ctx; logits [N_STEP, n_vocab].
+static kvt_status decode_fixed(kvt_context *ctx, int32_t V, float *logits, kvt_err *err) {
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 1 + (i * 37) % (V - 1);
+    kvt_status st = kvt_decode(ctx, prompt, N_PROMPT, false, err);
+    for (int j = 0; !st && j < N_STEP; j++) {
+        const int32_t tok = 1 + (j * 13 + 7) % (V - 1);
+        st = kvt_decode(ctx, &tok, 1, false, err);
+        if (!st) memcpy(logits + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
+    return st;
+}
+
 // Prefill then N_STEP greedy-free decode steps (fixed tokens); logits [N_STEP, n_vocab], steps recorded.
 // With `repeat`, the same run twice in one context (truncated to 0 between): the second's logits are kept.
 static kvt_status run_n(const kvt_model *m, const kvt_context_params *cp, int repeat, float *logits, int64_t *sel_total,
@@ -756,14 +769,7 @@ static kvt_status run_n(const kvt_model *m, const kvt_context_params *cp, int re
     for (int r = 0; r < repeat && !st; r++) {
         kvt_context_truncate(ctx, 0);
         if (kvt_context_sparse(ctx)) kvt_sparse_steps_clear(kvt_context_sparse(ctx));
-    int32_t prompt[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 1 + (i * 37) % (V - 1);
-    st = kvt_decode(ctx, prompt, N_PROMPT, false, err);
-    for (int j = 0; !st && j < N_STEP; j++) {
-        const int32_t tok = 1 + (j * 13 + 7) % (V - 1);
-        st = kvt_decode(ctx, &tok, 1, false, err);
-        if (!st) memcpy(logits + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
-    }
+        st = decode_fixed(ctx, V, logits, err);
     }
     *sel_total = 0;
     if (!st && kvt_context_sparse(ctx)) {
@@ -816,14 +822,7 @@ static kvt_status cut_pages(const kvt_model *m, kvt_context_params cp, int32_t B
     const int32_t V = m->hp.n_vocab;
     kvt_context *ctx = NULL;
     kvt_status st = kvt_context_init(m, &cp, &ctx, err);
-    int32_t prompt[N_PROMPT];
-    for (int i = 0; i < N_PROMPT; i++) prompt[i] = 1 + (i * 37) % (V - 1);
-    if (!st) st = kvt_decode(ctx, prompt, N_PROMPT, false, err);
-    for (int j = 0; !st && j < N_STEP; j++) {
-        const int32_t tok = 1 + (j * 13 + 7) % (V - 1);
-        st = kvt_decode(ctx, &tok, 1, false, err);
-        if (!st) memcpy(logits + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
-    }
+    if (!st) st = decode_fixed(ctx, V, logits, err);
     *cut = 0;
     kvt_sparse *sp = st ? NULL : kvt_context_sparse(ctx);
     kvt_sparse_seq *q = sp ? kvt_sparse_seq_get(sp, 0) : NULL;
@@ -1090,7 +1089,6 @@ static void test_context(const char *path) {
         const int64_t heads = (int64_t)m->hp.n_layer * m->hp.n_head_kv;
         const bool same = !st && max_diff(fa, fr, n) == 0;
         free(fa), free(fr);
-        if (getenv("KVT_TEST_VERBOSE")) fprintf(stderr, "pages cut: own %lld, fallback %lld, real %lld\n", (long long)cut_own, (long long)cut_fb, (long long)cut_real);
         test_result(same && cut_fb <= heads && cut_real == cut_fb && cut_own <= heads,
                     "sparse: asyncspade fallback and real layers under a re-rank in pages: the worker's candidates from the real query, whole pages kept; fallback 1 = every layer real, bit for bit",
                     "%s (pages cut: own %lld, fallback %lld, real %lld; at most %lld)", st ? err.msg : "differ",

@@ -544,16 +544,14 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
             kvt_sparse_select_quest(s, ly, P, q, p->scale);
             summary = H * ((P + s->p.page - 1) / s->p.page) * 2 * s->d.head_dim * 4;
         } else {
-            if (real_layer) { // the worker's selection with the real query, re-ranked as the worker's would be
+            if (real_layer) { // the worker's selection, made with the real query
                 for (int32_t kh = 0; kh < H; kh++) kvt_sparse_select_real(s, ly, kh, P, q + (int64_t)kh * s->gd, p->scale);
                 ly->sel_pos = P;
-                if (s->p.rerank > 1.0 && kvt_sparse_layer_pieces(s) > 0) kvt_sparse_layer_budgets(s, sq, P);
-                if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale, pool);
             } else {
                 kvt_sparse_check_predicted(s, ly, layer, P, q, p->scale);
-                if (s->p.rerank > 1.0 && kvt_sparse_layer_pieces(s) > 0) kvt_sparse_layer_budgets(s, sq, P);
-                if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale, pool);
             }
+            if (s->p.rerank > 1.0 && kvt_sparse_layer_pieces(s) > 0) kvt_sparse_layer_budgets(s, sq, P);
+            if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale, pool);
             summary = H * P * (kvt_sparse_key_row_bytes(s->p.key_bits, s->d.head_dim) + // the worker's scan
                                kvt_sparse_key_scale_bytes(s->p.key_bits, s->d.head_dim));
         }

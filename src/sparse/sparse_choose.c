@@ -154,13 +154,30 @@ static void prefetch_head(kvt_sparse *s, kvt_sparse_scratch *ss, const int32_t *
     if (final && kv->group_heads == 1) kvt_kv_paged_set_selected(s->kv, seq, layer, kh, ss->blk, nb); // ascending
 }
 
+// Positions a selection takes for a budget of K0: K0, and with a re-rank its candidates, K0 + (rerank - 1) x the middle.
+static int64_t candidates_of(const kvt_sparse *s, int64_t K0) {
+    const int64_t mid = K0 - s->p.sink - s->p.recent;
+    return K0 + (s->p.rerank > 1.0 && mid > 0 ? (int64_t)((s->p.rerank - 1.0) * (double)mid) : 0);
+}
+
+// KV head kh's K best positions by the group's scores ss->agg[0 .. n) (pages of --sparse-block when that is > 1: page_max
+// rewrites agg first), into its selection, with each one's score (sel_score: the prefetch order).
+static void choose_head(const kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int32_t kh, int64_t n, int64_t K) {
+    int32_t *sel = sel_of(ly, kh);
+    if (s->p.block > 1) { // whole pages of one score each: top-k over the pages
+        page_max(ss->agg, n, s->p.block, s->p.block_sum);
+        ly->nsel[kh] = kvt_sparse_topk_pages(ss->agg, n, K, s->p.sink, s->p.recent, s->p.block, NULL, sel, ss->vals, ss->wts);
+    } else {
+        ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel, ss->mark, ss->vals);
+    }
+    float *sc = ly->sel_score ? ly->sel_score + (int64_t)kh * ly->cap : NULL;
+    for (int64_t x = 0; sc && x < ly->nsel[kh]; x++) sc[x] = ss->agg[sel[x]];
+}
+
 void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse_scratch *ss, int64_t P, float scale,
                                  int32_t pf_seq, int32_t pf_layer) {
     const int64_t n = P + 1;
-    const int64_t K0 = kvt_sparse_budget_of(s, n);
-    int64_t K = K0;
-    const int64_t mid = K - s->p.sink - s->p.recent;
-    if (s->p.rerank > 1.0 && mid > 0) K += (int64_t)((s->p.rerank - 1.0) * (double)mid);
+    const int64_t K0 = kvt_sparse_budget_of(s, n), K = candidates_of(s, K0);
     const int32_t hn = ly->hist_n, hd = s->d.head_dim, gd = s->gd;
     const bool align = s->p.rope_align && s->d.rope.n_rot > 0;
     for (int32_t kh = 0; kh < s->d.n_head_kv; kh++) {
@@ -201,17 +218,11 @@ void kvt_sparse_select_predicted(kvt_sparse *s, kvt_sparse_layer *ly, kvt_sparse
         }
         kvt_sparse_aggregate_rows(ss->raw, s->qpg, n, n, inv, ss->agg);
         if (worker) worker_yield(s);
-        if (s->p.block > 1) { // whole pages of one score each: top-k over the pages
-            page_max(ss->agg, n, s->p.block, s->p.block_sum);
-            ly->nsel[kh] = kvt_sparse_topk_pages(ss->agg, n, K, s->p.sink, s->p.recent, s->p.block, NULL, sel_of(ly, kh), ss->vals, ss->wts);
-        } else {
-            ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel_of(ly, kh), ss->mark, ss->vals);
-        }
+        choose_head(s, ly, ss, kh, n, K); // (with the candidates' predicted scores: the prefetch order)
         if (worker) worker_yield(s);
-        const int32_t *sel = sel_of(ly, kh);
-        float *sc = ly->sel_score + (int64_t)kh * ly->cap; // the candidates' predicted scores (the prefetch order)
-        for (int64_t x = 0; x < ly->nsel[kh]; x++) sc[x] = ss->agg[sel[x]];
-        if (pf_layer >= 0 && s->kv) prefetch_head(s, ss, sel, sc, ly->nsel[kh], n, K0, pf_seq, pf_layer, kh, false);
+        if (pf_layer >= 0 && s->kv) {
+            prefetch_head(s, ss, sel_of(ly, kh), ly->sel_score + (int64_t)kh * ly->cap, ly->nsel[kh], n, K0, pf_seq, pf_layer, kh, false);
+        }
     }
     if (ly->gram && !align && (s->p.predictor == KVT_SPARSE_PRED_RIDGE || s->p.predictor == KVT_SPARSE_PRED_SIMPLEX)) {
         ly->gram_n = hn, ly->gram_shift = 0; // every head's products are up to date
@@ -575,19 +586,10 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
 
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale) {
     kvt_sparse_scratch *ss = &s->main_ss;
-    const int64_t n = P + 1, K0 = kvt_sparse_budget_of(s, n), mid = K0 - s->p.sink - s->p.recent;
-    const int64_t K = K0 + (s->p.rerank > 1.0 && mid > 0 ? (int64_t)((s->p.rerank - 1.0) * (double)mid) : 0);
+    const int64_t n = P + 1;
     score_keys(s, ly, kh, s->p.rerank_bits, qg, n, P, scale, ss->raw, false);
     kvt_sparse_aggregate(ss->raw, s->qpg, n, ss->agg);
-    int32_t *sel = sel_of(ly, kh);
-    if (s->p.block > 1) { // the worker's pages (kvt_sparse_select_predicted)
-        page_max(ss->agg, n, s->p.block, s->p.block_sum);
-        ly->nsel[kh] = kvt_sparse_topk_pages(ss->agg, n, K, s->p.sink, s->p.recent, s->p.block, NULL, sel, ss->vals, ss->wts);
-    } else {
-        ly->nsel[kh] = kvt_sparse_topk(ss->agg, n, K, s->p.sink, s->p.recent, sel, ss->mark, ss->vals);
-    }
-    float *sc = ly->sel_score ? ly->sel_score + (int64_t)kh * ly->cap : NULL; // (as the worker's: the candidates' scores)
-    for (int64_t x = 0; sc && x < ly->nsel[kh]; x++) sc[x] = ss->agg[sel[x]];
+    choose_head(s, ly, ss, kh, n, candidates_of(s, kvt_sparse_budget_of(s, n)));
 }
 
 // asyncspade, on the caller once the real query q is here: the cosine of each KV head's predicted query with

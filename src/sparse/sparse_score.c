@@ -54,36 +54,27 @@ static void quant_key8(const float *k, int32_t hd, int64_t t, int8_t *kc, float 
 }
 
 void kvt_sparse_quant_key(const float *k, int32_t hd, int32_t bits, int64_t t, void *kc, void *ks) {
-    if (bits == 8 && hd <= KVT_SPARSE_MAX_HD) {
+    if (bits == 8) { // (hd <= KVT_SPARSE_MAX_HD: kvt_sparse_init refuses larger heads)
         quant_key8(k, hd, t, kc, ks);
         return;
     }
-    const int32_t ng = bits == 4 ? kvt_sparse_k4_groups(hd) : 1, gw = hd / ng;
-    const float lim = bits == 4 ? 7.0f : 127.0f;
+    const int32_t ng = kvt_sparse_k4_groups(hd), gw = hd / ng;
     for (int32_t g = 0; g < ng; g++) {
         const float *kg = k + g * gw;
         float mx = 0.0f;
         for (int32_t x = 0; x < gw; x++) mx = fabsf(kg[x]) > mx ? fabsf(kg[x]) : mx;
-        float sc = mx > 0.0f ? mx / lim : 1.0f;
-        if (bits == 4) { // the scale as stored (f16): a normal, else 1 (the group's values then round to 0)
-            const uint16_t h = kvt_f32_to_f16(sc);
-            const float hs = kvt_f16_to_f32(h);
-            const bool normal = hs >= 6.103515625e-05f && hs <= 65504.0f; // the smallest and largest f16 normals
-            ((uint16_t *)ks)[kvt_sparse_k4s_at(t, g, ng)] = normal ? h : kvt_f32_to_f16(1.0f);
-            sc = normal ? hs : 1.0f;
-        } else {
-            ((float *)ks)[t] = sc;
-        }
+        // the scale as stored (f16): a normal, else 1 (the group's values then round to 0)
+        const uint16_t h = kvt_f32_to_f16(mx > 0.0f ? mx / 7.0f : 1.0f);
+        const float hs = kvt_f16_to_f32(h);
+        const bool normal = hs >= 6.103515625e-05f && hs <= 65504.0f; // the smallest and largest f16 normals
+        ((uint16_t *)ks)[kvt_sparse_k4s_at(t, g, ng)] = normal ? h : kvt_f32_to_f16(1.0f);
+        const float sc = normal ? hs : 1.0f;
         for (int32_t x = g * gw; x < (g + 1) * gw; x++) {
             long v = lrintf(k[x] / sc);
-            v = v > (long)lim ? (long)lim : v < -(long)lim ? -(long)lim : v;
-            if (bits == 4) {
-                uint8_t *b = (uint8_t *)kc + kvt_sparse_k4_at(t, x, hd);
-                const int32_t sh = (x >> 2 & 1) * 4;
-                *b = (uint8_t)((*b & ~(15 << sh)) | (int32_t)(v + 8) << sh);
-            } else {
-                ((int8_t *)kc)[kvt_sparse_k8_at(t, x, hd)] = (int8_t)v;
-            }
+            v = v > 7 ? 7 : v < -7 ? -7 : v;
+            uint8_t *b = (uint8_t *)kc + kvt_sparse_k4_at(t, x, hd);
+            const int32_t sh = (x >> 2 & 1) * 4;
+            *b = (uint8_t)((*b & ~(15 << sh)) | (int32_t)(v + 8) << sh);
         }
     }
 }
