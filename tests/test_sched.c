@@ -766,6 +766,80 @@ static void engine_fetch(const kvt_model *m) {
     tmp_dir_remove(dir);
 }
 
+// Under asyncspade the prefix cache gives a prompt only the blocks before its query window (kvt_context_prompt_tail):
+// a prompt whose window crosses a block boundary, sent twice to one engine, is fetched from the second level once (the
+// first time, from an empty directory); the second time every block attach may give is in memory, so no fetch starts
+// (the fetch had counted to the block of position n_prompt - 1, past what attach takes, and started on every hit).
+static void engine_fetch_tail(const kvt_model *m) {
+    const char *name = "sched engine, asyncspade: a prompt whose blocks attach may give are all in memory starts no "
+                       "fetch from the second level (blocks before the query window only)";
+    char dir[] = "/tmp/kvt_test_fetch_tail_XXXXXX";
+    if (!tmp_dir(dir)) return;
+    kvt_err err = {0};
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 256;
+    cp.n_threads = 2;
+    cp.kv_paged = true;
+    cp.kv_block = 16;
+    cp.sparse.mode = KVT_SPARSE_ASYNCSPADE;
+    cp.sparse.budget = 12;
+    cp.sparse.sink = 2;
+    cp.sparse.recent = 4;
+    cp.sparse.window = 4; // the last 5 prompt positions are computed: 50 tokens give blocks [0, 2), not 3
+    kvt_context *ctx = NULL;
+    kvt_prefix_store *ds = NULL;
+    kvt_engine *e = NULL;
+    bool ok = !kvt_context_init(m, &cp, &ctx, &err);
+    if (ok) {
+        kvt_prefix_identity id;
+        memset(&id, 0, sizeof id);
+        kvt_kv_block_identity(kvt_context_kv(ctx), &id);
+        kvt_prefix_store_dir_params dp = kvt_prefix_store_dir_params_default();
+        dp.inflight_bytes = 0;
+        ok = !kvt_prefix_store_dir_open_params(dir, &id, kvt_kv_block_payload_bytes(kvt_context_kv(ctx)), &dp, &ds, &err);
+    }
+    kvt_sched_params sp = kvt_sched_params_default();
+    sp.n_parallel = 2;
+    sp.prefix_cache = true;
+    sp.prefix_store = ds;
+    sp.prefix_fetch_wait_ms = 10000;
+    if (ok) ok = !kvt_engine_sched_create(ctx, NULL, &sp, 16, &e, &err);
+    else kvt_context_free(ctx);
+    int32_t prompt[50];
+    for (int t = 0; t < 50; t++) prompt[t] = 1 + (t * 29 + 3) % (m->hp.n_vocab - 1);
+    static erecs all;
+    memset(&all, 0, sizeof all);
+    pthread_mutex_init(&all.mu, NULL);
+    pthread_cond_init(&all.cv, NULL);
+    eref u[2] = {{&all, 0}, {&all, 1}};
+    kvt_engine_stats es[2];
+    memset(es, 0, sizeof es);
+    for (int i = 0; ok && i < 2; i++) { // one after the other: the first one's blocks are in memory for the second
+        kvt_engine_job job = {prompt, 50, 4, greedy(), 1, false, 0, true};
+        kvt_engine_callbacks cb = {e_tok, e_fin, e_done, &u[i]};
+        uint64_t jid;
+        ok = !kvt_engine_submit(e, &job, &cb, &jid, &err);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 60;
+        pthread_mutex_lock(&all.mu);
+        while (ok && all.done < i + 1 && pthread_cond_timedwait(&all.cv, &all.mu, &ts) == 0) {
+        }
+        ok = ok && all.done == i + 1 && all.r[i].res.outcome == KVT_SCHED_DONE;
+        pthread_mutex_unlock(&all.mu);
+        kvt_engine_stats_get(e, &es[i]);
+    }
+    kvt_engine_free(e);
+    test_result(ok && es[0].prefix_fetches == 1 && es[1].prefix_fetches == 1 && all.r[1].res.cached_tokens == 32 &&
+                    all.r[1].n_ids[0] == 4 && !memcmp(all.r[0].ids[0], all.r[1].ids[0], 4 * sizeof(int32_t)),
+                name, "%s; fetches %lld then %lld, the second request's cached tokens %lld (want 1, 1, 32)", ok ? "" : err.msg,
+                (long long)es[0].prefix_fetches, (long long)es[1].prefix_fetches, (long long)all.r[1].res.cached_tokens);
+    pthread_mutex_destroy(&all.mu);
+    pthread_cond_destroy(&all.cv);
+    kvt_prefix_store_free(ds);
+    tmp_dir_remove(dir);
+}
+
 // Cancel of a waiting and of a running request: on_done CANCELLED once, the others unaffected.
 static void sched_cancel(const kvt_model *m) {
     kvt_context_params cp = kvt_context_params_default();
@@ -822,6 +896,7 @@ void test_sched(const test_env *env) {
     sched_sparse_admission(m);
     sched_store_host(m);
     engine_fetch(m);
+    engine_fetch_tail(m);
     sched_cancel(m);
     kvt_model_free(m);
     unlink(path);

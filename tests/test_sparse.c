@@ -786,8 +786,9 @@ static kvt_status run(const kvt_model *m, const kvt_context_params *cp, float *l
     return run_n(m, cp, 1, logits, sel_total, err);
 }
 
-// As run, but the prompt's KV comes from a session file (saved by a dense context) instead of a prefill:
-// kvt_context_kv_load must put the restored keys into the sparse key summaries.
+// As run, but the prompt's KV comes from a session file (saved by a dense context) instead of a prefill, as generate
+// --kv-load loads it: all but the prompt's last kvt_context_prompt_tail positions, which are decoded (their logits,
+// and asyncspade's query window). kvt_context_kv_load must put the restored keys into the sparse key summaries.
 static kvt_status run_loaded(const kvt_model *m, const kvt_context_params *cp, float *logits, kvt_err *err) {
     const int32_t V = m->hp.n_vocab;
     char path[64];
@@ -803,7 +804,13 @@ static kvt_status run_loaded(const kvt_model *m, const kvt_context_params *cp, f
     kvt_context_free(ctx);
     ctx = NULL;
     if (!st) st = kvt_context_init(m, cp, &ctx, err);
-    if (!st) st = kvt_context_kv_load(ctx, 0, path, prompt, N_PROMPT, N_PROMPT, NULL, err);
+    kvt_session_info info = {0, 0, 0};
+    if (!st) st = kvt_context_kv_load(ctx, 0, path, prompt, N_PROMPT, N_PROMPT - kvt_context_prompt_tail(ctx), &info, err);
+    if (!st && info.n_loaded != N_PROMPT - kvt_context_prompt_tail(ctx)) {
+        st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "%lld positions loaded, want %lld", (long long)info.n_loaded,
+                        (long long)(N_PROMPT - kvt_context_prompt_tail(ctx)));
+    }
+    if (!st) st = kvt_decode_prompt(ctx, 0, prompt + info.n_loaded, N_PROMPT - info.n_loaded, false, err);
     for (int j = 0; !st && j < N_STEP; j++) {
         const int32_t tok = 1 + (j * 13 + 7) % (V - 1);
         st = kvt_decode(ctx, &tok, 1, false, err);
@@ -1212,6 +1219,16 @@ static void test_context(const char *path) {
     if (!st) st = run_loaded(m, &c7, b, &err);
     test_result(!st && max_diff(a, b, n) == 0, "sparse: quest after --kv-load = quest after the prefill, bit for bit", "%s (max diff %.3g)",
                 st ? err.msg : "differ", max_diff(a, b, n));
+    // asyncspade after a load that leaves its query window's tokens to be decoded (kvt_context_prompt_tail) = asyncspade
+    // after the prefill, bit for bit: the window's queries come from those tokens (loading all but the last token left
+    // the history short, and the selections differed)
+    kvt_context_params c7a = c8;
+    c7a.sparse.stats = false;
+    int64_t s7a = 0;
+    st = run(m, &c7a, a, &s7a, &err);
+    if (!st) st = run_loaded(m, &c7a, b, &err);
+    test_result(!st && max_diff(a, b, n) == 0, "sparse: asyncspade after --kv-load (the query window decoded) = asyncspade after the prefill, bit for bit",
+                "%s (max diff %.3g)", st ? err.msg : "differ", max_diff(a, b, n));
     free(dense);
     free(a);
     free(b);

@@ -55,8 +55,10 @@ typedef struct {
 
 // Restores into seq (which must hold no position) the KV of the first n positions of the file, where
 // n = the common prefix of the saved tokens and prompt[0, n_prompt) (all saved tokens when prompt is
-// NULL), capped at max_keep (< 0: no cap; generation passes n_prompt - 1 so the last prompt token is
-// decoded and gives the logits). The caller decodes prompt[n_loaded ..] afterwards.
+// NULL), capped at max_keep (< 0: no cap; generation passes n_prompt - kvt_context_prompt_tail(ctx), so that the
+// last prompt token is decoded and gives the logits, and under asyncspade the query window's tokens are decoded
+// and give its query history: the same selections as without the file). The caller decodes prompt[n_loaded ..]
+// afterwards.
 // Errors (file named in each): KVT_ERR_IO (open/read), KVT_ERR_FORMAT (not a session file, truncated,
 // wrong version), KVT_ERR_CHECKSUM (CRC32C mismatch), KVT_ERR_INVALID_ARG (other model: names the
 // field that differs; other KV type; non-empty sequence), KVT_ERR_BUDGET (context too small).

@@ -187,6 +187,11 @@ static int64_t cacheable(const kvt_sched *s, int64_t n_prompt) {
     return n > 0 ? n : 0;
 }
 
+int64_t kvt_sched_prefix_blocks(const kvt_sched *s, int64_t n_prompt) {
+    const int64_t bt = kvt_context_kv(s->ctx)->block_tokens;
+    return bt > 0 ? cacheable(s, n_prompt) / bt : 0;
+}
+
 int64_t kvt_sched_prefix_probe(const kvt_sched *s, const int32_t *prompt, int64_t n_prompt) {
     return s->pc ? kvt_prefix_cache_probe(s->pc, prompt, n_prompt, cacheable(s, n_prompt)) : -1;
 }

@@ -124,8 +124,11 @@ kvt_status kvt_sched_submit(kvt_sched *s, const kvt_sched_request *r, uint64_t *
 // request ends unadmitted (cancel, free); not at all when submit fails.
 kvt_status kvt_sched_submit_staged(kvt_sched *s, const kvt_sched_request *r, const kvt_prefix_staged *staged,
                                    uint64_t *id, kvt_err *err);
-// Full blocks of prompt[0, n_prompt - 1) the prefix cache holds in memory now (-1: no prefix cache): a fetch from
-// the second level starts after them.
+// Full blocks of a prompt of n_prompt tokens the prefix cache may give it: those before its last
+// kvt_context_prompt_tail positions (computed for their logits, and under asyncspade for its query window).
+int64_t kvt_sched_prefix_blocks(const kvt_sched *s, int64_t n_prompt);
+// Of those (kvt_sched_prefix_blocks), the ones the prefix cache holds in memory now (-1: no prefix cache): a fetch
+// from the second level starts after them.
 int64_t kvt_sched_prefix_probe(const kvt_sched *s, const int32_t *prompt, int64_t n_prompt);
 // Ends request id now (on_done CANCELLED, from within this call); unknown or finished ids: nothing.
 void kvt_sched_cancel(kvt_sched *s, uint64_t id);

@@ -138,7 +138,7 @@ static void fetch_ready(void *user) {
 // fetching list (not yet in the scheduler). Scheduler thread; mu not held.
 static bool fetch_begin(sengine *e, sjob *j) {
     if (!e->fetch) return false; // a job cancelled meanwhile leaves the fetching list at once (take_fetched)
-    const int64_t nb = (j->p.n_prompt - 1) / e->block_tokens; // attach gives at most n_prompt - 1 positions
+    const int64_t nb = kvt_sched_prefix_blocks(e->s, j->p.n_prompt); // the blocks attach may give
     const int64_t m = nb > 0 ? kvt_sched_prefix_probe(e->s, j->prompt, j->p.n_prompt) : -1;
     if (m < 0 || m >= nb || !(j->fj = kvt_prefix_fetch_start(e->fetch, j->prompt, m, nb))) return false;
     j->deadline_ms = kvt_time_ms() + e->fetch_wait_ms;
