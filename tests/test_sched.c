@@ -704,6 +704,16 @@ static bool run_engine(const kvt_model *m, const workload *w, int nr, kvt_prefix
     return ok;
 }
 
+// A cache directory store for ctx's blocks, its puts written synchronously in the caller's thread (inflight_bytes 0).
+static kvt_status open_dir_store(kvt_context *ctx, const char *dir, kvt_prefix_store **ds, kvt_err *err) {
+    kvt_prefix_identity id;
+    memset(&id, 0, sizeof id);
+    kvt_kv_block_identity(kvt_context_kv(ctx), &id);
+    kvt_prefix_store_dir_params dp = kvt_prefix_store_dir_params_default();
+    dp.inflight_bytes = 0;
+    return kvt_prefix_store_dir_open_params(dir, &id, kvt_kv_block_payload_bytes(kvt_context_kv(ctx)), &dp, ds, err);
+}
+
 // A cache directory filled by one engine, read by another through the background fetch: the prompts' blocks are
 // staged before admission and imported from memory (into the host tier under a bounded fast tier), the ids those of
 // kvt_generate alone; with a store slower than the wait bound every job falls back to admission's own reads.
@@ -727,12 +737,7 @@ static void engine_fetch(const kvt_model *m) {
     kvt_context *ctx = NULL;
     kvt_prefix_store *ds = NULL;
     if (ok && !kvt_context_init(m, &cp, &ctx, &err)) {
-        kvt_prefix_identity id;
-        memset(&id, 0, sizeof id);
-        kvt_kv_block_identity(kvt_context_kv(ctx), &id);
-        kvt_prefix_store_dir_params dp = kvt_prefix_store_dir_params_default();
-        dp.inflight_bytes = 0;
-        ok = !kvt_prefix_store_dir_open_params(dir, &id, kvt_kv_block_payload_bytes(kvt_context_kv(ctx)), &dp, &ds, &err);
+        ok = !open_dir_store(ctx, dir, &ds, &err);
         if (!ok) snprintf(why, sizeof why, "store: %s", err.msg);
     }
     kvt_context_free(ctx);
@@ -789,15 +794,7 @@ static void engine_fetch_tail(const kvt_model *m) {
     kvt_context *ctx = NULL;
     kvt_prefix_store *ds = NULL;
     kvt_engine *e = NULL;
-    bool ok = !kvt_context_init(m, &cp, &ctx, &err);
-    if (ok) {
-        kvt_prefix_identity id;
-        memset(&id, 0, sizeof id);
-        kvt_kv_block_identity(kvt_context_kv(ctx), &id);
-        kvt_prefix_store_dir_params dp = kvt_prefix_store_dir_params_default();
-        dp.inflight_bytes = 0;
-        ok = !kvt_prefix_store_dir_open_params(dir, &id, kvt_kv_block_payload_bytes(kvt_context_kv(ctx)), &dp, &ds, &err);
-    }
+    bool ok = !kvt_context_init(m, &cp, &ctx, &err) && !open_dir_store(ctx, dir, &ds, &err);
     kvt_sched_params sp = kvt_sched_params_default();
     sp.n_parallel = 2;
     sp.prefix_cache = true;
