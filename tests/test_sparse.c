@@ -1229,6 +1229,39 @@ static void test_context(const char *path) {
     if (!st) st = run_loaded(m, &c7a, b, &err);
     test_result(!st && max_diff(a, b, n) == 0, "sparse: asyncspade after --kv-load (the query window decoded) = asyncspade after the prefill, bit for bit",
                 "%s (max diff %.3g)", st ? err.msg : "differ", max_diff(a, b, n));
+    // sink and recent that overlap (sink + recent > the positions held, a budget below them): every position is sink or
+    // recent, so every mode attends to all of them, as the oracle does (the sparse path over every position: within
+    // rounding of dense), bit for bit; the re-rank's shared budgets (--sparse-share, at token level and in pages, and
+    // --sparse-share-layers) had written sink + recent candidates into a buffer of fewer (a heap overflow under ASan,
+    // found by a sweep of beam's flags)
+    kvt_context_params cr = co;
+    cr.sparse.stats = false;
+    cr.sparse.sink = 30;
+    cr.sparse.recent = 24; // 54 > N_PROMPT + N_STEP
+    cr.sparse.budget = 12;
+    int64_t sr = 0;
+    if (!st) st = run(m, &cr, b, &sr, &err);
+    bool same_ov = !st && max_diff(dense, b, n) < 1e-2;
+    const char *ov_name[5] = {"quest", "asyncspade re-rank", "+ share", "+ share in pages of 4", "+ share layers"};
+    int ov_bad = -1;
+    for (int v = 0; v < 5 && same_ov; v++) {
+        kvt_context_params cv = v == 0 ? cr : c8;
+        if (v == 0) cv.sparse.mode = KVT_SPARSE_QUEST, cv.sparse.page = 4;
+        cv.sparse.stats = false;
+        cv.sparse.sink = cr.sparse.sink;
+        cv.sparse.recent = cr.sparse.recent;
+        cv.sparse.budget = cr.sparse.budget;
+        cv.sparse.share = v >= 2;
+        cv.sparse.rerank_block = v == 3 ? 4 : 0;
+        cv.sparse.share_layers = v == 4;
+        int64_t sv = 0;
+        st = run(m, &cv, a, &sv, &err);
+        same_ov = !st && max_diff(b, a, n) == 0 && sv == sr;
+        if (!same_ov) ov_bad = v;
+    }
+    test_result(same_ov, "sparse: sink + recent past the positions held (budget below them): quest and asyncspade's re-rank, shared budgets too, = the oracle (every position), bit for bit",
+                "%s: %s (max diff %.3g, from dense %.3g)", ov_bad >= 0 ? ov_name[ov_bad] : "", st ? err.msg : "differ", max_diff(b, a, n),
+                max_diff(dense, b, n));
     free(dense);
     free(a);
     free(b);

@@ -396,7 +396,10 @@ static void rr_choose_task(void *ctx, int64_t task, int thread) {
     const float f = (float)(1.0 + s->p.keep);
     if (s->sh_vals) { // share: the layer's pages (or, at token level, positions) are chosen together (share_choose)
         const int64_t N = s->d.n_ctx;
-        const int64_t ns = c_sink + c_recent > nc ? 0 // sink and recent overlap (a context shorter than both): no middle
+        // sink and recent overlap (a context shorter than both): the recent ones counted once, as kvt_sparse_topk
+        // clips them: no middle, every candidate kept (share_choose writes c_sink + c_recent of them)
+        if (c_sink + c_recent > nc) c_recent = nc - c_sink;
+        const int64_t ns = c_sink + c_recent == nc ? 0
                                                    : rr_pieces(s, rows, inv, sel, nc, c_sink, nc - c_recent, kept, f, ss->agg, s->sh_vals + kh * N,
                                                                s->sh_raw ? s->sh_raw + kh * N : NULL, s->sh_wts + kh * N);
         s->sh_cnt[kh] = c_sink, s->sh_cnt[H + kh] = c_recent, s->sh_cnt[2 * H + kh] = ns;
