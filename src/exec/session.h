@@ -58,7 +58,8 @@ typedef struct {
 // NULL), capped at max_keep (< 0: no cap; generation passes n_prompt - kvt_context_prompt_tail(ctx), so that the
 // last prompt token is decoded and gives the logits, and under asyncspade the query window's tokens are decoded
 // and give its query history: the same selections as without the file). The caller decodes prompt[n_loaded ..]
-// afterwards.
+// afterwards. Without a prompt every saved position is restored, and asyncspade's query history starts empty (its
+// selections, and so the logits, differ from those of a run that had decoded the saved tokens).
 // Errors (file named in each): KVT_ERR_IO (open/read), KVT_ERR_FORMAT (not a session file, truncated,
 // wrong version), KVT_ERR_CHECKSUM (CRC32C mismatch), KVT_ERR_INVALID_ARG (other model: names the
 // field that differs; other KV type; non-empty sequence), KVT_ERR_BUDGET (context too small).

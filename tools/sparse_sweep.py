@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""sparse_sweep.py - random combinations of the sparse decoding flags (docs/SPARSE.md), each checked for crashes and
+for agreement.
+
+A combination is a mode and any of the other --sparse-* flags, edge values included: sink and recent past the context,
+budgets of 1 position or past the context, pages larger than the context, 4-bit copies, every preset. Each one runs
+  1. once under a sanitizer build (--asan BIN: `make BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined
+     -fno-omit-frame-pointer -fno-sanitize-recover=all" build-asan/kvtier`): a sanitizer report fails the sweep; a
+     refusal is fine when it is a clean error (exit 1 or 2 with a message);
+  2. with -t 1 and -t 2 on three stores (contiguous; paged in RAM; paged with a bounded fast tier and the rest on disk,
+     --kv-block and --kv-granularity drawn): the generated ids (beam: every kept beam's ids and score) must be the same
+     in all six runs (docs/SPARSE.md: the selection depends on neither the thread count nor the tiers);
+  or, with --serve, instead of 2: `kvtier serve -np 2` with the same flags and store (in RAM, or a fast tier and disk)
+     against generate: the prompt's ids go to /completion twice one after the other (the second served from the prefix
+     cache) and twice at once (decoded in one batch); every answer must be generate's ids (docs/SPARSE.md "Sequences").
+
+usage: tools/sparse_sweep.py [-n N] [--seed S] [--beam | --serve] [--bin B] [--asan B] [-m MODEL] [--text FILE] [--fast BYTES]
+  exit status 1 when a combination crashed or disagreed; each combination's command line is printed on failure.
+The sweeps of 2026-12-04 and what they found: docs/log/SPARSE-log-4.md, "A sweep of the flags".
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import random
+import shlex
+import subprocess
+import sys
+import time
+import urllib.request
+
+ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+ap.add_argument("-n", type=int, default=20, help="combinations (default 20)")
+ap.add_argument("--seed", type=int, default=1)
+ap.add_argument("--beam", action="store_true", help="kvtier beam (a schedule drawn too) instead of generate")
+ap.add_argument("--serve", action="store_true",
+                help="kvtier serve (-np 2) against generate: the prompt's ids to /completion twice one after the other "
+                     "(the second a prefix-cache hit), then twice at once (batched); every answer = generate's ids")
+ap.add_argument("--port", type=int, default=18631)
+ap.add_argument("--bin", default="build/kvtier")
+ap.add_argument("--asan", default="build-asan/kvtier", help="sanitizer build ('' to skip the crash check)")
+ap.add_argument("-m", "--model", default=os.path.expanduser("~/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf"))
+ap.add_argument("--text", default="../shared/papers/helm.txt", help="prompts are cut from it (default: README.md when absent)")
+ap.add_argument("--fast", default=None, help="--kv-fast of the tiered store (default 10M, beam 40M: room for the summaries)")
+ap.add_argument("--tmp", default="/tmp", help="--kv-disk directory and the prompt file's")
+a = ap.parse_args()
+rng = random.Random(a.seed)
+text = open(a.text if os.path.exists(a.text) else "README.md", errors="replace").read()
+fast = a.fast or ("40M" if a.beam else "10M")
+
+
+def maybe(f, p, flag, vals):
+    if rng.random() < p:
+        f += [flag, str(rng.choice(vals))]
+
+
+def flags():
+    mode = rng.choice(["oracle", "quest", "asyncspade", "asyncspade", "asyncspade"])
+    f = ["--sparse", mode]
+    maybe(f, 0.7, "--sparse-budget", [0.125, 0.25, 0.01, 0.5, 1, 2, 8, 40, 64, 100, 1000, 0.999])
+    maybe(f, 0.4, "--sparse-sink", [0, 1, 4, 64, 1000])
+    maybe(f, 0.4, "--sparse-recent", [1, 2, 32, 100, 1000])
+    maybe(f, 0.3, "--sparse-dense-layers", [0, 1, 29, 30, 100])
+    if mode == "quest":
+        maybe(f, 0.6, "--sparse-page", [1, 2, 16, 64, 512, 1000])
+    if mode == "asyncspade":
+        if rng.random() < 0.3:
+            f += ["--sparse-preset", rng.choice(["keep", "doc", "acc"])]
+        maybe(f, 0.3, "--sparse-window", [1, 2, 8, 16, 64])
+        maybe(f, 0.5, "--sparse-rerank", [1, 1.25, 2, 4, 8])
+        maybe(f, 0.3, "--sparse-block", [0, 1, 2, 4, 16, 64, 700])
+        maybe(f, 0.3, "--sparse-rerank-block", [0, 1, 4, 16, 33])
+        maybe(f, 0.2, "--sparse-page-elems", [0, 1, 64, 256, 10000])
+        maybe(f, 0.2, "--sparse-keep", [0, 0.25, 5])
+        if rng.random() < 0.3:
+            f.append("--sparse-share")
+            if rng.random() < 0.5:
+                f.append("--sparse-share-layers")
+                maybe(f, 0.4, "--sparse-layer-floor", [0, 0.5, 1])
+        for flag in ("--sparse-block-sum", "--sparse-sync", "--sparse-rope-align"):
+            if rng.random() < 0.15:
+                f.append(flag)
+        maybe(f, 0.2, "--sparse-predictor", ["ridge", "last", "ridge-head"])
+        maybe(f, 0.1, "--sparse-lambda", [1e-6, 1e-3, 10])
+        maybe(f, 0.2, "--sparse-fallback", [0, 0.5, 0.85, 1])
+        maybe(f, 0.2, "--sparse-real-layers", [0, 1, 2, 30])
+        maybe(f, 0.2, "--sparse-key-bits", [4, 8])
+        maybe(f, 0.2, "--sparse-rerank-bits", [4, 8])
+        maybe(f, 0.2, "--sparse-rerank-qbits", [8, 16])
+        maybe(f, 0.1, "--sparse-rerank-resid", [0, 0.25, 1])
+        maybe(f, 0.2, "--sparse-prefetch-top", [0, 0.5, 1])
+        maybe(f, 0.2, "--sparse-prefetch-layers", [0, 1, 3])
+    if not a.beam and rng.random() < 0.2:
+        f.append("--sparse-stats")
+    return f
+
+
+def post(path, body):
+    r = urllib.request.Request("http://127.0.0.1:%d%s" % (a.port, path), json.dumps(body).encode(),
+                               {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(r, timeout=600))
+
+
+def serve_check(f, ctx, blk, gran, tier, pf, n):
+    """generate's ids against serve's, sequential (a cache hit) and batched: None when they agree, "refused: ..." for a
+    clean refusal, else the failure."""
+    g = subprocess.run([a.bin, "generate", "-m", a.model, "-f", pf, "-c", str(ctx), "-n", str(n), "--temp", "0",
+                        "--ignore-eos", "--json", "--no-progress", "-t", "2", "--kv-block", blk, "--kv-granularity", gran]
+                       + tier + f, capture_output=True, text=True)
+    if g.returncode:
+        clean = g.returncode in (1, 2) and g.stderr.strip()
+        return ("refused: " if clean else "generate exit %d: " % g.returncode) + g.stderr.strip()[-300:]
+    gd = json.loads(g.stdout)
+    cmd = [a.bin, "serve", "-m", a.model, "-t", "2", "-c", str(2 * ctx), "-np", "2", "--port", str(a.port),
+           "--kv-block", blk, "--kv-granularity", gran] + tier + f
+    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%d/health" % a.port, timeout=1)
+                break
+            except Exception:
+                if srv.poll() is not None: # two sequences' summaries may not fit a fast tier that held one
+                    msg = srv.stderr.read().strip()
+                    clean = srv.returncode in (1, 2) and "--kv-fast" in msg
+                    return ("refused: " if clean else "serve exit %d: " % srv.returncode) + msg[-300:]
+                time.sleep(0.1)
+        body = {"prompt": gd["prompt_ids"], "n_predict": n, "temperature": 0, "ignore_eos": True, "return_tokens": True,
+                "cache_prompt": True}
+        got = [post("/completion", body)["tokens"] for _ in range(2)]
+        with concurrent.futures.ThreadPoolExecutor(2) as ex:
+            got += list(ex.map(lambda _: post("/completion", body)["tokens"], range(2)))
+        bad = [k for k, t in enumerate(got) if t != gd["ids"]]
+        return None if not bad else "serve answers %s differ from generate: %s against %s" % (
+            bad, [got[k][:12] for k in bad], gd["ids"][:12])
+    finally:
+        srv.terminate()
+        srv.wait()
+
+
+def outcome(p):
+    d = json.loads(p.stdout)
+    return d["ids"] if "ids" in d else [(b["ids"], b["score"]) for b in d["beams"]]
+
+
+def quote(args):
+    return " ".join(shlex.quote(x) for x in args)
+
+
+bad = 0
+pf = os.path.join(a.tmp, "kvt_sparse_sweep_%d.txt" % os.getpid())
+for i in range(a.n):
+    ctx = rng.choice([384, 512, 1024])
+    off, nchar = rng.randrange(0, max(1, len(text) - 1000)), rng.choice([300, 600, 900])
+    with open(pf, "w") as fp:
+        fp.write(text[off:off + nchar])
+    f = flags()
+    if a.beam:
+        base = ["beam", "-m", a.model, "-f", pf, "-c", str(ctx), "--beams", str(rng.choice([2, 4])), "--width", "2",
+                "--step", str(rng.choice([4, 8])), "-n", str(rng.choice([8, 24])), "--schedule",
+                rng.choice(["layerwise", "beam", "prefix", "balanced"])]
+    else:
+        base = ["generate", "-m", a.model, "-f", pf, "-c", str(ctx), "-n", str(rng.choice([4, 16, 40])), "--temp", "0"]
+    base += ["--ignore-eos", "--json", "--no-progress"]
+    blk, gran = str(rng.choice([4, 16, 64])), rng.choice(["layer", "head"])
+    stores = [[], ["--kv-block", blk, "--kv-granularity", gran],
+              ["--kv-block", blk, "--kv-granularity", gran, "--kv-fast", fast, "--kv-disk", a.tmp]]
+    desc = "[%d] %s (prompt: %d bytes at offset %d of %s)" % (i, quote(f), nchar, off, a.text)
+    if a.asan:
+        s = rng.choice(stores)
+        p = subprocess.run([a.asan] + base + f + s + ["-t", "2"], capture_output=True, text=True)
+        if p.returncode not in (0, 1, 2) or "Sanitizer" in p.stderr or "runtime error" in p.stderr:
+            print("CRASH %s\n  %s\n%s" % (desc, quote([a.asan] + base + f + s), p.stderr[-2500:]), flush=True)
+            bad += 1
+            continue
+        if p.returncode:
+            print("refused %s: %s" % (desc, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "no message"), flush=True)
+            if not p.stderr.strip():
+                bad += 1
+            continue
+    if a.serve: # in RAM, or a fast tier and the rest on disk
+        tier = rng.choice([[], ["--kv-fast", fast, "--kv-disk", a.tmp]])
+        why = serve_check(f, ctx, blk, gran, tier, pf, int(base[base.index("-n") + 1]))
+        refused = why is not None and why.startswith("refused: ")
+        print("%s %s %s%s" % ("ok  " if not why else "refused" if refused else "DIFF", desc, quote(tier),
+                              "" if not why else ": " + why), flush=True)
+        bad += why is not None and not refused
+        continue
+    got = {}
+    for si, s in enumerate(stores):
+        for t in (1, 2):
+            p = subprocess.run([a.bin] + base + f + s + ["-t", str(t)], capture_output=True, text=True)
+            got[(si, t)] = outcome(p) if p.returncode == 0 else "exit %d: %s" % (p.returncode, p.stderr.strip()[-200:])
+    ran = [v for v in got.values() if not isinstance(v, str)]
+    refused = [v for v in got.values() if isinstance(v, str)]
+    # a bounded fast tier may refuse (too small for the summaries): the runs that ran must agree, and at least 4 run
+    ok = len(ran) >= 4 and all(v == ran[0] for v in ran) and all("--kv-fast" in v for v in refused)
+    print("%s %s" % ("ok  " if ok else "DIFF", desc), flush=True)
+    if not ok:
+        bad += 1
+        for k, v in got.items():
+            print("   store %d -t %d: %s" % (k[0], k[1], v if isinstance(v, str) else str(v)[:160]))
+        print("   " + quote([a.bin] + base + f + stores[2]))
+os.unlink(pf) if os.path.exists(pf) else None
+print("%d of %d combinations failed" % (bad, a.n))
+sys.exit(1 if bad else 0)
