@@ -14,7 +14,7 @@ budgets of 1 position or past the context, pages larger than the context, 4-bit 
      against generate: the prompt's ids go to /completion twice one after the other (the second served from the prefix
      cache) and twice at once (decoded in one batch); every answer must be generate's ids (docs/SPARSE.md "Sequences").
 
-usage: tools/sparse_sweep.py [-n N] [--seed S] [--beam | --serve] [--bin B] [--asan B] [-m MODEL] [--text FILE] [--fast BYTES]
+usage: tools/sparse_sweep.py [-n N] [--seed S] [--beam | --ppl | --serve] [--bin B] [--asan B] [-m MODEL] [--text FILE] [--fast BYTES]
   exit status 1 when a combination crashed or disagreed; each combination's command line is printed on failure.
 The sweeps of 2026-12-04 and what they found: docs/log/SPARSE-log-4.md, "A sweep of the flags".
 """
@@ -33,6 +33,8 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("-n", type=int, default=20, help="combinations (default 20)")
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--beam", action="store_true", help="kvtier beam (a schedule drawn too) instead of generate")
+ap.add_argument("--ppl", action="store_true", help="kvtier perplexity (chunks of -c 128 or 256; the perplexity and "
+                "the per-step aggregates must agree) instead of generate")
 ap.add_argument("--serve", action="store_true",
                 help="kvtier serve (-np 2) against generate: the prompt's ids to /completion twice one after the other "
                      "(the second a prefix-cache hit), then twice at once (batched); every answer = generate's ids")
@@ -142,6 +144,9 @@ def serve_check(f, ctx, blk, gran, tier, pf, n):
 
 def outcome(p):
     d = json.loads(p.stdout)
+    if "ppl" in d: # the perplexity and what the selections were (not their timings)
+        sp = d.get("sparse", {})
+        return [d["ppl"], d["n_scored"]] + [sp.get(k) for k in ("selected_frac", "mass_recall", "oracle_overlap")]
     return d["ids"] if "ids" in d else [(b["ids"], b["score"]) for b in d["beams"]]
 
 
@@ -162,9 +167,12 @@ for i in range(a.n):
         base = ["beam", "-m", a.model, "-f", pf, "-c", str(ctx), "--beams", str(rng.choice([2, 4])), "--width", "2",
                 "--step", str(rng.choice([4, 8])), "-n", str(rng.choice([8, 24])), "--schedule",
                 rng.choice(["layerwise", "beam", "prefix", "balanced"])]
+    elif a.ppl:
+        base = ["perplexity", "-m", a.model, "-f", pf, "-c", str(rng.choice([128, 256])), "--json"]
     else:
         base = ["generate", "-m", a.model, "-f", pf, "-c", str(ctx), "-n", str(rng.choice([4, 16, 40])), "--temp", "0"]
-    base += ["--ignore-eos", "--json", "--no-progress"]
+    if not a.ppl:
+        base += ["--ignore-eos", "--json", "--no-progress"]
     blk, gran = str(rng.choice([4, 16, 64])), rng.choice(["layer", "head"])
     stores = [[], ["--kv-block", blk, "--kv-granularity", gran],
               ["--kv-block", blk, "--kv-granularity", gran, "--kv-fast", fast, "--kv-disk", a.tmp]]
