@@ -1240,7 +1240,7 @@ static void test_context(const char *path) {
     cr.sparse.recent = 24; // 54 > N_PROMPT + N_STEP
     cr.sparse.budget = 12;
     int64_t sr = 0;
-    if (!st) st = run(m, &cr, b, &sr, &err);
+    st = run(m, &cr, b, &sr, &err);
     bool same_ov = !st && max_diff(dense, b, n) < 1e-2;
     const char *ov_name[5] = {"quest", "asyncspade re-rank", "+ share", "+ share in pages of 4", "+ share layers"};
     int ov_bad = -1;

@@ -117,7 +117,8 @@ def serve_check(f, ctx, blk, gran, tier, pf, n):
     gd = json.loads(g.stdout)
     cmd = [a.bin, "serve", "-m", a.model, "-t", "2", "-c", str(2 * ctx), "-np", "2", "--port", str(a.port),
            "--kv-block", blk, "--kv-granularity", gran] + tier + f
-    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = open(os.path.join(a.tmp, "kvt_sparse_sweep_serve_%d.err" % os.getpid()), "w+") # (a pipe could fill up)
+    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
     try:
         for _ in range(300):
             try:
@@ -125,7 +126,8 @@ def serve_check(f, ctx, blk, gran, tier, pf, n):
                 break
             except Exception:
                 if srv.poll() is not None: # two sequences' summaries may not fit a fast tier that held one
-                    msg = (srv.stderr.read().strip().splitlines() or [""])[-1]
+                    log.seek(0)
+                    msg = (log.read().strip().splitlines() or [""])[-1]
                     clean = srv.returncode in (1, 2) and "--kv-fast" in msg
                     return ("refused: " if clean else "serve exit %d: " % srv.returncode) + msg[-300:]
                 time.sleep(0.1)
@@ -140,6 +142,8 @@ def serve_check(f, ctx, blk, gran, tier, pf, n):
     finally:
         srv.terminate()
         srv.wait()
+        log.close()
+        os.unlink(log.name)
 
 
 def outcome(p):
