@@ -49,7 +49,8 @@ ap.add_argument("--chars", default="300,600,900", help="prompt lengths in bytes 
                 "e.g. 300,900,2600 for prompts past Gemma 3's 512-position sliding window)")
 a = ap.parse_args()
 rng = random.Random(a.seed)
-text = open(a.text if os.path.exists(a.text) else "README.md", errors="replace").read()
+text_file = a.text if os.path.exists(a.text) else "README.md"
+text = open(text_file, errors="replace").read()
 fast = a.fast or ("40M" if a.beam or a.serve else "10M")
 
 
@@ -180,7 +181,7 @@ for i in range(a.n):
     blk, gran = str(rng.choice([4, 16, 64])), rng.choice(["layer", "head"])
     stores = [[], ["--kv-block", blk, "--kv-granularity", gran],
               ["--kv-block", blk, "--kv-granularity", gran, "--kv-fast", fast, "--kv-disk", a.tmp]]
-    desc = "[%d] %s (prompt: %d bytes at offset %d of %s)" % (i, quote(f), nchar, off, a.text)
+    desc = "[%d] %s (prompt: %d bytes at offset %d of %s)" % (i, quote(f), nchar, off, text_file)
     if a.asan:
         s = rng.choice(stores)
         p = subprocess.run([a.asan] + base + f + s + ["-t", "2"], capture_output=True, text=True)
