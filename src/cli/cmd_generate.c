@@ -298,9 +298,8 @@ int cmd_generate(int argc, char **argv) {
     if (kv_load) {
         double t0 = kvt_time_ms();
         // the prompt's last tokens are always decoded: their logits choose the first generated token, and under
-        // asyncspade their queries fill its query window (kvt_context_prompt_tail), as in a run without the file
-        const int64_t keep = n_prompt - kvt_context_prompt_tail(ctx);
-        if (kvt_context_kv_load(ctx, 0, kv_load, ids, n_prompt, keep > 0 ? keep : 0, &sinfo, &err)) {
+        // asyncspade their queries fill its query window, as in a run without the file
+        if (kvt_context_kv_load(ctx, 0, kv_load, ids, n_prompt, kvt_context_prompt_cacheable(ctx, n_prompt), &sinfo, &err)) {
             fprintf(stderr, "kvtier generate: --kv-load: %s\n", err.msg);
             goto done;
         }

@@ -164,6 +164,8 @@ struct kvt_sparse *kvt_context_sparse(kvt_context *ctx);
 // Last tokens of a prompt that a prompt or prefix cache must leave to be computed, so that the sequence decodes
 // as without the cache (1: the last token's logits; asyncspade: its query window, kvt_sparse_prompt_tail).
 int64_t kvt_context_prompt_tail(const kvt_context *ctx);
+// Positions of a prompt of n_prompt tokens such a cache may give it: n_prompt - kvt_context_prompt_tail, at least 0.
+int64_t kvt_context_prompt_cacheable(const kvt_context *ctx, int64_t n_prompt);
 // Bytes of scratch (activations) and of the KV cache.
 int64_t kvt_context_scratch_bytes(const kvt_context *ctx);
 int64_t kvt_context_kv_bytes(const kvt_context *ctx);

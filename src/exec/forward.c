@@ -590,6 +590,10 @@ void kvt_context_set_plan(kvt_context *c, const int32_t *seqs, int64_t n) {
 }
 struct kvt_sparse *kvt_context_sparse(kvt_context *c) { return c->sp; }
 int64_t kvt_context_prompt_tail(const kvt_context *c) { return kvt_sparse_prompt_tail(c->sp); }
+int64_t kvt_context_prompt_cacheable(const kvt_context *c, int64_t n_prompt) {
+    const int64_t n = n_prompt - kvt_context_prompt_tail(c);
+    return n > 0 ? n : 0;
+}
 void kvt_context_kv_stats(kvt_context *c, kvt_kv_stats *out) { kvt_kv_get_stats(c->kv, out); }
 bool kvt_context_gpu_stats(const kvt_context *c, kvt_gpu_layers_stats *out) {
     memset(out, 0, sizeof *out);

@@ -55,7 +55,7 @@ typedef struct {
 
 // Restores into seq (which must hold no position) the KV of the first n positions of the file, where
 // n = the common prefix of the saved tokens and prompt[0, n_prompt) (all saved tokens when prompt is
-// NULL), capped at max_keep (< 0: no cap; generation passes n_prompt - kvt_context_prompt_tail(ctx), so that the
+// NULL), capped at max_keep (< 0: no cap; generation passes kvt_context_prompt_cacheable(ctx, n_prompt), so that the
 // last prompt token is decoded and gives the logits, and under asyncspade the query window's tokens are decoded
 // and give its query history: the same selections as without the file). The caller decodes prompt[n_loaded ..]
 // afterwards. Without a prompt every saved position is restored, and asyncspade's query history starts empty (its

@@ -182,10 +182,7 @@ kvt_status kvt_sched_submit(kvt_sched *s, const kvt_sched_request *rq, uint64_t 
 
 // Prompt positions the prefix cache may give a request: all but the last ones, which are computed for their
 // logits (and asyncspade's query history: a cached prefix brings keys only), kvt_context_prompt_tail.
-static int64_t cacheable(const kvt_sched *s, int64_t n_prompt) {
-    const int64_t n = n_prompt - kvt_context_prompt_tail(s->ctx);
-    return n > 0 ? n : 0;
-}
+static int64_t cacheable(const kvt_sched *s, int64_t n_prompt) { return kvt_context_prompt_cacheable(s->ctx, n_prompt); }
 
 int64_t kvt_sched_prefix_blocks(const kvt_sched *s, int64_t n_prompt) {
     const int64_t bt = kvt_context_kv(s->ctx)->block_tokens;

@@ -118,8 +118,8 @@ static void run_job(fcfs *e, fcfs_job *j, kvt_engine_result *res) {
             break;
         }
         int64_t n_cached = common_prefix(e->prev, e->n_prev, j->prompt, n_prompt);
-        const int64_t tail = kvt_context_prompt_tail(e->ctx); // 1, or asyncspade's query window
-        if (n_cached > n_prompt - tail) n_cached = n_prompt - tail > 0 ? n_prompt - tail : 0;
+        const int64_t lim = kvt_context_prompt_cacheable(e->ctx, n_prompt); // all but 1, or asyncspade's query window
+        if (n_cached > lim) n_cached = lim;
         if (n_cached > kvt_context_n_past(e->ctx)) n_cached = kvt_context_n_past(e->ctx);
         kvt_context_truncate(e->ctx, n_cached);
         if (i == 0) res->cached_tokens = n_cached;

@@ -70,7 +70,8 @@ typedef struct {
 typedef struct kvt_sparse kvt_sparse;
 
 // Keys [pos0, pos0 + n) of layer restored into the store without an attention call (kvt_context_kv_load):
-// into sequence seq's key summaries, as appended keys enter them. k: [n, n_head_kv * head_dim] f32.
+// into sequence seq's key summaries, as appended keys enter them. k: [n, n_head_kv * head_dim] f32, values of the
+// store's element type (read back from it: not rounded again).
 // A no-op for modes without summaries; keys not taken here are read back from the store when needed.
 void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_t pos0, int64_t n, const float *k);
 

@@ -428,7 +428,7 @@ void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_
     cut_keys(s, ly, pos0);
     kvt_err e;
     if (!has_summaries(s) || ly->key_n != pos0 || layer_own(s, q, ly, pos0, &e) || kvt_sparse_layer_reserve(s, q, layer, pos0 + n, &e)) return;
-    observe_keys(s, ly, pos0, n, k, false);
+    observe_keys(s, ly, pos0, n, k, true); // (read from a session file of the store's element type)
     ly->key_n = pos0 + n;
 }
 
