@@ -12,9 +12,12 @@ budgets of 1 position or past the context, pages larger than the context, 4-bit 
      in all six runs (docs/SPARSE.md: the selection depends on neither the thread count nor the tiers);
   or, with --serve, instead of 2: `kvtier serve -np 2` with the same flags and store (in RAM, or a fast tier and disk)
      against generate: the prompt's ids go to /completion twice one after the other (the second served from the prefix
-     cache) and twice at once (decoded in one batch); every answer must be generate's ids (docs/SPARSE.md "Sequences").
+     cache) and twice at once (decoded in one batch); every answer must be generate's ids (docs/SPARSE.md "Sequences");
+  or, with --preempt: `kvtier serve -np 4` over a small fast and host tier and disk (--preempt-fast, --preempt-host),
+     four prompts cut from different places at once with long answers, so that sequences are swapped out and resumed
+     (the count from /metrics is printed); each answer must be generate's ids for its prompt alone.
 
-usage: tools/sparse_sweep.py [-n N] [--seed S] [--beam | --ppl | --serve] [--bin B] [--asan B] [-m MODEL] [--text FILE] [--fast BYTES]
+usage: tools/sparse_sweep.py [-n N] [--seed S] [--beam | --ppl | --serve | --preempt] [--bin B] [--asan B] [-m MODEL] [--text FILE] [--fast BYTES]
   exit status 1 when a combination crashed or disagreed; each combination's command line is printed on failure.
 The sweeps of 2026-12-04 and what they found: docs/log/SPARSE-log-4.md, "A sweep of the flags".
 """
@@ -23,6 +26,7 @@ import concurrent.futures
 import json
 import os
 import random
+import re
 import shlex
 import subprocess
 import sys
@@ -38,6 +42,12 @@ ap.add_argument("--ppl", action="store_true", help="kvtier perplexity (chunks of
 ap.add_argument("--serve", action="store_true",
                 help="kvtier serve (-np 2) against generate: the prompt's ids to /completion twice one after the other "
                      "(the second a prefix-cache hit), then twice at once (batched); every answer = generate's ids")
+ap.add_argument("--preempt", action="store_true",
+                help="kvtier serve -np 4 over a small fast and host tier and disk: four different prompts at once, long "
+                     "answers (preemptions counted from /metrics); every answer = generate's ids for its prompt alone")
+ap.add_argument("--preempt-fast", default="1M", help="--kv-fast of --preempt (default 1M; when that cannot hold the summaries: their bytes + 1 MiB)")
+ap.add_argument("--preempt-host", default="6M", help="--kv-host of --preempt (default 6M: SmolLM2's four prompts admitted "
+                "together, their answers outgrowing it)")
 ap.add_argument("--port", type=int, default=18631)
 ap.add_argument("--bin", default="build/kvtier")
 ap.add_argument("--asan", default="build-asan/kvtier", help="sanitizer build ('' to skip the crash check)")
@@ -45,9 +55,10 @@ ap.add_argument("-m", "--model", default=os.path.expanduser("~/.cache/kvtier/Smo
 ap.add_argument("--text", default="../shared/papers/helm.txt", help="prompts are cut from it (default: README.md when absent)")
 ap.add_argument("--fast", default=None, help="--kv-fast of the tiered store (default 10M, beam and serve 40M: room for the summaries)")
 ap.add_argument("--tmp", default="/tmp", help="--kv-disk directory and the prompt file's")
-ap.add_argument("--chars", default="300,600,900", help="prompt lengths in bytes to draw from (default 300,600,900; "
+ap.add_argument("--chars", default=None, help="prompt lengths in bytes to draw from (default 300,600,900, --preempt 100,200,300; "
                 "e.g. 300,900,2600 for prompts past Gemma 3's 512-position sliding window)")
 a = ap.parse_args()
+a.chars = a.chars or ("100,200,300" if a.preempt else "300,600,900")
 rng = random.Random(a.seed)
 text_file = a.text if os.path.exists(a.text) else "README.md"
 text = open(text_file, errors="replace").read()
@@ -121,17 +132,9 @@ def serve_check(f, ctx, blk, gran, tier, pf, n):
     log = open(os.path.join(a.tmp, "kvt_sparse_sweep_serve_%d.err" % os.getpid()), "w+") # (a pipe could fill up)
     srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
     try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen("http://127.0.0.1:%d/health" % a.port, timeout=1)
-                break
-            except Exception:
-                if srv.poll() is not None: # two sequences' summaries may not fit a fast tier that held one
-                    log.seek(0)
-                    msg = (log.read().strip().splitlines() or [""])[-1]
-                    clean = srv.returncode in (1, 2) and "--kv-fast" in msg
-                    return ("refused: " if clean else "serve exit %d: " % srv.returncode) + msg[-300:]
-                time.sleep(0.1)
+        why = wait_health(srv, log) # (two sequences' summaries may not fit a fast tier that held one)
+        if why:
+            return why
         body = {"prompt": gd["prompt_ids"], "n_predict": n, "temperature": 0, "ignore_eos": True, "return_tokens": True,
                 "cache_prompt": True}
         got = [post("/completion", body)["tokens"] for _ in range(2)]
@@ -145,6 +148,76 @@ def serve_check(f, ctx, blk, gran, tier, pf, n):
         srv.wait()
         log.close()
         os.unlink(log.name)
+
+
+def wait_health(srv, log):
+    """None once the server answers /health, else why it ended ("refused: ..." for a clean refusal of the budget)."""
+    for _ in range(300):
+        try:
+            urllib.request.urlopen("http://127.0.0.1:%d/health" % a.port, timeout=1)
+            return None
+        except Exception:
+            if srv.poll() is not None:
+                log.seek(0)
+                msg = (log.read().strip().splitlines() or [""])[-1]
+                clean = srv.returncode in (1, 2) and ("--kv-fast" in msg or "--kv-host" in msg)
+                return ("refused: " if clean else "serve exit %d: " % srv.returncode) + msg[-300:]
+            time.sleep(0.1)
+    return "serve did not answer /health in 30 s"
+
+
+def preempt_check(f, ctx, blk, gran, n, nchars):
+    """Four prompts from four places of the text, served at once over a small fast + host tier and disk (-np 4): each
+    answer against generate's ids alone. Returns (why or None, preemptions, the prompts' places)."""
+    want, where = [], []
+    for k in range(4):
+        off = rng.randrange(0, max(1, len(text) - nchars[k] - 10))
+        pk = "%s.%d" % (pf, k)
+        where.append("%d@%d" % (nchars[k], off))
+        with open(pk, "w") as fp:
+            fp.write(text[off:off + nchars[k]])
+        g = subprocess.run([a.bin, "generate", "-m", a.model, "-f", pk, "-c", str(ctx), "-n", str(n[k]), "--temp", "0",
+                            "--ignore-eos", "--json", "--no-progress", "-t", "2"] + f, capture_output=True, text=True)
+        os.unlink(pk)
+        if g.returncode:
+            clean = g.returncode in (1, 2) and g.stderr.strip()
+            return ("refused: " if clean else "generate exit %d: " % g.returncode) + g.stderr.strip()[-300:], 0, where
+        want.append(json.loads(g.stdout))
+    fast = a.preempt_fast
+    for attempt in range(2): # a fast tier too small for the summaries: once more with the summaries' bytes + 1 MiB
+        cmd = [a.bin, "serve", "-m", a.model, "-t", "2", "-c", str(4 * ctx), "-np", "4", "--port", str(a.port),
+               "--metrics", "--kv-block", blk, "--kv-granularity", gran, "--kv-fast", fast, "--kv-host", a.preempt_host,
+               "--kv-disk", a.tmp] + f
+        log = open(os.path.join(a.tmp, "kvt_sparse_sweep_serve_%d.err" % os.getpid()), "w+")
+        srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
+        why = wait_health(srv, log)
+        if not why:
+            break
+        srv.wait()
+        log.close()
+        os.unlink(log.name)
+        need = re.search(r"cannot hold the sparse key summaries \((\d+) bytes\)", why)
+        if attempt or not need:
+            return why, 0, where
+        fast = str(int(need.group(1)) + (1 << 20))
+    try:
+        bodies = [{"prompt": w["prompt_ids"], "n_predict": len(w["ids"]), "temperature": 0, "ignore_eos": True,
+                   "return_tokens": True} for w in want]
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            got = list(ex.map(lambda b: post("/completion", b)["tokens"], bodies))
+        m = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % a.port, timeout=10).read().decode()
+        pre = sum(float(l.split()[-1]) for l in m.splitlines() if l.startswith("kvtier_preemptions_total"))
+        bad = [k for k in range(4) if got[k] != want[k]["ids"]]
+        return (None if not bad else "serve answers %s differ from generate: %s against %s" % (
+            bad, [got[k][:12] for k in bad], [want[k]["ids"][:12] for k in bad])), int(pre), where
+    finally:
+        srv.terminate()
+        srv.wait()
+        log.close()
+        os.unlink(log.name)
+        left = [x for x in os.listdir(a.tmp) if x.startswith("kvtier-kv-")]
+        if left: # (serve removes its disk file on SIGTERM: docs/SERVING.md)
+            print("   left behind in %s: %s" % (a.tmp, left), flush=True)
 
 
 def outcome(p):
@@ -163,6 +236,7 @@ bad = 0
 pf = os.path.join(a.tmp, "kvt_sparse_sweep_%d.txt" % os.getpid())
 for i in range(a.n):
     ctx = rng.choice([384, 512, 1024]) if max(int(x) for x in a.chars.split(",")) <= 900 else 2048
+    ctx = max(ctx, 1024) if a.preempt else ctx # (a prompt and up to 200 tokens)
     chars = [int(x) for x in a.chars.split(",")]
     off, nchar = rng.randrange(0, max(1, len(text) - max(1000, max(chars) + 100))), rng.choice(chars)
     with open(pf, "w") as fp:
@@ -194,6 +268,15 @@ for i in range(a.n):
             if not p.stderr.strip():
                 bad += 1
             continue
+    if a.preempt:
+        why, pre, where = preempt_check(f, ctx, blk, gran, [rng.choice([60, 120, 200]) for _ in range(4)],
+                                        [rng.choice(chars) for _ in range(4)])
+        refused = why is not None and why.startswith("refused: ")
+        print("%s [%d] %s (prompts: bytes@offset %s of %s; --kv-block %s --kv-granularity %s), %d preemptions%s" % (
+            "ok  " if not why else "refused" if refused else "DIFF", i, quote(f), " ".join(where), text_file, blk, gran,
+            pre, "" if not why else ": " + why), flush=True)
+        bad += why is not None and not refused
+        continue
     if a.serve: # in RAM, or a fast tier and the rest on disk
         tier = rng.choice([[], ["--kv-fast", fast, "--kv-disk", a.tmp]])
         why = serve_check(f, ctx, blk, gran, tier, pf, int(base[base.index("-n") + 1]))

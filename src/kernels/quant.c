@@ -986,6 +986,9 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 #ifndef KVT_PF_INTEL
 #define KVT_PF_INTEL 4096
 #endif
+#ifndef KVT_PF_INTEL_A7
+#define KVT_PF_INTEL_A7 2048
+#endif
 #ifndef KVT_PF_AMD_AVX2
 #define KVT_PF_AMD_AVX2 4096
 #endif
@@ -1014,7 +1017,10 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa) {
 // (kvt_kernels_prefetch_dense), then from PF_L1 a type's L1 flag (kvt_kernels_prefetch_l1).
 // From PF_DEC_AVX2 (after them) a type's kvt_kernels_decode_avx2.
 enum { PF_QUANT = KVT_TYPE_COUNT, PF_DENSE, PF_L1, PF_DEC_AVX2 = PF_L1 + KVT_TYPE_COUNT, PF_SLOTS = PF_DEC_AVX2 + KVT_TYPE_COUNT };
-// This CPU's value of every slot (quant.h). Distances: GenuineIntel KVT_PF_INTEL for all. AuthenticAMD without
+// This CPU's value of every slot (quant.h). Distances: GenuineIntel KVT_PF_INTEL for all (4096: the Emerald Rapids
+// class VM, family 6 model 0xCF, q4dec11 in docs/log/BENCHMARKS-kernels-2.md), but KVT_PF_INTEL_A7 (2048) where CPUID
+// says family 6 model 0xA7 (a Xeon VM with AMX, AVX512-FP16 and a 480 MiB L3: every decode GEMV paired 1.02-1.05x
+// against 4096 from DRAM, 75-100% of the pairs won, i7pf in docs/log/BENCHMARKS-kernels-6.md). AuthenticAMD without
 // AVX-512 (Zen 3 and before): KVT_PF_AMD_AVX2 for the quantized GEMVs, KVT_PF_AMD_AVX2_Q4K (1024, z4k; 2048 z3k) for
 // q4_K_x8 and KVT_PF_AMD_AVX2_Q6K (1024: into L1 only, paired 1.02-1.09x against 4096, z5k6; z3k's 2048 lost with
 // the L2 + L1 prefetch) for the q6_K_r rows (docs/log/BENCHMARKS-kernels-3.md), none for the dense ones (z3dec); AMD with AVX-512 (Zen 4 on): none
@@ -1037,13 +1043,16 @@ static void detect_prefetch(int64_t v[PF_SLOTS]) {
     unsigned a = 0, b = 0, c = 0, d = 0; // (set by __get_cpuid; zeros for compilers that cannot see it)
     if (__get_cpuid(0, &a, &b, &c, &d)) {
         // the vendor: EBX, EDX, ECX of leaf 0, "GenuineIntel" or "AuthenticAMD"
-        if (b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu) pq = pd = p4 = p6 = KVT_PF_INTEL;
+        const bool intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu; // "GenuineIntel"
+        if (intel) pq = pd = p4 = p6 = KVT_PF_INTEL;
         __builtin_cpu_init();
         const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; // "AuthenticAMD"
         amd_avx2 = amd && !__builtin_cpu_supports("avx512f");
         if (amd_avx2) pq = KVT_PF_AMD_AVX2, p4 = KVT_PF_AMD_AVX2_Q4K, p6 = KVT_PF_AMD_AVX2_Q6K;
         unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0, fam = 0; // leaf 1: the family, base + extended where base is 0xF
         if (__get_cpuid(1, &a1, &b1, &c1, &d1)) fam = (a1 >> 8 & 0xF) == 0xF ? 0xF + (a1 >> 20 & 0xFF) : a1 >> 8 & 0xF;
+        const unsigned model = (a1 >> 4 & 0xF) | (fam == 6 || fam >= 0xF ? (a1 >> 16 & 0xF) << 4 : 0);
+        if (intel && fam == 6 && model == 0xA7) pq = pd = p4 = p6 = KVT_PF_INTEL_A7;
         zen5 = zen5_cpu = amd && !amd_avx2 && fam >= 0x1A;
         if (zen5) pq = p4 = KVT_PF_AMD_ZEN5, pd = KVT_PF_AMD_ZEN5_DENSE;
         zen4 = amd && !amd_avx2 && fam == 0x19;

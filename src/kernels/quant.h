@@ -73,7 +73,8 @@ kvt_isa kvt_kernels_set_isa(kvt_isa isa);
 const char *kvt_isa_name(kvt_isa isa);
 // Software prefetch distance in bytes of the decode GEMVs that stream quantized weights (q4_1_x8, q8_0_x8, q4_K_x8, q6_K
 // rows), per CPU: KVT_PF_INTEL on Intel, whose decode from DRAM overlapped the kernels' arithmetic with the reads only
-// with them (docs/log/BENCHMARKS-kernels-2.md, intel11; 4096 bytes into L2 since q4dec11); KVT_PF_AMD_AVX2 (4096) on
+// with them (docs/log/BENCHMARKS-kernels-2.md, intel11; 4096 bytes into L2 since q4dec11; KVT_PF_INTEL_A7, 2048, on family 6
+// model 0xA7: BENCHMARKS-kernels-6.md, i7pf); KVT_PF_AMD_AVX2 (4096) on
 // AMD without AVX-512 (Zen 3: 1.07-1.28x paired, docs/log/BENCHMARKS-kernels-3.md, z3dec); 0 (none) on AMD with
 // AVX-512 (Zen 4), where the prefetches cost more than they hide (BENCHMARKS-kernels-2.md, kq6x8; but q4_K_x8's there:
 // below), but KVT_PF_AMD_ZEN5
