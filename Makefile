@@ -143,6 +143,8 @@ sweep: $(BUILD)/kvtier
 	else python3 tools/sparse_sweep.py -n $(SWEEP_N) --seed 11 --bin $(BUILD)/kvtier --asan build-asan/kvtier -m $(SMOLLM2) \
 	       --text $(SHARED)/papers/helm.txt && \
 	     python3 tools/sparse_sweep.py --beam -n $$(( ($(SWEEP_N) + 1) / 2 )) --seed 12 --bin $(BUILD)/kvtier \
+	       --asan build-asan/kvtier -m $(SMOLLM2) --text $(SHARED)/papers/helm.txt && \
+	     python3 tools/sparse_sweep.py --preempt -n $$(( ($(SWEEP_N) + 2) / 3 )) --seed 13 --bin $(BUILD)/kvtier \
 	       --asan build-asan/kvtier -m $(SMOLLM2) --text $(SHARED)/papers/helm.txt; fi
 
 # halt_on_error: the first race fails the run. The single-threaded numeric suites (kernels against

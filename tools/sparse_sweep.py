@@ -13,13 +13,15 @@ budgets of 1 position or past the context, pages larger than the context, 4-bit 
   or, with --serve, instead of 2: `kvtier serve -np 2` with the same flags and store (in RAM, or a fast tier and disk)
      against generate: the prompt's ids go to /completion twice one after the other (the second served from the prefix
      cache) and twice at once (decoded in one batch); every answer must be generate's ids (docs/SPARSE.md "Sequences");
-  or, with --preempt: `kvtier serve -np 4` over a small fast and host tier and disk (--preempt-fast, --preempt-host),
+  or, with --preempt: `kvtier serve -np 4` (the --asan build when given: a sanitizer report fails) over a small fast and
+     host tier and disk (--preempt-fast, --preempt-host),
      four prompts cut from different places at once with long answers, so that sequences are swapped out and resumed
      (the count from /metrics is printed); each answer must be generate's ids for its prompt alone.
 
 usage: tools/sparse_sweep.py [-n N] [--seed S] [--beam | --ppl | --serve | --preempt] [--bin B] [--asan B] [-m MODEL] [--text FILE] [--fast BYTES]
   exit status 1 when a combination crashed or disagreed; each combination's command line is printed on failure.
-The sweeps of 2026-12-04 and what they found: docs/log/SPARSE-log-4.md, "A sweep of the flags".
+The sweeps of 2026-12-04 and what they found: docs/log/SPARSE-log-4.md, "A sweep of the flags"; --preempt (2026-12-05):
+"Preemption under serve: a sweep" there.
 """
 import argparse
 import concurrent.futures
@@ -183,9 +185,10 @@ def preempt_check(f, ctx, blk, gran, n, nchars):
             clean = g.returncode in (1, 2) and g.stderr.strip()
             return ("refused: " if clean else "generate exit %d: " % g.returncode) + g.stderr.strip()[-300:], 0, where
         want.append(json.loads(g.stdout))
+    before = set(x for x in os.listdir(a.tmp) if x.startswith("kvtier-kv-"))
     fast = a.preempt_fast
     for attempt in range(2): # a fast tier too small for the summaries: once more with the summaries' bytes + 1 MiB
-        cmd = [a.bin, "serve", "-m", a.model, "-t", "2", "-c", str(4 * ctx), "-np", "4", "--port", str(a.port),
+        cmd = [a.asan or a.bin, "serve", "-m", a.model, "-t", "2", "-c", str(4 * ctx), "-np", "4", "--port", str(a.port),
                "--metrics", "--kv-block", blk, "--kv-granularity", gran, "--kv-fast", fast, "--kv-host", a.preempt_host,
                "--kv-disk", a.tmp] + f
         log = open(os.path.join(a.tmp, "kvt_sparse_sweep_serve_%d.err" % os.getpid()), "w+")
@@ -203,11 +206,25 @@ def preempt_check(f, ctx, blk, gran, n, nchars):
     try:
         bodies = [{"prompt": w["prompt_ids"], "n_predict": len(w["ids"]), "temperature": 0, "ignore_eos": True,
                    "return_tokens": True} for w in want]
-        with concurrent.futures.ThreadPoolExecutor(4) as ex:
-            got = list(ex.map(lambda b: post("/completion", b)["tokens"], bodies))
+        try:
+            with concurrent.futures.ThreadPoolExecutor(4) as ex:
+                got = list(ex.map(lambda b: post("/completion", b)["tokens"], bodies))
+        except Exception as e: # (a crash or an error answer: the server's last words)
+            time.sleep(1)
+            log.seek(0)
+            return "serve failed (%s: %s; exit %s): %s" % (type(e).__name__, e, srv.poll(), log.read()[-2500:]), 0, where
         m = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % a.port, timeout=10).read().decode()
         pre = sum(float(l.split()[-1]) for l in m.splitlines() if l.startswith("kvtier_preemptions_total"))
         bad = [k for k in range(4) if got[k] != want[k]["ids"]]
+        srv.terminate()
+        srv.wait()
+        log.seek(0)
+        err = log.read()
+        if "Sanitizer" in err or "runtime error" in err:
+            return "sanitizer report from serve: " + err[-2500:], int(pre), where
+        left = set(x for x in os.listdir(a.tmp) if x.startswith("kvtier-kv-")) - before
+        if left: # (serve removes its disk file when it ends on SIGTERM: docs/SERVING.md)
+            return "serve left %s in %s" % (sorted(left), a.tmp), int(pre), where
         return (None if not bad else "serve answers %s differ from generate: %s against %s" % (
             bad, [got[k][:12] for k in bad], [want[k]["ids"][:12] for k in bad])), int(pre), where
     finally:
@@ -215,9 +232,6 @@ def preempt_check(f, ctx, blk, gran, n, nchars):
         srv.wait()
         log.close()
         os.unlink(log.name)
-        left = [x for x in os.listdir(a.tmp) if x.startswith("kvtier-kv-")]
-        if left: # (serve removes its disk file on SIGTERM: docs/SERVING.md)
-            print("   left behind in %s: %s" % (a.tmp, left), flush=True)
 
 
 def outcome(p):
