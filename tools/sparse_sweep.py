@@ -119,24 +119,60 @@ def post(path, body):
     return json.load(urllib.request.urlopen(r, timeout=600))
 
 
+def generate(args):
+    """kvtier generate --json with args: (None, its JSON), or ("refused: ..." for a clean refusal, else the failure, None)."""
+    g = subprocess.run([a.bin, "generate", "-m", a.model, "--temp", "0", "--ignore-eos", "--json", "--no-progress",
+                        "-t", "2"] + args, capture_output=True, text=True)
+    if g.returncode:
+        clean = g.returncode in (1, 2) and g.stderr.strip()
+        return ("refused: " if clean else "generate exit %d: " % g.returncode) + g.stderr.strip()[-300:], None
+    return None, json.loads(g.stdout)
+
+
+def start_server(cmd):
+    """Starts cmd (a kvtier serve), its stderr in a file (a pipe could fill up): (None, server) once it answers /health,
+    else (why it ended, None): "refused: ..." for a clean refusal of the budget, the server stopped."""
+    log = open(os.path.join(a.tmp, "kvt_sparse_sweep_serve_%d.err" % os.getpid()), "w+")
+    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    srv.log = log
+    for _ in range(300):
+        try:
+            urllib.request.urlopen("http://127.0.0.1:%d/health" % a.port, timeout=1)
+            return None, srv
+        except Exception:
+            if srv.poll() is not None:
+                msg = (stop_server(srv).strip().splitlines() or [""])[-1]
+                clean = srv.returncode in (1, 2) and ("--kv-fast" in msg or "--kv-host" in msg)
+                return ("refused: " if clean else "serve exit %d: " % srv.returncode) + msg[-300:], None
+            time.sleep(0.1)
+    stop_server(srv)
+    return "serve did not answer /health in 30 s", None
+
+
+def stop_server(srv):
+    """Ends the server (SIGTERM) and returns its stderr; its log file removed. Safe to call twice."""
+    srv.terminate()
+    srv.wait()
+    if srv.log.closed:
+        return ""
+    srv.log.seek(0)
+    err = srv.log.read()
+    srv.log.close()
+    os.unlink(srv.log.name)
+    return err
+
+
 def serve_check(f, ctx, blk, gran, tier, pf, n):
     """generate's ids against serve's, sequential (a cache hit) and batched: None when they agree, "refused: ..." for a
     clean refusal, else the failure."""
-    g = subprocess.run([a.bin, "generate", "-m", a.model, "-f", pf, "-c", str(ctx), "-n", str(n), "--temp", "0",
-                        "--ignore-eos", "--json", "--no-progress", "-t", "2", "--kv-block", blk, "--kv-granularity", gran]
-                       + tier + f, capture_output=True, text=True)
-    if g.returncode:
-        clean = g.returncode in (1, 2) and g.stderr.strip()
-        return ("refused: " if clean else "generate exit %d: " % g.returncode) + g.stderr.strip()[-300:]
-    gd = json.loads(g.stdout)
-    cmd = [a.bin, "serve", "-m", a.model, "-t", "2", "-c", str(2 * ctx), "-np", "2", "--port", str(a.port),
-           "--kv-block", blk, "--kv-granularity", gran] + tier + f
-    log = open(os.path.join(a.tmp, "kvt_sparse_sweep_serve_%d.err" % os.getpid()), "w+") # (a pipe could fill up)
-    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    why, gd = generate(["-f", pf, "-c", str(ctx), "-n", str(n), "--kv-block", blk, "--kv-granularity", gran] + tier + f)
+    if why:
+        return why
+    why, srv = start_server([a.bin, "serve", "-m", a.model, "-t", "2", "-c", str(2 * ctx), "-np", "2", "--port",
+                            str(a.port), "--kv-block", blk, "--kv-granularity", gran] + tier + f)
+    if why: # (two sequences' summaries may not fit a fast tier that held one)
+        return why
     try:
-        why = wait_health(srv, log) # (two sequences' summaries may not fit a fast tier that held one)
-        if why:
-            return why
         body = {"prompt": gd["prompt_ids"], "n_predict": n, "temperature": 0, "ignore_eos": True, "return_tokens": True,
                 "cache_prompt": True}
         got = [post("/completion", body)["tokens"] for _ in range(2)]
@@ -146,26 +182,7 @@ def serve_check(f, ctx, blk, gran, tier, pf, n):
         return None if not bad else "serve answers %s differ from generate: %s against %s" % (
             bad, [got[k][:12] for k in bad], gd["ids"][:12])
     finally:
-        srv.terminate()
-        srv.wait()
-        log.close()
-        os.unlink(log.name)
-
-
-def wait_health(srv, log):
-    """None once the server answers /health, else why it ended ("refused: ..." for a clean refusal of the budget)."""
-    for _ in range(300):
-        try:
-            urllib.request.urlopen("http://127.0.0.1:%d/health" % a.port, timeout=1)
-            return None
-        except Exception:
-            if srv.poll() is not None:
-                log.seek(0)
-                msg = (log.read().strip().splitlines() or [""])[-1]
-                clean = srv.returncode in (1, 2) and ("--kv-fast" in msg or "--kv-host" in msg)
-                return ("refused: " if clean else "serve exit %d: " % srv.returncode) + msg[-300:]
-            time.sleep(0.1)
-    return "serve did not answer /health in 30 s"
+        stop_server(srv)
 
 
 def preempt_check(f, ctx, blk, gran, n, nchars):
@@ -178,27 +195,19 @@ def preempt_check(f, ctx, blk, gran, n, nchars):
         where.append("%d@%d" % (nchars[k], off))
         with open(pk, "w") as fp:
             fp.write(text[off:off + nchars[k]])
-        g = subprocess.run([a.bin, "generate", "-m", a.model, "-f", pk, "-c", str(ctx), "-n", str(n[k]), "--temp", "0",
-                            "--ignore-eos", "--json", "--no-progress", "-t", "2"] + f, capture_output=True, text=True)
+        why, gd = generate(["-f", pk, "-c", str(ctx), "-n", str(n[k])] + f)
         os.unlink(pk)
-        if g.returncode:
-            clean = g.returncode in (1, 2) and g.stderr.strip()
-            return ("refused: " if clean else "generate exit %d: " % g.returncode) + g.stderr.strip()[-300:], 0, where
-        want.append(json.loads(g.stdout))
+        if why:
+            return why, 0, where
+        want.append(gd)
     before = set(x for x in os.listdir(a.tmp) if x.startswith("kvtier-kv-"))
     fast = a.preempt_fast
     for attempt in range(2): # a fast tier too small for the summaries: once more with the summaries' bytes + 1 MiB
-        cmd = [a.asan or a.bin, "serve", "-m", a.model, "-t", "2", "-c", str(4 * ctx), "-np", "4", "--port", str(a.port),
-               "--metrics", "--kv-block", blk, "--kv-granularity", gran, "--kv-fast", fast, "--kv-host", a.preempt_host,
-               "--kv-disk", a.tmp] + f
-        log = open(os.path.join(a.tmp, "kvt_sparse_sweep_serve_%d.err" % os.getpid()), "w+")
-        srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, text=True)
-        why = wait_health(srv, log)
+        why, srv = start_server([a.asan or a.bin, "serve", "-m", a.model, "-t", "2", "-c", str(4 * ctx), "-np", "4",
+                                 "--port", str(a.port), "--metrics", "--kv-block", blk, "--kv-granularity", gran,
+                                 "--kv-fast", fast, "--kv-host", a.preempt_host, "--kv-disk", a.tmp] + f)
         if not why:
             break
-        srv.wait()
-        log.close()
-        os.unlink(log.name)
         need = re.search(r"cannot hold the sparse key summaries \((\d+) bytes\)", why)
         if attempt or not need:
             return why, 0, where
@@ -211,27 +220,21 @@ def preempt_check(f, ctx, blk, gran, n, nchars):
                 got = list(ex.map(lambda b: post("/completion", b)["tokens"], bodies))
         except Exception as e: # (a crash or an error answer: the server's last words)
             time.sleep(1)
-            log.seek(0)
-            return "serve failed (%s: %s; exit %s): %s" % (type(e).__name__, e, srv.poll(), log.read()[-2500:]), 0, where
+            code = srv.poll()
+            return "serve failed (%s: %s; exit %s): %s" % (type(e).__name__, e, code, stop_server(srv)[-2500:]), 0, where
         m = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % a.port, timeout=10).read().decode()
-        pre = sum(float(l.split()[-1]) for l in m.splitlines() if l.startswith("kvtier_preemptions_total"))
-        bad = [k for k in range(4) if got[k] != want[k]["ids"]]
-        srv.terminate()
-        srv.wait()
-        log.seek(0)
-        err = log.read()
+        pre = int(sum(float(l.split()[-1]) for l in m.splitlines() if l.startswith("kvtier_preemptions_total")))
+        err = stop_server(srv)
         if "Sanitizer" in err or "runtime error" in err:
-            return "sanitizer report from serve: " + err[-2500:], int(pre), where
+            return "sanitizer report from serve: " + err[-2500:], pre, where
         left = set(x for x in os.listdir(a.tmp) if x.startswith("kvtier-kv-")) - before
         if left: # (serve removes its disk file when it ends on SIGTERM: docs/SERVING.md)
-            return "serve left %s in %s" % (sorted(left), a.tmp), int(pre), where
+            return "serve left %s in %s" % (sorted(left), a.tmp), pre, where
+        bad = [k for k in range(4) if got[k] != want[k]["ids"]]
         return (None if not bad else "serve answers %s differ from generate: %s against %s" % (
-            bad, [got[k][:12] for k in bad], [want[k]["ids"][:12] for k in bad])), int(pre), where
+            bad, [got[k][:12] for k in bad], [want[k]["ids"][:12] for k in bad])), pre, where
     finally:
-        srv.terminate()
-        srv.wait()
-        log.close()
-        os.unlink(log.name)
+        stop_server(srv)
 
 
 def outcome(p):

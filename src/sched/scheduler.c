@@ -180,17 +180,16 @@ kvt_status kvt_sched_submit(kvt_sched *s, const kvt_sched_request *rq, uint64_t 
     return kvt_sched_submit_staged(s, rq, NULL, id, err);
 }
 
-// Prompt positions the prefix cache may give a request: all but the last ones, which are computed for their
-// logits (and asyncspade's query history: a cached prefix brings keys only), kvt_context_prompt_tail.
-static int64_t cacheable(const kvt_sched *s, int64_t n_prompt) { return kvt_context_prompt_cacheable(s->ctx, n_prompt); }
+// The prefix cache gives a request at most kvt_context_prompt_cacheable positions: all but the last ones, which are
+// computed for their logits (and asyncspade's query history: a cached prefix brings keys only).
 
 int64_t kvt_sched_prefix_blocks(const kvt_sched *s, int64_t n_prompt) {
     const int64_t bt = kvt_context_kv(s->ctx)->block_tokens;
-    return bt > 0 ? cacheable(s, n_prompt) / bt : 0;
+    return bt > 0 ? kvt_context_prompt_cacheable(s->ctx, n_prompt) / bt : 0;
 }
 
 int64_t kvt_sched_prefix_probe(const kvt_sched *s, const int32_t *prompt, int64_t n_prompt) {
-    return s->pc ? kvt_prefix_cache_probe(s->pc, prompt, n_prompt, cacheable(s, n_prompt)) : -1;
+    return s->pc ? kvt_prefix_cache_probe(s->pc, prompt, n_prompt, kvt_context_prompt_cacheable(s->ctx, n_prompt)) : -1;
 }
 
 kvt_status kvt_sched_submit_staged(kvt_sched *s, const kvt_sched_request *rq, const kvt_prefix_staged *staged,
@@ -316,7 +315,7 @@ static kvt_status admit(kvt_sched *s, req *r, kvt_err *err) {
     if (!st && s->pc) {
         int64_t n_cached = 0;
         const double t0 = kvt_time_ms();
-        st = kvt_prefix_cache_attach_staged(s->pc, seq, r->prompt, r->p.n_prompt, cacheable(s, r->p.n_prompt), r->staged,
+        st = kvt_prefix_cache_attach_staged(s->pc, seq, r->prompt, r->p.n_prompt, kvt_context_prompt_cacheable(s->ctx, r->p.n_prompt), r->staged,
                                             &n_cached, err);
         if (!st) {
             r->cached = r->n_prefilled = n_cached;
