@@ -196,6 +196,7 @@ typedef struct {
     kvt_kv_stats *kv;        // the store's counters at the end (NULL: not wanted)
     const kvt_sparse_params *sparse; // sparse decode attention (NULL: dense); its key summaries come on top of
                                      // fast_blocks
+    bool no_queries;         // the prefix cache keeps no asyncspade query window (prefix_query_bytes 0)
 } tiers;
 
 // Runs the workload through a scheduler; fills recs; *why on a mismatch. Returns false on failure.
@@ -227,6 +228,7 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
     sp.token_budget = budget;
     sp.preempt = t && t->preempt;
     sp.prefix_cache = t && t->prefix;
+    if (t && t->no_queries) sp.prefix_query_bytes = 0;
     kvt_prefix_store *ps = NULL;
     if (ctx && t && t->store_dir) { // puts written synchronously: the next run sees every block
         kvt_prefix_identity id;
@@ -332,7 +334,7 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     rec recs[NR];
     kvt_sched_stats ss = {0};
     // fast + host hold 12 position blocks of the 30-odd the requests need at once: preemption swaps some out
-    tiers t = {2 * 2, 2 * 4, dir, true, false, NULL, NULL, NULL};
+    tiers t = {2 * 2, 2 * 4, dir, true, false, NULL, NULL, NULL, false};
     ok = ok && run_sched(m, w, NR, 8, 40, &t, recs, &ss, why, sizeof why);
     test_result(ok && ss.preemptions > 0 && ss.resumes > 0,
                 "sched: preemption by swap to disk under tiny fast/host tiers; resumed requests give the same greedy ids",
@@ -342,7 +344,7 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     uint64_t seed = 77;
     int rounds = quick ? 1 : 3, r = 0;
     for (; ok && r < rounds; r++) {
-        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true, NULL, NULL, NULL}; // no preemption: a plan
+        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true, NULL, NULL, NULL, false}; // no preemption: a plan
         ok = run_sched(m, w, NR, (int32_t)rng_in(&seed, 1, 6), rng_in(&seed, 2, 64), &tr, recs, &ss, why, sizeof why);
     }
     test_result(ok && ss.cached_tokens > 0 && ss.plans > 0, "sched: random fast/host/disk budgets, preemption on or off "
@@ -395,11 +397,11 @@ static void sched_sparse(const kvt_model *m) {
         if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
         rec recs[NR];
         kvt_sched_stats ss = {0}, ss2 = {0};
-        tiers plain = {0, 0, NULL, false, false, NULL, NULL, &sp};
+        tiers plain = {0, 0, NULL, false, false, NULL, NULL, &sp, false};
         ok = ok && run_sched(m, w, NR, 3, 7, &plain, recs, &ss, why, sizeof why) && sparse_counted(recs, w, NR, why, sizeof why);
-        tiers small = {2 * 2, 2 * 4, dir, true, true, NULL, NULL, &sp};
+        tiers small = {2 * 2, 2 * 4, dir, true, true, NULL, NULL, &sp, false};
         ok = ok && run_sched(m, w, NR, 8, 40, &small, recs, &ss, why, sizeof why) && sparse_counted(recs, w, NR, why, sizeof why);
-        tiers cache = {0, 0, NULL, false, true, NULL, NULL, &sp};
+        tiers cache = {0, 0, NULL, false, true, NULL, NULL, &sp, false};
         ok = ok && run_sched(m, w, NR, 4, 20, &cache, recs, &ss2, why, sizeof why) && sparse_counted(recs, w, NR, why, sizeof why);
         char name[256];
         snprintf(name, sizeof name, "sched: sparse %s for every sequence (batched, chunked, n = 2, prefix cache, preemption "
@@ -409,6 +411,58 @@ static void sched_sparse(const kvt_model *m) {
                     (long long)ss.preemptions, (long long)ss2.cached_tokens);
     }
     tmp_dir_remove(dir);
+}
+
+// asyncspade's query windows in the prefix cache (window 16: a prompt's last 17 queries): a 67-token prompt (4 full
+// blocks of 16 and 3 positions) is sent, then with 3 more tokens, then as it was, then cut to 60 tokens; then an
+// 80-token prompt (5 whole blocks) twice; one at a time. With the windows kept at the prompts' ends, the second and
+// third get 64 cached positions where the window rule alone gives 48 (70 - 17 and 67 - 17 -> 3 blocks); the fourth
+// cannot use it (its prompt ends before the window: 32); the second 80-token one gets 64 (its window kept at block 5
+// serves block 4's end), not 48. Three windows are kept (the 60-token prompt's too, at its block 3). Every request's greedy ids = kvt_generate alone, with the windows kept and without.
+static void sched_sparse_queries(const kvt_model *m) {
+    enum { NQ = 6 };
+    static const int64_t len[NQ] = {67, 70, 67, 60, 80, 80};
+    workload w[NQ];
+    uint64_t seed = 5;
+    for (int i = 0; i < NQ; i++) {
+        w[i].n_prompt = len[i];
+        for (int64_t t = 0; t < len[i]; t++) w[i].prompt[t] = (int32_t)rng_in(&seed, 1, m->hp.n_vocab - 1);
+        const int src = i < 4 ? 0 : 4;
+        if (i != src) memcpy(w[i].prompt, w[src].prompt, (size_t)(len[i] < len[src] ? len[i] : len[src]) * 4);
+        w[i].max_tokens = 12;
+        w[i].n = 1;
+        w[i].arrive = 40 * i; // each one alone
+    }
+    kvt_sparse_params sp = {0};
+    sp.mode = KVT_SPARSE_ASYNCSPADE;
+    sp.budget_frac = 0.25;
+    sp.sink = 2;
+    sp.recent = 4;
+    sp.window = 16;
+    kvt_err err = {0};
+    bool ok = reference(m, w, NQ, &sp, &err) == KVT_OK;
+    char why[640] = "";
+    if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+    rec recs[NQ];
+    kvt_sched_stats on = {0}, off = {0};
+    tiers with = {0, 0, NULL, false, true, NULL, NULL, &sp, false}, without = {0, 0, NULL, false, true, NULL, NULL, &sp, true};
+    static const int64_t want_on[NQ] = {0, 64, 64, 32, 0, 64}, want_off[NQ] = {0, 48, 48, 32, 0, 48};
+    int64_t got_on[NQ] = {0}, got_off[NQ] = {0};
+    ok = ok && run_sched(m, w, NQ, 2, 20, &with, recs, &on, why, sizeof why);
+    for (int i = 0; ok && i < NQ; i++) got_on[i] = recs[i].res.cached_tokens;
+    ok = ok && run_sched(m, w, NQ, 2, 20, &without, recs, &off, why, sizeof why);
+    for (int i = 0; ok && i < NQ; i++) got_off[i] = recs[i].res.cached_tokens;
+    test_result(ok && !memcmp(got_on, want_on, sizeof want_on) && !memcmp(got_off, want_off, sizeof want_off) &&
+                    on.query_hits == 3 && on.query_tokens == 48 && on.query_windows == 3 && on.query_bytes > 0 &&
+                    off.query_hits == 0 && off.query_windows == 0,
+                "sched: asyncspade's query window kept at a prompt's end: a repeated or extended prompt gets the cached "
+                "blocks as dense does (64 positions, not 48), and the same greedy ids as kvt_generate alone (and as "
+                "without the windows)",
+                "%s; cached %lld %lld %lld %lld %lld (without: %lld %lld %lld %lld %lld), %lld query hits (%lld tokens), "
+                "%lld windows (%lld bytes)", why, (long long)got_on[1], (long long)got_on[2], (long long)got_on[3],
+                (long long)got_on[4], (long long)got_on[5], (long long)got_off[1], (long long)got_off[2],
+                (long long)got_off[3], (long long)got_off[4], (long long)got_off[5], (long long)on.query_hits,
+                (long long)on.query_tokens, (long long)on.query_windows, (long long)on.query_bytes);
 }
 
 // Admission and preemption under sparse selection (quest, asyncspade with page-aligned selections) over a bounded fast
@@ -536,7 +590,7 @@ static void sched_prefix_chunks(const kvt_model *m) {
     if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
     rec recs[2];
     kvt_sched_stats ss = {0};
-    tiers t = {0, 0, NULL, false, true, NULL, NULL, NULL};
+    tiers t = {0, 0, NULL, false, true, NULL, NULL, NULL, false};
     ok = ok && run_sched(m, w, 2, 2, 16, &t, recs, &ss, why, sizeof why);
     test_result(ok && ss.cached_tokens >= 32,
                 "sched: a prompt's blocks join the prefix cache chunk by chunk: a second request arriving mid-prefill "
@@ -559,9 +613,9 @@ static void sched_store_host(const kvt_model *m) {
     kvt_sched_stats ss = {0};
     kvt_kv_stats ks;
     memset(&ks, 0, sizeof ks);
-    tiers cold = {0, 0, NULL, false, true, dir, NULL, NULL};
+    tiers cold = {0, 0, NULL, false, true, dir, NULL, NULL, false};
     ok = ok && run_sched(m, w, NR, 3, 24, &cold, recs, &ss, why, sizeof why);
-    tiers warm = {2 * 6, 2 * 40, NULL, false, true, dir, &ks, NULL};
+    tiers warm = {2 * 6, 2 * 40, NULL, false, true, dir, &ks, NULL, false};
     ok = ok && run_sched(m, w, NR, 3, 24, &warm, recs, &ss, why, sizeof why);
     const int64_t up = ks.moved_count[KVT_TIER_HOST][KVT_TIER_FAST];
     test_result(ok && ss.cached_tokens > 0 && ks.host_imports > 0 && up >= ks.host_imports,
@@ -775,6 +829,7 @@ static void engine_fetch(const kvt_model *m) {
 // a prompt whose window crosses a block boundary, sent twice to one engine, is fetched from the second level once (the
 // first time, from an empty directory); the second time every block attach may give is in memory, so no fetch starts
 // (the fetch had counted to the block of position n_prompt - 1, past what attach takes, and started on every hit).
+// Since the prefix cache keeps the first prompt's query window, attach gives the second one 48 positions, not 32.
 static void engine_fetch_tail(const kvt_model *m) {
     const char *name = "sched engine, asyncspade: a prompt whose blocks attach may give are all in memory starts no "
                        "fetch from the second level (blocks before the query window only)";
@@ -827,9 +882,9 @@ static void engine_fetch_tail(const kvt_model *m) {
         kvt_engine_stats_get(e, &es[i]);
     }
     kvt_engine_free(e);
-    test_result(ok && es[0].prefix_fetches == 1 && es[1].prefix_fetches == 1 && all.r[1].res.cached_tokens == 32 &&
+    test_result(ok && es[0].prefix_fetches == 1 && es[1].prefix_fetches == 1 && all.r[1].res.cached_tokens == 48 &&
                     all.r[1].n_ids[0] == 4 && !memcmp(all.r[0].ids[0], all.r[1].ids[0], 4 * sizeof(int32_t)),
-                name, "%s; fetches %lld then %lld, the second request's cached tokens %lld (want 1, 1, 32)", ok ? "" : err.msg,
+                name, "%s; fetches %lld then %lld, the second request's cached tokens %lld (want 1, 1, 48)", ok ? "" : err.msg,
                 (long long)es[0].prefix_fetches, (long long)es[1].prefix_fetches, (long long)all.r[1].res.cached_tokens);
     pthread_mutex_destroy(&all.mu);
     pthread_cond_destroy(&all.cv);
@@ -890,6 +945,7 @@ void test_sched(const test_env *env) {
     sched_tiers(m, env->quick);
     sched_prefix_chunks(m);
     sched_sparse(m);
+    sched_sparse_queries(m);
     sched_sparse_admission(m);
     sched_store_host(m);
     engine_fetch(m);

@@ -658,6 +658,17 @@ def t_sparse(kvtier, model, extra):
             assert sp["steps"] == r["usage"]["completion_tokens"] - 1, (sp, r["usage"])
             assert 0 < sp["selected_frac"] < 1 and sp["kv_read_bytes"] > 0 and sp["summary_read_bytes"] > 0, sp
             assert 0 <= sp["wait_ms"] <= sp["stall_ms"], sp
+            if mode == "asyncspade":  # a prompt that ends 1-3 tokens past a block boundary (n mod 16 < window + 1),
+                # twice: the second takes the first one's query window kept by the prefix cache, so it recomputes only
+                # the tokens past the last full block, and says the same
+                p2 = "Story 6: a query window"
+                while len(s.post("/tokenize", {"content": p2})[2]["tokens"]) % 16 not in (1, 2, 3):
+                    p2 += " and"
+                q0 = s.metric("kvtier_prefix_query_hits_total")
+                outs = [s.post("/v1/completions", {"prompt": p2, "max_tokens": 16, "temperature": 0})[2] for _ in range(2)]
+                q1 = s.metric("kvtier_prefix_query_hits_total")
+                assert q1 == q0 + 1 and outs[0]["choices"][0]["text"] == outs[1]["choices"][0]["text"], (q0, q1, outs)
+                assert s.metric("kvtier_prefix_query_windows") >= 1 and s.metric("kvtier_prefix_query_bytes") > 0
             g = json.loads(subprocess.run([kvtier, "generate", "-m", model, "-p", prompt, "-n", "24", "--temp", "0",
                                            "-t", "2", "-c", "512", "--kv-block", "16", "--json", *flags],
                                           capture_output=True, text=True,

@@ -5,7 +5,9 @@
 // block (kvt_kv_paged_block_ref: one hold on each of its n_layer * n_group store blocks). The blocks stay in
 // the paged store's tiers like any other and move down under eviction; attach appends them to a sequence by
 // reference (kvt_kv_paged_seq_push_ref). Entries are found through an open-addressing table on the key.
-// Trim drops leaves (entries no other entry continues), least recently used first.
+// Trim drops leaves (entries no other entry continues), least recently used first. Under asyncspade an entry may
+// also keep the query window of a prompt that ended in or at its block (kvt_prefix_cache_keep_queries), within
+// query_bytes, least recently used dropped first.
 #include "prefix_cache.h"
 
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 
 #include "../kv/kv_block_io.h"
 #include "../kv/kv_paged.h"
+#include "../sparse/sparse.h"
 
 typedef struct {
     kvt_block_key key;
@@ -21,6 +24,7 @@ typedef struct {
     int64_t *ids;       // [n_shard] store handles, NULL: free entry
     int64_t children;   // entries whose parent this is
     uint64_t last_use;  // cache tick of the last attach or insert that passed through it
+    kvt_sparse_qwin *qwin; // asyncspade: the query window of a prompt that ended in or at this block (NULL: none)
 } pentry;
 
 struct kvt_prefix_cache {
@@ -153,7 +157,7 @@ static int64_t entry_new(kvt_prefix_cache *pc, int32_t seq, int64_t b, const kvt
         }
         x = pc->n_e++;
     }
-    pc->e[x] = (pentry){*key, parent, b, ids, 0, pc->tick};
+    pc->e[x] = (pentry){*key, parent, b, ids, 0, pc->tick, NULL};
     if (!tab_add(pc, x)) {
         kvt_kv_paged_block_unref(pc->kv, ids);
         free(ids);
@@ -168,8 +172,18 @@ static int64_t entry_new(kvt_prefix_cache *pc, int32_t seq, int64_t b, const kvt
     return x;
 }
 
+static void qwin_drop(kvt_prefix_cache *pc, int64_t x) {
+    pentry *E = &pc->e[x];
+    if (!E->qwin) return;
+    pc->st.query_windows--;
+    pc->st.query_bytes -= kvt_sparse_qwin_bytes(E->qwin);
+    kvt_sparse_qwin_free(E->qwin);
+    E->qwin = NULL;
+}
+
 static void entry_drop(kvt_prefix_cache *pc, int64_t x) {
     pentry *E = &pc->e[x];
+    qwin_drop(pc, x);
     tab_del(pc, x);
     kvt_kv_paged_block_unref(pc->kv, E->ids);
     free(E->ids);
@@ -183,7 +197,7 @@ static void entry_drop(kvt_prefix_cache *pc, int64_t x) {
 // --- the interface ---------------------------------------------------------------------------------------
 
 kvt_prefix_cache_params kvt_prefix_cache_params_default(void) {
-    kvt_prefix_cache_params p = {0, NULL};
+    kvt_prefix_cache_params p = {0, NULL, KVT_PREFIX_QUERY_BYTES_DEFAULT};
     return p;
 }
 
@@ -227,6 +241,7 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc) {
         if (pc->e[i].ids) {
             kvt_kv_paged_block_unref(pc->kv, pc->e[i].ids);
             free(pc->e[i].ids);
+            kvt_sparse_qwin_free(pc->e[i].qwin);
         }
     }
     free(pc->e);
@@ -236,9 +251,34 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc) {
     free(pc);
 }
 
+// Blocks of tokens[0, n) that attach may give through a query window: the most blocks d, at most (n - 1) / bt and
+// more than min_b, of a chain of entries from block 0 with a window covering d * bt for a prompt of n
+// (kvt_sparse_qwin_covers) at its entry d or, for a whole-block prompt, d + 1 (a window's queries before a block's end
+// are the chain's, so the window of a prompt repeated as it was serves at its last block but one); 0 when none (*x:
+// the entry holding the window).
+static int64_t window_blocks(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t n, int64_t min_b, int64_t *x) {
+    if (pc->st.query_windows == 0 || n < 2) return 0;
+    const int64_t bt = pc->kv->block_tokens, nbx = (n - 1) / bt, nbw = n / bt;
+    kvt_block_key key;
+    const kvt_block_key *prev = NULL;
+    int64_t parent = -1, best = 0;
+    for (int64_t b = 0; b < nbw; b++) {
+        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
+        const int64_t y = tab_find(pc, &key);
+        if (!(y >= 0 && pc->e[y].b == b && pc->e[y].parent == parent)) break;
+        const int64_t d = b + 1 < nbx ? b + 1 : nbx;
+        if (d > min_b && d > best && pc->e[y].qwin && kvt_sparse_qwin_covers(pc->e[y].qwin, d * bt, n)) best = d, *x = y;
+        parent = y;
+        prev = &pc->e[y].key;
+    }
+    return best;
+}
+
 int64_t kvt_prefix_cache_probe(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t n, int64_t max_tokens) {
     const int64_t bt = pc->kv->block_tokens, lim = max_tokens < n ? max_tokens : n;
-    const int64_t nb = lim > 0 ? lim / bt : 0;
+    int64_t nb = lim > 0 ? lim / bt : 0, xw = -1;
+    const int64_t nw = window_blocks(pc, tokens, n, nb, &xw);
+    if (nw > nb) nb = nw;
     kvt_block_key key;
     const kvt_block_key *prev = NULL;
     int64_t parent = -1, b = 0;
@@ -276,7 +316,9 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
                           past < 0 ? "does not exist" : "already holds positions");
     }
     const int64_t bt = pc->kv->block_tokens, lim = max_tokens < n ? max_tokens : n;
-    const int64_t nb = lim > 0 ? lim / bt : 0;
+    int64_t nb = lim > 0 ? lim / bt : 0, xw = -1;
+    const int64_t nb0 = nb, nw = window_blocks(pc, tokens, n, nb, &xw); // past max_tokens with a query window
+    if (nw > nb) nb = nw;
     pc->tick++;
     kvt_block_key key, *prev = NULL;
     int64_t parent = -1, b = 0, from_store = 0, from_staged = 0;
@@ -333,9 +375,21 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
         pc->kv->ops->truncate(pc->kv, seq, 0);
         return st;
     }
+    if (b > nb0 && b != nw) { // (not expected: the walk of window_blocks saw these entries) back to max_tokens
+        pc->kv->ops->truncate(pc->kv, seq, nb0 * bt);
+        b = nb0;
+    }
     if ((st = kvt_context_seq_set_n_past(pc->ctx, seq, b * bt, err))) {
         pc->kv->ops->truncate(pc->kv, seq, 0);
         return st;
+    }
+    if (b > nb0) { // the memory cache went past max_tokens to the window's block (nw = nb = b; xw, that block's entry or the next one, holds the window)
+        if ((st = kvt_sparse_qwin_restore(kvt_context_sparse(pc->ctx), seq, pc->e[xw].qwin, b * bt, err))) {
+            kvt_context_seq_truncate(pc->ctx, seq, 0);
+            return st;
+        }
+        pc->st.query_hits++;
+        pc->st.query_tokens += (b - nb0) * bt;
     }
     *n_cached = b * bt;
     pc->st.store_hit_tokens += from_store * bt;
@@ -376,6 +430,44 @@ kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int3
     }
     if (pc->p.max_blocks > 0) kvt_prefix_cache_trim(pc, pc->p.max_blocks);
     return KVT_OK;
+}
+
+void kvt_prefix_cache_keep_queries(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n) {
+    const int64_t bt = pc->kv->block_tokens, nb = n / bt;
+    if (pc->p.query_bytes <= 0 || nb < 1 || kvt_context_prompt_tail(pc->ctx) <= 1) return;
+    kvt_block_key key;
+    const kvt_block_key *prev = NULL;
+    int64_t x = -1;
+    for (int64_t b = 0; b < nb; b++) { // the entry of the prompt's last full block (insert registered the chain)
+        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
+        const int64_t y = tab_find(pc, &key);
+        if (!(y >= 0 && pc->e[y].b == b && pc->e[y].parent == x)) return;
+        x = y;
+        prev = &pc->e[y].key;
+    }
+    // a window kept there ending at or before n serves every prompt this one would (its queries before the block's
+    // end are the same bits: they depend on the block chain's tokens alone), and more
+    if (pc->e[x].qwin && kvt_sparse_qwin_end(pc->e[x].qwin) <= n) return;
+    kvt_sparse_qwin *w = NULL;
+    kvt_err e2;
+    if (kvt_sparse_qwin_take(kvt_context_sparse(pc->ctx), seq, n, &w, &e2) || !w) return;
+    const int64_t bytes = kvt_sparse_qwin_bytes(w);
+    if (!kvt_sparse_qwin_covers(w, nb * bt, n + 1) || bytes > pc->p.query_bytes) { // no query before the block's end
+        kvt_sparse_qwin_free(w);
+        return;
+    }
+    qwin_drop(pc, x); // a window of a longer prompt that ended in the same block
+    while (pc->st.query_bytes + bytes > pc->p.query_bytes) { // least recently used windows out
+        int64_t old = -1;
+        for (int64_t i = 0; i < pc->n_e; i++) {
+            if (pc->e[i].ids && pc->e[i].qwin && (old < 0 || pc->e[i].last_use < pc->e[old].last_use)) old = i;
+        }
+        if (old < 0) break;
+        qwin_drop(pc, old);
+    }
+    pc->e[x].qwin = w;
+    pc->st.query_windows++;
+    pc->st.query_bytes += bytes;
 }
 
 int64_t kvt_prefix_cache_trim(kvt_prefix_cache *pc, int64_t keep_blocks) {

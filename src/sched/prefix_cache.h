@@ -25,10 +25,15 @@
 // first block). Deterministic across processes and machines (no seed, no pointer).
 kvt_block_key kvt_prefix_key_next(const kvt_block_key *prev, const int32_t *tokens, int64_t n);
 
+// Default of kvt_prefix_cache_params.query_bytes: 64 MiB (SmolLM2-135M's window of 17 queries is 1.2 MB).
+#define KVT_PREFIX_QUERY_BYTES_DEFAULT ((int64_t)64 << 20)
+
 typedef struct {
     int64_t max_blocks;       // blocks the cache may hold beyond those of running sequences (0: bounded only
                               // by the store's tiers, see kvt_prefix_cache_trim)
     kvt_prefix_store *store;  // second level (borrowed, may be NULL)
+    int64_t query_bytes;      // asyncspade: bytes of query windows kept at prompt ends (kvt_prefix_cache_keep_queries)
+                              // at most, least recently used dropped first; 0: none kept
 } kvt_prefix_cache_params;
 
 kvt_prefix_cache_params kvt_prefix_cache_params_default(void);
@@ -40,6 +45,9 @@ typedef struct {
     int64_t staged_tokens;    // of those, positions imported from copies staged beforehand (kvt_prefix_staged)
     int64_t blocks;           // distinct blocks the cache references now
     int64_t inserted, dropped; // blocks registered / released by trim since init
+    int64_t query_windows, query_bytes; // asyncspade query windows held now, and their bytes
+    int64_t query_hits;       // attach calls that gave positions past kvt_context_prompt_cacheable through a window
+    int64_t query_tokens;     // positions those calls gave past it (prompt positions not recomputed)
 } kvt_prefix_cache_stats;
 
 typedef struct kvt_prefix_cache kvt_prefix_cache;
@@ -50,9 +58,12 @@ kvt_status kvt_prefix_cache_init(kvt_context *ctx, const kvt_prefix_cache_params
 void kvt_prefix_cache_free(kvt_prefix_cache *pc); // releases every cached block
 
 // seq must hold no position. Gives it the KV of the longest prefix of tokens[0, n) made of cached full blocks,
-// at most max_tokens positions (the caller passes n - 1, so the last prompt token is computed and gives
-// logits); *n_cached: positions given (a multiple of the block size; 0 on a miss). The sequence's n_past is
-// set. Errors (budget while importing from the store) leave seq empty.
+// at most max_tokens positions (the caller passes kvt_context_prompt_cacheable: n - 1, so the last prompt token is
+// computed and gives logits, or n - window - 1 under asyncspade); *n_cached: positions given (a multiple of the block
+// size; 0 on a miss). Under asyncspade the memory cache's blocks may go further, up to n - 1 positions, to the end of
+// a block whose entry keeps a query window that covers the prompt (kvt_sparse_qwin_covers): the window is restored into
+// seq's history, so the prompt's last window + 1 positions need not be recomputed (the same selections and tokens).
+// The sequence's n_past is set. Errors (budget while importing from the store, memory) leave seq empty.
 kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
                                    int64_t max_tokens, int64_t *n_cached, kvt_err *err);
 // Blocks of the second-level store read beforehand (by the serving engine's background fetch, prefix_fetch.h):
@@ -74,14 +85,19 @@ typedef struct kvt_prefix_staged {
 kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
                                           int64_t max_tokens, const kvt_prefix_staged *staged, int64_t *n_cached,
                                           kvt_err *err);
-// Blocks of tokens[0, min(n, max_tokens)) the memory cache holds now (what attach would give by reference, the
-// second level not asked). Changes nothing (no recency).
+// Blocks of tokens[0, min(n, max_tokens)) the memory cache holds now, or further as attach goes with a query window
+// (what attach would give by reference, the second level not asked). Changes nothing (no recency).
 int64_t kvt_prefix_cache_probe(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t n, int64_t max_tokens);
 
 // Registers the full blocks of positions [0, n) of seq, whose ids are tokens[0, n): the cache keeps them after
 // seq is freed. Blocks already cached are not duplicated. New blocks go to the second-level store too.
 kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
                                    kvt_err *err);
+// Under asyncspade (with query_bytes > 0): keeps seq's query window ending at n (kvt_sparse_qwin_take; seq has just
+// computed the prompt tokens[0, n), whose blocks insert registered) beside the entry of its last full block, for
+// attach. Nothing is kept when there is no window or it does not fit query_bytes; never an error (out of memory:
+// not kept).
+void kvt_prefix_cache_keep_queries(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n);
 // Releases cached prefixes, least recently used first, until the cache alone holds at most keep_blocks blocks
 // (blocks also held by a running sequence stay until it ends). Returns the blocks released.
 int64_t kvt_prefix_cache_trim(kvt_prefix_cache *pc, int64_t keep_blocks);

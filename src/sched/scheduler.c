@@ -72,6 +72,7 @@ kvt_sched_params kvt_sched_params_default(void) {
     p.plan_iters = 4;
     p.prefix_fetch_bytes = (int64_t)256 << 20;
     p.prefix_fetch_wait_ms = 2000;
+    p.prefix_query_bytes = KVT_PREFIX_QUERY_BYTES_DEFAULT;
     return p;
 }
 
@@ -110,6 +111,7 @@ kvt_status kvt_sched_init(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_
         kvt_prefix_cache_params pp = kvt_prefix_cache_params_default();
         pp.max_blocks = p->prefix_max_blocks;
         pp.store = p->prefix_store;
+        pp.query_bytes = p->prefix_query_bytes;
         kvt_status st = kvt_prefix_cache_init(ctx, &pp, &s->pc, err);
         if (st) {
             free(s);
@@ -242,6 +244,14 @@ void kvt_sched_stats_get(const kvt_sched *s, kvt_sched_stats *out) {
         else if (r->swapped) out->preempted++;
         else out->running += r->state == R_PREFILL ? 1 : r->n_live;
     }
+    if (s->pc) {
+        kvt_prefix_cache_stats ps;
+        kvt_prefix_cache_stats_get(s->pc, &ps);
+        out->query_hits = ps.query_hits;
+        out->query_tokens = ps.query_tokens;
+        out->query_windows = ps.query_windows;
+        out->query_bytes = ps.query_bytes;
+    }
 }
 
 // Sparse decode attention with a selection (quest, asyncspade): a decode step of a sequence reads only its selected
@@ -359,6 +369,7 @@ static void choice_sample(kvt_sched *s, req *r, int32_t i, const float *logits) 
 static kvt_status prompt_done(kvt_sched *s, req *r, const float *logits, kvt_err *err) {
     kvt_status st = KVT_OK;
     if (s->pc) st = kvt_prefix_cache_insert(s->pc, r->ch[0].seq, r->prompt, r->p.n_prompt, err);
+    if (!st && s->pc) kvt_prefix_cache_keep_queries(s->pc, r->ch[0].seq, r->prompt, r->p.n_prompt); // (asyncspade)
     for (int32_t i = 1; !st && i < r->p.n; i++) {
         st = kvt_context_seq_fork(s->ctx, r->ch[0].seq, &r->ch[i].seq, err);
         if (!st) {

@@ -73,6 +73,8 @@ typedef struct {
     int64_t token_budget;        // rows of one iteration (decode rows + prefill chunks); raised to n_parallel + 1
     bool prefix_cache;           // reuse full prompt blocks (needs the paged store)
     int64_t prefix_max_blocks;   // see kvt_prefix_cache_params (0: bounded by the store)
+    int64_t prefix_query_bytes;  // asyncspade's query windows the prefix cache keeps (kvt_prefix_cache_params.query_bytes;
+                                 // default KVT_PREFIX_QUERY_BYTES_DEFAULT)
     kvt_prefix_store *prefix_store; // second level of the prefix cache (borrowed, may be NULL)
     bool preempt;                // preemption by swap when fast + host are full (needs a disk tier)
     int32_t plan_iters;          // iterations ahead published with kvt_kv_paged_set_plan (0: no plan)
@@ -93,6 +95,9 @@ typedef struct {
     int64_t cached_tokens;       // prompt positions reused from the prefix cache
     int64_t prefix_trimmed;      // cached blocks dropped because the store was full
     int64_t plans;               // plans published
+    int64_t query_hits, query_tokens; // admissions whose prefix went past the prompt's last window + 1 positions through
+                                 // a query window, and the prompt positions that spared (kvt_prefix_cache_stats)
+    int64_t query_windows, query_bytes; // query windows the prefix cache holds now, their bytes
     double attach_ms;            // time admission spent giving prompts their cached prefix (prefix-cache attach:
                                  // references, imports, and any second-level store reads it waited for)
 } kvt_sched_stats;

@@ -99,6 +99,8 @@ typedef struct {
     int64_t preempted;                 // requests swapped out now
     int64_t plans;                     // prefetch plans published to the KV store
     double prefix_attach_seconds;      // scheduler thread time spent giving admitted prompts their cached prefix
+    int64_t query_hits, query_tokens;  // asyncspade: admissions that took a kept query window, prompt positions spared
+    int64_t query_windows, query_bytes; // asyncspade: query windows the prefix cache holds now, their bytes
     kvt_kv_stats kv;                   // the store's counters (as of the last finished job)
     kvt_sparse_totals sparse;          // sparse decode attention's counters (kvt_sparse_totals_get; zeros when off), taken
                                        // with kv

@@ -314,6 +314,10 @@ static void *sched_main(void *arg) {
         e->st.preempted = after.preempted;
         e->st.plans = after.plans;
         e->st.prefix_attach_seconds = after.attach_ms / 1e3;
+        e->st.query_hits = after.query_hits;
+        e->st.query_tokens = after.query_tokens;
+        e->st.query_windows = after.query_windows;
+        e->st.query_bytes = after.query_bytes;
         kvt_context_kv_stats(e->ctx, &e->st.kv);
         if (kvt_context_sparse(e->ctx)) kvt_sparse_totals_get(kvt_context_sparse(e->ctx), &e->st.sparse);
         pthread_mutex_unlock(&e->mu);

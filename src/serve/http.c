@@ -535,6 +535,16 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
     }
     METRIC("prefix_attach_seconds_total", "counter", "Time the scheduler thread spent giving admitted prompts their cached prefix (memory references, imports, second-level reads it waited for).");
     fprintf(f, "kvtier_prefix_attach_seconds_total %.6f\n", s.prefix_attach_seconds);
+    { // asyncspade's query windows kept by the prefix cache (prefix_cache.h; zeros otherwise)
+        METRIC("prefix_query_hits_total", "counter", "Prefix-cache hits that took a kept query window (asyncspade) instead of recomputing the prompt's last window + 1 tokens.");
+        fprintf(f, "kvtier_prefix_query_hits_total %lld\n", (long long)s.query_hits);
+        METRIC("prefix_query_tokens_total", "counter", "Prompt tokens those hits did not recompute.");
+        fprintf(f, "kvtier_prefix_query_tokens_total %lld\n", (long long)s.query_tokens);
+        METRIC("prefix_query_windows", "gauge", "Query windows the prefix cache holds now.");
+        fprintf(f, "kvtier_prefix_query_windows %lld\n", (long long)s.query_windows);
+        METRIC("prefix_query_bytes", "gauge", "Bytes of those query windows (bounded by --kv-cache-queries).");
+        fprintf(f, "kvtier_prefix_query_bytes %lld\n", (long long)s.query_bytes);
+    }
     METRIC("kv_host_imports_total", "counter", "KV blocks of imported prefixes written straight into the host tier.");
     fprintf(f, "kvtier_kv_host_imports_total %lld\n", (long long)s.kv.host_imports);
     METRIC("n_ctx", "gauge", "Positions per sequence.");

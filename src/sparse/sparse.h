@@ -106,6 +106,27 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
 void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep);
 void kvt_sparse_seq_free(kvt_sparse *s, int32_t seq);
 
+// asyncspade's query window of a sequence, kept beside a prefix cache's blocks (src/sched/prefix_cache.c): the
+// queries of its last min(window + 1, end) positions before `end`, every layer, as its prompt's prefill computed
+// them. A later sequence given the cached positions [0, at) that computes [at, n) itself gets them back
+// (kvt_sparse_qwin_restore) instead of recomputing the last window + 1 prompt positions (kvt_sparse_prompt_tail):
+// its history is then the same bits as a sequence that computed the whole prompt, so its selections and tokens are too.
+typedef struct kvt_sparse_qwin kvt_sparse_qwin;
+// The window of seq ending at end (its queries of [0, end) observed in order, none since): *out, owned by the caller;
+// NULL (KVT_OK) when there is none to take (not asyncspade, no state, a history not ending at end). KVT_ERR_NOMEM.
+// Called by the thread that runs the sequence's forward passes (it does not wait for the sequence's worker job).
+kvt_status kvt_sparse_qwin_take(kvt_sparse *s, int32_t seq, int64_t end, kvt_sparse_qwin **out, kvt_err *err);
+void kvt_sparse_qwin_free(kvt_sparse_qwin *w);
+int64_t kvt_sparse_qwin_end(const kvt_sparse_qwin *w);
+int64_t kvt_sparse_qwin_bytes(const kvt_sparse_qwin *w); // bytes allocated for it
+// True when w holds every query a sequence given [0, at) that computes [at, n) itself needs: at in (first, end] (first:
+// the window's first position, end - min(window + 1, end)), n > at, and n - window - 1 >= first.
+bool kvt_sparse_qwin_covers(const kvt_sparse_qwin *w, int64_t at, int64_t n);
+// seq (holding positions [0, at), no query observed yet) takes w's queries of [.., at) as its history; at must be
+// covered (kvt_sparse_qwin_covers with at's n). KVT_ERR_INVALID_ARG (another configuration, at past the window),
+// KVT_ERR_NOMEM.
+kvt_status kvt_sparse_qwin_restore(kvt_sparse *s, int32_t seq, const kvt_sparse_qwin *w, int64_t at, kvt_err *err);
+
 // The attention call of the forward pass, after K/V of [pos0, pos0 + n) were appended to kv: k are those
 // keys ([n, n_head_kv * head_dim] f32, roped), q the queries. Same contract as kvt_attention. A decode step (n
 // == 1 and not prompt) attends sparsely; prompt tokens (n > 1, or prompt set) densely.

@@ -532,3 +532,89 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
     }
     return KVT_OK;
 }
+
+// --- a sequence's query window, kept by a prefix cache (sparse.h) ----------------------------------------------
+
+struct kvt_sparse_qwin {
+    int64_t end;             // the position after the last row
+    int32_t rows, w1;        // rows per (layer, KV head): min(w1, end); w1 = window + 1 of the state that took it
+    int32_t n_layer, H, gd;  // the state's shape (checked on restore)
+    float *q;                // [n_layer][H][rows][gd] the queries of positions [end - rows, end), oldest first
+};
+
+kvt_status kvt_sparse_qwin_take(kvt_sparse *s, int32_t seq, int64_t end, kvt_sparse_qwin **out, kvt_err *err) {
+    *out = NULL;
+    kvt_sparse_seq *q = s && s->p.mode == KVT_SPARSE_ASYNCSPADE ? seq_of(s, seq) : NULL;
+    if (!q || end <= 0) return KVT_OK;
+    // no wait for the sequence's worker job: it reads the history (and writes the Gram matrix, the prediction and
+    // the selection); only the caller's thread writes the history, and this is that thread
+    const int32_t W1 = s->p.window + 1, H = s->d.n_head_kv, gd = s->gd, L = s->d.n_layer;
+    const int32_t rows = end < W1 ? (int32_t)end : W1;
+    for (int32_t l = 0; l < L; l++) { // every layer observed the queries of [0, end) last: a whole history
+        const kvt_sparse_layer *ly = &q->lay[l];
+        if (!ly->hist || ly->hist_next != end || ly->hist_n != rows) return KVT_OK;
+    }
+    const size_t row = (size_t)gd * sizeof(float);
+    kvt_sparse_qwin *w = malloc(sizeof *w);
+    float *buf = malloc((size_t)L * H * rows * row);
+    if (!w || !buf) {
+        free(w);
+        free(buf);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the query window of sequence %d (%lld bytes)", seq,
+                          (long long)((size_t)L * H * rows * row));
+    }
+    *w = (kvt_sparse_qwin){end, rows, W1, L, H, gd, buf};
+    for (int32_t l = 0; l < L; l++) {
+        for (int32_t kh = 0; kh < H; kh++) { // hist holds exactly `rows` rows, oldest first
+            memcpy(w->q + ((int64_t)l * H + kh) * rows * gd, q->lay[l].hist + (int64_t)kh * W1 * gd, (size_t)rows * row);
+        }
+    }
+    *out = w;
+    return KVT_OK;
+}
+
+void kvt_sparse_qwin_free(kvt_sparse_qwin *w) {
+    if (!w) return;
+    free(w->q);
+    free(w);
+}
+
+int64_t kvt_sparse_qwin_end(const kvt_sparse_qwin *w) { return w ? w->end : 0; }
+
+int64_t kvt_sparse_qwin_bytes(const kvt_sparse_qwin *w) {
+    return w ? (int64_t)sizeof *w + (int64_t)w->n_layer * w->H * w->rows * w->gd * (int64_t)sizeof(float) : 0;
+}
+
+bool kvt_sparse_qwin_covers(const kvt_sparse_qwin *w, int64_t at, int64_t n) {
+    if (!w || at < 1 || at > w->end || at <= w->end - w->rows || n <= at) return false;
+    const int64_t need = n > w->w1 ? n - w->w1 : 0; // the first position whose query the history keeps at n
+    return need >= w->end - w->rows;
+}
+
+kvt_status kvt_sparse_qwin_restore(kvt_sparse *s, int32_t seq, const kvt_sparse_qwin *w, int64_t at, kvt_err *err) {
+    const int32_t W1 = s ? s->p.window + 1 : 0;
+    if (!s || !w || w->w1 != W1 || w->n_layer != s->d.n_layer || w->H != s->d.n_head_kv || w->gd != s->gd ||
+        at < 1 || at > w->end || at <= w->end - w->rows) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "query window: does not fit sequence %d at position %lld (window of "
+                          "positions [%lld, %lld))", seq, (long long)at, w ? (long long)(w->end - w->rows) : 0LL,
+                          w ? (long long)w->end : 0LL);
+    }
+    kvt_sparse_seq *q = kvt_sparse_seq_get(s, seq);
+    if (!q) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of sequence %d", seq);
+    kvt_sparse_wait_seq(s, q);
+    const int64_t first = w->end - w->rows, lo = at - W1 > first ? at - W1 : first; // rows [lo, at) kept
+    const int32_t m = (int32_t)(at - lo), gd = w->gd;
+    for (int32_t l = 0; l < w->n_layer; l++) {
+        kvt_sparse_layer *ly = &q->lay[l];
+        if (!ly->hist) continue;
+        for (int32_t kh = 0; kh < w->H; kh++) {
+            memcpy(ly->hist + (int64_t)kh * W1 * gd, w->q + (((int64_t)l * w->H + kh) * w->rows + (lo - first)) * gd,
+                   (size_t)m * gd * sizeof(float));
+        }
+        ly->hist_n = m;
+        ly->gram_n = ly->gram_shift = 0; // computed whole at the next prediction: the same bits
+        ly->hist_next = at;
+        ly->sel_pos = ly->kept_pos = -1;
+    }
+    return KVT_OK;
+}
