@@ -37,11 +37,24 @@ void kvt_sparse_quant_query(const float *q, int32_t qpg, int32_t hd, int16_t *q1
 // per element), so every clone writes the same bytes as the scalar code; the 4-byte groups go to kvt_sparse_k8_at.
 SCORE_CLONES
 static void quant_key8(const float *k, int32_t hd, int64_t t, int8_t *kc, float *ks) {
-    float mx = 0.0f;
-    for (int32_t x = 0; x < hd; x++) {
-        const float a = fabsf(k[x]);
-        mx = a > mx ? a : mx;
+    // max |k| in 16 lanes, then across them: one maximum in any order (no NaN ever wins a `>`), and no chain of hd
+    // dependent scalar maxima (4 cycles each) as a single running maximum compiles to
+    float m[16] = {0};
+    int32_t x0 = 0;
+    for (; x0 + 16 <= hd; x0 += 16) {
+        for (int32_t j = 0; j < 16; j++) {
+            const float a = fabsf(k[x0 + j]);
+            m[j] = a > m[j] ? a : m[j];
+        }
     }
+    for (int32_t x = x0; x < hd; x++) {
+        const float a = fabsf(k[x]);
+        m[x - x0] = a > m[x - x0] ? a : m[x - x0];
+    }
+    for (int32_t w = 8; w >= 1; w /= 2) {
+        for (int32_t j = 0; j < w; j++) m[j] = m[j + w] > m[j] ? m[j + w] : m[j];
+    }
+    const float mx = m[0];
     const float sc = mx > 0.0f ? mx / 127.0f : 1.0f;
     ks[t] = sc;
     int8_t row[KVT_SPARSE_MAX_HD];

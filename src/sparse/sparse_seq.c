@@ -327,6 +327,17 @@ kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t la
 // Keys [pos0, pos0 + n) into ly's summaries, each rounded to the store's element type first (the bounds
 // and the int8 copies describe the keys attention reads; stored: k was read from the store, already those values, so
 // the rounding, an identity then, is skipped). Rows come in order: a page restarts at its first.
+// A quest page's bounds lo, hi ([hd]) widened to hold key k ([hd]): a NaN element leaves them as they were. Every
+// element is stored (min / max with the old value second, as a NaN keeps it), so the loop vectorizes.
+KVT_SPARSE_CLONES
+static void page_widen(const float *restrict k, int32_t hd, float *restrict lo, float *restrict hi) {
+    for (int32_t x = 0; x < hd; x++) {
+        const float v = k[x];
+        lo[x] = v < lo[x] ? v : lo[x];
+        hi[x] = v > hi[x] ? v : hi[x];
+    }
+}
+
 static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int64_t n, const float *k, bool stored) {
     const kvt_type_ops *ops = kvt_type_ops_get(s->d.kv_type);
     const int32_t hd = s->d.head_dim, H = s->d.n_head_kv;
@@ -349,11 +360,11 @@ static void observe_keys(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int6
             if (ly->lo) {
                 const int64_t pg = (pos - off) / s->p.page; // (off: whole pages)
                 float *lo = ly->lo + (kh * np + pg) * hd, *hi = ly->hi + (kh * np + pg) * hd;
-                const bool restart = pos % s->p.page == 0;
-                for (int32_t x = 0; x < hd; x++) {
-                    const float v = kr[x];
-                    if (restart || v < lo[x]) lo[x] = v;
-                    if (restart || v > hi[x]) hi[x] = v;
+                if (pos % s->p.page == 0) { // a page starts
+                    memcpy(lo, kr, (size_t)hd * sizeof(float));
+                    memcpy(hi, kr, (size_t)hd * sizeof(float));
+                } else {
+                    page_widen(kr, hd, lo, hi);
                 }
             }
         }
