@@ -935,6 +935,27 @@ def t_auth(kvtier, model, extra):
         report(False, name, repr(e))
 
 
+def t_port_in_use(kvtier, model, extra):
+    """A second server on the port of a running one exits 1 naming the port (it had started too, SO_REUSEPORT, and
+    the kernel split the connections between the two); the first one still answers."""
+    name = "a second server on a port in use: exit 1 naming the port; the first one keeps answering"
+    s = None
+    try:
+        s = Server(kvtier, model, *extra)
+        r = subprocess.run([kvtier, "serve", "-m", model, "--port", str(s.port), *extra], capture_output=True, text=True,
+                           timeout=60)
+        st, _, _ = s.request("GET", "/health")
+        rc = s.stop()
+        want = "cannot listen on 127.0.0.1:%d" % s.port
+        report(r.returncode == 1 and want in r.stderr and st == 200 and rc == 0, name,
+               "second exit %s, stderr %r, first /health %s, first exit %s" % (r.returncode, r.stderr[-300:], st, rc))
+    except Exception as e:  # noqa: BLE001
+        report(False, name, repr(e))
+    finally:
+        if s is not None:
+            s.stop()
+
+
 def t_sigterm(kvtier, model, extra):
     name = "SIGTERM during a stream: the stream ends, the server exits 0, the KV disk directory is left empty"
     d = tempfile.mkdtemp()
@@ -1035,6 +1056,7 @@ def main():
     t_queue_full(a.kvtier, a.model, extra)
     t_auth(a.kvtier, a.model, extra)
     t_sigterm(a.kvtier, a.model, extra)
+    t_port_in_use(a.kvtier, a.model, extra)
     t_small_kv(a.kvtier, a.model, extra)
     t_preempt(a.kvtier, a.model, extra)
     t_cache_dir(a.kvtier, a.model, extra)

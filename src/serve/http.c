@@ -691,10 +691,13 @@ kvt_status kvt_http_start(const kvt_http_params *p, kvt_http **out, kvt_err *err
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    // the listening socket keeps libmicrohttpd's default, SO_REUSEADDR (a restart binds through TIME_WAIT), not
+    // SO_REUSEPORT: with it a second server on the same port started too and the kernel split the connections between
+    // the two (each with its own model and prefix cache), where llama-server's second instance fails to bind
     h->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)h->p.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)h->p.timeout_s,
-                            MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+                            MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d) {
         free(h->api_key);
