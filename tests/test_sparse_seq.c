@@ -485,11 +485,34 @@ static void test_summary_budget(const kvt_model *m) {
     const int64_t h2 = st ? -1 : kvt_sparse_summary_held(kvt_context_sparse(ctx));
     if (!st) kvt_context_seq_free(ctx, a), kvt_context_seq_free(ctx, b);
     const int64_t h3 = st ? -1 : kvt_sparse_summary_held(kvt_context_sparse(ctx));
+    kvt_sparse_totals t0 = {0}, t1 = {0};
+    if (!st) kvt_sparse_totals_get(kvt_context_sparse(ctx), &t0);
+    // a new sequence of the same length takes the freed buffers back (pooled), not new memory, and decodes as before
+    float *l1 = malloc((size_t)m->hp.n_vocab * sizeof *l1);
+    if (!st) st = seq_new(ctx, &a, &err);
+    if (!st) st = kvt_decode_seq(ctx, a, la.prompt, la.n_prompt, false, &err);
+    if (!st && l1) memcpy(l1, kvt_context_logits(ctx), (size_t)m->hp.n_vocab * sizeof *l1);
+    if (!st) kvt_sparse_totals_get(kvt_context_sparse(ctx), &t1);
     kvt_context_free(ctx);
+    ctx = NULL;
+    bool same = false; // the logits of a fresh context's sequence
+    if (!st && l1 && !kvt_context_init(m, &cp, &ctx, &err) && !seq_new(ctx, &b, &err) &&
+        !kvt_decode_seq(ctx, b, la.prompt, la.n_prompt, false, &err)) {
+        same = !memcmp(l1, kvt_context_logits(ctx), (size_t)m->hp.n_vocab * sizeof *l1);
+    }
+    kvt_context_free(ctx);
+    free(l1);
     test_result(!st && two == 2 * one && h1 > 0 && h1 <= one && h2 > h1 && h2 < 2 * h1 && h3 == 0,
                 "sparse_seq: summaries held grow with the sequences (a fork shares its parent's whole blocks), freed with them; reservation scales with --sparse-seqs",
                 "%s (one %lld, two %lld, held %lld, %lld, %lld)", st ? err.msg : "figures", (long long)one, (long long)two,
                 (long long)h1, (long long)h2, (long long)h3);
+    test_result(!st && t0.summary_pooled > 0 && t0.summary_pooled <= one && t1.summary_reuses > t0.summary_reuses &&
+                    t1.summary_pooled < t0.summary_pooled && same,
+                "sparse_seq: freed sequences' summary buffers are kept (at most one sequence's at n_ctx) and a new sequence "
+                "takes them back, with the logits of a fresh context",
+                "%s (pooled %lld then %lld, reuses %lld then %lld, one %lld, same logits %d)", st ? err.msg : "figures",
+                (long long)t0.summary_pooled, (long long)t1.summary_pooled, (long long)t0.summary_reuses,
+                (long long)t1.summary_reuses, (long long)one, same);
     // bounded: reservation for 1 sequence, a second full one does not fit; for 2 it does
     const int64_t blk = block_bytes(m, cp.kv_block);
     for (int seqs = 1; seqs <= 2; seqs++) {
@@ -507,6 +530,19 @@ static void test_summary_budget(const kvt_model *m) {
             st = kvt_decode_batch(ctx, seqs2, toks, 2, &err);
         }
         const int64_t held = ctx ? kvt_sparse_summary_held(kvt_context_sparse(ctx)) : -1;
+        if (!st && seqs == 2) { // under the reservation: what is held and what the pool keeps stay within it
+            kvt_context_seq_free(ctx, b);
+            int32_t c = -1;
+            kvt_sparse_totals t = {0};
+            if (!(st = seq_new(ctx, &c, &err))) st = kvt_decode_seq(ctx, c, lb.prompt, lb.n_prompt, false, &err);
+            kvt_sparse_totals_get(kvt_context_sparse(ctx), &t);
+            if (!st && t.summary_held + t.summary_pooled > kvt_sparse_summary_bytes(&cp.sparse, &d)) {
+                st = KVT_ERR_BUDGET;
+                snprintf(err.msg, sizeof err.msg, "held %lld + pooled %lld past the reservation %lld",
+                         (long long)t.summary_held, (long long)t.summary_pooled,
+                         (long long)kvt_sparse_summary_bytes(&cp.sparse, &d));
+            }
+        }
         kvt_context_free(ctx);
         if (seqs == 1) {
             test_result(st == KVT_ERR_BUDGET && strstr(err.msg, "--sparse-seqs"),

@@ -435,10 +435,15 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
                "asyncspade worker, or selection on the caller: quest, oracle, re-rank, fallback).");
         fprintf(f, "kvtier_sparse_stall_seconds_total %.6f\n", z->stall_ms / 1e3);
         METRIC("sparse_summary_bytes", "gauge", "Bytes of the sparse key summaries: held now, held at the most (forks "
-               "share their parent's: counted once), reserved for them in the fast tier (-1: no --kv-fast).");
+               "share their parent's: counted once), reserved for them in the fast tier (-1: no --kv-fast), and freed "
+               "sequences' buffers kept for the next ones (pooled).");
         fprintf(f, "kvtier_sparse_summary_bytes{kind=\"held\"} %lld\n", (long long)z->summary_held);
         fprintf(f, "kvtier_sparse_summary_bytes{kind=\"peak\"} %lld\n", (long long)z->summary_peak);
         fprintf(f, "kvtier_sparse_summary_bytes{kind=\"reserved\"} %lld\n", (long long)z->summary_reserved);
+        fprintf(f, "kvtier_sparse_summary_bytes{kind=\"pooled\"} %lld\n", (long long)z->summary_pooled);
+        METRIC("sparse_summary_reuses_total", "counter", "Sparse key summary buffers a new sequence took from freed ones "
+               "instead of new memory.");
+        fprintf(f, "kvtier_sparse_summary_reuses_total %lld\n", (long long)z->summary_reuses);
         METRIC("sparse_worker_wait_seconds_total", "counter", "Of sparse_stall_seconds_total, waiting for the asyncspade worker.");
         fprintf(f, "kvtier_sparse_worker_wait_seconds_total %.6f\n", z->wait_ms / 1e3);
         METRIC("sparse_worker_seconds_total", "counter", "The asyncspade worker's wall and thread CPU time in its jobs.");

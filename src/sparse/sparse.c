@@ -148,6 +148,9 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     for (int32_t w = 2; w < p.window && s->nw < KVT_SPARSE_MAX_WINDOWS - 1; w *= 2) s->windows[s->nw++] = w; // the ensemble
     s->windows[s->nw++] = p.window;
     s->summary_limit = d->bounded ? kvt_sparse_summary_bytes(&p, d) : -1;
+    kvt_sparse_params p1 = p;
+    p1.seqs = 1;
+    s->pool_max = kvt_sparse_summary_bytes(&p1, d); // one sequence's summaries at n_ctx
     const int64_t L = d->n_layer, H = d->n_head_kv, N = d->n_ctx, hd = d->head_dim;
     bool ok = true;
     s->ps_n = kvt_sparse_zalloc((size_t)(L * H) * 8, &ok);
@@ -227,6 +230,8 @@ void kvt_sparse_free(kvt_sparse *s) {
     }
     for (int32_t i = 0; i < s->n_seqs; i++) kvt_sparse_seq_destroy(s, s->seqs[i]);
     free(s->seqs);
+    for (int64_t i = 0; i < s->n_big; i++) free(s->big[i].p); // (the pooled ones: the sequences freed theirs above)
+    free(s->big);
     if (s->scratch) {
         for (int32_t i = 0; i < s->d.n_threads; i++) free(s->scratch[i]);
     }
@@ -373,6 +378,7 @@ void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *o) {
     *o = s->tot;
     pthread_mutex_unlock(mu);
     o->summary_held = s->summary_held, o->summary_peak = s->summary_peak, o->summary_reserved = s->summary_limit;
+    o->summary_pooled = s->pooled_bytes, o->summary_reuses = s->pool_reuses;
 }
 
 int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n) { return params_budget(&s->p, n); }

@@ -205,6 +205,9 @@ typedef struct {
     int64_t summary_held, summary_peak; // bytes of key summaries held now and at the most (every sequence, a shared base
                                         // once; gauges of the context, not of the steps)
     int64_t summary_reserved;     // bytes reserved for them in --kv-fast (kvt_sparse_summary_bytes; -1: no --kv-fast)
+    int64_t summary_pooled;       // bytes of freed sequences' summary buffers kept for the next ones (a gauge; at most one
+                                  // sequence's at n_ctx, and held + pooled within the reservation)
+    int64_t summary_reuses;       // summary buffers a sequence took from those instead of new memory (a counter)
 } kvt_sparse_totals;
 void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *out);
 // Adds the recorded decode steps of sequence seq at positions >= pos0 (kvt_sparse_steps) into *acc: steps, selected,

@@ -131,6 +131,20 @@ struct kvt_sparse {
     int64_t summary_held;    // bytes of key summaries over every sequence
     int64_t summary_peak;    // the most summary_held has been
     int64_t summary_limit;   // at most this many (d.bounded), else -1
+    // the key-summary buffers a freed sequence's layers left, kept for the next sequence's (sparse_seq.c keys_alloc /
+    // keys_free): a new big buffer's 2 MiB pages are zeroed by the kernel at first touch (~25 ms for SmolLM2's 30
+    // layers at 6K), and that first touch took 0.3-0.5 s now and then on a VM. big: a record of every buffer keys_alloc
+    // made ([n_big]), pooled ones free for reuse; their bytes at most pool_max (one sequence's summaries at n_ctx) and,
+    // under a reservation, summary_held + pooled_bytes <= summary_limit.
+    struct kvt_sparse_big {
+        void *p;
+        int64_t size;   // allocated bytes (kvt_sparse_alloc_bytes)
+        bool pooled;
+        uint64_t tick;  // pool_tick when it was pooled (the oldest leave first)
+    } *big;
+    int64_t n_big, cap_big, pooled_bytes, pool_max;
+    uint64_t pool_tick;
+    int64_t pool_reuses;     // buffers taken from the pool (a counter)
     float **scratch;         // [n_threads] attention scratch
     float *exact;            // [Hkv][n_ctx] exact aggregated scores (oracle, stats)
     int32_t *osel;           // [n_ctx] the oracle set (stats)

@@ -98,22 +98,21 @@ static void copy_key_blocks(const kvt_sparse *s, void *const dst[KEYBUFS], int64
     }
 }
 
+static void keys_free(kvt_sparse *s, void *p);
+
 static void kbase_release(kvt_sparse *s, kvt_sparse_kbase *b) {
     if (!b || --b->refs > 0) return;
     s->summary_held -= b->bytes;
-    for (int a = 0; a < KEYBUFS; a++) free(b->buf[a]);
+    for (int a = 0; a < KEYBUFS; a++) keys_free(s, b->buf[a]);
     free(b);
 }
 
 static void layer_free(kvt_sparse *s, kvt_sparse_layer *ly) {
     kbase_release(s, ly->kb);
     ly->kb = NULL;
-    free(ly->k8);
-    free(ly->k8s);
-    free(ly->k4);
-    free(ly->k4s);
-    free(ly->lo);
-    free(ly->hi);
+    void *keys[KEYBUFS];
+    layer_bufs(s, ly, keys);
+    for (int a = 0; a < KEYBUFS; a++) keys_free(s, keys[a]);
     free(ly->sel);
     free(ly->sel_score);
     free(ly->nsel);
@@ -202,14 +201,83 @@ static void held_add(kvt_sparse *s, int64_t b) {
     if (s->summary_held > s->summary_peak) s->summary_peak = s->summary_held;
 }
 
+// --- the key summaries' buffers, pooled between sequences (kvt_sparse.big) ---------------------------------------
+
+// A pooled record of s->big released to the allocator.
+static void big_drop(kvt_sparse *s, int64_t i) {
+    free(s->big[i].p);
+    if (s->big[i].pooled) s->pooled_bytes -= s->big[i].size;
+    s->big[i] = s->big[--s->n_big];
+}
+
+// n zeroed bytes for a key summary buffer: a pooled buffer of the same allocated size when there is one, else new
+// (kvt_sparse_zalloc); *ok false when out of memory. The caller's thread only (the worker never allocates).
+static void *keys_alloc(kvt_sparse *s, size_t n, bool *ok) {
+    const int64_t size = kvt_sparse_alloc_bytes((int64_t)n);
+    for (int64_t i = 0; i < s->n_big; i++) {
+        if (s->big[i].pooled && s->big[i].size == size) {
+            s->big[i].pooled = false;
+            s->pooled_bytes -= size;
+            s->pool_reuses++;
+            memset(s->big[i].p, 0, n);
+            return s->big[i].p;
+        }
+    }
+    // under a reservation the pool gives way: summaries held (and this one, check_held's) and pooled stay within it
+    for (int64_t i = s->n_big - 1; i >= 0 && s->summary_limit >= 0 && s->summary_held + s->pooled_bytes + size > s->summary_limit; i--) {
+        if (s->big[i].pooled) big_drop(s, i);
+    }
+    if (s->n_big == s->cap_big) {
+        const int64_t cap = s->cap_big ? 2 * s->cap_big : 64;
+        struct kvt_sparse_big *nb = realloc(s->big, (size_t)cap * sizeof *nb);
+        if (!nb) {
+            *ok = false;
+            return NULL;
+        }
+        s->big = nb, s->cap_big = cap;
+    }
+    void *p = kvt_sparse_zalloc(n, ok);
+    if (p) s->big[s->n_big++] = (struct kvt_sparse_big){p, size, false, 0};
+    return p;
+}
+
+// Frees a buffer of keys_alloc (NULL is fine): to the pool, whose oldest buffers leave while it would hold more than
+// pool_max bytes (a sequence's buffers of a shorter past, grown since, leave first).
+static void keys_free(kvt_sparse *s, void *p) {
+    if (!p) return;
+    int64_t x = -1;
+    for (int64_t i = 0; i < s->n_big && x < 0; i++) x = s->big[i].p == p ? i : -1;
+    if (x < 0) {
+        free(p);
+        return;
+    }
+    const int64_t size = s->big[x].size;
+    if (size > s->pool_max) {
+        big_drop(s, x);
+        return;
+    }
+    while (s->pooled_bytes + size > s->pool_max) { // the oldest pooled buffer leaves
+        int64_t old = -1;
+        for (int64_t i = 0; i < s->n_big; i++) {
+            if (s->big[i].pooled && (old < 0 || s->big[i].tick < s->big[old].tick)) old = i;
+        }
+        if (old < 0) break;
+        big_drop(s, old);
+        if (x == s->n_big) x = old; // (big_drop moved the last record into old's place)
+    }
+    s->big[x].pooled = true;
+    s->big[x].tick = ++s->pool_tick;
+    s->pooled_bytes += size;
+}
+
 // Own key summary buffers of kc blocks per KV head (NULL where one is not used); false when out of memory.
-static bool alloc_keys(const kvt_sparse *s, int64_t kc, void *b[KEYBUFS]) {
+static bool alloc_keys(kvt_sparse *s, int64_t kc, void *b[KEYBUFS]) {
     int64_t bb[KEYBUFS];
     key_block_bytes(s, bb);
     bool ok = true;
-    for (int a = 0; a < KEYBUFS; a++) b[a] = bb[a] > 0 ? kvt_sparse_zalloc((size_t)(s->d.n_head_kv * kc * bb[a]), &ok) : NULL;
+    for (int a = 0; a < KEYBUFS; a++) b[a] = bb[a] > 0 ? keys_alloc(s, (size_t)(s->d.n_head_kv * kc * bb[a]), &ok) : NULL;
     if (!ok) {
-        for (int a = 0; a < KEYBUFS; a++) free(b[a]), b[a] = NULL;
+        for (int a = 0; a < KEYBUFS; a++) keys_free(s, b[a]), b[a] = NULL;
     }
     return ok;
 }
@@ -231,7 +299,7 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     double *rs_cal = shat && !ly->rs_cal ? kvt_sparse_zalloc((size_t)(2 * H) * 8, &ok) : NULL; // (once: not per position)
     if (!ok) {
         free(sel), free(sel_score), free(shat), free(rs_cal);
-        for (int a = 0; a < KEYBUFS; a++) free(kb[a]);
+        for (int a = 0; a < KEYBUFS; a++) keys_free(s, kb[a]);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of %lld positions", (long long)cap);
     }
     for (int64_t kh = 0; oc > 0 && kh < H; kh++) {
@@ -246,7 +314,7 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     ly->shat = shat;
     if (rs_cal) ly->rs_cal = rs_cal;
     free(ly->sel), free(ly->sel_score);
-    for (int a = 0; a < KEYBUFS; a++) free(old[a]);
+    for (int a = 0; a < KEYBUFS; a++) keys_free(s, old[a]);
     ly->sel = sel, ly->sel_score = sel_score;
     set_keys(s, ly, kb);
     ly->cap = cap;
@@ -269,7 +337,7 @@ static kvt_status layer_own(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *
     layer_bufs(s, ly, own);
     copy_key_blocks(s, b, kc, 0, kb->buf, kb->stride, 0, ob);
     copy_key_blocks(s, b, kc, ob, own, kc - ob, 0, kc - ob);
-    for (int a = 0; a < KEYBUFS; a++) free(own[a]);
+    for (int a = 0; a < KEYBUFS; a++) keys_free(s, own[a]);
     set_keys(s, ly, b);
     q->summary_bytes += more;
     held_add(s, more);
