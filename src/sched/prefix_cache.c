@@ -383,7 +383,8 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
         pc->kv->ops->truncate(pc->kv, seq, 0);
         return st;
     }
-    if (b > nb0) { // the memory cache went past max_tokens to the window's block (nw = nb = b; xw, that block's entry or the next one, holds the window)
+    if (b > nb0) { // the memory cache went past max_tokens to nw blocks (= nb = b): xw (the entry of block nw - 1, or
+                   // of block nw for a whole-block prompt) holds the window
         if ((st = kvt_sparse_qwin_restore(kvt_context_sparse(pc->ctx), seq, pc->e[xw].qwin, b * bt, err))) {
             kvt_context_seq_truncate(pc->ctx, seq, 0);
             return st;
