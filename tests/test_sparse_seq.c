@@ -400,6 +400,62 @@ static void test_pushed_blocks(const kvt_model *m) {
     free(got);
 }
 
+// asyncspade's query window (kvt_sparse_qwin_*, what serve's prefix cache keeps): a 40-token prompt's window (window 8:
+// the queries of positions 31..39) taken at its end; a second sequence given the first 32 positions by reference takes
+// it back at 32, computes positions 32..39 itself (fewer than the window's 9) and decodes as the prompt decoded alone,
+// bit for bit. covers: at in (31, 40], a prompt of at least 40 tokens.
+static void test_query_window(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V, split = 32;
+    float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4), *bare = malloc((size_t)n * 4);
+    int64_t *ids = malloc((size_t)m->hp.n_layer * m->hp.n_head_kv * sizeof *ids);
+    lane la;
+    lane_make(&la, 40, 3, V);
+    kvt_context_params cp = base_params(KVT_SPARSE_ASYNCSPADE);
+    cp.sparse.window = 8;
+    kvt_err err = {0};
+    kvt_status st = alone(m, &cp, &la, split, ref, &err);
+    bool covers = false;
+    for (int with = 1; with >= 0 && !st; with--) { // with the window, then without it (the history restarts at 32)
+        kvt_context *ctx = NULL;
+        kvt_sparse_qwin *w = NULL;
+        int32_t a = -1, b = -1;
+        if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+        if (!st) st = seq_new(ctx, &a, &err);
+        if (!st) st = kvt_decode_prompt(ctx, a, la.prompt, la.n_prompt, false, &err);
+        if (!st && with) st = kvt_sparse_qwin_take(kvt_context_sparse(ctx), a, la.n_prompt, &w, &err);
+        if (!st && with) {
+            covers = w && kvt_sparse_qwin_end(w) == 40 && kvt_sparse_qwin_covers(w, 32, 40) && kvt_sparse_qwin_covers(w, 40, 41) &&
+                     !kvt_sparse_qwin_covers(w, 31, 40) && !kvt_sparse_qwin_covers(w, 32, 39) && !kvt_sparse_qwin_covers(w, 40, 40);
+        }
+        if (!st) st = seq_new(ctx, &b, &err);
+        for (int64_t blk = 0; !st && blk < split / cp.kv_block; blk++) {
+            st = kvt_kv_paged_block_ref(kvt_context_kv(ctx), a, blk, ids, &err);
+            if (!st) st = kvt_kv_paged_seq_push_ref(kvt_context_kv(ctx), b, blk, ids, &err);
+            kvt_kv_paged_block_unref(kvt_context_kv(ctx), ids);
+        }
+        if (!st) st = kvt_context_seq_set_n_past(ctx, b, split, &err);
+        if (!st && with) st = kvt_sparse_qwin_restore(kvt_context_sparse(ctx), b, w, split, &err);
+        if (!st) kvt_context_seq_free(ctx, a);
+        if (!st) st = kvt_decode_prompt(ctx, b, la.prompt + split, la.n_prompt - split, false, &err);
+        for (int j = 0; !st && j < N_STEP; j++) {
+            st = kvt_decode_seq(ctx, b, &la.step[j], 1, false, &err);
+            if (!st) memcpy((with ? got : bare) + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+        }
+        kvt_sparse_qwin_free(w);
+        kvt_context_free(ctx);
+    }
+    test_result(!st && covers && same(ref, got, n),
+                "sparse_seq: asyncspade's query window taken at a prompt's end and restored into a sequence given the cached "
+                "blocks (fewer positions computed than the window) = the prompt decoded alone, bit for bit",
+                "%s (covers as expected %d; without the window the logits %s)", st ? err.msg : "logits differ", covers,
+                st ? "-" : same(ref, bare, n) ? "are the same too" : "differ");
+    free(ids);
+    free(ref);
+    free(got);
+    free(bare);
+}
+
 // A prompt in parts (the last of one token, as a prompt cache's remainder or a scheduler's chunk leaves it) attends
 // as in one call: prompt tokens are dense whatever the call's size (kvt_decode_prompt).
 static void test_prompt_parts(const kvt_model *m) {
@@ -720,6 +776,7 @@ void test_sparse_seq(const test_env *env) {
     test_fork(m);
     test_fork_share(m);
     test_pushed_blocks(m);
+    test_query_window(m);
     test_prompt_parts(m);
     test_truncate(m);
     test_summary_budget(m);
