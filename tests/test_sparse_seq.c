@@ -355,6 +355,18 @@ static void test_fork_share(const kvt_model *m) {
 
 // Blocks of lane a's prompt pushed by reference into a new sequence (the prefix cache's way: no attention
 // call sees their keys), the rest of the prompt prefilled: = a alone with the same split.
+// Sequence b (empty) gets sequence a's first n positions (whole blocks of `block`) by reference, as the prefix cache
+// gives them; ids: scratch of n_layer * n_head_kv handles.
+static kvt_status push_prefix(kvt_context *ctx, int32_t a, int32_t b, int64_t n, int64_t block, int64_t *ids, kvt_err *err) {
+    kvt_status st = KVT_OK;
+    for (int64_t blk = 0; !st && blk < n / block; blk++) {
+        st = kvt_kv_paged_block_ref(kvt_context_kv(ctx), a, blk, ids, err);
+        if (!st) st = kvt_kv_paged_seq_push_ref(kvt_context_kv(ctx), b, blk, ids, err);
+        kvt_kv_paged_block_unref(kvt_context_kv(ctx), ids);
+    }
+    return st ? st : kvt_context_seq_set_n_past(ctx, b, n, err);
+}
+
 static void test_pushed_blocks(const kvt_model *m) {
     const int32_t V = m->hp.n_vocab;
     const int64_t n = (int64_t)N_STEP * V, split = 32;
@@ -377,12 +389,7 @@ static void test_pushed_blocks(const kvt_model *m) {
         if (!st) st = seq_new(ctx, &a, &err);
         if (!st) st = kvt_decode_seq(ctx, a, la.prompt, split, false, &err);
         if (!st) st = seq_new(ctx, &b, &err);
-        for (int64_t blk = 0; !st && blk < split / cp.kv_block; blk++) {
-            st = kvt_kv_paged_block_ref(kvt_context_kv(ctx), a, blk, ids, &err);
-            if (!st) st = kvt_kv_paged_seq_push_ref(kvt_context_kv(ctx), b, blk, ids, &err);
-            kvt_kv_paged_block_unref(kvt_context_kv(ctx), ids);
-        }
-        if (!st) st = kvt_context_seq_set_n_past(ctx, b, split, &err);
+        if (!st) st = push_prefix(ctx, a, b, split, cp.kv_block, ids, &err);
         if (!st) kvt_context_seq_free(ctx, a);
         if (!st) st = kvt_decode_seq(ctx, b, la.prompt + split, la.n_prompt - split, false, &err);
         for (int j = 0; !st && j < N_STEP; j++) {
@@ -429,12 +436,7 @@ static void test_query_window(const kvt_model *m) {
                      !kvt_sparse_qwin_covers(w, 31, 40) && !kvt_sparse_qwin_covers(w, 32, 39) && !kvt_sparse_qwin_covers(w, 40, 40);
         }
         if (!st) st = seq_new(ctx, &b, &err);
-        for (int64_t blk = 0; !st && blk < split / cp.kv_block; blk++) {
-            st = kvt_kv_paged_block_ref(kvt_context_kv(ctx), a, blk, ids, &err);
-            if (!st) st = kvt_kv_paged_seq_push_ref(kvt_context_kv(ctx), b, blk, ids, &err);
-            kvt_kv_paged_block_unref(kvt_context_kv(ctx), ids);
-        }
-        if (!st) st = kvt_context_seq_set_n_past(ctx, b, split, &err);
+        if (!st) st = push_prefix(ctx, a, b, split, cp.kv_block, ids, &err);
         if (!st && with) st = kvt_sparse_qwin_restore(kvt_context_sparse(ctx), b, w, split, &err);
         if (!st) kvt_context_seq_free(ctx, a);
         if (!st) st = kvt_decode_prompt(ctx, b, la.prompt + split, la.n_prompt - split, false, &err);

@@ -375,10 +375,6 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
         pc->kv->ops->truncate(pc->kv, seq, 0);
         return st;
     }
-    if (b > nb0 && b != nw) { // (not expected: the walk of window_blocks saw these entries) back to max_tokens
-        pc->kv->ops->truncate(pc->kv, seq, nb0 * bt);
-        b = nb0;
-    }
     if ((st = kvt_context_seq_set_n_past(pc->ctx, seq, b * bt, err))) {
         pc->kv->ops->truncate(pc->kv, seq, 0);
         return st;
