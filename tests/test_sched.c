@@ -196,7 +196,8 @@ typedef struct {
     kvt_kv_stats *kv;        // the store's counters at the end (NULL: not wanted)
     const kvt_sparse_params *sparse; // sparse decode attention (NULL: dense); its key summaries come on top of
                                      // fast_blocks
-    bool no_queries;         // the prefix cache keeps no asyncspade query window (prefix_query_bytes 0)
+    bool no_queries;         // the prefix cache keeps no asyncspade query window nor key summaries (prefix_query_bytes
+                             // and prefix_key_bytes 0)
 } tiers;
 
 // Runs the workload through a scheduler; fills recs; *why on a mismatch. Returns false on failure.
@@ -228,7 +229,7 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
     sp.token_budget = budget;
     sp.preempt = t && t->preempt;
     sp.prefix_cache = t && t->prefix;
-    if (t && t->no_queries) sp.prefix_query_bytes = 0;
+    if (t && t->no_queries) sp.prefix_query_bytes = sp.prefix_key_bytes = 0;
     kvt_prefix_store *ps = NULL;
     if (ctx && t && t->store_dir) { // puts written synchronously: the next run sees every block
         kvt_prefix_identity id;
@@ -418,7 +419,10 @@ static void sched_sparse(const kvt_model *m) {
 // 80-token prompt (5 whole blocks) twice; one at a time. With the windows kept at the prompts' ends, the second and
 // third get 64 cached positions where the window rule alone gives 48 (70 - 17 and 67 - 17 -> 3 blocks); the fourth
 // cannot use it (its prompt ends before the window: 32); the second 80-token one gets 64 (its window kept at block 5
-// serves block 4's end), not 48. Three windows are kept (the 60-token prompt's too, at its block 3). Every request's greedy ids = kvt_generate alone, with the windows kept and without.
+// serves block 4's end), not 48. Three windows are kept (the 60-token prompt's too, at its block 3). The ended
+// sequences' key summaries are kept too (at blocks 3, 2 and 4 of the first, fourth and fifth prompts): the second,
+// third and sixth share them for their 64 cached positions (the fourth's chain does not reach block 3). Every request's
+// greedy ids = kvt_generate alone, with the windows and summaries kept and without.
 static void sched_sparse_queries(const kvt_model *m) {
     enum { NQ = 6 };
     static const int64_t len[NQ] = {67, 70, 67, 60, 80, 80};
@@ -454,15 +458,17 @@ static void sched_sparse_queries(const kvt_model *m) {
     for (int i = 0; ok && i < NQ; i++) got_off[i] = recs[i].res.cached_tokens;
     test_result(ok && !memcmp(got_on, want_on, sizeof want_on) && !memcmp(got_off, want_off, sizeof want_off) &&
                     on.query_hits == 3 && on.query_tokens == 48 && on.query_windows == 3 && on.query_bytes > 0 &&
-                    off.query_hits == 0 && off.query_windows == 0,
+                    off.query_hits == 0 && off.query_windows == 0 && on.key_hits == 3 && on.key_tokens == 192 &&
+                    on.key_sums == 3 && on.key_bytes > 0 && off.key_hits == 0 && off.key_sums == 0,
                 "sched: asyncspade's query window kept at a prompt's end: a repeated or extended prompt gets the cached "
-                "blocks as dense does (64 positions, not 48), and the same greedy ids as kvt_generate alone (and as "
-                "without the windows)",
+                "blocks as dense does (64 positions, not 48), shares the ended sequences' key summaries, and the same "
+                "greedy ids as kvt_generate alone (and as without the windows and summaries)",
                 "%s; cached %lld %lld %lld %lld %lld (without: %lld %lld %lld %lld %lld), %lld query hits (%lld tokens), "
-                "%lld windows (%lld bytes)", why, (long long)got_on[1], (long long)got_on[2], (long long)got_on[3],
+                "%lld windows (%lld bytes), %lld key hits (%lld tokens), %lld summaries (%lld bytes)", why, (long long)got_on[1], (long long)got_on[2], (long long)got_on[3],
                 (long long)got_on[4], (long long)got_on[5], (long long)got_off[1], (long long)got_off[2],
                 (long long)got_off[3], (long long)got_off[4], (long long)got_off[5], (long long)on.query_hits,
-                (long long)on.query_tokens, (long long)on.query_windows, (long long)on.query_bytes);
+                (long long)on.query_tokens, (long long)on.query_windows, (long long)on.query_bytes, (long long)on.key_hits,
+                (long long)on.key_tokens, (long long)on.key_sums, (long long)on.key_bytes);
 }
 
 // Admission and preemption under sparse selection (quest, asyncspade with page-aligned selections) over a bounded fast

@@ -458,6 +458,81 @@ static void test_query_window(const kvt_model *m) {
     free(bare);
 }
 
+// Key summaries kept as a sequence is freed (kvt_sparse_seq_free_keep, what serve's prefix cache keeps) and shared by
+// later sequences given the cached blocks (kvt_sparse_ksum_attach): a (56 prompt positions and 2 steps) keeps [0, 32)
+// (its own buffers, no copy); b, given 32 positions, shares them and computes [32, 56); b keeps [0, 48) (its base's 32
+// and its own 16 copied together); d, given 48, shares those, computes [48, 56) and decodes as the prompt alone, bit for
+// bit. The kept bytes leave summary_held for summary_kept and are freed with their last holder.
+static void test_kept_keys(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V;
+    float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    int64_t *ids = malloc((size_t)m->hp.n_layer * m->hp.n_head_kv * sizeof *ids);
+    lane la;
+    lane_make(&la, 56, 5, V);
+    const struct {
+        const char *name;
+        kvt_sparse_mode mode;
+        int32_t bits;
+    } cfs[] = {{"quest", KVT_SPARSE_QUEST, 0}, {"asyncspade", KVT_SPARSE_ASYNCSPADE, 8}, {"asyncspade 4-bit keys", KVT_SPARSE_ASYNCSPADE, 4}};
+    for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) {
+        kvt_context_params cp = base_params(cfs[i].mode);
+        if (cfs[i].bits) cp.sparse.key_bits = cfs[i].bits;
+        kvt_err err = {0};
+        kvt_status st = alone(m, &cp, &la, 48, ref, &err);
+        kvt_context *ctx = NULL;
+        kvt_sparse_ksum *k1 = NULL, *k2 = NULL;
+        int32_t a = -1, b = -1, d = -1;
+        int64_t sh1 = -1, sh2 = -1, e1 = -1, e2 = -1;
+        kvt_sparse_totals t1 = {0}, t2 = {0}, t3 = {0};
+        bool refused = false;
+        if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+        kvt_sparse *sp = ctx ? kvt_context_sparse(ctx) : NULL;
+        if (!st) st = seq_new(ctx, &a, &err);
+        if (!st) st = kvt_decode_prompt(ctx, a, la.prompt, la.n_prompt, false, &err);
+        for (int j = 0; !st && j < 2; j++) st = kvt_decode_seq(ctx, a, &la.step[j], 1, false, &err);
+        if (!st) st = seq_new(ctx, &b, &err);
+        if (!st) st = push_prefix(ctx, a, b, 32, cp.kv_block, ids, &err);
+        if (!st) st = kvt_sparse_seq_free_keep(sp, a, 32, &k1, &err);
+        if (!st) kvt_context_seq_free(ctx, a), kvt_sparse_totals_get(sp, &t1), e1 = kvt_sparse_ksum_end(k1);
+        if (!st) st = kvt_sparse_ksum_attach(sp, b, k1, 32, &sh1, &err);
+        if (!st) st = kvt_decode_prompt(ctx, b, la.prompt + 32, la.n_prompt - 32, false, &err);
+        if (!st) st = seq_new(ctx, &d, &err);
+        if (!st) st = push_prefix(ctx, b, d, 48, cp.kv_block, ids, &err);
+        if (!st) st = kvt_sparse_seq_free_keep(sp, b, 48, &k2, &err);
+        if (!st) kvt_context_seq_free(ctx, b), e2 = kvt_sparse_ksum_end(k2);
+        if (!st) st = kvt_sparse_ksum_attach(sp, d, k2, 48, &sh2, &err);
+        if (!st) st = kvt_decode_prompt(ctx, d, la.prompt + 48, la.n_prompt - 48, false, &err);
+        for (int j = 0; !st && j < N_STEP; j++) {
+            st = kvt_decode_seq(ctx, d, &la.step[j], 1, false, &err);
+            if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+        }
+        if (!st) { // a sequence that summarizes already is refused, named
+            kvt_err e3 = {0};
+            int64_t sh3 = 0;
+            refused = kvt_sparse_ksum_attach(sp, d, k2, 48, &sh3, &e3) == KVT_ERR_INVALID_ARG && strstr(e3.msg, "already");
+        }
+        if (!st) kvt_sparse_ksum_free(k1), kvt_sparse_ksum_free(k2), k1 = k2 = NULL, kvt_sparse_totals_get(sp, &t2);
+        if (!st) kvt_context_seq_free(ctx, d), kvt_sparse_totals_get(sp, &t3);
+        kvt_sparse_ksum_free(k1);
+        kvt_sparse_ksum_free(k2);
+        kvt_context_free(ctx);
+        char name[320];
+        snprintf(name, sizeof name, "sparse_seq: %s: key summaries kept as a sequence is freed and shared by the next ones "
+                 "given the cached blocks (twice, the second a copy of base and own) = the prompt alone, bit for bit; bytes "
+                 "kept, then freed with their last holder", cfs[i].name);
+        test_result(!st && e1 == 32 && sh1 == 32 && e2 == 48 && sh2 == 48 && same(ref, got, n) && refused &&
+                        t1.summary_kept > 0 && t2.summary_kept > 0 && t3.summary_kept == 0 && t3.summary_held == 0,
+                    name, "%s (kept ends %lld, %lld; shared %lld, %lld; refused %d; kept bytes %lld, %lld, %lld; held %lld)",
+                    st ? err.msg : "figures or logits", (long long)e1, (long long)e2, (long long)sh1, (long long)sh2,
+                    refused, (long long)t1.summary_kept, (long long)t2.summary_kept, (long long)t3.summary_kept,
+                    (long long)t3.summary_held);
+    }
+    free(ids);
+    free(ref);
+    free(got);
+}
+
 // A prompt in parts (the last of one token, as a prompt cache's remainder or a scheduler's chunk leaves it) attends
 // as in one call: prompt tokens are dense whatever the call's size (kvt_decode_prompt).
 static void test_prompt_parts(const kvt_model *m) {
@@ -594,11 +669,26 @@ static void test_summary_budget(const kvt_model *m) {
             kvt_sparse_totals t = {0};
             if (!(st = seq_new(ctx, &c, &err))) st = kvt_decode_seq(ctx, c, lb.prompt, lb.n_prompt, false, &err);
             kvt_sparse_totals_get(kvt_context_sparse(ctx), &t);
-            if (!st && t.summary_held + t.summary_pooled > kvt_sparse_summary_bytes(&cp.sparse, &d)) {
+            const bool fit0 = t.summary_held + t.summary_pooled <= kvt_sparse_summary_bytes(&cp.sparse, &d);
+            // summaries kept (c's, as a prefix cache keeps them: outside the reservation), a new sequence in c's place,
+            // then the kept ones freed: their buffers join the pool only as far as the reservation allows
+            kvt_sparse_ksum *k = NULL;
+            int32_t e = -1;
+            if (!st) st = kvt_sparse_seq_free_keep(kvt_context_sparse(ctx), c, lb.n_prompt, &k, &err);
+            if (!st) kvt_context_seq_free(ctx, c);
+            if (!st && !(st = seq_new(ctx, &e, &err))) st = kvt_decode_seq(ctx, e, lb.prompt, lb.n_prompt, false, &err);
+            kvt_sparse_totals tk = {0};
+            kvt_sparse_totals_get(kvt_context_sparse(ctx), &tk);
+            const bool had_k = k != NULL;
+            kvt_sparse_ksum_free(k);
+            kvt_sparse_totals_get(kvt_context_sparse(ctx), &t);
+            if (!st && (!fit0 || !had_k || tk.summary_kept <= 0 || t.summary_kept != 0 ||
+                        t.summary_held + t.summary_pooled > kvt_sparse_summary_bytes(&cp.sparse, &d))) {
                 st = KVT_ERR_BUDGET;
-                snprintf(err.msg, sizeof err.msg, "held %lld + pooled %lld past the reservation %lld",
+                snprintf(err.msg, sizeof err.msg, "held %lld + pooled %lld past the reservation %lld (kept %lld, then %lld)",
                          (long long)t.summary_held, (long long)t.summary_pooled,
-                         (long long)kvt_sparse_summary_bytes(&cp.sparse, &d));
+                         (long long)kvt_sparse_summary_bytes(&cp.sparse, &d), (long long)tk.summary_kept,
+                         (long long)t.summary_kept);
             }
         }
         kvt_context_free(ctx);
@@ -608,7 +698,8 @@ static void test_summary_budget(const kvt_model *m) {
                         st, err.msg);
         } else {
             test_result(!st && held <= kvt_sparse_summary_bytes(&cp.sparse, &d),
-                        "sparse_seq: two sequences fit a reservation for two", "%s (held %lld)", st ? err.msg : "over",
+                        "sparse_seq: two sequences fit a reservation for two (summaries kept as one ends, then freed: held "
+                        "and pooled within it)", "%s (held %lld)", st ? err.msg : "over",
                         (long long)held);
         }
     }
@@ -779,6 +870,7 @@ void test_sparse_seq(const test_env *env) {
     test_fork_share(m);
     test_pushed_blocks(m);
     test_query_window(m);
+    test_kept_keys(m);
     test_prompt_parts(m);
     test_truncate(m);
     test_summary_budget(m);

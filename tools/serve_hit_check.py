@@ -69,7 +69,7 @@ def main():
         print("cut %d: %d prompt tokens, cached %s: %s %r" % (cut, outs[0]["usage"]["prompt_tokens"], cached,
                                                               "same" if ok else "DIFFERENT", texts[1][:40]))
     print(" ".join(line for line in request("GET", "/metrics").decode().splitlines()
-                   if line.startswith("kvtier_prefix_query")))
+                   if line.startswith(("kvtier_prefix_query", "kvtier_prefix_key"))))
     srv.terminate()
     srv.wait()
     return 1 if bad else 0

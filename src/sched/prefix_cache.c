@@ -7,7 +7,8 @@
 // reference (kvt_kv_paged_seq_push_ref). Entries are found through an open-addressing table on the key.
 // Trim drops leaves (entries no other entry continues), least recently used first. Under asyncspade an entry may
 // also keep the query window of a prompt that ended in or at its block (kvt_prefix_cache_keep_queries), within
-// query_bytes, least recently used dropped first.
+// query_bytes, least recently used dropped first; under quest and asyncspade, the key summaries of a sequence that ended
+// (kvt_prefix_cache_keep_keys) at the entry of its prompt's last full block, within key_bytes, likewise.
 #include "prefix_cache.h"
 
 #include <stdlib.h>
@@ -25,6 +26,7 @@ typedef struct {
     int64_t children;   // entries whose parent this is
     uint64_t last_use;  // cache tick of the last attach or insert that passed through it
     kvt_sparse_qwin *qwin; // asyncspade: the query window of a prompt that ended in or at this block (NULL: none)
+    kvt_sparse_ksum *ksum; // quest, asyncspade: the key summaries of a sequence whose prompt's last full block this is
 } pentry;
 
 struct kvt_prefix_cache {
@@ -157,7 +159,7 @@ static int64_t entry_new(kvt_prefix_cache *pc, int32_t seq, int64_t b, const kvt
         }
         x = pc->n_e++;
     }
-    pc->e[x] = (pentry){*key, parent, b, ids, 0, pc->tick, NULL};
+    pc->e[x] = (pentry){*key, parent, b, ids, 0, pc->tick, NULL, NULL};
     if (!tab_add(pc, x)) {
         kvt_kv_paged_block_unref(pc->kv, ids);
         free(ids);
@@ -181,9 +183,19 @@ static void qwin_drop(kvt_prefix_cache *pc, int64_t x) {
     E->qwin = NULL;
 }
 
+static void ksum_drop(kvt_prefix_cache *pc, int64_t x) {
+    pentry *E = &pc->e[x];
+    if (!E->ksum) return;
+    pc->st.key_sums--;
+    pc->st.key_bytes -= kvt_sparse_ksum_bytes(E->ksum);
+    kvt_sparse_ksum_free(E->ksum);
+    E->ksum = NULL;
+}
+
 static void entry_drop(kvt_prefix_cache *pc, int64_t x) {
     pentry *E = &pc->e[x];
     qwin_drop(pc, x);
+    ksum_drop(pc, x);
     tab_del(pc, x);
     kvt_kv_paged_block_unref(pc->kv, E->ids);
     free(E->ids);
@@ -197,7 +209,7 @@ static void entry_drop(kvt_prefix_cache *pc, int64_t x) {
 // --- the interface ---------------------------------------------------------------------------------------
 
 kvt_prefix_cache_params kvt_prefix_cache_params_default(void) {
-    kvt_prefix_cache_params p = {0, NULL, KVT_PREFIX_QUERY_BYTES_DEFAULT};
+    kvt_prefix_cache_params p = {0, NULL, KVT_PREFIX_QUERY_BYTES_DEFAULT, KVT_PREFIX_KEY_BYTES_DEFAULT};
     return p;
 }
 
@@ -242,6 +254,7 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc) {
             kvt_kv_paged_block_unref(pc->kv, pc->e[i].ids);
             free(pc->e[i].ids);
             kvt_sparse_qwin_free(pc->e[i].qwin);
+            kvt_sparse_ksum_free(pc->e[i].ksum);
         }
     }
     free(pc->e);
@@ -268,6 +281,26 @@ static int64_t window_blocks(const kvt_prefix_cache *pc, const int32_t *tokens, 
         if (!(y >= 0 && pc->e[y].b == b && pc->e[y].parent == parent)) break;
         const int64_t d = b + 1 < nbx ? b + 1 : nbx;
         if (d > min_b && d > best && pc->e[y].qwin && kvt_sparse_qwin_covers(pc->e[y].qwin, d * bt, n)) best = d, *x = y;
+        parent = y;
+        prev = &pc->e[y].key;
+    }
+    return best;
+}
+
+// The deepest entry of the chain of tokens[0, n)'s full blocks in the memory cache that keeps key summaries, or -1. (It
+// may lie past the blocks attach gives: a prompt repeated whole keeps them at its last block, which attach leaves to
+// be computed; the positions they share are the ones both hold.)
+static int64_t deepest_keys(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t n) {
+    if (pc->st.key_sums == 0) return -1;
+    const int64_t bt = pc->kv->block_tokens;
+    kvt_block_key key;
+    const kvt_block_key *prev = NULL;
+    int64_t parent = -1, best = -1;
+    for (int64_t b = 0; b < n / bt; b++) {
+        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
+        const int64_t y = tab_find(pc, &key);
+        if (!(y >= 0 && pc->e[y].b == b && pc->e[y].parent == parent)) break;
+        if (pc->e[y].ksum) best = y;
         parent = y;
         prev = &pc->e[y].key;
     }
@@ -388,6 +421,17 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
         pc->st.query_hits++;
         pc->st.query_tokens += (b - nb0) * bt;
     }
+    const int64_t xk = b > 0 ? deepest_keys(pc, tokens, n) : -1;
+    if (xk >= 0) { // their positions up to the end of xk's block are the chain's (past it, another prompt's)
+        const int64_t lim = (pc->e[xk].b + 1) * bt < b * bt ? (pc->e[xk].b + 1) * bt : b * bt;
+        int64_t shared = 0;
+        if ((st = kvt_sparse_ksum_attach(kvt_context_sparse(pc->ctx), seq, pc->e[xk].ksum, lim, &shared, err))) {
+            kvt_context_seq_truncate(pc->ctx, seq, 0);
+            return st;
+        }
+        pc->st.key_hits += shared > 0;
+        pc->st.key_tokens += shared;
+    }
     *n_cached = b * bt;
     pc->st.store_hit_tokens += from_store * bt;
     pc->st.staged_tokens += from_staged * bt;
@@ -429,19 +473,37 @@ kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int3
     return KVT_OK;
 }
 
-void kvt_prefix_cache_keep_queries(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n) {
-    const int64_t bt = pc->kv->block_tokens, nb = n / bt;
-    if (pc->p.query_bytes <= 0 || nb < 1 || kvt_context_prompt_tail(pc->ctx) <= 1) return;
+// The entry of block nb - 1 of tokens' chain (insert registered it), or -1.
+static int64_t last_entry(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t nb) {
+    const int64_t bt = pc->kv->block_tokens;
     kvt_block_key key;
     const kvt_block_key *prev = NULL;
     int64_t x = -1;
-    for (int64_t b = 0; b < nb; b++) { // the entry of the prompt's last full block (insert registered the chain)
+    for (int64_t b = 0; b < nb; b++) {
         key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
         const int64_t y = tab_find(pc, &key);
-        if (!(y >= 0 && pc->e[y].b == b && pc->e[y].parent == x)) return;
+        if (!(y >= 0 && pc->e[y].b == b && pc->e[y].parent == x)) return -1;
         x = y;
         prev = &pc->e[y].key;
     }
+    return x;
+}
+
+// The least recently used entry that keeps key summaries (keys) or a query window, or -1.
+static int64_t oldest_with(const kvt_prefix_cache *pc, bool keys) {
+    int64_t old = -1;
+    for (int64_t i = 0; i < pc->n_e; i++) {
+        const bool has = pc->e[i].ids && (keys ? pc->e[i].ksum != NULL : pc->e[i].qwin != NULL);
+        if (has && (old < 0 || pc->e[i].last_use < pc->e[old].last_use)) old = i;
+    }
+    return old;
+}
+
+void kvt_prefix_cache_keep_queries(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n) {
+    const int64_t bt = pc->kv->block_tokens, nb = n / bt;
+    if (pc->p.query_bytes <= 0 || nb < 1 || kvt_context_prompt_tail(pc->ctx) <= 1) return;
+    const int64_t x = last_entry(pc, tokens, nb);
+    if (x < 0) return;
     // a window kept there ending at or before n serves every prompt this one would (its queries before the block's
     // end are the same bits: they depend on the block chain's tokens alone), and more
     if (pc->e[x].qwin && kvt_sparse_qwin_end(pc->e[x].qwin) <= n) return;
@@ -454,17 +516,37 @@ void kvt_prefix_cache_keep_queries(kvt_prefix_cache *pc, int32_t seq, const int3
         return;
     }
     qwin_drop(pc, x); // a window of a longer prompt that ended in the same block
-    while (pc->st.query_bytes + bytes > pc->p.query_bytes) { // least recently used windows out
-        int64_t old = -1;
-        for (int64_t i = 0; i < pc->n_e; i++) {
-            if (pc->e[i].ids && pc->e[i].qwin && (old < 0 || pc->e[i].last_use < pc->e[old].last_use)) old = i;
-        }
-        if (old < 0) break;
-        qwin_drop(pc, old);
+    for (int64_t old; pc->st.query_bytes + bytes > pc->p.query_bytes && (old = oldest_with(pc, false)) >= 0;) {
+        qwin_drop(pc, old); // least recently used windows out
     }
     pc->e[x].qwin = w;
     pc->st.query_windows++;
     pc->st.query_bytes += bytes;
+}
+
+void kvt_prefix_cache_keep_keys(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n) {
+    const int64_t bt = pc->kv->block_tokens, nb = n / bt;
+    kvt_sparse *sp = kvt_context_sparse(pc->ctx);
+    if (pc->p.key_bytes <= 0 || !sp || nb < 1 || n > kvt_context_seq_n_past(pc->ctx, seq)) return;
+    const int64_t x = last_entry(pc, tokens, nb);
+    if (x < 0) return;
+    const int64_t end = nb * bt, had = pc->e[x].ksum ? kvt_sparse_ksum_end(pc->e[x].ksum) : 0;
+    if (had >= end) return; // the entry's copy covers its chain already
+    kvt_sparse_ksum *k = NULL;
+    kvt_err e2;
+    if (kvt_sparse_seq_free_keep(sp, seq, end, &k, &e2) || !k) return;
+    const int64_t bytes = kvt_sparse_ksum_bytes(k);
+    if (kvt_sparse_ksum_end(k) <= had || bytes > pc->p.key_bytes) {
+        kvt_sparse_ksum_free(k);
+        return;
+    }
+    ksum_drop(pc, x);
+    for (int64_t old; pc->st.key_bytes + bytes > pc->p.key_bytes && (old = oldest_with(pc, true)) >= 0;) {
+        ksum_drop(pc, old); // least recently used copies out
+    }
+    pc->e[x].ksum = k;
+    pc->st.key_sums++;
+    pc->st.key_bytes += bytes;
 }
 
 int64_t kvt_prefix_cache_trim(kvt_prefix_cache *pc, int64_t keep_blocks) {

@@ -27,6 +27,9 @@ kvt_block_key kvt_prefix_key_next(const kvt_block_key *prev, const int32_t *toke
 
 // Default of kvt_prefix_cache_params.query_bytes: 64 MiB (SmolLM2-135M's window of 17 queries is 1.2 MB).
 #define KVT_PREFIX_QUERY_BYTES_DEFAULT ((int64_t)64 << 20)
+// Default of kvt_prefix_cache_params.key_bytes: 512 MiB (SmolLM2-135M's asyncspade key copies of 8192 positions are
+// 48.6 MB; Gemma 3 270M's of 32768, 26 MB).
+#define KVT_PREFIX_KEY_BYTES_DEFAULT ((int64_t)512 << 20)
 
 typedef struct {
     int64_t max_blocks;       // blocks the cache may hold beyond those of running sequences (0: bounded only
@@ -34,6 +37,8 @@ typedef struct {
     kvt_prefix_store *store;  // second level (borrowed, may be NULL)
     int64_t query_bytes;      // asyncspade: bytes of query windows kept at prompt ends (kvt_prefix_cache_keep_queries)
                               // at most, least recently used dropped first; 0: none kept
+    int64_t key_bytes;        // quest, asyncspade: bytes of sequences' key summaries kept as they end
+                              // (kvt_prefix_cache_keep_keys) at most, least recently used dropped first; 0: none kept
 } kvt_prefix_cache_params;
 
 kvt_prefix_cache_params kvt_prefix_cache_params_default(void);
@@ -48,6 +53,9 @@ typedef struct {
     int64_t query_windows, query_bytes; // asyncspade query windows held now, and their bytes
     int64_t query_hits;       // attach calls that gave positions past kvt_context_prompt_cacheable through a window
     int64_t query_tokens;     // positions those calls gave past it (prompt positions not recomputed)
+    int64_t key_sums, key_bytes; // quest, asyncspade: kept key summaries held now, and their bytes
+    int64_t key_hits;         // attach calls that gave a sequence kept key summaries
+    int64_t key_tokens;       // positions those calls gave summaries of (keys not read back from the store)
 } kvt_prefix_cache_stats;
 
 typedef struct kvt_prefix_cache kvt_prefix_cache;
@@ -63,7 +71,9 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc); // releases every cached block
 // size; 0 on a miss). Under asyncspade the memory cache's blocks may go further, up to n - 1 positions, to the end of
 // a block whose entry keeps a query window that covers the prompt (kvt_sparse_qwin_covers): the window is restored into
 // seq's history, so the prompt's last window + 1 positions need not be recomputed (the same selections and tokens).
-// The sequence's n_past is set. Errors (budget while importing from the store, memory) leave seq empty.
+// Under quest and asyncspade seq shares the key summaries kept at the deepest entry of the attached chain that holds
+// some (kvt_prefix_cache_keep_keys, kvt_sparse_ksum_attach), so the attached positions they cover are not read back
+// from the store and summarized again. The sequence's n_past is set. Errors (budget while importing from the store, memory) leave seq empty.
 kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
                                    int64_t max_tokens, int64_t *n_cached, kvt_err *err);
 // Blocks of the second-level store read beforehand (by the serving engine's background fetch, prefix_fetch.h):
@@ -98,6 +108,12 @@ kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int3
 // attach. Nothing is kept when there is no window or it does not fit query_bytes; never an error (out of memory:
 // not kept).
 void kvt_prefix_cache_keep_queries(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n);
+// Under quest and asyncspade (with key_bytes > 0): seq, holding the prompt tokens[0, n) (whose blocks insert
+// registered) and about to be freed, gives its key summaries of the prompt's full blocks to the entry of the last one
+// (kvt_sparse_seq_free_keep: no copy unless seq shared a shorter kept copy); seq's sparse state is freed (the caller
+// frees the sequence next). Kept only where it covers more than the entry's copy and fits key_bytes (least recently
+// used copies dropped for it); never an error (out of memory: not kept).
+void kvt_prefix_cache_keep_keys(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n);
 // Releases cached prefixes, least recently used first, until the cache alone holds at most keep_blocks blocks
 // (blocks also held by a running sequence stay until it ends). Returns the blocks released.
 int64_t kvt_prefix_cache_trim(kvt_prefix_cache *pc, int64_t keep_blocks);

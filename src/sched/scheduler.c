@@ -73,6 +73,7 @@ kvt_sched_params kvt_sched_params_default(void) {
     p.prefix_fetch_bytes = (int64_t)256 << 20;
     p.prefix_fetch_wait_ms = 2000;
     p.prefix_query_bytes = KVT_PREFIX_QUERY_BYTES_DEFAULT;
+    p.prefix_key_bytes = KVT_PREFIX_KEY_BYTES_DEFAULT;
     return p;
 }
 
@@ -112,6 +113,7 @@ kvt_status kvt_sched_init(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_
         pp.max_blocks = p->prefix_max_blocks;
         pp.store = p->prefix_store;
         pp.query_bytes = p->prefix_query_bytes;
+        pp.key_bytes = p->prefix_key_bytes;
         kvt_status st = kvt_prefix_cache_init(ctx, &pp, &s->pc, err);
         if (st) {
             free(s);
@@ -128,9 +130,11 @@ static void staged_release(req *r) {
     r->staged = NULL;
 }
 
-// Frees sequence seq of request r, its sparse step records counted first.
+// Frees sequence seq of request r, its sparse step records counted first and its key summaries of the prompt's
+// blocks left to the prefix cache.
 static void seq_free(kvt_sched *s, req *r, int32_t seq) {
     kvt_sparse_seq_totals_add(kvt_context_sparse(s->ctx), seq, r->p.n_prompt, &r->sparse);
+    if (s->pc) kvt_prefix_cache_keep_keys(s->pc, seq, r->prompt, r->p.n_prompt);
     kvt_context_seq_free(s->ctx, seq);
 }
 
@@ -251,6 +255,8 @@ void kvt_sched_stats_get(const kvt_sched *s, kvt_sched_stats *out) {
         out->query_tokens = ps.query_tokens;
         out->query_windows = ps.query_windows;
         out->query_bytes = ps.query_bytes;
+        out->key_hits = ps.key_hits, out->key_tokens = ps.key_tokens;
+        out->key_sums = ps.key_sums, out->key_bytes = ps.key_bytes;
     }
 }
 

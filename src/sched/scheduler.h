@@ -75,6 +75,8 @@ typedef struct {
     int64_t prefix_max_blocks;   // see kvt_prefix_cache_params (0: bounded by the store)
     int64_t prefix_query_bytes;  // asyncspade's query windows the prefix cache keeps (kvt_prefix_cache_params.query_bytes;
                                  // default KVT_PREFIX_QUERY_BYTES_DEFAULT)
+    int64_t prefix_key_bytes;    // quest / asyncspade key summaries the prefix cache keeps as sequences end
+                                 // (kvt_prefix_cache_params.key_bytes; default KVT_PREFIX_KEY_BYTES_DEFAULT)
     kvt_prefix_store *prefix_store; // second level of the prefix cache (borrowed, may be NULL)
     bool preempt;                // preemption by swap when fast + host are full (needs a disk tier)
     int32_t plan_iters;          // iterations ahead published with kvt_kv_paged_set_plan (0: no plan)
@@ -98,6 +100,8 @@ typedef struct {
     int64_t query_hits, query_tokens; // admissions whose prefix went past the prompt's last window + 1 positions through
                                  // a query window, and the prompt positions that spared (kvt_prefix_cache_stats)
     int64_t query_windows, query_bytes; // query windows the prefix cache holds now, their bytes
+    int64_t key_hits, key_tokens; // admissions given kept key summaries, and the positions they covered (not read back)
+    int64_t key_sums, key_bytes;  // kept key summaries the prefix cache holds now, their bytes
     double attach_ms;            // time admission spent giving prompts their cached prefix (prefix-cache attach:
                                  // references, imports, and any second-level store reads it waited for)
 } kvt_sched_stats;

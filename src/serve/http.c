@@ -436,11 +436,12 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
         fprintf(f, "kvtier_sparse_stall_seconds_total %.6f\n", z->stall_ms / 1e3);
         METRIC("sparse_summary_bytes", "gauge", "Bytes of the sparse key summaries: held now, held at the most (forks "
                "share their parent's: counted once), reserved for them in the fast tier (-1: no --kv-fast), and freed "
-               "sequences' buffers kept for the next ones (pooled).");
+               "sequences' buffers kept for the next ones (pooled), and those the prefix cache keeps (kept).");
         fprintf(f, "kvtier_sparse_summary_bytes{kind=\"held\"} %lld\n", (long long)z->summary_held);
         fprintf(f, "kvtier_sparse_summary_bytes{kind=\"peak\"} %lld\n", (long long)z->summary_peak);
         fprintf(f, "kvtier_sparse_summary_bytes{kind=\"reserved\"} %lld\n", (long long)z->summary_reserved);
         fprintf(f, "kvtier_sparse_summary_bytes{kind=\"pooled\"} %lld\n", (long long)z->summary_pooled);
+        fprintf(f, "kvtier_sparse_summary_bytes{kind=\"kept\"} %lld\n", (long long)z->summary_kept);
         METRIC("sparse_summary_reuses_total", "counter", "Sparse key summary buffers a new sequence took from freed ones "
                "instead of new memory.");
         fprintf(f, "kvtier_sparse_summary_reuses_total %lld\n", (long long)z->summary_reuses);
@@ -549,6 +550,15 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
         fprintf(f, "kvtier_prefix_query_windows %lld\n", (long long)s.query_windows);
         METRIC("prefix_query_bytes", "gauge", "Bytes of those query windows (bounded by --kv-cache-queries).");
         fprintf(f, "kvtier_prefix_query_bytes %lld\n", (long long)s.query_bytes);
+        METRIC("prefix_key_hits_total", "counter", "Prefix-cache hits given the sparse key summaries a finished sequence "
+               "left (quest, asyncspade) instead of reading the cached keys back to summarize them.");
+        fprintf(f, "kvtier_prefix_key_hits_total %lld\n", (long long)s.key_hits);
+        METRIC("prefix_key_tokens_total", "counter", "Cached positions those hits did not read back.");
+        fprintf(f, "kvtier_prefix_key_tokens_total %lld\n", (long long)s.key_tokens);
+        METRIC("prefix_key_summaries", "gauge", "Sequences' key summaries the prefix cache keeps now.");
+        fprintf(f, "kvtier_prefix_key_summaries %lld\n", (long long)s.key_sums);
+        METRIC("prefix_key_bytes", "gauge", "Bytes of those key summaries (bounded by --kv-cache-keys).");
+        fprintf(f, "kvtier_prefix_key_bytes %lld\n", (long long)s.key_bytes);
     }
     METRIC("kv_host_imports_total", "counter", "KV blocks of imported prefixes written straight into the host tier.");
     fprintf(f, "kvtier_kv_host_imports_total %lld\n", (long long)s.kv.host_imports);

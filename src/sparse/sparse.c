@@ -378,7 +378,7 @@ void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *o) {
     *o = s->tot;
     pthread_mutex_unlock(mu);
     o->summary_held = s->summary_held, o->summary_peak = s->summary_peak, o->summary_reserved = s->summary_limit;
-    o->summary_pooled = s->pooled_bytes, o->summary_reuses = s->pool_reuses;
+    o->summary_pooled = s->pooled_bytes, o->summary_reuses = s->pool_reuses, o->summary_kept = s->summary_kept;
 }
 
 int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n) { return params_budget(&s->p, n); }

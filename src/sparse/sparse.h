@@ -127,6 +127,28 @@ bool kvt_sparse_qwin_covers(const kvt_sparse_qwin *w, int64_t at, int64_t n);
 // KVT_ERR_NOMEM.
 kvt_status kvt_sparse_qwin_restore(kvt_sparse *s, int32_t seq, const kvt_sparse_qwin *w, int64_t at, kvt_err *err);
 
+// A sequence's key summaries (asyncspade's key copies, quest's page bounds), kept by a prefix cache beside its blocks
+// (src/sched/prefix_cache.c): a later sequence given the cached positions shares them (kvt_sparse_ksum_attach) instead
+// of reading those keys back from the store and summarizing them again. They are the bits any sequence holding those
+// positions computes (a position's key depends on the tokens up to it alone), so its selections and tokens are too.
+typedef struct kvt_sparse_ksum kvt_sparse_ksum;
+// Frees sequence seq's state (kvt_sparse_seq_free) keeping its summaries of the whole blocks (asyncspade 16 positions,
+// quest a page) of [0, end) that every summarizing layer holds: *out, owned by the caller (kvt_sparse_ksum_free). A
+// layer's own buffers become the kept copy as they are (no copy); a layer sharing a base (a fork, a kept copy it was
+// given) keeps that base when it holds the positions, else a copy of the base's and its own. NULL (KVT_OK) when there
+// is nothing to keep (no state, no summaries, fewer than a block, --sparse-rerank-resid). The kept bytes leave the
+// summaries held (and the --kv-fast reservation: the cache's own budget bounds them) for the totals' summary_kept,
+// until the last sequence or kept copy that shares them lets go. KVT_ERR_NOMEM (the state is freed all the same).
+kvt_status kvt_sparse_seq_free_keep(kvt_sparse *s, int32_t seq, int64_t end, kvt_sparse_ksum **out, kvt_err *err);
+void kvt_sparse_ksum_free(kvt_sparse_ksum *k); // (before the kvt_sparse it came from)
+int64_t kvt_sparse_ksum_end(const kvt_sparse_ksum *k);   // the positions kept: [0, end)
+int64_t kvt_sparse_ksum_bytes(const kvt_sparse_ksum *k); // their allocated bytes
+// seq (holding positions [0, at), no key summarized yet) shares k's summaries of the whole blocks of [0, min(at, end)):
+// *shared of them (0: less than a block); its layers summarize the rest from there. KVT_ERR_INVALID_ARG (k of another
+// state, seq already summarizing), KVT_ERR_NOMEM.
+kvt_status kvt_sparse_ksum_attach(kvt_sparse *s, int32_t seq, const kvt_sparse_ksum *k, int64_t at, int64_t *shared,
+                                  kvt_err *err);
+
 // The attention call of the forward pass, after K/V of [pos0, pos0 + n) were appended to kv: k are those
 // keys ([n, n_head_kv * head_dim] f32, roped), q the queries. Same contract as kvt_attention. A decode step (n
 // == 1 and not prompt) attends sparsely; prompt tokens (n > 1, or prompt set) densely.
@@ -208,6 +230,8 @@ typedef struct {
     int64_t summary_pooled;       // bytes of freed sequences' summary buffers kept for the next ones (a gauge; at most one
                                   // sequence's at n_ctx, and held + pooled within the reservation)
     int64_t summary_reuses;       // summary buffers a sequence took from those instead of new memory (a counter)
+    int64_t summary_kept;         // bytes of summaries prefix caches keep (kvt_sparse_seq_free_keep; a gauge, outside
+                                  // summary_held and the reservation)
 } kvt_sparse_totals;
 void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *out);
 // Adds the recorded decode steps of sequence seq at positions >= pos0 (kvt_sparse_steps) into *acc: steps, selected,

@@ -53,19 +53,22 @@ typedef struct {
 typedef struct {
     int64_t n, stride;
     void *buf[4];
-    int64_t bytes; // their allocated bytes, counted once in kvt_sparse.summary_held
-    int32_t refs;  // layers that hold it (the sequences' callers serialize forks and frees)
+    int64_t bytes; // their allocated bytes, counted once in kvt_sparse.summary_held (summary_kept once kept)
+    int32_t refs;  // layers and kept summaries (kvt_sparse_ksum) that hold it (their callers serialize forks and frees)
+    bool kept;     // a prefix cache's kvt_sparse_ksum took it: its bytes moved from summary_held to summary_kept
 } kvt_sparse_kbase;
 
 // One layer of one sequence. Buffers hold `cap` positions per KV head (grown as the sequence grows, at most
 // n_ctx); rows of KV head kh start at kh * cap (pages: kh * pages(cap)). The key summaries (asyncspade's copies,
-// quest's bounds) after a fork: the positions [0, off) in the shared base kb, the layer's own buffers only [off, cap),
+// quest's bounds) after a fork, or from a prefix cache's kept summaries: the positions [0, off) in the shared base kb
+// (off <= kb->n, whole blocks: a sequence may share a base's first positions only), the layer's own buffers only [off, cap),
 // rows of kh at kh * (cap - off) (pages: kh * pages(cap - off); position t at t - off); off = 0 and kb = NULL
 // otherwise.
 typedef struct {
     int64_t cap;        // positions the buffers have room for
     int64_t key_n;      // keys [0, key_n) are in the summaries (the rest is read from the store when needed)
     kvt_sparse_kbase *kb; // the shared summaries of positions [0, off), or NULL (off: kvt_sparse_off)
+    int64_t koff;       // off with kb, <= kb->n
     int8_t *k8;         // asyncspade (a width of 8 used): [Hkv][(cap - off) * hd] int8 keys in blocks of 16 positions
                         // (kvt_sparse_k8_at; cap a multiple of 16)
     float *k8s;         // asyncspade: [Hkv][cap - off] their scales
@@ -104,7 +107,7 @@ typedef struct {
 } kvt_sparse_layer;
 
 // The first position of ly's own key summaries: its shared base's end, or 0.
-static inline int64_t kvt_sparse_off(const kvt_sparse_layer *ly) { return ly->kb ? ly->kb->n : 0; }
+static inline int64_t kvt_sparse_off(const kvt_sparse_layer *ly) { return ly->kb ? ly->koff : 0; }
 
 // One sequence.
 typedef struct {
@@ -130,6 +133,8 @@ struct kvt_sparse {
     int32_t n_seqs;
     int64_t summary_held;    // bytes of key summaries over every sequence
     int64_t summary_peak;    // the most summary_held has been
+    int64_t summary_kept;    // bytes of the shared bases prefix caches took (kvt_sparse_ksum_take): outside summary_held
+                             // and the reservation (the cache's own budget bounds them), until their last holder lets go
     int64_t summary_limit;   // at most this many (d.bounded), else -1
     // the key-summary buffers a freed sequence's layers left, kept for the next sequence's (sparse_seq.c keys_alloc /
     // keys_free): a new big buffer's 2 MiB pages are zeroed by the kernel at first touch (~25 ms for SmolLM2's 30

@@ -100,10 +100,18 @@ static void copy_key_blocks(const kvt_sparse *s, void *const dst[KEYBUFS], int64
 
 static void keys_free(kvt_sparse *s, void *p);
 
+static void big_drop(kvt_sparse *s, int64_t i);
+
 static void kbase_release(kvt_sparse *s, kvt_sparse_kbase *b) {
     if (!b || --b->refs > 0) return;
-    s->summary_held -= b->bytes;
+    if (b->kept) s->summary_kept -= b->bytes;
+    else s->summary_held -= b->bytes;
     for (int a = 0; a < KEYBUFS; a++) keys_free(s, b->buf[a]);
+    // a kept base's buffers were outside summary_held: under a reservation the pool they joined gives way, as in
+    // keys_alloc (held + pooled within it)
+    for (int64_t i = s->n_big - 1; b->kept && i >= 0 && s->summary_limit >= 0 && s->summary_held + s->pooled_bytes > s->summary_limit; i--) {
+        if (s->big[i].pooled) big_drop(s, i);
+    }
     free(b);
 }
 
@@ -374,7 +382,7 @@ static kvt_status layer_freeze(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     set_keys(s, ly, b);
     q->summary_bytes += own - kb->bytes; // (the base's bytes stay in summary_held until it is freed)
     held_add(s, own);
-    ly->kb = kb;
+    ly->kb = kb, ly->koff = n;
     return KVT_OK;
 }
 
@@ -567,7 +575,7 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
         if (share) st = layer_freeze(s, a, x, err);
         int64_t cap = x->cap;
         if (!st && share) {
-            y->kb = x->kb, y->kb->refs++;
+            y->kb = x->kb, y->kb->refs++, y->koff = x->koff;
             const int64_t want = key_blocks_of(s, x->key_n + 1) * key_block(s); // (reserve grows it from there)
             if (want < cap) cap = want;
         }
@@ -695,5 +703,136 @@ kvt_status kvt_sparse_qwin_restore(kvt_sparse *s, int32_t seq, const kvt_sparse_
         ly->hist_next = at;
         ly->sel_pos = ly->kept_pos = -1;
     }
+    return KVT_OK;
+}
+
+// --- a sequence's key summaries, kept by a prefix cache (sparse.h) ---------------------------------------------
+
+struct kvt_sparse_ksum {
+    kvt_sparse *s;          // the state whose bases these are (attach checks it)
+    int64_t n;              // every kept layer's base holds the summaries of positions [0, n): whole blocks
+    int64_t bytes;          // the bases' allocated bytes
+    kvt_sparse_kbase **kb;  // [n_layer] a base per layer that keeps summaries (NULL: a dense or sliding-window layer)
+};
+
+// Whether ly keeps key summaries (its own buffers or a shared base).
+static bool layer_has_keys(const kvt_sparse *s, const kvt_sparse_layer *ly) {
+    return ly->kb || (s->p.mode == KVT_SPARSE_QUEST ? ly->lo != NULL : ly->k8 != NULL || ly->k4 != NULL);
+}
+
+// b's bytes leave summary_held for summary_kept (once).
+static void kbase_keep(kvt_sparse *s, kvt_sparse_kbase *b) {
+    if (b->kept) return;
+    b->kept = true;
+    s->summary_held -= b->bytes;
+    s->summary_kept += b->bytes;
+}
+
+// The base of layer ly's summaries [0, n) (n <= its key_n, whole blocks), a reference taken for the caller:
+// - its own buffers, when it has no base: they become the base as they are (no copy; the layer, about to be freed,
+//   keeps none);
+// - its base, when that holds [0, n) already;
+// - else a new base of n positions: its base's [0, off) and its own [off, n) copied in.
+static kvt_sparse_kbase *layer_keep(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, int64_t n) {
+    const int64_t B = key_block(s);
+    kvt_sparse_kbase *kb = NULL;
+    if (ly->kb && ly->koff >= n) {
+        kb = ly->kb;
+    } else if (!ly->kb) {
+        if (!(kb = calloc(1, sizeof *kb))) return NULL;
+        kb->n = n, kb->stride = key_blocks_of(s, ly->cap), kb->bytes = own_bytes(s, ly->cap, 0);
+        layer_bufs(s, ly, kb->buf);
+        void *none[KEYBUFS] = {NULL, NULL, NULL, NULL};
+        set_keys(s, ly, none);
+        q->summary_bytes -= kb->bytes; // the base's bytes stay in summary_held until kbase_keep moves them
+    } else {
+        const int64_t off = ly->koff, kc = key_blocks_of(s, n), ob = off / B;
+        void *b[KEYBUFS], *own[KEYBUFS];
+        if (!(kb = calloc(1, sizeof *kb)) || !alloc_keys(s, kc, b)) {
+            free(kb);
+            return NULL;
+        }
+        layer_bufs(s, ly, own);
+        copy_key_blocks(s, b, kc, 0, ly->kb->buf, ly->kb->stride, 0, ob);
+        copy_key_blocks(s, b, kc, ob, own, key_blocks_of(s, ly->cap - off), 0, kc - ob);
+        kb->n = n, kb->stride = kc, kb->bytes = own_bytes(s, n, 0);
+        for (int a = 0; a < KEYBUFS; a++) kb->buf[a] = b[a];
+        held_add(s, kb->bytes);
+    }
+    kb->refs++;
+    kbase_keep(s, kb);
+    return kb;
+}
+
+kvt_status kvt_sparse_seq_free_keep(kvt_sparse *s, int32_t seq, int64_t end, kvt_sparse_ksum **out, kvt_err *err) {
+    *out = NULL;
+    kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
+    if (!q) return KVT_OK;
+    kvt_sparse_wait_seq(s, q);
+    const int64_t B = key_block(s);
+    int64_t n = end / B * B;
+    int32_t kept = 0;
+    for (int32_t l = 0; l < s->d.n_layer; l++) {
+        const kvt_sparse_layer *ly = &q->lay[l];
+        if (!layer_has_keys(s, ly)) continue;
+        kept++;
+        if (ly->key_n / B * B < n) n = ly->key_n / B * B; // (quest: key_n counts whole pages only)
+    }
+    kvt_status st = KVT_OK;
+    kvt_sparse_ksum *k = NULL;
+    // (--sparse-rerank-resid keeps predicted scores by position beside the summaries: its forks copy, so does this)
+    if (has_summaries(s) && s->p.rerank_resid <= 0.0 && kept > 0 && n >= B) {
+        k = calloc(1, sizeof *k);
+        if (k && !(k->kb = calloc((size_t)s->d.n_layer, sizeof *k->kb))) free(k), k = NULL;
+        if (k) k->s = s, k->n = n;
+        for (int32_t l = 0; k && l < s->d.n_layer; l++) {
+            kvt_sparse_layer *ly = &q->lay[l];
+            if (!layer_has_keys(s, ly)) continue;
+            if (!(k->kb[l] = layer_keep(s, q, ly, n))) {
+                kvt_sparse_ksum_free(k), k = NULL;
+            } else {
+                k->bytes += k->kb[l]->bytes;
+            }
+        }
+        if (!k) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory keeping the key summaries of sequence %d (%lld positions)", seq, (long long)n);
+    }
+    kvt_sparse_seq_free(s, seq);
+    *out = k;
+    return st;
+}
+
+void kvt_sparse_ksum_free(kvt_sparse_ksum *k) {
+    if (!k) return;
+    for (int32_t l = 0; k->s && l < k->s->d.n_layer; l++) kbase_release(k->s, k->kb[l]);
+    free(k->kb);
+    free(k);
+}
+
+int64_t kvt_sparse_ksum_end(const kvt_sparse_ksum *k) { return k ? k->n : 0; }
+int64_t kvt_sparse_ksum_bytes(const kvt_sparse_ksum *k) { return k ? k->bytes : 0; }
+
+kvt_status kvt_sparse_ksum_attach(kvt_sparse *s, int32_t seq, const kvt_sparse_ksum *k, int64_t at, int64_t *shared,
+                                  kvt_err *err) {
+    *shared = 0;
+    if (!s || !k || k->s != s) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "kept key summaries: not of this context's sparse state");
+    const int64_t B = key_block(s), n = (at < k->n ? at : k->n) / B * B;
+    if (n < B) return KVT_OK;
+    kvt_sparse_seq *q = kvt_sparse_seq_get(s, seq);
+    if (!q) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse state of sequence %d", seq);
+    kvt_sparse_wait_seq(s, q);
+    for (int32_t l = 0; l < s->d.n_layer; l++) {
+        const kvt_sparse_layer *ly = &q->lay[l];
+        if (k->kb[l] && (ly->kb || ly->cap > 0 || ly->key_n > 0)) {
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "kept key summaries: sequence %d already holds summaries (layer %d, "
+                              "%lld positions)", seq, l, (long long)ly->key_n);
+        }
+    }
+    for (int32_t l = 0; l < s->d.n_layer; l++) {
+        kvt_sparse_layer *ly = &q->lay[l];
+        if (!k->kb[l]) continue;
+        ly->kb = k->kb[l], ly->kb->refs++, ly->koff = n;
+        ly->key_n = n; // (its own buffers come with its first keys past n: kvt_sparse_layer_reserve)
+    }
+    *shared = n;
     return KVT_OK;
 }
