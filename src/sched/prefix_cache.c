@@ -287,22 +287,26 @@ static int64_t window_blocks(const kvt_prefix_cache *pc, const int32_t *tokens, 
     return best;
 }
 
-// The deepest entry of the chain of tokens[0, n)'s full blocks in the memory cache that keeps key summaries, or -1. (It
-// may lie past the blocks attach gives: a prompt repeated whole keeps them at its last block, which attach leaves to
-// be computed; the positions they share are the ones both hold.)
-static int64_t deepest_keys(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t n) {
+// The entry whose kept key summaries cover the most of the chain that ends at entry `last`: *cover positions of it.
+// An entry continuing the chain (or `last` itself) covers all of it as far as its summaries go (a prompt repeated whole
+// keeps them at its last block, which attach leaves to be computed; a shorter prompt's chain stops inside a longer
+// one's); else the deepest entry before `last` with some. -1 when none.
+static int64_t best_keys(const kvt_prefix_cache *pc, int64_t last, int64_t *cover) {
+    *cover = 0;
     if (pc->st.key_sums == 0) return -1;
-    const int64_t bt = pc->kv->block_tokens;
-    kvt_block_key key;
-    const kvt_block_key *prev = NULL;
-    int64_t parent = -1, best = -1;
-    for (int64_t b = 0; b < n / bt; b++) {
-        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
-        const int64_t y = tab_find(pc, &key);
-        if (!(y >= 0 && pc->e[y].b == b && pc->e[y].parent == parent)) break;
-        if (pc->e[y].ksum) best = y;
-        parent = y;
-        prev = &pc->e[y].key;
+    const int64_t bt = pc->kv->block_tokens, lb = pc->e[last].b;
+    int64_t best = -1;
+    for (int64_t i = 0; i < pc->n_e; i++) { // continuations: their chain passes through last
+        if (!pc->e[i].ids || !pc->e[i].ksum || pc->e[i].b < lb) continue;
+        int64_t j = i;
+        while (j >= 0 && pc->e[j].b > lb) j = pc->e[j].parent;
+        const int64_t c = kvt_sparse_ksum_end(pc->e[i].ksum) < (lb + 1) * bt ? kvt_sparse_ksum_end(pc->e[i].ksum) : (lb + 1) * bt;
+        if (j == last && c > *cover) best = i, *cover = c;
+    }
+    for (int64_t j = pc->e[last].parent; j >= 0 && best < 0; j = pc->e[j].parent) { // else the deepest before it
+        if (!pc->e[j].ksum) continue;
+        const int64_t c = kvt_sparse_ksum_end(pc->e[j].ksum) < (pc->e[j].b + 1) * bt ? kvt_sparse_ksum_end(pc->e[j].ksum) : (pc->e[j].b + 1) * bt;
+        best = j, *cover = c;
     }
     return best;
 }
@@ -421,11 +425,11 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
         pc->st.query_hits++;
         pc->st.query_tokens += (b - nb0) * bt;
     }
-    const int64_t xk = b > 0 ? deepest_keys(pc, tokens, n) : -1;
-    if (xk >= 0) { // their positions up to the end of xk's block are the chain's (past it, another prompt's)
-        const int64_t lim = (pc->e[xk].b + 1) * bt < b * bt ? (pc->e[xk].b + 1) * bt : b * bt;
+    int64_t cover = 0; // (parent: block b - 1's entry, or -1 where an imported block could not join the memory cache)
+    const int64_t xk = b > 0 && parent >= 0 ? best_keys(pc, parent, &cover) : -1;
+    if (xk >= 0) {
         int64_t shared = 0;
-        if ((st = kvt_sparse_ksum_attach(kvt_context_sparse(pc->ctx), seq, pc->e[xk].ksum, lim, &shared, err))) {
+        if ((st = kvt_sparse_ksum_attach(kvt_context_sparse(pc->ctx), seq, pc->e[xk].ksum, cover, &shared, err))) {
             kvt_context_seq_truncate(pc->ctx, seq, 0);
             return st;
         }

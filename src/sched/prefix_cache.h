@@ -71,9 +71,9 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc); // releases every cached block
 // size; 0 on a miss). Under asyncspade the memory cache's blocks may go further, up to n - 1 positions, to the end of
 // a block whose entry keeps a query window that covers the prompt (kvt_sparse_qwin_covers): the window is restored into
 // seq's history, so the prompt's last window + 1 positions need not be recomputed (the same selections and tokens).
-// Under quest and asyncspade seq shares the key summaries kept at the deepest entry of the attached chain that holds
-// some (kvt_prefix_cache_keep_keys, kvt_sparse_ksum_attach), so the attached positions they cover are not read back
-// from the store and summarized again. The sequence's n_past is set. Errors (budget while importing from the store, memory) leave seq empty.
+// Under quest and asyncspade seq shares the key summaries kept (kvt_prefix_cache_keep_keys) that cover the most of the
+// attached positions (kvt_sparse_ksum_attach): those at an entry that continues the attached chain, else at the deepest
+// entry of it that keeps some; the positions they cover are not read back from the store and summarized again. The sequence's n_past is set. Errors (budget while importing from the store, memory) leave seq empty.
 kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
                                    int64_t max_tokens, int64_t *n_cached, kvt_err *err);
 // Blocks of the second-level store read beforehand (by the serving engine's background fetch, prefix_fetch.h):
