@@ -650,6 +650,14 @@ def t_sparse(kvtier, model, extra):
             assert (m['kvtier_sparse_worker_seconds_total{kind="wall"}'] > 0) == (mode == "asyncspade"), m
             held, peak = s.metric('kvtier_sparse_summary_bytes{kind="held"}'), s.metric('kvtier_sparse_summary_bytes{kind="peak"}')
             assert 0 <= held <= peak and peak > 0 and s.metric('kvtier_sparse_summary_bytes{kind="reserved"}') == -1, (held, peak)
+            # the prefix cache kept the key summaries of the requests sent alone, and the same prompts sent at once
+            # shared them instead of reading their cached keys back (with the same texts: concurrent_equal_alone)
+            kept = {k: s.metric(k) for k in ("kvtier_prefix_key_hits_total", "kvtier_prefix_key_tokens_total",
+                                             "kvtier_prefix_key_summaries", "kvtier_prefix_key_bytes",
+                                             'kvtier_sparse_summary_bytes{kind="kept"}')}
+            assert kept["kvtier_prefix_key_hits_total"] > 0 and kept["kvtier_prefix_key_tokens_total"] >= 16, kept
+            assert kept["kvtier_prefix_key_summaries"] >= 1 and kept["kvtier_prefix_key_bytes"] > 0, kept
+            assert kept['kvtier_sparse_summary_bytes{kind="kept"}'] > 0, kept
             prompt = "Story 5: once upon a time" + " and then" * 25
             _, _, r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 24, "temperature": 0})
             text = r["choices"][0]["text"]
