@@ -11,6 +11,7 @@
 #include "../src/exec/context.h"
 #include "../src/kv/kv_block_io.h"
 #include "../src/sched/prefix_cache.h"
+#include "../src/sparse/sparse.h"
 #include "test.h"
 
 enum { BT = 8, NP = 45 }; // block size; prompt length (5 full blocks and 5 positions)
@@ -287,6 +288,57 @@ done:
     kvt_context_free(ctx);
 }
 
+// Key summaries kept as sequences end (quest, page 4), within key_bytes: a budget of one prompt's copy keeps the
+// latest (the older one dropped), a hit on it shares it, a hit on the dropped one reads back; a smaller budget keeps none.
+static kvt_status compute_keep(kvt_prefix_cache *pc, kvt_context *ctx, const int32_t *tokens, kvt_err *err) {
+    kvt_status st = kvt_decode_seq(ctx, 0, tokens, NP, false, err);
+    if (!st) st = kvt_prefix_cache_insert(pc, 0, tokens, NP, err);
+    if (!st) kvt_prefix_cache_keep_keys(pc, 0, tokens, NP);
+    kvt_context_seq_truncate(ctx, 0, 0);
+    return st;
+}
+
+static void kept_keys_budget(const kvt_model *m, const prompts *w) {
+    kvt_context_params cp = ctx_params(NULL);
+    cp.sparse.mode = KVT_SPARSE_QUEST;
+    cp.sparse.budget = 16;
+    cp.sparse.page = 4;
+    kvt_err err = {0};
+    kvt_context *ctx = NULL;
+    kvt_prefix_cache_stats s1 = {0}, s2 = {0}, s3 = {0}, s0 = {0};
+    char why[512] = "";
+    bool hits = false;
+    kvt_status st = kvt_context_init(m, &cp, &ctx, &err);
+    for (int round = 0; !st && round < 3; round++) {
+        kvt_prefix_cache *pc = NULL;
+        kvt_prefix_cache_params pp = kvt_prefix_cache_params_default();
+        pp.key_bytes = round == 0 ? pp.key_bytes : round == 1 ? s1.key_bytes / 2 : s1.key_bytes / 2 - 1;
+        st = kvt_prefix_cache_init(ctx, &pp, &pc, &err);
+        if (!st) st = compute_keep(pc, ctx, w->p, &err);
+        if (!st) st = compute_keep(pc, ctx, w->r, &err);
+        if (!st) kvt_prefix_cache_stats_get(pc, round == 0 ? &s1 : round == 1 ? &s2 : &s3);
+        if (!st && round == 1) { // R's copy kept: a hit on R shares it (40 positions), one on P reads back
+            hits = attach_run(pc, ctx, w->r, NP, w->ref_r, 40, why, sizeof why);
+            kvt_prefix_cache_stats_get(pc, &s0);
+            hits = hits && s0.key_hits == 1 && s0.key_tokens == 40 && attach_run(pc, ctx, w->p, NP, w->ref_p, 40, why, sizeof why);
+            kvt_prefix_cache_stats_get(pc, &s0);
+            hits = hits && s0.key_hits == 1;
+        }
+        kvt_prefix_cache_free(pc);
+    }
+    const kvt_sparse *sp = ctx ? kvt_context_sparse(ctx) : NULL;
+    kvt_sparse_totals t = {0};
+    if (sp) kvt_sparse_totals_get(sp, &t);
+    kvt_context_free(ctx);
+    test_result(!st && s1.key_sums == 2 && s1.key_bytes > 0 && s2.key_sums == 1 && s2.key_bytes == s1.key_bytes / 2 &&
+                    hits && s3.key_sums == 0 && t.summary_kept == 0,
+                "prefix_cache: key summaries kept within key_bytes, least recently used out (a hit shares the kept one, "
+                "the dropped one reads back; too small a budget keeps none; freed with the cache)",
+                "%s%s (kept %lld / %lld bytes, then %lld / %lld, then %lld; key hits %lld; kept at the end %lld)",
+                st ? err.msg : "", why, (long long)s1.key_sums, (long long)s1.key_bytes, (long long)s2.key_sums,
+                (long long)s2.key_bytes, (long long)s3.key_sums, (long long)s0.key_hits, (long long)t.summary_kept);
+}
+
 // The contiguous cache (no sequences to share blocks between) and a sequence that already holds positions are
 // refused with a message; inserting more positions than the sequence holds too.
 static void refusals(const kvt_model *m, const int32_t *p) {
@@ -370,6 +422,7 @@ void test_prefix_cache(const test_env *env) {
         else {
             refusals(m, w.p);
             cache_cases(m, NULL, &w);
+            kept_keys_budget(m, &w);
             if (disk) cache_cases(m, disk, &w);
             store_cases(m, &w);
             if (disk) test_kv_sched_demote_model(m, disk);

@@ -435,6 +435,7 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
         }
         pc->st.key_hits += shared > 0;
         pc->st.key_tokens += shared;
+        pc->e[xk].last_use = pc->tick; // (it may lie past the attached blocks: its copy was used all the same)
     }
     *n_cached = b * bt;
     pc->st.store_hit_tokens += from_store * bt;
