@@ -287,6 +287,11 @@ static int64_t window_blocks(const kvt_prefix_cache *pc, const int32_t *tokens, 
     return best;
 }
 
+static int64_t kept_upto(const pentry *E, int64_t lim) { // positions of E's kept copy before lim
+    const int64_t end = kvt_sparse_ksum_end(E->ksum);
+    return end < lim ? end : lim;
+}
+
 // The entry whose kept key summaries cover the most of the chain that ends at entry `last`: *cover positions of it.
 // An entry continuing the chain (or `last` itself) covers all of it as far as its summaries go (a prompt repeated whole
 // keeps them at its last block, which attach leaves to be computed; a shorter prompt's chain stops inside a longer
@@ -300,13 +305,12 @@ static int64_t best_keys(const kvt_prefix_cache *pc, int64_t last, int64_t *cove
         if (!pc->e[i].ids || !pc->e[i].ksum || pc->e[i].b < lb) continue;
         int64_t j = i;
         while (j >= 0 && pc->e[j].b > lb) j = pc->e[j].parent;
-        const int64_t c = kvt_sparse_ksum_end(pc->e[i].ksum) < (lb + 1) * bt ? kvt_sparse_ksum_end(pc->e[i].ksum) : (lb + 1) * bt;
+        const int64_t c = kept_upto(&pc->e[i], (lb + 1) * bt);
         if (j == last && c > *cover) best = i, *cover = c;
     }
     for (int64_t j = pc->e[last].parent; j >= 0 && best < 0; j = pc->e[j].parent) { // else the deepest before it
         if (!pc->e[j].ksum) continue;
-        const int64_t c = kvt_sparse_ksum_end(pc->e[j].ksum) < (pc->e[j].b + 1) * bt ? kvt_sparse_ksum_end(pc->e[j].ksum) : (pc->e[j].b + 1) * bt;
-        best = j, *cover = c;
+        best = j, *cover = kept_upto(&pc->e[j], (pc->e[j].b + 1) * bt);
     }
     return best;
 }
