@@ -376,6 +376,27 @@ static bool sparse_counted(const rec *recs, const workload *w, int nr, char *why
     return true;
 }
 
+// The sparse settings of these tests: a quarter of the context, 2 sink and 4 recent positions, pages of `page`
+// (0: the default), asyncspade's window of `window` queries.
+static kvt_sparse_params small_sparse(kvt_sparse_mode mode, int32_t page, int32_t window) {
+    kvt_sparse_params sp = {0};
+    sp.mode = mode;
+    sp.budget_frac = 0.25;
+    sp.sink = 2;
+    sp.recent = 4;
+    sp.page = page;
+    sp.window = window;
+    return sp;
+}
+
+// A failed reference run (kvt_generate alone) as the test's reason: false then.
+static bool reference_ok(const kvt_model *m, workload *w, int nr, const kvt_sparse_params *sp, char *why, size_t cap) {
+    kvt_err err = {0};
+    if (reference(m, w, nr, sp, &err) == KVT_OK) return true;
+    snprintf(why, cap, "reference: %s", err.msg);
+    return false;
+}
+
 static void sched_sparse(const kvt_model *m) {
     char dir[] = "/tmp/kvt_test_sched_sparse_XXXXXX";
     if (!tmp_dir(dir)) return;
@@ -384,18 +405,10 @@ static void sched_sparse(const kvt_model *m) {
     for (int i = 0; i < NR; i++) w[i].arrive = i / 3;
     const kvt_sparse_mode modes[] = {KVT_SPARSE_QUEST, KVT_SPARSE_ASYNCSPADE};
     for (int mi = 0; mi < 2; mi++) {
-        kvt_sparse_params sp = {0};
-        sp.mode = modes[mi];
-        sp.budget_frac = 0.25;
-        sp.sink = 2;
-        sp.recent = 4;
-        sp.page = 4;
-        sp.window = 4;
+        kvt_sparse_params sp = small_sparse(modes[mi], 4, 4);
         sp.seqs = 2 * NR; // preempted sequences keep their summaries
-        kvt_err err = {0};
-        bool ok = reference(m, w, NR, &sp, &err) == KVT_OK;
         char why[640] = "";
-        if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+        bool ok = reference_ok(m, w, NR, &sp, why, sizeof why);
         rec recs[NR];
         kvt_sched_stats ss = {0}, ss2 = {0};
         tiers plain = {0, 0, NULL, false, false, NULL, NULL, &sp, false};
@@ -438,16 +451,9 @@ static void sched_sparse_queries(const kvt_model *m) {
         w[i].n = 1;
         w[i].arrive = 40 * i; // each one alone
     }
-    kvt_sparse_params sp = {0};
-    sp.mode = KVT_SPARSE_ASYNCSPADE;
-    sp.budget_frac = 0.25;
-    sp.sink = 2;
-    sp.recent = 4;
-    sp.window = 16;
-    kvt_err err = {0};
-    bool ok = reference(m, w, NQ, &sp, &err) == KVT_OK;
+    const kvt_sparse_params sp = small_sparse(KVT_SPARSE_ASYNCSPADE, 0, 16);
     char why[640] = "";
-    if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
+    bool ok = reference_ok(m, w, NQ, &sp, why, sizeof why);
     rec recs[NQ];
     kvt_sched_stats on = {0}, off = {0};
     tiers with = {0, 0, NULL, false, true, NULL, NULL, &sp, false}, without = {0, 0, NULL, false, true, NULL, NULL, &sp, true};
@@ -470,6 +476,46 @@ static void sched_sparse_queries(const kvt_model *m) {
                 (long long)got_off[3], (long long)got_off[4], (long long)got_off[5], (long long)on.query_hits,
                 (long long)on.query_tokens, (long long)on.query_windows, (long long)on.query_bytes, (long long)on.key_hits,
                 (long long)on.key_tokens, (long long)on.key_sums, (long long)on.key_bytes);
+}
+
+// Key summaries taken from a running sequence (kvt_prefix_cache: hold_keys): an 80-token prompt decodes 24 tokens; the
+// same prompt arrives while it runs (iteration 8, its prefill done), then one sharing its first 70 tokens (iteration
+// 12): both are admitted before the first ends, so no finished sequence has kept summaries yet; the first gives its own
+// (once: the second's attach takes them, the third shares the same copy). Every request's greedy ids = kvt_generate alone,
+// with and without the cache keeping summaries.
+static void sched_sparse_live(const kvt_model *m) {
+    enum { NL = 3 };
+    workload w[NL];
+    uint64_t seed = 11;
+    for (int i = 0; i < NL; i++) {
+        w[i].n_prompt = i == 2 ? 76 : 80;
+        for (int64_t t = 0; t < w[i].n_prompt; t++) w[i].prompt[t] = (int32_t)rng_in(&seed, 1, m->hp.n_vocab - 1);
+        if (i > 0) memcpy(w[i].prompt, w[0].prompt, (size_t)(i == 2 ? 70 : 80) * 4);
+        w[i].max_tokens = i == 0 ? MAXG : 6;
+        w[i].n = 1;
+        w[i].arrive = i == 0 ? 0 : 4 + 4 * i;
+    }
+    const kvt_sparse_mode modes[] = {KVT_SPARSE_QUEST, KVT_SPARSE_ASYNCSPADE};
+    for (int mi = 0; mi < 2; mi++) {
+        const kvt_sparse_params sp = small_sparse(modes[mi], 4, 4);
+        char why[640] = "";
+        bool ok = reference_ok(m, w, NL, &sp, why, sizeof why);
+        rec recs[NL];
+        kvt_sched_stats on = {0}, off = {0};
+        tiers with = {0, 0, NULL, false, true, NULL, NULL, &sp, false}, without = {0, 0, NULL, false, true, NULL, NULL, &sp, true};
+        ok = ok && run_sched(m, w, NL, 3, 20, &with, recs, &on, why, sizeof why);
+        const bool ran = ok && recs[0].n_ids[0] == MAXG; // (the first was still decoding when the others came)
+        ok = ok && run_sched(m, w, NL, 3, 20, &without, recs, &off, why, sizeof why);
+        char name[300];
+        snprintf(name, sizeof name, "sched: %s: requests admitted while the first with their prefix still runs share its key "
+                 "summaries (taken from it once, no copy); the same greedy ids as kvt_generate alone (and as without)",
+                 kvt_sparse_mode_name(sp.mode));
+        test_result(ok && ran && on.key_live == 1 && on.key_hits == 2 && on.key_tokens == 64 + 64 && off.key_live == 0 &&
+                        off.key_hits == 0,
+                    name, "%s; %lld taken from running sequences, %lld key hits (%lld tokens); without: %lld, %lld", why,
+                    (long long)on.key_live, (long long)on.key_hits, (long long)on.key_tokens, (long long)off.key_live,
+                    (long long)off.key_hits);
+    }
 }
 
 // Admission and preemption under sparse selection (quest, asyncspade with page-aligned selections) over a bounded fast
@@ -953,6 +999,7 @@ void test_sched(const test_env *env) {
     sched_prefix_chunks(m);
     sched_sparse(m);
     sched_sparse_queries(m);
+    sched_sparse_live(m);
     sched_sparse_admission(m);
     sched_store_host(m);
     engine_fetch(m);

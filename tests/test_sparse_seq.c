@@ -458,6 +458,19 @@ static void test_query_window(const kvt_model *m) {
     free(bare);
 }
 
+// The modes whose key summaries a prefix cache keeps: quest's bounds, asyncspade's int8 and its 4-bit copies.
+static const struct {
+    const char *name;
+    kvt_sparse_mode mode;
+    int32_t bits;
+} key_cfs[] = {{"quest", KVT_SPARSE_QUEST, 0}, {"asyncspade", KVT_SPARSE_ASYNCSPADE, 8}, {"asyncspade 4-bit keys", KVT_SPARSE_ASYNCSPADE, 4}};
+
+static kvt_context_params key_params(size_t i) {
+    kvt_context_params cp = base_params(key_cfs[i].mode);
+    if (key_cfs[i].bits) cp.sparse.key_bits = key_cfs[i].bits;
+    return cp;
+}
+
 // Key summaries kept as a sequence is freed (kvt_sparse_seq_free_keep, what serve's prefix cache keeps) and shared by
 // later sequences given the cached blocks (kvt_sparse_ksum_attach): a (56 prompt positions and 2 steps) keeps [0, 32)
 // (its own buffers, no copy); b, given 32 positions, shares them and computes [32, 56); b keeps [0, 48) (its base's 32
@@ -470,14 +483,8 @@ static void test_kept_keys(const kvt_model *m) {
     int64_t *ids = malloc((size_t)m->hp.n_layer * m->hp.n_head_kv * sizeof *ids);
     lane la;
     lane_make(&la, 56, 5, V);
-    const struct {
-        const char *name;
-        kvt_sparse_mode mode;
-        int32_t bits;
-    } cfs[] = {{"quest", KVT_SPARSE_QUEST, 0}, {"asyncspade", KVT_SPARSE_ASYNCSPADE, 8}, {"asyncspade 4-bit keys", KVT_SPARSE_ASYNCSPADE, 4}};
-    for (size_t i = 0; i < sizeof cfs / sizeof cfs[0]; i++) {
-        kvt_context_params cp = base_params(cfs[i].mode);
-        if (cfs[i].bits) cp.sparse.key_bits = cfs[i].bits;
+    for (size_t i = 0; i < sizeof key_cfs / sizeof key_cfs[0]; i++) {
+        const kvt_context_params cp = key_params(i);
         kvt_err err = {0};
         kvt_status st = alone(m, &cp, &la, 48, ref, &err);
         kvt_context *ctx = NULL;
@@ -520,7 +527,7 @@ static void test_kept_keys(const kvt_model *m) {
         char name[320];
         snprintf(name, sizeof name, "sparse_seq: %s: key summaries kept as a sequence is freed and shared by the next ones "
                  "given the cached blocks (twice, the second a copy of base and own) = the prompt alone, bit for bit; bytes "
-                 "kept, then freed with their last holder", cfs[i].name);
+                 "kept, then freed with their last holder", key_cfs[i].name);
         test_result(!st && e1 == 32 && sh1 == 32 && e2 == 48 && sh2 == 48 && same(ref, got, n) && refused &&
                         t1.summary_kept > 0 && t2.summary_kept > 0 && t3.summary_kept == 0 && t3.summary_held == 0,
                     name, "%s (kept ends %lld, %lld; shared %lld, %lld; refused %d; kept bytes %lld, %lld, %lld; held %lld)",
@@ -531,6 +538,70 @@ static void test_kept_keys(const kvt_model *m) {
     free(ids);
     free(ref);
     free(got);
+}
+
+// Key summaries kept from a sequence that goes on (kvt_sparse_seq_keep, what serve's prefix cache takes from a running
+// holder for a request with its prefix): a (a 56-token prompt) keeps [0, 48) and decodes its steps as if it had not
+// (its buffers became a base, as a fork's parent's do); b, given the first 48 positions and sharing the kept copy while a
+// still runs, computes [48, 56) and decodes as the prompt alone: both bit for bit. The kept bytes outlive a and go with
+// their last holder.
+static void test_live_keys(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V;
+    float *refa = malloc((size_t)n * 4), *refb = malloc((size_t)n * 4), *ga = malloc((size_t)n * 4), *gb = malloc((size_t)n * 4);
+    int64_t *ids = malloc((size_t)m->hp.n_layer * m->hp.n_head_kv * sizeof *ids);
+    lane la;
+    lane_make(&la, 56, 6, V);
+    for (size_t i = 0; i < sizeof key_cfs / sizeof key_cfs[0]; i++) {
+        const kvt_context_params cp = key_params(i);
+        kvt_err err = {0};
+        kvt_status st = alone(m, &cp, &la, 0, refa, &err);
+        if (!st) st = alone(m, &cp, &la, 48, refb, &err);
+        kvt_context *ctx = NULL;
+        kvt_sparse_ksum *k = NULL;
+        int32_t a = -1, b = -1;
+        int64_t sh = -1, e = -1;
+        kvt_sparse_totals t1 = {0}, t2 = {0}, t3 = {0};
+        if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+        kvt_sparse *sp = ctx ? kvt_context_sparse(ctx) : NULL;
+        if (!st) st = seq_new(ctx, &a, &err);
+        if (!st) st = kvt_decode_prompt(ctx, a, la.prompt, la.n_prompt, false, &err);
+        for (int j = 0; !st && j < 2; j++) { // a's first steps; then it keeps
+            st = kvt_decode_seq(ctx, a, &la.step[j], 1, false, &err);
+            if (!st) memcpy(ga + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+        }
+        if (!st) st = kvt_sparse_seq_keep(sp, a, 48, &k, &err);
+        if (!st) e = kvt_sparse_ksum_end(k), kvt_sparse_totals_get(sp, &t1);
+        if (!st) st = seq_new(ctx, &b, &err);
+        if (!st) st = push_prefix(ctx, a, b, 48, cp.kv_block, ids, &err);
+        if (!st) st = kvt_sparse_ksum_attach(sp, b, k, 48, &sh, &err);
+        if (!st) st = kvt_decode_prompt(ctx, b, la.prompt + 48, la.n_prompt - 48, false, &err);
+        for (int j = 0; !st && j < N_STEP; j++) { // b's steps, a's beside them
+            st = kvt_decode_seq(ctx, b, &la.step[j], 1, false, &err);
+            if (!st) memcpy(gb + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+            if (!st && j + 2 < N_STEP) st = kvt_decode_seq(ctx, a, &la.step[j + 2], 1, false, &err);
+            if (!st && j + 2 < N_STEP) memcpy(ga + (int64_t)(j + 2) * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+        }
+        if (!st) kvt_context_seq_free(ctx, a), kvt_sparse_totals_get(sp, &t2);
+        if (!st) kvt_context_seq_free(ctx, b), kvt_sparse_ksum_free(k), k = NULL, kvt_sparse_totals_get(sp, &t3);
+        kvt_sparse_ksum_free(k);
+        kvt_context_free(ctx);
+        char name[320];
+        snprintf(name, sizeof name, "sparse_seq: %s: key summaries kept from a sequence that goes on, shared by one given the "
+                 "cached blocks: both = their prompt alone, bit for bit; bytes kept past the first, freed with the last holder",
+                 key_cfs[i].name);
+        test_result(!st && e == 48 && sh == 48 && same(refa, ga, n) && same(refb, gb, n) && t1.summary_kept > 0 &&
+                        t2.summary_kept == t1.summary_kept && t3.summary_kept == 0 && t3.summary_held == 0,
+                    name, "%s (kept end %lld, shared %lld; a %s, b %s; kept bytes %lld, %lld, %lld; held %lld)",
+                    st ? err.msg : "figures or logits", (long long)e, (long long)sh, same(refa, ga, n) ? "same" : "differs",
+                    same(refb, gb, n) ? "same" : "differs", (long long)t1.summary_kept, (long long)t2.summary_kept,
+                    (long long)t3.summary_kept, (long long)t3.summary_held);
+    }
+    free(ids);
+    free(refa);
+    free(refb);
+    free(ga);
+    free(gb);
 }
 
 // A prompt in parts (the last of one token, as a prompt cache's remainder or a scheduler's chunk leaves it) attends
@@ -871,6 +942,7 @@ void test_sparse_seq(const test_env *env) {
     test_pushed_blocks(m);
     test_query_window(m);
     test_kept_keys(m);
+    test_live_keys(m);
     test_prompt_parts(m);
     test_truncate(m);
     test_summary_budget(m);

@@ -677,6 +677,25 @@ def t_sparse(kvtier, model, extra):
                 q1 = s.metric("kvtier_prefix_query_hits_total")
                 assert q1 == q0 + 1 and outs[0]["choices"][0]["text"] == outs[1]["choices"][0]["text"], (q0, q1, outs)
                 assert s.metric("kvtier_prefix_query_windows") >= 1 and s.metric("kvtier_prefix_query_bytes") > 0
+            # a hit admitted while the first request with its prompt still runs takes that request's key summaries
+            # (kvt_sparse_seq_keep) and says what the running one says
+            p3 = "Story 7: a running holder" + " and so on" * 4
+            l0, i0 = s.metric("kvtier_prefix_key_live_total"), s.metric("kvtier_iterations_total")
+            held = {}
+            th = threading.Thread(target=lambda: held.update(s.post("/completion", {
+                "prompt": p3, "n_predict": 400, "temperature": 0, "ignore_eos": True, "return_tokens": True})[2]))
+            th.start()
+            for _ in range(1000):  # its prompt computed and a few tokens decoded
+                if s.metric("kvtier_iterations_total") >= i0 + 4:
+                    break
+                time.sleep(0.005)
+            running = th.is_alive()  # (else it ended first, kept its summaries, and the hit shares those: no check)
+            hit = s.post("/completion", {"prompt": p3, "n_predict": 16, "temperature": 0, "ignore_eos": True,
+                                         "return_tokens": True})[2]
+            th.join()
+            l1 = s.metric("kvtier_prefix_key_live_total")
+            assert (l1 == l0 + 1 or not running) and held["tokens"][:16] == hit["tokens"], (l0, l1, running, held, hit)
+            print("  (a hit beside a running holder: %s)" % ("taken from it" if l1 == l0 + 1 else "it had ended"))
             g = json.loads(subprocess.run([kvtier, "generate", "-m", model, "-p", prompt, "-n", "24", "--temp", "0",
                                            "-t", "2", "-c", "512", "--kv-block", "16", "--json", *flags],
                                           capture_output=True, text=True,

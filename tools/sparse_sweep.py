@@ -11,8 +11,10 @@ budgets of 1 position or past the context, pages larger than the context, 4-bit 
      --kv-block and --kv-granularity drawn): the generated ids (beam: every kept beam's ids and score) must be the same
      in all six runs (docs/SPARSE.md: the selection depends on neither the thread count nor the tiers);
   or, with --serve, instead of 2: `kvtier serve -np 2` with the same flags and store (in RAM, or a fast tier and disk)
-     against generate: the prompt's ids go to /completion twice one after the other (the second served from the prefix
-     cache) and twice at once (decoded in one batch); every answer must be generate's ids (docs/SPARSE.md "Sequences");
+     against generate: the prompt's ids go to /completion as a longer request and, 0.3 s later, once more while it runs
+     (a prefix-cache hit sharing the running one's key summaries), twice one after the other (hits) and twice at once
+     (decoded in one batch); every answer (the longer one's first tokens) must be generate's ids (docs/SPARSE.md
+     "Sequences");
   or, with --preempt: `kvtier serve -np 4` (the --asan build when given: a sanitizer report fails) over a small fast and
      host tier and disk (--preempt-fast, --preempt-host),
      four prompts cut from different places at once with long answers, so that sequences are swapped out and resumed
@@ -163,8 +165,8 @@ def stop_server(srv):
 
 
 def serve_check(f, ctx, blk, gran, tier, pf, n):
-    """generate's ids against serve's, sequential (a cache hit) and batched: None when they agree, "refused: ..." for a
-    clean refusal, else the failure."""
+    """generate's ids against serve's, a hit beside a running request, sequential (cache hits) and batched: None when
+    they agree, "refused: ..." for a clean refusal, else the failure."""
     why, gd = generate(["-f", pf, "-c", str(ctx), "-n", str(n), "--kv-block", blk, "--kv-granularity", gran] + tier + f)
     if why:
         return why
@@ -175,7 +177,12 @@ def serve_check(f, ctx, blk, gran, tier, pf, n):
     try:
         body = {"prompt": gd["prompt_ids"], "n_predict": n, "temperature": 0, "ignore_eos": True, "return_tokens": True,
                 "cache_prompt": True}
-        got = [post("/completion", body)["tokens"] for _ in range(2)]
+        with concurrent.futures.ThreadPoolExecutor(2) as ex: # a hit while the first request still runs (its summaries
+            held = ex.submit(post, "/completion", dict(body, n_predict=n + 64)) # taken from it), then as below
+            time.sleep(0.3)
+            got = [post("/completion", body)["tokens"]]
+            got = [held.result()["tokens"][:n]] + got
+        got += [post("/completion", body)["tokens"] for _ in range(2)]
         with concurrent.futures.ThreadPoolExecutor(2) as ex:
             got += list(ex.map(lambda _: post("/completion", body)["tokens"], range(2)))
         bad = [k for k, t in enumerate(got) if t != gd["ids"]]

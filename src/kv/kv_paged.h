@@ -156,6 +156,9 @@ kvt_status kvt_kv_paged_block_ref(kvt_kv *kv, int32_t seq, int64_t b, int64_t *i
 void kvt_kv_paged_block_unref(kvt_kv *kv, const int64_t *ids);
 // Most holders of any of ids (the caller's hold included): 1 means only the caller holds them.
 int32_t kvt_kv_paged_block_holders(kvt_kv *kv, const int64_t *ids);
+// Whether seq holds the blocks ids (from block_ref of a block b) as its block b: in every layer and group it holds
+// that block, or (a sliding-window layer) it freed its block b there; in one at least it holds it.
+bool kvt_kv_paged_seq_holds(kvt_kv *kv, int32_t seq, int64_t b, const int64_t *ids);
 // Appends the blocks ids (from block_ref of a block b) to seq by reference as its block b: seq must hold
 // exactly b * block_tokens positions in every layer, and then holds (b + 1) * block_tokens. Writing into them
 // later copies them first (as after a fork). KVT_ERR_INVALID_ARG otherwise (seq unchanged).

@@ -51,6 +51,21 @@ int32_t kvt_kv_paged_block_holders(kvt_kv *kv, const int64_t *ids) {
     return m;
 }
 
+bool kvt_kv_paged_seq_holds(kvt_kv *kv, int32_t seq, int64_t b, const int64_t *ids) {
+    kv_paged *s = (kv_paged *)kv;
+    if (kv->ops != &kvp_ops) return false;
+    pthread_mutex_lock(&s->mu);
+    const pseq *q = kvp_seq_get(s, seq, NULL);
+    bool holds = q != NULL && b >= 0, one = false;
+    for (int32_t i = 0; holds && i < s->n_shard; i++) {
+        const int64_t id = b < q->sh[i].n_blk ? q->sh[i].ids[b] : -2; // (-1: freed by the window)
+        holds = id == ids[i] || id == -1;
+        one = one || id == ids[i];
+    }
+    pthread_mutex_unlock(&s->mu);
+    return holds && one;
+}
+
 kvt_status kvt_kv_paged_seq_push_ref(kvt_kv *kv, int32_t seq, int64_t b, const int64_t *ids, kvt_err *err) {
     kv_paged *s = (kv_paged *)kv;
     if (kv->ops != &kvp_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "block references need the paged KV store");

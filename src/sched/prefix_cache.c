@@ -8,7 +8,8 @@
 // Trim drops leaves (entries no other entry continues), least recently used first. Under asyncspade an entry may
 // also keep the query window of a prompt that ended in or at its block (kvt_prefix_cache_keep_queries), within
 // query_bytes, least recently used dropped first; under quest and asyncspade, the key summaries of a sequence that ended
-// (kvt_prefix_cache_keep_keys) at the entry of its prompt's last full block, within key_bytes, likewise.
+// (kvt_prefix_cache_keep_keys) at the entry of its prompt's last full block, within key_bytes, likewise; or of a running
+// sequence, taken when an attach needs them before it ends (hold_keys).
 #include "prefix_cache.h"
 
 #include <stdlib.h>
@@ -27,6 +28,9 @@ typedef struct {
     uint64_t last_use;  // cache tick of the last attach or insert that passed through it
     kvt_sparse_qwin *qwin; // asyncspade: the query window of a prompt that ended in or at this block (NULL: none)
     kvt_sparse_ksum *ksum; // quest, asyncspade: the key summaries of a sequence whose prompt's last full block this is
+    int32_t holder;        // quest, asyncspade: the running sequence that inserted this block last (the end of its
+                           // prompt or of a prompt chunk), whose summaries attach may take (hold_keys); -1: none.
+                           // A mark only: checked against the blocks the sequence holds when used
 } pentry;
 
 struct kvt_prefix_cache {
@@ -40,6 +44,7 @@ struct kvt_prefix_cache {
     int64_t *tab;       // [cap_tab] entry index, -1 empty, -2 deleted; cap_tab a power of two
     int64_t cap_tab, n_tab_used; // slots not empty (live and deleted)
     uint64_t tick;
+    int64_t n_holder;   // entries with a holder
     void *payload;      // [n_batch][payload_bytes] blocks read from / written to the second-level store (NULL without)
     int n_batch;        // blocks one lookup asks the store for at once (get_many pipelines them)
     kvt_prefix_cache_stats st;
@@ -159,7 +164,7 @@ static int64_t entry_new(kvt_prefix_cache *pc, int32_t seq, int64_t b, const kvt
         }
         x = pc->n_e++;
     }
-    pc->e[x] = (pentry){*key, parent, b, ids, 0, pc->tick, NULL, NULL};
+    pc->e[x] = (pentry){*key, parent, b, ids, 0, pc->tick, NULL, NULL, -1};
     if (!tab_add(pc, x)) {
         kvt_kv_paged_block_unref(pc->kv, ids);
         free(ids);
@@ -192,8 +197,15 @@ static void ksum_drop(kvt_prefix_cache *pc, int64_t x) {
     E->ksum = NULL;
 }
 
+static void holder_clear(kvt_prefix_cache *pc, int64_t x) {
+    if (pc->e[x].holder < 0) return;
+    pc->e[x].holder = -1;
+    pc->n_holder--;
+}
+
 static void entry_drop(kvt_prefix_cache *pc, int64_t x) {
     pentry *E = &pc->e[x];
+    holder_clear(pc, x);
     qwin_drop(pc, x);
     ksum_drop(pc, x);
     tab_del(pc, x);
@@ -287,32 +299,86 @@ static int64_t window_blocks(const kvt_prefix_cache *pc, const int32_t *tokens, 
     return best;
 }
 
-static int64_t kept_upto(const pentry *E, int64_t lim) { // positions of E's kept copy before lim
-    const int64_t end = kvt_sparse_ksum_end(E->ksum);
+// The least recently used entry that keeps key summaries (keys) or a query window, or -1.
+static int64_t oldest_with(const kvt_prefix_cache *pc, bool keys) {
+    int64_t old = -1;
+    for (int64_t i = 0; i < pc->n_e; i++) {
+        const bool has = pc->e[i].ids && (keys ? pc->e[i].ksum != NULL : pc->e[i].qwin != NULL);
+        if (has && (old < 0 || pc->e[i].last_use < pc->e[old].last_use)) old = i;
+    }
+    return old;
+}
+
+// Positions of entry E's key summaries before lim that a chain through it may share: its kept copy's, or (live) those of
+// its holder (all of its chain's: checked when taken, hold_keys).
+static int64_t kept_upto(const kvt_prefix_cache *pc, const pentry *E, bool live, int64_t lim) {
+    const int64_t end = live ? (E->holder >= 0 ? (E->b + 1) * pc->kv->block_tokens : 0) : kvt_sparse_ksum_end(E->ksum);
     return end < lim ? end : lim;
 }
 
-// The entry whose kept key summaries cover the most of the chain that ends at entry `last`: *cover positions of it.
-// An entry continuing the chain (or `last` itself) covers all of it as far as its summaries go (a prompt repeated whole
-// keeps them at its last block, which attach leaves to be computed; a shorter prompt's chain stops inside a longer
-// one's); else the deepest entry before `last` with some. -1 when none.
-static int64_t best_keys(const kvt_prefix_cache *pc, int64_t last, int64_t *cover) {
+// The entry whose kept key summaries (live: whose holder's) cover the most of the chain that ends at entry `last`:
+// *cover positions of it. An entry continuing the chain (or `last` itself) covers all of it as far as its summaries go
+// (a prompt repeated whole keeps them at its last block, which attach leaves to be computed; a shorter prompt's chain
+// stops inside a longer one's); else the deepest entry before `last` with some. -1 when none.
+static int64_t best_keys(const kvt_prefix_cache *pc, int64_t last, bool live, int64_t *cover) {
     *cover = 0;
-    if (pc->st.key_sums == 0) return -1;
+    if (live ? pc->n_holder == 0 : pc->st.key_sums == 0) return -1;
     const int64_t bt = pc->kv->block_tokens, lb = pc->e[last].b;
     int64_t best = -1;
     for (int64_t i = 0; i < pc->n_e; i++) { // continuations: their chain passes through last
-        if (!pc->e[i].ids || !pc->e[i].ksum || pc->e[i].b < lb) continue;
+        if (!pc->e[i].ids || pc->e[i].b < lb || kept_upto(pc, &pc->e[i], live, INT64_MAX) == 0) continue;
         int64_t j = i;
         while (j >= 0 && pc->e[j].b > lb) j = pc->e[j].parent;
-        const int64_t c = kept_upto(&pc->e[i], (lb + 1) * bt);
+        const int64_t c = kept_upto(pc, &pc->e[i], live, (lb + 1) * bt);
         if (j == last && c > *cover) best = i, *cover = c;
     }
     for (int64_t j = pc->e[last].parent; j >= 0 && best < 0; j = pc->e[j].parent) { // else the deepest before it
-        if (!pc->e[j].ksum) continue;
-        best = j, *cover = kept_upto(&pc->e[j], (pc->e[j].b + 1) * bt);
+        if (kept_upto(pc, &pc->e[j], live, INT64_MAX) == 0) continue;
+        best = j, *cover = kept_upto(pc, &pc->e[j], live, (pc->e[j].b + 1) * bt);
     }
     return best;
+}
+
+// k (its end past the copy entry x keeps, else freed) becomes x's copy, least recently used copies dropped to fit
+// key_bytes (k is freed when it alone exceeds it). Whether it did.
+static bool ksum_put(kvt_prefix_cache *pc, int64_t x, kvt_sparse_ksum *k) {
+    const int64_t bytes = kvt_sparse_ksum_bytes(k), had = kvt_sparse_ksum_end(pc->e[x].ksum);
+    if (kvt_sparse_ksum_end(k) <= had || bytes > pc->p.key_bytes) {
+        kvt_sparse_ksum_free(k);
+        return false;
+    }
+    ksum_drop(pc, x);
+    for (int64_t old; pc->st.key_bytes + bytes > pc->p.key_bytes && (old = oldest_with(pc, true)) >= 0;) {
+        ksum_drop(pc, old); // least recently used copies out
+    }
+    pc->e[x].ksum = k;
+    pc->st.key_sums++;
+    pc->st.key_bytes += bytes;
+    return true;
+}
+
+// When a running sequence holds more of the chain that ends at entry `last` than the kept copies cover (`cover`
+// positions), it gives its key summaries of its marked entry's chain to that entry now (kvt_sparse_seq_keep: no copy,
+// it goes on as a fork's parent does), as it would when freed: a request arriving while the first with its prefix
+// still runs shares them instead of reading the keys back. A mark is taken once (then cleared); one whose sequence no
+// longer holds the entry's blocks is passed over. seq: the sequence attaching (never its own holder). Whether it did.
+static bool hold_keys(kvt_prefix_cache *pc, int32_t seq, int64_t last, int64_t cover) {
+    kvt_sparse *sp = kvt_context_sparse(pc->ctx);
+    int64_t lc = 0;
+    for (int64_t y; sp && pc->p.key_bytes > 0 && (y = best_keys(pc, last, true, &lc)) >= 0 && lc > cover;) {
+        const pentry *E = &pc->e[y];
+        const int32_t h = E->holder;
+        holder_clear(pc, y);
+        if (h == seq || !kvt_kv_paged_seq_holds(pc->kv, h, E->b, E->ids)) continue;
+        kvt_sparse_ksum *k = NULL;
+        kvt_err e2;
+        if (kvt_sparse_seq_keep(sp, h, (E->b + 1) * pc->kv->block_tokens, &k, &e2) || !k) continue;
+        if (ksum_put(pc, y, k)) {
+            pc->st.key_live++;
+            return true;
+        }
+    }
+    return false;
 }
 
 int64_t kvt_prefix_cache_probe(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t n, int64_t max_tokens) {
@@ -429,8 +495,9 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
         pc->st.query_hits++;
         pc->st.query_tokens += (b - nb0) * bt;
     }
-    int64_t cover = 0; // (parent: block b - 1's entry, or -1 where an imported block could not join the memory cache)
-    const int64_t xk = b > 0 && parent >= 0 ? best_keys(pc, parent, &cover) : -1;
+    // (parent: block b - 1's entry, or -1 where an imported block could not join the memory cache)
+    int64_t cover = 0, xk = b > 0 && parent >= 0 ? best_keys(pc, parent, false, &cover) : -1;
+    if (b > 0 && parent >= 0 && hold_keys(pc, seq, parent, cover)) xk = best_keys(pc, parent, false, &cover);
     if (xk >= 0) {
         int64_t shared = 0;
         if ((st = kvt_sparse_ksum_attach(kvt_context_sparse(pc->ctx), seq, pc->e[xk].ksum, cover, &shared, err))) {
@@ -478,6 +545,10 @@ kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int3
         pc->e[x].last_use = pc->tick;
         parent = x;
     }
+    if (parent >= 0 && pc->p.key_bytes > 0 && kvt_sparse_keeps_keys(kvt_context_sparse(pc->ctx))) { // seq holds the chain
+        if (pc->e[parent].holder < 0) pc->n_holder++;
+        pc->e[parent].holder = seq;
+    }
     if (pc->p.max_blocks > 0) kvt_prefix_cache_trim(pc, pc->p.max_blocks);
     return KVT_OK;
 }
@@ -496,16 +567,6 @@ static int64_t last_entry(const kvt_prefix_cache *pc, const int32_t *tokens, int
         prev = &pc->e[y].key;
     }
     return x;
-}
-
-// The least recently used entry that keeps key summaries (keys) or a query window, or -1.
-static int64_t oldest_with(const kvt_prefix_cache *pc, bool keys) {
-    int64_t old = -1;
-    for (int64_t i = 0; i < pc->n_e; i++) {
-        const bool has = pc->e[i].ids && (keys ? pc->e[i].ksum != NULL : pc->e[i].qwin != NULL);
-        if (has && (old < 0 || pc->e[i].last_use < pc->e[old].last_use)) old = i;
-    }
-    return old;
 }
 
 void kvt_prefix_cache_keep_queries(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n) {
@@ -539,23 +600,13 @@ void kvt_prefix_cache_keep_keys(kvt_prefix_cache *pc, int32_t seq, const int32_t
     if (pc->p.key_bytes <= 0 || !sp || nb < 1 || n > kvt_context_seq_n_past(pc->ctx, seq)) return;
     const int64_t x = last_entry(pc, tokens, nb);
     if (x < 0) return;
-    const int64_t end = nb * bt, had = pc->e[x].ksum ? kvt_sparse_ksum_end(pc->e[x].ksum) : 0;
+    if (pc->e[x].holder == seq) holder_clear(pc, x);
+    const int64_t end = nb * bt, had = kvt_sparse_ksum_end(pc->e[x].ksum);
     if (had >= end) return; // the entry's copy covers its chain already
     kvt_sparse_ksum *k = NULL;
     kvt_err e2;
     if (kvt_sparse_seq_free_keep(sp, seq, end, &k, &e2) || !k) return;
-    const int64_t bytes = kvt_sparse_ksum_bytes(k);
-    if (kvt_sparse_ksum_end(k) <= had || bytes > pc->p.key_bytes) {
-        kvt_sparse_ksum_free(k);
-        return;
-    }
-    ksum_drop(pc, x);
-    for (int64_t old; pc->st.key_bytes + bytes > pc->p.key_bytes && (old = oldest_with(pc, true)) >= 0;) {
-        ksum_drop(pc, old); // least recently used copies out
-    }
-    pc->e[x].ksum = k;
-    pc->st.key_sums++;
-    pc->st.key_bytes += bytes;
+    ksum_put(pc, x, k);
 }
 
 int64_t kvt_prefix_cache_trim(kvt_prefix_cache *pc, int64_t keep_blocks) {

@@ -56,6 +56,7 @@ typedef struct {
     int64_t key_sums, key_bytes; // quest, asyncspade: kept key summaries held now, and their bytes
     int64_t key_hits;         // attach calls that gave a sequence kept key summaries
     int64_t key_tokens;       // positions those calls gave summaries of (keys not read back from the store)
+    int64_t key_live;         // copies a running sequence gave for an attach (before it ended) since init
 } kvt_prefix_cache_stats;
 
 typedef struct kvt_prefix_cache kvt_prefix_cache;
@@ -73,7 +74,10 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc); // releases every cached block
 // seq's history, so the prompt's last window + 1 positions need not be recomputed (the same selections and tokens).
 // Under quest and asyncspade seq shares the key summaries kept (kvt_prefix_cache_keep_keys) that cover the most of the
 // attached positions (kvt_sparse_ksum_attach): those at an entry that continues the attached chain, else at the deepest
-// entry of it that keeps some; the positions they cover are not read back from the store and summarized again. The sequence's n_past is set. Errors (budget while importing from the store, memory) leave seq empty.
+// entry of it that keeps some; the positions they cover are not read back from the store and summarized again. When a
+// running sequence (the last to insert an entry: insert marks it) holds more of the chain than the kept copies cover,
+// it gives its summaries to that entry first (kvt_sparse_seq_keep: it decodes on, the same bits; checked to still hold
+// the entry's blocks; the stats' key_live). The sequence's n_past is set. Errors (budget while importing from the store, memory) leave seq empty.
 kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
                                    int64_t max_tokens, int64_t *n_cached, kvt_err *err);
 // Blocks of the second-level store read beforehand (by the serving engine's background fetch, prefix_fetch.h):

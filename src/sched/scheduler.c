@@ -256,7 +256,7 @@ void kvt_sched_stats_get(const kvt_sched *s, kvt_sched_stats *out) {
         out->query_windows = ps.query_windows;
         out->query_bytes = ps.query_bytes;
         out->key_hits = ps.key_hits, out->key_tokens = ps.key_tokens;
-        out->key_sums = ps.key_sums, out->key_bytes = ps.key_bytes;
+        out->key_sums = ps.key_sums, out->key_bytes = ps.key_bytes, out->key_live = ps.key_live;
     }
 }
 

@@ -102,6 +102,7 @@ typedef struct {
     int64_t query_windows, query_bytes; // query windows the prefix cache holds now, their bytes
     int64_t key_hits, key_tokens; // admissions given kept key summaries, and the positions they covered (not read back)
     int64_t key_sums, key_bytes;  // kept key summaries the prefix cache holds now, their bytes
+    int64_t key_live;            // of the copies kept, those a running sequence gave for an admission (kvt_prefix_cache_stats)
     double attach_ms;            // time admission spent giving prompts their cached prefix (prefix-cache attach:
                                  // references, imports, and any second-level store reads it waited for)
 } kvt_sched_stats;

@@ -103,6 +103,7 @@ typedef struct {
     int64_t query_windows, query_bytes; // asyncspade: query windows the prefix cache holds now, their bytes
     int64_t key_hits, key_tokens;      // quest, asyncspade: admissions given kept key summaries, positions they covered
     int64_t key_sums, key_bytes;       // quest, asyncspade: key summaries the prefix cache keeps now, their bytes
+    int64_t key_live;                  // of those copies kept, the ones a running sequence gave for an admission (total)
     kvt_kv_stats kv;                   // the store's counters (as of the last finished job)
     kvt_sparse_totals sparse;          // sparse decode attention's counters (kvt_sparse_totals_get; zeros when off), taken
                                        // with kv

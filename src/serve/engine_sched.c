@@ -319,7 +319,7 @@ static void *sched_main(void *arg) {
         e->st.query_windows = after.query_windows;
         e->st.query_bytes = after.query_bytes;
         e->st.key_hits = after.key_hits, e->st.key_tokens = after.key_tokens;
-        e->st.key_sums = after.key_sums, e->st.key_bytes = after.key_bytes;
+        e->st.key_sums = after.key_sums, e->st.key_bytes = after.key_bytes, e->st.key_live = after.key_live;
         kvt_context_kv_stats(e->ctx, &e->st.kv);
         if (kvt_context_sparse(e->ctx)) kvt_sparse_totals_get(kvt_context_sparse(e->ctx), &e->st.sparse);
         pthread_mutex_unlock(&e->mu);

@@ -550,7 +550,7 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
         fprintf(f, "kvtier_prefix_query_windows %lld\n", (long long)s.query_windows);
         METRIC("prefix_query_bytes", "gauge", "Bytes of those query windows (bounded by --kv-cache-queries).");
         fprintf(f, "kvtier_prefix_query_bytes %lld\n", (long long)s.query_bytes);
-        METRIC("prefix_key_hits_total", "counter", "Prefix-cache hits given the sparse key summaries a finished sequence "
+        METRIC("prefix_key_hits_total", "counter", "Prefix-cache hits given the sparse key summaries another sequence "
                "left (quest, asyncspade) instead of reading the cached keys back to summarize them.");
         fprintf(f, "kvtier_prefix_key_hits_total %lld\n", (long long)s.key_hits);
         METRIC("prefix_key_tokens_total", "counter", "Cached positions those hits did not read back.");
@@ -559,6 +559,9 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
         fprintf(f, "kvtier_prefix_key_summaries %lld\n", (long long)s.key_sums);
         METRIC("prefix_key_bytes", "gauge", "Bytes of those key summaries (bounded by --kv-cache-keys).");
         fprintf(f, "kvtier_prefix_key_bytes %lld\n", (long long)s.key_bytes);
+        METRIC("prefix_key_live_total", "counter", "Key summaries a running sequence gave the prefix cache for a request "
+               "with its prefix admitted before it ended (shared as a fork shares, no copy).");
+        fprintf(f, "kvtier_prefix_key_live_total %lld\n", (long long)s.key_live);
     }
     METRIC("kv_host_imports_total", "counter", "KV blocks of imported prefixes written straight into the host tier.");
     fprintf(f, "kvtier_kv_host_imports_total %lld\n", (long long)s.kv.host_imports);

@@ -132,6 +132,8 @@ kvt_status kvt_sparse_qwin_restore(kvt_sparse *s, int32_t seq, const kvt_sparse_
 // of reading those keys back from the store and summarizing them again. They are the bits any sequence holding those
 // positions computes (a position's key depends on the tokens up to it alone), so its selections and tokens are too.
 typedef struct kvt_sparse_ksum kvt_sparse_ksum;
+// Whether s keeps key summaries a prefix cache can keep (quest, asyncspade; not with --sparse-rerank-resid). NULL: false.
+bool kvt_sparse_keeps_keys(const kvt_sparse *s);
 // Frees sequence seq's state (kvt_sparse_seq_free) keeping its summaries of the whole blocks (asyncspade 16 positions,
 // quest a page) of [0, end) that every summarizing layer holds: *out, owned by the caller (kvt_sparse_ksum_free). A
 // layer's own buffers become the kept copy as they are (no copy); a layer sharing a base (a fork, a kept copy it was
@@ -140,6 +142,13 @@ typedef struct kvt_sparse_ksum kvt_sparse_ksum;
 // summaries held (and the --kv-fast reservation: the cache's own budget bounds them) for the totals' summary_kept,
 // until the last sequence or kept copy that shares them lets go. KVT_ERR_NOMEM (the state is freed all the same).
 kvt_status kvt_sparse_seq_free_keep(kvt_sparse *s, int32_t seq, int64_t end, kvt_sparse_ksum **out, kvt_err *err);
+// The same summaries of a sequence that goes on (a prefix cache's running holder of the positions): a layer without a
+// base makes its buffers of the whole blocks it holds a base, as a fork does (no copy; it goes on in its own buffers
+// from there), and shares it with *out. The caller must not run seq's forward pass meanwhile (this waits for its
+// selection jobs). seq's selections and tokens stay what they were. NULL (KVT_OK) as above; KVT_ERR_NOMEM,
+// KVT_ERR_BUDGET (the --kv-fast reservation has no room for the layer's own buffers): nothing kept, seq as it was or
+// with some layers' summaries frozen (the same bits).
+kvt_status kvt_sparse_seq_keep(kvt_sparse *s, int32_t seq, int64_t end, kvt_sparse_ksum **out, kvt_err *err);
 void kvt_sparse_ksum_free(kvt_sparse_ksum *k); // (before the kvt_sparse it came from)
 int64_t kvt_sparse_ksum_end(const kvt_sparse_ksum *k);   // the positions kept: [0, end)
 int64_t kvt_sparse_ksum_bytes(const kvt_sparse_ksum *k); // their allocated bytes

@@ -764,10 +764,13 @@ static kvt_sparse_kbase *layer_keep(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse
     return kb;
 }
 
-kvt_status kvt_sparse_seq_free_keep(kvt_sparse *s, int32_t seq, int64_t end, kvt_sparse_ksum **out, kvt_err *err) {
+bool kvt_sparse_keeps_keys(const kvt_sparse *s) { return s && has_summaries(s) && s->p.rerank_resid <= 0.0; }
+
+// The kept summaries of seq's whole blocks of [0, end) (*out, NULL when none: see kvt_sparse_seq_free_keep). live: seq
+// goes on, so a layer without a base first makes its summaries a base as a fork does (layer_freeze), and shares it.
+static kvt_status keep_summaries(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, int64_t end, bool live,
+                                 kvt_sparse_ksum **out, kvt_err *err) {
     *out = NULL;
-    kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
-    if (!q) return KVT_OK;
     kvt_sparse_wait_seq(s, q);
     const int64_t B = key_block(s);
     int64_t n = end / B * B;
@@ -778,27 +781,41 @@ kvt_status kvt_sparse_seq_free_keep(kvt_sparse *s, int32_t seq, int64_t end, kvt
         kept++;
         if (ly->key_n / B * B < n) n = ly->key_n / B * B; // (quest: key_n counts whole pages only)
     }
-    kvt_status st = KVT_OK;
-    kvt_sparse_ksum *k = NULL;
     // (--sparse-rerank-resid keeps predicted scores by position beside the summaries: its forks copy, so does this)
-    if (has_summaries(s) && s->p.rerank_resid <= 0.0 && kept > 0 && n >= B) {
-        k = calloc(1, sizeof *k);
-        if (k && !(k->kb = calloc((size_t)s->d.n_layer, sizeof *k->kb))) free(k), k = NULL;
-        if (k) k->s = s, k->n = n;
-        for (int32_t l = 0; k && l < s->d.n_layer; l++) {
-            kvt_sparse_layer *ly = &q->lay[l];
-            if (!layer_has_keys(s, ly)) continue;
-            if (!(k->kb[l] = layer_keep(s, q, ly, n))) {
-                kvt_sparse_ksum_free(k), k = NULL;
-            } else {
-                k->bytes += k->kb[l]->bytes;
-            }
+    if (!kvt_sparse_keeps_keys(s) || kept == 0 || n < B) return KVT_OK;
+    kvt_sparse_ksum *k = calloc(1, sizeof *k);
+    if (k && !(k->kb = calloc((size_t)s->d.n_layer, sizeof *k->kb))) free(k), k = NULL;
+    if (k) k->s = s, k->n = n;
+    kvt_status st = k ? KVT_OK : kvt_errorf(err, KVT_ERR_NOMEM, "out of memory keeping the key summaries of sequence %d", seq);
+    for (int32_t l = 0; !st && l < s->d.n_layer; l++) {
+        kvt_sparse_layer *ly = &q->lay[l];
+        if (!layer_has_keys(s, ly)) continue;
+        // (a live layer's base holds [0, key_n) >= n once frozen, so layer_keep shares it: it never takes the buffers)
+        if (live && (st = layer_freeze(s, q, ly, err))) break;
+        if (!(k->kb[l] = layer_keep(s, q, ly, n))) {
+            st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory keeping the key summaries of sequence %d (%lld positions)", seq, (long long)n);
+        } else {
+            k->bytes += k->kb[l]->bytes;
         }
-        if (!k) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory keeping the key summaries of sequence %d (%lld positions)", seq, (long long)n);
     }
-    kvt_sparse_seq_free(s, seq);
+    if (st) kvt_sparse_ksum_free(k), k = NULL;
     *out = k;
     return st;
+}
+
+kvt_status kvt_sparse_seq_free_keep(kvt_sparse *s, int32_t seq, int64_t end, kvt_sparse_ksum **out, kvt_err *err) {
+    *out = NULL;
+    kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
+    if (!q) return KVT_OK;
+    const kvt_status st = keep_summaries(s, q, seq, end, false, out, err);
+    kvt_sparse_seq_free(s, seq);
+    return st;
+}
+
+kvt_status kvt_sparse_seq_keep(kvt_sparse *s, int32_t seq, int64_t end, kvt_sparse_ksum **out, kvt_err *err) {
+    *out = NULL;
+    kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
+    return q ? keep_summaries(s, q, seq, end, true, out, err) : KVT_OK;
 }
 
 void kvt_sparse_ksum_free(kvt_sparse_ksum *k) {

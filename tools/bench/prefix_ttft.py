@@ -18,6 +18,8 @@ import sys
 import threading
 import time
 
+from serve_bench import sse_events
+
 
 def ids(n, seed):
     r = random.Random(seed)
@@ -35,17 +37,7 @@ def stream(port, prompt, max_tokens, times, out):
     if resp.status != 200:
         raise SystemExit("HTTP %d: %s" % (resp.status, resp.read()[:300]))
     cached = 0
-    while True:
-        line = resp.readline()
-        if not line:
-            break
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            break
-        j = json.loads(data)
+    for j in sse_events(resp):
         if j.get("usage"):
             cached = (j["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
         if j.get("choices") and j["choices"][0].get("text") is not None and not j.get("usage"):

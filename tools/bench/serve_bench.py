@@ -124,6 +124,21 @@ def headers(a):
     return h
 
 
+def sse_events(resp):
+    """The JSON events of a streamed response (server-sent events), until [DONE] or the end of the stream."""
+    while True:
+        line = resp.readline()
+        if not line:
+            return
+        line = line.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return
+        yield json.loads(data)
+
+
 def run_one(a, req, t0, res):
     delay = t0 + req["at"] - time.monotonic()
     if delay > 0:
@@ -150,17 +165,7 @@ def run_one(a, req, t0, res):
             res.append(out)
             return
         first, n_chunks, usage = None, 0, None
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                break
-            ev = json.loads(data)
+        for ev in sse_events(r):
             if ev.get("usage"):
                 usage = ev["usage"]
             for ch in ev.get("choices") or []:
