@@ -339,6 +339,46 @@ static void kept_keys_budget(const kvt_model *m, const prompts *w) {
                 (long long)s2.key_bytes, (long long)s3.key_sums, (long long)s0.key_hits, (long long)t.summary_kept);
 }
 
+// Key summaries taken from a running sequence (quest, page 4; hold_keys): A computes and inserts P and goes on holding
+// it; a hit on P takes A's summaries (once: a second hit shares the copy kept since); C computes and inserts Q and is
+// freed without the cache being told (its mark left behind), a new sequence in its place holds R: a hit on Q passes the
+// stale mark over and reads its keys back. Every hit's logits = the prompt alone.
+static void live_marks(const kvt_model *m, const prompts *w) {
+    kvt_context_params cp = ctx_params(NULL);
+    cp.sparse.mode = KVT_SPARSE_QUEST;
+    cp.sparse.budget = 16;
+    cp.sparse.page = 4;
+    kvt_err err = {0};
+    kvt_context *ctx = NULL;
+    kvt_prefix_cache *pc = NULL;
+    kvt_prefix_cache_stats s1 = {0}, s2 = {0}, s3 = {0};
+    char why[512] = "";
+    bool ok = true;
+    int32_t a = -1, c = -1, d = -1;
+    kvt_status st = kvt_context_init(m, &cp, &ctx, &err);
+    if (!st) st = kvt_prefix_cache_init(ctx, NULL, &pc, &err);
+    if (!st) st = kvt_context_seq_fork(ctx, 0, &a, &err);
+    if (!st) st = kvt_decode_seq(ctx, a, w->p, NP, false, &err);
+    if (!st) st = kvt_prefix_cache_insert(pc, a, w->p, NP, &err);
+    if (!st) ok = attach_run(pc, ctx, w->p, NP, w->ref_p, 40, why, sizeof why), kvt_prefix_cache_stats_get(pc, &s1);
+    if (!st && ok) ok = attach_run(pc, ctx, w->p, NP, w->ref_p, 40, why, sizeof why), kvt_prefix_cache_stats_get(pc, &s2);
+    if (!st && ok) st = kvt_context_seq_fork(ctx, 0, &c, &err);
+    if (!st && ok) st = kvt_decode_seq(ctx, c, w->q, NP, false, &err);
+    if (!st && ok) st = kvt_prefix_cache_insert(pc, c, w->q, NP, &err);
+    if (!st && ok) kvt_context_seq_free(ctx, c), st = kvt_context_seq_fork(ctx, 0, &d, &err);
+    if (!st && ok) st = kvt_decode_seq(ctx, d, w->r, NP, false, &err);
+    if (!st && ok) ok = attach_run(pc, ctx, w->q, NP, w->ref_q, 40, why, sizeof why), kvt_prefix_cache_stats_get(pc, &s3);
+    kvt_prefix_cache_free(pc);
+    kvt_context_free(ctx);
+    test_result(!st && ok && s1.key_live == 1 && s1.key_hits == 1 && s1.key_tokens == 40 && s2.key_live == 1 &&
+                    s2.key_hits == 2 && s3.key_live == 1 && s3.key_hits == 2,
+                "prefix_cache: a hit takes a running sequence's key summaries once (then shares the kept copy); a mark "
+                "whose sequence no longer holds the blocks is passed over; the logits of the prompt alone",
+                "%s%s (taken %lld, %lld, %lld; key hits %lld, %lld, %lld; sequences %d %d %d)", st ? err.msg : "", why,
+                (long long)s1.key_live, (long long)s2.key_live, (long long)s3.key_live, (long long)s1.key_hits,
+                (long long)s2.key_hits, (long long)s3.key_hits, a, c, d);
+}
+
 // The contiguous cache (no sequences to share blocks between) and a sequence that already holds positions are
 // refused with a message; inserting more positions than the sequence holds too.
 static void refusals(const kvt_model *m, const int32_t *p) {
@@ -423,6 +463,7 @@ void test_prefix_cache(const test_env *env) {
             refusals(m, w.p);
             cache_cases(m, NULL, &w);
             kept_keys_budget(m, &w);
+            live_marks(m, &w);
             if (disk) cache_cases(m, disk, &w);
             store_cases(m, &w);
             if (disk) test_kv_sched_demote_model(m, disk);

@@ -596,11 +596,18 @@ void kvt_prefix_cache_keep_queries(kvt_prefix_cache *pc, int32_t seq, const int3
 
 void kvt_prefix_cache_keep_keys(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n) {
     const int64_t bt = pc->kv->block_tokens, nb = n / bt;
+    // seq's holder marks (its prompt chunks' too, a prompt cut short included) go with it
+    kvt_block_key key;
+    const kvt_block_key *prev = NULL;
+    for (int64_t b = 0, x = -1, y; b < nb && pc->n_holder > 0; b++, x = y, prev = &pc->e[y].key) {
+        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
+        if ((y = tab_find(pc, &key)) < 0 || pc->e[y].b != b || pc->e[y].parent != x) break;
+        if (pc->e[y].holder == seq) holder_clear(pc, y);
+    }
     kvt_sparse *sp = kvt_context_sparse(pc->ctx);
     if (pc->p.key_bytes <= 0 || !sp || nb < 1 || n > kvt_context_seq_n_past(pc->ctx, seq)) return;
     const int64_t x = last_entry(pc, tokens, nb);
     if (x < 0) return;
-    if (pc->e[x].holder == seq) holder_clear(pc, x);
     const int64_t end = nb * bt, had = kvt_sparse_ksum_end(pc->e[x].ksum);
     if (had >= end) return; // the entry's copy covers its chain already
     kvt_sparse_ksum *k = NULL;
