@@ -298,11 +298,17 @@ static kvt_status compute_keep(kvt_prefix_cache *pc, kvt_context *ctx, const int
     return st;
 }
 
-static void kept_keys_budget(const kvt_model *m, const prompts *w) {
+// The context of the key-summary cases: quest, a budget of 16 positions, pages of 4.
+static kvt_context_params quest_params(void) {
     kvt_context_params cp = ctx_params(NULL);
     cp.sparse.mode = KVT_SPARSE_QUEST;
     cp.sparse.budget = 16;
     cp.sparse.page = 4;
+    return cp;
+}
+
+static void kept_keys_budget(const kvt_model *m, const prompts *w) {
+    const kvt_context_params cp = quest_params();
     kvt_err err = {0};
     kvt_context *ctx = NULL;
     kvt_prefix_cache_stats s1 = {0}, s2 = {0}, s3 = {0}, s0 = {0};
@@ -344,10 +350,7 @@ static void kept_keys_budget(const kvt_model *m, const prompts *w) {
 // freed without the cache being told (its mark left behind), a new sequence in its place holds R: a hit on Q passes the
 // stale mark over and reads its keys back. Every hit's logits = the prompt alone.
 static void live_marks(const kvt_model *m, const prompts *w) {
-    kvt_context_params cp = ctx_params(NULL);
-    cp.sparse.mode = KVT_SPARSE_QUEST;
-    cp.sparse.budget = 16;
-    cp.sparse.page = 4;
+    const kvt_context_params cp = quest_params();
     kvt_err err = {0};
     kvt_context *ctx = NULL;
     kvt_prefix_cache *pc = NULL;
