@@ -42,9 +42,10 @@ for r in $(seq 1 "$ROUNDS"); do
                     --holder-tokens "${HOLD:-1500}")
                 stop_server
                 python3 -c "import json, sys; j = json.loads(sys.argv[4])
-print('round %s %s %s: live hit TTFT %.1f ms, cached %d, holder at %d tokens%s; key hits %d, taken from a running sequence %d' % (
+print('round %s %s %s: live hit TTFT %.1f ms, cached %d, holder at %d tokens%s; key hits %d, taken from a running sequence %d; holder TPOT %.2f ms before, %.2f after (%d gaps)' % (
     sys.argv[1], sys.argv[2], sys.argv[3], j['ttft_ms'], j['cached'], j['holder_tokens_before'],
-    '' if j['holder_running'] else ' (ended)', j.get('kvtier_prefix_key_hits_total', 0), j.get('kvtier_prefix_key_live_total', 0)))" \
+    '' if j['holder_running'] else ' (ended)', j.get('kvtier_prefix_key_hits_total', 0), j.get('kvtier_prefix_key_live_total', 0),
+    j['holder_tpot_before_ms'], j['holder_tpot_after_ms'], j['holder_gaps_after']))" \
                     "$r" "$name" "$b" "$j"
                 continue
             fi

@@ -4,7 +4,8 @@ prompt still runs (issue 13, docs/SPARSE.md "Under serve"), against one running 
 
 A "holder" request of the prompt streams --holder-tokens tokens (ignore_eos); once its first token came and
 --settle seconds passed, one "hit" request of the same prompt (max_tokens 1) is sent and timed (send to first
-streamed token); then the holder is dropped (its connection closed). Only the first hit after a fresh holder is
+streamed token); then the holder's next --after tokens are timed (its median gap before the hit and after it: what
+taking its summaries costs its decode) and it is dropped (its connection closed). Only the first hit after a fresh holder is
 measured: a hit that ends leaves its own key summaries to the prefix cache, so later hits would share those.
 Prints one JSON object: ttft_ms of the hit, its cached prompt tokens, the holder's tokens before the hit, and the
 deltas of the prefix-cache key counters of /metrics over the hit (kvtier_prefix_key_*).
@@ -69,12 +70,14 @@ def main():
     ap.add_argument("--prompt-file", required=True, help="a JSON list of prompts (strings or id lists): the first is used")
     ap.add_argument("--holder-tokens", type=int, default=1500)
     ap.add_argument("--settle", type=float, default=0.5, help="seconds between the holder's first token and the hit")
+    ap.add_argument("--after", type=int, default=200, help="holder tokens timed after the hit (its TPOT before and after)")
     a = ap.parse_args()
     prompt = json.load(open(a.prompt_file))[0]
-    first, holder_n, stop = threading.Event(), [0], threading.Event()
+    first, holder_n, stop, times = threading.Event(), [0], threading.Event(), []
 
     def tok(n):
         holder_n[0] = n
+        times.append(time.monotonic())
         first.set()
 
     err = []
@@ -96,13 +99,20 @@ def main():
     t_first = []
     t0 = time.monotonic()
     usage = stream(a.url, prompt, 1, lambda n: t_first.append(time.monotonic()) if not t_first else None, None)
+    t_end = time.monotonic()
     m1 = metrics(a.url)
+    while th.is_alive() and sum(t > t_end for t in times) < a.after + 1:
+        time.sleep(0.01)
     stop.set()
     if not t_first:
         sys.exit("the hit streamed no token")
     det = (usage or {}).get("prompt_tokens_details") or {}
+    before = [y - x for x, y in zip(times, times[1:]) if y < t0][1:]  # (its first gap left out)
+    after = [y - x for x, y in zip(times, times[1:]) if x > t_end][:a.after]
+    med = lambda v: sorted(v)[len(v) // 2] * 1e3 if v else float("nan")
     out = {"ttft_ms": (t_first[0] - t0) * 1e3, "cached": det.get("cached_tokens", 0), "holder_tokens_before": at,
-           "holder_running": th.is_alive()}
+           "holder_running": th.is_alive(), "holder_tpot_before_ms": med(before), "holder_tpot_after_ms": med(after),
+           "holder_gaps_after": len(after)}
     for k in sorted(set(m0) | set(m1)):
         if k.endswith("_total"):
             out[k] = m1.get(k, 0.0) - m0.get(k, 0.0)
