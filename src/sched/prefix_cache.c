@@ -28,8 +28,8 @@ typedef struct {
     uint64_t last_use;  // cache tick of the last attach or insert that passed through it
     kvt_sparse_qwin *qwin; // asyncspade: the query window of a prompt that ended in or at this block (NULL: none)
     kvt_sparse_ksum *ksum; // quest, asyncspade: the key summaries of a sequence whose prompt's last full block this is
-    int32_t holder;        // quest, asyncspade: the running sequence that inserted this block last (the end of its
-                           // prompt or of a prompt chunk), whose summaries attach may take (hold_keys); -1: none.
+    int32_t holder;        // quest, asyncspade: the running sequence that inserted this block last, holding its blocks (the
+                           // end of its prompt or of a prompt chunk), whose summaries attach may take (hold_keys); -1: none.
                            // A mark only: checked against the blocks the sequence holds when used
 } pentry;
 
@@ -545,9 +545,13 @@ kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int3
         pc->e[x].last_use = pc->tick;
         parent = x;
     }
-    if (parent >= 0 && pc->p.key_bytes > 0 && kvt_sparse_keeps_keys(kvt_context_sparse(pc->ctx))) { // seq holds the chain
-        if (pc->e[parent].holder < 0) pc->n_holder++;
-        pc->e[parent].holder = seq;
+    // seq holds the chain: the last entry is marked with it, unless its blocks are another sequence's (seq computed the
+    // same tokens beside it: that one keeps the mark)
+    pentry *L = parent >= 0 ? &pc->e[parent] : NULL;
+    if (L && pc->p.key_bytes > 0 && kvt_sparse_keeps_keys(kvt_context_sparse(pc->ctx)) &&
+        kvt_kv_paged_seq_holds(pc->kv, seq, L->b, L->ids)) {
+        if (L->holder < 0) pc->n_holder++;
+        L->holder = seq;
     }
     if (pc->p.max_blocks > 0) kvt_prefix_cache_trim(pc, pc->p.max_blocks);
     return KVT_OK;
