@@ -604,6 +604,52 @@ static void test_live_keys(const kvt_model *m) {
     free(gb);
 }
 
+// Key summaries taken from a running sequence whose --kv-fast reservation has no room for the own buffers it would go
+// on in (asyncspade, a reservation of one sequence at n_ctx, the sequence at 66 of its 96 positions): refused with the
+// reservation named, nothing kept, nothing else held, and the sequence decodes on as alone, bit for bit.
+static void test_live_keys_budget(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V;
+    float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    lane la;
+    lane_make(&la, 60, 7, V);
+    kvt_context_params cp = base_params(KVT_SPARSE_ASYNCSPADE);
+    kvt_sparse_dims d = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, cp.n_ctx, 2,
+                         KVT_TYPE_F16, {0}, true, 0};
+    cp.sparse.seqs = 1;
+    cp.kv_fast_bytes = kvt_sparse_summary_bytes(&cp.sparse, &d) + 8 * block_bytes(m, cp.kv_block);
+    cp.kv_host_bytes = 8 << 20;
+    kvt_err err = {0}, e2 = {0};
+    kvt_status st = alone(m, &cp, &la, 0, ref, &err), kst = KVT_OK;
+    kvt_context *ctx = NULL;
+    kvt_sparse_ksum *k = NULL;
+    kvt_sparse_totals t0 = {0}, t1 = {0};
+    int32_t a = -1;
+    if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+    if (!st) st = seq_new(ctx, &a, &err);
+    if (!st) st = kvt_decode_prompt(ctx, a, la.prompt, la.n_prompt, false, &err);
+    for (int j = 0; !st && j < N_STEP; j++) {
+        if (j == 6) { // 66 positions held
+            kvt_sparse_totals_get(kvt_context_sparse(ctx), &t0);
+            kst = kvt_sparse_seq_keep(kvt_context_sparse(ctx), a, 64, &k, &e2);
+            kvt_sparse_totals_get(kvt_context_sparse(ctx), &t1);
+        }
+        st = kvt_decode_seq(ctx, a, &la.step[j], 1, false, &err);
+        if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
+    kvt_sparse_ksum_free(k);
+    kvt_context_free(ctx);
+    test_result(!st && kst == KVT_ERR_BUDGET && strstr(e2.msg, "reserved") && !k && t1.summary_kept == 0 &&
+                    t1.summary_held == t0.summary_held && same(ref, got, n),
+                "sparse_seq: key summaries taken from a running sequence without room in the --kv-fast reservation: refused "
+                "(the reservation named), nothing kept or held more, the sequence decodes on as alone, bit for bit",
+                "%s (status %s: %s; kept %lld, held %lld then %lld; logits %s)", st ? err.msg : "figures",
+                kvt_status_str(kst), e2.msg, (long long)t1.summary_kept, (long long)t0.summary_held,
+                (long long)t1.summary_held, same(ref, got, n) ? "same" : "differ");
+    free(ref);
+    free(got);
+}
+
 // A prompt in parts (the last of one token, as a prompt cache's remainder or a scheduler's chunk leaves it) attends
 // as in one call: prompt tokens are dense whatever the call's size (kvt_decode_prompt).
 static void test_prompt_parts(const kvt_model *m) {
@@ -943,6 +989,7 @@ void test_sparse_seq(const test_env *env) {
     test_query_window(m);
     test_kept_keys(m);
     test_live_keys(m);
+    test_live_keys_budget(m);
     test_prompt_parts(m);
     test_truncate(m);
     test_summary_budget(m);

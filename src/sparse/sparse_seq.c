@@ -783,6 +783,12 @@ static kvt_status keep_summaries(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, 
     }
     // (--sparse-rerank-resid keeps predicted scores by position beside the summaries: its forks copy, so does this)
     if (!kvt_sparse_keeps_keys(s) || kept == 0 || n < B) return KVT_OK;
+    // a live sequence's layers first make their buffers bases, every one (a layer that cannot, for the reservation's
+    // room or memory, leaves nothing kept: those made stay, as after a fork, and nothing moves to summary_kept)
+    for (int32_t l = 0; live && l < s->d.n_layer; l++) {
+        kvt_status st = layer_has_keys(s, &q->lay[l]) ? layer_freeze(s, q, &q->lay[l], err) : KVT_OK;
+        if (st) return st;
+    }
     kvt_sparse_ksum *k = calloc(1, sizeof *k);
     if (k && !(k->kb = calloc((size_t)s->d.n_layer, sizeof *k->kb))) free(k), k = NULL;
     if (k) k->s = s, k->n = n;
@@ -791,7 +797,6 @@ static kvt_status keep_summaries(kvt_sparse *s, kvt_sparse_seq *q, int32_t seq, 
         kvt_sparse_layer *ly = &q->lay[l];
         if (!layer_has_keys(s, ly)) continue;
         // (a live layer's base holds [0, key_n) >= n once frozen, so layer_keep shares it: it never takes the buffers)
-        if (live && (st = layer_freeze(s, q, ly, err))) break;
         if (!(k->kb[l] = layer_keep(s, q, ly, n))) {
             st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory keeping the key summaries of sequence %d (%lld positions)", seq, (long long)n);
         } else {
