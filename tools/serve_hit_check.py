@@ -14,11 +14,15 @@ usage: tools/serve_hit_check.py --model M --flags "--sparse-preset keep --sparse
 import argparse
 import http.client
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench"))
+from serve_bench import sse_events  # noqa: E402
 
 
 def main():
@@ -94,18 +98,11 @@ def live_pair(a, prompt, request):
         c.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": a.n + a.live, "temperature": 0,
                   "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}),
                   {"Content-Type": "application/json"})
-        r = c.getresponse()
-        while True:
-            raw = r.readline()
-            line = raw.strip()
-            if not raw or line == b"data: [DONE]":
-                break
-            if line.startswith(b"data:"):
-                ev = json.loads(line[5:])
-                usage.update(ev.get("usage") or {})
-                for ch in ev.get("choices") or []:
-                    held.append(ch.get("text") or "")
-                    first.set()
+        for ev in sse_events(c.getresponse()):
+            usage.update(ev.get("usage") or {})
+            for ch in ev.get("choices") or []:
+                held.append(ch.get("text") or "")
+                first.set()
         first.set()
         c.close()
 

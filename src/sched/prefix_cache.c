@@ -91,6 +91,14 @@ static int64_t tab_find(const kvt_prefix_cache *pc, const kvt_block_key *key) {
     }
 }
 
+// The entry of block b of tokens' chain after entry x (block b - 1's; -1 for block 0), or -1 when the cache has none.
+static int64_t chain_next(const kvt_prefix_cache *pc, int64_t x, const int32_t *tokens, int64_t b) {
+    const int64_t bt = pc->kv->block_tokens;
+    const kvt_block_key key = kvt_prefix_key_next(x >= 0 ? &pc->e[x].key : NULL, tokens + b * bt, bt);
+    const int64_t y = tab_find(pc, &key);
+    return y >= 0 && pc->e[y].b == b && pc->e[y].parent == x ? y : -1;
+}
+
 static void tab_put_raw(kvt_prefix_cache *pc, int64_t x) {
     const uint64_t m = (uint64_t)pc->cap_tab - 1;
     uint64_t i = pc->e[x].key.lo & m;
@@ -284,17 +292,10 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc) {
 static int64_t window_blocks(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t n, int64_t min_b, int64_t *x) {
     if (pc->st.query_windows == 0 || n < 2) return 0;
     const int64_t bt = pc->kv->block_tokens, nbx = (n - 1) / bt, nbw = n / bt;
-    kvt_block_key key;
-    const kvt_block_key *prev = NULL;
-    int64_t parent = -1, best = 0;
-    for (int64_t b = 0; b < nbw; b++) {
-        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
-        const int64_t y = tab_find(pc, &key);
-        if (!(y >= 0 && pc->e[y].b == b && pc->e[y].parent == parent)) break;
+    int64_t best = 0;
+    for (int64_t b = 0, y = -1; b < nbw && (y = chain_next(pc, y, tokens, b)) >= 0; b++) {
         const int64_t d = b + 1 < nbx ? b + 1 : nbx;
         if (d > min_b && d > best && pc->e[y].qwin && kvt_sparse_qwin_covers(pc->e[y].qwin, d * bt, n)) best = d, *x = y;
-        parent = y;
-        prev = &pc->e[y].key;
     }
     return best;
 }
@@ -386,16 +387,8 @@ int64_t kvt_prefix_cache_probe(const kvt_prefix_cache *pc, const int32_t *tokens
     int64_t nb = lim > 0 ? lim / bt : 0, xw = -1;
     const int64_t nw = window_blocks(pc, tokens, n, nb, &xw);
     if (nw > nb) nb = nw;
-    kvt_block_key key;
-    const kvt_block_key *prev = NULL;
-    int64_t parent = -1, b = 0;
-    for (; b < nb; b++) {
-        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
-        const int64_t x = tab_find(pc, &key);
-        if (!(x >= 0 && pc->e[x].b == b && pc->e[x].parent == parent)) break;
-        parent = x;
-        prev = &pc->e[x].key;
-    }
+    int64_t b = 0;
+    for (int64_t x = -1; b < nb && (x = chain_next(pc, x, tokens, b)) >= 0;) b++;
     return b;
 }
 
@@ -559,16 +552,9 @@ kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int3
 
 // The entry of block nb - 1 of tokens' chain (insert registered it), or -1.
 static int64_t last_entry(const kvt_prefix_cache *pc, const int32_t *tokens, int64_t nb) {
-    const int64_t bt = pc->kv->block_tokens;
-    kvt_block_key key;
-    const kvt_block_key *prev = NULL;
     int64_t x = -1;
     for (int64_t b = 0; b < nb; b++) {
-        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
-        const int64_t y = tab_find(pc, &key);
-        if (!(y >= 0 && pc->e[y].b == b && pc->e[y].parent == x)) return -1;
-        x = y;
-        prev = &pc->e[y].key;
+        if ((x = chain_next(pc, x, tokens, b)) < 0) return -1;
     }
     return x;
 }
@@ -601,12 +587,8 @@ void kvt_prefix_cache_keep_queries(kvt_prefix_cache *pc, int32_t seq, const int3
 void kvt_prefix_cache_keep_keys(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n) {
     const int64_t bt = pc->kv->block_tokens, nb = n / bt;
     // seq's holder marks (its prompt chunks' too, a prompt cut short included) go with it
-    kvt_block_key key;
-    const kvt_block_key *prev = NULL;
-    for (int64_t b = 0, x = -1, y; b < nb && pc->n_holder > 0; b++, x = y, prev = &pc->e[y].key) {
-        key = kvt_prefix_key_next(prev, tokens + b * bt, bt);
-        if ((y = tab_find(pc, &key)) < 0 || pc->e[y].b != b || pc->e[y].parent != x) break;
-        if (pc->e[y].holder == seq) holder_clear(pc, y);
+    for (int64_t b = 0, x = -1; b < nb && pc->n_holder > 0 && (x = chain_next(pc, x, tokens, b)) >= 0; b++) {
+        if (pc->e[x].holder == seq) holder_clear(pc, x);
     }
     kvt_sparse *sp = kvt_context_sparse(pc->ctx);
     if (pc->p.key_bytes <= 0 || !sp || nb < 1 || n > kvt_context_seq_n_past(pc->ctx, seq)) return;
