@@ -348,6 +348,58 @@ static void test_fork_cow(void) {
     test_result(true, name, "");
 }
 
+// --- memory warmed ahead of use -----------------------------------------------------------
+
+static void test_warm(void) {
+    const char *name = "kv: memory warmed ahead of use: one chunk a call, within each tier's budget, the blocks written "
+                       "there read back";
+    char why[768] = "";
+    for (int variant = 0; variant < 2 && !why[0]; variant++) {
+        kvt_kv_paged_params p = small_params();
+        if (variant) { // small fast and host tiers over disk: each warmed up to its budget, no further
+            p.fast_bytes = 6 * slot_bytes(kvt_kv_paged_block_bytes(&p));
+            p.host_bytes = 8 * slot_bytes(kvt_kv_paged_block_bytes(&p));
+            p.disk_dir = "/tmp";
+        }
+        kvt_kv *kv = NULL;
+        kvt_err err = {0};
+        if (kvt_kv_paged_init(&p, &kv, &err)) {
+            snprintf(why, sizeof why, "variant %d: %s", variant, err.msg);
+            break;
+        }
+        const int64_t sb = slot_bytes(kvt_kv_paged_block_bytes(&p));
+        int calls = 0;
+        while (calls < 8 && kvt_kv_paged_warm(kv, 64)) calls++;
+        kvt_kv_stats a, b;
+        kvt_kv_get_stats(kv, &a);
+        // unbounded: one 8 MiB chunk holds room for 64 positions (2 layers x 2 groups x 16 blocks); bounded: each
+        // memory tier's whole budget, in one chunk each
+        const int64_t want_fast = variant ? 6 * sb : ((int64_t)8 << 20) / sb * sb, want_host = variant ? 8 * sb : 0;
+        if (calls != (variant ? 2 : 1) || a.warm_bytes[KVT_TIER_FAST] != want_fast ||
+            a.warm_bytes[KVT_TIER_HOST] != want_host || a.warm_bytes[KVT_TIER_DISK] != 0 || a.used_bytes[0] != 0) {
+            snprintf(why, sizeof why, "variant %d: %d calls made %lld / %lld bytes (want %lld / %lld)", variant, calls,
+                     (long long)a.warm_bytes[KVT_TIER_FAST], (long long)a.warm_bytes[KVT_TIER_HOST],
+                     (long long)want_fast, (long long)want_host);
+        } else if (kvt_kv_paged_warm(kv, 0) || put(kv, 0, 1, 0, 40, &err) || !check(kv, 0, 40, 40, 1, 1) ||
+                   (kv->ops->truncate(kv, 0, 0), put(kv, 0, 2, 0, 24, &err)) || !check(kv, 0, 24, 24, 2, 2)) {
+            snprintf(why, sizeof why, "variant %d: the store over warmed chunks: %s", variant, err.msg[0] ? err.msg : "wrong values");
+        } else {
+            kvt_kv_get_stats(kv, &b);
+            // the blocks took the warmed slots: nothing more made; unbounded, the chunk still holds the room
+            if (b.warm_bytes[KVT_TIER_FAST] != a.warm_bytes[KVT_TIER_FAST] || (!variant && kvt_kv_paged_warm(kv, 64)))
+                snprintf(why, sizeof why, "variant %d: warmed again after use", variant);
+        }
+        kvt_kv_free(kv);
+    }
+    kvt_kv_params cpar = {KVT_TYPE_F32, 2, 2, 4, 4, 64, 4, 1};
+    kvt_kv *kc = NULL;
+    kvt_err err = {0};
+    if (!why[0] && (kvt_kv_contig_init(&cpar, &kc, &err) || kvt_kv_paged_warm(kc, 64)))
+        snprintf(why, sizeof why, "the contiguous store: %s", err.msg[0] ? err.msg : "warmed");
+    kvt_kv_free(kc);
+    test_result(!why[0], name, "%s", why);
+}
+
 // --- sliding-window layers --------------------------------------------------------------
 
 typedef struct {
@@ -768,6 +820,7 @@ void test_kv(const test_env *env) {
     test_write_many();
     test_policies();
     test_fork_cow();
+    test_warm();
     test_sliding_window();
     char stories[512];
     const bool have_stories = test_data(env, "stories260K.gguf", stories, sizeof stories) != NULL;

@@ -533,7 +533,7 @@ def t_disconnect(s):
     assert st == 200, st
 
 
-@case("GET /metrics: Prometheus text with requests, tokens, queue, KV bytes per tier, bytes moved, seconds")
+@case("GET /metrics: Prometheus text with requests, tokens, queue, KV bytes per tier, bytes moved and warmed, seconds")
 def t_metrics(s):
     st, h, data = s.request("GET", "/metrics")
     text = data.decode()
@@ -544,6 +544,11 @@ def t_metrics(s):
                  "kvtier_iterations_total", "kvtier_preemptions_total", "kvtier_prefetch_plans_total"):
         assert name in text, name
     assert s.metric("kvtier_generated_tokens_total") > 0
+    # while idle the server makes and faults in the fast tier's next arena chunk ahead of use (--kv-warm: one context)
+    t0 = time.time()
+    while not s.metric('kvtier_kv_warm_bytes_total{tier="fast"}') and time.time() - t0 < 10:
+        time.sleep(0.1)
+    assert s.metric('kvtier_kv_warm_bytes_total{tier="fast"}') > 0
     # dense (--sparse off): the sparse counters are there, at zero
     for name in ("kvtier_sparse_steps_total", 'kvtier_sparse_read_bytes_total{kind="kv"}',
                  'kvtier_sparse_positions_total{kind="selected"}', "kvtier_sparse_stall_seconds_total",

@@ -63,6 +63,10 @@ static void usage(void) {
            "                        that arrives before it ends), so that a hit shares them instead of reading\n"
            "                        its cached keys back to summarize them again (default 512M, least recently\n"
            "                        used dropped first; 0: none)\n"
+           "  --kv-warm N           while idle, keep room for N more positions of a sequence made and faulted in\n"
+           "                        ahead of use in the fast (and host) tier, within their budgets, so that the\n"
+           "                        next requests do not pay the first touches of new memory (default: -c, one\n"
+           "                        context; 0: none; /metrics kvtier_kv_warm_bytes_total)\n"
            "  --no-preempt          never swap a running request out (by default, with a disk tier below bounded\n"
            "                        fast and host tiers, the latest-admitted request is swapped out to disk\n"
            "                        when fast + host cannot hold the running ones, and resumed exactly later)\n"
@@ -120,6 +124,7 @@ typedef struct {
     int64_t fetch_max, fetch_wait_ms; // --kv-fetch-max, --kv-fetch-wait: the background read of that store
     int64_t query_bytes;    // --kv-cache-queries: asyncspade's query windows the prefix cache keeps
     int64_t key_bytes;      // --kv-cache-keys: the key summaries the prefix cache keeps
+    int64_t warm_positions; // --kv-warm: room made and faulted in ahead of use while idle (-1: one context)
 } serve_opts;
 
 // A bounded KV store with no disk tier below it (--kv-fast, and --kv-host if any) that cannot hold -np full contexts
@@ -232,6 +237,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     sp.prefix_fetch_wait_ms = (int32_t)o->fetch_wait_ms;
     sp.prefix_query_bytes = o->query_bytes;
     sp.prefix_key_bytes = o->key_bytes;
+    sp.warm_positions = o->warm_positions;
     if (kvt_engine_sched_create(ctx, tok, &sp, o->queue, &e, &err)) { // owns ctx from here, also on error
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         goto done;
@@ -275,6 +281,7 @@ int cmd_serve(int argc, char **argv) {
     int64_t fetch_wait_ms = kvt_sched_params_default().prefix_fetch_wait_ms;
     int64_t query_bytes = kvt_sched_params_default().prefix_query_bytes;
     int64_t key_bytes = kvt_sched_params_default().prefix_key_bytes;
+    int64_t warm_positions = kvt_sched_params_default().warm_positions;
     cp.kv_paged = true; // sequences, forks and the prefix cache live in the paged store
     cp.kv_block = 0;    // 0 until a flag sets it: the server's default below
     bool metrics = false;
@@ -328,6 +335,8 @@ int cmd_serve(int argc, char **argv) {
             if (!kvt_args_bytes(&a, flag, &query_bytes)) return 2;
         } else if (!strcmp(flag, "--kv-cache-keys")) {
             if (!kvt_args_bytes(&a, flag, &key_bytes)) return 2;
+        } else if (!strcmp(flag, "--kv-warm")) {
+            if (!kvt_args_int(&a, flag, 0, INT32_MAX, &warm_positions)) return 2;
         } else if (!strcmp(flag, "--kv-fetch-wait")) {
             if (!kvt_args_int(&a, flag, 0, 600000, &fetch_wait_ms)) return 2;
         } else if (!strcmp(flag, "--no-preempt")) {
@@ -345,7 +354,7 @@ int cmd_serve(int argc, char **argv) {
     }
 #ifndef KVT_HAVE_JANSSON
     (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
-    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes;
+    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions;
     (void)model_path;
     (void)tmpl_name;
     (void)prompt_file;
@@ -374,7 +383,7 @@ int cmd_serve(int argc, char **argv) {
     }
 #ifndef KVT_SERVE_HTTP
     (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
-    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes;
+    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions;
     fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
                     "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
     return 1;
@@ -386,7 +395,7 @@ int cmd_serve(int argc, char **argv) {
     }
     serve_opts o = {host,         api_key,   (int)port, (int)n_parallel, (int)queue, (int)timeout_s, metrics,
                     batch_tokens, lookahead, preempt,   cache_dir,       cache_max,  remote,
-                    fetch_max,    fetch_wait_ms, query_bytes, key_bytes};
+                    fetch_max,    fetch_wait_ms, query_bytes, key_bytes, warm_positions};
     return run_server(&o, model_path, tmpl_name, &cp);
 #endif
 #endif

@@ -106,6 +106,10 @@ typedef struct {
     // Disk requests of the io_uring engine cancelled after its stall time with no completion (kv_uring.h
     // kvt_uring_set_stall_ms) and redone with pread/pwrite: 0 on a healthy disk; no ring, 0.
     int64_t io_ring_cancels;
+    // Arena memory made and faulted in ahead of use by kvt_kv_paged_warm (the serving engine, while idle), per tier,
+    // and the wall time that took (outside the store's lock).
+    int64_t warm_bytes[KVT_TIER_COUNT];
+    double warm_ms;
 } kvt_kv_stats;
 
 typedef struct kvt_kv kvt_kv;

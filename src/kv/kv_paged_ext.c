@@ -1,9 +1,10 @@
 // kv_paged_ext.c - the paged KV store's interfaces for the prefix cache (block references, blocks pushed into a
 // sequence by reference or by copy) and for the serving scheduler (its plan, demotion of a preempted sequence, a
-// sequence's bytes per tier). The store's tables and locking: kv_paged.c, kv_paged_impl.h.
+// sequence's bytes per tier, memory warmed ahead of use while idle). The store's tables and locking: kv_paged.c, kv_paged_impl.h.
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/timer.h"
 #include "kv_paged_impl.h"
 #include "kv_prefetch.h"
 
@@ -384,4 +385,45 @@ void kvt_kv_paged_seq_usage(kvt_kv *kv, int32_t seq, int64_t bytes[KVT_TIER_COUN
         }
     }
     pthread_mutex_unlock(&s->mu);
+}
+
+// Bytes of `positions` positions of one sequence in a tier's slots: each shard's blocks, a sliding-window layer's
+// limited to its window and one block more.
+static int64_t warm_target(const kv_paged *s, int t, int64_t positions) {
+    const int64_t bt = s->base.block_tokens;
+    int64_t blocks = 0;
+    for (int32_t l = 0; l < s->p.n_layer; l++) {
+        int64_t n = positions;
+        if (s->window[l] > 0 && n > s->window[l] + bt) n = s->window[l] + bt;
+        blocks += (n + bt - 1) / bt * s->base.n_group;
+    }
+    return blocks * s->tier[t].slot_bytes;
+}
+
+bool kvt_kv_paged_warm(kvt_kv *kv, int64_t positions) {
+    if (kv->ops != &kvp_ops || positions <= 0) return false;
+    kv_paged *s = (kv_paged *)kv;
+    for (int t = T0; t <= T1; t++) {
+        pthread_mutex_lock(&s->mu);
+        kvt_tier_store *ts = &s->tier[t];
+        const int64_t next = kvt_tier_chunk_next_bytes(ts);
+        const bool want = next > 0 && kvt_tier_warm_bytes(ts) < warm_target(s, t, positions);
+        pthread_mutex_unlock(&s->mu);
+        if (!want) continue;
+        const double t0 = kvt_time_ms();
+        uint8_t *p = kvt_kv_arena_alloc((size_t)next); // [next] bytes: slots of the chunk
+        if (!p) return false;
+        for (int64_t i = 0; i < next; i += 4096) ((volatile uint8_t *)p)[i] = 0; // one write faults a page in
+        pthread_mutex_lock(&s->mu);
+        const bool moved = kvt_tier_chunk_next_bytes(ts) != next; // the tier made a chunk meanwhile
+        const bool ok = !moved && kvt_tier_chunk_add(ts, p, next);
+        if (ok) {
+            s->st.warm_bytes[t] += next;
+            s->st.warm_ms += kvt_time_ms() - t0;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!ok) free(p);
+        return ok || moved; // moved: the next call looks again; a list that cannot grow: stop
+    }
+    return false;
 }

@@ -98,14 +98,37 @@ void kvt_tier_free(kvt_tier_store *t) {
     t->fd = -1;
 }
 
+int64_t kvt_tier_chunk_next_bytes(const kvt_tier_store *t) {
+    if (!t->present || t->fd >= 0) return 0;
+    const int64_t made = (int64_t)t->n_chunk * t->chunk_slots; // slots the chunks hold (the last may hold fewer)
+    if (made >= t->max_slots) return 0;
+    const int64_t slots = t->max_slots - made < t->chunk_slots ? t->max_slots - made : t->chunk_slots;
+    return slots * t->slot_bytes;
+}
+
+int64_t kvt_tier_warm_bytes(const kvt_tier_store *t) {
+    if (!t->present || t->fd >= 0) return 0;
+    int64_t cap = (int64_t)t->n_chunk * t->chunk_slots;
+    if (cap > t->max_slots) cap = t->max_slots;
+    return (t->n_free + cap - t->n_made) * t->slot_bytes;
+}
+
+bool kvt_tier_chunk_add(kvt_tier_store *t, uint8_t *chunk, int64_t bytes) {
+    if (bytes <= 0 || bytes != kvt_tier_chunk_next_bytes(t)) return false;
+    if (!kvt_grow((void **)&t->chunk, &t->cap_chunk, t->n_chunk + 1, sizeof *t->chunk)) return false;
+    t->chunk[t->n_chunk++] = chunk;
+    return true;
+}
+
 // Adds a chunk of chunk_slots slots (fewer for the last one of a budget), see kvt_kv_arena_alloc.
 static bool chunk_new(kvt_tier_store *t) {
-    if (!kvt_grow((void **)&t->chunk, &t->cap_chunk, t->n_chunk + 1, sizeof *t->chunk)) return false;
-    int64_t slots = t->chunk_slots;
-    if (t->max_slots - t->n_made < slots) slots = t->max_slots - t->n_made;
-    uint8_t *p = kvt_kv_arena_alloc((size_t)(slots * t->slot_bytes));
+    const int64_t bytes = kvt_tier_chunk_next_bytes(t);
+    uint8_t *p = bytes > 0 ? kvt_kv_arena_alloc((size_t)bytes) : NULL;
     if (!p) return false;
-    t->chunk[t->n_chunk++] = p;
+    if (!kvt_tier_chunk_add(t, p, bytes)) {
+        free(p);
+        return false;
+    }
     return true;
 }
 

@@ -66,6 +66,19 @@ void kvt_tier_release(kvt_tier_store *t, int64_t slot);
 // Memory of a slot of a memory tier: [slot_bytes] bytes.
 uint8_t *kvt_tier_ptr(const kvt_tier_store *t, int64_t slot);
 
+// Warming ahead of use (kvt_kv_paged_warm). A memory tier's arena grows one chunk at a time as slots are first handed
+// out, and a new chunk's pages are faulted in by the first writes of its slots, on the path of whatever request needs
+// them. These let a caller make the next chunk and fault it in first, outside the store's lock.
+// Bytes of memory already faulted in and not in use: slots released for reuse and the made chunks' slots not yet
+// handed out. 0 for a disk tier.
+int64_t kvt_tier_warm_bytes(const kvt_tier_store *t);
+// Bytes of the chunk the tier would make next: 0 when its budget holds no more (or it is a disk tier).
+int64_t kvt_tier_chunk_next_bytes(const kvt_tier_store *t);
+// Adopts a chunk of `bytes` (from kvt_kv_arena_alloc, owned by the tier from here) as the next chunk. false when
+// `bytes` is no longer kvt_tier_chunk_next_bytes (another chunk was made meanwhile) or its list cannot grow: the
+// caller keeps the buffer then.
+bool kvt_tier_chunk_add(kvt_tier_store *t, uint8_t *chunk, int64_t bytes);
+
 // Disk I/O of data_bytes, straight from / into the memory block when it is 4096-aligned and the disk slot
 // has no padding, else through `bounce` (4096-aligned, slot_bytes). write returns the CRC32C of the data
 // in *crc; read checks it against `crc` (a failed read leaves `dst` undefined: the caller drops it).

@@ -85,6 +85,9 @@ typedef struct {
     // long a job waits for its fetch before admission reads the store itself
     int64_t prefix_fetch_bytes;
     int32_t prefix_fetch_wait_ms;
+    // room that kvt_sched_warm keeps made and faulted in ahead of use in the store's memory tiers, in positions of
+    // one sequence (kvt_kv_paged_warm): -1 (default) the context's n_ctx, 0 none
+    int64_t warm_positions;
 } kvt_sched_params;
 
 kvt_sched_params kvt_sched_params_default(void);
@@ -147,6 +150,10 @@ void kvt_sched_cancel(kvt_sched *s, uint64_t id);
 kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err);
 // True when nothing waits or runs.
 bool kvt_sched_idle(const kvt_sched *s);
+// One step of warming the store ahead of use (kvt_kv_paged_warm with params.warm_positions): for a caller with
+// nothing to run (kvt_sched_idle), e.g. the serving engine before it sleeps. One arena chunk (8 MiB) at most;
+// returns true when it made one (call again while still idle), false when there is nothing more to warm.
+bool kvt_sched_warm(kvt_sched *s);
 void kvt_sched_stats_get(const kvt_sched *s, kvt_sched_stats *out);
 
 #endif

@@ -271,9 +271,17 @@ static void take_inbox(sengine *e) {
 
 static void *sched_main(void *arg) {
     sengine *e = arg;
+    bool warm = true; // the store may want memory warmed ahead of use (kvt_sched_warm): looked at whenever idle
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (!e->inbox && !e->cancel_pending && !e->stopping && !e->fetch_ready && kvt_sched_idle(e->s)) {
+            if (warm) { // one chunk at a time, the conditions looked at again between them
+                pthread_mutex_unlock(&e->mu);
+                warm = kvt_sched_warm(e->s);
+                pthread_mutex_lock(&e->mu);
+                kvt_context_kv_stats(e->ctx, &e->st.kv);
+                continue;
+            }
             const double d = fetch_deadline(e);
             if (d == 0) {
                 pthread_cond_wait(&e->cv, &e->mu);
@@ -298,6 +306,7 @@ static void *sched_main(void *arg) {
         int64_t rows = 0;
         kvt_err err = {0};
         kvt_sched_step(e->s, &rows, &err); // a failed pass ends its requests with FAILED; the others go on
+        warm = true;
         kvt_sched_stats_get(e->s, &after);
         const double dt = (kvt_time_ms() - t0) / 1e3;
         const int64_t pre = after.prefill_rows - before.prefill_rows, dec = after.decode_rows - before.decode_rows;

@@ -411,6 +411,10 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
     for (int t = 0; t < KVT_TIER_COUNT; t++) fprintf(f, "kvtier_kv_peak_bytes{tier=\"%s\"} %lld\n", kvt_tier_name((kvt_tier)t), (long long)s.kv.peak_bytes[t]);
     METRIC("kv_budget_bytes", "gauge", "KV budget per tier (-1 unlimited, 0 absent).");
     for (int t = 0; t < KVT_TIER_COUNT; t++) fprintf(f, "kvtier_kv_budget_bytes{tier=\"%s\"} %lld\n", kvt_tier_name((kvt_tier)t), (long long)s.kv.budget_bytes[t]);
+    METRIC("kv_warm_bytes_total", "counter", "KV arena bytes made and faulted in ahead of use while idle (--kv-warm).");
+    for (int t = 0; t < KVT_TIER_COUNT; t++) {
+        if (t != KVT_TIER_DISK) fprintf(f, "kvtier_kv_warm_bytes_total{tier=\"%s\"} %lld\n", kvt_tier_name((kvt_tier)t), (long long)s.kv.warm_bytes[t]);
+    }
     METRIC("kv_moved_bytes_total", "counter", "KV bytes moved between tiers.");
     for (int a = 0; a < KVT_TIER_COUNT; a++) {
         for (int b = 0; b < KVT_TIER_COUNT; b++) {
