@@ -369,7 +369,12 @@ static void test_warm(void) {
         }
         const int64_t sb = slot_bytes(kvt_kv_paged_block_bytes(&p));
         int calls = 0;
-        while (calls < 8 && kvt_kv_paged_warm(kv, 64)) calls++;
+        if (kvt_kv_paged_warm(kv, 64, 0)) { // a bound of 0 bytes: nothing to make
+            snprintf(why, sizeof why, "variant %d: warmed with max_bytes 0", variant);
+            kvt_kv_free(kv);
+            break;
+        }
+        while (calls < 8 && kvt_kv_paged_warm(kv, 64, -1)) calls++;
         kvt_kv_stats a, b;
         kvt_kv_get_stats(kv, &a);
         // unbounded: one 8 MiB chunk holds room for 64 positions (2 layers x 2 groups x 16 blocks); bounded: each
@@ -380,13 +385,13 @@ static void test_warm(void) {
             snprintf(why, sizeof why, "variant %d: %d calls made %lld / %lld bytes (want %lld / %lld)", variant, calls,
                      (long long)a.warm_bytes[KVT_TIER_FAST], (long long)a.warm_bytes[KVT_TIER_HOST],
                      (long long)want_fast, (long long)want_host);
-        } else if (kvt_kv_paged_warm(kv, 0) || put(kv, 0, 1, 0, 40, &err) || !check(kv, 0, 40, 40, 1, 1) ||
+        } else if (kvt_kv_paged_warm(kv, 0, -1) || put(kv, 0, 1, 0, 40, &err) || !check(kv, 0, 40, 40, 1, 1) ||
                    (kv->ops->truncate(kv, 0, 0), put(kv, 0, 2, 0, 24, &err)) || !check(kv, 0, 24, 24, 2, 2)) {
             snprintf(why, sizeof why, "variant %d: the store over warmed chunks: %s", variant, err.msg[0] ? err.msg : "wrong values");
         } else {
             kvt_kv_get_stats(kv, &b);
             // the blocks took the warmed slots: nothing more made; unbounded, the chunk still holds the room
-            if (b.warm_bytes[KVT_TIER_FAST] != a.warm_bytes[KVT_TIER_FAST] || (!variant && kvt_kv_paged_warm(kv, 64)))
+            if (b.warm_bytes[KVT_TIER_FAST] != a.warm_bytes[KVT_TIER_FAST] || (!variant && kvt_kv_paged_warm(kv, 64, -1)))
                 snprintf(why, sizeof why, "variant %d: warmed again after use", variant);
         }
         kvt_kv_free(kv);
@@ -394,7 +399,7 @@ static void test_warm(void) {
     kvt_kv_params cpar = {KVT_TYPE_F32, 2, 2, 4, 4, 64, 4, 1};
     kvt_kv *kc = NULL;
     kvt_err err = {0};
-    if (!why[0] && (kvt_kv_contig_init(&cpar, &kc, &err) || kvt_kv_paged_warm(kc, 64)))
+    if (!why[0] && (kvt_kv_contig_init(&cpar, &kc, &err) || kvt_kv_paged_warm(kc, 64, -1)))
         snprintf(why, sizeof why, "the contiguous store: %s", err.msg[0] ? err.msg : "warmed");
     kvt_kv_free(kc);
     test_result(!why[0], name, "%s", why);

@@ -65,8 +65,8 @@ static void usage(void) {
            "                        used dropped first; 0: none)\n"
            "  --kv-warm N           while idle, keep room for N more positions of a sequence made and faulted in\n"
            "                        ahead of use in the fast (and host) tier, within their budgets, so that the\n"
-           "                        next requests do not pay the first touches of new memory (default: -c, one\n"
-           "                        context; 0: none; /metrics kvtier_kv_warm_bytes_total)\n"
+           "                        next requests do not pay the first touches of new memory (default: one\n"
+           "                        context, -c, at most 512 MiB a tier; 0: none; /metrics kvtier_kv_warm_bytes_total)\n"
            "  --no-preempt          never swap a running request out (by default, with a disk tier below bounded\n"
            "                        fast and host tiers, the latest-admitted request is swapped out to disk\n"
            "                        when fast + host cannot hold the running ones, and resumed exactly later)\n"
@@ -237,7 +237,10 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     sp.prefix_fetch_wait_ms = (int32_t)o->fetch_wait_ms;
     sp.prefix_query_bytes = o->query_bytes;
     sp.prefix_key_bytes = o->key_bytes;
-    sp.warm_positions = o->warm_positions;
+    if (o->warm_positions >= 0) { // as asked, not bounded further
+        sp.warm_positions = o->warm_positions;
+        sp.warm_max_bytes = -1;
+    }
     if (kvt_engine_sched_create(ctx, tok, &sp, o->queue, &e, &err)) { // owns ctx from here, also on error
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         goto done;

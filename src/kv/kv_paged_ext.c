@@ -400,14 +400,16 @@ static int64_t warm_target(const kv_paged *s, int t, int64_t positions) {
     return blocks * s->tier[t].slot_bytes;
 }
 
-bool kvt_kv_paged_warm(kvt_kv *kv, int64_t positions) {
+bool kvt_kv_paged_warm(kvt_kv *kv, int64_t positions, int64_t max_bytes) {
     if (kv->ops != &kvp_ops || positions <= 0) return false;
     kv_paged *s = (kv_paged *)kv;
     for (int t = T0; t <= T1; t++) {
         pthread_mutex_lock(&s->mu);
         kvt_tier_store *ts = &s->tier[t];
         const int64_t next = kvt_tier_chunk_next_bytes(ts);
-        const bool want = next > 0 && kvt_tier_warm_bytes(ts) < warm_target(s, t, positions);
+        int64_t target = warm_target(s, t, positions);
+        if (max_bytes >= 0 && target > max_bytes) target = max_bytes;
+        const bool want = next > 0 && kvt_tier_warm_bytes(ts) < target;
         pthread_mutex_unlock(&s->mu);
         if (!want) continue;
         const double t0 = kvt_time_ms();

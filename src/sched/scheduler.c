@@ -75,6 +75,7 @@ kvt_sched_params kvt_sched_params_default(void) {
     p.prefix_query_bytes = KVT_PREFIX_QUERY_BYTES_DEFAULT;
     p.prefix_key_bytes = KVT_PREFIX_KEY_BYTES_DEFAULT;
     p.warm_positions = -1;
+    p.warm_max_bytes = KVT_SCHED_WARM_MAX_DEFAULT;
     return p;
 }
 
@@ -243,7 +244,7 @@ bool kvt_sched_idle(const kvt_sched *s) { return !s->head; }
 
 bool kvt_sched_warm(kvt_sched *s) {
     const int64_t n = s->p.warm_positions < 0 ? kvt_context_n_ctx(s->ctx) : s->p.warm_positions;
-    return kvt_kv_paged_warm(kvt_context_kv(s->ctx), n);
+    return kvt_kv_paged_warm(kvt_context_kv(s->ctx), n, s->p.warm_max_bytes);
 }
 
 void kvt_sched_stats_get(const kvt_sched *s, kvt_sched_stats *out) {

@@ -85,11 +85,14 @@ typedef struct {
     // long a job waits for its fetch before admission reads the store itself
     int64_t prefix_fetch_bytes;
     int32_t prefix_fetch_wait_ms;
-    // room that kvt_sched_warm keeps made and faulted in ahead of use in the store's memory tiers, in positions of
-    // one sequence (kvt_kv_paged_warm): -1 (default) the context's n_ctx, 0 none
+    // room that kvt_sched_warm keeps made and faulted in ahead of use in each of the store's memory tiers
+    // (kvt_kv_paged_warm): positions of one sequence, -1 (default) the context's n_ctx, 0 none; and at most
+    // warm_max_bytes of it (default KVT_SCHED_WARM_MAX_DEFAULT; -1 no bound)
     int64_t warm_positions;
+    int64_t warm_max_bytes;
 } kvt_sched_params;
 
+#define KVT_SCHED_WARM_MAX_DEFAULT ((int64_t)512 << 20) // bytes: a long context of a large model is not all warmed
 kvt_sched_params kvt_sched_params_default(void);
 
 typedef struct {
