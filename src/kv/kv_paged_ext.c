@@ -1,6 +1,7 @@
 // kv_paged_ext.c - the paged KV store's interfaces for the prefix cache (block references, blocks pushed into a
 // sequence by reference or by copy) and for the serving scheduler (its plan, demotion of a preempted sequence, a
-// sequence's bytes per tier, memory warmed ahead of use while idle). The store's tables and locking: kv_paged.c, kv_paged_impl.h.
+// sequence's bytes per tier, memory warmed ahead of use while idle). The store's tables and locking: kv_paged.c,
+// kv_paged_impl.h.
 #include <stdlib.h>
 #include <string.h>
 
