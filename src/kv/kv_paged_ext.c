@@ -418,8 +418,8 @@ bool kvt_kv_paged_warm(kvt_kv *kv, int64_t positions, int64_t max_bytes) {
         if (!p) return false;
         for (int64_t i = 0; i < next; i += 4096) ((volatile uint8_t *)p)[i] = 0; // one write faults a page in
         pthread_mutex_lock(&s->mu);
-        const bool moved = kvt_tier_chunk_next_bytes(ts) != next; // the tier made a chunk meanwhile
-        const bool ok = !moved && kvt_tier_chunk_add(ts, p, next);
+        const bool ok = kvt_tier_chunk_add(ts, p, next);
+        const bool moved = !ok && kvt_tier_chunk_next_bytes(ts) != next; // the tier made a chunk meanwhile
         if (ok) {
             s->st.warm_bytes[t] += next;
             s->st.warm_ms += kvt_time_ms() - t0;

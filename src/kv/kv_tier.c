@@ -98,19 +98,21 @@ void kvt_tier_free(kvt_tier_store *t) {
     t->fd = -1;
 }
 
+// Slots the chunks made so far hold (the last chunk of a budget may hold fewer than chunk_slots).
+static int64_t chunk_slots_made(const kvt_tier_store *t) {
+    const int64_t n = (int64_t)t->n_chunk * t->chunk_slots;
+    return n < t->max_slots ? n : t->max_slots;
+}
+
 int64_t kvt_tier_chunk_next_bytes(const kvt_tier_store *t) {
     if (!t->present || t->fd >= 0) return 0;
-    const int64_t made = (int64_t)t->n_chunk * t->chunk_slots; // slots the chunks hold (the last may hold fewer)
-    if (made >= t->max_slots) return 0;
-    const int64_t slots = t->max_slots - made < t->chunk_slots ? t->max_slots - made : t->chunk_slots;
-    return slots * t->slot_bytes;
+    const int64_t left = t->max_slots - chunk_slots_made(t);
+    return (left < t->chunk_slots ? left : t->chunk_slots) * t->slot_bytes;
 }
 
 int64_t kvt_tier_warm_bytes(const kvt_tier_store *t) {
     if (!t->present || t->fd >= 0) return 0;
-    int64_t cap = (int64_t)t->n_chunk * t->chunk_slots;
-    if (cap > t->max_slots) cap = t->max_slots;
-    return (t->n_free + cap - t->n_made) * t->slot_bytes;
+    return (t->n_free + chunk_slots_made(t) - t->n_made) * t->slot_bytes;
 }
 
 bool kvt_tier_chunk_add(kvt_tier_store *t, uint8_t *chunk, int64_t bytes) {
