@@ -17,7 +17,7 @@
 #include "../src/sparse/sparse.h"
 #include "test.h"
 
-enum { N_STEP = 8, MAX_PROMPT = 64 };
+enum { N_STEP = 8, MAX_PROMPT = 128 };
 
 // A sequence's fixed tokens: a prompt of n_prompt, then N_STEP decode tokens (pattern `salt`).
 typedef struct {
@@ -758,7 +758,7 @@ static void test_summary_budget(const kvt_model *m) {
                 (long long)h1, (long long)h2, (long long)h3);
     test_result(!st && t0.summary_pooled > 0 && t0.summary_pooled <= one && t1.summary_reuses > t0.summary_reuses &&
                     t1.summary_pooled < t0.summary_pooled && same,
-                "sparse_seq: freed sequences' summary buffers are kept (at most one sequence's at n_ctx) and a new sequence "
+                "sparse_seq: freed sequences' summary buffers are kept (at most twice one sequence's at n_ctx) and a new sequence "
                 "takes them back, with the logits of a fresh context",
                 "%s (pooled %lld then %lld, reuses %lld then %lld, one %lld, same logits %d)", st ? err.msg : "figures",
                 (long long)t0.summary_pooled, (long long)t1.summary_pooled, (long long)t0.summary_reuses,
@@ -818,6 +818,94 @@ static void test_summary_budget(const kvt_model *m) {
                         "sparse_seq: two sequences fit a reservation for two (summaries kept as one ends, then freed: held "
                         "and pooled within it)", "%s (held %lld)", st ? err.msg : "over",
                         (long long)held);
+        }
+    }
+}
+
+// Summary buffers warmed ahead of use (kvt_sparse_warm, serve's idle engine): pooled within their bound and the
+// reservation; a sequence takes those of the smallest room that holds its need and less than twice it, and decodes bit
+// for bit as without them. Variants: one room (n_ctx 96, min_set past any set): a 60-token prompt takes the room of 96
+// (its own size would be 64), a 20-token one leaves it pooled; the same under a reservation; halved rooms (n_ctx 256,
+// min_set 1 byte: rooms of 256, 128 and 64 positions): a 100-token prompt takes the room of 128 (its own size 112),
+// the 20-token one the room of 64 (its own size).
+static void test_summary_warm(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const kvt_sparse_mode modes[] = {KVT_SPARSE_QUEST, KVT_SPARSE_ASYNCSPADE};
+    for (int mi = 0; mi < 2; mi++) {
+        for (int variant = 0; variant < 3; variant++) {
+            const bool bounded = variant == 1, rooms = variant == 2;
+            const int64_t min_set = rooms ? 1 : INT64_MAX;
+            lane la, ls;
+            lane_make(&la, rooms ? 100 : 60, 0, V);
+            lane_make(&ls, 20, 1, V);
+            kvt_context_params cp = base_params(modes[mi]);
+            if (rooms) cp.n_ctx = 256;
+            kvt_sparse_dims d = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v,
+                                 cp.n_ctx, 2, KVT_TYPE_F16, {0}, true, 0};
+            const int64_t one = kvt_sparse_summary_bytes(&cp.sparse, &d);
+            if (bounded) { // a reservation for two sequences: the warmed buffers and the short one's fit beside it
+                cp.sparse.seqs = 2;
+                cp.kv_fast_bytes = kvt_sparse_summary_bytes(&cp.sparse, &d) + 32 * block_bytes(m, cp.kv_block);
+                cp.kv_host_bytes = 8 << 20;
+            }
+            float *ref = malloc((size_t)N_STEP * V * sizeof *ref), *got = malloc((size_t)N_STEP * V * sizeof *got);
+            kvt_err err = {0};
+            kvt_status st = ref && got ? alone(m, &cp, &la, 0, ref, &err) : KVT_ERR_NOMEM;
+            kvt_context *ctx = NULL;
+            int32_t a = -1, b = -1;
+            int64_t cold = -1; // the prompt's summaries held without warming
+            if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+            if (!st) st = seq_new(ctx, &a, &err);
+            if (!st) st = kvt_decode_prompt(ctx, a, la.prompt, la.n_prompt, false, &err);
+            if (!st) cold = kvt_sparse_summary_held(kvt_context_sparse(ctx));
+            kvt_context_free(ctx);
+            ctx = NULL;
+            if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+            kvt_sparse *sp = ctx ? kvt_context_sparse(ctx) : NULL;
+            int calls = 0;
+            while (!st && calls < 10000 && kvt_sparse_warm(sp, cp.n_ctx, min_set, -1)) calls++;
+            kvt_sparse_totals t0 = {0}, t1 = {0}, tp = {0}, t2 = {0};
+            if (sp) kvt_sparse_totals_get(sp, &t0);
+            const bool again = sp && kvt_sparse_warm(sp, cp.n_ctx, min_set, -1);
+            if (!st) st = seq_new(ctx, &b, &err);
+            if (!st) st = kvt_decode_seq(ctx, b, ls.prompt, ls.n_prompt, false, &err);
+            if (sp) kvt_sparse_totals_get(sp, &t1);
+            if (!st) st = seq_new(ctx, &a, &err);
+            if (!st) st = kvt_decode_prompt(ctx, a, la.prompt, la.n_prompt, false, &err);
+            if (sp) kvt_sparse_totals_get(sp, &tp);
+            for (int j = 0; !st && j < N_STEP; j++) {
+                st = kvt_decode_seq(ctx, a, &la.step[j], 1, false, &err);
+                if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+            }
+            if (sp) kvt_sparse_totals_get(sp, &t2);
+            kvt_context_free(ctx);
+            // every room's set pooled (rooms: more than one set), within twice one set
+            const bool pooled = t0.summary_warm_bytes > 0 && t0.summary_pooled == t0.summary_warm_bytes &&
+                                (rooms ? t0.summary_pooled > one : t0.summary_pooled <= one) && t0.summary_pooled <= 2 * one;
+            // the short prompt: buffers of its own (one room), or the smallest room's, its own size (rooms)
+            const bool short_ok = rooms ? t1.summary_reuses > t0.summary_reuses && t1.summary_pooled < t0.summary_pooled
+                                        : t1.summary_reuses == t0.summary_reuses && t1.summary_pooled == t0.summary_pooled;
+            // the long one: a room's buffers, larger than its own size, and no growth over its steps
+            const int64_t held_a = tp.summary_held - t1.summary_held;
+            const bool taken = tp.summary_reuses > t1.summary_reuses && tp.summary_pooled < t1.summary_pooled &&
+                               held_a > cold && held_a < 2 * cold && t2.summary_reuses == tp.summary_reuses &&
+                               t2.summary_held == tp.summary_held;
+            const bool within = !bounded || t2.summary_held <= t2.summary_reserved;
+            char name[256];
+            snprintf(name, sizeof name,
+                     "sparse_seq: %s summaries warmed ahead of use%s: pooled within their bound, a sequence takes the "
+                     "smallest room under twice its need, bit for bit as without",
+                     mi ? "asyncspade" : "quest", bounded ? " under a reservation" : rooms ? " (halved rooms)" : "");
+            test_result(!st && calls > 0 && !again && pooled && short_ok && taken && within && same(ref, got, (int64_t)N_STEP * V),
+                        name, "%s (calls %d, again %d, warmed %lld, pooled %lld of %lld, reuses %lld / %lld / %lld / %lld, "
+                        "pooled %lld / %lld / %lld, held %lld (cold %lld), %lld of %lld)",
+                        st ? err.msg : "figures", calls, again, (long long)t0.summary_warm_bytes, (long long)t0.summary_pooled,
+                        (long long)one, (long long)t0.summary_reuses, (long long)t1.summary_reuses,
+                        (long long)tp.summary_reuses, (long long)t2.summary_reuses, (long long)t1.summary_pooled,
+                        (long long)tp.summary_pooled, (long long)t2.summary_pooled, (long long)held_a, (long long)cold,
+                        (long long)t2.summary_held, (long long)t2.summary_reserved);
+            free(ref);
+            free(got);
         }
     }
 }
@@ -993,6 +1081,7 @@ void test_sparse_seq(const test_env *env) {
     test_prompt_parts(m);
     test_truncate(m);
     test_summary_budget(m);
+    test_summary_warm(m);
     test_beam(m);
     test_beam_reserve(m);
     test_beam_rescore(m);

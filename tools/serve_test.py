@@ -655,6 +655,12 @@ def t_sparse(kvtier, model, extra):
             assert (m['kvtier_sparse_worker_seconds_total{kind="wall"}'] > 0) == (mode == "asyncspade"), m
             held, peak = s.metric('kvtier_sparse_summary_bytes{kind="held"}'), s.metric('kvtier_sparse_summary_bytes{kind="peak"}')
             assert 0 <= held <= peak and peak > 0 and s.metric('kvtier_sparse_summary_bytes{kind="reserved"}') == -1, (held, peak)
+            # idle, the engine pools a sequence's summary buffers of one context made and faulted in (--kv-warm)
+            t0 = time.time()
+            while not s.metric("kvtier_sparse_summary_warm_bytes_total") and time.time() - t0 < 10:
+                time.sleep(0.1)
+            assert s.metric("kvtier_sparse_summary_warm_bytes_total") > 0
+            assert 0 < s.metric('kvtier_sparse_summary_bytes{kind="pooled"}'), s.metric('kvtier_sparse_summary_bytes{kind="pooled"}')
             # the prefix cache kept the key summaries of the requests sent alone, and the same prompts sent at once
             # shared them instead of reading their cached keys back (with the same texts: concurrent_equal_alone)
             kept = {k: s.metric(k) for k in ("kvtier_prefix_key_hits_total", "kvtier_prefix_key_tokens_total",
@@ -663,9 +669,19 @@ def t_sparse(kvtier, model, extra):
             assert kept["kvtier_prefix_key_hits_total"] > 0 and kept["kvtier_prefix_key_tokens_total"] >= 16, kept
             assert kept["kvtier_prefix_key_summaries"] >= 1 and kept["kvtier_prefix_key_bytes"] > 0, kept
             assert kept['kvtier_sparse_summary_bytes{kind="kept"}'] > 0, kept
-            prompt = "Story 5: once upon a time" + " and then" * 25
-            _, _, r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 24, "temperature": 0})
+            # past half the context (-c 512): its summaries take the buffers warmed while idle (a room of 512
+            # positions, pooled), and it still says what `kvtier generate` says below
+            prompt = "A room warmed ahead: once upon a time"  # (no prefix of the earlier prompts: no kept summaries)
+            while len(s.post("/tokenize", {"content": prompt})[2]["tokens"]) < 300:
+                prompt += " and then" * 10
+            r0, w0, t0 = s.metric("kvtier_sparse_summary_reuses_total"), -1, time.time()
+            while s.metric("kvtier_sparse_summary_warm_bytes_total") != w0 and time.time() - t0 < 10:
+                w0 = s.metric("kvtier_sparse_summary_warm_bytes_total")  # until the warming is done
+                time.sleep(0.3)
+            st, _, r = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 24, "temperature": 0})
+            assert st == 200, (st, r)
             text = r["choices"][0]["text"]
+            assert s.metric("kvtier_sparse_summary_reuses_total") > r0, "the warmed summary buffers were not taken"
             # the response's own sparse figures: one decode step per token after the first
             sp = r["timings"]["sparse"]
             assert sp["steps"] == r["usage"]["completion_tokens"] - 1, (sp, r["usage"])

@@ -86,8 +86,9 @@ typedef struct {
     int64_t prefix_fetch_bytes;
     int32_t prefix_fetch_wait_ms;
     // room that kvt_sched_warm keeps made and faulted in ahead of use in each of the store's memory tiers
-    // (kvt_kv_paged_warm): positions of one sequence, -1 (default) the context's n_ctx, 0 none; and at most
-    // warm_max_bytes of it (default KVT_SCHED_WARM_MAX_DEFAULT; -1 no bound)
+    // (kvt_kv_paged_warm), and sparse key summary buffers pooled (kvt_sparse_warm): positions of one sequence, -1
+    // (default) the context's n_ctx, 0 none; and at most warm_max_bytes of each (default KVT_SCHED_WARM_MAX_DEFAULT;
+    // -1 no bound)
     int64_t warm_positions;
     int64_t warm_max_bytes;
 } kvt_sched_params;
@@ -153,9 +154,11 @@ void kvt_sched_cancel(kvt_sched *s, uint64_t id);
 kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err);
 // True when nothing waits or runs.
 bool kvt_sched_idle(const kvt_sched *s);
-// One step of warming the store ahead of use (kvt_kv_paged_warm with params.warm_positions): for a caller with
-// nothing to run (kvt_sched_idle), e.g. the serving engine before it sleeps. One arena chunk (8 MiB) at most;
-// returns true when it made one (call again while still idle), false when there is nothing more to warm.
+// One step of warming memory ahead of use with params.warm_positions and warm_max_bytes: the store's
+// (kvt_kv_paged_warm), then, once it has nothing more to do, the sparse key summaries' pool (kvt_sparse_warm): for a
+// caller with nothing to run (kvt_sched_idle), e.g. the serving engine before it sleeps. One arena chunk (8 MiB) or one
+// summary buffer at most; returns true when it made one (call again while still idle), false when there is nothing
+// more to warm.
 bool kvt_sched_warm(kvt_sched *s);
 void kvt_sched_stats_get(const kvt_sched *s, kvt_sched_stats *out);
 

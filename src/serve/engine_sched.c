@@ -280,6 +280,7 @@ static void *sched_main(void *arg) {
                 warm = kvt_sched_warm(e->s);
                 pthread_mutex_lock(&e->mu);
                 kvt_context_kv_stats(e->ctx, &e->st.kv);
+                if (kvt_context_sparse(e->ctx)) kvt_sparse_totals_get(kvt_context_sparse(e->ctx), &e->st.sparse);
                 continue;
             }
             const double d = fetch_deadline(e);

@@ -449,6 +449,9 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
         METRIC("sparse_summary_reuses_total", "counter", "Sparse key summary buffers a new sequence took from freed ones "
                "instead of new memory.");
         fprintf(f, "kvtier_sparse_summary_reuses_total %lld\n", (long long)z->summary_reuses);
+        METRIC("sparse_summary_warm_bytes_total", "counter", "Bytes of sparse key summary buffers made and faulted in "
+               "while the engine was idle, pooled for the next sequences (--kv-warm).");
+        fprintf(f, "kvtier_sparse_summary_warm_bytes_total %lld\n", (long long)z->summary_warm_bytes);
         METRIC("sparse_worker_wait_seconds_total", "counter", "Of sparse_stall_seconds_total, waiting for the asyncspade worker.");
         fprintf(f, "kvtier_sparse_worker_wait_seconds_total %.6f\n", z->wait_ms / 1e3);
         METRIC("sparse_worker_seconds_total", "counter", "The asyncspade worker's wall and thread CPU time in its jobs.");

@@ -150,7 +150,7 @@ kvt_status kvt_sparse_init(const kvt_sparse_params *pp, const kvt_sparse_dims *d
     s->summary_limit = d->bounded ? kvt_sparse_summary_bytes(&p, d) : -1;
     kvt_sparse_params p1 = p;
     p1.seqs = 1;
-    s->pool_max = kvt_sparse_summary_bytes(&p1, d); // one sequence's summaries at n_ctx
+    s->pool_max = 2 * kvt_sparse_summary_bytes(&p1, d); // one sequence's summaries at n_ctx and at its halves (warmed)
     const int64_t L = d->n_layer, H = d->n_head_kv, N = d->n_ctx, hd = d->head_dim;
     bool ok = true;
     s->ps_n = kvt_sparse_zalloc((size_t)(L * H) * 8, &ok);
@@ -379,6 +379,7 @@ void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *o) {
     pthread_mutex_unlock(mu);
     o->summary_held = s->summary_held, o->summary_peak = s->summary_peak, o->summary_reserved = s->summary_limit;
     o->summary_pooled = s->pooled_bytes, o->summary_reuses = s->pool_reuses, o->summary_kept = s->summary_kept;
+    o->summary_warm_bytes = s->warm_bytes;
 }
 
 int64_t kvt_sparse_budget_of(const kvt_sparse *s, int64_t n) { return params_budget(&s->p, n); }

@@ -236,13 +236,29 @@ typedef struct {
     int64_t summary_held, summary_peak; // bytes of key summaries held now and at the most (every sequence, a shared base
                                         // once; gauges of the context, not of the steps)
     int64_t summary_reserved;     // bytes reserved for them in --kv-fast (kvt_sparse_summary_bytes; -1: no --kv-fast)
-    int64_t summary_pooled;       // bytes of freed sequences' summary buffers kept for the next ones (a gauge; at most one
-                                  // sequence's at n_ctx, and held + pooled within the reservation)
+    int64_t summary_pooled;       // bytes of freed sequences' summary buffers kept for the next ones, and of those warmed
+                                  // ahead of use (kvt_sparse_warm) (a gauge; at most twice one sequence's at n_ctx, and
+                                  // held + pooled within the reservation)
     int64_t summary_reuses;       // summary buffers a sequence took from those instead of new memory (a counter)
+    int64_t summary_warm_bytes;   // bytes of those made and faulted in ahead of use (kvt_sparse_warm; a counter)
     int64_t summary_kept;         // bytes of summaries prefix caches keep (kvt_sparse_seq_free_keep; a gauge, outside
                                   // summary_held and the reservation)
 } kvt_sparse_totals;
 void kvt_sparse_totals_get(const kvt_sparse *s, kvt_sparse_totals *out);
+// One step of warming the key summaries' pool ahead of use, for a caller with nothing else to do (serve's idle engine,
+// between the store's warming steps): makes and faults in one more buffer of those a sequence's layers take when they
+// grow from position 0 to fill a room, and pools it. The rooms: `positions` (at most n_ctx), then halves of it while
+// one sequence's summaries of a room are min_set bytes or more (KVT_SPARSE_WARM_MIN_SET_DEFAULT: a shorter prompt's
+// smaller buffers fault in quickly enough); one set of each, largest first, within the pool's bound (twice one
+// sequence's summaries at n_ctx), the reservation (held + pooled) and max_bytes of pooled buffers (-1: no bound);
+// pooled buffers of other sizes (shorter sequences', freed) leave the pool first when it is full. A layer that grows
+// from position 0 then takes the buffers of the smallest room that holds its need and less than twice it (as the
+// doubling's own worst case) instead of new memory, whose first touch is slow where the host reclaims free memory
+// (docs/SERVING.md "Memory warmed ahead of use"): the same selections and values. Whether it made or dropped one
+// (call again) or not (nothing to do, or out of memory: a later call looks again). s NULL or no summaries: false.
+// The caller's thread (as kvt_sparse_layer_keys), never during a forward pass.
+enum { KVT_SPARSE_WARM_MIN_SET_DEFAULT = 4 << 20 };
+bool kvt_sparse_warm(kvt_sparse *s, int64_t positions, int64_t min_set, int64_t max_bytes);
 // Adds the recorded decode steps of sequence seq at positions >= pos0 (kvt_sparse_steps) into *acc: steps, selected,
 // context, kv_read_bytes, summary_read_bytes, stall_ms, wait_ms (the worker's times, the predicted / fallback counts
 // and the summary bytes are kept per context only: acc's are left as they are). s NULL, or no records: *acc unchanged. Serve's

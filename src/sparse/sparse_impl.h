@@ -124,6 +124,9 @@ typedef struct {
     int64_t pos; // the decode position to select for
 } kvt_sparse_job;
 
+// kvt_sparse_warm's rooms at most (every halving of any int64_t room)
+enum { KVT_SPARSE_WARM_ROOMS = 64 };
+
 struct kvt_sparse {
     kvt_sparse_params p;
     kvt_sparse_dims d;
@@ -139,7 +142,7 @@ struct kvt_sparse {
     // the key-summary buffers a freed sequence's layers left, kept for the next sequence's (sparse_seq.c keys_alloc /
     // keys_free): a new big buffer's 2 MiB pages are zeroed by the kernel at first touch (~25 ms for SmolLM2's 30
     // layers at 6K), and that first touch took 0.3-0.5 s now and then on a VM. big: a record of every buffer keys_alloc
-    // made ([n_big]), pooled ones free for reuse; their bytes at most pool_max (one sequence's summaries at n_ctx) and,
+    // made ([n_big]), pooled ones free for reuse; their bytes at most pool_max (twice one sequence's summaries at n_ctx) and,
     // under a reservation, summary_held + pooled_bytes <= summary_limit.
     struct kvt_sparse_big {
         void *p;
@@ -150,6 +153,11 @@ struct kvt_sparse {
     int64_t n_big, cap_big, pooled_bytes, pool_max;
     uint64_t pool_tick;
     int64_t pool_reuses;     // buffers taken from the pool (a counter)
+    // kvt_sparse_warm: the rooms (positions of a layer, largest first) whose buffers it pools ahead of use ([n_warm]),
+    // and the bytes it made and faulted in (a counter)
+    int64_t warm_caps[KVT_SPARSE_WARM_ROOMS];
+    int32_t n_warm;
+    int64_t warm_bytes;
     float **scratch;         // [n_threads] attention scratch
     float *exact;            // [Hkv][n_ctx] exact aggregated scores (oracle, stats)
     int32_t *osel;           // [n_ctx] the oracle set (stats)

@@ -218,6 +218,16 @@ static void big_drop(kvt_sparse *s, int64_t i) {
     s->big[i] = s->big[--s->n_big];
 }
 
+// Room in s->big for one more record; false when out of memory.
+static bool big_room(kvt_sparse *s) {
+    if (s->n_big < s->cap_big) return true;
+    const int64_t cap = s->cap_big ? 2 * s->cap_big : 64;
+    struct kvt_sparse_big *nb = realloc(s->big, (size_t)cap * sizeof *nb);
+    if (!nb) return false;
+    s->big = nb, s->cap_big = cap;
+    return true;
+}
+
 // n zeroed bytes for a key summary buffer: a pooled buffer of the same allocated size when there is one, else new
 // (kvt_sparse_zalloc); *ok false when out of memory. The caller's thread only (the worker never allocates).
 static void *keys_alloc(kvt_sparse *s, size_t n, bool *ok) {
@@ -235,14 +245,9 @@ static void *keys_alloc(kvt_sparse *s, size_t n, bool *ok) {
     for (int64_t i = s->n_big - 1; i >= 0 && s->summary_limit >= 0 && s->summary_held + s->pooled_bytes + size > s->summary_limit; i--) {
         if (s->big[i].pooled) big_drop(s, i);
     }
-    if (s->n_big == s->cap_big) {
-        const int64_t cap = s->cap_big ? 2 * s->cap_big : 64;
-        struct kvt_sparse_big *nb = realloc(s->big, (size_t)cap * sizeof *nb);
-        if (!nb) {
-            *ok = false;
-            return NULL;
-        }
-        s->big = nb, s->cap_big = cap;
+    if (!big_room(s)) {
+        *ok = false;
+        return NULL;
     }
     void *p = kvt_sparse_zalloc(n, ok);
     if (p) s->big[s->n_big++] = (struct kvt_sparse_big){p, size, false, 0};
@@ -386,18 +391,113 @@ static kvt_status layer_freeze(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     return KVT_OK;
 }
 
+// The room a layer holding [off, off + own) positions grows to for need positions (need <= n_ctx): doubling, so that
+// appends cost amortized O(1); at least 64 own positions; whole pages; at most n_ctx; asyncspade whole blocks of the
+// int8 layout.
+static int64_t grow_cap(const kvt_sparse *s, int64_t off, int64_t own, int64_t need) {
+    int64_t cap = off + (2 * own > need - off ? 2 * own : need - off);
+    if (cap - off < 64) cap = off + 64;
+    cap = (cap + s->p.page - 1) / s->p.page * s->p.page;
+    if (cap > s->d.n_ctx) cap = s->d.n_ctx;
+    if (s->p.mode == KVT_SPARSE_ASYNCSPADE) cap = kvt_sparse_k8_cap(cap);
+    return cap;
+}
+
+// Pooled buffers of allocated size `size` (kvt_sparse_alloc_bytes).
+static int64_t pooled_of(const kvt_sparse *s, int64_t size) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < s->n_big; i++) n += s->big[i].pooled && s->big[i].size == size;
+    return n;
+}
+
+// The allocated size of key buffer a of a layer with room for cap own positions (0: buffer a not used).
+static int64_t key_buf_size(const kvt_sparse *s, int a, int64_t cap) {
+    int64_t bb[KEYBUFS];
+    key_block_bytes(s, bb);
+    return bb[a] > 0 ? kvt_sparse_alloc_bytes(s->d.n_head_kv * key_blocks_of(s, cap) * bb[a]) : 0;
+}
+
 kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer, int64_t need, kvt_err *err) {
     kvt_sparse_layer *ly = &q->lay[layer];
     const int64_t N = s->d.n_ctx;
     if (need > N) need = N;
     if (need <= ly->cap) return KVT_OK;
     const int64_t off = kvt_sparse_off(ly), own = ly->cap - off; // (a shared base's positions are not grown)
-    int64_t cap = off + (2 * own > need - off ? 2 * own : need - off); // doubling: appends cost amortized O(1)
-    if (cap - off < 64) cap = off + 64;
-    cap = (cap + s->p.page - 1) / s->p.page * s->p.page;
-    if (cap > N) cap = N;
-    if (s->p.mode == KVT_SPARSE_ASYNCSPADE) cap = kvt_sparse_k8_cap(cap); // whole blocks of the int8 layout
+    int64_t cap = grow_cap(s, off, own, need);
+    // buffers warmed ahead of use (kvt_sparse_warm) are in the pool at the sizes of its rooms: a layer without a shared
+    // base takes those of the smallest room that holds what it would grow to and is less than twice its need (as the
+    // doubling's own worst case), within the reservation, so it faults no new memory in nor copies itself into larger
+    // buffers before that room is full
+    for (int k = s->n_warm - 1; off == 0 && k >= 0; k--) {
+        const int64_t c = s->warm_caps[k];
+        if (c < cap || 2 * need <= c) continue;
+        int64_t size = 0; // (of the first key buffer the layers use)
+        for (int a = 0; a < KEYBUFS && !size; a++) size = key_buf_size(s, a, c);
+        if (size > 0 && pooled_of(s, size) > 0 &&
+            (s->summary_limit < 0 || s->summary_held + own_bytes(s, c, 0) - own_bytes(s, ly->cap, 0) <= s->summary_limit)) {
+            cap = c;
+        }
+        break;
+    }
     return layer_resize(s, q, ly, cap, err);
+}
+
+// Whether some warmed room's key buffer a has allocated size `size`.
+static bool warm_size(const kvt_sparse *s, int64_t size) {
+    for (int k = 0; k < s->n_warm; k++) {
+        for (int a = 0; a < KEYBUFS; a++) {
+            if (key_buf_size(s, a, s->warm_caps[k]) == size) return true;
+        }
+    }
+    return false;
+}
+
+bool kvt_sparse_warm(kvt_sparse *s, int64_t positions, int64_t min_set, int64_t max_bytes) {
+    if (!s || !has_summaries(s) || positions <= 0) return false;
+    // the rooms: one for `positions`, then halves while one sequence's set of a room is min_set bytes or more (a
+    // shorter prompt's smaller buffers fault in quickly enough)
+    const int64_t layers = kvt_sparse_summary_layers(&s->p, &s->d);
+    s->n_warm = 0;
+    for (int64_t c = grow_cap(s, 0, 0, positions < s->d.n_ctx ? positions : s->d.n_ctx);
+         s->n_warm < KVT_SPARSE_WARM_ROOMS && (s->n_warm == 0 || layers * layer_summary_bytes(s, c) >= min_set);
+         c = grow_cap(s, 0, 0, c / 2)) {
+        if (s->n_warm > 0 && c >= s->warm_caps[s->n_warm - 1]) break;
+        s->warm_caps[s->n_warm++] = c;
+    }
+    for (int k = 0; k < s->n_warm; k++) { // the largest room first
+        for (int a = 0; a < KEYBUFS; a++) {
+            const int64_t size = key_buf_size(s, a, s->warm_caps[k]);
+            if (size <= 0) continue;
+            int64_t want = 0; // the buffers of this size the rooms' sets take (two may share a size)
+            for (int j = 0; j < s->n_warm; j++) {
+                for (int b = 0; b < KEYBUFS; b++) want += layers * (key_buf_size(s, b, s->warm_caps[j]) == size);
+            }
+            if (pooled_of(s, size) >= want) continue;
+            // within the pool's bound, the reservation (held + pooled) and max_bytes of pooled buffers: other sizes (a
+            // shorter sequence's, freed) leave the pool first, the oldest first
+            int64_t bound = s->pool_max;
+            if (s->summary_limit >= 0 && s->summary_limit - s->summary_held < bound) bound = s->summary_limit - s->summary_held;
+            if (max_bytes >= 0 && max_bytes < bound) bound = max_bytes;
+            if (s->pooled_bytes + size > bound) {
+                int64_t old = -1;
+                for (int64_t i = 0; i < s->n_big; i++) {
+                    if (s->big[i].pooled && (old < 0 || s->big[i].tick < s->big[old].tick) && !warm_size(s, s->big[i].size)) old = i;
+                }
+                if (old < 0) return false; // the pool holds the rooms' buffers only: as many as fit
+                big_drop(s, old);
+                return true; // (the next call looks again)
+            }
+            if (!big_room(s)) return false;
+            bool ok = true;
+            void *p = kvt_sparse_zalloc((size_t)size, &ok); // zeroed: every page faulted in
+            if (!p) return false;
+            s->big[s->n_big++] = (struct kvt_sparse_big){p, size, true, ++s->pool_tick};
+            s->pooled_bytes += size;
+            s->warm_bytes += size;
+            return true;
+        }
+    }
+    return false;
 }
 
 // Keys [pos0, pos0 + n) into ly's summaries, each rounded to the store's element type first (the bounds

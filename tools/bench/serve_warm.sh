@@ -7,6 +7,7 @@
 #         KV memory)
 #   seq   one warm-up request, then N prompts of LEN random token ids (no prefix hits), GAP s apart: their TTFTs
 # Each line: case, setting, round, the TTFTs in ms and their median, the bytes warmed (/metrics) at the end.
+# With OLD=another binary, the settings are OLD and BIN, each with its default warming (e.g. a change to it).
 #
 # usage: tools/bench/serve_warm.sh [BIN]   (default build/kvtier)
 # env: M (model, default SmolLM2-135M Q4_1), DIR (/var/tmp/kvtier-serve-warm), ROUNDS (3), CASES ("hit seq"),
@@ -35,7 +36,8 @@ ttft() { # prompt length, seed: one request's TTFT in ms
     python3 tools/bench/serve_bench.py --url "$URL" --workload uniform --prompt-len "$1" --seed "$2" --max-tokens 1 \
         --num 1 --json | python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["completed"] == 1, d["errors"]; print("%.1f" % d["ttft_ms_p50"])'
 }
-warmed() { curl -s "$URL/metrics" | awk '/^kvtier_kv_warm_bytes_total\{tier="fast"\}/ {printf "%.0f MiB", $2 / 1048576}'; }
+warmed() { curl -s "$URL/metrics" | awk '/^kvtier_kv_warm_bytes_total\{tier="fast"\}/ {printf "%.0f MiB", $2 / 1048576}
+    /^kvtier_sparse_summary_warm_bytes_total/ {printf ", summaries %.0f MiB", $2 / 1048576}'; }
 median() { python3 -c 'import statistics, sys; print("%.1f" % statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
 
 if [[ " $CASES " == *" hit "* ]] && ! ls "$DIR"/*.kvb > /dev/null 2>&1; then
@@ -44,23 +46,30 @@ if [[ " $CASES " == *" hit "* ]] && ! ls "$DIR"/*.kvb > /dev/null 2>&1; then
     echo "# writing the $PROMPT-token prompt's blocks to $DIR: $(ttft "$PROMPT" 7) ms"
     stop_server
 fi
-echo "# $(date -u '+%F %H:%M') UTC, $BIN, $(basename "$M"), -t $T${FLAGS:+, $FLAGS}"
+echo "# $(date -u '+%F %H:%M') UTC, ${OLD:+$OLD against }$BIN, $(basename "$M"), -t $T${FLAGS:+, $FLAGS}"
+NEW=$BIN
 for r in $(seq 1 "$ROUNDS"); do
     for c in $CASES; do
         for w in off on; do
-            wf=(); [ $w = off ] && wf=(--kv-warm 0)
+            wf=(); BIN=$NEW
+            lab="warm $w"
+            if [ -n "${OLD:-}" ]; then
+                lab=new; [ $w = off ] && BIN=$OLD lab=old
+            elif [ $w = off ]; then
+                wf=(--kv-warm 0)
+            fi
             if [ "$c" = hit ]; then
                 start_server -np 1 --kv-cache-dir "$DIR" "${wf[@]}"
                 sleep "$WAIT"
                 t=$(ttft "$PROMPT" 7)
-                echo "hit  warm $w  round $r  ttft $t ms  (warmed $(warmed))"
+                echo "hit  $lab  round $r  ttft $t ms  (warmed $(warmed))"
             else
                 start_server "${wf[@]}"
                 sleep "$WAIT"
                 ttft "$LEN" 1000 > /dev/null
                 ts=()
                 for i in $(seq 1 "$N"); do sleep "$GAP"; ts+=("$(ttft "$LEN" $((1000 + r * 100 + i)))"); done
-                echo "seq  warm $w  round $r  ttft ${ts[*]} ms  median $(median "${ts[@]}")  (warmed $(warmed))"
+                echo "seq  $lab  round $r  ttft ${ts[*]} ms  median $(median "${ts[@]}")  (warmed $(warmed))"
             fi
             stop_server
         done
