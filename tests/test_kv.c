@@ -352,7 +352,7 @@ static void test_fork_cow(void) {
 
 static void test_warm(void) {
     const char *name = "kv: memory warmed ahead of use: one chunk a call, within each tier's budget, the blocks written "
-                       "there read back";
+                       "there read back; a sliding-window layer's window only, or every position (whole)";
     char why[768] = "";
     for (int variant = 0; variant < 2 && !why[0]; variant++) {
         kvt_kv_paged_params p = small_params();
@@ -369,12 +369,12 @@ static void test_warm(void) {
         }
         const int64_t sb = slot_bytes(kvt_kv_paged_block_bytes(&p));
         int calls = 0;
-        if (kvt_kv_paged_warm(kv, 64, 0)) { // a bound of 0 bytes: nothing to make
+        if (kvt_kv_paged_warm(kv, 64, false, 0)) { // a bound of 0 bytes: nothing to make
             snprintf(why, sizeof why, "variant %d: warmed with max_bytes 0", variant);
             kvt_kv_free(kv);
             break;
         }
-        while (calls < 8 && kvt_kv_paged_warm(kv, 64, -1)) calls++;
+        while (calls < 8 && kvt_kv_paged_warm(kv, 64, false, -1)) calls++;
         kvt_kv_stats a, b;
         kvt_kv_get_stats(kv, &a);
         // unbounded: one 8 MiB chunk holds room for 64 positions (2 layers x 2 groups x 16 blocks); bounded: each
@@ -385,21 +385,45 @@ static void test_warm(void) {
             snprintf(why, sizeof why, "variant %d: %d calls made %lld / %lld bytes (want %lld / %lld)", variant, calls,
                      (long long)a.warm_bytes[KVT_TIER_FAST], (long long)a.warm_bytes[KVT_TIER_HOST],
                      (long long)want_fast, (long long)want_host);
-        } else if (kvt_kv_paged_warm(kv, 0, -1) || put(kv, 0, 1, 0, 40, &err) || !check(kv, 0, 40, 40, 1, 1) ||
+        } else if (kvt_kv_paged_warm(kv, 0, false, -1) || put(kv, 0, 1, 0, 40, &err) || !check(kv, 0, 40, 40, 1, 1) ||
                    (kv->ops->truncate(kv, 0, 0), put(kv, 0, 2, 0, 24, &err)) || !check(kv, 0, 24, 24, 2, 2)) {
             snprintf(why, sizeof why, "variant %d: the store over warmed chunks: %s", variant, err.msg[0] ? err.msg : "wrong values");
         } else {
             kvt_kv_get_stats(kv, &b);
             // the blocks took the warmed slots: nothing more made; unbounded, the chunk still holds the room
-            if (b.warm_bytes[KVT_TIER_FAST] != a.warm_bytes[KVT_TIER_FAST] || (!variant && kvt_kv_paged_warm(kv, 64, -1)))
+            if (b.warm_bytes[KVT_TIER_FAST] != a.warm_bytes[KVT_TIER_FAST] || (!variant && kvt_kv_paged_warm(kv, 64, false, -1)))
                 snprintf(why, sizeof why, "variant %d: warmed again after use", variant);
+        }
+        kvt_kv_free(kv);
+    }
+    // a sliding-window layer: its window and a block, or (whole) every position. P positions fill 3/4 of a chunk
+    // in each of the two layers: windowed one chunk, whole two
+    for (int whole = 0; whole < 2 && !why[0]; whole++) {
+        kvt_kv_paged_params p = small_params();
+        const int32_t win[2] = {0, 8};
+        p.layer_window = win;
+        kvt_kv *kv = NULL;
+        kvt_err e = {0};
+        if (kvt_kv_paged_init(&p, &kv, &e)) {
+            snprintf(why, sizeof why, "a window: %s", e.msg);
+            break;
+        }
+        const int64_t sb = slot_bytes(kvt_kv_paged_block_bytes(&p)), per_chunk = ((int64_t)8 << 20) / sb;
+        const int64_t P = per_chunk * 3 / 4 / 2 * p.block_tokens; // (2 groups a layer)
+        int calls = 0;
+        while (calls < 8 && kvt_kv_paged_warm(kv, P, whole, -1)) calls++;
+        kvt_kv_stats a;
+        kvt_kv_get_stats(kv, &a);
+        if (calls != 1 + whole || a.warm_bytes[KVT_TIER_FAST] != (1 + whole) * per_chunk * sb) {
+            snprintf(why, sizeof why, "a window, whole %d: %d calls made %lld bytes for %lld positions", whole, calls,
+                     (long long)a.warm_bytes[KVT_TIER_FAST], (long long)P);
         }
         kvt_kv_free(kv);
     }
     kvt_kv_params cpar = {KVT_TYPE_F32, 2, 2, 4, 4, 64, 4, 1};
     kvt_kv *kc = NULL;
     kvt_err err = {0};
-    if (!why[0] && (kvt_kv_contig_init(&cpar, &kc, &err) || kvt_kv_paged_warm(kc, 64, -1)))
+    if (!why[0] && (kvt_kv_contig_init(&cpar, &kc, &err) || kvt_kv_paged_warm(kc, 64, false, -1)))
         snprintf(why, sizeof why, "the contiguous store: %s", err.msg[0] ? err.msg : "warmed");
     kvt_kv_free(kc);
     test_result(!why[0], name, "%s", why);

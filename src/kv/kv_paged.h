@@ -194,7 +194,9 @@ void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n);
 // moved then), KVT_ERR_INVALID_ARG if the tier is absent.
 kvt_status kvt_kv_paged_seq_demote(kvt_kv *kv, int32_t seq, kvt_tier to, kvt_err *err);
 // Makes room ahead of use for `positions` more positions of one sequence (every shard; a sliding-window layer's at
-// most its window and a block), at most max_bytes of it (-1: no bound), in each memory tier, fast then host, within
+// most its window and a block, unless `whole`: a caller whose prefix cache keeps every block of a prompt, a
+// sliding-window layer's too, as serve's does, or which imports whole blocks from a second-level store, needs them
+// all), at most max_bytes of it (-1: no bound), in each memory tier, fast then host, within
 // their budgets: while a tier's memory already faulted in and not in use (kvt_tier_warm_bytes) is less than that,
 // makes its arena's next chunk (8 MiB) and faults its pages in, so that the requests that take those slots later do
 // not pay the first touches (on a VM that hands free memory back to its host, 0.1-0.3 GB/s: docs/log/BENCHMARKS-serve.md
@@ -202,7 +204,7 @@ kvt_status kvt_kv_paged_seq_demote(kvt_kv *kv, int32_t seq, kvt_tier to, kvt_err
 // while idle keeps each step short). Returns true when it made one (call again), false when every tier holds the
 // room (or its budget is reached, memory is short, or kv is not a paged store). Counted in kvt_kv_stats warm_bytes
 // and warm_ms.
-bool kvt_kv_paged_warm(kvt_kv *kv, int64_t positions, int64_t max_bytes);
+bool kvt_kv_paged_warm(kvt_kv *kv, int64_t positions, bool whole, int64_t max_bytes);
 // Bytes of seq's blocks in each tier now (a shared block counts for each sequence holding it).
 void kvt_kv_paged_seq_usage(kvt_kv *kv, int32_t seq, int64_t bytes[KVT_TIER_COUNT]);
 

@@ -389,26 +389,26 @@ void kvt_kv_paged_seq_usage(kvt_kv *kv, int32_t seq, int64_t bytes[KVT_TIER_COUN
 }
 
 // Bytes of `positions` positions of one sequence in a tier's slots: each shard's blocks, a sliding-window layer's
-// limited to its window and one block more.
-static int64_t warm_target(const kv_paged *s, int t, int64_t positions) {
+// limited to its window and one block more unless `whole`.
+static int64_t warm_target(const kv_paged *s, int t, int64_t positions, bool whole) {
     const int64_t bt = s->base.block_tokens;
     int64_t blocks = 0;
     for (int32_t l = 0; l < s->p.n_layer; l++) {
         int64_t n = positions;
-        if (s->window[l] > 0 && n > s->window[l] + bt) n = s->window[l] + bt;
+        if (!whole && s->window[l] > 0 && n > s->window[l] + bt) n = s->window[l] + bt;
         blocks += (n + bt - 1) / bt * s->base.n_group;
     }
     return blocks * s->tier[t].slot_bytes;
 }
 
-bool kvt_kv_paged_warm(kvt_kv *kv, int64_t positions, int64_t max_bytes) {
+bool kvt_kv_paged_warm(kvt_kv *kv, int64_t positions, bool whole, int64_t max_bytes) {
     if (kv->ops != &kvp_ops || positions <= 0) return false;
     kv_paged *s = (kv_paged *)kv;
     for (int t = T0; t <= T1; t++) {
         pthread_mutex_lock(&s->mu);
         kvt_tier_store *ts = &s->tier[t];
         const int64_t next = kvt_tier_chunk_next_bytes(ts);
-        int64_t target = warm_target(s, t, positions);
+        int64_t target = warm_target(s, t, positions, whole);
         if (max_bytes >= 0 && target > max_bytes) target = max_bytes;
         const bool want = next > 0 && kvt_tier_warm_bytes(ts) < target;
         pthread_mutex_unlock(&s->mu);

@@ -244,8 +244,10 @@ bool kvt_sched_idle(const kvt_sched *s) { return !s->head; }
 
 bool kvt_sched_warm(kvt_sched *s) {
     const int64_t n = s->p.warm_positions < 0 ? kvt_context_n_ctx(s->ctx) : s->p.warm_positions;
-    // the store's memory first (a prompt's KV is written before its key summaries), then the summaries' pool
-    return kvt_kv_paged_warm(kvt_context_kv(s->ctx), n, s->p.warm_max_bytes) ||
+    // the store's memory first (a prompt's KV is written before its key summaries), then the summaries' pool; with a
+    // prefix cache, which keeps every block a prompt filled (a sliding-window layer's too) and imports whole blocks
+    // from a second-level store, the room is every layer's
+    return kvt_kv_paged_warm(kvt_context_kv(s->ctx), n, s->pc != NULL, s->p.warm_max_bytes) ||
            kvt_sparse_warm(kvt_context_sparse(s->ctx), n, KVT_SPARSE_WARM_MIN_SET_DEFAULT, s->p.warm_max_bytes);
 }
 

@@ -86,9 +86,9 @@ typedef struct {
     int64_t prefix_fetch_bytes;
     int32_t prefix_fetch_wait_ms;
     // room that kvt_sched_warm keeps made and faulted in ahead of use in each of the store's memory tiers
-    // (kvt_kv_paged_warm), and sparse key summary buffers pooled (kvt_sparse_warm): positions of one sequence, -1
-    // (default) the context's n_ctx, 0 none; and at most warm_max_bytes of each (default KVT_SCHED_WARM_MAX_DEFAULT;
-    // -1 no bound)
+    // (kvt_kv_paged_warm; with a prefix cache every layer's, a sliding-window layer's too, since the cache keeps its
+    // blocks), and sparse key summary buffers pooled (kvt_sparse_warm): positions of one sequence, -1 (default) the
+    // context's n_ctx, 0 none; and at most warm_max_bytes of each (default KVT_SCHED_WARM_MAX_DEFAULT; -1 no bound)
     int64_t warm_positions;
     int64_t warm_max_bytes;
 } kvt_sched_params;
