@@ -269,6 +269,12 @@ static void take_inbox(sengine *e) {
     }
 }
 
+// The store's and the sparse layer's figures into e->st (e->mu held; the engine thread, between steps).
+static void store_stats(sengine *e) {
+    kvt_context_kv_stats(e->ctx, &e->st.kv);
+    if (kvt_context_sparse(e->ctx)) kvt_sparse_totals_get(kvt_context_sparse(e->ctx), &e->st.sparse);
+}
+
 static void *sched_main(void *arg) {
     sengine *e = arg;
     bool warm = true; // the store may want memory warmed ahead of use (kvt_sched_warm): looked at whenever idle
@@ -279,8 +285,7 @@ static void *sched_main(void *arg) {
                 pthread_mutex_unlock(&e->mu);
                 warm = kvt_sched_warm(e->s);
                 pthread_mutex_lock(&e->mu);
-                kvt_context_kv_stats(e->ctx, &e->st.kv);
-                if (kvt_context_sparse(e->ctx)) kvt_sparse_totals_get(kvt_context_sparse(e->ctx), &e->st.sparse);
+                store_stats(e);
                 continue;
             }
             const double d = fetch_deadline(e);
@@ -330,8 +335,7 @@ static void *sched_main(void *arg) {
         e->st.query_bytes = after.query_bytes;
         e->st.key_hits = after.key_hits, e->st.key_tokens = after.key_tokens;
         e->st.key_sums = after.key_sums, e->st.key_bytes = after.key_bytes, e->st.key_live = after.key_live;
-        kvt_context_kv_stats(e->ctx, &e->st.kv);
-        if (kvt_context_sparse(e->ctx)) kvt_sparse_totals_get(kvt_context_sparse(e->ctx), &e->st.sparse);
+        store_stats(e);
         pthread_mutex_unlock(&e->mu);
     }
 }

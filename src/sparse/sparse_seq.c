@@ -254,6 +254,32 @@ static void *keys_alloc(kvt_sparse *s, size_t n, bool *ok) {
     return p;
 }
 
+// The allocated size of key buffer a of a layer with room for cap own positions (0: buffer a not used).
+static int64_t key_buf_size(const kvt_sparse *s, int a, int64_t cap) {
+    int64_t bb[KEYBUFS];
+    key_block_bytes(s, bb);
+    return bb[a] > 0 ? kvt_sparse_alloc_bytes(s->d.n_head_kv * key_blocks_of(s, cap) * bb[a]) : 0;
+}
+
+// Whether some room of kvt_sparse_warm has a key buffer of allocated size `size`.
+static bool warm_size(const kvt_sparse *s, int64_t size) {
+    for (int k = 0; k < s->n_warm; k++) {
+        for (int a = 0; a < KEYBUFS; a++) {
+            if (key_buf_size(s, a, s->warm_caps[k]) == size) return true;
+        }
+    }
+    return false;
+}
+
+// The oldest pooled buffer's record (spare_rooms: of a size no warmed room has), or -1.
+static int64_t oldest_pooled(const kvt_sparse *s, bool spare_rooms) {
+    int64_t old = -1;
+    for (int64_t i = 0; i < s->n_big; i++) {
+        if (s->big[i].pooled && (old < 0 || s->big[i].tick < s->big[old].tick) && !(spare_rooms && warm_size(s, s->big[i].size))) old = i;
+    }
+    return old;
+}
+
 // Frees a buffer of keys_alloc (NULL is fine): to the pool, whose oldest buffers leave while it would hold more than
 // pool_max bytes (a sequence's buffers of a shorter past, grown since, leave first).
 static void keys_free(kvt_sparse *s, void *p) {
@@ -270,10 +296,7 @@ static void keys_free(kvt_sparse *s, void *p) {
         return;
     }
     while (s->pooled_bytes + size > s->pool_max) { // the oldest pooled buffer leaves
-        int64_t old = -1;
-        for (int64_t i = 0; i < s->n_big; i++) {
-            if (s->big[i].pooled && (old < 0 || s->big[i].tick < s->big[old].tick)) old = i;
-        }
+        const int64_t old = oldest_pooled(s, false);
         if (old < 0) break;
         big_drop(s, old);
         if (x == s->n_big) x = old; // (big_drop moved the last record into old's place)
@@ -410,13 +433,6 @@ static int64_t pooled_of(const kvt_sparse *s, int64_t size) {
     return n;
 }
 
-// The allocated size of key buffer a of a layer with room for cap own positions (0: buffer a not used).
-static int64_t key_buf_size(const kvt_sparse *s, int a, int64_t cap) {
-    int64_t bb[KEYBUFS];
-    key_block_bytes(s, bb);
-    return bb[a] > 0 ? kvt_sparse_alloc_bytes(s->d.n_head_kv * key_blocks_of(s, cap) * bb[a]) : 0;
-}
-
 kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer, int64_t need, kvt_err *err) {
     kvt_sparse_layer *ly = &q->lay[layer];
     const int64_t N = s->d.n_ctx;
@@ -440,16 +456,6 @@ kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t la
         break;
     }
     return layer_resize(s, q, ly, cap, err);
-}
-
-// Whether some warmed room's key buffer a has allocated size `size`.
-static bool warm_size(const kvt_sparse *s, int64_t size) {
-    for (int k = 0; k < s->n_warm; k++) {
-        for (int a = 0; a < KEYBUFS; a++) {
-            if (key_buf_size(s, a, s->warm_caps[k]) == size) return true;
-        }
-    }
-    return false;
 }
 
 bool kvt_sparse_warm(kvt_sparse *s, int64_t positions, int64_t min_set, int64_t max_bytes) {
@@ -479,10 +485,7 @@ bool kvt_sparse_warm(kvt_sparse *s, int64_t positions, int64_t min_set, int64_t 
             if (s->summary_limit >= 0 && s->summary_limit - s->summary_held < bound) bound = s->summary_limit - s->summary_held;
             if (max_bytes >= 0 && max_bytes < bound) bound = max_bytes;
             if (s->pooled_bytes + size > bound) {
-                int64_t old = -1;
-                for (int64_t i = 0; i < s->n_big; i++) {
-                    if (s->big[i].pooled && (old < 0 || s->big[i].tick < s->big[old].tick) && !warm_size(s, s->big[i].size)) old = i;
-                }
+                const int64_t old = oldest_pooled(s, true);
                 if (old < 0) return false; // the pool holds the rooms' buffers only: as many as fit
                 big_drop(s, old);
                 return true; // (the next call looks again)
