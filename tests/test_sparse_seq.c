@@ -475,7 +475,8 @@ static kvt_context_params key_params(size_t i) {
 // later sequences given the cached blocks (kvt_sparse_ksum_attach): a (56 prompt positions and 2 steps) keeps [0, 32)
 // (its own buffers, no copy); b, given 32 positions, shares them and computes [32, 56); b keeps [0, 48) (its base's 32
 // and its own 16 copied together); d, given 48, shares those, computes [48, 56) and decodes as the prompt alone, bit for
-// bit. The kept bytes leave summary_held for summary_kept and are freed with their last holder.
+// bit. The kept bytes leave summary_held for summary_kept; once the kept copies are freed, the base d still holds is
+// counted in summary_held again (under the reservation), and it is freed with d.
 static void test_kept_keys(const kvt_model *m) {
     const int32_t V = m->hp.n_vocab;
     const int64_t n = (int64_t)N_STEP * V;
@@ -527,13 +528,14 @@ static void test_kept_keys(const kvt_model *m) {
         char name[320];
         snprintf(name, sizeof name, "sparse_seq: %s: key summaries kept as a sequence is freed and shared by the next ones "
                  "given the cached blocks (twice, the second a copy of base and own) = the prompt alone, bit for bit; bytes "
-                 "kept, then freed with their last holder", key_cfs[i].name);
+                 "kept; held again by the sequence left once the kept copies go; freed with it", key_cfs[i].name);
         test_result(!st && e1 == 32 && sh1 == 32 && e2 == 48 && sh2 == 48 && same(ref, got, n) && refused &&
-                        t1.summary_kept > 0 && t2.summary_kept > 0 && t3.summary_kept == 0 && t3.summary_held == 0,
-                    name, "%s (kept ends %lld, %lld; shared %lld, %lld; refused %d; kept bytes %lld, %lld, %lld; held %lld)",
+                        t1.summary_kept > 0 && t2.summary_kept == 0 && t2.summary_held > 0 && t3.summary_kept == 0 &&
+                        t3.summary_held == 0,
+                    name, "%s (kept ends %lld, %lld; shared %lld, %lld; refused %d; kept bytes %lld, %lld, %lld; held %lld, %lld)",
                     st ? err.msg : "figures or logits", (long long)e1, (long long)e2, (long long)sh1, (long long)sh2,
                     refused, (long long)t1.summary_kept, (long long)t2.summary_kept, (long long)t3.summary_kept,
-                    (long long)t3.summary_held);
+                    (long long)t2.summary_held, (long long)t3.summary_held);
     }
     free(ids);
     free(ref);
@@ -602,6 +604,120 @@ static void test_live_keys(const kvt_model *m) {
     free(refb);
     free(ga);
     free(gb);
+}
+
+// A sequence given kept summaries and nothing of its own yet (kvt_sparse_ksum_attach: no own buffers until its first
+// key past them), then (fork) forked there, the fork computing the rest, or (truncate) cut back below them to 20 and
+// computing from there: = the prompt alone, bit for bit, and every byte back at 0 once freed. Both once wrote the
+// base's blocks into own buffers sized for none (a heap overflow under ASan).
+static void test_attached_edges(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    const int64_t n = (int64_t)N_STEP * V;
+    float *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4);
+    int64_t *ids = malloc((size_t)m->hp.n_layer * m->hp.n_head_kv * sizeof *ids);
+    lane la;
+    lane_make(&la, 56, 5, V);
+    for (int trunc = 0; trunc <= 1; trunc++) {
+        for (size_t i = 0; i < sizeof key_cfs / sizeof key_cfs[0]; i++) {
+            const kvt_context_params cp = key_params(i);
+            const int64_t from = trunc ? 20 : 48; // where the sequence computing the rest starts
+            kvt_err err = {0};
+            kvt_status st = alone(m, &cp, &la, from, ref, &err);
+            kvt_context *ctx = NULL;
+            kvt_sparse_ksum *k = NULL;
+            int32_t a = -1, b = -1, c = -1;
+            int64_t sh = 0;
+            kvt_sparse_totals t = {0};
+            if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+            kvt_sparse *sp = ctx ? kvt_context_sparse(ctx) : NULL;
+            if (!st) st = seq_new(ctx, &a, &err);
+            if (!st) st = kvt_decode_prompt(ctx, a, la.prompt, la.n_prompt, false, &err);
+            if (!st) st = seq_new(ctx, &b, &err);
+            if (!st) st = push_prefix(ctx, a, b, 48, cp.kv_block, ids, &err);
+            if (!st) st = kvt_sparse_seq_free_keep(sp, a, 48, &k, &err);
+            if (!st) kvt_context_seq_free(ctx, a);
+            if (!st) st = kvt_sparse_ksum_attach(sp, b, k, 48, &sh, &err);
+            if (!st && trunc) kvt_context_seq_truncate(ctx, b, from), c = b;
+            if (!st && !trunc) st = kvt_context_seq_fork(ctx, b, &c, &err);
+            if (!st) st = kvt_decode_prompt(ctx, c, la.prompt + from, la.n_prompt - from, false, &err);
+            for (int j = 0; !st && j < N_STEP; j++) {
+                st = kvt_decode_seq(ctx, c, &la.step[j], 1, false, &err);
+                if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+            }
+            if (!st) {
+                kvt_context_seq_free(ctx, b);
+                kvt_context_seq_free(ctx, c);
+                kvt_sparse_ksum_free(k), k = NULL;
+                kvt_sparse_totals_get(sp, &t);
+            }
+            kvt_sparse_ksum_free(k);
+            kvt_context_free(ctx);
+            char name[256];
+            snprintf(name, sizeof name, "sparse_seq: %s: a sequence given kept summaries and no key of its own yet, %s "
+                     "= the prompt alone, bit for bit; nothing held after", key_cfs[i].name,
+                     trunc ? "truncated below them" : "forked");
+            test_result(!st && sh == 48 && same(ref, got, n) && t.summary_held == 0 && t.summary_kept == 0, name,
+                        "%s (shared %lld, held %lld, kept %lld)", st ? err.msg : "figures or logits", (long long)sh,
+                        (long long)t.summary_held, (long long)t.summary_kept);
+        }
+    }
+    free(ids);
+    free(ref);
+    free(got);
+}
+
+// Under a --kv-fast reservation for one sequence (asyncspade): (pool) a sequence growing its buffers (40, then 70
+// positions) leaves its old ones to the pool only as far as the reservation allows: held + pooled within it at each
+// point and after its end; (unkeep) summaries kept from a running sequence and then dropped by the cache (its LRU, a
+// trim) count as held again: a second sequence past the reservation beside it is refused, as without the keep.
+static void test_reservation_edges(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    lane la, lb;
+    lane_make(&la, 90, 2, V), lane_make(&lb, 60, 1, V);
+    kvt_context_params cp = base_params(KVT_SPARSE_ASYNCSPADE);
+    kvt_sparse_dims d = {m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.head_dim, m->hp.head_dim_v, cp.n_ctx, 2,
+                         KVT_TYPE_F16, {0}, true, 0};
+    cp.sparse.seqs = 1;
+    const int64_t res = kvt_sparse_summary_bytes(&cp.sparse, &d);
+    cp.kv_fast_bytes = res + 16 * block_bytes(m, cp.kv_block);
+    cp.kv_host_bytes = 8 << 20;
+    for (int part = 0; part < 2; part++) {
+        kvt_err err = {0};
+        kvt_context *ctx = NULL;
+        int32_t a = -1, b = -1;
+        kvt_sparse_totals t[4] = {{0}};
+        kvt_status st = kvt_context_init(m, &cp, &ctx, &err), bst = KVT_OK;
+        kvt_sparse *sp = ctx ? kvt_context_sparse(ctx) : NULL;
+        if (!st) st = seq_new(ctx, &a, &err);
+        if (part == 0) {
+            if (!st) st = kvt_decode_seq(ctx, a, la.prompt, 40, false, &err);
+            if (!st) kvt_sparse_totals_get(sp, &t[0]), st = kvt_decode_seq(ctx, a, la.prompt + 40, 30, false, &err);
+            if (!st) kvt_sparse_totals_get(sp, &t[1]), kvt_context_seq_free(ctx, a), kvt_sparse_totals_get(sp, &t[2]);
+            bool within = true;
+            for (int x = 0; x < 3; x++) within = within && t[x].summary_held + t[x].summary_pooled <= res;
+            test_result(!st && within && t[1].summary_held > t[0].summary_held,
+                        "sparse_seq: a sequence growing under a reservation pools its old buffers within it (held + pooled)",
+                        "%s (held + pooled %lld, %lld, %lld; reserved %lld)", st ? err.msg : "over",
+                        (long long)(t[0].summary_held + t[0].summary_pooled), (long long)(t[1].summary_held + t[1].summary_pooled),
+                        (long long)(t[2].summary_held + t[2].summary_pooled), (long long)res);
+        } else {
+            kvt_sparse_ksum *k = NULL;
+            if (!st) st = kvt_decode_seq(ctx, a, la.prompt, 60, false, &err);
+            if (!st) kvt_sparse_totals_get(sp, &t[0]), st = kvt_sparse_seq_keep(sp, a, 48, &k, &err);
+            if (!st) kvt_sparse_totals_get(sp, &t[1]), kvt_sparse_ksum_free(k), kvt_sparse_totals_get(sp, &t[2]);
+            kvt_err e2 = {0};
+            if (!st && !(st = seq_new(ctx, &b, &err))) bst = kvt_decode_seq(ctx, b, lb.prompt, 60, false, &e2);
+            test_result(!st && t[1].summary_kept > 0 && t[2].summary_kept == 0 &&
+                            t[2].summary_held == t[1].summary_held + t[1].summary_kept &&
+                            bst == KVT_ERR_BUDGET && strstr(e2.msg, "--sparse-seqs"),
+                        "sparse_seq: summaries kept from a running sequence and dropped by the cache count under the "
+                        "reservation again (a second sequence past it refused)",
+                        "%s (held %lld, kept %lld -> held %lld, kept %lld; second sequence: %s)", st ? err.msg : "figures",
+                        (long long)t[1].summary_held, (long long)t[1].summary_kept, (long long)t[2].summary_held,
+                        (long long)t[2].summary_kept, bst ? e2.msg : "admitted");
+        }
+        kvt_context_free(ctx);
+    }
 }
 
 // Key summaries taken from a running sequence whose --kv-fast reservation has no room for the own buffers it would go
@@ -1076,6 +1192,8 @@ void test_sparse_seq(const test_env *env) {
     test_pushed_blocks(m);
     test_query_window(m);
     test_kept_keys(m);
+    test_attached_edges(m);
+    test_reservation_edges(m);
     test_live_keys(m);
     test_live_keys_budget(m);
     test_prompt_parts(m);

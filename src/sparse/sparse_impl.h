@@ -55,7 +55,8 @@ typedef struct {
     void *buf[4];
     int64_t bytes; // their allocated bytes, counted once in kvt_sparse.summary_held (summary_kept once kept)
     int32_t refs;  // layers and kept summaries (kvt_sparse_ksum) that hold it (their callers serialize forks and frees)
-    bool kept;     // a prefix cache's kvt_sparse_ksum took it: its bytes moved from summary_held to summary_kept
+    int32_t kept;  // the kept summaries among them: while > 0 its bytes are in summary_kept instead of summary_held (the
+                   // last one let go while layers still hold it: back in summary_held, under the reservation again)
 } kvt_sparse_kbase;
 
 // One layer of one sequence. Buffers hold `cap` positions per KV head (grown as the sequence grows, at most
@@ -136,8 +137,8 @@ struct kvt_sparse {
     int32_t n_seqs;
     int64_t summary_held;    // bytes of key summaries over every sequence
     int64_t summary_peak;    // the most summary_held has been
-    int64_t summary_kept;    // bytes of the shared bases prefix caches took (kvt_sparse_ksum_take): outside summary_held
-                             // and the reservation (the cache's own budget bounds them), until their last holder lets go
+    int64_t summary_kept;    // bytes of the shared bases prefix caches hold (kvt_sparse_ksum): outside summary_held and
+                             // the reservation (the cache's own budget bounds them) while a kept copy holds them
     int64_t summary_limit;   // at most this many (d.bounded), else -1
     // the key-summary buffers a freed sequence's layers left, kept for the next sequence's (sparse_seq.c keys_alloc /
     // keys_free): a new big buffer's 2 MiB pages are zeroed by the kernel at first touch (~25 ms for SmolLM2's 30

@@ -102,16 +102,14 @@ static void keys_free(kvt_sparse *s, void *p);
 
 static void big_drop(kvt_sparse *s, int64_t i);
 
+static void pool_fit(kvt_sparse *s);
+
 static void kbase_release(kvt_sparse *s, kvt_sparse_kbase *b) {
     if (!b || --b->refs > 0) return;
     if (b->kept) s->summary_kept -= b->bytes;
     else s->summary_held -= b->bytes;
     for (int a = 0; a < KEYBUFS; a++) keys_free(s, b->buf[a]);
-    // a kept base's buffers were outside summary_held: under a reservation the pool they joined gives way, as in
-    // keys_alloc (held + pooled within it)
-    for (int64_t i = s->n_big - 1; b->kept && i >= 0 && s->summary_limit >= 0 && s->summary_held + s->pooled_bytes > s->summary_limit; i--) {
-        if (s->big[i].pooled) big_drop(s, i);
-    }
+    pool_fit(s); // (a kept base's buffers were outside summary_held)
     free(b);
 }
 
@@ -138,6 +136,7 @@ void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q) {
     if (!q) return;
     for (int32_t l = 0; q->lay && l < s->d.n_layer; l++) layer_free(s, &q->lay[l]);
     s->summary_held -= q->summary_bytes;
+    pool_fit(s);
     free(q->lay);
     free(q->steps);
     free(q);
@@ -280,6 +279,17 @@ static int64_t oldest_pooled(const kvt_sparse *s, bool spare_rooms) {
     return old;
 }
 
+// Under a reservation the pool gives way once a change of summary_held is done: its oldest buffers (of sizes no warmed
+// room has first) leave while summaries held and pooled pass the reservation.
+static void pool_fit(kvt_sparse *s) {
+    while (s->summary_limit >= 0 && s->summary_held + s->pooled_bytes > s->summary_limit) {
+        int64_t old = oldest_pooled(s, true);
+        if (old < 0) old = oldest_pooled(s, false);
+        if (old < 0) return;
+        big_drop(s, old);
+    }
+}
+
 // Frees a buffer of keys_alloc (NULL is fine): to the pool, whose oldest buffers leave while it would hold more than
 // pool_max bytes (a sequence's buffers of a shorter past, grown since, leave first).
 static void keys_free(kvt_sparse *s, void *p) {
@@ -356,16 +366,22 @@ static kvt_status layer_resize(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_laye
     ly->cap = cap;
     q->summary_bytes += grow;
     held_add(s, grow);
+    pool_fit(s);
     return KVT_OK;
 }
+
+static int64_t grow_cap(const kvt_sparse *s, int64_t off, int64_t own, int64_t need);
 
 // A layer whose keys [pos, ...) are about to be written (a rewind, a truncate) below its shared base: its own buffers
 // take every position again (the base's copied in), and it lets the base go.
 static kvt_status layer_own(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *ly, int64_t pos, kvt_err *err) {
     if (!ly->kb || pos >= kvt_sparse_off(ly)) return KVT_OK;
+    kvt_status st;
+    // a layer given a base by kvt_sparse_ksum_attach has no own buffers (cap 0) until its first key past it: room for
+    // the base's positions and the next ones first
+    if (ly->cap < kvt_sparse_off(ly) && (st = layer_resize(s, q, ly, grow_cap(s, ly->koff, 0, ly->koff + 1), err))) return st;
     const int64_t cap = ly->cap, off = kvt_sparse_off(ly), more = own_bytes(s, cap, 0) - own_bytes(s, cap, off);
-    kvt_status st = check_held(s, more, err);
-    if (st) return st;
+    if ((st = check_held(s, more, err))) return st;
     const int64_t kc = key_blocks_of(s, cap), ob = off / key_block(s); // (off: whole blocks)
     void *b[KEYBUFS], *own[KEYBUFS];
     if (!alloc_keys(s, kc, b)) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the sparse key summaries of %lld positions", (long long)cap);
@@ -379,13 +395,14 @@ static kvt_status layer_own(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse_layer *
     held_add(s, more);
     ly->kb = NULL;
     kbase_release(s, kb);
+    pool_fit(s);
     return KVT_OK;
 }
 
 // Whether a fork of ly shares its key summaries: asyncspade's copies and quest's bounds (not with
 // --sparse-rerank-resid, whose predicted scores are kept by position beside them) of at least one whole block.
 static bool shares_keys(const kvt_sparse *s, const kvt_sparse_layer *ly) {
-    const bool has = s->p.mode == KVT_SPARSE_QUEST ? ly->lo != NULL : s->p.mode == KVT_SPARSE_ASYNCSPADE && (ly->k8 || ly->k4);
+    const bool has = ly->kb || (s->p.mode == KVT_SPARSE_QUEST ? ly->lo != NULL : s->p.mode == KVT_SPARSE_ASYNCSPADE && (ly->k8 || ly->k4));
     return has && s->p.rerank_resid <= 0.0 && ly->key_n >= key_block(s);
 }
 
@@ -823,12 +840,19 @@ static bool layer_has_keys(const kvt_sparse *s, const kvt_sparse_layer *ly) {
     return ly->kb || (s->p.mode == KVT_SPARSE_QUEST ? ly->lo != NULL : ly->k8 != NULL || ly->k4 != NULL);
 }
 
-// b's bytes leave summary_held for summary_kept (once).
+// A kept copy takes b: its bytes leave summary_held for summary_kept (at the first).
 static void kbase_keep(kvt_sparse *s, kvt_sparse_kbase *b) {
-    if (b->kept) return;
-    b->kept = true;
+    if (b->kept++ > 0) return;
     s->summary_held -= b->bytes;
     s->summary_kept += b->bytes;
+}
+
+// A kept copy lets b go (its reference follows, kbase_release): after the last, the layers that still hold b count its
+// bytes in summary_held again, under the reservation.
+static void kbase_unkeep(kvt_sparse *s, kvt_sparse_kbase *b) {
+    if (!b || --b->kept > 0) return;
+    s->summary_kept -= b->bytes;
+    held_add(s, b->bytes);
 }
 
 // The base of layer ly's summaries [0, n) (n <= its key_n, whole blocks), a reference taken for the caller:
@@ -928,7 +952,7 @@ kvt_status kvt_sparse_seq_keep(kvt_sparse *s, int32_t seq, int64_t end, kvt_spar
 
 void kvt_sparse_ksum_free(kvt_sparse_ksum *k) {
     if (!k) return;
-    for (int32_t l = 0; k->s && l < k->s->d.n_layer; l++) kbase_release(k->s, k->kb[l]);
+    for (int32_t l = 0; k->s && l < k->s->d.n_layer; l++) kbase_unkeep(k->s, k->kb[l]), kbase_release(k->s, k->kb[l]);
     free(k->kb);
     free(k);
 }
