@@ -198,6 +198,8 @@ typedef struct {
                                      // fast_blocks
     bool no_queries;         // the prefix cache keeps no asyncspade query window nor key summaries (prefix_query_bytes
                              // and prefix_key_bytes 0)
+    int64_t disk_blocks;     // --kv-disk-max in blocks (0: unbounded)
+    bool failed_ok;          // a request that failed as a pass it ran could not be repeated (asyncspade) passes
 } tiers;
 
 // Runs the workload through a scheduler; fills recs; *why on a mismatch. Returns false on failure.
@@ -222,6 +224,7 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
         cp.kv_fast_bytes = t->fast_blocks * bb + (t->fast_blocks > 0 ? kvt_sparse_summary_bytes(&cp.sparse, &sd) : 0);
         cp.kv_host_bytes = t->host_blocks * bb;
         cp.kv_disk_dir = t->disk;
+        cp.kv_disk_max = t->disk_blocks * bb;
         kvt_context_init(m, &cp, &ctx, &err);
     }
     kvt_sched_params sp = kvt_sched_params_default();
@@ -263,7 +266,7 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
             submitted++;
         }
         int64_t rows;
-        if (kvt_sched_step(s, &rows, &err)) {
+        if (kvt_sched_step(s, &rows, &err) && !(t && t->failed_ok)) { // (failed_ok: the failed requests are checked below)
             snprintf(why, cap, "step %lld: %.400s", (long long)it, err.msg);
             ok = false;
         }
@@ -275,6 +278,10 @@ static bool run_sched(const kvt_model *m, const workload *w, int nr, int32_t n_p
     kvt_context_free(ctx);
     kvt_prefix_store_free(ps);
     for (int i = 0; ok && i < nr; i++) {
+        if (t && t->failed_ok && recs[i].done == 1 && recs[i].res.outcome == KVT_SCHED_FAILED &&
+            strstr(recs[i].res.err.msg, "not run again")) {
+            continue;
+        }
         for (int c = 0; ok && c < w[i].n; c++) {
             ok = recs[i].done == 1 && recs[i].res.outcome == KVT_SCHED_DONE && recs[i].n_ids[c] == w[i].n_want &&
                  !memcmp(recs[i].ids[c], w[i].want, (size_t)w[i].n_want * 4) && recs[i].finished[c] == KVT_SCHED_LENGTH + 1;
@@ -335,7 +342,7 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     rec recs[NR];
     kvt_sched_stats ss = {0};
     // fast + host hold 12 position blocks of the 30-odd the requests need at once: preemption swaps some out
-    tiers t = {2 * 2, 2 * 4, dir, true, false, NULL, NULL, NULL, false};
+    tiers t = {2 * 2, 2 * 4, dir, true, false, NULL, NULL, NULL, false, 0, false};
     ok = ok && run_sched(m, w, NR, 8, 40, &t, recs, &ss, why, sizeof why);
     test_result(ok && ss.preemptions > 0 && ss.resumes > 0,
                 "sched: preemption by swap to disk under tiny fast/host tiers; resumed requests give the same greedy ids",
@@ -345,7 +352,7 @@ static void sched_tiers(const kvt_model *m, bool quick) {
     uint64_t seed = 77;
     int rounds = quick ? 1 : 3, r = 0;
     for (; ok && r < rounds; r++) {
-        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true, NULL, NULL, NULL, false}; // no preemption: a plan
+        tiers tr = {2 * rng_in(&seed, 2, 6), 2 * rng_in(&seed, 0, 8), dir, r % 2 == 1, true, NULL, NULL, NULL, false, 0, false}; // no preemption: a plan
         ok = run_sched(m, w, NR, (int32_t)rng_in(&seed, 1, 6), rng_in(&seed, 2, 64), &tr, recs, &ss, why, sizeof why);
     }
     test_result(ok && ss.cached_tokens > 0 && ss.plans > 0, "sched: random fast/host/disk budgets, preemption on or off "
@@ -411,11 +418,11 @@ static void sched_sparse(const kvt_model *m) {
         bool ok = reference_ok(m, w, NR, &sp, why, sizeof why);
         rec recs[NR];
         kvt_sched_stats ss = {0}, ss2 = {0};
-        tiers plain = {0, 0, NULL, false, false, NULL, NULL, &sp, false};
+        tiers plain = {0, 0, NULL, false, false, NULL, NULL, &sp, false, 0, false};
         ok = ok && run_sched(m, w, NR, 3, 7, &plain, recs, &ss, why, sizeof why) && sparse_counted(recs, w, NR, why, sizeof why);
-        tiers small = {2 * 2, 2 * 4, dir, true, true, NULL, NULL, &sp, false};
+        tiers small = {2 * 2, 2 * 4, dir, true, true, NULL, NULL, &sp, false, 0, false};
         ok = ok && run_sched(m, w, NR, 8, 40, &small, recs, &ss, why, sizeof why) && sparse_counted(recs, w, NR, why, sizeof why);
-        tiers cache = {0, 0, NULL, false, true, NULL, NULL, &sp, false};
+        tiers cache = {0, 0, NULL, false, true, NULL, NULL, &sp, false, 0, false};
         ok = ok && run_sched(m, w, NR, 4, 20, &cache, recs, &ss2, why, sizeof why) && sparse_counted(recs, w, NR, why, sizeof why);
         char name[256];
         snprintf(name, sizeof name, "sched: sparse %s for every sequence (batched, chunked, n = 2, prefix cache, preemption "
@@ -423,6 +430,57 @@ static void sched_sparse(const kvt_model *m) {
                  kvt_sparse_mode_name(sp.mode));
         test_result(ok && ss.preemptions > 0 && ss2.cached_tokens > 0, name, "%s; %lld preemptions, %lld cached tokens", why,
                     (long long)ss.preemptions, (long long)ss2.cached_tokens);
+    }
+    tmp_dir_remove(dir);
+}
+
+// A store that fills up: fast 4 blocks, no host, disk 8 (one request's 4 position blocks x 2 layers, not two), the
+// prefix cache on, one request at a time (49-token prompts, 12 tokens each: no block past the prompt's). Each request's
+// prompt finds the previous one's cached blocks in the store: its pass fails (KVT_ERR_BUDGET), the cache is trimmed.
+// Dense repeats the pass; asyncspade, whose failed pass moved its selection state on (kvt_context_pass_repeatable),
+// starts the request again (req_restart). Either way every request's greedy ids = kvt_generate alone (a repeat under
+// asyncspade gave other ids: found by a differential fuzz of the scheduler).
+static void sched_store_full(const kvt_model *m) {
+    char dir[] = "/tmp/kvt_test_sched_full_XXXXXX";
+    if (!tmp_dir(dir)) return;
+    enum { NF = 4 };
+    workload w[NF];
+    uint64_t seed = 17;
+    for (int i = 0; i < NF; i++) {
+        w[i].n_prompt = 49;
+        for (int64_t t = 0; t < w[i].n_prompt; t++) w[i].prompt[t] = (int32_t)rng_in(&seed, 1, m->hp.n_vocab - 1);
+        w[i].max_tokens = 12, w[i].n = 1, w[i].arrive = 0;
+    }
+    for (int dense = 0; dense <= 1; dense++) {
+        kvt_sparse_params sp = small_sparse(KVT_SPARSE_ASYNCSPADE, 4, 4);
+        sp.seqs = 2 * NF;
+        char why[640] = "";
+        bool ok = reference_ok(m, w, NF, dense ? NULL : &sp, why, sizeof why);
+        rec recs[NF];
+        kvt_sched_stats ss = {0};
+        tiers t = {4, 0, dir, false, true, NULL, NULL, dense ? NULL : &sp, false, 8, false};
+        ok = ok && run_sched(m, w, NF, 1, 64, &t, recs, &ss, why, sizeof why);
+        char name[256];
+        snprintf(name, sizeof name, "sched: %s, a store too small for a request beside the cached one: the failed pass %s, "
+                 "the same greedy ids as alone", dense ? "dense" : "asyncspade",
+                 dense ? "runs again after the cache is trimmed" : "is not repeated, its request starts again");
+        test_result(ok && ss.prefix_trimmed > 0 && (dense ? ss.restarts == 0 : ss.restarts > 0), name,
+                    "%s; %lld cached blocks trimmed, %lld restarts", why, (long long)ss.prefix_trimmed, (long long)ss.restarts);
+        // 40-token prompts and a disk of 10 blocks: the prompt fits beside the cached one, its decode's next block (at
+        // position 48) does not: dense repeats the step; asyncspade cannot (the request had reported tokens), so the
+        // request fails, its error saying why, and the others are as alone
+        for (int i = 0; i < NF; i++) w[i].n_prompt = 40;
+        ok = reference_ok(m, w, NF, dense ? NULL : &sp, why, sizeof why);
+        tiers d = {4, 0, dir, false, true, NULL, NULL, dense ? NULL : &sp, false, 10, !dense};
+        ok = ok && run_sched(m, w, NF, 1, 64, &d, recs, &ss, why, sizeof why);
+        int failed = 0;
+        for (int i = 0; i < NF; i++) failed += recs[i].res.outcome == KVT_SCHED_FAILED;
+        snprintf(name, sizeof name, "sched: %s, a decode step without room beside the cached prompt: %s", dense ? "dense" : "asyncspade",
+                 dense ? "run again after the cache is trimmed, the same greedy ids as alone"
+                       : "its request fails, named (a repeat would change tokens); the others as alone");
+        test_result(ok && ss.prefix_trimmed > 0 && (dense ? failed == 0 : failed > 0), name,
+                    "%s; %lld cached blocks trimmed, %d failed", why, (long long)ss.prefix_trimmed, failed);
+        for (int i = 0; i < NF; i++) w[i].n_prompt = 49;
     }
     tmp_dir_remove(dir);
 }
@@ -456,7 +514,7 @@ static void sched_sparse_queries(const kvt_model *m) {
     bool ok = reference_ok(m, w, NQ, &sp, why, sizeof why);
     rec recs[NQ];
     kvt_sched_stats on = {0}, off = {0};
-    tiers with = {0, 0, NULL, false, true, NULL, NULL, &sp, false}, without = {0, 0, NULL, false, true, NULL, NULL, &sp, true};
+    tiers with = {0, 0, NULL, false, true, NULL, NULL, &sp, false, 0, false}, without = {0, 0, NULL, false, true, NULL, NULL, &sp, true, 0, false};
     static const int64_t want_on[NQ] = {0, 64, 64, 32, 0, 64}, want_off[NQ] = {0, 48, 48, 32, 0, 48};
     int64_t got_on[NQ] = {0}, got_off[NQ] = {0};
     ok = ok && run_sched(m, w, NQ, 2, 20, &with, recs, &on, why, sizeof why);
@@ -502,7 +560,7 @@ static void sched_sparse_live(const kvt_model *m) {
         bool ok = reference_ok(m, w, NL, &sp, why, sizeof why);
         rec recs[NL];
         kvt_sched_stats on = {0}, off = {0};
-        tiers with = {0, 0, NULL, false, true, NULL, NULL, &sp, false}, without = {0, 0, NULL, false, true, NULL, NULL, &sp, true};
+        tiers with = {0, 0, NULL, false, true, NULL, NULL, &sp, false, 0, false}, without = {0, 0, NULL, false, true, NULL, NULL, &sp, true, 0, false};
         ok = ok && run_sched(m, w, NL, 3, 20, &with, recs, &on, why, sizeof why);
         const bool ran = ok && recs[0].n_ids[0] == MAXG; // (the first was still decoding when the others came)
         ok = ok && run_sched(m, w, NL, 3, 20, &without, recs, &off, why, sizeof why);
@@ -643,7 +701,7 @@ static void sched_prefix_chunks(const kvt_model *m) {
     if (!ok) snprintf(why, sizeof why, "reference: %s", err.msg);
     rec recs[2];
     kvt_sched_stats ss = {0};
-    tiers t = {0, 0, NULL, false, true, NULL, NULL, NULL, false};
+    tiers t = {0, 0, NULL, false, true, NULL, NULL, NULL, false, 0, false};
     ok = ok && run_sched(m, w, 2, 2, 16, &t, recs, &ss, why, sizeof why);
     test_result(ok && ss.cached_tokens >= 32,
                 "sched: a prompt's blocks join the prefix cache chunk by chunk: a second request arriving mid-prefill "
@@ -666,9 +724,9 @@ static void sched_store_host(const kvt_model *m) {
     kvt_sched_stats ss = {0};
     kvt_kv_stats ks;
     memset(&ks, 0, sizeof ks);
-    tiers cold = {0, 0, NULL, false, true, dir, NULL, NULL, false};
+    tiers cold = {0, 0, NULL, false, true, dir, NULL, NULL, false, 0, false};
     ok = ok && run_sched(m, w, NR, 3, 24, &cold, recs, &ss, why, sizeof why);
-    tiers warm = {2 * 6, 2 * 40, NULL, false, true, dir, &ks, NULL, false};
+    tiers warm = {2 * 6, 2 * 40, NULL, false, true, dir, &ks, NULL, false, 0, false};
     ok = ok && run_sched(m, w, NR, 3, 24, &warm, recs, &ss, why, sizeof why);
     const int64_t up = ks.moved_count[KVT_TIER_HOST][KVT_TIER_FAST];
     test_result(ok && ss.cached_tokens > 0 && ks.host_imports > 0 && up >= ks.host_imports,
@@ -998,6 +1056,7 @@ void test_sched(const test_env *env) {
     sched_tiers(m, env->quick);
     sched_prefix_chunks(m);
     sched_sparse(m);
+    sched_store_full(m);
     sched_sparse_queries(m);
     sched_sparse_live(m);
     sched_sparse_admission(m);

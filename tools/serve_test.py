@@ -541,7 +541,8 @@ def t_metrics(s):
     for name in ("kvtier_requests_total", "kvtier_prompt_tokens_total", "kvtier_generated_tokens_total",
                  "kvtier_queue_length", "kvtier_kv_used_bytes{tier=\"fast\"}", "kvtier_kv_moved_bytes_total",
                  "kvtier_prompt_seconds_total", "kvtier_decode_seconds_total", "kvtier_n_parallel",
-                 "kvtier_iterations_total", "kvtier_preemptions_total", "kvtier_prefetch_plans_total"):
+                 "kvtier_iterations_total", "kvtier_preemptions_total", "kvtier_restarts_total",
+                 "kvtier_prefetch_plans_total"):
         assert name in text, name
     assert s.metric("kvtier_generated_tokens_total") > 0
     # while idle the server makes and faults in the fast tier's next arena chunk ahead of use (--kv-warm: one context)

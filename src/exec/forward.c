@@ -129,6 +129,13 @@ static void kv_truncate(kvt_context *c, int32_t seq, int64_t n_keep) {
     if (c->gpu_be) c->gpu_be->ops->seq_truncate(c->gpu_be, seq, n_keep);
 }
 
+// A pass failed: seq's positions [n_keep, ...) leave the KV caches and the sparse state (key summaries cut back; under
+// asyncspade the query history restarts: see kvt_context_pass_repeatable).
+static void pass_undo(kvt_context *c, int32_t seq, int64_t n_keep) {
+    kvt_sparse_seq_truncate(c->sp, seq, n_keep);
+    kv_truncate(c, seq, n_keep);
+}
+
 static void *xalloc(kvt_context *c, size_t bytes, bool *ok) {
     void *p = NULL;
     bytes = (bytes + 63) / 64 * 64;
@@ -365,7 +372,7 @@ static kvt_status decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens,
         kvt_ubatch u = {tokens + i, nb, seq, past + i, NULL, NULL, prompt, NULL, NULL, NULL};
         kvt_status st = forward_ubatch(c, &u, NULL, all_logits ? nb : last, dst, last ? (all_logits ? i : 0) : -1, err);
         if (st) {
-            kv_truncate(c, seq, past);
+            pass_undo(c, seq, past);
             return st;
         }
         if (c->p.progress && n > c->p.n_ubatch) c->p.progress(c->p.progress_user, i + nb, n);
@@ -409,7 +416,7 @@ kvt_status kvt_decode_batch(kvt_context *c, const int32_t *seqs, const int32_t *
         st = forward_ubatch(c, &u, NULL, nb, c->logits + i * n_vocab, i + nb == n ? i : -1, err);
     }
     for (int64_t i = 0; i < n; i++) {
-        if (st) kv_truncate(c, seqs[i], pos[i]);
+        if (st) pass_undo(c, seqs[i], pos[i]);
         else c->n_past[seqs[i]] = pos[i] + 1;
     }
     free(pos);
@@ -464,7 +471,7 @@ kvt_status kvt_decode_runs(kvt_context *c, const kvt_batch_run *runs, int64_t n_
         k = k1;
     }
     for (int64_t i = 0; i < n_runs; i++) {
-        if (st) kv_truncate(c, runs[i].seq, c->n_past[runs[i].seq]);
+        if (st) pass_undo(c, runs[i].seq, c->n_past[runs[i].seq]);
         else c->n_past[runs[i].seq] += runs[i].n;
     }
     free(tok), free(seqs), free(pos), free(out), free(prompt);
@@ -612,6 +619,11 @@ int64_t kvt_context_kv_block(const kvt_context *c) { return c->p.kv_block; }
 int64_t kvt_context_kv_block_bytes(const kvt_context *c) {
     const kvt_hparams *hp = &c->m->hp;
     return (int64_t)hp->n_layer * hp->n_head_kv * kvt_row_size(c->p.kv_type, (hp->head_dim + hp->head_dim_v) * c->p.kv_block);
+}
+
+bool kvt_context_pass_repeatable(const kvt_context *c) {
+    const kvt_sparse_params *p = c->sp ? kvt_sparse_get_params(c->sp) : NULL;
+    return !p || p->mode != KVT_SPARSE_ASYNCSPADE;
 }
 
 bool kvt_context_sparse_selects(const kvt_context *c) {

@@ -4,6 +4,7 @@
 // the list and the latest-admitted running request is the last admitted one not swapped out.
 #include "scheduler.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,7 @@ typedef struct req {
     int64_t n_prefilled; // prompt positions in the prompt's sequence
     rstate state;
     bool swapped;        // preempted: its blocks went down to disk; it does not run
+    bool restarted;      // started again once after a failed pass (req_restart); a second such failure ends it
     choice *ch;          // [p.n]
     int32_t n_live;
     int64_t cached, completion;
@@ -572,6 +574,59 @@ static int64_t build_runs(kvt_sched *s, kvt_err *err) {
     return n;
 }
 
+// r, admitted and still in its prompt (no token reported), goes back to waiting: its sequences and samplers are freed
+// and it is computed again from its admission on, which gives the tokens it would have had (its prompt's blocks that
+// passes before completed may come back from the prefix cache, exact as any hit).
+static void req_restart(kvt_sched *s, req *r) {
+    for (int32_t i = 0; i < r->p.n; i++) {
+        if (r->ch[i].seq > 0) seq_free(s, r, r->ch[i].seq);
+        kvt_sampler_free(r->ch[i].smp);
+        r->ch[i] = (choice){-1, NULL, 0, 0, false};
+    }
+    r->n_live = 0;
+    r->state = R_WAITING;
+    r->swapped = false;
+    r->n_prefilled = r->cached = r->completion = 0;
+    r->restarted = true;
+    s->st.restarts++;
+}
+
+// After a failed pass that cannot be repeated (kvt_context_pass_repeatable: asyncspade), the pass's requests in their
+// prompt start again (req_restart; they move behind the admitted requests, in their order, so that the admitted ones
+// stay a prefix of the list), and those that reported tokens fail, named. Returns whether any failed.
+static bool pass_abandon(kvt_sched *s, int64_t n_runs, kvt_err *err) {
+    bool failed = false;
+    req *back = NULL, **tail = &back; // the restarted ones, in list order
+    for (req **pp = &s->head; *pp;) {
+        req *r = *pp;
+        bool ran = false;
+        for (int64_t i = 0; i < n_runs && !ran; i++) ran = s->run_req[i] == r;
+        if (!ran) {
+            pp = &r->next;
+        } else if (r->state == R_PREFILL && !r->restarted) {
+            req_restart(s, r);
+            *pp = r->next;
+            r->next = NULL;
+            *tail = r, tail = &r->next;
+        } else {
+            kvt_err e2 = *err;
+            snprintf(e2.msg, sizeof e2.msg, "%.300s (not run again: %s)", err->msg,
+                     r->restarted ? "it failed so once already"
+                                  : "under asyncspade the failed pass moved the request's selection state on, so a repeat "
+                                    "would change its tokens");
+            req_end(s, r, KVT_SCHED_FAILED, &e2); // (unlinks r: *pp is its successor now)
+            failed = true;
+        }
+    }
+    if (back) { // behind the last admitted request
+        req **at = &s->head;
+        while (*at && (*at)->state != R_WAITING) at = &(*at)->next;
+        *tail = *at;
+        *at = back;
+    }
+    return failed;
+}
+
 kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err) {
     *rows = 0;
     kvt_status st0 = s->resident >= 0 ? balance(s, err) : KVT_OK;
@@ -588,6 +643,7 @@ kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err) {
     kvt_status st = kvt_decode_runs(s->ctx, s->runs, n_runs, err);
     if (st == KVT_ERR_BUDGET && s->pc) { // the store is full: cached prefixes give way first
         s->st.prefix_trimmed += kvt_prefix_cache_trim(s->pc, 0);
+        if (!kvt_context_pass_repeatable(s->ctx)) return pass_abandon(s, n_runs, err) ? st : KVT_OK;
         st = kvt_decode_runs(s->ctx, s->runs, n_runs, err);
     }
     if (st) { // the requests of this pass fail; the others go on

@@ -96,6 +96,7 @@ typedef struct {
     int32_t n_parallel;                // sequences decoding at once
     int64_t iterations;                // forward passes of the scheduler (0 for fcfs)
     int64_t preemptions, resumes;      // requests swapped out to disk / resumed (totals)
+    int64_t restarts;                  // requests started again after a failed pass that could not be repeated
     int64_t preempted;                 // requests swapped out now
     int64_t plans;                     // prefetch plans published to the KV store
     double prefix_attach_seconds;      // scheduler thread time spent giving admitted prompts their cached prefix

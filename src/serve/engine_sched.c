@@ -326,6 +326,7 @@ static void *sched_main(void *arg) {
         e->st.iterations = after.iterations;
         e->st.preemptions = after.preemptions;
         e->st.resumes = after.resumes;
+        e->st.restarts = after.restarts;
         e->st.preempted = after.preempted;
         e->st.plans = after.plans;
         e->st.prefix_attach_seconds = after.attach_ms / 1e3;
