@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,6 +348,59 @@ static void test_fork_cow(void) {
         }
     }
     test_result(true, name, "");
+}
+
+// Readers of sequence 0 (acquire / release on their own threads, as the compute threads do) while the sequence-calls
+// thread forks and frees other sequences (kv.h allows both at once): a fork that grows the store's sequence table
+// moved it while a reader waited in a load with the mutex let go, and the reader then used the old table (heap use
+// after free, seen under ASan; found by a randomized test of the store). Sequence 0 lives mostly on disk (a fast
+// tier of 3 blocks), so readers wait in loads often; every value they read is checked.
+typedef struct {
+    kvt_kv *kv;
+    atomic_int stop;
+    atomic_long reads, wrong;
+} reader_ctx;
+
+static void *kv_reader(void *arg) {
+    reader_ctx *r = arg;
+    while (!atomic_load(&r->stop)) {
+        if (!check(r->kv, 0, 40, 40, 1, 1)) atomic_fetch_add(&r->wrong, 1);
+        atomic_fetch_add(&r->reads, 1);
+    }
+    return NULL;
+}
+
+static void test_readers_beside_forks(void) {
+    bool ok = true;
+    long reads = 0, wrong = 0;
+    int64_t forks = 0;
+    kvt_err err = {0};
+    for (int round = 0; ok && round < 4; round++) { // a new store each round: its sequence table grows again
+        kvt_kv_paged_params p = small_params();
+        p.fast_bytes = 3 * 64 * 4;
+        p.disk_dir = "/tmp";
+        p.prefetch = 4;
+        kvt_kv *kv = NULL;
+        ok = !kvt_kv_paged_init(&p, &kv, &err) && !put(kv, 0, 1, 0, 40, &err);
+        reader_ctx r = {.kv = kv};
+        pthread_t th[2];
+        int started = 0;
+        for (; ok && started < 2; started++) ok = pthread_create(&th[started], NULL, kv_reader, &r) == 0;
+        // forks kept until the end: the table grows by one entry at each (a realloc that may move it)
+        enum { NF = 120 };
+        int32_t seqs[NF];
+        int n = 0;
+        for (; ok && n < NF; n++) ok = !kv->ops->seq_fork(kv, 0, &seqs[n], &err);
+        forks += n;
+        for (int i = 0; i < n; i++) kv->ops->seq_free(kv, seqs[i]);
+        atomic_store(&r.stop, 1);
+        for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+        reads += atomic_load(&r.reads), wrong += atomic_load(&r.wrong);
+        kvt_kv_free(kv);
+    }
+    test_result(ok && wrong == 0 && reads > 0,
+                "kv: readers of a sequence on disk beside forks and frees on the sequence-calls thread: every value right",
+                "%s (%lld forks, %ld full reads, %ld wrong)", ok ? "" : err.msg, (long long)forks, reads, wrong);
 }
 
 // --- memory warmed ahead of use -----------------------------------------------------------
@@ -849,6 +904,7 @@ void test_kv(const test_env *env) {
     test_write_many();
     test_policies();
     test_fork_cow();
+    test_readers_beside_forks();
     test_warm();
     test_sliding_window();
     char stories[512];

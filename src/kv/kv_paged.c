@@ -973,6 +973,10 @@ static kvt_status acquire_as(kvt_kv *kv, int32_t seq, int32_t layer, int32_t gro
         miss_count(s, mk);
     } else s->st.hits++;
     uint8_t *d = kvt_tier_ptr(&s->tier[T0], B->slot[T0]);
+    // pin_block may have let the mutex go (a load, a wait), and the sequence-calls thread may have grown s->seq
+    // meanwhile (a fork, a new sequence: realloc): q is looked up again
+    q = &s->seq[seq];
+    sh = &q->sh[layer * kv->n_group + group];
     schedule_prefetch(s, q, layer * kv->n_group + group, b);
     out->pos0 = b * kv->block_tokens;
     out->n = sh->n_tok - out->pos0 < kv->block_tokens ? sh->n_tok - out->pos0 : kv->block_tokens;
