@@ -118,15 +118,19 @@ static void w_put(writer *w, const void *p, size_t n) {
 }
 
 // Copies positions [0, n) of (seq, layer) into kb [n, n_head_kv*head_dim] and vb [n, n_head_kv*head_dim_v]
-// (cache element type), group by group, through block views.
-static kvt_status read_layer(kvt_kv *kv, int32_t seq, int32_t layer, int64_t n, uint8_t *kb, uint8_t *vb,
-                             kvt_err *err) {
+// (cache element type), group by group, through block views. A sliding-window layer (window > 0): the blocks wholly
+// before n - window + 1, which no query from n on sees (a paged store has freed them), are zeros.
+static kvt_status read_layer(kvt_kv *kv, int32_t seq, int32_t layer, int32_t window, int64_t n, uint8_t *kb,
+                             uint8_t *vb, kvt_err *err) {
     const int64_t kw = kvt_row_size(kv->type, (int64_t)kv->n_head_kv * kv->head_dim);
     const int64_t vw = kvt_row_size(kv->type, (int64_t)kv->n_head_kv * kv->head_dim_v);
     const int64_t kh = kvt_row_size(kv->type, kv->head_dim), vh = kvt_row_size(kv->type, kv->head_dim_v); // one head
     const int64_t gh = kv->group_heads;
+    const int64_t seen = window > 0 ? n - window + 1 : 0, b0 = seen > 0 ? seen / kv->block_tokens : 0; // blocks [0, b0) unseen
+    memset(kb, 0, (size_t)(b0 * kv->block_tokens * kw));
+    memset(vb, 0, (size_t)(b0 * kv->block_tokens * vw));
     for (int32_t g = 0; g < kv->n_group; g++) {
-        for (int64_t b = 0; b < kvt_kv_n_blocks(kv, n); b++) {
+        for (int64_t b = b0; b < kvt_kv_n_blocks(kv, n); b++) {
             kvt_kv_view w;
             kvt_status st = kv->ops->acquire(kv, seq, layer, g, b, &w, err);
             if (st) return st;
@@ -180,7 +184,8 @@ kvt_status kvt_context_kv_save(kvt_context *ctx, int32_t seq, const int32_t *tok
     w_put(&w, h, sizeof h);
     w_put(&w, tb, (size_t)n_tokens * 4);
     for (int32_t l = 0; !w.st && l < kv->n_layer; l++) {
-        if ((w.st = read_layer(kv, seq, l, n_tokens, kb, vb, err))) break;
+        const int32_t window = kvt_hparams_layer_window(&kvt_context_model(ctx)->hp, l);
+        if ((w.st = read_layer(kv, seq, l, window, n_tokens, kb, vb, err))) break;
         w_put(&w, kb, (size_t)(n_tokens * kw));
         w_put(&w, vb, (size_t)(n_tokens * vw));
     }

@@ -43,7 +43,9 @@
 uint32_t kvt_session_model_fingerprint(const kvt_model *m);
 
 // Writes positions [0, n_tokens) of seq (n_tokens must equal kvt_context_seq_n_past(ctx, seq))
-// with the ids of the tokens at those positions. The file is written to PATH.tmp and renamed.
+// with the ids of the tokens at those positions. The file is written to PATH.tmp and renamed. A sliding-window
+// layer's blocks wholly before n_tokens - window + 1 (no later query sees them; a paged store has freed them) are
+// written as zeros.
 kvt_status kvt_context_kv_save(kvt_context *ctx, int32_t seq, const int32_t *tokens, int64_t n_tokens,
                                const char *path, kvt_err *err);
 
