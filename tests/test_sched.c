@@ -1033,10 +1033,14 @@ static void sched_cancel(const kvt_model *m) {
     while (ok && !kvt_sched_idle(s)) ok = !kvt_sched_step(s, &rows, &err);
     test_result(ok && before && recs[0].done == 1 && recs[1].done == 1 && recs[0].res.outcome == KVT_SCHED_CANCELLED &&
                     recs[1].res.outcome == KVT_SCHED_CANCELLED && recs[1].n_ids[0] == 0 && recs[2].done == 1 &&
-                    recs[2].res.outcome == KVT_SCHED_DONE && recs[2].n_ids[0] == 24 && recs[2].res.completion_tokens == 50,
-                "sched: cancel of a running and a waiting request ends each once (CANCELLED); the next one runs to its end",
-                "%s; before %d, done %d %d %d, outcomes %d %d %d", err.msg, before, recs[0].done, recs[1].done, recs[2].done,
-                recs[0].res.outcome, recs[1].res.outcome, recs[2].res.outcome);
+                    recs[2].res.outcome == KVT_SCHED_DONE && recs[2].n_ids[0] == 24 && recs[2].res.completion_tokens == 50 &&
+                    recs[0].res.computed_tokens == 4 && recs[1].res.computed_tokens == 0 && recs[2].res.computed_tokens == 4,
+                "sched: cancel of a running and a waiting request ends each once (CANCELLED); the next one runs to its end; "
+                "prompt positions computed counted as run (none for the waiting one)",
+                "%s; before %d, done %d %d %d, outcomes %d %d %d, computed %lld %lld %lld", err.msg, before, recs[0].done,
+                recs[1].done, recs[2].done, recs[0].res.outcome, recs[1].res.outcome, recs[2].res.outcome,
+                (long long)recs[0].res.computed_tokens, (long long)recs[1].res.computed_tokens,
+                (long long)recs[2].res.computed_tokens);
     kvt_sched_free(s);
     kvt_context_free(ctx);
 }

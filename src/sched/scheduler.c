@@ -161,6 +161,7 @@ static void req_end(kvt_sched *s, req *r, kvt_sched_outcome how, const kvt_err *
     if (why) res.err = *why;
     res.prompt_tokens = r->p.n_prompt;
     res.cached_tokens = r->cached;
+    res.computed_tokens = r->state == R_WAITING ? 0 : r->n_prefilled - r->cached;
     res.completion_tokens = r->completion;
     res.sparse = kvt_context_sparse_selects(s->ctx);
     res.sparse_steps = r->sparse;

@@ -53,6 +53,8 @@ typedef struct {
     kvt_err err;                 // FAILED: why
     int64_t prompt_tokens;       // the prompt's length
     int64_t cached_tokens;       // prompt positions given by the prefix cache
+    int64_t computed_tokens;     // prompt positions computed (less than prompt - cached for one cancelled or failed in
+                                 // its prompt; 0 for one that never ran)
     int64_t completion_tokens;   // over all choices
     bool sparse;                 // decode steps attend sparsely with a selection (kvt_context_sparse_selects)
     kvt_sparse_totals sparse_steps; // with sparse: the request's decode steps over all choices (kvt_sparse_seq_totals_add;

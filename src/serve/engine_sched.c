@@ -108,7 +108,7 @@ static void on_done(void *user, const kvt_sched_result *r) {
     if (res.outcome == KVT_ENGINE_DONE) e->st.jobs_done++;
     else if (res.outcome == KVT_ENGINE_CANCELLED) e->st.jobs_cancelled++;
     else e->st.jobs_failed++;
-    e->st.prompt_tokens += r->prompt_tokens - r->cached_tokens;
+    e->st.prompt_tokens += r->computed_tokens; // (not the prompt of one cancelled before it ran)
     e->st.cached_tokens += r->cached_tokens;
     e->st.generated_tokens += r->completion_tokens;
     pthread_mutex_unlock(&e->mu);
