@@ -294,6 +294,7 @@ static void test_request_errors(void) {
         {KVT_REQ_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "several prompts"},
         {KVT_REQ_COMPLETION, "{\"prompt\":[1,\"b\"]}", "prompt", "prompt[1]"},
         {KVT_REQ_COMPLETION, "{\"prompt\":[1,-2]}", "prompt", "token id"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":[1.5,2]}", "prompt", "prompt[0]: a token id must be an integer"},
         {KVT_REQ_COMPLETION, "{\"prompt\":\"a\\u0000b\"}", "prompt", "NUL"},
         {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"model\":3}", "model", "must be a string"},
         {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature", "must be a number"},

@@ -984,6 +984,36 @@ def t_auth(kvtier, model, extra):
         report(False, name, repr(e))
 
 
+def t_max_connections(kvtier, model, extra):
+    name = ("--max-connections 8: 8 idle connections held, a ninth is refused; once one closes /health answers, and "
+            "--timeout closes idle ones")
+    try:
+        s = Server(kvtier, model, "--max-connections", "8", "--timeout", "2", *extra)
+        held = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8)]
+        time.sleep(0.3)
+        try:
+            st9 = s.request("GET", "/health")[0]
+        except OSError as e:
+            st9 = type(e).__name__
+        held.pop().close()
+        time.sleep(0.3)
+        st_free = s.request("GET", "/health")[0]
+        time.sleep(3)  # the others idle past --timeout: closed by the server
+        closed = 0
+        for c in held:
+            c.settimeout(1)
+            try:
+                closed += c.recv(1) == b""
+            except OSError:
+                closed += 1
+            c.close()
+        ok = st9 != 200 and st_free == 200 and closed == len(held)
+        report(ok, name, "ninth %s, after one closed %s, idle ones closed %d of %d" % (st9, st_free, closed, len(held)))
+        s.stop()
+    except Exception as e:  # noqa: BLE001
+        report(False, name, repr(e))
+
+
 def t_port_in_use(kvtier, model, extra):
     """A second server on the port of a running one exits 1 naming the port (it had started too, SO_REUSEPORT, and
     the kernel split the connections between the two); the first one still answers."""
@@ -1006,7 +1036,8 @@ def t_port_in_use(kvtier, model, extra):
 
 
 def t_sigterm(kvtier, model, extra):
-    name = "SIGTERM during a stream: the stream ends, the server exits 0, the KV disk directory is left empty"
+    name = ("SIGTERM during a stream and a whole answer: the stream ends with an error event (503) and [DONE], the "
+            "whole answer is a 503, the server exits 0, the KV disk directory is left empty")
     d = tempfile.mkdtemp()
     try:
         s = Server(kvtier, model, "--kv-disk", d, "--kv-block", "16", "--kv-fast", "32K", *extra)
@@ -1014,19 +1045,33 @@ def t_sigterm(kvtier, model, extra):
 
         def streamer():
             try:
-                box["r"] = s.stream("/v1/completions", {"prompt": "A", "max_tokens": 3000, "stream": True,
+                box["s"] = s.stream("/v1/completions", {"prompt": "A", "max_tokens": 3000, "stream": True,
                                                                 "temperature": 0})
             except Exception as e:  # noqa: BLE001
-                box["r"] = e
+                box["s"] = e
 
-        t = threading.Thread(target=streamer)
-        t.start()
+        def whole():
+            try:
+                box["w"] = s.post("/v1/completions", {"prompt": "B", "max_tokens": 3000, "temperature": 0})
+            except Exception as e:  # noqa: BLE001
+                box["w"] = e
+
+        ts = [threading.Thread(target=streamer), threading.Thread(target=whole)]
+        for t in ts:
+            t.start()
         time.sleep(0.5)
         rc = s.stop(signal.SIGTERM)
-        t.join(20)
+        for t in ts:
+            t.join(20)
         left = os.listdir(d)
-        ok = rc == 0 and not t.is_alive() and not left
-        report(ok, name, "exit %s, stream thread alive %s, files %s" % (rc, t.is_alive(), left))
+        st = box.get("s")
+        stream_ok = (isinstance(st, tuple) and st[0] == 200 and st[2] and st[1] and
+                     st[1][-1].get("error", {}).get("code") == 503)
+        w = box.get("w")
+        whole_ok = isinstance(w, tuple) and w[0] == 503
+        ok = rc == 0 and not any(t.is_alive() for t in ts) and not left and stream_ok and whole_ok
+        report(ok, name, "exit %s, threads alive %s, files %s, stream %s, whole %s" %
+               (rc, [t.is_alive() for t in ts], left, repr(st)[-200:], repr(w)[-200:]))
     except Exception as e:  # noqa: BLE001
         report(False, name, repr(e))
     finally:
@@ -1105,6 +1150,7 @@ def main():
     t_queue_full(a.kvtier, a.model, extra)
     t_auth(a.kvtier, a.model, extra)
     t_sigterm(a.kvtier, a.model, extra)
+    t_max_connections(a.kvtier, a.model, extra)
     t_port_in_use(a.kvtier, a.model, extra)
     t_small_kv(a.kvtier, a.model, extra)
     t_preempt(a.kvtier, a.model, extra)

@@ -22,6 +22,7 @@
 #endif
 #if defined(KVT_HAVE_JANSSON) && defined(KVT_HAVE_MICROHTTPD)
 #define KVT_SERVE_HTTP 1
+#define KVT_SERVE_DRAIN_MS 30000 // on SIGINT/SIGTERM: how long the cancelled requests' responses may take to go out
 #include "../serve/engine.h"
 #include "../serve/http.h"
 #include "../exec/session.h"
@@ -76,6 +77,8 @@ static void usage(void) {
            "  --metrics             serve GET /metrics (Prometheus text)\n"
            "  --queue N             requests waiting at most; more get 503 with Retry-After (default 64)\n"
            "  --timeout S           close a connection idle for S seconds (default 600)\n"
+           "  --max-connections N   open connections at most, idle ones included (default 256); past it new\n"
+           "                        connections are refused until one closes\n"
            "  --chat-template NAME  override the format recognized from tokenizer.chat_template\n"
            "                        (%s)\n"
            "  --print-prompt FILE   render the messages of a /v1/chat/completions JSON body with the\n"
@@ -116,7 +119,7 @@ static int print_prompt(const kvt_chat_template *t, const char *file) {
 #ifdef KVT_SERVE_HTTP
 typedef struct {
     const char *host, *api_key;
-    int port, n_parallel, queue, timeout_s;
+    int port, n_parallel, queue, timeout_s, max_connections;
     bool metrics;
     int64_t batch_tokens, lookahead;
     bool preempt;
@@ -189,7 +192,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); // before any thread starts: they inherit the mask
     signal(SIGPIPE, SIG_IGN);
-    kvt_http_params hp = {o->host, o->port, o->api_key, o->metrics, 0, 0, o->timeout_s};
+    kvt_http_params hp = {o->host, o->port, o->api_key, o->metrics, 0, o->max_connections, o->timeout_s};
     kvt_http *h = NULL;
     kvt_err err = {0};
     if (kvt_http_start(&hp, &h, &err)) {
@@ -263,6 +266,11 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
 done:
     kvt_http_quiesce(h);                  // no new connections
     if (e) kvt_engine_shutdown(e, true);  // running and queued requests end (cancelled)
+    // their responses go out whole first: a stream's error event and [DONE], a whole answer's 503 (the engine ends
+    // its current iteration before it cancels: seconds for a long prompt chunk)
+    if (h && !kvt_http_drain(h, KVT_SERVE_DRAIN_MS)) {
+        fprintf(stderr, "kvtier serve: some responses were still open after %d s: closing them\n", KVT_SERVE_DRAIN_MS / 1000);
+    }
     kvt_http_stop(h);                     // connections close, their threads end
     kvt_engine_free(e);                   // the worker ends; the context (and its KV tiers) is freed
     kvt_prefix_store_free(ps);            // after the engine, its user; flushes the writes in flight
@@ -279,7 +287,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *tmpl_name = NULL, *prompt_file = NULL;
     kvt_context_params cp = kvt_context_params_default();
     const char *host = "127.0.0.1", *api_key = NULL;
-    int64_t port = 8080, n_parallel = 4, queue = 64, timeout_s = 600, batch_tokens = 0, lookahead = 4;
+    int64_t port = 8080, n_parallel = 4, queue = 64, timeout_s = 600, batch_tokens = 0, lookahead = 4, max_conn = 256;
     bool preempt = true;
     const char *cache_dir = NULL, *remote = NULL;
     int64_t cache_max = 0, fetch_max = kvt_sched_params_default().prefix_fetch_bytes;
@@ -350,6 +358,8 @@ int cmd_serve(int argc, char **argv) {
             if (!kvt_args_int(&a, flag, 1, 1 << 20, &queue)) return 2;
         } else if (!strcmp(flag, "--timeout")) {
             if (!kvt_args_int(&a, flag, 1, 86400, &timeout_s)) return 2;
+        } else if (!strcmp(flag, "--max-connections")) {
+            if (!kvt_args_int(&a, flag, 1, 65536, &max_conn)) return 2;
         } else if (!strcmp(flag, "--metrics")) {
             metrics = true;
         } else {
@@ -358,7 +368,7 @@ int cmd_serve(int argc, char **argv) {
         }
     }
 #ifndef KVT_HAVE_JANSSON
-    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)max_conn, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
     (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions;
     (void)model_path;
     (void)tmpl_name;
@@ -387,7 +397,7 @@ int cmd_serve(int argc, char **argv) {
         return rc;
     }
 #ifndef KVT_SERVE_HTTP
-    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
+    (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)max_conn, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
     (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions;
     fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
                     "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
@@ -398,7 +408,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "kvtier serve: --kv-cache-max bounds --kv-cache-dir, which is not given\n");
         return 2;
     }
-    serve_opts o = {host,         api_key,   (int)port, (int)n_parallel, (int)queue, (int)timeout_s, metrics,
+    serve_opts o = {host,         api_key,   (int)port, (int)n_parallel, (int)queue, (int)timeout_s, (int)max_conn, metrics,
                     batch_tokens, lookahead, preempt,   cache_dir,       cache_max,  remote,
                     fetch_max,    fetch_wait_ms, query_bytes, key_bytes, warm_positions};
     return run_server(&o, model_path, tmpl_name, &cp);

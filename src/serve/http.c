@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../base/timer.h"
 #include "http_job.h"
 #include "native.h"
 #include "request.h"
@@ -39,6 +40,7 @@ struct kvt_http {
     atomic_ullong serial;
     atomic_llong answers[6]; // responses by status class: [2] 2xx, [4] 4xx, [5] 5xx
     atomic_llong streams_cancelled;
+    atomic_llong open_jobs;  // requests with an engine job whose response is not yet complete (kvt_http_drain)
 };
 
 // One request on a connection (libmicrohttpd's con_cls).
@@ -252,6 +254,7 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     }
     kvt_http_job_set_id(j, h->engine, id);
     cn->job = j;
+    atomic_fetch_add(&h->open_jobs, 1);
     if (!stream) {
         int status;
         char *body;
@@ -684,6 +687,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         if (code != MHD_REQUEST_TERMINATED_COMPLETED_OK) atomic_fetch_add(&h->streams_cancelled, 1);
         kvt_http_job_abandon(cn->job);
         kvt_http_job_unref(cn->job);
+        atomic_fetch_sub(&h->open_jobs, 1);
     }
     free(cn->body);
     free(cn);
@@ -760,6 +764,16 @@ void kvt_http_set_info(kvt_http *h, const char *model_path, const char *chat_tem
 void kvt_http_quiesce(kvt_http *h) {
     atomic_store(&h->stopping, true);
     if (h->listen_fd < 0) h->listen_fd = (int)MHD_quiesce_daemon(h->d);
+}
+
+bool kvt_http_drain(kvt_http *h, int64_t timeout_ms) {
+    const double t_end = kvt_time_ms() + (double)timeout_ms;
+    while (h && atomic_load(&h->open_jobs) > 0) {
+        if (kvt_time_ms() >= t_end) return false;
+        const struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return true;
 }
 
 void kvt_http_stop(kvt_http *h) {

@@ -49,8 +49,11 @@ void kvt_http_set_ready(kvt_http *h, kvt_engine *e, const kvt_tokenizer *tok, co
 void kvt_http_set_info(kvt_http *h, const char *model_path, const char *chat_template, size_t chat_template_len);
 // Stops accepting connections (requests on open connections get 503 from now on).
 void kvt_http_quiesce(kvt_http *h);
+// Waits until every request that had an engine job has sent its whole response (after kvt_engine_shutdown: a
+// stream its error event and [DONE], a whole answer its 503), at most timeout_ms; false when some had not.
+bool kvt_http_drain(kvt_http *h, int64_t timeout_ms);
 // Closes every connection and stops the server's threads; then frees. Cancel or finish the engine's jobs
-// first (kvt_engine_shutdown) so that no response waits for one.
+// first (kvt_engine_shutdown, then kvt_http_drain) so that no response waits for one or is cut off.
 void kvt_http_stop(kvt_http *h);
 
 #endif

@@ -165,7 +165,8 @@ static kvt_status parse_prompt(kvt_request *r, json_t *root, kvt_api_error *e) {
         return kvt_api_errorf(e, 400, NULL, "prompt", "prompt: must be a string or a list, got %s", type_name(v));
     if (json_array_size(v) == 0) return bad(e, "prompt", "the prompt is empty");
     json_t *first = json_array_get(v, 0);
-    if (json_is_integer(first)) return get_ids(r, v, "prompt", e);
+    // a list of token ids: its first element a number (a fractional one is refused by get_ids, named)
+    if (json_is_number(first)) return get_ids(r, v, "prompt", e);
     if (json_array_size(v) > 1)
         return bad(e, "prompt", "a list of several prompts is not supported; send one request per prompt");
     if (json_is_string(first)) return check_str(first, "prompt[0]", &r->p.prompt, e);
