@@ -306,7 +306,7 @@ static void keep_step(kvt_sparse *s, int32_t seq, int64_t P, const float *q, int
     kvt_sparse_layer *ly = &kvt_sparse_seq_get(s, seq)->lay[0];
     for (int32_t t = 0; t <= P; t++) ly->sel[t] = t; // every position a candidate
     ly->nsel[0] = P + 1;
-    kvt_sparse_rerank(s, ly, P, q, 1.0f, NULL);
+    kvt_sparse_rerank(s, ly, P, q, 1.0f, NULL, true);
     pages[0] = pages[1] = -1;
     for (int64_t x = 0, k = 0; x < ly->nsel[0]; x++) {
         if (ly->sel[x] < P && (k == 0 || pages[k - 1] != ly->sel[x] / 4) && k < 2) pages[k++] = ly->sel[x] / 4;
@@ -365,7 +365,7 @@ static bool rr_case(kvt_sparse *s, int32_t H, int64_t P, const float *q, int (*k
         for (int32_t t = 0; t <= P; t++) ly->sel[kh * ly->cap + t] = t;
         ly->nsel[kh] = P + 1;
     }
-    kvt_sparse_rerank(s, ly, P, q, 1.0f, NULL);
+    kvt_sparse_rerank(s, ly, P, q, 1.0f, NULL, true);
     for (int32_t kh = 0; kh < H; kh++) {
         n[kh] = ly->nsel[kh];
         memcpy(sel[kh], ly->sel + kh * ly->cap, (size_t)n[kh] * 4);
@@ -435,7 +435,7 @@ static void sl_step(kvt_sparse *s, int32_t seq, int64_t P, const float *q, int64
         kvt_sparse_layer *ly = &sq->lay[l];
         for (int32_t t = 0; t <= P; t++) ly->sel[t] = t;
         ly->nsel[0] = P + 1;
-        kvt_sparse_rerank(s, ly, P, q, 1.0f, NULL);
+        kvt_sparse_rerank(s, ly, P, q, 1.0f, NULL, true);
         n[l] = ly->nsel[0];
     }
 }

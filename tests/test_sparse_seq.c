@@ -666,6 +666,49 @@ static void test_attached_edges(const kvt_model *m) {
     free(got);
 }
 
+// A sequence truncated and decoded again up to positions it had decoded (serve's FCFS engine reuses a prefix so; a
+// failed pass is cut back so) = a fresh one given the same chunks, bit for bit: with --sparse-share-layers the
+// layers' shared budgets of a position were kept across the truncate and used again (found by a review). Also a
+// --sparse-real-layers layer under --sparse-rerank-resid: its re-rank is the exact pass (no worker prediction to take
+// a residual from), so = the same with --sparse-rerank-resid 0.
+static void test_truncate_again(const kvt_model *m) {
+    const int32_t V = m->hp.n_vocab;
+    int32_t toks[80];
+    for (int i = 0; i < 80; i++) toks[i] = 1 + (int32_t)((i * 53 + 7) % (V - 1));
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+    for (int v = 0; v < 2; v++) {
+        kvt_context_params cp = base_params(KVT_SPARSE_ASYNCSPADE);
+        cp.sparse.rerank = 4, cp.sparse.rerank_block = 4, cp.sparse.sync = true;
+        if (v == 0) cp.sparse.share = cp.sparse.share_layers = true, cp.sparse.budget = 16, cp.sparse.rerank = 2;
+        else cp.sparse.real_layers = m->hp.n_layer, cp.sparse.rerank_resid = 0.25, cp.sparse.rerank_resid_gate = 0.01,
+             cp.sparse.rerank_resid_cal = 1; // (the residual taken from the first calibrated step on)
+        kvt_context_params cr = cp;
+        if (v == 1) cr.sparse.rerank_resid = 0; // the reference: no residual
+        kvt_err err = {0};
+        kvt_context *A = NULL, *B = NULL;
+        kvt_status st = kvt_context_init(m, &cp, &A, &err);
+        if (!st) st = kvt_context_init(m, v == 1 ? &cr : &cp, &B, &err);
+        if (!st) st = kvt_decode(A, toks, 56, false, &err);
+        for (int i = 56; !st && v == 0 && i < 72; i++) st = kvt_decode(A, toks + i, 1, false, &err); // then cut back
+        if (!st && v == 0) kvt_context_truncate(A, 56);
+        if (!st) st = kvt_decode(A, toks + 56, 15, false, &err);
+        for (int i = 71; !st && i < 80; i++) st = kvt_decode(A, toks + i, 1, false, &err);
+        if (!st) memcpy(a, kvt_context_logits(A), (size_t)V * 4);
+        if (!st) st = kvt_decode(B, toks, 56, false, &err);
+        if (!st) st = kvt_decode(B, toks + 56, 15, false, &err);
+        for (int i = 71; !st && i < 80; i++) st = kvt_decode(B, toks + i, 1, false, &err);
+        if (!st) memcpy(b, kvt_context_logits(B), (size_t)V * 4);
+        kvt_context_free(A);
+        kvt_context_free(B);
+        test_result(!st && same(a, b, V),
+                    v == 0 ? "sparse_seq: --sparse-share-layers: truncated and decoded again = a fresh sequence, bit for bit"
+                           : "sparse_seq: --sparse-real-layers with --sparse-rerank-resid: the exact re-rank (= resid 0), bit for bit",
+                    "%s", st ? err.msg : "logits differ");
+    }
+    free(a);
+    free(b);
+}
+
 // Under a --kv-fast reservation for one sequence (asyncspade): (pool) a sequence growing its buffers (40, then 70
 // positions) leaves its old ones to the pool only as far as the reservation allows: held + pooled within it at each
 // point and after its end; (unkeep) summaries kept from a running sequence and then dropped by the cache (its LRU, a
@@ -1194,6 +1237,7 @@ void test_sparse_seq(const test_env *env) {
     test_kept_keys(m);
     test_attached_edges(m);
     test_reservation_edges(m);
+    test_truncate_again(m);
     test_live_keys(m);
     test_live_keys_budget(m);
     test_prompt_parts(m);

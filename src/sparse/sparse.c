@@ -558,7 +558,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
                 kvt_sparse_check_predicted(s, ly, layer, P, q, p->scale);
             }
             if (s->p.rerank > 1.0 && kvt_sparse_layer_pieces(s) > 0) kvt_sparse_layer_budgets(s, sq, P);
-            if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale, pool);
+            if (s->p.rerank > 1.0) kvt_sparse_rerank(s, ly, P, q, p->scale, pool, !real_layer);
             summary = H * P * (kvt_sparse_key_row_bytes(s->p.key_bits, s->d.head_dim) + // the worker's scan
                                kvt_sparse_key_scale_bytes(s->p.key_bits, s->d.head_dim));
         }

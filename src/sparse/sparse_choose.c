@@ -468,9 +468,12 @@ static void share_choose(const rerank_job *J) {
         kk += J->K - c0[kh] - c1[kh];
     }
     if (ly->lv) { // share_layers: this step's pieces, the budget's next record; the shared budget, when set, replaces kk
+        const int64_t prev = ly->lkk; // (the budget lalloc was shared from: the previous step's, lpos P - 1)
         memcpy(ly->lw, s->sh_w, (size_t)ns * 4);
         ly->ln = ns, ly->lkk = kk, ly->lpos = J->P;
-        if (ly->lalloc >= 0) kk = ly->lalloc;
+        // the layer's share, plus its own budget's growth since (a fractional budget grows with the position): one
+        // sparse layer alone then takes its own budget, as without share_layers
+        if (ly->lalloc >= 0) kk = ly->lalloc + (kk - prev);
     }
     const bool all = kk >= total;
     const float thr = all || kk <= 0 ? INFINITY : kvt_sparse_weighted_kth(s->sh_v, s->sh_w, ns, kk);
@@ -562,7 +565,8 @@ static void rr_pass(kvt_threadpool *pool, kvt_task_fn fn, rerank_job *J, int64_t
     }
 }
 
-void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale, kvt_threadpool *pool) {
+void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale, kvt_threadpool *pool,
+                       bool predicted) {
     // hysteresis: the pages the previous decode step kept (that step only: none after a rewind or a prompt)
     if (!(pool && s->rr_ss && kvt_threadpool_n_threads(pool) <= s->d.n_threads)) pool = NULL; // else all on the caller
     rerank_job J = {s, ly, P, kvt_sparse_budget_of(s, P + 1), scale, ly->kept != NULL && ly->kept_pos == P - 1,
@@ -575,7 +579,7 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
                                         s->rr_q16 + (int64_t)kh * s->gd, s->rr_qs + (int64_t)kh * s->qpg);
             if (s->rs_nr) { // --sparse-rerank-resid: the rows of the residual, or 0 (the exact pass)
                 s->rs_nr[kh] = 0;
-                if (ly->shat && ly->sel_pos == P) kvt_sparse_resid_plan(s, ly, kh, q + (int64_t)kh * s->gd, scale);
+                if (predicted && ly->shat && ly->sel_pos == P) kvt_sparse_resid_plan(s, ly, kh, q + (int64_t)kh * s->gd, scale);
             }
         }
     }

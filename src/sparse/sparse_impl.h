@@ -270,7 +270,10 @@ void kvt_sparse_check_predicted(kvt_sparse *s, kvt_sparse_layer *ly, int32_t lay
 // The K best of each KV head's candidates (its current selection: F*K positions from the predicted query) by the
 // real query q on the int8 keys, the candidates only scored (softmax of each query head over the candidates). pool:
 // one task per KV head (NULL: all on the caller); the same bits either way.
-void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale, kvt_threadpool *pool);
+// predicted: the candidates come from the worker's predicted query (its scores in ly->shat: --sparse-rerank-resid may
+// score their residual); false for a --sparse-real-layers layer, whose selection used the real query.
+void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const float *q, float scale, kvt_threadpool *pool,
+                       bool predicted);
 // share_layers, before the re-rank of decode position P (once per step and sequence: q->lb_pos): each layer's lalloc
 // from the records of step P - 1 of every layer that has one (lpos = kept_pos = P - 1): one threshold over all their
 // pieces of pages (the best layer_floor of each layer's own budget first) for the sum of their own budgets (lkk); the

@@ -632,6 +632,7 @@ void kvt_sparse_observe_loaded(kvt_sparse *s, int32_t seq, int32_t layer, int64_
     kvt_sparse_wait_layer(s, q, layer); // the worker reads the summaries of the layer it selects for
     kvt_sparse_layer *ly = &q->lay[layer];
     if (ly->hist_next > pos0) ly->hist_next = -1; // the queries of the rewritten positions are gone
+    if (q->lb_pos >= pos0) q->lb_pos = -1;         // and the layers' budgets set at them
     cut_keys(s, ly, pos0);
     kvt_err e;
     if (!has_summaries(s) || ly->key_n != pos0 || layer_own(s, q, ly, pos0, &e) || kvt_sparse_layer_reserve(s, q, layer, pos0 + n, &e)) return;
@@ -661,6 +662,7 @@ void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep) {
         return;
     }
     kvt_sparse_wait_seq(s, q);
+    if (q->lb_pos >= n_keep) q->lb_pos = -1; // share_layers: the layers' budgets of a position no longer held
     for (int32_t l = 0; l < s->d.n_layer; l++) {
         kvt_sparse_layer *ly = &q->lay[l];
         cut_keys(s, ly, n_keep);
