@@ -436,10 +436,13 @@ static void sched_sparse(const kvt_model *m) {
 
 // A store that fills up: fast 4 blocks, no host, disk 8 (one request's 4 position blocks x 2 layers, not two), the
 // prefix cache on, one request at a time (49-token prompts, 12 tokens each: no block past the prompt's). Each request's
-// prompt finds the previous one's cached blocks in the store: its pass fails (KVT_ERR_BUDGET), the cache is trimmed.
-// Dense repeats the pass; asyncspade, whose failed pass moved its selection state on (kvt_context_pass_repeatable),
-// starts the request again (req_restart). Either way every request's greedy ids = kvt_generate alone (a repeat under
-// asyncspade gave other ids: found by a differential fuzz of the scheduler).
+// prompt finds the previous one's cached blocks in the store: its pass fails (KVT_ERR_BUDGET), the cache is trimmed
+// and the pass runs again; then 40-token prompts and a disk of 10 blocks: the prompt fits beside the cached one, its
+// decode's next block (at position 48) does not, so a decode step fails and runs again. Dense and asyncspade (its
+// failed pass taken back: kvt_sparse_seq_undo; a repeat without that gave other ids, found by a differential fuzz of
+// the scheduler): every request's greedy ids = kvt_generate alone. asyncspade with --sparse-rerank-resid, whose pass
+// is not repeatable (kvt_context_pass_repeatable): the prompt's request starts again (req_restart), the decoding one
+// fails, named; the others as alone.
 static void sched_store_full(const kvt_model *m) {
     char dir[] = "/tmp/kvt_test_sched_full_XXXXXX";
     if (!tmp_dir(dir)) return;
@@ -447,40 +450,37 @@ static void sched_store_full(const kvt_model *m) {
     workload w[NF];
     uint64_t seed = 17;
     for (int i = 0; i < NF; i++) {
-        w[i].n_prompt = 49;
-        for (int64_t t = 0; t < w[i].n_prompt; t++) w[i].prompt[t] = (int32_t)rng_in(&seed, 1, m->hp.n_vocab - 1);
+        for (int64_t t = 0; t < 49; t++) w[i].prompt[t] = (int32_t)rng_in(&seed, 1, m->hp.n_vocab - 1);
         w[i].max_tokens = 12, w[i].n = 1, w[i].arrive = 0;
     }
-    for (int dense = 0; dense <= 1; dense++) {
+    static const char *const names[3] = {"dense", "asyncspade", "asyncspade with --sparse-rerank-resid"};
+    for (int v = 0; v < 3; v++) {
         kvt_sparse_params sp = small_sparse(KVT_SPARSE_ASYNCSPADE, 4, 4);
         sp.seqs = 2 * NF;
-        char why[640] = "";
-        bool ok = reference_ok(m, w, NF, dense ? NULL : &sp, why, sizeof why);
+        if (v == 2) sp.rerank = 2, sp.rerank_resid = 0.25;
+        const kvt_sparse_params *spp = v ? &sp : NULL;
+        const bool repeat = v < 2;
+        char why[640] = "", name[256];
         rec recs[NF];
         kvt_sched_stats ss = {0};
-        tiers t = {4, 0, dir, false, true, NULL, NULL, dense ? NULL : &sp, false, 8, false};
+        for (int i = 0; i < NF; i++) w[i].n_prompt = 49;
+        bool ok = reference_ok(m, w, NF, spp, why, sizeof why);
+        tiers t = {4, 0, dir, false, true, NULL, NULL, spp, false, 8, false};
         ok = ok && run_sched(m, w, NF, 1, 64, &t, recs, &ss, why, sizeof why);
-        char name[256];
-        snprintf(name, sizeof name, "sched: %s, a store too small for a request beside the cached one: the failed pass %s, "
-                 "the same greedy ids as alone", dense ? "dense" : "asyncspade",
-                 dense ? "runs again after the cache is trimmed" : "is not repeated, its request starts again");
-        test_result(ok && ss.prefix_trimmed > 0 && (dense ? ss.restarts == 0 : ss.restarts > 0), name,
+        snprintf(name, sizeof name, "sched: %s, a store too small for a prompt beside the cached one: %s, the same greedy "
+                 "ids as alone", names[v], repeat ? "the failed pass runs again" : "its request starts again");
+        test_result(ok && ss.prefix_trimmed > 0 && (repeat ? ss.restarts == 0 : ss.restarts > 0), name,
                     "%s; %lld cached blocks trimmed, %lld restarts", why, (long long)ss.prefix_trimmed, (long long)ss.restarts);
-        // 40-token prompts and a disk of 10 blocks: the prompt fits beside the cached one, its decode's next block (at
-        // position 48) does not: dense repeats the step; asyncspade cannot (the request had reported tokens), so the
-        // request fails, its error saying why, and the others are as alone
         for (int i = 0; i < NF; i++) w[i].n_prompt = 40;
-        ok = reference_ok(m, w, NF, dense ? NULL : &sp, why, sizeof why);
-        tiers d = {4, 0, dir, false, true, NULL, NULL, dense ? NULL : &sp, false, 10, !dense};
+        ok = reference_ok(m, w, NF, spp, why, sizeof why);
+        tiers d = {4, 0, dir, false, true, NULL, NULL, spp, false, 10, !repeat};
         ok = ok && run_sched(m, w, NF, 1, 64, &d, recs, &ss, why, sizeof why);
         int failed = 0;
         for (int i = 0; i < NF; i++) failed += recs[i].res.outcome == KVT_SCHED_FAILED;
-        snprintf(name, sizeof name, "sched: %s, a decode step without room beside the cached prompt: %s", dense ? "dense" : "asyncspade",
-                 dense ? "run again after the cache is trimmed, the same greedy ids as alone"
-                       : "its request fails, named (a repeat would change tokens); the others as alone");
-        test_result(ok && ss.prefix_trimmed > 0 && (dense ? failed == 0 : failed > 0), name,
+        snprintf(name, sizeof name, "sched: %s, a decode step without room beside the cached prompt: %s", names[v],
+                 repeat ? "run again, the same greedy ids as alone" : "its request fails, named; the others as alone");
+        test_result(ok && ss.prefix_trimmed > 0 && (repeat ? failed == 0 : failed > 0), name,
                     "%s; %lld cached blocks trimmed, %d failed", why, (long long)ss.prefix_trimmed, failed);
-        for (int i = 0; i < NF; i++) w[i].n_prompt = 49;
     }
     tmp_dir_remove(dir);
 }

@@ -181,9 +181,9 @@ int64_t kvt_context_decode_bytes(const kvt_context *ctx, int64_t n);
 // True when decode steps attend sparsely with a selection (quest, asyncspade; not the oracle, which reads every key).
 bool kvt_context_sparse_selects(const kvt_context *ctx);
 // Whether a pass (kvt_decode_seq, _batch, _runs) that failed gives, run again, what it would have given the first
-// time. "On error no sequence changes" holds for the KV and the key summaries; asyncspade's query history and its
-// selections for the next step, though, advanced in the layers that ran before the error, and the history restarts
-// (as after a truncate), so a repeat gives other selections: false under asyncspade, true otherwise.
+// time ("on error no sequence changes"): the KV and the sparse state are taken back (asyncspade's query history,
+// hysteresis and next selection: kvt_sparse_seq_undo); false only under asyncspade with --sparse-rerank-resid, whose
+// calibration counts the failed pass's calls.
 bool kvt_context_pass_repeatable(const kvt_context *ctx);
 
 #endif

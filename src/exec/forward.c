@@ -129,10 +129,10 @@ static void kv_truncate(kvt_context *c, int32_t seq, int64_t n_keep) {
     if (c->gpu_be) c->gpu_be->ops->seq_truncate(c->gpu_be, seq, n_keep);
 }
 
-// A pass failed: seq's positions [n_keep, ...) leave the KV caches and the sparse state (key summaries cut back; under
-// asyncspade the query history restarts: see kvt_context_pass_repeatable).
+// A pass failed: seq's positions [n_keep, ...) leave the KV caches, and its sparse state goes back to what it was
+// before the pass (kvt_sparse_seq_undo; see kvt_context_pass_repeatable).
 static void pass_undo(kvt_context *c, int32_t seq, int64_t n_keep) {
-    kvt_sparse_seq_truncate(c->sp, seq, n_keep);
+    kvt_sparse_seq_undo(c->sp, seq, n_keep);
     kv_truncate(c, seq, n_keep);
 }
 
@@ -365,6 +365,7 @@ static kvt_status decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens,
     int64_t rows = all_logits ? n : 1;
     kvt_status st0 = logits_reserve(c, rows, err);
     if (st0) return st0;
+    kvt_sparse_pass_begin(c->sp);
     for (int64_t i = 0; i < n; i += c->p.n_ubatch) {
         int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         float *dst = all_logits ? c->logits + i * hp->n_vocab : c->logits;
@@ -410,6 +411,7 @@ kvt_status kvt_decode_batch(kvt_context *c, const int32_t *seqs, const int32_t *
     int64_t *pos = malloc((size_t)n * sizeof *pos); // [n] position of each token
     if (!pos) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a batch of %lld tokens", (long long)n);
     for (int64_t i = 0; i < n; i++) pos[i] = c->n_past[seqs[i]];
+    kvt_sparse_pass_begin(c->sp);
     for (int64_t i = 0; !st && i < n; i += c->p.n_ubatch) {
         const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         kvt_ubatch u = {tokens + i, nb, -1, 0, seqs + i, pos + i, false, NULL, NULL, NULL};
@@ -462,6 +464,7 @@ kvt_status kvt_decode_runs(kvt_context *c, const kvt_batch_run *runs, int64_t n_
         }
         if (runs[i].logits) out[k++] = r - 1;
     }
+    kvt_sparse_pass_begin(c->sp);
     for (int64_t i = 0, k = 0; !st && i < n; i += c->p.n_ubatch) {
         const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
         int64_t k1 = k;
@@ -621,10 +624,7 @@ int64_t kvt_context_kv_block_bytes(const kvt_context *c) {
     return (int64_t)hp->n_layer * hp->n_head_kv * kvt_row_size(c->p.kv_type, (hp->head_dim + hp->head_dim_v) * c->p.kv_block);
 }
 
-bool kvt_context_pass_repeatable(const kvt_context *c) {
-    const kvt_sparse_params *p = c->sp ? kvt_sparse_get_params(c->sp) : NULL;
-    return !p || p->mode != KVT_SPARSE_ASYNCSPADE;
-}
+bool kvt_context_pass_repeatable(const kvt_context *c) { return kvt_sparse_pass_repeatable(c->sp); }
 
 bool kvt_context_sparse_selects(const kvt_context *c) {
     const kvt_sparse_params *p = c->sp ? kvt_sparse_get_params(c->sp) : NULL;

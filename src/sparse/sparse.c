@@ -512,6 +512,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         pthread_mutex_unlock(&s->mu);
     }
     if (decode && s->has_worker && s->p.prefetch_layers > 0) kvt_sparse_prefetch_ahead(s, sq, seq, layer, P);
+    kvt_sparse_undo_save(s, ly, pos0, n); // (what this call changes, taken back if the pass fails)
     const bool rewind = pos0 != ly->hist_next; // a truncate: the history restarts, no selection is current
     if (rewind) ly->sel_pos = ly->kept_pos = -1;
     ly->hist_next = pos0 + n;

@@ -104,6 +104,15 @@ void kvt_sparse_free(kvt_sparse *s);
 // state and its records freed. Each waits for the sequence's worker jobs first.
 kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t n, kvt_err *err);
 void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep);
+// A forward pass begins (the context's decode calls): the layers' undo records name it.
+void kvt_sparse_pass_begin(kvt_sparse *s);
+// The pass failed: seq's state as before it, its positions [n_keep, ...) gone (n_keep: where the pass started).
+// asyncspade: the query history, the hysteresis and the selection to be made again, as they were, so that the pass run
+// again gives what it would have given (the layers the pass reached; with --sparse-rerank-resid its calibration is
+// not taken back: kvt_sparse_pass_repeatable). Otherwise as kvt_sparse_seq_truncate.
+void kvt_sparse_seq_undo(kvt_sparse *s, int32_t seq, int64_t n_keep);
+// Whether kvt_sparse_seq_undo takes a failed pass back whole.
+bool kvt_sparse_pass_repeatable(const kvt_sparse *s);
 void kvt_sparse_seq_free(kvt_sparse *s, int32_t seq);
 
 // asyncspade's query window of a sequence, kept beside a prefix cache's blocks (src/sched/prefix_cache.c): the

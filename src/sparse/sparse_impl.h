@@ -104,6 +104,15 @@ typedef struct {
     double *rs_cal;     // --sparse-rerank-resid: [Hkv][2] the head's calibration: re-rank calls measured, the sum of the
                         // shares of their candidates' mass the chosen pages held (sparse_choose.c); from rerank_resid_cal
                         // calls on, the mean against rerank_resid_gate decides between the residual and the exact pass
+    // asyncspade: what the current pass (kvt_sparse.pass) changed, so that a failed pass can be taken back whole
+    // (kvt_sparse_seq_undo): the history rows it pushed out ([Hkv][W + 1][gd], the first undo_n of each head, oldest
+    // first), the history's length and next position, and the hysteresis' pages ([Hkv][pages]) when it used them
+    float *undo_hist;
+    uint8_t *undo_kept;
+    uint64_t undo_pass; // the pass that saved them (0: none)
+    int32_t undo_n, undo_hist_n;
+    int64_t undo_hist_next, undo_kept_pos;
+    bool undo_kept_saved;
     uint8_t busy;       // a worker job for this layer is queued or running (under mu)
 } kvt_sparse_layer;
 
@@ -140,6 +149,7 @@ struct kvt_sparse {
     int64_t summary_kept;    // bytes of the shared bases prefix caches hold (kvt_sparse_ksum): outside summary_held and
                              // the reservation (the cache's own budget bounds them) while a kept copy holds them
     int64_t summary_limit;   // at most this many (d.bounded), else -1
+    uint64_t pass;           // the forward pass under way (kvt_sparse_pass_begin; the layers' undo records name it)
     // the key-summary buffers a freed sequence's layers left, kept for the next sequence's (sparse_seq.c keys_alloc /
     // keys_free): a new big buffer's 2 MiB pages are zeroed by the kernel at first touch (~25 ms for SmolLM2's 30
     // layers at 6K), and that first touch took 0.3-0.5 s now and then on a VM. big: a record of every buffer keys_alloc
@@ -243,6 +253,9 @@ int64_t kvt_sparse_layer_pieces(const kvt_sparse *s);
 // The state of seq, created when missing (NULL only when out of memory).
 kvt_sparse_seq *kvt_sparse_seq_get(kvt_sparse *s, int32_t seq);
 void kvt_sparse_seq_destroy(kvt_sparse *s, kvt_sparse_seq *q);
+// Before the pass under way (kvt_sparse_pass_begin) changes ly, at its first call for ly: what kvt_sparse_seq_undo
+// needs to take the pass back (asyncspade; a no-op otherwise).
+void kvt_sparse_undo_save(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int64_t n);
 // Room for `need` positions in layer's buffers (at most n_ctx). KVT_ERR_BUDGET when the summaries would pass
 // the reservation, KVT_ERR_NOMEM.
 kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t layer, int64_t need, kvt_err *err);

@@ -123,6 +123,8 @@ static void layer_free(kvt_sparse *s, kvt_sparse_layer *ly) {
     free(ly->sel_score);
     free(ly->nsel);
     free(ly->hist);
+    free(ly->undo_hist);
+    free(ly->undo_kept);
     free(ly->pred_q);
     free(ly->gram);
     free(ly->kept);
@@ -152,7 +154,10 @@ static kvt_sparse_seq *seq_new(kvt_sparse *s) {
         kvt_sparse_layer *ly = &q->lay[l];
         ly->sel_pos = ly->kept_pos = -1;
         ly->nsel = kvt_sparse_zalloc((size_t)H * 8, &ok);
-        if (kvt_sparse_kept_pages(s) > 0) ly->kept = kvt_sparse_zalloc((size_t)(H * kvt_sparse_kept_pages(s)), &ok);
+        if (kvt_sparse_kept_pages(s) > 0) {
+            ly->kept = kvt_sparse_zalloc((size_t)(H * kvt_sparse_kept_pages(s)), &ok);
+            if (s->p.mode == KVT_SPARSE_ASYNCSPADE) ly->undo_kept = kvt_sparse_zalloc((size_t)(H * kvt_sparse_kept_pages(s)), &ok);
+        }
         ly->lpos = ly->lalloc = -1;
         if (kvt_sparse_layer_pieces(s) > 0) {
             ly->lv = kvt_sparse_zalloc((size_t)kvt_sparse_layer_pieces(s) * 4, &ok);
@@ -160,6 +165,7 @@ static kvt_sparse_seq *seq_new(kvt_sparse *s) {
         }
         if (s->p.mode == KVT_SPARSE_ASYNCSPADE) {
             ly->hist = kvt_sparse_zalloc((size_t)(H * W1 * s->gd) * 4, &ok);
+            ly->undo_hist = kvt_sparse_zalloc((size_t)(H * W1 * s->gd) * 4, &ok);
             ly->pred_q = kvt_sparse_zalloc((size_t)(H * s->gd) * 4, &ok);
             ly->gram = kvt_sparse_zalloc((size_t)(H * W1 * W1) * 8, &ok); // gram_n = 0: computed at the first prediction
         }
@@ -675,6 +681,65 @@ void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep) {
     q->n_steps = k;
 }
 
+// --- a failed pass taken back (kvt_sparse_pass_begin, kvt_sparse_undo_save, kvt_sparse_seq_undo) -------------------
+
+void kvt_sparse_pass_begin(kvt_sparse *s) {
+    if (s) s->pass++;
+}
+
+void kvt_sparse_undo_save(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int64_t n) {
+    if (!ly->hist || ly->undo_pass == s->pass) return; // (the state before the pass: its first call saved it)
+    const int32_t W1 = s->p.window + 1, gd = s->gd, H = s->d.n_head_kv;
+    // a decode step (one call a pass) saves the row it pushes out, if any; a prompt (calls per micro-batch) or a rewind
+    // every row
+    const bool step = n == 1 && pos0 == ly->hist_next;
+    const int32_t out = step ? (ly->hist_n == W1 ? 1 : 0) : ly->hist_n;
+    for (int32_t kh = 0; out > 0 && kh < H; kh++) {
+        memcpy(ly->undo_hist + (int64_t)kh * W1 * gd, ly->hist + (int64_t)kh * W1 * gd, (size_t)out * gd * sizeof(float));
+    }
+    ly->undo_pass = s->pass, ly->undo_n = out, ly->undo_hist_n = ly->hist_n;
+    ly->undo_hist_next = ly->hist_next, ly->undo_kept_pos = ly->kept_pos;
+    // the hysteresis' pages of P - 1 (P = pos0 + n - 1), which the step's re-rank reads and then overwrites
+    ly->undo_kept_saved = ly->kept && ly->kept_pos == pos0 + n - 2;
+    if (ly->undo_kept_saved) memcpy(ly->undo_kept, ly->kept, (size_t)(H * kvt_sparse_kept_pages(s)));
+}
+
+void kvt_sparse_seq_undo(kvt_sparse *s, int32_t seq, int64_t n_keep) {
+    kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
+    if (!q) return;
+    if (n_keep <= 0) {
+        kvt_sparse_seq_free(s, seq);
+        return;
+    }
+    kvt_sparse_wait_seq(s, q); // (the jobs the failed pass posted write the selections restored below)
+    const int32_t W1 = s->p.window + 1, gd = s->gd, H = s->d.n_head_kv;
+    for (int32_t l = 0; l < s->d.n_layer; l++) {
+        kvt_sparse_layer *ly = &q->lay[l];
+        cut_keys(s, ly, n_keep);
+        if (ly->hist && ly->undo_pass == s->pass && s->pass > 0) {
+            for (int32_t kh = 0; kh < H; kh++) { // the rows pushed out in front of those that stayed
+                float *h = ly->hist + (int64_t)kh * W1 * gd;
+                const int32_t stayed = ly->undo_hist_n - ly->undo_n;
+                memmove(h + (int64_t)ly->undo_n * gd, h, (size_t)stayed * gd * sizeof(float));
+                memcpy(h, ly->undo_hist + (int64_t)kh * W1 * gd, (size_t)ly->undo_n * gd * sizeof(float));
+            }
+            ly->hist_n = ly->undo_hist_n, ly->hist_next = ly->undo_hist_next;
+            ly->gram_n = ly->gram_shift = 0; // computed whole at the next prediction: the same bits
+            ly->sel_pos = -1;                // the step's selection made again, synchronously (the worker's bits)
+            if (ly->undo_kept_saved) memcpy(ly->kept, ly->undo_kept, (size_t)(H * kvt_sparse_kept_pages(s)));
+            ly->kept_pos = ly->undo_kept_pos;
+            ly->undo_pass = 0;
+        } else if (ly->hist_next > n_keep) {
+            ly->hist_next = -1, ly->sel_pos = ly->kept_pos = -1; // (not this pass's: a truncate's rewind)
+        }
+    }
+    int64_t k = 0;
+    for (int64_t i = 0; i < q->n_steps; i++) {
+        if (q->steps[i].pos < n_keep) q->steps[k++] = q->steps[i];
+    }
+    q->n_steps = k;
+}
+
 kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t n, kvt_err *err) {
     if (!s) return KVT_OK;
     kvt_sparse_seq_free(s, dst);
@@ -894,6 +959,10 @@ static kvt_sparse_kbase *layer_keep(kvt_sparse *s, kvt_sparse_seq *q, kvt_sparse
 }
 
 bool kvt_sparse_keeps_keys(const kvt_sparse *s) { return s && has_summaries(s) && s->p.rerank_resid <= 0.0; }
+
+bool kvt_sparse_pass_repeatable(const kvt_sparse *s) {
+    return !s || s->p.mode != KVT_SPARSE_ASYNCSPADE || s->p.rerank_resid <= 0.0; // (its calibration counts every call)
+}
 
 // The kept summaries of seq's whole blocks of [0, end) (*out, NULL when none: see kvt_sparse_seq_free_keep). live: seq
 // goes on, so a layer without a base first makes its summaries a base as a fork does (layer_freeze), and shares it.
