@@ -660,27 +660,6 @@ void kvt_sparse_seq_free(kvt_sparse *s, int32_t seq) {
     s->seqs[seq] = NULL;
 }
 
-void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep) {
-    kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
-    if (!q) return;
-    if (n_keep <= 0) {
-        kvt_sparse_seq_free(s, seq);
-        return;
-    }
-    kvt_sparse_wait_seq(s, q);
-    if (q->lb_pos >= n_keep) q->lb_pos = -1; // share_layers: the layers' budgets of a position no longer held
-    for (int32_t l = 0; l < s->d.n_layer; l++) {
-        kvt_sparse_layer *ly = &q->lay[l];
-        cut_keys(s, ly, n_keep);
-        if (ly->hist_next > n_keep) ly->hist_next = -1, ly->sel_pos = ly->kept_pos = -1; // the next call rewinds
-    }
-    int64_t k = 0;
-    for (int64_t i = 0; i < q->n_steps; i++) {
-        if (q->steps[i].pos < n_keep) q->steps[k++] = q->steps[i];
-    }
-    q->n_steps = k;
-}
-
 // --- a failed pass taken back (kvt_sparse_pass_begin, kvt_sparse_undo_save, kvt_sparse_seq_undo) -------------------
 
 void kvt_sparse_pass_begin(kvt_sparse *s) {
@@ -704,19 +683,24 @@ void kvt_sparse_undo_save(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int
     if (ly->undo_kept_saved) memcpy(ly->undo_kept, ly->kept, (size_t)(H * kvt_sparse_kept_pages(s)));
 }
 
-void kvt_sparse_seq_undo(kvt_sparse *s, int32_t seq, int64_t n_keep) {
+// Positions [n_keep, ...) of seq leave its sparse state (kvt_sparse_seq_truncate, kvt_sparse_seq_undo): key summaries
+// cut back, step records dropped; undo: the layers the failed pass (kvt_sparse.pass) reached as they were before it,
+// else the history restarts where it held positions past n_keep.
+static void cut_back(kvt_sparse *s, int32_t seq, int64_t n_keep, bool undo) {
     kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
     if (!q) return;
     if (n_keep <= 0) {
         kvt_sparse_seq_free(s, seq);
         return;
     }
-    kvt_sparse_wait_seq(s, q); // (the jobs the failed pass posted write the selections restored below)
+    kvt_sparse_wait_seq(s, q); // (the worker's jobs write the selections changed below)
+    // share_layers: the layers' budgets of a position no longer held (a failed pass's, taken back, are those it repeats)
+    if (!undo && q->lb_pos >= n_keep) q->lb_pos = -1;
     const int32_t W1 = s->p.window + 1, gd = s->gd, H = s->d.n_head_kv;
     for (int32_t l = 0; l < s->d.n_layer; l++) {
         kvt_sparse_layer *ly = &q->lay[l];
         cut_keys(s, ly, n_keep);
-        if (ly->hist && ly->undo_pass == s->pass && s->pass > 0) {
+        if (undo && ly->hist && ly->undo_pass == s->pass && s->pass > 0) {
             for (int32_t kh = 0; kh < H; kh++) { // the rows pushed out in front of those that stayed
                 float *h = ly->hist + (int64_t)kh * W1 * gd;
                 const int32_t stayed = ly->undo_hist_n - ly->undo_n;
@@ -730,7 +714,7 @@ void kvt_sparse_seq_undo(kvt_sparse *s, int32_t seq, int64_t n_keep) {
             ly->kept_pos = ly->undo_kept_pos;
             ly->undo_pass = 0;
         } else if (ly->hist_next > n_keep) {
-            ly->hist_next = -1, ly->sel_pos = ly->kept_pos = -1; // (not this pass's: a truncate's rewind)
+            ly->hist_next = -1, ly->sel_pos = ly->kept_pos = -1; // the next call rewinds
         }
     }
     int64_t k = 0;
@@ -739,6 +723,10 @@ void kvt_sparse_seq_undo(kvt_sparse *s, int32_t seq, int64_t n_keep) {
     }
     q->n_steps = k;
 }
+
+void kvt_sparse_seq_truncate(kvt_sparse *s, int32_t seq, int64_t n_keep) { cut_back(s, seq, n_keep, false); }
+
+void kvt_sparse_seq_undo(kvt_sparse *s, int32_t seq, int64_t n_keep) { cut_back(s, seq, n_keep, true); }
 
 kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t n, kvt_err *err) {
     if (!s) return KVT_OK;
