@@ -38,6 +38,7 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
 #else
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -56,6 +57,8 @@ typedef struct {
     // rb[rb_pos, rb_len) unread; empty between exchanges, as hiredis's own buffers are
     size_t rb_pos, rb_len;
     char rb[4096];
+    int64_t deadline_ns; // the GET exchange under way ends by then (command_timeout_ms for the whole of it, not per
+                         // read: a server that trickles its reply would hold the caller without end)
 } conn;
 
 typedef struct {
@@ -125,7 +128,7 @@ static int conn_acquire(redis_store *s) {
         if (i < s->p.pool_size) break;
         pthread_cond_wait(&s->cv, &s->mu);
     }
-    if (!s->pool[i].c && kvt_time_ns() < s->down_until_ns) {
+    if (kvt_time_ns() < s->down_until_ns) { // (a connection of before the pause too: the server did not answer it)
         pthread_mutex_unlock(&s->mu);
         return -1;
     }
@@ -145,14 +148,18 @@ static int conn_acquire(redis_store *s) {
     return i;
 }
 
-// Gives connection i back; a broken one (an I/O error, a timeout: its stream is out of step) is closed.
+// Gives connection i back; a broken one (an I/O error, a timeout: its stream is out of step) is closed, and the
+// server is left alone for retry_ms as after a failed connect (a server that accepts connections but does not answer,
+// stopped or hung, would otherwise cost each lookup a whole timeout).
 static void conn_release(redis_store *s, int i, bool broken) {
-    if (broken || s->pool[i].c->err || s->pool[i].rb_pos != s->pool[i].rb_len) {
+    const bool close = broken || s->pool[i].c->err || s->pool[i].rb_pos != s->pool[i].rb_len;
+    if (close) {
         s->pool[i].rb_pos = s->pool[i].rb_len = 0;
         redisFree(s->pool[i].c);
         s->pool[i].c = NULL;
     }
     pthread_mutex_lock(&s->mu);
+    if (close) s->down_until_ns = kvt_time_ns() + (int64_t)s->p.retry_ms * 1000000;
     s->pool[i].busy = false;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -165,6 +172,18 @@ static size_t key_string(const redis_store *s, const kvt_block_key *k, char *buf
 }
 
 // ---- GET replies, read without hiredis's copies: the bulk string goes straight into the caller's buffer ----
+// Waits until fd is ready for `events` (POLLIN, POLLOUT) before the deadline; false when it passed.
+static bool wait_ready(int fd, short events, int64_t deadline_ns) {
+    for (;;) {
+        const int64_t left = deadline_ns - kvt_time_ns();
+        if (left <= 0) return false;
+        struct pollfd pf = {fd, events, 0};
+        const int r = poll(&pf, 1, (int)((left + 999999) / 1000000));
+        if (r > 0) return true;
+        if (r < 0 && errno != EINTR) return false;
+    }
+}
+
 // Reads more of k's socket into its read-ahead; false on an error, the end of the stream or the timeout
 // (SO_RCVTIMEO, set by redisSetTimeout), or a line longer than the read-ahead.
 static bool rb_fill(conn *k) {
@@ -177,6 +196,7 @@ static bool rb_fill(conn *k) {
     }
     if (k->rb_len == sizeof k->rb) return false;
     for (;;) {
+        if (!wait_ready(k->c->fd, POLLIN, k->deadline_ns)) return false;
         const ssize_t r = recv(k->c->fd, k->rb + k->rb_len, sizeof k->rb - k->rb_len, 0);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) return false;
@@ -185,7 +205,8 @@ static bool rb_fill(conn *k) {
     }
 }
 
-// One line of a reply, without its CRLF, into line (cap bytes, NUL-terminated, cut if longer).
+// One line of a reply, without its CRLF, into line (cap bytes, NUL-terminated; a longer one is cut and ends with
+// '~', which no length or status parses as).
 static bool rb_line(conn *k, char *line, size_t cap) {
     for (;;) {
         const char *b = k->rb + k->rb_pos, *e = memmem(b, k->rb_len - k->rb_pos, "\r\n", 2);
@@ -193,6 +214,7 @@ static bool rb_line(conn *k, char *line, size_t cap) {
             const size_t n = (size_t)(e - b), m = n < cap - 1 ? n : cap - 1;
             memcpy(line, b, m);
             line[m] = 0;
+            if (n > m) line[m - 1] = '~';
             k->rb_pos += n + 2;
             return true;
         }
@@ -211,6 +233,7 @@ static bool rb_read(conn *k, void *dst, size_t n) {
         } else if (!dst) {
             if (!rb_fill(k)) return false;
         } else {
+            if (!wait_ready(k->c->fd, POLLIN, k->deadline_ns)) return false;
             const ssize_t r = recv(k->c->fd, (char *)dst + done, n - done, 0);
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) return false;
@@ -246,10 +269,11 @@ static kvt_prefix_get_outcome read_get(redis_store *s, conn *k, const kvt_block_
     return st == KVT_OK ? KVT_PGET_HIT : KVT_PGET_CORRUPT;
 }
 
-// Sends the iovecs in full on fd (MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE); false on an error or
-// the send timeout (SO_SNDTIMEO, set by redisSetTimeout).
-static bool send_all(int fd, struct iovec *v, int nv) {
+// Sends the iovecs in full on fd (MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE); false on an error, the
+// send timeout (SO_SNDTIMEO, set by redisSetTimeout) or the deadline (0: none).
+static bool send_all(int fd, struct iovec *v, int nv, int64_t deadline_ns) {
     while (nv > 0) {
+        if (deadline_ns && !wait_ready(fd, POLLOUT, deadline_ns)) return false;
         struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)nv};
         const ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR) continue;
@@ -295,7 +319,8 @@ static void redis_get_many(kvt_prefix_store *base, const kvt_block_key *keys, in
                 cl += (size_t)sprintf(cmd + cl, "\r\n");
             }
             struct iovec v = {cmd, cl};
-            broken = !send_all(c->fd, &v, 1);
+            k->deadline_ns = kvt_time_ns() + (int64_t)s->p.command_timeout_ms * 1000000; // the group's exchange
+            broken = !send_all(c->fd, &v, 1, k->deadline_ns);
             for (int i = first; i < sent; i++) {
                 o[i] = broken ? KVT_PGET_UNAVAILABLE : read_get(s, k, &keys[i], dsts[i], &broken);
                 hits[i] = o[i] == KVT_PGET_HIT;
@@ -342,7 +367,7 @@ static bool send_set(redis_store *s, redisContext *c, const kvt_prefix_put_job *
                                      s->p.ttl_s)
                           : snprintf(post, sizeof post, "\r\n$2\r\nNX\r\n");
     struct iovec v[4] = {{s->wpre, prel}, {hdr, HDR}, {job->payload, vl - HDR}, {post, (size_t)postl}};
-    return send_all(c->fd, v, 4);
+    return send_all(c->fd, v, 4, 0);
 }
 
 // The writer thread: n SET NX on one connection, in groups (at most `pipeline` of them and pipeline_bytes of
@@ -438,7 +463,7 @@ static kvt_status parse_url(redis_store *s, const char *url, kvt_err *err) {
     if (*end == ':') {
         char *e;
         const long port = strtol(end + 1, &e, 10);
-        if (e == end + 1 || port < 1 || port > 65535) {
+        if (end[1] < '0' || end[1] > '9' || port < 1 || port > 65535) { // (digits only: strtol takes a sign, blanks)
             return kvt_errorf(err, KVT_ERR_INVALID_ARG, "Redis URL '%s': bad port", url);
         }
         s->port = (int)port;
