@@ -988,9 +988,9 @@ def t_max_connections(kvtier, model, extra):
     name = ("--max-connections 8: 8 idle connections held, a ninth is refused; once one closes /health answers, and "
             "--timeout closes idle ones")
     try:
-        s = Server(kvtier, model, "--max-connections", "8", "--timeout", "2", *extra)
+        s = Server(kvtier, model, "--max-connections", "8", "--timeout", "4", *extra)
         held = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8)]
-        time.sleep(0.3)
+        time.sleep(1.0)  # the server has taken them (its accept loop: slower under a sanitizer or load)
         try:
             st9 = s.request("GET", "/health")[0]
         except OSError as e:
@@ -998,7 +998,7 @@ def t_max_connections(kvtier, model, extra):
         held.pop().close()
         time.sleep(0.3)
         st_free = s.request("GET", "/health")[0]
-        time.sleep(3)  # the others idle past --timeout: closed by the server
+        time.sleep(5)  # the others idle past --timeout: closed by the server
         closed = 0
         for c in held:
             c.settimeout(1)
