@@ -592,9 +592,10 @@ static void req_restart(kvt_sched *s, req *r) {
     s->st.restarts++;
 }
 
-// After a failed pass that cannot be repeated (kvt_context_pass_repeatable: asyncspade), the pass's requests in their
-// prompt start again (req_restart; they move behind the admitted requests, in their order, so that the admitted ones
-// stay a prefix of the list), and those that reported tokens fail, named. Returns whether any failed.
+// After a failed pass that cannot be repeated (kvt_context_pass_repeatable: asyncspade with --sparse-rerank-resid),
+// the pass's requests in their prompt start again (req_restart; they move behind the admitted requests, in their
+// order, so that the admitted ones stay a prefix of the list), and those that reported tokens fail, named. Returns
+// whether any failed.
 static bool pass_abandon(kvt_sched *s, int64_t n_runs, kvt_err *err) {
     bool failed = false;
     req *back = NULL, **tail = &back; // the restarted ones, in list order
@@ -613,8 +614,8 @@ static bool pass_abandon(kvt_sched *s, int64_t n_runs, kvt_err *err) {
             kvt_err e2 = *err;
             snprintf(e2.msg, sizeof e2.msg, "%.300s (not run again: %s)", err->msg,
                      r->restarted ? "it failed so once already"
-                                  : "under asyncspade the failed pass moved the request's selection state on, so a repeat "
-                                    "would change its tokens");
+                                  : "the failed pass counted in --sparse-rerank-resid's calibration, so a repeat could "
+                                    "change its tokens");
             req_end(s, r, KVT_SCHED_FAILED, &e2); // (unlinks r: *pp is its successor now)
             failed = true;
         }

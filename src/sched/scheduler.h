@@ -105,7 +105,8 @@ typedef struct {
     int64_t preemptions, resumes;        // totals
     int64_t cached_tokens;       // prompt positions reused from the prefix cache
     int64_t prefix_trimmed;      // cached blocks dropped because the store was full
-    int64_t restarts;            // requests started again after a failed pass that could not be repeated (asyncspade)
+    int64_t restarts;            // requests started again after a failed pass that could not be repeated
+                                 // (kvt_context_pass_repeatable: asyncspade with --sparse-rerank-resid)
     int64_t plans;               // plans published
     int64_t query_hits, query_tokens; // admissions whose prefix went past the prompt's last window + 1 positions through
                                  // a query window, and the prompt positions that spared (kvt_prefix_cache_stats)

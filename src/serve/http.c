@@ -405,7 +405,7 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
     METRIC("resumes_total", "counter", "Swapped-out requests resumed.");
     fprintf(f, "kvtier_resumes_total %lld\n", (long long)s.resumes);
     METRIC("restarts_total", "counter", "Requests in their prompt started again after a pass failed for lack of room that "
-           "could not run again (asyncspade).");
+           "could not run again (asyncspade with --sparse-rerank-resid).");
     fprintf(f, "kvtier_restarts_total %lld\n", (long long)s.restarts);
     METRIC("preempted_requests", "gauge", "Requests swapped out now.");
     fprintf(f, "kvtier_preempted_requests %lld\n", (long long)s.preempted);
