@@ -76,6 +76,18 @@ static kvt_status alone(const kvt_model *m, const kvt_context_params *cp, const 
 
 static bool same(const float *a, const float *b, int64_t n) { return memcmp(a, b, (size_t)n * sizeof(float)) == 0; }
 
+// Sequence seq of ctx, holding l's prompt up to `from`, decodes the rest of it and then l's steps: their logits into out
+// [N_STEP, n_vocab].
+static kvt_status rest_and_steps(kvt_context *ctx, int32_t seq, const lane *l, int64_t from, float *out, kvt_err *err) {
+    const int32_t V = kvt_context_model(ctx)->hp.n_vocab;
+    kvt_status st = kvt_decode_prompt(ctx, seq, l->prompt + from, l->n_prompt - from, false, err);
+    for (int j = 0; !st && j < N_STEP; j++) {
+        st = kvt_decode_seq(ctx, seq, &l->step[j], 1, false, err);
+        if (!st) memcpy(out + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
+    }
+    return st;
+}
+
 // Positions selected over a sequence's recorded steps, and their count.
 static int64_t selected(kvt_context *ctx, int32_t seq, int64_t *n_steps) {
     const kvt_sparse_step *s = kvt_sparse_steps(kvt_context_sparse(ctx), seq, n_steps);
@@ -439,11 +451,7 @@ static void test_query_window(const kvt_model *m) {
         if (!st) st = push_prefix(ctx, a, b, split, cp.kv_block, ids, &err);
         if (!st && with) st = kvt_sparse_qwin_restore(kvt_context_sparse(ctx), b, w, split, &err);
         if (!st) kvt_context_seq_free(ctx, a);
-        if (!st) st = kvt_decode_prompt(ctx, b, la.prompt + split, la.n_prompt - split, false, &err);
-        for (int j = 0; !st && j < N_STEP; j++) {
-            st = kvt_decode_seq(ctx, b, &la.step[j], 1, false, &err);
-            if (!st) memcpy((with ? got : bare) + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
-        }
+        if (!st) st = rest_and_steps(ctx, b, &la, split, with ? got : bare, &err);
         kvt_sparse_qwin_free(w);
         kvt_context_free(ctx);
     }
@@ -510,11 +518,7 @@ static void test_kept_keys(const kvt_model *m) {
         if (!st) st = kvt_sparse_seq_free_keep(sp, b, 48, &k2, &err);
         if (!st) kvt_context_seq_free(ctx, b), e2 = kvt_sparse_ksum_end(k2);
         if (!st) st = kvt_sparse_ksum_attach(sp, d, k2, 48, &sh2, &err);
-        if (!st) st = kvt_decode_prompt(ctx, d, la.prompt + 48, la.n_prompt - 48, false, &err);
-        for (int j = 0; !st && j < N_STEP; j++) {
-            st = kvt_decode_seq(ctx, d, &la.step[j], 1, false, &err);
-            if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
-        }
+        if (!st) st = rest_and_steps(ctx, d, &la, 48, got, &err);
         if (!st) { // a sequence that summarizes already is refused, named
             kvt_err e3 = {0};
             int64_t sh3 = 0;
@@ -639,11 +643,7 @@ static void test_attached_edges(const kvt_model *m) {
             if (!st) st = kvt_sparse_ksum_attach(sp, b, k, 48, &sh, &err);
             if (!st && trunc) kvt_context_seq_truncate(ctx, b, from), c = b;
             if (!st && !trunc) st = kvt_context_seq_fork(ctx, b, &c, &err);
-            if (!st) st = kvt_decode_prompt(ctx, c, la.prompt + from, la.n_prompt - from, false, &err);
-            for (int j = 0; !st && j < N_STEP; j++) {
-                st = kvt_decode_seq(ctx, c, &la.step[j], 1, false, &err);
-                if (!st) memcpy(got + (int64_t)j * V, kvt_context_logits(ctx), (size_t)V * sizeof(float));
-            }
+            if (!st) st = rest_and_steps(ctx, c, &la, from, got, &err);
             if (!st) {
                 kvt_context_seq_free(ctx, b);
                 kvt_context_seq_free(ctx, c);
