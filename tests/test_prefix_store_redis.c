@@ -264,11 +264,14 @@ static void chain_tests(const char *url, redisContext *c) {
     if (system(cmd) != 0) printf("# could not remove %s\n", dir);
 }
 
-// A server that answers PING, then a GET with a value of the right length sent one byte every 50 ms (a hostile or
-// broken peer; each byte came within the 300 ms command timeout, which applied to each read, so the lookup took
-// as long as the server liked: found by a review). The lookup must end within about the timeout, a miss.
+// A server that answers PING, then trickles its reply to the command named `slow` (GET: a value of 1 MiB; SET: a
+// status line; PING: the answer to the PING itself) one byte every 50 ms: a hostile or broken peer. Each byte came
+// within the 300 ms command timeout, which applied to each read, so the exchange took as long as the server liked
+// (found by reviews: the GET first, then the writer's SET replies and the PING at open). Every exchange must end
+// within about the timeout.
 typedef struct {
     int lfd;
+    const char *slow; // "GET", "SET" or "PING"
     atomic_bool stop;
 } trickle_srv;
 
@@ -279,13 +282,12 @@ static void *trickle_main(void *arg) {
     for (int sent = 0; fd >= 0 && !atomic_load(&t->stop);) {
         const ssize_t r = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
         if (r == 0) break;
-        if (r > 0 && memmem(buf, (size_t)r, "PING", 4)) {
-            if (send(fd, "+PONG\r\n", 7, MSG_NOSIGNAL) != 7) break;
-        } else if (r > 0 && memmem(buf, (size_t)r, "GET", 3)) {
-            char hdr[32];
-            const int n = snprintf(hdr, sizeof hdr, "$%d\r\n", 1 << 20);
-            if (send(fd, hdr, (size_t)n, MSG_NOSIGNAL) != n) break;
+        if (r > 0 && !sent && memmem(buf, (size_t)r, t->slow, strlen(t->slow))) {
+            const char *hdr = !strcmp(t->slow, "GET") ? "$1048576\r\n" : "+";
+            if (send(fd, hdr, strlen(hdr), MSG_NOSIGNAL) != (ssize_t)strlen(hdr)) break;
             sent = 1;
+        } else if (r > 0 && !sent && memmem(buf, (size_t)r, "PING", 4)) {
+            if (send(fd, "+PONG\r\n", 7, MSG_NOSIGNAL) != 7) break;
         } else if (sent && send(fd, "x", 1, MSG_NOSIGNAL) != 1) {
             break;
         }
@@ -295,9 +297,12 @@ static void *trickle_main(void *arg) {
     return NULL;
 }
 
-static void tps_redis_trickle(void) {
-    const char *name = "prefix_store redis: a server trickling its reply: the lookup ends within the command timeout, a miss";
-    trickle_srv t = {socket(AF_INET, SOCK_STREAM, 0), false};
+static void tps_redis_trickle(const char *slow) {
+    const bool get = !strcmp(slow, "GET"), set = !strcmp(slow, "SET");
+    char name[160];
+    snprintf(name, sizeof name, "prefix_store redis: a server trickling its reply to %s: %s within the command timeout",
+             slow, get ? "the lookup ends, a miss," : set ? "the write fails, flush returns" : "open fails, named,");
+    trickle_srv t = {socket(AF_INET, SOCK_STREAM, 0), slow, false};
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t l = sizeof a;
     pthread_t th;
@@ -310,9 +315,11 @@ static void tps_redis_trickle(void) {
     char url[64];
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
     kvt_err err = {0};
-    kvt_prefix_store *s = open_redis(url, 0x77, 16, &err);
     const double t0 = kvt_time_ms();
-    const int h = s ? tps_hits(s, 0, 1) : -1;
+    kvt_prefix_store *s = open_redis(url, 0x77, 16, &err);
+    int h = -1;
+    if (s && get) h = tps_hits(s, 0, 1);
+    if (s && set) tps_put(s, 0), kvt_prefix_store_flush(s);
     const double ms = kvt_time_ms() - t0;
     kvt_prefix_store_stats st = {0};
     if (s) kvt_prefix_store_stats_get(s, &st);
@@ -321,13 +328,19 @@ static void tps_redis_trickle(void) {
     shutdown(t.lfd, SHUT_RDWR);
     pthread_join(th, NULL);
     close(t.lfd);
-    test_result(s && h == 0 && st.miss_unavailable == 1 && ms < 1000, name, "%s (hits %d, unavailable %lld, %.0f ms)",
-                s ? "" : err.msg, h, (long long)st.miss_unavailable, ms);
+    bool ok = ms < 1000;
+    if (get) ok = ok && s && h == 0 && st.miss_unavailable == 1;
+    else if (set) ok = ok && s && st.puts == 1 && st.put_failed == 1;
+    else ok = ok && !s && strstr(err.msg, "PING failed");
+    test_result(ok, name, "%s (hits %d, unavailable %lld, puts %lld, failed %lld, %.0f ms)", s ? "" : err.msg, h,
+                (long long)st.miss_unavailable, (long long)st.puts, (long long)st.put_failed, ms);
 }
 
 void tps_redis_tests(const test_env *env) {
     (void)env;
-    tps_redis_trickle(); // (a fake server: no redis-server needed)
+    tps_redis_trickle("GET"); // (fake servers: no redis-server needed)
+    tps_redis_trickle("SET");
+    tps_redis_trickle("PING");
     if (!in_path("redis-server")) {
         test_skip("prefix_store redis: server tests", "redis-server not installed (apt-get install redis-server)");
         return;

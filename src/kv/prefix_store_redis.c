@@ -1,8 +1,9 @@
 // prefix_store_redis.c - the prefix-block store on a Redis/Valkey server (`--kv-remote URL`) through hiredis:
 // a pool of blocking connections with connect and command timeouts, pipelined GETs (get_many) and SET NXs (the
-// writer thread of prefix_entry.h), every value checked like a directory entry. hiredis connects, times out and
-// reads the small replies; the large values go between the socket and the caller's memory directly (RESP bulk
-// strings), which saves hiredis's two or three copies of each 100 KB-1 MB block. Built without hiredis
+// writer thread of prefix_entry.h), every value checked like a directory entry. hiredis connects (with its
+// timeout); every exchange after that is RESP written and read here, within command_timeout_ms for the whole of it
+// (a deadline, not a timeout per read), and the large values go between the socket and the caller's memory
+// directly (RESP bulk strings), which saves hiredis's two or three copies of each 100 KB-1 MB block. Built without hiredis
 // (HIREDIS=0 or libhiredis-dev absent), open says so and nothing else is compiled.
 #include <errno.h>
 #include <inttypes.h>
@@ -288,14 +289,22 @@ static bool send_all(int fd, struct iovec *v, int nv, int64_t deadline_ns) {
     return true;
 }
 
+// Sends one command (len bytes of RESP) on k and reads its one-line reply (a status, an error, an integer or a nil)
+// into line, all within command_timeout_ms; false when the stream failed, timed out or is out of step.
+static bool simple_exchange(redis_store *s, conn *k, const char *cmd, size_t len, char *line, size_t cap) {
+    k->deadline_ns = kvt_time_ns() + (int64_t)s->p.command_timeout_ms * 1000000;
+    struct iovec v = {(void *)cmd, len};
+    if (!send_all(k->c->fd, &v, 1, k->deadline_ns) || !rb_line(k, line, cap)) return false;
+    return strchr("+-:", line[0]) || !strcmp(line, "$-1");
+}
+
 static void redis_get_many(kvt_prefix_store *base, const kvt_block_key *keys, int n, void *const *dsts, bool *hits) {
     redis_store *s = (redis_store *)base;
     const double t0 = kvt_time_ms();
     kvt_prefix_get_outcome *o = malloc((size_t)(n > 0 ? n : 1) * sizeof *o);
     const int group = n < s->p.pipeline ? n : s->p.pipeline;
-    char *key = malloc(s->key_prefix_len + 40);
     char *cmd = malloc((size_t)(group > 0 ? group : 1) * (s->key_prefix_len + 64)); // a group's GETs
-    const int ci = o && key && cmd ? conn_acquire(s) : -1;
+    const int ci = o && cmd ? conn_acquire(s) : -1;
     for (int i = 0; i < n; i++) {
         hits[i] = false;
         if (o) o[i] = KVT_PGET_UNAVAILABLE;
@@ -328,10 +337,11 @@ static void redis_get_many(kvt_prefix_store *base, const kvt_block_key *keys, in
         }
         for (int i = 0; i < n && !broken; i++) { // a value that failed its checks goes, so a put can replace it
             if (o[i] != KVT_PGET_CORRUPT) continue;
-            const size_t kl = key_string(s, &keys[i], key);
-            redisReply *r = redisCommand(c, "DEL %b", key, kl);
-            if (r) freeReplyObject(r);
-            broken = !r;
+            size_t cl = (size_t)sprintf(cmd, "*2\r\n$3\r\nDEL\r\n$%zu\r\n", s->key_prefix_len + 32);
+            cl += key_string(s, &keys[i], cmd + cl);
+            cl += (size_t)sprintf(cmd + cl, "\r\n");
+            char line[128];
+            broken = !simple_exchange(s, k, cmd, cl, line, sizeof line);
         }
         pipe_restore(&g);
         conn_release(s, ci, broken);
@@ -342,7 +352,6 @@ static void redis_get_many(kvt_prefix_store *base, const kvt_block_key *keys, in
                              hits[i] ? s->com.base.payload_bytes : 0, ms);
     }
     free(cmd);
-    free(key);
     free(o);
 }
 
@@ -353,7 +362,7 @@ static void redis_get(kvt_prefix_store *base, const kvt_block_key *key, void *ds
 
 // Sends SET key entry NX [EX ttl] for one job on c, straight from the job's payload (RESP as hiredis would
 // format it, without its three copies of a large value; hiredis's output buffer is empty between exchanges).
-static bool send_set(redis_store *s, redisContext *c, const kvt_prefix_put_job *job) {
+static bool send_set(redis_store *s, conn *k, const kvt_prefix_put_job *job) {
     const size_t vl = HDR + (size_t)s->com.base.payload_bytes;
     uint8_t hdr[HDR];
     kvt_prefix_entry_header(hdr, &s->com.base.id, &job->key, job->crc, s->com.base.payload_bytes);
@@ -367,11 +376,12 @@ static bool send_set(redis_store *s, redisContext *c, const kvt_prefix_put_job *
                                      s->p.ttl_s)
                           : snprintf(post, sizeof post, "\r\n$2\r\nNX\r\n");
     struct iovec v[4] = {{s->wpre, prel}, {hdr, HDR}, {job->payload, vl - HDR}, {post, (size_t)postl}};
-    return send_all(c->fd, v, 4, 0);
+    return send_all(k->c->fd, v, 4, k->deadline_ns);
 }
 
 // The writer thread: n SET NX on one connection, in groups (at most `pipeline` of them and pipeline_bytes of
-// values, at least one) sent before their replies are read.
+// values, at least one) sent before their replies are read; a group's exchange ends within command_timeout_ms
+// (a server trickling its replies would otherwise hold the writer, and the store's flush and free, without end).
 static void redis_write_jobs(void *ctx, kvt_prefix_put_job *jobs, int n) {
     redis_store *s = ctx;
     const double t0 = kvt_time_ms();
@@ -379,29 +389,29 @@ static void redis_write_jobs(void *ctx, kvt_prefix_put_job *jobs, int n) {
     kvt_prefix_put_outcome *o = s->wout;
     for (int i = 0; i < n; i++) o[i] = KVT_PPUT_FAILED;
     if (ci >= 0) {
-        redisContext *c = s->pool[ci].c;
+        conn *k = &s->pool[ci];
         const int64_t vl = HDR + s->com.base.payload_bytes;
         bool broken = false;
         pipe_guard g;
         pipe_block(&g);
         for (int first = 0, sent = 0; first < n && !broken; first = sent) {
-            for (int64_t bytes = vl; sent < n && (sent == first || bytes <= s->p.pipeline_bytes); sent++, bytes += vl) {
-                if (!send_set(s, c, &jobs[sent])) {
+            k->deadline_ns = kvt_time_ns() + (int64_t)s->p.command_timeout_ms * 1000000; // the group's exchange
+            for (int64_t bytes = vl; sent < n && (sent == first || (sent - first < s->p.pipeline &&
+                                                                    bytes <= s->p.pipeline_bytes));
+                 sent++, bytes += vl) {
+                if (!send_set(s, k, &jobs[sent])) {
                     broken = true;
                     break;
                 }
             }
             for (int i = first; i < sent && !broken; i++) {
-                void *rv = NULL;
-                if (redisGetReply(c, &rv) != REDIS_OK) {
-                    broken = true;
-                    break;
-                }
-                redisReply *r = rv;
-                o[i] = r->type == REDIS_REPLY_STATUS ? KVT_PPUT_DONE
-                       : r->type == REDIS_REPLY_NIL  ? KVT_PPUT_SKIPPED // present already (NX)
-                                                     : KVT_PPUT_FAILED;
-                freeReplyObject(r);
+                char line[128];
+                broken = !rb_line(k, line, sizeof line);
+                if (broken) break;
+                if (line[0] == '+') o[i] = KVT_PPUT_DONE;
+                else if (!strcmp(line, "$-1")) o[i] = KVT_PPUT_SKIPPED; // present already (NX)
+                else if (line[0] == '-') o[i] = KVT_PPUT_FAILED;        // an error reply (out of memory, read-only)
+                else broken = true;                                     // not a SET reply: out of step
             }
         }
         pipe_restore(&g);
@@ -541,13 +551,14 @@ kvt_status kvt_prefix_store_redis_open(const char *url, const kvt_prefix_identit
         } else {
             pipe_guard g;
             pipe_block(&g);
-            redisReply *r = redisCommand(s->pool[ci].c, "PING");
+            static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+            char line[128];
+            const bool ok = simple_exchange(s, &s->pool[ci], ping, sizeof ping - 1, line, sizeof line);
             pipe_restore(&g);
-            if (!r || r->type == REDIS_REPLY_ERROR) {
+            if (!ok || strcmp(line, "+PONG") != 0) {
                 st = kvt_errorf(err, KVT_ERR_IO, "Redis URL '%s': PING failed: %s", url,
-                                r ? r->str : s->pool[ci].c->errstr);
+                                ok ? line : "no answer within the command timeout");
             }
-            if (r) freeReplyObject(r);
             conn_release(s, ci, st != KVT_OK);
             s->down_until_ns = 0;
         }
