@@ -269,6 +269,8 @@ static void check_full_templates(void) {
     test_result(bad == 0, name, "%d wrong; first %s", bad, msg);
 }
 
+void test_chat_conversation(const test_env *env); // test_conversation.c
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 void test_chat(const test_env *env) {
@@ -298,4 +300,5 @@ void test_chat(const test_env *env) {
     check_smollm2(env);
     check_fallback();
     check_full_templates();
+    test_chat_conversation(env);
 }

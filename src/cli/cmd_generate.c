@@ -14,11 +14,7 @@
 
 static const char *k_help =
     "usage: kvtier generate -m MODEL (-p PROMPT | -f FILE) [options]\n"
-    "  -n N                 tokens to generate (default 128)\n"
-    "  --temp T             temperature, 0 = greedy (default 0.8)\n"
-    "  --seed S             sampling seed (default 1)\n"
-    "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N\n"
-    "  --ignore-eos         do not stop at end-of-generation tokens\n"
+    "  -n N                 tokens to generate (default 128)\n" CLI_SAMPLING_HELP
     "  --no-special         do not parse special-token text (e.g. <|im_start|>) in the prompt\n"
     "  --json               print one JSON object (ids, text, timings) instead of the text\n" CLI_PROGRESS_HELP
     "  --dump-logits FILE   write the logits after the last prompt token, one per line\n"
@@ -197,9 +193,9 @@ int cmd_generate(int argc, char **argv) {
     gp.sampling.seed = 1;
     const char *flag;
     int64_t iv;
-    double fv;
     while (kvt_args_next(&a, &flag)) {
         int e = cli_input_flag(&a, flag, &in, &cp);
+        if (e == 0) e = cli_sampling_flag(&a, flag, &gp);
         if (e < 0) return 2;
         if (e > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
@@ -208,29 +204,6 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(flag, "-n") || !strcmp(flag, "--n-predict")) {
             if (!kvt_args_int(&a, flag, 0, 1 << 24, &iv)) return 2;
             gp.n_predict = iv;
-        } else if (!strcmp(flag, "--temp")) {
-            if (!kvt_args_float(&a, flag, 0, 100, &fv)) return 2;
-            gp.sampling.temp = (float)fv;
-        } else if (!strcmp(flag, "--seed")) {
-            if (!kvt_args_int(&a, flag, 0, INT64_MAX, &iv)) return 2;
-            gp.sampling.seed = (uint64_t)iv;
-        } else if (!strcmp(flag, "--top-k")) {
-            if (!kvt_args_int(&a, flag, 0, 1 << 30, &iv)) return 2;
-            gp.sampling.top_k = (int32_t)iv;
-        } else if (!strcmp(flag, "--top-p")) {
-            if (!kvt_args_float(&a, flag, 0, 1, &fv)) return 2;
-            gp.sampling.top_p = (float)fv;
-        } else if (!strcmp(flag, "--min-p")) {
-            if (!kvt_args_float(&a, flag, 0, 1, &fv)) return 2;
-            gp.sampling.min_p = (float)fv;
-        } else if (!strcmp(flag, "--repeat-penalty")) {
-            if (!kvt_args_float(&a, flag, 0.01, 100, &fv)) return 2;
-            gp.sampling.repeat_penalty = (float)fv;
-        } else if (!strcmp(flag, "--repeat-last-n")) {
-            if (!kvt_args_int(&a, flag, 0, 1 << 20, &iv)) return 2;
-            gp.sampling.penalty_last_n = (int32_t)iv;
-        } else if (!strcmp(flag, "--ignore-eos")) {
-            gp.stop_at_eog = false;
         } else if (!strcmp(flag, "--no-special")) {
             parse_special = false;
         } else if (!strcmp(flag, "--json")) {

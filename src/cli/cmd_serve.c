@@ -209,14 +209,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     kvt_prefix_store *ps = NULL;
     int rc = 1;
     if (!cli_load_model("serve", model_path, false, &model, &tok)) goto done;
-    bool fallback = false;
-    if (kvt_gguf_open(model_path, &g, &err) || kvt_chat_template_from_gguf(g, tmpl_name, &t, &fallback, &err)) {
-        fprintf(stderr, "kvtier serve: %s\n", err.msg);
-        goto done;
-    }
-    if (fallback)
-        fprintf(stderr, "kvtier serve: %s has no tokenizer.chat_template: chat requests use chatml "
-                        "(--chat-template NAME picks another)\n", model_path);
+    if (!cli_chat_template("serve", model_path, tmpl_name, true, &g, &t)) goto done;
     if (cp->sparse.seqs <= 0) cp->sparse.seqs = o->n_parallel; // sparse key summaries: one set per running sequence
     if (!cli_context_init("serve", model, cp, &ctx)) goto done;
     if (!open_prefix_store(o, model, ctx, &ps)) {
@@ -251,7 +244,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
         goto done;
     }
     kvt_str tmpl_src = {NULL, 0}; // GET /props: the GGUF's template, when kvtier renders chats from it
-    if (tmpl_name || fallback || kvt_gguf_get_str(g, "tokenizer.chat_template", &tmpl_src, NULL) != KVT_OK)
+    if (tmpl_name || kvt_gguf_get_str(g, "tokenizer.chat_template", &tmpl_src, NULL) != KVT_OK)
         tmpl_src.ptr = NULL;
     kvt_http_set_info(h, model_path, tmpl_src.ptr, tmpl_src.len);
     char *path_copy = strdup(model_path);
@@ -382,16 +375,8 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     if (prompt_file) {
-        kvt_gguf *g = NULL;
         kvt_chat_template *t = NULL;
-        kvt_err err = {0};
-        if (kvt_gguf_open(model_path, &g, &err) != KVT_OK ||
-            kvt_chat_template_from_gguf(g, tmpl_name, &t, NULL, &err) != KVT_OK) {
-            fprintf(stderr, "kvtier serve: %s\n", err.msg);
-            kvt_gguf_free(g);
-            return 1;
-        }
-        kvt_gguf_free(g);
+        if (!cli_chat_template("serve", model_path, tmpl_name, false, NULL, &t)) return 1;
         int rc = print_prompt(t, prompt_file);
         kvt_chat_template_free(t);
         return rc;

@@ -5,6 +5,7 @@
 #define KVT_COMMANDS_H
 
 int cmd_generate(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

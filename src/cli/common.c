@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../base/timer.h"
+#include "../serve/chat_template.h"
 #include "../exec/backend_cuda.h"
 
 #include "../kv/kv_paged.h"
@@ -857,5 +858,59 @@ bool cli_check_out_path(const char *cmd, const char *flag, const char *path) {
         fprintf(stderr, "kvtier %s: %s: cannot create %s: its folder %s: %s\n", cmd, flag, path, dir, why);
         return false;
     }
+    return true;
+}
+
+int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp) {
+    kvt_sampler_params *sp = &gp->sampling;
+    int64_t iv;
+    double fv;
+    if (!strcmp(flag, "--temp")) {
+        if (!kvt_args_float(a, flag, 0, 100, &fv)) return -1;
+        sp->temp = (float)fv;
+    } else if (!strcmp(flag, "--seed")) {
+        if (!kvt_args_int(a, flag, 0, INT64_MAX, &iv)) return -1;
+        sp->seed = (uint64_t)iv;
+    } else if (!strcmp(flag, "--top-k")) {
+        if (!kvt_args_int(a, flag, 0, 1 << 30, &iv)) return -1;
+        sp->top_k = (int32_t)iv;
+    } else if (!strcmp(flag, "--top-p")) {
+        if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
+        sp->top_p = (float)fv;
+    } else if (!strcmp(flag, "--min-p")) {
+        if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
+        sp->min_p = (float)fv;
+    } else if (!strcmp(flag, "--repeat-penalty")) {
+        if (!kvt_args_float(a, flag, 0.01, 100, &fv)) return -1;
+        sp->repeat_penalty = (float)fv;
+    } else if (!strcmp(flag, "--repeat-last-n")) {
+        if (!kvt_args_int(a, flag, 0, 1 << 20, &iv)) return -1;
+        sp->penalty_last_n = (int32_t)iv;
+    } else if (!strcmp(flag, "--ignore-eos")) {
+        gp->stop_at_eog = false;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+bool cli_chat_template(const char *cmd, const char *model_path, const char *name, bool note_fallback, kvt_gguf **g,
+                       kvt_chat_template **t) {
+    kvt_gguf *f = NULL;
+    kvt_err err = {0};
+    bool fallback = false;
+    *t = NULL;
+    if (g) *g = NULL;
+    if (kvt_gguf_open(model_path, &f, &err) || kvt_chat_template_from_gguf(f, name, t, &fallback, &err)) {
+        fprintf(stderr, "kvtier %s: %s\n", cmd, err.msg);
+        kvt_gguf_free(f);
+        return false;
+    }
+    if (fallback && note_fallback) {
+        fprintf(stderr, "kvtier %s: %s has no tokenizer.chat_template: chat prompts use chatml (--chat-template NAME "
+                        "picks another)\n", cmd, model_path);
+    }
+    if (g) *g = f;
+    else kvt_gguf_free(f);
     return true;
 }

@@ -8,6 +8,7 @@
 #include "../exec/context.h"
 #include "../model/model.h"
 #include "../model/tokenizer.h"
+#include "../sched/generate.h"
 #include "../base/json.h"
 #include "args.h"
 
@@ -31,6 +32,21 @@ int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_par
 // The prompt text (-p, or the contents of -f): *text and *len; *owned is malloc'ed when a file was read
 // (free it). false with a message when no prompt was given or the file cannot be read.
 bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, size_t *len, char **owned);
+// The chat template of a model file (kvt_chat_template_from_gguf; name: --chat-template's, may be NULL): *t, and
+// with g non-NULL the opened file in *g (the caller frees both). A file without tokenizer.chat_template gets chatml,
+// said on stderr when note_fallback. false with "kvtier CMD: ..." printed (nothing to free).
+typedef struct kvt_chat_template kvt_chat_template;
+bool cli_chat_template(const char *cmd, const char *model_path, const char *name, bool note_fallback, kvt_gguf **g,
+                       kvt_chat_template **t);
+// Parses a sampling flag into gp if `flag` is one (--temp, --seed, --top-k, --top-p, --min-p, --repeat-penalty,
+// --repeat-last-n, --ignore-eos); returns 1 if consumed, 0 if not one of them, -1 on a bad value (message printed).
+int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp);
+// Help text of the sampling flags.
+#define CLI_SAMPLING_HELP                                                                                              \
+    "  --temp T             temperature, 0 = greedy (default 0.8)\n"                                                  \
+    "  --seed S             sampling seed (default 1)\n"                                                              \
+    "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N\n"                                      \
+    "  --ignore-eos         do not stop at end-of-generation tokens\n"
 // Prefill progress on stderr ("kvtier: prefill DONE/TOTAL tokens, X tok/s", one line rewritten in place,
 // erased when done): the first micro-batch, then at most every 0.25 s. cli_progress_on sets cp->progress
 // when stderr is a terminal and on is true (callers pass false for --no-progress and --json).

@@ -13,6 +13,7 @@ typedef struct {
 
 static const command k_commands[] = {
     {"generate", cmd_generate, "generate text from a prompt"},
+    {"chat", cmd_chat, "a conversation: one message a line on stdin, the chat template applied, earlier turns' KV kept"},
     {"tokenize", cmd_tokenize, "print the token ids of a file's text"},
     {"perplexity", cmd_perplexity, "perplexity of a text, as llama-perplexity computes it"},
     {"bench", cmd_bench, "prompt processing and generation speed (llama-bench style)"},

@@ -1,0 +1,185 @@
+// conversation.c - a multi-turn chat over one context (conversation.h).
+#include "conversation.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/grow.h"
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} text_buf;
+
+struct kvt_conversation {
+    kvt_context *ctx;
+    const kvt_tokenizer *tok;
+    const kvt_chat_template *tmpl;
+    int64_t n_align;
+    // the messages: [n_msgs] roles (static strings) and contents (owned); msgs[0] the system message when given
+    kvt_chat_msg *msgs;
+    size_t n_msgs, cap_msgs;
+    // the tokens whose KV the context holds, in position order: held[0, n_held)
+    int32_t *held;
+    int64_t n_held;
+    size_t cap_held;
+    // this turn's reply: its pieces' text (reply.p NUL-terminated), and the user's callback
+    text_buf reply;
+    char *piece;
+    size_t piece_cap;
+    bool oom;
+    kvt_token_cb cb;
+    void *user;
+};
+
+kvt_conversation_params kvt_conversation_params_default(void) { return (kvt_conversation_params){NULL, 0}; }
+
+static bool text_add(text_buf *b, const char *s, size_t n) {
+    if (!kvt_grow((void **)&b->p, &b->cap, b->len + n + 1, 1)) return false;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return true;
+}
+
+// Appends a message (content copied); false when out of memory.
+static bool msg_push(kvt_conversation *c, const char *role, const char *content) {
+    char *copy = kvt_grow((void **)&c->msgs, &c->cap_msgs, c->n_msgs + 1, sizeof *c->msgs) ? strdup(content) : NULL;
+    if (!copy) return false;
+    c->msgs[c->n_msgs++] = (kvt_chat_msg){role, copy};
+    return true;
+}
+
+static void msg_pop(kvt_conversation *c) { free((char *)c->msgs[--c->n_msgs].content); }
+
+kvt_status kvt_conversation_init(kvt_context *ctx, const kvt_tokenizer *tok, const kvt_chat_template *tmpl,
+                                 const kvt_conversation_params *p, kvt_conversation **out, kvt_err *err) {
+    *out = NULL;
+    kvt_conversation *c = calloc(1, sizeof *c);
+    if (!c) return kvt_errorf(err, KVT_ERR_NOMEM, "conversation: out of memory");
+    c->ctx = ctx;
+    c->tok = tok;
+    c->tmpl = tmpl;
+    c->n_align = p ? p->n_align : 0;
+    c->n_held = -1; // unknown: the first turn clears the context
+    if (p && p->system && !msg_push(c, "system", p->system)) {
+        kvt_conversation_free(c);
+        return kvt_errorf(err, KVT_ERR_NOMEM, "conversation: out of memory");
+    }
+    *out = c;
+    return KVT_OK;
+}
+
+void kvt_conversation_free(kvt_conversation *c) {
+    if (!c) return;
+    while (c->n_msgs) msg_pop(c);
+    free(c->msgs);
+    free(c->held);
+    free(c->reply.p);
+    free(c->piece);
+    free(c);
+}
+
+// kvt_generate's callback: the token's piece joins the reply (not an end-of-generation token's), then the user's.
+static bool on_token(void *user, int32_t id) {
+    kvt_conversation *c = user;
+    if (!kvt_token_is_eog(c->tok, id)) {
+        for (;;) {
+            const int64_t n = kvt_token_to_piece(c->tok, id, c->piece, (int64_t)c->piece_cap);
+            if (n <= (int64_t)c->piece_cap) {
+                if (n > 0 && !text_add(&c->reply, c->piece, (size_t)n)) c->oom = true;
+                break;
+            }
+            char *b = realloc(c->piece, (size_t)n);
+            if (!b) {
+                c->oom = true;
+                break;
+            }
+            c->piece = b;
+            c->piece_cap = (size_t)n;
+        }
+    }
+    if (c->oom) return false;
+    return c->cb ? c->cb(c->user, id) : true;
+}
+
+// The rendered conversation with its generation prompt, tokenized: malloc'ed ids, *n their count; NULL on error.
+static int32_t *render_ids(const kvt_conversation *c, int64_t *n, kvt_err *err) {
+    char *text = NULL;
+    size_t len = 0;
+    if (kvt_chat_template_apply(c->tmpl, c->msgs, c->n_msgs, true, &text, &len, err)) return NULL;
+    // the template writes the BOS text itself where the model wants one; its special tokens are parsed (serve's rule)
+    int64_t k = kvt_tokenize(c->tok, text, len, false, true, NULL, 0, err);
+    int32_t *ids = k >= 0 ? malloc((size_t)(k + 1) * sizeof *ids) : NULL;
+    if (k >= 0 && !ids) kvt_errorf(err, KVT_ERR_NOMEM, "conversation: out of memory for %lld tokens", (long long)k);
+    if (ids && (k = kvt_tokenize(c->tok, text, len, false, true, ids, k, err)) < 0) {
+        free(ids);
+        ids = NULL;
+    }
+    free(text);
+    *n = k;
+    return ids;
+}
+
+kvt_status kvt_conversation_turn(kvt_conversation *c, const char *text, const kvt_generate_params *p, kvt_token_cb cb,
+                                 void *user, const char **reply, kvt_conversation_stats *st, kvt_err *err) {
+    memset(st, 0, sizeof *st);
+    if (reply) *reply = NULL;
+    if (!msg_push(c, "user", text)) return kvt_errorf(err, KVT_ERR_NOMEM, "conversation: out of memory");
+    int64_t n = 0;
+    int32_t *ids = render_ids(c, &n, err);
+    int32_t *out = NULL;
+    kvt_status s = ids ? KVT_OK : err->status ? err->status : KVT_ERR_NOMEM;
+    const int64_t n_ctx = kvt_context_n_ctx(c->ctx);
+    if (!s && n == 0) s = kvt_errorf(err, KVT_ERR_INVALID_ARG, "conversation: the rendered conversation has no tokens");
+    if (!s && n >= n_ctx) {
+        s = kvt_errorf(err, KVT_ERR_BUDGET,
+                       "the conversation (%lld tokens with this message) leaves no room for a reply in the context of "
+                       "%lld tokens (-c)", (long long)n, (long long)n_ctx);
+    }
+    // the longest prefix of the tokens that the context holds already (one token at least is decoded: its logits
+    // choose the first reply token)
+    int64_t keep = 0;
+    if (!s && c->n_held >= 0) {
+        while (keep < c->n_held && keep < n - 1 && c->held[keep] == ids[keep]) keep++;
+    }
+    kvt_generate_params gp = *p;
+    if (gp.n_predict < 0 || gp.n_predict > n_ctx - n) gp.n_predict = n_ctx - n;
+    if (!s && !(out = malloc((size_t)(gp.n_predict + 1) * sizeof *out))) {
+        s = kvt_errorf(err, KVT_ERR_NOMEM, "conversation: out of memory");
+    }
+    if (!s && !kvt_grow((void **)&c->held, &c->cap_held, (size_t)(n + gp.n_predict), sizeof *c->held)) {
+        s = kvt_errorf(err, KVT_ERR_NOMEM, "conversation: out of memory");
+    }
+    const bool ran = !s;
+    if (!s) {
+        kvt_context_truncate(c->ctx, keep);
+        c->reply.len = 0;
+        c->oom = false;
+        c->cb = cb;
+        c->user = user;
+        kvt_generate_stats gs;
+        s = kvt_generate_cached(c->ctx, c->tok, ids, n, keep, c->n_align, &gp, out, NULL, on_token, c, &gs, err);
+        if (!s && c->oom) s = kvt_errorf(err, KVT_ERR_NOMEM, "conversation: out of memory for the reply");
+        if (!s && !text_add(&c->reply, "", 0)) s = kvt_errorf(err, KVT_ERR_NOMEM, "conversation: out of memory");
+        if (!s && !msg_push(c, "assistant", c->reply.p)) s = kvt_errorf(err, KVT_ERR_NOMEM, "conversation: out of memory");
+        if (!s) {
+            // the context holds the prompt and the reply tokens that were decoded (the last one never is)
+            memcpy(c->held, ids, (size_t)n * sizeof *ids);
+            memcpy(c->held + n, out, (size_t)gs.n_gen * sizeof *out);
+            c->n_held = kvt_context_n_past(c->ctx);
+            *st = (kvt_conversation_stats){n, keep, gs.n_gen, gs.prefill_ms, gs.decode_ms, gs.hit_eog};
+            if (reply) *reply = c->reply.p;
+        }
+    }
+    if (s) { // the conversation as before the call; a context that ran part of the turn is cleared
+        msg_pop(c);
+        if (ran) {
+            kvt_context_truncate(c->ctx, 0);
+            c->n_held = 0;
+        }
+    }
+    free(ids);
+    free(out);
+    return s;
+}
