@@ -180,6 +180,37 @@ static void check_errors(void) {
                 "chat.unknown role is an error naming messages[1].role", "%s", err.msg);
     st = kvt_chat_template_apply(t, bad_role, 0, true, &got, NULL, &err);
     test_result(st == KVT_ERR_INVALID_ARG && strstr(err.msg, "messages"), "chat.no messages is an error", "%s", err.msg);
+
+    // a request's prompt (kvt_chat_template_apply_request), as llama-server's --prefill-assistant: a last assistant
+    // message is left open for the answer to continue, after the generation prompt of the turns before it
+    const char *want_prefill = "<bos><start_of_turn>user\nYou are a helpful assistant\n\nHello<end_of_turn>\n"
+                               "<start_of_turn>model\nHi there<end_of_turn>\n<start_of_turn>user\nWho are you"
+                               "<end_of_turn>\n<start_of_turn>model\n   I am an assistant   ";
+    st = kvt_chat_template_apply_request(t, conv, 5, &got, NULL, &err);
+    test_result(st == KVT_OK && got && !strcmp(got, want_prefill),
+                "chat.request: a last assistant message is a prefill (the turns before it, the generation prompt, its "
+                "content as it is)",
+                "got %s", got ? got : err.msg);
+    free(got);
+    char *whole = NULL;
+    st = kvt_chat_template_apply_request(t, conv, 6, &got, NULL, &err);
+    kvt_chat_template_apply(t, conv, 6, true, &whole, NULL, &err);
+    test_result(st == KVT_OK && got && whole && !strcmp(got, whole),
+                "chat.request: a last user message gets the generation prompt, as kvt_chat_template_apply", "got %s",
+                got ? got : err.msg);
+    free(got);
+    free(whole);
+    kvt_chat_msg two[] = {{"user", "a"}, {"assistant", "b"}, {"assistant", "c"}};
+    kvt_chat_template *ml = NULL;
+    st = kvt_chat_template_create(NULL, "chatml", NULL, &ml, &err);
+    if (st == KVT_OK) st = kvt_chat_template_apply_request(ml, two, 3, &got, NULL, &err);
+    test_result(st == KVT_ERR_INVALID_ARG && !got && strstr(err.msg, "messages[2].role"),
+                "chat.request: two assistant messages at the end are refused (as llama-server)", "%s", err.msg);
+    st = kvt_chat_template_apply_request(ml, two, 2, &got, NULL, &err);
+    test_result(st == KVT_OK && got && !strcmp(got, "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\nb"),
+                "chat.request: chatml prefill", "got %s", got ? got : err.msg);
+    free(got);
+    kvt_chat_template_free(ml);
     kvt_chat_template_free(t);
 }
 

@@ -258,9 +258,9 @@ static void test_request_ok(void) {
               &e);
     p = r ? kvt_request_get(r) : NULL;
     test_result(p && p->n_messages == 2 && !strcmp(p->messages[0].role, "system") &&
-                    !strcmp(p->messages[1].content, "Hello, w\xc3\xb6rld") && p->max_tokens == 9 && p->logprobs &&
+                    !strcmp(p->messages[1].content, "Hello, \nw\xc3\xb6rld") && p->max_tokens == 9 && p->logprobs &&
                     p->top_logprobs == 3,
-                "serve.request: chat with text parts; max_completion_tokens wins over max_tokens", "%s",
+                "serve.request: chat with text parts (joined by a newline, as llama-server); max_completion_tokens wins over max_tokens", "%s",
                 r ? "wrong values" : e.message);
     kvt_request_free(r);
 

@@ -43,6 +43,7 @@ class Server:
     def __init__(self, kvtier, model, *extra):
         self.log = tempfile.TemporaryFile()
         self.kvtier = kvtier
+        self.model, self.extra = model, extra
         self.p = subprocess.Popen([kvtier, "serve", "-m", model, "--port", "0", "-t", "2", *extra],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         line = self.p.stderr.readline().decode()
@@ -223,6 +224,45 @@ def t_chat(s):
     assert u["prompt_tokens"] > 64 and u["prompt_tokens_details"]["cached_tokens"] == (u["prompt_tokens"] - 1) // 64 * 64, u
 
 
+def print_prompt(s, messages):
+    """The chat prompt `kvtier serve --print-prompt` renders for these messages, with the server's template."""
+    tmpl = [a for i, a in enumerate(s.extra) if a == "--chat-template" or (i and s.extra[i - 1] == "--chat-template")]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"messages": messages}, f)
+    try:
+        return subprocess.run([s.kvtier, "serve", "-m", s.model, *tmpl, "--print-prompt", f.name], capture_output=True,
+                              text=True, check=True).stdout
+    finally:
+        os.unlink(f.name)
+
+
+@case("chat prompts as llama-server builds them: BOS added where the template does not write it and the model asks "
+      "for it; a last assistant message is a prefill the answer continues; text parts joined by a newline")
+def t_chat_prompt(s):
+    # the test model's SentencePiece vocabulary asks for BOS; chatml does not write it (llama-server found adding
+    # none: review 2026-12-06, Gemma 3 under the chatml fallback got a prompt without <bos>)
+    _, _, t = s.post("/tokenize", {"content": "x", "add_special": True})
+    _, _, t0 = s.post("/tokenize", {"content": "x"})
+    assert len(t["tokens"]) == len(t0["tokens"]) + 1, (t, t0)
+    bos = t["tokens"][0]
+    prefill = [{"role": "user", "content": "Write a poem"}, {"role": "assistant", "content": "Roses are"}]
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Say"}, {"type": "text", "text": "hello"}]}]
+    for msgs, tail in ((CHAT, "<|im_start|>assistant\n"), (prefill, "<|im_start|>assistant\nRoses are"),
+                       (parts, "Say\nhello<|im_end|>\n<|im_start|>assistant\n")):
+        rendered = print_prompt(s, msgs)
+        assert rendered.endswith(tail), (msgs, rendered)
+        _, _, ids = s.post("/tokenize", {"content": rendered, "add_special": True})
+        ids = ids["tokens"]
+        assert ids[0] == bos and ids[1] != bos, ids[:3]
+        st, _, r = s.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 1, "temperature": 0,
+                                                   "logprobs": True})
+        assert st == 200 and r["usage"]["prompt_tokens"] == len(ids), (msgs, len(ids), r)
+        st, _, n = s.post("/completion", {"prompt": ids, "n_predict": 1, "temperature": 0, "return_tokens": True})
+        assert r["choices"][0]["message"]["content"] == n["content"], (r, n)  # the same prompt, the same token
+    st, _, r = s.post("/v1/chat/completions", {"messages": prefill + [{"role": "assistant", "content": "red"}]})
+    assert st == 400 and r["error"]["param"] == "messages", (st, r)  # two assistant messages at the end, as llama-server
+
+
 @case("streaming: chunks parse, text equals the whole response, usage last (include_usage), ends with [DONE]")
 def t_stream(s):
     for path, chat in (("/v1/chat/completions", True), ("/v1/completions", False)):
@@ -308,6 +348,9 @@ def t_400(s):
         assert st == 400, (st, body)
         err_shape(r, 400)
     assert "context" in r["error"]["message"], r
+    # llama-server's type and fields for a prompt over the context (its clients look for them)
+    e = r["error"]
+    assert e["type"] == "exceed_context_size_error" and e["n_prompt_tokens"] > e["n_ctx"] == 2048, e
 
 
 @case("404 unknown path, 405 wrong method (with Allow)")
@@ -357,7 +400,11 @@ def t_tokenize(s):
     ids = r["tokens"]
     assert st == 200 and ids and all(isinstance(i, int) for i in ids), r
     st, _, r = s.post("/detokenize", {"tokens": ids})
-    assert st == 200 and r["content"] == "Hello world, again", r
+    assert st == 200 and r["content"].strip() == "Hello world, again", r
+    # llama-server's /detokenize: the pieces one after another (with_pieces' pieces), control tokens shown
+    st, _, p = s.post("/tokenize", {"content": "Hello world, again", "with_pieces": True, "add_special": True})
+    st, _, r = s.post("/detokenize", {"tokens": [t["id"] for t in p["tokens"]]})
+    assert r["content"] == "".join(t["piece"] for t in p["tokens"]) and r["content"].startswith("<s>"), (p, r)
     st, _, r = s.post("/tokenize", {"content": "Hello", "with_pieces": True})
     assert st == 200 and "".join(t["piece"] for t in r["tokens"]).strip() == "Hello", r
     st, _, r = s.post("/detokenize", {"tokens": [99999999]})  # attack run 2026-11-30: a use after free
@@ -1141,7 +1188,7 @@ def main():
     except RuntimeError as e:
         report(False, "start", str(e))
         return 1
-    for t in (t_health, t_models, t_completion, t_chat, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
+    for t in (t_health, t_models, t_completion, t_chat, t_chat_prompt, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
               t_hostile, t_slow, t_tokenize, t_native, t_native_stop, t_native_prompts, t_native_refused,
               t_disconnect, t_metrics, t_concurrent, t_load):
         t(s)

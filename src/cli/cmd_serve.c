@@ -102,7 +102,7 @@ static int print_prompt(const kvt_chat_template *t, const char *file) {
         const kvt_request_params *p = kvt_request_get(r);
         char *prompt = NULL;
         kvt_err err = {0};
-        if (kvt_chat_template_apply(t, p->messages, p->n_messages, true, &prompt, NULL, &err) != KVT_OK) {
+        if (kvt_chat_template_apply_request(t, p->messages, p->n_messages, &prompt, NULL, &err) != KVT_OK) {
             fprintf(stderr, "kvtier serve: %s: %s\n", file, err.msg);
         } else {
             fputs(prompt, stdout);

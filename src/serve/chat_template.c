@@ -401,3 +401,33 @@ kvt_status kvt_chat_template_apply(const kvt_chat_template *t, const kvt_chat_ms
     if (out_len) *out_len = b.len;
     return KVT_OK;
 }
+
+kvt_status kvt_chat_template_apply_request(const kvt_chat_template *t, const kvt_chat_msg *msgs, size_t n, char **out,
+                                           size_t *out_len, kvt_err *err) {
+    if (n < 2 || !msgs[n - 1].role || !is_role(msgs[n - 1].role, "assistant") || !msgs[n - 1].content)
+        return kvt_chat_template_apply(t, msgs, n, true, out, out_len, err);
+    if (msgs[n - 2].role && is_role(msgs[n - 2].role, "assistant")) {
+        *out = NULL;
+        if (out_len) *out_len = 0;
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG,
+                          "messages[%zu].role: two assistant messages at the end (the last one is a prefill that the "
+                          "answer continues; llama-server refuses this too)",
+                          n - 1);
+    }
+    size_t len = 0;
+    char *head = NULL;
+    kvt_status st = kvt_chat_template_apply(t, msgs, n - 1, true, &head, &len, err);
+    if (st != KVT_OK) return st;
+    const size_t add = strlen(msgs[n - 1].content);
+    char *p = realloc(head, len + add + 1);
+    if (!p) {
+        free(head);
+        *out = NULL;
+        if (out_len) *out_len = 0;
+        return kvt_errorf(err, KVT_ERR_NOMEM, "chat template: out of memory formatting %zu messages", n);
+    }
+    memcpy(p + len, msgs[n - 1].content, add + 1);
+    *out = p;
+    if (out_len) *out_len = len + add;
+    return KVT_OK;
+}

@@ -75,4 +75,12 @@ const char *kvt_chat_template_names(void);
 kvt_status kvt_chat_template_apply(const kvt_chat_template *t, const kvt_chat_msg *msgs, size_t n,
                                    bool add_generation_prompt, char **out, size_t *out_len, kvt_err *err);
 
+// A chat request's prompt, as llama-server renders it (its --prefill-assistant, on by default): the messages
+// with the generation prompt, or, when the last of two or more messages is the assistant's, the messages
+// before it with the generation prompt and then that message's content as it is, not closed, so that the
+// answer continues it ("prefill"; the answer holds only the continuation). Two assistant messages at the end
+// are refused (KVT_ERR_INVALID_ARG), as llama-server refuses them. Errors and *out as kvt_chat_template_apply.
+kvt_status kvt_chat_template_apply_request(const kvt_chat_template *t, const kvt_chat_msg *msgs, size_t n, char **out,
+                                           size_t *out_len, kvt_err *err);
+
 #endif

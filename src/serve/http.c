@@ -124,8 +124,9 @@ static enum MHD_Result answer_health(kvt_http *h, struct MHD_Connection *c) {
 }
 
 // Token ids of a completion's prompt: text with BOS as the model asks and special-token parsing (as
-// `kvtier generate`), a chat's rendered prompt with special-token parsing and no BOS added (the template
-// writes it), or the given ids (checked against the vocabulary). NULL with *ae filled on error.
+// `kvtier generate`), a chat's rendered prompt with special-token parsing and the BOS added only where the
+// template did not write it and the model asks for it, or the given ids (checked against the vocabulary).
+// NULL with *ae filled on error.
 static int32_t *prompt_ids(kvt_http *h, const kvt_request_params *p, int64_t *n, kvt_api_error *ae) {
     if (p->native && p->native->pieces) return kvt_native_prompt_ids(p->native, h->tok, n, ae); // strings and ids
     const int32_t n_vocab = kvt_tokenizer_n_vocab(h->tok);
@@ -148,7 +149,7 @@ static int32_t *prompt_ids(kvt_http *h, const kvt_request_params *p, int64_t *n,
     const char *text = p->prompt;
     if (p->kind == KVT_REQ_CHAT) {
         kvt_err err = {0};
-        if (kvt_chat_template_apply(h->tmpl, p->messages, p->n_messages, true, &rendered, &len, &err)) {
+        if (kvt_chat_template_apply_request(h->tmpl, p->messages, p->n_messages, &rendered, &len, &err)) {
             kvt_api_errorf(ae, err.status == KVT_ERR_NOMEM ? 500 : 400, "invalid_request_error", "messages", "%s", err.msg);
             return NULL;
         }
@@ -159,7 +160,7 @@ static int32_t *prompt_ids(kvt_http *h, const kvt_request_params *p, int64_t *n,
     const bool add_special = p->kind != KVT_REQ_CHAT;
     kvt_err err = {0};
     int64_t k = kvt_tokenize(h->tok, text, len, add_special, true, NULL, 0, &err);
-    int32_t *ids = k >= 0 ? malloc((size_t)(k + 1) * sizeof *ids) : NULL;
+    int32_t *ids = k >= 0 ? malloc((size_t)(k + 2) * sizeof *ids) : NULL;
     if (ids) k = kvt_tokenize(h->tok, text, len, add_special, true, ids, k, &err);
     free(rendered);
     if (k < 0) {
@@ -168,6 +169,15 @@ static int32_t *prompt_ids(kvt_http *h, const kvt_request_params *p, int64_t *n,
         return NULL;
     }
     if (!ids) goto oom;
+    // A chat whose rendering does not begin with the BOS text (chatml, the fallback, on a model that asks for BOS,
+    // such as Gemma) still gets the BOS, as llama-server gives it: it strips a leading BOS text from the rendered
+    // prompt and tokenizes with BOS as the model asks (common_chat_templates_apply, tokenize_input_prompts).
+    const int32_t bos = kvt_token_bos(h->tok);
+    if (p->kind == KVT_REQ_CHAT && bos >= 0 && kvt_tokenizer_add_bos(h->tok) && (k == 0 || ids[0] != bos)) {
+        memmove(ids + 1, ids, (size_t)k * sizeof *ids);
+        ids[0] = bos;
+        k++;
+    }
     *n = k;
     return ids;
 oom:
@@ -215,9 +225,13 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
         free(ids);
         kvt_request_free(req);
         if (n_prompt < 1) return send_error(h, c, 400, "invalid_request_error", "the prompt has no tokens");
-        return send_error(h, c, 400, "invalid_request_error",
-                          "the prompt has %lld tokens; the context of %lld tokens (-c) holds at most %lld",
-                          (long long)n_prompt, (long long)n_ctx, (long long)(n_ctx - 1));
+        // llama-server's type and fields, which its clients look for to tell this error from others
+        kvt_api_errorf(&ae, 400, "exceed_context_size_error", NULL,
+                       "the prompt has %lld tokens; the context of %lld tokens (-c) holds at most %lld",
+                       (long long)n_prompt, (long long)n_ctx, (long long)(n_ctx - 1));
+        ae.n_prompt_tokens = n_prompt;
+        ae.n_ctx = n_ctx;
+        return send_api_error(h, c, &ae, NULL, NULL);
     }
     kvt_engine_job job = {ids, n_prompt, p->max_tokens, kvt_sampler_params_default(), p->n, p->logprobs, p->top_logprobs,
                           p->ignore_eos};
@@ -303,10 +317,16 @@ static enum MHD_Result answer_tokenize(kvt_http *h, struct MHD_Connection *c, co
                                   (long long)i, bad, n_vocab - 1);
             }
         }
-        int64_t len = kvt_detokenize(h->tok, p->prompt_ids, p->n_prompt_ids, NULL, 0);
-        if (len >= 0 && (text = malloc((size_t)len + 1))) {
-            kvt_detokenize(h->tok, p->prompt_ids, p->n_prompt_ids, text, len);
-            kvt_resp_detokenize_json(text, (size_t)len, &out, &err);
+        // llama-server's text: the tokens' pieces one after another, control tokens shown (tokens_to_str: no
+        // leading space dropped, no clean-up of spaces), as /tokenize's with_pieces gives them
+        size_t len = 0;
+        for (int64_t i = 0; i < p->n_prompt_ids; i++)
+            len += (size_t)kvt_token_to_piece_ex(h->tok, p->prompt_ids[i], NULL, 0, 0, true);
+        if ((text = malloc(len + 1))) {
+            size_t o = 0;
+            for (int64_t i = 0; i < p->n_prompt_ids; i++)
+                o += (size_t)kvt_token_to_piece_ex(h->tok, p->prompt_ids[i], text + o, (int64_t)(len - o), 0, true);
+            kvt_resp_detokenize_json(text, o, &out, &err);
         }
     } else {
         size_t len = strlen(p->prompt);

@@ -27,6 +27,7 @@ kvt_status kvt_api_errorf(kvt_api_error *e, int http_status, const char *type, c
     e->http_status = http_status;
     e->type = type ? type : "invalid_request_error";
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    e->n_prompt_tokens = e->n_ctx = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
@@ -50,6 +51,10 @@ char *kvt_api_error_json(const kvt_api_error *e) {
     json_object_set_new(err, "type", json_string(e->type ? e->type : "invalid_request_error"));
     json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
     json_object_set_new(err, "code", json_integer(e->http_status));
+    if (e->n_ctx > 0) {
+        json_object_set_new(err, "n_prompt_tokens", json_integer(e->n_prompt_tokens));
+        json_object_set_new(err, "n_ctx", json_integer(e->n_ctx));
+    }
     json_object_set_new(root, "error", err);
     char *s = json_dumps(root, JSON_COMPACT);
     json_decref(root);
@@ -175,7 +180,8 @@ static kvt_status parse_prompt(kvt_request *r, json_t *root, kvt_api_error *e) {
                           type_name(first));
 }
 
-// content: a string or a list of {type: "text", text: string} parts (concatenated).
+// content: a string or a list of {type: "text", text: string} parts, joined as llama-server joins them
+// (common/chat.cpp): a newline before a part once the text so far is not empty.
 static kvt_status parse_content(kvt_request *r, json_t *c, size_t i, const char **out, kvt_api_error *e) {
     char param[64];
     snprintf(param, sizeof param, "messages[%zu].content", i);
@@ -197,7 +203,7 @@ static kvt_status parse_content(kvt_request *r, json_t *c, size_t i, const char 
         snprintf(pp, sizeof pp, "%s[%zu].text", param, j);
         if (!text) return kvt_api_errorf(e, 400, NULL, pp, "%s: required", pp);
         if (check_str(text, pp, &s, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
-        total += json_string_length(text);
+        total += json_string_length(text) + 1;
     }
     char *buf = malloc(total + 1), **owned = realloc(r->owned, (r->n_owned + 1) * sizeof *owned);
     if (owned) r->owned = owned;
@@ -209,6 +215,7 @@ static kvt_status parse_content(kvt_request *r, json_t *c, size_t i, const char 
     size_t o = 0;
     for (size_t j = 0; j < n; j++) {
         json_t *text = json_object_get(json_array_get(c, j), "text");
+        if (o > 0) buf[o++] = '\n';
         memcpy(buf + o, json_string_value(text), json_string_length(text));
         o += json_string_length(text);
     }

@@ -10,8 +10,8 @@
 //                           one list of token ids; several prompts in one request are refused (send
 //                           one request per prompt; use n for several answers to one prompt)
 //   messages (chat)         non-empty list of {role: string, content: string | [{type:"text",
-//                           text: string}...]} (text parts are concatenated); role is checked by
-//                           the chat template (kvt_chat_template_apply)
+//                           text: string}...]} (text parts joined by "\n", as llama-server); role is
+//                           checked by the chat template (kvt_chat_template_apply)
 //   max_tokens, max_completion_tokens   integer >= 1 or null; the latter wins when both are given;
 //                           absent: -1 (until the end of the context or an end-of-generation token);
 //                           n_predict (llama-server's name; -1: no limit) when neither is given
@@ -49,6 +49,7 @@ typedef struct {
     const char *type; // "invalid_request_error", "authentication_error", "server_error", ...
     char param[64];   // the offending field ("messages[2].content"), "" when none
     char message[KVT_ERR_MSG_MAX];
+    int64_t n_prompt_tokens, n_ctx; // > 0: a prompt over the context, sent as llama-server's fields of that name
 } kvt_api_error;
 
 // The validated request; all pointers are owned by the kvt_request they came from.
@@ -87,7 +88,8 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
 void kvt_request_free(kvt_request *r);
 const kvt_request_params *kvt_request_get(const kvt_request *r);
 
-// Fills *e (any status, type, param may be NULL) with a printf-style message; returns KVT_ERR_INVALID_ARG.
+// Fills *e (any status, type, param may be NULL) with a printf-style message (n_prompt_tokens, n_ctx 0);
+// returns KVT_ERR_INVALID_ARG.
 #if defined(__GNUC__)
 __attribute__((format(printf, 5, 6)))
 #endif
@@ -95,7 +97,8 @@ kvt_status kvt_api_errorf(kvt_api_error *e, int http_status, const char *type, c
                           ...);
 
 // The error as the JSON text {"error": {"message", "type", "param", "code"}} (code: the HTTP
-// status, as llama-server sends it), newly allocated (caller frees); NULL when out of memory.
+// status, as llama-server sends it; and "n_prompt_tokens", "n_ctx" when e->n_ctx > 0), newly allocated
+// (caller frees); NULL when out of memory.
 char *kvt_api_error_json(const kvt_api_error *e);
 
 #endif
