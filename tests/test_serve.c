@@ -252,7 +252,7 @@ static void test_request_ok(void) {
     kvt_request_free(r);
 
     r = parse(KVT_REQ_CHAT,
-              "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":[{\"type\":"
+              "{\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":[{\"type\":"
               "\"text\",\"text\":\"Hello, \"},{\"type\":\"text\",\"text\":\"w\\u00f6rld\"}]}],\"max_tokens\":5,"
               "\"max_completion_tokens\":9,\"logprobs\":true,\"top_logprobs\":3}",
               &e);
@@ -260,7 +260,9 @@ static void test_request_ok(void) {
     test_result(p && p->n_messages == 2 && !strcmp(p->messages[0].role, "system") &&
                     !strcmp(p->messages[1].content, "Hello, \nw\xc3\xb6rld") && p->max_tokens == 9 && p->logprobs &&
                     p->top_logprobs == 3,
-                "serve.request: chat with text parts (joined by a newline, as llama-server); max_completion_tokens wins over max_tokens", "%s",
+                "serve.request: chat with text parts (joined by a newline, as llama-server), developer read as system; "
+                "max_completion_tokens wins over max_tokens",
+                "%s",
                 r ? "wrong values" : e.message);
     kvt_request_free(r);
 

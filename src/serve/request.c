@@ -243,6 +243,9 @@ static kvt_status parse_messages(kvt_request *r, json_t *root, kvt_api_error *e)
         snprintf(param, sizeof param, "messages[%zu].role", i);
         if (!role) return kvt_api_errorf(e, 400, NULL, param, "%s: required", param);
         if (check_str(role, param, &r->msgs[i].role, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+        // OpenAI's "developer" messages (the system role of its newer models, which clients send) are system
+        // messages, as llama-server maps them (map_developer_role_to_system)
+        if (!strcmp(r->msgs[i].role, "developer")) r->msgs[i].role = "system";
         kvt_status st = parse_content(r, field(m, "content"), i, &r->msgs[i].content, e);
         if (st != KVT_OK) return st;
     }

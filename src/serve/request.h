@@ -11,7 +11,8 @@
 //                           one request per prompt; use n for several answers to one prompt)
 //   messages (chat)         non-empty list of {role: string, content: string | [{type:"text",
 //                           text: string}...]} (text parts joined by "\n", as llama-server); role is
-//                           checked by the chat template (kvt_chat_template_apply)
+//                           checked by the chat template (kvt_chat_template_apply); "developer"
+//                           is read as "system" (as llama-server)
 //   max_tokens, max_completion_tokens   integer >= 1 or null; the latter wins when both are given;
 //                           absent: -1 (until the end of the context or an end-of-generation token);
 //                           n_predict (llama-server's name; -1: no limit) when neither is given
