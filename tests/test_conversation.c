@@ -28,14 +28,16 @@ static bool reference(const kvt_model *m, const kvt_tokenizer *tok, const kvt_ch
     char *text = NULL;
     size_t len = 0;
     kvt_context *ctx = NULL;
-    int32_t ids[1024], out[64];
+    int32_t *ids = NULL, out[64];
+    int64_t n = 0;
     kvt_generate_stats gs;
     l->n = 0;
-    bool ok = !kvt_chat_template_apply(t, msgs, n_msgs, true, &text, &len, err);
-    const int64_t n = ok ? kvt_tokenize(tok, text, len, false, true, ids, 1024, err) : -1;
-    ok = ok && n > 0 && n <= 1024 && !kvt_context_init(m, cp, &ctx, err) &&
+    bool ok = !kvt_chat_template_apply(t, msgs, n_msgs, true, &text, &len, err) &&
+              (ids = kvt_chat_prompt_ids(tok, text, len, &n, err));
+    ok = ok && n > 0 && !kvt_context_init(m, cp, &ctx, err) &&
          !kvt_generate(ctx, tok, ids, n, gp, out, NULL, log_token, l, &gs, err);
     kvt_context_free(ctx);
+    free(ids);
     free(text);
     return ok;
 }

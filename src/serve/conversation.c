@@ -103,21 +103,39 @@ static bool on_token(void *user, int32_t id) {
     return c->cb ? c->cb(c->user, id) : true;
 }
 
+int32_t *kvt_chat_prompt_ids(const kvt_tokenizer *tok, const char *text, size_t len, int64_t *n, kvt_err *err) {
+    *n = 0;
+    int64_t k = kvt_tokenize(tok, text, len, false, true, NULL, 0, err);
+    if (k < 0) return NULL;
+    int32_t *ids = malloc((size_t)(k + 2) * sizeof *ids); // the BOS, and one more for the caller
+    if (!ids) {
+        kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a prompt of %lld tokens", (long long)k);
+        return NULL;
+    }
+    if ((k = kvt_tokenize(tok, text, len, false, true, ids, k, err)) < 0) {
+        free(ids);
+        return NULL;
+    }
+    // llama-server strips a leading BOS text from the rendered prompt and tokenizes with BOS as the model asks
+    // (common_chat_templates_apply, tokenize_input_prompts): the same ids
+    const int32_t bos = kvt_token_bos(tok);
+    if (bos >= 0 && kvt_tokenizer_add_bos(tok) && (k == 0 || ids[0] != bos)) {
+        memmove(ids + 1, ids, (size_t)k * sizeof *ids);
+        ids[0] = bos;
+        k++;
+    }
+    *n = k;
+    return ids;
+}
+
 // The rendered conversation with its generation prompt, tokenized: malloc'ed ids, *n their count; NULL on error.
 static int32_t *render_ids(const kvt_conversation *c, int64_t *n, kvt_err *err) {
     char *text = NULL;
     size_t len = 0;
+    *n = 0;
     if (kvt_chat_template_apply(c->tmpl, c->msgs, c->n_msgs, true, &text, &len, err)) return NULL;
-    // the template writes the BOS text itself where the model wants one; its special tokens are parsed (serve's rule)
-    int64_t k = kvt_tokenize(c->tok, text, len, false, true, NULL, 0, err);
-    int32_t *ids = k >= 0 ? malloc((size_t)(k + 1) * sizeof *ids) : NULL;
-    if (k >= 0 && !ids) kvt_errorf(err, KVT_ERR_NOMEM, "conversation: out of memory for %lld tokens", (long long)k);
-    if (ids && (k = kvt_tokenize(c->tok, text, len, false, true, ids, k, err)) < 0) {
-        free(ids);
-        ids = NULL;
-    }
+    int32_t *ids = kvt_chat_prompt_ids(c->tok, text, len, n, err);
     free(text);
-    *n = k;
     return ids;
 }
 

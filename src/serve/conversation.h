@@ -16,6 +16,12 @@
 #include "../sched/generate.h"
 #include "chat_template.h"
 
+// The ids of a rendered chat prompt (len bytes), as llama-server makes them: special-token text parsed, and the BOS
+// the model asks for (tokenizer.ggml.add_bos_token) put first where the rendering did not begin with it (chatml on
+// Gemma 3; a template that writes the BOS text gets no second one). malloc'ed with room for one id more, *n ids;
+// NULL with err filled (KVT_ERR_NOMEM, or kvt_tokenize's error). Used by serve's chat requests and kvtier chat.
+int32_t *kvt_chat_prompt_ids(const kvt_tokenizer *tok, const char *text, size_t len, int64_t *n, kvt_err *err);
+
 typedef struct kvt_conversation kvt_conversation; // opaque
 
 typedef struct {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../base/timer.h"
+#include "conversation.h"
 #include "http_job.h"
 #include "native.h"
 #include "request.h"
@@ -144,39 +145,31 @@ static int32_t *prompt_ids(kvt_http *h, const kvt_request_params *p, int64_t *n,
         *n = p->n_prompt_ids;
         return ids;
     }
-    char *rendered = NULL;
-    size_t len = 0;
-    const char *text = p->prompt;
+    kvt_err err = {0};
+    int32_t *ids = NULL;
+    int64_t k = -1;
     if (p->kind == KVT_REQ_CHAT) {
-        kvt_err err = {0};
+        char *rendered = NULL;
+        size_t len = 0;
         if (kvt_chat_template_apply_request(h->tmpl, p->messages, p->n_messages, &rendered, &len, &err)) {
             kvt_api_errorf(ae, err.status == KVT_ERR_NOMEM ? 500 : 400, "invalid_request_error", "messages", "%s", err.msg);
             return NULL;
         }
-        text = rendered;
+        ids = kvt_chat_prompt_ids(h->tok, rendered, len, &k, &err);
+        free(rendered);
+        if (!ids && err.status == KVT_ERR_NOMEM) goto oom;
     } else {
-        len = strlen(text);
+        const size_t len = strlen(p->prompt);
+        k = kvt_tokenize(h->tok, p->prompt, len, true, true, NULL, 0, &err);
+        if (k >= 0 && !(ids = malloc((size_t)(k + 1) * sizeof *ids))) goto oom;
+        if (ids && (k = kvt_tokenize(h->tok, p->prompt, len, true, true, ids, k, &err)) < 0) {
+            free(ids);
+            ids = NULL;
+        }
     }
-    const bool add_special = p->kind != KVT_REQ_CHAT;
-    kvt_err err = {0};
-    int64_t k = kvt_tokenize(h->tok, text, len, add_special, true, NULL, 0, &err);
-    int32_t *ids = k >= 0 ? malloc((size_t)(k + 2) * sizeof *ids) : NULL;
-    if (ids) k = kvt_tokenize(h->tok, text, len, add_special, true, ids, k, &err);
-    free(rendered);
-    if (k < 0) {
-        free(ids);
+    if (!ids) {
         kvt_api_errorf(ae, 400, "invalid_request_error", "prompt", "cannot tokenize the prompt: %s", err.msg);
         return NULL;
-    }
-    if (!ids) goto oom;
-    // A chat whose rendering does not begin with the BOS text (chatml, the fallback, on a model that asks for BOS,
-    // such as Gemma) still gets the BOS, as llama-server gives it: it strips a leading BOS text from the rendered
-    // prompt and tokenizes with BOS as the model asks (common_chat_templates_apply, tokenize_input_prompts).
-    const int32_t bos = kvt_token_bos(h->tok);
-    if (p->kind == KVT_REQ_CHAT && bos >= 0 && kvt_tokenizer_add_bos(h->tok) && (k == 0 || ids[0] != bos)) {
-        memmove(ids + 1, ids, (size_t)k * sizeof *ids);
-        ids[0] = bos;
-        k++;
     }
     *n = k;
     return ids;
