@@ -33,6 +33,9 @@ typedef struct {
     int nan_layer;         // >= 0: one NaN in blk.<nan_layer>.ffn_down.weight
     float tail;            // added to token_embd values past its first 4 KiB
     bool overlap;          // output_norm's data offset moved onto token_embd's
+    const char *extra;     // an extra [E] F32 tensor of that name (one the model does not read)
+    int32_t n_rot;         // written rope.dimension_count (0: none)
+    int rope_scaling;      // 1: rope.scale_linear 4 (the older key), 2: scaling type none with factor 4
 } spec;
 
 static float frand(uint64_t *s) {
@@ -54,6 +57,12 @@ static bool write_model(const char *path, const spec *sp) {
     kvt_gguf_writer_set_u32(w, "llama.context_length", 256);
     kvt_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", sp->rms_eps != 0.0f ? sp->rms_eps : 1e-5f);
     kvt_gguf_writer_set_f32(w, "llama.rope.freq_base", sp->rope_base != 0.0f ? sp->rope_base : 10000.0f);
+    if (sp->n_rot) kvt_gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)sp->n_rot);
+    if (sp->rope_scaling == 1) kvt_gguf_writer_set_f32(w, "llama.rope.scale_linear", 4.0f);
+    if (sp->rope_scaling == 2) {
+        kvt_gguf_writer_set_str(w, "llama.rope.scaling.type", "none");
+        kvt_gguf_writer_set_f32(w, "llama.rope.scaling.factor", 4.0f);
+    }
     const int32_t nt = sp->n_tokens ? sp->n_tokens : V;
     char names[V][16];
     const char *toks[V];
@@ -106,6 +115,10 @@ static bool write_model(const char *path, const spec *sp) {
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", il);
         const int64_t n1[1] = {E};
         kvt_gguf_writer_add_tensor(w, name, KVT_TYPE_F32, 1, n1, buf + sizes[0]); // the output norm's ones
+    }
+    if (sp->extra) {
+        const int64_t n1[1] = {E};
+        kvt_gguf_writer_add_tensor(w, sp->extra, KVT_TYPE_F32, 1, n1, buf + sizes[0]);
     }
     kvt_err err;
     bool ok = kvt_gguf_writer_write(w, path, &err) == KVT_OK;
@@ -180,6 +193,38 @@ static void test_inconsistent(void) {
     s.embd_meta = 1 << 30;
     s.heads_meta = 1 << 20;
     expect_refused("hostile: head_count 2^20 with embedding_length 2^30", &s, "'llama.attention.head_count_kv' = 1048576");
+    // tensors the model would not read: llama.cpp applies the biases (llama arch) and refuses the rest, so
+    // running without them gave another model's logits (2026-12-06 review)
+    static const char *extras[] = {"blk.0.attn_output.bias", "blk.1.ffn_down.bias", "output.bias", "blk.0.attn_q_norm.weight",
+                                   "blk.0.post_ffw_norm.weight", "blk.0.foo.weight"};
+    for (size_t i = 0; i < sizeof extras / sizeof extras[0]; i++) {
+        char name[128], want[128];
+        s = sp;
+        s.extra = extras[i];
+        snprintf(name, sizeof name, "hostile: a tensor the llama model does not read (%s) is refused", extras[i]);
+        snprintf(want, sizeof want, "tensor '%s' is not part of a llama model", extras[i]);
+        expect_refused(name, &s, want);
+    }
+    s = sp; // llama.cpp: "invalid n_rot: 8, expected 16"
+    s.n_rot = E / NH / 2;
+    expect_refused("hostile: llama with a partial rotary dimension refused", &s, "rope.dimension_count 8 invalid for head_dim 16");
+    for (int mode = 1; mode <= 2; mode++) { // llama.cpp's reading of the rope scaling keys
+        s = sp;
+        s.rope_scaling = mode;
+        char path[256];
+        tmp_model(path, sizeof path, "scale");
+        kvt_model *m = NULL;
+        kvt_err err = {0};
+        const bool ok = write_model(path, &s) && kvt_model_load(path, false, &m, &err) == KVT_OK;
+        const float want = mode == 1 ? 0.25f : 1.0f;
+        test_result(ok && m->hp.rope_freq_scale == want,
+                    mode == 1 ? "hostile: rope.scale_linear (the older key) scales as in llama.cpp"
+                              : "hostile: rope scaling type none ignores the factor, as llama.cpp",
+                    "%s: freq scale %g, want %g", ok ? "loaded" : err.msg, ok ? (double)m->hp.rope_freq_scale : 0.0,
+                    (double)want);
+        kvt_model_free(m);
+        unlink(path);
+    }
     s = sp; // the model itself is fine
     char path[256];
     tmp_model(path, sizeof path, "ok");

@@ -144,7 +144,8 @@ kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err) {
     }
     hp->n_rot = hp->head_dim;
     if ((st = get_arch_i32(g, an, "rope.dimension_count", false, &hp->n_rot, err))) return st;
-    if (hp->n_rot > hp->head_dim || hp->n_rot % 2) {
+    // llama.cpp refuses a partial rotation on llama ("invalid n_rot") and asserts against it on qwen2/qwen3
+    if (hp->n_rot > hp->head_dim || hp->n_rot % 2 || (hp->arch != KVT_ARCH_GEMMA3 && hp->n_rot != hp->head_dim)) {
         return kvt_errorf(err, KVT_ERR_FORMAT, "%s: rope.dimension_count %d invalid for head_dim %d", path, hp->n_rot,
                           hp->head_dim);
     }
@@ -156,31 +157,36 @@ kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err) {
         (st = get_arch_f32(g, an, "attention.layer_norm_rms_epsilon", &hp->rms_eps, err))) {
         return st;
     }
+    // llama.cpp's reading: the type defaults to linear; the factor is rope.scaling.factor, else the older
+    // rope.scale_linear; type none never scales whatever the factor (llama-context.cpp)
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", an);
-    kvt_str stype;
-    if (kvt_gguf_get_str(g, key, &stype, NULL) == KVT_OK && !kvt_str_eq(stype, "none")) {
-        if (!kvt_str_eq(stype, "linear")) {
-            return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' not supported (none, linear are)", path,
-                              (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
-        }
+    kvt_str stype = {"linear", 6};
+    st = kvt_gguf_get_str(g, key, &stype, err);
+    if (st && st != KVT_ERR_NOT_FOUND) return st;
+    const bool scale_none = kvt_str_eq(stype, "none");
+    if (!scale_none && !kvt_str_eq(stype, "linear")) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: rope scaling type '%.*s' not supported (none, linear are)", path,
+                          (int)(stype.len > 32 ? 32 : stype.len), stype.ptr);
     }
     float factor = 0.0f;
-    if ((st = get_arch_f32(g, an, "rope.scaling.factor", &factor, err))) return st;
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", an);
+    const bool have_factor = kvt_gguf_find_key(g, key) >= 0;
+    if ((st = get_arch_f32(g, an, have_factor ? "rope.scaling.factor" : "rope.scale_linear", &factor, err))) return st;
     const struct {
         const char *suffix;
         float v;
         bool zero_ok;
     } fl[] = {{"rope.freq_base", hp->rope_freq_base, false},
               {"attention.layer_norm_rms_epsilon", hp->rms_eps, false},
-              {"rope.scaling.factor", factor, true}};
+              {have_factor ? "rope.scaling.factor" : "rope.scale_linear", factor, true}};
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
         if (!isfinite(fl[i].v) || fl[i].v < 0.0f || (fl[i].v == 0.0f && !fl[i].zero_ok)) {
             return kvt_errorf(err, KVT_ERR_FORMAT, "%s: metadata '%s.%s' = %g: must be a finite positive number", path, an,
                               fl[i].suffix, (double)fl[i].v);
         }
     }
-    if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
+    if (factor > 0.0f && !scale_none) hp->rope_freq_scale = 1.0f / factor;
     hp->ffn_act = KVT_FFN_SWIGLU;
     hp->embd_scale = 1.0f;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
@@ -245,10 +251,12 @@ typedef struct {
     kvt_model *m;
     kvt_err *err;
     int64_t f32_used, f32_cap;
+    bool *used; // per tensor of the file: read by the model
 } loader;
 
 static kvt_status find_tensor(loader *L, const char *name, bool required, const kvt_gguf_tensor **out) {
     *out = kvt_gguf_find_tensor(L->m->gguf, name);
+    if (*out) L->used[*out - kvt_gguf_tensor_at(L->m->gguf, 0)] = true;
     if (!*out && required) {
         return kvt_errorf(L->err, KVT_ERR_FORMAT, "%s: missing tensor '%s'", kvt_gguf_path(L->m->gguf), name);
     }
@@ -338,14 +346,15 @@ static kvt_status load_layer(loader *L, int il, kvt_layer *ly) {
     }
     bool qk_norm = hp->arch == KVT_ARCH_QWEN3 || hp->arch == KVT_ARCH_GEMMA3;
     bool post_norms = hp->arch == KVT_ARCH_GEMMA3;
-    if ((st = load_vec(L, NAME("post_attention_norm.weight"), E, post_norms, &ly->post_attn_norm)) ||
-        (st = load_vec(L, NAME("post_ffw_norm.weight"), E, post_norms, &ly->post_ffn_norm))) {
+    // only the architectures that have them read these (llama.cpp refuses them elsewhere: unused tensors)
+    if (post_norms && ((st = load_vec(L, NAME("post_attention_norm.weight"), E, true, &ly->post_attn_norm)) ||
+                       (st = load_vec(L, NAME("post_ffw_norm.weight"), E, true, &ly->post_ffn_norm)))) {
         return st;
     }
     ly->window = kvt_hparams_layer_window(hp, il);
     ly->rope_local = ly->window > 0;
-    if ((st = load_vec(L, NAME("attn_q_norm.weight"), hp->head_dim, qk_norm, &ly->q_norm)) ||
-        (st = load_vec(L, NAME("attn_k_norm.weight"), hp->head_dim, qk_norm, &ly->k_norm))) {
+    if (qk_norm && ((st = load_vec(L, NAME("attn_q_norm.weight"), hp->head_dim, true, &ly->q_norm)) ||
+                    (st = load_vec(L, NAME("attn_k_norm.weight"), hp->head_dim, true, &ly->k_norm)))) {
         return st;
     }
 #undef NAME
@@ -454,15 +463,18 @@ kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err
     }
     m->f32_store = malloc((size_t)(cap > 0 ? cap : 1) * sizeof(float));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
-    if (!m->f32_store || !m->layers) {
+    bool *used = calloc((size_t)kvt_gguf_n_tensors(g) + 1, sizeof *used);
+    if (!m->f32_store || !m->layers || !used) {
+        free(used);
         kvt_model_free(m);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for model tables");
     }
-    loader L = {m, err, 0, cap};
+    loader L = {m, err, 0, cap, used};
     if ((st = load_weight(&L, "token_embd.weight", hp->n_embd, hp->n_vocab, true, &m->tok_embd)) ||
         (st = load_vec(&L, "output_norm.weight", hp->n_embd, true, &m->output_norm)) ||
         (st = load_weight(&L, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output)) ||
-        (st = load_vec(&L, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs))) {
+        (hp->arch == KVT_ARCH_LLAMA && (st = load_vec(&L, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs)))) {
+        free(used);
         kvt_model_free(m);
         return st;
     }
@@ -472,10 +484,29 @@ kvt_status kvt_model_init(kvt_gguf *g, bool vocab_only, kvt_model **out, kvt_err
     }
     for (int il = 0; il < hp->n_layer; il++) {
         if ((st = load_layer(&L, il, &m->layers[il]))) {
+            free(used);
             kvt_model_free(m);
             return st;
         }
     }
+    // a tensor the model does not read (an attention-output or FFN bias, a MoE router, a classifier head, ...):
+    // llama.cpp applies it or refuses the file ("wrong number of tensors"); running without it would be
+    // another model's output
+    for (int64_t i = 0; i < kvt_gguf_n_tensors(g); i++) {
+        if (used[i]) continue;
+        const kvt_str nm = kvt_gguf_tensor_at(g, i)->name;
+        int64_t n_unused = 0;
+        for (int64_t j = 0; j < kvt_gguf_n_tensors(g); j++) n_unused += !used[j];
+        st = kvt_errorf(err, KVT_ERR_UNSUPPORTED,
+                        "%s: tensor '%.*s' is not part of a %s model as kvtier runs it (%lld of the file's %lld tensors unused; "
+                        "llama.cpp would apply it or refuse the file)",
+                        kvt_gguf_path(g), (int)(nm.len > 96 ? 96 : nm.len), nm.ptr, kvt_arch_name(hp->arch),
+                        (long long)n_unused, (long long)kvt_gguf_n_tensors(g));
+        free(used);
+        kvt_model_free(m);
+        return st;
+    }
+    free(used);
     for (int64_t i = 0; i < kvt_gguf_n_tensors(g); i++) {
         const kvt_gguf_tensor *t = kvt_gguf_tensor_at(g, i);
         m->weight_bytes += (int64_t)t->size;
