@@ -283,6 +283,19 @@ static void test_fingerprint_and_session(void) {
         test_result(same_ok && st == KVT_ERR_INVALID_ARG && strstr(err.msg, ba) && strstr(err.msg, bb),
                     "hostile: session from a model differing past 4 KiB of a tensor is refused, both models named",
                     "same model loads: %d; other: status %d '%s'", same_ok, (int)st, err.msg);
+        // the same weights with another rope base (a GGUF whose metadata was edited): other K rows, refused
+        char pc[256];
+        snprintf(pc, sizeof pc, "/tmp/kvt_hostile_fp_c_%d.gguf", (int)getpid());
+        spec sc = sa;
+        sc.rope_base = 500000.0f;
+        kvt_model *c = NULL;
+        const bool c_ok = write_model(pc, &sc) && !kvt_model_load(pc, false, &c, &err);
+        st = c_ok ? load_session(c, sess, &err) : KVT_ERR_IO;
+        test_result(c_ok && st == KVT_ERR_INVALID_ARG && strstr(err.msg, "hyperparameters"),
+                    "hostile: session from the same weights with another rope base is refused",
+                    "status %d '%s'", (int)st, err.msg);
+        kvt_model_free(c);
+        unlink(pc);
         // a header claiming 2^63 tokens (n_tokens * 4 overflowed after the check failed)
         FILE *f = fopen(sess, "r+b");
         const uint64_t huge = (uint64_t)1 << 63;

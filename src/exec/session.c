@@ -34,6 +34,25 @@ uint32_t kvt_session_model_fingerprint(const kvt_model *m) {
         crc = kvt_crc32c(crc, t->ne, sizeof t->ne);
         crc = kvt_crc32c(crc, t->data, (size_t)t->size);
     }
+    // and the hyperparameters the forward pass reads: the same weights with another rope base or scale, norm
+    // epsilon, window, ... (a GGUF whose metadata was edited) give other K/V rows, which a session or prefix-cache
+    // entry must not be taken for (each field as 4 little-endian bytes: the value does not depend on the layout)
+    const kvt_hparams *hp = &m->hp;
+    const float fv[] = {hp->rope_freq_base, hp->rope_freq_scale, hp->rms_eps,      hp->embd_scale,
+                        hp->attn_scale,     hp->logit_softcap,   hp->rope_freq_base_swa, hp->rope_freq_scale_swa};
+    const int32_t iv[] = {hp->arch, hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv, hp->head_dim,
+                          hp->head_dim_v, hp->n_rot, (int32_t)hp->rope_type, (int32_t)hp->ffn_act, hp->n_swa, hp->swa_period};
+    for (size_t i = 0; i < sizeof fv / sizeof fv[0]; i++) {
+        uint32_t u;
+        memcpy(&u, &fv[i], 4);
+        const uint8_t b[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
+        crc = kvt_crc32c(crc, b, 4);
+    }
+    for (size_t i = 0; i < sizeof iv / sizeof iv[0]; i++) {
+        const uint32_t u = (uint32_t)iv[i];
+        const uint8_t b[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
+        crc = kvt_crc32c(crc, b, 4);
+    }
     atomic_store_explicit(cache, (uint64_t)1 << 32 | crc, memory_order_relaxed);
     return crc;
 }
@@ -228,8 +247,8 @@ static kvt_status check_identity(const uint8_t *h, const identity *id, const cha
             memcpy(saved, h + 76, KVT_SESSION_MODEL_NAME);
             saved[KVT_SESSION_MODEL_NAME] = 0;
             return kvt_errorf(err, KVT_ERR_INVALID_ARG,
-                              "KV session file %s is for another model: saved from '%s' (weights CRC32C 0x%08x), this model "
-                              "'%s' has 0x%08x (same shape, other weights)",
+                              "KV session file %s is for another model: saved from '%s' (fingerprint 0x%08x), this model "
+                              "'%s' has 0x%08x (same shape, other weights or hyperparameters)",
                               path, saved, got, id->model, want[i]);
         }
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "KV session file %s is for another model: %s %u, this model %u", path,

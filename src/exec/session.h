@@ -11,7 +11,8 @@
 //     48  u32      n_vocab      52 u32 n_embd
 //     56  u32      KV element type (kvt_type: F16 or F32)
 //     60  u32      model fingerprint: CRC32C of every tensor's name, type, shape and all of its
-//                  data (kvt_session_model_fingerprint)
+//                  data, then the hyperparameters the forward pass reads (rope base and scale, norm
+//                  epsilon, window, ...: kvt_session_model_fingerprint)
 //     64  u64      n_tokens     72 u32 CRC32C of the token ids
 //     76  char[48] file name of the model it was saved from (NUL padded; for messages only)
 //     124..127 zero
