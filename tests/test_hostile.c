@@ -36,6 +36,8 @@ typedef struct {
     const char *extra;     // an extra [E] F32 tensor of that name (one the model does not read)
     int32_t n_rot;         // written rope.dimension_count (0: none)
     int rope_scaling;      // 1: rope.scale_linear 4 (the older key), 2: scaling type none with factor 4
+    bool dup_token;        // token 5's text is token 4's
+    bool short_byte;       // token 6 ("t6") typed as a byte token
 } spec;
 
 static float frand(uint64_t *s) {
@@ -74,6 +76,8 @@ static bool write_model(const char *path, const spec *sp) {
         scores[i] = -(float)i;
         types[i] = i < 3 ? (i == 0 ? 2 : 3) : 1;
     }
+    if (sp->dup_token) snprintf(names[5], sizeof names[5], "t4");
+    if (sp->short_byte) types[6] = 6;
     kvt_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)nt);
     kvt_gguf_writer_set_arr(w, "tokenizer.ggml.scores", KVT_GGUF_F32, scores, (uint64_t)nt);
@@ -223,6 +227,28 @@ static void test_inconsistent(void) {
                     "%s: freq scale %g, want %g", ok ? "loaded" : err.msg, ok ? (double)m->hp.rope_freq_scale : 0.0,
                     (double)want);
         kvt_model_free(m);
+        unlink(path);
+    }
+    // vocabularies llama.cpp refuses when loading (duplicate texts: GGML_ASSERT; a byte token shorter than
+    // "<0xXX>": substr throws): refused by name, not tokenized with a guessed id
+    for (int k = 0; k < 2; k++) {
+        s = sp;
+        if (k == 0) s.dup_token = true;
+        else s.short_byte = true;
+        char path[256];
+        tmp_model(path, sizeof path, "vocab");
+        kvt_gguf *g = NULL;
+        kvt_tokenizer *tk = NULL;
+        kvt_err err = {0};
+        kvt_status st = write_model(path, &s) ? kvt_gguf_open(path, &g, &err) : KVT_ERR_IO;
+        if (!st) st = kvt_tokenizer_init(g, &tk, &err);
+        const char *want = k == 0 ? "entries 4 and 5 are both 't4' (duplicate token text)" : "entry 6 is a byte token";
+        test_result(st == KVT_ERR_FORMAT && strstr(err.msg, want),
+                    k == 0 ? "hostile: a vocabulary with a duplicate token text is refused, both ids named"
+                           : "hostile: a byte token whose text is not <0xXX> is refused",
+                    "status %d '%s' (want '%s')", (int)st, err.msg, want);
+        kvt_tokenizer_free(tk);
+        kvt_gguf_free(g);
         unlink(path);
     }
     s = sp; // the model itself is fine

@@ -345,7 +345,14 @@ static kvt_status load_tokens(kvt_tokenizer *t, const kvt_gguf *g, const char *p
             default: e->attr = 0; break; // undefined
             }
         }
-        // text -> id; a repeated text maps to its last id
+        // a byte token's value is read from its text at [3, 5) (llama.cpp's token_to_byte: substr(3, 2), which
+        // throws and fails the load for a shorter text)
+        if (e->attr == KVT_TOKEN_ATTR_BYTE && e->len < 3) {
+            return kvt_errorf(err, KVT_ERR_FORMAT, "%s: tokenizer.ggml.tokens entry %u is a byte token (token_type 6) but its text '%.*s' is not <0xXX>",
+                              path, i, (int)e->len, t->text + e->off);
+        }
+        // text -> id; two entries with one text are refused (llama.cpp asserts against them when loading: which
+        // id the text stands for would be undefined)
         uint32_t h = slot_of(fnv(FNV_OFFSET, t->text + e->off, e->len), t->tok_mask);
         for (;;) {
             uint32_t v = t->tok_slots[h];
@@ -355,8 +362,8 @@ static kvt_status load_tokens(kvt_tokenizer *t, const kvt_gguf *g, const char *p
             }
             const kvt_tok_entry *o = &t->toks[v - 1];
             if (o->len == e->len && memcmp(t->text + o->off, t->text + e->off, e->len) == 0) {
-                t->tok_slots[h] = i + 1;
-                break;
+                return kvt_errorf(err, KVT_ERR_FORMAT, "%s: tokenizer.ggml.tokens entries %u and %u are both '%.*s' (duplicate token text)",
+                                  path, v - 1, i, (int)(e->len > 64 ? 64 : e->len), t->text + e->off);
             }
             h = (h + 1) & t->tok_mask;
         }
