@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "../src/gguf/gguf.h"
+#include "../src/base/timer.h"
 #include "../src/kernels/dtype.h"
 #include "test.h"
 #include "test_util.h"
@@ -122,6 +123,40 @@ void test_gguf(const test_env *env) {
     test_result(st == KVT_ERR_UNSUPPORTED, "gguf: unknown version rejected", "%s", err.msg);
     free(p);
     free(buf);
+    // 200000 distinct keys, then the same number of tensor names (4-8 MB headers): the duplicate checks were
+    // pairwise, so such a file took 85 s to open (llama.cpp keeps a set); now milliseconds. The last entry of
+    // each repeats the first: still refused, both named.
+    enum { NK = 200000 };
+    for (int tensors = 0; tensors < 2; tensors++) {
+        const size_t rec = tensors ? 8 + 8 + 4 + 8 + 4 + 8 : 8 + 8 + 4 + 1;
+        const size_t hn = 24 + (size_t)NK * rec, len = hn + (tensors ? 32 + (size_t)NK * 32 : 0);
+        uint8_t *h = calloc(1, len);
+        if (!h) break;
+        memcpy(h, "GGUF", 4);
+        const uint32_t ver = 3;
+        const uint64_t nt = tensors ? NK : 0, nk = tensors ? 0 : NK;
+        memcpy(h + 4, &ver, 4), memcpy(h + 8, &nt, 8), memcpy(h + 16, &nk, 8);
+        for (uint64_t i = 0; i < NK; i++) {
+            uint8_t *q = h + 24 + i * rec;
+            const uint64_t klen = 8;
+            char name[16];
+            snprintf(name, sizeof name, "k%07llu", (unsigned long long)(i == NK - 1 ? 0 : i));
+            memcpy(q, &klen, 8), memcpy(q + 8, name, 8);
+            if (tensors) { // 1 dim of 8 F32, at offset 32 i
+                const uint32_t nd = 1, ty = 0;
+                const uint64_t ne = 8, off = 32 * i;
+                memcpy(q + 16, &nd, 4), memcpy(q + 20, &ne, 8), memcpy(q + 28, &ty, 4), memcpy(q + 32, &off, 8);
+            } // else type 0 (u8) and its byte: zeros
+        }
+        const double t0 = kvt_time_ms();
+        st = kvt_gguf_open_buffer(h, len, "many.gguf", &g, &err);
+        const double ms = kvt_time_ms() - t0;
+        const char *want = tensors ? "duplicate tensor name 'k0000000'" : "duplicate metadata key 'k0000000' (entries 0 and 199999)";
+        test_result(st == KVT_ERR_FORMAT && strstr(err.msg, want) && ms < 2000,
+                    tensors ? "gguf: 200000 tensor names checked for duplicates in O(n)" : "gguf: 200000 metadata keys checked for duplicates in O(n)",
+                    "status %d '%s' in %.0f ms", (int)st, err.msg, ms);
+        free(h);
+    }
     st = kvt_gguf_open("/nonexistent/x.gguf", &g, &err);
     test_result(st == KVT_ERR_IO && strstr(err.msg, "/nonexistent/x.gguf"), "gguf: missing file names the path", "%s",
                 err.msg);

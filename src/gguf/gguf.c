@@ -222,6 +222,43 @@ static kvt_status check_overlaps(const kvt_gguf *g, kvt_err *err) {
     return st;
 }
 
+// A set of names (metadata keys, tensor names) by open addressing: duplicates found in O(1) each, so a hostile
+// header of 10^5..10^6 entries is refused in milliseconds (a pairwise scan took minutes for a 4 MB file).
+typedef struct {
+    int64_t *slot; // index into the caller's names, -1 empty
+    uint64_t mask;
+} name_set;
+
+static bool name_set_init(name_set *ns, uint64_t n) {
+    uint64_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    ns->mask = cap - 1;
+    ns->slot = malloc(cap * sizeof *ns->slot);
+    if (!ns->slot) return false;
+    for (uint64_t i = 0; i < cap; i++) ns->slot[i] = -1;
+    return true;
+}
+
+// Inserts names[i] (names[] has i+1 entries or more); returns the index of an earlier equal name, or -1.
+static int64_t name_set_add(name_set *ns, const kvt_str *name, const kvt_str *(*at)(const void *, int64_t), const void *arr,
+                            int64_t i) {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t k = 0; k < name->len; k++) h = (h ^ (uint8_t)name->ptr[k]) * 1099511628211ull;
+    for (uint64_t j = h & ns->mask;; j = (j + 1) & ns->mask) {
+        if (ns->slot[j] < 0) {
+            ns->slot[j] = i;
+            return -1;
+        }
+        const kvt_str *o = at(arr, ns->slot[j]);
+        if (o->len == name->len && memcmp(o->ptr, name->ptr, name->len) == 0) return ns->slot[j];
+    }
+}
+
+static const kvt_str *kv_key_at(const void *arr, int64_t i) { return &((const gguf_kv *)arr)[i].key; }
+static const kvt_str *tensor_name_at(const void *arr, int64_t i) { return &((const kvt_gguf_tensor *)arr)[i].name; }
+
+static kvt_status parse_tensors(kvt_gguf *g, reader *rd, uint64_t n_tensors, name_set *ns, kvt_err *err);
+
 static kvt_status parse(kvt_gguf *g, kvt_err *err) {
     reader r = {g->base, g->size, 0, g->path, err};
     kvt_status st;
@@ -245,16 +282,34 @@ static kvt_status parse(kvt_gguf *g, kvt_err *err) {
     g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
     if (!g->kv || !g->tensors) return kvt_errorf(err, KVT_ERR_NOMEM, "%s: out of memory for header", g->path);
     g->n_kv = (int64_t)n_kv;
+    name_set ns;
+    if (!name_set_init(&ns, n_kv > n_tensors ? n_kv : n_tensors)) {
+        return kvt_errorf(err, KVT_ERR_NOMEM, "%s: out of memory for header", g->path);
+    }
     for (int64_t i = 0; i < g->n_kv; i++) {
-        if ((st = parse_kv(&r, &g->kv[i], i))) return st;
+        if ((st = parse_kv(&r, &g->kv[i], i))) break;
         const kvt_str k = g->kv[i].key;
-        for (int64_t j = 0; j < i; j++) { // a second value for a key: which one counts is undefined
-            if (g->kv[j].key.len == k.len && memcmp(g->kv[j].key.ptr, k.ptr, k.len) == 0) {
-                return kvt_errorf(err, KVT_ERR_FORMAT, "%s: duplicate metadata key '%.*s' (entries %lld and %lld)", g->path,
-                                  (int)(k.len > 200 ? 200 : k.len), k.ptr, (long long)j, (long long)i);
-            }
+        const int64_t j = name_set_add(&ns, &k, kv_key_at, g->kv, i);
+        if (j >= 0) { // a second value for a key: which one counts is undefined
+            st = kvt_errorf(err, KVT_ERR_FORMAT, "%s: duplicate metadata key '%.*s' (entries %lld and %lld)", g->path,
+                            (int)(k.len > 200 ? 200 : k.len), k.ptr, (long long)j, (long long)i);
+            break;
         }
     }
+    if (st) {
+        free(ns.slot);
+        return st;
+    }
+    for (uint64_t j = 0; j <= ns.mask; j++) ns.slot[j] = -1; // reused for the tensor names
+    st = parse_tensors(g, &r, n_tensors, &ns, err);
+    free(ns.slot);
+    return st;
+}
+
+// The tensor infos after the metadata (rd: the reader past it).
+static kvt_status parse_tensors(kvt_gguf *g, reader *rd, uint64_t n_tensors, name_set *ns, kvt_err *err) {
+    reader r = *rd;
+    kvt_status st;
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     int64_t ai = kvt_gguf_find_key(g, "general.alignment");
     if (ai >= 0) {
@@ -290,10 +345,8 @@ static kvt_status parse(kvt_gguf *g, kvt_err *err) {
                               (unsigned long long)avail);
         }
         t->data = g->base + data + t->offset;
-        for (int64_t j = 0; j < i; j++) {
-            if (g->tensors[j].name.len == t->name.len && memcmp(g->tensors[j].name.ptr, t->name.ptr, t->name.len) == 0) {
-                return kvt_errorf(err, KVT_ERR_FORMAT, "%s: duplicate tensor name '%.*s'", g->path, nl, t->name.ptr);
-            }
+        if (name_set_add(ns, &t->name, tensor_name_at, g->tensors, i) >= 0) {
+            return kvt_errorf(err, KVT_ERR_FORMAT, "%s: duplicate tensor name '%.*s'", g->path, nl, t->name.ptr);
         }
     }
     return check_overlaps(g, err);
