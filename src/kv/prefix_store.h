@@ -34,7 +34,7 @@ typedef struct {
 
 // What a stored block must have been computed with. Two identities are equal when every field is.
 typedef struct {
-    uint32_t model_fingerprint; // kvt_session_model_fingerprint (CRC32C of every tensor byte)
+    uint32_t model_fingerprint; // kvt_session_model_fingerprint (CRC32C of every tensor byte and the hyperparameters)
     char arch[16];              // general.architecture, NUL padded
     uint32_t n_layer, n_head_kv, head_dim, head_dim_v;
     uint32_t kv_type;           // kvt_type of K and V (F16 or F32)
