@@ -1032,15 +1032,38 @@ def t_auth(kvtier, model, extra):
 
 
 def t_max_connections(kvtier, model, extra):
-    name = ("--max-connections 8: 8 idle connections held, a ninth is refused; once one closes /health answers, and "
-            "--timeout closes idle ones")
+    name = ("--max-connections 8: 8 idle connections held, a ninth is refused or held back; once one closes /health "
+            "answers, and --timeout closes idle ones")
     try:
         s = Server(kvtier, model, "--max-connections", "8", "--timeout", "4", *extra)
-        held = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8)]
-        time.sleep(1.0)  # the server has taken them (its accept loop: slower under a sanitizer or load)
+        # eight connections the server holds: one it closed at once was over the limit while the start-up's /health
+        # connections were still counted (they end on the server's side a moment after the client closes them), so
+        # it is replaced
+        held = []
+        for _ in range(5):
+            held += [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8 - len(held))]
+            time.sleep(1.0)  # the server has taken them (its accept loop: slower under a sanitizer or load)
+            kept = []
+            for c in held:
+                try:
+                    gone = c.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) == b""
+                except BlockingIOError:
+                    gone = False
+                except OSError:
+                    gone = True
+                if gone:
+                    c.close()
+                else:
+                    kept.append(c)
+            held = kept
+            if len(held) == 8:
+                break
+        # at the limit libmicrohttpd either accepts and closes a new connection (reset) or stops accepting until a
+        # slot frees (the connection waits in the listen backlog), depending on when its poll loop last looked:
+        # either way the ninth is not answered while the eight are held
         try:
-            st9 = s.request("GET", "/health")[0]
-        except OSError as e:
+            st9 = s.request("GET", "/health", timeout=1.5)[0]
+        except OSError as e:  # reset, or the timeout of one held back
             st9 = type(e).__name__
         held.pop().close()
         time.sleep(0.3)
@@ -1054,8 +1077,8 @@ def t_max_connections(kvtier, model, extra):
             except OSError:
                 closed += 1
             c.close()
-        ok = st9 != 200 and st_free == 200 and closed == len(held)
-        report(ok, name, "ninth %s, after one closed %s, idle ones closed %d of %d" % (st9, st_free, closed, len(held)))
+        ok = st9 != 200 and st_free == 200 and closed == len(held) == 7
+        report(ok, name, "ninth %s, after one closed %s, idle ones closed %d of %d (of 7)" % (st9, st_free, closed, len(held)))
         s.stop()
     except Exception as e:  # noqa: BLE001
         report(False, name, repr(e))
