@@ -266,6 +266,16 @@ static void test_request_ok(void) {
                 r ? "wrong values" : e.message);
     kvt_request_free(r);
 
+    r = parse(KVT_REQ_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":null},"
+              "{\"role\":\"user\",\"content\":\"b\"}]}",
+              &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(p && p->n_messages == 3 && !strcmp(p->messages[1].content, ""),
+                "serve.request: an assistant message's content null is empty (as llama-server; a user's is still required)",
+                "%s", r ? "wrong values" : e.message);
+    kvt_request_free(r);
+
     // neutral values of the fields kvtier does not implement are accepted (clients send them by default);
     // n_predict is llama-server's max_tokens
     r = parse(KVT_REQ_COMPLETION,

@@ -246,7 +246,14 @@ static kvt_status parse_messages(kvt_request *r, json_t *root, kvt_api_error *e)
         // OpenAI's "developer" messages (the system role of its newer models, which clients send) are system
         // messages, as llama-server maps them (map_developer_role_to_system)
         if (!strcmp(r->msgs[i].role, "developer")) r->msgs[i].role = "system";
-        kvt_status st = parse_content(r, field(m, "content"), i, &r->msgs[i].content, e);
+        // an assistant message's content may be null or absent (OpenAI's clients send null beside tool calls):
+        // empty, as llama-server takes it
+        json_t *content = field(m, "content");
+        if (!content && !strcmp(r->msgs[i].role, "assistant")) {
+            r->msgs[i].content = "";
+            continue;
+        }
+        kvt_status st = parse_content(r, content, i, &r->msgs[i].content, e);
         if (st != KVT_OK) return st;
     }
     r->p.messages = r->msgs;
