@@ -152,8 +152,100 @@ static void session_window(void) {
     kvt_model_free(m);
 }
 
+// Greedy logits [NG, V] of prompt[0, np) in a fresh context of cp; with `load`, the file's common prefix with the
+// prompt restored first (capped at np - 1, as generate does). *n_loaded: positions restored.
+static kvt_status window_run(const kvt_model *m, const kvt_context_params *cp, const int32_t *prompt, int64_t np,
+                             const char *load, int ng, float *out, int64_t *n_loaded, kvt_err *err) {
+    const int32_t V = m->hp.n_vocab;
+    kvt_context *ctx = NULL;
+    kvt_status st = kvt_context_init(m, cp, &ctx, err);
+    kvt_session_info info = {0, 0, 0};
+    if (!st && load) st = kvt_context_kv_load(ctx, 0, load, prompt, np, np - 1, &info, err);
+    if (n_loaded) *n_loaded = info.n_loaded;
+    if (!st) st = kvt_decode(ctx, prompt + info.n_loaded, np - info.n_loaded, false, err);
+    for (int i = 0; !st && i < ng; i++) {
+        const float *l = kvt_context_logits(ctx);
+        memcpy(out + (int64_t)i * V, l, (size_t)V * sizeof(float));
+        int32_t best = 0;
+        for (int32_t j = 1; j < V; j++) best = l[j] > l[best] ? j : best;
+        st = kvt_decode(ctx, &best, 1, false, err);
+    }
+    kvt_context_free(ctx);
+    return st;
+}
+
+// A sliding-window layer's rows before the window are saved as zeros (whole blocks of the saver's block size), and the
+// loader used to restore any common prefix n: the next query, at n, then attended to those zeros wherever n - window + 1
+// fell before their end. Found 2026-12-06 with `generate --kv-save` / `--kv-load` on Gemma 3: the same prompt saved
+// from a store of 1-position blocks, or a prompt that leaves the saved tokens 100 positions before their end, gave
+// other tokens than a run without the file. Now such a prefix restores nothing (the prompt is recomputed), and one
+// whose window the file holds is still restored: each run's logits are those of a run without the file, bit for bit.
+static void session_window_prefix(void) {
+    const char *name = "kv: session of a sliding-window model (Gemma 3): a prefix whose window reaches the saved zeros "
+                       "(same prompt from 1-position blocks; a prompt leaving the saved tokens early) is recomputed, "
+                       "the others (a prompt inside the window too) restored: the logits of a run without the file";
+    const char *path = getenv("KVT_GEMMA3");
+    if (!test_file_exists(path)) {
+        test_skip(name, "Gemma 3 not in cache: run `make model-gemma3`");
+        return;
+    }
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    kvt_status st = kvt_model_load(path, false, &m, &err);
+    enum { NP = 640, NG = 4, DIVERGE = 540 };
+    const int32_t V = st ? 0 : m->hp.n_vocab;
+    int32_t *prompt = malloc(NP * sizeof *prompt), *other = malloc(NP * sizeof *other);
+    float *ref = malloc((size_t)NG * V * sizeof(float)), *got = malloc((size_t)NG * V * sizeof(float));
+    char file[64];
+    snprintf(file, sizeof file, "/tmp/kvt_session_g3p_%d.kvs", (int)getpid());
+    for (int i = 0; !st && i < NP; i++) {
+        prompt[i] = 2 + (i * 7919 + 13) % (V - 2);
+        other[i] = i < DIVERGE ? prompt[i] : 2 + (i * 104729 + 7) % (V - 2);
+    }
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 1024;
+    cp.n_threads = 2;
+    cp.kv_fast_bytes = (int64_t)64 << 20;
+    // case: saver's block size, prompt length saved and loaded, the prompt loaded, positions it may restore (0: none)
+    const struct { int64_t block, np; const int32_t *load; int64_t want; } cs[] = {
+        {1, NP, prompt, 0},          // n = NP - 1 sees position NP - 512, zeroed by 1-position blocks
+        {64, NP, other, 0},          // n = DIVERGE sees positions from 29 on; blocks [0, 128) zeroed
+        {64, NP, prompt, NP - 1},    // n = NP - 1 sees from 128 on: restored
+        {1, 100, prompt, 99},        // inside the window: nothing zeroed, restored
+    };
+    const char *why = "";
+    for (size_t c = 0; !st && c < sizeof cs / sizeof cs[0] && !*why; c++) {
+        kvt_context *ctx = NULL;
+        cp.kv_block = cs[c].block;
+        if (!(st = kvt_context_init(m, &cp, &ctx, &err))) { // the saved run: the prompt, then a step
+            int32_t next = 5;
+            const int64_t np = cs[c].np;
+            if (!(st = kvt_decode(ctx, prompt, np, false, &err))) st = kvt_decode(ctx, &next, 1, false, &err);
+            int32_t *ids = malloc((size_t)(np + 1) * sizeof *ids);
+            memcpy(ids, prompt, (size_t)np * sizeof *ids);
+            ids[np] = next;
+            if (!st) st = kvt_context_kv_save(ctx, 0, ids, np + 1, file, &err);
+            free(ids);
+        }
+        kvt_context_free(ctx);
+        cp.kv_block = 16; // the loading store's own block size
+        int64_t n_loaded = -1;
+        if (!st) st = window_run(m, &cp, cs[c].load, cs[c].np, NULL, NG, ref, NULL, &err);
+        if (!st) st = window_run(m, &cp, cs[c].load, cs[c].np, file, NG, got, &n_loaded, &err);
+        if (!st && n_loaded != cs[c].want) why = "positions restored";
+        if (!st && memcmp(ref, got, (size_t)NG * V * sizeof(float)) != 0) why = "logits differ";
+        if (*why) fprintf(stderr, "  case %zu (saved with blocks of %lld): %s (%lld restored, %lld expected)\n", c,
+                          (long long)cs[c].block, why, (long long)n_loaded, (long long)cs[c].want);
+    }
+    test_result(!st && !*why, name, "%s", st ? err.msg : why);
+    unlink(file);
+    free(prompt), free(other), free(ref), free(got);
+    kvt_model_free(m);
+}
+
 void test_session(const test_env *env, const char *synth_path) {
     session_window();
+    session_window_prefix();
     char stories[512];
     if (!test_data(env, "stories260K.gguf", stories, sizeof stories)) {
         test_skip("kv: session save/load", test_data_missing(env, "stories260K.gguf"));

@@ -100,7 +100,7 @@ static identity identity_of(kvt_context *ctx) {
     return id;
 }
 
-static void header_write(uint8_t *h, const identity *id, int64_t n_tokens, uint32_t tok_crc) {
+static void header_write(uint8_t *h, const identity *id, int64_t n_tokens, uint32_t tok_crc, uint32_t block_tokens) {
     memset(h, 0, KVT_SESSION_HEADER_BYTES);
     memcpy(h, KVT_SESSION_MAGIC, 8); // with its NUL
     put_u32(h + 8, KVT_SESSION_VERSION);
@@ -112,6 +112,16 @@ static void header_write(uint8_t *h, const identity *id, int64_t n_tokens, uint3
     put_u64(h + 64, (uint64_t)n_tokens);
     put_u32(h + 72, tok_crc);
     memcpy(h + 76, id->model, KVT_SESSION_MODEL_NAME);
+    put_u32(h + 124, block_tokens);
+}
+
+// First position of layer l's rows that a file of n_tokens positions holds: read_layer wrote the blocks (of the
+// saver's block_tokens positions) wholly before n_tokens - window + 1 as zeros. block_tokens 0 (a file written before
+// the header recorded it): n_tokens - window + 1, the most the zeros can reach whatever the block size.
+static int64_t saved_from(int32_t window, int64_t n_tokens, int64_t block_tokens) {
+    const int64_t seen = window > 0 ? n_tokens - window + 1 : 0;
+    if (seen <= 0) return 0;
+    return block_tokens > 0 ? seen / block_tokens * block_tokens : seen;
 }
 
 // Writer that keeps a running CRC32C; the first error sticks.
@@ -199,7 +209,7 @@ kvt_status kvt_context_kv_save(kvt_context *ctx, int32_t seq, const int32_t *tok
     if (!w.f) w.st = kvt_errorf(err, KVT_ERR_IO, "cannot create KV session file %s: %s", tmp, strerror(errno));
     for (int64_t i = 0; i < n_tokens; i++) put_u32(tb + 4 * i, (uint32_t)tokens[i]);
     uint8_t h[KVT_SESSION_HEADER_BYTES];
-    header_write(h, &id, n_tokens, kvt_crc32c(0, tb, (size_t)n_tokens * 4));
+    header_write(h, &id, n_tokens, kvt_crc32c(0, tb, (size_t)n_tokens * 4), (uint32_t)kv->block_tokens);
     w_put(&w, h, sizeof h);
     w_put(&w, tb, (size_t)n_tokens * 4);
     for (int32_t l = 0; !w.st && l < kv->n_layer; l++) {
@@ -328,6 +338,15 @@ kvt_status kvt_context_kv_load(kvt_context *ctx, int32_t seq, const char *path, 
         inf.n_saved = nt;
         inf.n_common = n_use;
         if (max_keep >= 0 && n_use > max_keep) n_use = max_keep;
+        // A sliding-window layer's file rows start at saved_from (zeros before it). The next query, at n_use, sees
+        // positions from n_use - window + 1 on: a prefix that ends earlier than the saved tokens would attend to the
+        // zeros, and any shorter prefix too, so then nothing is restored and the prompt is recomputed.
+        const int64_t bt = (int64_t)get_u32(f + 124);
+        for (int32_t l = 0; n_use > 0 && l < kv->n_layer; l++) {
+            const int32_t w = kvt_hparams_layer_window(&kvt_context_model(ctx)->hp, l);
+            const int64_t from = saved_from(w, nt, bt);
+            if (from > 0 && n_use - w + 1 < from) n_use = 0;
+        }
         if (n_use > kvt_context_n_ctx(ctx)) {
             st = kvt_errorf(err, KVT_ERR_BUDGET, "KV session file %s holds %lld positions, the context holds %lld (-c)",
                             path, (long long)n_use, (long long)kvt_context_n_ctx(ctx));

@@ -15,7 +15,8 @@
 //                  epsilon, window, ...: kvt_session_model_fingerprint)
 //     64  u64      n_tokens     72 u32 CRC32C of the token ids
 //     76  char[48] file name of the model it was saved from (NUL padded; for messages only)
-//     124..127 zero
+//     124 u32      positions per block of the cache it was saved from (0 in files written before it was
+//                  recorded): where a sliding-window layer's zeroed rows end (kvt_context_kv_save)
 //   token ids: i32 [n_tokens]
 //   per layer l = 0 .. n_layer-1:
 //     K rows [n_tokens, n_head_kv*head_dim]   KV element type, row after row
@@ -46,7 +47,7 @@ uint32_t kvt_session_model_fingerprint(const kvt_model *m);
 // Writes positions [0, n_tokens) of seq (n_tokens must equal kvt_context_seq_n_past(ctx, seq))
 // with the ids of the tokens at those positions. The file is written to PATH.tmp and renamed. A sliding-window
 // layer's blocks wholly before n_tokens - window + 1 (no later query sees them; a paged store has freed them) are
-// written as zeros.
+// written as zeros; the header records the block size, so a load knows where they end.
 kvt_status kvt_context_kv_save(kvt_context *ctx, int32_t seq, const int32_t *tokens, int64_t n_tokens,
                                const char *path, kvt_err *err);
 
@@ -62,7 +63,9 @@ typedef struct {
 // last prompt token is decoded and gives the logits, and under asyncspade the query window's tokens are decoded
 // and give its query history: the same selections as without the file). The caller decodes prompt[n_loaded ..]
 // afterwards. Without a prompt every saved position is restored, and asyncspade's query history starts empty (its
-// selections, and so the logits, differ from those of a run that had decoded the saved tokens).
+// selections, and so the logits, differ from those of a run that had decoded the saved tokens). With sliding-window
+// layers, a prefix n whose first query (at n) would see a saved row written as zeros (n - window + 1 before the end of
+// the zeroed blocks: n shorter than the saved tokens) restores nothing (n_loaded 0): the prompt is recomputed.
 // Errors (file named in each): KVT_ERR_IO (open/read), KVT_ERR_FORMAT (not a session file, truncated,
 // wrong version), KVT_ERR_CHECKSUM (CRC32C mismatch), KVT_ERR_INVALID_ARG (other model: names the
 // field that differs; other KV type; non-empty sequence), KVT_ERR_BUDGET (context too small).
