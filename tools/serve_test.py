@@ -592,6 +592,12 @@ def t_metrics(s):
                  "kvtier_prefetch_plans_total"):
         assert name in text, name
     assert s.metric("kvtier_generated_tokens_total") > 0
+    # llama-server's names for the same counts (its dashboards)
+    assert s.metric("llamacpp:tokens_predicted_total") == s.metric("kvtier_generated_tokens_total")
+    for name in ("llamacpp:prompt_tokens_total", "llamacpp:prompt_seconds_total", "llamacpp:tokens_predicted_seconds_total",
+                 "llamacpp:n_decode_total", "llamacpp:prompt_tokens_seconds", "llamacpp:predicted_tokens_seconds",
+                 "llamacpp:requests_processing", "llamacpp:requests_deferred"):
+        assert name + " " in text, name
     # while idle the server makes and faults in the fast tier's next arena chunk ahead of use (--kv-warm: one context)
     t0 = time.time()
     while not s.metric('kvtier_kv_warm_bytes_total{tier="fast"}') and time.time() - t0 < 10:

@@ -594,6 +594,21 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
     METRIC("n_ctx", "gauge", "Positions per sequence.");
     fprintf(f, "kvtier_n_ctx %lld\n", (long long)s.n_ctx);
 #undef METRIC
+    // llama-server's names for the same counts, so that its dashboards read this server unchanged
+#define LCPP(name, type, help, fmt, v)                                                                                 \
+    fprintf(f, "# HELP llamacpp:" name " " help "\n# TYPE llamacpp:" name " " type "\nllamacpp:" name " " fmt "\n", v)
+    LCPP("prompt_tokens_total", "counter", "Prompt tokens computed (kvtier_prompt_tokens_total).", "%lld", (long long)s.prompt_tokens);
+    LCPP("prompt_seconds_total", "counter", "Time spent on prompts (kvtier_prompt_seconds_total).", "%.6f", s.prompt_seconds);
+    LCPP("tokens_predicted_total", "counter", "Tokens generated (kvtier_generated_tokens_total).", "%lld", (long long)s.generated_tokens);
+    LCPP("tokens_predicted_seconds_total", "counter", "Time spent generating (kvtier_decode_seconds_total).", "%.6f", s.decode_seconds);
+    LCPP("n_decode_total", "counter", "Forward passes (kvtier_iterations_total).", "%lld", (long long)s.iterations);
+    LCPP("prompt_tokens_seconds", "gauge", "Prompt tokens a second, on the mean.", "%.6f",
+         s.prompt_seconds > 0 ? (double)s.prompt_tokens / s.prompt_seconds : 0.0);
+    LCPP("predicted_tokens_seconds", "gauge", "Generated tokens a second, on the mean.", "%.6f",
+         s.decode_seconds > 0 ? (double)s.generated_tokens / s.decode_seconds : 0.0);
+    LCPP("requests_processing", "gauge", "Requests decoding now (kvtier_running_sequences).", "%lld", (long long)s.running);
+    LCPP("requests_deferred", "gauge", "Requests waiting (kvtier_queue_length).", "%lld", (long long)s.queued);
+#undef LCPP
     if (fclose(f) != 0) {
         free(buf);
         return send_error(h, c, 500, "server_error", "out of memory");
