@@ -42,7 +42,7 @@ static bool reference(const kvt_model *m, const kvt_tokenizer *tok, const kvt_ch
     return ok;
 }
 
-static void conversation_case(const char *label, const char *path, int64_t n_predict) {
+static void conversation_case(const char *label, const char *path, int64_t n_predict, kvt_sparse_mode sparse) {
     char name[256];
     snprintf(name, sizeof name, "chat.conversation (%s): 3 turns, each = generate on the whole rendered conversation; earlier KV kept", label);
     kvt_model *m = NULL;
@@ -55,6 +55,16 @@ static void conversation_case(const char *label, const char *path, int64_t n_pre
     kvt_context_params cp = kvt_context_params_default();
     cp.n_ctx = 512;
     cp.n_threads = 2;
+    if (sparse != KVT_SPARSE_OFF) { // a small budget, so that selection matters; the paged store sparse decoding reads
+        cp.kv_paged = true;
+        cp.kv_block = 8;
+        cp.sparse.mode = sparse;
+        cp.sparse.budget = 24;
+        cp.sparse.sink = 2;
+        cp.sparse.recent = 4;
+        if (sparse == KVT_SPARSE_QUEST) cp.sparse.page = 4;
+        else cp.sparse.window = 4;
+    }
     kvt_generate_params gp = kvt_generate_params_default();
     gp.sampling.temp = 0;
     gp.n_predict = n_predict;
@@ -137,8 +147,12 @@ static void cli_case(const test_env *env) {
 }
 
 void test_chat_conversation(const test_env *env) {
-    conversation_case("stories260K, chatml by fallback", "tests/data/stories260K.gguf", 12);
-    if (test_file_exists(env->smollm2)) conversation_case("SmolLM2, its chatml template", env->smollm2, 24);
+    conversation_case("stories260K, chatml by fallback", "tests/data/stories260K.gguf", 12, KVT_SPARSE_OFF);
+    // sparse decoding: a reply's KV rows come from sparse attention, a prefill's from dense, and asyncspade's query
+    // history needs its window recomputed: the turn recomputes them, so the replies are still generate's
+    conversation_case("stories260K, quest", "tests/data/stories260K.gguf", 12, KVT_SPARSE_QUEST);
+    conversation_case("stories260K, asyncspade", "tests/data/stories260K.gguf", 12, KVT_SPARSE_ASYNCSPADE);
+    if (test_file_exists(env->smollm2)) conversation_case("SmolLM2, its chatml template", env->smollm2, 24, KVT_SPARSE_OFF);
     else test_skip("chat.conversation (SmolLM2)", "SmolLM2 GGUF absent (make model)");
     cli_case(env);
 }

@@ -19,9 +19,10 @@ struct kvt_conversation {
     // the messages: [n_msgs] roles (static strings) and contents (owned); msgs[0] the system message when given
     kvt_chat_msg *msgs;
     size_t n_msgs, cap_msgs;
-    // the tokens whose KV the context holds, in position order: held[0, n_held)
+    // the tokens whose KV the context holds, in position order: held[0, n_held); of them the first n_prompted came
+    // from a prompt pass (the last turn's prompt), the rest from decoding the reply
     int32_t *held;
-    int64_t n_held;
+    int64_t n_held, n_prompted;
     size_t cap_held;
     // this turn's reply: its pieces' text (reply.p NUL-terminated), and the user's callback
     text_buf reply;
@@ -155,11 +156,14 @@ kvt_status kvt_conversation_turn(kvt_conversation *c, const char *text, const kv
                        "the conversation (%lld tokens with this message) leaves no room for a reply in the context of "
                        "%lld tokens (-c)", (long long)n, (long long)n_ctx);
     }
-    // the longest prefix of the tokens that the context holds already (one token at least is decoded: its logits
-    // choose the first reply token)
-    int64_t keep = 0;
+    // the longest prefix of the tokens that the context holds already, short of the prompt's tail the context must
+    // compute (the last token's logits choose the first reply token; asyncspade's query window refills its query
+    // history). Under sparse decoding a reply's KV rows came from sparse attention where a prompt pass computes them
+    // densely: only the last prompt's positions are kept, so that the reply is still generate's.
+    int64_t keep = 0, limit = kvt_context_prompt_cacheable(c->ctx, n);
+    if (kvt_context_sparse(c->ctx) && limit > c->n_prompted) limit = c->n_prompted;
     if (!s && c->n_held >= 0) {
-        while (keep < c->n_held && keep < n - 1 && c->held[keep] == ids[keep]) keep++;
+        while (keep < c->n_held && keep < limit && c->held[keep] == ids[keep]) keep++;
     }
     kvt_generate_params gp = *p;
     if (gp.n_predict < 0 || gp.n_predict > n_ctx - n) gp.n_predict = n_ctx - n;
@@ -186,6 +190,7 @@ kvt_status kvt_conversation_turn(kvt_conversation *c, const char *text, const kv
             memcpy(c->held, ids, (size_t)n * sizeof *ids);
             memcpy(c->held + n, out, (size_t)gs.n_gen * sizeof *out);
             c->n_held = kvt_context_n_past(c->ctx);
+            c->n_prompted = n;
             *st = (kvt_conversation_stats){n, keep, gs.n_gen, gs.prefill_ms, gs.decode_ms, gs.hit_eog};
             if (reply) *reply = c->reply.p;
         }
@@ -194,7 +199,7 @@ kvt_status kvt_conversation_turn(kvt_conversation *c, const char *text, const kv
         msg_pop(c);
         if (ran) {
             kvt_context_truncate(c->ctx, 0);
-            c->n_held = 0;
+            c->n_held = c->n_prompted = 0;
         }
     }
     free(ids);

@@ -2,7 +2,8 @@
 // with the model's chat template, keeps the KV of the longest token prefix the context already holds, decodes the
 // rest and generates the assistant's reply (kvt_generate_cached). So a turn costs the new messages, not the whole
 // history, and its tokens are those of `kvtier generate` on the rendered conversation given whole (tested): the
-// reuse changes no token. The reply goes back into the conversation as the text of its tokens' pieces, as a
+// reuse changes no token. Under sparse decoding (quest, asyncspade) the last reply is computed again too (its KV rows
+// came from sparse attention, a prompt's are dense) and asyncspade's query window with it. The reply goes back into the conversation as the text of its tokens' pieces, as a
 // client of `kvtier serve` would send it back.
 #ifndef KVT_CONVERSATION_H
 #define KVT_CONVERSATION_H
