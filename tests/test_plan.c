@@ -261,6 +261,60 @@ static void test_json_int_ranges(void) {
     free(pl);
 }
 
+// Sliding-window layers (gemma3's local layers) read at most their window: decode attends min(ctx, W) positions,
+// a prompt's token i min(i + 1, W); the other layers the whole context.
+static void test_sliding_window(void) {
+    kvt_profile p;
+    if (!load_4060(&p)) return;
+    p.has_gpu = false;
+    kvt_err err = {0};
+    kvt_costs c = {0};
+    bool ok = kvt_costs_from_shape(kvt_shape_find("smollm2-135m"), KVT_TYPE_Q8_0, &c, &err) == KVT_OK;
+    if (ok) {
+        kvt_device d = kvt_device_cpu(&p);
+        d.l3_bytes = 0; // KV read at M alone: bytes scale linearly with the positions read
+        d.attn_gflops = d.attn_prefill_gflops = 20; // a compute ceiling for attention in both
+        const int64_t W = 512, ctx = 8192, n = 2048;
+        const double dec_global_W = kvt_stage_decode_ms(&c, 0, c.n_units, &d, 1, W);
+        const double pre_global = kvt_stage_prefill_ms(&c, 0, c.n_units, &d, n);
+        for (int i = 0; i < c.n_units; i++) c.units[i].window = c.units[i].kind == KVT_UNIT_BLOCK ? (int32_t)W : 0;
+        const double dec_local = kvt_stage_decode_ms(&c, 0, c.n_units, &d, 1, ctx);
+        const double dec_short = kvt_stage_decode_ms(&c, 0, c.n_units, &d, 1, 100); // under the window: unchanged
+        const double pre_local = kvt_stage_prefill_ms(&c, 0, c.n_units, &d, n);
+        // prefill: the attention FLOPs drop from n(n+1)/2 to W(W+1)/2 + (n-W)W pairs per layer
+        const double flops = (double)c.units[1].attn_flops_per_tok * c.hp.n_layer;
+        const double drop = flops * ((double)n * (n + 1) / 2 - ((double)W * (W + 1) / 2 + (double)(n - W) * W)) /
+                            (d.attn_prefill_gflops * d.eta_c) / 1e6;
+        for (int i = 0; i < c.n_units; i++) c.units[i].window = 0;
+        const double dec_short_global = kvt_stage_decode_ms(&c, 0, c.n_units, &d, 1, 100);
+        ok = fabs(dec_local - dec_global_W) < 1e-9 * dec_global_W && dec_short == dec_short_global &&
+             fabs((pre_global - pre_local) - drop) < 1e-6 * pre_global;
+        test_result(ok, "plan: sliding-window layers attend at most their window (decode and prefill)",
+                    "decode %.6f vs %.6f at ctx W; prefill %.6f -> %.6f, expected a drop of %.6f", dec_local, dec_global_W,
+                    pre_global, pre_local, drop);
+        kvt_costs_free(&c);
+    } else {
+        test_result(false, "plan: sliding-window layers attend at most their window (decode and prefill)", "%s", err.msg);
+    }
+    // the windows come from the GGUF: Gemma 3 270M has 15 local layers of 512 out of 18
+    const char *gemma3 = getenv("KVT_GEMMA3");
+    if (!test_file_exists(gemma3)) {
+        test_skip("plan: Gemma 3 270M's local layers in the cost units", "Gemma 3 not in cache: run `make model-gemma3`");
+        return;
+    }
+    kvt_gguf *g = NULL;
+    ok = kvt_gguf_open(gemma3, &g, &err) == KVT_OK && kvt_costs_from_gguf(g, &c, &err) == KVT_OK;
+    int local = 0, w = 0;
+    for (int i = 0; ok && i < c.n_units; i++) {
+        local += c.units[i].window > 0;
+        if (c.units[i].window > 0) w = c.units[i].window;
+    }
+    test_result(ok && local == 15 && w == 512, "plan: Gemma 3 270M's local layers in the cost units", "%s: %d local, window %d",
+                err.msg, local, w);
+    if (ok) kvt_costs_free(&c);
+    if (g) kvt_gguf_free(g);
+}
+
 void test_plan(const test_env *env) {
     (void)env;
     test_units();
@@ -268,5 +322,6 @@ void test_plan(const test_env *env) {
     test_profile_io();
     test_json_int_ranges();
     test_prefill_overhead();
+    test_sliding_window();
     test_gpu_probe();
 }

@@ -43,6 +43,7 @@ static kvt_status costs_alloc(kvt_costs *c, const kvt_hparams *hp, kvt_err *err)
         if (u->kind == KVT_UNIT_BLOCK) {
             u->kv_bytes_per_tok = kv;
             u->attn_flops_per_tok = 4 * (int64_t)hp->n_head * hp->head_dim;
+            u->window = kvt_hparams_layer_window(hp, u->layer); // gemma3's local layers read only their window
         }
     }
     return KVT_OK;
@@ -235,8 +236,9 @@ double kvt_stage_decode_ms(const kvt_costs *c, int u0, int u1, const kvt_device 
             if (pf > 0) comp += 2.0 * (double)p->macs * (double)B / pf;
         }
         t += max2(mem, comp) / 1e6; // bytes / (GB/s) = ns -> ms
-        w_kv += (double)u->kv_bytes_per_tok * (double)ctx * (double)B;    // Eq. 4.12
-        f_attn += (double)u->attn_flops_per_tok * (double)ctx * (double)B; // Eq. 4.11
+        const int64_t seen = u->window > 0 && u->window < ctx ? u->window : ctx; // positions attention reads
+        w_kv += (double)u->kv_bytes_per_tok * (double)seen * (double)B;    // Eq. 4.12
+        f_attn += (double)u->attn_flops_per_tok * (double)seen * (double)B; // Eq. 4.11
     }
     if (w_kv > 0) {
         double alpha = d->l3_bytes > 0 ? (double)d->l3_bytes / w_kv : 0; // Eq. 4.14
@@ -267,8 +269,10 @@ double kvt_stage_prefill_ms(const kvt_costs *c, int u0, int u1, const kvt_device
             t += (double)c->hp.n_ff * (double)n_tok / d->swiglu_gelems / 1e6;
         }
         t += d->prefill_overhead_ms * (double)n_tok; // delta_pre: the calibrated rest, per unit per token
-        // causal attention over the prompt: token i attends to i+1 positions
-        f_attn += (double)u->attn_flops_per_tok * (double)n_tok * (double)(n_tok + 1) / 2.0;
+        // causal attention over the prompt: token i attends to i+1 positions (at most the layer's window)
+        const double W = (double)u->window, n = (double)n_tok;
+        const double pairs = u->window > 0 && u->window < n_tok ? W * (W + 1) / 2.0 + (n - W) * W : n * (n + 1) / 2.0;
+        f_attn += (double)u->attn_flops_per_tok * pairs;
     }
     if (d->attn_prefill_gflops > 0) t += f_attn / (d->attn_prefill_gflops * d->eta_c) / 1e6;
     return t;

@@ -41,6 +41,7 @@ typedef struct {
     int64_t act_bytes;             // W_act per sequence per token
     int64_t kv_bytes_per_tok;      // W_kv per context token per sequence (K+V, kv type)
     int64_t attn_flops_per_tok;    // F_attn per context token per sequence (Eq. 4.11: 4 h_a d_h)
+    int32_t window;                // sliding-window layer: positions a query attends (0: the whole context)
 } kvt_unit;
 
 typedef struct {
