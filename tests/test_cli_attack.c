@@ -97,6 +97,15 @@ void test_cli_attack(const test_env *env) {
     snprintf(args, sizeof args, "generate -m %s -p hi -n 2 --kv-save %s/nosuch/s.kv", model, dir);
     expect("cli_attack: --kv-save into a missing folder is refused, naming it", "", cli, args, 1,
            (const char *const[]){"--kv-save", "nosuch", "No such file", NULL});
+    // profile: a bad -o or --dir is refused before measuring (it failed after the whole measurement)
+    snprintf(args, sizeof args, "profile --quick -o %s/nosuch/p.json", dir);
+    rc = run_cli("", cli, args, out, sizeof out);
+    test_result(rc == 1 && strstr(out, "nosuch") && strstr(out, "No such file") && !strstr(out, "cpu:"),
+                "cli_attack: profile -o into a missing folder is refused before measuring", "exit %d: %.600s", rc, out);
+    snprintf(args, sizeof args, "profile --quick --dir %s/nosuch", dir);
+    rc = run_cli("", cli, args, out, sizeof out);
+    test_result(rc == 1 && strstr(out, "--dir") && strstr(out, "No such file") && !strstr(out, "cpu:"),
+                "cli_attack: profile --dir of a missing folder is refused before measuring", "exit %d: %.600s", rc, out);
     snprintf(args, sizeof args, "generate -m %s -p hi -n 2 --dump-logits %s", model, dir);
     expect("cli_attack: --dump-logits to a directory is refused before generating", "", cli, args, 1,
            (const char *const[]){"--dump-logits", "is a directory", NULL});

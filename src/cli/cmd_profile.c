@@ -1,6 +1,8 @@
 // cmd_profile.c - `kvtier profile`: measure this machine for the planner.
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../plan/profile.h"
 #include "commands.h"
@@ -36,6 +38,13 @@ int cmd_profile(int argc, char **argv) {
             kvt_args_unknown(&a, flag);
             return 2;
         }
+    }
+    // refuse a bad -o or --dir before the measurement (seconds to minutes), not after it
+    if (out && !cli_check_out_path("profile", "-o", out)) return 1;
+    struct stat st;
+    if (stat(o.dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kvtier profile: --dir %s: %s\n", o.dir, stat(o.dir, &st) != 0 ? strerror(errno) : "not a directory");
+        return 1;
     }
     kvt_profile p;
     kvt_err err = {0};
