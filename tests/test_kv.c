@@ -386,6 +386,11 @@ static void test_readers_beside_forks(void) {
         pthread_t th[2];
         int started = 0;
         for (; ok && started < 2; started++) ok = pthread_create(&th[started], NULL, kv_reader, &r) == 0;
+        // the readers under way before the forks (on a loaded machine the forks could all end before a reader ran)
+        for (int waited = 0; ok && atomic_load(&r.reads) == 0 && waited < 20000; waited++) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
         // forks kept until the end: the table grows by one entry at each (a realloc that may move it)
         enum { NF = 120 };
         int32_t seqs[NF];
