@@ -11,6 +11,76 @@
 
 #ifndef KVT_HAVE_HIREDIS
 
+// A server whose first GET reply is a value of another size (a bad entry: the lookup DELs it) and whose DEL reply is an
+// empty line, the integer following 100 ms later. An empty line is no reply: the stream is out of step, the
+// connection must go (it was taken for a reply, and the late ":1" then answered the next lookup's GET: a miss counted
+// unavailable, and with a real value a lost hit).
+typedef struct {
+    int lfd;
+    atomic_bool stop;
+} empty_del_srv;
+
+static void *empty_del_main(void *arg) {
+    empty_del_srv *t = arg;
+    bool got_first = false;
+    while (!atomic_load(&t->stop)) {
+        const int fd = accept(t->lfd, NULL, NULL);
+        if (fd < 0) break;
+        char buf[4096];
+        for (;;) {
+            const ssize_t r = recv(fd, buf, sizeof buf - 1, 0);
+            if (r <= 0) break;
+            buf[r] = 0;
+            const char *rep = memmem(buf, (size_t)r, "PING", 4) ? "+PONG\r\n"
+                              : memmem(buf, (size_t)r, "GET", 3) ? (got_first ? "$-1\r\n" : "$5\r\nhello\r\n")
+                              : memmem(buf, (size_t)r, "DEL", 3) ? "\r\n"
+                                                                  : "-ERR unknown\r\n";
+            if (memmem(buf, (size_t)r, "GET", 3)) got_first = true;
+            if (send(fd, rep, strlen(rep), MSG_NOSIGNAL) < 0) break;
+            if (!strcmp(rep, "\r\n")) {
+                sleep_ms(100);
+                if (send(fd, ":1\r\n", 4, MSG_NOSIGNAL) < 0) break;
+            }
+        }
+        close(fd);
+    }
+    return NULL;
+}
+
+static void tps_redis_empty_del_reply(void) {
+    const char *name = "prefix_store redis: an empty line for a DEL reply breaks the connection (the next lookup a plain miss)";
+    empty_del_srv t = {socket(AF_INET, SOCK_STREAM, 0), false};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    pthread_t th;
+    if (t.lfd < 0 || bind(t.lfd, (struct sockaddr *)&a, sizeof a) || listen(t.lfd, 4) || getsockname(t.lfd, (struct sockaddr *)&a, &l) ||
+        pthread_create(&th, NULL, empty_del_main, &t)) {
+        test_result(false, name, "fake server: %s", strerror(errno));
+        if (t.lfd >= 0) close(t.lfd);
+        return;
+    }
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    kvt_err err = {0};
+    kvt_prefix_store *s = open_redis(url, 0x78, 16, &err);
+    int h1 = -1, h2 = -1;
+    if (s) {
+        h1 = tps_hits(s, 0, 1); // a bad value: DEL, answered by the empty line
+        sleep_ms(300);          // the late ":1" has come; the retry pause is over
+        h2 = tps_hits(s, 1, 2); // a miss
+    }
+    kvt_prefix_store_stats st = {0};
+    if (s) kvt_prefix_store_stats_get(s, &st);
+    kvt_prefix_store_free(s);
+    atomic_store(&t.stop, true);
+    shutdown(t.lfd, SHUT_RDWR);
+    pthread_join(th, NULL);
+    close(t.lfd);
+    test_result(s && h1 == 0 && h2 == 0 && st.miss_corrupt == 1 && st.miss_unavailable == 0, name,
+                "%s (hits %d %d, corrupt %lld, unavailable %lld)", s ? "" : err.msg, h1, h2, (long long)st.miss_corrupt,
+                (long long)st.miss_unavailable);
+}
+
 void tps_redis_tests(const test_env *env) {
     (void)env;
     kvt_prefix_identity id = tps_identity(1, 16);
@@ -336,11 +406,82 @@ static void tps_redis_trickle(const char *slow) {
                 (long long)st.miss_unavailable, (long long)st.puts, (long long)st.put_failed, ms);
 }
 
+// A server whose first GET reply is a value of another size (a bad entry: the lookup DELs it) and whose DEL reply is an
+// empty line, the integer following 100 ms later. An empty line is no reply: the stream is out of step, the
+// connection must go (it was taken for a reply, and the late ":1" then answered the next lookup's GET: a miss counted
+// unavailable, and with a real value a lost hit).
+typedef struct {
+    int lfd;
+    atomic_bool stop;
+} empty_del_srv;
+
+static void *empty_del_main(void *arg) {
+    empty_del_srv *t = arg;
+    bool got_first = false;
+    while (!atomic_load(&t->stop)) {
+        const int fd = accept(t->lfd, NULL, NULL);
+        if (fd < 0) break;
+        char buf[4096];
+        for (;;) {
+            const ssize_t r = recv(fd, buf, sizeof buf - 1, 0);
+            if (r <= 0) break;
+            buf[r] = 0;
+            const char *rep = memmem(buf, (size_t)r, "PING", 4) ? "+PONG\r\n"
+                              : memmem(buf, (size_t)r, "GET", 3) ? (got_first ? "$-1\r\n" : "$5\r\nhello\r\n")
+                              : memmem(buf, (size_t)r, "DEL", 3) ? "\r\n"
+                                                                  : "-ERR unknown\r\n";
+            if (memmem(buf, (size_t)r, "GET", 3)) got_first = true;
+            if (send(fd, rep, strlen(rep), MSG_NOSIGNAL) < 0) break;
+            if (!strcmp(rep, "\r\n")) {
+                sleep_ms(100);
+                if (send(fd, ":1\r\n", 4, MSG_NOSIGNAL) < 0) break;
+            }
+        }
+        close(fd);
+    }
+    return NULL;
+}
+
+static void tps_redis_empty_del_reply(void) {
+    const char *name = "prefix_store redis: an empty line for a DEL reply breaks the connection (the next lookup a plain miss)";
+    empty_del_srv t = {socket(AF_INET, SOCK_STREAM, 0), false};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    pthread_t th;
+    if (t.lfd < 0 || bind(t.lfd, (struct sockaddr *)&a, sizeof a) || listen(t.lfd, 4) || getsockname(t.lfd, (struct sockaddr *)&a, &l) ||
+        pthread_create(&th, NULL, empty_del_main, &t)) {
+        test_result(false, name, "fake server: %s", strerror(errno));
+        if (t.lfd >= 0) close(t.lfd);
+        return;
+    }
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    kvt_err err = {0};
+    kvt_prefix_store *s = open_redis(url, 0x78, 16, &err);
+    int h1 = -1, h2 = -1;
+    if (s) {
+        h1 = tps_hits(s, 0, 1); // a bad value: DEL, answered by the empty line
+        sleep_ms(300);          // the late ":1" has come; the retry pause is over
+        h2 = tps_hits(s, 1, 2); // a miss
+    }
+    kvt_prefix_store_stats st = {0};
+    if (s) kvt_prefix_store_stats_get(s, &st);
+    kvt_prefix_store_free(s);
+    atomic_store(&t.stop, true);
+    shutdown(t.lfd, SHUT_RDWR);
+    pthread_join(th, NULL);
+    close(t.lfd);
+    test_result(s && h1 == 0 && h2 == 0 && st.miss_corrupt == 1 && st.miss_unavailable == 0, name,
+                "%s (hits %d %d, corrupt %lld, unavailable %lld)", s ? "" : err.msg, h1, h2, (long long)st.miss_corrupt,
+                (long long)st.miss_unavailable);
+}
+
 void tps_redis_tests(const test_env *env) {
     (void)env;
     tps_redis_trickle("GET"); // (fake servers: no redis-server needed)
     tps_redis_trickle("SET");
     tps_redis_trickle("PING");
+    tps_redis_empty_del_reply();
     if (!in_path("redis-server")) {
         test_skip("prefix_store redis: server tests", "redis-server not installed (apt-get install redis-server)");
         return;

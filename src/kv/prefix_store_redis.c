@@ -295,7 +295,7 @@ static bool simple_exchange(redis_store *s, conn *k, const char *cmd, size_t len
     k->deadline_ns = kvt_time_ns() + (int64_t)s->p.command_timeout_ms * 1000000;
     struct iovec v = {(void *)cmd, len};
     if (!send_all(k->c->fd, &v, 1, k->deadline_ns) || !rb_line(k, line, cap)) return false;
-    return strchr("+-:", line[0]) || !strcmp(line, "$-1");
+    return (line[0] && strchr("+-:", line[0])) || !strcmp(line, "$-1"); // (strchr finds the NUL of an empty line)
 }
 
 static void redis_get_many(kvt_prefix_store *base, const kvt_block_key *keys, int n, void *const *dsts, bool *hits) {
