@@ -42,15 +42,39 @@ static bool reference(const kvt_model *m, const kvt_tokenizer *tok, const kvt_ch
     return ok;
 }
 
+// A model, its chat template (tmpl NULL: the GGUF's) and a conversation over a fresh context of cp.
+typedef struct {
+    kvt_model *m;
+    kvt_tokenizer *tok;
+    kvt_gguf *g;
+    kvt_chat_template *t;
+    kvt_context *ctx;
+    kvt_conversation *c;
+} rig;
+
+static bool rig_open(rig *r, const char *path, const kvt_context_params *cp, const char *tmpl, const char *system,
+                     kvt_err *err) {
+    memset(r, 0, sizeof *r);
+    kvt_conversation_params vp = kvt_conversation_params_default();
+    vp.system = system;
+    vp.n_align = cp->n_ubatch;
+    return !kvt_model_load(path, false, &r->m, err) && !kvt_tokenizer_init(r->m->gguf, &r->tok, err) &&
+           !kvt_gguf_open(path, &r->g, err) && !kvt_chat_template_from_gguf(r->g, tmpl, &r->t, NULL, err) &&
+           !kvt_context_init(r->m, cp, &r->ctx, err) && !kvt_conversation_init(r->ctx, r->tok, r->t, &vp, &r->c, err);
+}
+
+static void rig_close(rig *r) {
+    kvt_conversation_free(r->c);
+    kvt_context_free(r->ctx);
+    kvt_chat_template_free(r->t);
+    kvt_gguf_free(r->g);
+    kvt_tokenizer_free(r->tok);
+    kvt_model_free(r->m);
+}
+
 static void conversation_case(const char *label, const char *path, int64_t n_predict, kvt_sparse_mode sparse) {
     char name[256];
     snprintf(name, sizeof name, "chat.conversation (%s): 3 turns, each = generate on the whole rendered conversation; earlier KV kept", label);
-    kvt_model *m = NULL;
-    kvt_tokenizer *tok = NULL;
-    kvt_gguf *g = NULL;
-    kvt_chat_template *t = NULL;
-    kvt_context *ctx = NULL;
-    kvt_conversation *c = NULL;
     kvt_err err = {0};
     kvt_context_params cp = kvt_context_params_default();
     cp.n_ctx = 512;
@@ -68,13 +92,15 @@ static void conversation_case(const char *label, const char *path, int64_t n_pre
     kvt_generate_params gp = kvt_generate_params_default();
     gp.sampling.temp = 0;
     gp.n_predict = n_predict;
-    kvt_conversation_params vp = kvt_conversation_params_default();
-    vp.system = "Answer in one short sentence.";
-    bool ok = !kvt_model_load(path, false, &m, &err) && !kvt_tokenizer_init(m->gguf, &tok, &err) &&
-              !kvt_gguf_open(path, &g, &err) && !kvt_chat_template_from_gguf(g, NULL, &t, NULL, &err) &&
-              !kvt_context_init(m, &cp, &ctx, &err) && !kvt_conversation_init(ctx, tok, t, &vp, &c, &err);
+    const char *system = "Answer in one short sentence.";
+    rig r;
+    bool ok = rig_open(&r, path, &cp, NULL, system, &err);
+    kvt_model *m = r.m;
+    kvt_tokenizer *tok = r.tok;
+    kvt_chat_template *t = r.t;
+    kvt_conversation *c = r.c;
     static const char *const user[3] = {"Hello! Who are you?", "Tell me a story about a cat.", "Thanks, and one more?"};
-    kvt_chat_msg msgs[8] = {{"system", vp.system}};
+    kvt_chat_msg msgs[8] = {{"system", system}};
     char *replies[3] = {0};
     size_t n_msgs = 1;
     char why[KVT_ERR_MSG_MAX + 128] = "";
@@ -124,12 +150,75 @@ static void conversation_case(const char *label, const char *path, int64_t n_pre
     }
     test_result(ok2, name, "%s", why);
     for (int k = 0; k < 3; k++) free(replies[k]);
-    kvt_conversation_free(c);
-    kvt_context_free(ctx);
-    kvt_chat_template_free(t);
-    kvt_gguf_free(g);
-    kvt_tokenizer_free(tok);
-    kvt_model_free(m);
+    rig_close(&r);
+}
+
+// Turns over a context of cp (a store, sparse decode attention), template tmpl (NULL: the GGUF's), each reply equal to
+// the reference's on a fresh context of the same cp. false with why filled on a difference or an error.
+static bool turns_equal(const char *path, const kvt_context_params *cp, const char *tmpl, const char *system,
+                        const char *const *user, int n_turns, int64_t n_predict, char *why, size_t why_cap) {
+    kvt_err err = {0};
+    kvt_generate_params gp = kvt_generate_params_default();
+    gp.sampling.temp = 0;
+    gp.n_predict = n_predict;
+    rig r;
+    bool ok = rig_open(&r, path, cp, tmpl, system, &err);
+    kvt_chat_msg msgs[16];
+    char *replies[8] = {0};
+    size_t n_msgs = 0;
+    if (system) msgs[n_msgs++] = (kvt_chat_msg){"system", system};
+    snprintf(why, why_cap, "%s", ok ? "" : err.msg);
+    for (int k = 0; ok && k < n_turns && k < 8; k++) {
+        id_log got = {0}, want = {0};
+        const char *reply = NULL;
+        kvt_conversation_stats st;
+        if (kvt_conversation_turn(r.c, user[k], &gp, log_token, &got, &reply, &st, &err)) {
+            snprintf(why, why_cap, "turn %d: %s", k + 1, err.msg);
+            ok = false;
+            break;
+        }
+        msgs[n_msgs++] = (kvt_chat_msg){"user", user[k]};
+        if (!reference(r.m, r.tok, r.t, msgs, n_msgs, cp, &gp, &want, &err)) {
+            snprintf(why, why_cap, "reference of turn %d: %s", k + 1, err.msg);
+            ok = false;
+            break;
+        }
+        if (got.n != want.n || memcmp(got.ids, want.ids, (size_t)got.n * sizeof got.ids[0]) != 0) {
+            int d = 0;
+            while (d < got.n && d < want.n && got.ids[d] == want.ids[d]) d++;
+            snprintf(why, why_cap, "turn %d (%lld of %lld positions kept): %d ids against %d, first difference at %d",
+                     k + 1, (long long)st.n_reused, (long long)st.n_tokens, got.n, want.n, d);
+            ok = false;
+        }
+        replies[k] = strdup(reply);
+        msgs[n_msgs++] = (kvt_chat_msg){"assistant", replies[k] ? replies[k] : ""};
+    }
+    for (int k = 0; k < 8; k++) free(replies[k]);
+    rig_close(&r);
+    return ok;
+}
+
+// Gemma 3's sliding-window layers on a paged store (which frees the blocks a window left behind), and a template that
+// moves the system message into the last user turn (mistral-v3-tekken), so a turn keeps only the first positions:
+// the first new position's window reaches freed blocks; the turn must still run, with the in-memory run's reply.
+static void sliding_window_case(void) {
+    const char *gemma = getenv("KVT_GEMMA3");
+    const char *name = "chat.conversation (Gemma 3, paged store with --kv-block 16): a turn that keeps less than its "
+                       "sliding windows' freed blocks recomputes, the replies those of generate";
+    if (!gemma || !test_file_exists(gemma)) {
+        test_skip(name, "Gemma 3 GGUF absent (make model-gemma3, KVT_GEMMA3)");
+        return;
+    }
+    char first[4096] = "Summarize: ";
+    for (int i = 0; i < 90; i++) strcat(first, "the cat sat on the mat and ");
+    const char *const user[2] = {first, "Thanks."};
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 1024;
+    cp.n_threads = 2;
+    cp.kv_block = 16;
+    cp.kv_host_bytes = 64 << 20;
+    char why[KVT_ERR_MSG_MAX + 128];
+    test_result(turns_equal(gemma, &cp, "mistral-v3-tekken", "Be brief.", user, 2, 8, why, sizeof why), name, "%s", why);
 }
 
 // `kvtier chat --json` through a pipe: one object a turn, the second keeps the first's KV.
@@ -154,5 +243,6 @@ void test_chat_conversation(const test_env *env) {
     conversation_case("stories260K, asyncspade", "tests/data/stories260K.gguf", 12, KVT_SPARSE_ASYNCSPADE);
     if (test_file_exists(env->smollm2)) conversation_case("SmolLM2, its chatml template", env->smollm2, 24, KVT_SPARSE_OFF);
     else test_skip("chat.conversation (SmolLM2)", "SmolLM2 GGUF absent (make model)");
+    sliding_window_case();
     cli_case(env);
 }

@@ -24,6 +24,9 @@ struct kvt_conversation {
     int32_t *held;
     int64_t n_held, n_prompted;
     size_t cap_held;
+    // the most positions the context held since it was last cleared: a paged store frees a sliding-window layer's
+    // blocks that its window left behind (kv_paged.c: shard_slide), up to (past_max - window) / block blocks
+    int64_t past_max;
     // this turn's reply: its pieces' text (reply.p NUL-terminated), and the user's callback
     text_buf reply;
     char *piece;
@@ -165,6 +168,17 @@ kvt_status kvt_conversation_turn(kvt_conversation *c, const char *text, const kv
     if (!s && c->n_held >= 0) {
         while (keep < c->n_held && keep < limit && c->held[keep] == ids[keep]) keep++;
     }
+    // a sliding-window layer: the first new position's window must not reach blocks a paged store freed (the append
+    // would be refused: a store must not change the outcome), so then nothing is kept, whatever the store
+    if (keep > 0 && keep < c->past_max) {
+        const kvt_hparams *hp = &kvt_context_model(c->ctx)->hp;
+        const int64_t bt = kvt_context_kv_block(c->ctx) > 0 ? kvt_context_kv_block(c->ctx) : 1;
+        for (int32_t l = 0; keep > 0 && l < hp->n_layer; l++) {
+            const int64_t w = kvt_hparams_layer_window(hp, l);
+            const int64_t freed = w > 0 && c->past_max > w ? (c->past_max - w) / bt * bt : 0;
+            if (freed > 0 && keep - w + 1 < freed) keep = 0;
+        }
+    }
     kvt_generate_params gp = *p;
     if (gp.n_predict < 0 || gp.n_predict > n_ctx - n) gp.n_predict = n_ctx - n;
     if (!s && !(out = malloc((size_t)(gp.n_predict + 1) * sizeof *out))) {
@@ -176,6 +190,7 @@ kvt_status kvt_conversation_turn(kvt_conversation *c, const char *text, const kv
     const bool ran = !s;
     if (!s) {
         kvt_context_truncate(c->ctx, keep);
+        if (keep == 0) c->past_max = 0; // (a cleared store holds no freed blocks)
         c->reply.len = 0;
         c->oom = false;
         c->cb = cb;
@@ -191,6 +206,7 @@ kvt_status kvt_conversation_turn(kvt_conversation *c, const char *text, const kv
             memcpy(c->held + n, out, (size_t)gs.n_gen * sizeof *out);
             c->n_held = kvt_context_n_past(c->ctx);
             c->n_prompted = n;
+            if (c->n_held > c->past_max) c->past_max = c->n_held;
             *st = (kvt_conversation_stats){n, keep, gs.n_gen, gs.prefill_ms, gs.decode_ms, gs.hit_eog};
             if (reply) *reply = c->reply.p;
         }
@@ -199,7 +215,7 @@ kvt_status kvt_conversation_turn(kvt_conversation *c, const char *text, const kv
         msg_pop(c);
         if (ran) {
             kvt_context_truncate(c->ctx, 0);
-            c->n_held = c->n_prompted = 0;
+            c->n_held = c->n_prompted = c->past_max = 0;
         }
     }
     free(ids);
