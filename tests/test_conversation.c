@@ -235,6 +235,23 @@ static void cli_case(const test_env *env) {
     test_result(rc == 0 && t2 && !strstr(t2, "\"turn\": 3") && reused > 8, name, "exit %d, kept %ld: %.400s", rc, reused, out);
 }
 
+// `kvtier chat` goes on past a message it cannot answer (past the context; a NUL byte), naming each, and exits 1.
+static void cli_refused_case(const test_env *env) {
+    const char *name = "chat.kvtier chat: a message past the context and one with a NUL byte are refused by name, the "
+                       "conversation goes on (its KV kept), exit 1";
+    char cmd[1024], out[8192];
+    snprintf(cmd, sizeof cmd, "(printf 'hello\\n'; yes 'ab cd' | head -n 2000 | tr '\\n' ' '; printf '\\nx\\0y\\nagain\\n') | "
+             "timeout 120 %s chat -m tests/data/stories260K.gguf --temp 0 -n 4 --json 2>/dev/null", env->cli);
+    const int rc = test_run(cmd, out, sizeof out);
+    const char *t2 = strstr(out, "\"turn\":2,\"error\"");
+    const char *t3 = strstr(out, "\"turn\":3,\"error\"");
+    const char *t4 = strstr(out, "\"turn\":4,\"reply\"");
+    const char *r = t4 ? strstr(t4, "\"n_reused\"") : NULL;
+    const long reused = r ? strtol(r + strcspn(r, "0123456789"), NULL, 10) : 0;
+    test_result(rc == 1 && t2 && strstr(t2, "no room for a reply") && t3 && strstr(t3, "NUL byte") && reused > 8, name,
+                "exit %d, turn 4 kept %ld: %.600s", rc, reused, out);
+}
+
 void test_chat_conversation(const test_env *env) {
     conversation_case("stories260K, chatml by fallback", "tests/data/stories260K.gguf", 12, KVT_SPARSE_OFF);
     // sparse decoding: a reply's KV rows come from sparse attention, a prefill's from dense, and asyncspade's query
@@ -245,4 +262,5 @@ void test_chat_conversation(const test_env *env) {
     else test_skip("chat.conversation (SmolLM2)", "SmolLM2 GGUF absent (make model)");
     sliding_window_case();
     cli_case(env);
+    cli_refused_case(env);
 }

@@ -16,6 +16,8 @@ static const char *k_help =
     "  Reads the user's messages from stdin, one a line (\"> \" is shown when stdin is a terminal), and answers\n"
     "  each with the model's chat template applied to the whole conversation; the KV of earlier turns is kept,\n"
     "  so a turn decodes only its new tokens (the replies are those of `generate` on the rendered conversation).\n"
+    "  A message past the context or holding a NUL byte is refused by name and the conversation goes on without\n"
+    "  it (exit 1 at the end).\n"
     "  -p TEXT / -f FILE     the first user message (then stdin's lines)\n"
     "  --system TEXT         the system message (default: none, or the template's own)\n"
     "  --chat-template NAME  the prompt format instead of the GGUF's tokenizer.chat_template\n"
@@ -42,9 +44,9 @@ static bool print_token(void *user, int32_t id) {
     return true;
 }
 
-// The next user message from in (a line without its end; empty lines skipped) into *line (getline's buffer);
-// false at the end of the input.
-static bool next_message(FILE *in, bool prompt, char **line, size_t *cap) {
+// The next user message from in (a line without its end; empty lines skipped) into *line (getline's buffer), *len
+// its bytes; false at the end of the input.
+static bool next_message(FILE *in, bool prompt, char **line, size_t *cap, size_t *len) {
     for (;;) {
         if (prompt) {
             fputs("> ", stderr);
@@ -53,8 +55,23 @@ static bool next_message(FILE *in, bool prompt, char **line, size_t *cap) {
         ssize_t n = getline(line, cap, in);
         if (n < 0) return false;
         while (n > 0 && ((*line)[n - 1] == '\n' || (*line)[n - 1] == '\r')) (*line)[--n] = 0;
+        *len = (size_t)n;
         if (n > 0) return true;
     }
+}
+
+// A turn that was not answered: the reason on stderr and, with --json, as the turn's object.
+static void turn_refused(int64_t turn, bool json, const char *why) {
+    fprintf(stderr, "\nkvtier chat: turn %lld: %s\n", (long long)turn, why);
+    if (!json) return;
+    kvt_json j;
+    kvt_json_init(&j, stdout);
+    kvt_json_obj_begin(&j);
+    kvt_json_kv_int(&j, "turn", turn);
+    kvt_json_key(&j, "error");
+    kvt_json_strn(&j, why, strlen(why));
+    kvt_json_obj_end(&j);
+    fflush(stdout);
 }
 
 static void json_turn(int64_t turn, const char *reply, const kvt_conversation_stats *st) {
@@ -144,14 +161,31 @@ int cmd_chat(int argc, char **argv) {
     }
     pc.tok = tok;
     const bool interactive = isatty(STDIN_FILENO) && !json;
+    bool refused = false; // a turn was not answered: exit 1 at the end (the conversation goes on without it)
     for (int64_t turn = 1;; turn++) {
         const char *msg = turn == 1 && first_text ? first_text : NULL;
-        if (!msg && !next_message(stdin, interactive, &line, &line_cap)) break;
+        size_t len = 0;
+        if (!msg && !next_message(stdin, interactive, &line, &line_cap, &len)) break;
         if (!msg) msg = line;
+        const char *raw = msg == line ? line : first; // -p / -f: the text as given (first_text stops at a NUL)
+        const char *nul = memchr(raw, 0, msg == line ? len : first_len);
+        if (nul) {
+            char why[96];
+            snprintf(why, sizeof why, "the message holds a NUL byte at byte %zu: not sent", (size_t)(nul - raw));
+            turn_refused(turn, json, why);
+            refused = true;
+            continue;
+        }
         const char *reply = NULL;
         kvt_conversation_stats st;
         prog.t0_ms = kvt_time_ms();
-        if (kvt_conversation_turn(conv, msg, &gp, json ? NULL : print_token, &pc, &reply, &st, &err)) {
+        const kvt_status ts = kvt_conversation_turn(conv, msg, &gp, json ? NULL : print_token, &pc, &reply, &st, &err);
+        if (ts == KVT_ERR_BUDGET) { // the conversation is as before the message: later, shorter ones may still fit
+            turn_refused(turn, json, err.msg);
+            refused = true;
+            continue;
+        }
+        if (ts) {
             fprintf(stderr, "\nkvtier chat: turn %lld: %s\n", (long long)turn, err.msg);
             goto done;
         }
@@ -167,7 +201,7 @@ int cmd_chat(int argc, char **argv) {
                 (long long)turn, (long long)n_new, (long long)st.n_reused, st.prefill_ms, (long long)st.n_gen,
                 st.decode_ms > 0 ? (double)n_dec / (st.decode_ms / 1e3) : 0.0);
     }
-    rc = 0;
+    rc = refused ? 1 : 0;
 done:
     free(pc.piece);
     free(line);
