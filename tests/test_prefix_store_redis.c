@@ -264,6 +264,19 @@ static void chain_tests(const char *url, redisContext *c) {
     if (system(cmd) != 0) printf("# could not remove %s\n", dir);
 }
 
+// A listening loopback socket for a fake server: its fd (-1 on error, errno set) and its redis:// URL in url.
+static int fake_listen(char *url, size_t cap) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 4) || getsockname(fd, (struct sockaddr *)&a, &l)) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    snprintf(url, cap, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    return fd;
+}
+
 // A server that answers PING, then trickles its reply to the command named `slow` (GET: a value of 1 MiB; SET: a
 // status line; PING: the answer to the PING itself) one byte every 50 ms: a hostile or broken peer. Each byte came
 // within the 300 ms command timeout, which applied to each read, so the exchange took as long as the server liked
@@ -302,18 +315,14 @@ static void tps_redis_trickle(const char *slow) {
     char name[160];
     snprintf(name, sizeof name, "prefix_store redis: a server trickling its reply to %s: %s within the command timeout",
              slow, get ? "the lookup ends, a miss," : set ? "the write fails, flush returns" : "open fails, named,");
-    trickle_srv t = {socket(AF_INET, SOCK_STREAM, 0), slow, false};
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
+    trickle_srv t = {-1, slow, false};
+    char url[64];
     pthread_t th;
-    if (t.lfd < 0 || bind(t.lfd, (struct sockaddr *)&a, sizeof a) || listen(t.lfd, 4) || getsockname(t.lfd, (struct sockaddr *)&a, &l) ||
-        pthread_create(&th, NULL, trickle_main, &t)) {
+    if ((t.lfd = fake_listen(url, sizeof url)) < 0 || pthread_create(&th, NULL, trickle_main, &t)) {
         test_result(false, name, "fake server: %s", strerror(errno));
         if (t.lfd >= 0) close(t.lfd);
         return;
     }
-    char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
     kvt_err err = {0};
     const double t0 = kvt_time_ms();
     kvt_prefix_store *s = open_redis(url, 0x77, 16, &err);
@@ -374,18 +383,14 @@ static void *empty_del_main(void *arg) {
 
 static void tps_redis_empty_del_reply(void) {
     const char *name = "prefix_store redis: an empty line for a DEL reply breaks the connection (the next lookup a plain miss)";
-    empty_del_srv t = {socket(AF_INET, SOCK_STREAM, 0), false};
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
+    empty_del_srv t = {-1, false};
+    char url[64];
     pthread_t th;
-    if (t.lfd < 0 || bind(t.lfd, (struct sockaddr *)&a, sizeof a) || listen(t.lfd, 4) || getsockname(t.lfd, (struct sockaddr *)&a, &l) ||
-        pthread_create(&th, NULL, empty_del_main, &t)) {
+    if ((t.lfd = fake_listen(url, sizeof url)) < 0 || pthread_create(&th, NULL, empty_del_main, &t)) {
         test_result(false, name, "fake server: %s", strerror(errno));
         if (t.lfd >= 0) close(t.lfd);
         return;
     }
-    char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
     kvt_err err = {0};
     kvt_prefix_store *s = open_redis(url, 0x78, 16, &err);
     int h1 = -1, h2 = -1;
