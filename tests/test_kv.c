@@ -514,9 +514,9 @@ static void win_store_free(win_store *w) {
 // Layer 0 attends a window of W positions, layer 1 the whole context. Positions arrive in runs of 1..7
 // (decode and small prefills); after each run both layers attend the run's queries over the contiguous
 // cache and over the paged store (4-position blocks, head-wise shards). Both give the same outputs bit for
-// bit, equal to a dense softmax over the window; the paged store holds at most ceil((W - 1 + run) / 4) + 1
-// blocks per shard of layer 0 whatever the context; acquiring a freed block, or appending where the window
-// reaches freed positions, fails with a message.
+// bit, equal to a dense softmax over the window; the paged store holds at most kvt_kv_paged_shard_blocks
+// (ceil((W + run - 2) / 4) + 1) blocks per shard of layer 0 whatever the context; acquiring a freed block, or
+// appending where the window reaches freed positions, fails with a message.
 static void test_sliding_window(void) {
     enum { L = 2, HKV = 2, H = 4, HD = 8, W = 10, BT = 4, NCTX = 300, MAXRUN = 7 };
     const char *name = "kv: sliding-window layer: paged store frees what the window left, outputs equal the contiguous cache's";
@@ -593,7 +593,7 @@ static void test_sliding_window(void) {
         kvt_kv_get_stats(kpg, &ks);
         const int64_t held = ks.used_bytes[KVT_TIER_FAST] / ks.block_bytes;
         // layer 1: every block; layer 0: the window plus the run, per shard
-        const int64_t b = HKV * ((n + BT - 1) / BT) + HKV * ((W - 1 + MAXRUN + BT - 1) / BT + 1);
+        const int64_t b = HKV * kvt_kv_paged_shard_blocks(n, 0, BT, MAXRUN) + HKV * kvt_kv_paged_shard_blocks(n, W, BT, MAXRUN);
         max_blocks = held > max_blocks ? held : max_blocks;
         if (held > b) {
             snprintf(why, sizeof why, "at %lld positions the paged store holds %lld blocks, bound %lld", (long long)n,
@@ -625,6 +625,68 @@ static void test_sliding_window(void) {
     win_store_free(&st[0]);
     win_store_free(&st[1]);
     kvt_threadpool_free(pool);
+}
+
+// kvt_kv_paged_shard_blocks, the blocks the planner sizes the store with, against the store: one sliding-window layer
+// filled to NCTX positions in chunks of U after a first chunk of r0 = 1..U positions (so that the chunks meet the
+// blocks at every offset). The blocks held after each append never exceed the function, and at some offset reach it.
+static void test_window_blocks(void) {
+    enum { NCTX = 96, HD = 4 };
+    static const int32_t Ws[] = {1, 5, 8, 10, 17};
+    static const int64_t BTs[] = {4, 8}, Us[] = {1, 3, 8, 13};
+    static float K[NCTX * HD], V[NCTX * HD];
+    char why[256] = "";
+    int cases = 0;
+    for (size_t wi = 0; wi < sizeof Ws / sizeof Ws[0] && !why[0]; wi++) {
+        for (size_t bi = 0; bi < sizeof BTs / sizeof BTs[0] && !why[0]; bi++) {
+            for (size_t ui = 0; ui < sizeof Us / sizeof Us[0] && !why[0]; ui++) {
+                const int32_t W = Ws[wi];
+                const int64_t BT = BTs[bi], U = Us[ui], want = kvt_kv_paged_shard_blocks(NCTX, W, BT, U);
+                int64_t most = 0;
+                for (int64_t r0 = 1; r0 <= U && !why[0]; r0++) {
+                    kvt_kv_paged_params p = small_params();
+                    p.n_layer = 1;
+                    p.n_head_kv = 1;
+                    p.group_heads = 0;
+                    p.n_ctx = NCTX;
+                    p.block_tokens = BT;
+                    p.layer_window = &W;
+                    kvt_kv *kv = NULL;
+                    kvt_err err = {0};
+                    if (kvt_kv_paged_init(&p, &kv, &err)) {
+                        snprintf(why, sizeof why, "init: %.200s", err.msg);
+                        break;
+                    }
+                    for (int64_t pos = 0, n = r0; pos < NCTX && !why[0]; pos += n, n = U) {
+                        if (pos + n > NCTX) n = NCTX - pos;
+                        if (kv->ops->append(kv, 0, 0, pos, n, K, V, &err)) {
+                            snprintf(why, sizeof why, "W %d, block %lld, chunk %lld: append at %lld: %.150s", W, (long long)BT,
+                                     (long long)U, (long long)pos, err.msg);
+                            break;
+                        }
+                        kvt_kv_stats st;
+                        kvt_kv_get_stats(kv, &st);
+                        const int64_t held = st.used_bytes[KVT_TIER_FAST] / st.block_bytes;
+                        if (held > most) most = held;
+                    }
+                    kvt_kv_free(kv);
+                }
+                if (!why[0] && most != want) {
+                    snprintf(why, sizeof why, "W %d, block %lld, chunks of %lld: the store held at most %lld blocks, "
+                             "kvt_kv_paged_shard_blocks says %lld", W, (long long)BT, (long long)U, (long long)most,
+                             (long long)want);
+                }
+                cases++;
+            }
+        }
+    }
+    // a global layer: every block; fewer positions than the window: every block too
+    if (!why[0] && (kvt_kv_paged_shard_blocks(100, 0, 16, 512) != 7 || kvt_kv_paged_shard_blocks(100, 512, 16, 512) != 7 ||
+                    kvt_kv_paged_shard_blocks(0, 8, 4, 1) != 0))
+        snprintf(why, sizeof why, "global or short: %lld, %lld", (long long)kvt_kv_paged_shard_blocks(100, 0, 16, 512),
+                 (long long)kvt_kv_paged_shard_blocks(100, 512, 16, 512));
+    test_result(!why[0], "kv: sliding-window blocks held: the store's peak equals kvt_kv_paged_shard_blocks (the planner's)",
+                "%s (%d cases)", why, cases);
 }
 
 // --- disk integrity and budgets ---------------------------------------------------------
@@ -912,6 +974,7 @@ void test_kv(const test_env *env) {
     test_readers_beside_forks();
     test_warm();
     test_sliding_window();
+    test_window_blocks();
     char stories[512];
     const bool have_stories = test_data(env, "stories260K.gguf", stories, sizeof stories) != NULL;
     char synth[64];

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../src/kv/kv_paged.h"
 #include "../src/plan/plan.h"
 #include "test.h"
 
@@ -315,6 +316,176 @@ static void test_sliding_window(void) {
     if (g) kvt_gguf_free(g);
 }
 
+// Fills a paged store made with the plan's KV settings (CPU only: its fast tier, no other tier) the way the engine
+// fills it: n positions of every layer in chunks of `chunk` (the context's n_ubatch), after a first chunk of r0.
+// Returns the store's peak bytes in the fast tier, -1 if an append failed (the plan's budget too small: *err).
+static int64_t plan_store_peak(const kvt_costs *c, const kvt_plan *pl, const int32_t *win, int64_t n, int64_t chunk,
+                               int64_t r0, kvt_err *err) {
+    kvt_kv_settings ks;
+    memset(&ks, 0, sizeof ks);
+    kvt_plan_apply(pl, &ks);
+    kvt_kv_paged_params pp = kvt_kv_paged_params_default();
+    pp.type = KVT_TYPE_F16;
+    pp.n_layer = c->hp.n_layer;
+    pp.n_head_kv = c->hp.n_head_kv;
+    pp.head_dim = c->hp.head_dim;
+    pp.head_dim_v = c->hp.head_dim_v;
+    pp.n_ctx = n;
+    pp.block_tokens = ks.block_tokens;
+    pp.group_heads = ks.group_heads;
+    pp.fast_bytes = ks.fast_bytes;
+    pp.host_bytes = ks.host_bytes;
+    pp.layer_window = win;
+    const int64_t width = (int64_t)c->hp.n_head_kv * c->hp.head_dim;
+    float *kv_rows = calloc((size_t)(chunk > r0 ? chunk : r0) * (size_t)width, sizeof(float)); // K and V rows (zeros)
+    kvt_kv *kv = NULL;
+    int64_t peak = -1;
+    if (kv_rows && !kvt_kv_paged_init(&pp, &kv, err)) {
+        bool ok = true;
+        for (int64_t pos = 0, m = r0; ok && pos < n; pos += m, m = chunk) {
+            if (pos + m > n) m = n - pos;
+            for (int32_t l = 0; ok && l < c->hp.n_layer; l++) ok = !kv->ops->append(kv, 0, l, pos, m, kv_rows, kv_rows, err);
+        }
+        kvt_kv_stats st;
+        kvt_kv_get_stats(kv, &st);
+        if (ok) peak = st.peak_bytes[KVT_TIER_FAST];
+    }
+    kvt_kv_free(kv);
+    free(kv_rows);
+    return peak;
+}
+
+// The KV placement counts what the paged store (the store a plan configures) holds: a sliding-window layer its window,
+// the block being filled and a prefill chunk's overshoot (kvt_kv_paged_shard_blocks), not the whole context.
+// A synthetic gemma3-like model (smollm2-135m's shape with a window of 512 on 5 of every 6 layers, as gemma3's
+// swa_period 6) on a CPU-only profile; a paged store built with the plan's settings and filled as the engine fills it
+// never needs more than the plan's figure, and reaches it when the chunks meet the blocks at the worst offset.
+static void test_window_kv(void) {
+    const char *name = "plan: sliding-window layers count their window in the KV placement, as the paged store holds them";
+    kvt_err err = {0};
+    kvt_costs c = {0};
+    if (kvt_costs_from_shape(kvt_shape_find("smollm2-135m"), KVT_TYPE_Q8_0, &c, &err)) {
+        test_result(false, name, "%s", err.msg);
+        return;
+    }
+    const int32_t W = 512, nl = c.hp.n_layer;
+    int32_t win[64] = {0};
+    int32_t n_local = 0;
+    for (int32_t l = 0; l < nl; l++) {
+        win[l] = l % 6 < 5 ? W : 0;
+        c.units[l + 1].window = win[l];
+        n_local += win[l] > 0;
+    }
+    kvt_profile p;
+    kvt_profile_init(&p);
+    p.cpu_read_gbps = 20;
+    p.ram_bytes = 8LL << 30;
+    kvt_plan *pl = malloc(sizeof *pl);
+    kvt_plan_req r = kvt_plan_req_default();
+    r.ctx = 32768;
+    const int64_t ub = 512; // the engine's prefill chunk (kvt_context_params_default().n_ubatch)
+    kvt_status st = kvt_plan_search(&c, &p, &r, pl, &err);
+    const int64_t b = pl->kv_block_tokens, tok = c.units[1].kv_bytes_per_tok; // 768 bytes per token and layer
+    // global layers: the whole context; local: ceil((W + ub - 2) / b) + 1 blocks
+    const int64_t local_blocks = (W + ub - 2 + b - 1) / b + 1;
+    const int64_t want = (nl - n_local) * ((r.ctx + b - 1) / b) * b * tok + n_local * local_blocks * b * tok;
+    char why[400] = "";
+    if (st || !pl->feasible) snprintf(why, sizeof why, "st %d: %.300s", st, err.msg);
+    else if (pl->kv_total_bytes != want || pl->kv_fast_bytes != want || pl->kv_full_bytes != nl * r.ctx * tok ||
+             pl->kv_window_layers != n_local || pl->kv_window != W || pl->kv_window_held != local_blocks * b)
+        snprintf(why, sizeof why, "ctx 32768, block %lld: total %lld fast %lld (want %lld), full %lld, %d window layers "
+                 "of %d holding %lld", (long long)b, (long long)pl->kv_total_bytes, (long long)pl->kv_fast_bytes,
+                 (long long)want, (long long)pl->kv_full_bytes, pl->kv_window_layers, pl->kv_window,
+                 (long long)pl->kv_window_held);
+    // host memory for the weights and the windowed KV but not for a full cache: feasible with the windows, the same
+    // model without them overflows (the plan used to count every layer at the whole context)
+    if (!why[0]) {
+        const int64_t weights = pl->cands[0].cpu_bytes;
+        p.ram_bytes = weights + p.ram_reserved_bytes + want + want / 2;
+        st = kvt_plan_search(&c, &p, &r, pl, &err);
+        const bool windowed_fits = st == KVT_OK && pl->feasible && pl->kv_offloaded_bytes == 0 && pl->max_ctx_fast >= r.ctx;
+        const int64_t max_ctx = pl->max_ctx_fast;
+        for (int32_t l = 0; l < nl; l++) c.units[l + 1].window = 0;
+        st = kvt_plan_search(&c, &p, &r, pl, &err);
+        if (!windowed_fits || st != KVT_ERR_BUDGET || pl->max_ctx_fast >= r.ctx)
+            snprintf(why, sizeof why, "RAM for the windows only: windowed fits %d (max ctx %lld); all global: st %d, max ctx %lld",
+                     windowed_fits, (long long)max_ctx, st, (long long)pl->max_ctx_fast);
+        for (int32_t l = 0; l < nl; l++) c.units[l + 1].window = win[l];
+        p.ram_bytes = 8LL << 30;
+    }
+    // every layer a window: no context outgrows the memory
+    if (!why[0]) {
+        for (int32_t l = 0; l < nl; l++) c.units[l + 1].window = W;
+        st = kvt_plan_search(&c, &p, &r, pl, &err);
+        if (st || pl->max_ctx_fast != (int64_t)1 << 40)
+            snprintf(why, sizeof why, "all local: st %d, max ctx %lld (want unbounded)", st, (long long)pl->max_ctx_fast);
+        for (int32_t l = 0; l < nl; l++) c.units[l + 1].window = win[l];
+    }
+    // the store, with the plan's settings at ctx of about 4K: filled from position 0 in chunks of 512 it stays within
+    // the plan's bytes; a first chunk of r0 = (W - 2) mod b positions puts every later chunk at the worst offset (its
+    // window starts on a block's last position) and, with ctx = r0 + 8 chunks, the last chunk ends the context, so the
+    // global layers' last block and the local layers' largest span meet: the store then holds exactly the plan's bytes
+    if (!why[0]) {
+        r.ctx = 4096;
+        st = kvt_plan_search(&c, &p, &r, pl, &err);
+        const int64_t r0 = (W - 2) % pl->kv_block_tokens > 0 ? (W - 2) % pl->kv_block_tokens : ub;
+        r.ctx = r0 + 8 * ub;
+        if (!st) st = kvt_plan_search(&c, &p, &r, pl, &err);
+        const int64_t bt = pl->kv_block_tokens;
+        const int64_t aligned = st ? -1 : plan_store_peak(&c, pl, win, r.ctx, ub, ub, &err);
+        const int64_t worst = aligned < 0 ? -1 : plan_store_peak(&c, pl, win, r.ctx, ub, r0, &err);
+        printf("#    gemma3-like smollm2 shape, ctx %lld, block %lld: plan %lld bytes; store peak %lld (chunks from 0), "
+               "%lld (worst offset); full cache %lld\n", (long long)r.ctx, (long long)bt, (long long)pl->kv_total_bytes,
+               (long long)aligned, (long long)worst, (long long)pl->kv_full_bytes);
+        if (aligned < 0 || worst < 0 || aligned > pl->kv_total_bytes || worst != pl->kv_total_bytes ||
+            pl->kv_fast_bytes != pl->kv_total_bytes)
+            snprintf(why, sizeof why, "ctx %lld: plan %lld bytes (fast %lld), store peak %lld from 0, %lld at the worst offset: %.200s",
+                     (long long)r.ctx, (long long)pl->kv_total_bytes, (long long)pl->kv_fast_bytes, (long long)aligned,
+                     (long long)worst, err.msg);
+    }
+    test_result(!why[0], name, "%s", why);
+    free(pl);
+    kvt_costs_free(&c);
+}
+
+// Gemma 3 270M (18 layers, 15 with a 512-position window) at its 32K context: the plan's KV is the three global layers'
+// 32K positions and the local layers' windows, not 18 x 32K (603979776 bytes).
+static void test_window_gemma3(void) {
+    const char *name = "plan: Gemma 3 270M at ctx 32768: KV of 3 global layers + 15 windows, not 18 x 32K";
+    const char *gemma3 = getenv("KVT_GEMMA3");
+    if (!test_file_exists(gemma3)) {
+        test_skip(name, "Gemma 3 not in cache: run `make model-gemma3` (KVT_GEMMA3)");
+        return;
+    }
+    kvt_err err = {0};
+    kvt_gguf *g = NULL;
+    kvt_costs c = {0};
+    bool ok = kvt_gguf_open(gemma3, &g, &err) == KVT_OK && kvt_costs_from_gguf(g, &c, &err) == KVT_OK;
+    kvt_plan *pl = malloc(sizeof *pl);
+    if (ok) {
+        kvt_profile p;
+        kvt_profile_init(&p);
+        p.cpu_read_gbps = 20;
+        p.ram_bytes = 8LL << 30;
+        kvt_plan_req r = kvt_plan_req_default();
+        r.ctx = 32768;
+        ok = kvt_plan_search(&c, &p, &r, pl, &err) == KVT_OK;
+        // 1024 bytes per token and layer (1 KV head of 256, K and V in f16); blocks of 256: a window layer holds
+        // ceil((512 + 510) / 256) + 1 = 5 blocks
+        const int64_t b = pl->kv_block_tokens, want = 3 * 32768LL * 1024 + 15 * 5 * b * 1024;
+        test_result(ok && b == 256 && pl->kv_total_bytes == want && pl->kv_fast_bytes == want &&
+                        pl->kv_full_bytes == 603979776 && pl->kv_window_layers == 15 && pl->kv_window == 512,
+                    name, "%s: block %lld, total %lld (want %lld), fast %lld, full %lld, %d window layers", err.msg,
+                    (long long)b, (long long)pl->kv_total_bytes, (long long)want, (long long)pl->kv_fast_bytes,
+                    (long long)pl->kv_full_bytes, pl->kv_window_layers);
+        kvt_costs_free(&c);
+    } else {
+        test_result(false, name, "%s", err.msg);
+    }
+    free(pl);
+    if (g) kvt_gguf_free(g);
+}
+
 void test_plan(const test_env *env) {
     (void)env;
     test_units();
@@ -323,5 +494,7 @@ void test_plan(const test_env *env) {
     test_json_int_ranges();
     test_prefill_overhead();
     test_sliding_window();
+    test_window_kv();
+    test_window_gemma3();
     test_gpu_probe();
 }

@@ -860,6 +860,17 @@ static void shard_slide(kv_paged *s, pshard *sh, int64_t w, int64_t pos) {
     }
 }
 
+int64_t kvt_kv_paged_shard_blocks(int64_t positions, int32_t window, int64_t block_tokens, int64_t max_append) {
+    if (positions <= 0 || block_tokens <= 0) return 0;
+    const int64_t all = (positions + block_tokens - 1) / block_tokens;
+    if (window <= 0) return all;
+    // shard_slide at pos keeps blocks floor((pos - W + 1) / bt) .. floor((pos + max_append - 1) / bt): a span of
+    // W + max_append - 2 positions, which touches at most ceil(span / bt) + 1 blocks
+    const int64_t span = (int64_t)window + (max_append > 1 ? max_append : 1) - 2;
+    const int64_t win = (span + block_tokens - 1) / block_tokens + 1;
+    return win < all ? win : all;
+}
+
 bool kvp_shard_push(pshard *sh, int64_t id) {
     if (sh->n_blk == sh->cap) {
         int64_t cap = sh->cap ? sh->cap * 2 : 16;

@@ -188,6 +188,14 @@ kvt_status kvt_kv_paged_seq_push_copy(kvt_kv *kv, int32_t seq, int64_t b, const 
 // A sequence runs at most once per iteration, so the store starts a new iteration where a sequence repeats
 // ([a, b, a, c]: a and b in the first, c in the second); blocks of one iteration go by the eviction policy.
 void kvt_kv_paged_set_plan(kvt_kv *kv, const int32_t *seqs, int64_t n);
+// Blocks one shard of a layer holds at most while a sequence grows to `positions` positions in blocks of
+// `block_tokens`, appended at most `max_append` positions at a time (a prefill chunk: the context's n_ubatch;
+// decode: 1). A global layer (window 0): ceil(positions / block_tokens). A sliding window W: an append at pos frees
+// the blocks wholly before pos - W + 1 (kv_paged.c shard_slide) and fills positions up to pos + max_append - 1, so
+// the shard holds at most ceil((W + max_append - 2) / block_tokens) + 1 blocks (the window and the block being
+// filled, and a chunk's overshoot), and never more than the global count. The planner sizes the store's tiers with
+// it (src/plan/plan.c), kvt_kv_paged_warm its room; tests/test_kv.c checks it against the store's peak.
+int64_t kvt_kv_paged_shard_blocks(int64_t positions, int32_t window, int64_t block_tokens, int64_t max_append);
 // Swap-out of a preempted sequence: every block of seq leaves the tiers above `to` (written down first where
 // it has no copy there); blocks shared with a sequence in the plan stay. The sequence keeps every position
 // and reads them back (exact) when it runs again. KVT_ERR_BUDGET if tier `to` cannot take them (nothing

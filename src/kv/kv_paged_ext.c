@@ -389,15 +389,11 @@ void kvt_kv_paged_seq_usage(kvt_kv *kv, int32_t seq, int64_t bytes[KVT_TIER_COUN
 }
 
 // Bytes of `positions` positions of one sequence in a tier's slots: each shard's blocks, a sliding-window layer's
-// limited to its window and one block more unless `whole`.
+// limited to its window and the block being filled (kvt_kv_paged_shard_blocks, one position at a time) unless `whole`.
 static int64_t warm_target(const kv_paged *s, int t, int64_t positions, bool whole) {
-    const int64_t bt = s->base.block_tokens;
     int64_t blocks = 0;
-    for (int32_t l = 0; l < s->p.n_layer; l++) {
-        int64_t n = positions;
-        if (!whole && s->window[l] > 0 && n > s->window[l] + bt) n = s->window[l] + bt;
-        blocks += (n + bt - 1) / bt * s->base.n_group;
-    }
+    for (int32_t l = 0; l < s->p.n_layer; l++)
+        blocks += kvt_kv_paged_shard_blocks(positions, whole ? 0 : s->window[l], s->base.block_tokens, 1) * s->base.n_group;
     return blocks * s->tier[t].slot_bytes;
 }
 

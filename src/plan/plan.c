@@ -3,6 +3,8 @@
 
 #include "../base/file.h"
 #include "../base/json.h"
+#include "../exec/context.h"
+#include "../kv/kv_paged.h"
 
 #include <errno.h>
 #include <math.h>
@@ -40,8 +42,11 @@ bool kvt_plan_granularity_parse(const char *s, int32_t *group_heads) {
 
 typedef struct {
     int64_t B, ctx;
+    int64_t append;       // positions a prefill chunk appends at once (the context's n_ubatch)
     int32_t layers_fast;  // layers whose attention reads the fast tier
     int32_t layers_host;  // layers whose attention reads host DRAM directly (CPU side of a split)
+    const int32_t *win_fast, *win_host; // [layers_*] each layer's sliding window as its store frees it (0: the
+                                        // store keeps the whole context: a global layer, or the device KV's)
     int32_t h_kv;
     int64_t head_tok;     // K+V bytes of one head for one token
     int64_t fast_cap, host_cap, disk_cap;
@@ -54,12 +59,19 @@ typedef struct {
     int32_t g;
     int64_t b, bb;        // tokens and bytes per block
     int64_t fast_blocks, host_blocks, disk_blocks, off_blocks, shards_f, shards_h;
+    int64_t need_blocks;  // blocks the store holds at ctx, every shard (sliding windows: their window)
     double t_ms;
     int64_t overflow;     // bytes beyond the last tier
     bool fast_short;      // the fast tier cannot even hold the tails + window
 } kv_opt;
 
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Blocks of ctx positions in one shard of each of n layers, as the paged store holds them (a sliding-window layer
+// its window, kvt_kv_paged_shard_blocks), summed.
+static int64_t layer_blocks(const int32_t *win, int32_t n, int64_t ctx, int64_t b, int64_t append) {
+    int64_t s = 0;
+    for (int32_t l = 0; l < n; l++) s += kvt_kv_paged_shard_blocks(ctx, win[l], b, append);
+    return s;
+}
 
 static kv_opt kv_try(const kv_in *in, int32_t g, int64_t b) {
     kv_opt o;
@@ -69,8 +81,10 @@ static kv_opt kv_try(const kv_in *in, int32_t g, int64_t b) {
     o.bb = b * in->B * g * in->head_tok;
     o.shards_f = (int64_t)in->layers_fast * (in->h_kv / g);
     o.shards_h = (int64_t)in->layers_host * (in->h_kv / g);
-    const int64_t nb = ceil_div(in->ctx, b);
-    const int64_t need_f = o.shards_f * nb, need_h = o.shards_h * nb;
+    const int64_t gs = in->h_kv / g; // shards per layer
+    const int64_t need_f = gs * layer_blocks(in->win_fast, in->layers_fast, in->ctx, b, in->append);
+    const int64_t need_h = gs * layer_blocks(in->win_host, in->layers_host, in->ctx, b, in->append);
+    o.need_blocks = need_f + need_h;
     int64_t host_free = in->shared_dram ? 0 : in->host_cap / o.bb;
     int64_t disk_free = in->disk_cap / o.bb;
     // KV of host-side layers lives in host DRAM (overflow to disk)
@@ -110,20 +124,33 @@ static kv_opt kv_try(const kv_in *in, int32_t g, int64_t b) {
     return o;
 }
 
-// Largest context (multiple of b) whose KV fits the given capacities with option o's shards.
+// Whether a context of ctx positions fits the capacities with option o's shards and block: everything at home, or
+// (use_host / use_disk) the fast side's tails and streaming window in the fast tier and the rest in the tiers allowed.
+static bool kv_fits(const kv_in *in, const kv_opt *o, int64_t ctx, bool use_host, bool use_disk) {
+    const int64_t gs = in->h_kv / o->g, bb = o->bb;
+    const int64_t nf = gs * layer_blocks(in->win_fast, in->layers_fast, ctx, o->b, in->append);
+    const int64_t nh = gs * layer_blocks(in->win_host, in->layers_host, ctx, o->b, in->append);
+    const int64_t f = in->fast_cap / bb, h = in->shared_dram ? 0 : in->host_cap / bb, d = in->disk_cap / bb;
+    if (nf <= f && nh <= h) return true; // nothing streamed
+    if (!use_host && !use_disk) return false;
+    const int64_t win = 2 + (in->shared_dram && use_disk ? 2 : 0);
+    const int64_t total = (f > win ? f - win : 0) + (use_host ? h : 0) + (use_disk ? d : 0);
+    return f - win >= o->shards_f && nf + nh <= total;
+}
+
+// Largest context (multiple of b) whose KV fits the given capacities with option o's shards; 2^40 for unbounded
+// (every layer a sliding window, or the fit holds that far). Sliding-window layers stop growing at their window, so
+// the blocks needed are not linear in the context: a bisection over it (the need only grows with the context).
 static int64_t kv_max_ctx(const kv_in *in, const kv_opt *o, bool use_host, bool use_disk) {
-    const int64_t bb = o->bb, sf = o->shards_f, sh = o->shards_h;
-    int64_t f = in->fast_cap / bb, h = in->shared_dram ? 0 : in->host_cap / bb, d = in->disk_cap / bb;
-    int64_t nb_f = sf ? f / sf : INT64_MAX, nb_h = sh ? h / sh : INT64_MAX;
-    int64_t best = nb_f < nb_h ? nb_f : nb_h; // everything at home, nothing streamed
-    if (use_host || use_disk) {
-        int64_t win = 2 + (in->shared_dram && use_disk ? 2 : 0);
-        int64_t total = (f > win ? f - win : 0) + (use_host ? h : 0) + (use_disk ? d : 0);
-        int64_t nb = (sf + sh) ? total / (sf + sh) : INT64_MAX;
-        if (f - win >= sf && nb > best) best = nb;
+    const int64_t cap = ((int64_t)1 << 40) / o->b;
+    if (kv_fits(in, o, cap * o->b, use_host, use_disk)) return (int64_t)1 << 40;
+    int64_t lo = 0, hi = cap; // fits(lo * b), not fits(hi * b)
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (kv_fits(in, o, mid * o->b, use_host, use_disk)) lo = mid;
+        else hi = mid;
     }
-    if (best == INT64_MAX || best > ((int64_t)1 << 40) / o->b) return (int64_t)1 << 40;
-    return best * o->b;
+    return lo * o->b;
 }
 
 static void kv_place(const kv_in *in, kvt_plan *pl) {
@@ -162,6 +189,7 @@ static void kv_place(const kv_in *in, kvt_plan *pl) {
     pl->kv_host_bytes = best.host_blocks * best.bb;
     pl->kv_disk_bytes = best.disk_blocks * best.bb;
     pl->kv_offloaded_bytes = best.off_blocks * best.bb;
+    pl->kv_total_bytes = best.need_blocks * best.bb;
     if (best.bb > 0) {
         pl->max_ctx_fast = kv_max_ctx(in, &best, false, false);
         pl->max_ctx_fast_host = in->shared_dram ? pl->max_ctx_fast : kv_max_ctx(in, &best, true, false);
@@ -217,9 +245,11 @@ kvt_status kvt_plan_search(const kvt_costs *c, const kvt_profile *p, const kvt_p
     const char *dir = r->disk_dir ? r->disk_dir : p->disk_dir[0] ? p->disk_dir : "/tmp";
     snprintf(pl->kv_disk_dir, sizeof pl->kv_disk_dir, "%s", pl->disk_avail > 0 ? dir : "");
     const kvt_device cpu = kvt_device_cpu(p), gpu = kvt_device_gpu(p);
-    const int64_t cpu_scratch = kvt_scratch_bytes(&c->hp, 512), gpu_scratch = kvt_scratch_bytes(&c->hp, B);
+    const int64_t ubatch = kvt_context_params_default().n_ubatch; // the engine's prefill chunk
+    const int64_t cpu_scratch = kvt_scratch_bytes(&c->hp, ubatch), gpu_scratch = kvt_scratch_bytes(&c->hp, B);
     pl->kv_bytes_per_token = (int64_t)c->hp.n_layer * c->units[1].kv_bytes_per_tok;
-    pl->kv_total_bytes = pl->kv_bytes_per_token * r->ctx * B;
+    pl->kv_full_bytes = pl->kv_bytes_per_token * r->ctx * B;
+    pl->kv_total_bytes = pl->kv_full_bytes; // until the placement: the paged store's bytes at its block size
 
     // Algorithm 1: k = units on the CPU, 0..N; without a GPU only k = N exists.
     double best_t = INFINITY;
@@ -273,30 +303,50 @@ kvt_status kvt_plan_search(const kvt_costs *c, const kvt_profile *p, const kvt_p
     pl->t_comm_ms = cd->t_comm_ms;
     pl->t_overhead_ms = cd->t_overhead_ms;
 
-    // KV placement for the chosen split
+    // KV placement for the chosen split. The paged store (what the plan configures) frees what a CPU layer's sliding
+    // window no longer sees; the device layers' KV (gpu_kv.c) keeps every block: their windows count as the whole context.
+    const int32_t nl = c->hp.n_layer;
+    int32_t *win = calloc((size_t)nl + 1, sizeof *win); // [n_layer] as the store frees them
+    if (!win) return kvt_errorf(err, KVT_ERR_NOMEM, "plan: out of memory");
+    const bool split = p->has_gpu && k < N;
+    const int32_t host_layers = split ? blocks_in(c, 0, k) : nl; // layers in the CPU's paged store: the first ones
+    for (int32_t l = 0; l < host_layers; l++) win[l] = c->units[l + 1].window > 0 ? c->units[l + 1].window : 0;
     kv_in in;
     memset(&in, 0, sizeof in);
     in.B = B;
     in.ctx = r->ctx;
+    in.append = ubatch;
     in.h_kv = c->hp.n_head_kv;
     in.head_tok = c->units[1].kv_bytes_per_tok / c->hp.n_head_kv;
     in.disk_cap = pl->disk_avail;
     in.disk_gbps = p->disk_read_gbps;
     in.disk_lat_us = p->disk_read_latency_us;
-    if (p->has_gpu && k < N) {
+    if (split) {
         in.layers_fast = blocks_in(c, k, N);
-        in.layers_host = blocks_in(c, 0, k);
+        in.layers_host = host_layers;
+        in.win_host = win;
+        in.win_fast = win + host_layers; // zeros
         in.fast_cap = pl->vram_avail - cd->gpu_bytes;
         in.host_cap = pl->ram_avail - cd->cpu_bytes;
         in.link_gbps = p->h2d_gbps;
         in.link_lat_us = p->h2d_latency_us;
     } else {
-        in.layers_fast = c->hp.n_layer;
+        in.layers_fast = nl;
+        in.win_fast = win;
         in.fast_cap = pl->ram_avail - cd->cpu_bytes;
         in.shared_dram = true;
         in.link_gbps = p->cpu_read_gbps / 2; // a copy reads and writes DRAM
     }
     kv_place(&in, pl);
+    for (int32_t l = 0; l < nl; l++) {
+        if (win[l] <= 0) continue;
+        pl->kv_window_layers++;
+        if (win[l] > pl->kv_window) pl->kv_window = win[l];
+    }
+    pl->kv_window_held = pl->kv_window_layers
+                             ? kvt_kv_paged_shard_blocks(r->ctx, pl->kv_window, pl->kv_block_tokens, ubatch) * pl->kv_block_tokens
+                             : 0;
+    free(win);
     pl->roofline_ms_per_token = cd->t_pred_ms + pl->t_kv_ms;
     pl->predicted_ms_per_token = pl->roofline_ms_per_token + cd->t_overhead_ms;
     double pre = kvt_stage_prefill_ms(c, 0, k, &cpu, pl->prompt);
@@ -346,8 +396,15 @@ void kvt_plan_print(const kvt_plan *pl, FILE *f) {
     ctx_str(pl->max_ctx_fast, a, sizeof a);
     ctx_str(pl->max_ctx_fast_host, b, sizeof b);
     ctx_str(pl->max_ctx_all, c, sizeof c);
-    fprintf(f, "KV        %lld bytes/token, %lld bytes at ctx %lld x batch %lld\n", (long long)pl->kv_bytes_per_token,
-            (long long)pl->kv_total_bytes, (long long)pl->ctx, (long long)pl->batch);
+    fprintf(f, "KV        %lld bytes/token (all layers), %lld bytes at ctx %lld x batch %lld in %lld-token blocks\n",
+            (long long)pl->kv_bytes_per_token, (long long)pl->kv_total_bytes, (long long)pl->ctx, (long long)pl->batch,
+            (long long)pl->kv_block_tokens);
+    if (pl->kv_window_layers > 0) {
+        fprintf(f, "KV window %d of %d layers keep a sliding window of %d positions: at most %lld positions each (the window,\n"
+                   "          the block being filled, a prefill chunk); every layer at the whole context would take %lld bytes\n",
+                pl->kv_window_layers, pl->n_units - 2, pl->kv_window, (long long)pl->kv_window_held,
+                (long long)pl->kv_full_bytes);
+    }
     fprintf(f, "KV tiers  fast %lld B (%.3f GB), host %lld B (%.3f GB), disk %lld B (%.3f GB)%s%s\n", (long long)pl->kv_fast_bytes,
             pl->kv_fast_bytes / GB, (long long)pl->kv_host_bytes, pl->kv_host_bytes / GB, (long long)pl->kv_disk_bytes,
             pl->kv_disk_bytes / GB, pl->kv_disk_dir[0] ? " in " : "", pl->kv_disk_dir);
@@ -392,6 +449,10 @@ void kvt_plan_write_json(const kvt_plan *pl, FILE *f) {
     kvt_json_kv_num(&j, "t_overhead_ms", pl->t_overhead_ms);
     kvt_json_kv_int(&j, "kv_bytes_per_token", pl->kv_bytes_per_token);
     kvt_json_kv_int(&j, "kv_total_bytes", pl->kv_total_bytes);
+    kvt_json_kv_int(&j, "kv_full_bytes", pl->kv_full_bytes);
+    kvt_json_kv_int(&j, "kv_window_layers", pl->kv_window_layers);
+    kvt_json_kv_int(&j, "kv_window", pl->kv_window);
+    kvt_json_kv_int(&j, "kv_window_held_tokens", pl->kv_window_held);
     kvt_json_kv_int(&j, "kv_fast_bytes", pl->kv_fast_bytes);
     kvt_json_kv_int(&j, "kv_host_bytes", pl->kv_host_bytes);
     kvt_json_kv_int(&j, "kv_disk_bytes", pl->kv_disk_bytes);
@@ -476,6 +537,7 @@ kvt_status kvt_plan_parse(const char *text, kvt_plan *pl, kvt_err *err) {
         pl->prefill_ms_per_token = kvt_jv_num(&root, "prefill_ms_per_token", 0);
         pl->kv_bytes_per_token = (int64_t)kvt_jv_num(&root, "kv_bytes_per_token", 0);
         pl->kv_total_bytes = (int64_t)kvt_jv_num(&root, "kv_total_bytes", 0);
+        pl->kv_full_bytes = (int64_t)kvt_jv_num(&root, "kv_full_bytes", (double)pl->kv_total_bytes);
         pl->kv_fast_bytes = (int64_t)kvt_jv_num(&root, "kv_fast_bytes", 0);
         pl->kv_host_bytes = (int64_t)kvt_jv_num(&root, "kv_host_bytes", 0);
         pl->kv_disk_bytes = (int64_t)kvt_jv_num(&root, "kv_disk_bytes", 0);
