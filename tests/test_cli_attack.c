@@ -146,6 +146,16 @@ void test_cli_attack(const test_env *env) {
            "plan -m tests/data/ggml-vocab-llama-spm.gguf --profile profiles/rtx4060-laptop.json", 1,
            (const char *const[]){"no token_embd.weight", NULL});
 
+    // plan --vram where no GPU can take it: refused by name, as --gpu without --validate is (the search never read it)
+    expect("cli_attack: plan --vram with a profile without a GPU is refused", "", cli,
+           "plan --shape smollm2-135m --profile profiles/xeon-avx512-2vcpu.json --vram 8G", 2,
+           (const char *const[]){"--vram", "no GPU", NULL});
+    snprintf(args, sizeof args, "plan --validate -m %s --profile profiles/xeon-avx512-2vcpu.json --vram 8G", model);
+    expect("cli_attack: plan --validate --vram without --gpu is refused", "", cli, args, 2,
+           (const char *const[]){"--vram", "--gpu", NULL});
+    expect("cli_attack: plan --vram with a GPU profile runs", "", cli,
+           "plan --shape smollm2-135m --profile profiles/rtx4060-laptop.json --vram 4G", 0, (const char *const[]){NULL});
+
     // sparse flags that do nothing under the chosen mode
     snprintf(args, sizeof args, "generate -m %s -p hi -n 2 --sparse-budget 8", model);
     expect("cli_attack: --sparse-budget without --sparse is refused", "", cli, args, 1,

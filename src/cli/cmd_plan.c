@@ -197,7 +197,7 @@ int cmd_plan(int argc, char **argv) {
     const char *model_path = NULL, *shape_name = NULL, *profile_path = NULL, *out_path = NULL;
     kvt_type wt = KVT_TYPE_BF16;
     kvt_plan_req req = kvt_plan_req_default();
-    bool json = false, do_validate = false;
+    bool json = false, do_validate = false, vram_given = false;
     validate_opts vo = {128, 64, 3, 0, false, NULL, false, 0};
     const char *flag;
     while (kvt_args_next(&a, &flag)) {
@@ -210,7 +210,8 @@ int cmd_plan(int argc, char **argv) {
                    "  Chooses the CPU/GPU split (helm.txt Algorithm 1), the KV placement over fast/host/disk tiers,\n"
                    "  granularity and block size, and predicts ms/token. -m reads GGUF metadata only. --shape uses\n"
                    "  a named shape with weights of type T (default bf16, as helm.txt). --vram/--ram are totals (the\n"
-                   "  profile's reserves are kept free); --disk is the KV disk budget (default 0: no disk tier).\n"
+                   "  profile's reserves are kept free; --vram needs a profile with a GPU); --disk is the KV disk budget\n"
+                   "  (default 0: no disk tier).\n"
                    "  Default profile: $KVT_PROFILE, else a quick measurement of this machine. -o writes the plan\n"
                    "  file that --plan FILE reads. --validate runs the model here and compares predicted and measured\n"
                    "  prefill/decode ms/token; --calibrate stores the per-unit overheads (delta for decode, delta_pre per\n"
@@ -238,6 +239,7 @@ int cmd_plan(int argc, char **argv) {
         } else if (!strcmp(flag, "--vram")) {
             if (!kvt_args_bytes(&a, flag, &req.vram_bytes)) return 2;
             vo.vram = req.vram_bytes;
+            vram_given = true;
         } else if (!strcmp(flag, "--ram")) {
             if (!kvt_args_bytes(&a, flag, &req.ram_bytes)) return 2;
         } else if (!strcmp(flag, "--disk")) {
@@ -276,6 +278,10 @@ int cmd_plan(int argc, char **argv) {
     }
     if (vo.gpu && (!do_validate || vo.calibrate)) {
         fprintf(stderr, "kvtier plan: --gpu goes with --validate (and not with --calibrate: it fits the CPU's overheads)\n");
+        return 2;
+    }
+    if (vram_given && do_validate && !vo.gpu) {
+        fprintf(stderr, "kvtier plan: --vram does nothing with --validate alone (it runs on this CPU): it goes with --gpu\n");
         return 2;
     }
     if (do_validate && !model_path) {
@@ -325,6 +331,12 @@ int cmd_plan(int argc, char **argv) {
         }
     }
     vo.profile_path = profile_path;
+    if (vram_given && !prof.has_gpu) { // the search would try the CPU alone and never read it
+        fprintf(stderr, "kvtier plan: --vram does nothing: the profile %s has no GPU (make one with `kvtier profile` on a "
+                "machine with a GPU, or take one from profiles/)\n", profile_path ? profile_path : "measured on this machine");
+        kvt_costs_free(&costs);
+        return 2;
+    }
     if (vo.gpu && !prof.has_gpu) {
         fprintf(stderr, "kvtier plan: --validate --gpu needs a profile with a GPU (kvtier profile on the device, or profiles/)\n");
         kvt_costs_free(&costs);
