@@ -143,6 +143,7 @@ static void test_profile_io(void) {
     p.gpu_mem_gbps = 200;
     p.h2d_gbps = 10;
     p.cpu_swiglu_gelems = 1.5;
+    p.cpu_attn_prefill_deep_gflops = 33.5;
     p.cpu_prefill_overhead_ms = 0.0125;
     char path[64];
     snprintf(path, sizeof path, "/tmp/kvt-test-prof-%d.json", (int)getpid());
@@ -151,7 +152,7 @@ static void test_profile_io(void) {
     unlink(path);
     test_result(ok && !strcmp(q.name, p.name) && q.cpu_read_gbps == 12.5 && q.cpu_gemv_gbps[KVT_TYPE_Q8_0] == 11.25 &&
                     q.cpu_gemm_gflops[KVT_TYPE_Q4_K] == 99 && q.has_gpu && q.vram_bytes == p.vram_bytes && q.l3_bytes == p.l3_bytes &&
-                    q.cpu_swiglu_gelems == 1.5 && q.cpu_prefill_overhead_ms == 0.0125,
+                    q.cpu_swiglu_gelems == 1.5 && q.cpu_attn_prefill_deep_gflops == 33.5 && q.cpu_prefill_overhead_ms == 0.0125,
                 "plan: profile JSON round trip", "%s", err.msg);
     test_result(kvt_profile_parse("{\"cpu_read_gbps\": }", &q, &err) == KVT_ERR_FORMAT &&
                     kvt_profile_parse("{\"name\":\"x\"}", &q, &err) == KVT_ERR_FORMAT,
@@ -316,6 +317,48 @@ static void test_sliding_window(void) {
     if (g) kvt_gguf_free(g);
 }
 
+// smollm2-135m's shape in q8_0 (a failure is recorded under the case's name).
+static bool smollm2_costs(kvt_costs *c, const char *name) {
+    kvt_err err = {0};
+    if (kvt_costs_from_shape(kvt_shape_find("smollm2-135m"), KVT_TYPE_Q8_0, c, &err) == KVT_OK) return true;
+    test_result(false, name, "%s", err.msg);
+    return false;
+}
+
+// Prefill attention at depth: the profile's short-prompt rate (128 tokens from 0) and deep-chunk rate (512 queries at
+// 1536), interpolated by the positions a chunk's queries attend; the prompt goes in chunks of the engine's n_ubatch.
+static void test_prefill_attn_depth(void) {
+    const char *name = "plan: prefill attention runs each prompt chunk at the rate measured for its depth";
+    kvt_costs c = {0};
+    if (!smollm2_costs(&c, name)) return;
+    kvt_profile p;
+    kvt_profile_init(&p);
+    p.cpu_read_gbps = 20;
+    p.cpu_attn_gflops = 20;
+    p.cpu_attn_prefill_gflops = 10;
+    p.cpu_attn_prefill_deep_gflops = 40;
+    kvt_device d = kvt_device_cpu(&p), none = d, flat = d;
+    none.attn_prefill_gflops = 0; // no attention term: what is left is the rest of prefill
+    flat.attn_prefill_deep_gflops = 0;   // one rate at every depth (a profile without the deep point)
+    const int N = c.n_units;
+    // attention ms of an n-token prompt with device x
+#define ATTN_MS(x, n) (kvt_stage_prefill_ms(&c, 0, N, &(x), (n)) - kvt_stage_prefill_ms(&c, 0, N, &none, (n)))
+    const double F = (double)c.units[1].attn_flops_per_tok * c.hp.n_layer; // FLOPs per query-position pair, all layers
+    const double pairs128 = 128.0 * 129 / 2, pairs1536 = 1536.0 * 1537 / 2, pairs4096 = 4096.0 * 4097 / 2;
+    const double t128 = ATTN_MS(d, 128), t1536 = ATTN_MS(d, 1536), t4096 = ATTN_MS(d, 4096), f4096 = ATTN_MS(flat, 4096);
+#undef ATTN_MS
+    // a 128-token prompt: the short rate; chunks from 1536 on (their mean at least the deep point's): the deep rate;
+    // in between faster than the short rate; without the deep point the short rate throughout
+    const bool ok = d.prefill_chunk == 512 && fabs(t128 - F * pairs128 / 10 / 1e6) < 1e-9 * t128 &&
+                    fabs((t4096 - t1536) - F * (pairs4096 - pairs1536) / 40 / 1e6) < 1e-9 * t4096 &&
+                    t1536 < F * pairs1536 / 10 / 1e6 && t1536 > F * pairs1536 / 40 / 1e6 &&
+                    fabs(f4096 - F * pairs4096 / 10 / 1e6) < 1e-9 * f4096;
+    test_result(ok, name, "chunk %lld; 128: %.6f ms (want %.6f); 1536..4096: %.6f (want %.6f); 4096 flat %.6f (want %.6f)",
+                (long long)d.prefill_chunk, t128, F * pairs128 / 10 / 1e6, t4096 - t1536,
+                F * (pairs4096 - pairs1536) / 40 / 1e6, f4096, F * pairs4096 / 10 / 1e6);
+    kvt_costs_free(&c);
+}
+
 // Fills a paged store made with the plan's KV settings (CPU only: its fast tier, no other tier) the way the engine
 // fills it: n positions of every layer in chunks of `chunk` (the context's n_ubatch), after a first chunk of r0.
 // Returns the store's peak bytes in the fast tier, -1 if an append failed (the plan's budget too small: *err).
@@ -364,10 +407,7 @@ static void test_window_kv(void) {
     const char *name = "plan: sliding-window layers count their window in the KV placement, as the paged store holds them";
     kvt_err err = {0};
     kvt_costs c = {0};
-    if (kvt_costs_from_shape(kvt_shape_find("smollm2-135m"), KVT_TYPE_Q8_0, &c, &err)) {
-        test_result(false, name, "%s", err.msg);
-        return;
-    }
+    if (!smollm2_costs(&c, name)) return;
     const int32_t W = 512, nl = c.hp.n_layer;
     int32_t win[64] = {0};
     int32_t n_local = 0;
@@ -495,6 +535,7 @@ void test_plan(const test_env *env) {
     test_prefill_overhead();
     test_sliding_window();
     test_window_kv();
+    test_prefill_attn_depth();
     test_window_gemma3();
     test_gpu_probe();
 }

@@ -1,6 +1,9 @@
 // cost.c - partition units of a model and the roofline cost model (helm.txt §4.1).
 #include "cost.h"
 
+#include "../exec/context.h"
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +180,8 @@ kvt_device kvt_device_cpu(const kvt_profile *p) {
     // attention: our kernel's measured rate; profiles without it (hand-written) fall back to the f16 GEMM rate
     d.attn_gflops = p->cpu_attn_gflops > 0 ? p->cpu_attn_gflops : p->cpu_gemm_gflops[KVT_TYPE_F16] > 0 ? p->cpu_gemm_gflops[KVT_TYPE_F16] : 0;
     d.attn_prefill_gflops = p->cpu_attn_prefill_gflops > 0 ? p->cpu_attn_prefill_gflops : d.attn_gflops;
+    d.attn_prefill_deep_gflops = p->cpu_attn_prefill_deep_gflops;
+    d.prefill_chunk = kvt_context_params_default().n_ubatch; // the forward pass attends a prompt in chunks of n_ubatch
     d.swiglu_gelems = p->cpu_swiglu_gelems;
     d.l3_bytes = p->l3_bytes;
     d.l3_gbps = kvt_profile_l3_gbps(p);
@@ -250,8 +255,38 @@ double kvt_stage_decode_ms(const kvt_costs *c, int u0, int u1, const kvt_device 
     return t;
 }
 
+// Query-position pairs of a causal prompt's first n tokens under a window W (0: none): token i attends min(i + 1, W).
+static double causal_pairs(double n, double W) {
+    return W > 0 && W < n ? W * (W + 1) / 2.0 + (n - W) * W : n * (n + 1) / 2.0;
+}
+
+// Attention FLOP/s of a prompt chunk whose queries attend `mean` positions on average: the short prompt's rate up to
+// its mean (KVT_PROFILE_ATTN_PROMPT tokens from 0), the deep chunk's from its mean on, log-linear in between (a query
+// over few positions pays its per-row setup on little work; the measured rate grows with the row's length).
+static double attn_prefill_rate(const kvt_device *d, double mean) {
+    const double r1 = d->attn_prefill_gflops, r2 = d->attn_prefill_deep_gflops;
+    const double a1 = (KVT_PROFILE_ATTN_PROMPT + 1) / 2.0, a2 = KVT_PROFILE_ATTN_DEEP_POS + (KVT_PROFILE_ATTN_DEEP_N + 1) / 2.0;
+    if (r2 <= 0 || r1 <= 0 || mean <= a1) return r1;
+    if (mean >= a2) return r2;
+    return r1 * pow(r2 / r1, log(mean / a1) / log(a2 / a1));
+}
+
+// Time of a unit's causal attention over an n_tok-token prompt, in ms: chunk by chunk (d->prefill_chunk tokens, as the
+// forward pass splits a prompt), each at the rate of its mean attended positions.
+static double attn_prefill_ms(const kvt_unit *u, const kvt_device *d, int64_t n_tok) {
+    if (u->attn_flops_per_tok <= 0 || d->attn_prefill_gflops <= 0) return 0;
+    const int64_t chunk = d->prefill_chunk > 0 ? d->prefill_chunk : n_tok;
+    double t = 0;
+    for (int64_t p0 = 0; p0 < n_tok; p0 += chunk) {
+        const int64_t m = n_tok - p0 < chunk ? n_tok - p0 : chunk;
+        const double pairs = causal_pairs((double)(p0 + m), u->window) - causal_pairs((double)p0, u->window);
+        t += (double)u->attn_flops_per_tok * pairs / (attn_prefill_rate(d, pairs / (double)m) * d->eta_c) / 1e6;
+    }
+    return t;
+}
+
 double kvt_stage_prefill_ms(const kvt_costs *c, int u0, int u1, const kvt_device *d, int64_t n_tok) {
-    double t = 0, f_attn = 0;
+    double t = 0;
     for (int i = u0; i < u1; i++) {
         const kvt_unit *u = &c->units[i];
         double mem = 0, comp = 0;
@@ -270,11 +305,8 @@ double kvt_stage_prefill_ms(const kvt_costs *c, int u0, int u1, const kvt_device
         }
         t += d->prefill_overhead_ms * (double)n_tok; // delta_pre: the calibrated rest, per unit per token
         // causal attention over the prompt: token i attends to i+1 positions (at most the layer's window)
-        const double W = (double)u->window, n = (double)n_tok;
-        const double pairs = u->window > 0 && u->window < n_tok ? W * (W + 1) / 2.0 + (n - W) * W : n * (n + 1) / 2.0;
-        f_attn += (double)u->attn_flops_per_tok * pairs;
+        t += attn_prefill_ms(u, d, n_tok);
     }
-    if (d->attn_prefill_gflops > 0) t += f_attn / (d->attn_prefill_gflops * d->eta_c) / 1e6;
     return t;
 }
 

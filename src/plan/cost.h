@@ -71,7 +71,9 @@ typedef struct {
     double prefill_gflops_w[2][KVT_TYPE_COUNT]; // the same for 1024- and 2048-wide models (0: use prefill_gflops)
     double prefill_gflops_any;               // P_pre fallback (0: no compute ceiling)
     double attn_gflops;                      // attention FLOP/s in decode (0: no compute ceiling)
-    double attn_prefill_gflops;              // attention FLOP/s over a causal prompt (prefill)
+    double attn_prefill_gflops;              // attention FLOP/s over a short causal prompt (prefill)
+    double attn_prefill_deep_gflops;         // the same for a prompt chunk deep in a long prompt (0: attn_prefill_gflops)
+    int64_t prefill_chunk;                   // prompt tokens per forward call (the engine's n_ubatch; 0: the whole prompt)
     double swiglu_gelems;                    // FFN SwiGLU elements/s (10^9) in prefill (0: not counted)
     int64_t l3_bytes;                        // C_L3 (0: no cache blend)
     double l3_gbps;                          // B_L3
@@ -89,7 +91,8 @@ kvt_device kvt_device_gpu(const kvt_profile *p); // meaningful only when p->has_
 double kvt_stage_decode_ms(const kvt_costs *c, int u0, int u1, const kvt_device *d, int64_t B, int64_t ctx);
 // Prefill time of n_tok prompt tokens through units [u0, u1) (one sequence), in ms:
 // per unit max(2 * macs * n_tok / P_pre, W_param / M) + SwiGLU at d->swiglu_gelems + d->prefill_overhead_ms
-// (delta_pre) per token, + attention over the prompt.
+// (delta_pre) per token, + causal attention over the prompt in chunks of d->prefill_chunk, each at the rate the
+// profile measured for its depth (cpu_attn_prefill_gflops short, cpu_attn_prefill_deep_gflops deep, interpolated).
 double kvt_stage_prefill_ms(const kvt_costs *c, int u0, int u1, const kvt_device *d, int64_t n_tok);
 // Communication at a CPU/GPU boundary after unit u (Eq. 4.15), in ms.
 double kvt_comm_ms(const kvt_costs *c, int u, int64_t B, double link_gbps, double link_latency_us);

@@ -286,8 +286,10 @@ kvt_status kvt_profile_measure(const kvt_profile_opts *o, kvt_profile *p, kvt_er
     if ((st = kvt_profile_attn(nt, reps, p, err))) return st;
     if ((st = kvt_profile_swiglu(nt, reps, p, err))) return st;
     if (o->log) {
-        fprintf(o->log, "cpu: attention (f16 KV) decode %.1f GFLOP/s, prefill %.1f GFLOP/s; SwiGLU %.2f G elements/s\n",
-                p->cpu_attn_gflops, p->cpu_attn_prefill_gflops, p->cpu_swiglu_gelems);
+        fprintf(o->log, "cpu: attention (f16 KV) decode %.1f GFLOP/s, prefill %.1f GFLOP/s (%d-token prompt), %.1f GFLOP/s "
+                "(%d queries at %d); SwiGLU %.2f G elements/s\n", p->cpu_attn_gflops, p->cpu_attn_prefill_gflops,
+                KVT_PROFILE_ATTN_PROMPT, p->cpu_attn_prefill_deep_gflops, KVT_PROFILE_ATTN_DEEP_N, KVT_PROFILE_ATTN_DEEP_POS,
+                p->cpu_swiglu_gelems);
     }
     const char *dir = o->dir ? o->dir : "/tmp";
     st = kvt_profile_disk(dir, o->quick ? ((int64_t)64 << 20) : ((int64_t)512 << 20), p, err);
@@ -357,6 +359,7 @@ void kvt_profile_write(const kvt_profile *p, FILE *f) {
     type_map(&j, "cpu_gemm_gflops_2048", p->cpu_gemm_gflops_2048);
     kv_pos(&j, "cpu_attn_gflops", p->cpu_attn_gflops);
     kv_pos(&j, "cpu_attn_prefill_gflops", p->cpu_attn_prefill_gflops);
+    kv_pos(&j, "cpu_attn_prefill_deep_gflops", p->cpu_attn_prefill_deep_gflops);
     kv_pos(&j, "cpu_swiglu_gelems", p->cpu_swiglu_gelems);
     kvt_json_kv_num(&j, "cpu_block_overhead_ms", p->cpu_block_overhead_ms);
     kvt_json_kv_num(&j, "cpu_prefill_overhead_ms", p->cpu_prefill_overhead_ms);
@@ -431,6 +434,7 @@ kvt_status kvt_profile_parse(const char *text, kvt_profile *p, kvt_err *err) {
     type_map_read(&root, "cpu_gemm_gflops_2048", p->cpu_gemm_gflops_2048);
     p->cpu_attn_gflops = kvt_jv_num(&root, "cpu_attn_gflops", 0);
     p->cpu_attn_prefill_gflops = kvt_jv_num(&root, "cpu_attn_prefill_gflops", 0);
+    p->cpu_attn_prefill_deep_gflops = kvt_jv_num(&root, "cpu_attn_prefill_deep_gflops", 0);
     p->cpu_swiglu_gelems = kvt_jv_num(&root, "cpu_swiglu_gelems", 0);
     p->cpu_block_overhead_ms = kvt_jv_num(&root, "cpu_block_overhead_ms", 0);
     p->cpu_prefill_overhead_ms = kvt_jv_num(&root, "cpu_prefill_overhead_ms", 0);

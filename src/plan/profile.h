@@ -36,6 +36,8 @@ typedef struct {
     double cpu_gemm_gflops_2048[KVT_TYPE_COUNT]; // GEMM with 2048 inputs x 4096 outputs
     double cpu_attn_gflops;                // achieved FLOP/s of our attention, one token over 2048 positions (decode)
     double cpu_attn_prefill_gflops;        // the same for a 128-token causal prompt (prefill)
+    double cpu_attn_prefill_deep_gflops;   // the same for a deep prompt chunk: 512 queries at positions 1536..2047
+                                           // (0: unmeasured, cpu_attn_prefill_gflops at every depth)
     double cpu_swiglu_gelems;              // SwiGLU elements/s (10^9) of our kernel over a [128, 4096] prefill
                                            // activation, split over the threads as the forward pass splits it
     double cpu_block_overhead_ms;          // delta: fixed cost per transformer block per token (helm §6.4.4)
@@ -79,8 +81,14 @@ int64_t kvt_profile_l3_bytes(void);                         // from sysfs; 0 if 
 int64_t kvt_profile_ram_bytes(void);                        // physical memory
 // GEMV bytes/s of kvt_matmul_rows for weight type t over `bytes` of weights (n_tok = 1);
 // GEMM FLOP/s at n_tok tokens (gflops may be NULL). 0 if t cannot be computed.
-// Measures cpu_attn_gflops and cpu_attn_prefill_gflops (src/plan/profile_attn.c): kvt_attention on
-// an F16 contiguous cache, 16 query heads over 4 KV heads of 64; FLOPs = 4 x heads x head_dim per
+// The prefill attention points the profile measures: a KVT_PROFILE_ATTN_PROMPT-token prompt from position 0, and a
+// chunk of KVT_PROFILE_ATTN_DEEP_N queries from position KVT_PROFILE_ATTN_DEEP_POS (the engine's prompt chunk, deep in
+// a long prompt). The cost model interpolates between them by the positions a query attends (src/plan/cost.c).
+#define KVT_PROFILE_ATTN_PROMPT 128
+#define KVT_PROFILE_ATTN_DEEP_POS 1536
+#define KVT_PROFILE_ATTN_DEEP_N 512
+// Measures cpu_attn_gflops, cpu_attn_prefill_gflops and cpu_attn_prefill_deep_gflops (src/plan/profile_attn.c):
+// kvt_attention on an F16 contiguous cache, 16 query heads over 4 KV heads of 64; FLOPs = 4 x heads x head_dim per
 // attended position. Best of at least reps runs and 0.2 s.
 kvt_status kvt_profile_attn(int n_threads, int reps, kvt_profile *p, kvt_err *err);
 // Measures cpu_swiglu_gelems (src/plan/profile_attn.c): kvt_swiglu_par (the forward pass's split)

@@ -36,7 +36,8 @@ static double attn_rate(kvt_kv *kv, kvt_threadpool *pool, int nt, int64_t pos0, 
 }
 
 kvt_status kvt_profile_attn(int n_threads, int reps, kvt_profile *p, kvt_err *err) {
-    const int64_t ctx = 2048, pre = 128; // decode: 1 token after 2047; prefill: a 128-token prompt
+    // decode: 1 token after 2047; prefill: a 128-token prompt, and a 512-token chunk at 1536 (deep in a long prompt)
+    const int64_t ctx = KVT_PROFILE_ATTN_DEEP_POS + KVT_PROFILE_ATTN_DEEP_N, pre = KVT_PROFILE_ATTN_DEEP_N;
     kvt_kv_params kp = {KVT_TYPE_F16, 1, A_KV_HEADS, A_DIM, A_DIM, ctx, 512, 0};
     kvt_kv *kv = NULL;
     kvt_threadpool *pool = NULL;
@@ -67,7 +68,9 @@ kvt_status kvt_profile_attn(int n_threads, int reps, kvt_profile *p, kvt_err *er
         goto done;
     }
     p->cpu_attn_gflops = attn_rate(kv, pool, n_threads, ctx - 1, 1, reps, q, out, scratch, ws);
-    p->cpu_attn_prefill_gflops = attn_rate(kv, pool, n_threads, 0, pre, reps, q, out, scratch, ws);
+    p->cpu_attn_prefill_gflops = attn_rate(kv, pool, n_threads, 0, KVT_PROFILE_ATTN_PROMPT, reps, q, out, scratch, ws);
+    p->cpu_attn_prefill_deep_gflops =
+        attn_rate(kv, pool, n_threads, KVT_PROFILE_ATTN_DEEP_POS, KVT_PROFILE_ATTN_DEEP_N, reps, q, out, scratch, ws);
 done:
     if (scratch)
         for (int i = 0; i < n_threads; i++) free(scratch[i]);
