@@ -478,10 +478,21 @@ static void test_small_responses(void) {
     j = load(kvt_resp_detokenize_json("ok\xf0\x9f", 4, &s, NULL), s);
     test_result(j && jstr_is(j, "content", "ok\xef\xbf\xbd"), "serve.response: /detokenize content", "shape differs");
     json_decref(j);
-    j = load(kvt_resp_models_json("SmolLM2-135M-Instruct.Q4_1.gguf", 5, &s, NULL), s);
+    j = load(kvt_resp_models_json("SmolLM2-135M-Instruct.Q4_1.gguf", 5, NULL, &s, NULL), s);
     test_result(j && jstr_is(j, "object", "list") && jstr_is(j, "data.0.id", "SmolLM2-135M-Instruct.Q4_1.gguf") &&
-                    jstr_is(j, "data.0.object", "model") && jint_is(j, "data.0.created", 5),
+                    jstr_is(j, "data.0.object", "model") && jint_is(j, "data.0.created", 5) && !json_path(j, "data.0.meta"),
                 "serve.response: /v1/models list", "shape differs");
+    json_decref(j);
+    // llama-server's "meta" (its get_res_model_info(): names, integers past 2^31 too, the file type's name)
+    const kvt_resp_model_meta meta = {2, 49152, 2048, 8192, 576, 134515008, (int64_t)5 << 30, "Q4_1"};
+    j = load(kvt_resp_models_json("m.gguf", 5, &meta, &s, NULL), s);
+    test_result(j && jint_is(j, "data.0.meta.vocab_type", 2) && jint_is(j, "data.0.meta.n_vocab", 49152) &&
+                    jint_is(j, "data.0.meta.n_ctx", 2048) && jint_is(j, "data.0.meta.n_ctx_train", 8192) &&
+                    jint_is(j, "data.0.meta.n_embd", 576) && jint_is(j, "data.0.meta.n_params", 134515008) &&
+                    jint_is(j, "data.0.meta.size", (int64_t)5 << 30) && jstr_is(j, "data.0.meta.ftype", "Q4_1") &&
+                    json_object_size(json_path(j, "data.0.meta")) == 8,
+                "serve.response: /v1/models meta (llama-server's vocab_type, n_vocab, n_ctx, n_ctx_train, n_embd, n_params, "
+                "size, ftype)", "shape differs");
     json_decref(j);
 }
 

@@ -185,11 +185,18 @@ def t_health(s):
     assert st == 200 and json.loads(data) == {"status": "ok"}, (st, data)
 
 
-@case("GET /v1/models lists the model")
+@case("GET /v1/models lists the model, with llama-server's meta (n_params and size as kvtier info)")
 def t_models(s):
     st, _, data = s.request("GET", "/v1/models")
     obj = json.loads(data)
     assert st == 200 and obj["object"] == "list" and obj["data"][0]["object"] == "model", obj
+    meta = obj["data"][0]["meta"]
+    info = json.loads(subprocess.run([s.kvtier, "info", "-m", s.model, "--json"], check=True,
+                                     stdout=subprocess.PIPE).stdout)
+    want = {"vocab_type": 1, "n_vocab": info["n_vocab"], "n_ctx": int(s.extra[s.extra.index("-c") + 1]),
+            "n_ctx_train": info["n_ctx_train"], "n_embd": info["n_embd"], "n_params": info["n_params"],
+            "size": info["weight_bytes"], "ftype": info["description"].split(" ", 2)[2]}  # mkmodel's llama: SentencePiece
+    assert meta == want and all(type(v) is int for k, v in meta.items() if k != "ftype"), (meta, want)
 
 
 @case("POST /v1/completions: text, finish_reason, usage, timings")

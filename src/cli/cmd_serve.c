@@ -246,7 +246,10 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     kvt_str tmpl_src = {NULL, 0}; // GET /props: the GGUF's template, when kvtier renders chats from it
     if (tmpl_name || kvt_gguf_get_str(g, "tokenizer.chat_template", &tmpl_src, NULL) != KVT_OK)
         tmpl_src.ptr = NULL;
-    kvt_http_set_info(h, model_path, tmpl_src.ptr, tmpl_src.len);
+    kvt_resp_model_meta meta = {kvt_tokenizer_type(tok), kvt_tokenizer_n_vocab(tok), n_ctx, model->hp.n_ctx_train,
+                                model->hp.n_embd, model->n_params, model->weight_bytes, ""}; // as kvtier info
+    kvt_model_ftype_name(model, meta.ftype, sizeof meta.ftype);
+    kvt_http_set_info(h, model_path, tmpl_src.ptr, tmpl_src.len, &meta);
     char *path_copy = strdup(model_path);
     kvt_http_set_ready(h, e, tok, t, path_copy ? basename(path_copy) : model_path);
     free(path_copy);

@@ -224,9 +224,7 @@ void kvt_hparams_shape_str(const kvt_hparams *hp, char *buf, size_t n) {
              hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v, hp->n_ff, hp->n_vocab);
 }
 
-void kvt_model_desc(const kvt_model *m, char *buf, size_t n) {
-    kvt_str size = {"?B", 2};
-    kvt_gguf_get_str(m->gguf, "general.size_label", &size, NULL);
+void kvt_model_ftype_name(const kvt_model *m, char *buf, size_t n) {
     uint32_t ftype = UINT32_MAX;
     const bool guessed = kvt_gguf_get_u32(m->gguf, "general.file_type", &ftype, NULL) != KVT_OK;
     if (guessed) { // the most common tensor type, the first of those in type order on a tie
@@ -243,8 +241,15 @@ void kvt_model_desc(const kvt_model *m, char *buf, size_t n) {
         }
     }
     const char *name = kvt_gguf_ftype_name(ftype);
-    snprintf(buf, n, "%s %.*s %s%s", kvt_arch_name(m->hp.arch), (int)(size.len < 32 ? size.len : 32), size.ptr,
-             guessed ? "(guessed) " : "", name ? name : "unknown");
+    snprintf(buf, n, "%s%s", guessed ? "(guessed) " : "", name ? name : "unknown");
+}
+
+void kvt_model_desc(const kvt_model *m, char *buf, size_t n) {
+    kvt_str size = {"?B", 2};
+    kvt_gguf_get_str(m->gguf, "general.size_label", &size, NULL);
+    char ftype[64];
+    kvt_model_ftype_name(m, ftype, sizeof ftype);
+    snprintf(buf, n, "%s %.*s %s", kvt_arch_name(m->hp.arch), (int)(size.len < 32 ? size.len : 32), size.ptr, ftype);
 }
 
 typedef struct {

@@ -121,6 +121,8 @@ void kvt_model_repack(const kvt_model *m);
 // type's name from `general.file_type`, or "(guessed) NAME" from the most common tensor type where the file lacks
 // it (llama.cpp's rule).
 void kvt_model_desc(const kvt_model *m, char *buf, size_t n);
+// The file type's part of it, as llama.cpp's llama_ftype_name: "Q4_K - Medium", "(guessed) Q8_0", "unknown".
+void kvt_model_ftype_name(const kvt_model *m, char *buf, size_t n);
 
 // Reads only hyperparameters (no tensors validated); for `plan` and `info`.
 kvt_status kvt_hparams_read(const kvt_gguf *g, kvt_hparams *hp, kvt_err *err);

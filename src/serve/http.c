@@ -37,6 +37,8 @@ struct kvt_http {
     const kvt_chat_template *tmpl;
     char *model_id;
     char *model_path, *chat_template_src; // GET /props (kvt_http_set_info); NULL: unknown
+    kvt_resp_model_meta meta;             // GET /v1/models' "meta" (kvt_http_set_info), when has_meta
+    bool has_meta;
     int64_t started;
     atomic_ullong serial;
     atomic_llong answers[6]; // responses by status class: [2] 2xx, [4] 4xx, [5] 5xx
@@ -354,7 +356,7 @@ static enum MHD_Result answer_tokenize(kvt_http *h, struct MHD_Connection *c, co
 
 static enum MHD_Result answer_models(kvt_http *h, struct MHD_Connection *c) {
     char *out = NULL;
-    kvt_resp_models_json(h->model_id, h->started, &out, NULL);
+    kvt_resp_models_json(h->model_id, h->started, h->has_meta ? &h->meta : NULL, &out, NULL);
     return out ? send_body(h, c, 200, out, k_json, NULL, NULL) : send_error(h, c, 500, "server_error", "out of memory");
 }
 
@@ -782,7 +784,10 @@ void kvt_http_set_ready(kvt_http *h, kvt_engine *e, const kvt_tokenizer *tok, co
     atomic_store(&h->ready, true);
 }
 
-void kvt_http_set_info(kvt_http *h, const char *model_path, const char *chat_template, size_t chat_template_len) {
+void kvt_http_set_info(kvt_http *h, const char *model_path, const char *chat_template, size_t chat_template_len,
+                       const kvt_resp_model_meta *meta) {
+    h->has_meta = meta != NULL;
+    if (meta) h->meta = *meta;
     free(h->model_path);
     free(h->chat_template_src);
     h->model_path = model_path ? strdup(model_path) : NULL;

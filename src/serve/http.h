@@ -4,7 +4,7 @@
 // (libmicrohttpd's), so a slow client never holds up another; completions are jobs of a kvt_engine
 // (engine.h), which the server only submits and cancels. Endpoints:
 //   GET  /health               503 {"error":{...},"status":"loading"} until kvt_http_set_ready, then 200 {"status":"ok"}
-//   GET  /v1/models            the one model
+//   GET  /v1/models            the one model, with llama-server's "meta" (kvt_http_set_info)
 //   POST /v1/completions, /v1/chat/completions   (request.h lists the fields; stream: SSE, data: [DONE])
 //   POST /tokenize, /detokenize
 //   GET  /metrics              Prometheus text (501 unless params.metrics)
@@ -23,6 +23,7 @@
 #include "../base/status.h"
 #include "chat_template.h"
 #include "engine.h"
+#include "response.h"
 
 typedef struct {
     const char *host;       // address to listen on (e.g. "127.0.0.1", "::1", "0.0.0.0")
@@ -45,8 +46,10 @@ int kvt_http_port(const kvt_http *h);
 void kvt_http_set_ready(kvt_http *h, kvt_engine *e, const kvt_tokenizer *tok, const kvt_chat_template *tmpl,
                         const char *model_id);
 // What GET /props reports beyond the engine: the model file's path and the GGUF's chat template text (len bytes;
-// NULL when kvtier does not use it, e.g. --chat-template NAME), copied. Call before kvt_http_set_ready.
-void kvt_http_set_info(kvt_http *h, const char *model_path, const char *chat_template, size_t chat_template_len);
+// NULL when kvtier does not use it, e.g. --chat-template NAME), copied; and what GET /v1/models' "meta" tells of
+// the model (copied; NULL: no "meta"). Call before kvt_http_set_ready.
+void kvt_http_set_info(kvt_http *h, const char *model_path, const char *chat_template, size_t chat_template_len,
+                       const kvt_resp_model_meta *meta);
 // Stops accepting connections (requests on open connections get 503 from now on).
 void kvt_http_quiesce(kvt_http *h);
 // Waits until every request that had an engine job has sent its whole response (after kvt_engine_shutdown: a

@@ -243,7 +243,8 @@ kvt_status kvt_resp_detokenize_json(const char *text, size_t len, char **out, kv
     return dump(root, ok, "the detokenize answer", out, err);
 }
 
-kvt_status kvt_resp_models_json(const char *model_id, int64_t created, char **out, kvt_err *err) {
+kvt_status kvt_resp_models_json(const char *model_id, int64_t created, const kvt_resp_model_meta *meta, char **out,
+                                kvt_err *err) {
     bool ok = true;
     json_t *root = json_object(), *data = json_array(), *m = json_object();
     if (m) {
@@ -251,6 +252,18 @@ kvt_status kvt_resp_models_json(const char *model_id, int64_t created, char **ou
         set(m, "object", json_string("model"), &ok);
         set(m, "created", json_integer(created), &ok);
         set(m, "owned_by", json_string("kvtier"), &ok);
+        json_t *mm = meta ? json_object() : NULL;
+        if (mm) {
+            set(mm, "vocab_type", json_integer(meta->vocab_type), &ok);
+            set(mm, "n_vocab", json_integer(meta->n_vocab), &ok);
+            set(mm, "n_ctx", json_integer(meta->n_ctx), &ok);
+            set(mm, "n_ctx_train", json_integer(meta->n_ctx_train), &ok);
+            set(mm, "n_embd", json_integer(meta->n_embd), &ok);
+            set(mm, "n_params", json_integer(meta->n_params), &ok);
+            set(mm, "size", json_integer(meta->size), &ok);
+            set(mm, "ftype", jtext(meta->ftype, strnlen(meta->ftype, sizeof meta->ftype)), &ok);
+        }
+        if (meta) set(m, "meta", mm, &ok);
     }
     if (data) append(data, m, &ok);
     else json_decref(m);

@@ -110,7 +110,21 @@ kvt_status kvt_resp_tokenize_json(const int32_t *ids, size_t n, const char *cons
                                   char **out, kvt_err *err);
 // POST /detokenize answer: {"content": text} (invalid UTF-8 written as U+FFFD).
 kvt_status kvt_resp_detokenize_json(const char *text, size_t len, char **out, kvt_err *err);
-// GET /v1/models answer: {"object":"list","data":[{"id","object":"model","created","owned_by":"kvtier"}]}.
-kvt_status kvt_resp_models_json(const char *model_id, int64_t created, char **out, kvt_err *err);
+// What llama-server's GET /v1/models tells of the model, in its "meta" object (its names and units).
+typedef struct {
+    int32_t vocab_type;  // the tokenizer: 1 SentencePiece (tokenizer.ggml.model "llama"), 2 BPE (llama.cpp's numbers)
+    int64_t n_vocab;     // tokens in the vocabulary
+    int64_t n_ctx;       // context of one sequence, positions (llama-server: a slot's)
+    int64_t n_ctx_train; // training context, positions
+    int64_t n_embd;      // embedding width
+    int64_t n_params;    // elements of every tensor of the file (kvtier info's n_params)
+    int64_t size;        // bytes of every tensor of the file (kvtier info's weight_bytes)
+    char ftype[64];      // the file type's name, as llama.cpp's llama_ftype_name ("Q4_K - Medium")
+} kvt_resp_model_meta;
+
+// GET /v1/models answer: {"object":"list","data":[{"id","object":"model","created","owned_by":"kvtier","meta":
+// {"vocab_type","n_vocab","n_ctx","n_ctx_train","n_embd","n_params","size","ftype"}}]}; meta NULL: no "meta".
+kvt_status kvt_resp_models_json(const char *model_id, int64_t created, const kvt_resp_model_meta *meta, char **out,
+                                kvt_err *err);
 
 #endif
