@@ -38,6 +38,8 @@ typedef struct {
     int rope_scaling;      // 1: rope.scale_linear 4 (the older key), 2: scaling type none with factor 4
     bool dup_token;        // token 5's text is token 4's
     bool short_byte;       // token 6 ("t6") typed as a byte token
+    const char *special;   // a tokenizer.ggml.*_token_id key written as special_as says
+    int special_as;        // 1: the string "1", 2: f32 1.0, 3: an array of u32, 4: u32 V + 5, 5: i32 -1, 6: u32 3
 } spec;
 
 static float frand(uint64_t *s) {
@@ -82,6 +84,17 @@ static bool write_model(const char *path, const spec *sp) {
     kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)nt);
     kvt_gguf_writer_set_arr(w, "tokenizer.ggml.scores", KVT_GGUF_F32, scores, (uint64_t)nt);
     kvt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KVT_GGUF_I32, types, (uint64_t)nt);
+    if (sp->special) {
+        const uint32_t one = 1;
+        switch (sp->special_as) {
+        case 1: kvt_gguf_writer_set_str(w, sp->special, "1"); break;
+        case 2: kvt_gguf_writer_set_f32(w, sp->special, 1.0f); break;
+        case 3: kvt_gguf_writer_set_arr(w, sp->special, KVT_GGUF_U32, &one, 1); break;
+        case 4: kvt_gguf_writer_set_u32(w, sp->special, V + 5); break;
+        case 5: kvt_gguf_writer_set_i32(w, sp->special, -1); break;
+        default: kvt_gguf_writer_set_u32(w, sp->special, 3); break;
+        }
+    }
     // tensors: one F32 buffer, carved
     const int64_t hd = E / NH;
     const int64_t sizes[] = {(int64_t)E * V, E,  (int64_t)E * E, (int64_t)NKV * hd * E, (int64_t)NKV * hd * E,
@@ -167,6 +180,69 @@ static void expect_refused(const char *name, const spec *sp, const char *want) {
     unlink(path);
 }
 
+// Writes the crafted model and initializes its tokenizer alone: the status, the message (or the tokenizer's note) in
+// msg, the BOS and EOS ids in ids (-2 when refused).
+static kvt_status load_tokenizer(const spec *sp, char *msg, size_t cap, int32_t ids[2]) {
+    char path[256];
+    tmp_model(path, sizeof path, "vocab");
+    kvt_gguf *g = NULL;
+    kvt_tokenizer *tk = NULL;
+    kvt_err err = {0};
+    kvt_status st = write_model(path, sp) ? kvt_gguf_open(path, &g, &err) : KVT_ERR_IO;
+    if (!st) st = kvt_tokenizer_init(g, &tk, &err);
+    snprintf(msg, cap, "%s", st ? err.msg : kvt_tokenizer_note(tk));
+    ids[0] = tk ? kvt_token_bos(tk) : -2;
+    ids[1] = tk ? kvt_token_eos(tk) : -2;
+    kvt_tokenizer_free(tk);
+    kvt_gguf_free(g);
+    unlink(path);
+    return st;
+}
+
+// The model with a special token id key written as `as` says (spec.special_as), through load_tokenizer.
+static kvt_status special_id_file(const spec *sp, const char *key, int as, char *msg, size_t cap, int32_t ids[2]) {
+    spec s = *sp;
+    s.special = key;
+    s.special_as = as;
+    return load_tokenizer(&s, msg, cap, ids);
+}
+
+// Special token ids of another type than an integer: refused, key and both types named, as llama.cpp refuses them
+// (they read as the default before 2026-12-06); an id outside the vocabulary keeps its default, named in the note.
+static void special_ids(const spec *sp) {
+    static const struct {
+        const char *key;
+        int as;
+        const char *found;
+    } bad[] = {{"tokenizer.ggml.bos_token_id", 1, "has type str"},
+               {"tokenizer.ggml.eos_token_id", 2, "has type f32"},
+               {"tokenizer.ggml.padding_token_id", 3, "has type arr"},
+               {"tokenizer.ggml.eot_token_id", 1, "has type str"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char msg[KVT_ERR_MSG_MAX], name[160];
+        int32_t ids[2];
+        kvt_status st = special_id_file(sp, bad[i].key, bad[i].as, msg, sizeof msg, ids);
+        snprintf(name, sizeof name, "hostile: %s of type %s is refused, the key and both types named", bad[i].key,
+                 bad[i].found + 9);
+        test_result(st == KVT_ERR_FORMAT && strstr(msg, bad[i].key) && strstr(msg, bad[i].found) &&
+                        strstr(msg, "expected an integer token id (u32)"),
+                    name, "status %d: '%s'", (int)st, msg);
+    }
+    char msg[KVT_ERR_MSG_MAX];
+    int32_t ids[2];
+    kvt_status st = special_id_file(sp, "tokenizer.ggml.eos_token_id", 4, msg, sizeof msg, ids);
+    test_result(st == KVT_OK && ids[1] == 2 && strstr(msg, "'tokenizer.ggml.eos_token_id' = 45 is outside the vocabulary (40"),
+                "hostile: an eos_token_id past the vocabulary keeps the default (as llama.cpp), named in the note",
+                "status %d, eos %d: '%s'", (int)st, ids[1], msg);
+    st = special_id_file(sp, "tokenizer.ggml.bos_token_id", 5, msg, sizeof msg, ids);
+    test_result(st == KVT_OK && ids[0] == 1 && strstr(msg, "'tokenizer.ggml.bos_token_id' = -1 is outside"),
+                "hostile: a bos_token_id of i32 -1 keeps the default, named in the note", "status %d, bos %d: '%s'", (int)st,
+                ids[0], msg);
+    st = special_id_file(sp, "tokenizer.ggml.bos_token_id", 6, msg, sizeof msg, ids);
+    test_result(st == KVT_OK && ids[0] == 3 && !msg[0], "hostile: a u32 bos_token_id in the vocabulary is read, no note",
+                "status %d, bos %d: '%s'", (int)st, ids[0], msg);
+}
+
 static void test_inconsistent(void) {
     spec sp = {0};
     sp.nan_layer = -1;
@@ -235,22 +311,16 @@ static void test_inconsistent(void) {
         s = sp;
         if (k == 0) s.dup_token = true;
         else s.short_byte = true;
-        char path[256];
-        tmp_model(path, sizeof path, "vocab");
-        kvt_gguf *g = NULL;
-        kvt_tokenizer *tk = NULL;
-        kvt_err err = {0};
-        kvt_status st = write_model(path, &s) ? kvt_gguf_open(path, &g, &err) : KVT_ERR_IO;
-        if (!st) st = kvt_tokenizer_init(g, &tk, &err);
+        char msg[KVT_ERR_MSG_MAX];
+        int32_t ids[2];
+        kvt_status st = load_tokenizer(&s, msg, sizeof msg, ids);
         const char *want = k == 0 ? "entries 4 and 5 are both 't4' (duplicate token text)" : "entry 6 is a byte token";
-        test_result(st == KVT_ERR_FORMAT && strstr(err.msg, want),
+        test_result(st == KVT_ERR_FORMAT && strstr(msg, want),
                     k == 0 ? "hostile: a vocabulary with a duplicate token text is refused, both ids named"
                            : "hostile: a byte token whose text is not <0xXX> is refused",
-                    "status %d '%s' (want '%s')", (int)st, err.msg, want);
-        kvt_tokenizer_free(tk);
-        kvt_gguf_free(g);
-        unlink(path);
+                    "status %d '%s' (want '%s')", (int)st, msg, want);
     }
+    special_ids(&sp);
     s = sp; // the model itself is fine
     char path[256];
     tmp_model(path, sizeof path, "ok");

@@ -56,6 +56,7 @@ int cmd_tokenize(int argc, char **argv) {
         free(text);
         return 1;
     }
+    if (kvt_tokenizer_note(tok)[0]) fprintf(stderr, "kvtier tokenize: note: %s\n", kvt_tokenizer_note(tok));
     int64_t n = 0;
     int32_t *ids = cli_tokenize("tokenize", tok, text ? text : prompt, len, add_bos, parse_special, &n);
     if (ids) {

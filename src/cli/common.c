@@ -35,6 +35,7 @@ bool cli_load_model(const char *cmd, const char *path, bool vocab_only, kvt_mode
             *model = NULL;
             return false;
         }
+        if (kvt_tokenizer_note(*tok)[0]) fprintf(stderr, "kvtier %s: note: %s\n", cmd, kvt_tokenizer_note(*tok));
     }
     return true;
 }

@@ -430,8 +430,23 @@ static kvt_status find_typed(const kvt_gguf *g, const char *key, int64_t *idx) {
     return *idx < 0 ? KVT_ERR_NOT_FOUND : KVT_OK;
 }
 
-static kvt_status wrong_type(const kvt_gguf *g, const char *key, const char *want, kvt_err *err) {
-    return kvt_errorf(err, KVT_ERR_FORMAT, "%s: metadata '%s' is not %s", g->path, key, want);
+const char *kvt_gguf_type_name(kvt_gguf_type t) {
+    static const char *const names[KVT_GGUF_TYPE_COUNT] = {"u8",  "i8",  "u16", "i16", "u32", "i32", "f32",
+                                                           "bool", "str", "arr", "u64", "i64", "f64"};
+    return (unsigned)t < KVT_GGUF_TYPE_COUNT ? names[t] : "unknown";
+}
+
+bool kvt_gguf_type_is_int(kvt_gguf_type t) {
+    return t <= KVT_GGUF_I32 || t == KVT_GGUF_U64 || t == KVT_GGUF_I64;
+}
+
+// As llama.cpp words it ("key %s has wrong type %s but expected type %s"), an array with its element type.
+static kvt_status wrong_type(const kvt_gguf *g, int64_t i, const char *key, const char *want, kvt_err *err) {
+    const gguf_kv *kv = &g->kv[i];
+    char found[32];
+    if (kv->type == KVT_GGUF_ARRAY) snprintf(found, sizeof found, "arr[%s]", kvt_gguf_type_name(kv->arr_type));
+    else snprintf(found, sizeof found, "%s", kvt_gguf_type_name(kv->type));
+    return kvt_errorf(err, KVT_ERR_FORMAT, "%s: metadata '%s' has type %s, expected %s", g->path, key, found, want);
 }
 
 kvt_status kvt_gguf_get_i64(const kvt_gguf *g, const char *key, int64_t *out, kvt_err *err) {
@@ -453,7 +468,7 @@ kvt_status kvt_gguf_get_i64(const kvt_gguf *g, const char *key, int64_t *out, kv
         *out = (int64_t)v;
         return KVT_OK;
     }
-    default: return wrong_type(g, key, "an integer", err);
+    default: return wrong_type(g, i, key, "an integer", err);
     }
 }
 
@@ -481,13 +496,13 @@ kvt_status kvt_gguf_get_f32(const kvt_gguf *g, const char *key, float *out, kvt_
         *out = (float)d;
         return KVT_OK;
     }
-    return wrong_type(g, key, "a float", err);
+    return wrong_type(g, i, key, "a float", err);
 }
 
 kvt_status kvt_gguf_get_bool(const kvt_gguf *g, const char *key, bool *out, kvt_err *err) {
     int64_t i;
     if (find_typed(g, key, &i)) return KVT_ERR_NOT_FOUND;
-    if (g->kv[i].type != KVT_GGUF_BOOL) return wrong_type(g, key, "a bool", err);
+    if (g->kv[i].type != KVT_GGUF_BOOL) return wrong_type(g, i, key, "a bool", err);
     *out = g->kv[i].value[0] != 0;
     return KVT_OK;
 }
@@ -495,7 +510,7 @@ kvt_status kvt_gguf_get_bool(const kvt_gguf *g, const char *key, bool *out, kvt_
 kvt_status kvt_gguf_get_str(const kvt_gguf *g, const char *key, kvt_str *out, kvt_err *err) {
     int64_t i;
     if (find_typed(g, key, &i)) return KVT_ERR_NOT_FOUND;
-    if (g->kv[i].type != KVT_GGUF_STRING) return wrong_type(g, key, "a string", err);
+    if (g->kv[i].type != KVT_GGUF_STRING) return wrong_type(g, i, key, "a string", err);
     *out = g->kv[i].str;
     return KVT_OK;
 }
@@ -503,7 +518,7 @@ kvt_status kvt_gguf_get_str(const kvt_gguf *g, const char *key, kvt_str *out, kv
 kvt_status kvt_gguf_get_arr(const kvt_gguf *g, const char *key, kvt_gguf_arr *out, kvt_err *err) {
     int64_t i;
     if (find_typed(g, key, &i)) return KVT_ERR_NOT_FOUND;
-    if (g->kv[i].type != KVT_GGUF_ARRAY) return wrong_type(g, key, "an array", err);
+    if (g->kv[i].type != KVT_GGUF_ARRAY) return wrong_type(g, i, key, "an array", err);
     out->type = g->kv[i].arr_type;
     out->n = g->kv[i].arr_n;
     out->data = out->type == KVT_GGUF_STRING ? NULL : g->kv[i].value;

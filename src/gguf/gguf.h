@@ -72,11 +72,16 @@ int64_t kvt_gguf_n_kv(const kvt_gguf *g);
 int64_t kvt_gguf_find_key(const kvt_gguf *g, const char *key);
 kvt_str kvt_gguf_key(const kvt_gguf *g, int64_t i);
 kvt_gguf_type kvt_gguf_kv_type(const kvt_gguf *g, int64_t i);
+// llama.cpp's short name of a kv type ("u32", "str", "arr", "f32", ...); "unknown" out of range. A static string.
+const char *kvt_gguf_type_name(kvt_gguf_type t);
+// True for the integer kv types (u8 .. i32, u64, i64): what kvt_gguf_get_i64 reads.
+bool kvt_gguf_type_is_int(kvt_gguf_type t);
 
 // Typed getters by key name. Integers accept any integer kv type whose value
 // fits; floats accept F32/F64. They return KVT_ERR_NOT_FOUND if the key is
 // missing (message left empty: callers decide if that is an error) and
-// KVT_ERR_FORMAT if it has another type.
+// KVT_ERR_FORMAT if it has another type (the message names the key, the type
+// found and the type expected).
 kvt_status kvt_gguf_get_i64(const kvt_gguf *g, const char *key, int64_t *out, kvt_err *err);
 kvt_status kvt_gguf_get_u32(const kvt_gguf *g, const char *key, uint32_t *out, kvt_err *err);
 kvt_status kvt_gguf_get_f32(const kvt_gguf *g, const char *key, float *out, kvt_err *err);

@@ -443,7 +443,11 @@ static int32_t detect(kvt_tokenizer *t, const char *const *list) {
     return best;
 }
 
-static void special_tokens(kvt_tokenizer *t, const kvt_gguf *g) {
+// The special ids of the metadata (tokenizer.ggml.*_token_id). A key of another kind than an integer is refused,
+// as llama.cpp refuses it ("key ... has wrong type ... but expected type u32"; it read as the default before
+// 2026-12-06). An id outside the vocabulary keeps the default, as llama.cpp ("bad special token"), and is named in
+// t->note (the first such key; llama.cpp loads these files, warning).
+static kvt_status special_tokens(kvt_tokenizer *t, const kvt_gguf *g, const char *path, kvt_err *err) {
     struct {
         const char *key;
         int32_t *id;
@@ -471,11 +475,25 @@ static void special_tokens(kvt_tokenizer *t, const kvt_gguf *g) {
         if (*id >= t->n_vocab) {
             *id = -1; // default out of range
         }
-        uint32_t v;
-        if (kvt_gguf_get_u32(g, keys[k].key, &v, NULL) == KVT_OK && v < (uint32_t)t->n_vocab) {
+        const int64_t i = kvt_gguf_find_key(g, keys[k].key);
+        if (i < 0) continue;
+        const kvt_gguf_type ty = kvt_gguf_kv_type(g, i);
+        if (!kvt_gguf_type_is_int(ty)) {
+            return kvt_errorf(err, KVT_ERR_FORMAT, "%s: metadata '%s' has type %s, expected an integer token id (u32)",
+                              path, keys[k].key, ty == KVT_GGUF_ARRAY ? "arr" : kvt_gguf_type_name(ty));
+        }
+        int64_t v;
+        const bool read = kvt_gguf_get_i64(g, keys[k].key, &v, NULL) == KVT_OK; // false: a u64 past 2^63
+        if (read && v >= 0 && v < t->n_vocab) {
             *id = (int32_t)v;
+        } else if (!t->note[0]) {
+            char val[32] = "past 2^63";
+            if (read) snprintf(val, sizeof val, "%lld", (long long)v);
+            snprintf(t->note, sizeof t->note, "%s: metadata '%s' = %s is outside the vocabulary (%d tokens): the default "
+                     "id %d kept (-1: none), as llama.cpp does", path, keys[k].key, val, t->n_vocab, *id);
         }
     }
+    return KVT_OK;
 }
 
 static void end_of_generation(kvt_tokenizer *t) {
@@ -693,8 +711,8 @@ kvt_status kvt_tokenizer_init(const kvt_gguf *g, kvt_tokenizer **out, kvt_err *e
         return st;
     }
     byte_tables(t);
-    special_tokens(t, g);
-    st = read_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err);
+    st = special_tokens(t, g, path, err);
+    if (!st) st = read_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err);
     if (!st) st = read_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err);
     if (t->pre == KVT_PRE_GEMMA4) {
         t->add_bos = true; // llama.cpp overrides add_bos_token = false for Gemma 4
@@ -1135,6 +1153,7 @@ int64_t kvt_detokenize(const kvt_tokenizer *t, const int32_t *ids, int64_t n, ch
 // ---------------------------------------------------------------------------
 // accessors
 
+const char *kvt_tokenizer_note(const kvt_tokenizer *t) { return t->note; }
 kvt_vocab_type kvt_tokenizer_type(const kvt_tokenizer *t) { return t->type; }
 int32_t kvt_tokenizer_n_vocab(const kvt_tokenizer *t) { return t->n_vocab; }
 int32_t kvt_token_bos(const kvt_tokenizer *t) { return t->bos; }

@@ -90,6 +90,10 @@ int64_t kvt_detokenize(const kvt_tokenizer *t, const int32_t *ids, int64_t n, ch
 int64_t kvt_detokenize_ex(const kvt_tokenizer *t, const int32_t *ids, int64_t n, char *buf,
                           int64_t cap, bool remove_special, bool unparse_special);
 
+// What kvt_tokenizer_init set aside without refusing the file, for the caller to show (the first special token id
+// outside the vocabulary, which keeps its default as in llama.cpp); "" when nothing.
+const char *kvt_tokenizer_note(const kvt_tokenizer *t);
+
 kvt_vocab_type kvt_tokenizer_type(const kvt_tokenizer *t);
 int32_t kvt_tokenizer_n_vocab(const kvt_tokenizer *t);
 // Special ids, -1 if none.

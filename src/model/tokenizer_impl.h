@@ -64,6 +64,7 @@ struct kvt_tokenizer {
     char bpe_byte_utf8[256][2]; // BPE: UTF-8 of the code point standing for a byte
     uint8_t bpe_byte_utf8_len[256];
     int16_t cpt_byte[324];      // BPE inverse: code point -> byte, -1 none
+    char note[KVT_ERR_MSG_MAX]; // what loading set aside (kvt_tokenizer_note); "" none
 };
 
 // Growable id vector; oom is sticky.
