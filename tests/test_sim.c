@@ -811,6 +811,56 @@ static void test_cli(const test_env *env) {
                     "--sweep writes one table", "%s", msg);
 }
 
+// A fast tier below prefetch_depth + 2 blocks is refused by name (it was raised to that silently); from rho it is
+// raised, and the result says so.
+static void test_fast_min(const test_env *env) {
+    kvt_sim_config c;
+    small_config(&c, "lookahead", 2.0);
+    c.fast_blocks = 5; // prefetch_depth 4: minimum 6
+    kvt_sim_result r = {0};
+    kvt_err err = {0};
+    kvt_status st = kvt_sim_run(&c, &r, &err);
+    bool ok = st == KVT_ERR_INVALID_ARG && strstr(err.msg, "fast_blocks 5 below the minimum 6") &&
+              strstr(err.msg, "prefetch_depth 4");
+    char msg[600] = "";
+    if (!ok) snprintf(msg, sizeof msg, "fast_blocks 5: status %d '%s'", (int)st, err.msg);
+    for (int k = 0; ok && k < 2; k++) { // fast_blocks 6; rho 1000: ceil(F / rho) = 1 block, raised to 6
+        c.fast_blocks = k ? 0 : 6;
+        c.rho = k ? 1000 : 2;
+        st = kvt_sim_run(&c, &r, &err);
+        ok = !st && r.fast_blocks == 6;
+        if (!ok) snprintf(msg, sizeof msg, "%s: %s, %lld blocks", k ? "rho 1000" : "fast_blocks 6", st ? err.msg : "ran",
+                          st ? 0LL : (long long)r.fast_blocks);
+        if (!st) kvt_sim_result_free(&r);
+    }
+    if (ok && test_file_exists(env->cli)) {
+        static const struct {
+            const char *args;
+            int rc;
+            const char *want[3];
+        } cases[] = {
+            {"--fast-blocks 1", 2, {"--fast-blocks 1 is below the minimum of 6", "--prefetch-depth (4)", NULL}},
+            {"--fast-blocks 3 --prefetch-depth 1", 0, {"\"fast_blocks\":3,", NULL, NULL}},
+            {"--fast-blocks 3 --prefetch-depth 2", 2, {"--fast-blocks 3 is below the minimum of 4", "--prefetch-depth (2)", NULL}},
+            {"--fast-bytes 1000", 2, {"--fast-bytes 1000 holds 0 block(s) of 8388608 bytes, below the minimum of 6",
+                                      "(50331648 bytes)", NULL}},
+            {"--fast-blocks 6", 0, {"\"fast_blocks\":6,", NULL, NULL}},
+        };
+        for (size_t i = 0; ok && i < sizeof cases / sizeof cases[0]; i++) {
+            char cmd[1024];
+            static char out[1 << 14];
+            snprintf(cmd, sizeof cmd, "%s sim --workload chat --seeds 1 --requests 8 --batch 4 --json %s 2>&1", env->cli,
+                     cases[i].args);
+            int rc = test_run(cmd, out, sizeof out);
+            ok = rc == cases[i].rc;
+            for (int k = 0; ok && k < 3 && cases[i].want[k]; k++) ok = strstr(out, cases[i].want[k]) != NULL;
+            if (!ok) snprintf(msg, sizeof msg, "%s: exit %d (want %d): %.400s", cases[i].args, rc, cases[i].rc, out);
+        }
+    }
+    test_result(ok, "sim: a fast tier below --prefetch-depth + 2 blocks is refused by name (--fast-blocks, --fast-bytes, "
+                    "kvt_sim_run), not raised silently; from --rho it is raised and fast_blocks says so", "%s", msg);
+}
+
 void test_sim(const test_env *env) {
     test_link_sharing();
     test_link_latency();
@@ -826,4 +876,5 @@ void test_sim(const test_env *env) {
     test_profile();
     test_copy_lanes();
     test_cli(env);
+    test_fast_min(env);
 }

@@ -41,7 +41,8 @@ static const char *k_help =
     "                    per-ctx x 1e-3 x KV positions they read, X the iteration at batch 1\n"
     "                    (profile: sim_iter_ms_per_seq, sim_iter_us_per_ctx)\n"
     "  --prefill-ms-per-tok X  prefill compute per prompt token (profile: sim_prefill_ms_per_tok)\n"
-    "  --fast-blocks N   fast-tier capacity in blocks (overrides --rho)   --host-blocks N  host capacity (0: profile RAM)\n"
+    "  --fast-blocks N   fast-tier capacity in blocks (overrides --rho; at least --prefetch-depth + 2)\n"
+    "  --host-blocks N   host capacity (0: profile RAM)\n"
     "  --fast-bytes B, --host-bytes B  the same in bytes, as kvtier serve's --kv-fast / --kv-host (whole blocks)\n"
     "  --prefetch-depth N  transfers a prefetching policy keeps in flight (default 4)\n"
     "  --kv-prefetch N   lru|lfu|static|attn-ema: the paged store's copy-engine prefetch, the next N blocks of\n"
@@ -225,7 +226,23 @@ int cmd_sim(int argc, char **argv) {
     c.max_batch = batch;
     c.seed = (uint64_t)seed;
     c.fast_blocks = fast_blocks;
-    if (fast_bytes > 0) c.fast_blocks = fast_bytes / c.block_bytes > 0 ? fast_bytes / c.block_bytes : 1;
+    if (fast_bytes > 0) c.fast_blocks = fast_bytes / c.block_bytes;
+    const int64_t min_fast = kvt_sim_min_fast_blocks(depth);
+    if ((fast_blocks > 0 || fast_bytes > 0) && c.fast_blocks < min_fast) { // it was raised to the minimum silently
+        if (fast_bytes > 0)
+            fprintf(stderr, "kvtier sim: --fast-bytes %lld holds %lld block(s) of %lld bytes, below the minimum of %lld "
+                    "(%lld bytes)", (long long)fast_bytes, (long long)c.fast_blocks, (long long)c.block_bytes,
+                    (long long)min_fast, (long long)(min_fast * c.block_bytes));
+        else
+            fprintf(stderr, "kvtier sim: --fast-blocks %lld is below the minimum of %lld", (long long)fast_blocks,
+                    (long long)min_fast);
+        fprintf(stderr, ": the fast tier must hold the --prefetch-depth (%lld) blocks a prefetch keeps in flight to it and "
+                "2 more (the block a read waits for and the one decoding writes); a lower --prefetch-depth allows a "
+                "smaller fast tier\n",
+                (long long)depth);
+        kvt_costs_free(&costs);
+        return 2;
+    }
     if (host_blocks >= 0) c.host_blocks = host_blocks;
     if (host_bytes >= 0) c.host_blocks = host_bytes / c.block_bytes;
     c.prefetch_depth = depth;

@@ -1085,6 +1085,8 @@ static kvt_status handle(sim *s, const kvt_sim_event *e) {
     return st;
 }
 
+int64_t kvt_sim_min_fast_blocks(int64_t prefetch_depth) { return prefetch_depth + 2; }
+
 static kvt_status check_config(const kvt_sim_config *c, kvt_err *err) {
     if (c->block_tokens <= 0 || c->block_bytes <= 0)
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: block_tokens and block_bytes must be positive");
@@ -1094,6 +1096,11 @@ static kvt_status check_config(const kvt_sim_config *c, kvt_err *err) {
     if (c->fast_blocks <= 0 && !(c->rho > 0)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: rho must be positive");
     if (c->n_requests <= 0 || c->max_batch <= 0 || !(c->load > 0) || c->prefetch_depth <= 0 || c->victim_window <= 0)
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: requests, max_batch, load, prefetch_depth and victim_window must be positive");
+    if (c->fast_blocks > 0 && c->fast_blocks < kvt_sim_min_fast_blocks(c->prefetch_depth))
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: fast_blocks %lld below the minimum %lld (prefetch_depth %lld + 2: the "
+                          "blocks a prefetch keeps in flight, the block a read waits for and the one decoding writes)",
+                          (long long)c->fast_blocks, (long long)kvt_sim_min_fast_blocks(c->prefetch_depth),
+                          (long long)c->prefetch_depth);
     if (c->layers < 0 || c->layers > (1 << 12))
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: layers %d out of [0, 4096]", c->layers);
     if (c->plan_iters < 0 || c->plan_iters > (1 << 10) || (c->plan_iters > 0 && c->n_requests > INT32_MAX / 2))
@@ -1142,7 +1149,7 @@ static kvt_status make_requests(sim *s) {
     workload_means(c, &mean_out, &mean_blocks);
     const double F = (double)c->max_batch * mean_blocks * (double)s->nl;
     s->C = c->fast_blocks > 0 ? c->fast_blocks : (int64_t)ceil(F / c->rho);
-    if (s->C < c->prefetch_depth + 2) s->C = c->prefetch_depth + 2;
+    if (s->C < kvt_sim_min_fast_blocks(c->prefetch_depth)) s->C = kvt_sim_min_fast_blocks(c->prefetch_depth); // from rho
     const double ctx = mean_blocks * (double)c->block_tokens - mean_out / 2;
     s->lambda = c->load * (double)c->max_batch / (mean_out * iter_seconds(c, c->max_batch, c->max_batch, (double)c->max_batch * ctx));
     s->pub = calloc((size_t)c->n_requests, sizeof *s->pub);

@@ -232,6 +232,11 @@ kvt_status kvt_sim_config_from_profile(kvt_sim_config *c, const kvt_profile *p, 
 int64_t kvt_sim_block_bytes(const kvt_hparams *hp, int64_t block_tokens);
 // Peak KV footprint the fast-tier capacity is set from: max_batch x E[blocks of a request at its end].
 double kvt_sim_footprint_blocks(const kvt_sim_config *c);
+// The smallest fast tier a run takes, in blocks: the prefetch_depth blocks a prefetch keeps in flight to it and 2
+// more (the block a read waits for and the one decoding writes). An explicit fast_blocks below it is refused
+// (kvt_sim_run: KVT_ERR_INVALID_ARG; it was raised silently before 2026-12-06); ceil(F / rho) below it is raised
+// to it (the result's fast_blocks says so).
+int64_t kvt_sim_min_fast_blocks(int64_t prefetch_depth);
 
 // One run. KVT_ERR_INVALID_ARG names a bad field; KVT_ERR_NOMEM.
 kvt_status kvt_sim_run(const kvt_sim_config *c, kvt_sim_result *r, kvt_err *err);
