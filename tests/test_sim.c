@@ -750,7 +750,9 @@ static void test_cli(const test_env *env) {
                  env->cli, wls[i % 5], pols[i]);
         int rc = test_run(cmd, out, 1 << 16);
         const char *keys[] = {"\"tpot_ms_mean\"", "\"tpot_ms_p95\"", "\"throughput_tok_s\"", "\"hit_rate\"", "\"moved_bytes\""};
-        bool one = rc == 0 && out[0] == '{' && strchr(out, '}') == strrchr(out, '}');
+        const char *nl = strchr(out, '\n'); // one line holding one object (per_seed's objects inside it), then blank
+        bool one = rc == 0 && out[0] == '{' && nl && nl > out && nl[-1] == '}' && strspn(nl, "\n") == strlen(nl) &&
+                   strstr(out, "\"per_seed\":[{\"seed\":1,") && strstr(out, "},{\"seed\":2,");
         for (int k = 0; k < 5; k++) one = one && strstr(out, keys[k]);
         if (!one) snprintf(msg, sizeof msg, "rc %d: %.200s", rc, out);
         ok = one;
@@ -811,6 +813,49 @@ static void test_cli(const test_env *env) {
                     "--sweep writes one table", "%s", msg);
 }
 
+// kvt_sim_run_seeds: every figure is one run's mean over the seeds (transfers, reads, iterations and wall_s were
+// sums beside moved_bytes' mean before 2026-12-06), each seed's own figures are those of its run alone, and the
+// pooled hit rate is reads-weighted.
+static void test_seed_means(void) {
+    kvt_sim_config c;
+    small_config(&c, "lookahead", 3.0);
+    c.seed = 7;
+    kvt_sim_summary s;
+    kvt_err err = {0};
+    char msg[KVT_ERR_MSG_MAX + 64] = "";
+    bool ok = !kvt_sim_run_seeds(&c, 3, &s, &err) && s.n_seeds == 3 && s.runs;
+    if (!ok) snprintf(msg, sizeof msg, "run_seeds: %s", err.msg);
+    double sum[6] = {0}, hits = 0;
+    for (int k = 0; ok && k < 3; k++) {
+        kvt_sim_config ck = c;
+        ck.seed = c.seed + (uint64_t)k;
+        kvt_sim_result r;
+        ok = !kvt_sim_run(&ck, &r, &err);
+        const kvt_sim_result *q = &s.runs[k];
+        ok = ok && q->transfers == r.transfers && q->reads == r.reads && q->iterations == r.iterations &&
+             q->moved_bytes == r.moved_bytes && q->tpot_ms_mean == r.tpot_ms_mean && !q->tpot_ms;
+        if (!ok && !msg[0]) snprintf(msg, sizeof msg, "seed %d: its figures differ from its own run's", k);
+        sum[0] += (double)r.transfers;
+        sum[1] += (double)r.reads;
+        sum[2] += (double)r.iterations;
+        sum[3] += r.moved_bytes;
+        sum[4] += q->wall_s;
+        sum[5] += (double)r.preemptions;
+        hits += r.hit_rate * (double)r.reads;
+        kvt_sim_result_free(&r);
+    }
+    if (ok && !(near(s.transfers, sum[0] / 3) && near(s.reads, sum[1] / 3) && near(s.iterations, sum[2] / 3) &&
+                near(s.moved_bytes, sum[3] / 3) && near(s.wall_s, sum[4] / 3) && near(s.preemptions, sum[5] / 3) &&
+                near(s.hit_rate, hits / sum[1]) && s.transfers > 0)) {
+        snprintf(msg, sizeof msg, "transfers %.1f reads %.1f iterations %.1f moved %.0f: want the means %.1f %.1f %.1f %.0f",
+                 s.transfers, s.reads, s.iterations, s.moved_bytes, sum[0] / 3, sum[1] / 3, sum[2] / 3, sum[3] / 3);
+        ok = false;
+    }
+    kvt_sim_summary_free(&s);
+    test_result(ok, "sim: over seeds every figure is the mean per run (transfers, reads, iterations, wall time as moved "
+                    "bytes), with each seed's own figures", "%s", msg);
+}
+
 // A fast tier below prefetch_depth + 2 blocks is refused by name (it was raised to that silently); from rho it is
 // raised, and the result says so.
 static void test_fast_min(const test_env *env) {
@@ -861,6 +906,47 @@ static void test_fast_min(const test_env *env) {
                     "kvt_sim_run), not raised silently; from --rho it is raised and fast_blocks says so", "%s", msg);
 }
 
+// The number after "key": at or after from, or NAN.
+static double json_num_after(const char *from, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = from ? strstr(from, k) : NULL;
+    return p ? atof(p + strlen(k)) : NAN;
+}
+
+// kvtier sim --json --seeds 3: the top-level counts are the means of per_seed's.
+static void test_cli_seeds(const test_env *env) {
+    if (!test_file_exists(env->cli)) {
+        test_skip("sim: --json --seeds: means and per_seed", "kvtier binary not built");
+        return;
+    }
+    char cmd[1024];
+    static char out[1 << 16];
+    snprintf(cmd, sizeof cmd, "%s sim --workload chat --rho 2 --seeds 3 --seed 5 --requests 8 --batch 4 --json 2>&1", env->cli);
+    int rc = test_run(cmd, out, sizeof out);
+    const char *per = strstr(out, "\"per_seed\":[");
+    static const char *const keys[] = {"transfers", "reads", "iterations", "moved_bytes", "stall_s", "preemptions"};
+    bool ok = rc == 0 && per && json_num_after(per, "seed") == 5;
+    char msg[512] = "";
+    for (size_t i = 0; ok && i < sizeof keys / sizeof keys[0]; i++) {
+        double sum = 0;
+        const char *p = per;
+        for (int k = 0; k < 3 && p; k++) {
+            char key[64];
+            snprintf(key, sizeof key, "\"%s\":", keys[i]);
+            p = strstr(p, key);
+            sum += p ? atof(p + strlen(key)) : NAN;
+            if (p) p += strlen(key);
+        }
+        const double top = json_num_after(out, keys[i]);
+        ok = p && fabs(top - sum / 3) <= 1e-6 * (fabs(top) + 1) && (i >= 4 || top > 0);
+        if (!ok) snprintf(msg, sizeof msg, "%s: top level %g, per_seed mean %g", keys[i], top, sum / 3);
+    }
+    if (!ok && !msg[0]) snprintf(msg, sizeof msg, "exit %d: %.300s", rc, out);
+    test_result(ok, "sim: --json --seeds 3: transfers, reads, iterations are per-run means as moved_bytes, each seed's "
+                    "own in per_seed", "%s", msg);
+}
+
 void test_sim(const test_env *env) {
     test_link_sharing();
     test_link_latency();
@@ -876,5 +962,7 @@ void test_sim(const test_env *env) {
     test_profile();
     test_copy_lanes();
     test_cli(env);
+    test_seed_means();
     test_fast_min(env);
+    test_cli_seeds(env);
 }

@@ -33,7 +33,8 @@ static const char *k_help =
     "  --policy POL      lru|lfu|attn-ema|static|lookahead|oracle (default lookahead)\n"
     "  --seeds N         runs with seeds S..S+N-1 (default 3); --seed S first seed (default 1)\n"
     "  --json            one JSON object: tpot_ms_mean, tpot_ms_p95, throughput_tok_s, hit_rate, moved_bytes, ...\n"
-    "                    (with --sched kvtier also sched, token_budget, preempt, preemptions, resumes)\n"
+    "                    (with --sched kvtier also sched, token_budget, preempt, preemptions, resumes), each per run:\n"
+    "                    the mean over the seeds (p95 and hit rate pool them); per_seed: [each seed's own]\n"
     "  --requests N      requests per run (default 256)    --load X   arrival rate / decode capacity (default 0.8)\n"
     "  --batch N         max batch (default 32)             --block N  tokens per KV block (default 16)\n"
     "  --iter-ms X       decode iteration time, overrides the profile (0: cost model); with\n"
@@ -95,9 +96,9 @@ static void print_json(const kvt_sim_config *c, const char *profile, const char 
     kvt_json_kv_num(&j, "stall_s", s->stall_s);
     kvt_json_kv_int(&j, "fast_blocks", s->fast_blocks);
     kvt_json_kv_int(&j, "block_bytes", c->block_bytes);
-    kvt_json_kv_int(&j, "transfers", s->transfers);
-    kvt_json_kv_int(&j, "reads", s->reads);
-    kvt_json_kv_int(&j, "iterations", s->iterations);
+    kvt_json_kv_num(&j, "transfers", s->transfers);
+    kvt_json_kv_num(&j, "reads", s->reads);
+    kvt_json_kv_num(&j, "iterations", s->iterations);
     kvt_json_kv_num(&j, "wall_s", s->wall_s);
     kvt_json_kv_num(&j, "transfers_per_s", kvt_sim_summary_rate(s));
     if (c->plan_iters > 0) kvt_json_kv_int(&j, "plan_iters", c->plan_iters); // only with --plan: other outputs unchanged
@@ -105,9 +106,33 @@ static void print_json(const kvt_sim_config *c, const char *profile, const char 
         kvt_json_kv_str(&j, "sched", "kvtier");
         kvt_json_kv_int(&j, "token_budget", ks->token_budget);
         kvt_json_kv_bool(&j, "preempt", ks->preempt);
-        kvt_json_kv_int(&j, "preemptions", s->preemptions);
-        kvt_json_kv_int(&j, "resumes", s->resumes);
+        kvt_json_kv_num(&j, "preemptions", s->preemptions);
+        kvt_json_kv_num(&j, "resumes", s->resumes);
     }
+    // the figures above are per run, the mean over the seeds (tpot_ms_p95 and hit_rate pool them); each seed's own:
+    kvt_json_key(&j, "per_seed");
+    kvt_json_arr_begin(&j);
+    for (int k = 0; k < s->n_seeds; k++) {
+        const kvt_sim_result *r = &s->runs[k];
+        kvt_json_obj_begin(&j);
+        kvt_json_kv_int(&j, "seed", (int64_t)c->seed + k);
+        kvt_json_kv_num(&j, "tpot_ms_mean", r->tpot_ms_mean);
+        kvt_json_kv_num(&j, "tpot_ms_p95", r->tpot_ms_p95);
+        kvt_json_kv_num(&j, "throughput_tok_s", r->throughput_tok_s);
+        kvt_json_kv_num(&j, "hit_rate", r->hit_rate);
+        kvt_json_kv_num(&j, "moved_bytes", r->moved_bytes);
+        kvt_json_kv_num(&j, "stall_s", r->stall_s);
+        kvt_json_kv_int(&j, "transfers", r->transfers);
+        kvt_json_kv_int(&j, "reads", r->reads);
+        kvt_json_kv_int(&j, "iterations", r->iterations);
+        kvt_json_kv_num(&j, "wall_s", r->wall_s);
+        if (ks) {
+            kvt_json_kv_int(&j, "preemptions", r->preemptions);
+            kvt_json_kv_int(&j, "resumes", r->resumes);
+        }
+        kvt_json_obj_end(&j);
+    }
+    kvt_json_arr_end(&j);
     kvt_json_obj_end(&j);
     printf("\n");
 }
@@ -321,15 +346,17 @@ int cmd_sim(int argc, char **argv) {
         } else {
             printf("kvtier sim: %s, %s, %s, rho %.2f, policy %s, %d seed(s), sched %s\n", profile_path, shape_name, wl, rho,
                    policy, s.n_seeds, sched);
+            printf("  per run, the mean over the seeds (p95 and hit rate over all their requests and reads):\n");
             if (kvtier)
-                printf("  token budget %lld, preemption %s: %lld preemptions, %lld resumes\n", (long long)ks.token_budget,
-                       ks.preempt ? "on" : "off", (long long)s.preemptions, (long long)s.resumes);
-            printf("  TPOT mean %.2f ms, p95 %.2f ms; throughput %.0f tok/s; hit rate %.3f; moved %.2f GB per run\n",
+                printf("  token budget %lld, preemption %s: %.1f preemptions, %.1f resumes\n", (long long)ks.token_budget,
+                       ks.preempt ? "on" : "off", s.preemptions, s.resumes);
+            printf("  TPOT mean %.2f ms, p95 %.2f ms; throughput %.0f tok/s; hit rate %.3f; moved %.2f GB\n",
                    s.tpot_ms_mean, s.tpot_ms_p95, s.throughput_tok_s, s.hit_rate, s.moved_bytes / 1e9);
-            printf("  fast tier %lld blocks of %lld bytes; %lld transfers in %.2f s wall (%.2fM transfers/s)\n",
-                   (long long)s.fast_blocks, (long long)c.block_bytes, (long long)s.transfers, s.wall_s,
+            printf("  fast tier %lld blocks of %lld bytes; %.0f transfers in %.2f s wall (%.2fM transfers/s)\n",
+                   (long long)s.fast_blocks, (long long)c.block_bytes, s.transfers, s.wall_s,
                    kvt_sim_summary_rate(&s) / 1e6);
         }
+        kvt_sim_summary_free(&s);
     }
     kvt_sim_kvtier_sched_free(&ks);
     kvt_costs_free(&costs);

@@ -242,27 +242,31 @@ int64_t kvt_sim_min_fast_blocks(int64_t prefetch_depth);
 kvt_status kvt_sim_run(const kvt_sim_config *c, kvt_sim_result *r, kvt_err *err);
 void kvt_sim_result_free(kvt_sim_result *r);
 
-// Runs over seeds c->seed .. c->seed + n_seeds - 1 (src/sim/sim_sweep.c).
+// Runs over seeds c->seed .. c->seed + n_seeds - 1 (src/sim/sim_sweep.c). Every figure is one run's, the mean over
+// the seeds (until 2026-12-06 transfers, reads, iterations, preemptions, resumes and wall_s were sums over them
+// beside moved_bytes' mean), but the two that pool the runs: tpot_ms_p95 and hit_rate.
 typedef struct {
     int n_seeds;
     double tpot_ms_mean;      // mean of the runs' means
-    double tpot_ms_p95;       // 95th percentile of every finished request of every run
-    double throughput_tok_s;  // mean of the runs
-    double hit_rate;          // reads that hit / reads, all runs
-    double moved_bytes;       // mean per run
-    double stall_s;           // mean per run
-    int64_t transfers, reads, iterations; // totals
-    int64_t preemptions, resumes;          // totals
+    double tpot_ms_p95;       // 95th percentile of every finished request of every run (pooled)
+    double throughput_tok_s;  // mean of the runs, tokens / s
+    double hit_rate;          // reads that hit / reads, all runs (pooled: weighted by each run's reads)
+    double moved_bytes;       // mean per run, bytes
+    double stall_s;           // mean per run, simulated seconds
+    double transfers, reads, iterations; // means per run
+    double preemptions, resumes;         // means per run
     int64_t fast_blocks;      // capacity (the same for every seed)
-    double wall_s;            // total wall-clock time
+    double wall_s;            // mean wall-clock seconds per run
+    kvt_sim_result *runs;     // [n_seeds] each seed's own figures (tpot_ms NULL; owned: kvt_sim_summary_free)
 } kvt_sim_summary;
 kvt_status kvt_sim_run_seeds(const kvt_sim_config *c, int n_seeds, kvt_sim_summary *out, kvt_err *err);
-// Block transfers simulated per second of wall-clock time.
+void kvt_sim_summary_free(kvt_sim_summary *s);
+// Block transfers simulated per second of wall-clock time (transfers / wall_s: the same for the means as the sums).
 double kvt_sim_summary_rate(const kvt_sim_summary *s);
 
 // A grid: every policy at every rho, n_seeds each; one markdown table (a row per rho and policy: TPOT
-// mean and p95, throughput, hit rate, GB moved, transfers, wall time) to `table`; a line per cell to
-// `progress` (may be NULL).
+// mean and p95, throughput, hit rate, GB moved, transfers, wall time, each per run as kvt_sim_summary) to `table`;
+// a line per cell to `progress` (may be NULL).
 kvt_status kvt_sim_sweep(const kvt_sim_config *base, const char *const *policies, int n_policies, const double *rhos,
                          int n_rhos, int n_seeds, FILE *table, FILE *progress, kvt_err *err);
 

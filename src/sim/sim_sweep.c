@@ -12,9 +12,12 @@ static int cmp_double(const void *a, const void *b) {
 kvt_status kvt_sim_run_seeds(const kvt_sim_config *c, int n_seeds, kvt_sim_summary *out, kvt_err *err) {
     *out = (kvt_sim_summary){0};
     if (n_seeds <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sim: seeds must be positive (got %d)", n_seeds);
+    out->runs = calloc((size_t)n_seeds, sizeof *out->runs);
+    if (!out->runs) return kvt_errorf(err, KVT_ERR_NOMEM, "sim: out of memory for %d seeds", n_seeds);
     double *all = NULL;
     int64_t n_all = 0;
     double hits = 0;
+    int64_t reads = 0, counts[4] = {0}; // sums over the runs: transfers, iterations, preemptions, resumes
     kvt_status st = KVT_OK;
     for (int k = 0; k < n_seeds && !st; k++) {
         kvt_sim_config ck = *c;
@@ -36,30 +39,41 @@ kvt_status kvt_sim_run_seeds(const kvt_sim_config *c, int n_seeds, kvt_sim_summa
         out->moved_bytes += r.moved_bytes / n_seeds;
         out->stall_s += r.stall_s / n_seeds;
         hits += r.hit_rate * (double)r.reads;
-        out->transfers += r.transfers;
-        out->reads += r.reads;
-        out->iterations += r.iterations;
-        out->preemptions += r.preemptions;
-        out->resumes += r.resumes;
+        reads += r.reads;
+        counts[0] += r.transfers;
+        counts[1] += r.iterations;
+        counts[2] += r.preemptions;
+        counts[3] += r.resumes;
         out->fast_blocks = r.fast_blocks;
-        out->wall_s += r.wall_s;
-        out->n_seeds++;
-        kvt_sim_result_free(&r);
+        out->wall_s += r.wall_s / n_seeds;
+        kvt_sim_result_free(&r); // the per-request TPOTs are in `all`; the figures stay
+        out->runs[out->n_seeds++] = r;
     }
     if (!st && n_all > 0) {
         qsort(all, (size_t)n_all, sizeof *all, cmp_double);
         out->tpot_ms_p95 = all[(size_t)((95 * n_all + 99) / 100) - 1];
     }
-    out->hit_rate = out->reads ? hits / (double)out->reads : 1.0;
+    out->hit_rate = reads ? hits / (double)reads : 1.0;
+    out->reads = (double)reads / n_seeds;
+    out->transfers = (double)counts[0] / n_seeds;
+    out->iterations = (double)counts[1] / n_seeds;
+    out->preemptions = (double)counts[2] / n_seeds;
+    out->resumes = (double)counts[3] / n_seeds;
     free(all);
+    if (st) kvt_sim_summary_free(out);
     return st;
+}
+
+void kvt_sim_summary_free(kvt_sim_summary *s) {
+    free(s->runs);
+    s->runs = NULL;
 }
 
 double kvt_sim_summary_rate(const kvt_sim_summary *s) { return s->wall_s > 0 ? (double)s->transfers / s->wall_s : 0; }
 
 kvt_status kvt_sim_sweep(const kvt_sim_config *base, const char *const *policies, int n_policies, const double *rhos,
                          int n_rhos, int n_seeds, FILE *table, FILE *progress, kvt_err *err) {
-    fprintf(table, "| rho | policy | TPOT mean ms | TPOT p95 ms | tok/s | hit rate | GB moved/run | transfers | wall s |\n");
+    fprintf(table, "| rho | policy | TPOT mean ms | TPOT p95 ms | tok/s | hit rate | GB moved/run | transfers/run | wall s/run |\n");
     fprintf(table, "|---|---|---|---|---|---|---|---|---|\n");
     for (int i = 0; i < n_rhos; i++) {
         for (int j = 0; j < n_policies; j++) {
@@ -69,13 +83,14 @@ kvt_status kvt_sim_sweep(const kvt_sim_config *base, const char *const *policies
             kvt_sim_summary s;
             kvt_status st = kvt_sim_run_seeds(&c, n_seeds, &s, err);
             if (st) return st;
-            fprintf(table, "| %.1f | %s | %.2f | %.2f | %.0f | %.3f | %.1f | %lld | %.2f |\n", rhos[i], policies[j],
-                    s.tpot_ms_mean, s.tpot_ms_p95, s.throughput_tok_s, s.hit_rate, s.moved_bytes / 1e9,
-                    (long long)s.transfers, s.wall_s);
+            kvt_sim_summary_free(&s);
+            fprintf(table, "| %.1f | %s | %.2f | %.2f | %.0f | %.3f | %.1f | %.0f | %.2f |\n", rhos[i], policies[j],
+                    s.tpot_ms_mean, s.tpot_ms_p95, s.throughput_tok_s, s.hit_rate, s.moved_bytes / 1e9, s.transfers,
+                    s.wall_s);
             fflush(table);
             if (progress)
-                fprintf(progress, "sim: rho %.1f %-9s TPOT %.2f ms (%lld transfers, %.2f s, %.2fM transfers/s)\n", rhos[i],
-                        policies[j], s.tpot_ms_mean, (long long)s.transfers, s.wall_s, kvt_sim_summary_rate(&s) / 1e6);
+                fprintf(progress, "sim: rho %.1f %-9s TPOT %.2f ms (%.0f transfers, %.2f s per run, %.2fM transfers/s)\n",
+                        rhos[i], policies[j], s.tpot_ms_mean, s.transfers, s.wall_s, kvt_sim_summary_rate(&s) / 1e6);
         }
     }
     return KVT_OK;
