@@ -31,6 +31,41 @@ static void expect_fail(const char *name, const char *cli, const char *args, int
     test_result(ok, name, "exit %d (want %d): %.600s", rc, code, out);
 }
 
+// The sum of the integers of the JSON object that follows "key": at or after from (-1: absent).
+static long long json_obj_sum(const char *from, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\":{", key);
+    const char *p = from ? strstr(from, k) : NULL;
+    if (!p) return -1;
+    long long sum = 0;
+    for (p += strlen(k); *p && *p != '}'; p++) {
+        if (*p == ':') sum += strtoll(p + 1, NULL, 10);
+    }
+    return sum;
+}
+
+// kvbench --json: one JSON object on stdout (no table), every section's rows with the bytes moved between each pair
+// of tiers, over the timed steps (moved_bytes_per_token x timed tokens) and over the whole run (the help named
+// --json, which kvbench did not have, until 2026-12-06).
+static void kvbench_json(const char *cli, const char *model, const char *dir) {
+    char cmd[4096];
+    static char out[1 << 17];
+    snprintf(cmd, sizeof cmd, "timeout 120 %s kvbench -m %s --ctx 256 -n 5 --only p,c --policies lru --kv-block 16 --dir %s "
+             "--json 2>/dev/null", cli, model, dir);
+    int rc = test_run(cmd, out, sizeof out);
+    const char *nl = strchr(out, '\n'), *c = strstr(out, "{\"name\":\"c\",");
+    const char *per = c ? strstr(c, "\"moved_bytes_per_token\":") : NULL, *tt = strstr(out, "\"timed_tokens\":3,");
+    const long long timed = json_obj_sum(c, "moved_bytes"), run = json_obj_sum(c, "run_moved_bytes");
+    const double per_tok = per ? atof(per + strlen("\"moved_bytes_per_token\":")) : -1;
+    bool ok = rc == 0 && out[0] == '{' && nl && nl[-1] == '}' && !nl[1] && !strstr(out, "| set-up |") && tt &&
+              strstr(out, "\"sections\":[{\"name\":\"p\",") && c && strstr(c, "\"setup\":\"lru\"") &&
+              strstr(c, "\"run_moved_bytes\":{\"fast_to_host\":") && strstr(c, "\"per_token\":{\"acquire_ms\":") &&
+              strstr(c, "\"peak_bytes\":{\"fast\":") && run > 0 && timed >= 0 && timed <= run &&
+              per_tok * 3 > timed - 1 && per_tok * 3 < timed + 1 && strstr(out, "\"links\":{\"memcpy_gbps\":");
+    test_result(ok, "cli: kvbench --json: one object, each section's rows with the bytes moved between each pair of tiers",
+                "exit %d, timed %lld, run %lld, per token %g: %.600s", rc, timed, run, per_tok, out);
+}
+
 // kvtier-kv-* files in dir.
 static int count_kv_files(const char *dir) {
     DIR *d = opendir(dir);
@@ -347,6 +382,7 @@ void test_cli_user(const test_env *env) {
     expect_fail("cli: kvbench --dir naming no directory is refused", cli, args, 2,
                 (const char *const[]){"nosuchdir", "No such file", NULL});
 
+    kvbench_json(cli, model, dir);
     long_tokens(cli, dir);
     progress(cli, model, dir);
 

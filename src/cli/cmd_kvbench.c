@@ -4,7 +4,8 @@
 // token / bandwidth measured here), for the set-ups of docs/BENCHMARKS.md
 // ("KV tiers"): (a) fast 1/4 + disk, (b) fast 1/8 + host 1/8 + disk, (c) fast
 // 1/4 + host rest (a link faster than compute), per
-// eviction policy, and the granularity ablation. Prints markdown tables.
+// eviction policy, and the granularity ablation. Prints markdown tables, or with --json one JSON object holding
+// the same rows and every byte moved between each pair of tiers.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "../base/json.h"
 #include "../base/timer.h"
 #include "../kv/kv_paged.h"
 #include "../plan/profile.h"
@@ -26,6 +28,9 @@ static const char *k_help =
     "  --dir DIR        disk tier directory (default /tmp)\n"
     "  --only LIST      comma list of sections: base,p,a,b,c,d,gran (default all)\n"
     "  --policies LIST  comma list of policies (default lru,lfu,lookahead,spread)\n"
+    "  --json           one JSON object instead of the tables, printed at the end: the set-up, the links, and per\n"
+    "                   section its rows (the columns of both tables, the bytes and transfers between each pair of\n"
+    "                   tiers over the timed steps and over the whole run); docs/BENCHMARKS.md\n"
     "  engine flags (-t, --kv-block, --kv-prefetch, ...) apply to every run\n";
 
 typedef struct {
@@ -189,7 +194,43 @@ static bool check_list(const char *flag, const char *list, const char *const *al
     }
 }
 
-static void row(const char *label, const bench_run *r, const bench_run *base, int64_t n_tok, const links *L,
+// Where a run's decode time goes, per timed token (kvt_kv_stats: the readers' acquire time and its parts, the
+// copy threads' CPU time) and the process's context switches per token: the time table's columns after TPOT, named
+// as in a row's "per_token" (--json).
+enum { N_TIME = 11 };
+static const char *const k_time_names[N_TIME] = {
+    "acquire_ms", "lock_wait_ms", "wait_busy_ms", "wait_room_ms", "own_loads_ms", "copy_threads_cpu_ms", "queue_entries",
+    "queue_entries_idle", "wakeups", "context_switches_voluntary", "context_switches_involuntary"};
+
+static void time_values(const bench_run *r, int64_t n_tok, double v[N_TIME]) {
+    const kvt_kv_stats *a = &r->pre, *b = &r->post;
+    const double x[N_TIME] = {b->acquire_ms - a->acquire_ms, b->lock_ms - a->lock_ms, b->wait_busy_ms - a->wait_busy_ms,
+                              b->wait_room_ms - a->wait_room_ms, b->load_ms - a->load_ms, b->io_cpu_ms - a->io_cpu_ms,
+                              (double)(b->io_items - a->io_items), (double)(b->io_idle - a->io_idle),
+                              (double)(b->wakeups - a->wakeups), r->csw_vol, r->csw_invol};
+    for (int k = 0; k < N_TIME; k++) v[k] = x[k] / (double)n_tok;
+}
+
+// Printed under each table.
+static void time_row(const char *label, const bench_run *r, int64_t n_tok) {
+    double v[N_TIME];
+    time_values(r, n_tok, v);
+    printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f (%.0f idle) | %.0f | %.0f / %.0f |\n", label, r->tpot_ms,
+           v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]);
+}
+
+// The same, as a row's "per_token" object (--json).
+static void time_json(kvt_json *j, const bench_run *r, int64_t n_tok) {
+    double v[N_TIME];
+    time_values(r, n_tok, v);
+    kvt_json_key(j, "per_token");
+    kvt_json_obj_begin(j);
+    for (int k = 0; k < N_TIME; k++) kvt_json_kv_num(j, k_time_names[k], v[k]);
+    kvt_json_obj_end(j);
+}
+
+// One row of a set-up's table; with j (--json) its object in the section's "rows", with the time table's columns.
+static void row(kvt_json *j, const char *label, const bench_run *r, const bench_run *base, int64_t n_tok, const links *L,
                 int64_t n_gen) {
     double bpt, tl;
     link_time(r, n_tok, L, &bpt, &tl);
@@ -197,23 +238,32 @@ static void row(const char *label, const bench_run *r, const bench_run *base, in
     double cpu = (r->post.copy_cpu_ms - r->pre.copy_cpu_ms) / (double)n_tok;
     double tc = r->tc_ms > 0 ? r->tc_ms : base->tpot_ms, bound = tc > tl ? tc : tl;
     bool same = !memcmp(r->ids, base->ids, (size_t)n_gen * sizeof(int32_t));
+    if (j) {
+        kvt_json_obj_begin(j);
+        kvt_json_kv_str(j, "setup", label);
+        kvt_json_kv_num(j, "tpot_ms", r->tpot_ms);
+        kvt_json_kv_num(j, "t_compute_ms", tc);
+        kvt_json_kv_num(j, "t_link_ms", tl);
+        kvt_json_kv_num(j, "tpot_over_bound", r->tpot_ms / bound);
+        kvt_json_kv_num(j, "stall_ms_per_token", stall);
+        kvt_json_kv_num(j, "copy_cpu_ms_per_token", cpu);
+        kvt_json_kv_num(j, "moved_bytes_per_token", bpt);
+        cli_json_moved(j, "", &r->pre, &r->post); // the timed steps
+        cli_json_moved(j, "run_", NULL, &r->post); // the whole run: prefill, the first step and the timed steps
+        kvt_json_key(j, "peak_bytes");
+        kvt_json_obj_begin(j);
+        for (int t = 0; t < KVT_TIER_COUNT; t++) kvt_json_kv_int(j, kvt_tier_name((kvt_tier)t), r->post.peak_bytes[t]);
+        kvt_json_obj_end(j);
+        kvt_json_kv_bool(j, "ids_match", same);
+        time_json(j, r, n_tok);
+        kvt_json_obj_end(j);
+        return;
+    }
     printf("| %s | %.1f | %.1f | %.1f | %.2f | %.1f (%.0f%%) | %.1f | %.2f | %lld / %lld / %lld | %s |\n", label, r->tpot_ms,
            tc, tl, r->tpot_ms / bound, stall, 100.0 * stall / r->tpot_ms, cpu, bpt / 1e6,
            (long long)r->post.peak_bytes[0], (long long)r->post.peak_bytes[1], (long long)r->post.peak_bytes[2],
            same ? "yes" : "NO");
     fflush(stdout);
-}
-
-// Where a run's decode time goes, per timed token (kvt_kv_stats: the readers' acquire time and its parts, the
-// copy threads' CPU time) and the process's context switches per token; printed under each table.
-static void time_row(const char *label, const bench_run *r, int64_t n_tok) {
-    const kvt_kv_stats *a = &r->pre, *b = &r->post;
-    const double n = (double)n_tok;
-    printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f (%.0f idle) | %.0f | %.0f / %.0f |\n", label, r->tpot_ms,
-           (b->acquire_ms - a->acquire_ms) / n, (b->lock_ms - a->lock_ms) / n, (b->wait_busy_ms - a->wait_busy_ms) / n,
-           (b->wait_room_ms - a->wait_room_ms) / n, (b->load_ms - a->load_ms) / n, (b->io_cpu_ms - a->io_cpu_ms) / n,
-           (double)(b->io_items - a->io_items) / n, (double)(b->io_idle - a->io_idle) / n,
-           (double)(b->wakeups - a->wakeups) / n, r->csw_vol / n, r->csw_invol / n);
 }
 
 static void time_header(void) {
@@ -230,10 +280,34 @@ static void header(void) {
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
 }
 
+// A section: its markdown title and table header, or its object in "sections" (--json: j).
+static void section_begin(kvt_json *j, const char *name, const char *title) {
+    if (!j) {
+        printf("### %s\n\n", title);
+        header();
+        return;
+    }
+    kvt_json_obj_begin(j);
+    kvt_json_kv_str(j, "name", name);
+    kvt_json_kv_str(j, "title", title);
+    kvt_json_key(j, "rows");
+    kvt_json_arr_begin(j);
+}
+
+static void section_end(kvt_json *j) {
+    if (!j) {
+        printf("\n");
+        return;
+    }
+    kvt_json_arr_end(j);
+    kvt_json_obj_end(j);
+}
+
 int cmd_kvbench(int argc, char **argv) {
     kvt_args a = {"kvbench", argc, argv, 0};
     const char *model_path = NULL, *dir = "/tmp", *only = NULL, *policies = "lru,lfu,lookahead,spread";
     int64_t n_ctx = 4096, n_gen = 16, iv;
+    bool json = false;
     kvt_context_params cp = kvt_context_params_default();
     const char *flag;
     while (kvt_args_next(&a, &flag)) {
@@ -256,6 +330,8 @@ int cmd_kvbench(int argc, char **argv) {
             if (!(only = kvt_args_value(&a, flag))) return 2;
         } else if (!strcmp(flag, "--policies")) {
             if (!(policies = kvt_args_value(&a, flag))) return 2;
+        } else if (!strcmp(flag, "--json")) {
+            json = true;
         } else {
             kvt_args_unknown(&a, flag);
             return 2;
@@ -276,6 +352,10 @@ int cmd_kvbench(int argc, char **argv) {
     cp.kv_timing = true; // the table of where the time goes (time_row)
     if (cp.n_threads <= 0) cp.n_threads = kvt_physical_cores();
     int rc = 1;
+    kvt_json jw, *j = NULL; // --json: the object, written to jf (a memory stream: jbuf, jlen)
+    FILE *jf = NULL;
+    char *jbuf = NULL;
+    size_t jlen = 0;
     bench_run base = {0};
     kvt_context *ref = NULL; // the all-in-memory context: decodes beside every set-up (run_one)
     int32_t *prompt = malloc((size_t)n_ctx * sizeof *prompt);
@@ -302,28 +382,63 @@ int cmd_kvbench(int argc, char **argv) {
     if (kvt_profile_disk(dir, (int64_t)256 << 20, &prof, &err)) fprintf(stderr, "kvtier kvbench: %s\n", err.msg);
     L.disk_read_gbps = prof.disk_read_gbps;
     L.disk_write_gbps = prof.disk_write_gbps;
-    printf("model %s: %d layers, %d KV heads x %d, KV %s; context %lld + %lld decoded; KV total %.1f MB; "
-           "block %lld positions; %d threads; prefetch %d\n",
-           model_path, hp->n_layer, hp->n_head_kv, hp->head_dim, cp.kv_type == KVT_TYPE_F16 ? "f16" : "f32",
-           (long long)n_ctx, (long long)n_gen, (double)kv_bytes / 1e6, (long long)cp.kv_block, cp.n_threads,
-           cp.kv_prefetch >= 0 ? cp.kv_prefetch : kvt_kv_paged_params_default().prefetch);
-    printf("links measured here: memcpy %.2f GB/s (block-sized copies); disk %s %s: read %.2f GB/s, write %.2f GB/s "
-           "(1 MiB requests)\n\n",
-           L.mem_gbps, dir, prof.disk_o_direct ? "O_DIRECT" : "buffered", L.disk_read_gbps, L.disk_write_gbps);
+    const int prefetch = cp.kv_prefetch >= 0 ? cp.kv_prefetch : kvt_kv_paged_params_default().prefetch;
     const int64_t n_tok = n_gen - 2; // timed decode steps
+    if (json) { // built in memory, printed whole at the end: no partial object when a set-up fails
+        if (!(jf = open_memstream(&jbuf, &jlen))) {
+            fprintf(stderr, "kvtier kvbench: out of memory\n");
+            goto done;
+        }
+        kvt_json_init(&jw, jf);
+        j = &jw;
+        kvt_json_obj_begin(j);
+        kvt_json_kv_str(j, "model", model_path);
+        kvt_json_kv_int(j, "n_layer", hp->n_layer);
+        kvt_json_kv_int(j, "n_head_kv", hp->n_head_kv);
+        kvt_json_kv_int(j, "head_dim", hp->head_dim);
+        kvt_json_kv_str(j, "kv_type", cp.kv_type == KVT_TYPE_F16 ? "f16" : "f32");
+        kvt_json_kv_int(j, "ctx", n_ctx);
+        kvt_json_kv_int(j, "n_gen", n_gen);
+        kvt_json_kv_int(j, "timed_tokens", n_tok);
+        kvt_json_kv_int(j, "kv_bytes", kv_bytes);
+        kvt_json_kv_int(j, "block_tokens", cp.kv_block);
+        kvt_json_kv_int(j, "threads", cp.n_threads);
+        kvt_json_kv_int(j, "prefetch", prefetch);
+        kvt_json_key(j, "links"); // GB/s (10^9 bytes per second), measured here
+        kvt_json_obj_begin(j);
+        kvt_json_kv_num(j, "memcpy_gbps", L.mem_gbps);
+        kvt_json_kv_str(j, "disk_dir", dir);
+        kvt_json_kv_bool(j, "disk_o_direct", prof.disk_o_direct);
+        kvt_json_kv_num(j, "disk_read_gbps", L.disk_read_gbps);
+        kvt_json_kv_num(j, "disk_write_gbps", L.disk_write_gbps);
+        kvt_json_obj_end(j);
+    } else {
+        printf("model %s: %d layers, %d KV heads x %d, KV %s; context %lld + %lld decoded; KV total %.1f MB; "
+               "block %lld positions; %d threads; prefetch %d\n",
+               model_path, hp->n_layer, hp->n_head_kv, hp->head_dim, cp.kv_type == KVT_TYPE_F16 ? "f16" : "f32",
+               (long long)n_ctx, (long long)n_gen, (double)kv_bytes / 1e6, (long long)cp.kv_block, cp.n_threads, prefetch);
+        printf("links measured here: memcpy %.2f GB/s (block-sized copies); disk %s %s: read %.2f GB/s, write %.2f GB/s "
+               "(1 MiB requests)\n\n",
+               L.mem_gbps, dir, prof.disk_o_direct ? "O_DIRECT" : "buffered", L.disk_read_gbps, L.disk_write_gbps);
+    }
     if (!run_one(m, &cp, prompt, n_ctx, n_gen, NULL, NULL, &base, &ref)) goto done;
-    printf("### all in memory (T_compute)\n\nTPOT %.1f ms (alone). In the tables, T_compute is this context's time "
-           "per token decoding the same tokens in windows of %d interleaved with the set-up's.\n\n",
-           base.tpot_ms, WINDOW);
+    if (j) {
+        kvt_json_kv_num(j, "t_compute_alone_ms", base.tpot_ms);
+        kvt_json_key(j, "sections");
+        kvt_json_arr_begin(j);
+    } else {
+        printf("### all in memory (T_compute)\n\nTPOT %.1f ms (alone). In the tables, T_compute is this context's time "
+               "per token decoding the same tokens in windows of %d interleaved with the set-up's.\n\n",
+               base.tpot_ms, WINDOW);
+    }
     if (in_list(only, "p")) { // the paged store with no budget: what paging costs without any transfer
         kvt_context_params c = cp;
         c.kv_paged = true;
         bench_run r;
         if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) goto done;
-        printf("### paged store, everything in T0 (no transfers)\n\n");
-        header();
-        row("paged", &r, &base, n_tok, &L, n_gen);
-        printf("\n");
+        section_begin(j, "p", "paged store, everything in T0 (no transfers)");
+        row(j, "paged", &r, &base, n_tok, &L, n_gen);
+        section_end(j);
         free(r.ids);
     }
     const char *pols[] = {"lru", "lfu", "lookahead", "spread"};
@@ -333,16 +448,15 @@ int cmd_kvbench(int argc, char **argv) {
         int fast8, host8;
         bool disk;
     } secs[] = {
-        {"a", "### (a) RAM (fast) 1/4 + disk rest\n\n", 2, 0, true},
-        {"b", "### (b) fast 1/8 + host 1/8 + disk rest (KV = 4 x (T0 + T1))\n\n", 1, 1, true},
-        {"c", "### (c) fast 1/4 + host rest, no disk (the link, memcpy, is faster than compute)\n\n", 2, 8, false},
-        {"d", "### (d) RAM (fast) 7/8 + disk rest (the disk link is faster than compute when a policy reads only the rest)\n\n", 7, 0,
+        {"a", "(a) RAM (fast) 1/4 + disk rest", 2, 0, true},
+        {"b", "(b) fast 1/8 + host 1/8 + disk rest (KV = 4 x (T0 + T1))", 1, 1, true},
+        {"c", "(c) fast 1/4 + host rest, no disk (the link, memcpy, is faster than compute)", 2, 8, false},
+        {"d", "(d) RAM (fast) 7/8 + disk rest (the disk link is faster than compute when a policy reads only the rest)", 7, 0,
          true},
     };
     for (size_t sec = 0; sec < sizeof secs / sizeof secs[0]; sec++) {
         if (!in_list(only, secs[sec].name)) continue;
-        printf("%s", secs[sec].title);
-        header();
+        section_begin(j, secs[sec].name, secs[sec].title);
         bench_run done_runs[sizeof pols / sizeof pols[0]];
         const char *done_pols[sizeof pols / sizeof pols[0]];
         int n_done = 0;
@@ -355,20 +469,21 @@ int cmd_kvbench(int argc, char **argv) {
             c.kv_evict = pols[p];
             bench_run r;
             if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) goto done;
-            row(pols[p], &r, &base, n_tok, &L, n_gen);
+            row(j, pols[p], &r, &base, n_tok, &L, n_gen);
             free(r.ids);
             r.ids = NULL;
             done_pols[n_done] = pols[p];
             done_runs[n_done++] = r;
         }
-        printf("\n");
-        time_header();
-        for (int i = 0; i < n_done; i++) time_row(done_pols[i], &done_runs[i], n_tok);
-        printf("\n");
+        section_end(j);
+        if (!j) { // the rows' per_token in the JSON
+            time_header();
+            for (int i = 0; i < n_done; i++) time_row(done_pols[i], &done_runs[i], n_tok);
+            printf("\n");
+        }
     }
     if (in_list(only, "gran")) {
-        printf("### granularity (fast 1/4 + disk rest, lookahead)\n\n");
-        header();
+        section_begin(j, "gran", "granularity (fast 1/4 + disk rest, lookahead)");
         for (int32_t g = hp->n_head_kv; g >= 1; g--) {
             if (hp->n_head_kv % g) continue;
             kvt_context_params c = cp;
@@ -381,14 +496,31 @@ int cmd_kvbench(int argc, char **argv) {
             if (!run_one(m, &c, prompt, n_ctx, n_gen, ref, base.ids, &r, NULL)) goto done;
             char label[64];
             snprintf(label, sizeof label, g == hp->n_head_kv ? "layer (%d heads)" : g == 1 ? "head (%d)" : "group:%d", g);
-            row(label, &r, &base, n_tok, &L, n_gen);
+            row(j, label, &r, &base, n_tok, &L, n_gen);
             free(r.ids);
         }
-        printf("\n");
+        section_end(j);
     }
-    printf("disk I/O engine: %s\n", g_disk_engine ? g_disk_engine : "none (no run with a disk tier)");
+    if (j) {
+        kvt_json_arr_end(j);
+        kvt_json_key(j, "disk_io"); // the disk I/O engine of the last run with a disk tier
+        if (g_disk_engine) kvt_json_str(j, g_disk_engine);
+        else kvt_json_null(j);
+        kvt_json_obj_end(j);
+        if (fclose(jf) != 0 || !jbuf) {
+            jf = NULL;
+            fprintf(stderr, "kvtier kvbench: out of memory\n");
+            goto done;
+        }
+        jf = NULL;
+        fputs(jbuf, stdout); // one line
+    } else {
+        printf("disk I/O engine: %s\n", g_disk_engine ? g_disk_engine : "none (no run with a disk tier)");
+    }
     rc = 0;
-done: // every path, errors included, frees the reference context, the ids, the prompt and the model
+done: // every path, errors included, frees the reference context, the ids, the prompt, the model and the JSON
+    if (jf) fclose(jf);
+    free(jbuf);
     kvt_context_free(ref);
     free(base.ids);
     free(prompt);

@@ -677,6 +677,28 @@ int32_t *cli_tokenize(const char *cmd, const kvt_tokenizer *tok, const char *tex
     return ids;
 }
 
+int64_t cli_json_moved(kvt_json *j, const char *prefix, const kvt_kv_stats *from, const kvt_kv_stats *to) {
+    int64_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", prefix, pass ? "transfers" : "moved_bytes");
+        kvt_json_key(j, name);
+        kvt_json_obj_begin(j);
+        for (int a = 0; a < KVT_TIER_COUNT; a++) {
+            for (int b = 0; b < KVT_TIER_COUNT; b++) {
+                const int64_t n = to->moved_count[a][b] - (from ? from->moved_count[a][b] : 0);
+                if (!n) continue;
+                char key[32];
+                snprintf(key, sizeof key, "%s_to_%s", kvt_tier_name((kvt_tier)a), kvt_tier_name((kvt_tier)b));
+                kvt_json_kv_int(j, key, pass ? n : to->moved_bytes[a][b] - (from ? from->moved_bytes[a][b] : 0));
+                if (pass) total += n;
+            }
+        }
+        kvt_json_obj_end(j);
+    }
+    return total;
+}
+
 void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
     kvt_kv_stats st;
     kvt_context_kv_stats(ctx, &st);
@@ -693,22 +715,8 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
     kvt_json_obj_begin(j);
     for (int t = 0; t < KVT_TIER_COUNT; t++) kvt_json_kv_int(j, kvt_tier_name((kvt_tier)t), st.budget_bytes[t]);
     kvt_json_obj_end(j);
-    int64_t total = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        kvt_json_key(j, pass ? "transfers" : "moved_bytes");
-        kvt_json_obj_begin(j);
-        for (int a = 0; a < KVT_TIER_COUNT; a++) {
-            for (int b = 0; b < KVT_TIER_COUNT; b++) {
-                if (!st.moved_count[a][b]) continue;
-                char key[32];
-                snprintf(key, sizeof key, "%s_to_%s", kvt_tier_name((kvt_tier)a), kvt_tier_name((kvt_tier)b));
-                kvt_json_kv_int(j, key, pass ? st.moved_count[a][b] : st.moved_bytes[a][b]);
-                if (pass) total += st.moved_count[a][b];
-            }
-        }
-        kvt_json_obj_end(j);
-    }
-    kvt_json_kv_int(j, "transfers_total", total);
+    const int64_t transfers = cli_json_moved(j, "", NULL, &st);
+    kvt_json_kv_int(j, "transfers_total", transfers);
     kvt_json_kv_num(j, "stall_ms", st.stall_ms);
     kvt_json_kv_num(j, "copy_cpu_ms", st.copy_cpu_ms);
     kvt_json_kv_int(j, "hits", st.hits);

@@ -67,6 +67,9 @@ extern const char *const cli_engine_help;
 // Writes "kv": {peak_bytes {fast, host, disk}, budget_bytes, moved_bytes {SRC_to_DST}, transfers {SRC_to_DST},
 // transfers_total, stall_ms, hits, misses, prefetches, block_bytes} of the context's KV cache.
 void cli_json_kv_stats(kvt_json *j, kvt_context *ctx);
+// Writes "PREFIXmoved_bytes" and "PREFIXtransfers" {SRC_to_DST: bytes / transfers} of the KV statistics to, less
+// those of from (NULL: none), the pairs that moved something; returns the transfers in all.
+int64_t cli_json_moved(kvt_json *j, const char *prefix, const kvt_kv_stats *from, const kvt_kv_stats *to);
 
 // Writes "sparse": {mode, settings, summary_bytes, the aggregates of kvt_sparse_summarize and, with steps,
 // "steps": [{pos, selected, context, kv_read_bytes, summary_read_bytes, oracle_overlap, mass_recall, stall_ms}]}
