@@ -89,6 +89,23 @@ void test_cli(const test_env *env) {
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "\"ppl\":") && strstr(out, "\"n_chunks\":"), "cli: perplexity --json", "exit %d: %s",
                 rc, out);
+    { // llama-perplexity's -f drops one trailing newline of the file: the text ending in '\n' counts as the text without it
+        char nl_out[4096];
+        snprintf(cmd, sizeof cmd,
+                 "printf '%%s' \"$(cat %s)\" > /tmp/kvt_ppl_nonl.txt && %s perplexity -m %s -f /tmp/kvt_ppl_nonl.txt -c 32 --chunks 1 --json",
+                 text, env->cli, model);
+        int rc1 = run(cmd, nl_out, sizeof nl_out);
+        snprintf(cmd, sizeof cmd,
+                 "printf '%%s\\n' \"$(cat %s)\" > /tmp/kvt_ppl_nl.txt && %s perplexity -m %s -f /tmp/kvt_ppl_nl.txt -c 32 --chunks 1 --json",
+                 text, env->cli, model);
+        rc = run(cmd, out, sizeof out);
+        const char *a = strstr(nl_out, "\"n_tokens\":"), *b = strstr(out, "\"n_tokens\":");
+        test_result(rc1 == 0 && rc == 0 && a && b && atoll(a + 11) == atoll(b + 11),
+                    "cli: perplexity drops one trailing newline of -f FILE, as llama-perplexity", "exit %d/%d: %.200s | %.200s",
+                    rc1, rc, nl_out, out);
+        unlink("/tmp/kvt_ppl_nonl.txt");
+        unlink("/tmp/kvt_ppl_nl.txt");
+    }
     snprintf(cmd, sizeof cmd, "%s info -m %s", env->cli, model);
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "llama") && strstr(out, "KV per token"), "cli: info", "exit %d: %s", rc, out);

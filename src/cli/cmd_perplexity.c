@@ -1,7 +1,8 @@
 // cmd_perplexity.c - `kvtier perplexity`, computed as llama.cpp's llama-perplexity:
-// the text is tokenized with BOS (when the model adds it), split into chunks
-// of CTX tokens whose first token is replaced by BOS, and the negative log
-// likelihood of the tokens after position CTX/2 of each chunk is averaged.
+// the text (less one trailing newline, as llama.cpp's -f reads a file) is
+// tokenized with BOS (when the model adds it), split into chunks of CTX tokens
+// whose first token is replaced by BOS, and the negative log likelihood of the
+// tokens after position CTX/2 of each chunk is averaged.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,8 @@ int cmd_perplexity(int argc, char **argv) {
     size_t len;
     char *text = kvt_read_file("perplexity", file, &len);
     if (!text) return 1;
+    // as llama.cpp's -f: one trailing newline of the file is not part of the text
+    if (len > 0 && text[len - 1] == '\n') text[--len] = 0;
     kvt_model *model;
     kvt_tokenizer *tok;
     if (!cli_load_model("perplexity", model_path, false, &model, &tok)) {
