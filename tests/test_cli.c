@@ -106,6 +106,11 @@ void test_cli(const test_env *env) {
         unlink("/tmp/kvt_ppl_nonl.txt");
         unlink("/tmp/kvt_ppl_nl.txt");
     }
+    // perplexity's -c defaults to 512 (as llama-perplexity), not to the training context the engine help names
+    snprintf(cmd, sizeof cmd, "%s perplexity --help", env->cli);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "-c CTX here is the chunk size, default 512"),
+                "cli: perplexity --help names its -c default of 512", "exit %d: %.300s", rc, out);
     snprintf(cmd, sizeof cmd, "%s info -m %s", env->cli, model);
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "llama") && strstr(out, "KV per token"), "cli: info", "exit %d: %s", rc, out);

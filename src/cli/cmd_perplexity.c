@@ -30,7 +30,12 @@ int cmd_perplexity(int argc, char **argv) {
         if (e < 0) return 2;
         if (e > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
-            printf("usage: kvtier perplexity -m MODEL -f FILE [-c CTX] [--chunks N] [--json]\n%s", cli_engine_help);
+            printf("usage: kvtier perplexity -m MODEL -f FILE [-c CTX] [--chunks N] [--json]\n"
+                   "  -c CTX here is the chunk size, default 512 as llama-perplexity (not the training context\n"
+                   "  that the engine flags below give the other commands)\n"
+                   "  --chunks N   score at most the first N chunks\n"
+                   "%s",
+                   cli_engine_help);
             return 0;
         } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
             if (!(model_path = kvt_args_value(&a, flag))) return 2;
