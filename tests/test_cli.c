@@ -106,6 +106,15 @@ void test_cli(const test_env *env) {
         unlink("/tmp/kvt_ppl_nonl.txt");
         unlink("/tmp/kvt_ppl_nl.txt");
     }
+    { // the final line carries llama-perplexity's "+/- ERR" (PPL times the standard error of the mean NLL)
+        snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 32 --chunks 4 2>/dev/null", env->cli, model, text);
+        rc = run(cmd, out, sizeof out);
+        double p = 0, e = 0;
+        const char *f = strstr(out, "Final estimate: PPL = ");
+        bool ok = f && sscanf(f, "Final estimate: PPL = %lf +/- %lf (", &p, &e) == 2;
+        test_result(rc == 0 && ok && e > 0 && e < p, "cli: perplexity prints PPL +/- its error, as llama-perplexity",
+                    "exit %d: %.300s", rc, out);
+    }
     // perplexity's -c defaults to 512 (as llama-perplexity), not to the training context the engine help names
     snprintf(cmd, sizeof cmd, "%s perplexity --help", env->cli);
     rc = run(cmd, out, sizeof out);

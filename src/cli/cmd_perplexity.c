@@ -98,6 +98,7 @@ int cmd_perplexity(int argc, char **argv) {
         kvt_json_init(&j, stdout);
         kvt_json_obj_begin(&j);
         kvt_json_kv_num(&j, "ppl", ppl);
+        kvt_json_kv_num(&j, "ppl_err", res.ppl_err);
         kvt_json_kv_int(&j, "n_chunks", n_chunks);
         kvt_json_kv_int(&j, "n_tokens", n_tok);
         kvt_json_kv_int(&j, "n_ctx", n_ctx);
@@ -107,8 +108,8 @@ int cmd_perplexity(int argc, char **argv) {
         kvt_json_obj_end(&j);
     } else {
         fprintf(stderr, "\n");
-        printf("Final estimate: PPL = %.4f (%lld chunks of %lld tokens, %lld tokens in text, %.1f s)\n", ppl,
-               (long long)n_chunks, (long long)n_ctx, (long long)n_tok, ms / 1e3);
+        printf("Final estimate: PPL = %.4f +/- %.5f (%lld chunks of %lld tokens, %lld tokens in text, %.1f s)\n", ppl,
+               res.ppl_err, (long long)n_chunks, (long long)n_ctx, (long long)n_tok, ms / 1e3);
     }
     rc = 0;
 done:

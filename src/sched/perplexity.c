@@ -16,6 +16,13 @@ static double log_softmax_at(const float *logits, int32_t n, int32_t tok) {
     return (double)(logits[tok] - mx) - log(sum);
 }
 
+// one scored prediction into the running sums
+static void score(kvt_ppl_result *out, double nll) {
+    out->nll += nll;
+    out->nll2 += nll * nll;
+    out->n_scored++;
+}
+
 kvt_status kvt_perplexity(kvt_context *ctx, const int32_t *ids, int64_t n_tokens, int64_t n_ctx, int32_t bos,
                           int64_t max_chunks, kvt_ppl_progress progress, void *user, kvt_ppl_result *out,
                           kvt_err *err) {
@@ -45,16 +52,14 @@ kvt_status kvt_perplexity(kvt_context *ctx, const int32_t *ids, int64_t n_tokens
             if ((st = kvt_decode(ctx, chunk, first + 1, false, err))) break;
             for (int64_t j = first; j < n_ctx - 1 && !st; j++) {
                 if (j > first && (st = kvt_decode(ctx, chunk + j, 1, false, err))) break;
-                out->nll -= log_softmax_at(kvt_context_logits(ctx), n_vocab, ids[c * n_ctx + j + 1]);
-                out->n_scored++;
+                score(out, -log_softmax_at(kvt_context_logits(ctx), n_vocab, ids[c * n_ctx + j + 1]));
             }
             if (st) break;
         } else {
             if ((st = kvt_decode(ctx, chunk, n_ctx, true, err))) break;
             logits = kvt_context_logits(ctx);
             for (int64_t j = first; j < n_ctx - 1; j++) {
-                out->nll -= log_softmax_at(logits + j * n_vocab, n_vocab, ids[c * n_ctx + j + 1]);
-                out->n_scored++;
+                score(out, -log_softmax_at(logits + j * n_vocab, n_vocab, ids[c * n_ctx + j + 1]));
             }
         }
         if (!isfinite(out->nll)) { // a non-finite logit makes its log-softmax NaN or infinite
@@ -69,6 +74,10 @@ kvt_status kvt_perplexity(kvt_context *ctx, const int32_t *ids, int64_t n_tokens
         out->n_chunks = c + 1;
         out->ppl = exp(out->nll / (double)out->n_scored);
         if (progress) progress(user, c, out->ppl);
+    }
+    if (!st && out->n_scored > 1) { // as llama-perplexity: the sample variance of the NLL, its mean's error times ppl
+        const double n = (double)out->n_scored, mean = out->nll / n, var = out->nll2 / n - mean * mean;
+        out->ppl_err = var > 0 ? sqrt(var / (n - 1)) * out->ppl : 0.0;
     }
     free(chunk);
     return st;

@@ -18,6 +18,8 @@ typedef struct {
     double nll;        // total negative log-likelihood (nats)
     int64_t n_chunks;
     int64_t n_scored;  // predictions scored
+    double nll2;       // sum of the squared per-prediction negative log-likelihoods
+    double ppl_err;    // llama-perplexity's "+/-": ppl times the standard error of the mean NLL (0: under 2 predictions)
 } kvt_ppl_result;
 
 // Called after each chunk with the running estimate (may be NULL).
