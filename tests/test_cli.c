@@ -56,6 +56,35 @@ void test_cli(const test_env *env) {
     test_result(rc == 0 && strstr(out, "\"prompt_ids\":[1,438,113,346,318,115,265,263,260,326,104]") &&
                     strstr(out, "\"ids\":[463,449,306,461,458,327,473,372]") && strstr(out, "\"decode_tok_s\""),
                 "cli: generate --json ids match llama.cpp", "exit %d: %.300s", rc, out);
+    // llama.cpp's penalties, greedy: the ids llama-server (llama-cpp-python 0.3.36's llama.cpp) gave for the same
+    // /completion request (temperature 0 with the same presence / frequency / repeat penalties and window)
+    static const struct {
+        const char *flags, *ids;
+    } pen[] = {{"--presence-penalty 1.5 --frequency-penalty 0.5 --repeat-penalty 1.3",
+                "\"ids\":[463,449,306,461,458,327,473,372,465,466,325,13,477,295,417,305,434,288,433,451,354,277,330,275]"},
+               {"--presence-penalty 0.7",
+                "\"ids\":[463,449,306,461,458,327,473,372,465,466,325,13,477,295,417,305,434,288,433,449,473,473,473,473]"},
+               {"--repeat-penalty 1.5 --repeat-last-n 8",
+                "\"ids\":[463,449,306,461,458,327,473,372,465,466,325,13,477,295,417,305,434,288,433,449,473,465,466,228]"}};
+    for (size_t i = 0; i < sizeof pen / sizeof pen[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' -n 24 --temp 0 %s --json", env->cli, model,
+                 pen[i].flags);
+        rc = run(cmd, out, sizeof out);
+        test_result(rc == 0 && strstr(out, pen[i].ids), "cli: generate with llama.cpp's penalties gives llama-server's ids",
+                    "%s: exit %d: %.300s", pen[i].flags, rc, out);
+    }
+    // -s is --seed (llama.cpp's short flag)
+    char sampled[2][512];
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' -n 16 --temp 1 %s 7 --json 2>/dev/null | "
+                 "grep -o '\"ids\":\\[[0-9,]*\\]'", env->cli, model, i ? "-s" : "--seed");
+        rc = run(cmd, out, sizeof out);
+        size_t len = rc == 0 ? strnlen(out, sizeof sampled[i] - 1) : 0;
+        memcpy(sampled[i], out, len);
+        sampled[i][len] = 0;
+    }
+    test_result(sampled[0][0] && !strcmp(sampled[0], sampled[1]), "cli: -s S samples as --seed S", "%s / %s", sampled[0],
+                sampled[1]);
     char dump[] = "/tmp/kvt_logits_XXXXXX";
     int fd = mkstemp(dump);
     close(fd);

@@ -1,9 +1,162 @@
 // test_sampler.c - sampling chain properties.
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../src/sched/sampler.h"
 #include "test.h"
+
+// The chain as it was before the top-k selection and the uncut path (a sort of the whole vocabulary, the softmax in
+// that order): the reference the faster sampler must give the same draws as where it cuts.
+typedef struct {
+    int32_t id;
+    float v;
+} ref_cand;
+static int ref_cmp(const void *a, const void *b) {
+    const ref_cand *x = a, *y = b;
+    if (x->v != y->v) return x->v < y->v ? 1 : -1;
+    return x->id - y->id;
+}
+static double ref_uniform(uint64_t *rng) {
+    uint64_t z = (*rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+static int32_t ref_sample(const kvt_sampler_params *p, const float *logits, int32_t n, ref_cand *c, uint64_t *rng) {
+    for (int32_t i = 0; i < n; i++) c[i] = (ref_cand){i, logits[i]};
+    int32_t m = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    qsort(c, (size_t)n, sizeof *c, ref_cmp);
+    double sum = 0.0;
+    const float mx = c[0].v;
+    for (int32_t i = 0; i < m; i++) {
+        c[i].v = expf(c[i].v - mx);
+        sum += c[i].v;
+    }
+    for (int32_t i = 0; i < m; i++) c[i].v = (float)(c[i].v / sum);
+    if (p->top_p < 1.0f) {
+        double cum = 0.0;
+        for (int32_t i = 0; i < m; i++) {
+            cum += c[i].v;
+            if (cum >= p->top_p) {
+                m = i + 1;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0.0f) {
+        const float thr = c[0].v * p->min_p;
+        int32_t k = 1;
+        while (k < m && c[k].v >= thr) k++;
+        m = k;
+    }
+    double tot = 0.0;
+    for (int32_t i = 0; i < m; i++) {
+        c[i].v = (float)pow(c[i].v, 1.0 / p->temp);
+        tot += c[i].v;
+    }
+    double r = ref_uniform(rng) * tot, acc = 0.0;
+    for (int32_t i = 0; i < m; i++) {
+        acc += c[i].v;
+        if (r < acc) return c[i].id;
+    }
+    return c[m - 1].id;
+}
+
+// Every cut of top-k / top-p / min-p draws as the reference, token for token; the uncut chain follows the softmax.
+static void test_sampler_cuts(void) {
+    enum { N = 1000, DRAWS = 60 };
+    float *logits = malloc(N * sizeof *logits);
+    ref_cand *c = malloc(N * sizeof *c);
+    uint64_t x = 12345;
+    for (int32_t i = 0; i < N; i++) { // a peaked, Zipf-like spread with a few exact ties
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        logits[i] = (float)((x >> 40) % 4096) / 256.0f - 8.0f;
+    }
+    logits[17] = logits[999] = 12.0f; // a tie at the top
+    const int32_t ks[] = {0, 1, 7, 40, N - 1, N, N + 5};
+    const float ps[] = {0.5f, 0.95f, 1.0f}, mps[] = {0.0f, 0.05f, 0.3f}, ts[] = {0.7f, 1.3f};
+    int cases = 0, bad = 0;
+    char first[128] = "";
+    for (size_t a = 0; a < sizeof ks / sizeof ks[0]; a++)
+        for (size_t b = 0; b < 3; b++)
+            for (size_t d = 0; d < 3; d++)
+                for (size_t t = 0; t < 2; t++) {
+                    kvt_sampler_params p = kvt_sampler_params_default();
+                    p.top_k = ks[a];
+                    p.top_p = ps[b];
+                    p.min_p = mps[d];
+                    p.temp = ts[t];
+                    p.seed = 99 + (uint64_t)cases;
+                    if ((p.top_k <= 0 || p.top_k >= N) && p.top_p >= 1.0f && p.min_p <= 0.0f) continue; // no cut
+                    kvt_sampler *s;
+                    if (kvt_sampler_init(&p, N, &s, NULL) != KVT_OK) {
+                        bad++;
+                        continue;
+                    }
+                    uint64_t rng = p.seed * 0x9E3779B97F4A7C15ull + 1;
+                    cases++;
+                    for (int i = 0; i < DRAWS; i++) {
+                        int32_t got = kvt_sampler_sample(s, logits), want = ref_sample(&p, logits, N, c, &rng);
+                        if (got != want) {
+                            if (!bad++)
+                                snprintf(first, sizeof first, "top_k %d top_p %g min_p %g temp %g draw %d: %d, want %d",
+                                         p.top_k, p.top_p, p.min_p, p.temp, i, got, want);
+                            break;
+                        }
+                    }
+                    kvt_sampler_free(s);
+                }
+    test_result(bad == 0, "sampler: top-k, top-p, min-p cuts draw as sorting the whole vocabulary (bounded heap, "
+                "filtered sort)", "%d of %d cases differ; first: %s", bad, cases, first);
+    free(logits);
+    free(c);
+}
+
+// The greedy pick of a sampler with params p over logits l[n] after accepting the tokens of `seen` (digits, in order).
+static int32_t pick_after(const kvt_sampler_params *p, const float *l, int32_t n, const char *seen) {
+    kvt_sampler *s;
+    if (kvt_sampler_init(p, n, &s, NULL) != KVT_OK) return -1;
+    for (const char *c = seen; *c; c++) kvt_sampler_accept(s, *c - '0');
+    int32_t id = kvt_sampler_sample(s, l);
+    kvt_sampler_free(s);
+    return id;
+}
+
+// llama.cpp's penalties: repeat (divide positive / multiply negative), frequency (per occurrence), presence (once),
+// over the last penalty_last_n tokens accepted.
+static void test_sampler_penalties(void) {
+    const float l[3] = {2.0f, 1.5f, -1.0f};
+    kvt_sampler_params p = kvt_sampler_params_default();
+    p.temp = 0;
+    p.frequency_penalty = 0.2f;
+    test_result(pick_after(&p, l, 3, "00") == 0 && pick_after(&p, l, 3, "000") == 1, // 2 - 0.4 > 1.5 > 2 - 0.6
+                "sampler: frequency penalty per occurrence in the window", "");
+    p.frequency_penalty = 0;
+    p.presence_penalty = 0.45f;
+    p.penalty_last_n = 2;
+    bool ok = pick_after(&p, l, 3, "000") == 0; // 2 - 0.45 = 1.55 > 1.5: once, not per occurrence
+    p.presence_penalty = 0.6f;                  // 2 - 0.6 < 1.5; but once the window (2) holds only 1s, 0 is free
+    ok &= pick_after(&p, l, 3, "0") == 1 && pick_after(&p, l, 3, "011") == 0;
+    test_result(ok, "sampler: presence penalty once per token, only within the window", "");
+    // the three together on a negative logit: -1 * 2 - (2 * 0.5 + 0.25) = -3.25 < -3 (token 1 pushed below it)
+    const float m[2] = {-3.0f, -1.0f};
+    p = kvt_sampler_params_default();
+    p.temp = 0;
+    p.repeat_penalty = 2.0f;
+    p.frequency_penalty = 0.5f;
+    p.presence_penalty = 0.25f;
+    test_result(pick_after(&p, m, 2, "11") == 0 && pick_after(&p, m, 2, "1") == 1,
+                "sampler: repeat, frequency and presence penalties combined", "");
+    kvt_sampler_params q = kvt_sampler_params_default();
+    bool off = !kvt_sampler_params_penalize(&q);
+    q.presence_penalty = 0.1f;
+    bool on = kvt_sampler_params_penalize(&q);
+    q.penalty_last_n = 0;
+    test_result(off && on && !kvt_sampler_params_penalize(&q), "sampler: penalize() says when a penalty acts", "");
+}
 
 void test_sampler(const test_env *env) {
     (void)env;
@@ -60,4 +213,6 @@ void test_sampler(const test_env *env) {
     kvt_sampler_accept(a, 1);
     test_result(kvt_sampler_sample(a, pen) == 0, "sampler: repetition penalty", "");
     kvt_sampler_free(a);
+    test_sampler_cuts();
+    test_sampler_penalties();
 }

@@ -287,6 +287,23 @@ static void test_request_ok(void) {
     test_result(p && p->max_tokens == 7, "serve.request: neutral values of unimplemented fields accepted; n_predict as max_tokens",
                 "%s", r ? "wrong max_tokens" : e.message);
     kvt_request_free(r);
+    r = parse(KVT_REQ_CHAT,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"presence_penalty\":0.5,"
+              "\"frequency_penalty\":-1.5,\"repeat_penalty\":1.1,\"repeat_last_n\":32}",
+              &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(p && p->presence_penalty == 0.5 && p->frequency_penalty == -1.5 && p->repeat_penalty == 1.1 &&
+                    p->repeat_last_n == 32,
+                "serve.request: presence, frequency and repeat penalties and repeat_last_n read", "%s",
+                r ? "wrong values" : e.message);
+    kvt_request_free(r);
+    r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\"}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(p && p->presence_penalty == 0 && p->frequency_penalty == 0 && p->repeat_penalty == 1 &&
+                    p->repeat_last_n == 64,
+                "serve.request: the penalties default to off (repeat_last_n 64, as llama-server)", "%s",
+                r ? "wrong values" : e.message);
+    kvt_request_free(r);
     r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"n_predict\":-1,\"max_tokens\":3}", &e);
     p = r ? kvt_request_get(r) : NULL;
     test_result(p && p->max_tokens == 3, "serve.request: max_tokens wins over n_predict", "%s", r ? "wrong" : e.message);
@@ -355,8 +372,12 @@ static void test_request_errors(void) {
         {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo", "not supported"},
         {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix", "not supported"},
         {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", "best_of", "not supported"},
-        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"presence_penalty\":0.5}", "presence_penalty", "not supported"},
-        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"repeat_penalty\":1.1}", "repeat_penalty", "not supported"},
+        // the penalties (llama-server's): OpenAI's range for presence and frequency; repeat_penalty > 0
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", "presence_penalty", "out of range"},
+        {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"frequency_penalty\":\"1\"}",
+         "frequency_penalty", "must be a number"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"repeat_penalty\":0}", "repeat_penalty", "out of range"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"repeat_last_n\":-1}", "repeat_last_n", "out of range"},
         {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"n_probs\":5}", "n_probs", "not supported"},
         {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", "grammar", "not supported"},
         {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",

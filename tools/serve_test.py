@@ -534,7 +534,7 @@ def t_native_prompts(s):
 
 @case("/completion refuses (400 naming the field) what kvtier does not implement; /props; GET /slots is 501")
 def t_native_refused(s):
-    for body, param in (({"mirostat": 2}, "mirostat"), ({"repeat_penalty": 1.2}, "repeat_penalty"),
+    for body, param in (({"mirostat": 2}, "mirostat"), ({"repeat_penalty": 0}, "repeat_penalty"),
                         ({"n_probs": 50}, "n_probs"), ({"post_sampling_probs": True, "n_probs": 2}, "post_sampling_probs"),
                         ({"grammar": "root ::= \"a\""}, "grammar"), ({"top_n_sigma": 1.5}, "top_n_sigma"),
                         ({"samplers": ["temperature", "top_k"], "top_k": 5, "temperature": 0.7}, "samplers"),
@@ -1165,7 +1165,8 @@ def t_sigterm(kvtier, model, extra):
 
 def t_equal_generate(kvtier, smollm2):
     name = ("SmolLM2: temperature 0 output equals `kvtier generate` (completions, one reusing the previous "
-            "prompt's KV blocks by the prefix cache; the chat-rendered prompt; /completion, whole and streamed)")
+            "prompt's KV blocks by the prefix cache; the chat-rendered prompt; /completion, whole and streamed; "
+            "with the penalties)")
     if not smollm2 or not os.path.exists(smollm2):
         skip(name, "SmolLM2 not in the cache (make model)")
         return
@@ -1203,6 +1204,16 @@ def t_equal_generate(kvtier, smollm2):
                 if n["content"] != g["text"] or streamed != g["text"] or n["tokens_evaluated"] != g["n_prompt"]:
                     ok, why = False, "/completion: %r, streamed %r (%d prompt tokens), generate %r (%d)" % (
                         n["content"], streamed, n["tokens_evaluated"], g["text"], g["n_prompt"])
+        # llama-server's penalties (presence, frequency, repeat over repeat_last_n) = generate's flags
+        pen = "The list of fruits: apple, banana,"
+        _, _, r = s.post("/v1/completions", {"prompt": pen, "max_tokens": 24, "temperature": 0, "presence_penalty": 0.8,
+                                             "frequency_penalty": 0.4, "repeat_penalty": 1.2, "repeat_last_n": 16})
+        g = json.loads(subprocess.run([kvtier, "generate", "-m", smollm2, "-p", pen, "-n", "24", "--temp", "0", "-t", "2",
+                                       *flags, "--presence-penalty", "0.8", "--frequency-penalty", "0.4",
+                                       "--repeat-penalty", "1.2", "--repeat-last-n", "16", "--json"],
+                                      capture_output=True, text=True, check=True).stdout)
+        if g["text"] != r["choices"][0]["text"]:
+            ok, why = False, "penalties: served %r, generate %r" % (r["choices"][0]["text"], g["text"])
         if ok and not (cached[1] > 0 and cached[1] % 4 == 0):
             ok, why = False, "cached_tokens %s: the second prompt should reuse whole blocks of the first's" % cached
         report(ok, name, why)

@@ -877,7 +877,7 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp) {
     if (!strcmp(flag, "--temp")) {
         if (!kvt_args_float(a, flag, 0, 100, &fv)) return -1;
         sp->temp = (float)fv;
-    } else if (!strcmp(flag, "--seed")) {
+    } else if (!strcmp(flag, "--seed") || !strcmp(flag, "-s")) {
         if (!kvt_args_int(a, flag, 0, INT64_MAX, &iv)) return -1;
         sp->seed = (uint64_t)iv;
     } else if (!strcmp(flag, "--top-k")) {
@@ -892,6 +892,12 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp) {
     } else if (!strcmp(flag, "--repeat-penalty")) {
         if (!kvt_args_float(a, flag, 0.01, 100, &fv)) return -1;
         sp->repeat_penalty = (float)fv;
+    } else if (!strcmp(flag, "--frequency-penalty")) {
+        if (!kvt_args_float(a, flag, -100, 100, &fv)) return -1;
+        sp->frequency_penalty = (float)fv;
+    } else if (!strcmp(flag, "--presence-penalty")) {
+        if (!kvt_args_float(a, flag, -100, 100, &fv)) return -1;
+        sp->presence_penalty = (float)fv;
     } else if (!strcmp(flag, "--repeat-last-n")) {
         if (!kvt_args_int(a, flag, 0, 1 << 20, &iv)) return -1;
         sp->penalty_last_n = (int32_t)iv;

@@ -38,14 +38,17 @@ bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, s
 typedef struct kvt_chat_template kvt_chat_template;
 bool cli_chat_template(const char *cmd, const char *model_path, const char *name, bool note_fallback, kvt_gguf **g,
                        kvt_chat_template **t);
-// Parses a sampling flag into gp if `flag` is one (--temp, --seed, --top-k, --top-p, --min-p, --repeat-penalty,
-// --repeat-last-n, --ignore-eos); returns 1 if consumed, 0 if not one of them, -1 on a bad value (message printed).
+// Parses a sampling flag into gp if `flag` is one (--temp, --seed or -s, --top-k, --top-p, --min-p, --repeat-penalty,
+// --frequency-penalty, --presence-penalty, --repeat-last-n, --ignore-eos); returns 1 if consumed, 0 if not one of them, -1 on a bad value (message printed).
 int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp);
 // Help text of the sampling flags.
 #define CLI_SAMPLING_HELP                                                                                              \
     "  --temp T             temperature, 0 = greedy (default 0.8)\n"                                                  \
-    "  --seed S             sampling seed (default 1)\n"                                                              \
-    "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --repeat-last-n N\n"                                      \
+    "  --seed S, -s S       sampling seed (default 1)\n"                                                              \
+    "  --top-k K            keep the K likeliest tokens (default 40, 0 = all)\n"                                       \
+    "  --top-p P, --min-p P nucleus (default 0.95) and min-p (default 0.05) cut-offs\n"                               \
+    "  --repeat-penalty R, --frequency-penalty F, --presence-penalty P\n"                                            \
+    "                       llama.cpp's penalties over the last --repeat-last-n N tokens (defaults 1, 0, 0; N 64)\n" \
     "  --ignore-eos         do not stop at end-of-generation tokens\n"
 // Prefill progress on stderr ("kvtier: prefill DONE/TOTAL tokens, X tok/s", one line rewritten in place,
 // erased when done): the first micro-batch, then at most every 0.25 s. cli_progress_on sets cp->progress

@@ -14,14 +14,22 @@ struct kvt_sampler {
     kvt_sampler_params p;
     int32_t n_vocab;
     cand *c;          // [n_vocab] candidates
-    int32_t *hist;    // ring buffer of the last penalty_last_n tokens
-    int64_t n_hist;
+    int32_t *hist;    // [penalty_last_n] ring buffer of the last penalty_last_n tokens accepted
+    int64_t n_hist;   // tokens accepted so far (the ring holds the last min(n_hist, penalty_last_n))
+    int32_t *count;   // [n_vocab] occurrences of each token in the ring (NULL when no penalty is on)
+    uint32_t *stamp;  // [n_vocab] the draw that last penalized each token (once per distinct token a draw)
+    uint32_t n_draws; // draws so far (the stamp of the current one)
     uint64_t rng;
 };
 
 kvt_sampler_params kvt_sampler_params_default(void) {
-    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed};
+    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f};
     return p;
+}
+
+bool kvt_sampler_params_penalize(const kvt_sampler_params *p) {
+    return p->penalty_last_n > 0 &&
+           (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
 }
 
 kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sampler **out, kvt_err *err) {
@@ -34,9 +42,14 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
     s->n_vocab = n_vocab;
     s->c = malloc((size_t)n_vocab * sizeof *s->c);
     s->hist = malloc((size_t)(s->p.penalty_last_n + 1) * sizeof *s->hist);
-    if (!s->c || !s->hist) {
+    bool pen = kvt_sampler_params_penalize(&s->p);
+    if (pen) {
+        s->count = calloc((size_t)n_vocab, sizeof *s->count);
+        s->stamp = calloc((size_t)n_vocab, sizeof *s->stamp);
+    }
+    if (!s->c || !s->hist || (pen && (!s->count || !s->stamp))) {
         kvt_sampler_free(s);
-        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
+        return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a sampler over %d tokens", (int)n_vocab);
     }
     s->rng = p->seed * 0x9E3779B97F4A7C15ull + 1;
     *out = s;
@@ -47,12 +60,20 @@ void kvt_sampler_free(kvt_sampler *s) {
     if (!s) return;
     free(s->c);
     free(s->hist);
+    free(s->count);
+    free(s->stamp);
     free(s);
 }
 
 void kvt_sampler_accept(kvt_sampler *s, int32_t token) {
-    if (s->p.penalty_last_n == 0) return;
-    s->hist[s->n_hist % s->p.penalty_last_n] = token;
+    const int64_t w = s->p.penalty_last_n;
+    if (w == 0) return;
+    int32_t *slot = &s->hist[s->n_hist % w];
+    if (s->count) {
+        if (s->n_hist >= w && *slot >= 0 && *slot < s->n_vocab) s->count[*slot]--; // leaves the window
+        if (token >= 0 && token < s->n_vocab) s->count[token]++;
+    }
+    *slot = token;
     s->n_hist++;
 }
 
@@ -73,29 +94,107 @@ static double next_uniform(kvt_sampler *s) {
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
+// The candidates' order: larger logit first, then lower id (a total order on finite logits).
+static inline bool before(const cand *x, const cand *y) { return x->v > y->v || (x->v == y->v && x->id < y->id); }
+
 static int cmp_desc(const void *a, const void *b) {
     const cand *x = a, *y = b;
-    if (x->v != y->v) return x->v < y->v ? 1 : -1;
-    return x->id - y->id;
+    return before(x, y) ? -1 : before(y, x) ? 1 : 0;
+}
+
+// h[0..k) a heap whose root is the first in `before` order (best_root) or the last; sifts h[i] down.
+static void heap_sift(cand *h, int32_t k, int32_t i, bool best_root) {
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < k && (best_root ? before(&h[l], &h[m]) : before(&h[m], &h[l]))) m = l;
+        if (r < k && (best_root ? before(&h[r], &h[m]) : before(&h[m], &h[r]))) m = r;
+        if (m == i) return;
+        cand t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+// Moves the k first of c[0..n) in `before` order to c[0..k), sorted: the prefix a sort of all n would give.
+static void select_top(cand *c, int32_t n, int32_t k) {
+    for (int32_t i = k / 2 - 1; i >= 0; i--) heap_sift(c, k, i, false);
+    for (int32_t i = k; i < n; i++) {
+        if (before(&c[i], &c[0])) {
+            c[0] = c[i];
+            heap_sift(c, k, 0, false);
+        }
+    }
+    qsort(c, (size_t)k, sizeof *c, cmp_desc);
+}
+
+// Without top-k: the softmax over every candidate (summed in id order), then the same cuts as with top-k (top-p: the
+// shortest prefix in `before` order whose probabilities reach top_p; min-p: the prefix with at least min_p times the
+// largest), sorting only what the cuts keep: the survivors are filtered by min-p first (a prefix too), the top-p
+// prefix is popped from a heap. Leaves the survivors' probabilities in c[0..m), in order; returns m. Without a cut
+// every candidate survives in id order (the draw needs no order).
+static int32_t cut_all(kvt_sampler *s) {
+    cand *c = s->c;
+    const int32_t n = s->n_vocab;
+    float mx = c[0].v;
+    for (int32_t i = 1; i < n; i++) mx = c[i].v > mx ? c[i].v : mx;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) sum += expf(c[i].v - mx);
+#define PROB(x) ((float)(expf((x) - mx) / sum))
+    const bool top_p = s->p.top_p < 1.0f, min_p = s->p.min_p > 0.0f;
+    int32_t m = n;
+    if (min_p) { // keep the logits of those at or above the threshold (a prefix of the order), then sort them
+        const float thr = PROB(mx) * s->p.min_p;
+        m = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (PROB(c[i].v) >= thr) c[m++] = c[i];
+        qsort(c, (size_t)m, sizeof *c, cmp_desc);
+    }
+    if (top_p) { // pop in order until the probabilities reach top_p: a heap with the first in order at its root
+        int32_t k = m, got = 0;
+        double cum = 0.0;
+        for (int32_t i = k / 2 - 1; i >= 0; i--) heap_sift(c, k, i, true);
+        while (k > 0) {
+            cand t = c[0];
+            c[0] = c[--k];
+            heap_sift(c, k, 0, true);
+            c[k] = t; // the popped ones gather at the end, last popped lowest
+            got++;
+            cum += PROB(t.v);
+            if (cum >= s->p.top_p) break;
+        }
+        for (int32_t i = m - got, j = m - 1; i < j; i++, j--) { // first popped first
+            cand t = c[i];
+            c[i] = c[j];
+            c[j] = t;
+        }
+        memmove(c, c + m - got, (size_t)got * sizeof *c);
+        m = got;
+    }
+    for (int32_t i = 0; i < m; i++) c[i].v = PROB(c[i].v);
+#undef PROB
+    return m;
+}
+
+// The penalties of llama.cpp's penalties sampler, once per distinct token of the window.
+static void penalize(kvt_sampler *s) {
+    const int64_t k = s->n_hist < s->p.penalty_last_n ? s->n_hist : s->p.penalty_last_n;
+    const uint32_t draw = ++s->n_draws == 0 ? ++s->n_draws : s->n_draws; // 0 is "never"
+    if (draw == 1) memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
+    for (int64_t i = 0; i < k; i++) {
+        int32_t t = s->hist[i];
+        if (t < 0 || t >= s->n_vocab || s->stamp[t] == draw) continue;
+        s->stamp[t] = draw;
+        float *v = &s->c[t].v;
+        *v = *v > 0 ? *v / s->p.repeat_penalty : *v * s->p.repeat_penalty;
+        *v -= (float)s->count[t] * s->p.frequency_penalty + s->p.presence_penalty;
+    }
 }
 
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     const int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i]};
-    // repetition penalty (llama.cpp convention: divide positive, multiply negative)
-    if (s->p.repeat_penalty != 1.0f && s->p.penalty_last_n > 0) {
-        int64_t k = s->n_hist < s->p.penalty_last_n ? s->n_hist : s->p.penalty_last_n;
-        for (int64_t i = 0; i < k; i++) {
-            int32_t t = s->hist[i];
-            if (t < 0 || t >= n) continue;
-            float *v = &s->c[t].v;
-            // apply once per distinct token
-            bool dup = false;
-            for (int64_t j = 0; j < i; j++) dup |= s->hist[j] == t;
-            if (dup) continue;
-            *v = *v > 0 ? *v / s->p.repeat_penalty : *v * s->p.repeat_penalty;
-        }
-    }
+    if (s->count) penalize(s);
     if (s->p.temp <= 0.0f) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; i++) {
@@ -104,32 +203,35 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         return best;
     }
     int32_t m = n;
-    if (s->p.top_k > 0 && s->p.top_k < m) m = s->p.top_k;
-    // partial order: sort all (vocabularies are <= ~256k; a sort per token is cheap next to the forward pass)
-    qsort(s->c, (size_t)n, sizeof *s->c, cmp_desc);
-    // softmax over the kept candidates
-    double sum = 0.0;
-    const float mx = s->c[0].v;
-    for (int32_t i = 0; i < m; i++) {
-        s->c[i].v = expf(s->c[i].v - mx);
-        sum += s->c[i].v;
-    }
-    for (int32_t i = 0; i < m; i++) s->c[i].v = (float)(s->c[i].v / sum);
-    if (s->p.top_p < 1.0f) {
-        double cum = 0.0;
+    if (s->p.top_k > 0 && s->p.top_k < n) {
+        m = s->p.top_k;
+        select_top(s->c, n, m);
+        // softmax over the kept candidates
+        double sum = 0.0;
+        const float mx = s->c[0].v;
         for (int32_t i = 0; i < m; i++) {
-            cum += s->c[i].v;
-            if (cum >= s->p.top_p) {
-                m = i + 1;
-                break;
+            s->c[i].v = expf(s->c[i].v - mx);
+            sum += s->c[i].v;
+        }
+        for (int32_t i = 0; i < m; i++) s->c[i].v = (float)(s->c[i].v / sum);
+        if (s->p.top_p < 1.0f) {
+            double cum = 0.0;
+            for (int32_t i = 0; i < m; i++) {
+                cum += s->c[i].v;
+                if (cum >= s->p.top_p) {
+                    m = i + 1;
+                    break;
+                }
             }
         }
-    }
-    if (s->p.min_p > 0.0f) {
-        const float thr = s->c[0].v * s->p.min_p;
-        int32_t k = 1;
-        while (k < m && s->c[k].v >= thr) k++;
-        m = k;
+        if (s->p.min_p > 0.0f) {
+            const float thr = s->c[0].v * s->p.min_p;
+            int32_t k = 1;
+            while (k < m && s->c[k].v >= thr) k++;
+            m = k;
+        }
+    } else {
+        m = cut_all(s);
     }
     // temperature on the survivors: p_i ^ (1/T) renormalised == softmax(logit/T)
     double tot = 0.0;

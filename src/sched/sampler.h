@@ -1,12 +1,17 @@
 // sampler.h - token sampling from a logit vector.
 //
-// Chain (as llama.cpp's default order): repetition penalty over the last
-// `penalty_last_n` tokens -> top-k -> top-p -> min-p -> temperature -> draw.
-// temp <= 0 is greedy (argmax, ties to the lowest id). Deterministic for a
-// given seed.
+// Chain (as llama.cpp's default order): penalties over the last `penalty_last_n`
+// tokens (repetition, frequency, presence: llama.cpp's penalties sampler) ->
+// top-k -> top-p -> min-p -> temperature -> draw. temp <= 0 is greedy (argmax,
+// ties to the lowest id). Deterministic for a given seed.
+//
+// Cost per token: O(n_vocab) with top-k (a bounded heap keeps the k best, then k
+// are sorted); a full sort of the vocabulary only without top-k. Either way the
+// same draws as sorting everything (candidates ordered by logit, then id).
 #ifndef KVT_SAMPLER_H
 #define KVT_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../base/status.h"
@@ -16,10 +21,15 @@ typedef struct {
     int32_t top_k;         // <= 0: off
     float top_p;           // >= 1: off
     float min_p;           // <= 0: off
-    float repeat_penalty;  // 1: off
-    int32_t penalty_last_n;
+    float repeat_penalty;  // 1: off. A logit of a token in the window: > 0 divided by it, <= 0 multiplied
+    int32_t penalty_last_n; // window of the penalties: the last N tokens accepted (prompt and generated); 0: off
     uint64_t seed;
+    float frequency_penalty; // 0: off. Subtracted from a token's logit once per occurrence in the window
+    float presence_penalty;  // 0: off. Subtracted once from the logit of a token present in the window
 } kvt_sampler_params;
+
+// True when the parameters can change a logit before the draw (a penalty is on).
+bool kvt_sampler_params_penalize(const kvt_sampler_params *p);
 
 kvt_sampler_params kvt_sampler_params_default(void);
 

@@ -234,7 +234,11 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     job.sampling.top_k = p->top_k;
     job.sampling.top_p = (float)p->top_p;
     job.sampling.min_p = (float)p->min_p;
-    job.sampling.repeat_penalty = 1.0f;
+    job.sampling.repeat_penalty = (float)p->repeat_penalty;
+    job.sampling.frequency_penalty = (float)p->frequency_penalty;
+    job.sampling.presence_penalty = (float)p->presence_penalty;
+    // the window never holds more than the context (a larger one would only cost the sampler's memory)
+    job.sampling.penalty_last_n = (int32_t)(p->repeat_last_n < n_ctx ? p->repeat_last_n : n_ctx);
     job.sampling.seed = p->has_seed ? p->seed
                                     : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull + atomic_load(&h->serial) * 7919u;
     const bool stream = p->stream;

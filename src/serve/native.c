@@ -166,7 +166,7 @@ kvt_status kvt_native_parse(json_t *root, kvt_request_params *p, struct kvt_nati
 
 // ---- samplers ----
 
-enum { S_IGNORED, S_TOP_K, S_TOP_P, S_MIN_P, S_TEMP, S_REFUSED };
+enum { S_IGNORED, S_PENALTIES, S_TOP_K, S_TOP_P, S_MIN_P, S_TEMP, S_REFUSED };
 
 // A sampler name (llama-server's names and aliases, any case) or character; S_IGNORED for the samplers kvtier
 // lacks (whose settings the other fields keep neutral) and for names llama-server does not know (it skips them).
@@ -174,13 +174,14 @@ static int sampler_of(const char *s, size_t n) {
     static const struct {
         const char *name;
         int kind;
-    } names[] = {{"top_k", S_TOP_K},   {"top-k", S_TOP_K},       {"topk", S_TOP_K},     {"top_p", S_TOP_P},
+    } names[] = {{"penalties", S_PENALTIES}, {"top_k", S_TOP_K},   {"top-k", S_TOP_K},       {"topk", S_TOP_K},     {"top_p", S_TOP_P},
                  {"top-p", S_TOP_P},   {"topp", S_TOP_P},        {"nucleus", S_TOP_P},  {"min_p", S_MIN_P},
                  {"min-p", S_MIN_P},   {"minp", S_MIN_P},        {"temperature", S_TEMP}, {"temp", S_TEMP},
                  {"infill", S_REFUSED}, {"adaptive_p", S_REFUSED}, {"adaptive-p", S_REFUSED},
                  {"adaptivep", S_REFUSED}};
     if (n == 1) {
         switch (s[0]) {
+        case 'e': return S_PENALTIES;
         case 'k': return S_TOP_K;
         case 'p': return S_TOP_P;
         case 'm': return S_MIN_P;
@@ -195,8 +196,8 @@ static int sampler_of(const char *s, size_t n) {
     return S_IGNORED;
 }
 
-// samplers: the implemented samplers that act (non-neutral settings) must keep kvtier's order (top_k, top_p, min_p,
-// temperature) and appear once; one left out is not applied (its setting becomes neutral, as in llama-server).
+// samplers: the implemented samplers that act (non-neutral settings) must keep kvtier's order (penalties, top_k, top_p,
+// min_p, temperature) and appear once; one left out is not applied (its setting becomes neutral, as in llama-server).
 static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_error *e) {
     json_t *v = field(root, "samplers");
     if (!v) return KVT_OK;
@@ -228,22 +229,28 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
             last = k;
         }
     }
+    if (!count[S_PENALTIES]) {
+        p->repeat_penalty = 1.0;
+        p->frequency_penalty = p->presence_penalty = 0.0;
+    }
     if (!count[S_TOP_K]) p->top_k = 0;
     if (!count[S_TOP_P]) p->top_p = 1.0;
     if (!count[S_MIN_P]) p->min_p = 0.0;
     if (!count[S_TEMP]) p->temperature = 1.0;
-    const bool active[] = {false, p->top_k > 0, p->top_p < 1.0, p->min_p > 0.0,
+    const bool active[] = {false, p->repeat_last_n > 0 && (p->repeat_penalty != 1.0 || p->frequency_penalty != 0.0 ||
+                                                           p->presence_penalty != 0.0),
+                           p->top_k > 0, p->top_p < 1.0, p->min_p > 0.0,
                            p->temperature > 0.0 && p->temperature != 1.0};
     int n_active = 0;
-    for (int k = S_TOP_K; k <= S_TEMP; k++) {
+    for (int k = S_PENALTIES; k <= S_TEMP; k++) {
         if (active[k] && count[k] > 1)
             return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: a sampler listed twice is not supported by "
                                   "kvtier");
         n_active += active[k];
     }
     if (!ordered && n_active > 1)
-        return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: kvtier applies top_k, top_p, min_p, temperature in "
-                              "that order (llama-server's default); another order is not supported");
+        return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: kvtier applies penalties, top_k, top_p, min_p, "
+                              "temperature in that order (llama-server's default); another order is not supported");
     return KVT_OK;
 }
 
@@ -299,9 +306,10 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "top_n_sigma", json_real(-1), ok);
     set(o, "xtc_probability", json_real(0), ok);
     set(o, "typical_p", json_real(1), ok);
-    set(o, "repeat_penalty", json_real(1), ok);
-    set(o, "presence_penalty", json_real(0), ok);
-    set(o, "frequency_penalty", json_real(0), ok);
+    set(o, "repeat_last_n", json_integer((json_int_t)p->repeat_last_n), ok);
+    set(o, "repeat_penalty", json_real(p->repeat_penalty), ok);
+    set(o, "presence_penalty", json_real(p->presence_penalty), ok);
+    set(o, "frequency_penalty", json_real(p->frequency_penalty), ok);
     set(o, "dry_multiplier", json_real(0), ok);
     set(o, "mirostat", json_integer(0), ok);
     for (size_t i = 0; i < p->n_stop; i++) append(stop, kvt_resp_jtext(p->stop[i], strlen(p->stop[i])), ok);
@@ -314,8 +322,8 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "n_probs", json_integer(n_probs), ok);
     set(o, "min_keep", json_integer(0), ok);
     set(o, "grammar", json_string(""), ok);
-    static const char *const chain[] = {"top_k", "top_p", "min_p", "temperature"};
-    for (size_t i = 0; i < 4; i++) append(smp, json_string(chain[i]), ok);
+    static const char *const chain[] = {"penalties", "top_k", "top_p", "min_p", "temperature"};
+    for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++) append(smp, json_string(chain[i]), ok);
     set(o, "samplers", smp, ok);
     set(o, "post_sampling_probs", json_false(), ok);
     return o;

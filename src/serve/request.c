@@ -301,6 +301,12 @@ static kvt_status parse_sampling(kvt_request *r, json_t *root, kvt_api_error *e)
         return KVT_ERR_INVALID_ARG;
     if (get_int(root, "top_k", nat ? INT32_MIN : 0, INT32_MAX, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     if (given) p->top_k = (int32_t)x;
+    const double pen = nat ? 1e6 : 2; // OpenAI's range; llama-server's /completion takes any number
+    if (get_num(root, "presence_penalty", -pen, pen, false, &p->presence_penalty, e) != KVT_OK ||
+        get_num(root, "frequency_penalty", -pen, pen, false, &p->frequency_penalty, e) != KVT_OK ||
+        get_num(root, "repeat_penalty", 0, 1e6, true, &p->repeat_penalty, e) != KVT_OK ||
+        get_int(root, "repeat_last_n", 0, INT32_MAX, &p->repeat_last_n, NULL, e) != KVT_OK)
+        return KVT_ERR_INVALID_ARG;
     if (get_int(root, "seed", INT64_MIN, INT64_MAX, &x, &p->has_seed, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     if (p->has_seed) p->seed = (uint64_t)x;
     if (get_int(root, "n", 1, KVT_REQ_MAX_N, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
@@ -347,8 +353,7 @@ static kvt_status parse_unsupported(const kvt_request *r, json_t *root, kvt_api_
     static const struct {
         const char *key;
         double neutral; // numbers: the value that asks for nothing
-    } num[] = {{"presence_penalty", 0}, {"frequency_penalty", 0}, {"repeat_penalty", 1}, {"typical_p", 1},
-               {"mirostat", 0}, {"n_probs", 0}, {"tfs_z", 1}, {"dry_multiplier", 0}, {"xtc_probability", 0}};
+    } num[] = {{"typical_p", 1}, {"mirostat", 0}, {"n_probs", 0}, {"tfs_z", 1}, {"dry_multiplier", 0}, {"xtc_probability", 0}};
     for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
         if (r->p.kind == KVT_REQ_NATIVE && !strcmp(num[i].key, "n_probs")) continue; // implemented there
         json_t *v = field(root, num[i].key);
@@ -418,7 +423,8 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
     }
     r->root = root;
     kvt_request_params *p = &r->p;
-    *p = (kvt_request_params){.kind = kind, .max_tokens = -1, .temperature = 1.0, .top_p = 1.0, .n = 1};
+    *p = (kvt_request_params){.kind = kind, .max_tokens = -1, .temperature = 1.0, .top_p = 1.0, .repeat_penalty = 1.0,
+                              .repeat_last_n = 64, .n = 1};
     kvt_status st = KVT_OK;
     json_t *model = field(root, "model");
     if (model) st = check_str(model, "model", &p->model, aerr);

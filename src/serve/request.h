@@ -3,8 +3,8 @@
 // Built only with jansson (the Makefile defines KVT_HAVE_JANSSON). Fields read (unknown fields are
 // ignored, as llama-server does; but the known ones kvtier does not implement and that would change the
 // answer are refused when they ask for something: logit_bias, echo, suffix, best_of other than n,
-// presence/frequency/repeat penalties, response_format other than text, grammar, json_schema, tools,
-// n_probs, typical_p, mirostat, ...: a neutral value is accepted):
+// response_format other than text, grammar, json_schema, tools, n_probs, typical_p, mirostat, ...:
+// a neutral value is accepted):
 //   model                   string (optional; echoed back)
 //   prompt (completions)    a string, a list of token ids, or a list holding exactly one string or
 //                           one list of token ids; several prompts in one request are refused (send
@@ -18,6 +18,9 @@
 //                           n_predict (llama-server's name; -1: no limit) when neither is given
 //   temperature [0, 2] (default 1), top_p (0, 1] (default 1), top_k integer >= 0 (0: off),
 //   min_p [0, 1] (default 0), seed integer (absent: random)
+//   presence_penalty, frequency_penalty  [-2, 2] (default 0; /completion: any number within +-1e6),
+//   repeat_penalty (0, 1e6] (default 1), repeat_last_n integer >= 0 (default 64; 0: off): llama-server's
+//                           penalties over the last repeat_last_n tokens of the prompt and the answer
 //   stop                    string or list of up to KVT_REQ_MAX_STOP non-empty strings
 //   n                       integer 1..KVT_REQ_MAX_N (default 1)
 //   logprobs                completions: integer 0..KVT_REQ_MAX_TOP_LOGPROBS (the number of top
@@ -65,6 +68,8 @@ typedef struct {
     int64_t max_tokens;          // -1: not given
     double temperature, top_p, min_p;
     int32_t top_k;
+    double repeat_penalty, frequency_penalty, presence_penalty; // 1, 0, 0: off
+    int64_t repeat_last_n;       // the penalties' window in tokens (0: off)
     bool has_seed;
     uint64_t seed;
     const char *const *stop;     // n_stop strings
