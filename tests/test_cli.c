@@ -60,17 +60,19 @@ void test_cli(const test_env *env) {
     // /completion request (temperature 0 with the same presence / frequency / repeat penalties and window)
     static const struct {
         const char *flags, *ids;
-    } pen[] = {{"--presence-penalty 1.5 --frequency-penalty 0.5 --repeat-penalty 1.3",
+    } pen[] = {{"-n 16 -l 463-inf --logit-bias 306+2.5", // logit_bias [[463, false], [306, 2.5]]
+                "\"ids\":[306,306,369,369,462,273,466,200,306,325,367,367,367,367,367,406]"},
+               {"-n 24 --presence-penalty 1.5 --frequency-penalty 0.5 --repeat-penalty 1.3",
                 "\"ids\":[463,449,306,461,458,327,473,372,465,466,325,13,477,295,417,305,434,288,433,451,354,277,330,275]"},
-               {"--presence-penalty 0.7",
+               {"-n 24 --presence-penalty 0.7",
                 "\"ids\":[463,449,306,461,458,327,473,372,465,466,325,13,477,295,417,305,434,288,433,449,473,473,473,473]"},
-               {"--repeat-penalty 1.5 --repeat-last-n 8",
+               {"-n 24 --repeat-penalty 1.5 --repeat-last-n 8",
                 "\"ids\":[463,449,306,461,458,327,473,372,465,466,325,13,477,295,417,305,434,288,433,449,473,465,466,228]"}};
     for (size_t i = 0; i < sizeof pen / sizeof pen[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' -n 24 --temp 0 %s --json", env->cli, model,
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' --temp 0 %s --json", env->cli, model,
                  pen[i].flags);
         rc = run(cmd, out, sizeof out);
-        test_result(rc == 0 && strstr(out, pen[i].ids), "cli: generate with llama.cpp's penalties gives llama-server's ids",
+        test_result(rc == 0 && strstr(out, pen[i].ids), "cli: generate with llama.cpp's penalties / logit biases gives llama-server's ids",
                     "%s: exit %d: %.300s", pen[i].flags, rc, out);
     }
     // -s is --seed (llama.cpp's short flag)
@@ -230,6 +232,14 @@ void test_cli(const test_env *env) {
         char cli[1200];
         snprintf(cli, sizeof cli, "KVT_CUDA_LIB=/nonexistent/libkvtier-cuda.so %s", env->cli);
         expect_error("cli: -ngl without a CUDA library names it", cli, args, 1, "1 layers on the GPU (--gpu-layers or a plan's split): no CUDA library at /nonexistent");
+    }
+    { // a logit bias outside the vocabulary, or not in llama.cpp's TOKEN_ID(+/-)BIAS form: refused before any output
+        char args[1400];
+        snprintf(args, sizeof args, "generate -m %s -p hi -n 1 -l 4630+1", model);
+        expect_error("cli: --logit-bias outside the vocabulary is refused, naming the token", env->cli, args, 1,
+                     "token 4630 is outside the model's vocabulary (0..511)");
+        snprintf(args, sizeof args, "generate -m %s -p hi -n 1 --logit-bias 463x1", model);
+        expect_error("cli: --logit-bias in another form is refused", env->cli, args, 2, "want TOKEN_ID+BIAS");
     }
     expect_error("cli: unknown command", env->cli, "frobnicate", 2, "unknown command");
     expect_error("cli: bad number", env->cli, "generate -n ten", 2, "not an integer");

@@ -151,11 +151,39 @@ static void test_sampler_penalties(void) {
     test_result(pick_after(&p, m, 2, "11") == 0 && pick_after(&p, m, 2, "1") == 1,
                 "sampler: repeat, frequency and presence penalties combined", "");
     kvt_sampler_params q = kvt_sampler_params_default();
-    bool off = !kvt_sampler_params_penalize(&q);
+    bool off = !kvt_sampler_params_adjust(&q);
     q.presence_penalty = 0.1f;
-    bool on = kvt_sampler_params_penalize(&q);
+    bool on = kvt_sampler_params_adjust(&q);
     q.penalty_last_n = 0;
-    test_result(off && on && !kvt_sampler_params_penalize(&q), "sampler: penalize() says when a penalty acts", "");
+    bool off2 = !kvt_sampler_params_adjust(&q);
+    const kvt_logit_bias one = {1, 0.5f};
+    q.logit_bias = &one;
+    q.n_logit_bias = 1;
+    test_result(off && on && off2 && kvt_sampler_params_adjust(&q),
+                "sampler: adjust() says when a penalty or a logit bias acts", "");
+    // logit biases first (llama.cpp's order): +0.6 lifts token 1 over 0; -inf bans; a token outside is refused
+    kvt_logit_bias b[2] = {{1, 0.6f}, {0, -INFINITY}};
+    p = kvt_sampler_params_default();
+    p.temp = 0;
+    p.logit_bias = b;
+    p.n_logit_bias = 1;
+    bool ok2 = pick_after(&p, l, 3, "") == 1;
+    p.n_logit_bias = 2;
+    b[0].bias = 0;
+    ok2 &= pick_after(&p, l, 3, "") == 1; // 0 banned
+    p.temp = 1.0f;
+    p.top_k = 0;
+    kvt_sampler *s;
+    kvt_sampler_init(&p, 3, &s, NULL);
+    for (int i = 0; i < 200; i++) ok2 &= kvt_sampler_sample(s, l) != 0;
+    b[0].bias = 0.6f; // the sampler copied the biases at init: a change after does nothing
+    for (int i = 0; i < 200; i++) ok2 &= kvt_sampler_sample(s, l) != 0;
+    kvt_sampler_free(s);
+    b[1].token = 3;
+    kvt_err err = {0};
+    ok2 &= kvt_sampler_init(&p, 3, &s, &err) == KVT_ERR_INVALID_ARG && strstr(err.msg, "token 3");
+    test_result(ok2, "sampler: logit biases (a bias, a ban at any temperature, copied at init, tokens checked)", "%s",
+                err.msg);
 }
 
 void test_sampler(const test_env *env) {

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -297,6 +298,20 @@ static void test_request_ok(void) {
                 "serve.request: presence, frequency and repeat penalties and repeat_last_n read", "%s",
                 r ? "wrong values" : e.message);
     kvt_request_free(r);
+    // logit_bias in llama-server's two forms: ids (an integer, or a key of digits), texts, false as a ban
+    r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"15\":-2.5,\" hi\":false}}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    bool lb = p && p->n_bias_given == 2 && p->bias_given[0].id == 15 && p->bias_given[0].bias == -2.5f &&
+              !p->bias_given[0].text && p->bias_given[1].id == -1 && !strcmp(p->bias_given[1].text, " hi") &&
+              isinf(p->bias_given[1].bias) && p->bias_given[1].bias < 0;
+    kvt_request_free(r);
+    r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":[[7,1],[\"ab\",false],[\"12\",3]]}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    lb &= p && p->n_bias_given == 3 && p->bias_given[0].id == 7 && p->bias_given[1].text &&
+          p->bias_given[2].id == 12 && p->bias_given[2].bias == 3.0f && !p->logit_bias;
+    test_result(lb, "serve.request: logit_bias as an object and as a list (ids, texts, false bans)", "%s",
+                r ? "wrong values" : e.message);
+    kvt_request_free(r);
     r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\"}", &e);
     p = r ? kvt_request_get(r) : NULL;
     test_result(p && p->presence_penalty == 0 && p->frequency_penalty == 0 && p->repeat_penalty == 1 &&
@@ -368,7 +383,11 @@ static void test_request_errors(void) {
         {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":3}", "top_logprobs",
          "requires logprobs"},
         // fields kvtier does not implement that would change the answer (attack run 2026-11-30: silently ignored)
-        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":-100}}", "logit_bias", "not supported"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":7}", "logit_bias", "must be an object"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":[[5]]}", "logit_bias", "logit_bias[0]: must be a [token, bias] pair"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":true}}", "logit_bias", "number or false"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":[[-3,1]]}", "logit_bias", "negative"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":[[[1],1]]}", "logit_bias", "integer id or a text"},
         {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo", "not supported"},
         {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix", "not supported"},
         {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"best_of\":3}", "best_of", "not supported"},

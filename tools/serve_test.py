@@ -401,7 +401,7 @@ def t_slow(s):
     assert st == 200 and dt < 10, (st, dt)
 
 
-@case("POST /tokenize and /detokenize round-trip, with pieces; a bad id, logit_bias, n_predict")
+@case("POST /tokenize and /detokenize round-trip, with pieces; a bad id; logit_bias bans and refuses; n_predict")
 def t_tokenize(s):
     st, _, r = s.post("/tokenize", {"content": "Hello world, again"})
     ids = r["tokens"]
@@ -416,8 +416,15 @@ def t_tokenize(s):
     assert st == 200 and "".join(t["piece"] for t in r["tokens"]).strip() == "Hello", r
     st, _, r = s.post("/detokenize", {"tokens": [99999999]})  # attack run 2026-11-30: a use after free
     assert st == 400 and "99999999" in r["error"]["message"], (st, r)
-    st, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 2, "logit_bias": {"5": -100}})
-    assert st == 400 and r["error"]["param"] == "logit_bias", (st, r)  # not silently ignored
+    # logit_bias (llama-server's forms): banning the greedy first token changes it; an id outside is refused
+    body = {"prompt": "A", "n_predict": 1, "temperature": 0, "return_tokens": True}
+    st, _, r = s.post("/completion", body)
+    first = r["tokens"][0]
+    st, _, r = s.post("/completion", dict(body, logit_bias=[[first, False]]))
+    assert st == 200 and r["tokens"][0] != first, (first, r)
+    assert r["generation_settings"]["logit_bias"] == [{"bias": None, "token": first}], r
+    st, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 2, "logit_bias": {"99999999": -100}})
+    assert st == 400 and r["error"]["param"] == "logit_bias" and "99999999" in r["error"]["message"], (st, r)
     st, _, r = s.post("/v1/completions", {"prompt": "A", "n_predict": 2, "temperature": 0})
     assert st == 200 and r["usage"]["completion_tokens"] <= 2, (st, r)  # llama-server's name for max_tokens
 

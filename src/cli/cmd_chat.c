@@ -98,13 +98,14 @@ int cmd_chat(int argc, char **argv) {
     bool json = false;
     kvt_context_params cp = kvt_context_params_default();
     kvt_generate_params gp = kvt_generate_params_default();
+    cli_logit_biases biases = {.n = 0};
     gp.sampling.seed = 1;
     gp.n_predict = -1;
     const char *flag;
     int64_t iv;
     while (kvt_args_next(&a, &flag)) {
         int e = cli_input_flag(&a, flag, &in, &cp);
-        if (e == 0) e = cli_sampling_flag(&a, flag, &gp);
+        if (e == 0) e = cli_sampling_flag(&a, flag, &gp, &biases);
         if (e < 0) return 2;
         if (e > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
@@ -142,7 +143,9 @@ int cmd_chat(int argc, char **argv) {
     print_ctx pc = {0};
     int rc = 1;
     kvt_err err = {0};
-    if (!cli_load_model("chat", in.model_path, false, &model, &tok)) goto done;
+    if (!cli_load_model("chat", in.model_path, false, &model, &tok) ||
+        !cli_check_logit_bias("chat", &biases, model->hp.n_vocab))
+        goto done;
     if (!cli_chat_template("chat", in.model_path, tmpl_name, true, NULL, &t)) goto done;
     if (!in.ctx_given) cp.n_ctx = model->hp.n_ctx_train < 4096 ? model->hp.n_ctx_train : 4096;
     cli_progress prog;

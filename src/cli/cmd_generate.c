@@ -190,12 +190,13 @@ int cmd_generate(int argc, char **argv) {
     bool json = false, parse_special = true;
     kvt_context_params cp = kvt_context_params_default();
     kvt_generate_params gp = kvt_generate_params_default();
+    cli_logit_biases biases = {.n = 0};
     gp.sampling.seed = 1;
     const char *flag;
     int64_t iv;
     while (kvt_args_next(&a, &flag)) {
         int e = cli_input_flag(&a, flag, &in, &cp);
-        if (e == 0) e = cli_sampling_flag(&a, flag, &gp);
+        if (e == 0) e = cli_sampling_flag(&a, flag, &gp, &biases);
         if (e < 0) return 2;
         if (e > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
@@ -229,6 +230,12 @@ int cmd_generate(int argc, char **argv) {
     kvt_model *model;
     kvt_tokenizer *tok;
     if (!cli_load_model("generate", in.model_path, false, &model, &tok)) {
+        free(file_text);
+        return 1;
+    }
+    if (!cli_check_logit_bias("generate", &biases, model->hp.n_vocab)) {
+        kvt_tokenizer_free(tok);
+        kvt_model_free(model);
         free(file_text);
         return 1;
     }

@@ -870,7 +870,39 @@ bool cli_check_out_path(const char *cmd, const char *flag, const char *path) {
     return true;
 }
 
-int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp) {
+// "TOKEN_ID(+/-)BIAS" (llama.cpp's --logit-bias: 15043+1, 15043-inf) into *b; false with a message.
+static bool parse_logit_bias(const char *flag, const char *v, kvt_logit_bias *b) {
+    char *end;
+    errno = 0;
+    long id = strtol(v, &end, 10);
+    const char sign = *end;
+    if (end == v || errno || id < 0 || id > INT32_MAX || (sign != '+' && sign != '-')) {
+        fprintf(stderr, "kvtier: %s %s: want TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043+1, 15043-inf)\n", flag, v);
+        return false;
+    }
+    const char *num = end + 1;
+    float x = strtof(num, &end);
+    if (end == num || *end || isnan(x) || *num == '+' || *num == '-') {
+        fprintf(stderr, "kvtier: %s %s: the bias after '%c' is not a number (inf bans or forces the token)\n", flag, v,
+                sign);
+        return false;
+    }
+    *b = (kvt_logit_bias){(int32_t)id, sign == '-' ? -x : x};
+    return true;
+}
+
+bool cli_check_logit_bias(const char *cmd, const cli_logit_biases *lb, int32_t n_vocab) {
+    for (int32_t i = 0; i < lb->n; i++) {
+        if (lb->v[i].token >= n_vocab) {
+            fprintf(stderr, "kvtier %s: --logit-bias: token %d is outside the model's vocabulary (0..%d)\n", cmd,
+                    (int)lb->v[i].token, (int)n_vocab - 1);
+            return false;
+        }
+    }
+    return true;
+}
+
+int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_logit_biases *lb) {
     kvt_sampler_params *sp = &gp->sampling;
     int64_t iv;
     double fv;
@@ -903,6 +935,17 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp) {
         sp->penalty_last_n = (int32_t)iv;
     } else if (!strcmp(flag, "--ignore-eos")) {
         gp->stop_at_eog = false;
+    } else if (!strcmp(flag, "-l") || !strcmp(flag, "--logit-bias")) {
+        const char *v = kvt_args_value(a, flag);
+        if (!v) return -1;
+        if (lb->n == CLI_MAX_LOGIT_BIAS) {
+            fprintf(stderr, "kvtier: %s: at most %d logit biases\n", flag, CLI_MAX_LOGIT_BIAS);
+            return -1;
+        }
+        if (!parse_logit_bias(flag, v, &lb->v[lb->n])) return -1;
+        lb->n++;
+        sp->logit_bias = lb->v;
+        sp->n_logit_bias = lb->n;
     } else {
         return 0;
     }

@@ -38,9 +38,18 @@ bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, s
 typedef struct kvt_chat_template kvt_chat_template;
 bool cli_chat_template(const char *cmd, const char *model_path, const char *name, bool note_fallback, kvt_gguf **g,
                        kvt_chat_template **t);
+// The logit biases of -l / --logit-bias (at most CLI_MAX_LOGIT_BIAS; gp's sampling points into v).
+#define CLI_MAX_LOGIT_BIAS 256
+typedef struct {
+    kvt_logit_bias v[CLI_MAX_LOGIT_BIAS];
+    int32_t n;
+} cli_logit_biases;
 // Parses a sampling flag into gp if `flag` is one (--temp, --seed or -s, --top-k, --top-p, --min-p, --repeat-penalty,
-// --frequency-penalty, --presence-penalty, --repeat-last-n, --ignore-eos); returns 1 if consumed, 0 if not one of them, -1 on a bad value (message printed).
-int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp);
+// --frequency-penalty, --presence-penalty, --repeat-last-n, --ignore-eos, -l / --logit-bias into lb, which must outlive
+// gp's use); returns 1 if consumed, 0 if not one of them, -1 on a bad value (message printed).
+int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_logit_biases *lb);
+// false (message printed) when a logit bias names a token outside the model's n_vocab.
+bool cli_check_logit_bias(const char *cmd, const cli_logit_biases *lb, int32_t n_vocab);
 // Help text of the sampling flags.
 #define CLI_SAMPLING_HELP                                                                                              \
     "  --temp T             temperature, 0 = greedy (default 0.8)\n"                                                  \
@@ -49,6 +58,8 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp);
     "  --top-p P, --min-p P nucleus (default 0.95) and min-p (default 0.05) cut-offs\n"                               \
     "  --repeat-penalty R, --frequency-penalty F, --presence-penalty P\n"                                            \
     "                       llama.cpp's penalties over the last --repeat-last-n N tokens (defaults 1, 0, 0; N 64)\n" \
+    "  -l, --logit-bias TOKEN_ID(+/-)BIAS   add BIAS to a token's logit first (llama.cpp's form: 15043+1, 15043-inf\n"   \
+    "                       bans it); repeatable, at most 256\n"                                                        \
     "  --ignore-eos         do not stop at end-of-generation tokens\n"
 // Prefill progress on stderr ("kvtier: prefill DONE/TOTAL tokens, X tok/s", one line rewritten in place,
 // erased when done): the first micro-batch, then at most every 0.25 s. cli_progress_on sets cp->progress

@@ -53,7 +53,7 @@ kvt_status kvt_generate_cached(kvt_context *ctx, const kvt_tokenizer *tok, const
     // greedy without a penalty needs only the id (kvt_context_argmax: where the device holds the logits, only the id
     // comes back), taken after each decode with the logits' finiteness
     const kvt_sampler_params *sp = &p->sampling;
-    const bool ids_only = sp->temp <= 0.0f && !kvt_sampler_params_penalize(sp);
+    const bool ids_only = sp->temp <= 0.0f && !kvt_sampler_params_adjust(sp);
     int32_t next = 0;
     bool finite = true;
     if (ids_only && (st = kvt_context_argmax(ctx, &next, &finite, err))) goto done;

@@ -19,22 +19,30 @@ struct kvt_sampler {
     int32_t *count;   // [n_vocab] occurrences of each token in the ring (NULL when no penalty is on)
     uint32_t *stamp;  // [n_vocab] the draw that last penalized each token (once per distinct token a draw)
     uint32_t n_draws; // draws so far (the stamp of the current one)
+    kvt_logit_bias *bias; // [p.n_logit_bias] (p.logit_bias points here)
     uint64_t rng;
 };
 
 kvt_sampler_params kvt_sampler_params_default(void) {
-    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f};
+    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0};
     return p;
 }
 
-bool kvt_sampler_params_penalize(const kvt_sampler_params *p) {
+static bool penalize(const kvt_sampler_params *p) {
     return p->penalty_last_n > 0 &&
            (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
 }
 
+bool kvt_sampler_params_adjust(const kvt_sampler_params *p) { return p->n_logit_bias > 0 || penalize(p); }
+
 kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sampler **out, kvt_err *err) {
     *out = NULL;
     if (n_vocab <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sampler needs a vocabulary");
+    for (int32_t i = 0; i < (p->logit_bias ? p->n_logit_bias : 0); i++) {
+        if (p->logit_bias[i].token < 0 || p->logit_bias[i].token >= n_vocab)
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "logit bias %d: token %d is outside the vocabulary (0..%d)", (int)i,
+                              (int)p->logit_bias[i].token, (int)n_vocab - 1);
+    }
     kvt_sampler *s = calloc(1, sizeof *s);
     if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     s->p = *p;
@@ -42,12 +50,18 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
     s->n_vocab = n_vocab;
     s->c = malloc((size_t)n_vocab * sizeof *s->c);
     s->hist = malloc((size_t)(s->p.penalty_last_n + 1) * sizeof *s->hist);
-    bool pen = kvt_sampler_params_penalize(&s->p);
+    bool pen = penalize(&s->p);
+    if (!p->logit_bias) s->p.n_logit_bias = 0;
+    if (s->p.n_logit_bias > 0) {
+        s->bias = malloc((size_t)s->p.n_logit_bias * sizeof *s->bias);
+        if (s->bias) memcpy(s->bias, p->logit_bias, (size_t)s->p.n_logit_bias * sizeof *s->bias);
+    }
+    s->p.logit_bias = s->bias;
     if (pen) {
         s->count = calloc((size_t)n_vocab, sizeof *s->count);
         s->stamp = calloc((size_t)n_vocab, sizeof *s->stamp);
     }
-    if (!s->c || !s->hist || (pen && (!s->count || !s->stamp))) {
+    if (!s->c || !s->hist || (pen && (!s->count || !s->stamp)) || (s->p.n_logit_bias > 0 && !s->bias)) {
         kvt_sampler_free(s);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a sampler over %d tokens", (int)n_vocab);
     }
@@ -62,6 +76,7 @@ void kvt_sampler_free(kvt_sampler *s) {
     free(s->hist);
     free(s->count);
     free(s->stamp);
+    free(s->bias);
     free(s);
 }
 
@@ -177,7 +192,7 @@ static int32_t cut_all(kvt_sampler *s) {
 }
 
 // The penalties of llama.cpp's penalties sampler, once per distinct token of the window.
-static void penalize(kvt_sampler *s) {
+static void apply_penalties(kvt_sampler *s) {
     const int64_t k = s->n_hist < s->p.penalty_last_n ? s->n_hist : s->p.penalty_last_n;
     const uint32_t draw = ++s->n_draws == 0 ? ++s->n_draws : s->n_draws; // 0 is "never"
     if (draw == 1) memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
@@ -194,7 +209,8 @@ static void penalize(kvt_sampler *s) {
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     const int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i]};
-    if (s->count) penalize(s);
+    for (int32_t i = 0; i < s->p.n_logit_bias; i++) s->c[s->bias[i].token].v += s->bias[i].bias;
+    if (s->count) apply_penalties(s);
     if (s->p.temp <= 0.0f) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; i++) {

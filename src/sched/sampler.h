@@ -1,6 +1,6 @@
 // sampler.h - token sampling from a logit vector.
 //
-// Chain (as llama.cpp's default order): penalties over the last `penalty_last_n`
+// Chain (as llama.cpp's default order): logit biases -> penalties over the last `penalty_last_n`
 // tokens (repetition, frequency, presence: llama.cpp's penalties sampler) ->
 // top-k -> top-p -> min-p -> temperature -> draw. temp <= 0 is greedy (argmax,
 // ties to the lowest id). Deterministic for a given seed.
@@ -16,6 +16,12 @@
 
 #include "../base/status.h"
 
+// A bias added to one token's logit before anything else (llama.cpp's logit_bias; -INFINITY bans the token).
+typedef struct {
+    int32_t token;
+    float bias;
+} kvt_logit_bias;
+
 typedef struct {
     float temp;            // <= 0: greedy
     int32_t top_k;         // <= 0: off
@@ -26,15 +32,18 @@ typedef struct {
     uint64_t seed;
     float frequency_penalty; // 0: off. Subtracted from a token's logit once per occurrence in the window
     float presence_penalty;  // 0: off. Subtracted once from the logit of a token present in the window
+    const kvt_logit_bias *logit_bias; // [n_logit_bias] borrowed: kvt_sampler_init copies them (tokens < n_vocab; a token
+    int32_t n_logit_bias;             // listed twice gets both biases)
 } kvt_sampler_params;
 
-// True when the parameters can change a logit before the draw (a penalty is on).
-bool kvt_sampler_params_penalize(const kvt_sampler_params *p);
+// True when the parameters can change a logit before the draw (a logit bias, or a penalty that acts).
+bool kvt_sampler_params_adjust(const kvt_sampler_params *p);
 
 kvt_sampler_params kvt_sampler_params_default(void);
 
 typedef struct kvt_sampler kvt_sampler;
 
+// KVT_ERR_INVALID_ARG for an empty vocabulary or a logit bias whose token is outside it (named); KVT_ERR_NOMEM.
 kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sampler **out, kvt_err *err);
 void kvt_sampler_free(kvt_sampler *s);
 // Picks a token from logits [n_vocab] (not modified).

@@ -180,6 +180,60 @@ oom:
     return NULL;
 }
 
+// The request's logit_bias resolved to token ids (kvt_request_set_logit_bias): ids checked against the vocabulary, a
+// text's tokens (no BOS, no special-token parsing, as llama-server) each given its bias. false with *ae filled.
+static bool resolve_logit_bias(kvt_http *h, kvt_request *req, kvt_api_error *ae) {
+    const kvt_request_params *p = kvt_request_get(req);
+    const int32_t n_vocab = kvt_tokenizer_n_vocab(h->tok);
+    kvt_logit_bias *v = NULL;
+    int64_t n = 0, cap = 0;
+    for (size_t i = 0; i < p->n_bias_given; i++) {
+        const kvt_req_logit_bias *b = &p->bias_given[i];
+        kvt_err err = {0};
+        const int64_t k = b->text ? kvt_tokenize(h->tok, b->text, strlen(b->text), false, false, NULL, 0, &err) : 1;
+        if (k < 0) {
+            kvt_api_errorf(ae, 400, "invalid_request_error", "logit_bias", "logit_bias[%zu]: cannot tokenize %.60s: %s",
+                           i, b->text, err.msg);
+            goto fail;
+        }
+        if (!b->text && b->id >= n_vocab) {
+            kvt_api_errorf(ae, 400, "invalid_request_error", "logit_bias", "logit_bias[%zu]: token %lld is outside the "
+                           "vocabulary (0..%d)", i, (long long)b->id, n_vocab - 1);
+            goto fail;
+        }
+        if (n + k > cap) {
+            cap = 2 * (n + k);
+            kvt_logit_bias *w = realloc(v, (size_t)cap * sizeof *w);
+            if (!w) {
+                kvt_api_errorf(ae, 500, "server_error", NULL, "out of memory for logit_bias");
+                goto fail;
+            }
+            v = w;
+        }
+        if (!b->text) {
+            v[n++] = (kvt_logit_bias){(int32_t)b->id, b->bias};
+            continue;
+        }
+        int32_t *ids = malloc((size_t)(k + 1) * sizeof *ids);
+        if (!ids || kvt_tokenize(h->tok, b->text, strlen(b->text), false, false, ids, k, &err) != k) {
+            free(ids);
+            kvt_api_errorf(ae, 500, "server_error", NULL, "out of memory for logit_bias");
+            goto fail;
+        }
+        for (int64_t t = 0; t < k; t++) v[n++] = (kvt_logit_bias){ids[t], b->bias};
+        free(ids);
+    }
+    if (n > INT32_MAX) {
+        kvt_api_errorf(ae, 400, "invalid_request_error", "logit_bias", "logit_bias: too many tokens");
+        goto fail;
+    }
+    kvt_request_set_logit_bias(req, v, (int32_t)n);
+    return true;
+fail:
+    free(v);
+    return false;
+}
+
 // A streamed response's reader: the job and the client's socket.
 typedef struct {
     kvt_http_job *job;
@@ -228,6 +282,11 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
         ae.n_ctx = n_ctx;
         return send_api_error(h, c, &ae, NULL, NULL);
     }
+    if (!resolve_logit_bias(h, req, &ae)) {
+        free(ids);
+        kvt_request_free(req);
+        return send_api_error(h, c, &ae, NULL, NULL);
+    }
     kvt_engine_job job = {ids, n_prompt, p->max_tokens, kvt_sampler_params_default(), p->n, p->logprobs, p->top_logprobs,
                           p->ignore_eos};
     job.sampling.temp = (float)p->temperature;
@@ -237,6 +296,8 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     job.sampling.repeat_penalty = (float)p->repeat_penalty;
     job.sampling.frequency_penalty = (float)p->frequency_penalty;
     job.sampling.presence_penalty = (float)p->presence_penalty;
+    job.sampling.logit_bias = p->logit_bias; // owned by req, which the HTTP job keeps until the engine is done
+    job.sampling.n_logit_bias = p->n_logit_bias;
     // the window never holds more than the context (a larger one would only cost the sampler's memory)
     job.sampling.penalty_last_n = (int32_t)(p->repeat_last_n < n_ctx ? p->repeat_last_n : n_ctx);
     job.sampling.seed = p->has_seed ? p->seed

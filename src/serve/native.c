@@ -318,7 +318,15 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "n_predict", json_integer(p->max_tokens), ok);
     set(o, "ignore_eos", json_boolean(p->ignore_eos), ok);
     set(o, "stream", json_boolean(p->stream), ok);
-    set(o, "logit_bias", json_array(), ok);
+    json_t *lb = json_array();
+    for (int32_t i = 0; lb && i < p->n_logit_bias; i++) { // llama-server's shape; a ban's -inf is null in JSON
+        const float b = p->logit_bias[i].bias;
+        json_t *e = json_object();
+        set(e, "bias", isfinite(b) ? json_real(b) : json_null(), ok);
+        set(e, "token", json_integer(p->logit_bias[i].token), ok);
+        append(lb, e, ok);
+    }
+    set(o, "logit_bias", lb, ok);
     set(o, "n_probs", json_integer(n_probs), ok);
     set(o, "min_keep", json_integer(0), ok);
     set(o, "grammar", json_string(""), ok);

@@ -3,6 +3,7 @@
 
 #include "native.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -18,6 +19,8 @@ struct kvt_request {
     size_t n_owned;
     int32_t *ids;
     const char **stops;
+    kvt_req_logit_bias *bias_given;
+    kvt_logit_bias *bias;          // resolved (kvt_request_set_logit_bias)
     struct kvt_native_ext *native; // KVT_REQ_NATIVE
 };
 
@@ -362,7 +365,7 @@ static kvt_status parse_unsupported(const kvt_request *r, json_t *root, kvt_api_
                                   "is accepted)", num[i].key, num[i].neutral);
     }
     // objects, lists and strings: only an empty one (or false) is accepted
-    static const char *const other[] = {"logit_bias", "suffix", "echo", "grammar", "json_schema", "tools",
+    static const char *const other[] = {"suffix", "echo", "grammar", "json_schema", "tools",
                                         "functions", "logits_processors", "guided_json", "guided_regex"};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
         json_t *v = field(root, other[i]);
@@ -380,6 +383,92 @@ static kvt_status parse_unsupported(const kvt_request *r, json_t *root, kvt_api_
     if (bo && (!json_is_integer(bo) || json_integer_value(bo) != r->p.n))
         return bad(e, "best_of", "not supported by kvtier (only best_of equal to n is accepted)");
     return KVT_OK;
+}
+
+// A logit_bias value: a number, or false (a ban).
+static bool bias_value(json_t *v, float *out) {
+    if (json_is_number(v)) {
+        *out = (float)json_number_value(v);
+        return true;
+    }
+    if (json_is_false(v)) {
+        *out = -INFINITY;
+        return true;
+    }
+    return false;
+}
+
+// A logit_bias key or first element: an integer id (a JSON integer, or a key of digits only), else a text.
+static kvt_status bias_target(json_t *v, const char *key, const char *param, kvt_req_logit_bias *b, kvt_api_error *e) {
+    const char *s = key ? key : json_is_string(v) ? json_string_value(v) : NULL;
+    b->id = -1;
+    b->text = NULL;
+    if (!key && json_is_integer(v)) {
+        b->id = (int64_t)json_integer_value(v);
+    } else if (s) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (*s >= '0' && *s <= '9' && !*end && !errno) b->id = x;
+        else if (*s) b->text = s;
+        else return kvt_api_errorf(e, 400, NULL, "logit_bias", "%s: an empty text", param);
+    } else {
+        return kvt_api_errorf(e, 400, NULL, "logit_bias", "%s: the token must be an integer id or a text, got %s", param,
+                              type_name(v));
+    }
+    if (!b->text && (b->id < 0 || b->id > INT32_MAX))
+        return kvt_api_errorf(e, 400, NULL, "logit_bias", "%s: token id %lld is negative or too large", param,
+                              (long long)b->id);
+    return KVT_OK;
+}
+
+// logit_bias: llama-server's object {"id" or "text": bias or false} or list [[id or "text", bias or false], ...];
+// where llama-server skips an entry it cannot read, kvtier refuses the request naming it.
+static kvt_status parse_logit_bias(kvt_request *r, json_t *root, kvt_api_error *e) {
+    json_t *v = field(root, "logit_bias");
+    if (!v) return KVT_OK;
+    if (!json_is_object(v) && !json_is_array(v))
+        return kvt_api_errorf(e, 400, NULL, "logit_bias", "logit_bias: must be an object {token: bias} or a list of "
+                              "[token, bias] pairs, got %s", type_name(v));
+    const size_t n = json_is_object(v) ? json_object_size(v) : json_array_size(v);
+    if (n == 0) return KVT_OK;
+    if (!(r->bias_given = calloc(n, sizeof *r->bias_given))) return nomem(e);
+    size_t i = 0;
+    char param[96];
+    if (json_is_object(v)) {
+        const char *key;
+        json_t *val;
+        json_object_foreach(v, key, val) {
+            kvt_req_logit_bias *b = &r->bias_given[i++];
+            snprintf(param, sizeof param, "logit_bias[\"%.60s\"]", key);
+            if (bias_target(NULL, key, param, b, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+            if (!bias_value(val, &b->bias))
+                return kvt_api_errorf(e, 400, NULL, "logit_bias", "%s: the bias must be a number or false, got %s", param,
+                                      type_name(val));
+        }
+    } else {
+        for (; i < n; i++) {
+            json_t *el = json_array_get(v, i);
+            kvt_req_logit_bias *b = &r->bias_given[i];
+            snprintf(param, sizeof param, "logit_bias[%zu]", i);
+            if (!json_is_array(el) || json_array_size(el) != 2)
+                return kvt_api_errorf(e, 400, NULL, "logit_bias", "%s: must be a [token, bias] pair", param);
+            if (bias_target(json_array_get(el, 0), NULL, param, b, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+            if (!bias_value(json_array_get(el, 1), &b->bias))
+                return kvt_api_errorf(e, 400, NULL, "logit_bias", "%s: the bias must be a number or false, got %s", param,
+                                      type_name(json_array_get(el, 1)));
+        }
+    }
+    r->p.bias_given = r->bias_given;
+    r->p.n_bias_given = n;
+    return KVT_OK;
+}
+
+void kvt_request_set_logit_bias(kvt_request *r, kvt_logit_bias *v, int32_t n) {
+    free(r->bias);
+    r->bias = v;
+    r->p.logit_bias = v;
+    r->p.n_logit_bias = v ? n : 0;
 }
 
 // /tokenize and /detokenize bodies.
@@ -438,6 +527,7 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
             p->native = r->native;
         }
         if (st == KVT_OK) st = parse_sampling(r, root, aerr);
+        if (st == KVT_OK) st = parse_logit_bias(r, root, aerr);
         if (st == KVT_OK) st = parse_stop(r, root, aerr);
         if (st == KVT_OK) st = parse_logprobs_stream(r, root, aerr);
         if (st == KVT_OK) st = parse_unsupported(r, root, aerr);
@@ -458,6 +548,8 @@ void kvt_request_free(kvt_request *r) {
     free(r->msgs);
     free(r->ids);
     free(r->stops);
+    free(r->bias_given);
+    free(r->bias);
     kvt_native_free(r->native);
     json_decref(r->root);
     free(r);

@@ -2,7 +2,7 @@
 //
 // Built only with jansson (the Makefile defines KVT_HAVE_JANSSON). Fields read (unknown fields are
 // ignored, as llama-server does; but the known ones kvtier does not implement and that would change the
-// answer are refused when they ask for something: logit_bias, echo, suffix, best_of other than n,
+// answer are refused when they ask for something: echo, suffix, best_of other than n,
 // response_format other than text, grammar, json_schema, tools, n_probs, typical_p, mirostat, ...:
 // a neutral value is accepted):
 //   model                   string (optional; echoed back)
@@ -21,6 +21,9 @@
 //   presence_penalty, frequency_penalty  [-2, 2] (default 0; /completion: any number within +-1e6),
 //   repeat_penalty (0, 1e6] (default 1), repeat_last_n integer >= 0 (default 64; 0: off): llama-server's
 //                           penalties over the last repeat_last_n tokens of the prompt and the answer
+//   logit_bias              {"TOKEN_ID" or "text": bias or false, ...} or [[TOKEN_ID or "text", bias or false], ...]
+//                           (llama-server's two forms; false bans; a text's tokens each get the bias); the ids are
+//                           checked against the vocabulary when the request is tokenized (kvt_request_set_logit_bias)
 //   stop                    string or list of up to KVT_REQ_MAX_STOP non-empty strings
 //   n                       integer 1..KVT_REQ_MAX_N (default 1)
 //   logprobs                completions: integer 0..KVT_REQ_MAX_TOP_LOGPROBS (the number of top
@@ -38,6 +41,7 @@
 #include <stdint.h>
 
 #include "../base/status.h"
+#include "../sched/sampler.h"
 #include "chat_template.h"
 
 #define KVT_REQ_MAX_STOP 16
@@ -56,6 +60,13 @@ typedef struct {
     int64_t n_prompt_tokens, n_ctx; // > 0: a prompt over the context, sent as llama-server's fields of that name
 } kvt_api_error;
 
+// One logit_bias entry as given: a token id, or a text whose tokens each get the bias.
+typedef struct {
+    int64_t id;       // -1: text
+    const char *text; // NULL: id
+    float bias;       // -INFINITY for false
+} kvt_req_logit_bias;
+
 // The validated request; all pointers are owned by the kvt_request they came from.
 typedef struct {
     kvt_req_kind kind;
@@ -70,6 +81,10 @@ typedef struct {
     int32_t top_k;
     double repeat_penalty, frequency_penalty, presence_penalty; // 1, 0, 0: off
     int64_t repeat_last_n;       // the penalties' window in tokens (0: off)
+    const kvt_req_logit_bias *bias_given; // logit_bias as given (n_bias_given entries)
+    size_t n_bias_given;
+    const kvt_logit_bias *logit_bias;     // the same resolved to token ids (kvt_request_set_logit_bias); NULL before
+    int32_t n_logit_bias;
     bool has_seed;
     uint64_t seed;
     const char *const *stop;     // n_stop strings
@@ -92,6 +107,8 @@ typedef struct kvt_request kvt_request; // opaque
 kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kvt_request **out,
                              kvt_api_error *aerr);
 void kvt_request_free(kvt_request *r);
+// Gives r the logit biases resolved to token ids (v[n], malloc'd: r frees it), seen in p.logit_bias.
+void kvt_request_set_logit_bias(kvt_request *r, kvt_logit_bias *v, int32_t n);
 const kvt_request_params *kvt_request_get(const kvt_request *r);
 
 // Fills *e (any status, type, param may be NULL) with a printf-style message (n_prompt_tokens, n_ctx 0);
