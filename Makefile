@@ -9,7 +9,7 @@
 #   make tsan     the test suite under ThreadSanitizer (quick sizes; pool, paged KV store, beam schedules)
 #   make sweep    random combinations of the sparse flags on SmolLM2 (tools/sparse_sweep.py, fixed seeds): no sanitizer
 #                 report in the ASan build, the same ids for -t 1 / -t 2 on three stores (generate, beam)
-#   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader, the OpenAI request parser, the prefix-store entry parser and the planner's profile/plan JSON readers
+#   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader, the OpenAI request parser, the prefix-store entry parser, perplexity's base log-probability files and the planner's profile/plan JSON readers
 #   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present, and check the kernels' block
 #                    decoders on the CPU (build/cuda-host-check)
@@ -198,7 +198,7 @@ quant: $(BUILD)/kvtier
 test-quant: $(BUILD)/kvtier-tests
 	KVT_SHARED=$(SHARED) KVT_SMOLLM2=$(SMOLLM2) KVT_QUANT_DIR=$(QUANT) ./$(BUILD)/kvtier-tests model_ref
 
-# every target (GGUF reader, tokenizers, session loader, prefix-store entries, profile/plan JSON) for FUZZ_SECONDS each: see fuzz/run.sh
+# every target (GGUF reader, tokenizers, session loader, prefix-store entries, perplexity base files, profile/plan JSON) for FUZZ_SECONDS each: see fuzz/run.sh
 fuzz:
 	SHARED=$(SHARED) fuzz/run.sh
 

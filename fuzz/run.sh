@@ -5,6 +5,8 @@
 #              ($SHARED/vectors/tokenizer/ggml-vocab-*.gguf, tests/data/*vocab*.gguf); seeds: their .inp texts
 #   session    the KV session loader, with a model of $SHARED/models or tests/data; seed: a valid session
 #   prefix_entry  the entry parser of the prefix-block stores and the directory store's read; seed: a valid entry
+#   kld        the reader of llama-perplexity's base log-probability files (perplexity --kl-divergence) and the
+#              statistics over its rows; seed: a valid file of 2 chunks
 #   plan       the planner's JSON readers: profile (--profile FILE) and plan file (--plan FILE), each input to both,
 #              with what a loaded plan goes through (kvt_plan_apply) and a write/read-back; seeds: fuzz/seeds/plan
 # With clang: libFuzzer (+ASan+UBSan) over a library built by clang in build-fuzz. Without: the same
@@ -73,6 +75,10 @@ build prefix_entry
 echo "== fuzz prefix_entry"
 mkdir -p $B/corpus_prefix_entry
 KVT_FUZZ_SEED_DIR=$B/corpus_prefix_entry run prefix_entry $B/corpus_prefix_entry || status=1
+build kld
+echo "== fuzz kld (perplexity base files)"
+mkdir -p $B/corpus_kld
+KVT_FUZZ_SEED_DIR=$B/corpus_kld run kld $B/corpus_kld || status=1
 build plan
 echo "== fuzz plan (profile and plan JSON)"
 mkdir -p $B/corpus_plan

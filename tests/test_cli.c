@@ -1,5 +1,6 @@
 // test_cli.c - the kvtier command end to end: outputs and clean failures on
 // bad input (one error line, non-zero exit, never a crash).
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,8 +150,120 @@ void test_cli(const test_env *env) {
     // perplexity's -c defaults to 512 (as llama-perplexity), not to the training context the engine help names
     snprintf(cmd, sizeof cmd, "%s perplexity --help", env->cli);
     rc = run(cmd, out, sizeof out);
-    test_result(rc == 0 && strstr(out, "-c CTX here is the chunk size, default 512"),
+    test_result(rc == 0 && strstr(out, "-c CTX here is the chunk size, default 512") && strstr(out, "--kl-divergence-base BASE") &&
+                    strstr(out, "--kl-divergence ") && strstr(out, "--ppl-stride N") && strstr(out, "-b, --batch-size N"),
                 "cli: perplexity --help names its -c default of 512", "exit %d: %.300s", rc, out);
+    { // --kl-divergence-base / --kl-divergence, llama-perplexity's pair, on its file format
+        char kld[64], cut[80], vocab_model[1024], llama_base[1024];
+        snprintf(kld, sizeof kld, "/tmp/kvt_ppl_%d.kld", (int)getpid());
+        snprintf(cut, sizeof cut, "/tmp/kvt_ppl_%d_cut.kld", (int)getpid());
+        snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 32 --chunks 2 --kl-divergence-base %s --json", env->cli, model,
+                 text, kld);
+        rc = run(cmd, out, sizeof out);
+        FILE *f = fopen(kld, "rb");
+        long size = -1;
+        if (f && !fseek(f, 0, SEEK_END)) size = ftell(f);
+        if (f) fclose(f);
+        // 20 header bytes, 2 x 32 tokens, 2 chunks x 15 rows x (512 + 4) uint16
+        test_result(rc == 0 && size == 20 + 2 * 32 * 4 + 2 * 15 * 516 * 2 && strstr(out, "\"ppl\":"),
+                    "cli: perplexity --kl-divergence-base writes llama-perplexity's base file", "exit %d, %ld bytes: %.300s", rc,
+                    size, out);
+        snprintf(cmd, sizeof cmd, "%s perplexity -m %s --kl-divergence-base %s --kl-divergence --json", env->cli, model, kld);
+        rc = run(cmd, out, sizeof out);
+        const char *k = strstr(out, "\"kld\":"), *t = strstr(out, "\"same_top\":"), *n = strstr(out, "\"n_scored\":");
+        // (not PPL(Q) = PPL(base): the file keeps 16 nats below the top, and this model puts many next tokens lower)
+        const char *r = strstr(out, "\"p_diff_rms\":");
+        test_result(rc == 0 && k && t && n && r && fabs(atof(k + 6)) < 1e-3 && atof(t + 11) > 0.99 && atoll(n + 11) == 30 &&
+                        atof(r + 13) < 1e-4,
+                    "cli: perplexity --kl-divergence of a model against its own base file: KL ~0, same top, no delta p, 30 positions",
+                    "exit %d: %.600s", rc, out);
+        snprintf(cmd, sizeof cmd, "%s perplexity -m %s --kl-divergence-base %s --kl-divergence 2>&1 >/dev/null", env->cli, model,
+                 kld);
+        run(cmd, out, sizeof out);
+        snprintf(cmd, sizeof cmd, "%s perplexity -m %s --kl-divergence-base %s --kl-divergence 2>/dev/null", env->cli, model, kld);
+        char txt[8192];
+        rc = run(cmd, txt, sizeof txt);
+        test_result(rc == 0 && strstr(txt, "Mean    KLD:") && strstr(txt, "Same top p:") && strstr(txt, "RMS \xce\x94p    :") &&
+                        strstr(txt, "Mean PPL(Q)/PPL(base)         :") && strstr(out, "KL Divergence") && strstr(out, "\n   2 "),
+                    "cli: perplexity --kl-divergence prints llama-perplexity's statistics (stdout) and chunk table (stderr)",
+                    "exit %d: %.500s | %.300s", rc, txt, out);
+        // a base file llama-perplexity wrote (stories260K, story.txt, -c 32 -b 32 --chunks 2): read as kvtier's own
+        if (test_data(env, "stories260K.c32.kld", llama_base, sizeof llama_base)) {
+            snprintf(cmd, sizeof cmd, "%s perplexity -m %s --kl-divergence-base %s --kl-divergence --json", env->cli, model,
+                     llama_base);
+            rc = run(cmd, out, sizeof out);
+            k = strstr(out, "\"kld\":"), t = strstr(out, "\"same_top\":"), n = strstr(out, "\"n_scored\":");
+            const char *pb = strstr(out, "\"ppl_base\":");
+            test_result(rc == 0 && k && t && n && pb && fabs(atof(k + 6)) < 0.01 && atof(t + 11) > 0.9 && atoll(n + 11) == 30,
+                        "cli: perplexity --kl-divergence reads a base file written by llama-perplexity (stories260K)",
+                        "exit %d: %.600s", rc, out);
+            // and kvtier's own base file holds the same tokens as llama's (same header and token block)
+            char cmp[2300];
+            snprintf(cmp, sizeof cmp, "cmp -n %d %s %s", 20 + 2 * 32 * 4, kld, llama_base);
+            rc = system(cmp);
+            test_result(rc == 0, "cli: kvtier's base file has llama-perplexity's header and tokens byte for byte", "cmp: %d",
+                        rc);
+        } else {
+            test_skip("cli: perplexity --kl-divergence reads a base file of llama-perplexity",
+                      test_data_missing(env, "stories260K.c32.kld"));
+        }
+        // hostile base files: one error line naming the file, the field and its offset
+        snprintf(cmd, sizeof cmd, "head -c 1000 %s > %s", kld, cut);
+        rc = system(cmd);
+        snprintf(cmd, sizeof cmd, "perplexity -m %s --kl-divergence-base %s --kl-divergence", model, cut);
+        expect_error("cli: perplexity --kl-divergence refuses a truncated base file by field and offset", env->cli, cmd, 1,
+                     "truncated: the log-probabilities of chunk 0 at offset 276");
+        snprintf(cmd, sizeof cmd, "perplexity -m %s --kl-divergence-base %s --kl-divergence", model, text);
+        expect_error("cli: perplexity --kl-divergence refuses a file without the _logits_ magic", env->cli, cmd, 1,
+                     "magic at offset 0 is");
+        if (test_data(env, "llama-2-tiny-random.gguf", vocab_model, sizeof vocab_model)) {
+            snprintf(cmd, sizeof cmd, "perplexity -m %s --kl-divergence-base %s --kl-divergence", vocab_model, kld);
+            expect_error("cli: perplexity --kl-divergence refuses a base file of another vocabulary", env->cli, cmd, 1,
+                         "n_vocab at offset 12 is 512; the model's vocabulary has 32000");
+        }
+        snprintf(cmd, sizeof cmd, "perplexity -m %s --kl-divergence", model);
+        expect_error("cli: perplexity --kl-divergence without a base file", env->cli, cmd, 2, "--kl-divergence-base");
+        unlink(kld);
+        unlink(cut);
+    }
+    { // --ppl-stride as llama-perplexity's strided path; its figure on this file (-c 32 -b 32 --ppl-stride 16: windows
+      // of 256 tokens every 16, the last 16 scored): [1]93401.0496, ... ((804 - 256 + 15) / 16 = 35 windows)
+        snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 32 --ppl-stride 16 --chunks 1 --json", env->cli, model, text);
+        rc = run(cmd, out, sizeof out);
+        const char *pp = strstr(out, "\"ppl\":"), *n = strstr(out, "\"n_scored\":");
+        test_result(rc == 0 && pp && n && fabs(atof(pp + 6) / 93401.0496 - 1) < 0.02 && atoll(n + 11) == 16,
+                    "cli: perplexity --ppl-stride 16 -c 32: llama-perplexity's first window (256 tokens, 16 scored) within 2%",
+                    "exit %d: %.300s", rc, out);
+        snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 32 --ppl-stride 16 --json", env->cli, model, text);
+        rc = run(cmd, out, sizeof out);
+        const char *nc = strstr(out, "\"n_chunks\":");
+        test_result(rc == 0 && nc && atoll(nc + 11) == 35, "cli: perplexity --ppl-stride: llama-perplexity's window count",
+                    "exit %d: %.300s", rc, out);
+        snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 32 --chunks 2 -b 7 --json", env->cli, model, text);
+        rc = run(cmd, out, sizeof out);
+        char out2[4096];
+        snprintf(cmd, sizeof cmd, "%s perplexity -m %s -f %s -c 32 --chunks 2 --json", env->cli, model, text);
+        int rc2 = run(cmd, out2, sizeof out2);
+        const char *a = strstr(out, "\"ppl\":"), *b = strstr(out2, "\"ppl\":");
+        test_result(rc == 0 && rc2 == 0 && a && b && !strncmp(a, b, 24), "cli: perplexity -b N (tokens per pass) leaves the figure",
+                    "exit %d/%d: %.200s | %.200s", rc, rc2, out, out2);
+    }
+    if (test_file_exists(env->smollm2)) { // a real model: its own base file read back, and its per-position statistics
+        char kld[64];
+        snprintf(kld, sizeof kld, "/tmp/kvt_ppl_%d_smol.kld", (int)getpid());
+        snprintf(cmd, sizeof cmd,
+                 "%s perplexity -m %s -f %s -c 64 --chunks 2 --kl-divergence-base %s >/dev/null 2>&1 && "
+                 "%s perplexity -m %s --kl-divergence-base %s --kl-divergence --json",
+                 env->cli, env->smollm2, text, kld, env->cli, env->smollm2, kld);
+        rc = run(cmd, out, sizeof out);
+        const char *k = strstr(out, "\"kld\":"), *t = strstr(out, "\"same_top\":");
+        test_result(rc == 0 && k && t && atof(k + 6) < 1e-3 && atof(t + 11) > 0.95,
+                    "cli: perplexity --kl-divergence, SmolLM2 against its own base file: KL < 1e-3, same top > 95%",
+                    "exit %d: %.500s", rc, out);
+        unlink(kld);
+    } else {
+        test_skip("cli: perplexity --kl-divergence on SmolLM2", "KVT_SMOLLM2 unset or SmolLM2 not found (make model)");
+    }
     snprintf(cmd, sizeof cmd, "%s info -m %s", env->cli, model);
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && strstr(out, "llama") && strstr(out, "KV per token"), "cli: info", "exit %d: %s", rc, out);

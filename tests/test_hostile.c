@@ -16,6 +16,7 @@
 #include "../src/model/model.h"
 #include "../src/model/tokenizer.h"
 #include "../src/sched/generate.h"
+#include "../src/sched/kld.h"
 #include "../src/sched/perplexity.h"
 #include "test.h"
 
@@ -526,7 +527,156 @@ static void test_tokenizer_bytes(const test_env *env) {
     }
 }
 
+// ---- llama-perplexity's base log-probability file (--kl-divergence-base / --kl-divergence) ----
+
+static bool write_bytes(const char *path, const uint8_t *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fwrite(b, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
+
+static void le32_at(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+// opens bytes [0, n) of `file` written to `path`; the status and message
+static kvt_status open_kld(const char *path, const uint8_t *file, size_t n, int32_t vocab, kvt_err *err) {
+    if (!write_bytes(path, file, n)) return kvt_errorf(err, KVT_ERR_IO, "cannot write %s", path);
+    kvt_kld_base *b = NULL;
+    kvt_status st = kvt_kld_base_open(path, vocab, &b, err);
+    if (!st) { // every row read too: the checks of the row reader
+        uint16_t *w = malloc((size_t)kvt_kld_row_words(kvt_kld_base_n_vocab(b)) * 2);
+        for (int64_t c = 0; !st && c < kvt_kld_base_n_chunk(b); c++) {
+            for (int64_t r = 0; !st && r < kvt_kld_base_n_ctx(b) - 1 - kvt_kld_base_n_ctx(b) / 2; r++) {
+                st = kvt_kld_base_row(b, c, r, w, err);
+            }
+        }
+        free(w);
+    }
+    kvt_kld_base_close(b);
+    return st;
+}
+
+static void test_kld_file(void) {
+    enum { CTX = 8, VOCAB = 11, CHUNKS = 2, ROWS = CTX - 1 - CTX / 2 };
+    char path[64], out[64];
+    snprintf(path, sizeof path, "/tmp/kvt_hostile_%d.kld", (int)getpid());
+    snprintf(out, sizeof out, "/tmp/kvt_hostile_%d_w.kld", (int)getpid());
+    int32_t toks[CTX * CHUNKS];
+    for (int i = 0; i < CTX * CHUNKS; i++) toks[i] = (3 * i + 2) % VOCAB;
+    float logits[CHUNKS * ROWS][VOCAB];
+    for (int r = 0; r < CHUNKS * ROWS; r++) {
+        for (int i = 0; i < VOCAB; i++) logits[r][i] = 0.37f * (float)((i * 5 + r) % VOCAB) - (i == 4 ? 40.0f : 0.0f);
+    }
+    // a valid file through the writer: its size, its layout, and KL 0 against the logits it was written from
+    kvt_err err = {0};
+    kvt_kld_writer *w = NULL;
+    kvt_status st = kvt_kld_writer_open(out, CTX, VOCAB, CHUNKS, toks, &w, &err);
+    for (int r = 0; !st && r < CHUNKS * ROWS; r++) st = kvt_kld_writer_row(w, logits[r], &err);
+    if (!st) st = kvt_kld_writer_finish(w, true, &err);
+    const int64_t row_bytes = kvt_kld_row_words(VOCAB) * 2;
+    const size_t size = KVT_KLD_HEADER_BYTES + 4 * CTX * CHUNKS + CHUNKS * ROWS * (size_t)row_bytes;
+    uint8_t file[KVT_KLD_HEADER_BYTES + 4 * CTX * CHUNKS + CHUNKS * ROWS * 32 + 64];
+    FILE *f = st ? NULL : fopen(out, "rb");
+    size_t got = f ? fread(file, 1, sizeof file, f) : 0;
+    if (f) fclose(f);
+    test_result(!st && row_bytes == 2 * (12 + 4) && got == size && !memcmp(file, "_logits_", 8) && file[8] == CTX &&
+                    file[12] == VOCAB && file[16] == CHUNKS && file[20] == toks[0] && file[20 + 4 * 5] == toks[5],
+                "hostile: base file written in llama-perplexity's layout (magic, n_ctx, n_vocab, n_chunk, tokens, rows of "
+                "2*((n_vocab+1)/2)+4 words)",
+                "status %d '%s', %zu bytes of %zu", (int)st, err.msg, got, size);
+    {
+        kvt_kld_base *b = NULL;
+        kvt_kld_stats ks;
+        uint16_t words[16];
+        st = kvt_kld_base_open(out, VOCAB, &b, &err);
+        if (!st) st = kvt_kld_stats_init(&ks, CHUNKS * ROWS, &err);
+        for (int c = 0; !st && c < CHUNKS; c++) {
+            for (int r = 0; !st && r < ROWS; r++) {
+                if (!(st = kvt_kld_base_row(b, c, r, words, &err))) {
+                    kvt_kld_stats_add(&ks, logits[c * ROWS + r], words, VOCAB, toks[c * CTX + CTX / 2 + r + 1]);
+                }
+            }
+        }
+        kvt_kld_summary sum = {0};
+        if (!st) {
+            kvt_kld_summarize(&ks, &sum);
+            kvt_kld_stats_free(&ks);
+        }
+        kvt_kld_base_close(b);
+        test_result(!st && sum.count == CHUNKS * ROWS && fabs(sum.kld.val) < 1e-3 && sum.same_top.val == 1.0 &&
+                        fabs(sum.ppl.val / sum.ppl_base.val - 1) < 1e-3 && fabs(sum.p_diff_q[0]) < 1e-3,
+                    "hostile: a base file read back against the logits it holds: KL 0, same top 100%, PPL(Q) = PPL(base)",
+                    "status %d '%s': count %lld, KL %g, same top %g, PPL %g / %g", (int)st, err.msg, (long long)sum.count,
+                    sum.kld.val, sum.same_top.val, sum.ppl.val, sum.ppl_base.val);
+    }
+    // hostile variants of that file: each refused with the field and its offset named, never a crash
+    uint8_t bad[sizeof file];
+    const struct {
+        const char *name;
+        size_t len;     // bytes of the variant kept
+        int at, value;  // an int32 put at `at` (at < 0: none)
+        int32_t vocab;  // the model's vocabulary
+        kvt_status want;
+        const char *msg;
+    } cases[] = {
+        {"empty file", 0, -1, 0, VOCAB, KVT_ERR_FORMAT, "truncated: magic at offset 0"},
+        {"6 bytes", 6, -1, 0, VOCAB, KVT_ERR_FORMAT, "truncated: magic at offset 0"},
+        {"header cut in n_ctx", 10, -1, 0, VOCAB, KVT_ERR_FORMAT, "truncated: n_ctx at offset 8"},
+        {"header cut in n_chunk", 18, -1, 0, VOCAB, KVT_ERR_FORMAT, "truncated: n_chunk at offset 16"},
+        {"wrong magic", size, 0, 0x6f676f6c, VOCAB, KVT_ERR_FORMAT, "magic at offset 0 is"},
+        {"n_ctx 3", size, 8, 3, VOCAB, KVT_ERR_FORMAT, "n_ctx at offset 8 is 3"},
+        {"n_ctx negative", size, 8, -8, VOCAB, KVT_ERR_FORMAT, "n_ctx at offset 8 is -8"},
+        {"n_vocab 0", size, 12, 0, VOCAB, KVT_ERR_FORMAT, "n_vocab at offset 12 is 0"},
+        {"another vocabulary", size, -1, 0, 32000, KVT_ERR_INVALID_ARG,
+         "n_vocab at offset 12 is 11; the model's vocabulary has 32000"},
+        {"n_chunk 0", size, 16, 0, VOCAB, KVT_ERR_FORMAT, "n_chunk at offset 16 is 0"},
+        {"n_chunk 2^31-1", size, 16, 0x7fffffff, VOCAB, KVT_ERR_FORMAT, "truncated: tokens at offset 20"},
+        {"tokens cut", 40, -1, 0, VOCAB, KVT_ERR_FORMAT, "truncated: tokens at offset 20"},
+        {"second chunk's rows cut", size - 3, -1, 0, VOCAB, KVT_ERR_FORMAT,
+         "truncated: the log-probabilities of chunk 1 at offset 180"},
+        {"n_chunk 3 over 2 chunks", size, 16, 3, VOCAB, KVT_ERR_FORMAT,
+         "truncated: the log-probabilities of chunk 1 at offset 212"},
+        {"token past the vocabulary", size, 20 + 4 * 9, VOCAB, VOCAB, KVT_ERR_FORMAT, "token 9 at offset 56 is 11"},
+        {"negative token", size, 20 + 4 * 3, -1, VOCAB, KVT_ERR_FORMAT, "token 3 at offset 32 is -1"},
+        {"NaN scale", size, 84 + 32 * 2, 0x7fc00000, VOCAB, KVT_ERR_FORMAT, "scale at offset 148 (chunk 0, row 2) is nan"},
+        {"negative scale", size, 84, (int)0xbf800000, VOCAB, KVT_ERR_FORMAT, "scale at offset 84 (chunk 0, row 0) is -1"},
+        {"infinite min_log_prob", size, 84 + 32 * 4 + 4, (int)0xff800000, VOCAB, KVT_ERR_FORMAT,
+         "min_log_prob at offset 216 (chunk 1, row 1) is -inf"},
+        {"trailing bytes", size + 5, -1, 0, VOCAB, KVT_ERR_FORMAT, "5 bytes past the last chunk's log-probabilities, at offset 276"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        memset(bad, 0, sizeof bad);
+        memcpy(bad, file, size);
+        if (cases[i].at >= 0) le32_at(bad + cases[i].at, (uint32_t)cases[i].value);
+        memset(&err, 0, sizeof err);
+        st = open_kld(path, bad, cases[i].len, cases[i].vocab, &err);
+        char name[160];
+        snprintf(name, sizeof name, "hostile: base file (--kl-divergence), %s: refused naming the file, field and offset",
+                 cases[i].name);
+        test_result(st == cases[i].want && strstr(err.msg, path) && strstr(err.msg, cases[i].msg), name,
+                    "status %d '%s' (want '%s')", (int)st, err.msg, cases[i].msg);
+    }
+    st = open_kld(path, file, size, VOCAB, &err);
+    test_result(st == KVT_OK, "hostile: base file, the unmodified file opens and reads", "status %d '%s'", (int)st, err.msg);
+    // a writer stopped half way leaves no file behind (nor its .tmp)
+    unlink(out);
+    st = kvt_kld_writer_open(out, CTX, VOCAB, CHUNKS, toks, &w, &err);
+    if (!st) st = kvt_kld_writer_row(w, logits[0], &err);
+    kvt_status st2 = st ? st : kvt_kld_writer_finish(w, true, &err);
+    char tmp[80];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    test_result(!st && st2 == KVT_ERR_INVALID_ARG && strstr(err.msg, "rows short") && access(out, F_OK) != 0 &&
+                    access(tmp, F_OK) != 0,
+                "hostile: base file writer short of its rows refuses and leaves no file", "status %d/%d '%s'", (int)st, (int)st2,
+                err.msg);
+    unlink(path);
+    unlink(out);
+}
+
 void test_hostile(const test_env *env) {
+    test_kld_file();
     test_tokenizer_bytes(env);
     test_inconsistent();
     test_fingerprint_and_session();
