@@ -15,6 +15,7 @@
 #include "../src/model/model.h"
 #include "../src/sched/beam.h"
 #include "../src/sparse/sparse.h"
+#include "../src/sparse/sparse_impl.h"
 #include "test.h"
 
 enum { N_STEP = 8, MAX_PROMPT = 128 };
@@ -924,6 +925,122 @@ static void test_truncate(const kvt_model *m) {
     free(got);
 }
 
+// What an asyncspade step leaves that depends on its selection: the step's record (positions attended, and with stats
+// the mass recall and oracle overlap of its final sets) and, once the worker is done, every (layer, KV head)'s
+// selection (sync: the step's final set; worker: its predicted set of the next step).
+typedef struct {
+    int64_t selected, context, sel_pos;
+    double mass, ovl;
+    int32_t *sel; // [n_layer][Hkv][n_ctx], rows of nsel entries, the rest -1
+} trunc_snap;
+
+static void trunc_snap_take(kvt_context *ctx, int32_t seq, trunc_snap *o) {
+    kvt_sparse *s = kvt_context_sparse(ctx);
+    kvt_sparse_seq *q = s->seqs[seq];
+    kvt_sparse_wait_seq(s, q);
+    int64_t n = 0;
+    const kvt_sparse_step *st = kvt_sparse_steps(s, seq, &n);
+    o->selected = n ? st[n - 1].selected : -1, o->context = n ? st[n - 1].context : -1;
+    o->mass = n ? st[n - 1].mass_recall : -2.0, o->ovl = n ? st[n - 1].oracle_overlap : -2.0;
+    o->sel_pos = q->lay[s->d.n_layer - 1].sel_pos;
+    const int64_t C = s->d.n_ctx, H = s->d.n_head_kv;
+    for (int64_t i = 0; i < s->d.n_layer * H * C; i++) o->sel[i] = -1;
+    for (int32_t l = 0; l < s->d.n_layer; l++) {
+        const kvt_sparse_layer *ly = &q->lay[l];
+        for (int64_t kh = 0; ly->sel && kh < H; kh++) {
+            memcpy(o->sel + (l * H + kh) * C, ly->sel + kh * ly->cap, (size_t)ly->nsel[kh] * sizeof(int32_t));
+        }
+    }
+}
+
+static bool trunc_snap_same(const trunc_snap *a, const trunc_snap *b, int64_t n_sel) {
+    return a->selected == b->selected && a->context == b->context && a->sel_pos == b->sel_pos && a->mass == b->mass &&
+           a->ovl == b->ovl && memcmp(a->sel, b->sel, (size_t)n_sel * sizeof(int32_t)) == 0;
+}
+
+// asyncspade: a sequence that decoded 24 steps after a 40-token prompt, truncated to n and fed the same tokens again
+// (those of the prompt as a prompt, the steps one at a time) = a fresh context fed them once, bit for bit: each step's
+// logits, record and selections, for truncates 1 to 28 positions back (in a store block of 8 and at its edge, in a key
+// block of 16 and at its edge, inside the prompt, twice without a token between); before, the query history restarted
+// after any truncate and the first prediction used the rows of the positions cut. A truncate 44 back (past the query
+// log) followed by a prompt of 20 tokens is exact too (the prompt refills the window). The reference runs another
+// thread count and store block size. With --sparse-keep the hysteresis' pages of step n - 1 come back too
+// (--sparse-share-layers' shares do not: they restart after a truncate, docs/SPARSE.md).
+static void test_truncate_history(const kvt_model *m) {
+    enum { NP = 40, NS = 24, NT = NP + NS };
+    const int32_t V = m->hp.n_vocab;
+    int32_t toks[NT];
+    for (int i = 0; i < NT; i++) toks[i] = 1 + (int32_t)((i * 29 + 11) % (V - 1));
+    static const int64_t cuts[][2] = {{63, 0}, {56, 0}, {45, 0}, {48, 0}, {56, 50}, {41, 0}, {36, 0}, {20, 0}};
+    const int n_cuts = (int)(sizeof cuts / sizeof cuts[0]);
+    for (int v = 0; v < 4; v++) {
+        kvt_context_params cp = base_params(KVT_SPARSE_ASYNCSPADE);
+        cp.sparse.stats = true;
+        kvt_context_params cr = cp;
+        cr.n_threads = 1, cr.kv_block = 16;
+        const char *name = "the worker";
+        if (v == 1) {
+            name = "sync, re-rank of pages";
+            cp.sparse.sync = true, cp.sparse.rerank = 4, cp.sparse.block = 4, cp.sparse.rerank_block = 4;
+            cr = cp, cr.n_threads = 3;
+        } else if (v == 2) {
+            name = "the worker, window 16, 4-bit copies, re-rank";
+            cp.sparse.window = 16, cp.sparse.key_bits = 4, cp.sparse.rerank = 2, cp.sparse.budget = 0, cp.sparse.budget_frac = 0.25;
+            cr = cp, cr.kv_block = 4;
+        } else if (v == 3) { // --sparse-preset keep's flags: the hysteresis of step n - 1 comes back with the history
+            name = "the worker, KEEP's flags (hysteresis)";
+            cp.sparse.rerank = 4, cp.sparse.block = 4, cp.sparse.block_sum = true, cp.sparse.rerank_block = 4;
+            cp.sparse.prefetch_top = 0.5, cp.sparse.keep = 0.25, cp.sparse.rerank_qbits = 8;
+            cr = cp, cr.n_threads = 1, cr.kv_block = 16;
+        }
+        kvt_err err = {0};
+        kvt_context *R = NULL, *A = NULL;
+        kvt_status st = kvt_context_init(m, &cr, &R, &err);
+        if (!st) st = kvt_context_init(m, &cp, &A, &err);
+        const int64_t C = cp.n_ctx, n_sel = (int64_t)m->hp.n_layer * m->hp.n_head_kv * C;
+        float *ref = malloc((size_t)NT * V * 4);
+        trunc_snap rs[NT], got = {0};
+        for (int i = 0; i < NT; i++) rs[i].sel = calloc((size_t)n_sel, sizeof(int32_t));
+        got.sel = calloc((size_t)n_sel, sizeof(int32_t));
+        // the reference: the prompt, then the steps
+        if (!st) st = kvt_decode_prompt(R, 0, toks, NP, false, &err);
+        for (int i = NP; !st && i < NT; i++) {
+            st = kvt_decode_seq(R, 0, toks + i, 1, false, &err);
+            if (!st) memcpy(ref + (int64_t)i * V, kvt_context_logits(R), (size_t)V * 4);
+            if (!st) trunc_snap_take(R, 0, &rs[i]);
+        }
+        if (!st) st = kvt_decode_prompt(A, 0, toks, NP, false, &err);
+        for (int i = NP; !st && i < NT; i++) st = kvt_decode_seq(A, 0, toks + i, 1, false, &err);
+        int bad = -1, bad_pos = -1;
+        const char *what = "";
+        for (int c = 0; !st && bad < 0 && c < n_cuts; c++) {
+            kvt_context_truncate(A, cuts[c][0]);
+            if (cuts[c][1] > 0) kvt_context_truncate(A, cuts[c][1]);
+            const int64_t n = cuts[c][1] > 0 ? cuts[c][1] : cuts[c][0];
+            if (n < NP) st = kvt_decode_prompt(A, 0, toks + n, NP - n, false, &err);
+            for (int64_t i = n > NP ? n : NP; !st && bad < 0 && i < NT; i++) {
+                st = kvt_decode_seq(A, 0, toks + i, 1, false, &err);
+                if (st) break;
+                trunc_snap_take(A, 0, &got);
+                const bool logits = same(ref + i * V, kvt_context_logits(A), V), sel = trunc_snap_same(&rs[i], &got, n_sel);
+                if (!logits || !sel) bad = c, bad_pos = (int)i, what = !sel ? (logits ? "selections" : "logits and selections") : "logits";
+            }
+        }
+        kvt_context_free(R);
+        kvt_context_free(A);
+        char title[256];
+        snprintf(title, sizeof title,
+                 "sparse_seq: asyncspade (%s): truncated to n (1-44 back, in and at blocks, in the prompt) and fed the same "
+                 "tokens again = a fresh sequence: logits, records and selections bit for bit", name);
+        test_result(!st && bad < 0, title, "%s (truncate to %lld, first difference at position %d)",
+                    st ? err.msg : what, bad >= 0 ? (long long)(cuts[bad][1] > 0 ? cuts[bad][1] : cuts[bad][0]) : -1LL,
+                    bad_pos);
+        for (int i = 0; i < NT; i++) free(rs[i].sel);
+        free(got.sel);
+        free(ref);
+    }
+}
+
 // Summary memory: held per sequence as it grows, freed with it; a bounded fast tier reserves seqs sets.
 static void test_summary_budget(const kvt_model *m) {
     lane la, lb;
@@ -1296,6 +1413,7 @@ void test_sparse_seq(const test_env *env) {
     test_live_keys_budget(m);
     test_prompt_parts(m);
     test_truncate(m);
+    test_truncate_history(m);
     test_summary_budget(m);
     test_summary_warm(m);
     test_beam(m);

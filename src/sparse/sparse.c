@@ -513,7 +513,9 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
     }
     if (decode && s->has_worker && s->p.prefetch_layers > 0) kvt_sparse_prefetch_ahead(s, sq, seq, layer, P);
     kvt_sparse_undo_save(s, ly, pos0, n); // (what this call changes, taken back if the pass fails)
-    const bool rewind = pos0 != ly->hist_next; // a truncate: the history restarts, no selection is current
+    // a call not where the last one ended (a truncate deeper than the query log, keys loaded): the history restarts, no
+    // selection is current
+    const bool rewind = pos0 != ly->hist_next;
     if (rewind) ly->sel_pos = ly->kept_pos = -1;
     ly->hist_next = pos0 + n;
     const bool sparse_layer = p->window == 0 && layer >= s->p.dense_layers;
@@ -526,7 +528,7 @@ kvt_status kvt_sparse_attention(kvt_sparse *s, kvt_kv *kv, int32_t seq, int32_t 
         kvt_sparse_select_predicted(s, ly, &s->main_ss, P, p->scale, seq, -1);
         stall += kvt_time_ms() - t0;
     }
-    kvt_sparse_observe_queries(s, ly, n, q, rewind);
+    kvt_sparse_observe_queries(s, ly, pos0, n, q, rewind);
     const int64_t H = s->d.n_head_kv;
     const bool dense_call = !decode || !sparse_layer || kvt_sparse_budget_of(s, held) >= held;
     kvt_kv_paged_set_caller_prefetch(kv, seq, layer, !dense_call); // a selection's blocks come from its prefetch

@@ -589,6 +589,7 @@ void kvt_sparse_rerank(kvt_sparse *s, kvt_sparse_layer *ly, int64_t P, const flo
     if (s->sh_vals) share_choose(&J);
     rr_end(s);
     ly->kept_pos = P;
+    kvt_sparse_kept_log(s, ly);
 }
 
 void kvt_sparse_select_real(kvt_sparse *s, kvt_sparse_layer *ly, int32_t kh, int64_t P, const float *qg, float scale) {

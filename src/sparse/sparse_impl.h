@@ -87,10 +87,19 @@ typedef struct {
     int32_t gram_shift; // rows hist dropped from its front since then (counted by the caller, applied by the selector)
     int32_t hist_n;     // rows of hist held
     int64_t hist_next;  // the position the next call must start at (else a rewind: the history restarts)
+    float *qlog;        // asyncspade: [Hkv][kvt_sparse_qlog_rows][gd] the queries of positions [qlog_end - qlog_n, qlog_end),
+                        // position t in row t % kvt_sparse_qlog_rows: a truncate to n rebuilds hist from them (its rows of
+                        // [n - W - 1, n)) when they reach back that far (sparse_seq.c hist_cut)
+    int64_t qlog_end;
+    int32_t qlog_n;
     int64_t sel_pos;    // the decode position sel is for (-1: none)
     uint8_t *kept;      // asyncspade with keep: [Hkv][pages of rerank_block positions at n_ctx] 1 where the final set
                         // of decode position kept_pos held the page
     int64_t kept_pos;   // the decode position whose final set kept describes (-1: none)
+    uint8_t *klog;      // asyncspade with keep: [kvt_sparse_qlog_rows][Hkv][(pages + 7) / 8] kept as bits, of the decode
+                        // position klog_pos[r] (-1: none) in row r = position % kvt_sparse_qlog_rows: a truncate to n that
+                        // rebuilds hist takes kept of n - 1 back from them (sparse_seq.c hist_cut)
+    int64_t *klog_pos;  // [kvt_sparse_qlog_rows]
     // asyncspade with share_layers: the pieces of pages the layer's share_choose ranked at decode position lpos (every
     // KV head's, side by side: ln of them, their mass lv (without the hysteresis' factor) and candidates lw;
     // [kvt_sparse_layer_pieces]) and the middle
@@ -115,6 +124,11 @@ typedef struct {
     bool undo_kept_saved;
     uint8_t busy;       // a worker job for this layer is queued or running (under mu)
 } kvt_sparse_layer;
+
+// Queries a layer's log keeps per KV head (kvt_sparse_layer.qlog): the window's W + 1 and KVT_SPARSE_QLOG_DEPTH more, so
+// that a truncate up to that many positions back from the last query observed keeps the history.
+enum { KVT_SPARSE_QLOG_DEPTH = 32 };
+static inline int32_t kvt_sparse_qlog_rows(const kvt_sparse_params *p) { return p->window + 1 + KVT_SPARSE_QLOG_DEPTH; }
 
 // The first position of ly's own key summaries: its shared base's end, or 0.
 static inline int64_t kvt_sparse_off(const kvt_sparse_layer *ly) { return ly->kb ? ly->koff : 0; }
@@ -246,6 +260,8 @@ int64_t kvt_sparse_layer_summary_bytes(const kvt_sparse_params *p, int64_t H, in
 
 // Pages of kvt_sparse_layer.kept per KV head (0: no hysteresis, kept is NULL).
 int64_t kvt_sparse_kept_pages(const kvt_sparse *s);
+// ly->kept, just made for decode position ly->kept_pos, into its log (ly->klog; a no-op without one).
+void kvt_sparse_kept_log(const kvt_sparse *s, kvt_sparse_layer *ly);
 
 // Pieces of pages a layer's share_layers record holds (kvt_sparse_layer.lv; 0: no share_layers).
 int64_t kvt_sparse_layer_pieces(const kvt_sparse *s);
@@ -265,8 +281,9 @@ kvt_status kvt_sparse_layer_reserve(kvt_sparse *s, kvt_sparse_seq *q, int32_t la
 // window, dense_layers) keeps no summaries.
 kvt_status kvt_sparse_layer_keys(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_sparse_seq *q, int32_t layer, int64_t pos0,
                                  int64_t n, const float *k, bool sparse_layer, kvt_err *err);
-// The queries of a call's n tokens into layer's history (the last window + 1 rows per KV head).
-void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, const float *q, bool rewind);
+// The queries of a call's n tokens at pos0 into layer's history (the last window + 1 rows per KV head) and its log (the
+// last kvt_sparse_qlog_rows); rewind: both restart.
+void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int64_t n, const float *q, bool rewind);
 
 // --- sparse_choose.c: selection and the worker -----------------------------------------------------------
 

@@ -123,11 +123,14 @@ static void layer_free(kvt_sparse *s, kvt_sparse_layer *ly) {
     free(ly->sel_score);
     free(ly->nsel);
     free(ly->hist);
+    free(ly->qlog);
     free(ly->undo_hist);
     free(ly->undo_kept);
     free(ly->pred_q);
     free(ly->gram);
     free(ly->kept);
+    free(ly->klog);
+    free(ly->klog_pos);
     free(ly->lv);
     free(ly->lw);
     free(ly->shat);
@@ -157,6 +160,10 @@ static kvt_sparse_seq *seq_new(kvt_sparse *s) {
         if (kvt_sparse_kept_pages(s) > 0) {
             ly->kept = kvt_sparse_zalloc((size_t)(H * kvt_sparse_kept_pages(s)), &ok);
             if (s->p.mode == KVT_SPARSE_ASYNCSPADE) ly->undo_kept = kvt_sparse_zalloc((size_t)(H * kvt_sparse_kept_pages(s)), &ok);
+            const int32_t QC = kvt_sparse_qlog_rows(&s->p);
+            ly->klog = kvt_sparse_zalloc((size_t)(QC * H * ((kvt_sparse_kept_pages(s) + 7) / 8)), &ok);
+            ly->klog_pos = kvt_sparse_zalloc((size_t)QC * sizeof(int64_t), &ok);
+            for (int32_t r = 0; ly->klog_pos && r < QC; r++) ly->klog_pos[r] = -1;
         }
         ly->lpos = ly->lalloc = -1;
         if (kvt_sparse_layer_pieces(s) > 0) {
@@ -165,6 +172,7 @@ static kvt_sparse_seq *seq_new(kvt_sparse *s) {
         }
         if (s->p.mode == KVT_SPARSE_ASYNCSPADE) {
             ly->hist = kvt_sparse_zalloc((size_t)(H * W1 * s->gd) * 4, &ok);
+            ly->qlog = kvt_sparse_zalloc((size_t)(H * kvt_sparse_qlog_rows(&s->p) * s->gd) * 4, &ok);
             ly->undo_hist = kvt_sparse_zalloc((size_t)(H * W1 * s->gd) * 4, &ok);
             ly->pred_q = kvt_sparse_zalloc((size_t)(H * s->gd) * 4, &ok);
             ly->gram = kvt_sparse_zalloc((size_t)(H * W1 * W1) * 8, &ok); // gram_n = 0: computed at the first prediction
@@ -614,10 +622,19 @@ kvt_status kvt_sparse_layer_keys(kvt_sparse *s, kvt_kv *kv, int32_t seq, kvt_spa
     return KVT_OK;
 }
 
-void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t n, const float *q, bool rewind) {
+void kvt_sparse_observe_queries(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int64_t n, const float *q, bool rewind) {
     if (!ly->hist) return;
-    const int32_t W1 = s->p.window + 1, gd = s->gd, H = s->d.n_head_kv;
+    const int32_t W1 = s->p.window + 1, gd = s->gd, H = s->d.n_head_kv, QC = kvt_sparse_qlog_rows(&s->p);
     if (rewind) ly->hist_n = ly->gram_n = ly->gram_shift = 0;
+    if (rewind || ly->qlog_end != pos0) ly->qlog_n = 0;
+    for (int64_t t = n > QC ? n - QC : 0; t < n; t++) { // the log: position pos0 + t in row (pos0 + t) % QC
+        const int64_t row = (pos0 + t) % QC;
+        for (int32_t kh = 0; kh < H; kh++) {
+            memcpy(ly->qlog + ((int64_t)kh * QC + row) * gd, q + (t * H + kh) * (int64_t)gd, (size_t)gd * sizeof(float));
+        }
+    }
+    ly->qlog_n = (int32_t)(ly->qlog_n + n < QC ? ly->qlog_n + n : QC);
+    ly->qlog_end = pos0 + n;
     const int64_t t0 = n > W1 ? n - W1 : 0;
     for (int64_t t = t0; t < n; t++) {
         const int32_t hn = ly->hist_n;
@@ -683,9 +700,77 @@ void kvt_sparse_undo_save(kvt_sparse *s, kvt_sparse_layer *ly, int64_t pos0, int
     if (ly->undo_kept_saved) memcpy(ly->undo_kept, ly->kept, (size_t)(H * kvt_sparse_kept_pages(s)));
 }
 
+// The query log of ly cut back to positions [0, n).
+static void qlog_cut(kvt_sparse_layer *ly, int64_t n) {
+    if (ly->qlog_end <= n) return;
+    const int64_t first = ly->qlog_end - ly->qlog_n; // (rows below it were overwritten: not held)
+    ly->qlog_n = n > first ? (int32_t)(n - first) : 0;
+    ly->qlog_end = n;
+}
+
+void kvt_sparse_kept_log(const kvt_sparse *s, kvt_sparse_layer *ly) {
+    if (!ly->klog || ly->kept_pos < 0) return;
+    const int64_t np = kvt_sparse_kept_pages(s), nb = (np + 7) / 8, H = s->d.n_head_kv, QC = kvt_sparse_qlog_rows(&s->p);
+    const int64_t r = ly->kept_pos % QC;
+    uint8_t *b = ly->klog + r * H * nb;
+    memset(b, 0, (size_t)(H * nb));
+    for (int64_t kh = 0; kh < H; kh++) {
+        for (int64_t pg = 0; pg < np; pg++) b[kh * nb + pg / 8] |= (uint8_t)((ly->kept[kh * np + pg] != 0) << (pg % 8));
+    }
+    ly->klog_pos[r] = ly->kept_pos;
+}
+
+// The hysteresis' log of ly cut back to decode positions [0, n).
+static void klog_cut(const kvt_sparse *s, kvt_sparse_layer *ly, int64_t n) {
+    for (int32_t r = 0; ly->klog && r < kvt_sparse_qlog_rows(&s->p); r++) {
+        if (ly->klog_pos[r] >= n) ly->klog_pos[r] = -1;
+    }
+}
+
+// ly->kept as decode position n - 1 left it, from the log, when the log holds it.
+static void klog_take(const kvt_sparse *s, kvt_sparse_layer *ly, int64_t n) {
+    const int64_t np = kvt_sparse_kept_pages(s), nb = (np + 7) / 8, H = s->d.n_head_kv, QC = kvt_sparse_qlog_rows(&s->p);
+    if (!ly->klog || n < 1 || ly->klog_pos[(n - 1) % QC] != n - 1) return;
+    const uint8_t *b = ly->klog + (n - 1) % QC * H * nb;
+    for (int64_t kh = 0; kh < H; kh++) {
+        for (int64_t pg = 0; pg < np; pg++) ly->kept[kh * np + pg] = (uint8_t)((b[kh * nb + pg / 8] >> (pg % 8)) & 1);
+    }
+    ly->kept_pos = n - 1;
+}
+
+// ly's query history cut back to the queries of positions [0, n) (a truncate, a fork at n): no selection is current
+// (the next step's is made when its query arrives, with the worker's bits), and asyncspade's history becomes the rows a
+// sequence that observed [0, n) holds, [max(0, n - W - 1), n), taken from the query log when it reaches back that far
+// (a truncate at most KVT_SPARSE_QLOG_DEPTH positions back from the last query observed), else it restarts at the
+// next call (a rewind).
+static void hist_cut(const kvt_sparse *s, kvt_sparse_layer *ly, int64_t n) {
+    if (ly->hist_next <= n) return;
+    ly->sel_pos = ly->kept_pos = -1;
+    klog_cut(s, ly, n);
+    const int32_t W1 = s->p.window + 1, gd = s->gd, H = s->d.n_head_kv, QC = kvt_sparse_qlog_rows(&s->p);
+    const int64_t lo = n > W1 ? n - W1 : 0;
+    if (!ly->hist || ly->qlog_end != ly->hist_next || ly->qlog_end - ly->qlog_n > lo) {
+        ly->hist_next = -1; // the next call rewinds
+        ly->qlog_n = 0;
+        return;
+    }
+    const int32_t m = (int32_t)(n - lo);
+    for (int32_t kh = 0; kh < H; kh++) {
+        for (int32_t r = 0; r < m; r++) {
+            memcpy(ly->hist + ((int64_t)kh * W1 + r) * gd, ly->qlog + ((int64_t)kh * QC + (lo + r) % QC) * gd,
+                   (size_t)gd * sizeof(float));
+        }
+    }
+    ly->hist_n = m;
+    ly->gram_n = ly->gram_shift = 0; // computed whole at the next prediction: the same bits
+    ly->hist_next = n;
+    qlog_cut(ly, n);
+    klog_take(s, ly, n); // the hysteresis of step n - 1, as a sequence that decoded it has it
+}
+
 // Positions [n_keep, ...) of seq leave its sparse state (kvt_sparse_seq_truncate, kvt_sparse_seq_undo): key summaries
 // cut back, step records dropped; undo: the layers the failed pass (kvt_sparse.pass) reached as they were before it,
-// else the history restarts where it held positions past n_keep.
+// else the query history cut back (hist_cut).
 static void cut_back(kvt_sparse *s, int32_t seq, int64_t n_keep, bool undo) {
     kvt_sparse_seq *q = s ? seq_of(s, seq) : NULL;
     if (!q) return;
@@ -713,8 +798,10 @@ static void cut_back(kvt_sparse *s, int32_t seq, int64_t n_keep, bool undo) {
             if (ly->undo_kept_saved) memcpy(ly->kept, ly->undo_kept, (size_t)(H * kvt_sparse_kept_pages(s)));
             ly->kept_pos = ly->undo_kept_pos;
             ly->undo_pass = 0;
-        } else if (ly->hist_next > n_keep) {
-            ly->hist_next = -1, ly->sel_pos = ly->kept_pos = -1; // the next call rewinds
+            qlog_cut(ly, n_keep); // (the rows the pass wrote over are gone from it: the log holds fewer)
+            klog_cut(s, ly, n_keep);
+        } else {
+            hist_cut(s, ly, n_keep);
         }
     }
     int64_t k = 0;
@@ -777,20 +864,34 @@ kvt_status kvt_sparse_seq_fork(kvt_sparse *s, int32_t src, int32_t dst, int64_t 
         if (x->hist) {
             memcpy(y->hist, x->hist, (size_t)(H * W1 * s->gd) * 4);
             memcpy(y->pred_q, x->pred_q, (size_t)(H * s->gd) * 4);
+            const int32_t QC = kvt_sparse_qlog_rows(&s->p);
+            for (int32_t t = 0; t < x->qlog_n; t++) { // the rows the log holds
+                const int64_t row = (x->qlog_end - 1 - t) % QC;
+                for (int64_t kh = 0; kh < H; kh++) {
+                    memcpy(y->qlog + (kh * QC + row) * s->gd, x->qlog + (kh * QC + row) * s->gd, (size_t)s->gd * 4);
+                }
+            }
         }
+        y->qlog_end = x->qlog_end;
+        y->qlog_n = x->qlog_n;
         y->key_n = x->key_n;
         y->hist_n = x->hist_n;
         y->hist_next = x->hist_next;
         y->sel_pos = x->sel_pos;
         if (x->kept) memcpy(y->kept, x->kept, (size_t)(H * kvt_sparse_kept_pages(s)));
         y->kept_pos = x->kept_pos;
+        if (x->klog) {
+            const int32_t QC = kvt_sparse_qlog_rows(&s->p);
+            memcpy(y->klog, x->klog, (size_t)(QC * H * ((kvt_sparse_kept_pages(s) + 7) / 8)));
+            memcpy(y->klog_pos, x->klog_pos, (size_t)QC * sizeof(int64_t));
+        }
         if (x->lv) {
             memcpy(y->lv, x->lv, (size_t)x->ln * 4);
             memcpy(y->lw, x->lw, (size_t)x->ln * 4);
         }
         y->ln = x->ln, y->lkk = x->lkk, y->lpos = x->lpos, y->lalloc = x->lalloc;
         cut_keys(s, y, n);
-        if (y->hist_next > n) y->hist_next = -1, y->sel_pos = y->kept_pos = -1;
+        hist_cut(s, y, n);
     }
     return KVT_OK;
 }
@@ -877,6 +978,14 @@ kvt_status kvt_sparse_qwin_restore(kvt_sparse *s, int32_t seq, const kvt_sparse_
         ly->gram_n = ly->gram_shift = 0; // computed whole at the next prediction: the same bits
         ly->hist_next = at;
         ly->sel_pos = ly->kept_pos = -1;
+        const int32_t QC = kvt_sparse_qlog_rows(&s->p); // the log: the same rows (m <= W1 < QC)
+        for (int32_t kh = 0; kh < w->H; kh++) {
+            for (int32_t r = 0; r < m; r++) {
+                memcpy(ly->qlog + ((int64_t)kh * QC + (lo + r) % QC) * gd, ly->hist + ((int64_t)kh * W1 + r) * gd,
+                       (size_t)gd * sizeof(float));
+            }
+        }
+        ly->qlog_end = at, ly->qlog_n = m;
     }
     return KVT_OK;
 }
