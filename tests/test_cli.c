@@ -36,6 +36,62 @@ static void expect_error(const char *name, const char *cli, const char *args, in
                 "exit %d (want %d), stderr: %s", rc, code, out);
 }
 
+// Expects `kvtier ARGS` (stdin from /dev/null unless ARGS pipes) to exit 0 and print exactly want on stdout.
+static void expect_out(const char *name, const char *cli, const char *args, const char *want) {
+    char cmd[4096], out[8192];
+    snprintf(cmd, sizeof cmd, "%s %s 2>/dev/null </dev/null", cli, args);
+    int rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && !strcmp(out, want), name, "exit %d, want %s got %s", rc, want, out);
+}
+
+// `kvtier tokenize` with llama-tokenize's flags and defaults: the ids below are llama-tokenize's (the peer built from
+// llama-cpp-python 0.3.36) for the same command line, e.g. `llama-tokenize -m M -p '<|im_start|>hi\nthere' --ids`.
+static void cli_tokenize_llama(const test_env *env, const char *vocab) {
+    char args[2048];
+    // the vocabulary-only llama SPM file of tests/data: escapes processed and <s> parsed by default
+    snprintf(args, sizeof args, "tokenize -m %s -p 'Hello\\tworld <s>' --ids", vocab);
+    expect_out("cli: tokenize -p 'Hello\\tworld <s>' --ids: llama-tokenize's ids (escape, special text parsed)", env->cli,
+               args, "[1, 15043, 12, 11526, 29871, 1]\n");
+    snprintf(args, sizeof args, "tokenize -m %s -p 'Hello\\tworld <s>'", vocab);
+    expect_out("cli: tokenize without --ids: the same defaults, the ids space separated", env->cli, args,
+               "1 15043 12 11526 29871 1\n");
+    snprintf(args, sizeof args, "tokenize -m %s -p 'Hello\\tworld <s>' --ids --no-escape --no-parse-special", vocab);
+    expect_out("cli: tokenize --no-escape --no-parse-special: llama-tokenize's ids", env->cli, args,
+               "[1, 15043, 29905, 7516, 1613, 529, 29879, 29958]\n");
+    snprintf(args, sizeof args, "tokenize -m %s -p 'Hello\\tworld <s>' --pieces --show-count", vocab);
+    expect_out("cli: tokenize --pieces --show-count: llama-tokenize's default table and count line", env->cli, args,
+               "     1 -> '<s>'\n 15043 -> ' Hello'\n    12 -> '\t'\n 11526 -> 'world'\n 29871 -> ' '\n"
+               "     1 -> '<s>'\nTotal number of tokens: 6\n");
+    snprintf(args, sizeof args, "tokenize -m %s -p ''", vocab);
+    expect_error("cli: tokenize -p '': refused as no text, as llama-tokenize", env->cli, args, 2, "-p TEXT, -f FILE or --stdin");
+    if (!env->smollm2 || !test_file_exists(env->smollm2)) {
+        test_skip("cli: tokenize on SmolLM2 against llama-tokenize", "SmolLM2 model file missing (set KVT_SMOLLM2)");
+    } else {
+        snprintf(args, sizeof args, "tokenize -m %s -p '<|im_start|>hi\\nthere' --ids", env->smollm2);
+        expect_out("cli: tokenize -m SmolLM2 -p '<|im_start|>hi\\nthere' --ids: llama-tokenize's ids", env->cli, args,
+                   "[1, 6004, 198, 11527]\n");
+        snprintf(args, sizeof args, "tokenize -m %s -p '<|im_start|>hi\\nthere' --ids --no-parse-special --no-escape",
+                 env->smollm2);
+        expect_out("cli: tokenize -m SmolLM2 --no-parse-special --no-escape --ids: llama-tokenize's ids", env->cli, args,
+                   "[44, 108, 306, 79, 3738, 108, 46, 6004, 76, 399, 1531]\n");
+        char cmd[2048], out[4096];
+        snprintf(cmd, sizeof cmd, "printf '<|im_start|>user\\nHi<|im_end|>\\n' | %s tokenize -m %s --stdin --ids --show-count",
+                 env->cli, env->smollm2);
+        int rc = run(cmd, out, sizeof out);
+        test_result(rc == 0 && !strcmp(out, "[1, 4093, 198, 26843, 2, 198]\nTotal number of tokens: 6\n"),
+                    "cli: tokenize -m SmolLM2 --stdin --ids --show-count: llama-tokenize's ids and count", "exit %d: %s", rc,
+                    out);
+    }
+    const char *gemma = getenv("KVT_GEMMA3");
+    if (!gemma || !test_file_exists(gemma)) {
+        test_skip("cli: tokenize on Gemma 3 against llama-tokenize", "Gemma 3 GGUF absent (make model-gemma3, KVT_GEMMA3)");
+    } else {
+        snprintf(args, sizeof args, "tokenize -m %s -p '<start_of_turn>user\\nHi<end_of_turn>' --ids", gemma);
+        expect_out("cli: tokenize -m Gemma3 -p '<start_of_turn>user\\nHi<end_of_turn>' --ids: llama-tokenize's ids", env->cli,
+                   args, "[2, 105, 2364, 107, 10979, 106]\n");
+    }
+}
+
 void test_cli(const test_env *env) {
     char model[1024], vocab[1024], text[1024], cmd[4096];
     static char out[1 << 20];
@@ -107,6 +163,7 @@ void test_cli(const test_env *env) {
     snprintf(cmd, sizeof cmd, "%s tokenize -m %s -f /tmp/kvt_tok.txt --no-bos", env->cli, vocab);
     rc = run(cmd, out, sizeof out);
     test_result(rc == 0 && !strcmp(out, "15043 3186\n"), "cli: tokenize --no-bos", "exit %d: %s", rc, out);
+    cli_tokenize_llama(env, vocab);
     // beam --rescore-dense: every beam's dense_score in the JSON (and, without --sparse, equal to its score)
     snprintf(cmd, sizeof cmd, "%s beam -m %s -p 'Once upon a time' --beams 2 --width 2 --step 4 -n 8 --rescore-dense --json",
              env->cli, model);

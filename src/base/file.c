@@ -37,10 +37,8 @@ kvt_status kvt_file_open_regular(const char *path, const char *what, int *fd, in
     return KVT_OK;
 }
 
-kvt_status kvt_read_text(const char *path, char **out, size_t *len, kvt_err *err) {
+kvt_status kvt_read_stream(FILE *f, const char *name, char **out, size_t *len, kvt_err *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return kvt_errorf(err, KVT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap); // [cap] bytes, grown by doubling
     while (buf) {
@@ -59,16 +57,24 @@ kvt_status kvt_read_text(const char *path, char **out, size_t *len, kvt_err *err
         n += r;
     }
     const int bad = ferror(f), e = errno; // EISDIR for a directory
-    fclose(f);
-    if (!buf) return kvt_errorf(err, KVT_ERR_NOMEM, "%s: out of memory after %zu bytes", path, n);
+    if (!buf) return kvt_errorf(err, KVT_ERR_NOMEM, "%s: out of memory after %zu bytes", name, n);
     if (bad) {
         free(buf);
-        return kvt_errorf(err, KVT_ERR_IO, "%s: read failed: %s", path, strerror(e));
+        return kvt_errorf(err, KVT_ERR_IO, "%s: read failed: %s", name, strerror(e));
     }
     buf[n] = 0;
     *out = buf;
     if (len) *len = n;
     return KVT_OK;
+}
+
+kvt_status kvt_read_text(const char *path, char **out, size_t *len, kvt_err *err) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return kvt_errorf(err, KVT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    const kvt_status st = kvt_read_stream(f, path, out, len, err);
+    fclose(f);
+    return st;
 }
 
 kvt_status kvt_file_write_atomic(const char *path, void (*write)(void *ctx, FILE *f), void *ctx, kvt_err *err) {

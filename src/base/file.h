@@ -11,6 +11,9 @@
 // Reads the file at path into *out (malloc'ed, NUL-terminated; the caller frees it); *len gets its size
 // in bytes when len is non-NULL. KVT_ERR_IO (open or read failed) or KVT_ERR_NOMEM, naming the path.
 kvt_status kvt_read_text(const char *path, char **out, size_t *len, kvt_err *err);
+// The same for an open stream (standard input, say) read to its end; name is the stream's name in messages.
+// The stream is left open.
+kvt_status kvt_read_stream(FILE *f, const char *name, char **out, size_t *len, kvt_err *err);
 
 // Opens path read-only (close-on-exec) and checks that it is a regular file before anything can block: the
 // open is non-blocking, so a FIFO or a device is refused at once instead of waiting for a writer. *fd gets

@@ -1,23 +1,142 @@
-// cmd_tokenize.c - `kvtier tokenize`: the ids of a file's text, space separated.
+// cmd_tokenize.c - `kvtier tokenize`: the ids of a text, with llama-tokenize's flags and defaults (special-token
+// text parsed, escapes processed, BOS as the model asks); printed space separated, or as llama-tokenize prints them.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/file.h"
 #include "commands.h"
 #include "common.h"
+
+static const char usage[] =
+    "usage: kvtier tokenize -m MODEL (-p TEXT | -f FILE | --stdin) [flags]\n"
+    "  Reads only the tokenizer.* keys, so vocabulary-only GGUF files of any architecture work. The defaults are\n"
+    "  llama-tokenize's: special-token text such as <|im_start|> is parsed, escapes are processed, BOS (and EOS)\n"
+    "  are added when the model adds BOS. The same command line gives llama-tokenize's ids.\n"
+    "  -m, --model FILE       the GGUF file\n"
+    "  -p, --prompt TEXT      the text (an empty TEXT counts as none, as in llama-tokenize)\n"
+    "  -f, --file FILE        the text is FILE's bytes, all of them (a trailing newline is tokenized)\n"
+    "  --stdin                the text is standard input, read to its end\n"
+    "                         (--stdin wins over -f, and -f over -p, as in llama-tokenize; a note says so)\n"
+    "  --ids                  print the ids as llama-tokenize --ids does: [1, 2, 3]\n"
+    "  --pieces               print llama-tokenize's default table: one line a token, '%6d -> 'PIECE''\n"
+    "  --show-count           then print 'Total number of tokens: N'\n"
+    "  --no-bos               add no BOS/EOS even if the model asks for them\n"
+    "  --no-parse-special     special-token text is plain text (default: parsed)\n"
+    "  --special              parse special-token text (the default; kept for older command lines)\n"
+    "  -e, --escape           process \\n \\r \\t \\' \\\" \\\\ \\xHH in the text (the default)\n"
+    "  --no-escape            take the text as it is\n"
+    "  --log-disable          no notes on stderr (errors are still printed)\n"
+    "  Deliberate differences from llama-tokenize: without --ids or --pieces the ids are printed space separated\n"
+    "  on one line (kvtier's format since its first version); usage errors exit 2 (llama: 1); --log-disable keeps\n"
+    "  the error line.\n";
+
+// Processes the escapes of llama.cpp's common string_process_escapes in place: \n \r \t \' \" \\ and \xHH (two
+// characters strtol reads whole as hex); any other backslash pair, and a backslash that ends the text, stay as
+// they are. Returns the new length.
+static size_t process_escapes(char *s, size_t len) {
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] != '\\' || i + 1 >= len) {
+            s[o++] = s[i];
+            continue;
+        }
+        const char c = s[++i];
+        switch (c) {
+        case 'n': s[o++] = '\n'; continue;
+        case 'r': s[o++] = '\r'; continue;
+        case 't': s[o++] = '\t'; continue;
+        case '\'':
+        case '"':
+        case '\\': s[o++] = c; continue;
+        case 'x':
+            if (i + 2 < len) {
+                const char hex[3] = {s[i + 1], s[i + 2], 0};
+                char *end = NULL;
+                const long v = strtol(hex, &end, 16);
+                if (end == hex + 2) {
+                    i += 2;
+                    s[o++] = (char)v;
+                    continue;
+                }
+            }
+            break;
+        default: break;
+        }
+        s[o++] = '\\';
+        s[o++] = c;
+    }
+    return o;
+}
+
+static void print_ids(const int32_t *ids, int64_t n, bool list) {
+    if (list) printf("[");
+    for (int64_t i = 0; i < n; i++) printf(i ? (list ? ", %d" : " %d") : "%d", ids[i]);
+    printf(list ? "]\n" : "\n");
+}
+
+// llama-tokenize's default output: the id right-aligned in 6 columns, then the token's bytes (special tokens as
+// their text) in single quotes; invalid UTF-8 is written as it is (as llama-tokenize does outside Windows).
+static bool print_pieces(const kvt_tokenizer *tok, const int32_t *ids, int64_t n) {
+    char small[256], *buf = small;
+    int64_t cap = sizeof small;
+    bool ok = true;
+    for (int64_t i = 0; i < n && ok; i++) {
+        int64_t k = kvt_token_to_piece_ex(tok, ids[i], buf, cap, 0, true);
+        if (k > cap) {
+            char *b = malloc((size_t)k);
+            if (!b) {
+                ok = false;
+                break;
+            }
+            if (buf != small) free(buf);
+            buf = b;
+            cap = k;
+            k = kvt_token_to_piece_ex(tok, ids[i], buf, cap, 0, true);
+        }
+        printf("%6d -> '", ids[i]);
+        fwrite(buf, 1, strnlen(buf, (size_t)k), stdout); // as llama-tokenize's printf("%s"): up to a NUL byte
+        printf("'\n");
+    }
+    if (buf != small) free(buf);
+    if (!ok) fprintf(stderr, "kvtier tokenize: out of memory\n");
+    return ok;
+}
+
+// A flag without a value that sets one bool.
+typedef struct {
+    const char *name, *alias; // alias may be NULL
+    bool *target;
+    bool value;
+} tok_switch;
+
+// Applies flag if it is one of the switches; false if it is none of them.
+static bool switch_flag(const char *flag, const tok_switch *sw, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(flag, sw[i].name) || (sw[i].alias && !strcmp(flag, sw[i].alias))) {
+            *sw[i].target = sw[i].value;
+            return true;
+        }
+    }
+    return false;
+}
 
 int cmd_tokenize(int argc, char **argv) {
     kvt_args a = {"tokenize", argc, argv, 0};
     const char *model_path = NULL, *file = NULL, *prompt = NULL;
-    bool add_bos = true, parse_special = false;
+    bool no_bos = false, parse_special = true, escape = true, use_stdin = false, ids_list = false, pieces = false,
+         show_count = false, quiet = false;
+    const tok_switch switches[] = {
+        {"--stdin", NULL, &use_stdin, true},           {"--no-bos", NULL, &no_bos, true},
+        {"--special", NULL, &parse_special, true},     {"--no-parse-special", NULL, &parse_special, false},
+        {"--escape", "-e", &escape, true},             {"--no-escape", NULL, &escape, false},
+        {"--ids", NULL, &ids_list, true},              {"--pieces", NULL, &pieces, true},
+        {"--show-count", NULL, &show_count, true},     {"--log-disable", NULL, &quiet, true},
+    };
     const char *flag;
     while (kvt_args_next(&a, &flag)) {
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
-            printf("usage: kvtier tokenize -m MODEL (-f FILE | -p TEXT) [--no-bos] [--special]\n"
-                   "  reads only the tokenizer.* keys, so vocabulary-only GGUF files of any architecture\n"
-                   "  work; prints the ids space separated\n"
-                   "  --no-bos    do not add BOS/EOS even if the model asks for them\n"
-                   "  --special   parse special-token text such as <|im_start|>\n");
+            fputs(usage, stdout);
             return 0;
         } else if (!strcmp(flag, "-m") || !strcmp(flag, "--model")) {
             if (!(model_path = kvt_args_value(&a, flag))) return 2;
@@ -25,27 +144,32 @@ int cmd_tokenize(int argc, char **argv) {
             if (!(file = kvt_args_value(&a, flag))) return 2;
         } else if (!strcmp(flag, "-p") || !strcmp(flag, "--prompt")) {
             if (!(prompt = kvt_args_value(&a, flag))) return 2;
-        } else if (!strcmp(flag, "--no-bos")) {
-            add_bos = false;
-        } else if (!strcmp(flag, "--special")) {
-            parse_special = true;
-        } else {
+        } else if (!switch_flag(flag, switches, sizeof switches / sizeof switches[0])) {
             kvt_args_unknown(&a, flag);
             return 2;
         }
     }
-    if (!file == !prompt) {
-        fprintf(stderr, "kvtier tokenize: %s\n", file ? "give -f FILE or -p TEXT, not both" : "-f FILE or -p TEXT is required");
+    if (prompt && !prompt[0]) prompt = NULL; // llama-tokenize: an empty -p is no prompt
+    if (!use_stdin && !file && !prompt) {
+        fprintf(stderr, "kvtier tokenize: give one of -p TEXT, -f FILE or --stdin\n");
         return 2;
     }
-    size_t len = prompt ? strlen(prompt) : 0;
-    char *text = NULL;
-    if (file && !(text = kvt_read_file("tokenize", file, &len))) return 1;
+    if (ids_list && pieces) {
+        fprintf(stderr, "kvtier tokenize: give --ids or --pieces, not both\n");
+        return 2;
+    }
     if (!model_path) {
         fprintf(stderr, "kvtier tokenize: -m MODEL is required\n");
-        free(text);
         return 2;
     }
+    if (!quiet && (use_stdin ? file || prompt : file && prompt)) {
+        fprintf(stderr, "kvtier tokenize: note: the text is %s; %s%s%s ignored (as llama-tokenize)\n",
+                use_stdin ? "standard input" : "-f's file", use_stdin && file ? "-f" : "",
+                use_stdin && file && prompt ? " and " : "", prompt ? "-p" : "");
+    }
+    size_t len = 0;
+    char *text = NULL;
+    if (!use_stdin && file && !(text = kvt_read_file("tokenize", file, &len))) return 1;
     // only the tokenizer.* keys are read: any architecture will do
     kvt_err err = {0};
     kvt_gguf *g = NULL;
@@ -56,16 +180,38 @@ int cmd_tokenize(int argc, char **argv) {
         free(text);
         return 1;
     }
-    if (kvt_tokenizer_note(tok)[0]) fprintf(stderr, "kvtier tokenize: note: %s\n", kvt_tokenizer_note(tok));
-    int64_t n = 0;
-    int32_t *ids = cli_tokenize("tokenize", tok, text ? text : prompt, len, add_bos, parse_special, &n);
-    if (ids) {
-        for (int64_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
-        printf("\n");
+    if (!quiet && kvt_tokenizer_note(tok)[0]) fprintf(stderr, "kvtier tokenize: note: %s\n", kvt_tokenizer_note(tok));
+    int rc = 1;
+    int32_t *ids = NULL;
+    // standard input is read once the model is known to load, as llama-tokenize does
+    if (use_stdin && kvt_read_stream(stdin, "standard input", &text, &len, &err)) {
+        fprintf(stderr, "kvtier tokenize: %s\n", err.msg);
+        goto done;
     }
+    if (!text) {
+        len = strlen(prompt);
+        if (!(text = malloc(len + 1))) {
+            fprintf(stderr, "kvtier tokenize: out of memory\n");
+            goto done;
+        }
+        memcpy(text, prompt, len + 1);
+    }
+    if (escape) len = process_escapes(text, len);
+    // llama-tokenize adds the special tokens only when the model adds BOS, and then as the model asks (BOS, EOS)
+    const bool add_special = kvt_tokenizer_add_bos(tok) && !no_bos;
+    int64_t n = 0;
+    if (!(ids = cli_tokenize("tokenize", tok, text, len, add_special, parse_special, &n))) goto done;
+    if (pieces) {
+        if (!print_pieces(tok, ids, n)) goto done;
+    } else {
+        print_ids(ids, n, ids_list);
+    }
+    if (show_count) printf("Total number of tokens: %lld\n", (long long)n);
+    rc = 0;
+done:
     free(ids);
     free(text);
     kvt_tokenizer_free(tok);
     kvt_gguf_free(g);
-    return ids ? 0 : 1;
+    return rc;
 }
