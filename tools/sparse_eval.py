@@ -236,7 +236,8 @@ def text_prompt(args, tmp, n_ctx):
     tmp/prompt.txt and, ~64 tokens shorter, to tmp/prefix.txt (the part saved once: each run prefills the rest,
     densely as any prompt, so that asyncspade's query history is full when decoding starts, a restored KV carrying
     no queries). Returns both paths."""
-    ids = subprocess.run([args.kvtier, "tokenize", "-m", args.model, "-f", args.file, "--no-bos"], capture_output=True,
+    ids = subprocess.run([args.kvtier, "tokenize", "-m", args.model, "-f", args.file, "--no-bos",
+                          "--no-escape", "--no-parse-special"], capture_output=True,
                          text=True, check=True).stdout.split()
     n_prompt = n_ctx - args.n_gen - 8
     text = open(args.file, encoding="utf-8", errors="replace").read()
@@ -245,7 +246,8 @@ def text_prompt(args, tmp, n_ctx):
     pre_f = os.path.join(tmp, "prompt.txt")
     for it in range(12):  # correct the cut by the prompt's own characters per token until it fits
         open(pre_f, "w").write(text[:cut])
-        n = len(subprocess.run([args.kvtier, "tokenize", "-m", args.model, "-f", pre_f], capture_output=True, text=True,
+        n = len(subprocess.run([args.kvtier, "tokenize", "-m", args.model, "-f", pre_f, "--no-escape",
+                                "--no-parse-special"], capture_output=True, text=True,
                                check=True).stdout.split())
         if n <= n_prompt and (n > n_prompt - 16 or it >= 3):
             break

@@ -44,7 +44,7 @@ in_cap() {
     [ $rc -eq 137 ] && how="KILLED by the OOM killer (out of memory under the cap)"
     echo "   exit $rc: $how; peak memory in the cgroup $(cat "$cg/$peak_file" 2>/dev/null || echo ?) bytes"
 }
-n_prompt=$("$KVTIER" tokenize -m "$MODEL" -f "$tmp/prompt.txt" | wc -w)
+n_prompt=$("$KVTIER" tokenize -m "$MODEL" -f "$tmp/prompt.txt" --no-escape --no-parse-special | wc -w)
 ctx=$(( (n_prompt + N + 255) / 256 * 256 ))
 kv_per_tok=$("$KVTIER" info -m "$MODEL" | awk '/^KV per token/ {print $4}')
 echo "model $MODEL, prompt $n_prompt tokens, ctx $ctx, KV f16 $((kv_per_tok * ctx)) bytes; memory cap $cap_b bytes"

@@ -59,7 +59,7 @@ if [ ! -s "$OUT/prompts.json" ]; then
     for i in $(seq 0 $((P - 1))); do # slice i: PROMPT_TOKENS ids of the text from byte i * 40000 on
         python3 -c "import sys; d = open(sys.argv[1], 'rb').read(); i, n = int(sys.argv[2]), int(sys.argv[3])
 open(sys.argv[4], 'wb').write(d[i * 40000:i * 40000 + 4 * n])" "$OUT/docs.txt" "$i" "$PROMPT_TOKENS" "$OUT/slice$i.txt"
-        "$BIN" tokenize -m "$M" -f "$OUT/slice$i.txt" > "$OUT/slice$i.ids"
+        "$BIN" tokenize -m "$M" -f "$OUT/slice$i.txt" --no-escape --no-parse-special > "$OUT/slice$i.ids"
         python3 -c "import sys; print('[' + ','.join(open(sys.argv[1]).read().split()[:int(sys.argv[2])]) + ']')" "$OUT/slice$i.ids" "$PROMPT_TOKENS"
     done | paste -sd, | sed 's/^/[/; s/$/]/' > "$OUT/prompts.json"
 fi

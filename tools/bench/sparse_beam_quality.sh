@@ -29,7 +29,8 @@ env = os.environ
 lines = open(env['SRC'], 'rb').read().split(b'\n')
 def ntok(k):
     open(env['DST'], 'wb').write(b'\n'.join(lines[:k]))
-    return len(subprocess.run([env['BIN'], 'tokenize', '-m', env['MODEL'], '-f', env['DST']], check=True,
+    return len(subprocess.run([env['BIN'], 'tokenize', '-m', env['MODEL'], '-f', env['DST'],
+                               '--no-escape', '--no-parse-special'], check=True,
                               capture_output=True).stdout.split())
 lo, hi = 1, len(lines)
 while lo < hi:
