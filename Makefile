@@ -38,7 +38,7 @@ JANSSON ?= $(shell printf '\043include <jansson.h>\nint main(void){json_decref(j
              $(CC) -x c - -ljansson -o /dev/null 2>/dev/null && echo 1 || echo 0)
 MHD     ?= $(shell printf '\043include <microhttpd.h>\nint main(void){return MHD_is_feature_supported(MHD_FEATURE_IPv6) < 0;}\n' | \
              $(CC) -x c - -lmicrohttpd -o /dev/null 2>/dev/null && echo 1 || echo 0)
-SERVE_JSON_SRC := src/serve/request.c src/serve/response.c src/serve/native.c
+SERVE_JSON_SRC := src/serve/request.c src/serve/response.c src/serve/native.c src/serve/anthropic.c src/serve/responses_api.c
 # the HTTP layer (http.c, http_job.c) needs both libraries
 SERVE_HTTP_SRC := src/serve/http.c src/serve/http_job.c src/serve/native_prompt.c
 SERVE_SRC := $(filter-out $(if $(filter 1,$(JANSSON)),,$(SERVE_JSON_SRC)) \
@@ -204,6 +204,7 @@ fuzz:
 
 # ---- fuzz-request (issue 12): the OpenAI request parser, run by `make fuzz` before the GGUF target ----
 FUZZ_REQUEST_SRC := fuzz/fuzz_request.c src/serve/request.c src/serve/response.c src/serve/native.c src/serve/chat_template.c \
+                    src/serve/anthropic.c src/serve/responses_api.c \
                     src/serve/utf8_stream.c src/serve/sse.c src/serve/stop.c src/base/status.c
 .PHONY: fuzz-request
 fuzz: fuzz-request
@@ -214,7 +215,7 @@ ifeq ($(JANSSON),1)
 	if command -v clang >/dev/null 2>&1; then \
 	  clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(FUZZ_REQUEST_SRC) -ljansson \
 	    -o $(BUILD)/fuzz/fuzz_request && \
-	  ./$(BUILD)/fuzz/fuzz_request -max_total_time=$${FUZZ_SECONDS:-30} -max_len=8192 -rss_limit_mb=2048 \
+	  ./$(BUILD)/fuzz/fuzz_request -max_total_time=$${FUZZ_SECONDS:-30} -max_len=8192 -rss_limit_mb=2048 -dict=fuzz/request.dict \
 	    $(BUILD)/fuzz/corpus-request; \
 	else \
 	  $(CC) -std=c11 -O1 -g -D_GNU_SOURCE -DKVT_FUZZ_STANDALONE -fsanitize=address,undefined -fno-sanitize-recover=undefined $(FUZZ_REQUEST_SRC) \

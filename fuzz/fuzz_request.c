@@ -6,7 +6,9 @@
 // valid UTF-8 with no character split, and the prompt through the request's stop strings (a
 // violation traps).
 // Seeds (fuzz/seeds/request) hold the selector byte first: '0' completions, '1' chat, 0x80
-// /tokenize, 0x81 /detokenize, 0xC0 llama-server's /completion (native.h: its answers and /props are built too).
+// /tokenize, 0x81 /detokenize, 0xC0 llama-server's /completion (native.h: its answers and /props are built too),
+// 0xA0 Anthropic's /v1/messages and 0xE0 OpenAI's /v1/responses (anthropic.h, responses_api.h: converted into a
+// chat request, which then goes the chat's way; their answers and Anthropic's stream events are built too).
 // With clang: libFuzzer entry point (make fuzz). Without: KVT_FUZZ_STANDALONE builds a small
 // mutation driver: `fuzz_request SECONDS seed...`.
 #include <stddef.h>
@@ -15,10 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/serve/anthropic.h"
 #include "../src/serve/chat_template.h"
 #include "../src/serve/native.h"
 #include "../src/serve/request.h"
 #include "../src/serve/response.h"
+#include "../src/serve/responses_api.h"
 #include "../src/serve/sse.h"
 #include "../src/serve/stop.h"
 #include "../src/serve/utf8_stream.h"
@@ -93,18 +97,43 @@ static void check_native(const kvt_request_params *p, const char *text) {
     if (kvt_native_props_json(&pr, &json, NULL) == KVT_OK) free(json);
 }
 
+// A converted request's answers: Anthropic's message and every stream event, or the Responses answer.
+static void check_api_answers(const kvt_request_params *p, const char *text) {
+    const size_t len = strlen(text);
+    char *json = NULL;
+    if (p->api == KVT_API_RESPONSES) {
+        const kvt_oairesp a = {"resp_1", "msg_1", p->model ? p->model : "", 1, 2, text, len, 9, 3, 4};
+        free(kvt_oairesp_json(&a, NULL));
+        return;
+    }
+    kvt_anthropic_msg m = {"msg_1", p->model ? p->model : "", text, len, 0, "stop_sequence",
+                           p->n_stop ? p->stop[0] : NULL, 9, 3, 4};
+    free(kvt_anthropic_message_json(&m, NULL));
+    for (int k = KVT_ANTHROPIC_MESSAGE_START; k <= KVT_ANTHROPIC_MESSAGE_STOP; k++)
+        free(kvt_anthropic_event((kvt_anthropic_event_kind)k, &m, NULL));
+    kvt_api_error ae;
+    kvt_api_errorf(&ae, 500, "server_error", NULL, "%s", text);
+    json = kvt_api_error_json(&ae);
+    free(kvt_anthropic_error_event(json, NULL));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     uint8_t sel = data[0];
     const char *body = (const char *)data + 1;
     size_t n = size - 1;
     check_utf8(body, n, 1 + sel % 5);
-    kvt_req_kind kind = (sel & 0x80) ? ((sel & 1) ? KVT_REQ_DETOKENIZE : (sel & 0x40) ? KVT_REQ_NATIVE : KVT_REQ_TOKENIZE)
-                        : (sel & 1)  ? KVT_REQ_CHAT
-                                     : KVT_REQ_COMPLETION;
+    const bool conv = (sel & 0xA0) == 0xA0; // Anthropic (0xA0) or Responses (0xE0)
+    kvt_req_kind kind = conv          ? KVT_REQ_CHAT
+                        : (sel & 0x80) ? ((sel & 1) ? KVT_REQ_DETOKENIZE : (sel & 0x40) ? KVT_REQ_NATIVE : KVT_REQ_TOKENIZE)
+                        : (sel & 1)    ? KVT_REQ_CHAT
+                                       : KVT_REQ_COMPLETION;
     kvt_request *r = NULL;
     kvt_api_error ae;
-    if (kvt_request_parse(body, n, kind, &r, &ae) != KVT_OK) {
+    kvt_status st = !conv ? kvt_request_parse(body, n, kind, &r, &ae)
+                    : (sel & 0x40) ? kvt_oairesp_parse(body, n, &r, &ae)
+                                   : kvt_anthropic_parse(body, n, &r, &ae);
+    if (st != KVT_OK) {
         char *j = kvt_api_error_json(&ae);
         free(j);
         return 0;
@@ -138,6 +167,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     check_stop(p, text, 1 + (sel >> 2) % 7);
+    if (p->api != KVT_API_OPENAI) check_api_answers(p, text);
     kvt_resp_alt alt = {text, strlen(text) < 4 ? strlen(text) : 4, -1.0, 0};
     kvt_resp_logprob lp = {alt, &alt, 1, 0};
     kvt_resp_choice c = {.text = text, .len = strlen(text), .finish_reason = "stop", .has_logprobs = p->logprobs,
@@ -188,8 +218,8 @@ int main(int argc, char **argv) {
         }
         uint8_t *buf = malloc(n);
         memcpy(buf, seeds[s], n);
-        // keep the endpoint (for /tokenize and /completion bit 6 too), vary the format
-        const uint8_t keep = (buf[0] & 0x80) ? 0xc1 : 0x81;
+        // keep the endpoint (with bit 7: bits 6 and 5 too), vary the format
+        const uint8_t keep = (buf[0] & 0x80) ? 0xe1 : 0x81;
         buf[0] = (uint8_t)((buf[0] & keep) | ((iters << 1) & 0x7e & ~keep));
         int k = (int)((r >> 7) % 4);
         for (int j = 0; j < k; j++) {

@@ -638,6 +638,8 @@ static void test_serve_cli(const test_env *env) {
 }
 #endif
 
+void test_serve_api(void); // test_serve_api.c: Anthropic's Messages and OpenAI's Responses
+
 void test_serve(const test_env *env) {
     test_utf8_splits();
     test_utf8_invalid();
@@ -649,9 +651,11 @@ void test_serve(const test_env *env) {
     test_tokenize_requests();
     test_response();
     test_small_responses();
+    test_serve_api();
     test_serve_cli(env);
 #else
     (void)env;
     test_skip("serve.request and serve.response", "built without libjansson (apt-get install libjansson-dev)");
+    test_serve_api();
 #endif
 }

@@ -101,8 +101,8 @@ class Server:
         except ValueError:
             return st, h, data
 
-    def stream(self, path, obj):
-        """POSTs a streaming request; returns (status, [parsed chunks], saw_done, raw)."""
+    def stream_raw(self, path, obj):
+        """POSTs a streaming request; returns (status, headers, None, raw text)."""
         c = self.conn()
         try:
             c.request("POST", path, body=json.dumps(obj))
@@ -110,6 +110,11 @@ class Server:
             raw = r.read().decode("utf-8")
         finally:
             c.close()
+        return r.status, r.headers, None, raw
+
+    def stream(self, path, obj):
+        """POSTs a streaming request; returns (status, [parsed chunks], saw_done, raw)."""
+        st, _, _, raw = self.stream_raw(path, obj)
         chunks, done = [], False
         for ev in raw.split("\n\n"):
             if not ev:
@@ -120,7 +125,7 @@ class Server:
                 done = True
             else:
                 chunks.append(json.loads(payload))
-        return r.status, chunks, done, raw
+        return st, chunks, done, raw
 
     def metric(self, name):
         st, _, data = self.request("GET", "/metrics")
@@ -564,6 +569,148 @@ def t_native_refused(s):
     st, _, data = s.request("GET", "/slots")
     assert st == 501, st
     err_shape(json.loads(data), 501)
+
+
+@case("POST /apply-template renders the chat template (as --print-prompt); POST /completions is /completion; "
+      "GET /lora-adapters is []")
+def t_llama_extras(s):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    st, _, r = s.post("/apply-template", {"messages": msgs})
+    assert st == 200 and r == {"prompt": print_prompt(s, msgs)}, (st, r)
+    st, _, r = s.post("/apply-template", {"message": msgs})
+    assert st == 400 and r["error"]["param"] == "messages", (st, r)
+    body = {"prompt": "A", "n_predict": 4, "temperature": 0}
+    st, _, a = s.post("/completions", body)  # llama-server routes it to its native /completion
+    _, _, b = s.post("/completion", body)
+    assert st == 200 and a["content"] == b["content"] and a["stop"] is True and "choices" not in a, a
+    assert a["tokens_predicted"] == b["tokens_predicted"] and a["id_slot"] == -1 and "model" in a, a
+    st, _, r = s.request("GET", "/lora-adapters")
+    assert st == 200 and json.loads(r) == [], (st, r)
+
+
+def anthropic_stream(s, body):
+    """POSTs a streaming /v1/messages; returns (status, [(event, data)])."""
+    st, _, _, raw = s.stream_raw("/v1/messages", dict(body, stream=True))
+    evs = []
+    for ev in raw.split("\n\n"):
+        if ev:
+            name, data = ev.split("\n", 1)
+            assert name.startswith("event: ") and data.startswith("data: "), ev
+            evs.append((name[7:], json.loads(data[6:])))
+    return st, evs
+
+
+@case("POST /v1/messages (Anthropic): the chat's greedy text, stop reasons, usage; streamed events; count_tokens")
+def t_messages(s):
+    body = {"max_tokens": 12, "temperature": 0, "system": "Be brief.",
+            "messages": [{"role": "user", "content": "Write a list of fruits."}]}
+    st, _, m = s.post("/v1/messages", body)
+    assert st == 200 and m["type"] == "message" and m["role"] == "assistant" and m["id"].startswith("msg_"), (st, m)
+    assert set(m) == {"id", "type", "role", "content", "model", "stop_reason", "stop_sequence", "usage"}, m
+    _, _, c = s.post("/v1/chat/completions", {"max_tokens": 12, "temperature": 0, "messages": [
+        {"role": "system", "content": "Be brief."}, body["messages"][0]]})
+    text = c["choices"][0]["message"]["content"]
+    assert m["content"] == ([{"type": "text", "text": text}] if text else []), (m, text)
+    want = "max_tokens" if c["choices"][0]["finish_reason"] == "length" else "end_turn"
+    assert m["stop_reason"] == want and m["stop_sequence"] is None, m
+    u = m["usage"]
+    assert u["input_tokens"] + u["cache_read_input_tokens"] == c["usage"]["prompt_tokens"], (u, c["usage"])
+    assert u["output_tokens"] == c["usage"]["completion_tokens"], (u, c["usage"])
+    st, _, n = s.post("/v1/messages/count_tokens", body)
+    assert st == 200 and n == {"input_tokens": c["usage"]["prompt_tokens"]}, (st, n)
+    # system blocks join with nothing between; text blocks as the chat's text parts
+    blocks = dict(body, system=[{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}],
+                  messages=[{"role": "user", "content": [{"type": "text", "text": "Write a list"},
+                                                         {"type": "thinking", "thinking": "x"},
+                                                         {"type": "text", "text": "of fruits."}]}])
+    _, _, mb = s.post("/v1/messages", blocks)
+    _, _, cb = s.post("/v1/chat/completions", {"max_tokens": 12, "temperature": 0, "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write a list\nof fruits."}]})
+    assert mb["usage"]["output_tokens"] == cb["usage"]["completion_tokens"], (mb, cb)
+    assert (mb["content"] or [{"text": ""}])[0]["text"] == cb["choices"][0]["message"]["content"], (mb, cb)
+    st, evs = anthropic_stream(s, body)
+    names = [e for e, _ in evs]
+    deltas = [d["delta"]["text"] for e, d in evs if e == "content_block_delta"]
+    head = ["message_start"] + (["content_block_start"] if text else [])
+    tail = (["content_block_stop"] if text else []) + ["message_delta", "message_stop"]
+    assert st == 200 and names == head + ["content_block_delta"] * len(deltas) + tail, names
+    assert "".join(deltas) == text and all(deltas), (deltas, text)
+    start = evs[0][1]["message"]
+    assert start["content"] == [] and start["stop_reason"] is None and start["usage"]["output_tokens"] == 0, start
+    assert start["usage"]["input_tokens"] == c["usage"]["prompt_tokens"], start
+    d = evs[-2][1]
+    assert d["delta"] == {"stop_reason": want, "stop_sequence": None} and d["usage"] == {"output_tokens": u["output_tokens"]}, d
+    if len(text) > 3:  # a stop sequence from the text cuts it there
+        stop = text[2:4]
+        _, _, r = s.post("/v1/messages", dict(body, stop_sequences=["\x01never", stop]))
+        cut = text[:text.index(stop)]
+        assert r["stop_reason"] == "stop_sequence" and r["stop_sequence"] == stop, r
+        assert r["content"] == ([{"type": "text", "text": cut}] if cut else []), (r, cut)
+
+
+@case("/v1/messages and /v1/responses refuse hostile bodies: 400 naming the field")
+def t_messages_400(s):
+    u = [{"role": "user", "content": "Hi"}]
+    for path, body, param in (
+            ("/v1/messages", {"max_tokens": 2}, "messages"),
+            ("/v1/messages", {"messages": "Hi"}, "messages"),
+            ("/v1/messages", {"messages": []}, "messages"),
+            ("/v1/messages", {"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+            ("/v1/messages", {"messages": [{"role": 5, "content": "x"}]}, "messages[0].role"),
+            ("/v1/messages", {"messages": [{"role": "user"}]}, "messages[0].content"),
+            ("/v1/messages", {"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+            ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+             "messages[0].content[0].type"),
+            ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]},
+             "messages[0].content[0].text"),
+            ("/v1/messages", {"messages": u, "system": 5}, "system"),
+            ("/v1/messages", {"messages": u, "system": [{"type": "image"}]}, "system[0]"),
+            ("/v1/messages", {"messages": u, "max_tokens": "x"}, "max_tokens"),
+            ("/v1/messages", {"messages": u, "max_tokens": 10 ** 12}, "max_tokens"),
+            ("/v1/messages", {"messages": u, "max_tokens": 0}, "max_tokens"),
+            ("/v1/messages", {"messages": u, "stop_sequences": "x"}, "stop_sequences"),
+            ("/v1/messages", {"messages": u, "stop_sequences": [""]}, "stop_sequences[0]"),
+            ("/v1/messages", {"messages": u, "temperature": "hot"}, "temperature"),
+            ("/v1/messages", {"messages": u, "tools": [{"name": "f"}]}, "tools"),
+            ("/v1/messages/count_tokens", {"messages": [{"role": "bot", "content": "x"}]}, "messages[0].role"),
+            ("/v1/responses", {"max_output_tokens": 2}, "input"),
+            ("/v1/responses", {"input": 5}, "input"),
+            ("/v1/responses", {"input": [{"type": "function_call", "name": "f"}]}, "input[0].type"),
+            ("/v1/responses", {"input": [{"role": "bot", "content": "x"}]}, "input[0].role"),
+            ("/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
+             "input[0].content[0].type"),
+            ("/v1/responses", {"input": "Hi", "max_output_tokens": "x"}, "max_output_tokens"),
+            ("/v1/responses", {"input": "Hi", "stream": True}, "stream"),
+            ("/v1/responses", {"input": "Hi", "previous_response_id": "resp_1"}, "previous_response_id"),
+            ("/v1/responses", {"input": "Hi", "instructions": 3}, "instructions")):
+        st, _, r = s.post(path, body)
+        assert st == 400, (path, body, st, r)
+        err_shape(r, 400)
+        assert r["error"]["param"] == param and r["error"]["message"].startswith(param), (path, body, r)
+    st, _, r = s.request("POST", "/v1/messages", "[1, 2")
+    assert st == 400, st
+    st, _, _ = s.request("GET", "/health")
+    assert st == 200, st
+
+
+@case("POST /v1/responses (OpenAI Responses, not streamed): the chat's greedy text, usage")
+def t_responses(s):
+    st, _, r = s.post("/v1/responses", {"input": "Write a list of fruits.", "instructions": "Be brief.",
+                                        "max_output_tokens": 10, "temperature": 0})
+    assert st == 200 and r["object"] == "response" and r["status"] == "completed" and r["id"].startswith("resp_"), r
+    _, _, c = s.post("/v1/chat/completions", {"max_tokens": 10, "temperature": 0, "messages": [
+        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Write a list of fruits."}]})
+    out = r["output"][0]
+    assert out["type"] == "message" and out["role"] == "assistant" and out["id"].startswith("msg_"), out
+    assert out["content"][0]["type"] == "output_text", out
+    assert out["content"][0]["text"] == c["choices"][0]["message"]["content"], (out, c)
+    u = r["usage"]
+    assert u["input_tokens"] == c["usage"]["prompt_tokens"] and u["output_tokens"] == c["usage"]["completion_tokens"], u
+    assert u["total_tokens"] == u["input_tokens"] + u["output_tokens"] and "cached_tokens" in u["input_tokens_details"], u
+    st, _, r2 = s.post("/responses", {"input": [{"role": "system", "content": "Be brief."}, {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Write a list of fruits."}]}],
+        "max_output_tokens": 10, "temperature": 0})
+    assert st == 200 and r2["output"][0]["content"][0]["text"] == out["content"][0]["text"], r2
 
 
 @case("a client that disconnects (mid-stream, or waiting for a whole answer) cancels its job; the server goes on")
@@ -1244,6 +1391,7 @@ def main():
         return 1
     for t in (t_health, t_models, t_completion, t_chat, t_chat_prompt, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
               t_hostile, t_slow, t_tokenize, t_native, t_native_stop, t_native_prompts, t_native_refused,
+              t_llama_extras, t_messages, t_messages_400, t_responses,
               t_disconnect, t_metrics, t_concurrent, t_load):
         t(s)
     rc = s.stop()

@@ -16,11 +16,13 @@
 #include <unistd.h>
 
 #include "../base/timer.h"
+#include "anthropic.h"
 #include "conversation.h"
 #include "http_job.h"
 #include "native.h"
 #include "request.h"
 #include "response.h"
+#include "responses_api.h"
 
 #define DEFAULT_MAX_BODY ((size_t)8 << 20)
 #define STREAM_BLOCK 4096
@@ -100,7 +102,7 @@ static enum MHD_Result send_error(kvt_http *h, struct MHD_Connection *c, int sta
 // ---- the routes ----
 
 typedef enum { R_HEALTH, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_METRICS, R_NATIVE, R_PROPS,
-               R_SLOTS } route_id;
+               R_SLOTS, R_APPLY_TEMPLATE, R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES, R_LORA } route_id;
 typedef struct {
     const char *path;
     const char *method;
@@ -109,12 +111,16 @@ typedef struct {
 static const route k_routes[] = {
     {"/health", "GET", R_HEALTH},          {"/v1/health", "GET", R_HEALTH},
     {"/v1/models", "GET", R_MODELS},       {"/models", "GET", R_MODELS},
-    {"/v1/completions", "POST", R_COMPLETIONS}, {"/completions", "POST", R_COMPLETIONS},
+    {"/v1/completions", "POST", R_COMPLETIONS},
     {"/v1/chat/completions", "POST", R_CHAT},   {"/chat/completions", "POST", R_CHAT},
     {"/tokenize", "POST", R_TOKENIZE},     {"/detokenize", "POST", R_DETOKENIZE},
     {"/metrics", "GET", R_METRICS},
-    {"/completion", "POST", R_NATIVE},     {"/props", "GET", R_PROPS}, // llama-server's native endpoints (native.h)
-    {"/slots", "GET", R_SLOTS},
+    // llama-server's native endpoints (native.h); /completions (no /v1) is its native /completion, as there
+    {"/completion", "POST", R_NATIVE},     {"/completions", "POST", R_NATIVE},
+    {"/props", "GET", R_PROPS},            {"/slots", "GET", R_SLOTS},
+    {"/apply-template", "POST", R_APPLY_TEMPLATE}, {"/lora-adapters", "GET", R_LORA},
+    {"/v1/messages", "POST", R_MESSAGES},  {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS}, // anthropic.h
+    {"/v1/responses", "POST", R_RESPONSES}, {"/responses", "POST", R_RESPONSES},                 // responses_api.h
 };
 
 static enum MHD_Result answer_health(kvt_http *h, struct MHD_Connection *c) {
@@ -258,10 +264,19 @@ static int conn_fd(struct MHD_Connection *c) {
     return ci ? (int)ci->connect_fd : -1;
 }
 
-static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, conn *cn, kvt_req_kind kind) {
+// The request body parsed as the API asks: kvt_request_parse of kind, or a conversion into a chat request.
+static kvt_status parse_body(const conn *cn, kvt_req_kind kind, kvt_req_api api, kvt_request **req, kvt_api_error *ae) {
+    const char *body = cn->body ? cn->body : "";
+    if (api == KVT_API_ANTHROPIC) return kvt_anthropic_parse(body, cn->len, req, ae);
+    if (api == KVT_API_RESPONSES) return kvt_oairesp_parse(body, cn->len, req, ae);
+    return kvt_request_parse(body, cn->len, kind, req, ae);
+}
+
+static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, conn *cn, kvt_req_kind kind,
+                                         kvt_req_api api) {
     kvt_request *req = NULL;
     kvt_api_error ae;
-    if (kvt_request_parse(cn->body ? cn->body : "", cn->len, kind, &req, &ae)) return send_api_error(h, c, &ae, NULL, NULL);
+    if (parse_body(cn, kind, api, &req, &ae)) return send_api_error(h, c, &ae, NULL, NULL);
     const kvt_request_params *p = kvt_request_get(req);
     int64_t n_prompt = 0;
     int32_t *ids = prompt_ids(h, p, &n_prompt, &ae);
@@ -316,6 +331,7 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
         if (text) kvt_detokenize_ex(h->tok, ids, n_prompt, text, len, false, true);
         kvt_http_job_set_native(j, text, text ? (size_t)len : 0, job.sampling.seed, n_prompt);
     }
+    kvt_http_job_set_n_prompt(j, n_prompt);
     kvt_engine_callbacks cb = kvt_http_job_callbacks(j);
     uint64_t id;
     kvt_err err = {0};
@@ -353,6 +369,46 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+// POST /apply-template (a chat request's messages: {"prompt": the rendered template}) and POST
+// /v1/messages/count_tokens (an Anthropic request: {"input_tokens": its prompt's tokens}), as llama-server.
+static enum MHD_Result answer_template(kvt_http *h, struct MHD_Connection *c, conn *cn, bool count) {
+    kvt_request *req = NULL;
+    kvt_api_error ae;
+    if (parse_body(cn, KVT_REQ_CHAT, count ? KVT_API_ANTHROPIC : KVT_API_OPENAI, &req, &ae))
+        return send_api_error(h, c, &ae, NULL, NULL);
+    const kvt_request_params *p = kvt_request_get(req);
+    json_t *o = NULL;
+    if (count) {
+        int64_t n = 0;
+        int32_t *ids = prompt_ids(h, p, &n, &ae);
+        kvt_request_free(req);
+        if (!ids) return send_api_error(h, c, &ae, NULL, NULL);
+        free(ids);
+        o = json_pack("{s:I}", "input_tokens", (json_int_t)n);
+    } else {
+        char *rendered = NULL;
+        size_t len = 0;
+        kvt_err err = {0};
+        kvt_status st = kvt_chat_template_apply_request(h->tmpl, p->messages, p->n_messages, &rendered, &len, &err);
+        kvt_request_free(req);
+        if (st) {
+            kvt_api_errorf(&ae, st == KVT_ERR_NOMEM ? 500 : 400, "invalid_request_error", "messages", "%s", err.msg);
+            return send_api_error(h, c, &ae, NULL, NULL);
+        }
+        o = json_object();
+        bool ok = true;
+        kvt_resp_set(o, "prompt", kvt_resp_jtext(rendered, len), &ok);
+        free(rendered);
+        if (!ok) {
+            json_decref(o);
+            o = NULL;
+        }
+    }
+    char *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return out ? send_body(h, c, 200, out, k_json, NULL, NULL) : send_error(h, c, 500, "server_error", "out of memory");
 }
 
 static enum MHD_Result answer_tokenize(kvt_http *h, struct MHD_Connection *c, conn *cn, bool detok) {
@@ -758,12 +814,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!atomic_load(&h->ready)) return send_error(h, c, 503, "unavailable_error", "Loading model");
     switch (rt->id) {
     case R_MODELS: return answer_models(h, c);
-    case R_COMPLETIONS: return answer_completion(h, c, cn, KVT_REQ_COMPLETION);
-    case R_CHAT: return answer_completion(h, c, cn, KVT_REQ_CHAT);
+    case R_COMPLETIONS: return answer_completion(h, c, cn, KVT_REQ_COMPLETION, KVT_API_OPENAI);
+    case R_CHAT: return answer_completion(h, c, cn, KVT_REQ_CHAT, KVT_API_OPENAI);
+    case R_MESSAGES: return answer_completion(h, c, cn, KVT_REQ_CHAT, KVT_API_ANTHROPIC);
+    case R_RESPONSES: return answer_completion(h, c, cn, KVT_REQ_CHAT, KVT_API_RESPONSES);
+    case R_COUNT_TOKENS: return answer_template(h, c, cn, true);
+    case R_APPLY_TEMPLATE: return answer_template(h, c, cn, false);
+    case R_LORA: return send_body(h, c, 200, strdup("[]"), k_json, NULL, NULL); // no LoRA adapters: none loaded
     case R_TOKENIZE: return answer_tokenize(h, c, cn, false);
     case R_DETOKENIZE: return answer_tokenize(h, c, cn, true);
     case R_METRICS: return answer_metrics(h, c);
-    case R_NATIVE: return answer_completion(h, c, cn, KVT_REQ_NATIVE);
+    case R_NATIVE: return answer_completion(h, c, cn, KVT_REQ_NATIVE, KVT_API_OPENAI);
     case R_PROPS: return answer_props(h, c);
     case R_SLOTS:
         return send_error(h, c, 501, "not_supported_error", "GET /slots is not supported by kvtier: requests are not "

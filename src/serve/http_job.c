@@ -10,8 +10,10 @@
 #include <time.h>
 
 #include "../base/timer.h"
+#include "anthropic.h"
 #include "native.h"
 #include "response.h"
+#include "responses_api.h"
 #include "sse.h"
 #include "stop.h"
 #include "utf8_stream.h"
@@ -68,6 +70,7 @@ typedef struct {
     int64_t n_gen, raw_len;        // tokens seen; bytes of their pieces (a position's offset in the raw text)
     size_t which;                  // the stop string that matched (stopped)
     bool nl;                       // a stream: a newline was sent
+    bool block;                    // an Anthropic stream: the text block was opened (content_block_start sent)
 } choice;
 
 struct kvt_http_job {
@@ -83,6 +86,7 @@ struct kvt_http_job {
     kvt_engine *engine;
     uint64_t job_id;
     bool submitted, done, failed_oom, hung_up;
+    bool started;                  // an Anthropic stream: message_start was sent
     int64_t t_submit, t_first, t_done; // kvt_time_ns when the job was made (the request parsed, then submitted), at the first
                                        // generated token (0: none yet), at on_done
     kvt_engine_result res;
@@ -133,7 +137,10 @@ kvt_http_job *kvt_http_job_create(kvt_request *req, const kvt_tokenizer *tok, co
     j->tok = tok;
     j->created = (int64_t)time(NULL);
     j->t_submit = kvt_time_ns();
-    snprintf(j->id, sizeof j->id, "%s-%llu", p->kind == KVT_REQ_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)serial);
+    const char *prefix = p->api == KVT_API_ANTHROPIC ? "msg_" : p->api == KVT_API_RESPONSES ? "resp_"
+                         : p->kind == KVT_REQ_CHAT       ? "chatcmpl-"
+                                                         : "cmpl-";
+    snprintf(j->id, sizeof j->id, "%s%llu", prefix, (unsigned long long)serial);
     return j;
 }
 
@@ -170,6 +177,8 @@ void kvt_http_job_set_native(kvt_http_job *j, char *prompt_text, size_t prompt_l
     j->seed = seed;
     j->n_prompt = n_prompt;
 }
+
+void kvt_http_job_set_n_prompt(kvt_http_job *j, int64_t n_prompt) { j->n_prompt = n_prompt; }
 
 void kvt_http_job_set_id(kvt_http_job *j, kvt_engine *e, uint64_t id) {
     pthread_mutex_lock(&j->mu);
@@ -233,11 +242,66 @@ static kvt_resp_timings timings_of(const kvt_http_job *j) {
                               sp->summary_read_bytes, sp->stall_ms, sp->wait_ms};
 }
 
+// What an Anthropic answer tells of choice 0 so far (the usage's counts once the job is done).
+static kvt_anthropic_msg anthropic_of(const kvt_http_job *j) {
+    const choice *c = &j->ch[0];
+    const kvt_request_params *p = j->p;
+    kvt_anthropic_msg m = {.id = j->id, .model = j->model, .text = c->text.p ? c->text.p : k_empty,
+                           .len = c->text.len, .input_tokens = j->done ? j->res.prompt_tokens : j->n_prompt,
+                           .cached_tokens = j->done ? j->res.cached_tokens : 0,
+                           .output_tokens = j->res.completion_tokens};
+    m.stop_reason = c->stopped ? "stop_sequence" : c->finish && !strcmp(c->finish, "length") ? "max_tokens" : "end_turn";
+    if (c->stopped && c->which < p->n_stop) m.stop_sequence = p->stop[c->which];
+    return m;
+}
+
+// Appends an Anthropic stream event (j->mu held).
+static void anthropic_push(kvt_http_job *j, kvt_anthropic_event_kind kind, const kvt_anthropic_msg *m) {
+    size_t n = 0;
+    char *ev = kvt_anthropic_event(kind, m, &n);
+    if (!ev || !bytes_add(&j->out, ev, n)) j->failed_oom = true;
+    free(ev);
+    pthread_cond_broadcast(&j->cv);
+}
+
+// An Anthropic stream's message_start, once (j->mu held).
+static void anthropic_start(kvt_http_job *j) {
+    if (j->started) return;
+    j->started = true;
+    kvt_anthropic_msg m = anthropic_of(j);
+    anthropic_push(j, KVT_ANTHROPIC_MESSAGE_START, &m);
+}
+
+// An Anthropic stream's text: the block opened before its first piece, then a delta per piece (j->mu held).
+static void anthropic_piece(kvt_http_job *j, int32_t i, const char *text, size_t n) {
+    if (!n) return;
+    kvt_anthropic_msg m = anthropic_of(j);
+    m.text = text;
+    m.len = n;
+    anthropic_start(j);
+    if (!j->ch[i].block) anthropic_push(j, KVT_ANTHROPIC_BLOCK_START, &m);
+    j->ch[i].block = true;
+    anthropic_push(j, KVT_ANTHROPIC_BLOCK_DELTA, &m);
+}
+
+// The end of an Anthropic stream: the block closed, the stop reason and output tokens, message_stop (j->mu held).
+static void anthropic_end(kvt_http_job *j) {
+    anthropic_start(j);
+    kvt_anthropic_msg m = anthropic_of(j);
+    if (j->ch[0].block) anthropic_push(j, KVT_ANTHROPIC_BLOCK_STOP, &m);
+    anthropic_push(j, KVT_ANTHROPIC_MESSAGE_DELTA, &m);
+    anthropic_push(j, KVT_ANTHROPIC_MESSAGE_STOP, &m);
+}
+
 // Streams text[0..n) (and the logprobs gathered since the last chunk) of choice i, with finish when non-NULL.
 static void stream_piece(kvt_http_job *j, int32_t i, const char *text, size_t n, const char *finish) {
     choice *c = &j->ch[i];
     if (j->p->kind == KVT_REQ_NATIVE) { // one event per token, sent by on_token (native_partial)
         if (!bytes_add(&c->pend, text, n)) j->failed_oom = true;
+        return;
+    }
+    if (j->p->api == KVT_API_ANTHROPIC) {
+        anthropic_piece(j, i, text, n);
         return;
     }
     bool lp = j->p->logprobs && c->n_lps > 0;
@@ -378,6 +442,7 @@ static bool on_token(void *user, int32_t i, const kvt_engine_token *t) {
     choice *c = &j->ch[i];
     const bool native = j->p->kind == KVT_REQ_NATIVE;
     if (!j->t_first) j->t_first = kvt_time_ns();
+    if (j->p->api == KVT_API_ANTHROPIC && j->p->stream) anthropic_start(j); // with the first token, as llama-server
     bool go = !c->stopped && !j->failed_oom;
     const bool live = go;
     if (go && native && !native_token(j, c, t->id)) j->failed_oom = true;
@@ -409,7 +474,11 @@ static void stream_error(kvt_http_job *j, int status, const char *type, const ch
     kvt_api_errorf(&ae, status, type, NULL, "%s", msg);
     char *json = kvt_api_error_json(&ae), *ev = NULL;
     size_t el = 0;
-    if (json && !kvt_sse_frame(json, strlen(json), &ev, &el, NULL)) bytes_add(&j->out, ev, el);
+    if (j->p->api == KVT_API_ANTHROPIC) { // Anthropic's event "error"
+        ev = kvt_anthropic_error_event(json, &el);
+        json = NULL;
+        if (ev) bytes_add(&j->out, ev, el);
+    } else if (json && !kvt_sse_frame(json, strlen(json), &ev, &el, NULL)) bytes_add(&j->out, ev, el);
     free(json);
     free(ev);
 }
@@ -472,6 +541,8 @@ static void on_done(void *user, const kvt_engine_result *r) {
             size_t jl = 0;
             char *json = native_summary(j, &jl);
             push_event(j, json, jl);
+        } else if (j->p->api == KVT_API_ANTHROPIC) {
+            anthropic_end(j);
         } else if (j->p->include_usage) {
             kvt_resp_usage u = {r->prompt_tokens, r->completion_tokens, r->cached_tokens};
             const kvt_resp_timings t = timings_of(j);
@@ -479,7 +550,8 @@ static void on_done(void *user, const kvt_engine_result *r) {
             resp.timings = &t;
             stream_event(j, &resp);
         }
-        if (j->p->kind != KVT_REQ_NATIVE) bytes_add(&j->out, KVT_SSE_DONE, strlen(KVT_SSE_DONE)); // llama-server: none
+        if (j->p->kind != KVT_REQ_NATIVE && j->p->api != KVT_API_ANTHROPIC) // llama-server: none for these
+            bytes_add(&j->out, KVT_SSE_DONE, strlen(KVT_SSE_DONE));
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -538,8 +610,20 @@ void kvt_http_job_body(kvt_http_job *j, int fd, int *status, char **body) {
         pthread_mutex_unlock(&j->mu);
         return;
     }
-    if (j->p->kind == KVT_REQ_NATIVE) {
-        *body = native_summary(j, NULL);
+    if (j->p->kind == KVT_REQ_NATIVE || j->p->api != KVT_API_OPENAI) {
+        if (j->p->kind == KVT_REQ_NATIVE) *body = native_summary(j, NULL);
+        else if (j->p->api == KVT_API_ANTHROPIC) {
+            const kvt_anthropic_msg m = anthropic_of(j);
+            *body = kvt_anthropic_message_json(&m, NULL);
+        } else {
+            const choice *c = &j->ch[0];
+            char msg_id[48];
+            snprintf(msg_id, sizeof msg_id, "msg_%s", j->id + strlen("resp_"));
+            const kvt_oairesp r = {j->id, msg_id, j->model, j->created, (int64_t)time(NULL),
+                                   c->text.p ? c->text.p : k_empty, c->text.len, j->res.prompt_tokens,
+                                   j->res.cached_tokens, j->res.completion_tokens};
+            *body = kvt_oairesp_json(&r, NULL);
+        }
         *status = *body ? 200 : 500;
         pthread_mutex_unlock(&j->mu);
         return;

@@ -57,6 +57,17 @@ kvt_status kvt_req_get_int(json_t *obj, const char *key, int64_t lo, int64_t hi,
 kvt_status kvt_req_get_bool(json_t *obj, const char *key, bool *out, kvt_api_error *e);
 kvt_status kvt_req_check_str(json_t *v, const char *param, const char **out, kvt_api_error *e);
 const char *kvt_req_type_name(const json_t *v);
+// For the converters of other APIs (anthropic.c, responses_api.c): a 400 "param: what"; a 400 "param: must be want,
+// got <v's type>"; the 500 of out of memory (KVT_ERR_NOMEM); a field's value, NULL when absent or null.
+kvt_status kvt_req_bad(kvt_api_error *e, const char *param, const char *what);
+kvt_status kvt_req_wrong_type(kvt_api_error *e, const char *param, const char *want, const json_t *v);
+kvt_status kvt_req_nomem(kvt_api_error *e);
+json_t *kvt_req_field(json_t *obj, const char *key);
+// body[0..len) as a JSON object (a new reference), or NULL with a 400 in *e (malformed, or not an object).
+json_t *kvt_req_load(const char *body, size_t len, kvt_api_error *e);
+// A chat completions body built by a converter (taken; NULL: out of memory) parsed as kvt_request_parse does, the
+// request marked as come by api.
+kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, kvt_request **out, kvt_api_error *e);
 
 // llama-server's sampling defaults, those of a /completion request that does not set them: temperature 0.8, top_k
 // 40, top_p 0.95, min_p 0.05 (the other samplers off).

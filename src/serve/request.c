@@ -557,6 +557,7 @@ void kvt_request_free(kvt_request *r) {
 
 const kvt_request_params *kvt_request_get(const kvt_request *r) { return &r->p; }
 
+
 // The field readers, for native.c (native.h).
 kvt_status kvt_req_get_int(json_t *obj, const char *key, int64_t lo, int64_t hi, int64_t *out, bool *present,
                            kvt_api_error *e) {
@@ -567,3 +568,35 @@ kvt_status kvt_req_check_str(json_t *v, const char *param, const char **out, kvt
     return check_str(v, param, out, e);
 }
 const char *kvt_req_type_name(const json_t *v) { return type_name(v); }
+kvt_status kvt_req_bad(kvt_api_error *e, const char *param, const char *what) { return bad(e, param, what); }
+kvt_status kvt_req_wrong_type(kvt_api_error *e, const char *param, const char *want, const json_t *v) {
+    return kvt_api_errorf(e, 400, NULL, param, "%s: must be %s, got %s", param, want, type_name(v));
+}
+kvt_status kvt_req_nomem(kvt_api_error *e) { return nomem(e); }
+json_t *kvt_req_field(json_t *obj, const char *key) { return field(obj, key); }
+
+json_t *kvt_req_load(const char *body, size_t len, kvt_api_error *e) {
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &jerr);
+    if (!root) {
+        kvt_api_errorf(e, 400, "invalid_request_error", NULL, "malformed JSON at line %d, column %d: %s", jerr.line,
+                       jerr.column, jerr.text);
+    } else if (!json_is_object(root)) {
+        kvt_api_errorf(e, 400, "invalid_request_error", NULL, "the request body must be a JSON object, got %s",
+                       type_name(root));
+        json_decref(root);
+        root = NULL;
+    }
+    return root;
+}
+
+kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, kvt_request **out, kvt_api_error *e) {
+    *out = NULL;
+    char *text = chat ? json_dumps(chat, JSON_COMPACT) : NULL;
+    json_decref(chat);
+    if (!text) return nomem(e);
+    kvt_status st = kvt_request_parse(text, strlen(text), KVT_REQ_CHAT, out, e);
+    free(text);
+    if (st == KVT_OK) (*out)->p.api = api;
+    return st;
+}

@@ -51,6 +51,10 @@
 // KVT_REQ_NATIVE: llama-server's POST /completion (native.h lists its fields beyond the shared ones)
 typedef enum { KVT_REQ_COMPLETION, KVT_REQ_CHAT, KVT_REQ_TOKENIZE, KVT_REQ_DETOKENIZE, KVT_REQ_NATIVE } kvt_req_kind;
 
+// The API a chat request came in by, which shapes its answer: OpenAI's chat completions, Anthropic's Messages
+// (anthropic.h) or OpenAI's Responses (responses_api.h); the last two are converted into a chat request.
+typedef enum { KVT_API_OPENAI, KVT_API_ANTHROPIC, KVT_API_RESPONSES } kvt_req_api;
+
 // An error to answer with, in the OpenAI shape (kvt_api_error_json).
 typedef struct {
     int http_status;  // 400, 401, 404, 500, 503 ...
@@ -70,6 +74,7 @@ typedef struct {
 // The validated request; all pointers are owned by the kvt_request they came from.
 typedef struct {
     kvt_req_kind kind;
+    kvt_req_api api;             // KVT_API_OPENAI unless converted (kvt_request_parse_chat)
     const char *model;           // NULL when absent
     const char *prompt;          // completions given as text; NULL otherwise
     const int32_t *prompt_ids;   // completions given as token ids; NULL otherwise
