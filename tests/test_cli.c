@@ -132,6 +132,20 @@ void test_cli(const test_env *env) {
         test_result(rc == 0 && strstr(out, pen[i].ids), "cli: generate with llama.cpp's penalties / logit biases gives llama-server's ids",
                     "%s: exit %d: %.300s", pen[i].flags, rc, out);
     }
+    // -p's escapes processed by default (llama.cpp's -e), taken as they are with --no-escape
+    char esc[3][512];
+    const char *const esc_args[3] = {"-p 'Once\\nupon'", "-p 'Once\\nupon' --no-escape", "-p \"$(printf 'Once\\nupon')\""};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m %s %s -n 1 --temp 0 --json 2>/dev/null | grep -o '\"prompt_ids\":\\[[0-9,]*\\]'",
+                 env->cli, model, esc_args[i]);
+        rc = run(cmd, out, sizeof out);
+        size_t len = rc == 0 ? strnlen(out, sizeof esc[i] - 1) : 0;
+        memcpy(esc[i], out, len);
+        esc[i][len] = 0;
+    }
+    test_result(esc[0][0] && !strcmp(esc[0], esc[2]) && esc[1][0] && strcmp(esc[0], esc[1]) != 0,
+                "cli: generate -p processes escapes (as llama.cpp's -e), --no-escape takes them as they are",
+                "escaped %s, --no-escape %s, a real newline %s", esc[0], esc[1], esc[2]);
     // -s is --seed (llama.cpp's short flag)
     char sampled[2][512];
     for (int i = 0; i < 2; i++) {

@@ -14,6 +14,7 @@
 
 static const char *k_help =
     "usage: kvtier beam -m MODEL (-p PROMPT | -f FILE) [options]\n"
+    CLI_ESCAPE_HELP
     "  --beams N            beams kept after each step (default 4)\n"
     "  --width W            continuations per beam and step (default 2)\n"
     "  --step S             tokens per step (default 16)\n"

@@ -18,7 +18,7 @@ static const char *k_help =
     "  so a turn decodes only its new tokens (the replies are those of `generate` on the rendered conversation).\n"
     "  A message past the context or holding a NUL byte is refused by name and the conversation goes on without\n"
     "  it (exit 1 at the end).\n"
-    "  -p TEXT / -f FILE     the first user message (then stdin's lines)\n"
+    "  -p TEXT / -f FILE     the first user message (then stdin's lines)\n" CLI_ESCAPE_HELP
     "  --system TEXT         the system message (default: none, or the template's own)\n"
     "  --chat-template NAME  the prompt format instead of the GGUF's tokenizer.chat_template\n"
     "                        (chatml llama3 llama3.1 llama2 mistral-v0 mistral-v1 mistral-v3-tekken gemma phi3)\n"

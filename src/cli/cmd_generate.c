@@ -14,6 +14,7 @@
 
 static const char *k_help =
     "usage: kvtier generate -m MODEL (-p PROMPT | -f FILE) [options]\n"
+    CLI_ESCAPE_HELP
     "  -n N                 tokens to generate (default 128)\n" CLI_SAMPLING_HELP
     "  --no-special         do not parse special-token text (e.g. <|im_start|>) in the prompt\n"
     "  --json               print one JSON object (ids, text, timings) instead of the text\n" CLI_PROGRESS_HELP

@@ -31,44 +31,6 @@ static const char usage[] =
     "  on one line (kvtier's format since its first version); usage errors exit 2 (llama: 1); --log-disable keeps\n"
     "  the error line.\n";
 
-// Processes the escapes of llama.cpp's common string_process_escapes in place: \n \r \t \' \" \\ and \xHH (two
-// characters strtol reads whole as hex); any other backslash pair, and a backslash that ends the text, stay as
-// they are. Returns the new length.
-static size_t process_escapes(char *s, size_t len) {
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] != '\\' || i + 1 >= len) {
-            s[o++] = s[i];
-            continue;
-        }
-        const char c = s[++i];
-        switch (c) {
-        case 'n': s[o++] = '\n'; continue;
-        case 'r': s[o++] = '\r'; continue;
-        case 't': s[o++] = '\t'; continue;
-        case '\'':
-        case '"':
-        case '\\': s[o++] = c; continue;
-        case 'x':
-            if (i + 2 < len) {
-                const char hex[3] = {s[i + 1], s[i + 2], 0};
-                char *end = NULL;
-                const long v = strtol(hex, &end, 16);
-                if (end == hex + 2) {
-                    i += 2;
-                    s[o++] = (char)v;
-                    continue;
-                }
-            }
-            break;
-        default: break;
-        }
-        s[o++] = '\\';
-        s[o++] = c;
-    }
-    return o;
-}
-
 static void print_ids(const int32_t *ids, int64_t n, bool list) {
     if (list) printf("[");
     for (int64_t i = 0; i < n; i++) printf(i ? (list ? ", %d" : " %d") : "%d", ids[i]);
@@ -196,7 +158,7 @@ int cmd_tokenize(int argc, char **argv) {
         }
         memcpy(text, prompt, len + 1);
     }
-    if (escape) len = process_escapes(text, len);
+    if (escape) len = cli_process_escapes(text, len);
     // llama-tokenize adds the special tokens only when the model adds BOS, and then as the model asks (BOS, EOS)
     const bool add_special = kvt_tokenizer_add_bos(tok) && !no_bos;
     int64_t n = 0;

@@ -801,6 +801,44 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
     }
 }
 
+// Processes the escapes of llama.cpp's common string_process_escapes in place: \n \r \t \' \" \\ and \xHH (two
+// characters strtol reads whole as hex); any other backslash pair, and a backslash that ends the text, stay as
+// they are. Returns the new length.
+size_t cli_process_escapes(char *s, size_t len) {
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] != '\\' || i + 1 >= len) {
+            s[o++] = s[i];
+            continue;
+        }
+        const char c = s[++i];
+        switch (c) {
+        case 'n': s[o++] = '\n'; continue;
+        case 'r': s[o++] = '\r'; continue;
+        case 't': s[o++] = '\t'; continue;
+        case '\'':
+        case '"':
+        case '\\': s[o++] = c; continue;
+        case 'x':
+            if (i + 2 < len) {
+                const char hex[3] = {s[i + 1], s[i + 2], 0};
+                char *end = NULL;
+                const long v = strtol(hex, &end, 16);
+                if (end == hex + 2) {
+                    i += 2;
+                    s[o++] = (char)v;
+                    continue;
+                }
+            }
+            break;
+        default: break;
+        }
+        s[o++] = '\\';
+        s[o++] = c;
+    }
+    return o;
+}
+
 int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_params *p) {
     int e = cli_engine_flag(a, flag, p);
     if (e != 0) {
@@ -813,6 +851,9 @@ int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_par
     else if (!strcmp(flag, "-f") || !strcmp(flag, "--file")) dst = &in->prompt_file;
     else if (!strcmp(flag, "--no-progress")) {
         in->no_progress = true;
+        return 1;
+    } else if (!strcmp(flag, "-e") || !strcmp(flag, "--escape") || !strcmp(flag, "--no-escape")) {
+        in->no_escape = !strcmp(flag, "--no-escape"); // the last one given wins
         return 1;
     } else return 0;
     if (!(*dst = kvt_args_value(a, flag))) return -1;
@@ -836,6 +877,15 @@ bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, s
     }
     *text = in->prompt;
     *len = strlen(in->prompt);
+    if (!in->no_escape && strchr(in->prompt, '\\')) { // llama.cpp's default -e: escapes in -p processed
+        if (!(*owned = strdup(in->prompt))) {
+            fprintf(stderr, "kvtier %s: out of memory for the prompt\n", cmd);
+            return false;
+        }
+        *len = cli_process_escapes(*owned, *len);
+        (*owned)[*len] = 0;
+        *text = *owned;
+    }
     return true;
 }
 

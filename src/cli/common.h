@@ -25,12 +25,16 @@ typedef struct {
     const char *prompt_file; // -f, --file
     bool ctx_given;          // -c / --ctx-size was given
     bool no_progress;        // --no-progress
+    bool no_escape;          // --no-escape (-e / --escape, the default: escapes of -p processed, as llama.cpp's -e)
 } cli_input;
-// Consumes -m, -p, -f and the engine flags (cli_engine_flag); returns 1 if consumed, 0 if not one of
-// them, -1 on a bad value or on -p together with -f (message printed).
+// Processes llama.cpp's escapes (common string_process_escapes) in s[0..len) in place: \n \r \t \' \" \\ and \xHH
+// (two hex digits); any other backslash pair, and a backslash that ends the text, stay. Returns the new length.
+size_t cli_process_escapes(char *s, size_t len);
+// Consumes -m, -p, -f, -e / --escape / --no-escape and the engine flags (cli_engine_flag); returns 1 if consumed, 0
+// if not one of them, -1 on a bad value or on -p together with -f (message printed).
 int cli_input_flag(kvt_args *a, const char *flag, cli_input *in, kvt_context_params *p);
-// The prompt text (-p, or the contents of -f): *text and *len; *owned is malloc'ed when a file was read
-// (free it). false with a message when no prompt was given or the file cannot be read.
+// The prompt text (-p with its escapes processed unless --no-escape, or the contents of -f as they are): *text and
+// *len; *owned is malloc'ed when a file was read or escapes processed (free it). false with a message when no prompt was given or the file cannot be read.
 bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, size_t *len, char **owned);
 // The chat template of a model file (kvt_chat_template_from_gguf; name: --chat-template's, may be NULL): *t, and
 // with g non-NULL the opened file in *g (the caller frees both). A file without tokenizer.chat_template gets chatml,
@@ -50,6 +54,10 @@ typedef struct {
 int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_logit_biases *lb);
 // false (message printed) when a logit bias names a token outside the model's n_vocab.
 bool cli_check_logit_bias(const char *cmd, const cli_logit_biases *lb, int32_t n_vocab);
+// Help line of the prompt flags' escapes.
+#define CLI_ESCAPE_HELP                                                                                                \
+    "  -e, --no-escape      -p's \\n \\t \\\\ \\xHH ... are processed (-e, the default, as llama.cpp's) or taken as\n" \
+    "                       they are; -f's file is read as it is\n"
 // Help text of the sampling flags.
 #define CLI_SAMPLING_HELP                                                                                              \
     "  --temp T             temperature, 0 = greedy (default 0.8)\n"                                                  \
