@@ -22,6 +22,7 @@
 #include "../src/exec/backend_cuda.h"
 #include "../src/exec/context.h"
 #include "../src/exec/gpu_kv.h"
+#include "../src/kv/kv_paged.h"
 #include "../src/plan/profile.h"
 #include "../src/sched/beam.h"
 #include "../src/sched/sampler.h"
@@ -82,21 +83,29 @@ static void step(run *r, const run *ref, const float *lg, int64_t k, int64_t *ro
     }
 }
 
-// Runs the sequence on a context with n_gpu layers on the device. ref NULL: records the CPU reference in r (its greedy
-// ids become the sequence); else compares each step with ref.
-// n_gpu < 0: -n_gpu layers and the output (a plan's split, kvt_context_params.gpu_output).
-static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, kvt_err *err) {
+// A context of 64 positions, one thread, the paged store in blocks of 4 (blocks fill and the last one stays partial),
+// ngl layers on the device with their KV within vram bytes of VRAM (0: unlimited) over pinned bytes of pinned host
+// (0: unlimited; else the rest on disk in /tmp).
+static kvt_context_params dev_params(int32_t ngl, int64_t vram, int64_t pinned) {
     kvt_context_params p = kvt_context_params_default();
     p.n_ctx = 64;
     p.n_threads = 1;
     p.kv_paged = true;
-    p.kv_block = 4; // blocks fill and the last one stays partial
-    p.n_gpu_layers = n_gpu < 0 ? -n_gpu : n_gpu;
+    p.kv_block = 4;
+    p.n_gpu_layers = ngl;
+    p.kv_vram_bytes = vram;
+    p.kv_pinned_bytes = pinned;
+    p.kv_disk_dir = pinned > 0 ? "/tmp" : NULL;
+    return p;
+}
+
+// Runs the sequence on a context with n_gpu layers on the device. ref NULL: records the CPU reference in r (its greedy
+// ids become the sequence); else compares each step with ref.
+// n_gpu < 0: -n_gpu layers and the output (a plan's split, kvt_context_params.gpu_output).
+static bool run_seq(const kvt_model *m, int32_t n_gpu, run *r, const run *ref, kvt_err *err) {
+    kvt_context_params p = dev_params(n_gpu < 0 ? -n_gpu : n_gpu, r->vram, r->pinned);
     p.gpu_output = n_gpu < 0;
-    p.kv_vram_bytes = r->vram;
-    p.kv_pinned_bytes = r->pinned;
     p.kv_copy_min = r->copy_min;
-    p.kv_disk_dir = r->pinned > 0 ? "/tmp" : NULL;
     p.kv_group = r->group;
     p.kv_evict = r->evict;
     p.gpu_graphs = r->graphs;
@@ -347,8 +356,8 @@ static void check_tiers(const char *path) {
 
 // The device KV's fetch set on sliding-window layers (gpu_kv.c, no kernels run): two layers attending the last 8
 // positions, blocks of 4, a VRAM budget of 6 blocks. Decoding past the window, each layer reads 3 blocks (the window
-// and the block that opens), so after the first steps everything each step reads is in VRAM and nothing is loaded:
-// the blocks the window left go first (nothing reads them). Read bytes follow the window.
+// and the block that opens) and holds no more (the blocks the window left are freed, window_slide), so everything
+// stays in VRAM: nothing is loaded, evicted or read from host. Read bytes follow the window.
 static void check_window(const kvt_cuda_api *api) {
     const char *name = "cuda layers: device KV of sliding-window layers fetches only the window's blocks";
     enum { BL = 4, W = 8, ROW = 16, STEPS = 40 };
@@ -375,8 +384,8 @@ static void check_window(const kvt_cuda_api *api) {
         if (t == 19) kvt_gpu_kv_get_stats(kv, &a);
     }
     if (ok) kvt_gpu_kv_get_stats(kv, &b);
-    const bool steady = b.loads == a.loads && b.zero_copy_bytes == a.zero_copy_bytes && b.evictions > a.evictions;
-    test_result(ok && steady && b.vram_read_bytes + b.zero_copy_bytes == want && b.blocks_vram == 6, name,
+    const bool steady = b.loads == 0 && b.zero_copy_bytes == 0 && b.evictions == 0 && b.window_freed > 0;
+    test_result(ok && steady && b.vram_read_bytes + b.zero_copy_bytes == want && b.blocks_vram <= 6 && b.blocks_host == 0, name,
                 "%s%s; steps 20-39: %lld loads, %lld bytes read from host, %lld evictions; read %lld + %lld of %lld bytes; "
                 "%lld blocks in VRAM", msg, err.msg, (long long)(b.loads - a.loads), (long long)(b.zero_copy_bytes - a.zero_copy_bytes),
                 (long long)(b.evictions - a.evictions), (long long)b.vram_read_bytes, (long long)b.zero_copy_bytes,
@@ -398,6 +407,147 @@ static bool kv_mb(kvt_gpu_kv *kv, int32_t nl, int32_t seq, int64_t pos0, int64_t
         for (int64_t t = 0; ok && t < n; t++) kvt_gpu_kv_row(kv, i, 0, seq, pos[t]);
     }
     return ok && !kvt_gpu_kv_end(kv, err);
+}
+
+// The blocks one sequence holds in every tier (VRAM, pinned host, disk).
+static int64_t kv_held(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *s) {
+    kvt_gpu_kv_get_stats(kv, s);
+    return s->blocks_vram + s->blocks_host + s->blocks_disk;
+}
+
+// Sliding-window layers free what their window left (gpu_kv.c window_slide, the CPU store's shard_slide): two layers
+// attending the last 8 positions and a global one, blocks of 4, a prompt of 20 positions in chunks of 5, then decode
+// steps to 98 positions, with every block in VRAM, within 3 blocks of VRAM over pinned host, and within 2 of VRAM over 4
+// of pinned host over disk (the disk thread, then --kv-disk-sync). After every micro-batch the blocks held in all the
+// tiers stay within what the CPU store holds (kvt_kv_paged_shard_blocks per window layer: 4 with chunks of 5) plus the
+// global layer's, the disk slots at most one per block held (the first version kept every block: 25 per layer, 75).
+// Then, after freeing: a fork shares only the blocks its parent still holds (2 full ones per window layer, 24 global;
+// the partial ones copied); the child, one step on, truncated back to where its window still finds its blocks,
+// decodes again, truncated one block further back is refused (KVT_ERR_INVALID_ARG, as the CPU store refuses the
+// append), truncated to 0 starts afresh; the parent goes on; every step within the bound.
+static void check_window_free(const kvt_cuda_api *api) {
+    enum { BL = 4, W = 8, ROW = 16, NL = 3, U = 5, N = 98, SLOT = 2 * BL * ROW, DSLOT = 4096 }; // (disk slots: O_DIRECT's)
+    static const int32_t win[NL] = {W, W, 0};
+    static const struct { int64_t vram, pinned; bool sync; const char *name; } cfg[4] = {
+        {0, 0, false, "every block in VRAM"},
+        {3, 0, false, "3 blocks of VRAM over pinned host"},
+        {2, 4, false, "2 blocks of VRAM over 4 pinned over disk (disk thread)"},
+        {2, 4, true, "2 blocks of VRAM over 4 pinned over disk (--kv-disk-sync)"}};
+    for (int c = 0; c < 4; c++) {
+        char name[300], why[600] = "";
+        snprintf(name, sizeof name, "cuda layers: device KV frees the blocks a sliding window left (%s): within the CPU "
+                 "store's bound, fork, truncate and refusal as specified", cfg[c].name);
+        kvt_cuda_ctx *ctx = NULL;
+        kvt_gpu_kv *kv = NULL;
+        kvt_err err = {0};
+        char msg[KVT_CUDA_ERR_MAX] = "";
+        bool ok = api->ctx_init(0, &ctx, msg, (int)sizeof msg) == KVT_CUDA_OK;
+        const kvt_gpu_kv_params p = {NL, BL, 256, ROW, win, cfg[c].vram ? cfg[c].vram * SLOT : 0, NULL, 1,
+                                     cfg[c].pinned * SLOT, cfg[c].pinned ? "/tmp" : NULL, 0, 0, cfg[c].sync};
+        ok = ok && !kvt_gpu_kv_init(api, ctx, &p, &kv, &err);
+        kvt_gpu_kv_stats s;
+        int64_t peak = 0, disk_peak = 0, n = 0; // n: positions of sequence 0
+        // the bound at n positions of each of `seqs` sequences appended u at a time
+        #define BOUND(n, u) (2 * kvt_kv_paged_shard_blocks(n, W, BL, u) + ((n) + BL - 1) / BL)
+        for (; ok && n < N; n += n < 20 ? U : 1) {
+            ok = kv_mb(kv, NL, 0, n, n < 20 ? U : 1, &err);
+            const int64_t h = kv_held(kv, &s), m = n + (n < 20 ? U : 1);
+            peak = h > peak ? h : peak;
+            disk_peak = s.blocks_disk > disk_peak ? s.blocks_disk : disk_peak;
+            if (ok && (h > BOUND(m, U) || s.disk_bytes > h * DSLOT) && !why[0])
+                snprintf(why, sizeof why, "at %lld positions: %lld blocks held (%lld in VRAM, %lld host, %lld disk; %lld disk "
+                         "bytes), bound %lld", (long long)m, (long long)h, (long long)s.blocks_vram, (long long)s.blocks_host,
+                         (long long)s.blocks_disk, (long long)s.disk_bytes, (long long)BOUND(m, U));
+        }
+        // the last micro-batch's first row 97: blocks [0, (97 - 8 + 1) / 4) = [0, 22) freed in both window layers
+        if (ok && !why[0] && s.window_freed != 2 * 22)
+            snprintf(why, sizeof why, "%lld blocks freed by the windows, 44 expected", (long long)s.window_freed);
+        if (ok && !why[0] && cfg[c].pinned && (s.disk_writes == 0 || disk_peak == 0))
+            snprintf(why, sizeof why, "nothing went to disk (%lld writes)", (long long)s.disk_writes);
+        const kvt_gpu_kv_stats before = s;
+        ok = ok && !kvt_gpu_kv_fork(kv, 0, 1, &err);
+        kv_held(kv, &s);
+        const int64_t shared = s.fork_shared_blocks - before.fork_shared_blocks, copied = s.fork_blocks - before.fork_blocks;
+        if (ok && !why[0] && (shared != 2 * 2 + 24 || copied != 3))
+            snprintf(why, sizeof why, "fork at 98 positions: %lld blocks shared (28 expected), %lld copied (3)", (long long)shared,
+                     (long long)copied);
+        ok = ok && kv_mb(kv, NL, 1, 98, 1, &err); // the child goes on: its window from 98 starts at 91, in block 22
+        kvt_gpu_kv_truncate(kv, 1, 96);          // from 96 at 89, in block 22: held
+        ok = ok && kv_mb(kv, NL, 1, 96, 1, &err);
+        kvt_gpu_kv_truncate(kv, 1, 94); // from 94 at 87, in block 21: freed
+        kvt_err e2 = {0};
+        const bool refused = ok && !kv_mb(kv, NL, 1, 94, 1, &e2) && e2.status == KVT_ERR_INVALID_ARG && strstr(e2.msg, "already freed");
+        if (ok && !why[0] && !refused)
+            snprintf(why, sizeof why, "a truncate of the child to 94 then decoding at 94 was not refused: status %d '%s'",
+                     e2.status, e2.msg);
+        kvt_gpu_kv_truncate(kv, 1, 0); // the child anew: its prompt again, in chunks
+        for (int64_t q = 0; ok && q < 20; q += U) ok = kv_mb(kv, NL, 1, q, U, &err);
+        for (int64_t q = N; ok && q < N + 12; q++) { // the parent goes on, both within the bound
+            ok = kv_mb(kv, NL, 0, q, 1, &err);
+            const int64_t h = kv_held(kv, &s), bound = BOUND(q + 1, U) + BOUND(20, U);
+            peak = h > peak ? h : peak;
+            if (ok && h > bound && !why[0])
+                snprintf(why, sizeof why, "parent at %lld positions and the child at 20: %lld blocks held, bound %lld",
+                         (long long)(q + 1), (long long)h, (long long)bound);
+        }
+        #undef BOUND
+        test_result(ok && !why[0], name, "%s%s%s", msg, err.msg, why);
+        if (ok) printf("# window freeing, %s: at most %lld blocks held (the first version: %d at 98 positions); %lld freed by the "
+                       "windows; %lld loads, %lld evictions, %lld disk writes, %lld reads\n", cfg[c].name, (long long)peak,
+                       NL * 25, (long long)s.window_freed, (long long)s.loads, (long long)s.evictions, (long long)s.disk_writes,
+                       (long long)s.disk_reads);
+        kvt_gpu_kv_free(kv);
+        if (ctx) api->ctx_free(ctx);
+    }
+}
+
+// The device KV of a Gemma 3 270M-shaped split (18 layers, 15 with a window of 512: every sixth global; 1 KV head of
+// 256, blocks of 256) over a prompt of 4096 positions in micro-batches of 512 (the engine's n_ubatch): the blocks held
+// never pass the plan's count (kvt_kv_paged_shard_blocks per layer, what src/plan counts for the device layers of a
+// split: an upper bound at the chunks' worst offset), and reach 3 x 16 + 15 x 4 with chunks aligned on the blocks
+// (18 x 16 before the windows were freed).
+static void check_window_gemma_shape(const kvt_cuda_api *api) {
+    const char *name = "cuda layers: device KV of a Gemma 3-shaped split holds at most the plan's blocks (windows freed)";
+    enum { NL = 18, BL = 256, ROW = 512, UB = 512, CTX = 4096 };
+    int32_t win[NL];
+    int64_t plan = 0;
+    for (int32_t l = 0; l < NL; l++) {
+        win[l] = l % 6 < 5 ? 512 : 0;
+        plan += kvt_kv_paged_shard_blocks(CTX, win[l], BL, UB);
+    }
+    kvt_cuda_ctx *ctx = NULL;
+    kvt_gpu_kv *kv = NULL;
+    kvt_err err = {0};
+    char msg[KVT_CUDA_ERR_MAX] = "";
+    bool ok = api->ctx_init(0, &ctx, msg, (int)sizeof msg) == KVT_CUDA_OK;
+    const kvt_gpu_kv_params p = {NL, BL, CTX, ROW, win, 0, NULL, 1, 0, NULL, 0, 0, false};
+    ok = ok && !kvt_gpu_kv_init(api, ctx, &p, &kv, &err);
+    int32_t *seqs = calloc(UB, sizeof *seqs);
+    int64_t *pos = malloc(UB * sizeof *pos), peak = 0;
+    ok = ok && seqs && pos;
+    for (int64_t p0 = 0; ok && p0 < CTX; p0 += UB) {
+        int32_t max_len, mb;
+        const void *const *tk, *const *tv;
+        for (int64_t t = 0; t < UB; t++) pos[t] = p0 + t;
+        ok = !kvt_gpu_kv_begin(kv, UB, seqs, pos, &max_len, &err);
+        for (int32_t i = 0; ok && i < NL; i++) {
+            ok = !kvt_gpu_kv_layer(kv, i, &tk, &tv, &mb, &err);
+            for (int64_t t = 0; ok && t < UB; t++) kvt_gpu_kv_row(kv, i, 0, 0, pos[t]);
+        }
+        ok = ok && !kvt_gpu_kv_end(kv, &err);
+        kvt_gpu_kv_stats s;
+        const int64_t h = kv_held(kv, &s);
+        peak = h > peak ? h : peak;
+    }
+    const int64_t aligned = 3 * (CTX / BL) + 15 * 4;
+    test_result(ok && peak <= plan && peak == aligned, name, "%s%s; peak %lld blocks (%lld bytes), plan %lld, %lld expected",
+                msg, err.msg, (long long)peak, (long long)(peak * 2 * BL * ROW), (long long)plan, (long long)aligned);
+    if (ok) printf("# Gemma 3-shaped device KV at %d positions: peak %lld blocks = %lld bytes (plan %lld blocks = %lld bytes; every "
+                   "block kept: %d = %lld bytes)\n", CTX, (long long)peak, (long long)(peak * 2 * BL * ROW), (long long)plan,
+                   (long long)(plan * 2 * BL * ROW), NL * (CTX / BL), (long long)NL * (CTX / BL) * 2 * BL * ROW);
+    free(seqs), free(pos);
+    kvt_gpu_kv_free(kv);
+    if (ctx) api->ctx_free(ctx);
 }
 
 // The serving scheduler's plan as the device KV's lookahead (kvt_gpu_kv_set_plan): two sequences of 8 positions decode
@@ -943,6 +1093,119 @@ static void check_fork_share(const char *path) {
     kvt_model_free(m);
 }
 
+// Sliding-window layers through a context's device layers: the committed Q4_K_M llama with a window of 6 positions on
+// its first three layers (set on the loaded model: the CPU pass and the device read the same L->window; the rope
+// unchanged), blocks of 4: a prompt of 9 tokens, 36 decode steps (past 7 windows), a fork and a batch of both, the
+// child truncated back by one (its window still finds its blocks) and decoded again, the parent 4 steps on, the child
+// truncated back to 44 (its window from 44 would reach block 9, freed: refused with KVT_ERR_INVALID_ARG, by the device
+// KV as by the CPU store), then the parent truncated to 0 and its prompt decoded afresh. Each device configuration
+// (all 4 layers on the device with every block in VRAM, within 3 blocks of VRAM, within 2 of VRAM over 4 pinned over
+// disk; the last 2 layers on the device within 3 blocks): every row's logits bit for bit those of the same
+// configuration keeping every block (KVT_GPU_KV_KEEP_WINDOW: the first version), within nmse 1e-3 of the CPU pass;
+// blocks freed, and those held after the decode steps within the CPU store's bound (the first version: all 12 per
+// layer).
+enum { WL_W = 6, WL_ROWS = 9 + 36 + 2 + 1 + 4 + 9 };
+static int32_t wl_tok(int64_t i, int64_t V) { return (int32_t)(1 + (i * 37 + 11) % (V - 1)); }
+static bool win_run(const kvt_model *m, int32_t ngl, int64_t vram, int64_t pinned, bool keep, float *out, bool *refused,
+                    kvt_gpu_layers_stats *gs, kvt_err *err) {
+    const kvt_context_params p = dev_params(ngl, vram, pinned);
+    if (keep) setenv("KVT_GPU_KV_KEEP_WINDOW", "1", 1);
+    kvt_context *c = NULL;
+    const kvt_status st = kvt_context_init(m, &p, &c, err);
+    unsetenv("KVT_GPU_KV_KEEP_WINDOW");
+    if (st) return false;
+    const int64_t V = m->hp.n_vocab;
+    int64_t row = 0, t = 0;
+    int32_t ids[9];
+    for (int i = 0; i < 9; i++) ids[i] = wl_tok(t++, V);
+    bool ok = !kvt_decode_seq(c, 0, ids, 9, true, err);
+    if (ok) memcpy(out, kvt_context_logits(c), (size_t)(9 * V) * sizeof(float)), row += 9;
+    for (int s = 0; ok && s < 36; s++) {
+        const int32_t id = wl_tok(t++, V);
+        ok = !kvt_decode_seq(c, 0, &id, 1, false, err);
+        if (ok) memcpy(out + row++ * V, kvt_context_logits(c), (size_t)V * sizeof(float));
+    }
+    if (ngl > 0 && !kvt_context_gpu_stats(c, gs)) memset(gs, 0, sizeof *gs);
+    int32_t dst = -1;
+    ok = ok && !kvt_context_seq_fork(c, 0, &dst, err);
+    const int32_t seqs[2] = {0, dst}, toks[2] = {wl_tok(t, V), wl_tok(t + 1, V)};
+    t += 2;
+    ok = ok && !kvt_decode_batch(c, seqs, toks, 2, err);
+    if (ok) memcpy(out + row * V, kvt_context_logits(c), (size_t)(2 * V) * sizeof(float)), row += 2;
+    kvt_context_seq_truncate(c, dst, 45); // its window from 45 starts at 40: block 10, held
+    const int32_t again = wl_tok(t++, V);
+    ok = ok && !kvt_decode_seq(c, dst, &again, 1, false, err);
+    if (ok) memcpy(out + row++ * V, kvt_context_logits(c), (size_t)V * sizeof(float));
+    for (int s = 0; ok && s < 4; s++) {
+        const int32_t id = wl_tok(t++, V);
+        ok = !kvt_decode_seq(c, 0, &id, 1, false, err);
+        if (ok) memcpy(out + row++ * V, kvt_context_logits(c), (size_t)V * sizeof(float));
+    }
+    kvt_context_seq_truncate(c, dst, 44); // from 44 at 39: block 9, freed
+    kvt_err e2 = {0};
+    const int32_t back = wl_tok(t++, V);
+    *refused = ok && kvt_decode_seq(c, dst, &back, 1, false, &e2) == KVT_ERR_INVALID_ARG && strstr(e2.msg, "already freed");
+    kvt_context_seq_truncate(c, 0, 0);
+    ok = ok && !kvt_decode_seq(c, 0, ids, 9, true, err);
+    if (ok) memcpy(out + row * V, kvt_context_logits(c), (size_t)(9 * V) * sizeof(float)), row += 9;
+    kvt_context_free(c);
+    return ok && row == WL_ROWS;
+}
+
+static void check_window_logits(const char *path) {
+    enum { N = 4 };
+    static const struct { int32_t ngl; int64_t vram, pinned; const char *name; } cfg[N] = {
+        {4, 0, 0, "all 4 layers on the device, every block in VRAM"},
+        {4, 3 * SLOT, 0, "all 4 layers on the device within 3 blocks of VRAM"},
+        {4, 2 * SLOT, 4 * SLOT, "all 4 layers on the device within 2 blocks of VRAM over 4 pinned over disk"},
+        {2, 3 * SLOT, 0, "the last 2 layers on the device within 3 blocks of VRAM (-ngl 2 split)"}};
+    kvt_err err = {0};
+    kvt_model *m = NULL;
+    bool ok = !kvt_model_load(path, false, &m, &err);
+    for (int32_t l = 0; ok && l < 3 && l < m->hp.n_layer; l++) m->layers[l].window = WL_W;
+    const int64_t V = ok ? m->hp.n_vocab : 1;
+    float *ref = malloc((size_t)(WL_ROWS * V) * sizeof(float)), *got = malloc((size_t)(WL_ROWS * V) * sizeof(float));
+    float *old = malloc((size_t)(WL_ROWS * V) * sizeof(float));
+    kvt_gpu_layers_stats gs = {0}, go = {0};
+    bool cpu_refused = false, r2 = false;
+    ok = ok && ref && got && old && win_run(m, 0, 0, 0, false, ref, &cpu_refused, &gs, &err);
+    for (int i = 0; i < N; i++) {
+        char name[300], why[1200] = "";
+        snprintf(name, sizeof name, "cuda layers: sliding windows (6 of 4-position blocks) freed by the device KV, %s: bit for "
+                 "bit the run keeping every block, the CPU's within 1e-3, truncates and forks as the CPU store", cfg[i].name);
+        kvt_err e = {0};
+        bool refused = false;
+        const bool ran = ok && win_run(m, cfg[i].ngl, cfg[i].vram, cfg[i].pinned, false, got, &refused, &gs, &e) &&
+                         win_run(m, cfg[i].ngl, cfg[i].vram, cfg[i].pinned, true, old, &r2, &go, &e);
+        double worst = 0;
+        for (int64_t r = 0; ran && r < WL_ROWS; r++) {
+            const double d = nmse(got + r * V, ref + r * V, V);
+            worst = d > worst ? d : worst;
+        }
+        // the device layers' windows: 3 with all 4 there, 1 (layer 2) with the last 2; at 45 positions of one sequence
+        const int32_t nw = cfg[i].ngl == 4 ? 3 : 1, ng = cfg[i].ngl - nw;
+        const int64_t bound = nw * kvt_kv_paged_shard_blocks(45, WL_W, 4, 9) + ng * ((45 + 3) / 4);
+        const int64_t held = gs.kv.blocks_vram + gs.kv.blocks_host + gs.kv.blocks_disk;
+        const bool same = ran && !memcmp(got, old, (size_t)(WL_ROWS * V) * sizeof(float));
+        if (!ran) snprintf(why, sizeof why, "%s%s", err.msg, e.msg);
+        else if (!same) snprintf(why, sizeof why, "the logits differ from the run keeping every block");
+        else if (!(worst <= NMSE_LOGITS)) snprintf(why, sizeof why, "nmse %.3g against the CPU", worst);
+        else if (!refused || !cpu_refused) snprintf(why, sizeof why, "the truncate to 44 was not refused (device %d, CPU %d)", refused, cpu_refused);
+        else if (gs.kv.window_freed == 0 || held > bound)
+            snprintf(why, sizeof why, "after 45 positions: %lld blocks held (bound %lld; keeping every block %lld), %lld freed",
+                     (long long)held, (long long)bound, (long long)(go.kv.blocks_vram + go.kv.blocks_host + go.kv.blocks_disk),
+                     (long long)gs.kv.window_freed);
+        else if (cfg[i].pinned > 0 && gs.kv.disk_writes == 0) snprintf(why, sizeof why, "nothing went to disk");
+        test_result(!why[0], name, "%s", why);
+        if (ran) printf("# windows on the device, %s: nmse %.3g vs CPU; at 45 positions %lld blocks held (%lld keeping every "
+                        "block, bound %lld), %lld freed\n", cfg[i].name, worst, (long long)held,
+                        (long long)(go.kv.blocks_vram + go.kv.blocks_host + go.kv.blocks_disk), (long long)bound,
+                        (long long)gs.kv.window_freed);
+    }
+    free(ref), free(got), free(old);
+    kvt_model_free(m);
+}
+
 void test_cuda_layers(const test_env *env) {
     static const char *const names[7] = {"cuda layers: all 4 layers of a Q4_K_M llama on the device (-ngl 4)",
                                          "cuda layers: the last 2 of 4 layers on the device (-ngl 2, CPU/GPU split)",
@@ -962,6 +1225,8 @@ void test_cuda_layers(const test_env *env) {
         return;
     }
     check_window(be.api);
+    check_window_free(be.api);
+    check_window_gemma_shape(be.api);
     check_plan(be.api);
     kvt_cuda_device_info info;
     char msg[KVT_CUDA_ERR_MAX] = "";
@@ -977,6 +1242,7 @@ void test_cuda_layers(const test_env *env) {
         check_graphs(path, emulated);
         check_beam_forks(path);
         check_fork_share(path);
+        check_window_logits(path);
         if (test_file_exists(env->cli)) check_cli(env, path), check_planner(env, path);
         else test_skip("cuda layers: kvtier generate and beam --kv-vram", "no kvtier binary");
     } else {

@@ -780,6 +780,7 @@ void cli_json_kv_stats(kvt_json *j, kvt_context *ctx) {
         kvt_json_kv_int(j, "fork_copied_blocks", k->fork_blocks);       // blocks forks copied (partly filled last ones)
         kvt_json_kv_int(j, "fork_shared_blocks", k->fork_shared_blocks); // full blocks forks shared (a reference)
         kvt_json_kv_int(j, "cow_blocks", k->cow_blocks);                 // shared blocks copied before a write
+        kvt_json_kv_int(j, "window_freed_blocks", k->window_freed);     // blocks a sliding window left (freed)
         kvt_json_kv_int(j, "pinned_budget_bytes", k->pinned_cap_bytes); // T2: disk below pinned host
         kvt_json_kv_int(j, "pinned_over_bytes", k->pinned_over_bytes);
         kvt_json_kv_int(j, "pinned_staging_bytes", k->pinned_staging_bytes); // the disk thread's, past the budget

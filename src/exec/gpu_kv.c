@@ -46,8 +46,9 @@ typedef struct {
 
 typedef struct {
     int64_t n_pos;   // positions held (-1: no such sequence)
-    int64_t *blk;    // [nl * mb] block ids (valid below n_blk of the layer)
+    int64_t *blk;    // [nl * mb] block ids (valid below n_blk of the layer; -1 below n_drop)
     int64_t *n_blk;  // [nl]
+    int64_t *n_drop; // [nl] blocks [0, n_drop) of a sliding-window layer freed: no later query sees them (window_slide)
 } gseq;
 
 typedef struct {      // a sequence of the micro-batch: the positions its rows attend
@@ -101,6 +102,7 @@ struct kvt_gpu_kv {
     kvt_tier_store disk;
     void *bounce;        // [disk.slot_bytes] 4096-aligned, for disk I/O of slots O_DIRECT cannot take
     bool quiet;          // both streams synchronized and nothing queued since (host slots may be rewritten)
+    bool keep_window;    // KVT_GPU_KV_KEEP_WINDOW (tests): a window layer keeps every block (the first version)
     int64_t copy_min;    // copies shorter than this go into copy_batch kernels (0: none)
     // the serving scheduler's plan (kvt_gpu_kv_set_plan): per sequence < seq_cap, the first plan iteration running it
     // (-1: none) and the plan under which it last ran in a micro-batch
@@ -756,6 +758,44 @@ static void block_unref(kvt_gpu_kv *kv, int64_t id, int32_t seq) {
     if (b->n_hold == 0) block_free(kv, id);
 }
 
+// Sliding windows (the CPU store's shard_slide, kv_paged.c): a row at position p of a layer with window W attends
+// [p - W + 1, p] (kvt_cuda_attn_args.window: the last W positions, its own included; Gemma's n_swa), and no later row of
+// its sequence comes before the micro-batch's first (kvt_gpu_kv_begin refuses one whose window reaches a freed block),
+// so the blocks wholly before its first row's p - W + 1 go: the sequence's references dropped, the last one frees the
+// block's VRAM, pinned host and disk slots (block_free), its table entries NULL. Never allocated again: fetch starts
+// at n_drop. A block whose last reference goes while it has a host or disk slot (or disk I/O in flight) waits for both
+// streams first, as a truncate does (a free host slot may be rewritten from the host at once); one only in VRAM does
+// not (its next owner's writes and loads are ordered after whatever still uses it on the streams).
+static kvt_status window_slide(kvt_gpu_kv *kv, kvt_err *err) {
+    if (kv->keep_window) return KVT_OK;
+    bool synced = false;
+    for (int32_t k = 0; k < kv->n_bs; k++) {
+        const int32_t seq = kv->bs[k].seq;
+        gseq *S = &kv->seq[seq];
+        for (int32_t v = 0; v < kv->nv; v++) {
+            const int64_t w = kv->window[v], bl = kv->p.block_len;
+            int64_t keep = w > 0 && kv->bs[k].min_len > w ? (kv->bs[k].min_len - w) / bl : 0;
+            if (keep > S->n_blk[v]) keep = S->n_blk[v];
+            for (int64_t b = S->n_drop[v]; b < keep; b++) {
+                const size_t e = (size_t)v * kv->mb + b, r = (size_t)seq * kv->mb + b;
+                const gblk *B = &kv->B[S->blk[e]];
+                if (!synced && B->n_hold == 1 && (B->hslot >= 0 || B->dslot >= 0 || B->wslot >= 0 || B->pending)) {
+                    kvt_status st = sync_both(kv, err);
+                    if (st) return st;
+                    synced = true;
+                }
+                block_unref(kv, S->blk[e], seq);
+                S->blk[e] = -1;
+                kv->hk[v][r] = kv->hv[v][r] = NULL;
+                kv->tdirty[v][seq] = 1;
+                kv->st.window_freed++;
+            }
+            if (keep > S->n_drop[v]) S->n_drop[v] = keep;
+        }
+    }
+    return KVT_OK;
+}
+
 static kvt_status batch_issue(kvt_gpu_kv *kv, const kvt_cuda_copy *batch, int n, kvt_err *err) {
     if (n == 0) return KVT_OK;
     CU(kv->api->copy_batch(kv->ctx, batch, n, KVT_CUDA_STREAM_COPY), "batched copy of KV blocks");
@@ -795,10 +835,12 @@ static kvt_status flush(kvt_gpu_kv *kv, const xfer *list, int64_t n, bool to_hos
     return batch_issue(kv, batch, nb, err);
 }
 
-// The first block a sequence's rows read in layer i.
+// The first block a sequence's rows read in layer i (never one a window freed: the guess of kvt_gpu_kv_end after a
+// truncate may reach back past them; it only fetches, nothing reads them).
 static int64_t first_block(const kvt_gpu_kv *kv, int32_t i, const bseq *s) {
-    const int64_t w = kv->window[i];
-    return w > 0 && s->min_len > w ? (s->min_len - w) / kv->p.block_len : 0;
+    const int64_t w = kv->window[i], d = kv->seq[s->seq].n_drop[i];
+    const int64_t b = w > 0 && s->min_len > w ? (s->min_len - w) / kv->p.block_len : 0;
+    return b > d ? b : d;
 }
 
 // The fetch of device layer l, every head group's blocks (the schedule of gpu_kv.h, step 2): queued on COPY, then
@@ -853,7 +895,7 @@ static kvt_status seq_reserve(kvt_gpu_kv *kv, int32_t seq, kvt_err *err) {
     gseq *ns = realloc(kv->seq, (size_t)cap * sizeof *ns);
     if (!ns) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %d device sequences", cap);
     kv->seq = ns;
-    for (int32_t s = kv->seq_cap; s < cap; s++) ns[s] = (gseq){-1, NULL, NULL};
+    for (int32_t s = kv->seq_cap; s < cap; s++) ns[s] = (gseq){-1, NULL, NULL, NULL};
     int32_t *pit = realloc(kv->pit, (size_t)cap * sizeof *pit);
     if (pit) kv->pit = pit;
     int64_t *ran = pit ? realloc(kv->ran, (size_t)cap * sizeof *ran) : NULL;
@@ -893,10 +935,11 @@ static kvt_status seq_get(kvt_gpu_kv *kv, int32_t seq, gseq **out, kvt_err *err)
     gseq *S = &kv->seq[seq];
     if (S->n_pos < 0) {
         S->n_blk = calloc((size_t)kv->nv, sizeof *S->n_blk);
+        S->n_drop = calloc((size_t)kv->nv, sizeof *S->n_drop);
         S->blk = malloc((size_t)kv->nv * (size_t)kv->mb * sizeof *S->blk);
-        if (!S->n_blk || !S->blk) {
-            free(S->n_blk), free(S->blk);
-            S->n_blk = NULL, S->blk = NULL;
+        if (!S->n_blk || !S->n_drop || !S->blk) {
+            free(S->n_blk), free(S->n_drop), free(S->blk);
+            S->n_blk = NULL, S->n_drop = NULL, S->blk = NULL;
             return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
         }
         S->n_pos = 0;
@@ -952,6 +995,8 @@ kvt_status kvt_gpu_kv_init(const kvt_cuda_api *api, kvt_cuda_ctx *ctx, const kvt
     kv->p.disk_dir = NULL;
     kv->disk.fd = -1;
     kv->copy_min = p->copy_min == 0 ? KVT_GPU_KV_COPY_MIN : p->copy_min < 0 ? 0 : p->copy_min;
+    const char *keep = getenv("KVT_GPU_KV_KEEP_WINDOW"); // (tests: the first version, to compare the logits with)
+    kv->keep_window = keep && keep[0] && strcmp(keep, "0") != 0;
     if (p->pinned_bytes > 0 && !(p->disk_dir && p->disk_dir[0]))
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device KV: a pinned host budget (%lld bytes) needs a disk tier below it "
                           "(--kv-disk DIR)", (long long)p->pinned_bytes);
@@ -1017,7 +1062,7 @@ void kvt_gpu_kv_free(kvt_gpu_kv *kv) {
     A->host_free(kv->ctx, kv->stage);
     for (int j = 0; j < 2; j++) A->event_free(kv->ctx, kv->ev_copy[j]);
     A->event_free(kv->ctx, kv->ev_compute);
-    for (int32_t s = 0; kv->seq && s < kv->seq_cap; s++) free(kv->seq[s].blk), free(kv->seq[s].n_blk);
+    for (int32_t s = 0; kv->seq && s < kv->seq_cap; s++) free(kv->seq[s].blk), free(kv->seq[s].n_blk), free(kv->seq[s].n_drop);
     for (int64_t id = 0; id < kv->n_B; id++) free(kv->B[id].hold);
     free(kv->seq), free(kv->tk), free(kv->tv), free(kv->hk), free(kv->hv), free(kv->tdirty), free(kv->window);
     if (kv->has_disk) kvt_tier_free(&kv->disk);
@@ -1043,6 +1088,13 @@ kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, cons
             return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: position %lld of sequence %d (holds %lld, context %lld)",
                               (long long)pos[t], seqs[t], (long long)S->n_pos, (long long)kv->p.n_ctx);
         }
+        for (int32_t v = 0; v < kv->nv; v++) { // (after a truncate far back, as the CPU store's append refuses it)
+            const int64_t w = kv->window[v], freed = S->n_drop[v] * kv->p.block_len;
+            if (w > 0 && freed > 0 && pos[t] - w + 1 < freed)
+                return kvt_errorf(err, KVT_ERR_INVALID_ARG, "device layers: position %lld of sequence %d: the sliding window of %lld "
+                                  "positions of device layer %d reaches positions before %lld, already freed",
+                                  (long long)pos[t], seqs[t], (long long)w, v / kv->ng, (long long)freed);
+        }
         if (pos[t] == S->n_pos) S->n_pos++;
         const int64_t len = pos[t] + 1;
         kv->rseq[t] = seqs[t];
@@ -1055,6 +1107,8 @@ kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, cons
         if (len < kv->bs[k].min_len) kv->bs[k].min_len = len;
         if (len > kv->bs[k].max_len) kv->bs[k].max_len = len;
     }
+    kvt_status st0 = window_slide(kv, err);
+    if (st0) return st0;
     // copy on write: a row writing into a block that other sequences share (a truncate into it, a rewrite) gets a
     // copy of its own first (both streams idle; the block's bytes unchanged)
     bool synced = false;
@@ -1320,7 +1374,17 @@ kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *er
     if (st || (st = sync_both(kv, err))) return st;
     const int64_t n_pos = kv->seq[src].n_pos;
     for (int32_t i = 0; i < kv->nv; i++) {
-        for (int64_t b = 0; b < kv->seq[src].n_blk[i]; b++) {
+        // the blocks a sliding window freed: freed for dst too (its queries start where src's would: no later one sees
+        // them), never shared or copied
+        const int64_t d = kv->seq[src].n_drop[i];
+        for (int64_t b = 0; b < d; b++) {
+            const size_t e = (size_t)dst * kv->mb + b;
+            kv->seq[dst].blk[(size_t)i * kv->mb + b] = -1;
+            kv->hk[i][e] = kv->hv[i][e] = NULL;
+        }
+        kv->seq[dst].n_drop[i] = kv->seq[dst].n_blk[i] = d;
+        kv->tdirty[i][dst] = 1;
+        for (int64_t b = d; b < kv->seq[src].n_blk[i]; b++) {
             const int64_t sid = kv->seq[src].blk[(size_t)i * kv->mb + b];
             if ((b + 1) * kv->p.block_len <= n_pos) { // full: shared (a later write into it copies it first)
                 gblk *B = &kv->B[sid];
@@ -1350,12 +1414,14 @@ void kvt_gpu_kv_truncate(kvt_gpu_kv *kv, int32_t seq, int64_t n_keep) {
     kvt_err e;
     sync_both(kv, &e); // no kernel or copy may still use a slot that goes (a failure shows at the next call)
     for (int32_t i = 0; i < kv->nv; i++) {
-        for (int64_t b = keep; b < S->n_blk[i]; b++) block_unref(kv, S->blk[(size_t)i * kv->mb + b], seq);
+        for (int64_t b = keep > S->n_drop[i] ? keep : S->n_drop[i]; b < S->n_blk[i]; b++)
+            block_unref(kv, S->blk[(size_t)i * kv->mb + b], seq);
         if (S->n_blk[i] > keep) S->n_blk[i] = keep;
+        if (S->n_drop[i] > keep) S->n_drop[i] = keep; // (kvt_gpu_kv_begin refuses a row whose window reaches them)
     }
     if (n_keep <= 0) {
-        free(S->n_blk), free(S->blk);
-        *S = (gseq){-1, NULL, NULL};
+        free(S->n_blk), free(S->n_drop), free(S->blk);
+        *S = (gseq){-1, NULL, NULL, NULL};
     } else if (S->n_pos > n_keep) {
         S->n_pos = n_keep;
     }

@@ -27,6 +27,15 @@
 // copy: it is clean until the layer writes a row into it, and evicting a clean block costs no copy). Slots are cut
 // from allocations of at least 8 MiB (or the budget), so that consecutive blocks' copies merge into one transfer.
 //
+// Sliding windows (as the CPU store, kv_paged.h): a row at position p of a layer with window W attends [p - W + 1, p]
+// (the last W positions, its own included: Gemma's sliding_window), so kvt_gpu_kv_begin frees, per sequence of the
+// micro-batch, every block wholly before its first row's p - W + 1 (VRAM, pinned host and disk slots, with the last
+// reference; counted in window_freed) and never allocates it again: a window layer holds at most
+// kvt_kv_paged_shard_blocks(positions, W, block_len, rows per micro-batch) blocks. A block with a host or disk slot
+// waits for both streams first (as truncate). A row whose window reaches a freed block (after a truncate far back) is
+// refused, as the CPU store refuses the append. KVT_GPU_KV_KEEP_WINDOW=1 in the environment at init (tests): every
+// block kept (the first version, to compare).
+//
 // Schedule. A micro-batch runs the device layers in order; kvt_gpu_kv_layer(i) (called before layer i's kernels):
 //   1. COPY waits for an event recorded on COMPUTE after layer i - 1's kernels (so nothing still reads a victim);
 //   2. the fetch of layer i + 1 is queued on COPY (layer 0's first, at i = 0): its blocks to read (every sequence
@@ -83,7 +92,8 @@ void kvt_gpu_kv_free(kvt_gpu_kv *kv);
 
 // A micro-batch of n rows: row t appends position pos[t] to sequence seqs[t] (a new sequence starts at 0; each
 // position at most the sequence's length; rows of a sequence consecutive, positions increasing). Checks the rows
-// (KVT_ERR_INVALID_ARG, naming the row) and notes what each layer reads. *max_len: the longest row's positions.
+// (KVT_ERR_INVALID_ARG, naming the row; also a row whose sliding window reaches a block freed) and notes what each
+// layer reads, after freeing the blocks the sliding windows left (above). *max_len: the longest row's positions.
 kvt_status kvt_gpu_kv_begin(kvt_gpu_kv *kv, int64_t n, const int32_t *seqs, const int64_t *pos, int32_t *max_len,
                             kvt_err *err);
 // Layer i of the micro-batch (0, 1, ... in order; the schedule above). After it, *tk and *tv are layer i's device
@@ -123,7 +133,8 @@ void kvt_gpu_kv_tables_dirty(kvt_gpu_kv *kv);
 // copied into a free VRAM slot, else a host slot (no eviction). A micro-batch row writing into a shared block (after
 // a truncate into it, or a rewrite) copies it first (kvt_gpu_kv_begin: copy on write). truncate keeps positions
 // [0, n_keep) (n_keep 0: the sequence goes), dropping its references. Unknown sequences: no-ops. Both wait for the
-// streams first.
+// streams first. Blocks a sliding window freed stay freed: dst starts with src's (none shared, never read: its rows
+// come after src's), and a truncate keeps them (kvt_gpu_kv_begin refuses a row whose window reaches one).
 kvt_status kvt_gpu_kv_fork(kvt_gpu_kv *kv, int32_t src, int32_t dst, kvt_err *err);
 void kvt_gpu_kv_truncate(kvt_gpu_kv *kv, int32_t seq, int64_t n_keep);
 
@@ -164,6 +175,8 @@ typedef struct {
                                // fork copies only the partly filled last block), copies on write included, bytes
     int64_t fork_shared_blocks; // blocks forks shared (full blocks: a reference, no copy)
     int64_t cow_blocks;        // shared blocks copied before a write into them (copy on write; in fork_blocks too)
+    int64_t window_freed;      // blocks a sliding window left, dropped from their sequence's table (kvt_gpu_kv_begin;
+                               // the slots go with the last reference)
 } kvt_gpu_kv_stats;
 void kvt_gpu_kv_get_stats(const kvt_gpu_kv *kv, kvt_gpu_kv_stats *out);
 
