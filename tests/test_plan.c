@@ -484,6 +484,27 @@ static void test_window_kv(void) {
                      (long long)worst, err.msg);
     }
     test_result(!why[0], name, "%s", why);
+    // a GPU split (a profile with a GPU that holds the weights and the KV: the plan puts layers there) counts its
+    // device layers' windows as the CPU store's: the device KV (gpu_kv.c window_slide) frees the blocks a window left
+    // by the store's rule at the plan's block size and the engine's prefill chunk. At ctx 32768 the same figure as
+    // on the CPU (cpu(0)+gpu(32): 150,405,120 bytes; the device layers' windows used to count at the whole context:
+    // 754,974,720)
+    p.has_gpu = true;
+    p.vram_bytes = 8LL << 30;
+    p.gpu_mem_gbps = 300;
+    p.h2d_gbps = 12;
+    r.ctx = 32768;
+    st = kvt_plan_search(&c, &p, &r, pl, &err);
+    const int64_t bg = pl->kv_block_tokens, lg = (W + ub - 2 + bg - 1) / bg + 1;
+    const int64_t want_gpu = (nl - n_local) * ((r.ctx + bg - 1) / bg) * bg * tok + n_local * lg * bg * tok;
+    test_result(st == KVT_OK && pl->feasible && pl->gpu_units > 0 && pl->kv_total_bytes == want_gpu &&
+                    pl->kv_window_layers == n_local && pl->kv_full_bytes == nl * r.ctx * tok,
+                "plan: a GPU split counts its device layers' sliding windows as the paged store does (gpu_kv frees them)",
+                "st %d %s: cpu(%d)+gpu(%d), block %lld: total %lld (want %lld), fast %lld, full %lld, %d window layers", st,
+                err.msg, pl->cpu_units, pl->gpu_units, (long long)bg, (long long)pl->kv_total_bytes, (long long)want_gpu,
+                (long long)pl->kv_fast_bytes, (long long)pl->kv_full_bytes, pl->kv_window_layers);
+    printf("#    gemma3-like smollm2 shape on a GPU split cpu(%d)+gpu(%d), ctx 32768: plan KV %lld bytes (full %lld)\n",
+           pl->cpu_units, pl->gpu_units, (long long)pl->kv_total_bytes, (long long)pl->kv_full_bytes);
     free(pl);
     kvt_costs_free(&c);
 }
@@ -495,6 +516,8 @@ static void test_window_gemma3(void) {
     const char *gemma3 = getenv("KVT_GEMMA3");
     if (!test_file_exists(gemma3)) {
         test_skip(name, "Gemma 3 not in cache: run `make model-gemma3` (KVT_GEMMA3)");
+        test_skip("plan: Gemma 3 270M at ctx 32768 on a GPU split: the device layers' windows counted as the CPU store's",
+                  "Gemma 3 not in cache: run `make model-gemma3` (KVT_GEMMA3)");
         return;
     }
     kvt_err err = {0};
@@ -518,6 +541,19 @@ static void test_window_gemma3(void) {
                     name, "%s: block %lld, total %lld (want %lld), fast %lld, full %lld, %d window layers", err.msg,
                     (long long)b, (long long)pl->kv_total_bytes, (long long)want, (long long)pl->kv_fast_bytes,
                     (long long)pl->kv_full_bytes, pl->kv_window_layers);
+        // on a GPU split the same figure: the device layers' windows freed as the CPU store's (gpu_kv.c); they used to
+        // count at the whole context (603,979,776 with every layer on the device)
+        p.has_gpu = true;
+        p.vram_bytes = 8LL << 30;
+        p.gpu_mem_gbps = 300;
+        p.h2d_gbps = 12;
+        const bool gok = kvt_plan_search(&c, &p, &r, pl, &err) == KVT_OK;
+        test_result(gok && pl->gpu_units > 0 && pl->kv_total_bytes == want && pl->kv_window_layers == 15,
+                    "plan: Gemma 3 270M at ctx 32768 on a GPU split: the device layers' windows counted as the CPU store's",
+                    "%s: cpu(%d)+gpu(%d), block %lld, total %lld (want %lld)", err.msg, pl->cpu_units, pl->gpu_units,
+                    (long long)pl->kv_block_tokens, (long long)pl->kv_total_bytes, (long long)want);
+        printf("#    Gemma 3 270M on a GPU split cpu(%d)+gpu(%d) at ctx 32768: plan KV %lld bytes (full %lld)\n", pl->cpu_units,
+               pl->gpu_units, (long long)pl->kv_total_bytes, (long long)pl->kv_full_bytes);
         kvt_costs_free(&c);
     } else {
         test_result(false, name, "%s", err.msg);

@@ -45,8 +45,8 @@ typedef struct {
     int64_t append;       // positions a prefill chunk appends at once (the context's n_ubatch)
     int32_t layers_fast;  // layers whose attention reads the fast tier
     int32_t layers_host;  // layers whose attention reads host DRAM directly (CPU side of a split)
-    const int32_t *win_fast, *win_host; // [layers_*] each layer's sliding window as its store frees it (0: the
-                                        // store keeps the whole context: a global layer, or the device KV's)
+    const int32_t *win_fast, *win_host; // [layers_*] each layer's sliding window as its store frees it (0: a global
+                                        // layer: the whole context; the paged store and a split's device KV alike)
     int32_t h_kv;
     int64_t head_tok;     // K+V bytes of one head for one token
     int64_t fast_cap, host_cap, disk_cap;
@@ -304,13 +304,14 @@ kvt_status kvt_plan_search(const kvt_costs *c, const kvt_profile *p, const kvt_p
     pl->t_overhead_ms = cd->t_overhead_ms;
 
     // KV placement for the chosen split. The paged store (what the plan configures) frees what a CPU layer's sliding
-    // window no longer sees; the device layers' KV (gpu_kv.c) keeps every block: their windows count as the whole context.
+    // window no longer sees, and the device layers' KV of a split (gpu_kv.c window_slide) the same blocks by the same
+    // rule at the same block size and prefill chunk: every window counts as kvt_kv_paged_shard_blocks holds it.
     const int32_t nl = c->hp.n_layer;
-    int32_t *win = calloc((size_t)nl + 1, sizeof *win); // [n_layer] as the store frees them
+    int32_t *win = calloc((size_t)nl + 1, sizeof *win); // [n_layer] as the stores free them
     if (!win) return kvt_errorf(err, KVT_ERR_NOMEM, "plan: out of memory");
     const bool split = p->has_gpu && k < N;
     const int32_t host_layers = split ? blocks_in(c, 0, k) : nl; // layers in the CPU's paged store: the first ones
-    for (int32_t l = 0; l < host_layers; l++) win[l] = c->units[l + 1].window > 0 ? c->units[l + 1].window : 0;
+    for (int32_t l = 0; l < nl; l++) win[l] = c->units[l + 1].window > 0 ? c->units[l + 1].window : 0;
     kv_in in;
     memset(&in, 0, sizeof in);
     in.B = B;
@@ -325,7 +326,7 @@ kvt_status kvt_plan_search(const kvt_costs *c, const kvt_profile *p, const kvt_p
         in.layers_fast = blocks_in(c, k, N);
         in.layers_host = host_layers;
         in.win_host = win;
-        in.win_fast = win + host_layers; // zeros
+        in.win_fast = win + host_layers; // the device layers'
         in.fast_cap = pl->vram_avail - cd->gpu_bytes;
         in.host_cap = pl->ram_avail - cd->cpu_bytes;
         in.link_gbps = p->h2d_gbps;

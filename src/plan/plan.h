@@ -76,8 +76,8 @@ typedef struct {
     int64_t kv_bytes_per_token;  // all layers, one sequence
     int64_t kv_full_bytes;       // batch x ctx x kv_bytes_per_token: every layer at the whole context (the contiguous
                                  // store's allocation, which keeps no windows)
-    int64_t kv_total_bytes;      // what the paged store holds at most at ctx x batch with the plan's block size: a CPU
-                                 // layer's sliding window only its window, the block being filled and a prefill chunk's
+    int64_t kv_total_bytes;      // what the paged store (and a split's device KV) hold at most at ctx x batch with the
+                                 // plan's block size: a sliding-window layer only its window, the block being filled and a prefill chunk's
                                  // overshoot (kvt_kv_paged_shard_blocks); placed over kv_fast, kv_host and kv_disk
                                  // (which add the streaming window's blocks when some KV is streamed)
     int32_t kv_window_layers;    // layers whose store keeps only their sliding window (0: none)
