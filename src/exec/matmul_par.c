@@ -119,7 +119,7 @@ static int64_t mm_plan(const kvt_threadpool *pool, mm_job *J, const kvt_weight *
         J->part[i].y = y ? y[i] : NULL;
     }
     // prefill: the tail for the last group and those of its shape (parts of one shape keep the same chunks)
-    const mm_group *last = &J->grp[J->n_grp - 1];
+    const mm_group *last = J->n_grp > 0 ? &J->grp[J->n_grp - 1] : NULL; // (no product: no group, grp[-1] undefined)
     const int nt = kvt_threadpool_n_threads(pool);
     for (int g = 0; g < J->n_grp; g++) {
         mm_group *G = &J->grp[g];
