@@ -147,7 +147,8 @@ def run_one(a, req, t0, res):
         "model": a.model,
         "prompt": req["prompt"],
         "max_tokens": req["max_tokens"],
-        "temperature": 0.0,
+        "temperature": a.temperature,
+        "seed": a.seed * 100003 + req["i"],
         "stream": True,
         "stream_options": {"include_usage": True},
         "ignore_eos": not a.no_ignore_eos,
@@ -260,6 +261,8 @@ def main():
     ap.add_argument("--vocab-lo", type=int, default=1000)
     ap.add_argument("--vocab-hi", type=int, default=30000)
     ap.add_argument("--no-ignore-eos", action="store_true", help="let the model stop at end-of-generation")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sampling temperature of every request (0: greedy; /v1's other settings: top_p 1, no top_k)")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--label", default="", help="name of this run in the table")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
