@@ -8,7 +8,8 @@
 #include "test.h"
 
 // The chain as it was before the top-k selection and the uncut path (a sort of the whole vocabulary, the softmax in
-// that order): the reference the faster sampler must give the same draws as where it cuts.
+// that order; the temperature relative to the largest survivor): the reference the faster sampler must give the same
+// draws as where it cuts.
 typedef struct {
     int32_t id;
     float v;
@@ -53,8 +54,9 @@ static int32_t ref_sample(const kvt_sampler_params *p, const float *logits, int3
         m = k;
     }
     double tot = 0.0;
+    const float pmax = c[0].v;
     for (int32_t i = 0; i < m; i++) {
-        c[i].v = (float)pow(c[i].v, 1.0 / p->temp);
+        c[i].v = (float)pow((double)c[i].v / pmax, 1.0 / p->temp);
         tot += c[i].v;
     }
     double r = ref_uniform(rng) * tot, acc = 0.0;
@@ -186,6 +188,84 @@ static void test_sampler_penalties(void) {
                 err.msg);
 }
 
+// Extreme settings a request or a flag can give: a low temperature is near greedy (before, every weight p ^ (1/T)
+// underflowed to 0 and the least likely survivor was drawn every time); a bias of +inf forces its tokens (before,
+// NaN probabilities: min-p kept nothing and the draw read c[-1]); all tokens banned draws the lowest id; min_p > 1
+// keeps the largest.
+static void test_sampler_extremes(void) {
+    enum { N = 8, DRAWS = 400 };
+    const float l[N] = {2.0f, 1.9f, 1.8f, 1.7f, 1.6f, 1.5f, 1.4f, 1.3f};
+    char why[160] = "";
+    bool ok = true;
+    const float temps[] = {0.01f, 0.001f, 1e-5f};
+    const int32_t ks[] = {0, 4};
+    for (size_t t = 0; t < 3; t++)
+        for (size_t k = 0; k < 2; k++) {
+            kvt_sampler_params p = kvt_sampler_params_default();
+            p.top_k = ks[k];
+            p.top_p = 1.0f;
+            p.min_p = 0.0f;
+            p.temp = temps[t];
+            kvt_sampler *s;
+            if (kvt_sampler_init(&p, N, &s, NULL) != KVT_OK) return test_result(false, "sampler: extremes", "init");
+            int zeros = 0;
+            for (int i = 0; i < DRAWS; i++) zeros += kvt_sampler_sample(s, l) == 0;
+            kvt_sampler_free(s);
+            if (zeros < DRAWS - 1 && ok) {
+                ok = false;
+                snprintf(why, sizeof why, "temp %g top_k %d: the best token drawn %d times of %d", temps[t], ks[k], zeros,
+                         DRAWS);
+            }
+        }
+    test_result(ok, "sampler: a low temperature (0.01 .. 1e-5) draws the best token, cut or not", "%s", why);
+    const kvt_logit_bias force[2] = {{3, INFINITY}, {5, INFINITY}};
+    kvt_logit_bias ban[N];
+    for (int i = 0; i < N; i++) ban[i] = (kvt_logit_bias){i, -INFINITY};
+    const float mps[] = {0.05f, 0.0f};
+    const int32_t tks[] = {0, 40, 2};
+    ok = true;
+    for (size_t a = 0; a < 2; a++)
+        for (size_t b = 0; b < 3; b++) {
+            kvt_sampler_params p = kvt_sampler_params_default();
+            p.min_p = mps[a];
+            p.top_k = tks[b];
+            p.logit_bias = force;
+            p.n_logit_bias = 2;
+            kvt_sampler *s;
+            if (kvt_sampler_init(&p, N, &s, NULL) != KVT_OK) return test_result(false, "sampler: extremes", "init");
+            int got[N] = {0}, other = 0;
+            for (int i = 0; i < DRAWS; i++) {
+                int32_t id = kvt_sampler_sample(s, l);
+                if (id == 3 || id == 5) got[id]++;
+                else other++;
+            }
+            kvt_sampler_free(s);
+            if ((other || got[3] < DRAWS / 4 || got[5] < DRAWS / 4) && ok) {
+                ok = false;
+                snprintf(why, sizeof why, "min_p %g top_k %d: 3 x%d, 5 x%d, others x%d", mps[a], tks[b], got[3], got[5],
+                         other);
+            }
+            p.logit_bias = ban;
+            p.n_logit_bias = N;
+            if (kvt_sampler_init(&p, N, &s, NULL) != KVT_OK) return test_result(false, "sampler: extremes", "init");
+            int32_t id = kvt_sampler_sample(s, l);
+            kvt_sampler_free(s);
+            if (id != 0 && ok) {
+                ok = false;
+                snprintf(why, sizeof why, "min_p %g top_k %d, every token banned: drew %d, want 0", mps[a], tks[b], id);
+            }
+        }
+    test_result(ok, "sampler: +inf biases force their tokens evenly, every token banned draws id 0", "%s", why);
+    kvt_sampler_params p = kvt_sampler_params_default();
+    p.top_k = 0;
+    p.min_p = 2.0f;
+    kvt_sampler *s;
+    ok = kvt_sampler_init(&p, N, &s, NULL) == KVT_OK;
+    for (int i = 0; ok && i < 50; i++) ok = kvt_sampler_sample(s, l) == 0;
+    kvt_sampler_free(s);
+    test_result(ok, "sampler: min_p above 1 keeps the largest", "");
+}
+
 void test_sampler(const test_env *env) {
     (void)env;
     enum { N = 100 };
@@ -243,4 +323,5 @@ void test_sampler(const test_env *env) {
     kvt_sampler_free(a);
     test_sampler_cuts();
     test_sampler_penalties();
+    test_sampler_extremes();
 }

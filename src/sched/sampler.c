@@ -159,7 +159,8 @@ static int32_t cut_all(kvt_sampler *s) {
     const bool top_p = s->p.top_p < 1.0f, min_p = s->p.min_p > 0.0f;
     int32_t m = n;
     if (min_p) { // keep the logits of those at or above the threshold (a prefix of the order), then sort them
-        const float thr = PROB(mx) * s->p.min_p;
+        // (min_p above 1 keeps the largest, as min_p 1: the threshold never passes it, so m >= 1)
+        const float thr = PROB(mx) * (s->p.min_p < 1.0f ? s->p.min_p : 1.0f);
         m = 0;
         for (int32_t i = 0; i < n; i++)
             if (PROB(c[i].v) >= thr) c[m++] = c[i];
@@ -206,12 +207,26 @@ static void apply_penalties(kvt_sampler *s) {
     }
 }
 
+// After a logit bias: a candidate at +inf (a bias of +inf, or two huge ones summed) forces the draw: the candidates at
+// +inf share it evenly (the softmax's limit) and every other one is out (-inf); returns false when every candidate is
+// at -inf (all banned), which the caller draws greedily (the lowest id). Without this the softmax's max subtraction
+// made every probability NaN (inf - inf) and min-p kept no candidate at all.
+static bool bias_limits(kvt_sampler *s) {
+    const int32_t n = s->n_vocab;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) mx = s->c[i].v > mx ? s->c[i].v : mx;
+    if (mx == INFINITY) {
+        for (int32_t i = 0; i < n; i++) s->c[i].v = s->c[i].v == INFINITY ? 0.0f : -INFINITY;
+    }
+    return mx > -INFINITY;
+}
+
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     const int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i]};
     for (int32_t i = 0; i < s->p.n_logit_bias; i++) s->c[s->bias[i].token].v += s->bias[i].bias;
     if (s->count) apply_penalties(s);
-    if (s->p.temp <= 0.0f) {
+    if (s->p.temp <= 0.0f || (s->p.n_logit_bias > 0 && !bias_limits(s))) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; i++) {
             if (s->c[i].v > s->c[best].v) best = i;
@@ -249,10 +264,14 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     } else {
         m = cut_all(s);
     }
-    // temperature on the survivors: p_i ^ (1/T) renormalised == softmax(logit/T)
+    // temperature on the survivors: (p_i / p_max) ^ (1/T) renormalised == softmax(logit/T). Relative to the largest
+    // survivor (a ratio in (0, 1], the largest's weight 1): p_i ^ (1/T) alone underflowed to 0 for every survivor at a
+    // low temperature (T 0.01 and a largest probability under 0.35), and the draw fell to the last, least likely one.
+    float pmax = s->c[0].v;
+    for (int32_t i = 1; i < m; i++) pmax = s->c[i].v > pmax ? s->c[i].v : pmax;
     double tot = 0.0;
     for (int32_t i = 0; i < m; i++) {
-        s->c[i].v = (float)pow(s->c[i].v, 1.0 / s->p.temp);
+        s->c[i].v = (float)pow((double)s->c[i].v / pmax, 1.0 / s->p.temp);
         tot += s->c[i].v;
     }
     double r = next_uniform(s) * tot, acc = 0.0;
