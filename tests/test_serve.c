@@ -308,10 +308,27 @@ static void test_request_ok(void) {
     r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":[[7,1],[\"ab\",false],[\"12\",3]]}", &e);
     p = r ? kvt_request_get(r) : NULL;
     lb &= p && p->n_bias_given == 3 && p->bias_given[0].id == 7 && p->bias_given[1].text &&
-          p->bias_given[2].id == 12 && p->bias_given[2].bias == 3.0f && !p->logit_bias;
+          p->bias_given[2].id == -1 && p->bias_given[2].text && !strcmp(p->bias_given[2].text, "12") &&
+          p->bias_given[2].bias == 3.0f && !p->logit_bias;
     test_result(lb, "serve.request: logit_bias as an object and as a list (ids, texts, false bans)", "%s",
                 r ? "wrong values" : e.message);
     kvt_request_free(r);
+    // keys as llama-server's strtol reads them: blanks and a sign before the digits still make an id ("-1" and one
+    // beyond range refused, where before they were biased as the texts "-1" and "9999..."); "1e2" and "5 " are texts
+    r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\" 5\":1,\"+6\":2,\"1e2\":3,\"7 \":4}}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    lb = p && p->n_bias_given == 4 && p->bias_given[0].id == 5 && !p->bias_given[0].text && p->bias_given[1].id == 6 &&
+         !p->bias_given[1].text && p->bias_given[2].text && !strcmp(p->bias_given[2].text, "1e2") &&
+         p->bias_given[3].text && !strcmp(p->bias_given[3].text, "7 ");
+    kvt_request_free(r);
+    r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"-1\":1}}", &e);
+    lb &= !r && strstr(e.message, "token id -1 is negative");
+    kvt_request_free(r);
+    r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"logit_bias\":{\"99999999999999999999\":1}}", &e);
+    lb &= !r && strstr(e.message, "negative or too large");
+    kvt_request_free(r);
+    test_result(lb, "serve.request: logit_bias keys read as llama-server's strtol (\" 5\", \"+6\" ids; \"-1\" refused)",
+                "%s", e.message);
     r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\"}", &e);
     p = r ? kvt_request_get(r) : NULL;
     test_result(p && p->presence_penalty == 0 && p->frequency_penalty == 0 && p->repeat_penalty == 1 &&

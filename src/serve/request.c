@@ -398,20 +398,30 @@ static bool bias_value(json_t *v, float *out) {
     return false;
 }
 
-// A logit_bias key or first element: an integer id (a JSON integer, or a key of digits only), else a text.
+// A logit_bias key or first element, as llama-server reads them: a key is an id when strtol reads all of it (leading
+// blanks and a sign included: " 5" and "+5" are id 5, "-1" a negative id, refused), else a text; a pair's first
+// element is an id when a JSON integer, a text when a string (always: ["12", 1] biases the text "12", as there).
 static kvt_status bias_target(json_t *v, const char *key, const char *param, kvt_req_logit_bias *b, kvt_api_error *e) {
     const char *s = key ? key : json_is_string(v) ? json_string_value(v) : NULL;
     b->id = -1;
     b->text = NULL;
     if (!key && json_is_integer(v)) {
         b->id = (int64_t)json_integer_value(v);
-    } else if (s) {
+    } else if (s && !*s) {
+        return kvt_api_errorf(e, 400, NULL, "logit_bias", "%s: an empty text", param);
+    } else if (key) {
         char *end;
         errno = 0;
         long long x = strtoll(s, &end, 10);
-        if (*s >= '0' && *s <= '9' && !*end && !errno) b->id = x;
-        else if (*s) b->text = s;
-        else return kvt_api_errorf(e, 400, NULL, "logit_bias", "%s: an empty text", param);
+        if (end != s && !*end) {
+            if (errno) // beyond long long: llama-server's strtol saturates it to an id it skips
+                return kvt_api_errorf(e, 400, NULL, "logit_bias", "%s: token id %.40s is negative or too large", param, s);
+            b->id = x;
+        } else {
+            b->text = s;
+        }
+    } else if (s) {
+        b->text = s;
     } else {
         return kvt_api_errorf(e, 400, NULL, "logit_bias", "%s: the token must be an integer id or a text, got %s", param,
                               type_name(v));
