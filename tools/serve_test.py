@@ -434,6 +434,20 @@ def t_tokenize(s):
     assert st == 200 and r["usage"]["completion_tokens"] <= 2, (st, r)  # llama-server's name for max_tokens
 
 
+@case("sampling extremes: temperature 1e-6 draws as greedy; a bias of 1e308 (+inf) forces its token at min_p 0.05")
+def t_sampling_extremes(s):
+    # attack run 2026-12-06: at 1e-6 (0.001 on a trained model) every weight p^(1/T) underflowed and the least likely
+    # survivor was drawn; a +inf bias made every probability NaN, min-p kept nothing and the draw read before its array
+    body = {"prompt": "A b c", "n_predict": 6, "return_tokens": True, "ignore_eos": True}
+    st, _, g = s.post("/completion", dict(body, temperature=0))
+    st, _, r = s.post("/completion", dict(body, temperature=1e-6, seed=5, top_k=0, top_p=1, min_p=0))
+    assert st == 200 and r["tokens"] == g["tokens"], (g["tokens"], r)
+    st, _, r = s.post("/completion", dict(body, temperature=1e-6, seed=5))
+    assert st == 200 and r["tokens"] == g["tokens"], (g["tokens"], r)
+    st, _, r = s.post("/completion", dict(body, logit_bias={"77": 1e308}, seed=5))
+    assert st == 200 and r["tokens"] == [77] * 6, r
+
+
 def native_stream(s, body):
     """POSTs a streaming /completion (llama-server's shape: data events, no [DONE]); returns (status, events, raw)."""
     c = s.conn()
@@ -1390,7 +1404,7 @@ def main():
         report(False, "start", str(e))
         return 1
     for t in (t_health, t_models, t_completion, t_chat, t_chat_prompt, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
-              t_hostile, t_slow, t_tokenize, t_native, t_native_stop, t_native_prompts, t_native_refused,
+              t_hostile, t_slow, t_tokenize, t_sampling_extremes, t_native, t_native_stop, t_native_prompts, t_native_refused,
               t_llama_extras, t_messages, t_messages_400, t_responses,
               t_disconnect, t_metrics, t_concurrent, t_load):
         t(s)
