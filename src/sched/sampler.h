@@ -16,7 +16,8 @@
 
 #include "../base/status.h"
 
-// A bias added to one token's logit before anything else (llama.cpp's logit_bias; -INFINITY bans the token).
+// A bias added to one token's logit before anything else (llama.cpp's logit_bias; -INFINITY bans the token, +INFINITY
+// forces it: the tokens at +inf share the draw; every token banned draws greedily, id 0).
 typedef struct {
     int32_t token;
     float bias;
