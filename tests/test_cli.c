@@ -132,6 +132,28 @@ void test_cli(const test_env *env) {
         test_result(rc == 0 && strstr(out, pen[i].ids), "cli: generate with llama.cpp's penalties / logit biases gives llama-server's ids",
                     "%s: exit %d: %.300s", pen[i].flags, rc, out);
     }
+    // --ignore-eos bans every end-of-generation token (llama.cpp's -inf bias), so even a +100 bias on EOS (id 2) does
+    // not bring it: the ids llama-server gave for {"ignore_eos": true, "logit_bias": [[2, 100]], "temperature": 0}
+    // (before 2026-12-06 kvtier emitted EOS 16 times and went on); greedy under the ban is deterministic, and a
+    // sampled run with --ignore-eos makes exactly -n tokens, none of them EOS
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' -n 16 --temp 0 --ignore-eos -l 2+100 --json", env->cli,
+             model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && strstr(out, "\"ids\":[463,449,306,461,458,327,473,372,327,327,361,361,361,324,384,465]"),
+                "cli: generate --ignore-eos bans end-of-generation tokens (llama-server's ids)", "exit %d: %.300s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' -n 64 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 -s 3 "
+             "--ignore-eos -l 2+4 --json", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    const char *ids_at = strstr(out, "\"ids\":[");
+    int n_ids = 0, n_eos = 0;
+    for (const char *q = ids_at ? ids_at + 6 : ""; *q && *q != ']'; q++) {
+        if (*q == '[' || *q == ',') {
+            n_ids++;
+            n_eos += atoi(q + 1) == 2;
+        }
+    }
+    test_result(rc == 0 && n_ids == 64 && n_eos == 0, "cli: sampled generate --ignore-eos makes exactly -n tokens, none EOS",
+                "exit %d: %d ids, %d EOS: %.200s", rc, n_ids, n_eos, out);
     // -p's escapes processed by default (llama.cpp's -e), taken as they are with --no-escape
     char esc[3][512];
     const char *const esc_args[3] = {"-p 'Once\\nupon'", "-p 'Once\\nupon' --no-escape", "-p \"$(printf 'Once\\nupon')\""};

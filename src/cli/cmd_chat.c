@@ -143,8 +143,9 @@ int cmd_chat(int argc, char **argv) {
     print_ctx pc = {0};
     int rc = 1;
     kvt_err err = {0};
+    kvt_logit_bias *bans = NULL;
     if (!cli_load_model("chat", in.model_path, false, &model, &tok) ||
-        !cli_check_logit_bias("chat", &biases, model->hp.n_vocab))
+        !cli_check_logit_bias("chat", &biases, model->hp.n_vocab) || !cli_ban_eog("chat", tok, &gp, &bans))
         goto done;
     if (!cli_chat_template("chat", in.model_path, tmpl_name, true, NULL, &t)) goto done;
     if (!in.ctx_given) cp.n_ctx = model->hp.n_ctx_train < 4096 ? model->hp.n_ctx_train : 4096;
@@ -206,6 +207,7 @@ int cmd_chat(int argc, char **argv) {
     }
     rc = refused ? 1 : 0;
 done:
+    free(bans);
     free(pc.piece);
     free(line);
     free(first_text);

@@ -234,7 +234,8 @@ int cmd_generate(int argc, char **argv) {
         free(file_text);
         return 1;
     }
-    if (!cli_check_logit_bias("generate", &biases, model->hp.n_vocab)) {
+    kvt_logit_bias *bans = NULL;
+    if (!cli_check_logit_bias("generate", &biases, model->hp.n_vocab) || !cli_ban_eog("generate", tok, &gp, &bans)) {
         kvt_tokenizer_free(tok);
         kvt_model_free(model);
         free(file_text);
@@ -386,6 +387,7 @@ int cmd_generate(int argc, char **argv) {
     }
     rc = 0;
 done:
+    free(bans);
     free(sc.piece);
     free(sc.tok_ms);
     kvt_context_free(ctx);

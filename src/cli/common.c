@@ -953,6 +953,20 @@ bool cli_check_logit_bias(const char *cmd, const cli_logit_biases *lb, int32_t n
     return true;
 }
 
+bool cli_ban_eog(const char *cmd, const kvt_tokenizer *tok, kvt_generate_params *gp, kvt_logit_bias **owned) {
+    *owned = NULL;
+    if (gp->stop_at_eog) return true;
+    int32_t n = 0;
+    kvt_err err = {0};
+    if (kvt_logit_bias_ban_eog(tok, gp->sampling.logit_bias, gp->sampling.n_logit_bias, owned, &n, &err)) {
+        fprintf(stderr, "kvtier %s: --ignore-eos: %s\n", cmd, err.msg);
+        return false;
+    }
+    gp->sampling.logit_bias = *owned;
+    gp->sampling.n_logit_bias = n;
+    return true;
+}
+
 int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_logit_biases *lb) {
     kvt_sampler_params *sp = &gp->sampling;
     int64_t iv;

@@ -52,6 +52,10 @@ typedef struct {
 // --frequency-penalty, --presence-penalty, --repeat-last-n, --ignore-eos, -l / --logit-bias into lb, which must outlive
 // gp's use); returns 1 if consumed, 0 if not one of them, -1 on a bad value (message printed).
 int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_logit_biases *lb);
+// --ignore-eos (gp->stop_at_eog false): gp's logit biases followed by a ban of every end-of-generation token
+// (kvt_logit_bias_ban_eog, as llama-cli's --ignore-eos) in *owned (the caller frees it; NULL when nothing was added);
+// gp->sampling points into it. false with a message printed.
+bool cli_ban_eog(const char *cmd, const kvt_tokenizer *tok, kvt_generate_params *gp, kvt_logit_bias **owned);
 // false (message printed) when a logit bias names a token outside the model's n_vocab.
 bool cli_check_logit_bias(const char *cmd, const cli_logit_biases *lb, int32_t n_vocab);
 // Help line of the prompt flags' escapes.
@@ -68,7 +72,7 @@ bool cli_check_logit_bias(const char *cmd, const cli_logit_biases *lb, int32_t n
     "                       llama.cpp's penalties over the last --repeat-last-n N tokens (defaults 1, 0, 0; N 64)\n" \
     "  -l, --logit-bias TOKEN_ID(+/-)BIAS   add BIAS to a token's logit first (llama.cpp's form: 15043+1, 15043-inf\n"   \
     "                       bans it); repeatable, at most 256\n"                                                        \
-    "  --ignore-eos         do not stop at end-of-generation tokens\n"
+    "  --ignore-eos         ban end-of-generation tokens (llama.cpp's -inf logit bias): exactly -n tokens\n"
 // Prefill progress on stderr ("kvtier: prefill DONE/TOTAL tokens, X tok/s", one line rewritten in place,
 // erased when done): the first micro-batch, then at most every 0.25 s. cli_progress_on sets cp->progress
 // when stderr is a terminal and on is true (callers pass false for --no-progress and --json).

@@ -1,6 +1,8 @@
 #include "generate.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../base/timer.h"
@@ -12,6 +14,32 @@ kvt_generate_params kvt_generate_params_default(void) {
     p.sampling = kvt_sampler_params_default();
     p.stop_at_eog = true;
     return p;
+}
+
+kvt_status kvt_logit_bias_ban_eog(const kvt_tokenizer *tok, const kvt_logit_bias *in, int32_t n_in, kvt_logit_bias **out,
+                                  int32_t *n_out, kvt_err *err) {
+    *out = NULL;
+    *n_out = 0;
+    if (!tok) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "banning end-of-generation tokens needs the tokenizer");
+    if (n_in < 0 || (n_in > 0 && !in)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "%d logit biases given", (int)n_in);
+    const int32_t n_vocab = kvt_tokenizer_n_vocab(tok);
+    int64_t n_eog = 0;
+    for (int32_t id = 0; id < n_vocab; id++) n_eog += kvt_token_is_eog(tok, id);
+    if ((int64_t)n_in + n_eog > INT32_MAX)
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "%d logit biases and %lld end-of-generation bans are too many",
+                          (int)n_in, (long long)n_eog);
+    const int32_t n = n_in + (int32_t)n_eog;
+    if (n == 0) return KVT_OK;
+    kvt_logit_bias *v = malloc((size_t)n * sizeof *v);
+    if (!v) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %d logit biases", (int)n);
+    if (n_in) memcpy(v, in, (size_t)n_in * sizeof *v);
+    int32_t k = n_in;
+    for (int32_t id = 0; id < n_vocab; id++) {
+        if (kvt_token_is_eog(tok, id)) v[k++] = (kvt_logit_bias){id, -INFINITY};
+    }
+    *out = v;
+    *n_out = n;
+    return KVT_OK;
 }
 
 kvt_status kvt_generate(kvt_context *ctx, const kvt_tokenizer *tok, const int32_t *prompt, int64_t n_prompt,
@@ -51,15 +79,18 @@ kvt_status kvt_generate_cached(kvt_context *ctx, const kvt_tokenizer *tok, const
     if (st) goto done;
     if (prompt_logits) memcpy(prompt_logits, kvt_context_logits(ctx), (size_t)n_vocab * sizeof(float));
     // greedy without a penalty needs only the id (kvt_context_argmax: where the device holds the logits, only the id
-    // comes back), taken after each decode with the logits' finiteness
+    // comes back), taken after each decode with the logits' finiteness; with bans only (ignore_eos) too, the logits
+    // read only when the argmax is a banned token (the draw is then the sampler's argmax over the tokens left)
     const kvt_sampler_params *sp = &p->sampling;
-    const bool ids_only = sp->temp <= 0.0f && !kvt_sampler_params_adjust(sp);
+    const bool ids_only = sp->temp <= 0.0f && kvt_sampler_params_bans_only(sp);
+    const bool bans = ids_only && sp->n_logit_bias > 0;
     int32_t next = 0;
     bool finite = true;
     if (ids_only && (st = kvt_context_argmax(ctx, &next, &finite, err))) goto done;
     double t1 = kvt_time_ms();
     for (int64_t i = 0; i < p->n_predict; i++) {
         int32_t id = ids_only ? next : kvt_sampler_sample(smp, kvt_context_logits(ctx));
+        if (bans && kvt_sampler_params_banned(sp, id)) id = kvt_sampler_sample(smp, kvt_context_logits(ctx));
         kvt_sampler_accept(smp, id);
         out_ids[stats->n_gen++] = id;
         bool go = cb ? cb(user, id) : true;

@@ -18,6 +18,13 @@ typedef struct {
 
 kvt_generate_params kvt_generate_params_default(void);
 
+// llama.cpp's ignore_eos (llama-server's request field, llama-cli's --ignore-eos): every end-of-generation token
+// banned. *out (malloc'd, caller frees; NULL when *n_out is 0) is in[0..n_in) followed by {id, -INFINITY} for each id
+// kvt_token_is_eog marks, in increasing order. Give it to kvt_sampler_params.logit_bias: greedy stays deterministic
+// (the argmax over the tokens left) and a run ends only at its length. KVT_ERR_NOMEM, KVT_ERR_INVALID_ARG (no tok).
+kvt_status kvt_logit_bias_ban_eog(const kvt_tokenizer *tok, const kvt_logit_bias *in, int32_t n_in, kvt_logit_bias **out,
+                                  int32_t *n_out, kvt_err *err);
+
 // Called after each generated token; return false to stop early.
 typedef bool (*kvt_token_cb)(void *user, int32_t id);
 

@@ -35,6 +35,21 @@ static bool penalize(const kvt_sampler_params *p) {
 
 bool kvt_sampler_params_adjust(const kvt_sampler_params *p) { return p->n_logit_bias > 0 || penalize(p); }
 
+bool kvt_sampler_params_bans_only(const kvt_sampler_params *p) {
+    if (penalize(p)) return false;
+    for (int32_t i = 0; p->logit_bias && i < p->n_logit_bias; i++) {
+        if (!(isinf(p->logit_bias[i].bias) && p->logit_bias[i].bias < 0)) return false;
+    }
+    return true;
+}
+
+bool kvt_sampler_params_banned(const kvt_sampler_params *p, int32_t token) {
+    for (int32_t i = 0; p->logit_bias && i < p->n_logit_bias; i++) {
+        if (p->logit_bias[i].token == token && isinf(p->logit_bias[i].bias) && p->logit_bias[i].bias < 0) return true;
+    }
+    return false;
+}
+
 kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sampler **out, kvt_err *err) {
     *out = NULL;
     if (n_vocab <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sampler needs a vocabulary");

@@ -39,6 +39,11 @@ typedef struct {
 
 // True when the parameters can change a logit before the draw (a logit bias, or a penalty that acts).
 bool kvt_sampler_params_adjust(const kvt_sampler_params *p);
+// True when the only adjustments are bans (every logit bias -INFINITY, no penalty acts): a greedy draw is then the
+// raw argmax unless that token is banned (kvt_sampler_params_banned), so the logits need not be read for most draws.
+bool kvt_sampler_params_bans_only(const kvt_sampler_params *p);
+// True when p's logit biases list token with -INFINITY (O(n_logit_bias)).
+bool kvt_sampler_params_banned(const kvt_sampler_params *p, int32_t token);
 
 kvt_sampler_params kvt_sampler_params_default(void);
 

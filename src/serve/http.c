@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../base/timer.h"
+#include "../sched/generate.h"
 #include "anthropic.h"
 #include "conversation.h"
 #include "http_job.h"
@@ -232,6 +233,19 @@ static bool resolve_logit_bias(kvt_http *h, kvt_request *req, kvt_api_error *ae)
     if (n > INT32_MAX) {
         kvt_api_errorf(ae, 400, "invalid_request_error", "logit_bias", "logit_bias: too many tokens");
         goto fail;
+    }
+    if (p->ignore_eos) { // llama-server: a -inf bias on each end-of-generation token, after the request's own
+        kvt_logit_bias *w = NULL;
+        int32_t nw = 0;
+        kvt_err err = {0};
+        if (kvt_logit_bias_ban_eog(h->tok, v, (int32_t)n, &w, &nw, &err)) {
+            kvt_api_errorf(ae, err.status == KVT_ERR_NOMEM ? 500 : 400, err.status == KVT_ERR_NOMEM ? "server_error"
+                           : "invalid_request_error", "ignore_eos", "ignore_eos: %s", err.msg);
+            goto fail;
+        }
+        free(v);
+        v = w;
+        n = nw;
     }
     kvt_request_set_logit_bias(req, v, (int32_t)n);
     return true;
