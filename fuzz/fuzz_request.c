@@ -8,7 +8,7 @@
 // Seeds (fuzz/seeds/request) hold the selector byte first: '0' completions, '1' chat, 0x80
 // /tokenize, 0x81 /detokenize, 0xC0 llama-server's /completion (native.h: its answers and /props are built too),
 // 0xA0 Anthropic's /v1/messages and 0xE0 OpenAI's /v1/responses (anthropic.h, responses_api.h: converted into a
-// chat request, which then goes the chat's way; their answers and Anthropic's stream events are built too).
+// chat request, which then goes the chat's way; their answers and both APIs' stream events are built too).
 // With clang: libFuzzer entry point (make fuzz). Without: KVT_FUZZ_STANDALONE builds a small
 // mutation driver: `fuzz_request SECONDS seed...`.
 #include <stddef.h>
@@ -102,8 +102,16 @@ static void check_api_answers(const kvt_request_params *p, const char *text) {
     const size_t len = strlen(text);
     char *json = NULL;
     if (p->api == KVT_API_RESPONSES) {
-        const kvt_oairesp a = {"resp_1", "msg_1", p->model ? p->model : "", 1, 2, text, len, 9, 3, 4};
+        const kvt_resp_timings t = {.prompt_n = 3, .predicted_n = 4, .prompt_ms = 1.5};
+        const kvt_oairesp a = {"resp_1", "msg_1", p->model ? p->model : "", 1, 2, text, len, 9, 3, 4, p->stream ? &t : NULL};
         free(kvt_oairesp_json(&a, NULL));
+        for (int k = KVT_OAIRESP_CREATED; k <= KVT_OAIRESP_COMPLETED; k++) { // a stream's events, one line of data each
+            size_t el = 0;
+            char *ev = kvt_oairesp_event((kvt_oairesp_event_kind)k, &a, &el);
+            const char *data = ev ? strstr(ev, "\ndata: ") : NULL;
+            if (ev && (!data || strchr(data + 7, '\n') != ev + el - 2 || strlen(ev) != el)) __builtin_trap();
+            free(ev);
+        }
         return;
     }
     kvt_anthropic_msg m = {"msg_1", p->model ? p->model : "", text, len, 0, "stop_sequence",

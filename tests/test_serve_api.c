@@ -174,7 +174,9 @@ static void test_responses_api(void) {
         {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_file\"}]}]}", "input[0].content[0].type"},
         {"{\"input\":[{\"role\":\"user\",\"content\":[]}]}", "input[0].content"},
         {"{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens"},
-        {"{\"input\":\"x\",\"stream\":true}", "stream"},
+        {"{\"input\":\"x\",\"stream\":\"yes\"}", "stream"},
+        {"{\"input\":\"x\",\"ignore_eos\":1}", "ignore_eos"},
+        {"{\"input\":\"x\",\"stop\":[\"\"]}", "stop[0]"},
         {"{\"input\":\"x\",\"previous_response_id\":\"r\"}", "previous_response_id"},
         {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}", "text.format"},
         {"{\"input\":\"x\",\"instructions\":[]}", "instructions"},
@@ -182,7 +184,13 @@ static void test_responses_api(void) {
     };
     check_refusals(kvt_oairesp_parse, bad, sizeof bad / sizeof bad[0],
                    "serve.responses: a hostile body is a 400 naming the field");
-    const kvt_oairesp a = {"resp_3", "msg_3", "smol", 100, 101, "Hi", 2, 20, 4, 6};
+    r = parse(kvt_oairesp_parse, "{\"input\":\"Hi\",\"stream\":true,\"stop\":[\"x\",\"yz\"],\"ignore_eos\":true}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(p && p->stream && p->ignore_eos && p->n_stop == 2 && !strcmp(p->stop[1], "yz"),
+                "serve.responses: stream, stop and ignore_eos are passed on to the chat request (as llama-server)", "%s",
+                r ? "fields" : e.message);
+    kvt_request_free(r);
+    const kvt_oairesp a = {"resp_3", "msg_3", "smol", 100, 101, "Hi", 2, 20, 4, 6, NULL};
     char *s = kvt_oairesp_json(&a, NULL);
     test_result(s && !strcmp(s, "{\"id\":\"resp_3\",\"object\":\"response\",\"created_at\":100,\"completed_at\":101,"
                                 "\"model\":\"smol\",\"status\":\"completed\",\"output\":[{\"id\":\"msg_3\",\"type\":"
@@ -191,6 +199,44 @@ static void test_responses_api(void) {
                                 "\"input_tokens\":20,\"output_tokens\":6,\"total_tokens\":26,\"input_tokens_details\":{"
                                 "\"cached_tokens\":4}}}"),
                 "serve.responses: the answer's fields (llama-server's)", "%s", s ? s : "NULL");
+    free(s);
+    // a stream's events: llama-server's names, fields and key orders (its stream captured on SmolLM2)
+    static const char *const want[] = {
+        "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_3\",\"object\":"
+        "\"response\",\"status\":\"in_progress\"}}\n\n",
+        "event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"response\":{\"id\":\"resp_3\",\"object\":"
+        "\"response\",\"status\":\"in_progress\"}}\n\n",
+        "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"content\":[],"
+        "\"id\":\"msg_3\",\"role\":\"assistant\",\"status\":\"in_progress\",\"type\":\"message\"}}\n\n",
+        "event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"item_id\":\"msg_3\",\"part\":"
+        "{\"type\":\"output_text\",\"text\":\"\"}}\n\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_3\",\"delta\":"
+        "\"Hi\"}\n\n",
+        "event: response.output_text.done\ndata: {\"type\":\"response.output_text.done\",\"item_id\":\"msg_3\",\"text\":"
+        "\"Hi\"}\n\n",
+        "event: response.content_part.done\ndata: {\"type\":\"response.content_part.done\",\"item_id\":\"msg_3\",\"part\":"
+        "{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":\"Hi\"}}\n\n",
+        "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"message\","
+        "\"status\":\"completed\",\"id\":\"msg_3\",\"content\":[{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":"
+        "[],\"text\":\"Hi\"}],\"role\":\"assistant\"}}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_3\",\"object\":"
+        "\"response\",\"created_at\":100,\"status\":\"completed\",\"model\":\"smol\",\"output\":[{\"type\":\"message\","
+        "\"status\":\"completed\",\"id\":\"msg_3\",\"content\":[{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":"
+        "[],\"text\":\"Hi\"}],\"role\":\"assistant\"}],\"usage\":{\"input_tokens\":20,\"output_tokens\":6,\"total_tokens\":"
+        "26,\"input_tokens_details\":{\"cached_tokens\":4}}}}\n\n"};
+    for (int k = KVT_OAIRESP_CREATED; k <= KVT_OAIRESP_COMPLETED; k++) {
+        size_t n = 0;
+        s = kvt_oairesp_event((kvt_oairesp_event_kind)k, &a, &n);
+        test_result(s && !strcmp(s, want[k]) && n == strlen(s), "serve.responses: a stream event as llama-server's",
+                    "%s", s ? s : "NULL");
+        free(s);
+    }
+    const kvt_resp_timings t = {.prompt_n = 16, .cache_n = 4, .predicted_n = 6};
+    const kvt_oairesp none = {"resp_4", "msg_4", "smol", 100, 101, "", 0, 20, 4, 6, &t};
+    s = kvt_oairesp_event(KVT_OAIRESP_COMPLETED, &none, NULL);
+    test_result(s && strstr(s, "\"output\":[],") && strstr(s, "}},\"timings\":{") && strstr(s, "\"predicted_n\":6"),
+                "serve.responses: response.completed without text has no output item; timings beside the response",
+                "%s", s ? s : "NULL");
     free(s);
 }
 

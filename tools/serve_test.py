@@ -602,16 +602,22 @@ def t_llama_extras(s):
     assert st == 200 and json.loads(r) == [], (st, r)
 
 
-def anthropic_stream(s, body):
-    """POSTs a streaming /v1/messages; returns (status, [(event, data)])."""
-    st, _, _, raw = s.stream_raw("/v1/messages", dict(body, stream=True))
+def named_stream(s, path, body):
+    """POSTs a streaming request whose events are named (Anthropic's, OpenAI Responses'); returns (status,
+    [(event, data)], raw)."""
+    st, _, _, raw = s.stream_raw(path, dict(body, stream=True))
     evs = []
     for ev in raw.split("\n\n"):
         if ev:
             name, data = ev.split("\n", 1)
             assert name.startswith("event: ") and data.startswith("data: "), ev
             evs.append((name[7:], json.loads(data[6:])))
-    return st, evs
+    return st, evs, raw
+
+
+def anthropic_stream(s, body):
+    """POSTs a streaming /v1/messages; returns (status, [(event, data)])."""
+    return named_stream(s, "/v1/messages", body)[:2]
 
 
 @case("POST /v1/messages (Anthropic): the chat's greedy text, stop reasons, usage; streamed events; count_tokens")
@@ -694,7 +700,8 @@ def t_messages_400(s):
             ("/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
              "input[0].content[0].type"),
             ("/v1/responses", {"input": "Hi", "max_output_tokens": "x"}, "max_output_tokens"),
-            ("/v1/responses", {"input": "Hi", "stream": True}, "stream"),
+            ("/v1/responses", {"input": "Hi", "stream": "yes"}, "stream"),
+            ("/v1/responses", {"input": "Hi", "ignore_eos": 1}, "ignore_eos"),
             ("/v1/responses", {"input": "Hi", "previous_response_id": "resp_1"}, "previous_response_id"),
             ("/v1/responses", {"input": "Hi", "instructions": 3}, "instructions")):
         st, _, r = s.post(path, body)
@@ -725,6 +732,119 @@ def t_responses(s):
         "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Write a list of fruits."}]}],
         "max_output_tokens": 10, "temperature": 0})
     assert st == 200 and r2["output"][0]["content"][0]["text"] == out["content"][0]["text"], r2
+
+
+def responses_stream(s, body):
+    """POSTs a streaming /v1/responses; returns (status, [(event, data)], raw)."""
+    return named_stream(s, "/v1/responses", body)
+
+
+def check_responses_stream(evs, raw, text, usage):
+    """llama-server's event order and fields for a stream whose whole answer has text and usage."""
+    names = [e for e, _ in evs]
+    deltas = [d["delta"] for e, d in evs if e == "response.output_text.delta"]
+    head = ["response.created", "response.in_progress"]
+    if text:
+        head += ["response.output_item.added", "response.content_part.added"]
+    tail = (["response.output_text.done", "response.content_part.done", "response.output_item.done"] if text else []) + \
+        ["response.completed"]
+    assert names == head + ["response.output_text.delta"] * len(deltas) + tail, names
+    assert all(d["type"] == e for e, d in evs) and "[DONE]" not in raw, raw[-200:]
+    assert "".join(deltas) == text and all(deltas), (deltas, text)
+    rid = evs[0][1]["response"]["id"]
+    assert rid.startswith("resp_") and all(d["response"] == {"id": rid, "object": "response", "status": "in_progress"}
+                                           for _, d in evs[:2]), evs[:2]
+    done = evs[-1][1]["response"]
+    assert done["id"] == rid and done["status"] == "completed" and done["object"] == "response", done
+    assert set(done) == {"id", "object", "created_at", "status", "model", "output", "usage"}, done
+    assert done["usage"]["output_tokens"] == usage["output_tokens"], (done["usage"], usage)
+    assert done["usage"]["input_tokens"] == usage["input_tokens"], (done["usage"], usage)
+    assert "timings" in evs[-1][1] and evs[-1][1]["timings"]["predicted_n"] == usage["output_tokens"], evs[-1][1]
+    if not text:
+        assert done["output"] == [], done
+        return
+    added = evs[2][1]["item"]
+    mid = added["id"]
+    assert mid.startswith("msg_") and added == {"content": [], "id": mid, "role": "assistant", "status": "in_progress",
+                                                 "type": "message"}, added
+    assert evs[3][1]["part"] == {"type": "output_text", "text": ""} and evs[3][1]["item_id"] == mid, evs[3]
+    assert all(d["item_id"] == mid for e, d in evs if e.startswith("response.output_text")), evs
+    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+    item = {"type": "message", "status": "completed", "id": mid, "content": [part], "role": "assistant"}
+    assert evs[-4][1]["text"] == text and evs[-3][1]["part"] == part and evs[-2][1]["item"] == item, evs[-4:]
+    assert done["output"] == [item], done
+
+
+@case("POST /v1/responses streamed: llama-server's events in order, their fields; stop, max_output_tokens, "
+      "ignore_eos; a dropped client cancels the job")
+def t_responses_stream(s):
+    body = {"input": "Write a list of fruits.", "instructions": "Be brief.", "max_output_tokens": 10, "temperature": 0}
+    _, _, r = s.post("/v1/responses", body)
+    text = r["output"][0]["content"][0]["text"]
+    st, evs, raw = responses_stream(s, body)
+    assert st == 200, st
+    check_responses_stream(evs, raw, text, r["usage"])
+    if len(text) > 3:  # a stop string from the text cuts it there, streamed as whole
+        stop = text[2:4]
+        cut = text[:text.index(stop)]
+        _, _, rs = s.post("/v1/responses", dict(body, stop=["\x01never", stop]))
+        assert (rs["output"][0]["content"][0]["text"]) == cut, (rs, cut)
+        st, evs, raw = responses_stream(s, dict(body, stop=["\x01never", stop]))
+        check_responses_stream(evs, raw, cut, rs["usage"])
+    # max_output_tokens with ignore_eos: exactly that many tokens, no end-of-generation token among them
+    for n in (1, 7):
+        b = dict(body, max_output_tokens=n, ignore_eos=True)
+        _, _, rn = s.post("/v1/responses", b)
+        st, evs, raw = responses_stream(s, b)
+        assert rn["usage"]["output_tokens"] == n and evs[-1][1]["response"]["usage"]["output_tokens"] == n, (rn, evs[-1])
+        check_responses_stream(evs, raw, rn["output"][0]["content"][0]["text"], rn["usage"])
+    before = s.metric('kvtier_requests_total{outcome="cancelled"}')
+    k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    data = json.dumps(dict(body, max_output_tokens=3000, ignore_eos=True, stream=True)).encode()
+    k.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(data) + data)
+    got = k.recv(4096)
+    assert b"200 OK" in got, got[:100]
+    k.close()
+    t0 = time.time()
+    while s.metric('kvtier_requests_total{outcome="cancelled"}') != before + 1:
+        assert time.time() - t0 < 20, "a dropped /v1/responses stream was not cancelled"
+        time.sleep(0.1)
+    st, evs, raw = responses_stream(s, dict(body, max_output_tokens=2))
+    assert st == 200 and evs[-1][0] == "response.completed", raw[-300:]
+
+
+@case("ignore_eos bans every end-of-generation token (llama-server's -inf logit bias, listed in generation_settings), "
+      "on /completion, /v1 and /v1/responses")
+def t_ignore_eos(s):
+    _, _, props = s.request("GET", "/props")
+    eos_text = json.loads(props)["eos_token"]
+    _, _, tk = s.post("/tokenize", {"content": eos_text, "parse_special": True})
+    eos = tk["tokens"][0]
+    push = {str(eos): 100}  # EOS the likeliest token by far: only a ban keeps it out
+    _, _, r = s.post("/completion", {"prompt": "A", "n_predict": 12, "temperature": 0, "ignore_eos": True,
+                                     "logit_bias": push, "return_tokens": True})
+    assert r["tokens_predicted"] == 12 and eos not in r["tokens"] and r["stop_type"] == "limit", r
+    lb = r["generation_settings"]["logit_bias"]
+    assert lb[0] == {"bias": 100.0, "token": eos} and {"bias": None, "token": eos} in lb[1:], lb
+    assert all(e["bias"] is None for e in lb[1:]), lb
+    _, _, r0 = s.post("/completion", {"prompt": "A", "n_predict": 12, "temperature": 0, "logit_bias": push})
+    assert r0["tokens_predicted"] == 1 and r0["stop_type"] == "eos" and r0["generation_settings"]["logit_bias"] == \
+        [{"bias": 100.0, "token": eos}], r0  # without it EOS ends the answer at once
+    _, _, again = s.post("/completion", {"prompt": "A", "n_predict": 12, "temperature": 0, "ignore_eos": True,
+                                         "logit_bias": push, "return_tokens": True})
+    assert again["tokens"] == r["tokens"], (again, r)  # greedy under a ban stays deterministic
+    _, _, c = s.post("/v1/completions", {"prompt": "A", "max_tokens": 12, "temperature": 0, "ignore_eos": True,
+                                         "logit_bias": push, "logprobs": 1})
+    assert c["usage"]["completion_tokens"] == 12 and c["choices"][0]["text"] == r["content"], (c, r)
+    _, chunks, _, _ = s.stream("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 9,
+                                                        "temperature": 0.9, "seed": 5, "ignore_eos": True,
+                                                        "logit_bias": push, "stream_options": {"include_usage": True},
+                                                        "stream": True})
+    assert chunks[-1]["usage"]["completion_tokens"] == 9, chunks[-1]
+    _, _, rr = s.post("/v1/responses", {"input": "Hi", "max_output_tokens": 5, "temperature": 0, "ignore_eos": True,
+                                        "logit_bias": push})
+    assert rr["usage"]["output_tokens"] == 5, rr
 
 
 @case("a client that disconnects (mid-stream, or waiting for a whole answer) cancels its job; the server goes on")
@@ -1405,7 +1525,7 @@ def main():
         return 1
     for t in (t_health, t_models, t_completion, t_chat, t_chat_prompt, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
               t_hostile, t_slow, t_tokenize, t_sampling_extremes, t_native, t_native_stop, t_native_prompts, t_native_refused,
-              t_llama_extras, t_messages, t_messages_400, t_responses,
+              t_llama_extras, t_messages, t_messages_400, t_responses, t_responses_stream, t_ignore_eos,
               t_disconnect, t_metrics, t_concurrent, t_load):
         t(s)
     rc = s.stop()

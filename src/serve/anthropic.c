@@ -8,6 +8,7 @@
 
 #include "native.h"
 #include "response.h"
+#include "sse.h"
 
 #define DEFAULT_MAX_TOKENS 4096 // llama-server's, when max_tokens is absent (Anthropic requires it)
 
@@ -216,32 +217,10 @@ static json_t *message_of(const kvt_anthropic_msg *m, bool start, bool *ok) {
 }
 
 // The JSON text of o (taken) when *ok; NULL otherwise.
-static char *dump(json_t *o, bool ok, size_t *len) {
-    char *s = ok && o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (s && len) *len = strlen(s);
-    return s;
-}
-
 char *kvt_anthropic_message_json(const kvt_anthropic_msg *m, size_t *len) {
     bool ok = true;
     json_t *o = message_of(m, false, &ok);
-    return dump(o, ok, len);
-}
-
-// "event: name\ndata: json\n\n" (json taken); NULL when out of memory.
-static char *frame(const char *name, char *json, size_t *len) {
-    if (!json) return NULL;
-    size_t n = strlen(name) + strlen(json) + 20;
-    char *s = malloc(n);
-    int k = s ? snprintf(s, n, "event: %s\ndata: %s\n\n", name, json) : -1;
-    free(json);
-    if (k < 0) {
-        free(s);
-        return NULL;
-    }
-    if (len) *len = (size_t)k;
-    return s;
+    return kvt_resp_dump(o, ok, len);
 }
 
 char *kvt_anthropic_event(kvt_anthropic_event_kind kind, const kvt_anthropic_msg *m, size_t *len) {
@@ -273,7 +252,7 @@ char *kvt_anthropic_event(kvt_anthropic_event_kind kind, const kvt_anthropic_msg
         break;
     case KVT_ANTHROPIC_MESSAGE_STOP: break;
     }
-    return frame(names[kind], dump(d, ok, NULL), len);
+    return kvt_sse_named(names[kind], kvt_resp_dump(d, ok, NULL), len);
 }
 
 char *kvt_anthropic_error_event(char *json, size_t *len) {
@@ -281,5 +260,5 @@ char *kvt_anthropic_error_event(char *json, size_t *len) {
     free(json);
     bool ok = o != NULL;
     if (o) kvt_resp_set(o, "type", json_string("error"), &ok);
-    return frame("error", dump(o, ok, NULL), len);
+    return kvt_sse_named("error", kvt_resp_dump(o, ok, NULL), len);
 }

@@ -70,7 +70,8 @@ typedef struct {
     int64_t n_gen, raw_len;        // tokens seen; bytes of their pieces (a position's offset in the raw text)
     size_t which;                  // the stop string that matched (stopped)
     bool nl;                       // a stream: a newline was sent
-    bool block;                    // an Anthropic stream: the text block was opened (content_block_start sent)
+    bool block;                    // an Anthropic stream: the text block was opened (content_block_start sent);
+                                   // a Responses stream: the message item and its part (output_item.added sent)
 } choice;
 
 struct kvt_http_job {
@@ -86,7 +87,7 @@ struct kvt_http_job {
     kvt_engine *engine;
     uint64_t job_id;
     bool submitted, done, failed_oom, hung_up;
-    bool started;                  // an Anthropic stream: message_start was sent
+    bool started;                  // an Anthropic stream: message_start was sent (Responses: response.created)
     int64_t t_submit, t_first, t_done; // kvt_time_ns when the job was made (the request parsed, then submitted), at the first
                                        // generated token (0: none yet), at on_done
     kvt_engine_result res;
@@ -255,13 +256,18 @@ static kvt_anthropic_msg anthropic_of(const kvt_http_job *j) {
     return m;
 }
 
+// Appends a named stream event ev[0..n) (NULL: out of memory; freed) (j->mu held).
+static void named_push(kvt_http_job *j, char *ev, size_t n) {
+    if (!ev || !bytes_add(&j->out, ev, n)) j->failed_oom = true;
+    free(ev);
+    pthread_cond_broadcast(&j->cv);
+}
+
 // Appends an Anthropic stream event (j->mu held).
 static void anthropic_push(kvt_http_job *j, kvt_anthropic_event_kind kind, const kvt_anthropic_msg *m) {
     size_t n = 0;
     char *ev = kvt_anthropic_event(kind, m, &n);
-    if (!ev || !bytes_add(&j->out, ev, n)) j->failed_oom = true;
-    free(ev);
-    pthread_cond_broadcast(&j->cv);
+    named_push(j, ev, n);
 }
 
 // An Anthropic stream's message_start, once (j->mu held).
@@ -293,6 +299,66 @@ static void anthropic_end(kvt_http_job *j) {
     anthropic_push(j, KVT_ANTHROPIC_MESSAGE_STOP, &m);
 }
 
+// What an OpenAI Responses answer tells of choice 0 so far (msg_id: a buffer of 48 bytes for the item's id).
+static kvt_oairesp oairesp_of(const kvt_http_job *j, char *msg_id) {
+    const choice *c = &j->ch[0];
+    snprintf(msg_id, 48, "msg_%s", j->id + strlen("resp_"));
+    return (kvt_oairesp){j->id, msg_id, j->model, j->created, (int64_t)time(NULL), c->text.p ? c->text.p : k_empty,
+                         c->text.len, j->done ? j->res.prompt_tokens : j->n_prompt, j->res.cached_tokens,
+                         j->res.completion_tokens, NULL};
+}
+
+// Appends an OpenAI Responses stream event (j->mu held).
+static void oairesp_push(kvt_http_job *j, kvt_oairesp_event_kind kind, const kvt_oairesp *r) {
+    size_t n = 0;
+    char *ev = kvt_oairesp_event(kind, r, &n);
+    named_push(j, ev, n);
+}
+
+// A Responses stream's response.created and response.in_progress, once (j->mu held).
+static void oairesp_start(kvt_http_job *j) {
+    if (j->started) return;
+    j->started = true;
+    char msg_id[48];
+    const kvt_oairesp r = oairesp_of(j, msg_id);
+    oairesp_push(j, KVT_OAIRESP_CREATED, &r);
+    oairesp_push(j, KVT_OAIRESP_IN_PROGRESS, &r);
+}
+
+// A Responses stream's text: the message item and its part opened before the first piece, then a delta per piece;
+// the text is kept for the closing events (j->mu held).
+static void oairesp_piece(kvt_http_job *j, const char *text, size_t n) {
+    if (!n) return;
+    choice *c = &j->ch[0];
+    oairesp_start(j);
+    char msg_id[48];
+    kvt_oairesp r = oairesp_of(j, msg_id);
+    if (!c->block) {
+        oairesp_push(j, KVT_OAIRESP_ITEM_ADDED, &r);
+        oairesp_push(j, KVT_OAIRESP_PART_ADDED, &r);
+    }
+    c->block = true;
+    r.text = text;
+    r.len = n;
+    oairesp_push(j, KVT_OAIRESP_TEXT_DELTA, &r);
+    if (!bytes_add(&c->text, text, n)) j->failed_oom = true;
+}
+
+// The end of a Responses stream: the text, its part and its item done (when there was text), response.completed.
+static void oairesp_end(kvt_http_job *j) {
+    oairesp_start(j);
+    char msg_id[48];
+    kvt_oairesp r = oairesp_of(j, msg_id);
+    const kvt_resp_timings t = timings_of(j);
+    r.timings = &t;
+    if (r.len) {
+        oairesp_push(j, KVT_OAIRESP_TEXT_DONE, &r);
+        oairesp_push(j, KVT_OAIRESP_PART_DONE, &r);
+        oairesp_push(j, KVT_OAIRESP_ITEM_DONE, &r);
+    }
+    oairesp_push(j, KVT_OAIRESP_COMPLETED, &r);
+}
+
 // Streams text[0..n) (and the logprobs gathered since the last chunk) of choice i, with finish when non-NULL.
 static void stream_piece(kvt_http_job *j, int32_t i, const char *text, size_t n, const char *finish) {
     choice *c = &j->ch[i];
@@ -302,6 +368,10 @@ static void stream_piece(kvt_http_job *j, int32_t i, const char *text, size_t n,
     }
     if (j->p->api == KVT_API_ANTHROPIC) {
         anthropic_piece(j, i, text, n);
+        return;
+    }
+    if (j->p->api == KVT_API_RESPONSES) {
+        oairesp_piece(j, text, n);
         return;
     }
     bool lp = j->p->logprobs && c->n_lps > 0;
@@ -443,6 +513,7 @@ static bool on_token(void *user, int32_t i, const kvt_engine_token *t) {
     const bool native = j->p->kind == KVT_REQ_NATIVE;
     if (!j->t_first) j->t_first = kvt_time_ns();
     if (j->p->api == KVT_API_ANTHROPIC && j->p->stream) anthropic_start(j); // with the first token, as llama-server
+    if (j->p->api == KVT_API_RESPONSES && j->p->stream) oairesp_start(j);
     bool go = !c->stopped && !j->failed_oom;
     const bool live = go;
     if (go && native && !native_token(j, c, t->id)) j->failed_oom = true;
@@ -543,6 +614,8 @@ static void on_done(void *user, const kvt_engine_result *r) {
             push_event(j, json, jl);
         } else if (j->p->api == KVT_API_ANTHROPIC) {
             anthropic_end(j);
+        } else if (j->p->api == KVT_API_RESPONSES) {
+            oairesp_end(j);
         } else if (j->p->include_usage) {
             kvt_resp_usage u = {r->prompt_tokens, r->completion_tokens, r->cached_tokens};
             const kvt_resp_timings t = timings_of(j);
@@ -550,7 +623,7 @@ static void on_done(void *user, const kvt_engine_result *r) {
             resp.timings = &t;
             stream_event(j, &resp);
         }
-        if (j->p->kind != KVT_REQ_NATIVE && j->p->api != KVT_API_ANTHROPIC) // llama-server: none for these
+        if (j->p->kind != KVT_REQ_NATIVE && j->p->api == KVT_API_OPENAI) // llama-server: none for the others
             bytes_add(&j->out, KVT_SSE_DONE, strlen(KVT_SSE_DONE));
     }
     pthread_cond_broadcast(&j->cv);
@@ -616,12 +689,8 @@ void kvt_http_job_body(kvt_http_job *j, int fd, int *status, char **body) {
             const kvt_anthropic_msg m = anthropic_of(j);
             *body = kvt_anthropic_message_json(&m, NULL);
         } else {
-            const choice *c = &j->ch[0];
             char msg_id[48];
-            snprintf(msg_id, sizeof msg_id, "msg_%s", j->id + strlen("resp_"));
-            const kvt_oairesp r = {j->id, msg_id, j->model, j->created, (int64_t)time(NULL),
-                                   c->text.p ? c->text.p : k_empty, c->text.len, j->res.prompt_tokens,
-                                   j->res.cached_tokens, j->res.completion_tokens};
+            const kvt_oairesp r = oairesp_of(j, msg_id);
             *body = kvt_oairesp_json(&r, NULL);
         }
         *status = *body ? 200 : 500;

@@ -281,3 +281,10 @@ json_t *kvt_resp_jbytes(const char *s, size_t n) { return jbytes(s, n); }
 json_t *kvt_resp_timings_json(const kvt_resp_timings *t, bool *ok) { return timings_json(t, ok); }
 void kvt_resp_set(json_t *obj, const char *key, json_t *v, bool *ok) { set(obj, key, v, ok); }
 void kvt_resp_append(json_t *arr, json_t *v, bool *ok) { append(arr, v, ok); }
+
+char *kvt_resp_dump(json_t *o, bool ok, size_t *len) {
+    char *s = ok && o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (s && len) *len = strlen(s);
+    return s;
+}

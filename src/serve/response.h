@@ -99,6 +99,9 @@ struct json_t *kvt_resp_timings_json(const kvt_resp_timings *t, bool *ok);
 // obj[key] = v / arr += v, taking v (NULL after a failed allocation, or a failed set: *ok becomes false).
 void kvt_resp_set(struct json_t *obj, const char *key, struct json_t *v, bool *ok);
 void kvt_resp_append(struct json_t *arr, struct json_t *v, bool *ok);
+// o's compact JSON text (a new string, caller frees; *len its length, may be NULL), o released; NULL when !ok or out of
+// memory.
+char *kvt_resp_dump(struct json_t *o, bool ok, size_t *len);
 // The list [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}] of n positions (chat
 // logprobs' "content"); ids: each alternative also has llama-server's "id".
 struct json_t *kvt_resp_logprob_list(const kvt_resp_logprob *lps, size_t n, bool ids, bool *ok);

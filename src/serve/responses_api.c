@@ -8,6 +8,7 @@
 
 #include "native.h"
 #include "response.h"
+#include "sse.h"
 
 // One input item's content: a string, or input_text / output_text parts (as chat text parts, into *parts).
 static kvt_status convert_parts(json_t *c, size_t i, json_t **parts, kvt_api_error *e) {
@@ -85,11 +86,7 @@ static kvt_status convert_input(json_t *root, json_t *msgs, kvt_api_error *e) {
 
 // The fields with no chat counterpart: refused when they ask for what kvtier does not do.
 static kvt_status check_unsupported(json_t *root, kvt_api_error *e) {
-    json_t *v = kvt_req_field(root, "stream");
-    if (v && !json_is_boolean(v)) return kvt_req_wrong_type(e, "stream", "a boolean", v);
-    if (json_is_true(v)) return kvt_req_bad(e, "stream", "a streamed answer is not supported by kvtier on /v1/responses "
-                                            "(use /v1/chat/completions or /v1/messages to stream)");
-    v = kvt_req_field(root, "previous_response_id");
+    json_t *v = kvt_req_field(root, "previous_response_id");
     if (v && !(json_is_string(v) && json_string_length(v) == 0))
         return kvt_req_bad(e, "previous_response_id", "not supported by kvtier (it keeps no responses): send the "
                            "conversation in input");
@@ -118,7 +115,11 @@ kvt_status kvt_oairesp_parse(const char *body, size_t len, kvt_request **out, kv
     if (!st) st = check_unsupported(root, e);
     json_t *mt = kvt_req_field(root, "max_output_tokens");
     if (!st && mt && json_object_set(chat, "max_tokens", mt)) st = kvt_req_nomem(e);
-    static const char *const keep[] = {"model", "temperature", "top_p", "top_k", "seed", "tools"};
+    // the chat fields llama-server passes on as they are (it keeps the whole body): ignore_eos and stop too
+    static const char *const keep[] = {"model",          "temperature",      "top_p",           "top_k",
+                                       "min_p",          "seed",             "tools",           "ignore_eos",
+                                       "stop",           "stream",           "logit_bias",      "presence_penalty",
+                                       "frequency_penalty", "repeat_penalty", "repeat_last_n"};
     for (size_t i = 0; !st && i < sizeof keep / sizeof keep[0]; i++) {
         json_t *v = json_object_get(root, keep[i]);
         if (v && json_object_set(chat, keep[i], v)) st = kvt_req_nomem(e);
@@ -139,32 +140,115 @@ kvt_status kvt_oairesp_parse(const char *body, size_t len, kvt_request **out, kv
     return st;
 }
 
+// The output_text part: text first (the answer) or last (a stream's events, as llama-server orders them).
+static json_t *part_of(const kvt_oairesp *r, bool text_first, bool *ok) {
+    json_t *part = json_object();
+    kvt_resp_set(part, "type", json_string("output_text"), ok);
+    if (text_first) kvt_resp_set(part, "text", kvt_resp_jtext(r->text, r->len), ok);
+    kvt_resp_set(part, "annotations", json_array(), ok);
+    kvt_resp_set(part, "logprobs", json_array(), ok);
+    if (!text_first) kvt_resp_set(part, "text", kvt_resp_jtext(r->text, r->len), ok);
+    return part;
+}
+
+// The message item: whole (the answer's key order), added to a stream (in progress, no content) or done in a stream
+// (llama-server's key orders of each).
+typedef enum { I_WHOLE, I_ADDED, I_DONE } item_form;
+
+static json_t *item_of(const kvt_oairesp *r, item_form form, bool *ok) {
+    json_t *msg = json_object();
+    if (form == I_ADDED) {
+        kvt_resp_set(msg, "content", json_array(), ok);
+        kvt_resp_set(msg, "id", json_string(r->msg_id), ok);
+        kvt_resp_set(msg, "role", json_string("assistant"), ok);
+        kvt_resp_set(msg, "status", json_string("in_progress"), ok);
+        kvt_resp_set(msg, "type", json_string("message"), ok);
+    } else if (form == I_DONE) {
+        kvt_resp_set(msg, "type", json_string("message"), ok);
+        kvt_resp_set(msg, "status", json_string("completed"), ok);
+        kvt_resp_set(msg, "id", json_string(r->msg_id), ok);
+        kvt_resp_set(msg, "content", json_pack("[o]", part_of(r, false, ok)), ok);
+        kvt_resp_set(msg, "role", json_string("assistant"), ok);
+    } else {
+        kvt_resp_set(msg, "id", json_string(r->msg_id), ok);
+        kvt_resp_set(msg, "type", json_string("message"), ok);
+        kvt_resp_set(msg, "role", json_string("assistant"), ok);
+        kvt_resp_set(msg, "status", json_string("completed"), ok);
+        kvt_resp_set(msg, "content", json_pack("[o]", part_of(r, true, ok)), ok);
+    }
+    return msg;
+}
+
+// The response object: whole (the answer), in progress (id, object, status) or completed (a stream's last event).
+typedef enum { R_WHOLE, R_IN_PROGRESS, R_COMPLETED } resp_form;
+
+static json_t *response_of(const kvt_oairesp *r, resp_form form, bool *ok) {
+    json_t *o = json_object(), *u;
+    kvt_resp_set(o, "id", json_string(r->id), ok);
+    kvt_resp_set(o, "object", json_string("response"), ok);
+    if (form == R_IN_PROGRESS) {
+        kvt_resp_set(o, "status", json_string("in_progress"), ok);
+        return o;
+    }
+    kvt_resp_set(o, "created_at", json_integer(r->created), ok);
+    if (form == R_WHOLE) { // the answer's order; a stream's response.completed has llama-server's other one
+        kvt_resp_set(o, "completed_at", json_integer(r->completed), ok);
+        kvt_resp_set(o, "model", kvt_resp_jtext(r->model, strlen(r->model)), ok);
+        kvt_resp_set(o, "status", json_string("completed"), ok);
+    } else {
+        kvt_resp_set(o, "status", json_string("completed"), ok);
+        kvt_resp_set(o, "model", kvt_resp_jtext(r->model, strlen(r->model)), ok);
+    }
+    json_t *out = json_array();
+    if ((form == R_WHOLE || r->len) && json_array_append_new(out, item_of(r, form == R_WHOLE ? I_WHOLE : I_DONE, ok)))
+        *ok = false;
+    kvt_resp_set(o, "output", out, ok);
+    u = json_object();
+    kvt_resp_set(u, "input_tokens", json_integer(r->input_tokens), ok);
+    kvt_resp_set(u, "output_tokens", json_integer(r->output_tokens), ok);
+    kvt_resp_set(u, "total_tokens", json_integer(r->input_tokens + r->output_tokens), ok);
+    kvt_resp_set(u, "input_tokens_details", json_pack("{s:I}", "cached_tokens", (json_int_t)r->cached_tokens), ok);
+    kvt_resp_set(o, "usage", u, ok);
+    return o;
+}
+
 char *kvt_oairesp_json(const kvt_oairesp *r, size_t *len) {
     bool ok = true;
-    json_t *o = json_object(), *msg = json_object(), *part = json_object(), *u = json_object();
-    kvt_resp_set(part, "type", json_string("output_text"), &ok);
-    kvt_resp_set(part, "text", kvt_resp_jtext(r->text, r->len), &ok);
-    kvt_resp_set(part, "annotations", json_array(), &ok);
-    kvt_resp_set(part, "logprobs", json_array(), &ok);
-    kvt_resp_set(msg, "id", json_string(r->msg_id), &ok);
-    kvt_resp_set(msg, "type", json_string("message"), &ok);
-    kvt_resp_set(msg, "role", json_string("assistant"), &ok);
-    kvt_resp_set(msg, "status", json_string("completed"), &ok);
-    kvt_resp_set(msg, "content", json_pack("[o]", part), &ok);
-    kvt_resp_set(o, "id", json_string(r->id), &ok);
-    kvt_resp_set(o, "object", json_string("response"), &ok);
-    kvt_resp_set(o, "created_at", json_integer(r->created), &ok);
-    kvt_resp_set(o, "completed_at", json_integer(r->completed), &ok);
-    kvt_resp_set(o, "model", kvt_resp_jtext(r->model, strlen(r->model)), &ok);
-    kvt_resp_set(o, "status", json_string("completed"), &ok);
-    kvt_resp_set(o, "output", json_pack("[o]", msg), &ok);
-    kvt_resp_set(u, "input_tokens", json_integer(r->input_tokens), &ok);
-    kvt_resp_set(u, "output_tokens", json_integer(r->output_tokens), &ok);
-    kvt_resp_set(u, "total_tokens", json_integer(r->input_tokens + r->output_tokens), &ok);
-    kvt_resp_set(u, "input_tokens_details", json_pack("{s:I}", "cached_tokens", (json_int_t)r->cached_tokens), &ok);
-    kvt_resp_set(o, "usage", u, &ok);
-    char *s = ok ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (s && len) *len = strlen(s);
-    return s;
+    json_t *o = response_of(r, R_WHOLE, &ok);
+    return kvt_resp_dump(o, ok, len);
+}
+
+char *kvt_oairesp_event(kvt_oairesp_event_kind kind, const kvt_oairesp *r, size_t *len) {
+    static const char *const names[] = {"response.created",          "response.in_progress",
+                                        "response.output_item.added", "response.content_part.added",
+                                        "response.output_text.delta", "response.output_text.done",
+                                        "response.content_part.done", "response.output_item.done",
+                                        "response.completed"};
+    bool ok = true;
+    json_t *d = json_object();
+    kvt_resp_set(d, "type", json_string(names[kind]), &ok);
+    switch (kind) {
+    case KVT_OAIRESP_CREATED:
+    case KVT_OAIRESP_IN_PROGRESS: kvt_resp_set(d, "response", response_of(r, R_IN_PROGRESS, &ok), &ok); break;
+    case KVT_OAIRESP_ITEM_ADDED: kvt_resp_set(d, "item", item_of(r, I_ADDED, &ok), &ok); break;
+    case KVT_OAIRESP_PART_ADDED:
+        kvt_resp_set(d, "item_id", json_string(r->msg_id), &ok);
+        kvt_resp_set(d, "part", json_pack("{s:s,s:s}", "type", "output_text", "text", ""), &ok);
+        break;
+    case KVT_OAIRESP_TEXT_DELTA:
+    case KVT_OAIRESP_TEXT_DONE:
+        kvt_resp_set(d, "item_id", json_string(r->msg_id), &ok);
+        kvt_resp_set(d, kind == KVT_OAIRESP_TEXT_DELTA ? "delta" : "text", kvt_resp_jtext(r->text, r->len), &ok);
+        break;
+    case KVT_OAIRESP_PART_DONE:
+        kvt_resp_set(d, "item_id", json_string(r->msg_id), &ok);
+        kvt_resp_set(d, "part", part_of(r, false, &ok), &ok);
+        break;
+    case KVT_OAIRESP_ITEM_DONE: kvt_resp_set(d, "item", item_of(r, I_DONE, &ok), &ok); break;
+    case KVT_OAIRESP_COMPLETED:
+        kvt_resp_set(d, "response", response_of(r, R_COMPLETED, &ok), &ok);
+        if (r->timings) kvt_resp_set(d, "timings", kvt_resp_timings_json(r->timings, &ok), &ok);
+        break;
+    }
+    return kvt_sse_named(names[kind], kvt_resp_dump(d, ok, NULL), len);
 }

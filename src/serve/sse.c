@@ -1,6 +1,7 @@
 // sse.c - server-sent events framing (see sse.h).
 #include "sse.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,4 +34,18 @@ kvt_status kvt_sse_frame(const char *payload, size_t n, char **out, size_t *out_
     *out = o;
     if (out_len) *out_len = len;
     return KVT_OK;
+}
+
+char *kvt_sse_named(const char *name, char *json, size_t *len) {
+    if (!json) return NULL;
+    size_t n = strlen(name) + strlen(json) + 20;
+    char *s = malloc(n);
+    int k = s ? snprintf(s, n, "event: %s\ndata: %s\n\n", name, json) : -1;
+    free(json);
+    if (k < 0) {
+        free(s);
+        return NULL;
+    }
+    if (len) *len = (size_t)k;
+    return s;
 }

@@ -17,4 +17,8 @@
 // Errors: KVT_ERR_NOMEM.
 kvt_status kvt_sse_frame(const char *payload, size_t n, char **out, size_t *out_len, kvt_err *err);
 
+// A named event "event: NAME\ndata: JSON\n\n" (Anthropic's and OpenAI Responses' streams; json one line, taken:
+// freed), newly allocated (caller frees; *len its length, may be NULL). NULL when json is NULL or out of memory.
+char *kvt_sse_named(const char *name, char *json, size_t *len);
+
 #endif
