@@ -1454,7 +1454,7 @@ def t_sigterm(kvtier, model, extra):
 def t_equal_generate(kvtier, smollm2):
     name = ("SmolLM2: temperature 0 output equals `kvtier generate` (completions, one reusing the previous "
             "prompt's KV blocks by the prefix cache; the chat-rendered prompt; /completion, whole and streamed; "
-            "with the penalties)")
+            "with the penalties; ignore_eos: llama-server's ids)")
     if not smollm2 or not os.path.exists(smollm2):
         skip(name, "SmolLM2 not in the cache (make model)")
         return
@@ -1502,6 +1502,24 @@ def t_equal_generate(kvtier, smollm2):
                                       capture_output=True, text=True, check=True).stdout)
         if g["text"] != r["choices"][0]["text"]:
             ok, why = False, "penalties: served %r, generate %r" % (r["choices"][0]["text"], g["text"])
+        # ignore_eos as llama-server's (every end-of-generation token banned): greedy ends at EOS after 30 tokens here;
+        # with the ban, the 40 ids llama-server gave (llama-cpp-python 0.3.36's llama.cpp, /completion, 2026-12-06),
+        # served and from `kvtier generate --ignore-eos`
+        hi = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+              "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n")
+        want = [19556, 665, 28, 10668, 288, 957, 905, 17, 339, 5248, 1535, 288, 724, 351, 750, 1942, 282, 4833, 2385,
+                1391, 30, 1812, 416, 339, 724, 346, 351, 1834, 47, 13408, 253, 1977, 28, 14333, 253, 1843, 28, 355, 915,
+                1277]
+        _, _, e0 = s.post("/completion", {"prompt": hi, "n_predict": 40, "temperature": 0, "return_tokens": True})
+        _, _, e1 = s.post("/completion", {"prompt": hi, "n_predict": 40, "temperature": 0, "return_tokens": True,
+                                          "ignore_eos": True})
+        g = json.loads(subprocess.run([kvtier, "generate", "-m", smollm2, "-p", hi, "-n", "40", "--temp", "0", "-t", "2",
+                                       *flags, "--ignore-eos", "--json"], capture_output=True, text=True,
+                                      check=True).stdout)
+        if e0["tokens"] != want[:29] + [2] or e1["tokens"] != want or g["ids"] != want or \
+                [b["token"] for b in e1["generation_settings"]["logit_bias"]] != [0, 2, 4]:
+            ok, why = False, "ignore_eos: without %s, with %s (%s), generate %s" % (
+                e0["tokens"], e1["tokens"], e1["generation_settings"]["logit_bias"], g["ids"])
         if ok and not (cached[1] > 0 and cached[1] % 4 == 0):
             ok, why = False, "cached_tokens %s: the second prompt should reuse whole blocks of the first's" % cached
         report(ok, name, why)
