@@ -188,6 +188,40 @@ static kvt_status reference(const kvt_model *m, workload *w, int nr, const kvt_s
     return st;
 }
 
+// Greedy under bans only (ignore_eos's -inf biases) reads just the argmax and falls back to the sampler when it is
+// banned: the ids equal those of the sampler's path (the same bans plus a 0 bias, which turns the shortcut off).
+static void generate_bans(const kvt_model *m) {
+    kvt_context_params cp = kvt_context_params_default();
+    cp.n_ctx = 64;
+    cp.n_threads = 2;
+    kvt_context *ctx = NULL;
+    kvt_err err = {0};
+    const int32_t prompt[] = {1, 5, 9, 13, 2, 7};
+    int32_t a[12], b[12], c[12];
+    kvt_generate_stats gs;
+    kvt_generate_params gp = kvt_generate_params_default();
+    gp.n_predict = 12;
+    gp.sampling = greedy();
+    gp.stop_at_eog = false;
+    kvt_status st = kvt_context_init(m, &cp, &ctx, &err);
+    if (!st) st = kvt_generate(ctx, NULL, prompt, 6, &gp, a, NULL, NULL, NULL, &gs, &err);
+    kvt_logit_bias bias[3] = {{a[0], -INFINITY}, {a[3], -INFINITY}, {a[0] == 0 ? 1 : 0, 0.0f}};
+    gp.sampling.logit_bias = bias;
+    gp.sampling.n_logit_bias = 2;
+    bool shortcut = kvt_sampler_params_bans_only(&gp.sampling);
+    kvt_context_truncate(ctx, 0);
+    if (!st) st = kvt_generate(ctx, NULL, prompt, 6, &gp, b, NULL, NULL, NULL, &gs, &err);
+    gp.sampling.n_logit_bias = 3;
+    shortcut = shortcut && !kvt_sampler_params_bans_only(&gp.sampling);
+    kvt_context_truncate(ctx, 0);
+    if (!st) st = kvt_generate(ctx, NULL, prompt, 6, &gp, c, NULL, NULL, NULL, &gs, &err);
+    bool ok = !st && shortcut && !memcmp(b, c, sizeof b) && b[0] != a[0];
+    for (int i = 0; ok && i < 12; i++) ok = b[i] != a[0] && b[i] != a[3];
+    test_result(ok, "sched: greedy with bans only (ignore_eos) equals the sampler's path; banned ids never come",
+                "%s: a[0] %d, b[0] %d, c[0] %d", st ? err.msg : "ids", (int)a[0], (int)b[0], (int)c[0]);
+    kvt_context_free(ctx);
+}
+
 typedef struct {
     int64_t fast_blocks, host_blocks; // 0: unlimited fast, no host
     const char *disk;
@@ -1056,6 +1090,7 @@ void test_sched(const test_env *env) {
         return;
     }
     runs_invariant(m);
+    generate_bans(m);
     sched_random(m, env->quick);
     sched_tiers(m, env->quick);
     sched_prefix_chunks(m);

@@ -80,7 +80,7 @@ typedef struct {
     int32_t n;                         // choices (>= 1) that continue the same prompt
     bool logprobs;
     int32_t top_logprobs;              // 0..KVT_ENGINE_MAX_TOP alternatives per token
-    bool ignore_eos;                   // an end-of-generation token does not end a choice (benchmarks: exact lengths)
+    bool ignore_eos;                   // an end-of-generation token does not end a choice (serve also bans them: http.c)
 } kvt_engine_job;
 
 // Stores of the prefix cache's second level the stats report (a chain of `--kv-cache-dir` and `--kv-remote`: two).

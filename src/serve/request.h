@@ -98,7 +98,8 @@ typedef struct {
     bool logprobs;               // return the chosen tokens' log-probabilities
     int32_t top_logprobs;        // and this many alternatives per position
     bool stream, include_usage;
-    bool ignore_eos;             // llama-server's extension: generate max_tokens whatever the model ends with
+    bool ignore_eos;             // llama-server's extension: every end-of-generation token banned (http.c adds the -inf
+                                 // biases to logit_bias, kvt_logit_bias_ban_eog): max_tokens are generated
     bool add_special, parse_special, with_pieces; // tokenize only
     const struct kvt_native_ext *native; // KVT_REQ_NATIVE: the /completion fields of native.h; NULL otherwise
 } kvt_request_params;
