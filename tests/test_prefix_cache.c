@@ -241,16 +241,18 @@ static void cache_cases(const kvt_model *m, const char *disk, const prompts *w) 
     }
     snprintf(name, sizeof name, "prefix_cache: attach gives 40 positions and the prompt's logits bit for bit%s", tag);
     test_result(attach_run(pc, ctx, w->p, NP, w->ref_p, 40, why, sizeof why), name, "%s", why);
-    snprintf(name, sizeof name, "prefix_cache: partial blocks: prompts of 41, 40 and 5 tokens reuse 40, 32, 0%s", tag);
+    // a prompt that is a prefix of the cached one: the positions of its partial block are copied from the cached block
+    snprintf(name, sizeof name, "prefix_cache: partial blocks: prompts of 41, 40 and 5 tokens reuse 40, 39, 4%s", tag);
     bool ok = attach_run(pc, ctx, w->p, 41, w->ref_p41, 40, why, sizeof why) &&
-              attach_run(pc, ctx, w->p, 40, w->ref_p40, 32, why, sizeof why) &&
-              attach_run(pc, ctx, w->p, 5, w->ref_p5, 0, why, sizeof why);
+              attach_run(pc, ctx, w->p, 40, w->ref_p40, 39, why, sizeof why) &&
+              attach_run(pc, ctx, w->p, 5, w->ref_p5, 4, why, sizeof why);
     test_result(ok, name, "%s", why);
     snprintf(name, sizeof name, "prefix_cache: a prompt sharing 3 blocks reuses 24 positions, exact%s", tag);
     test_result(attach_run(pc, ctx, w->q, NP, w->ref_q, 24, why, sizeof why), name, "%s", why);
     kvt_prefix_cache_stats_get(pc, &ps);
     snprintf(name, sizeof name, "prefix_cache: stats count lookups and hit positions%s", tag);
-    test_result(ps.lookups == 5 && ps.hit_tokens == 40 + 40 + 32 + 24 && ps.store_hit_tokens == 0, name,
+    test_result(ps.lookups == 5 && ps.hit_tokens == 40 + 40 + 39 + 4 + 24 && ps.store_hit_tokens == 0 &&
+                ps.part_hits == 2 && ps.part_tokens == 7 + 4, name,
                 "lookups %lld, hit %lld", (long long)ps.lookups, (long long)ps.hit_tokens);
     if (!disk) {
         // trim: blocks held by a running sequence stay; then least recently used leaves go first
@@ -411,6 +413,51 @@ static void refusals(const kvt_model *m, const int32_t *p) {
 }
 
 // Insert in one context fills the mock store; a fresh context's cache imports the blocks from it.
+// Position-granular reuse at block size bt: a prompt repeated whole reuses all its positions but the last (its partial
+// last block kept by keep_tail), a prompt diverging mid-block reuses up to the divergence, a prompt that is a prefix of
+// a cached one reuses all but its last; the logits are those of computing each prompt alone, bit for bit.
+static void partial_cases(const kvt_model *m, int32_t bt) {
+    char name[256], why[512] = "";
+    kvt_err err = {0};
+    kvt_context_params cp = ctx_params(NULL);
+    cp.kv_block = bt;
+    enum { N = 77 };
+    int32_t p[N], d[N];
+    const int64_t cut = 2 * bt + bt / 2 + 1; // d diverges from p mid-block
+    for (int i = 0; i < N; i++) p[i] = tok(4, i), d[i] = i < cut ? p[i] : tok(5, i);
+    const size_t V = (size_t)m->hp.n_vocab;
+    float *ref = malloc(3 * V * sizeof *ref);
+    kvt_context *ctx = NULL;
+    kvt_prefix_cache *pc = NULL;
+    kvt_status st = ref ? KVT_OK : kvt_errorf(&err, KVT_ERR_NOMEM, "out of memory");
+    if (!st) st = reference(m, &cp, p, N, ref, &err);
+    if (!st) st = reference(m, &cp, d, N, ref + V, &err);
+    if (!st) st = reference(m, &cp, p, 50, ref + 2 * V, &err);
+    if (!st) st = kvt_context_init(m, &cp, &ctx, &err);
+    if (!st) st = kvt_prefix_cache_init(ctx, NULL, &pc, &err);
+    if (!st) st = kvt_decode_seq(ctx, 0, p, N, false, &err);
+    if (!st) st = kvt_prefix_cache_insert(pc, 0, p, N, &err);
+    if (!st) kvt_prefix_cache_keep_tail(pc, 0, p, N);
+    if (!st) st = kvt_decode_seq(ctx, 0, p + N - 1, 1, false, &err); // seq 0 writes on: its tail block is copied first
+    kvt_context_seq_truncate(ctx, 0, 0);
+    if (!st) {
+        snprintf(name, sizeof name, "prefix_cache: block %d: a repeated %d-token prompt reuses %d positions, logits exact",
+                 bt, N, N - 1);
+        test_result(attach_run(pc, ctx, p, N, ref, N - 1, why, sizeof why), name, "%s", why);
+        snprintf(name, sizeof name, "prefix_cache: block %d: a prompt diverging mid-block at %lld reuses %lld, exact", bt,
+                 (long long)cut, (long long)cut);
+        test_result(attach_run(pc, ctx, d, N, ref + V, cut, why, sizeof why), name, "%s", why);
+        snprintf(name, sizeof name, "prefix_cache: block %d: a 50-token prefix of a cached prompt reuses 49, exact", bt);
+        test_result(attach_run(pc, ctx, p, 50, ref + 2 * V, 49, why, sizeof why), name, "%s", why);
+        // the copy leaves the cached block as it was: the whole prompt again
+        snprintf(name, sizeof name, "prefix_cache: block %d: the cached blocks are unchanged by the copies' writes", bt);
+        test_result(attach_run(pc, ctx, p, N, ref, N - 1, why, sizeof why), name, "%s", why);
+    } else test_result(false, "prefix_cache: partial cases", "%s", err.msg);
+    kvt_prefix_cache_free(pc);
+    kvt_context_free(ctx);
+    free(ref);
+}
+
 static void store_cases(const kvt_model *m, const prompts *w) {
     kvt_err err = {0};
     char why[512] = "";
@@ -465,6 +512,8 @@ void test_prefix_cache(const test_env *env) {
         else {
             refusals(m, w.p);
             cache_cases(m, NULL, &w);
+            partial_cases(m, BT);
+            partial_cases(m, 16);
             kept_keys_budget(m, &w);
             live_marks(m, &w);
             if (disk) cache_cases(m, disk, &w);

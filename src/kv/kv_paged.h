@@ -152,6 +152,9 @@ bool kvt_kv_paged_help(void *kv);
 // KVT_ERR_INVALID_ARG if seq does not hold all positions of block b in every layer (or a sliding window freed
 // part of it), or kv is not the paged store.
 kvt_status kvt_kv_paged_block_ref(kvt_kv *kv, int32_t seq, int64_t b, int64_t *ids, kvt_err *err);
+// block_ref of a block that may be partly filled: seq must hold its first n_pos positions (1 .. block_tokens) in
+// every layer. The sequence writing on into it copies it first (copy on write), so the held block keeps them.
+kvt_status kvt_kv_paged_block_ref_part(kvt_kv *kv, int32_t seq, int64_t b, int64_t n_pos, int64_t *ids, kvt_err *err);
 // Drops the holds of block_ref (ids[n_layer * n_group]).
 void kvt_kv_paged_block_unref(kvt_kv *kv, const int64_t *ids);
 // Most holders of any of ids (the caller's hold included): 1 means only the caller holds them.

@@ -12,6 +12,10 @@
 // --- the prefix cache's block references -----------------------------------------------------------------
 
 kvt_status kvt_kv_paged_block_ref(kvt_kv *kv, int32_t seq, int64_t b, int64_t *ids, kvt_err *err) {
+    return kvt_kv_paged_block_ref_part(kv, seq, b, kv->block_tokens, ids, err);
+}
+
+kvt_status kvt_kv_paged_block_ref_part(kvt_kv *kv, int32_t seq, int64_t b, int64_t n_pos, int64_t *ids, kvt_err *err) {
     kv_paged *s = (kv_paged *)kv;
     if (kv->ops != &kvp_ops) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "block references need the paged KV store");
     pthread_mutex_lock(&s->mu);
@@ -20,10 +24,12 @@ kvt_status kvt_kv_paged_block_ref(kvt_kv *kv, int32_t seq, int64_t b, int64_t *i
     if (!q) st = KVT_ERR_INVALID_ARG;
     for (int32_t i = 0; !st && i < s->n_shard; i++) {
         const pshard *sh = &q->sh[i];
-        if (b < 0 || b >= sh->n_blk || sh->n_tok < (b + 1) * kv->block_tokens || sh->ids[b] < 0) {
+        if (b < 0 || b >= sh->n_blk || n_pos < 1 || n_pos > kv->block_tokens || sh->n_tok < b * kv->block_tokens + n_pos ||
+            sh->ids[b] < 0) {
             st = kvt_errorf(err, KVT_ERR_INVALID_ARG,
-                            "KV sequence %d does not hold block %lld of layer %d group %d in full (%lld positions%s)", seq,
-                            (long long)b, i / kv->n_group, i % kv->n_group, (long long)sh->n_tok,
+                            "KV sequence %d does not hold the first %lld positions of block %lld of layer %d group %d (%lld "
+                            "positions%s)", seq, (long long)n_pos, (long long)b, i / kv->n_group, i % kv->n_group,
+                            (long long)sh->n_tok,
                             b >= 0 && b < sh->n_blk && sh->ids[b] < 0 ? ", freed by the sliding window" : "");
         }
     }

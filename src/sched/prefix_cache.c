@@ -23,6 +23,9 @@ typedef struct {
     kvt_block_key key;
     int64_t parent;     // entry of the block before (-1: block 0)
     int64_t b;          // block index (positions [b * block_tokens, (b + 1) * block_tokens))
+    int32_t n_tok;      // positions of the block it holds: block_tokens, or fewer for a prompt's last partial block
+                        // (kvt_prefix_cache_keep_tail: a leaf, never in the second-level store)
+    int32_t *tok;       // [n_tok] the block's token ids (owned): attach matches a prompt's partial block against them
     int64_t *ids;       // [n_shard] store handles, NULL: free entry
     int64_t children;   // entries whose parent this is
     uint64_t last_use;  // cache tick of the last attach or insert that passed through it
@@ -47,6 +50,7 @@ struct kvt_prefix_cache {
     int64_t n_holder;   // entries with a holder
     void *payload;      // [n_batch][payload_bytes] blocks read from / written to the second-level store (NULL without)
     int n_batch;        // blocks one lookup asks the store for at once (get_many pipelines them)
+    int64_t match;      // partial_match's entry
     kvt_prefix_cache_stats st;
 };
 
@@ -141,16 +145,22 @@ static void tab_del(kvt_prefix_cache *pc, int64_t x) {
 
 // --- entries ---------------------------------------------------------------------------------------------
 
-// A new entry for block b of seq under key (its store blocks held); -1 with err set on failure.
-static int64_t entry_new(kvt_prefix_cache *pc, int32_t seq, int64_t b, const kvt_block_key *key, int64_t parent,
-                         kvt_err *err) {
+// A new entry for the first n_tok positions of block b of seq, whose ids are tok[0, n_tok), under key (its store
+// blocks held); -1 with err set on failure.
+static int64_t entry_new(kvt_prefix_cache *pc, int32_t seq, int64_t b, int32_t n_tok, const int32_t *tok,
+                         const kvt_block_key *key, int64_t parent, kvt_err *err) {
     int64_t *ids = malloc((size_t)pc->n_shard * sizeof *ids);
-    if (!ids) {
+    int32_t *tc = malloc((size_t)n_tok * sizeof *tc);
+    if (!ids || !tc) {
+        free(ids);
+        free(tc);
         kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a prefix cache entry");
         return -1;
     }
-    if (kvt_kv_paged_block_ref(pc->kv, seq, b, ids, err)) {
+    memcpy(tc, tok, (size_t)n_tok * sizeof *tc);
+    if (kvt_kv_paged_block_ref_part(pc->kv, seq, b, n_tok, ids, err)) {
         free(ids);
+        free(tc);
         return -1;
     }
     int64_t x;
@@ -164,6 +174,7 @@ static int64_t entry_new(kvt_prefix_cache *pc, int32_t seq, int64_t b, const kvt
             if (!nf) {
                 kvt_kv_paged_block_unref(pc->kv, ids);
                 free(ids);
+                free(tc);
                 kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a prefix cache entry");
                 return -1;
             }
@@ -172,10 +183,12 @@ static int64_t entry_new(kvt_prefix_cache *pc, int32_t seq, int64_t b, const kvt
         }
         x = pc->n_e++;
     }
-    pc->e[x] = (pentry){*key, parent, b, ids, 0, pc->tick, NULL, NULL, -1};
+    pc->e[x] = (pentry){*key, parent, b, n_tok, tc, ids, 0, pc->tick, NULL, NULL, -1};
     if (!tab_add(pc, x)) {
         kvt_kv_paged_block_unref(pc->kv, ids);
         free(ids);
+        free(tc);
+        pc->e[x].tok = NULL;
         pc->e[x].ids = NULL;
         pc->free_e[pc->n_free++] = x;
         kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the prefix cache's table");
@@ -219,7 +232,9 @@ static void entry_drop(kvt_prefix_cache *pc, int64_t x) {
     tab_del(pc, x);
     kvt_kv_paged_block_unref(pc->kv, E->ids);
     free(E->ids);
+    free(E->tok);
     E->ids = NULL;
+    E->tok = NULL;
     if (E->parent >= 0) pc->e[E->parent].children--;
     pc->free_e[pc->n_free++] = x; // free_e has room for every entry
     pc->st.blocks--;
@@ -273,6 +288,7 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc) {
         if (pc->e[i].ids) {
             kvt_kv_paged_block_unref(pc->kv, pc->e[i].ids);
             free(pc->e[i].ids);
+            free(pc->e[i].tok);
             kvt_sparse_qwin_free(pc->e[i].qwin);
             kvt_sparse_ksum_free(pc->e[i].ksum);
         }
@@ -392,12 +408,35 @@ int64_t kvt_prefix_cache_probe(const kvt_prefix_cache *pc, const int32_t *tokens
     return b;
 }
 
+// Positions of block b of tokens[0, n) (after the chain ending at entry parent, -1 for block 0), at most lim - b * bt
+// of them, that the cached entry of block b after parent which shares the most with the prompt shares (its ids'
+// common prefix with the prompt's; pc->match: that entry); 0 when none. Without sparse attention only: quest's and
+// asyncspade's summaries and query windows are kept per whole block.
+static int64_t partial_match(kvt_prefix_cache *pc, int64_t parent, int64_t b, const int32_t *tokens, int64_t n, int64_t lim) {
+    const int64_t bt = pc->kv->block_tokens, p0 = b * bt;
+    int64_t want = (lim < n ? lim : n) - p0;
+    if (want > bt) want = bt;
+    if (want <= 0 || kvt_context_sparse(pc->ctx) || (parent >= 0 && pc->e[parent].children == 0)) return 0;
+    int64_t best = 0;
+    for (int64_t i = 0; i < pc->n_e && best < want; i++) {
+        const pentry *E = &pc->e[i];
+        if (!E->ids || E->b != b || E->parent != parent) continue;
+        int64_t m = 0;
+        const int64_t lim_i = E->n_tok < want ? E->n_tok : want;
+        while (m < lim_i && E->tok[m] == tokens[p0 + m]) m++;
+        if (m > best) best = m, pc->match = i;
+    }
+    return best;
+}
+
 // An imported block b of seq (key) joins the memory cache after parent: the new entry, or -1 when it cannot (the key
 // is there already, or out of memory: a later lookup re-imports it), which ends the chain of entries.
-static int64_t join(kvt_prefix_cache *pc, int32_t seq, int64_t b, const kvt_block_key *key, int64_t parent) {
+static int64_t join(kvt_prefix_cache *pc, int32_t seq, int64_t b, const int32_t *tokens, const kvt_block_key *key,
+                    int64_t parent) {
     if (tab_find(pc, key) >= 0) return -1;
     kvt_err e2;
-    return entry_new(pc, seq, b, key, parent, &e2);
+    const int64_t bt = pc->kv->block_tokens;
+    return entry_new(pc, seq, b, (int32_t)bt, tokens + b * bt, key, parent, &e2);
 }
 
 kvt_status kvt_prefix_cache_attach(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
@@ -444,7 +483,7 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
             if (!key_eq(&sg->keys[i], &key) || (st = kvt_kv_block_import(pc->kv, seq, b, sg->payloads[i], err))) break;
             from_store++;
             from_staged++;
-            parent = join(pc, seq, b, &key, parent);
+            parent = join(pc, seq, b, tokens, &key, parent);
             const kvt_block_key cur = key;
             if (++b < nb) key = kvt_prefix_key_next(&cur, tokens + b * bt, bt);
             more = parent >= 0 && b < nb;
@@ -466,16 +505,25 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
             }
             from_store++;
             // the imported block joins the memory cache (a failure here only costs a later re-import)
-            if ((parent = join(pc, seq, b, &keys[i], parent)) < 0) more = false; // b++ still counts this block
+            if ((parent = join(pc, seq, b, tokens, &keys[i], parent)) < 0) more = false; // b++ still counts this block
         }
         if (more && b < nb) key = kvt_prefix_key_next(&keys[n - 1], tokens + b * bt, bt);
         more = more && b < nb;
+    }
+    // then the positions of block b that a cached block (full, or a prompt's partial last one) after the chain shares
+    // with the prompt, up to lim: its blocks by reference, cut to those positions; the sequence's first write into
+    // them copies them (the store's copy on write, from whatever tier they are in), and the entry keeps its own
+    const int64_t part = !st && (b == 0 || parent >= 0) ? partial_match(pc, parent, b, tokens, n, lim) : 0;
+    int64_t xp = part > 0 ? pc->match : -1;
+    if (part > 0 && !(st = kvt_kv_paged_seq_push_ref(pc->kv, seq, b, pc->e[xp].ids, err))) {
+        pc->kv->ops->truncate(pc->kv, seq, b * bt + part);
+        pc->e[xp].last_use = pc->tick;
     }
     if (st) { // n_past is still 0
         pc->kv->ops->truncate(pc->kv, seq, 0);
         return st;
     }
-    if ((st = kvt_context_seq_set_n_past(pc->ctx, seq, b * bt, err))) {
+    if ((st = kvt_context_seq_set_n_past(pc->ctx, seq, b * bt + part, err))) {
         pc->kv->ops->truncate(pc->kv, seq, 0);
         return st;
     }
@@ -501,10 +549,12 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
         pc->st.key_tokens += shared;
         pc->e[xk].last_use = pc->tick; // (it may lie past the attached blocks: its copy was used all the same)
     }
-    *n_cached = b * bt;
+    *n_cached = b * bt + part;
     pc->st.store_hit_tokens += from_store * bt;
     pc->st.staged_tokens += from_staged * bt;
-    pc->st.hit_tokens += (b - from_store) * bt;
+    pc->st.hit_tokens += (b - from_store) * bt + part;
+    pc->st.part_hits += part > 0;
+    pc->st.part_tokens += part;
     return KVT_OK;
 }
 
@@ -523,7 +573,7 @@ kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int3
         int64_t x = tab_find(pc, &key);
         if (x < 0) {
             kvt_err e2;
-            if ((x = entry_new(pc, seq, b, &key, parent, &e2)) < 0) {
+            if ((x = entry_new(pc, seq, b, (int32_t)bt, tokens + b * bt, &key, parent, &e2)) < 0) {
                 // a sliding window freed part of the block (its layers keep no early block): the prefix ends here
                 if (e2.status == KVT_ERR_INVALID_ARG) break;
                 *err = e2;
@@ -557,6 +607,21 @@ static int64_t last_entry(const kvt_prefix_cache *pc, const int32_t *tokens, int
         if ((x = chain_next(pc, x, tokens, b)) < 0) return -1;
     }
     return x;
+}
+
+void kvt_prefix_cache_keep_tail(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n) {
+    const int64_t bt = pc->kv->block_tokens, nb = n / bt, m = n - nb * bt;
+    if (m == 0 || kvt_context_sparse(pc->ctx) || n > kvt_context_seq_n_past(pc->ctx, seq)) return;
+    const int64_t x = nb > 0 ? last_entry(pc, tokens, nb) : -1;
+    if (nb > 0 && x < 0) return; // the full blocks are not all cached (a sliding window freed one)
+    const kvt_block_key key = kvt_prefix_key_next(x >= 0 ? &pc->e[x].key : NULL, tokens + nb * bt, m);
+    pc->tick++;
+    int64_t y = tab_find(pc, &key);
+    kvt_err e2;
+    if (y < 0) y = entry_new(pc, seq, nb, (int32_t)m, tokens + nb * bt, &key, x, &e2);
+    if (y < 0) return;
+    pc->e[y].last_use = pc->tick;
+    if (pc->p.max_blocks > 0) kvt_prefix_cache_trim(pc, pc->p.max_blocks);
 }
 
 void kvt_prefix_cache_keep_queries(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n) {

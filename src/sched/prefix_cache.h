@@ -57,6 +57,8 @@ typedef struct {
     int64_t key_hits;         // attach calls that gave a sequence kept key summaries
     int64_t key_tokens;       // positions those calls gave summaries of (keys not read back from the store)
     int64_t key_live;         // copies a running sequence gave for an attach (before it ended) since init
+    int64_t part_hits;        // attach calls that gave positions of a partial block (copied, see attach)
+    int64_t part_tokens;      // those positions (counted in hit_tokens too)
 } kvt_prefix_cache_stats;
 
 typedef struct kvt_prefix_cache kvt_prefix_cache;
@@ -68,8 +70,11 @@ void kvt_prefix_cache_free(kvt_prefix_cache *pc); // releases every cached block
 
 // seq must hold no position. Gives it the KV of the longest prefix of tokens[0, n) made of cached full blocks,
 // at most max_tokens positions (the caller passes kvt_context_prompt_cacheable: n - 1, so the last prompt token is
-// computed and gives logits, or n - window - 1 under asyncspade); *n_cached: positions given (a multiple of the block
-// size; 0 on a miss). Under asyncspade the memory cache's blocks may go further, up to n - 1 positions, to the end of
+// computed and gives logits, or n - window - 1 under asyncspade); then, without sparse attention, the positions of the
+// next block that a cached block after that chain (a full one, or a prompt's partial last block, keep_tail) shares with
+// the prompt, within max_tokens: that block by reference cut to those positions, which seq's first write into it
+// copies (copy on write, from whatever tier it is in) into a block of its own. *n_cached: positions given (0 on a
+// miss; a multiple of the block size under quest and asyncspade). Under asyncspade the memory cache's blocks may go further, up to n - 1 positions, to the end of
 // a block whose entry keeps a query window that covers the prompt (kvt_sparse_qwin_covers): the window is restored into
 // seq's history, so the prompt's last window + 1 positions need not be recomputed (the same selections and tokens).
 // Under quest and asyncspade seq shares the key summaries kept (kvt_prefix_cache_keep_keys) that cover the most of the
@@ -107,6 +112,12 @@ int64_t kvt_prefix_cache_probe(const kvt_prefix_cache *pc, const int32_t *tokens
 // seq is freed. Blocks already cached are not duplicated. New blocks go to the second-level store too.
 kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n,
                                    kvt_err *err);
+// Without sparse attention: keeps the last partial block of the prompt tokens[0, n) that seq has just computed (its
+// n % block_tokens positions, after the full blocks insert registered) by reference, so that attach can give a
+// repeated prompt all its positions but the last. seq's next write into that block copies it first. Not written to the
+// second-level store (it holds whole blocks). Nothing kept when n is a whole number of blocks or the full blocks are
+// not all cached; never an error (out of memory: not kept).
+void kvt_prefix_cache_keep_tail(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n);
 // Under asyncspade (with query_bytes > 0): keeps seq's query window ending at n (kvt_sparse_qwin_take; seq has just
 // computed the prompt tokens[0, n), whose blocks insert registered) beside the entry of its last full block, for
 // attach. Nothing is kept when there is no window or it does not fit query_bytes; never an error (out of memory:

@@ -390,6 +390,7 @@ static kvt_status prompt_done(kvt_sched *s, req *r, const float *logits, kvt_err
     kvt_status st = KVT_OK;
     if (s->pc) st = kvt_prefix_cache_insert(s->pc, r->ch[0].seq, r->prompt, r->p.n_prompt, err);
     if (!st && s->pc) kvt_prefix_cache_keep_queries(s->pc, r->ch[0].seq, r->prompt, r->p.n_prompt); // (asyncspade)
+    if (!st && s->pc) kvt_prefix_cache_keep_tail(s->pc, r->ch[0].seq, r->prompt, r->p.n_prompt); // (no sparse)
     for (int32_t i = 1; !st && i < r->p.n; i++) {
         st = kvt_context_seq_fork(s->ctx, r->ch[0].seq, &r->ch[i].seq, err);
         if (!st) {
