@@ -232,8 +232,20 @@ def t_chat(s):
     st, _, r2 = s.post("/v1/chat/completions", body)
     assert r2["choices"][0]["message"] == m, "temperature 0 differs between two runs"
     u = r2["usage"]
-    # the prefix cache reuses whole blocks (64 positions: kvtier serve's default --kv-block) short of the last token
-    assert u["prompt_tokens"] > 64 and u["prompt_tokens_details"]["cached_tokens"] == (u["prompt_tokens"] - 1) // 64 * 64, u
+    # the prefix cache reuses every position but the last (as llama-server): the full blocks by reference, the partial
+    # last one copied
+    assert u["prompt_tokens"] > 64 and u["prompt_tokens_details"]["cached_tokens"] == u["prompt_tokens"] - 1, u
+
+
+@case("POST /v1/completions: a repeated 128-token prompt reuses 127 positions (n = 2, seeded), the same texts")
+def t_repeat_128(s):
+    body = {"prompt": long_prompt_ids(128, 5), "max_tokens": 8, "n": 2, "temperature": 0.8, "seed": 11,
+            "ignore_eos": True}
+    st, _, r1 = s.post("/v1/completions", body)
+    assert st == 200, (st, r1)
+    st, _, r2 = s.post("/v1/completions", body)
+    assert st == 200 and r2["usage"]["prompt_tokens_details"]["cached_tokens"] == 127, r2["usage"]
+    assert [c["text"] for c in r1["choices"]] == [c["text"] for c in r2["choices"]], (r1["choices"], r2["choices"])
 
 
 def print_prompt(s, messages):

@@ -114,7 +114,8 @@ kvt_status kvt_prefix_cache_insert(kvt_prefix_cache *pc, int32_t seq, const int3
                                    kvt_err *err);
 // Without sparse attention: keeps the last partial block of the prompt tokens[0, n) that seq has just computed (its
 // n % block_tokens positions, after the full blocks insert registered) by reference, so that attach can give a
-// repeated prompt all its positions but the last. seq's next write into that block copies it first. Not written to the
+// repeated prompt all its positions but the last. seq's next write into that block would copy it first: the scheduler
+// calls it as seq is freed (a request's sequence that computed the whole prompt). Not written to the
 // second-level store (it holds whole blocks). Nothing kept when n is a whole number of blocks or the full blocks are
 // not all cached; never an error (out of memory: not kept).
 void kvt_prefix_cache_keep_tail(kvt_prefix_cache *pc, int32_t seq, const int32_t *tokens, int64_t n);

@@ -135,9 +135,12 @@ static void staged_release(req *r) {
 }
 
 // Frees sequence seq of request r, its sparse step records counted first and its key summaries of the prompt's
-// blocks left to the prefix cache.
+// blocks (or the prompt's partial last block) left to the prefix cache.
 static void seq_free(kvt_sched *s, req *r, int32_t seq) {
     kvt_sparse_seq_totals_add(kvt_context_sparse(s->ctx), seq, r->p.n_prompt, &r->sparse);
+    // the prompt's partial last block too (without sparse attention), now that seq writes no more into it: kept
+    // while seq ran, seq's next token would have copied it (a block more in the store)
+    if (s->pc && r->state == R_DECODE) kvt_prefix_cache_keep_tail(s->pc, seq, r->prompt, r->p.n_prompt);
     if (s->pc) kvt_prefix_cache_keep_keys(s->pc, seq, r->prompt, r->p.n_prompt);
     kvt_context_seq_free(s->ctx, seq);
 }
@@ -390,7 +393,6 @@ static kvt_status prompt_done(kvt_sched *s, req *r, const float *logits, kvt_err
     kvt_status st = KVT_OK;
     if (s->pc) st = kvt_prefix_cache_insert(s->pc, r->ch[0].seq, r->prompt, r->p.n_prompt, err);
     if (!st && s->pc) kvt_prefix_cache_keep_queries(s->pc, r->ch[0].seq, r->prompt, r->p.n_prompt); // (asyncspade)
-    if (!st && s->pc) kvt_prefix_cache_keep_tail(s->pc, r->ch[0].seq, r->prompt, r->p.n_prompt); // (no sparse)
     for (int32_t i = 1; !st && i < r->p.n; i++) {
         st = kvt_context_seq_fork(s->ctx, r->ch[0].seq, &r->ch[i].seq, err);
         if (!st) {

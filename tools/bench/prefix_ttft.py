@@ -39,7 +39,9 @@ def stream(port, prompt, max_tokens, times, out):
     cached = 0
     for j in sse_events(resp):
         if j.get("usage"):
-            cached = (j["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+            cached = (j["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", cached)
+        if j.get("timings") and "cache_n" in j["timings"]:  # llama-server
+            cached = j["timings"]["cache_n"]
         if j.get("choices") and j["choices"][0].get("text") is not None and not j.get("usage"):
             times.append(time.monotonic())
     out["cached"] = cached
