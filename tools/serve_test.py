@@ -1483,6 +1483,7 @@ def t_equal_generate(kvtier, smollm2):
         a = "The long history of the printing press begins in"
         b = a + " China, where woodblock printing was used for centuries before Gutenberg built his machine, and"
         cached = []
+        a_ids = s.post("/tokenize", {"content": a})[2]["tokens"]
         for path, body, prompt in (
                 ("/v1/completions", {"prompt": a, "max_tokens": 24, "temperature": 0}, a),
                 ("/v1/completions", {"prompt": b, "max_tokens": 24, "temperature": 0}, b),
@@ -1532,8 +1533,8 @@ def t_equal_generate(kvtier, smollm2):
                 [b["token"] for b in e1["generation_settings"]["logit_bias"]] != [0, 2, 4]:
             ok, why = False, "ignore_eos: without %s, with %s (%s), generate %s" % (
                 e0["tokens"], e1["tokens"], e1["generation_settings"]["logit_bias"], g["ids"])
-        if ok and not (cached[1] > 0 and cached[1] % 4 == 0):
-            ok, why = False, "cached_tokens %s: the second prompt should reuse whole blocks of the first's" % cached
+        if ok and cached[1] != len(a_ids):  # b extends a: all of a's positions are reused (blocks of 4, the last part)
+            ok, why = False, "cached_tokens %s: the second prompt should reuse all %d of the first's" % (cached, len(a_ids))
         report(ok, name, why)
         s.stop()
     except Exception as e:  # noqa: BLE001
