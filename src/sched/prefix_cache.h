@@ -1,4 +1,5 @@
-// prefix_cache.h - the serving scheduler's prefix cache (issue 12): full blocks of prompts, shared by reference.
+// prefix_cache.h - the serving scheduler's prefix cache (issue 12): blocks of prompts, shared by reference (full
+// blocks; and, without sparse attention, a prompt's partial last block, shared cut to the positions that match).
 //
 // Every full block of a prompt is keyed by a chain hash (kvt_prefix_key_next) of its token ids and the key
 // of the block before it, so a key names a whole prefix. Cached blocks live in the context's paged KV store
