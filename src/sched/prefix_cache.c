@@ -50,7 +50,6 @@ struct kvt_prefix_cache {
     int64_t n_holder;   // entries with a holder
     void *payload;      // [n_batch][payload_bytes] blocks read from / written to the second-level store (NULL without)
     int n_batch;        // blocks one lookup asks the store for at once (get_many pipelines them)
-    int64_t match;      // partial_match's entry
     kvt_prefix_cache_stats st;
 };
 
@@ -410,9 +409,10 @@ int64_t kvt_prefix_cache_probe(const kvt_prefix_cache *pc, const int32_t *tokens
 
 // Positions of block b of tokens[0, n) (after the chain ending at entry parent, -1 for block 0), at most lim - b * bt
 // of them, that the cached entry of block b after parent which shares the most with the prompt shares (its ids'
-// common prefix with the prompt's; pc->match: that entry); 0 when none. Without sparse attention only: quest's and
+// common prefix with the prompt's; *entry: that entry); 0 when none. Without sparse attention only: quest's and
 // asyncspade's summaries and query windows are kept per whole block.
-static int64_t partial_match(kvt_prefix_cache *pc, int64_t parent, int64_t b, const int32_t *tokens, int64_t n, int64_t lim) {
+static int64_t partial_match(const kvt_prefix_cache *pc, int64_t parent, int64_t b, const int32_t *tokens, int64_t n,
+                             int64_t lim, int64_t *entry) {
     const int64_t bt = pc->kv->block_tokens, p0 = b * bt;
     int64_t want = (lim < n ? lim : n) - p0;
     if (want > bt) want = bt;
@@ -424,7 +424,7 @@ static int64_t partial_match(kvt_prefix_cache *pc, int64_t parent, int64_t b, co
         int64_t m = 0;
         const int64_t lim_i = E->n_tok < want ? E->n_tok : want;
         while (m < lim_i && E->tok[m] == tokens[p0 + m]) m++;
-        if (m > best) best = m, pc->match = i;
+        if (m > best) best = m, *entry = i;
     }
     return best;
 }
@@ -513,8 +513,8 @@ kvt_status kvt_prefix_cache_attach_staged(kvt_prefix_cache *pc, int32_t seq, con
     // then the positions of block b that a cached block (full, or a prompt's partial last one) after the chain shares
     // with the prompt, up to lim: its blocks by reference, cut to those positions; the sequence's first write into
     // them copies them (the store's copy on write, from whatever tier they are in), and the entry keeps its own
-    const int64_t part = !st && (b == 0 || parent >= 0) ? partial_match(pc, parent, b, tokens, n, lim) : 0;
-    int64_t xp = part > 0 ? pc->match : -1;
+    int64_t xp = -1;
+    const int64_t part = !st && (b == 0 || parent >= 0) ? partial_match(pc, parent, b, tokens, n, lim, &xp) : 0;
     if (part > 0 && !(st = kvt_kv_paged_seq_push_ref(pc->kv, seq, b, pc->e[xp].ids, err))) {
         pc->kv->ops->truncate(pc->kv, seq, b * bt + part);
         pc->e[xp].last_use = pc->tick;

@@ -35,17 +35,20 @@ static bool penalize(const kvt_sampler_params *p) {
 
 bool kvt_sampler_params_adjust(const kvt_sampler_params *p) { return p->n_logit_bias > 0 || penalize(p); }
 
+// A bias that bans its token (-inf).
+static bool is_ban(float bias) { return isinf(bias) && bias < 0; }
+
 bool kvt_sampler_params_bans_only(const kvt_sampler_params *p) {
     if (penalize(p)) return false;
     for (int32_t i = 0; p->logit_bias && i < p->n_logit_bias; i++) {
-        if (!(isinf(p->logit_bias[i].bias) && p->logit_bias[i].bias < 0)) return false;
+        if (!is_ban(p->logit_bias[i].bias)) return false;
     }
     return true;
 }
 
 bool kvt_sampler_params_banned(const kvt_sampler_params *p, int32_t token) {
     for (int32_t i = 0; p->logit_bias && i < p->n_logit_bias; i++) {
-        if (p->logit_bias[i].token == token && isinf(p->logit_bias[i].bias) && p->logit_bias[i].bias < 0) return true;
+        if (p->logit_bias[i].token == token && is_ban(p->logit_bias[i].bias)) return true;
     }
     return false;
 }
