@@ -1252,7 +1252,8 @@ int test_kernels_main(void) {
                 test_repack_k45(KVT_TYPE_Q4_K, 768, 128, 1, 3, 125, 0);
                 test_repack_k45(KVT_TYPE_Q4_K, 256, 56, 1, 0, 56, 1);
                 kvt_kernels_set_decode_variant(KVT_TYPE_Q4_K_X8, ov);
-                if (xv[i] == 1 || xv[i] == 4) { // q5_K_x8's study forms: 1, 4 streams (kqx8.h kvt_q5kx8_gemv_avx2)
+                if (xv[i] == 1 || xv[i] == 4 || xv[i] == 5) { // q5_K_x8's study forms: 1, 4 streams, 5 the old
+                                                                // default (kqx8.h kvt_q5kx8_gemv_avx2)
                     ov = kvt_kernels_set_decode_variant(KVT_TYPE_Q5_K_X8, xv[i]);
                     test_repack_k45(KVT_TYPE_Q5_K, 512, 88, 1, 0, 88, 0);
                     test_repack_k45(KVT_TYPE_Q5_K, 768, 128, 1, 3, 125, 2);

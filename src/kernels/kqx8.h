@@ -516,6 +516,20 @@ INLINE void x8_groups256l(int ns, int64_t nb, const uint8_t *G, int64_t step, co
     UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, _mm256_sub_ps(acc[k], macc[k]));
 }
 
+// The end of x8_sb_z and x8_sb_z5h: the rows' scale dots S from the halves' int32 sums is[0], is[1] (lane 128-bit L:
+// [r 2L, r 2L+1, r 4+2L, r 5+2L] -> rows in order), the 6-bit mins from L and H loaded again through a laundered
+// pointer (nothing of them live across the products), then x8_mins_chain.
+INLINE void x8_sb_z_end(const uint8_t *in, const __m256i is[2], const kvt_block_q8_K *y, __m256 *acc, __m256 *macc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i S = _mm256_permute4x64_epi64(_mm256_hadd_epi32(is[0], is[1]), 0xD8);
+    const uint8_t *im = in;
+    __asm__ volatile("" : "+r"(im));
+    const __m256i H = x8_ld256(im + 1088), LA = x8_ld256(im + 1024), LB = x8_ld256(im + 1056);
+    const __m256i mnA = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LA, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+    const __m256i mnB = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LB, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+    x8_mins_chain(mnA, mnB, S, in, y, acc, macc);
+}
+
 // The default with prefetch since 2026-12-01 (z4k): x8_sb_sp's arithmetic (the same integers S, M: the same bits) in
 // fewer instructions and without spills. GCC reassociates x8_sb_sp's int16 chains into trees and sinks the scale
 // products past the next slices, so that it computed the products in batches and kept their sums on the stack (about 40
@@ -578,17 +592,58 @@ INLINE void x8_sb_z(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m
     }
     UNROLL for (int l = 16; l < KVT_X8_SB / 64; l++) kvt_x8_prefetch_line(in + 64 * l, pf, npf);
     if (q5) UNROLL for (int l = KVT_X8_SB / 64; l < KVT_Q5X8_SB / 64; l++) kvt_x8_prefetch_line(in + 64 * l, pf, npf);
-    // lane 128-bit L: [r 2L, r 2L+1, r 4+2L, r 5+2L] -> rows in order
-    const __m256i S = _mm256_permute4x64_epi64(_mm256_hadd_epi32(is[0], is[1]), 0xD8);
-    const uint8_t *im = in;
-    __asm__ volatile("" : "+r"(im));
-    const __m256i H = x8_ld256(im + 1088), LA = x8_ld256(im + 1024), LB = x8_ld256(im + 1056);
-    const __m256i mnA = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LA, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-    const __m256i mnB = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(LB, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-    x8_mins_chain(mnA, mnB, S, in, y, acc, macc);
+    x8_sb_z_end(in, is, y, acc, macc);
 }
 
-// x8_groups256l with x8_sb_z (npf as there; pf the distance when npf > 0), y laundered as there; q5: q5_K_x8.
+// q5_K_x8's default since 2026-12-06 (kq5h; x8_sb_z with q5 is study form 5 now): x8_sb_z's integers (the same S, M:
+// the same bits) with the loop over the halves h (rows 4h .. 4h + 3) outside the slices, so that one half's scales,
+// sums and chains are live at a time (x8_sb_z with q5 holds 16 ymm values in its inner loop, and GCC spilled about 30
+// a super-block: objdump, 30 -> 3.6 stack moves a super-block, ~700 -> ~680 instructions); each activation quad is
+// broadcast twice, once per half (from L1). Paired on the AMD EPYC Zen 3 (kq_decode_bench -s avx2, 2 threads, gate
+// and down shapes, -B v=5 the old form): from L3 (-M 8) 1.038x, from DRAM 1.006x (docs/log/BENCHMARKS-kernels-6.md).
+INLINE void x8_sb_z5h(const uint8_t *in, const kvt_block_q8_K *y, __m256 *acc, __m256 *macc, int64_t pf, const int npf) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m10 = _mm256_set1_epi8(0x10);
+    const __m256i shb = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128,
+                                         0, -128, 0, -128, 0, -128, 0, -128, 8, -128, 8, -128, 8, -128, 8, -128);
+    __m256i is[2];
+    UNROLL for (int h = 0; h < 2; h++) {
+        __m256i sc;
+        {
+            const __m256i H = x8_ld256(in + 1088), L = x8_ld256(in + 1024 + 32 * h);
+            sc = _mm256_or_si256(_mm256_and_si256(L, m4), _mm256_and_si256(h ? H : _mm256_slli_epi16(H, 4), m30));
+        }
+        // laundered per half: else GCC shares the broadcasts of y between the halves and keeps them on the stack
+        const kvt_block_q8_K *yq = y;
+        __asm__ volatile("" : "+r"(yq));
+        __m256i s = _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 4; c++) {
+            const __m256i s0 = _mm256_add_epi8(shb, _mm256_set1_epi8((char)(2 * c)));
+            const __m256i s1 = _mm256_add_epi8(shb, _mm256_set1_epi8((char)(2 * c + 1)));
+            __m256i pl = _mm256_setzero_si256(), ph = pl;
+            UNROLL for (int p = 0; p < 4; p++) {
+                const uint8_t *q = in + 64 * (4 * c + p);
+                if (h == 0) kvt_x8_prefetch_line(q, pf, npf);
+                const __m256i yl = _mm256_set1_epi64x(x8_ld64(yq->qs + 64 * c + 8 * p));
+                const __m256i yh = _mm256_set1_epi64x(x8_ld64(yq->qs + 64 * c + 32 + 8 * p));
+                const __m256i w = x8_ld256(q + 32 * h), qh = x8_ld256(in + KVT_X8_SB + 64 * p + 32 * h);
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(w, m4), _mm256_and_si256(kvt_bit_to4_256(qh, 2 * c), m10));
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4),
+                                                   _mm256_and_si256(kvt_bit_to4_256(qh, 2 * c + 1), m10));
+                pl = _mm256_add_epi16(pl, _mm256_maddubs_epi16(lo, yl));
+                ph = _mm256_add_epi16(ph, _mm256_maddubs_epi16(hi, yh));
+                __asm__("" : "+x"(pl), "+x"(ph)); // a chain, not a tree (x8_sb_z)
+            }
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(pl, _mm256_shuffle_epi8(sc, s0)));
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(ph, _mm256_shuffle_epi8(sc, s1)));
+            __asm__ volatile("" : "+x"(s)); // this slice's sums taken here
+        }
+        is[h] = s;
+    }
+    UNROLL for (int l = 16; l < KVT_Q5X8_SB / 64; l++) kvt_x8_prefetch_line(in + 64 * l, pf, npf);
+    x8_sb_z_end(in, is, y, acc, macc);
+}
+
+// x8_groups256l with x8_sb_z (npf as there; pf the distance when npf > 0), y laundered as there; q5: q5_K_x8 (2: x8_sb_z5h).
 INLINE void x8_groups256z(int ns, int64_t nb, const uint8_t *G, int64_t step, const kvt_block_q8_K *yb, float *Y,
                           int64_t ystep, int64_t pf, const int npf, const int q5) {
     __m256 acc[4], macc[4];
@@ -596,7 +651,8 @@ INLINE void x8_groups256z(int ns, int64_t nb, const uint8_t *G, int64_t step, co
     for (int64_t b = 0; b < nb; b++) UNROLL for (int k = 0; k < ns; k++) {
         const kvt_block_q8_K *y = yb + b;
         __asm__ volatile("" : "+r"(y));
-        x8_sb_z(G + k * step + b * (q5 ? KVT_Q5X8_SB : KVT_X8_SB), y, &acc[k], &macc[k], pf, npf, q5);
+        if (q5 == 2) x8_sb_z5h(G + k * step + b * KVT_Q5X8_SB, y, &acc[k], &macc[k], pf, npf);
+        else x8_sb_z(G + k * step + b * (q5 ? KVT_Q5X8_SB : KVT_X8_SB), y, &acc[k], &macc[k], pf, npf, q5);
     }
     UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, _mm256_sub_ps(acc[k], macc[k]));
 }
@@ -614,6 +670,11 @@ X8_GZ(x8_groupsz3, 3)
 X8_GZ(x8_groups5z0, 0)
 X8_GZ(x8_groups5z2, 2)
 X8_GZ(x8_groups5z3, 3)
+#undef Q5
+#define Q5 2
+X8_GZ(x8_groups5hz0, 0)
+X8_GZ(x8_groups5hz2, 2)
+X8_GZ(x8_groups5hz3, 3)
 #undef Q5
 
 #endif
@@ -638,10 +699,10 @@ static void x8_decode_zd(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64
     else x8_decode_z3(ns, nb, w, g0, g1, y, Y, pf);
 }
 
-// Y[8g + r] for the groups g in [g0, g1) of the q5_K_x8 matrix W (n columns) against the q8_K row y: x8_sb_z's
-// arithmetic with the fifth bits (q5), the q5_K bits (matmul.h). The one q5_K_x8 GEMV: on AVX-512 machines too
-// (matmul.c). In 2 streams (study forms, kvt_kernels_decode_variant(KVT_TYPE_Q5_K_X8): 1, 2, 4 streams); with the
-// CPU's prefetch (kvt_kernels_prefetch_type(KVT_TYPE_Q5_K_X8): q4_K_x8's distance) as x8_decode_zd, else none.
+// Y[8g + r] for the groups g in [g0, g1) of the q5_K_x8 matrix W (n columns) against the q8_K row y: x8_sb_z5h's
+// arithmetic (x8_sb_z's with the fifth bits), the q5_K bits (matmul.h). The one q5_K_x8 GEMV: on AVX-512 machines too
+// (matmul.c). In 2 streams (study forms, kvt_kernels_decode_variant(KVT_TYPE_Q5_K_X8): 1, 2, 4 streams; 5 x8_sb_z with
+// q5, the default until kq5h, in 2 streams); with the CPU's prefetch (kvt_kernels_prefetch_type(KVT_TYPE_Q5_K_X8): q4_K_x8's distance) as x8_decode_zd, else none.
 #define X8_DECODE5(NAME, GROUPS)                                                                                     \
     static void NAME(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64_t g1, const kvt_block_q8_K *y, float *Y,   \
                      int64_t pf) {                                                                                       \
@@ -650,9 +711,18 @@ static void x8_decode_zd(int ns, int64_t nb, const uint8_t *w, int64_t g0, int64
 X8_DECODE5(x8_decode5_z0, x8_groups5z0)
 X8_DECODE5(x8_decode5_z2, x8_groups5z2)
 X8_DECODE5(x8_decode5_z3, x8_groups5z3)
+X8_DECODE5(x8_decode5h_z0, x8_groups5hz0)
+X8_DECODE5(x8_decode5h_z2, x8_groups5hz2)
+X8_DECODE5(x8_decode5h_z3, x8_groups5hz3)
 void kvt_q5kx8_gemv_avx2(int64_t n, const void *W, int64_t g0, int64_t g1, const void *y, float *Y) {
     const int64_t nb = n / KVT_QK_K, pf = kvt_kernels_prefetch_type(KVT_TYPE_Q5_K_X8);
     const int v = kvt_kernels_decode_variant(KVT_TYPE_Q5_K_X8), ns = v == 1 || v == 4 ? v : 2;
+    if (v != 5) {
+        if (!pf) x8_decode5h_z0(ns, nb, W, g0, g1, y, Y, 0);
+        else if (kvt_x8_pf_kind(pf) == 2) x8_decode5h_z2(ns, nb, W, g0, g1, y, Y, pf);
+        else x8_decode5h_z3(ns, nb, W, g0, g1, y, Y, pf);
+        return;
+    }
     if (!pf) x8_decode5_z0(ns, nb, W, g0, g1, y, Y, 0);
     else if (kvt_x8_pf_kind(pf) == 2) x8_decode5_z2(ns, nb, W, g0, g1, y, Y, pf);
     else x8_decode5_z3(ns, nb, W, g0, g1, y, Y, pf);
