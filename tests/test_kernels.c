@@ -1084,6 +1084,14 @@ int test_kernels_main(void) {
             test_repack_x32(KVT_TYPE_Q4_0, 320, 136, 1, 5, 133, 2);
             test_repack_x32(KVT_TYPE_Q5_0, 2048, 56, 1, 3, 53, 0);
             test_repack_x32(KVT_TYPE_Q5_0, 320, 136, 1, 5, 133, 1);
+            // study form 5 (q40x8.h: AVX2's decode before q40z), the same bits
+            const int o40 = kvt_kernels_set_decode_variant(KVT_TYPE_Q4_0_X8, 5);
+            const int o50 = kvt_kernels_set_decode_variant(KVT_TYPE_Q5_0_X8, 5);
+            g_rng = rng;
+            test_repack_x32(KVT_TYPE_Q4_0, 2048, 56, 1, 3, 53, 0);
+            test_repack_x32(KVT_TYPE_Q5_0, 320, 136, 1, 5, 133, 1);
+            kvt_kernels_set_decode_variant(KVT_TYPE_Q4_0_X8, o40);
+            kvt_kernels_set_decode_variant(KVT_TYPE_Q5_0_X8, o50);
             g_rng = rng;
             for (int q5 = 0; q5 <= 1; q5++) {
                 const kvt_type t = q5 ? KVT_TYPE_Q5_K : KVT_TYPE_Q4_K;

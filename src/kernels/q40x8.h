@@ -36,6 +36,13 @@ typedef struct {
     const int32_t *c;
 } q40x8_act;
 
+// (KVT_X8_STREAMS passes no type: one groups function per type, NAME calling FN with q5 Q5)
+#define Q40X8_GROUPS_TYPED(NAME, FN, Q5)                                                                               \
+    INLINE void NAME(int ns, int64_t nb, const uint8_t *G, int64_t step, const q40x8_act *A, float *Y, int64_t ystep,  \
+                     int64_t pf) {                                                                                     \
+        FN(Q5, ns, nb, G, step, A, Y, ystep, pf);                                                                      \
+    }
+
 INLINE void q40x8_prep(int64_t nb, const kvt_block_q8_0 *y, float *dy, int32_t *c, int q5) {
     for (int64_t b = 0; b < nb; b++) {
         int s = 0;
@@ -89,6 +96,12 @@ INLINE void q40x8_unpack(const uint8_t *B, __m256i lo[4], __m256i hi[4], int q5)
     }
 }
 
+// The lines of the block at p: 144 bytes (q5_0: 176), the lines of p, p + 64, p + 128 (and p + 175).
+INLINE void q40x8_prefetch(const uint8_t *p, int q5) {
+    UNROLL for (int l = 0; l < 3; l++) _mm_prefetch((const char *)p + 64 * l, KVT_X8_PF_HINT);
+    if (q5) _mm_prefetch((const char *)p + 175, KVT_X8_PF_HINT);
+}
+
 // Y[k * ystep .. + 8) for the ns groups at G + k * step (k < ns; nb blocks each) against the prepared row A, block by
 // block in turn, each group its own chain; the lines pf bytes ahead prefetched (0: none).
 INLINE void q40x8_groups(int q5, int ns, int64_t nb, const uint8_t *G, int64_t step, const q40x8_act *A, float *Y,
@@ -103,12 +116,7 @@ INLINE void q40x8_groups(int q5, int ns, int64_t nb, const uint8_t *G, int64_t s
         const __m256 dy = _mm256_set1_ps(A->dy[b]);
         UNROLL for (int k = 0; k < ns; k++) {
             const uint8_t *g = G + k * step;
-            if (pf) { // a block is 144 bytes (q5_0: 176): the lines from pf to pf + 144 (176)
-                _mm_prefetch((const char *)g + pf, KVT_X8_PF_HINT);
-                _mm_prefetch((const char *)g + pf + 64, KVT_X8_PF_HINT);
-                _mm_prefetch((const char *)g + pf + 128, KVT_X8_PF_HINT);
-                if (q5) _mm_prefetch((const char *)g + pf + 175, KVT_X8_PF_HINT);
-            }
+            if (pf) q40x8_prefetch(g + pf, q5);
             __m256i lo[4], hi[4];
             q40x8_unpack(g, lo, hi, q5);
             const __m256 tot = _mm256_cvtepi32_ps(q40x8_tot(lo, hi, yv, c, q5));
@@ -118,6 +126,54 @@ INLINE void q40x8_groups(int q5, int ns, int64_t nb, const uint8_t *G, int64_t s
     }
     UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, acc[k]);
 }
+
+#ifndef KVT_SIMD_AVX512
+// The AVX2 decode since 2026-12-06 (q40z; 16 registers): q40x8_groups' operations (the same integers and float
+// chain: the same bits) with the activation's 8 dwords broadcast again for each group from a laundered pointer, and
+// each int16 chain kept a chain (an empty asm after each add), so that no value lives across the groups but the
+// chains acc[k]: q40x8_groups keeps the 8 broadcasts, c and dy live across its 4 groups, and GCC spilled the
+// accumulators and the pair sums (objdump: 36 stack moves of 213 instructions a 4-group step of q4_0). Paired on the
+// AMD EPYC Zen 3 (kq_decode_bench -s avx2, 2 threads, gate and down): q4_0_x8 1.02-1.04x from L3, 1.005-1.056x from
+// DRAM; q5_0_x8 1.23-1.28x and 1.13-1.16x (docs/log/BENCHMARKS-kernels-6.md, q40z).
+INLINE void q40x8_groups_z(int q5, int ns, int64_t nb, const uint8_t *G, int64_t step, const q40x8_act *A, float *Y,
+                           int64_t ystep, int64_t pf) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10), one = _mm256_set1_epi16(1);
+    __m256 acc[Q40X8_NS];
+    UNROLL for (int k = 0; k < ns; k++) acc[k] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, G += q5 ? KVT_Q50X8_B : KVT_Q40X8_B) {
+        UNROLL for (int k = 0; k < ns; k++) {
+            const uint8_t *g = G + k * step;
+            if (pf) q40x8_prefetch(g + pf, q5);
+            const int8_t *y = A->y[b].qs;
+            __asm__ volatile("" : "+r"(y));
+            const __m256i H = q5 ? _mm256_loadu_si256((const __m256i *)(g + 144)) : _mm256_setzero_si256();
+            __m256i p = _mm256_setzero_si256(), h = p;
+            UNROLL for (int q = 0; q < 4; q++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(g + 32 * q));
+                __m256i lo = _mm256_and_si256(w, m4), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+                if (q5) {
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(kvt_bit_to4_256(H, q), b4));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(kvt_bit_to4_256(H, 4 + q), b4));
+                }
+                const __m256i ml = _mm256_maddubs_epi16(lo, q40x8_bcast4(y + 4 * q));
+                const __m256i mh = _mm256_maddubs_epi16(hi, q40x8_bcast4(y + 16 + 4 * q));
+                p = q ? _mm256_add_epi16(p, ml) : ml;
+                h = q ? _mm256_add_epi16(h, mh) : mh;
+                __asm__("" : "+x"(p), "+x"(h)); // a chain, not a tree
+            }
+            // q40x8_tot's sums: q4_0 the 8 words added in int16 (exact), q5_0 the low and high apart
+            const __m256i c = _mm256_set1_epi32(A->c[b]);
+            const __m256i t = q5 ? _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(p, one), _mm256_madd_epi16(h, one)), c)
+                                 : _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(p, h), one), c);
+            const __m256 dx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 128)));
+            acc[k] = _mm256_add_ps(acc[k], _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(t), dx), _mm256_set1_ps(A->dy[b])));
+        }
+    }
+    UNROLL for (int k = 0; k < ns; k++) _mm256_storeu_ps(Y + k * ystep, acc[k]);
+}
+Q40X8_GROUPS_TYPED(q40x8_groups4z, q40x8_groups_z, 0)
+Q40X8_GROUPS_TYPED(q40x8_groups5z, q40x8_groups_z, 1)
+#endif
 
 // One group (nb blocks at G) against the nt <= Q40X8_TT prepared rows A[0..nt): Y[t * ldy .. + 8).
 INLINE void q40x8_tile(int q5, int nt, int64_t nb, const uint8_t *G, const q40x8_act *A, float *Y, int64_t ldy) {
@@ -185,15 +241,8 @@ INLINE void q40x8_tile2(int q5, int nt, int64_t nb, const uint8_t *G, int64_t gb
 #endif
 #define Q40X8_TILE_CASE(k)                                                                                             \
     case k: q40x8_tile(q5, k, nb, G, A, Y + t0 * ldy + 8 * g, ldy); break;
-// (KVT_X8_STREAMS passes no type: one groups function per type)
-INLINE void q40x8_groups4(int ns, int64_t nb, const uint8_t *G, int64_t step, const q40x8_act *A, float *Y, int64_t ystep,
-                          int64_t pf) {
-    q40x8_groups(0, ns, nb, G, step, A, Y, ystep, pf);
-}
-INLINE void q40x8_groups5(int ns, int64_t nb, const uint8_t *G, int64_t step, const q40x8_act *A, float *Y, int64_t ystep,
-                          int64_t pf) {
-    q40x8_groups(1, ns, nb, G, step, A, Y, ystep, pf);
-}
+Q40X8_GROUPS_TYPED(q40x8_groups4, q40x8_groups, 0)
+Q40X8_GROUPS_TYPED(q40x8_groups5, q40x8_groups, 1)
 
 // Y[t * ldy + 8g + r] for the groups g in [g0, g1) of the q4_0_x8 (q5: q5_0_x8) matrix W (n columns) against the n_tok
 // q8_0 rows X, with kvt_q40x8_scratch(n, n_tok) bytes of scratch (matmul.h).
@@ -210,6 +259,13 @@ INLINE void q40x8_mm(int q5, int64_t n, const void *W, int64_t g0, int64_t g1, c
         const int64_t pf = kvt_kernels_prefetch_type(xt);
         const int v = kvt_kernels_decode_variant(xt);
         const int ns = v == 1 || v == 2 || v == 4 ? v : pf ? Q40X8_NS : 1;
+#ifndef KVT_SIMD_AVX512
+        if (v != 5) { // AVX2's default (q40x8_groups_z); study form 5: q40x8_groups, its default until q40z
+            if (q5) KVT_X8_STREAMS(q40x8_groups5z, ns, nb, (const uint8_t *)W, gb, g0, g1, A, Y, pf);
+            else KVT_X8_STREAMS(q40x8_groups4z, ns, nb, (const uint8_t *)W, gb, g0, g1, A, Y, pf);
+            return;
+        }
+#endif
         if (q5) KVT_X8_STREAMS(q40x8_groups5, ns, nb, (const uint8_t *)W, gb, g0, g1, A, Y, pf);
         else KVT_X8_STREAMS(q40x8_groups4, ns, nb, (const uint8_t *)W, gb, g0, g1, A, Y, pf);
         return;
