@@ -40,10 +40,14 @@ typedef struct {
 // The output of a stage that computes it: the logits of rows out[0 .. n_out) (increasing; out NULL: the last n_out
 // rows) into logits, host [n_out, n_vocab] f32 (final softcap applied). logits NULL: a backend with a `logits` entry
 // may keep them (in VRAM) for `logits` / `argmax` to fetch until its next eval; one without writes them nowhere.
+// embd (not NULL): instead of the logits, the rows' hidden states after the output norm (the LM head's input) into
+// embd, host [n_out, n_embd] f32; the LM head is skipped and logits is ignored. The CPU backend alone offers it
+// (forward.c refuses it for an output on a device).
 typedef struct {
     const int64_t *out;
     int64_t n_out;
     float *logits;
+    float *embd;
 } kvt_head;
 
 typedef struct kvt_backend kvt_backend;

@@ -322,7 +322,7 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
         qkv(c, L, n);
         kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
-        if (il + 1 == il1 && head && head->logits && head->n_out < n) { // the last layer past attention: output rows only
+        if (il + 1 == il1 && head && (head->logits || head->embd) && head->n_out < n) { // the last layer past attention: output rows only
             if (head->n_out <= 0) return KVT_OK;
             rows_out(c, head, n);
             n = head->n_out;
@@ -330,7 +330,7 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
         pf_next(c, (const kvt_weight *const[]){&L->w_gate, &L->w_up}, 2, n, false);
         const int add_o = matmul_resid(c, &L->wo, c->att, NULL, n, L->post_attn_norm) ? 0 : EW_ADD;
         ew_run(c, NULL, add_o | EW_NORM, L->ffn_norm, L->post_attn_norm, n);
-        const bool out = head && head->n_out > 0 && head->logits;
+        const bool out = head && head->n_out > 0 && head->logits && !head->embd;
         const int add_d = ffn(c, L, n, il + 1 < il1 ? &m->layers[il + 1] : NULL, out) ? 0 : EW_ADD;
         // residual, then the next layer's attention pre-norm in the same pass
         if (il + 1 < il1) ew_run(c, NULL, add_d | EW_NORM, m->layers[il + 1].attn_norm, L->post_ffn_norm, n);
@@ -338,11 +338,13 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
     }
     // logits of the rows asked for: their normed rows packed at the start of xn (row k from row out[k] >= k; from
     // row k itself when the last layer already packed them, n == n_out)
-    if (!head || head->n_out <= 0 || !head->logits) return KVT_OK;
+    if (!head || head->n_out <= 0 || (!head->logits && !head->embd)) return KVT_OK;
+    float *normed = head->embd ? head->embd : c->xn; // embeddings: the normed rows are the result, no LM head
     for (int64_t k = 0; k < head->n_out; k++) {
         const int64_t t = n == head->n_out ? k : head->out ? head->out[k] : n - head->n_out + k;
-        kvt_rmsnorm_f32(c->xn + k * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
+        kvt_rmsnorm_f32(normed + k * E, c->x + t * E, m->output_norm, E, hp->rms_eps);
     }
+    if (head->embd) return KVT_OK;
     pf_qkv(c, il0 == 0 && il1 > 0 ? &m->layers[0] : NULL, false, head->n_out); // the next token's first job
     matmul(c, &m->output, c->xn, head->n_out, head->logits);
     if (hp->logit_softcap > 0.0f) {

@@ -103,6 +103,12 @@ kvt_status kvt_decode_seq(kvt_context *ctx, int32_t seq, const int32_t *tokens, 
 // split into parts (a prompt cache's remainder, chunks) attends as it does in one call.
 kvt_status kvt_decode_prompt(kvt_context *ctx, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits,
                              kvt_err *err);
+// Embeddings: runs tokens at positions [n_past(seq), n_past(seq) + n) of seq as a prompt and writes each token's
+// hidden state after the output norm (the LM head's input; the LM head is not run) into embd, caller-owned
+// [n, n_embd] f32. The sequence is left as it was (its KV, n_past, sparse state), on success and on error, and the
+// logits of an earlier call are no longer valid. A row's values do not depend on n_ubatch or the thread count (each
+// row's operations are its own: matmul.h). KVT_ERR_BUDGET past n_ctx; KVT_ERR_UNSUPPORTED with the output on a GPU.
+kvt_status kvt_decode_embd(kvt_context *ctx, int32_t seq, const int32_t *tokens, int64_t n, float *embd, kvt_err *err);
 // Batched decode across sequences: token i is appended to sequence seqs[i] at its next position
 // (n_past(seqs[i])); the sequences must be distinct. One forward pass serves the whole batch (the
 // weights are read once for all n tokens), attention reads each sequence's own KV. Logits of every

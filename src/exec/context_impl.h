@@ -68,6 +68,7 @@ struct kvt_context {
     // backend_cpu.c, stepped by the pool's idle function (forward.c); wpf_budget bytes at most a window (0: off).
     kvt_wpf wpf;
     int64_t wpf_budget;
+    float *embd;         // during kvt_decode_embd: where the micro-batch's normed rows go ([ub, n_embd]); else NULL
 };
 
 // The CPU backend of context c (its ops; c->cpu_be.ops = &kvt_backend_cpu_ops): the layers and the output as the

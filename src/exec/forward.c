@@ -331,7 +331,7 @@ static kvt_status forward_ubatch(kvt_context *c, kvt_ubatch *u, const int64_t *o
     for (int32_t i = 0; i < c->n_stages; i++) {
         const kvt_stage *s = &c->stages[i];
         const bool keep = s->head && lazy_row0 >= 0 && s->b->ops->logits && n_out > 0; // the logits stay there
-        const kvt_head head = {out, n_out, keep ? NULL : logits};
+        const kvt_head head = {out, n_out, keep ? NULL : logits, c->embd};
         kvt_status st = s->b->ops->eval(s->b, u, s->il0, s->il1, c->x, s->head ? &head : NULL, err);
         if (st) return st;
         if (keep) c->lazy_be = s->b, c->lazy_row0 = lazy_row0, c->lazy_rows = n_out;
@@ -389,6 +389,34 @@ kvt_status kvt_decode_seq(kvt_context *c, int32_t seq, const int32_t *tokens, in
 
 kvt_status kvt_decode_prompt(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, bool all_logits, kvt_err *err) {
     return decode_seq(c, seq, tokens, n, all_logits, true, err);
+}
+
+kvt_status kvt_decode_embd(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, float *embd, kvt_err *err) {
+    const int64_t E = c->m->hp.n_embd;
+    if (n <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "embeddings need at least one token");
+    if (!seq_valid(c, seq)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d does not exist", seq);
+    for (int32_t i = 0; i < c->n_stages; i++) {
+        if (c->stages[i].head && c->stages[i].b != &c->cpu_be) {
+            return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "embeddings with the output norm on the GPU (-ngl past the "
+                              "layers, or a plan's split) are not implemented yet");
+        }
+    }
+    const int64_t past = c->n_past[seq];
+    if (past + n > c->p.n_ctx) {
+        return kvt_errorf(err, KVT_ERR_BUDGET, "context full: %lld + %lld tokens exceed n_ctx %lld", (long long)past,
+                          (long long)n, (long long)c->p.n_ctx);
+    }
+    kvt_status st = KVT_OK;
+    kvt_sparse_pass_begin(c->sp);
+    for (int64_t i = 0; !st && i < n; i += c->p.n_ubatch) {
+        const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
+        kvt_ubatch u = {tokens + i, nb, seq, past + i, NULL, NULL, true, NULL, NULL, NULL};
+        c->embd = embd + i * E;
+        st = forward_ubatch(c, &u, NULL, nb, NULL, -1, err);
+        c->embd = NULL;
+    }
+    pass_undo(c, seq, past); // the sequence's KV (and sparse state) as before the call
+    return st;
 }
 
 kvt_status kvt_decode_batch(kvt_context *c, const int32_t *seqs, const int32_t *tokens, int64_t n, kvt_err *err) {
