@@ -14,6 +14,7 @@
 #include "../gguf/gguf.h"
 #include "../sched/scheduler.h"
 #include "../serve/chat_template.h"
+#include "../serve/embed.h"
 #include "args.h"
 #include "commands.h"
 #include "common.h"
@@ -34,7 +35,7 @@ static void usage(void) {
     printf("usage: kvtier serve -m MODEL [--host 127.0.0.1] [--port 8080] [-np N] [-c CTX] [--api-key KEY]\n"
            "                    [--metrics] [--chat-template NAME] [engine flags]\n"
            "  OpenAI-compatible HTTP server (docs/SERVING.md): GET /health, /v1/models, /metrics;\n"
-           "  POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize.\n"
+           "  POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize, /v1/embeddings.\n"
            "  --host ADDR           address to listen on (default 127.0.0.1)\n"
            "  --port N              port (default 8080; 0: any free port, printed on stderr)\n"
            "  -np, --parallel N     sequences decoding at once (default 4): requests join and leave a\n"
@@ -75,6 +76,10 @@ static void usage(void) {
            "                        when fast + host cannot hold the running ones, and resumed exactly later)\n"
            "  --api-key KEY         require \"Authorization: Bearer KEY\" (all but /health)\n"
            "  --metrics             serve GET /metrics (Prometheus text)\n"
+           "  --embeddings, --embedding  serve POST /v1/embeddings, /embeddings, /embedding (else 501): the\n"
+           "                        hidden states after the output norm, pooled, unit length unless embd_normalize\n"
+           "                        says otherwise; computed on a context of their own (a KV of -c positions)\n"
+           "  --pooling TYPE        mean (default), cls, last or none (one vector per token: /embeddings only)\n"
            "  --queue N             requests waiting at most; more get 503 with Retry-After (default 64)\n"
            "  --timeout S           close a connection idle for S seconds (default 600)\n"
            "  --max-connections N   open connections at most, idle ones included (default 256); past it new\n"
@@ -130,6 +135,8 @@ typedef struct {
     int64_t query_bytes;    // --kv-cache-queries: asyncspade's query windows the prefix cache keeps
     int64_t key_bytes;      // --kv-cache-keys: the key summaries the prefix cache keeps
     int64_t warm_positions; // --kv-warm: room made and faulted in ahead of use while idle (-1: one context)
+    bool embeddings;        // --embeddings: the embeddings endpoints, with pooling
+    kvt_pooling pooling;
 } serve_opts;
 
 // A bounded KV store with no disk tier below it (--kv-fast, and --kv-host if any) that cannot hold -np full contexts
@@ -207,6 +214,7 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     kvt_context *ctx = NULL;
     kvt_engine *e = NULL;
     kvt_prefix_store *ps = NULL;
+    kvt_embedder *emb = NULL;
     int rc = 1;
     if (!cli_load_model("serve", model_path, false, &model, &tok)) goto done;
     if (!cli_chat_template("serve", model_path, tmpl_name, true, &g, &t)) goto done;
@@ -239,6 +247,19 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
         sp.warm_positions = o->warm_positions;
         sp.warm_max_bytes = -1;
     }
+    if (o->embeddings) { // a context of its own: embeddings never touch the engine's sequences or prefix cache
+        kvt_context_params ecp = *cp;
+        ecp.n_ctx = n_ctx;
+        ecp.n_threads = n_threads;
+        if (kvt_embedder_create(model, &ecp, o->pooling, &emb, &err)) {
+            fprintf(stderr, "kvtier serve: --embeddings: %s\n", err.msg);
+            kvt_context_free(ctx);
+            kvt_prefix_store_free(ps);
+            ps = NULL;
+            goto done;
+        }
+        kvt_http_set_embedder(h, emb);
+    }
     if (kvt_engine_sched_create(ctx, tok, &sp, o->queue, &e, &err)) { // owns ctx from here, also on error
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         goto done;
@@ -270,6 +291,7 @@ done:
     kvt_http_stop(h);                     // connections close, their threads end
     kvt_engine_free(e);                   // the worker ends; the context (and its KV tiers) is freed
     kvt_prefix_store_free(ps);            // after the engine, its user; flushes the writes in flight
+    kvt_embedder_free(emb);               // after the connections' threads, its users
     kvt_chat_template_free(t);
     kvt_gguf_free(g);
     kvt_tokenizer_free(tok);
@@ -293,7 +315,8 @@ int cmd_serve(int argc, char **argv) {
     int64_t warm_positions = kvt_sched_params_default().warm_positions;
     cp.kv_paged = true; // sequences, forks and the prefix cache live in the paged store
     cp.kv_block = 0;    // 0 until a flag sets it: the server's default below
-    bool metrics = false;
+    bool metrics = false, embeddings = false;
+    kvt_pooling pooling = KVT_POOL_MEAN;
     const char *flag;
     while (kvt_args_next(&a, &flag)) {
         int ef = cli_engine_flag(&a, flag, &cp);
@@ -358,6 +381,15 @@ int cmd_serve(int argc, char **argv) {
             if (!kvt_args_int(&a, flag, 1, 65536, &max_conn)) return 2;
         } else if (!strcmp(flag, "--metrics")) {
             metrics = true;
+        } else if (!strcmp(flag, "--embeddings") || !strcmp(flag, "--embedding")) {
+            embeddings = true;
+        } else if (!strcmp(flag, "--pooling")) {
+            const char *v = kvt_args_value(&a, flag);
+            if (!v) return 2;
+            if (!kvt_pooling_parse(v, &pooling)) {
+                fprintf(stderr, "kvtier serve: --pooling %s: must be mean, cls, last or none\n", v);
+                return 2;
+            }
         } else {
             kvt_args_unknown(&a, flag);
             return 2;
@@ -365,7 +397,7 @@ int cmd_serve(int argc, char **argv) {
     }
 #ifndef KVT_HAVE_JANSSON
     (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)max_conn, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
-    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions;
+    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions, (void)embeddings;
     (void)model_path;
     (void)tmpl_name;
     (void)prompt_file;
@@ -386,7 +418,7 @@ int cmd_serve(int argc, char **argv) {
     }
 #ifndef KVT_SERVE_HTTP
     (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)max_conn, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
-    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions;
+    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions, (void)embeddings;
     fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
                     "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
     return 1;
@@ -398,7 +430,7 @@ int cmd_serve(int argc, char **argv) {
     }
     serve_opts o = {host,         api_key,   (int)port, (int)n_parallel, (int)queue, (int)timeout_s, (int)max_conn, metrics,
                     batch_tokens, lookahead, preempt,   cache_dir,       cache_max,  remote,
-                    fetch_max,    fetch_wait_ms, query_bytes, key_bytes, warm_positions};
+                    fetch_max,    fetch_wait_ms, query_bytes, key_bytes, warm_positions, embeddings, pooling};
     return run_server(&o, model_path, tmpl_name, &cp);
 #endif
 #endif

@@ -19,6 +19,7 @@
 #include "../sched/generate.h"
 #include "anthropic.h"
 #include "conversation.h"
+#include "embed_api.h"
 #include "http_job.h"
 #include "native.h"
 #include "request.h"
@@ -36,6 +37,7 @@ struct kvt_http {
     int listen_fd;           // after quiesce: ours to close
     atomic_bool ready, stopping;
     kvt_engine *engine;      // set before ready
+    kvt_embedder *embedder;  // --embeddings (kvt_http_set_embedder; NULL: the embeddings endpoints answer 501)
     const kvt_tokenizer *tok;
     const kvt_chat_template *tmpl;
     char *model_id;
@@ -103,7 +105,7 @@ static enum MHD_Result send_error(kvt_http *h, struct MHD_Connection *c, int sta
 // ---- the routes ----
 
 typedef enum { R_HEALTH, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_METRICS, R_NATIVE, R_PROPS,
-               R_SLOTS, R_APPLY_TEMPLATE, R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES, R_LORA } route_id;
+               R_SLOTS, R_APPLY_TEMPLATE, R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES, R_LORA, R_EMBD, R_EMBD_OAI } route_id;
 typedef struct {
     const char *path;
     const char *method;
@@ -122,6 +124,7 @@ static const route k_routes[] = {
     {"/apply-template", "POST", R_APPLY_TEMPLATE}, {"/lora-adapters", "GET", R_LORA},
     {"/v1/messages", "POST", R_MESSAGES},  {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS}, // anthropic.h
     {"/v1/responses", "POST", R_RESPONSES}, {"/responses", "POST", R_RESPONSES},                 // responses_api.h
+    {"/v1/embeddings", "POST", R_EMBD_OAI}, {"/embeddings", "POST", R_EMBD}, {"/embedding", "POST", R_EMBD}, // embed_api.h
 };
 
 static enum MHD_Result answer_health(kvt_http *h, struct MHD_Connection *c) {
@@ -840,6 +843,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_METRICS: return answer_metrics(h, c);
     case R_NATIVE: return answer_completion(h, c, cn, KVT_REQ_NATIVE, KVT_API_OPENAI);
     case R_PROPS: return answer_props(h, c);
+    case R_EMBD:
+    case R_EMBD_OAI: {
+        int status = 500;
+        char *out = NULL;
+        kvt_embd_answer(h->embedder, h->tok, h->model_id, rt->id == R_EMBD_OAI, cn->body, cn->len, &status, &out);
+        return send_body(h, c, status, out, k_json, NULL, NULL);
+    }
     case R_SLOTS:
         return send_error(h, c, 501, "not_supported_error", "GET /slots is not supported by kvtier: requests are not "
                           "bound to slots (the sequences share one prefix cache); GET /metrics has the engine's state");
@@ -923,6 +933,8 @@ void kvt_http_set_ready(kvt_http *h, kvt_engine *e, const kvt_tokenizer *tok, co
     h->model_id = strdup(model_id ? model_id : "model");
     atomic_store(&h->ready, true);
 }
+
+void kvt_http_set_embedder(kvt_http *h, kvt_embedder *e) { h->embedder = e; }
 
 void kvt_http_set_info(kvt_http *h, const char *model_path, const char *chat_template, size_t chat_template_len,
                        const kvt_resp_model_meta *meta) {

@@ -9,6 +9,7 @@
 //   POST /tokenize, /detokenize
 //   GET  /metrics              Prometheus text (501 unless params.metrics)
 //   POST /completion, GET /props   llama-server's native shapes (native.h); GET /slots: 501
+//   POST /v1/embeddings, /embeddings, /embedding   embeddings (embed_api.h; 501 without kvt_http_set_embedder)
 // Errors are OpenAI error objects: 400 (malformed JSON, bad fields, prompt longer than the context),
 // 401 (api_key set, no "Authorization: Bearer KEY"; /health is open), 404 unknown path, 405 wrong
 // method (with Allow), 413 body over max_body, 503 + Retry-After (queue full, loading, stopping).
@@ -22,6 +23,7 @@
 
 #include "../base/status.h"
 #include "chat_template.h"
+#include "embed.h"
 #include "engine.h"
 #include "response.h"
 
@@ -50,6 +52,9 @@ void kvt_http_set_ready(kvt_http *h, kvt_engine *e, const kvt_tokenizer *tok, co
 // the model (copied; NULL: no "meta"). Call before kvt_http_set_ready.
 void kvt_http_set_info(kvt_http *h, const char *model_path, const char *chat_template, size_t chat_template_len,
                        const kvt_resp_model_meta *meta);
+// The embedder of the embeddings endpoints (borrowed: it must outlive kvt_http_stop); without one they answer 501.
+// Call before kvt_http_set_ready.
+void kvt_http_set_embedder(kvt_http *h, kvt_embedder *e);
 // Stops accepting connections (requests on open connections get 503 from now on).
 void kvt_http_quiesce(kvt_http *h);
 // Waits until every request that had an engine job has sent its whole response (after kvt_engine_shutdown: a
