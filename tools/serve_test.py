@@ -1541,13 +1541,144 @@ def t_equal_generate(kvtier, smollm2):
         report(False, name, repr(e))
 
 
+EMBD_PATHS = ("/v1/embeddings", "/embeddings", "/embedding")
+
+
+@case("embeddings without --embeddings: 501 on /v1/embeddings, /embeddings, /embedding")
+def t_embd_off(s):
+    for path in EMBD_PATHS:
+        st, _, r = s.post(path, {"input": "hello"})
+        assert st == 501, "%s: %d %r" % (path, st, r)
+        err_shape(r, 501)
+        assert r["error"]["type"] == "not_supported_error" and "--embeddings" in r["error"]["message"], r
+
+
+def unit_len(v):
+    return abs(sum(x * x for x in v) ** 0.5 - 1) < 1e-5
+
+
+def t_embd(kvtier, model, extra):
+    """--embeddings on the test model: shapes, inputs, errors, and no effect on completions."""
+    name = ("embeddings: OpenAI and native shapes, string / ids / arrays of them, base64, embd_normalize, repeatable, "
+            "completions unchanged")
+    try:
+        s = Server(kvtier, model, "-c", "64", "--embeddings", *extra)
+    except RuntimeError as e:
+        report(False, name, str(e))
+        return
+    try:
+        comp = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}
+        c0 = s.post("/v1/completions", comp)[2]["choices"][0]["text"]
+        st, _, r = s.post("/v1/embeddings", {"input": "Once upon a time", "model": "m1"})
+        assert st == 200 and r["object"] == "list" and r["model"] == "m1", r
+        d = r["data"]
+        assert len(d) == 1 and d[0]["object"] == "embedding" and d[0]["index"] == 0 and unit_len(d[0]["embedding"]), r
+        ids = s.post("/tokenize", {"content": "Once upon a time", "add_special": True})[2]["tokens"]
+        assert r["usage"] == {"prompt_tokens": len(ids), "total_tokens": len(ids)}, (r["usage"], ids)
+        v = d[0]["embedding"]
+        st, _, r2 = s.post("/v1/embeddings", {"input": ["Once upon a time", ids, "x"]})
+        assert st == 200 and [x["index"] for x in r2["data"]] == [0, 1, 2], r2
+        assert r2["data"][0]["embedding"] == v and r2["data"][1]["embedding"] == v, "the same input differs"
+        assert s.post("/v1/embeddings", {"input": ids})[2]["data"][0]["embedding"] == v
+        st, _, r3 = s.post("/v1/embeddings", {"input": [ids, ids[:2]]})
+        assert st == 200 and len(r3["data"]) == 2 and r3["data"][0]["embedding"] == v, r3
+        import base64
+        import struct
+        st, _, rb = s.post("/v1/embeddings", {"input": "Once upon a time", "encoding_format": "base64"})
+        raw = base64.b64decode(rb["data"][0]["embedding"])
+        fl = list(struct.unpack("<%df" % (len(raw) // 4), raw))
+        assert st == 200 and max(abs(a - b) for a, b in zip(fl, v)) < 1e-8 and len(fl) == len(v), "base64"
+        st, _, rn = s.post("/v1/embeddings", {"input": "Once upon a time", "embd_normalize": -1})
+        raw_v = rn["data"][0]["embedding"]
+        n2 = sum(x * x for x in raw_v) ** 0.5
+        assert st == 200 and not unit_len(raw_v) and max(abs(a / n2 - b) for a, b in zip(raw_v, v)) < 1e-6, "embd_normalize"
+        for path in ("/embeddings", "/embedding"):
+            st, _, rr = s.post(path, {"content": "Once upon a time"})
+            assert st == 200 and isinstance(rr, list) and rr[0]["index"] == 0 and rr[0]["embedding"] == [v], (path, rr)
+        c1 = s.post("/v1/completions", comp)[2]["choices"][0]["text"]
+        assert c0 == c1, "completion changed: %r -> %r" % (c0, c1)
+        report(True, name)
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+    name = "embeddings: 400 naming the field for no, empty, wrong-typed, out-of-range and over-long input"
+    try:
+        bad = [({}, "input"), ({"input": []}, "input"), ({"input": 5}, "input"), ({"input": {"a": 1}}, "input"),
+               ({"input": [1.5]}, "input[0]"), ({"input": ["ok", None]}, "input[1]"), ({"input": [10 ** 9]}, "input"),
+               ({"input": list(range(1, 100))}, "input[0]"), ({"input": "x", "encoding_format": "hex"}, "encoding_format"),
+               ({"input": "x", "embd_normalize": -5}, "embd_normalize")]
+        for body, param in bad:
+            st, _, r = s.post("/v1/embeddings", body)
+            assert st == 400, "%r: %d %r" % (body, st, r)
+            err_shape(r, 400)
+            assert r["error"].get("param") == param and param.split("[")[0] in r["error"]["message"], (body, r)
+        report(True, name)
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+    s.stop()
+    name = "embeddings --pooling none: one row per token on /embeddings, refused (400) on /v1/embeddings"
+    try:
+        s = Server(kvtier, model, "-c", "64", "--embeddings", "--pooling", "none", *extra)
+        st, _, r = s.post("/v1/embeddings", {"input": "Once upon a time"})
+        assert st == 400 and "pooling" in r["error"]["message"], (st, r)
+        ids = s.post("/tokenize", {"content": "Once upon a time", "add_special": True})[2]["tokens"]
+        st, _, r = s.post("/embeddings", {"input": "Once upon a time"})
+        assert st == 200 and len(r[0]["embedding"]) == len(ids), (st, len(r[0]["embedding"]), ids)
+        s.stop()
+        report(True, name)
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+
+
+def t_embd_llama(kvtier, smollm2):
+    """SmolLM2: /v1/embeddings against llama-server's vectors (tests/data/smollm2.embd.json)."""
+    name = "embeddings: SmolLM2 --pooling mean = llama-server's (cosine > 0.999, max |diff| < 1e-4); empty input 400"
+    if not smollm2 or not os.path.exists(smollm2):
+        skip(name, "SmolLM2 not in the cache (make model)")
+        return
+    golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "smollm2.embd.json")
+    try:
+        g = json.load(open(golden))
+        s = Server(kvtier, smollm2, "-c", "512", "--embeddings", "--pooling", g["pooling"])
+        st, _, r = s.post("/v1/embeddings", {"input": g["inputs"]})
+        assert st == 200, r
+        worst = []
+        for i, want in enumerate(g["embeddings"]):
+            got = r["data"][i]["embedding"]
+            cos = sum(a * b for a, b in zip(got, want)) / (sum(a * a for a in got) * sum(b * b for b in want)) ** 0.5
+            md = max(abs(a - b) for a, b in zip(got, want))
+            worst.append((cos, md))
+            assert len(got) == len(want) and cos > 0.999 and md < 1e-4, "input %d: cosine %.9f, max diff %.3g" % (i, cos, md)
+        assert r["usage"]["prompt_tokens"] == sum(g["prompt_tokens"]), (r["usage"], g["prompt_tokens"])
+        st, _, e = s.post("/v1/embeddings", {"input": ""})  # SmolLM2 adds no BOS: no tokens
+        assert st == 400 and e["error"]["param"] == "input", (st, e)
+        s.stop()
+        print("note: embeddings vs llama-server: %s" % ", ".join("cos %.9f max|diff| %.3g" % w for w in worst))
+        report(True, name)
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kvtier", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--chat-template", default=None)
     ap.add_argument("--smollm2", default=None)
+    ap.add_argument("--only", default=None, help="comma-separated case functions (t_embd,...): run those alone")
     a = ap.parse_args()
+    if a.only:  # a subset, for working on a few cases
+        extra = ["--chat-template", a.chat_template] if a.chat_template else []
+        for fn in a.only.split(","):
+            t = globals()[fn]
+            if fn in ("t_embd_llama", "t_equal_generate"):
+                t(a.kvtier, a.smollm2)
+            elif t.__code__.co_argcount == 3:
+                t(a.kvtier, a.model, extra)
+            else:
+                s = Server(a.kvtier, a.model, "-c", "2048", "--metrics", *extra)
+                t(s)
+                s.stop()
+        return 1 if FAILED else 0
     extra = ["--chat-template", a.chat_template] if a.chat_template else []
     try:
         s = Server(a.kvtier, a.model, "-c", "2048", "--metrics", *extra)
@@ -1557,7 +1688,7 @@ def main():
     for t in (t_health, t_models, t_completion, t_chat, t_chat_prompt, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
               t_hostile, t_slow, t_tokenize, t_sampling_extremes, t_native, t_native_stop, t_native_prompts, t_native_refused,
               t_llama_extras, t_messages, t_messages_400, t_responses, t_responses_stream, t_ignore_eos,
-              t_disconnect, t_metrics, t_concurrent, t_load):
+              t_disconnect, t_metrics, t_concurrent, t_load, t_embd_off):
         t(s)
     rc = s.stop()
     report(rc == 0, "SIGTERM on an idle server: exit 0", "exit %s" % rc)
@@ -1572,6 +1703,8 @@ def main():
     t_remote(a.kvtier, a.model, extra)
     t_chain(a.kvtier, a.model, extra)
     t_equal_generate(a.kvtier, a.smollm2)
+    t_embd(a.kvtier, a.model, extra)
+    t_embd_llama(a.kvtier, a.smollm2)
     t_sparse(a.kvtier, a.model, extra)
     return 1 if FAILED else 0
 
