@@ -322,7 +322,8 @@ static kvt_status cpu_eval(kvt_backend *b, const kvt_ubatch *u, int32_t il0, int
         qkv(c, L, n);
         kvt_status st = attend(c, u, il, &ap, err);
         if (st) return st;
-        if (il + 1 == il1 && head && (head->logits || head->embd) && head->n_out < n) { // the last layer past attention: output rows only
+        // the last layer past attention: output rows only
+        if (il + 1 == il1 && head && (head->logits || head->embd) && head->n_out < n) {
             if (head->n_out <= 0) return KVT_OK;
             rows_out(c, head, n);
             n = head->n_out;

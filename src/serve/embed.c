@@ -65,8 +65,8 @@ struct kvt_embedder {
     int64_t cap_rows;
 };
 
-kvt_status kvt_embedder_create(const kvt_model *m, const kvt_context_params *cp, kvt_pooling pooling, kvt_embedder **out,
-                               kvt_err *err) {
+kvt_status kvt_embedder_create(const kvt_model *m, const kvt_context_params *cp, kvt_pooling pooling,
+                               kvt_embedder **out, kvt_err *err) {
     *out = NULL;
     kvt_context_params p = kvt_context_params_default();
     p.n_ctx = cp->n_ctx;
@@ -101,7 +101,9 @@ int64_t kvt_embedder_n_ctx(const kvt_embedder *e) { return kvt_context_n_ctx(e->
 
 kvt_status kvt_embedder_run(kvt_embedder *e, const int32_t *tokens, int64_t n, int norm, float *out, kvt_err *err) {
     if (n < 1) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "the input has no tokens");
-    if (norm < -1) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "embd_normalize %d: need -1 (none), 0, 2 or p > 0", norm);
+    if (norm < -1) {
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "embd_normalize %d: need -1 (none), 0, 2 or p > 0", norm);
+    }
     if (n > kvt_embedder_n_ctx(e)) {
         return kvt_errorf(err, KVT_ERR_BUDGET, "the input has %lld tokens; the context holds %lld", (long long)n,
                           (long long)kvt_embedder_n_ctx(e));
@@ -113,8 +115,12 @@ kvt_status kvt_embedder_run(kvt_embedder *e, const int32_t *tokens, int64_t n, i
     if (e->pooling != KVT_POOL_NONE) {
         if (n > e->cap_rows) {
             float *r = realloc(e->rows, (size_t)(n * E) * sizeof *r);
-            if (!r) st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %lld x %lld hidden states", (long long)n, (long long)E);
-            else e->rows = r, e->cap_rows = n;
+            if (!r) {
+                st = kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for %lld x %lld hidden states", (long long)n,
+                                (long long)E);
+            } else {
+                e->rows = r, e->cap_rows = n;
+            }
         }
         rows = e->rows;
     }

@@ -38,8 +38,8 @@ typedef struct kvt_embedder kvt_embedder;
 
 // An embedder on model m: cp gives n_ctx, n_threads, n_ubatch and kv_type (the rest of it is not used: no tiers, no
 // sparse attention, no device layers). Errors: kvt_context_init's.
-kvt_status kvt_embedder_create(const kvt_model *m, const kvt_context_params *cp, kvt_pooling pooling, kvt_embedder **out,
-                               kvt_err *err);
+kvt_status kvt_embedder_create(const kvt_model *m, const kvt_context_params *cp, kvt_pooling pooling,
+                               kvt_embedder **out, kvt_err *err);
 void kvt_embedder_free(kvt_embedder *e);
 kvt_pooling kvt_embedder_pooling(const kvt_embedder *e);
 int64_t kvt_embedder_n_embd(const kvt_embedder *e);

@@ -86,7 +86,8 @@ static json_t *base64_floats(const float *x, int64_t n) {
     if (!s) return NULL;
     size_t o = 0;
     for (size_t i = 0; i < len; i += 3) {
-        const unsigned v = (unsigned)b[i] << 16 | (i + 1 < len ? (unsigned)b[i + 1] << 8 : 0) | (i + 2 < len ? b[i + 2] : 0);
+        const unsigned v = (unsigned)b[i] << 16 | (i + 1 < len ? (unsigned)b[i + 1] << 8 : 0) |
+                           (i + 2 < len ? b[i + 2] : 0);
         s[o++] = k_b64[v >> 18 & 63];
         s[o++] = k_b64[v >> 12 & 63];
         s[o++] = i + 1 < len ? k_b64[v >> 6 & 63] : '=';
@@ -202,7 +203,8 @@ void kvt_embd_answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *mode
     memset(&ae, 0, sizeof ae);
     json_t *root = NULL, *res = NULL;
     if (!e) {
-        kvt_api_errorf(&ae, 501, "not_supported_error", NULL, "embeddings are off: start kvtier serve with --embeddings");
+        kvt_api_errorf(&ae, 501, "not_supported_error", NULL,
+                       "embeddings are off: start kvtier serve with --embeddings");
     } else if ((root = kvt_req_load(body ? body : "", len, &ae))) {
         answer(e, tok, model_id, oai, root, &res, &ae);
     }
