@@ -182,6 +182,9 @@ void test_cli_attack(const test_env *env) {
     snprintf(args, sizeof args, "serve -m %s --port 0 --kv-remote ''", model);
     expect("cli_attack: serve --kv-remote '' is refused by name", "", cli, args, 2,
            (const char *const[]){"--kv-remote", "empty", NULL});
+    snprintf(args, sizeof args, "serve -m %s --port 0 --embeddings --pooling max", model);
+    expect("cli_attack: serve --pooling max is refused by name", "", cli, args, 2,
+           (const char *const[]){"--pooling max", "mean, cls, last or none", NULL});
     snprintf(args, sizeof args, "tokenize -m %s -f %s", model, dir);
     expect("cli_attack: tokenize -f DIRECTORY says why", "", cli, args, 1, (const char *const[]){"Is a directory", NULL});
 
