@@ -7,6 +7,8 @@
 #   prefix_entry  the entry parser of the prefix-block stores and the directory store's read; seed: a valid entry
 #   kld        the reader of llama-perplexity's base log-probability files (perplexity --kl-divergence) and the
 #              statistics over its rows; seed: a valid file of 2 chunks
+#   embd       the embeddings endpoints (kvt_embd_answer: request parsing, tokenizing, the forward pass, pooling,
+#              normalisation) on an embedder of tests/data/stories260K.gguf; seeds: written by the target
 #   plan       the planner's JSON readers: profile (--profile FILE) and plan file (--plan FILE), each input to both,
 #              with what a loaded plan goes through (kvt_plan_apply) and a write/read-back; seeds: fuzz/seeds/plan
 # With clang: libFuzzer (+ASan+UBSan) over a library built by clang in build-fuzz. Without: the same
@@ -32,7 +34,8 @@ make -s -j2 BUILD=$B CC=$CC OPT=-O1 CFLAGS="$LIBFLAGS -fno-omit-frame-pointer -W
   $B/libkvtier.a
 build() { # target name
   $CC -std=c11 -O1 -g -D_GNU_SOURCE -pthread $SAN $LINK fuzz/fuzz_$1.c $B/libkvtier.a -o $B/fuzz_$1 -lm -ldl \
-    $(test -f $B/.uring-1 && echo -luring || true) $(test -f $B/.hiredis-1 && echo -lhiredis || true)
+    $(test -f $B/.uring-1 && echo -luring || true) $(test -f $B/.hiredis-1 && echo -lhiredis || true) \
+    $(test -f $B/.jansson-1 && echo -ljansson || true)
 }
 run() { # target corpus-dir extra-seed-files...
   local t=$1 dir=$2; shift 2
@@ -79,6 +82,15 @@ build kld
 echo "== fuzz kld (perplexity base files)"
 mkdir -p $B/corpus_kld
 KVT_FUZZ_SEED_DIR=$B/corpus_kld run kld $B/corpus_kld || status=1
+emodel=("$SHARED"/models/stories260K.gguf tests/data/stories260K.gguf)
+if [ -f $B/.jansson-1 ] && [ ${#emodel[@]} -gt 0 ]; then
+  build embd
+  echo "== fuzz embd (embeddings requests, model $(basename "${emodel[0]}"))"
+  mkdir -p $B/corpus_embd
+  KVT_FUZZ_MODEL="${emodel[0]}" KVT_FUZZ_SEED_DIR=$B/corpus_embd run embd $B/corpus_embd || status=1
+else
+  echo "== fuzz embd: skipped (built without libjansson, or no stories260K.gguf)"
+fi
 build plan
 echo "== fuzz plan (profile and plan JSON)"
 mkdir -p $B/corpus_plan
