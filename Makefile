@@ -9,7 +9,7 @@
 #   make tsan     the test suite under ThreadSanitizer (quick sizes; pool, paged KV store, beam schedules)
 #   make sweep    random combinations of the sparse flags on SmolLM2 (tools/sparse_sweep.py, fixed seeds): no sanitizer
 #                 report in the ASan build, the same ids for -t 1 / -t 2 on three stores (generate, beam)
-#   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader, the OpenAI request parser, the prefix-store entry parser, perplexity's base log-probability files and the planner's profile/plan JSON readers
+#   make fuzz     a short fuzzing run of the GGUF parser, the tokenizers, the session loader, the OpenAI request parser, the embeddings endpoints, the prefix-store entry parser, perplexity's base log-probability files and the planner's profile/plan JSON readers
 #   make test-vocab  llama.cpp's tokenizer vectors for every ggml-vocab-*.gguf (fetched once)
 #   make cuda-check  compile (not run) CUDA sources with nvcc when nvcc is present, and check the kernels' block
 #                    decoders on the CPU (build/cuda-host-check)
