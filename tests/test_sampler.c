@@ -266,8 +266,64 @@ static void test_sampler_extremes(void) {
     test_result(ok, "sampler: min_p above 1 keeps the largest", "");
 }
 
+// A ban beside a +inf bias of the same token (ignore_eos with that token forced, in either order, or finite biases
+// summing to +inf): the token stays banned and the draws are those of the ban alone, greedy and sampled, cut or not
+// (its logit was NaN: greedy drew it when it was id 0, a sampled draw fell through to the last candidate).
+static void test_sampler_ban_wins(void) {
+    enum { N = 8, DRAWS = 200 };
+    const float l[N] = {2.0f, 1.9f, 1.8f, 1.7f, 1.6f, 1.5f, 1.4f, 1.3f};
+    const kvt_logit_bias sets[3][3] = {{{0, INFINITY}, {0, -INFINITY}, {0, 0.0f}},
+                                       {{0, -INFINITY}, {0, INFINITY}, {0, 0.0f}},
+                                       {{0, 3e38f}, {0, 3e38f}, {0, -INFINITY}}};
+    const kvt_logit_bias ban = {0, -INFINITY};
+    const float temps[] = {0.0f, 0.8f};
+    const float mps[] = {0.05f, 0.0f};
+    char why[160] = "";
+    bool ok = true;
+    for (size_t c = 0; c < 12; c++) { // every bias set, at each temperature, with and without min-p
+        const size_t k = c / 4, t = c / 2 % 2, m = c % 2;
+        kvt_sampler_params p = kvt_sampler_params_default();
+        p.logit_bias = sets[k];
+        p.n_logit_bias = 3;
+        p.seed = 7;
+        p.temp = temps[t];
+        p.min_p = mps[m];
+        p.top_k = 0;
+        kvt_sampler *s, *r;
+        if (kvt_sampler_init(&p, N, &s, NULL) != KVT_OK) return test_result(false, "sampler: ban wins", "init");
+        p.logit_bias = &ban;
+        p.n_logit_bias = 1;
+        if (kvt_sampler_init(&p, N, &r, NULL) != KVT_OK) {
+            kvt_sampler_free(s);
+            return test_result(false, "sampler: ban wins", "init");
+        }
+        for (int i = 0; ok && i < DRAWS; i++) {
+            const int32_t a = kvt_sampler_sample(s, l), b = kvt_sampler_sample(r, l);
+            if (a != b || a == 0) {
+                ok = false;
+                snprintf(why, sizeof why, "biases %zu temp %g min_p %g draw %d: %d, the ban alone %d", k,
+                         temps[t], mps[m], i, a, b);
+            }
+        }
+        kvt_sampler_free(s);
+        kvt_sampler_free(r);
+    }
+    test_result(ok, "sampler: a ban wins over a +inf bias of its token (no NaN), greedy and sampled", "%s", why);
+    kvt_sampler_params p = kvt_sampler_params_default();
+    const kvt_logit_bias nanb = {3, NAN};
+    p.logit_bias = &nanb;
+    p.n_logit_bias = 1;
+    kvt_sampler *s = NULL;
+    kvt_err err = {0};
+    const kvt_status st = kvt_sampler_init(&p, N, &s, &err);
+    kvt_sampler_free(s);
+    test_result(st == KVT_ERR_INVALID_ARG && strstr(err.msg, "NaN"), "sampler: a NaN logit bias is refused, named",
+                "status %d: %s", (int)st, err.msg);
+}
+
 void test_sampler(const test_env *env) {
     (void)env;
+    test_sampler_ban_wins();
     enum { N = 100 };
     float logits[N];
     for (int i = 0; i < N; i++) logits[i] = (float)(i % 17) * 0.1f;

@@ -60,6 +60,9 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
         if (p->logit_bias[i].token < 0 || p->logit_bias[i].token >= n_vocab)
             return kvt_errorf(err, KVT_ERR_INVALID_ARG, "logit bias %d: token %d is outside the vocabulary (0..%d)", (int)i,
                               (int)p->logit_bias[i].token, (int)n_vocab - 1);
+        if (isnan(p->logit_bias[i].bias))
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "logit bias %d: token %d has a NaN bias", (int)i,
+                              (int)p->logit_bias[i].token);
     }
     kvt_sampler *s = calloc(1, sizeof *s);
     if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
@@ -242,7 +245,13 @@ static bool bias_limits(kvt_sampler *s) {
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     const int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i]};
-    for (int32_t i = 0; i < s->p.n_logit_bias; i++) s->c[s->bias[i].token].v += s->bias[i].bias;
+    // a ban (a -inf bias, or biases summing to -inf) wins over any other bias of its token, whatever their order: a
+    // +inf bias beside a ban (ignore_eos with an end-of-generation token forced, or [[5, 1e308], [5, -1e308]]) made the
+    // logit NaN (inf - inf), and a NaN drew greedily or fell through every cut to the last candidate
+    for (int32_t i = 0; i < s->p.n_logit_bias; i++) {
+        float *v = &s->c[s->bias[i].token].v;
+        *v = is_ban(s->bias[i].bias) || *v == -INFINITY ? -INFINITY : *v + s->bias[i].bias;
+    }
     if (s->count) apply_penalties(s);
     if (s->p.temp <= 0.0f || (s->p.n_logit_bias > 0 && !bias_limits(s))) {
         int32_t best = 0;

@@ -17,7 +17,8 @@
 #include "../base/status.h"
 
 // A bias added to one token's logit before anything else (llama.cpp's logit_bias; -INFINITY bans the token, +INFINITY
-// forces it: the tokens at +inf share the draw; every token banned draws greedily, id 0).
+// forces it: the tokens at +inf share the draw; every token banned draws greedily, id 0). A ban wins over every other
+// bias of its token (+inf included, in any order), so no logit becomes NaN; a NaN bias is refused.
 typedef struct {
     int32_t token;
     float bias;
@@ -49,7 +50,8 @@ kvt_sampler_params kvt_sampler_params_default(void);
 
 typedef struct kvt_sampler kvt_sampler;
 
-// KVT_ERR_INVALID_ARG for an empty vocabulary or a logit bias whose token is outside it (named); KVT_ERR_NOMEM.
+// KVT_ERR_INVALID_ARG for an empty vocabulary or a logit bias whose token is outside it or whose bias is NaN (named);
+// KVT_ERR_NOMEM.
 kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sampler **out, kvt_err *err);
 void kvt_sampler_free(kvt_sampler *s);
 // Picks a token from logits [n_vocab] (not modified).
