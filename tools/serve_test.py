@@ -460,6 +460,19 @@ def t_sampling_extremes(s):
     assert st == 200 and r["tokens"] == [77] * 6, r
 
 
+@case("logprobs of a first token with no text (control tokens 0..3 forced) answer 200 (UBSan: memcpy from NULL)")
+def t_empty_piece_logprobs(s):
+    # attack run 2026-12-06 (2): a job's piece buffer is NULL until a token has bytes; the chosen token's logprob copy
+    # passed it to memcpy (0 bytes, undefined): the sanitized server died on the first such token
+    for i in range(4):
+        st, _, r = s.post("/completion", {"prompt": "A b", "n_predict": 2, "n_probs": 1, "logit_bias": [[i, 1e308]],
+                                          "return_tokens": True})
+        assert st == 200 and r["tokens"][:1] == [i], (i, st, r)
+        st, _, r = s.post("/v1/completions", {"prompt": "A b", "max_tokens": 2, "logprobs": 1,
+                                              "logit_bias": {str(i): 1e308}})
+        assert st == 200 and r["usage"]["completion_tokens"] >= 1, (i, st, r)  # (an end-of-generation id ends it)
+
+
 def native_stream(s, body):
     """POSTs a streaming /completion (llama-server's shape: data events, no [DONE]); returns (status, events, raw)."""
     c = s.conn()
@@ -1686,7 +1699,8 @@ def main():
         report(False, "start", str(e))
         return 1
     for t in (t_health, t_models, t_completion, t_chat, t_chat_prompt, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
-              t_hostile, t_slow, t_tokenize, t_sampling_extremes, t_native, t_native_stop, t_native_prompts, t_native_refused,
+              t_hostile, t_slow, t_tokenize, t_sampling_extremes, t_empty_piece_logprobs,
+              t_native, t_native_stop, t_native_prompts, t_native_refused,
               t_llama_extras, t_messages, t_messages_400, t_responses, t_responses_stream, t_ignore_eos,
               t_disconnect, t_metrics, t_concurrent, t_load, t_embd_off):
         t(s)

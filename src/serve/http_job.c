@@ -435,7 +435,7 @@ static bool alt_of(kvt_http_job *j, int32_t id, float logprob, kvt_resp_alt *a) 
     int64_t n = piece_of(j, id);
     char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
     if (!s) return false;
-    memcpy(s, j->piece, (size_t)n);
+    if (n > 0) memcpy(s, j->piece, (size_t)n); // (j->piece is still NULL while every piece so far was empty)
     a->token = s;
     a->len = (size_t)n;
     a->logprob = logprob;
