@@ -840,7 +840,7 @@ def t_responses_stream(s):
 
 
 @case("ignore_eos bans every end-of-generation token (llama-server's -inf logit bias, listed in generation_settings), "
-      "on /completion, /v1 and /v1/responses")
+      "on /completion, /v1 and /v1/responses; EOS forced at +inf stays banned")
 def t_ignore_eos(s):
     _, _, props = s.request("GET", "/props")
     eos_text = json.loads(props)["eos_token"]
@@ -859,6 +859,17 @@ def t_ignore_eos(s):
     _, _, again = s.post("/completion", {"prompt": "A", "n_predict": 12, "temperature": 0, "ignore_eos": True,
                                          "logit_bias": push, "return_tokens": True})
     assert again["tokens"] == r["tokens"], (again, r)  # greedy under a ban stays deterministic
+    # EOS forced (+inf) and banned: the ban wins, greedy and sampled, the draws those of the ban alone (attack run
+    # 2026-12-06 (2): +inf - inf made its logit NaN; greedy drew a NaN id 0, a sampled draw the last id)
+    force = {str(eos): 1e308}
+    _, _, f = s.post("/completion", {"prompt": "A", "n_predict": 12, "temperature": 0, "ignore_eos": True,
+                                     "logit_bias": force, "return_tokens": True})
+    assert f["tokens"] == r["tokens"], (f, r)
+    smp = {"prompt": "A", "n_predict": 12, "temperature": 0.9, "seed": 3, "top_k": 0, "min_p": 0, "ignore_eos": True,
+           "return_tokens": True}
+    _, _, f = s.post("/completion", dict(smp, logit_bias=force))
+    _, _, b = s.post("/completion", dict(smp, logit_bias=push))
+    assert f["tokens"] == b["tokens"] and eos not in f["tokens"], (f, b)
     _, _, c = s.post("/v1/completions", {"prompt": "A", "max_tokens": 12, "temperature": 0, "ignore_eos": True,
                                          "logit_bias": push, "logprobs": 1})
     assert c["usage"]["completion_tokens"] == 12 and c["choices"][0]["text"] == r["content"], (c, r)
