@@ -35,8 +35,12 @@ make -s -j2 BUILD=$B CC=$CC OPT=-O1 CFLAGS="$LIBFLAGS -fno-omit-frame-pointer -W
 build() { # target name
   $CC -std=c11 -O1 -g -D_GNU_SOURCE -pthread $SAN $LINK fuzz/fuzz_$1.c $B/libkvtier.a -o $B/fuzz_$1 -lm -ldl \
     $(test -f $B/.uring-1 && echo -luring || true) $(test -f $B/.hiredis-1 && echo -lhiredis || true) \
-    $(test -f $B/.jansson-1 && echo -ljansson || true)
+    $(test "$JANSSON" = 1 && echo -ljansson || true)
 }
+# libjansson (the serve code's JSON): the embeddings target needs it (the Makefile's own probe)
+JANSSON=0
+printf '#include <jansson.h>\nint main(void){json_decref(json_object()); return 0;}\n' |
+  $CC -x c - -ljansson -o /dev/null 2>/dev/null && JANSSON=1
 run() { # target corpus-dir extra-seed-files...
   local t=$1 dir=$2; shift 2
   if [ $LIBFUZZER = 1 ]; then
@@ -83,7 +87,7 @@ echo "== fuzz kld (perplexity base files)"
 mkdir -p $B/corpus_kld
 KVT_FUZZ_SEED_DIR=$B/corpus_kld run kld $B/corpus_kld || status=1
 emodel=("$SHARED"/models/stories260K.gguf tests/data/stories260K.gguf)
-if [ -f $B/.jansson-1 ] && [ ${#emodel[@]} -gt 0 ]; then
+if [ "$JANSSON" = 1 ] && [ ${#emodel[@]} -gt 0 ]; then
   build embd
   echo "== fuzz embd (embeddings requests, model $(basename "${emodel[0]}"))"
   mkdir -p $B/corpus_embd
