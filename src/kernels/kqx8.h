@@ -163,7 +163,7 @@ INLINE __m256i x8_min_dots(__m512i mlo, __m512i mhi, __m512i bs, __m512i mrow) {
 
 // Rows 8g .. 8g + 7 (the group at G) against NT <= X8_NT q8_K rows yb[t] (nb super-blocks each): Y[t * ldy + r].
 // The weights of a chunk are masked once for the NT tokens; each token's arithmetic is the one-token GEMV's.
-// q5 (q5_K_x8, quant.h): the fifth bits of the qh chunks or'ed in as bit 4 (kqx8.h's AVX2 x8_sb_z), the high nibbles
+// q5 (q5_K_x8, quant.h): the fifth bits of the qh chunks or'ed in as bit 4 (kqx8.h's AVX2 x8_sb_z5h), the high nibbles
 // shifted down (not in place), and the int16 packing of the pair sums made per two chunks (p < 2, p >= 2) so that it
 // stays exact: 8 products of at most 31 * 128 (16 of them would not fit).
 #define X8_NT 4

@@ -129,7 +129,10 @@ void kvt_matmul_rows_isa(kvt_isa isa, kvt_type wt, int64_t n, const void *W, int
 // the pairs reduced row by row (the default before q8k), and on that loop 8 the q6_K rows' one prefetch into L1
 // instead, 10 no prefetch, 11 / 12 / 13 into L2 only / L2 and L1 / L1 only at any distance; 24 four rows reduced
 // together; f16_x16 (f16x16_simd.h; default lines into L2 at the
-// CPU's distance and into L1 KVT_X8_PF_NEAR ahead): 1 the single prefetch into L1 at the CPU's distance (before k14).
+// CPU's distance and into L1 KVT_X8_PF_NEAR ahead): 1 the single prefetch into L1 at the CPU's distance (before k14);
+// q5_K_x8 (kqx8.h, its AVX2 GEMV on both ISAs; default x8_sb_z5h in 2 streams): 1, 4 streams, 5 x8_sb_z with q5 (the
+// default before kq5h); q4_0_x8 / q5_0_x8 (q40x8.h; default 4 streams with prefetch, else 1): 1, 2, 4 streams, AVX2 5
+// q40x8_groups (the AVX2 default before q40z; the AVX-512 build's loop).
 // Any other value: the default. For tests and
 // benchmarks only; set it while no kernel runs.
 int kvt_kernels_decode_variant(kvt_type t);
