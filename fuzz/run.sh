@@ -3,7 +3,7 @@
 #   gguf       the GGUF reader; seeds: every *.gguf of $SHARED/models and tests/data, whole files
 #   tokenizer  SentencePiece and BPE tokenizers on arbitrary bytes, once per vocabulary GGUF found
 #              ($SHARED/vectors/tokenizer/ggml-vocab-*.gguf, tests/data/*vocab*.gguf); seeds: their .inp texts
-#   session    the KV session loader, with a model of $SHARED/models or tests/data; seed: a valid session
+#   session    the KV session loader, with stories260K.gguf of $SHARED/models or tests/data; seed: a valid session
 #   prefix_entry  the entry parser of the prefix-block stores and the directory store's read; seed: a valid entry
 #   kld        the reader of llama-perplexity's base log-probability files (perplexity --kl-divergence) and the
 #              statistics over its rows; seed: a valid file of 2 chunks
@@ -21,7 +21,9 @@ B=build-fuzz
 shopt -s nullglob
 seeds=("$SHARED"/models/*.gguf tests/data/*.gguf)
 vocabs=("$SHARED"/vectors/tokenizer/ggml-vocab-*.gguf tests/data/*vocab*.gguf)
-models=("$SHARED"/models/stories260K.gguf tests/data/*.gguf)
+# the first of these files that exists (a path without a glob character stays in an array even when absent)
+first_file() { for f in "$@"; do [ -f "$f" ] && { echo "$f"; return 0; }; done; return 0; }
+model=$(first_file "$SHARED"/models/stories260K.gguf tests/data/stories260K.gguf)
 if command -v clang >/dev/null 2>&1; then
   CC=clang; SAN="-fsanitize=address,undefined -fno-sanitize-recover=all"; LIBFUZZER=1
   LIBFLAGS="$SAN -fsanitize=fuzzer-no-link"; LINK="-fsanitize=fuzzer"
@@ -44,12 +46,16 @@ printf '#include <jansson.h>\nint main(void){json_decref(json_object()); return 
 run() { # target corpus-dir extra-seed-files...
   local t=$1 dir=$2; shift 2
   if [ $LIBFUZZER = 1 ]; then
-    local max=4096
+    local max=4096 rc=0
     for f in "$@" "$dir"/*; do [ -f "$f" ] && s=$(stat -c %s "$f") && [ "$s" -gt "$max" ] && max=$s; done
     for f in "$@"; do cp -f "$f" "$dir"/; done
-    ./$B/fuzz_$t -max_total_time="$SECS" -max_len="$max" -rss_limit_mb=4096 -print_final_stats=1 "$dir" 2>&1 |
-      grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==.*ERROR|SUMMARY|Done)" || true
-    test "${PIPESTATUS[0]}" = 0
+    # (the target's status kept apart from the filter's: a target that stops before fuzzing, printing none of
+    # these lines, used to pass as the status of `grep || true`)
+    ./$B/fuzz_$t -max_total_time="$SECS" -max_len="$max" -rss_limit_mb=4096 -print_final_stats=1 "$dir" \
+      > $B/fuzz_$t.log 2>&1 || rc=$?
+    grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==.*ERROR|SUMMARY|Done)" $B/fuzz_$t.log || true
+    [ $rc = 0 ] || { tail -n 5 $B/fuzz_$t.log; echo "fuzz_$t: exit status $rc"; }
+    test $rc = 0
   else
     ./$B/fuzz_$t 0 > /dev/null # runs LLVMFuzzerInitialize once: a target may write its seed into $dir
     ./$B/fuzz_$t "$SECS" "$@" "$dir"/*
@@ -70,13 +76,13 @@ if [ ${#vocabs[@]} -gt 0 ]; then
 else
   echo "== fuzz tokenizer: skipped (no vocabulary GGUF in $SHARED/vectors/tokenizer or tests/data)"
 fi
-if [ ${#models[@]} -gt 0 ]; then
+if [ -n "$model" ]; then
   build session
-  echo "== fuzz session (model $(basename "${models[0]}"))"
+  echo "== fuzz session (model $model)"
   mkdir -p $B/corpus_session
-  KVT_FUZZ_MODEL="${models[0]}" KVT_FUZZ_SEED_DIR=$B/corpus_session run session $B/corpus_session || status=1
+  KVT_FUZZ_MODEL="$model" KVT_FUZZ_SEED_DIR=$B/corpus_session run session $B/corpus_session || status=1
 else
-  echo "== fuzz session: skipped (no model in $SHARED/models or tests/data)"
+  echo "== fuzz session: skipped (no stories260K.gguf in $SHARED/models or tests/data)"
 fi
 build prefix_entry
 echo "== fuzz prefix_entry"
@@ -86,12 +92,11 @@ build kld
 echo "== fuzz kld (perplexity base files)"
 mkdir -p $B/corpus_kld
 KVT_FUZZ_SEED_DIR=$B/corpus_kld run kld $B/corpus_kld || status=1
-emodel=("$SHARED"/models/stories260K.gguf tests/data/stories260K.gguf)
-if [ "$JANSSON" = 1 ] && [ ${#emodel[@]} -gt 0 ]; then
+if [ "$JANSSON" = 1 ] && [ -n "$model" ]; then
   build embd
-  echo "== fuzz embd (embeddings requests, model $(basename "${emodel[0]}"))"
+  echo "== fuzz embd (embeddings requests, model $model)"
   mkdir -p $B/corpus_embd
-  KVT_FUZZ_MODEL="${emodel[0]}" KVT_FUZZ_SEED_DIR=$B/corpus_embd run embd $B/corpus_embd || status=1
+  KVT_FUZZ_MODEL="$model" KVT_FUZZ_SEED_DIR=$B/corpus_embd run embd $B/corpus_embd || status=1
 else
   echo "== fuzz embd: skipped (built without libjansson, or no stories260K.gguf)"
 fi
