@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../src/model/model.h"
+#include "fuzz_model.h"
 #include "../src/model/tokenizer.h"
 #include "../src/serve/embed.h"
 #include "../src/serve/embed_api.h"
@@ -23,24 +24,17 @@ static kvt_model *g_model;
 static kvt_tokenizer *g_tok;
 static kvt_embedder *g_emb[4]; // by pooling: none, mean, cls, last
 
-static void fail(const char *what, const kvt_err *err) {
-    fprintf(stderr, "fuzz_embd: %s: %s\n", what, err ? err->msg : "");
-    exit(2);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    const char *model = getenv("KVT_FUZZ_MODEL");
     kvt_err err;
-    if (!model) fail("set KVT_FUZZ_MODEL to a model GGUF", NULL);
-    if (kvt_model_load(model, false, &g_model, &err)) fail("model", &err);
-    if (kvt_tokenizer_init(g_model->gguf, &g_tok, &err)) fail("tokenizer", &err);
+    g_model = fuzz_load_model("fuzz_embd");
+    if (kvt_tokenizer_init(g_model->gguf, &g_tok, &err)) fuzz_fail("fuzz_embd", "tokenizer", &err);
     kvt_context_params cp = kvt_context_params_default();
     cp.n_ctx = 32;
     cp.n_threads = 1;
     const kvt_pooling pools[4] = {KVT_POOL_NONE, KVT_POOL_MEAN, KVT_POOL_CLS, KVT_POOL_LAST};
     for (int i = 0; i < 4; i++)
-        if (kvt_embedder_create(g_model, &cp, pools[i], &g_emb[i], &err)) fail("embedder", &err);
+        if (kvt_embedder_create(g_model, &cp, pools[i], &g_emb[i], &err)) fuzz_fail("fuzz_embd", "embedder", &err);
     const char *dir = getenv("KVT_FUZZ_SEED_DIR");
     static const char *const seeds[] = {
         "\x05{\"input\":\"Once upon a time\"}",
@@ -53,7 +47,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         char path[4096];
         snprintf(path, sizeof path, "%s/seed%zu.json", dir, i);
         FILE *f = fopen(path, "wb");
-        if (!f) fail("seed file", NULL);
+        if (!f) fuzz_fail("fuzz_embd", "seed file", NULL);
         fwrite(seeds[i], 1, 1 + strlen(seeds[i] + 1), f);
         fclose(f);
     }

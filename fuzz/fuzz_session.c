@@ -14,6 +14,7 @@
 #include "../src/exec/context.h"
 #include "../src/exec/session.h"
 #include "../src/model/model.h"
+#include "fuzz_model.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -22,21 +23,14 @@ static kvt_model *g_model;
 static kvt_context *g_ctx;
 static char g_path[64];
 
-static void fail(const char *what, const kvt_err *err) {
-    fprintf(stderr, "fuzz_session: %s: %s\n", what, err ? err->msg : "");
-    exit(2);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    const char *model = getenv("KVT_FUZZ_MODEL");
     kvt_err err;
-    if (!model) fail("set KVT_FUZZ_MODEL to a model GGUF", NULL);
-    if (kvt_model_load(model, false, &g_model, &err)) fail("model", &err);
+    g_model = fuzz_load_model("fuzz_session");
     kvt_context_params cp = kvt_context_params_default();
     cp.n_ctx = 64;
     cp.n_threads = 1;
-    if (kvt_context_init(g_model, &cp, &g_ctx, &err)) fail("context", &err);
+    if (kvt_context_init(g_model, &cp, &g_ctx, &err)) fuzz_fail("fuzz_session", "context", &err);
     snprintf(g_path, sizeof g_path, "/tmp/kvt_fuzz_session_%d.kvsess", (int)getpid());
     const char *dir = getenv("KVT_FUZZ_SEED_DIR");
     if (dir) {
@@ -45,7 +39,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         char seed[4096];
         snprintf(seed, sizeof seed, "%s/seed.kvsess", dir);
         if (kvt_decode(g_ctx, toks, 12, false, &err) || kvt_context_kv_save(g_ctx, 0, toks, 12, seed, &err)) {
-            fail("seed session", &err);
+            fuzz_fail("fuzz_session", "seed session", &err);
         }
         kvt_context_truncate(g_ctx, 0);
     }

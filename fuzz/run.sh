@@ -61,6 +61,13 @@ run() { # target corpus-dir extra-seed-files...
     ./$B/fuzz_$t "$SECS" "$@" "$dir"/*
   fi
 }
+# A target that writes its own seeds into its corpus (KVT_FUZZ_SEED_DIR): built, announced as "== fuzz TITLE", run.
+seeded() { # target title
+  build "$1" || return 1
+  echo "== fuzz $2"
+  mkdir -p $B/corpus_$1
+  KVT_FUZZ_SEED_DIR=$B/corpus_$1 run "$1" $B/corpus_$1
+}
 status=0
 echo "== fuzz gguf (${#seeds[@]} seeds, whole files)"
 build gguf && mkdir -p $B/corpus_gguf && { run gguf $B/corpus_gguf "${seeds[@]}" || status=1; }
@@ -77,26 +84,14 @@ else
   echo "== fuzz tokenizer: skipped (no vocabulary GGUF in $SHARED/vectors/tokenizer or tests/data)"
 fi
 if [ -n "$model" ]; then
-  build session
-  echo "== fuzz session (model $model)"
-  mkdir -p $B/corpus_session
-  KVT_FUZZ_MODEL="$model" KVT_FUZZ_SEED_DIR=$B/corpus_session run session $B/corpus_session || status=1
+  KVT_FUZZ_MODEL="$model" seeded session "session (model $model)" || status=1
 else
   echo "== fuzz session: skipped (no stories260K.gguf in $SHARED/models or tests/data)"
 fi
-build prefix_entry
-echo "== fuzz prefix_entry"
-mkdir -p $B/corpus_prefix_entry
-KVT_FUZZ_SEED_DIR=$B/corpus_prefix_entry run prefix_entry $B/corpus_prefix_entry || status=1
-build kld
-echo "== fuzz kld (perplexity base files)"
-mkdir -p $B/corpus_kld
-KVT_FUZZ_SEED_DIR=$B/corpus_kld run kld $B/corpus_kld || status=1
+seeded prefix_entry prefix_entry || status=1
+seeded kld "kld (perplexity base files)" || status=1
 if [ "$JANSSON" = 1 ] && [ -n "$model" ]; then
-  build embd
-  echo "== fuzz embd (embeddings requests, model $model)"
-  mkdir -p $B/corpus_embd
-  KVT_FUZZ_MODEL="$model" KVT_FUZZ_SEED_DIR=$B/corpus_embd run embd $B/corpus_embd || status=1
+  KVT_FUZZ_MODEL="$model" seeded embd "embd (embeddings requests, model $model)" || status=1
 else
   echo "== fuzz embd: skipped (built without libjansson, or no stories260K.gguf)"
 fi
