@@ -19,6 +19,7 @@
 
 #include "../src/serve/anthropic.h"
 #include "../src/serve/chat_template.h"
+#include "../src/serve/infill.h"
 #include "../src/serve/native.h"
 #include "../src/serve/request.h"
 #include "../src/serve/response.h"
@@ -133,7 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_utf8(body, n, 1 + sel % 5);
     const bool conv = (sel & 0xA0) == 0xA0; // Anthropic (0xA0) or Responses (0xE0)
     kvt_req_kind kind = conv          ? KVT_REQ_CHAT
-                        : (sel & 0x80) ? ((sel & 1) ? KVT_REQ_DETOKENIZE : (sel & 0x40) ? KVT_REQ_NATIVE : KVT_REQ_TOKENIZE)
+                        : (sel & 0x80) ? ((sel & 1) ? KVT_REQ_DETOKENIZE : (sel & 0x40) ? ((sel & 0x10) ? KVT_REQ_INFILL : KVT_REQ_NATIVE) : KVT_REQ_TOKENIZE)
                         : (sel & 1)    ? KVT_REQ_CHAT
                                        : KVT_REQ_COMPLETION;
     kvt_request *r = NULL;
@@ -157,8 +158,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kvt_request_free(r);
         return 0;
     }
-    if (kind == KVT_REQ_NATIVE) {
+    if (kind == KVT_REQ_NATIVE || kind == KVT_REQ_INFILL) { // /infill: a /completion request, the prefix's text
+        const struct kvt_infill *in = p->native->infill;
         if (p->native->pieces && p->native->n_pieces && p->native->pieces[0].text) text = p->native->pieces[0].text;
+        if (in && in->n_prefix && in->prefix[0].text) text = in->prefix[0].text;
         check_native(p, text);
         check_stop(p, text, 1 + (sel >> 2) % 7);
         kvt_request_free(r);

@@ -4,21 +4,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test.h"
 
 #ifdef KVT_HAVE_JANSSON
 #include <jansson.h>
 
+#include "../src/gguf/gguf.h"
+#include "../src/serve/infill.h"
 #include "../src/serve/native.h"
 #include "../src/serve/request.h"
 
-// body parsed as a /completion request; NULL with *e filled when refused.
-static kvt_request *parse(const char *body, kvt_api_error *e) {
+// body parsed as a request of kind; NULL with *e filled when refused.
+static kvt_request *parse_as(kvt_req_kind kind, const char *body, kvt_api_error *e) {
     kvt_request *r = NULL;
     *e = (kvt_api_error){0};
-    return kvt_request_parse(body, strlen(body), KVT_REQ_NATIVE, &r, e) == KVT_OK ? r : NULL;
+    return kvt_request_parse(body, strlen(body), kind, &r, e) == KVT_OK ? r : NULL;
 }
+// body parsed as a /completion request
+static kvt_request *parse(const char *body, kvt_api_error *e) { return parse_as(KVT_REQ_NATIVE, body, e); }
 
 static void test_native_ok(void) {
     kvt_api_error e;
@@ -188,6 +193,221 @@ static void test_native_answers(void) {
     free(s);
     kvt_request_free(r);
 }
+
+// ---- POST /infill (infill.h) ----
+
+static kvt_request *parse_infill(const char *body, kvt_api_error *e) { return parse_as(KVT_REQ_INFILL, body, e); }
+
+static void test_infill_parse(void) {
+    kvt_api_error e;
+    kvt_request *r = parse_infill("{\"input_prefix\":[\"ab\",7],\"input_suffix\":\"c\",\"prompt\":\"x\",\"n_predict\":3,"
+                                  "\"input_extra\":[{\"text\":\"t\",\"filename\":\"f\"},{\"text\":\"u\"}]}", &e);
+    const kvt_request_params *p = r ? kvt_request_get(r) : NULL;
+    const struct kvt_infill *in = p && p->native ? p->native->infill : NULL;
+    test_result(in && p->kind == KVT_REQ_NATIVE && p->max_tokens == 3 && !p->prompt && in->n_prefix == 2 &&
+                    !strcmp(in->prefix[0].text, "ab") && !in->prefix[1].text && in->prefix[1].id == 7 &&
+                    in->n_suffix == 1 && !strcmp(in->suffix[0].text, "c") && !strcmp(in->prompt, "x") &&
+                    in->n_extra == 2 && !strcmp(in->extra[0].filename, "f") && !strcmp(in->extra[1].filename, "tmp") &&
+                    !strcmp(in->extra[1].text, "u"),
+                "serve.infill: the fields parsed, a /completion request otherwise", "%s", r ? "" : e.message);
+    kvt_request_free(r);
+    static const struct {
+        const char *body, *param;
+    } bad[] = {
+        {"{\"input_suffix\":\"c\"}", "input_prefix"},
+        {"{\"input_prefix\":\"a\"}", "input_suffix"},
+        {"{\"input_prefix\":\"a\",\"input_suffix\":3}", "input_suffix"},
+        {"{\"input_prefix\":[\"a\",-1],\"input_suffix\":\"\"}", "input_prefix[1]"},
+        {"{\"input_prefix\":[\"a\",1.5],\"input_suffix\":\"\"}", "input_prefix[1]"},
+        {"{\"input_prefix\":\"a\",\"input_suffix\":\"\",\"input_extra\":\"x\"}", "input_extra"},
+        {"{\"input_prefix\":\"a\",\"input_suffix\":\"\",\"input_extra\":[3]}", "input_extra[0]"},
+        {"{\"input_prefix\":\"a\",\"input_suffix\":\"\",\"input_extra\":[{\"filename\":\"f\"}]}", "input_extra[0].text"},
+        {"{\"input_prefix\":\"a\",\"input_suffix\":\"\",\"input_extra\":[{\"text\":\"t\",\"filename\":1}]}",
+         "input_extra[0].filename"},
+        {"{\"input_prefix\":\"a\",\"input_suffix\":\"\",\"prompt\":[1,2]}", "prompt"},
+        {"{\"input_prefix\":\"a\\u0000b\",\"input_suffix\":\"\"}", "input_prefix"},
+        {"{\"input_prefix\":\"a\",\"input_suffix\":\"\",\"n_probs\":99}", "n_probs"},
+    };
+    int fails = 0;
+    char why[1024] = "";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = parse_infill(bad[i].body, &e);
+        if (r || e.http_status != 400 || strcmp(e.param, bad[i].param)) {
+            fails++;
+            snprintf(why, sizeof why, "%s: %d param '%s' (%s)", bad[i].body, e.http_status, e.param, e.message);
+        }
+        kvt_request_free(r);
+    }
+    test_result(fails == 0, "serve.infill: bad fields are a 400 naming the field", "%d wrong; %s", fails, why);
+}
+
+#ifdef KVT_HAVE_MICROHTTPD
+// A byte-level BPE vocabulary without merges (one token per character): the letters, digits, ".", "-", "_", space
+// (U+0120) and newline (U+010A), then the control tokens given. Written to a temporary file and opened.
+static kvt_tokenizer *infill_vocab(const char *const *ctl, int n_ctl, bool add_bos, kvt_gguf **g) {
+    const char *toks[128];
+    char chars[64][2];
+    int n = 0;
+    const char *set = "abcdefghijklmnopqrstuvwxyz0123456789.-_";
+    for (int i = 0; set[i]; i++) chars[i][0] = set[i], chars[i][1] = 0, toks[n++] = chars[i];
+    toks[n++] = "\xc4\xa0"; // space
+    toks[n++] = "\xc4\x8a"; // newline
+    int32_t ty[128];
+    for (int i = 0; i < n; i++) ty[i] = 1;
+    toks[n] = "<s>", ty[n++] = 3;
+    for (int i = 0; i < n_ctl; i++) toks[n] = ctl[i], ty[n++] = 3;
+    char path[] = "/tmp/kvt-infill-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return NULL;
+    close(fd);
+    kvt_gguf_writer *w = kvt_gguf_writer_init();
+    static const char *const merges[] = {"a b"};
+    kvt_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    kvt_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n);
+    kvt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KVT_GGUF_I32, ty, (uint64_t)n);
+    kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    kvt_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    kvt_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 41); // "<s>"
+    kvt_err err = {0};
+    kvt_tokenizer *t = NULL;
+    if (kvt_gguf_writer_write(w, path, &err) != KVT_OK || kvt_gguf_open(path, g, &err) != KVT_OK ||
+        kvt_tokenizer_init(*g, &t, &err) != KVT_OK)
+        t = NULL;
+    kvt_gguf_writer_free(w);
+    unlink(path);
+    return t;
+}
+
+// ids of text (plain, no BOS) appended to v at *k
+static void add_text(const kvt_tokenizer *t, const char *s, int32_t *v, int64_t *k) {
+    kvt_err err = {0};
+    *k += kvt_tokenize(t, s, strlen(s), false, false, v + *k, 256, &err);
+}
+
+// The prompt of body under lim against want[0..nw); false with why filled.
+static bool infill_ids_are(const kvt_tokenizer *t, const char *body, const kvt_infill_limits *lim, const int32_t *want,
+                           int64_t nw, char *why, size_t cap) {
+    kvt_api_error e;
+    kvt_request *r = parse_infill(body, &e);
+    int64_t n = -1;
+    int32_t *ids = r ? kvt_infill_prompt_ids(kvt_request_get(r)->native->infill, t, lim, &n, &e) : NULL;
+    bool ok = ids && n == nw && !memcmp(ids, want, (size_t)nw * sizeof *want);
+    if (!ok) {
+        int o = snprintf(why, cap, "%s: %s; got %lld:", body, ids ? "ids differ" : e.message, (long long)n);
+        for (int64_t i = 0; ids && i < n && o > 0 && (size_t)o < cap; i++) o += snprintf(why + o, cap - (size_t)o, " %d", ids[i]);
+        if (o > 0 && (size_t)o < cap) o += snprintf(why + o, cap - (size_t)o, "; want");
+        for (int64_t i = 0; i < nw && o > 0 && (size_t)o < cap; i++) o += snprintf(why + o, cap - (size_t)o, " %d", want[i]);
+    }
+    free(ids);
+    kvt_request_free(r);
+    return ok;
+}
+
+static void test_infill_prompt(void) {
+    // with FIM_REP and FIM_SEP: 42 <|fim_prefix|>, 43 suffix, 44 middle, 45 pad, 46 <|repo_name|>, 47 <|file_sep|>
+    static const char *const ctl[] = {"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>",
+                                      "<|repo_name|>", "<|file_sep|>"};
+    kvt_gguf *g = NULL, *g2 = NULL, *g3 = NULL;
+    kvt_tokenizer *t = infill_vocab(ctl, 6, false, &g);
+    if (!t) {
+        test_result(false, "serve.infill: the prompt", "cannot write or open the test vocabulary");
+        kvt_gguf_free(g);
+        return;
+    }
+    const int32_t PRE = 42, SUF = 43, MID = 44, PAD = 45, REP = 46, SEP = 47;
+    const bool ids_ok = kvt_token_fim(t, KVT_FIM_PRE) == PRE && kvt_token_fim(t, KVT_FIM_SUF) == SUF &&
+                        kvt_token_fim(t, KVT_FIM_MID) == MID && kvt_token_fim(t, KVT_FIM_PAD) == PAD &&
+                        kvt_token_fim(t, KVT_FIM_REP) == REP && kvt_token_fim(t, KVT_FIM_SEP) == SEP &&
+                        kvt_token_is_eog(t, PAD) && kvt_token_is_eog(t, REP) && kvt_token_is_eog(t, SEP) &&
+                        !kvt_token_is_eog(t, MID);
+    test_result(ids_ok, "serve.infill: FIM tokens found by their text (pad, repo and file separator end generation)",
+                "pre %d suf %d mid %d pad %d rep %d sep %d", kvt_token_fim(t, KVT_FIM_PRE), kvt_token_fim(t, KVT_FIM_SUF),
+                kvt_token_fim(t, KVT_FIM_MID), kvt_token_fim(t, KVT_FIM_PAD), kvt_token_fim(t, KVT_FIM_REP),
+                kvt_token_fim(t, KVT_FIM_SEP));
+    char why[1024] = "";
+    int32_t w[512];
+    int64_t k = 0;
+    // the whole layout: repository, two files (one without a name), the current file, prefix + prompt, suffix
+    w[k++] = REP, add_text(t, "myproject\n", w, &k);
+    w[k++] = SEP, add_text(t, "x.py\n", w, &k), add_text(t, "def", w, &k);
+    w[k++] = SEP, add_text(t, "tmp\n", w, &k), add_text(t, "b", w, &k);
+    w[k++] = SEP, add_text(t, "filename\n", w, &k);
+    w[k++] = PRE, add_text(t, "ab", w, &k), w[k++] = 7, add_text(t, " <|fim_pad|>", w, &k), w[k++] = PAD;
+    w[k++] = SUF, add_text(t, "c", w, &k), w[k++] = MID;
+    const kvt_infill_limits lim = {4096, 2048, -1, false};
+    bool ok = infill_ids_are(t,
+                             "{\"input_prefix\":[\"ab\",7,\" <|fim_pad|>\"],\"input_suffix\":\"c\",\"prompt\":"
+                             "\"<|fim_pad|>\",\"input_extra\":[{\"filename\":\"x.py\",\"text\":\"def\"},{\"text\":\"b\"}]}",
+                             &lim, w, k, why, sizeof why);
+    // spm: suffix part first
+    k = 0;
+    w[k++] = REP, add_text(t, "myproject\n", w, &k), w[k++] = SEP, add_text(t, "filename\n", w, &k);
+    w[k++] = SUF, add_text(t, "c", w, &k), w[k++] = PRE, add_text(t, "ab", w, &k), w[k++] = MID;
+    const kvt_infill_limits spm = {4096, 2048, -1, true};
+    ok = ok && infill_ids_are(t, "{\"input_prefix\":\"ab\",\"input_suffix\":\"c\"}", &spm, w, k, why, sizeof why);
+    // the budgets: b = 16: the last 12 prefix tokens, the first 4 - 2 - 1 (prompt) = 1 suffix token; the last
+    // n_ctx - b + 2 = 10 tokens of the extra context
+    int32_t ex[64];
+    int64_t ne = 0;
+    ex[ne++] = REP, add_text(t, "myproject\n", ex, &ne), ex[ne++] = SEP, add_text(t, "f\n", ex, &ne);
+    add_text(t, "abcdefghij", ex, &ne), ex[ne++] = SEP, add_text(t, "filename\n", ex, &ne);
+    k = 0;
+    memcpy(w, ex + ne - 10, 10 * sizeof *w), k = 10;
+    w[k++] = PRE, add_text(t, "ijklmnopqrst", w, &k), add_text(t, "z", w, &k), w[k++] = SUF, add_text(t, "x", w, &k);
+    w[k++] = MID;
+    const kvt_infill_limits small = {24, 16, -1, false};
+    ok = ok && infill_ids_are(t,
+                              "{\"input_prefix\":\"abcdefghijklmnopqrst\",\"input_suffix\":\"xyz\",\"prompt\":\"z\","
+                              "\"input_extra\":[{\"filename\":\"f\",\"text\":\"abcdefghij\"}]}",
+                              &small, w, k, why, sizeof why);
+    // a prompt longer than the suffix budget leaves no suffix; n_ctx - b - 2 n_predict <= 0 leaves no extra context
+    k = 0;
+    w[k++] = PRE, add_text(t, "a", w, &k), add_text(t, "zzz", w, &k), w[k++] = SUF, w[k++] = MID;
+    const kvt_infill_limits tight = {16, 16, 4, false};
+    ok = ok && infill_ids_are(t, "{\"input_prefix\":\"a\",\"input_suffix\":\"xyz\",\"prompt\":\"zzz\",\"input_extra\":"
+                              "[{\"text\":\"q\"}]}", &tight, w, k, why, sizeof why);
+    test_result(ok, "serve.infill: llama-server's layout: repository, files, prefix + prompt, suffix; spm; budgets",
+                "%s", why);
+
+    // a token id past the vocabulary: 400 naming the field
+    kvt_api_error e;
+    kvt_request *r = parse_infill("{\"input_prefix\":\"a\",\"input_suffix\":[\"b\",4000]}", &e);
+    int64_t n = 0;
+    int32_t *ids = r ? kvt_infill_prompt_ids(kvt_request_get(r)->native->infill, t, &lim, &n, &e) : NULL;
+    test_result(r && !ids && e.http_status == 400 && !strcmp(e.param, "input_suffix"),
+                "serve.infill: a token id past the vocabulary is a 400 naming the field", "%d %s: %s", e.http_status,
+                e.param, e.message);
+    free(ids);
+
+    // without FIM_REP / FIM_SEP: each file led by the snippet line; BOS as the model asks, after the extra context
+    static const char *const ctl2[] = {"<fim-prefix>", "<fim-suffix>", "<fim-middle>"};
+    kvt_tokenizer *t2 = infill_vocab(ctl2, 3, true, &g2);
+    k = 0;
+    if (t2) {
+        add_text(t2, "\n\n--- snippet ---\n\n", w, &k), add_text(t2, "q", w, &k);
+        w[k++] = 41, w[k++] = 42, add_text(t2, "a", w, &k), w[k++] = 43, add_text(t2, "b", w, &k), w[k++] = 44;
+    }
+    ok = t2 && infill_ids_are(t2, "{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"input_extra\":[{\"text\":\"q\"}]}",
+                              &lim, w, k, why, sizeof why);
+    test_result(ok, "serve.infill: without repository and file tokens: the snippet line, BOS after the extra context",
+                "%s", t2 ? why : "cannot open the second vocabulary");
+
+    // no FIM tokens: 501 not_supported_error naming the missing ones
+    static const char *const ctl3[] = {"<fim-prefix>"};
+    kvt_tokenizer *t3 = infill_vocab(ctl3, 1, false, &g3);
+    e = (kvt_api_error){0};
+    const bool sup = t3 ? kvt_infill_supported(t3, &e) : true;
+    test_result(t3 && !sup && e.http_status == 501 && !strcmp(e.type, "not_supported_error") &&
+                    !strstr(e.message, "prefix token") && strstr(e.message, "suffix token is missing") &&
+                    strstr(e.message, "middle token is missing"),
+                "serve.infill: a vocabulary without FIM tokens is a 501 naming the missing ones", "%d %s",
+                e.http_status, e.message);
+    kvt_request_free(r);
+    kvt_tokenizer_free(t), kvt_tokenizer_free(t2), kvt_tokenizer_free(t3);
+    kvt_gguf_free(g), kvt_gguf_free(g2), kvt_gguf_free(g3);
+}
+#endif
 #endif
 
 void test_serve_native(const test_env *env) {
@@ -196,6 +416,12 @@ void test_serve_native(const test_env *env) {
     test_native_ok();
     test_native_errors();
     test_native_answers();
+    test_infill_parse();
+#ifdef KVT_HAVE_MICROHTTPD
+    test_infill_prompt();
+#else
+    test_skip("serve.infill: the prompt", "built without libmicrohttpd (apt-get install libmicrohttpd-dev)");
+#endif
 #else
     test_skip("serve.native", "built without libjansson (apt-get install libjansson-dev)");
 #endif

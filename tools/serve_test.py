@@ -1577,6 +1577,16 @@ def t_embd_off(s):
         assert r["error"]["type"] == "not_supported_error" and "--embeddings" in r["error"]["message"], r
 
 
+@case("/infill on a model without FIM tokens: 501 not_supported_error naming them, before the fields are read")
+def t_infill_501(s):
+    for body in ({"input_prefix": "def f(", "input_suffix": "):"}, {"input_suffix": 3}):
+        st, _, r = s.post("/infill", body)
+        assert st == 501, "%d %r" % (st, r)
+        err_shape(r, 501)
+        m = r["error"]["message"]
+        assert r["error"]["type"] == "not_supported_error" and "prefix token is missing" in m, r
+
+
 def unit_len(v):
     return abs(sum(x * x for x in v) ** 0.5 - 1) < 1e-5
 
@@ -1713,7 +1723,7 @@ def main():
               t_hostile, t_slow, t_tokenize, t_sampling_extremes, t_empty_piece_logprobs,
               t_native, t_native_stop, t_native_prompts, t_native_refused,
               t_llama_extras, t_messages, t_messages_400, t_responses, t_responses_stream, t_ignore_eos,
-              t_disconnect, t_metrics, t_concurrent, t_load, t_embd_off):
+              t_disconnect, t_metrics, t_concurrent, t_load, t_embd_off, t_infill_501):
         t(s)
     rc = s.stop()
     report(rc == 0, "SIGTERM on an idle server: exit 0", "exit %s" % rc)

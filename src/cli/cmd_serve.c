@@ -80,6 +80,10 @@ static void usage(void) {
            "                        hidden states after the output norm, pooled, unit length unless embd_normalize\n"
            "                        says otherwise; computed on a context of their own (a KV of -c positions)\n"
            "  --pooling TYPE        mean (default), cls, last or none (one vector per token: /embeddings only)\n"
+           "  --spm-infill          POST /infill: the suffix before the prefix (as llama-server's flag)\n"
+           "  -b, --batch-size N    POST /infill: the prefix and suffix budget (last 3N/4 prefix tokens, first\n"
+           "                        N/4 suffix ones), as llama-server's -b sets it (default 2048); prompts are\n"
+           "                        computed in --batch-tokens rows whatever it is\n"
            "  --queue N             requests waiting at most; more get 503 with Retry-After (default 64)\n"
            "  --timeout S           close a connection idle for S seconds (default 600)\n"
            "  --max-connections N   open connections at most, idle ones included (default 256); past it new\n"
@@ -137,6 +141,8 @@ typedef struct {
     int64_t warm_positions; // --kv-warm: room made and faulted in ahead of use while idle (-1: one context)
     bool embeddings;        // --embeddings: the embeddings endpoints, with pooling
     kvt_pooling pooling;
+    int64_t infill_batch;   // -b: POST /infill's budget (kvt_http_params)
+    bool spm_infill;        // --spm-infill
 } serve_opts;
 
 // A bounded KV store with no disk tier below it (--kv-fast, and --kv-host if any) that cannot hold -np full contexts
@@ -199,7 +205,8 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); // before any thread starts: they inherit the mask
     signal(SIGPIPE, SIG_IGN);
-    kvt_http_params hp = {o->host, o->port, o->api_key, o->metrics, 0, o->max_connections, o->timeout_s};
+    kvt_http_params hp = {o->host,      o->port,         o->api_key,     o->metrics, 0, o->max_connections,
+                          o->timeout_s, o->infill_batch, o->spm_infill};
     kvt_http *h = NULL;
     kvt_err err = {0};
     if (kvt_http_start(&hp, &h, &err)) {
@@ -315,8 +322,9 @@ int cmd_serve(int argc, char **argv) {
     int64_t warm_positions = kvt_sched_params_default().warm_positions;
     cp.kv_paged = true; // sequences, forks and the prefix cache live in the paged store
     cp.kv_block = 0;    // 0 until a flag sets it: the server's default below
-    bool metrics = false, embeddings = false;
+    bool metrics = false, embeddings = false, spm_infill = false;
     kvt_pooling pooling = KVT_POOL_MEAN;
+    int64_t infill_batch = 2048;
     const char *flag;
     while (kvt_args_next(&a, &flag)) {
         int ef = cli_engine_flag(&a, flag, &cp);
@@ -381,6 +389,10 @@ int cmd_serve(int argc, char **argv) {
             if (!kvt_args_int(&a, flag, 1, 65536, &max_conn)) return 2;
         } else if (!strcmp(flag, "--metrics")) {
             metrics = true;
+        } else if (!strcmp(flag, "--spm-infill")) {
+            spm_infill = true;
+        } else if (!strcmp(flag, "-b") || !strcmp(flag, "--batch-size")) {
+            if (!kvt_args_int(&a, flag, 1, INT32_MAX, &infill_batch)) return 2;
         } else if (!strcmp(flag, "--embeddings") || !strcmp(flag, "--embedding")) {
             embeddings = true;
         } else if (!strcmp(flag, "--pooling")) {
@@ -430,7 +442,8 @@ int cmd_serve(int argc, char **argv) {
     }
     serve_opts o = {host,         api_key,   (int)port, (int)n_parallel, (int)queue, (int)timeout_s, (int)max_conn, metrics,
                     batch_tokens, lookahead, preempt,   cache_dir,       cache_max,  remote,
-                    fetch_max,    fetch_wait_ms, query_bytes, key_bytes, warm_positions, embeddings, pooling};
+                    fetch_max,    fetch_wait_ms, query_bytes, key_bytes, warm_positions, embeddings, pooling,
+                    infill_batch, spm_infill};
     return run_server(&o, model_path, tmpl_name, &cp);
 #endif
 #endif

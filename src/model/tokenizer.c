@@ -1163,6 +1163,17 @@ int32_t kvt_token_unk(const kvt_tokenizer *t) { return t->unk; }
 int32_t kvt_token_pad(const kvt_tokenizer *t) { return t->pad; }
 bool kvt_tokenizer_add_bos(const kvt_tokenizer *t) { return t->add_bos; }
 bool kvt_tokenizer_add_eos(const kvt_tokenizer *t) { return t->add_eos; }
+int32_t kvt_token_fim(const kvt_tokenizer *t, kvt_fim_token k) {
+    switch (k) {
+    case KVT_FIM_PRE: return t->fim_pre;
+    case KVT_FIM_SUF: return t->fim_suf;
+    case KVT_FIM_MID: return t->fim_mid;
+    case KVT_FIM_PAD: return t->fim_pad;
+    case KVT_FIM_REP: return t->fim_rep;
+    case KVT_FIM_SEP: return t->fim_sep;
+    }
+    return -1;
+}
 
 bool kvt_token_is_eog(const kvt_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && t->toks[id].eog;

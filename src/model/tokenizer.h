@@ -104,6 +104,11 @@ int32_t kvt_token_unk(const kvt_tokenizer *t);
 int32_t kvt_token_pad(const kvt_tokenizer *t);
 bool kvt_tokenizer_add_bos(const kvt_tokenizer *t);
 bool kvt_tokenizer_add_eos(const kvt_tokenizer *t);
+// Fill-in-the-middle tokens (tokenizer.ggml.fim_*_token_id, or found by their text as llama.cpp finds them:
+// <|fim_prefix|>, <fim_prefix>, <|repo_name|>, <|file_sep|>, ...): prefix, suffix, middle, pad, repository name,
+// file separator. -1 if the vocabulary has none.
+typedef enum { KVT_FIM_PRE, KVT_FIM_SUF, KVT_FIM_MID, KVT_FIM_PAD, KVT_FIM_REP, KVT_FIM_SEP } kvt_fim_token;
+int32_t kvt_token_fim(const kvt_tokenizer *t, kvt_fim_token k);
 // End of generation: EOS, EOT, EOM, and tokens llama.cpp recognises by text
 // (<|im_end|>, <|endoftext|>, <|eot_id|>, <end_of_turn>, ...).
 bool kvt_token_is_eog(const kvt_tokenizer *t, int32_t id);

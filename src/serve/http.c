@@ -1,5 +1,6 @@
 // http.c - the OpenAI-compatible HTTP server (libmicrohttpd, one thread per connection).
 #include "http.h"
+#include "infill.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -105,7 +106,7 @@ static enum MHD_Result send_error(kvt_http *h, struct MHD_Connection *c, int sta
 // ---- the routes ----
 
 typedef enum { R_HEALTH, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE, R_METRICS, R_NATIVE, R_PROPS,
-               R_SLOTS, R_APPLY_TEMPLATE, R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES, R_LORA, R_EMBD, R_EMBD_OAI } route_id;
+               R_SLOTS, R_APPLY_TEMPLATE, R_MESSAGES, R_COUNT_TOKENS, R_RESPONSES, R_LORA, R_EMBD, R_EMBD_OAI, R_INFILL } route_id;
 typedef struct {
     const char *path;
     const char *method;
@@ -120,6 +121,7 @@ static const route k_routes[] = {
     {"/metrics", "GET", R_METRICS},
     // llama-server's native endpoints (native.h); /completions (no /v1) is its native /completion, as there
     {"/completion", "POST", R_NATIVE},     {"/completions", "POST", R_NATIVE},
+    {"/infill", "POST", R_INFILL}, // infill.h
     {"/props", "GET", R_PROPS},            {"/slots", "GET", R_SLOTS},
     {"/apply-template", "POST", R_APPLY_TEMPLATE}, {"/lora-adapters", "GET", R_LORA},
     {"/v1/messages", "POST", R_MESSAGES},  {"/v1/messages/count_tokens", "POST", R_COUNT_TOKENS}, // anthropic.h
@@ -142,6 +144,11 @@ static enum MHD_Result answer_health(kvt_http *h, struct MHD_Connection *c) {
 // NULL with *ae filled on error.
 static int32_t *prompt_ids(kvt_http *h, const kvt_request_params *p, int64_t *n, kvt_api_error *ae) {
     if (p->native && p->native->pieces) return kvt_native_prompt_ids(p->native, h->tok, n, ae); // strings and ids
+    if (p->native && p->native->infill) { // POST /infill
+        const kvt_infill_limits lim = {kvt_engine_n_ctx(h->engine), h->p.infill_batch > 0 ? h->p.infill_batch : 2048,
+                                       -1, h->p.spm_infill};
+        return kvt_infill_prompt_ids(p->native->infill, h->tok, &lim, n, ae);
+    }
     const int32_t n_vocab = kvt_tokenizer_n_vocab(h->tok);
     if (p->prompt_ids) {
         for (int64_t i = 0; i < p->n_prompt_ids; i++) {
@@ -293,8 +300,10 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
                                          kvt_req_api api) {
     kvt_request *req = NULL;
     kvt_api_error ae;
+    if (kind == KVT_REQ_INFILL && !kvt_infill_supported(h->tok, &ae)) return send_api_error(h, c, &ae, NULL, NULL);
     if (parse_body(cn, kind, api, &req, &ae)) return send_api_error(h, c, &ae, NULL, NULL);
     const kvt_request_params *p = kvt_request_get(req);
+    kind = p->kind; // /infill: a /completion request from here on
     int64_t n_prompt = 0;
     int32_t *ids = prompt_ids(h, p, &n_prompt, &ae);
     if (!ids) {
@@ -842,6 +851,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_DETOKENIZE: return answer_tokenize(h, c, cn, true);
     case R_METRICS: return answer_metrics(h, c);
     case R_NATIVE: return answer_completion(h, c, cn, KVT_REQ_NATIVE, KVT_API_OPENAI);
+    case R_INFILL: return answer_completion(h, c, cn, KVT_REQ_INFILL, KVT_API_OPENAI);
     case R_PROPS: return answer_props(h, c);
     case R_EMBD:
     case R_EMBD_OAI: {

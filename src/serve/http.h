@@ -9,6 +9,7 @@
 //   POST /tokenize, /detokenize
 //   GET  /metrics              Prometheus text (501 unless params.metrics)
 //   POST /completion, GET /props   llama-server's native shapes (native.h); GET /slots: 501
+//   POST /infill               fill in the middle (infill.h): /completion's answer; 501 without FIM tokens
 //   POST /v1/embeddings, /embeddings, /embedding   embeddings (embed_api.h; 501 without kvt_http_set_embedder)
 // Errors are OpenAI error objects: 400 (malformed JSON, bad fields, prompt longer than the context),
 // 401 (api_key set, no "Authorization: Bearer KEY"; /health is open), 404 unknown path, 405 wrong
@@ -35,6 +36,8 @@ typedef struct {
     size_t max_body;        // bytes of a request body at most (0: 8 MiB)
     int max_connections;    // simultaneous connections (0: 256)
     int timeout_s;          // idle connection timeout in seconds (0: 600)
+    int64_t infill_batch;   // POST /infill's prefix and suffix budget, llama-server's -b (0: 2048, its default)
+    bool spm_infill;        // POST /infill: suffix before prefix (llama-server's --spm-infill)
 } kvt_http_params;
 
 typedef struct kvt_http kvt_http;

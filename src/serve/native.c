@@ -1,5 +1,6 @@
 // native.c - llama-server's /completion requests and answers and GET /props (native.h).
 #include "native.h"
+#include "infill.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -143,13 +144,15 @@ void kvt_native_defaults(kvt_request_params *p) {
     p->min_p = 0.05;
 }
 
-kvt_status kvt_native_parse(json_t *root, kvt_request_params *p, struct kvt_native_ext **out, kvt_api_error *e) {
+kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, struct kvt_native_ext **out,
+                            kvt_api_error *e) {
     struct kvt_native_ext *x = calloc(1, sizeof *x);
     *out = x;
     if (!x) return oom(e);
     x->id_slot = -1;
     kvt_native_defaults(p);
-    if (parse_prompt(root, p, x, e) != KVT_OK) return e->http_status == 500 ? KVT_ERR_NOMEM : KVT_ERR_INVALID_ARG;
+    if ((infill ? kvt_infill_parse(root, &x->infill, e) : parse_prompt(root, p, x, e)) != KVT_OK)
+        return e->http_status == 500 ? KVT_ERR_NOMEM : KVT_ERR_INVALID_ARG;
     int64_t v;
     bool given;
     const char *probs_key = field(root, "n_probs") ? "n_probs" : "logprobs"; // logprobs: llama-server's alias
@@ -278,6 +281,7 @@ void kvt_native_free(struct kvt_native_ext *x) {
     if (!x) return;
     free(x->pieces);
     free(x->ids);
+    kvt_infill_free(x->infill);
     free(x);
 }
 

@@ -46,6 +46,7 @@ struct kvt_native_ext {
     kvt_native_piece *pieces; // the prompt as a mixed list; NULL otherwise
     size_t n_pieces;
     int32_t *ids;             // storage of p->prompt_ids when the prompt is a list of token ids
+    struct kvt_infill *infill; // POST /infill: its fields (infill.h), the prompt built from them; NULL otherwise
     int32_t n_probs;          // alternatives per token in completion_probabilities (0: none)
     bool return_tokens;
     int64_t id_slot;          // as given (-1: any)
@@ -72,9 +73,11 @@ kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, kvt_request **o
 // llama-server's sampling defaults, those of a /completion request that does not set them: temperature 0.8, top_k
 // 40, top_p 0.95, min_p 0.05 (the other samplers off).
 void kvt_native_defaults(kvt_request_params *p);
-// Before the shared fields: the prompt, n_probs, return_tokens, id_slot and the native refusals into p and a new *out
-// (freed by kvt_native_free, also on error). Errors: KVT_ERR_INVALID_ARG (400 in *e naming the field), KVT_ERR_NOMEM.
-kvt_status kvt_native_parse(json_t *root, kvt_request_params *p, struct kvt_native_ext **out, kvt_api_error *e);
+// Before the shared fields: the prompt (infill: /infill's fields instead, infill.h), n_probs, return_tokens, id_slot
+// and the native refusals into p and a new *out (freed by kvt_native_free, also on error). Errors:
+// KVT_ERR_INVALID_ARG (400 in *e naming the field), KVT_ERR_NOMEM.
+kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, struct kvt_native_ext **out,
+                            kvt_api_error *e);
 // After the shared fields: n_predict's precedence, the random seed, the clamps, samplers and n. Errors as above.
 kvt_status kvt_native_finish(json_t *root, kvt_request_params *p, struct kvt_native_ext *x, kvt_api_error *e);
 void kvt_native_free(struct kvt_native_ext *x);

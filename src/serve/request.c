@@ -515,6 +515,8 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
         json_decref(root);
         return KVT_ERR_INVALID_ARG;
     }
+    const bool infill = kind == KVT_REQ_INFILL; // /completion's request, the prompt from /infill's fields
+    if (infill) kind = KVT_REQ_NATIVE;
     kvt_request *r = calloc(1, sizeof *r);
     if (!r) {
         json_decref(root);
@@ -532,7 +534,7 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
     } else {
         if (st == KVT_OK) {
             st = kind == KVT_REQ_CHAT     ? parse_messages(r, root, aerr)
-                 : kind == KVT_REQ_NATIVE ? kvt_native_parse(root, p, &r->native, aerr)
+                 : kind == KVT_REQ_NATIVE ? kvt_native_parse(root, infill, p, &r->native, aerr)
                                           : parse_prompt(r, root, aerr);
             p->native = r->native;
         }

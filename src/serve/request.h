@@ -48,8 +48,11 @@
 #define KVT_REQ_MAX_N 64
 #define KVT_REQ_MAX_TOP_LOGPROBS 20
 
-// KVT_REQ_NATIVE: llama-server's POST /completion (native.h lists its fields beyond the shared ones)
-typedef enum { KVT_REQ_COMPLETION, KVT_REQ_CHAT, KVT_REQ_TOKENIZE, KVT_REQ_DETOKENIZE, KVT_REQ_NATIVE } kvt_req_kind;
+// KVT_REQ_NATIVE: llama-server's POST /completion (native.h lists its fields beyond the shared ones); KVT_REQ_INFILL:
+// its POST /infill, given to kvt_request_parse only: parsed as /completion with /infill's fields for the prompt
+// (infill.h), then a KVT_REQ_NATIVE request whose native->infill is set.
+typedef enum { KVT_REQ_COMPLETION, KVT_REQ_CHAT, KVT_REQ_TOKENIZE, KVT_REQ_DETOKENIZE, KVT_REQ_NATIVE,
+               KVT_REQ_INFILL } kvt_req_kind;
 
 // The API a chat request came in by, which shapes its answer: OpenAI's chat completions, Anthropic's Messages
 // (anthropic.h) or OpenAI's Responses (responses_api.h); the last two are converted into a chat request.
