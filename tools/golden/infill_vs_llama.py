@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+# infill_vs_llama.py - POST /infill of kvtier serve against llama-server on the same GGUF: the same prompt text,
+# tokens_evaluated and (greedy, n_predict 16, return_tokens) generated ids, request by request (docs/SERVING.md,
+# "Fill in the middle"). The model needs FIM tokens; SmolLM2 and Gemma 3 270M have none, so give them some by id:
+#   python3 llama.cpp/gguf-py/gguf/scripts/gguf_new_metadata.py IN.gguf OUT.gguf --special-token-by-id fim_pre 6 \
+#       --special-token-by-id fim_suf 7 --special-token-by-id fim_mid 8 [--special-token-by-id fim_sep 5]
+# Usage: tools/golden/infill_vs_llama.py --kvtier build/kvtier --llama-server DIR/llama-server -m OUT.gguf -c 4096
+#        [-- FLAGS FOR BOTH, e.g. --spm-infill -b 256]
+# Prints SAME / DIFF per request (DIFF with both answers); exit 1 if a prompt differs.
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+CASES = [
+    {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n"},
+    {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n", "prompt": "return"},
+    {"input_prefix": "x = ", "input_suffix": "",
+     "input_extra": [{"filename": "util.py", "text": "def helper():\n    return 42\n"}, {"text": "y = 1\n"}]},
+    {"input_prefix": ["def f(", 1234, "):"], "input_suffix": "", "prompt": "<fim_pad>"},
+    {"input_prefix": "".join("def f%d(x):\n    return x * %d\n\n" % (i, i) for i in range(120)),
+     "input_suffix": "".join("print(f%d(2))\n" % i for i in range(80)),
+     "input_extra": [{"filename": "m%d.py" % k, "text": "".join("A%d_%d = %d\n" % (k, i, i) for i in range(200))}
+                     for k in range(3)]},
+]
+
+
+def post(port, body):
+    req = urllib.request.Request("http://127.0.0.1:%d/infill" % port, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def wait_ready(port, proc):
+    for _ in range(600):
+        if proc.poll() is not None:
+            sys.exit("a server exited at start (port %d)" % port)
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    sys.exit("a server did not start (port %d)" % port)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kvtier", required=True)
+    ap.add_argument("--llama-server", required=True)
+    ap.add_argument("-m", required=True)
+    ap.add_argument("-c", default="4096")
+    ap.add_argument("--port", type=int, default=8391)
+    ap.add_argument("rest", nargs="*")
+    a = ap.parse_args()
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.abspath(a.llama_server)))
+    kv = subprocess.Popen([a.kvtier, "serve", "-m", a.m, "--port", str(a.port), "-c", a.c, "-t", "1"] + a.rest,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ll = subprocess.Popen([a.llama_server, "-m", a.m, "--port", str(a.port + 1), "-c", a.c, "-np", "1", "-t", "1"] +
+                          a.rest, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    bad = 0
+    try:
+        wait_ready(a.port, kv)
+        wait_ready(a.port + 1, ll)
+        for c in CASES:
+            b = dict(c, n_predict=16, temperature=0, return_tokens=True)
+            got = []
+            for port in (a.port, a.port + 1):
+                st, j = post(port, b)
+                got.append((st, j.get("prompt"), j.get("tokens_evaluated"), j.get("tokens"), j.get("error")))
+            same_prompt = got[0][:3] == got[1][:3]
+            bad += not same_prompt
+            print("%s%s %s" % ("SAME" if got[0] == got[1] else "DIFF", "" if same_prompt else " (PROMPT)",
+                               json.dumps(c)[:100]))
+            if got[0] != got[1]:
+                for g in got:
+                    print("    %r" % (g,))
+    finally:
+        kv.terminate()
+        ll.terminate()
+        kv.wait()
+        ll.wait()
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
