@@ -39,9 +39,9 @@ JANSSON ?= $(shell printf '\043include <jansson.h>\nint main(void){json_decref(j
 MHD     ?= $(shell printf '\043include <microhttpd.h>\nint main(void){return MHD_is_feature_supported(MHD_FEATURE_IPv6) < 0;}\n' | \
              $(CC) -x c - -lmicrohttpd -o /dev/null 2>/dev/null && echo 1 || echo 0)
 SERVE_JSON_SRC := src/serve/request.c src/serve/response.c src/serve/native.c src/serve/anthropic.c src/serve/responses_api.c \
-                  src/serve/embed_api.c src/serve/infill.c
+                  src/serve/embed_api.c src/serve/infill.c src/serve/native_prompt.c
 # the HTTP layer (http.c, http_job.c) needs both libraries
-SERVE_HTTP_SRC := src/serve/http.c src/serve/http_job.c src/serve/native_prompt.c
+SERVE_HTTP_SRC := src/serve/http.c src/serve/http_job.c
 SERVE_SRC := $(filter-out $(if $(filter 1,$(JANSSON)),,$(SERVE_JSON_SRC)) \
                $(if $(filter 11,$(JANSSON)$(MHD)),,$(SERVE_HTTP_SRC)),$(wildcard src/serve/*.c))
 ifeq ($(JANSSON),1)

@@ -9,6 +9,8 @@
 #              statistics over its rows; seed: a valid file of 2 chunks
 #   embd       the embeddings endpoints (kvt_embd_answer: request parsing, tokenizing, the forward pass, pooling,
 #              normalisation) on an embedder of tests/data/stories260K.gguf; seeds: written by the target
+#   infill     POST /infill: request parsing and the fill-in-the-middle prompt on two synthetic vocabularies (with and
+#              without repository / file tokens), every flag and budget; seeds written by the target
 #   plan       the planner's JSON readers: profile (--profile FILE) and plan file (--plan FILE), each input to both,
 #              with what a loaded plan goes through (kvt_plan_apply) and a write/read-back; seeds: fuzz/seeds/plan
 # With clang: libFuzzer (+ASan+UBSan) over a library built by clang in build-fuzz. Without: the same
@@ -94,6 +96,11 @@ if [ "$JANSSON" = 1 ] && [ -n "$model" ]; then
   KVT_FUZZ_MODEL="$model" seeded embd "embd (embeddings requests, model $model)" || status=1
 else
   echo "== fuzz embd: skipped (built without libjansson, or no stories260K.gguf)"
+fi
+if [ "$JANSSON" = 1 ]; then
+  seeded infill "infill (/infill requests and their prompts)" || status=1
+else
+  echo "== fuzz infill: skipped (built without libjansson)"
 fi
 build plan
 echo "== fuzz plan (profile and plan JSON)"

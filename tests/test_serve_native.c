@@ -241,7 +241,6 @@ static void test_infill_parse(void) {
     test_result(fails == 0, "serve.infill: bad fields are a 400 naming the field", "%d wrong; %s", fails, why);
 }
 
-#ifdef KVT_HAVE_MICROHTTPD
 // A byte-level BPE vocabulary without merges (one token per character): the letters, digits, ".", "-", "_", space
 // (U+0120) and newline (U+010A), then the control tokens given. Written to a temporary file and opened.
 static kvt_tokenizer *infill_vocab(const char *const *ctl, int n_ctl, bool add_bos, kvt_gguf **g) {
@@ -408,7 +407,6 @@ static void test_infill_prompt(void) {
     kvt_gguf_free(g), kvt_gguf_free(g2), kvt_gguf_free(g3);
 }
 #endif
-#endif
 
 void test_serve_native(const test_env *env) {
     (void)env;
@@ -417,11 +415,7 @@ void test_serve_native(const test_env *env) {
     test_native_errors();
     test_native_answers();
     test_infill_parse();
-#ifdef KVT_HAVE_MICROHTTPD
     test_infill_prompt();
-#else
-    test_skip("serve.infill: the prompt", "built without libmicrohttpd (apt-get install libmicrohttpd-dev)");
-#endif
 #else
     test_skip("serve.native", "built without libjansson (apt-get install libjansson-dev)");
 #endif

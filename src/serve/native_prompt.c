@@ -77,6 +77,7 @@ static bool iv_text(ivec *a, const kvt_tokenizer *tok, const char *s, size_t len
         kvt_api_errorf(e, 400, NULL, param, "cannot tokenize %s: %s", param, err.msg);
         return false;
     }
+    if (k == 0) return true; // (an empty text: no room made, a->v may be NULL)
     if (!iv_room(a, k, e)) return false;
     kvt_tokenize(tok, s, len, false, special, a->v + a->n, k, &err);
     a->n += k;

@@ -1,0 +1,121 @@
+// fuzz_infill.c - fuzz target for POST /infill (src/serve/infill.c, native_prompt.c): the first input byte picks the
+// vocabulary (bit 0: with FIM_REP / FIM_SEP and no BOS, else neither and BOS added), --spm-infill (bit 1) and the
+// budgets (bits 2-7: -b = 4 + 4 * those bits, -c = -b + 64 (bit 7) or -b / 2); the rest is the request body, parsed as
+// kvt_request_parse(KVT_REQ_INFILL) and, when valid, turned into the prompt's token ids. Checked: the ids are in the
+// vocabulary, the prompt ends with FIM_MID and holds at most the budgets' tokens (extra context, BOS, FIM_PRE, prefix,
+// prompt, FIM_SUF, suffix, FIM_MID); a refusal is a 400 naming a field (or a 500). The vocabularies are written at start
+// (byte-level BPE, one token per character, the FIM tokens as control tokens). Seeds go to $KVT_FUZZ_SEED_DIR.
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../src/gguf/gguf.h"
+#include "../src/model/tokenizer.h"
+#include "../src/serve/infill.h"
+#include "../src/serve/request.h"
+#include "fuzz_model.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static kvt_tokenizer *g_tok[2]; // [0] FIM_PRE / SUF / MID only, BOS added; [1] with FIM_REP and FIM_SEP
+
+// Vocabulary k: the printable ASCII bytes as GPT-2's byte-to-unicode pieces (space U+0120, newline U+010A), then
+// "<bos>" and the control tokens.
+static kvt_tokenizer *vocab(int k) {
+    static const char *const ctl[] = {"<bos>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>",
+                                      "<|repo_name|>", "<|file_sep|>"};
+    const int n_ctl = k ? 7 : 5;
+    static char bytes[95][3];
+    const char *toks[128];
+    int32_t ty[128];
+    int n = 0;
+    for (int c = 33; c < 127; c++, n++) bytes[n][0] = (char)c, toks[n] = bytes[n], ty[n] = 1;
+    toks[n] = "\xc4\xa0", ty[n++] = 1;
+    toks[n] = "\xc4\x8a", ty[n++] = 1;
+    const int bos = n;
+    for (int i = 0; i < n_ctl; i++) toks[n] = ctl[i], ty[n++] = 3;
+    kvt_gguf_writer *w = kvt_gguf_writer_init();
+    kvt_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    kvt_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n);
+    kvt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KVT_GGUF_I32, ty, (uint64_t)n);
+    static const char *const merges[] = {"a b"};
+    kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    kvt_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", k == 0);
+    kvt_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
+    char path[] = "/tmp/kvt-fuzz-infill-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) fuzz_fail("fuzz_infill", "temporary vocabulary file", NULL);
+    close(fd);
+    kvt_err err = {0};
+    kvt_gguf *g = NULL;
+    kvt_tokenizer *t = NULL;
+    if (kvt_gguf_writer_write(w, path, &err) || kvt_gguf_open(path, &g, &err) || kvt_tokenizer_init(g, &t, &err))
+        fuzz_fail("fuzz_infill", "vocabulary", &err);
+    kvt_gguf_writer_free(w);
+    kvt_gguf_free(g);
+    unlink(path);
+    return t;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    g_tok[0] = vocab(0);
+    g_tok[1] = vocab(1);
+    const char *dir = getenv("KVT_FUZZ_SEED_DIR");
+    static const char *const seeds[] = {
+        "\x41{\"input_prefix\":\"def f(x):\\n  \",\"input_suffix\":\"\\nprint(f(2))\\n\",\"prompt\":\"return\"}",
+        "\x02{\"input_prefix\":[\"a\",12,\"b\"],\"input_suffix\":\"c\",\"input_extra\":[{\"filename\":\"u.py\","
+        "\"text\":\"x = 1\\n\"},{\"text\":\"y\"}]}",
+        "\x81{\"input_prefix\":\"abcdefghijklmnopqrstuvwxyz\",\"input_suffix\":\"0123456789\",\"prompt\":"
+        "\"<|fim_pad|>z\",\"input_extra\":[{\"text\":\"qqqqqqqqqqqqqqqqqqqq\"}],\"n_predict\":4}",
+    };
+    for (size_t i = 0; dir && i < sizeof seeds / sizeof seeds[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/seed%zu.json", dir, i);
+        FILE *f = fopen(path, "wb");
+        if (!f) fuzz_fail("fuzz_infill", "seed file", NULL);
+        fwrite(seeds[i], 1, strlen(seeds[i]), f);
+        fclose(f);
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    const int sel = data[0];
+    const kvt_tokenizer *t = g_tok[sel & 1];
+    const int64_t b = 4 + 4 * ((sel >> 2) & 31);
+    const kvt_infill_limits lim = {(sel & 0x80) ? b + 64 : b / 2, b, -1, (sel & 2) != 0};
+    kvt_request *r = NULL;
+    kvt_api_error e = {0};
+    if (kvt_request_parse((const char *)data + 1, size - 1, KVT_REQ_INFILL, &r, &e) != KVT_OK) {
+        if (e.http_status != 400 && e.http_status != 500) __builtin_trap();
+        return 0;
+    }
+    const kvt_request_params *p = kvt_request_get(r);
+    if (p->kind != KVT_REQ_NATIVE || !p->native || !p->native->infill) __builtin_trap();
+    int64_t n = -1;
+    int32_t *ids = kvt_infill_prompt_ids(p->native->infill, t, &lim, &n, &e);
+    if (!ids) {
+        if (e.http_status != 400 && e.http_status != 500) __builtin_trap();
+    } else {
+        const int32_t nv = kvt_tokenizer_n_vocab(t);
+        for (int64_t i = 0; i < n; i++)
+            if (ids[i] < 0 || ids[i] >= nv) __builtin_trap();
+        // the prompt's own tokens come on top of the budgets
+        kvt_err err = {0};
+        const char *pr = p->native->infill->prompt;
+        const int64_t n_prompt = kvt_tokenize(t, pr, strlen(pr), false, true, NULL, 0, &err);
+        const int64_t room = lim.n_ctx - lim.n_batch + 2, most = (room > 0 ? room : 0) + 1 + 1 + 3 * (b / 4) +
+                                                             n_prompt + 1 + (b / 4 > 2 ? b / 4 - 2 : 0) + 1;
+        if (n < 3 || ids[n - 1] != kvt_token_fim(t, KVT_FIM_MID) || n > most) __builtin_trap();
+        free(ids);
+    }
+    kvt_request_free(r);
+    return 0;
+}
