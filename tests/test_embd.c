@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../src/exec/context.h"
+#include "../src/gguf/gguf.h"
 #include "../src/kernels/quant.h"
 #include "../src/model/model.h"
 #include "../src/serve/embed.h"
@@ -164,8 +166,100 @@ static void test_model(const char *path) {
     kvt_model_free(m);
 }
 
+// A metadata-only GGUF at path: general.architecture = arch (NULL: none) and, by kind, "<arch>.pooling_type"
+// 'u' u32 v, 'i' i32 v, 's' the string "mean", 0 absent. Then kvt_embd_pooling_choose on it.
+static kvt_status choose_from(const char *path, const char *arch, char kind, int64_t v, const kvt_pooling *given,
+                              kvt_pooling *out, bool *from_gguf, kvt_err *err) {
+    kvt_gguf_writer *w = kvt_gguf_writer_init();
+    char key[64];
+    snprintf(key, sizeof key, "%s.pooling_type", arch ? arch : "llama");
+    if (arch) kvt_gguf_writer_set_str(w, "general.architecture", arch);
+    if (kind == 'u') kvt_gguf_writer_set_u32(w, key, (uint32_t)v);
+    if (kind == 'i') kvt_gguf_writer_set_i32(w, key, (int32_t)v);
+    if (kind == 's') kvt_gguf_writer_set_str(w, key, "mean");
+    kvt_status st = kvt_gguf_writer_write(w, path, err);
+    kvt_gguf_writer_free(w);
+    kvt_gguf *g = NULL;
+    if (!st) st = kvt_gguf_open(path, &g, err);
+    if (!st) st = kvt_embd_pooling_choose(g, given, out, from_gguf, err);
+    kvt_gguf_free(g);
+    return st;
+}
+
+// The default pooling from the GGUF's <arch>.pooling_type (llama.cpp's numbering), mean without it, --pooling first.
+static void test_pooling_default(void) {
+    const char *name = "embd: default pooling = the GGUF's pooling_type (none/mean/cls/last), mean without the key, "
+                       "--pooling wins";
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kvt_test_embd_XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        test_result(false, name, "mkstemp failed");
+        return;
+    }
+    close(fd);
+    struct {
+        const char *arch;
+        char kind;
+        int64_t v;
+        kvt_pooling want;
+        bool from;
+    } ok_cases[] = {{"bert", 'u', 0, KVT_POOL_NONE, true},   {"bert", 'u', 1, KVT_POOL_MEAN, true},
+                    {"bert", 'u', 2, KVT_POOL_CLS, true},    {"qwen3", 'u', 3, KVT_POOL_LAST, true},
+                    {"llama", 'i', 2, KVT_POOL_CLS, true},   {"llama", 0, 0, KVT_POOL_MEAN, false},
+                    {NULL, 'u', 2, KVT_POOL_MEAN, false}};
+    char why[1024] = "";
+    bool ok = true;
+    kvt_err err = {0};
+    for (size_t i = 0; ok && i < sizeof ok_cases / sizeof ok_cases[0]; i++) {
+        kvt_pooling p = KVT_POOL_MEAN;
+        bool from = !ok_cases[i].from;
+        kvt_status st = choose_from(path, ok_cases[i].arch, ok_cases[i].kind, ok_cases[i].v, NULL, &p, &from, &err);
+        if (st || p != ok_cases[i].want || from != ok_cases[i].from) {
+            snprintf(why, sizeof why, "case %zu: status %d, pooling %s, from_gguf %d (%.600s)", i, (int)st,
+                     kvt_pooling_name(p), (int)from, err.msg);
+            ok = false;
+        }
+    }
+    const kvt_pooling given[] = {KVT_POOL_NONE, KVT_POOL_MEAN, KVT_POOL_LAST}; // over cls, rank and a bad value
+    const int64_t vals[] = {2, 4, 99};
+    for (int i = 0; ok && i < 3; i++) {
+        kvt_pooling p = KVT_POOL_CLS;
+        bool from = true;
+        kvt_status st = choose_from(path, "bert", 'u', vals[i], &given[i], &p, &from, &err);
+        if (st || p != given[i] || from) {
+            snprintf(why, sizeof why, "--pooling %s over %lld: status %d, pooling %s", kvt_pooling_name(given[i]),
+                     (long long)vals[i], (int)st, kvt_pooling_name(p));
+            ok = false;
+        }
+    }
+    test_result(ok, name, "%s", why);
+
+    name = "embd: pooling_type 4 (rank), 99, -1 or a string: an error naming the file and the key";
+    struct {
+        char kind;
+        int64_t v;
+        kvt_status want;
+    } bad[] = {{'u', 4, KVT_ERR_UNSUPPORTED}, {'u', 99, KVT_ERR_FORMAT}, {'i', -1, KVT_ERR_FORMAT},
+               {'s', 0, KVT_ERR_FORMAT}};
+    ok = true;
+    for (size_t i = 0; ok && i < sizeof bad / sizeof bad[0]; i++) {
+        kvt_pooling p = KVT_POOL_MEAN;
+        memset(&err, 0, sizeof err);
+        kvt_status st = choose_from(path, "bert", bad[i].kind, bad[i].v, NULL, &p, NULL, &err);
+        if (st != bad[i].want || !strstr(err.msg, path) || !strstr(err.msg, "bert.pooling_type") ||
+            (bad[i].v == 4 && !strstr(err.msg, "rank")) || !strstr(err.msg, "--pooling")) {
+            snprintf(why, sizeof why, "case %zu: status %d (want %d): \"%.600s\"", i, (int)st, (int)bad[i].want, err.msg);
+            ok = false;
+        }
+    }
+    test_result(ok, name, "%s", why);
+    unlink(path);
+}
+
 void test_embd(const test_env *env) {
     test_pool();
+    test_pooling_default();
     char path[512];
     if (!test_data(env, "stories260K.gguf", path, sizeof path)) {
         test_skip("embd: model", test_data_missing(env, "stories260K.gguf"));

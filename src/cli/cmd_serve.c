@@ -79,7 +79,8 @@ static void usage(void) {
            "  --embeddings, --embedding  serve POST /v1/embeddings, /embeddings, /embedding (else 501): the\n"
            "                        hidden states after the output norm, pooled, unit length unless embd_normalize\n"
            "                        says otherwise; computed on a context of their own (a KV of -c positions)\n"
-           "  --pooling TYPE        mean (default), cls, last or none (one vector per token: /embeddings only)\n"
+           "  --pooling TYPE        mean, cls, last or none (one vector per token: /embeddings only); default: the\n"
+           "                        GGUF's <arch>.pooling_type, mean without it\n"
            "  --spm-infill          POST /infill: the suffix before the prefix (as llama-server's flag)\n"
            "  -b, --batch-size N    POST /infill: the prefix and suffix budget (last 3N/4 prefix tokens, first\n"
            "                        N/4 suffix ones), as llama-server's -b sets it (default 2048); prompts are\n"
@@ -141,6 +142,7 @@ typedef struct {
     int64_t warm_positions; // --kv-warm: room made and faulted in ahead of use while idle (-1: one context)
     bool embeddings;        // --embeddings: the embeddings endpoints, with pooling
     kvt_pooling pooling;
+    bool pooling_given;     // --pooling named: it wins over the GGUF's pooling_type
     int64_t infill_batch;   // -b: POST /infill's budget (kvt_http_params)
     bool spm_infill;        // --spm-infill
 } serve_opts;
@@ -258,7 +260,10 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
         kvt_context_params ecp = *cp;
         ecp.n_ctx = n_ctx;
         ecp.n_threads = n_threads;
-        if (kvt_embedder_create(model, &ecp, o->pooling, &emb, &err)) {
+        kvt_pooling pool;
+        bool from_gguf = false;
+        if (kvt_embd_pooling_choose(model->gguf, o->pooling_given ? &o->pooling : NULL, &pool, &from_gguf, &err) ||
+            kvt_embedder_create(model, &ecp, pool, &emb, &err)) {
             fprintf(stderr, "kvtier serve: --embeddings: %s\n", err.msg);
             kvt_context_free(ctx);
             kvt_prefix_store_free(ps);
@@ -266,6 +271,8 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
             goto done;
         }
         kvt_http_set_embedder(h, emb);
+        fprintf(stderr, "kvtier serve: embeddings on, pooling %s (%s)\n", kvt_pooling_name(pool),
+                o->pooling_given ? "--pooling" : from_gguf ? "the GGUF's pooling_type" : "the default: no pooling_type");
     }
     if (kvt_engine_sched_create(ctx, tok, &sp, o->queue, &e, &err)) { // owns ctx from here, also on error
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
@@ -322,7 +329,7 @@ int cmd_serve(int argc, char **argv) {
     int64_t warm_positions = kvt_sched_params_default().warm_positions;
     cp.kv_paged = true; // sequences, forks and the prefix cache live in the paged store
     cp.kv_block = 0;    // 0 until a flag sets it: the server's default below
-    bool metrics = false, embeddings = false, spm_infill = false;
+    bool metrics = false, embeddings = false, pooling_given = false, spm_infill = false;
     kvt_pooling pooling = KVT_POOL_MEAN;
     int64_t infill_batch = 2048;
     const char *flag;
@@ -402,6 +409,7 @@ int cmd_serve(int argc, char **argv) {
                 fprintf(stderr, "kvtier serve: --pooling %s: must be mean, cls, last or none\n", v);
                 return 2;
             }
+            pooling_given = true;
         } else {
             kvt_args_unknown(&a, flag);
             return 2;
@@ -409,7 +417,8 @@ int cmd_serve(int argc, char **argv) {
     }
 #ifndef KVT_HAVE_JANSSON
     (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)max_conn, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
-    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions, (void)embeddings;
+    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions, (void)embeddings, (void)pooling_given;
+    (void)infill_batch, (void)spm_infill;
     (void)model_path;
     (void)tmpl_name;
     (void)prompt_file;
@@ -430,7 +439,8 @@ int cmd_serve(int argc, char **argv) {
     }
 #ifndef KVT_SERVE_HTTP
     (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)max_conn, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
-    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions, (void)embeddings;
+    (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions, (void)embeddings, (void)pooling_given;
+    (void)infill_batch, (void)spm_infill;
     fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
                     "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
     return 1;
@@ -442,7 +452,7 @@ int cmd_serve(int argc, char **argv) {
     }
     serve_opts o = {host,         api_key,   (int)port, (int)n_parallel, (int)queue, (int)timeout_s, (int)max_conn, metrics,
                     batch_tokens, lookahead, preempt,   cache_dir,       cache_max,  remote,
-                    fetch_max,    fetch_wait_ms, query_bytes, key_bytes, warm_positions, embeddings, pooling,
+                    fetch_max,    fetch_wait_ms, query_bytes, key_bytes, warm_positions, embeddings, pooling, pooling_given,
                     infill_batch, spm_infill};
     return run_server(&o, model_path, tmpl_name, &cp);
 #endif

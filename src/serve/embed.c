@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,41 @@ bool kvt_pooling_parse(const char *name, kvt_pooling *out) {
 }
 
 const char *kvt_pooling_name(kvt_pooling p) { return (unsigned)p < 4 ? k_pool_names[p] : "?"; }
+
+kvt_status kvt_embd_pooling_choose(const kvt_gguf *g, const kvt_pooling *given, kvt_pooling *out, bool *from_gguf,
+                                   kvt_err *err) {
+    if (from_gguf) *from_gguf = false;
+    if (given) {
+        *out = *given;
+        return KVT_OK;
+    }
+    *out = KVT_POOL_MEAN;
+    kvt_str arch = {NULL, 0};
+    if (kvt_gguf_get_str(g, "general.architecture", &arch, NULL) || arch.len > 64) return KVT_OK; // no key to read
+    char key[96];
+    snprintf(key, sizeof key, "%.*s.pooling_type", (int)arch.len, arch.ptr);
+    int64_t v = 0;
+    kvt_err ge = {0};
+    kvt_status st = kvt_gguf_get_i64(g, key, &v, &ge);
+    if (st == KVT_ERR_NOT_FOUND) return KVT_OK;
+    if (st) {
+        return kvt_errorf(err, KVT_ERR_FORMAT, "%s (the pooling type: 0 none, 1 mean, 2 cls, 3 last); --pooling "
+                          "overrides it", ge.msg); // ge names the file, the key and the types
+    }
+    // llama.cpp's numbering (0 none, 1 mean, 2 cls, 3 last, 4 rank) -> kvt_pooling
+    static const kvt_pooling k_from_llama[] = {KVT_POOL_NONE, KVT_POOL_MEAN, KVT_POOL_CLS, KVT_POOL_LAST};
+    if (v == 4) {
+        return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: metadata '%s' = 4 (rank) asks for a reranking head, which "
+                          "kvtier does not have; --pooling mean, cls, last or none overrides it", kvt_gguf_path(g), key);
+    }
+    if (v < 0 || v > 3) {
+        return kvt_errorf(err, KVT_ERR_FORMAT, "%s: metadata '%s' = %lld is not a pooling type (0 none, 1 mean, 2 cls, "
+                          "3 last, 4 rank); --pooling overrides it", kvt_gguf_path(g), key, (long long)v);
+    }
+    *out = k_from_llama[v];
+    if (from_gguf) *from_gguf = true;
+    return KVT_OK;
+}
 
 void kvt_embd_pool(kvt_pooling p, const float *h, int64_t n, int64_t E, float *out) {
     if (p == KVT_POOL_CLS) {

@@ -19,6 +19,7 @@
 
 #include "../base/status.h"
 #include "../exec/context.h"
+#include "../gguf/gguf.h"
 #include "../model/model.h"
 
 // How a prompt's rows become one embedding (llama.cpp's pooling types): NONE keeps every row (no normalisation, as
@@ -28,6 +29,15 @@ typedef enum { KVT_POOL_NONE, KVT_POOL_MEAN, KVT_POOL_CLS, KVT_POOL_LAST } kvt_p
 // "none", "mean", "cls", "last" -> *out; false for another name.
 bool kvt_pooling_parse(const char *name, kvt_pooling *out);
 const char *kvt_pooling_name(kvt_pooling p);
+
+// The pooling a server starts with, llama-server's rule: *given when the command line names one (it wins; the GGUF is
+// not read then), else the GGUF's `<general.architecture>.pooling_type` (an integer; llama.cpp's numbering: 0 none,
+// 1 mean, 2 cls, 3 last, 4 rank), else MEAN: kvtier's fallback for models that carry no key (chat models;
+// llama-server takes none there). *from_gguf (may be NULL): whether the key decided. Errors, naming the file and the
+// key: KVT_ERR_UNSUPPORTED for 4 (rank: a reranking head, which kvtier does not have), KVT_ERR_FORMAT for another
+// value or a key of another type. g is borrowed.
+kvt_status kvt_embd_pooling_choose(const kvt_gguf *g, const kvt_pooling *given, kvt_pooling *out, bool *from_gguf,
+                                   kvt_err *err);
 
 // out[E] from h[n, E] (n >= 1) by p (MEAN, CLS or LAST; NONE copies the last row). MEAN sums in double, in row order.
 void kvt_embd_pool(kvt_pooling p, const float *h, int64_t n, int64_t E, float *out);
