@@ -59,7 +59,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int sel = data[0];
     int status = 0;
     char *out = NULL;
-    kvt_embd_answer(g_emb[sel & 3], g_tok, "fuzz", (sel & 4) != 0, (const char *)data + 1, size - 1, &status, &out);
+    kvt_embd_answer(g_emb[sel & 3], g_tok, "fuzz", (sel & 4) != 0, (const char *)data + 1, size - 1, NULL, NULL, &status,
+                    &out);
     if (!out || (status != 200 && status != 400)) __builtin_trap();
     json_t *j = json_loads(out, 0, NULL);
     if (!j) __builtin_trap();

@@ -83,10 +83,20 @@ static kvt_status hidden(const kvt_model *m, int threads, int64_t ub, const int3
     kvt_context *c = NULL;
     kvt_status st = kvt_context_init(m, &cp, &c, err);
     if (!st && pre > 0) st = kvt_decode(c, prompt, pre, false, err);
-    if (!st) st = kvt_decode_embd(c, 0, prompt, n, h, err);
+    if (!st) st = kvt_decode_embd(c, 0, prompt, n, h, NULL, NULL, err);
     if (!st && kvt_context_n_past(c) != pre) st = kvt_errorf(err, KVT_ERR_INVALID_ARG, "n_past changed");
     kvt_context_free(c);
     return st;
+}
+
+// A cancel check that answers false `k` times, then true; counts its calls.
+typedef struct {
+    int k, calls;
+} cancel_after;
+
+static bool cancel_after_fn(void *user) {
+    cancel_after *ca = user;
+    return ca->calls++ >= ca->k;
 }
 
 static void test_model(const char *path) {
@@ -108,7 +118,7 @@ static void test_model(const char *path) {
     cp.n_threads = 2;
     kvt_context *c = NULL;
     kvt_status st = kvt_context_init(m, &cp, &c, &err);
-    if (!st) st = kvt_decode_embd(c, 0, prompt, N, h, &err);
+    if (!st) st = kvt_decode_embd(c, 0, prompt, N, h, NULL, NULL, &err);
     if (!st) st = kvt_decode(c, prompt, N, true, &err);
     if (!st) memcpy(logits, kvt_context_logits(c), (size_t)(N * V) * sizeof *logits);
     double md = 0, mx = 1e-30;
@@ -136,8 +146,8 @@ static void test_model(const char *path) {
         same = !memcmp(h2, h3, (size_t)(N * E) * sizeof *h);
     else same = false;
     if (same) { // the call left the sequence as it was: a second call gives the same rows
-        s2 = kvt_decode_embd(c, 0, prompt, N, h2, &e2);
-        s2 = s2 ? s2 : kvt_decode_embd(c, 0, prompt, N, h3, &e2);
+        s2 = kvt_decode_embd(c, 0, prompt, N, h2, NULL, NULL, &e2);
+        s2 = s2 ? s2 : kvt_decode_embd(c, 0, prompt, N, h3, NULL, NULL, &e2);
         same = !s2 && !memcmp(h2, h3, (size_t)(N * E) * sizeof *h);
     }
     test_result(same, name, "%s", s2 ? e2.msg : "rows differ");
@@ -148,18 +158,66 @@ static void test_model(const char *path) {
     cp.n_ctx = 16;
     bool ok = !kvt_embedder_create(m, &cp, KVT_POOL_MEAN, &em, &err);
     float *out = malloc((size_t)E * sizeof *out), *ref = malloc((size_t)E * sizeof *ref);
-    ok = ok && !kvt_embedder_run(em, prompt, 10, 2, out, &err);
+    ok = ok && !kvt_embedder_run(em, prompt, 10, 2, out, NULL, NULL, &err);
     if (ok) { // the same as pooling the context's own rows
         ok = !hidden(m, 2, 512, prompt, 10, 0, h2, &err);
         kvt_embd_pool(KVT_POOL_MEAN, h2, 10, E, ref);
         kvt_embd_normalize(ref, ref, E, 2);
         ok = ok && !memcmp(out, ref, (size_t)E * sizeof *out);
     }
-    ok = ok && kvt_embedder_run(em, prompt, 0, 2, out, &err) == KVT_ERR_INVALID_ARG;
-    ok = ok && kvt_embedder_run(em, prompt, 17, 2, out, &err) == KVT_ERR_BUDGET;
-    ok = ok && kvt_embedder_run(em, prompt, 16, 2, out, &err) == KVT_OK;
+    ok = ok && kvt_embedder_run(em, prompt, 0, 2, out, NULL, NULL, &err) == KVT_ERR_INVALID_ARG;
+    ok = ok && kvt_embedder_run(em, prompt, 17, 2, out, NULL, NULL, &err) == KVT_ERR_BUDGET;
+    ok = ok && kvt_embedder_run(em, prompt, 16, 2, out, NULL, NULL, &err) == KVT_OK;
     test_result(ok, name, "%s", err.msg);
     kvt_embedder_free(em);
+
+    // cancel: asked before each micro-batch (4 tokens: 5 of them); after k answers of false it stops the call
+    name = "embd: a cancel check stops kvt_decode_embd / the embedder at a micro-batch boundary; the next call's "
+           "bits are a fresh context's";
+    ok = true;
+    char why[600] = "";
+    cp.n_ctx = 64;
+    cp.n_ubatch = 4;
+    kvt_context *c4 = NULL;
+    if (kvt_context_init(m, &cp, &c4, &err)) ok = false, snprintf(why, sizeof why, "%.500s", err.msg);
+    for (int k = 0; ok && k < 5; k++) {
+        cancel_after ca = {k, 0};
+        kvt_status cs = kvt_decode_embd(c4, 0, prompt, N, h2, cancel_after_fn, &ca, &err);
+        if (cs != KVT_ERR_CANCELLED || ca.calls != k + 1 || kvt_context_n_past(c4) != 0) {
+            snprintf(why, sizeof why, "k %d: status %d, %d calls, n_past %lld", k, (int)cs, ca.calls,
+                     (long long)kvt_context_n_past(c4));
+            ok = false;
+        } else if ((cs = kvt_decode_embd(c4, 0, prompt, N, h2, NULL, NULL, &err)) || memcmp(h, h2, (size_t)(N * E) * 4)) {
+            snprintf(why, sizeof why, "k %d: the next call differs from a fresh context's (%d)", k, (int)cs);
+            ok = false;
+        }
+    }
+    cancel_after never = {1000, 0};
+    if (ok && (kvt_decode_embd(c4, 0, prompt, N, h2, cancel_after_fn, &never, &err) || never.calls != 5)) {
+        snprintf(why, sizeof why, "a check that never cancels: %d calls (want 5)", never.calls);
+        ok = false;
+    }
+    kvt_context_free(c4);
+    cp.n_ctx = 16;
+    em = NULL;
+    float *fresh = malloc((size_t)E * sizeof *fresh);
+    ok = ok && !kvt_embedder_create(m, &cp, KVT_POOL_MEAN, &em, &err) &&
+         !kvt_embedder_run(em, prompt, 14, 2, fresh, NULL, NULL, &err);
+    kvt_embedder_free(em);
+    em = NULL;
+    ok = ok && !kvt_embedder_create(m, &cp, KVT_POOL_MEAN, &em, &err);
+    cancel_after one = {2, 0};
+    if (ok && kvt_embedder_run(em, prompt, 14, 2, out, cancel_after_fn, &one, &err) != KVT_ERR_CANCELLED) {
+        snprintf(why, sizeof why, "the embedder did not stop: %.500s", err.msg);
+        ok = false;
+    }
+    if (ok && (kvt_embedder_run(em, prompt, 14, 2, out, NULL, NULL, &err) || memcmp(out, fresh, (size_t)E * 4))) {
+        snprintf(why, sizeof why, "the embedder's next result differs from a fresh one's");
+        ok = false;
+    }
+    test_result(ok, name, "%s", why);
+    kvt_embedder_free(em);
+    free(fresh);
     free(out), free(ref);
     kvt_context_free(c);
     free(h), free(h2), free(row), free(logits);

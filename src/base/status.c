@@ -14,6 +14,7 @@ const char *kvt_status_str(kvt_status st) {
     case KVT_ERR_BUDGET: return "over budget";
     case KVT_ERR_CHECKSUM: return "checksum mismatch";
     case KVT_ERR_NOT_FOUND: return "not found";
+    case KVT_ERR_CANCELLED: return "cancelled";
     case KVT_STATUS_COUNT: break;
     }
     return "unknown status";

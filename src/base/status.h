@@ -18,6 +18,7 @@ typedef enum {
     KVT_ERR_BUDGET,       // a byte budget or context limit would be exceeded
     KVT_ERR_CHECKSUM,     // stored checksum does not match data
     KVT_ERR_NOT_FOUND,    // missing key / tensor
+    KVT_ERR_CANCELLED,    // the caller's cancel check asked to stop (e.g. the client went away)
     KVT_STATUS_COUNT
 } kvt_status;
 

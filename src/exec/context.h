@@ -108,7 +108,11 @@ kvt_status kvt_decode_prompt(kvt_context *ctx, int32_t seq, const int32_t *token
 // [n, n_embd] f32. The sequence is left as it was (its KV, n_past, sparse state), on success and on error, and the
 // logits of an earlier call are no longer valid. A row's values do not depend on n_ubatch or the thread count (each
 // row's operations are its own: matmul.h). KVT_ERR_BUDGET past n_ctx; KVT_ERR_UNSUPPORTED with the output on a GPU.
-kvt_status kvt_decode_embd(kvt_context *ctx, int32_t seq, const int32_t *tokens, int64_t n, float *embd, kvt_err *err);
+// cancel (NULL: none) is asked before each micro-batch (n_ubatch tokens) with cancel_user; when it answers true the
+// call stops there with KVT_ERR_CANCELLED (the rows written so far are partial; the sequence as it was).
+typedef bool (*kvt_cancel_fn)(void *user);
+kvt_status kvt_decode_embd(kvt_context *ctx, int32_t seq, const int32_t *tokens, int64_t n, float *embd,
+                           kvt_cancel_fn cancel, void *cancel_user, kvt_err *err);
 // Batched decode across sequences: token i is appended to sequence seqs[i] at its next position
 // (n_past(seqs[i])); the sequences must be distinct. One forward pass serves the whole batch (the
 // weights are read once for all n tokens), attention reads each sequence's own KV. Logits of every

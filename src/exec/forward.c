@@ -391,7 +391,8 @@ kvt_status kvt_decode_prompt(kvt_context *c, int32_t seq, const int32_t *tokens,
     return decode_seq(c, seq, tokens, n, all_logits, true, err);
 }
 
-kvt_status kvt_decode_embd(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, float *embd, kvt_err *err) {
+kvt_status kvt_decode_embd(kvt_context *c, int32_t seq, const int32_t *tokens, int64_t n, float *embd,
+                           kvt_cancel_fn cancel, void *cancel_user, kvt_err *err) {
     const int64_t E = c->m->hp.n_embd;
     if (n <= 0) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "embeddings need at least one token");
     if (!seq_valid(c, seq)) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "sequence %d does not exist", seq);
@@ -410,6 +411,11 @@ kvt_status kvt_decode_embd(kvt_context *c, int32_t seq, const int32_t *tokens, i
     kvt_sparse_pass_begin(c->sp);
     for (int64_t i = 0; !st && i < n; i += c->p.n_ubatch) {
         const int64_t nb = n - i < c->p.n_ubatch ? n - i : c->p.n_ubatch;
+        if (cancel && cancel(cancel_user)) {
+            st = kvt_errorf(err, KVT_ERR_CANCELLED, "embeddings cancelled after %lld of %lld tokens", (long long)i,
+                            (long long)n);
+            break;
+        }
         kvt_ubatch u = {tokens + i, nb, seq, past + i, NULL, NULL, true, NULL, NULL, NULL};
         c->embd = embd + i * E;
         st = forward_ubatch(c, &u, NULL, nb, NULL, -1, err);

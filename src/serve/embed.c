@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const k_pool_names[] = {"none", "mean", "cls", "last"};
 
@@ -135,7 +136,8 @@ kvt_pooling kvt_embedder_pooling(const kvt_embedder *e) { return e->pooling; }
 int64_t kvt_embedder_n_embd(const kvt_embedder *e) { return e->n_embd; }
 int64_t kvt_embedder_n_ctx(const kvt_embedder *e) { return kvt_context_n_ctx(e->ctx); }
 
-kvt_status kvt_embedder_run(kvt_embedder *e, const int32_t *tokens, int64_t n, int norm, float *out, kvt_err *err) {
+kvt_status kvt_embedder_run(kvt_embedder *e, const int32_t *tokens, int64_t n, int norm, float *out,
+                            kvt_cancel_fn cancel, void *cancel_user, kvt_err *err) {
     if (n < 1) return kvt_errorf(err, KVT_ERR_INVALID_ARG, "the input has no tokens");
     if (norm < -1) {
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "embd_normalize %d: need -1 (none), 0, 2 or p > 0", norm);
@@ -145,7 +147,18 @@ kvt_status kvt_embedder_run(kvt_embedder *e, const int32_t *tokens, int64_t n, i
                           (long long)kvt_embedder_n_ctx(e));
     }
     const int64_t E = e->n_embd;
-    pthread_mutex_lock(&e->mu);
+    if (!cancel) {
+        pthread_mutex_lock(&e->mu);
+    } else { // behind another request: ask cancel every 50 ms while waiting
+        for (;;) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            if (!pthread_mutex_timedlock(&e->mu, &ts)) break;
+            if (cancel(cancel_user)) return kvt_errorf(err, KVT_ERR_CANCELLED, "embeddings cancelled while waiting");
+        }
+    }
     kvt_status st = KVT_OK;
     float *rows = out; // pooling none: the rows are the result
     if (e->pooling != KVT_POOL_NONE) {
@@ -160,7 +173,7 @@ kvt_status kvt_embedder_run(kvt_embedder *e, const int32_t *tokens, int64_t n, i
         }
         rows = e->rows;
     }
-    if (!st) st = kvt_decode_embd(e->ctx, 0, tokens, n, rows, err);
+    if (!st) st = kvt_decode_embd(e->ctx, 0, tokens, n, rows, cancel, cancel_user, err);
     if (!st && e->pooling != KVT_POOL_NONE) {
         kvt_embd_pool(e->pooling, rows, n, E, out);
         kvt_embd_normalize(out, out, E, norm);

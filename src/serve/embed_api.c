@@ -131,7 +131,7 @@ static json_t *item(bool oai, bool b64, size_t i, const float *vec, int64_t rows
 }
 
 static kvt_status answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *model_id, bool oai, json_t *root,
-                         json_t **res, kvt_api_error *ae) {
+                         kvt_cancel_fn cancel, void *cancel_user, json_t **res, kvt_api_error *ae) {
     const kvt_pooling pool = kvt_embedder_pooling(e);
     if (oai && pool == KVT_POOL_NONE) {
         return kvt_api_errorf(ae, 400, NULL, NULL, "pooling 'none' gives one vector per token, which the OpenAI shape "
@@ -173,8 +173,10 @@ static kvt_status answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *
         float *vec = malloc((size_t)(rows * E) * sizeof *vec);
         kvt_err err = {0};
         if (!vec) st = kvt_req_nomem(ae);
-        else if (kvt_embedder_run(e, in[i].ids, in[i].n, (int)norm, vec, &err)) {
-            st = kvt_api_errorf(ae, 500, "server_error", NULL, "embedding input %zu: %s", i, err.msg);
+        else if (kvt_embedder_run(e, in[i].ids, in[i].n, (int)norm, vec, cancel, cancel_user, &err)) {
+            if (err.status == KVT_ERR_CANCELLED) st = kvt_api_errorf(ae, 503, "unavailable_error", NULL, "the request "
+                                                                     "was cancelled (input %zu: %s)", i, err.msg);
+            else st = kvt_api_errorf(ae, 500, "server_error", NULL, "embedding input %zu: %s", i, err.msg);
         } else {
             json_t *it = item(oai, b64, i, vec, rows, E);
             if (!it || json_array_append_new(data, it)) st = kvt_req_nomem(ae);
@@ -198,7 +200,7 @@ static kvt_status answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *
 }
 
 void kvt_embd_answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *model_id, bool oai, const char *body,
-                     size_t len, int *status, char **out) {
+                     size_t len, kvt_cancel_fn cancel, void *cancel_user, int *status, char **out) {
     kvt_api_error ae;
     memset(&ae, 0, sizeof ae);
     json_t *root = NULL, *res = NULL;
@@ -206,7 +208,7 @@ void kvt_embd_answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *mode
         kvt_api_errorf(&ae, 501, "not_supported_error", NULL,
                        "embeddings are off: start kvtier serve with --embeddings");
     } else if ((root = kvt_req_load(body ? body : "", len, &ae))) {
-        answer(e, tok, model_id, oai, root, &res, &ae);
+        answer(e, tok, model_id, oai, root, cancel, cancel_user, &res, &ae);
     }
     json_decref(root);
     if (res) {

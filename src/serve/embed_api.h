@@ -22,7 +22,9 @@
 // Answers one request: *status the HTTP status, *out the JSON body (malloc'd, caller frees; an OpenAI error object when
 // *status != 200; NULL only when out of memory). e NULL: embeddings are off (501). body: len bytes; model_id: the
 // "model" of the answer when the request names none. Thread-safe (the embedder serialises the computation).
+// cancel (NULL: none) is kvt_embedder_run's: asked before each micro-batch of each input (and while waiting for the
+// embedder); on true the answer is 503 "the request was cancelled" and nothing more is computed.
 void kvt_embd_answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *model_id, bool oai, const char *body,
-                     size_t len, int *status, char **out);
+                     size_t len, kvt_cancel_fn cancel, void *cancel_user, int *status, char **out);
 
 #endif

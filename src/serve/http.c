@@ -49,6 +49,7 @@ struct kvt_http {
     atomic_ullong serial;
     atomic_llong answers[6]; // responses by status class: [2] 2xx, [4] 4xx, [5] 5xx
     atomic_llong streams_cancelled;
+    atomic_llong embd_cancelled; // embeddings requests stopped because their client hung up
     atomic_llong open_jobs;  // requests with an engine job whose response is not yet complete (kvt_http_drain)
 };
 
@@ -287,6 +288,9 @@ static int conn_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? (int)ci->connect_fd : -1;
 }
+
+// The embeddings' cancel check (user: the connection's fd): the client hung up.
+static bool embd_client_gone(void *user) { return kvt_http_fd_hung_up(*(const int *)user); }
 
 // The request body parsed as the API asks: kvt_request_parse of kind, or a conversion into a chat request.
 static kvt_status parse_body(const conn *cn, kvt_req_kind kind, kvt_req_api api, kvt_request **req, kvt_api_error *ae) {
@@ -539,6 +543,8 @@ static enum MHD_Result answer_metrics(kvt_http *h, struct MHD_Connection *c) {
 #define METRIC(name, type, help) fprintf(f, "# HELP kvtier_" name " " help "\n# TYPE kvtier_" name " " type "\n")
     METRIC("http_responses_total", "counter", "HTTP responses by status class.");
     for (int k = 2; k < 6; k++) fprintf(f, "kvtier_http_responses_total{code=\"%dxx\"} %lld\n", k, (long long)atomic_load(&h->answers[k]));
+    METRIC("embeddings_cancelled_total", "counter", "Embeddings requests stopped because the client hung up.");
+    fprintf(f, "kvtier_embeddings_cancelled_total %lld\n", (long long)atomic_load(&h->embd_cancelled));
     METRIC("requests_total", "counter", "Completion jobs by outcome.");
     fprintf(f, "kvtier_requests_total{outcome=\"done\"} %lld\n", (long long)s.jobs_done);
     fprintf(f, "kvtier_requests_total{outcome=\"cancelled\"} %lld\n", (long long)s.jobs_cancelled);
@@ -854,10 +860,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     case R_INFILL: return answer_completion(h, c, cn, KVT_REQ_INFILL, KVT_API_OPENAI);
     case R_PROPS: return answer_props(h, c);
     case R_EMBD:
-    case R_EMBD_OAI: {
-        int status = 500;
+    case R_EMBD_OAI: { // computed here, on the connection's own thread: its socket tells when the client has gone
+        int status = 500, fd = conn_fd(c);
         char *out = NULL;
-        kvt_embd_answer(h->embedder, h->tok, h->model_id, rt->id == R_EMBD_OAI, cn->body, cn->len, &status, &out);
+        kvt_embd_answer(h->embedder, h->tok, h->model_id, rt->id == R_EMBD_OAI, cn->body, cn->len,
+                        fd >= 0 ? embd_client_gone : NULL, &fd, &status, &out);
+        if (status == 503) atomic_fetch_add(&h->embd_cancelled, 1);
         return send_body(h, c, status, out, k_json, NULL, NULL);
     }
     case R_SLOTS:

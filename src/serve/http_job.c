@@ -636,6 +636,11 @@ kvt_engine_callbacks kvt_http_job_callbacks(kvt_http_job *j) {
     return cb;
 }
 
+bool kvt_http_fd_hung_up(int fd) {
+    struct pollfd pf = {fd, POLLRDHUP, 0};
+    return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 // Waits (j->mu held) for a signal of the job; every 100 ms checks whether the client has hung up (fd < 0:
 // not watched) and then cancels the job, whose on_done follows soon.
 static void wait_or_hangup(kvt_http_job *j, int fd) {
@@ -647,8 +652,7 @@ static void wait_or_hangup(kvt_http_job *j, int fd) {
         ts.tv_nsec -= 1000000000L;
     }
     if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT || fd < 0 || j->hung_up) return;
-    struct pollfd pf = {fd, POLLRDHUP, 0};
-    if (poll(&pf, 1, 0) > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+    if (kvt_http_fd_hung_up(fd)) {
         j->hung_up = true;
         if (j->submitted && !j->done) kvt_engine_cancel(j->engine, j->job_id);
     }

@@ -40,6 +40,8 @@ void kvt_http_job_abandon(kvt_http_job *j);
 // 100 ms and cancel the job when the client has hung up (so a client that leaves while its request waits
 // in the queue, or before a whole answer is ready, frees its place; a client that only shuts down its
 // sending side counts as gone).
+// True when the client on socket fd (>= 0) has hung up or shut down its sending side (the poll above, once).
+bool kvt_http_fd_hung_up(int fd);
 // Streams: copies up to max bytes of pending SSE output into buf, waiting for some; returns the number
 // copied, or -1 at the end of the stream ([DONE] sent).
 ssize_t kvt_http_job_read(kvt_http_job *j, int fd, char *buf, size_t max);
