@@ -1663,6 +1663,133 @@ def t_embd(kvtier, model, extra):
         report(False, name, "%s: %s" % (type(e).__name__, e))
 
 
+def gguf_with_kv(src, dst, key, vtype, value):
+    """Copies the GGUF src to dst with one more metadata key (vtype: GGUF type number, 4 u32, 5 i32, 8 string)."""
+    import struct
+    with open(src, "rb") as f:
+        data = f.read()
+    magic, version, n_t, n_kv = struct.unpack_from("<IIQQ", data, 0)
+    assert magic == 0x46554747 and version >= 2, "not a GGUF v2+ file"
+    scalar = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    o, align = 24, 32
+
+    def string(o):
+        n = struct.unpack_from("<Q", data, o)[0]
+        return data[o + 8:o + 8 + n].decode(), o + 8 + n
+
+    def value_end(t, o):
+        if t == 8:
+            return string(o)[1]
+        if t == 9:
+            at, n = struct.unpack_from("<IQ", data, o)
+            o += 12
+            for _ in range(n):
+                o = value_end(at, o)
+            return o
+        return o + scalar[t]
+    for _ in range(n_kv):
+        k, o = string(o)
+        t = struct.unpack_from("<I", data, o)[0]
+        if k == "general.alignment":
+            align = struct.unpack_from("<I", data, o + 4)[0]
+        o = value_end(t, o + 4)
+    kv_end = o
+    for _ in range(n_t):
+        o = string(o)[1]
+        nd = struct.unpack_from("<I", data, o)[0]
+        o += 4 + 8 * nd + 4 + 8
+    info_end = o
+    data_start = (info_end + align - 1) // align * align
+    kb = key.encode()
+    if vtype == 8:
+        vb = struct.pack("<Q", len(value.encode())) + value.encode()
+    else:
+        vb = struct.pack("<I" if vtype == 4 else "<i", value)
+    extra = struct.pack("<Q", len(kb)) + kb + struct.pack("<I", vtype) + vb
+    head = struct.pack("<IIQQ", magic, version, n_t, n_kv + 1) + data[24:kv_end] + extra + data[kv_end:info_end]
+    with open(dst, "wb") as f:
+        f.write(head + b"\0" * ((-len(head)) % align) + data[data_start:])
+
+
+def t_embd_pooling_gguf(kvtier, model, extra):
+    """The default pooling is the GGUF's llama.pooling_type (as llama-server's); --pooling wins; rank refused."""
+    name = "embeddings: default pooling from the GGUF's pooling_type (cls, none), --pooling wins, rank / a string key refused"
+    tmp = tempfile.mkdtemp()
+    body = {"input": "Once upon a time"}
+    try:
+        def vec(m, *flags):
+            s = Server(kvtier, m, "-c", "64", "--embeddings", *flags, *extra)
+            try:
+                return s.post("/v1/embeddings", body)
+            finally:
+                s.stop()
+        cls_path, none_path, rank_path, bad_path = (os.path.join(tmp, n + ".gguf") for n in ("cls", "none", "rank", "bad"))
+        gguf_with_kv(model, cls_path, "llama.pooling_type", 4, 2)
+        gguf_with_kv(model, none_path, "llama.pooling_type", 4, 0)
+        gguf_with_kv(model, rank_path, "llama.pooling_type", 4, 4)
+        gguf_with_kv(model, bad_path, "llama.pooling_type", 8, "cls")
+        st, _, ref_cls = vec(model, "--pooling", "cls")
+        st2, _, ref_mean = vec(model)  # no key: mean
+        assert st == 200 and st2 == 200 and ref_cls["data"][0]["embedding"] != ref_mean["data"][0]["embedding"], "cls = mean"
+        st, _, r = vec(cls_path)
+        assert st == 200 and r["data"][0]["embedding"] == ref_cls["data"][0]["embedding"], "key 2 did not give cls"
+        st, _, r = vec(cls_path, "--pooling", "mean")
+        assert st == 200 and r["data"][0]["embedding"] == ref_mean["data"][0]["embedding"], "--pooling mean lost to the key"
+        st, _, r = vec(none_path)  # none: the OpenAI shape cannot carry it, as llama-server
+        assert st == 400 and "pooling" in r["error"]["message"], (st, r)
+        for path, what in ((rank_path, "rank"), (bad_path, "type")):
+            p = subprocess.run([kvtier, "serve", "-m", path, "--port", "0", "--embeddings", *extra],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+            err = p.stderr.decode()
+            assert p.returncode == 1 and path in err and "llama.pooling_type" in err and what in err, (p.returncode, err)
+        st, _, r = vec(rank_path, "--pooling", "last")
+        assert st == 200, "--pooling last over rank: %d %r" % (st, r)
+        report(True, name)
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def t_embd_drop(kvtier, model, extra):
+    """A client that hangs up stops its embeddings at the next micro-batch, also one waiting for the embedder."""
+    name = ("embeddings: a dropped client stops its request (running and waiting), the server stays healthy and the "
+            "next vector is the same bits")
+    try:
+        s = Server(kvtier, model, "-c", "2048", "--ubatch", "32", "--embeddings", "--metrics", *extra)
+    except RuntimeError as e:
+        report(False, name, str(e))
+        return
+    try:
+        small = {"input": "Once upon a time"}
+        st, _, r0 = s.post("/v1/embeddings", small)
+        assert st == 200, (st, r0)
+        ids = [(i * 7) % 290 + 5 for i in range(2000)]
+        body = json.dumps({"input": [ids] * 60}).encode()  # ~0.1-0.3 s an input on the test model: seconds in all
+        socks = []
+        for _ in range(2):  # the first runs, the second waits for the embedder
+            k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+            k.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            socks.append(k)
+        time.sleep(0.5)
+        t0 = time.time()
+        for k in reversed(socks):
+            k.close()
+        while time.time() - t0 < 20 and s.metric("kvtier_embeddings_cancelled_total") != 2:
+            time.sleep(0.05)
+        n = s.metric("kvtier_embeddings_cancelled_total")
+        assert n == 2, "cancelled %r of 2 after %.1f s" % (n, time.time() - t0)
+        st, _, r1 = s.post("/v1/embeddings", small)
+        dt = time.time() - t0
+        assert st == 200 and r1["data"][0]["embedding"] == r0["data"][0]["embedding"], "the next vector differs"
+        assert s.request("GET", "/health")[0] == 200
+        report(True, name + " (%.2f s from the drop to the next answer)" % dt)
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+    s.stop()
+
+
 def t_embd_llama(kvtier, smollm2):
     """SmolLM2: /v1/embeddings against llama-server's vectors (tests/data/smollm2.embd.json)."""
     name = "embeddings: SmolLM2 --pooling mean = llama-server's (cosine > 0.999, max |diff| < 1e-4); empty input 400"
@@ -1739,6 +1866,8 @@ def main():
     t_chain(a.kvtier, a.model, extra)
     t_equal_generate(a.kvtier, a.smollm2)
     t_embd(a.kvtier, a.model, extra)
+    t_embd_pooling_gguf(a.kvtier, a.model, extra)
+    t_embd_drop(a.kvtier, a.model, extra)
     t_embd_llama(a.kvtier, a.smollm2)
     t_sparse(a.kvtier, a.model, extra)
     return 1 if FAILED else 0
