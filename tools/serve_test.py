@@ -1751,10 +1751,17 @@ def t_embd_pooling_gguf(kvtier, model, extra):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def proc_cpu_seconds(pid):
+    """CPU seconds (user + system) process pid has used (Linux /proc)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def t_embd_drop(kvtier, model, extra):
-    """A client that hangs up stops its embeddings at the next micro-batch, also one waiting for the embedder."""
-    name = ("embeddings: a dropped client stops its request (running and waiting), the server stays healthy and the "
-            "next vector is the same bits")
+    """A client that hangs up stops its embeddings at the next micro-batch (or while waiting for the embedder)."""
+    name = ("embeddings: two dropped clients stop their requests (counted, the server idle after), the server stays "
+            "healthy and the next vector is the same bits")
     try:
         s = Server(kvtier, model, "-c", "2048", "--ubatch", "32", "--embeddings", "--metrics", *extra)
     except RuntimeError as e:
@@ -1767,7 +1774,7 @@ def t_embd_drop(kvtier, model, extra):
         ids = [(i * 7) % 290 + 5 for i in range(2000)]
         body = json.dumps({"input": [ids] * 60}).encode()  # ~0.1-0.3 s an input on the test model: seconds in all
         socks = []
-        for _ in range(2):  # the first runs, the second waits for the embedder
+        for _ in range(2):  # two at once: they take turns on the embedder, an input each
             k = socket.create_connection(("127.0.0.1", s.port), timeout=10)
             k.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
@@ -1779,12 +1786,16 @@ def t_embd_drop(kvtier, model, extra):
         while time.time() - t0 < 20 and s.metric("kvtier_embeddings_cancelled_total") != 2:
             time.sleep(0.05)
         n = s.metric("kvtier_embeddings_cancelled_total")
-        assert n == 2, "cancelled %r of 2 after %.1f s" % (n, time.time() - t0)
-        st, _, r1 = s.post("/v1/embeddings", small)
         dt = time.time() - t0
+        assert n == 2, "cancelled %r of 2 after %.1f s" % (n, dt)
+        busy = proc_cpu_seconds(s.p.pid)  # nothing left computing: the server idles (it computed ~2 cores before)
+        time.sleep(1.0)
+        busy = proc_cpu_seconds(s.p.pid) - busy
+        assert busy < 0.5, "the server used %.2f s of CPU in the second after the cancellations" % busy
+        st, _, r1 = s.post("/v1/embeddings", small)
         assert st == 200 and r1["data"][0]["embedding"] == r0["data"][0]["embedding"], "the next vector differs"
         assert s.request("GET", "/health")[0] == 200
-        report(True, name + " (%.2f s from the drop to the next answer)" % dt)
+        report(True, name + " (both counted %.2f s after the drop)" % dt)
     except Exception as e:  # noqa: BLE001
         report(False, name, "%s: %s" % (type(e).__name__, e))
     s.stop()
