@@ -187,7 +187,8 @@ static void test_model(const char *path) {
             snprintf(why, sizeof why, "k %d: status %d, %d calls, n_past %lld", k, (int)cs, ca.calls,
                      (long long)kvt_context_n_past(c4));
             ok = false;
-        } else if ((cs = kvt_decode_embd(c4, 0, prompt, N, h2, NULL, NULL, &err)) || memcmp(h, h2, (size_t)(N * E) * 4)) {
+        } else if ((cs = kvt_decode_embd(c4, 0, prompt, N, h2, NULL, NULL, &err)) ||
+                   memcmp(h, h2, (size_t)(N * E) * sizeof *h)) {
             snprintf(why, sizeof why, "k %d: the next call differs from a fresh context's (%d)", k, (int)cs);
             ok = false;
         }
@@ -307,7 +308,8 @@ static void test_pooling_default(void) {
         kvt_status st = choose_from(path, "bert", bad[i].kind, bad[i].v, NULL, &p, NULL, &err);
         if (st != bad[i].want || !strstr(err.msg, path) || !strstr(err.msg, "bert.pooling_type") ||
             (bad[i].v == 4 && !strstr(err.msg, "rank")) || !strstr(err.msg, "--pooling")) {
-            snprintf(why, sizeof why, "case %zu: status %d (want %d): \"%.600s\"", i, (int)st, (int)bad[i].want, err.msg);
+            snprintf(why, sizeof why, "case %zu: status %d (want %d): \"%.600s\"", i, (int)st, (int)bad[i].want,
+                     err.msg);
             ok = false;
         }
     }

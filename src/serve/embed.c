@@ -46,7 +46,8 @@ kvt_status kvt_embd_pooling_choose(const kvt_gguf *g, const kvt_pooling *given, 
     static const kvt_pooling k_from_llama[] = {KVT_POOL_NONE, KVT_POOL_MEAN, KVT_POOL_CLS, KVT_POOL_LAST};
     if (v == 4) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "%s: metadata '%s' = 4 (rank) asks for a reranking head, which "
-                          "kvtier does not have; --pooling mean, cls, last or none overrides it", kvt_gguf_path(g), key);
+                          "kvtier does not have; --pooling mean, cls, last or none overrides it", kvt_gguf_path(g),
+                          key);
     }
     if (v < 0 || v > 3) {
         return kvt_errorf(err, KVT_ERR_FORMAT, "%s: metadata '%s' = %lld is not a pooling type (0 none, 1 mean, 2 cls, "

@@ -58,8 +58,8 @@ int64_t kvt_embedder_n_ctx(const kvt_embedder *e);
 // The embedding of tokens[0..n): pooled and normalised by norm ([n_embd] into out), or with pooling NONE every row
 // as computed ([n, n_embd]). Thread-safe (serialised). KVT_ERR_INVALID_ARG for n < 1, a bad token id or norm < -1;
 // KVT_ERR_BUDGET for n over n_ctx; KVT_ERR_NOMEM. cancel (NULL: none; kvt_decode_embd's) is asked before each
-// micro-batch, and every 50 ms while the call waits for another call (input) to finish; on true it ends KVT_ERR_CANCELLED
-// (out partial), the embedder ready for the next request, whose result it does not change.
+// micro-batch, and every 50 ms while the call waits for another call (input) to finish; on true it ends
+// KVT_ERR_CANCELLED (out partial), the embedder ready for the next request, whose result it does not change.
 kvt_status kvt_embedder_run(kvt_embedder *e, const int32_t *tokens, int64_t n, int norm, float *out,
                             kvt_cancel_fn cancel, void *cancel_user, kvt_err *err);
 
