@@ -1751,6 +1751,45 @@ def t_embd_pooling_gguf(kvtier, model, extra):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def t_infill(kvtier, model, extra):
+    """POST /infill on the test model given FIM tokens by id: the prompt is [BOS] [FIM_PRE] prefix prompt [FIM_SUF]
+    suffix [FIM_MID] (the extra context has no room under -c 256 < -b), so its answer is /completion's on those ids."""
+    name = ("/infill: the prompt [BOS][PRE] prefix prompt [SUF] suffix [MID] from the GGUF's FIM ids; the answer is "
+            "/completion's on those ids; the stream adds up to the same text")
+    tmp = tempfile.mkdtemp()
+    try:
+        pre, suf, mid = 500, 501, 502
+        a, b, fim = (os.path.join(tmp, n + ".gguf") for n in ("a", "b", "fim"))
+        gguf_with_kv(model, a, "tokenizer.ggml.fim_pre_token_id", 4, pre)
+        gguf_with_kv(a, b, "tokenizer.ggml.fim_suf_token_id", 4, suf)
+        gguf_with_kv(b, fim, "tokenizer.ggml.fim_mid_token_id", 4, mid)
+        s = Server(kvtier, fim, "-c", "256", *extra)
+        try:
+            def tok(text, special):
+                return s.post("/tokenize", {"content": text, "add_special": False, "parse_special": special})[2]["tokens"]
+            bos = s.post("/tokenize", {"content": "x", "add_special": True})[2]["tokens"][0]
+            body = {"input_prefix": "Once upon a time", "input_suffix": " and they lived happily.", "prompt": " there",
+                    "n_predict": 12, "temperature": 0, "return_tokens": True}
+            want = [bos, pre] + tok(body["input_prefix"], False) + tok(body["prompt"], True) + [suf] + \
+                tok(body["input_suffix"], False) + [mid]
+            st, _, r = s.post("/infill", body)
+            assert st == 200 and r["tokens_evaluated"] == len(want), (st, r.get("tokens_evaluated"), len(want), r)
+            st, _, c = s.post("/completion", {"prompt": want, "n_predict": 12, "temperature": 0, "return_tokens": True})
+            assert st == 200 and c["tokens"] == r["tokens"] and c["content"] == r["content"], (c, r)
+            assert c["prompt"] == r["prompt"], (c["prompt"], r["prompt"])
+            st, ev, _, _ = s.stream("/infill", dict(body, stream=True))
+            assert st == 200 and ev and ev[-1]["stop"] and "".join(e["content"] for e in ev) == r["content"], ev[-1:]
+            st, _, e = s.post("/infill", {"input_prefix": "a", "input_suffix": [1, 99999]})
+            assert st == 400 and e["error"]["param"] == "input_suffix", (st, e)
+        finally:
+            s.stop()
+        report(True, name)
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def proc_cpu_seconds(pid):
     """CPU seconds (user + system) process pid has used (Linux /proc)."""
     with open("/proc/%d/stat" % pid) as f:
@@ -1880,6 +1919,7 @@ def main():
     t_equal_generate(a.kvtier, a.smollm2)
     t_embd(a.kvtier, a.model, extra)
     t_embd_pooling_gguf(a.kvtier, a.model, extra)
+    t_infill(a.kvtier, a.model, extra)
     t_embd_drop(a.kvtier, a.model, extra)
     t_embd_llama(a.kvtier, a.smollm2)
     t_sparse(a.kvtier, a.model, extra)
