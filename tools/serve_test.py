@@ -1871,6 +1871,27 @@ def t_embd_llama(kvtier, smollm2):
         report(False, name, "%s: %s" % (type(e).__name__, e))
 
 
+def t_embd_attack(kvtier, model, extra):
+    """Findings of the embeddings attack run (docs/log/REVIEW-2026-12-06.md, atke)."""
+    name = "embeddings: an over-long native `content` is named content[i] (not input[i], a field the request lacks)"
+    try:
+        s = Server(kvtier, model, "-c", "64", "--embeddings", *extra)
+    except RuntimeError as e:
+        report(False, name, str(e))
+        return
+    try:
+        for path in ("/embeddings", "/embedding"):
+            for content, param in (("word " * 100, "content[0]"), (["a", list(range(1, 100))], "content[1]")):
+                st, _, r = s.post(path, {"content": content})
+                assert st == 400 and r["error"].get("param") == param and param in r["error"]["message"], (path, st, r)
+        st, _, r = s.post("/embeddings", {"input": "word " * 100, "content": "a"})  # input wins, as parsed
+        assert st == 400 and r["error"].get("param") == "input[0]", (st, r)
+        report(True, name)
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+    s.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kvtier", required=True)
@@ -1922,6 +1943,7 @@ def main():
     t_infill(a.kvtier, a.model, extra)
     t_embd_drop(a.kvtier, a.model, extra)
     t_embd_llama(a.kvtier, a.smollm2)
+    t_embd_attack(a.kvtier, a.model, extra)
     t_sparse(a.kvtier, a.model, extra)
     return 1 if FAILED else 0
 

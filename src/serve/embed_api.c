@@ -155,10 +155,12 @@ static kvt_status answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *
     size_t n = 0;
     st = parse_inputs(root, tok, oai, &in, &n, ae);
     const int64_t E = kvt_embedder_n_embd(e), n_ctx = kvt_embedder_n_ctx(e);
+    // the field the request used (parse_inputs' choice): a native request's "content" is named as such
+    const char *key = !oai && !kvt_req_field(root, "input") && kvt_req_field(root, "content") ? "content" : "input";
     for (size_t i = 0; !st && i < n; i++) {
         if (in[i].n > n_ctx) {
             char param[64];
-            snprintf(param, sizeof param, "input[%zu]", i);
+            snprintf(param, sizeof param, "%s[%zu]", key, i);
             st = kvt_api_errorf(ae, 400, NULL, param, "%s: %lld tokens exceed the context of %lld (-c)", param,
                                 (long long)in[i].n, (long long)n_ctx);
             ae->n_prompt_tokens = in[i].n;
