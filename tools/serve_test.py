@@ -1874,12 +1874,9 @@ def t_embd_llama(kvtier, smollm2):
 def t_embd_attack(kvtier, model, extra):
     """Findings of the embeddings attack run (docs/log/REVIEW-2026-12-06.md, atke)."""
     name = "embeddings: an over-long native `content` is named content[i] (not input[i], a field the request lacks)"
+    s = None
     try:
         s = Server(kvtier, model, "-c", "64", "--embeddings", *extra)
-    except RuntimeError as e:
-        report(False, name, str(e))
-        return
-    try:
         for path in ("/embeddings", "/embedding"):
             for content, param in (("word " * 100, "content[0]"), (["a", list(range(1, 100))], "content[1]")):
                 st, _, r = s.post(path, {"content": content})
@@ -1889,7 +1886,8 @@ def t_embd_attack(kvtier, model, extra):
         report(True, name)
     except Exception as e:  # noqa: BLE001
         report(False, name, "%s: %s" % (type(e).__name__, e))
-    s.stop()
+    if s:
+        s.stop()
 
 
 def main():
