@@ -1886,6 +1886,14 @@ def t_embd_attack(kvtier, model, extra):
         report(True, name)
     except Exception as e:  # noqa: BLE001
         report(False, name, "%s: %s" % (type(e).__name__, e))
+    name = "embeddings: POST /v1/embeddings with `content` (no `input`) answers in the native shape, as llama-server"
+    try:
+        st, _, r = s.post("/v1/embeddings", {"content": ["Once upon a time", "x"]})
+        st2, _, r2 = s.post("/embeddings", {"content": ["Once upon a time", "x"]})
+        assert st == 200 and r == r2 and [x["index"] for x in r] == [0, 1], (st, r)
+        report(True, name)
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
     if s:
         s.stop()
 

@@ -137,6 +137,8 @@ static kvt_status answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *
         return kvt_api_errorf(ae, 400, NULL, NULL, "pooling 'none' gives one vector per token, which the OpenAI shape "
                               "cannot carry: start the server with --pooling mean, cls or last, or use POST /embeddings");
     }
+    // llama-server: "content" (without "input") is not OpenAI's field, so the answer takes the native shape there too
+    if (oai && !kvt_req_field(root, "input") && kvt_req_field(root, "content")) oai = false;
     bool b64 = false;
     json_t *fmt = kvt_req_field(root, "encoding_format");
     if (fmt) {
