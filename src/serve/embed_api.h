@@ -1,10 +1,11 @@
 // embed_api.h - the embeddings endpoints of `kvtier serve --embeddings` (llama-server's): POST /v1/embeddings in
 // OpenAI's shape, POST /embeddings and /embedding in llama-server's own.
 //
-// Request: "input" (or "content", which gives the native answer on /v1/embeddings too, as llama-server):
-// a string, an array of token ids, or an array of those (one embedding each); "encoding_format" "float" (default) or "base64" (OpenAI: the f32 bytes, little-endian);
-// "embd_normalize" (embed.h; default 2: unit length); "model" echoed. Each input is tokenized with the model's special
-// tokens (BOS where it adds one) and control-token strings parsed, as llama-server does.
+// Request: "input" (or "content", which gives the native answer on /v1/embeddings too, as llama-server): a string, an
+// array of token ids, or an array of those (one embedding each); "encoding_format" "float" (default) or "base64"
+// (OpenAI: the f32 bytes, little-endian); "embd_normalize" (embed.h; default 2: unit length); "model" echoed. Each
+// input is tokenized with the model's special tokens (BOS where it adds one) and control-token strings parsed, as
+// llama-server does.
 // Answer (OpenAI): {"model", "object":"list", "usage":{"prompt_tokens","total_tokens"}, "data":[{"embedding":[..],
 // "index":i, "object":"embedding"}]}; pooling none is refused there (400), as llama-server does. Native:
 // [{"index":i, "embedding":[[..]]}]: one row (pooled), or with pooling none every token's row, not normalised.
