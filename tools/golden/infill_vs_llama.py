@@ -7,9 +7,13 @@
 # Usage: tools/golden/infill_vs_llama.py --kvtier build/kvtier --llama-server DIR/llama-server -m OUT.gguf -c 4096
 #        [-- FLAGS FOR BOTH, e.g. --spm-infill -b 256]
 # Prints SAME / DIFF per request (DIFF with both answers); exit 1 if a prompt differs.
+# --speed N: instead, N rounds (the two servers' order alternating) of one FIM request of ~2.5K tokens (a repository
+# context of two files, then a prefix made unique per request, a suffix), n_predict 32 with ignore_eos; prints per server
+# the prompt sizes, the medians of the prompt and decode rates from the answers' timings, and of the wall time.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -39,6 +43,29 @@ def post(port, body):
         return e.code, json.loads(e.read() or b"{}")
 
 
+def speed(port, rounds):
+    res = {port: [], port + 1: []}
+    for rnd in range(rounds):
+        for p in (port, port + 1) if rnd % 2 == 0 else (port + 1, port):
+            body = {"input_prefix": "# run %d on %d\n" % (rnd, p) +
+                    "".join("def f%d(x):\n    return x * %d\n\n" % (i, i) for i in range(60)),
+                    "input_suffix": "".join("print(f%d(2))\n" % i for i in range(40)),
+                    "input_extra": [{"filename": "m%d.py" % k, "text": "".join("A%d_%d = %d\n" % (k, i, i) for i in range(60))}
+                                    for k in range(2)],
+                    "n_predict": 32, "temperature": 0, "ignore_eos": True}
+            t0 = time.time()
+            st, j = post(p, body)
+            assert st == 200, (st, j)
+            t = j["timings"]
+            res[p].append((time.time() - t0, t["prompt_n"], t["prompt_ms"], t["predicted_n"], t["predicted_ms"]))
+    for p, name in ((port, "kvtier"), (port + 1, "llama-server")):
+        r = res[p]
+        print("%-12s prompt_n %s  prompt t/s %.1f  decode t/s %.1f  wall s %.3f (medians of %d)" % (
+            name, sorted(set(x[1] for x in r)), statistics.median(x[1] / x[2] * 1e3 for x in r),
+            statistics.median(x[3] / x[4] * 1e3 for x in r), statistics.median(x[0] for x in r), len(r)))
+    return 0
+
+
 def wait_ready(port, proc):
     for _ in range(600):
         if proc.poll() is not None:
@@ -60,17 +87,21 @@ def main():
     ap.add_argument("-m", required=True)
     ap.add_argument("-c", default="4096")
     ap.add_argument("--port", type=int, default=8391)
+    ap.add_argument("-t", default="1", help="threads of both servers")
+    ap.add_argument("--speed", type=int, default=0, help="rounds of the timing run (0: compare the answers)")
     ap.add_argument("rest", nargs="*")
     a = ap.parse_args()
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.abspath(a.llama_server)))
     kv = subprocess.Popen([a.kvtier, "serve", "-m", a.m, "--port", str(a.port), "-c", a.c, "-t", "1"] + a.rest,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ll = subprocess.Popen([a.llama_server, "-m", a.m, "--port", str(a.port + 1), "-c", a.c, "-np", "1", "-t", "1"] +
+    ll = subprocess.Popen([a.llama_server, "-m", a.m, "--port", str(a.port + 1), "-c", a.c, "-np", "1", "-t", a.t] +
                           a.rest, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     bad = 0
     try:
         wait_ready(a.port, kv)
         wait_ready(a.port + 1, ll)
+        if a.speed:
+            return speed(a.port, a.speed)
         for c in CASES:
             b = dict(c, n_predict=16, temperature=0, return_tokens=True)
             got = []
