@@ -35,7 +35,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     const kvt_pooling pools[4] = {KVT_POOL_NONE, KVT_POOL_MEAN, KVT_POOL_CLS, KVT_POOL_LAST};
     for (int i = 0; i < 4; i++)
         if (kvt_embedder_create(g_model, &cp, pools[i], &g_emb[i], &err)) fuzz_fail("fuzz_embd", "embedder", &err);
-    const char *dir = getenv("KVT_FUZZ_SEED_DIR");
     static const char *const seeds[] = {
         "\x05{\"input\":\"Once upon a time\"}",
         "\x06{\"input\":[\"a\",\"b c\"],\"encoding_format\":\"base64\"}",
@@ -43,14 +42,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "\x07{\"input\":[[1,2],[3]],\"model\":\"m\"}",
         "\x00{\"input\":\"x\",\"embd_normalize\":0}",
     };
-    for (size_t i = 0; dir && i < sizeof seeds / sizeof seeds[0]; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/seed%zu.json", dir, i);
-        FILE *f = fopen(path, "wb");
-        if (!f) fuzz_fail("fuzz_embd", "seed file", NULL);
-        fwrite(seeds[i], 1, 1 + strlen(seeds[i] + 1), f);
-        fclose(f);
-    }
+    fuzz_write_seeds("fuzz_embd", seeds, sizeof seeds / sizeof seeds[0]);
     return 0;
 }
 

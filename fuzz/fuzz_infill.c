@@ -66,7 +66,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     g_tok[0] = vocab(0);
     g_tok[1] = vocab(1);
-    const char *dir = getenv("KVT_FUZZ_SEED_DIR");
     static const char *const seeds[] = {
         "\x41{\"input_prefix\":\"def f(x):\\n  \",\"input_suffix\":\"\\nprint(f(2))\\n\",\"prompt\":\"return\"}",
         "\x02{\"input_prefix\":[\"a\",12,\"b\"],\"input_suffix\":\"c\",\"input_extra\":[{\"filename\":\"u.py\","
@@ -74,14 +73,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "\x81{\"input_prefix\":\"abcdefghijklmnopqrstuvwxyz\",\"input_suffix\":\"0123456789\",\"prompt\":"
         "\"<|fim_pad|>z\",\"input_extra\":[{\"text\":\"qqqqqqqqqqqqqqqqqqqq\"}],\"n_predict\":4}",
     };
-    for (size_t i = 0; dir && i < sizeof seeds / sizeof seeds[0]; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/seed%zu.json", dir, i);
-        FILE *f = fopen(path, "wb");
-        if (!f) fuzz_fail("fuzz_infill", "seed file", NULL);
-        fwrite(seeds[i], 1, strlen(seeds[i]), f);
-        fclose(f);
-    }
+    fuzz_write_seeds("fuzz_infill", seeds, sizeof seeds / sizeof seeds[0]);
     return 0;
 }
 

@@ -1,9 +1,10 @@
-// native_prompt.c - the token ids of a /completion prompt that mixes strings and token ids (native.h). Apart from
-// native.c, which the request fuzz target links without the tokenizer.
+// native_prompt.c - the token ids of a /completion prompt that mixes strings and token ids (native.h) and of a
+// /infill prompt (infill.h). Apart from native.c, which the request fuzz target links without the tokenizer.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/grow.h"
 #include "infill.h"
 #include "native.h"
 
@@ -49,19 +50,14 @@ int32_t *kvt_native_prompt_ids(const struct kvt_native_ext *x, const kvt_tokeniz
 
 typedef struct {
     int32_t *v;
-    int64_t n, cap;
+    int64_t n;
+    size_t cap;
 } ivec; // token ids
 
 static bool iv_room(ivec *a, int64_t more, kvt_api_error *e) {
-    if (a->n + more <= a->cap) return true;
-    const int64_t cap = 2 * (a->n + more) + 16;
-    int32_t *g = realloc(a->v, (size_t)cap * sizeof *g);
-    if (!g) {
-        kvt_api_errorf(e, 500, "server_error", NULL, "out of memory for the prompt");
-        return false;
-    }
-    a->v = g, a->cap = cap;
-    return true;
+    if (kvt_grow((void **)&a->v, &a->cap, (size_t)(a->n + more), sizeof *a->v)) return true;
+    kvt_api_errorf(e, 500, "server_error", NULL, "out of memory for the prompt");
+    return false;
 }
 static bool iv_push(ivec *a, int32_t id, kvt_api_error *e) {
     if (!iv_room(a, 1, e)) return false;
