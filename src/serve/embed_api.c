@@ -137,8 +137,10 @@ static kvt_status answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *
         return kvt_api_errorf(ae, 400, NULL, NULL, "pooling 'none' gives one vector per token, which the OpenAI shape "
                               "cannot carry: start the server with --pooling mean, cls or last, or use POST /embeddings");
     }
-    // llama-server: "content" (without "input") is not OpenAI's field, so the answer takes the native shape there too
-    if (oai && !kvt_req_field(root, "input") && kvt_req_field(root, "content")) oai = false;
+    // llama-server: "content" (without "input") is not OpenAI's field, so the answer takes the native shape there too,
+    // and an error names the field the request used
+    const bool by_content = !kvt_req_field(root, "input") && kvt_req_field(root, "content");
+    if (by_content) oai = false;
     bool b64 = false;
     json_t *fmt = kvt_req_field(root, "encoding_format");
     if (fmt) {
@@ -157,8 +159,7 @@ static kvt_status answer(kvt_embedder *e, const kvt_tokenizer *tok, const char *
     size_t n = 0;
     st = parse_inputs(root, tok, oai, &in, &n, ae);
     const int64_t E = kvt_embedder_n_embd(e), n_ctx = kvt_embedder_n_ctx(e);
-    // the field the request used (parse_inputs' choice): a native request's "content" is named as such
-    const char *key = !oai && !kvt_req_field(root, "input") && kvt_req_field(root, "content") ? "content" : "input";
+    const char *key = by_content ? "content" : "input"; // parse_inputs' choice
     for (size_t i = 0; !st && i < n; i++) {
         if (in[i].n > n_ctx) {
             char param[64];
