@@ -4,7 +4,9 @@
 // kvt_request_parse(KVT_REQ_INFILL) and, when valid, turned into the prompt's token ids. Checked: the ids are in the
 // vocabulary, the prompt ends with FIM_MID and holds at most the budgets' tokens (extra context, BOS, FIM_PRE, prefix,
 // prompt, FIM_SUF, suffix, FIM_MID); a refusal is a 400 naming a field (or a 500). The vocabularies are written at start
-// (byte-level BPE, one token per character, the FIM tokens as control tokens). Seeds go to $KVT_FUZZ_SEED_DIR.
+// (byte-level BPE, one token per character, the FIM tokens as control tokens). A request with the infill sampler
+// (editor plugins) also draws three tokens through it (sched/sampler.c) with its top_k / top_p / min_p / temperature
+// over logits made from the input's bytes: each id in the vocabulary. Seeds go to $KVT_FUZZ_SEED_DIR.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 
 #include "../src/gguf/gguf.h"
 #include "../src/model/tokenizer.h"
+#include "../src/sched/sampler.h"
 #include "../src/serve/infill.h"
 #include "../src/serve/request.h"
 #include "fuzz_model.h"
@@ -72,6 +75,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "\"text\":\"x = 1\\n\"},{\"text\":\"y\"}]}",
         "\x81{\"input_prefix\":\"abcdefghijklmnopqrstuvwxyz\",\"input_suffix\":\"0123456789\",\"prompt\":"
         "\"<|fim_pad|>z\",\"input_extra\":[{\"text\":\"qqqqqqqqqqqqqqqqqqqq\"}],\"n_predict\":4}",
+        "\x41{\"input_prefix\":\"if x:\\n    \",\"input_suffix\":\"\\n\",\"n_indent\":4,\"top_k\":40,\"top_p\":0.99,"
+        "\"samplers\":[\"top_k\",\"top_p\",\"infill\"],\"t_max_predict_ms\":500,\"response_fields\":[\"content\"]}",
+        "\x01{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"samplers\":\"ki\",\"top_k\":0,\"temperature\":0}",
     };
     fuzz_write_seeds("fuzz_infill", seeds, sizeof seeds / sizeof seeds[0]);
     return 0;
@@ -107,6 +113,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                                              n_prompt + 1 + (b / 4 > 2 ? b / 4 - 2 : 0) + 1;
         if (n < 3 || ids[n - 1] != kvt_token_fim(t, KVT_FIM_MID) || n > most) __builtin_trap();
         free(ids);
+    }
+    if (p->native->infill_sampler) { // the editors' sampler over logits from the input's bytes
+        const int32_t nv = kvt_tokenizer_n_vocab(t);
+        float *l = malloc((size_t)nv * sizeof *l);
+        kvt_sampler_params sp = kvt_sampler_params_default();
+        sp.top_k = p->top_k, sp.top_p = (float)p->top_p, sp.min_p = (float)p->min_p, sp.temp = (float)p->temperature;
+        sp.infill = t;
+        kvt_sampler *smp = NULL;
+        if (!l || kvt_sampler_init(&sp, nv, &smp, NULL) != KVT_OK) __builtin_trap();
+        for (int32_t i = 0; i < nv; i++) l[i] = (float)((data[(size_t)i * 7 % size] ^ (uint32_t)i) & 63) / 8.0f - 4.0f;
+        for (int k = 0; k < 3; k++) {
+            const int32_t id = kvt_sampler_sample(smp, l);
+            if (id < 0 || id >= nv) __builtin_trap();
+        }
+        kvt_sampler_free(smp);
+        free(l);
     }
     kvt_request_free(r);
     return 0;

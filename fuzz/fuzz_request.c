@@ -89,7 +89,8 @@ static void check_native(const kvt_request_params *p, const char *text) {
                              .probs = &lp, .n_probs = 1, .has_probs = p->logprobs, .model = p->model,
                              .prompt = text, .prompt_len = strlen(text), .params = p,
                              .n_probs_asked = p->top_logprobs, .stop_type = "word",
-                             .stopping_word = p->n_stop ? p->stop[0] : "", .timings = stop ? &t : NULL};
+                             .stopping_word = p->n_stop ? p->stop[0] : "", .timings = stop ? &t : NULL,
+                             .fields = p->native->response_fields, .n_fields = p->native->n_response_fields};
         char *json = NULL;
         if (kvt_native_resp_json(&r, &json, NULL, NULL) == KVT_OK) free(json);
     }

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "../src/gguf/gguf.h"
+#include "../src/sched/sampler.h"
 #include "../src/serve/infill.h"
 #include "../src/serve/native.h"
 #include "../src/serve/request.h"
@@ -109,12 +110,18 @@ static void test_native_errors(void) {
         {"{\"prompt\":\"x\",\"min_keep\":5}", "min_keep", "not supported"},
         {"{\"prompt\":\"x\",\"post_sampling_probs\":true}", "post_sampling_probs", "not supported"},
         {"{\"prompt\":\"x\",\"lora\":[{\"id\":0,\"scale\":1}]}", "lora", "not supported"},
-        {"{\"prompt\":\"x\",\"response_fields\":[\"content\"]}", "response_fields", "not supported"},
+        {"{\"prompt\":\"x\",\"response_fields\":\"content\"}", "response_fields", "list of strings"},
+        {"{\"prompt\":\"x\",\"response_fields\":[\"content\",3]}", "response_fields[1]", "must be a string"},
+        {"{\"prompt\":\"x\",\"n_indent\":-1}", "n_indent", "out of range"},
+        {"{\"prompt\":\"x\",\"n_indent\":\"4\"}", "n_indent", "must be an integer"},
+        {"{\"prompt\":\"x\",\"t_max_predict_ms\":\"500\"}", "t_max_predict_ms", "must be a number"},
+        {"{\"prompt\":\"x\",\"samplers\":[\"top_k\",\"temperature\",\"infill\"],\"temperature\":0}", "samplers",
+         "infill, temperature in that order"},
+        {"{\"prompt\":\"x\",\"samplers\":[\"infill\",\"top_k\"]}", "samplers", "order"},
         {"{\"prompt\":\"x\",\"grammar\":\"root ::= x\"}", "grammar", "not supported"},
         {"{\"prompt\":\"x\",\"cache_prompt\":\"yes\"}", "cache_prompt", "must be a boolean"},
         {"{\"prompt\":\"x\",\"samplers\":5}", "samplers", "must be a list"},
         {"{\"prompt\":\"x\",\"samplers\":[\"top_k\",3]}", "samplers", "samplers[1]"},
-        {"{\"prompt\":\"x\",\"samplers\":\"ki\"}", "samplers", "infill"},
         {"{\"prompt\":\"x\",\"samplers\":[\"adaptive_p\"]}", "samplers", "adaptive_p"},
         {"{\"prompt\":\"x\",\"samplers\":[\"temperature\",\"top_k\"],\"top_k\":5,\"temperature\":0.7}", "samplers",
          "order"},
@@ -198,6 +205,61 @@ static void test_native_answers(void) {
 
 static kvt_request *parse_infill(const char *body, kvt_api_error *e) { return parse_as(KVT_REQ_INFILL, body, e); }
 
+// The fields the editor plugins send beside the FIM ones (llama.vim's request, as it sends it), and response_fields.
+static void test_editor_fields(void) {
+    kvt_api_error e;
+    kvt_request *r = parse_infill("{\"input_prefix\":\"def f(\",\"input_suffix\":\"\\n\",\"input_extra\":[],\"prompt\":\"\","
+                                  "\"n_predict\":128,\"n_indent\":4,\"top_k\":40,\"top_p\":0.99,\"stream\":false,"
+                                  "\"samplers\":[\"top_k\",\"top_p\",\"infill\"],\"cache_prompt\":true,"
+                                  "\"t_max_prompt_ms\":500,\"t_max_predict_ms\":3000,"
+                                  "\"response_fields\":[\"content\",\"timings/prompt_n\",\"nope/x\"]}", &e);
+    const kvt_request_params *p = r ? kvt_request_get(r) : NULL;
+    const struct kvt_native_ext *x = p ? p->native : NULL;
+    test_result(x && x->infill_sampler && x->n_indent == 4 && x->t_max_predict_ms == 3000 && p->top_k == 40 &&
+                    fabs(p->top_p - 0.99) < 1e-12 && p->min_p == 0 && p->temperature == 1 && x->n_response_fields == 3 &&
+                    !strcmp(x->response_fields[1], "timings/prompt_n"),
+                "serve.infill: llama.vim's request (n_indent, the infill sampler, t_max_predict_ms, response_fields) is "
+                "accepted with its values", "%s", r ? "values" : e.message);
+    // the summary holds only the paths asked, each under its path; a path not found is left out
+    kvt_resp_timings t = {.prompt_n = 2, .predicted_n = 2, .prompt_ms = 4, .predicted_ms = 8};
+    kvt_native_resp nr = {.stop = true, .content = "ab", .len = 2, .params = p, .stop_type = "limit", .timings = &t,
+                          .fields = x ? x->response_fields : NULL, .n_fields = x ? x->n_response_fields : 0};
+    char *s = NULL;
+    json_t *o = p && kvt_native_resp_json(&nr, &s, NULL, NULL) == KVT_OK ? json_loads(s, 0, NULL) : NULL;
+    test_result(o && json_object_size(o) == 2 && !strcmp(json_string_value(json_object_get(o, "content")), "ab") &&
+                    json_integer_value(json_object_get(o, "timings/prompt_n")) == 2,
+                "serve.native: response_fields keeps the paths asked, each under its path (llama-server's shape)", "%s",
+                s ? s : "null");
+    json_decref(o);
+    free(s);
+    s = NULL;
+    nr.n_fields = 0; // none asked: every field
+    o = p && kvt_native_resp_json(&nr, &s, NULL, NULL) == KVT_OK ? json_loads(s, 0, NULL) : NULL;
+    json_t *smp = json_object_get(json_object_get(o, "generation_settings"), "samplers");
+    test_result(o && json_object_get(o, "tokens_cached") && json_array_size(smp) == 6 &&
+                    !strcmp(json_string_value(json_array_get(smp, 4)), "infill"),
+                "serve.native: without response_fields the whole summary; generation_settings lists the infill sampler",
+                "%s", s ? s : "null");
+    json_decref(o);
+    free(s);
+    kvt_request_free(r);
+    // off values: n_indent 0, t_max_predict_ms <= 0; infill by its character; llama.vim's warm-up request
+    r = parse("{\"prompt\":\"x\",\"n_indent\":0,\"t_max_predict_ms\":-1,\"samplers\":\"kpi\",\"response_fields\":[]}", &e);
+    x = r ? kvt_request_get(r)->native : NULL;
+    test_result(x && x->n_indent == 0 && x->t_max_predict_ms == 0 && x->infill_sampler && x->n_response_fields == 0,
+                "serve.native: n_indent 0 and t_max_predict_ms -1 are off; 'i' is the infill sampler", "%s",
+                r ? "values" : e.message);
+    kvt_request_free(r);
+    r = parse_infill("{\"input_prefix\":\"\",\"input_suffix\":\"\",\"input_extra\":[],\"prompt\":\"\",\"n_predict\":1,"
+                     "\"temperature\":0.0,\"stream\":false,\"samplers\":[\"temperature\"],\"cache_prompt\":true,"
+                     "\"t_max_prompt_ms\":1,\"t_max_predict_ms\":1}", &e);
+    x = r ? kvt_request_get(r)->native : NULL;
+    test_result(x && !x->infill_sampler && x->t_max_predict_ms == 1 && kvt_request_get(r)->temperature == 0,
+                "serve.infill: llama.vim's cache warm-up request (empty prefix and prompt) is accepted", "%s",
+                r ? "values" : e.message);
+    kvt_request_free(r);
+}
+
 static void test_infill_parse(void) {
     kvt_api_error e;
     kvt_request *r = parse_infill("{\"input_prefix\":[\"ab\",7],\"input_suffix\":\"c\",\"prompt\":\"x\",\"n_predict\":3,"
@@ -242,8 +304,10 @@ static void test_infill_parse(void) {
 }
 
 // A byte-level BPE vocabulary without merges (one token per character): the letters, digits, ".", "-", "_", space
-// (U+0120) and newline (U+010A), then the control tokens given. Written to a temporary file and opened.
-static kvt_tokenizer *infill_vocab(const char *const *ctl, int n_ctl, bool add_bos, kvt_gguf **g) {
+// (U+0120) and newline (U+010A), "<s>" (41), then the control tokens given, then the words given (normal tokens); eos
+// >= 0: its EOS id. Written to a temporary file and opened.
+static kvt_tokenizer *vocab_words(const char *const *ctl, int n_ctl, const char *const *words, int n_words, int32_t eos,
+                                  bool add_bos, kvt_gguf **g) {
     const char *toks[128];
     char chars[64][2];
     int n = 0;
@@ -255,6 +319,7 @@ static kvt_tokenizer *infill_vocab(const char *const *ctl, int n_ctl, bool add_b
     for (int i = 0; i < n; i++) ty[i] = 1;
     toks[n] = "<s>", ty[n++] = 3;
     for (int i = 0; i < n_ctl; i++) toks[n] = ctl[i], ty[n++] = 3;
+    for (int i = 0; i < n_words; i++) toks[n] = words[i], ty[n++] = 1;
     char path[] = "/tmp/kvt-infill-XXXXXX";
     const int fd = mkstemp(path);
     if (fd < 0) return NULL;
@@ -268,6 +333,7 @@ static kvt_tokenizer *infill_vocab(const char *const *ctl, int n_ctl, bool add_b
     kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
     kvt_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
     kvt_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 41); // "<s>"
+    if (eos >= 0) kvt_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
     kvt_err err = {0};
     kvt_tokenizer *t = NULL;
     if (kvt_gguf_writer_write(w, path, &err) != KVT_OK || kvt_gguf_open(path, g, &err) != KVT_OK ||
@@ -276,6 +342,73 @@ static kvt_tokenizer *infill_vocab(const char *const *ctl, int n_ctl, bool add_b
     kvt_gguf_writer_free(w);
     unlink(path);
     return t;
+}
+
+static kvt_tokenizer *infill_vocab(const char *const *ctl, int n_ctl, bool add_bos, kvt_gguf **g) {
+    return vocab_words(ctl, n_ctl, NULL, 0, -1, add_bos, g);
+}
+
+// Draws of a sampler (top_k k, temperature temp, the infill filter on t or off) over logits [n]: a bitmap of the ids
+// drawn in `draws` draws (ids < 64), or -1 when the sampler cannot be made.
+static int64_t drawn(const kvt_tokenizer *t, const float *logits, int32_t n, int32_t k, float temp, int draws) {
+    kvt_sampler_params sp = kvt_sampler_params_default();
+    sp.top_k = k;
+    sp.top_p = 1.0f;
+    sp.min_p = 0.0f;
+    sp.temp = temp;
+    sp.seed = 11;
+    sp.infill = t;
+    kvt_sampler *smp = NULL;
+    if (kvt_sampler_init(&sp, n, &smp, NULL) != KVT_OK) return -1;
+    int64_t seen = 0;
+    for (int i = 0; i < draws; i++) {
+        const int32_t id = kvt_sampler_sample(smp, logits);
+        seen |= id >= 0 && id < 64 ? (int64_t)1 << id : 0;
+    }
+    kvt_sampler_free(smp);
+    return seen;
+}
+
+// llama.cpp's infill sampler (sampler.h) on a vocabulary with words that begin one another: 42 <|endoftext|> (EOS,
+// end of generation), 43 "ab", 44 "abc", 45 "xyz"; the letters a, b, c are 0, 1, 2.
+static void test_infill_sampler(void) {
+    static const char *const ctl[] = {"<|endoftext|>"}, *const words[] = {"ab", "abc", "xyz"};
+    kvt_gguf *g = NULL;
+    kvt_tokenizer *t = vocab_words(ctl, 1, words, 3, 42, false, &g);
+    enum { N = 46, EOT = 42, AB = 43, XYZ = 45 };
+    if (!t || kvt_tokenizer_n_vocab(t) != N || !kvt_token_is_eog(t, EOT) || kvt_token_is_eog(t, 11)) {
+        test_result(false, "sampler.infill", "cannot make the test vocabulary (or its EOS is not 42)");
+        kvt_tokenizer_free(t);
+        kvt_gguf_free(g);
+        return;
+    }
+    float l[N];
+    const int64_t bit_a = 1, bit_eot = (int64_t)1 << EOT, bit_ab = (int64_t)1 << AB, bit_xyz = (int64_t)1 << XYZ;
+    // the end-of-generation mass x 3 x the 4 candidates outweighs the text's: only EOG tokens are left (greedy too)
+    for (int i = 0; i < N; i++) l[i] = -30.0f;
+    l[EOT] = 2.0f, l[0] = 2.0f, l[1] = 1.0f, l[2] = 0.5f;
+    int64_t on = drawn(t, l, N, 4, 0.0f, 1), off = drawn(NULL, l, N, 4, 0.0f, 1);
+    test_result(on == bit_eot && off == bit_a, "sampler.infill: too little text mass leaves the end-of-generation "
+                "tokens alone (a greedy draw then ends the answer)", "on %llx off %llx", (long long)on, (long long)off);
+    // "a" takes "ab" (a prefix of it, and likelier): a (.356 + .29) and xyz (.35 >= 1/3) are left, "ab" never drawn
+    for (int i = 0; i < N; i++) l[i] = -30.0f;
+    l[0] = 1.2f, l[XYZ] = 1.19f, l[AB] = 1.0f;
+    on = drawn(t, l, N, 3, 1.0f, 400), off = drawn(NULL, l, N, 3, 1.0f, 400);
+    test_result(on == (bit_a | bit_xyz) && off == (bit_a | bit_xyz | bit_ab),
+                "sampler.infill: a token whose text begins another's takes its probability; the other is never drawn",
+                "on %llx off %llx", (long long)on, (long long)off);
+    // the same with xyz at 1.15: after the merge xyz holds .333 of the mass, under 1 / (2 + 1): "a" alone is left
+    l[XYZ] = 1.15f, l[AB] = 1.1f;
+    on = drawn(t, l, N, 3, 1.0f, 200);
+    test_result(on == bit_a, "sampler.infill: a text token under 1 / (texts left + 1) leaves", "on %llx",
+                (long long)on);
+    // eight letters of 0.125 each: none reaches 0.2, so EOT alone
+    for (int i = 0; i < N; i++) l[i] = i < 8 ? 1.0f : -30.0f;
+    on = drawn(t, l, N, 8, 0.0f, 1), off = drawn(NULL, l, N, 8, 0.7f, 50);
+    test_result(on == bit_eot && !(off & bit_eot), "sampler.infill: no text token at 0.2 or more leaves EOT alone",
+                "on %llx off %llx", (long long)on, (long long)off);
+    kvt_tokenizer_free(t);
+    kvt_gguf_free(g);
 }
 
 // ids of text (plain, no BOS) appended to v at *k
@@ -416,6 +549,8 @@ void test_serve_native(const test_env *env) {
     test_native_answers();
     test_infill_parse();
     test_infill_prompt();
+    test_editor_fields();
+    test_infill_sampler();
 #else
     test_skip("serve.native", "built without libjansson (apt-get install libjansson-dev)");
 #endif

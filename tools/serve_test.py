@@ -583,6 +583,40 @@ def t_native_prompts(s):
     assert [p["id"] for p in streamed] == [p["id"] for p in probs], (streamed, probs)
 
 
+@case("editor fields (llama.vim, llama.vscode): n_indent cuts a short line, t_max_predict_ms ends after a newline, "
+      "response_fields keeps the paths asked, the infill sampler is accepted")
+def t_editor_fields(s):
+    nl = s.post("/tokenize", {"content": "\n", "add_special": False})[2]["tokens"][-1:]  # SPM: [space...] <0x0A>
+    assert s.post("/detokenize", {"tokens": nl})[2]["content"] == "\n", nl
+    forced = {"prompt": "A", "temperature": 0, "ignore_eos": True, "logit_bias": [[nl[0], 100]]}  # newline, newline, ...
+    # n_indent 1: the line after the first newline (checked a token behind, as llama-server does) starts with no
+    # indentation and has text (a newline): cut before it, stop_type "limit" (not truncated)
+    st, _, r = s.post("/completion", dict(forced, n_predict=10, n_indent=1))
+    assert st == 200 and r["content"] == "\n" and r["tokens_predicted"] == 3, r
+    assert r["stop_type"] == "limit" and not r["truncated"] and r["has_new_line"], r
+    st, events, _ = native_stream(s, dict(forced, n_predict=10, n_indent=1))  # a stream sent the line's text already
+    assert st == 200 and "".join(e["content"] for e in events) == "\n\n\n" and events[-1]["stop_type"] == "limit", events
+    # without n_indent the newlines run to n_predict
+    st, _, r = s.post("/completion", dict(forced, n_predict=10))
+    assert st == 200 and r["content"] == "\n" * 10 and r["stop_type"] == "limit" and r["tokens_predicted"] == 10, r
+    # t_max_predict_ms 1: a newline after 1 ms of generation ends it, long before n_predict
+    st, _, r = s.post("/completion", dict(forced, n_predict=1500, t_max_predict_ms=1))
+    assert st == 200 and 2 <= r["tokens_predicted"] < 1500 and r["stop_type"] == "limit", r
+    assert r["content"] == "\n" * r["tokens_predicted"] and not r["truncated"], r
+    # response_fields: only the paths found, each under its path
+    st, _, r = s.post("/completion", dict(forced, n_predict=3, response_fields=["content", "timings/predicted_n",
+                                                                                 "stop_type", "timings/nope", "x/y"]))
+    assert st == 200 and sorted(r) == ["content", "stop_type", "timings/predicted_n"], r
+    assert r["content"] == "\n\n\n" and r["timings/predicted_n"] == 3, r
+    # the infill sampler, greedy after it (llama.vim sends top_k, top_p, infill); before the temperature only
+    st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 4, "samplers": ["top_k", "top_p", "infill",
+                                      "temperature"], "top_k": 40, "top_p": 0.99, "temperature": 0})
+    assert st == 200 and "infill" in r["generation_settings"]["samplers"], r
+    st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 4, "samplers": ["temperature", "infill"],
+                                      "temperature": 0})
+    assert st == 400 and r["error"]["param"] == "samplers", r
+
+
 @case("/completion refuses (400 naming the field) what kvtier does not implement; /props; GET /slots is 501")
 def t_native_refused(s):
     for body, param in (({"mirostat": 2}, "mirostat"), ({"repeat_penalty": 0}, "repeat_penalty"),
@@ -1928,7 +1962,7 @@ def main():
         return 1
     for t in (t_health, t_models, t_completion, t_chat, t_chat_prompt, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
               t_hostile, t_slow, t_tokenize, t_sampling_extremes, t_empty_piece_logprobs,
-              t_native, t_native_stop, t_native_prompts, t_native_refused,
+              t_native, t_native_stop, t_native_prompts, t_native_refused, t_editor_fields,
               t_llama_extras, t_messages, t_messages_400, t_responses, t_responses_stream, t_ignore_eos,
               t_disconnect, t_metrics, t_concurrent, t_load, t_embd_off, t_infill_501):
         t(s)

@@ -1,5 +1,7 @@
 #include "sampler.h"
 
+#include "../model/tokenizer.h"
+
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -21,10 +23,18 @@ struct kvt_sampler {
     uint32_t n_draws; // draws so far (the stamp of the current one)
     kvt_logit_bias *bias; // [p.n_logit_bias] (p.logit_bias points here)
     uint64_t rng;
+    // the infill filter's scratch (p.infill set): per survivor its renormalized probability, whether it left (merged
+    // into another), its text's offset in pbuf [n_vocab + 1]; pbuf holds any set of survivors' texts (the vocabulary's
+    // total, measured at init)
+    float *q;
+    uint8_t *gone;
+    int64_t *poff;
+    char *pbuf;
+    int64_t pcap;
 };
 
 kvt_sampler_params kvt_sampler_params_default(void) {
-    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0};
+    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL};
     return p;
 }
 
@@ -64,6 +74,9 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
             return kvt_errorf(err, KVT_ERR_INVALID_ARG, "logit bias %d: token %d has a NaN bias", (int)i,
                               (int)p->logit_bias[i].token);
     }
+    if (p->infill && kvt_token_eot(p->infill) < 0 && kvt_token_eos(p->infill) < 0)
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "infill sampler: the vocabulary has neither an EOT nor an EOS "
+                          "token");
     kvt_sampler *s = calloc(1, sizeof *s);
     if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     s->p = *p;
@@ -82,7 +95,16 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
         s->count = calloc((size_t)n_vocab, sizeof *s->count);
         s->stamp = calloc((size_t)n_vocab, sizeof *s->stamp);
     }
-    if (!s->c || !s->hist || (pen && (!s->count || !s->stamp)) || (s->p.n_logit_bias > 0 && !s->bias)) {
+    bool infill_ok = true;
+    if (p->infill) {
+        for (int32_t i = 0; i < n_vocab; i++) s->pcap += kvt_token_to_piece(p->infill, i, NULL, 0);
+        s->q = malloc((size_t)n_vocab * sizeof *s->q);
+        s->gone = malloc((size_t)n_vocab);
+        s->poff = malloc(((size_t)n_vocab + 1) * sizeof *s->poff);
+        s->pbuf = malloc((size_t)s->pcap + 1);
+        infill_ok = s->q && s->gone && s->poff && s->pbuf;
+    }
+    if (!s->c || !s->hist || (pen && (!s->count || !s->stamp)) || (s->p.n_logit_bias > 0 && !s->bias) || !infill_ok) {
         kvt_sampler_free(s);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a sampler over %d tokens", (int)n_vocab);
     }
@@ -98,6 +120,10 @@ void kvt_sampler_free(kvt_sampler *s) {
     free(s->count);
     free(s->stamp);
     free(s->bias);
+    free(s->q);
+    free(s->gone);
+    free(s->poff);
+    free(s->pbuf);
     free(s);
 }
 
@@ -242,6 +268,73 @@ static bool bias_limits(kvt_sampler *s) {
     return mx > -INFINITY;
 }
 
+// llama.cpp's infill sampler (sampler.h) on the survivors c[0..m) (probabilities, not normalized; in any order): sorts
+// them, keeps those it keeps with their probabilities (the draw is over their logits) and returns how many. Its sums in
+// float and its passes in its order, so that its cuts fall where llama.cpp's do.
+static int32_t infill_filter(kvt_sampler *s, int32_t m) {
+    const kvt_tokenizer *t = s->p.infill;
+    cand *c = s->c;
+    float *q = s->q;
+    qsort(c, (size_t)m, sizeof *c, cmp_desc);
+    double tot = 0.0;
+    for (int32_t i = 0; i < m; i++) tot += c[i].v;
+    float p_txt = 0.0f, p_eog = 0.0f;
+    for (int32_t i = 0; i < m; i++) {
+        q[i] = (float)(c[i].v / tot);
+        if (kvt_token_is_eog(t, c[i].id)) p_eog += q[i];
+        else p_txt += q[i];
+    }
+    int32_t k = 0;
+    if (3.0f * p_eog * (float)m > p_txt) { // too little text: the end-of-generation tokens alone
+        for (int32_t i = 0; i < m; i++)
+            if (kvt_token_is_eog(t, c[i].id)) c[k++] = c[i];
+        return k;
+    }
+    // a token whose text begins another's takes the other's probability into the likelier of the two
+    int64_t off = 0;
+    for (int32_t i = 0; i < m; i++) {
+        s->poff[i] = off;
+        off += kvt_token_to_piece(t, c[i].id, s->pbuf + off, s->pcap - off);
+        s->gone[i] = c[i].v == 0.0f; // a banned token (-inf logit) takes no part, as in llama.cpp
+    }
+    s->poff[m] = off;
+    for (int32_t i0 = 0; i0 < m; i0++) {
+        const int64_t n0 = s->poff[i0 + 1] - s->poff[i0];
+        for (int32_t i1 = 0; i1 < m && !s->gone[i0]; i1++) {
+            const int64_t n1 = s->poff[i1 + 1] - s->poff[i1];
+            if (i0 == i1 || s->gone[i1] || n0 == 0 || n0 > n1 || memcmp(s->pbuf + s->poff[i0], s->pbuf + s->poff[i1], (size_t)n0))
+                continue;
+            const int32_t dst = q[i1] > q[i0] ? i1 : i0, src = dst == i0 ? i1 : i0;
+            q[dst] += q[src];
+            q[src] = 0.0f;
+            s->gone[src] = 1;
+        }
+    }
+    // text tokens under 0.2 leave (a merged-away one is gone whatever it is)
+    int32_t n_txt = 0;
+    float sum = 0.0f;
+    for (int32_t i = 0; i < m; i++) {
+        const bool eog = kvt_token_is_eog(t, c[i].id);
+        if (s->gone[i] || (q[i] < 0.2f && !eog)) continue;
+        n_txt += !eog;
+        sum += q[i];
+        q[k] = q[i];
+        c[k++] = c[i];
+    }
+    if (n_txt == 0) { // EOT (else EOS) alone
+        const int32_t eot = kvt_token_eot(t);
+        c[0] = (cand){eot >= 0 ? eot : kvt_token_eos(t), 1.0f};
+        return 1;
+    }
+    // then those under 1 / (text tokens left + 1) of the renormalized probabilities
+    const float thr = 1.0f / (float)(n_txt + 1);
+    m = k;
+    k = 0;
+    for (int32_t i = 0; i < m; i++)
+        if (q[i] / sum >= thr || kvt_token_is_eog(t, c[i].id)) c[k++] = c[i];
+    return k;
+}
+
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     const int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i]};
@@ -253,7 +346,8 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         *v = is_ban(s->bias[i].bias) || *v == -INFINITY ? -INFINITY : *v + s->bias[i].bias;
     }
     if (s->count) apply_penalties(s);
-    if (s->p.temp <= 0.0f || (s->p.n_logit_bias > 0 && !bias_limits(s))) {
+    const bool all_banned = s->p.n_logit_bias > 0 && !bias_limits(s);
+    if (all_banned || (s->p.temp <= 0.0f && !s->p.infill)) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; i++) {
             if (s->c[i].v > s->c[best].v) best = i;
@@ -290,6 +384,10 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         }
     } else {
         m = cut_all(s);
+    }
+    if (s->p.infill) {
+        m = infill_filter(s, m);
+        if (s->p.temp <= 0.0f) return s->c[0].id; // the argmax of those left: sorted, the likeliest (lowest id) first
     }
     // temperature on the survivors: (p_i / p_max) ^ (1/T) renormalised == softmax(logit/T). Relative to the largest
     // survivor (a ratio in (0, 1], the largest's weight 1): p_i ^ (1/T) alone underflowed to 0 for every survivor at a

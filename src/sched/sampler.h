@@ -2,12 +2,13 @@
 //
 // Chain (as llama.cpp's default order): logit biases -> penalties over the last `penalty_last_n`
 // tokens (repetition, frequency, presence: llama.cpp's penalties sampler) ->
-// top-k -> top-p -> min-p -> temperature -> draw. temp <= 0 is greedy (argmax,
-// ties to the lowest id). Deterministic for a given seed.
+// top-k -> top-p -> min-p -> infill (when asked) -> temperature -> draw. temp <= 0 is greedy (argmax,
+// ties to the lowest id; with infill the argmax of what it keeps). Deterministic for a given seed.
 //
 // Cost per token: O(n_vocab) with top-k (a bounded heap keeps the k best, then k
 // are sorted); a full sort of the vocabulary only without top-k. Either way the
-// same draws as sorting everything (candidates ordered by logit, then id).
+// same draws as sorting everything (candidates ordered by logit, then id). The infill filter adds
+// O(m^2) comparisons of token texts over the m candidates the cuts leave (llama.cpp's cost too).
 #ifndef KVT_SAMPLER_H
 #define KVT_SAMPLER_H
 
@@ -36,6 +37,14 @@ typedef struct {
     float presence_penalty;  // 0: off. Subtracted once from the logit of a token present in the window
     const kvt_logit_bias *logit_bias; // [n_logit_bias] borrowed: kvt_sampler_init copies them (tokens < n_vocab; a token
     int32_t n_logit_bias;             // listed twice gets both biases)
+    // llama.cpp's infill sampler (fill in the middle, llama-server's "infill" in `samplers`) after min-p, before the
+    // temperature; NULL: off. Borrowed: the vocabulary must outlive the sampler. On the survivors' probabilities,
+    // renormalized: when 3 x (their end-of-generation mass) x (their count) exceeds the text mass, only the
+    // end-of-generation tokens stay; else a token whose text begins another's takes its probability (the likelier of
+    // the two keeps both, the other leaves), text tokens under 0.2 leave, then those under 1 / (texts left + 1); no
+    // text token left: EOT (else EOS) alone. The draw (or, at temp <= 0, the argmax) is then over those left, by
+    // their logits. So a greedy draw can differ from the raw argmax.
+    const struct kvt_tokenizer *infill;
 } kvt_sampler_params;
 
 // True when the parameters can change a logit before the draw (a logit bias, or a penalty that acts).
@@ -50,8 +59,8 @@ kvt_sampler_params kvt_sampler_params_default(void);
 
 typedef struct kvt_sampler kvt_sampler;
 
-// KVT_ERR_INVALID_ARG for an empty vocabulary or a logit bias whose token is outside it or whose bias is NaN (named);
-// KVT_ERR_NOMEM.
+// KVT_ERR_INVALID_ARG for an empty vocabulary or a logit bias whose token is outside it or whose bias is NaN (named),
+// or an infill vocabulary with neither EOT nor EOS; KVT_ERR_NOMEM.
 kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sampler **out, kvt_err *err);
 void kvt_sampler_free(kvt_sampler *s);
 // Picks a token from logits [n_vocab] (not modified).

@@ -70,6 +70,14 @@ typedef struct {
     int64_t n_gen, raw_len;        // tokens seen; bytes of their pieces (a position's offset in the raw text)
     size_t which;                  // the stop string that matched (stopped)
     bool nl;                       // a stream: a newline was sent
+    // n_indent / t_max_predict_ms (llama-server's limits for editors): the pieces' bytes (n_indent only), whether a
+    // piece held a newline, the offset after the newline whose line is checked next (0: none yet), where the answer
+    // was cut (the raw offset; -1: not), and whether a limit ended it (stop_type "limit")
+    bytes raw;
+    bool gen_nl;
+    size_t line_at;
+    int64_t cut_at;
+    bool limit;
     bool block;                    // an Anthropic stream: the text block was opened (content_block_start sent);
                                    // a Responses stream: the message item and its part (output_item.added sent)
 } choice;
@@ -119,7 +127,10 @@ kvt_http_job *kvt_http_job_create(kvt_request *req, const kvt_tokenizer *tok, co
     if (j) j->ch = calloc((size_t)p->n, sizeof *j->ch);
     if (j) j->model = strdup(model ? model : k_empty);
     bool ok = j && j->ch && j->model;
-    for (int32_t i = 0; ok && i < p->n; i++) ok = kvt_stop_create(p->stop, p->n_stop, &j->ch[i].stop, NULL) == KVT_OK;
+    for (int32_t i = 0; ok && i < p->n; i++) {
+        ok = kvt_stop_create(p->stop, p->n_stop, &j->ch[i].stop, NULL) == KVT_OK;
+        j->ch[i].cut_at = -1;
+    }
     if (!ok) {
         if (j) {
             for (int32_t i = 0; j->ch && i < p->n; i++) kvt_stop_free(j->ch[i].stop);
@@ -157,6 +168,7 @@ void kvt_http_job_unref(kvt_http_job *j) {
         free(j->ch[i].text.p);
         free(j->ch[i].pend.p);
         free(j->ch[i].ids);
+        free(j->ch[i].raw.p);
         kvt_stop_free(j->ch[i].stop);
     }
     free(j->ch);
@@ -506,6 +518,38 @@ static bool native_token(kvt_http_job *j, choice *c, int32_t id) {
     return true;
 }
 
+// llama-server's limits of an editor's request after a token whose bytes were piece[0..n) (j->mu held): n_indent (a
+// line after the first newline indented less than n_indent spaces or tabs ends the answer before its text, checked a
+// token behind, as llama-server checks it) and t_max_predict_ms (a newline after that long since the first token).
+// False when the answer ends here.
+static bool editor_limits(kvt_http_job *j, choice *c, const char *piece, int64_t n) {
+    const struct kvt_native_ext *x = j->p->native;
+    if (!x || (x->n_indent <= 0 && x->t_max_predict_ms <= 0)) return true;
+    bool go = true;
+    if (x->n_indent > 0) {
+        if (n > 0 && !bytes_add(&c->raw, piece, (size_t)n)) j->failed_oom = true;
+        if (c->gen_nl && c->line_at > 0) {
+            size_t pos = c->line_at;
+            int32_t ind = 0;
+            while (pos < c->raw.len && (c->raw.p[pos] == ' ' || c->raw.p[pos] == '\t')) ind++, pos++;
+            if (pos < c->raw.len && ind < x->n_indent) {
+                c->cut_at = (int64_t)pos;
+                go = false;
+            }
+        }
+        if (c->gen_nl && c->line_at < c->raw.len) {
+            const char *nl = memchr(c->raw.p + c->line_at, '\n', c->raw.len - c->line_at);
+            if (nl) c->line_at = (size_t)(nl - c->raw.p) + 1;
+        }
+    }
+    if (n > 0 && memchr(piece, '\n', (size_t)n)) {
+        c->gen_nl = true;
+        if (x->t_max_predict_ms > 0 && (kvt_time_ns() - j->t_first) / 1000000 > x->t_max_predict_ms) go = false;
+    }
+    if (!go) c->limit = true;
+    return go;
+}
+
 static bool on_token(void *user, int32_t i, const kvt_engine_token *t) {
     kvt_http_job *j = user;
     pthread_mutex_lock(&j->mu);
@@ -523,6 +567,10 @@ static bool on_token(void *user, int32_t i, const kvt_engine_token *t) {
         if (n < 0) j->failed_oom = true;
         else go = emit_text(j, i, j->piece, (size_t)n, false, NULL);
         c->raw_len += n > 0 ? n : 0;
+        if (go && native && n >= 0) go = editor_limits(j, c, j->piece, n);
+    } else if (go && native) {
+        editor_limits(j, c, NULL, 0); // an end-of-generation token has no text, but the indent check runs (a cut
+        c->limit = false;             // stands; the stop stays "eos", as llama-server's end-of-generation check is last)
     }
     if (native && j->p->stream && live && !j->failed_oom) native_partial(j, i, t->id, true);
     go = go && !j->failed_oom;
@@ -534,8 +582,12 @@ static void on_finish(void *user, int32_t i, kvt_finish why) {
     kvt_http_job *j = user;
     pthread_mutex_lock(&j->mu);
     choice *c = &j->ch[i];
-    c->finish = why == KVT_FINISH_LENGTH && !c->stopped ? "length" : "stop";
+    c->finish = why == KVT_FINISH_LENGTH && !c->stopped && !c->limit ? "length" : "stop";
     emit_text(j, i, NULL, 0, true, c->finish);
+    if (c->cut_at >= 0 && !j->p->stream) { // n_indent: the answer without the short line's text (a stream sent it)
+        const size_t drop = c->raw.len - (size_t)c->cut_at;
+        if (c->text.len >= drop) c->text.len -= drop;
+    }
     if (j->p->kind == KVT_REQ_NATIVE && j->p->stream && c->pend.len) native_partial(j, i, 0, false); // the held-back text
     pthread_mutex_unlock(&j->mu);
 }
@@ -587,10 +639,12 @@ static char *native_summary(kvt_http_job *j, size_t *len) {
         .seed = j->seed,
         .has_new_line = stream ? c->nl : c->text.len && memchr(c->text.p, '\n', c->text.len),
         .truncated = length && (p->max_tokens < 0 || c->n_gen < p->max_tokens), // the context's end, as llama-server
-        .stop_type = c->stopped ? "word" : length ? "limit" : "eos",
+        .stop_type = c->stopped ? "word" : length || c->limit ? "limit" : "eos",
         .stopping_word = c->stopped && c->which < p->n_stop ? p->stop[c->which] : k_empty,
         .tokens_cached = held > 0 ? held : 0,
         .timings = &t,
+        .fields = p->native ? p->native->response_fields : NULL,
+        .n_fields = p->native ? p->native->n_response_fields : 0,
     };
     char *json = NULL;
     kvt_native_resp_json(&r, &json, len, NULL);

@@ -103,9 +103,8 @@ static kvt_status refuse_unsupported(json_t *root, kvt_api_error *e) {
     static const struct {
         const char *key;
         double lo, hi;
-    } num[] = {{"dynatemp_range", -HUGE_VAL, 0},   {"top_n_sigma", -HUGE_VAL, 0},         {"min_keep", 0, 1},
-               {"n_indent", 0, 0},                 {"t_max_predict_ms", -HUGE_VAL, 0},    {"n_cmpl", 1, 1},
-               {"reasoning_budget_tokens", -1, -1}};
+    } num[] = {{"dynatemp_range", -HUGE_VAL, 0}, {"top_n_sigma", -HUGE_VAL, 0}, {"min_keep", 0, 1},
+               {"n_cmpl", 1, 1},                  {"reasoning_budget_tokens", -1, -1}};
     for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
         json_t *v = field(root, num[i].key);
         if (!v) continue;
@@ -121,12 +120,9 @@ static kvt_status refuse_unsupported(json_t *root, kvt_api_error *e) {
     if (ps && !json_is_false(ps))
         return kvt_api_errorf(e, 400, NULL, "post_sampling_probs", "post_sampling_probs: not supported by kvtier "
                               "(completion_probabilities are the model's, before sampling)");
-    static const char *const lists[] = {"lora", "response_fields"};
-    for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
-        json_t *v = field(root, lists[i]);
-        if (v && !(json_is_array(v) && json_array_size(v) == 0))
-            return kvt_api_errorf(e, 400, NULL, lists[i], "%s: not supported by kvtier", lists[i]);
-    }
+    json_t *lora = field(root, "lora");
+    if (lora && !(json_is_array(lora) && json_array_size(lora) == 0))
+        return kvt_api_errorf(e, 400, NULL, "lora", "lora: not supported by kvtier");
     // accepted and ignored (they change neither the answer nor its fields): type-checked as llama-server reads them
     static const char *const flags[] = {"cache_prompt", "timings_per_token", "return_progress", "verbose",
                                         "backend_sampling"};
@@ -134,6 +130,24 @@ static kvt_status refuse_unsupported(json_t *root, kvt_api_error *e) {
         bool b;
         if (kvt_req_get_bool(root, flags[i], &b, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     }
+    return KVT_OK;
+}
+
+// response_fields: a list of strings (paths into the answer, "/" between keys), kept as pointers into root's strings.
+static kvt_status response_fields(json_t *root, struct kvt_native_ext *x, kvt_api_error *e) {
+    json_t *v = field(root, "response_fields");
+    if (!v) return KVT_OK;
+    if (!json_is_array(v))
+        return kvt_api_errorf(e, 400, NULL, "response_fields", "response_fields: must be a list of strings, got %s",
+                              kvt_req_type_name(v));
+    const size_t n = json_array_size(v);
+    if (n && !(x->response_fields = malloc(n * sizeof *x->response_fields))) return oom(e);
+    for (size_t i = 0; i < n; i++) {
+        char pp[48];
+        snprintf(pp, sizeof pp, "response_fields[%zu]", i);
+        if (kvt_req_check_str(json_array_get(v, i), pp, &x->response_fields[i], e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    }
+    x->n_response_fields = n;
     return KVT_OK;
 }
 
@@ -162,14 +176,23 @@ kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, st
     p->logprobs = x->n_probs > 0;
     p->top_logprobs = x->n_probs;
     if (kvt_req_get_bool(root, "return_tokens", &x->return_tokens, e) != KVT_OK ||
-        kvt_req_get_int(root, "id_slot", -1, INT64_MAX, &x->id_slot, NULL, e) != KVT_OK)
+        kvt_req_get_int(root, "id_slot", -1, INT64_MAX, &x->id_slot, NULL, e) != KVT_OK ||
+        kvt_req_get_int(root, "n_indent", 0, INT32_MAX, &v, &given, e) != KVT_OK)
         return KVT_ERR_INVALID_ARG;
+    x->n_indent = given ? (int32_t)v : 0;
+    json_t *tm = field(root, "t_max_predict_ms"); // llama-server's integer milliseconds; <= 0: off
+    if (tm && !json_is_number(tm))
+        return kvt_api_errorf(e, 400, NULL, "t_max_predict_ms", "t_max_predict_ms: must be a number, got %s",
+                              kvt_req_type_name(tm));
+    const double ms = tm ? json_number_value(tm) : 0;
+    x->t_max_predict_ms = ms >= 1 ? (ms < 1e15 ? (int64_t)ms : (int64_t)1e15) : 0;
+    if (response_fields(root, x, e) != KVT_OK) return e->http_status == 500 ? KVT_ERR_NOMEM : KVT_ERR_INVALID_ARG;
     return refuse_unsupported(root, e);
 }
 
 // ---- samplers ----
 
-enum { S_IGNORED, S_PENALTIES, S_TOP_K, S_TOP_P, S_MIN_P, S_TEMP, S_REFUSED };
+enum { S_IGNORED, S_PENALTIES, S_TOP_K, S_TOP_P, S_MIN_P, S_INFILL, S_TEMP, S_REFUSED };
 
 // A sampler name (llama-server's names and aliases, any case) or character; S_IGNORED for the samplers kvtier
 // lacks (whose settings the other fields keep neutral) and for names llama-server does not know (it skips them).
@@ -180,7 +203,7 @@ static int sampler_of(const char *s, size_t n) {
     } names[] = {{"penalties", S_PENALTIES}, {"top_k", S_TOP_K},   {"top-k", S_TOP_K},       {"topk", S_TOP_K},     {"top_p", S_TOP_P},
                  {"top-p", S_TOP_P},   {"topp", S_TOP_P},        {"nucleus", S_TOP_P},  {"min_p", S_MIN_P},
                  {"min-p", S_MIN_P},   {"minp", S_MIN_P},        {"temperature", S_TEMP}, {"temp", S_TEMP},
-                 {"infill", S_REFUSED}, {"adaptive_p", S_REFUSED}, {"adaptive-p", S_REFUSED},
+                 {"infill", S_INFILL}, {"adaptive_p", S_REFUSED}, {"adaptive-p", S_REFUSED},
                  {"adaptivep", S_REFUSED}};
     if (n == 1) {
         switch (s[0]) {
@@ -189,7 +212,7 @@ static int sampler_of(const char *s, size_t n) {
         case 'p': return S_TOP_P;
         case 'm': return S_MIN_P;
         case 't': return S_TEMP;
-        case 'i':
+        case 'i': return S_INFILL;
         case 'a': return S_REFUSED;
         default: return S_IGNORED;
         }
@@ -201,7 +224,7 @@ static int sampler_of(const char *s, size_t n) {
 
 // samplers: the implemented samplers that act (non-neutral settings) must keep kvtier's order (penalties, top_k, top_p,
 // min_p, temperature) and appear once; one left out is not applied (its setting becomes neutral, as in llama-server).
-static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_error *e) {
+static kvt_status apply_samplers(json_t *root, kvt_request_params *p, struct kvt_native_ext *x, kvt_api_error *e) {
     json_t *v = field(root, "samplers");
     if (!v) return KVT_OK;
     const bool chars = json_is_string(v);
@@ -224,8 +247,7 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
         }
         if (k == S_REFUSED)
             return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: the %s sampler is not supported by kvtier",
-                                  chars ? (json_string_value(v)[i] == 'i' ? "infill" : "adaptive_p")
-                                        : json_string_value(json_array_get(v, i)));
+                                  chars ? "adaptive_p" : json_string_value(json_array_get(v, i)));
         count[k]++;
         if (k != S_IGNORED) {
             if (k < last) ordered = false;
@@ -240,10 +262,12 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
     if (!count[S_TOP_P]) p->top_p = 1.0;
     if (!count[S_MIN_P]) p->min_p = 0.0;
     if (!count[S_TEMP]) p->temperature = 1.0;
+    x->infill_sampler = count[S_INFILL] > 0;
+    // (beside infill a greedy temperature acts too: where it stands decides whether infill sees one candidate or all)
     const bool active[] = {false, p->repeat_last_n > 0 && (p->repeat_penalty != 1.0 || p->frequency_penalty != 0.0 ||
                                                            p->presence_penalty != 0.0),
-                           p->top_k > 0, p->top_p < 1.0, p->min_p > 0.0,
-                           p->temperature > 0.0 && p->temperature != 1.0};
+                           p->top_k > 0, p->top_p < 1.0, p->min_p > 0.0, x->infill_sampler,
+                           p->temperature != 1.0 && (p->temperature > 0.0 || x->infill_sampler)};
     int n_active = 0;
     for (int k = S_PENALTIES; k <= S_TEMP; k++) {
         if (active[k] && count[k] > 1)
@@ -253,12 +277,12 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
     }
     if (!ordered && n_active > 1)
         return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: kvtier applies penalties, top_k, top_p, min_p, "
-                              "temperature in that order (llama-server's default); another order is not supported");
+                              "infill, temperature in that order (llama-server's default, infill before the "
+                              "temperature); another order is not supported");
     return KVT_OK;
 }
 
 kvt_status kvt_native_finish(json_t *root, kvt_request_params *p, struct kvt_native_ext *x, kvt_api_error *e) {
-    (void)x;
     int64_t v;
     bool given;
     // n_predict wins over max_tokens and max_completion_tokens (llama-server's precedence); request.c checked it
@@ -274,13 +298,14 @@ kvt_status kvt_native_finish(json_t *root, kvt_request_params *p, struct kvt_nat
     if (p->top_p > 1) p->top_p = 1;
     if (p->min_p < 0) p->min_p = 0;
     if (p->min_p > 1) p->min_p = 1;
-    return apply_samplers(root, p, e);
+    return apply_samplers(root, p, x, e);
 }
 
 void kvt_native_free(struct kvt_native_ext *x) {
     if (!x) return;
     free(x->pieces);
     free(x->ids);
+    free(x->response_fields);
     kvt_infill_free(x->infill);
     free(x);
 }
@@ -334,11 +359,34 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "n_probs", json_integer(n_probs), ok);
     set(o, "min_keep", json_integer(0), ok);
     set(o, "grammar", json_string(""), ok);
-    static const char *const chain[] = {"penalties", "top_k", "top_p", "min_p", "temperature"};
-    for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++) append(smp, json_string(chain[i]), ok);
+    static const char *const chain[] = {"penalties", "top_k", "top_p", "min_p", "infill", "temperature"};
+    const bool infill = p->native && p->native->infill_sampler;
+    for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++)
+        if (infill || strcmp(chain[i], "infill")) append(smp, json_string(chain[i]), ok);
     set(o, "samplers", smp, ok);
     set(o, "post_sampling_probs", json_false(), ok);
     return o;
+}
+
+// A new object holding, for each path of fields ("a/b": keys between the slashes) found in o, its value under the path
+// as key; o is released. A path through a non-object or a missing key is left out (llama-server's
+// json_get_nested_values).
+static json_t *only_fields(json_t *o, const char *const *fields, size_t n, bool *ok) {
+    json_t *r = json_object();
+    for (size_t i = 0; r && i < n; i++) {
+        json_t *cur = o;
+        for (const char *k = fields[i]; cur;) {
+            const char *sl = strchr(k, '/');
+            const size_t kl = sl ? (size_t)(sl - k) : strlen(k);
+            cur = json_is_object(cur) ? json_object_getn(cur, k, kl) : NULL;
+            if (!sl) break;
+            k = sl + 1;
+        }
+        if (cur) set(r, fields[i], json_incref(cur), ok);
+    }
+    if (!r) *ok = false;
+    json_decref(o);
+    return r;
 }
 
 kvt_status kvt_native_resp_json(const kvt_native_resp *r, char **out, size_t *out_len, kvt_err *err) {
@@ -375,6 +423,7 @@ kvt_status kvt_native_resp_json(const kvt_native_resp *r, char **out, size_t *ou
     if (r->timings) set(o, "timings", kvt_resp_timings_json(r->timings, &ok), &ok);
     if (r->has_probs)
         set(o, "completion_probabilities", kvt_resp_logprob_list(r->probs, r->n_probs, true, &ok), &ok);
+    if (ok && r->stop && r->n_fields > 0) o = only_fields(o, r->fields, r->n_fields, &ok);
     char *s = ok ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(o);
     if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "response: out of memory building a /completion answer");

@@ -13,16 +13,19 @@
 //                   changes the answer); cache_prompt, timings_per_token, return_progress, verbose, n_keep,
 //                   n_discard, n_cache_reuse, sse_ping_interval, backend_sampling: accepted and ignored likewise
 //   samplers        a list of sampler names or a string of sampler characters: accepted when the samplers kvtier
-//                   implements (top_k, top_p, min_p, temperature) that are listed keep that order; one left out of the
-//                   list is not applied (as llama-server: top_k 0, top_p 1, min_p 0, temperature 1)
+//                   implements (top_k, top_p, min_p, infill, temperature) that are listed keep that order; one left
+//                   out of the list is not applied (as llama-server: top_k 0, top_p 1, min_p 0, temperature 1)
 //   n_predict       wins over max_tokens (as llama-server); -1: until an end-of-generation token or the context's end
 //   seed            -1 (or 4294967295) is a random seed, as llama-server
 //   temperature, top_k, min_p, top_p above 1: clamped into range as llama-server clamps them; absent: llama-server's
 //                   defaults (kvt_native_defaults), not /v1's
+//   n_indent        integer >= 0, t_max_predict_ms number (<= 0: off), response_fields list of strings: as
+//                   llama-server (kvt_native_ext below; the editor plugins llama.vim and llama.vscode send them);
+//                   t_max_prompt_ms is ignored, as llama-server ignores it
 // Refused (400 naming the field) when they ask for something: n > 1 (n_cmpl), post_sampling_probs, dynatemp_range,
-// top_n_sigma, min_keep > 1, n_indent, t_max_predict_ms, reasoning_budget_tokens, lora, response_fields,
-// multimodal_data, the samplers kvtier lacks when listed with a non-neutral setting (refused by their own fields), an
-// unknown sampler name, and the implemented samplers in another order.
+// top_n_sigma, min_keep > 1, reasoning_budget_tokens, lora, multimodal_data, the samplers kvtier lacks when listed
+// with a non-neutral setting (refused by their own fields), an unknown sampler name, and the implemented samplers
+// (penalties, top_k, top_p, min_p, infill, temperature) in another order when more than one of them acts.
 #ifndef KVT_NATIVE_H
 #define KVT_NATIVE_H
 
@@ -50,6 +53,13 @@ struct kvt_native_ext {
     int32_t n_probs;          // alternatives per token in completion_probabilities (0: none)
     bool return_tokens;
     int64_t id_slot;          // as given (-1: any)
+    bool infill_sampler;      // "infill" in samplers: llama.cpp's infill sampler (sampler.h) after min_p
+    int32_t n_indent;         // > 0: a generated line after the first indented less than this many spaces or tabs
+                              // ends the answer before that line's text (llama-server's rule; 0: off)
+    int64_t t_max_predict_ms; // > 0: once a newline was generated, a token with a newline after this many ms of
+                              // generation ends it (stop_type "limit"; 0: off)
+    const char **response_fields; // [n_response_fields] paths ("timings/prompt_n") into the JSON text of the request;
+    size_t n_response_fields;     // the final answer holds only these, each under its path (none: all)
 };
 
 // request.c's field readers (request.h describes them), for native.c.
@@ -110,6 +120,8 @@ typedef struct {
     const char *stopping_word;      // "" when none
     int64_t tokens_cached;
     const kvt_resp_timings *timings; // NULL: no "timings"
+    const char *const *fields;      // response_fields: the summary holds only these paths, each under its path as its
+    size_t n_fields;                // key (llama-server's json_get_nested_values; a path not found is left out)
 } kvt_native_resp;
 
 // The JSON text of r into a new *out (caller frees; *out_len its length, may be NULL). Errors: KVT_ERR_NOMEM.

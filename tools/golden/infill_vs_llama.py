@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 # infill_vs_llama.py - POST /infill of kvtier serve against llama-server on the same GGUF: the same prompt text,
 # tokens_evaluated and (greedy, n_predict 16, return_tokens) generated ids, request by request (docs/SERVING.md,
-# "Fill in the middle"). The model needs FIM tokens; SmolLM2 and Gemma 3 270M have none, so give them some by id:
+# "Fill in the middle"); then the editor plugins' fields (EDITOR: n_indent, the infill sampler, response_fields) with
+# the content and stop_type too, on /infill and on /completion (COMPLETION_EDITOR). The model needs FIM tokens; SmolLM2 and Gemma 3 270M have none, so give them some by id:
 #   python3 llama.cpp/gguf-py/gguf/scripts/gguf_new_metadata.py IN.gguf OUT.gguf --special-token-by-id fim_pre 6 \
 #       --special-token-by-id fim_suf 7 --special-token-by-id fim_mid 8 [--special-token-by-id fim_sep 5]
 # Usage: tools/golden/infill_vs_llama.py --kvtier build/kvtier --llama-server DIR/llama-server -m OUT.gguf -c 4096
-#        [-- FLAGS FOR BOTH, e.g. --spm-infill -b 256]
+#        [-t THREADS of both, 1 by default] [-- FLAGS FOR BOTH, e.g. --spm-infill -b 256]
 # Prints SAME / DIFF per request (DIFF with both answers); exit 1 if a prompt differs.
 # --speed N: instead, N rounds (the two servers' order alternating) of one FIM request of ~2.5K tokens (a repository
 # context of two files, then a prefix made unique per request, a suffix), n_predict 32 with ignore_eos; prints per server
@@ -32,9 +33,33 @@ CASES = [
                      for k in range(3)]},
 ]
 
+# The editor plugins' requests (llama.vim's fields; the infill sampler, then a greedy temperature so that the answers
+# are comparable), on the first cases: the content, ids, stop_type and the keys of the answer must match too.
+EDITOR = [
+    {"n_predict": 64, "n_indent": 4, "samplers": ["top_k", "top_p", "infill", "temperature"], "top_k": 40,
+     "top_p": 0.99, "t_max_prompt_ms": 500, "t_max_predict_ms": 100000, "cache_prompt": True},
+    {"n_predict": 64, "n_indent": 1, "samplers": ["top_k", "top_p", "infill", "temperature"], "top_k": 40,
+     "top_p": 0.99},
+    {"n_predict": 64, "samplers": ["top_k", "infill", "temperature"], "top_k": 10,
+     "response_fields": ["content", "tokens", "stop_type", "timings/prompt_n", "truncated", "nope/x"]},
+]
 
-def post(port, body):
-    req = urllib.request.Request("http://127.0.0.1:%d/infill" % port, json.dumps(body).encode(),
+# The same fields on /completion (llama-server takes them there too), on prompts whose greedy answers run over lines.
+COMPLETION_PROMPTS = [
+    "def fibonacci(n):\n    ",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n        ",
+    "<|im_start|>user\nWrite a Python function that sorts a list, with comments.<|im_end|>\n<|im_start|>assistant\n"
+    "```python\ndef",
+]
+COMPLETION_EDITOR = [
+    {"n_indent": 4}, {"n_indent": 8},
+    {"samplers": ["top_k", "top_p", "infill", "temperature"], "top_k": 40, "top_p": 0.99},
+    {"samplers": ["top_k", "top_p", "infill", "temperature"], "top_k": 40, "top_p": 0.99, "n_indent": 4},
+]
+
+
+def post(port, body, path="/infill"):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=600) as r:
@@ -92,7 +117,7 @@ def main():
     ap.add_argument("rest", nargs="*")
     a = ap.parse_args()
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.abspath(a.llama_server)))
-    kv = subprocess.Popen([a.kvtier, "serve", "-m", a.m, "--port", str(a.port), "-c", a.c, "-t", "1"] + a.rest,
+    kv = subprocess.Popen([a.kvtier, "serve", "-m", a.m, "--port", str(a.port), "-c", a.c, "-t", a.t] + a.rest,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ll = subprocess.Popen([a.llama_server, "-m", a.m, "--port", str(a.port + 1), "-c", a.c, "-np", "1", "-t", a.t] +
                           a.rest, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -102,16 +127,22 @@ def main():
         wait_ready(a.port + 1, ll)
         if a.speed:
             return speed(a.port, a.speed)
-        for c in CASES:
-            b = dict(c, n_predict=16, temperature=0, return_tokens=True)
+        bodies = [(c, dict(c, n_predict=16, temperature=0, return_tokens=True)) for c in CASES]
+        bodies = [("/infill", c, b) for c, b in bodies]
+        bodies += [("/infill", dict(c, **e), dict(c, temperature=0, return_tokens=True, **e)) for c in CASES[:3]
+                   for e in EDITOR]
+        bodies += [("/completion", dict(e, prompt=c), dict(e, prompt=c, n_predict=96, temperature=0, return_tokens=True))
+                   for c in COMPLETION_PROMPTS for e in COMPLETION_EDITOR]
+        for path, c, b in bodies:
             got = []
             for port in (a.port, a.port + 1):
-                st, j = post(port, b)
-                got.append((st, j.get("prompt"), j.get("tokens_evaluated"), j.get("tokens"), j.get("error")))
+                st, j = post(port, b, path)
+                got.append((st, j.get("prompt"), j.get("tokens_evaluated"), j.get("tokens"), j.get("error"),
+                            j.get("content"), j.get("stop_type"), sorted(j) if "response_fields" in b else None))
             same_prompt = got[0][:3] == got[1][:3]
             bad += not same_prompt
-            print("%s%s %s" % ("SAME" if got[0] == got[1] else "DIFF", "" if same_prompt else " (PROMPT)",
-                               json.dumps(c)[:100]))
+            print("%s%s %s %s %s" % ("SAME" if got[0] == got[1] else "DIFF", "" if same_prompt else " (PROMPT)", path,
+                                     got[0][6], json.dumps(c)[:160]))
             if got[0] != got[1]:
                 for g in got:
                     print("    %r" % (g,))
