@@ -114,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (n < 3 || ids[n - 1] != kvt_token_fim(t, KVT_FIM_MID) || n > most) __builtin_trap();
         free(ids);
     }
-    if (p->native->infill_sampler) { // the editors' sampler over logits from the input's bytes
+    if (p->infill_sampler) { // the editors' sampler over logits from the input's bytes
         const int32_t nv = kvt_tokenizer_n_vocab(t);
         float *l = malloc((size_t)nv * sizeof *l);
         kvt_sampler_params sp = kvt_sampler_params_default();

@@ -215,7 +215,7 @@ static void test_editor_fields(void) {
                                   "\"response_fields\":[\"content\",\"timings/prompt_n\",\"nope/x\"]}", &e);
     const kvt_request_params *p = r ? kvt_request_get(r) : NULL;
     const struct kvt_native_ext *x = p ? p->native : NULL;
-    test_result(x && x->infill_sampler && x->n_indent == 4 && x->t_max_predict_ms == 3000 && p->top_k == 40 &&
+    test_result(x && p->infill_sampler && p->n_indent == 4 && p->t_max_predict_ms == 3000 && p->top_k == 40 &&
                     fabs(p->top_p - 0.99) < 1e-12 && p->min_p == 0 && p->temperature == 1 && x->n_response_fields == 3 &&
                     !strcmp(x->response_fields[1], "timings/prompt_n"),
                 "serve.infill: llama.vim's request (n_indent, the infill sampler, t_max_predict_ms, response_fields) is "
@@ -245,18 +245,30 @@ static void test_editor_fields(void) {
     kvt_request_free(r);
     // off values: n_indent 0, t_max_predict_ms <= 0; infill by its character; llama.vim's warm-up request
     r = parse("{\"prompt\":\"x\",\"n_indent\":0,\"t_max_predict_ms\":-1,\"samplers\":\"kpi\",\"response_fields\":[]}", &e);
-    x = r ? kvt_request_get(r)->native : NULL;
-    test_result(x && x->n_indent == 0 && x->t_max_predict_ms == 0 && x->infill_sampler && x->n_response_fields == 0,
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(p && p->n_indent == 0 && p->t_max_predict_ms == 0 && p->infill_sampler && p->native->n_response_fields == 0,
                 "serve.native: n_indent 0 and t_max_predict_ms -1 are off; 'i' is the infill sampler", "%s",
                 r ? "values" : e.message);
     kvt_request_free(r);
     r = parse_infill("{\"input_prefix\":\"\",\"input_suffix\":\"\",\"input_extra\":[],\"prompt\":\"\",\"n_predict\":1,"
                      "\"temperature\":0.0,\"stream\":false,\"samplers\":[\"temperature\"],\"cache_prompt\":true,"
                      "\"t_max_prompt_ms\":1,\"t_max_predict_ms\":1}", &e);
-    x = r ? kvt_request_get(r)->native : NULL;
-    test_result(x && !x->infill_sampler && x->t_max_predict_ms == 1 && kvt_request_get(r)->temperature == 0,
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(p && !p->infill_sampler && p->t_max_predict_ms == 1 && p->temperature == 0,
                 "serve.infill: llama.vim's cache warm-up request (empty prefix and prompt) is accepted", "%s",
                 r ? "values" : e.message);
+    kvt_request_free(r);
+    // /v1 takes them as llama-server does: a chain without top_p leaves it off; n_indent; infill; the refusals
+    r = parse_as(KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"top_p\":0.5,\"samplers\":[\"top_k\",\"infill\"],\"n_indent\":2,"
+                 "\"t_max_predict_ms\":70}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(p && p->infill_sampler && p->top_p == 1 && p->n_indent == 2 && p->t_max_predict_ms == 70,
+                "serve.v1: samplers, n_indent and t_max_predict_ms are taken on /v1/completions too (llama-server's)",
+                "%s", r ? "values" : e.message);
+    kvt_request_free(r);
+    r = parse_as(KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_n_sigma\":1}", &e);
+    test_result(!r && e.http_status == 400 && !strcmp(e.param, "top_n_sigma"),
+                "serve.v1: top_n_sigma (not implemented) is refused on /v1/chat/completions too, named", "%s", e.message);
     kvt_request_free(r);
 }
 

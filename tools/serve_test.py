@@ -583,8 +583,8 @@ def t_native_prompts(s):
     assert [p["id"] for p in streamed] == [p["id"] for p in probs], (streamed, probs)
 
 
-@case("editor fields (llama.vim, llama.vscode): n_indent cuts a short line, t_max_predict_ms ends after a newline, "
-      "response_fields keeps the paths asked, the infill sampler is accepted")
+@case("editor fields (llama.vim, llama.vscode): n_indent cuts a short line (/completion, /v1 too), t_max_predict_ms "
+      "ends after a newline, response_fields keeps the paths asked, the infill sampler is accepted")
 def t_editor_fields(s):
     nl = s.post("/tokenize", {"content": "\n", "add_special": False})[2]["tokens"][-1:]  # SPM: [space...] <0x0A>
     assert s.post("/detokenize", {"tokens": nl})[2]["content"] == "\n", nl
@@ -608,6 +608,14 @@ def t_editor_fields(s):
                                                                                  "stop_type", "timings/nope", "x/y"]))
     assert st == 200 and sorted(r) == ["content", "stop_type", "timings/predicted_n"], r
     assert r["content"] == "\n\n\n" and r["timings/predicted_n"] == 3, r
+    # /v1 takes them too, as llama-server: the cut answer's finish_reason is "length"
+    v1 = {"temperature": 0, "ignore_eos": True, "logit_bias": [[nl[0], 100]], "max_tokens": 10, "n_indent": 1}
+    st, _, r = s.post("/v1/completions", dict(v1, prompt="A"))
+    assert st == 200 and r["choices"][0]["text"] == "\n" and r["choices"][0]["finish_reason"] == "length", r
+    assert r["usage"]["completion_tokens"] == 3, r
+    st, _, r = s.post("/v1/chat/completions", dict(v1, messages=[{"role": "user", "content": "hi"}]))
+    assert st == 200 and r["choices"][0]["message"]["content"] == "\n", r
+    assert r["choices"][0]["finish_reason"] == "length", r
     # the infill sampler, greedy after it (llama.vim sends top_k, top_p, infill); before the temperature only
     st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 4, "samplers": ["top_k", "top_p", "infill",
                                       "temperature"], "top_k": 40, "top_p": 0.99, "temperature": 0})

@@ -523,8 +523,8 @@ static bool native_token(kvt_http_job *j, choice *c, int32_t id) {
 // token behind, as llama-server checks it) and t_max_predict_ms (a newline after that long since the first token).
 // False when the answer ends here.
 static bool editor_limits(kvt_http_job *j, choice *c, const char *piece, int64_t n) {
-    const struct kvt_native_ext *x = j->p->native;
-    if (!x || (x->n_indent <= 0 && x->t_max_predict_ms <= 0)) return true;
+    const kvt_request_params *x = j->p;
+    if (x->n_indent <= 0 && x->t_max_predict_ms <= 0) return true;
     bool go = true;
     if (x->n_indent > 0) {
         if (n > 0 && !bytes_add(&c->raw, piece, (size_t)n)) j->failed_oom = true;
@@ -567,8 +567,8 @@ static bool on_token(void *user, int32_t i, const kvt_engine_token *t) {
         if (n < 0) j->failed_oom = true;
         else go = emit_text(j, i, j->piece, (size_t)n, false, NULL);
         c->raw_len += n > 0 ? n : 0;
-        if (go && native && n >= 0) go = editor_limits(j, c, j->piece, n);
-    } else if (go && native) {
+        if (go && n >= 0) go = editor_limits(j, c, j->piece, n);
+    } else if (go) {
         editor_limits(j, c, NULL, 0); // an end-of-generation token has no text, but the indent check runs (a cut
         c->limit = false;             // stands; the stop stays "eos", as llama-server's end-of-generation check is last)
     }
@@ -582,9 +582,10 @@ static void on_finish(void *user, int32_t i, kvt_finish why) {
     kvt_http_job *j = user;
     pthread_mutex_lock(&j->mu);
     choice *c = &j->ch[i];
-    c->finish = why == KVT_FINISH_LENGTH && !c->stopped && !c->limit ? "length" : "stop";
+    c->finish = (why == KVT_FINISH_LENGTH && !c->stopped) || c->limit ? "length" : "stop"; // a limit: llama-server's
     emit_text(j, i, NULL, 0, true, c->finish);
     if (c->cut_at >= 0 && !j->p->stream) { // n_indent: the answer without the short line's text (a stream sent it)
+        // (logprobs keep the cut positions, as llama-server's; the text alone loses them)
         const size_t drop = c->raw.len - (size_t)c->cut_at;
         if (c->text.len >= drop) c->text.len -= drop;
     }
@@ -638,8 +639,8 @@ static char *native_summary(kvt_http_job *j, size_t *len) {
         .n_probs_asked = p->top_logprobs,
         .seed = j->seed,
         .has_new_line = stream ? c->nl : c->text.len && memchr(c->text.p, '\n', c->text.len),
-        .truncated = length && (p->max_tokens < 0 || c->n_gen < p->max_tokens), // the context's end, as llama-server
-        .stop_type = c->stopped ? "word" : length || c->limit ? "limit" : "eos",
+        .truncated = length && !c->limit && (p->max_tokens < 0 || c->n_gen < p->max_tokens), // the context's end
+        .stop_type = c->stopped ? "word" : length ? "limit" : "eos",
         .stopping_word = c->stopped && c->which < p->n_stop ? p->stop[c->which] : k_empty,
         .tokens_cached = held > 0 ? held : 0,
         .timings = &t,

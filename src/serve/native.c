@@ -99,23 +99,26 @@ static kvt_status parse_prompt(json_t *root, kvt_request_params *p, struct kvt_n
 
 // Fields that would change the answer and that kvtier does not implement, with the range of values that ask for
 // nothing (llama-server's "disabled" values).
+// A number field whose values outside [lo, hi] ask for something kvtier does not implement.
+static kvt_status refuse_range(json_t *root, const char *key, double lo, double hi, kvt_api_error *e) {
+    json_t *v = field(root, key);
+    if (!v) return KVT_OK;
+    if (!json_is_number(v))
+        return kvt_api_errorf(e, 400, NULL, key, "%s: must be a number, got %s", key, kvt_req_type_name(v));
+    const double x = json_number_value(v);
+    if (x < lo || x > hi)
+        return kvt_api_errorf(e, 400, NULL, key, "%s: %g is not supported by kvtier (it accepts [%g, %g], where it "
+                              "does nothing)", key, x, lo, hi);
+    return KVT_OK;
+}
+
 static kvt_status refuse_unsupported(json_t *root, kvt_api_error *e) {
     static const struct {
         const char *key;
         double lo, hi;
-    } num[] = {{"dynatemp_range", -HUGE_VAL, 0}, {"top_n_sigma", -HUGE_VAL, 0}, {"min_keep", 0, 1},
-               {"n_cmpl", 1, 1},                  {"reasoning_budget_tokens", -1, -1}};
-    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
-        json_t *v = field(root, num[i].key);
-        if (!v) continue;
-        if (!json_is_number(v))
-            return kvt_api_errorf(e, 400, NULL, num[i].key, "%s: must be a number, got %s", num[i].key,
-                                  kvt_req_type_name(v));
-        const double x = json_number_value(v);
-        if (x < num[i].lo || x > num[i].hi)
-            return kvt_api_errorf(e, 400, NULL, num[i].key, "%s: %g is not supported by kvtier (it accepts [%g, %g], "
-                                  "where it does nothing)", num[i].key, x, num[i].lo, num[i].hi);
-    }
+    } num[] = {{"n_cmpl", 1, 1}, {"reasoning_budget_tokens", -1, -1}};
+    for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)
+        if (refuse_range(root, num[i].key, num[i].lo, num[i].hi, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     json_t *ps = field(root, "post_sampling_probs");
     if (ps && !json_is_false(ps))
         return kvt_api_errorf(e, 400, NULL, "post_sampling_probs", "post_sampling_probs: not supported by kvtier "
@@ -176,16 +179,8 @@ kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, st
     p->logprobs = x->n_probs > 0;
     p->top_logprobs = x->n_probs;
     if (kvt_req_get_bool(root, "return_tokens", &x->return_tokens, e) != KVT_OK ||
-        kvt_req_get_int(root, "id_slot", -1, INT64_MAX, &x->id_slot, NULL, e) != KVT_OK ||
-        kvt_req_get_int(root, "n_indent", 0, INT32_MAX, &v, &given, e) != KVT_OK)
+        kvt_req_get_int(root, "id_slot", -1, INT64_MAX, &x->id_slot, NULL, e) != KVT_OK)
         return KVT_ERR_INVALID_ARG;
-    x->n_indent = given ? (int32_t)v : 0;
-    json_t *tm = field(root, "t_max_predict_ms"); // llama-server's integer milliseconds; <= 0: off
-    if (tm && !json_is_number(tm))
-        return kvt_api_errorf(e, 400, NULL, "t_max_predict_ms", "t_max_predict_ms: must be a number, got %s",
-                              kvt_req_type_name(tm));
-    const double ms = tm ? json_number_value(tm) : 0;
-    x->t_max_predict_ms = ms >= 1 ? (ms < 1e15 ? (int64_t)ms : (int64_t)1e15) : 0;
     if (response_fields(root, x, e) != KVT_OK) return e->http_status == 500 ? KVT_ERR_NOMEM : KVT_ERR_INVALID_ARG;
     return refuse_unsupported(root, e);
 }
@@ -224,7 +219,7 @@ static int sampler_of(const char *s, size_t n) {
 
 // samplers: the implemented samplers that act (non-neutral settings) must keep kvtier's order (penalties, top_k, top_p,
 // min_p, temperature) and appear once; one left out is not applied (its setting becomes neutral, as in llama-server).
-static kvt_status apply_samplers(json_t *root, kvt_request_params *p, struct kvt_native_ext *x, kvt_api_error *e) {
+static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_error *e) {
     json_t *v = field(root, "samplers");
     if (!v) return KVT_OK;
     const bool chars = json_is_string(v);
@@ -262,12 +257,12 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, struct kvt
     if (!count[S_TOP_P]) p->top_p = 1.0;
     if (!count[S_MIN_P]) p->min_p = 0.0;
     if (!count[S_TEMP]) p->temperature = 1.0;
-    x->infill_sampler = count[S_INFILL] > 0;
+    p->infill_sampler = count[S_INFILL] > 0;
     // (beside infill a greedy temperature acts too: where it stands decides whether infill sees one candidate or all)
     const bool active[] = {false, p->repeat_last_n > 0 && (p->repeat_penalty != 1.0 || p->frequency_penalty != 0.0 ||
                                                            p->presence_penalty != 0.0),
-                           p->top_k > 0, p->top_p < 1.0, p->min_p > 0.0, x->infill_sampler,
-                           p->temperature != 1.0 && (p->temperature > 0.0 || x->infill_sampler)};
+                           p->top_k > 0, p->top_p < 1.0, p->min_p > 0.0, p->infill_sampler,
+                           p->temperature != 1.0 && (p->temperature > 0.0 || p->infill_sampler)};
     int n_active = 0;
     for (int k = S_PENALTIES; k <= S_TEMP; k++) {
         if (active[k] && count[k] > 1)
@@ -282,7 +277,26 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, struct kvt
     return KVT_OK;
 }
 
+kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *e) {
+    int64_t v;
+    bool given;
+    if (refuse_range(root, "dynatemp_range", -HUGE_VAL, 0, e) != KVT_OK ||
+        refuse_range(root, "top_n_sigma", -HUGE_VAL, 0, e) != KVT_OK ||
+        refuse_range(root, "min_keep", 0, 1, e) != KVT_OK ||
+        kvt_req_get_int(root, "n_indent", 0, INT32_MAX, &v, &given, e) != KVT_OK)
+        return KVT_ERR_INVALID_ARG;
+    p->n_indent = given ? (int32_t)v : 0;
+    json_t *tm = field(root, "t_max_predict_ms"); // llama-server's integer milliseconds; <= 0: off
+    if (tm && !json_is_number(tm))
+        return kvt_api_errorf(e, 400, NULL, "t_max_predict_ms", "t_max_predict_ms: must be a number, got %s",
+                              kvt_req_type_name(tm));
+    const double ms = tm ? json_number_value(tm) : 0;
+    p->t_max_predict_ms = ms >= 1 ? (ms < 1e15 ? (int64_t)ms : (int64_t)1e15) : 0;
+    return apply_samplers(root, p, e);
+}
+
 kvt_status kvt_native_finish(json_t *root, kvt_request_params *p, struct kvt_native_ext *x, kvt_api_error *e) {
+    (void)x;
     int64_t v;
     bool given;
     // n_predict wins over max_tokens and max_completion_tokens (llama-server's precedence); request.c checked it
@@ -298,7 +312,7 @@ kvt_status kvt_native_finish(json_t *root, kvt_request_params *p, struct kvt_nat
     if (p->top_p > 1) p->top_p = 1;
     if (p->min_p < 0) p->min_p = 0;
     if (p->min_p > 1) p->min_p = 1;
-    return apply_samplers(root, p, x, e);
+    return kvt_llama_extras(root, p, e);
 }
 
 void kvt_native_free(struct kvt_native_ext *x) {
@@ -360,7 +374,7 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "min_keep", json_integer(0), ok);
     set(o, "grammar", json_string(""), ok);
     static const char *const chain[] = {"penalties", "top_k", "top_p", "min_p", "infill", "temperature"};
-    const bool infill = p->native && p->native->infill_sampler;
+    const bool infill = p->infill_sampler;
     for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++)
         if (infill || strcmp(chain[i], "infill")) append(smp, json_string(chain[i]), ok);
     set(o, "samplers", smp, ok);

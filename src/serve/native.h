@@ -19,9 +19,9 @@
 //   seed            -1 (or 4294967295) is a random seed, as llama-server
 //   temperature, top_k, min_p, top_p above 1: clamped into range as llama-server clamps them; absent: llama-server's
 //                   defaults (kvt_native_defaults), not /v1's
-//   n_indent        integer >= 0, t_max_predict_ms number (<= 0: off), response_fields list of strings: as
-//                   llama-server (kvt_native_ext below; the editor plugins llama.vim and llama.vscode send them);
-//                   t_max_prompt_ms is ignored, as llama-server ignores it
+//   n_indent        integer >= 0, t_max_predict_ms number (<= 0: off): as llama-server (request.h; on /v1 too,
+//                   kvt_llama_extras); response_fields list of strings (kvt_native_ext below); the editor plugins
+//                   llama.vim and llama.vscode send them; t_max_prompt_ms is ignored, as llama-server ignores it
 // Refused (400 naming the field) when they ask for something: n > 1 (n_cmpl), post_sampling_probs, dynatemp_range,
 // top_n_sigma, min_keep > 1, reasoning_budget_tokens, lora, multimodal_data, the samplers kvtier lacks when listed
 // with a non-neutral setting (refused by their own fields), an unknown sampler name, and the implemented samplers
@@ -53,11 +53,6 @@ struct kvt_native_ext {
     int32_t n_probs;          // alternatives per token in completion_probabilities (0: none)
     bool return_tokens;
     int64_t id_slot;          // as given (-1: any)
-    bool infill_sampler;      // "infill" in samplers: llama.cpp's infill sampler (sampler.h) after min_p
-    int32_t n_indent;         // > 0: a generated line after the first indented less than this many spaces or tabs
-                              // ends the answer before that line's text (llama-server's rule; 0: off)
-    int64_t t_max_predict_ms; // > 0: once a newline was generated, a token with a newline after this many ms of
-                              // generation ends it (stop_type "limit"; 0: off)
     const char **response_fields; // [n_response_fields] paths ("timings/prompt_n") into the JSON text of the request;
     size_t n_response_fields;     // the final answer holds only these, each under its path (none: all)
 };
@@ -79,6 +74,12 @@ json_t *kvt_req_load(const char *body, size_t len, kvt_api_error *e);
 // A chat completions body built by a converter (taken; NULL: out of memory) parsed as kvt_request_parse does, the
 // request marked as come by api.
 kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, kvt_request **out, kvt_api_error *e);
+
+// llama-server's extras that every completion endpoint takes (/v1/completions and /v1/chat/completions as /completion):
+// `samplers` (the chain; listing infill sets p->infill_sampler), `n_indent`, `t_max_predict_ms`, and the refusals of
+// `dynatemp_range` > 0, `top_n_sigma` > 0, `min_keep` > 1. After the shared sampling fields (p's settings are the
+// endpoint's defaults or the request's). Errors: KVT_ERR_INVALID_ARG (400 in *e naming the field).
+kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *e);
 
 // llama-server's sampling defaults, those of a /completion request that does not set them: temperature 0.8, top_k
 // 40, top_p 0.95, min_p 0.05 (the other samplers off).

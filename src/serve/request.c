@@ -544,6 +544,7 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
         if (st == KVT_OK) st = parse_logprobs_stream(r, root, aerr);
         if (st == KVT_OK) st = parse_unsupported(r, root, aerr);
         if (st == KVT_OK && kind == KVT_REQ_NATIVE) st = kvt_native_finish(root, p, r->native, aerr);
+        else if (st == KVT_OK) st = kvt_llama_extras(root, p, aerr); // /v1: llama-server takes them there too
     }
     if (st != KVT_OK) {
         kvt_request_free(r);
