@@ -321,9 +321,37 @@ static void test_sampler_ban_wins(void) {
                 "status %d: %s", (int)st, err.msg);
 }
 
+// llama.cpp's top-n-sigma: logits 0, 0.05, ..., 4.95 (mean 2.475, standard deviation 1.4431): n = 1 keeps the logits
+// at or above 4.95 - 1.4431 = 3.507, ids 71..99 (id 70 is 3.50, under it); a tiny n keeps the largest alone; off,
+// the draws reach below.
+static void test_sampler_top_n_sigma(void) {
+    enum { N = 100 };
+    float l[N];
+    for (int i = 0; i < N; i++) l[i] = 0.05f * (float)i;
+    const float ns[3] = {1.0f, 1e-6f, -1.0f};
+    int lo[3], hi[3];
+    for (int k = 0; k < 3; k++) {
+        kvt_sampler_params p = kvt_sampler_params_default();
+        p.temp = 1.0f, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.top_n_sigma = ns[k], p.seed = 9;
+        kvt_sampler *s = NULL;
+        lo[k] = N, hi[k] = -1;
+        if (kvt_sampler_init(&p, N, &s, NULL) != KVT_OK) continue;
+        for (int d = 0; d < 3000; d++) {
+            const int32_t id = kvt_sampler_sample(s, l);
+            lo[k] = id < lo[k] ? id : lo[k];
+            hi[k] = id > hi[k] ? id : hi[k];
+        }
+        kvt_sampler_free(s);
+    }
+    test_result(lo[0] == 71 && hi[0] == 99 && lo[1] == 99 && hi[1] == 99 && lo[2] < 60,
+                "sampler: top-n-sigma keeps the logits within n standard deviations of the largest (llama.cpp's)",
+                "n 1: ids %d..%d (want 71..99); n 1e-6: %d..%d; off: lowest %d", lo[0], hi[0], lo[1], hi[1], lo[2]);
+}
+
 void test_sampler(const test_env *env) {
     (void)env;
     test_sampler_ban_wins();
+    test_sampler_top_n_sigma();
     enum { N = 100 };
     float logits[N];
     for (int i = 0; i < N; i++) logits[i] = (float)(i % 17) * 0.1f;

@@ -106,7 +106,8 @@ static void test_native_errors(void) {
         {"{\"prompt\":\"x\",\"repeat_penalty\":-1}", "repeat_penalty", "out of range"},
         {"{\"prompt\":\"x\",\"repeat_penalty\":1.1,\"samplers\":[\"top_k\",\"penalties\"]}", "samplers", "that order"},
         {"{\"prompt\":\"x\",\"dynatemp_range\":0.5}", "dynatemp_range", "not supported"},
-        {"{\"prompt\":\"x\",\"top_n_sigma\":1}", "top_n_sigma", "not supported"},
+        {"{\"prompt\":\"x\",\"top_n_sigma\":\"1\"}", "top_n_sigma", "must be a number"},
+        {"{\"prompt\":\"x\",\"top_n_sigma\":1,\"top_k\":5,\"samplers\":[\"top_k\",\"top_n_sigma\"]}", "samplers", "order"},
         {"{\"prompt\":\"x\",\"min_keep\":5}", "min_keep", "not supported"},
         {"{\"prompt\":\"x\",\"post_sampling_probs\":true}", "post_sampling_probs", "not supported"},
         {"{\"prompt\":\"x\",\"lora\":[{\"id\":0,\"scale\":1}]}", "lora", "not supported"},
@@ -236,8 +237,8 @@ static void test_editor_fields(void) {
     nr.n_fields = 0; // none asked: every field
     o = p && kvt_native_resp_json(&nr, &s, NULL, NULL) == KVT_OK ? json_loads(s, 0, NULL) : NULL;
     json_t *smp = json_object_get(json_object_get(o, "generation_settings"), "samplers");
-    test_result(o && json_object_get(o, "tokens_cached") && json_array_size(smp) == 6 &&
-                    !strcmp(json_string_value(json_array_get(smp, 4)), "infill"),
+    test_result(o && json_object_get(o, "tokens_cached") && json_array_size(smp) == 7 &&
+                    !strcmp(json_string_value(json_array_get(smp, 5)), "infill"),
                 "serve.native: without response_fields the whole summary; generation_settings lists the infill sampler",
                 "%s", s ? s : "null");
     json_decref(o);
@@ -266,9 +267,19 @@ static void test_editor_fields(void) {
                 "serve.v1: samplers, n_indent and t_max_predict_ms are taken on /v1/completions too (llama-server's)",
                 "%s", r ? "values" : e.message);
     kvt_request_free(r);
-    r = parse_as(KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_n_sigma\":1}", &e);
-    test_result(!r && e.http_status == 400 && !strcmp(e.param, "top_n_sigma"),
-                "serve.v1: top_n_sigma (not implemented) is refused on /v1/chat/completions too, named", "%s", e.message);
+    r = parse_as(KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"dynatemp_range\":1}", &e);
+    test_result(!r && e.http_status == 400 && !strcmp(e.param, "dynatemp_range"),
+                "serve.v1: dynatemp_range (not implemented) is refused on /v1/chat/completions too, named", "%s", e.message);
+    kvt_request_free(r);
+    r = parse_as(KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_n_sigma\":1.5}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    const bool on = p && p->top_n_sigma == 1.5;
+    kvt_request_free(r);
+    r = parse("{\"prompt\":\"x\",\"top_n_sigma\":1.5,\"samplers\":\"kt\"}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(on && p && p->top_n_sigma == 0 && p->top_k == 40,
+                "serve.native: top_n_sigma is taken (on /v1 too), and off when samplers leaves it out", "%s",
+                r ? "values" : e.message);
     kvt_request_free(r);
 }
 

@@ -584,7 +584,7 @@ def t_native_prompts(s):
 
 
 @case("editor fields (llama.vim, llama.vscode): n_indent cuts a short line (/completion, /v1 too), t_max_predict_ms "
-      "ends after a newline, response_fields keeps the paths asked, the infill sampler is accepted")
+      "ends after a newline, response_fields keeps the paths asked, the infill sampler is accepted; top_n_sigma")
 def t_editor_fields(s):
     nl = s.post("/tokenize", {"content": "\n", "add_special": False})[2]["tokens"][-1:]  # SPM: [space...] <0x0A>
     assert s.post("/detokenize", {"tokens": nl})[2]["content"] == "\n", nl
@@ -608,6 +608,12 @@ def t_editor_fields(s):
                                                                                  "stop_type", "timings/nope", "x/y"]))
     assert st == 200 and sorted(r) == ["content", "stop_type", "timings/predicted_n"], r
     assert r["content"] == "\n\n\n" and r["timings/predicted_n"] == 3, r
+    # top_n_sigma: a tiny n keeps the largest logit alone, so a sampled answer is the greedy one
+    st, _, g = s.post("/completion", {"prompt": "A", "n_predict": 8, "temperature": 0})
+    st2, _, r = s.post("/completion", {"prompt": "A", "n_predict": 8, "temperature": 1.0, "seed": 5, "top_k": 0,
+                                       "top_p": 1, "min_p": 0, "top_n_sigma": 1e-6})
+    assert st == st2 == 200 and r["content"] == g["content"], (g, r)
+    assert r["generation_settings"]["top_n_sigma"] == 1e-6, r["generation_settings"]
     # /v1 takes them too, as llama-server: the cut answer's finish_reason is "length"
     v1 = {"temperature": 0, "ignore_eos": True, "logit_bias": [[nl[0], 100]], "max_tokens": 10, "n_indent": 1}
     st, _, r = s.post("/v1/completions", dict(v1, prompt="A"))
@@ -629,7 +635,7 @@ def t_editor_fields(s):
 def t_native_refused(s):
     for body, param in (({"mirostat": 2}, "mirostat"), ({"repeat_penalty": 0}, "repeat_penalty"),
                         ({"n_probs": 50}, "n_probs"), ({"post_sampling_probs": True, "n_probs": 2}, "post_sampling_probs"),
-                        ({"grammar": "root ::= \"a\""}, "grammar"), ({"top_n_sigma": 1.5}, "top_n_sigma"),
+                        ({"grammar": "root ::= \"a\""}, "grammar"), ({"dynatemp_range": 0.5}, "dynatemp_range"),
                         ({"samplers": ["temperature", "top_k"], "top_k": 5, "temperature": 0.7}, "samplers"),
                         ({"n": 2}, "n"), ({"prompt": ["one", "two"]}, "prompt"), ({"lora": [{"id": 0}]}, "lora")):
         st, _, r = s.post("/completion", dict({"prompt": "A", "n_predict": 2}, **body))

@@ -34,7 +34,7 @@ struct kvt_sampler {
 };
 
 kvt_sampler_params kvt_sampler_params_default(void) {
-    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL};
+    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL, -1.0f};
     return p;
 }
 
@@ -268,6 +268,29 @@ static bool bias_limits(kvt_sampler *s) {
     return mx > -INFINITY;
 }
 
+// llama.cpp's top-n-sigma (sampler.h) on every candidate c[0..n_vocab) (logits, in id order): its float sums, so that
+// its threshold falls where llama.cpp's does.
+static void top_n_sigma(kvt_sampler *s) {
+    cand *c = s->c;
+    const int32_t n = s->n_vocab;
+    float mx = c[0].v, sum = 0.0f;
+    int64_t cnt = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (c[i].v == -INFINITY) continue;
+        mx = c[i].v > mx ? c[i].v : mx;
+        sum += c[i].v;
+        cnt++;
+    }
+    if (n <= 1 || cnt == 0) return;
+    const float mean = sum / (float)cnt;
+    float acc = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].v != -INFINITY) acc = (float)((double)acc + pow((double)(c[i].v - mean), 2.0));
+    const float thr = mx - s->p.top_n_sigma * sqrtf(acc / (float)cnt);
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].v < thr) c[i].v = -INFINITY;
+}
+
 // llama.cpp's infill sampler (sampler.h) on the survivors c[0..m) (probabilities, not normalized; in any order): sorts
 // them, keeps those it keeps with their probabilities (the draw is over their logits) and returns how many. Its sums in
 // float and its passes in its order, so that its cuts fall where llama.cpp's do.
@@ -354,6 +377,7 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         }
         return best;
     }
+    if (s->p.top_n_sigma > 0.0f) top_n_sigma(s); // (the argmax always stays: a greedy draw went above)
     int32_t m = n;
     if (s->p.top_k > 0 && s->p.top_k < n) {
         m = s->p.top_k;

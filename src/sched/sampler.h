@@ -1,7 +1,7 @@
 // sampler.h - token sampling from a logit vector.
 //
 // Chain (as llama.cpp's default order): logit biases -> penalties over the last `penalty_last_n`
-// tokens (repetition, frequency, presence: llama.cpp's penalties sampler) ->
+// tokens (repetition, frequency, presence: llama.cpp's penalties sampler) -> top-n-sigma ->
 // top-k -> top-p -> min-p -> infill (when asked) -> temperature -> draw. temp <= 0 is greedy (argmax,
 // ties to the lowest id; with infill the argmax of what it keeps). Deterministic for a given seed.
 //
@@ -45,6 +45,9 @@ typedef struct {
     // text token left: EOT (else EOS) alone. The draw (or, at temp <= 0, the argmax) is then over those left, by
     // their logits. So a greedy draw can differ from the raw argmax.
     const struct kvt_tokenizer *infill;
+    // llama.cpp's top-n-sigma (<= 0: off), after the penalties: a logit below max - top_n_sigma x (the standard
+    // deviation of the finite logits) leaves (mean and deviation summed in float in id order, as llama.cpp's)
+    float top_n_sigma;
 } kvt_sampler_params;
 
 // True when the parameters can change a logit before the draw (a logit bias, or a penalty that acts).

@@ -104,13 +104,14 @@ typedef struct {
     bool ignore_eos;             // llama-server's extension: every end-of-generation token banned (http.c adds the -inf
                                  // biases to logit_bias, kvt_logit_bias_ban_eog): max_tokens are generated
     // llama-server's extras, taken on every completion endpoint as llama-server takes them (native.c parses them,
-    // kvt_llama_extras): `samplers` (the chain's members, the infill sampler among them), `n_indent` (> 0: a
+    // kvt_llama_extras): `samplers` (the chain's members, the infill sampler among them), `top_n_sigma`, `n_indent` (> 0: a
     // generated line after the first indented by fewer spaces or tabs ends the answer before its text; 0 off) and
     // `t_max_predict_ms` (> 0: a token with a newline after that many ms of generation ends it; 0 off); http_job.c
     // applies the last two, stop_type "limit" / finish_reason "length"
     bool infill_sampler;
     int32_t n_indent;
     int64_t t_max_predict_ms;
+    double top_n_sigma;          // llama.cpp's top-n-sigma (<= 0: off; sampler.h)
     bool add_special, parse_special, with_pieces; // tokenize only
     const struct kvt_native_ext *native; // KVT_REQ_NATIVE: the /completion fields of native.h; NULL otherwise
 } kvt_request_params;
