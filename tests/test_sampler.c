@@ -348,10 +348,42 @@ static void test_sampler_top_n_sigma(void) {
                 "n 1: ids %d..%d (want 71..99); n 1e-6: %d..%d; off: lowest %d", lo[0], hi[0], lo[1], hi[1], lo[2]);
 }
 
+// llama.cpp's typical-p on p = .5 .2 .15 .1 .05 (entropy 1.3332; |-ln p - H| .640 .276 .564 .970 1.663): 0.3 keeps
+// ids 1 and 2 (.2 + .15 passes it), so a greedy draw is id 1, not the argmax 0; 0.5 keeps 1, 2, 0 (greedy 0).
+static void test_sampler_typical(void) {
+    enum { N = 5 };
+    const float pr[N] = {0.5f, 0.2f, 0.15f, 0.1f, 0.05f};
+    float l[N];
+    for (int i = 0; i < N; i++) l[i] = logf(pr[i]);
+    int32_t greedy[2] = {-1, -1};
+    int64_t seen = 0;
+    const float tp[2] = {0.3f, 0.5f};
+    for (int k = 0; k < 2; k++) {
+        kvt_sampler_params p = kvt_sampler_params_default();
+        p.temp = 0.0f, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.typical_p = tp[k];
+        kvt_sampler *s = NULL;
+        if (kvt_sampler_init(&p, N, &s, NULL) == KVT_OK) greedy[k] = kvt_sampler_sample(s, l);
+        kvt_sampler_free(s);
+    }
+    kvt_sampler_params p = kvt_sampler_params_default();
+    p.temp = 1.0f, p.top_k = 3, p.top_p = 1.0f, p.min_p = 0.0f, p.typical_p = 0.3f, p.seed = 4;
+    kvt_sampler *s = NULL;
+    if (kvt_sampler_init(&p, N, &s, NULL) == KVT_OK)
+        for (int d = 0; d < 500; d++) seen |= (int64_t)1 << kvt_sampler_sample(s, l);
+    kvt_sampler_free(s);
+    // after top_k 3 it sees .5 .2 .15 renormalized (.588 .235 .176; H .9587; scores .428 .488 .776): id 0 comes
+    // first and .588 passes 0.3 alone, so every draw is id 0
+    test_result(greedy[0] == 1 && greedy[1] == 0 && seen == 1,
+                "sampler: typical-p keeps the locally typical tokens (llama.cpp's), greedy draws among them too",
+                "greedy at 0.3: %d (want 1), at 0.5: %d (want 0); top_k 3 + 0.3 drew mask %llx (want 1)", greedy[0],
+                greedy[1], (long long)seen);
+}
+
 void test_sampler(const test_env *env) {
     (void)env;
     test_sampler_ban_wins();
     test_sampler_top_n_sigma();
+    test_sampler_typical();
     enum { N = 100 };
     float logits[N];
     for (int i = 0; i < N; i++) logits[i] = (float)(i % 17) * 0.1f;

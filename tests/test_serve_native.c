@@ -237,8 +237,8 @@ static void test_editor_fields(void) {
     nr.n_fields = 0; // none asked: every field
     o = p && kvt_native_resp_json(&nr, &s, NULL, NULL) == KVT_OK ? json_loads(s, 0, NULL) : NULL;
     json_t *smp = json_object_get(json_object_get(o, "generation_settings"), "samplers");
-    test_result(o && json_object_get(o, "tokens_cached") && json_array_size(smp) == 7 &&
-                    !strcmp(json_string_value(json_array_get(smp, 5)), "infill"),
+    test_result(o && json_object_get(o, "tokens_cached") && json_array_size(smp) == 8 &&
+                    !strcmp(json_string_value(json_array_get(smp, 6)), "infill"),
                 "serve.native: without response_fields the whole summary; generation_settings lists the infill sampler",
                 "%s", s ? s : "null");
     json_decref(o);

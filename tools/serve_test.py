@@ -584,7 +584,7 @@ def t_native_prompts(s):
 
 
 @case("editor fields (llama.vim, llama.vscode): n_indent cuts a short line (/completion, /v1 too), t_max_predict_ms "
-      "ends after a newline, response_fields keeps the paths asked, the infill sampler is accepted; top_n_sigma")
+      "ends after a newline, response_fields keeps the paths asked, the infill sampler is accepted; top_n_sigma, typical_p")
 def t_editor_fields(s):
     nl = s.post("/tokenize", {"content": "\n", "add_special": False})[2]["tokens"][-1:]  # SPM: [space...] <0x0A>
     assert s.post("/detokenize", {"tokens": nl})[2]["content"] == "\n", nl
@@ -614,6 +614,11 @@ def t_editor_fields(s):
                                        "top_p": 1, "min_p": 0, "top_n_sigma": 1e-6})
     assert st == st2 == 200 and r["content"] == g["content"], (g, r)
     assert r["generation_settings"]["top_n_sigma"] == 1e-6, r["generation_settings"]
+    # typical_p (llama.cpp's locally typical sampling) is taken on /completion and /v1, greedy included
+    st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 4, "temperature": 0, "typical_p": 0.5})
+    assert st == 200 and r["generation_settings"]["typical_p"] == 0.5 and "typ_p" in r["generation_settings"]["samplers"], r
+    st, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 4, "temperature": 0, "typical_p": 0.5})
+    assert st == 200, r
     # /v1 takes them too, as llama-server: the cut answer's finish_reason is "length"
     v1 = {"temperature": 0, "ignore_eos": True, "logit_bias": [[nl[0], 100]], "max_tokens": 10, "n_indent": 1}
     st, _, r = s.post("/v1/completions", dict(v1, prompt="A"))

@@ -986,6 +986,9 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cl
     } else if (!strcmp(flag, "--min-p")) {
         if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
         sp->min_p = (float)fv;
+    } else if (!strcmp(flag, "--typical") || !strcmp(flag, "--typical-p")) {
+        if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
+        sp->typical_p = (float)fv;
     } else if (!strcmp(flag, "--top-nsigma") || !strcmp(flag, "--top-n-sigma")) {
         if (!kvt_args_float(a, flag, -1, 1e30, &fv)) return -1;
         sp->top_n_sigma = (float)fv;

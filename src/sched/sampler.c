@@ -12,6 +12,11 @@ typedef struct {
     float v; // logit, then probability
 } cand;
 
+typedef struct {
+    float shift; // typical-p: |-log p - entropy|
+    int32_t i;   // the candidate's index
+} shifted;
+
 struct kvt_sampler {
     kvt_sampler_params p;
     int32_t n_vocab;
@@ -31,10 +36,13 @@ struct kvt_sampler {
     int64_t *poff;
     char *pbuf;
     int64_t pcap;
+    // typical-p's scratch (p.typical_p < 1): the candidates' scores with their indices, the candidates kept
+    shifted *sh;
+    cand *tmp;
 };
 
 kvt_sampler_params kvt_sampler_params_default(void) {
-    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL, -1.0f};
+    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL, -1.0f, 1.0f};
     return p;
 }
 
@@ -95,7 +103,7 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
         s->count = calloc((size_t)n_vocab, sizeof *s->count);
         s->stamp = calloc((size_t)n_vocab, sizeof *s->stamp);
     }
-    bool infill_ok = true;
+    bool infill_ok = true; // (and typical-p's scratch)
     if (p->infill) {
         for (int32_t i = 0; i < n_vocab; i++) s->pcap += kvt_token_to_piece(p->infill, i, NULL, 0);
         s->q = malloc((size_t)n_vocab * sizeof *s->q);
@@ -103,6 +111,11 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
         s->poff = malloc(((size_t)n_vocab + 1) * sizeof *s->poff);
         s->pbuf = malloc((size_t)s->pcap + 1);
         infill_ok = s->q && s->gone && s->poff && s->pbuf;
+    }
+    if (p->typical_p < 1.0f) {
+        s->sh = malloc((size_t)n_vocab * sizeof *s->sh);
+        s->tmp = malloc((size_t)n_vocab * sizeof *s->tmp);
+        infill_ok = infill_ok && s->sh && s->tmp;
     }
     if (!s->c || !s->hist || (pen && (!s->count || !s->stamp)) || (s->p.n_logit_bias > 0 && !s->bias) || !infill_ok) {
         kvt_sampler_free(s);
@@ -124,6 +137,8 @@ void kvt_sampler_free(kvt_sampler *s) {
     free(s->gone);
     free(s->poff);
     free(s->pbuf);
+    free(s->sh);
+    free(s->tmp);
     free(s);
 }
 
@@ -291,6 +306,41 @@ static void top_n_sigma(kvt_sampler *s) {
         if (c[i].v < thr) c[i].v = -INFINITY;
 }
 
+// The typical-p order's comparison: smaller |-log p - entropy| first, then the candidates' order (a total order, so
+// that ties fall the same way on every run).
+static int cmp_shift(const void *a, const void *b) {
+    const shifted *x = a, *y = b;
+    if (x->shift != y->shift) return x->shift < y->shift ? -1 : 1;
+    return x->i - y->i;
+}
+
+// llama.cpp's typical-p (sampler.h) on c[0..m), sorted, v their softmax (float, summing to 1): leaves the candidates
+// it keeps in c[0..m'), sorted, renormalized; returns m'.
+static int32_t typical_cut(kvt_sampler *s, int32_t m) {
+    cand *c = s->c;
+    float entropy = 0.0f;
+    for (int32_t i = 0; i < m; i++) entropy += -c[i].v * logf(c[i].v);
+    shifted *sh = s->sh;
+    for (int32_t i = 0; i < m; i++) sh[i] = (shifted){fabsf(-logf(c[i].v) - entropy), i};
+    qsort(sh, (size_t)m, sizeof *sh, cmp_shift);
+    float cum = 0.0f;
+    int32_t k = m;
+    for (int32_t i = 0; i < m; i++) {
+        cum += c[sh[i].i].v;
+        if (cum > s->p.typical_p) {
+            k = i + 1;
+            break;
+        }
+    }
+    for (int32_t i = 0; i < k; i++) s->tmp[i] = c[sh[i].i];
+    memcpy(c, s->tmp, (size_t)k * sizeof *c);
+    qsort(c, (size_t)k, sizeof *c, cmp_desc);
+    double sum = 0.0;
+    for (int32_t i = 0; i < k; i++) sum += c[i].v;
+    for (int32_t i = 0; i < k; i++) c[i].v = (float)(c[i].v / sum);
+    return k;
+}
+
 // llama.cpp's infill sampler (sampler.h) on the survivors c[0..m) (probabilities, not normalized; in any order): sorts
 // them, keeps those it keeps with their probabilities (the draw is over their logits) and returns how many. Its sums in
 // float and its passes in its order, so that its cuts fall where llama.cpp's do.
@@ -370,7 +420,8 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     }
     if (s->count) apply_penalties(s);
     const bool all_banned = s->p.n_logit_bias > 0 && !bias_limits(s);
-    if (all_banned || (s->p.temp <= 0.0f && !s->p.infill)) {
+    const bool typical = s->p.typical_p < 1.0f; // (it and infill can drop the argmax: a greedy draw goes through them)
+    if (all_banned || (s->p.temp <= 0.0f && !s->p.infill && !typical)) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; i++) {
             if (s->c[i].v > s->c[best].v) best = i;
@@ -379,9 +430,13 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     }
     if (s->p.top_n_sigma > 0.0f) top_n_sigma(s); // (the argmax always stays: a greedy draw went above)
     int32_t m = n;
-    if (s->p.top_k > 0 && s->p.top_k < n) {
-        m = s->p.top_k;
-        select_top(s->c, n, m);
+    if ((s->p.top_k > 0 && s->p.top_k < n) || typical) {
+        if (s->p.top_k > 0 && s->p.top_k < n) {
+            m = s->p.top_k;
+            select_top(s->c, n, m);
+        } else {
+            qsort(s->c, (size_t)n, sizeof *s->c, cmp_desc); // typical-p without top-k: every candidate, sorted
+        }
         // softmax over the kept candidates
         double sum = 0.0;
         const float mx = s->c[0].v;
@@ -390,6 +445,7 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
             sum += s->c[i].v;
         }
         for (int32_t i = 0; i < m; i++) s->c[i].v = (float)(s->c[i].v / sum);
+        if (typical) m = typical_cut(s, m);
         if (s->p.top_p < 1.0f) {
             double cum = 0.0;
             for (int32_t i = 0; i < m; i++) {
@@ -409,10 +465,8 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     } else {
         m = cut_all(s);
     }
-    if (s->p.infill) {
-        m = infill_filter(s, m);
-        if (s->p.temp <= 0.0f) return s->c[0].id; // the argmax of those left: sorted, the likeliest (lowest id) first
-    }
+    if (s->p.infill) m = infill_filter(s, m);
+    if (s->p.temp <= 0.0f) return s->c[0].id; // the argmax of those left: sorted, the likeliest (lowest id) first
     // temperature on the survivors: (p_i / p_max) ^ (1/T) renormalised == softmax(logit/T). Relative to the largest
     // survivor (a ratio in (0, 1], the largest's weight 1): p_i ^ (1/T) alone underflowed to 0 for every survivor at a
     // low temperature (T 0.01 and a largest probability under 0.35), and the draw fell to the last, least likely one.

@@ -2,7 +2,7 @@
 //
 // Chain (as llama.cpp's default order): logit biases -> penalties over the last `penalty_last_n`
 // tokens (repetition, frequency, presence: llama.cpp's penalties sampler) -> top-n-sigma ->
-// top-k -> top-p -> min-p -> infill (when asked) -> temperature -> draw. temp <= 0 is greedy (argmax,
+// top-k -> typical-p -> top-p -> min-p -> infill (when asked) -> temperature -> draw. temp <= 0 is greedy (argmax,
 // ties to the lowest id; with infill the argmax of what it keeps). Deterministic for a given seed.
 //
 // Cost per token: O(n_vocab) with top-k (a bounded heap keeps the k best, then k
@@ -48,6 +48,10 @@ typedef struct {
     // llama.cpp's top-n-sigma (<= 0: off), after the penalties: a logit below max - top_n_sigma x (the standard
     // deviation of the finite logits) leaves (mean and deviation summed in float in id order, as llama.cpp's)
     float top_n_sigma;
+    // llama.cpp's locally typical sampling (>= 1: off), after top-k: of the candidates left (all, sorted, without
+    // top-k), the fewest whose |-log p - entropy| is smallest with probabilities summing past typical_p stay; top-p
+    // and min-p then see them renormalized
+    float typical_p;
 } kvt_sampler_params;
 
 // True when the parameters can change a logit before the draw (a logit bias, or a penalty that acts).

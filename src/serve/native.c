@@ -159,6 +159,7 @@ void kvt_native_defaults(kvt_request_params *p) {
     p->top_k = 40;
     p->top_p = 0.95;
     p->min_p = 0.05;
+    p->typical_p = 1.0;
 }
 
 kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, struct kvt_native_ext **out,
@@ -187,7 +188,7 @@ kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, st
 
 // ---- samplers ----
 
-enum { S_IGNORED, S_PENALTIES, S_TOP_N_SIGMA, S_TOP_K, S_TOP_P, S_MIN_P, S_INFILL, S_TEMP, S_REFUSED };
+enum { S_IGNORED, S_PENALTIES, S_TOP_N_SIGMA, S_TOP_K, S_TYPICAL, S_TOP_P, S_MIN_P, S_INFILL, S_TEMP, S_REFUSED };
 
 // A sampler name (llama-server's names and aliases, any case) or character; S_IGNORED for the samplers kvtier
 // lacks (whose settings the other fields keep neutral) and for names llama-server does not know (it skips them).
@@ -195,7 +196,9 @@ static int sampler_of(const char *s, size_t n) {
     static const struct {
         const char *name;
         int kind;
-    } names[] = {{"penalties", S_PENALTIES}, {"top_n_sigma", S_TOP_N_SIGMA}, {"top_k", S_TOP_K},   {"top-k", S_TOP_K},       {"topk", S_TOP_K},     {"top_p", S_TOP_P},
+    } names[] = {{"penalties", S_PENALTIES}, {"top_n_sigma", S_TOP_N_SIGMA}, {"top-n-sigma", S_TOP_N_SIGMA},
+                 {"topnsigma", S_TOP_N_SIGMA}, {"typ_p", S_TYPICAL}, {"typ-p", S_TYPICAL}, {"typp", S_TYPICAL},
+                 {"typ", S_TYPICAL}, {"top_k", S_TOP_K},   {"top-k", S_TOP_K},       {"topk", S_TOP_K},     {"top_p", S_TOP_P},
                  {"top-p", S_TOP_P},   {"topp", S_TOP_P},        {"nucleus", S_TOP_P},  {"min_p", S_MIN_P},
                  {"min-p", S_MIN_P},   {"minp", S_MIN_P},        {"temperature", S_TEMP}, {"temp", S_TEMP},
                  {"infill", S_INFILL}, {"adaptive_p", S_REFUSED}, {"adaptive-p", S_REFUSED},
@@ -204,6 +207,7 @@ static int sampler_of(const char *s, size_t n) {
         switch (s[0]) {
         case 'e': return S_PENALTIES;
         case 's': return S_TOP_N_SIGMA;
+        case 'y': return S_TYPICAL;
         case 'k': return S_TOP_K;
         case 'p': return S_TOP_P;
         case 'm': return S_MIN_P;
@@ -256,15 +260,18 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
     }
     if (!count[S_TOP_N_SIGMA]) p->top_n_sigma = 0;
     if (!count[S_TOP_K]) p->top_k = 0;
+    if (!count[S_TYPICAL]) p->typical_p = 1.0;
     if (!count[S_TOP_P]) p->top_p = 1.0;
     if (!count[S_MIN_P]) p->min_p = 0.0;
     if (!count[S_TEMP]) p->temperature = 1.0;
     p->infill_sampler = count[S_INFILL] > 0;
-    // (beside infill a greedy temperature acts too: where it stands decides whether infill sees one candidate or all)
+    // (beside infill or typical-p a greedy temperature acts too: where it stands decides whether they see one
+    // candidate or all)
     const bool active[] = {false, p->repeat_last_n > 0 && (p->repeat_penalty != 1.0 || p->frequency_penalty != 0.0 ||
                                                            p->presence_penalty != 0.0),
-                           p->top_n_sigma > 0, p->top_k > 0, p->top_p < 1.0, p->min_p > 0.0, p->infill_sampler,
-                           p->temperature != 1.0 && (p->temperature > 0.0 || p->infill_sampler)};
+                           p->top_n_sigma > 0, p->top_k > 0, p->typical_p < 1.0, p->top_p < 1.0, p->min_p > 0.0,
+                           p->infill_sampler,
+                           p->temperature != 1.0 && (p->temperature > 0.0 || p->infill_sampler || p->typical_p < 1.0)};
     int n_active = 0;
     for (int k = S_PENALTIES; k <= S_TEMP; k++) {
         if (active[k] && count[k] > 1)
@@ -273,8 +280,8 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
         n_active += active[k];
     }
     if (!ordered && n_active > 1)
-        return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: kvtier applies penalties, top_n_sigma, top_k, top_p, "
-                              "min_p, infill, temperature in that order (llama-server's default, infill before the "
+        return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: kvtier applies penalties, top_n_sigma, top_k, typ_p, "
+                              "top_p, min_p, infill, temperature in that order (llama-server's default, infill before the "
                               "temperature); another order is not supported");
     return KVT_OK;
 }
@@ -294,6 +301,10 @@ kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *
                               kvt_req_type_name(ns));
     p->top_n_sigma = ns && json_number_value(ns) > 0 ? json_number_value(ns) : 0;
     if (p->top_n_sigma > 1e30) p->top_n_sigma = 1e30; // every finite logit stays (as any huge n)
+    json_t *ty = field(root, "typical_p"); // >= 1: off (llama-server's default 1)
+    if (ty && !json_is_number(ty))
+        return kvt_api_errorf(e, 400, NULL, "typical_p", "typical_p: must be a number, got %s", kvt_req_type_name(ty));
+    p->typical_p = ty && json_number_value(ty) < 1 ? json_number_value(ty) : 1;
     json_t *tm = field(root, "t_max_predict_ms"); // llama-server's integer milliseconds; <= 0: off
     if (tm && !json_is_number(tm))
         return kvt_api_errorf(e, 400, NULL, "t_max_predict_ms", "t_max_predict_ms: must be a number, got %s",
@@ -356,7 +367,7 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "min_p", json_real(p->min_p), ok);
     set(o, "top_n_sigma", json_real(p->top_n_sigma > 0 ? p->top_n_sigma : -1), ok);
     set(o, "xtc_probability", json_real(0), ok);
-    set(o, "typical_p", json_real(1), ok);
+    set(o, "typical_p", json_real(p->typical_p), ok);
     set(o, "repeat_last_n", json_integer((json_int_t)p->repeat_last_n), ok);
     set(o, "repeat_penalty", json_real(p->repeat_penalty), ok);
     set(o, "presence_penalty", json_real(p->presence_penalty), ok);
@@ -381,7 +392,8 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "n_probs", json_integer(n_probs), ok);
     set(o, "min_keep", json_integer(0), ok);
     set(o, "grammar", json_string(""), ok);
-    static const char *const chain[] = {"penalties", "top_n_sigma", "top_k", "top_p", "min_p", "infill", "temperature"};
+    static const char *const chain[] = {"penalties", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "infill",
+                                        "temperature"};
     const bool infill = p->infill_sampler;
     for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++)
         if (infill || strcmp(chain[i], "infill")) append(smp, json_string(chain[i]), ok);

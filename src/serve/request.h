@@ -104,7 +104,8 @@ typedef struct {
     bool ignore_eos;             // llama-server's extension: every end-of-generation token banned (http.c adds the -inf
                                  // biases to logit_bias, kvt_logit_bias_ban_eog): max_tokens are generated
     // llama-server's extras, taken on every completion endpoint as llama-server takes them (native.c parses them,
-    // kvt_llama_extras): `samplers` (the chain's members, the infill sampler among them), `top_n_sigma`, `n_indent` (> 0: a
+    // kvt_llama_extras): `samplers` (the chain's members, the infill sampler among them), `top_n_sigma`, `typical_p`,
+    // `n_indent` (> 0: a
     // generated line after the first indented by fewer spaces or tabs ends the answer before its text; 0 off) and
     // `t_max_predict_ms` (> 0: a token with a newline after that many ms of generation ends it; 0 off); http_job.c
     // applies the last two, stop_type "limit" / finish_reason "length"
@@ -112,6 +113,7 @@ typedef struct {
     int32_t n_indent;
     int64_t t_max_predict_ms;
     double top_n_sigma;          // llama.cpp's top-n-sigma (<= 0: off; sampler.h)
+    double typical_p;            // llama.cpp's locally typical sampling (>= 1: off, the default; sampler.h)
     bool add_special, parse_special, with_pieces; // tokenize only
     const struct kvt_native_ext *native; // KVT_REQ_NATIVE: the /completion fields of native.h; NULL otherwise
 } kvt_request_params;
