@@ -5,8 +5,9 @@
 // vocabulary, the prompt ends with FIM_MID and holds at most the budgets' tokens (extra context, BOS, FIM_PRE, prefix,
 // prompt, FIM_SUF, suffix, FIM_MID); a refusal is a 400 naming a field (or a 500). The vocabularies are written at start
 // (byte-level BPE, one token per character, the FIM tokens as control tokens). A request with the infill sampler
-// (editor plugins), typical_p or top_n_sigma also draws three tokens through the sampler (sched/sampler.c) with its
-// settings over logits made from the input's bytes: each id in the vocabulary. Seeds go to $KVT_FUZZ_SEED_DIR.
+// (editor plugins), typical_p, top_n_sigma, XTC or a dynamic temperature also draws three tokens through the sampler
+// (sched/sampler.c) with its settings over logits made from the input's bytes: each id in the vocabulary. Seeds go to
+// $KVT_FUZZ_SEED_DIR.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,6 +80,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "\"samplers\":[\"top_k\",\"top_p\",\"infill\"],\"t_max_predict_ms\":500,\"response_fields\":[\"content\"]}",
         "\x01{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"samplers\":\"ki\",\"top_k\":0,\"temperature\":0}",
         "\x01{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"typical_p\":0.4,\"top_n_sigma\":1.5,\"top_k\":0}",
+        "\x01{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"xtc_probability\":1,\"xtc_threshold\":0.01,"
+        "\"dynatemp_range\":2,\"dynatemp_exponent\":0.5,\"temperature\":0}",
     };
     fuzz_write_seeds("fuzz_infill", seeds, sizeof seeds / sizeof seeds[0]);
     return 0;
@@ -115,13 +118,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (n < 3 || ids[n - 1] != kvt_token_fim(t, KVT_FIM_MID) || n > most) __builtin_trap();
         free(ids);
     }
-    if (p->infill_sampler || p->typical_p < 1 || p->top_n_sigma > 0) { // the sampler over logits from the input
+    if (p->infill_sampler || p->typical_p < 1 || p->top_n_sigma > 0 || p->xtc_probability > 0 ||
+        p->dynatemp_range > 0) { // the sampler over logits from the input's bytes
         const int32_t nv = kvt_tokenizer_n_vocab(t);
         float *l = malloc((size_t)nv * sizeof *l);
         kvt_sampler_params sp = kvt_sampler_params_default();
         sp.top_k = p->top_k, sp.top_p = (float)p->top_p, sp.min_p = (float)p->min_p, sp.temp = (float)p->temperature;
         sp.infill = p->infill_sampler ? t : NULL;
         sp.typical_p = (float)p->typical_p, sp.top_n_sigma = (float)p->top_n_sigma;
+        sp.xtc_probability = (float)p->xtc_probability, sp.xtc_threshold = (float)p->xtc_threshold;
+        sp.dynatemp_range = (float)p->dynatemp_range, sp.dynatemp_exponent = (float)p->dynatemp_exponent;
         kvt_sampler *smp = NULL;
         if (!l || kvt_sampler_init(&sp, nv, &smp, NULL) != KVT_OK) __builtin_trap();
         for (int32_t i = 0; i < nv; i++) l[i] = (float)((data[(size_t)i * 7 % size] ^ (uint32_t)i) & 63) / 8.0f - 4.0f;

@@ -114,7 +114,8 @@ void test_cli(const test_env *env) {
                     strstr(out, "\"ids\":[463,449,306,461,458,327,473,372]") && strstr(out, "\"decode_tok_s\""),
                 "cli: generate --json ids match llama.cpp", "exit %d: %.300s", rc, out);
     // llama.cpp's penalties, greedy: the ids llama-server (llama-cpp-python 0.3.36's llama.cpp) gave for the same
-    // /completion request (temperature 0 with the same presence / frequency / repeat penalties and window)
+    // /completion request (temperature 0 with the same presence / frequency / repeat penalties and window; or with
+    // typical_p, xtc_probability / xtc_threshold, top_n_sigma)
     static const struct {
         const char *flags, *ids;
     } pen[] = {{"-n 16 -l 463-inf --logit-bias 306+2.5", // logit_bias [[463, false], [306, 2.5]]
@@ -124,7 +125,13 @@ void test_cli(const test_env *env) {
                {"-n 24 --presence-penalty 0.7",
                 "\"ids\":[463,449,306,461,458,327,473,372,465,466,325,13,477,295,417,305,434,288,433,449,473,473,473,473]"},
                {"-n 24 --repeat-penalty 1.5 --repeat-last-n 8",
-                "\"ids\":[463,449,306,461,458,327,473,372,465,466,325,13,477,295,417,305,434,288,433,449,473,465,466,228]"}};
+                "\"ids\":[463,449,306,461,458,327,473,372,465,466,325,13,477,295,417,305,434,288,433,449,473,465,466,228]"},
+               // samplers that can drop the argmax, greedy after them (typical_p, xtc_*, typical_p with top_n_sigma)
+               {"-n 16 --typical 0.3", "\"ids\":[306,420,445,473,341,330,387,387,372,465,438,338,477,283,290,419]"},
+               {"-n 16 --xtc-probability 1 --xtc-threshold 0.05",
+                "\"ids\":[462,323,271,346,422,417,407,462,470,463,402,299,442,347,472,477]"},
+               {"-n 16 --typical 0.6 --top-nsigma 1",
+                "\"ids\":[463,293,303,277,463,469,390,21,98,386,309,422,447,288,416,303]"}};
     for (size_t i = 0; i < sizeof pen / sizeof pen[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' --temp 0 %s --json", env->cli, model,
                  pen[i].flags);

@@ -379,11 +379,49 @@ static void test_sampler_typical(void) {
                 greedy[1], (long long)seen);
 }
 
+// The ids drawn (a bitmap) by `draws` draws of p over logits l[n] (n <= 64).
+static int64_t draws_of(const kvt_sampler_params *p, const float *l, int32_t n, int draws) {
+    kvt_sampler *s = NULL;
+    if (kvt_sampler_init(p, n, &s, NULL) != KVT_OK) return -1;
+    int64_t seen = 0;
+    for (int d = 0; d < draws; d++) seen |= (int64_t)1 << kvt_sampler_sample(s, l);
+    kvt_sampler_free(s);
+    return seen;
+}
+
+// llama.cpp's XTC on p = .4 .3 .2 .1 (threshold .15: ids 0, 1, 2 pass it, 0 and 1 leave) and its dynamic temperature
+// (range 1 at temperature 0: a flat distribution draws everything, a peaked one only its top).
+static void test_sampler_xtc_dynatemp(void) {
+    const float pr[4] = {0.4f, 0.3f, 0.2f, 0.1f};
+    float l[4], flat[4] = {0, 0, 0, 0}, peak[4] = {12, 0, 0, 0};
+    for (int i = 0; i < 4; i++) l[i] = logf(pr[i]);
+    kvt_sampler_params p = kvt_sampler_params_default();
+    p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.seed = 6;
+    p.temp = 0.0f, p.xtc_probability = 1.0f, p.xtc_threshold = 0.15f;
+    const int64_t greedy = draws_of(&p, l, 4, 1);
+    p.temp = 1.0f;
+    const int64_t drawn = draws_of(&p, l, 4, 400);
+    p.xtc_probability = 0.5f;
+    const int64_t half = draws_of(&p, l, 4, 400);
+    p.xtc_probability = 1.0f, p.xtc_threshold = 0.45f, p.temp = 0.0f; // nothing passes .45: no change
+    const int64_t none = draws_of(&p, l, 4, 1);
+    test_result(greedy == 4 && drawn == 12 && half == 15 && none == 1,
+                "sampler: XTC removes the candidates over its threshold but the least likely of them (llama.cpp's)",
+                "greedy %llx (want 4), draws %llx (want c), at probability 0.5 %llx (want f), threshold .45 %llx (want 1)",
+                (long long)greedy, (long long)drawn, (long long)half, (long long)none);
+    kvt_sampler_params d = kvt_sampler_params_default();
+    d.top_k = 0, d.top_p = 1.0f, d.min_p = 0.0f, d.seed = 2, d.temp = 0.0f, d.dynatemp_range = 1.0f;
+    const int64_t f = draws_of(&d, flat, 4, 200), k = draws_of(&d, peak, 4, 200);
+    test_result(f == 15 && k == 1, "sampler: the dynamic temperature follows the entropy (flat: 1, peaked: ~0)",
+                "flat %llx (want f), peaked %llx (want 1)", (long long)f, (long long)k);
+}
+
 void test_sampler(const test_env *env) {
     (void)env;
     test_sampler_ban_wins();
     test_sampler_top_n_sigma();
     test_sampler_typical();
+    test_sampler_xtc_dynatemp();
     enum { N = 100 };
     float logits[N];
     for (int i = 0; i < N; i++) logits[i] = (float)(i % 17) * 0.1f;

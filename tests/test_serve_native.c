@@ -105,7 +105,8 @@ static void test_native_errors(void) {
         {"{\"prompt\":\"x\",\"mirostat\":2}", "mirostat", "not supported"},
         {"{\"prompt\":\"x\",\"repeat_penalty\":-1}", "repeat_penalty", "out of range"},
         {"{\"prompt\":\"x\",\"repeat_penalty\":1.1,\"samplers\":[\"top_k\",\"penalties\"]}", "samplers", "that order"},
-        {"{\"prompt\":\"x\",\"dynatemp_range\":0.5}", "dynatemp_range", "not supported"},
+        {"{\"prompt\":\"x\",\"dynatemp_range\":\"0.5\"}", "dynatemp_range", "must be a number"},
+        {"{\"prompt\":\"x\",\"xtc_probability\":0.5,\"min_p\":0.1,\"samplers\":[\"xtc\",\"min_p\"]}", "samplers", "order"},
         {"{\"prompt\":\"x\",\"top_n_sigma\":\"1\"}", "top_n_sigma", "must be a number"},
         {"{\"prompt\":\"x\",\"top_n_sigma\":1,\"top_k\":5,\"samplers\":[\"top_k\",\"top_n_sigma\"]}", "samplers", "order"},
         {"{\"prompt\":\"x\",\"min_keep\":5}", "min_keep", "not supported"},
@@ -237,8 +238,8 @@ static void test_editor_fields(void) {
     nr.n_fields = 0; // none asked: every field
     o = p && kvt_native_resp_json(&nr, &s, NULL, NULL) == KVT_OK ? json_loads(s, 0, NULL) : NULL;
     json_t *smp = json_object_get(json_object_get(o, "generation_settings"), "samplers");
-    test_result(o && json_object_get(o, "tokens_cached") && json_array_size(smp) == 8 &&
-                    !strcmp(json_string_value(json_array_get(smp, 6)), "infill"),
+    test_result(o && json_object_get(o, "tokens_cached") && json_array_size(smp) == 9 &&
+                    !strcmp(json_string_value(json_array_get(smp, 7)), "infill"),
                 "serve.native: without response_fields the whole summary; generation_settings lists the infill sampler",
                 "%s", s ? s : "null");
     json_decref(o);
@@ -267,9 +268,9 @@ static void test_editor_fields(void) {
                 "serve.v1: samplers, n_indent and t_max_predict_ms are taken on /v1/completions too (llama-server's)",
                 "%s", r ? "values" : e.message);
     kvt_request_free(r);
-    r = parse_as(KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"dynatemp_range\":1}", &e);
-    test_result(!r && e.http_status == 400 && !strcmp(e.param, "dynatemp_range"),
-                "serve.v1: dynatemp_range (not implemented) is refused on /v1/chat/completions too, named", "%s", e.message);
+    r = parse_as(KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"min_keep\":3}", &e);
+    test_result(!r && e.http_status == 400 && !strcmp(e.param, "min_keep"),
+                "serve.v1: min_keep > 1 (not implemented) is refused on /v1/chat/completions too, named", "%s", e.message);
     kvt_request_free(r);
     r = parse_as(KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_n_sigma\":1.5}", &e);
     p = r ? kvt_request_get(r) : NULL;
@@ -280,6 +281,18 @@ static void test_editor_fields(void) {
     test_result(on && p && p->top_n_sigma == 0 && p->top_k == 40,
                 "serve.native: top_n_sigma is taken (on /v1 too), and off when samplers leaves it out", "%s",
                 r ? "values" : e.message);
+    kvt_request_free(r);
+    r = parse_as(KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"xtc_probability\":0.5,\"xtc_threshold\":0.2,"
+                 "\"dynatemp_range\":0.3,\"dynatemp_exponent\":2,\"typical_p\":0.9}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    const bool v1 = p && p->xtc_probability == 0.5 && p->xtc_threshold == 0.2 && p->dynatemp_range == 0.3 &&
+                    p->dynatemp_exponent == 2 && p->typical_p == 0.9;
+    kvt_request_free(r);
+    r = parse("{\"prompt\":\"x\",\"xtc_probability\":0.5,\"dynatemp_range\":0.3,\"samplers\":\"k\"}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(v1 && p && p->xtc_probability == 0 && p->dynatemp_range == 0 && p->xtc_threshold == 0.1,
+                "serve.native: xtc_* and dynatemp_* are taken (on /v1 too), and off when samplers leaves out xtc and "
+                "temperature", "%s", r ? "values" : e.message);
     kvt_request_free(r);
 }
 

@@ -640,7 +640,7 @@ def t_editor_fields(s):
 def t_native_refused(s):
     for body, param in (({"mirostat": 2}, "mirostat"), ({"repeat_penalty": 0}, "repeat_penalty"),
                         ({"n_probs": 50}, "n_probs"), ({"post_sampling_probs": True, "n_probs": 2}, "post_sampling_probs"),
-                        ({"grammar": "root ::= \"a\""}, "grammar"), ({"dynatemp_range": 0.5}, "dynatemp_range"),
+                        ({"grammar": "root ::= \"a\""}, "grammar"), ({"min_keep": 5}, "min_keep"),
                         ({"samplers": ["temperature", "top_k"], "top_k": 5, "temperature": 0.7}, "samplers"),
                         ({"n": 2}, "n"), ({"prompt": ["one", "two"]}, "prompt"), ({"lora": [{"id": 0}]}, "lora")):
         st, _, r = s.post("/completion", dict({"prompt": "A", "n_predict": 2}, **body))

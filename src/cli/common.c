@@ -986,6 +986,18 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cl
     } else if (!strcmp(flag, "--min-p")) {
         if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
         sp->min_p = (float)fv;
+    } else if (!strcmp(flag, "--xtc-probability")) {
+        if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
+        sp->xtc_probability = (float)fv;
+    } else if (!strcmp(flag, "--xtc-threshold")) {
+        if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
+        sp->xtc_threshold = (float)fv;
+    } else if (!strcmp(flag, "--dynatemp-range")) {
+        if (!kvt_args_float(a, flag, 0, 100, &fv)) return -1;
+        sp->dynatemp_range = (float)fv;
+    } else if (!strcmp(flag, "--dynatemp-exp")) {
+        if (!kvt_args_float(a, flag, 0, 100, &fv)) return -1;
+        sp->dynatemp_exponent = (float)fv;
     } else if (!strcmp(flag, "--typical") || !strcmp(flag, "--typical-p")) {
         if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
         sp->typical_p = (float)fv;

@@ -42,7 +42,8 @@ struct kvt_sampler {
 };
 
 kvt_sampler_params kvt_sampler_params_default(void) {
-    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL, -1.0f, 1.0f};
+    kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL, -1.0f, 1.0f,
+                            0.0f, 0.1f, 0.0f, 1.0f};
     return p;
 }
 
@@ -57,7 +58,10 @@ bool kvt_sampler_params_adjust(const kvt_sampler_params *p) { return p->n_logit_
 static bool is_ban(float bias) { return isinf(bias) && bias < 0; }
 
 bool kvt_sampler_params_bans_only(const kvt_sampler_params *p) {
-    if (penalize(p)) return false;
+    // typical-p, XTC and infill can drop the argmax, a dynamic temperature can rise above 0
+    const bool drops = p->typical_p < 1.0f || (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f) || p->infill ||
+                       p->dynatemp_range > 0.0f;
+    if (penalize(p) || drops) return false;
     for (int32_t i = 0; p->logit_bias && i < p->n_logit_bias; i++) {
         if (!is_ban(p->logit_bias[i].bias)) return false;
     }
@@ -341,6 +345,39 @@ static int32_t typical_cut(kvt_sampler *s, int32_t m) {
     return k;
 }
 
+// llama.cpp's XTC (sampler.h) on the survivors c[0..m) (probabilities, not normalized; in any order): one draw of the
+// generator decides whether it acts; then, sorted and renormalized, those at or above the threshold leave but the
+// last of them. Returns the new m (c[0..m) sorted when it acted).
+static int32_t xtc_cut(kvt_sampler *s, int32_t m) {
+    if (m < 2 || (float)next_uniform(s) > s->p.xtc_probability) return m;
+    cand *c = s->c;
+    qsort(c, (size_t)m, sizeof *c, cmp_desc);
+    double tot = 0.0;
+    for (int32_t i = 0; i < m; i++) tot += c[i].v;
+    int32_t last = 0;
+    while (last + 1 < m && (float)(c[last + 1].v / tot) >= s->p.xtc_threshold) last++;
+    if (last == 0 || (float)(c[0].v / tot) < s->p.xtc_threshold) return m;
+    memmove(c, c + last, (size_t)(m - last) * sizeof *c);
+    return m - last;
+}
+
+// The temperature of the draw over the survivors c[0..m) (probabilities, not normalized): temp, or with
+// dynatemp_range > 0 llama.cpp's dynamic temperature from their entropy.
+static float draw_temp(const kvt_sampler *s, int32_t m) {
+    if (s->p.dynatemp_range <= 0.0f) return s->p.temp;
+    const float lo = s->p.temp - s->p.dynatemp_range > 0.0f ? s->p.temp - s->p.dynatemp_range : 0.0f;
+    const float hi = s->p.temp + s->p.dynatemp_range;
+    if (m <= 1) return hi; // one candidate: any temperature draws it
+    double tot = 0.0;
+    for (int32_t i = 0; i < m; i++) tot += s->c[i].v;
+    float ent = 0.0f;
+    for (int32_t i = 0; i < m; i++) {
+        const float pr = (float)(s->c[i].v / tot);
+        if (pr > 0.0f) ent -= pr * logf(pr);
+    }
+    return lo + (hi - lo) * powf(ent / -logf(1.0f / (float)m), s->p.dynatemp_exponent);
+}
+
 // llama.cpp's infill sampler (sampler.h) on the survivors c[0..m) (probabilities, not normalized; in any order): sorts
 // them, keeps those it keeps with their probabilities (the draw is over their logits) and returns how many. Its sums in
 // float and its passes in its order, so that its cuts fall where llama.cpp's do.
@@ -420,8 +457,12 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     }
     if (s->count) apply_penalties(s);
     const bool all_banned = s->p.n_logit_bias > 0 && !bias_limits(s);
-    const bool typical = s->p.typical_p < 1.0f; // (it and infill can drop the argmax: a greedy draw goes through them)
-    if (all_banned || (s->p.temp <= 0.0f && !s->p.infill && !typical)) {
+    // typical-p, XTC and infill can drop the argmax, and a dynamic temperature can rise above 0: a greedy draw then
+    // goes through them
+    const bool typical = s->p.typical_p < 1.0f;
+    const bool xtc = s->p.xtc_probability > 0.0f && s->p.xtc_threshold <= 0.5f;
+    const bool plain = !s->p.infill && !typical && !xtc && s->p.dynatemp_range <= 0.0f;
+    if (all_banned || (s->p.temp <= 0.0f && plain)) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; i++) {
             if (s->c[i].v > s->c[best].v) best = i;
@@ -465,8 +506,15 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     } else {
         m = cut_all(s);
     }
+    if (xtc) m = xtc_cut(s, m);
     if (s->p.infill) m = infill_filter(s, m);
-    if (s->p.temp <= 0.0f) return s->c[0].id; // the argmax of those left: sorted, the likeliest (lowest id) first
+    const float temp = draw_temp(s, m);
+    if (temp <= 0.0f) { // the argmax of those left (the likeliest, the lowest id on ties)
+        int32_t best = 0;
+        for (int32_t i = 1; i < m; i++)
+            if (before(&s->c[i], &s->c[best])) best = i;
+        return s->c[best].id;
+    }
     // temperature on the survivors: (p_i / p_max) ^ (1/T) renormalised == softmax(logit/T). Relative to the largest
     // survivor (a ratio in (0, 1], the largest's weight 1): p_i ^ (1/T) alone underflowed to 0 for every survivor at a
     // low temperature (T 0.01 and a largest probability under 0.35), and the draw fell to the last, least likely one.
@@ -474,7 +522,7 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     for (int32_t i = 1; i < m; i++) pmax = s->c[i].v > pmax ? s->c[i].v : pmax;
     double tot = 0.0;
     for (int32_t i = 0; i < m; i++) {
-        s->c[i].v = (float)pow((double)s->c[i].v / pmax, 1.0 / s->p.temp);
+        s->c[i].v = (float)pow((double)s->c[i].v / pmax, 1.0 / temp);
         tot += s->c[i].v;
     }
     double r = next_uniform(s) * tot, acc = 0.0;

@@ -2,8 +2,9 @@
 //
 // Chain (as llama.cpp's default order): logit biases -> penalties over the last `penalty_last_n`
 // tokens (repetition, frequency, presence: llama.cpp's penalties sampler) -> top-n-sigma ->
-// top-k -> typical-p -> top-p -> min-p -> infill (when asked) -> temperature -> draw. temp <= 0 is greedy (argmax,
-// ties to the lowest id; with infill the argmax of what it keeps). Deterministic for a given seed.
+// top-k -> typical-p -> top-p -> min-p -> XTC -> infill (when asked) -> temperature (or dynamic temperature) -> draw.
+// temp <= 0 is greedy (argmax, ties to the lowest id; with typical-p, XTC or infill, which can drop the argmax, the
+// argmax of what they keep, as llama.cpp's temperature after them). Deterministic for a given seed.
 //
 // Cost per token: O(n_vocab) with top-k (a bounded heap keeps the k best, then k
 // are sorted); a full sort of the vocabulary only without top-k. Either way the
@@ -52,12 +53,20 @@ typedef struct {
     // top-k), the fewest whose |-log p - entropy| is smallest with probabilities summing past typical_p stay; top-p
     // and min-p then see them renormalized
     float typical_p;
+    // llama.cpp's XTC (exclude top choices), after min-p: with probability xtc_probability (a draw of the sampler's
+    // generator) the candidates at or above xtc_threshold, renormalized, leave but the least likely of them; off when
+    // xtc_probability <= 0 or xtc_threshold > 0.5
+    float xtc_probability, xtc_threshold;
+    // llama.cpp's dynamic temperature (dynatemp_range > 0; else the plain temperature): the temperature is
+    // max(0, temp - range) + 2 range x (entropy / log(count)) ^ dynatemp_exponent of the candidates left
+    float dynatemp_range, dynatemp_exponent;
 } kvt_sampler_params;
 
 // True when the parameters can change a logit before the draw (a logit bias, or a penalty that acts).
 bool kvt_sampler_params_adjust(const kvt_sampler_params *p);
-// True when the only adjustments are bans (every logit bias -INFINITY, no penalty acts): a greedy draw is then the
-// raw argmax unless that token is banned (kvt_sampler_params_banned), so the logits need not be read for most draws.
+// True when the only adjustments are bans (every logit bias -INFINITY, no penalty acts, and neither typical-p, XTC,
+// infill nor a dynamic temperature is on): a greedy draw is then the raw argmax unless that token is banned
+// (kvt_sampler_params_banned), so the logits need not be read for most draws.
 bool kvt_sampler_params_bans_only(const kvt_sampler_params *p);
 // True when p's logit biases list token with -INFINITY (O(n_logit_bias)).
 bool kvt_sampler_params_banned(const kvt_sampler_params *p, int32_t token);

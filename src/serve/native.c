@@ -3,6 +3,7 @@
 #include "infill.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,8 @@ void kvt_native_defaults(kvt_request_params *p) {
     p->top_p = 0.95;
     p->min_p = 0.05;
     p->typical_p = 1.0;
+    p->xtc_threshold = 0.1;
+    p->dynatemp_exponent = 1.0;
 }
 
 kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, struct kvt_native_ext **out,
@@ -188,7 +191,7 @@ kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, st
 
 // ---- samplers ----
 
-enum { S_IGNORED, S_PENALTIES, S_TOP_N_SIGMA, S_TOP_K, S_TYPICAL, S_TOP_P, S_MIN_P, S_INFILL, S_TEMP, S_REFUSED };
+enum { S_IGNORED, S_PENALTIES, S_TOP_N_SIGMA, S_TOP_K, S_TYPICAL, S_TOP_P, S_MIN_P, S_XTC, S_INFILL, S_TEMP, S_REFUSED };
 
 // A sampler name (llama-server's names and aliases, any case) or character; S_IGNORED for the samplers kvtier
 // lacks (whose settings the other fields keep neutral) and for names llama-server does not know (it skips them).
@@ -198,7 +201,7 @@ static int sampler_of(const char *s, size_t n) {
         int kind;
     } names[] = {{"penalties", S_PENALTIES}, {"top_n_sigma", S_TOP_N_SIGMA}, {"top-n-sigma", S_TOP_N_SIGMA},
                  {"topnsigma", S_TOP_N_SIGMA}, {"typ_p", S_TYPICAL}, {"typ-p", S_TYPICAL}, {"typp", S_TYPICAL},
-                 {"typ", S_TYPICAL}, {"top_k", S_TOP_K},   {"top-k", S_TOP_K},       {"topk", S_TOP_K},     {"top_p", S_TOP_P},
+                 {"typ", S_TYPICAL}, {"xtc", S_XTC}, {"top_k", S_TOP_K},   {"top-k", S_TOP_K},       {"topk", S_TOP_K},     {"top_p", S_TOP_P},
                  {"top-p", S_TOP_P},   {"topp", S_TOP_P},        {"nucleus", S_TOP_P},  {"min_p", S_MIN_P},
                  {"min-p", S_MIN_P},   {"minp", S_MIN_P},        {"temperature", S_TEMP}, {"temp", S_TEMP},
                  {"infill", S_INFILL}, {"adaptive_p", S_REFUSED}, {"adaptive-p", S_REFUSED},
@@ -208,6 +211,7 @@ static int sampler_of(const char *s, size_t n) {
         case 'e': return S_PENALTIES;
         case 's': return S_TOP_N_SIGMA;
         case 'y': return S_TYPICAL;
+        case 'x': return S_XTC;
         case 'k': return S_TOP_K;
         case 'p': return S_TOP_P;
         case 'm': return S_MIN_P;
@@ -261,17 +265,21 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
     if (!count[S_TOP_N_SIGMA]) p->top_n_sigma = 0;
     if (!count[S_TOP_K]) p->top_k = 0;
     if (!count[S_TYPICAL]) p->typical_p = 1.0;
+    if (!count[S_XTC]) p->xtc_probability = 0.0;
+    if (!count[S_TEMP]) p->dynatemp_range = 0.0; // the dynamic temperature is the temperature sampler's
     if (!count[S_TOP_P]) p->top_p = 1.0;
     if (!count[S_MIN_P]) p->min_p = 0.0;
     if (!count[S_TEMP]) p->temperature = 1.0;
     p->infill_sampler = count[S_INFILL] > 0;
-    // (beside infill or typical-p a greedy temperature acts too: where it stands decides whether they see one
-    // candidate or all)
+    // (beside infill, typical-p or XTC a greedy temperature acts too: where it stands decides whether they see one
+    // candidate or all; a dynamic temperature always acts)
+    const bool xtc = p->xtc_probability > 0 && p->xtc_threshold <= 0.5;
+    const bool drop = p->infill_sampler || p->typical_p < 1.0 || xtc; // may drop the argmax
     const bool active[] = {false, p->repeat_last_n > 0 && (p->repeat_penalty != 1.0 || p->frequency_penalty != 0.0 ||
                                                            p->presence_penalty != 0.0),
-                           p->top_n_sigma > 0, p->top_k > 0, p->typical_p < 1.0, p->top_p < 1.0, p->min_p > 0.0,
+                           p->top_n_sigma > 0, p->top_k > 0, p->typical_p < 1.0, p->top_p < 1.0, p->min_p > 0.0, xtc,
                            p->infill_sampler,
-                           p->temperature != 1.0 && (p->temperature > 0.0 || p->infill_sampler || p->typical_p < 1.0)};
+                           p->dynatemp_range > 0 || (p->temperature != 1.0 && (p->temperature > 0.0 || drop))};
     int n_active = 0;
     for (int k = S_PENALTIES; k <= S_TEMP; k++) {
         if (active[k] && count[k] > 1)
@@ -281,7 +289,7 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
     }
     if (!ordered && n_active > 1)
         return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: kvtier applies penalties, top_n_sigma, top_k, typ_p, "
-                              "top_p, min_p, infill, temperature in that order (llama-server's default, infill before the "
+                              "top_p, min_p, xtc, infill, temperature in that order (llama-server's default, infill before the "
                               "temperature); another order is not supported");
     return KVT_OK;
 }
@@ -289,9 +297,7 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
 kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *e) {
     int64_t v;
     bool given;
-    if (refuse_range(root, "dynatemp_range", -HUGE_VAL, 0, e) != KVT_OK ||
-
-        refuse_range(root, "min_keep", 0, 1, e) != KVT_OK ||
+    if (refuse_range(root, "min_keep", 0, 1, e) != KVT_OK ||
         kvt_req_get_int(root, "n_indent", 0, INT32_MAX, &v, &given, e) != KVT_OK)
         return KVT_ERR_INVALID_ARG;
     p->n_indent = given ? (int32_t)v : 0;
@@ -301,10 +307,26 @@ kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *
                               kvt_req_type_name(ns));
     p->top_n_sigma = ns && json_number_value(ns) > 0 ? json_number_value(ns) : 0;
     if (p->top_n_sigma > 1e30) p->top_n_sigma = 1e30; // every finite logit stays (as any huge n)
-    json_t *ty = field(root, "typical_p"); // >= 1: off (llama-server's default 1)
-    if (ty && !json_is_number(ty))
-        return kvt_api_errorf(e, 400, NULL, "typical_p", "typical_p: must be a number, got %s", kvt_req_type_name(ty));
-    p->typical_p = ty && json_number_value(ty) < 1 ? json_number_value(ty) : 1;
+    // the other samplers' numbers, any value as llama-server reads them (its defaults when absent: off)
+    static const struct {
+        const char *key;
+        size_t off;
+        double def;
+    } nums[] = {{"typical_p", offsetof(kvt_request_params, typical_p), 1.0},
+                {"xtc_probability", offsetof(kvt_request_params, xtc_probability), 0.0},
+                {"xtc_threshold", offsetof(kvt_request_params, xtc_threshold), 0.1},
+                {"dynatemp_range", offsetof(kvt_request_params, dynatemp_range), 0.0},
+                {"dynatemp_exponent", offsetof(kvt_request_params, dynatemp_exponent), 1.0}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        json_t *f = field(root, nums[i].key);
+        if (f && !json_is_number(f))
+            return kvt_api_errorf(e, 400, NULL, nums[i].key, "%s: must be a number, got %s", nums[i].key,
+                                  kvt_req_type_name(f));
+        double x = f ? json_number_value(f) : nums[i].def;
+        x = x < -1e30 ? -1e30 : x > 1e30 ? 1e30 : x; // float range in the sampler
+        *(double *)((char *)p + nums[i].off) = x;
+    }
+    if (p->typical_p > 1) p->typical_p = 1;
     json_t *tm = field(root, "t_max_predict_ms"); // llama-server's integer milliseconds; <= 0: off
     if (tm && !json_is_number(tm))
         return kvt_api_errorf(e, 400, NULL, "t_max_predict_ms", "t_max_predict_ms: must be a number, got %s",
@@ -361,12 +383,14 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     }
     set(o, "seed", json_integer(seed_known ? (json_int_t)seed : (json_int_t)0xFFFFFFFFu), ok);
     set(o, "temperature", json_real(p->temperature), ok);
-    set(o, "dynatemp_range", json_real(0), ok);
+    set(o, "dynatemp_range", json_real(p->dynatemp_range), ok);
+    set(o, "dynatemp_exponent", json_real(p->dynatemp_exponent), ok);
     set(o, "top_k", json_integer(p->top_k), ok);
     set(o, "top_p", json_real(p->top_p), ok);
     set(o, "min_p", json_real(p->min_p), ok);
     set(o, "top_n_sigma", json_real(p->top_n_sigma > 0 ? p->top_n_sigma : -1), ok);
-    set(o, "xtc_probability", json_real(0), ok);
+    set(o, "xtc_probability", json_real(p->xtc_probability), ok);
+    set(o, "xtc_threshold", json_real(p->xtc_threshold), ok);
     set(o, "typical_p", json_real(p->typical_p), ok);
     set(o, "repeat_last_n", json_integer((json_int_t)p->repeat_last_n), ok);
     set(o, "repeat_penalty", json_real(p->repeat_penalty), ok);
@@ -392,8 +416,8 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "n_probs", json_integer(n_probs), ok);
     set(o, "min_keep", json_integer(0), ok);
     set(o, "grammar", json_string(""), ok);
-    static const char *const chain[] = {"penalties", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "infill",
-                                        "temperature"};
+    static const char *const chain[] = {"penalties", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+                                        "infill", "temperature"};
     const bool infill = p->infill_sampler;
     for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++)
         if (infill || strcmp(chain[i], "infill")) append(smp, json_string(chain[i]), ok);

@@ -105,7 +105,7 @@ typedef struct {
                                  // biases to logit_bias, kvt_logit_bias_ban_eog): max_tokens are generated
     // llama-server's extras, taken on every completion endpoint as llama-server takes them (native.c parses them,
     // kvt_llama_extras): `samplers` (the chain's members, the infill sampler among them), `top_n_sigma`, `typical_p`,
-    // `n_indent` (> 0: a
+    // `xtc_probability`, `xtc_threshold`, `dynatemp_range`, `dynatemp_exponent`, `n_indent` (> 0: a
     // generated line after the first indented by fewer spaces or tabs ends the answer before its text; 0 off) and
     // `t_max_predict_ms` (> 0: a token with a newline after that many ms of generation ends it; 0 off); http_job.c
     // applies the last two, stop_type "limit" / finish_reason "length"
@@ -114,6 +114,8 @@ typedef struct {
     int64_t t_max_predict_ms;
     double top_n_sigma;          // llama.cpp's top-n-sigma (<= 0: off; sampler.h)
     double typical_p;            // llama.cpp's locally typical sampling (>= 1: off, the default; sampler.h)
+    double xtc_probability, xtc_threshold;    // llama.cpp's XTC (0 and 0.1 by default: off; sampler.h)
+    double dynatemp_range, dynatemp_exponent; // llama.cpp's dynamic temperature (0 and 1 by default: off)
     bool add_special, parse_special, with_pieces; // tokenize only
     const struct kvt_native_ext *native; // KVT_REQ_NATIVE: the /completion fields of native.h; NULL otherwise
 } kvt_request_params;
