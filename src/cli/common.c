@@ -3,6 +3,7 @@
 #include "../plan/plan.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -967,52 +968,43 @@ bool cli_ban_eog(const char *cmd, const kvt_tokenizer *tok, kvt_generate_params 
     return true;
 }
 
+// The sampling flags that take a number into a float of kvt_sampler_params: names (llama.cpp's, an alias), range.
+static const struct {
+    const char *name, *alias;
+    double lo, hi;
+    size_t off;
+} k_float_flags[] = {
+    {"--temp", NULL, 0, 100, offsetof(kvt_sampler_params, temp)},
+    {"--top-p", NULL, 0, 1, offsetof(kvt_sampler_params, top_p)},
+    {"--min-p", NULL, 0, 1, offsetof(kvt_sampler_params, min_p)},
+    {"--top-nsigma", "--top-n-sigma", -1, 1e30, offsetof(kvt_sampler_params, top_n_sigma)},
+    {"--typical", "--typical-p", 0, 1, offsetof(kvt_sampler_params, typical_p)},
+    {"--xtc-probability", NULL, 0, 1, offsetof(kvt_sampler_params, xtc_probability)},
+    {"--xtc-threshold", NULL, 0, 1, offsetof(kvt_sampler_params, xtc_threshold)},
+    {"--dynatemp-range", NULL, 0, 100, offsetof(kvt_sampler_params, dynatemp_range)},
+    {"--dynatemp-exp", NULL, 0, 100, offsetof(kvt_sampler_params, dynatemp_exponent)},
+    {"--repeat-penalty", NULL, 0.01, 100, offsetof(kvt_sampler_params, repeat_penalty)},
+    {"--frequency-penalty", NULL, -100, 100, offsetof(kvt_sampler_params, frequency_penalty)},
+    {"--presence-penalty", NULL, -100, 100, offsetof(kvt_sampler_params, presence_penalty)},
+};
+
 int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_logit_biases *lb) {
     kvt_sampler_params *sp = &gp->sampling;
     int64_t iv;
     double fv;
-    if (!strcmp(flag, "--temp")) {
-        if (!kvt_args_float(a, flag, 0, 100, &fv)) return -1;
-        sp->temp = (float)fv;
-    } else if (!strcmp(flag, "--seed") || !strcmp(flag, "-s")) {
+    for (size_t i = 0; i < sizeof k_float_flags / sizeof k_float_flags[0]; i++) {
+        if (strcmp(flag, k_float_flags[i].name) && (!k_float_flags[i].alias || strcmp(flag, k_float_flags[i].alias)))
+            continue;
+        if (!kvt_args_float(a, flag, k_float_flags[i].lo, k_float_flags[i].hi, &fv)) return -1;
+        *(float *)((char *)sp + k_float_flags[i].off) = (float)fv;
+        return 1;
+    }
+    if (!strcmp(flag, "--seed") || !strcmp(flag, "-s")) {
         if (!kvt_args_int(a, flag, 0, INT64_MAX, &iv)) return -1;
         sp->seed = (uint64_t)iv;
     } else if (!strcmp(flag, "--top-k")) {
         if (!kvt_args_int(a, flag, 0, 1 << 30, &iv)) return -1;
         sp->top_k = (int32_t)iv;
-    } else if (!strcmp(flag, "--top-p")) {
-        if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
-        sp->top_p = (float)fv;
-    } else if (!strcmp(flag, "--min-p")) {
-        if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
-        sp->min_p = (float)fv;
-    } else if (!strcmp(flag, "--xtc-probability")) {
-        if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
-        sp->xtc_probability = (float)fv;
-    } else if (!strcmp(flag, "--xtc-threshold")) {
-        if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
-        sp->xtc_threshold = (float)fv;
-    } else if (!strcmp(flag, "--dynatemp-range")) {
-        if (!kvt_args_float(a, flag, 0, 100, &fv)) return -1;
-        sp->dynatemp_range = (float)fv;
-    } else if (!strcmp(flag, "--dynatemp-exp")) {
-        if (!kvt_args_float(a, flag, 0, 100, &fv)) return -1;
-        sp->dynatemp_exponent = (float)fv;
-    } else if (!strcmp(flag, "--typical") || !strcmp(flag, "--typical-p")) {
-        if (!kvt_args_float(a, flag, 0, 1, &fv)) return -1;
-        sp->typical_p = (float)fv;
-    } else if (!strcmp(flag, "--top-nsigma") || !strcmp(flag, "--top-n-sigma")) {
-        if (!kvt_args_float(a, flag, -1, 1e30, &fv)) return -1;
-        sp->top_n_sigma = (float)fv;
-    } else if (!strcmp(flag, "--repeat-penalty")) {
-        if (!kvt_args_float(a, flag, 0.01, 100, &fv)) return -1;
-        sp->repeat_penalty = (float)fv;
-    } else if (!strcmp(flag, "--frequency-penalty")) {
-        if (!kvt_args_float(a, flag, -100, 100, &fv)) return -1;
-        sp->frequency_penalty = (float)fv;
-    } else if (!strcmp(flag, "--presence-penalty")) {
-        if (!kvt_args_float(a, flag, -100, 100, &fv)) return -1;
-        sp->presence_penalty = (float)fv;
     } else if (!strcmp(flag, "--repeat-last-n")) {
         if (!kvt_args_int(a, flag, 0, 1 << 20, &iv)) return -1;
         sp->penalty_last_n = (int32_t)iv;
