@@ -5,9 +5,9 @@
 // vocabulary, the prompt ends with FIM_MID and holds at most the budgets' tokens (extra context, BOS, FIM_PRE, prefix,
 // prompt, FIM_SUF, suffix, FIM_MID); a refusal is a 400 naming a field (or a 500). The vocabularies are written at start
 // (byte-level BPE, one token per character, the FIM tokens as control tokens). A request with the infill sampler
-// (editor plugins), typical_p, top_n_sigma, XTC or a dynamic temperature also draws three tokens through the sampler
-// (sched/sampler.c) with its settings over logits made from the input's bytes: each id in the vocabulary. Seeds go to
-// $KVT_FUZZ_SEED_DIR.
+// (editor plugins), typical_p, top_n_sigma, XTC, a dynamic temperature or mirostat also draws three tokens through
+// the sampler (sched/sampler.c) with its settings over logits made from the input's bytes: each id in the
+// vocabulary. Seeds go to $KVT_FUZZ_SEED_DIR.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -82,6 +82,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "\x01{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"typical_p\":0.4,\"top_n_sigma\":1.5,\"top_k\":0}",
         "\x01{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"xtc_probability\":1,\"xtc_threshold\":0.01,"
         "\"dynatemp_range\":2,\"dynatemp_exponent\":0.5,\"temperature\":0}",
+        "\x01{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"mirostat\":1,\"mirostat_tau\":0.5,\"mirostat_eta\":2}",
     };
     fuzz_write_seeds("fuzz_infill", seeds, sizeof seeds / sizeof seeds[0]);
     return 0;
@@ -119,7 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(ids);
     }
     if (p->infill_sampler || p->typical_p < 1 || p->top_n_sigma > 0 || p->xtc_probability > 0 ||
-        p->dynatemp_range > 0) { // the sampler over logits from the input's bytes
+        p->dynatemp_range > 0 || p->mirostat) { // the sampler over logits from the input's bytes
         const int32_t nv = kvt_tokenizer_n_vocab(t);
         float *l = malloc((size_t)nv * sizeof *l);
         kvt_sampler_params sp = kvt_sampler_params_default();
@@ -128,6 +129,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sp.typical_p = (float)p->typical_p, sp.top_n_sigma = (float)p->top_n_sigma;
         sp.xtc_probability = (float)p->xtc_probability, sp.xtc_threshold = (float)p->xtc_threshold;
         sp.dynatemp_range = (float)p->dynatemp_range, sp.dynatemp_exponent = (float)p->dynatemp_exponent;
+        sp.mirostat = p->mirostat, sp.mirostat_tau = (float)p->mirostat_tau, sp.mirostat_eta = (float)p->mirostat_eta;
         kvt_sampler *smp = NULL;
         if (!l || kvt_sampler_init(&sp, nv, &smp, NULL) != KVT_OK) __builtin_trap();
         for (int32_t i = 0; i < nv; i++) l[i] = (float)((data[(size_t)i * 7 % size] ^ (uint32_t)i) & 63) / 8.0f - 4.0f;

@@ -416,8 +416,47 @@ static void test_sampler_xtc_dynatemp(void) {
                 "flat %llx (want f), peaked %llx (want 1)", (long long)f, (long long)k);
 }
 
+// llama.cpp's mirostat. Version 2 on p = .5 .25 .125 .125 (surprises 1, 2, 3, 3 bits): mu = 2 tau at start keeps
+// those at most mu, and each draw moves mu towards tau. Version 1 on a Zipf distribution of exponent 2 over 200
+// tokens: its estimate s = 2, so k = (2^mu / (1 - 1/200))^(1/2) = 4.01 at tau 2: the first draw is among 4.
+static void test_sampler_mirostat(void) {
+    const float pr[4] = {0.5f, 0.25f, 0.125f, 0.125f};
+    float l[4], z[200];
+    for (int i = 0; i < 4; i++) l[i] = logf(pr[i]);
+    for (int i = 0; i < 200; i++) z[i] = -2.0f * logf((float)(i + 1));
+    kvt_sampler_params p = kvt_sampler_params_default();
+    p.temp = 1.0f, p.mirostat = 2, p.seed = 5;
+    p.mirostat_tau = 0.5f, p.mirostat_eta = 0.1f; // mu 1 -> 1.5 over 10 draws (each draw's surprise is 0): id 0 only
+    const int64_t low = draws_of(&p, l, 4, 10);
+    p.mirostat_tau = 1.5f, p.mirostat_eta = 0.0f; // mu stays 3: every id
+    const int64_t all = draws_of(&p, l, 4, 300);
+    p.mirostat_tau = 0.9f; // mu stays 1.8: id 0 only
+    const int64_t one = draws_of(&p, l, 4, 100);
+    p.temp = 0.0f, p.mirostat_tau = 1.5f; // greedy: the argmax
+    const int64_t greedy = draws_of(&p, l, 4, 5);
+    test_result(low == 1 && all == 15 && one == 1 && greedy == 1,
+                "sampler: mirostat 2 keeps the candidates whose surprise is at most mu, mu follows tau (llama.cpp's)",
+                "tau .5: %llx (want 1), tau 1.5 eta 0: %llx (want f), tau .9: %llx (want 1), greedy %llx", (long long)low,
+                (long long)all, (long long)one, (long long)greedy);
+    int32_t hi = -1, distinct = 0;
+    int64_t seen = 0;
+    for (uint64_t seed = 0; seed < 200; seed++) { // the first draw of fresh samplers
+        kvt_sampler_params q = kvt_sampler_params_default();
+        q.temp = 1.0f, q.mirostat = 1, q.mirostat_tau = 2.0f, q.seed = seed;
+        kvt_sampler *s = NULL;
+        if (kvt_sampler_init(&q, 200, &s, NULL) != KVT_OK) break;
+        const int32_t id = kvt_sampler_sample(s, z);
+        kvt_sampler_free(s);
+        hi = id > hi ? id : hi;
+        if (id < 64 && !(seen & ((int64_t)1 << id))) seen |= (int64_t)1 << id, distinct++;
+    }
+    test_result(hi == 3 && distinct == 4, "sampler: mirostat 1 keeps the k its Zipf estimate gives (llama.cpp's)",
+                "highest id %d (want 3), %d distinct (want 4)", hi, distinct);
+}
+
 void test_sampler(const test_env *env) {
     (void)env;
+    test_sampler_mirostat();
     test_sampler_ban_wins();
     test_sampler_top_n_sigma();
     test_sampler_typical();

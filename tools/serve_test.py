@@ -614,6 +614,13 @@ def t_editor_fields(s):
                                        "top_p": 1, "min_p": 0, "top_n_sigma": 1e-6})
     assert st == st2 == 200 and r["content"] == g["content"], (g, r)
     assert r["generation_settings"]["top_n_sigma"] == 1e-6, r["generation_settings"]
+    # mirostat: its settings echoed; greedy (temperature 0) stays the argmax, the penalties and samplers aside
+    st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 8, "temperature": 0, "mirostat": 2,
+                                      "mirostat_tau": 3, "repeat_penalty": 1.5, "samplers": ["temperature", "top_k"]})
+    gs = r["generation_settings"]
+    assert st == 200 and r["content"] == g["content"] and gs["mirostat"] == 2 and gs["mirostat_tau"] == 3, r
+    st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 8, "mirostat": 1, "seed": 3})
+    assert st == 200 and r["tokens_predicted"] >= 1, r
     # typical_p (llama.cpp's locally typical sampling) is taken on /completion and /v1, greedy included
     st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 4, "temperature": 0, "typical_p": 0.5})
     assert st == 200 and r["generation_settings"]["typical_p"] == 0.5 and "typ_p" in r["generation_settings"]["samplers"], r
@@ -638,7 +645,7 @@ def t_editor_fields(s):
 
 @case("/completion refuses (400 naming the field) what kvtier does not implement; /props; GET /slots is 501")
 def t_native_refused(s):
-    for body, param in (({"mirostat": 2}, "mirostat"), ({"repeat_penalty": 0}, "repeat_penalty"),
+    for body, param in (({"mirostat": 3}, "mirostat"), ({"repeat_penalty": 0}, "repeat_penalty"),
                         ({"n_probs": 50}, "n_probs"), ({"post_sampling_probs": True, "n_probs": 2}, "post_sampling_probs"),
                         ({"grammar": "root ::= \"a\""}, "grammar"), ({"min_keep": 5}, "min_keep"),
                         ({"samplers": ["temperature", "top_k"], "top_k": 5, "temperature": 0.7}, "samplers"),

@@ -986,6 +986,8 @@ static const struct {
     {"--repeat-penalty", NULL, 0.01, 100, offsetof(kvt_sampler_params, repeat_penalty)},
     {"--frequency-penalty", NULL, -100, 100, offsetof(kvt_sampler_params, frequency_penalty)},
     {"--presence-penalty", NULL, -100, 100, offsetof(kvt_sampler_params, presence_penalty)},
+    {"--mirostat-ent", NULL, 0, 100, offsetof(kvt_sampler_params, mirostat_tau)},
+    {"--mirostat-lr", NULL, 0, 100, offsetof(kvt_sampler_params, mirostat_eta)},
 };
 
 int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_logit_biases *lb) {
@@ -1002,6 +1004,9 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cl
     if (!strcmp(flag, "--seed") || !strcmp(flag, "-s")) {
         if (!kvt_args_int(a, flag, 0, INT64_MAX, &iv)) return -1;
         sp->seed = (uint64_t)iv;
+    } else if (!strcmp(flag, "--mirostat")) {
+        if (!kvt_args_int(a, flag, 0, 2, &iv)) return -1;
+        sp->mirostat = (int32_t)iv;
     } else if (!strcmp(flag, "--top-k")) {
         if (!kvt_args_int(a, flag, 0, 1 << 30, &iv)) return -1;
         sp->top_k = (int32_t)iv;

@@ -49,7 +49,8 @@ typedef struct {
     int32_t n;
 } cli_logit_biases;
 // Parses a sampling flag into gp if `flag` is one (--temp, --seed or -s, --top-k, --top-p, --min-p, --top-nsigma,
-// --typical, --xtc-probability, --xtc-threshold, --dynatemp-range, --dynatemp-exp, --repeat-penalty, --frequency-penalty, --presence-penalty, --repeat-last-n, --ignore-eos, -l /
+// --typical, --xtc-probability, --xtc-threshold, --dynatemp-range, --dynatemp-exp, --mirostat, --mirostat-ent,
+// --mirostat-lr, --repeat-penalty, --frequency-penalty, --presence-penalty, --repeat-last-n, --ignore-eos, -l /
 // --logit-bias into lb, which must outlive gp's use); returns 1 if consumed, 0 if not one of them, -1 on a bad value (message printed).
 int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_logit_biases *lb);
 // --ignore-eos (gp->stop_at_eog false): gp's logit biases followed by a ban of every end-of-generation token
@@ -73,6 +74,8 @@ bool cli_check_logit_bias(const char *cmd, const cli_logit_biases *lb, int32_t n
     "  --typical P          llama.cpp's locally typical sampling after top-k (default 1 = off; also --typical-p)\n"     \
     "  --xtc-probability P, --xtc-threshold T   llama.cpp's XTC after min-p (defaults 0 = off, 0.1)\n"                  \
     "  --dynatemp-range R, --dynatemp-exp E     llama.cpp's dynamic temperature (defaults 0 = off, 1)\n"                 \
+    "  --mirostat N         llama.cpp's mirostat 1 or 2 (0 = off), in place of the penalties and cuts; its target\n"  \
+    "                       --mirostat-ent TAU (default 5) and rate --mirostat-lr ETA (default 0.1)\n"                \
     "  --repeat-penalty R, --frequency-penalty F, --presence-penalty P\n"                                            \
     "                       llama.cpp's penalties over the last --repeat-last-n N tokens (defaults 1, 0, 0; N 64)\n" \
     "  -l, --logit-bias TOKEN_ID(+/-)BIAS   add BIAS to a token's logit first (llama.cpp's form: 15043+1, 15043-inf\n"   \

@@ -39,11 +39,12 @@ struct kvt_sampler {
     // typical-p's scratch (p.typical_p < 1): the candidates' scores with their indices, the candidates kept
     shifted *sh;
     cand *tmp;
+    float mu; // mirostat's target surprise (2 tau at start)
 };
 
 kvt_sampler_params kvt_sampler_params_default(void) {
     kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL, -1.0f, 1.0f,
-                            0.0f, 0.1f, 0.0f, 1.0f};
+                            0.0f, 0.1f, 0.0f, 1.0f, 0, 5.0f, 0.1f};
     return p;
 }
 
@@ -57,11 +58,13 @@ bool kvt_sampler_params_adjust(const kvt_sampler_params *p) { return p->n_logit_
 // A bias that bans its token (-inf).
 static bool is_ban(float bias) { return isinf(bias) && bias < 0; }
 
+static bool mirostat_on(const kvt_sampler_params *p) { return p->mirostat == 1 || p->mirostat == 2; }
+
 bool kvt_sampler_params_bans_only(const kvt_sampler_params *p) {
     // typical-p, XTC and infill can drop the argmax, a dynamic temperature can rise above 0
     const bool drops = p->typical_p < 1.0f || (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f) || p->infill ||
                        p->dynatemp_range > 0.0f;
-    if (penalize(p) || drops) return false;
+    if ((penalize(p) && !mirostat_on(p)) || drops) return false;
     for (int32_t i = 0; p->logit_bias && i < p->n_logit_bias; i++) {
         if (!is_ban(p->logit_bias[i].bias)) return false;
     }
@@ -126,6 +129,7 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a sampler over %d tokens", (int)n_vocab);
     }
     s->rng = p->seed * 0x9E3779B97F4A7C15ull + 1;
+    s->mu = 2.0f * p->mirostat_tau;
     *out = s;
     return KVT_OK;
 }
@@ -378,6 +382,51 @@ static float draw_temp(const kvt_sampler *s, int32_t m) {
     return lo + (hi - lo) * powf(ent / -logf(1.0f / (float)m), s->p.dynatemp_exponent);
 }
 
+// llama.cpp's mirostat (sampler.h) over every candidate (logits after the biases; temp > 0): sorts them, keeps those
+// the version keeps, draws one and moves mu by its surprise. Its float arithmetic, so that k and the cut fall where
+// llama.cpp's do.
+static int32_t mirostat_draw(kvt_sampler *s) {
+    cand *c = s->c;
+    const int32_t n = s->n_vocab;
+    for (int32_t i = 0; i < n; i++) c[i].v /= s->p.temp;
+    qsort(c, (size_t)n, sizeof *c, cmp_desc);
+    const float mx = c[0].v;
+    float sum = 0.0f;
+    for (int32_t i = 0; i < n; i++) sum += (c[i].v = expf(c[i].v - mx));
+    for (int32_t i = 0; i < n; i++) c[i].v /= sum;
+    int32_t m = n;
+    if (s->p.mirostat == 1) { // Zipf's exponent from the 100 likeliest, then the k that gives surprise mu
+        float tb = 0.0f, tt = 0.0f;
+        for (int32_t i = 0; i < 99 && i < n - 1; i++) {
+            const float t = logf((float)(i + 2) / (float)(i + 1)), b = logf(c[i].v / c[i + 1].v);
+            tb += t * b;
+            tt += t * t;
+        }
+        const float sh = tb / tt, eps = sh - 1.0f;
+        const float k = powf((eps * powf(2.0f, s->mu)) / (1.0f - powf((float)n, -eps)), 1.0f / sh);
+        m = isfinite(k) && k < (float)n ? (k >= 1.0f ? (int32_t)k : 1) : n;
+    } else { // the candidates whose surprise is at most mu (at least one)
+        m = 0;
+        while (m < n && -log2f(c[m].v) <= s->mu) m++;
+        if (m == 0) m = 1;
+    }
+    float tot = 0.0f;
+    for (int32_t i = 0; i < m; i++) tot += c[i].v;
+    for (int32_t i = 0; i < m; i++) c[i].v /= tot;
+    const double r = next_uniform(s);
+    double acc = 0.0;
+    int32_t pick = m - 1;
+    for (int32_t i = 0; i < m; i++) {
+        acc += c[i].v;
+        if (r < acc) {
+            pick = i;
+            break;
+        }
+    }
+    s->mu -= s->p.mirostat_eta * (-log2f(c[pick].v) - s->p.mirostat_tau);
+    return c[pick].id;
+}
+
 // llama.cpp's infill sampler (sampler.h) on the survivors c[0..m) (probabilities, not normalized; in any order): sorts
 // them, keeps those it keeps with their probabilities (the draw is over their logits) and returns how many. Its sums in
 // float and its passes in its order, so that its cuts fall where llama.cpp's do.
@@ -455,20 +504,22 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         float *v = &s->c[s->bias[i].token].v;
         *v = is_ban(s->bias[i].bias) || *v == -INFINITY ? -INFINITY : *v + s->bias[i].bias;
     }
-    if (s->count) apply_penalties(s);
+    const bool mirostat = mirostat_on(&s->p);
+    if (s->count && !mirostat) apply_penalties(s); // (llama.cpp's mirostat chain has no penalties)
     const bool all_banned = s->p.n_logit_bias > 0 && !bias_limits(s);
     // typical-p, XTC and infill can drop the argmax, and a dynamic temperature can rise above 0: a greedy draw then
     // goes through them
     const bool typical = s->p.typical_p < 1.0f;
     const bool xtc = s->p.xtc_probability > 0.0f && s->p.xtc_threshold <= 0.5f;
     const bool plain = !s->p.infill && !typical && !xtc && s->p.dynatemp_range <= 0.0f;
-    if (all_banned || (s->p.temp <= 0.0f && plain)) {
+    if (all_banned || (s->p.temp <= 0.0f && (plain || mirostat))) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; i++) {
             if (s->c[i].v > s->c[best].v) best = i;
         }
         return best;
     }
+    if (mirostat) return mirostat_draw(s);
     if (s->p.top_n_sigma > 0.0f) top_n_sigma(s); // (the argmax always stays: a greedy draw went above)
     int32_t m = n;
     if ((s->p.top_k > 0 && s->p.top_k < n) || typical) {

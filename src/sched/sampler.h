@@ -60,6 +60,13 @@ typedef struct {
     // llama.cpp's dynamic temperature (dynatemp_range > 0; else the plain temperature): the temperature is
     // max(0, temp - range) + 2 range x (entropy / log(count)) ^ dynatemp_exponent of the candidates left
     float dynatemp_range, dynatemp_exponent;
+    // llama.cpp's mirostat (1 or 2; 0 off), which replaces the chain after the logit biases (no penalties, no cuts, as
+    // in llama.cpp): the logits divided by temp (temp <= 0: the argmax), then version 1 keeps the k likeliest with k
+    // from a Zipf estimate over the 100 likeliest and the target surprise mu, version 2 those whose surprise -log2 p
+    // is at most mu (at least one); the draw's surprise moves mu (2 mirostat_tau at start) by mirostat_eta towards
+    // mirostat_tau. Per sampler state: one sampler per sequence.
+    int32_t mirostat;
+    float mirostat_tau, mirostat_eta;
 } kvt_sampler_params;
 
 // True when the parameters can change a logit before the draw (a logit bias, or a penalty that acts).

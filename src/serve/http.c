@@ -349,6 +349,9 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     job.sampling.xtc_threshold = (float)p->xtc_threshold;
     job.sampling.dynatemp_range = (float)p->dynatemp_range;
     job.sampling.dynatemp_exponent = (float)p->dynatemp_exponent;
+    job.sampling.mirostat = p->mirostat;
+    job.sampling.mirostat_tau = (float)p->mirostat_tau;
+    job.sampling.mirostat_eta = (float)p->mirostat_eta;
     if (p->infill_sampler) job.sampling.infill = h->tok; // the server's, alive as long as it
     // the window never holds more than the context (a larger one would only cost the sampler's memory)
     job.sampling.penalty_last_n = (int32_t)(p->repeat_last_n < n_ctx ? p->repeat_last_n : n_ctx);

@@ -163,6 +163,8 @@ void kvt_native_defaults(kvt_request_params *p) {
     p->typical_p = 1.0;
     p->xtc_threshold = 0.1;
     p->dynatemp_exponent = 1.0;
+    p->mirostat_tau = 5.0;
+    p->mirostat_eta = 0.1;
 }
 
 kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, struct kvt_native_ext **out,
@@ -258,6 +260,7 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
             last = k;
         }
     }
+    if (p->mirostat) return KVT_OK; // mirostat's chain is fixed (temperature, mirostat): llama-server ignores the list
     if (!count[S_PENALTIES]) {
         p->repeat_penalty = 1.0;
         p->frequency_penalty = p->presence_penalty = 0.0;
@@ -316,7 +319,9 @@ kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *
                 {"xtc_probability", offsetof(kvt_request_params, xtc_probability), 0.0},
                 {"xtc_threshold", offsetof(kvt_request_params, xtc_threshold), 0.1},
                 {"dynatemp_range", offsetof(kvt_request_params, dynatemp_range), 0.0},
-                {"dynatemp_exponent", offsetof(kvt_request_params, dynatemp_exponent), 1.0}};
+                {"dynatemp_exponent", offsetof(kvt_request_params, dynatemp_exponent), 1.0},
+                {"mirostat_tau", offsetof(kvt_request_params, mirostat_tau), 5.0},
+                {"mirostat_eta", offsetof(kvt_request_params, mirostat_eta), 0.1}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         json_t *f = field(root, nums[i].key);
         if (f && !json_is_number(f))
@@ -327,6 +332,8 @@ kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *
         *(double *)((char *)p + nums[i].off) = x;
     }
     if (p->typical_p > 1) p->typical_p = 1;
+    if (kvt_req_get_int(root, "mirostat", 0, 2, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    p->mirostat = given ? (int32_t)v : 0;
     json_t *tm = field(root, "t_max_predict_ms"); // llama-server's integer milliseconds; <= 0: off
     if (tm && !json_is_number(tm))
         return kvt_api_errorf(e, 400, NULL, "t_max_predict_ms", "t_max_predict_ms: must be a number, got %s",
@@ -397,7 +404,9 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "presence_penalty", json_real(p->presence_penalty), ok);
     set(o, "frequency_penalty", json_real(p->frequency_penalty), ok);
     set(o, "dry_multiplier", json_real(0), ok);
-    set(o, "mirostat", json_integer(0), ok);
+    set(o, "mirostat", json_integer(p->mirostat), ok);
+    set(o, "mirostat_tau", json_real(p->mirostat_tau), ok);
+    set(o, "mirostat_eta", json_real(p->mirostat_eta), ok);
     for (size_t i = 0; i < p->n_stop; i++) append(stop, kvt_resp_jtext(p->stop[i], strlen(p->stop[i])), ok);
     set(o, "stop", stop, ok);
     set(o, "max_tokens", json_integer(p->max_tokens), ok);

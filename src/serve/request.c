@@ -356,7 +356,7 @@ static kvt_status parse_unsupported(const kvt_request *r, json_t *root, kvt_api_
     static const struct {
         const char *key;
         double neutral; // numbers: the value that asks for nothing
-    } num[] = {{"mirostat", 0}, {"n_probs", 0}, {"tfs_z", 1}, {"dry_multiplier", 0}};
+    } num[] = {{"n_probs", 0}, {"tfs_z", 1}, {"dry_multiplier", 0}};
     for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
         if (r->p.kind == KVT_REQ_NATIVE && !strcmp(num[i].key, "n_probs")) continue; // implemented there
         json_t *v = field(root, num[i].key);
@@ -526,7 +526,7 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
     kvt_request_params *p = &r->p;
     *p = (kvt_request_params){.kind = kind, .max_tokens = -1, .temperature = 1.0, .top_p = 1.0, .repeat_penalty = 1.0,
                               .repeat_last_n = 64, .n = 1, .typical_p = 1.0, .xtc_threshold = 0.1,
-                              .dynatemp_exponent = 1.0};
+                              .dynatemp_exponent = 1.0, .mirostat_tau = 5.0, .mirostat_eta = 0.1};
     kvt_status st = KVT_OK;
     json_t *model = field(root, "model");
     if (model) st = check_str(model, "model", &p->model, aerr);

@@ -3,7 +3,7 @@
 // Built only with jansson (the Makefile defines KVT_HAVE_JANSSON). Fields read (unknown fields are
 // ignored, as llama-server does; but the known ones kvtier does not implement and that would change the
 // answer are refused when they ask for something: echo, suffix, best_of other than n,
-// response_format other than text, grammar, json_schema, tools, n_probs, typical_p, mirostat, ...:
+// response_format other than text, grammar, json_schema, tools, n_probs, dry_multiplier, ...:
 // a neutral value is accepted):
 //   model                   string (optional; echoed back)
 //   prompt (completions)    a string, a list of token ids, or a list holding exactly one string or
@@ -105,7 +105,8 @@ typedef struct {
                                  // biases to logit_bias, kvt_logit_bias_ban_eog): max_tokens are generated
     // llama-server's extras, taken on every completion endpoint as llama-server takes them (native.c parses them,
     // kvt_llama_extras): `samplers` (the chain's members, the infill sampler among them), `top_n_sigma`, `typical_p`,
-    // `xtc_probability`, `xtc_threshold`, `dynatemp_range`, `dynatemp_exponent`, `n_indent` (> 0: a
+    // `xtc_probability`, `xtc_threshold`, `dynatemp_range`, `dynatemp_exponent`, `mirostat` (its chain then, as
+    // llama-server's: `samplers` and the penalties do not apply), `mirostat_tau`, `mirostat_eta`, `n_indent` (> 0: a
     // generated line after the first indented by fewer spaces or tabs ends the answer before its text; 0 off) and
     // `t_max_predict_ms` (> 0: a token with a newline after that many ms of generation ends it; 0 off); http_job.c
     // applies the last two, stop_type "limit" / finish_reason "length"
@@ -116,6 +117,8 @@ typedef struct {
     double typical_p;            // llama.cpp's locally typical sampling (>= 1: off, the default; sampler.h)
     double xtc_probability, xtc_threshold;    // llama.cpp's XTC (0 and 0.1 by default: off; sampler.h)
     double dynatemp_range, dynatemp_exponent; // llama.cpp's dynamic temperature (0 and 1 by default: off)
+    int32_t mirostat;                         // llama.cpp's mirostat 1 or 2 (0: off), its target and rate (5, 0.1)
+    double mirostat_tau, mirostat_eta;
     bool add_special, parse_special, with_pieces; // tokenize only
     const struct kvt_native_ext *native; // KVT_REQ_NATIVE: the /completion fields of native.h; NULL otherwise
 } kvt_request_params;
