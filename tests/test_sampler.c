@@ -416,6 +416,53 @@ static void test_sampler_xtc_dynatemp(void) {
                 "flat %llx (want f), peaked %llx (want 1)", (long long)f, (long long)k);
 }
 
+// The typical-p set of logits l[n] computed the plain way (sort by |-log p - H|, cumulate until past tp): its likeliest
+// member (a greedy draw's answer), for the sampler's heap-based cut to match.
+static int ref_shift_cmp(const void *a, const void *b) {
+    const float *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] < y[1] ? -1 : x[1] > y[1]);
+}
+static int32_t ref_typical_greedy(const float *l, int32_t n, float tp) {
+    float mx = l[0], p[256], sh[256][2], H = 0.0f;
+    double sum = 0.0;
+    for (int32_t i = 1; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    for (int32_t i = 0; i < n; i++) sum += (p[i] = expf(l[i] - mx));
+    for (int32_t i = 0; i < n; i++) p[i] = (float)(p[i] / sum);
+    for (int32_t i = 0; i < n; i++) H += -p[i] * logf(p[i]);
+    for (int32_t i = 0; i < n; i++) sh[i][0] = fabsf(-logf(p[i]) - H), sh[i][1] = (float)i;
+    qsort(sh, (size_t)n, sizeof sh[0], ref_shift_cmp);
+    float cum = 0.0f;
+    int32_t best = -1;
+    for (int32_t k = 0; k < n; k++) {
+        const int32_t i = (int32_t)sh[k][1];
+        if (best < 0 || p[i] > p[best] || (p[i] == p[best] && i < best)) best = i;
+        cum += p[i];
+        if (cum > tp) break;
+    }
+    return best;
+}
+
+static void test_sampler_typical_ref(void) {
+    uint64_t rng = 17;
+    int bad = 0, trials = 300;
+    char why[160] = "";
+    for (int t = 0; t < trials; t++) {
+        const int32_t n = 20 + (int32_t)(ref_uniform(&rng) * 200);
+        float l[256];
+        for (int32_t i = 0; i < n; i++) l[i] = (float)(ref_uniform(&rng) * 8.0);
+        const float tp = 0.05f + (float)ref_uniform(&rng) * 0.9f;
+        kvt_sampler_params p = kvt_sampler_params_default();
+        p.temp = 0.0f, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.typical_p = tp;
+        kvt_sampler *s = NULL;
+        if (kvt_sampler_init(&p, n, &s, NULL) != KVT_OK) break;
+        const int32_t got = kvt_sampler_sample(s, l), want = ref_typical_greedy(l, n, tp);
+        kvt_sampler_free(s);
+        if (got != want && !bad++) snprintf(why, sizeof why, "trial %d (n %d, p %.3f): %d, want %d", t, n, tp, got, want);
+    }
+    test_result(bad == 0, "sampler: typical-p's cut equals sorting by |-log p - H| (300 random distributions)", "%d wrong: %s",
+                bad, why);
+}
+
 // llama.cpp's mirostat. Version 2 on p = .5 .25 .125 .125 (surprises 1, 2, 3, 3 bits): mu = 2 tau at start keeps
 // those at most mu, and each draw moves mu towards tau. Version 1 on a Zipf distribution of exponent 2 over 200
 // tokens: its estimate s = 2, so k = (2^mu / (1 - 1/200))^(1/2) = 4.01 at tau 2: the first draw is among 4.
@@ -457,6 +504,7 @@ static void test_sampler_mirostat(void) {
 void test_sampler(const test_env *env) {
     (void)env;
     test_sampler_mirostat();
+    test_sampler_typical_ref();
     test_sampler_ban_wins();
     test_sampler_top_n_sigma();
     test_sampler_typical();

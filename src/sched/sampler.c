@@ -314,33 +314,46 @@ static void top_n_sigma(kvt_sampler *s) {
         if (c[i].v < thr) c[i].v = -INFINITY;
 }
 
-// The typical-p order's comparison: smaller |-log p - entropy| first, then the candidates' order (a total order, so
-// that ties fall the same way on every run).
-static int cmp_shift(const void *a, const void *b) {
-    const shifted *x = a, *y = b;
-    if (x->shift != y->shift) return x->shift < y->shift ? -1 : 1;
-    return x->i - y->i;
+// The typical-p order: smaller |-log p - entropy| first, then the lower index (a total order, so that ties fall the
+// same way on every run).
+static bool shift_before(const shifted *x, const shifted *y) { return x->shift < y->shift || (x->shift == y->shift && x->i < y->i); }
+
+// h[0..k) a heap whose root is the first in shift_before order; sifts h[i] down.
+static void shift_sift(shifted *h, int32_t k, int32_t i) {
+    for (;;) {
+        int32_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < k && shift_before(&h[l], &h[m])) m = l;
+        if (r < k && shift_before(&h[r], &h[m])) m = r;
+        if (m == i) return;
+        shifted t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
 }
 
-// llama.cpp's typical-p (sampler.h) on c[0..m), sorted, v their softmax (float, summing to 1): leaves the candidates
-// it keeps in c[0..m'), sorted, renormalized; returns m'.
+// llama.cpp's typical-p (sampler.h) on c[0..m), v their softmax (float, summing to 1; in any order): leaves the
+// candidates it keeps in c[0..m'), sorted, renormalized; returns m'. The most typical are popped from a heap until
+// their probabilities pass typical_p, so a cut that keeps few of many candidates costs O(m), not a sort of all. A
+// probability of 0 (an underflow; llama.cpp's entropy turns NaN there) counts as 0 log 0 = 0 and comes last.
 static int32_t typical_cut(kvt_sampler *s, int32_t m) {
     cand *c = s->c;
     float entropy = 0.0f;
-    for (int32_t i = 0; i < m; i++) entropy += -c[i].v * logf(c[i].v);
+    for (int32_t i = 0; i < m; i++)
+        if (c[i].v > 0.0f) entropy += -c[i].v * logf(c[i].v);
     shifted *sh = s->sh;
-    for (int32_t i = 0; i < m; i++) sh[i] = (shifted){fabsf(-logf(c[i].v) - entropy), i};
-    qsort(sh, (size_t)m, sizeof *sh, cmp_shift);
+    for (int32_t i = 0; i < m; i++) sh[i] = (shifted){c[i].v > 0.0f ? fabsf(-logf(c[i].v) - entropy) : INFINITY, i};
+    for (int32_t i = m / 2 - 1; i >= 0; i--) shift_sift(sh, m, i);
     float cum = 0.0f;
-    int32_t k = m;
-    for (int32_t i = 0; i < m; i++) {
-        cum += c[sh[i].i].v;
-        if (cum > s->p.typical_p) {
-            k = i + 1;
-            break;
-        }
+    int32_t k = 0, left = m;
+    while (left > 0) {
+        const shifted t = sh[0];
+        sh[0] = sh[--left];
+        shift_sift(sh, left, 0);
+        s->tmp[k++] = c[t.i];
+        cum += c[t.i].v;
+        if (cum > s->p.typical_p) break;
     }
-    for (int32_t i = 0; i < k; i++) s->tmp[i] = c[sh[i].i];
     memcpy(c, s->tmp, (size_t)k * sizeof *c);
     qsort(c, (size_t)k, sizeof *c, cmp_desc);
     double sum = 0.0;
@@ -382,33 +395,45 @@ static float draw_temp(const kvt_sampler *s, int32_t m) {
     return lo + (hi - lo) * powf(ent / -logf(1.0f / (float)m), s->p.dynatemp_exponent);
 }
 
-// llama.cpp's mirostat (sampler.h) over every candidate (logits after the biases; temp > 0): sorts them, keeps those
-// the version keeps, draws one and moves mu by its surprise. Its float arithmetic, so that k and the cut fall where
-// llama.cpp's do.
+// llama.cpp's mirostat (sampler.h) over every candidate (logits after the biases; temp > 0): keeps those the version
+// keeps (sorted: a selection of the likeliest, not a sort of the vocabulary), draws one and moves mu by its surprise.
+// Its float arithmetic, so that k and the cut fall where llama.cpp's do.
 static int32_t mirostat_draw(kvt_sampler *s) {
     cand *c = s->c;
     const int32_t n = s->n_vocab;
-    for (int32_t i = 0; i < n; i++) c[i].v /= s->p.temp;
-    qsort(c, (size_t)n, sizeof *c, cmp_desc);
-    const float mx = c[0].v;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        c[i].v /= s->p.temp;
+        mx = c[i].v > mx ? c[i].v : mx;
+    }
     float sum = 0.0f;
     for (int32_t i = 0; i < n; i++) sum += (c[i].v = expf(c[i].v - mx));
     for (int32_t i = 0; i < n; i++) c[i].v /= sum;
-    int32_t m = n;
+    int32_t m;
     if (s->p.mirostat == 1) { // Zipf's exponent from the 100 likeliest, then the k that gives surprise mu
+        const int32_t t = n < 100 ? n : 100;
+        select_top(c, n, t);
         float tb = 0.0f, tt = 0.0f;
         for (int32_t i = 0; i < 99 && i < n - 1; i++) {
-            const float t = logf((float)(i + 2) / (float)(i + 1)), b = logf(c[i].v / c[i + 1].v);
-            tb += t * b;
-            tt += t * t;
+            const float ti = logf((float)(i + 2) / (float)(i + 1)), bi = logf(c[i].v / c[i + 1].v);
+            tb += ti * bi;
+            tt += ti * ti;
         }
         const float sh = tb / tt, eps = sh - 1.0f;
         const float k = powf((eps * powf(2.0f, s->mu)) / (1.0f - powf((float)n, -eps)), 1.0f / sh);
         m = isfinite(k) && k < (float)n ? (k >= 1.0f ? (int32_t)k : 1) : n;
-    } else { // the candidates whose surprise is at most mu (at least one)
+        if (m > t) select_top(c, n, m);
+    } else { // the candidates whose surprise is at most mu (a prefix of the order; at least the likeliest)
         m = 0;
-        while (m < n && -log2f(c[m].v) <= s->mu) m++;
-        if (m == 0) m = 1;
+        for (int32_t i = 0; i < n; i++)
+            if (-log2f(c[i].v) <= s->mu) c[m++] = c[i];
+        if (m == 0) {
+            int32_t b = 0;
+            for (int32_t i = 1; i < n; i++) b = before(&c[i], &c[b]) ? i : b;
+            c[0] = c[b];
+            m = 1;
+        }
+        qsort(c, (size_t)m, sizeof *c, cmp_desc);
     }
     float tot = 0.0f;
     for (int32_t i = 0; i < m; i++) tot += c[i].v;
@@ -526,8 +551,12 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         if (s->p.top_k > 0 && s->p.top_k < n) {
             m = s->p.top_k;
             select_top(s->c, n, m);
-        } else {
-            qsort(s->c, (size_t)n, sizeof *s->c, cmp_desc); // typical-p without top-k: every candidate, sorted
+        } else { // typical-p without top-k: every candidate, unsorted (typical_cut sorts what it keeps), its max first
+            int32_t b = 0;
+            for (int32_t i = 1; i < n; i++) b = before(&s->c[i], &s->c[b]) ? i : b;
+            const cand t = s->c[0];
+            s->c[0] = s->c[b];
+            s->c[b] = t;
         }
         // softmax over the kept candidates
         double sum = 0.0;
