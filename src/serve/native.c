@@ -98,8 +98,6 @@ static kvt_status parse_prompt(json_t *root, kvt_request_params *p, struct kvt_n
 
 // ---- the other fields ----
 
-// Fields that would change the answer and that kvtier does not implement, with the range of values that ask for
-// nothing (llama-server's "disabled" values).
 // A number field whose values outside [lo, hi] ask for something kvtier does not implement.
 static kvt_status refuse_range(json_t *root, const char *key, double lo, double hi, kvt_api_error *e) {
     json_t *v = field(root, key);
@@ -113,6 +111,8 @@ static kvt_status refuse_range(json_t *root, const char *key, double lo, double 
     return KVT_OK;
 }
 
+// Fields that would change the answer and that kvtier does not implement, with the range of values that ask for
+// nothing (llama-server's "disabled" values).
 static kvt_status refuse_unsupported(json_t *root, kvt_api_error *e) {
     static const struct {
         const char *key;
@@ -201,12 +201,14 @@ static int sampler_of(const char *s, size_t n) {
     static const struct {
         const char *name;
         int kind;
-    } names[] = {{"penalties", S_PENALTIES}, {"top_n_sigma", S_TOP_N_SIGMA}, {"top-n-sigma", S_TOP_N_SIGMA},
-                 {"topnsigma", S_TOP_N_SIGMA}, {"typ_p", S_TYPICAL}, {"typ-p", S_TYPICAL}, {"typp", S_TYPICAL},
-                 {"typ", S_TYPICAL}, {"xtc", S_XTC}, {"top_k", S_TOP_K},   {"top-k", S_TOP_K},       {"topk", S_TOP_K},     {"top_p", S_TOP_P},
-                 {"top-p", S_TOP_P},   {"topp", S_TOP_P},        {"nucleus", S_TOP_P},  {"min_p", S_MIN_P},
-                 {"min-p", S_MIN_P},   {"minp", S_MIN_P},        {"temperature", S_TEMP}, {"temp", S_TEMP},
-                 {"infill", S_INFILL}, {"adaptive_p", S_REFUSED}, {"adaptive-p", S_REFUSED},
+    } names[] = {{"penalties", S_PENALTIES},     {"top_n_sigma", S_TOP_N_SIGMA}, {"top-n-sigma", S_TOP_N_SIGMA},
+                 {"topnsigma", S_TOP_N_SIGMA},   {"top_k", S_TOP_K},             {"top-k", S_TOP_K},
+                 {"topk", S_TOP_K},              {"typ_p", S_TYPICAL},           {"typ-p", S_TYPICAL},
+                 {"typp", S_TYPICAL},            {"typ", S_TYPICAL},             {"top_p", S_TOP_P},
+                 {"top-p", S_TOP_P},             {"topp", S_TOP_P},              {"nucleus", S_TOP_P},
+                 {"min_p", S_MIN_P},             {"min-p", S_MIN_P},             {"minp", S_MIN_P},
+                 {"xtc", S_XTC},                 {"infill", S_INFILL},           {"temperature", S_TEMP},
+                 {"temp", S_TEMP},               {"adaptive_p", S_REFUSED},      {"adaptive-p", S_REFUSED},
                  {"adaptivep", S_REFUSED}};
     if (n == 1) {
         switch (s[0]) {
@@ -304,18 +306,13 @@ kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *
         kvt_req_get_int(root, "n_indent", 0, INT32_MAX, &v, &given, e) != KVT_OK)
         return KVT_ERR_INVALID_ARG;
     p->n_indent = given ? (int32_t)v : 0;
-    json_t *ns = field(root, "top_n_sigma"); // any number; <= 0: off (llama-server's -1)
-    if (ns && !json_is_number(ns))
-        return kvt_api_errorf(e, 400, NULL, "top_n_sigma", "top_n_sigma: must be a number, got %s",
-                              kvt_req_type_name(ns));
-    p->top_n_sigma = ns && json_number_value(ns) > 0 ? json_number_value(ns) : 0;
-    if (p->top_n_sigma > 1e30) p->top_n_sigma = 1e30; // every finite logit stays (as any huge n)
-    // the other samplers' numbers, any value as llama-server reads them (its defaults when absent: off)
+    // the samplers' numbers, any value as llama-server reads them (its defaults when absent: off)
     static const struct {
         const char *key;
         size_t off;
         double def;
-    } nums[] = {{"typical_p", offsetof(kvt_request_params, typical_p), 1.0},
+    } nums[] = {{"top_n_sigma", offsetof(kvt_request_params, top_n_sigma), 0.0},
+                {"typical_p", offsetof(kvt_request_params, typical_p), 1.0},
                 {"xtc_probability", offsetof(kvt_request_params, xtc_probability), 0.0},
                 {"xtc_threshold", offsetof(kvt_request_params, xtc_threshold), 0.1},
                 {"dynatemp_range", offsetof(kvt_request_params, dynatemp_range), 0.0},
@@ -328,9 +325,10 @@ kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *
             return kvt_api_errorf(e, 400, NULL, nums[i].key, "%s: must be a number, got %s", nums[i].key,
                                   kvt_req_type_name(f));
         double x = f ? json_number_value(f) : nums[i].def;
-        x = x < -1e30 ? -1e30 : x > 1e30 ? 1e30 : x; // float range in the sampler
+        x = x < -1e30 ? -1e30 : x > 1e30 ? 1e30 : x; // float range in the sampler (a huge n keeps every logit)
         *(double *)((char *)p + nums[i].off) = x;
     }
+    if (p->top_n_sigma < 0) p->top_n_sigma = 0; // llama-server's -1: off
     if (p->typical_p > 1) p->typical_p = 1;
     if (kvt_req_get_int(root, "mirostat", 0, 2, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     p->mirostat = given ? (int32_t)v : 0;

@@ -13,8 +13,9 @@
 //                   changes the answer); cache_prompt, timings_per_token, return_progress, verbose, n_keep,
 //                   n_discard, n_cache_reuse, sse_ping_interval, backend_sampling: accepted and ignored likewise
 //   samplers        a list of sampler names or a string of sampler characters: accepted when the samplers kvtier
-//                   implements (top_k, top_p, min_p, infill, temperature) that are listed keep that order; one left
-//                   out of the list is not applied (as llama-server: top_k 0, top_p 1, min_p 0, temperature 1)
+//                   implements (penalties, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, infill, temperature) that
+//                   are listed keep that order; one left out of the list is not applied (as llama-server: top_k 0,
+//                   top_p 1, min_p 0, temperature 1, ...); with mirostat the list does not apply (llama-server's)
 //   n_predict       wins over max_tokens (as llama-server); -1: until an end-of-generation token or the context's end
 //   seed            -1 (or 4294967295) is a random seed, as llama-server
 //   temperature, top_k, min_p, top_p above 1: clamped into range as llama-server clamps them; absent: llama-server's
@@ -22,10 +23,10 @@
 //   n_indent        integer >= 0, t_max_predict_ms number (<= 0: off): as llama-server (request.h; on /v1 too,
 //                   kvt_llama_extras); response_fields list of strings (kvt_native_ext below); the editor plugins
 //                   llama.vim and llama.vscode send them; t_max_prompt_ms is ignored, as llama-server ignores it
-// Refused (400 naming the field) when they ask for something: n > 1 (n_cmpl), post_sampling_probs, dynatemp_range,
-// top_n_sigma, min_keep > 1, reasoning_budget_tokens, lora, multimodal_data, the samplers kvtier lacks when listed
-// with a non-neutral setting (refused by their own fields), an unknown sampler name, and the implemented samplers
-// (penalties, top_k, top_p, min_p, infill, temperature) in another order when more than one of them acts.
+// Refused (400 naming the field) when they ask for something: n > 1 (n_cmpl), post_sampling_probs,
+// min_keep > 1, reasoning_budget_tokens, lora, multimodal_data, the samplers kvtier lacks (DRY, adaptive_p) when
+// listed with a non-neutral setting (refused by their own fields), and the implemented samplers in another order when
+// more than one of them acts.
 #ifndef KVT_NATIVE_H
 #define KVT_NATIVE_H
 
@@ -76,9 +77,10 @@ json_t *kvt_req_load(const char *body, size_t len, kvt_api_error *e);
 kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, kvt_request **out, kvt_api_error *e);
 
 // llama-server's extras that every completion endpoint takes (/v1/completions and /v1/chat/completions as /completion):
-// `samplers` (the chain; listing infill sets p->infill_sampler), `n_indent`, `t_max_predict_ms`, and the refusals of
-// `dynatemp_range` > 0, `top_n_sigma` > 0, `min_keep` > 1. After the shared sampling fields (p's settings are the
-// endpoint's defaults or the request's). Errors: KVT_ERR_INVALID_ARG (400 in *e naming the field).
+// `samplers` (the chain; listing infill sets p->infill_sampler), the samplers' numbers (top_n_sigma, typical_p, xtc_*,
+// dynatemp_*, mirostat*: request.h), `n_indent`, `t_max_predict_ms`, and the refusal of `min_keep` > 1. After the
+// shared sampling fields (p's settings are the endpoint's defaults or the request's). Errors: KVT_ERR_INVALID_ARG
+// (400 in *e naming the field).
 kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *e);
 
 // llama-server's sampling defaults, those of a /completion request that does not set them: temperature 0.8, top_k
