@@ -316,7 +316,9 @@ static void top_n_sigma(kvt_sampler *s) {
 
 // The typical-p order: smaller |-log p - entropy| first, then the lower index (a total order, so that ties fall the
 // same way on every run).
-static bool shift_before(const shifted *x, const shifted *y) { return x->shift < y->shift || (x->shift == y->shift && x->i < y->i); }
+static bool shift_before(const shifted *x, const shifted *y) {
+    return x->shift < y->shift || (x->shift == y->shift && x->i < y->i);
+}
 
 // h[0..k) a heap whose root is the first in shift_before order; sifts h[i] down.
 static void shift_sift(shifted *h, int32_t k, int32_t i) {
@@ -486,7 +488,8 @@ static int32_t infill_filter(kvt_sampler *s, int32_t m) {
         const int64_t n0 = s->poff[i0 + 1] - s->poff[i0];
         for (int32_t i1 = 0; i1 < m && !s->gone[i0]; i1++) {
             const int64_t n1 = s->poff[i1 + 1] - s->poff[i1];
-            if (i0 == i1 || s->gone[i1] || n0 == 0 || n0 > n1 || memcmp(s->pbuf + s->poff[i0], s->pbuf + s->poff[i1], (size_t)n0))
+            if (i0 == i1 || s->gone[i1] || n0 == 0 || n0 > n1 ||
+                memcmp(s->pbuf + s->poff[i0], s->pbuf + s->poff[i1], (size_t)n0))
                 continue;
             const int32_t dst = q[i1] > q[i0] ? i1 : i0, src = dst == i0 ? i1 : i0;
             q[dst] += q[src];

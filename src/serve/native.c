@@ -149,7 +149,8 @@ static kvt_status response_fields(json_t *root, struct kvt_native_ext *x, kvt_ap
     for (size_t i = 0; i < n; i++) {
         char pp[48];
         snprintf(pp, sizeof pp, "response_fields[%zu]", i);
-        if (kvt_req_check_str(json_array_get(v, i), pp, &x->response_fields[i], e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+        if (kvt_req_check_str(json_array_get(v, i), pp, &x->response_fields[i], e) != KVT_OK)
+            return KVT_ERR_INVALID_ARG;
     }
     x->n_response_fields = n;
     return KVT_OK;
@@ -193,7 +194,19 @@ kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, st
 
 // ---- samplers ----
 
-enum { S_IGNORED, S_PENALTIES, S_TOP_N_SIGMA, S_TOP_K, S_TYPICAL, S_TOP_P, S_MIN_P, S_XTC, S_INFILL, S_TEMP, S_REFUSED };
+enum {
+    S_IGNORED,
+    S_PENALTIES,
+    S_TOP_N_SIGMA,
+    S_TOP_K,
+    S_TYPICAL,
+    S_TOP_P,
+    S_MIN_P,
+    S_XTC,
+    S_INFILL,
+    S_TEMP,
+    S_REFUSED
+};
 
 // A sampler name (llama-server's names and aliases, any case) or character; S_IGNORED for the samplers kvtier
 // lacks (whose settings the other fields keep neutral) and for names llama-server does not know (it skips them).
@@ -293,9 +306,9 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
         n_active += active[k];
     }
     if (!ordered && n_active > 1)
-        return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: kvtier applies penalties, top_n_sigma, top_k, typ_p, "
-                              "top_p, min_p, xtc, infill, temperature in that order (llama-server's default, infill before the "
-                              "temperature); another order is not supported");
+        return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: kvtier applies penalties, top_n_sigma, top_k, "
+                              "typ_p, top_p, min_p, xtc, infill, temperature in that order (llama-server's default, "
+                              "infill before the temperature); another order is not supported");
     return KVT_OK;
 }
 
