@@ -12,10 +12,6 @@ typedef struct {
     float v; // logit, then probability
 } cand;
 
-typedef struct {
-    float shift; // typical-p: |-log p - entropy|
-    int32_t i;   // the candidate's index
-} shifted;
 
 struct kvt_sampler {
     kvt_sampler_params p;
@@ -36,8 +32,9 @@ struct kvt_sampler {
     int64_t *poff;
     char *pbuf;
     int64_t pcap;
-    // typical-p's scratch (p.typical_p < 1): the candidates' scores with their indices, the candidates kept
-    shifted *sh;
+    // typical-p's scratch (p.typical_p < 1): the candidates' indices with their negated scores (a heap in `before`
+    // order), the candidates kept
+    cand *sh;
     cand *tmp;
     float mu; // mirostat's target surprise (2 tau at start)
 };
@@ -201,12 +198,16 @@ static void heap_sift(cand *h, int32_t k, int32_t i, bool best_root) {
     }
 }
 
-// Moves the k first of c[0..n) in `before` order to c[0..k), sorted: the prefix a sort of all n would give.
+// Moves the k first of c[0..n) in `before` order to c[0..k), sorted: the prefix a sort of all n would give; the others
+// stay in c[k..n) (a permutation: a candidate the heap lets go swaps places with the one that enters, so a later
+// selection over c[0..n) sees every candidate once).
 static void select_top(cand *c, int32_t n, int32_t k) {
     for (int32_t i = k / 2 - 1; i >= 0; i--) heap_sift(c, k, i, false);
     for (int32_t i = k; i < n; i++) {
         if (before(&c[i], &c[0])) {
+            const cand t = c[0];
             c[0] = c[i];
+            c[i] = t;
             heap_sift(c, k, 0, false);
         }
     }
@@ -314,46 +315,27 @@ static void top_n_sigma(kvt_sampler *s) {
         if (c[i].v < thr) c[i].v = -INFINITY;
 }
 
-// The typical-p order: smaller |-log p - entropy| first, then the lower index (a total order, so that ties fall the
-// same way on every run).
-static bool shift_before(const shifted *x, const shifted *y) {
-    return x->shift < y->shift || (x->shift == y->shift && x->i < y->i);
-}
-
-// h[0..k) a heap whose root is the first in shift_before order; sifts h[i] down.
-static void shift_sift(shifted *h, int32_t k, int32_t i) {
-    for (;;) {
-        int32_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < k && shift_before(&h[l], &h[m])) m = l;
-        if (r < k && shift_before(&h[r], &h[m])) m = r;
-        if (m == i) return;
-        shifted t = h[i];
-        h[i] = h[m];
-        h[m] = t;
-        i = m;
-    }
-}
-
 // llama.cpp's typical-p (sampler.h) on c[0..m), v their softmax (float, summing to 1; in any order): leaves the
 // candidates it keeps in c[0..m'), sorted, renormalized; returns m'. The most typical are popped from a heap until
-// their probabilities pass typical_p, so a cut that keeps few of many candidates costs O(m), not a sort of all. A
+// their probabilities pass typical_p, so a cut that keeps few of many candidates costs O(m), not a sort of all (the
+// heap is heap_sift's over {index, -|-log p - entropy|}: the smallest score first, the lower index on ties). A
 // probability of 0 (an underflow; llama.cpp's entropy turns NaN there) counts as 0 log 0 = 0 and comes last.
 static int32_t typical_cut(kvt_sampler *s, int32_t m) {
     cand *c = s->c;
     float entropy = 0.0f;
     for (int32_t i = 0; i < m; i++)
         if (c[i].v > 0.0f) entropy += -c[i].v * logf(c[i].v);
-    shifted *sh = s->sh;
-    for (int32_t i = 0; i < m; i++) sh[i] = (shifted){c[i].v > 0.0f ? fabsf(-logf(c[i].v) - entropy) : INFINITY, i};
-    for (int32_t i = m / 2 - 1; i >= 0; i--) shift_sift(sh, m, i);
+    cand *sh = s->sh;
+    for (int32_t i = 0; i < m; i++) sh[i] = (cand){i, c[i].v > 0.0f ? -fabsf(-logf(c[i].v) - entropy) : -INFINITY};
+    for (int32_t i = m / 2 - 1; i >= 0; i--) heap_sift(sh, m, i, true);
     float cum = 0.0f;
     int32_t k = 0, left = m;
     while (left > 0) {
-        const shifted t = sh[0];
+        const cand t = sh[0];
         sh[0] = sh[--left];
-        shift_sift(sh, left, 0);
-        s->tmp[k++] = c[t.i];
-        cum += c[t.i].v;
+        heap_sift(sh, left, 0, true);
+        s->tmp[k++] = c[t.id];
+        cum += c[t.id].v;
         if (cum > s->p.typical_p) break;
     }
     memcpy(c, s->tmp, (size_t)k * sizeof *c);
@@ -429,13 +411,8 @@ static int32_t mirostat_draw(kvt_sampler *s) {
         m = 0;
         for (int32_t i = 0; i < n; i++)
             if (-log2f(c[i].v) <= s->mu) c[m++] = c[i];
-        if (m == 0) {
-            int32_t b = 0;
-            for (int32_t i = 1; i < n; i++) b = before(&c[i], &c[b]) ? i : b;
-            c[0] = c[b];
-            m = 1;
-        }
-        qsort(c, (size_t)m, sizeof *c, cmp_desc);
+        if (m == 0) m = 1, select_top(c, n, 1); // (nothing was moved: c holds every candidate)
+        else qsort(c, (size_t)m, sizeof *c, cmp_desc);
     }
     float tot = 0.0f;
     for (int32_t i = 0; i < m; i++) tot += c[i].v;
@@ -555,11 +532,7 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
             m = s->p.top_k;
             select_top(s->c, n, m);
         } else { // typical-p without top-k: every candidate, unsorted (typical_cut sorts what it keeps), its max first
-            int32_t b = 0;
-            for (int32_t i = 1; i < n; i++) b = before(&s->c[i], &s->c[b]) ? i : b;
-            const cand t = s->c[0];
-            s->c[0] = s->c[b];
-            s->c[b] = t;
+            select_top(s->c, n, 1);
         }
         // softmax over the kept candidates
         double sum = 0.0;
