@@ -5,8 +5,13 @@ What: starts llama-server (the peer llama.cpp, outside this repo) with --embeddi
   POST /v1/embeddings for each input and writes, as JSON: the model's file name, the pooling, llama-server's
   prompt_tokens per input and its vectors (unit length: its default embd_normalize 2), 9 significant digits each.
 
+  llama.cpp's own vectors move between CPUs (its AVX2 and AVX-512 kernels round differently: 2.4e-3 on the second
+  input between an AMD EPYC Zen 3, AVX2, and an Intel Xeon with AVX-512), so the file keeps one set per CPU kind:
+  --add-cpu NAME adds this machine's vectors to an existing file under "alternates" (serve_test accepts kvtier within
+  1e-4 of any set: kvtier follows llama.cpp's rounding on each ISA, 6e-8 on the Intel Xeon).
+
 How:
-  tools/golden/embd_golden.py [--model M.gguf] [--pooling mean] [-o tests/data/smollm2.embd.json]
+  tools/golden/embd_golden.py [--model M.gguf] [--pooling mean] [-o tests/data/smollm2.embd.json] [--add-cpu NAME]
   Environment: LLAMA_BUILD_DIR, the llama.cpp build holding bin/llama-server and its libraries [/work/peer/build]
   (tools/peer/build_peer.sh). Settings: -c 512 -t 2, llama-server's defaults otherwise (F16 KV cache).
 """
@@ -41,6 +46,8 @@ def main():
     ap.add_argument("--model", default=os.path.expanduser("~/.cache/kvtier/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--pooling", default="mean")
     ap.add_argument("-o", "--out", default="tests/data/smollm2.embd.json")
+    ap.add_argument("--add-cpu", help="add this machine's vectors to OUT's alternates under this CPU name")
+    ap.add_argument("--cpu", default="", help="the CPU of a new file's first set (its name in test messages)")
     a = ap.parse_args()
     build = os.environ.get("LLAMA_BUILD_DIR", "/work/peer/build")
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(build, "bin"))
@@ -59,7 +66,8 @@ def main():
             if p.poll() is not None:
                 raise SystemExit("llama-server exited with %d" % p.returncode)
             time.sleep(0.1)
-        out = {"model": os.path.basename(a.model), "pooling": a.pooling, "source": "llama-server --embeddings "
+        out = {"model": os.path.basename(a.model), "pooling": a.pooling, "cpu": a.add_cpu or a.cpu,
+               "source": "llama-server --embeddings "
                "--pooling %s -c 512 -t 2, POST /v1/embeddings (tools/golden/embd_golden.py)" % a.pooling,
                "inputs": INPUTS, "prompt_tokens": [], "embeddings": []}
         for text in INPUTS:
@@ -69,6 +77,13 @@ def main():
     finally:
         p.terminate()
         p.wait()
+    if a.add_cpu:
+        with open(a.out) as f:
+            old = json.load(f)
+        if old["inputs"] != INPUTS or old["pooling"] != a.pooling:
+            raise SystemExit("%s holds other inputs or another pooling" % a.out)
+        old.setdefault("alternates", []).append({"cpu": a.add_cpu, "embeddings": out["embeddings"]})
+        out = old
     with open(a.out, "w") as f:
         json.dump(out, f, separators=(",", ":"))
         f.write("\n")
