@@ -5,9 +5,9 @@
 // vocabulary, the prompt ends with FIM_MID and holds at most the budgets' tokens (extra context, BOS, FIM_PRE, prefix,
 // prompt, FIM_SUF, suffix, FIM_MID); a refusal is a 400 naming a field (or a 500). The vocabularies are written at start
 // (byte-level BPE, one token per character, the FIM tokens as control tokens). A request with the infill sampler
-// (editor plugins), typical_p, top_n_sigma, XTC, a dynamic temperature or mirostat also draws three tokens through
+// (editor plugins), typical_p, top_n_sigma, XTC, a dynamic temperature, mirostat, DRY or adaptive-p also draws three tokens through
 // the sampler (sched/sampler.c) with its settings over logits made from the input's bytes: each id in the
-// vocabulary. Seeds go to $KVT_FUZZ_SEED_DIR.
+// vocabulary (DRY: its breakers made from the request's strings, the prompt's ids in its window). Seeds go to $KVT_FUZZ_SEED_DIR.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -83,6 +83,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "\x01{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"xtc_probability\":1,\"xtc_threshold\":0.01,"
         "\"dynatemp_range\":2,\"dynatemp_exponent\":0.5,\"temperature\":0}",
         "\x01{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"mirostat\":1,\"mirostat_tau\":0.5,\"mirostat_eta\":2}",
+        "\x41{\"input_prefix\":\"abab:ab\\nab\",\"input_suffix\":\"ab\",\"prompt\":\"abab\",\"dry_multiplier\":0.8,"
+        "\"dry_allowed_length\":1,\"temperature\":0}",
+        "\x41{\"input_prefix\":\"xyxyxy\",\"input_suffix\":\"\",\"dry_multiplier\":2,\"dry_base\":1e30,"
+        "\"dry_allowed_length\":0,\"dry_penalty_last_n\":3,\"dry_sequence_breakers\":[\"yx\",\"\\u0000a\",\"\"]}",
+        "\x01{\"input_prefix\":\"a\",\"input_suffix\":\"b\",\"samplers\":\"kta\",\"adaptive_target\":0.2,"
+        "\"adaptive_decay\":0.99}",
     };
     fuzz_write_seeds("fuzz_infill", seeds, sizeof seeds / sizeof seeds[0]);
     return 0;
@@ -117,10 +123,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const int64_t room = lim.n_ctx - lim.n_batch + 2, most = (room > 0 ? room : 0) + 1 + 1 + 3 * (b / 4) +
                                                              n_prompt + 1 + (b / 4 > 2 ? b / 4 - 2 : 0) + 1;
         if (n < 3 || ids[n - 1] != kvt_token_fim(t, KVT_FIM_MID) || n > most) __builtin_trap();
-        free(ids);
     }
+    const bool dry = p->dry_multiplier != 0 && p->dry_penalty_last_n > 0;
     if (p->infill_sampler || p->typical_p < 1 || p->top_n_sigma > 0 || p->xtc_probability > 0 ||
-        p->dynatemp_range > 0 || p->mirostat) { // the sampler over logits from the input's bytes
+        p->dynatemp_range > 0 || p->mirostat || dry || p->adaptive_p) { // the sampler over logits from the input's bytes
         const int32_t nv = kvt_tokenizer_n_vocab(t);
         float *l = malloc((size_t)nv * sizeof *l);
         kvt_sampler_params sp = kvt_sampler_params_default();
@@ -130,16 +136,43 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sp.xtc_probability = (float)p->xtc_probability, sp.xtc_threshold = (float)p->xtc_threshold;
         sp.dynatemp_range = (float)p->dynatemp_range, sp.dynatemp_exponent = (float)p->dynatemp_exponent;
         sp.mirostat = p->mirostat, sp.mirostat_tau = (float)p->mirostat_tau, sp.mirostat_eta = (float)p->mirostat_eta;
+        sp.adaptive_target = p->adaptive_p ? (float)p->adaptive_target : -1.0f;
+        sp.adaptive_decay = (float)p->adaptive_decay;
+        // DRY: its breakers (the request's strings, or llama.cpp's default set) over the vocabulary, a window bounded
+        // as the server bounds it, the prompt's ids and the draws accepted into it
+        kvt_dry_breakers *brk = NULL;
+        if (dry) {
+            static const char *const dflt[] = {"\n", ":", "\"", "*"};
+            static const size_t dflt_len[] = {1, 1, 1, 1};
+            const size_t nb = p->dry_breakers ? p->n_dry_breakers : 4;
+            const char **strs = malloc((nb + 1) * sizeof *strs);
+            size_t *lens = malloc((nb + 1) * sizeof *lens);
+            if (!strs || !lens) __builtin_trap();
+            for (size_t i = 0; i < nb; i++) {
+                strs[i] = p->dry_breakers ? p->dry_breakers[i].s : dflt[i];
+                lens[i] = p->dry_breakers ? p->dry_breakers[i].len : dflt_len[i];
+            }
+            if (kvt_dry_breakers_init(t, strs, lens, (int32_t)nb, &brk, NULL) != KVT_OK) __builtin_trap();
+            free(strs);
+            free(lens);
+            sp.dry = (kvt_dry_params){(float)p->dry_multiplier, (float)p->dry_base, p->dry_allowed_length,
+                                      p->dry_penalty_last_n < 4096 ? p->dry_penalty_last_n : 4096};
+            sp.dry_breakers = brk;
+        }
         kvt_sampler *smp = NULL;
         if (!l || kvt_sampler_init(&sp, nv, &smp, NULL) != KVT_OK) __builtin_trap();
+        kvt_dry_breakers_free(brk); // (the sampler holds its own reference)
+        for (int64_t i = 0; ids && i < n; i++) kvt_sampler_accept(smp, ids[i]);
         for (int32_t i = 0; i < nv; i++) l[i] = (float)((data[(size_t)i * 7 % size] ^ (uint32_t)i) & 63) / 8.0f - 4.0f;
         for (int k = 0; k < 3; k++) {
             const int32_t id = kvt_sampler_sample(smp, l);
             if (id < 0 || id >= nv) __builtin_trap();
+            kvt_sampler_accept(smp, id);
         }
         kvt_sampler_free(smp);
         free(l);
     }
+    free(ids);
     kvt_request_free(r);
     return 0;
 }

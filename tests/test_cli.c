@@ -115,7 +115,7 @@ void test_cli(const test_env *env) {
                 "cli: generate --json ids match llama.cpp", "exit %d: %.300s", rc, out);
     // llama.cpp's penalties, greedy: the ids llama-server (llama-cpp-python 0.3.36's llama.cpp) gave for the same
     // /completion request (temperature 0 with the same presence / frequency / repeat penalties and window; or with
-    // typical_p, xtc_probability / xtc_threshold, top_n_sigma; not typical_p after top_n_sigma, where llama.cpp's
+    // typical_p, xtc_probability / xtc_threshold, top_n_sigma, dry_*; not typical_p after top_n_sigma, where llama.cpp's
     // entropy is NaN over the candidates top_n_sigma zeroed and kvtier counts 0 log 0 as 0)
     static const struct {
         const char *flags, *ids;
@@ -134,7 +134,12 @@ void test_cli(const test_env *env) {
                {"-n 16 --typical 0.6 --top-k 0",
                 "\"ids\":[463,449,306,494,499,369,426,292,303,462,458,477,477,52,434,294]"},
                {"-n 16 --top-nsigma 1 --xtc-probability 1 --xtc-threshold 0.1",
-                "\"ids\":[458,292,465,465,465,465,466,483,314,299,475,479,479,326,281,303]"}};
+                "\"ids\":[458,292,465,465,465,465,466,483,314,299,475,479,479,326,281,303]"},
+               // DRY (greedy alone: [463,449,306,461,458,327,473,372,327,327,361,361,361,324,384,465,465,466,466,465,...])
+               {"-n 24 --dry-multiplier 3 --dry-base 1.3 --dry-allowed-length 1 --dry-penalty-last-n 16",
+                "\"ids\":[463,449,306,461,458,327,473,372,327,327,361,361,324,384,465,465,465,466,466,465,466,158,295,330]"},
+               {"-n 24 --dry-multiplier 20 --dry-base 3 --dry-allowed-length 0 --dry-penalty-last-n 8",
+                "\"ids\":[463,449,306,461,458,327,473,372,465,466,325,13,477,295,417,305,434,288,433,449,473,465,466,228]"}};
     for (size_t i = 0; i < sizeof pen / sizeof pen[0]; i++) {
         snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' --temp 0 %s --json", env->cli, model,
                  pen[i].flags);
@@ -142,6 +147,32 @@ void test_cli(const test_env *env) {
         test_result(rc == 0 && strstr(out, pen[i].ids), "cli: generate with llama.cpp's penalties / logit biases gives llama-server's ids",
                     "%s: exit %d: %.300s", pen[i].flags, rc, out);
     }
+    // DRY's flags: a base under 1 is refused (llama-cli keeps its default silently); breakers through the escapes
+    // of -p ("\\n" a newline: the same ids as DRY's default set, whose other members never occur here), "none"
+    static const char *const dry_bad[][2] = {{"--dry-base", "0.5"}, {"--dry-allowed-length", "-1"},
+                                             {"--dry-penalty-last-n", "x"}};
+    for (size_t i = 0; i < sizeof dry_bad / sizeof dry_bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p x -n 1 --dry-multiplier 1 %s %s 2>&1", env->cli, model,
+                 dry_bad[i][0], dry_bad[i][1]);
+        rc = run(cmd, out, sizeof out);
+        test_result(rc == 2 && strstr(out, dry_bad[i][0]) != NULL, "cli: a bad DRY flag is refused (exit 2) naming it",
+                    "%s: exit %d: %.200s", dry_bad[i][0], rc, out);
+    }
+    char dry_out[2][512];
+    const char *const dry_args[2] = {"", "--dry-sequence-breaker '\\n' --dry-sequence-breaker : "
+                                         "--dry-sequence-breaker '\"' --dry-sequence-breaker '*'"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' -n 24 --temp 0 --dry-multiplier 3 --dry-base "
+                 "1.3 --dry-allowed-length 1 --dry-penalty-last-n 16 %s --json 2>/dev/null | grep -o '\"ids\":\\[[0-9,]*\\]'",
+                 env->cli, model, dry_args[i]);
+        rc = run(cmd, out, sizeof out);
+        const size_t len = rc == 0 ? strnlen(out, sizeof dry_out[i] - 1) : 0;
+        memcpy(dry_out[i], out, len);
+        dry_out[i][len] = 0;
+    }
+    test_result(dry_out[0][0] && !strcmp(dry_out[0], dry_out[1]),
+                "cli: --dry-sequence-breaker with -p's escapes gives the default set's ids", "%s / %s", dry_out[0],
+                dry_out[1]);
     // --ignore-eos bans every end-of-generation token (llama.cpp's -inf bias), so even a +100 bias on EOS (id 2) does
     // not bring it: the ids llama-server gave for {"ignore_eos": true, "logit_bias": [[2, 100]], "temperature": 0}
     // (before 2026-12-06 kvtier emitted EOS 16 times and went on); greedy under the ban is deterministic, and a

@@ -501,8 +501,42 @@ static void test_sampler_mirostat(void) {
                 "highest id %d (want 3), %d distinct (want 4)", hi, distinct);
 }
 
+// llama.cpp's adaptive-p over p = (0.6, 0.3, 0.1), target 0.3, decay 0 (the average is the last chosen token's
+// probability): the first draw favors the token nearest 0.3 (softmax of 0, 5, 2.33: 0.93); once a 0.1 is chosen the
+// target moves to 2 x 0.3 - 0.1 = 0.5, and the 0.6 token leads (softmax of 4.17, 2.33, -2.62: 0.86); once a 0.3 is
+// chosen it stays. Draws counted over 3000 seeds.
+static void test_sampler_adaptive(void) {
+    const float l[3] = {logf(0.6f), logf(0.3f), logf(0.1f)};
+    kvt_sampler_params p = kvt_sampler_params_default();
+    p.temp = 1.0f, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f;
+    p.adaptive_target = 0.3f, p.adaptive_decay = 0.0f;
+    int first[3] = {0}, after2[3] = {0}, after1[3] = {0};
+    for (int seed = 0; seed < 3000; seed++) {
+        p.seed = (uint64_t)seed;
+        kvt_sampler *s = NULL;
+        if (kvt_sampler_init(&p, 3, &s, NULL) != KVT_OK) break;
+        kvt_sampler_accept(s, 1); // a prompt token: no draw pending, the average stays
+        const int32_t a = kvt_sampler_sample(s, l);
+        kvt_sampler_accept(s, a);
+        const int32_t b = kvt_sampler_sample(s, l);
+        first[a]++;
+        if (a == 2) after2[b]++;
+        if (a == 1) after1[b]++;
+        kvt_sampler_free(s);
+    }
+    const double f1 = first[1] / 3000.0, n2 = after2[0] + after2[1] + after2[2], n1 = after1[0] + after1[1] + after1[2];
+    test_result(fabs(f1 - 0.93) < 0.03 && n2 > 50 && after2[0] / n2 > 0.78 && after1[1] / n1 > 0.9,
+                "sampler: adaptive-p draws near its target, which moves with the chosen tokens' probabilities",
+                "first %d %d %d; after a 0.1: %d %d %d; after a 0.3: %d %d %d", first[0], first[1], first[2], after2[0],
+                after2[1], after2[2], after1[0], after1[1], after1[2]);
+}
+
+void test_dry_all(void); // test_dry.c
+
 void test_sampler(const test_env *env) {
     (void)env;
+    test_dry_all();
+    test_sampler_adaptive();
     test_sampler_mirostat();
     test_sampler_typical_ref();
     test_sampler_ban_wins();

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_util.h"
 
 #ifdef KVT_HAVE_JANSSON
 #include <jansson.h>
@@ -125,11 +126,20 @@ static void test_native_errors(void) {
         {"{\"prompt\":\"x\",\"cache_prompt\":\"yes\"}", "cache_prompt", "must be a boolean"},
         {"{\"prompt\":\"x\",\"samplers\":5}", "samplers", "must be a list"},
         {"{\"prompt\":\"x\",\"samplers\":[\"top_k\",3]}", "samplers", "samplers[1]"},
-        {"{\"prompt\":\"x\",\"samplers\":[\"adaptive_p\"]}", "samplers", "adaptive_p"},
+        {"{\"prompt\":\"x\",\"adaptive_decay\":0.995}", "adaptive_decay", "out of range"},
+        {"{\"prompt\":\"x\",\"adaptive_decay\":\"0.5\"}", "adaptive_decay", "must be a number"},
         {"{\"prompt\":\"x\",\"samplers\":[\"temperature\",\"top_k\"],\"top_k\":5,\"temperature\":0.7}", "samplers",
          "order"},
         {"{\"prompt\":\"x\",\"samplers\":[\"top_p\",\"top_p\"],\"top_p\":0.5}", "samplers", "twice"},
         {"{\"prompt\":\"x\",\"top_p\":0}", "top_p", "out of range"},
+        {"{\"prompt\":\"x\",\"dry_multiplier\":\"0.8\"}", "dry_multiplier", "must be a number"},
+        {"{\"prompt\":\"x\",\"dry_allowed_length\":-1}", "dry_allowed_length", "out of range"},
+        {"{\"prompt\":\"x\",\"dry_penalty_last_n\":-1}", "dry_penalty_last_n", "out of range"},
+        {"{\"prompt\":\"x\",\"dry_sequence_breakers\":[]}", "dry_sequence_breakers", "non-empty list"},
+        {"{\"prompt\":\"x\",\"dry_sequence_breakers\":\"\\n\"}", "dry_sequence_breakers", "non-empty list"},
+        {"{\"prompt\":\"x\",\"dry_sequence_breakers\":[\"a\",2]}", "dry_sequence_breakers", "[1]: must be a string"},
+        {"{\"prompt\":\"x\",\"dry_multiplier\":0.8,\"top_k\":5,\"samplers\":[\"top_k\",\"dry\"]}", "samplers",
+         "penalties, dry, top_n_sigma"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kvt_api_error e;
@@ -239,8 +249,9 @@ static void test_editor_fields(void) {
     nr.n_fields = 0; // none asked: every field
     o = p && kvt_native_resp_json(&nr, &s, NULL, NULL) == KVT_OK ? json_loads(s, 0, NULL) : NULL;
     json_t *smp = json_object_get(json_object_get(o, "generation_settings"), "samplers");
-    test_result(o && json_object_get(o, "tokens_cached") && json_array_size(smp) == 9 &&
-                    !strcmp(json_string_value(json_array_get(smp, 7)), "infill"),
+    test_result(o && json_object_get(o, "tokens_cached") && json_array_size(smp) == 10 &&
+                    !strcmp(json_string_value(json_array_get(smp, 1)), "dry") &&
+                    !strcmp(json_string_value(json_array_get(smp, 8)), "infill"),
                 "serve.native: without response_fields the whole summary; generation_settings lists the infill sampler",
                 "%s", s ? s : "null");
     json_decref(o);
@@ -295,6 +306,44 @@ static void test_editor_fields(void) {
                 "serve.native: xtc_* and dynatemp_* are taken (on /v1 too), and off when samplers leaves out xtc and "
                 "temperature", "%s", r ? "values" : e.message);
     kvt_request_free(r);
+    // DRY: llama-server's defaults (off), its fields on /v1 too (a base under 1 is 1.75), the breakers as given
+    // (a NUL inside one kept), off when samplers leaves dry out, on by its character
+    r = parse("{\"prompt\":\"x\"}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    const bool dflt = p && p->dry_multiplier == 0 && p->dry_base == 1.75 && p->dry_allowed_length == 2 &&
+                      p->dry_penalty_last_n == 64 && !p->dry_breakers;
+    kvt_request_free(r);
+    r = parse_as(KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"dry_multiplier\":0.8,"
+                 "\"dry_base\":0.5,\"dry_allowed_length\":3,\"dry_penalty_last_n\":128,"
+                 "\"dry_sequence_breakers\":[\"\\n\",\"a\\u0000b\"]}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    const bool chat = p && p->dry_multiplier == 0.8 && p->dry_base == 1.75 && p->dry_allowed_length == 3 &&
+                      p->dry_penalty_last_n == 128 && p->n_dry_breakers == 2 && p->dry_breakers[1].len == 3 &&
+                      !memcmp(p->dry_breakers[1].s, "a\0b", 3);
+    kvt_request_free(r);
+    r = parse("{\"prompt\":\"x\",\"dry_multiplier\":0.8,\"samplers\":[\"top_k\",\"temperature\"]}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    const bool left_out = p && p->dry_multiplier == 0;
+    kvt_request_free(r);
+    r = parse("{\"prompt\":\"x\",\"dry_multiplier\":0.8,\"samplers\":\"edkt\"}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    const bool dry_chars = p && p->dry_multiplier == 0.8;
+    kvt_request_free(r);
+    // adaptive-p: on only when samplers lists it (anywhere, any alias), its target clamped to 1
+    r = parse("{\"prompt\":\"x\",\"adaptive_target\":2,\"adaptive_decay\":0.5,\"samplers\":[\"adaptive-p\",\"top_k\"]}",
+              &e);
+    p = r ? kvt_request_get(r) : NULL;
+    const bool ap = p && p->adaptive_p && p->adaptive_target == 1 && p->adaptive_decay == 0.5;
+    kvt_request_free(r);
+    r = parse("{\"prompt\":\"x\",\"adaptive_target\":0.3}", &e);
+    p = r ? kvt_request_get(r) : NULL;
+    test_result(ap && p && !p->adaptive_p && p->adaptive_decay == 0.9, "serve.native: adaptive_p is on when samplers "
+                "lists it (its target clamped to 1), off otherwise", "%d %s", ap, r ? "" : e.message);
+    test_result(dflt && chat && left_out && dry_chars,
+                "serve.native: DRY's fields (llama-server's defaults, on /v1 too, a base under 1 is 1.75, the breakers "
+                "as given), off when samplers leaves dry out", "%d %d %d %s", dflt, chat, left_out,
+                r ? "" : e.message);
+    kvt_request_free(r);
 }
 
 static void test_infill_parse(void) {
@@ -340,49 +389,8 @@ static void test_infill_parse(void) {
     test_result(fails == 0, "serve.infill: bad fields are a 400 naming the field", "%d wrong; %s", fails, why);
 }
 
-// A byte-level BPE vocabulary without merges (one token per character): the letters, digits, ".", "-", "_", space
-// (U+0120) and newline (U+010A), "<s>" (41), then the control tokens given, then the words given (normal tokens); eos
-// >= 0: its EOS id. Written to a temporary file and opened.
-static kvt_tokenizer *vocab_words(const char *const *ctl, int n_ctl, const char *const *words, int n_words, int32_t eos,
-                                  bool add_bos, kvt_gguf **g) {
-    const char *toks[128];
-    char chars[64][2];
-    int n = 0;
-    const char *set = "abcdefghijklmnopqrstuvwxyz0123456789.-_";
-    for (int i = 0; set[i]; i++) chars[i][0] = set[i], chars[i][1] = 0, toks[n++] = chars[i];
-    toks[n++] = "\xc4\xa0"; // space
-    toks[n++] = "\xc4\x8a"; // newline
-    int32_t ty[128];
-    for (int i = 0; i < n; i++) ty[i] = 1;
-    toks[n] = "<s>", ty[n++] = 3;
-    for (int i = 0; i < n_ctl; i++) toks[n] = ctl[i], ty[n++] = 3;
-    for (int i = 0; i < n_words; i++) toks[n] = words[i], ty[n++] = 1;
-    char path[] = "/tmp/kvt-infill-XXXXXX";
-    const int fd = mkstemp(path);
-    if (fd < 0) return NULL;
-    close(fd);
-    kvt_gguf_writer *w = kvt_gguf_writer_init();
-    static const char *const merges[] = {"a b"};
-    kvt_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
-    kvt_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
-    kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n);
-    kvt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KVT_GGUF_I32, ty, (uint64_t)n);
-    kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
-    kvt_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
-    kvt_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 41); // "<s>"
-    if (eos >= 0) kvt_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
-    kvt_err err = {0};
-    kvt_tokenizer *t = NULL;
-    if (kvt_gguf_writer_write(w, path, &err) != KVT_OK || kvt_gguf_open(path, g, &err) != KVT_OK ||
-        kvt_tokenizer_init(*g, &t, &err) != KVT_OK)
-        t = NULL;
-    kvt_gguf_writer_free(w);
-    unlink(path);
-    return t;
-}
-
 static kvt_tokenizer *infill_vocab(const char *const *ctl, int n_ctl, bool add_bos, kvt_gguf **g) {
-    return vocab_words(ctl, n_ctl, NULL, 0, -1, add_bos, g);
+    return test_vocab_words(ctl, n_ctl, NULL, 0, -1, add_bos, g);
 }
 
 // Draws of a sampler (top_k k, temperature temp, the infill filter on t or off) over logits [n]: a bitmap of the ids
@@ -411,7 +419,7 @@ static int64_t drawn(const kvt_tokenizer *t, const float *logits, int32_t n, int
 static void test_infill_sampler(void) {
     static const char *const ctl[] = {"<|endoftext|>"}, *const words[] = {"ab", "abc", "xyz"};
     kvt_gguf *g = NULL;
-    kvt_tokenizer *t = vocab_words(ctl, 1, words, 3, 42, false, &g);
+    kvt_tokenizer *t = test_vocab_words(ctl, 1, words, 3, 42, false, &g);
     enum { N = 46, EOT = 42, AB = 43, XYZ = 45 };
     if (!t || kvt_tokenizer_n_vocab(t) != N || !kvt_token_is_eog(t, EOT) || kvt_token_is_eog(t, 11)) {
         test_result(false, "sampler.infill", "cannot make the test vocabulary (or its EOS is not 42)");

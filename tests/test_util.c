@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include "../src/gguf/gguf.h"
+#include "../src/model/tokenizer.h"
 
 int test_run(const char *cmd, char *out, size_t cap) {
     FILE *f = popen(cmd, "r");
@@ -118,4 +122,45 @@ float test_xorshift_unit(uint64_t *state) {
     x ^= x << 17;
     *state = x;
     return (float)((x >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+// A byte-level BPE vocabulary without merges (one token per character): the letters, digits, ".", "-", "_", space
+// (U+0120) and newline (U+010A), "<s>" (41), then the control tokens given, then the words given (normal tokens); eos
+// >= 0: its EOS id. Written to a temporary file and opened.
+kvt_tokenizer *test_vocab_words(const char *const *ctl, int n_ctl, const char *const *words, int n_words, int32_t eos,
+                                       bool add_bos, kvt_gguf **g) {
+    const char *toks[128];
+    char chars[64][2];
+    int n = 0;
+    const char *set = "abcdefghijklmnopqrstuvwxyz0123456789.-_";
+    for (int i = 0; set[i]; i++) chars[i][0] = set[i], chars[i][1] = 0, toks[n++] = chars[i];
+    toks[n++] = "\xc4\xa0"; // space
+    toks[n++] = "\xc4\x8a"; // newline
+    int32_t ty[128];
+    for (int i = 0; i < n; i++) ty[i] = 1;
+    toks[n] = "<s>", ty[n++] = 3;
+    for (int i = 0; i < n_ctl; i++) toks[n] = ctl[i], ty[n++] = 3;
+    for (int i = 0; i < n_words; i++) toks[n] = words[i], ty[n++] = 1;
+    char path[] = "/tmp/kvt-infill-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return NULL;
+    close(fd);
+    kvt_gguf_writer *w = kvt_gguf_writer_init();
+    static const char *const merges[] = {"a b"};
+    kvt_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    kvt_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n);
+    kvt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KVT_GGUF_I32, ty, (uint64_t)n);
+    kvt_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+    kvt_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    kvt_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 41); // "<s>"
+    if (eos >= 0) kvt_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    kvt_err err = {0};
+    kvt_tokenizer *t = NULL;
+    if (kvt_gguf_writer_write(w, path, &err) != KVT_OK || kvt_gguf_open(path, g, &err) != KVT_OK ||
+        kvt_tokenizer_init(*g, &t, &err) != KVT_OK)
+        t = NULL;
+    kvt_gguf_writer_free(w);
+    unlink(path);
+    return t;
 }

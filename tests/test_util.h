@@ -2,8 +2,12 @@
 #ifndef KVT_TEST_UTIL_H
 #define KVT_TEST_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct kvt_tokenizer;
+struct kvt_gguf;
 
 // Whole file, NUL-terminated, malloc'ed; NULL if unreadable.
 char *test_read_file(const char *path, size_t *len);
@@ -16,5 +20,12 @@ float *test_read_floats(const char *path, int64_t *n);
 int test_run(const char *cmd, char *out, size_t cap);
 // The next value of the xorshift64 sequence in *state (13, 7, 17), as a float in [-1, 1) from its top 53 bits.
 float test_xorshift_unit(uint64_t *state);
+
+// A byte-level BPE vocabulary without merges but "a b" (one token per character): the letters, digits, ".", "-", "_",
+// space (U+0120, id 39) and newline (U+010A, id 40), "<s>" (41), then the control tokens given, then the words given
+// (normal tokens); eos >= 0: its EOS id. Written to a temporary file and opened (*g: the file, for the caller to
+// free after the tokenizer). NULL on failure.
+struct kvt_tokenizer *test_vocab_words(const char *const *ctl, int n_ctl, const char *const *words, int n_words,
+                                       int32_t eos, bool add_bos, struct kvt_gguf **g);
 
 #endif

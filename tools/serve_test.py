@@ -643,6 +643,39 @@ def t_editor_fields(s):
     assert st == 400 and r["error"]["param"] == "samplers", r
 
 
+@case("DRY (llama.cpp's dry_* fields, /completion and /v1): a forced newline stops repeating once a run of them is "
+      "penalized past its bias, unless the newline is a breaker; the settings echoed; bad fields 400")
+def t_dry(s):
+    nl = s.post("/tokenize", {"content": "\n", "add_special": False})[2]["tokens"][-1:]
+    forced = {"prompt": "A", "temperature": 0, "ignore_eos": True, "logit_bias": [[nl[0], 100]], "n_predict": 8}
+    st, _, plain = s.post("/completion", forced)
+    assert st == 200 and plain["content"] == "\n" * 8, plain
+    # "\n" not a breaker here: the third newline would extend the run "\n \n" (2 >= allowed 1), 1000 x 2 ^ 1 > 100
+    dry = dict(forced, dry_multiplier=1000, dry_base=2, dry_allowed_length=1, dry_sequence_breakers=["zz"])
+    st, _, r = s.post("/completion", dry)
+    assert st == 200 and r["content"].count("\n") < 8, r
+    gs = r["generation_settings"]
+    assert gs["dry_multiplier"] == 1000 and gs["dry_base"] == 2 and gs["dry_allowed_length"] == 1, gs
+    assert gs["dry_sequence_breakers"] == ["zz"] and "dry" in gs["samplers"], gs
+    # the newline a breaker (llama.cpp's default set): never penalized, the run goes on
+    st, _, r = s.post("/completion", dict(dry, dry_sequence_breakers=["\n"]))
+    assert st == 200 and r["content"] == "\n" * 8, r
+    # samplers without dry: off
+    st, _, r = s.post("/completion", dict(dry, samplers=["top_k", "temperature"]))
+    assert st == 200 and r["content"] == "\n" * 8 and r["generation_settings"]["dry_multiplier"] == 0, r
+    # /v1 takes them too, as llama-server
+    st, _, r = s.post("/v1/completions", {"prompt": "A", "temperature": 0, "ignore_eos": True, "max_tokens": 8,
+                                          "logit_bias": {str(nl[0]): 100}, "dry_multiplier": 1000, "dry_base": 2,
+                                          "dry_allowed_length": 1, "dry_sequence_breakers": ["zz"]})
+    assert st == 200 and r["choices"][0]["text"].count("\n") < 8, r
+    for body, param in (({"dry_sequence_breakers": []}, "dry_sequence_breakers"),
+                        ({"dry_sequence_breakers": ["a", 1]}, "dry_sequence_breakers"),
+                        ({"dry_allowed_length": -1}, "dry_allowed_length"),
+                        ({"dry_penalty_last_n": -1}, "dry_penalty_last_n")):
+        st, _, r = s.post("/completion", dict(body, prompt="A", dry_multiplier=0.8))
+        assert st == 400 and r["error"]["param"] == param, (body, r)
+
+
 @case("/completion refuses (400 naming the field) what kvtier does not implement; /props; GET /slots is 501")
 def t_native_refused(s):
     for body, param in (({"mirostat": 3}, "mirostat"), ({"repeat_penalty": 0}, "repeat_penalty"),
@@ -1599,21 +1632,28 @@ def t_equal_generate(kvtier, smollm2):
                                       capture_output=True, text=True, check=True).stdout)
         if g["text"] != r["choices"][0]["text"]:
             ok, why = False, "penalties: served %r, generate %r" % (r["choices"][0]["text"], g["text"])
-        # ignore_eos as llama-server's (every end-of-generation token banned): greedy ends at EOS after 30 tokens here;
-        # with the ban, the 40 ids llama-server gave (llama-cpp-python 0.3.36's llama.cpp, /completion, 2026-12-06),
+        # ignore_eos as llama-server's (every end-of-generation token banned): greedy ends at EOS after 30 (or 25)
+        # tokens here; with the ban, the 40 ids llama-server gave (llama-cpp-python 0.3.36's llama.cpp, /completion),
         # served and from `kvtier generate --ignore-eos`
         hi = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
               "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n")
-        want = [19556, 665, 28, 10668, 288, 957, 905, 17, 339, 5248, 1535, 288, 724, 351, 750, 1942, 282, 4833, 2385,
-                1391, 30, 1812, 416, 339, 724, 346, 351, 1834, 47, 13408, 253, 1977, 28, 14333, 253, 1843, 28, 355, 915,
-                1277]
+        # llama.cpp's greedy ids differ between its AVX2 and AVX-512 kernels here (token 2: "," or "!"), kvtier's with
+        # them: the list of either CPU kind (the AMD EPYC Zen 3, AVX2; the Intel Xeon with AVX-512, 2026-12-07)
+        wants = [[19556, 665, 28, 10668, 288, 957, 905, 17, 339, 5248, 1535, 288, 724, 351, 750, 1942, 282, 4833, 2385,
+                  1391, 30, 1812, 416, 339, 724, 346, 351, 1834, 47, 13408, 253, 1977, 28, 14333, 253, 1843, 28, 355, 915,
+                  1277],
+                 [19556, 665, 17, 339, 5248, 1535, 288, 724, 351, 750, 1942, 282, 4119, 355, 2092, 1391, 30, 1812, 416,
+                  339, 724, 346, 351, 47, 1812, 506, 260, 4234, 346, 2316, 1891, 335, 47, 339, 5248, 1535, 288, 4237, 346,
+                  351]]
+        eos_at = {0: 29, 1: 24}  # where plain greedy ends at EOS
         _, _, e0 = s.post("/completion", {"prompt": hi, "n_predict": 40, "temperature": 0, "return_tokens": True})
         _, _, e1 = s.post("/completion", {"prompt": hi, "n_predict": 40, "temperature": 0, "return_tokens": True,
                                           "ignore_eos": True})
         g = json.loads(subprocess.run([kvtier, "generate", "-m", smollm2, "-p", hi, "-n", "40", "--temp", "0", "-t", "2",
                                        *flags, "--ignore-eos", "--json"], capture_output=True, text=True,
                                       check=True).stdout)
-        if e0["tokens"] != want[:29] + [2] or e1["tokens"] != want or g["ids"] != want or \
+        k = next((k for k, w in enumerate(wants) if e1["tokens"] == w), None)
+        if k is None or e0["tokens"] != wants[k][:eos_at[k]] + [2] or g["ids"] != wants[k] or \
                 [b["token"] for b in e1["generation_settings"]["logit_bias"]] != [0, 2, 4]:
             ok, why = False, "ignore_eos: without %s, with %s (%s), generate %s" % (
                 e0["tokens"], e1["tokens"], e1["generation_settings"]["logit_bias"], g["ids"])
@@ -1905,7 +1945,8 @@ def t_embd_drop(kvtier, model, extra):
 
 def t_embd_llama(kvtier, smollm2):
     """SmolLM2: /v1/embeddings against llama-server's vectors (tests/data/smollm2.embd.json)."""
-    name = "embeddings: SmolLM2 --pooling mean = llama-server's (cosine > 0.999, max |diff| < 1e-4); empty input 400"
+    name = ("embeddings: SmolLM2 --pooling mean = llama-server's on a CPU of the kind (cosine > 0.999, max |diff| < "
+            "1e-4); empty input 400")
     if not smollm2 or not os.path.exists(smollm2):
         skip(name, "SmolLM2 not in the cache (make model)")
         return
@@ -1915,13 +1956,22 @@ def t_embd_llama(kvtier, smollm2):
         s = Server(kvtier, smollm2, "-c", "512", "--embeddings", "--pooling", g["pooling"])
         st, _, r = s.post("/v1/embeddings", {"input": g["inputs"]})
         assert st == 200, r
-        worst = []
-        for i, want in enumerate(g["embeddings"]):
-            got = r["data"][i]["embedding"]
-            cos = sum(a * b for a, b in zip(got, want)) / (sum(a * a for a in got) * sum(b * b for b in want)) ** 0.5
-            md = max(abs(a - b) for a, b in zip(got, want))
-            worst.append((cos, md))
-            assert len(got) == len(want) and cos > 0.999 and md < 1e-4, "input %d: cosine %.9f, max diff %.3g" % (i, cos, md)
+        # llama.cpp's vectors move between CPUs (2.4e-3: its AVX2 and AVX-512 kernels round differently), kvtier's with
+        # them: the nearest of the sets the golden keeps (one per CPU kind, tools/golden/embd_golden.py --add-cpu)
+        sets = [(g.get("cpu", "first"), g["embeddings"])] + [(x["cpu"], x["embeddings"]) for x in g.get("alternates", [])]
+        best = None
+        for cpu, vecs in sets:
+            worst = []
+            for i, want in enumerate(vecs):
+                got = r["data"][i]["embedding"]
+                cos = sum(a * b for a, b in zip(got, want)) / (sum(a * a for a in got) * sum(b * b for b in want)) ** 0.5
+                worst.append((cos, max(abs(a - b) for a, b in zip(got, want)) if len(got) == len(want) else 1e9))
+            if best is None or max(w[1] for w in worst) < max(w[1] for w in best[1]):
+                best = (cpu, worst)
+        for i, (cos, md) in enumerate(best[1]):
+            assert cos > 0.999 and md < 1e-4, "input %d: cosine %.9f, max diff %.3g (nearest set: %s)" % (i, cos, md,
+                                                                                                       best[0])
+        worst = best[1]
         assert r["usage"]["prompt_tokens"] == sum(g["prompt_tokens"]), (r["usage"], g["prompt_tokens"])
         st, _, e = s.post("/v1/embeddings", {"input": ""})  # SmolLM2 adds no BOS: no tokens
         assert st == 400 and e["error"]["param"] == "input", (st, e)

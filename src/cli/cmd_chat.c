@@ -91,21 +91,20 @@ static void json_turn(int64_t turn, const char *reply, const kvt_conversation_st
     fflush(stdout);
 }
 
-int cmd_chat(int argc, char **argv) {
+static int run_chat(int argc, char **argv, cli_sampling_args *sa) {
     kvt_args a = {"chat", argc, argv, 0};
     cli_input in = {0};
     const char *system = NULL, *tmpl_name = NULL;
     bool json = false;
     kvt_context_params cp = kvt_context_params_default();
     kvt_generate_params gp = kvt_generate_params_default();
-    cli_logit_biases biases = {.n = 0};
     gp.sampling.seed = 1;
     gp.n_predict = -1;
     const char *flag;
     int64_t iv;
     while (kvt_args_next(&a, &flag)) {
         int e = cli_input_flag(&a, flag, &in, &cp);
-        if (e == 0) e = cli_sampling_flag(&a, flag, &gp, &biases);
+        if (e == 0) e = cli_sampling_flag(&a, flag, &gp, sa);
         if (e < 0) return 2;
         if (e > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
@@ -145,13 +144,14 @@ int cmd_chat(int argc, char **argv) {
     kvt_err err = {0};
     kvt_logit_bias *bans = NULL;
     if (!cli_load_model("chat", in.model_path, false, &model, &tok) ||
-        !cli_check_logit_bias("chat", &biases, model->hp.n_vocab) || !cli_ban_eog("chat", tok, &gp, &bans))
+        !cli_check_logit_bias("chat", sa, model->hp.n_vocab) || !cli_ban_eog("chat", tok, &gp, &bans))
         goto done;
     if (!cli_chat_template("chat", in.model_path, tmpl_name, true, NULL, &t)) goto done;
     if (!in.ctx_given) cp.n_ctx = model->hp.n_ctx_train < 4096 ? model->hp.n_ctx_train : 4096;
     cli_progress prog;
     cli_progress_on(&prog, &cp, !in.no_progress && !json);
     if (!cli_context_init("chat", model, &cp, &ctx)) goto done;
+    if (!cli_dry_build("chat", tok, kvt_context_n_ctx(ctx), in.no_escape, &gp, sa)) goto done;
     kvt_conversation_params vp = kvt_conversation_params_default();
     vp.system = system;
     vp.n_align = cp.n_ubatch > 0 ? cp.n_ubatch : 512; // the context's micro-batch (as kvt_context_init sets it)
@@ -217,5 +217,12 @@ done:
     kvt_tokenizer_free(tok);
     kvt_model_free(model);
     free(first_owned);
+    return rc;
+}
+
+int cmd_chat(int argc, char **argv) {
+    cli_sampling_args sa = {.n = 0};
+    const int rc = run_chat(argc, argv, &sa);
+    cli_sampling_args_free(&sa);
     return rc;
 }

@@ -184,20 +184,19 @@ static bool write_logits(const char *path, const float *l, int32_t n) {
     return ok;
 }
 
-int cmd_generate(int argc, char **argv) {
+static int run_generate(int argc, char **argv, cli_sampling_args *sa) {
     kvt_args a = {"generate", argc, argv, 0};
     cli_input in = {0};
     const char *dump = NULL, *kv_save = NULL, *kv_load = NULL;
     bool json = false, parse_special = true;
     kvt_context_params cp = kvt_context_params_default();
     kvt_generate_params gp = kvt_generate_params_default();
-    cli_logit_biases biases = {.n = 0};
     gp.sampling.seed = 1;
     const char *flag;
     int64_t iv;
     while (kvt_args_next(&a, &flag)) {
         int e = cli_input_flag(&a, flag, &in, &cp);
-        if (e == 0) e = cli_sampling_flag(&a, flag, &gp, &biases);
+        if (e == 0) e = cli_sampling_flag(&a, flag, &gp, sa);
         if (e < 0) return 2;
         if (e > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
@@ -235,7 +234,7 @@ int cmd_generate(int argc, char **argv) {
         return 1;
     }
     kvt_logit_bias *bans = NULL;
-    if (!cli_check_logit_bias("generate", &biases, model->hp.n_vocab) || !cli_ban_eog("generate", tok, &gp, &bans)) {
+    if (!cli_check_logit_bias("generate", sa, model->hp.n_vocab) || !cli_ban_eog("generate", tok, &gp, &bans)) {
         kvt_tokenizer_free(tok);
         kvt_model_free(model);
         free(file_text);
@@ -269,6 +268,7 @@ int cmd_generate(int argc, char **argv) {
                 (long long)n_prompt, (long long)gp.n_predict, (long long)cp.n_ctx);
         goto done;
     }
+    if (!cli_dry_build("generate", tok, cp.n_ctx, in.no_escape, &gp, sa)) goto done;
     cli_progress prog;
     cli_progress_on(&prog, &cp, !in.no_progress && !json);
     if (!cli_context_init("generate", model, &cp, &ctx)) goto done;
@@ -397,5 +397,12 @@ done:
     kvt_tokenizer_free(tok);
     kvt_model_free(model);
     free(file_text);
+    return rc;
+}
+
+int cmd_generate(int argc, char **argv) {
+    cli_sampling_args sa = {.n = 0};
+    const int rc = run_generate(argc, argv, &sa);
+    cli_sampling_args_free(&sa);
     return rc;
 }

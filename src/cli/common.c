@@ -943,7 +943,7 @@ static bool parse_logit_bias(const char *flag, const char *v, kvt_logit_bias *b)
     return true;
 }
 
-bool cli_check_logit_bias(const char *cmd, const cli_logit_biases *lb, int32_t n_vocab) {
+bool cli_check_logit_bias(const char *cmd, const cli_sampling_args *lb, int32_t n_vocab) {
     for (int32_t i = 0; i < lb->n; i++) {
         if (lb->v[i].token >= n_vocab) {
             fprintf(stderr, "kvtier %s: --logit-bias: token %d is outside the model's vocabulary (0..%d)\n", cmd,
@@ -988,9 +988,49 @@ static const struct {
     {"--presence-penalty", NULL, -100, 100, offsetof(kvt_sampler_params, presence_penalty)},
     {"--mirostat-ent", NULL, 0, 100, offsetof(kvt_sampler_params, mirostat_tau)},
     {"--mirostat-lr", NULL, 0, 100, offsetof(kvt_sampler_params, mirostat_eta)},
+    {"--dry-multiplier", NULL, -1e6, 1e6, offsetof(kvt_sampler_params, dry.multiplier)},
+    {"--dry-base", NULL, 1, 1e6, offsetof(kvt_sampler_params, dry.base)},
+    {"--adaptive-target", NULL, -1e6, 1, offsetof(kvt_sampler_params, adaptive_target)},
+    {"--adaptive-decay", NULL, 0, 0.99, offsetof(kvt_sampler_params, adaptive_decay)},
 };
 
-int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_logit_biases *lb) {
+void cli_sampling_args_free(cli_sampling_args *sa) {
+    free(sa->dry);
+    sa->dry = NULL;
+    sa->n_dry = 0;
+    kvt_dry_breakers_free(sa->dry_table);
+    sa->dry_table = NULL;
+}
+
+bool cli_dry_build(const char *cmd, const kvt_tokenizer *tok, int64_t n_ctx, bool no_escape, kvt_generate_params *gp,
+                   cli_sampling_args *sa) {
+    kvt_sampler_params *sp = &gp->sampling;
+    if (n_ctx > 0 && sp->dry.last_n > n_ctx) sp->dry.last_n = (int32_t)n_ctx; // the window never holds more
+    if (!kvt_dry_params_on(&sp->dry) || sp->mirostat) return true;
+    static const char *const dflt[] = {"\n", ":", "\"", "*"};
+    const int32_t n = sa->dry_given ? sa->n_dry : 4;
+    char **strs = calloc((size_t)n + 1, sizeof *strs);
+    size_t *lens = calloc((size_t)n + 1, sizeof *lens);
+    bool ok = strs && lens;
+    for (int32_t i = 0; ok && i < n; i++) {
+        ok = (strs[i] = strdup(sa->dry_given ? sa->dry[i] : dflt[i])) != NULL;
+        if (ok) lens[i] = sa->dry_given && !no_escape ? cli_process_escapes(strs[i], strlen(strs[i])) : strlen(strs[i]);
+    }
+    kvt_err err = {0};
+    kvt_status st = ok ? kvt_dry_breakers_init(tok, (const char *const *)strs, lens, n, &sa->dry_table, &err)
+                       : kvt_errorf(&err, KVT_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; strs && i < n; i++) free(strs[i]);
+    free(strs);
+    free(lens);
+    if (st) {
+        fprintf(stderr, "kvtier %s: --dry-sequence-breaker: %s\n", cmd, err.msg);
+        return false;
+    }
+    sp->dry_breakers = sa->dry_table;
+    return true;
+}
+
+int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_sampling_args *lb) {
     kvt_sampler_params *sp = &gp->sampling;
     int64_t iv;
     double fv;
@@ -1013,6 +1053,26 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cl
     } else if (!strcmp(flag, "--repeat-last-n")) {
         if (!kvt_args_int(a, flag, 0, 1 << 20, &iv)) return -1;
         sp->penalty_last_n = (int32_t)iv;
+    } else if (!strcmp(flag, "--dry-allowed-length") || !strcmp(flag, "--dry-penalty-last-n")) {
+        if (!kvt_args_int(a, flag, 0, INT32_MAX, &iv)) return -1;
+        if (!strcmp(flag, "--dry-allowed-length")) sp->dry.allowed_length = (int32_t)iv;
+        else sp->dry.last_n = (int32_t)iv;
+    } else if (!strcmp(flag, "--dry-sequence-breaker")) { // the first replaces llama.cpp's default set; "none" empties
+        const char *v = kvt_args_value(a, flag);
+        if (!v) return -1;
+        if (!lb->dry_given) lb->n_dry = 0;
+        lb->dry_given = true;
+        if (!strcmp(v, "none")) {
+            lb->n_dry = 0;
+            return 1;
+        }
+        const char **d = realloc(lb->dry, ((size_t)lb->n_dry + 1) * sizeof *d);
+        if (!d) {
+            fprintf(stderr, "kvtier: %s: out of memory\n", flag);
+            return -1;
+        }
+        lb->dry = d;
+        lb->dry[lb->n_dry++] = v;
     } else if (!strcmp(flag, "--ignore-eos")) {
         gp->stop_at_eog = false;
     } else if (!strcmp(flag, "-l") || !strcmp(flag, "--logit-bias")) {

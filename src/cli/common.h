@@ -42,23 +42,38 @@ bool cli_input_prompt(const char *cmd, const cli_input *in, const char **text, s
 typedef struct kvt_chat_template kvt_chat_template;
 bool cli_chat_template(const char *cmd, const char *model_path, const char *name, bool note_fallback, kvt_gguf **g,
                        kvt_chat_template **t);
-// The logit biases of -l / --logit-bias (at most CLI_MAX_LOGIT_BIAS; gp's sampling points into v).
+// What the sampling flags gather beside gp: the logit biases of -l / --logit-bias (at most CLI_MAX_LOGIT_BIAS; gp's
+// sampling points into v) and the DRY breakers of --dry-sequence-breaker (argv's strings; dry_given: the flag was
+// seen, so llama.cpp's default set is replaced; "none" empties it), whose table cli_dry_build makes. Free with
+// cli_sampling_args_free.
 #define CLI_MAX_LOGIT_BIAS 256
 typedef struct {
     kvt_logit_bias v[CLI_MAX_LOGIT_BIAS];
     int32_t n;
-} cli_logit_biases;
+    const char **dry;   // [n_dry] malloc'd
+    int32_t n_dry;
+    bool dry_given;
+    kvt_dry_breakers *dry_table;
+} cli_sampling_args;
+void cli_sampling_args_free(cli_sampling_args *sa);
 // Parses a sampling flag into gp if `flag` is one (--temp, --seed or -s, --top-k, --top-p, --min-p, --top-nsigma,
 // --typical, --xtc-probability, --xtc-threshold, --dynatemp-range, --dynatemp-exp, --mirostat, --mirostat-ent,
-// --mirostat-lr, --repeat-penalty, --frequency-penalty, --presence-penalty, --repeat-last-n, --ignore-eos, -l /
-// --logit-bias into lb, which must outlive gp's use); returns 1 if consumed, 0 if not one of them, -1 on a bad value (message printed).
-int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_logit_biases *lb);
+// --mirostat-lr, --repeat-penalty, --frequency-penalty, --presence-penalty, --repeat-last-n, --dry-multiplier,
+// --dry-base, --dry-allowed-length, --dry-penalty-last-n, --dry-sequence-breaker, --adaptive-target, --adaptive-decay,
+// --ignore-eos, -l / --logit-bias into
+// sa, which must outlive gp's use); returns 1 if consumed, 0 if not one of them, -1 on a bad value (message printed).
+int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_sampling_args *sa);
+// When gp's DRY acts: its breakers' table over tok into sa (llama.cpp's default "\n", ":", "\"", "*" unless
+// --dry-sequence-breaker was given; escapes processed as -p's unless no_escape), gp->sampling pointing at it, and its
+// window bounded by n_ctx. false with a message printed.
+bool cli_dry_build(const char *cmd, const kvt_tokenizer *tok, int64_t n_ctx, bool no_escape, kvt_generate_params *gp,
+                   cli_sampling_args *sa);
 // --ignore-eos (gp->stop_at_eog false): gp's logit biases followed by a ban of every end-of-generation token
 // (kvt_logit_bias_ban_eog, as llama-cli's --ignore-eos) in *owned (the caller frees it; NULL when nothing was added);
 // gp->sampling points into it. false with a message printed.
 bool cli_ban_eog(const char *cmd, const kvt_tokenizer *tok, kvt_generate_params *gp, kvt_logit_bias **owned);
 // false (message printed) when a logit bias names a token outside the model's n_vocab.
-bool cli_check_logit_bias(const char *cmd, const cli_logit_biases *lb, int32_t n_vocab);
+bool cli_check_logit_bias(const char *cmd, const cli_sampling_args *lb, int32_t n_vocab);
 // Help line of the prompt flags' escapes.
 #define CLI_ESCAPE_HELP                                                                                                \
     "  -e, --no-escape      -p's \\n \\t \\\\ \\xHH ... are processed (-e, the default, as llama.cpp's) or taken as\n" \
@@ -78,6 +93,13 @@ bool cli_check_logit_bias(const char *cmd, const cli_logit_biases *lb, int32_t n
     "                       --mirostat-ent TAU (default 5) and rate --mirostat-lr ETA (default 0.1)\n"                \
     "  --repeat-penalty R, --frequency-penalty F, --presence-penalty P\n"                                            \
     "                       llama.cpp's penalties over the last --repeat-last-n N tokens (defaults 1, 0, 0; N 64)\n" \
+    "  --dry-multiplier M   llama.cpp's DRY: a token that would extend a repetition of the last --dry-penalty-last-n\n"\
+    "                       N tokens (default 64) beyond --dry-allowed-length L (default 2) loses M x B ^ (length -\n" \
+    "                       L) from its logit, B --dry-base (default 1.75, at least 1); default M 0 = off\n"          \
+    "  --dry-sequence-breaker S  a string that ends a repetition (repeatable; replaces llama.cpp's default \\n : \" *;\n"\
+    "                       \"none\": no breaker; escapes as -p's)\n"                                                 \
+    "  --adaptive-target P  llama.cpp's adaptive-p in place of the draw: tokens near probability P (0..1; default -1\n"\
+    "                       = off), P moving with the chosen tokens' average, decaying by --adaptive-decay D (0.9)\n" \
     "  -l, --logit-bias TOKEN_ID(+/-)BIAS   add BIAS to a token's logit first (llama.cpp's form: 15043+1, 15043-inf\n"   \
     "                       bans it); repeatable, at most 256\n"                                                        \
     "  --ignore-eos         ban end-of-generation tokens (llama.cpp's -inf logit bias): exactly -n tokens\n"

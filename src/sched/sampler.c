@@ -37,11 +37,17 @@ struct kvt_sampler {
     cand *sh;
     cand *tmp;
     float mu; // mirostat's target surprise (2 tau at start)
+    kvt_dry *dry; // the DRY window (NULL: off or under mirostat)
+    // adaptive-p's average of the chosen tokens' probabilities (weighted sum, total weight) and the last draw's token
+    // and probability, which kvt_sampler_accept adds when that token is accepted
+    float ap_sum, ap_weight, ap_prob;
+    int32_t ap_pending;
+    float *ap_q; // [n_vocab] the survivors' probabilities of a draw (adaptive-p on)
 };
 
 kvt_sampler_params kvt_sampler_params_default(void) {
     kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL, -1.0f, 1.0f,
-                            0.0f, 0.1f, 0.0f, 1.0f, 0, 5.0f, 0.1f};
+                            0.0f, 0.1f, 0.0f, 1.0f, 0, 5.0f, 0.1f, {0.0f, 1.75f, 2, 64}, NULL, -1.0f, 0.9f};
     return p;
 }
 
@@ -50,18 +56,23 @@ static bool penalize(const kvt_sampler_params *p) {
            (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
 }
 
-bool kvt_sampler_params_adjust(const kvt_sampler_params *p) { return p->n_logit_bias > 0 || penalize(p); }
+static bool mirostat_on(const kvt_sampler_params *p) { return p->mirostat == 1 || p->mirostat == 2; }
+
+// DRY acts (llama.cpp's mirostat chain has none)
+static bool dry_on(const kvt_sampler_params *p) { return kvt_dry_params_on(&p->dry) && !mirostat_on(p); }
+
+bool kvt_sampler_params_adjust(const kvt_sampler_params *p) {
+    return p->n_logit_bias > 0 || penalize(p) || dry_on(p);
+}
 
 // A bias that bans its token (-inf).
 static bool is_ban(float bias) { return isinf(bias) && bias < 0; }
-
-static bool mirostat_on(const kvt_sampler_params *p) { return p->mirostat == 1 || p->mirostat == 2; }
 
 bool kvt_sampler_params_bans_only(const kvt_sampler_params *p) {
     // typical-p, XTC and infill can drop the argmax, a dynamic temperature can rise above 0
     const bool drops = p->typical_p < 1.0f || (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f) || p->infill ||
                        p->dynatemp_range > 0.0f;
-    if ((penalize(p) && !mirostat_on(p)) || drops) return false;
+    if ((penalize(p) && !mirostat_on(p)) || dry_on(p) || drops) return false;
     for (int32_t i = 0; p->logit_bias && i < p->n_logit_bias; i++) {
         if (!is_ban(p->logit_bias[i].bias)) return false;
     }
@@ -116,6 +127,10 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
         s->pbuf = malloc((size_t)s->pcap + 1);
         infill_ok = s->q && s->gone && s->poff && s->pbuf;
     }
+    if (p->adaptive_target >= 0.0f) {
+        s->ap_q = malloc((size_t)n_vocab * sizeof *s->ap_q);
+        infill_ok = infill_ok && s->ap_q;
+    }
     if (p->typical_p < 1.0f) {
         s->sh = malloc((size_t)n_vocab * sizeof *s->sh);
         s->tmp = malloc((size_t)n_vocab * sizeof *s->tmp);
@@ -125,8 +140,20 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
         kvt_sampler_free(s);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a sampler over %d tokens", (int)n_vocab);
     }
+    if (dry_on(p)) {
+        kvt_status st = kvt_dry_init(&p->dry, p->dry_breakers, n_vocab, &s->dry, err);
+        if (st) {
+            kvt_sampler_free(s);
+            return st;
+        }
+    }
     s->rng = p->seed * 0x9E3779B97F4A7C15ull + 1;
     s->mu = 2.0f * p->mirostat_tau;
+    const float decay = p->adaptive_decay < 0.0f ? 0.0f : p->adaptive_decay > 0.99f ? 0.99f : p->adaptive_decay;
+    s->p.adaptive_decay = decay;
+    s->ap_sum = p->adaptive_target / (1.0f - decay); // (llama.cpp's start: the average at the target)
+    s->ap_weight = 1.0f / (1.0f - decay);
+    s->ap_pending = -1;
     *out = s;
     return KVT_OK;
 }
@@ -144,10 +171,18 @@ void kvt_sampler_free(kvt_sampler *s) {
     free(s->pbuf);
     free(s->sh);
     free(s->tmp);
+    kvt_dry_free(s->dry);
+    free(s->ap_q);
     free(s);
 }
 
 void kvt_sampler_accept(kvt_sampler *s, int32_t token) {
+    if (s->dry) kvt_dry_accept(s->dry, token);
+    if (s->ap_pending >= 0 && s->ap_pending == token) { // adaptive-p: the drawn token's probability into the average
+        s->ap_sum = s->ap_prob + s->p.adaptive_decay * s->ap_sum;
+        s->ap_weight = 1.0f + s->p.adaptive_decay * s->ap_weight;
+    }
+    s->ap_pending = -1;
     const int64_t w = s->p.penalty_last_n;
     if (w == 0) return;
     int32_t *slot = &s->hist[s->n_hist % w];
@@ -174,6 +209,18 @@ static double next_uniform(kvt_sampler *s) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// A draw over c[0..m) by their weights c[i].v summing to tot: the first whose running sum passes a uniform x tot (the
+// last when rounding leaves it short).
+static int32_t draw_index(kvt_sampler *s, const cand *c, int32_t m, double tot) {
+    const double r = next_uniform(s) * tot;
+    double acc = 0.0;
+    for (int32_t i = 0; i < m; i++) {
+        acc += c[i].v;
+        if (r < acc) return i;
+    }
+    return m - 1;
 }
 
 // The candidates' order: larger logit first, then lower id (a total order on finite logits).
@@ -417,16 +464,7 @@ static int32_t mirostat_draw(kvt_sampler *s) {
     float tot = 0.0f;
     for (int32_t i = 0; i < m; i++) tot += c[i].v;
     for (int32_t i = 0; i < m; i++) c[i].v /= tot;
-    const double r = next_uniform(s);
-    double acc = 0.0;
-    int32_t pick = m - 1;
-    for (int32_t i = 0; i < m; i++) {
-        acc += c[i].v;
-        if (r < acc) {
-            pick = i;
-            break;
-        }
-    }
+    const int32_t pick = draw_index(s, c, m, 1.0);
     s->mu -= s->p.mirostat_eta * (-log2f(c[pick].v) - s->p.mirostat_tau);
     return c[pick].id;
 }
@@ -499,6 +537,30 @@ static int32_t infill_filter(kvt_sampler *s, int32_t m) {
     return k;
 }
 
+// llama.cpp's adaptive-p (sampler.h) over the survivors c[0..m), their weights after the temperature summing to tot:
+// each one's probability moved to the logit of its distance from the adapted target, the draw by their softmax; the
+// drawn token and its probability wait for kvt_sampler_accept. Its float arithmetic.
+static int32_t adaptive_draw(kvt_sampler *s, int32_t m, double tot) {
+    cand *c = s->c;
+    float *q = s->ap_q;
+    const float target = s->p.adaptive_target > 1.0f ? 1.0f : s->p.adaptive_target;
+    float at = s->ap_weight == 0.0f ? target : 2.0f * target - s->ap_sum / s->ap_weight;
+    at = at < 0.0f ? 0.0f : at > 1.0f ? 1.0f : at;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < m; i++) {
+        q[i] = (float)(c[i].v / tot);
+        const float d = fabsf((q[i] - at) * (1.0f / 0.3f));
+        c[i].v = 5.0f - 10.0f * d * d / (1.0f + d);
+        mx = c[i].v > mx ? c[i].v : mx;
+    }
+    double sum = 0.0;
+    for (int32_t i = 0; i < m; i++) sum += (c[i].v = expf(c[i].v - mx));
+    const int32_t pick = draw_index(s, c, m, sum);
+    s->ap_pending = c[pick].id;
+    s->ap_prob = q[pick];
+    return c[pick].id;
+}
+
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     const int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i]};
@@ -511,6 +573,12 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     }
     const bool mirostat = mirostat_on(&s->p);
     if (s->count && !mirostat) apply_penalties(s); // (llama.cpp's mirostat chain has no penalties)
+    if (s->dry) { // (candidates still in id order)
+        const int32_t *tok;
+        const float *pen;
+        const int32_t k = kvt_dry_penalties(s->dry, &tok, &pen);
+        for (int32_t i = 0; i < k; i++) s->c[tok[i]].v -= pen[i];
+    }
     const bool all_banned = s->p.n_logit_bias > 0 && !bias_limits(s);
     // typical-p, XTC and infill can drop the argmax, and a dynamic temperature can rise above 0: a greedy draw then
     // goes through them
@@ -581,10 +649,6 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         s->c[i].v = (float)pow((double)s->c[i].v / pmax, 1.0 / temp);
         tot += s->c[i].v;
     }
-    double r = next_uniform(s) * tot, acc = 0.0;
-    for (int32_t i = 0; i < m; i++) {
-        acc += s->c[i].v;
-        if (r < acc) return s->c[i].id;
-    }
-    return s->c[m - 1].id;
+    if (s->p.adaptive_target >= 0.0f) return adaptive_draw(s, m, tot);
+    return s->c[draw_index(s, s->c, m, tot)].id;
 }

@@ -1,8 +1,9 @@
 // sampler.h - token sampling from a logit vector.
 //
 // Chain (as llama.cpp's default order): logit biases -> penalties over the last `penalty_last_n`
-// tokens (repetition, frequency, presence: llama.cpp's penalties sampler) -> top-n-sigma ->
-// top-k -> typical-p -> top-p -> min-p -> XTC -> infill (when asked) -> temperature (or dynamic temperature) -> draw.
+// tokens (repetition, frequency, presence: llama.cpp's penalties sampler) -> DRY -> top-n-sigma ->
+// top-k -> typical-p -> top-p -> min-p -> XTC -> infill (when asked) -> temperature (or dynamic temperature) -> draw
+// (or adaptive-p's).
 // temp <= 0 is greedy (argmax, ties to the lowest id; with typical-p, XTC or infill, which can drop the argmax, the
 // argmax of what they keep, as llama.cpp's temperature after them). Deterministic for a given seed.
 //
@@ -17,6 +18,7 @@
 #include <stdint.h>
 
 #include "../base/status.h"
+#include "dry.h"
 
 // A bias added to one token's logit before anything else (llama.cpp's logit_bias; -INFINITY bans the token, +INFINITY
 // forces it: the tokens at +inf share the draw; every token banned draws greedily, id 0). A ban wins over every other
@@ -67,11 +69,22 @@ typedef struct {
     // mirostat_tau. Per sampler state: one sampler per sequence.
     int32_t mirostat;
     float mirostat_tau, mirostat_eta;
+    // llama.cpp's DRY penalty (dry.h), after the penalties: off unless dry.multiplier != 0, dry.base >= 1 and
+    // dry.last_n > 0 (the sampler keeps a window of dry.last_n tokens: callers bound it by the context). The sampler
+    // holds a reference to the breakers (NULL: none) until freed. Not in mirostat's chain (llama.cpp's).
+    kvt_dry_params dry;
+    const kvt_dry_breakers *dry_breakers;
+    // llama.cpp's adaptive-p (adaptive_target < 0: off), in place of the plain draw at the end of the chain: the
+    // candidates' probabilities after the temperature, each turned into the logit 5 - 10 d^2 / (1 + d) with d =
+    // |p - target'| / 0.3, are drawn from by their softmax; target' = 2 adaptive_target - (an average of the chosen
+    // tokens' probabilities, their weights decaying by adaptive_decay (0..0.99) a token), clamped to [0, 1]. Per
+    // sampler state (one per sequence); kvt_sampler_accept of the token drawn updates the average.
+    float adaptive_target, adaptive_decay;
 } kvt_sampler_params;
 
-// True when the parameters can change a logit before the draw (a logit bias, or a penalty that acts).
+// True when the parameters can change a logit before the draw (a logit bias, or a penalty or DRY that acts).
 bool kvt_sampler_params_adjust(const kvt_sampler_params *p);
-// True when the only adjustments are bans (every logit bias -INFINITY, no penalty acts, and neither typical-p, XTC,
+// True when the only adjustments are bans (every logit bias -INFINITY, no penalty or DRY acts, and neither typical-p, XTC,
 // infill nor a dynamic temperature is on): a greedy draw is then the raw argmax unless that token is banned
 // (kvt_sampler_params_banned), so the logits need not be read for most draws.
 bool kvt_sampler_params_bans_only(const kvt_sampler_params *p);

@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -51,6 +52,12 @@ struct kvt_http {
     atomic_llong streams_cancelled;
     atomic_llong embd_cancelled; // embeddings requests stopped because their client hung up
     atomic_llong open_jobs;  // requests with an engine job whose response is not yet complete (kvt_http_drain)
+    // the DRY breakers' table of the last set asked for (dry_table), keyed by its strings: clients send the same set
+    // in every request (SillyTavern llama.cpp's default), and a table reads every token's text (~40 ms for 262K)
+    pthread_mutex_t dry_mu;
+    char *dry_key;
+    size_t dry_key_len;
+    kvt_dry_breakers *dry_cached;
 };
 
 // One request on a connection (libmicrohttpd's con_cls).
@@ -200,6 +207,60 @@ oom:
 
 // The request's logit_bias resolved to token ids (kvt_request_set_logit_bias): ids checked against the vocabulary, a
 // text's tokens (no BOS, no special-token parsing, as llama-server) each given its bias. false with *ae filled.
+// The DRY breakers' table of a request whose DRY acts (its strings, or llama.cpp's default "\n", ":", "\"", "*"), given
+// to the request (which frees its reference): the server's cached table when the set is the last one built, else a new
+// one, which becomes the cached one. NULL with *ae filled on error.
+static const kvt_dry_breakers *dry_table(kvt_http *h, kvt_request *req, kvt_api_error *ae) {
+    const kvt_request_params *p = kvt_request_get(req);
+    static const char *const dflt[] = {"\n", ":", "\"", "*"};
+    const size_t n = p->dry_breakers ? p->n_dry_breakers : 4;
+    const char **strs = malloc(n * sizeof *strs);
+    size_t *lens = malloc(n * sizeof *lens), key_len = 0;
+    for (size_t i = 0; strs && lens && i < n; i++) {
+        strs[i] = p->dry_breakers ? p->dry_breakers[i].s : dflt[i];
+        lens[i] = p->dry_breakers ? p->dry_breakers[i].len : 1;
+        key_len += sizeof(size_t) + lens[i];
+    }
+    char *key = strs && lens ? malloc(key_len + 1) : NULL; // each string's length, then its bytes
+    kvt_dry_breakers *b = NULL;
+    kvt_err err = {0};
+    kvt_status st = key ? KVT_OK : KVT_ERR_NOMEM;
+    for (size_t i = 0, at = 0; key && i < n; at += sizeof(size_t) + lens[i], i++) {
+        memcpy(key + at, &lens[i], sizeof(size_t));
+        memcpy(key + at + sizeof(size_t), strs[i], lens[i]);
+    }
+    if (st == KVT_OK) {
+        pthread_mutex_lock(&h->dry_mu);
+        if (h->dry_cached && h->dry_key_len == key_len && !memcmp(h->dry_key, key, key_len))
+            b = kvt_dry_breakers_ref(h->dry_cached);
+        pthread_mutex_unlock(&h->dry_mu);
+    }
+    if (st == KVT_OK && !b) { // built outside the lock; two requests may build the same set at once
+        st = kvt_dry_breakers_init(h->tok, strs, lens, (int32_t)n, &b, &err);
+        if (st == KVT_OK) {
+            pthread_mutex_lock(&h->dry_mu);
+            kvt_dry_breakers_free(h->dry_cached);
+            free(h->dry_key);
+            h->dry_cached = kvt_dry_breakers_ref(b);
+            h->dry_key = key;
+            h->dry_key_len = key_len;
+            key = NULL;
+            pthread_mutex_unlock(&h->dry_mu);
+        }
+    }
+    free(key);
+    free(strs);
+    free(lens);
+    if (st != KVT_OK) {
+        if (st == KVT_ERR_NOMEM) kvt_api_errorf(ae, 500, "server_error", NULL, "out of memory for the DRY breakers");
+        else kvt_api_errorf(ae, 400, "invalid_request_error", "dry_sequence_breakers", "dry_sequence_breakers: %s",
+                            err.msg);
+        return NULL;
+    }
+    kvt_request_set_dry(req, b);
+    return b;
+}
+
 static bool resolve_logit_bias(kvt_http *h, kvt_request *req, kvt_api_error *ae) {
     const kvt_request_params *p = kvt_request_get(req);
     const int32_t n_vocab = kvt_tokenizer_n_vocab(h->tok);
@@ -353,6 +414,16 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     job.sampling.mirostat_tau = (float)p->mirostat_tau;
     job.sampling.mirostat_eta = (float)p->mirostat_eta;
     if (p->infill_sampler) job.sampling.infill = h->tok; // the server's, alive as long as it
+    job.sampling.adaptive_target = p->adaptive_p && p->mirostat == 0 ? (float)p->adaptive_target : -1.0f;
+    job.sampling.adaptive_decay = (float)p->adaptive_decay;
+    job.sampling.dry = (kvt_dry_params){(float)p->dry_multiplier, (float)p->dry_base, p->dry_allowed_length,
+                                        p->dry_penalty_last_n < n_ctx ? p->dry_penalty_last_n : (int32_t)n_ctx};
+    if (kvt_dry_params_on(&job.sampling.dry) && p->mirostat == 0 &&
+        !(job.sampling.dry_breakers = dry_table(h, req, &ae))) {
+        free(ids);
+        kvt_request_free(req);
+        return send_api_error(h, c, &ae, NULL, NULL);
+    }
     // the window never holds more than the context (a larger one would only cost the sampler's memory)
     job.sampling.penalty_last_n = (int32_t)(p->repeat_last_n < n_ctx ? p->repeat_last_n : n_ctx);
     job.sampling.seed = p->has_seed ? p->seed
@@ -906,6 +977,7 @@ kvt_status kvt_http_start(const kvt_http_params *p, kvt_http **out, kvt_err *err
     *out = NULL;
     kvt_http *h = calloc(1, sizeof *h);
     if (!h) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the server");
+    pthread_mutex_init(&h->dry_mu, NULL); // (no resource to release on the error paths below)
     h->p = *p;
     if (!h->p.max_body) h->p.max_body = DEFAULT_MAX_BODY;
     if (!h->p.max_connections) h->p.max_connections = 256;
@@ -998,5 +1070,8 @@ void kvt_http_stop(kvt_http *h) {
     free(h->model_id);
     free(h->model_path);
     free(h->chat_template_src);
+    kvt_dry_breakers_free(h->dry_cached);
+    free(h->dry_key);
+    pthread_mutex_destroy(&h->dry_mu);
     free(h);
 }

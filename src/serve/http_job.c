@@ -569,6 +569,9 @@ static bool on_token(void *user, int32_t i, const kvt_engine_token *t) {
         c->raw_len += n > 0 ? n : 0;
         if (go && n >= 0) go = editor_limits(j, c, j->piece, n);
     } else if (go) {
+        // an end-of-generation token has probabilities too (its token ""), in llama-server's answers but for a /v1
+        // stream's (no chunk carries it there)
+        if (j->p->logprobs && (native || !j->p->stream) && !record_logprobs(j, c, t)) j->failed_oom = true;
         editor_limits(j, c, NULL, 0); // an end-of-generation token has no text, but the indent check runs (a cut
         c->limit = false;             // stands; the stop stays "eos", as llama-server's end-of-generation check is last)
     }

@@ -197,6 +197,7 @@ kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, st
 enum {
     S_IGNORED,
     S_PENALTIES,
+    S_DRY,
     S_TOP_N_SIGMA,
     S_TOP_K,
     S_TYPICAL,
@@ -205,7 +206,7 @@ enum {
     S_XTC,
     S_INFILL,
     S_TEMP,
-    S_REFUSED
+    S_ADAPTIVE // the draw: anywhere in the list
 };
 
 // A sampler name (llama-server's names and aliases, any case) or character; S_IGNORED for the samplers kvtier
@@ -214,18 +215,20 @@ static int sampler_of(const char *s, size_t n) {
     static const struct {
         const char *name;
         int kind;
-    } names[] = {{"penalties", S_PENALTIES},     {"top_n_sigma", S_TOP_N_SIGMA}, {"top-n-sigma", S_TOP_N_SIGMA},
+    } names[] = {{"penalties", S_PENALTIES},     {"dry", S_DRY},                 {"top_n_sigma", S_TOP_N_SIGMA},
+                 {"top-n-sigma", S_TOP_N_SIGMA},
                  {"topnsigma", S_TOP_N_SIGMA},   {"top_k", S_TOP_K},             {"top-k", S_TOP_K},
                  {"topk", S_TOP_K},              {"typ_p", S_TYPICAL},           {"typ-p", S_TYPICAL},
                  {"typp", S_TYPICAL},            {"typ", S_TYPICAL},             {"top_p", S_TOP_P},
                  {"top-p", S_TOP_P},             {"topp", S_TOP_P},              {"nucleus", S_TOP_P},
                  {"min_p", S_MIN_P},             {"min-p", S_MIN_P},             {"minp", S_MIN_P},
                  {"xtc", S_XTC},                 {"infill", S_INFILL},           {"temperature", S_TEMP},
-                 {"temp", S_TEMP},               {"adaptive_p", S_REFUSED},      {"adaptive-p", S_REFUSED},
-                 {"adaptivep", S_REFUSED}};
+                 {"temp", S_TEMP},               {"adaptive_p", S_ADAPTIVE},     {"adaptive-p", S_ADAPTIVE},
+                 {"adaptivep", S_ADAPTIVE}};
     if (n == 1) {
         switch (s[0]) {
         case 'e': return S_PENALTIES;
+        case 'd': return S_DRY;
         case 's': return S_TOP_N_SIGMA;
         case 'y': return S_TYPICAL;
         case 'x': return S_XTC;
@@ -234,7 +237,7 @@ static int sampler_of(const char *s, size_t n) {
         case 'm': return S_MIN_P;
         case 't': return S_TEMP;
         case 'i': return S_INFILL;
-        case 'a': return S_REFUSED;
+        case 'a': return S_ADAPTIVE;
         default: return S_IGNORED;
         }
     }
@@ -253,7 +256,7 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
         return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: must be a list of names or a string of sampler "
                               "characters, got %s", kvt_req_type_name(v));
     size_t n = chars ? json_string_length(v) : json_array_size(v);
-    int count[S_REFUSED + 1] = {0}, last = 0;
+    int count[S_ADAPTIVE + 1] = {0}, last = 0;
     bool ordered = true;
     for (size_t i = 0; i < n; i++) {
         int k;
@@ -266,11 +269,8 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
                                       kvt_req_type_name(s));
             k = sampler_of(json_string_value(s), json_string_length(s));
         }
-        if (k == S_REFUSED)
-            return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: the %s sampler is not supported by kvtier",
-                                  chars ? "adaptive_p" : json_string_value(json_array_get(v, i)));
         count[k]++;
-        if (k != S_IGNORED) {
+        if (k != S_IGNORED && k != S_ADAPTIVE) {
             if (k < last) ordered = false;
             last = k;
         }
@@ -280,6 +280,7 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
         p->repeat_penalty = 1.0;
         p->frequency_penalty = p->presence_penalty = 0.0;
     }
+    if (!count[S_DRY]) p->dry_multiplier = 0;
     if (!count[S_TOP_N_SIGMA]) p->top_n_sigma = 0;
     if (!count[S_TOP_K]) p->top_k = 0;
     if (!count[S_TYPICAL]) p->typical_p = 1.0;
@@ -289,13 +290,14 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
     if (!count[S_MIN_P]) p->min_p = 0.0;
     if (!count[S_TEMP]) p->temperature = 1.0;
     p->infill_sampler = count[S_INFILL] > 0;
+    p->adaptive_p = count[S_ADAPTIVE] > 0;
     // (beside infill, typical-p or XTC a greedy temperature acts too: where it stands decides whether they see one
     // candidate or all; a dynamic temperature always acts)
     const bool xtc = p->xtc_probability > 0 && p->xtc_threshold <= 0.5;
     const bool drop = p->infill_sampler || p->typical_p < 1.0 || xtc; // may drop the argmax
     const bool active[] = {false, p->repeat_last_n > 0 && (p->repeat_penalty != 1.0 || p->frequency_penalty != 0.0 ||
                                                            p->presence_penalty != 0.0),
-                           p->top_n_sigma > 0, p->top_k > 0, p->typical_p < 1.0, p->top_p < 1.0, p->min_p > 0.0, xtc,
+                           p->dry_multiplier != 0 && p->dry_penalty_last_n > 0, p->top_n_sigma > 0, p->top_k > 0, p->typical_p < 1.0, p->top_p < 1.0, p->min_p > 0.0, xtc,
                            p->infill_sampler,
                            p->dynatemp_range > 0 || (p->temperature != 1.0 && (p->temperature > 0.0 || drop))};
     int n_active = 0;
@@ -306,9 +308,38 @@ static kvt_status apply_samplers(json_t *root, kvt_request_params *p, kvt_api_er
         n_active += active[k];
     }
     if (!ordered && n_active > 1)
-        return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: kvtier applies penalties, top_n_sigma, top_k, "
-                              "typ_p, top_p, min_p, xtc, infill, temperature in that order (llama-server's default, "
+        return kvt_api_errorf(e, 400, NULL, "samplers", "samplers: kvtier applies penalties, dry, top_n_sigma, "
+                              "top_k, typ_p, top_p, min_p, xtc, infill, temperature in that order (llama-server's default, "
                               "infill before the temperature); another order is not supported");
+    return KVT_OK;
+}
+
+// DRY's fields (request.h), as llama-server takes them: a base under 1 is its default, the lengths 0..INT32_MAX, the
+// breakers a non-empty list of strings.
+static kvt_status dry_fields(json_t *root, kvt_request_params *p, kvt_api_error *e) {
+    int64_t v;
+    bool given;
+    if (p->dry_base < 1) p->dry_base = 1.75;
+    if (kvt_req_get_int(root, "dry_allowed_length", 0, INT32_MAX, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    p->dry_allowed_length = given ? (int32_t)v : 2;
+    if (kvt_req_get_int(root, "dry_penalty_last_n", 0, INT32_MAX, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    p->dry_penalty_last_n = given ? (int32_t)v : 64;
+    json_t *b = field(root, "dry_sequence_breakers");
+    if (!b) return KVT_OK;
+    const size_t n = json_is_array(b) ? json_array_size(b) : 0;
+    if (n == 0)
+        return kvt_api_errorf(e, 400, NULL, "dry_sequence_breakers", "dry_sequence_breakers: must be a non-empty list "
+                              "of strings, got %s", json_is_array(b) ? "an empty list" : kvt_req_type_name(b));
+    free(p->dry_breakers);
+    if (!(p->dry_breakers = malloc(n * sizeof *p->dry_breakers))) return oom(e);
+    p->n_dry_breakers = n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(b, i);
+        if (!json_is_string(s))
+            return kvt_api_errorf(e, 400, NULL, "dry_sequence_breakers", "dry_sequence_breakers[%zu]: must be a "
+                                  "string, got %s", i, kvt_req_type_name(s));
+        p->dry_breakers[i] = (kvt_req_text){json_string_value(s), json_string_length(s)};
+    }
     return KVT_OK;
 }
 
@@ -331,7 +362,10 @@ kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *
                 {"dynatemp_range", offsetof(kvt_request_params, dynatemp_range), 0.0},
                 {"dynatemp_exponent", offsetof(kvt_request_params, dynatemp_exponent), 1.0},
                 {"mirostat_tau", offsetof(kvt_request_params, mirostat_tau), 5.0},
-                {"mirostat_eta", offsetof(kvt_request_params, mirostat_eta), 0.1}};
+                {"mirostat_eta", offsetof(kvt_request_params, mirostat_eta), 0.1},
+                {"dry_multiplier", offsetof(kvt_request_params, dry_multiplier), 0.0},
+                {"dry_base", offsetof(kvt_request_params, dry_base), 1.75},
+                {"adaptive_target", offsetof(kvt_request_params, adaptive_target), -1.0}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         json_t *f = field(root, nums[i].key);
         if (f && !json_is_number(f))
@@ -345,6 +379,16 @@ kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *
     if (p->typical_p > 1) p->typical_p = 1;
     if (kvt_req_get_int(root, "mirostat", 0, 2, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     p->mirostat = given ? (int32_t)v : 0;
+    if (dry_fields(root, p, e) != KVT_OK) return e->http_status == 500 ? KVT_ERR_NOMEM : KVT_ERR_INVALID_ARG;
+    if (p->adaptive_target > 1) p->adaptive_target = 1; // llama-server's clamp
+    json_t *ad = field(root, "adaptive_decay");
+    if (ad && !json_is_number(ad))
+        return kvt_api_errorf(e, 400, NULL, "adaptive_decay", "adaptive_decay: must be a number, got %s",
+                              kvt_req_type_name(ad));
+    p->adaptive_decay = ad ? json_number_value(ad) : 0.9;
+    if (!(p->adaptive_decay >= 0 && p->adaptive_decay <= 0.99))
+        return kvt_api_errorf(e, 400, NULL, "adaptive_decay", "adaptive_decay: %g is out of range [0, 0.99]",
+                              p->adaptive_decay);
     json_t *tm = field(root, "t_max_predict_ms"); // llama-server's integer milliseconds; <= 0: off
     if (tm && !json_is_number(tm))
         return kvt_api_errorf(e, 400, NULL, "t_max_predict_ms", "t_max_predict_ms: must be a number, got %s",
@@ -414,10 +458,21 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "repeat_penalty", json_real(p->repeat_penalty), ok);
     set(o, "presence_penalty", json_real(p->presence_penalty), ok);
     set(o, "frequency_penalty", json_real(p->frequency_penalty), ok);
-    set(o, "dry_multiplier", json_real(0), ok);
+    set(o, "dry_multiplier", json_real(p->dry_multiplier), ok);
+    set(o, "dry_base", json_real(p->dry_base), ok);
+    set(o, "dry_allowed_length", json_integer(p->dry_allowed_length), ok);
+    set(o, "dry_penalty_last_n", json_integer(p->dry_penalty_last_n), ok);
+    json_t *brk = json_array();
+    static const char *const dflt[] = {"\n", ":", "\"", "*"};
+    for (size_t i = 0; brk && i < (p->dry_breakers ? p->n_dry_breakers : 4); i++)
+        append(brk, p->dry_breakers ? kvt_resp_jtext(p->dry_breakers[i].s, p->dry_breakers[i].len) : json_string(dflt[i]),
+               ok);
+    set(o, "dry_sequence_breakers", brk, ok);
     set(o, "mirostat", json_integer(p->mirostat), ok);
     set(o, "mirostat_tau", json_real(p->mirostat_tau), ok);
     set(o, "mirostat_eta", json_real(p->mirostat_eta), ok);
+    set(o, "adaptive_target", json_real(p->adaptive_target), ok);
+    set(o, "adaptive_decay", json_real(p->adaptive_decay), ok);
     for (size_t i = 0; i < p->n_stop; i++) append(stop, kvt_resp_jtext(p->stop[i], strlen(p->stop[i])), ok);
     set(o, "stop", stop, ok);
     set(o, "max_tokens", json_integer(p->max_tokens), ok);
@@ -436,11 +491,12 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "n_probs", json_integer(n_probs), ok);
     set(o, "min_keep", json_integer(0), ok);
     set(o, "grammar", json_string(""), ok);
-    static const char *const chain[] = {"penalties", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
+    static const char *const chain[] = {"penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
                                         "infill", "temperature"};
     const bool infill = p->infill_sampler;
     for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++)
         if (infill || strcmp(chain[i], "infill")) append(smp, json_string(chain[i]), ok);
+    if (p->adaptive_p) append(smp, json_string("adaptive_p"), ok);
     set(o, "samplers", smp, ok);
     set(o, "post_sampling_probs", json_false(), ok);
     return o;

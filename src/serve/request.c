@@ -22,6 +22,7 @@ struct kvt_request {
     kvt_req_logit_bias *bias_given;
     kvt_logit_bias *bias;          // resolved (kvt_request_set_logit_bias)
     struct kvt_native_ext *native; // KVT_REQ_NATIVE
+    kvt_dry_breakers *dry;         // the DRY breakers' table (kvt_request_set_dry)
 };
 
 kvt_status kvt_api_errorf(kvt_api_error *e, int http_status, const char *type, const char *param, const char *fmt,
@@ -356,7 +357,7 @@ static kvt_status parse_unsupported(const kvt_request *r, json_t *root, kvt_api_
     static const struct {
         const char *key;
         double neutral; // numbers: the value that asks for nothing
-    } num[] = {{"n_probs", 0}, {"tfs_z", 1}, {"dry_multiplier", 0}};
+    } num[] = {{"n_probs", 0}, {"tfs_z", 1}};
     for (size_t i = 0; i < sizeof num / sizeof num[0]; i++) {
         if (r->p.kind == KVT_REQ_NATIVE && !strcmp(num[i].key, "n_probs")) continue; // implemented there
         json_t *v = field(root, num[i].key);
@@ -481,6 +482,11 @@ void kvt_request_set_logit_bias(kvt_request *r, kvt_logit_bias *v, int32_t n) {
     r->p.n_logit_bias = v ? n : 0;
 }
 
+void kvt_request_set_dry(kvt_request *r, kvt_dry_breakers *b) {
+    kvt_dry_breakers_free(r->dry);
+    r->dry = b;
+}
+
 // /tokenize and /detokenize bodies.
 static kvt_status parse_tokens_req(kvt_request *r, json_t *root, kvt_api_error *e) {
     kvt_request_params *p = &r->p;
@@ -526,7 +532,9 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
     kvt_request_params *p = &r->p;
     *p = (kvt_request_params){.kind = kind, .max_tokens = -1, .temperature = 1.0, .top_p = 1.0, .repeat_penalty = 1.0,
                               .repeat_last_n = 64, .n = 1, .typical_p = 1.0, .xtc_threshold = 0.1,
-                              .dynatemp_exponent = 1.0, .mirostat_tau = 5.0, .mirostat_eta = 0.1};
+                              .dynatemp_exponent = 1.0, .mirostat_tau = 5.0, .mirostat_eta = 0.1, .dry_base = 1.75,
+                              .dry_allowed_length = 2, .dry_penalty_last_n = 64, .adaptive_target = -1,
+                              .adaptive_decay = 0.9};
     kvt_status st = KVT_OK;
     json_t *model = field(root, "model");
     if (model) st = check_str(model, "model", &p->model, aerr);
@@ -564,6 +572,8 @@ void kvt_request_free(kvt_request *r) {
     free(r->stops);
     free(r->bias_given);
     free(r->bias);
+    free(r->p.dry_breakers);
+    kvt_dry_breakers_free(r->dry);
     kvt_native_free(r->native);
     json_decref(r->root);
     free(r);

@@ -75,6 +75,12 @@ typedef struct {
 } kvt_req_logit_bias;
 
 // The validated request; all pointers are owned by the kvt_request they came from.
+// A string of the request's body: len bytes (a JSON string may hold NUL).
+typedef struct kvt_req_text {
+    const char *s;
+    size_t len;
+} kvt_req_text;
+
 typedef struct {
     kvt_req_kind kind;
     kvt_req_api api;             // KVT_API_OPENAI unless converted (kvt_request_parse_chat)
@@ -119,6 +125,18 @@ typedef struct {
     double dynatemp_range, dynatemp_exponent; // llama.cpp's dynamic temperature (0 and 1 by default: off)
     int32_t mirostat;                         // llama.cpp's mirostat 1 or 2 (0: off), its target and rate (5, 0.1)
     double mirostat_tau, mirostat_eta;
+    // llama.cpp's DRY penalty (src/sched/dry.h): `dry_multiplier` (0: off, the default), `dry_base` (1.75; under 1 in
+    // the request: 1.75, as llama-server), `dry_allowed_length` (2), `dry_penalty_last_n` (64; 0 off; http.c bounds it
+    // by the context), `dry_sequence_breakers` (a non-empty list of strings; NULL here: llama.cpp's "\n", ":", "\"",
+    // "*"): dry_breakers[n_dry_breakers] malloc'd and freed with the request, the strings in its body
+    double dry_multiplier, dry_base;
+    int32_t dry_allowed_length, dry_penalty_last_n;
+    struct kvt_req_text *dry_breakers;
+    size_t n_dry_breakers;
+    // llama.cpp's adaptive-p: on when `samplers` lists `adaptive_p` (anywhere: it replaces the draw, as llama-server)
+    // and `adaptive_target` >= 0 (-1 by default; above 1: 1); `adaptive_decay` 0..0.99 (0.9)
+    bool adaptive_p;
+    double adaptive_target, adaptive_decay;
     bool add_special, parse_special, with_pieces; // tokenize only
     const struct kvt_native_ext *native; // KVT_REQ_NATIVE: the /completion fields of native.h; NULL otherwise
 } kvt_request_params;
@@ -135,6 +153,9 @@ void kvt_request_free(kvt_request *r);
 // Gives r the logit biases resolved to token ids (v[n], malloc'd: r frees it), seen in p.logit_bias.
 void kvt_request_set_logit_bias(kvt_request *r, kvt_logit_bias *v, int32_t n);
 const kvt_request_params *kvt_request_get(const kvt_request *r);
+// Gives r a DRY breakers' table (built from p.dry_breakers by the caller, who holds the tokenizer; r frees it, and the
+// previous one).
+void kvt_request_set_dry(kvt_request *r, kvt_dry_breakers *b);
 
 // Fills *e (any status, type, param may be NULL) with a printf-style message (n_prompt_tokens, n_ctx 0);
 // returns KVT_ERR_INVALID_ARG.

@@ -18,8 +18,9 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_http  # noqa: E402
 
 CASES = [
     {"input_prefix": "def add(a, b):\n    ", "input_suffix": "\n\nprint(add(1, 2))\n"},
@@ -59,13 +60,7 @@ COMPLETION_EDITOR = [
 
 
 def post(port, body, path="/infill"):
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=600) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
+    return peer_http.post(port, body, path)
 
 
 def speed(port, rounds):
@@ -91,18 +86,7 @@ def speed(port, rounds):
     return 0
 
 
-def wait_ready(port, proc):
-    for _ in range(600):
-        if proc.poll() is not None:
-            sys.exit("a server exited at start (port %d)" % port)
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    sys.exit("a server did not start (port %d)" % port)
+wait_ready = peer_http.wait_ready
 
 
 def main():
