@@ -56,7 +56,9 @@ static int cmp_entry(const void *x, const void *y) {
     return a->head != b->head ? (a->head < b->head ? -1 : 1) : a->len != b->len ? (a->len < b->len ? -1 : 1) : 0;
 }
 
-static void finish(kvt_dry_breakers *b) { qsort(b->e, (size_t)b->n, sizeof *b->e, cmp_entry); }
+static void finish(kvt_dry_breakers *b) {
+    if (b->n > 1) qsort(b->e, (size_t)b->n, sizeof *b->e, cmp_entry);
+}
 
 // The first entry of head (index into b->e) and how many; 0 when none.
 static int32_t find_head(const kvt_dry_breakers *b, int32_t head, int32_t *first) {
