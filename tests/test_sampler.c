@@ -531,12 +531,53 @@ static void test_sampler_adaptive(void) {
                 after2[1], after2[2], after1[0], after1[1], after1[2]);
 }
 
+// The report of a draw (post-sampling probabilities): greedy, the argmax alone at 1; top-k 5 at temperature 0.7, the 5
+// largest logits' softmax at 1/0.7, most likely first (k 3: the first 3 of them), the drawn token's among them.
+static void test_sampler_report(void) {
+    enum { N = 50 };
+    float l[N];
+    for (int i = 0; i < N; i++) l[i] = (float)((i * 37) % 23) * 0.25f;
+    kvt_sampler_report r = {.k = 3};
+    kvt_sampler_params p = kvt_sampler_params_default();
+    p.temp = 0, p.report = &r;
+    kvt_sampler *s = NULL;
+    bool ok = kvt_sampler_init(&p, N, &s, NULL) == KVT_OK && !kvt_sampler_params_bans_only(&p);
+    const int32_t g = ok ? kvt_sampler_sample(s, l) : -1;
+    ok = ok && g == kvt_argmax(l, N) && r.n == 1 && r.ids[0] == g && r.probs[0] == 1.0f && r.chosen == 1.0f;
+    kvt_sampler_free(s);
+    p.temp = 0.7f, p.top_k = 5, p.top_p = 1.0f, p.min_p = 0.0f;
+    s = NULL;
+    ok = ok && kvt_sampler_init(&p, N, &s, NULL) == KVT_OK;
+    const int32_t d = ok ? kvt_sampler_sample(s, l) : -1;
+    kvt_sampler_free(s);
+    // the reference: the 5 largest (ties to the lower id), softmax of logit / 0.7
+    int32_t top[5];
+    double w[5], tot = 0;
+    for (int k = 0; k < 5; k++) {
+        int32_t b = -1;
+        for (int32_t i = 0; i < N; i++) {
+            bool used = false;
+            for (int q = 0; q < k; q++) used |= top[q] == i;
+            if (!used && (b < 0 || l[i] > l[b])) b = i;
+        }
+        top[k] = b;
+        tot += (w[k] = exp((l[b] - l[top[0]]) / 0.7));
+    }
+    bool drawn_in = false;
+    for (int k = 0; k < 5; k++) drawn_in |= top[k] == d && fabs(r.chosen - w[k] / tot) < 1e-6;
+    ok = ok && r.n == 3 && drawn_in;
+    for (int k = 0; ok && k < 3; k++) ok = r.ids[k] == top[k] && fabs(r.probs[k] - w[k] / tot) < 1e-6;
+    test_result(ok, "sampler: a draw's report (post-sampling probabilities): greedy's argmax at 1, top-k's survivors "
+                "renormalized at the temperature, most likely first", "greedy %d, drawn %d, n %d", g, d, r.n);
+}
+
 void test_dry_all(void); // test_dry.c
 
 void test_sampler(const test_env *env) {
     (void)env;
     test_dry_all();
     test_sampler_adaptive();
+    test_sampler_report();
     test_sampler_mirostat();
     test_sampler_typical_ref();
     test_sampler_ban_wins();

@@ -871,7 +871,7 @@ static bool run_engine(const kvt_model *m, const workload *w, int nr, kvt_prefix
     bool ok = true;
     for (int i = 0; ok && i < nr; i++) {
         u[i] = (eref){&all, i};
-        kvt_engine_job job = {w[i].prompt, w[i].n_prompt, w[i].max_tokens, greedy(), w[i].n, false, 0, true};
+        kvt_engine_job job = {w[i].prompt, w[i].n_prompt, w[i].max_tokens, greedy(), w[i].n, false, 0, true, false};
         kvt_engine_callbacks cb = {e_tok, e_fin, e_done, &u[i]};
         uint64_t id;
         if (kvt_engine_submit(e, &job, &cb, &id, &err)) {
@@ -1012,7 +1012,7 @@ static void engine_fetch_tail(const kvt_model *m) {
     kvt_engine_stats es[2];
     memset(es, 0, sizeof es);
     for (int i = 0; ok && i < 2; i++) { // one after the other: the first one's blocks are in memory for the second
-        kvt_engine_job job = {prompt, 50, 4, greedy(), 1, false, 0, true};
+        kvt_engine_job job = {prompt, 50, 4, greedy(), 1, false, 0, true, false};
         kvt_engine_callbacks cb = {e_tok, e_fin, e_done, &u[i]};
         uint64_t jid;
         ok = !kvt_engine_submit(e, &job, &cb, &jid, &err);

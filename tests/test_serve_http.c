@@ -123,7 +123,7 @@ static void test_engine(const char *model_path, bool sched) {
         goto done;
     }
     // three jobs, two greedy choices each: run in order, every choice equals kvt_generate alone
-    kvt_engine_job job = {NULL, 6, 8, kvt_sampler_params_default(), 2, false, 0, false};
+    kvt_engine_job job = {NULL, 6, 8, kvt_sampler_params_default(), 2, false, 0, false, false};
     job.sampling.temp = 0;
     job.sampling.repeat_penalty = 1;
     uint64_t id;

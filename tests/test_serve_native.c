@@ -112,7 +112,7 @@ static void test_native_errors(void) {
         {"{\"prompt\":\"x\",\"top_n_sigma\":\"1\"}", "top_n_sigma", "must be a number"},
         {"{\"prompt\":\"x\",\"top_n_sigma\":1,\"top_k\":5,\"samplers\":[\"top_k\",\"top_n_sigma\"]}", "samplers", "order"},
         {"{\"prompt\":\"x\",\"min_keep\":5}", "min_keep", "not supported"},
-        {"{\"prompt\":\"x\",\"post_sampling_probs\":true}", "post_sampling_probs", "not supported"},
+        {"{\"prompt\":\"x\",\"post_sampling_probs\":1}", "post_sampling_probs", "must be a boolean"},
         {"{\"prompt\":\"x\",\"lora\":[{\"id\":0,\"scale\":1}]}", "lora", "not supported"},
         {"{\"prompt\":\"x\",\"response_fields\":\"content\"}", "response_fields", "list of strings"},
         {"{\"prompt\":\"x\",\"response_fields\":[\"content\",3]}", "response_fields[1]", "must be a string"},

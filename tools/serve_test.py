@@ -676,10 +676,32 @@ def t_dry(s):
         assert st == 400 and r["error"]["param"] == param, (body, r)
 
 
+@case("post_sampling_probs (llama-server's): the sampling chain's probabilities as \"prob\" / \"top_probs\", a greedy "
+      "token's 1, top_k's survivors renormalized, streamed too; /v1 refuses it")
+def t_post_sampling(s):
+    base = {"prompt": "A", "n_predict": 3, "n_probs": 5, "post_sampling_probs": True}
+    st, _, g = s.post("/completion", dict(base, temperature=0))
+    assert st == 200 and g["generation_settings"]["post_sampling_probs"] is True, g
+    for e in g["completion_probabilities"]:
+        assert sorted(e) == ["bytes", "id", "prob", "token", "top_probs"] and e["prob"] == 1.0, e
+        assert [(x["id"], x["prob"]) for x in e["top_probs"]] == [(e["id"], 1.0)], e
+    # sampled with top_k 3: at most 3 survivors, their probabilities sum to 1, most likely first, the drawn one among
+    st, _, r = s.post("/completion", dict(base, temperature=1.0, top_k=3, top_p=1, min_p=0, seed=4))
+    assert st == 200, r
+    for e in r["completion_probabilities"]:
+        ps = [x["prob"] for x in e["top_probs"]]
+        assert len(ps) <= 3 and abs(sum(ps) - 1) < 1e-5 and ps == sorted(ps, reverse=True), e
+        assert e["id"] in [x["id"] for x in e["top_probs"]] and e["prob"] > 0, e
+    st, events, _ = native_stream(s, dict(base, temperature=0))
+    assert st == 200 and all(x["prob"] == 1.0 for ev in events for x in ev.get("completion_probabilities", [])), events
+    st, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 2, "logprobs": 2, "post_sampling_probs": True})
+    assert st == 400 and r["error"]["param"] == "post_sampling_probs", r
+
+
 @case("/completion refuses (400 naming the field) what kvtier does not implement; /props; GET /slots is 501")
 def t_native_refused(s):
     for body, param in (({"mirostat": 3}, "mirostat"), ({"repeat_penalty": 0}, "repeat_penalty"),
-                        ({"n_probs": 50}, "n_probs"), ({"post_sampling_probs": True, "n_probs": 2}, "post_sampling_probs"),
+                        ({"n_probs": 50}, "n_probs"), ({"post_sampling_probs": 1, "n_probs": 2}, "post_sampling_probs"),
                         ({"grammar": "root ::= \"a\""}, "grammar"), ({"min_keep": 5}, "min_keep"),
                         ({"samplers": ["temperature", "top_k"], "top_k": 5, "temperature": 0.7}, "samplers"),
                         ({"n": 2}, "n"), ({"prompt": ["one", "two"]}, "prompt"), ({"lora": [{"id": 0}]}, "lora")):

@@ -47,7 +47,7 @@ struct kvt_sampler {
 
 kvt_sampler_params kvt_sampler_params_default(void) {
     kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL, -1.0f, 1.0f,
-                            0.0f, 0.1f, 0.0f, 1.0f, 0, 5.0f, 0.1f, {0.0f, 1.75f, 2, 64}, NULL, -1.0f, 0.9f};
+                            0.0f, 0.1f, 0.0f, 1.0f, 0, 5.0f, 0.1f, {0.0f, 1.75f, 2, 64}, NULL, -1.0f, 0.9f, NULL};
     return p;
 }
 
@@ -72,7 +72,7 @@ bool kvt_sampler_params_bans_only(const kvt_sampler_params *p) {
     // typical-p, XTC and infill can drop the argmax, a dynamic temperature can rise above 0
     const bool drops = p->typical_p < 1.0f || (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f) || p->infill ||
                        p->dynatemp_range > 0.0f;
-    if ((penalize(p) && !mirostat_on(p)) || dry_on(p) || drops) return false;
+    if ((penalize(p) && !mirostat_on(p)) || dry_on(p) || drops || p->report) return false;
     for (int32_t i = 0; p->logit_bias && i < p->n_logit_bias; i++) {
         if (!is_ban(p->logit_bias[i].bias)) return false;
     }
@@ -221,6 +221,34 @@ static int32_t draw_index(kvt_sampler *s, const cand *c, int32_t m, double tot) 
         if (r < acc) return i;
     }
     return m - 1;
+}
+
+// The report of a draw (sampler.h): the candidates c[0..m) with weights summing to tot, the drawn one at pick (m 1,
+// tot 1: a greedy draw).
+static void report(kvt_sampler *s, const cand *c, int32_t m, double tot, int32_t pick) {
+    kvt_sampler_report *r = s->p.report;
+    if (!r) return;
+    const int32_t k = r->k < 0 ? 0 : r->k > KVT_SAMPLER_REPORT_MAX ? KVT_SAMPLER_REPORT_MAX : r->k;
+    r->chosen = (float)(c[pick].v / tot);
+    r->n = 0;
+    for (int32_t i = 0; i < m && k > 0; i++) { // insertion into the sorted list of the k likeliest
+        const float v = (float)(c[i].v / tot);
+        if (!(v > 0.0f) || (r->n == k && v <= r->probs[k - 1])) continue;
+        int32_t pos = r->n < k ? r->n++ : k - 1;
+        for (; pos > 0 && r->probs[pos - 1] < v; pos--) {
+            r->probs[pos] = r->probs[pos - 1];
+            r->ids[pos] = r->ids[pos - 1];
+        }
+        r->probs[pos] = v;
+        r->ids[pos] = c[i].id;
+    }
+}
+
+// A greedy draw of token id: its report holds it alone, at 1.
+static int32_t greedy(kvt_sampler *s, int32_t id) {
+    const cand one = {id, 1.0f};
+    report(s, &one, 1, 1.0, 0);
+    return id;
 }
 
 // The candidates' order: larger logit first, then lower id (a total order on finite logits).
@@ -465,6 +493,7 @@ static int32_t mirostat_draw(kvt_sampler *s) {
     for (int32_t i = 0; i < m; i++) tot += c[i].v;
     for (int32_t i = 0; i < m; i++) c[i].v /= tot;
     const int32_t pick = draw_index(s, c, m, 1.0);
+    report(s, c, m, 1.0, pick);
     s->mu -= s->p.mirostat_eta * (-log2f(c[pick].v) - s->p.mirostat_tau);
     return c[pick].id;
 }
@@ -556,6 +585,7 @@ static int32_t adaptive_draw(kvt_sampler *s, int32_t m, double tot) {
     double sum = 0.0;
     for (int32_t i = 0; i < m; i++) sum += (c[i].v = expf(c[i].v - mx));
     const int32_t pick = draw_index(s, c, m, sum);
+    report(s, c, m, sum, pick);
     s->ap_pending = c[pick].id;
     s->ap_prob = q[pick];
     return c[pick].id;
@@ -590,7 +620,7 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         for (int32_t i = 1; i < n; i++) {
             if (s->c[i].v > s->c[best].v) best = i;
         }
-        return best;
+        return greedy(s, best);
     }
     if (mirostat) return mirostat_draw(s);
     if (s->p.top_n_sigma > 0.0f) top_n_sigma(s); // (the argmax always stays: a greedy draw went above)
@@ -637,7 +667,7 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         int32_t best = 0;
         for (int32_t i = 1; i < m; i++)
             if (before(&s->c[i], &s->c[best])) best = i;
-        return s->c[best].id;
+        return greedy(s, s->c[best].id);
     }
     // temperature on the survivors: (p_i / p_max) ^ (1/T) renormalised == softmax(logit/T). Relative to the largest
     // survivor (a ratio in (0, 1], the largest's weight 1): p_i ^ (1/T) alone underflowed to 0 for every survivor at a
@@ -650,5 +680,7 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         tot += s->c[i].v;
     }
     if (s->p.adaptive_target >= 0.0f) return adaptive_draw(s, m, tot);
-    return s->c[draw_index(s, s->c, m, tot)].id;
+    const int32_t pick = draw_index(s, s->c, m, tot);
+    report(s, s->c, m, tot, pick);
+    return s->c[pick].id;
 }

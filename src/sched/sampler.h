@@ -28,6 +28,18 @@ typedef struct {
     float bias;
 } kvt_logit_bias;
 
+// What a draw leaves behind when asked (kvt_sampler_params.report, llama-server's post_sampling_probs): the drawn
+// token's probability in the chain's final distribution (after every cut, the temperature, mirostat or adaptive-p;
+// a greedy draw's is 1) and the k most likely of that distribution whose probability is above 0, most likely first.
+#define KVT_SAMPLER_REPORT_MAX 20
+typedef struct {
+    int32_t k;        // set by the caller: how many to keep (0..KVT_SAMPLER_REPORT_MAX)
+    int32_t n;        // kept by the last draw
+    int32_t ids[KVT_SAMPLER_REPORT_MAX];
+    float probs[KVT_SAMPLER_REPORT_MAX];
+    float chosen;     // the drawn token's probability
+} kvt_sampler_report;
+
 typedef struct {
     float temp;            // <= 0: greedy
     int32_t top_k;         // <= 0: off
@@ -80,11 +92,13 @@ typedef struct {
     // tokens' probabilities, their weights decaying by adaptive_decay (0..0.99) a token), clamped to [0, 1]. Per
     // sampler state (one per sequence); kvt_sampler_accept of the token drawn updates the average.
     float adaptive_target, adaptive_decay;
+    // NULL, or where each draw writes what it kept (above); borrowed, the caller's until the sampler is freed
+    kvt_sampler_report *report;
 } kvt_sampler_params;
 
 // True when the parameters can change a logit before the draw (a logit bias, or a penalty or DRY that acts).
 bool kvt_sampler_params_adjust(const kvt_sampler_params *p);
-// True when the only adjustments are bans (every logit bias -INFINITY, no penalty or DRY acts, and neither typical-p, XTC,
+// True when the only adjustments are bans (every logit bias -INFINITY, no penalty or DRY acts, no report is asked, and neither typical-p, XTC,
 // infill nor a dynamic temperature is on): a greedy draw is then the raw argmax unless that token is banned
 // (kvt_sampler_params_banned), so the logits need not be read for most draws.
 bool kvt_sampler_params_bans_only(const kvt_sampler_params *p);

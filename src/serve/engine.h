@@ -81,6 +81,9 @@ typedef struct {
     bool logprobs;
     int32_t top_logprobs;              // 0..KVT_ENGINE_MAX_TOP alternatives per token
     bool ignore_eos;                   // an end-of-generation token does not end a choice (serve also bans them: http.c)
+    bool post_sampling;                // with logprobs: the probabilities of the sampling chain's final distribution
+                                       // (kvt_sampler_report; llama-server's post_sampling_probs) instead of the
+                                       // model's; n must be 1
 } kvt_engine_job;
 
 // Stores of the prefix cache's second level the stats report (a chain of `--kv-cache-dir` and `--kv-remote`: two).
@@ -178,5 +181,7 @@ kvt_status kvt_engine_sched_create(kvt_context *ctx, const kvt_tokenizer *tok, c
 // Fills t->logprob and the k most likely alternatives (natural-log softmax of logits [n_vocab]) of token t->id;
 // scratch: [n_vocab] floats.
 void kvt_engine_token_logprobs(const float *logits, int32_t n_vocab, int32_t k, float *scratch, kvt_engine_token *t);
+// The same from a sampler's report of the draw (kvt_engine_job.post_sampling): logarithms of its probabilities.
+void kvt_engine_token_report(const kvt_sampler_report *r, kvt_engine_token *t);
 
 #endif

@@ -21,6 +21,7 @@ typedef struct fcfs_job {
     kvt_engine_job p;
     int32_t *prompt;  // owned copy of p.prompt
     kvt_engine_callbacks cb;
+    kvt_sampler_report report; // p.post_sampling: what the draw kept (p.sampling.report points here)
 } fcfs_job;
 
 typedef struct {
@@ -82,7 +83,8 @@ static bool on_token(void *user, int32_t id) {
     memset(&t, 0, sizeof t);
     t.id = id;
     t.eog = r->e->tok && kvt_token_is_eog(r->e->tok, id);
-    if (r->j->p.logprobs) {
+    if (r->j->p.logprobs && r->j->p.sampling.report) kvt_engine_token_report(r->j->p.sampling.report, &t);
+    else if (r->j->p.logprobs) {
         kvt_engine_token_logprobs(kvt_context_logits(r->e->ctx), kvt_context_model(r->e->ctx)->hp.n_vocab,
                                   r->j->p.top_logprobs, r->e->lp, &t);
     }
@@ -212,6 +214,11 @@ static kvt_status fcfs_submit(kvt_engine *base, const kvt_engine_job *job, const
     }
     j->p = *job;
     j->p.prompt = j->prompt = prompt;
+    j->p.sampling.report = NULL;
+    if (job->post_sampling && job->logprobs) {
+        j->report.k = job->top_logprobs;
+        j->p.sampling.report = &j->report;
+    }
     j->cb = *cb;
     atomic_init(&j->cancelled, false);
     pthread_mutex_lock(&e->mu);

@@ -1,4 +1,5 @@
 // engine_job.c - what every kvt_engine checks of a job before it queues it (engine.h).
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,8 @@ kvt_status kvt_engine_job_accept(const kvt_engine_job *job, int64_t n_ctx, int32
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "n %d, top_logprobs %d: need n >= 1 and 0..%d alternatives", job->n,
                           job->top_logprobs, KVT_ENGINE_MAX_TOP);
     }
+    if (job->post_sampling && job->n != 1)
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "post-sampling probabilities: one choice per job (n %d)", job->n);
     if (!(*prompt = malloc((size_t)job->n_prompt * sizeof **prompt))) {
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a job of %lld prompt tokens", (long long)job->n_prompt);
     }
@@ -27,4 +30,13 @@ kvt_status kvt_engine_job_admit(bool stopping, int64_t n_waiting, int64_t max_qu
         return kvt_errorf(err, KVT_ERR_BUDGET, "the queue is full (%lld requests waiting)", (long long)n_waiting);
     }
     return KVT_OK;
+}
+
+void kvt_engine_token_report(const kvt_sampler_report *r, kvt_engine_token *t) {
+    t->logprob = logf(r->chosen);
+    t->n_top = r->n < KVT_ENGINE_MAX_TOP ? r->n : KVT_ENGINE_MAX_TOP;
+    for (int32_t i = 0; i < t->n_top; i++) {
+        t->top_ids[i] = r->ids[i];
+        t->top_logprobs[i] = logf(r->probs[i]);
+    }
 }

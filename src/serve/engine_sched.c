@@ -31,6 +31,7 @@ typedef struct sjob {
     kvt_engine_callbacks cb;
     kvt_prefix_fetch_job *fj; // background fetch of its prefix blocks (scheduler thread), or NULL
     kvt_prefix_staged staged; // fj's result, handed to the scheduler
+    kvt_sampler_report report; // p.post_sampling: what the draw kept (p.sampling.report points here)
     double deadline_ms;       // in the fetching list: when to stop waiting for fj
 } sjob;
 
@@ -79,7 +80,8 @@ static bool on_token(void *user, int32_t index, int32_t id, const float *logits)
     memset(&t, 0, sizeof t);
     t.id = id;
     t.eog = e->tok && kvt_token_is_eog(e->tok, id);
-    if (j->p.logprobs) {
+    if (j->p.logprobs && j->p.sampling.report) kvt_engine_token_report(j->p.sampling.report, &t);
+    else if (j->p.logprobs) {
         kvt_engine_token_logprobs(logits, kvt_context_model(e->ctx)->hp.n_vocab, j->p.top_logprobs, e->lp, &t);
     }
     return j->cb.on_token(j->cb.user, index, &t);
@@ -355,6 +357,11 @@ static kvt_status s_submit(kvt_engine *base, const kvt_engine_job *job, const kv
     j->e = e;
     j->p = *job;
     j->p.prompt = j->prompt = prompt;
+    j->p.sampling.report = NULL;
+    if (job->post_sampling && job->logprobs) {
+        j->report.k = job->top_logprobs;
+        j->p.sampling.report = &j->report;
+    }
     j->cb = *cb;
     pthread_mutex_lock(&e->mu);
     kvt_status st = kvt_engine_job_admit(e->stopping, e->n_inbox + e->n_fetching + e->sched_waiting, e->max_queue, err);

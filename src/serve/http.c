@@ -394,7 +394,7 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
         return send_api_error(h, c, &ae, NULL, NULL);
     }
     kvt_engine_job job = {ids, n_prompt, p->max_tokens, kvt_sampler_params_default(), p->n, p->logprobs, p->top_logprobs,
-                          p->ignore_eos};
+                          p->ignore_eos, kind == KVT_REQ_NATIVE && p->native && p->native->post_sampling_probs};
     job.sampling.temp = (float)p->temperature;
     job.sampling.top_k = p->top_k;
     job.sampling.top_p = (float)p->top_p;

@@ -496,7 +496,8 @@ static void native_partial(kvt_http_job *j, int32_t i, int32_t id, bool has_id) 
     if (c->pend.len && memchr(c->pend.p, '\n', c->pend.len)) c->nl = true;
     kvt_native_resp r = {.content = c->pend.p ? c->pend.p : k_empty, .len = c->pend.len, .tokens = &id,
                          .n_tokens = has_id, .probs = lps, .n_probs = c->n_lps,
-                         .has_probs = j->p->logprobs && c->n_lps > 0, .tokens_predicted = c->n_gen,
+                         .has_probs = j->p->logprobs && c->n_lps > 0,
+                         .post_sampling = j->p->native && j->p->native->post_sampling_probs, .tokens_predicted = c->n_gen,
                          .tokens_evaluated = j->n_prompt};
     char *json = NULL;
     size_t jl = 0;
@@ -633,6 +634,7 @@ static char *native_summary(kvt_http_job *j, size_t *len) {
         .probs = lps,
         .n_probs = n_lps,
         .has_probs = n_lps > 0,
+        .post_sampling = p->native && p->native->post_sampling_probs,
         .tokens_predicted = j->res.completion_tokens,
         .tokens_evaluated = j->res.prompt_tokens,
         .model = j->model,

@@ -120,10 +120,6 @@ static kvt_status refuse_unsupported(json_t *root, kvt_api_error *e) {
     } num[] = {{"n_cmpl", 1, 1}, {"reasoning_budget_tokens", -1, -1}};
     for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)
         if (refuse_range(root, num[i].key, num[i].lo, num[i].hi, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
-    json_t *ps = field(root, "post_sampling_probs");
-    if (ps && !json_is_false(ps))
-        return kvt_api_errorf(e, 400, NULL, "post_sampling_probs", "post_sampling_probs: not supported by kvtier "
-                              "(completion_probabilities are the model's, before sampling)");
     json_t *lora = field(root, "lora");
     if (lora && !(json_is_array(lora) && json_array_size(lora) == 0))
         return kvt_api_errorf(e, 400, NULL, "lora", "lora: not supported by kvtier");
@@ -186,6 +182,7 @@ kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, st
     p->logprobs = x->n_probs > 0;
     p->top_logprobs = x->n_probs;
     if (kvt_req_get_bool(root, "return_tokens", &x->return_tokens, e) != KVT_OK ||
+        kvt_req_get_bool(root, "post_sampling_probs", &x->post_sampling_probs, e) != KVT_OK ||
         kvt_req_get_int(root, "id_slot", -1, INT64_MAX, &x->id_slot, NULL, e) != KVT_OK)
         return KVT_ERR_INVALID_ARG;
     if (response_fields(root, x, e) != KVT_OK) return e->http_status == 500 ? KVT_ERR_NOMEM : KVT_ERR_INVALID_ARG;
@@ -498,7 +495,7 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
         if (infill || strcmp(chain[i], "infill")) append(smp, json_string(chain[i]), ok);
     if (p->adaptive_p) append(smp, json_string("adaptive_p"), ok);
     set(o, "samplers", smp, ok);
-    set(o, "post_sampling_probs", json_false(), ok);
+    set(o, "post_sampling_probs", json_boolean(p->native && p->native->post_sampling_probs), ok);
     return o;
 }
 
@@ -556,7 +553,8 @@ kvt_status kvt_native_resp_json(const kvt_native_resp *r, char **out, size_t *ou
     }
     if (r->timings) set(o, "timings", kvt_resp_timings_json(r->timings, &ok), &ok);
     if (r->has_probs)
-        set(o, "completion_probabilities", kvt_resp_logprob_list(r->probs, r->n_probs, true, &ok), &ok);
+        set(o, "completion_probabilities", kvt_resp_logprob_list(r->probs, r->n_probs, true, r->post_sampling, &ok),
+            &ok);
     if (ok && r->stop && r->n_fields > 0) o = only_fields(o, r->fields, r->n_fields, &ok);
     char *s = ok ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(o);

@@ -52,6 +52,7 @@ struct kvt_native_ext {
     int32_t *ids;             // storage of p->prompt_ids when the prompt is a list of token ids
     struct kvt_infill *infill; // POST /infill: its fields (infill.h), the prompt built from them; NULL otherwise
     int32_t n_probs;          // alternatives per token in completion_probabilities (0: none)
+    bool post_sampling_probs; // llama-server's: the probabilities of the sampling chain's final distribution
     bool return_tokens;
     int64_t id_slot;          // as given (-1: any)
     const char **response_fields; // [n_response_fields] paths ("timings/prompt_n") into the JSON text of the request;
@@ -110,6 +111,8 @@ typedef struct {
     const kvt_resp_logprob *probs;  // completion_probabilities (written when has_probs; alternatives with ids)
     size_t n_probs;
     bool has_probs;
+    bool post_sampling;             // probs are of the sampling chain's final distribution: written as llama-server's
+                                    // post_sampling_probs ("prob" and "top_probs", probabilities, not logarithms)
     int64_t tokens_predicted, tokens_evaluated;
     // the summary only
     const char *model;

@@ -365,6 +365,10 @@ static kvt_status parse_unsupported(const kvt_request *r, json_t *root, kvt_api_
             return kvt_api_errorf(e, 400, NULL, num[i].key, "%s: not supported by kvtier (only %g, its neutral value, "
                                   "is accepted)", num[i].key, num[i].neutral);
     }
+    json_t *ps = field(root, "post_sampling_probs"); // (native.c takes it)
+    if (r->p.kind != KVT_REQ_NATIVE && ps && !json_is_false(ps))
+        return kvt_api_errorf(e, 400, NULL, "post_sampling_probs", "post_sampling_probs: kvtier gives the sampling "
+                              "chain's probabilities on /completion and /infill only");
     // objects, lists and strings: only an empty one (or false) is accepted
     static const char *const other[] = {"suffix", "echo", "grammar", "json_schema", "tools",
                                         "functions", "logits_processors", "guided_json", "guided_regex"};

@@ -1,6 +1,8 @@
 // response.c - OpenAI response and chunk JSON (response.h).
 #include "response.h"
 
+#include <math.h>
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +37,9 @@ static void append(json_t *arr, json_t *v, bool *ok) {
     if (!v || json_array_append_new(arr, v) != 0) *ok = false;
 }
 
-// {"token", "logprob", "bytes"} of an alternative, and its "id" when ids (llama-server's native shape).
-static json_t *chat_alt(const kvt_resp_alt *a, bool ids, bool *ok) {
+// {"token", "logprob", "bytes"} of an alternative, and its "id" when ids (llama-server's native shape); probs: "prob",
+// the probability, in place of "logprob".
+static json_t *chat_alt(const kvt_resp_alt *a, bool ids, bool probs, bool *ok) {
     json_t *o = json_object();
     if (!o) {
         *ok = false;
@@ -44,19 +47,20 @@ static json_t *chat_alt(const kvt_resp_alt *a, bool ids, bool *ok) {
     }
     if (ids) set(o, "id", json_integer(a->id), ok);
     set(o, "token", jtext(a->token, a->len), ok);
-    set(o, "logprob", json_real(a->logprob), ok);
+    if (probs) set(o, "prob", json_real(expf(a->logprob)), ok);
+    else set(o, "logprob", json_real(a->logprob), ok);
     set(o, "bytes", jbytes(a->token, a->len), ok);
     return o;
 }
 
-json_t *kvt_resp_logprob_list(const kvt_resp_logprob *lps, size_t n, bool ids, bool *ok) {
+json_t *kvt_resp_logprob_list(const kvt_resp_logprob *lps, size_t n, bool ids, bool probs, bool *ok) {
     json_t *content = json_array();
     if (!content) *ok = false;
     for (size_t i = 0; content && i < n; i++) {
         const kvt_resp_logprob *lp = &lps[i];
-        json_t *e = chat_alt(&lp->chosen, ids, ok), *top = json_array();
-        for (size_t k = 0; top && k < lp->n_top; k++) append(top, chat_alt(&lp->top[k], ids, ok), ok);
-        if (e) set(e, "top_logprobs", top, ok);
+        json_t *e = chat_alt(&lp->chosen, ids, probs, ok), *top = json_array();
+        for (size_t k = 0; top && k < lp->n_top; k++) append(top, chat_alt(&lp->top[k], ids, probs, ok), ok);
+        if (e) set(e, probs ? "top_probs" : "top_logprobs", top, ok);
         else json_decref(top);
         append(content, e, ok);
     }
@@ -66,7 +70,7 @@ json_t *kvt_resp_logprob_list(const kvt_resp_logprob *lps, size_t n, bool ids, b
 static json_t *chat_logprobs(const kvt_resp_choice *c, bool *ok) {
     json_t *o = json_object();
     if (!o) *ok = false;
-    else set(o, "content", kvt_resp_logprob_list(c->logprobs, c->n_logprobs, false, ok), ok);
+    else set(o, "content", kvt_resp_logprob_list(c->logprobs, c->n_logprobs, false, false, ok), ok);
     return o;
 }
 

@@ -103,8 +103,9 @@ void kvt_resp_append(struct json_t *arr, struct json_t *v, bool *ok);
 // memory.
 char *kvt_resp_dump(struct json_t *o, bool ok, size_t *len);
 // The list [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}] of n positions (chat
-// logprobs' "content"); ids: each alternative also has llama-server's "id".
-struct json_t *kvt_resp_logprob_list(const kvt_resp_logprob *lps, size_t n, bool ids, bool *ok);
+// logprobs' "content"); ids: each alternative also has llama-server's "id"; probs: "prob" and "top_probs" (the
+// probabilities) in place of "logprob" and "top_logprobs" (llama-server's post_sampling_probs).
+struct json_t *kvt_resp_logprob_list(const kvt_resp_logprob *lps, size_t n, bool ids, bool probs, bool *ok);
 
 // POST /tokenize answer: {"tokens":[ids]} or, with pieces, {"tokens":[{"id","piece"}]} where a
 // piece is a string when its bytes are valid UTF-8, else the list of its bytes (as llama-server).
