@@ -571,6 +571,52 @@ static void test_sampler_report(void) {
                 "renormalized at the temperature, most likely first", "greedy %d, drawn %d, n %d", g, d, r.n);
 }
 
+// llama.cpp's min_keep: min-p 0.99, top-p 0.01 and typical-p 0.01 each keep at least min_keep candidates, with top-k
+// (the sorted path) and without (every candidate); XTC does not act when it would leave fewer. Seen in the report.
+static void test_sampler_min_keep(void) {
+    enum { N = 64 };
+    float l[N];
+    for (int i = 0; i < N; i++) l[i] = (float)((i * 29) % N) * 0.2f; // distinct (29 and 64 coprime)
+    static const struct {
+        float min_p, top_p, typical;
+        int32_t top_k;
+    } c[] = {{0.99f, 1.0f, 1.0f, 40}, {0.99f, 1.0f, 1.0f, 0}, {0.0f, 0.01f, 1.0f, 40},
+             {0.0f, 0.01f, 1.0f, 0},  {0.0f, 1.0f, 0.01f, 40}, {0.0f, 1.0f, 0.01f, 0}};
+    int bad = 0;
+    char why[128] = "";
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        for (int32_t keep = 0; keep <= 6; keep += 3) {
+            kvt_sampler_report r = {.k = 20};
+            kvt_sampler_params p = kvt_sampler_params_default();
+            p.temp = 1.0f, p.min_p = c[k].min_p, p.top_p = c[k].top_p, p.typical_p = c[k].typical;
+            p.top_k = c[k].top_k, p.min_keep = keep, p.report = &r;
+            kvt_sampler *s = NULL;
+            if (kvt_sampler_init(&p, N, &s, NULL) != KVT_OK) {
+                bad++;
+                continue;
+            }
+            kvt_sampler_sample(s, l);
+            kvt_sampler_free(s);
+            const int32_t want = keep > 1 ? keep : 1; // (every cut here keeps one alone)
+            if (r.n != want) {
+                bad++;
+                snprintf(why, sizeof why, "case %zu min_keep %d: %d kept", k, keep, r.n);
+            }
+        }
+    }
+    kvt_sampler_report r = {.k = 20};
+    kvt_sampler_params p = kvt_sampler_params_default();
+    p.temp = 1.0f, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0.0f, p.report = &r;
+    p.xtc_probability = 1.0f, p.xtc_threshold = 0.001f, p.min_keep = N; // it would leave N - (those above) < N
+    kvt_sampler *s = NULL;
+    if (kvt_sampler_init(&p, N, &s, NULL) == KVT_OK) {
+        kvt_sampler_sample(s, l);
+        kvt_sampler_free(s);
+    }
+    test_result(bad == 0 && r.n == 20, "sampler: min_keep keeps at least that many through top-p, min-p, typical-p "
+                "(with top-k and without) and stops XTC", "%d wrong; %s; XTC kept %d", bad, why, r.n);
+}
+
 void test_dry_all(void); // test_dry.c
 
 void test_sampler(const test_env *env) {
@@ -578,6 +624,7 @@ void test_sampler(const test_env *env) {
     test_dry_all();
     test_sampler_adaptive();
     test_sampler_report();
+    test_sampler_min_keep();
     test_sampler_mirostat();
     test_sampler_typical_ref();
     test_sampler_ban_wins();

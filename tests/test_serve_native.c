@@ -111,7 +111,7 @@ static void test_native_errors(void) {
         {"{\"prompt\":\"x\",\"xtc_probability\":0.5,\"min_p\":0.1,\"samplers\":[\"xtc\",\"min_p\"]}", "samplers", "order"},
         {"{\"prompt\":\"x\",\"top_n_sigma\":\"1\"}", "top_n_sigma", "must be a number"},
         {"{\"prompt\":\"x\",\"top_n_sigma\":1,\"top_k\":5,\"samplers\":[\"top_k\",\"top_n_sigma\"]}", "samplers", "order"},
-        {"{\"prompt\":\"x\",\"min_keep\":5}", "min_keep", "not supported"},
+        {"{\"prompt\":\"x\",\"min_keep\":-1}", "min_keep", "out of range"},
         {"{\"prompt\":\"x\",\"post_sampling_probs\":1}", "post_sampling_probs", "must be a boolean"},
         {"{\"prompt\":\"x\",\"lora\":[{\"id\":0,\"scale\":1}]}", "lora", "not supported"},
         {"{\"prompt\":\"x\",\"response_fields\":\"content\"}", "response_fields", "list of strings"},
@@ -281,8 +281,8 @@ static void test_editor_fields(void) {
                 "%s", r ? "values" : e.message);
     kvt_request_free(r);
     r = parse_as(KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"min_keep\":3}", &e);
-    test_result(!r && e.http_status == 400 && !strcmp(e.param, "min_keep"),
-                "serve.v1: min_keep > 1 (not implemented) is refused on /v1/chat/completions too, named", "%s", e.message);
+    test_result(r && kvt_request_get(r)->min_keep == 3, "serve.v1: min_keep is taken on /v1/chat/completions too",
+                "%s", r ? "" : e.message);
     kvt_request_free(r);
     r = parse_as(KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_n_sigma\":1.5}", &e);
     p = r ? kvt_request_get(r) : NULL;

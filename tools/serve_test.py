@@ -702,7 +702,7 @@ def t_post_sampling(s):
 def t_native_refused(s):
     for body, param in (({"mirostat": 3}, "mirostat"), ({"repeat_penalty": 0}, "repeat_penalty"),
                         ({"n_probs": 50}, "n_probs"), ({"post_sampling_probs": 1, "n_probs": 2}, "post_sampling_probs"),
-                        ({"grammar": "root ::= \"a\""}, "grammar"), ({"min_keep": 5}, "min_keep"),
+                        ({"grammar": "root ::= \"a\""}, "grammar"), ({"min_keep": -1}, "min_keep"),
                         ({"samplers": ["temperature", "top_k"], "top_k": 5, "temperature": 0.7}, "samplers"),
                         ({"n": 2}, "n"), ({"prompt": ["one", "two"]}, "prompt"), ({"lora": [{"id": 0}]}, "lora")):
         st, _, r = s.post("/completion", dict({"prompt": "A", "n_predict": 2}, **body))

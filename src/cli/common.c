@@ -1050,6 +1050,9 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cl
     } else if (!strcmp(flag, "--top-k")) {
         if (!kvt_args_int(a, flag, 0, 1 << 30, &iv)) return -1;
         sp->top_k = (int32_t)iv;
+    } else if (!strcmp(flag, "--min-keep")) {
+        if (!kvt_args_int(a, flag, 0, INT32_MAX, &iv)) return -1;
+        sp->min_keep = (int32_t)iv;
     } else if (!strcmp(flag, "--repeat-last-n")) {
         if (!kvt_args_int(a, flag, 0, 1 << 20, &iv)) return -1;
         sp->penalty_last_n = (int32_t)iv;

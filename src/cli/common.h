@@ -57,7 +57,7 @@ typedef struct {
 } cli_sampling_args;
 void cli_sampling_args_free(cli_sampling_args *sa);
 // Parses a sampling flag into gp if `flag` is one (--temp, --seed or -s, --top-k, --top-p, --min-p, --top-nsigma,
-// --typical, --xtc-probability, --xtc-threshold, --dynatemp-range, --dynatemp-exp, --mirostat, --mirostat-ent,
+// --min-keep, --typical, --xtc-probability, --xtc-threshold, --dynatemp-range, --dynatemp-exp, --mirostat, --mirostat-ent,
 // --mirostat-lr, --repeat-penalty, --frequency-penalty, --presence-penalty, --repeat-last-n, --dry-multiplier,
 // --dry-base, --dry-allowed-length, --dry-penalty-last-n, --dry-sequence-breaker, --adaptive-target, --adaptive-decay,
 // --ignore-eos, -l / --logit-bias into
@@ -84,6 +84,7 @@ bool cli_check_logit_bias(const char *cmd, const cli_sampling_args *lb, int32_t 
     "  --seed S, -s S       sampling seed (default 1)\n"                                                              \
     "  --top-k K            keep the K likeliest tokens (default 40, 0 = all)\n"                                       \
     "  --top-p P, --min-p P nucleus (default 0.95) and min-p (default 0.05) cut-offs\n"                               \
+    "  --min-keep N         top-p, min-p, typical-p and XTC keep at least N candidates (default 0)\n"                 \
     "  --top-nsigma N       keep the logits within N standard deviations of the largest (llama.cpp's top-n-sigma,\n" \
     "                       before top-k; default -1 = off; also --top-n-sigma)\n"                                     \
     "  --typical P          llama.cpp's locally typical sampling after top-k (default 1 = off; also --typical-p)\n"     \

@@ -47,7 +47,7 @@ struct kvt_sampler {
 
 kvt_sampler_params kvt_sampler_params_default(void) {
     kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL, -1.0f, 1.0f,
-                            0.0f, 0.1f, 0.0f, 1.0f, 0, 5.0f, 0.1f, {0.0f, 1.75f, 2, 64}, NULL, -1.0f, 0.9f, NULL};
+                            0.0f, 0.1f, 0.0f, 1.0f, 0, 5.0f, 0.1f, {0.0f, 1.75f, 2, 64}, NULL, -1.0f, 0.9f, NULL, 0};
     return p;
 }
 
@@ -307,10 +307,17 @@ static int32_t cut_all(kvt_sampler *s) {
     if (min_p) { // keep the logits of those at or above the threshold (a prefix of the order), then sort them
         // (min_p above 1 keeps the largest, as min_p 1: the threshold never passes it, so m >= 1)
         const float thr = PROB(mx) * (s->p.min_p < 1.0f ? s->p.min_p : 1.0f);
-        m = 0;
-        for (int32_t i = 0; i < n; i++)
-            if (PROB(c[i].v) >= thr) c[m++] = c[i];
-        qsort(c, (size_t)m, sizeof *c, cmp_desc);
+        int32_t above = 0;
+        for (int32_t i = 0; i < n; i++) above += PROB(c[i].v) >= thr;
+        if (above >= s->p.min_keep) {
+            m = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (PROB(c[i].v) >= thr) c[m++] = c[i];
+            qsort(c, (size_t)m, sizeof *c, cmp_desc);
+        } else { // min_keep: the likeliest min_keep (those above the threshold are their prefix)
+            m = s->p.min_keep < n ? s->p.min_keep : n;
+            select_top(c, n, m);
+        }
     }
     if (top_p) { // pop in order until the probabilities reach top_p: a heap with the first in order at its root
         int32_t k = m, got = 0;
@@ -323,7 +330,7 @@ static int32_t cut_all(kvt_sampler *s) {
             c[k] = t; // the popped ones gather at the end, last popped lowest
             got++;
             cum += PROB(t.v);
-            if (cum >= s->p.top_p) break;
+            if (cum >= s->p.top_p && got >= s->p.min_keep) break;
         }
         for (int32_t i = m - got, j = m - 1; i < j; i++, j--) { // first popped first
             cand t = c[i];
@@ -411,7 +418,7 @@ static int32_t typical_cut(kvt_sampler *s, int32_t m) {
         heap_sift(sh, left, 0, true);
         s->tmp[k++] = c[t.id];
         cum += c[t.id].v;
-        if (cum > s->p.typical_p) break;
+        if (cum > s->p.typical_p && k >= s->p.min_keep) break;
     }
     memcpy(c, s->tmp, (size_t)k * sizeof *c);
     qsort(c, (size_t)k, sizeof *c, cmp_desc);
@@ -432,7 +439,7 @@ static int32_t xtc_cut(kvt_sampler *s, int32_t m) {
     for (int32_t i = 0; i < m; i++) tot += c[i].v;
     int32_t last = 0;
     while (last + 1 < m && (float)(c[last + 1].v / tot) >= s->p.xtc_threshold) last++;
-    if (last == 0 || (float)(c[0].v / tot) < s->p.xtc_threshold) return m;
+    if (last == 0 || (float)(c[0].v / tot) < s->p.xtc_threshold || m - last < s->p.min_keep) return m;
     memmove(c, c + last, (size_t)(m - last) * sizeof *c);
     return m - last;
 }
@@ -645,7 +652,7 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
             double cum = 0.0;
             for (int32_t i = 0; i < m; i++) {
                 cum += s->c[i].v;
-                if (cum >= s->p.top_p) {
+                if (cum >= s->p.top_p && i + 1 >= s->p.min_keep) {
                     m = i + 1;
                     break;
                 }
@@ -654,7 +661,7 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
         if (s->p.min_p > 0.0f) {
             const float thr = s->c[0].v * s->p.min_p;
             int32_t k = 1;
-            while (k < m && s->c[k].v >= thr) k++;
+            while (k < m && (s->c[k].v >= thr || k < s->p.min_keep)) k++;
             m = k;
         }
     } else {

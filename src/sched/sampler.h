@@ -94,6 +94,8 @@ typedef struct {
     float adaptive_target, adaptive_decay;
     // NULL, or where each draw writes what it kept (above); borrowed, the caller's until the sampler is freed
     kvt_sampler_report *report;
+    // llama.cpp's min_keep (0 or 1: no effect): top-p, min-p, typical-p and XTC keep at least this many candidates
+    int32_t min_keep;
 } kvt_sampler_params;
 
 // True when the parameters can change a logit before the draw (a logit bias, or a penalty or DRY that acts).

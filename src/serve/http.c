@@ -414,6 +414,7 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     job.sampling.mirostat_tau = (float)p->mirostat_tau;
     job.sampling.mirostat_eta = (float)p->mirostat_eta;
     if (p->infill_sampler) job.sampling.infill = h->tok; // the server's, alive as long as it
+    job.sampling.min_keep = p->min_keep;
     job.sampling.adaptive_target = p->adaptive_p && p->mirostat == 0 ? (float)p->adaptive_target : -1.0f;
     job.sampling.adaptive_decay = (float)p->adaptive_decay;
     job.sampling.dry = (kvt_dry_params){(float)p->dry_multiplier, (float)p->dry_base, p->dry_allowed_length,

@@ -343,9 +343,9 @@ static kvt_status dry_fields(json_t *root, kvt_request_params *p, kvt_api_error 
 kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *e) {
     int64_t v;
     bool given;
-    if (refuse_range(root, "min_keep", 0, 1, e) != KVT_OK ||
-        kvt_req_get_int(root, "n_indent", 0, INT32_MAX, &v, &given, e) != KVT_OK)
-        return KVT_ERR_INVALID_ARG;
+    if (kvt_req_get_int(root, "min_keep", 0, INT32_MAX, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    p->min_keep = given ? (int32_t)v : 0;
+    if (kvt_req_get_int(root, "n_indent", 0, INT32_MAX, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     p->n_indent = given ? (int32_t)v : 0;
     // the samplers' numbers, any value as llama-server reads them (its defaults when absent: off)
     static const struct {
@@ -486,7 +486,7 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     }
     set(o, "logit_bias", lb, ok);
     set(o, "n_probs", json_integer(n_probs), ok);
-    set(o, "min_keep", json_integer(0), ok);
+    set(o, "min_keep", json_integer(p->min_keep), ok);
     set(o, "grammar", json_string(""), ok);
     static const char *const chain[] = {"penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
                                         "infill", "temperature"};

@@ -23,10 +23,8 @@
 //   n_indent        integer >= 0, t_max_predict_ms number (<= 0: off): as llama-server (request.h; on /v1 too,
 //                   kvt_llama_extras); response_fields list of strings (kvt_native_ext below); the editor plugins
 //                   llama.vim and llama.vscode send them; t_max_prompt_ms is ignored, as llama-server ignores it
-// Refused (400 naming the field) when they ask for something: n > 1 (n_cmpl), post_sampling_probs,
-// min_keep > 1, reasoning_budget_tokens, lora, multimodal_data, the samplers kvtier lacks (DRY, adaptive_p) when
-// listed with a non-neutral setting (refused by their own fields), and the implemented samplers in another order when
-// more than one of them acts.
+// Refused (400 naming the field) when they ask for something: n > 1 (n_cmpl), reasoning_budget_tokens, lora,
+// multimodal_data, and the implemented samplers in another order when more than one of them acts.
 #ifndef KVT_NATIVE_H
 #define KVT_NATIVE_H
 
@@ -79,7 +77,7 @@ kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, kvt_request **o
 
 // llama-server's extras that every completion endpoint takes (/v1/completions and /v1/chat/completions as /completion):
 // `samplers` (the chain; listing infill sets p->infill_sampler), the samplers' numbers (top_n_sigma, typical_p, xtc_*,
-// dynatemp_*, mirostat*: request.h), `n_indent`, `t_max_predict_ms`, and the refusal of `min_keep` > 1. After the
+// dynatemp_*, mirostat*, dry_*, adaptive_*: request.h), `min_keep`, `n_indent`, `t_max_predict_ms`. After the
 // shared sampling fields (p's settings are the endpoint's defaults or the request's). Errors: KVT_ERR_INVALID_ARG
 // (400 in *e naming the field).
 kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *e);

@@ -137,6 +137,7 @@ typedef struct {
     // and `adaptive_target` >= 0 (-1 by default; above 1: 1); `adaptive_decay` 0..0.99 (0.9)
     bool adaptive_p;
     double adaptive_target, adaptive_decay;
+    int32_t min_keep;            // llama.cpp's: top_p, min_p, typical_p and XTC keep at least this many (0: no effect)
     bool add_special, parse_special, with_pieces; // tokenize only
     const struct kvt_native_ext *native; // KVT_REQ_NATIVE: the /completion fields of native.h; NULL otherwise
 } kvt_request_params;
