@@ -141,8 +141,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kvt_request *r = NULL;
     kvt_api_error ae;
     kvt_status st = !conv ? kvt_request_parse(body, n, kind, &r, &ae)
-                    : (sel & 0x40) ? kvt_oairesp_parse(body, n, &r, &ae)
-                                   : kvt_anthropic_parse(body, n, &r, &ae);
+                    : (sel & 0x40) ? kvt_oairesp_parse(body, n, NULL, &r, &ae)
+                                   : kvt_anthropic_parse(body, n, NULL, &r, &ae);
     if (st != KVT_OK) {
         char *j = kvt_api_error_json(&ae);
         free(j);

@@ -230,10 +230,34 @@ static void test_request_ok(void) {
 
     r = parse(KVT_REQ_COMPLETION, "{\"prompt\":\"x\"}", &e);
     p = r ? kvt_request_get(r) : NULL;
-    test_result(p && p->max_tokens == -1 && p->temperature == 1.0 && p->top_p == 1.0 && p->top_k == 0 &&
-                    p->min_p == 0 && !p->has_seed && p->n_stop == 0 && p->n == 1 && !p->logprobs && !p->stream &&
+    test_result(p && p->max_tokens == -1 && p->temperature == 0.8 && p->top_p == 0.95 && p->top_k == 40 &&
+                    p->min_p == 0.05 && !p->has_seed && p->n_stop == 0 && p->n == 1 && !p->logprobs && !p->stream &&
                     !p->model,
-                "serve.request: defaults", "%s", r ? "wrong defaults" : e.message);
+                "serve.request: defaults (llama-server's, on /v1 too: temperature 0.8, top_k 40, top_p 0.95, min_p "
+                "0.05)", "%s", r ? "wrong defaults" : e.message);
+    kvt_request_free(r);
+    r = NULL;
+    // the server's defaults (its sampling flags): a request starts from them on every endpoint, its fields win
+    kvt_req_defaults d = kvt_req_defaults_llama();
+    d.temperature = 0.6, d.top_k = 20, d.min_p = 0, d.has_seed = true, d.seed = 9, d.dry_multiplier = 0.8;
+    d.ignore_eos = true;
+    static const struct {
+        kvt_req_kind kind;
+        const char *body;
+    } dk[] = {{KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"top_k\":5}"},
+              {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_k\":5}"},
+              {KVT_REQ_NATIVE, "{\"prompt\":\"x\",\"top_k\":5}"}};
+    bool dok = true;
+    for (size_t i = 0; i < sizeof dk / sizeof dk[0]; i++) {
+        kvt_request *q = NULL;
+        dok = dok && kvt_request_parse_with(dk[i].body, strlen(dk[i].body), dk[i].kind, &d, &q, &e) == KVT_OK;
+        const kvt_request_params *qp = q ? kvt_request_get(q) : NULL;
+        dok = dok && qp && qp->temperature == 0.6 && qp->top_k == 5 && qp->min_p == 0 && qp->top_p == 0.95 &&
+              qp->has_seed && qp->seed == 9 && qp->dry_multiplier == 0.8 && qp->ignore_eos;
+        kvt_request_free(q);
+    }
+    test_result(dok, "serve.request: the server's defaults (its sampling flags) start every endpoint's request, its "
+                "fields win", "%s", e.message);
     kvt_request_free(r);
 
     static const char *ids_forms[] = {"{\"prompt\":[1,2,3]}", "{\"prompt\":[[1,2,3]]}"};

@@ -15,12 +15,12 @@ void test_serve_api(void);
 #include "../src/serve/anthropic.h"
 #include "../src/serve/responses_api.h"
 
-typedef kvt_status (*parse_fn)(const char *, size_t, kvt_request **, kvt_api_error *);
+typedef kvt_status (*parse_fn)(const char *, size_t, const kvt_req_defaults *, kvt_request **, kvt_api_error *);
 
 static kvt_request *parse(parse_fn fn, const char *body, kvt_api_error *e) {
     kvt_request *r = NULL;
     *e = (kvt_api_error){0};
-    return fn(body, strlen(body), &r, e) == KVT_OK ? r : NULL;
+    return fn(body, strlen(body), NULL, &r, e) == KVT_OK ? r : NULL;
 }
 
 typedef struct {

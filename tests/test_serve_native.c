@@ -200,7 +200,7 @@ static void test_native_answers(void) {
     free(s);
     s = NULL;
     o = NULL;
-    kvt_native_props pr = {4096, 2, "m.gguf", "/x/m.gguf", "{{ t }}", "chatml", "<s>", "</s>", false};
+    kvt_native_props pr = {4096, 2, "m.gguf", "/x/m.gguf", "{{ t }}", "chatml", "<s>", "</s>", false, NULL};
     if (kvt_native_props_json(&pr, &s, NULL) == KVT_OK) o = json_loads(s, 0, NULL);
     json_t *d = json_object_get(o, "default_generation_settings");
     test_result(o && json_integer_value(json_object_get(d, "n_ctx")) == 4096 &&

@@ -1110,6 +1110,41 @@ def t_small_kv(kvtier, model, extra):
             s.stop()
 
 
+def t_server_defaults(kvtier, model, extra):
+    name = ("the server's sampling flags are every request's defaults, as llama-server's (--temp, --top-k, --seed, "
+            "--dry-*; /props shows them; a request's fields win, on /completion and /v1; -l is refused)")
+    s = None
+    try:
+        s = Server(kvtier, model, "-c", "512", "--temp", "0", "--top-k", "1", "-s", "7", "--dry-multiplier", "1000",
+                   "--dry-base", "2", "--dry-allowed-length", "1", "--dry-sequence-breaker", "zz", *extra)
+        nl = s.post("/tokenize", {"content": "\n", "add_special": False})[2]["tokens"][-1:]
+        forced = {"prompt": "A", "logit_bias": [[nl[0], 100]], "ignore_eos": True, "n_predict": 8}
+        st, _, r = s.post("/completion", forced)  # DRY from the flags: the newline run is cut
+        gs = r["generation_settings"]
+        assert st == 200 and r["content"].count("\n") < 8, r
+        assert gs["temperature"] == 0 and gs["top_k"] == 1 and gs["seed"] == 7 and gs["dry_multiplier"] == 1000, gs
+        assert gs["dry_sequence_breakers"] == ["zz"], gs
+        st, _, r = s.post("/completion", dict(forced, dry_multiplier=0))  # the request's field wins
+        assert st == 200 and r["content"] == "\n" * 8, r
+        st, _, r = s.post("/v1/completions", {"prompt": "A", "max_tokens": 8, "ignore_eos": True,
+                                              "logit_bias": {str(nl[0]): 100}})
+        assert st == 200 and r["choices"][0]["text"].count("\n") < 8, r  # /v1 too
+        st, _, data = s.request("GET", "/props")
+        ps = json.loads(data)["default_generation_settings"]["params"]
+        assert st == 200 and ps["temperature"] == 0 and ps["top_k"] == 1 and ps["dry_base"] == 2, ps
+        rc = s.stop()
+        s = None
+        p = subprocess.run([kvtier, "serve", "-m", model, "--port", "0", "-l", "5+1"], capture_output=True, text=True,
+                           timeout=30)
+        report(rc == 0 and p.returncode == 2 and "--logit-bias" in p.stderr, name,
+               "exit %s; -l: %s %r" % (rc, p.returncode, p.stderr[-200:]))
+    except Exception as e:  # noqa: BLE001
+        report(False, name, "%s: %s" % (type(e).__name__, e))
+    finally:
+        if s is not None:
+            s.stop()
+
+
 def t_preempt(kvtier, model, extra):
     name = ("preemption: tiny fast and host tiers over a disk tier, 8 concurrent requests (-np 8): requests are swapped "
             "out and resumed (/metrics), the texts equal each alone")
@@ -2060,7 +2095,7 @@ def main():
         return 1
     for t in (t_health, t_models, t_completion, t_chat, t_chat_prompt, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
               t_hostile, t_slow, t_tokenize, t_sampling_extremes, t_empty_piece_logprobs,
-              t_native, t_native_stop, t_native_prompts, t_native_refused, t_editor_fields,
+              t_native, t_native_stop, t_native_prompts, t_native_refused, t_editor_fields, t_dry, t_post_sampling,
               t_llama_extras, t_messages, t_messages_400, t_responses, t_responses_stream, t_ignore_eos,
               t_disconnect, t_metrics, t_concurrent, t_load, t_embd_off, t_infill_501):
         t(s)
@@ -2072,6 +2107,7 @@ def main():
     t_max_connections(a.kvtier, a.model, extra)
     t_port_in_use(a.kvtier, a.model, extra)
     t_small_kv(a.kvtier, a.model, extra)
+    t_server_defaults(a.kvtier, a.model, extra)
     t_preempt(a.kvtier, a.model, extra)
     t_cache_dir(a.kvtier, a.model, extra)
     t_remote(a.kvtier, a.model, extra)

@@ -93,6 +93,8 @@ static void usage(void) {
            "                        (%s)\n"
            "  --print-prompt FILE   render the messages of a /v1/chat/completions JSON body with the\n"
            "                        chat template, print the prompt text and exit\n"
+           "  Sampling flags: the defaults of every request (its fields override them), as llama-server's:\n"
+           CLI_SAMPLING_HELP
            "%s",
            kvt_chat_template_names(), cli_engine_help);
 }
@@ -145,7 +147,27 @@ typedef struct {
     bool pooling_given;     // --pooling named: it wins over the GGUF's pooling_type
     int64_t infill_batch;   // -b: POST /infill's budget (kvt_http_params)
     bool spm_infill;        // --spm-infill
+    const kvt_generate_params *sampling; // the sampling flags: every request's defaults (seed UINT64_MAX: random)
+    const cli_sampling_args *sa;         // and --dry-sequence-breaker's strings
 } serve_opts;
+
+// The requests' defaults from the sampling flags (kvt_sampler_params_default's values are llama-server's defaults).
+static kvt_req_defaults serve_defaults(const kvt_generate_params *gp) {
+    const kvt_sampler_params *s = &gp->sampling;
+    kvt_req_defaults d = kvt_req_defaults_llama();
+    d.temperature = s->temp, d.top_k = s->top_k, d.top_p = s->top_p, d.min_p = s->min_p;
+    d.repeat_penalty = s->repeat_penalty, d.repeat_last_n = s->penalty_last_n;
+    d.frequency_penalty = s->frequency_penalty, d.presence_penalty = s->presence_penalty;
+    d.top_n_sigma = s->top_n_sigma > 0 ? s->top_n_sigma : 0, d.typical_p = s->typical_p;
+    d.xtc_probability = s->xtc_probability, d.xtc_threshold = s->xtc_threshold;
+    d.dynatemp_range = s->dynatemp_range, d.dynatemp_exponent = s->dynatemp_exponent;
+    d.mirostat = s->mirostat, d.mirostat_tau = s->mirostat_tau, d.mirostat_eta = s->mirostat_eta;
+    d.dry_multiplier = s->dry.multiplier, d.dry_base = s->dry.base;
+    d.dry_allowed_length = s->dry.allowed_length, d.dry_penalty_last_n = s->dry.last_n;
+    d.adaptive_target = s->adaptive_target, d.adaptive_decay = s->adaptive_decay, d.min_keep = s->min_keep;
+    d.has_seed = s->seed != UINT64_MAX, d.seed = s->seed, d.ignore_eos = !gp->stop_at_eog;
+    return d;
+}
 
 // A bounded KV store with no disk tier below it (--kv-fast, and --kv-host if any) that cannot hold -np full contexts
 // serves until the sequences outgrow it, then fails those requests (500, the budget named): said once at start-up,
@@ -207,11 +229,25 @@ static int run_server(const serve_opts *o, const char *model_path, const char *t
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); // before any thread starts: they inherit the mask
     signal(SIGPIPE, SIG_IGN);
-    kvt_http_params hp = {o->host,      o->port,         o->api_key,     o->metrics, 0, o->max_connections,
-                          o->timeout_s, o->infill_batch, o->spm_infill};
+    kvt_req_defaults dflt = serve_defaults(o->sampling);
+    // --dry-sequence-breaker's strings, their escapes processed (as llama-server's -e, its default); the server
+    // copies them
+    const int32_t nb = o->sa->dry_given ? o->sa->n_dry : 0;
+    kvt_req_text *brk = calloc((size_t)nb + 1, sizeof *brk);
+    bool brk_ok = brk != NULL;
+    for (int32_t i = 0; brk_ok && i < nb; i++) {
+        char *c = strdup(o->sa->dry[i]);
+        if ((brk_ok = c != NULL)) brk[i] = (kvt_req_text){c, cli_process_escapes(c, strlen(c))};
+    }
+    if (o->sa->dry_given) dflt.dry_breakers = brk, dflt.n_dry_breakers = (size_t)nb;
+    kvt_http_params hp = {o->host,      o->port,         o->api_key,    o->metrics, 0, o->max_connections,
+                          o->timeout_s, o->infill_batch, o->spm_infill, &dflt};
     kvt_http *h = NULL;
     kvt_err err = {0};
-    if (kvt_http_start(&hp, &h, &err)) {
+    kvt_status hst = brk_ok ? kvt_http_start(&hp, &h, &err) : kvt_errorf(&err, KVT_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; brk && i < nb; i++) free((char *)brk[i].s);
+    free(brk);
+    if (hst) {
         fprintf(stderr, "kvtier serve: %s\n", err.msg);
         return 1;
     }
@@ -314,8 +350,10 @@ done:
 }
 #endif
 
-int cmd_serve(int argc, char **argv) {
+static int run_serve_cmd(int argc, char **argv, cli_sampling_args *sa) {
     kvt_args a = {"serve", argc, argv, 0};
+    kvt_generate_params gp = kvt_generate_params_default(); // the sampling flags: the defaults of every request
+    gp.sampling.seed = UINT64_MAX;                          // (no -s: a random seed per request)
     const char *model_path = NULL, *tmpl_name = NULL, *prompt_file = NULL;
     kvt_context_params cp = kvt_context_params_default();
     const char *host = "127.0.0.1", *api_key = NULL;
@@ -335,6 +373,7 @@ int cmd_serve(int argc, char **argv) {
     const char *flag;
     while (kvt_args_next(&a, &flag)) {
         int ef = cli_engine_flag(&a, flag, &cp);
+        if (ef == 0) ef = cli_sampling_flag(&a, flag, &gp, sa);
         if (ef < 0) return 2;
         if (ef > 0) continue;
         if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
@@ -418,7 +457,7 @@ int cmd_serve(int argc, char **argv) {
 #ifndef KVT_HAVE_JANSSON
     (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)max_conn, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
     (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions, (void)embeddings, (void)pooling_given;
-    (void)infill_batch, (void)spm_infill;
+    (void)infill_batch, (void)spm_infill, (void)gp;
     (void)model_path;
     (void)tmpl_name;
     (void)prompt_file;
@@ -440,11 +479,16 @@ int cmd_serve(int argc, char **argv) {
 #ifndef KVT_SERVE_HTTP
     (void)host, (void)api_key, (void)port, (void)n_parallel, (void)queue, (void)timeout_s, (void)max_conn, (void)metrics, (void)batch_tokens, (void)lookahead, (void)preempt, (void)cache_dir, (void)cache_max, (void)remote;
     (void)fetch_max, (void)fetch_wait_ms, (void)query_bytes, (void)key_bytes, (void)warm_positions, (void)embeddings, (void)pooling_given;
-    (void)infill_batch, (void)spm_infill;
+    (void)infill_batch, (void)spm_infill, (void)gp;
     fprintf(stderr, "kvtier serve: this kvtier was built without libmicrohttpd, so the HTTP server is not built; "
                     "install it (apt-get install libmicrohttpd-dev) and rebuild (make)\n");
     return 1;
 #else
+    if (sa->n > 0) {
+        fprintf(stderr, "kvtier serve: -l / --logit-bias: not a server default here (send logit_bias in the "
+                        "requests)\n");
+        return 2;
+    }
     if (cp.kv_block <= 0) cp.kv_block = 64; // the prefix cache reuses whole blocks: finer than generate's 512
     if (cache_max && !cache_dir) {
         fprintf(stderr, "kvtier serve: --kv-cache-max bounds --kv-cache-dir, which is not given\n");
@@ -453,8 +497,15 @@ int cmd_serve(int argc, char **argv) {
     serve_opts o = {host,         api_key,   (int)port, (int)n_parallel, (int)queue, (int)timeout_s, (int)max_conn, metrics,
                     batch_tokens, lookahead, preempt,   cache_dir,       cache_max,  remote,
                     fetch_max,    fetch_wait_ms, query_bytes, key_bytes, warm_positions, embeddings, pooling, pooling_given,
-                    infill_batch, spm_infill};
+                    infill_batch, spm_infill, &gp, sa};
     return run_server(&o, model_path, tmpl_name, &cp);
 #endif
 #endif
+}
+
+int cmd_serve(int argc, char **argv) {
+    cli_sampling_args sa = {.n = 0};
+    const int rc = run_serve_cmd(argc, argv, &sa);
+    cli_sampling_args_free(&sa);
+    return rc;
 }

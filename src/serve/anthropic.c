@@ -158,7 +158,8 @@ static kvt_status convert_stop(json_t *root, json_t *chat, kvt_api_error *e) {
     return json_array_size(v) && json_object_set(chat, "stop", v) ? kvt_req_nomem(e) : KVT_OK;
 }
 
-kvt_status kvt_anthropic_parse(const char *body, size_t len, kvt_request **out, kvt_api_error *e) {
+kvt_status kvt_anthropic_parse(const char *body, size_t len, const kvt_req_defaults *d, kvt_request **out,
+                               kvt_api_error *e) {
     *out = NULL;
     json_t *root = kvt_req_load(body, len, e);
     if (!root) return KVT_ERR_INVALID_ARG;
@@ -181,7 +182,7 @@ kvt_status kvt_anthropic_parse(const char *body, size_t len, kvt_request **out, 
         json_decref(chat);
         return st;
     }
-    return kvt_request_parse_chat(chat, KVT_API_ANTHROPIC, out, e);
+    return kvt_request_parse_chat(chat, KVT_API_ANTHROPIC, d, out, e);
 }
 
 static json_t *usage_of(const kvt_anthropic_msg *m, bool *ok) {

@@ -34,7 +34,8 @@
 
 // Parses body[0..len) as a Messages request into *out (caller frees with kvt_request_free). Errors as
 // kvt_request_parse: KVT_ERR_INVALID_ARG with a 400 in *e naming the field, KVT_ERR_NOMEM with a 500.
-kvt_status kvt_anthropic_parse(const char *body, size_t len, kvt_request **out, kvt_api_error *e);
+kvt_status kvt_anthropic_parse(const char *body, size_t len, const kvt_req_defaults *d, kvt_request **out,
+                               kvt_api_error *e);
 
 // What the answer and its events tell.
 typedef struct {

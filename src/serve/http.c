@@ -54,6 +54,8 @@ struct kvt_http {
     atomic_llong open_jobs;  // requests with an engine job whose response is not yet complete (kvt_http_drain)
     // the DRY breakers' table of the last set asked for (dry_table), keyed by its strings: clients send the same set
     // in every request (SillyTavern llama.cpp's default), and a table reads every token's text (~40 ms for 262K)
+    kvt_req_defaults defaults; // requests start from these (kvt_http_params.defaults); its breakers point into:
+    kvt_req_text *dry_default; // [defaults.n_dry_breakers] owned, each string malloc'd (NULL: none set)
     pthread_mutex_t dry_mu;
     char *dry_key;
     size_t dry_key_len;
@@ -214,8 +216,8 @@ static const kvt_dry_breakers *dry_table(kvt_http *h, kvt_request *req, kvt_api_
     const kvt_request_params *p = kvt_request_get(req);
     static const char *const dflt[] = {"\n", ":", "\"", "*"};
     const size_t n = p->dry_breakers ? p->n_dry_breakers : 4;
-    const char **strs = malloc(n * sizeof *strs);
-    size_t *lens = malloc(n * sizeof *lens), key_len = 0;
+    const char **strs = malloc((n + 1) * sizeof *strs);
+    size_t *lens = malloc((n + 1) * sizeof *lens), key_len = 0;
     for (size_t i = 0; strs && lens && i < n; i++) {
         strs[i] = p->dry_breakers ? p->dry_breakers[i].s : dflt[i];
         lens[i] = p->dry_breakers ? p->dry_breakers[i].len : 1;
@@ -354,11 +356,12 @@ static int conn_fd(struct MHD_Connection *c) {
 static bool embd_client_gone(void *user) { return kvt_http_fd_hung_up(*(const int *)user); }
 
 // The request body parsed as the API asks: kvt_request_parse of kind, or a conversion into a chat request.
-static kvt_status parse_body(const conn *cn, kvt_req_kind kind, kvt_req_api api, kvt_request **req, kvt_api_error *ae) {
+static kvt_status parse_body(const conn *cn, const kvt_req_defaults *d, kvt_req_kind kind, kvt_req_api api,
+                             kvt_request **req, kvt_api_error *ae) {
     const char *body = cn->body ? cn->body : "";
-    if (api == KVT_API_ANTHROPIC) return kvt_anthropic_parse(body, cn->len, req, ae);
-    if (api == KVT_API_RESPONSES) return kvt_oairesp_parse(body, cn->len, req, ae);
-    return kvt_request_parse(body, cn->len, kind, req, ae);
+    if (api == KVT_API_ANTHROPIC) return kvt_anthropic_parse(body, cn->len, d, req, ae);
+    if (api == KVT_API_RESPONSES) return kvt_oairesp_parse(body, cn->len, d, req, ae);
+    return kvt_request_parse_with(body, cn->len, kind, d, req, ae);
 }
 
 static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, conn *cn, kvt_req_kind kind,
@@ -366,7 +369,7 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     kvt_request *req = NULL;
     kvt_api_error ae;
     if (kind == KVT_REQ_INFILL && !kvt_infill_supported(h->tok, &ae)) return send_api_error(h, c, &ae, NULL, NULL);
-    if (parse_body(cn, kind, api, &req, &ae)) return send_api_error(h, c, &ae, NULL, NULL);
+    if (parse_body(cn, &h->defaults, kind, api, &req, &ae)) return send_api_error(h, c, &ae, NULL, NULL);
     const kvt_request_params *p = kvt_request_get(req);
     kind = p->kind; // /infill: a /completion request from here on
     int64_t n_prompt = 0;
@@ -488,7 +491,7 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
 static enum MHD_Result answer_template(kvt_http *h, struct MHD_Connection *c, conn *cn, bool count) {
     kvt_request *req = NULL;
     kvt_api_error ae;
-    if (parse_body(cn, KVT_REQ_CHAT, count ? KVT_API_ANTHROPIC : KVT_API_OPENAI, &req, &ae))
+    if (parse_body(cn, &h->defaults, KVT_REQ_CHAT, count ? KVT_API_ANTHROPIC : KVT_API_OPENAI, &req, &ae))
         return send_api_error(h, c, &ae, NULL, NULL);
     const kvt_request_params *p = kvt_request_get(req);
     json_t *o = NULL;
@@ -606,7 +609,7 @@ static enum MHD_Result answer_props(kvt_http *h, struct MHD_Connection *c) {
     }
     kvt_native_props pr = {kvt_engine_n_ctx(h->engine), s.n_parallel > 0 ? s.n_parallel : 1, h->model_id,
                            h->model_path, h->chat_template_src, kvt_chat_template_name(h->tmpl), tok_text[0],
-                           tok_text[1], h->p.metrics};
+                           tok_text[1], h->p.metrics, &h->defaults};
     char *out = NULL;
     if (tok_text[0] && tok_text[1]) kvt_native_props_json(&pr, &out, NULL);
     free(tok_text[0]);
@@ -974,18 +977,43 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+static void free_dry_default(kvt_http *h) {
+    for (size_t i = 0; h->dry_default && i < h->defaults.n_dry_breakers; i++) free((char *)h->dry_default[i].s);
+    free(h->dry_default);
+    h->dry_default = NULL;
+}
+
 kvt_status kvt_http_start(const kvt_http_params *p, kvt_http **out, kvt_err *err) {
     *out = NULL;
     kvt_http *h = calloc(1, sizeof *h);
     if (!h) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the server");
     pthread_mutex_init(&h->dry_mu, NULL); // (no resource to release on the error paths below)
     h->p = *p;
+    h->defaults = p->defaults ? *p->defaults : kvt_req_defaults_llama();
+    h->p.defaults = NULL;
+    const size_t nb = h->defaults.dry_breakers ? h->defaults.n_dry_breakers : 0;
+    if (h->defaults.dry_breakers) { // the server's own copy (an empty set is a set: no breaker)
+        bool ok = (h->dry_default = calloc(nb + 1, sizeof *h->dry_default)) != NULL;
+        for (size_t i = 0; ok && i < nb; i++) {
+            const kvt_req_text *t = &h->defaults.dry_breakers[i];
+            char *c = malloc(t->len + 1);
+            if ((ok = c != NULL)) memcpy(c, t->s, t->len), c[t->len] = 0;
+            h->dry_default[i] = (kvt_req_text){c, t->len};
+        }
+        h->defaults.dry_breakers = h->dry_default;
+        if (!ok) {
+            free_dry_default(h);
+            free(h);
+            return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the server");
+        }
+    }
     if (!h->p.max_body) h->p.max_body = DEFAULT_MAX_BODY;
     if (!h->p.max_connections) h->p.max_connections = 256;
     if (!h->p.timeout_s) h->p.timeout_s = 600;
     h->listen_fd = -1;
     h->started = (int64_t)time(NULL);
     if (p->api_key && !(h->api_key = strdup(p->api_key))) {
+        free_dry_default(h);
         free(h);
         return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the server");
     }
@@ -999,6 +1027,7 @@ kvt_status kvt_http_start(const kvt_http_params *p, kvt_http **out, kvt_err *err
     int gai = getaddrinfo(host, port, &hints, &ai);
     if (gai || !ai) {
         free(h->api_key);
+        free_dry_default(h);
         free(h);
         return kvt_errorf(err, KVT_ERR_IO, "cannot resolve --host %s: %s", host, gai_strerror(gai));
     }
@@ -1014,6 +1043,7 @@ kvt_status kvt_http_start(const kvt_http_params *p, kvt_http **out, kvt_err *err
     freeaddrinfo(ai);
     if (!h->d) {
         free(h->api_key);
+        free_dry_default(h);
         free(h);
         return kvt_errorf(err, KVT_ERR_IO, "cannot listen on %s:%d (address in use, or not an address of this machine?)",
                           host, p->port);
@@ -1073,6 +1103,7 @@ void kvt_http_stop(kvt_http *h) {
     free(h->chat_template_src);
     kvt_dry_breakers_free(h->dry_cached);
     free(h->dry_key);
+    free_dry_default(h);
     pthread_mutex_destroy(&h->dry_mu);
     free(h);
 }

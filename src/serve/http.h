@@ -26,6 +26,7 @@
 #include "chat_template.h"
 #include "embed.h"
 #include "engine.h"
+#include "request.h"
 #include "response.h"
 
 typedef struct {
@@ -38,6 +39,9 @@ typedef struct {
     int timeout_s;          // idle connection timeout in seconds (0: 600)
     int64_t infill_batch;   // POST /infill's prefix and suffix budget, llama-server's -b (0: 2048, its default)
     bool spm_infill;        // POST /infill: suffix before prefix (llama-server's --spm-infill)
+    // the sampling settings requests start from (the server's sampling flags; its DRY breakers, when set, the
+    // breakers of a request that sends none); NULL: llama-server's defaults. Copied, the breakers' strings too.
+    const kvt_req_defaults *defaults;
 } kvt_http_params;
 
 typedef struct kvt_http kvt_http;

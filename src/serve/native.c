@@ -152,25 +152,12 @@ static kvt_status response_fields(json_t *root, struct kvt_native_ext *x, kvt_ap
     return KVT_OK;
 }
 
-void kvt_native_defaults(kvt_request_params *p) {
-    p->temperature = 0.8;
-    p->top_k = 40;
-    p->top_p = 0.95;
-    p->min_p = 0.05;
-    p->typical_p = 1.0;
-    p->xtc_threshold = 0.1;
-    p->dynatemp_exponent = 1.0;
-    p->mirostat_tau = 5.0;
-    p->mirostat_eta = 0.1;
-}
-
 kvt_status kvt_native_parse(json_t *root, bool infill, kvt_request_params *p, struct kvt_native_ext **out,
                             kvt_api_error *e) {
     struct kvt_native_ext *x = calloc(1, sizeof *x);
     *out = x;
     if (!x) return oom(e);
     x->id_slot = -1;
-    kvt_native_defaults(p);
     if ((infill ? kvt_infill_parse(root, &x->infill, e) : parse_prompt(root, p, x, e)) != KVT_OK)
         return e->http_status == 500 ? KVT_ERR_NOMEM : KVT_ERR_INVALID_ARG;
     int64_t v;
@@ -318,9 +305,9 @@ static kvt_status dry_fields(json_t *root, kvt_request_params *p, kvt_api_error 
     bool given;
     if (p->dry_base < 1) p->dry_base = 1.75;
     if (kvt_req_get_int(root, "dry_allowed_length", 0, INT32_MAX, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
-    p->dry_allowed_length = given ? (int32_t)v : 2;
+    if (given) p->dry_allowed_length = (int32_t)v;
     if (kvt_req_get_int(root, "dry_penalty_last_n", 0, INT32_MAX, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
-    p->dry_penalty_last_n = given ? (int32_t)v : 64;
+    if (given) p->dry_penalty_last_n = (int32_t)v;
     json_t *b = field(root, "dry_sequence_breakers");
     if (!b) return KVT_OK;
     const size_t n = json_is_array(b) ? json_array_size(b) : 0;
@@ -344,45 +331,44 @@ kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *
     int64_t v;
     bool given;
     if (kvt_req_get_int(root, "min_keep", 0, INT32_MAX, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
-    p->min_keep = given ? (int32_t)v : 0;
+    if (given) p->min_keep = (int32_t)v;
     if (kvt_req_get_int(root, "n_indent", 0, INT32_MAX, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     p->n_indent = given ? (int32_t)v : 0;
-    // the samplers' numbers, any value as llama-server reads them (its defaults when absent: off)
+    // the samplers' numbers, any value as llama-server reads them (absent: the server's defaults, request.h)
     static const struct {
         const char *key;
         size_t off;
-        double def;
-    } nums[] = {{"top_n_sigma", offsetof(kvt_request_params, top_n_sigma), 0.0},
-                {"typical_p", offsetof(kvt_request_params, typical_p), 1.0},
-                {"xtc_probability", offsetof(kvt_request_params, xtc_probability), 0.0},
-                {"xtc_threshold", offsetof(kvt_request_params, xtc_threshold), 0.1},
-                {"dynatemp_range", offsetof(kvt_request_params, dynatemp_range), 0.0},
-                {"dynatemp_exponent", offsetof(kvt_request_params, dynatemp_exponent), 1.0},
-                {"mirostat_tau", offsetof(kvt_request_params, mirostat_tau), 5.0},
-                {"mirostat_eta", offsetof(kvt_request_params, mirostat_eta), 0.1},
-                {"dry_multiplier", offsetof(kvt_request_params, dry_multiplier), 0.0},
-                {"dry_base", offsetof(kvt_request_params, dry_base), 1.75},
-                {"adaptive_target", offsetof(kvt_request_params, adaptive_target), -1.0}};
+    } nums[] = {{"top_n_sigma", offsetof(kvt_request_params, top_n_sigma)},
+                {"typical_p", offsetof(kvt_request_params, typical_p)},
+                {"xtc_probability", offsetof(kvt_request_params, xtc_probability)},
+                {"xtc_threshold", offsetof(kvt_request_params, xtc_threshold)},
+                {"dynatemp_range", offsetof(kvt_request_params, dynatemp_range)},
+                {"dynatemp_exponent", offsetof(kvt_request_params, dynatemp_exponent)},
+                {"mirostat_tau", offsetof(kvt_request_params, mirostat_tau)},
+                {"mirostat_eta", offsetof(kvt_request_params, mirostat_eta)},
+                {"dry_multiplier", offsetof(kvt_request_params, dry_multiplier)},
+                {"dry_base", offsetof(kvt_request_params, dry_base)},
+                {"adaptive_target", offsetof(kvt_request_params, adaptive_target)}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         json_t *f = field(root, nums[i].key);
         if (f && !json_is_number(f))
             return kvt_api_errorf(e, 400, NULL, nums[i].key, "%s: must be a number, got %s", nums[i].key,
                                   kvt_req_type_name(f));
-        double x = f ? json_number_value(f) : nums[i].def;
+        double *at = (double *)((char *)p + nums[i].off), x = f ? json_number_value(f) : *at; // (absent: the default)
         x = x < -1e30 ? -1e30 : x > 1e30 ? 1e30 : x; // float range in the sampler (a huge n keeps every logit)
-        *(double *)((char *)p + nums[i].off) = x;
+        *at = x;
     }
     if (p->top_n_sigma < 0) p->top_n_sigma = 0; // llama-server's -1: off
     if (p->typical_p > 1) p->typical_p = 1;
     if (kvt_req_get_int(root, "mirostat", 0, 2, &v, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
-    p->mirostat = given ? (int32_t)v : 0;
+    if (given) p->mirostat = (int32_t)v;
     if (dry_fields(root, p, e) != KVT_OK) return e->http_status == 500 ? KVT_ERR_NOMEM : KVT_ERR_INVALID_ARG;
     if (p->adaptive_target > 1) p->adaptive_target = 1; // llama-server's clamp
     json_t *ad = field(root, "adaptive_decay");
     if (ad && !json_is_number(ad))
         return kvt_api_errorf(e, 400, NULL, "adaptive_decay", "adaptive_decay: must be a number, got %s",
                               kvt_req_type_name(ad));
-    p->adaptive_decay = ad ? json_number_value(ad) : 0.9;
+    if (ad) p->adaptive_decay = json_number_value(ad);
     if (!(p->adaptive_decay >= 0 && p->adaptive_decay <= 0.99))
         return kvt_api_errorf(e, 400, NULL, "adaptive_decay", "adaptive_decay: %g is out of range [0, 0.99]",
                               p->adaptive_decay);
@@ -568,7 +554,8 @@ kvt_status kvt_native_props_json(const kvt_native_props *pr, char **out, kvt_err
     bool ok = true;
     json_t *o = json_object(), *dgs = json_object(), *mod = json_object();
     kvt_request_params def = {.kind = KVT_REQ_NATIVE, .max_tokens = -1, .n = 1};
-    kvt_native_defaults(&def);
+    const kvt_req_defaults llama = kvt_req_defaults_llama();
+    kvt_req_defaults_apply(pr->defaults ? pr->defaults : &llama, &def);
     if (dgs) {
         set(dgs, "params", settings_json(&def, 0, false, 0, &ok), &ok);
         set(dgs, "n_ctx", json_integer(pr->n_ctx), &ok);

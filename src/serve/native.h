@@ -18,8 +18,8 @@
 //                   top_p 1, min_p 0, temperature 1, ...); with mirostat the list does not apply (llama-server's)
 //   n_predict       wins over max_tokens (as llama-server); -1: until an end-of-generation token or the context's end
 //   seed            -1 (or 4294967295) is a random seed, as llama-server
-//   temperature, top_k, min_p, top_p above 1: clamped into range as llama-server clamps them; absent: llama-server's
-//                   defaults (kvt_native_defaults), not /v1's
+//   temperature, top_k, min_p, top_p above 1: clamped into range as llama-server clamps them; absent: the server's
+//                   defaults (request.h, kvt_req_defaults), as on every endpoint
 //   n_indent        integer >= 0, t_max_predict_ms number (<= 0: off): as llama-server (request.h; on /v1 too,
 //                   kvt_llama_extras); response_fields list of strings (kvt_native_ext below); the editor plugins
 //                   llama.vim and llama.vscode send them; t_max_prompt_ms is ignored, as llama-server ignores it
@@ -73,7 +73,8 @@ json_t *kvt_req_field(json_t *obj, const char *key);
 json_t *kvt_req_load(const char *body, size_t len, kvt_api_error *e);
 // A chat completions body built by a converter (taken; NULL: out of memory) parsed as kvt_request_parse does, the
 // request marked as come by api.
-kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, kvt_request **out, kvt_api_error *e);
+kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, const kvt_req_defaults *d, kvt_request **out,
+                                  kvt_api_error *e);
 
 // llama-server's extras that every completion endpoint takes (/v1/completions and /v1/chat/completions as /completion):
 // `samplers` (the chain; listing infill sets p->infill_sampler), the samplers' numbers (top_n_sigma, typical_p, xtc_*,
@@ -82,9 +83,6 @@ kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, kvt_request **o
 // (400 in *e naming the field).
 kvt_status kvt_llama_extras(json_t *root, kvt_request_params *p, kvt_api_error *e);
 
-// llama-server's sampling defaults, those of a /completion request that does not set them: temperature 0.8, top_k
-// 40, top_p 0.95, min_p 0.05 (the other samplers off).
-void kvt_native_defaults(kvt_request_params *p);
 // Before the shared fields: the prompt (infill: /infill's fields instead, infill.h), n_probs, return_tokens, id_slot
 // and the native refusals into p and a new *out (freed by kvt_native_free, also on error). Errors:
 // KVT_ERR_INVALID_ARG (400 in *e naming the field), KVT_ERR_NOMEM.
@@ -140,6 +138,7 @@ typedef struct {
     const char *chat_format;        // kvtier's format name (chatml, llama3, ...)
     const char *bos_token, *eos_token;
     bool metrics;
+    const kvt_req_defaults *defaults; // the server's sampling defaults (NULL: llama-server's)
 } kvt_native_props;
 
 // GET /props answer into a new *out (caller frees). Errors: KVT_ERR_NOMEM.

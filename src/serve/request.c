@@ -311,8 +311,8 @@ static kvt_status parse_sampling(kvt_request *r, json_t *root, kvt_api_error *e)
         get_num(root, "repeat_penalty", 0, 1e6, true, &p->repeat_penalty, e) != KVT_OK ||
         get_int(root, "repeat_last_n", 0, INT32_MAX, &p->repeat_last_n, NULL, e) != KVT_OK)
         return KVT_ERR_INVALID_ARG;
-    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &x, &p->has_seed, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
-    if (p->has_seed) p->seed = (uint64_t)x;
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
+    if (given) p->has_seed = true, p->seed = (uint64_t)x; // (absent: the server's default, a random one without)
     if (get_int(root, "n", 1, KVT_REQ_MAX_N, &x, &given, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
     if (given) p->n = (int32_t)x;
     if (get_bool(root, "ignore_eos", &p->ignore_eos, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
@@ -511,9 +511,38 @@ static kvt_status parse_tokens_req(kvt_request *r, json_t *root, kvt_api_error *
     return KVT_OK;
 }
 
+kvt_req_defaults kvt_req_defaults_llama(void) {
+    kvt_req_defaults d = {.temperature = 0.8, .top_p = 0.95, .min_p = 0.05, .typical_p = 1.0, .xtc_threshold = 0.1,
+                          .dynatemp_exponent = 1.0, .repeat_penalty = 1.0, .mirostat_tau = 5.0, .mirostat_eta = 0.1,
+                          .dry_base = 1.75, .adaptive_target = -1.0, .adaptive_decay = 0.9, .top_k = 40,
+                          .dry_allowed_length = 2, .dry_penalty_last_n = 64, .repeat_last_n = 64};
+    return d;
+}
+
+void kvt_req_defaults_apply(const kvt_req_defaults *d, kvt_request_params *p) {
+    p->temperature = d->temperature, p->top_p = d->top_p, p->min_p = d->min_p, p->top_k = d->top_k;
+    p->repeat_penalty = d->repeat_penalty, p->frequency_penalty = d->frequency_penalty;
+    p->presence_penalty = d->presence_penalty, p->repeat_last_n = d->repeat_last_n;
+    p->has_seed = d->has_seed, p->seed = d->seed, p->ignore_eos = d->ignore_eos;
+    p->top_n_sigma = d->top_n_sigma, p->typical_p = d->typical_p;
+    p->xtc_probability = d->xtc_probability, p->xtc_threshold = d->xtc_threshold;
+    p->dynatemp_range = d->dynatemp_range, p->dynatemp_exponent = d->dynatemp_exponent;
+    p->mirostat = d->mirostat, p->mirostat_tau = d->mirostat_tau, p->mirostat_eta = d->mirostat_eta;
+    p->dry_multiplier = d->dry_multiplier, p->dry_base = d->dry_base;
+    p->dry_allowed_length = d->dry_allowed_length, p->dry_penalty_last_n = d->dry_penalty_last_n;
+    p->adaptive_target = d->adaptive_target, p->adaptive_decay = d->adaptive_decay, p->min_keep = d->min_keep;
+    p->dry_breakers = (kvt_req_text *)d->dry_breakers, p->n_dry_breakers = d->n_dry_breakers;
+}
+
 kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kvt_request **out,
                              kvt_api_error *aerr) {
+    return kvt_request_parse_with(body, len, kind, NULL, out, aerr);
+}
+
+kvt_status kvt_request_parse_with(const char *body, size_t len, kvt_req_kind kind, const kvt_req_defaults *dflt,
+                                  kvt_request **out, kvt_api_error *aerr) {
     *out = NULL;
+    const kvt_req_defaults d = dflt ? *dflt : kvt_req_defaults_llama();
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, &jerr); // NUL in strings: refused by field
     if (!root)
@@ -534,11 +563,17 @@ kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kv
     }
     r->root = root;
     kvt_request_params *p = &r->p;
-    *p = (kvt_request_params){.kind = kind, .max_tokens = -1, .temperature = 1.0, .top_p = 1.0, .repeat_penalty = 1.0,
-                              .repeat_last_n = 64, .n = 1, .typical_p = 1.0, .xtc_threshold = 0.1,
-                              .dynatemp_exponent = 1.0, .mirostat_tau = 5.0, .mirostat_eta = 0.1, .dry_base = 1.75,
-                              .dry_allowed_length = 2, .dry_penalty_last_n = 64, .adaptive_target = -1,
-                              .adaptive_decay = 0.9};
+    *p = (kvt_request_params){.kind = kind, .max_tokens = -1, .n = 1};
+    kvt_req_defaults_apply(&d, p);
+    if (p->dry_breakers) { // the server's breakers: the request's own copy of the list (the strings stay the server's)
+        kvt_req_text *own = malloc((p->n_dry_breakers + 1) * sizeof *own);
+        if (own) memcpy(own, p->dry_breakers, p->n_dry_breakers * sizeof *own);
+        p->dry_breakers = own;
+        if (!own) {
+            kvt_request_free(r);
+            return nomem(aerr);
+        }
+    }
     kvt_status st = KVT_OK;
     json_t *model = field(root, "model");
     if (model) st = check_str(model, "model", &p->model, aerr);
@@ -618,12 +653,13 @@ json_t *kvt_req_load(const char *body, size_t len, kvt_api_error *e) {
     return root;
 }
 
-kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, kvt_request **out, kvt_api_error *e) {
+kvt_status kvt_request_parse_chat(json_t *chat, kvt_req_api api, const kvt_req_defaults *d, kvt_request **out,
+                                  kvt_api_error *e) {
     *out = NULL;
     char *text = chat ? json_dumps(chat, JSON_COMPACT) : NULL;
     json_decref(chat);
     if (!text) return nomem(e);
-    kvt_status st = kvt_request_parse(text, strlen(text), KVT_REQ_CHAT, out, e);
+    kvt_status st = kvt_request_parse_with(text, strlen(text), KVT_REQ_CHAT, d, out, e);
     free(text);
     if (st == KVT_OK) (*out)->p.api = api;
     return st;

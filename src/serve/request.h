@@ -142,6 +142,25 @@ typedef struct {
     const struct kvt_native_ext *native; // KVT_REQ_NATIVE: the /completion fields of native.h; NULL otherwise
 } kvt_request_params;
 
+// The sampling settings every completion request starts from, its fields overriding them: llama-server's defaults
+// (kvt_req_defaults_llama: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, the other samplers off), or what the
+// server's flags set (`kvtier serve --temp 0.6 --top-k 20 ...`, as llama-server's flags set its params_base). The same
+// for /completion, /infill and the /v1, Anthropic and Responses endpoints, as in llama-server.
+typedef struct {
+    double temperature, top_p, min_p, top_n_sigma, typical_p, xtc_probability, xtc_threshold, dynatemp_range,
+        dynatemp_exponent, repeat_penalty, frequency_penalty, presence_penalty, mirostat_tau, mirostat_eta,
+        dry_multiplier, dry_base, adaptive_target, adaptive_decay;
+    int32_t top_k, mirostat, dry_allowed_length, dry_penalty_last_n, min_keep;
+    int64_t repeat_last_n;
+    bool has_seed, ignore_eos;
+    uint64_t seed;
+    const struct kvt_req_text *dry_breakers; // [n_dry_breakers] borrowed (they must outlive the requests); NULL:
+    size_t n_dry_breakers;                   // llama.cpp's "\n", ":", "\"", "*"
+} kvt_req_defaults;
+kvt_req_defaults kvt_req_defaults_llama(void);
+// Sets p's sampling fields to d's (p->dry_breakers pointing at d's: a request parsed from d holds a copy).
+void kvt_req_defaults_apply(const kvt_req_defaults *d, kvt_request_params *p);
+
 typedef struct kvt_request kvt_request; // opaque
 
 // Parses body[0..len) as a request of the given kind. On success *out is owned by the caller
@@ -150,6 +169,9 @@ typedef struct kvt_request kvt_request; // opaque
 // the field in param and message; 500 for out of memory).
 kvt_status kvt_request_parse(const char *body, size_t len, kvt_req_kind kind, kvt_request **out,
                              kvt_api_error *aerr);
+// The same from the server's defaults d (NULL: kvt_req_defaults_llama's).
+kvt_status kvt_request_parse_with(const char *body, size_t len, kvt_req_kind kind, const kvt_req_defaults *d,
+                                  kvt_request **out, kvt_api_error *aerr);
 void kvt_request_free(kvt_request *r);
 // Gives r the logit biases resolved to token ids (v[n], malloc'd: r frees it), seen in p.logit_bias.
 void kvt_request_set_logit_bias(kvt_request *r, kvt_logit_bias *v, int32_t n);

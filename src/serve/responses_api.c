@@ -98,7 +98,8 @@ static kvt_status check_unsupported(json_t *root, kvt_api_error *e) {
     return KVT_OK;
 }
 
-kvt_status kvt_oairesp_parse(const char *body, size_t len, kvt_request **out, kvt_api_error *e) {
+kvt_status kvt_oairesp_parse(const char *body, size_t len, const kvt_req_defaults *d, kvt_request **out,
+                             kvt_api_error *e) {
     *out = NULL;
     json_t *root = kvt_req_load(body, len, e);
     if (!root) return KVT_ERR_INVALID_ARG;
@@ -130,7 +131,7 @@ kvt_status kvt_oairesp_parse(const char *body, size_t len, kvt_request **out, kv
         json_decref(chat);
         return st;
     }
-    st = kvt_request_parse_chat(chat, KVT_API_RESPONSES, out, e);
+    st = kvt_request_parse_chat(chat, KVT_API_RESPONSES, d, out, e);
     if (st && !strcmp(e->param, "max_tokens")) { // named as the request names it
         snprintf(e->param, sizeof e->param, "max_output_tokens");
         char msg[KVT_ERR_MSG_MAX];

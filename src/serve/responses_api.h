@@ -38,7 +38,8 @@
 
 // Parses body[0..len) as a Responses request into *out (caller frees with kvt_request_free). Errors as
 // kvt_request_parse.
-kvt_status kvt_oairesp_parse(const char *body, size_t len, kvt_request **out, kvt_api_error *e);
+kvt_status kvt_oairesp_parse(const char *body, size_t len, const kvt_req_defaults *d, kvt_request **out,
+                             kvt_api_error *e);
 
 typedef struct {
     const char *id, *msg_id, *model;
