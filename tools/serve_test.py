@@ -2008,6 +2008,7 @@ def t_embd_llama(kvtier, smollm2):
         skip(name, "SmolLM2 not in the cache (make model)")
         return
     golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "smollm2.embd.json")
+    s = None
     try:
         g = json.load(open(golden))
         s = Server(kvtier, smollm2, "-c", "512", "--embeddings", "--pooling", g["pooling"])
@@ -2033,10 +2034,14 @@ def t_embd_llama(kvtier, smollm2):
         st, _, e = s.post("/v1/embeddings", {"input": ""})  # SmolLM2 adds no BOS: no tokens
         assert st == 400 and e["error"]["param"] == "input", (st, e)
         s.stop()
+        s = None
         print("note: embeddings vs llama-server: %s" % ", ".join("cos %.9f max|diff| %.3g" % w for w in worst))
         report(True, name)
     except Exception as e:  # noqa: BLE001
         report(False, name, "%s: %s" % (type(e).__name__, e))
+    finally:
+        if s is not None:  # (a failed check left it running)
+            s.stop()
 
 
 def t_embd_attack(kvtier, model, extra):
