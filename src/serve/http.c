@@ -209,10 +209,10 @@ oom:
 
 // The request's logit_bias resolved to token ids (kvt_request_set_logit_bias): ids checked against the vocabulary, a
 // text's tokens (no BOS, no special-token parsing, as llama-server) each given its bias. false with *ae filled.
-// The DRY breakers' table of a request whose DRY acts (its strings, or llama.cpp's default "\n", ":", "\"", "*"), given
-// to the request (which frees its reference): the server's cached table when the set is the last one built, else a new
-// one, which becomes the cached one. NULL with *ae filled on error.
-static const kvt_dry_breakers *dry_table(kvt_http *h, kvt_request *req, kvt_api_error *ae) {
+// The DRY breakers' table of a request whose DRY acts (its strings, or llama.cpp's default "\n", ":", "\"", "*"): a new
+// reference (the caller's; the HTTP job keeps it until the engine is done) to the server's cached table when the set
+// is the last one built, else to a new one, which becomes the cached one. NULL with *ae filled on error.
+static kvt_dry_breakers *dry_table(kvt_http *h, const kvt_request *req, kvt_api_error *ae) {
     const kvt_request_params *p = kvt_request_get(req);
     static const char *const dflt[] = {"\n", ":", "\"", "*"};
     const size_t n = p->dry_breakers ? p->n_dry_breakers : 4;
@@ -259,7 +259,6 @@ static const kvt_dry_breakers *dry_table(kvt_http *h, kvt_request *req, kvt_api_
                             err.msg);
         return NULL;
     }
-    kvt_request_set_dry(req, b);
     return b;
 }
 
@@ -422,12 +421,13 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     job.sampling.adaptive_decay = (float)p->adaptive_decay;
     job.sampling.dry = (kvt_dry_params){(float)p->dry_multiplier, (float)p->dry_base, p->dry_allowed_length,
                                         p->dry_penalty_last_n < n_ctx ? p->dry_penalty_last_n : (int32_t)n_ctx};
-    if (kvt_dry_params_on(&job.sampling.dry) && p->mirostat == 0 &&
-        !(job.sampling.dry_breakers = dry_table(h, req, &ae))) {
+    kvt_dry_breakers *dry = NULL; // (the HTTP job keeps the reference)
+    if (kvt_dry_params_on(&job.sampling.dry) && p->mirostat == 0 && !(dry = dry_table(h, req, &ae))) {
         free(ids);
         kvt_request_free(req);
         return send_api_error(h, c, &ae, NULL, NULL);
     }
+    job.sampling.dry_breakers = dry;
     // the window never holds more than the context (a larger one would only cost the sampler's memory)
     job.sampling.penalty_last_n = (int32_t)(p->repeat_last_n < n_ctx ? p->repeat_last_n : n_ctx);
     job.sampling.seed = p->has_seed ? p->seed
@@ -437,8 +437,10 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     kvt_http_job *j = kvt_http_job_create(req, h->tok, p->model ? p->model : h->model_id, serial, stream ? 3 : 2);
     if (!j) {
         free(ids);
+        kvt_dry_breakers_free(dry);
         return send_error(h, c, 500, "server_error", "out of memory for the request");
     }
+    kvt_http_job_set_dry(j, dry);
     if (kind == KVT_REQ_NATIVE) { // the prompt's text (special tokens rendered, as llama-server) for the answer
         if (!p->has_seed) job.sampling.seed &= 0x7fffffff; // reported in generation_settings: 31 bits, as llama-server's
         int64_t len = kvt_detokenize_ex(h->tok, ids, n_prompt, NULL, 0, false, true);

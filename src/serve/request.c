@@ -22,7 +22,6 @@ struct kvt_request {
     kvt_req_logit_bias *bias_given;
     kvt_logit_bias *bias;          // resolved (kvt_request_set_logit_bias)
     struct kvt_native_ext *native; // KVT_REQ_NATIVE
-    kvt_dry_breakers *dry;         // the DRY breakers' table (kvt_request_set_dry)
 };
 
 kvt_status kvt_api_errorf(kvt_api_error *e, int http_status, const char *type, const char *param, const char *fmt,
@@ -486,11 +485,6 @@ void kvt_request_set_logit_bias(kvt_request *r, kvt_logit_bias *v, int32_t n) {
     r->p.n_logit_bias = v ? n : 0;
 }
 
-void kvt_request_set_dry(kvt_request *r, kvt_dry_breakers *b) {
-    kvt_dry_breakers_free(r->dry);
-    r->dry = b;
-}
-
 // /tokenize and /detokenize bodies.
 static kvt_status parse_tokens_req(kvt_request *r, json_t *root, kvt_api_error *e) {
     kvt_request_params *p = &r->p;
@@ -612,7 +606,6 @@ void kvt_request_free(kvt_request *r) {
     free(r->bias_given);
     free(r->bias);
     free(r->p.dry_breakers);
-    kvt_dry_breakers_free(r->dry);
     kvt_native_free(r->native);
     json_decref(r->root);
     free(r);

@@ -176,9 +176,6 @@ void kvt_request_free(kvt_request *r);
 // Gives r the logit biases resolved to token ids (v[n], malloc'd: r frees it), seen in p.logit_bias.
 void kvt_request_set_logit_bias(kvt_request *r, kvt_logit_bias *v, int32_t n);
 const kvt_request_params *kvt_request_get(const kvt_request *r);
-// Gives r a DRY breakers' table (built from p.dry_breakers by the caller, who holds the tokenizer; r frees it, and the
-// previous one).
-void kvt_request_set_dry(kvt_request *r, kvt_dry_breakers *b);
 
 // Fills *e (any status, type, param may be NULL) with a printf-style message (n_prompt_tokens, n_ctx 0);
 // returns KVT_ERR_INVALID_ARG.
