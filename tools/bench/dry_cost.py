@@ -9,7 +9,6 @@
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -28,14 +27,7 @@ def main():
     ap.add_argument("-t", default="2")
     ap.add_argument("--port", type=int, default=8397)
     a = ap.parse_args()
-    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.abspath(a.llama_server)))
-    procs = [subprocess.Popen([a.kvtier, "serve", "-m", a.m, "--port", str(a.port), "-c", "2048", "-t", a.t],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-             subprocess.Popen([a.llama_server, "-m", a.m, "--port", str(a.port + 1), "-c", "2048", "-np", "1", "-t",
-                               a.t], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
-    try:
-        for i, p in enumerate(procs):
-            peer_http.wait_ready(a.port + i, p)
+    with peer_http.server_pair(a.kvtier, a.llama_server, a.m, a.port, 2048, a.t):
         body = {"prompt": "Hello there, how are you today?", "n_predict": 1, "temperature": 0, "cache_prompt": True}
         print("| request | kvtier ms | llama-server ms |\n| --- | ---: | ---: |")
         for name, extra in CASES:
@@ -65,10 +57,6 @@ def main():
                         rates.append(j["timings"]["predicted_per_second"])
                 med.append(statistics.median(rates))
             print("| %s | %.1f | %.1f |" % (name, med[0], med[1]))
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait()
 
 
 if __name__ == "__main__":

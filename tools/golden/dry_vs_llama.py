@@ -15,7 +15,6 @@
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -45,8 +44,6 @@ SETTINGS = [
 def post(port, body, path="/completion"):
     return peer_http.post(port, body, path)
 
-
-wait_ready = peer_http.wait_ready
 
 
 class Vocab:
@@ -176,16 +173,9 @@ def main():
     ap.add_argument("-n", type=int, default=96, help="tokens per answer")
     ap.add_argument("--port", type=int, default=8395)
     a = ap.parse_args()
-    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.abspath(a.llama_server)))
-    kv = subprocess.Popen([a.kvtier, "serve", "-m", a.m, "--port", str(a.port), "-c", a.c, "-t", a.t],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ll = subprocess.Popen([a.llama_server, "-m", a.m, "--port", str(a.port + 1), "-c", a.c, "-np", "1", "-t", a.t],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     bad = same = total = acted = 0
     steps = [[0, 0], [0, 0]]  # per engine: steps whose pick the Python DRY reproduces, steps checked
-    try:
-        wait_ready(a.port, kv)
-        wait_ready(a.port + 1, ll)
+    with peer_http.server_pair(a.kvtier, a.llama_server, a.m, a.port, a.c, a.t):
         vocab = Vocab(a.port + 1)
         for p in PROMPTS:
             plain = None
@@ -224,11 +214,6 @@ def main():
                     same += k is None
                 print("%-5s %-14s %-55s %-30s %s" % ("SAME" if k is None else "@%d" % k, changed, json.dumps(s)[:55],
                                                      json.dumps(p)[:30], why))
-    finally:
-        kv.terminate()
-        ll.terminate()
-        kv.wait()
-        ll.wait()
     print("DRY requests with llama-server's ids: %d of %d (kvtier's answer changed by DRY in %d)" % (same, total, acted))
     for name, (ok, n) in zip(("kvtier", "llama-server"), steps):
         print("%s: %d of %d steps pick the argmax of their own logits after DRY by the definition" % (name, ok, n))

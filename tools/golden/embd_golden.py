@@ -20,8 +20,11 @@ import json
 import os
 import socket
 import subprocess
-import time
+import sys
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_http  # noqa: E402
 
 INPUTS = ["Hello world", "The capital of France is Paris, and the capital of Germany is Berlin."]
 
@@ -56,16 +59,7 @@ def main():
                           a.pooling, "--port", str(port), "-c", "512", "-t", "2"], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if p.poll() is not None:
-                raise SystemExit("llama-server exited with %d" % p.returncode)
-            time.sleep(0.1)
+        peer_http.wait_ready(port, p)
         out = {"model": os.path.basename(a.model), "pooling": a.pooling, "cpu": a.add_cpu or a.cpu,
                "source": "llama-server --embeddings "
                "--pooling %s -c 512 -t 2, POST /v1/embeddings (tools/golden/embd_golden.py)" % a.pooling,

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -86,8 +85,6 @@ def speed(port, rounds):
     return 0
 
 
-wait_ready = peer_http.wait_ready
-
 
 def main():
     ap = argparse.ArgumentParser()
@@ -100,15 +97,8 @@ def main():
     ap.add_argument("--speed", type=int, default=0, help="rounds of the timing run (0: compare the answers)")
     ap.add_argument("rest", nargs="*")
     a = ap.parse_args()
-    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.abspath(a.llama_server)))
-    kv = subprocess.Popen([a.kvtier, "serve", "-m", a.m, "--port", str(a.port), "-c", a.c, "-t", a.t] + a.rest,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ll = subprocess.Popen([a.llama_server, "-m", a.m, "--port", str(a.port + 1), "-c", a.c, "-np", "1", "-t", a.t] +
-                          a.rest, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     bad = 0
-    try:
-        wait_ready(a.port, kv)
-        wait_ready(a.port + 1, ll)
+    with peer_http.server_pair(a.kvtier, a.llama_server, a.m, a.port, a.c, a.t, a.rest):
         if a.speed:
             return speed(a.port, a.speed)
         bodies = [(c, dict(c, n_predict=16, temperature=0, return_tokens=True)) for c in CASES]
@@ -130,11 +120,6 @@ def main():
             if got[0] != got[1]:
                 for g in got:
                     print("    %r" % (g,))
-    finally:
-        kv.terminate()
-        ll.terminate()
-        kv.wait()
-        ll.wait()
     return 1 if bad else 0
 
 

@@ -1,7 +1,10 @@
 """peer_http.py - what the scripts that set kvtier serve beside llama-server share (infill_vs_llama.py,
-dry_vs_llama.py): a JSON POST that returns the status and the answer, errors included, and the wait for a server's
-/health."""
+dry_vs_llama.py, tools/bench/dry_cost.py, embd_golden.py): a JSON POST that returns the status and the answer, errors
+included, the wait for a server's /health, and the two servers started side by side and stopped."""
+import contextlib
 import json
+import os
+import subprocess
 import sys
 import time
 import urllib.error
@@ -32,3 +35,22 @@ def wait_ready(port, proc):
             pass
         time.sleep(0.2)
     sys.exit("a server did not start (port %d)" % port)
+
+
+@contextlib.contextmanager
+def server_pair(kvtier, llama_server, model, port, ctx, threads, extra=()):
+    """kvtier serve on port and llama-server on port + 1 (one slot), the same model, context, threads and extra flags,
+    both ready; stopped on leaving."""
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.abspath(llama_server)))
+    procs = [subprocess.Popen([kvtier, "serve", "-m", model, "--port", str(port), "-c", str(ctx), "-t", str(threads),
+                               *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+             subprocess.Popen([llama_server, "-m", model, "--port", str(port + 1), "-c", str(ctx), "-np", "1", "-t",
+                               str(threads), *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
+    try:
+        for i, p in enumerate(procs):
+            wait_ready(port + i, p)
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait()
