@@ -39,7 +39,8 @@ JANSSON ?= $(shell printf '\043include <jansson.h>\nint main(void){json_decref(j
 MHD     ?= $(shell printf '\043include <microhttpd.h>\nint main(void){return MHD_is_feature_supported(MHD_FEATURE_IPv6) < 0;}\n' | \
              $(CC) -x c - -lmicrohttpd -o /dev/null 2>/dev/null && echo 1 || echo 0)
 SERVE_JSON_SRC := src/serve/request.c src/serve/response.c src/serve/native.c src/serve/anthropic.c src/serve/responses_api.c \
-                  src/serve/embed_api.c src/serve/infill.c src/serve/native_prompt.c
+                  src/serve/embed_api.c src/serve/infill.c src/serve/native_prompt.c src/serve/json_schema.c \
+                  src/serve/json_schema_pattern.c src/serve/json_schema_int.c
 # the HTTP layer (http.c, http_job.c) needs both libraries
 SERVE_HTTP_SRC := src/serve/http.c src/serve/http_job.c
 SERVE_SRC := $(filter-out $(if $(filter 1,$(JANSSON)),,$(SERVE_JSON_SRC)) \
@@ -207,7 +208,9 @@ fuzz:
 FUZZ_REQUEST_SRC := fuzz/fuzz_request.c src/serve/request.c src/serve/response.c src/serve/native.c src/serve/infill.c \
                     src/serve/chat_template.c \
                     src/serve/anthropic.c src/serve/responses_api.c \
-                    src/serve/utf8_stream.c src/serve/sse.c src/serve/stop.c src/base/status.c
+                    src/serve/utf8_stream.c src/serve/sse.c src/serve/stop.c src/base/status.c \
+                    src/serve/json_schema.c src/serve/json_schema_pattern.c src/serve/json_schema_int.c \
+                    $(filter-out src/sched/grammar_tok.c,$(wildcard src/sched/grammar*.c))
 .PHONY: fuzz-request
 fuzz: fuzz-request
 fuzz-request:

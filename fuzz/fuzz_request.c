@@ -5,6 +5,8 @@
 // every body's bytes also go through the UTF-8 boundary buffer in pieces, whose output must be
 // valid UTF-8 with no character split, and the prompt through the request's stop strings (a
 // violation traps).
+// A request's grammar (`grammar`, or `json_schema` / `response_format` converted) is compiled and matched against the
+// body's bytes; a grammar converted from a schema that does not compile traps (the converter's bug).
 // Seeds (fuzz/seeds/request) hold the selector byte first: '0' completions, '1' chat, 0x80
 // /tokenize, 0x81 /detokenize, 0xC0 llama-server's /completion (native.h: its answers and /props are built too),
 // 0xA0 Anthropic's /v1/messages and 0xE0 OpenAI's /v1/responses (anthropic.h, responses_api.h: converted into a
@@ -27,6 +29,7 @@
 #include "../src/serve/sse.h"
 #include "../src/serve/stop.h"
 #include "../src/serve/utf8_stream.h"
+#include "../src/sched/grammar.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -127,6 +130,17 @@ static void check_api_answers(const kvt_request_params *p, const char *text) {
     free(kvt_anthropic_error_event(json, NULL));
 }
 
+static void check_grammar(const kvt_request_params *p, const char *text, size_t n) {
+    if (!p->grammar) return;
+    kvt_grammar *g = NULL;
+    kvt_err err;
+    kvt_status st = kvt_grammar_parse(p->grammar, strlen(p->grammar), "root", NULL, &g, &err);
+    if (st && st != KVT_ERR_NOMEM && strcmp(p->grammar_field, "grammar") != 0) __builtin_trap();
+    bool complete;
+    if (g) kvt_grammar_match(g, text, n < 256 ? n : 256, &complete, &err);
+    kvt_grammar_free(g);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     uint8_t sel = data[0];
@@ -149,6 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     const kvt_request_params *p = kvt_request_get(r);
+    check_grammar(p, body, n);
     const char *text = p->prompt ? p->prompt : "";
     if (kind == KVT_REQ_TOKENIZE || kind == KVT_REQ_DETOKENIZE) {
         const char *pieces[1] = {text};

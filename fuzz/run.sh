@@ -13,6 +13,9 @@
 #              without repository / file tokens), every flag and budget; seeds written by the target
 #   plan       the planner's JSON readers: profile (--profile FILE) and plan file (--plan FILE), each input to both,
 #              with what a loaded plan goes through (kvt_plan_apply) and a write/read-back; seeds: fuzz/seeds/plan
+#   grammar    the GBNF compiler and matcher (sched/grammar.h): a grammar text and a text to match ("\n---\n" between),
+#              compiled, matched whole and in pieces, and a walk over a fixed vocabulary checking the token filter;
+#              seeds: fuzz/seeds/grammar (llama.cpp's json, arithmetic, list grammars, repetitions, tokens, escapes)
 # With clang: libFuzzer (+ASan+UBSan) over a library built by clang in build-fuzz. Without: the same
 # targets linked with fuzz/fuzz_main.c (a mutation driver) and gcc's ASan+UBSan. A target whose input
 # files are absent is skipped with the reason. Crashes stop the run (exit status 1).
@@ -106,4 +109,8 @@ build plan
 echo "== fuzz plan (profile and plan JSON)"
 mkdir -p $B/corpus_plan
 run plan $B/corpus_plan fuzz/seeds/plan/*.json || status=1
+build grammar
+echo "== fuzz grammar (GBNF compiler and matcher)"
+mkdir -p $B/corpus_grammar
+run grammar $B/corpus_grammar fuzz/seeds/grammar/*.txt || status=1
 exit $status

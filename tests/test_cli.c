@@ -147,6 +147,39 @@ void test_cli(const test_env *env) {
         test_result(rc == 0 && strstr(out, pen[i].ids), "cli: generate with llama.cpp's penalties / logit biases gives llama-server's ids",
                     "%s: exit %d: %.300s", pen[i].flags, rc, out);
     }
+    // --grammar: greedy under a grammar gives llama-server's ids for the same /completion request (its `grammar`; the
+    // end-of-generation token 2 once the grammar is complete); a bad grammar is refused naming its line and column
+    static const struct {
+        const char *grammar, *ids;
+    } gram[] = {{"root ::= (\" \" [a-z]{1,6}){3} \".\"", "\"ids\":[447,260,295,466,111,470,391,49,2]"},
+                {"root ::= \"{\\\"name\\\": \\\"\" [A-Za-z]{1,8} \"\\\"}\"",
+                 "\"ids\":[126,37,113,100,112,104,37,61,35,37,434,434,430,333,37,128,2]"}};
+    for (size_t i = 0; i < sizeof gram / sizeof gram[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s generate -m %s -p 'Once upon a time' --temp 0 -n 24 --grammar '%s' --json", env->cli,
+                 model, gram[i].grammar);
+        rc = run(cmd, out, sizeof out);
+        test_result(rc == 0 && strstr(out, gram[i].ids), "cli: generate --grammar gives llama-server's ids",
+                    "%s: exit %d: %.300s", gram[i].grammar, rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p x -n 4 --grammar 'root ::= (\"a\"' 2>&1", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 2 && strstr(out, "--grammar") && strstr(out, "line 1 column"),
+                "cli: a bad --grammar is refused (exit 2) naming its line and column", "exit %d: %.300s", rc, out);
+#ifdef KVT_HAVE_JANSSON
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p x --temp 0.9 -s 3 -n 24 -j '{\"enum\": [\"red\", 12, null]}' --json",
+             env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 0 && (strstr(out, "\"text\":\"\\\"red\\\"\"") || strstr(out, "\"text\":\"12\"") ||
+                            strstr(out, "\"text\":\"null\"")),
+                "cli: generate -j (a JSON schema) answers one of its values", "exit %d: %.300s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s generate -m %s -p x -n 4 -j '{\"type\": \"strin\"}' 2>&1", env->cli, model);
+    rc = run(cmd, out, sizeof out);
+    test_result(rc == 2 && strstr(out, "strin"), "cli: a bad -j schema is refused (exit 2) naming the keyword",
+                "exit %d: %.300s", rc, out);
+#else
+    test_skip("cli: generate -j (a JSON schema)", "built without libjansson (apt-get install libjansson-dev)");
+    test_skip("cli: a bad -j schema is refused", "built without libjansson (apt-get install libjansson-dev)");
+#endif
     // DRY's flags: a base under 1 is refused (llama-cli keeps its default silently); breakers through the escapes
     // of -p ("\\n" a newline: the same ids as DRY's default set, whose other members never occur here), "none"
     static const char *const dry_bad[][2] = {{"--dry-base", "0.5"}, {"--dry-allowed-length", "-1"},

@@ -122,7 +122,9 @@ static void test_native_errors(void) {
         {"{\"prompt\":\"x\",\"samplers\":[\"top_k\",\"temperature\",\"infill\"],\"temperature\":0}", "samplers",
          "infill, temperature in that order"},
         {"{\"prompt\":\"x\",\"samplers\":[\"infill\",\"top_k\"]}", "samplers", "order"},
-        {"{\"prompt\":\"x\",\"grammar\":\"root ::= x\"}", "grammar", "not supported"},
+        {"{\"prompt\":\"x\",\"grammar\":[\"root ::= x\"]}", "grammar", "must be a string"},
+        {"{\"prompt\":\"x\",\"json_schema\":{\"type\":\"object\",\"minProperties\":\"2\"}}", "json_schema",
+         "minProperties"},
         {"{\"prompt\":\"x\",\"cache_prompt\":\"yes\"}", "cache_prompt", "must be a boolean"},
         {"{\"prompt\":\"x\",\"samplers\":5}", "samplers", "must be a list"},
         {"{\"prompt\":\"x\",\"samplers\":[\"top_k\",3]}", "samplers", "samplers[1]"},
@@ -586,6 +588,52 @@ static void test_infill_prompt(void) {
 }
 #endif
 
+#ifdef KVT_HAVE_JANSSON
+// grammar, json_schema and response_format: which one a request's grammar comes from (llama-server's rules)
+static void test_grammar_fields(void) {
+    static const struct {
+        kvt_req_kind kind;
+        const char *body;
+        const char *field; // NULL: no grammar
+        const char *has;   // a piece of the grammar's text
+    } cases[] = {
+        {KVT_REQ_NATIVE, "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", "grammar", "root ::= \"a\""},
+        {KVT_REQ_NATIVE, "{\"prompt\":\"x\",\"json_schema\":{\"type\":\"integer\"}}", "json_schema", "root"},
+        // /completion: a grammar given wins over json_schema, an empty one too (then none)
+        {KVT_REQ_NATIVE, "{\"prompt\":\"x\",\"json_schema\":{},\"grammar\":\"root ::= \\\"b\\\"\"}", "grammar", "\"b\""},
+        {KVT_REQ_NATIVE, "{\"prompt\":\"x\",\"json_schema\":{},\"grammar\":\"\"}", NULL, NULL},
+        {KVT_REQ_NATIVE, "{\"prompt\":\"x\",\"grammar\":\"\"}", NULL, NULL},
+        {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
+         "response_format.schema", "root"},
+        {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_schema\","
+         "\"json_schema\":{\"name\":\"n\",\"schema\":{\"enum\":[\"red\",\"blue\"]}}}}", "response_format.json_schema.schema",
+         "red"},
+        {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"text\"}}", NULL,
+         NULL},
+        // json_object keeps a json_schema given beside it (llama-server's chat parser)
+        {KVT_REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"json_schema\":{\"const\":\"zq\"},"
+         "\"response_format\":{\"type\":\"json_object\"}}", "json_schema", "zq"},
+        {KVT_REQ_COMPLETION, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\",\"schema\":{\"const\":7}}}",
+         "response_format.schema", "7"},
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvt_api_error e;
+        kvt_request *r = parse_as(cases[i].kind, cases[i].body, &e);
+        const kvt_request_params *p = r ? kvt_request_get(r) : NULL;
+        const bool ok = p && (cases[i].field ? p->grammar && !strcmp(p->grammar_field, cases[i].field) &&
+                                                   strstr(p->grammar, cases[i].has)
+                                             : !p->grammar);
+        if (!ok && bad++ < 3)
+            printf("  %s: %s; grammar from %s: %.200s\n", cases[i].body, r ? "parsed" : e.message,
+                   p && p->grammar ? p->grammar_field : "-", p && p->grammar ? p->grammar : "-");
+        kvt_request_free(r);
+    }
+    test_result(bad == 0, "serve.native: grammar, json_schema and response_format give the request's grammar as "
+                "llama-server's rules say", "%d of %zu cases wrong", bad, sizeof cases / sizeof cases[0]);
+}
+#endif
+
 void test_serve_native(const test_env *env) {
     (void)env;
 #ifdef KVT_HAVE_JANSSON
@@ -596,6 +644,7 @@ void test_serve_native(const test_env *env) {
     test_infill_prompt();
     test_editor_fields();
     test_infill_sampler();
+    test_grammar_fields();
 #else
     test_skip("serve.native", "built without libjansson (apt-get install libjansson-dev)");
 #endif

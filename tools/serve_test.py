@@ -676,6 +676,42 @@ def t_dry(s):
         assert st == 400 and r["error"]["param"] == param, (body, r)
 
 
+@case("grammar, json_schema and response_format (llama-server's): the answer follows the grammar or schema to its end "
+      "(sampled or greedy, streamed too), then an end-of-generation token; a bad grammar or schema is a 400 naming the "
+      "field, the grammar's line and column")
+def t_grammar(s):
+    for temp in (0, 1.0):
+        st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 16, "temperature": temp, "seed": 5,
+                                          "grammar": "root ::= \"yes\" | \"no\""})
+        assert st == 200 and r["content"] in ("yes", "no") and r["stop_type"] == "eos", r
+        assert r["generation_settings"]["grammar"] == "root ::= \"yes\" | \"no\"", r["generation_settings"]
+    body = {"prompt": "Once", "n_predict": 24, "temperature": 0.8, "seed": 2,
+            "grammar": "root ::= [a-z]{1,4} (\", \" [a-z]{1,4}){2} \".\""}  # (at most 17 characters)
+    st, _, r = s.post("/completion", body)
+    assert st == 200 and re.fullmatch(r"[a-z]{1,4}(, [a-z]{1,4}){2}\.", r["content"]) and r["stop_type"] == "eos", r
+    st, events, _ = native_stream(s, body)
+    assert st == 200 and "".join(e["content"] for e in events) == r["content"], events
+    st, _, r = s.post("/completion", {"prompt": "A", "n_predict": 16, "temperature": 0.7, "seed": 3,
+                                      "json_schema": {"enum": ["red", "blue", 7]}})
+    assert st == 200 and json.loads(r["content"]) in ("red", "blue", 7) and r["stop_type"] == "eos", r
+    st, _, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "colour?"}], "max_tokens": 16,
+                                               "response_format": {"type": "json_schema", "json_schema": {
+                                                   "schema": {"type": "boolean"}}}})
+    assert st == 200 and r["choices"][0]["message"]["content"] in ("true", "false"), r
+    assert r["choices"][0]["finish_reason"] == "stop", r
+    st, _, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "max_tokens": 24,
+                                               "temperature": 0, "response_format": {"type": "json_object"}})
+    assert st == 200 and r["choices"][0]["message"]["content"].startswith("{"), r
+    for path, body, param, msg in (
+            ("/completion", {"grammar": "root ::= (\"a\""}, "grammar", "line 1"),
+            ("/completion", {"grammar": "root ::= x"}, "grammar", "x"),
+            ("/completion", {"json_schema": {"type": "object", "properties": {"a": {"type": "strin"}}}}, "json_schema",
+             "strin"),
+            ("/v1/chat/completions", {"response_format": {"type": "xml"}}, "response_format.type", "xml")):
+        st, _, r = s.post(path, dict(body, prompt="A", messages=[{"role": "user", "content": "a"}], n_predict=2))
+        assert st == 400 and r["error"]["param"] == param and msg in r["error"]["message"], (body, r)
+
+
 @case("post_sampling_probs (llama-server's): the sampling chain's probabilities as \"prob\" / \"top_probs\", a greedy "
       "token's 1, top_k's survivors renormalized, streamed too; /v1 refuses it")
 def t_post_sampling(s):
@@ -702,7 +738,7 @@ def t_post_sampling(s):
 def t_native_refused(s):
     for body, param in (({"mirostat": 3}, "mirostat"), ({"repeat_penalty": 0}, "repeat_penalty"),
                         ({"n_probs": 50}, "n_probs"), ({"post_sampling_probs": 1, "n_probs": 2}, "post_sampling_probs"),
-                        ({"grammar": "root ::= \"a\""}, "grammar"), ({"min_keep": -1}, "min_keep"),
+                        ({"grammar": "root ::= x"}, "grammar"), ({"json_schema": {"type": "strin"}}, "json_schema"), ({"min_keep": -1}, "min_keep"),
                         ({"samplers": ["temperature", "top_k"], "top_k": 5, "temperature": 0.7}, "samplers"),
                         ({"n": 2}, "n"), ({"prompt": ["one", "two"]}, "prompt"), ({"lora": [{"id": 0}]}, "lora")):
         st, _, r = s.post("/completion", dict({"prompt": "A", "n_predict": 2}, **body))
@@ -2100,7 +2136,7 @@ def main():
         return 1
     for t in (t_health, t_models, t_completion, t_chat, t_chat_prompt, t_stream, t_stop, t_n, t_logprobs, t_400, t_404_405,
               t_hostile, t_slow, t_tokenize, t_sampling_extremes, t_empty_piece_logprobs,
-              t_native, t_native_stop, t_native_prompts, t_native_refused, t_editor_fields, t_dry, t_post_sampling,
+              t_native, t_native_stop, t_native_prompts, t_native_refused, t_editor_fields, t_dry, t_grammar, t_post_sampling,
               t_llama_extras, t_messages, t_messages_400, t_responses, t_responses_stream, t_ignore_eos,
               t_disconnect, t_metrics, t_concurrent, t_load, t_embd_off, t_infill_501):
         t(s)

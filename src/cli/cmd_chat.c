@@ -152,6 +152,10 @@ static int run_chat(int argc, char **argv, cli_sampling_args *sa) {
     cli_progress_on(&prog, &cp, !in.no_progress && !json);
     if (!cli_context_init("chat", model, &cp, &ctx)) goto done;
     if (!cli_dry_build("chat", tok, kvt_context_n_ctx(ctx), in.no_escape, &gp, sa)) goto done;
+    if (!cli_grammar_build("chat", tok, &gp, sa)) { // (a bad grammar or schema: a bad argument)
+        rc = 2;
+        goto done;
+    }
     kvt_conversation_params vp = kvt_conversation_params_default();
     vp.system = system;
     vp.n_align = cp.n_ubatch > 0 ? cp.n_ubatch : 512; // the context's micro-batch (as kvt_context_init sets it)

@@ -269,6 +269,10 @@ static int run_generate(int argc, char **argv, cli_sampling_args *sa) {
         goto done;
     }
     if (!cli_dry_build("generate", tok, cp.n_ctx, in.no_escape, &gp, sa)) goto done;
+    if (!cli_grammar_build("generate", tok, &gp, sa)) { // (a bad grammar or schema: a bad argument)
+        rc = 2;
+        goto done;
+    }
     cli_progress prog;
     cli_progress_on(&prog, &cp, !in.no_progress && !json);
     if (!cli_context_init("generate", model, &cp, &ctx)) goto done;

@@ -489,6 +489,11 @@ static int run_serve_cmd(int argc, char **argv, cli_sampling_args *sa) {
                         "requests)\n");
         return 2;
     }
+    if (sa->grammar || sa->grammar_file || sa->schema || sa->schema_file) {
+        fprintf(stderr, "kvtier serve: --grammar, --json-schema: not a server default here (send grammar, "
+                        "json_schema or response_format in the requests)\n");
+        return 2;
+    }
     if (cp.kv_block <= 0) cp.kv_block = 64; // the prefix cache reuses whole blocks: finer than generate's 512
     if (cache_max && !cache_dir) {
         fprintf(stderr, "kvtier serve: --kv-cache-max bounds --kv-cache-dir, which is not given\n");

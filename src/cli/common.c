@@ -10,7 +10,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../base/file.h"
 #include "../base/timer.h"
+#include "../sched/grammar_tok.h"
+#ifdef KVT_HAVE_JANSSON
+#include "../serve/json_schema.h"
+#endif
 #include "../serve/chat_template.h"
 #include "../exec/backend_cuda.h"
 
@@ -1000,6 +1005,87 @@ void cli_sampling_args_free(cli_sampling_args *sa) {
     sa->n_dry = 0;
     kvt_dry_breakers_free(sa->dry_table);
     sa->dry_table = NULL;
+    kvt_grammar_free(sa->gram);
+    sa->gram = NULL;
+    kvt_grammar_vocab_free(sa->gvocab);
+    sa->gvocab = NULL;
+}
+
+// The grammar's text from sa's flags into *text (malloc'd; NULL when no flag was given) and the flag it came from.
+static bool grammar_text(const char *cmd, const cli_sampling_args *sa, char **text, const char **flag) {
+    *text = NULL;
+    kvt_err err = {0};
+    size_t len = 0;
+    char *src = NULL;
+    *flag = sa->grammar ? "--grammar" : sa->grammar_file ? "--grammar-file" : sa->schema ? "--json-schema"
+                                                                            : "--json-schema-file";
+    if (sa->grammar || sa->schema) {
+        src = strdup(sa->grammar ? sa->grammar : sa->schema);
+        if (!src) kvt_errorf(&err, KVT_ERR_NOMEM, "out of memory");
+    } else if (sa->grammar_file || sa->schema_file) {
+        kvt_read_text(sa->grammar_file ? sa->grammar_file : sa->schema_file, &src, &len, &err);
+        if (src && strlen(src) != len) {
+            free(src);
+            src = NULL;
+            kvt_errorf(&err, KVT_ERR_INVALID_ARG, "%s holds a NUL byte", sa->grammar_file ? sa->grammar_file
+                                                                                      : sa->schema_file);
+        }
+    } else {
+        return true;
+    }
+    if (!src) {
+        fprintf(stderr, "kvtier %s: %s: %s\n", cmd, *flag, err.msg);
+        return false;
+    }
+    if (sa->grammar || sa->grammar_file) {
+        *text = src;
+        return true;
+    }
+#ifdef KVT_HAVE_JANSSON
+    json_error_t je;
+    json_t *schema = json_loads(src, JSON_DECODE_ANY, &je);
+    free(src);
+    if (!schema || !(json_is_object(schema) || json_is_true(schema))) {
+        if (schema) fprintf(stderr, "kvtier %s: %s: a JSON schema is an object\n", cmd, *flag);
+        else fprintf(stderr, "kvtier %s: %s: malformed JSON at line %d, column %d: %s\n", cmd, *flag, je.line,
+                     je.column, je.text);
+        json_decref(schema);
+        return false;
+    }
+    if (json_is_object(schema) && json_object_size(schema) == 0) // {}: any object, as llama.cpp's
+        json_object_set_new(schema, "type", json_string("object"));
+    kvt_status st = kvt_json_schema_to_grammar(schema, *flag, text, &err);
+    json_decref(schema);
+    if (st) {
+        fprintf(stderr, "kvtier %s: %s\n", cmd, err.msg);
+        return false;
+    }
+    return true;
+#else
+    free(src);
+    fprintf(stderr, "kvtier %s: %s: this kvtier was built without libjansson, which reads JSON schemas; install it "
+                    "(apt-get install libjansson-dev) and rebuild (make), or give a GBNF grammar (--grammar)\n", cmd,
+            *flag);
+    return false;
+#endif
+}
+
+bool cli_grammar_build(const char *cmd, const kvt_tokenizer *tok, kvt_generate_params *gp, cli_sampling_args *sa) {
+    char *text;
+    const char *flag;
+    if (!grammar_text(cmd, sa, &text, &flag)) return false;
+    if (!text) return true;
+    kvt_err err = {0};
+    kvt_status st = kvt_grammar_parse_tok(text, strlen(text), tok, &sa->gram, &err);
+    free(text);
+    if (!st) st = kvt_grammar_vocab_from_tokenizer(tok, &sa->gvocab, &err);
+    if (st) {
+        fprintf(stderr, "kvtier %s: %s: %s\n", cmd, flag, err.msg);
+        return false;
+    }
+    gp->sampling.grammar = sa->gram;
+    gp->sampling.grammar_vocab = sa->gvocab;
+    return true;
 }
 
 bool cli_dry_build(const char *cmd, const kvt_tokenizer *tok, int64_t n_ctx, bool no_escape, kvt_generate_params *gp,
@@ -1076,6 +1162,15 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cl
         }
         lb->dry = d;
         lb->dry[lb->n_dry++] = v;
+    } else if (!strcmp(flag, "--grammar") || !strcmp(flag, "--grammar-file") || !strcmp(flag, "-j") ||
+               !strcmp(flag, "--json-schema") || !strcmp(flag, "-jf") || !strcmp(flag, "--json-schema-file")) {
+        const char *v = kvt_args_value(a, flag);
+        if (!v) return -1;
+        lb->grammar = lb->grammar_file = lb->schema = lb->schema_file = NULL; // the last one wins
+        if (!strcmp(flag, "--grammar")) lb->grammar = v;
+        else if (!strcmp(flag, "--grammar-file")) lb->grammar_file = v;
+        else if (!strcmp(flag, "-j") || !strcmp(flag, "--json-schema")) lb->schema = v;
+        else lb->schema_file = v;
     } else if (!strcmp(flag, "--ignore-eos")) {
         gp->stop_at_eog = false;
     } else if (!strcmp(flag, "-l") || !strcmp(flag, "--logit-bias")) {

@@ -54,13 +54,18 @@ typedef struct {
     int32_t n_dry;
     bool dry_given;
     kvt_dry_breakers *dry_table;
+    // --grammar TEXT, --grammar-file FILE, -j / --json-schema TEXT, -jf / --json-schema-file FILE (argv's strings; the
+    // last given of the four wins, as llama.cpp's), compiled by cli_grammar_build
+    const char *grammar, *grammar_file, *schema, *schema_file;
+    kvt_grammar *gram;
+    kvt_grammar_vocab *gvocab;
 } cli_sampling_args;
 void cli_sampling_args_free(cli_sampling_args *sa);
 // Parses a sampling flag into gp if `flag` is one (--temp, --seed or -s, --top-k, --top-p, --min-p, --top-nsigma,
 // --min-keep, --typical, --xtc-probability, --xtc-threshold, --dynatemp-range, --dynatemp-exp, --mirostat, --mirostat-ent,
 // --mirostat-lr, --repeat-penalty, --frequency-penalty, --presence-penalty, --repeat-last-n, --dry-multiplier,
 // --dry-base, --dry-allowed-length, --dry-penalty-last-n, --dry-sequence-breaker, --adaptive-target, --adaptive-decay,
-// --ignore-eos, -l / --logit-bias into
+// --ignore-eos, -l / --logit-bias, --grammar, --grammar-file, -j / --json-schema, -jf / --json-schema-file into
 // sa, which must outlive gp's use); returns 1 if consumed, 0 if not one of them, -1 on a bad value (message printed).
 int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cli_sampling_args *sa);
 // When gp's DRY acts: its breakers' table over tok into sa (llama.cpp's default "\n", ":", "\"", "*" unless
@@ -68,6 +73,9 @@ int cli_sampling_flag(kvt_args *a, const char *flag, kvt_generate_params *gp, cl
 // window bounded by n_ctx. false with a message printed.
 bool cli_dry_build(const char *cmd, const kvt_tokenizer *tok, int64_t n_ctx, bool no_escape, kvt_generate_params *gp,
                    cli_sampling_args *sa);
+// When a grammar flag was given: the grammar (a JSON schema converted: needs libjansson) compiled over tok's vocabulary
+// into sa, gp->sampling pointing at it. false with a message printed (the flag, and the grammar's line and column).
+bool cli_grammar_build(const char *cmd, const kvt_tokenizer *tok, kvt_generate_params *gp, cli_sampling_args *sa);
 // --ignore-eos (gp->stop_at_eog false): gp's logit biases followed by a ban of every end-of-generation token
 // (kvt_logit_bias_ban_eog, as llama-cli's --ignore-eos) in *owned (the caller frees it; NULL when nothing was added);
 // gp->sampling points into it. false with a message printed.
@@ -103,7 +111,10 @@ bool cli_check_logit_bias(const char *cmd, const cli_sampling_args *lb, int32_t 
     "                       = off), P moving with the chosen tokens' average, decaying by --adaptive-decay D (0.9)\n" \
     "  -l, --logit-bias TOKEN_ID(+/-)BIAS   add BIAS to a token's logit first (llama.cpp's form: 15043+1, 15043-inf\n"   \
     "                       bans it); repeatable, at most 256\n"                                                        \
-    "  --ignore-eos         ban end-of-generation tokens (llama.cpp's -inf logit bias): exactly -n tokens\n"
+    "  --ignore-eos         ban end-of-generation tokens (llama.cpp's -inf logit bias): exactly -n tokens\n"         \
+    "  --grammar GBNF, --grammar-file FILE   the answer follows this grammar (llama.cpp's GBNF format)\n"            \
+    "  -j, --json-schema SCHEMA, -jf, --json-schema-file FILE   the answer is JSON following this schema ({}: any\n"  \
+    "                       object; converted to a grammar as llama.cpp's json_schema_to_grammar)\n"
 // Prefill progress on stderr ("kvtier: prefill DONE/TOTAL tokens, X tok/s", one line rewritten in place,
 // erased when done): the first micro-batch, then at most every 0.25 s. cli_progress_on sets cp->progress
 // when stderr is a terminal and on is true (callers pass false for --no-progress and --json).

@@ -89,7 +89,8 @@ kvt_status kvt_generate_cached(kvt_context *ctx, const kvt_tokenizer *tok, const
     if (ids_only && (st = kvt_context_argmax(ctx, &next, &finite, err))) goto done;
     double t1 = kvt_time_ms();
     for (int64_t i = 0; i < p->n_predict; i++) {
-        int32_t id = ids_only ? next : kvt_sampler_sample(smp, kvt_context_logits(ctx));
+        int32_t id = next;
+        if (!ids_only && (st = kvt_sampler_draw(smp, kvt_context_logits(ctx), &id, err))) break;
         if (bans && kvt_sampler_params_banned(sp, id)) id = kvt_sampler_sample(smp, kvt_context_logits(ctx));
         kvt_sampler_accept(smp, id);
         out_ids[stats->n_gen++] = id;

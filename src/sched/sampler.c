@@ -43,11 +43,19 @@ struct kvt_sampler {
     float ap_sum, ap_weight, ap_prob;
     int32_t ap_pending;
     float *ap_q; // [n_vocab] the survivors' probabilities of a draw (adaptive-p on)
+    // the grammar (p.grammar set): this sequence's matcher, the vocabulary's texts (a reference), the ids 0..n_vocab-1
+    // [n_vocab] and the mask of a rejected draw [n_vocab] (1: allowed)
+    kvt_grammar_state *gs;
+    kvt_grammar_vocab *gv;
+    int32_t *g_ids;
+    uint8_t *g_mask;
+    int64_t g_drawn; // tokens drawn under the grammar (messages)
 };
 
 kvt_sampler_params kvt_sampler_params_default(void) {
     kvt_sampler_params p = {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0x5eed, 0.0f, 0.0f, NULL, 0, NULL, -1.0f, 1.0f,
-                            0.0f, 0.1f, 0.0f, 1.0f, 0, 5.0f, 0.1f, {0.0f, 1.75f, 2, 64}, NULL, -1.0f, 0.9f, NULL, 0};
+                            0.0f, 0.1f, 0.0f, 1.0f, 0, 5.0f, 0.1f, {0.0f, 1.75f, 2, 64}, NULL, -1.0f, 0.9f, NULL, 0,
+                            NULL, NULL};
     return p;
 }
 
@@ -72,7 +80,7 @@ bool kvt_sampler_params_bans_only(const kvt_sampler_params *p) {
     // typical-p, XTC and infill can drop the argmax, a dynamic temperature can rise above 0
     const bool drops = p->typical_p < 1.0f || (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f) || p->infill ||
                        p->dynatemp_range > 0.0f;
-    if ((penalize(p) && !mirostat_on(p)) || dry_on(p) || drops || p->report) return false;
+    if ((penalize(p) && !mirostat_on(p)) || dry_on(p) || drops || p->report || p->grammar) return false;
     for (int32_t i = 0; p->logit_bias && i < p->n_logit_bias; i++) {
         if (!is_ban(p->logit_bias[i].bias)) return false;
     }
@@ -100,6 +108,9 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
     if (p->infill && kvt_token_eot(p->infill) < 0 && kvt_token_eos(p->infill) < 0)
         return kvt_errorf(err, KVT_ERR_INVALID_ARG, "infill sampler: the vocabulary has neither an EOT nor an EOS "
                           "token");
+    if (p->grammar && (!p->grammar_vocab || kvt_grammar_vocab_n(p->grammar_vocab) != n_vocab))
+        return kvt_errorf(err, KVT_ERR_INVALID_ARG, "grammar: the sampler needs the texts of the model's %d tokens "
+                          "(given %d)", (int)n_vocab, p->grammar_vocab ? (int)kvt_grammar_vocab_n(p->grammar_vocab) : 0);
     kvt_sampler *s = calloc(1, sizeof *s);
     if (!s) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory");
     s->p = *p;
@@ -147,6 +158,23 @@ kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sa
             return st;
         }
     }
+    if (p->grammar) {
+        kvt_status st = kvt_grammar_state_init(p->grammar, &s->gs, err);
+        if (st) {
+            kvt_sampler_free(s);
+            return st;
+        }
+        s->gv = kvt_grammar_vocab_ref(p->grammar_vocab);
+        s->g_ids = malloc((size_t)n_vocab * sizeof *s->g_ids);
+        s->g_mask = malloc((size_t)n_vocab);
+        if (!s->g_ids || !s->g_mask) {
+            kvt_sampler_free(s);
+            return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for a grammar's mask over %d tokens", (int)n_vocab);
+        }
+        for (int32_t i = 0; i < n_vocab; i++) s->g_ids[i] = i;
+    }
+    s->p.grammar = NULL; // (held through gs and gv)
+    s->p.grammar_vocab = NULL;
     s->rng = p->seed * 0x9E3779B97F4A7C15ull + 1;
     s->mu = 2.0f * p->mirostat_tau;
     const float decay = p->adaptive_decay < 0.0f ? 0.0f : p->adaptive_decay > 0.99f ? 0.99f : p->adaptive_decay;
@@ -173,6 +201,10 @@ void kvt_sampler_free(kvt_sampler *s) {
     free(s->tmp);
     kvt_dry_free(s->dry);
     free(s->ap_q);
+    kvt_grammar_state_free(s->gs);
+    kvt_grammar_vocab_free(s->gv);
+    free(s->g_ids);
+    free(s->g_mask);
     free(s);
 }
 
@@ -598,9 +630,13 @@ static int32_t adaptive_draw(kvt_sampler *s, int32_t m, double tot) {
     return c[pick].id;
 }
 
-int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
+// The chain over logits [n_vocab], with mask [n_vocab] (NULL: none) setting every token it marks 0 to -inf first.
+static int32_t chain(kvt_sampler *s, const float *logits, const uint8_t *mask) {
     const int32_t n = s->n_vocab;
     for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i]};
+    if (mask) {
+        for (int32_t i = 0; i < n; i++) s->c[i].v = mask[i] ? s->c[i].v : -INFINITY;
+    }
     // a ban (a -inf bias, or biases summing to -inf) wins over any other bias of its token, whatever their order: a
     // +inf bias beside a ban (ignore_eos with an end-of-generation token forced, or [[5, 1e308], [5, -1e308]]) made the
     // logit NaN (inf - inf), and a NaN drew greedily or fell through every cut to the last candidate
@@ -691,3 +727,61 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
     report(s, s->c, m, tot, pick);
     return s->c[pick].id;
 }
+
+int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits) {
+    if (!s->gs) return chain(s, logits, NULL);
+    int32_t id;
+    return kvt_sampler_draw(s, logits, &id, NULL) ? chain(s, logits, NULL) : id;
+}
+
+kvt_status kvt_sampler_draw(kvt_sampler *s, const float *logits, int32_t *out, kvt_err *err) {
+    *out = -1;
+    if (!s->gs) {
+        *out = chain(s, logits, NULL);
+        return KVT_OK;
+    }
+    const int32_t n = s->n_vocab;
+    const bool plain = !s->p.infill && s->p.typical_p >= 1.0f && !(s->p.xtc_probability > 0.0f &&
+                       s->p.xtc_threshold <= 0.5f) && s->p.dynatemp_range <= 0.0f;
+    // greedy over the raw logits (nothing adjusts them, no report): the argmax, the candidates filled only when needed
+    const bool raw = s->p.temp <= 0.0f && plain && !mirostat_on(&s->p) && s->p.n_logit_bias == 0 && !s->count &&
+                     !s->dry && !s->p.report;
+    int32_t id = raw ? kvt_argmax(logits, n) : chain(s, logits, NULL);
+    uint8_t ok = 0;
+    kvt_status st = kvt_grammar_state_filter(s->gs, s->gv, &id, 1, &ok, err);
+    if (!st && !ok && raw) {
+        for (int32_t i = 0; i < n; i++) s->c[i] = (cand){i, logits[i]};
+    }
+    // a greedy chain (chain() took its argmax path: s->c holds the adjusted logits in id order) picks, after the mask,
+    // the first allowed token in `before` order: the likeliest candidates are checked one by one first, so that the
+    // whole vocabulary is filtered only when none of them is allowed
+    if (!st && !ok && s->p.temp <= 0.0f && (plain || mirostat_on(&s->p))) {
+        const int32_t k = n < 64 ? n : 64;
+        select_top(s->c, n, k);
+        for (int32_t i = 0; !st && !ok && i < k && s->c[i].v > -INFINITY; i++) {
+            st = kvt_grammar_state_filter(s->gs, s->gv, &s->c[i].id, 1, &ok, err);
+            if (!st && ok) id = greedy(s, s->c[i].id);
+        }
+    }
+    if (!st && !ok) { // llama.cpp's second draw: the grammar's mask first, then the whole chain again
+        st = kvt_grammar_state_filter(s->gs, s->gv, s->g_ids, n, s->g_mask, err);
+        int32_t best = -1; // the likeliest allowed token by the raw logits (lowest id on ties)
+        for (int32_t i = 0; !st && i < n; i++) {
+            if (s->g_mask[i] && (best < 0 || logits[i] > logits[best])) best = i;
+        }
+        if (!st && best < 0)
+            return kvt_errorf(err, KVT_ERR_INVALID_ARG, "grammar: no token of the vocabulary continues the text after "
+                              "%lld generated tokens", (long long)s->g_drawn);
+        if (!st) {
+            id = chain(s, logits, s->g_mask);
+            if (id < 0 || id >= n || !s->g_mask[id]) id = greedy(s, best); // the biases banned every allowed token
+        }
+    }
+    if (!st) st = kvt_grammar_state_accept(s->gs, s->gv, id, err);
+    if (st) return st;
+    s->g_drawn++;
+    *out = id;
+    return KVT_OK;
+}
+
+bool kvt_sampler_grammar_done(const kvt_sampler *s) { return s->gs && kvt_grammar_state_done(s->gs); }

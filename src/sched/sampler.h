@@ -1,7 +1,7 @@
 // sampler.h - token sampling from a logit vector.
 //
-// Chain (as llama.cpp's default order): logit biases -> penalties over the last `penalty_last_n`
-// tokens (repetition, frequency, presence: llama.cpp's penalties sampler) -> DRY -> top-n-sigma ->
+// Chain (as llama.cpp's default order): (a grammar's mask, when the grammar rejected a first draw: below) logit
+// biases -> penalties over the last `penalty_last_n` tokens (repetition, frequency, presence: llama.cpp's penalties sampler) -> DRY -> top-n-sigma ->
 // top-k -> typical-p -> top-p -> min-p -> XTC -> infill (when asked) -> temperature (or dynamic temperature) -> draw
 // (or adaptive-p's).
 // temp <= 0 is greedy (argmax, ties to the lowest id; with typical-p, XTC or infill, which can drop the argmax, the
@@ -19,6 +19,7 @@
 
 #include "../base/status.h"
 #include "dry.h"
+#include "grammar.h"
 
 // A bias added to one token's logit before anything else (llama.cpp's logit_bias; -INFINITY bans the token, +INFINITY
 // forces it: the tokens at +inf share the draw; every token banned draws greedily, id 0). A ban wins over every other
@@ -96,6 +97,15 @@ typedef struct {
     kvt_sampler_report *report;
     // llama.cpp's min_keep (0 or 1: no effect): top-p, min-p, typical-p and XTC keep at least this many candidates
     int32_t min_keep;
+    // A GBNF grammar (grammar.h; NULL: off) and the vocabulary's texts for it (required with it, n_vocab tokens), in
+    // llama.cpp's order: the chain draws over the logits; when the grammar does not allow the drawn token, the chain
+    // draws again over the logits with every token the grammar forbids at -inf (the first draw's generator steps and
+    // mirostat / adaptive-p updates stay, as in llama.cpp). When the biases ban every token the grammar allows (say
+    // ignore_eos once the grammar is complete), the likeliest allowed token by the raw logits is drawn: the grammar
+    // outranks a ban. The sampler holds its own matcher (one per sequence) and references to both until freed;
+    // kvt_sampler_draw advances the matcher past the token it returns (prompt tokens never enter it).
+    const kvt_grammar *grammar;
+    const kvt_grammar_vocab *grammar_vocab;
 } kvt_sampler_params;
 
 // True when the parameters can change a logit before the draw (a logit bias, or a penalty or DRY that acts).
@@ -112,11 +122,19 @@ kvt_sampler_params kvt_sampler_params_default(void);
 typedef struct kvt_sampler kvt_sampler;
 
 // KVT_ERR_INVALID_ARG for an empty vocabulary or a logit bias whose token is outside it or whose bias is NaN (named),
-// or an infill vocabulary with neither EOT nor EOS; KVT_ERR_NOMEM.
+// an infill vocabulary with neither EOT nor EOS, a grammar without its vocabulary or with one of another size;
+// KVT_ERR_NOMEM.
 kvt_status kvt_sampler_init(const kvt_sampler_params *p, int32_t n_vocab, kvt_sampler **out, kvt_err *err);
 void kvt_sampler_free(kvt_sampler *s);
-// Picks a token from logits [n_vocab] (not modified).
+// Picks a token from logits [n_vocab] (not modified). With a grammar, as kvt_sampler_draw, whose failures it cannot
+// report: it then returns the chain's pick unchecked (use kvt_sampler_draw).
 int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits);
+// Picks a token into *out from logits [n_vocab] (not modified) and, with a grammar, advances the grammar past it.
+// KVT_ERR_INVALID_ARG when the grammar allows no token of the vocabulary ("grammar: no token ... after N tokens") or
+// its matcher bound is reached (grammar.h), KVT_ERR_NOMEM; *out is then -1 and the state as before.
+kvt_status kvt_sampler_draw(kvt_sampler *s, const float *logits, int32_t *out, kvt_err *err);
+// With a grammar: true when it allows nothing but the end (its root is complete and cannot go on). False without.
+bool kvt_sampler_grammar_done(const kvt_sampler *s);
 // Records a token (prompt or generated) for the repetition penalty.
 void kvt_sampler_accept(kvt_sampler *s, int32_t token);
 

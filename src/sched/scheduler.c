@@ -370,14 +370,17 @@ static void choice_end(kvt_sched *s, req *r, int32_t i, kvt_sched_finish why) {
     s->cb.on_finish(r->p.user, i, why);
 }
 
-// Choice i samples its next token from logits and reports it.
-static void choice_sample(kvt_sched *s, req *r, int32_t i, const float *logits) {
+// Choice i samples its next token from logits and reports it. A failed draw (a grammar that allows no token) fails
+// the request: the caller ends it with the status.
+static kvt_status choice_sample(kvt_sched *s, req *r, int32_t i, const float *logits, kvt_err *err) {
     choice *c = &r->ch[i];
     if (c->n_gen >= r->max_tokens) {
         choice_end(s, r, i, KVT_SCHED_LENGTH);
-        return;
+        return KVT_OK;
     }
-    const int32_t id = kvt_sampler_sample(c->smp, logits);
+    int32_t id;
+    kvt_status st = kvt_sampler_draw(c->smp, logits, &id, err);
+    if (st) return st;
     kvt_sampler_accept(c->smp, id);
     c->n_gen++;
     r->completion++;
@@ -386,6 +389,7 @@ static void choice_sample(kvt_sched *s, req *r, int32_t i, const float *logits) 
     else if (!go) choice_end(s, r, i, KVT_SCHED_STOP);
     else if (c->n_gen >= r->max_tokens) choice_end(s, r, i, KVT_SCHED_LENGTH);
     else c->last = id;
+    return KVT_OK;
 }
 
 // The prompt of r is in its sequence: register it in the prefix cache, fork the other choices, sample each.
@@ -402,8 +406,8 @@ static kvt_status prompt_done(kvt_sched *s, req *r, const float *logits, kvt_err
     }
     if (st) return st;
     r->state = R_DECODE;
-    for (int32_t i = 0; i < r->p.n; i++) choice_sample(s, r, i, logits);
-    return KVT_OK;
+    for (int32_t i = 0; !st && i < r->p.n; i++) st = choice_sample(s, r, i, logits, err);
+    return st;
 }
 
 static kvt_status grow(kvt_sched *s, int64_t n, kvt_err *err) {
@@ -666,9 +670,20 @@ kvt_status kvt_sched_step(kvt_sched *s, int64_t *rows, kvt_err *err) {
     for (int64_t i = 0; i < n_runs; i++) {
         req *r = s->run_req[i];
         *rows += s->runs[i].n;
+        if (!r) continue; // its request failed earlier in this pass (its logits row was counted there)
         if (s->run_choice[i] >= 0) {
             s->st.decode_rows++;
-            choice_sample(s, r, s->run_choice[i], logits + k++ * s->n_vocab);
+            kvt_err e2;
+            if (choice_sample(s, r, s->run_choice[i], logits + k++ * s->n_vocab, &e2)) {
+                for (int64_t j = i + 1; j < n_runs; j++) { // its other choices' rows are skipped (r is gone)
+                    if (s->run_req[j] == r) {
+                        s->run_req[j] = NULL;
+                        k += s->run_choice[j] >= 0 || s->runs[j].logits;
+                    }
+                }
+                req_end(s, r, KVT_SCHED_FAILED, &e2);
+                continue;
+            }
         } else {
             s->st.prefill_rows += s->runs[i].n;
             r->n_prefilled += s->runs[i].n;

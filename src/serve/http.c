@@ -19,6 +19,7 @@
 
 #include "../base/timer.h"
 #include "../sched/generate.h"
+#include "../sched/grammar_tok.h"
 #include "anthropic.h"
 #include "conversation.h"
 #include "embed_api.h"
@@ -60,6 +61,10 @@ struct kvt_http {
     char *dry_key;
     size_t dry_key_len;
     kvt_dry_breakers *dry_cached;
+    // the vocabulary's texts for grammars (grammar_tok.h), built by the first request with a grammar (~40 ms for
+    // 262K tokens) and kept
+    pthread_mutex_t gvocab_mu;
+    kvt_grammar_vocab *gvocab;
 };
 
 // One request on a connection (libmicrohttpd's con_cls).
@@ -327,6 +332,28 @@ fail:
     return false;
 }
 
+// The request's grammar compiled against the server's vocabulary (*g NULL when it has none), and the vocabulary's
+// texts in *v (the server's, built once). False with *ae filled (400 naming the field for a bad grammar).
+static bool request_grammar(kvt_http *h, const kvt_request_params *p, kvt_grammar **g, const kvt_grammar_vocab **v,
+                            kvt_api_error *ae) {
+    *g = NULL;
+    *v = NULL;
+    if (!p->grammar) return true;
+    kvt_err err = {0};
+    kvt_status st = KVT_OK;
+    pthread_mutex_lock(&h->gvocab_mu);
+    if (!h->gvocab) st = kvt_grammar_vocab_from_tokenizer(h->tok, &h->gvocab, &err);
+    *v = h->gvocab; // (kept until the server ends)
+    pthread_mutex_unlock(&h->gvocab_mu);
+    if (!st) st = kvt_grammar_parse_tok(p->grammar, strlen(p->grammar), h->tok, g, &err);
+    if (!st) return true;
+    if (st == KVT_ERR_NOMEM) kvt_api_errorf(ae, 500, "server_error", NULL, "%s", err.msg);
+    else if (!strncmp(err.msg, p->grammar_field, strlen(p->grammar_field))) // (the parser's messages say "grammar")
+        kvt_api_errorf(ae, 400, "invalid_request_error", p->grammar_field, "%s", err.msg);
+    else kvt_api_errorf(ae, 400, "invalid_request_error", p->grammar_field, "%s: %s", p->grammar_field, err.msg);
+    return false;
+}
+
 // A streamed response's reader: the job and the client's socket.
 typedef struct {
     kvt_http_job *job;
@@ -428,6 +455,14 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
         return send_api_error(h, c, &ae, NULL, NULL);
     }
     job.sampling.dry_breakers = dry;
+    kvt_grammar *gram = NULL; // (the HTTP job keeps the reference)
+    if (!request_grammar(h, p, &gram, &job.sampling.grammar_vocab, &ae)) {
+        free(ids);
+        kvt_dry_breakers_free(dry);
+        kvt_request_free(req);
+        return send_api_error(h, c, &ae, NULL, NULL);
+    }
+    job.sampling.grammar = gram;
     // the window never holds more than the context (a larger one would only cost the sampler's memory)
     job.sampling.penalty_last_n = (int32_t)(p->repeat_last_n < n_ctx ? p->repeat_last_n : n_ctx);
     job.sampling.seed = p->has_seed ? p->seed
@@ -438,9 +473,11 @@ static enum MHD_Result answer_completion(kvt_http *h, struct MHD_Connection *c, 
     if (!j) {
         free(ids);
         kvt_dry_breakers_free(dry);
+        kvt_grammar_free(gram);
         return send_error(h, c, 500, "server_error", "out of memory for the request");
     }
     kvt_http_job_set_dry(j, dry);
+    kvt_http_job_set_grammar(j, gram);
     if (kind == KVT_REQ_NATIVE) { // the prompt's text (special tokens rendered, as llama-server) for the answer
         if (!p->has_seed) job.sampling.seed &= 0x7fffffff; // reported in generation_settings: 31 bits, as llama-server's
         int64_t len = kvt_detokenize_ex(h->tok, ids, n_prompt, NULL, 0, false, true);
@@ -990,6 +1027,7 @@ kvt_status kvt_http_start(const kvt_http_params *p, kvt_http **out, kvt_err *err
     kvt_http *h = calloc(1, sizeof *h);
     if (!h) return kvt_errorf(err, KVT_ERR_NOMEM, "out of memory for the server");
     pthread_mutex_init(&h->dry_mu, NULL); // (no resource to release on the error paths below)
+    pthread_mutex_init(&h->gvocab_mu, NULL);
     h->p = *p;
     h->defaults = p->defaults ? *p->defaults : kvt_req_defaults_llama();
     h->p.defaults = NULL;
@@ -1107,5 +1145,7 @@ void kvt_http_stop(kvt_http *h) {
     free(h->dry_key);
     free_dry_default(h);
     pthread_mutex_destroy(&h->dry_mu);
+    kvt_grammar_vocab_free(h->gvocab);
+    pthread_mutex_destroy(&h->gvocab_mu);
     free(h);
 }

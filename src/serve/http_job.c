@@ -88,6 +88,7 @@ struct kvt_http_job {
     int refs;
     kvt_request *req;
     kvt_dry_breakers *dry; // a reference to the DRY breakers' table of the job's samplers (NULL: none)
+    kvt_grammar *grammar;  // a reference to the compiled grammar of the job's samplers (NULL: none)
     const kvt_request_params *p;
     const kvt_tokenizer *tok;
     char *model;
@@ -179,6 +180,7 @@ void kvt_http_job_unref(kvt_http_job *j) {
     free(j->model);
     kvt_request_free(j->req);
     kvt_dry_breakers_free(j->dry);
+    kvt_grammar_free(j->grammar);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
@@ -189,6 +191,11 @@ const kvt_request_params *kvt_http_job_params(const kvt_http_job *j) { return j-
 void kvt_http_job_set_dry(kvt_http_job *j, kvt_dry_breakers *b) {
     kvt_dry_breakers_free(j->dry);
     j->dry = b;
+}
+
+void kvt_http_job_set_grammar(kvt_http_job *j, kvt_grammar *g) {
+    kvt_grammar_free(j->grammar);
+    j->grammar = g;
 }
 
 void kvt_http_job_set_native(kvt_http_job *j, char *prompt_text, size_t prompt_len, uint64_t seed, int64_t n_prompt) {

@@ -29,6 +29,8 @@ const kvt_request_params *kvt_http_job_params(const kvt_http_job *j);
 void kvt_http_job_set_native(kvt_http_job *j, char *prompt_text, size_t prompt_len, uint64_t seed, int64_t n_prompt);
 // The DRY breakers' table the job's samplers use (its reference, dropped with the job; NULL: none), before submitting.
 void kvt_http_job_set_dry(kvt_http_job *j, kvt_dry_breakers *b);
+// The compiled grammar the job's samplers use (its reference, dropped with the job; NULL: none), before submitting.
+void kvt_http_job_set_grammar(kvt_http_job *j, kvt_grammar *g);
 // The prompt's length in tokens (an Anthropic stream's message_start tells it), before submitting.
 void kvt_http_job_set_n_prompt(kvt_http_job *j, int64_t n_prompt);
 // The callbacks to submit with (user = j).

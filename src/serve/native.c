@@ -473,7 +473,7 @@ static json_t *settings_json(const kvt_request_params *p, int32_t n_probs, bool 
     set(o, "logit_bias", lb, ok);
     set(o, "n_probs", json_integer(n_probs), ok);
     set(o, "min_keep", json_integer(p->min_keep), ok);
-    set(o, "grammar", json_string(""), ok);
+    set(o, "grammar", json_string(p->grammar ? p->grammar : ""), ok);
     static const char *const chain[] = {"penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc",
                                         "infill", "temperature"};
     const bool infill = p->infill_sampler;

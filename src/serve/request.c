@@ -1,6 +1,8 @@
 // request.c - OpenAI request bodies parsed with jansson and validated field by field (request.h).
 #include "request.h"
 
+#include "json_schema.h"
+
 #include "native.h"
 
 #include <errno.h>
@@ -369,23 +371,87 @@ static kvt_status parse_unsupported(const kvt_request *r, json_t *root, kvt_api_
         return kvt_api_errorf(e, 400, NULL, "post_sampling_probs", "post_sampling_probs: kvtier gives the sampling "
                               "chain's probabilities on /completion and /infill only");
     // objects, lists and strings: only an empty one (or false) is accepted
-    static const char *const other[] = {"suffix", "echo", "grammar", "json_schema", "tools",
-                                        "functions", "logits_processors", "guided_json", "guided_regex"};
+    static const char *const other[] = {"suffix", "echo", "tools", "functions", "logits_processors", "guided_json",
+                                        "guided_regex"};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
         json_t *v = field(root, other[i]);
         bool neutral = !v || json_is_false(v) || (json_is_object(v) && json_object_size(v) == 0) ||
                        (json_is_array(v) && json_array_size(v) == 0) || (json_is_string(v) && json_string_length(v) == 0);
         if (!neutral) return kvt_api_errorf(e, 400, NULL, other[i], "%s: not supported by kvtier", other[i]);
     }
-    json_t *rf = field(root, "response_format");
-    if (rf) {
-        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-            return bad(e, "response_format", "not supported by kvtier (only {\"type\": \"text\"} is accepted)");
-    }
     json_t *bo = field(root, "best_of");
     if (bo && (!json_is_integer(bo) || json_integer_value(bo) != r->p.n))
         return bad(e, "best_of", "not supported by kvtier (only best_of equal to n is accepted)");
+    return KVT_OK;
+}
+
+// A schema's object member (NULL: absent or null); a present one that is not an object (or true) is an error.
+static kvt_status schema_member(json_t *obj, const char *key, const char *param, json_t **out, kvt_api_error *e) {
+    *out = field(obj, key);
+    if (*out && !json_is_object(*out) && !json_is_true(*out))
+        return kvt_api_errorf(e, 400, NULL, param, "%s: must be a JSON schema (an object), got %s", param,
+                              type_name(*out));
+    return KVT_OK;
+}
+
+// `grammar`, `json_schema` and `response_format` (request.h) into p->grammar: llama-server's rules (its /completion
+// handler and its chat parser), the schema converted (json_schema.h) into a grammar the request owns.
+static kvt_status parse_grammar(kvt_request *r, json_t *root, kvt_api_error *e) {
+    kvt_request_params *p = &r->p;
+    const char *gtext = NULL;
+    json_t *g = field(root, "grammar"), *schema, *rf = field(root, "response_format");
+    if (g && check_str(g, "grammar", &gtext, e)) return KVT_ERR_INVALID_ARG;
+    const char *where = "json_schema";
+    if (schema_member(root, "json_schema", where, &schema, e)) return KVT_ERR_INVALID_ARG;
+    if (p->kind == KVT_REQ_NATIVE && g) schema = NULL; // (/completion: a grammar given wins, even an empty one)
+    if (p->kind != KVT_REQ_NATIVE && schema && gtext && *gtext)
+        return bad(e, "json_schema", "cannot be used together with grammar (give one of them)");
+    if (rf) {
+        json_t *t = json_is_object(rf) ? field(rf, "type") : NULL;
+        const char *type = json_is_string(t) ? json_string_value(t) : NULL;
+        if (!json_is_object(rf) || (t && !type))
+            return bad(e, "response_format", "must be an object {\"type\": \"text\" | \"json_object\" | "
+                       "\"json_schema\", ...}");
+        if (type && !strcmp(type, "json_object")) {
+            json_t *s2;
+            if (schema_member(rf, "schema", "response_format.schema", &s2, e)) return KVT_ERR_INVALID_ARG;
+            if (s2 || !schema) schema = s2, where = "response_format.schema";
+            if (!schema) schema = json_object(), json_object_set_new(rf, "schema", schema); // any object (below)
+        } else if (type && !strcmp(type, "json_schema")) {
+            json_t *w = field(rf, "json_schema");
+            if (w && !json_is_object(w))
+                return kvt_api_errorf(e, 400, NULL, "response_format.json_schema", "response_format.json_schema: "
+                                      "must be an object {\"schema\": ...}, got %s", type_name(w));
+            where = "response_format.json_schema.schema";
+            if (schema_member(w ? w : rf, "schema", where, &schema, e)) return KVT_ERR_INVALID_ARG;
+            if (!schema) {
+                if (!w) w = json_object(), json_object_set_new(rf, "json_schema", w);
+                schema = json_object(), json_object_set_new(w, "schema", schema);
+            }
+        } else if (type && *type && strcmp(type, "text") != 0) {
+            return kvt_api_errorf(e, 400, NULL, "response_format.type", "response_format.type: must be \"text\", "
+                                  "\"json_object\" or \"json_schema\", got \"%s\"", type);
+        }
+    }
+    if (!schema) {
+        if (gtext && *gtext) p->grammar = gtext, p->grammar_field = "grammar";
+        return KVT_OK;
+    }
+    if (json_is_object(schema) && json_object_size(schema) == 0) // {}: any object, as llama-server
+        json_object_set_new(schema, "type", json_string("object"));
+    char *text = NULL;
+    kvt_err err = {0};
+    kvt_status st = kvt_json_schema_to_grammar(schema, where, &text, &err);
+    if (st) return st == KVT_ERR_NOMEM ? nomem(e) : kvt_api_errorf(e, 400, NULL, where, "%s", err.msg);
+    char **owned = realloc(r->owned, (r->n_owned + 1) * sizeof *owned);
+    if (!owned) {
+        free(text);
+        return nomem(e);
+    }
+    r->owned = owned;
+    r->owned[r->n_owned++] = text;
+    p->grammar = text;
+    p->grammar_field = where;
     return KVT_OK;
 }
 
@@ -585,6 +651,7 @@ kvt_status kvt_request_parse_with(const char *body, size_t len, kvt_req_kind kin
         if (st == KVT_OK) st = parse_stop(r, root, aerr);
         if (st == KVT_OK) st = parse_logprobs_stream(r, root, aerr);
         if (st == KVT_OK) st = parse_unsupported(r, root, aerr);
+        if (st == KVT_OK) st = parse_grammar(r, root, aerr);
         if (st == KVT_OK && kind == KVT_REQ_NATIVE) st = kvt_native_finish(root, p, r->native, aerr);
         else if (st == KVT_OK) st = kvt_llama_extras(root, p, aerr); // /v1: llama-server takes them there too
     }

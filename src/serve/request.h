@@ -2,8 +2,7 @@
 //
 // Built only with jansson (the Makefile defines KVT_HAVE_JANSSON). Fields read (unknown fields are
 // ignored, as llama-server does; but the known ones kvtier does not implement and that would change the
-// answer are refused when they ask for something: echo, suffix, best_of other than n,
-// response_format other than text, grammar, json_schema, tools, n_probs, dry_multiplier, ...:
+// answer are refused when they ask for something: echo, suffix, best_of other than n, tools, n_probs on /v1, ...:
 // a neutral value is accepted):
 //   model                   string (optional; echoed back)
 //   prompt (completions)    a string, a list of token ids, or a list holding exactly one string or
@@ -29,6 +28,14 @@
 //   logprobs                completions: integer 0..KVT_REQ_MAX_TOP_LOGPROBS (the number of top
 //                           alternatives); chat: boolean, with top_logprobs integer 0..20
 //   stream                  boolean; stream_options {include_usage: boolean} only with stream true
+//   grammar                 a GBNF grammar (llama.cpp's format; src/sched/grammar.h) the answer must follow; compiled
+//                           (and refused with its line and column) when the request is tokenized (http.c)
+//   json_schema             a JSON schema object (json_schema.h) the answer must follow; /completion and /infill:
+//                           used when `grammar` is absent (llama-server's rule); the others: refused beside a
+//                           non-empty `grammar`; {} means any object
+//   response_format         {"type": "text"}, {"type": "json_object"[, "schema": S]} or {"type": "json_schema",
+//                           "json_schema": {"schema": S}}: a JSON answer (any object, or S), as llama-server's chat
+//                           endpoint; kvtier takes it on every completion endpoint
 // POST /tokenize (llama-server's shape): content string (required), add_special boolean (default
 // false), parse_special boolean (default true), with_pieces boolean (default false); the text
 // lands in prompt. POST /detokenize: tokens, a list of token ids (may be empty), in prompt_ids.
@@ -140,6 +147,11 @@ typedef struct {
     int32_t min_keep;            // llama.cpp's: top_p, min_p, typical_p and XTC keep at least this many (0: no effect)
     bool add_special, parse_special, with_pieces; // tokenize only
     const struct kvt_native_ext *native; // KVT_REQ_NATIVE: the /completion fields of native.h; NULL otherwise
+    // The grammar the answer must follow (NUL-terminated GBNF text: `grammar`, or `json_schema` / response_format's
+    // schema converted), NULL when none; grammar_field: the field it came from, for messages ("grammar",
+    // "json_schema", "response_format.schema", "response_format.json_schema.schema")
+    const char *grammar;
+    const char *grammar_field;
 } kvt_request_params;
 
 // The sampling settings every completion request starts from, its fields overriding them: llama-server's defaults

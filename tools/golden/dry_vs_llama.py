@@ -156,13 +156,6 @@ def consistent(v, prompt, j, s):
     return ok, n
 
 
-def parted(a, b):
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kvtier", required=True)
@@ -196,7 +189,7 @@ def main():
                         ok, n = consistent(vocab, p, j, s)
                         steps[e][0] += ok
                         steps[e][1] += n
-                k = parted(got[0][1], got[1][1])
+                k = peer_http.parted(got[0][1], got[1][1])
                 why = ""
                 if k is not None and k < min(len(got[0][1]), len(got[1][1])):
                     picks = explain(vocab, p, answers, k, s)

@@ -22,6 +22,15 @@ def post(port, body, path):
         return e.code, json.loads(e.read() or b"{}")
 
 
+def parted(a, b):
+    """The first index where the sequences a and b differ (the shorter one's length when one is the other's prefix);
+    None when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
 def wait_ready(port, proc):
     """Until GET /health answers 200 (two minutes at most); exits when the server process ended."""
     for _ in range(600):
