@@ -178,7 +178,9 @@ static void test_responses_api(void) {
         {"{\"input\":\"x\",\"ignore_eos\":1}", "ignore_eos"},
         {"{\"input\":\"x\",\"stop\":[\"\"]}", "stop[0]"},
         {"{\"input\":\"x\",\"previous_response_id\":\"r\"}", "previous_response_id"},
-        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}", "text.format"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"xml\"}}}", "text.format"},
+        {"{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"schema\":{\"type\":\"strin\"}}}}",
+         "text.format.schema"},
         {"{\"input\":\"x\",\"instructions\":[]}", "instructions"},
         {"{\"input\":\"x\",\"temperature\":9}", "temperature"},
     };

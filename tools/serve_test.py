@@ -699,6 +699,9 @@ def t_grammar(s):
                                                    "schema": {"type": "boolean"}}}})
     assert st == 200 and r["choices"][0]["message"]["content"] in ("true", "false"), r
     assert r["choices"][0]["finish_reason"] == "stop", r
+    st, _, r = s.post("/v1/responses", {"input": "colour?", "max_output_tokens": 16, "text": {"format": {
+        "type": "json_schema", "name": "b", "schema": {"type": "boolean"}}}})  # (OpenAI's Responses form)
+    assert st == 200 and r["output"][-1]["content"][0]["text"] in ("true", "false"), r
     st, _, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "max_tokens": 24,
                                                "temperature": 0, "response_format": {"type": "json_object"}})
     assert st == 200 and r["choices"][0]["message"]["content"].startswith("{"), r

@@ -90,12 +90,47 @@ static kvt_status check_unsupported(json_t *root, kvt_api_error *e) {
     if (v && !(json_is_string(v) && json_string_length(v) == 0))
         return kvt_req_bad(e, "previous_response_id", "not supported by kvtier (it keeps no responses): send the "
                            "conversation in input");
-    v = kvt_req_field(root, "text");
+    return KVT_OK;
+}
+
+// text.format (OpenAI's {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "schema": S, "name",
+// "strict"}) as the chat request's response_format ({"type": "json_schema", "json_schema": {"schema": S}}), so that the
+// answer follows it (request.h); llama-server's converter drops text.format.
+static kvt_status convert_format(json_t *root, json_t *chat, kvt_api_error *e) {
+    json_t *v = kvt_req_field(root, "text");
     json_t *f = json_is_object(v) ? kvt_req_field(v, "format") : NULL;
     json_t *ft = json_is_object(f) ? json_object_get(f, "type") : NULL;
-    if (v && (!json_is_object(v) || (f && (!json_is_string(ft) || strcmp(json_string_value(ft), "text")))))
-        return kvt_req_bad(e, "text.format", "not supported by kvtier (only {\"type\": \"text\"} is accepted)");
-    return KVT_OK;
+    const char *type = json_is_string(ft) ? json_string_value(ft) : NULL;
+    if (v && !json_is_object(v)) return kvt_req_bad(e, "text", "must be an object {\"format\": ...}");
+    if (f && (!type || (strcmp(type, "text") && strcmp(type, "json_object") && strcmp(type, "json_schema"))))
+        return kvt_req_bad(e, "text.format", "must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                           "{\"type\": \"json_schema\", \"schema\": ...}");
+    if (!type || !strcmp(type, "text")) return KVT_OK;
+    json_t *schema = json_object_get(f, "schema"), *rf;
+    if (!strcmp(type, "json_object")) rf = json_pack("{s:s}", "type", "json_object");
+    else if (schema) rf = json_pack("{s:s,s:{s:O}}", "type", "json_schema", "json_schema", "schema", schema);
+    else rf = json_pack("{s:s}", "type", "json_schema");
+    return rf && !json_object_set_new(chat, "response_format", rf) ? KVT_OK : kvt_req_nomem(e);
+}
+
+// An error about the converted response_format named as the request names it (text.format).
+static void rename_format(kvt_api_error *e) {
+    static const char *const from[] = {"response_format.json_schema.schema", "response_format.schema",
+                                       "response_format"};
+    static const char *const to[] = {"text.format.schema", "text.format.schema", "text.format"};
+    for (size_t i = 0; i < sizeof from / sizeof from[0]; i++) {
+        const size_t n = strlen(from[i]);
+        if (strncmp(e->param, from[i], n)) continue;
+        char buf[KVT_ERR_MSG_MAX], param[sizeof e->param];
+        snprintf(param, sizeof param, "%s%.*s", to[i], (int)(sizeof param - 1), e->param + n);
+        memcpy(e->param, param, sizeof param);
+        const char *at = strstr(e->message, from[i]);
+        if (at) {
+            snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - e->message), e->message, to[i], at + n);
+            memcpy(e->message, buf, sizeof buf);
+        }
+        return;
+    }
 }
 
 kvt_status kvt_oairesp_parse(const char *body, size_t len, const kvt_req_defaults *d, kvt_request **out,
@@ -114,6 +149,7 @@ kvt_status kvt_oairesp_parse(const char *body, size_t len, const kvt_req_default
     }
     if (!st) st = convert_input(root, msgs, e);
     if (!st) st = check_unsupported(root, e);
+    if (!st) st = convert_format(root, chat, e);
     json_t *mt = kvt_req_field(root, "max_output_tokens");
     if (!st && mt && json_object_set(chat, "max_tokens", mt)) st = kvt_req_nomem(e);
     // the chat fields llama-server passes on as they are (it keeps the whole body): ignore_eos and stop too
@@ -132,6 +168,7 @@ kvt_status kvt_oairesp_parse(const char *body, size_t len, const kvt_req_default
         return st;
     }
     st = kvt_request_parse_chat(chat, KVT_API_RESPONSES, d, out, e);
+    if (st) rename_format(e);
     if (st && !strcmp(e->param, "max_tokens")) { // named as the request names it
         snprintf(e->param, sizeof e->param, "max_output_tokens");
         char msg[KVT_ERR_MSG_MAX];

@@ -12,8 +12,10 @@
 //   temperature, top_p, top_k, min_p, seed, model, stop, ignore_eos, logit_bias, the penalties   as the chat
 //                       completions read them (llama-server passes the body's other fields on to its chat completions)
 //   stream              boolean: the answer as events (below)
-//   previous_response_id  refused (kvtier keeps no responses); tools refused unless empty; text.format only
-//                       {"type": "text"}; store, metadata, user, parallel_tool_calls, truncation: ignored
+//   text.format         {"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "schema": S}: the chat
+//                       request's response_format (request.h: the answer follows the schema; errors name text.format)
+//   previous_response_id  refused (kvtier keeps no responses); tools refused unless empty; store, metadata, user,
+//                       parallel_tool_calls, truncation: ignored
 // Errors: 400 naming the field ("input[2].content[0].type").
 // The answer (llama-server's shape): {"id":"resp_N","object":"response","created_at","completed_at","model",
 // "status":"completed","output":[{"id":"msg_N","type":"message","role":"assistant","status":"completed",
