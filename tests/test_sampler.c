@@ -619,8 +619,96 @@ static void test_sampler_min_keep(void) {
 
 void test_dry_all(void); // test_dry.c
 
+// A grammar in the chain (sampler.h): over a vocabulary of 8 texts, the draws follow the grammar to its end and then
+// the end-of-generation token; greedy picks the likeliest allowed token (the same as the full mask's draw, whichever
+// path found it), a sampled draw never a refused one; a ban on every allowed token leaves the grammar's pick (the
+// end outranks ignore_eos's ban); a grammar the vocabulary cannot continue fails with a status.
+static void test_sampler_grammar(void) {
+    enum { N = 8, EOG = 7 };
+    const char *const pieces[N] = {"a", "b", "ab", "{", "}", "x", "\xc3", ""}; // 6: half of a 2-byte character
+    size_t lens[N];
+    bool eog[N] = {0};
+    eog[EOG] = true;
+    for (int i = 0; i < N; i++) lens[i] = strlen(pieces[i]);
+    kvt_grammar_vocab *v = NULL;
+    kvt_grammar *g = NULL, *g2 = NULL;
+    const char *src = "root ::= \"{\" [ab]+ \"}\"", *src2 = "root ::= \"\xc3\xa9\"";
+    if (kvt_grammar_vocab_init(N, pieces, lens, eog, &v, NULL) ||
+        kvt_grammar_parse(src, strlen(src), NULL, NULL, &g, NULL) ||
+        kvt_grammar_parse(src2, strlen(src2), NULL, NULL, &g2, NULL)) {
+        test_result(false, "sampler.grammar: the grammars compile", "");
+        kvt_grammar_vocab_free(v);
+        kvt_grammar_free(g);
+        return;
+    }
+    // x is always the likeliest, refused everywhere; } second, allowed once a letter is in
+    const float logits[N] = {1.0f, 0.5f, 0.8f, 0.2f, 2.0f, 3.0f, 0.1f, 0.0f};
+    kvt_sampler_params p = kvt_sampler_params_default();
+    p.temp = 0;
+    p.grammar = g;
+    p.grammar_vocab = v;
+    kvt_sampler *s;
+    int32_t ids[8] = {0}, n = 0;
+    bool ok = !kvt_sampler_init(&p, N, &s, NULL);
+    for (; ok && n < 4; n++) ok = !kvt_sampler_draw(s, logits, &ids[n], NULL);
+    test_result(ok && ids[0] == 3 && ids[1] == 0 && ids[2] == 4 && ids[3] == EOG,
+                "sampler.grammar: greedy follows the grammar to its end, then the end-of-generation token",
+                "ids %d %d %d %d", ids[0], ids[1], ids[2], ids[3]);
+    kvt_sampler_free(s);
+    // sampled, many seeds: only allowed tokens, every answer a sentence of the grammar
+    int bad = 0;
+    p.temp = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        p.seed = seed;
+        char text[64] = "";
+        int32_t id = -1;
+        if (kvt_sampler_init(&p, N, &s, NULL)) {
+            bad++;
+            continue;
+        }
+        for (int k = 0; k < 40 && id != EOG; k++) {
+            if (kvt_sampler_draw(s, logits, &id, NULL)) break;
+            if (id != EOG) strncat(text, pieces[id], sizeof text - strlen(text) - 1);
+        }
+        bool complete = false;
+        kvt_grammar_match(g, text, strlen(text), &complete, NULL);
+        bad += !(complete && id == EOG) && strlen(text) < sizeof text - 2;
+        kvt_sampler_free(s);
+    }
+    test_result(bad == 0, "sampler.grammar: sampled answers are sentences of the grammar, ended by EOG",
+                "%d of 200 seeds", bad);
+    // the grammar complete and every end-of-generation token banned (ignore_eos): the end still wins
+    kvt_logit_bias ban = {EOG, -INFINITY};
+    p.temp = 0;
+    p.logit_bias = &ban;
+    p.n_logit_bias = 1;
+    ok = !kvt_sampler_init(&p, N, &s, NULL);
+    n = 0;
+    for (; ok && n < 4; n++) ok = !kvt_sampler_draw(s, logits, &ids[n], NULL);
+    test_result(ok && ids[2] == 4 && ids[3] == EOG, "sampler.grammar: a ban on every allowed token leaves the grammar's end",
+                "ok %d, ids %d %d %d %d", ok, ids[0], ids[1], ids[2], ids[3]);
+    kvt_sampler_free(s);
+    // a character no token can complete: half of it is allowed, then no token continues: a status, named
+    p.grammar = g2;
+    p.n_logit_bias = 0;
+    kvt_err err = {0};
+    ok = !kvt_sampler_init(&p, N, &s, NULL) && !kvt_sampler_draw(s, logits, &ids[0], &err) && ids[0] == 6;
+    kvt_status st = ok ? kvt_sampler_draw(s, logits, &ids[1], &err) : KVT_OK;
+    test_result(ok && st == KVT_ERR_INVALID_ARG && ids[1] == -1 && strstr(err.msg, "no token"),
+                "sampler.grammar: a grammar the vocabulary cannot continue fails the draw, named", "ok %d st %d: %s", ok,
+                (int)st, err.msg);
+    kvt_sampler_free(s);
+    kvt_grammar_free(g);
+    kvt_grammar_free(g2);
+    kvt_grammar_vocab_free(v);
+}
+
 void test_sampler(const test_env *env) {
     (void)env;
+    test_sampler_grammar();
     test_dry_all();
     test_sampler_adaptive();
     test_sampler_report();
