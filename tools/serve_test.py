@@ -705,6 +705,15 @@ def t_grammar(s):
     st, _, r = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "a"}], "max_tokens": 24,
                                                "temperature": 0, "response_format": {"type": "json_object"}})
     assert st == 200 and r["choices"][0]["message"]["content"].startswith("{"), r
+    # a grammar whose parse stacks double with each "a" (forced by a bias): past the matcher's bound (10000 stacks)
+    # the request fails with a 400 naming the field, streamed or not, and the server goes on
+    ida = next(i for i in range(3, 4096) if s.post("/detokenize", {"tokens": [i]})[2].get("content") == "a")
+    body = {"prompt": "Once", "n_predict": 40, "temperature": 0, "logit_bias": [[ida, 100]],
+            "grammar": "root ::= x\nx ::= \"a\" x \"b\" | \"a\" x \"c\" | \"a\" \"d\""}
+    st, _, r = s.post("/completion", body)
+    assert st == 400 and r["error"]["param"] == "grammar" and "max_stacks" in r["error"]["message"], r
+    st, events, _ = native_stream(s, body)
+    assert st == 200 and "max_stacks" in json.dumps(events[-1]), events[-1:]
     for path, body, param, msg in (
             ("/completion", {"grammar": "root ::= (\"a\""}, "grammar", "line 1"),
             ("/completion", {"grammar": "root ::= x"}, "grammar", "x"),

@@ -672,6 +672,13 @@ static char *native_summary(kvt_http_job *j, size_t *len) {
     return json;
 }
 
+
+// A request that failed because of its grammar (the draws' KVT_ERR_INVALID_ARG: no token continues it, or it needs
+// more parse stacks than the bound): the client's error, a 400 naming the grammar's field.
+static bool grammar_failed(const kvt_http_job *j, const kvt_engine_result *r) {
+    return j->p->grammar && r->err.status == KVT_ERR_INVALID_ARG && !strncmp(r->err.msg, "grammar", 7);
+}
+
 static void on_done(void *user, const kvt_engine_result *r) {
     kvt_http_job *j = user;
     pthread_mutex_lock(&j->mu);
@@ -679,7 +686,9 @@ static void on_done(void *user, const kvt_engine_result *r) {
     j->done = true;
     j->t_done = kvt_time_ns();
     if (j->p->stream) {
-        if (r->outcome == KVT_ENGINE_FAILED) stream_error(j, 500, "server_error", r->err.msg);
+        if (r->outcome == KVT_ENGINE_FAILED && grammar_failed(j, r))
+            stream_error(j, 400, "invalid_request_error", r->err.msg);
+        else if (r->outcome == KVT_ENGINE_FAILED) stream_error(j, 500, "server_error", r->err.msg);
         else if (r->outcome == KVT_ENGINE_CANCELLED) stream_error(j, 503, "unavailable_error", "the request was cancelled");
         else if (j->failed_oom) stream_error(j, 500, "server_error", "out of memory while streaming");
         else if (j->p->kind == KVT_REQ_NATIVE) {
@@ -752,6 +761,8 @@ void kvt_http_job_body(kvt_http_job *j, int fd, int *status, char **body) {
         kvt_api_error ae;
         if (j->res.outcome == KVT_ENGINE_CANCELLED) {
             kvt_api_errorf(&ae, 503, "unavailable_error", NULL, "the request was cancelled (the server is stopping)");
+        } else if (!j->failed_oom && grammar_failed(j, &j->res)) {
+            kvt_api_errorf(&ae, 400, "invalid_request_error", j->p->grammar_field, "%s", j->res.err.msg);
         } else {
             kvt_api_errorf(&ae, 500, "server_error", NULL, "%s",
                            j->failed_oom ? "out of memory for the response" : j->res.err.msg);
