@@ -2,16 +2,22 @@
 // element form compared element by element), its integration vectors (grammar, passing and failing strings) through
 // kvt_grammar_match and through the matcher byte by byte and in random pieces, token references over a synthetic
 // vocabulary, partial UTF-8 across tokens, the vocabulary filter against a brute-force reference, errors with their
-// line and column, the bounds, references and clones.
+// line and column, the bounds, references and clones, and llama.cpp's own allowed-token sets on the llama-spm vocabulary
+// (tests/data/grammar_golden.txt, tools/golden/grammar_golden.py).
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../src/gguf/gguf.h"
+#include "../src/model/tokenizer.h"
 #include "../src/sched/grammar.h"
 #include "../src/sched/grammar_impl.h"
+#include "../src/sched/grammar_tok.h"
 #include "test.h"
 #include "test_rng.h"
+#include "test_util.h"
 
 static const char *const llama_parse_failures[] = {
     "\n        root ::= \"a\"{,}\"\n    ",
@@ -803,6 +809,188 @@ static void test_filter_speed(const test_env *env) {
     tv_free(&t);
 }
 
+// --- llama.cpp's allowed sets (tests/data/grammar_golden.txt) --------------------------------------------------------
+
+// The golden's one-line text form back to bytes (\\ \n \t \r \xHH), in place; the new length.
+static size_t golden_unescape(char *s) {
+    char *o = s;
+    for (const char *p = s; *p; p++) {
+        if (*p != '\\' || !p[1]) {
+            *o++ = *p;
+            continue;
+        }
+        p++;
+        if (*p == 'x' && p[1] && p[2]) {
+            char hex[3] = {p[1], p[2], 0};
+            *o++ = (char)strtol(hex, NULL, 16);
+            p += 2;
+        } else {
+            *o++ = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p == 'r' ? '\r' : *p;
+        }
+    }
+    *o = 0;
+    return (size_t)(o - s);
+}
+
+// 64-bit FNV-1a of the allowed ids in increasing order, each as 4 little-endian bytes (the golden's hash); *count set.
+static uint64_t golden_hash(const uint8_t *allowed, int32_t n, int64_t *count) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    *count = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (!allowed[i]) continue;
+        (*count)++;
+        for (int b = 0; b < 4; b++) h = (h ^ (((uint32_t)i >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+typedef struct {
+    char name[64];
+    kvt_grammar *g;
+    kvt_grammar_state *s;
+    int walks, walk, step, steps, differ;
+    bool dead;       // this walk cannot go on (kvtier refused the chosen token, or an error)
+    char first[512]; // the first difference
+} golden_case;
+
+// Counts a differing step; the first is described as "walk W step S: " (once a walk has begun) and fmt.
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void golden_note(golden_case *c, const char *fmt, ...) {
+    c->differ++;
+    if (c->first[0]) return;
+    const int k = c->walk < 0 ? 0 : snprintf(c->first, sizeof c->first, "walk %d step %d: ", c->walk, c->step);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->first + k, sizeof c->first - (size_t)k, fmt, ap);
+    va_end(ap);
+}
+
+static void golden_finish(golden_case *c, int *walks, int *steps) {
+    if (!c->name[0]) return;
+    *walks += c->walks;
+    *steps += c->steps;
+    char name[96];
+    snprintf(name, sizeof name, "grammar_golden.%s", c->name);
+    if (c->differ) {
+        test_result(false, name, "%d of %d steps differ from llama.cpp; first: %s", c->differ, c->steps, c->first);
+    } else {
+        test_result(c->steps > 0, name, "%d walks, %d steps: the same allowed sets as llama.cpp", c->walks, c->steps);
+    }
+    kvt_grammar_state_free(c->s);
+    kvt_grammar_free(c->g);
+    memset(c, 0, sizeof *c);
+}
+
+// Replays llama.cpp's random walks: at each step the allowed set of kvt_grammar_state_filter over the whole
+// vocabulary (its size and hash) must be llama.cpp's, then the walk's token is accepted. One case per grammar.
+// About 0.5 s (-O2); sanitizer builds replay the first 20 steps of each walk.
+// KVT_GRAMMAR_GOLDEN_DUMP=FILE writes kvtier's allowed ids at each differing step ("NAME WALK STEP id ..."), for
+// tools/golden/grammar_golden.py --debug FILE.
+static void test_grammar_golden(const test_env *env) {
+    char gpath[1024], vpath[1024];
+    if (!test_data(env, "grammar_golden.txt", gpath, sizeof gpath)) {
+        return test_skip("grammar_golden", test_data_missing(env, "grammar_golden.txt"));
+    }
+    if (!test_data(env, "ggml-vocab-llama-spm.gguf", vpath, sizeof vpath)) {
+        return test_skip("grammar_golden", test_data_missing(env, "ggml-vocab-llama-spm.gguf"));
+    }
+    kvt_err err = {0};
+    kvt_gguf *gf = NULL;
+    kvt_tokenizer *t = NULL;
+    kvt_grammar_vocab *v = NULL;
+    size_t len = 0;
+    char *text = test_read_file(gpath, &len);
+    if (!text || kvt_gguf_open(vpath, &gf, &err) != KVT_OK || kvt_tokenizer_init(gf, &t, &err) != KVT_OK ||
+        kvt_grammar_vocab_from_tokenizer(t, &v, &err) != KVT_OK) {
+        test_result(false, "grammar_golden", "cannot load %s / %s: %s", gpath, vpath, err.msg);
+        goto out;
+    }
+    const int32_t nv = kvt_grammar_vocab_n(v);
+    int32_t *ids = malloc((size_t)nv * sizeof *ids);
+    uint8_t *allowed = malloc((size_t)nv);
+    const char *dump_path = getenv("KVT_GRAMMAR_GOLDEN_DUMP");
+    FILE *dump = dump_path && *dump_path ? fopen(dump_path, "w") : NULL;
+    for (int32_t i = 0; ids && i < nv; i++) ids[i] = i;
+    golden_case c;
+    memset(&c, 0, sizeof c);
+    int n_grammars = 0, n_walks = 0, n_steps = 0;
+    const int max_steps = env->quick ? 20 : 1 << 30; // sanitizer builds: the first 20 steps of each walk
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (char *line = text, *next; ids && allowed && line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        if (!*line || *line == '#') continue;
+        if (!strncmp(line, "grammar ", 8)) {
+            golden_finish(&c, &n_walks, &n_steps);
+            snprintf(c.name, sizeof c.name, "%s", line + 8);
+            c.walk = -1;
+            n_grammars++;
+        } else if (!strncmp(line, "text ", 5)) {
+            const size_t n = golden_unescape(line + 5);
+            if (kvt_grammar_parse_tok(line + 5, n, t, &c.g, &err) != KVT_OK) {
+                golden_note(&c, "kvtier refuses the grammar: %s", err.msg);
+            }
+        } else if (!strncmp(line, "walk ", 5)) {
+            kvt_grammar_state_free(c.s);
+            c.s = NULL;
+            c.walks++;
+            c.walk++;
+            c.step = 0;
+            c.dead = !c.g || kvt_grammar_state_init(c.g, &c.s, &err) != KVT_OK;
+            if (c.g && c.dead) golden_note(&c, "%s", err.msg);
+        } else {
+            long long want_n = 0, chosen = 0;
+            unsigned long long want_h = 0;
+            if (sscanf(line, "%lld %llx %lld", &want_n, &want_h, &chosen) != 3) {
+                golden_note(&c, "unreadable golden line '%s'", line);
+                c.dead = true;
+            }
+            if (c.dead || c.step >= max_steps) continue;
+            c.steps++;
+            int64_t got_n = 0;
+            uint64_t got_h = 0;
+            if (kvt_grammar_state_filter(c.s, v, ids, nv, allowed, &err) != KVT_OK) {
+                golden_note(&c, "filter failed: %s", err.msg);
+                c.dead = true;
+                continue;
+            }
+            got_h = golden_hash(allowed, nv, &got_n);
+            if (got_n != want_n || got_h != (uint64_t)want_h) {
+                golden_note(&c, "allowed ids: llama.cpp %lld (hash %016llx), kvtier %lld (hash %016llx)", want_n,
+                            want_h, (long long)got_n, (unsigned long long)got_h);
+                if (dump) {
+                    fprintf(dump, "%s %d %d", c.name, c.walk, c.step);
+                    for (int32_t i = 0; i < nv; i++) {
+                        if (allowed[i]) fprintf(dump, " %d", (int)i);
+                    }
+                    fputc('\n', dump);
+                }
+            }
+            if (chosen >= 0 && kvt_grammar_state_accept(c.s, v, (int32_t)chosen, &err) != KVT_OK) {
+                golden_note(&c, "accepting llama.cpp's token %lld: %s", chosen, err.msg);
+                c.dead = true;
+            }
+            c.step++;
+        }
+    }
+    golden_finish(&c, &n_walks, &n_steps);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("# grammar_golden: %d grammars, %d walks, %d steps over %d tokens: %.0f ms\n", n_grammars, n_walks, n_steps,
+           (int)nv, (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+    if (!n_grammars) test_result(false, "grammar_golden", "%s: no grammar", gpath);
+    if (dump) fclose(dump);
+    free(ids);
+    free(allowed);
+out:
+    kvt_grammar_vocab_free(v);
+    kvt_tokenizer_free(t);
+    kvt_gguf_free(gf);
+    free(text);
+}
+
 void test_grammar(const test_env *env) {
     test_parser_vectors();
     test_parse_errors();
@@ -814,4 +1002,5 @@ void test_grammar(const test_env *env) {
     test_bounds();
     test_refs_clone();
     test_filter_speed(env);
+    test_grammar_golden(env);
 }
