@@ -1184,8 +1184,11 @@ def t_server_defaults(kvtier, model, extra):
         s = None
         p = subprocess.run([kvtier, "serve", "-m", model, "--port", "0", "-l", "5+1"], capture_output=True, text=True,
                            timeout=30)
-        report(rc == 0 and p.returncode == 2 and "--logit-bias" in p.stderr, name,
-               "exit %s; -l: %s %r" % (rc, p.returncode, p.stderr[-200:]))
+        g = subprocess.run([kvtier, "serve", "-m", model, "--port", "0", "-j", "{}"], capture_output=True, text=True,
+                           timeout=30)
+        report(rc == 0 and p.returncode == 2 and "--logit-bias" in p.stderr and g.returncode == 2 and
+               "--json-schema" in g.stderr, name, "exit %s; -l: %s %r; -j: %s %r" % (
+                   rc, p.returncode, p.stderr[-200:], g.returncode, g.stderr[-200:]))
     except Exception as e:  # noqa: BLE001
         report(False, name, "%s: %s" % (type(e).__name__, e))
     finally:

@@ -93,7 +93,9 @@ static void usage(void) {
            "                        (%s)\n"
            "  --print-prompt FILE   render the messages of a /v1/chat/completions JSON body with the\n"
            "                        chat template, print the prompt text and exit\n"
-           "  Sampling flags: the defaults of every request (its fields override them), as llama-server's:\n"
+           "  Sampling flags: the defaults of every request (its fields override them), as llama-server's; but\n"
+           "  -l / --logit-bias, --grammar and --json-schema (and their -file forms) are refused here: send logit_bias,\n"
+           "  grammar, json_schema or response_format in the requests:\n"
            CLI_SAMPLING_HELP
            "%s",
            kvt_chat_template_names(), cli_engine_help);
