@@ -40,7 +40,10 @@ def skip(name, why):
 class Server:
     """A `kvtier serve` process on a free port (--port 0; the port is read from its stderr)."""
 
+    started = []  # every Server made, so that a case that fails midway leaves no server behind (case())
+
     def __init__(self, kvtier, model, *extra):
+        Server.started.append(self)
         self.log = tempfile.TemporaryFile()
         self.kvtier = kvtier
         self.model, self.extra = model, extra
@@ -146,6 +149,7 @@ class Server:
 def case(name):
     def wrap(fn):
         def run(*a):
+            before = len(Server.started)
             try:
                 res = fn(*a)
             except AssertionError as e:
@@ -155,6 +159,11 @@ def case(name):
             else:
                 if res != "skipped":
                     report(True, name)
+            finally:  # the servers the case started and left running (a failed assertion between start and stop)
+                for srv in Server.started[before:]:
+                    if srv.p.poll() is None:
+                        srv.stop(signal.SIGKILL)
+                del Server.started[before:]
         return run
     return wrap
 
