@@ -1304,6 +1304,26 @@ static const char *visit_ref(cv *c, const json_t *s, const char *rule_name, cons
     return kvt_js_add_rule(c, rule_name, e->name);
 }
 
+// Rule `rule_name` ::= one alternative per member: each schema of `schemas` (anyOf / oneOf, named `kw` in paths), or s
+// under each type of `types` (a type list). The rule's name, or NULL (c->st says why).
+static const char *alternatives(cv *c, const json_t *s, const json_t *schemas, const json_t *types,
+                                const char *rule_name, const char *name, const char *path, const char *kw) {
+    const json_t *list = schemas ? schemas : types;
+    sb o = {0};
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const char *an = *name ? kvt_js_pf(c, "%s-%zu", name, i) : kvt_js_pf(c, "alternative-%zu", i);
+        const char *r = schemas ? visit(c, json_array_get(schemas, i), an, kvt_js_pf(c, "%s.%s.%zu", path, kw, i), NULL)
+                                : visit(c, s, an, path, json_string_value(json_array_get(types, i)));
+        if (!r) {
+            free(o.p);
+            return NULL;
+        }
+        if (i) sb_puts(&o, " | ");
+        sb_puts(&o, r);
+    }
+    return c->st == KVT_OK ? kvt_js_add_rule(c, rule_name, kvt_js_take(c, &o)) : NULL;
+}
+
 static const char *visit(cv *c, const json_t *s, const char *name, const char *path, const char *forced) {
     if (!name || !path) return NULL;
     if (c->depth >= MAX_DEPTH) return kvt_js_fail(c, "%s: nested more than %d levels deep", path, MAX_DEPTH);
@@ -1338,19 +1358,7 @@ static const char *visit(cv *c, const json_t *s, const char *name, const char *p
         c->probes = 0;
         const bool typed = get(s, "type") && type_redundant(c, s, types_of(c, s, NULL, 0) | 0);
         if (!check_kw(c, s, path, T_ALL, (const char *const[]){kw, typed ? "type" : "", NULL})) break;
-        sb o = {0};
-        for (size_t i = 0; i < json_array_size(a); i++) {
-            const char *an = *name ? kvt_js_pf(c, "%s-%zu", name, i) : kvt_js_pf(c, "alternative-%zu", i);
-            const char *r = visit(c, json_array_get(a, i), an, kvt_js_pf(c, "%s.%s.%zu", path, kw, i), NULL);
-            if (!r) {
-                free(o.p);
-                o.p = NULL;
-                break;
-            }
-            if (i) sb_puts(&o, " | ");
-            sb_puts(&o, r);
-        }
-        if (c->st == KVT_OK) res = kvt_js_add_rule(c, rule_name, kvt_js_take(c, &o));
+        res = alternatives(c, s, a, NULL, rule_name, name, path, kw);
         break;
     }
     case K_TYPES: {
@@ -1377,19 +1385,7 @@ static const char *visit(cv *c, const json_t *s, const char *name, const char *p
             res = visit_values(c, s, rule_name, path, types);
             break;
         }
-        sb o = {0};
-        for (size_t i = 0; i < json_array_size(t); i++) {
-            const char *an = *name ? kvt_js_pf(c, "%s-%zu", name, i) : kvt_js_pf(c, "alternative-%zu", i);
-            const char *r = visit(c, s, an, path, json_string_value(json_array_get(t, i)));
-            if (!r) {
-                free(o.p);
-                o.p = NULL;
-                break;
-            }
-            if (i) sb_puts(&o, " | ");
-            sb_puts(&o, r);
-        }
-        if (c->st == KVT_OK) res = kvt_js_add_rule(c, rule_name, kvt_js_take(c, &o));
+        res = alternatives(c, s, NULL, t, rule_name, name, path, NULL);
         break;
     }
     case K_CONST:

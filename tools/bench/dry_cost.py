@@ -21,11 +21,7 @@ CASES = [("no DRY", {}), ("DRY, default breakers", {"dry_multiplier": 0.8}),
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kvtier", required=True)
-    ap.add_argument("--llama-server", required=True)
-    ap.add_argument("-m", required=True)
-    ap.add_argument("-t", default="2")
-    ap.add_argument("--port", type=int, default=8397)
+    peer_http.pair_args(ap, 8397)
     a = ap.parse_args()
     with peer_http.server_pair(a.kvtier, a.llama_server, a.m, a.port, 2048, a.t):
         body = {"prompt": "Hello there, how are you today?", "n_predict": 1, "temperature": 0, "cache_prompt": True}

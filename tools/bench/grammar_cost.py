@@ -25,13 +25,9 @@ CASES = [("none", {"ignore_eos": True}), ("json_schema {}", {"json_schema": {}})
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kvtier", required=True)
-    ap.add_argument("--llama-server", required=True)
-    ap.add_argument("-m", required=True)
-    ap.add_argument("-t", default="2")
+    peer_http.pair_args(ap, 8595)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--port", type=int, default=8595)
     a = ap.parse_args()
     res = {}
     with peer_http.server_pair(a.kvtier, a.llama_server, a.m, a.port, "2048", a.t):

@@ -158,13 +158,8 @@ def consistent(v, prompt, j, s):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kvtier", required=True)
-    ap.add_argument("--llama-server", required=True)
-    ap.add_argument("-m", required=True)
-    ap.add_argument("-c", default="2048")
-    ap.add_argument("-t", default="2", help="threads of both servers")
+    peer_http.pair_args(ap, 8395, ctx="2048")
     ap.add_argument("-n", type=int, default=96, help="tokens per answer")
-    ap.add_argument("--port", type=int, default=8395)
     a = ap.parse_args()
     bad = same = total = acted = 0
     steps = [[0, 0], [0, 0]]  # per engine: steps whose pick the Python DRY reproduces, steps checked

@@ -93,14 +93,9 @@ def follows(check, text):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kvtier", required=True)
-    ap.add_argument("--llama-server", required=True)
-    ap.add_argument("-m", required=True)
-    ap.add_argument("-c", default="2048")
-    ap.add_argument("-t", default="2", help="threads of both servers")
+    peer_http.pair_args(ap, 8495, ctx="2048")
     ap.add_argument("-n", type=int, default=96, help="tokens per answer")
     ap.add_argument("--tie", type=float, default=0.5, help="nats under which two logits are a near-tie")
-    ap.add_argument("--port", type=int, default=8495)
     a = ap.parse_args()
     same = bad = invalid = 0
     with peer_http.server_pair(a.kvtier, a.llama_server, a.m, a.port, a.c, a.t):

@@ -88,12 +88,7 @@ def speed(port, rounds):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kvtier", required=True)
-    ap.add_argument("--llama-server", required=True)
-    ap.add_argument("-m", required=True)
-    ap.add_argument("-c", default="4096")
-    ap.add_argument("--port", type=int, default=8391)
-    ap.add_argument("-t", default="1", help="threads of both servers")
+    peer_http.pair_args(ap, 8391, threads="1", ctx="4096")
     ap.add_argument("--speed", type=int, default=0, help="rounds of the timing run (0: compare the answers)")
     ap.add_argument("rest", nargs="*")
     a = ap.parse_args()

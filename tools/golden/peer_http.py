@@ -22,6 +22,18 @@ def post(port, body, path):
         return e.code, json.loads(e.read() or b"{}")
 
 
+def pair_args(ap, port, threads="2", ctx=None):
+    """The flags every side-by-side script takes: --kvtier, --llama-server, -m, -t (threads of both servers), --port
+    (kvtier's; llama-server's the next one) and, when ctx is given, -c (the context of both)."""
+    ap.add_argument("--kvtier", required=True)
+    ap.add_argument("--llama-server", required=True)
+    ap.add_argument("-m", required=True)
+    if ctx is not None:
+        ap.add_argument("-c", default=ctx)
+    ap.add_argument("-t", default=threads, help="threads of both servers")
+    ap.add_argument("--port", type=int, default=port)
+
+
 def parted(a, b):
     """The first index where the sequences a and b differ (the shorter one's length when one is the other's prefix);
     None when they are equal."""
