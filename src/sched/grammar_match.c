@@ -8,6 +8,7 @@
 // of the token texts (built once per vocabulary), one cached move per trie node, skipping a subtree as soon as no
 // stack is left. A state keeps its stacks as plain element lists between calls.
 #include "grammar_impl.h"
+#include "../base/grow.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -288,14 +289,7 @@ static bool m_fail(mctx *m, kvt_status st, const char *what) {
 }
 
 static bool m_grow(mctx *m, void **buf, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*buf, c * elem);
-    if (!q) return m_fail(m, KVT_ERR_NOMEM, NULL);
-    *buf = q;
-    *cap = c;
-    return true;
+    return kvt_grow(buf, cap, need, elem) || m_fail(m, KVT_ERR_NOMEM, NULL);
 }
 
 static bool m_stacks_bound(mctx *m) {

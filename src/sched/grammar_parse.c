@@ -2,6 +2,7 @@
 // with its repetition expansion (S{m,n} -> m copies of S then n-m nested optional rules), its checks (undefined
 // rules, left recursion) and bounds on everything a hostile text can make large.
 #include "grammar_impl.h"
+#include "../base/grow.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -79,14 +80,7 @@ static bool oom(gp *g) {
 }
 
 static bool grow(gp *g, void **buf, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
-    size_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *q = realloc(*buf, c * elem);
-    if (!q) return oom(g);
-    *buf = q;
-    *cap = c;
-    return true;
+    return kvt_grow(buf, cap, need, elem) || oom(g);
 }
 
 static bool push(gp *g, gvec *v, uint32_t type, uint32_t value) {

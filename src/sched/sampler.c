@@ -76,11 +76,15 @@ bool kvt_sampler_params_adjust(const kvt_sampler_params *p) {
 // A bias that bans its token (-inf).
 static bool is_ban(float bias) { return isinf(bias) && bias < 0; }
 
+// typical-p, XTC and infill can drop the argmax, and a dynamic temperature can rise above 0: a greedy draw then goes
+// through them
+static bool drops_argmax(const kvt_sampler_params *p) {
+    return p->typical_p < 1.0f || (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f) || p->infill ||
+           p->dynatemp_range > 0.0f;
+}
+
 bool kvt_sampler_params_bans_only(const kvt_sampler_params *p) {
-    // typical-p, XTC and infill can drop the argmax, a dynamic temperature can rise above 0
-    const bool drops = p->typical_p < 1.0f || (p->xtc_probability > 0.0f && p->xtc_threshold <= 0.5f) || p->infill ||
-                       p->dynatemp_range > 0.0f;
-    if ((penalize(p) && !mirostat_on(p)) || dry_on(p) || drops || p->report || p->grammar) return false;
+    if ((penalize(p) && !mirostat_on(p)) || dry_on(p) || drops_argmax(p) || p->report || p->grammar) return false;
     for (int32_t i = 0; p->logit_bias && i < p->n_logit_bias; i++) {
         if (!is_ban(p->logit_bias[i].bias)) return false;
     }
@@ -653,11 +657,9 @@ static int32_t chain(kvt_sampler *s, const float *logits, const uint8_t *mask) {
         for (int32_t i = 0; i < k; i++) s->c[tok[i]].v -= pen[i];
     }
     const bool all_banned = s->p.n_logit_bias > 0 && !bias_limits(s);
-    // typical-p, XTC and infill can drop the argmax, and a dynamic temperature can rise above 0: a greedy draw then
-    // goes through them
     const bool typical = s->p.typical_p < 1.0f;
     const bool xtc = s->p.xtc_probability > 0.0f && s->p.xtc_threshold <= 0.5f;
-    const bool plain = !s->p.infill && !typical && !xtc && s->p.dynatemp_range <= 0.0f;
+    const bool plain = !drops_argmax(&s->p);
     if (all_banned || (s->p.temp <= 0.0f && (plain || mirostat))) {
         int32_t best = 0;
         for (int32_t i = 1; i < n; i++) {
@@ -741,11 +743,10 @@ kvt_status kvt_sampler_draw(kvt_sampler *s, const float *logits, int32_t *out, k
         return KVT_OK;
     }
     const int32_t n = s->n_vocab;
-    const bool plain = !s->p.infill && s->p.typical_p >= 1.0f && !(s->p.xtc_probability > 0.0f &&
-                       s->p.xtc_threshold <= 0.5f) && s->p.dynatemp_range <= 0.0f;
+    const bool plain = !drops_argmax(&s->p);
     // greedy over the raw logits (nothing adjusts them, no report): the argmax, the candidates filled only when needed
-    const bool raw = s->p.temp <= 0.0f && plain && !mirostat_on(&s->p) && s->p.n_logit_bias == 0 && !s->count &&
-                     !s->dry && !s->p.report;
+    const bool raw = s->p.temp <= 0.0f && plain && !mirostat_on(&s->p) && !kvt_sampler_params_adjust(&s->p) &&
+                     !s->p.report;
     int32_t id = raw ? kvt_argmax(logits, n) : chain(s, logits, NULL);
     uint8_t ok = 0;
     kvt_status st = kvt_grammar_state_filter(s->gs, s->gv, &id, 1, &ok, err);
@@ -783,5 +784,3 @@ kvt_status kvt_sampler_draw(kvt_sampler *s, const float *logits, int32_t *out, k
     *out = id;
     return KVT_OK;
 }
-
-bool kvt_sampler_grammar_done(const kvt_sampler *s) { return s->gs && kvt_grammar_state_done(s->gs); }

@@ -133,8 +133,6 @@ int32_t kvt_sampler_sample(kvt_sampler *s, const float *logits);
 // KVT_ERR_INVALID_ARG when the grammar allows no token of the vocabulary ("grammar: no token ... after N tokens") or
 // its matcher bound is reached (grammar.h), KVT_ERR_NOMEM; *out is then -1 and the state as before.
 kvt_status kvt_sampler_draw(kvt_sampler *s, const float *logits, int32_t *out, kvt_err *err);
-// With a grammar: true when it allows nothing but the end (its root is complete and cannot go on). False without.
-bool kvt_sampler_grammar_done(const kvt_sampler *s);
 // Records a token (prompt or generated) for the repetition penalty.
 void kvt_sampler_accept(kvt_sampler *s, int32_t token);
 

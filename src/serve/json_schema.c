@@ -96,15 +96,9 @@ void *kvt_js_fail(cv *c, const char *fmt, ...) {
 
 static char *own(cv *c, char *p) {
     if (!p) return kvt_js_nomem(c);
-    if (c->npool == c->cpool) {
-        size_t n = c->cpool ? c->cpool * 2 : 256;
-        void **q = realloc(c->pool, n * sizeof *q);
-        if (!q) {
-            free(p);
-            return kvt_js_nomem(c);
-        }
-        c->pool = q;
-        c->cpool = n;
+    if (!kvt_grow((void **)&c->pool, &c->cpool, c->npool + 1, sizeof *c->pool)) {
+        free(p);
+        return kvt_js_nomem(c);
     }
     c->pool[c->npool++] = p;
     return p;
@@ -171,13 +165,7 @@ static bool index_put(size_t *index, size_t cap, const rule_t *rules, size_t k) 
 }
 
 static bool new_rule(cv *c, char *name, char *body) {
-    if (c->nrules == c->crules) {
-        size_t n = c->crules ? c->crules * 2 : 64;
-        rule_t *q = realloc(c->rules, n * sizeof *q);
-        if (!q) return kvt_js_nomem(c), false;
-        c->rules = q;
-        c->crules = n;
-    }
+    if (!kvt_grow((void **)&c->rules, &c->crules, c->nrules + 1, sizeof *c->rules)) return kvt_js_nomem(c), false;
     if (2 * (c->nrules + 1) > c->cindex) {
         size_t n = c->cindex ? c->cindex * 2 : 256;
         size_t *ix = calloc(n, sizeof *ix);
@@ -1276,13 +1264,7 @@ static const char *visit_ref(cv *c, const json_t *s, const char *rule_name, cons
     if (e && !e->done && e->sdepth == c->sdepth)
         return kvt_js_fail(c, "%s.$ref: '%s' refers back to itself with no object or array in between", path, ref);
     if (!e) {
-        if (c->nrefs == c->crefs) {
-            size_t n = c->crefs ? c->crefs * 2 : 16;
-            ref_t *q = realloc(c->refs, n * sizeof *q);
-            if (!q) return kvt_js_nomem(c);
-            c->refs = q;
-            c->crefs = n;
-        }
+        if (!kvt_grow((void **)&c->refs, &c->crefs, c->nrefs + 1, sizeof *c->refs)) return kvt_js_nomem(c);
         const char *frag = strchr(ref, '#');
         char *base = sanitize(c, kvt_js_pf(c, "ref%s", frag ? frag + 1 : ref));
         if (!base) return NULL;

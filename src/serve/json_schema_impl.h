@@ -16,6 +16,8 @@
 
 #include <jansson.h>
 
+#include "../base/grow.h"
+
 enum { MAX_REPEAT = 2000 }; // llama.cpp's grammar parser refuses larger repetition counts
 
 typedef struct kvt_js_cv cv; // one conversion (json_schema.c)
@@ -31,16 +33,9 @@ typedef struct {
 // Appends n bytes of x.
 static inline void sb_putn(sb *s, const char *x, size_t n) {
     if (s->oom) return;
-    if (s->n + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 64;
-        while (cap < s->n + n + 1) cap *= 2;
-        char *q = realloc(s->p, cap);
-        if (!q) {
-            s->oom = true;
-            return;
-        }
-        s->p = q;
-        s->cap = cap;
+    if (!kvt_grow((void **)&s->p, &s->cap, s->n + n + 1, 1)) {
+        s->oom = true;
+        return;
     }
     memcpy(s->p + s->n, x, n);
     s->n += n;

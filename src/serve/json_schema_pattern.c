@@ -68,13 +68,7 @@ static bool count_of(const char *s, size_t n, long *out) {
 
 static bool push(cv *c, item **v, size_t *n, size_t *cap, item it) {
     if (!it.s) return false;
-    if (*n == *cap) {
-        size_t k = *cap ? *cap * 2 : 8;
-        item *q = realloc(*v, k * sizeof *q);
-        if (!q) return kvt_js_nomem(c), false;
-        *v = q;
-        *cap = k;
-    }
+    if (!kvt_grow((void **)v, cap, *n + 1, sizeof **v)) return kvt_js_nomem(c), false;
     (*v)[(*n)++] = it;
     return true;
 }

@@ -185,6 +185,18 @@ static kvt_status parse_prompt(kvt_request *r, json_t *root, kvt_api_error *e) {
                           type_name(first));
 }
 
+// Gives r a malloc'd buffer to free with it (NULL, or no room to hold it: p freed, false).
+static bool own(kvt_request *r, char *p) {
+    char **owned = p ? realloc(r->owned, (r->n_owned + 1) * sizeof *owned) : NULL;
+    if (!owned) {
+        free(p);
+        return false;
+    }
+    r->owned = owned;
+    r->owned[r->n_owned++] = p;
+    return true;
+}
+
 // content: a string or a list of {type: "text", text: string} parts, joined as llama-server joins them
 // (common/chat.cpp): a newline before a part once the text so far is not empty.
 static kvt_status parse_content(kvt_request *r, json_t *c, size_t i, const char **out, kvt_api_error *e) {
@@ -210,13 +222,8 @@ static kvt_status parse_content(kvt_request *r, json_t *c, size_t i, const char 
         if (check_str(text, pp, &s, e) != KVT_OK) return KVT_ERR_INVALID_ARG;
         total += json_string_length(text) + 1;
     }
-    char *buf = malloc(total + 1), **owned = realloc(r->owned, (r->n_owned + 1) * sizeof *owned);
-    if (owned) r->owned = owned;
-    if (!buf || !owned) {
-        free(buf);
-        return nomem(e);
-    }
-    r->owned[r->n_owned++] = buf;
+    char *buf = malloc(total + 1);
+    if (!own(r, buf)) return nomem(e);
     size_t o = 0;
     for (size_t j = 0; j < n; j++) {
         json_t *text = json_object_get(json_array_get(c, j), "text");
@@ -443,13 +450,7 @@ static kvt_status parse_grammar(kvt_request *r, json_t *root, kvt_api_error *e) 
     kvt_err err = {0};
     kvt_status st = kvt_json_schema_to_grammar(schema, where, &text, &err);
     if (st) return st == KVT_ERR_NOMEM ? nomem(e) : kvt_api_errorf(e, 400, NULL, where, "%s", err.msg);
-    char **owned = realloc(r->owned, (r->n_owned + 1) * sizeof *owned);
-    if (!owned) {
-        free(text);
-        return nomem(e);
-    }
-    r->owned = owned;
-    r->owned[r->n_owned++] = text;
+    if (!own(r, text)) return nomem(e);
     p->grammar = text;
     p->grammar_field = where;
     return KVT_OK;
