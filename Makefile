@@ -279,6 +279,7 @@ $(BUILD)/cuda-host-check: tests/cuda/cuda_host_check.cu $(wildcard src/cuda/*.h 
 
 # the CPU emulation of the backend table, with the kernels' CPU references compiled position-independent
 FAKE_SRC := tests/cuda/cuda_fake.c src/kernels/quant.c src/kernels/quant_avx2.c src/kernels/quant_avx512.c \
+            src/kernels/quant_lowbit.c src/kernels/quant_lowbit_avx2.c src/kernels/quant_lowbit_avx512.c \
             src/kernels/vec.c src/kernels/dtype.c src/kernels/f16x16.c src/kernels/bf16x16.c
 FAKE_OBJ := $(FAKE_SRC:%.c=$(BUILD)/pic/%.o)
 $(BUILD)/pic/%_avx2.o: %_avx2.c

@@ -431,7 +431,8 @@ static void beams_invariant(const kvt_model *m, const char *type, kvt_isa isa) {
 
 void test_determ(const test_env *env) {
     static const kvt_type mm_types[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q4_0, KVT_TYPE_Q4_1,
-                                        KVT_TYPE_Q5_0, KVT_TYPE_Q8_0, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+                                        KVT_TYPE_Q5_0, KVT_TYPE_Q8_0, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K,
+                                        KVT_TYPE_Q5_1, KVT_TYPE_Q2_K, KVT_TYPE_Q3_K, KVT_TYPE_IQ4_NL, KVT_TYPE_IQ4_XS};
     const kvt_isa best = kvt_kernels_isa_detected(), saved = kvt_kernels_isa();
     for (int isa = KVT_ISA_SCALAR; isa <= KVT_ISA_AVX512; isa++) {
         if (isa > (int)best) {

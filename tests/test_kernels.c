@@ -131,7 +131,8 @@ typedef struct {
 static const type_case k_weight_types[] = {
     {KVT_TYPE_F32, 0.f},      {KVT_TYPE_F16, 6e-4f},   {KVT_TYPE_BF16, 5e-3f},  {KVT_TYPE_Q8_0, 0.012f},
     {KVT_TYPE_Q4_0, 0.16f},   {KVT_TYPE_Q4_1, 0.13f},  {KVT_TYPE_Q5_0, 0.08f},  {KVT_TYPE_Q4_K, 0.11f},  {KVT_TYPE_Q5_K, 0.055f},
-    {KVT_TYPE_Q6_K, 0.027f},
+    {KVT_TYPE_Q6_K, 0.027f},  {KVT_TYPE_Q5_1, 0.05f},  {KVT_TYPE_Q2_K, 0.4f},   {KVT_TYPE_Q3_K, 0.19f},
+    {KVT_TYPE_IQ4_NL, 0.095f}, {KVT_TYPE_IQ4_XS, 0.105f},
 };
 static const type_case k_act_types[] = {{KVT_TYPE_Q8_1, 0.012f}, {KVT_TYPE_Q8_K, 0.02f}};
 
@@ -199,7 +200,7 @@ static double deq_dot(const float *a, const float *b, int64_t n, double *mag) {
 
 // Tolerance of the quantized reference dot vs. dequantized math: q4_1 folds the
 // activation sum through an f16 (s = d * sum q), the rest is float rounding.
-static double dot_model_tol(kvt_type t) { return t == KVT_TYPE_Q4_1 ? 2e-3 : 2e-5; }
+static double dot_model_tol(kvt_type t) { return t == KVT_TYPE_Q4_1 || t == KVT_TYPE_Q5_1 ? 2e-3 : 2e-5; }
 
 static void test_vec_dot(kvt_type t) {
     const kvt_type_ops *ref = kvt_type_ops_ref(t);
@@ -1333,7 +1334,7 @@ int test_kernels_main(void) {
               "q8_0_x8 %d, q4_1_x8 %d", kvt_kernels_prefetch_l1(KVT_TYPE_Q8_0_X8), kvt_kernels_prefetch_l1(KVT_TYPE_Q4_1_X8));
         kvt_kernels_reset_prefetch();
     }
-    CHECK("type_ops_null", kvt_type_ops_get(KVT_TYPE_Q2_K) == NULL && kvt_type_ops_ref(KVT_TYPE_Q5_1) == NULL &&
+    CHECK("type_ops_null", kvt_type_ops_get((kvt_type)16) == NULL && kvt_type_ops_ref((kvt_type)21) == NULL && /* iq2_xxs, iq3_s */
                                kvt_type_ops_get((kvt_type)1000) == NULL && kvt_type_ops_get(KVT_TYPE_Q8_K)->vec_dot == NULL,
           "unsupported types must give NULL");
     printf("# %d failure(s)\n", g_fail);

@@ -36,7 +36,7 @@ bool test_file_exists(const char *path) { return path && access(path, R_OK) == 0
 
 int test_cases_recorded(void) { return g_passed + g_failed + g_skipped; }
 
-#define SUITES(X) X(pool) X(gguf) X(kernels) X(tokenizer) X(sampler) X(grammar) X(json_schema) X(mkmodel) X(model_ref) X(kv) X(kv_attn) X(prefix_cache) X(kv_sched) X(batch) X(beam_group) X(beam) X(cli) X(cli_user) X(cli_attack) X(plan) X(chat) X(embd) X(serve) X(serve_native) X(serve_http) X(determ) X(hostile) X(sim) X(prefix_store) X(sparse) X(sparse_seq) X(sched) X(sched_policy) X(cuda) X(cuda_layers)
+#define SUITES(X) X(pool) X(gguf) X(kernels) X(quant_lowbit) X(tokenizer) X(sampler) X(grammar) X(json_schema) X(mkmodel) X(model_ref) X(kv) X(kv_attn) X(prefix_cache) X(kv_sched) X(batch) X(beam_group) X(beam) X(cli) X(cli_user) X(cli_attack) X(plan) X(chat) X(embd) X(serve) X(serve_native) X(serve_http) X(determ) X(hostile) X(sim) X(prefix_store) X(sparse) X(sparse_seq) X(sched) X(sched_policy) X(cuda) X(cuda_layers)
 // Suites that run only when named: `kvtier-tests vocab` (make test-vocab).
 #define EXTRA_SUITES(X) X(vocab)
 #define DECL(n) void test_##n(const test_env *env);

@@ -525,7 +525,8 @@ static const golden *golden_find(const test_env *env, const char *dir, const cha
 }
 
 // llama-quantize's types of the quantized set (tools/golden/make_quant.sh)
-static const char *const quant_types[] = {"bf16", "q8_0", "q4_0", "q4_1", "q4_k_m", "q5_k_m", "q6_k"};
+static const char *const quant_types[] = {"bf16",   "q8_0",   "q4_0",   "q4_1",   "q4_k_m", "q5_k_m", "q6_k",
+                                          "q2_k",   "q3_k_s", "q3_k_m", "q3_k_l", "q5_1",   "iq4_nl", "iq4_xs"};
 
 // The local/global layer pattern as llama.cpp reads gemma3 files: layer il is local iff il % period <
 // period - 1 (every period-th layer global), and no window at all without attention.sliding_window.
@@ -588,7 +589,8 @@ void test_model_ref(const test_env *env) {
     if (!qdir || !*qdir || !test_file_exists(qdir)) {
         snprintf(why, sizeof why, "%s%s: `make quant` makes it (needs llama.cpp built: tools/golden/make_quant.sh), `make test-quant` checks it",
                  qdir && *qdir ? qdir : "KVT_QUANT_DIR", qdir && *qdir ? " absent" : " not set");
-        test_skip("quant set (bf16 q8_0 q4_0 q4_1 q4_k_m q5_k_m q6_k by llama-quantize): reference checks", why);
+        test_skip("quant set (bf16 q8_0 q4_0 q4_1 q4_k_m q5_k_m q6_k q2_k q3_k_s/m/l q5_1 iq4_nl iq4_xs by llama-quantize): "
+                  "reference checks", why);
         return;
     }
     for (size_t i = 0; i < sizeof quant_types / sizeof quant_types[0]; i++) {

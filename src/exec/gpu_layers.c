@@ -65,7 +65,10 @@ static kvt_status upload(kvt_gpu_layers *g, const void *src, size_t bytes, void 
 static kvt_status upload_weight(kvt_gpu_layers *g, const kvt_weight *w, const char *name, int32_t il, void **dst,
                                 kvt_err *err) {
     const kvt_type wt = kvt_weight_file_type(w); // the GGUF's layout (w->data may be repacked for the CPU)
-    if (wt == KVT_TYPE_F32 || wt == KVT_TYPE_BF16 || w->cols % 8) {
+    // the types the device's matrix kernels take (src/cuda/cuda_blocks.cuh type_block, f32 and bf16 apart)
+    const bool device_type = wt == KVT_TYPE_F16 || wt == KVT_TYPE_Q4_0 || wt == KVT_TYPE_Q4_1 || wt == KVT_TYPE_Q8_0 ||
+                             wt == KVT_TYPE_Q4_K || wt == KVT_TYPE_Q5_K || wt == KVT_TYPE_Q6_K;
+    if (!device_type || w->cols % 8) {
         return kvt_errorf(err, KVT_ERR_UNSUPPORTED, "layer %d weight %s (%s, %lld columns) cannot run on the device yet",
                           il, name, kvt_type_name(wt), (long long)w->cols);
     }

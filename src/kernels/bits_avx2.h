@@ -100,4 +100,18 @@ static inline __attribute__((always_inline)) __m256i kvt_bits32_to_0x10(const ui
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
 }
 
+// Instantiates, for a row-dot kernel whose body is `name##_body(n, x, y, ys, NT, s, ss)` (one weight row x against NT
+// activation rows y + t * ys into s[t * ss]; NT a constant where it is inlined), the kvt_type_ops entries
+// name##_multi (NT = 1..4, the table's vec_dot_multi) and name##_dot (one row) (quant_avx2.c, quant_lowbit_avx2.c).
+#define KVT_DOT_DISPATCH(name)                                                                                        \
+    static void name##_multi(int64_t n, const void *x, const void *y, size_t ys, int nt, float *s, int64_t ss) {     \
+        switch (nt) {                                                                                                 \
+        case 1: name##_body(n, x, y, ys, 1, s, ss); break;                                                            \
+        case 2: name##_body(n, x, y, ys, 2, s, ss); break;                                                            \
+        case 3: name##_body(n, x, y, ys, 3, s, ss); break;                                                            \
+        default: name##_body(n, x, y, ys, 4, s, ss); break;                                                           \
+        }                                                                                                             \
+    }                                                                                                                 \
+    static void name##_dot(int64_t n, float *s, const void *x, const void *y) { name##_body(n, x, y, 0, 1, s, 0); }
+
 #endif

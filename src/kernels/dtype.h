@@ -24,6 +24,8 @@ typedef enum {
     KVT_TYPE_Q5_K = 13,
     KVT_TYPE_Q6_K = 14,
     KVT_TYPE_Q8_K = 15,
+    KVT_TYPE_IQ4_NL = 20,
+    KVT_TYPE_IQ4_XS = 23,
     KVT_TYPE_BF16 = 30,
     KVT_TYPE_GGUF_END = 40, // ids below are GGUF's; from here kvtier's own in-memory layouts (never in a file)
     KVT_TYPE_Q4_K_X8 = 40,  // q4_K repacked at load, 8 rows interleaved (quant.h: kvt_type_repack)

@@ -16,6 +16,7 @@
 #include "bf16x16.h"
 #include "f16x16.h"
 #include "matmul.h"
+#include "quant_lowbit.h"
 
 // Round to nearest, ties to even, for |f| < 2^22 (no libm, no rounding-mode
 // dependence beyond the default).
@@ -929,6 +930,8 @@ static const kvt_type_ops k_repacked_ops[KVT_TYPE_COUNT] = {
 };
 
 const kvt_type_ops *kvt_type_ops_ref(kvt_type t) {
+    const kvt_type_ops *lb = kvt_lowbit_ops_ref(t); // q5_1, q2_K, q3_K, iq4_nl, iq4_xs (quant_lowbit.h)
+    if (lb) return lb;
     if (t >= KVT_TYPE_GGUF_END && (unsigned)t < KVT_TYPE_COUNT && k_repacked_ops[t].vec_dot_type) return &k_repacked_ops[t];
     if ((unsigned)t >= KVT_TYPE_COUNT || !k_ref_ops[t].to_float) return NULL;
     return &k_ref_ops[t];
@@ -1147,8 +1150,8 @@ const kvt_type_ops *kvt_type_ops_isa(kvt_type t, kvt_isa isa) {
     if (isa > kvt_kernels_isa()) return NULL;
     switch (isa) {
     case KVT_ISA_SCALAR: return kvt_type_ops_ref(t);
-    case KVT_ISA_AVX2: return kvt_type_ops_avx2_table(t);
-    case KVT_ISA_AVX512: return kvt_type_ops_avx512_table(t);
+    case KVT_ISA_AVX2: return kvt_lowbit_ops_ref(t) ? kvt_lowbit_ops_avx2(t) : kvt_type_ops_avx2_table(t);
+    case KVT_ISA_AVX512: return kvt_lowbit_ops_ref(t) ? kvt_lowbit_ops_avx512(t) : kvt_type_ops_avx512_table(t);
     }
     return NULL;
 }

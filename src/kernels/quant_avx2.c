@@ -65,21 +65,7 @@ INLINE __m256i unpack_nibbles16(const uint8_t *q) {
 
 #define ROW(y, t, ys) ((const void *)((const char *)(y) + (size_t)(t) * (ys)))
 
-// Instantiates the NT = 1..NTMAX dispatcher and the single-row dot of a type
-// whose body is `name##_body(n, x, y, ys, NT, s, ss)`.
-#define DEFINE_DISPATCH(name)                                                                        \
-    static void name##_multi(int64_t n, const void *x, const void *y, size_t ys, int nt, float *s,    \
-                             int64_t ss) {                                                           \
-        switch (nt) {                                                                                \
-        case 1: name##_body(n, x, y, ys, 1, s, ss); break;                                           \
-        case 2: name##_body(n, x, y, ys, 2, s, ss); break;                                           \
-        case 3: name##_body(n, x, y, ys, 3, s, ss); break;                                           \
-        default: name##_body(n, x, y, ys, 4, s, ss); break;                                          \
-        }                                                                                            \
-    }                                                                                                \
-    static void name##_dot(int64_t n, float *s, const void *x, const void *y) {                      \
-        name##_body(n, x, y, 0, 1, s, 0);                                                            \
-    }
+#define DEFINE_DISPATCH(name) KVT_DOT_DISPATCH(name) // (bits_avx2.h)
 
 _Static_assert(NTMAX == 4, "dispatchers instantiate 1..4");
 

@@ -17,6 +17,9 @@
  *                     "top2_gaps": [...], "greedy_text": ...}
  *     top2_gaps[i] = best - second-best logit at generation step i.
  *   OUT.logits.txt : the full logit vector after the last prompt token, "%.6f" per line.
+ *
+ * Environment: GOLDEN_FA_OFF (llama.cpp's attention without flash attention), GOLDEN_NO_REPACK (its plain row
+ * kernels: no repacked weights, use_extra_bufts = false).
  */
 #include "llama.h"
 
@@ -96,6 +99,7 @@ int main(int argc, char **argv) {
 
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    if (getenv("GOLDEN_NO_REPACK")) mp.use_extra_bufts = false; // llama.cpp's plain row kernels, no repacked weights
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
     if (!model) { fprintf(stderr, "failed to load %s\n", model_path); return 1; }
     const struct llama_vocab *vocab = llama_model_get_vocab(model);

@@ -12,7 +12,8 @@
 #     KVTIER          the kvtier binary [build/kvtier]
 #     LLAMA_BUILD_DIR llama.cpp build, holding bin/llama-quantize [/work/peer/build]
 #                     (and LLAMA_CPP_DIR etc. for make_golden.sh; see there)
-#     TYPES           llama-quantize types ["BF16 Q8_0 Q4_0 Q4_1 Q4_K_M Q5_K_M Q6_K"]
+#     TYPES           llama-quantize types ["BF16 Q8_0 Q4_0 Q4_1 Q4_K_M Q5_K_M Q6_K Q2_K Q3_K_S Q3_K_M
+#                     Q3_K_L Q5_1 IQ4_NL IQ4_XS"]
 #     SHAPE           mkmodel shape flags ["--arch llama --dim 256 --layers 4 --heads 4 --kv-heads 2
 #                     --ff 768 --vocab 4096 --ctx 2048 --seed 11"]: grouped-query attention,
 #                     head_dim 64, every width a multiple of 256 so the K-quants apply everywhere,
@@ -29,7 +30,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="$1"
 KVTIER="${KVTIER:-$ROOT/build/kvtier}"
 LLAMA_BUILD_DIR="${LLAMA_BUILD_DIR:-/work/peer/build}"
-TYPES="${TYPES:-BF16 Q8_0 Q4_0 Q4_1 Q4_K_M Q5_K_M Q6_K}"
+TYPES="${TYPES:-BF16 Q8_0 Q4_0 Q4_1 Q4_K_M Q5_K_M Q6_K Q2_K Q3_K_S Q3_K_M Q3_K_L Q5_1 IQ4_NL IQ4_XS}"
 SHAPE="${SHAPE:---arch llama --dim 256 --layers 4 --heads 4 --kv-heads 2 --ff 768 --vocab 4096 --ctx 2048 --seed 11}"
 QUANTIZE="$LLAMA_BUILD_DIR/bin/llama-quantize"
 for f in "$KVTIER" "$QUANTIZE"; do

@@ -1,0 +1,281 @@
+// quant_lowbit_avx2.c - AVX2 kernels of q5_1, q2_K, q3_K, iq4_nl and iq4_xs (quant_lowbit.h): the dot product of
+// one weight row against 1..KVT_DOT_MULTI_MAX activation rows. Conversions take the reference's code (not hot).
+//
+// Each body sums its integers and floats in the order of llama.cpp's AVX2 kernel of the type (ggml-cpu's
+// arch/x86/quants.c, named at each): its 8 lanes of exact integer sums per block, one FMA chain per 8 lanes, its
+// final horizontal sum, so that a dot gives llama.cpp's bits (suite quant_lowbit checks it on llama.cpp's own rows);
+// the scalar reference (quant_lowbit.c) sums in its own order. A token's chain does not depend on the tokens beside
+// it (1..4 rows: the same bits). Compiled with -mavx2 -mfma -mf16c (the Makefile's rule for *_avx2.c);
+// quant_lowbit_avx512.c includes it with KVT_SIMD_AVX512 (the integer dot primitive of bits_avx2.h becomes VNNI)
+// and renames the table.
+//
+// The iq4 kernels multiply signed codebook values by signed activations with the sign trick, exact for activation
+// bytes in [-127, 127]: what kvtier's q8_0 and q8_K quantizers give (as llama.cpp's); the others take any byte.
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "bits_avx2.h"
+#include "quant_lowbit.h"
+
+#ifdef KVT_SIMD_AVX512
+#define LOWBIT_TABLE_FN kvt_lowbit_ops_avx512
+#else
+#define LOWBIT_TABLE_FN kvt_lowbit_ops_avx2
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+#define NTMAX KVT_DOT_MULTI_MAX
+#define UNROLL _Pragma("GCC unroll 16")
+#define ROW(y, t, ys) ((const void *)((const char *)(y) + (size_t)(t) * (ys)))
+// The weights' lines PF bytes ahead of block p into L1, as quant_avx2.c's K-quant rows do (KQ_PF): streaming a
+// matrix from DRAM, these kernels read it at 4.2 (without) against 7+ GB/s a core on the Intel Xeon 0xA7 (iq4_xs).
+#define PF 4096
+#define PREFETCH(p, size)                                                                                             \
+    for (size_t pf_ = 0; pf_ < (size); pf_ += 64) _mm_prefetch((const char *)(p) + PF + pf_, _MM_HINT_T0)
+
+// The 8 lanes' sum in ggml's order (its hsum_float_8): high half + low half, then the pairs, then the last two.
+INLINE float hsum8(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+INLINE float f16f(uint16_t h) { return _cvtsh_ss(h); }
+INLINE __m256i ld256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+// 32 four-bit indices of 16 bytes in element order: the low nibbles (elements 0..15) in the low lane, the high
+// nibbles (16..31) in the high lane.
+INLINE __m256i nibbles32(const uint8_t *q) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)q);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+}
+// Word k of the low lane's eight (both lanes hold the same eight) to every word of the low lane, word k + 1 to every
+// word of the high lane: the scales of sub-blocks k and k + 1 beside a 32-byte slice holding 16 elements of each.
+INLINE __m256i pair_scales(__m256i both, int k) {
+    const __m128i lo = _mm_set1_epi16((short)(0x0100 + 0x0202 * k)), hi = _mm_set1_epi16((short)(0x0100 + 0x0202 * (k + 1)));
+    return _mm256_shuffle_epi8(both, _mm256_set_m128i(hi, lo));
+}
+
+#define DISPATCH(name) KVT_DOT_DISPATCH(name) // (bits_avx2.h)
+_Static_assert(NTMAX == 4, "the dispatchers instantiate 1..4");
+
+// ----------------------------------------------------------------------------------------------------- q5_1
+
+// The two halves at p (d and m of a q5_1 block, d and s of a q8_1 one) as floats in lanes 0 and 1: one conversion.
+INLINE __m128 f16x2(const uint16_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+// ggml's AVX2 order (ggml_vec_dot_q5_1_q8_1): per block the 8 lanes' integer sums (4 products each) as floats into
+// one 8-lane FMA chain with dx * dy, the m * s terms in a scalar FMA chain (its build fuses that multiply-add); the
+// lanes' sum (hsum8) plus that chain. The halves converted two at a time, the m * s chain in lane 1 of a 4-lane FMA.
+INLINE void q5_1_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    const kvt_block_q5_1 *x = xv;
+    __m256 acc[NTMAX];
+    __m128 summ[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps(), summ[t] = _mm_setzero_ps();
+    for (int64_t ib = 0; ib < n / KVT_QK; ib++) {
+        PREFETCH(x + ib, 1);
+        const __m256i u = _mm256_or_si256(nibbles32(x[ib].qs), kvt_bits32_to_0x10(x[ib].qh)); // 0..31
+        const __m128 dm = f16x2(&x[ib].d);                                                     // d, m
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_1 *y = (const kvt_block_q8_1 *)ROW(yv, t, ys) + ib;
+            const __m128 ds = f16x2(&y->d); // dy, s
+            summ[t] = _mm_fmadd_ps(dm, ds, summ[t]);
+            const __m256 q = _mm256_cvtepi32_ps(kvt_dot_u8s8(u, ld256(y->qs)));
+            acc[t] = _mm256_fmadd_ps(q, _mm256_broadcastss_ps(_mm_mul_ps(dm, ds)), acc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum8(acc[t]) + _mm_cvtss_f32(_mm_movehdup_ps(summ[t]));
+}
+DISPATCH(q5_1)
+
+// ----------------------------------------------------------------------------------------------------- q2_K
+
+// ggml's AVX2 order (ggml_vec_dot_q2_K_q8_K): per super-block the mins' products with the block sums (8 lanes) into
+// the FMA chain with -dy * dmin, then the 8 lanes of the scaled value products with dy * d; hsum8 at the end. The
+// slice (h, j) holds elements 128h + 32j .. + 32 in y's order: bits 2j of the 32 bytes of half h.
+INLINE void q2_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    const kvt_block_q2_K *x = xv;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / KVT_QK_K; ib++) {
+        PREFETCH(x + ib, sizeof *x);
+        const __m128i sb = _mm_loadu_si128((const __m128i *)x[ib].scales);
+        const __m128i sc = _mm_and_si128(sb, _mm_set1_epi8(0x0F));
+        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
+        const __m256i sch[2] = {_mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc)),
+                                _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sc, 8)))};
+        const float dx = f16f(x[ib].d), dmx = f16f(x[ib].dmin);
+        __m256i isum[NTMAX];
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+            const __m256i prod = _mm256_madd_epi16(mn16, ld256(y->bsums));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y->d * dmx), _mm256_cvtepi32_ps(prod), acc[t]);
+            isum[t] = _mm256_setzero_si256();
+        }
+        UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i q = ld256(x[ib].qs + 32 * h);
+            UNROLL for (int j = 0; j < 4; j++) {
+                const __m256i u = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3), scj = pair_scales(sch[h], 2 * j);
+                UNROLL for (int t = 0; t < NT; t++) {
+                    const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+                    const __m256i p = _mm256_maddubs_epi16(u, ld256(y->qs + 128 * h + 32 * j));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(scj, p));
+                }
+            }
+        }
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum8(acc[t]);
+}
+DISPATCH(q2_K)
+
+// ----------------------------------------------------------------------------------------------------- q3_K
+
+// The 16 scales s - 32 of a q3_K block as int8 (kvt_q3_K_scales' unpacking, four bytes at a time as ggml does).
+INLINE __m128i q3_K_scales16(const uint8_t *q) {
+    uint32_t a[3];
+    memcpy(a, q, 12);
+    const uint32_t k1 = 0x03030303u, k2 = 0x0f0f0f0fu;
+    const __m128i s = _mm_set_epi32((int)(((a[1] >> 4) & k2) | (((a[2] >> 6) & k1) << 4)),
+                                    (int)(((a[0] >> 4) & k2) | (((a[2] >> 4) & k1) << 4)),
+                                    (int)((a[1] & k2) | (((a[2] >> 2) & k1) << 4)), (int)((a[0] & k2) | ((a[2] & k1) << 4)));
+    return _mm_sub_epi8(s, _mm_set1_epi8(32));
+}
+// ggml's AVX2 order (ggml_vec_dot_q3_K_q8_K): per slice the products of the two low bits minus 4 times the
+// activation where the hmask bit is clear (in int16), times the scales; the 8 lanes per super-block into the FMA
+// chain with dy * d; hsum8 at the end.
+INLINE void q3_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    const kvt_block_q3_K *x = xv;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    __m256 acc[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / KVT_QK_K; ib++) {
+        PREFETCH(x + ib, sizeof *x);
+        const __m256i all = _mm256_cvtepi8_epi16(q3_K_scales16(x[ib].scales));
+        const __m128i lo = _mm256_castsi256_si128(all), hi = _mm256_extracti128_si256(all, 1);
+        const __m256i sch[2] = {_mm256_set_m128i(lo, lo), _mm256_set_m128i(hi, hi)};
+        const __m256i hm = ld256(x[ib].hmask);
+        __m256i isum[NTMAX];
+        UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+        UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i q = ld256(x[ib].qs + 32 * h);
+            UNROLL for (int j = 0; j < 4; j++) {
+                const int bit = 4 * h + j;
+                const __m256i l = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m3);
+                // 4 where the bit is clear, 0 where set
+                const __m256i c = _mm256_slli_epi16(_mm256_srli_epi16(_mm256_andnot_si256(hm, _mm256_slli_epi16(one, bit)), bit), 2);
+                const __m256i scj = pair_scales(sch[h], 2 * j);
+                UNROLL for (int t = 0; t < NT; t++) {
+                    const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+                    const __m256i yq = ld256(y->qs + 128 * h + 32 * j);
+                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(l, yq), _mm256_maddubs_epi16(c, yq));
+                    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(scj, p));
+                }
+            }
+        }
+        const float dx = f16f(x[ib].d);
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum8(acc[t]);
+}
+DISPATCH(q3_K)
+
+// ------------------------------------------------------------------------------------------ iq4_nl, iq4_xs
+
+// The codebook values of 32 indices (one byte shuffle) and their magnitudes.
+INLINE __m256i iq4_values(const uint8_t *q, __m256i *mag) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvt_iq4nl_values));
+    const __m256i w = _mm256_shuffle_epi8(lut, nibbles32(q));
+    *mag = _mm256_abs_epi8(w);
+    return w;
+}
+
+// ggml's AVX2 order (ggml_vec_dot_iq4_nl_q8_0): blocks in pairs, the first of each pair into one 8-lane FMA chain
+// and the second into another, each with dy * dx; hsum8 of their sum, then a last odd block in scalar.
+INLINE void iq4_nl_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    const kvt_block_iq4_nl *x = xv;
+    const int64_t nb = n / KVT_QK;
+    __m256 acc[2][NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    int64_t ib = 0;
+    for (; ib + 1 < nb; ib += 2) {
+        PREFETCH(x + ib, 1);
+        UNROLL for (int k = 0; k < 2; k++) {
+            __m256i mag;
+            const __m256i w = iq4_values(x[ib + k].qs, &mag);
+            const float dx = f16f(x[ib + k].d);
+            UNROLL for (int t = 0; t < NT; t++) {
+                const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib + k;
+                const __m256i p = kvt_dot_u8s8(mag, _mm256_sign_epi8(ld256(y->qs), w));
+                acc[k][t] = _mm256_fmadd_ps(_mm256_set1_ps(f16f(y->d) * dx), _mm256_cvtepi32_ps(p), acc[k][t]);
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) {
+        float sum = hsum8(_mm256_add_ps(acc[0][t], acc[1][t]));
+        if (ib < nb) {
+            const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib;
+            int s1 = 0, s2 = 0;
+            for (int j = 0; j < 16; j++)
+                s1 += y->qs[j] * kvt_iq4nl_values[x[ib].qs[j] & 0xF], s2 += y->qs[j + 16] * kvt_iq4nl_values[x[ib].qs[j] >> 4];
+            sum = fmaf(f16f(y->d) * f16f(x[ib].d), (float)(s1 + s2), sum); // (fused in ggml's build)
+        }
+        s[t * ss] = sum;
+    }
+}
+DISPATCH(iq4_nl)
+
+// ggml's AVX2 order (ggml_vec_dot_iq4_xs_q8_K): per super-block the 8 lanes of the scaled products into the FMA
+// chain with dx * dy; hsum8 at the end.
+INLINE void iq4_xs_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    const kvt_block_iq4_xs *x = xv;
+    __m256 acc[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / KVT_QK_K; ib++) {
+        PREFETCH(x + ib, sizeof *x);
+        __m256i isum[NTMAX];
+        UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+        UNROLL for (int sb = 0; sb < 8; sb++) {
+            __m256i mag;
+            const __m256i w = iq4_values(x[ib].qs + 16 * sb, &mag);
+            const __m256i ls = _mm256_set1_epi16((short)(kvt_iq4_xs_scale(&x[ib], sb) - 32));
+            UNROLL for (int t = 0; t < NT; t++) {
+                const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+                const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(ld256(y->qs + 32 * sb), w));
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ls));
+            }
+        }
+        const float dx = f16f(x[ib].d);
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y->d), _mm256_cvtepi32_ps(isum[t]), acc[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum8(acc[t]);
+}
+DISPATCH(iq4_xs)
+
+// ------------------------------------------------------------------------------------------------- table
+
+// The conversions are the reference's (not hot).
+#define CONV(name, T)                                                                                                 \
+    static void name##_to_float(const void *src, float *dst, int64_t n) { kvt_lowbit_ops_ref(T)->to_float(src, dst, n); } \
+    static void name##_from_float(const float *src, void *dst, int64_t n) {                                          \
+        kvt_lowbit_ops_ref(T)->from_float(src, dst, n);                                                               \
+    }
+CONV(q5_1, KVT_TYPE_Q5_1)
+CONV(q2_K, KVT_TYPE_Q2_K)
+CONV(q3_K, KVT_TYPE_Q3_K)
+CONV(iq4_nl, KVT_TYPE_IQ4_NL)
+CONV(iq4_xs, KVT_TYPE_IQ4_XS)
+KVT_LOWBIT_TABLE(LOWBIT_TABLE_FN)
