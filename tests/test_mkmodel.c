@@ -393,7 +393,58 @@ static void test_shape_table(void) {
     test_result(ok && !kvt_shape_at(kvt_shape_count()), "mkmodel shape table", "lookup or consistency failed");
 }
 
+// The low-bit types (kernels/quant_lowbit.h) as every matrix's type: the file loads with those types (a matrix whose
+// width the super-block does not divide falls back: q2_K / q3_K to q4_1, iq4_xs to iq4_nl) and decodes to finite
+// logits, the same with the scalar kernels within 1e-3 of the largest logit.
+static void test_lowbit_types(void) {
+    static const char *const types[] = {"q5_1", "q2_k", "q3_k", "iq4_nl", "iq4_xs"};
+    static const kvt_type want[] = {KVT_TYPE_Q5_1, KVT_TYPE_Q2_K, KVT_TYPE_Q3_K, KVT_TYPE_IQ4_NL, KVT_TYPE_IQ4_XS};
+    for (int i = 0; i < 5; i++) {
+        char name[96], path[64];
+        snprintf(name, sizeof name, "mkmodel --type %s: loads with %s matrices, decodes alike on every ISA", types[i], types[i]);
+        if (!tmp_path(path, sizeof path)) {
+            test_result(false, name, "mkstemp failed");
+            continue;
+        }
+        const char *args[] = {"--arch", "llama", "--dim", "256", "--layers", "2", "--heads", "4", "--ff", "512",
+                              "--vocab", "300", "--ctx", "128", "--type", types[i], NULL};
+        int rc = run_mk(path, args);
+        kvt_model *m = NULL;
+        kvt_err err = {0};
+        if (rc != 0 || kvt_model_load(path, false, &m, &err)) {
+            test_result(false, name, "rc %d, load: %s", rc, err.msg);
+            remove(path);
+            continue;
+        }
+        bool ok = tensor_type(m, "blk.0.attn_q.weight") == want[i] && tensor_type(m, "blk.1.ffn_up.weight") == want[i];
+        float first[300], worst = 0, top = 0;
+        const int32_t toks[3] = {1, 17, 42};
+        const kvt_isa saved = kvt_kernels_isa();
+        for (int pass = 0; pass < 2 && ok; pass++) {
+            if (pass == 1) kvt_kernels_set_isa(KVT_ISA_SCALAR);
+            kvt_context_params cp = kvt_context_params_default();
+            cp.n_ctx = 16;
+            kvt_context *ctx = NULL;
+            ok = !kvt_context_init(m, &cp, &ctx, &err) && !kvt_decode(ctx, toks, 3, false, &err);
+            const float *l = ok ? kvt_context_logits(ctx) : NULL;
+            for (int v = 0; ok && v < 300; v++) {
+                ok = isfinite(l[v]);
+                if (pass == 0) first[v] = l[v], top = fmaxf(top, fabsf(l[v]));
+                else worst = fmaxf(worst, fabsf(l[v] - first[v]));
+            }
+            kvt_context_free(ctx);
+        }
+        kvt_kernels_set_isa(saved);
+        test_result(ok && worst <= 1e-3f * top, name, "types %s / %s, %s, scalar - SIMD %.3g of max %.3g",
+                    kvt_type_name(tensor_type(m, "blk.0.attn_q.weight")), kvt_type_name(tensor_type(m, "blk.1.ffn_up.weight")),
+                    err.msg, (double)worst, (double)top);
+        kvt_model_free(m);
+        remove(path);
+    }
+}
+
 void test_mkmodel(const test_env *env) {
+    test_lowbit_types();
     test_shape_table();
     test_llama_q4_k_m();
     test_qwen3_tied();

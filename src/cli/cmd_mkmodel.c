@@ -36,14 +36,18 @@ typedef struct {
 } format;
 
 // LLAMA_FTYPE numbers (llama.h): ALL_F32 0, MOSTLY_F16 1, Q4_0 2, Q4_1 3,
-// Q8_0 7, Q4_K_S 14, Q4_K_M 15, Q5_K_S 16, Q6_K 18, BF16 32. A uniform K-quant
-// is recorded as its _S variant, the closest llama.cpp names.
+// Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K_S 11, Q4_K_S 14, Q4_K_M 15, Q5_K_S 16, Q6_K 18, IQ4_NL 25, IQ4_XS 30,
+// BF16 32. A uniform K-quant is recorded as its _S variant, the closest llama.cpp names. (kvtier's own
+// quantizers: files to test and measure with; llama-quantize's choices of values differ.)
 static const format k_formats[] = {
     {"f32", KVT_TYPE_F32, MIX_NONE, 0},      {"f16", KVT_TYPE_F16, MIX_NONE, 1},
     {"bf16", KVT_TYPE_BF16, MIX_NONE, 32},   {"q8_0", KVT_TYPE_Q8_0, MIX_NONE, 7},
     {"q4_0", KVT_TYPE_Q4_0, MIX_NONE, 2},    {"q4_1", KVT_TYPE_Q4_1, MIX_NONE, 3},
     {"q4_k", KVT_TYPE_Q4_K, MIX_NONE, 14},   {"q5_k", KVT_TYPE_Q5_K, MIX_NONE, 16},
     {"q6_k", KVT_TYPE_Q6_K, MIX_NONE, 18},   {"q4_k_m", KVT_TYPE_Q4_K, MIX_Q4_K_M, 15},
+    {"q5_0", KVT_TYPE_Q5_0, MIX_NONE, 8},    {"q5_1", KVT_TYPE_Q5_1, MIX_NONE, 9},
+    {"q2_k", KVT_TYPE_Q2_K, MIX_NONE, 10},   {"q3_k", KVT_TYPE_Q3_K, MIX_NONE, 11},
+    {"iq4_nl", KVT_TYPE_IQ4_NL, MIX_NONE, 25}, {"iq4_xs", KVT_TYPE_IQ4_XS, MIX_NONE, 30},
 };
 
 static const format *find_format(const char *name) {
@@ -64,7 +68,8 @@ static bool use_more_bits(int i_layer, int n_layer) {
 // q4_K / q5_K, which kvtier does not run), then to f16.
 static kvt_type fit_type(kvt_type t, int64_t ncols) {
     if (kvt_row_size(t, ncols) >= 0) return t;
-    if (t == KVT_TYPE_Q4_K) t = KVT_TYPE_Q4_1;
+    if (t == KVT_TYPE_Q4_K || t == KVT_TYPE_Q2_K || t == KVT_TYPE_Q3_K) t = KVT_TYPE_Q4_1;
+    else if (t == KVT_TYPE_IQ4_XS) t = KVT_TYPE_IQ4_NL;
     else if (t == KVT_TYPE_Q5_K || t == KVT_TYPE_Q6_K) t = KVT_TYPE_Q8_0;
     if (kvt_row_size(t, ncols) >= 0) return t;
     return KVT_TYPE_F16;
@@ -364,7 +369,8 @@ static void print_help(void) {
         "  --list-shapes      print the known shapes and exit\n"
         "\n"
         "weights:\n"
-        "  --type T           f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k: every matrix of that type;\n"
+        "  --type T           f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs:\n"
+        "                     every matrix of that type;\n"
         "                     q4_k_m: llama.cpp's Q4_K_M mix (q4_K; q6_K for the output, for a tied\n"
         "                     token_embd, and for attn_v / ffn_down of the first and last eighth of\n"
         "                     the layers and every third layer between). Norms and biases are f32.\n"
@@ -508,12 +514,12 @@ int cmd_mkmodel(int argc, char **argv) {
         return 2;
     }
     if (!type_name) {
-        fprintf(stderr, "kvtier " CMD ": --type is required (f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k q4_k_m)\n");
+        fprintf(stderr, "kvtier " CMD ": --type is required (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs q4_k_m)\n");
         return 2;
     }
     const format *fmt = find_format(type_name);
     if (!fmt) {
-        fprintf(stderr, "kvtier " CMD ": --type: unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k q4_k_m)\n",
+        fprintf(stderr, "kvtier " CMD ": --type: unknown type '%s' (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k iq4_nl iq4_xs q4_k_m)\n",
                 type_name);
         return 2;
     }
