@@ -263,8 +263,11 @@ kvt_status kvt_profile_measure(const kvt_profile_opts *o, kvt_profile *p, kvt_er
     kvt_threadpool_free(pool);
     if (o->log) fprintf(o->log, "cpu: %d threads, DRAM read %.1f GB/s, L3 %lld bytes\n", nt, p->cpu_read_gbps, (long long)p->l3_bytes);
     if (p->cpu_read_gbps <= 0) return kvt_errorf(err, KVT_ERR_NOMEM, "profile: cannot allocate %lld bytes for the bandwidth test", (long long)big);
-    static const kvt_type all[] = {KVT_TYPE_F32, KVT_TYPE_F16, KVT_TYPE_BF16, KVT_TYPE_Q8_0, KVT_TYPE_Q4_0,
-                                   KVT_TYPE_Q4_1, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K};
+    // (the row-kernel types of kernels/quant_lowbit.h too: their batches are far slower than the GEMM-tiled types',
+    // which the planner would otherwise assume for them)
+    static const kvt_type all[] = {KVT_TYPE_F32,  KVT_TYPE_F16,  KVT_TYPE_BF16, KVT_TYPE_Q8_0,   KVT_TYPE_Q4_0,
+                                   KVT_TYPE_Q4_1, KVT_TYPE_Q4_K, KVT_TYPE_Q5_K, KVT_TYPE_Q6_K,   KVT_TYPE_Q5_0,
+                                   KVT_TYPE_Q5_1, KVT_TYPE_Q2_K, KVT_TYPE_Q3_K, KVT_TYPE_IQ4_NL, KVT_TYPE_IQ4_XS};
     static const kvt_type few[] = {KVT_TYPE_F16, KVT_TYPE_Q8_0, KVT_TYPE_Q4_K, KVT_TYPE_Q6_K};
     const kvt_type *types = o->quick ? few : all;
     int n_types = o->quick ? (int)(sizeof few / sizeof few[0]) : (int)(sizeof all / sizeof all[0]);
