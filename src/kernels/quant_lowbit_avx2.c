@@ -235,8 +235,38 @@ INLINE void iq4_nl_body(int64_t n, const void *xv, const void *yv, size_t ys, in
 }
 DISPATCH(iq4_nl)
 
+#ifdef KVT_SIMD_AVX512
+// Two sub-blocks per 512-bit step: the even sub-block's 8 lanes of scaled products in the low half of the integer
+// sum, the odd one's in the high half; their sum per super-block is the AVX2 loop's 8 lanes (ggml's sumi1 + sumi2),
+// exact integers, so the same bits with half the vector operations. AVX-512BW has no byte sign: the activations of
+// negative codebook values are negated under a mask (|y| <= 127).
+INLINE void iq4_xs_sb512(const kvt_block_iq4_xs *x, const void *yv, size_t ys, int64_t ib, int NT, __m256i *isum) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvt_iq4nl_values));
+    const __m512i shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0), m4 = _mm512_set1_epi8(0x0F);
+    __m512i acc[NTMAX];
+    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_si512();
+    UNROLL for (int sp = 0; sp < 4; sp++) {
+        // [sub-block 2sp: low nibbles, high nibbles | 2sp + 1: low, high]: its 64 elements in y's order
+        const __m512i q = _mm512_castsi256_si512(ld256(x->qs + 32 * sp));
+        const __m512i idx = _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(q, q, 0x50), shift), m4);
+        const __m512i w = _mm512_shuffle_epi8(lut, idx), mag = _mm512_abs_epi8(w);
+        const __mmask64 neg = _mm512_movepi8_mask(w);
+        const __m512i ls = _mm512_inserti64x4(_mm512_set1_epi16((short)(kvt_iq4_xs_scale(x, 2 * sp) - 32)),
+                                              _mm256_set1_epi16((short)(kvt_iq4_xs_scale(x, 2 * sp + 1) - 32)), 1);
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+            const __m512i yq = _mm512_loadu_si512((const void *)(y->qs + 64 * sp));
+            const __m512i sy = _mm512_mask_sub_epi8(yq, neg, _mm512_setzero_si512(), yq);
+            acc[t] = _mm512_add_epi32(acc[t], _mm512_madd_epi16(_mm512_maddubs_epi16(mag, sy), ls));
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++)
+        isum[t] = _mm256_add_epi32(_mm512_castsi512_si256(acc[t]), _mm512_extracti64x4_epi64(acc[t], 1));
+}
+#endif
+
 // ggml's AVX2 order (ggml_vec_dot_iq4_xs_q8_K): per super-block the 8 lanes of the scaled products into the FMA
-// chain with dx * dy; hsum8 at the end.
+// chain with dx * dy; hsum8 at the end. (AVX-512: the same lanes from iq4_xs_sb512.)
 INLINE void iq4_xs_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     const kvt_block_iq4_xs *x = xv;
     __m256 acc[NTMAX];
@@ -244,6 +274,9 @@ INLINE void iq4_xs_body(int64_t n, const void *xv, const void *yv, size_t ys, in
     for (int64_t ib = 0; ib < n / KVT_QK_K; ib++) {
         PREFETCH(x + ib, sizeof *x);
         __m256i isum[NTMAX];
+#ifdef KVT_SIMD_AVX512
+        iq4_xs_sb512(x + ib, yv, ys, ib, NT, isum);
+#else
         UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
         UNROLL for (int sb = 0; sb < 8; sb++) {
             __m256i mag;
@@ -255,6 +288,7 @@ INLINE void iq4_xs_body(int64_t n, const void *xv, const void *yv, size_t ys, in
                 isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ls));
             }
         }
+#endif
         const float dx = f16f(x[ib].d);
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
