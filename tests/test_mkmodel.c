@@ -37,6 +37,24 @@ static int run_mk(const char *path, const char *const *args) {
     return cmd_mkmodel(argc, argv);
 }
 
+// A file made by `mkmodel args` at a fresh temporary path (written to path) and loaded: the model, or NULL after
+// reporting the failure as test `name` (the file removed).
+static kvt_model *mk_load(const char *name, const char *const *args, char path[64]) {
+    if (!tmp_path(path, 64)) {
+        test_result(false, name, "mkstemp failed");
+        return NULL;
+    }
+    const int rc = run_mk(path, args);
+    kvt_model *m = NULL;
+    kvt_err err = {0};
+    if (rc != 0 || kvt_model_load(path, false, &m, &err)) {
+        test_result(false, name, "rc %d, load: %s", rc, err.msg);
+        remove(path);
+        return NULL;
+    }
+    return m;
+}
+
 static kvt_type tensor_type(const kvt_model *m, const char *name) {
     const kvt_gguf_tensor *t = kvt_gguf_find_tensor(m->gguf, name);
     return t ? t->type : KVT_TYPE_COUNT;
@@ -58,21 +76,12 @@ static bool files_equal(const char *a, const char *b) {
 static void test_llama_q4_k_m(void) {
     const char *name = "mkmodel llama q4_k_m mix";
     char path[64];
-    if (!tmp_path(path, sizeof path)) {
-        test_result(false, name, "mkstemp failed");
-        return;
-    }
     static const char *const args[] = {"--arch", "llama", "--dim", "256", "--layers", "8", "--heads", "4",
                                        "--kv-heads", "2", "--ff", "512", "--vocab", "300", "--ctx", "512",
                                        "--type", "q4_k_m", NULL};
-    int rc = run_mk(path, args);
-    kvt_model *m = NULL;
+    kvt_model *m = mk_load(name, args, path);
+    if (!m) return;
     kvt_err err = {0};
-    if (rc != 0 || kvt_model_load(path, false, &m, &err)) {
-        test_result(false, name, "rc %d, load: %s", rc, err.msg);
-        remove(path);
-        return;
-    }
     const kvt_hparams *hp = &m->hp;
     bool ok = hp->arch == KVT_ARCH_LLAMA && hp->n_embd == 256 && hp->n_layer == 8 && hp->n_head == 4 &&
               hp->n_head_kv == 2 && hp->head_dim == 64 && hp->n_ff == 512 && hp->n_vocab == 300 &&
@@ -234,21 +243,11 @@ static void tied_half_repacked(bool bf) {
 static void test_qwen3_tied(void) {
     const char *name = "mkmodel qwen3 tied q8_0";
     char path[64];
-    if (!tmp_path(path, sizeof path)) {
-        test_result(false, name, "mkstemp failed");
-        return;
-    }
     static const char *const args[] = {"--arch", "qwen3", "--dim", "128", "--layers", "2", "--heads", "4",
                                        "--kv-heads", "2", "--head-dim", "64", "--ff", "320", "--vocab", "512",
                                        "--tied", "--type", "q8_0", NULL};
-    int rc = run_mk(path, args);
-    kvt_model *m = NULL;
-    kvt_err err = {0};
-    if (rc != 0 || kvt_model_load(path, false, &m, &err)) {
-        test_result(false, name, "rc %d, load: %s", rc, err.msg);
-        remove(path);
-        return;
-    }
+    kvt_model *m = mk_load(name, args, path);
+    if (!m) return;
     const kvt_hparams *hp = &m->hp;
     bool ok = hp->arch == KVT_ARCH_QWEN3 && hp->head_dim == 64 && hp->n_rot == 64 && hp->rope_type == KVT_ROPE_NEOX &&
               hp->n_vocab == 512 && m->tied_output && m->layers[1].q_norm && m->layers[1].k_norm &&
@@ -267,22 +266,12 @@ static void test_qwen3_tied(void) {
 static void test_qwen2_fallback(void) {
     const char *name = "mkmodel qwen2 biases + k-quant fallback";
     char path[64];
-    if (!tmp_path(path, sizeof path)) {
-        test_result(false, name, "mkstemp failed");
-        return;
-    }
     // width 96 is not a multiple of 256: q4_K falls back to q4_1; the default
     // ff (8/3 * 96 rounded up to 256) = 256 keeps ffn_down (256 wide) q4_K
     static const char *const args[] = {"--arch", "qwen2", "--dim", "96", "--layers", "1", "--heads", "3",
                                        "--kv-heads", "1", "--vocab", "400", "--type", "q4_k", NULL};
-    int rc = run_mk(path, args);
-    kvt_model *m = NULL;
-    kvt_err err = {0};
-    if (rc != 0 || kvt_model_load(path, false, &m, &err)) {
-        test_result(false, name, "rc %d, load: %s", rc, err.msg);
-        remove(path);
-        return;
-    }
+    kvt_model *m = mk_load(name, args, path);
+    if (!m) return;
     const kvt_layer *l = &m->layers[0];
     bool ok = m->hp.arch == KVT_ARCH_QWEN2 && m->hp.n_ff == 256 && m->hp.head_dim == 32 && l->bq && l->bk && l->bv &&
               l->wq.file_type == KVT_TYPE_Q4_1 && l->w_down.file_type == KVT_TYPE_Q4_K && !l->q_norm;
@@ -402,20 +391,11 @@ static void test_lowbit_types(void) {
     for (int i = 0; i < 5; i++) {
         char name[96], path[64];
         snprintf(name, sizeof name, "mkmodel --type %s: loads with %s matrices, decodes alike on every ISA", types[i], types[i]);
-        if (!tmp_path(path, sizeof path)) {
-            test_result(false, name, "mkstemp failed");
-            continue;
-        }
         const char *args[] = {"--arch", "llama", "--dim", "256", "--layers", "2", "--heads", "4", "--ff", "512",
                               "--vocab", "300", "--ctx", "128", "--type", types[i], NULL};
-        int rc = run_mk(path, args);
-        kvt_model *m = NULL;
+        kvt_model *m = mk_load(name, args, path);
+        if (!m) continue;
         kvt_err err = {0};
-        if (rc != 0 || kvt_model_load(path, false, &m, &err)) {
-            test_result(false, name, "rc %d, load: %s", rc, err.msg);
-            remove(path);
-            continue;
-        }
         bool ok = tensor_type(m, "blk.0.attn_q.weight") == want[i] && tensor_type(m, "blk.1.ffn_up.weight") == want[i];
         float first[300], worst = 0, top = 0;
         const int32_t toks[3] = {1, 17, 42};
