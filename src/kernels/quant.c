@@ -556,22 +556,16 @@ static void q6_K_dot(int64_t n, float *s, const void *x, const void *y) {
 
 // --------------------------------------------------------------- ops tables
 
-// Generic multi-row dot built from the single-row dot of one type.
-#define DEFINE_MULTI(name)                                                                          \
-    static void name##_multi(int64_t n, const void *x, const void *y, size_t y_stride, int nt,        \
-                             float *s, int64_t s_stride) {                                           \
-        for (int t = 0; t < nt; t++) name##_dot(n, s + t * s_stride, x, (const char *)y + t * y_stride); \
-    }
-DEFINE_MULTI(f32)
-DEFINE_MULTI(f16)
-DEFINE_MULTI(bf16)
-DEFINE_MULTI(q4_0)
-DEFINE_MULTI(q4_1)
-DEFINE_MULTI(q5_0)
-DEFINE_MULTI(q8_0)
-DEFINE_MULTI(q4_K)
-DEFINE_MULTI(q5_K)
-DEFINE_MULTI(q6_K)
+KVT_DOT_MULTI_FROM_DOT(f32)
+KVT_DOT_MULTI_FROM_DOT(f16)
+KVT_DOT_MULTI_FROM_DOT(bf16)
+KVT_DOT_MULTI_FROM_DOT(q4_0)
+KVT_DOT_MULTI_FROM_DOT(q4_1)
+KVT_DOT_MULTI_FROM_DOT(q5_0)
+KVT_DOT_MULTI_FROM_DOT(q8_0)
+KVT_DOT_MULTI_FROM_DOT(q4_K)
+KVT_DOT_MULTI_FROM_DOT(q5_K)
+KVT_DOT_MULTI_FROM_DOT(q6_K)
 
 KVT_TYPE_OPS_TABLE(k_ref_ops);
 
@@ -1150,8 +1144,14 @@ const kvt_type_ops *kvt_type_ops_isa(kvt_type t, kvt_isa isa) {
     if (isa > kvt_kernels_isa()) return NULL;
     switch (isa) {
     case KVT_ISA_SCALAR: return kvt_type_ops_ref(t);
-    case KVT_ISA_AVX2: return kvt_lowbit_ops_ref(t) ? kvt_lowbit_ops_avx2(t) : kvt_type_ops_avx2_table(t);
-    case KVT_ISA_AVX512: return kvt_lowbit_ops_ref(t) ? kvt_lowbit_ops_avx512(t) : kvt_type_ops_avx512_table(t);
+    case KVT_ISA_AVX2: {
+        const kvt_type_ops *lb = kvt_lowbit_ops_avx2(t); // the quant_lowbit.h types, then the rest
+        return lb ? lb : kvt_type_ops_avx2_table(t);
+    }
+    case KVT_ISA_AVX512: {
+        const kvt_type_ops *lb = kvt_lowbit_ops_avx512(t);
+        return lb ? lb : kvt_type_ops_avx512_table(t);
+    }
     }
     return NULL;
 }

@@ -65,8 +65,6 @@ INLINE __m256i unpack_nibbles16(const uint8_t *q) {
 
 #define ROW(y, t, ys) ((const void *)((const char *)(y) + (size_t)(t) * (ys)))
 
-#define DEFINE_DISPATCH(name) KVT_DOT_DISPATCH(name) // (bits_avx2.h)
-
 _Static_assert(NTMAX == 4, "dispatchers instantiate 1..4");
 
 // ------------------------------------------------------------- float types
@@ -386,9 +384,9 @@ INLINE void q4_0_body(int64_t n, const void *x, const void *yv, size_t ys, int N
 INLINE void q5_0_body(int64_t n, const void *x, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     q50_body(n, x, yv, ys, NT, s, ss, 1);
 }
-DEFINE_DISPATCH(q8_0)
-DEFINE_DISPATCH(q4_0)
-DEFINE_DISPATCH(q5_0)
+KVT_DOT_DISPATCH(q8_0)
+KVT_DOT_DISPATCH(q4_0)
+KVT_DOT_DISPATCH(q5_0)
 
 // ------------------------------------------------ q4_1 (x q8_1 activations)
 
@@ -412,7 +410,7 @@ INLINE void q4_1_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
     }
     UNROLL for (int t = 0; t < NT; t++) s[t * ss] = kvt_hsum8(acc[t]) + msum[t];
 }
-DEFINE_DISPATCH(q4_1)
+KVT_DOT_DISPATCH(q4_1)
 
 // ------------------------------------------------- K-quants (x q8_K activations)
 
@@ -494,8 +492,8 @@ INLINE int k_min_dot(const uint8_t m[8], const kvt_block_q8_K *y) {
 
 DEFINE_K45_BODY(q4_K, kvt_block_q4_K, 0)
 DEFINE_K45_BODY(q5_K, kvt_block_q5_K, 1)
-DEFINE_DISPATCH(q4_K)
-DEFINE_DISPATCH(q5_K)
+KVT_DOT_DISPATCH(q4_K)
+KVT_DOT_DISPATCH(q5_K)
 
 // q6_K: values are used unsigned (0..63) and the offset 32 is removed with the
 // activation block sums: sum sc*(q-32)*y = sum sc*q*y - 32 * sum_g sc_g*bsum_g.
@@ -750,7 +748,7 @@ void kvt_q6r_rows_avx2(int64_t n, const void *W, size_t wrs, int64_t nr, const v
     else q6r_rows_st(2, n, W, wrs, nr, y, Y, pf, 4);
 }
 #endif
-DEFINE_DISPATCH(q6_K)
+KVT_DOT_DISPATCH(q6_K)
 
 // ------------------------------------------------------ activation quantizers
 

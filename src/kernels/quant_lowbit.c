@@ -4,6 +4,7 @@
 // Each dot product sums a block's exact integer total and then evaluates one scalar float expression per block;
 // quant_lowbit_avx2.c evaluates the same expression on the same integers (the same bits).
 #include "quant_lowbit.h"
+#include "quant_ops_table.h"
 
 #include <math.h>
 #include <string.h>
@@ -230,24 +231,36 @@ static float iq4_fit(const float *x, uint8_t L[32]) {
     }
     return s;
 }
+// One block of 32 (iq4_nl's, or an iq4_xs sub-block) with scale d: its 16 bytes of indices qs to floats; the values x
+// to the indices nearest x / d (0 maps to index 8, the codebook's 1: d == 0 holds zeros); the exact sum of
+// codebook[q] * y over its 32 elements.
+static void iq4_block_to_float(const uint8_t qs[16], float d, float *dst) {
+    for (int j = 0; j < 16; j++) {
+        dst[j] = d * (float)kvt_iq4nl_values[qs[j] & 0xF];
+        dst[j + 16] = d * (float)kvt_iq4nl_values[qs[j] >> 4];
+    }
+}
+static void iq4_block_pack(const float *x, float d, uint8_t qs[16]) {
+    uint8_t L[32];
+    for (int j = 0; j < 32; j++) L[j] = (uint8_t)(d != 0 ? iq4_nearest(x[j] / d) : 8);
+    for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+}
+static int iq4_block_isum(const uint8_t qs[16], const int8_t *y) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++) isum += kvt_iq4nl_values[qs[j] & 0xF] * y[j] + kvt_iq4nl_values[qs[j] >> 4] * y[j + 16];
+    return isum;
+}
+
 static void iq4_nl_to_float(const void *src, float *dst, int64_t n) {
     const kvt_block_iq4_nl *b = src;
-    for (int64_t i = 0; i < n / KVT_QK; i++, dst += KVT_QK) {
-        const float d = kvt_f16_to_f32(b[i].d);
-        for (int j = 0; j < 16; j++) {
-            dst[j] = d * (float)kvt_iq4nl_values[b[i].qs[j] & 0xF];
-            dst[j + 16] = d * (float)kvt_iq4nl_values[b[i].qs[j] >> 4];
-        }
-    }
+    for (int64_t i = 0; i < n / KVT_QK; i++, dst += KVT_QK) iq4_block_to_float(b[i].qs, kvt_f16_to_f32(b[i].d), dst);
 }
 static void iq4_nl_from_float(const float *src, void *dst, int64_t n) {
     kvt_block_iq4_nl *b = dst;
     uint8_t L[32];
     for (int64_t i = 0; i < n / KVT_QK; i++, src += KVT_QK) {
         b[i].d = kvt_f32_to_f16(iq4_fit(src, L));
-        const float d = kvt_f16_to_f32(b[i].d);
-        for (int j = 0; j < 32; j++) L[j] = (uint8_t)(d != 0 ? iq4_nearest(src[j] / d) : 8);
-        for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+        iq4_block_pack(src, kvt_f16_to_f32(b[i].d), b[i].qs);
     }
 }
 // Per block: s += float(S) * d * dy (q4_0's expression), S the exact sum of codebook[q] * y.
@@ -255,12 +268,8 @@ static void iq4_nl_dot(int64_t n, float *s, const void *x, const void *y) {
     const kvt_block_iq4_nl *a = x;
     const kvt_block_q8_0 *b = y;
     float sum = 0;
-    for (int64_t i = 0; i < n / KVT_QK; i++) {
-        int isum = 0;
-        for (int j = 0; j < 16; j++)
-            isum += kvt_iq4nl_values[a[i].qs[j] & 0xF] * b[i].qs[j] + kvt_iq4nl_values[a[i].qs[j] >> 4] * b[i].qs[j + 16];
-        sum += (float)isum * kvt_f16_to_f32(a[i].d) * kvt_f16_to_f32(b[i].d);
-    }
+    for (int64_t i = 0; i < n / KVT_QK; i++)
+        sum += (float)iq4_block_isum(a[i].qs, b[i].qs) * kvt_f16_to_f32(a[i].d) * kvt_f16_to_f32(b[i].d);
     *s = sum;
 }
 
@@ -268,14 +277,8 @@ static void iq4_xs_to_float(const void *src, float *dst, int64_t n) {
     const kvt_block_iq4_xs *b = src;
     for (int64_t i = 0; i < n / KVT_QK_K; i++) {
         const float d = kvt_f16_to_f32(b[i].d);
-        for (int sb = 0; sb < 8; sb++, dst += 32) {
-            const float dl = d * (float)(kvt_iq4_xs_scale(&b[i], sb) - 32);
-            const uint8_t *q = b[i].qs + 16 * sb;
-            for (int j = 0; j < 16; j++) {
-                dst[j] = dl * (float)kvt_iq4nl_values[q[j] & 0xF];
-                dst[j + 16] = dl * (float)kvt_iq4nl_values[q[j] >> 4];
-            }
-        }
+        for (int sb = 0; sb < 8; sb++, dst += 32)
+            iq4_block_to_float(b[i].qs + 16 * sb, d * (float)(kvt_iq4_xs_scale(&b[i], sb) - 32), dst);
     }
 }
 static void iq4_xs_from_float(const float *src, void *dst, int64_t n) {
@@ -295,9 +298,7 @@ static void iq4_xs_from_float(const float *src, void *dst, int64_t n) {
             const int ls = d > 0 ? clampi(round_int(sb_s[sb] / d), -32, 31) : 0, u = ls + 32;
             b[i].scales_l[sb / 2] |= (uint8_t)((u & 0xF) << (4 * (sb % 2)));
             b[i].scales_h |= (uint16_t)((u >> 4) << (2 * sb));
-            const float dl = d * (float)ls;
-            for (int j = 0; j < 32; j++) L[j] = (uint8_t)(dl != 0 ? iq4_nearest(src[32 * sb + j] / dl) : 8);
-            for (int j = 0; j < 16; j++) b[i].qs[16 * sb + j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+            iq4_block_pack(src + 32 * sb, d * (float)ls, b[i].qs + 16 * sb);
         }
     }
 }
@@ -308,14 +309,8 @@ static void iq4_xs_dot(int64_t n, float *s, const void *x, const void *y) {
     float sum = 0;
     for (int64_t i = 0; i < n / KVT_QK_K; i++) {
         int sumi = 0;
-        for (int sb = 0; sb < 8; sb++) {
-            const uint8_t *q = a[i].qs + 16 * sb;
-            const int8_t *yq = b[i].qs + 32 * sb;
-            int isum = 0;
-            for (int j = 0; j < 16; j++)
-                isum += kvt_iq4nl_values[q[j] & 0xF] * yq[j] + kvt_iq4nl_values[q[j] >> 4] * yq[j + 16];
-            sumi += (kvt_iq4_xs_scale(&a[i], sb) - 32) * isum;
-        }
+        for (int sb = 0; sb < 8; sb++)
+            sumi += (kvt_iq4_xs_scale(&a[i], sb) - 32) * iq4_block_isum(a[i].qs + 16 * sb, b[i].qs + 32 * sb);
         sum += kvt_f16_to_f32(a[i].d) * b[i].d * (float)sumi;
     }
     *s = sum;
@@ -323,14 +318,9 @@ static void iq4_xs_dot(int64_t n, float *s, const void *x, const void *y) {
 
 // ------------------------------------------------------------------------------------------------- table
 
-#define MULTI(name)                                                                                                   \
-    static void name##_multi(int64_t n, const void *x, const void *y, size_t y_stride, int nt, float *s,              \
-                             int64_t s_stride) {                                                                      \
-        for (int t = 0; t < nt; t++) name##_dot(n, s + t * s_stride, x, (const char *)y + t * y_stride);             \
-    }
-MULTI(q5_1)
-MULTI(q2_K)
-MULTI(q3_K)
-MULTI(iq4_nl)
-MULTI(iq4_xs)
+KVT_DOT_MULTI_FROM_DOT(q5_1)
+KVT_DOT_MULTI_FROM_DOT(q2_K)
+KVT_DOT_MULTI_FROM_DOT(q3_K)
+KVT_DOT_MULTI_FROM_DOT(iq4_nl)
+KVT_DOT_MULTI_FROM_DOT(iq4_xs)
 KVT_LOWBIT_TABLE(kvt_lowbit_ops_ref)

@@ -56,7 +56,6 @@ INLINE __m256i pair_scales(__m256i both, int k) {
     return _mm256_shuffle_epi8(both, _mm256_set_m128i(hi, lo));
 }
 
-#define DISPATCH(name) KVT_DOT_DISPATCH(name) // (bits_avx2.h)
 _Static_assert(NTMAX == 4, "the dispatchers instantiate 1..4");
 
 // ----------------------------------------------------------------------------------------------------- q5_1
@@ -89,7 +88,7 @@ INLINE void q5_1_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
     }
     UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum8(acc[t]) + _mm_cvtss_f32(_mm_movehdup_ps(summ[t]));
 }
-DISPATCH(q5_1)
+KVT_DOT_DISPATCH(q5_1)
 
 // ----------------------------------------------------------------------------------------------------- q2_K
 
@@ -134,7 +133,7 @@ INLINE void q2_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
     }
     UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum8(acc[t]);
 }
-DISPATCH(q2_K)
+KVT_DOT_DISPATCH(q2_K)
 
 // ----------------------------------------------------------------------------------------------------- q3_K
 
@@ -188,7 +187,7 @@ INLINE void q3_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
     }
     UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum8(acc[t]);
 }
-DISPATCH(q3_K)
+KVT_DOT_DISPATCH(q3_K)
 
 // ------------------------------------------------------------------------------------------ iq4_nl, iq4_xs
 
@@ -233,7 +232,7 @@ INLINE void iq4_nl_body(int64_t n, const void *xv, const void *yv, size_t ys, in
         s[t * ss] = sum;
     }
 }
-DISPATCH(iq4_nl)
+KVT_DOT_DISPATCH(iq4_nl)
 
 #ifdef KVT_SIMD_AVX512
 // Two sub-blocks per 512-bit step: the even sub-block's 8 lanes of scaled products in the low half of the integer
@@ -297,7 +296,7 @@ INLINE void iq4_xs_body(int64_t n, const void *xv, const void *yv, size_t ys, in
     }
     UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum8(acc[t]);
 }
-DISPATCH(iq4_xs)
+KVT_DOT_DISPATCH(iq4_xs)
 
 // ------------------------------------------------------------------------------------------------- table
 

@@ -7,6 +7,14 @@
 #ifndef KVT_QUANT_OPS_TABLE_H
 #define KVT_QUANT_OPS_TABLE_H
 
+// The multi-row dot name##_multi of a reference type, built from its single-row dot name##_dot: one call per row
+// (quant.c, quant_lowbit.c).
+#define KVT_DOT_MULTI_FROM_DOT(name)                                                                                  \
+    static void name##_multi(int64_t n, const void *x, const void *y, size_t y_stride, int nt, float *s,              \
+                             int64_t s_stride) {                                                                      \
+        for (int t = 0; t < nt; t++) name##_dot(n, s + t * s_stride, x, (const char *)y + t * y_stride);             \
+    }
+
 #define KVT_OPS_(name, vt) {name##_to_float, name##_from_float, name##_dot, vt, name##_multi}
 #define KVT_OPS_ACT_(name, vt) {name##_to_float, name##_from_float, NULL, vt, NULL}
 
