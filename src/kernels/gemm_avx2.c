@@ -36,11 +36,14 @@
 // between calls, so no second copy of the weights stays in memory.
 //
 // Compiled twice: as is for AVX2 (8 lanes) and by gemm_avx512.c with
-// KVT_SIMD_AVX512 defined, where only the float tiles exist, 16 lanes wide
-// like the AVX-512 rows kernel. The 32-block and K-quant tiles are AVX2 only:
-// the AVX-512 rows kernels of those types spend per output and pair of blocks
-// a VPDPBUSD, a scale permute, a convert and an FMA, so a tile in their order
-// saves little over them (tried for q8_0: no gain measured).
+// KVT_SIMD_AVX512 defined, where the float tiles exist 16 lanes wide like the
+// AVX-512 rows kernel, and the low-bit tiles of gemm_lowbit_avx512.h (q2_K,
+// q3_K, iq4_nl, iq4_xs: each weight's scaled value prepared as a byte or a
+// word per strip, VPDPBUSD / VPDPWSSD, the GEMV's lanes and chains). The
+// 32-block and K-quant tiles here are AVX2 only: the AVX-512 rows kernels of
+// those types spend per output and pair of blocks a VPDPBUSD, a scale permute,
+// a convert and an FMA, so a tile in their order saves little over them (tried
+// for q8_0: no gain measured).
 #include <immintrin.h>
 #include <math.h>
 #include <stddef.h>
@@ -858,4 +861,8 @@ DEFINE_L8(q5kx8, KVT_TYPE_Q5_K_X8, q5k8_tile, K8_TM, k45_psize, k45_prep, q4k8_w
 DEFINE_L8(q6_K, KVT_TYPE_Q6_K, q6k8_tile, K8_TM, k_psize0, k_prep0, q6k8_wsize, q6k8_gprep, K8_STRIP)
 DEFINE_L8(q6kr, KVT_TYPE_Q6_K_R, q6k8_tile, K8_TM, k_psize0, k_prep0, q6k8_wsize, q6kr_gprep, K8_STRIP)
 DEFINE_L8(q8_0, KVT_TYPE_Q8_0, q8g_tile, Q8G_TM, q8g_psize, q8g_prep, q8g_wsize, q8g_gprep, Q8G_STRIP)
+#endif
+
+#ifdef KVT_SIMD_AVX512
+#include "gemm_lowbit_avx512.h" // q2_K, q3_K, iq4_nl, iq4_xs: VNNI tiles in the low-bit GEMVs' order
 #endif

@@ -930,6 +930,20 @@ static void q6k_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const voi
 #else
 #define G2(name) GEMM(2, kvt_gemm_scratch_##name##_avx512, kvt_gemm_##name##_avx512)
 #endif
+// Tokens from which q2_K / q3_K and iq4_nl batches take gemm_lowbit_avx512.h's tiles (the rows kernels below: the
+// tiles prepare each weight row per call). `kvtier bench -p N -n 0 -r 5 -t 2`, TinyLlama-shaped Q2_K / Q3_K_M / IQ4_NL,
+// rows kernels -> tiles from 2 tokens, Intel Xeon 0xA7, 2026-12-07: pp8 92 -> 95 / 93 -> 89 / 63 -> 82, pp12 99 -> 113 /
+// 96 -> 113 / 64 -> 95, pp4 (Q3_K_M / IQ4_NL) 87 -> 52 / 60 -> 58; iq4_xs (its tile prepares 4.2 bytes a weight byte), IQ4_XS
+// pp16 103 -> 91, pp24 106 -> 109, pp32 103 -> 115, pp128 102 -> 138.
+#ifndef LB_KQ_GEMM_MIN
+#define LB_KQ_GEMM_MIN 9
+#endif
+#ifndef LB_NL_GEMM_MIN
+#define LB_NL_GEMM_MIN 5
+#endif
+#ifndef LB_XS_GEMM_MIN
+#define LB_XS_GEMM_MIN 24
+#endif
 static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
 #ifdef KVT_SIMD_AVX512
     [KVT_TYPE_F32] = {KR(fp_prep_size, f32_prep, f32_rows) G2(f32)},
@@ -940,6 +954,11 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_K] = {KR(kp_prep_size, q4_K_prep, q4_K_rows) GEMM(KQ4_GEMM_MIN, kq_scratch, q4_K_gemm), .nt_max = KP_NT},
     [KVT_TYPE_Q6_K] = {KR(kp_prep_size, q6_K_prep, q6_K_rows) GEMM(KQ6_GEMM_MIN, kq_scratch, q6_K_gemm), .nt_max = KP_NT},
     [KVT_TYPE_Q5_K] = {KR(NULL, NULL, NULL) GEMM(KQ5_GEMM_MIN, kq_scratch, q5_K_gemm)}, // decode: quant_avx2.c's q5_K dot
+    // decode and batches below their minimum: quant_lowbit_avx2.c's dots
+    [KVT_TYPE_Q2_K] = {KR(NULL, NULL, NULL) GEMM(LB_KQ_GEMM_MIN, kvt_gemm_scratch_q2_K_avx512, kvt_gemm_q2_K_avx512)},
+    [KVT_TYPE_Q3_K] = {KR(NULL, NULL, NULL) GEMM(LB_KQ_GEMM_MIN, kvt_gemm_scratch_q3_K_avx512, kvt_gemm_q3_K_avx512)},
+    [KVT_TYPE_IQ4_NL] = {KR(NULL, NULL, NULL) GEMM(LB_NL_GEMM_MIN, kvt_gemm_scratch_iq4_nl_avx512, kvt_gemm_iq4_nl_avx512)},
+    [KVT_TYPE_IQ4_XS] = {KR(NULL, NULL, NULL) GEMM(LB_XS_GEMM_MIN, kvt_gemm_scratch_iq4_xs_avx512, kvt_gemm_iq4_xs_avx512)},
 #else
     [KVT_TYPE_F32] = {KR(fp_prep_size, f32_prep, f32_rows) G2(f32)},
     [KVT_TYPE_F16] = {KR(fp_prep_size, f16_prep, f16_rows) G2(f16)},

@@ -1,0 +1,316 @@
+// gemm_lowbit_avx512.h - AVX-512 GEMM tiles of the low-bit types q2_K, q3_K, iq4_nl, iq4_xs (quant_lowbit.h), included by
+// gemm_avx2.c in its AVX-512 build (gemm_avx512.c) for its driver (gemm_run: activations prepared once per call,
+// weight side data once per strip, R x T tiles).
+//
+// Batch invariance: every output has the bits of the type's AVX-512 GEMV for that activation row alone
+// (quant_lowbit_avx2.c, llama.cpp's AVX2 order): the same 8 lanes of exact integer sums per block, the same FMA chains
+// in the same order, the same horizontal sum. Only the integer sums are computed otherwise, and integer sums are exact
+// in any order: per lane i of a block, the products of the elements 4i..4i+3 of every 32-element slice, times their
+// sub-block's scale. The weight side data holds each element's scaled value as one byte, so one VPDPBUSD sums 64
+// products per (row, token), where the GEMV spends two multiplies and an add per 32 on the scale (the VPDPBUSD lanes
+// of a 64-element step hold two slices' lanes, added at the end of the block):
+//  - q2_K: scale * value (0..45) as the unsigned operand against the q8_K activations as they are;
+//  - q3_K: scale * value is -124..128, so -(scale * value) (-128..124) as the signed operand against the activations
+//    offset to unsigned (y + 128), and the offset's term -128 * sum(scale * value) per lane from the side data;
+//  - iq4_nl: the codebook values (-127..113) against the activations offset to unsigned, the offset's term likewise;
+//    the block pairs of llama.cpp's two FMA chains in the two halves of one 512-bit accumulator;
+//  - iq4_xs: codebook value * (ls - 32) needs 13 bits: words, VPDPWSSD (32 products a step) against words.
+// The weight side data is larger than the block (q2_K / q3_K 320 bytes per 256 elements, iq4_nl 192 per 64, iq4_xs
+// 576 per 256), so the strips are smaller (LB_STRIP bytes of weights) and small batches keep the row kernels
+// (matmul_avx2.c's LB_*_GEMM_MIN). Measured: docs/BENCHMARKS.md, "GEMM tiles for Q2_K, Q3_K, IQ4_NL, IQ4_XS".
+
+#include "quant_lowbit.h"
+
+#ifndef LB_STRIP
+#define LB_STRIP (64 * 1024)
+#endif
+#define LB_KS 320 // q2_K / q3_K side data per super-block: 256 scaled values, then 32 bytes, then the floats
+#define LB_NLS 192 // iq4_nl side data per block pair: 64 values, 16 int32 offset terms, 16 floats of d
+#define LB_NLA 128 // iq4_nl prepared activations per block pair: 64 offset bytes, 16 floats of dy
+
+INLINE __m256i lb_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+// The 8 lanes' sum in ggml's order (its hsum_float_8, as quant_lowbit_avx2.c's hsum8).
+INLINE float lb_hsum8(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+static int64_t lb_psize0(int64_t n) { return (void)n, 64; }
+static void lb_prep0(int64_t n, const void *x, void *p) { (void)n, (void)x, (void)p; }
+
+// ---------------------------------------------------------------------------------------------- q2_K, q3_K
+
+static int64_t lbk_wsize(int64_t n) { return n / KVT_QK_K * LB_KS; }
+// q3_K: the activation bytes offset to unsigned (y ^ 0x80 = y + 128), 256 a super-block; q2_K reads them as they are.
+static int64_t q3k_psize(int64_t n) { return n / KVT_QK_K * KVT_QK_K; }
+static void q3k_prep(int64_t n, const void *x, void *p) {
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < n / KVT_QK_K; b++)
+        UNROLL for (int k = 0; k < 4; k++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)x + b;
+            _mm512_storeu_si512((char *)p + b * KVT_QK_K + 64 * k,
+                                _mm512_xor_si512(_mm512_loadu_si512((const void *)(y->qs + 64 * k)), off));
+        }
+}
+
+// The 2-bit values of the 64 elements 128h + 32j .. + 64 (slices j, j + 1 of half h; q: the half's 32 bytes in both
+// 256-bit halves), one per byte in element order (quant_lowbit_avx2.c's slice_pair2).
+INLINE __m512i lb_slices2(__m512i q, int j) {
+    return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_set_epi64(2 * j + 2, 2 * j + 2, 2 * j + 2, 2 * j + 2, 2 * j, 2 * j,
+                                                                   2 * j, 2 * j)),
+                            _mm512_set1_epi8(3));
+}
+// Words of v (16 scales as words) beside 64 bytes or 32 words of elements: word g + L in every word of 128-bit lane L
+// (bytes: the lane is one sub-block of 16), or (words) g in the low 256 bits and g + 1 in the high.
+INLINE __m512i lb_scales_bytes(__m256i v, int g) {
+    const long long w = 0x0001000100010001LL;
+    return _mm512_permutexvar_epi16(_mm512_set_epi64(w * (g + 3), w * (g + 3), w * (g + 2), w * (g + 2), w * (g + 1),
+                                                     w * (g + 1), w * g, w * g),
+                                    _mm512_castsi256_si512(v));
+}
+INLINE __m512i lb_scales_words(__m256i v, int g) {
+    return _mm512_permutexvar_epi16(_mm512_inserti64x4(_mm512_set1_epi16((short)g), _mm256_set1_epi16((short)(g + 1)), 1),
+                                    _mm512_castsi256_si512(v));
+}
+
+// q2_K side data per super-block: uint8 scale * value [256] in element order, int16 mins [16], float d, dmin. The
+// products (<= 45) from one 16-bit multiply of two bytes by the same scale (no carry between them).
+static void q2k_wprep(int64_t n, const void *w, void *s) {
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        const kvt_block_q2_K *x = (const kvt_block_q2_K *)w + b;
+        uint8_t *o = (uint8_t *)s + b * LB_KS;
+        const __m128i sb = _mm_loadu_si128((const __m128i *)x->scales);
+        const __m256i sc = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0F)));
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * h)));
+            for (int j = 0; j < 4; j += 2)
+                _mm512_storeu_si512(o + 128 * h + 32 * j, _mm512_mullo_epi16(lb_slices2(q, j), lb_scales_bytes(sc, 8 * h + 2 * j)));
+        }
+        _mm256_storeu_si256((__m256i *)(o + 256), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F))));
+        const float fd[2] = {_cvtsh_ss(x->d), _cvtsh_ss(x->dmin)};
+        memcpy(o + 288, fd, 8);
+    }
+}
+// q3_K side data per super-block: int8 -(scale * value) [256] in element order, int32 -128 * sum(scale * value) of
+// each of the 8 lanes, float d. The values v = low bits - 4 where the hmask bit is clear widened to words for the
+// product with the scale, its lanes' sums by VPDPBUSD against ones.
+static void q3k_wprep(int64_t n, const void *w, void *s) {
+    const __m512i four = _mm512_set1_epi8(4), ones = _mm512_set1_epi8(1);
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        const kvt_block_q3_K *x = (const kvt_block_q3_K *)w + b;
+        uint8_t *o = (uint8_t *)s + b * LB_KS;
+        int8_t sc8[16];
+        kvt_q3_K_scales(x->scales, sc8);
+        const __m256i nsc = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc8)));
+        const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x->hmask));
+        __m512i lanes = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * h)));
+            for (int j = 0; j < 4; j += 2) {
+                const int bt = 4 * h + j;
+                const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << bt)), _mm256_set1_epi8((char)(1 << (bt + 1))), 1);
+                const __m512i l = lb_slices2(q, j);
+                const __m512i v = _mm512_mask_sub_epi8(l, _mm512_testn_epi8_mask(hm, bit), l, four); // -4..3
+                const __m512i p0 = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(v)),
+                                                      lb_scales_words(nsc, 8 * h + 2 * j));
+                const __m512i p1 = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(v, 1)),
+                                                      lb_scales_words(nsc, 8 * h + 2 * j + 2));
+                const __m512i nsv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(p0)), _mm512_cvtepi16_epi8(p1), 1);
+                _mm512_storeu_si512(o + 128 * h + 32 * j, nsv);
+                lanes = _mm512_dpbusd_epi32(lanes, ones, nsv);
+            }
+        }
+        _mm256_storeu_si256((__m256i *)(o + 256), _mm256_slli_epi32(lb_halves(lanes), 7)); // 128 * sum(-(scale * value))
+        const float d = _cvtsh_ss(x->d);
+        memcpy(o + 288, &d, 4);
+    }
+}
+
+// The R x T tile of q2_K (Q3 = 0) or q3_K (Q3 = 1): per super-block the exact lanes by VPDPBUSD, then per output the
+// GEMV's float steps (q2_K: the mins' FMA first).
+INLINE void lbk_tile(TILE_ARGS, int R, int T, int Q3) {
+    (void)W, (void)wrs;
+    __m256 acc[RMAX][TMAX];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / KVT_QK_K; ib++) {
+        const kvt_block_q8_K *y[TMAX];
+        UNROLL for (int t = 0; t < T; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + ib;
+        __m512i ia[RMAX][TMAX];
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) ia[r][t] = _mm512_setzero_si512();
+        UNROLL for (int k = 0; k < 4; k++) {
+            __m512i wv[RMAX];
+            UNROLL for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512((const void *)(S + r * ss + ib * LB_KS + 64 * k));
+            UNROLL for (int t = 0; t < T; t++) {
+                const __m512i yv = Q3 ? _mm512_loadu_si512((const void *)(P + t * ps + ib * KVT_QK_K + 64 * k))
+                                      : _mm512_loadu_si512((const void *)(y[t]->qs + 64 * k));
+                UNROLL for (int r = 0; r < R; r++)
+                    ia[r][t] = Q3 ? _mm512_dpbusd_epi32(ia[r][t], yv, wv[r]) : _mm512_dpbusd_epi32(ia[r][t], wv[r], yv);
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            const char *o = S + r * ss + ib * LB_KS;
+            float fd[2];
+            memcpy(fd, o + 288, 8);
+            const __m256i side = _mm256_loadu_si256((const __m256i *)(o + 256)); // q2_K mins, q3_K offset terms
+            UNROLL for (int t = 0; t < T; t++) {
+                __m256i isum = lb_halves(ia[r][t]);
+                if (Q3) {
+                    isum = _mm256_sub_epi32(side, isum);
+                } else {
+                    const __m256i prod = _mm256_madd_epi16(side, _mm256_loadu_si256((const __m256i *)y[t]->bsums));
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(-y[t]->d * fd[1]), _mm256_cvtepi32_ps(prod), acc[r][t]);
+                }
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(y[t]->d * fd[0]), _mm256_cvtepi32_ps(isum), acc[r][t]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = lb_hsum8(acc[r][t]);
+}
+INLINE void q2_K_tile(TILE_ARGS, int R, int T) { lbk_tile(TILE_PASS, R, T, 0); }
+INLINE void q3_K_tile(TILE_ARGS, int R, int T) { lbk_tile(TILE_PASS, R, T, 1); }
+
+// -------------------------------------------------------------------------------------------------- iq4_nl
+
+// Side data per pair of blocks (2p, 2p + 1): int8 codebook values [64] in element order, int32 -128 * sum of each
+// lane's values [16] (block 2p's 8 lanes, then 2p + 1's), float d [16] (2p's d 8 times, then 2p + 1's). A last odd
+// block is read from the row itself.
+static int64_t nl_wsize(int64_t n) { return align64(n / KVT_QK / 2 * LB_NLS); }
+static void nl_wprep(int64_t n, const void *w, void *s) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvt_iq4nl_values)), ones = _mm512_set1_epi8(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t p = 0; p < n / KVT_QK / 2; p++) {
+        const kvt_block_iq4_nl *x = (const kvt_block_iq4_nl *)w + 2 * p;
+        uint8_t *o = (uint8_t *)s + p * LB_NLS;
+        __m256i idx[2];
+        for (int k = 0; k < 2; k++) { // element e < 16: low nibble of qs[e], e >= 16: high nibble of qs[e - 16]
+            const __m128i q = _mm_loadu_si128((const __m128i *)x[k].qs);
+            idx[k] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+        }
+        const __m512i v = _mm512_shuffle_epi8(lut, _mm512_inserti64x4(_mm512_castsi256_si512(idx[0]), idx[1], 1));
+        _mm512_storeu_si512(o, v);
+        _mm512_storeu_si512(o + 64, _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                     _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, v), 7)));
+        _mm512_storeu_ps(o + 128, _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(_cvtsh_ss(x[0].d))),
+                                                     _mm256_set1_ps(_cvtsh_ss(x[1].d)), 1));
+    }
+}
+// Prepared activations per block pair: the 64 bytes offset to unsigned, dy [16] as d above.
+static int64_t nl_psize(int64_t n) { return align64(n / KVT_QK / 2 * LB_NLA); }
+static void nl_prep(int64_t n, const void *x, void *pv) {
+    for (int64_t p = 0; p < n / KVT_QK / 2; p++) {
+        const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)x + 2 * p;
+        char *o = (char *)pv + p * LB_NLA;
+        const __m256i off = _mm256_set1_epi8((char)0x80);
+        _mm256_storeu_si256((__m256i *)o, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)y[0].qs), off));
+        _mm256_storeu_si256((__m256i *)(o + 32), _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)y[1].qs), off));
+        _mm256_storeu_ps((float *)(o + 64), _mm256_set1_ps(_cvtsh_ss(y[0].d)));
+        _mm256_storeu_ps((float *)(o + 96), _mm256_set1_ps(_cvtsh_ss(y[1].d)));
+    }
+}
+// The GEMV's steps per output: per pair acc = fma(dy * dx, float(lanes), acc) with the even block in the low half (its
+// first chain) and the odd one in the high half (its second); hsum8 of the halves' sum; a last odd block in scalar.
+INLINE void iq4_nl_tile(TILE_ARGS, int R, int T) {
+    const int64_t nb = n / KVT_QK, np = nb / 2;
+    __m512 acc[RMAX][TMAX];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < np; p++) {
+        __m512i wv[RMAX], kv[RMAX];
+        __m512 dx[RMAX];
+        UNROLL for (int r = 0; r < R; r++) {
+            const char *o = S + r * ss + p * LB_NLS;
+            wv[r] = _mm512_loadu_si512((const void *)o), kv[r] = _mm512_loadu_si512((const void *)(o + 64));
+            dx[r] = _mm512_loadu_ps((const void *)(o + 128));
+        }
+        UNROLL for (int t = 0; t < T; t++) {
+            const char *a = P + t * ps + p * LB_NLA;
+            const __m512i yv = _mm512_loadu_si512((const void *)a);
+            const __m512 dy = _mm512_loadu_ps((const void *)(a + 64));
+            UNROLL for (int r = 0; r < R; r++) {
+                const __m512i isum = _mm512_add_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), yv, wv[r]), kv[r]);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(dy, dx[r]), _mm512_cvtepi32_ps(isum), acc[r][t]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) {
+        const kvt_block_iq4_nl *x = (const kvt_block_iq4_nl *)(W + r * wrs) + 2 * np;
+        UNROLL for (int t = 0; t < T; t++) {
+            float sum = lb_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][t]), _mm512_extractf32x8_ps(acc[r][t], 1)));
+            if (nb & 1) {
+                const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)(X + t * xrs) + 2 * np;
+                int s1 = 0, s2 = 0;
+                for (int j = 0; j < 16; j++)
+                    s1 += y->qs[j] * kvt_iq4nl_values[x->qs[j] & 0xF], s2 += y->qs[j + 16] * kvt_iq4nl_values[x->qs[j] >> 4];
+                sum = fmaf(_cvtsh_ss(y->d) * _cvtsh_ss(x->d), (float)(s1 + s2), sum);
+            }
+            Y[t * ldy + r] = sum;
+        }
+    }
+}
+
+// --------------------------------------------------------------------------------------------------- iq4_xs
+
+// iq4_xs's scaled values (codebook value * (ls - 32), |.| <= 4064) do not fit a byte: words, VPDPWSSD against the
+// activations widened to words (32 products a step per (row, token), in lane m the elements 2m, 2m + 1 of the
+// sub-block; the GEMV's lane i is lanes 2i + 2i + 1, added at the end of the super-block).
+#define LB_XS 576 // side data per super-block: int16 scaled values [256], float d, padding
+static int64_t xs_wsize(int64_t n) { return n / KVT_QK_K * LB_XS; }
+static void xs_wprep(int64_t n, const void *w, void *s) {
+    const __m128i lut = _mm_loadu_si128((const __m128i *)kvt_iq4nl_values), m4 = _mm_set1_epi8(0x0F);
+    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
+        const kvt_block_iq4_xs *x = (const kvt_block_iq4_xs *)w + b;
+        char *o = (char *)s + b * LB_XS;
+        for (int sb = 0; sb < 8; sb++) { // elements 32 sb + e: e < 16 the low nibble of qs[16 sb + e], else the high
+            const __m128i q = _mm_loadu_si128((const __m128i *)(x->qs + 16 * sb));
+            const __m256i v = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
+                                               _mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));
+            _mm512_storeu_si512(o + 64 * sb, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(v),
+                                                                _mm512_set1_epi16((short)(kvt_iq4_xs_scale(x, sb) - 32))));
+        }
+        const float d = _cvtsh_ss(x->d);
+        memcpy(o + 512, &d, 4);
+    }
+}
+// Prepared activations: the q8_K values as int16, 512 bytes a super-block (dy read from the row).
+static int64_t xs_psize(int64_t n) { return n / KVT_QK_K * 512; }
+static void xs_prep(int64_t n, const void *x, void *p) {
+    for (int64_t b = 0; b < n / KVT_QK_K; b++)
+        for (int k = 0; k < 8; k++)
+            _mm512_storeu_si512((char *)p + b * 512 + 64 * k,
+                                _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(((const kvt_block_q8_K *)x + b)->qs + 32 * k))));
+}
+INLINE void iq4_xs_tile(TILE_ARGS, int R, int T) {
+    (void)W, (void)wrs;
+    __m256 acc[RMAX][TMAX];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < n / KVT_QK_K; ib++) {
+        __m512i ia[RMAX][TMAX];
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) ia[r][t] = _mm512_setzero_si512();
+        for (int k = 0; k < 8; k++) {
+            __m512i wv[RMAX];
+            UNROLL for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512((const void *)(S + r * ss + ib * LB_XS + 64 * k));
+            UNROLL for (int t = 0; t < T; t++) {
+                const __m512i yv = _mm512_loadu_si512((const void *)(P + t * ps + ib * 512 + 64 * k));
+                UNROLL for (int r = 0; r < R; r++) ia[r][t] = _mm512_dpwssd_epi32(ia[r][t], yv, wv[r]);
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            float dx;
+            memcpy(&dx, S + r * ss + ib * LB_XS + 512, 4);
+            UNROLL for (int t = 0; t < T; t++) {
+                const __m512i v = ia[r][t];
+                const __m256i isum = _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32)));
+                const float dy = ((const kvt_block_q8_K *)(X + t * xrs) + ib)->d;
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), _mm256_cvtepi32_ps(isum), acc[r][t]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = lb_hsum8(acc[r][t]);
+}
+
+// Tile shapes (rows x tokens), pp128 on TinyLlama-shaped files, 2 threads, Intel Xeon 0xA7, 2026-12-07: q3_K (Q3_K_M)
+// 2x4 248, 3x4 251, 2x6 247, 4x4 241 t/s; iq4_nl (IQ4_NL) 2x4 125, 3x4 138, 2x6 127, 4x4 143.
+DEFINE_GEMM_S(q2_K, KVT_TYPE_Q2_K, 3x4, 3, 4, lb_psize0, lb_prep0, lbk_wsize, q2k_wprep, LB_STRIP)
+DEFINE_GEMM_S(q3_K, KVT_TYPE_Q3_K, 3x4, 3, 4, q3k_psize, q3k_prep, lbk_wsize, q3k_wprep, LB_STRIP)
+DEFINE_GEMM_S(iq4_nl, KVT_TYPE_IQ4_NL, 4x4, 4, 4, nl_psize, nl_prep, nl_wsize, nl_wprep, LB_STRIP)
+DEFINE_GEMM_S(iq4_xs, KVT_TYPE_IQ4_XS, 3x4, 3, 4, xs_psize, xs_prep, xs_wsize, xs_wprep, LB_STRIP)
