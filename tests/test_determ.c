@@ -37,9 +37,9 @@ static float rng_f(uint64_t *s) { return (float)((rng_next(s) >> 40) * (1.0 / 16
 // Row t of X alone (n_tok 1) vs within batches [t0, t0 + nb) and row ranges [r0, r1): the same bits. n elements a row
 // (512; 544 too for 32-element blocks: an odd block count, whose last block some kernels take apart).
 static void matmul_rows_alone_vs_batch(kvt_isa isa, kvt_type wt, int64_t n) {
-    enum { R = 37, NX = 33 };
+    enum { R = 37, NX = 48 };
     char name[160];
-    snprintf(name, sizeof name, "determ: %s matmul %s: a row alone = in batches of 2..33 tokens, any row split%s",
+    snprintf(name, sizeof name, "determ: %s matmul %s: a row alone = in batches of 2..48 tokens, any row split%s",
              kvt_isa_name(isa), kvt_type_name(wt), n == 512 ? "" : " (17 blocks)");
     const kvt_type_ops *wo = kvt_type_ops_isa(wt, isa);
     if (!wo || !wo->vec_dot) wo = kvt_type_ops_ref(wt);
@@ -59,7 +59,7 @@ static void matmul_rows_alone_vs_batch(kvt_isa isa, kvt_type wt, int64_t n) {
         xo->from_float(f, X + t * xrs, n);
     }
     for (int64_t t = 0; ok && t < NX; t++) kvt_matmul_rows_isa(isa, wt, n, W, 0, R, X + t * xrs, 1, alone + t * R, R);
-    static const int batches[] = {2, 3, 4, 5, 8, 12, 16, 33};
+    static const int batches[] = {2, 3, 4, 5, 8, 12, 16, 33, 48}; // 48: past every kernel's tile threshold (matmul_avx2.c)
     static const int64_t splits[][4] = {{0, R, R, R}, {0, 16, 16, R}, {0, 1, 1, R}, {0, 5, 5, 36}};
     char why[160] = "";
     for (size_t b = 0; ok && b < sizeof batches / sizeof *batches; b++) {

@@ -37,9 +37,9 @@
 //
 // Compiled twice: as is for AVX2 (8 lanes) and by gemm_avx512.c with
 // KVT_SIMD_AVX512 defined, where the float tiles exist 16 lanes wide like the
-// AVX-512 rows kernel, and the low-bit tiles of gemm_lowbit_avx512.h (q2_K,
-// q3_K, iq4_nl, iq4_xs: each weight's scaled value prepared as a byte or a
-// word per strip, VPDPBUSD / VPDPWSSD, the GEMV's lanes and chains). The
+// AVX-512 rows kernel. The low-bit tiles of gemm_lowbit.h (q2_K, q3_K,
+// iq4_nl, iq4_xs: each weight's scaled value prepared as a byte or a word per
+// strip, the GEMV's lanes and chains) exist in both. The
 // 32-block and K-quant tiles here are AVX2 only: the AVX-512 rows kernels of
 // those types spend per output and pair of blocks a VPDPBUSD, a scale permute,
 // a convert and an FMA, so a tile in their order saves little over them (tried
@@ -214,6 +214,9 @@ static void gemm_run(const gemm_type *g, int64_t n, const char *W, size_t wrs, i
     static const tile_fn name##_tab[RMAX][TMAX] = {TT6(name, 1), TT6(name, 2), TT6(name, 3), TT6(name, 4)};
 #define SHAPE_(name, S) SHAPE_##S(name)
 #define SHAPE_1x8(name) TW8(name, 1) static const tile_fn name##_tab[RMAX][TMAX] = {TT8(name, 1)};
+#define SHAPE_1x4(name) TW4(name, 1) static const tile_fn name##_tab[RMAX][TMAX] = {TT4(name, 1)};
+#define SHAPE_2x2(name) TW(name, 1, 1) TW(name, 1, 2) TW(name, 2, 1) TW(name, 2, 2) \
+    static const tile_fn name##_tab[RMAX][TMAX] = {{name##_t1_1, name##_t1_2}, {name##_t2_1, name##_t2_2}};
 #define DEFINE_GEMM(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP) \
     DEFINE_GEMM_S(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, 0)
 #define DEFINE_GEMM_S(name, TYPE, SHAPE, RM, TM, PSIZE, PREP, WSIZE, WPREP, STRIP)                  \
@@ -863,6 +866,4 @@ DEFINE_L8(q6kr, KVT_TYPE_Q6_K_R, q6k8_tile, K8_TM, k_psize0, k_prep0, q6k8_wsize
 DEFINE_L8(q8_0, KVT_TYPE_Q8_0, q8g_tile, Q8G_TM, q8g_psize, q8g_prep, q8g_wsize, q8g_gprep, Q8G_STRIP)
 #endif
 
-#ifdef KVT_SIMD_AVX512
-#include "gemm_lowbit_avx512.h" // q2_K, q3_K, iq4_nl, iq4_xs: VNNI tiles in the low-bit GEMVs' order
-#endif
+#include "gemm_lowbit.h" // q2_K, q3_K, iq4_nl, iq4_xs: tiles in the low-bit GEMVs' order

@@ -71,11 +71,13 @@
 //     elsewhere); bf16 activations (rounded to nearest even). Unrepacked bf16 (KVT_REPACK=0, rows not a multiple
 //     of 16) is packed into panels per call, an odd n runs the scalar chain with a zero element n: the same bits.
 //     With KVT_BF16X16=0 bf16 keeps the float order above (lane-split, a horizontal sum).
+//   q5_1, q2_K, q3_K, iq4_nl, iq4_xs (quant_lowbit_avx2.c, both ISAs): llama.cpp's AVX2 order of each (its 8 lanes of
+//     exact integer sums a block, its FMA chains, its horizontal sum); batches of q2_K, q3_K, iq4_nl, iq4_xs from
+//     LB_*_GEMM_MIN tokens on through gemm_lowbit.h's tiles, in that order.
 //  avx512: the same sources with 16-lane vectors (f32/f16/bf16: one 16-lane accumulator over 16-wide
 //   slices, s = _mm512_reduce_add_ps(a); q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
-//   quant_avx2.c); the GEMM tiles of gemm_avx512.c follow the float rows kernel, and for q2_K, q3_K, iq4_nl and
-//   iq4_xs (gemm_lowbit_avx512.h, batches of LB_*_GEMM_MIN tokens on) their GEMV's order (quant_lowbit_avx2.c:
-//   llama.cpp's AVX2 lanes and chains); the old AVX-512 f16/q8_0 panel tiles sum in another order and are off unless
+//   quant_avx2.c); the GEMM tiles of gemm_avx512.c follow the float rows kernel (the low-bit ones their GEMV's
+//   order, above); the old AVX-512 f16/q8_0 panel tiles sum in another order and are off unless
 //   -DKVT_MM_AVX512_GEMM=1.
 // A new tile (e.g. AVX2 GEMM) must reproduce these sums exactly (same lanes, same FMA chains, same
 // horizontal sum) to be used for batches.
@@ -258,10 +260,10 @@ KVT_GEMM_DECL(q4_1, avx2)
 KVT_GEMM_DECL(q8_0, avx2)
 KVT_GEMM_DECL(q4_K, avx2)
 KVT_GEMM_DECL(q4kx8, avx2) // q4_K_x8 groups (rows a multiple of 8 from a group start; wrs: the q4_K row size)
-KVT_GEMM_DECL(q2_K, avx512) // gemm_lowbit_avx512.h: the AVX-512 GEMV's bits (quant_lowbit_avx2.c)
-KVT_GEMM_DECL(q3_K, avx512)
-KVT_GEMM_DECL(iq4_nl, avx512)
-KVT_GEMM_DECL(iq4_xs, avx512)
+KVT_GEMM_DECL2(q2_K) // gemm_lowbit.h: the GEMV's bits (quant_lowbit_avx2.c) on each ISA
+KVT_GEMM_DECL2(q3_K)
+KVT_GEMM_DECL2(iq4_nl)
+KVT_GEMM_DECL2(iq4_xs)
 KVT_GEMM_DECL(q5kx8, avx2) // q5_K_x8 groups (as q4kx8; wrs: the q5_K row size): the 8-row q4_K tile on q5_K's values
 KVT_GEMM_DECL(q5_K, avx2)
 KVT_GEMM_DECL(q6_K, avx2)

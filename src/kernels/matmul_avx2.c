@@ -930,7 +930,7 @@ static void q6k_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const voi
 #else
 #define G2(name) GEMM(2, kvt_gemm_scratch_##name##_avx512, kvt_gemm_##name##_avx512)
 #endif
-// Tokens from which q2_K / q3_K and iq4_nl batches take gemm_lowbit_avx512.h's tiles (the rows kernels below: the
+// Tokens from which q2_K / q3_K and iq4_nl batches take gemm_lowbit.h's tiles (the rows kernels below: the
 // tiles prepare each weight row per call). `kvtier bench -p N -n 0 -r 5 -t 2`, TinyLlama-shaped Q2_K / Q3_K_M / IQ4_NL,
 // rows kernels -> tiles from 2 tokens, Intel Xeon 0xA7, 2026-12-07: pp8 92 -> 95 / 93 -> 89 / 63 -> 82, pp12 99 -> 113 /
 // 96 -> 113 / 64 -> 95, pp4 (Q3_K_M / IQ4_NL) 87 -> 52 / 60 -> 58; iq4_xs (its tile prepares 4.2 bytes a weight byte), IQ4_XS
@@ -943,6 +943,17 @@ static void q6k_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const voi
 #endif
 #ifndef LB_XS_GEMM_MIN
 #define LB_XS_GEMM_MIN 24
+#endif
+// The AVX2 build's (the same CPU with KVT_ISA=avx2, rows kernels -> tiles from 2 tokens, Q3_K_M / Q2_K / IQ4_NL):
+// pp12 69 -> 60 / 75 -> 64 / 50 -> 54, pp24 75 -> 80 / 78 -> 79 / 52 -> 61, pp32 75 -> 83 / 74 -> 81 / 50 -> 62.
+#ifndef LB_KQ2_GEMM_MIN
+#define LB_KQ2_GEMM_MIN 24
+#endif
+#ifndef LB_NL2_GEMM_MIN
+#define LB_NL2_GEMM_MIN 10
+#endif
+#ifndef LB_XS2_GEMM_MIN // IQ4_XS: pp16 72 -> 62, pp32 74 -> 73, pp128 73 -> 85
+#define LB_XS2_GEMM_MIN 40
 #endif
 static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
 #ifdef KVT_SIMD_AVX512
@@ -968,6 +979,10 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q4_K] = {KR(NULL, NULL, NULL) G2(q4_K)}, // decode: quant_avx2.c's q4_K dot
     [KVT_TYPE_Q5_K] = {KR(NULL, NULL, NULL) G2(q5_K)},
     [KVT_TYPE_Q6_K] = {KR(q6k_prep_size, q6k_prep, q6k_rows) G2(q6_K), .nt_max = 1},
+    [KVT_TYPE_Q2_K] = {KR(NULL, NULL, NULL) GEMM(LB_KQ2_GEMM_MIN, kvt_gemm_scratch_q2_K_avx2, kvt_gemm_q2_K_avx2)},
+    [KVT_TYPE_Q3_K] = {KR(NULL, NULL, NULL) GEMM(LB_KQ2_GEMM_MIN, kvt_gemm_scratch_q3_K_avx2, kvt_gemm_q3_K_avx2)},
+    [KVT_TYPE_IQ4_NL] = {KR(NULL, NULL, NULL) GEMM(LB_NL2_GEMM_MIN, kvt_gemm_scratch_iq4_nl_avx2, kvt_gemm_iq4_nl_avx2)},
+    [KVT_TYPE_IQ4_XS] = {KR(NULL, NULL, NULL) GEMM(LB_XS2_GEMM_MIN, kvt_gemm_scratch_iq4_xs_avx2, kvt_gemm_iq4_xs_avx2)},
 #endif
 };
 
