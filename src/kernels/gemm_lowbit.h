@@ -43,6 +43,13 @@ INLINE float lb_hsum8(__m256 v) {
 static int64_t lb_psize0(int64_t n) { return (void)n, 64; }
 static void lb_prep0(int64_t n, const void *x, void *p) { (void)n, (void)x, (void)p; }
 static int64_t lbk_wsize(int64_t n) { return n / KVT_QK_K * LB_KS; }
+// The tail of q2_K's side data on both ISAs: the mins as int16 at o + 256, d and dmin as floats at o + 288.
+INLINE void q2k_side_tail(const kvt_block_q2_K *x, uint8_t *o) {
+    const __m128i sb = _mm_loadu_si128((const __m128i *)x->scales);
+    _mm256_storeu_si256((__m256i *)(o + 256), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F))));
+    const float fd[2] = {_cvtsh_ss(x->d), _cvtsh_ss(x->dmin)};
+    memcpy(o + 288, fd, 8);
+}
 
 #ifdef KVT_SIMD_AVX512
 INLINE __m256i lb_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
@@ -94,9 +101,7 @@ static void q2k_wprep(int64_t n, const void *w, void *s) {
             for (int j = 0; j < 4; j += 2)
                 _mm512_storeu_si512(o + 128 * h + 32 * j, _mm512_mullo_epi16(lb_slices2(q, j), lb_scales_bytes(sc, 8 * h + 2 * j)));
         }
-        _mm256_storeu_si256((__m256i *)(o + 256), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F))));
-        const float fd[2] = {_cvtsh_ss(x->d), _cvtsh_ss(x->dmin)};
-        memcpy(o + 288, fd, 8);
+        q2k_side_tail(x, o);
     }
 }
 // q3_K side data per super-block: int8 -(scale * value) [256] in element order, int32 -128 * sum(scale * value) of
@@ -322,7 +327,6 @@ static void q2k_wprep(int64_t n, const void *w, void *s) {
     for (int64_t b = 0; b < n / KVT_QK_K; b++) {
         const kvt_block_q2_K *x = (const kvt_block_q2_K *)w + b;
         uint8_t *o = (uint8_t *)s + b * LB_KS;
-        const __m128i sb = _mm_loadu_si128((const __m128i *)x->scales);
         for (int h = 0; h < 2; h++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * h));
             for (int j = 0; j < 4; j++) {
@@ -333,9 +337,7 @@ static void q2k_wprep(int64_t n, const void *w, void *s) {
                 _mm256_storeu_si256((__m256i *)(o + 128 * h + 32 * j), _mm256_mullo_epi16(u, scw));
             }
         }
-        _mm256_storeu_si256((__m256i *)(o + 256), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F))));
-        const float fd[2] = {_cvtsh_ss(x->d), _cvtsh_ss(x->dmin)};
-        memcpy(o + 288, fd, 8);
+        q2k_side_tail(x, o);
     }
 }
 // q3_K side data as above but the offset terms: -(scale * value) per element, the values as the GEMV makes them.
