@@ -165,8 +165,8 @@ INLINE __m512i quad_scales(__m512i sc, int j) {
 // q3_K's 8 lanes of a super-block as the AVX2 loop gives them, two slices per 512-bit step (slice j in the low half,
 // j + 1 in the high half; the halves added at the end: exact integers, so the same lanes); 4 where the element's hmask
 // bit (4h + j in the low half, 4h + j + 1 in the high half) is clear, from one byte test. From DRAM one core's q3_K
-// dot 9.5-9.8 -> 10.8-10.9 GB/s (tools/bench/dot_vs_ggml.c, `11 100000 4 1`, Intel Xeon 0xA7, 2026-12-07; q2_K the
-// same way was slower: 13.4 -> 11.6 GB/s from L2).
+// dot 8.7 -> 9.8-10.0 GB/s (tools/bench/dot_vs_ggml.c, `11 100000 4 1`, Intel Xeon 0xA7, 2026-12-07, the builds
+// alternating; 9.5-9.8 -> 10.8-10.9 in an earlier minute); q2_K the same way was slower: 13.4 -> 11.6 GB/s from L2.
 INLINE void q3_K_sb512(const kvt_block_q3_K *x, __m128i sc_lo, __m128i sc_hi, const void *yv, size_t ys, int64_t ib,
                        int NT, __m256i *isum) {
     const __m512i hm = _mm512_broadcast_i64x4(ld256(x->hmask)), four = _mm512_set1_epi8(4);
