@@ -250,10 +250,7 @@ INLINE void iq4_nl_tile(TILE_ARGS, int R, int T) {
             float sum = lb_hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][t]), _mm512_extractf32x8_ps(acc[r][t], 1)));
             if (nb & 1) {
                 const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)(X + t * xrs) + 2 * np;
-                int s1 = 0, s2 = 0;
-                for (int j = 0; j < 16; j++)
-                    s1 += y->qs[j] * kvt_iq4nl_values[x->qs[j] & 0xF], s2 += y->qs[j + 16] * kvt_iq4nl_values[x->qs[j] >> 4];
-                sum = fmaf(_cvtsh_ss(y->d) * _cvtsh_ss(x->d), (float)(s1 + s2), sum);
+                sum = fmaf(_cvtsh_ss(y->d) * _cvtsh_ss(x->d), (float)kvt_iq4_block_isum(x->qs, y->qs), sum); // the GEMV's tail
             }
             Y[t * ldy + r] = sum;
         }
@@ -499,10 +496,7 @@ INLINE void iq4_nl_tile(TILE_ARGS, int R, int T) {
             float sum = lb_hsum8(_mm256_add_ps(acc[0][r][t], acc[1][r][t]));
             if (nb & 1) {
                 const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)(X + t * xrs) + 2 * np;
-                int s1 = 0, s2 = 0;
-                for (int j = 0; j < 16; j++)
-                    s1 += y->qs[j] * kvt_iq4nl_values[x->qs[j] & 0xF], s2 += y->qs[j + 16] * kvt_iq4nl_values[x->qs[j] >> 4];
-                sum = fmaf(_cvtsh_ss(y->d) * _cvtsh_ss(x->d), (float)(s1 + s2), sum);
+                sum = fmaf(_cvtsh_ss(y->d) * _cvtsh_ss(x->d), (float)kvt_iq4_block_isum(x->qs, y->qs), sum); // the GEMV's tail
             }
             Y[t * ldy + r] = sum;
         }

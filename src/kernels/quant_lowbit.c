@@ -245,11 +245,6 @@ static void iq4_block_pack(const float *x, float d, uint8_t qs[16]) {
     for (int j = 0; j < 32; j++) L[j] = (uint8_t)(d != 0 ? iq4_nearest(x[j] / d) : 8);
     for (int j = 0; j < 16; j++) qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
 }
-static int iq4_block_isum(const uint8_t qs[16], const int8_t *y) {
-    int isum = 0;
-    for (int j = 0; j < 16; j++) isum += kvt_iq4nl_values[qs[j] & 0xF] * y[j] + kvt_iq4nl_values[qs[j] >> 4] * y[j + 16];
-    return isum;
-}
 
 static void iq4_nl_to_float(const void *src, float *dst, int64_t n) {
     const kvt_block_iq4_nl *b = src;
@@ -269,7 +264,7 @@ static void iq4_nl_dot(int64_t n, float *s, const void *x, const void *y) {
     const kvt_block_q8_0 *b = y;
     float sum = 0;
     for (int64_t i = 0; i < n / KVT_QK; i++)
-        sum += (float)iq4_block_isum(a[i].qs, b[i].qs) * kvt_f16_to_f32(a[i].d) * kvt_f16_to_f32(b[i].d);
+        sum += (float)kvt_iq4_block_isum(a[i].qs, b[i].qs) * kvt_f16_to_f32(a[i].d) * kvt_f16_to_f32(b[i].d);
     *s = sum;
 }
 
@@ -310,7 +305,7 @@ static void iq4_xs_dot(int64_t n, float *s, const void *x, const void *y) {
     for (int64_t i = 0; i < n / KVT_QK_K; i++) {
         int sumi = 0;
         for (int sb = 0; sb < 8; sb++)
-            sumi += (kvt_iq4_xs_scale(&a[i], sb) - 32) * iq4_block_isum(a[i].qs + 16 * sb, b[i].qs + 32 * sb);
+            sumi += (kvt_iq4_xs_scale(&a[i], sb) - 32) * kvt_iq4_block_isum(a[i].qs + 16 * sb, b[i].qs + 32 * sb);
         sum += kvt_f16_to_f32(a[i].d) * b[i].d * (float)sumi;
     }
     *s = sum;

@@ -1,6 +1,6 @@
-// quant_lowbit.h - the GGUF weight types kvtier computes with through their row kernels only (no repacked
-// layout, no GEMM tile): q2_K and q3_K (llama-quantize's Q2_K, Q3_K_S / Q3_K_M / Q3_K_L files), q5_1, iq4_nl and
-// iq4_xs (IQ4_NL, IQ4_XS). Their block layouts (facts of the GGUF format, as ggml defines them) and the tables of
+// quant_lowbit.h - the GGUF weight types kvtier computes with in the file's layout (no repacked layout; row kernels,
+// and for larger batches the GEMM tiles of gemm_lowbit.h): q2_K and q3_K (llama-quantize's Q2_K, Q3_K_S / Q3_K_M /
+// Q3_K_L files), q5_1, iq4_nl and iq4_xs (IQ4_NL, IQ4_XS). Their block layouts (facts of the GGUF format, as ggml defines them) and the tables of
 // their kernels: the scalar reference in quant_lowbit.c, the AVX2 / AVX-512 ones in quant_lowbit_avx2.c.
 //
 // Dot products pair the weights with llama.cpp's activation types (q2_K, q3_K, iq4_xs: q8_K; q5_1: q8_1; iq4_nl:
@@ -58,6 +58,13 @@ KVT_STATIC_ASSERT(sizeof(kvt_block_iq4_xs) == 136, "iq4_xs layout");
 
 // The 16 values of the iq4_nl / iq4_xs codebook (ggml's kvalues_iq4nl).
 static const int8_t kvt_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// The exact integer dot of one iq4 block of 32 (indices packed as iq4_nl's, qs[16]) with 32 int8 activations: the
+// scalar reference's block sum, and the last odd block of the SIMD iq4_nl kernels (any order: the same integer).
+static inline int kvt_iq4_block_isum(const uint8_t qs[16], const int8_t *y) {
+    int isum = 0;
+    for (int j = 0; j < 16; j++) isum += kvt_iq4nl_values[qs[j] & 0xF] * y[j] + kvt_iq4nl_values[qs[j] >> 4] * y[j + 16];
+    return isum;
+}
 
 // The 16 signed scales s - 32 (-32..31) of a q3_K block from its 12 packed bytes: the low four bits of sub-block
 // g in nibble g / 8 of byte g % 8, the high two in bits 2 (g / 4) of byte 8 + g % 4.

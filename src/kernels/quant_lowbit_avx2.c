@@ -274,10 +274,7 @@ INLINE void iq4_nl_body(int64_t n, const void *xv, const void *yv, size_t ys, in
         float sum = hsum8(_mm256_add_ps(acc[0][t], acc[1][t]));
         if (ib < nb) {
             const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib;
-            int s1 = 0, s2 = 0;
-            for (int j = 0; j < 16; j++)
-                s1 += y->qs[j] * kvt_iq4nl_values[x[ib].qs[j] & 0xF], s2 += y->qs[j + 16] * kvt_iq4nl_values[x[ib].qs[j] >> 4];
-            sum = fmaf(f16f(y->d) * f16f(x[ib].d), (float)(s1 + s2), sum); // (fused in ggml's build)
+            sum = fmaf(f16f(y->d) * f16f(x[ib].d), (float)kvt_iq4_block_isum(x[ib].qs, y->qs), sum); // (fused in ggml's build)
         }
         s[t * ss] = sum;
     }
