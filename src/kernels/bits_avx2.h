@@ -86,6 +86,14 @@ static inline __attribute__((always_inline)) __m256i kvt_bit_to4_256(__m256i h, 
 static inline __attribute__((always_inline)) __m512i kvt_bit_to4_512(__m512i h, const int j) {
     return j == 4 ? h : j > 4 ? _mm512_srli_epi16(h, j - 4) : _mm512_slli_epi16(h, 4 - j);
 }
+// The 2-bit fields j (low 256 bits) and j + 1 (high) of 32 bytes q holds in both 256-bit halves, one per byte: one
+// 64-bit shift per half, the bits it carries across bytes masked off (q2_K / q3_K slices j and j + 1 of a half:
+// quant_lowbit_avx2.c, gemm_lowbit.h).
+static inline __attribute__((always_inline)) __m512i kvt_2bit_pair512(__m512i q, int j) {
+    return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_set_epi64(2 * j + 2, 2 * j + 2, 2 * j + 2, 2 * j + 2, 2 * j, 2 * j,
+                                                                   2 * j, 2 * j)),
+                            _mm512_set1_epi8(3));
+}
 #endif
 
 // 0x10 in byte i where bit i of the little-endian 32-bit word at p is set, 0 elsewhere (q5_0's fifth

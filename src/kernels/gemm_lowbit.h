@@ -24,6 +24,7 @@
 // 576 per 256 on AVX-512, 320 on AVX2), so the strips are smaller (LB_STRIP bytes of weights) and small batches keep the row kernels
 // (matmul_avx2.c's LB_*_GEMM_MIN). Measured: docs/BENCHMARKS.md, "GEMM tiles for Q2_K, Q3_K, IQ4_NL, IQ4_XS".
 
+#include "bits_avx2.h"
 #include "quant_lowbit.h"
 
 #ifndef LB_STRIP
@@ -68,13 +69,6 @@ static void q3k_prep(int64_t n, const void *x, void *p) {
         }
 }
 
-// The 2-bit values of the 64 elements 128h + 32j .. + 64 (slices j, j + 1 of half h; q: the half's 32 bytes in both
-// 256-bit halves), one per byte in element order (quant_lowbit_avx2.c's slice_pair2).
-INLINE __m512i lb_slices2(__m512i q, int j) {
-    return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_set_epi64(2 * j + 2, 2 * j + 2, 2 * j + 2, 2 * j + 2, 2 * j, 2 * j,
-                                                                   2 * j, 2 * j)),
-                            _mm512_set1_epi8(3));
-}
 // Words of v (16 scales as words) beside 64 bytes or 32 words of elements: word g + L in every word of 128-bit lane L
 // (bytes: the lane is one sub-block of 16), or (words) g in the low 256 bits and g + 1 in the high.
 INLINE __m512i lb_scales_bytes(__m256i v, int g) {
@@ -99,7 +93,7 @@ static void q2k_wprep(int64_t n, const void *w, void *s) {
         for (int h = 0; h < 2; h++) {
             const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qs + 32 * h)));
             for (int j = 0; j < 4; j += 2)
-                _mm512_storeu_si512(o + 128 * h + 32 * j, _mm512_mullo_epi16(lb_slices2(q, j), lb_scales_bytes(sc, 8 * h + 2 * j)));
+                _mm512_storeu_si512(o + 128 * h + 32 * j, _mm512_mullo_epi16(kvt_2bit_pair512(q, j), lb_scales_bytes(sc, 8 * h + 2 * j)));
         }
         q2k_side_tail(x, o);
     }
@@ -122,7 +116,7 @@ static void q3k_wprep(int64_t n, const void *w, void *s) {
             for (int j = 0; j < 4; j += 2) {
                 const int bt = 4 * h + j;
                 const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << bt)), _mm256_set1_epi8((char)(1 << (bt + 1))), 1);
-                const __m512i l = lb_slices2(q, j);
+                const __m512i l = kvt_2bit_pair512(q, j);
                 const __m512i v = _mm512_mask_sub_epi8(l, _mm512_testn_epi8_mask(hm, bit), l, four); // -4..3
                 const __m512i p0 = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(v)),
                                                       lb_scales_words(nsc, 8 * h + 2 * j));

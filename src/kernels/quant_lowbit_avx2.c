@@ -148,13 +148,7 @@ INLINE __m128i q3_K_scales16(const uint8_t *q) {
     return _mm_sub_epi8(s, _mm_set1_epi8(32));
 }
 #ifdef KVT_SIMD_AVX512
-// The 2-bit slices j (low 256 bits) and j + 1 (high) of the 32 bytes broadcast in q: one 64-bit shift per half.
-INLINE __m512i slice_pair2(__m512i q, int j) {
-    return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_set_epi64(2 * j + 2, 2 * j + 2, 2 * j + 2, 2 * j + 2, 2 * j, 2 * j,
-                                                                   2 * j, 2 * j)),
-                            _mm512_set1_epi8(3));
-}
-// The scales beside slice_pair2(q, j): sc holds 8 int16 scales in every 128-bit lane (sub-blocks 8h .. 8h + 7 of a
+// The scales beside kvt_2bit_pair512(q, j): sc holds 8 int16 scales in every 128-bit lane (sub-blocks 8h .. 8h + 7 of a
 // half h); 128-bit lane L of the result holds scale 2j + L in every word (sub-blocks 2j, 2j + 1 of slice j, then
 // 2j + 2, 2j + 3 of slice j + 1).
 INLINE __m512i quad_scales(__m512i sc, int j) {
@@ -177,7 +171,7 @@ INLINE void q3_K_sb512(const kvt_block_q3_K *x, __m128i sc_lo, __m128i sc_hi, co
         const __m512i sc = _mm512_broadcast_i32x4(h ? sc_hi : sc_lo);
         UNROLL for (int j = 0; j < 4; j += 2) {
             const int b = 4 * h + j;
-            const __m512i l = slice_pair2(q, j), scj = quad_scales(sc, j);
+            const __m512i l = kvt_2bit_pair512(q, j), scj = quad_scales(sc, j);
             const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8((char)(1 << b)), _mm256_set1_epi8((char)(1 << (b + 1))), 1);
             const __m512i c = _mm512_maskz_mov_epi8(_mm512_testn_epi8_mask(hm, bit), four);
             UNROLL for (int t = 0; t < NT; t++) {
