@@ -44,10 +44,10 @@ INLINE float hsum8(__m256 v) {
 INLINE float f16f(uint16_t h) { return _cvtsh_ss(h); }
 INLINE __m256i ld256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 // 32 four-bit indices of 16 bytes in element order: the low nibbles (elements 0..15) in the low lane, the high
-// nibbles (16..31) in the high lane.
+// nibbles (16..31) in the high lane: the 16 bytes loaded into both lanes (a load, no shuffle), the high lane shifted.
 INLINE __m256i nibbles32(const uint8_t *q) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)q);
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)q));
+    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F));
 }
 // Word k of the low lane's eight (both lanes hold the same eight) to every word of the low lane, word k + 1 to every
 // word of the high lane: the scales of sub-blocks k and k + 1 beside a 32-byte slice holding 16 elements of each.
@@ -115,6 +115,34 @@ INLINE void q2_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-y->d * dmx), _mm256_cvtepi32_ps(prod), acc[t]);
             isum[t] = _mm256_setzero_si256();
         }
+#ifdef KVT_SIMD_AVX512
+        // VNNI: each value's product with its scale (0..45) from a 4-entry table per sub-block (bytes 0..3 of the
+        // 32-bit word sc * 0x03020100; per half the even sub-blocks' words in the low lane, the odd ones' in the high,
+        // so slice j's two are word j of each lane: index value + 4j), then one VPDPBUSD per 32 products: the
+        // lanes' integer sums of the madds below, exactly. Four sums per token (slice j's), so that no VPDPBUSD
+        // waits on the one before; all in 256-bit registers (a 512-bit operation here took port 1 from the rest:
+        // 0.70x).
+        (void)sch;
+        const __m128i eo = _mm_shuffle_epi8(sc, _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
+        const __m256i tab[2] = {_mm256_mullo_epi32(_mm256_cvtepu8_epi32(eo), _mm256_set1_epi32(0x03020100)),
+                                _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(eo, 8)), _mm256_set1_epi32(0x03020100))};
+        __m256i part[4][NTMAX];
+        UNROLL for (int j = 0; j < 4; j++) UNROLL for (int t = 0; t < NT; t++) part[j][t] = _mm256_setzero_si256();
+        UNROLL for (int h = 0; h < 2; h++) {
+            const __m256i q = ld256(x[ib].qs + 32 * h);
+            UNROLL for (int j = 0; j < 4; j++) {
+                const __m256i idx = j ? _mm256_ternarylogic_epi32(_mm256_srli_epi16(q, 2 * j), m3, _mm256_set1_epi8((char)(4 * j)), 0xEA)
+                                      : _mm256_and_si256(q, m3);
+                const __m256i v = _mm256_shuffle_epi8(tab[h], idx); // scale * value
+                UNROLL for (int t = 0; t < NT; t++) {
+                    const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+                    part[j][t] = _mm256_dpbusd_epi32(part[j][t], v, ld256(y->qs + 128 * h + 32 * j));
+                }
+            }
+        }
+        UNROLL for (int t = 0; t < NT; t++)
+            isum[t] = _mm256_add_epi32(_mm256_add_epi32(part[0][t], part[1][t]), _mm256_add_epi32(part[2][t], part[3][t]));
+#else
         UNROLL for (int h = 0; h < 2; h++) {
             const __m256i q = ld256(x[ib].qs + 32 * h);
             UNROLL for (int j = 0; j < 4; j++) {
@@ -126,6 +154,7 @@ INLINE void q2_K_body(int64_t n, const void *xv, const void *yv, size_t ys, int 
                 }
             }
         }
+#endif
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(isum[t]), acc[t]);
@@ -164,8 +193,8 @@ INLINE __m512i quad_scales(__m512i sc, int j) {
 INLINE void q3_K_sb512(const kvt_block_q3_K *x, __m128i sc_lo, __m128i sc_hi, const void *yv, size_t ys, int64_t ib,
                        int NT, __m256i *isum) {
     const __m512i hm = _mm512_broadcast_i64x4(ld256(x->hmask)), four = _mm512_set1_epi8(4);
-    __m512i acc[NTMAX];
-    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_si512();
+    __m512i acc[2][NTMAX]; // per slice pair (j = 0, 2): no VPDPWSSD waits on the one before
+    UNROLL for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm512_setzero_si512();
     UNROLL for (int h = 0; h < 2; h++) {
         const __m512i q = _mm512_broadcast_i64x4(ld256(x->qs + 32 * h));
         const __m512i sc = _mm512_broadcast_i32x4(h ? sc_hi : sc_lo);
@@ -178,12 +207,14 @@ INLINE void q3_K_sb512(const kvt_block_q3_K *x, __m128i sc_lo, __m128i sc_hi, co
                 const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
                 const __m512i yq = _mm512_loadu_si512((const void *)(y->qs + 128 * h + 32 * j));
                 const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(l, yq), _mm512_maddubs_epi16(c, yq));
-                acc[t] = _mm512_add_epi32(acc[t], _mm512_madd_epi16(scj, p));
+                acc[j / 2][t] = _mm512_dpwssd_epi32(acc[j / 2][t], scj, p);
             }
         }
     }
-    UNROLL for (int t = 0; t < NT; t++)
-        isum[t] = _mm256_add_epi32(_mm512_castsi512_si256(acc[t]), _mm512_extracti64x4_epi64(acc[t], 1));
+    UNROLL for (int t = 0; t < NT; t++) {
+        const __m512i a = _mm512_add_epi32(acc[0][t], acc[1][t]);
+        isum[t] = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+    }
 }
 #endif
 
@@ -243,14 +274,44 @@ INLINE __m256i iq4_values(const uint8_t *q, __m256i *mag) {
     return w;
 }
 
+// The f16 at p, p + S, ..., p + 7 S (S bytes apart: the d of 8 consecutive blocks) as 8 floats: one gather of the 32-bit
+// words starting there (the last word ends within the 8th block), their low halves packed, one conversion.
+INLINE __m256 f16x8_strided(const void *p, const int S) {
+    const __m256i g = _mm256_i32gather_epi32((const int *)p, _mm256_setr_epi32(0, S, 2 * S, 3 * S, 4 * S, 5 * S, 6 * S, 7 * S), 1);
+#ifdef KVT_SIMD_AVX512
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
+#else
+    const __m256i h = _mm256_shuffle_epi8(g, _mm256_set_epi64x(-1, 0x0D0C090805040100LL, -1, 0x0D0C090805040100LL));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(h, 0x08)));
+#endif
+}
+
 // ggml's AVX2 order (ggml_vec_dot_iq4_nl_q8_0): blocks in pairs, the first of each pair into one 8-lane FMA chain
-// and the second into another, each with dy * dx; hsum8 of their sum, then a last odd block in scalar.
+// and the second into another, each with dy * dx; hsum8 of their sum, then a last odd block in scalar. Eight blocks
+// at a time take their dy * dx (the same products) from two gathers and one multiply instead of 16 scalar conversions.
 INLINE void iq4_nl_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     const kvt_block_iq4_nl *x = xv;
     const int64_t nb = n / KVT_QK;
     __m256 acc[2][NTMAX];
     UNROLL for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     int64_t ib = 0;
+    for (; ib + 8 <= nb; ib += 8) {
+        PREFETCH(x + ib, 8 * sizeof *x);
+        const __m256 dx = f16x8_strided(&x[ib].d, (int)sizeof *x);
+        float sc[NTMAX][8]; // dy * dx of the 8 blocks per token
+        UNROLL for (int t = 0; t < NT; t++)
+            _mm256_storeu_ps(sc[t], _mm256_mul_ps(f16x8_strided(&((const kvt_block_q8_0 *)ROW(yv, t, ys) + ib)->d,
+                                                                (int)sizeof(kvt_block_q8_0)), dx));
+        UNROLL for (int k = 0; k < 8; k++) {
+            __m256i mag;
+            const __m256i w = iq4_values(x[ib + k].qs, &mag);
+            UNROLL for (int t = 0; t < NT; t++) {
+                const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib + k;
+                const __m256i p = kvt_dot_u8s8(mag, _mm256_sign_epi8(ld256(y->qs), w));
+                acc[k & 1][t] = _mm256_fmadd_ps(_mm256_set1_ps(sc[t][k]), _mm256_cvtepi32_ps(p), acc[k & 1][t]);
+            }
+        }
+    }
     for (; ib + 1 < nb; ib += 2) {
         PREFETCH(x + ib, 1);
         UNROLL for (int k = 0; k < 2; k++) {
@@ -283,8 +344,8 @@ KVT_DOT_DISPATCH(iq4_nl)
 INLINE void iq4_xs_sb512(const kvt_block_iq4_xs *x, const void *yv, size_t ys, int64_t ib, int NT, __m256i *isum) {
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvt_iq4nl_values));
     const __m512i shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0), m4 = _mm512_set1_epi8(0x0F);
-    __m512i acc[NTMAX];
-    UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_si512();
+    __m512i acc[2][NTMAX]; // even and odd sub-block pairs: no VPDPWSSD waits on the one before
+    UNROLL for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm512_setzero_si512();
     UNROLL for (int sp = 0; sp < 4; sp++) {
         // [sub-block 2sp: low nibbles, high nibbles | 2sp + 1: low, high]: its 64 elements in y's order
         const __m512i q = _mm512_castsi256_si512(ld256(x->qs + 32 * sp));
@@ -297,11 +358,13 @@ INLINE void iq4_xs_sb512(const kvt_block_iq4_xs *x, const void *yv, size_t ys, i
             const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
             const __m512i yq = _mm512_loadu_si512((const void *)(y->qs + 64 * sp));
             const __m512i sy = _mm512_mask_sub_epi8(yq, neg, _mm512_setzero_si512(), yq);
-            acc[t] = _mm512_add_epi32(acc[t], _mm512_madd_epi16(_mm512_maddubs_epi16(mag, sy), ls));
+            acc[sp & 1][t] = _mm512_dpwssd_epi32(acc[sp & 1][t], _mm512_maddubs_epi16(mag, sy), ls);
         }
     }
-    UNROLL for (int t = 0; t < NT; t++)
-        isum[t] = _mm256_add_epi32(_mm512_castsi512_si256(acc[t]), _mm512_extracti64x4_epi64(acc[t], 1));
+    UNROLL for (int t = 0; t < NT; t++) {
+        const __m512i a = _mm512_add_epi32(acc[0][t], acc[1][t]);
+        isum[t] = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+    }
 }
 #endif
 
