@@ -4,9 +4,10 @@
 // their kernels: the scalar reference in quant_lowbit.c, the AVX2 / AVX-512 ones in quant_lowbit_avx2.c.
 //
 // Dot products pair the weights with llama.cpp's activation types (q2_K, q3_K, iq4_xs: q8_K; q5_1: q8_1; iq4_nl:
-// q8_0). Every kernel sums the exact integer total of a block (a super-block for the K-quants and iq4_xs) and then
-// runs the reference's scalar float expression on it, so the SIMD kernels give the reference's bits, for one
-// activation row or several (tests/test_kernels.c checks it on every ISA).
+// q8_0). The scalar reference sums each block's exact integer total in its own scalar chain; the AVX2 / AVX-512
+// kernels sum in llama.cpp's AVX2 order (its 8 lanes of exact integer sums a block, its FMA chains, its final sum),
+// so they give llama.cpp's bits on its own rows (suite quant_lowbit), for one activation row or several, and the
+// GEMM tiles the GEMV's bits (suite determ).
 #ifndef KVT_QUANT_LOWBIT_H
 #define KVT_QUANT_LOWBIT_H
 
