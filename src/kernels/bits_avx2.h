@@ -86,6 +86,11 @@ static inline __attribute__((always_inline)) __m256i kvt_bit_to4_256(__m256i h, 
 static inline __attribute__((always_inline)) __m512i kvt_bit_to4_512(__m512i h, const int j) {
     return j == 4 ? h : j > 4 ? _mm512_srli_epi16(h, j - 4) : _mm512_slli_epi16(h, 4 - j);
 }
+// The int32 sum of the two 256-bit halves of v: lane i + lane i + 8 (kq_avx512.h, gemm_lowbit.h,
+// quant_lowbit_avx2.c).
+static inline __attribute__((always_inline)) __m256i kvt_add_halves512(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
 // The 2-bit fields j (low 256 bits) and j + 1 (high) of 32 bytes q holds in both 256-bit halves, one per byte: one
 // 64-bit shift per half, the bits it carries across bytes masked off (q2_K / q3_K slices j and j + 1 of a half:
 // quant_lowbit_avx2.c, gemm_lowbit.h).
@@ -95,6 +100,19 @@ static inline __attribute__((always_inline)) __m512i kvt_2bit_pair512(__m512i q,
                             _mm512_set1_epi8(3));
 }
 #endif
+
+// The f16 at p, p + S, ..., p + 7 S (S bytes apart: the scale of 8 consecutive blocks) as 8 floats: eight word
+// inserts, one conversion (a gather was no faster on an Intel Xeon and is slow where the gather data sampling fix is
+// on) (matmul_avx2.c's x32 rows, quant_lowbit_avx2.c's iq4_nl).
+static inline __attribute__((always_inline)) __m256 kvt_f16x8_strided(const void *p, size_t S) {
+    const char *b = p;
+    uint16_t h[8];
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) memcpy(h + k, b + (size_t)k * S, 2);
+    __m128i v = _mm_cvtsi32_si128(h[0]);
+    v = _mm_insert_epi16(v, h[1], 1), v = _mm_insert_epi16(v, h[2], 2), v = _mm_insert_epi16(v, h[3], 3);
+    v = _mm_insert_epi16(v, h[4], 4), v = _mm_insert_epi16(v, h[5], 5), v = _mm_insert_epi16(v, h[6], 6);
+    return _mm256_cvtph_ps(_mm_insert_epi16(v, h[7], 7));
+}
 
 // 0x10 in byte i where bit i of the little-endian 32-bit word at p is set, 0 elsewhere (q5_0's fifth
 // bits): byte i of the broadcast word's byte i/8 is tested against the bit 1 << (i % 8).

@@ -53,7 +53,6 @@ INLINE void q2k_side_tail(const kvt_block_q2_K *x, uint8_t *o) {
 }
 
 #ifdef KVT_SIMD_AVX512
-INLINE __m256i lb_halves(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
 
 // ---------------------------------------------------------------------------------------------- q2_K, q3_K
 
@@ -127,7 +126,7 @@ static void q3k_wprep(int64_t n, const void *w, void *s) {
                 lanes = _mm512_dpbusd_epi32(lanes, ones, nsv);
             }
         }
-        _mm256_storeu_si256((__m256i *)(o + 256), _mm256_slli_epi32(lb_halves(lanes), 7)); // 128 * sum(-(scale * value))
+        _mm256_storeu_si256((__m256i *)(o + 256), _mm256_slli_epi32(kvt_add_halves512(lanes), 7)); // 128 * sum(-(scale * value))
         const float d = _cvtsh_ss(x->d);
         memcpy(o + 288, &d, 4);
     }
@@ -160,7 +159,7 @@ INLINE void lbk_tile(TILE_ARGS, int R, int T, int Q3) {
             memcpy(fd, o + 288, 8);
             const __m256i side = _mm256_loadu_si256((const __m256i *)(o + 256)); // q2_K mins, q3_K offset terms
             UNROLL for (int t = 0; t < T; t++) {
-                __m256i isum = lb_halves(ia[r][t]);
+                __m256i isum = kvt_add_halves512(ia[r][t]);
                 if (Q3) {
                     isum = _mm256_sub_epi32(side, isum);
                 } else {

@@ -54,10 +54,10 @@ INLINE __m512i ld512(const void *p) { return _mm512_loadu_si512(p); }
 
 // Lane k: the sum of the 16 int32 lanes of v[k], k < 4 (exact).
 INLINE __m128i kq_hsum4x16(__m512i a, __m512i b, __m512i c, __m512i d) {
-    const __m256i ha = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
-    const __m256i hb = _mm256_add_epi32(_mm512_castsi512_si256(b), _mm512_extracti64x4_epi64(b, 1));
-    const __m256i hc = _mm256_add_epi32(_mm512_castsi512_si256(c), _mm512_extracti64x4_epi64(c, 1));
-    const __m256i hd = _mm256_add_epi32(_mm512_castsi512_si256(d), _mm512_extracti64x4_epi64(d, 1));
+    const __m256i ha = kvt_add_halves512(a);
+    const __m256i hb = kvt_add_halves512(b);
+    const __m256i hc = kvt_add_halves512(c);
+    const __m256i hd = kvt_add_halves512(d);
     const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(ha, hb), _mm256_hadd_epi32(hc, hd));
     return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
 }

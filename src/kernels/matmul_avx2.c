@@ -260,19 +260,6 @@ INLINE void x32_prep(int64_t n, const void *x, void *p, int WT) {
 static void q4_1_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q4_1); }
 static void q8_0_prep(int64_t n, const void *x, void *p) { x32_prep(n, x, p, WT_Q8_0); }
 
-// f16 scales of 8 consecutive blocks at byte offset off -> 8 floats.
-INLINE __m256 load_scales8(const char *blk, size_t bs, size_t off) {
-    __m128i v = _mm_cvtsi32_si128(ld16(blk + off));
-    v = _mm_insert_epi16(v, ld16(blk + bs + off), 1);
-    v = _mm_insert_epi16(v, ld16(blk + 2 * bs + off), 2);
-    v = _mm_insert_epi16(v, ld16(blk + 3 * bs + off), 3);
-    v = _mm_insert_epi16(v, ld16(blk + 4 * bs + off), 4);
-    v = _mm_insert_epi16(v, ld16(blk + 5 * bs + off), 5);
-    v = _mm_insert_epi16(v, ld16(blk + 6 * bs + off), 6);
-    v = _mm_insert_epi16(v, ld16(blk + 7 * bs + off), 7);
-    return _mm256_cvtph_ps(v);
-}
-
 // One weight row against NT prepared rows.
 #ifdef KVT_SIMD_AVX512
 #define X32_NT 8 // rows per call (each output's arithmetic is its own: any count gives the same bits)
@@ -310,8 +297,8 @@ INLINE void q4_1_rr(int64_t n, const char *x, size_t wrs, int RR, const char *P,
             const char *blk = x + r * wrs + g * bs;
             __m256 dx;
             if (gn == 8) {
-                dx = load_scales8(blk, bs, 0);
-                _mm256_store_ps(mx[r], load_scales8(blk, bs, 2));
+                dx = kvt_f16x8_strided(blk, bs);
+                _mm256_store_ps(mx[r], kvt_f16x8_strided(blk + 2, bs));
             } else {
                 float d8[8] = {0};
                 for (int k = 0; k < gn; k++) d8[k] = _cvtsh_ss(ld16(blk + k * bs)), mx[r][k] = _cvtsh_ss(ld16(blk + k * bs + 2));
@@ -361,7 +348,7 @@ INLINE void x32_row(int64_t n, const char *x, const char *P, size_t prs, int NT,
         idx[k] = _mm512_set_epi32(2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k + 1, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k, 2 * k);
     for (int64_t g = 0; g < nfull; g += 8) {
         const char *blk = x + g * bs;
-        const __m256 dx = load_scales8(blk, bs, 0); // also multiplies c
+        const __m256 dx = kvt_f16x8_strided(blk, bs); // also multiplies c
         __m256 D[X32_NT];
         UNROLL for (int t = 0; t < NT; t++) {
             D[t] = _mm256_mul_ps(dx, _mm256_loadu_ps(pd[t] + g));
@@ -474,7 +461,7 @@ INLINE float q8_0_row1(int64_t n, const char *x, const char *P) {
         _Alignas(32) float v[8];
         const __m256 f = _mm256_cvtepi32_ps(tot);
         if (gn == 8) {
-            _mm256_store_ps(v, _mm256_mul_ps(_mm256_mul_ps(f, load_scales8(x + g * bs, bs, 0)), _mm256_loadu_ps(pd + g)));
+            _mm256_store_ps(v, _mm256_mul_ps(_mm256_mul_ps(f, kvt_f16x8_strided(x + g * bs, bs)), _mm256_loadu_ps(pd + g)));
         } else {
             _mm256_store_ps(v, f);
             for (int k = 0; k < gn; k++) v[k] = v[k] * kvt_f16_to_f32(ld16(x + (g + k) * bs)) * pd[g + k];

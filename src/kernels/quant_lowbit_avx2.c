@@ -211,10 +211,7 @@ INLINE void q3_K_sb512(const kvt_block_q3_K *x, __m128i sc_lo, __m128i sc_hi, co
             }
         }
     }
-    UNROLL for (int t = 0; t < NT; t++) {
-        const __m512i a = _mm512_add_epi32(acc[0][t], acc[1][t]);
-        isum[t] = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
-    }
+    UNROLL for (int t = 0; t < NT; t++) isum[t] = kvt_add_halves512(_mm512_add_epi32(acc[0][t], acc[1][t]));
 }
 #endif
 
@@ -274,22 +271,22 @@ INLINE __m256i iq4_values(const uint8_t *q, __m256i *mag) {
     return w;
 }
 
-// The f16 at p, p + S, ..., p + 7 S (S bytes apart: the d of 8 consecutive blocks) as 8 floats: eight word inserts,
-// one conversion (a gather was no faster here, and is slow on CPUs with the gather data sampling fix).
-INLINE __m256 f16x8_strided(const void *p, const int S) {
-    const uint8_t *b = p;
-    uint16_t h[8];
-    UNROLL for (int k = 0; k < 8; k++) memcpy(h + k, b + k * S, 2);
-    __m128i v = _mm_cvtsi32_si128(h[0]);
-    v = _mm_insert_epi16(v, h[1], 1), v = _mm_insert_epi16(v, h[2], 2), v = _mm_insert_epi16(v, h[3], 3);
-    v = _mm_insert_epi16(v, h[4], 4), v = _mm_insert_epi16(v, h[5], 5), v = _mm_insert_epi16(v, h[6], 6);
-    return _mm256_cvtph_ps(_mm_insert_epi16(v, h[7], 7));
-}
-
 // ggml's AVX2 order (ggml_vec_dot_iq4_nl_q8_0): blocks in pairs, the first of each pair into one 8-lane FMA chain
 // and the second into another, each with dy * dx; hsum8 of their sum, then a last odd block in scalar. Eight blocks
 // at a time take their dy * dx (the same products) from one multiply of two vectors (f16x8_strided) instead of 16
 // scalar conversions and 8 multiplies.
+// Block ib's step of both chains' one (acc: the chain of each token): its products with each token's block, times
+// that token's dy * dx (sc[t]), into the chain.
+INLINE void iq4_nl_block(const kvt_block_iq4_nl *x, const void *yv, size_t ys, int64_t ib, int NT, const float *sc,
+                         __m256 *acc) {
+    __m256i mag;
+    const __m256i w = iq4_values(x[ib].qs, &mag);
+    UNROLL for (int t = 0; t < NT; t++) {
+        const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib;
+        const __m256i p = kvt_dot_u8s8(mag, _mm256_sign_epi8(ld256(y->qs), w));
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(sc[t]), _mm256_cvtepi32_ps(p), acc[t]);
+    }
+}
 INLINE void iq4_nl_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     const kvt_block_iq4_nl *x = xv;
     const int64_t nb = n / KVT_QK;
@@ -298,32 +295,22 @@ INLINE void iq4_nl_body(int64_t n, const void *xv, const void *yv, size_t ys, in
     int64_t ib = 0;
     for (; ib + 8 <= nb; ib += 8) {
         PREFETCH(x + ib, 8 * sizeof *x);
-        const __m256 dx = f16x8_strided(&x[ib].d, (int)sizeof *x);
-        float sc[NTMAX][8]; // dy * dx of the 8 blocks per token
-        UNROLL for (int t = 0; t < NT; t++)
-            _mm256_storeu_ps(sc[t], _mm256_mul_ps(f16x8_strided(&((const kvt_block_q8_0 *)ROW(yv, t, ys) + ib)->d,
-                                                                (int)sizeof(kvt_block_q8_0)), dx));
-        UNROLL for (int k = 0; k < 8; k++) {
-            __m256i mag;
-            const __m256i w = iq4_values(x[ib + k].qs, &mag);
-            UNROLL for (int t = 0; t < NT; t++) {
-                const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib + k;
-                const __m256i p = kvt_dot_u8s8(mag, _mm256_sign_epi8(ld256(y->qs), w));
-                acc[k & 1][t] = _mm256_fmadd_ps(_mm256_set1_ps(sc[t][k]), _mm256_cvtepi32_ps(p), acc[k & 1][t]);
-            }
+        const __m256 dx = kvt_f16x8_strided(&x[ib].d, sizeof *x);
+        float sc[8][NTMAX]; // dy * dx of the 8 blocks, per token
+        UNROLL for (int t = 0; t < NT; t++) {
+            float v[8];
+            _mm256_storeu_ps(v, _mm256_mul_ps(kvt_f16x8_strided(&((const kvt_block_q8_0 *)ROW(yv, t, ys) + ib)->d,
+                                                                sizeof(kvt_block_q8_0)), dx));
+            UNROLL for (int k = 0; k < 8; k++) sc[k][t] = v[k];
         }
+        UNROLL for (int k = 0; k < 8; k++) iq4_nl_block(x, yv, ys, ib + k, NT, sc[k], acc[k & 1]);
     }
     for (; ib + 1 < nb; ib += 2) {
         PREFETCH(x + ib, 1);
         UNROLL for (int k = 0; k < 2; k++) {
-            __m256i mag;
-            const __m256i w = iq4_values(x[ib + k].qs, &mag);
-            const float dx = f16f(x[ib + k].d);
-            UNROLL for (int t = 0; t < NT; t++) {
-                const kvt_block_q8_0 *y = (const kvt_block_q8_0 *)ROW(yv, t, ys) + ib + k;
-                const __m256i p = kvt_dot_u8s8(mag, _mm256_sign_epi8(ld256(y->qs), w));
-                acc[k][t] = _mm256_fmadd_ps(_mm256_set1_ps(f16f(y->d) * dx), _mm256_cvtepi32_ps(p), acc[k][t]);
-            }
+            float sc[NTMAX];
+            UNROLL for (int t = 0; t < NT; t++) sc[t] = f16f(((const kvt_block_q8_0 *)ROW(yv, t, ys) + ib + k)->d) * f16f(x[ib + k].d);
+            iq4_nl_block(x, yv, ys, ib + k, NT, sc, acc[k]);
         }
     }
     UNROLL for (int t = 0; t < NT; t++) {
@@ -362,10 +349,7 @@ INLINE void iq4_xs_sb512(const kvt_block_iq4_xs *x, const void *yv, size_t ys, i
             acc[sp & 1][t] = _mm512_dpwssd_epi32(acc[sp & 1][t], _mm512_maddubs_epi16(mag, sy), ls);
         }
     }
-    UNROLL for (int t = 0; t < NT; t++) {
-        const __m512i a = _mm512_add_epi32(acc[0][t], acc[1][t]);
-        isum[t] = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
-    }
+    UNROLL for (int t = 0; t < NT; t++) isum[t] = kvt_add_halves512(_mm512_add_epi32(acc[0][t], acc[1][t]));
 }
 #endif
 
