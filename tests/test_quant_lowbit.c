@@ -2,8 +2,8 @@
 // (src/kernels/quant_lowbit.h) against llama.cpp's own: tests/data/quant_golden.txt
 // (tools/golden/quant_golden.py: rows quantized by ggml's reference quantizer, ggml's dequantization of them, an
 // activation row quantized by ggml-cpu and ggml-cpu's dot product). Per row and ISA: the dequantization bit for
-// bit; the AVX2 / AVX-512 dot bit for bit (they sum in llama.cpp's AVX2 order), the scalar reference's within 1e-5
-// of the sum of |products| (its own order).
+// bit; the AVX2 / AVX-512 dot bit for bit (they sum in llama.cpp's AVX2 order; iq4_xs on AVX-512: the reference's
+// bits, its order), the scalar reference's within 1e-5 of the sum of |products| (its own order).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +118,13 @@ void test_quant_lowbit(const test_env *env) {
                 snprintf(name, sizeof name, "quant_lowbit: %s row %d, scalar: dot within 1e-5 of llama.cpp's (%.2g)", kvt_type_name(r.t),
                          rows, e);
                 test_result(e <= 1e-5, name, "ours %.9g, llama.cpp %.9g (sum |products| %.6g)", (double)s, (double)r.dot, mag);
+            } else if (r.t == KVT_TYPE_IQ4_XS && isa == KVT_ISA_AVX512) { // the reference's order (quant_lowbit_avx2.c)
+                float want;
+                kvt_type_ops_ref(r.t)->vec_dot(r.n, &want, r.w, r.x);
+                snprintf(name, sizeof name, "quant_lowbit: %s row %d, %s: dot = the reference's, bit for bit (%.2g from llama.cpp's)",
+                         kvt_type_name(r.t), rows, kvt_isa_name((kvt_isa)isa), e);
+                test_result(memcmp(&s, &want, sizeof s) == 0 && e <= 1e-5, name, "ours %.9g, reference %.9g, llama.cpp %.9g",
+                            (double)s, (double)want, (double)r.dot);
             } else { // llama.cpp's AVX2 order (quant_lowbit_avx2.c)
                 snprintf(name, sizeof name, "quant_lowbit: %s row %d, %s: dot = llama.cpp's, bit for bit", kvt_type_name(r.t), rows,
                          kvt_isa_name((kvt_isa)isa));

@@ -91,6 +91,16 @@ static inline __attribute__((always_inline)) __m512i kvt_bit_to4_512(__m512i h, 
 static inline __attribute__((always_inline)) __m256i kvt_add_halves512(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
+// Lane k of the result: the sum of the 16 int32 lanes of the k-th argument (exact in int32 arithmetic): pairs of
+// arguments interleaved and added per 128-bit lane, then the four 128-bit lanes added: 13 operations for the four
+// (kq_avx512.h's totals of 4 super-blocks or tokens, quant_lowbit_avx2.c's iq4_xs).
+static inline __attribute__((always_inline)) __m128i kvt_hsum4x16_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
+    const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b)); // a0+a2 b0+b2 a1+a3 b1+b3
+    const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+    const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd)); // a b c d per lane
+    const __m256i h = kvt_add_halves512(s);
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
 // The 2-bit fields j (low 256 bits) and j + 1 (high) of 32 bytes q holds in both 256-bit halves, one per byte: one
 // 64-bit shift per half, the bits it carries across bytes masked off (q2_K / q3_K slices j and j + 1 of a half:
 // quant_lowbit_avx2.c, gemm_lowbit.h).

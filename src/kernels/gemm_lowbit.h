@@ -1,18 +1,17 @@
-// gemm_lowbit.h - GEMM tiles of the low-bit types q2_K, q3_K, iq4_nl, iq4_xs (quant_lowbit.h), AVX2 and AVX-512,
-// included by gemm_avx2.c in its two builds for its driver (gemm_run: activations prepared once per call, weight side
-// data once per strip, R x T tiles).
+// gemm_lowbit.h - GEMM tiles of the low-bit types q2_K, q3_K, iq4_nl (AVX2 and AVX-512) and iq4_xs (AVX2; its AVX-512
+// tile is kq_avx512.h's 16-row panel) (quant_lowbit.h), included by gemm_avx2.c in its two builds for its driver
+// (gemm_run: activations prepared once per call, weight side data once per strip, R x T tiles).
 //
 // Batch invariance: every output has the bits of the type's GEMV on that ISA for that activation row alone
-// (quant_lowbit_avx2.c, llama.cpp's AVX2 order): the same 8 lanes of exact integer sums per block, the same FMA chains
-// in the same order, the same horizontal sum. Only the integer sums are computed otherwise, and integer sums are exact
-// in any order: per lane i of a block, the products of the elements 4i..4i+3 of every 32-element slice, times their
-// sub-block's scale. The weight side data holds each element's scaled value, so the scale costs nothing per token:
+// (quant_lowbit_avx2.c, llama.cpp's AVX2 order): the same 8 lanes of exact integer sums per block, the same FMA
+// chains in the same order, the same horizontal sum. Only the integer sums are computed otherwise, and integer sums
+// are exact in any order: per lane i of a block, the products of the elements 4i..4i+3 of every 32-element slice,
+// times their sub-block's scale. The weight side data holds each element's scaled value, so the scale costs nothing
+// per token:
 //  - q2_K: scale * value (0..45) as a byte;
 //  - q3_K: -(scale * value) (-128..124: scale * value is -124..128) as a byte;
 //  - iq4_nl: the codebook value (-127..113) as a byte;
-//  - iq4_xs: AVX-512: codebook value * (ls - 32) needs 13 bits: a word, VPDPWSSD (32 products a step) against the
-//    activations widened to words; AVX2: the codebook value as a byte and the sub-block's ls - 32 beside (its GEMV's
-//    madd with the scale).
+//  - iq4_xs (AVX2): the codebook value as a byte and the sub-block's ls - 32 beside (its GEMV's madd with the scale).
 // AVX-512 (VNNI): one VPDPBUSD sums 64 products per (row, token) where the GEMV spends two multiplies and an add per 32;
 // q3_K and iq4_nl against the activations offset to unsigned (y + 128), the offset's term per lane in the side data;
 // the VPDPBUSD lanes of a 64-element step hold two slices' lanes, added at the end of the block; iq4_nl's two FMA
@@ -20,9 +19,9 @@
 // AVX2: per 32 products maddubs, madd with ones and an add (q3_K and iq4_nl a sign more: the sign trick on the signed
 // values, exact for activations in [-127, 127], what the q8 quantizers give), where the GEMV's q3_K spends five
 // operations and every GEMV unpacks the bits again for each 4 tokens.
-// The weight side data is larger than the block (q2_K / q3_K 320 bytes per 256 elements, iq4_nl 192 per 64, iq4_xs
-// 576 per 256 on AVX-512, 320 on AVX2), so the strips are smaller (LB_STRIP bytes of weights) and small batches keep the row kernels
-// (matmul_avx2.c's LB_*_GEMM_MIN). Measured: docs/BENCHMARKS.md, "GEMM tiles for Q2_K, Q3_K, IQ4_NL, IQ4_XS".
+// The weight side data is larger than the block (q2_K / q3_K / iq4_xs 320 bytes per 256 elements, iq4_nl 192 per 64),
+// so the strips are smaller (LB_STRIP bytes of weights) and small batches keep the row kernels (matmul_avx2.c's
+// LB_*_GEMM_MIN). Measured: docs/BENCHMARKS.md, "GEMM tiles for Q2_K, Q3_K, IQ4_NL, IQ4_XS".
 
 #include "bits_avx2.h"
 #include "quant_lowbit.h"
@@ -250,66 +249,6 @@ INLINE void iq4_nl_tile(TILE_ARGS, int R, int T) {
     }
 }
 
-// --------------------------------------------------------------------------------------------------- iq4_xs
-
-// iq4_xs's scaled values (codebook value * (ls - 32), |.| <= 4064) do not fit a byte: words, VPDPWSSD against the
-// activations widened to words (32 products a step per (row, token), in lane m the elements 2m, 2m + 1 of the
-// sub-block; the GEMV's lane i is lanes 2i + 2i + 1, added at the end of the super-block).
-#define LB_XS 576 // side data per super-block: int16 scaled values [256], float d, padding
-static int64_t xs_wsize(int64_t n) { return n / KVT_QK_K * LB_XS; }
-static void xs_wprep(int64_t n, const void *w, void *s) {
-    const __m128i lut = _mm_loadu_si128((const __m128i *)kvt_iq4nl_values), m4 = _mm_set1_epi8(0x0F);
-    for (int64_t b = 0; b < n / KVT_QK_K; b++) {
-        const kvt_block_iq4_xs *x = (const kvt_block_iq4_xs *)w + b;
-        char *o = (char *)s + b * LB_XS;
-        for (int sb = 0; sb < 8; sb++) { // elements 32 sb + e: e < 16 the low nibble of qs[16 sb + e], else the high
-            const __m128i q = _mm_loadu_si128((const __m128i *)(x->qs + 16 * sb));
-            const __m256i v = _mm256_set_m128i(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(q, 4), m4)),
-                                               _mm_shuffle_epi8(lut, _mm_and_si128(q, m4)));
-            _mm512_storeu_si512(o + 64 * sb, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(v),
-                                                                _mm512_set1_epi16((short)(kvt_iq4_xs_scale(x, sb) - 32))));
-        }
-        const float d = _cvtsh_ss(x->d);
-        memcpy(o + 512, &d, 4);
-    }
-}
-// Prepared activations: the q8_K values as int16, 512 bytes a super-block (dy read from the row).
-static int64_t xs_psize(int64_t n) { return n / KVT_QK_K * 512; }
-static void xs_prep(int64_t n, const void *x, void *p) {
-    for (int64_t b = 0; b < n / KVT_QK_K; b++)
-        for (int k = 0; k < 8; k++)
-            _mm512_storeu_si512((char *)p + b * 512 + 64 * k,
-                                _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(((const kvt_block_q8_K *)x + b)->qs + 32 * k))));
-}
-INLINE void iq4_xs_tile(TILE_ARGS, int R, int T) {
-    (void)W, (void)wrs;
-    __m256 acc[RMAX][TMAX];
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < n / KVT_QK_K; ib++) {
-        __m512i ia[RMAX][TMAX];
-        UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) ia[r][t] = _mm512_setzero_si512();
-        for (int k = 0; k < 8; k++) {
-            __m512i wv[RMAX];
-            UNROLL for (int r = 0; r < R; r++) wv[r] = _mm512_loadu_si512((const void *)(S + r * ss + ib * LB_XS + 64 * k));
-            UNROLL for (int t = 0; t < T; t++) {
-                const __m512i yv = _mm512_loadu_si512((const void *)(P + t * ps + ib * 512 + 64 * k));
-                UNROLL for (int r = 0; r < R; r++) ia[r][t] = _mm512_dpwssd_epi32(ia[r][t], yv, wv[r]);
-            }
-        }
-        UNROLL for (int r = 0; r < R; r++) {
-            float dx;
-            memcpy(&dx, S + r * ss + ib * LB_XS + 512, 4);
-            UNROLL for (int t = 0; t < T; t++) {
-                const __m512i v = ia[r][t];
-                const __m256i isum = _mm512_cvtepi64_epi32(_mm512_add_epi32(v, _mm512_srli_epi64(v, 32)));
-                const float dy = ((const kvt_block_q8_K *)(X + t * xrs) + ib)->d;
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), _mm256_cvtepi32_ps(isum), acc[r][t]);
-            }
-        }
-    }
-    UNROLL for (int r = 0; r < R; r++) UNROLL for (int t = 0; t < T; t++) Y[t * ldy + r] = lb_hsum8(acc[r][t]);
-}
-
 #else // AVX2: the same side data (the offset terms not written: no offset), the GEMV's maddubs + madd
 
 // q2_K side data as above: per slice the 2-bit values times their sub-blocks' scales by one 16-bit multiply.
@@ -503,7 +442,6 @@ INLINE void iq4_nl_tile(TILE_ARGS, int R, int T) {
 DEFINE_GEMM_S(q2_K, KVT_TYPE_Q2_K, 3x4, 3, 4, lb_psize0, lb_prep0, lbk_wsize, q2k_wprep, LB_STRIP)
 DEFINE_GEMM_S(q3_K, KVT_TYPE_Q3_K, 3x4, 3, 4, q3k_psize, q3k_prep, lbk_wsize, q3k_wprep, LB_STRIP)
 DEFINE_GEMM_S(iq4_nl, KVT_TYPE_IQ4_NL, 4x4, 4, 4, nl_psize, nl_prep, nl_wsize, nl_wprep, LB_STRIP)
-DEFINE_GEMM_S(iq4_xs, KVT_TYPE_IQ4_XS, 3x4, 3, 4, xs_psize, xs_prep, xs_wsize, xs_wprep, LB_STRIP)
 #else
 #ifndef LB_K2_SHAPE
 #define LB_K2_SHAPE 2x4

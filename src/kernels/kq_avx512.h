@@ -52,15 +52,7 @@ static void q6_K_prep(int64_t n, const void *x, void *p) {
 
 INLINE __m512i ld512(const void *p) { return _mm512_loadu_si512(p); }
 
-// Lane k: the sum of the 16 int32 lanes of v[k], k < 4 (exact).
-INLINE __m128i kq_hsum4x16(__m512i a, __m512i b, __m512i c, __m512i d) {
-    const __m256i ha = kvt_add_halves512(a);
-    const __m256i hb = kvt_add_halves512(b);
-    const __m256i hc = kvt_add_halves512(c);
-    const __m256i hd = kvt_add_halves512(d);
-    const __m256i s = _mm256_hadd_epi32(_mm256_hadd_epi32(ha, hb), _mm256_hadd_epi32(hc, hd));
-    return _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-}
+#define kq_hsum4x16 kvt_hsum4x16_epi32 // lane k: the sum of the 16 int32 lanes of the k-th argument (exact)
 
 // The float chains of up to 4 super-blocks b0 .. b0 + nk - 1 of one output, in block order.
 // S: the integer totals (lane k: block b0 + k); M: q4_K's min dots (NULL: q6_K); y: the prepared row.
@@ -359,6 +351,14 @@ DEFINE_KP_ROWS(q6_K, kvt_block_q6_K, KVT_TYPE_Q6_K)
 #endif
 // kq_pack's kind of q5_K rows (the q4_K tile runs them: the same scales, mins and chains, values 0..31)
 #define KQ_Q5 3
+// kq_pack's and kq_tile's kind of iq4_xs rows (quant_lowbit.h): q holds codebook value + 128 (1..241, unsigned for
+// VPDPBUSD), sc the signed ls - 32 of the 8 sub-blocks, mp (sc_p, sc_p): the offset's term 128 * sum_p sc_p * bsum_p is
+// taken off the total (as q6_K's 32). The total is the GEMV's S (quant_lowbit_avx2.c), so the GEMV's bits. Tokens
+// from which the tile runs (below it the GEMV per token):
+#define KQ_XS 4
+#ifndef KQXS_GEMM_MIN
+#define KQXS_GEMM_MIN 9
+#endif
 #define KQ_SC 4096
 #define KQ_MP (KQ_SC + 1024)
 #define KQ_D (KQ_MP + 512)
@@ -408,6 +408,12 @@ INLINE void kq_sub2_q6r(const kvt_block_q6_K *b, int j, __m256i *lo, __m256i *hi
 // element order. q5_K: q4_K's nibble and, as bit 4, bit j of the element's qh byte (0..31).
 INLINE __m256i kq_sub(int Q6, const char *blk, int j) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (Q6 == KQ_XS) { // elements 32j + e: e < 16 the low nibble of qs[16j + e], else the high nibble of qs[16j + e - 16]
+        const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)kvt_iq4nl_values));
+        const __m128i q = _mm_loadu_si128((const __m128i *)(((const kvt_block_iq4_xs *)blk)->qs + 16 * j));
+        const __m256i idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+        return _mm256_xor_si256(_mm256_shuffle_epi8(lut, idx), _mm256_set1_epi8((char)0x80));
+    }
     if (Q6 == KQ_Q5) {
         const kvt_block_q5_K *b = (const kvt_block_q5_K *)blk;
         const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (j >> 1)));
@@ -468,14 +474,16 @@ INLINE void kq_transpose16x16_epi8(const __m128i v[16], __m128i o[16]) {
 }
 
 // The panel's scale words of one super-block (KQ_SC, KQ_MP) from each row's 16 scale bytes s8[r].
+// Q6: 0 q4_K's [sc0..7, m0..7] (unsigned), 1 q6_K's 16 signed scales, KQ_XS iq4_xs's 8 signed scales.
 INLINE void kq_pack_scales(int Q6, const __m128i s8[KQ_R], uint8_t *pb) {
     __m128i col[16];
     kq_transpose16x16_epi8(s8, col); // col[c] lane r: byte c of row r
-    for (int g = 0; g < (Q6 ? 16 : 8); g++)
-        _mm512_store_si512((void *)(pb + KQ_SC + 64 * g), Q6 ? _mm512_cvtepi8_epi32(col[g]) : _mm512_cvtepu8_epi32(col[g]));
-    for (int p = 0; p < 8; p++) { // int16 pairs: q4_K (m_p, m_p), q6_K (sc_2p, sc_2p+1)
-        const __m512i lo = Q6 ? _mm512_cvtepi8_epi32(col[2 * p]) : _mm512_cvtepu8_epi32(col[8 + p]);
-        const __m512i hi = Q6 ? _mm512_cvtepi8_epi32(col[2 * p + 1]) : lo;
+    const int sgn = Q6 != 0; // signed scales
+    for (int g = 0; g < (Q6 == 1 ? 16 : 8); g++)
+        _mm512_store_si512((void *)(pb + KQ_SC + 64 * g), sgn ? _mm512_cvtepi8_epi32(col[g]) : _mm512_cvtepu8_epi32(col[g]));
+    for (int p = 0; p < 8; p++) { // int16 pairs: q4_K (m_p, m_p), q6_K (sc_2p, sc_2p+1), iq4_xs (sc_p, sc_p)
+        const __m512i lo = Q6 == 1 ? _mm512_cvtepi8_epi32(col[2 * p]) : Q6 ? _mm512_cvtepi8_epi32(col[p]) : _mm512_cvtepu8_epi32(col[8 + p]);
+        const __m512i hi = Q6 == 1 ? _mm512_cvtepi8_epi32(col[2 * p + 1]) : lo;
         const __m512i pr = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16));
         _mm512_store_si512((void *)(pb + KQ_MP + 64 * p), pr);
     }
@@ -485,7 +493,8 @@ INLINE void kq_pack_scales(int Q6, const __m128i s8[KQ_R], uint8_t *pb) {
 // (KQ_Q5: the q4_K panel with values 0..31; its d, dmin and scales where q4_K has them).
 INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {
     const int K6 = Q6 == 1 || Q6 == 2; // a q6_K panel
-    const size_t bs = K6 ? sizeof(kvt_block_q6_K) : Q6 == KQ_Q5 ? sizeof(kvt_block_q5_K) : sizeof(kvt_block_q4_K);
+    const size_t bs = K6 ? sizeof(kvt_block_q6_K) : Q6 == KQ_Q5 ? sizeof(kvt_block_q5_K)
+                      : Q6 == KQ_XS ? sizeof(kvt_block_iq4_xs) : sizeof(kvt_block_q4_K);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *pb = pan + b * KQ_PSB;
         float *d = (float *)(pb + KQ_D), *dmin = (float *)(pb + KQ_DMIN);
@@ -499,6 +508,12 @@ INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8
                 const kvt_block_q6_K *x = (const kvt_block_q6_K *)blk[r];
                 s8[r] = _mm_loadu_si128((const __m128i *)x->scales);
                 d[r] = _cvtsh_ss(x->d);
+            } else if (blk[r] && Q6 == KQ_XS) {
+                const kvt_block_iq4_xs *x = (const kvt_block_iq4_xs *)blk[r];
+                int8_t sc[16] = {0};
+                for (int sb = 0; sb < 8; sb++) sc[sb] = (int8_t)(kvt_iq4_xs_scale(x, sb) - 32);
+                s8[r] = _mm_loadu_si128((const __m128i *)sc);
+                d[r] = _cvtsh_ss(x->d);
             } else if (blk[r] && Q6 == KQ_Q5) {
                 const kvt_block_q5_K *x = (const kvt_block_q5_K *)blk[r];
                 s8[r] = kq_q4k_scales(x->scales);
@@ -509,7 +524,7 @@ INLINE void kq_pack(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8
                 d[r] = _cvtsh_ss(x->d), dmin[r] = _cvtsh_ss(x->dmin);
             }
         }
-        kq_pack_scales(K6, s8, pb);
+        kq_pack_scales(Q6 == KQ_XS ? KQ_XS : K6, s8, pb);
         if (Q6 == 2) { // q6_K_r: sub-blocks j and 4 + j from the same bytes (quads 0..3 of both, then 4..7)
             UNROLL for (int j = 0; j < 4; j++) {
                 __m256i lo[KQ_R], hi[KQ_R];
@@ -547,7 +562,7 @@ INLINE void kq_tile(int Q6, int64_t nb, const uint8_t *pan, const char *X, size_
         UNROLL for (int t = 0; t < NT; t++) y[t] = (const kvt_block_q8_K *)(X + t * xrs) + b;
         __m512i isum[KQ_T];
         UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
-        const int NG = Q6 ? 16 : 8, QG = 16 / NG * 4; // groups, quads per group
+        const int K6 = Q6 == 1, NG = K6 ? 16 : 8, QG = 16 / NG * 4; // groups, quads per group
         for (int g = 0; g < NG; g++) {
             __m512i p[KQ_T];
             UNROLL for (int t = 0; t < NT; t++) p[t] = _mm512_setzero_si512();
@@ -562,11 +577,11 @@ INLINE void kq_tile(int Q6, int64_t nb, const uint8_t *pan, const char *X, size_
         const __m512 d = _mm512_load_ps((const void *)(pb + KQ_D));
         const __m512 dmin = _mm512_load_ps((const void *)(pb + KQ_DMIN));
         UNROLL for (int t = 0; t < NT; t++) {
-            __m512i m = _mm512_setzero_si512(); // q4_K: M; q6_K: sum_g sc_g * bsum_g
+            __m512i m = _mm512_setzero_si512(); // q4_K: M; q6_K, iq4_xs: sum_g sc_g * bsum_g
             UNROLL for (int p = 0; p < 8; p++)
                 m = _mm512_dpwssd_epi32(m, _mm512_load_si512((const void *)(pb + KQ_MP + 64 * p)), kq_bcast32(y[t]->bsums + 2 * p));
             const __m512 dy = _mm512_set1_ps(y[t]->d);
-            if (Q6) isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(m, 5));
+            if (Q6) isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(m, K6 ? 5 : 7));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, dy), acc[t]);
             if (!Q6) macc[t] = _mm512_add_ps(macc[t], _mm512_mul_ps(_mm512_mul_ps(dmin, dy), _mm512_cvtepi32_ps(m)));
         }
@@ -588,11 +603,13 @@ static int64_t kq_scratch(int64_t n, int64_t n_tok) {
     KQ_TILE_T(Q6, 6) KQ_TILE_T(Q6, 7) KQ_TILE_T(Q6, 8)
 KQ_TILES(0)
 KQ_TILES(1)
+KQ_TILES(4) // KQ_XS
 typedef void (*kq_tile_fn)(int64_t nb, const uint8_t *pan, const char *X, size_t xrs, float *Y, int64_t ldy,
                            __mmask16 mask);
-static const kq_tile_fn kq_tiles[2][KQ_T] = {
+static const kq_tile_fn kq_tiles[3][KQ_T] = { // q4_K, q6_K, iq4_xs
     {kq_tile_0_1, kq_tile_0_2, kq_tile_0_3, kq_tile_0_4, kq_tile_0_5, kq_tile_0_6, kq_tile_0_7, kq_tile_0_8},
-    {kq_tile_1_1, kq_tile_1_2, kq_tile_1_3, kq_tile_1_4, kq_tile_1_5, kq_tile_1_6, kq_tile_1_7, kq_tile_1_8}};
+    {kq_tile_1_1, kq_tile_1_2, kq_tile_1_3, kq_tile_1_4, kq_tile_1_5, kq_tile_1_6, kq_tile_1_7, kq_tile_1_8},
+    {kq_tile_4_1, kq_tile_4_2, kq_tile_4_3, kq_tile_4_4, kq_tile_4_5, kq_tile_4_6, kq_tile_4_7, kq_tile_4_8}};
 
 typedef void (*kq_pack_fn)(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan);
 static void kq_pack_rows(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) { kq_pack(Q6, nb, W, wrs, nr, pan); }
@@ -607,7 +624,7 @@ INLINE void kq_gemm_p(int Q6, kq_pack_fn pack, int64_t n, const void *W, size_t 
         const __mmask16 mask = (__mmask16)((1u << rows) - 1);
         for (int64_t t0 = 0; t0 < n_tok; t0 += KQ_T) {
             const int nt = (int)(n_tok - t0 < KQ_T ? n_tok - t0 : KQ_T);
-            kq_tiles[Q6][nt - 1](nb, pan, (const char *)X + t0 * (int64_t)xrs, xrs, Y + t0 * ldy + r0, ldy, mask);
+            kq_tiles[Q6 == KQ_XS ? 2 : Q6][nt - 1](nb, pan, (const char *)X + t0 * (int64_t)xrs, xrs, Y + t0 * ldy + r0, ldy, mask);
         }
     }
 }
@@ -618,6 +635,10 @@ static void q4_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const vo
 static void q6_K_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
                       float *Y, int64_t ldy, void *scratch) {
     kq_gemm_p(1, kq_pack_rows, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
+}
+static void iq4_xs_gemm(int64_t n, const void *W, size_t wrs, int64_t nr, const void *X, size_t xrs, int64_t n_tok,
+                        float *Y, int64_t ldy, void *scratch) {
+    kq_gemm_p(KQ_XS, kq_pack_rows, n, W, wrs, nr, X, xrs, n_tok, Y, ldy, scratch);
 }
 // q5_K rows: the q4_K tile on their panel (KQ_Q5), the totals and chains of quant_avx2.c's q5_K GEMV, so its bits.
 static void kq_pack_q5(int Q6, int64_t nb, const char *W, size_t wrs, int nr, uint8_t *pan) {

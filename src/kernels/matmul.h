@@ -73,7 +73,10 @@
 //     With KVT_BF16X16=0 bf16 keeps the float order above (lane-split, a horizontal sum).
 //   q5_1, q2_K, q3_K, iq4_nl, iq4_xs (quant_lowbit_avx2.c, both ISAs): llama.cpp's AVX2 order of each (its 8 lanes of
 //     exact integer sums a block, its FMA chains, its horizontal sum); batches of q2_K, q3_K, iq4_nl, iq4_xs from
-//     LB_*_GEMM_MIN tokens on through gemm_lowbit.h's tiles, in that order.
+//     LB_*_GEMM_MIN tokens on through gemm_lowbit.h's tiles, in that order. But iq4_xs on avx512: the q6_K order
+//     above (per super-block the exact total S, acc = fma(float(S), d * dy, acc), the scalar reference's too), its
+//     batches from KQXS_GEMM_MIN tokens on the 16-row panel tile of kq_avx512.h (codebook value + 128 in the panel,
+//     the offset's term from the q8_K block sums).
 //  avx512: the same sources with 16-lane vectors (f32/f16/bf16: one 16-lane accumulator over 16-wide
 //   slices, s = _mm512_reduce_add_ps(a); q4_1: the 8-lane order above; KVT_SIMD_AVX512 paths of matmul_avx2.c and
 //   quant_avx2.c); the GEMM tiles of gemm_avx512.c follow the float rows kernel (the low-bit ones their GEMV's
@@ -263,7 +266,7 @@ KVT_GEMM_DECL(q4kx8, avx2) // q4_K_x8 groups (rows a multiple of 8 from a group 
 KVT_GEMM_DECL2(q2_K) // gemm_lowbit.h: the GEMV's bits (quant_lowbit_avx2.c) on each ISA
 KVT_GEMM_DECL2(q3_K)
 KVT_GEMM_DECL2(iq4_nl)
-KVT_GEMM_DECL2(iq4_xs)
+KVT_GEMM_DECL(iq4_xs, avx2) // AVX-512: kq_avx512.h's panel tile (matmul_avx2.c)
 KVT_GEMM_DECL(q5kx8, avx2) // q5_K_x8 groups (as q4kx8; wrs: the q5_K row size): the 8-row q4_K tile on q5_K's values
 KVT_GEMM_DECL(q5_K, avx2)
 KVT_GEMM_DECL(q6_K, avx2)

@@ -29,6 +29,7 @@
 #include "f16.h"
 #include "matmul.h"
 #include "quant.h"
+#include "quant_lowbit.h"
 
 // The old AVX-512 panel tiles below (f16, q8_0) sum each output in another order than the rows
 // kernels, so with them a row's result would depend on the batch it is computed in; they are left out
@@ -920,16 +921,12 @@ static void q6k_rows(int64_t n, const void *W, size_t wrs, int64_t nr, const voi
 // Tokens from which q2_K / q3_K and iq4_nl batches take gemm_lowbit.h's tiles (the rows kernels below: the
 // tiles prepare each weight row per call). `kvtier bench -p N -n 0 -r 5 -t 2`, TinyLlama-shaped Q2_K / Q3_K_M / IQ4_NL,
 // rows kernels -> tiles from 2 tokens, Intel Xeon 0xA7, 2026-12-07: pp8 92 -> 95 / 93 -> 89 / 63 -> 82, pp12 99 -> 113 /
-// 96 -> 113 / 64 -> 95, pp4 (Q3_K_M / IQ4_NL) 87 -> 52 / 60 -> 58; iq4_xs (its tile prepares 4.2 bytes a weight byte), IQ4_XS
-// pp16 103 -> 91, pp24 106 -> 109, pp32 103 -> 115, pp128 102 -> 138.
+// 96 -> 113 / 64 -> 95, pp4 (Q3_K_M / IQ4_NL) 87 -> 52 / 60 -> 58. (iq4_xs: kq_avx512.h's panel tile from KQXS_GEMM_MIN.)
 #ifndef LB_KQ_GEMM_MIN
 #define LB_KQ_GEMM_MIN 9
 #endif
 #ifndef LB_NL_GEMM_MIN
 #define LB_NL_GEMM_MIN 5
-#endif
-#ifndef LB_XS_GEMM_MIN
-#define LB_XS_GEMM_MIN 24
 #endif
 // The AVX2 build's (the same CPU with KVT_ISA=avx2, rows kernels -> tiles from 2 tokens, Q3_K_M / Q2_K / IQ4_NL):
 // pp12 69 -> 60 / 75 -> 64 / 50 -> 54, pp24 75 -> 80 / 78 -> 79 / 52 -> 61, pp32 75 -> 83 / 74 -> 81 / 50 -> 62.
@@ -956,7 +953,7 @@ static const kvt_mm_kernel k_mm[KVT_TYPE_COUNT] = {
     [KVT_TYPE_Q2_K] = {KR(NULL, NULL, NULL) GEMM(LB_KQ_GEMM_MIN, kvt_gemm_scratch_q2_K_avx512, kvt_gemm_q2_K_avx512)},
     [KVT_TYPE_Q3_K] = {KR(NULL, NULL, NULL) GEMM(LB_KQ_GEMM_MIN, kvt_gemm_scratch_q3_K_avx512, kvt_gemm_q3_K_avx512)},
     [KVT_TYPE_IQ4_NL] = {KR(NULL, NULL, NULL) GEMM(LB_NL_GEMM_MIN, kvt_gemm_scratch_iq4_nl_avx512, kvt_gemm_iq4_nl_avx512)},
-    [KVT_TYPE_IQ4_XS] = {KR(NULL, NULL, NULL) GEMM(LB_XS_GEMM_MIN, kvt_gemm_scratch_iq4_xs_avx512, kvt_gemm_iq4_xs_avx512)},
+    [KVT_TYPE_IQ4_XS] = {KR(NULL, NULL, NULL) GEMM(KQXS_GEMM_MIN, kq_scratch, iq4_xs_gemm)}, // kq_avx512.h's panel tile
 #else
     [KVT_TYPE_F32] = {KR(fp_prep_size, f32_prep, f32_rows) G2(f32)},
     [KVT_TYPE_F16] = {KR(fp_prep_size, f16_prep, f16_rows) G2(f16)},

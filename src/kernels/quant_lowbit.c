@@ -195,7 +195,7 @@ static void q3_K_dot(int64_t n, float *s, const void *x, const void *y) {
             for (int l = 0; l < 16; l++) isum += q3_K_value(&a[i], 16 * g + l) * b[i].qs[16 * g + l];
             sumi += sc[g] * isum;
         }
-        sum += kvt_f16_to_f32(a[i].d) * b[i].d * (float)sumi;
+        sum = fmaf((float)sumi, kvt_f16_to_f32(a[i].d) * b[i].d, sum);
     }
     *s = sum;
 }
@@ -297,7 +297,8 @@ static void iq4_xs_from_float(const float *src, void *dst, int64_t n) {
         }
     }
 }
-// Per super-block: s += d * dy * float(S), S = sum over sub-blocks of (ls - 32) * sum codebook[q] * y.
+// Per super-block: s = fma(float(S), d * dy, s), S = sum over sub-blocks of (ls - 32) * sum codebook[q] * y (exact):
+// the AVX-512 kernels' order too (matmul.h: they give these bits, a row alone or in any batch; AVX2: llama.cpp's).
 static void iq4_xs_dot(int64_t n, float *s, const void *x, const void *y) {
     const kvt_block_iq4_xs *a = x;
     const kvt_block_q8_K *b = y;
@@ -306,7 +307,7 @@ static void iq4_xs_dot(int64_t n, float *s, const void *x, const void *y) {
         int sumi = 0;
         for (int sb = 0; sb < 8; sb++)
             sumi += (kvt_iq4_xs_scale(&a[i], sb) - 32) * kvt_iq4_block_isum(a[i].qs + 16 * sb, b[i].qs + 32 * sb);
-        sum += kvt_f16_to_f32(a[i].d) * b[i].d * (float)sumi;
+        sum = fmaf((float)sumi, kvt_f16_to_f32(a[i].d) * b[i].d, sum);
     }
     *s = sum;
 }

@@ -5,9 +5,10 @@
 //
 // Dot products pair the weights with llama.cpp's activation types (q2_K, q3_K, iq4_xs: q8_K; q5_1: q8_1; iq4_nl:
 // q8_0). The scalar reference sums each block's exact integer total in its own scalar chain; the AVX2 / AVX-512
-// kernels sum in llama.cpp's AVX2 order (its 8 lanes of exact integer sums a block, its FMA chains, its final sum),
-// so they give llama.cpp's bits on its own rows (suite quant_lowbit), for one activation row or several, and the
-// GEMM tiles the GEMV's bits (suite determ).
+// kernels of q5_1, q2_K, q3_K and iq4_nl sum in llama.cpp's AVX2 order (its 8 lanes of exact integer sums a block,
+// its FMA chains, its final sum), so they give llama.cpp's bits on its own rows (suite quant_lowbit), for one
+// activation row or several, and the GEMM tiles the GEMV's bits (suite determ); so does iq4_xs's AVX2 kernel, its AVX-512
+// one sums in the reference's order (per super-block the exact total, acc = fma(float(S), d * dy, acc)): its bits.
 #ifndef KVT_QUANT_LOWBIT_H
 #define KVT_QUANT_LOWBIT_H
 

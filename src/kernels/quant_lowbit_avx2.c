@@ -1,10 +1,11 @@
 // quant_lowbit_avx2.c - AVX2 kernels of q5_1, q2_K, q3_K, iq4_nl and iq4_xs (quant_lowbit.h): the dot product of
 // one weight row against 1..KVT_DOT_MULTI_MAX activation rows. Conversions take the reference's code (not hot).
 //
-// Each body sums its integers and floats in the order of llama.cpp's AVX2 kernel of the type (ggml-cpu's
-// arch/x86/quants.c, named at each): its 8 lanes of exact integer sums per block, one FMA chain per 8 lanes, its
-// final horizontal sum, so that a dot gives llama.cpp's bits (suite quant_lowbit checks it on llama.cpp's own rows);
-// the scalar reference (quant_lowbit.c) sums in its own order. A token's chain does not depend on the tokens beside
+// The q5_1, q2_K, q3_K and iq4_nl bodies sum their integers and floats in the order of llama.cpp's AVX2 kernel of the
+// type (ggml-cpu's arch/x86/quants.c, named at each): its 8 lanes of exact integer sums per block, one FMA chain per 8
+// lanes, its final horizontal sum, so that a dot gives llama.cpp's bits (suite quant_lowbit checks it on llama.cpp's
+// own rows); the scalar reference (quant_lowbit.c) sums in its own order. iq4_xs on AVX-512 sums in the reference's
+// order (exact totals per super-block, one scalar chain; its AVX2 body llama.cpp's). A token's chain does not depend on the tokens beside
 // it (1..4 rows: the same bits). Compiled with -mavx2 -mfma -mf16c (the Makefile's rule for *_avx2.c);
 // quant_lowbit_avx512.c includes it with KVT_SIMD_AVX512 (the integer dot primitive of bits_avx2.h becomes VNNI)
 // and renames the table.
@@ -324,37 +325,108 @@ INLINE void iq4_nl_body(int64_t n, const void *xv, const void *yv, size_t ys, in
 }
 KVT_DOT_DISPATCH(iq4_nl)
 
+// The 8 sub-blocks' ls - 32 as words: byte k of the 64-bit ls is sub-block k's nibble of scales_l and, as bits 4-5, its
+// two bits of scales_h, spread by shifts and masks in scalar registers (about 20 operations where 8 extractions took 60).
+INLINE __m128i iq4_xs_scales(const kvt_block_iq4_xs *x) {
+    uint32_t l4;
+    memcpy(&l4, x->scales_l, 4);
+    uint64_t l = l4, h = x->scales_h;
+    l = (l | l << 16) & 0x0000FFFF0000FFFFULL; // the nibbles k to byte k
+    l = (l | l << 8) & 0x00FF00FF00FF00FFULL;
+    l = (l | l << 4) & 0x0F0F0F0F0F0F0F0FULL;
+    h = (h | h << 24) & 0x000000FF000000FFULL; // the 2-bit fields k to byte k
+    h = (h | h << 12) & 0x000F000F000F000FULL;
+    h = (h | h << 6) & 0x0303030303030303ULL;
+    return _mm_sub_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)(l | h << 4))), _mm_set1_epi16(32));
+}
+// The integer sums of super-block ib per token, whose lanes' sum is its exact total S: per sub-block its products
+// times ls - 32. AVX2: ggml's 8 lanes (lane i: the scaled products of the elements 4i..4i+3 of every sub-block).
+// AVX-512: two sub-blocks per 512-bit step (64 elements in y's order), one VPDPWSSD chain per token; AVX-512BW has no
+// byte sign: the activations of negative codebook values are negated under a mask (|y| <= 127).
 #ifdef KVT_SIMD_AVX512
-// Two sub-blocks per 512-bit step: the even sub-block's 8 lanes of scaled products in the low half of the integer
-// sum, the odd one's in the high half; their sum per super-block is the AVX2 loop's 8 lanes (ggml's sumi1 + sumi2),
-// exact integers, so the same bits with half the vector operations. AVX-512BW has no byte sign: the activations of
-// negative codebook values are negated under a mask (|y| <= 127).
-INLINE void iq4_xs_sb512(const kvt_block_iq4_xs *x, const void *yv, size_t ys, int64_t ib, int NT, __m256i *isum) {
+typedef __m512i xs_lanes;
+#define xs_hsum4 kvt_hsum4x16_epi32
+#define XS_KB4(NT) ((NT) <= 2) // 1-2 tokens: 4 super-blocks a token reduced together (at 4 tokens 0.85x: 16 live vectors)
+INLINE void iq4_xs_lanes(const kvt_block_iq4_xs *x, const void *yv, size_t ys, int64_t ib, int NT, xs_lanes *isum) {
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvt_iq4nl_values));
     const __m512i shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0), m4 = _mm512_set1_epi8(0x0F);
-    __m512i acc[2][NTMAX]; // even and odd sub-block pairs: no VPDPWSSD waits on the one before
-    UNROLL for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = _mm512_setzero_si512();
+    x += ib;
+    // one byte shuffle per pair puts sub-block 2sp's scale in the low half and 2sp + 1's in the high (two broadcasts
+    // from scalar extractions and an insert a pair before)
+    const __m512i lsw = _mm512_broadcast_i32x4(iq4_xs_scales(x));
+    UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
     UNROLL for (int sp = 0; sp < 4; sp++) {
         // [sub-block 2sp: low nibbles, high nibbles | 2sp + 1: low, high]: its 64 elements in y's order
         const __m512i q = _mm512_castsi256_si512(ld256(x->qs + 32 * sp));
         const __m512i idx = _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(q, q, 0x50), shift), m4);
         const __m512i w = _mm512_shuffle_epi8(lut, idx), mag = _mm512_abs_epi8(w);
         const __mmask64 neg = _mm512_movepi8_mask(w);
-        const __m512i ls = _mm512_inserti64x4(_mm512_set1_epi16((short)(kvt_iq4_xs_scale(x, 2 * sp) - 32)),
-                                              _mm256_set1_epi16((short)(kvt_iq4_xs_scale(x, 2 * sp + 1) - 32)), 1);
+        const __m512i ls = _mm512_shuffle_epi8(lsw, _mm512_inserti64x4(_mm512_set1_epi16((short)(0x0100 + 0x0202 * 2 * sp)),
+                                                                       _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * sp + 1))), 1));
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
             const __m512i yq = _mm512_loadu_si512((const void *)(y->qs + 64 * sp));
             const __m512i sy = _mm512_mask_sub_epi8(yq, neg, _mm512_setzero_si512(), yq);
-            acc[sp & 1][t] = _mm512_dpwssd_epi32(acc[sp & 1][t], _mm512_maddubs_epi16(mag, sy), ls);
+            isum[t] = _mm512_dpwssd_epi32(isum[t], _mm512_maddubs_epi16(mag, sy), ls);
         }
     }
-    UNROLL for (int t = 0; t < NT; t++) isum[t] = kvt_add_halves512(_mm512_add_epi32(acc[0][t], acc[1][t]));
+}
+#else
+INLINE void iq4_xs_lanes(const kvt_block_iq4_xs *x, const void *yv, size_t ys, int64_t ib, int NT, __m256i *isum) {
+    const __m256i lsw = _mm256_broadcastsi128_si256(iq4_xs_scales(x + ib));
+    UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+    UNROLL for (int sb = 0; sb < 8; sb++) {
+        __m256i mag;
+        const __m256i w = iq4_values(x[ib].qs + 16 * sb, &mag);
+        const __m256i ls = _mm256_shuffle_epi8(lsw, _mm256_set1_epi16((short)(0x0100 + 0x0202 * sb)));
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+            const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(ld256(y->qs + 32 * sb), w));
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ls));
+        }
+    }
 }
 #endif
 
-// ggml's AVX2 order (ggml_vec_dot_iq4_xs_q8_K): per super-block the 8 lanes of the scaled products into the FMA
-// chain with dx * dy; hsum8 at the end. (AVX-512: the same lanes from iq4_xs_sb512.)
+#ifdef KVT_SIMD_AVX512
+// AVX-512: the reference's order (quant_lowbit.c, matmul.h): per super-block the exact integer total S of
+// its scaled products, then acc = fma(float(S), dx * dy, acc) in one scalar chain per token. The totals of 4
+// super-blocks of a token (XS_KB4) or of the tokens of one super-block are reduced together (xs_hsum4). Until 2026-12-07
+// llama.cpp's AVX2 order, as the AVX2 body below, which no tile with the rows or the tokens in the lanes follows at
+// VPDPBUSD's rate: the AVX-512 batches now run kq_avx512.h's 16-row panel tile on these totals (pp128 1.7-1.9x).
+INLINE void iq4_xs_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
+    const kvt_block_iq4_xs *x = xv;
+    const int64_t nb = n / KVT_QK_K;
+    float acc[NTMAX] = {0};
+    int32_t S[4] __attribute__((aligned(16)));
+    int64_t ib = 0;
+    if (XS_KB4(NT))
+        for (; ib + 4 <= nb; ib += 4) {
+            xs_lanes v[4][NTMAX];
+            UNROLL for (int k = 0; k < 4; k++) {
+                PREFETCH(x + ib + k, sizeof *x);
+                iq4_xs_lanes(x, yv, ys, ib + k, NT, v[k]);
+            }
+            UNROLL for (int t = 0; t < NT; t++) {
+                _mm_store_si128((__m128i *)S, xs_hsum4(v[0][t], v[1][t], v[2][t], v[3][t]));
+                const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+                UNROLL for (int k = 0; k < 4; k++) acc[t] = fmaf((float)S[k], f16f(x[ib + k].d) * y[k].d, acc[t]);
+            }
+        }
+    for (; ib < nb; ib++) {
+        PREFETCH(x + ib, sizeof *x);
+        xs_lanes v[4];
+        iq4_xs_lanes(x, yv, ys, ib, NT, v);
+        UNROLL for (int t = NT; t < 4; t++) v[t] = v[0]; // (not read)
+        _mm_store_si128((__m128i *)S, xs_hsum4(v[0], v[1], v[2], v[3]));
+        const float dx = f16f(x[ib].d);
+        UNROLL for (int t = 0; t < NT; t++) acc[t] = fmaf((float)S[t], dx * ((const kvt_block_q8_K *)ROW(yv, t, ys) + ib)->d, acc[t]);
+    }
+    UNROLL for (int t = 0; t < NT; t++) s[t * ss] = acc[t];
+}
+#else
+// AVX2: ggml's AVX2 order (ggml_vec_dot_iq4_xs_q8_K), llama.cpp's bits: per super-block the 8 lanes of the scaled
+// products into the FMA chain with dx * dy; hsum8 at the end.
 INLINE void iq4_xs_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     const kvt_block_iq4_xs *x = xv;
     __m256 acc[NTMAX];
@@ -362,21 +434,7 @@ INLINE void iq4_xs_body(int64_t n, const void *xv, const void *yv, size_t ys, in
     for (int64_t ib = 0; ib < n / KVT_QK_K; ib++) {
         PREFETCH(x + ib, sizeof *x);
         __m256i isum[NTMAX];
-#ifdef KVT_SIMD_AVX512
-        iq4_xs_sb512(x + ib, yv, ys, ib, NT, isum);
-#else
-        UNROLL for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
-        UNROLL for (int sb = 0; sb < 8; sb++) {
-            __m256i mag;
-            const __m256i w = iq4_values(x[ib].qs + 16 * sb, &mag);
-            const __m256i ls = _mm256_set1_epi16((short)(kvt_iq4_xs_scale(&x[ib], sb) - 32));
-            UNROLL for (int t = 0; t < NT; t++) {
-                const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
-                const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(ld256(y->qs + 32 * sb), w));
-                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ls));
-            }
-        }
-#endif
+        iq4_xs_lanes(x, yv, ys, ib, NT, isum);
         const float dx = f16f(x[ib].d);
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
@@ -385,6 +443,7 @@ INLINE void iq4_xs_body(int64_t n, const void *xv, const void *yv, size_t ys, in
     }
     UNROLL for (int t = 0; t < NT; t++) s[t * ss] = hsum8(acc[t]);
 }
+#endif
 KVT_DOT_DISPATCH(iq4_xs)
 
 // ------------------------------------------------------------------------------------------------- table
