@@ -1,4 +1,5 @@
-// kq_avx512.h - q4_K / q6_K matmul kernels (and q5_K's batches: the q4_K panel tile) for AVX-512 VNNI, included by matmul_avx2.c when built as
+// kq_avx512.h - q4_K / q6_K matmul kernels (and the batches of q5_K: the q4_K panel tile, and of iq4_xs: the panel tile
+// with its codebook values, KQ_XS) for AVX-512 VNNI, included by matmul_avx2.c when built as
 // matmul_avx512.c (KVT_SIMD_AVX512). Two paths, both in the one order of matmul.h ("only totals": per
 // super-block the exact int32 total S of the scaled products, then acc = fma(float(S), d * dy, acc) in
 // one scalar chain per output; q4_K also macc = macc + (dmin * dy) * float(M) with M the exact integer
