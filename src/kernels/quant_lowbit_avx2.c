@@ -5,8 +5,8 @@
 // type (ggml-cpu's arch/x86/quants.c, named at each): its 8 lanes of exact integer sums per block, one FMA chain per 8
 // lanes, its final horizontal sum, so that a dot gives llama.cpp's bits (suite quant_lowbit checks it on llama.cpp's
 // own rows); the scalar reference (quant_lowbit.c) sums in its own order. iq4_xs on AVX-512 sums in the reference's
-// order (exact totals per super-block, one scalar chain; its AVX2 body llama.cpp's). A token's chain does not depend on the tokens beside
-// it (1..4 rows: the same bits). Compiled with -mavx2 -mfma -mf16c (the Makefile's rule for *_avx2.c);
+// order (exact totals per super-block, one scalar chain; its AVX2 body llama.cpp's). A token's chain does not depend
+// on the tokens beside it (1..4 rows: the same bits). Compiled with -mavx2 -mfma -mf16c (the Makefile's rule for *_avx2.c);
 // quant_lowbit_avx512.c includes it with KVT_SIMD_AVX512 (the integer dot primitive of bits_avx2.h becomes VNNI)
 // and renames the table.
 //
@@ -344,10 +344,7 @@ INLINE __m128i iq4_xs_scales(const kvt_block_iq4_xs *x) {
 // AVX-512: two sub-blocks per 512-bit step (64 elements in y's order), one VPDPWSSD chain per token; AVX-512BW has no
 // byte sign: the activations of negative codebook values are negated under a mask (|y| <= 127).
 #ifdef KVT_SIMD_AVX512
-typedef __m512i xs_lanes;
-#define xs_hsum4 kvt_hsum4x16_epi32
-#define XS_KB4(NT) ((NT) <= 2) // 1-2 tokens: 4 super-blocks a token reduced together (at 4 tokens 0.85x: 16 live vectors)
-INLINE void iq4_xs_lanes(const kvt_block_iq4_xs *x, const void *yv, size_t ys, int64_t ib, int NT, xs_lanes *isum) {
+INLINE void iq4_xs_lanes(const kvt_block_iq4_xs *x, const void *yv, size_t ys, int64_t ib, int NT, __m512i *isum) {
     const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kvt_iq4nl_values));
     const __m512i shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0), m4 = _mm512_set1_epi8(0x0F);
     x += ib;
@@ -361,8 +358,9 @@ INLINE void iq4_xs_lanes(const kvt_block_iq4_xs *x, const void *yv, size_t ys, i
         const __m512i idx = _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(q, q, 0x50), shift), m4);
         const __m512i w = _mm512_shuffle_epi8(lut, idx), mag = _mm512_abs_epi8(w);
         const __mmask64 neg = _mm512_movepi8_mask(w);
-        const __m512i ls = _mm512_shuffle_epi8(lsw, _mm512_inserti64x4(_mm512_set1_epi16((short)(0x0100 + 0x0202 * 2 * sp)),
-                                                                       _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * sp + 1))), 1));
+        const __m512i sel = _mm512_inserti64x4(_mm512_set1_epi16((short)(0x0100 + 0x0202 * 2 * sp)),
+                                               _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * sp + 1))), 1);
+        const __m512i ls = _mm512_shuffle_epi8(lsw, sel);
         UNROLL for (int t = 0; t < NT; t++) {
             const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
             const __m512i yq = _mm512_loadu_si512((const void *)(y->qs + 64 * sp));
@@ -391,36 +389,40 @@ INLINE void iq4_xs_lanes(const kvt_block_iq4_xs *x, const void *yv, size_t ys, i
 #ifdef KVT_SIMD_AVX512
 // AVX-512: the reference's order (quant_lowbit.c, matmul.h): per super-block the exact integer total S of
 // its scaled products, then acc = fma(float(S), dx * dy, acc) in one scalar chain per token. The totals of 4
-// super-blocks of a token (XS_KB4) or of the tokens of one super-block are reduced together (xs_hsum4). Until 2026-12-07
-// llama.cpp's AVX2 order, as the AVX2 body below, which no tile with the rows or the tokens in the lanes follows at
-// VPDPBUSD's rate: the AVX-512 batches now run kq_avx512.h's 16-row panel tile on these totals (pp128 1.7-1.9x).
+// super-blocks of a token (1-2 tokens; at 4 the 16 live vectors made it 0.85x) or of the tokens of one super-block
+// are reduced together (kvt_hsum4x16_epi32). Until 2026-12-07 llama.cpp's AVX2 order, as the AVX2 body below,
+// which no tile with the rows or the tokens in the lanes follows at VPDPBUSD's rate: the AVX-512 batches now run
+// kq_avx512.h's 16-row panel tile on these totals (pp128 1.7-1.9x).
 INLINE void iq4_xs_body(int64_t n, const void *xv, const void *yv, size_t ys, int NT, float *s, int64_t ss) {
     const kvt_block_iq4_xs *x = xv;
     const int64_t nb = n / KVT_QK_K;
     float acc[NTMAX] = {0};
     int32_t S[4] __attribute__((aligned(16)));
     int64_t ib = 0;
-    if (XS_KB4(NT))
+    if (NT <= 2)
         for (; ib + 4 <= nb; ib += 4) {
-            xs_lanes v[4][NTMAX];
+            __m512i v[4][NTMAX];
             UNROLL for (int k = 0; k < 4; k++) {
                 PREFETCH(x + ib + k, sizeof *x);
                 iq4_xs_lanes(x, yv, ys, ib + k, NT, v[k]);
             }
             UNROLL for (int t = 0; t < NT; t++) {
-                _mm_store_si128((__m128i *)S, xs_hsum4(v[0][t], v[1][t], v[2][t], v[3][t]));
+                _mm_store_si128((__m128i *)S, kvt_hsum4x16_epi32(v[0][t], v[1][t], v[2][t], v[3][t]));
                 const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
                 UNROLL for (int k = 0; k < 4; k++) acc[t] = fmaf((float)S[k], f16f(x[ib + k].d) * y[k].d, acc[t]);
             }
         }
     for (; ib < nb; ib++) {
         PREFETCH(x + ib, sizeof *x);
-        xs_lanes v[4];
+        __m512i v[4];
         iq4_xs_lanes(x, yv, ys, ib, NT, v);
         UNROLL for (int t = NT; t < 4; t++) v[t] = v[0]; // (not read)
-        _mm_store_si128((__m128i *)S, xs_hsum4(v[0], v[1], v[2], v[3]));
+        _mm_store_si128((__m128i *)S, kvt_hsum4x16_epi32(v[0], v[1], v[2], v[3]));
         const float dx = f16f(x[ib].d);
-        UNROLL for (int t = 0; t < NT; t++) acc[t] = fmaf((float)S[t], dx * ((const kvt_block_q8_K *)ROW(yv, t, ys) + ib)->d, acc[t]);
+        UNROLL for (int t = 0; t < NT; t++) {
+            const kvt_block_q8_K *y = (const kvt_block_q8_K *)ROW(yv, t, ys) + ib;
+            acc[t] = fmaf((float)S[t], dx * y->d, acc[t]);
+        }
     }
     UNROLL for (int t = 0; t < NT; t++) s[t * ss] = acc[t];
 }
