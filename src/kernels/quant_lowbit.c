@@ -258,13 +258,16 @@ static void iq4_nl_from_float(const float *src, void *dst, int64_t n) {
         iq4_block_pack(src, kvt_f16_to_f32(b[i].d), b[i].qs);
     }
 }
-// Per block: s += float(S) * d * dy (q4_0's expression), S the exact sum of codebook[q] * y.
+// Per block: s = fma(float(S), d * dy, s), S the exact sum of codebook[q] * y: the order of llama.cpp's repacked
+// iq4_nl_8x8 GEMV (arch/x86/repack.cpp), which its goldens come from. With s + float(S) * d * dy (until 2026-12-07)
+// KVT_ISA=scalar failed model_ref's "after BOS alone" check on quant-iq4_nl (0.95% of the largest logit, one
+// activation's 8-bit rounding flipped; now 6.1e-7).
 static void iq4_nl_dot(int64_t n, float *s, const void *x, const void *y) {
     const kvt_block_iq4_nl *a = x;
     const kvt_block_q8_0 *b = y;
     float sum = 0;
     for (int64_t i = 0; i < n / KVT_QK; i++)
-        sum += (float)kvt_iq4_block_isum(a[i].qs, b[i].qs) * kvt_f16_to_f32(a[i].d) * kvt_f16_to_f32(b[i].d);
+        sum = fmaf((float)kvt_iq4_block_isum(a[i].qs, b[i].qs), kvt_f16_to_f32(a[i].d) * kvt_f16_to_f32(b[i].d), sum);
     *s = sum;
 }
 
