@@ -53,8 +53,6 @@ static void q6_K_prep(int64_t n, const void *x, void *p) {
 
 INLINE __m512i ld512(const void *p) { return _mm512_loadu_si512(p); }
 
-#define kq_hsum4x16 kvt_hsum4x16_epi32 // lane k: the sum of the 16 int32 lanes of the k-th argument (exact)
-
 // The float chains of up to 4 super-blocks b0 .. b0 + nk - 1 of one output, in block order.
 // S: the integer totals (lane k: block b0 + k); M: q4_K's min dots (NULL: q6_K); y: the prepared row.
 INLINE void kq_chain(__m128i S, const __m128i *M, int nk, const float *d, const float *dmin, const char *y,
@@ -82,7 +80,7 @@ INLINE void kq_tokens(int NT, const __m512i *is, const __m128i *mp, float d, flo
             m[u] = mp && t0 + u < NT ? mp[t0 + u] : _mm_setzero_si128();
         }
         _Alignas(16) float sf[4], mf[4];
-        _mm_store_ps(sf, _mm_cvtepi32_ps(kq_hsum4x16(v[0], v[1], v[2], v[3])));
+        _mm_store_ps(sf, _mm_cvtepi32_ps(kvt_hsum4x16_epi32(v[0], v[1], v[2], v[3])));
         if (mp) _mm_store_ps(mf, _mm_cvtepi32_ps(_mm_hadd_epi32(_mm_hadd_epi32(m[0], m[1]), _mm_hadd_epi32(m[2], m[3]))));
         UNROLL for (int u = 0; u < 4; u++) {
             if (t0 + u >= NT) break;
@@ -148,7 +146,7 @@ INLINE void q4k_row(int64_t nb, const kvt_block_q4_K *x, const char *P, size_t p
         }
         UNROLL for (int t = 0; t < NT; t++) {
             const __m128i M = _mm_hadd_epi32(_mm_hadd_epi32(mp[0][t], mp[1][t]), _mm_hadd_epi32(mp[2][t], mp[3][t]));
-            kq_chain(kq_hsum4x16(is[0][t], is[1][t], is[2][t], is[3][t]), &M, nk, d, dmin, P + t * prs + b0 * KP,
+            kq_chain(kvt_hsum4x16_epi32(is[0][t], is[1][t], is[2][t], is[3][t]), &M, nk, d, dmin, P + t * prs + b0 * KP,
                      &acc[t], &macc[t]);
         }
     }
@@ -209,7 +207,7 @@ INLINE void q6k_row(int64_t nb, const kvt_block_q6_K *x, const char *P, size_t p
             continue;
         }
         UNROLL for (int t = 0; t < NT; t++)
-            kq_chain(kq_hsum4x16(is[0][t], is[1][t], is[2][t], is[3][t]), NULL, nk, d, NULL, P + t * prs + b0 * KP,
+            kq_chain(kvt_hsum4x16_epi32(is[0][t], is[1][t], is[2][t], is[3][t]), NULL, nk, d, NULL, P + t * prs + b0 * KP,
                      &acc[t], NULL);
     }
     UNROLL for (int t = 0; t < NT; t++) Y[t * ldy] = acc[t];
@@ -266,7 +264,7 @@ INLINE void q6k_rows_ns(int ns, int64_t nb, const kvt_block_q6_K *x, int64_t ste
             d[k] = _cvtsh_ss(xb->d);
         }
         _Alignas(16) float sf[4];
-        _mm_store_ps(sf, _mm_cvtepi32_ps(kq_hsum4x16(is[0], is[1], is[2], is[3])));
+        _mm_store_ps(sf, _mm_cvtepi32_ps(kvt_hsum4x16_epi32(is[0], is[1], is[2], is[3])));
         float dy;
         memcpy(&dy, y + 288, 4);
         UNROLL for (int k = 0; k < ns; k++) acc[k] = fmaf(sf[k], d[k] * dy, acc[k]);
